@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv and install grpokit with its dev tools. Cheap to re-run: it does nothing when the
+# installed state already matches pyproject.toml and this script.
+#
+# Torch: on a machine without an NVIDIA GPU we install the CPU build first (GRPOKIT_TORCH, default
+# torch==2.13.0), so that resolving grpokit's own `torch>=2.4` never pulls CUDA wheels. With a GPU,
+# pip's default (CUDA) build is used.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+STAMP="$VENV/.grpokit-setup"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/grpokit" ]; then
+  exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "setup: NVIDIA GPU found; installing the default (CUDA) torch build"
+else
+  torch_spec=${GRPOKIT_TORCH:-torch==2.13.0}
+  if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+    echo "setup: no GPU; installing the CPU build of torch ($torch_spec)"
+    pip install -q "$torch_spec"
+  fi
+fi
+echo "setup: installing grpokit and its dev tools into $VENV"
+pip install -q -e ".[dev]"
+echo "$want" > "$STAMP"

@@ -1,0 +1,1 @@
+"""grpokit.tasks"""
