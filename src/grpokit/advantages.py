@@ -1,0 +1,208 @@
+"""Stage 4: group-relative advantages, the part of GRPO that replaces PPO's value network.
+
+Every function here is pure: tensors in, ``(tensor, metrics)`` out. Rewards arrive shaped
+``(P, G)``: P prompts, each with a group of G completions. The GRPO family differs only in two
+choices, which are named modes of ``group_advantages``:
+
+* the *baseline* subtracted from each reward: the group mean (GRPO, DeepSeekMath 2024) or the mean
+  of the other G-1 rewards (RLOO, Ahmadian et al. 2024);
+* the *scale* the centred reward is divided by: the group's std (GRPO), the batch's std (TRL's
+  ``scale_rewards="batch"``), nothing (Dr. GRPO, Liu et al. 2025), or a whitening of the centred
+  rewards over the whole batch (REINFORCE++-baseline, Hu et al. 2025).
+
+Flat groups. A group whose rewards are all equal carries no signal: its advantages are exactly zero.
+Rewards that differ only by floating-point noise (e.g. 0.1 + 0.2 vs 0.3) must not be divided by a
+std of 1e-17 and explode, so a group counts as flat when its spread is within
+``flat_rtol * max(1, max|r|)`` of zero. The default ``flat_rtol = 1e-6`` is about eight float32 ulps
+at the reward's own scale: far above summation noise, far below any reward difference anyone means.
+Flat groups are zeroed in every mode and counted in the ``frac_reward_zero_std`` metric.
+
+Process supervision (DeepSeekMath §4.1.3) gives per-token advantages instead; see
+``process_advantages``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Baseline = Literal["group_mean", "leave_one_out"]
+Scale = Literal["group", "batch", "none", "batch_whiten"]
+StdKind = Literal["unbiased", "population"]
+
+BASELINES: tuple[str, ...] = ("group_mean", "leave_one_out")
+SCALES: tuple[str, ...] = ("group", "batch", "none", "batch_whiten")
+STD_KINDS: tuple[str, ...] = ("unbiased", "population")
+
+# Named estimators: each is a (baseline, scale) pair of the same function.
+ESTIMATORS: dict[str, tuple[str, str]] = {
+    "grpo": ("group_mean", "group"),  # DeepSeekMath: (r - mean) / std
+    "dr_grpo": ("group_mean", "none"),  # Dr. GRPO: drop the std, keep the mean
+    "rloo": ("leave_one_out", "none"),  # RLOO: r_i - mean of the other G-1
+    "reinforce_pp_baseline": ("group_mean", "batch_whiten"),  # REINFORCE++-baseline
+}
+
+
+def _std(x: torch.Tensor, dim: int | None, kind: str) -> torch.Tensor:
+    """Standard deviation with Bessel's correction ("unbiased") or without ("population")."""
+    correction = 1 if kind == "unbiased" else 0
+    if dim is None:
+        return x.std(correction=correction)
+    return x.std(dim=dim, keepdim=True, correction=correction)
+
+
+def flat_groups(rewards_PG: torch.Tensor, flat_rtol: float = 1e-6) -> torch.Tensor:
+    """Boolean ``(P,)``: True where a group's rewards are all equal up to floating-point noise.
+
+    A group is flat when ``max - min <= flat_rtol * max(1, max|r|)`` (see the module docstring).
+    """
+    spread_P = rewards_PG.amax(dim=1) - rewards_PG.amin(dim=1)
+    scale_P = rewards_PG.abs().amax(dim=1).clamp(min=1.0)
+    return spread_P <= flat_rtol * scale_P
+
+
+def group_advantages(
+    rewards_PG: torch.Tensor,
+    *,
+    baseline: Baseline = "group_mean",
+    scale: Scale = "group",
+    std: StdKind = "unbiased",
+    eps: float = 1e-4,
+    flat_rtol: float = 1e-6,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-completion advantages from a group's rewards.
+
+    Args:
+        rewards_PG: ``(P, G)`` scalar reward of completion g of prompt p.
+        baseline: ``"group_mean"`` subtracts ``mean_g r`` (GRPO); ``"leave_one_out"`` subtracts
+            ``(sum_j r_j - r_i) / (G - 1)`` (RLOO), which equals ``G/(G-1) * (r_i - mean)``.
+        scale: divide the centred rewards ``c`` by ``std_group(r) + eps`` (``"group"``, GRPO),
+            by ``std_batch(r) + eps`` over all P*G rewards (``"batch"``), not at all (``"none"``,
+            Dr. GRPO), or whiten them over the batch, ``(c - mean(c)) / (std(c) + eps)``
+            (``"batch_whiten"``, REINFORCE++-baseline).
+        std: ``"unbiased"`` (Bessel, divides by G-1; TRL and verl) or ``"population"``
+            (divides by G; the textbook worked examples).
+        eps: added to the std in the denominator.
+        flat_rtol: tolerance that decides a group is flat (all rewards equal); flat groups get
+            exactly zero advantage.
+
+    Returns:
+        ``(advantages_PG, metrics)`` with metrics ``frac_reward_zero_std``, ``num_zero_std_groups``
+        and ``advantages/{mean,std,min,max}``.
+    """
+    if rewards_PG.dim() != 2:
+        raise ValueError(f"rewards_PG must be 2-D (P prompts, G completions), got shape {tuple(rewards_PG.shape)}")
+    P, G = rewards_PG.shape
+    if G < 2:
+        raise ValueError(f"group-relative advantages need at least 2 completions per prompt, got G={G}")
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; valid: {', '.join(BASELINES)}")
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+    if std not in STD_KINDS:
+        raise ValueError(f"unknown std kind {std!r}; valid: {', '.join(STD_KINDS)}")
+
+    r = rewards_PG.to(torch.float32)
+    flat_P = flat_groups(r, flat_rtol)
+
+    mean_P1 = r.mean(dim=1, keepdim=True)
+    if baseline == "leave_one_out":
+        centred_PG = (r - mean_P1) * (G / (G - 1))  # RLOO: r_i - (sum_j r_j - r_i)/(G-1)
+    else:
+        centred_PG = r - mean_P1  # GRPO: r_i - mean(r)
+    centred_PG = torch.where(flat_P[:, None], torch.zeros_like(centred_PG), centred_PG)
+
+    if scale == "group":
+        adv_PG = centred_PG / (_std(r, 1, std) + eps)  # DeepSeekMath: (r - mean) / std
+    elif scale == "batch":
+        adv_PG = centred_PG / (_std(r, None, std) + eps)
+    elif scale == "batch_whiten":
+        # REINFORCE++-baseline: group mean removed above, then whitened over the whole batch.
+        adv_PG = (centred_PG - centred_PG.mean()) / (_std(centred_PG, None, std) + eps)
+    else:
+        adv_PG = centred_PG  # Dr. GRPO: mean-centred only, no std
+    adv_PG = torch.where(flat_P[:, None], torch.zeros_like(adv_PG), adv_PG)
+
+    n_flat = int(flat_P.sum())
+    metrics = {
+        "frac_reward_zero_std": n_flat / P,
+        "num_zero_std_groups": float(n_flat),
+        **_stats("advantages", adv_PG),
+    }
+    return adv_PG, metrics
+
+
+def process_advantages(
+    step_rewards_NS: torch.Tensor,
+    step_ends_NS: torch.Tensor,
+    step_mask_NS: torch.Tensor,
+    group_size: int,
+    num_tokens: int,
+    *,
+    std: StdKind = "unbiased",
+    eps: float = 1e-4,
+    flat_rtol: float = 1e-6,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token advantages from step rewards (DeepSeekMath, GRPO with process supervision).
+
+    Completion i has steps s = 1..S_i; step s ends at token index ``step_ends_NS[i, s]`` and has
+    reward ``step_rewards_NS[i, s]``. All valid step rewards of a group (every step of every one
+    of its G completions) are normalised together: ``r~ = (r - mean_group) / (std_group + eps)``.
+    The advantage of token t of completion i is the sum of the normalised rewards of the steps
+    that end at or after t: ``A[i, t] = sum_{s : end(s) >= t} r~[i, s]``.
+
+    Args:
+        step_rewards_NS: ``(N, S)`` step rewards, N = P*G completions grouped consecutively,
+            padded to S steps.
+        step_ends_NS: ``(N, S)`` integer token index (0-based, inclusive) where each step ends.
+        step_mask_NS: ``(N, S)`` 1 for a real step, 0 for padding.
+        group_size: G.
+        num_tokens: T, the width of the returned per-token advantages.
+
+    Returns:
+        ``(advantages_NT, metrics)``. A group whose valid step rewards are all equal gets zeros.
+    """
+    N, S = step_rewards_NS.shape
+    if N % group_size:
+        raise ValueError(f"{N} completions do not split into groups of {group_size}")
+    P = N // group_size
+    valid_PX = step_mask_NS.reshape(P, group_size * S).bool()
+    r_PX = step_rewards_NS.reshape(P, group_size * S).to(torch.float32)
+
+    count_P1 = valid_PX.sum(dim=1, keepdim=True).clamp(min=1)
+    mean_P1 = (r_PX * valid_PX).sum(dim=1, keepdim=True) / count_P1
+    dev_PX = (r_PX - mean_P1) * valid_PX
+    denom_P1 = (count_P1 - (1 if std == "unbiased" else 0)).clamp(min=1)
+    std_P1 = ((dev_PX**2).sum(dim=1, keepdim=True) / denom_P1).sqrt()
+
+    # Flat test over valid entries only: padding must not count as a reward of 0.
+    big = torch.finfo(torch.float32).max
+    hi_P = torch.where(valid_PX, r_PX, torch.full_like(r_PX, -big)).amax(dim=1)
+    lo_P = torch.where(valid_PX, r_PX, torch.full_like(r_PX, big)).amin(dim=1)
+    scale_P = torch.maximum(hi_P.abs(), lo_P.abs()).clamp(min=1.0)
+    flat_P = (hi_P - lo_P <= flat_rtol * scale_P) | (valid_PX.sum(dim=1) == 0)
+
+    norm_PX = torch.where(flat_P[:, None], torch.zeros_like(dev_PX), dev_PX / (std_P1 + eps))
+    norm_NS = norm_PX.reshape(N, S) * step_mask_NS
+
+    t_T = torch.arange(num_tokens, device=step_rewards_NS.device)
+    # covers[i, s, t] = 1 when step s of completion i ends at or after token t
+    covers_NST = (step_ends_NS[:, :, None] >= t_T[None, None, :]).to(norm_NS.dtype)
+    adv_NT = (covers_NST * norm_NS[:, :, None]).sum(dim=1)
+
+    n_flat = int(flat_P.sum())
+    metrics = {"frac_reward_zero_std": n_flat / P, "num_zero_std_groups": float(n_flat), **_stats("advantages", norm_NS[step_mask_NS.bool()])}
+    return adv_NT, metrics
+
+
+def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
+    x = x.detach().float().flatten()
+    if x.numel() == 0:
+        return {f"{prefix}/mean": 0.0, f"{prefix}/std": 0.0, f"{prefix}/min": 0.0, f"{prefix}/max": 0.0}
+    return {
+        f"{prefix}/mean": x.mean().item(),
+        f"{prefix}/std": x.std(correction=0).item(),
+        f"{prefix}/min": x.min().item(),
+        f"{prefix}/max": x.max().item(),
+    }

@@ -1,0 +1,198 @@
+"""Stage 5b: the policy loss, as pure tensor functions.
+
+Shapes: N sequences (completions), T completion tokens; ``mask_NT`` is 1 on real completion tokens.
+The loss of token t of sequence i is
+
+    l[i,t] = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)   (PPO clipped surrogate)
+             (optionally bounded below by -dual_clip * A when A < 0: dual-clip PPO, Ye et al. 2020)
+             + beta * KL_k[i,t]                                          (GRPO: KL in the loss)
+
+where ``rho`` is the importance ratio pi_theta / pi_old, per token (GRPO) or per sequence (GSPO),
+and ``A`` is the advantage, per sequence ``(N,)`` or per token ``(N, T)`` (process supervision).
+The token losses are then reduced by one of the named ``AGGREGATIONS``.
+
+Normalisers are arguments. Gradient accumulation splits a batch into micro-batches and sums their
+losses; that equals the whole batch's loss only when every micro-batch divides by the *whole
+batch's* token count / sequence count. So callers pass ``num_sequences`` and ``num_tokens`` of the
+whole batch, and the reduction is a plain sum divided by them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"]
+AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
+RATIO_LEVELS: tuple[str, ...] = ("token", "sequence")
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+
+def kl_estimate(logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled from pi_theta (Schulman 2020).
+
+    With ``d = ref_logp - logp`` (log of pi_ref / pi_theta):
+      * k1 = -d                       (unbiased, high variance, can be negative)
+      * k2 = d^2 / 2                  (biased, low variance)
+      * k3 = exp(d) - d - 1           (unbiased, low variance, always >= 0; DeepSeekMath's choice)
+    """
+    d = ref_logp_NT - logp_NT
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d * d
+    if estimator == "k3":
+        return torch.exp(d) - d - 1.0  # DeepSeekMath eq. (4)
+    raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+
+
+def aggregate(
+    loss_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    mode: Aggregation,
+    *,
+    num_sequences: float | None = None,
+    num_tokens: float | None = None,
+    norm_constant: float | None = None,
+) -> torch.Tensor:
+    """Reduce per-token losses to a scalar.
+
+    * ``"seq-mean-token-mean"`` (GRPO, DeepSeekMath): ``1/N sum_i 1/|o_i| sum_t l[i,t]``
+    * ``"token-mean"`` (DAPO): ``1/sum_i|o_i| sum_i sum_t l[i,t]``, every token weighs the same
+    * ``"seq-mean-token-sum-norm"`` (Dr. GRPO): ``1/(N * C) sum_i sum_t l[i,t]`` with a fixed C
+      such as the maximum completion length, so no length-dependent weighting
+    * ``"seq-mean-token-sum"``: ``1/N sum_i sum_t l[i,t]``
+
+    ``num_sequences`` (N) and ``num_tokens`` (sum of |o_i|) default to this batch's own counts;
+    pass the whole batch's counts when this is one micro-batch of it.
+    """
+    mask = mask_NT.to(loss_NT.dtype)
+    n_seq = float(mask_NT.shape[0]) if num_sequences is None else float(num_sequences)
+    n_tok = float(mask.sum().clamp(min=1).item()) if num_tokens is None else float(num_tokens)
+    masked_NT = loss_NT * mask
+    if mode == "seq-mean-token-mean":
+        per_seq_N = masked_NT.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+        return per_seq_N.sum() / n_seq
+    if mode == "token-mean":
+        return masked_NT.sum() / max(n_tok, 1.0)  # DAPO: token-level loss
+    if mode == "seq-mean-token-sum-norm":
+        if norm_constant is None or norm_constant <= 0:
+            raise ValueError("aggregation 'seq-mean-token-sum-norm' needs a positive norm_constant (e.g. max completion length)")
+        return masked_NT.sum() / (n_seq * norm_constant)  # Dr. GRPO: divide by a constant
+    if mode == "seq-mean-token-sum":
+        return masked_NT.sum() / n_seq
+    raise ValueError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def log_importance_ratio(
+    logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str = "token"
+) -> torch.Tensor:
+    """Log of the importance ratio pi_theta / pi_old for every token, ``(N, T)``.
+
+    ``"token"``: ``logp - old_logp`` per token (PPO / GRPO).
+    ``"sequence"`` (GSPO, Zheng et al. 2025): the length-normalised sequence log-ratio
+    ``s_i = 1/|o_i| sum_t (logp - old_logp)``, one value per sequence, broadcast to its tokens in
+    the GSPO-token form ``sg(s_i) + logp - sg(logp)``: its value is ``s_i`` on every token and its
+    gradient flows through every token's logprob.
+    """
+    log_ratio_NT = logp_NT - old_logp_NT
+    if level == "token":
+        return log_ratio_NT
+    if level == "sequence":
+        mask = mask_NT.to(logp_NT.dtype)
+        seq_N = (log_ratio_NT * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
+        return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token form
+    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+
+
+def policy_loss(
+    logp_NT: torch.Tensor,
+    old_logp_NT: torch.Tensor,
+    advantages: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    ratio_level: str = "token",
+    ref_logp_NT: torch.Tensor | None = None,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    aggregation: Aggregation = "seq-mean-token-mean",
+    num_sequences: float | None = None,
+    num_tokens: float | None = None,
+    norm_constant: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped-surrogate policy loss with an optional KL penalty to a reference policy.
+
+    Args:
+        logp_NT: ``(N, T)`` log pi_theta of the sampled completion tokens (requires grad).
+        old_logp_NT: ``(N, T)`` log pi_old of the same tokens (the policy that sampled them,
+            detached). When it equals ``logp_NT`` numerically the ratio is 1 and the loss is
+            REINFORCE with baseline: ``-A * logp`` in gradient.
+        advantages: ``(N,)`` per sequence or ``(N, T)`` per token.
+        mask_NT: ``(N, T)`` 1 for completion tokens that count, 0 for padding / masked tokens.
+        clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``;
+            ``clip_high > clip_low`` is DAPO's clip-higher.
+        dual_clip: if set (> 1), for negative advantages the objective is bounded below by
+            ``dual_clip * A`` (dual-clip PPO), so a huge ratio cannot produce a huge loss.
+        ratio_level: ``"token"`` (GRPO) or ``"sequence"`` (GSPO), see ``log_importance_ratio``.
+        ref_logp_NT: ``(N, T)`` log pi_ref; only needed (and only read) when ``beta > 0``.
+        beta: KL penalty weight; ``beta = 0`` skips the KL term entirely.
+        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``, see ``kl_estimate``.
+        aggregation, num_sequences, num_tokens, norm_constant: see ``aggregate``.
+
+    Returns:
+        ``(loss, metrics)``; metrics are masked token means over this batch:
+        ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,
+        ``clip_ratio/dual_mean``, ``ratio/mean``, ``kl`` (when beta > 0).
+    """
+    if not (0.0 <= clip_low < 1.0):
+        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if clip_high < 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+
+    adv_NT = advantages[:, None].expand_as(logp_NT) if advantages.dim() == 1 else advantages
+    adv_NT = adv_NT.to(logp_NT.dtype)
+    ratio_NT = torch.exp(log_importance_ratio(logp_NT, old_logp_NT, mask_NT, ratio_level))
+
+    surr_unclipped_NT = ratio_NT * adv_NT
+    surr_clipped_NT = torch.clamp(ratio_NT, 1.0 - clip_low, 1.0 + clip_high) * adv_NT  # DAPO: clip-higher
+    objective_NT = torch.minimum(surr_unclipped_NT, surr_clipped_NT)
+    if dual_clip is not None:
+        # Dual-clip PPO: for A < 0 never let the objective fall below dual_clip * A.
+        bounded_NT = torch.maximum(objective_NT, dual_clip * adv_NT)
+        objective_NT = torch.where(adv_NT < 0, bounded_NT, objective_NT)
+    loss_NT = -objective_NT
+
+    kl_NT = None
+    if beta != 0.0:
+        if ref_logp_NT is None:
+            raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
+        kl_NT = kl_estimate(logp_NT, ref_logp_NT, kl_estimator)
+        loss_NT = loss_NT + beta * kl_NT  # GRPO: KL in the loss, not in the reward
+
+    loss = aggregate(
+        loss_NT, mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant
+    )
+
+    with torch.no_grad():
+        m = mask_NT.bool()
+        low = (ratio_NT < 1.0 - clip_low) & (adv_NT < 0) & m
+        high = (ratio_NT > 1.0 + clip_high) & (adv_NT > 0) & m
+        dual = (ratio_NT > dual_clip) & (adv_NT < 0) & m if dual_clip is not None else torch.zeros_like(m)
+        n = m.sum().clamp(min=1).float()
+        metrics = {
+            "clip_ratio/low_mean": (low.sum() / n).item(),
+            "clip_ratio/high_mean": (high.sum() / n).item(),
+            "clip_ratio/region_mean": ((low | high).sum() / n).item(),
+            "clip_ratio/dual_mean": (dual.sum() / n).item(),
+            "ratio/mean": (ratio_NT[m].sum() / n).item(),
+            "num_tokens": float(m.sum().item()),
+        }
+        if kl_NT is not None:
+            metrics["kl"] = (kl_NT[m].sum() / n).item()
+    return loss, metrics

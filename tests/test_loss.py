@@ -1,0 +1,201 @@
+"""Policy loss: hand-worked clipping and KL values, and the properties the trainer relies on."""
+
+import math
+
+import pytest
+import torch
+
+from grpokit.loss import AGGREGATIONS, aggregate, kl_estimate, policy_loss
+
+
+def one_token(ratio: float, adv: float, **kw):
+    """Loss and d loss / d logp for a single token with the given ratio and advantage."""
+    logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
+    loss, m = policy_loss(logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1), **kw)
+    loss.backward()
+    return loss.item(), logp.grad.item(), m
+
+
+def test_clip_high_side():
+    # A = +1, ratio 1.5, eps 0.2: min(1.5 * 1, 1.2 * 1) = 1.2 -> loss -1.2, clipped, no gradient
+    loss, grad, m = one_token(1.5, 1.0)
+    assert loss == pytest.approx(-1.2) and grad == 0.0
+    assert m["clip_ratio/high_mean"] == 1.0 and m["clip_ratio/low_mean"] == 0.0
+
+
+def test_clip_low_side():
+    # A = -1, ratio 0.5: min(0.5 * -1, 0.8 * -1) = -0.8 -> loss 0.8, clipped, no gradient
+    loss, grad, m = one_token(0.5, -1.0)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+    assert m["clip_ratio/low_mean"] == 1.0 and m["clip_ratio/region_mean"] == 1.0
+
+
+def test_unclipped_sides_keep_gradient():
+    # A = +1, ratio 0.5: min(0.5, 0.8) = 0.5 -> loss -0.5; d/dlogp of -ratio*A = -ratio = -0.5
+    loss, grad, m = one_token(0.5, 1.0)
+    assert loss == pytest.approx(-0.5) and grad == pytest.approx(-0.5)
+    assert m["clip_ratio/region_mean"] == 0.0
+    # A = -1, ratio 1.5: min(-1.5, -1.2) = -1.5 -> loss 1.5; gradient ratio * 1 = 1.5
+    loss, grad, _ = one_token(1.5, -1.0)
+    assert loss == pytest.approx(1.5) and grad == pytest.approx(1.5)
+
+
+def test_clip_higher_dapo():
+    # eps_low 0.2, eps_high 0.28: ratio 1.25 with A = +1 is inside [0.8, 1.28] -> loss -1.25
+    loss, grad, m = one_token(1.25, 1.0, clip_low=0.2, clip_high=0.28)
+    assert loss == pytest.approx(-1.25) and grad == pytest.approx(-1.25)
+    # but ratio 0.75 with A = -1 is below 0.8 -> clipped to 0.8 * -1 -> loss 0.8
+    loss, grad, _ = one_token(0.75, -1.0, clip_low=0.2, clip_high=0.28)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+
+
+def test_dual_clip_bounds_negative_advantage():
+    # A = -1, ratio 4: min(-4, -1.2) = -4; dual clip 3: max(-4, 3 * -1) = -3 -> loss 3, no gradient
+    loss, grad, m = one_token(4.0, -1.0, dual_clip=3.0)
+    assert loss == pytest.approx(3.0) and grad == 0.0 and m["clip_ratio/dual_mean"] == 1.0
+    # without dual clip the loss is 4
+    assert one_token(4.0, -1.0)[0] == pytest.approx(4.0)
+
+
+def test_kl_estimators_known_values():
+    # pi = 0.5, pi_ref = 0.25: d = log(0.25/0.5) = -0.693147
+    # k1 = -d = 0.693147 ; k2 = d^2/2 = 0.240227 ; k3 = e^d - d - 1 = 0.5 + 0.693147 - 1 = 0.193147
+    logp, ref = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
+    assert kl_estimate(logp, ref, "k1").item() == pytest.approx(0.693147, abs=1e-5)
+    assert kl_estimate(logp, ref, "k2").item() == pytest.approx(0.240227, abs=1e-5)
+    assert kl_estimate(logp, ref, "k3").item() == pytest.approx(0.193147, abs=1e-5)
+    # equal policies: every estimator is 0
+    for k in ("k1", "k2", "k3"):
+        assert kl_estimate(logp, logp, k).item() == 0.0
+
+
+def test_kl_in_loss_weighted_by_beta():
+    # ratio 1, A = 0: surrogate 0; k3 = 0.193147 on the one token; beta 0.04 -> loss 0.0077259
+    logp = torch.tensor([[math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25)]])
+    loss, m = policy_loss(logp, logp, torch.zeros(1), torch.ones(1, 1), ref_logp_NT=ref, beta=0.04)
+    assert loss.item() == pytest.approx(0.04 * 0.193147, abs=1e-6)
+    assert m["kl"] == pytest.approx(0.193147, abs=1e-5)
+
+
+def test_beta_zero_needs_no_reference():
+    logp = torch.randn(2, 3)
+    loss, m = policy_loss(logp, logp, torch.ones(2), torch.ones(2, 3), beta=0.0, ref_logp_NT=None)
+    assert "kl" not in m and torch.isfinite(loss)
+    with pytest.raises(ValueError, match="ref_logp_NT"):
+        policy_loss(logp, logp, torch.ones(2), torch.ones(2, 3), beta=0.1)
+
+
+def test_aggregation_modes_hand_worked():
+    # two sequences: [1, 2, (pad)] and [3, (pad), (pad)]
+    loss = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # seq-mean-token-mean: ((1+2)/2 + 3/1) / 2 = (1.5 + 3) / 2 = 2.25
+    assert aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx(2.25)
+    # token-mean: (1 + 2 + 3) / 3 = 2
+    assert aggregate(loss, mask, "token-mean").item() == pytest.approx(2.0)
+    # seq-mean-token-sum-norm with C = 4: (1 + 2 + 3) / (2 * 4) = 0.75
+    assert aggregate(loss, mask, "seq-mean-token-sum-norm", norm_constant=4).item() == pytest.approx(0.75)
+    # seq-mean-token-sum: (3 + 3) / 2 = 3
+    assert aggregate(loss, mask, "seq-mean-token-sum").item() == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="valid: seq-mean-token-mean"):
+        aggregate(loss, mask, "mean")
+
+
+def _batch(seed=0, N=6, T=5):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(N, T, generator=g) * 2
+    old = logp + 0.3 * torch.randn(N, T, generator=g)
+    ref = logp + 0.3 * torch.randn(N, T, generator=g)
+    adv = torch.randn(N, generator=g)
+    lengths = torch.tensor([5, 3, 1, 4, 2, 5])[:N]
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
+    return logp, old, ref, adv, mask
+
+
+def test_zero_advantage_gives_zero_policy_gradient():
+    logp, old, _, _, mask = _batch()
+    logp.requires_grad_(True)
+    loss, _ = policy_loss(logp, old, torch.zeros(6), mask)
+    loss.backward()
+    assert torch.equal(logp.grad, torch.zeros_like(logp))
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_ratio_one_without_clipping_is_reinforce(agg):
+    # with old == logp (ratio 1) the gradient is that of  -A * logp  aggregated the same way
+    logp, _, _, adv, mask = _batch()
+    a = logp.clone().requires_grad_(True)
+    loss, _ = policy_loss(a, a.detach(), adv, mask, aggregation=agg, norm_constant=5)
+    loss.backward()
+    b = logp.clone().requires_grad_(True)
+    aggregate(-adv[:, None] * b, mask, agg, norm_constant=5).backward()
+    assert torch.allclose(a.grad, b.grad, atol=1e-6)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_masked_tokens_change_nothing(level):
+    logp, old, ref, adv, mask = _batch()
+    junk = (1 - mask) * 7.0  # change only masked positions
+    outs = []
+    for shift in (0.0, 1.0):
+        x = (logp + shift * junk).requires_grad_(True)
+        loss, m = policy_loss(x, old - shift * junk, adv, mask, ref_logp_NT=ref + shift * junk, beta=0.1, ratio_level=level)
+        loss.backward()
+        outs.append((loss.item(), x.grad * mask, m))
+    assert outs[0][0] == pytest.approx(outs[1][0], abs=1e-6)
+    assert torch.allclose(outs[0][1], outs[1][1], atol=1e-6)
+    assert outs[0][2] == pytest.approx(outs[1][2], abs=1e-6)
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_micro_batches_accumulate_to_full_batch(agg, level):
+    logp, old, ref, adv, mask = _batch()
+    kw = dict(ref_logp_NT=None, beta=0.05, aggregation=agg, norm_constant=5, ratio_level=level,
+              num_sequences=6, num_tokens=mask.sum().item())
+    full = logp.clone().requires_grad_(True)
+    loss_full, _ = policy_loss(full, old, adv, mask, **{**kw, "ref_logp_NT": ref})
+    loss_full.backward()
+    micro = logp.clone().requires_grad_(True)
+    total = 0.0
+    for idx in (slice(0, 2), slice(2, 5), slice(5, 6)):
+        part, _ = policy_loss(micro[idx], old[idx], adv[idx], mask[idx], **{**kw, "ref_logp_NT": ref[idx]})
+        part.backward()
+        total += part.item()
+    assert total == pytest.approx(loss_full.item(), abs=1e-6)
+    assert torch.allclose(micro.grad, full.grad, atol=1e-6)
+
+
+def test_sequence_ratio_equals_token_ratio_for_one_token_completions():
+    logp, old, _, adv, _ = _batch(T=1)
+    mask = torch.ones(6, 1)
+    res = {}
+    for level in ("token", "sequence"):
+        x = logp.clone().requires_grad_(True)
+        loss, m = policy_loss(x, old, adv, mask, ratio_level=level)
+        loss.backward()
+        res[level] = (loss.item(), x.grad.clone(), m)
+    assert res["token"][0] == pytest.approx(res["sequence"][0], abs=1e-7)
+    assert torch.allclose(res["token"][1], res["sequence"][1], atol=1e-7)
+    assert res["token"][2] == pytest.approx(res["sequence"][2])
+
+
+def test_gspo_sequence_ratio_hand_worked():
+    # one sequence, two tokens with log-ratios 0.2 and 0.0: s = exp((0.2 + 0)/2) = exp(0.1) = 1.10517
+    # A = +1, eps 0.2: inside the clip range -> loss = -1.10517 on each token, seq-mean-token-mean -> -1.10517
+    # gradient: GSPO-token form gives d/dlogp_t = -s * A / |o| = -0.552585 on each token
+    logp = torch.tensor([[0.2, 0.0]], requires_grad=True)
+    loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), ratio_level="sequence")
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.10517, abs=1e-5)
+    assert logp.grad.tolist()[0] == pytest.approx([-0.552585, -0.552585], abs=1e-5)
+    assert m["ratio/mean"] == pytest.approx(1.10517, abs=1e-5)
+
+
+def test_per_token_advantages_accepted():
+    logp = torch.zeros(1, 2, requires_grad=True)
+    # ratio 1, A = [1, -1] per token, token-mean: loss = -(1 - 1)/2 = 0; grads -1/2 and +1/2
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), aggregation="token-mean")
+    loss.backward()
+    assert loss.item() == pytest.approx(0.0) and logp.grad.tolist() == [[-0.5, 0.5]]
