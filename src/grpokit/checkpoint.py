@@ -1,0 +1,102 @@
+"""Checkpoints that survive SIGKILL at any moment, and resume that reproduces the run exactly.
+
+A checkpoint is a folder ``checkpoints/step-000123/`` holding
+
+* ``model/``: the policy in Hugging Face format (safetensors + config + tokenizer), loadable by
+  ``AutoModelForCausalLM.from_pretrained`` as is;
+* ``optimizer.pt``: optimizer and learning-rate schedule state;
+* ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator;
+* ``trainer_state.json``: the step and the data position.
+
+It is written under a temporary name and renamed into place only when complete (a rename is atomic
+on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
+one. ``latest`` ignores temporary folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PREFIX = "step-"
+
+
+@dataclass
+class TrainerState:
+    step: int
+    data_position: int
+
+
+def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int) -> Path:
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"{PREFIX}{state.step:06d}"
+    tmp = ckpt_dir / f".tmp-{PREFIX}{state.step:06d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "sampler": generator.get_state()}, tmp / "rng.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(ckpt_dir)
+    for old in sorted(ckpt_dir.glob(f"{PREFIX}*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest(ckpt_dir: Path) -> Path | None:
+    done = sorted(p for p in ckpt_dir.glob(f"{PREFIX}*") if (p / "trainer_state.json").exists())
+    return done[-1] if done else None
+
+
+def load(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> TrainerState:
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted((path / "model").glob("*.safetensors")):
+        weights.update(load_file(str(f), device=str(next(model.parameters()).device)))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {k for k in missing if "lm_head" in k or "embed" in k}
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+    opt = torch.load(path / "optimizer.pt", weights_only=False)
+    optimizer.load_state_dict(opt["optimizer"])
+    scheduler.load_state_dict(opt["scheduler"])
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    generator.set_state(rng["sampler"])
+    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    _fsync_dir(root)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,99 @@
+"""The command line: ``grpokit train | report``.
+
+A user's mistake (bad config value, missing file) prints one sentence and exits with status 2;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import Config, ConfigError, apply_overrides, describe_fields, load_yaml
+
+TRAIN_EPILOG = """\
+Every field below can be set in a YAML file (--config, sections as mappings) or on the command
+line as section.field=value; later settings win: defaults < --preset < --config < overrides.
+
+"""
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpokit train", description="Train a model with GRPO (default: the embedded demo).",
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=TRAIN_EPILOG + describe_fields())
+    p.add_argument("--config", help="YAML file with config sections")
+    p.add_argument("--out", help="run folder (default: a new folder under runs/)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
+    return p
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    if args.resume:
+        cfg_file = Path(args.resume) / "config.yaml"
+        if not cfg_file.is_file():
+            raise ConfigError(f"--resume {args.resume!r} is not a run folder (no config.yaml); give the folder a run was started with")
+        cfg = load_yaml(cfg_file)
+    else:
+        cfg = Config()
+    if args.config:
+        cfg = load_yaml(args.config, cfg)
+    cfg = apply_overrides(cfg, args.overrides)
+    if args.out:
+        cfg.train.out = args.out
+    return cfg
+
+
+def cmd_train(argv: list[str]) -> int:
+    args = _train_parser().parse_args(argv)
+    from .train import Trainer
+
+    cfg = build_config(args)
+    trainer = Trainer(cfg, resume=args.resume)
+    print(f"grpokit: run folder {trainer.run_dir}", flush=True)
+    summary = trainer.train()
+    before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
+    if "accuracy" in before and "accuracy" in after:
+        n = int(after.get("n", 0))
+        print(f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}", flush=True)
+    print(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+    return 0
+
+
+def cmd_report(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="grpokit report", description="Write RUN_DIR/report.html (self-contained).")
+    p.add_argument("run_dir")
+    args = p.parse_args(argv)
+    if not Path(args.run_dir).is_dir():
+        raise ConfigError(f"run folder {args.run_dir!r} does not exist")
+    from .record.report import write_report
+
+    print(write_report(Path(args.run_dir)))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "report": cmd_report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"grpokit: unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+            return 2
+        print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details)")
+        return 0
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except ConfigError as e:
+        print(f"grpokit: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("grpokit: interrupted; the last checkpoint is kept (resume with --resume RUN_DIR)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

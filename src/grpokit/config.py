@@ -1,0 +1,412 @@
+"""Typed configuration: one dataclass per pipeline stage, a docstring under every field.
+
+A run's config is built in three layers, each overriding the last: the dataclass defaults (the
+embedded default run), an optional YAML file (``--config F``), and dotted command-line overrides
+(``rollout.group_size=16``). The fully resolved config is saved as ``config.yaml`` in the run folder.
+
+``validate`` checks every value before any work starts and raises ``ConfigError`` with one sentence
+that names the field, the value and what would be valid. Checks that need data (a missing column)
+happen where the data is loaded, still before the first step.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .advantages import BASELINES, SCALES, STD_KINDS
+from .loss import AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+
+
+class ConfigError(ValueError):
+    """A user's configuration mistake; its message is one sentence meant for the console."""
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = "demo"
+    """Model to train: "demo" (the tiny model shipped with grpokit), a local folder, or a hub id."""
+    dtype: str = "auto"
+    """Weights and compute dtype: "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16" or "float16"."""
+    device: str = "auto"
+    """Device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N"."""
+    trust_remote_code: bool = False
+    """Allow model code from the hub (only for models you trust)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+
+
+@dataclass
+class DataConfig:
+    task: str = "arithmetic"
+    """Built-in task that provides prompts, answers, rewards and the evaluator ("arithmetic"); "" to use `dataset`."""
+    dataset: str = ""
+    """Training data when no task is set: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name."""
+    split: str = "train"
+    """Split of a hub dataset to train on."""
+    eval_dataset: str = ""
+    """Held-out data for evaluation (file or hub name); empty: the task's held-out split, or none."""
+    eval_split: str = "test"
+    """Split of a hub eval dataset."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt text (or a list of chat messages)."""
+    answer_column: str = "answer"
+    """Column holding the gold answer; passed to reward functions as `answer` (empty: none)."""
+    system_prompt: str = ""
+    """System message prepended when a chat template is applied."""
+    chat_template: str = "auto"
+    """"auto" (apply the tokenizer's chat template when it has one), "always" or "never"."""
+    eval_size: int = 256
+    """Number of held-out prompts evaluated before and after training (0 disables evaluation)."""
+    shuffle: bool = True
+    """Shuffle the training prompts each epoch (seeded)."""
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    max_new_tokens: int = 16
+    """Maximum completion length in tokens; longer completions are cut (finish reason "length")."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0); training logprobs use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p (1.0 = off)."""
+    top_k: int = 0
+    """Keep only the k most likely tokens (0 = off)."""
+    min_p: float = 0.0
+    """Drop tokens whose probability is below min_p times the top token's (0 = off)."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
+    backend: str = "hf"
+    """Rollout engine: "hf" (transformers, CPU or GPU)."""
+
+
+@dataclass
+class RewardConfig:
+    functions: list[str] = field(default_factory=lambda: ["task"])
+    """Reward functions: built-in names, "module:function" import paths, or "task" for the task's own reward."""
+    weights: list[float] = field(default_factory=list)
+    """One weight per function (empty: all 1.0); the reward is the weighted sum over applicable functions."""
+    timeout_s: float = 30.0
+    """Per-call time limit of a reward function; a call that runs over gets `failure_value`."""
+    failure_value: float = 0.0
+    """Reward given to a completion whose reward call raised or timed out."""
+    max_failure_fraction: float = 0.5
+    """Stop the run when more than this fraction of a step's reward calls fail."""
+    num_workers: int = 0
+    """Worker processes for reward functions (0 = run in the trainer's process, still with timeouts)."""
+
+
+@dataclass
+class AlgoConfig:
+    baseline: str = "group_mean"
+    """Advantage baseline: "group_mean" (GRPO) or "leave_one_out" (RLOO)."""
+    scale: str = "group"
+    """Advantage scaling: "group" std (GRPO), "batch" std, "none" (Dr. GRPO) or "batch_whiten" (REINFORCE++-baseline)."""
+    std: str = "unbiased"
+    """Std used for scaling: "unbiased" (Bessel, as TRL and verl) or "population"."""
+    adv_eps: float = 1e-4
+    """Added to the std in the advantage denominator."""
+    clip_low: float = 0.2
+    """Lower clip: the ratio is kept above 1 - clip_low."""
+    clip_high: float = 0.2
+    """Upper clip: the ratio is kept below 1 + clip_high (DAPO clip-higher: 0.28)."""
+    dual_clip: float = 0.0
+    """Dual-clip bound c > 1 for negative advantages (0 = off)."""
+    ratio_level: str = "token"
+    """Importance ratio per "token" (GRPO) or per "sequence" (GSPO)."""
+    beta: float = 0.0
+    """KL penalty weight; 0 needs no reference model."""
+    kl_estimator: str = "k3"
+    """KL estimator: "k1", "k2" or "k3" (DeepSeekMath)."""
+    aggregation: str = "seq-mean-token-mean"
+    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum."""
+    norm_constant: float = 0.0
+    """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
+    num_iterations: int = 1
+    """mu: optimizer updates per generated batch (old logprobs are taken once, before the first)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.99
+    """AdamW beta2."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon."""
+    warmup_steps: int = 0
+    """Linear warm-up steps from 0 to `lr`."""
+    schedule: str = "constant"
+    """Learning-rate schedule after warm-up: "constant" or "cosine" (to 0 at the last step)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value (0 = no clipping)."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 60
+    """Number of training steps (each: rollout, rewards, advantages, num_iterations updates)."""
+    prompts_per_step: int = 16
+    """P: prompts per step; the batch holds P * group_size completions."""
+    micro_batch_size: int = 0
+    """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
+    seed: int = 0
+    """Seed for data order, sampling and initialisation."""
+    out: str = ""
+    """Run folder (empty: a new folder under runs/)."""
+    save_every: int = 0
+    """Write a checkpoint every N steps (0 = only at the end)."""
+    keep_checkpoints: int = 2
+    """How many step checkpoints to keep (the newest)."""
+    eval_every: int = 0
+    """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
+    threads: int = 0
+    """CPU threads for torch (0 = leave torch's default)."""
+    deterministic: bool = False
+    """Use deterministic torch algorithms (bit-exact resume on CPU)."""
+
+
+@dataclass
+class RecordConfig:
+    sinks: list[str] = field(default_factory=lambda: ["console"])
+    """Metric sinks besides the always-on metrics.jsonl: console, tensorboard, wandb, mlflow, trackio."""
+    samples_every: int = 10
+    """Write a few prompts with all their completions to samples.jsonl every N steps (0 = never)."""
+    samples_prompts: int = 2
+    """How many prompts (each with all G completions) go into each sample dump."""
+    report: bool = True
+    """Write report.html into the run folder when training ends."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Prompts and answers (stage 1)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling of G completions per prompt (stage 2)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward functions (stage 3)."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantages and loss (stages 4 and 5): the GRPO family lives here."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and schedule (stage 6)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The loop: steps, batch sizes, seeds, checkpoints."""
+    record: RecordConfig = field(default_factory=RecordConfig)
+    """Metrics, samples and report (stage 7)."""
+
+
+# ---------------------------------------------------------------- building a config
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(data: dict[str, Any], base: Config | None = None) -> Config:
+    """Apply a nested dict (e.g. parsed YAML) on top of ``base`` (default: the defaults)."""
+    cfg = base if base is not None else Config()
+    for section, values in (data or {}).items():
+        if section not in _sections():
+            raise ConfigError(f"unknown config section {section!r}; valid sections: {', '.join(_sections())}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section {section!r} must be a mapping of fields, got {values!r}")
+        for name, value in values.items():
+            set_field(cfg, f"{section}.{name}", value)
+    return cfg
+
+
+def load_yaml(path: str | Path, base: Config | None = None) -> Config:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist; pass --config with a path to a YAML file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
+    return from_dict(data, base)
+
+
+def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
+    """Apply ``section.field=value`` strings; values are parsed as YAML scalars/lists."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form section.field=value (e.g. rollout.group_size=16)")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        set_field(cfg, key.strip(), value)
+    return cfg
+
+
+def set_field(cfg: Config, dotted: str, value: Any) -> None:
+    """Set ``section.field`` with type coercion and a clear error for unknown names or types."""
+    parts = dotted.split(".")
+    if len(parts) != 2 or parts[0] not in _sections():
+        raise ConfigError(f"unknown config field {dotted!r}; fields look like section.name with section one of {', '.join(_sections())}")
+    section_obj = getattr(cfg, parts[0])
+    types = _field_types(type(section_obj))
+    if parts[1] not in types:
+        raise ConfigError(f"unknown config field {dotted!r}; valid fields of {parts[0]}: {', '.join(types)}")
+    setattr(section_obj, parts[1], _coerce(dotted, value, types[parts[1]]))
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if value is None or value == "":
+            return []
+        items = value if isinstance(value, list) else [value]
+        return [_coerce(name, v, inner) for v in items]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        return float(value)
+    if tp is str:
+        return "" if value is None else str(value)
+    return value
+
+
+def _sections() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config)]
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def describe_fields(cfg: Config | None = None) -> str:
+    """Every field with its current value and docstring, for ``grpokit train --help``."""
+    cfg = cfg or Config()
+    lines = []
+    for section in _sections():
+        obj = getattr(cfg, section)
+        lines.append(f"{section}: {field_docs(Config).get(section, '')}")
+        docs = field_docs(type(obj))
+        for f in dataclasses.fields(obj):
+            lines.append(f"  {section}.{f.name} = {getattr(obj, f.name)!r}\n      {docs.get(f.name, '')}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _one_of(name: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
+    _check(value in valid, f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+def validate(cfg: Config) -> Config:
+    """Check every value that can be checked without loading anything; raise ``ConfigError``."""
+    r, a, t, o, m = cfg.rollout, cfg.algo, cfg.train, cfg.optim, cfg.model
+    _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16", "float16"))
+    _check(m.device in ("auto", "cpu", "cuda") or m.device.startswith("cuda:"),
+           f"model.device={m.device!r} is not valid; use auto, cpu, cuda or cuda:N")
+    _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
+    _check(r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
+           f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2")
+    _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")
+    _check(r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0")
+    _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
+    _check(r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
+    _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
+    _one_of("rollout.backend", r.backend, ("hf",))
+    _one_of("algo.baseline", a.baseline, BASELINES)
+    _one_of("algo.scale", a.scale, SCALES)
+    _one_of("algo.std", a.std, STD_KINDS)
+    _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
+    _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
+    _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
+    _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
+    _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
+    _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
+    _check(a.beta >= 0, f"algo.beta={a.beta} must be >= 0")
+    _check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")
+    _check(a.num_iterations >= 1, f"algo.num_iterations={a.num_iterations} must be at least 1")
+    _check(a.norm_constant >= 0, f"algo.norm_constant={a.norm_constant} must be >= 0 (0 = max_new_tokens)")
+    _check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
+    _check(o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be >= 0")
+    _one_of("optim.schedule", o.schedule, ("constant", "cosine"))
+    _check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
+    _check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
+    _check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
+    n = t.prompts_per_step * r.group_size
+    _check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
+    _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
+           f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
+    _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
+           "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
+    c = cfg.reward
+    _check(len(c.functions) >= 1, "reward.functions is empty; name at least one reward function (e.g. task)")
+    _check(not c.weights or len(c.weights) == len(c.functions),
+           f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
+    _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
+    _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
+    d = cfg.data
+    _check(bool(d.task) or bool(d.dataset), "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic)")
+    _one_of("data.chat_template", d.chat_template, ("auto", "always", "never"))
+    _check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
+    if d.dataset and _looks_like_path(d.dataset):
+        _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")
+    if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
+        _check(Path(m.name_or_path).is_dir(), f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo")
+    return cfg
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or s.endswith((".jsonl", ".json", ".parquet", ".csv")) or s.count("/") > 1
+
+
+def save_yaml(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

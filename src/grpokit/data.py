@@ -1,0 +1,114 @@
+"""Stage 1: prompts. Load rows, map columns, apply the chat template, serve seeded batches.
+
+Rows are plain dicts with at least ``prompt`` (text, or a list of chat messages) and, when the data
+has one, ``answer``; every other column travels along and reaches reward functions as a keyword
+argument, as in TRL. Sources: a built-in task, a local .jsonl/.json/.parquet/.csv file, or a
+``datasets`` hub name (the hub path is real code, it cannot run in an offline sandbox).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, DataConfig
+from .types import Prompt
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
+    """Rows of a file or hub dataset, with the prompt/answer columns renamed to prompt/answer."""
+    import datasets
+
+    path = Path(source).expanduser()
+    if path.suffix in FILE_BUILDERS or path.exists():
+        if not path.exists():
+            raise ConfigError(f"data file {source!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file")
+        builder = FILE_BUILDERS.get(path.suffix)
+        if builder is None:
+            raise ConfigError(f"data file {source!r} has an unsupported type; use one of {', '.join(FILE_BUILDERS)}")
+        ds = datasets.load_dataset(builder, data_files=str(path), split="train")
+    else:
+        try:
+            ds = datasets.load_dataset(source, split=split)
+        except Exception as e:  # network, unknown name, unknown split: one sentence for the user
+            raise ConfigError(f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})") from None
+    return rename_columns([dict(r) for r in ds], cfg, source)
+
+
+def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> list[dict[str, Any]]:
+    if not rows:
+        raise ConfigError(f"dataset {source!r} has no rows")
+    cols = list(rows[0])
+    if cfg.prompt_column not in cols:
+        raise ConfigError(f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)}")
+    if cfg.answer_column and cfg.answer_column not in cols:
+        raise ConfigError(f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)} (set data.answer_column= to use none)")
+    out = []
+    for r in rows:
+        r = dict(r)
+        r["prompt"] = r.pop(cfg.prompt_column)
+        if cfg.answer_column:
+            r["answer"] = r.pop(cfg.answer_column)
+        out.append(r)
+    return out
+
+
+def render_prompt(prompt: Any, tokenizer, cfg: DataConfig) -> str:
+    """Prompt text as the model sees it: through the chat template when configured and available."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    use = cfg.chat_template == "always" or (cfg.chat_template == "auto" and has_template)
+    if cfg.chat_template == "always" and not has_template:
+        raise ConfigError("data.chat_template='always' but the tokenizer has no chat template; use auto or never")
+    if not use:
+        if isinstance(prompt, list):
+            return "\n".join(str(m.get("content", "")) for m in prompt)
+        return str(prompt)
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+    if cfg.system_prompt and not any(m.get("role") == "system" for m in messages):
+        messages = [{"role": "system", "content": cfg.system_prompt}, *messages]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig) -> list[Prompt]:
+    prompts = []
+    for r in rows:
+        text = render_prompt(r["prompt"], tokenizer, cfg)
+        ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg))["input_ids"]
+        if not ids:
+            raise ConfigError(f"a prompt tokenised to nothing: {text!r}")
+        prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"}))
+    return prompts
+
+
+def _templated(tokenizer, cfg: DataConfig) -> bool:
+    return cfg.chat_template != "never" and bool(getattr(tokenizer, "chat_template", None))
+
+
+class PromptSampler:
+    """Serves batches of prompts in a seeded order, epoch after epoch.
+
+    Its whole state is ``position`` (prompts served so far): the order of epoch e is a permutation
+    seeded by ``(seed, e)``, so a resumed run gets exactly the prompts an uninterrupted one would.
+    """
+
+    def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True, position: int = 0):
+        if not prompts:
+            raise ConfigError("the training data has no prompts")
+        self.prompts, self.seed, self.shuffle, self.position = prompts, seed, shuffle, position
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.prompts)))
+        if self.shuffle:
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def next_batch(self, n: int) -> list[Prompt]:
+        out = []
+        for _ in range(n):
+            epoch, k = divmod(self.position, len(self.prompts))
+            out.append(self.prompts[self._order(epoch)[k]])
+            self.position += 1
+        return out

@@ -1,0 +1,91 @@
+"""Stage 5a: per-token log-probabilities (and entropy) of completion tokens, chunked.
+
+The policy's full logits for a batch are (N, L, V) floats: for a 150k vocabulary and long
+completions that is the largest tensor of the whole step. We run the model's backbone once, keep
+only the hidden states that predict completion tokens, and push them through the output layer a
+chunk of positions at a time, so at most (N, chunk, V) logits exist at once. Logits are divided by
+the sampling temperature, so training log-probabilities describe the distribution that sampled.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .types import Rollout, TokenBatch
+
+
+def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
+    """Left-pad the prompts (each repeated G times) and right-pad the completions into tensors."""
+    G, N = rollout.group_size, rollout.num_sequences
+    prompts = [rollout.prompt_ids[i // G] for i in range(N)]
+    lp = max(len(p) for p in prompts)
+    T = max(1, max(len(c) for c in rollout.completion_ids))
+    input_ids = torch.full((N, lp + T), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((N, lp + T), dtype=torch.long)
+    comp_mask = torch.zeros((N, T), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, rollout.completion_ids)):
+        input_ids[i, lp - len(p):lp] = torch.tensor(p, dtype=torch.long)
+        attn[i, lp - len(p):lp] = 1
+        if c:
+            input_ids[i, lp:lp + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, lp:lp + len(c)] = 1
+            comp_mask[i, :len(c)] = 1.0
+    pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
+    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)))
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 64,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
+    entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
+
+    Values at padded completion positions are meaningless; callers mask them.
+    """
+    T = batch.width
+    hidden = _backbone_hidden(model, batch)
+    if hidden is None:  # models whose logits need more than a linear head: one full forward
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, logits_to_keep=T + 1).logits[:, :-1]
+        return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
+    head = model.get_output_embeddings()
+    h = hidden[:, -T - 1:-1]  # the state at position k predicts token k + 1
+    logps, ents = [], []
+    for s in range(0, T, chunk_size):
+        logits = head(h[:, s:s + chunk_size])
+        lp, ent = _logp_entropy(logits, batch.completion_ids[:, s:s + chunk_size], temperature, with_entropy, entropy_grad)
+        logps.append(lp)
+        if ent is not None:
+            ents.append(ent)
+    return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if ents else None)
+
+
+def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None])[..., 0]
+    ent = None
+    if with_entropy:
+        src = logp_all if entropy_grad else logp_all.detach()
+        ent = -(src.exp() * src).sum(dim=-1)
+    return logp, ent
+
+
+def _backbone_hidden(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor | None:
+    config = getattr(model, "config", None)
+    if getattr(config, "final_logit_softcapping", None) or not hasattr(model, "get_decoder"):
+        return None
+    try:
+        backbone = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return None
+    if backbone is None or backbone is model or model.get_output_embeddings() is None:
+        return None
+    out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
+    return out.last_hidden_state

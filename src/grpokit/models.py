@@ -1,0 +1,94 @@
+"""Loading the policy, its tokenizer and the frozen reference policy.
+
+``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a local folder, or a
+hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
+transformers can load works. The reference policy (only when beta > 0) is a deep copy made in
+memory, never a second download.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from .config import ConfigError, ModelConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(cfg: ModelConfig) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"model.device={cfg.device!r} but no CUDA device is available; use auto or cpu")
+    return torch.device(cfg.device)
+
+
+def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    """float32 on CPU (bf16 matmuls are slow or missing there), bfloat16 on GPU, unless set."""
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[cfg.dtype]
+
+
+def model_path(name_or_path: str) -> str:
+    if name_or_path == "demo":
+        from .tasks import demo_model_path
+
+        return str(demo_model_path())
+    return name_or_path
+
+
+def load_tokenizer(cfg: ModelConfig):
+    from transformers import AutoTokenizer
+
+    path = model_path(cfg.name_or_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    except OSError as e:
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded ({e.__class__.__name__}); give a model folder or hub id with a tokenizer") from None
+    if tok.pad_token_id is None:
+        if tok.eos_token_id is None:
+            raise ConfigError(f"the tokenizer of {cfg.name_or_path!r} has neither a pad nor an eos token; add one")
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    path = model_path(cfg.name_or_path)
+    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} is a folder without config.json; give a Hugging Face model folder")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
+    except OSError as e:
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
+    model.to(device)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    return model
+
+
+def eos_ids(tokenizer, model) -> set[int]:
+    ids = set()
+    for src in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(i) for i in src)
+    if not ids:
+        raise ConfigError("the model and tokenizer define no EOS token; completions could never end before max_new_tokens")
+    return ids
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The reference policy: an in-memory copy with gradients off."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref

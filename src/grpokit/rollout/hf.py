@@ -1,0 +1,149 @@
+"""Stage 2 on transformers: sample G completions per prompt with a lean batched decode loop.
+
+Why not ``model.generate``: GRPO samples G completions of the *same* prompt, so the prompt's
+key/value cache is computed once per prompt and then repeated G times (``batch_repeat_interleave``)
+instead of being recomputed G times; and rows that have finished (EOS or a stop string) are dropped
+from the cache as the batch shrinks, so no compute is spent decoding padding. Per token we keep the
+sampled id and its sampling log-probability; per completion its finish reason.
+
+Sampling is seeded through an explicit ``torch.Generator`` so a resumed run samples exactly what an
+uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..types import Rollout
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling controls; temperature 0 means greedy decoding."""
+
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    stop: tuple[str, ...] = ()
+
+
+def process_logits(logits_NV: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+    """Log-probabilities after temperature, top-k, top-p and min-p (removed tokens get -inf)."""
+    x = logits_NV.float() / p.temperature
+    if p.top_k > 0 and p.top_k < x.shape[-1]:
+        kth = torch.topk(x, p.top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    logp = torch.log_softmax(x, dim=-1)
+    if p.min_p > 0:
+        cut = logp.max(dim=-1, keepdim=True).values + torch.log(torch.tensor(p.min_p))
+        logp = logp.masked_fill(logp < cut, float("-inf"))
+    if p.top_p < 1.0:
+        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
+        cum = sorted_logp.exp().cumsum(dim=-1)
+        drop_sorted = (cum - sorted_logp.exp()) >= p.top_p  # keep tokens until the mass reaches top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = logp.masked_fill(drop, float("-inf"))
+    if p.top_k > 0 or p.min_p > 0 or p.top_p < 1.0:
+        logp = torch.log_softmax(logp, dim=-1)  # renormalise over the kept tokens
+    return logp
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    group_size: int,
+    params: SamplingParams,
+    *,
+    eos_token_ids: set[int],
+    pad_token_id: int,
+    generator: torch.Generator | None = None,
+    decode=None,
+) -> Rollout:
+    """Sample ``group_size`` completions for each prompt.
+
+    Args:
+        model: a transformers causal LM.
+        prompt_ids: P token-id lists (no padding).
+        group_size: G; completions of prompt p are rows p*G .. p*G+G-1 of the result.
+        params: sampling controls.
+        eos_token_ids: ids that end a completion (finish reason "eos"; the token is kept).
+        pad_token_id: id used to pad prompts on the left.
+        generator: torch RNG for sampling (seeded by the caller).
+        decode: ``ids -> str``, needed only when ``params.stop`` is non-empty.
+    """
+    device = next(model.parameters()).device
+    P, G = len(prompt_ids), group_size
+    N = P * G
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((P, width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((P, width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+    # Prefill once per prompt, then share the prompt's cache with its G samples.
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    if G > 1:
+        cache.batch_repeat_interleave(G)
+    logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (N, V)
+    mask = mask.repeat_interleave(G, dim=0)
+    next_pos = pos[:, -1:].repeat_interleave(G, dim=0) + 1  # (N, 1)
+
+    tokens: list[list[int]] = [[] for _ in range(N)]
+    logps: list[list[float]] = [[] for _ in range(N)]
+    reasons = ["length"] * N
+    active = torch.arange(N, device=device)  # original row of each live cache row
+    eos = torch.tensor(sorted(eos_token_ids), device=device)
+
+    for step in range(params.max_new_tokens):
+        if params.temperature == 0:
+            tok = logits.argmax(dim=-1)
+            tok_logp = torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
+        else:
+            logp = process_logits(logits, params)
+            tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # generator lives on `device`
+            tok_logp = logp.gather(1, tok[:, None])[:, 0]
+        rows = active.tolist()
+        tok_list, lp_list = tok.tolist(), tok_logp.tolist()
+        finished = torch.isin(tok, eos)
+        fin_list = finished.tolist()
+        for j, r in enumerate(rows):
+            tokens[r].append(tok_list[j])
+            logps[r].append(lp_list[j])
+            if fin_list[j]:
+                reasons[r] = "eos"
+        if params.stop and decode is not None:
+            for j, r in enumerate(rows):
+                if not fin_list[j] and _hits_stop(decode(tokens[r]), params.stop):
+                    reasons[r] = "stop"
+                    fin_list[j] = True
+            finished = torch.tensor(fin_list, device=device)
+        if step == params.max_new_tokens - 1:
+            break
+        keep = ~finished
+        if not bool(keep.any()):
+            break
+        if not bool(keep.all()):  # drop finished rows: no compute spent on them from now on
+            keep_idx = keep.nonzero()[:, 0]
+            cache.batch_select_indices(keep_idx)
+            active, tok, mask, next_pos = active[keep_idx], tok[keep_idx], mask[keep_idx], next_pos[keep_idx]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        logits = out.logits[:, -1]
+        next_pos = next_pos + 1
+
+    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
+                   finish_reasons=reasons, group_size=G)
+
+
+def _hits_stop(text: str, stops: tuple[str, ...]) -> bool:
+    return any(s in text for s in stops)

@@ -1,0 +1,89 @@
+"""Stage 6: the optimizer step over micro-batches with gradient accumulation.
+
+The loss functions take the whole batch's normalisers (sequence and token counts), so summing the
+micro-batches' gradients gives exactly the whole batch's gradient (tests/test_loss.py proves it on
+tensors, tests/test_train.py on a model).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .config import AlgoConfig, OptimConfig
+from .logprobs import completion_logprobs
+from .loss import policy_loss
+from .types import TokenBatch
+
+
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                            weight_decay=cfg.weight_decay)
+
+    def factor(step: int) -> float:  # linear warm-up, then constant or cosine to 0
+        if step < cfg.warmup_steps:
+            return (step + 1) / (cfg.warmup_steps + 1)
+        if cfg.schedule == "cosine":
+            span = max(1, total_steps - cfg.warmup_steps)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - cfg.warmup_steps) / span)))
+        return 1.0
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+@dataclass
+class UpdateInputs:
+    """Everything one optimizer step needs, for the whole batch of N sequences."""
+
+    batch: TokenBatch
+    advantages: torch.Tensor  # (N,) or (N, T)
+    loss_mask: torch.Tensor  # (N, T) completion tokens that count in the loss
+    old_logp: torch.Tensor | None  # (N, T); None: the current policy is the old policy (mu = 1)
+    ref_logp: torch.Tensor | None  # (N, T) when beta > 0
+
+
+def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
+                  *, temperature: float, micro_batch_size: int, norm_constant: float) -> dict[str, float]:
+    """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step."""
+    N = inputs.batch.input_ids.shape[0]
+    mbs = micro_batch_size or N
+    num_tokens = float(inputs.loss_mask.sum().item())
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    sums: dict[str, float] = {}
+    loss_total = 0.0
+    for start in range(0, N, mbs):
+        rows = slice(start, start + mbs)
+        mb = inputs.batch.rows(rows)
+        logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True)
+        old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
+        ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
+        mask = inputs.loss_mask[rows]
+        loss, m = policy_loss(
+            logp, old, inputs.advantages[rows], mask,
+            clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
+            ratio_level=algo.ratio_level, ref_logp_NT=ref, beta=algo.beta, kl_estimator=algo.kl_estimator,
+            aggregation=algo.aggregation, num_sequences=N, num_tokens=num_tokens, norm_constant=norm_constant,
+        )
+        loss.backward()
+        loss_total += loss.item()
+        n_tok = m.pop("num_tokens")
+        m["entropy"] = float((entropy * mask).sum().item() / max(n_tok, 1.0))
+        for k, v in m.items():  # token-weighted means over micro-batches
+            sums[k] = sums.get(k, 0.0) + v * n_tok
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    metrics = {k: v / max(num_tokens, 1.0) for k, v in sums.items()}
+    metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
+    if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
+        metrics["skipped_nonfinite"] = 1.0
+    else:
+        optimizer.step()
+        metrics["skipped_nonfinite"] = 0.0
+    scheduler.step()
+    return metrics

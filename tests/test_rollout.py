@@ -1,0 +1,58 @@
+"""Rollout engine: shared prompt cache + row dropping must sample from exactly the model's distribution."""
+
+import torch
+
+from grpokit.logprobs import completion_logprobs, make_token_batch
+from grpokit.rollout.hf import SamplingParams, generate, process_logits
+
+
+def test_sampling_logprobs_match_a_full_forward(tiny_model):
+    # prompts of different lengths (left padding), G = 3, EOS id 2 reachable -> rows finish at different times
+    prompts = [[1, 5, 6, 7], [1, 9], [1, 3, 4]]
+    g = torch.Generator().manual_seed(0)
+    ro = generate(tiny_model, prompts, 3, SamplingParams(max_new_tokens=12), eos_token_ids={2, 3, 4}, pad_token_id=0, generator=g)
+    assert ro.num_sequences == 9 and len(ro.finish_reasons) == 9
+    lengths = [len(c) for c in ro.completion_ids]
+    assert min(lengths) < 12 or all(r == "length" for r in ro.finish_reasons)
+    for c, r in zip(ro.completion_ids, ro.finish_reasons):
+        assert (r == "eos") == (c[-1] in {2, 3, 4}) and (r == "length") == (len(c) == 12 and c[-1] not in {2, 3, 4})
+    batch = make_token_batch(ro, pad_token_id=0)
+    logp, ent = completion_logprobs(tiny_model, batch, with_entropy=True, chunk_size=5)
+    ref = torch.zeros_like(logp)
+    for i, lp in enumerate(ro.sampling_logprobs):
+        ref[i, :len(lp)] = torch.tensor(lp)
+    m = batch.completion_mask
+    assert torch.allclose(logp * m, ref * m, atol=1e-4)
+    assert (ent[m.bool()] > 0).all()
+
+
+def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_model):
+    prompts = [[1, 5, 6], [1, 7]]
+    kw = dict(eos_token_ids={2}, pad_token_id=0)
+    a = generate(tiny_model, prompts, 4, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(tiny_model, prompts, 4, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(3), **kw)
+    assert a.completion_ids == b.completion_ids
+    g1 = generate(tiny_model, prompts, 2, SamplingParams(max_new_tokens=8, temperature=0), **kw)
+    assert g1.completion_ids[0] == g1.completion_ids[1]  # greedy samples of one prompt agree
+
+
+def test_stop_strings_end_a_completion(tiny_model):
+    decode = lambda ids: "".join("x" if t == 5 else "y" for t in ids)
+    ro = generate(tiny_model, [[1, 5]], 6, SamplingParams(max_new_tokens=10, stop=("x",)), eos_token_ids={2},
+                  pad_token_id=0, generator=torch.Generator().manual_seed(0), decode=decode)
+    for c, r in zip(ro.completion_ids, ro.finish_reasons):
+        if r == "stop":
+            assert c[-1] == 5 and 5 not in c[:-1]
+
+
+def test_process_logits_filters():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    # top_k 2 -> renormalised [0.625, 0.375, 0, 0]
+    p = process_logits(logits, SamplingParams(top_k=2)).exp()
+    assert torch.allclose(p, torch.tensor([[0.625, 0.375, 0, 0]]), atol=1e-6)
+    # top_p 0.7: mass before each token 0, 0.5, 0.8 -> keep the first two
+    p = process_logits(logits, SamplingParams(top_p=0.7)).exp()
+    assert torch.allclose(p, torch.tensor([[0.625, 0.375, 0, 0]]), atol=1e-6)
+    # min_p 0.2: drop below 0.2 * 0.5 = 0.1 -> keep 0.5, 0.3, 0.15 -> /0.95
+    p = process_logits(logits, SamplingParams(min_p=0.2)).exp()
+    assert torch.allclose(p, torch.tensor([[0.5, 0.3, 0.15, 0]]) / 0.95, atol=1e-6)
