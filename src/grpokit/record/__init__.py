@@ -1,1 +1,27 @@
-"""grpokit.record"""
+"""Stage 7, record: metrics sinks, health monitors, samples, the HTML report and pass@k estimators.
+
+    make_recorder(run_dir, sinks, total_steps, config)  -> Recorder   (recorder.py)
+    NullRecorder()                                       the silent default for library use
+    HealthConfig / HealthMonitor / group_signatures      health.py
+    sample_rows(...)                                     rows for Recorder.log_samples (samples.py)
+    write_report(run_dir)                                RUN_DIR/report.html (report.py)
+    pass_at_k / maj_at_k / mean_at_k / summarize         evaluation estimators (passk.py)
+
+See docs/MONITORING.md for the metric names, the sinks, the monitors and the report.
+"""
+
+from grpokit.record.health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures
+from grpokit.record.recorder import NullRecorder, Recorder, make_recorder
+from grpokit.record.samples import sample_rows
+
+__all__ = [
+    "HealthConfig",
+    "HealthEvent",
+    "HealthMonitor",
+    "NullRecorder",
+    "Recorder",
+    "TrainingHealthError",
+    "group_signatures",
+    "make_recorder",
+    "sample_rows",
+]

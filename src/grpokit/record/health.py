@@ -1,0 +1,345 @@
+"""Health monitors: notice the classic ways a GRPO run goes wrong, and say what to try.
+
+A GRPO run can look busy while learning nothing. The failures below are common enough to watch for
+on every step; each monitor reads the step's metrics dict (the same one the sinks receive), decides
+whether its failure is present, and if so produces one sentence saying what is wrong and what to try.
+
+    monitor          reads                                     fires when (recent = mean of last `window` steps)
+    entropy_collapse entropy                                   recent < entropy_min, or < entropy_drop_ratio x early
+    zero_std_groups  frac_reward_zero_std                      recent > zero_std_max
+    length_inflation completions/mean_length, reward           length grew x length_growth_ratio, reward flat
+    kl_runaway       kl                                        recent > kl_max
+    clip_runaway     clip_ratio/region_mean                    recent > clip_ratio_max
+    same_length      completions/frac_groups_same_length       recent > same_length_max
+    same_text        completions/frac_groups_same_text         recent > same_text_max
+    nonfinite        loss, grad_norm                           non-finite; fatal after max_nonfinite_steps in a row
+
+"early" is the mean of the first `window` observations. No trend monitor fires before it has seen
+2 x `window` steps (early and recent windows must not overlap) and no monitor fires before
+`warmup_steps`: the first steps of a run are noisy and their values say little.
+
+Monitors report through the recorder: `health/{monitor}` is 1.0 in the metrics while a monitor fires
+(0.0 when it has data and is quiet), a warning is printed and written to health.jsonl when it starts
+firing (and again every `repeat_every` steps while it keeps firing). Only the non-finite monitor
+stops training, by raising `TrainingHealthError`: a run whose loss stays NaN cannot recover.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class TrainingHealthError(RuntimeError):
+    """Raised when training cannot usefully continue (e.g. the loss was NaN for K steps in a row)."""
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """One warning: which monitor fired at which step, its advice, and the value that triggered it."""
+
+    step: int
+    monitor: str
+    message: str
+    value: float = math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class HealthConfig:
+    """Thresholds of the health monitors. Defaults are loose on purpose: a warning should mean something."""
+
+    enabled: bool = True
+    """Run the monitors at all. Switching them off also disables the stop on repeated NaN losses."""
+
+    warmup_steps: int = 10
+    """No monitor fires before it has seen this many steps: early steps are noisy."""
+
+    window: int = 10
+    """Steps averaged into the "recent" value of a metric; also the length of the "early" window."""
+
+    repeat_every: int = 50
+    """A monitor that keeps firing repeats its warning at most once per this many steps."""
+
+    entropy_min: float = 0.05
+    """Mean per-token entropy (nats) below which the policy counts as collapsed."""
+
+    entropy_drop_ratio: float = 0.2
+    """Also a collapse when recent entropy falls below this fraction of its early value."""
+
+    zero_std_max: float = 0.8
+    """Fire when more than this fraction of groups have all-equal rewards (no learning signal)."""
+
+    length_growth_ratio: float = 1.5
+    """Fire when recent mean completion length exceeds this multiple of the early one ..."""
+
+    reward_flat_tol: float = 0.05
+    """... while mean reward moved by less than this (absolute) between the same two windows."""
+
+    kl_max: float = 1.0
+    """Fire when the recent mean KL to the reference policy exceeds this."""
+
+    clip_ratio_max: float = 0.3
+    """Fire when the recent mean fraction of clipped tokens (clip_ratio/region_mean) exceeds this."""
+
+    same_length_max: float = 0.5
+    """Fire when more than this fraction of groups have completions that all share one length."""
+
+    same_text_max: float = 0.3
+    """Fire when more than this fraction of groups have completions that are all the same text."""
+
+    max_nonfinite_steps: int = 3
+    """Raise TrainingHealthError after this many consecutive steps with non-finite loss or grad norm."""
+
+    nonfinite_keys: tuple[str, ...] = ("loss", "grad_norm")
+    """The metrics whose non-finite values mean the update had to be skipped."""
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_steps", "window", "repeat_every", "max_nonfinite_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"health.{name} must be a positive integer, got {value!r}")
+        self.nonfinite_keys = tuple(self.nonfinite_keys)
+
+
+class _Series:
+    """Running view of one metric: how many finite values, the first `window` and the last `window`."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.count = 0
+        self.early: list[float] = []
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        if len(self.early) < self.window:
+            self.early.append(value)
+        self.recent.append(value)
+
+    def early_mean(self) -> float:
+        return sum(self.early) / len(self.early)
+
+    def recent_mean(self) -> float:
+        return sum(self.recent) / len(self.recent)
+
+
+History = Mapping[str, _Series]
+# A check returns None when it lacks data, else (firing, value, message-if-firing).
+Check = Callable[[History, HealthConfig], "tuple[bool, float, str] | None"]
+
+
+def _level(key: str, cfg: HealthConfig, h: History) -> float | None:
+    s = h.get(key)
+    return s.recent_mean() if s is not None and s.count >= cfg.warmup_steps else None
+
+
+def _trend(key: str, cfg: HealthConfig, h: History) -> tuple[float, float] | None:
+    s = h.get(key)
+    if s is None or s.count < max(cfg.warmup_steps, 2 * cfg.window):
+        return None
+    return s.early_mean(), s.recent_mean()
+
+
+def check_entropy(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    now = _level("entropy", cfg, h)
+    if now is None:
+        return None
+    trend = _trend("entropy", cfg, h)
+    early = trend[0] if trend else math.nan
+    firing = now < cfg.entropy_min or (trend is not None and now < cfg.entropy_drop_ratio * early)
+    return firing, now, (
+        f"Entropy per token fell to {now:.3g} (early value {early:.3g}): the policy is collapsing onto a few "
+        "answers and will stop exploring; try a lower learning rate, a higher sampling temperature, "
+        "a larger upper clip epsilon (DAPO clip-higher) or an entropy bonus."
+    )
+
+
+def check_zero_std(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    now = _level("frac_reward_zero_std", cfg, h)
+    if now is None:
+        return None
+    return now > cfg.zero_std_max, now, (
+        f"{now:.0%} of groups give every completion the same reward, so their advantages are zero and they "
+        "teach nothing: the prompts are too easy or too hard for the model; filter them with dynamic "
+        "sampling (DAPO), use a curriculum, or sample more completions per prompt."
+    )
+
+
+def check_length(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    length, reward = _trend("completions/mean_length", cfg, h), _trend("reward", cfg, h)
+    if length is None or reward is None:
+        return None
+    grew = length[1] > cfg.length_growth_ratio * length[0]
+    flat = abs(reward[1] - reward[0]) < cfg.reward_flat_tol
+    return grew and flat, length[1], (
+        f"Mean completion length grew from {length[0]:.0f} to {length[1]:.0f} tokens while reward stayed flat "
+        f"({reward[0]:.3g} -> {reward[1]:.3g}): the model is padding its answers; try a length or overlong "
+        "penalty (DAPO) or a constant loss normaliser (Dr. GRPO) instead of per-sequence normalisation."
+    )
+
+
+def check_kl(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    now = _level("kl", cfg, h)
+    if now is None:
+        return None
+    return now > cfg.kl_max, now, (
+        f"KL to the reference policy is {now:.3g}, above kl_max={cfg.kl_max:g}: the policy is drifting far "
+        "from where it started; lower the learning rate, raise the KL coefficient beta, or clip gradients harder."
+    )
+
+
+def check_clip(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    now = _level("clip_ratio/region_mean", cfg, h)
+    if now is None:
+        return None
+    return now > cfg.clip_ratio_max, now, (
+        f"{now:.0%} of tokens hit the clip range: updates are too large for the trust region; lower the "
+        "learning rate, take fewer updates per batch, or check that sampling and training logprobs agree."
+    )
+
+
+def check_same_length(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    now = _level("completions/frac_groups_same_length", cfg, h)
+    if now is None:
+        return None
+    return now > cfg.same_length_max, now, (
+        f"In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
+        "signature (or all of them hit the length limit); read samples.jsonl and look for a shortcut "
+        "in the reward functions."
+    )
+
+
+def check_same_text(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+    now = _level("completions/frac_groups_same_text", cfg, h)
+    if now is None:
+        return None
+    return now > cfg.same_text_max, now, (
+        f"In {now:.0%} of groups all completions are the identical text: the policy has collapsed to one "
+        "answer per prompt; raise the sampling temperature, lower the learning rate, and check samples.jsonl "
+        "for a reward shortcut."
+    )
+
+
+MONITORS: dict[str, Check] = {
+    "entropy_collapse": check_entropy,
+    "zero_std_groups": check_zero_std,
+    "length_inflation": check_length,
+    "kl_runaway": check_kl,
+    "clip_runaway": check_clip,
+    "same_length": check_same_length,
+    "same_text": check_same_text,
+}
+"""The trend and level monitors by name; `nonfinite` is handled by HealthMonitor itself."""
+
+
+@dataclass
+class HealthMonitor:
+    """Feeds each step's metrics to every monitor; remembers which fire and how many NaN steps in a row.
+
+    Use: `events, health_metrics = monitor.observe(metrics, step)` then `monitor.raise_if_fatal()`.
+    The Recorder does exactly this in `log`, so a trainer using a Recorder need not call it.
+    """
+
+    config: HealthConfig = field(default_factory=HealthConfig)
+    nonfinite_streak: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    _history: dict[str, _Series] = field(default_factory=dict)
+    _last_warned: dict[str, int] = field(default_factory=dict)
+    _fatal: str | None = None
+
+    def observe(self, metrics: Mapping[str, float], step: int) -> tuple[list[HealthEvent], dict[str, float]]:
+        """Update the history with one step; return new warnings and the `health/*` metrics of this step."""
+        cfg = self.config
+        if not cfg.enabled:
+            return [], {}
+        events: list[HealthEvent] = []
+        out: dict[str, float] = {}
+        bad = [k for k in cfg.nonfinite_keys if k in metrics and not _finite(metrics[k])]
+        if bad:
+            self.nonfinite_streak += 1
+            out["health/nonfinite"] = 1.0
+            values = ", ".join(f"{k}={float(metrics[k])}" for k in bad)
+            events.append(HealthEvent(step, "nonfinite", (
+                f"Non-finite {values}: this update was skipped ({self.nonfinite_streak} of at most "
+                f"{cfg.max_nonfinite_steps} in a row); if it repeats, lower the learning rate, enable gradient "
+                "clipping, or check the reward functions for NaN."), float(self.nonfinite_streak)))
+            if self.nonfinite_streak >= cfg.max_nonfinite_steps:
+                self._fatal = (
+                    f"Training stopped at step {step}: {values} for {self.nonfinite_streak} steps in a row "
+                    f"(health.max_nonfinite_steps={cfg.max_nonfinite_steps}); lower the learning rate, enable "
+                    "gradient clipping, or train in bfloat16/float32 instead of float16."
+                )
+        else:
+            self.nonfinite_streak = 0
+            if any(k in metrics for k in cfg.nonfinite_keys):
+                out["health/nonfinite"] = 0.0
+        for key, value in metrics.items():
+            if _finite(value):
+                self._history.setdefault(key, _Series(cfg.window)).add(float(value))
+        for name, check in MONITORS.items():
+            result = check(self._history, cfg)
+            if result is None:
+                continue
+            firing, value, message = result
+            out[f"health/{name}"] = 1.0 if firing else 0.0
+            if not firing:
+                self._last_warned.pop(name, None)  # quiet again: the next firing warns at once
+                continue
+            self.counts[name] = self.counts.get(name, 0) + 1
+            last = self._last_warned.get(name)
+            if last is None or step - last >= cfg.repeat_every:
+                self._last_warned[name] = step
+                events.append(HealthEvent(step, name, message, value))
+        return events, out
+
+    @property
+    def firing(self) -> set[str]:
+        """Names of the monitors that fired on the latest step (nonfinite included)."""
+        names = set(self._last_warned)
+        return names | ({"nonfinite"} if self.nonfinite_streak else set())
+
+    def raise_if_fatal(self) -> None:
+        """Raise TrainingHealthError if training cannot continue (too many non-finite steps in a row)."""
+        if self._fatal is not None:
+            raise TrainingHealthError(self._fatal)
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def group_signatures(texts: list[str], lengths: list[int], group_size: int) -> dict[str, float]:
+    """Fraction of groups whose G completions all share one length, and all share one text.
+
+    `texts` and `lengths` are flat lists of N = P * G completions, grouped contiguously (completions
+    0..G-1 answer prompt 0, and so on). Example with G = 2: texts ["a", "a", "b", "c"], lengths
+    [3, 3, 2, 2] -> group 0 is one text and one length, group 1 two texts of one length ->
+    {"completions/frac_groups_same_length": 1.0, "completions/frac_groups_same_text": 0.5}.
+    With G = 1 every "group" trivially agrees with itself, so both fractions are reported as 0.
+    """
+    n = len(texts)
+    if len(lengths) != n:
+        raise ValueError(f"group_signatures: got {n} texts but {len(lengths)} lengths")
+    if group_size < 1 or n % group_size != 0:
+        raise ValueError(f"group_signatures: {n} completions cannot be split into groups of {group_size}")
+    groups = n // group_size
+    if groups == 0 or group_size == 1:
+        return {"completions/frac_groups_same_length": 0.0, "completions/frac_groups_same_text": 0.0}
+    same_len = same_text = 0
+    for g in range(groups):
+        lo, hi = g * group_size, (g + 1) * group_size
+        same_len += len(set(lengths[lo:hi])) == 1
+        same_text += len(set(texts[lo:hi])) == 1
+    return {
+        "completions/frac_groups_same_length": same_len / groups,
+        "completions/frac_groups_same_text": same_text / groups,
+    }

@@ -1,0 +1,185 @@
+"""Optional experiment-tracker sinks: TensorBoard, Weights & Biases, MLflow, Trackio.
+
+Each tracker is an optional extra (`pip install grpokit[wandb]` ...). Its package is imported only
+when the sink is asked for, and a missing package is one clear sentence, not a traceback.
+
+All of them work without a network:
+
+- tensorboard: event files in RUN_DIR/tensorboard (`tensorboard --logdir RUN_DIR`).
+- wandb: set WANDB_MODE=offline to keep the run in RUN_DIR/wandb (`wandb sync` uploads it later).
+- mlflow: a local file store in RUN_DIR/mlruns unless MLFLOW_TRACKING_URI says otherwise
+  (`mlflow ui --backend-store-uri RUN_DIR/mlruns`).
+- trackio: a local database in Trackio's cache directory (`trackio show`).
+
+Trackers receive the same metrics dict as every sink; non-finite values are dropped (most trackers
+reject or mis-plot them, and metrics.jsonl keeps them anyway). Samples are sent as a text table
+where the tracker has one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+_EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
+
+
+def _require(module: str, sink: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"the '{sink}' recorder sink needs the {_EXTRA[sink]} package: pip install 'grpokit[{_EXTRA[sink]}]' "
+            f"(or remove '{sink}' from the sink list)"
+        ) from e
+
+
+def finite_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics that are finite numbers, as floats (what trackers can plot)."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            out[key] = f
+    return out
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"loss": {"beta": 0.0}} -> {"loss.beta": 0.0}: trackers' parameter tables are flat."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def samples_text(step: int, rows: list[dict[str, Any]]) -> str:
+    """A markdown rendering of sample rows (TensorBoard's text plugin shows markdown)."""
+    lines = [f"### step {step}"]
+    for row in rows:
+        lines.append(f"**prompt:** {row.get('prompt', '')}")
+        for c in row.get("completions", []):
+            lines.append(f"- reward {c.get('reward')}, advantage {c.get('advantage')}: {c.get('text', '')}")
+    return "\n\n".join(lines)
+
+
+class TensorBoardSink:
+    name = "tensorboard"
+
+    def __init__(self, run_dir: Path | None, config: Mapping[str, Any]) -> None:
+        _require("tensorboard", "tensorboard")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir or ".") / "tensorboard"))
+        if config:
+            self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in flatten(config).items()), 0)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for key, value in finite_scalars(metrics).items():
+            self.writer.add_scalar(key, value, step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        self.writer.add_text("samples", samples_text(step, rows), step)
+
+    def warn(self, step: int, event: Any) -> None:
+        self.writer.add_text(f"health/{getattr(event, 'monitor', 'note')}", getattr(event, "message", str(event)), step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    name = "wandb"
+
+    def __init__(self, run_dir: Path | None, config: Mapping[str, Any], project: str, run_name: str | None) -> None:
+        self.wandb = _require("wandb", "wandb")
+        self.run = self.wandb.init(project=project, name=run_name, dir=str(run_dir) if run_dir else None,
+                                   config=dict(config), reinit=True)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self.run.log(finite_scalars(metrics), step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        table = self.wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
+        for row in rows:
+            for c in row.get("completions", []):
+                table.add_data(step, row.get("prompt", ""), c.get("text", ""), c.get("reward"), c.get("advantage"))
+        self.run.log({"samples": table}, step=step)
+
+    def warn(self, step: int, event: Any) -> None:
+        self.wandb.termwarn(f"step {step}: {getattr(event, 'message', event)}")
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowSink:
+    name = "mlflow"
+
+    def __init__(self, run_dir: Path | None, config: Mapping[str, Any], project: str, run_name: str | None) -> None:
+        import os
+
+        self.mlflow = _require("mlflow", "mlflow")
+        if "MLFLOW_TRACKING_URI" not in os.environ and run_dir is not None:
+            self.mlflow.set_tracking_uri((Path(run_dir).resolve() / "mlruns").as_uri())
+        self.mlflow.set_experiment(project)
+        self.run = self.mlflow.start_run(run_name=run_name)
+        params = {k: str(v)[:500] for k, v in flatten(config).items()}  # MLflow caps parameter values
+        if params:
+            self.mlflow.log_params(params)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self.mlflow.log_metrics(finite_scalars(metrics), step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        self.mlflow.log_text(samples_text(step, rows), f"samples/step_{step:06d}.md")
+
+    def warn(self, step: int, event: Any) -> None:
+        self.mlflow.log_text(getattr(event, "message", str(event)), f"health/step_{step:06d}_{getattr(event, 'monitor', 'note')}.txt")
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+class TrackioSink:
+    name = "trackio"
+
+    def __init__(self, run_dir: Path | None, config: Mapping[str, Any], project: str, run_name: str | None) -> None:
+        self.trackio = _require("trackio", "trackio")
+        self.trackio.init(project=project, name=run_name, config=dict(config))
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self.trackio.log(finite_scalars(metrics), step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        pass  # kept in samples.jsonl; Trackio's tables are not needed for reading them
+
+    def warn(self, step: int, event: Any) -> None:
+        pass  # printed by the console sink and kept in health.jsonl
+
+    def close(self) -> None:
+        self.trackio.finish()
+
+
+def make_tracker(kind: str, run_dir: Path | None, config: Mapping[str, Any], project: str | None = None,
+                 run_name: str | None = None) -> Any:
+    """Build the tracker sink `kind` ("tensorboard", "wandb", "mlflow" or "trackio")."""
+    project = project or "grpokit"
+    if kind == "tensorboard":
+        return TensorBoardSink(run_dir, config)
+    if kind == "wandb":
+        return WandbSink(run_dir, config, project, run_name)
+    if kind == "mlflow":
+        return MlflowSink(run_dir, config, project, run_name)
+    if kind == "trackio":
+        return TrackioSink(run_dir, config, project, run_name)
+    raise ValueError(f"unknown tracker {kind!r}; valid: {sorted(_EXTRA)}")

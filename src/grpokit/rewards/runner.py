@@ -1,0 +1,246 @@
+"""Scoring a batch: call every reward function, contain failures, weight and sum.
+
+Unit of work. Each reward function is called once per *group* (the G completions of one prompt), so
+group-relative rewards (e.g. the Kimi length penalty) see their whole group, and groups run in parallel
+in worker processes. If a group call raises, each completion of that group is retried alone (with
+`group_size=1`) so that only the offending completions get `failure_value`. A group call that times out
+is not retried: all of its completions get `failure_value` (retrying would cost G more timeouts).
+
+Timeouts. In worker processes the timeout is hard: the worker is killed and replaced. A function that
+cannot be pickled (a lambda, a closure) runs in a thread of this process instead, with a logged reason;
+its timeout is then *soft*: the result is abandoned and counted as a failure, but Python cannot stop the
+thread, which keeps running in the background. Define reward functions at module level to get hard
+timeouts.
+
+Failures. Every failure (exception, timeout, wrong return length, a value that is not a number or None,
+NaN) is counted per function; the first `max_logged_errors` are logged with the offending completion.
+When more than `max_failure_fraction` of a batch fails for one function, `score` raises `RewardError`.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import inspect
+import logging
+import math
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from grpokit.rewards.pool import Outcome, WorkerPool, run_task
+from grpokit.rewards.spec import RewardError, RewardFn, RewardSpec
+
+log = logging.getLogger("grpokit.rewards")
+
+
+@dataclass
+class RewardResult:
+    """Scores of one batch of N completions and F reward functions."""
+
+    rewards_NF: torch.Tensor  # (N, F) float32; NaN where the function returned None (not applicable)
+    total_N: torch.Tensor  # (N,) sum over applicable functions of weight * reward
+    names: list[str]
+    weights: list[float]
+    metrics: dict[str, float]
+
+
+def _accepted_keywords(fn: RewardFn) -> set[str] | None:
+    """Names `fn` accepts as keywords, or None when it takes **kwargs (accepts everything)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> list[Any]:
+    """Call one reward function with the keywords it accepts; check it returned one value per completion."""
+    accepted = _accepted_keywords(fn)
+    if accepted is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    values = run_task(fn, (), kwargs)
+    n = len(kwargs.get("completions", ())) if "completions" in kwargs else None
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"a reward function must return a list, got {type(values).__name__}")
+    if n is not None and len(values) != n:
+        raise ValueError(f"returned {len(values)} values for {n} completions")
+    return list(values)
+
+
+def _check_value(value: Any) -> float | None:
+    """None stays None; bools and real numbers become float; anything else (or NaN) is an error."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or isinstance(value, (int, float)) or hasattr(value, "__float__"):
+        out = float(value)
+        if math.isnan(out):
+            raise ValueError("reward is NaN")
+        return out
+    raise TypeError(f"reward must be a number or None, got {type(value).__name__}")
+
+
+class RewardRunner:
+    """Scores completions with weighted reward functions; see the module docstring for the rules.
+
+    num_workers: worker processes (0 = call functions in this process, with soft thread timeouts).
+    timeout_s: limit for one call of one function on one group.
+    failure_value: the reward a completion gets when its reward call fails.
+    max_failure_fraction: stop the run when a function fails on more than this fraction of a batch.
+    max_logged_errors: how many failures per function are logged with their input (per runner).
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[RewardSpec],
+        num_workers: int = 2,
+        timeout_s: float = 10.0,
+        failure_value: float = 0.0,
+        max_failure_fraction: float = 0.5,
+        max_logged_errors: int = 3,
+    ) -> None:
+        if not specs:
+            raise RewardError("RewardRunner needs at least one RewardSpec.")
+        if not 0.0 <= max_failure_fraction <= 1.0:
+            raise ValueError(f"max_failure_fraction must be in [0, 1], got {max_failure_fraction}.")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}.")
+        self.specs = list(specs)
+        names = [s.name for s in self.specs]
+        if len(set(names)) != len(names):
+            raise RewardError(f"Reward names must be unique (they name the metrics), got {names}.")
+        self.timeout_s = float(timeout_s)
+        self.failure_value = float(failure_value)
+        self.max_failure_fraction = float(max_failure_fraction)
+        self.max_logged_errors = max_logged_errors
+        self._logged: dict[str, int] = {n: 0 for n in names}
+        self._in_process: list[bool] = []
+        for spec in self.specs:
+            reason = None
+            if num_workers == 0:
+                reason = "num_workers=0"
+            else:
+                try:
+                    pickle.dumps(spec.fn)
+                except Exception as exc:
+                    reason = f"it cannot be pickled ({type(exc).__name__}); define it at module level"
+            if reason is not None and num_workers > 0:
+                log.warning("Reward '%s' runs in threads of the trainer process because %s; its %g s "
+                            "timeout is soft (an abandoned call keeps running).", spec.name, reason, timeout_s)
+            self._in_process.append(reason is not None)
+        needs_pool = num_workers > 0 and not all(self._in_process)
+        self._pool = WorkerPool(num_workers) if needs_pool else None
+        self._threads = cf.ThreadPoolExecutor(max_workers=max(1, num_workers), thread_name_prefix="reward")
+
+    # -- running calls -------------------------------------------------------------------------------
+    def _run(self, f: int, calls: list[dict[str, Any]]) -> list[Outcome]:
+        fn = self.specs[f].fn
+        if not self._in_process[f]:
+            assert self._pool is not None
+            return self._pool.run([(call_reward, (fn, c), {}) for c in calls], self.timeout_s)
+        futures = [self._threads.submit(call_reward, fn, c) for c in calls]
+        deadline = time.monotonic() + self.timeout_s
+        outcomes = []
+        for fut in futures:
+            try:
+                outcomes.append(Outcome(True, fut.result(timeout=max(0.0, deadline - time.monotonic()))))
+            except cf.TimeoutError:
+                outcomes.append(Outcome(False, error=f"timed out after {self.timeout_s:g} s (soft)", timed_out=True))
+            except Exception as exc:
+                outcomes.append(Outcome(False, error=f"{type(exc).__name__}: {exc}"))
+        return outcomes
+
+    def score(
+        self,
+        prompts: list[str],
+        completions: list[str],
+        completion_ids: list[list[int]],
+        group_size: int,
+        columns: dict[str, list] | None = None,
+    ) -> RewardResult:
+        """Score N completions (N = P * group_size, grouped contiguously) with every reward function."""
+        start = time.perf_counter()
+        columns = columns or {}
+        n = len(completions)
+        if group_size < 1 or n % group_size:
+            raise ValueError(f"group_size must divide the number of completions ({n}), got {group_size}.")
+        for what, seq in [("prompts", prompts), ("completion_ids", completion_ids), *columns.items()]:
+            if len(seq) != n:
+                raise ValueError(f"'{what}' has {len(seq)} entries but there are {n} completions; give one per completion.")
+
+        def kwargs_for(idx: list[int], g: int) -> dict[str, Any]:
+            kw: dict[str, Any] = {k: [v[i] for i in idx] for k, v in columns.items()}
+            kw.update(prompts=[prompts[i] for i in idx], completions=[completions[i] for i in idx],
+                      completion_ids=[completion_ids[i] for i in idx], group_size=g, trainer_state=None)
+            return kw
+
+        groups = [list(range(s, s + group_size)) for s in range(0, n, group_size)]
+        num_f = len(self.specs)
+        rewards_NF = torch.full((n, num_f), float("nan"))
+        failed_NF = torch.zeros((n, num_f), dtype=torch.bool)
+        metrics: dict[str, float] = {}
+        for f, spec in enumerate(self.specs):
+            errors: list[tuple[int, str]] = []
+            outcomes = self._run(f, [kwargs_for(idx, group_size) for idx in groups])
+            retry: list[int] = []
+            for idx, out in zip(groups, outcomes):
+                if out.ok:
+                    for i, v in zip(idx, out.value):
+                        try:
+                            value = _check_value(v)
+                            rewards_NF[i, f] = float("nan") if value is None else value
+                        except (TypeError, ValueError) as exc:
+                            errors.append((i, str(exc)))
+                elif out.timed_out or group_size == 1:
+                    errors.extend((i, out.error or "failed") for i in idx)
+                else:
+                    retry.extend(idx)
+            if retry:  # find which completions of the failing groups are at fault
+                for i, out in zip(retry, self._run(f, [kwargs_for([i], 1) for i in retry])):
+                    try:
+                        if not out.ok:
+                            raise RuntimeError(out.error)
+                        value = _check_value(out.value[0])
+                        rewards_NF[i, f] = float("nan") if value is None else value
+                    except Exception as exc:
+                        errors.append((i, str(exc)))
+            for i, message in errors:
+                failed_NF[i, f] = True
+                rewards_NF[i, f] = self.failure_value
+                if self._logged[spec.name] < self.max_logged_errors:
+                    self._logged[spec.name] += 1
+                    log.warning("Reward '%s' failed on completion %d (%s); it gets %g. Completion: %r",
+                                spec.name, i, message, self.failure_value, completions[i][:300])
+            if len(errors) > self.max_failure_fraction * n:
+                raise RewardError(
+                    f"Reward '{spec.name}' failed on {len(errors)} of {n} completions, more than "
+                    f"max_failure_fraction={self.max_failure_fraction:g}; first error: {errors[0][1]}")
+            scored = rewards_NF[:, f][~failed_NF[:, f] & ~rewards_NF[:, f].isnan()]
+            metrics[f"rewards/{spec.name}/mean"] = scored.mean().item() if len(scored) else float("nan")
+            metrics[f"rewards/{spec.name}/std"] = scored.std(unbiased=False).item() if len(scored) else float("nan")
+            metrics[f"rewards/{spec.name}/failures"] = float(len(errors))
+            metrics[f"rewards/{spec.name}/not_applicable"] = float(rewards_NF[:, f].isnan().sum().item())
+        weights = torch.tensor([s.weight for s in self.specs])
+        total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero
+        metrics["reward"] = total_N.mean().item()
+        metrics["reward_std"] = total_N.std(unbiased=False).item()
+        metrics["time/reward"] = time.perf_counter() - start
+        return RewardResult(rewards_NF, total_N, [s.name for s in self.specs], weights.tolist(), metrics)
+
+    def close(self) -> None:
+        """Stop worker processes and threads (abandoned soft-timeout threads are not waited for)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "RewardRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

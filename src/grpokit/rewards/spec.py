@@ -1,0 +1,95 @@
+"""Naming reward functions: the `RewardSpec` record, the built-in registry and `resolve_reward`.
+
+A reward function follows TRL's contract, so existing functions work unchanged:
+
+    fn(prompts, completions, **kwargs) -> list[float | None]      # one entry per completion
+
+The runner passes as keywords `prompts`, `completions`, `completion_ids` (token ids per completion),
+`group_size` (G), `trainer_state` (None here) and every extra dataset column, one entry per completion.
+A function that does not declare a keyword (and has no `**kwargs`) simply does not receive it.
+`None` means "not applicable to this completion" and is left out of the weighted sum.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+RewardFn = Callable[..., Any]
+
+
+class RewardError(RuntimeError):
+    """A reward function failed on more completions than the run allows, or could not be resolved."""
+
+
+# Built-in name -> "module:function" (imported lazily so that `import grpokit.rewards` stays light).
+BUILTINS: dict[str, str] = {
+    "math_accuracy": "grpokit.rewards.math:math_accuracy",
+    "strict_format": "grpokit.rewards.format:strict_format",
+    "tag_count": "grpokit.rewards.format:tag_count",
+    "reasoning_steps": "grpokit.rewards.format:reasoning_steps",
+    "cosine_length": "grpokit.rewards.length:cosine_length",
+    "repetition_penalty": "grpokit.rewards.length:repetition_penalty",
+    "length_penalty": "grpokit.rewards.length:length_penalty",
+    "overlong_penalty": "grpokit.rewards.length:overlong_penalty",
+    "code_pass_fraction": "grpokit.rewards.code:code_pass_fraction",
+    "code_all_pass": "grpokit.rewards.code:code_all_pass",
+}
+
+
+def _import_path(path: str) -> RewardFn:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RewardError(f"Reward '{path}': module '{module_name}' could not be imported ({exc}).") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise RewardError(f"Reward '{path}': module '{module_name}' has no callable named '{attr}'.")
+    return fn
+
+
+def resolve_reward(name: str, **params: Any) -> RewardFn:
+    """Turn a built-in name or a "package.module:function" path into a callable.
+
+    Keyword `params` are bound with `functools.partial` (which stays picklable for worker processes),
+    e.g. `resolve_reward("overlong_penalty", max_length=1024, cache_length=256)`.
+    """
+    if ":" in name:
+        fn = _import_path(name)
+    elif name in BUILTINS:
+        fn = _import_path(BUILTINS[name])
+    else:
+        valid = ", ".join(sorted(BUILTINS))
+        raise RewardError(
+            f"Unknown reward '{name}': use a built-in name ({valid}) or an import path 'package.module:function'."
+        )
+    return functools.partial(fn, **params) if params else fn
+
+
+@dataclass
+class RewardSpec:
+    """One weighted reward function.
+
+    fn: the callable; None means "resolve `name` with `resolve_reward`".
+    name: metric name (`rewards/{name}/mean` ...); also the built-in or import path when `fn` is None.
+    weight: multiplier in the weighted sum of rewards.
+    params: keyword arguments bound to the function when it is resolved from `name`.
+    """
+
+    fn: RewardFn | None = None
+    name: str = ""
+    weight: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.fn is None:
+            if not self.name:
+                raise RewardError("A RewardSpec needs a callable `fn` or a `name` to resolve.")
+            self.fn = resolve_reward(self.name, **self.params)
+        elif not callable(self.fn):
+            raise RewardError(f"RewardSpec '{self.name}': fn must be callable, got {type(self.fn).__name__}.")
+        if not self.name:
+            self.name = getattr(self.fn, "__name__", None) or getattr(getattr(self.fn, "func", None), "__name__", "reward")
+        self.weight = float(self.weight)
