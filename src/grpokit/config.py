@@ -388,13 +388,11 @@ def validate(cfg: Config) -> Config:
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
     c = cfg.reward
-    _check(len(c.functions) >= 1, "reward.functions is empty; name at least one reward function (e.g. task)")
     _check(not c.weights or len(c.weights) == len(c.functions),
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
     _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
     _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
     d = cfg.data
-    _check(bool(d.task) or bool(d.dataset), "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic)")
     _one_of("data.chat_template", d.chat_template, ("auto", "always", "never"))
     _check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
     if d.dataset and _looks_like_path(d.dataset):

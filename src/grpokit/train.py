@@ -31,8 +31,9 @@ from .data import PromptSampler, load_rows, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, resolve_device, resolve_dtype
-from .record import NullRecorder, group_signatures, make_recorder, sample_rows
-from .rewards import RewardRunner, RewardSpec, resolve_reward
+from .record import group_signatures, make_recorder, sample_rows
+from .rewards.runner import RewardRunner
+from .rewards.spec import RewardSpec, resolve_reward
 from .rollout.hf import SamplingParams, generate
 from .update import UpdateInputs, make_optimizer, policy_update
 
@@ -52,6 +53,7 @@ class Trainer:
         torch.use_deterministic_algorithms(t.deterministic)
         _seed_everything(t.seed)
 
+        _quiet_transformers()
         self.device = resolve_device(m)
         self.tokenizer = load_tokenizer(m)
         train_rows, eval_rows = self._rows(train_rows, eval_rows)
@@ -77,8 +79,8 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_yaml(cfg, self.run_dir / "config.yaml")
         r = cfg.record
-        self.recorder = NullRecorder() if quiet and not r.sinks else make_recorder(
-            self.run_dir, [] if quiet else r.sinks, t.steps, to_dict(cfg), resume_step=self.step if self.resume_dir else None,
+        self.recorder = make_recorder(
+            self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg), resume_step=self.step if self.resume_dir else None,
             samples_every=r.samples_every, samples_prompts=r.samples_prompts)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                                      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
@@ -195,6 +197,8 @@ class Trainer:
                 from .tasks import get_task
 
                 task = get_task(d.task)
+            if train_rows is None and not (task or d.dataset):
+                raise ConfigError("data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)")
             if train_rows is None:
                 train_rows = task.train_rows(self.cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
             if eval_rows is None:
@@ -208,6 +212,8 @@ class Trainer:
         names, weights = self.cfg.reward.functions, self.cfg.reward.weights or [1.0] * len(self.cfg.reward.functions)
         specs = []
         for name, w in zip(names, weights):
+            if name == "task" and extra and not self.cfg.data.task:
+                continue  # the default "task" reward makes no sense without a task: the passed functions replace it
             if name == "task":
                 from .tasks import get_task
 
@@ -218,9 +224,9 @@ class Trainer:
             else:
                 specs.append(RewardSpec(fn=resolve_reward(name), name=name.split(":")[-1], weight=w))
         if extra:
-            if self.cfg.reward.functions == ["task"] and not self.cfg.data.task:
-                specs = []
             specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0) for i, f in enumerate(extra)]
+        if not specs:
+            raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
         return specs
 
     def _load_summary(self) -> dict[str, Any]:
@@ -272,3 +278,11 @@ def _write_report(run_dir: Path) -> None:
     from .record.report import write_report
 
     write_report(run_dir)
+
+
+def _quiet_transformers() -> None:
+    """Our console shows progress; transformers' per-load progress bars would only add noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

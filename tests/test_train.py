@@ -1,0 +1,110 @@
+"""The trainer end to end on a tiny local model: parameters move, the run folder is complete,
+micro-batching equals the whole batch, bad configs stop with one sentence."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.train import Trainer
+
+
+def likes_a(prompts, completions, **kwargs):
+    """1.0 per letter 'a' in the completion, capped at 1 (a toy verifiable reward)."""
+    return [min(1.0, c.count("a") / 3) for c in completions]
+
+
+ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56")]
+
+
+def tiny_cfg(model_dir, out, **over):
+    cfg = Config()
+    apply_overrides(cfg, [
+        f"model.name_or_path={model_dir}", "data.task=", "data.dataset=unused.jsonl", "reward.functions=[]",
+        "rollout.group_size=4", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.steps=2",
+        "optim.lr=1e-2", f"train.out={out}", "record.sinks=[]", "record.report=false", "train.threads=1",
+    ] + [f"{k}={v}" for k, v in over.items()])
+    return cfg
+
+
+def make(model_dir, out, **over):
+    cfg = tiny_cfg(model_dir, out, **over)
+    cfg.data.dataset = ""  # rows are passed directly
+    return Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:4], quiet=True)
+
+
+def test_few_steps_change_every_parameter_and_write_run_folder(tiny_model_dir, tmp_path):
+    tr = make(tiny_model_dir, tmp_path / "run", **{"algo.beta": 0.04})
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    summary = tr.train()
+    for n, p in tr.model.named_parameters():
+        assert not torch.equal(before[n], p.detach()), f"{n} did not change"
+    for n, p in tr.ref_model.named_parameters():  # the reference stays frozen
+        assert torch.equal(before[n], p.detach())
+    run = tmp_path / "run"
+    assert yaml.safe_load((run / "config.yaml").read_text())["rollout"]["group_size"] == 4
+    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    step_lines = [l for l in lines if "reward" in l]
+    assert [l["step"] for l in step_lines] == [1, 2]
+    for key in ("reward", "reward_std", "rewards/likes_a/mean", "frac_reward_zero_std", "advantages/std",
+                "completions/mean_length", "completions/clipped_ratio", "kl", "entropy", "clip_ratio/low_mean",
+                "clip_ratio/high_mean", "grad_norm", "learning_rate", "time/rollout", "time/reward",
+                "time/update", "tokens_per_second"):
+        assert key in step_lines[0], key
+    assert summary["steps"] == 2 and "accuracy" in summary["eval_before"] and "accuracy" in summary["eval_after"]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 2
+    ckpt = run / "checkpoints" / "step-000002" / "model"
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(ckpt)
+    for (n, p), (_, q) in zip(tr.model.named_parameters(), loaded.named_parameters()):
+        assert torch.equal(p, q), n
+
+
+def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, tmp_path):
+    results = []
+    for mbs in (0, 2):
+        tr = make(tiny_model_dir, tmp_path / f"mb{mbs}", **{"train.micro_batch_size": mbs, "train.steps": 1,
+                                                            "algo.aggregation": "token-mean", "train.deterministic": True})
+        tr.train()
+        results.append({n: p.detach().clone() for n, p in tr.model.named_parameters()})
+    for n in results[0]:
+        assert torch.allclose(results[0][n], results[1][n], atol=1e-6), n
+
+
+def test_num_iterations_takes_old_logprobs_once(tiny_model_dir, tmp_path):
+    tr = make(tiny_model_dir, tmp_path / "mu", **{"algo.num_iterations": 3, "train.steps": 1})
+    m = tr.train_step()
+    # three optimizer steps on one batch: by the third the ratio has moved away from 1
+    assert m["ratio/mean"] != pytest.approx(1.0, abs=1e-7)
+    assert tr.scheduler.last_epoch == 3
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.group_size=1", "rollout.group_size=1 is too small"),
+    ("algo.aggregation=mean", "algo.aggregation='mean' is not valid; choose one of: seq-mean-token-mean"),
+    ("algo.clip_low=1.5", "algo.clip_low=1.5 must be in [0, 1)"),
+    ("train.micro_batch_size=3", "train.micro_batch_size=3 does not divide the batch"),
+    ("algo.scale=median", "algo.scale='median' is not valid"),
+    ("data.dataset=/no/such/file.jsonl", "data.dataset='/no/such/file.jsonl' does not exist"),
+    ("model.name_or_path=/no/such/model", "model.name_or_path='/no/such/model' does not exist"),
+    ("rollout.group_sise=4", "unknown config field 'rollout.group_sise'"),
+])
+def test_bad_config_gives_one_sentence(override, message, tmp_path):
+    from grpokit.config import validate
+
+    with pytest.raises(ConfigError) as e:
+        cfg = apply_overrides(Config(), [override, "data.task=", "data.dataset=x.jsonl"] if "dataset" not in override else [override])
+        validate(cfg)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_dataset_column_is_named(tiny_model_dir, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"question": "ab", "answer": "a"}) + "\n")
+    cfg = tiny_cfg(tiny_model_dir, tmp_path / "run")
+    cfg.data.dataset = str(data)
+    with pytest.raises(ConfigError, match="data.prompt_column='prompt' is not a column of .*its columns are: question, answer"):
+        Trainer(cfg, reward_funcs=[likes_a], quiet=True)
