@@ -95,19 +95,20 @@ class Trainer:
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate()
                 self._write_summary(summary)
+            final_eval = None
             while self.step < t.steps:
                 metrics = self.train_step()
                 self.step += 1
-                self.recorder.log(metrics, self.step)
-                if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
-                    self.recorder.log({f"eval/{k}": v for k, v in self._evaluate().items()}, self.step)
-                if t.save_every and self.step % t.save_every == 0:
+                last = self.step == t.steps
+                if last or (t.eval_every and self.step % t.eval_every == 0):
+                    result = self._evaluate()
+                    metrics.update({f"eval/{k}": v for k, v in result.items()})
+                    final_eval = result if last else None
+                self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
+                if last or (t.save_every and self.step % t.save_every == 0):
                     self.save()
-            if not self._has_checkpoint(self.step):
-                self.save()
-            summary["eval_after"] = self._evaluate()
+            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
             summary["steps"] = self.step
-            self.recorder.log({f"eval/{k}": v for k, v in summary["eval_after"].items()}, self.step)
             self._write_summary(summary)
         finally:
             self.recorder.close()
@@ -184,10 +185,6 @@ class Trainer:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
         return checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
                                self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints)
-
-    def _has_checkpoint(self, step: int) -> bool:
-        last = checkpoint.latest(self.run_dir / "checkpoints")
-        return last is not None and last.name == f"{checkpoint.PREFIX}{step:06d}"
 
     def _rows(self, train_rows, eval_rows) -> tuple[list[dict], list[dict]]:
         d = self.cfg.data
