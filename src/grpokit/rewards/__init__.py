@@ -10,9 +10,20 @@ Modules: spec (contract, registry), runner (parallel scoring, failure containmen
 workers), math / format / length (built-ins), code + sandbox/ (code execution), models (learned rewards).
 See docs/REWARDS.md for every formula.
 """
-from grpokit.rewards.math import GoldReport, validate_gold_answers
-from grpokit.rewards.runner import RewardResult, RewardRunner
+from typing import Any
+
 from grpokit.rewards.spec import BUILTINS, RewardError, RewardSpec, resolve_reward
+
+_LAZY = {"RewardRunner": "runner", "RewardResult": "runner", "GoldReport": "math", "validate_gold_answers": "math"}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that worker processes, which import reward functions by reference, do not import torch.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"grpokit.rewards.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'grpokit.rewards' has no attribute '{name}'")
 
 __all__ = ["BUILTINS", "GoldReport", "RewardError", "RewardResult", "RewardRunner", "RewardSpec",
            "resolve_reward", "validate_gold_answers"]
