@@ -75,7 +75,7 @@ def bwrap_argv(job_dir: str, limits: Limits, program: list[str]) -> list[str]:
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
     py_bind, _ = _python_in_sandbox()
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv",
+            "--die-with-parent", "--new-session", "--info-fd", "4", "--hostname", "sandbox", "--clearenv",
             "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
             "--symlink", "usr/bin", "/bin", *py_bind, "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
@@ -117,18 +117,22 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
                                          "open_files": limits.open_files}}
         if not isolated:
             del spec["limits"]["processes"]  # as root, a shared uid's NPROC would count the host's processes
-        with open(os.path.join(tmp, "channel"), "w+b") as channel, open(os.path.join(tmp, "stderr"), "w+b") as err:
+        with open(os.path.join(tmp, "channel"), "w+b") as channel, open(os.path.join(tmp, "stderr"), "w+b") as err, \
+                open(os.path.join(tmp, "info"), "w+b") as info:
             spec["channel_fd"] = channel.fileno()
+            spec["info_fd"] = info.fileno() if isolated else None
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={},
-                                    pass_fds=(channel.fileno(),), start_new_session=True)
+                                    pass_fds=(channel.fileno(), info.fileno()), start_new_session=True)
             timed_out = False
             try:
                 proc.wait(timeout=limits.wall_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
+            if proc.poll() is None and isolated:
+                _kill_namespace(proc.pid, info)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the whole group; the PID namespace dies with bwrap
+                os.killpg(proc.pid, signal.SIGKILL)  # the launcher's whole process group
             except ProcessLookupError:
                 pass
             proc.wait()
@@ -137,6 +141,23 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
     return RunResult(text, proc.returncode, timed_out, stderr, _parse_records(text))
+
+
+def _kill_namespace(bwrap_pid: int, info) -> None:
+    """SIGKILL the sandbox's PID-namespace init; the kernel then kills every process inside, and bwrap
+    exits once that init is reaped, so when `proc.wait()` returns, nothing of the sandbox is left."""
+    info.seek(0)
+    try:
+        child = int(json.loads(info.read(4096) or b"{}").get("child-pid", 0))
+        with open(f"/proc/{child}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (ValueError, OSError, AttributeError):
+        return
+    if child > 1 and parent == bwrap_pid:  # never signal a recycled pid that is not ours
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:  # until bwrap reaps it
+            time.sleep(0.01)
 
 
 def _parse_records(text: str) -> list[dict]:

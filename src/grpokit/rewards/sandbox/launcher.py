@@ -6,7 +6,8 @@ resource limits on itself and replaces itself (`execv`) with the sandbox command
 Kept free of imports beyond the standard library and of any grpokit code.
 
 JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), channel_fd
-(an inherited descriptor that becomes descriptor 3, the harness's result channel).
+(an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional,
+becomes descriptor 4 for bwrap's --info-fd).
 """
 import json
 import os
@@ -29,7 +30,9 @@ def main() -> None:
         hard = value + 1 if name == "cpu_s" else value  # the extra second turns SIGXCPU into SIGKILL
         resource.setrlimit(LIMITS[name], (value, hard))
     os.dup2(spec["channel_fd"], 3)  # inheritable by default
-    os.closerange(4, 1024)  # nothing else of the trainer reaches the sandbox
+    if spec.get("info_fd") is not None:
+        os.dup2(spec["info_fd"], 4)  # bwrap --info-fd 4 writes the sandbox's pid there (closed inside)
+    os.closerange(5 if spec.get("info_fd") is not None else 4, 1024)  # nothing else of the trainer reaches the sandbox
     os.execv(spec["argv"][0], spec["argv"])
 
 
