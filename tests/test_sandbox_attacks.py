@@ -173,3 +173,13 @@ def test_patching_the_checker(canary):
     assert score(code, CALL) == 0.0
     # and the checker in this (trusted) process is untouched
     assert run_tests("def add(a, b):\n    return a + b", CALL, FAST) == [True]
+
+
+def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypatch):
+    import grpokit.rewards.code as code
+
+    monkeypatch.setattr(code, "probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    with pytest.raises(code.UnsafeCodeExecutionError, match="allow_unsafe_code_execution=True"):
+        code_pass_fraction(["```python\nprint(3)\n```"], [STDIO])
+    assert code_pass_fraction(["```python\nprint(int(input().split()[0]) + 2)\n```"], [STDIO],
+                              allow_unsafe_code_execution=True) == [1.0]
