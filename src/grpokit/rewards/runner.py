@@ -19,7 +19,6 @@ When more than `max_failure_fraction` of a batch fails for one function, `score`
 from __future__ import annotations
 
 import concurrent.futures as cf
-import inspect
 import logging
 import math
 import pickle
@@ -29,8 +28,8 @@ from typing import Any, Sequence
 
 import torch
 
-from grpokit.rewards.pool import Outcome, WorkerPool, run_task
-from grpokit.rewards.spec import RewardError, RewardFn, RewardSpec
+from grpokit.rewards.pool import Outcome, WorkerPool
+from grpokit.rewards.spec import RewardError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
 
@@ -44,31 +43,6 @@ class RewardResult:
     names: list[str]
     weights: list[float]
     metrics: dict[str, float]
-
-
-def _accepted_keywords(fn: RewardFn) -> set[str] | None:
-    """Names `fn` accepts as keywords, or None when it takes **kwargs (accepts everything)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> list[Any]:
-    """Call one reward function with the keywords it accepts; check it returned one value per completion."""
-    accepted = _accepted_keywords(fn)
-    if accepted is not None:
-        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    values = run_task(fn, (), kwargs)
-    n = len(kwargs.get("completions", ())) if "completions" in kwargs else None
-    if not isinstance(values, (list, tuple)):
-        raise TypeError(f"a reward function must return a list, got {type(values).__name__}")
-    if n is not None and len(values) != n:
-        raise ValueError(f"returned {len(values)} values for {n} completions")
-    return list(values)
 
 
 def _check_value(value: Any) -> float | None:

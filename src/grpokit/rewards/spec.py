@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from grpokit.rewards.pool import run_task
 
 RewardFn = Callable[..., Any]
 
@@ -66,6 +69,31 @@ def resolve_reward(name: str, **params: Any) -> RewardFn:
             f"Unknown reward '{name}': use a built-in name ({valid}) or an import path 'package.module:function'."
         )
     return functools.partial(fn, **params) if params else fn
+
+
+def _accepted_keywords(fn: RewardFn) -> set[str] | None:
+    """Names `fn` accepts as keywords, or None when it takes **kwargs (accepts everything)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> list[Any]:
+    """Call one reward function with the keywords it accepts; check it returned one value per completion."""
+    accepted = _accepted_keywords(fn)
+    if accepted is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    values = run_task(fn, (), kwargs)
+    n = len(kwargs.get("completions", ())) if "completions" in kwargs else None
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"a reward function must return a list, got {type(values).__name__}")
+    if n is not None and len(values) != n:
+        raise ValueError(f"returned {len(values)} values for {n} completions")
+    return list(values)
 
 
 @dataclass

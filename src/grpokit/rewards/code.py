@@ -1,0 +1,184 @@
+"""Code-execution rewards: run the model's Python against test cases in the sandbox.
+
+The program is the last ```python (or ```py) fenced block of the completion. Test cases come from a
+`test_cases` column (a list of dicts, or a JSON string of one), all of one kind:
+- stdin/stdout: {"input": "1 2\\n", "output": "3\\n"}; outputs match when equal after removing trailing
+  whitespace on every line and trailing blank lines;
+- function call: {"fn": "add", "args": [1, 2], "expected": 3}; the sandbox returns the value as plain
+  JSON (exact None/bool/int/float/str/list/dict types, tuples as lists, no subclasses) and the parent
+  compares strictly: same types (True is not 1, 1 is not 1.0), floats within 1e-9 (relative or absolute).
+
+Rewards: code_pass_fraction = passed / number of cases; code_all_pass = 1.0 iff every case passes.
+No code block -> 0.0; no `test_cases` for a row -> None (not applicable).
+
+Verdicts are made here, by the trusted parent: expected outputs never enter the sandbox and a program
+can only report its own outputs (see sandbox/harness.py). Before the first run we `probe()` the host's
+isolation; without working isolation code rewards refuse to run unless `allow_unsafe_code_execution=True`
+(then only rlimits, an empty environment and the wall-clock kill apply: the program can read your files
+and use your network).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from grpokit.rewards.math import completion_text
+from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
+
+HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()
+_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+_PROGRAM = ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"]
+
+
+class UnsafeCodeExecutionError(RuntimeError):
+    """Code rewards were asked to run on a host where the sandbox does not isolate."""
+
+
+def extract_code(text: str) -> str | None:
+    """The last ```python fenced block, or None when there is none."""
+    blocks = _FENCE.findall(text)
+    return blocks[-1] if blocks else None
+
+
+_PROBE = r'''
+import json, os, socket
+r = {"uid": os.getuid(), "env": sorted(os.environ), "root": sorted(os.listdir("/")),
+     "nets": sorted(n for _, n in socket.if_nameindex())}
+try:
+    os.kill(PARENT, 0); r["sees_parent"] = True
+except OSError:
+    r["sees_parent"] = False
+os.write(3, (json.dumps({"case": 0, **r}) + "\n").encode())
+'''
+
+
+@lru_cache(maxsize=1)
+def probe() -> tuple[bool, str]:
+    """Check once per process that the sandbox isolates on this host; returns (works, reason)."""
+    if not os.path.exists("/usr/bin/bwrap") and not any(
+            os.path.exists(os.path.join(d, "bwrap")) for d in os.environ.get("PATH", "").split(":")):
+        return False, "bubblewrap (bwrap) is not installed (run scripts/install_sandbox_deps.sh)"
+    code = _PROBE.replace("PARENT", str(os.getpid()))
+    res = run_sandboxed({"probe.py": code}, ["{python}", "-I", "-S", "{job}/probe.py"], Limits(wall_s=10))
+    if not res.records:
+        return False, f"the sandbox did not start (exit {res.returncode}): {res.stderr.strip()[:300]}"
+    r = res.records[0]
+    problems = []
+    if r["uid"] == 0:
+        problems.append("runs as root")
+    if r["sees_parent"]:
+        problems.append("sees host processes")
+    if set(r["nets"]) - {"lo"}:
+        problems.append(f"has network interfaces {r['nets']}")
+    if set(r["env"]) - {"PWD", "LC_CTYPE"}:
+        problems.append(f"inherits environment variables {r['env']}")
+    if {"home", "etc", "root"} & set(r["root"]):
+        problems.append(f"sees host folders {r['root']}")
+    return (not problems, "isolation works" if not problems else "; ".join(problems))
+
+
+def require_isolation(allow_unsafe_code_execution: bool) -> bool:
+    """True when sandboxed runs are isolated; raise unless the user explicitly allowed unsafe runs."""
+    ok, reason = probe()
+    if ok:
+        return True
+    if allow_unsafe_code_execution:
+        return False
+    raise UnsafeCodeExecutionError(
+        f"Code rewards need a working sandbox, but on this host it {reason}; fix that, or set "
+        "allow_unsafe_code_execution=True to run untrusted code with rlimits only.")
+
+
+def parse_cases(raw: Any) -> tuple[str, list[Any], list[Any]]:
+    """(mode, inputs, expected) from a row's test cases; mode is "stdio" or "call"."""
+    cases = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
+        raise ValueError("test_cases must be a non-empty list of dicts (or a JSON string of one).")
+    if all({"input", "output"} <= set(c) for c in cases):
+        return "stdio", [str(c["input"]) for c in cases], [str(c["output"]) for c in cases]
+    if all({"fn", "args", "expected"} <= set(c) and isinstance(c["args"], list) for c in cases):
+        return "call", [{"fn": c["fn"], "args": c["args"]} for c in cases], [c["expected"] for c in cases]
+    raise ValueError('each test case must be {"input", "output"} (stdin/stdout) or {"fn", "args": [...], '
+                     '"expected"} (function call), all of one kind.')
+
+
+def _norm(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
+
+
+def strict_equal(actual: Any, expected: Any) -> bool:
+    """Plain-JSON equality with exact types; floats within 1e-9; tuples in `expected` count as lists."""
+    if isinstance(expected, tuple):
+        expected = list(expected)
+    if type(actual) is not type(expected):
+        return False
+    if type(actual) is float:
+        return math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
+    if type(actual) is list:
+        return len(actual) == len(expected) and all(strict_equal(a, e) for a, e in zip(actual, expected))
+    if type(actual) is dict:
+        return actual.keys() == expected.keys() and all(strict_equal(actual[k], expected[k]) for k in actual)
+    return actual == expected
+
+
+def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False) -> list[bool]:
+    """Run `code` on every case in one sandbox; one pass/fail per case, decided here."""
+    isolated = require_isolation(allow_unsafe_code_execution)
+    mode, inputs, expected = parse_cases(test_cases)
+    job = {"mode": mode, "inputs": inputs, "case_timeout_s": limits.wall_s,
+           "max_output_bytes": limits.max_output_bytes}
+    files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
+    result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated)
+    passed = [False] * len(expected)
+    seen: set[int] = set()
+    for rec in result.records:
+        i = rec["case"]
+        if not 0 <= i < len(expected) or i in seen or rec.get("status") != "ok":
+            continue
+        seen.add(i)  # the first record of a case counts; duplicates are ignored
+        if mode == "stdio":
+            passed[i] = type(rec.get("stdout")) is str and _norm(rec["stdout"]) == _norm(expected[i])
+        else:
+            passed[i] = "value" in rec and strict_equal(rec["value"], expected[i])
+    return passed
+
+
+def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing: bool,
+            limits: Limits, allow_unsafe: bool, max_parallel: int) -> list[float | None]:
+    if test_cases is None:
+        raise ValueError("code rewards need a 'test_cases' column.")
+
+    def one(c: Any, cases: Any) -> float | None:
+        if cases is None:
+            return None
+        code = extract_code(completion_text(c))
+        if code is None:
+            return 0.0
+        passed = run_tests(code, cases, limits, allow_unsafe)
+        return float(all(passed)) if all_or_nothing else sum(passed) / len(passed)
+
+    require_isolation(allow_unsafe)  # refuse before running anything
+    with cf.ThreadPoolExecutor(max_workers=max_parallel) as ex:  # threads only wait on sandboxes
+        return list(ex.map(one, completions, test_cases))
+
+
+def code_pass_fraction(completions: list[Any], test_cases: list[Any] | None = None, wall_s: float = 2.0,
+                       memory_mb: int = 512, allow_unsafe_code_execution: bool = False,
+                       max_parallel: int = 2, **kwargs: Any) -> list[float | None]:
+    """Fraction of test cases the completion's program passes (see the module docstring)."""
+    limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
+    return _scores(completions, test_cases, False, limits, allow_unsafe_code_execution, max_parallel)
+
+
+def code_all_pass(completions: list[Any], test_cases: list[Any] | None = None, wall_s: float = 2.0,
+                  memory_mb: int = 512, allow_unsafe_code_execution: bool = False,
+                  max_parallel: int = 2, **kwargs: Any) -> list[float | None]:
+    """1.0 iff the completion's program passes every test case, else 0.0."""
+    limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
+    return _scores(completions, test_cases, True, limits, allow_unsafe_code_execution, max_parallel)

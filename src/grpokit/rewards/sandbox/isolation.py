@@ -1,0 +1,172 @@
+"""Running untrusted code: bubblewrap namespaces + an unprivileged uid + rlimits + a wall-clock kill.
+
+How one run is isolated (Linux, bubblewrap installed):
+- started from a tiny helper (`launcher.py`, `python -I -S`) via `subprocess`, not forked from the
+  trainer; the helper sets rlimits (CPU seconds, address space, processes, file size, open files, no
+  core dumps) and execs `bwrap`;
+- bwrap gives new PID, network (loopback only, down), IPC, UTS and cgroup namespaces, `--die-with-parent`
+  and `--new-session`, and a private root: read-only /usr and the Python installation, a fresh /proc and
+  /dev, a size-limited tmpfs /tmp as the only writable place, the job folder read-only at /work; nothing
+  else of the host (no /home, /root, /etc, the dataset or the expected outputs) exists inside;
+- the environment is emptied (`--clearenv`);
+- as root, the program then drops to a random unprivileged uid/gid (setpriv, all capabilities and the
+  bounding set dropped, no_new_privs); without root, bwrap's user namespace does the same job;
+- the trusted parent kills the whole tree at the wall-clock limit: SIGKILL to bwrap, whose namespace
+  init then dies (die-with-parent), and the kernel kills every process of that PID namespace.
+cgroups are not used (this host has cgroup v1 without delegation); rlimits bound memory and processes.
+
+`probe()` checks at start-up that this actually works on the host (uid, pids, network, environment,
+filesystem); code rewards refuse to run without it unless the user sets allow_unsafe_code_execution.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed run (each documented where it is enforced)."""
+
+    wall_s: float = 2.0  # wall-clock kill of the whole process tree
+    cpu_s: int = 2  # RLIMIT_CPU per process
+    memory_bytes: int = 512 * 2**20  # RLIMIT_AS per process
+    processes: int = 32  # RLIMIT_NPROC for the sandbox's own uid
+    file_bytes: int = 1 * 2**20  # RLIMIT_FSIZE: any file, including captured stdout/stderr
+    tmp_bytes: int = 8 * 2**20  # size of the writable tmpfs /tmp
+    open_files: int = 64
+    max_output_bytes: int = 64 * 2**10  # how much of a case's stdout the parent looks at
+
+
+@dataclass
+class RunResult:
+    """Raw result of a sandboxed run: `channel` lines from fd 3, exit status, whether it was killed."""
+
+    channel: str
+    returncode: int
+    timed_out: bool
+    stderr: str = ""
+    records: list[dict] = field(default_factory=list)
+
+
+def _python_in_sandbox() -> tuple[list[str], str]:
+    """Bind arguments for the base Python installation and its path inside the sandbox."""
+    prefix = Path(sys.base_prefix).resolve()
+    exe = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    if str(prefix) == "/usr":
+        return [], f"/usr/bin/{exe}"
+    return ["--perms", "0755", "--dir", "/opt", "--ro-bind", str(prefix), "/opt/python"], f"/opt/python/bin/{exe}"
+
+
+def bwrap_argv(job_dir: str, limits: Limits, program: list[str]) -> list[str]:
+    """The bwrap command line; `program` runs inside with the job folder at /work and cwd /tmp."""
+    bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
+    py_bind, _ = _python_in_sandbox()
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--info-fd", "4", "--hostname", "sandbox", "--clearenv",
+            "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--symlink", "usr/bin", "/bin", *py_bind, "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+            "--ro-bind", job_dir, "/work", "--chdir", "/tmp"]
+    if os.geteuid() == 0:
+        uid = random.randrange(200_000, 260_000)  # fresh uid: NPROC and kill() reach no other process
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "/usr/bin/setpriv",
+                 f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--no-new-privs"]
+    else:
+        argv[1:1] = ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
+    return argv + program
+
+
+def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, isolated: bool = True) -> RunResult:
+    """Write `files` into a fresh job folder and run `program` (argv; "{job}"/"{scratch}" are replaced).
+
+    isolated=False runs with rlimits and an empty environment only (UNSAFE: no namespaces).
+    """
+    with tempfile.TemporaryDirectory(prefix="grpokit-job-") as tmp:
+        job = os.path.join(tmp, "job")
+        os.mkdir(job)
+        for name, text in files.items():
+            Path(job, name).write_text(text)
+            os.chmod(os.path.join(job, name), 0o644)
+        os.chmod(job, 0o755)
+        if isolated:
+            _, py = _python_in_sandbox()
+            sub = {"{job}": "/work", "{scratch}": "/tmp", "{python}": py}
+        else:
+            scratch = os.path.join(tmp, "scratch")
+            os.mkdir(scratch)
+            sub = {"{job}": job, "{scratch}": scratch, "{python}": sys.executable}
+        for key, value in sub.items():
+            program = [a.replace(key, value) for a in program]
+        argv = bwrap_argv(job, limits, program) if isolated else program
+        spec = {"argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
+                                         "processes": limits.processes, "file_bytes": limits.file_bytes,
+                                         "open_files": limits.open_files}}
+        if not isolated:
+            del spec["limits"]["processes"]  # as root, a shared uid's NPROC would count the host's processes
+        with open(os.path.join(tmp, "channel"), "w+b") as channel, open(os.path.join(tmp, "stderr"), "w+b") as err, \
+                open(os.path.join(tmp, "info"), "w+b") as info:
+            spec["channel_fd"] = channel.fileno()
+            spec["info_fd"] = info.fileno() if isolated else None
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={},
+                                    pass_fds=(channel.fileno(), info.fileno()), start_new_session=True)
+            timed_out = False
+            try:
+                proc.wait(timeout=limits.wall_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            if proc.poll() is None and isolated:
+                _kill_namespace(proc.pid, info)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the launcher's whole process group
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            channel.seek(0)
+            text = channel.read(limits.max_output_bytes * 64).decode("utf-8", "replace")
+            err.seek(0)
+            stderr = err.read(4096).decode("utf-8", "replace")
+    return RunResult(text, proc.returncode, timed_out, stderr, _parse_records(text))
+
+
+def _kill_namespace(bwrap_pid: int, info) -> None:
+    """SIGKILL the sandbox's PID-namespace init; the kernel then kills every process inside, and bwrap
+    exits once that init is reaped, so when `proc.wait()` returns, nothing of the sandbox is left."""
+    info.seek(0)
+    try:
+        child = int(json.loads(info.read(4096) or b"{}").get("child-pid", 0))
+        with open(f"/proc/{child}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (ValueError, OSError, AttributeError):
+        return
+    if child > 1 and parent == bwrap_pid:  # never signal a recycled pid that is not ours
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:  # until bwrap reaps it
+            time.sleep(0.01)
+
+
+def _parse_records(text: str) -> list[dict]:
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and type(record.get("case")) is int:
+            records.append(record)
+    return records

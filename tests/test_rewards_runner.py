@@ -1,0 +1,145 @@
+"""RewardRunner: the TRL contract, weighting with None skipped, failure containment, hard timeouts.
+
+Reward functions used by worker processes live at module level (they are pickled by reference). This
+module imports torch only inside tests, so spawned workers that import it stay light.
+"""
+import asyncio
+import logging
+import math
+import time
+
+import pytest
+
+from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
+
+
+def first_or_none(completions, **kwargs):
+    # completion "b" is not applicable
+    return [None if c == "b" else float(len(c)) for c in completions]
+
+
+def half(completions, **kwargs):
+    return [0.5] * len(completions)
+
+
+def declared_only(completions, answer, group_size):  # no **kwargs: gets only what it declares
+    return [float(a == c) + group_size / 10 for c, a in zip(completions, answer)]
+
+
+async def async_reward(prompts, completions, completion_ids, **kwargs):
+    await asyncio.sleep(0)
+    return [float(len(ids)) for ids in completion_ids]
+
+
+def fails_on_bad(completions, **kwargs):
+    if any("bad" in c for c in completions):
+        raise ValueError("cannot score a bad completion")
+    return [1.0] * len(completions)
+
+
+def slow_on_slow(completions, **kwargs):
+    if any("slow" in c for c in completions):
+        while True:  # never returns: only a hard timeout gets us out
+            pass
+    return [1.0] * len(completions)
+
+
+def wrong_length(completions, **kwargs):
+    return [1.0] * (len(completions) + 1)
+
+
+def _batch(completions, group_size):
+    n = len(completions)
+    return dict(prompts=["p"] * n, completions=completions, completion_ids=[[1] * (i + 1) for i in range(n)],
+                group_size=group_size)
+
+
+def test_weighted_sum_skips_none_and_reports_metrics():
+    from grpokit.rewards import RewardRunner
+
+    specs = [RewardSpec(first_or_none, "len", 1.0), RewardSpec(half, "half", 2.0)]
+    with RewardRunner(specs, num_workers=1) as runner:
+        res = runner.score(**_batch(["a", "b", "ccc", "dd"], group_size=2))
+    # len: [1, None, 3, 2]; half: 0.5 each * weight 2 = 1.0  -> total [2, 1, 4, 3]
+    assert res.total_N.tolist() == [2.0, 1.0, 4.0, 3.0]
+    assert math.isnan(res.rewards_NF[1, 0].item()) and res.rewards_NF[2, 0].item() == 3.0
+    assert res.names == ["len", "half"] and res.weights == [1.0, 2.0]
+    assert res.metrics["rewards/len/mean"] == pytest.approx(2.0)  # mean of 1, 3, 2
+    assert res.metrics["rewards/len/not_applicable"] == 1.0
+    assert res.metrics["rewards/len/failures"] == 0.0 and res.metrics["time/reward"] > 0
+
+
+def test_columns_group_size_and_async_in_process():
+    from grpokit.rewards import RewardRunner
+
+    specs = [RewardSpec(declared_only, "eq"), RewardSpec(async_reward, "ids")]
+    with RewardRunner(specs, num_workers=0) as runner:
+        res = runner.score(**_batch(["x", "y", "z", "w"], group_size=2), columns={"answer": ["x", "x", "z", "z"]})
+    # eq: [1, 0, 1, 0] + group_size/10 = 0.2 ; ids: lengths 1..4
+    assert res.rewards_NF[:, 0].tolist() == pytest.approx([1.2, 0.2, 1.2, 0.2])
+    assert res.rewards_NF[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_exception_is_contained_to_the_offending_completion(caplog):
+    from grpokit.rewards import RewardRunner
+
+    with caplog.at_level(logging.WARNING, logger="grpokit.rewards"):
+        with RewardRunner([RewardSpec(fails_on_bad, "f")], num_workers=1, failure_value=-1.0) as runner:
+            res = runner.score(**_batch(["ok", "bad", "ok", "ok"], group_size=2))
+    # the group ("ok", "bad") raised; retried one by one, only "bad" fails
+    assert res.rewards_NF[:, 0].tolist() == [1.0, -1.0, 1.0, 1.0]
+    assert res.metrics["rewards/f/failures"] == 1.0
+    assert "cannot score a bad completion" in caplog.text and "'bad'" in caplog.text
+
+
+def test_hard_timeout_kills_the_worker_and_later_groups_still_score():
+    from grpokit.rewards import RewardRunner
+
+    with RewardRunner([RewardSpec(slow_on_slow, "s")], num_workers=1, timeout_s=1.0, failure_value=-2.0) as runner:
+        start = time.monotonic()
+        res = runner.score(**_batch(["slow", "a", "b", "c"], group_size=2))
+        assert time.monotonic() - start < 8
+        assert runner._pool.restarts == 1
+    assert res.rewards_NF[:, 0].tolist() == [-2.0, -2.0, 1.0, 1.0]  # a timed-out group is not retried
+    assert res.metrics["rewards/s/failures"] == 2.0
+
+
+def test_unpicklable_function_falls_back_to_threads_with_a_logged_reason(caplog):
+    from grpokit.rewards import RewardRunner
+
+    with caplog.at_level(logging.WARNING, logger="grpokit.rewards"):
+        with RewardRunner([RewardSpec(lambda completions, **kw: [2.0] * len(completions), "lam")],
+                          num_workers=1) as runner:
+            res = runner.score(**_batch(["a", "b"], group_size=2))
+    assert res.total_N.tolist() == [2.0, 2.0]
+    assert "cannot be pickled" in caplog.text and "soft" in caplog.text
+
+
+def test_too_many_failures_stop_the_run_with_a_clear_message():
+    from grpokit.rewards import RewardRunner
+
+    with RewardRunner([RewardSpec(wrong_length, "w")], num_workers=0, max_failure_fraction=0.5) as runner:
+        with pytest.raises(RewardError, match=r"Reward 'w' failed on 4 of 4 completions.*returned 2 values for 1 completions"):
+            runner.score(**_batch(["a", "b", "c", "d"], group_size=2))
+
+
+def test_input_mistakes_get_one_sentence():
+    from grpokit.rewards import RewardRunner
+
+    with RewardRunner([RewardSpec(half, "h")], num_workers=0) as runner:
+        with pytest.raises(ValueError, match="group_size must divide"):
+            runner.score(**_batch(["a", "b", "c"], group_size=2))
+        with pytest.raises(ValueError, match="'answer' has 1 entries"):
+            runner.score(**_batch(["a", "b"], group_size=2), columns={"answer": ["x"]})
+
+
+def test_resolve_reward_names_and_paths():
+    assert resolve_reward("strict_format").__name__ == "strict_format"
+    assert resolve_reward("test_rewards_runner:half") is half
+    bound = resolve_reward("overlong_penalty", max_length=8, cache_length=4)
+    assert bound(["x"], completion_ids=[[0] * 6]) == [-0.5]
+    with pytest.raises(RewardError, match=r"Unknown reward 'nope'.*math_accuracy.*package.module:function"):
+        resolve_reward("nope")
+    with pytest.raises(RewardError, match="has no callable named 'missing'"):
+        resolve_reward("grpokit.rewards.format:missing")
+    assert RewardSpec(name="tag_count", weight=0.5).fn.__name__ == "tag_count"

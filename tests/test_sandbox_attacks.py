@@ -1,0 +1,185 @@
+"""Hostile programs earn zero reward and leave the host and the run unharmed.
+
+Each attack prints the right answer ("3" for input "1 2", or returns 3 from add(1, 2)) only when its
+attack worked, so a zero reward means the attack failed; each test then also checks the host. A control
+test shows that an honest program does earn the reward under the same limits.
+"""
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from grpokit.rewards.code import code_pass_fraction, probe, run_tests
+from grpokit.rewards.sandbox.isolation import Limits
+
+ok, why = probe()
+pytestmark = pytest.mark.skipif(not ok, reason=f"sandbox isolation unavailable on this host: {why}")
+
+STDIO = [{"input": "1 2\n", "output": "3\n"}]
+CALL = [{"fn": "add", "args": [1, 2], "expected": 3}]
+FAST = Limits(wall_s=1.5, cpu_s=1, memory_bytes=256 * 2**20)
+
+
+def score(code: str, cases=STDIO) -> float:
+    return code_pass_fraction([f"```python\n{code}\n```"], [cases], wall_s=1.5, memory_mb=256)[0]
+
+
+def sandbox_processes() -> list[str]:
+    """Processes on the host owned by the sandbox uid range (should be none after a run)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if 200_000 <= os.stat(f"/proc/{pid}").st_uid < 260_000:
+                found.append(pid)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+@pytest.fixture
+def canary(tmp_path):
+    path = tmp_path / "canary.txt"
+    path.write_text("intact")
+    yield path
+    assert path.read_text() == "intact"  # every attack leaves the host's files alone
+    assert sandbox_processes() == []  # and leaves no process behind
+
+
+def test_honest_programs_pass():
+    assert score("a, b = map(int, input().split())\nprint(a + b)") == 1.0
+    assert score("def add(a, b):\n    return a + b", CALL) == 1.0
+
+
+def test_fork_bomb(canary):
+    start = time.monotonic()
+    assert score("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass") == 0.0
+    assert time.monotonic() - start < 5
+
+
+def test_memory_exhaustion(canary):
+    assert score("x = []\nwhile True:\n    x.append(bytearray(50 * 2**20))") == 0.0
+
+
+def test_infinite_loop_that_ignores_signals(canary):
+    code = ("import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM):\n"
+            "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass")
+    start = time.monotonic()
+    assert score(code) == 0.0
+    assert time.monotonic() - start < 5
+
+
+def test_writing_outside_its_folder(canary):
+    code = (f"for p in [{str(canary)!r}, '/work/solution.py', '/usr/evil', '/opt/python/evil']:\n"
+            "    try:\n        open(p, 'w').write('pwned')\n        print(3)\n    except OSError:\n        pass")
+    assert score(code) == 0.0
+
+
+def test_reading_environment_secrets_and_host_files(canary, monkeypatch):
+    monkeypatch.setenv("GRPOKIT_TEST_SECRET", "s3cret")
+    code = ("import os\nfound = 'GRPOKIT_TEST_SECRET' in os.environ\n"
+            "for p in ['/proc/1/environ', '/proc/self/environ', %r, '/etc/passwd', '/root/.bashrc']:\n"
+            "    try:\n        t = open(p, 'rb').read()\n        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
+            "    except OSError:\n        pass\nif found:\n    print(3)" % str(canary))
+    assert score(code) == 0.0
+
+
+def test_reading_the_expected_outputs(canary):
+    cases = [{"input": "", "output": "EXPECTED-7f3a-1234"}]
+    code = ("import os\nfor root, dirs, files in os.walk('/'):\n"
+            "    if root.startswith(('/proc', '/sys', '/dev')):\n        continue\n    for f in files:\n"
+            "        try:\n            t = open(os.path.join(root, f), errors='ignore').read(10**6)\n"
+            "        except OSError:\n            continue\n        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
+            "            i = t.index('EXPECTED-')\n            print(t[i:i + 18])\n            raise SystemExit")
+    assert score(code, cases) == 0.0
+
+
+def test_connecting_to_a_loopback_server(canary):
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(3.0)
+    port = server.getsockname()[1]
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(_accept(server)))
+    thread.start()
+    code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=0.5).sendall(b'hi')\n"
+            "    print(3)\nexcept OSError:\n    pass" % port)
+    assert score(code) == 0.0
+    thread.join()
+    server.close()
+    assert seen == [False]  # the server saw no connection
+
+
+def _accept(server: socket.socket) -> bool:
+    try:
+        server.accept()
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_killing_other_processes(canary):
+    code = ("import os, signal\nfor pid in (%d, %d, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+            "        print(3)\n    except OSError:\n        pass" % (os.getpid(), os.getppid()))
+    assert score(code) == 0.0
+    assert os.getppid() != 1  # our parent lives too
+
+
+def test_flooding_stdout(canary):
+    start = time.monotonic()
+    assert score("while True:\n    print('3' * 10000)") == 0.0
+    assert score("import os\nwhile True:\n    os.write(1, b'3' * 10000)", CALL) == 0.0
+    assert time.monotonic() - start < 6
+
+
+def test_filling_the_disk(canary):
+    code = ("import os\nn = 0\nfor i in range(10**6):\n    try:\n        with open(f'/tmp/f{i}', 'wb') as f:\n"
+            "            f.write(b'x' * 2**20)\n        n += 1\n    except OSError:\n        break\n"
+            "if n > 64:\n    print(3)")
+    assert score(code) == 0.0
+
+
+def test_exiting_zero_before_the_tests_run(canary):
+    assert score("import os\nos._exit(0)\ndef add(a, b):\n    return a + b", CALL) == 0.0
+    assert score("raise SystemExit(0)\ndef add(a, b):\n    return a + b", CALL) == 0.0
+
+
+def test_objects_whose_eq_is_always_true(canary):
+    code = "class Yes(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Yes(0)"
+    assert score(code, CALL) == 0.0
+    assert score("class Yes:\n    __eq__ = lambda s, o: True\ndef add(a, b):\n    return Yes()", CALL) == 0.0
+
+
+def test_excepthook_that_exits_zero(canary):
+    code = "import os, sys\nsys.excepthook = lambda *a: os._exit(0)\ndef add(a, b):\n    raise ValueError"
+    assert score(code, CALL) == 0.0
+
+
+def test_printing_fake_passed_lines(canary):
+    code = ("import os, json\nfor line in ['PASSED 1/1', json.dumps({'case': 0, 'status': 'ok', 'passed': True,"
+            " 'value': 'ok'})]:\n    print(line)\n    os.write(3, (line + '\\n').encode())\n"
+            "def add(a, b):\n    return None")
+    assert score(code, CALL) == 0.0
+    assert score(code.replace("def add", "def _unused")) == 0.0
+
+
+def test_patching_the_checker(canary):
+    code = ("import sys, json\ntry:\n    import grpokit.rewards.code as c\n    c.strict_equal = lambda a, b: True\n"
+            "except ImportError:\n    pass\nm = sys.modules['__main__']\nm.to_plain = lambda x: 'patched'\n"
+            "json.dumps = lambda *a, **k: '{\"case\": 0, \"status\": \"ok\", \"value\": true}'\n"
+            "def add(a, b):\n    return None")
+    assert score(code, CALL) == 0.0
+    # and the checker in this (trusted) process is untouched
+    assert run_tests("def add(a, b):\n    return a + b", CALL, FAST) == [True]
+
+
+def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypatch):
+    import grpokit.rewards.code as code
+
+    monkeypatch.setattr(code, "probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    with pytest.raises(code.UnsafeCodeExecutionError, match="allow_unsafe_code_execution=True"):
+        code_pass_fraction(["```python\nprint(3)\n```"], [STDIO])
+    assert code_pass_fraction(["```python\nprint(int(input().split()[0]) + 2)\n```"], [STDIO],
+                              allow_unsafe_code_execution=True) == [1.0]
