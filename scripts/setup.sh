@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 STAMP="$VENV/.grpokit-setup"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml scripts/setup.sh scripts/install_sandbox_deps.sh | sha256sum | cut -c1-16)
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/grpokit" ]; then
   exit 0
@@ -28,6 +28,9 @@ else
     pip install -q "$torch_spec"
   fi
 fi
+# The code-execution sandbox uses Debian's bubblewrap; the script never fails (code rewards then
+# refuse to run with a clear message instead).
+bash scripts/install_sandbox_deps.sh || true
 echo "setup: installing grpokit and its dev tools into $VENV"
 pip install -q -e ".[dev]"
 echo "$want" > "$STAMP"

@@ -206,3 +206,38 @@ def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
         f"{prefix}/min": x.min().item(),
         f"{prefix}/max": x.max().item(),
     }
+
+
+def normalize_components(rewards_PGF: torch.Tensor, weights_F: torch.Tensor, *, std: StdKind = "unbiased",
+                         eps: float = 1e-4, flat_rtol: float = 1e-6) -> torch.Tensor:
+    """Multi-objective GRPO (MO-GRPO style): normalise each reward component within its group,
+    then take the weighted sum, ``r_pg = sum_f w_f (r_pgf - mean_g r_pgf) / (std_g r_pgf + eps)``.
+
+    Without it the component with the largest variance dominates the advantage whatever its weight.
+    NaN entries (a function that does not apply to a completion) are left out of the statistics and
+    contribute 0; a flat component contributes 0 to its group. Returns ``(P, G)``.
+    """
+    P, G, F = rewards_PGF.shape
+    valid = ~torch.isnan(rewards_PGF)
+    r = torch.nan_to_num(rewards_PGF.float(), nan=0.0)
+    n = valid.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = (r * valid).sum(dim=1, keepdim=True) / n
+    dev = (r - mean) * valid
+    denom = (n - (1 if std == "unbiased" else 0)).clamp(min=1)
+    sd = ((dev ** 2).sum(dim=1, keepdim=True) / denom).sqrt()
+    big = torch.finfo(torch.float32).max
+    hi = torch.where(valid, r, torch.full_like(r, -big)).amax(dim=1, keepdim=True)
+    lo = torch.where(valid, r, torch.full_like(r, big)).amin(dim=1, keepdim=True)
+    flat = (hi - lo) <= flat_rtol * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
+    z = torch.where(flat, torch.zeros_like(dev), dev / (sd + eps))
+    return (z * weights_F.view(1, 1, F).to(z.dtype)).sum(dim=2)
+
+
+def kl_penalized_rewards(rewards_N: torch.Tensor, logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor,
+                         mask_NT: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL in the reward (PPO / REINFORCE++ style) instead of in the loss:
+    ``r_i <- r_i - beta * sum_t (logp - ref_logp)[i, t]`` (the k1 estimate of the sequence's KL).
+    Returns ``(penalised rewards (N,), per-sequence KL (N,))``.
+    """
+    kl_N = ((logp_NT - ref_logp_NT) * mask_NT).sum(dim=1)
+    return rewards_N - beta * kl_N, kl_N

@@ -123,6 +123,9 @@ def policy_loss(
     num_sequences: float | None = None,
     num_tokens: float | None = None,
     norm_constant: float | None = None,
+    entropy_NT: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    offpolicy_delta: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped-surrogate policy loss with an optional KL penalty to a reference policy.
 
@@ -142,6 +145,11 @@ def policy_loss(
         beta: KL penalty weight; ``beta = 0`` skips the KL term entirely.
         kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``, see ``kl_estimate``.
         aggregation, num_sequences, num_tokens, norm_constant: see ``aggregate``.
+        entropy_NT, entropy_coef: entropy bonus; ``entropy_coef * H`` is subtracted from every token's
+            loss (``entropy_NT`` must carry gradient for the bonus to act).
+        offpolicy_delta: off-policy sequence masking (DeepSeek-V3.2): a sequence with negative
+            advantage whose mean log-ratio ``1/|o| sum_t (old_logp - logp)`` exceeds this threshold
+            is left out of the loss (its tokens still count in the normalisers).
 
     Returns:
         ``(loss, metrics)``; metrics are masked token means over this batch:
@@ -157,6 +165,12 @@ def policy_loss(
 
     adv_NT = advantages[:, None].expand_as(logp_NT) if advantages.dim() == 1 else advantages
     adv_NT = adv_NT.to(logp_NT.dtype)
+    loss_mask_NT = mask_NT
+    n_offpolicy = 0.0
+    if offpolicy_delta is not None:
+        drop_N = offpolicy_sequences(logp_NT.detach(), old_logp_NT, adv_NT, mask_NT, offpolicy_delta)
+        loss_mask_NT = mask_NT * (~drop_N)[:, None].to(mask_NT.dtype)  # DeepSeek-V3.2: off-policy sequence masking
+        n_offpolicy = float(drop_N.sum())
     ratio_NT = torch.exp(log_importance_ratio(logp_NT, old_logp_NT, mask_NT, ratio_level))
 
     surr_unclipped_NT = ratio_NT * adv_NT
@@ -174,9 +188,13 @@ def policy_loss(
             raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
         kl_NT = kl_estimate(logp_NT, ref_logp_NT, kl_estimator)
         loss_NT = loss_NT + beta * kl_NT  # GRPO: KL in the loss, not in the reward
+    if entropy_coef != 0.0:
+        if entropy_NT is None:
+            raise ValueError("entropy_coef != 0 needs entropy_NT")
+        loss_NT = loss_NT - entropy_coef * entropy_NT  # entropy bonus: rewards keeping the policy spread
 
     loss = aggregate(
-        loss_NT, mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant
+        loss_NT, loss_mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant
     )
 
     with torch.no_grad():
@@ -192,7 +210,40 @@ def policy_loss(
             "clip_ratio/dual_mean": (dual.sum() / n).item(),
             "ratio/mean": (ratio_NT[m].sum() / n).item(),
             "num_tokens": float(m.sum().item()),
+            "offpolicy/masked_sequences": n_offpolicy,
         }
         if kl_NT is not None:
             metrics["kl"] = (kl_NT[m].sum() / n).item()
     return loss, metrics
+
+
+def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor,
+                        mask_NT: torch.Tensor, delta: float) -> torch.Tensor:
+    """Boolean ``(N,)``: sequences to mask under DeepSeek-V3.2's off-policy sequence masking.
+
+    A sequence is masked when its mean advantage is negative and the policy has drifted from the
+    one that sampled it by more than ``delta`` in mean log-ratio:
+    ``1/|o| sum_t (old_logp - logp) > delta`` (a sample estimate of KL(pi_old || pi_theta)).
+    Positive-advantage sequences are always kept: learning from a good sample stays useful.
+    """
+    mask = mask_NT.to(logp_NT.dtype)
+    n_N = mask.sum(dim=1).clamp(min=1)
+    drift_N = ((old_logp_NT - logp_NT) * mask).sum(dim=1) / n_N
+    adv_N = (adv_NT * mask).sum(dim=1) / n_N
+    return (adv_N < 0) & (drift_N > delta)
+
+
+def entropy_token_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float) -> torch.Tensor:
+    """Keep only the highest-entropy ``top_fraction`` of the batch's completion tokens.
+
+    "Beyond the 80/20 rule" (Wang et al., 2025): the gradient of the few high-entropy "forking"
+    tokens carries most of the RL signal. The threshold is the ``1 - top_fraction`` quantile of the
+    entropies of all real tokens of the batch; tokens at or above it stay in the mask.
+    """
+    if not (0.0 < top_fraction <= 1.0):
+        raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
+    real = mask_NT.bool()
+    if top_fraction == 1.0 or not real.any():
+        return mask_NT
+    threshold = torch.quantile(entropy_NT[real].float(), 1.0 - top_fraction)
+    return mask_NT * (entropy_NT >= threshold).to(mask_NT.dtype)
