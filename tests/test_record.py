@@ -197,3 +197,25 @@ def test_console_sink_from_factory(tmp_path: Path, capsys: pytest.CaptureFixture
     rec.log({"reward": 1.0}, 1)
     rec.close()
     assert "step 1/2" in capsys.readouterr().out  # pytest's captured stdout is not a terminal
+
+
+def test_public_api_signatures() -> None:
+    """Freeze what the trainer and CLI call; change these only together with their callers."""
+    import inspect
+
+    from grpokit.record import Recorder
+    from grpokit.record.health import group_signatures
+    from grpokit.record.report import report_main, write_report
+
+    assert str(inspect.signature(make_recorder)) == (
+        "(run_dir: 'Path | None', sinks: 'list[str]', total_steps: 'int', config: 'Mapping[str, Any] | None' = None, "
+        "*, health: 'HealthConfig | None' = None, resume_step: 'int | None' = None, samples_every: 'int' = 10, "
+        "samples_prompts: 'int' = 4, console_every: 'int' = 10, project: 'str | None' = None, "
+        "run_name: 'str | None' = None) -> 'Recorder'"
+    )
+    assert list(inspect.signature(Recorder.log).parameters) == ["self", "metrics", "step"]
+    assert list(inspect.signature(Recorder.log_samples).parameters) == ["self", "step", "rows"]
+    assert list(inspect.signature(Recorder.warn).parameters) == ["self", "step", "event"]
+    assert list(inspect.signature(group_signatures).parameters) == ["texts", "lengths", "group_size"]
+    assert list(inspect.signature(write_report).parameters) == ["run_dir"]
+    assert list(inspect.signature(report_main).parameters) == ["run_dir"]
