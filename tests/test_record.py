@@ -219,3 +219,21 @@ def test_public_api_signatures() -> None:
     assert list(inspect.signature(group_signatures).parameters) == ["texts", "lengths", "group_size"]
     assert list(inspect.signature(write_report).parameters) == ["run_dir"]
     assert list(inspect.signature(report_main).parameters) == ["run_dir"]
+
+
+def test_failing_tracker_is_dropped_not_fatal(tmp_path: Path) -> None:
+    class Broken:
+        name = "broken"
+        def log(self, metrics: object, step: int) -> None: raise ConnectionError("no network")  # noqa: E704
+        def log_samples(self, step: int, rows: object) -> None: pass  # noqa: E704
+        def warn(self, step: int, event: object) -> None: pass  # noqa: E704
+        def close(self) -> None: pass  # noqa: E704
+
+    rec = make_recorder(tmp_path, [], total_steps=3)
+    rec.sinks.append(Broken())
+    rec.log({"reward": 1.0}, 1)
+    rec.log({"reward": 2.0}, 2)
+    rec.close()
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2]
+    (event,) = read_jsonl(tmp_path / "health.jsonl")
+    assert event["monitor"] == "sink" and "broken sink failed in log (ConnectionError: no network)" in event["message"]
