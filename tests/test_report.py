@@ -140,3 +140,15 @@ def test_report_renders_headless(run_dir: Path, tmp_path: Path) -> None:
     subprocess.run(cmd, check=True, timeout=100, capture_output=True)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # a blank page compresses to a few KB
+
+
+def test_moving_average_equals_naive_and_long_runs_stay_small() -> None:
+    rng = random.Random(1)
+    values = [rng.random() if i % 7 else math.nan for i in range(300)]
+    naive = []
+    for i, v in enumerate(values):  # the definition: mean of finite values within window // 2 either side
+        near = [u for u in values[max(0, i - 5): i + 6] if math.isfinite(u)]
+        naive.append(v if not math.isfinite(v) else sum(near) / len(near))
+    assert moving_average(values, 11) == pytest.approx(naive, nan_ok=True)
+    svg = line_chart([Series("long", [(i, math.sin(i / 300)) for i in range(20_000)])], max_points=600)
+    assert svg.count(" L") < 2 * 700 and len(svg) < 60_000  # two thinned lines of ~600 points each

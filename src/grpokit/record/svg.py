@@ -71,13 +71,19 @@ def moving_average(values: Sequence[float], window: int) -> list[float]:
     [1, 3, nan, 5] -> [mean(1, 3), mean(1, 3), nan, mean(5)] = [2, 2, nan, 5].
     """
     half = window // 2
+    # Prefix sums over the finite values make every window O(1): long runs stay fast.
+    sums, counts = [0.0], [0]
+    for v in values:
+        ok = math.isfinite(v)
+        sums.append(sums[-1] + (v if ok else 0.0))
+        counts.append(counts[-1] + ok)
     out: list[float] = []
     for i, v in enumerate(values):
         if not math.isfinite(v):
             out.append(v)
             continue
-        near = [u for u in values[max(0, i - half): i + half + 1] if math.isfinite(u)]
-        out.append(sum(near) / len(near))
+        lo, hi = max(0, i - half), min(len(values), i + half + 1)
+        out.append((sums[hi] - sums[lo]) / (counts[hi] - counts[lo]))
     return out
 
 
@@ -89,6 +95,7 @@ def line_chart(
     include_zero: bool = False,
     smooth_over: int = 60,
     marks: Sequence[tuple[float, str]] = (),
+    max_points: int = 600,
 ) -> str:
     """Render `series` as an inline <svg> string.
 
@@ -97,6 +104,7 @@ def line_chart(
         include_zero: stretch a fitted value axis to include 0 (lengths, times, KL).
         smooth_over: series with more points than this are drawn faintly plus a moving average.
         marks: (step, note) pairs drawn as dashed vertical lines, e.g. the health warnings of a run.
+        max_points: longer series are thinned to about this many drawn points (every k-th point).
     """
     left, right, top, bottom = 58, 14, 10, 30
     pw, ph = width - left - right, height - top - bottom
@@ -143,15 +151,19 @@ def line_chart(
             continue
         label, color = html.escape(s.label), html.escape(s.color)
         noisy = len(pts) > smooth_over
+        # Thin very long runs to about `max_points` drawn points per line: a 20k-step run stays a small
+        # file, and the screen has fewer pixels than that anyway. The average uses every point.
+        stride = max(1, math.ceil(len(pts) / max_points))
         if s.dots_only:
             for x, y in pts:
                 if math.isfinite(y):
                     parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5.5" fill="none" stroke="{color}" stroke-width="2.5"><title>{label} step {x:g}: {y:.4g}</title></circle>')
             continue
-        parts.append(_path([(sx(x), sy(y)) if math.isfinite(y) else None for x, y in pts], color, 0.3 if noisy else 1.0, label))
+        parts.append(_path([(sx(x), sy(y)) if math.isfinite(y) else None for x, y in pts[::stride]], color, 0.3 if noisy else 1.0, label))
         if noisy:
             avg = moving_average([y for _, y in pts], max(5, len(pts) // 15))
-            parts.append(_path([(sx(x), sy(y)) if math.isfinite(y) else None for (x, _), y in zip(pts, avg)], color, 1.0, label + " (moving average)"))
+            thinned = list(zip(pts, avg))[::stride]
+            parts.append(_path([(sx(x), sy(y)) if math.isfinite(y) else None for (x, _), y in thinned], color, 1.0, label + " (moving average)"))
         if len(pts) <= 40:
             for x, y in pts:
                 if math.isfinite(y):
