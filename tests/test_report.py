@@ -118,6 +118,7 @@ def test_report_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 def test_svg_helpers_hand_worked() -> None:
     assert nice_ticks(0.03, 0.97) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # span 0.94 / 5 = 0.188 -> step 0.2
     assert nice_ticks(1, 200, 6) == [0, 50, 100, 150, 200]  # 199 / 6 = 33.2 -> step 50
+    assert nice_ticks(0, 0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # all zero: open upwards, not to -1
     assert format_tick(0.25, 0.05) == "0.25" and format_tick(20000, 5000) == "20k" and format_tick(0.4, 0.2) == "0.4"
     # Centred, window 3: [mean(1,3), mean(1,3), nan, mean(5)] (non-finite neighbours are skipped).
     assert moving_average([1, 3, math.nan, 5], 3) == pytest.approx([2, 2, math.nan, 5], nan_ok=True)

@@ -33,9 +33,9 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
     """About `target` round tick values covering [lo, hi]. Example: (0.03, 0.97) -> [0, 0.2, ..., 1.0]."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return [0.0, 1.0]
-    if hi <= lo:  # a flat series: open a small window around it
+    if hi <= lo:  # a flat series: open a small window around it (above it when it is 0: counts, fractions)
         pad = abs(lo) * 0.1 or 1.0
-        lo, hi = lo - pad, hi + pad
+        lo, hi = (lo, hi + pad) if lo == 0 else (lo - pad, hi + pad)
     raw = (hi - lo) / target
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
