@@ -156,8 +156,18 @@ def test_group_signatures_hand_worked() -> None:
     assert group_signatures(["a", "b"], [1, 2], group_size=1)["completions/frac_groups_same_text"] == 0.0
 
 
+def test_group_signatures_ignores_fully_truncated_groups() -> None:
+    # G = 2: group 0 both cut at the limit (length 6, "length") -> truncation, not a signature;
+    # group 1 both stopped at length 4 -> counts. same_length = 1/2.
+    sig = group_signatures(["aaaaaa", "bbbbbb", "abcd", "dcba"], [6, 6, 4, 4], 2,
+                           finish_reasons=["length", "length", "stop", "stop"])
+    assert sig["completions/frac_groups_same_length"] == 0.5
+
+
 def test_group_signatures_validates() -> None:
     with pytest.raises(ValueError, match="cannot be split into groups of 2"):
         group_signatures(["a", "b", "c"], [1, 2, 3], group_size=2)
     with pytest.raises(ValueError, match="3 texts but 2 lengths"):
         group_signatures(["a", "b", "c"], [1, 2], group_size=3)
+    with pytest.raises(ValueError, match="3 texts but 3 lengths and 1 finish reasons"):
+        group_signatures(["a", "b", "c"], [1, 2, 3], group_size=3, finish_reasons=["stop"])

@@ -197,3 +197,43 @@ def test_console_sink_from_factory(tmp_path: Path, capsys: pytest.CaptureFixture
     rec.log({"reward": 1.0}, 1)
     rec.close()
     assert "step 1/2" in capsys.readouterr().out  # pytest's captured stdout is not a terminal
+
+
+def test_public_api_signatures() -> None:
+    """Freeze what the trainer and CLI call; change these only together with their callers."""
+    import inspect
+
+    from grpokit.record import Recorder
+    from grpokit.record.health import group_signatures
+    from grpokit.record.report import report_main, write_report
+
+    assert str(inspect.signature(make_recorder)) == (
+        "(run_dir: 'Path | None', sinks: 'list[str]', total_steps: 'int', config: 'Mapping[str, Any] | None' = None, "
+        "*, health: 'HealthConfig | None' = None, resume_step: 'int | None' = None, samples_every: 'int' = 10, "
+        "samples_prompts: 'int' = 4, console_every: 'int' = 10, project: 'str | None' = None, "
+        "run_name: 'str | None' = None) -> 'Recorder'"
+    )
+    assert list(inspect.signature(Recorder.log).parameters) == ["self", "metrics", "step"]
+    assert list(inspect.signature(Recorder.log_samples).parameters) == ["self", "step", "rows"]
+    assert list(inspect.signature(Recorder.warn).parameters) == ["self", "step", "event"]
+    assert list(inspect.signature(group_signatures).parameters) == ["texts", "lengths", "group_size", "finish_reasons"]
+    assert list(inspect.signature(write_report).parameters) == ["run_dir"]
+    assert list(inspect.signature(report_main).parameters) == ["run_dir"]
+
+
+def test_failing_tracker_is_dropped_not_fatal(tmp_path: Path) -> None:
+    class Broken:
+        name = "broken"
+        def log(self, metrics: object, step: int) -> None: raise ConnectionError("no network")  # noqa: E704
+        def log_samples(self, step: int, rows: object) -> None: pass  # noqa: E704
+        def warn(self, step: int, event: object) -> None: pass  # noqa: E704
+        def close(self) -> None: pass  # noqa: E704
+
+    rec = make_recorder(tmp_path, [], total_steps=3)
+    rec.sinks.append(Broken())
+    rec.log({"reward": 1.0}, 1)
+    rec.log({"reward": 2.0}, 2)
+    rec.close()
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2]
+    (event,) = read_jsonl(tmp_path / "health.jsonl")
+    assert event["monitor"] == "sink" and "broken sink failed in log (ConnectionError: no network)" in event["message"]

@@ -11,6 +11,7 @@ See docs/MONITORING.md for the metric names, the sinks, the monitors and the rep
 """
 
 from grpokit.record.health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures
+from grpokit.record.passk import maj_at_k, mean_at_k, pass_at_k, summarize
 from grpokit.record.recorder import NullRecorder, Recorder, make_recorder
 from grpokit.record.samples import sample_rows
 
@@ -22,6 +23,10 @@ __all__ = [
     "Recorder",
     "TrainingHealthError",
     "group_signatures",
+    "maj_at_k",
     "make_recorder",
+    "mean_at_k",
+    "pass_at_k",
     "sample_rows",
+    "summarize",
 ]

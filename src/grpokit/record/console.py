@@ -132,6 +132,7 @@ class ConsoleSink:
         if self._live is not None:
             self._progress.update(self._task, completed=min(step, self.total_steps))
             self._figures.plain = line
+            self._figures.style = "none"  # the first line was a dim placeholder
             return
         due = step % self.every == 0 or step >= self.total_steps or "eval/accuracy" in metrics
         if due:

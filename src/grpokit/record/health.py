@@ -96,7 +96,7 @@ class HealthConfig:
     max_nonfinite_steps: int = 3
     """Raise TrainingHealthError after this many consecutive steps with non-finite loss or grad norm."""
 
-    nonfinite_keys: tuple[str, ...] = ("loss", "grad_norm")
+    nonfinite_keys: list[str] = field(default_factory=lambda: ["loss", "grad_norm"])
     """The metrics whose non-finite values mean the update had to be skipped."""
 
     def __post_init__(self) -> None:
@@ -104,7 +104,7 @@ class HealthConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"health.{name} must be a positive integer, got {value!r}")
-        self.nonfinite_keys = tuple(self.nonfinite_keys)
+        self.nonfinite_keys = list(self.nonfinite_keys)
 
 
 class _Series:
@@ -210,8 +210,8 @@ def check_same_length(h: History, cfg: HealthConfig) -> tuple[bool, float, str] 
         return None
     return now > cfg.same_length_max, now, (
         f"In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
-        "signature (or all of them hit the length limit); read samples.jsonl and look for a shortcut "
-        "in the reward functions."
+        "signature; read samples.jsonl and look for a shortcut in the reward functions (if they all hit "
+        "the length limit, pass finish_reasons to group_signatures or raise max_new_tokens)."
     )
 
 
@@ -317,18 +317,25 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def group_signatures(texts: list[str], lengths: list[int], group_size: int) -> dict[str, float]:
+def group_signatures(
+    texts: list[str], lengths: list[int], group_size: int, finish_reasons: list[str] | None = None
+) -> dict[str, float]:
     """Fraction of groups whose G completions all share one length, and all share one text.
 
     `texts` and `lengths` are flat lists of N = P * G completions, grouped contiguously (completions
     0..G-1 answer prompt 0, and so on). Example with G = 2: texts ["a", "a", "b", "c"], lengths
     [3, 3, 2, 2] -> group 0 is one text and one length, group 1 two texts of one length ->
     {"completions/frac_groups_same_length": 1.0, "completions/frac_groups_same_text": 0.5}.
+
+    With `finish_reasons` given, a group whose completions were all cut at the length limit
+    ("length") does not count as sharing a length: that is truncation, which
+    `completions/clipped_ratio` already shows, not a model that learned to hit one length.
     With G = 1 every "group" trivially agrees with itself, so both fractions are reported as 0.
     """
     n = len(texts)
-    if len(lengths) != n:
-        raise ValueError(f"group_signatures: got {n} texts but {len(lengths)} lengths")
+    if len(lengths) != n or (finish_reasons is not None and len(finish_reasons) != n):
+        raise ValueError(f"group_signatures: got {n} texts but {len(lengths)} lengths"
+                         + ("" if finish_reasons is None else f" and {len(finish_reasons)} finish reasons"))
     if group_size < 1 or n % group_size != 0:
         raise ValueError(f"group_signatures: {n} completions cannot be split into groups of {group_size}")
     groups = n // group_size
@@ -337,7 +344,8 @@ def group_signatures(texts: list[str], lengths: list[int], group_size: int) -> d
     same_len = same_text = 0
     for g in range(groups):
         lo, hi = g * group_size, (g + 1) * group_size
-        same_len += len(set(lengths[lo:hi])) == 1
+        truncated = finish_reasons is not None and all(r == "length" for r in finish_reasons[lo:hi])
+        same_len += len(set(lengths[lo:hi])) == 1 and not truncated
         same_text += len(set(texts[lo:hi])) == 1
     return {
         "completions/frac_groups_same_length": same_len / groups,

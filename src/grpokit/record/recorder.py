@@ -97,8 +97,7 @@ class Recorder(NullRecorder):
         if self.health is not None:
             events, health_metrics = self.health.observe(record, step)
             record.update(health_metrics)
-        for sink in self.sinks:
-            sink.log(record, step)
+        self._each(step, "log", record, step)
         for event in events:
             self.warn(step, event)
         if self.health is not None:
@@ -112,24 +111,35 @@ class Recorder(NullRecorder):
         """Record a few prompts with their completions (see `grpokit.record.samples.sample_rows`)."""
         if not self.wants_samples(step) or not rows:
             return
-        rows = rows[: self.samples_prompts]
-        for sink in self.sinks:
-            sink.log_samples(step, rows)
+        self._each(step, "log_samples", step, rows[: self.samples_prompts])
 
     def warn(self, step: int, event: HealthEvent | str) -> None:
         """Show a warning on every sink; a plain string becomes a HealthEvent from monitor "note"."""
         if isinstance(event, str):
             event = HealthEvent(step, "note", event)
-        for sink in self.sinks:
-            sink.warn(step, event)
+        self._each(step, "warn", step, event)
 
     def close(self) -> None:
         """Close every sink (flushes files, finishes tracker runs). Safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        for sink in self.sinks:
-            sink.close()
+        self._each(-1, "close")
+
+    def _each(self, step: int, method: str, *args: Any) -> None:
+        """Call `method` on every sink. A failing tracker is dropped with a warning, training goes on:
+        metrics.jsonl is the record of the run, so only a failure of the jsonl sink is raised."""
+        for sink in list(self.sinks):
+            try:
+                getattr(sink, method)(*args)
+            except Exception as e:
+                if getattr(sink, "name", "") == "jsonl":
+                    raise
+                self.sinks.remove(sink)
+                if method != "close":
+                    self._each(step, "warn", step, HealthEvent(step, "sink", (
+                        f"the {getattr(sink, 'name', sink)} sink failed in {method} ({type(e).__name__}: {e}) and was "
+                        "switched off; metrics.jsonl still has every step.")))
 
 
 def _console(run_dir: Path | None, total_steps: int, config: Mapping[str, Any], resume_step: int | None, **kw: Any) -> Sink:

@@ -7,8 +7,9 @@ All of them work without a network:
 
 - tensorboard: event files in RUN_DIR/tensorboard (`tensorboard --logdir RUN_DIR`).
 - wandb: set WANDB_MODE=offline to keep the run in RUN_DIR/wandb (`wandb sync` uploads it later).
-- mlflow: a local file store in RUN_DIR/mlruns unless MLFLOW_TRACKING_URI says otherwise
-  (`mlflow ui --backend-store-uri RUN_DIR/mlruns`).
+- mlflow: a local store in the run directory unless MLFLOW_TRACKING_URI says otherwise: RUN_DIR/mlflow.db
+  (SQLite) with the full `mlflow` package, RUN_DIR/mlruns (file store) with `mlflow-skinny`
+  (`mlflow ui --backend-store-uri sqlite:///RUN_DIR/mlflow.db`).
 - trackio: a local database in Trackio's cache directory (`trackio show`).
 
 Trackers receive the same metrics dict as every sink; non-finite values are dropped (most trackers
@@ -19,6 +20,7 @@ where the tracker has one.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -122,6 +124,23 @@ class WandbSink:
         self.run.finish()
 
 
+def local_mlflow_uri(run_dir: Path) -> str:
+    """A tracking URI inside the run directory.
+
+    MLflow 3 recommends a SQLite store (needs sqlalchemy, which the full `mlflow` package brings) and
+    refuses its old file store unless MLFLOW_ALLOW_FILE_STORE is set; `mlflow-skinny` has no sqlalchemy,
+    so there we fall back to the file store and allow it, which every MLflow version can read.
+    """
+    import os
+
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if importlib.util.find_spec("sqlalchemy") is not None:
+        return f"sqlite:///{run_dir / 'mlflow.db'}"
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return (run_dir / "mlruns").as_uri()
+
+
 class MlflowSink:
     name = "mlflow"
 
@@ -130,7 +149,7 @@ class MlflowSink:
 
         self.mlflow = _require("mlflow", "mlflow")
         if "MLFLOW_TRACKING_URI" not in os.environ and run_dir is not None:
-            self.mlflow.set_tracking_uri((Path(run_dir).resolve() / "mlruns").as_uri())
+            self.mlflow.set_tracking_uri(local_mlflow_uri(Path(run_dir)))
         self.mlflow.set_experiment(project)
         self.run = self.mlflow.start_run(run_name=run_name)
         params = {k: str(v)[:500] for k, v in flatten(config).items()}  # MLflow caps parameter values
