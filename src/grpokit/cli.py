@@ -85,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details)")
         return 0
+    from .record.health import TrainingHealthError
+    from .rewards.spec import RewardError
+
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except ConfigError as e:
+    except (ConfigError, RewardError, TrainingHealthError) as e:
         print(f"grpokit: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

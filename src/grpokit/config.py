@@ -24,6 +24,7 @@ import yaml
 
 from .advantages import BASELINES, SCALES, STD_KINDS
 from .loss import AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from .record.health import HealthConfig
 
 
 class ConfigError(ValueError):
@@ -88,6 +89,14 @@ class RolloutConfig:
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
     backend: str = "hf"
     """Rollout engine: "hf" (transformers, CPU or GPU)."""
+    sample_group_size: int = 0
+    """GFPO: completions sampled per prompt before the best group_size are kept (0 = no oversampling)."""
+    gfpo_criterion: str = "length"
+    """GFPO: which completions to keep: "length" (shortest) or "token_efficiency" (highest reward per token)."""
+    gfpo_adaptive: bool = False
+    """GFPO adaptive: oversample only hard prompts (mean reward of the first group_size below the threshold)."""
+    gfpo_adaptive_threshold: float = 0.5
+    """GFPO adaptive: a prompt is hard when its first group_size samples average below this reward."""
 
 
 @dataclass
@@ -104,6 +113,12 @@ class RewardConfig:
     """Stop the run when more than this fraction of a step's reward calls fail."""
     num_workers: int = 0
     """Worker processes for reward functions (0 = run in the trainer's process, still with timeouts)."""
+    params: dict = field(default_factory=dict)
+    """Keyword arguments per built-in function, e.g. {overlong_penalty: {max_length: 16, cache_length: 4}}."""
+    normalize_components: bool = False
+    """Multi-objective (MO-GRPO): normalise each function's reward within its group before the weighted sum."""
+    process_function: str = ""
+    """Process reward for algo.supervision=process: "task" or "module:function" returning (end token, reward) steps."""
 
 
 @dataclass
@@ -134,6 +149,24 @@ class AlgoConfig:
     """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
     num_iterations: int = 1
     """mu: optimizer updates per generated batch (old logprobs are taken once, before the first)."""
+    supervision: str = "outcome"
+    """"outcome" (one reward per completion) or "process" (per-step rewards, DeepSeekMath PS)."""
+    kl_placement: str = "loss"
+    """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t log(pi/ref))."""
+    mask_truncated: bool = False
+    """DAPO overlong filtering: completions cut at max_new_tokens are left out of the loss."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
+    max_sampling_rounds: int = 4
+    """Dynamic sampling: at most this many sampling rounds per step (then train on what was collected)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
+    entropy_top_fraction: float = 1.0
+    """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
+    offpolicy_delta: float = 0.0
+    """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
+    ref_refresh_every: int = 0
+    """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
 
 
 @dataclass
@@ -151,7 +184,7 @@ class OptimConfig:
     warmup_steps: int = 0
     """Linear warm-up steps from 0 to `lr`."""
     schedule: str = "constant"
-    """Learning-rate schedule after warm-up: "constant" or "cosine" (to 0 at the last step)."""
+    """Learning-rate schedule after warm-up: "constant", "linear" or "cosine" (both decay to 0 at the last step)."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value (0 = no clipping)."""
 
@@ -190,6 +223,8 @@ class RecordConfig:
     """How many prompts (each with all G completions) go into each sample dump."""
     report: bool = True
     """Write report.html into the run folder when training ends."""
+    console_every: int = 10
+    """Without a terminal, the console prints one line per this many steps."""
 
 
 @dataclass
@@ -210,6 +245,8 @@ class Config:
     """The loop: steps, batch sizes, seeds, checkpoints."""
     record: RecordConfig = field(default_factory=RecordConfig)
     """Metrics, samples and report (stage 7)."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Health monitors: thresholds of the alarms (stage 7)."""
 
 
 # ---------------------------------------------------------------- building a config
@@ -298,6 +335,12 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         return float(value)
     if tp is str:
         return "" if value is None else str(value)
+    if tp is dict:
+        if value is None or value == "":
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping, got {value!r}")
+        return value
     return value
 
 
@@ -368,6 +411,19 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
     _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
+    _one_of("algo.supervision", a.supervision, ("outcome", "process"))
+    _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
+    _one_of("rollout.gfpo_criterion", r.gfpo_criterion, ("length", "token_efficiency"))
+    _check(r.sample_group_size == 0 or r.sample_group_size > r.group_size,
+           f"rollout.sample_group_size={r.sample_group_size} must be 0 (off) or larger than rollout.group_size={r.group_size}")
+    _check(not r.gfpo_adaptive or r.sample_group_size > 0, "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size")
+    _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
+    _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
+    _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
+    _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
+    _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
+    _check(a.supervision != "process" or bool(cfg.reward.process_function),
+           "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
     _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
@@ -377,7 +433,7 @@ def validate(cfg: Config) -> Config:
     _check(a.norm_constant >= 0, f"algo.norm_constant={a.norm_constant} must be >= 0 (0 = max_new_tokens)")
     _check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
     _check(o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be >= 0")
-    _one_of("optim.schedule", o.schedule, ("constant", "cosine"))
+    _one_of("optim.schedule", o.schedule, ("constant", "linear", "cosine"))
     _check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
     _check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
     _check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -25,7 +26,8 @@ import numpy as np
 import torch
 
 from . import checkpoint
-from .advantages import group_advantages
+from .advantages import group_advantages, kl_penalized_rewards, normalize_components, process_advantages
+from .collect import ScoredBatch, collect
 from .config import Config, ConfigError, save_yaml, to_dict, validate
 from .data import PromptSampler, load_rows, to_prompts
 from .evaluate import evaluate
@@ -35,6 +37,8 @@ from .record import group_signatures, make_recorder, sample_rows
 from .rewards.runner import RewardRunner
 from .rewards.spec import RewardSpec, resolve_reward
 from .rollout.hf import SamplingParams, generate
+from .loss import entropy_token_mask
+from .types import Prompt
 from .update import UpdateInputs, make_optimizer, policy_update
 
 
@@ -59,7 +63,10 @@ class Trainer:
         train_rows, eval_rows = self._rows(train_rows, eval_rows)
         self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data)
         self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data)
-        self.runner = RewardRunner(self._reward_specs(reward_funcs), num_workers=cfg.reward.num_workers,
+        specs = self._reward_specs(reward_funcs)
+        self.runner_weights = [sp.weight for sp in specs]
+        self.process_fn = self._process_function() if cfg.algo.supervision == "process" else None
+        self.runner = RewardRunner(specs, num_workers=cfg.reward.num_workers,
                                    timeout_s=cfg.reward.timeout_s, failure_value=cfg.reward.failure_value,
                                    max_failure_fraction=cfg.reward.max_failure_fraction)
 
@@ -80,8 +87,9 @@ class Trainer:
         save_yaml(cfg, self.run_dir / "config.yaml")
         r = cfg.record
         self.recorder = make_recorder(
-            self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg), resume_step=self.step if self.resume_dir else None,
-            samples_every=r.samples_every, samples_prompts=r.samples_prompts)
+            self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
+            health=cfg.health, resume_step=self.step if self.resume_dir else None,
+            samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                                      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
                                      stop=tuple(cfg.rollout.stop))
@@ -118,59 +126,108 @@ class Trainer:
         return summary
 
     def train_step(self) -> dict[str, float]:
-        cfg, G, P = self.cfg, self.cfg.rollout.group_size, self.cfg.train.prompts_per_step
-        timer = _Timer()
+        cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
+        G = r.group_size
+        self._timer = timer = _Timer()
 
-        prompts = self.sampler.next_batch(P)  # 1. prompts
-        with timer("rollout"):  # 2. rollout
-            self.model.eval()
-            ro = generate(self.model, [p.ids for p in prompts], G, self.params, eos_token_ids=self.eos,
-                          pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode)
-        texts = [self._decode(c) for c in ro.completion_ids]
-        with timer("reward"):  # 3. rewards
-            columns = {k: [p.columns.get(k) for p in prompts for _ in range(G)] for k in prompts[0].columns}
-            scored = self.runner.score([p.text for p in prompts for _ in range(G)], texts, ro.completion_ids, G, columns)
-        a = cfg.algo  # 4. advantages
-        adv_PG, adv_metrics = group_advantages(scored.total_N.view(P, G), baseline=a.baseline, scale=a.scale,
-                                               std=a.std, eps=a.adv_eps)
-        with timer("update"):  # 5-6. logprobs, loss, optimizer
+        sb = collect(self._sample, cfg.train.prompts_per_step, G,  # 1-3. prompts, rollout, rewards
+                     dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
+                     sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
+                     gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold)
+        P, ro = len(sb.prompts), sb.rollout
+        with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            old_logp = self._logprobs(self.model, batch) if a.num_iterations > 1 else None
-            ref_logp = self._logprobs(self.ref_model, batch) if self.ref_model is not None else None
-            inputs = UpdateInputs(batch, adv_PG.flatten().to(self.device), batch.completion_mask, old_logp, ref_logp)
+            need_old = a.num_iterations > 1 or a.entropy_top_fraction < 1 or a.kl_placement == "reward"
+            old_logp, entropy = self._logprobs(self.model, batch, entropy=a.entropy_top_fraction < 1) if need_old else (None, None)
+            ref_logp = self._logprobs(self.ref_model, batch)[0] if self.ref_model is not None else None
+
+        rewards_N, extra = sb.total_N, {}  # 4. advantages
+        if cfg.reward.normalize_components:  # MO-GRPO: each component normalised within its group
+            w = torch.tensor(self.runner_weights)
+            rewards_N = normalize_components(sb.rewards_NF.view(P, G, -1), w, std=a.std, eps=a.adv_eps).flatten()
+        if a.kl_placement == "reward" and ref_logp is not None:  # PPO / REINFORCE++: KL in the reward
+            rewards_N, kl_N = kl_penalized_rewards(rewards_N, old_logp.cpu(), ref_logp.cpu(), batch.completion_mask.cpu(), a.beta)
+            extra["kl"] = (kl_N.sum() / batch.completion_mask.sum().clamp(min=1).cpu()).item()
+        if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
+            advantages, adv_metrics = self._process_advantages(sb, batch.width)
+        else:
+            adv_PG, adv_metrics = group_advantages(rewards_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+            advantages = adv_PG.flatten()
+
+        loss_mask = batch.completion_mask
+        if a.mask_truncated:  # DAPO overlong filtering: truncated completions leave the loss
+            keep = torch.tensor([f != "length" for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
+            loss_mask = loss_mask * keep[:, None]
+        if a.entropy_top_fraction < 1:  # train only on the high-entropy "forking" tokens
+            loss_mask = entropy_token_mask(entropy, loss_mask, a.entropy_top_fraction)
+        with timer("update"):  # 5-6. loss, backward, optimizer, mu times
+            inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
+                                  ref_logp if a.kl_placement == "loss" else None)
+            algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
             for _ in range(a.num_iterations):
-                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, a, cfg.optim,
-                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=a.norm_constant or cfg.rollout.max_new_tokens)
+                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
+                                    temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
+                                    norm_constant=a.norm_constant or r.max_new_tokens)
+            if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
+                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
 
         lengths = [len(c) for c in ro.completion_ids]  # 7. record
+        seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
         if self.recorder.wants_samples(self.step + 1):
-            per_func = {n: scored.rewards_NF[:, f].tolist() for f, n in enumerate(scored.names)}
+            per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
             self.recorder.log_samples(self.step + 1, sample_rows(
-                [p.text for p in prompts], texts, per_func, scored.total_N.tolist(), adv_PG.flatten().tolist(),
+                [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts))
         return {
-            "reward": scored.total_N.mean().item(),
-            "reward_std": scored.total_N.view(P, G).std(dim=1).mean().item(),
-            **scored.metrics, **adv_metrics, **upd,
+            **sb.metrics, "reward": sb.total_N.mean().item(),
+            "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
+            **adv_metrics, **upd, **extra,
             "completions/mean_length": float(np.mean(lengths)), "completions/min_length": float(min(lengths)),
             "completions/max_length": float(max(lengths)),
             "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
-            **group_signatures(texts, lengths, G),
+            **group_signatures(sb.texts, lengths, G, ro.finish_reasons),
             **timer.metrics(), "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
             "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
             "data/position": float(self.sampler.position),
         }
 
+    def _sample(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch:
+        """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them."""
+        if isinstance(prompts, int):
+            prompts = self.sampler.next_batch(prompts)
+        with self._timer("rollout"):
+            self.model.eval()
+            ro = generate(self.model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
+                          pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode)
+        texts = [self._decode(c) for c in ro.completion_ids]
+        with self._timer("reward"):
+            columns = {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
+            scored = self.runner.score([p.text for p in prompts for _ in range(group_size)], texts, ro.completion_ids,
+                                       group_size, columns)
+        return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics)
+
+    def _process_advantages(self, sb: ScoredBatch, width: int) -> tuple[torch.Tensor, dict[str, float]]:
+        G, a = sb.group_size, self.cfg.algo
+        columns = {k: [p.columns.get(k) for p in sb.prompts for _ in range(G)] for k in sb.prompts[0].columns}
+        prompts = [p.text for p in sb.prompts for _ in range(G)]
+        steps = self.process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
+        S = max(1, max(len(s) for s in steps))
+        rewards, ends, mask = torch.zeros(len(steps), S), torch.zeros(len(steps), S, dtype=torch.long), torch.zeros(len(steps), S)
+        for i, seq in enumerate(steps):
+            for k, (end, value) in enumerate(seq):
+                rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
+        return process_advantages(rewards, ends, mask, G, width, std=a.std, eps=a.adv_eps)
+
     # ------------------------------------------------------------------ helpers
 
     @torch.no_grad()
-    def _logprobs(self, model, batch) -> torch.Tensor:
+    def _logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
         model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
-        parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature)[0]
-                 for s in range(0, batch.input_ids.shape[0], mbs)]
-        return torch.cat(parts)
+        parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
+                                     with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
+        return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -219,12 +276,24 @@ class Trainer:
                 fn = get_task(self.cfg.data.task).reward
                 specs.append(RewardSpec(fn=fn, name=getattr(fn, "__name__", "task"), weight=w))
             else:
-                specs.append(RewardSpec(fn=resolve_reward(name), name=name.split(":")[-1], weight=w))
+                params = self.cfg.reward.params.get(name, {})
+                specs.append(RewardSpec(fn=resolve_reward(name, **params), name=name.split(":")[-1], weight=w))
         if extra:
             specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0) for i, f in enumerate(extra)]
         if not specs:
             raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
         return specs
+
+    def _process_function(self):
+        name = self.cfg.reward.process_function
+        if name == "task":
+            from .tasks import get_task
+
+            fn = getattr(get_task(self.cfg.data.task), "process_reward", None)
+            if fn is None:
+                raise ConfigError(f"reward.process_function=task but task {self.cfg.data.task!r} has no process reward")
+            return fn
+        return resolve_reward(name)
 
     def _load_summary(self) -> dict[str, Any]:
         p = self.run_dir / "summary.json"

@@ -26,9 +26,11 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     def factor(step: int) -> float:  # linear warm-up, then constant or cosine to 0
         if step < cfg.warmup_steps:
             return (step + 1) / (cfg.warmup_steps + 1)
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
         if cfg.schedule == "cosine":
-            span = max(1, total_steps - cfg.warmup_steps)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - cfg.warmup_steps) / span)))
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if cfg.schedule == "linear":
+            return 1.0 - progress
         return 1.0
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
@@ -54,11 +56,12 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
-    loss_total = 0.0
+    loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
     for start in range(0, N, mbs):
         rows = slice(start, start + mbs)
         mb = inputs.batch.rows(rows)
-        logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True)
+        logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
+                                            entropy_grad=algo.entropy_coef != 0.0)
         old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
         ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
         mask = inputs.loss_mask[rows]
@@ -67,18 +70,22 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
             ratio_level=algo.ratio_level, ref_logp_NT=ref, beta=algo.beta, kl_estimator=algo.kl_estimator,
             aggregation=algo.aggregation, num_sequences=N, num_tokens=num_tokens, norm_constant=norm_constant,
+            entropy_NT=entropy, entropy_coef=algo.entropy_coef, offpolicy_delta=algo.offpolicy_delta or None,
         )
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")
-        m["entropy"] = float((entropy * mask).sum().item() / max(n_tok, 1.0))
         for k, v in m.items():  # token-weighted means over micro-batches
-            sums[k] = sums.get(k, 0.0) + v * n_tok
+            sums[k] = sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
+        # entropy over every completion token, also those a variant leaves out of the loss
+        ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
+        ent_tok += float(mb.completion_mask.sum().item())
     params = [p for g in optimizer.param_groups for p in g["params"]]
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    metrics = {k: v / max(num_tokens, 1.0) for k, v in sums.items()}
-    metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0])
+    metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
+    metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
+                   entropy=ent_sum / max(ent_tok, 1.0))
     if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
         metrics["skipped_nonfinite"] = 1.0

@@ -1,0 +1,161 @@
+"""Stages 2-3 together: collect a scored batch of P groups of G completions.
+
+Most runs sample P prompts once. Two variants change how a batch is filled, and both live here so
+the loop stays the same:
+
+* DAPO dynamic sampling (Yu et al., 2025): groups whose rewards are all equal carry no gradient;
+  drop them and sample more prompts until P informative groups are collected, for at most
+  ``max_rounds`` rounds (then train on what was collected).
+* GFPO (Shrivastava et al., 2025): sample ``sample_group_size`` > G completions per prompt, keep the
+  G best by a criterion (shortest, or highest reward per token), and compute advantages on the kept
+  ones only. The adaptive mode samples the extra completions only for hard prompts (group mean
+  reward below ``adaptive_threshold``): easy prompts keep their first G.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .advantages import flat_groups
+from .types import Prompt, Rollout
+
+
+@dataclass
+class ScoredBatch:
+    """P groups of G completions with their rewards; rows p*G .. p*G+G-1 belong to prompt p."""
+
+    prompts: list[Prompt]
+    rollout: Rollout
+    texts: list[str]
+    rewards_NF: torch.Tensor  # (N, F) per function, NaN = not applicable
+    total_N: torch.Tensor  # (N,) weighted sum
+    names: list[str]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def group_size(self) -> int:
+        return self.rollout.group_size
+
+
+def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | None = None) -> ScoredBatch:
+    """Keep the given groups and, optionally, only the given member indices of each (same count)."""
+    G = batch.group_size
+    members = members or [list(range(G)) for _ in groups]
+    rows = [p * G + g for p, mem in zip(groups, members) for g in mem]
+    new_G = len(members[0]) if members else G
+    ro = batch.rollout
+    rollout = Rollout(prompt_ids=[ro.prompt_ids[p] for p in groups],
+                      completion_ids=[ro.completion_ids[i] for i in rows],
+                      sampling_logprobs=[ro.sampling_logprobs[i] for i in rows],
+                      finish_reasons=[ro.finish_reasons[i] for i in rows], group_size=new_G)
+    idx = torch.tensor(rows, dtype=torch.long)
+    return ScoredBatch([batch.prompts[p] for p in groups], rollout, [batch.texts[i] for i in rows],
+                       batch.rewards_NF[idx], batch.total_N[idx], batch.names, dict(batch.metrics))
+
+
+def concat(batches: list[ScoredBatch]) -> ScoredBatch:
+    first = batches[0]
+    rollout = Rollout(prompt_ids=[p for b in batches for p in b.rollout.prompt_ids],
+                      completion_ids=[c for b in batches for c in b.rollout.completion_ids],
+                      sampling_logprobs=[s for b in batches for s in b.rollout.sampling_logprobs],
+                      finish_reasons=[f for b in batches for f in b.rollout.finish_reasons], group_size=first.group_size)
+    return ScoredBatch([p for b in batches for p in b.prompts], rollout, [t for b in batches for t in b.texts],
+                       torch.cat([b.rewards_NF for b in batches]), torch.cat([b.total_N for b in batches]),
+                       first.names, _merge_metrics([b.metrics for b in batches]))
+
+
+def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[int] | None = None) -> ScoredBatch:
+    """GFPO: keep ``keep`` completions of each group, the shortest (``"length"``) or those with the
+    highest reward per token (``"token_efficiency"``). Ties keep the earlier sample. Groups not in
+    ``only_groups`` (adaptive mode) keep their first ``keep`` samples."""
+    G = batch.group_size
+    members = []
+    for p in range(len(batch.prompts)):
+        rows = list(range(p * G, (p + 1) * G))
+        if only_groups is not None and p not in only_groups:
+            members.append(list(range(keep)))
+            continue
+        lengths = [max(1, len(batch.rollout.completion_ids[i])) for i in rows]
+        if criterion == "length":
+            key = lambda g: (lengths[g], g)  # noqa: E731  GFPO: prefer short completions
+        elif criterion == "token_efficiency":
+            key = lambda g: (-batch.total_N[rows[g]].item() / lengths[g], g)  # noqa: E731  GFPO: reward per token
+        else:
+            raise ValueError(f"unknown GFPO criterion {criterion!r}; valid: length, token_efficiency")
+        members.append(sorted(sorted(range(G), key=key)[:keep]))
+    return select(batch, list(range(len(batch.prompts))), members)
+
+
+def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch], P: int, G: int, *, dynamic_sampling: bool = False,
+            max_rounds: int = 4, sample_group_size: int = 0, gfpo_criterion: str = "length",
+            gfpo_adaptive: bool = False, adaptive_threshold: float = 0.5) -> ScoredBatch:
+    """Fill a batch of P groups of G. ``sample(n_or_prompts, group_size)`` samples and scores
+    ``group_size`` completions for n fresh prompts from the data, or for the given prompts."""
+    oversample = sample_group_size > G
+    kept: list[ScoredBatch] = []
+    n_kept, rounds, dropped, sampled = 0, 0, 0, 0
+    while True:
+        rounds += 1
+        batch = sample(P, sample_group_size if oversample and not gfpo_adaptive else G)
+        sampled += len(batch.prompts)
+        if oversample and gfpo_adaptive:
+            batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, adaptive_threshold)
+            batch = gfpo_keep(batch, G, gfpo_criterion, hard)
+        elif oversample:
+            batch = gfpo_keep(batch, G, gfpo_criterion)
+        if dynamic_sampling:  # DAPO: drop groups whose rewards are all equal
+            informative = (~flat_groups(batch.total_N.view(-1, G))).nonzero()[:, 0].tolist()
+            dropped += len(batch.prompts) - len(informative)
+            batch = select(batch, informative)
+        if batch.prompts:
+            kept.append(batch)
+            n_kept += len(batch.prompts)
+        if not dynamic_sampling or n_kept >= P or rounds >= max_rounds:
+            break
+    if not kept:  # every group was flat in every round: train on the last round (zero advantages)
+        kept = [sample(P, G)]
+        n_kept = P
+    out = concat(kept)
+    if len(out.prompts) > P:
+        out = select(out, list(range(P)))
+    if dynamic_sampling:
+        out.metrics.update({"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/dropped_groups": float(dropped),
+                            "dynamic_sampling/kept_groups": float(len(out.prompts)),
+                            "dynamic_sampling/sampled_prompts": float(sampled)})
+    return out
+
+
+def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, threshold: float) -> tuple[ScoredBatch, list[int]]:
+    """GFPO adaptive: prompts whose first G samples score below ``threshold`` on average get
+    ``sample_group_size - G`` more samples; the batch becomes uniformly ``sample_group_size`` wide
+    (easy prompts are padded with copies that ``gfpo_keep`` never selects)."""
+    extra_n = sample_group_size - G
+    hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G:(p + 1) * G].mean() < threshold]
+    more = sample([batch.prompts[p] for p in hard], extra_n) if hard else None
+    parts_rows, rewards, totals, texts, comps, logps, reasons = [], [], [], [], [], [], []
+    for p in range(len(batch.prompts)):
+        rows = list(range(p * G, (p + 1) * G))
+        src = [(batch, i) for i in rows]
+        if p in hard:
+            k = hard.index(p)
+            src += [(more, k * extra_n + j) for j in range(extra_n)]
+        else:
+            src += [(batch, rows[0])] * extra_n  # placeholders: easy groups keep their first G
+        for b, i in src:
+            rewards.append(b.rewards_NF[i]); totals.append(b.total_N[i]); texts.append(b.texts[i])
+            comps.append(b.rollout.completion_ids[i]); logps.append(b.rollout.sampling_logprobs[i])
+            reasons.append(b.rollout.finish_reasons[i])
+    ro = Rollout(batch.rollout.prompt_ids, comps, logps, reasons, sample_group_size)
+    metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}
+    return ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics), hard
+
+
+def _merge_metrics(ms: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k in ms[0]:
+        vals = [m[k] for m in ms if k in m]
+        out[k] = sum(vals) if k.endswith(("failures", "not_applicable")) else sum(vals) / len(vals)
+    return out
