@@ -23,6 +23,7 @@ def _train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpokit train", description="Train a model with GRPO (default: the embedded demo).",
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=TRAIN_EPILOG + describe_fields())
+    p.add_argument("--preset", help="published recipe to start from (grpokit presets lists them)")
     p.add_argument("--config", help="YAML file with config sections")
     p.add_argument("--out", help="run folder (default: a new folder under runs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
@@ -38,6 +39,10 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg = load_yaml(cfg_file)
     else:
         cfg = Config()
+    if getattr(args, "preset", None):
+        from . import presets
+
+        cfg = presets.apply(args.preset, cfg)
     if args.config:
         cfg = load_yaml(args.config, cfg)
     cfg = apply_overrides(cfg, args.overrides)
@@ -74,7 +79,28 @@ def cmd_report(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "report": cmd_report}
+def cmd_presets(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="grpokit presets", description="List the presets and the values each sets.")
+    p.add_argument("name", nargs="?", help="show only this preset")
+    args = p.parse_args(argv)
+    from . import presets
+
+    for name in [args.name] if args.name else presets.names():
+        values = presets.load(name)
+        print(f"{name}: {presets.description(name)}")
+        for section, fields in values.items():
+            for key, value in fields.items():
+                print(f"    {section}.{key} = {value}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "presets": cmd_presets}
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from .eval_cli import main as eval_main
+
+    return eval_main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,119 @@
+"""``grpokit eval``: pass@k, maj@k and mean@k of a model or checkpoint on a dataset.
+
+For every prompt, n completions are sampled (``--samples``, default the largest k) and graded by
+the first reward function: a completion is correct when it earns that function's full reward
+(>= 1 - 1e-6). maj@k votes over the extracted answers (the text inside <answer> tags, else a
+\\boxed{...}, else the stripped completion). The estimators are in ``grpokit.record.passk``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from .config import Config, ConfigError, apply_overrides, validate
+from .data import load_rows, to_prompts
+from .models import eos_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+from .record.passk import summarize
+from .rewards import RewardRunner, RewardSpec, resolve_reward
+from .rollout.hf import SamplingParams, generate
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def extract_answer(text: str) -> str | None:
+    for pattern in (_ANSWER, _BOXED):
+        m = pattern.findall(text)
+        if m:
+            return m[-1].strip()
+    return text.strip() or None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="grpokit eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="demo", help="model folder, hub id, a run's checkpoint model/ folder, or demo")
+    p.add_argument("--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)")
+    p.add_argument("--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (with --reward)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--reward", action="append", default=[], help="reward function (built-in name or module:function); the first grades")
+    p.add_argument("--k", default="1,4,8", help="comma-separated k values")
+    p.add_argument("--samples", type=int, default=0, help="completions per prompt (default: the largest k)")
+    p.add_argument("--limit", type=int, default=200, help="evaluate at most this many prompts (0 = all)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the results as JSON to this file")
+    p.add_argument("overrides", nargs="*", metavar="section.field=value", help="data/model config overrides (e.g. data.prompt_column=question)")
+    return p.parse_args(argv)
+
+
+def run_eval(args: argparse.Namespace) -> dict:
+    ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+    if not ks or ks[0] < 1:
+        raise ConfigError(f"--k {args.k!r} must list positive integers, e.g. 1,4,8")
+    n = args.samples or ks[-1]
+    if n < ks[-1]:
+        raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
+    cfg = apply_overrides(Config(), args.overrides)
+    cfg.model.name_or_path = args.model
+    cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
+    validate(cfg)
+    torch.manual_seed(args.seed)
+    device = resolve_device(cfg.model)
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_model(cfg.model, device, resolve_dtype(cfg.model, device)).eval()
+    if cfg.data.task:
+        from .tasks import get_task
+
+        task = get_task(cfg.data.task)
+        rows, fns = task.eval_rows(), [task.reward] + [resolve_reward(r) for r in args.reward]
+    else:
+        if not args.reward:
+            raise ConfigError("--dataset needs at least one --reward to grade completions")
+        rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
+    rows = rows[: args.limit] if args.limit else rows
+    prompts = to_prompts(rows, tokenizer, cfg.data)
+    specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    answers, correct = [], []
+    with RewardRunner(specs, num_workers=0) as runner:
+        for s in range(0, len(prompts), 32):
+            chunk = prompts[s:s + 32]
+            ro = generate(model, [p.ids for p in chunk], n, params, eos_token_ids=eos_ids(tokenizer, model),
+                          pad_token_id=tokenizer.pad_token_id, generator=gen)
+            texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
+            columns = {k: [p.columns.get(k) for p in chunk for _ in range(n)] for k in chunk[0].columns}
+            res = runner.score([p.text for p in chunk for _ in range(n)], texts, ro.completion_ids, n, columns)
+            ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
+            for i in range(len(chunk)):
+                answers.append([extract_answer(t) for t in texts[i * n:(i + 1) * n]])
+                correct.append(ok[i * n:(i + 1) * n])
+    result = {"model": args.model, "prompts": len(prompts), "samples_per_prompt": n,
+              "temperature": args.temperature, **summarize(answers, correct, ks)}
+    return result
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    result = run_eval(args)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"grpokit eval: {result['model']} ({result['prompts']} prompts x {result['samples_per_prompt']} samples)")
+    for col in ("k", "pass@k", "maj@k", "mean@k"):
+        table.add_column(col, justify="right")
+    for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):
+        table.add_row(str(k), *(f"{result[f'{m}@{k}']:.3f}" for m in ("pass", "maj", "mean")))
+    Console().print(table)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
