@@ -1,0 +1,39 @@
+"""The GRPO family as named sets of config overrides on the one trainer.
+
+Each entry is what a user would type on the command line to select the variant on top of any
+run (``grpokit train algo.scale=none ...``). ``scripts/compare_variants.py`` trains each on the
+built-in task and writes docs/VARIANT_COMPARISON.md; tests/test_variants_e2e.py runs each for a
+few steps. Presets (published hyperparameters at full scale) live in grpokit/presets/.
+"""
+
+from __future__ import annotations
+
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "grpo": ("GRPO, outcome supervision (DeepSeekMath)", []),
+    "grpo-process": ("GRPO, process supervision: per-step rewards (DeepSeekMath PS)",
+                     ["algo.supervision=process", "reward.process_function=task"]),
+    "dr-grpo": ("Dr. GRPO: no std scaling, token sums / constant",
+                ["algo.scale=none", "algo.aggregation=seq-mean-token-sum-norm"]),
+    "dapo": ("DAPO: clip-higher, token-mean, overlong filtering + soft punishment, dynamic sampling",
+             ["algo.clip_high=0.28", "algo.aggregation=token-mean", "algo.mask_truncated=true",
+              "algo.dynamic_sampling=true", "reward.functions=[task, overlong_penalty]",
+              "reward.params={overlong_penalty: {max_length: 16, cache_length: 4}}"]),
+    "gspo": ("GSPO: sequence-level ratio and clipping", ["algo.ratio_level=sequence", "algo.clip_low=0.0003",
+                                                          "algo.clip_high=0.0004", "algo.num_iterations=2"]),
+    "rloo": ("RLOO: leave-one-out baseline", ["algo.baseline=leave_one_out", "algo.scale=none"]),
+    "reinforce-pp": ("REINFORCE++-baseline: group mean, batch whitening", ["algo.scale=batch_whiten"]),
+    "gfpo": ("GFPO: sample 2G, keep the G shortest", ["rollout.sample_group_size=16", "rollout.gfpo_criterion=length"]),
+    "gfpo-adaptive": ("GFPO adaptive: extra samples for hard prompts only, keep by reward per token",
+                      ["rollout.sample_group_size=16", "rollout.gfpo_adaptive=true",
+                       "rollout.gfpo_criterion=token_efficiency"]),
+    "mo-grpo": ("Multi-objective: each reward normalised within its group before the weighted sum",
+                ["reward.functions=[task, overlong_penalty]", "reward.weights=[1.0, 0.5]", "reward.normalize_components=true",
+                 "reward.params={overlong_penalty: {max_length: 16, cache_length: 8}}"]),
+    "entropy-bonus": ("Entropy bonus in the loss", ["algo.entropy_coef=0.002"]),
+    "high-entropy-tokens": ("Train on the 20% highest-entropy tokens only", ["algo.entropy_top_fraction=0.2"]),
+    "offpolicy-mask": ("Off-policy sequence masking (DeepSeek-V3.2) with 2 updates per batch",
+                       ["algo.num_iterations=2", "algo.offpolicy_delta=0.001"]),
+    "ref-refresh": ("KL to a reference refreshed every 10 steps", ["algo.beta=0.04", "algo.ref_refresh_every=10"]),
+    "kl-in-reward": ("KL subtracted from the reward instead of added to the loss",
+                     ["algo.beta=0.04", "algo.kl_placement=reward", "algo.kl_estimator=k1"]),
+}
