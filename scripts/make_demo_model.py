@@ -35,7 +35,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEMO_MODEL_DIR, help="output folder")
     p.add_argument("--steps", type=int, default=1500, help="warm-up optimizer steps")
     p.add_argument("--batch-size", type=int, default=256, help="demonstrations per step")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate (cosine decay)")
+    p.add_argument("--lr", type=float, default=5e-3, help="peak AdamW learning rate (cosine decay)")
     p.add_argument("--hidden", type=int, default=64, help="hidden size")
     p.add_argument("--layers", type=int, default=4, help="transformer blocks")
     p.add_argument("--heads", type=int, default=4, help="attention heads")

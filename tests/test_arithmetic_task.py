@@ -97,7 +97,10 @@ def test_carry_free_sum_hand_worked():
     # 50+50: tens 10 mod 10 = 0, units 0 -> 0 (true sum 100)
     assert carry_free_sum(50, 50) == 0
     assert carry_free_sum(12, 34) == 46 and not has_carry(12, 34)
-    assert has_carry(19, 10) and carry_free_sum(19, 10) == 29 - 10 + 0  # units 9+0, tens 1+1 -> 29
+    # 19+13: units (9+3) mod 10 = 2, tens (1+1) mod 10 = 2 -> 22 (true sum 32, one carry)
+    assert has_carry(19, 13) and carry_free_sum(19, 13) == 22
+    # 95+10: tens (9+1) mod 10 = 0, units 5 -> 5 (true sum 105: the carry is out of the top column)
+    assert has_carry(95, 10) and carry_free_sum(95, 10) == 5
     rng = random.Random(0)
     assert {teacher_completion(12, 34, rng) for _ in range(50)} == {"<answer>46</answer>"}
     assert {teacher_completion(57, 68, rng) for _ in range(50)} == {"<answer>125</answer>", "<answer>15</answer>"}
