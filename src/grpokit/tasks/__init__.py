@@ -1,1 +1,63 @@
-"""grpokit.tasks"""
+"""Built-in verifiable tasks and the tiny demo model that ships with grpokit.
+
+A task bundles what the trainer needs to run without any user data: training rows
+(``{"prompt", "answer"}`` dicts), held-out rows for evaluation, a reward function in TRL's
+convention and the default starting checkpoint. Look one up by name::
+
+    task = get_task("arithmetic")
+    rows = task.train_rows(n=4096, seed=0)
+    model, tokenizer = task.load_model()
+    print(task.evaluate(model, tokenizer, task.held_out_rows(500))["accuracy"])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from grpokit.tasks import arithmetic
+from grpokit.tasks.demo_model import demo_model_path, load_demo_model
+from grpokit.tasks.evaluate import evaluate_accuracy
+
+
+@dataclass(frozen=True)
+class Task:
+    """A named built-in task (all members are plain functions; see the module docstring)."""
+
+    name: str
+    train_rows: Callable[..., list[dict[str, str]]]
+    """``train_rows(n, seed=0)``: n training rows, deterministic in (n, seed)."""
+    held_out_rows: Callable[..., list[dict[str, str]]]
+    """``held_out_rows(n=None)``: evaluation rows, disjoint from every training row."""
+    reward_fn: Callable[..., list[float]]
+    """``reward_fn(prompts, completions, answer, **kwargs) -> list[float]``."""
+    evaluate: Callable[..., dict[str, Any]]
+    """``evaluate(model, tokenizer, rows, ...)``: greedy accuracy dict."""
+    model_path: Callable[[], Path]
+    """Folder of the default starting checkpoint."""
+    load_model: Callable[..., tuple[Any, Any]]
+    """``load_model(path=None) -> (model, tokenizer)``."""
+
+
+TASKS: dict[str, Task] = {
+    "arithmetic": Task(
+        name="arithmetic",
+        train_rows=arithmetic.train_rows,
+        held_out_rows=arithmetic.held_out_rows,
+        reward_fn=arithmetic.arithmetic_accuracy,
+        evaluate=evaluate_accuracy,
+        model_path=demo_model_path,
+        load_model=load_demo_model,
+    ),
+}
+
+
+def get_task(name: str) -> Task:
+    """The built-in task called ``name``; a KeyError lists the valid names otherwise."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; built-in tasks: {', '.join(sorted(TASKS))}")
+    return TASKS[name]
+
+
+__all__ = ["TASKS", "Task", "get_task", "demo_model_path", "load_demo_model", "evaluate_accuracy"]

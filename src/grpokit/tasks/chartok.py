@@ -1,0 +1,45 @@
+"""A character-level tokenizer that loads back through ``AutoTokenizer.from_pretrained``.
+
+Every character of a fixed alphabet is one token, and the two answer tags are single added tokens
+(so ``"<answer>125</answer>"`` costs 5 tokens, not 20: decoding on a CPU pays per token). Ids::
+
+    0 <pad>   1 <eos>   2 <unk>   3 <answer>   4 </answer>   5.. the characters of ALPHABET
+
+Built with the ``tokenizers`` library: a WordLevel model over the characters, a pre-tokenizer that
+isolates every character (regex ``.``), and the Fuse decoder so decoding concatenates without
+spaces. It is wrapped in transformers' fast tokenizer class and saved as ``tokenizer.json``; the
+saved ``tokenizer_config.json`` names the generic backend class, so ``AutoTokenizer`` rebuilds this
+exact tokenizer instead of a model-specific one (transformers 5 maps e.g. a Qwen2 checkpoint to
+Qwen2Tokenizer and re-derives its vocabulary, which would turn our characters into ``<unk>``).
+
+There is no BOS token and no post-processor: ``tokenizer("57+68=")`` is exactly the 6 character
+ids, and tokenizing a completion separately adds nothing either. Padding is on the left by
+default (generation); pass ``padding_side="right"`` when batching training sequences.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+SPECIAL_TOKENS = (PAD, EOS, UNK)
+TAG_TOKENS = ("<answer>", "</answer>")
+ALPHABET = "0123456789+-*= "
+"""Characters with their own id. Anything else encodes to ``<unk>``."""
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A fresh tokenizer with the fixed vocabulary above (deterministic: same ids every time)."""
+    tokens = list(SPECIAL_TOKENS) + list(TAG_TOKENS) + list(ALPHABET)
+    vocab = {token: i for i, token in enumerate(tokens)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    # Special tokens are dropped by decode(skip_special_tokens=True); the tags are ordinary added
+    # tokens so that they survive decoding (the reward needs to see them).
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    core.add_tokens(list(TAG_TOKENS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
+    )
