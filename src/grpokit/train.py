@@ -42,6 +42,9 @@ from .types import Prompt
 from .update import UpdateInputs, make_optimizer, policy_update
 
 
+TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
+
+
 class Trainer:
     """One GRPO run. ``reward_funcs`` (Python callables in TRL's convention) extend or replace the
     configured ones; ``train_rows``/``eval_rows`` replace the configured data."""
@@ -70,6 +73,7 @@ class Trainer:
                                    timeout_s=cfg.reward.timeout_s, failure_value=cfg.reward.failure_value,
                                    max_failure_fraction=cfg.reward.max_failure_fraction)
 
+        self.eval_runner = self._eval_runner()
         self.model = load_model(m, self.device, resolve_dtype(m, self.device))
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 else None  # no reference when beta = 0
         self.eos = eos_ids(self.tokenizer, self.model)
@@ -121,6 +125,7 @@ class Trainer:
         finally:
             self.recorder.close()
             self.runner.close()
+            self.eval_runner.close()
         if cfg.record.report:
             _write_report(self.run_dir)
         return summary
@@ -235,7 +240,7 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        return evaluate(self.model, self.tokenizer, self.eval_prompts, self.runner,
+        return evaluate(self.model, self.tokenizer, self.eval_prompts, self.eval_runner,
                         max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos)
 
     def save(self) -> Path:
@@ -254,12 +259,12 @@ class Trainer:
             if train_rows is None and not (task or d.dataset):
                 raise ConfigError("data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)")
             if train_rows is None:
-                train_rows = task.train_rows(self.cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
+                train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=self.cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
             if eval_rows is None:
                 if d.eval_dataset:
                     eval_rows = load_rows(d.eval_dataset, d.eval_split, d)
                 else:
-                    eval_rows = task.eval_rows() if task else []
+                    eval_rows = task.held_out_rows(d.eval_size) if task else []
         return train_rows, eval_rows[: d.eval_size]
 
     def _reward_specs(self, extra: list[Callable] | None) -> list[RewardSpec]:
@@ -273,7 +278,7 @@ class Trainer:
 
                 if not self.cfg.data.task:
                     raise ConfigError("reward.functions names 'task' but data.task is empty; name a reward function instead")
-                fn = get_task(self.cfg.data.task).reward
+                fn = get_task(self.cfg.data.task).reward_fn
                 specs.append(RewardSpec(fn=fn, name=getattr(fn, "__name__", "task"), weight=w))
             else:
                 params = self.cfg.reward.params.get(name, {})
@@ -284,12 +289,21 @@ class Trainer:
             raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
         return specs
 
+    def _eval_runner(self) -> RewardRunner:
+        """Evaluation grades with the task's own verifier when there is a task, else the first reward."""
+        if self.cfg.data.task and not self.cfg.data.dataset:
+            from .tasks import get_task
+
+            fn = get_task(self.cfg.data.task).reward_fn
+            return RewardRunner([RewardSpec(fn=fn, name="accuracy", weight=1.0)], num_workers=0)
+        return self.runner
+
     def _process_function(self):
         name = self.cfg.reward.process_function
         if name == "task":
             from .tasks import get_task
 
-            fn = getattr(get_task(self.cfg.data.task), "process_reward", None)
+            fn = get_task(self.cfg.data.task).process_reward_fn
             if fn is None:
                 raise ConfigError(f"reward.process_function=task but task {self.cfg.data.task!r} has no process reward")
             return fn

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from grpokit.tasks import arithmetic
 from grpokit.tasks.demo_model import demo_model_path, load_demo_model
+from grpokit.tasks.arithmetic_steps import digit_steps
 from grpokit.tasks.evaluate import evaluate_accuracy
 
 
@@ -38,6 +39,8 @@ class Task:
     """Folder of the default starting checkpoint."""
     load_model: Callable[..., tuple[Any, Any]]
     """``load_model(path=None) -> (model, tokenizer)``."""
+    process_reward_fn: Callable[..., list[list[tuple[int, float]]]] | None = None
+    """Per-step rewards ``[(end_token, reward), ...]`` per completion, for process supervision."""
 
 
 TASKS: dict[str, Task] = {
@@ -49,6 +52,7 @@ TASKS: dict[str, Task] = {
         evaluate=evaluate_accuracy,
         model_path=demo_model_path,
         load_model=load_demo_model,
+        process_reward_fn=digit_steps,
     ),
 }
 
@@ -56,7 +60,9 @@ TASKS: dict[str, Task] = {
 def get_task(name: str) -> Task:
     """The built-in task called ``name``; a KeyError lists the valid names otherwise."""
     if name not in TASKS:
-        raise KeyError(f"unknown task {name!r}; built-in tasks: {', '.join(sorted(TASKS))}")
+        from grpokit.config import ConfigError
+
+        raise ConfigError(f"data.task={name!r} is not a built-in task; valid: {', '.join(sorted(TASKS))} (or set data.task= and data.dataset=FILE)")
     return TASKS[name]
 
 
