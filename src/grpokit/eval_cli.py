@@ -72,7 +72,7 @@ def run_eval(args: argparse.Namespace) -> dict:
         from .tasks import get_task
 
         task = get_task(cfg.data.task)
-        rows, fns = task.eval_rows(), [task.reward] + [resolve_reward(r) for r in args.reward]
+        rows, fns = task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
     else:
         if not args.reward:
             raise ConfigError("--dataset needs at least one --reward to grade completions")
