@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -121,6 +122,8 @@ def test_tokenizer_round_trip_through_auto_tokenizer():
     assert tok.convert_ids_to_tokens(ids)[6] == "<answer>"
     assert tok.eos_token == "<eos>" and tok.pad_token == "<pad>"
     assert tok.get_vocab() == build_char_tokenizer().get_vocab()  # shipped = rebuilt
+    config = json.loads((demo_model_path() / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a name transformers 4 and 5 both load
 
 
 def test_demo_model_loads_and_is_small():
@@ -169,5 +172,8 @@ def test_registry_entry():
     task = get_task("arithmetic")
     assert task.reward_fn is arithmetic_accuracy
     assert task.held_out_rows(3) == held_out_rows(3)
-    with pytest.raises(KeyError, match="arithmetic"):
+    assert task.recommended["group_size"] == 8
+    from grpokit.config import ConfigError
+
+    with pytest.raises(ConfigError, match="arithmetic"):
         get_task("nope")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from grpokit.tasks import arithmetic
 from grpokit.tasks.demo_model import demo_model_path, load_demo_model
@@ -39,6 +40,8 @@ class Task:
     """Folder of the default starting checkpoint."""
     load_model: Callable[..., tuple[Any, Any]]
     """``load_model(path=None) -> (model, tokenizer)``."""
+    recommended: Mapping[str, Any]
+    """Training settings measured to work on this task's default model (see docs/TASKS.md)."""
     process_reward_fn: Callable[..., list[list[tuple[int, float]]]] | None = None
     """Per-step rewards ``[(end_token, reward), ...]`` per completion, for process supervision."""
 
@@ -52,13 +55,26 @@ TASKS: dict[str, Task] = {
         evaluate=evaluate_accuracy,
         model_path=demo_model_path,
         load_model=load_demo_model,
+        # Measured with a bare group-relative policy-gradient loop on one CPU thread: greedy
+        # held-out accuracy 0.23 -> >= 0.90 within ~10 steps (~2 s), ~0.99 by step 60.
+        recommended=MappingProxyType(
+            {
+                "prompts_per_step": 16,
+                "group_size": 8,
+                "learning_rate": 3e-4,
+                "temperature": 1.0,
+                "max_new_tokens": 8,
+                "steps": 60,
+                "eval_rows": 500,
+            }
+        ),
         process_reward_fn=digit_steps,
     ),
 }
 
 
 def get_task(name: str) -> Task:
-    """The built-in task called ``name``; a KeyError lists the valid names otherwise."""
+    """The built-in task called ``name``; a ConfigError lists the valid names otherwise."""
     if name not in TASKS:
         from grpokit.config import ConfigError
 

@@ -8,7 +8,8 @@ Every character of a fixed alphabet is one token, and the two answer tags are si
 Built with the ``tokenizers`` library: a WordLevel model over the characters, a pre-tokenizer that
 isolates every character (regex ``.``), and the Fuse decoder so decoding concatenates without
 spaces. It is wrapped in transformers' fast tokenizer class and saved as ``tokenizer.json``; the
-saved ``tokenizer_config.json`` names the generic backend class, so ``AutoTokenizer`` rebuilds this
+saved ``tokenizer_config.json`` names the generic ``PreTrainedTokenizerFast`` class (the name both
+transformers 4 and 5 resolve; 5 calls it TokenizersBackend), so ``AutoTokenizer`` rebuilds this
 exact tokenizer instead of a model-specific one (transformers 5 maps e.g. a Qwen2 checkpoint to
 Qwen2Tokenizer and re-derives its vocabulary, which would turn our characters into ``<unk>``).
 
@@ -19,6 +20,9 @@ default (generation); pass ``padding_side="right"`` when batching training seque
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -27,6 +31,8 @@ SPECIAL_TOKENS = (PAD, EOS, UNK)
 TAG_TOKENS = ("<answer>", "</answer>")
 ALPHABET = "0123456789+-*= "
 """Characters with their own id. Anything else encodes to ``<unk>``."""
+MODEL_MAX_LENGTH = 64
+"""Longest sequence the demo model is built for (its ``max_position_embeddings``)."""
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
@@ -41,5 +47,23 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     core.add_special_tokens(list(SPECIAL_TOKENS))
     core.add_tokens(list(TAG_TOKENS))
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
+        tokenizer_object=core,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        padding_side="left",
+        model_max_length=MODEL_MAX_LENGTH,
     )
+
+
+def save_char_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | Path) -> None:
+    """Save ``tokenizer`` to ``folder`` so that ``AutoTokenizer.from_pretrained(folder)`` restores it.
+
+    transformers 5 records its own class name (TokenizersBackend), which transformers 4 cannot
+    import; we record the name both understand.
+    """
+    tokenizer.save_pretrained(folder)
+    config_path = Path(folder) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
