@@ -65,7 +65,7 @@ class DataConfig:
     """System message prepended when a chat template is applied."""
     chat_template: str = "auto"
     """"auto" (apply the tokenizer's chat template when it has one), "always" or "never"."""
-    eval_size: int = 256
+    eval_size: int = 500
     """Number of held-out prompts evaluated before and after training (0 disables evaluation)."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
@@ -75,7 +75,7 @@ class DataConfig:
 class RolloutConfig:
     group_size: int = 8
     """G: completions sampled per prompt."""
-    max_new_tokens: int = 16
+    max_new_tokens: int = 8
     """Maximum completion length in tokens; longer completions are cut (finish reason "length")."""
     temperature: float = 1.0
     """Sampling temperature (> 0); training logprobs use the same temperature."""
@@ -171,8 +171,8 @@ class AlgoConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-5
-    """Peak learning rate of AdamW."""
+    lr: float = 3e-4
+    """Peak learning rate of AdamW (the default suits the tiny demo model; 1e-6 is typical for LLMs)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     adam_beta1: float = 0.9
