@@ -171,3 +171,11 @@ def test_group_signatures_validates() -> None:
         group_signatures(["a", "b", "c"], [1, 2], group_size=3)
     with pytest.raises(ValueError, match="3 texts but 3 lengths and 1 finish reasons"):
         group_signatures(["a", "b", "c"], [1, 2, 3], group_size=3, finish_reasons=["stop"])
+
+
+def test_group_signatures_ignore_short_shared_lengths():
+    # group 0: two different 2-token answers (short: a number shares its length naturally) -> not counted
+    # group 1: two different 20-token completions of one length -> counted; 1 of 2 groups -> 0.5
+    sig = group_signatures(["ab", "cd", "x" * 20, "y" * 20], [2, 2, 20, 20], 2, min_length=16)
+    assert sig["completions/frac_groups_same_length"] == 0.5
+    assert group_signatures(["ab", "cd"], [2, 2], 2)["completions/frac_groups_same_length"] == 1.0

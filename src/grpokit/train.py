@@ -190,7 +190,7 @@ class Trainer:
             "completions/mean_length": float(np.mean(lengths)), "completions/min_length": float(min(lengths)),
             "completions/max_length": float(max(lengths)),
             "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
-            **group_signatures(sb.texts, lengths, G, ro.finish_reasons),
+            **group_signatures(sb.texts, lengths, G, ro.finish_reasons, cfg.health.same_length_min_tokens),
             **timer.metrics(), "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
             "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
             "data/position": float(self.sampler.position),

@@ -87,6 +87,8 @@ class HealthConfig:
     clip_ratio_max: float = 0.3
     """Fire when the recent mean fraction of clipped tokens (clip_ratio/region_mean) exceeds this."""
 
+    same_length_min_tokens: int = 16
+    """Groups sharing a length shorter than this many tokens are not counted (short answers share lengths)."""
     same_length_max: float = 0.5
     """Fire when more than this fraction of groups have completions that all share one length."""
 
@@ -318,7 +320,8 @@ def _finite(value: Any) -> bool:
 
 
 def group_signatures(
-    texts: list[str], lengths: list[int], group_size: int, finish_reasons: list[str] | None = None
+    texts: list[str], lengths: list[int], group_size: int, finish_reasons: list[str] | None = None,
+    min_length: int = 0,
 ) -> dict[str, float]:
     """Fraction of groups whose G completions all share one length, and all share one text.
 
@@ -330,6 +333,9 @@ def group_signatures(
     With `finish_reasons` given, a group whose completions were all cut at the length limit
     ("length") does not count as sharing a length: that is truncation, which
     `completions/clipped_ratio` already shows, not a model that learned to hit one length.
+    Groups whose shared length is below `min_length` tokens do not count either: short answers
+    (a number, a label) share a length naturally; the hacking signature is long completions padded
+    to one length.
     With G = 1 every "group" trivially agrees with itself, so both fractions are reported as 0.
     """
     n = len(texts)
@@ -345,7 +351,7 @@ def group_signatures(
     for g in range(groups):
         lo, hi = g * group_size, (g + 1) * group_size
         truncated = finish_reasons is not None and all(r == "length" for r in finish_reasons[lo:hi])
-        same_len += len(set(lengths[lo:hi])) == 1 and not truncated
+        same_len += len(set(lengths[lo:hi])) == 1 and not truncated and lengths[lo] >= min_length
         same_text += len(set(texts[lo:hi])) == 1
     return {
         "completions/frac_groups_same_length": same_len / groups,
