@@ -170,18 +170,8 @@ def process_advantages(
     valid_PX = step_mask_NS.reshape(P, group_size * S).bool()
     r_PX = step_rewards_NS.reshape(P, group_size * S).to(torch.float32)
 
-    count_P1 = valid_PX.sum(dim=1, keepdim=True).clamp(min=1)
-    mean_P1 = (r_PX * valid_PX).sum(dim=1, keepdim=True) / count_P1
-    dev_PX = (r_PX - mean_P1) * valid_PX
-    denom_P1 = (count_P1 - (1 if std == "unbiased" else 0)).clamp(min=1)
-    std_P1 = ((dev_PX**2).sum(dim=1, keepdim=True) / denom_P1).sqrt()
-
-    # Flat test over valid entries only: padding must not count as a reward of 0.
-    big = torch.finfo(torch.float32).max
-    hi_P = torch.where(valid_PX, r_PX, torch.full_like(r_PX, -big)).amax(dim=1)
-    lo_P = torch.where(valid_PX, r_PX, torch.full_like(r_PX, big)).amin(dim=1)
-    scale_P = torch.maximum(hi_P.abs(), lo_P.abs()).clamp(min=1.0)
-    flat_P = (hi_P - lo_P <= flat_rtol * scale_P) | (valid_PX.sum(dim=1) == 0)
+    dev_PX, std_P1, flat_P1 = _masked_group_stats(r_PX, valid_PX, std, flat_rtol)
+    flat_P = flat_P1[:, 0] | (valid_PX.sum(dim=1) == 0)
 
     norm_PX = torch.where(flat_P[:, None], torch.zeros_like(dev_PX), dev_PX / (std_P1 + eps))
     norm_NS = norm_PX.reshape(N, S) * step_mask_NS
@@ -220,15 +210,7 @@ def normalize_components(rewards_PGF: torch.Tensor, weights_F: torch.Tensor, *, 
     P, G, F = rewards_PGF.shape
     valid = ~torch.isnan(rewards_PGF)
     r = torch.nan_to_num(rewards_PGF.float(), nan=0.0)
-    n = valid.sum(dim=1, keepdim=True).clamp(min=1)
-    mean = (r * valid).sum(dim=1, keepdim=True) / n
-    dev = (r - mean) * valid
-    denom = (n - (1 if std == "unbiased" else 0)).clamp(min=1)
-    sd = ((dev ** 2).sum(dim=1, keepdim=True) / denom).sqrt()
-    big = torch.finfo(torch.float32).max
-    hi = torch.where(valid, r, torch.full_like(r, -big)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, r, torch.full_like(r, big)).amin(dim=1, keepdim=True)
-    flat = (hi - lo) <= flat_rtol * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
+    dev, sd, flat = _masked_group_stats(r, valid, std, flat_rtol)  # statistics over the group (dim 1)
     z = torch.where(flat, torch.zeros_like(dev), dev / (sd + eps))
     return (z * weights_F.view(1, 1, F).to(z.dtype)).sum(dim=2)
 
@@ -241,3 +223,18 @@ def kl_penalized_rewards(rewards_N: torch.Tensor, logp_NT: torch.Tensor, ref_log
     """
     kl_N = ((logp_NT - ref_logp_NT) * mask_NT).sum(dim=1)
     return rewards_N - beta * kl_N, kl_N
+
+
+def _masked_group_stats(r: torch.Tensor, valid: torch.Tensor, std: str, flat_rtol: float):
+    """Deviations from the mean, std and flatness over dim 1, counting only ``valid`` entries
+    (padding and not-applicable rewards must not count as rewards of 0). Shapes keep dim 1 as 1."""
+    n = valid.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = (r * valid).sum(dim=1, keepdim=True) / n
+    dev = (r - mean) * valid
+    denom = (n - (1 if std == "unbiased" else 0)).clamp(min=1)
+    sd = ((dev**2).sum(dim=1, keepdim=True) / denom).sqrt()
+    big = torch.finfo(torch.float32).max
+    hi = torch.where(valid, r, torch.full_like(r, -big)).amax(dim=1, keepdim=True)
+    lo = torch.where(valid, r, torch.full_like(r, big)).amin(dim=1, keepdim=True)
+    flat = (hi - lo) <= flat_rtol * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
+    return dev, sd, flat
