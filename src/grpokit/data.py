@@ -98,12 +98,15 @@ class PromptSampler:
         if not prompts:
             raise ConfigError("the training data has no prompts")
         self.prompts, self.seed, self.shuffle, self.position = prompts, seed, shuffle, position
+        self._cached: tuple[int, list[int]] = (-1, [])
 
     def _order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.prompts)))
-        if self.shuffle:
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        return order
+        if self._cached[0] != epoch:
+            order = list(range(len(self.prompts)))
+            if self.shuffle:
+                random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._cached = (epoch, order)
+        return self._cached[1]
 
     def next_batch(self, n: int) -> list[Prompt]:
         out = []

@@ -64,6 +64,7 @@ class Trainer:
         self.device = resolve_device(m)
         self.tokenizer = load_tokenizer(m)
         train_rows, eval_rows = self._rows(train_rows, eval_rows)
+        self._check_gold_answers(train_rows)
         self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data)
         self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data)
         specs = self._reward_specs(reward_funcs)
@@ -288,6 +289,19 @@ class Trainer:
         if not specs:
             raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
         return specs
+
+    def _check_gold_answers(self, rows: list[dict]) -> None:
+        """With math_accuracy, parse every gold answer at load time: a gold that does not parse is
+        reported (and would score 0 for every completion), never silently scored."""
+        if "math_accuracy" not in self.cfg.reward.functions:
+            return
+        from .rewards import validate_gold_answers
+
+        report = validate_gold_answers([r.get("answer") for r in rows])
+        if report.num_valid == 0:
+            raise ConfigError(f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column")
+        if report.invalid:
+            print(f"grpokit: warning: {report.message()}", flush=True)
 
     def _eval_runner(self) -> RewardRunner:
         """Evaluation grades with the task's own verifier when there is a task, else the first reward."""

@@ -8,6 +8,7 @@ tensors, tests/test_train.py on a model).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -89,8 +90,11 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
         metrics["skipped_nonfinite"] = 1.0
+        with warnings.catch_warnings():  # the schedule still advances, so a resumed run stays aligned
+            warnings.simplefilter("ignore", UserWarning)
+            scheduler.step()
     else:
         optimizer.step()
         metrics["skipped_nonfinite"] = 0.0
-    scheduler.step()
+        scheduler.step()
     return metrics
