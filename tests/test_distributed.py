@@ -114,3 +114,18 @@ def test_fsdp_without_torchrun_is_one_clear_sentence(tiny_model_dir, tmp_path):
 
     with pytest.raises(ConfigError, match="train.fsdp=true needs several processes"):
         make(tiny_model_dir, tmp_path / "f", **{"train.fsdp": True})
+
+
+@pytest.mark.slow
+def test_fsdp2_on_two_gloo_ranks_equals_one_process(tiny_model_dir, tmp_path):
+    """FSDP2 (fully_shard) runs on CPU with gloo: same update as one process, full checkpoint on rank 0."""
+    over = {**OVER, "train.fsdp": True}
+    result = tmp_path / "rank0.pt"
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), over),
+             nprocs=2, join=True)
+    _, one = run(tiny_model_dir, tmp_path / "one", OVER)
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "two" / "checkpoints" / "step-000002" / "model" / "model.safetensors"))
+    for n in one:
+        assert torch.allclose(one[n], saved[n], atol=1e-6, rtol=1e-5), n

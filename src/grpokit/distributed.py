@@ -74,10 +74,14 @@ class DistContext:
 
     def sync_grads(self, params: list[torch.Tensor]) -> None:
         """Sum gradients over ranks (see the module docstring for why a sum)."""
-        if not self.active or self.fsdp:
+        if not self.active:
             return
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
+            return
+        if self.fsdp:  # FSDP2 already reduce-scattered the mean of the ranks' shares: times K is the sum
+            for g in grads:
+                g.mul_(self.world_size)
             return
         flat = torch.cat([g.reshape(-1) for g in grads])  # one collective instead of one per tensor
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
@@ -162,7 +166,7 @@ def reduce_metrics(ctx: DistContext, metrics: dict[str, float]) -> dict[str, flo
 
 
 def fully_shard_model(model: torch.nn.Module) -> torch.nn.Module:
-    """FSDP2: shard every decoder block, then the root; gradients are summed, not averaged.
+    """FSDP2: shard every decoder block, then the root.
 
     Blocks are the children of the first ``nn.ModuleList`` found (``model.layers`` in most causal
     LMs), the usual unit of sharding: one block's full weights exist at a time during the forward.
@@ -172,8 +176,17 @@ def fully_shard_model(model: torch.nn.Module) -> torch.nn.Module:
     blocks = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), None)
     for block in blocks or []:
         fully_shard(block)
+    # logprobs.py calls the backbone and the output head directly (chunked logits), not the root
+    # module, so each gets its own unit: its forward hooks then gather its parameters.
+    # (Untied heads only: a weight tied to the embeddings cannot live in two units.)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is not None and decoder is not model:
+        fully_shard(decoder)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        fully_shard(head)
     fully_shard(model)
-    for m in model.modules():  # global normalisers: the shares must be summed (module docstring)
-        if hasattr(m, "set_gradient_divide_factor"):
-            m.set_gradient_divide_factor(1.0)
+    # FSDP2 averages gradients over ranks; ``DistContext.sync_grads`` multiplies by K to get the sum
+    # the global normalisers need. (A divide factor of 1 would say it directly, but it is carried out
+    # with PREMUL_SUM, which gloo lacks.)
     return model
