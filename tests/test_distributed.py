@@ -39,9 +39,12 @@ def run(model_dir, out, over):
     import grpokit.train as train_mod
     from test_train import make
 
-    train_mod.generate = scripted_generate
-    tr = make(model_dir, out, **over)
-    tr.train()
+    real, train_mod.generate = train_mod.generate, scripted_generate
+    try:
+        tr = make(model_dir, out, **over)
+        tr.train()
+    finally:
+        train_mod.generate = real  # other tests in this process sample for real
     return tr, {n: p.detach().clone() for n, p in tr.model.named_parameters()}
 
 
