@@ -34,19 +34,26 @@ class TrainerState:
     data_position: int
 
 
-def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int) -> Path:
+def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int,
+         *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None) -> Path:
+    """Write a checkpoint. ``write_model(model, folder)`` replaces the plain ``save_pretrained`` into
+    ``folder/model`` (LoRA adapters, FSDP gathered weights); ``sampler_states`` holds every rank's
+    sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP)."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"{PREFIX}{state.step:06d}"
     tmp = ckpt_dir / f".tmp-{PREFIX}{state.step:06d}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    if write_model is not None:
+        write_model(model, tmp)
+    else:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
     torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "sampler": generator.get_state()}, tmp / "rng.pt")
+                "sampler": generator.get_state(), "sampler_ranks": sampler_states}, tmp / "rng.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
@@ -63,9 +70,15 @@ def latest(ckpt_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> TrainerState:
+def load(path: Path, model, optimizer, scheduler, generator: torch.Generator, *, read_model=None, rank: int = 0,
+         load_optimizer=None) -> TrainerState:
+    """Restore a checkpoint; ``read_model(model, path)`` / ``load_optimizer(optimizer, state)`` replace
+    the plain loaders (LoRA, FSDP); ``rank`` picks this rank's sampling generator state."""
     from safetensors.torch import load_file
 
+    if read_model is not None:
+        read_model(model, path)
+        return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
     weights = {}
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f), device=str(next(model.parameters()).device)))
@@ -73,8 +86,15 @@ def load(path: Path, model, optimizer, scheduler, generator: torch.Generator) ->
     tied = {k for k in missing if "lm_head" in k or "embed" in k}
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+    return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
+
+
+def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:
     opt = torch.load(path / "optimizer.pt", weights_only=False)
-    optimizer.load_state_dict(opt["optimizer"])
+    if load_optimizer is not None:
+        load_optimizer(optimizer, opt["optimizer"])
+    else:
+        optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
     rng = torch.load(path / "rng.pt", weights_only=False)
     random.setstate(rng["python"])
@@ -82,7 +102,8 @@ def load(path: Path, model, optimizer, scheduler, generator: torch.Generator) ->
     torch.set_rng_state(rng["torch"])
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
-    generator.set_state(rng["sampler"])
+    ranks = rng.get("sampler_ranks")
+    generator.set_state(ranks[rank] if ranks and rank < len(ranks) else rng["sampler"])
     return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
 
 

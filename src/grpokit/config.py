@@ -43,6 +43,20 @@ class ModelConfig:
     """Allow model code from the hub (only for models you trust)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    autocast: str = "auto"
+    """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16", "float16" or "off"."""
+    lora_rank: int = 0
+    """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with adapters disabled."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator: the adapter update is (lora_alpha / lora_rank) * B @ A."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input path (0 keeps training logprobs equal to the old-policy logprobs)."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Modules that get adapters: ["all-linear"] (every linear layer but the output head) or module names like [q_proj, v_proj]."""
+    lora_save: str = "adapter"
+    """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with adapters merged; the adapter is kept in adapter/ for resume)."""
+    quantization: str = "none"
+    """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
 
 
 @dataclass
@@ -88,7 +102,7 @@ class RolloutConfig:
     stop: list[str] = field(default_factory=list)
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
     backend: str = "hf"
-    """Rollout engine: "hf" (transformers, CPU or GPU)."""
+    """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
     sample_group_size: int = 0
     """GFPO: completions sampled per prompt before the best group_size are kept (0 = no oversampling)."""
     gfpo_criterion: str = "length"
@@ -97,6 +111,16 @@ class RolloutConfig:
     """GFPO adaptive: oversample only hard prompts (mean reward of the first group_size below the threshold)."""
     gfpo_adaptive_threshold: float = 0.5
     """GFPO adaptive: a prompt is hard when its first group_size samples average below this reward."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """backend=vllm: fraction of the GPU memory the colocated engine may take (the trainer needs the rest)."""
+    vllm_sleep: bool = True
+    """backend=vllm: put the engine to sleep (release its memory) during the update and wake it for sampling."""
+    vllm_url: str = "http://127.0.0.1:8000"
+    """backend=vllm_server: base URL of the vLLM server (see docs/SCALING.md for the protocol)."""
+    tis_cap: float = 2.0
+    """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    async_staleness: int = 0
+    """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
 
 
 @dataclass
@@ -212,6 +236,8 @@ class TrainConfig:
     20x slower); raise it for large models on an idle machine (0 = torch's default, all cores)."""
     deterministic: bool = False
     """Use deterministic torch algorithms (bit-exact resume on CPU)."""
+    fsdp: bool = False
+    """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device); needs torchrun."""
 
 
 @dataclass
@@ -405,7 +431,17 @@ def validate(cfg: Config) -> Config:
     _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
     _check(r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
     _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
-    _one_of("rollout.backend", r.backend, ("hf",))
+    _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
+    _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
+    _one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
+    _one_of("model.quantization", m.quantization, ("none", "4bit"))
+    _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    _check(m.quantization == "none" or m.lora_rank > 0, f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)")
+    _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
+    _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
+    _check(0 < r.vllm_gpu_memory_utilization <= 1, f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]")
     _one_of("algo.baseline", a.baseline, BASELINES)
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)

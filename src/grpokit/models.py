@@ -62,14 +62,21 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype):
     path = model_path(cfg.name_or_path)
     if Path(path).is_dir() and not (Path(path) / "config.json").exists():
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} is a folder without config.json; give a Hugging Face model folder")
+    from .lora import add_adapters, quantization_config
+
+    quant = quantization_config(cfg, device, dtype)  # QLoRA: 4-bit base (CUDA only)
+    extra = {"quantization_config": quant, "device_map": {"": device}} if quant is not None else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
     except OSError as e:
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
-    model.to(device)
+    if quant is None:
+        model.to(device)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
+    if cfg.lora_rank > 0:
+        model = add_adapters(model, cfg)
     return model
 
 
@@ -92,3 +99,26 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch.dtype) -> torch.dtype | None:
+    """The autocast dtype for forward passes, or None for none.
+
+    "auto": bfloat16 on GPU when the weights are float32 (fp32 master weights, bf16 matmuls: the
+    usual mixed precision), and nothing on CPU, where bf16 matmuls are slower than fp32. Weights that
+    are already half precision need no autocast.
+    """
+    if cfg.autocast == "off":
+        return None
+    if cfg.autocast == "auto":
+        return torch.bfloat16 if device.type == "cuda" and weight_dtype == torch.float32 else None
+    return DTYPES[cfg.autocast]
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` for ``dtype`` on ``device``, or a no-op context when ``dtype`` is None."""
+    import contextlib
+
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -33,6 +33,7 @@ from .data import PromptSampler, load_rows, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, resolve_device, resolve_dtype
+from . import distributed, scaling
 from .record import group_signatures, make_recorder, sample_rows
 from .rewards.runner import RewardRunner
 from .rewards.spec import RewardSpec, resolve_reward
@@ -61,7 +62,9 @@ class Trainer:
         _seed_everything(t.seed)
 
         _quiet_transformers()
-        self.device = resolve_device(m)
+        self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
+        scaling.check_world(cfg, self.dist)
+        self.device = distributed.rank_device(self.dist, resolve_device(m))
         self.tokenizer = load_tokenizer(m)
         train_rows, eval_rows = self._rows(train_rows, eval_rows)
         self._check_gold_answers(train_rows)
@@ -76,28 +79,36 @@ class Trainer:
 
         self.eval_runner = self._eval_runner()
         self.model = load_model(m, self.device, resolve_dtype(m, self.device))
-        self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 else None  # no reference when beta = 0
+        # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
+        self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
+        self.autocast = scaling.autocast_factory(m, self.device, self.model)
+        self.dist.broadcast_params(self.model)
+        if t.fsdp:
+            distributed.fully_shard_model(self.model)
         self.eos = eos_ids(self.tokenizer, self.model)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
-        self.generator = torch.Generator(device=self.device).manual_seed(t.seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = 0
         if self.resume_dir:
             ckpt = checkpoint.latest(self.run_dir / "checkpoints")
             if ckpt is None:
                 raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
-            state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator)
+            state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
+                                    **scaling.checkpoint_loaders(cfg, self.dist))
             self.step, self.sampler.position = state.step, state.data_position
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_yaml(cfg, self.run_dir / "config.yaml")
+        if self.dist.is_main:
+            save_yaml(cfg, self.run_dir / "config.yaml")
         r = cfg.record
-        self.recorder = make_recorder(
+        self.recorder = scaling.NullRecorder() if not self.dist.is_main else make_recorder(
             self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
             health=cfg.health, resume_step=self.step if self.resume_dir else None,
             samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                                      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
                                      stop=tuple(cfg.rollout.stop))
+        self.engine = scaling.make_engine(self)  # vLLM / async sampler, or None for the plain hf loop
 
     # ------------------------------------------------------------------ the loop
 
@@ -107,7 +118,7 @@ class Trainer:
         try:
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate()
-                self._write_summary(summary)
+                self._write_summary(summary) if self.dist.is_main else None
             final_eval = None
             while self.step < t.steps:
                 metrics = self.train_step()
@@ -122,12 +133,14 @@ class Trainer:
                     self.save()
             summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
             summary["steps"] = self.step
-            self._write_summary(summary)
+            self._write_summary(summary) if self.dist.is_main else None
         finally:
             self.recorder.close()
             self.runner.close()
             self.eval_runner.close()
-        if cfg.record.report:
+            if self.engine is not None:
+                self.engine.close()
+        if cfg.record.report and self.dist.is_main:
             _write_report(self.run_dir)
         return summary
 
@@ -136,16 +149,16 @@ class Trainer:
         G = r.group_size
         self._timer = timer = _Timer()
 
-        sb = collect(self._sample, cfg.train.prompts_per_step, G,  # 1-3. prompts, rollout, rewards
+        sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, G,  # 1-3. prompts, rollout, rewards
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
                      gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold)
         P, ro = len(sb.prompts), sb.rollout
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            need_old = a.num_iterations > 1 or a.entropy_top_fraction < 1 or a.kl_placement == "reward"
+            need_old = a.num_iterations > 1 or a.entropy_top_fraction < 1 or a.kl_placement == "reward" or scaling.uses_tis(cfg)
             old_logp, entropy = self._logprobs(self.model, batch, entropy=a.entropy_top_fraction < 1) if need_old else (None, None)
-            ref_logp = self._logprobs(self.ref_model, batch)[0] if self.ref_model is not None else None
+            ref_logp = scaling.reference_logprobs(self, batch) if a.beta > 0 else None
 
         rewards_N, extra = sb.total_N, {}  # 4. advantages
         if cfg.reward.normalize_components:  # MO-GRPO: each component normalised within its group
@@ -157,8 +170,12 @@ class Trainer:
         if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
             advantages, adv_metrics = self._process_advantages(sb, batch.width)
         else:
-            adv_PG, adv_metrics = group_advantages(rewards_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
-            advantages = adv_PG.flatten()
+            rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
+            adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+            advantages = self.dist.local_rows(adv_PG).flatten()
+        if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
+            advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
+            extra.update(tis_metrics)
 
         loss_mask = batch.completion_mask
         if a.mask_truncated:  # DAPO overlong filtering: truncated completions leave the loss
@@ -173,10 +190,13 @@ class Trainer:
             for _ in range(a.num_iterations):
                 upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
                                     temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=a.norm_constant or r.max_new_tokens)
+                                    norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
+                                    autocast=self.autocast)
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
 
+        if self.engine is not None:
+            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         lengths = [len(c) for c in ro.completion_ids]  # 7. record
         seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
         if self.recorder.wants_samples(self.step + 1):
@@ -184,7 +204,7 @@ class Trainer:
             self.recorder.log_samples(self.step + 1, sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts))
-        return {
+        return distributed.reduce_metrics(self.dist, {
             **sb.metrics, "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
             **adv_metrics, **upd, **extra,
@@ -195,16 +215,20 @@ class Trainer:
             **timer.metrics(), "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
             "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
             "data/position": float(self.sampler.position),
-        }
+        })
 
     def _sample(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch:
         """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them."""
-        if isinstance(prompts, int):
-            prompts = self.sampler.next_batch(prompts)
-        with self._timer("rollout"):
+        ro = None
+        if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
+            prompts, ro = scaling.next_prompts(self, prompts, group_size)
+        with self._timer("rollout"), self.autocast():
             self.model.eval()
-            ro = generate(self.model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
-                          pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode)
+            if ro is None and self.engine is not None:  # vLLM (colocated or server)
+                ro = self.engine.generate([p.ids for p in prompts], group_size)
+            if ro is None:
+                ro = generate(self.model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
+                              pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode)
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
             columns = {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
@@ -231,8 +255,9 @@ class Trainer:
         """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
         model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
-        parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
-                                     with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
+        with self.autocast():
+          parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
+                                       with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:
@@ -246,8 +271,13 @@ class Trainer:
 
     def save(self) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
-        return checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
-                               self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints)
+        hooks = scaling.checkpoint_writers(self)  # LoRA adapters, every rank's sampler state, FSDP gather
+        path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
+        if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
+            path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
+                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, **hooks)
+        self.dist.barrier()
+        return path
 
     def _rows(self, train_rows, eval_rows) -> tuple[list[dict], list[dict]]:
         d = self.cfg.data

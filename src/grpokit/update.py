@@ -7,6 +7,7 @@ tensors, tests/test_train.py on a model).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -49,11 +50,19 @@ class UpdateInputs:
 
 
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
-                  *, temperature: float, micro_batch_size: int, norm_constant: float) -> dict[str, float]:
-    """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step."""
+                  *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
+                  autocast=None) -> dict[str, float]:
+    """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
+
+    ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
+    summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
+    """
     N = inputs.batch.input_ids.shape[0]
     mbs = micro_batch_size or N
     num_tokens = float(inputs.loss_mask.sum().item())
+    num_sequences = float(N)
+    if dist is not None:  # data parallel: every rank divides by the whole batch's counts
+        num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
@@ -61,8 +70,9 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     for start in range(0, N, mbs):
         rows = slice(start, start + mbs)
         mb = inputs.batch.rows(rows)
-        logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
-                                            entropy_grad=algo.entropy_coef != 0.0)
+        with (autocast() if autocast is not None else contextlib.nullcontext()):
+            logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
+                                                entropy_grad=algo.entropy_coef != 0.0)
         old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
         ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
         mask = inputs.loss_mask[rows]
@@ -70,7 +80,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             logp, old, inputs.advantages[rows], mask,
             clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
             ratio_level=algo.ratio_level, ref_logp_NT=ref, beta=algo.beta, kl_estimator=algo.kl_estimator,
-            aggregation=algo.aggregation, num_sequences=N, num_tokens=num_tokens, norm_constant=norm_constant,
+            aggregation=algo.aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant,
             entropy_NT=entropy, entropy_coef=algo.entropy_coef, offpolicy_delta=algo.offpolicy_delta or None,
         )
         loss.backward()
@@ -82,6 +92,10 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
         ent_tok += float(mb.completion_mask.sum().item())
     params = [p for g in optimizer.param_groups for p in g["params"]]
+    if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
+        dist.sync_grads(params)
+        loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
+        sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}

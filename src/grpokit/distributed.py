@@ -1,0 +1,192 @@
+"""Data-parallel GRPO on ``torch.distributed``: what is local, what is global, and why it is exact.
+
+Launch with ``torchrun --nproc_per_node K -m grpokit.cli train ...`` (one node) or with a rendezvous
+endpoint for several nodes (docs/SCALING.md). With K ranks and ``train.prompts_per_step = P``:
+
+* Prompts. Every rank draws the same P prompts from the same seeded sampler and keeps its slice of
+  P/K; a group of G completions is therefore always whole on one rank, so group statistics
+  (mean, std, leave-one-out) need no communication.
+* Sampling. Rank r samples with its own generator, seeded by (seed, rank); rank 0 keeps the plain
+  seed, so a 1-process run samples exactly what it sampled before distribution existed.
+* Advantages. Rewards are all-gathered into the global (P, G) matrix and every rank computes the
+  same advantages and metrics, so batch-wide modes (scale="batch", "batch_whiten") see the whole
+  batch, then each rank keeps its rows.
+* Loss. ``policy_update`` receives the *global* sequence and token counts (all-reduced), so each
+  rank's loss is its share of the global loss: sum_r loss_r = the loss a single process would
+  compute on the whole batch.
+* Gradients. Because the shares already carry the global normalisers, gradients are *summed*
+  across ranks (all_reduce SUM), not averaged; the clipped norm is then the global norm on every
+  rank and all ranks apply the same step. (Averaging would divide the update by K.)
+
+``tests/test_distributed.py`` runs 2 gloo processes and 1 process on the same global batch and
+compares the final weights.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistContext:
+    """This process's place in the job; world_size 1 makes every method a no-op."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    fsdp: bool = False  # FSDP2 reduces gradients itself
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def sum_float(self, value: float) -> float:
+        """Sum of ``value`` over ranks (float64 on the wire, so counts stay exact)."""
+        if not self.active:
+            return float(value)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return float(t.item())
+
+    def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Concatenate every rank's ``x`` along dim 0 in rank order (equal shapes on all ranks)."""
+        if not self.active:
+            return x
+        src = x.detach().to(self._comm_device()).contiguous()
+        parts = [torch.empty_like(src) for _ in range(self.world_size)]
+        dist.all_gather(parts, src)
+        return torch.cat(parts).to(x.device)
+
+    def local_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's equal share of a global dim-0 tensor (the inverse of ``gather_rows``)."""
+        n = x.shape[0] // self.world_size
+        return x[self.rank * n:(self.rank + 1) * n]
+
+    def sync_grads(self, params: list[torch.Tensor]) -> None:
+        """Sum gradients over ranks (see the module docstring for why a sum)."""
+        if not self.active:
+            return
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        if self.fsdp:  # FSDP2 already reduce-scattered the mean of the ranks' shares: times K is the sum
+            for g in grads:
+                g.mul_(self.world_size)
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])  # one collective instead of one per tensor
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def broadcast_params(self, model: torch.nn.Module) -> None:
+        """Make every rank start from rank 0's trainable weights (fresh LoRA adapters included)."""
+        if not self.active:
+            return
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    dist.broadcast(p.data, src=0)
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        if not self.active:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def _comm_device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def setup(fsdp: bool = False) -> DistContext:
+    """Join the process group torchrun describes (WORLD_SIZE > 1), or use one already initialised.
+
+    NCCL when CUDA is available, gloo otherwise (CPU tests).
+    """
+    if not dist.is_available():
+        return DistContext(fsdp=fsdp)
+    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    if not dist.is_initialized():
+        return DistContext(fsdp=fsdp)
+    return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                       local_rank=int(os.environ.get("LOCAL_RANK", dist.get_rank())), fsdp=fsdp)
+
+
+def rank_device(ctx: DistContext, device: torch.device) -> torch.device:
+    """One GPU per rank: "cuda" becomes "cuda:LOCAL_RANK" when running under torchrun."""
+    if ctx.active and device.type == "cuda" and device.index is None:
+        return torch.device("cuda", ctx.local_rank)
+    return device
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The sampling seed of a rank: the plain seed on rank 0, a well-mixed (seed, rank) elsewhere."""
+    if rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def reduce_metrics(ctx: DistContext, metrics: dict[str, float]) -> dict[str, float]:
+    """Combine per-rank metrics: min over ranks for ``*min*`` names, max for ``*max*``, else the mean.
+
+    Metrics that are already global (advantages, loss, grad_norm) are equal on every rank and pass
+    through unchanged. The union of keys is kept, so a metric one rank lacks cannot hang the job.
+    """
+    if not ctx.active:
+        return metrics
+    every = ctx.gather_objects(metrics)
+    out: dict[str, float] = {}
+    for key in dict.fromkeys(k for m in every for k in m):
+        vals = [float(m[key]) for m in every if key in m and isinstance(m[key], (int, float))]
+        if not vals:
+            continue
+        leaf = key.rsplit("/", 1)[-1]
+        out[key] = min(vals) if "min" in leaf else max(vals) if "max" in leaf else sum(vals) / len(vals)
+    return out
+
+
+def fully_shard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: shard every decoder block, then the root.
+
+    Blocks are the children of the first ``nn.ModuleList`` found (``model.layers`` in most causal
+    LMs), the usual unit of sharding: one block's full weights exist at a time during the forward.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), None)
+    for block in blocks or []:
+        fully_shard(block)
+    # logprobs.py calls the backbone and the output head directly (chunked logits), not the root
+    # module, so each gets its own unit: its forward hooks then gather its parameters.
+    # (Untied heads only: a weight tied to the embeddings cannot live in two units.)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is not None and decoder is not model:
+        fully_shard(decoder)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        fully_shard(head)
+    fully_shard(model)
+    # FSDP2 averages gradients over ranks; ``DistContext.sync_grads`` multiplies by K to get the sum
+    # the global normalisers need. (A divide factor of 1 would say it directly, but it is carried out
+    # with PREMUL_SUM, which gloo lacks.)
+    return model

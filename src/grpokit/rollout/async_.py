@@ -1,0 +1,107 @@
+"""Asynchronous rollout with bounded staleness: sample step k+1 while step k trains.
+
+A background thread samples batches with a *snapshot* of the policy (a frozen copy, so the update
+can change the live weights underneath without tearing a generation). After every update the
+trainer publishes a new snapshot; its version is the number of updates it contains.
+
+The bound. Batch i is consumed by step i. The producer may start batch i only once a snapshot of
+version v >= i - max_staleness is published, so when step i trains on it the sample is at most
+``i - v <= max_staleness`` updates old. With max_staleness = 1 sampling of step k+1 overlaps the
+update of step k, the classic one-step-off pipeline.
+
+Stale samples are off-policy: the trainer applies truncated importance sampling (pi_old / pi_sampler,
+tis.py, ``rollout.tis_cap``) and, if set, off-policy sequence masking (``algo.offpolicy_delta``).
+The staleness of every consumed batch is reported as ``rollout/staleness``.
+
+Limits: the producer has its own sampling generator and consumes prompts ahead of the trainer, so a
+resumed run does not reproduce an uninterrupted one bit for bit; single process only.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import torch
+
+from .hf import generate
+
+
+class AsyncRollout:
+    prefetches = True
+
+    def __init__(self, tr, max_staleness: int):
+        self.tr, self.max_staleness = tr, max_staleness
+        self.n, self.G = tr.cfg.train.prompts_per_step, tr.cfg.rollout.group_size
+        self.generator = torch.Generator(device=tr.device).manual_seed(tr.cfg.train.seed + 1)
+        self.cond = threading.Condition()
+        self.version, self.snapshot = tr.step, _frozen(tr.model)
+        self.ready: dict[int, tuple] = {}  # batch index -> (prompts, rollout, version)
+        self.consumed = tr.step  # index of the next batch the trainer takes
+        self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
+        self.last_staleness = 0
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.thread = threading.Thread(target=self._produce, name="grpokit-async-rollout", daemon=True)
+        self.thread.start()
+
+    def _produce(self) -> None:
+        i = self.consumed
+        try:
+            while True:
+                with self.cond:
+                    self.cond.wait_for(lambda: self.stopped or self.version >= i - self.max_staleness)
+                    if self.stopped:
+                        return
+                    model, version = self.snapshot, self.version
+                prompts = self.tr.sampler.next_batch(self.n)
+                with self.tr.autocast():
+                    ro = generate(model, [p.ids for p in prompts], self.G, self.tr.params, eos_token_ids=self.tr.eos,
+                                  pad_token_id=self.tr.tokenizer.pad_token_id, generator=self.generator,
+                                  decode=self.tr._decode)
+                with self.cond:
+                    self.ready[i] = (prompts, ro, version)
+                    self.log.append((i, version))
+                    self.cond.notify_all()
+                i += 1
+        except BaseException as e:  # surfaced in the trainer's thread by next_rollout
+            with self.cond:
+                self.error = e
+                self.cond.notify_all()
+
+    def next_rollout(self, n: int, group_size: int):
+        """``(prompts, rollout)`` of the next batch, waiting for the producer if needed."""
+        if n != self.n or group_size != self.G:
+            return self.tr.sampler.next_batch(n), None  # a refill of another size: sample it synchronously
+        with self.cond:
+            self.cond.wait_for(lambda: self.consumed in self.ready or self.error is not None)
+            if self.error is not None:
+                raise RuntimeError(f"the background rollout thread failed: {self.error!r}") from self.error
+            prompts, ro, version = self.ready.pop(self.consumed)
+            self.consumed += 1
+        self.last_staleness = self.tr.step - version
+        return prompts, ro
+
+    def after_update(self, model, step: int) -> dict[str, float]:
+        snap = _frozen(model)  # copied outside the lock: the producer keeps sampling meanwhile
+        with self.cond:
+            self.snapshot, self.version = snap, step
+            self.cond.notify_all()
+        return {"rollout/staleness": float(self.last_staleness)}
+
+    def generate(self, prompt_ids, group_size):
+        return None  # explicit prompts (GFPO refills) are sampled by the trainer's own loop
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self.thread.join(timeout=60)
+
+
+def _frozen(model: torch.nn.Module) -> torch.nn.Module:
+    snap = copy.deepcopy(model)
+    snap.eval()
+    for p in snap.parameters():
+        p.requires_grad_(False)
+    return snap
