@@ -135,7 +135,7 @@ def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, 
     extra_n = sample_group_size - G
     hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G:(p + 1) * G].mean() < threshold]
     more = sample([batch.prompts[p] for p in hard], extra_n) if hard else None
-    parts_rows, rewards, totals, texts, comps, logps, reasons = [], [], [], [], [], [], []
+    rewards, totals, texts, comps, logps, reasons = [], [], [], [], [], []
     for p in range(len(batch.prompts)):
         rows = list(range(p * G, (p + 1) * G))
         src = [(batch, i) for i in rows]

@@ -16,7 +16,6 @@ from . import lora
 from .config import Config, ConfigError
 from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
-from .record.recorder import NullRecorder  # noqa: F401  (rank > 0 records nothing)
 from .tis import pad_sampling_logprobs, tis_weights
 
 if TYPE_CHECKING:

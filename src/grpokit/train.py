@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -26,24 +25,20 @@ import numpy as np
 import torch
 
 from . import checkpoint
-from .advantages import group_advantages, kl_penalized_rewards, normalize_components, process_advantages
+from .advantages import group_advantages, kl_penalized_rewards, normalize_components
 from .collect import ScoredBatch, collect
 from .config import Config, ConfigError, save_yaml, to_dict, validate
-from .data import PromptSampler, load_rows, to_prompts
+from .data import PromptSampler, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, resolve_device, resolve_dtype
-from . import distributed, scaling
-from .record import group_signatures, make_recorder, sample_rows
+from . import distributed, scaling, wiring
+from .record import NullRecorder, group_signatures, make_recorder, sample_rows
 from .rewards.runner import RewardRunner
-from .rewards.spec import RewardSpec, resolve_reward
 from .rollout.hf import SamplingParams, generate
 from .loss import entropy_token_mask
 from .types import Prompt
 from .update import UpdateInputs, make_optimizer, policy_update
-
-
-TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
 
 
 class Trainer:
@@ -66,18 +61,18 @@ class Trainer:
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(m))
         self.tokenizer = load_tokenizer(m)
-        train_rows, eval_rows = self._rows(train_rows, eval_rows)
-        self._check_gold_answers(train_rows)
+        train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
+        wiring.check_gold_answers(cfg, train_rows)
         self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data)
         self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data)
-        specs = self._reward_specs(reward_funcs)
+        specs = wiring.reward_specs(cfg, reward_funcs)
         self.runner_weights = [sp.weight for sp in specs]
-        self.process_fn = self._process_function() if cfg.algo.supervision == "process" else None
+        self.process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
         self.runner = RewardRunner(specs, num_workers=cfg.reward.num_workers,
                                    timeout_s=cfg.reward.timeout_s, failure_value=cfg.reward.failure_value,
                                    max_failure_fraction=cfg.reward.max_failure_fraction)
 
-        self.eval_runner = self._eval_runner()
+        self.eval_runner = wiring.eval_runner(cfg, self.runner)
         self.model = load_model(m, self.device, resolve_dtype(m, self.device))
         # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
@@ -101,7 +96,7 @@ class Trainer:
         if self.dist.is_main:
             save_yaml(cfg, self.run_dir / "config.yaml")
         r = cfg.record
-        self.recorder = scaling.NullRecorder() if not self.dist.is_main else make_recorder(
+        self.recorder = NullRecorder() if not self.dist.is_main else make_recorder(
             self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
             health=cfg.health, resume_step=self.step if self.resume_dir else None,
             samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
@@ -147,7 +142,7 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
         G = r.group_size
-        self._timer = timer = _Timer()
+        self._timer = timer = wiring.Timer()
 
         sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, G,  # 1-3. prompts, rollout, rewards
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
@@ -168,7 +163,7 @@ class Trainer:
             rewards_N, kl_N = kl_penalized_rewards(rewards_N, old_logp.cpu(), ref_logp.cpu(), batch.completion_mask.cpu(), a.beta)
             extra["kl"] = (kl_N.sum() / batch.completion_mask.sum().clamp(min=1).cpu()).item()
         if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
-            advantages, adv_metrics = self._process_advantages(sb, batch.width)
+            advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
         else:
             rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
             adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
@@ -236,18 +231,6 @@ class Trainer:
                                        group_size, columns)
         return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics)
 
-    def _process_advantages(self, sb: ScoredBatch, width: int) -> tuple[torch.Tensor, dict[str, float]]:
-        G, a = sb.group_size, self.cfg.algo
-        columns = {k: [p.columns.get(k) for p in sb.prompts for _ in range(G)] for k in sb.prompts[0].columns}
-        prompts = [p.text for p in sb.prompts for _ in range(G)]
-        steps = self.process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
-        S = max(1, max(len(s) for s in steps))
-        rewards, ends, mask = torch.zeros(len(steps), S), torch.zeros(len(steps), S, dtype=torch.long), torch.zeros(len(steps), S)
-        for i, seq in enumerate(steps):
-            for k, (end, value) in enumerate(seq):
-                rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
-        return process_advantages(rewards, ends, mask, G, width, std=a.std, eps=a.adv_eps)
-
     # ------------------------------------------------------------------ helpers
 
     @torch.no_grad()
@@ -256,8 +239,8 @@ class Trainer:
         model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
         with self.autocast():
-          parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
-                                       with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
+            parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
+                                         with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:
@@ -279,80 +262,6 @@ class Trainer:
         self.dist.barrier()
         return path
 
-    def _rows(self, train_rows, eval_rows) -> tuple[list[dict], list[dict]]:
-        d = self.cfg.data
-        if train_rows is None or eval_rows is None:
-            task = None
-            if d.task and not d.dataset:
-                from .tasks import get_task
-
-                task = get_task(d.task)
-            if train_rows is None and not (task or d.dataset):
-                raise ConfigError("data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)")
-            if train_rows is None:
-                train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=self.cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
-            if eval_rows is None:
-                if d.eval_dataset:
-                    eval_rows = load_rows(d.eval_dataset, d.eval_split, d)
-                else:
-                    eval_rows = task.held_out_rows(d.eval_size) if task else []
-        return train_rows, eval_rows[: d.eval_size]
-
-    def _reward_specs(self, extra: list[Callable] | None) -> list[RewardSpec]:
-        names, weights = self.cfg.reward.functions, self.cfg.reward.weights or [1.0] * len(self.cfg.reward.functions)
-        specs = []
-        for name, w in zip(names, weights):
-            if name == "task" and extra and not self.cfg.data.task:
-                continue  # the default "task" reward makes no sense without a task: the passed functions replace it
-            if name == "task":
-                from .tasks import get_task
-
-                if not self.cfg.data.task:
-                    raise ConfigError("reward.functions names 'task' but data.task is empty; name a reward function instead")
-                fn = get_task(self.cfg.data.task).reward_fn
-                specs.append(RewardSpec(fn=fn, name=getattr(fn, "__name__", "task"), weight=w))
-            else:
-                params = self.cfg.reward.params.get(name, {})
-                specs.append(RewardSpec(fn=resolve_reward(name, **params), name=name.split(":")[-1], weight=w))
-        if extra:
-            specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0) for i, f in enumerate(extra)]
-        if not specs:
-            raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
-        return specs
-
-    def _check_gold_answers(self, rows: list[dict]) -> None:
-        """With math_accuracy, parse every gold answer at load time: a gold that does not parse is
-        reported (and would score 0 for every completion), never silently scored."""
-        if "math_accuracy" not in self.cfg.reward.functions:
-            return
-        from .rewards import validate_gold_answers
-
-        report = validate_gold_answers([r.get("answer") for r in rows])
-        if report.num_valid == 0:
-            raise ConfigError(f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column")
-        if report.invalid:
-            print(f"grpokit: warning: {report.message()}", flush=True)
-
-    def _eval_runner(self) -> RewardRunner:
-        """Evaluation grades with the task's own verifier when there is a task, else the first reward."""
-        if self.cfg.data.task and not self.cfg.data.dataset:
-            from .tasks import get_task
-
-            fn = get_task(self.cfg.data.task).reward_fn
-            return RewardRunner([RewardSpec(fn=fn, name="accuracy", weight=1.0)], num_workers=0)
-        return self.runner
-
-    def _process_function(self):
-        name = self.cfg.reward.process_function
-        if name == "task":
-            from .tasks import get_task
-
-            fn = get_task(self.cfg.data.task).process_reward_fn
-            if fn is None:
-                raise ConfigError(f"reward.process_function=task but task {self.cfg.data.task!r} has no process reward")
-            return fn
-        return resolve_reward(name)
-
     def _load_summary(self) -> dict[str, Any]:
         p = self.run_dir / "summary.json"
         return json.loads(p.read_text()) if self.resume_dir and p.exists() else {}
@@ -366,30 +275,6 @@ class Trainer:
 def train(cfg: Config, **kwargs: Any) -> dict[str, Any]:
     """Run GRPO with ``cfg``; keyword arguments go to ``Trainer``. Returns the summary."""
     return Trainer(cfg, **kwargs).train()
-
-
-class _Timer:
-    def __init__(self):
-        self.spans: dict[str, float] = {}
-        self.t0 = time.perf_counter()
-
-    def __call__(self, name: str):
-        timer = self
-
-        class _Span:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.spans[name] = timer.spans.get(name, 0.0) + time.perf_counter() - self.start
-
-        return _Span()
-
-    def total(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def metrics(self) -> dict[str, float]:
-        return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total()}
 
 
 def _seed_everything(seed: int) -> None:

@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
