@@ -177,3 +177,17 @@ def test_registry_entry():
 
     with pytest.raises(ConfigError, match="arithmetic"):
         get_task("nope")
+
+
+def test_digit_steps_and_digit_accuracy_hand_worked():
+    from grpokit.tasks.arithmetic_steps import digit_accuracy, digit_steps
+    from grpokit.tasks.chartok import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    texts = ["<answer>115</answer>", "<answer>125</answer>", "12"]
+    ids = [tok(t)["input_ids"] for t in texts]
+    # gold 125. "115": tokens <answer> 1 1 5 </answer> -> digit steps at tokens 1, 2, 3 worth 1, 0, 1;
+    # closing tag at token 4 worth 0 (answer wrong). "125": 1, 1, 1 and 1. "12": no tags -> one 0 step.
+    steps = digit_steps(["57+68="] * 3, texts, ids, ["125"] * 3)
+    assert steps == [[(1, 1.0), (2, 0.0), (3, 1.0), (4, 0.0)], [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)], [(1, 0.0)]]
+    assert digit_accuracy(["57+68="] * 3, texts, ids, ["125"] * 3) == pytest.approx([2 / 3, 1.0, 0.0])

@@ -45,3 +45,16 @@ def digit_steps(prompts: list[str], completions: list[Any], completion_ids: list
             steps = [(max(0, len(ids) - 1), 0.0)]
         out.append(steps)
     return out
+
+
+def digit_accuracy(prompts: list[str], completions: list[Any], completion_ids: list[list[int]], answer: list[str],
+                   **kwargs: Any) -> list[float]:
+    """Partial credit: the fraction of answer digits that match the gold answer (0.0 without tags).
+
+    A second, denser objective for multi-objective runs: ``digit_steps`` without the final step.
+    """
+    out = []
+    for steps, gold in zip(digit_steps(prompts, completions, completion_ids, answer), answer):
+        digit_rewards = [r for _, r in steps[:-1]] if len(steps) > 1 else []
+        out.append(sum(digit_rewards) / max(len(str(gold)), len(digit_rewards)) if digit_rewards else 0.0)
+    return out
