@@ -43,9 +43,9 @@ def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
         for n, p in tr.model.named_parameters():
             if "lora_B" in n:
                 p.add_(0.5)
-    from grpokit.train import _Timer
+    from grpokit.wiring import Timer
 
-    tr._timer = _Timer()
+    tr._timer = Timer()
     sb = tr._sample(2, 4)
     batch = make_token_batch(sb.rollout, tr.tokenizer.pad_token_id)
     ref = scaling.reference_logprobs(tr, batch)

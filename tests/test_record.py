@@ -216,7 +216,7 @@ def test_public_api_signatures() -> None:
     assert list(inspect.signature(Recorder.log).parameters) == ["self", "metrics", "step"]
     assert list(inspect.signature(Recorder.log_samples).parameters) == ["self", "step", "rows"]
     assert list(inspect.signature(Recorder.warn).parameters) == ["self", "step", "event"]
-    assert list(inspect.signature(group_signatures).parameters) == ["texts", "lengths", "group_size", "finish_reasons"]
+    assert list(inspect.signature(group_signatures).parameters) == ["texts", "lengths", "group_size", "finish_reasons", "min_length"]
     assert list(inspect.signature(write_report).parameters) == ["run_dir"]
     assert list(inspect.signature(report_main).parameters) == ["run_dir"]
 
