@@ -1,0 +1,56 @@
+"""Code and math rewards case by case, through the RewardRunner the trainer uses."""
+
+import shutil
+
+import pytest
+
+from grpokit.rewards import RewardRunner, RewardSpec
+from grpokit.rewards.code import code_all_pass, code_pass_fraction, strict_equal
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+STDIO = [{"input": "1 2\n", "output": "3\n"}, {"input": "5 7\n", "output": "12\n"}]
+CALLS = [{"fn": "add", "args": [1, 2], "expected": 3}, {"fn": "add", "args": [2, 2], "expected": 4}]
+
+
+def fenced(code):
+    return f"Here you go:\n```python\n{code}\n```"
+
+
+@needs_bwrap
+def test_stdin_stdout_cases_pass_fraction_and_all_or_nothing():
+    right = fenced("a, b = map(int, input().split())\nprint(a + b)")
+    half = fenced("a, b = map(int, input().split())\nprint(3)")  # right on the first case only
+    crash = fenced("raise SystemExit(1)")
+    no_code = "the answer is 3"
+    comps = [right, half, crash, no_code]
+    assert code_pass_fraction(comps, test_cases=[STDIO] * 4) == [1.0, 0.5, 0.0, 0.0]
+    assert code_all_pass(comps, test_cases=[STDIO] * 4) == [1.0, 0.0, 0.0, 0.0]
+    assert code_pass_fraction([right], test_cases=[None]) == [None]  # no cases: not applicable
+
+
+@needs_bwrap
+def test_function_call_cases_compare_types_strictly():
+    comps = [fenced("def add(a, b):\n    return a + b"),
+             fenced("def add(a, b):\n    return float(a + b)"),  # 3.0 is not 3
+             fenced("def add(a, b):\n    while True: pass")]  # timeout -> fails
+    assert code_pass_fraction(comps, test_cases=[CALLS] * 3, wall_s=1.0) == [1.0, 0.0, 0.0]
+    assert strict_equal(3, 3) and not strict_equal(True, 1) and not strict_equal(1, 1.0)
+
+
+@needs_bwrap
+def test_code_reward_through_the_runner_in_worker_processes():
+    specs = [RewardSpec(fn=code_pass_fraction, name="code", weight=1.0)]
+    comps = [fenced("a, b = map(int, input().split())\nprint(a + b)"), "no code"]
+    with RewardRunner(specs, num_workers=1, timeout_s=30) as runner:
+        res = runner.score(["p", "p"], comps, [[1], [1]], 2, {"test_cases": [STDIO, STDIO]})
+    assert res.total_N.tolist() == [1.0, 0.0] and res.metrics["rewards/code/failures"] == 0
+
+
+def test_math_accuracy_through_the_runner():
+    specs = [RewardSpec(fn=None, name="math_accuracy", weight=1.0)]
+    comps = ["The answer is $\\frac{1}{2}$", "The answer is $0.5$", "The answer is $3$", "no idea"]
+    with RewardRunner(specs, num_workers=1, timeout_s=30) as runner:
+        res = runner.score(["q"] * 4, comps, [[1]] * 4, 4, {"answer": ["$\\frac{1}{2}$"] * 4})
+    # 1/2 and 0.5 are the same number; 3 is wrong; no answer is wrong
+    assert res.total_N.tolist() == [1.0, 1.0, 0.0, 0.0]
