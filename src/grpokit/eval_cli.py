@@ -17,7 +17,7 @@ import torch
 
 from .config import Config, ConfigError, apply_overrides, validate
 from .data import load_rows, to_prompts
-from .models import eos_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+from .models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from .record.passk import summarize
 from .rewards import RewardRunner, RewardSpec, resolve_reward
 from .rollout.hf import SamplingParams, generate
@@ -65,6 +65,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
     validate(cfg)
     torch.manual_seed(args.seed)
+    quiet_transformers()
     device = resolve_device(cfg.model)
     tokenizer = load_tokenizer(cfg.model)
     model = load_model(cfg.model, device, resolve_dtype(cfg.model, device)).eval()
@@ -106,7 +107,7 @@ def main(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"grpokit eval: {result['model']} ({result['prompts']} prompts x {result['samples_per_prompt']} samples)")
+    table = Table(title="grpokit eval", caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, temperature {result['temperature']}")
     for col in ("k", "pass@k", "maj@k", "mean@k"):
         table.add_column(col, justify="right")
     for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):

@@ -122,3 +122,11 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def quiet_transformers() -> None:
+    """Our console shows progress; transformers' per-load progress bars would only add noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

@@ -31,7 +31,7 @@ from .config import Config, ConfigError, save_yaml, to_dict, validate
 from .data import PromptSampler, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
-from .models import eos_ids, frozen_copy, load_model, load_tokenizer, resolve_device, resolve_dtype
+from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from . import distributed, scaling, wiring
 from .record import NullRecorder, group_signatures, make_recorder, sample_rows
 from .rewards.runner import RewardRunner
@@ -56,7 +56,7 @@ class Trainer:
         torch.use_deterministic_algorithms(t.deterministic)
         _seed_everything(t.seed)
 
-        _quiet_transformers()
+        quiet_transformers()
         self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(m))
@@ -287,11 +287,3 @@ def _write_report(run_dir: Path) -> None:
     from .record.report import write_report
 
     write_report(run_dir)
-
-
-def _quiet_transformers() -> None:
-    """Our console shows progress; transformers' per-load progress bars would only add noise."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
