@@ -133,7 +133,8 @@ def test_fsdp_samples_in_step_and_resumes_bit_exactly(tiny_model_dir, tmp_path):
 
 OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.aggregation": "token-mean", "algo.beta": 0.04,
         "data.eval_size": 0, "train.deterministic": True, "train.micro_batch_size": 4,
-        "algo.dynamic_sampling": True, "algo.entropy_top_fraction": 0.5}
+        "algo.dynamic_sampling": True, "algo.entropy_top_fraction": 0.5,
+        "rollout.sample_group_size": 6, "rollout.gfpo_adaptive": True}  # GFPO: extra samples for hard prompts
 
 
 def run_scripted(model_dir, out, over):
@@ -148,22 +149,23 @@ def run_scripted(model_dir, out, over):
     return weights_of(tr)
 
 
-def _dapo_worker(rank, world, init_file, model_dir, out, result_file):
+def _dapo_worker(rank, world, init_file, model_dir, out):
     _init(rank, world, init_file)
     try:
-        weights = run_scripted(model_dir, out, OVER)
-        if rank == 0:
-            torch.save(weights, result_file)
+        run_scripted(model_dir, out, {**OVER, "train.fsdp": True})  # rank 0 writes the full final checkpoint
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_dapo_and_entropy_tokens_on_two_ranks_equal_one_process(tiny_model_dir, tmp_path):
-    """With sampling scripted per prompt, two ranks keep the same groups and tokens as one process."""
-    mp.spawn(_dapo_worker, args=(2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path / "two",
-                                 tmp_path / "w.pt"), nprocs=2, join=True)
-    two = torch.load(tmp_path / "w.pt")
+def test_dapo_gfpo_and_entropy_tokens_on_two_ranks_equal_one_process(tiny_model_dir, tmp_path):
+    """With sampling scripted per prompt, two FSDP ranks keep the same groups, completions and tokens
+    as one process: DAPO rounds stop on the global count, GFPO's extra sampling call is made on
+    every rank (also one without hard prompts), the entropy quantile is global."""
+    mp.spawn(_dapo_worker, args=(2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path / "two"), nprocs=2, join=True)
+    from safetensors.torch import load_file
+
+    two = load_file(str(tmp_path / "two" / "checkpoints" / "step-000002" / "model" / "model.safetensors"))
     one = run_scripted(tiny_model_dir, tmp_path / "one", OVER)
     for n in one:
         assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), n
@@ -171,7 +173,7 @@ def test_dapo_and_entropy_tokens_on_two_ranks_equal_one_process(tiny_model_dir, 
     assert any(m["dynamic_sampling/dropped_groups"] > 0 for m in m1)  # the digit prompts were dropped
     for a, b in zip(m1, m2):
         for key in ("dynamic_sampling/rounds", "dynamic_sampling/dropped_groups", "dynamic_sampling/kept_groups",
-                    "dynamic_sampling/sampled_prompts"):
+                    "dynamic_sampling/sampled_prompts", "gfpo/hard_prompts"):
             assert a[key] == b[key], key  # global counts, not one rank's
         for key in ("loss", "grad_norm", "kl", "advantages/std"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key

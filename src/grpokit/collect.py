@@ -132,6 +132,8 @@ def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch | None], P: 
         out = concat(kept)
         if len(out.prompts) > P:
             out = select(out, list(range(P)))
+    if many and oversample and gfpo_adaptive and not dynamic_sampling:  # a count: sum over ranks, not the mean
+        out.metrics["gfpo/hard_prompts"] = dist.sum_float(out.metrics["gfpo/hard_prompts"])
     if dynamic_sampling:
         k = dist.world_size if many else 1
         out.metrics.update({"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/dropped_groups": float(dropped),
@@ -162,6 +164,10 @@ def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) 
     pooled = concat(ordered)
     out = select(pooled, list(range(dist.rank * share, (dist.rank + 1) * share)))
     out.metrics = _merge_metrics(own)
+    if "gfpo/hard_prompts" in out.metrics:  # a count: per round the sum over ranks, as one process counts it
+        per_round = [sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K)) for i in range(len(rounds_kept))
+                     if any(every[r][i].prompts for r in range(K))]
+        out.metrics["gfpo/hard_prompts"] = sum(per_round) / len(per_round)
     return out
 
 
