@@ -89,20 +89,27 @@ def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[i
     return select(batch, list(range(len(batch.prompts))), members)
 
 
-def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch], P: int, G: int, *, dynamic_sampling: bool = False,
-            max_rounds: int = 4, sample_group_size: int = 0, gfpo_criterion: str = "length",
-            gfpo_adaptive: bool = False, adaptive_threshold: float = 0.5) -> ScoredBatch:
+def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch | None], P: int, G: int, *,
+            dynamic_sampling: bool = False, max_rounds: int = 4, sample_group_size: int = 0,
+            gfpo_criterion: str = "length", gfpo_adaptive: bool = False, adaptive_threshold: float = 0.5,
+            dist=None) -> ScoredBatch:
     """Fill a batch of P groups of G. ``sample(n_or_prompts, group_size)`` samples and scores
-    ``group_size`` completions for n fresh prompts from the data, or for the given prompts."""
+    ``group_size`` completions for n fresh prompts from the data, or for the given prompts (an
+    empty list may return None).
+
+    ``dist`` (a ``distributed.DistContext``, several ranks): P is this rank's share and the batch
+    is filled collectively; see ``_share_rounds``.
+    """
+    many = dist is not None and dist.active
     oversample = sample_group_size > G
-    kept: list[ScoredBatch] = []
+    rounds_kept: list[ScoredBatch] = []  # this rank's kept groups, one entry per round
     n_kept, rounds, dropped, sampled = 0, 0, 0, 0
     while True:
         rounds += 1
         batch = sample(P, sample_group_size if oversample and not gfpo_adaptive else G)
         sampled += len(batch.prompts)
         if oversample and gfpo_adaptive:
-            batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, adaptive_threshold)
+            batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, adaptive_threshold, always=many)
             batch = gfpo_keep(batch, G, gfpo_criterion, hard)
         elif oversample:
             batch = gfpo_keep(batch, G, gfpo_criterion)
@@ -110,31 +117,69 @@ def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch], P: int, G:
             informative = (~flat_groups(batch.total_N.view(-1, G))).nonzero()[:, 0].tolist()
             dropped += len(batch.prompts) - len(informative)
             batch = select(batch, informative)
-        if batch.prompts:
-            kept.append(batch)
-            n_kept += len(batch.prompts)
-        if not dynamic_sampling or n_kept >= P or rounds >= max_rounds:
+        rounds_kept.append(batch)
+        # several ranks: the stop rule reads the global count, so every rank runs the same rounds
+        n_kept += int(dist.sum_float(len(batch.prompts))) if many and dynamic_sampling else len(batch.prompts)
+        if not dynamic_sampling or n_kept >= P * (dist.world_size if many else 1) or rounds >= max_rounds:
             break
-    if not kept:  # every group was flat in every round: train on the last round (zero advantages)
-        kept = [sample(P, G)]
-        n_kept = P
-    out = concat(kept)
-    if len(out.prompts) > P:
-        out = select(out, list(range(P)))
+    if many and dynamic_sampling:
+        out = _share_rounds(rounds_kept, sample, P, G, dist)
+        dropped, sampled = int(dist.sum_float(dropped)), int(dist.sum_float(sampled))
+    else:
+        kept = [b for b in rounds_kept if b.prompts]
+        if not kept:  # every group was flat in every round: train on the last round (zero advantages)
+            kept = [sample(P, G)]
+        out = concat(kept)
+        if len(out.prompts) > P:
+            out = select(out, list(range(P)))
+    if many and oversample and gfpo_adaptive and not dynamic_sampling:  # a count: sum over ranks, not the mean
+        out.metrics["gfpo/hard_prompts"] = dist.sum_float(out.metrics["gfpo/hard_prompts"])
     if dynamic_sampling:
+        k = dist.world_size if many else 1
         out.metrics.update({"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/dropped_groups": float(dropped),
-                            "dynamic_sampling/kept_groups": float(len(out.prompts)),
+                            "dynamic_sampling/kept_groups": float(len(out.prompts) * k),
                             "dynamic_sampling/sampled_prompts": float(sampled)})
     return out
 
 
-def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, threshold: float) -> tuple[ScoredBatch, list[int]]:
+def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) -> ScoredBatch:
+    """DAPO on K ranks: pool every rank's kept groups and give each rank an equal share.
+
+    Ranks keep different numbers of groups, but the later stages need equal shares (advantages are
+    all-gathered row by row; FSDP needs the same number of forward passes on every rank). So the
+    kept groups are all-gathered and ordered as one process would have kept them, round by round
+    and, within a round, rank by rank (rank r drew the r-th slice of the round's prompts). The
+    first min(total, K*P) of them, rounded down to a multiple of K, are split evenly. Fewer kept
+    groups than ranks: every rank trains on fresh groups, as one process does when none are kept.
+    Each rank keeps the reward metrics of the rows it sampled itself.
+    """
+    K = dist.world_size
+    every = dist.gather_objects(rounds_kept)  # every[r][i]: rank r's kept groups of round i
+    ordered = [every[r][i] for i in range(len(rounds_kept)) for r in range(K) if every[r][i].prompts]
+    total = sum(len(b.prompts) for b in ordered)
+    share = min(total, K * P) // K
+    own = [b.metrics for b in rounds_kept if b.prompts] or [b.metrics for b in rounds_kept]
+    if share == 0:
+        return sample(P, G)
+    pooled = concat(ordered)
+    out = select(pooled, list(range(dist.rank * share, (dist.rank + 1) * share)))
+    out.metrics = _merge_metrics(own)
+    if "gfpo/hard_prompts" in out.metrics:  # a count: per round the sum over ranks, as one process counts it
+        per_round = [sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K)) for i in range(len(rounds_kept))
+                     if any(every[r][i].prompts for r in range(K))]
+        out.metrics["gfpo/hard_prompts"] = sum(per_round) / len(per_round)
+    return out
+
+
+def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, threshold: float,
+                    always: bool = False) -> tuple[ScoredBatch, list[int]]:
     """GFPO adaptive: prompts whose first G samples score below ``threshold`` on average get
     ``sample_group_size - G`` more samples; the batch becomes uniformly ``sample_group_size`` wide
-    (easy prompts are padded with copies that ``gfpo_keep`` never selects)."""
+    (easy prompts are padded with copies that ``gfpo_keep`` never selects). ``always``: call
+    ``sample`` even with no hard prompt (several ranks: a sharded model samples in step)."""
     extra_n = sample_group_size - G
     hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G:(p + 1) * G].mean() < threshold]
-    more = sample([batch.prompts[p] for p in hard], extra_n) if hard else None
+    more = sample([batch.prompts[p] for p in hard], extra_n) if hard or always else None
     rewards, totals, texts, comps, logps, reasons = [], [], [], [], [], []
     for p in range(len(batch.prompts)):
         rows = list(range(p * G, (p + 1) * G))

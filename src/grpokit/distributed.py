@@ -67,6 +67,30 @@ class DistContext:
         dist.all_gather(parts, src)
         return torch.cat(parts).to(x.device)
 
+    def gather_varlen(self, x: torch.Tensor) -> torch.Tensor:
+        """Concatenate every rank's 1-d ``x`` in rank order; lengths may differ between ranks.
+
+        (Padded to the longest rank's length for the all_gather, then trimmed.)
+        """
+        if not self.active:
+            return x
+        dev = self._comm_device()
+        n = torch.tensor([x.numel()], dtype=torch.long, device=dev)
+        sizes = [torch.empty_like(n) for _ in range(self.world_size)]
+        dist.all_gather(sizes, n)
+        lengths = [int(s.item()) for s in sizes]
+        src = torch.zeros(max(lengths), dtype=x.dtype, device=dev)
+        src[:x.numel()] = x.detach().reshape(-1).to(dev)
+        parts = [torch.empty_like(src) for _ in lengths]
+        dist.all_gather(parts, src)
+        return torch.cat([part[:k] for part, k in zip(parts, lengths)]).to(x.device)
+
+    def any_rank(self, flag: bool) -> bool:
+        """True when ``flag`` is true on at least one rank (a collective: every rank must call it)."""
+        if not self.active:
+            return flag
+        return self.sum_float(1.0 if flag else 0.0) > 0
+
     def local_rows(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's equal share of a global dim-0 tensor (the inverse of ``gather_rows``)."""
         n = x.shape[0] // self.world_size

@@ -233,17 +233,23 @@ def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT
     return (adv_N < 0) & (drift_N > delta)
 
 
-def entropy_token_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float) -> torch.Tensor:
+def entropy_token_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float,
+                       pool: torch.Tensor | None = None) -> torch.Tensor:
     """Keep only the highest-entropy ``top_fraction`` of the batch's completion tokens.
 
     "Beyond the 80/20 rule" (Wang et al., 2025): the gradient of the few high-entropy "forking"
     tokens carries most of the RL signal. The threshold is the ``1 - top_fraction`` quantile of the
     entropies of all real tokens of the batch; tokens at or above it stay in the mask.
+
+    ``pool`` (1-d): the entropies the quantile is taken over, when the batch is larger than these
+    rows; with several ranks it is every rank's real-token entropies, so each rank keeps exactly
+    the tokens one process would keep of the whole batch. Default: ``entropy_NT[mask_NT > 0]``.
     """
     if not (0.0 < top_fraction <= 1.0):
         raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
     real = mask_NT.bool()
-    if top_fraction == 1.0 or not real.any():
+    pool = entropy_NT[real] if pool is None else pool
+    if top_fraction == 1.0 or pool.numel() == 0:
         return mask_NT
-    threshold = torch.quantile(entropy_NT[real].float(), 1.0 - top_fraction)
+    threshold = torch.quantile(pool.float(), 1.0 - top_fraction)
     return mask_NT * (entropy_NT >= threshold).to(mask_NT.dtype)

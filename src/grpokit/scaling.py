@@ -7,6 +7,7 @@ tis.py, the distributed reductions in distributed.py, the adapters in lora.py.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from . import lora
 from .config import Config, ConfigError
 from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
+from .rollout.lockstep import lockstep
 from .tis import pad_sampling_logprobs, tis_weights
 
 if TYPE_CHECKING:
@@ -32,9 +34,6 @@ def check_world(cfg: Config, ctx: DistContext) -> None:
     if t.prompts_per_step % k:
         raise ConfigError(f"train.prompts_per_step={t.prompts_per_step} must be divisible by the {k} ranks "
                           f"(each rank keeps whole groups); use a multiple of {k}")
-    if cfg.algo.dynamic_sampling:
-        raise ConfigError("algo.dynamic_sampling=true is not supported with several ranks yet (ranks would refill "
-                          "different numbers of prompts); run it on one process or set algo.dynamic_sampling=false")
     if cfg.rollout.async_staleness:
         raise ConfigError("rollout.async_staleness > 0 is not supported with several ranks yet; set it to 0")
 
@@ -44,6 +43,14 @@ def autocast_factory(m, device: torch.device, model: torch.nn.Module):
     weight_dtype = next(model.parameters()).dtype
     dtype = resolve_autocast(m, device, weight_dtype)
     return lambda: autocast_context(device, dtype)
+
+
+def sampling_model(tr: Trainer):
+    """A context giving the model to sample with: the model itself, or under FSDP a stand-in that
+    keeps every rank's forward passes in step (rollout/lockstep.py says why)."""
+    if not tr.dist.fsdp:
+        return contextlib.nullcontext(tr.model)
+    return lockstep(tr.model, tr.dist.any_rank)
 
 
 def uses_tis(cfg: Config) -> bool:
@@ -110,12 +117,13 @@ def checkpoint_writers(tr: Trainer) -> dict[str, Any]:
     return hooks
 
 
-def checkpoint_loaders(cfg: Config, ctx: DistContext) -> dict[str, Any]:
-    """Keyword arguments for ``checkpoint.load`` (every rank loads the full checkpoint)."""
-    if cfg.model.lora_rank:
+def checkpoint_loaders(tr: Trainer) -> dict[str, Any]:
+    """Keyword arguments for ``checkpoint.load``: every rank reads the whole checkpoint and keeps its part."""
+    if tr.cfg.model.lora_rank:
         return {"read_model": lambda model, path: lora.load_adapter(model, Path(path))}
-    if ctx.fsdp:
-        return {"read_model": _fsdp_read_model, "load_optimizer": None}
+    if tr.dist.fsdp:
+        return {"read_model": _fsdp_read_model,
+                "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(tr.model, optimizer, state)}
     return {}
 
 
@@ -127,3 +135,11 @@ def _fsdp_read_model(model, path: Path) -> None:
     for f in sorted((Path(path) / "model").glob("*.safetensors")):
         weights.update(load_file(str(f)))
     set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+
+
+def _fsdp_load_optimizer(model, optimizer, state: dict) -> None:
+    """The full optimizer state (keyed by parameter name, as ``get_optimizer_state_dict`` wrote it)
+    is read on every rank; ``set_optimizer_state_dict`` keeps each rank's shard of every moment."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

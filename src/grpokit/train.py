@@ -90,7 +90,7 @@ class Trainer:
             if ckpt is None:
                 raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                    **scaling.checkpoint_loaders(cfg, self.dist))
+                                    **scaling.checkpoint_loaders(self))
             self.step, self.sampler.position = state.step, state.data_position
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
@@ -147,7 +147,7 @@ class Trainer:
         sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, G,  # 1-3. prompts, rollout, rewards
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
-                     gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold)
+                     gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
         P, ro = len(sb.prompts), sb.rollout
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
@@ -177,7 +177,8 @@ class Trainer:
             keep = torch.tensor([f != "length" for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
             loss_mask = loss_mask * keep[:, None]
         if a.entropy_top_fraction < 1:  # train only on the high-entropy "forking" tokens
-            loss_mask = entropy_token_mask(entropy, loss_mask, a.entropy_top_fraction)
+            pool = self.dist.gather_varlen(entropy[loss_mask.bool()]) if self.dist.active else None  # global quantile
+            loss_mask = entropy_token_mask(entropy, loss_mask, a.entropy_top_fraction, pool=pool)
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
                                   ref_logp if a.kl_placement == "loss" else None)
@@ -212,18 +213,21 @@ class Trainer:
             "data/position": float(self.sampler.position),
         })
 
-    def _sample(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch:
-        """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them."""
+    def _sample(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch | None:
+        """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them.
+        An empty list (a rank with nothing to add while others sample) returns None."""
         ro = None
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
             prompts, ro = scaling.next_prompts(self, prompts, group_size)
-        with self._timer("rollout"), self.autocast():
+        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self) as model:  # FSDP: ranks in step
             self.model.eval()
-            if ro is None and self.engine is not None:  # vLLM (colocated or server)
+            if ro is None and self.engine is not None and prompts:  # vLLM (colocated or server)
                 ro = self.engine.generate([p.ids for p in prompts], group_size)
-            if ro is None:
-                ro = generate(self.model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
+            if ro is None and prompts:
+                ro = generate(model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
                               pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode)
+        if not prompts:
+            return None
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
             columns = {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
@@ -249,8 +253,9 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        return evaluate(self.model, self.tokenizer, self.eval_prompts, self.eval_runner,
-                        max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos)
+        with scaling.sampling_model(self) as model:
+            return evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
+                            max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos)
 
     def save(self) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
