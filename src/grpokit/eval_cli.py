@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .config import Config, ConfigError, apply_overrides, validate
+from .config import Config, ConfigError, apply_overrides
+from .validation import validate
 from .data import load_rows, to_prompts
 from .models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from .record.passk import summarize

@@ -27,7 +27,8 @@ import torch
 from . import checkpoint
 from .advantages import group_advantages, kl_penalized_rewards, normalize_components
 from .collect import ScoredBatch, collect
-from .config import Config, ConfigError, save_yaml, to_dict, validate
+from .config import Config, ConfigError, save_yaml, to_dict
+from .validation import validate
 from .data import PromptSampler, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
