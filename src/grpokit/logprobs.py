@@ -43,12 +43,74 @@ def completion_logprobs(
     chunk_size: int = 64,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    buckets: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
     entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
 
-    Values at padded completion positions are meaningless; callers mask them.
+    No compute on padding: rows are sorted by real length and split into up to ``buckets``
+    contiguous groups (``None``: chosen by ``plan_buckets``); each group's columns are trimmed to
+    its own longest prompt and completion. Positions are explicit, so trimming changes no value.
+    Values at padded completion positions are 0 here and meaningless; callers mask them.
     """
+    N, T = batch.completion_ids.shape
+    lengths = batch.completion_mask.sum(dim=1).long()  # (N,)
+    groups = plan_buckets(lengths.tolist(), buckets)
+    if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
+        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
+    lp_parts, ent_parts = [], []
+    order = torch.cat(groups)
+    for rows in groups:
+        sub, t_b = _trim(batch, rows.to(batch.input_ids.device))
+        lp, ent = _logprobs_block(model, sub, temperature, chunk_size, with_entropy, entropy_grad)
+        lp_parts.append(torch.nn.functional.pad(lp, (0, T - t_b)))
+        if ent is not None:
+            ent_parts.append(torch.nn.functional.pad(ent, (0, T - t_b)))
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(N)
+    inverse = inverse.to(lp_parts[0].device)
+    return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+
+
+def plan_buckets(lengths: list[int], buckets: int | None = None, row_cost: float = 4.0) -> list[torch.Tensor]:
+    """Split rows into groups of similar completion length (row indices per group, shortest first).
+
+    With ``buckets`` given, rows sorted by length are cut into that many equal groups. Otherwise
+    k in {1, 2, 4, 8} is chosen to minimise padded tokens plus a fixed cost per group (each group
+    is one more forward whose matmuls are smaller), counted as ``row_cost * N`` token slots.
+    Example: lengths [2, 3, 30, 32] -> k = 2: groups [[0, 1], [2, 3]] cost 2*3 + 2*32 = 70 token
+    slots (+ 2 * 16 overhead) against 4*32 = 128 (+ 16) for k = 1.
+    """
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: lengths[i])
+
+    def split(k):
+        k = max(1, min(k, n))
+        return [order[j * n // k:(j + 1) * n // k] for j in range(k)]
+
+    def cost(groups):
+        return sum(len(g) * max(1, max(lengths[i] for i in g)) for g in groups if g) + row_cost * n * len(groups)
+
+    chosen = split(buckets) if buckets else min((split(k) for k in (1, 2, 4, 8) if k <= n), key=cost)
+    return [torch.tensor(g, dtype=torch.long) for g in chosen if g]
+
+
+def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
+    """Rows ``rows`` of ``batch`` without all-padding columns: left of the earliest prompt token,
+    right of the longest completion. Returns the sub-batch and its completion width."""
+    T = batch.width
+    lp = batch.input_ids.shape[1] - T
+    attn = batch.attention_mask.index_select(0, rows)
+    first = int(attn[:, :lp].any(dim=0).long().argmax().item()) if lp > 0 and bool(attn[:, :lp].any()) else lp
+    t_b = max(1, int(batch.completion_mask.index_select(0, rows).sum(dim=1).max().item()))
+    cols = slice(first, lp + t_b)
+    pick = lambda t: t.index_select(0, rows)
+    sub = TokenBatch(pick(batch.input_ids)[:, cols], attn[:, cols], pick(batch.position_ids)[:, cols],
+                     pick(batch.completion_ids)[:, :t_b], pick(batch.completion_mask)[:, :t_b])
+    return sub, t_b
+
+
+def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad):
     T = batch.width
     hidden = _backbone_hidden(model, batch)
     if hidden is None:  # models whose logits need more than a linear head: one full forward
