@@ -43,3 +43,23 @@ def test_bucketed_logprobs_and_grads_equal_a_plain_forward(tiny_model):
         assert ent.shape == lp.shape and (ent[m.bool()] > 0).all()
         for a, b in zip(g_ours, (p.grad for p in tiny_model.parameters())):
             assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny_model, monkeypatch):
+    import grpokit.logprobs as L
+
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    m = batch.completion_mask
+    monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 40)  # forces 1-position chunks through _HeadLogp
+    tiny_model.zero_grad()
+    lp, _ = completion_logprobs(tiny_model, batch, temperature=0.7, buckets=1)
+    (lp * m * torch.arange(1.0, 10.0)[: lp.shape[1]]).sum().backward()  # non-uniform upstream gradient
+    g_ours = [p.grad.clone() for p in tiny_model.parameters()]
+    tiny_model.zero_grad()
+    T = batch.width
+    logits = tiny_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+    ref = torch.log_softmax(logits[:, -T - 1:-1] / 0.7, -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    (ref * m * torch.arange(1.0, 10.0)[: T]).sum().backward()
+    assert torch.allclose(lp * m, ref * m, atol=1e-5)
+    for a, b in zip(g_ours, (p.grad for p in tiny_model.parameters())):
+        assert torch.allclose(a, b, atol=1e-5)

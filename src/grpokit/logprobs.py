@@ -119,14 +119,69 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
         return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
     head = model.get_output_embeddings()
     h = hidden[:, -T - 1:-1]  # the state at position k predicts token k + 1
+    N, V = h.shape[0], head.weight.shape[0]
+    chunk = max(1, min(chunk_size, LOGITS_CHUNK_ELEMENTS // max(1, N * V)))  # at most ~32 MB of fp32 logits live
+    if torch.is_grad_enabled() and isinstance(head, torch.nn.Linear) and not entropy_grad:
+        logp = _HeadLogp.apply(h, head.weight, head.bias, batch.completion_ids, temperature, chunk)
+        ent = None
+        if with_entropy:
+            with torch.no_grad():
+                ent = torch.cat([_logp_entropy(head(h[:, s:s + chunk]), batch.completion_ids[:, s:s + chunk], temperature, True, False)[1]
+                                 for s in range(0, T, chunk)], dim=1)
+        return logp, ent
     logps, ents = [], []
-    for s in range(0, T, chunk_size):
-        logits = head(h[:, s:s + chunk_size])
-        lp, ent = _logp_entropy(logits, batch.completion_ids[:, s:s + chunk_size], temperature, with_entropy, entropy_grad)
+    for s in range(0, T, chunk):
+        logits = head(h[:, s:s + chunk])
+        lp, ent = _logp_entropy(logits, batch.completion_ids[:, s:s + chunk], temperature, with_entropy, entropy_grad)
         logps.append(lp)
         if ent is not None:
             ents.append(ent)
     return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if ents else None)
+
+
+LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk
+
+
+class _HeadLogp(torch.autograd.Function):
+    """``log_softmax(h @ W.T + b) / temperature`` at the target ids, without keeping any logits.
+
+    Autograd would save every chunk's (N, chunk, V) log-softmax for the backward pass, so a chunked
+    forward alone does not bound memory. Here the forward keeps only ``h`` and the backward
+    recomputes each chunk's logits: with ``p = softmax(z)``, ``d logp[y] / d z = onehot(y) - p``,
+    so ``grad_z = g * (onehot(y) - p) / temperature``, then ``grad_h = grad_z @ W`` and
+    ``grad_W = grad_z.T @ h``. One extra head matmul per chunk buys memory flat in V and T.
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, temperature, chunk):
+        out = []
+        for s in range(0, h.shape[1], chunk):
+            z = torch.nn.functional.linear(h[:, s:s + chunk], weight, bias).float() / temperature
+            out.append(z.gather(-1, targets[:, s:s + chunk, None])[..., 0] - torch.logsumexp(z, dim=-1))
+        ctx.save_for_backward(h, weight, bias, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        return torch.cat(out, dim=1)
+
+    @staticmethod
+    def backward(ctx, g):
+        h, weight, bias, targets = ctx.saved_tensors
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        for s in range(0, h.shape[1], ctx.chunk):
+            h_c = h[:, s:s + ctx.chunk]
+            z = torch.nn.functional.linear(h_c, weight, bias).float() / ctx.temperature
+            g_c = g[:, s:s + ctx.chunk, None].float()
+            grad_z = -torch.softmax(z, dim=-1) * g_c
+            grad_z.scatter_add_(-1, targets[:, s:s + ctx.chunk, None], g_c)
+            grad_z = (grad_z / ctx.temperature).to(h.dtype)
+            if grad_h is not None:
+                grad_h[:, s:s + ctx.chunk] = grad_z @ weight
+            if grad_w is not None:
+                grad_w += grad_z.flatten(0, 1).T @ h_c.flatten(0, 1)
+            if grad_b is not None:
+                grad_b += grad_z.sum(dim=(0, 1))
+        return grad_h, grad_w, grad_b, None, None, None
 
 
 def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
