@@ -131,6 +131,7 @@ def main(argv=None):
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--fixed-n", action="store_true", help="G sweep keeps N = P*G = 64")
+    p.add_argument("--only", default="", help="comma-separated config names to run (e.g. 'small,G=16,T=128')")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--models", default="/tmp/grpokit-bench-models")
@@ -151,7 +152,8 @@ def main(argv=None):
           "| train-phase % peak ours/TRL | peak RSS MB ours/TRL |\n|---|---|---|---|---|---|---|---|", flush=True)
     results = []
     t0 = time.time()
-    for name, c in configs(a):
+    wanted = set(filter(None, a.only.split(",")))
+    for name, c in [(n, c) for n, c in configs(a) if not wanted or n in wanted]:
         d = build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
         results.append(compare(name, d, c, a, peak))
     print("\nphase medians, seconds per step (grpokit | TRL):")
