@@ -2,7 +2,7 @@
 
     python bench/compare_trl.py --quick                 # main comparison, small + large model
     python bench/compare_trl.py --sweep all             # + G, length, width and mixed-length sweeps
-    python bench/compare_trl.py --device cuda --dtype bfloat16 --width 896 --layers 24   # on a GPU
+    python bench/compare_trl.py --device cuda --dtype bfloat16 --model-dir PATH/Qwen2-0.5B   # on a GPU
 
 Each (config, side, round) runs in its own subprocess (bench/worker.py) so peak RSS is that side's
 own; sides alternate (grpokit, trl, trl, grpokit, ...) so machine drift hits both equally. Before
@@ -106,6 +106,8 @@ def _phase_row(r) -> str:
 def configs(a) -> list[tuple[str, dict]]:
     base = dict(width=a.width, layers=a.layers, G=8, P=8, T=32)
     large = dict(base, width=512, layers=8)
+    if a.model_dir:  # a given model (e.g. Qwen2-0.5B on a GPU): width/layers in the table are not its shape
+        return [("given model", base)]
     out = [("small", base)] + ([("large", large)] if a.device == "cpu" and a.width == 256 else [])
     if a.sweep in ("G", "all"):
         out += [(f"G={g}", dict(base, G=g, P=max(1, 64 // g) if a.fixed_n else 8)) for g in (4, 16, 32)]
@@ -135,6 +137,7 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--models", default="/tmp/grpokit-bench-models")
+    p.add_argument("--model-dir", default="", help="use this model folder (e.g. Qwen2-0.5B) instead of building random ones")
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
     if a.quick:
@@ -146,15 +149,16 @@ def main(argv=None):
     chk = subprocess.run([PY, "-c", "import trl_oracle as o\nfor k,(x,y) in o.check_all().items(): print(k, x, y, abs(x-y))"],
                          capture_output=True, text=True, cwd=HERE, env=_env(a.threads))
     print("loss equality (loss_type trl grpokit |diff|):\n" + chk.stdout + chk.stderr[-500:], flush=True)
-    peak = max(matmul_peak_gflops(1024), matmul_peak_gflops(2048, reps=3)) if a.device == "cpu" else float("nan")
-    print(f"matmul peak: {peak:.1f} GFLOP/s fp32, threads={torch.get_num_threads()}; load {os.getloadavg()}", flush=True)
+    dt = getattr(torch, a.dtype)
+    peak = max(matmul_peak_gflops(n, reps=5, dtype=dt, device=a.device) for n in ((1024, 2048) if a.device == "cpu" else (4096, 8192)))
+    print(f"matmul peak: {peak:.1f} GFLOP/s {a.dtype}, threads={torch.get_num_threads()}; load {os.getloadavg()}", flush=True)
     print("| config | shape | grpokit s/step med (min-max) | TRL s/step | speed-up | gen tok/s ours/TRL "
           "| train-phase % peak ours/TRL | peak RSS MB ours/TRL |\n|---|---|---|---|---|---|---|---|", flush=True)
     results = []
     t0 = time.time()
     wanted = set(filter(None, a.only.split(",")))
     for name, c in [(n, c) for n, c in configs(a) if not wanted or n in wanted]:
-        d = build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
+        d = a.model_dir or build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
         results.append(compare(name, d, c, a, peak))
     print("\nphase medians, seconds per step (grpokit | TRL):")
     for r in results:

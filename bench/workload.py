@@ -88,18 +88,21 @@ def model_flops(cfg, prompt_len: float, comp_len: float) -> dict[str, float]:
     return {"prefill": fwd(prompt_len, 0), "decode": fwd(comp_len, prompt_len), "seq": fwd(prompt_len + comp_len, 0)}
 
 
-def matmul_peak_gflops(n: int = 1024, reps: int = 10, dtype=None) -> float:
+def matmul_peak_gflops(n: int = 1024, reps: int = 10, dtype=None, device: str = "cpu") -> float:
     """Best of ``reps`` timed (n x n) @ (n x n) products, in GFLOP/s: this machine's practical peak."""
     import time
 
     import torch
 
-    a = torch.randn(n, n, dtype=dtype or torch.float32)
-    b = torch.randn(n, n, dtype=dtype or torch.float32)
+    a = torch.randn(n, n, dtype=dtype or torch.float32, device=device)
+    b = torch.randn(n, n, dtype=dtype or torch.float32, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     a @ b
+    sync()
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
         a @ b
+        sync()
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best / 1e9
