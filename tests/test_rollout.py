@@ -56,3 +56,51 @@ def test_process_logits_filters():
     # min_p 0.2: drop below 0.2 * 0.5 = 0.1 -> keep 0.5, 0.3, 0.15 -> /0.95
     p = process_logits(logits, SamplingParams(min_p=0.2)).exp()
     assert torch.allclose(p, torch.tensor([[0.5, 0.3, 0.15, 0]]) / 0.95, atol=1e-6)
+
+
+def _tiny_qwen2(seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                      tie_word_embeddings=False)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def test_static_cache_decoder_equals_dynamic_cache_path(tiny_model):
+    # ragged prompts (left padding), rows finishing at different times (EOS ids 2, 3), greedy and seeded sampling,
+    # on both a Llama and a Qwen2 (q/k/v biases) model: the static engine must sample the very same tokens
+    prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+    kw = dict(eos_token_ids={2, 3}, pad_token_id=0)
+    for model in (tiny_model, _tiny_qwen2()):
+        for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10),
+                       SamplingParams(max_new_tokens=10, temperature=0.7, top_p=0.9)):
+            a = generate(model, prompts, 4, params, engine="static", generator=torch.Generator().manual_seed(1), **kw)
+            b = generate(model, prompts, 4, params, engine="dynamic", generator=torch.Generator().manual_seed(1), **kw)
+            assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
+            for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
+                assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
+
+
+def test_static_engine_sampling_logprobs_match_a_full_forward():
+    model = _tiny_qwen2(seed=3)
+    prompts = [[1, 5, 6, 7], [1, 9]]
+    ro = generate(model, prompts, 3, SamplingParams(max_new_tokens=12), eos_token_ids={2, 3, 4}, pad_token_id=0,
+                  generator=torch.Generator().manual_seed(0), engine="static")
+    batch = make_token_batch(ro, pad_token_id=0)
+    logp, _ = completion_logprobs(model, batch)
+    ref = torch.zeros_like(logp)
+    for i, lp in enumerate(ro.sampling_logprobs):
+        ref[i, :len(lp)] = torch.tensor(lp)
+    m = batch.completion_mask
+    assert torch.allclose(logp * m, ref * m, atol=1e-4)
+
+
+def test_engine_auto_falls_back_for_unsupported_models():
+    from grpokit.rollout import static
+
+    class Other(torch.nn.Module):
+        config = type("C", (), {"model_type": "gpt2"})()
+
+    assert not static.supports(Other())

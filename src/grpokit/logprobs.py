@@ -43,12 +43,74 @@ def completion_logprobs(
     chunk_size: int = 64,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    buckets: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
     entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
 
-    Values at padded completion positions are meaningless; callers mask them.
+    No compute on padding: rows are sorted by real length and split into up to ``buckets``
+    contiguous groups (``None``: chosen by ``plan_buckets``); each group's columns are trimmed to
+    its own longest prompt and completion. Positions are explicit, so trimming changes no value.
+    Values at padded completion positions are 0 here and meaningless; callers mask them.
     """
+    N, T = batch.completion_ids.shape
+    lengths = batch.completion_mask.sum(dim=1).long()  # (N,)
+    groups = plan_buckets(lengths.tolist(), buckets)
+    if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
+        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
+    lp_parts, ent_parts = [], []
+    order = torch.cat(groups)
+    for rows in groups:
+        sub, t_b = _trim(batch, rows.to(batch.input_ids.device))
+        lp, ent = _logprobs_block(model, sub, temperature, chunk_size, with_entropy, entropy_grad)
+        lp_parts.append(torch.nn.functional.pad(lp, (0, T - t_b)))
+        if ent is not None:
+            ent_parts.append(torch.nn.functional.pad(ent, (0, T - t_b)))
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(N)
+    inverse = inverse.to(lp_parts[0].device)
+    return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+
+
+def plan_buckets(lengths: list[int], buckets: int | None = None, row_cost: float = 4.0) -> list[torch.Tensor]:
+    """Split rows into groups of similar completion length (row indices per group, shortest first).
+
+    With ``buckets`` given, rows sorted by length are cut into that many equal groups. Otherwise
+    k in {1, 2, 4, 8} is chosen to minimise padded tokens plus a fixed cost per group (each group
+    is one more forward whose matmuls are smaller), counted as ``row_cost * N`` token slots.
+    Example: lengths [2, 3, 30, 32] -> k = 2: groups [[0, 1], [2, 3]] cost 2*3 + 2*32 = 70 token
+    slots (+ 2 * 16 overhead) against 4*32 = 128 (+ 16) for k = 1.
+    """
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: lengths[i])
+
+    def split(k):
+        k = max(1, min(k, n))
+        return [order[j * n // k:(j + 1) * n // k] for j in range(k)]
+
+    def cost(groups):
+        return sum(len(g) * max(1, max(lengths[i] for i in g)) for g in groups if g) + row_cost * n * len(groups)
+
+    chosen = split(buckets) if buckets else min((split(k) for k in (1, 2, 4, 8) if k <= n), key=cost)
+    return [torch.tensor(g, dtype=torch.long) for g in chosen if g]
+
+
+def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
+    """Rows ``rows`` of ``batch`` without all-padding columns: left of the earliest prompt token,
+    right of the longest completion. Returns the sub-batch and its completion width."""
+    T = batch.width
+    lp = batch.input_ids.shape[1] - T
+    attn = batch.attention_mask.index_select(0, rows)
+    first = int(attn[:, :lp].any(dim=0).long().argmax().item()) if lp > 0 and bool(attn[:, :lp].any()) else lp
+    t_b = max(1, int(batch.completion_mask.index_select(0, rows).sum(dim=1).max().item()))
+    cols = slice(first, lp + t_b)
+    pick = lambda t: t.index_select(0, rows)
+    sub = TokenBatch(pick(batch.input_ids)[:, cols], attn[:, cols], pick(batch.position_ids)[:, cols],
+                     pick(batch.completion_ids)[:, :t_b], pick(batch.completion_mask)[:, :t_b])
+    return sub, t_b
+
+
+def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad):
     T = batch.width
     hidden = _backbone_hidden(model, batch)
     if hidden is None:  # models whose logits need more than a linear head: one full forward
@@ -57,14 +119,69 @@ def completion_logprobs(
         return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
     head = model.get_output_embeddings()
     h = hidden[:, -T - 1:-1]  # the state at position k predicts token k + 1
+    N, V = h.shape[0], head.weight.shape[0]
+    chunk = max(1, min(chunk_size, LOGITS_CHUNK_ELEMENTS // max(1, N * V)))  # at most ~32 MB of fp32 logits live
+    if torch.is_grad_enabled() and isinstance(head, torch.nn.Linear) and not entropy_grad:
+        logp = _HeadLogp.apply(h, head.weight, head.bias, batch.completion_ids, temperature, chunk)
+        ent = None
+        if with_entropy:
+            with torch.no_grad():
+                ent = torch.cat([_logp_entropy(head(h[:, s:s + chunk]), batch.completion_ids[:, s:s + chunk], temperature, True, False)[1]
+                                 for s in range(0, T, chunk)], dim=1)
+        return logp, ent
     logps, ents = [], []
-    for s in range(0, T, chunk_size):
-        logits = head(h[:, s:s + chunk_size])
-        lp, ent = _logp_entropy(logits, batch.completion_ids[:, s:s + chunk_size], temperature, with_entropy, entropy_grad)
+    for s in range(0, T, chunk):
+        logits = head(h[:, s:s + chunk])
+        lp, ent = _logp_entropy(logits, batch.completion_ids[:, s:s + chunk], temperature, with_entropy, entropy_grad)
         logps.append(lp)
         if ent is not None:
             ents.append(ent)
     return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if ents else None)
+
+
+LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk
+
+
+class _HeadLogp(torch.autograd.Function):
+    """``log_softmax(h @ W.T + b) / temperature`` at the target ids, without keeping any logits.
+
+    Autograd would save every chunk's (N, chunk, V) log-softmax for the backward pass, so a chunked
+    forward alone does not bound memory. Here the forward keeps only ``h`` and the backward
+    recomputes each chunk's logits: with ``p = softmax(z)``, ``d logp[y] / d z = onehot(y) - p``,
+    so ``grad_z = g * (onehot(y) - p) / temperature``, then ``grad_h = grad_z @ W`` and
+    ``grad_W = grad_z.T @ h``. One extra head matmul per chunk buys memory flat in V and T.
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, temperature, chunk):
+        out = []
+        for s in range(0, h.shape[1], chunk):
+            z = torch.nn.functional.linear(h[:, s:s + chunk], weight, bias).float() / temperature
+            out.append(z.gather(-1, targets[:, s:s + chunk, None])[..., 0] - torch.logsumexp(z, dim=-1))
+        ctx.save_for_backward(h, weight, bias, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        return torch.cat(out, dim=1)
+
+    @staticmethod
+    def backward(ctx, g):
+        h, weight, bias, targets = ctx.saved_tensors
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        for s in range(0, h.shape[1], ctx.chunk):
+            h_c = h[:, s:s + ctx.chunk]
+            z = torch.nn.functional.linear(h_c, weight, bias).float() / ctx.temperature
+            g_c = g[:, s:s + ctx.chunk, None].float()
+            grad_z = -torch.softmax(z, dim=-1) * g_c
+            grad_z.scatter_add_(-1, targets[:, s:s + ctx.chunk, None], g_c)
+            grad_z = (grad_z / ctx.temperature).to(h.dtype)
+            if grad_h is not None:
+                grad_h[:, s:s + ctx.chunk] = grad_z @ weight
+            if grad_w is not None:
+                grad_w += grad_z.flatten(0, 1).T @ h_c.flatten(0, 1)
+            if grad_b is not None:
+                grad_b += grad_z.sum(dim=(0, 1))
+        return grad_h, grad_w, grad_b, None, None, None
 
 
 def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..types import Rollout
+from . import static
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def generate(
     pad_token_id: int,
     generator: torch.Generator | None = None,
     decode=None,
+    engine: str = "auto",
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -75,7 +77,15 @@ def generate(
         pad_token_id: id used to pad prompts on the left.
         generator: torch RNG for sampling (seeded by the caller).
         decode: ``ids -> str``, needed only when ``params.stop`` is non-empty.
+        engine: ``"static"`` decodes with ``StaticDecoder`` (pre-allocated cache, lean step; Llama /
+            Qwen2 / Mistral shapes), ``"dynamic"`` with the model's own forward and ``DynamicCache``;
+            ``"auto"`` picks static where supported. Both sample the same tokens.
     """
+    if engine not in ("auto", "static", "dynamic"):
+        raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
+    use_static = engine == "static" or (engine == "auto" and static.supports(model))
+    if engine == "static" and not static.supports(model):
+        raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
     device = next(model.parameters()).device
     P, G = len(prompt_ids), group_size
     N = P * G
@@ -91,7 +101,9 @@ def generate(
     # Prefill once per prompt, then share the prompt's cache with its G samples.
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
-    if G > 1:
+    if use_static:
+        cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens)
+    elif G > 1:
         cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (N, V)
     mask = mask.repeat_interleave(G, dim=0)
@@ -133,12 +145,15 @@ def generate(
             break
         if not bool(keep.all()):  # drop finished rows: no compute spent on them from now on
             keep_idx = keep.nonzero()[:, 0]
-            cache.batch_select_indices(keep_idx)
+            cache.select(keep_idx) if use_static else cache.batch_select_indices(keep_idx)
             active, tok, mask, next_pos = active[keep_idx], tok[keep_idx], mask[keep_idx], next_pos[keep_idx]
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        logits = out.logits[:, -1]
+        if use_static:
+            logits = cache.step(tok, next_pos)
+        else:
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits = out.logits[:, -1]
         next_pos = next_pos + 1
 
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,

@@ -1,0 +1,171 @@
+"""grpokit vs TRL's GRPOTrainer on one GRPO workload, alternated in a single invocation.
+
+    python bench/compare_trl.py --quick                 # main comparison, small + large model
+    python bench/compare_trl.py --sweep all             # + G, length, width and mixed-length sweeps
+    python bench/compare_trl.py --device cuda --dtype bfloat16 --model-dir PATH/Qwen2-0.5B   # on a GPU
+
+Each (config, side, round) runs in its own subprocess (bench/worker.py) so peak RSS is that side's
+own; sides alternate (grpokit, trl, trl, grpokit, ...) so machine drift hits both equally. Before
+timing, the harness checks that grpokit's policy_loss equals TRL's loss on a fixed batch
+(bench/trl_oracle.py) and measures this machine's fp32 matmul peak, the denominator of every
+"fraction of peak" figure. FLOPs are counted analytically from the tokens actually generated and
+trained on (bench/workload.py: model_flops), so padding work counts for neither side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from workload import build_model_dir, matmul_peak_gflops  # noqa: E402
+
+PY = sys.executable
+
+
+def _env(threads):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def _json_line(out: str) -> dict:
+    for line in out.splitlines()[::-1]:
+        if line.startswith("BENCH_JSON "):
+            return json.loads(line[len("BENCH_JSON "):])
+    raise RuntimeError("no BENCH_JSON line in worker output:\n" + out[-3000:])
+
+
+def run_side(side, model_dir, c, a) -> dict:
+    cmd = [PY, str(HERE / "worker.py"), "--side", side, "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
+           "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
+           "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
+    if p.returncode != 0:
+        raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return _json_line(p.stdout)
+
+
+def summarise(runs: list[dict], peak_gflops: float) -> dict:
+    steps = [s for r in runs for s in r["steps"]]
+    times = [s["step_s"] for s in steps]
+    ph = {}
+    for s in steps:
+        for k, v in s["phases"].items():
+            ph.setdefault(k, []).append(v)
+    phases = {k: statistics.median(v) for k, v in ph.items()}
+    tok_s = statistics.median(s["gen_tokens"] / max(s["phases"].get("rollout", 1e-9), 1e-9) for s in steps)
+    train_fl = statistics.median(s["flops"]["ref"] + s["flops"]["train"] for s in steps)
+    train_t = statistics.median(sum(v for k, v in s["phases"].items() if k != "rollout") for s in steps)
+    tot_fl = statistics.median(sum(s["flops"].values()) for s in steps)
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n_steps": len(times),
+            "phases": phases, "gen_tok_s": tok_s, "mean_len": statistics.median(s["gen_tokens"] / (s["prompts"] or 1) for s in steps),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "train_frac_peak": train_fl / train_t / 1e9 / peak_gflops,
+            "step_frac_peak": tot_fl / statistics.median(times) / 1e9 / peak_gflops}
+
+
+def compare(name, model_dir, c, a, peak) -> dict:
+    runs = {"grpokit": [], "trl": []}
+    for r in range(a.rounds):
+        order = ("grpokit", "trl") if r % 2 == 0 else ("trl", "grpokit")
+        for side in order:
+            runs[side].append(run_side(side, model_dir, c, a))
+    res = {side: summarise(v, peak) for side, v in runs.items()}
+    res["speedup"] = res["trl"]["median_s"] / res["grpokit"]["median_s"]
+    res["config"], res["name"] = c, name
+    print(_row(res), flush=True)
+    return res
+
+
+def _row(r) -> str:
+    g, t = r["grpokit"], r["trl"]
+    c = r["config"]
+    return (f"| {r['name']} | h{c['width']} L{c['layers']} G{c['G']} P{c['P']} T{c['T']} "
+            f"| {g['median_s']:.2f} ({g['min_s']:.2f}-{g['max_s']:.2f}) | {t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}) "
+            f"| **{r['speedup']:.2f}x** | {g['gen_tok_s']:.0f} / {t['gen_tok_s']:.0f} "
+            f"| {g['train_frac_peak']:.0%} / {t['train_frac_peak']:.0%} | {g['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |")
+
+
+def _phase_row(r) -> str:
+    cells = []
+    for side in ("grpokit", "trl"):
+        p = r[side]["phases"]
+        cells.append(" ".join(f"{k}={p.get(k, 0):.2f}" for k in ("rollout", "ref_fwd", "policy_fwd", "update_rest")))
+    return f"| {r['name']} | {cells[0]} | {cells[1]} |"
+
+
+def configs(a) -> list[tuple[str, dict]]:
+    base = dict(width=a.width, layers=a.layers, G=8, P=8, T=32)
+    large = dict(base, width=512, layers=8)
+    if a.model_dir:  # a given model (e.g. Qwen2-0.5B on a GPU): width/layers in the table are not its shape
+        return [("given model", base)]
+    out = [("small", base)] + ([("large", large)] if a.device == "cpu" and a.width == 256 else [])
+    if a.sweep in ("G", "all"):
+        out += [(f"G={g}", dict(base, G=g, P=max(1, 64 // g) if a.fixed_n else 8)) for g in (4, 16, 32)]
+    if a.sweep in ("T", "all"):
+        out += [(f"T={t}", dict(base, T=t)) for t in (64, 128)]
+    if a.sweep in ("width", "all"):
+        out += [("T=64 large", dict(large, T=64))]
+    if a.sweep in ("mix", "all"):
+        out += [("mix T=96", dict(base, T=96))]
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="2 rounds x 2 measured steps, main configs only")
+    p.add_argument("--sweep", default="none", choices=["none", "G", "T", "width", "mix", "all"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch default)")
+    p.add_argument("--beta", type=float, default=0.04)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--fixed-n", action="store_true", help="G sweep keeps N = P*G = 64")
+    p.add_argument("--only", default="", help="comma-separated config names to run (e.g. 'small,G=16,T=128')")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--models", default="/tmp/grpokit-bench-models")
+    p.add_argument("--model-dir", default="", help="use this model folder (e.g. Qwen2-0.5B) instead of building random ones")
+    p.add_argument("--out", default=str(HERE / "results.json"))
+    a = p.parse_args(argv)
+    if a.quick:
+        a.rounds, a.steps = 2, 2
+    import torch
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    chk = subprocess.run([PY, "-c", "import trl_oracle as o\nfor k,(x,y) in o.check_all().items(): print(k, x, y, abs(x-y))"],
+                         capture_output=True, text=True, cwd=HERE, env=_env(a.threads))
+    print("loss equality (loss_type trl grpokit |diff|):\n" + chk.stdout + chk.stderr[-500:], flush=True)
+    dt = getattr(torch, a.dtype)
+    peak = max(matmul_peak_gflops(n, reps=5, dtype=dt, device=a.device) for n in ((1024, 2048) if a.device == "cpu" else (4096, 8192)))
+    print(f"matmul peak: {peak:.1f} GFLOP/s {a.dtype}, threads={torch.get_num_threads()}; load {os.getloadavg()}", flush=True)
+    print("| config | shape | grpokit s/step med (min-max) | TRL s/step | speed-up | gen tok/s ours/TRL "
+          "| train-phase % peak ours/TRL | peak RSS MB ours/TRL |\n|---|---|---|---|---|---|---|---|", flush=True)
+    results = []
+    t0 = time.time()
+    wanted = set(filter(None, a.only.split(",")))
+    for name, c in [(n, c) for n, c in configs(a) if not wanted or n in wanted]:
+        d = a.model_dir or build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
+        results.append(compare(name, d, c, a, peak))
+    print("\nphase medians, seconds per step (grpokit | TRL):")
+    for r in results:
+        print(_phase_row(r))
+    print(f"\nwall {time.time() - t0:.0f}s; load after {os.getloadavg()}")
+    Path(a.out).write_text(json.dumps({"peak_gflops": peak, "argv": sys.argv[1:], "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

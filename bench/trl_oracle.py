@@ -1,0 +1,96 @@
+"""TRL's GRPO loss as a test oracle: the same fixed batch through TRL's own ``_compute_loss``.
+
+We do not re-implement TRL here. ``GRPOTrainer._compute_loss`` is called unbound on a stand-in
+object that carries only the attributes the method reads, and whose
+``_get_per_token_logps_and_entropies`` returns the fixed log-probabilities we hand it. So TRL's
+arithmetic (ratio, clipping, k3 KL, aggregation) runs unchanged on exactly our tensors, and
+grpokit's ``policy_loss`` must produce the same number.
+
+Aggregation names (TRL ``loss_type`` -> grpokit ``aggregation``):
+  grpo -> seq-mean-token-mean, bnpo/dapo -> token-mean, dr_grpo -> seq-mean-token-sum-norm.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+import torch
+
+TRL_TO_GRPOKIT = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean",
+                  "dr_grpo": "seq-mean-token-sum-norm"}
+
+
+class _Accelerator:
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+    def reduce(self, x, reduction="sum"):
+        return x
+
+
+def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
+             epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None) -> torch.Tensor:
+    """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors."""
+    from trl import GRPOTrainer
+
+    N, T = logp_NT.shape
+    fake = SimpleNamespace(
+        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+        importance_sampling_level="token", beta=beta, loss_type=loss_type, epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high, use_vllm=False, vllm_importance_sampling_correction=False,
+        model=SimpleNamespace(training=False), current_gradient_accumulation_steps=1,
+        max_completion_length=max_completion_length or T, accelerator=_Accelerator(),
+        _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, torch.ones_like(logp_NT), None),
+    )
+    inputs = {
+        "prompt_ids": torch.zeros((N, 1), dtype=torch.long), "prompt_mask": torch.ones((N, 1), dtype=torch.long),
+        "completion_ids": torch.zeros((N, T), dtype=torch.long), "completion_mask": mask_NT,
+        "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "ref_per_token_logps": ref_logp_NT,
+        "num_items_in_batch": mask_NT.sum(),
+    }
+    return GRPOTrainer._compute_loss(fake, None, inputs)
+
+
+def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
+                 epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None) -> torch.Tensor:
+    from grpokit.loss import policy_loss
+
+    loss, _ = policy_loss(logp_NT, old_logp_NT, advantages_N, mask_NT, clip_low=epsilon_low, clip_high=epsilon_high,
+                          ref_logp_NT=ref_logp_NT, beta=beta, kl_estimator="k3", aggregation=TRL_TO_GRPOKIT[loss_type],
+                          norm_constant=float(max_completion_length or logp_NT.shape[1]))
+    return loss
+
+
+def fixed_batch(N: int = 6, T: int = 7, seed: int = 0):
+    """A batch with ragged lengths, ratios inside and outside the clip range, both advantage signs."""
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand((N, T), generator=g) * 3
+    old = logp + 0.4 * torch.randn((N, T), generator=g)  # ratios exp(+-0.4): many clipped
+    ref = logp + 0.3 * torch.randn((N, T), generator=g)
+    adv = torch.randn((N,), generator=g)
+    lengths = torch.randint(1, T + 1, (N,), generator=g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).float()
+    return logp, old, ref, adv, mask
+
+
+def check_all(beta: float = 0.04) -> dict[str, tuple[float, float]]:
+    """``{loss_type: (trl, grpokit)}`` on the fixed batch, for every mapped loss type."""
+    out = {}
+    for lt in TRL_TO_GRPOKIT:
+        args = fixed_batch()
+        out[lt] = (float(trl_loss(*args, loss_type=lt, beta=beta, max_completion_length=9)),
+                   float(grpokit_loss(*args, loss_type=lt, beta=beta, max_completion_length=9)))
+    return out
+
+
+if __name__ == "__main__":
+    for lt, (a, b) in check_all().items():
+        print(f"{lt:8s} trl={a:.8f} grpokit={b:.8f} diff={abs(a - b):.2e}")

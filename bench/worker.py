@@ -1,0 +1,184 @@
+"""One side of the comparison in its own process, so its peak RSS is its own.
+
+    python bench/worker.py --side grpokit|trl --model DIR --G 8 --P 8 --T 32 --steps 3 --warmup 1
+
+Prints one JSON line: per measured step its wall time and phases (rollout, ref forward, policy
+backbone forward, the rest = loss + backward + optimizer), generated tokens, useful FLOPs, and the
+process's peak RSS. Phases come from forward hooks on the *backbones* of the policy and the
+reference (both trainers call them), and from wrapping the rollout call, so the split is measured
+the same way on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload import model_flops, prompts, reward_vowels  # noqa: E402
+
+
+class PhaseClock:
+    """Accumulates seconds per phase name; ``hook(module, name, cond)`` times a module's forwards."""
+
+    def __init__(self):
+        self.spans: dict[str, float] = {}
+        self.lengths: list[tuple[int, int]] = []  # (prompt_len, completion_len) of each rollout row
+
+    def add(self, name, dt):
+        self.spans[name] = self.spans.get(name, 0.0) + dt
+
+    def hook(self, module, name, cond=lambda m: True):
+        starts = []
+        module.register_forward_pre_hook(lambda m, a: starts.append(time.perf_counter()) if cond(m) else None)
+
+        def post(m, a, o):
+            if starts and cond(m):
+                self.add(name, time.perf_counter() - starts.pop())
+        module.register_forward_hook(post)
+
+    def reset(self):
+        self.spans, self.lengths = {}, []
+
+
+def _sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_grpokit(a, clock: PhaseClock) -> list[dict]:
+    import grpokit.train as gt
+    from grpokit.config import Config
+
+    cfg = Config()
+    cfg.model.name_or_path, cfg.model.device, cfg.model.dtype = a.model, a.device, a.dtype
+    cfg.data.task, cfg.data.chat_template = "", "never"
+    cfg.rollout.group_size, cfg.rollout.max_new_tokens = a.G, a.T
+    cfg.algo.beta, cfg.algo.aggregation = a.beta, "seq-mean-token-mean"
+    cfg.optim.lr = a.lr
+    cfg.train.prompts_per_step, cfg.train.steps, cfg.train.seed = a.P, a.warmup + a.steps, a.seed
+    cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
+    cfg.record.sinks, cfg.record.report = [], False
+    tr = gt.Trainer(cfg, reward_funcs=[reward_vowels], train_rows=prompts(), eval_rows=[], quiet=True)
+    inner = gt.generate
+
+    def timed_generate(model, prompt_ids, G, *args, **kw):
+        t = time.perf_counter()
+        ro = inner(model, prompt_ids, G, *args, **kw)
+        _sync(a.device)
+        clock.add("rollout", time.perf_counter() - t)
+        clock.lengths += [(len(ro.prompt_ids[i // G]), len(c)) for i, c in enumerate(ro.completion_ids)]
+        return ro
+    gt.generate = timed_generate
+    _hook_backbones(clock, tr.model, tr.ref_model)
+    out = []
+    for step in range(a.warmup + a.steps):
+        clock.reset()
+        t = time.perf_counter()
+        tr.train_step()
+        _sync(a.device)
+        dt = time.perf_counter() - t
+        if step >= a.warmup:
+            out.append(_step_record(dt, clock, tr.model.config, a))
+        tr.step += 1
+    return out
+
+
+def run_trl(a, clock: PhaseClock) -> list[dict]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[a.dtype]
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype)
+    tok = AutoTokenizer.from_pretrained(a.model)
+    N = a.P * a.G
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=N, num_generations=a.G,
+        max_completion_length=a.T, beta=a.beta, learning_rate=a.lr, loss_type="grpo", max_steps=a.warmup + a.steps,
+        logging_steps=1, report_to="none", save_strategy="no", use_cpu=a.device == "cpu", bf16=a.dtype == "bfloat16",
+        seed=a.seed, temperature=1.0, gradient_accumulation_steps=1, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=0.0, max_grad_norm=1.0, dataloader_num_workers=0, disable_tqdm=True)
+    steps: list[dict] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            clock.reset()
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            _sync(a.device)
+            dt = time.perf_counter() - self.t
+            if state.global_step > a.warmup:
+                steps.append(_step_record(dt, clock, trainer.model.config, a))
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward_vowels], args=args, train_dataset=Dataset.from_list(prompts()),
+                          processing_class=tok, callbacks=[StepClock()])
+    inner = trainer.model.generate
+
+    def timed_generate(*args, **kw):
+        t = time.perf_counter()
+        out = inner(*args, **kw)
+        _sync(a.device)
+        clock.add("rollout", time.perf_counter() - t)
+        plen = kw["input_ids"].shape[1]
+        mask = kw.get("attention_mask")
+        for i, row in enumerate(out[:, plen:].tolist()):
+            n = next((k + 1 for k, x in enumerate(row) if x == tok.eos_token_id), len(row))
+            clock.lengths.append((int(mask[i].sum()) if mask is not None else plen, n))
+        return out
+    trainer.model.generate = timed_generate
+    _hook_backbones(clock, trainer.model, trainer.ref_model)
+    trainer.train()
+    return steps
+
+
+def _hook_backbones(clock, policy, ref):
+    clock.hook(policy.model, "policy_fwd", lambda m: torch.is_grad_enabled() and m.training)
+    if ref is not None:
+        clock.hook(ref.model, "ref_fwd")
+
+
+def _step_record(dt, clock, cfg, a) -> dict:
+    fl = {"rollout": 0.0, "ref": 0.0, "train": 0.0}
+    P = len(clock.lengths) // a.G
+    for i, (lp, lc) in enumerate(clock.lengths):
+        f = model_flops(cfg, lp, lc)
+        fl["rollout"] += f["decode"] + (f["prefill"] if i % a.G == 0 else 0.0)  # the useful work: one prefill per prompt
+        fl["ref"] += f["seq"] if a.beta > 0 else 0.0
+        fl["train"] += 3 * f["seq"]  # forward + backward (2x)
+    spans = dict(clock.spans)
+    spans["update_rest"] = dt - sum(spans.values())
+    return {"step_s": dt, "phases": spans, "gen_tokens": sum(lc for _, lc in clock.lengths), "prompts": P, "flops": fl}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--side", choices=["grpokit", "trl"], required=True)
+    p.add_argument("--model", required=True)
+    for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--beta", type=float, default=0.04)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    clock = PhaseClock()
+    t0 = time.perf_counter()
+    steps = (run_grpokit if a.side == "grpokit" else run_trl)(a, clock)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("BENCH_JSON " + json.dumps({"side": a.side, "steps": steps, "peak_rss_mb": rss_mb,
+                                      "wall_s": time.perf_counter() - t0, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The one GRPO workload both trainers run: a local random-init Qwen2-shaped model with a
+character-level tokenizer, a fixed prompt set, a cheap deterministic reward, and an analytic
+FLOP count.
+
+Everything here is built offline and saved to a folder, so grpokit and TRL load the *same* files.
+The tokenizer is saved with ``tokenizer_class: PreTrainedTokenizerFast`` because transformers 5
+otherwise loads ``Qwen2Tokenizer`` for a Qwen2 model and maps our small vocabulary to ``<unk>``;
+``build_model_dir`` checks that text round-trips after loading.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +-*/=?!.,:;()<>[]'\"#%&_|~^@$"  # 64 - 3 specials = 61 used
+
+
+def char_tokenizer(vocab_size: int = 64):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = CHARS[: max(0, min(len(CHARS), vocab_size - 3))]
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens(["<pad>", "<eos>", "<unk>"])
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+
+
+def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0) -> Path:
+    """Save a random-init Qwen2-shaped model + char tokenizer to ``path`` (reused if already there)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    tok = char_tokenizer(vocab_size)
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
+                      num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
+                      max_position_embeddings=1024, bos_token_id=None, eos_token_id=1, pad_token_id=0,
+                      tie_word_embeddings=False)
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    tc = path / "tokenizer_config.json"
+    data = json.loads(tc.read_text())
+    data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tc.write_text(json.dumps(data, indent=2))
+    loaded = AutoTokenizer.from_pretrained(path)
+    text = "12+34=?"
+    if loaded.decode(loaded(text)["input_ids"]) != text or loaded.unk_token_id in loaded(text)["input_ids"]:
+        raise RuntimeError(f"tokenizer in {path} does not round-trip ({type(loaded).__name__})")
+    return path
+
+
+def prompts(n: int = 256, seed: int = 0) -> list[dict]:
+    """``n`` short arithmetic prompts, 6-9 characters, as dataset rows with a ``prompt`` column."""
+    rng = random.Random(seed)
+    return [{"prompt": f"{rng.randint(1, 99)}+{rng.randint(1, 99)}="} for _ in range(n)]
+
+
+def reward_vowels(prompts, completions, **kwargs) -> list[float]:
+    """Fraction of vowels in each completion (TRL's reward-function convention); cheap and deterministic."""
+    return [sum(c in "aeiou" for c in text) / max(1, len(text)) for text in completions]
+
+
+def model_flops(cfg, prompt_len: float, comp_len: float) -> dict[str, float]:
+    """Forward FLOPs of one sequence: 2 per weight per token (embedding lookup excluded) plus
+    attention scores and mixing (2 * 2 * layers * hidden per (query, key) pair, causal).
+
+    Returns ``{"prefill", "decode", "seq"}``: the prompt's forward, decoding ``comp_len`` tokens
+    after it, and one forward over prompt + completion (the training pass).
+    """
+    h, L, V, I = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, cfg.intermediate_size
+    kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
+    per_layer = h * h + 2 * h * kv + h * h + 3 * h * I  # q, k, v, o, gate/up/down
+    dense = 2 * (L * per_layer + h * V)
+    attn = 4 * L * h  # per (query, key) pair
+
+    def fwd(n_tokens, ctx_start):  # tokens at positions ctx_start .. ctx_start+n-1 attend to all before
+        pairs = n_tokens * ctx_start + n_tokens * (n_tokens + 1) / 2
+        return dense * n_tokens + attn * pairs
+
+    return {"prefill": fwd(prompt_len, 0), "decode": fwd(comp_len, prompt_len), "seq": fwd(prompt_len + comp_len, 0)}
+
+
+def matmul_peak_gflops(n: int = 1024, reps: int = 10, dtype=None, device: str = "cpu") -> float:
+    """Best of ``reps`` timed (n x n) @ (n x n) products, in GFLOP/s: this machine's practical peak."""
+    import time
+
+    import torch
+
+    a = torch.randn(n, n, dtype=dtype or torch.float32, device=device)
+    b = torch.randn(n, n, dtype=dtype or torch.float32, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a @ b
+    sync()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
