@@ -50,7 +50,7 @@ def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny
 
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
-    monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 40)  # forces 1-position chunks through _HeadLogp
+    monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 40)  # forces 1-position checkpointed chunks
     tiny_model.zero_grad()
     lp, _ = completion_logprobs(tiny_model, batch, temperature=0.7, buckets=1)
     (lp * m * torch.arange(1.0, 10.0)[: lp.shape[1]]).sum().backward()  # non-uniform upstream gradient

@@ -10,6 +10,7 @@ the sampling temperature, so training log-probabilities describe the distributio
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from .types import Rollout, TokenBatch
 
@@ -54,6 +55,8 @@ def completion_logprobs(
     Values at padded completion positions are 0 here and meaningless; callers mask them.
     """
     N, T = batch.completion_ids.shape
+    if _sharded(next(model.parameters())):  # FSDP2: one forward per backward for its gradient hooks
+        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
     lengths = batch.completion_mask.sum(dim=1).long()  # (N,)
     groups = plan_buckets(lengths.tolist(), buckets)
     if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
@@ -121,14 +124,17 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
     h = hidden[:, -T - 1:-1]  # the state at position k predicts token k + 1
     N, V = h.shape[0], head.weight.shape[0]
     chunk = max(1, min(chunk_size, LOGITS_CHUNK_ELEMENTS // max(1, N * V)))  # at most ~32 MB of fp32 logits live
-    if torch.is_grad_enabled() and isinstance(head, torch.nn.Linear) and not entropy_grad:
-        logp = _HeadLogp.apply(h, head.weight, head.bias, batch.completion_ids, temperature, chunk)
-        ent = None
-        if with_entropy:
-            with torch.no_grad():
-                ent = torch.cat([_logp_entropy(head(h[:, s:s + chunk]), batch.completion_ids[:, s:s + chunk], temperature, True, False)[1]
-                                 for s in range(0, T, chunk)], dim=1)
-        return logp, ent
+    if torch.is_grad_enabled():
+        # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
+        # checkpointing), so one (N, chunk, V) block is alive at a time instead of all of them.
+        # The same ops run as without it, so values and gradients are bit-identical, also under FSDP.
+        def piece(h_c, t_c):
+            lp, ent = _logp_entropy(head(h_c), t_c, temperature, with_entropy, entropy_grad)
+            return (lp, ent) if ent is not None else (lp,)
+
+        outs = [checkpoint(piece, h[:, s:s + chunk], batch.completion_ids[:, s:s + chunk], use_reentrant=False)
+                for s in range(0, T, chunk)]
+        return torch.cat([o[0] for o in outs], dim=1), (torch.cat([o[1] for o in outs], dim=1) if with_entropy else None)
     logps, ents = [], []
     for s in range(0, T, chunk):
         logits = head(h[:, s:s + chunk])
@@ -140,48 +146,6 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
 
 
 LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk
-
-
-class _HeadLogp(torch.autograd.Function):
-    """``log_softmax(h @ W.T + b) / temperature`` at the target ids, without keeping any logits.
-
-    Autograd would save every chunk's (N, chunk, V) log-softmax for the backward pass, so a chunked
-    forward alone does not bound memory. Here the forward keeps only ``h`` and the backward
-    recomputes each chunk's logits: with ``p = softmax(z)``, ``d logp[y] / d z = onehot(y) - p``,
-    so ``grad_z = g * (onehot(y) - p) / temperature``, then ``grad_h = grad_z @ W`` and
-    ``grad_W = grad_z.T @ h``. One extra head matmul per chunk buys memory flat in V and T.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature, chunk):
-        out = []
-        for s in range(0, h.shape[1], chunk):
-            z = torch.nn.functional.linear(h[:, s:s + chunk], weight, bias).float() / temperature
-            out.append(z.gather(-1, targets[:, s:s + chunk, None])[..., 0] - torch.logsumexp(z, dim=-1))
-        ctx.save_for_backward(h, weight, bias, targets)
-        ctx.temperature, ctx.chunk = temperature, chunk
-        return torch.cat(out, dim=1)
-
-    @staticmethod
-    def backward(ctx, g):
-        h, weight, bias, targets = ctx.saved_tensors
-        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
-        for s in range(0, h.shape[1], ctx.chunk):
-            h_c = h[:, s:s + ctx.chunk]
-            z = torch.nn.functional.linear(h_c, weight, bias).float() / ctx.temperature
-            g_c = g[:, s:s + ctx.chunk, None].float()
-            grad_z = -torch.softmax(z, dim=-1) * g_c
-            grad_z.scatter_add_(-1, targets[:, s:s + ctx.chunk, None], g_c)
-            grad_z = (grad_z / ctx.temperature).to(h.dtype)
-            if grad_h is not None:
-                grad_h[:, s:s + ctx.chunk] = grad_z @ weight
-            if grad_w is not None:
-                grad_w += grad_z.flatten(0, 1).T @ h_c.flatten(0, 1)
-            if grad_b is not None:
-                grad_b += grad_z.sum(dim=(0, 1))
-        return grad_h, grad_w, grad_b, None, None, None
 
 
 def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
@@ -206,3 +170,12 @@ def _backbone_hidden(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor 
         return None
     out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
     return out.last_hidden_state
+
+
+def _sharded(weight: torch.Tensor) -> bool:
+    """True for an FSDP2 (DTensor) parameter: the model is sharded."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch without distributed tensors
+        return False
+    return isinstance(weight, DTensor)

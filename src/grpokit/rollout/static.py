@@ -25,6 +25,8 @@ SUPPORTED = ("llama", "qwen2", "mistral")
 
 def supports(model: torch.nn.Module) -> bool:
     """True when ``StaticDecoder`` can run ``model``: a supported family, plain causal attention."""
+    if not isinstance(model, torch.nn.Module):  # wrappers (e.g. lockstep sampling) must see every forward
+        return False
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
         return False
