@@ -19,11 +19,11 @@ resumed run does not reproduce an uninterrupted one bit for bit; single process 
 
 from __future__ import annotations
 
-import copy
 import threading
 
 import torch
 
+from ..models import frozen_copy
 from .hf import generate
 
 
@@ -35,7 +35,7 @@ class AsyncRollout:
         self.n, self.G = tr.cfg.train.prompts_per_step, tr.cfg.rollout.group_size
         self.generator = torch.Generator(device=tr.device).manual_seed(tr.cfg.train.seed + 1)
         self.cond = threading.Condition()
-        self.version, self.snapshot = tr.step, _frozen(tr.model)
+        self.version, self.snapshot = tr.step, frozen_copy(tr.model)
         self.ready: dict[int, tuple] = {}  # batch index -> (prompts, rollout, version)
         self.consumed = tr.step  # index of the next batch the trainer takes
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
@@ -83,7 +83,7 @@ class AsyncRollout:
         return prompts, ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
-        snap = _frozen(model)  # copied outside the lock: the producer keeps sampling meanwhile
+        snap = frozen_copy(model)  # copied outside the lock: the producer keeps sampling meanwhile
         with self.cond:
             self.snapshot, self.version = snap, step
             self.cond.notify_all()
@@ -97,11 +97,3 @@ class AsyncRollout:
             self.stopped = True
             self.cond.notify_all()
         self.thread.join(timeout=60)
-
-
-def _frozen(model: torch.nn.Module) -> torch.nn.Module:
-    snap = copy.deepcopy(model)
-    snap.eval()
-    for p in snap.parameters():
-        p.requires_grad_(False)
-    return snap
