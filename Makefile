@@ -7,4 +7,5 @@ train: setup
 	.venv/bin/grpokit train
 
 test: setup
+	@bash scripts/install_test_deps.sh
 	.venv/bin/python -m pytest -q
