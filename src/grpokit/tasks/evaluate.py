@@ -1,4 +1,8 @@
-"""Greedy held-out accuracy: the number the demo is judged by.
+"""Greedy held-out accuracy with plain ``model.generate``: the independent reference.
+
+The trainer evaluates with its own decode loop (grpokit.evaluate); this module stays on transformers'
+generic ``generate`` so that tests/test_learns.py can check the two agree (fast equals naive), and so
+the demo-model script does not depend on the engine it is used to test.
 
 For each row the model greedily continues ``row["prompt"]``; the completion is the generated text
 up to (not including) the first EOS, and it scores 1 when ``arithmetic_accuracy`` would give it
