@@ -228,9 +228,9 @@ class TrainConfig:
     """How many step checkpoints to keep (the newest)."""
     eval_every: int = 0
     """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
-    threads: int = 1
-    """CPU threads for torch: 1 suits small models and shared machines (oversubscribed threads can be
-    20x slower); raise it for large models on an idle machine (0 = torch's default, all cores)."""
+    threads: int = 0
+    """CPU threads for torch: 0 = auto (one thread for models under 20M parameters, whose small matmuls
+    gain nothing from threads and lose up to 20x on a shared machine; torch's default otherwise)."""
     deterministic: bool = False
     """Use deterministic torch algorithms (bit-exact resume on CPU)."""
     fsdp: bool = False

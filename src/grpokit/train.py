@@ -42,6 +42,9 @@ from .types import Prompt
 from .update import UpdateInputs, make_optimizer, policy_update
 
 
+SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
+
+
 class Trainer:
     """One GRPO run. ``reward_funcs`` (Python callables in TRL's convention) extend or replace the
     configured ones; ``train_rows``/``eval_rows`` replace the configured data."""
@@ -75,6 +78,8 @@ class Trainer:
 
         self.eval_runner = wiring.eval_runner(cfg, self.runner)
         self.model = load_model(m, self.device, resolve_dtype(m, self.device))
+        if not t.threads and self.device.type == "cpu" and sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL:
+            torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
         # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
         self.autocast = scaling.autocast_factory(m, self.device, self.model)
