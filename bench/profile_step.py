@@ -33,7 +33,7 @@ def main(argv=None):
     if a.threads:
         torch.set_num_threads(a.threads)
     wa = argparse.Namespace(model=a.model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
-                            device="cpu", dtype="float32", seed=0, threads=a.threads)
+                            device="cpu", dtype="float32", seed=0, threads=a.threads, mbs=0)
     clock = worker.PhaseClock()
     import grpokit.train as gt
     # run warm-up + measured steps through the worker's own grpokit runner, profiling the measured ones

@@ -64,7 +64,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.algo.beta, cfg.algo.aggregation = a.beta, "seq-mean-token-mean"
     cfg.optim.lr = a.lr
     cfg.train.prompts_per_step, cfg.train.steps, cfg.train.seed = a.P, a.warmup + a.steps, a.seed
-    cfg.train.micro_batch_size = a.mbs or None  # 0: the whole batch in one forward/backward (default)
+    cfg.train.micro_batch_size = a.mbs  # 0: the whole batch in one forward/backward (default)
     cfg.train.threads = a.threads  # grpokit's own default is 1 thread: without this, --threads 2 ran ours on 1
     cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
     cfg.record.sinks, cfg.record.report = [], False
