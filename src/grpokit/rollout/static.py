@@ -12,12 +12,6 @@ What is *not* ours: the projections, norms, MLP, rotary tables and ``apply_rotar
 model's own modules, called directly; only the single-query attention over the cache is written
 here. So the step computes the same function as ``model(...)`` (tests/test_rollout.py compares both
 paths token for token under greedy and seeded sampling).
-
-Fused projections: per rollout we concatenate each layer's q/k/v weights into one matrix and the
-MLP's gate/up weights into another (``_fuse``), so a layer's decode step runs 4 matmuls instead of 7.
-Each output column is still the same dot product over the same inputs; with 64 rows and a small
-hidden size a matmul is mostly fixed cost, and fewer, wider ones also split better over threads.
-The copies live only as long as the decoder (one rollout) and cost one layer's weights per layer.
 """
 
 from __future__ import annotations
@@ -35,8 +29,6 @@ def supports(model: torch.nn.Module) -> bool:
         return False
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
-        return False
-    if getattr(cfg, "mlp_bias", False):  # the fused gate/up projection assumes no MLP bias
         return False
     if getattr(cfg, "use_sliding_window", False) or (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None)):
         return False
@@ -62,7 +54,6 @@ class StaticDecoder:
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
         self.groups = attn.num_key_value_groups
-        self.fused = [_fuse(layer) for layer in model.model.layers]
 
     @classmethod
     def from_prefill(cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int):
@@ -101,12 +92,10 @@ class StaticDecoder:
         d, g = self.head_dim, self.groups
         for i, layer in enumerate(m.layers):
             a = layer.self_attn
-            w_qkv, b_qkv, splits, w_gu = self.fused[i]
             h = layer.input_layernorm(x)
-            q, k, v = torch.nn.functional.linear(h, w_qkv, b_qkv).split(splits, dim=-1)
-            q = q.view(n, 1, -1, d).transpose(1, 2)  # (n, H, 1, d)
-            k = k.view(n, 1, -1, d).transpose(1, 2)  # (n, kvh, 1, d)
-            v = v.view(n, 1, -1, d).transpose(1, 2)
+            q = a.q_proj(h).view(n, 1, -1, d).transpose(1, 2)  # (n, H, 1, d)
+            k = a.k_proj(h).view(n, 1, -1, d).transpose(1, 2)  # (n, kvh, 1, d)
+            v = a.v_proj(h).view(n, 1, -1, d).transpose(1, 2)
             q, k = self._rope(q, k, cos, sin)
             self.keys[i][:, :, t:t + 1] = k
             self.values[i][:, :, t:t + 1] = v
@@ -117,20 +106,6 @@ class StaticDecoder:
             probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
             o = torch.matmul(probs, V).reshape(n, 1, -1)  # (n, 1, H*d)
             x = x + a.o_proj(o)
-            gate, up = torch.nn.functional.linear(layer.post_attention_layernorm(x), w_gu).chunk(2, dim=-1)
-            x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)  # the Llama MLP: down(act(gate(x)) * up(x))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.t += 1
         return self.model.lm_head(m.norm(x))[:, -1]
-
-
-def _fuse(layer):
-    """One layer's ``(w_qkv, b_qkv, (q, k, v) widths, w_gate_up)``: concatenated copies of its
-    weights (``b_qkv`` None when the projections have no bias, as in Llama)."""
-    a, mlp = layer.self_attn, layer.mlp
-    projs = (a.q_proj, a.k_proj, a.v_proj)
-    w_qkv = torch.cat([p.weight for p in projs])
-    b_qkv = None
-    if any(p.bias is not None for p in projs):  # Qwen2 has q/k/v biases; a missing one counts as zeros
-        b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
-    w_gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-    return w_qkv, b_qkv, tuple(p.weight.shape[0] for p in projs), w_gu
