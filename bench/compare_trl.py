@@ -47,7 +47,8 @@ def _json_line(out: str) -> dict:
 def run_side(side, model_dir, c, a) -> dict:
     cmd = [PY, str(HERE / "worker.py"), "--side", side, "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
            "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
-           "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads)]
+           "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads),
+           "--mbs", str(a.grpokit_mbs)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -128,6 +129,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch default)")
+    p.add_argument("--grpokit-mbs", type=int, default=0, help="grpokit train.micro_batch_size (0: whole batch)")
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--width", type=int, default=256)

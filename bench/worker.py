@@ -64,6 +64,8 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.algo.beta, cfg.algo.aggregation = a.beta, "seq-mean-token-mean"
     cfg.optim.lr = a.lr
     cfg.train.prompts_per_step, cfg.train.steps, cfg.train.seed = a.P, a.warmup + a.steps, a.seed
+    cfg.train.micro_batch_size = a.mbs  # 0: the whole batch in one forward/backward (default)
+    cfg.train.threads = a.threads  # grpokit's own default is 1 thread: without this, --threads 2 ran ours on 1
     cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
     cfg.record.sinks, cfg.record.report = [], False
     tr = gt.Trainer(cfg, reward_funcs=[reward_vowels], train_rows=prompts(), eval_rows=[], quiet=True)
@@ -163,7 +165,8 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--side", choices=["grpokit", "trl"], required=True)
     p.add_argument("--model", required=True)
-    for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0)):
+    for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0),
+                          ("mbs", 0)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)

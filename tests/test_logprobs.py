@@ -51,6 +51,7 @@ def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
     monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 40)  # forces 1-position checkpointed chunks
+    monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)  # ... even though these logits are tiny
     tiny_model.zero_grad()
     lp, _ = completion_logprobs(tiny_model, batch, temperature=0.7, buckets=1)
     (lp * m * torch.arange(1.0, 10.0)[: lp.shape[1]]).sum().backward()  # non-uniform upstream gradient
@@ -63,3 +64,28 @@ def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny
     assert torch.allclose(lp * m, ref * m, atol=1e-5)
     for a, b in zip(g_ours, (p.grad for p in tiny_model.parameters())):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_small_logits_skip_checkpointing_with_identical_values_and_grads(tiny_model, monkeypatch):
+    # N*T*V here is a few hundred floats, under SMALL_LOGITS_ELEMENTS: autograd keeps the logits and
+    # nothing is recomputed; the ops are the same, so values and gradients equal the checkpointed path's
+    import grpokit.logprobs as L
+
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    m = batch.completion_mask
+
+    def run():
+        tiny_model.zero_grad()
+        lp, ent = completion_logprobs(tiny_model, batch, temperature=0.7, with_entropy=True, buckets=1)
+        (lp * m).sum().backward()
+        return lp.detach(), ent, [p.grad.clone() for p in tiny_model.parameters()]
+
+    calls = []
+    monkeypatch.setattr(L, "checkpoint", lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(*a, **k))
+    plain = run()
+    assert calls == []  # the small batch took the plain path
+    monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)
+    ckpt = run()
+    assert calls  # and this one the checkpointed path
+    assert torch.equal(plain[0], ckpt[0]) and torch.equal(plain[1], ckpt[1])
+    assert all(torch.equal(a, b) for a, b in zip(plain[2], ckpt[2]))

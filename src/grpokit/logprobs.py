@@ -124,7 +124,7 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
     h = hidden[:, -T - 1:-1]  # the state at position k predicts token k + 1
     N, V = h.shape[0], head.weight.shape[0]
     chunk = max(1, min(chunk_size, LOGITS_CHUNK_ELEMENTS // max(1, N * V)))  # at most ~32 MB of fp32 logits live
-    if torch.is_grad_enabled():
+    if torch.is_grad_enabled() and N * T * V > SMALL_LOGITS_ELEMENTS:
         # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
         # checkpointing), so one (N, chunk, V) block is alive at a time instead of all of them.
         # The same ops run as without it, so values and gradients are bit-identical, also under FSDP.
@@ -146,6 +146,9 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
 
 
 LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk
+# Below this many (N, T, V) logits (4 MB of fp32) recomputing them in the backward pass saves nothing
+# worth its cost (one more head matmul and log-softmax per chunk): autograd keeps them instead.
+SMALL_LOGITS_ELEMENTS = 1 << 20
 
 
 def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
