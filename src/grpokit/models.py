@@ -73,7 +73,9 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype):
     if quant is None:
         model.to(device)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers 5 renamed it; keep working on both sides of the rename
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
         model.config.use_cache = False
     if cfg.lora_rank > 0:
         model = add_adapters(model, cfg)
