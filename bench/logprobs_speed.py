@@ -9,7 +9,6 @@ length buckets, alternated in one process.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -19,25 +18,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import prompts  # noqa: E402
+from workload import micro_bench_setup  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", required=True)
-    for name, default in (("G", 8), ("P", 8), ("T", 32), ("rounds", 3), ("threads", 0)):
-        p.add_argument(f"--{name}", type=int, default=default)
-    a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    a, model, tok, ids = micro_bench_setup(argv)
     from grpokit.logprobs import completion_logprobs, make_token_batch
     from grpokit.rollout.hf import SamplingParams, generate
-
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(a.model)
-    ids = [tok(r["prompt"])["input_ids"] for r in prompts(a.P, seed=1)]
     ro = generate(model.eval(), ids, a.G, SamplingParams(max_new_tokens=a.T), eos_token_ids={tok.eos_token_id},
                   pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     batch = make_token_batch(ro, tok.pad_token_id)

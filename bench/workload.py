@@ -106,3 +106,24 @@ def matmul_peak_gflops(n: int = 1024, reps: int = 10, dtype=None, device: str = 
         sync()
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best / 1e9
+
+
+def micro_bench_setup(argv=None):
+    """Shared start of the micro-benchmarks: parse --model/--G/--P/--T/--rounds/--threads, set the
+    thread count, load the model folder; returns (args, model, tokenizer, prompt token ids)."""
+    import argparse
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    for name, default in (("G", 8), ("P", 8), ("T", 32), ("rounds", 3), ("threads", 0)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(a.model)
+    ids = [tok(r["prompt"])["input_ids"] for r in prompts(a.P, seed=1)]
+    return a, model, tok, ids
