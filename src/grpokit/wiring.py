@@ -15,7 +15,7 @@ from .collect import ScoredBatch
 from .config import Config, ConfigError
 from .data import load_rows
 from .rewards.runner import RewardRunner
-from .rewards.spec import RewardSpec, resolve_reward
+from .rewards.spec import RewardError, RewardSpec, resolve_reward
 
 TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
 
@@ -58,7 +58,11 @@ def reward_specs(cfg: Config, extra: list[Callable] | None) -> list[RewardSpec]:
             specs.append(RewardSpec(fn=fn, name=getattr(fn, "__name__", "task"), weight=w))
         else:
             params = cfg.reward.params.get(name, {})
-            specs.append(RewardSpec(fn=resolve_reward(name, **params), name=name.split(":")[-1], weight=w))
+            try:
+                fn = resolve_reward(name, **params)
+            except RewardError as e:
+                raise ConfigError(f"reward.functions: {e}") from None
+            specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
     if extra:
         specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0) for i, f in enumerate(extra)]
     if not specs:
