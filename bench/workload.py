@@ -18,16 +18,11 @@ CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +-*/=?!.,:;()<>[]'\"#%&_|~^@$"  # 
 
 
 def char_tokenizer(vocab_size: int = 64):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """pad/eos/unk plus one id per character of CHARS, ``vocab_size`` ids in all (at most 64)."""
+    from grpokit.tasks.chartok import build_char_tokenizer
 
     chars = CHARS[: max(0, min(len(CHARS), vocab_size - 3))]
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    core.add_special_tokens(["<pad>", "<eos>", "<unk>"])
-    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+    return build_char_tokenizer(chars, (), padding_side="right", model_max_length=None)
 
 
 def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0) -> Path:

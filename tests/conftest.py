@@ -23,16 +23,10 @@ ALPHABET = "abcdefghij0123456789+=<>/ "
 
 
 def char_tokenizer():
-    """A small character-level fast tokenizer (pad 0, eos 1), built offline."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """A small character-level fast tokenizer (pad 0, eos 1, no tags), built offline."""
+    from grpokit.tasks.chartok import build_char_tokenizer
 
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(ALPHABET)}}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    core.add_special_tokens(["<pad>", "<eos>", "<unk>"])
-    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+    return build_char_tokenizer(ALPHABET, (), padding_side="right", model_max_length=None)
 
 
 @pytest.fixture(scope="session")

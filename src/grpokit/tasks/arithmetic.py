@@ -29,6 +29,8 @@ import zlib
 from functools import lru_cache
 from typing import Any, Sequence
 
+from grpokit.rewards.math import completion_text
+
 OPERAND_MIN = 10
 """Smallest operand (inclusive): operands always have two digits, so every prompt is 6 characters."""
 OPERAND_MAX = 99
@@ -120,15 +122,6 @@ def extract_answer(text: str) -> str | None:
     return None if match is None else match.group(1).strip()
 
 
-def _completion_text(completion: Any) -> str:
-    """Plain text of a completion: a string, or TRL's conversational form (list of messages)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
-    return str(completion)
-
-
 def arithmetic_accuracy(
     prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str], **kwargs: Any
 ) -> list[float]:
@@ -147,6 +140,6 @@ def arithmetic_accuracy(
         )
     rewards: list[float] = []
     for completion, gold in zip(completions, answer):
-        predicted = extract_answer(_completion_text(completion))
+        predicted = extract_answer(completion_text(completion))
         rewards.append(1.0 if predicted is not None and predicted == str(gold).strip() else 0.0)
     return rewards

@@ -35,9 +35,12 @@ MODEL_MAX_LENGTH = 64
 """Longest sequence the demo model is built for (its ``max_position_embeddings``)."""
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """A fresh tokenizer with the fixed vocabulary above (deterministic: same ids every time)."""
-    tokens = list(SPECIAL_TOKENS) + list(TAG_TOKENS) + list(ALPHABET)
+def build_char_tokenizer(alphabet: str = ALPHABET, tags: tuple[str, ...] = TAG_TOKENS, *, padding_side: str = "left",
+                         model_max_length: int | None = MODEL_MAX_LENGTH) -> PreTrainedTokenizerFast:
+    """A fresh tokenizer: ids 0-2 for pad/eos/unk, then ``tags``, then one id per character of
+    ``alphabet`` (deterministic: same ids every time). The defaults are the demo model's; tests and
+    the benchmark build other small character vocabularies with the same function."""
+    tokens = list(SPECIAL_TOKENS) + list(tags) + list(alphabet)
     vocab = {token: i for i, token in enumerate(tokens)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -45,14 +48,11 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     # Special tokens are dropped by decode(skip_special_tokens=True); the tags are ordinary added
     # tokens so that they survive decoding (the reward needs to see them).
     core.add_special_tokens(list(SPECIAL_TOKENS))
-    core.add_tokens(list(TAG_TOKENS))
+    if tags:
+        core.add_tokens(list(tags))
+    extra = {} if model_max_length is None else {"model_max_length": model_max_length}
     return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token=EOS,
-        pad_token=PAD,
-        unk_token=UNK,
-        padding_side="left",
-        model_max_length=MODEL_MAX_LENGTH,
+        tokenizer_object=core, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side=padding_side, **extra
     )
 
 
