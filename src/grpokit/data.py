@@ -83,6 +83,14 @@ def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig) -> list[P
     return prompts
 
 
+def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
+    """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):
+    what reward functions receive as keyword arguments."""
+    if not prompts:
+        return {}
+    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
+
+
 def _templated(tokenizer, cfg: DataConfig) -> bool:
     return cfg.chat_template != "never" and bool(getattr(tokenizer, "chat_template", None))
 

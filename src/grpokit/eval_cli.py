@@ -17,7 +17,7 @@ import torch
 
 from .config import Config, ConfigError, apply_overrides
 from .validation import validate
-from .data import load_rows, to_prompts
+from .data import load_rows, repeat_columns, to_prompts
 from .models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from .record.passk import summarize
 from .rewards import RewardRunner, RewardSpec, resolve_reward
@@ -91,7 +91,7 @@ def run_eval(args: argparse.Namespace) -> dict:
             ro = generate(model, [p.ids for p in chunk], n, params, eos_token_ids=eos_ids(tokenizer, model),
                           pad_token_id=tokenizer.pad_token_id, generator=gen)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-            columns = {k: [p.columns.get(k) for p in chunk for _ in range(n)] for k in chunk[0].columns}
+            columns = repeat_columns(chunk, n)
             res = runner.score([p.text for p in chunk for _ in range(n)], texts, ro.completion_ids, n, columns)
             ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
             for i in range(len(chunk)):

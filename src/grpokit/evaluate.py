@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .data import repeat_columns
 from .rollout.hf import SamplingParams, generate
 from .types import Prompt
 
@@ -26,7 +27,7 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
         ro = generate(model, [p.ids for p in chunk], 1, params, eos_token_ids=eos_token_ids,
                       pad_token_id=tokenizer.pad_token_id)
         comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-        columns = {k: [p.columns.get(k) for p in chunk] for k in chunk[0].columns}
+        columns = repeat_columns(chunk)
         result = runner.score([p.text for p in chunk], comp, ro.completion_ids, 1, columns)
         first = torch.nan_to_num(result.rewards_NF[:, 0], nan=0.0)
         rewards += first.tolist()

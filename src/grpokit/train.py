@@ -29,7 +29,7 @@ from .advantages import group_advantages, kl_penalized_rewards, normalize_compon
 from .collect import ScoredBatch, collect
 from .config import Config, ConfigError, save_yaml, to_dict
 from .validation import validate
-from .data import PromptSampler, to_prompts
+from .data import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
@@ -236,7 +236,7 @@ class Trainer:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
-            columns = {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
+            columns = repeat_columns(prompts, group_size)
             scored = self.runner.score([p.text for p in prompts for _ in range(group_size)], texts, ro.completion_ids,
                                        group_size, columns)
         return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics)

@@ -13,7 +13,7 @@ import torch
 from .advantages import process_advantages
 from .collect import ScoredBatch
 from .config import Config, ConfigError
-from .data import load_rows
+from .data import load_rows, repeat_columns
 from .rewards.runner import RewardRunner
 from .rewards.spec import RewardError, RewardSpec, resolve_reward
 
@@ -109,7 +109,7 @@ def step_advantages(process_fn, sb: ScoredBatch, width: int, std: str, eps: floa
     """Process supervision: ask the process reward for (end token, reward) steps, pad them into
     tensors and turn them into per-token advantages ``(N, width)``."""
     G = sb.group_size
-    columns = {k: [p.columns.get(k) for p in sb.prompts for _ in range(G)] for k in sb.prompts[0].columns}
+    columns = repeat_columns(sb.prompts, G)
     prompts = [p.text for p in sb.prompts for _ in range(G)]
     steps = process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
     S = max(1, max(len(s) for s in steps))
