@@ -52,14 +52,21 @@ def _std(x: torch.Tensor, dim: int | None, kind: str) -> torch.Tensor:
     return x.std(dim=dim, keepdim=True, correction=correction)
 
 
-def flat_groups(rewards_PG: torch.Tensor, flat_rtol: float = 1e-6) -> torch.Tensor:
-    """Boolean ``(P,)``: True where a group's rewards are all equal up to floating-point noise.
+def flat_groups(rewards_PG: torch.Tensor, flat_rtol: float = 1e-6, valid: torch.Tensor | None = None,
+                keepdim: bool = False) -> torch.Tensor:
+    """Boolean ``(P,)``: True where a group's rewards (dim 1) are all equal up to floating-point noise.
 
     A group is flat when ``max - min <= flat_rtol * max(1, max|r|)`` (see the module docstring).
+    With ``valid``, only those entries count (padding and not-applicable rewards are not rewards of
+    0); a group without valid entries is flat. ``keepdim`` keeps dim 1 as size 1.
     """
-    spread_P = rewards_PG.amax(dim=1) - rewards_PG.amin(dim=1)
-    scale_P = rewards_PG.abs().amax(dim=1).clamp(min=1.0)
-    return spread_P <= flat_rtol * scale_P
+    if valid is None:
+        hi, lo = rewards_PG.amax(dim=1, keepdim=keepdim), rewards_PG.amin(dim=1, keepdim=keepdim)
+    else:
+        big = torch.finfo(rewards_PG.dtype).max
+        hi = torch.where(valid, rewards_PG, torch.full_like(rewards_PG, -big)).amax(dim=1, keepdim=keepdim)
+        lo = torch.where(valid, rewards_PG, torch.full_like(rewards_PG, big)).amin(dim=1, keepdim=keepdim)
+    return (hi - lo) <= flat_rtol * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
 
 
 def group_advantages(
@@ -171,7 +178,7 @@ def process_advantages(
     r_PX = step_rewards_NS.reshape(P, group_size * S).to(torch.float32)
 
     dev_PX, std_P1, flat_P1 = _masked_group_stats(r_PX, valid_PX, std, flat_rtol)
-    flat_P = flat_P1[:, 0] | (valid_PX.sum(dim=1) == 0)
+    flat_P = flat_P1[:, 0]  # also true for a group without any step
 
     norm_PX = torch.where(flat_P[:, None], torch.zeros_like(dev_PX), dev_PX / (std_P1 + eps))
     norm_NS = norm_PX.reshape(N, S) * step_mask_NS
@@ -233,8 +240,4 @@ def _masked_group_stats(r: torch.Tensor, valid: torch.Tensor, std: str, flat_rto
     dev = (r - mean) * valid
     denom = (n - (1 if std == "unbiased" else 0)).clamp(min=1)
     sd = ((dev**2).sum(dim=1, keepdim=True) / denom).sqrt()
-    big = torch.finfo(torch.float32).max
-    hi = torch.where(valid, r, torch.full_like(r, -big)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, r, torch.full_like(r, big)).amin(dim=1, keepdim=True)
-    flat = (hi - lo) <= flat_rtol * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
-    return dev, sd, flat
+    return dev, sd, flat_groups(r, flat_rtol, valid, keepdim=True)
