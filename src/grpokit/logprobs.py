@@ -55,7 +55,9 @@ def completion_logprobs(
     Values at padded completion positions are 0 here and meaningless; callers mask them.
     """
     N, T = batch.completion_ids.shape
-    if _sharded(next(model.parameters())):  # FSDP2: one forward per backward for its gradient hooks
+    # FSDP2: length buckets would run each sharded unit several times before one backward; that is
+    # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
+    if _sharded(next(model.parameters())):
         return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
     lengths = batch.completion_mask.sum(dim=1).long()  # (N,)
     groups = plan_buckets(lengths.tolist(), buckets)
