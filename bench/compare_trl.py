@@ -45,10 +45,11 @@ def _json_line(out: str) -> dict:
 
 
 def run_side(side, model_dir, c, a) -> dict:
-    cmd = [PY, str(HERE / "worker.py"), "--side", side, "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
+    overrides = list(a.grpokit_set) + (a.variants[side] if side in a.variants else [])
+    cmd = [PY, str(HERE / "worker.py"), "--side", "trl" if side == "trl" else "grpokit", "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
            "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
            "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads),
-           "--mbs", str(a.grpokit_mbs)]
+           "--mbs", str(a.grpokit_mbs)] + [f"--set={o}" for o in (overrides if side != "trl" else [])]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -75,15 +76,21 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
 
 
 def compare(name, model_dir, c, a, peak) -> dict:
-    runs = {"grpokit": [], "trl": []}
+    sides = ["grpokit", "trl", *a.variants]
+    runs = {side: [] for side in sides}
     for r in range(a.rounds):
-        order = ("grpokit", "trl") if r % 2 == 0 else ("trl", "grpokit")
-        for side in order:
+        k = r % len(sides)
+        for side in sides[k:] + sides[:k]:  # rotate the order each round: drift hits every side alike
             runs[side].append(run_side(side, model_dir, c, a))
     res = {side: summarise(v, peak) for side, v in runs.items()}
     res["speedup"] = res["trl"]["median_s"] / res["grpokit"]["median_s"]
     res["config"], res["name"] = c, name
     print(_row(res), flush=True)
+    for side in a.variants:
+        v = res[side]
+        print(f"|   {side}: {' '.join(a.variants[side])} | | {v['median_s']:.2f} ({v['min_s']:.2f}-{v['max_s']:.2f}) | | "
+              f"**{res['trl']['median_s'] / v['median_s']:.2f}x** | {v['gen_tok_s']:.0f} | {v['train_frac_peak']:.0%} "
+              f"| {v['peak_rss_mb']:.0f} |", flush=True)
     return res
 
 
@@ -98,10 +105,10 @@ def _row(r) -> str:
 
 def _phase_row(r) -> str:
     cells = []
-    for side in ("grpokit", "trl"):
+    for side in ("grpokit", "trl", *(k for k in r if k.startswith("grpokit["))):
         p = r[side]["phases"]
         cells.append(" ".join(f"{k}={p.get(k, 0):.2f}" for k in ("rollout", "ref_fwd", "policy_fwd", "update_rest")))
-    return f"| {r['name']} | {cells[0]} | {cells[1]} |"
+    return f"| {r['name']} | " + " | ".join(cells) + " |"
 
 
 def configs(a) -> list[tuple[str, dict]]:
@@ -130,6 +137,10 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch default)")
     p.add_argument("--grpokit-mbs", type=int, default=0, help="grpokit train.micro_batch_size (0: whole batch)")
+    p.add_argument("--grpokit-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="grpokit config override for every grpokit side (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                   help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)")
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--width", type=int, default=256)
@@ -142,6 +153,7 @@ def main(argv=None):
     p.add_argument("--model-dir", default="", help="use this model folder (e.g. Qwen2-0.5B) instead of building random ones")
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
+    a.variants = {f"grpokit[{v.split(':', 1)[0]}]": v.split(":", 1)[1].split(",") for v in a.variant}
     if a.quick:
         a.rounds, a.steps = 2, 2
     import torch
@@ -152,8 +164,12 @@ def main(argv=None):
                          capture_output=True, text=True, cwd=HERE, env=_env(a.threads))
     print("loss equality (loss_type trl grpokit |diff|):\n" + chk.stdout + chk.stderr[-500:], flush=True)
     dt = getattr(torch, a.dtype)
-    peak = max(matmul_peak_gflops(n, reps=5, dtype=dt, device=a.device) for n in ((1024, 2048) if a.device == "cpu" else (4096, 8192)))
-    print(f"matmul peak: {peak:.1f} GFLOP/s {a.dtype}, threads={torch.get_num_threads()}; load {os.getloadavg()}", flush=True)
+    sizes = (1024, 2048) if a.device == "cpu" else (4096, 8192)
+    kernels = ("torch", "onednn") if a.device == "cpu" and torch.backends.mkldnn.is_available() else ("torch",)
+    peaks = {k: max(matmul_peak_gflops(n, reps=5, dtype=dt, device=a.device, kernel=k) for n in sizes) for k in kernels}
+    peak = max(peaks.values())  # the fastest float32 matmul this machine offers
+    print(f"matmul peak: {peak:.1f} GFLOP/s {a.dtype} ({', '.join(f'{k} {v:.1f}' for k, v in peaks.items())}), "
+          f"threads={torch.get_num_threads()}; load {os.getloadavg()}", flush=True)
     print("| config | shape | grpokit s/step med (min-max) | TRL s/step | speed-up | gen tok/s ours/TRL "
           "| train-phase % peak ours/TRL | peak RSS MB ours/TRL |\n|---|---|---|---|---|---|---|---|", flush=True)
     results = []
@@ -166,7 +182,7 @@ def main(argv=None):
     for r in results:
         print(_phase_row(r))
     print(f"\nwall {time.time() - t0:.0f}s; load after {os.getloadavg()}")
-    Path(a.out).write_text(json.dumps({"peak_gflops": peak, "argv": sys.argv[1:], "results": results}, indent=1))
+    Path(a.out).write_text(json.dumps({"peak_gflops": peak, "peaks": peaks, "argv": sys.argv[1:], "results": results}, indent=1))
 
 
 if __name__ == "__main__":

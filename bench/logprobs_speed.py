@@ -4,7 +4,8 @@ length buckets, alternated in one process.
     python bench/logprobs_speed.py --model DIR --G 8 --P 8 --T 32 --rounds 3
 
 ``plain`` is one forward over the whole padded batch with full logits (what a naive trainer does),
-``buckets=1`` is grpokit's chunked head without bucketing, ``auto`` is the default.
+``buckets=1`` is grpokit's chunked head without bucketing, ``auto`` is the default (buckets chosen by
+cost, prompts shared by their G rows), ``auto, no sharing`` the default with prompt sharing off.
 """
 
 from __future__ import annotations
@@ -39,15 +40,19 @@ def main(argv=None):
             if grad:
                 (lp * m).sum().backward()
 
-    def ours(buckets):
+    import grpokit.logprobs as L
+    sharing = L.PROMPT_SHARING_TYPES
+
+    def ours(buckets, share=True):
         def run(grad):
+            L.PROMPT_SHARING_TYPES = sharing if share else ()
             with torch.set_grad_enabled(grad):
                 lp, _ = completion_logprobs(model, batch, buckets=buckets, with_entropy=grad)
                 if grad:
                     (lp * m).sum().backward()
         return run
 
-    variants = {"plain": plain, "buckets=1": ours(1), "auto": ours(None)}
+    variants = {"plain": plain, "buckets=1": ours(1), "auto": ours(None), "auto, no sharing": ours(None, share=False)}
     res = {}
     for grad in (False, True):
         model.train(grad)

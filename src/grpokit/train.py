@@ -33,7 +33,7 @@ from .data import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
-from . import distributed, scaling, wiring
+from . import distributed, kernels, scaling, wiring
 from .record import NullRecorder, group_signatures, make_recorder, sample_rows
 from .rewards.runner import RewardRunner
 from .rollout.hf import SamplingParams, generate
@@ -80,6 +80,8 @@ class Trainer:
         self.model = load_model(m, self.device, resolve_dtype(m, self.device))
         if not t.threads and self.device.type == "cpu" and sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL:
             torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
+        if kernels.wants_onednn(m.cpu_matmul, self.device):  # after the thread count: "auto" probes with it
+            kernels.use_onednn_linears(self.model)
         # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
         self.autocast = scaling.autocast_factory(m, self.device, self.model)
@@ -193,7 +195,8 @@ class Trainer:
                 upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
                                     temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                     norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
-                                    autocast=self.autocast)
+                                    autocast=self.autocast,
+                                    micro_batch_tokens=0 if cfg.train.fsdp else cfg.train.micro_batch_tokens)
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
 

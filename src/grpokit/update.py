@@ -53,16 +53,40 @@ class UpdateInputs:
     ref_logp: torch.Tensor | None  # (N, T) when beta > 0
 
 
+def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
+    """Cut rows ``0 .. N-1``, in order, into consecutive slices of at most ``max_rows`` rows and at
+    most ``max_tokens`` tokens (``row_tokens[i]``: real tokens of row i; 0 = no limit). A row longer
+    than the budget gets a slice of its own. Rows stay in order, so the G completions of a prompt
+    stay together and share its forward (logprobs.py).
+
+    Example: tokens [5, 5, 5, 9, 2], max_tokens 10 -> [0:2] (5 + 5 = 10), [2:3] (5 + 9 > 10),
+    [3:4] (9 + 2 > 10), [4:5].
+    """
+    N = len(row_tokens)
+    out, start, tokens = [], 0, 0
+    for i, n in enumerate(row_tokens):
+        full = (max_rows and i - start >= max_rows) or (max_tokens and i > start and tokens + n > max_tokens)
+        if full:
+            out.append(slice(start, i))
+            start, tokens = i, 0
+        tokens += n
+    if N:
+        out.append(slice(start, N))
+    return out
+
+
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
-                  autocast=None) -> dict[str, float]:
+                  autocast=None, micro_batch_tokens: int = 0) -> dict[str, float]:
     """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
 
+    Micro-batches hold at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (0: no
+    limit); their gradients add up to the whole batch's, since every normaliser is the batch's own.
     ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
     summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
     """
     N = inputs.batch.input_ids.shape[0]
-    mbs = micro_batch_size or N
+    row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
     num_tokens = float(inputs.loss_mask.sum().item())
     num_sequences = float(N)
     if dist is not None:  # data parallel: every rank divides by the whole batch's counts
@@ -71,8 +95,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
-    for start in range(0, N, mbs):
-        rows = slice(start, start + mbs)
+    for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
             logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,

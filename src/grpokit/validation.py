@@ -39,6 +39,7 @@ def validate(cfg: Config) -> Config:
     _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
+    _one_of("model.cpu_matmul", m.cpu_matmul, ("auto", "onednn", "torch"))
     _one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
     _one_of("model.quantization", m.quantization, ("none", "4bit"))
     _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
@@ -82,6 +83,7 @@ def validate(cfg: Config) -> Config:
     _check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
     n = t.prompts_per_step * r.group_size
     _check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
+    _check(t.micro_batch_tokens >= 0, f"train.micro_batch_tokens={t.micro_batch_tokens} must be >= 0 (0 = no token budget)")
     _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,

@@ -1,0 +1,95 @@
+"""oneDNN linears (grpokit.kernels): same values and gradients as F.linear, and F.linear wherever
+oneDNN does not apply."""
+
+import copy
+
+import pytest
+import torch
+
+from grpokit import kernels
+from grpokit.config import ConfigError
+
+needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch build without oneDNN")
+
+
+@needs_onednn
+def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_model):
+    fast = copy.deepcopy(tiny_model)
+    n_linear = sum(type(m) is torch.nn.Linear for m in tiny_model.modules())
+    assert kernels.use_onednn_linears(fast) == n_linear == 2 * 7 + 1  # 2 layers x (q k v o gate up down) + head
+    assert kernels.use_onednn_linears(fast) == n_linear  # idempotent
+    ids = torch.randint(0, tiny_model.config.vocab_size, (3, 7))
+    outs = []
+    for model in (tiny_model, fast):
+        model.zero_grad()
+        logits = model(input_ids=ids).logits
+        (logits.float().log_softmax(-1)[..., 0].sum() + logits.pow(2).mean()).backward()
+        outs.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (a, ga), (b, gb) = outs
+    assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+    for x, y in zip(ga, gb):
+        assert torch.allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+def test_linear_with_bias_and_partial_gradients():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(5, 3)
+    ref = copy.deepcopy(lin)
+    kernels.use_onednn_linears(lin)
+    x = torch.randn(2, 4, 5, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y, y_ref = lin(x), ref(x_ref)
+    assert y.shape == (2, 4, 3) and torch.allclose(y, y_ref, atol=1e-6)
+    (y * torch.arange(3.0)).sum().backward()
+    (y_ref * torch.arange(3.0)).sum().backward()
+    assert torch.allclose(x.grad, x_ref.grad, atol=1e-6)
+    assert torch.allclose(lin.weight.grad, ref.weight.grad, atol=1e-6)
+    assert torch.allclose(lin.bias.grad, ref.bias.grad, atol=1e-6)
+    # a frozen layer (LoRA base, reference model) still passes the gradient to its input
+    lin.weight.requires_grad_(False)
+    lin.bias.requires_grad_(False)
+    x2 = torch.randn(4, 5, requires_grad=True)
+    lin(x2).sum().backward()
+    assert torch.allclose(x2.grad, lin.weight.sum(0).expand(4, 5), atol=1e-6)
+
+
+@needs_onednn
+def test_layers_that_onednn_does_not_cover_call_f_linear(monkeypatch):
+    calls = []
+    monkeypatch.setattr(kernels, "_onednn", lambda *a: calls.append(1) or torch.nn.functional.linear(*a))
+    lin = torch.nn.Linear(4, 2)
+    kernels.use_onednn_linears(lin)
+    lin(torch.randn(3, 4))
+    assert calls == [1]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert lin(torch.randn(3, 4)).dtype == torch.bfloat16
+    lin.to(torch.bfloat16)
+    lin(torch.randn(3, 4, dtype=torch.bfloat16))
+    assert calls == [1]  # neither autocast nor half-precision weights went through oneDNN
+
+
+def test_cpu_matmul_modes(monkeypatch):
+    assert not kernels.wants_onednn("torch", torch.device("cpu"))
+    assert not kernels.wants_onednn("onednn", torch.device("cuda"))  # CPU only: GPUs keep their own kernels
+    with pytest.raises(ValueError, match="auto, onednn, torch"):
+        kernels.wants_onednn("mkl", torch.device("cpu"))
+    monkeypatch.setattr(kernels, "onednn_available", lambda: True)
+    for vendor, expected in (("AuthenticAMD", True), ("HygonGenuine", True), ("GenuineIntel", False), ("", False)):
+        monkeypatch.setattr(kernels, "cpu_vendor", lambda v=vendor: v)
+        assert kernels.wants_onednn("auto", torch.device("cpu")) is expected, vendor
+    monkeypatch.setattr(kernels, "onednn_available", lambda: False)
+    with pytest.raises(ConfigError, match="cpu_matmul='onednn'"):
+        kernels.wants_onednn("onednn", torch.device("cpu"))
+    monkeypatch.setattr(kernels, "cpu_vendor", lambda: "AuthenticAMD")
+    assert not kernels.wants_onednn("auto", torch.device("cpu"))
+
+
+def test_bad_cpu_matmul_is_a_config_error():
+    from grpokit.config import Config
+    from grpokit.validation import validate
+
+    cfg = Config()
+    cfg.model.cpu_matmul = "mkl"
+    with pytest.raises(ConfigError, match="model.cpu_matmul"):
+        validate(cfg)
