@@ -29,11 +29,12 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--rows", type=int, default=25)
     p.add_argument("--no-profiler", action="store_true")
+    p.add_argument("--set", action="append", default=[], help="grpokit config override KEY=VALUE (repeatable)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     wa = argparse.Namespace(model=a.model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
-                            device="cpu", dtype="float32", seed=0, threads=a.threads, mbs=0)
+                            device="cpu", dtype="float32", seed=0, threads=a.threads, mbs=0, set=a.set)
     clock = worker.PhaseClock()
     import grpokit.train as gt
     # run warm-up + measured steps through the worker's own grpokit runner, profiling the measured ones

@@ -5,6 +5,10 @@ batch (P prompts x G samples, T new tokens, sampling at temperature 1), alternat
 
 Tokens/s counts generated tokens (up to and including EOS) for every engine. HF ``generate`` is
 given the prompts already repeated G times (as TRL does) and its KV cache.
+
+grpokit's engines run on the linear kernels its trainer picks (``model.cpu_matmul="auto"``: oneDNN
+on AMD CPUs). ``hf_generate`` is the stock model as a TRL user runs it; ``hf_generate_same_kernels``
+is ``generate`` on grpokit's model object, so the decode loops are compared on equal kernels too.
 """
 
 from __future__ import annotations
@@ -22,8 +26,16 @@ from workload import micro_bench_setup  # noqa: E402
 
 
 def main(argv=None):
-    a, model, tok, ids = micro_bench_setup(argv)
+    a, plain, tok, ids = micro_bench_setup(argv)
+    import copy
+
+    from grpokit import kernels
     from grpokit.rollout.hf import SamplingParams, generate
+
+    model = copy.deepcopy(plain)
+    onednn = kernels.wants_onednn("auto", torch.device("cpu"))
+    if onednn:
+        kernels.use_onednn_linears(model)
 
     params = SamplingParams(max_new_tokens=a.T)
 
@@ -34,7 +46,7 @@ def main(argv=None):
             return sum(len(c) for c in ro.completion_ids)
         return run
 
-    def hf(seed):
+    def hf(seed, model=plain):
         torch.manual_seed(seed)
         tok.padding_side = "left"
         enc = tok([tok.decode(x) for x in ids for _ in range(a.G)], return_tensors="pt", padding=True)
@@ -47,7 +59,8 @@ def main(argv=None):
             n += next((k + 1 for k, x in enumerate(row) if x == tok.eos_token_id), len(row))
         return n
 
-    engines = {"static": ours("static"), "dynamic": ours("dynamic"), "hf_generate": hf}
+    engines = {"static": ours("static"), "dynamic": ours("dynamic"), "hf_generate": hf,
+               "hf_generate_same_kernels": lambda seed: hf(seed, model)}
     for f in engines.values():
         f(0)  # warm-up
     res = {k: [] for k in engines}
@@ -59,7 +72,9 @@ def main(argv=None):
     summary = {k: {"median_tok_s": statistics.median(v), "min": min(v), "max": max(v)} for k, v in res.items()}
     summary["static_vs_hf"] = summary["static"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
     summary["dynamic_vs_hf"] = summary["dynamic"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
-    print("BENCH_JSON " + json.dumps({"G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(), **summary}))
+    summary["static_vs_hf_same_kernels"] = summary["static"]["median_tok_s"] / summary["hf_generate_same_kernels"]["median_tok_s"]
+    print("BENCH_JSON " + json.dumps({"G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(),
+                                      "grpokit_kernels": "onednn" if onednn else "torch", **summary}))
 
 
 if __name__ == "__main__":

@@ -222,8 +222,9 @@ class TrainConfig:
     """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
     micro_batch_tokens: int = 2048
     """Token budget of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
-    consecutive completions are cut into micro-batches of at most this many tokens, which caps
-    activation memory at the same gradient. Not applied with train.fsdp (ranks must run equal counts)."""
+    consecutive completions are cut into the fewest balanced micro-batches of at most this many tokens,
+    which caps activation memory at the same gradient. 2048 suits CPU runs; on a GPU raise it (e.g.
+    16384) or set 0. Not applied with train.fsdp (ranks must run equal numbers of micro-batches)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

@@ -59,20 +59,28 @@ def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0)
     than the budget gets a slice of its own. Rows stay in order, so the G completions of a prompt
     stay together and share its forward (logprobs.py).
 
-    Example: tokens [5, 5, 5, 9, 2], max_tokens 10 -> [0:2] (5 + 5 = 10), [2:3] (5 + 9 > 10),
-    [3:4] (9 + 2 > 10), [4:5].
+    Balanced: the fewest slices the limits allow, and among those the smallest largest slice, so a
+    batch just over the budget becomes two halves, not a full slice and a sliver.
+    Example: tokens [4] * 6, max_tokens 20 -> two slices are needed; a budget of 12 still gives two,
+    11 would give three -> [0:3], [3:6] (12 tokens each) rather than [0:5], [5:6].
     """
-    N = len(row_tokens)
-    out, start, tokens = [], 0, 0
-    for i, n in enumerate(row_tokens):
-        full = (max_rows and i - start >= max_rows) or (max_tokens and i > start and tokens + n > max_tokens)
-        if full:
-            out.append(slice(start, i))
-            start, tokens = i, 0
-        tokens += n
-    if N:
-        out.append(slice(start, N))
-    return out
+    def cut(budget: int) -> list[slice]:
+        out, start, tokens = [], 0, 0
+        for i, n in enumerate(row_tokens):
+            if (max_rows and i - start >= max_rows) or (budget and i > start and tokens + n > budget):
+                out.append(slice(start, i))
+                start, tokens = i, 0
+            tokens += n
+        return out + [slice(start, len(row_tokens))] if row_tokens else out
+
+    best = cut(max_tokens)
+    if not max_tokens or len(best) == 1:
+        return best
+    lo, hi = max(row_tokens), max_tokens  # the slice count only grows as the budget shrinks
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if len(cut(mid)) == len(best) else (mid + 1, hi)
+    return cut(lo)
 
 
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
