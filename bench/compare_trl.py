@@ -45,11 +45,12 @@ def _json_line(out: str) -> dict:
 
 
 def run_side(side, model_dir, c, a) -> dict:
-    overrides = list(a.grpokit_set) + (a.variants[side] if side in a.variants else [])
-    cmd = [PY, str(HERE / "worker.py"), "--side", "trl" if side == "trl" else "grpokit", "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
+    trl = side == "trl" or side.startswith("trl[")
+    overrides = (list(a.grpokit_set) if not trl else []) + (a.variants[side] if side in a.variants else [])
+    cmd = [PY, str(HERE / "worker.py"), "--side", "trl" if trl else "grpokit", "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
            "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
            "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads),
-           "--mbs", str(a.grpokit_mbs)] + [f"--set={o}" for o in (overrides if side != "trl" else [])]
+           "--mbs", str(a.grpokit_mbs)] + [f"--set={o}" for o in overrides]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -105,7 +106,7 @@ def _row(r) -> str:
 
 def _phase_row(r) -> str:
     cells = []
-    for side in ("grpokit", "trl", *(k for k in r if k.startswith("grpokit["))):
+    for side in ("grpokit", "trl", *(k for k in r if k.startswith(("grpokit[", "trl[")))):
         p = r[side]["phases"]
         cells.append(" ".join(f"{k}={p.get(k, 0):.2f}" for k in ("rollout", "ref_fwd", "policy_fwd", "update_rest")))
     return f"| {r['name']} | " + " | ".join(cells) + " |"
@@ -141,6 +142,8 @@ def main(argv=None):
                    help="grpokit config override for every grpokit side (repeatable)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                    help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)")
+    p.add_argument("--trl-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                   help="an extra TRL side with these GRPOConfig overrides, e.g. 'no-gc:gradient_checkpointing=false'")
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--width", type=int, default=256)
@@ -154,6 +157,7 @@ def main(argv=None):
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
     a.variants = {f"grpokit[{v.split(':', 1)[0]}]": v.split(":", 1)[1].split(",") for v in a.variant}
+    a.variants.update({f"trl[{v.split(':', 1)[0]}]": v.split(":", 1)[1].split(",") for v in a.trl_variant})
     if a.quick:
         a.rounds, a.steps = 2, 2
     import torch

@@ -39,7 +39,7 @@ def main(argv=None):
 
     params = SamplingParams(max_new_tokens=a.T)
 
-    def ours(engine):
+    def ours(engine, model=model):
         def run(seed):
             ro = generate(model, ids, a.G, params, eos_token_ids={tok.eos_token_id}, pad_token_id=tok.pad_token_id,
                           generator=torch.Generator().manual_seed(seed), engine=engine)
@@ -59,7 +59,7 @@ def main(argv=None):
             n += next((k + 1 for k, x in enumerate(row) if x == tok.eos_token_id), len(row))
         return n
 
-    engines = {"static": ours("static"), "dynamic": ours("dynamic"), "hf_generate": hf,
+    engines = {"static": ours("static"), "static_torch_kernels": ours("static", plain), "dynamic": ours("dynamic"), "hf_generate": hf,
                "hf_generate_same_kernels": lambda seed: hf(seed, model)}
     for f in engines.values():
         f(0)  # warm-up

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import model_flops, prompts, reward_vowels  # noqa: E402
@@ -108,7 +109,8 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
         max_completion_length=a.T, beta=a.beta, learning_rate=a.lr, loss_type="grpo", max_steps=a.warmup + a.steps,
         logging_steps=1, report_to="none", save_strategy="no", use_cpu=a.device == "cpu", bf16=a.dtype == "bfloat16",
         seed=a.seed, temperature=1.0, gradient_accumulation_steps=1, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.0, max_grad_norm=1.0, dataloader_num_workers=0, disable_tqdm=True)
+        weight_decay=0.0, max_grad_norm=1.0, dataloader_num_workers=0, disable_tqdm=True,
+        **{k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in a.set)})  # e.g. gradient_checkpointing=false
     steps: list[dict] = []
 
     class StepClock(TrainerCallback):
@@ -173,7 +175,8 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--set", action="append", default=[], help="grpokit config override KEY=VALUE (repeatable)")
+    p.add_argument("--set", action="append", default=[],
+                   help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)

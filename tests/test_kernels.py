@@ -13,12 +13,15 @@ needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch 
 
 
 @needs_onednn
-def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_model):
+def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_model, monkeypatch):
+    calls = []
+    real = kernels._onednn
+    monkeypatch.setattr(kernels, "_onednn", lambda *a: calls.append(1) or real(*a))
     fast = copy.deepcopy(tiny_model)
     n_linear = sum(type(m) is torch.nn.Linear for m in tiny_model.modules())
     assert kernels.use_onednn_linears(fast) == n_linear == 2 * 7 + 1  # 2 layers x (q k v o gate up down) + head
     assert kernels.use_onednn_linears(fast) == n_linear  # idempotent
-    ids = torch.randint(0, tiny_model.config.vocab_size, (3, 7))
+    ids = torch.randint(0, tiny_model.config.vocab_size, (4, 40))  # 160 rows >= kernels.MIN_ROWS
     outs = []
     for model in (tiny_model, fast):
         model.zero_grad()
@@ -26,6 +29,7 @@ def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_mode
         (logits.float().log_softmax(-1)[..., 0].sum() + logits.pow(2).mean()).backward()
         outs.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
     (a, ga), (b, gb) = outs
+    assert len(calls) == 2 * n_linear  # every forward and every input gradient went through oneDNN
     assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
     for x, y in zip(ga, gb):
         assert torch.allclose(x, y, rtol=1e-4, atol=1e-6)
@@ -37,10 +41,10 @@ def test_linear_with_bias_and_partial_gradients():
     lin = torch.nn.Linear(5, 3)
     ref = copy.deepcopy(lin)
     kernels.use_onednn_linears(lin)
-    x = torch.randn(2, 4, 5, requires_grad=True)
+    x = torch.randn(2, 80, 5, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_(True)
     y, y_ref = lin(x), ref(x_ref)
-    assert y.shape == (2, 4, 3) and torch.allclose(y, y_ref, atol=1e-6)
+    assert y.shape == (2, 80, 3) and torch.allclose(y, y_ref, atol=1e-6)
     (y * torch.arange(3.0)).sum().backward()
     (y_ref * torch.arange(3.0)).sum().backward()
     assert torch.allclose(x.grad, x_ref.grad, atol=1e-6)
@@ -49,9 +53,9 @@ def test_linear_with_bias_and_partial_gradients():
     # a frozen layer (LoRA base, reference model) still passes the gradient to its input
     lin.weight.requires_grad_(False)
     lin.bias.requires_grad_(False)
-    x2 = torch.randn(4, 5, requires_grad=True)
+    x2 = torch.randn(200, 5, requires_grad=True)
     lin(x2).sum().backward()
-    assert torch.allclose(x2.grad, lin.weight.sum(0).expand(4, 5), atol=1e-6)
+    assert torch.allclose(x2.grad, lin.weight.sum(0).expand(200, 5), atol=1e-6)
 
 
 @needs_onednn
@@ -60,13 +64,15 @@ def test_layers_that_onednn_does_not_cover_call_f_linear(monkeypatch):
     monkeypatch.setattr(kernels, "_onednn", lambda *a: calls.append(1) or torch.nn.functional.linear(*a))
     lin = torch.nn.Linear(4, 2)
     kernels.use_onednn_linears(lin)
-    lin(torch.randn(3, 4))
+    rows = kernels.MIN_ROWS
+    lin(torch.randn(rows, 4))
     assert calls == [1]
+    lin(torch.randn(rows - 1, 4))  # a decode step's few rows: F.linear
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert lin(torch.randn(3, 4)).dtype == torch.bfloat16
+        assert lin(torch.randn(rows, 4)).dtype == torch.bfloat16
     lin.to(torch.bfloat16)
-    lin(torch.randn(3, 4, dtype=torch.bfloat16))
-    assert calls == [1]  # neither autocast nor half-precision weights went through oneDNN
+    lin(torch.randn(rows, 4, dtype=torch.bfloat16))
+    assert calls == [1]  # neither few rows, autocast nor half-precision weights went through oneDNN
 
 
 def test_cpu_matmul_modes(monkeypatch):

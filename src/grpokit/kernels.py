@@ -107,10 +107,15 @@ def _plain_fp32_cpu(t: torch.Tensor | None) -> bool:
     return t is None or (type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype == torch.float32 and t.device.type == "cpu")
 
 
+# Below this many rows (a decode step's batch) oneDNN gains nothing measurable, and since it builds a
+# kernel for every new shape, the row count changing at each step as sequences finish costs extra.
+MIN_ROWS = 128
+
+
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # type check: FSDP2 re-classes the modules it shards (FSDPLinear) and hooks their outputs
     if (type(self) is torch.nn.Linear and x.dtype == torch.float32 and x.device.type == "cpu" and _plain_fp32_cpu(self.weight) and _plain_fp32_cpu(self.bias)
-            and not torch.is_autocast_enabled("cpu") and x.numel() > 0):
+            and not torch.is_autocast_enabled("cpu") and x.numel() >= MIN_ROWS * x.shape[-1]):
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad or
                                         (self.bias is not None and self.bias.requires_grad)):
             return _OneDNNLinear.apply(x, self.weight, self.bias)
