@@ -132,3 +132,17 @@ def test_missing_dataset_column_is_named(tiny_model_dir, tmp_path):
     cfg.data.dataset = str(data)
     with pytest.raises(ConfigError, match="data.prompt_column='prompt' is not a column of .*its columns are: question, answer"):
         Trainer(cfg, reward_funcs=[likes_a], quiet=True)
+
+
+def test_token_budget_from_activation_memory_hand_example():
+    from types import SimpleNamespace
+
+    from grpokit.update import token_budget
+
+    cfg = SimpleNamespace(hidden_size=512, intermediate_size=1536, num_hidden_layers=8)
+    # (10 * 512 + 4 * 1536) values x 8 layers x 4 bytes = 360,448 bytes a token; 512 MiB / that = 1489.4
+    assert token_budget(cfg, 512, 4) == 1489
+    assert token_budget(cfg, 512, 2) == 2978  # bfloat16 keeps twice as many
+    assert token_budget(cfg, 512, 4, max_tokens=1000) == 1000  # the explicit cap wins when smaller
+    assert token_budget(cfg, 0, 4, max_tokens=1000) == 1000 and token_budget(cfg, 0, 4) == 0
+    assert token_budget(SimpleNamespace(), 512, 4, max_tokens=7) == 7  # unknown shape: no estimate

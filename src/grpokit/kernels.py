@@ -7,8 +7,9 @@ matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 thro
 step's 64-row matmuls at ~160 against ~115 (bench/RESULTS.md, "oneDNN linears").
 
 What changes: every plain float32 ``nn.Linear`` of the model computes ``y = x W^T + b`` and, in the
-backward pass, ``dx = dy W`` with oneDNN; ``dW = dy^T x`` stays on torch's ``mm``, which is as fast or
-faster for that long reduction here. Same math; the summation order differs, so results agree with
+backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows (training and
+reference forwards; a decode step's few rows keep ``F.linear``); ``dW = dy^T x`` stays on torch's
+``mm``, which is as fast or faster for that long reduction here. Same math; the summation order differs, so results agree with
 ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit. Layers that are not plain
 float32 CPU tensors at call time (GPU, autocast, half precision, FSDP-sharded or quantised weights)
 call ``F.linear`` as before.

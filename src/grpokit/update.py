@@ -83,6 +83,27 @@ def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0)
     return cut(lo)
 
 
+def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0) -> int:
+    """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
+    ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
+
+    A Llama-style layer keeps about 10 x hidden + 4 x intermediate values per token for its backward
+    (norm inputs and outputs, q/k/v, attention output, residuals, gate, up, activation, product).
+    Example: hidden 512, intermediate 1536, 8 layers, float32 -> 11,264 values x 8 x 4 B = 352 KiB a
+    token, so 512 MB holds 1,489 tokens.
+    """
+    if not memory_mb:
+        return max_tokens
+    hidden = getattr(model_config, "hidden_size", None) or getattr(model_config, "n_embd", 0)
+    layers = getattr(model_config, "num_hidden_layers", None) or getattr(model_config, "n_layer", 0)
+    if not hidden or not layers:
+        return max_tokens  # an unknown shape: no estimate
+    inter = getattr(model_config, "intermediate_size", None) or 4 * hidden
+    per_token = (10 * hidden + 4 * inter) * layers * bytes_per_value
+    fit = max(1, memory_mb * 2**20 // per_token)
+    return min(max_tokens, fit) if max_tokens else fit
+
+
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
                   autocast=None, micro_batch_tokens: int = 0) -> dict[str, float]:

@@ -83,7 +83,8 @@ def validate(cfg: Config) -> Config:
     _check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
     n = t.prompts_per_step * r.group_size
     _check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
-    _check(t.micro_batch_tokens >= 0, f"train.micro_batch_tokens={t.micro_batch_tokens} must be >= 0 (0 = no token budget)")
+    _check(t.micro_batch_tokens >= 0, f"train.micro_batch_tokens={t.micro_batch_tokens} must be >= 0 (0 = no token cap)")
+    _check(t.activation_memory_mb >= 0, f"train.activation_memory_mb={t.activation_memory_mb} must be >= 0 (0 = no budget)")
     _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
