@@ -96,6 +96,7 @@ def test_micro_batches_cut_rows_in_order_by_rows_and_tokens():
     # balanced: two slices are needed either way; 12 tokens each instead of 20 + 4
     assert micro_batches([4] * 6, max_tokens=20) == [slice(0, 3), slice(3, 6)]
     assert micro_batches([4] * 6, max_tokens=24) == [slice(0, 6)]
+    assert micro_batches([4] * 6, max_rows=2, max_tokens=100) == [slice(0, 2), slice(2, 4), slice(4, 6)]  # rows bind
 
 
 def test_num_iterations_takes_old_logprobs_once(tiny_model_dir, tmp_path):

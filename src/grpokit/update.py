@@ -74,7 +74,7 @@ def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0)
         return out + [slice(start, len(row_tokens))] if row_tokens else out
 
     best = cut(max_tokens)
-    if not max_tokens or len(best) == 1:
+    if not max_tokens or len(best) == len(cut(0)):  # the token budget does not bind: rows alone decide
         return best
     lo, hi = max(row_tokens), max_tokens  # the slice count only grows as the budget shrinks
     while lo < hi:
