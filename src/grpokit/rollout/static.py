@@ -77,9 +77,15 @@ class StaticDecoder:
         return cls(model, keys, values, bias, W)
 
     def select(self, idx: torch.Tensor) -> None:
-        """Keep rows ``idx`` only (index_select copies: compute on finished rows stops here)."""
-        self.keys = [k.index_select(0, idx) for k in self.keys]
-        self.values = [v.index_select(0, idx) for v in self.values]
+        """Keep rows ``idx`` only (compute on finished rows stops here). Only the filled columns
+        ``< t`` are copied: the rest are written before they are read."""
+        def pick(cache: torch.Tensor) -> torch.Tensor:
+            out = cache.new_empty((idx.numel(),) + tuple(cache.shape[1:]))
+            torch.index_select(cache[:, :, : self.t], 0, idx, out=out[:, :, : self.t])
+            return out
+
+        self.keys = [pick(k) for k in self.keys]
+        self.values = [pick(v) for v in self.values]
         self.bias = self.bias.index_select(0, idx)
 
     def step(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
