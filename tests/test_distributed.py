@@ -76,7 +76,7 @@ def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path, extra):
     moved = 0
     for n in one:
         # ranks sum their gradients in a different order than one process: float noise only
-        assert torch.allclose(one[n], two[n], atol=1e-5, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())
+        assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())
         moved += 1
     assert moved
     # rank 0 wrote the run folder; the checkpoint holds both ranks' sampling generators
@@ -102,7 +102,7 @@ def test_one_process_update_actually_depends_on_the_whole_batch(tiny_model_dir, 
     _, full = run(tiny_model_dir, tmp_path / "full", {**OVER, "train.steps": 1})
     _, half = run(tiny_model_dir, tmp_path / "half", {**OVER, "train.steps": 1, "train.prompts_per_step": 2,
                                                       "train.micro_batch_size": 2})
-    assert max((full[n] - half[n]).abs().max().item() for n in full) > 1e-4  # far beyond the tolerances above (1e-5: float summation order, amplified by Adam's first step)
+    assert max((full[n] - half[n]).abs().max().item() for n in full) > 1e-4  # far beyond the tolerance above
 
 
 def test_rank_seed_and_local_rows():
@@ -134,4 +134,4 @@ def test_fsdp2_on_two_gloo_ranks_equals_one_process(tiny_model_dir, tmp_path):
 
     saved = load_file(str(tmp_path / "two" / "checkpoints" / "step-000002" / "model" / "model.safetensors"))
     for n in one:
-        assert torch.allclose(one[n], saved[n], atol=1e-5, rtol=1e-5), (n, (one[n] - saved[n]).abs().max().item())  # summation order only
+        assert torch.allclose(one[n], saved[n], atol=1e-6, rtol=1e-5), (n, (one[n] - saved[n]).abs().max().item())  # summation order only

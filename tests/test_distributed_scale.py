@@ -169,7 +169,7 @@ def test_dapo_gfpo_and_entropy_tokens_on_two_ranks_equal_one_process(tiny_model_
     two = load_file(str(tmp_path / "two" / "checkpoints" / "step-000002" / "model" / "model.safetensors"))
     one = run_scripted(tiny_model_dir, tmp_path / "one", OVER)
     for n in one:
-        assert torch.allclose(one[n], two[n], atol=1e-5, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())  # summation order
+        assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())  # summation order
     m1, m2 = step_lines(tmp_path / "one"), step_lines(tmp_path / "two")
     assert any(m["dynamic_sampling/dropped_groups"] > 0 for m in m1)  # the digit prompts were dropped
     for a, b in zip(m1, m2):

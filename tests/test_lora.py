@@ -99,11 +99,12 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tmp_path):
         results = []
         for gc in (False, True):
             tr = make(tiny_model_dir, tmp_path / f"gc{gc}{len(extra)}",
-                      **{**extra, "model.gradient_checkpointing": gc, "train.steps": 1, "train.deterministic": True})
+                      **{**extra, "model.gradient_checkpointing": gc, "train.steps": 1, "train.deterministic": True,
+                         "optim.adam_eps": 1e-4})  # Adam with eps 1e-8 amplifies float noise in near-zero gradients
             tr.train()
             results.append({n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad})
-        for n in results[0]:  # summation order differs (checkpointing turns prompt sharing off); Adam amplifies it
-            assert torch.allclose(results[0][n], results[1][n], atol=1e-5), n
+        for n in results[0]:  # summation order differs: checkpointing turns prompt sharing off
+            assert torch.allclose(results[0][n], results[1][n], atol=1e-6), n
         moved = [n for n in results[0] if "lora_B" in n or not extra]
         assert moved
 
