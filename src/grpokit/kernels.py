@@ -3,16 +3,16 @@
 Why: PyTorch's CPU wheels run float32 ``F.linear``/``mm`` through Intel MKL, which on AMD
 processors takes a slower code path. oneDNN (bundled in the same wheel, as ``mkldnn``) picks its
 kernels from the CPU's instruction set. On the 2-core AMD EPYC (Zen 4) we develop on, a forward
-matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 through MKL, a decode
-step's 64-row matmuls at ~160 against ~115 (bench/RESULTS.md, "oneDNN linears").
+matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 through MKL
+(bench/RESULTS.md, round 3).
 
 What changes: every plain float32 ``nn.Linear`` of the model computes ``y = x W^T + b`` and, in the
 backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows (training and
-reference forwards; a decode step's few rows keep ``F.linear``); ``dW = dy^T x`` stays on torch's
-``mm``, which is as fast or faster for that long reduction here. Same math; the summation order differs, so results agree with
-``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit. Layers that are not plain
-float32 CPU tensors at call time (GPU, autocast, half precision, FSDP-sharded or quantised weights)
-call ``F.linear`` as before.
+reference forwards; a decode step's few rows keep ``F.linear``). ``dW = dy^T x`` stays on torch's
+``mm``, which is as fast or faster for that long reduction here. Same math; the summation order
+differs, so results agree with ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit.
+Layers that are not plain float32 CPU tensors at call time (GPU, autocast, half precision,
+FSDP-sharded or quantised weights) call ``F.linear`` as before.
 
 ``cpu_matmul="auto"`` uses oneDNN on x86 CPUs that are not Intel's (where MKL's dispatch is the
 problem) and leaves Intel and Arm CPUs to ``F.linear``. It is a fixed rule, not a timing probe, so

@@ -80,7 +80,7 @@ class Trainer:
         self.model = load_model(m, self.device, resolve_dtype(m, self.device))
         if not t.threads and self.device.type == "cpu" and sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL:
             torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
-        if kernels.wants_onednn(m.cpu_matmul, self.device):  # after the thread count: "auto" probes with it
+        if kernels.wants_onednn(m.cpu_matmul, self.device):  # float32 linears through oneDNN (kernels.py)
             kernels.use_onednn_linears(self.model)
         # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
