@@ -147,3 +147,14 @@ def test_token_budget_from_activation_memory_hand_example():
     assert token_budget(cfg, 512, 4, max_tokens=1000) == 1000  # the explicit cap wins when smaller
     assert token_budget(cfg, 0, 4, max_tokens=1000) == 1000 and token_budget(cfg, 0, 4) == 0
     assert token_budget(SimpleNamespace(), 512, 4, max_tokens=7) == 7  # unknown shape: no estimate
+
+
+def test_activation_memory_auto_is_512_mb_on_cpu_and_a_quarter_of_a_gpu(monkeypatch):
+    from types import SimpleNamespace
+
+    from grpokit.update import activation_memory_mb
+
+    assert activation_memory_mb(-1, torch.device("cpu")) == 512
+    assert activation_memory_mb(0, torch.device("cpu")) == 0 and activation_memory_mb(300, torch.device("cuda")) == 300
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=80 * 2**30))
+    assert activation_memory_mb(-1, torch.device("cuda")) == 20 * 1024  # 80 GiB card: 20 GiB

@@ -223,12 +223,12 @@ class TrainConfig:
     micro_batch_tokens: int = 0
     """Token cap of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
     consecutive completions are cut into the fewest balanced micro-batches under it; same gradient."""
-    activation_memory_mb: int = 512
+    activation_memory_mb: int = -1
     """Memory budget for the activations one forward/backward pass of the update keeps for backward
     (estimated from the model's shape: ~(10 x hidden + 4 x intermediate) values per token and layer);
-    it becomes a token cap like micro_batch_tokens (the smaller wins). 0 = no budget. 512 suits CPU
-    runs; on a GPU with room raise it (e.g. 16384) or set 0. Not applied with train.fsdp (ranks
-    must run equal numbers of micro-batches)."""
+    it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
+    quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
+    equal numbers of micro-batches)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

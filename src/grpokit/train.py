@@ -39,7 +39,7 @@ from .rewards.runner import RewardRunner
 from .rollout.hf import SamplingParams, generate
 from .loss import entropy_token_mask
 from .types import Prompt
-from .update import UpdateInputs, make_optimizer, policy_update, token_budget
+from .update import UpdateInputs, activation_memory_mb, make_optimizer, policy_update, token_budget
 
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
@@ -90,7 +90,8 @@ class Trainer:
             distributed.fully_shard_model(self.model)
         self.eos = eos_ids(self.tokenizer, self.model)
         self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
-            self.model.config, t.activation_memory_mb, next(self.model.parameters()).element_size(), t.micro_batch_tokens)
+            self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
+            next(self.model.parameters()).element_size(), t.micro_batch_tokens)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)

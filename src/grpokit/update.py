@@ -83,6 +83,19 @@ def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0)
     return cut(lo)
 
 
+CPU_ACTIVATION_MB = 512  # train.activation_memory_mb=-1 on CPU
+
+
+def activation_memory_mb(setting: int, device: torch.device) -> int:
+    """Resolve ``train.activation_memory_mb``: -1 (auto) is 512 MB on CPU and a quarter of the
+    device's memory on CUDA; other values are returned as they are (0 = no budget)."""
+    if setting != -1:
+        return setting
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // 4 // 2**20
+    return CPU_ACTIVATION_MB
+
+
 def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0) -> int:
     """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
     ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).

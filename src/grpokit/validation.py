@@ -84,7 +84,7 @@ def validate(cfg: Config) -> Config:
     n = t.prompts_per_step * r.group_size
     _check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
     _check(t.micro_batch_tokens >= 0, f"train.micro_batch_tokens={t.micro_batch_tokens} must be >= 0 (0 = no token cap)")
-    _check(t.activation_memory_mb >= 0, f"train.activation_memory_mb={t.activation_memory_mb} must be >= 0 (0 = no budget)")
+    _check(t.activation_memory_mb >= -1, f"train.activation_memory_mb={t.activation_memory_mb} must be -1 (auto), 0 (no budget) or a size in MB")
     _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
