@@ -115,12 +115,11 @@ MIN_ROWS = 128
 
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # type check: FSDP2 re-classes the modules it shards (FSDPLinear) and hooks their outputs
-    if (type(self) is torch.nn.Linear and x.dtype == torch.float32 and x.device.type == "cpu" and _plain_fp32_cpu(self.weight) and _plain_fp32_cpu(self.bias)
-            and not torch.is_autocast_enabled("cpu") and x.numel() >= MIN_ROWS * x.shape[-1]):
-        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad or
-                                        (self.bias is not None and self.bias.requires_grad)):
-            return _OneDNNLinear.apply(x, self.weight, self.bias)
-        return _onednn(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(*x.shape[:-1], self.weight.shape[0])
+    routed = (type(self) is torch.nn.Linear and x.dtype == torch.float32 and x.device.type == "cpu"
+              and _plain_fp32_cpu(self.weight) and _plain_fp32_cpu(self.bias)
+              and not torch.is_autocast_enabled("cpu") and x.numel() >= MIN_ROWS * x.shape[-1])
+    if routed:  # without gradients (no_grad, frozen inputs) autograd records nothing for it
+        return _OneDNNLinear.apply(x, self.weight, self.bias)
     return F.linear(x, self.weight, self.bias)
 
 
