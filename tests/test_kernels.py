@@ -99,3 +99,58 @@ def test_bad_cpu_matmul_is_a_config_error():
     cfg.model.cpu_matmul = "mkl"
     with pytest.raises(ConfigError, match="model.cpu_matmul"):
         validate(cfg)
+
+
+@needs_onednn
+def test_fused_linear_equals_each_module_and_declines_what_it_cannot_pack():
+    torch.manual_seed(0)
+    q, k = torch.nn.Linear(16, 8), torch.nn.Linear(16, 4, bias=False)  # one bias missing: zeros in its place
+    x = torch.randn(5, 1, 16)
+    assert kernels.fused_linear([q, k]) is None  # not routed to oneDNN: the caller calls the modules
+    for m in (q, k):
+        kernels.use_onednn_linears(m)
+    run = kernels.fused_linear([q, k])
+    y = run(x)
+    assert y.shape == (5, 1, 12)
+    yq, yk = y.split([8, 4], dim=-1)
+    with torch.no_grad():
+        assert torch.allclose(yq, torch.nn.functional.linear(x, q.weight, q.bias), atol=1e-6)
+        assert torch.allclose(yk, x @ k.weight.T, atol=1e-6)
+        q.weight.add_(1.0)  # a snapshot: later weight updates do not reach the reordered copy
+    assert torch.equal(run(x)[..., :8], yq)
+
+    class LoRALike(torch.nn.Linear):  # a subclass keeps its own forward, so it is never packed
+        pass
+    lora = LoRALike(16, 8)
+    kernels.use_onednn_linears(lora)
+    assert kernels.fused_linear([q, lora]) is None
+    assert kernels.fused_linear([]) is None
+
+
+@needs_onednn
+def test_static_decode_on_routed_linears_samples_what_the_model_does(tiny_model, monkeypatch):
+    # the fused, reordered decode projections compute the model's function: same greedy tokens as the
+    # dynamic-cache path (the model's own forward), sampling logprobs to float32 rounding
+    from grpokit.rollout.hf import SamplingParams, generate
+    from tests.test_rollout import _tiny_qwen2
+
+    packed = []
+    real = kernels.fused_linear
+    def counted(mods):
+        run = real(mods)
+        packed.append(len(mods) if run is not None else 0)
+        return run
+    monkeypatch.setattr(kernels, "fused_linear", counted)
+    prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+    for model in (tiny_model, _tiny_qwen2()):
+        kernels.use_onednn_linears(model)
+        for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
+            a = generate(model, prompts, 4, params, engine="static", generator=torch.Generator().manual_seed(1),
+                         eos_token_ids={2, 3}, pad_token_id=0)
+            b = generate(model, prompts, 4, params, engine="dynamic", generator=torch.Generator().manual_seed(1),
+                         eos_token_ids={2, 3}, pad_token_id=0)
+            assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
+            for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
+                assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
+            assert packed[:9] == [3, 1, 2, 1, 3, 1, 2, 1, 1]  # per layer q/k/v, o, gate/up, down; then the head
+            packed.clear()

@@ -3,7 +3,9 @@
 Why not ``model.generate``: GRPO samples G completions of the *same* prompt, so the prompt's
 key/value cache is computed once per prompt and then repeated G times (``batch_repeat_interleave``)
 instead of being recomputed G times; and rows that have finished (EOS or a stop string) are dropped
-from the cache as the batch shrinks, so no compute is spent decoding padding. Per token we keep the
+from the cache as the batch shrinks, so little compute is spent decoding padding (they are dropped
+in bunches, a quarter of the batch at a time, since each drop copies the cache). Finished rows still
+in the cache sample nothing, so every engine draws the same random numbers. Per token we keep the
 sampled id and its sampling log-probability; per completion its finish reason.
 
 Sampling is seeded through an explicit ``torch.Generator`` so a resumed run samples exactly what an
@@ -112,18 +114,22 @@ def generate(
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
     reasons = ["length"] * N
-    active = torch.arange(N, device=device)  # original row of each live cache row
+    # Cache rows and live rows: a finished row stays in the cache (decoding padding) until finished
+    # rows are COMPACT_FRACTION of it; then one copy drops them all (see compact_due).
+    active = torch.arange(N, device=device)  # original row of each cache row
+    live = None  # cache rows still sampling; None = all of them
     eos = torch.tensor(sorted(eos_token_ids), device=device)
 
     for step in range(params.max_new_tokens):
+        live_logits = logits if live is None else logits[live]
         if params.temperature == 0:
-            tok = logits.argmax(dim=-1)
-            tok_logp = torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
+            tok = live_logits.argmax(dim=-1)
+            tok_logp = torch.log_softmax(live_logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
         else:
-            logp = process_logits(logits, params)
+            logp = process_logits(live_logits, params)
             tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # generator lives on `device`
             tok_logp = logp.gather(1, tok[:, None])[:, 0]
-        rows = active.tolist()
+        rows = (active if live is None else active[live]).tolist()
         tok_list, lp_list = tok.tolist(), tok_logp.tolist()
         finished = torch.isin(tok, eos)
         fin_list = finished.tolist()
@@ -143,10 +149,16 @@ def generate(
         keep = ~finished
         if not bool(keep.any()):
             break
-        if not bool(keep.all()):  # drop finished rows: no compute spent on them from now on
-            keep_idx = keep.nonzero()[:, 0]
-            cache.select(keep_idx) if use_static else cache.batch_select_indices(keep_idx)
-            active, tok, mask, next_pos = active[keep_idx], tok[keep_idx], mask[keep_idx], next_pos[keep_idx]
+        if not bool(keep.all()):
+            live = keep.nonzero()[:, 0] if live is None else live[keep]
+            tok = tok[keep]
+        if live is not None and compact_due(len(active), live.numel()):
+            # drop the finished rows from the cache: no compute spent on them from now on
+            cache.select(live) if use_static else cache.batch_select_indices(live)
+            active, mask, next_pos = active[live], mask[live], next_pos[live]
+            live = None
+        if live is not None:  # finished rows still in the cache are fed padding; their outputs are ignored
+            tok = torch.full_like(active, pad_token_id).index_put_((live,), tok)
         if use_static:
             logits = cache.step(tok, next_pos)
         else:
@@ -158,6 +170,17 @@ def generate(
 
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
                    finish_reasons=reasons, group_size=G)
+
+
+# Finished rows leave the decode batch once they are this fraction of it (or all of it). Dropping a
+# row copies every live row's cache; a finished row kept costs one row of each later step. Lazily,
+# the copies are few, and the batch keeps few distinct sizes (each new size builds new oneDNN kernels).
+COMPACT_FRACTION = 0.25
+
+
+def compact_due(cache_rows: int, live_rows: int) -> bool:
+    """Whether to drop the finished rows now: ``cache_rows - live_rows`` of ``cache_rows`` have finished."""
+    return cache_rows - live_rows >= max(1, COMPACT_FRACTION * cache_rows)
 
 
 def _hits_stop(text: str, stops: tuple[str, ...]) -> bool:

@@ -8,10 +8,17 @@ token, output dataclasses) costs more than the matmuls. Here each layer's cache 
 token's key/value is written in place at column ``t`` and attention reads columns ``< t + 1``.
 Left-padding columns of the prompt are excluded by an additive ``-inf`` bias.
 
-What is *not* ours: the projections, norms, MLP, rotary tables and ``apply_rotary_pos_emb`` are the
-model's own modules, called directly; only the single-query attention over the cache is written
-here. So the step computes the same function as ``model(...)`` (tests/test_rollout.py compares both
-paths token for token under greedy and seeded sampling).
+What is *not* ours: the norms, the activation, the rotary tables and ``apply_rotary_pos_emb`` are
+the model's own modules and functions, called directly, and the projections are the model's linears.
+Only the single-query attention over the cache and the gated MLP's wiring (``down(act(gate) * up)``,
+the Llama/Qwen2/Mistral MLP) are written here. So the step computes the same function as
+``model(...)`` (tests/test_rollout.py compares both paths token for token under greedy and seeded
+sampling).
+
+When the model's linears run on oneDNN (``model.cpu_matmul``, kernels.py), the step's projections
+use ``kernels.fused_linear``: q/k/v and gate/up each become one matmul over weights reordered once
+per rollout (the copy is freed with the decoder). Otherwise each projection module is called as is
+(GPU, LoRA and quantised layers included).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import importlib
 
 import torch
+
+from .. import kernels
 
 SUPPORTED = ("llama", "qwen2", "mistral")
 
@@ -32,7 +41,20 @@ def supports(model: torch.nn.Module) -> bool:
         return False
     if getattr(cfg, "use_sliding_window", False) or (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None)):
         return False
-    return hasattr(model, "model") and hasattr(model.model, "layers") and hasattr(model.model, "rotary_emb")
+    if not (hasattr(model, "model") and hasattr(model.model, "layers") and hasattr(model.model, "rotary_emb")):
+        return False
+    return all(all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in model.model.layers)
+
+
+def _projection(modules):
+    """``x -> the modules' outputs side by side`` (one tensor): one fused oneDNN matmul where
+    kernels allows it, else each module called and the outputs joined."""
+    fused = kernels.fused_linear(modules)
+    if fused is not None:
+        return fused
+    if len(modules) == 1:
+        return modules[0]
+    return lambda x: torch.cat([m(x) for m in modules], dim=-1)
 
 
 class StaticDecoder:
@@ -48,12 +70,18 @@ class StaticDecoder:
         self.keys, self.values = keys, values  # per layer (n, kvh, S, d)
         self.bias = bias  # (n, 1, 1, S): 0 where a column may be attended, -inf on prompt padding
         self.t = start  # next column to write
-        mod = importlib.import_module(type(model).__module__)
-        self._rope = mod.apply_rotary_pos_emb
+        self._rotate_half = importlib.import_module(type(model).__module__).rotate_half
         attn = model.model.layers[0].self_attn
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
         self.groups = attn.num_key_value_groups
+        self.heads = model.config.num_attention_heads
+        self.kv_heads = model.config.num_key_value_heads
+        self.linears = [(_projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                         _projection([layer.self_attn.o_proj]),
+                         _projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                         _projection([layer.mlp.down_proj])) for layer in model.model.layers]
+        self.head = _projection([model.lm_head])
 
     @classmethod
     def from_prefill(cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int):
@@ -92,26 +120,23 @@ class StaticDecoder:
         """Feed one token per row (``tok_n`` (n,), positions ``pos_n`` (n, 1)); return logits (n, V)."""
         m = self.model.model
         n, t = tok_n.shape[0], self.t
-        x = m.embed_tokens(tok_n[:, None])  # (n, 1, h)
-        cos, sin = m.rotary_emb(x, pos_n)
+        H, kvh, d, g = self.heads, self.kv_heads, self.head_dim, self.groups
+        x = m.embed_tokens(tok_n)  # (n, h)
+        cos, sin = m.rotary_emb(x, pos_n)  # (n, 1, d)
         bias = self.bias[..., : t + 1]  # (n, 1, 1, t+1)
-        d, g = self.head_dim, self.groups
-        for i, layer in enumerate(m.layers):
-            a = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = a.q_proj(h).view(n, 1, -1, d).transpose(1, 2)  # (n, H, 1, d)
-            k = a.k_proj(h).view(n, 1, -1, d).transpose(1, 2)  # (n, kvh, 1, d)
-            v = a.v_proj(h).view(n, 1, -1, d).transpose(1, 2)
-            q, k = self._rope(q, k, cos, sin)
-            self.keys[i][:, :, t:t + 1] = k
-            self.values[i][:, :, t:t + 1] = v
+        for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj)) in enumerate(zip(m.layers, self.linears)):
+            qkv = qkv_proj(layer.input_layernorm(x))  # (n, (H + 2 kvh) d): q, k, v side by side
+            qk = qkv[:, : (H + kvh) * d].view(n, H + kvh, d)
+            qk = qk * cos + self._rotate_half(qk) * sin  # rotary embedding of q and k in one pass
+            self.keys[i][:, :, t] = qk[:, H:]
+            self.values[i][:, :, t] = qkv[:, (H + kvh) * d:].view(n, kvh, d)
             K, V = self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1]  # (n, kvh, t+1, d)
-            kvh = K.shape[1]
-            qg = q.reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
+            qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
             scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, t+1)
-            probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-            o = torch.matmul(probs, V).reshape(n, 1, -1)  # (n, 1, H*d)
-            x = x + a.o_proj(o)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            probs = torch.softmax(scores.float(), dim=-1).to(qkv.dtype)
+            x = x + o_proj(torch.matmul(probs, V).reshape(n, H * d))
+            gate_up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, 2 I)
+            gate, up = gate_up.chunk(2, dim=-1)
+            x = x + down_proj(layer.mlp.act_fn(gate) * up)
         self.t += 1
-        return self.model.lm_head(m.norm(x))[:, -1]
+        return self.head(m.norm(x))
