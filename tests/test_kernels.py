@@ -118,6 +118,9 @@ def test_fused_linear_equals_each_module_and_declines_what_it_cannot_pack():
         assert torch.allclose(yk, x @ k.weight.T, atol=1e-6)
         q.weight.add_(1.0)  # a snapshot: later weight updates do not reach the reordered copy
     assert torch.equal(run(x)[..., :8], yq)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert kernels.fused_linear([q, k]) is None  # built under autocast: the caller calls the modules
+        assert run(x).dtype == torch.bfloat16  # autocast entered after building: the modules' own path
 
     class LoRALike(torch.nn.Linear):  # a subclass keeps its own forward, so it is never packed
         pass

@@ -142,7 +142,8 @@ def fused_linear(modules: list[torch.nn.Module]):
     routed plain float32 CPU ``nn.Linear`` (LoRA, quantised, GPU, FSDP-sharded, or oneDNN off): the
     caller then calls the modules themselves. The reordered copy lives as long as the returned function.
     """
-    if not modules or not all(is_routed(m) and _plain_fp32_cpu(m.weight) and _plain_fp32_cpu(m.bias) for m in modules):
+    if not modules or torch.is_autocast_enabled("cpu") or not all(
+            is_routed(m) and _plain_fp32_cpu(m.weight) and _plain_fp32_cpu(m.bias) for m in modules):
         return None
     weight = torch.cat([m.weight.detach() for m in modules])
     if any(m.bias is not None for m in modules):
@@ -152,7 +153,12 @@ def fused_linear(modules: list[torch.nn.Module]):
     packed = torch.ops.mkldnn._reorder_linear_weight(weight)
     total = weight.shape[0]
     del weight  # only the reordered copy is kept
-    return lambda x: _onednn(x.reshape(-1, x.shape[-1]), packed, bias).view(*x.shape[:-1], total)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):  # entered autocast since: the modules' own path
+            return torch.cat([m(x) for m in modules], dim=-1)
+        return _onednn(x.reshape(-1, x.shape[-1]), packed, bias).view(*x.shape[:-1], total)
+    return run
 
 
 def use_onednn_linears(model: torch.nn.Module) -> int:
