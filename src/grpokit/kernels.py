@@ -138,9 +138,10 @@ def fused_linear(modules: list[torch.nn.Module]):
     """One oneDNN matmul for linears that read the same input, with the weights reordered once.
 
     For inference over a fixed snapshot of the weights (a rollout's decode steps). Returns
-    ``x -> the modules' outputs side by side`` (one tensor, last dim the sum of their widths), or None when any module is not a
-    routed plain float32 CPU ``nn.Linear`` (LoRA, quantised, GPU, FSDP-sharded, or oneDNN off): the
-    caller then calls the modules themselves. The reordered copy lives as long as the returned function.
+    ``x -> the modules' outputs side by side`` (one tensor, last dim the sum of their widths), or
+    None when any module is not a routed plain float32 CPU ``nn.Linear`` (LoRA, quantised, GPU,
+    FSDP-sharded, oneDNN off) or autocast is on: the caller then calls the modules themselves. The
+    reordered copy lives as long as the returned function.
     """
     if not modules or torch.is_autocast_enabled("cpu") or not all(
             is_routed(m) and _plain_fp32_cpu(m.weight) and _plain_fp32_cpu(m.bias) for m in modules):

@@ -8,8 +8,8 @@ token, output dataclasses) costs more than the matmuls. Here each layer's cache 
 token's key/value is written in place at column ``t`` and attention reads columns ``< t + 1``.
 Left-padding columns of the prompt are excluded by an additive ``-inf`` bias.
 
-What is *not* ours: the norms, the activation, the rotary tables and ``apply_rotary_pos_emb`` are
-the model's own modules and functions, called directly, and the projections are the model's linears.
+What is *not* ours: the norms, the activation, the rotary tables and ``rotate_half`` are the model's
+own modules and functions, called directly, and the projections are the model's linears.
 Only the single-query attention over the cache and the gated MLP's wiring (``down(act(gate) * up)``,
 the Llama/Qwen2/Mistral MLP) are written here. So the step computes the same function as
 ``model(...)`` (tests/test_rollout.py compares both paths token for token under greedy and seeded
