@@ -17,8 +17,8 @@ FSDP-sharded or quantised weights) call ``F.linear`` as before.
 Decode steps (``rollout/static.py``) use oneDNN differently: their weights are fixed for the whole
 rollout, so ``fused_linear`` reorders them once into oneDNN's blocked layout (and joins linears that
 read the same input, q/k/v and gate/up, into one matmul). Reordering per call is what made plain
-oneDNN no faster than MKL for a decode step's few rows; with the weights reordered, a step of the
-benchmark's 64 rows runs 1.25x (hidden 256) to 1.6x (hidden 512) faster, and 2-3x at 1-16 rows.
+oneDNN no faster than MKL for a decode step's few rows; with the weights reordered, one matmul of
+1-16 rows runs 1.4-3.7x faster than ``F.linear`` (bench/RESULTS.md, round 4).
 
 ``cpu_matmul="auto"`` uses oneDNN on x86 CPUs that are not Intel's (where MKL's dispatch is the
 problem) and leaves Intel and Arm CPUs to ``F.linear``. It is a fixed rule, not a timing probe, so
