@@ -104,3 +104,20 @@ def test_engine_auto_falls_back_for_unsupported_models():
         config = type("C", (), {"model_type": "gpt2"})()
 
     assert not static.supports(Other())
+
+
+def test_static_decoder_rotary_table_equals_the_models_rotary_embedding(tiny_model):
+    from grpokit.rollout import static
+
+    model = _tiny_qwen2(seed=5)
+    for m in (tiny_model, model):
+        ids = torch.tensor([[0, 0, 1, 5], [1, 2, 3, 4]])
+        mask = (ids != 0).long()
+        out = m(input_ids=ids, attention_mask=mask, use_cache=True)
+        dec = static.StaticDecoder.from_prefill(m, out.past_key_values, mask, 3, max_new_tokens=6)
+        pos = torch.tensor([[0], [3], [9], [5], [1], [2]])  # any positions of the rollout, in any order
+        x = torch.zeros(6, m.config.hidden_size)
+        assert m.model.rotary_emb.rope_type in static.STATIC_ROPE
+        for a, b in zip(dec._rotary_at(x, pos), m.model.rotary_emb(x, pos)):
+            assert a.shape == b.shape == (6, 1, m.config.hidden_size // m.config.num_attention_heads)
+            assert torch.equal(a, b)  # the same numbers, computed once per rollout

@@ -30,6 +30,7 @@ import torch
 from .. import kernels
 
 SUPPORTED = ("llama", "qwen2", "mistral")
+STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -82,6 +83,7 @@ class StaticDecoder:
                          _projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
                          _projection([layer.mlp.down_proj])) for layer in model.model.layers]
         self.head = _projection([model.lm_head])
+        self._rotary = None  # (cos, sin) (positions, d), built on first use where the frequencies are static
 
     @classmethod
     def from_prefill(cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int):
@@ -92,8 +94,8 @@ class StaticDecoder:
         keys, values = [], []
         for layer in cache.layers:
             k, v = layer.keys, layer.values  # (P, kvh, W, d)
-            kk = k.new_zeros((P * group_size, k.shape[1], S, k.shape[3]))
-            vv = torch.zeros_like(kk)
+            kk = k.new_empty((P * group_size, k.shape[1], S, k.shape[3]))  # columns >= W: written before read
+            vv = torch.empty_like(kk)
             kk[:, :, :W] = k.repeat_interleave(group_size, dim=0)
             vv[:, :, :W] = v.repeat_interleave(group_size, dim=0)
             keys.append(kk)
@@ -116,13 +118,29 @@ class StaticDecoder:
         self.values = [pick(v) for v in self.values]
         self.bias = self.bias.index_select(0, idx)
 
+    def _rotary_at(self, x: torch.Tensor, pos_n: torch.Tensor):
+        """The model's rotary tables at positions ``pos_n`` (n, 1): ``(cos, sin)`` each (n, 1, d).
+
+        For rope types whose frequencies do not depend on the sequence length, the tables for every
+        position of the rollout are computed once by the model's own ``rotary_emb`` (elementwise per
+        position, so the values are the same) and indexed per step; others call it every step."""
+        rotary = self.model.model.rotary_emb
+        if getattr(rotary, "rope_type", None) not in STATIC_ROPE:
+            return rotary(x, pos_n)
+        if self._rotary is None:
+            S = self.keys[0].shape[2]
+            cos, sin = rotary(x, torch.arange(S, device=x.device)[None])  # (1, S, d)
+            self._rotary = (cos[0], sin[0])
+        cos, sin = self._rotary
+        return cos[pos_n], sin[pos_n]
+
     def step(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (``tok_n`` (n,), positions ``pos_n`` (n, 1)); return logits (n, V)."""
         m = self.model.model
         n, t = tok_n.shape[0], self.t
         H, kvh, d, g = self.heads, self.kv_heads, self.head_dim, self.groups
         x = m.embed_tokens(tok_n)  # (n, h)
-        cos, sin = m.rotary_emb(x, pos_n)  # (n, 1, d)
+        cos, sin = self._rotary_at(x, pos_n)  # (n, 1, d)
         bias = self.bias[..., : t + 1]  # (n, 1, 1, t+1)
         for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj)) in enumerate(zip(m.layers, self.linears)):
             qkv = qkv_proj(layer.input_layernorm(x))  # (n, (H + 2 kvh) d): q, k, v side by side
