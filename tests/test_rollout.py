@@ -121,3 +121,23 @@ def test_static_decoder_rotary_table_equals_the_models_rotary_embedding(tiny_mod
         for a, b in zip(dec._rotary_at(x, pos), m.model.rotary_emb(x, pos)):
             assert a.shape == b.shape == (6, 1, m.config.hidden_size // m.config.num_attention_heads)
             assert torch.equal(a, b)  # the same numbers, computed once per rollout
+
+
+def test_when_finished_rows_leave_the_cache_does_not_change_what_is_sampled(tiny_model, monkeypatch):
+    from grpokit.rollout import hf
+
+    assert not hf.compact_due(8, 8) and hf.compact_due(8, 6) and not hf.compact_due(8, 7)  # a quarter of 8 is 2
+    assert hf.compact_due(2, 1) and hf.compact_due(64, 48) and not hf.compact_due(64, 49)
+    prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+    runs = []
+    for fraction in (0.0, 0.25, 2.0):  # drop at every finish, by quarters, never (until all have finished)
+        monkeypatch.setattr(hf, "COMPACT_FRACTION", fraction)
+        for engine in ("static", "dynamic"):
+            ro = generate(tiny_model, prompts, 4, SamplingParams(max_new_tokens=12, temperature=0.8), eos_token_ids={2, 3},
+                          pad_token_id=0, generator=torch.Generator().manual_seed(2), engine=engine)
+            runs.append(ro)
+    assert len({r.finish_reasons.count("eos") for r in runs}) == 1 and 0 < runs[0].finish_reasons.count("eos") < 12
+    for r in runs[1:]:
+        assert r.completion_ids == runs[0].completion_ids and r.finish_reasons == runs[0].finish_reasons
+        for x, y in zip(r.sampling_logprobs, runs[0].sampling_logprobs):
+            assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
