@@ -8,7 +8,8 @@ matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 thro
 
 What changes: every plain float32 ``nn.Linear`` of the model computes ``y = x W^T + b`` and, in the
 backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows (training and
-reference forwards; a decode step's few rows keep ``F.linear``). ``dW = dy^T x`` stays on torch's
+reference forwards; fewer rows, as in a prefill or a decode step of the dynamic-cache engine, keep
+``F.linear``). ``dW = dy^T x`` stays on torch's
 ``mm``, which is as fast or faster for that long reduction here. Same math; the summation order
 differs, so results agree with ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit.
 Layers that are not plain float32 CPU tensors at call time (GPU, autocast, half precision,
@@ -114,8 +115,9 @@ def _plain_fp32_cpu(t: torch.Tensor | None) -> bool:
     return t is None or (type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype == torch.float32 and t.device.type == "cpu")
 
 
-# Below this many rows (a decode step's batch) oneDNN gains nothing measurable, and since it builds a
-# kernel for every new shape, the row count changing at each step as sequences finish costs extra.
+# Below this many rows oneDNN over a plain weight gains nothing measurable: it reorders the weight
+# into its blocked layout on every call, which at few rows costs about as much as the matmul (the
+# static decode step reorders once per rollout instead: fused_linear).
 MIN_ROWS = 128
 
 
