@@ -157,3 +157,35 @@ def test_static_decode_on_routed_linears_samples_what_the_model_does(tiny_model,
                 assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
             assert packed[:9] == [3, 1, 2, 1, 3, 1, 2, 1, 1]  # per layer q/k/v, o, gate/up, down; then the head
             packed.clear()
+
+
+@needs_onednn
+def test_static_decode_with_fused_biases_and_no_grouping_matches_the_model():
+    # Llama with q/k/v/o and MLP biases, one kv head per query head (no grouping), and a Mistral:
+    # the fused projections carry every bias, and the step still samples what the model does
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    from grpokit.rollout.hf import SamplingParams, generate
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=32, hidden_size=32, intermediate_size=48, num_hidden_layers=2, max_position_embeddings=64,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    models = [LlamaForCausalLM(LlamaConfig(**common, num_attention_heads=4, num_key_value_heads=4,
+                                           attention_bias=True, mlp_bias=True)),
+              MistralForCausalLM(MistralConfig(**common, num_attention_heads=4, num_key_value_heads=2, sliding_window=None))]
+    for model in models:
+        model.eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 1:
+                    p.normal_(0, 0.5)  # non-zero biases (and norm weights)
+        kernels.use_onednn_linears(model)
+        for params in (SamplingParams(max_new_tokens=8, temperature=0), SamplingParams(max_new_tokens=8)):
+            kw = dict(eos_token_ids={2, 3}, pad_token_id=0)
+            a = generate(model, [[1, 5, 6], [1, 9, 4, 7]], 3, params, engine="static",
+                         generator=torch.Generator().manual_seed(4), **kw)
+            b = generate(model, [[1, 5, 6], [1, 9, 4, 7]], 3, params, engine="dynamic",
+                         generator=torch.Generator().manual_seed(4), **kw)
+            assert a.completion_ids == b.completion_ids
+            for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
+                assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
