@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from .models import has_sliding_window
 from .types import Rollout, TokenBatch
 
 
@@ -214,9 +215,7 @@ def _can_share_prompts(model: torch.nn.Module, backbone: torch.nn.Module) -> boo
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in PROMPT_SHARING_TYPES:
         return False
-    if getattr(config, "use_sliding_window", False) or getattr(backbone, "has_sliding_layers", False):
-        return False
-    if getattr(config, "model_type", None) == "mistral" and getattr(config, "sliding_window", None):
+    if has_sliding_window(config, backbone):
         return False
     # transformers turns the cache off inside activation-checkpointed layers
     on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5 (PEFT forwards it)

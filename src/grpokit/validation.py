@@ -12,6 +12,7 @@ from typing import Any
 
 from .advantages import BASELINES, SCALES, STD_KINDS
 from .config import Config, ConfigError
+from .kernels import MODES as CPU_MATMUL_MODES
 from .loss import AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 
 def _check(ok: bool, message: str) -> None:
@@ -39,7 +40,7 @@ def validate(cfg: Config) -> Config:
     _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
-    _one_of("model.cpu_matmul", m.cpu_matmul, ("auto", "onednn", "torch"))
+    _one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
     _one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
     _one_of("model.quantization", m.quantization, ("none", "4bit"))
     _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")

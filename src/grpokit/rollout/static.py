@@ -28,6 +28,7 @@ import importlib
 import torch
 
 from .. import kernels
+from ..models import has_sliding_window
 
 SUPPORTED = ("llama", "qwen2", "mistral")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length
@@ -40,7 +41,7 @@ def supports(model: torch.nn.Module) -> bool:
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
         return False
-    if getattr(cfg, "use_sliding_window", False) or (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None)):
+    if has_sliding_window(cfg):
         return False
     if not (hasattr(model, "model") and hasattr(model.model, "layers") and hasattr(model.model, "rotary_emb")):
         return False
