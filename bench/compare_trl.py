@@ -50,7 +50,7 @@ def run_side(side, model_dir, c, a) -> dict:
     cmd = [PY, str(HERE / "worker.py"), "--side", "trl" if trl else "grpokit", "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
            "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
            "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads),
-           "--mbs", str(a.grpokit_mbs)] + [f"--set={o}" for o in overrides]
+           "--mbs", str(a.grpokit_mbs), "--trl-mbs", str(a.trl_mbs), "--reward", a.reward] + [f"--set={o}" for o in overrides]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -72,6 +72,7 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n_steps": len(times),
             "phases": phases, "gen_tok_s": tok_s, "mean_len": statistics.median(s["gen_tokens"] / (s["prompts"] or 1) for s in steps),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "peak_gpu_mb": max(r.get("peak_gpu_mb", 0.0) for r in runs),
             "train_frac_peak": train_fl / train_t / 1e9 / peak_gflops,
             "step_frac_peak": tot_fl / statistics.median(times) / 1e9 / peak_gflops}
 
@@ -113,7 +114,7 @@ def _phase_row(r) -> str:
 
 
 def configs(a) -> list[tuple[str, dict]]:
-    base = dict(width=a.width, layers=a.layers, G=8, P=8, T=32)
+    base = dict(width=a.width, layers=a.layers, G=a.G, P=a.P, T=a.T)
     large = dict(base, width=512, layers=8)
     if a.model_dir:  # a given model (e.g. Qwen2-0.5B on a GPU): width/layers in the table are not its shape
         return [("given model", base)]
@@ -144,6 +145,13 @@ def main(argv=None):
                    help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)")
     p.add_argument("--trl-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                    help="an extra TRL side with these GRPOConfig overrides, e.g. 'no-gc:gradient_checkpointing=false'")
+    p.add_argument("--G", type=int, default=8, help="completions per prompt of the main configs")
+    p.add_argument("--P", type=int, default=8, help="prompts per step of the main configs")
+    p.add_argument("--T", type=int, default=32, help="max new tokens of the main configs")
+    p.add_argument("--trl-mbs", type=int, default=0,
+                   help="TRL per_device_train_batch_size (gradient accumulation makes up P*G; 0: the whole batch)")
+    p.add_argument("--reward", default="vowels", choices=["vowels", "even_ids"],
+                   help="even_ids for models whose vocabulary the 64-character tokenizer cannot decode")
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--width", type=int, default=256)
@@ -164,7 +172,7 @@ def main(argv=None):
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    chk = subprocess.run([PY, "-c", "import trl_oracle as o\nfor k,(x,y) in o.check_all().items(): print(k, x, y, abs(x-y))"],
+    chk = subprocess.run([PY, "-c", f"import trl_oracle as o\nfor k,(x,y) in o.check_all(device={a.device!r}).items(): print(k, x, y, abs(x-y))"],
                          capture_output=True, text=True, cwd=HERE, env=_env(a.threads))
     print("loss equality (loss_type trl grpokit |diff|):\n" + chk.stdout + chk.stderr[-500:], flush=True)
     dt = getattr(torch, a.dtype)

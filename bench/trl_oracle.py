@@ -40,6 +40,7 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
     from trl import GRPOTrainer
 
     N, T = logp_NT.shape
+    dev = logp_NT.device
     fake = SimpleNamespace(
         aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
         importance_sampling_level="token", beta=beta, loss_type=loss_type, epsilon_low=epsilon_low,
@@ -51,8 +52,8 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, torch.ones_like(logp_NT), None),
     )
     inputs = {
-        "prompt_ids": torch.zeros((N, 1), dtype=torch.long), "prompt_mask": torch.ones((N, 1), dtype=torch.long),
-        "completion_ids": torch.zeros((N, T), dtype=torch.long), "completion_mask": mask_NT,
+        "prompt_ids": torch.zeros((N, 1), dtype=torch.long, device=dev), "prompt_mask": torch.ones((N, 1), dtype=torch.long, device=dev),
+        "completion_ids": torch.zeros((N, T), dtype=torch.long, device=dev), "completion_mask": mask_NT,
         "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "ref_per_token_logps": ref_logp_NT,
         "num_items_in_batch": mask_NT.sum(),
     }
@@ -81,11 +82,11 @@ def fixed_batch(N: int = 6, T: int = 7, seed: int = 0):
     return logp, old, ref, adv, mask
 
 
-def check_all(beta: float = 0.04) -> dict[str, tuple[float, float]]:
-    """``{loss_type: (trl, grpokit)}`` on the fixed batch, for every mapped loss type."""
+def check_all(beta: float = 0.04, device: str = "cpu") -> dict[str, tuple[float, float]]:
+    """``{loss_type: (trl, grpokit)}`` on the fixed batch (on ``device``), for every mapped loss type."""
     out = {}
     for lt in TRL_TO_GRPOKIT:
-        args = fixed_batch()
+        args = [t.to(device) for t in fixed_batch()]
         out[lt] = (float(trl_loss(*args, loss_type=lt, beta=beta, max_completion_length=9)),
                    float(grpokit_loss(*args, loss_type=lt, beta=beta, max_completion_length=9)))
     return out

@@ -23,7 +23,9 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import model_flops, prompts, reward_vowels  # noqa: E402
+from workload import model_flops, prompts, reward_even_ids, reward_vowels  # noqa: E402
+
+REWARDS = {"vowels": reward_vowels, "even_ids": reward_even_ids}
 
 
 class PhaseClock:
@@ -70,7 +72,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
     cfg.record.sinks, cfg.record.report = [], False
     cfg = apply_overrides(cfg, a.set)  # e.g. model.cpu_matmul=torch for a "without oneDNN" column
-    tr = gt.Trainer(cfg, reward_funcs=[reward_vowels], train_rows=prompts(), eval_rows=[], quiet=True)
+    tr = gt.Trainer(cfg, reward_funcs=[REWARDS[a.reward]], train_rows=prompts(), eval_rows=[], quiet=True)
     inner = gt.generate
 
     def timed_generate(model, prompt_ids, G, *args, **kw):
@@ -105,10 +107,10 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     tok = AutoTokenizer.from_pretrained(a.model)
     N = a.P * a.G
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=N, num_generations=a.G,
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=a.trl_mbs or N, num_generations=a.G,
         max_completion_length=a.T, beta=a.beta, learning_rate=a.lr, loss_type="grpo", max_steps=a.warmup + a.steps,
         logging_steps=1, report_to="none", save_strategy="no", use_cpu=a.device == "cpu", bf16=a.dtype == "bfloat16",
-        seed=a.seed, temperature=1.0, gradient_accumulation_steps=1, lr_scheduler_type="constant", warmup_steps=0,
+        seed=a.seed, temperature=1.0, gradient_accumulation_steps=N // (a.trl_mbs or N), lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=0.0, max_grad_norm=1.0, dataloader_num_workers=0, disable_tqdm=True,
         **{k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in a.set)})  # e.g. gradient_checkpointing=false
     steps: list[dict] = []
@@ -124,7 +126,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
             if state.global_step > a.warmup:
                 steps.append(_step_record(dt, clock, trainer.model.config, a))
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward_vowels], args=args, train_dataset=Dataset.from_list(prompts()),
+    trainer = GRPOTrainer(model=model, reward_funcs=[REWARDS[a.reward]], args=args, train_dataset=Dataset.from_list(prompts()),
                           processing_class=tok, callbacks=[StepClock()])
     inner = trainer.model.generate
 
@@ -169,12 +171,13 @@ def main(argv=None):
     p.add_argument("--side", choices=["grpokit", "trl"], required=True)
     p.add_argument("--model", required=True)
     for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0),
-                          ("mbs", 0)):
+                          ("mbs", 0), ("trl_mbs", 0)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--reward", default="vowels", choices=sorted(REWARDS))
     p.add_argument("--set", action="append", default=[],
                    help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl")
     a = p.parse_args(argv)
@@ -184,7 +187,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     steps = (run_grpokit if a.side == "grpokit" else run_trl)(a, clock)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("BENCH_JSON " + json.dumps({"side": a.side, "steps": steps, "peak_rss_mb": rss_mb,
+    gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if a.device.startswith("cuda") else 0.0
+    print("BENCH_JSON " + json.dumps({"side": a.side, "steps": steps, "peak_rss_mb": rss_mb, "peak_gpu_mb": gpu_mb,
                                       "wall_s": time.perf_counter() - t0, "threads": torch.get_num_threads()}))
 
 

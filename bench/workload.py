@@ -25,8 +25,22 @@ def char_tokenizer(vocab_size: int = 64):
     return build_char_tokenizer(chars, (), padding_side="right", model_max_length=None)
 
 
-def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0) -> Path:
-    """Save a random-init Qwen2-shaped model + char tokenizer to ``path`` (reused if already there)."""
+# Published shapes (config.json of the Qwen2.5 base models), built here with random weights.
+SHAPES = {
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6),
+}
+
+
+def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0,
+                    shape: str = "", device: str = "cpu") -> Path:
+    """Save a random-init Qwen2-shaped model + char tokenizer to ``path`` (reused if already there).
+
+    ``shape`` names one of SHAPES (then hidden/layers/vocab_size are the shape's, the weights are
+    saved in bfloat16, and ids beyond the tokenizer's 64 decode to nothing); ``device`` is where the
+    random weights are drawn (a GPU draws a 1.5B model in seconds)."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -35,11 +49,17 @@ def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_
         return path
     tok = char_tokenizer(vocab_size)
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-                      num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
-                      max_position_embeddings=1024, bos_token_id=None, eos_token_id=1, pad_token_id=0,
-                      tie_word_embeddings=False)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    dims = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
+                num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
+                tie_word_embeddings=False)
+    dims.update(SHAPES[shape] if shape else {})
+    rope = {"rope_theta": dims.pop("rope_theta")} if "rope_theta" in dims else {}
+    cfg = Qwen2Config(**dims, **rope, max_position_embeddings=4096 if shape else 1024, bos_token_id=None, eos_token_id=1,
+                      pad_token_id=0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg)
+    (model.to(torch.bfloat16) if shape else model).save_pretrained(path)
+    del model
     tok.save_pretrained(path)
     tc = path / "tokenizer_config.json"
     data = json.loads(tc.read_text())
@@ -61,6 +81,12 @@ def prompts(n: int = 256, seed: int = 0) -> list[dict]:
 def reward_vowels(prompts, completions, **kwargs) -> list[float]:
     """Fraction of vowels in each completion (TRL's reward-function convention); cheap and deterministic."""
     return [sum(c in "aeiou" for c in text) / max(1, len(text)) for text in completions]
+
+
+def reward_even_ids(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    """Fraction of even token ids in each completion: varied rewards whatever the tokenizer can decode
+    (a random 151936-token model mostly samples ids the 64-character tokenizer has no text for)."""
+    return [sum(i % 2 == 0 for i in ids) / max(1, len(ids)) for ids in completion_ids]
 
 
 def model_flops(cfg, prompt_len: float, comp_len: float) -> dict[str, float]:

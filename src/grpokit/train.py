@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +58,8 @@ class Trainer:
         t, m = cfg.train, cfg.model
         if t.threads:
             torch.set_num_threads(t.threads)
+        if t.deterministic:  # cuBLAS refuses deterministic mode without a fixed workspace (read at its first use)
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(t.deterministic)
         _seed_everything(t.seed)
 
@@ -237,7 +240,8 @@ class Trainer:
                 ro = self.engine.generate([p.ids for p in prompts], group_size)
             if ro is None and prompts:
                 ro = generate(model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
-                              pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode)
+                              pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode,
+                              cuda_graphs=self.cfg.rollout.cuda_graphs)
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]

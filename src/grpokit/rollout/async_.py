@@ -58,7 +58,7 @@ class AsyncRollout:
                 with self.tr.autocast():
                     ro = generate(model, [p.ids for p in prompts], self.G, self.tr.params, eos_token_ids=self.tr.eos,
                                   pad_token_id=self.tr.tokenizer.pad_token_id, generator=self.generator,
-                                  decode=self.tr._decode)
+                                  decode=self.tr._decode, cuda_graphs=False)  # no graph capture beside the trainer's thread
                 with self.cond:
                     self.ready[i] = (prompts, ro, version)
                     self.log.append((i, version))

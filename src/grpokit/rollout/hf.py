@@ -67,6 +67,7 @@ def generate(
     generator: torch.Generator | None = None,
     decode=None,
     engine: str = "auto",
+    cuda_graphs: bool = True,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -82,6 +83,8 @@ def generate(
         engine: ``"static"`` decodes with ``StaticDecoder`` (pre-allocated cache, lean step; Llama /
             Qwen2 / Mistral shapes), ``"dynamic"`` with the model's own forward and ``DynamicCache``;
             ``"auto"`` picks static where supported. Both sample the same tokens.
+        cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
+            sampled tokens are the same.
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
@@ -104,7 +107,7 @@ def generate(
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     if use_static:
-        cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens)
+        cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens, graphs=cuda_graphs)
     elif G > 1:
         cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (N, V)

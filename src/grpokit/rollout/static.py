@@ -19,6 +19,15 @@ When the model's linears run on oneDNN (``model.cpu_matmul``, kernels.py), the s
 use ``kernels.fused_linear``: q/k/v and gate/up each become one matmul over weights reordered once
 per rollout (the copy is freed with the decoder). Otherwise each projection module is called as is
 (GPU, LoRA and quantised layers included).
+
+On CUDA the step is replayed as CUDA graphs (``graphs=True``): a decode step of a 0.5B model is a
+few hundred small kernels, and launching them one by one from Python costs more than running them.
+A graph needs fixed shapes and addresses, so the graphed step differs from the eager one in two
+places only: the new key/value is written at a column held in a device tensor (``index_copy_``), and
+attention reads a fixed-width window of the cache (the next multiple of ``GRAPH_COLUMNS``) with the
+columns not yet written hidden by the bias. Masked columns weigh exactly 0, so both compute the same
+function; tests/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
+tokens. One graph is captured per (rows, window) pair seen in a rollout and dropped with the decoder.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from ..models import has_sliding_window
 
 SUPPORTED = ("llama", "qwen2", "mistral")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length
+GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -67,7 +77,7 @@ class StaticDecoder:
     next logits ``(n, V)`` and ``select(idx)`` keeps only rows ``idx`` (finished rows leave).
     """
 
-    def __init__(self, model, keys, values, bias, start: int):
+    def __init__(self, model, keys, values, bias, start: int, graphs: bool = False):
         self.model = model
         self.keys, self.values = keys, values  # per layer (n, kvh, S, d)
         self.bias = bias  # (n, 1, 1, S): 0 where a column may be attended, -inf on prompt padding
@@ -85,11 +95,16 @@ class StaticDecoder:
                          _projection([layer.mlp.down_proj])) for layer in model.model.layers]
         self.head = _projection([model.lm_head])
         self._rotary = None  # (cos, sin) (positions, d), built on first use where the frequencies are static
+        self.graphs = graphs and graphable(model, keys[0].device)
+        self._graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
+        self._pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)
 
     @classmethod
-    def from_prefill(cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int):
+    def from_prefill(cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int,
+                     graphs: bool = False):
         """Copy the prefill cache (P rows, width W) into tensors of width ``W + max_new_tokens``,
-        each prompt's row repeated ``group_size`` times."""
+        each prompt's row repeated ``group_size`` times. ``graphs``: replay the step as CUDA graphs
+        where ``graphable`` allows it."""
         P, W = prompt_mask_PW.shape
         S = W + max_new_tokens
         keys, values = [], []
@@ -105,7 +120,7 @@ class StaticDecoder:
         valid[:, :W] = prompt_mask_PW.bool()
         bias = torch.zeros((P, S), dtype=keys[0].dtype, device=keys[0].device).masked_fill(~valid, float("-inf"))
         bias = bias.repeat_interleave(group_size, dim=0)[:, None, None, :]
-        return cls(model, keys, values, bias, W)
+        return cls(model, keys, values, bias, W, graphs)
 
     def select(self, idx: torch.Tensor) -> None:
         """Keep rows ``idx`` only (compute on finished rows stops here). Only the filled columns
@@ -118,6 +133,7 @@ class StaticDecoder:
         self.keys = [pick(k) for k in self.keys]
         self.values = [pick(v) for v in self.values]
         self.bias = self.bias.index_select(0, idx)
+        self._graphs = {}  # captured on the old tensors
 
     def _rotary_at(self, x: torch.Tensor, pos_n: torch.Tensor):
         """The model's rotary tables at positions ``pos_n`` (n, 1): ``(cos, sin)`` each (n, 1, d).
@@ -137,25 +153,83 @@ class StaticDecoder:
 
     def step(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (``tok_n`` (n,), positions ``pos_n`` (n, 1)); return logits (n, V)."""
+        if self.graphs:
+            logits = self._replay(tok_n, pos_n)
+        else:
+            logits = self._forward(tok_n, pos_n, self.t, self.t + 1)
+        self.t += 1
+        return logits
+
+    def _forward(self, tok_n: torch.Tensor, pos_n: torch.Tensor, col, width: int) -> torch.Tensor:
+        """One decode step writing column ``col`` and attending to columns ``< width``.
+
+        Eager: ``col`` is the int ``t`` and ``width = t + 1``. Graphed: ``col`` is a (1,) device
+        tensor and ``width`` a fixed window; columns after ``col`` are hidden by the bias."""
         m = self.model.model
-        n, t = tok_n.shape[0], self.t
+        n = tok_n.shape[0]
         H, kvh, d, g = self.heads, self.kv_heads, self.head_dim, self.groups
         x = m.embed_tokens(tok_n)  # (n, h)
         cos, sin = self._rotary_at(x, pos_n)  # (n, 1, d)
-        bias = self.bias[..., : t + 1]  # (n, 1, 1, t+1)
+        bias = self.bias[..., :width]  # (n, 1, 1, width)
+        if isinstance(col, torch.Tensor):  # graphed: hide the columns not written yet
+            cols = torch.arange(width, device=col.device)
+            bias = bias.masked_fill(cols > col, float("-inf"))
         for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj)) in enumerate(zip(m.layers, self.linears)):
             qkv = qkv_proj(layer.input_layernorm(x))  # (n, (H + 2 kvh) d): q, k, v side by side
             qk = qkv[:, : (H + kvh) * d].view(n, H + kvh, d)
             qk = qk * cos + self._rotate_half(qk) * sin  # rotary embedding of q and k in one pass
-            self.keys[i][:, :, t] = qk[:, H:]
-            self.values[i][:, :, t] = qkv[:, (H + kvh) * d:].view(n, kvh, d)
-            K, V = self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1]  # (n, kvh, t+1, d)
+            _write(self.keys[i], col, qk[:, H:])
+            _write(self.values[i], col, qkv[:, (H + kvh) * d:].view(n, kvh, d))
+            K, V = self.keys[i][:, :, :width], self.values[i][:, :, :width]  # (n, kvh, width, d)
             qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
-            scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, t+1)
+            scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, width)
             probs = torch.softmax(scores.float(), dim=-1).to(qkv.dtype)
             x = x + o_proj(torch.matmul(probs, V).reshape(n, H * d))
             gate_up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, 2 I)
             gate, up = gate_up.chunk(2, dim=-1)
             x = x + down_proj(layer.mlp.act_fn(gate) * up)
-        self.t += 1
         return self.head(m.norm(x))
+
+    def _replay(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
+        """The step as a CUDA graph for (rows, window), captured on first use; inputs are copied
+        into the graph's own tensors. The returned logits are overwritten by the next replay."""
+        n, S = tok_n.shape[0], self.keys[0].shape[2]
+        width = min(S, -(-(self.t + 1) // GRAPH_COLUMNS) * GRAPH_COLUMNS)
+        entry = self._graphs.get((n, width))
+        if entry is None:
+            entry = self._capture(tok_n, pos_n, width)
+            self._graphs[(n, width)] = entry
+        graph, tok, pos, col, logits = entry
+        tok.copy_(tok_n)
+        pos.copy_(pos_n)
+        col.fill_(self.t)
+        graph.replay()
+        return logits
+
+    def _capture(self, tok_n, pos_n, width):
+        tok, pos = tok_n.clone(), pos_n.clone()
+        col = torch.full((1,), self.t, dtype=torch.long, device=tok.device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture (lazy tables, cuBLAS workspaces); same values
+            self._forward(tok, pos, col, width)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        self._pool = self._pool or torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._pool):
+            logits = self._forward(tok, pos, col, width)
+        return graph, tok, pos, col, logits
+
+
+def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
+    """``cache[:, :, col] = new`` for an int column (eager) or a (1,) device tensor (graphed)."""
+    if isinstance(col, torch.Tensor):
+        cache.index_copy_(2, col, new.unsqueeze(2))
+    else:
+        cache[:, :, col] = new
+
+
+def graphable(model, device: torch.device) -> bool:
+    """CUDA graphs replay fixed kernels: a CUDA device and rotary tables fixed per position."""
+    rope = getattr(getattr(model.model, "rotary_emb", None), "rope_type", None)
+    return device.type == "cuda" and rope in STATIC_ROPE

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole GPU acceptance in one command, from the repository root of a bare GPU machine:
+#
+#     bash bench/gpu_prepare.sh          # once, on a machine with pip access: wheels into .whl/
+#     bash bench/gpu.sh                  # on the GPU machine (the device tool: carry .whl)
+#
+# 1. installs the carried wheels (.whl/*.whl) into /tmp/grpokit-site, without touching the image's
+#    torch/transformers; 2. runs the GPU tests (pytest -m gpu); 3. runs the GPU benchmark
+#    (bench/gpu_bench.py: rollout engines vs HF generate, one GRPO step vs TRL). Results go to
+#    bench/gpu/latest.json and, where $OUT is set, to $OUT (with the test log).
+# GPU_STAGES=tests,rollout,step chooses stages; GPU_BENCH_ARGS adds arguments to gpu_bench.py.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/gpu/out}
+mkdir -p "$OUT" bench/gpu
+STAGES=${GPU_STAGES:-tests,rollout,step}
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/grpokit-site .whl/*.whl \
+    || { echo "gpu.sh: installing the carried wheels failed"; exit 1; }
+  export PYTHONPATH=/tmp/grpokit-site
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi -L || { echo "gpu.sh: no NVIDIA GPU here"; exit 1; }
+python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
+python3 -c "import trl, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || echo "gpu.sh: trl missing: the TRL parts will fail"
+rc=0
+FACTS="$OUT/gpu_facts.jsonl"
+rm -f "$FACTS"
+if [[ ",$STAGES," == *",tests,"* ]]; then
+  GRPOKIT_GPU_FACTS="$FACTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+bench=$(echo "$STAGES" | tr ',' '\n' | grep -E '^(rollout|step)$' | paste -sd, -)
+if [ -n "$bench" ]; then
+  python3 bench/gpu_bench.py --stages "$bench" --facts "$FACTS" --json bench/gpu/latest.json ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_bench.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  cp bench/gpu/latest.json "$OUT/latest.json" 2>/dev/null || true
+fi
+echo "gpu.sh: done (exit $rc)"
+exit $rc

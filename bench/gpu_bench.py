@@ -1,0 +1,160 @@
+"""The GPU benchmark of bench/gpu.sh: rollout engines alone, then one GRPO step against TRL.
+
+    python bench/gpu_bench.py --json bench/gpu/latest.json            # the acceptance workload
+    python bench/gpu_bench.py --stages rollout --shapes qwen2.5-0.5b --T 128   # a quick look
+
+Models are the Qwen2.5-0.5B and -1.5B shapes with random bf16 weights, drawn on the GPU and saved
+under --models (nothing is downloaded). A random 151936-token model almost never samples EOS, so
+every completion runs to T tokens: the work is the same for every engine and both trainers.
+
+rollout: grpokit's engines (static with CUDA graphs, static eager, dynamic cache) and HF
+``generate`` (prompts repeated G times, as TRL gives them; top_k off, temperature 1) on the same
+P x G batch, alternated in one process; tokens/s counts generated tokens, peak memory is
+``torch.cuda.max_memory_allocated`` during that engine's call.
+
+step: bench/compare_trl.py (each side in its own process, sides alternated) on the first shape;
+TRL runs its defaults plus bf16 (gradient checkpointing on, per_device_train_batch_size --trl-mbs
+with gradient accumulation making up P*G, so one optimizer step per generation batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from workload import build_model_dir, prompts  # noqa: E402
+
+ENGINES = ("grpokit_graphs", "grpokit_static_eager", "grpokit_dynamic", "hf_generate")
+
+
+def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=ENGINES) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpokit.rollout.hf import SamplingParams, generate
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ids = [tok(r["prompt"])["input_ids"] for r in prompts(P, seed=1)]
+    eos, pad = 1, 0
+
+    def hf_generate():
+        width = max(map(len, ids))
+        rows = [[pad] * (width - len(p)) + p for p in ids for _ in range(G)]
+        x = torch.tensor(rows, device="cuda")
+        out = model.generate(input_ids=x, attention_mask=(x != pad).long(), max_new_tokens=T, do_sample=True,
+                             temperature=1.0, top_k=0, top_p=1.0, eos_token_id=eos, pad_token_id=pad)[:, width:]
+        return sum(r.index(eos) + 1 if eos in r else len(r) for r in out.tolist())
+
+    def ours(engine, graphs):
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        ro = generate(model, ids, G, SamplingParams(max_new_tokens=T), eos_token_ids={eos}, pad_token_id=pad,
+                      generator=gen, engine=engine, cuda_graphs=graphs)
+        return sum(map(len, ro.completion_ids))
+
+    fns = {"grpokit_graphs": lambda: ours("static", True), "grpokit_static_eager": lambda: ours("static", False),
+           "grpokit_dynamic": lambda: ours("dynamic", False), "hf_generate": hf_generate}
+    times: dict[str, list[float]] = {e: [] for e in engines}
+    tokens, peak = {}, {}
+    with torch.no_grad():
+        ours("static", True) if "grpokit_graphs" in engines else None  # warm-up: cuBLAS handles, allocator
+        for r in range(rounds):
+            order = list(engines[r % len(engines):]) + list(engines[: r % len(engines)])
+            for e in order:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                t = time.perf_counter()
+                tokens[e] = fns[e]()
+                torch.cuda.synchronize()
+                times[e].append(time.perf_counter() - t)
+                peak[e] = max(peak.get(e, 0.0), torch.cuda.max_memory_allocated() / 2**30)
+                print(f"  rollout {model_dir.name} {e}: {times[e][-1]:.2f}s {tokens[e] / times[e][-1]:.0f} tok/s", flush=True)
+    res = {e: {"median_s": statistics.median(times[e]), "tokens": tokens[e], "tok_s": tokens[e] / statistics.median(times[e]),
+               "peak_gpu_mem_gb": peak[e], "runs_s": times[e]} for e in engines}
+    if "hf_generate" in res:
+        for e in engines:
+            res[e]["x_hf_generate"] = res[e]["tok_s"] / res["hf_generate"]["tok_s"]
+    del model
+    torch.cuda.empty_cache()
+    return res
+
+
+def step_bench(model_dir: Path, a) -> dict:
+    out = Path(a.work) / "compare_trl.json"
+    cmd = [sys.executable, str(HERE / "compare_trl.py"), "--device", "cuda", "--dtype", "bfloat16", "--model-dir", str(model_dir),
+           "--G", str(a.G), "--P", str(a.P), "--T", str(a.T), "--trl-mbs", str(a.trl_mbs), "--reward", "even_ids",
+           "--rounds", str(a.rounds), "--steps", str(a.steps), "--warmup", "1", "--out", str(out)]
+    p = subprocess.run(cmd, text=True, capture_output=True)
+    print(p.stdout[-6000:], p.stderr[-3000:], flush=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"compare_trl failed ({p.returncode})")
+    data = json.loads(out.read_text())
+    data["loss_equality"] = [l for l in p.stdout.splitlines() if l.split(" ")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
+    return data
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stages", default="rollout,step")
+    p.add_argument("--shapes", default="qwen2.5-0.5b,qwen2.5-1.5b", help="rollout shapes; the step uses the first")
+    p.add_argument("--G", type=int, default=16)
+    p.add_argument("--P", type=int, default=32)
+    p.add_argument("--T", type=int, default=512)
+    p.add_argument("--rollout-rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1, help="compare_trl rounds (each: one run per side)")
+    p.add_argument("--steps", type=int, default=2, help="measured steps per run (after one warm-up step)")
+    p.add_argument("--trl-mbs", type=int, default=16)
+    p.add_argument("--models", default="/tmp/grpokit-gpu-models")
+    p.add_argument("--work", default="/tmp/grpokit-gpu-work")
+    p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/test_gpu.py to include")
+    p.add_argument("--json", default=str(HERE / "gpu" / "latest.json"))
+    a = p.parse_args(argv)
+    Path(a.work).mkdir(parents=True, exist_ok=True)
+    stages, shapes = a.stages.split(","), a.shapes.split(",")
+    from workload import matmul_peak_gflops
+
+    props = torch.cuda.get_device_properties(0)
+    res = {"device": torch.cuda.get_device_name(0), "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random bf16 weights",
+           "torch": torch.__version__, "gpu_memory_gb": props.total_memory / 2**30,
+           "workload": {"G": a.G, "P": a.P, "T": a.T, "dtype": "bfloat16", "trl_per_device_train_batch_size": a.trl_mbs},
+           "bf16_matmul_peak_tflops": max(matmul_peak_gflops(n, reps=10, dtype=torch.bfloat16, device="cuda") for n in (4096, 8192)) / 1e3}
+    print(json.dumps(res), flush=True)
+    dirs = {s: build_model_dir(Path(a.models) / s, shape=s, device="cuda") for s in shapes}
+
+    def save():
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    if "rollout" in stages:
+        res["rollout"] = {s: rollout_bench(dirs[s], a.G, a.P, a.T, a.rollout_rounds) for s in shapes}
+        first = res["rollout"][shapes[0]]
+        res["rollout_tokens_per_s"] = first["grpokit_graphs"]["tok_s"]
+        res["rollout_x_hf_generate"] = first["grpokit_graphs"].get("x_hf_generate")
+        save()
+    if "step" in stages:
+        cmp = step_bench(dirs[shapes[0]], a)
+        r = cmp["results"][0]
+        g, t = r["grpokit"], r["trl"]
+        res.update(grpokit_s_per_step=g["median_s"], trl_s_per_step=t["median_s"], speedup=r["speedup"],
+                   peak_gpu_mem_gb=g["peak_gpu_mb"] / 1024, trl_peak_gpu_mem_gb=t["peak_gpu_mb"] / 1024,
+                   step={side: {k: r[side][k] for k in ("phases", "gen_tok_s", "train_frac_peak", "step_frac_peak", "peak_gpu_mb", "min_s", "max_s")}
+                         for side in ("grpokit", "trl")},
+                   loss_equality=cmp["loss_equality"])
+        res.setdefault("rollout_tokens_per_s", g["gen_tok_s"])
+        save()
+    if a.facts and Path(a.facts).exists():
+        res["test_facts"] = [json.loads(line) for line in Path(a.facts).read_text().splitlines() if line.strip()]
+    save()
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
