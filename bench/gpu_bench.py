@@ -117,13 +117,16 @@ def main(argv=None):
     p.add_argument("--work", default="/tmp/grpokit-gpu-work")
     p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/test_gpu.py to include")
     p.add_argument("--json", default=str(HERE / "gpu" / "latest.json"))
+    p.add_argument("--merge", action="store_true", help="keep what --json already holds from other stages (split runs)")
     a = p.parse_args(argv)
     Path(a.work).mkdir(parents=True, exist_ok=True)
     stages, shapes = a.stages.split(","), a.shapes.split(",")
     from workload import matmul_peak_gflops
 
     props = torch.cuda.get_device_properties(0)
-    res = {"device": torch.cuda.get_device_name(0), "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random bf16 weights",
+    res = json.loads(Path(a.json).read_text()) if a.merge and Path(a.json).exists() else {}
+    res.pop("test_facts", None) if "tests" in stages else None
+    res |= {"device": torch.cuda.get_device_name(0), "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random bf16 weights",
            "torch": torch.__version__, "gpu_memory_gb": props.total_memory / 2**30,
            "workload": {"G": a.G, "P": a.P, "T": a.T, "dtype": "bfloat16", "trl_per_device_train_batch_size": a.trl_mbs},
            "bf16_matmul_peak_tflops": max(matmul_peak_gflops(n, reps=10, dtype=torch.bfloat16, device="cuda") for n in (4096, 8192)) / 1e3}
@@ -150,7 +153,7 @@ def main(argv=None):
                    loss_equality=cmp["loss_equality"])
         res.setdefault("rollout_tokens_per_s", g["gen_tok_s"])
         save()
-    if a.facts and Path(a.facts).exists():
+    if a.facts and Path(a.facts).exists() and Path(a.facts).stat().st_size:
         res["test_facts"] = [json.loads(line) for line in Path(a.facts).read_text().splitlines() if line.strip()]
     save()
     print(json.dumps(res, indent=1))

@@ -118,7 +118,7 @@ def test_fsdp_without_torchrun_is_one_clear_sentence(tiny_model_dir, tmp_path):
     from grpokit.config import ConfigError
     from test_train import make
 
-    with pytest.raises(ConfigError, match="train.fsdp=true needs several processes"):
+    with pytest.raises(ConfigError, match="train.fsdp=true needs a process group"):
         make(tiny_model_dir, tmp_path / "f", **{"train.fsdp": True})
 
 

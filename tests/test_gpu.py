@@ -90,7 +90,7 @@ def test_bf16_autocast_and_bf16_weights_match_fp32_loss_and_train_without_nan():
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         assert grads and all(torch.isfinite(gr).all() for gr in grads), mode
         model.zero_grad(set_to_none=True)
-        losses[mode], logps[mode] = float(loss), logp.detach()
+        losses[mode], logps[mode] = float(loss.detach()), logp.detach()
     m = batch.completion_mask.bool()
     for mode in ("autocast_bf16", "bf16_weights"):
         dlogp = float((logps[mode] - logps["fp32"])[m].abs().max())

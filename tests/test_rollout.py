@@ -143,10 +143,11 @@ def test_when_finished_rows_leave_the_cache_does_not_change_what_is_sampled(tiny
             assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
 
 
-def test_graphed_step_math_equals_the_eager_step_on_cpu(tiny_model):
+def test_graphed_step_math_equals_the_eager_step_on_cpu(tiny_model, monkeypatch):
     """What a CUDA graph replays (column index as a tensor, a fixed attention window with unwritten
     columns masked) computes the eager step's logits and writes the same cache; checked on CPU,
     where no graph is needed to run it."""
+    from grpokit.rollout import static
     from grpokit.rollout.static import StaticDecoder
 
     ids = torch.tensor([[0, 5, 6, 7], [3, 4, 5, 6]])
@@ -155,8 +156,11 @@ def test_graphed_step_math_equals_the_eager_step_on_cpu(tiny_model):
     with torch.no_grad():
         outs = [tiny_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True).past_key_values
                 for _ in range(2)]
-        eager, fixed = (StaticDecoder.from_prefill(tiny_model, c, mask, 2, 6) for c in outs)
-        S = eager.keys[0].shape[2]
+        eager = StaticDecoder.from_prefill(tiny_model, outs[0], mask, 2, 6)
+        monkeypatch.setattr(static, "graphable", lambda model, device: True)  # graph-mode cache on CPU
+        fixed = StaticDecoder.from_prefill(tiny_model, outs[1], mask, 2, 6, graphs=True)
+        S, W = eager.keys[0].shape[2], ids.shape[1]
+        assert fixed.graphs and all(bool((k[:, :, W:] == 0).all()) for k in fixed.keys + fixed.values)  # no NaN garbage
         tok, p = torch.tensor([7, 8, 9, 10]), pos[:, -1:].repeat_interleave(2, 0) + 1
         for _ in range(6):
             want = eager.step(tok, p)

@@ -139,13 +139,16 @@ class DistContext:
 
 
 def setup(fsdp: bool = False) -> DistContext:
-    """Join the process group torchrun describes (WORLD_SIZE > 1), or use one already initialised.
+    """Join the process group torchrun describes (WORLD_SIZE > 1, or any WORLD_SIZE with FSDP), or
+    use one already initialised.
 
     NCCL when CUDA is available, gloo otherwise (CPU tests).
     """
     if not dist.is_available():
         return DistContext(fsdp=fsdp)
-    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    # FSDP joins even a one-process group (torchrun --nproc_per_node 1): FSDP2 needs a process group
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1 or (fsdp and "WORLD_SIZE" in os.environ)
+    if not dist.is_initialized() and launched:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 def check_world(cfg: Config, ctx: DistContext) -> None:
     """Settings that cannot work with ``ctx.world_size`` ranks, each as one sentence."""
     t, k = cfg.train, ctx.world_size
-    if t.fsdp and k < 2:
-        raise ConfigError("train.fsdp=true needs several processes; launch with torchrun --nproc_per_node N (N >= 2)")
+    if t.fsdp and not torch.distributed.is_initialized():
+        raise ConfigError("train.fsdp=true needs a process group; launch with torchrun --nproc_per_node N "
+                          "(N = 1 runs FSDP on one GPU, to try it)")
     if k == 1:
         return
     if t.prompts_per_step % k:

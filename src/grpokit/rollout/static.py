@@ -25,7 +25,8 @@ few hundred small kernels, and launching them one by one from Python costs more 
 A graph needs fixed shapes and addresses, so the graphed step differs from the eager one in two
 places only: the new key/value is written at a column held in a device tensor (``index_copy_``), and
 attention reads a fixed-width window of the cache (the next multiple of ``GRAPH_COLUMNS``) with the
-columns not yet written hidden by the bias. Masked columns weigh exactly 0, so both compute the same
+columns not yet written hidden by the bias. Masked columns weigh exactly 0 (their cache starts at
+zero, so no uninitialised NaN can leak in as 0 * NaN), so both compute the same
 function; tests/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
 tokens. One graph is captured per (rows, window) pair seen in a rollout and dropped with the decoder.
 """
@@ -107,11 +108,15 @@ class StaticDecoder:
         where ``graphable`` allows it."""
         P, W = prompt_mask_PW.shape
         S = W + max_new_tokens
+        graphs = graphs and graphable(model, prompt_mask_PW.device)
         keys, values = [], []
         for layer in cache.layers:
             k, v = layer.keys, layer.values  # (P, kvh, W, d)
-            kk = k.new_empty((P * group_size, k.shape[1], S, k.shape[3]))  # columns >= W: written before read
-            vv = torch.empty_like(kk)
+            # columns >= W are written before the eager step reads them; a graphed step reads its
+            # whole window, masked, and 0 * (uninitialised NaN) is NaN: there they start at zero
+            alloc = k.new_zeros if graphs else k.new_empty
+            kk = alloc((P * group_size, k.shape[1], S, k.shape[3]))
+            vv = alloc(kk.shape)
             kk[:, :, :W] = k.repeat_interleave(group_size, dim=0)
             vv[:, :, :W] = v.repeat_interleave(group_size, dim=0)
             keys.append(kk)
@@ -124,9 +129,10 @@ class StaticDecoder:
 
     def select(self, idx: torch.Tensor) -> None:
         """Keep rows ``idx`` only (compute on finished rows stops here). Only the filled columns
-        ``< t`` are copied: the rest are written before they are read."""
+        ``< t`` are copied: the rest are written before they are read (zeros when graphed)."""
         def pick(cache: torch.Tensor) -> torch.Tensor:
-            out = cache.new_empty((idx.numel(),) + tuple(cache.shape[1:]))
+            alloc = cache.new_zeros if self.graphs else cache.new_empty  # see from_prefill
+            out = alloc((idx.numel(),) + tuple(cache.shape[1:]))
             torch.index_select(cache[:, :, : self.t], 0, idx, out=out[:, :, : self.t])
             return out
 
