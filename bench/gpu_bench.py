@@ -125,7 +125,6 @@ def main(argv=None):
 
     props = torch.cuda.get_device_properties(0)
     res = json.loads(Path(a.json).read_text()) if a.merge and Path(a.json).exists() else {}
-    res.pop("test_facts", None) if "tests" in stages else None
     res |= {"device": torch.cuda.get_device_name(0), "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random bf16 weights",
            "torch": torch.__version__, "gpu_memory_gb": props.total_memory / 2**30,
            "workload": {"G": a.G, "P": a.P, "T": a.T, "dtype": "bfloat16", "trl_per_device_train_batch_size": a.trl_mbs},
