@@ -139,22 +139,39 @@ def _hf_greedy(model, prompts, T):
     return out
 
 
+def _greedy_gap(model, prompt, completion):
+    """Largest (best logit - chosen logit) along a completion under one full forward of ``model``:
+    0 for an exactly greedy trajectory, small where bf16 rounding broke a near-tie differently."""
+    ids = torch.tensor([prompt + completion], device=CUDA)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()  # predicts each completion token
+    chosen = logits.gather(1, ids[0, len(prompt):, None])[:, 0]
+    return float((logits.max(-1).values - chosen).max())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_static_decode_on_cuda_greedy_equals_hf_generate(dtype):
+    """fp32: the same tokens as ``model.generate``. bf16: a random model's top logits are often
+    within bf16 rounding of each other, so kernels that round differently take different (equally
+    greedy) paths; there every engine's trajectory must be greedy under the model's own forward up
+    to 0.125 (measured gaps are recorded)."""
     from grpokit.rollout.hf import SamplingParams, generate
 
     model = tiny_qwen(dtype)
     prompts, T = _prompts(512), 150  # 150 > GRAPH_COLUMNS: the graphed window widens mid-rollout
     ref = _hf_greedy(model, prompts, T)
+    if dtype == torch.bfloat16:  # the same measure for model.generate itself, for comparison
+        record_fact("greedy_bf16", engine="hf_generate", max_greedy_gap=max(_greedy_gap(model, p, c) for p, c in zip(prompts, ref)))
     for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):
         ro = generate(model, prompts, 1, SamplingParams(max_new_tokens=T, temperature=0.0), eos_token_ids={1},
                       pad_token_id=0, engine=engine, cuda_graphs=graphs)
-        same = sum(a == b for a, b in zip(ro.completion_ids, ref))
         if dtype == torch.float32:
             assert ro.completion_ids == ref, (engine, graphs)
-        else:  # bf16: different kernels may round a near-tie differently; most sequences still agree
-            record_fact("greedy_bf16_agreement", engine=engine, graphs=graphs, same=same, of=len(ref))
-            assert same >= len(ref) - 1, (engine, graphs, same)
+        else:
+            gap = max(_greedy_gap(model, p, c) for p, c in zip(prompts, ro.completion_ids))
+            same = sum(a == b for a, b in zip(ro.completion_ids, ref))
+            record_fact("greedy_bf16", engine=engine, graphs=graphs, same_as_hf_generate=same, of=len(ref), max_greedy_gap=gap)
+            assert gap < 0.125, (engine, graphs, gap)
 
 
 def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():

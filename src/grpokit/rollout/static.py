@@ -139,7 +139,7 @@ class StaticDecoder:
         self.keys = [pick(k) for k in self.keys]
         self.values = [pick(v) for v in self.values]
         self.bias = self.bias.index_select(0, idx)
-        self._graphs = {}  # captured on the old tensors
+        self._graphs, self._pool = {}, None  # captured on the old tensors; a released pool cannot take new graphs
 
     def _rotary_at(self, x: torch.Tensor, pos_n: torch.Tensor):
         """The model's rotary tables at positions ``pos_n`` (n, 1): ``(cos, sin)`` each (n, 1, d).
@@ -230,7 +230,7 @@ class StaticDecoder:
 def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
     """``cache[:, :, col] = new`` for an int column (eager) or a (1,) device tensor (graphed)."""
     if isinstance(col, torch.Tensor):
-        cache.index_copy_(2, col, new.unsqueeze(2))
+        cache.index_copy_(2, col, new.unsqueeze(2).to(cache.dtype))  # autocast: bf16 values, fp32 cache
     else:
         cache[:, :, col] = new
 
