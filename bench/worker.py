@@ -171,7 +171,7 @@ def main(argv=None):
     p.add_argument("--side", choices=["grpokit", "trl"], required=True)
     p.add_argument("--model", required=True)
     for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0),
-                          ("mbs", 0), ("trl_mbs", 0)):
+                          ("mbs", 0), ("trl-mbs", 0)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
