@@ -180,6 +180,45 @@ def test_without_the_sync_the_fake_samples_from_other_weights(tiny_model_dir, tm
         assert tr.train_step()["tis/logp_abs_diff_mean"] > 0.05
 
 
+def _rank(rank, world, init_file, model_dir, out, url, result_file):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        tr = make(model_dir, out, **{"rollout.backend": "vllm_server", "rollout.vllm_url": url, "rollout.tis_cap": 2.0,
+                                     "train.prompts_per_step": 4, "data.eval_size": 0, "rollout.vllm_startup_timeout": 30})
+        metrics = []
+        for _ in range(2):
+            metrics.append(tr.train_step())
+            tr.step += 1
+        if rank == 0:
+            torch.save({"weights": tr.model.state_dict(), "metrics": metrics}, result_file)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_trainer_ranks_share_one_server_and_sync_once_per_step(tiny_model_dir, tmp_path):
+    import torch.multiprocessing as mp
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    torch.manual_seed(123)
+    server_model = LlamaForCausalLM(AutoConfig.from_pretrained(tiny_model_dir))
+    with FakeVLLMServer(server_model) as srv:
+        mp.spawn(_rank, args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "run"), srv.url,
+                              str(tmp_path / "rank0.pt")), nprocs=2, join=True)
+    result = torch.load(tmp_path / "rank0.pt")
+    assert all(torch.equal(v, result["weights"][k]) for k, v in server_model.state_dict().items())
+    for m in result["metrics"]:  # averaged over both ranks: each sampled from the synced weights
+        assert m["tis/logp_abs_diff_mean"] < 1e-4
+    # rank 0 alone loads; the barrier keeps both ranks' sampling after the server holds the new weights
+    events = ["load" if b and b.get("method") == "grpokit_load_weights" else p for _, p, b in srv.calls
+              if p in ("/v1/completions", "/reset_prefix_cache") or (b or {}).get("method") == "grpokit_load_weights"]
+    assert events == ["load", "/reset_prefix_cache"] + ["/v1/completions"] * 2 + ["load", "/reset_prefix_cache"] \
+        + ["/v1/completions"] * 2 + ["load", "/reset_prefix_cache"]
+
+
 # ---------------------------------------------------------------- grpokit vllm-serve
 
 
