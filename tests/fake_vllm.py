@@ -1,7 +1,8 @@
 """A fake vLLM server for tests: exactly the endpoints and payloads grpokit uses, on 127.0.0.1.
 
 Every shape below was read in the source of vLLM 0.33.0 (paths under ``vllm/``); 0.10.2 serves the
-same routes from ``entrypoints/openai/api_server.py``. It samples with a tiny local torch model held
+same routes from ``entrypoints/openai/api_server.py``, and ``flavor="0.10.2"`` gives its two different
+answers (an empty /reset_prefix_cache, a plain-text 500 when a worker method fails). It samples with a tiny local torch model held
 by fake GPU workers, and its workers are built the way vLLM builds them: grpokit's worker extension
 is appended to the worker class's bases, so ``/collective_rpc`` runs the real extension code.
 """
@@ -73,11 +74,12 @@ class FakeVLLMServer:
 
     def __init__(self, hf_model, *, served_name: str = "tiny", workers: int = 1, dev_mode: bool = True,
                  extension: bool = True, logprobs_mode: str = "processed_logprobs", start_delay: float = 0.0,
-                 completion_delay: float = 0.0, busy_prefix_cache: int = 0, seed: int = 0):
+                 completion_delay: float = 0.0, busy_prefix_cache: int = 0, seed: int = 0, flavor: str = "0.33.0"):
         from grpokit.rollout.vllm_worker import WeightSyncExtension
 
         self.served_name, self.dev_mode, self.start_delay, self.completion_delay = served_name, dev_mode, start_delay, completion_delay
         self.busy_prefix_cache = busy_prefix_cache  # answer {"success": false} this many times first
+        self.flavor = flavor  # "0.33.0" or "0.10.2": the two differ in the answers marked below
         cls = make_worker_class(WeightSyncExtension if extension else None)
         # tensor-parallel ranks: each worker gets the full model here (vLLM's would hold a shard)
         import copy
@@ -101,6 +103,7 @@ class FakeVLLMServer:
         def serve():
             time.sleep(self.start_delay)  # vLLM only listens once its engine is up (nothing answers before)
             self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+            self.httpd.daemon_threads = False  # server_close() then waits for requests in flight (torch in a dying thread aborts)
             self.httpd.serve_forever(poll_interval=0.05)
 
         self.thread = threading.Thread(target=serve, daemon=True)
@@ -150,20 +153,25 @@ class FakeVLLMServer:
             try:
                 func = getattr(w, method)  # v1/serial_utils.py:485 run_method
             except AttributeError:
-                err = f"Method {method!r} is not implemented."
-                # v1/executor/multiproc_executor.py (worker FAILURE), v1/engine/core.py:1850, then the
-                # raw-Exception handler (serve/exception_handling/error_response.py): HTTP 500
-                msg = f"Call to collective_rpc method failed: Worker failed with error '{err}', please check the stack trace above for the root cause"
-                return 500, error_body(msg, "InternalServerError", 500)
+                return self.worker_failed(f"Method {method!r} is not implemented.")
             try:
                 out = func(*body.get("args", []), **body.get("kwargs", {}))
             except Exception as e:  # noqa: BLE001 - the same path as above
-                msg = f"Call to collective_rpc method failed: Worker failed with error '{e}', please check the stack trace above for the root cause"
-                return 500, error_body(msg, "InternalServerError", 500)
+                return self.worker_failed(str(e))
             results.append(out if out is None or isinstance(out, (dict, list)) else str(out))
         return 200, {"results": results}
 
+    def worker_failed(self, err: str):
+        """A worker's exception: v1/executor/multiproc_executor.py (FAILURE -> RuntimeError), v1/engine/core.py:1850."""
+        if self.flavor == "0.10.2":  # no handler for raw exceptions there: Starlette's plain-text 500
+            return 500, "Internal Server Error"
+        # 0.33: the raw-Exception handler (serve/exception_handling/error_response.py) -> JSON 500
+        msg = f"Call to collective_rpc method failed: Worker failed with error '{err}', please check the stack trace above for the root cause"
+        return 500, error_body(msg, "InternalServerError", 500)
+
     def reset_prefix_cache(self, body):  # serve/dev/cache/api_router.py:20-48 -> {"success": bool}
+        if self.flavor == "0.10.2":  # entrypoints/openai/api_server.py: empty 200, success not reported
+            return 200, None
         if self.busy_prefix_cache > 0:
             self.busy_prefix_cache -= 1
             return 200, {"success": False}
@@ -236,9 +244,10 @@ class FakeVLLMServer:
                     body = None
                 path = self.path.split("?", 1)[0]
                 code, payload = server.route(method, path, body)
-                data = b"" if payload is None else json.dumps(payload).encode()
+                text = isinstance(payload, str)
+                data = b"" if payload is None else payload.encode() if text else json.dumps(payload).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain; charset=utf-8" if text else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

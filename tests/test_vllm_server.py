@@ -58,9 +58,10 @@ def test_extension_names_cannot_clash_with_vllm_worker_attributes():
 # ---------------------------------------------------------------- the trainer's client
 
 
-def test_client_connects_samples_and_syncs_against_the_fake(tmp_path):
+@pytest.mark.parametrize("flavor", ["0.33.0", "0.10.2"])
+def test_client_connects_samples_and_syncs_against_the_fake(tmp_path, flavor):
     server_model, policy = tiny_llama(seed=1), tiny_llama(seed=2)
-    with FakeVLLMServer(server_model, workers=2, busy_prefix_cache=1) as srv:
+    with FakeVLLMServer(server_model, workers=2, busy_prefix_cache=1, flavor=flavor) as srv:
         eng = client(srv, tmp_path)
         assert eng.model_name == "tiny" and eng.dtype == torch.float32
         ro = eng.generate([[3, 4], [5]], 2)
@@ -79,10 +80,10 @@ def test_client_connects_samples_and_syncs_against_the_fake(tmp_path):
         assert same_weights(server_model, policy) and same_weights(srv.workers[1].model_runner.model.hf, policy)
         assert m["rollout/weight_sync_step"] == 7.0 and m["time/weight_sync"] > 0
         paths = [p for _, p, _ in srv.calls]
-        # one readiness check, the model list, the extension check, a sample, a load, then two cache resets
-        # (the first answered {"success": false}, as vLLM 0.33 does while blocks are held)
+        # one readiness check, the model list, the extension check, a sample, a load, then the cache reset:
+        # 0.33 answers {"success": false} while blocks are held (the fake once), so it is asked again
         assert paths == ["/health", "/v1/models", "/collective_rpc", "/v1/completions", "/collective_rpc",
-                         "/reset_prefix_cache", "/reset_prefix_cache"]
+                         "/reset_prefix_cache"] + ["/reset_prefix_cache"] * (flavor == "0.33.0")
         load = srv.calls[4][2]
         assert load["method"] == "grpokit_load_weights" and load["args"] == [str((tmp_path / "sync" / "step-000007").resolve())]
         eng.after_update(policy, 8)
@@ -108,6 +109,12 @@ def test_tied_embeddings_are_written_once(tmp_path):
         assert same_weights(server_model, policy)
 
 
+@pytest.mark.parametrize("field", ["rollout.vllm_startup_timeout", "rollout.vllm_request_timeout"])
+def test_timeouts_must_be_positive(tiny_model_dir, tmp_path, field):
+    with pytest.raises(ConfigError, match=f"{field}=0.0 must be > 0 seconds"):
+        make(tiny_model_dir, tmp_path / "run", **{"rollout.backend": "vllm_server", field: 0})
+
+
 def test_waits_for_a_server_that_is_still_starting(tmp_path):
     with FakeVLLMServer(tiny_llama(), start_delay=0.5) as srv:
         eng = client(srv, tmp_path)  # polls /health until the server listens
@@ -124,12 +131,24 @@ def test_unreachable_server_is_one_sentence_naming_vllm_url(tmp_path):
     ({"dev_mode": False}, "has no /collective_rpc endpoint .*VLLM_SERVER_DEV_MODE=1.*grpokit vllm-serve"),
     ({"extension": False}, "lacks grpokit's worker extension grpokit.rollout.vllm_worker.WeightSyncExtension "
                            r"\(HTTP 500: .*Method 'grpokit_info' is not implemented.*grpokit vllm-serve"),
+    ({"extension": False, "flavor": "0.10.2"}, "lacks grpokit's worker extension grpokit.rollout.vllm_worker."
+                                               r"WeightSyncExtension \(HTTP 500: Internal Server Error\)"),
     ({"logprobs_mode": "raw_logprobs"}, "returns 'raw_logprobs' logprobs.*--logprobs-mode processed_logprobs"),
 ])
 def test_a_server_grpokit_cannot_drive_is_refused_at_start(tmp_path, kw, message):
     with FakeVLLMServer(tiny_llama(), **kw) as srv:
         with pytest.raises(ConfigError, match=message):
             client(srv, tmp_path)
+
+
+def test_a_server_that_cannot_read_the_sync_folder_stops_the_run_clearly(tmp_path):
+    with FakeVLLMServer(tiny_llama()) as srv:
+        worker = srv.workers[0]  # as if the server saw another filesystem: the folder is not there
+        worker.grpokit_load_weights = lambda folder: WeightSyncExtension.grpokit_load_weights(worker, folder + "-elsewhere")
+        eng = client(srv, tmp_path)
+        with pytest.raises(RuntimeError, match=r"failed grpokit_load_weights \(HTTP 500: .*no \*.safetensors file in .*"
+                                               r"-elsewhere.*\); the server must read rollout.vllm_sync_dir"):
+            eng.after_update(tiny_llama(seed=3), 1)
 
 
 def test_sampling_timeout_and_server_errors_are_clear(tmp_path):

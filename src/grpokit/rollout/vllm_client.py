@@ -25,6 +25,7 @@ source of vLLM 0.10.2 and 0.33.0):
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -54,7 +55,8 @@ class HTTPAnswer:
 
     @property
     def message(self) -> str:
-        """vLLM's error text: ``{"error": {"message"}}`` (0.33), ``{"message"}`` (0.10) or the raw body."""
+        """vLLM's error text: its ``{"error": {"message": ...}}`` (ErrorResponse), else the raw body
+        (0.10.2 answers an unhandled exception, e.g. a failed collective_rpc, with plain "Internal Server Error")."""
         b = self.body
         if isinstance(b, dict) and isinstance(b.get("error"), dict):
             return str(b["error"].get("message", ""))
@@ -63,17 +65,21 @@ class HTTPAnswer:
         return self.text.strip()[:300]
 
 
+# trainer -> server traffic stays inside the cluster: an HTTP(S)_PROXY set for the internet must not catch it
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def http_call(method: str, url: str, body: dict | None, timeout: float) -> HTTPAnswer:
     """One HTTP request; errors come back as an answer (status 0 with the reason when nothing answered)."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with _OPENER.open(req, timeout=timeout) as resp:
             status, text = resp.status, resp.read().decode()
     except urllib.error.HTTPError as e:
         status, text = e.code, e.read().decode(errors="replace")
-    except (OSError, TimeoutError) as e:  # refused, unreachable, DNS, timed out
-        return HTTPAnswer(0, {}, str(getattr(e, "reason", e)))
+    except (OSError, http.client.HTTPException) as e:  # refused, unreachable, DNS, timed out, not HTTP
+        return HTTPAnswer(0, {}, str(getattr(e, "reason", e)) or type(e).__name__)
     try:
         parsed = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
@@ -135,7 +141,8 @@ class VLLMServer:
             raise ConfigError(f"the vLLM server at {self.url} lacks grpokit's worker extension {EXTENSION} "
                               f"(HTTP {a.status}: {a.message or 'no message'}); {START_HINT}")
         if a.status != 200:
-            raise RuntimeError(f"the vLLM server at {self.url} failed {method} (HTTP {a.status}: {a.message or 'see its log'})")
+            hint = "; the server must read rollout.vllm_sync_dir at the same path as the trainer" if method == LOAD_METHOD else ""
+            raise RuntimeError(f"the vLLM server at {self.url} failed {method} (HTTP {a.status}: {a.message or 'see its log'}){hint}")
         results = a.body.get("results") if isinstance(a.body, dict) else None
         if not isinstance(results, list) or not results:
             raise RuntimeError(f"the vLLM server at {self.url} answered {method} without results: {a.text[:200]!r}")
@@ -148,7 +155,9 @@ class VLLMServer:
         for start in range(0, len(prompt_ids), MAX_PROMPTS_PER_REQUEST):
             chunk = prompt_ids[start:start + MAX_PROMPTS_PER_REQUEST]
             for ids, lps, reason in self._complete(chunk, group_size):
-                comps.append(ids), logps.append(lps), reasons.append(reason)
+                comps.append(ids)
+                logps.append(lps)
+                reasons.append(reason)
         return Rollout([list(x) for x in prompt_ids], comps, logps, reasons, group_size)
 
     def _complete(self, prompt_ids: list[list[int]], group_size: int) -> list[tuple[list[int], list[float], str]]:
