@@ -70,7 +70,6 @@ def test_client_connects_samples_and_syncs_against_the_fake(tmp_path, flavor):
         assert ro.completion_ids == [ids for ids, _, _ in srv.sampled]
         assert ro.sampling_logprobs == [lps for _, lps, _ in srv.sampled]
         assert ro.finish_reasons == [{"stop": "eos", "length": "length"}[r] for _, _, r in srv.sampled]
-        assert any(r == "stop" for _, _, r in srv.sampled) or all(len(c) == 4 for c in ro.completion_ids)
         body = next(b for _, p, b in srv.calls if p == "/v1/completions")
         assert body["prompt"] == [[3, 4], [5]] and body["n"] == 2 and body["logprobs"] == 0
         assert body["return_tokens_as_token_ids"] is True and body["model"] == "tiny"
