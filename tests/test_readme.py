@@ -29,7 +29,7 @@ def test_readme_cli_commands_are_real():
     from grpokit.cli import COMMANDS
 
     shell = "\n".join(re.findall(r"```bash\n(.*?)```", README.read_text(), re.S))
-    commands = re.findall(r"^grpokit (\w+)", shell, re.M)
+    commands = re.findall(r"^grpokit ([\w-]+)", shell, re.M)
     assert {"train", "eval", "report", "presets"} <= set(commands)
     for cmd in commands:
         assert cmd in COMMANDS, cmd

@@ -1,5 +1,6 @@
-"""The vLLM backend without vLLM: a fake engine records the sleep / wake / weight-sync calls and
-returns vLLM-shaped outputs, which must become grpokit Rollouts; the trainer then applies TIS."""
+"""The colocated vLLM backend without vLLM: a fake engine records the sleep / wake / weight-sync calls
+and returns vLLM-shaped outputs, which must become grpokit Rollouts; the trainer then applies TIS.
+(The server backend is tested against a fake HTTP server in test_vllm_server.py.)"""
 
 import types
 
@@ -8,7 +9,7 @@ import torch
 
 from grpokit.config import ConfigError
 from grpokit.rollout.hf import SamplingParams
-from grpokit.rollout.vllm import VLLMColocated, VLLMServer, finish_reason, policy_weights, to_rollout
+from grpokit.rollout.vllm import VLLMColocated, finish_reason, policy_weights, to_rollout
 
 from test_train import make
 
@@ -102,26 +103,6 @@ def test_lora_policy_is_sent_merged_under_base_names(tiny_model):
     with torch.no_grad():
         assert torch.allclose(plain(input_ids=x).logits, expected, atol=1e-5)
     assert any(p.abs().sum() > 0 for n, p in peft_model.named_parameters() if "lora_B" in n)  # untouched
-
-
-def test_server_protocol(tiny_model, tmp_path):
-    posts = []
-
-    def post(url, body):
-        posts.append((url, body))
-        if url.endswith("/v1/completions"):
-            return {"choices": [{"index": 1, "logprobs": {"tokens": ["token_id:9"], "token_logprobs": [-0.3]}, "finish_reason": "length"},
-                                {"index": 0, "logprobs": {"tokens": ["token_id:4", "token_id:1"], "token_logprobs": [-0.1, -0.2]},
-                                 "finish_reason": "stop", "stop_reason": None}]}
-        return {}
-
-    eng = VLLMServer("http://h:8000/", "m", SamplingParams(max_new_tokens=2), tmp_path / "sync", post=post)
-    ro = eng.generate([[3, 4]], 2)
-    assert ro.completion_ids == [[4, 1], [9]] and ro.finish_reasons == ["eos", "length"]
-    assert posts[0][0] == "http://h:8000/v1/completions" and posts[0][1]["n"] == 2 and posts[0][1]["prompt"] == [[3, 4]]
-    eng.after_update(tiny_model, 3)
-    assert [u for u, _ in posts[1:]] == ["http://h:8000/update_weights", "http://h:8000/reset_prefix_cache"]
-    assert (tmp_path / "sync" / "step-000003" / "model.safetensors").exists()
 
 
 def test_vllm_on_cpu_is_one_clear_sentence(tiny_model_dir, tmp_path):

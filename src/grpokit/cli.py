@@ -1,4 +1,4 @@
-"""The command line: ``grpokit train | report``.
+"""The command line: ``grpokit train | eval | report | presets | vllm-serve``.
 
 A user's mistake (bad config value, missing file) prints one sentence and exits with status 2;
 anything else is a bug and keeps its traceback.
@@ -94,7 +94,14 @@ def cmd_presets(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "presets": cmd_presets}
+def cmd_vllm_serve(argv: list[str]) -> int:
+    from .rollout.vllm_serve import main as serve_main  # imports no vLLM: --help works without it
+
+    return serve_main(argv)
+
+
+COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "presets": cmd_presets,
+            "vllm-serve": cmd_vllm_serve}
 
 
 def cmd_eval(argv: list[str]) -> int:

@@ -117,7 +117,13 @@ class RolloutConfig:
     vllm_sleep: bool = True
     """backend=vllm: put the engine to sleep (release its memory) during the update and wake it for sampling."""
     vllm_url: str = "http://127.0.0.1:8000"
-    """backend=vllm_server: base URL of the vLLM server (see docs/SCALING.md for the protocol)."""
+    """backend=vllm_server: base URL of the server started by `grpokit vllm-serve` (docs/SCALING.md)."""
+    vllm_sync_dir: str = ""
+    """backend=vllm_server: folder on a filesystem the server reads at the same path; weights go to <it>/<run name>/step-N ("" = <run folder>/vllm-weights)."""
+    vllm_startup_timeout: float = 600.0
+    """backend=vllm_server: seconds to wait for the server to become ready (it may still be loading the model)."""
+    vllm_request_timeout: float = 3600.0
+    """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
     tis_cap: float = 2.0
     """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
     async_staleness: int = 0

@@ -12,15 +12,9 @@ Weights go to the engine by name through ``LLM.apply_model(lambda m: m.load_weig
 needs the engine in this process (we set ``VLLM_ENABLE_V1_MULTIPROCESSING=0``). LoRA policies are
 sent merged (``W + (alpha/r) B A``, computed without touching the live weights).
 
-Server (``rollout.backend=vllm_server``), on other GPUs. The protocol grpokit assumes:
-
-* sampling: ``POST {url}/v1/completions`` (vLLM's OpenAI-compatible API) with ``prompt`` = the list
-  of token-id lists, ``n`` = G, ``logprobs: 0``, ``return_tokens_as_token_ids: true``; choice
-  ``i*G + g`` is completion g of prompt i; tokens come back as ``"token_id:<id>"`` strings;
-* weight sync: the trainer writes the policy as safetensors into ``{out}/vllm-weights/step-N/`` on a
-  filesystem the server can read, then ``POST {url}/update_weights`` with ``{"path": folder}``, and
-  ``POST {url}/reset_prefix_cache``. ``/update_weights`` is not part of stock vLLM: the server runs
-  with a small worker extension that loads the folder into the model (docs/SCALING.md).
+Server (``rollout.backend=vllm_server``), on other GPUs: stock vLLM started by ``grpokit vllm-serve``,
+driven over HTTP by rollout/vllm_client.py (its docstring has the protocol; rollout/vllm_worker.py is
+the part that runs inside vLLM).
 
 The sampler's numerics differ from the trainer's, so its logprobs are kept in ``Rollout`` and the
 loss is corrected by truncated importance sampling (tis.py). We ask vLLM for *processed* logprobs
@@ -29,11 +23,8 @@ loss is corrected by truncated importance sampling (tis.py). We ask vLLM for *pr
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.request
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -117,73 +108,20 @@ class VLLMColocated:
         pass
 
 
-class VLLMServer:
-    """A vLLM server elsewhere, reached over HTTP (protocol in the module docstring)."""
-
-    prefetches = False
-
-    def __init__(self, url: str, model_name: str, params: SamplingParams, sync_dir: Path,
-                 post: Callable[[str, dict], dict] | None = None):
-        self.url, self.model_name, self.params, self.sync_dir = url.rstrip("/"), model_name, params, sync_dir
-        self.post = post or _http_post
-
-    def generate(self, prompt_ids: list[list[int]], group_size: int) -> Rollout:
-        p = self.params
-        body = {"model": self.model_name, "prompt": [list(x) for x in prompt_ids], "n": group_size,
-                "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
-                "top_k": p.top_k if p.top_k > 0 else -1, "min_p": p.min_p, "stop": list(p.stop),
-                "logprobs": 0, "return_tokens_as_token_ids": True}
-        choices = sorted(self.post(f"{self.url}/v1/completions", body)["choices"], key=lambda c: c["index"])
-        if len(choices) != len(prompt_ids) * group_size:
-            raise RuntimeError(f"the vLLM server returned {len(choices)} choices, expected {len(prompt_ids) * group_size}")
-        comps, logps, reasons = [], [], []
-        for c in choices:
-            lp = c.get("logprobs") or {}
-            comps.append([int(t.split(":", 1)[1]) for t in lp.get("tokens", [])])
-            logps.append([float(x) for x in lp.get("token_logprobs", [])])
-            reasons.append(finish_reason(c.get("finish_reason"), c.get("stop_reason")))
-        return Rollout([list(x) for x in prompt_ids], comps, logps, reasons, group_size)
-
-    def after_update(self, model, step: int) -> dict[str, float]:
-        from safetensors.torch import save_file
-
-        folder = self.sync_dir / f"step-{step:06d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        weights = {k: v.contiguous().cpu() for k, v in policy_weights(model).items()}
-        save_file(weights, str(folder / "model.safetensors"))
-        self.post(f"{self.url}/update_weights", {"path": str(folder)})
-        self.post(f"{self.url}/reset_prefix_cache", {})
-        return {"rollout/weight_sync_step": float(step)}
-
-    def close(self) -> None:
-        pass
-
-
-def _http_post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            text = resp.read().decode()
-    except OSError as e:
-        raise ConfigError(f"rollout.vllm_url: the vLLM server at {url} did not answer ({e}); start it or fix the URL") from None
-    return json.loads(text) if text.strip() else {}
-
-
 def make_vllm_engine(tr):
     """Build the engine for ``tr.cfg.rollout.backend`` (vllm needs CUDA and the vllm package)."""
     r, m = tr.cfg.rollout, tr.cfg.model
     if r.backend == "vllm_server":
-        engine = VLLMServer(r.vllm_url, m.name_or_path, tr.params, tr.run_dir / "vllm-weights")
-        if tr.step:
-            engine.after_update(tr.model, tr.step)
-        return engine
+        from .vllm_client import make_server_engine
+
+        return make_server_engine(tr)
     if tr.device.type != "cuda":
         raise ConfigError(f"rollout.backend=vllm needs a CUDA GPU but the device is {tr.device.type}; use rollout.backend=hf")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process: apply_model can load weights
     try:
         import vllm
     except ImportError:
-        raise ConfigError("rollout.backend=vllm needs the vllm package (pip install vllm); or use rollout.backend=hf") from None
+        raise ConfigError("rollout.backend=vllm needs the vllm package (pip install 'grpokit[vllm]'); or use rollout.backend=hf") from None
     from ..models import model_path
 
     llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,

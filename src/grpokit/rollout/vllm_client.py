@@ -1,0 +1,250 @@
+"""Stage 2 on a vLLM server on other GPUs (``rollout.backend=vllm_server``): the trainer's side.
+
+The server is stock vLLM started by ``grpokit vllm-serve`` (rollout/vllm_serve.py), which adds
+``VLLM_SERVER_DEV_MODE=1``, grpokit's worker extension (rollout/vllm_worker.py) and
+``--logprobs-mode processed_logprobs``. The protocol, every endpoint being stock vLLM's (read in the
+source of vLLM 0.10.2 and 0.33.0):
+
+1. Readiness: ``GET /health`` until it answers 200 (the HTTP server only listens once the engine is
+   up), then ``GET /v1/models`` for the served model name, then
+   ``POST /collective_rpc {"method": "grpokit_info"}``: the extension must answer on every worker, speak
+   our protocol version and report ``processed_logprobs`` (the sampler's logprobs feed TIS).
+2. Sampling: ``POST /v1/completions`` with ``prompt`` = the list of token-id lists, ``n`` = G,
+   ``logprobs: 0`` and ``return_tokens_as_token_ids: true``; every sampling field is sent, so the
+   model's ``generation_config.json`` (which vLLM applies to fields a request leaves out) cannot change
+   them. Choice ``index`` ``i*G + g`` is sample g of prompt i; its ``logprobs.tokens`` are
+   ``"token_id:<id>"`` strings and ``logprobs.token_logprobs`` the sampler's logprobs.
+3. Weight sync after every update (and once at start, so the server samples from exactly the
+   trainer's weights from the first step on): rank 0 writes the policy (Hugging Face names, LoRA
+   merged, cast to the server's dtype) to ``{sync_dir}/step-N/model.safetensors`` on a filesystem
+   both machines see, ``POST /collective_rpc {"method": "grpokit_load_weights", "args": [folder]}``,
+   then ``POST /reset_prefix_cache`` (cached prefixes hold the old weights' keys and values) and
+   deletes the previous step's folder; other ranks wait at a barrier. There is no NCCL path: the
+   shared filesystem costs one write and one read of the weights per step.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..config import ConfigError
+from ..types import Rollout
+from .hf import SamplingParams
+from .vllm import finish_reason, policy_weights
+from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL
+
+MAX_PROMPTS_PER_REQUEST = 1024  # vLLM 0.33 refuses more prompts per request by default (envs.VLLM_MAX_COMPLETION_PROMPTS)
+START_HINT = "start it with `grpokit vllm-serve MODEL` (docs/SCALING.md)"
+
+
+class HTTPAnswer:
+    """A server's answer: status (0 = no connection), parsed JSON body ({} when empty or not JSON), raw text."""
+
+    def __init__(self, status: int, body: Any, text: str):
+        self.status, self.body, self.text = status, body, text
+
+    @property
+    def message(self) -> str:
+        """vLLM's error text: its ``{"error": {"message": ...}}`` (ErrorResponse), else the raw body
+        (0.10.2 answers an unhandled exception, e.g. a failed collective_rpc, with plain "Internal Server Error")."""
+        b = self.body
+        if isinstance(b, dict) and isinstance(b.get("error"), dict):
+            return str(b["error"].get("message", ""))
+        if isinstance(b, dict) and ("message" in b or "detail" in b):
+            return str(b.get("message", b.get("detail")))
+        return self.text.strip()[:300]
+
+
+# trainer -> server traffic stays inside the cluster: an HTTP(S)_PROXY set for the internet must not catch it
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_call(method: str, url: str, body: dict | None, timeout: float) -> HTTPAnswer:
+    """One HTTP request; errors come back as an answer (status 0 with the reason when nothing answered)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            status, text = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode(errors="replace")
+    except (OSError, http.client.HTTPException) as e:  # refused, unreachable, DNS, timed out, not HTTP
+        return HTTPAnswer(0, {}, str(getattr(e, "reason", e)) or type(e).__name__)
+    try:
+        parsed = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        parsed = {}
+    return HTTPAnswer(status, parsed, text)
+
+
+class VLLMServer:
+    """A vLLM server elsewhere, reached over HTTP (protocol in the module docstring)."""
+
+    prefetches = False
+
+    def __init__(self, url: str, params: SamplingParams, sync_dir: Path, *, startup_timeout: float = 600.0,
+                 request_timeout: float = 3600.0, is_main: bool = True, barrier: Callable[[], None] = lambda: None,
+                 call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call):
+        self.url, self.params, self.sync_dir = url.rstrip("/"), params, Path(sync_dir)
+        self.startup_timeout, self.request_timeout = startup_timeout, request_timeout
+        self.is_main, self.barrier, self.call = is_main, barrier, call
+        self.last_folder: Path | None = None
+        self.model_name, self.dtype = self.connect()
+
+    # ------------------------------------------------------------------ readiness
+
+    def connect(self) -> tuple[str, torch.dtype | None]:
+        """Wait for the server, then check it is one grpokit can drive; returns (served model, weight dtype)."""
+        deadline, last = time.monotonic() + self.startup_timeout, "no answer yet"
+        while True:
+            a = self.call("GET", f"{self.url}/health", None, 10.0)
+            if a.status == 200:
+                break
+            last = f"HTTP {a.status}" if a.status else a.text
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"rollout.vllm_url: no vLLM server became ready at {self.url} within "
+                                  f"{self.startup_timeout:g} s ({last}); {START_HINT} on the server node, or fix rollout.vllm_url")
+            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        models = self.call("GET", f"{self.url}/v1/models", None, 30.0)
+        data = models.body.get("data") if isinstance(models.body, dict) else None
+        if models.status != 200 or not data:
+            raise ConfigError(f"rollout.vllm_url: {self.url}/v1/models did not list a model (HTTP {models.status}); is this a vLLM server?")
+        infos = self.rpc(INFO_METHOD, [], 60.0)
+        for info in infos:
+            if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
+                raise ConfigError(f"the vLLM server at {self.url} runs grpokit weight-sync protocol {info.get('protocol') if isinstance(info, dict) else info!r}, "
+                                  f"this trainer speaks {PROTOCOL}; install the same grpokit version on both machines")
+            if info.get("logprobs_mode") != "processed_logprobs":
+                raise ConfigError(f"the vLLM server at {self.url} returns {info.get('logprobs_mode')!r} logprobs, but TIS needs the "
+                                  "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit vllm-serve sets it)")
+        dtype = getattr(torch, str(infos[0].get("dtype", "")), None) if infos else None
+        return str(data[0]["id"]), dtype if isinstance(dtype, torch.dtype) else None
+
+    def rpc(self, method: str, args: list[str], timeout: float) -> list[Any]:
+        """``POST /collective_rpc``: run ``method(*args)`` on every vLLM worker; one result per worker."""
+        a = self.call("POST", f"{self.url}/collective_rpc", {"method": method, "args": args, "timeout": timeout}, timeout + 60.0)
+        if a.status == 404:
+            raise ConfigError(f"the vLLM server at {self.url} has no /collective_rpc endpoint (it runs without VLLM_SERVER_DEV_MODE=1); {START_HINT}")
+        if a.status == 0:
+            raise RuntimeError(f"the vLLM server at {self.url} stopped answering during {method} ({a.text})")
+        if a.status != 200 and method == INFO_METHOD:
+            raise ConfigError(f"the vLLM server at {self.url} lacks grpokit's worker extension {EXTENSION} "
+                              f"(HTTP {a.status}: {a.message or 'no message'}); {START_HINT}")
+        if a.status != 200:
+            hint = "; the server must read rollout.vllm_sync_dir at the same path as the trainer" if method == LOAD_METHOD else ""
+            raise RuntimeError(f"the vLLM server at {self.url} failed {method} (HTTP {a.status}: {a.message or 'see its log'}){hint}")
+        results = a.body.get("results") if isinstance(a.body, dict) else None
+        if not isinstance(results, list) or not results:
+            raise RuntimeError(f"the vLLM server at {self.url} answered {method} without results: {a.text[:200]!r}")
+        return results
+
+    # ------------------------------------------------------------------ sampling
+
+    def generate(self, prompt_ids: list[list[int]], group_size: int) -> Rollout:
+        comps, logps, reasons = [], [], []
+        for start in range(0, len(prompt_ids), MAX_PROMPTS_PER_REQUEST):
+            chunk = prompt_ids[start:start + MAX_PROMPTS_PER_REQUEST]
+            for ids, lps, reason in self._complete(chunk, group_size):
+                comps.append(ids)
+                logps.append(lps)
+                reasons.append(reason)
+        return Rollout([list(x) for x in prompt_ids], comps, logps, reasons, group_size)
+
+    def _complete(self, prompt_ids: list[list[int]], group_size: int) -> list[tuple[list[int], list[float], str]]:
+        p = self.params
+        body = {"model": self.model_name, "prompt": [list(x) for x in prompt_ids], "n": group_size,
+                "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
+                "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "return_tokens_as_token_ids": True}
+        a = self.call("POST", f"{self.url}/v1/completions", body, self.request_timeout)
+        if a.status != 200:
+            why = a.text if a.status == 0 else f"HTTP {a.status}: {a.message}"
+            raise RuntimeError(f"the vLLM server at {self.url} failed to sample ({why})")
+        choices = sorted(a.body.get("choices", []), key=lambda c: c["index"])
+        if len(choices) != len(prompt_ids) * group_size:
+            raise RuntimeError(f"the vLLM server returned {len(choices)} choices, expected {len(prompt_ids) * group_size}")
+        out = []
+        for c in choices:
+            lp = c.get("logprobs") or {}
+            tokens, values = lp.get("tokens"), lp.get("token_logprobs")
+            if tokens is None or values is None or len(tokens) != len(values) or any(v is None for v in values):
+                raise RuntimeError(f"the vLLM server returned choice {c['index']} without per-token logprobs")
+            ids = [int(t.split(":", 1)[1]) for t in tokens]  # "token_id:<id>"
+            out.append((ids, [float(v) for v in values], finish_reason(c.get("finish_reason"), c.get("stop_reason"))))
+        return out
+
+    # ------------------------------------------------------------------ weight sync
+
+    def after_update(self, model, step: int) -> dict[str, float]:
+        metrics = {"rollout/weight_sync_step": float(step)}
+        if self.is_main:
+            t0 = time.perf_counter()
+            folder, n_written = self.write_weights(model, step)
+            for r in self.rpc(LOAD_METHOD, [str(folder)], self.request_timeout):
+                if not isinstance(r, dict) or r.get("tensors") != n_written:
+                    raise RuntimeError(f"the vLLM server loaded {r!r} from {folder}, expected {n_written} tensors")
+            self.reset_prefix_cache()
+            if self.last_folder is not None and self.last_folder != folder:
+                shutil.rmtree(self.last_folder, ignore_errors=True)
+            self.last_folder = folder
+            metrics["time/weight_sync"] = time.perf_counter() - t0
+        self.barrier()  # no rank samples before the server holds the new weights
+        return metrics
+
+    def write_weights(self, model, step: int) -> tuple[Path, int]:
+        """Write the policy to ``{sync_dir}/step-N/model.safetensors`` (atomically: temp name, then rename);
+        returns the folder and the number of tensors written."""
+        from safetensors.torch import save_file
+
+        folder = (self.sync_dir / f"step-{step:06d}").resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        weights, seen = {}, set()
+        for name, t in policy_weights(model).items():
+            key = (t.data_ptr(), tuple(t.shape))
+            if key in seen:  # tied weights (lm_head = embed_tokens): vLLM skips the alias
+                continue
+            seen.add(key)
+            if self.dtype is not None and t.is_floating_point():
+                t = t.to(self.dtype)  # the server casts anyway; this halves the bytes of fp32 masters
+            weights[name] = t.contiguous().cpu()
+        tmp = folder / "model.safetensors.partial"
+        save_file(weights, str(tmp))
+        os.replace(tmp, folder / "model.safetensors")
+        return folder, len(weights)
+
+    def reset_prefix_cache(self) -> None:
+        # vLLM 0.33 answers {"success": false} while blocks are still held (serve/dev/cache/api_router.py): retry
+        for _ in range(10):
+            a = self.call("POST", f"{self.url}/reset_prefix_cache", None, 60.0)
+            if a.status != 200:
+                raise RuntimeError(f"the vLLM server at {self.url} failed /reset_prefix_cache (HTTP {a.status}: {a.message})")
+            if not isinstance(a.body, dict) or a.body.get("success", True):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the vLLM server at {self.url} kept refusing to reset its prefix cache (blocks still in use)")
+
+    def close(self) -> None:
+        pass
+
+
+def make_server_engine(tr) -> VLLMServer:
+    """The ``rollout.backend=vllm_server`` engine for a trainer; pushes the trainer's weights once."""
+    r = tr.cfg.rollout
+    if tr.dist.fsdp:
+        raise ConfigError("rollout.backend=vllm_server does not support train.fsdp=true yet (weights are not gathered for sync); "
+                          "use data parallelism without FSDP or rollout.backend=hf")
+    sync_dir = Path(r.vllm_sync_dir) / tr.run_dir.name if r.vllm_sync_dir else tr.run_dir / "vllm-weights"
+    engine = VLLMServer(r.vllm_url, tr.params, sync_dir, startup_timeout=r.vllm_startup_timeout,
+                        request_timeout=r.vllm_request_timeout, is_main=tr.dist.is_main, barrier=tr.dist.barrier)
+    engine.after_update(tr.model, tr.step)
+    return engine

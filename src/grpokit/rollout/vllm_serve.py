@@ -1,0 +1,110 @@
+"""``grpokit vllm-serve MODEL [vllm serve options]``: stock vLLM's OpenAI server, ready for weight sync.
+
+It runs vLLM's own ``vllm serve`` (``python -m vllm.entrypoints.cli.main serve``, with this Python)
+and adds what ``rollout.backend=vllm_server`` needs (protocol: rollout/vllm_client.py):
+
+* ``VLLM_SERVER_DEV_MODE=1``: vLLM then serves its development endpoints, of which grpokit uses
+  ``/collective_rpc`` and ``/reset_prefix_cache``. They have no authentication (``--api-key`` only
+  guards ``/v1/...`` paths), so the port must only be reachable from the trainer's network;
+* ``--worker-extension-cls grpokit.rollout.vllm_worker.WeightSyncExtension``: the methods the trainer
+  calls through ``/collective_rpc`` to load new weights from a shared folder;
+* ``--logprobs-mode processed_logprobs`` (unless given): logprobs of the distribution that sampled.
+
+Everything after MODEL goes to ``vllm serve`` unchanged (``--port``, ``--tensor-parallel-size``, ...).
+The vLLM versions whose source this was checked against are ``VLLM_RANGE``; grpokit must be installed
+in the server's environment too (the workers import the extension).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+from ..config import ConfigError
+from .vllm_worker import EXTENSION
+
+VLLM_RANGE = ">=0.10.2,<0.34"
+"""vLLM versions the protocol was read from (0.10.2 added /collective_rpc; 0.33.0 is the newest read)."""
+INSTALL = f"pip install 'grpokit[vllm]' (vllm{VLLM_RANGE}; vLLM serves on a CUDA GPU)"
+
+DESCRIPTION = f"""\
+Start vLLM's OpenAI-compatible server for rollout.backend=vllm_server: runs `vllm serve MODEL ...`
+with VLLM_SERVER_DEV_MODE=1, --worker-extension-cls {EXTENSION}
+and --logprobs-mode processed_logprobs. Options after MODEL go to `vllm serve` unchanged
+(see `vllm serve --help`). Needs vLLM: {INSTALL}.
+
+The development endpoints it enables have no authentication: expose the port only to the trainer.
+The trainer connects with rollout.backend=vllm_server rollout.vllm_url=http://HOST:PORT and writes
+weights to a folder this server must read at the same path (rollout.vllm_sync_dir; docs/SCALING.md)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpokit vllm-serve", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                usage="grpokit vllm-serve [--dry-run] MODEL [vllm serve options ...]")
+    p.add_argument("--dry-run", action="store_true", help="print the command and environment instead of running them")
+    p.add_argument("model", metavar="MODEL", help="Hugging Face id or local folder of the model (the trainer's model.name_or_path); "
+                   "every option after it goes to `vllm serve` unchanged")
+    return p
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(grpokit's part: its options and MODEL, vLLM's part): everything after MODEL is vLLM's."""
+    for i, a in enumerate(argv):
+        if not a.startswith("-"):
+            return argv[:i + 1], argv[i + 1:]
+    return argv, []
+
+
+def has_option(args: list[str], name: str) -> bool:
+    return any(a == name or a.startswith(name + "=") for a in args)
+
+
+def build_command(model: str, vllm_args: list[str], python: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The ``vllm serve`` command line (run by ``python``, default this interpreter) and the environment it needs."""
+    if has_option(vllm_args, "--worker-extension-cls"):
+        raise ConfigError(f"grpokit vllm-serve sets --worker-extension-cls to {EXTENSION} itself; "
+                          "drop the option (or run `vllm serve` yourself with a class that inherits from it)")
+    cmd = [python or sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, *vllm_args, "--worker-extension-cls", EXTENSION]
+    if not has_option(vllm_args, "--logprobs-mode"):
+        cmd += ["--logprobs-mode", "processed_logprobs"]
+    return cmd, {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def installed_vllm() -> str | None:
+    """The installed vLLM's version, or None; the package is not imported (that takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_note(version: str) -> str | None:
+    """A warning when ``version`` is outside ``VLLM_RANGE`` (it may still work, but was not read)."""
+    from packaging.specifiers import SpecifierSet
+
+    if version in SpecifierSet(VLLM_RANGE, prereleases=True):
+        return None
+    return f"grpokit vllm-serve: warning: vLLM {version} is outside the checked range {VLLM_RANGE}; weight sync may not work"
+
+
+def main(argv: list[str]) -> int:
+    ours, theirs = split_argv(argv)
+    args = parser().parse_args(ours)
+    cmd, env = build_command(args.model, theirs)
+    if args.dry_run:
+        print(" ".join(f"{k}={v}" for k, v in env.items()), shlex.join(cmd))
+        return 0
+    version = installed_vllm()
+    if version is None:
+        raise ConfigError(f"grpokit vllm-serve needs vLLM, which is not installed in this environment: {INSTALL}")
+    note = version_note(version)
+    if note:
+        print(note, file=sys.stderr)
+    print(f"grpokit vllm-serve: running VLLM_SERVER_DEV_MODE=1 {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    os.execve(cmd[0], cmd, {**os.environ, **env})  # replaced by vLLM: its signals and exit status are the user's
+    return 0  # not reached
