@@ -41,9 +41,9 @@ class _Accelerator:
 def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
              epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
              bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
-             metrics: dict | None = None) -> torch.Tensor:
+             delta: float | None = None, metrics: dict | None = None) -> torch.Tensor:
     """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors.
-    ``metrics``: a dict that receives TRL's logged metrics (e.g. ``kl``)."""
+    ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...)."""
     from trl import GRPOTrainer
 
     N, T = logp_NT.shape
@@ -56,7 +56,7 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
         max_completion_length=max_completion_length or T, accelerator=_Accelerator(),
         entropy_coef=entropy_coef, use_adaptive_entropy=False, _entropy_bonus_enabled=entropy_coef != 0.0,
         _metrics=defaultdict(lambda: defaultdict(list)),
-        args=SimpleNamespace(use_bias_correction_kl=bias_correction, delta=None, steps_per_generation=1),
+        args=SimpleNamespace(use_bias_correction_kl=bias_correction, delta=delta, steps_per_generation=1),
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, entropy_NT, None),
     )
     inputs = {
@@ -74,11 +74,14 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
 def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
                  epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
                  bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
-                 metrics: dict | None = None) -> torch.Tensor:
+                 delta: float | None = None, metrics: dict | None = None) -> torch.Tensor:
     from grpokit.loss import policy_loss
+
+    # TRL's delta caps the ratio; with delta > 1 + epsilon_high that is dual-clip PPO's bound for A < 0
 
     loss, m = policy_loss(logp_NT, old_logp_NT, advantages_N, mask_NT, clip_low=epsilon_low, clip_high=epsilon_high,
                           ref_logp_NT=ref_logp_NT, beta=beta, kl_estimator="k3", kl_bias_correction=bias_correction,
+                          dual_clip=delta,
                           ratio_level=level, aggregation=TRL_TO_GRPOKIT[loss_type],
                           norm_constant=float(max_completion_length or logp_NT.shape[1]),
                           entropy_NT=entropy_NT, entropy_coef=entropy_coef, entropy_aggregation="token-mean")

@@ -83,3 +83,23 @@ def test_entropy_bonus_token_mean_equals_trl(loss_type):
     assert torch.allclose(res[0][0], res[1][0], atol=1e-7, rtol=1e-6)
     assert torch.allclose(res[0][1], res[1][1], atol=1e-7, rtol=1e-6)
     assert torch.allclose(res[0][2], res[1][2], atol=1e-8) and res[0][2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_trl_delta_equals_dual_clip(loss_type):
+    # TRL's two-sided clipping caps the ratio at delta; for delta > 1 + epsilon_high that is exactly
+    # dual-clip PPO's bound delta * A for A < 0 (and changes nothing for A > 0). The advantages are
+    # negated so that most sequences have A < 0 and delta 1.3 binds on two tokens.
+    logp, old, ref, adv, mask = fixed_batch()
+    adv = -adv
+    assert ((torch.exp(logp - old) > 1.3) & (adv[:, None] < 0) & mask.bool()).sum() >= 2
+    res = {}
+    for name, fn, delta in (("ours", grpokit_loss, 1.3), ("trl", trl_loss, 1.3), ("plain", grpokit_loss, None)):
+        x = logp.clone().requires_grad_(True)
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
+                  delta=delta)
+        loss.backward()
+        res[name] = (loss, x.grad)
+    assert torch.allclose(res["ours"][0], res["trl"][0], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res["ours"][1], res["trl"][1], atol=1e-7, rtol=1e-6)
+    assert not torch.allclose(res["ours"][0], res["plain"][0], atol=1e-5)
