@@ -57,6 +57,28 @@ def _ragged(seed, P=4, G=3, T=9):
     return rewards, lengths, mask
 
 
+# ---------------------------------------------------------------- group advantages
+
+
+def test_group_scales_equal_the_anchors_formulas():
+    # TRL: (r - group mean) / (std + 1e-4), std unbiased over the group ("group") or the batch ("batch"),
+    # none: no division. verl grpo: eps 1e-6 (torch.std, unbiased); rloo: r * n/(n-1) - mean * n/(n-1)
+    r, _, _ = _ragged(5)
+    mean = r.mean(dim=1, keepdim=True)
+    expect = {
+        ("group", 1e-4): (r - mean) / (r.std(dim=1, keepdim=True) + 1e-4),
+        ("batch", 1e-4): (r - mean) / (r.std() + 1e-4),
+        ("none", 1e-4): r - mean,
+        ("group", 1e-6): (r - mean) / (r.std(dim=1, keepdim=True) + 1e-6),
+    }
+    for (scale, eps), want in expect.items():
+        got, _ = group_advantages(r, scale=scale, eps=eps)
+        assert torch.allclose(got, want, atol=1e-6), (scale, eps)
+    n = r.shape[1]
+    got, _ = group_advantages(r, baseline="leave_one_out", scale="none")
+    assert torch.allclose(got, r * n / (n - 1) - mean * n / (n - 1), atol=1e-6)
+
+
 # ---------------------------------------------------------------- REINFORCE++-baseline
 
 
@@ -185,3 +207,25 @@ def test_trainer_passes_lengths_estimator_and_clamp(tiny_model_dir, tmp_path, mo
     assert seen["scale"] == "token_whiten" and seen["kl_args"] == ("k3", 10.0)
     assert seen["lengths"].shape == (2, 4) and seen["lengths"].mean().item() == pytest.approx(m["completions/mean_length"])
     assert m["kl"] >= 0  # k3 summed over tokens is never negative
+
+
+def test_defaults_table_in_the_docs_matches_the_code():
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from grpokit.config import AlgoConfig
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "ALGORITHMS.md").read_text()
+    section = doc.split("## Defaults", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `algo\.(\w+)` \| `([^`]*)` \|", section, flags=re.M))
+    defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
+    assert len(rows) >= 20 and set(rows) <= set(defaults)
+    for name, text in rows.items():
+        value = defaults[name]
+        if isinstance(value, bool):
+            assert text == str(value).lower(), name
+        elif isinstance(value, (int, float)):
+            assert float(text) == value, name
+        else:
+            assert text == value, name
