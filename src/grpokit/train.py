@@ -178,9 +178,9 @@ class Trainer:
             advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
         else:
             rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
-            lengths_all = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu())  # token_whiten weights
+            lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
             adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
-                                                   eps=a.adv_eps, lengths_PG=lengths_all.view(-1, G))
+                                                   eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
             advantages = self.dist.local_rows(adv_PG).flatten()
         if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
             advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
