@@ -98,7 +98,7 @@ def step_bench(model_dir: Path, a) -> dict:
     if p.returncode != 0:
         raise RuntimeError(f"compare_trl failed ({p.returncode})")
     data = json.loads(out.read_text())
-    data["loss_equality"] = [l for l in p.stdout.splitlines() if l.split(" ")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
+    data["loss_equality"] = [l for l in p.stdout.splitlines() if l.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
     return data
 
 

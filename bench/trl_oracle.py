@@ -6,6 +6,10 @@ object that carries only the attributes the method reads, and whose
 arithmetic (ratio, clipping, k3 KL, aggregation) runs unchanged on exactly our tensors, and
 grpokit's ``policy_loss`` must produce the same number.
 
+Both KL settings: ``bias_correction`` is TRL's ``use_bias_correction_kl`` (its default, True) and
+grpokit's ``algo.kl_bias_correction``. ``entropy_NT`` with ``entropy_coef`` turns on TRL's entropy
+bonus, a plain token mean, which grpokit computes with ``entropy_aggregation="token-mean"``.
+
 Aggregation names (TRL ``loss_type`` -> grpokit ``aggregation``):
   grpo -> seq-mean-token-mean, bnpo/dapo -> token-mean, dr_grpo -> seq-mean-token-sum-norm.
 """
@@ -35,21 +39,26 @@ class _Accelerator:
 
 
 def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
-             epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None) -> torch.Tensor:
-    """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors."""
+             epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
+             bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
+             delta: float | None = None, metrics: dict | None = None) -> torch.Tensor:
+    """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors.
+    ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...)."""
     from trl import GRPOTrainer
 
     N, T = logp_NT.shape
     dev = logp_NT.device
+    entropy_NT = torch.ones_like(logp_NT) if entropy_NT is None else entropy_NT
     fake = SimpleNamespace(
         aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
-        importance_sampling_level="token", beta=beta, loss_type=loss_type, epsilon_low=epsilon_low,
+        importance_sampling_level=level, beta=beta, loss_type=loss_type, epsilon_low=epsilon_low,
         epsilon_high=epsilon_high, use_vllm=False, vllm_importance_sampling_correction=False,
         model=SimpleNamespace(training=False), current_gradient_accumulation_steps=1,
         max_completion_length=max_completion_length or T, accelerator=_Accelerator(),
-        _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, torch.ones_like(logp_NT), None),
+        entropy_coef=entropy_coef, use_adaptive_entropy=False, _entropy_bonus_enabled=entropy_coef != 0.0,
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        args=SimpleNamespace(use_bias_correction_kl=bias_correction, delta=delta, steps_per_generation=1),
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, entropy_NT, None),
     )
     inputs = {
         "prompt_ids": torch.zeros((N, 1), dtype=torch.long, device=dev), "prompt_mask": torch.ones((N, 1), dtype=torch.long, device=dev),
@@ -57,16 +66,28 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
         "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "ref_per_token_logps": ref_logp_NT,
         "num_items_in_batch": mask_NT.sum(),
     }
-    return GRPOTrainer._compute_loss(fake, None, inputs)
+    loss = GRPOTrainer._compute_loss(fake, None, inputs)
+    if metrics is not None:
+        metrics.update({k: v[-1] for k, v in fake._metrics["eval"].items()})
+    return loss
 
 
 def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
-                 epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None) -> torch.Tensor:
+                 epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
+                 bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
+                 delta: float | None = None, metrics: dict | None = None) -> torch.Tensor:
     from grpokit.loss import policy_loss
 
-    loss, _ = policy_loss(logp_NT, old_logp_NT, advantages_N, mask_NT, clip_low=epsilon_low, clip_high=epsilon_high,
-                          ref_logp_NT=ref_logp_NT, beta=beta, kl_estimator="k3", aggregation=TRL_TO_GRPOKIT[loss_type],
-                          norm_constant=float(max_completion_length or logp_NT.shape[1]))
+    # TRL's delta caps the ratio; with delta > 1 + epsilon_high that is dual-clip PPO's bound for A < 0
+
+    loss, m = policy_loss(logp_NT, old_logp_NT, advantages_N, mask_NT, clip_low=epsilon_low, clip_high=epsilon_high,
+                          ref_logp_NT=ref_logp_NT, beta=beta, kl_estimator="k3", kl_bias_correction=bias_correction,
+                          dual_clip=delta,
+                          ratio_level=level, aggregation=TRL_TO_GRPOKIT[loss_type],
+                          norm_constant=float(max_completion_length or logp_NT.shape[1]),
+                          entropy_NT=entropy_NT, entropy_coef=entropy_coef, entropy_aggregation="token-mean")
+    if metrics is not None:
+        metrics.update(m)
     return loss
 
 
@@ -83,15 +104,17 @@ def fixed_batch(N: int = 6, T: int = 7, seed: int = 0):
 
 
 def check_all(beta: float = 0.04, device: str = "cpu") -> dict[str, tuple[float, float]]:
-    """``{loss_type: (trl, grpokit)}`` on the fixed batch (on ``device``), for every mapped loss type."""
+    """``{loss_type/bias_correction: (trl, grpokit)}`` on the fixed batch (on ``device``), for every
+    mapped loss type and both KL settings."""
     out = {}
     for lt in TRL_TO_GRPOKIT:
-        args = [t.to(device) for t in fixed_batch()]
-        out[lt] = (float(trl_loss(*args, loss_type=lt, beta=beta, max_completion_length=9)),
-                   float(grpokit_loss(*args, loss_type=lt, beta=beta, max_completion_length=9)))
+        for bc in (False, True):
+            args = [t.to(device) for t in fixed_batch()]
+            kw = dict(loss_type=lt, beta=beta, max_completion_length=9, bias_correction=bc)
+            out[f"{lt}/bc={bc}"] = (float(trl_loss(*args, **kw)), float(grpokit_loss(*args, **kw)))
     return out
 
 
 if __name__ == "__main__":
     for lt, (a, b) in check_all().items():
-        print(f"{lt:8s} trl={a:.8f} grpokit={b:.8f} diff={abs(a - b):.2e}")
+        print(f"{lt:14s} trl={a:.8f} grpokit={b:.8f} diff={abs(a - b):.2e}")

@@ -1,6 +1,7 @@
 """Advantages: hand-worked cases (arithmetic in comments) and properties."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,20 +51,70 @@ def test_batch_std_scale_keeps_group_mean():
     assert adv.flatten().tolist() == pytest.approx([0.45883, -0.45883, 0.91766, -0.91766], abs=1e-4)
 
 
-def test_reinforce_pp_baseline_whitens_centred_rewards():
+def test_batch_whiten_whitens_centred_rewards_per_completion():
     # centred [0.5, -0.5, 1, -1]: mean 0, population std sqrt((.25+.25+1+1)/4) = sqrt(0.625) = 0.79057
-    # -> 0.63246, -0.63246, 1.26491, -1.26491
+    # -> 0.63246, -0.63246, 1.26491, -1.26491 (lengths play no part)
     r = torch.tensor([[1.0, 0.0], [3.0, 1.0]])
-    b, s = ESTIMATORS["reinforce_pp_baseline"]
-    adv, _ = group_advantages(r, baseline=b, scale=s, std="population", eps=1e-8)
+    adv, _ = group_advantages(r, scale="batch_whiten", std="population", eps=1e-8)
     assert adv.flatten().tolist() == pytest.approx([0.63246, -0.63246, 1.26491, -1.26491], abs=1e-4)
+
+
+def test_reinforce_pp_baseline_whitens_over_tokens_hand_worked():
+    # centred c = [0.5, -0.5, 1, -1] with lengths L = [1, 3, 2, 2] (8 tokens)
+    # token mean mu = (0.5*1 - 0.5*3 + 1*2 - 1*2) / 8 = -1/8 = -0.125
+    # c - mu = [0.625, -0.375, 1.125, -0.875]; squares .390625, .140625, 1.265625, .765625
+    # weighted sum .390625 + 3*.140625 + 2*1.265625 + 2*.765625 = 4.875; unbiased var 4.875 / 7 = 0.696429
+    # sqrt 0.834523 -> A = [0.74893, -0.44936, 1.34808, -1.04850] (eps 0)
+    r = torch.tensor([[1.0, 0.0], [3.0, 1.0]])
+    lengths = torch.tensor([[1, 3], [2, 2]])
+    b, s = ESTIMATORS["reinforce_pp_baseline"]
+    assert (b, s) == ("group_mean", "token_whiten")
+    adv, _ = group_advantages(r, baseline=b, scale=s, eps=0.0, lengths_PG=lengths)
+    assert adv.flatten().tolist() == pytest.approx([0.74893, -0.44936, 1.34808, -1.04850], abs=1e-4)
+    # a flat group [1, 1] with lengths [1, 5] adds 6 tokens of c = 0 to the statistics (as in verl):
+    # mu = -1/14 = -0.0714286; sum L (c - mu)^2 = sum L c^2 - n mu^2 = 5 - 14/196 = 4.928571;
+    # var = 4.928571 / 13 = 0.379121, sqrt 0.615728; the first completion: (0.5 + 0.0714286) / 0.615728 = 0.92805
+    r3 = torch.tensor([[1.0, 0.0], [3.0, 1.0], [1.0, 1.0]])
+    adv3, m = group_advantages(r3, scale="token_whiten", eps=0.0, lengths_PG=torch.tensor([[1, 3], [2, 2], [1, 5]]))
+    assert adv3[0, 0].item() == pytest.approx(0.92805, abs=1e-4)
+    assert torch.equal(adv3[2], torch.zeros(2)) and m["num_zero_std_groups"] == 1  # grpokit's flat-group rule
+
+
+def test_token_whiten_at_equal_lengths_differs_from_batch_whiten_by_the_divisors():
+    # equal lengths L: mu = 0 in both, var_tok = L sum c^2 / (N L - 1), var_seq = sum c^2 / (N - 1), so
+    # A_tok / A_seq = sqrt((N L - 1) / (L (N - 1))): N = 12, L = 50 -> sqrt(599 / 550) = 1.04360 (about 4%)
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0, 0.0], [0.2, 0.9, 0.4, 0.0, 0.7, 0.5]])
+    tok, _ = group_advantages(r, scale="token_whiten", eps=0.0, lengths_PG=torch.full((2, 6), 50))
+    seq, _ = group_advantages(r, scale="batch_whiten", eps=0.0)
+    assert torch.allclose(tok / seq, torch.full((2, 6), math.sqrt(599 / 550)), atol=1e-5)
+
+
+def test_token_whiten_needs_lengths():
+    with pytest.raises(ValueError, match="pass lengths_PG"):
+        group_advantages(torch.tensor([[1.0, 0.0]]), scale="token_whiten")
+    with pytest.raises(ValueError, match="shaped like the rewards"):
+        group_advantages(torch.tensor([[1.0, 0.0]]), scale="token_whiten", lengths_PG=torch.tensor([3, 4]))
+
+
+def test_worked_example_in_the_docs_at_the_default_eps_and_at_eps_0():
+    # ten completions, six correct: mean 0.6, unbiased std sqrt(0.24 * 10/9) = 0.516398
+    # defaults (unbiased, eps 1e-4): +0.4 / 0.516498 = +0.7744, -0.6 / 0.516498 = -1.1617
+    # eps 0: +0.4 / 0.516398 = +0.7746, -1.1619; population std sqrt(0.24) = 0.489898, eps 0: +0.8165, -1.2247
+    r = torch.tensor([[1.0] * 6 + [0.0] * 4])
+    cases = {"default": ({}, 0.7744, -1.1617), "eps0": ({"eps": 0.0}, 0.7746, -1.1619),
+             "population": ({"eps": 0.0, "std": "population"}, 0.8165, -1.2247)}
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "ALGORITHMS.md").read_text().replace("\u2212", "-")
+    for kw, good, bad in cases.values():
+        adv, _ = group_advantages(r, **kw)
+        assert adv[0, 0].item() == pytest.approx(good, abs=5e-5) and adv[0, -1].item() == pytest.approx(bad, abs=5e-5)
+        assert f"+{good:.4f}" in doc and f"{bad:.4f}" in doc  # the docs quote these numbers
 
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
 def test_equal_rewards_give_exact_zero_and_are_counted(estimator):
     b, s = ESTIMATORS[estimator]
     r = torch.tensor([[0.7, 0.7, 0.7], [1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
-    adv, m = group_advantages(r, baseline=b, scale=s)
+    adv, m = group_advantages(r, baseline=b, scale=s, lengths_PG=torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]]))
     assert torch.equal(adv[0], torch.zeros(3)) and torch.equal(adv[2], torch.zeros(3))
     assert adv[1].abs().sum() > 0
     assert m["num_zero_std_groups"] == 2 and m["frac_reward_zero_std"] == pytest.approx(2 / 3)

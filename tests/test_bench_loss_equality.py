@@ -2,7 +2,9 @@
 
 The batch (bench/trl_oracle.fixed_batch) has ragged lengths, ratios both inside and outside
 [0.8, 1.2] and advantages of both signs, so clipping, the k3 KL term (beta = 0.04) and each
-aggregation are all exercised. Skipped when trl is not installed.
+aggregation are all exercised, with TRL's KL bias correction (``use_bias_correction_kl``, its
+default) off and on, at token and sequence level, and with TRL's entropy bonus (a token mean).
+Skipped when trl is not installed.
 """
 
 import sys
@@ -22,15 +24,82 @@ def test_fixed_batch_exercises_clipping():
     assert (ratio < 0.8).any() and (ratio > 1.2).any() and (adv > 0).any() and (adv < 0).any()
 
 
+def _both(loss_type, beta, **kw):
+    """(grpokit, TRL): losses, gradients wrt logp and logged metrics on the fixed batch."""
+    logp, old, ref, adv, mask = fixed_batch()
+    out = []
+    for fn in (grpokit_loss, trl_loss):
+        x, metrics = logp.clone().requires_grad_(True), {}
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=9, metrics=metrics, **kw)
+        loss.backward()
+        out.append((loss, x.grad, metrics))
+    return out
+
+
 @pytest.mark.parametrize("loss_type", sorted(TRL_TO_GRPOKIT))
 @pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_loss_and_gradient_equal_trl(loss_type, beta):
-    logp, old, ref, adv, mask = fixed_batch()
-    a = logp.clone().requires_grad_(True)
-    b = logp.clone().requires_grad_(True)
-    ours = grpokit_loss(a, old, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=9)
-    theirs = trl_loss(b, old, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=9)
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_loss_and_gradient_equal_trl(loss_type, beta, bias_correction):
+    (ours, g_ours, m_ours), (theirs, g_theirs, m_theirs) = _both(loss_type, beta, bias_correction=bias_correction)
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
-    ours.backward()
-    theirs.backward()
-    assert torch.allclose(a.grad, b.grad, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    if beta:  # the logged KL is the (weighted) estimate both sides penalise
+        assert m_ours["kl"] == pytest.approx(m_theirs["kl"], rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_sequence_level_ratio_equals_trl(loss_type, bias_correction):
+    (ours, g_ours, _), (theirs, g_theirs, _) = _both(loss_type, 0.04, bias_correction=bias_correction, level="sequence")
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+
+
+def test_bias_correction_changes_the_gradient_even_on_policy():
+    # TRL's default differs from the plain k3 gradient when old == logp: both sides agree on how much
+    logp, _, ref, adv, mask = fixed_batch()
+    grads = {}
+    for bc in (False, True):
+        for fn in (grpokit_loss, trl_loss):
+            x = logp.clone().requires_grad_(True)
+            fn(x, logp, ref, adv, mask, loss_type="dapo", beta=0.04, bias_correction=bc).backward()
+            grads[(fn.__name__, bc)] = x.grad
+    assert torch.allclose(grads[("grpokit_loss", True)], grads[("trl_loss", True)], atol=1e-8)
+    assert torch.allclose(grads[("grpokit_loss", False)], grads[("trl_loss", False)], atol=1e-8)
+    assert (grads[("grpokit_loss", True)] - grads[("grpokit_loss", False)]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("loss_type", sorted(TRL_TO_GRPOKIT))
+def test_entropy_bonus_token_mean_equals_trl(loss_type):
+    logp, old, ref, adv, mask = fixed_batch()
+    ent = torch.rand(logp.shape, generator=torch.Generator().manual_seed(5)) * 2
+    res = []
+    for fn in (grpokit_loss, trl_loss):
+        x, e = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
+                  entropy_NT=e, entropy_coef=0.01)
+        loss.backward()
+        res.append((loss, x.grad, e.grad))
+    assert torch.allclose(res[0][0], res[1][0], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res[0][1], res[1][1], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res[0][2], res[1][2], atol=1e-8) and res[0][2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_trl_delta_equals_dual_clip(loss_type):
+    # TRL's two-sided clipping caps the ratio at delta; for delta > 1 + epsilon_high that is exactly
+    # dual-clip PPO's bound delta * A for A < 0 (and changes nothing for A > 0). The advantages are
+    # negated so that most sequences have A < 0 and delta 1.3 binds on two tokens.
+    logp, old, ref, adv, mask = fixed_batch()
+    adv = -adv
+    assert ((torch.exp(logp - old) > 1.3) & (adv[:, None] < 0) & mask.bool()).sum() >= 2
+    res = {}
+    for name, fn, delta in (("ours", grpokit_loss, 1.3), ("trl", trl_loss, 1.3), ("plain", grpokit_loss, None)):
+        x = logp.clone().requires_grad_(True)
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
+                  delta=delta)
+        loss.backward()
+        res[name] = (loss, x.grad)
+    assert torch.allclose(res["ours"][0], res["trl"][0], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res["ours"][1], res["trl"][1], atol=1e-7, rtol=1e-6)
+    assert not torch.allclose(res["ours"][0], res["plain"][0], atol=1e-5)

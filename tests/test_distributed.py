@@ -65,7 +65,7 @@ def _worker(rank, world, init_file, model_dir, out, result_file, over):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [{}, {"model.lora_rank": 4}])
+@pytest.mark.parametrize("extra", [{}, {"model.lora_rank": 4}, {"algo.scale": "token_whiten"}])
 def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path, extra):
     over = {**OVER, **extra}
     result = tmp_path / "rank0.pt"

@@ -199,3 +199,86 @@ def test_per_token_advantages_accepted():
     loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), aggregation="token-mean")
     loss.backward()
     assert loss.item() == pytest.approx(0.0) and logp.grad.tolist() == [[-0.5, 0.5]]
+
+
+def test_kl_clamp_bounds_the_estimate_and_stops_its_gradient():
+    # d = ref - logp = 3: k3 = e^3 - 3 - 1 = 16.0855 -> clamped at 10 (verl's bound), no gradient
+    # d = -0.693147: k3 = 0.193147 stays; k1 = -d: d = 3 gives -3 -> clamped at -2 with clamp 2
+    logp = torch.tensor([0.0, 0.0], requires_grad=True)
+    ref = torch.tensor([3.0, math.log(0.5)])
+    k3 = kl_estimate(logp, ref, "k3", clamp=10.0)
+    assert k3.tolist() == pytest.approx([10.0, 0.193147], abs=1e-5)
+    k3.sum().backward()
+    assert logp.grad[0].item() == 0.0 and logp.grad[1].item() == pytest.approx(1 - 0.5)  # dk3/dlogp = 1 - e^d
+    assert kl_estimate(torch.zeros(1), torch.tensor([3.0]), "k1", clamp=2.0).item() == -2.0
+    assert kl_estimate(torch.zeros(1), torch.tensor([3.0]), "k3").item() == pytest.approx(16.0855, abs=1e-4)
+    with pytest.raises(ValueError, match="clamp must be > 0"):
+        kl_estimate(torch.zeros(1), torch.zeros(1), "k3", clamp=0.0)
+
+
+def test_kl_bias_correction_changes_the_gradient_on_policy():
+    # one token, A = 0, on-policy (ratio 1), pi = 0.5, pi_ref = 0.25: d = ref - logp = -0.693147, e^d = 0.5
+    # the value is beta * k3 = 0.04 * 0.193147 either way
+    # plain k3: d/dlogp (beta k3) = beta (1 - e^d) = 0.04 * 0.5 = 0.02
+    # corrected: d/dlogp (beta rho k3) = beta (k3 + 1 - e^d) = -beta d = 0.04 * 0.693147 = 0.0277259
+    # (the gradient of beta * k1: the unbiased reverse-KL gradient); the difference is 7.7e-3
+    ref = torch.tensor([[math.log(0.25)]])
+    out = {}
+    for corrected in (False, True):
+        logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+        loss, m = policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 1), ref_logp_NT=ref, beta=0.04,
+                              kl_bias_correction=corrected)
+        loss.backward()
+        out[corrected] = (loss.item(), logp.grad.item(), m["kl"])
+    assert out[False][0] == pytest.approx(0.04 * 0.193147, abs=1e-7) and out[True][0] == pytest.approx(out[False][0])
+    assert out[False][1] == pytest.approx(0.02, abs=1e-7) and out[True][1] == pytest.approx(0.0277259, abs=1e-7)
+    # off-policy the value is weighted too: ratio 2 -> beta * 2 * k3; the kl metric reports the weighted k3
+    logp = torch.tensor([[math.log(0.5)]])
+    loss, m = policy_loss(logp, logp - math.log(2.0), torch.zeros(1), torch.ones(1, 1), ref_logp_NT=ref, beta=0.04,
+                          kl_bias_correction=True)
+    assert loss.item() == pytest.approx(0.04 * 2 * 0.193147, abs=1e-6) and m["kl"] == pytest.approx(2 * 0.193147, abs=1e-5)
+
+
+def test_kl_bias_correction_sequence_level_uses_the_sequence_weight():
+    # one sequence, two tokens with log-ratios 0.2 and 0.0: weight exp(0.1) = 1.105171 on both tokens
+    # d = ref - logp = -0.693147 on both: k3 = 0.193147; A = 0, seq-mean-token-mean, beta 1:
+    # loss = 1.105171 * 0.193147 = 0.213463
+    logp = torch.tensor([[0.2, 0.0]])
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2), ref_logp_NT=logp + math.log(0.5),
+                          beta=1.0, kl_bias_correction=True, ratio_level="sequence")
+    assert loss.item() == pytest.approx(0.213463, abs=1e-5)
+
+
+def test_entropy_bonus_aggregation_modes_hand_worked():
+    # ratio 1, A = 0, entropy [[1, 2, (pad)], [3, (pad), (pad)]], coef 0.1, aggregation seq-mean-token-mean
+    # "loss" (verl): -0.1 * ((1 + 2)/2 + 3/1) / 2 = -0.225 ; "token-mean" (TRL): -0.1 * (1 + 2 + 3)/3 = -0.2
+    logp = torch.zeros(2, 3)
+    ent = torch.tensor([[1.0, 2.0, 50.0], [3.0, 50.0, 50.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    kw = dict(entropy_NT=ent, entropy_coef=0.1)
+    assert policy_loss(logp, logp, torch.zeros(2), mask, **kw)[0].item() == pytest.approx(-0.225)
+    assert policy_loss(logp, logp, torch.zeros(2), mask, entropy_aggregation="token-mean", **kw)[0].item() == pytest.approx(-0.2)
+    with pytest.raises(ValueError, match="valid: loss, token-mean"):
+        policy_loss(logp, logp, torch.zeros(2), mask, entropy_aggregation="sum", **kw)
+
+
+@pytest.mark.parametrize("entropy_aggregation", ["loss", "token-mean"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_micro_batches_accumulate_with_kl_correction_clamp_and_entropy(entropy_aggregation, level):
+    logp, old, ref, adv, mask = _batch()
+    ent = torch.rand(6, 5, generator=torch.Generator().manual_seed(1)) * 3
+    kw = dict(beta=0.05, aggregation="seq-mean-token-mean", ratio_level=level, num_sequences=6,
+              num_tokens=mask.sum().item(), kl_bias_correction=True, kl_clamp=0.03, entropy_coef=0.01,
+              entropy_aggregation=entropy_aggregation)
+    full, full_ent = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
+    loss_full, _ = policy_loss(full, old, adv, mask, ref_logp_NT=ref, entropy_NT=full_ent, **kw)
+    loss_full.backward()
+    micro, micro_ent = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
+    total = 0.0
+    for idx in (slice(0, 2), slice(2, 5), slice(5, 6)):
+        part, _ = policy_loss(micro[idx], old[idx], adv[idx], mask[idx], ref_logp_NT=ref[idx], entropy_NT=micro_ent[idx], **kw)
+        part.backward()
+        total += part.item()
+    assert total == pytest.approx(loss_full.item(), abs=1e-6)
+    assert torch.allclose(micro.grad, full.grad, atol=1e-6) and torch.allclose(micro_ent.grad, full_ent.grad, atol=1e-7)
+    assert (kl_estimate(logp, ref, "k3")[mask.bool()] > 0.03).any()  # the clamp binds somewhere in this batch

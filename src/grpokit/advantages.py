@@ -8,7 +8,9 @@ choices, which are named modes of ``group_advantages``:
   of the other G-1 rewards (RLOO, Ahmadian et al. 2024);
 * the *scale* the centred reward is divided by: the group's std (GRPO), the batch's std (TRL's
   ``scale_rewards="batch"``), nothing (Dr. GRPO, Liu et al. 2025), or a whitening of the centred
-  rewards over the whole batch (REINFORCE++-baseline, Hu et al. 2025).
+  rewards over the whole batch (REINFORCE++-baseline, Hu et al. 2025): over the batch's tokens, each
+  completion weighted by its length, as verl computes it (``token_whiten``), or over its completions,
+  each weighing one (``batch_whiten``).
 
 Flat groups. A group whose rewards are all equal carries no signal: its advantages are exactly zero.
 Rewards that differ only by floating-point noise (e.g. 0.1 + 0.2 vs 0.3) must not be divided by a
@@ -27,12 +29,14 @@ from typing import Literal
 
 import torch
 
+from .loss import kl_estimate
+
 Baseline = Literal["group_mean", "leave_one_out"]
-Scale = Literal["group", "batch", "none", "batch_whiten"]
+Scale = Literal["group", "batch", "none", "batch_whiten", "token_whiten"]
 StdKind = Literal["unbiased", "population"]
 
 BASELINES: tuple[str, ...] = ("group_mean", "leave_one_out")
-SCALES: tuple[str, ...] = ("group", "batch", "none", "batch_whiten")
+SCALES: tuple[str, ...] = ("group", "batch", "none", "batch_whiten", "token_whiten")
 STD_KINDS: tuple[str, ...] = ("unbiased", "population")
 
 # Named estimators: each is a (baseline, scale) pair of the same function.
@@ -40,7 +44,7 @@ ESTIMATORS: dict[str, tuple[str, str]] = {
     "grpo": ("group_mean", "group"),  # DeepSeekMath: (r - mean) / std
     "dr_grpo": ("group_mean", "none"),  # Dr. GRPO: drop the std, keep the mean
     "rloo": ("leave_one_out", "none"),  # RLOO: r_i - mean of the other G-1
-    "reinforce_pp_baseline": ("group_mean", "batch_whiten"),  # REINFORCE++-baseline
+    "reinforce_pp_baseline": ("group_mean", "token_whiten"),  # REINFORCE++-baseline, as verl computes it
 }
 
 
@@ -77,6 +81,7 @@ def group_advantages(
     std: StdKind = "unbiased",
     eps: float = 1e-4,
     flat_rtol: float = 1e-6,
+    lengths_PG: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-completion advantages from a group's rewards.
 
@@ -86,13 +91,18 @@ def group_advantages(
             ``(sum_j r_j - r_i) / (G - 1)`` (RLOO), which equals ``G/(G-1) * (r_i - mean)``.
         scale: divide the centred rewards ``c`` by ``std_group(r) + eps`` (``"group"``, GRPO),
             by ``std_batch(r) + eps`` over all P*G rewards (``"batch"``), not at all (``"none"``,
-            Dr. GRPO), or whiten them over the batch, ``(c - mean(c)) / (std(c) + eps)``
-            (``"batch_whiten"``, REINFORCE++-baseline).
-        std: ``"unbiased"`` (Bessel, divides by G-1; TRL and verl) or ``"population"``
-            (divides by G; the textbook worked examples).
-        eps: added to the std in the denominator.
+            Dr. GRPO), or whiten them over the batch (REINFORCE++-baseline): over the batch's
+            tokens, ``(c - mu) / sqrt(var + eps)`` with ``mu`` and ``var`` weighted by the
+            completion lengths ``L`` (``"token_whiten"``, verl's ``reinforce_plus_plus_baseline``;
+            see ``token_whiten``), or over its completions, ``(c - mean(c)) / (std(c) + eps)``, every
+            completion weighing one (``"batch_whiten"``).
+        std: ``"unbiased"`` (Bessel, divides by G-1, or by sum(L)-1 for ``token_whiten``; TRL and
+            verl) or ``"population"`` (divides by G; the textbook worked examples).
+        eps: added to the std in the denominator (to the variance, inside the square root, for
+            ``token_whiten``, where verl puts it).
         flat_rtol: tolerance that decides a group is flat (all rewards equal); flat groups get
             exactly zero advantage.
+        lengths_PG: ``(P, G)`` completion lengths in tokens; needed by ``token_whiten`` only.
 
     Returns:
         ``(advantages_PG, metrics)`` with metrics ``frac_reward_zero_std``, ``num_zero_std_groups``
@@ -125,8 +135,12 @@ def group_advantages(
     elif scale == "batch":
         adv_PG = centred_PG / (_std(r, None, std) + eps)
     elif scale == "batch_whiten":
-        # REINFORCE++-baseline: group mean removed above, then whitened over the whole batch.
+        # group mean removed above, then whitened over the batch's completions (each weighs one)
         adv_PG = (centred_PG - centred_PG.mean()) / (_std(centred_PG, None, std) + eps)
+    elif scale == "token_whiten":
+        # flat groups enter the statistics with c = 0, as in verl, and are zeroed below (verl leaves
+        # them at -mu / sqrt(var + eps), a pure length effect)
+        adv_PG = token_whiten(centred_PG, _lengths(lengths_PG, rewards_PG.shape), std=std, eps=eps)
     else:
         adv_PG = centred_PG  # Dr. GRPO: mean-centred only, no std
     adv_PG = torch.where(flat_P[:, None], torch.zeros_like(adv_PG), adv_PG)
@@ -138,6 +152,35 @@ def group_advantages(
         **_stats("advantages", adv_PG),
     }
     return adv_PG, metrics
+
+
+def token_whiten(centred_PG: torch.Tensor, lengths_PG: torch.Tensor, *, std: StdKind = "unbiased",
+                 eps: float = 1e-8) -> torch.Tensor:
+    """REINFORCE++-baseline's batch whitening as verl computes it (``masked_whiten`` over the
+    response mask): every token of completion i carries ``c_i``, and the batch's tokens are whitened.
+
+    With ``L_i`` the length of completion i and ``n = sum_i L_i``:
+    ``mu = sum_i L_i c_i / n``, ``var = sum_i L_i (c_i - mu)^2 / (n - 1)`` (``"unbiased"``; ``/ n``
+    for ``"population"``; the divisor is clamped at 1), and ``A_i = (c_i - mu) / sqrt(var + eps)``.
+    Long completions weigh more in both statistics, so with varied lengths ``mu`` is not 0 and a
+    completion's advantage depends on the other completions' lengths. Returns ``(P, G)``.
+
+    The paper (Hu et al., 2025) writes the same thing: ``A_{q,o_t} = r - mean_group(r)``, then
+    ``(A - mean(A)) / std(A)`` over every ``A_{q,o_t}`` of the batch, one per token.
+    """
+    w = lengths_PG.to(centred_PG.dtype)
+    n = w.sum()
+    mu = (w * centred_PG).sum() / n.clamp(min=1)
+    var = (w * (centred_PG - mu) ** 2).sum() / (n - (1 if std == "unbiased" else 0)).clamp(min=1)
+    return (centred_PG - mu) / torch.sqrt(var + eps)  # verl: rsqrt(var + eps), eps inside the root
+
+
+def _lengths(lengths_PG: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
+    if lengths_PG is None:
+        raise ValueError("scale 'token_whiten' weights completions by their length; pass lengths_PG (P, G) token counts")
+    if tuple(lengths_PG.shape) != tuple(shape) or bool((lengths_PG < 0).any()):
+        raise ValueError(f"lengths_PG must be non-negative token counts shaped like the rewards {tuple(shape)}, got shape {tuple(lengths_PG.shape)}")
+    return lengths_PG
 
 
 def process_advantages(
@@ -223,12 +266,15 @@ def normalize_components(rewards_PGF: torch.Tensor, weights_F: torch.Tensor, *, 
 
 
 def kl_penalized_rewards(rewards_N: torch.Tensor, logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor,
-                         mask_NT: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+                         mask_NT: torch.Tensor, beta: float, estimator: str = "k1",
+                         clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """KL in the reward (PPO / REINFORCE++ style) instead of in the loss:
-    ``r_i <- r_i - beta * sum_t (logp - ref_logp)[i, t]`` (the k1 estimate of the sequence's KL).
+    ``r_i <- r_i - beta * sum_t KL_k[i, t]``, the per-token estimate ``estimator`` (k1: ``logp -
+    ref_logp``; see ``loss.kl_estimate``, also for ``clamp``) summed over the completion, as verl's
+    ``apply_kl_penalty`` followed by an outcome advantage estimator does.
     Returns ``(penalised rewards (N,), per-sequence KL (N,))``.
     """
-    kl_N = ((logp_NT - ref_logp_NT) * mask_NT).sum(dim=1)
+    kl_N = (kl_estimate(logp_NT, ref_logp_NT, estimator, clamp=clamp) * mask_NT).sum(dim=1)
     return rewards_N - beta * kl_N, kl_N
 
 

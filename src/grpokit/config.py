@@ -157,11 +157,11 @@ class AlgoConfig:
     baseline: str = "group_mean"
     """Advantage baseline: "group_mean" (GRPO) or "leave_one_out" (RLOO)."""
     scale: str = "group"
-    """Advantage scaling: "group" std (GRPO), "batch" std, "none" (Dr. GRPO) or "batch_whiten" (REINFORCE++-baseline)."""
+    """Advantage scaling: "group" std (GRPO), "batch" std, "none" (Dr. GRPO), "token_whiten" (REINFORCE++-baseline as verl computes it: whitened over the batch's tokens, each completion weighted by its length) or "batch_whiten" (whitened over the batch's completions, each weighing one)."""
     std: str = "unbiased"
-    """Std used for scaling: "unbiased" (Bessel, as TRL and verl) or "population"."""
+    """Std used for scaling: "unbiased" (Bessel: divides by G-1, or tokens-1 for token_whiten; as TRL and verl) or "population"."""
     adv_eps: float = 1e-4
-    """Added to the std in the advantage denominator."""
+    """Added to the std in the advantage denominator (TRL's 1e-4; verl's GRPO uses 1e-6); for scale=token_whiten added to the variance inside the square root, where verl puts its 1e-8."""
     clip_low: float = 0.2
     """Lower clip: the ratio is kept above 1 - clip_low."""
     clip_high: float = 0.2
@@ -173,7 +173,11 @@ class AlgoConfig:
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
     kl_estimator: str = "k3"
-    """KL estimator: "k1", "k2" or "k3" (DeepSeekMath)."""
+    """KL estimator: "k1", "k2" or "k3" (DeepSeekMath); used in the loss and, with kl_placement=reward, summed over tokens in the reward."""
+    kl_bias_correction: bool = False
+    """Multiply the per-token KL in the loss by the importance weight pi/pi_old, gradient included (DeepSeek-V3.2; TRL 1.16's default use_bias_correction_kl=True)."""
+    kl_clamp: float = 0.0
+    """Clamp each token's KL estimate to [-kl_clamp, kl_clamp] (0 = off; verl clamps k3 at 10)."""
     aggregation: str = "seq-mean-token-mean"
     """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum."""
     norm_constant: float = 0.0
@@ -183,7 +187,7 @@ class AlgoConfig:
     supervision: str = "outcome"
     """"outcome" (one reward per completion) or "process" (per-step rewards, DeepSeekMath PS)."""
     kl_placement: str = "loss"
-    """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t log(pi/ref))."""
+    """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t KL_k, with KL_k the kl_estimator on pi_old)."""
     mask_truncated: bool = False
     """DAPO overlong filtering: completions cut at max_new_tokens are left out of the loss."""
     dynamic_sampling: bool = False
@@ -192,6 +196,8 @@ class AlgoConfig:
     """Dynamic sampling: at most this many sampling rounds per step (then train on what was collected)."""
     entropy_coef: float = 0.0
     """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
+    entropy_aggregation: str = "loss"
+    """How the entropy bonus is reduced: "loss" (with the token losses, through algo.aggregation, as verl) or "token-mean" (a plain mean over the batch's tokens, as TRL)."""
     entropy_top_fraction: float = 1.0
     """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
     offpolicy_delta: float = 0.0

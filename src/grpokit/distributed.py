@@ -9,8 +9,8 @@ endpoint for several nodes (docs/SCALING.md). With K ranks and ``train.prompts_p
 * Sampling. Rank r samples with its own generator, seeded by (seed, rank); rank 0 keeps the plain
   seed, so a 1-process run samples exactly what it sampled before distribution existed.
 * Advantages. Rewards are all-gathered into the global (P, G) matrix and every rank computes the
-  same advantages and metrics, so batch-wide modes (scale="batch", "batch_whiten") see the whole
-  batch, then each rank keeps its rows.
+  same advantages and metrics, so batch-wide modes (scale="batch", "batch_whiten", "token_whiten";
+  completion lengths are gathered too) see the whole batch, then each rank keeps its rows.
 * Loss. ``policy_update`` receives the *global* sequence and token counts (all-reduced), so each
   rank's loss is its share of the global loss: sum_r loss_r = the loss a single process would
   compute on the whole batch.

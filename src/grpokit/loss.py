@@ -6,6 +6,7 @@ The loss of token t of sequence i is
     l[i,t] = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)   (PPO clipped surrogate)
              (optionally bounded below by -dual_clip * A when A < 0: dual-clip PPO, Ye et al. 2020)
              + beta * KL_k[i,t]                                          (GRPO: KL in the loss)
+               (optionally times the importance weight pi_theta / pi_old: DeepSeek-V3.2, TRL's default)
 
 where ``rho`` is the importance ratio pi_theta / pi_old, per token (GRPO) or per sequence (GSPO),
 and ``A`` is the advantage, per sequence ``(N,)`` or per token ``(N, T)`` (process supervision).
@@ -27,24 +28,36 @@ Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-n
 AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
 RATIO_LEVELS: tuple[str, ...] = ("token", "sequence")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+ENTROPY_AGGREGATIONS: tuple[str, ...] = ("loss", "token-mean")
 
 
-def kl_estimate(logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+def kl_estimate(logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor, estimator: str = "k3",
+                clamp: float | None = None) -> torch.Tensor:
     """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled from pi_theta (Schulman 2020).
 
     With ``d = ref_logp - logp`` (log of pi_ref / pi_theta):
       * k1 = -d                       (unbiased, high variance, can be negative)
       * k2 = d^2 / 2                  (biased, low variance)
       * k3 = exp(d) - d - 1           (unbiased, low variance, always >= 0; DeepSeekMath's choice)
+
+    ``clamp``: bound the estimate to ``[-clamp, clamp]`` (no gradient where it binds). verl clamps
+    k3 at 10; its extra clamp of ``d`` to [-20, 20] never changes a k3 clamped at 19 or less, since
+    ``|d| > 20`` already gives k3 > 19.
     """
     d = ref_logp_NT - logp_NT
     if estimator == "k1":
-        return -d
-    if estimator == "k2":
-        return 0.5 * d * d
-    if estimator == "k3":
-        return torch.exp(d) - d - 1.0  # DeepSeekMath eq. (4)
-    raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+        kl = -d
+    elif estimator == "k2":
+        kl = 0.5 * d * d
+    elif estimator == "k3":
+        kl = torch.exp(d) - d - 1.0  # DeepSeekMath eq. (4)
+    else:
+        raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+    if clamp is not None:
+        if clamp <= 0:
+            raise ValueError(f"kl clamp must be > 0 (or None for no clamp), got {clamp}")
+        kl = kl.clamp(-clamp, clamp)  # verl: k3 clamped at 10 for numerical stability
+    return kl
 
 
 def aggregate(
@@ -119,12 +132,15 @@ def policy_loss(
     ref_logp_NT: torch.Tensor | None = None,
     beta: float = 0.0,
     kl_estimator: str = "k3",
+    kl_bias_correction: bool = False,
+    kl_clamp: float | None = None,
     aggregation: Aggregation = "seq-mean-token-mean",
     num_sequences: float | None = None,
     num_tokens: float | None = None,
     norm_constant: float | None = None,
     entropy_NT: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    entropy_aggregation: str = "loss",
     offpolicy_delta: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped-surrogate policy loss with an optional KL penalty to a reference policy.
@@ -144,9 +160,18 @@ def policy_loss(
         ref_logp_NT: ``(N, T)`` log pi_ref; only needed (and only read) when ``beta > 0``.
         beta: KL penalty weight; ``beta = 0`` skips the KL term entirely.
         kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``, see ``kl_estimate``.
+        kl_bias_correction: multiply the per-token KL by the importance weight pi_theta / pi_old
+            (per token, or the sequence weight ``exp(mean_t log ratio)`` at ``ratio_level=
+            "sequence"``), gradient included (DeepSeek-V3.2; TRL's ``use_bias_correction_kl``). Its
+            gradient differs even on-policy, where the weight's value is 1.
+        kl_clamp: bound each token's KL estimate to ``[-kl_clamp, kl_clamp]`` (verl: k3 at 10);
+            None = no clamp.
         aggregation, num_sequences, num_tokens, norm_constant: see ``aggregate``.
         entropy_NT, entropy_coef: entropy bonus; ``entropy_coef * H`` is subtracted from every token's
             loss (``entropy_NT`` must carry gradient for the bonus to act).
+        entropy_aggregation: how the bonus is reduced: ``"loss"`` (with the token losses, through
+            ``aggregation``, as verl does) or ``"token-mean"`` (its own mean over the batch's
+            ``num_tokens`` mask tokens, as TRL does; the off-policy mask does not apply to it).
         offpolicy_delta: off-policy sequence masking (DeepSeek-V3.2): a sequence with negative
             advantage whose mean log-ratio ``1/|o| sum_t (old_logp - logp)`` exceeds this threshold
             is left out of the loss (its tokens still count in the normalisers).
@@ -162,6 +187,8 @@ def policy_loss(
         raise ValueError(f"clip_high must be >= 0, got {clip_high}")
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    if entropy_aggregation not in ENTROPY_AGGREGATIONS:
+        raise ValueError(f"unknown entropy_aggregation {entropy_aggregation!r}; valid: {', '.join(ENTROPY_AGGREGATIONS)}")
 
     adv_NT = advantages[:, None].expand_as(logp_NT) if advantages.dim() == 1 else advantages
     adv_NT = adv_NT.to(logp_NT.dtype)
@@ -186,16 +213,23 @@ def policy_loss(
     if beta != 0.0:
         if ref_logp_NT is None:
             raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
-        kl_NT = kl_estimate(logp_NT, ref_logp_NT, kl_estimator)
+        kl_NT = kl_estimate(logp_NT, ref_logp_NT, kl_estimator, clamp=kl_clamp)
+        if kl_bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
+            kl_NT = kl_NT * _kl_weight(logp_NT, old_logp_NT, mask_NT, ratio_level)
         loss_NT = loss_NT + beta * kl_NT  # GRPO: KL in the loss, not in the reward
+    bonus_NT = None
     if entropy_coef != 0.0:
         if entropy_NT is None:
             raise ValueError("entropy_coef != 0 needs entropy_NT")
-        loss_NT = loss_NT - entropy_coef * entropy_NT  # entropy bonus: rewards keeping the policy spread
+        bonus_NT = entropy_coef * entropy_NT  # entropy bonus: rewards keeping the policy spread
+        if entropy_aggregation == "loss":
+            loss_NT = loss_NT - bonus_NT
 
     loss = aggregate(
         loss_NT, loss_mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant
     )
+    if bonus_NT is not None and entropy_aggregation == "token-mean":  # TRL: a plain token mean
+        loss = loss - aggregate(bonus_NT, mask_NT, "token-mean", num_tokens=num_tokens)
 
     with torch.no_grad():
         m = mask_NT.bool()
@@ -215,6 +249,18 @@ def policy_loss(
         if kl_NT is not None:
             metrics["kl"] = (kl_NT[m].sum() / n).item()
     return loss, metrics
+
+
+def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> torch.Tensor:
+    """The importance weight pi_theta / pi_old that multiplies the KL under ``kl_bias_correction``,
+    with its gradient: per token, or ``exp(1/|o| sum_t log ratio)`` per sequence (a plain sequence
+    weight, as TRL's ``use_bias_correction_kl`` uses it, not the GSPO-token form)."""
+    log_ratio_NT = logp_NT - old_logp_NT
+    if level == "token":
+        return torch.exp(log_ratio_NT)
+    mask = mask_NT.to(logp_NT.dtype)
+    seq_N = (log_ratio_NT * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    return torch.exp(seq_N)[:, None].expand_as(logp_NT)
 
 
 def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor,

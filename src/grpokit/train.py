@@ -174,13 +174,16 @@ class Trainer:
             w = torch.tensor(self.runner_weights)
             rewards_N = normalize_components(sb.rewards_NF.view(P, G, -1), w, std=a.std, eps=a.adv_eps).flatten()
         if a.kl_placement == "reward" and ref_logp is not None:  # PPO / REINFORCE++: KL in the reward
-            rewards_N, kl_N = kl_penalized_rewards(rewards_N, old_logp.cpu(), ref_logp.cpu(), batch.completion_mask.cpu(), a.beta)
+            rewards_N, kl_N = kl_penalized_rewards(rewards_N, old_logp.cpu(), ref_logp.cpu(), batch.completion_mask.cpu(), a.beta,
+                                                   a.kl_estimator, a.kl_clamp or None)
             extra["kl"] = (kl_N.sum() / batch.completion_mask.sum().clamp(min=1).cpu()).item()
         if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
             advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
         else:
             rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
-            adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+            lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
+            adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
+                                                   eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
             advantages = self.dist.local_rows(adv_PG).flatten()
         if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
             advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)

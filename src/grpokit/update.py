@@ -149,8 +149,10 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             logp, old, inputs.advantages[rows], mask,
             clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
             ratio_level=algo.ratio_level, ref_logp_NT=ref, beta=algo.beta, kl_estimator=algo.kl_estimator,
+            kl_bias_correction=algo.kl_bias_correction, kl_clamp=algo.kl_clamp or None,
             aggregation=algo.aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant,
-            entropy_NT=entropy, entropy_coef=algo.entropy_coef, offpolicy_delta=algo.offpolicy_delta or None,
+            entropy_NT=entropy, entropy_coef=algo.entropy_coef, entropy_aggregation=algo.entropy_aggregation,
+            offpolicy_delta=algo.offpolicy_delta or None,
         )
         loss.backward()
         loss_total += loss.item()

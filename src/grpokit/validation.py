@@ -13,7 +13,7 @@ from typing import Any
 from .advantages import BASELINES, SCALES, STD_KINDS
 from .config import Config, ConfigError
 from .kernels import MODES as CPU_MATMUL_MODES
-from .loss import AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -60,6 +60,10 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
     _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
+    _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
+    _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
+    _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
+           "algo.kl_bias_correction weights the KL term of the loss, and algo.kl_placement=reward puts the KL in the reward instead; set algo.kl_bias_correction=false or algo.kl_placement=loss")
     _one_of("rollout.gfpo_criterion", r.gfpo_criterion, ("length", "token_efficiency"))
     _check(r.sample_group_size == 0 or r.sample_group_size > r.group_size,
            f"rollout.sample_group_size={r.sample_group_size} must be 0 (off) or larger than rollout.group_size={r.group_size}")

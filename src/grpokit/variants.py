@@ -21,7 +21,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "gspo": ("GSPO: sequence-level ratio and clipping", ["algo.ratio_level=sequence", "algo.clip_low=0.0003",
                                                           "algo.clip_high=0.0004", "algo.num_iterations=2"]),
     "rloo": ("RLOO: leave-one-out baseline", ["algo.baseline=leave_one_out", "algo.scale=none"]),
-    "reinforce-pp": ("REINFORCE++-baseline: group mean, batch whitening", ["algo.scale=batch_whiten"]),
+    "reinforce-pp": ("REINFORCE++-baseline: group mean, token-weighted batch whitening (as verl)", ["algo.scale=token_whiten"]),
     "gfpo": ("GFPO: sample 2G, keep the G shortest", ["rollout.sample_group_size=16", "rollout.gfpo_criterion=length"]),
     "gfpo-adaptive": ("GFPO adaptive: extra samples for hard prompts only, keep by reward per token",
                       ["rollout.sample_group_size=16", "rollout.gfpo_adaptive=true",
