@@ -58,6 +58,7 @@ class Trainer:
                  tools: list[Callable] | None = None, environment_factory: Callable | None = None,
                  rollout_func: Callable | None = None):
         self.cfg = validate(cfg)
+        wiring.use_task_model(cfg)  # data.task=calculator: "demo" is its own checkpoint
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or f"runs/{datetime.now():%Y%m%d-%H%M%S}")
         t, m = cfg.train, cfg.model

@@ -26,6 +26,14 @@ def _task(cfg: Config):
     return get_task(cfg.data.task) if cfg.data.task and not cfg.data.dataset else None
 
 
+def use_task_model(cfg: Config) -> None:
+    """model.name_or_path=demo means the built-in task's own checkpoint (the calculator task ships
+    one that knows the tool tags); the resolved folder is what config.yaml records."""
+    task = _task(cfg)
+    if task is not None and cfg.model.name_or_path == "demo" and task.name != "arithmetic":
+        cfg.model.name_or_path = str(task.model_path())
+
+
 def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None) -> tuple[list[dict], list[dict]]:
     """Training and held-out rows: given ones, else the built-in task's, else the configured files."""
     d = cfg.data
