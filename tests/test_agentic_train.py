@@ -1,0 +1,215 @@
+"""Episodes through the whole trainer: TRL's tools= / environment_factory= / rollout_func=, reward
+functions that see the conversation and the environments, the env config section, step-level
+credit modes, the record (metrics, samples.jsonl, report), and the vLLM engines' fakes."""
+
+import json
+import types
+
+import pytest
+import torch
+
+from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.env import calculator
+from grpokit.rollout.hf import SamplingParams
+from grpokit.tasks.calculator import TAGS
+from grpokit.tasks.chartok import ALPHABET, build_char_tokenizer
+from grpokit.train import Trainer
+
+from test_episodes import Counter, ScriptedSampler, calc_reply
+
+ROWS = [{"prompt": f"{a}*{b}=", "answer": str(a * b)} for a, b in ((57, 68), (12, 34), (21, 43), (90, 11))]
+SEEN: dict = {}
+
+
+@pytest.fixture(scope="module")
+def tag_model_dir(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tag-model")
+    tok = build_char_tokenizer(ALPHABET, TAGS)
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                 bos_token_id=None, eos_token_id=1, pad_token_id=0)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def exact_answer(prompts, completions, answer, environments=None, **kwargs):
+    """Records what TRL would pass; 1.0 when the last message holds the gold answer."""
+    SEEN.update(completions=completions, environments=environments)
+    return [float(f"<answer>{a}</answer>" in c[-1]["content"]) for c, a in zip(completions, answer)]
+
+
+def trainer(model_dir, out, tools=(calculator,), environment_factory=None, rollout_func=None, **over):
+    cfg = apply_overrides(Config(), [
+        f"model.name_or_path={model_dir}", "data.task=", "reward.functions=[]", "rollout.group_size=3",
+        "rollout.max_new_tokens=12", "train.prompts_per_step=2", "train.steps=1", f"train.out={out}",
+        "record.sinks=[]", "record.report=true", "record.samples_every=1", "train.threads=1", "data.eval_size=0",
+    ] + [f"{k}={v}" for k, v in over.items()])
+    return Trainer(cfg, reward_funcs=[exact_answer], train_rows=ROWS, eval_rows=[], quiet=True, tools=list(tools) or None,
+                   environment_factory=environment_factory, rollout_func=rollout_func)
+
+
+def scripted(tr, reply=calc_reply):
+    tr.turn_sampler = lambda model, generator=None: ScriptedSampler(reply)
+    return tr
+
+
+@pytest.mark.parametrize("credit,ratio", [("outcome", "token"), ("gigpo", "token"), ("gagpo", "turn")])
+def test_trainer_runs_episodes_with_tools(tag_model_dir, tmp_path, credit, ratio):
+    tr = scripted(trainer(tag_model_dir, tmp_path / "run", **{"algo.credit": credit, "algo.ratio_level": ratio}))
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    tr.train()
+    msgs = SEEN["completions"]  # the last group's (reward functions are called per group)
+    assert len(msgs) == 3 and msgs[1][0]["tool_calls"][0]["function"]["name"] == "calculator"  # the conversation
+    assert msgs[1][1]["role"] == "tool" and msgs[0] == [{"role": "assistant", "content": "<answer>4200</answer>"}]
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["reward"] == pytest.approx(4 / 6)  # the tool users are right, the guessers wrong
+    assert line["episodes/tool_use_rate"] == pytest.approx(4 / 6) and line["tools/call_frequency"] == pytest.approx(4 / 6)
+    assert line["episodes/turns_mean"] == pytest.approx(10 / 6) and line["episodes/env_tokens_mean"] > 0
+    assert line["completions/max_length"] == 14  # model tokens only: call (7) + answer with eos (7), not the result
+    assert any(not torch.equal(before[n], p) for n, p in tr.model.named_parameters())
+    sample = json.loads((tmp_path / "run" / "samples.jsonl").read_text().splitlines()[0])
+    assert [m["role"] for m in sample["completions"][1]["messages"]] == ["assistant", "tool", "assistant"]
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert 'class="turn tool"' in html and 'class="call"' in html and "Episodes (tools)" in html
+
+
+def test_environment_factory_reward_and_reset(tag_model_dir, tmp_path):
+    class Adder(Counter):
+        pass
+
+    rows = [{"prompt": "4=", "answer": "4"}, {"prompt": "6=", "answer": "6"}]
+    tr = Trainer(apply_overrides(Config(), [f"model.name_or_path={tag_model_dir}", "data.task=", "reward.functions=[]",
+                                            "rollout.group_size=2", "train.prompts_per_step=2", "train.steps=1",
+                                            f"train.out={tmp_path / 'r'}", "record.sinks=[]", "record.report=false",
+                                            "train.threads=1", "data.eval_size=0", "env.max_turns=5"]),
+                 train_rows=rows, eval_rows=[], quiet=True, environment_factory=Adder)
+    assert [s.name for s in tr.runner.specs] == ["Adder"]  # get_reward became a reward source, named after the class
+    scripted(tr, lambda ctx, g: "<tool_call>add: 2</tool_call>" if g in (None, 1) else "<answer>0</answer><eos>")
+    m = tr.train_step()
+    assert m["rewards/Adder/mean"] == 0.5 and m["episodes/finished_done"] == 0.5  # the adders reach the target
+
+
+def test_rollout_func_and_env_mask(tag_model_dir, tmp_path):
+    seen = {}
+
+    def rollout_func(prompts, trainer):
+        seen["prompts"] = prompts
+        return {"prompt_ids": [[5, 6]] * 2, "completion_ids": [[7, 8, 9]] * 6, "logprobs": [[-1.0, 0.0, -1.0]] * 6,
+                "env_mask": [[1, 0, 1]] * 6, "answer": ["x"] * 6}
+
+    def reward(completions, answer, **kw):
+        seen["answer"] = answer
+        return [float(i % 2) for i in range(len(completions))]
+
+    cfg = apply_overrides(Config(), [f"model.name_or_path={tag_model_dir}", "data.task=", "reward.functions=[]",
+                                     "rollout.group_size=3", "train.prompts_per_step=2", f"train.out={tmp_path / 'r'}",
+                                     "record.sinks=[]", "record.report=false", "train.threads=1", "data.eval_size=0"])
+    tr = Trainer(cfg, reward_funcs=[reward], train_rows=ROWS, eval_rows=[], quiet=True, rollout_func=rollout_func)
+    m = tr.train_step()
+    assert len(seen["prompts"]) == 2 and all(p in [r["prompt"] for r in ROWS] for p in seen["prompts"])  # raw prompts
+    assert seen["answer"] == ["x"] * 3  # extra keys reach the reward functions (called per group of 3)
+    assert m["completions/mean_length"] == 2.0  # the environment's token is not the model's
+
+
+def test_env_config_section(tag_model_dir, tmp_path):
+    tr = trainer(tag_model_dir, tmp_path / "c", tools=(), **{"env.tools": "[calculator]", "env.max_turns": 2})
+    assert tr.episodes.tool_names == ["calculator"] and tr.episodes.spec.max_turns == 2
+    assert tr.episodes.spec.tool_format == "tags"  # this tokenizer has no chat template
+    with pytest.raises(ConfigError, match="env.tools"):
+        trainer(tag_model_dir, tmp_path / "d", tools=(), **{"env.tools": "[abacus]"})
+    with pytest.raises(ConfigError, match="env.max_turns"):
+        trainer(tag_model_dir, tmp_path / "e", **{"env.max_turns": 0})
+    with pytest.raises(ConfigError, match="algo.credit"):
+        trainer(tag_model_dir, tmp_path / "f", **{"algo.credit": "ppo"})
+    with pytest.raises(ConfigError, match="env.environment"):
+        trainer(tag_model_dir, tmp_path / "g", **{"env.environment": "test_episodes:Nope"})
+    tr = trainer(tag_model_dir, tmp_path / "h", tools=(), **{"env.environment": "test_episodes:Counter"})
+    assert tr.episodes.tool_names == ["add"]
+
+
+def test_async_staleness_samples_episodes(tag_model_dir, tmp_path):
+    tr = trainer(tag_model_dir, tmp_path / "a", **{"rollout.async_staleness": 1, "train.steps": 2})
+    tr.train()  # the tiny random model rarely writes a call; what matters is the loop it ran through
+    lines = [json.loads(l) for l in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+    assert len(lines) == 2 and all("episodes/turns_mean" in l and "rollout/staleness" in l for l in lines)
+
+
+# ---------------------------------------------------------------- vLLM engines (fakes)
+
+class ToolFakeLLM:
+    """Answers a prompt with a calculator call, and a context holding a result with the answer."""
+
+    def __init__(self, tok):
+        self.tok, self.calls = tok, []
+
+    def generate(self, prompts, sp, use_tqdm=False):
+        self.calls.append(("generate", sp.n, tuple(sp.stop or ())))
+        outs = []
+        for p in prompts:
+            text = self.tok.decode(p["prompt_token_ids"])
+            reply = calc_reply(text, 1)
+            ids = list(self.tok(reply.replace("<eos>", ""), add_special_tokens=False)["input_ids"])
+            ids += [1] if reply.endswith("<eos>") else []
+            samples = [types.SimpleNamespace(index=g, token_ids=ids, logprobs=[{t: types.SimpleNamespace(logprob=-0.5)} for t in ids],
+                                             finish_reason="stop", stop_reason="</tool_call>" if not reply.endswith("<eos>") else None)
+                       for g in range(sp.n)]
+            outs.append(types.SimpleNamespace(outputs=samples))
+        return outs
+
+    def sleep(self, level):
+        self.calls.append(("sleep",))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up",))
+
+    def apply_model(self, fn):
+        return fn(types.SimpleNamespace(load_weights=lambda items: None))
+
+    def reset_prefix_cache(self):
+        pass
+
+
+def test_vllm_colocated_runs_the_episode_loop_and_sleeps_once(tag_model_dir, tmp_path):
+    from grpokit.rollout.vllm import VLLMColocated
+    from test_vllm_backend import FakeSP
+
+    tr = trainer(tag_model_dir, tmp_path / "v", **{"rollout.tis_cap": 2.0})
+    llm = ToolFakeLLM(tr.tokenizer)
+    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=True)
+    tr.cfg.rollout.backend = "vllm"
+    m = tr.train_step()
+    kinds = [c[0] for c in llm.calls]
+    assert kinds[:3] == ["generate", "generate", "sleep"]  # two turns, then one sleep for the update
+    assert llm.calls[0][1] == 3 and llm.calls[1][1] == 1 and "</tool_call>" in llm.calls[0][2]
+    assert m["episodes/tool_use_rate"] == 1.0 and m["reward"] == 1.0 and "tis/ratio_max" in m
+
+
+def test_vllm_server_runs_the_episode_loop(tag_model_dir, tmp_path):
+    from grpokit.rollout.vllm import VLLMServer
+
+    tok = build_char_tokenizer(ALPHABET, TAGS)
+    posts = []
+
+    def post(url, body):
+        posts.append(body)
+        choices = []
+        for k, p in enumerate(body["prompt"]):
+            reply = calc_reply(tok.decode(p), 1)
+            ids = list(tok(reply.replace("<eos>", ""), add_special_tokens=False)["input_ids"]) + ([1] if reply.endswith("<eos>") else [])
+            for g in range(body["n"]):
+                choices.append({"index": k * body["n"] + g, "finish_reason": "stop",
+                                "logprobs": {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.5] * len(ids)}})
+        return {"choices": choices}
+
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.types import Prompt
+
+    eng = VLLMServer("http://127.0.0.1:1", "m", SamplingParams(max_new_tokens=12), tmp_path, post=post)
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), tok, tools=[calculator])
+    p = Prompt("57*68=", list(tok("57*68=")["input_ids"]), {}, "57*68=")
+    ro = runner.run(lambda ctx, G, params: eng.generate(ctx, G, params=params, sleep=False), [p], 2, eng.params)
+    assert len(posts) == 2 and posts[0]["n"] == 2 and posts[1]["n"] == 1 and "</tool_call>" in posts[0]["stop"]
+    assert ro.episodes[0].messages[-1]["content"] == "<answer>3876</answer>"
