@@ -213,3 +213,51 @@ def test_vllm_server_runs_the_episode_loop(tag_model_dir, tmp_path):
     ro = runner.run(lambda ctx, G, params: eng.generate(ctx, G, params=params, sleep=False), [p], 2, eng.params)
     assert len(posts) == 2 and posts[0]["n"] == 2 and posts[1]["n"] == 1 and "</tool_call>" in posts[0]["stop"]
     assert ro.episodes[0].messages[-1]["content"] == "<answer>3876</answer>"
+
+
+def test_agents_md_example_is_valid(tmp_path):
+    """docs/AGENTS.md's example, run with a stand-in Trainer: its tool and environment are valid
+    tools (schemas), its environment plays an episode, its reward reads the conversation."""
+    import re
+    from pathlib import Path
+
+    from grpokit.env import environment_tools, tool_schema
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.types import Prompt
+
+    code = re.search(r"```python\n(.*?)```", (Path(__file__).parents[1] / "docs" / "AGENTS.md").read_text(), re.S).group(1)
+    got = {}
+
+    class StandIn:
+        def __init__(self, cfg, **kw):
+            got.update(kw, cfg=cfg)
+
+        def train(self):
+            return {}
+
+    ns = {}
+    exec(compile(code.replace("from grpokit.train import Trainer", "Trainer = StandIn"), "AGENTS.md", "exec"), {"StandIn": StandIn}, ns)
+    assert got["cfg"].env.max_turns == 4 and got["environment_factory"] is ns["Shop"]
+    for fn in got["tools"] + environment_tools(ns["Shop"]()):
+        assert tool_schema(fn)["function"]["parameters"]["properties"]
+    tok = build_char_tokenizer(ALPHABET + "abcdefghijklmnopqrstuvwxyz:,()'{}\"", TAGS)
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), tok, tools=got["tools"], environment_factory=ns["Shop"])
+    sampler = ScriptedSampler(lambda ctx, g: '<tool_call>{"name": "buy", "arguments": {"item": "fig", "price": 7}}</tool_call>'
+                              if "<tool_result>" not in ctx else "ok<eos>")
+    rows = got["train_rows"][:1]
+    ro = runner.run(lambda c, G, p: _retok(sampler, tok, c, G, p), [Prompt("p", [5], {"budget": 7}, rows[0]["prompt"])], 2, SamplingParams())
+    assert ro.finish_reasons == ["done", "done"] and ro.episodes[0].environment.basket == ["fig"]
+    convs, envs = [e.messages for e in ro.episodes], [e.environment for e in ro.episodes]
+    assert got["reward_funcs"][0](prompts=["p"] * 2, completions=convs, environments=envs) == [1.0, 1.0]
+
+
+def _retok(sampler, tok, contexts, G, params):
+    """The scripted sampler of test_episodes speaks its module's tokenizer; use this one's."""
+    import test_episodes
+
+    saved = test_episodes.TOK
+    test_episodes.TOK = tok
+    try:
+        return sampler(contexts, G, params)
+    finally:
+        test_episodes.TOK = saved
