@@ -7,7 +7,6 @@ rise in the metrics. A short run with a relaxed threshold (docs/TASKS.md has the
 
 import json
 
-import pytest
 
 from grpokit.config import Config, apply_overrides
 from grpokit.tasks import get_task
