@@ -280,3 +280,59 @@ def test_mixed_batches_keep_their_masks():
     both = gather_rows([[5], [6]], [(a, 0), (b, 0)], 1)
     assert both.model_mask(0) == [1, 1, 1] and both.model_mask(1) == [1, 0, 1]
     assert make_token_batch(both, 0).completion_mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]
+
+
+# ---------------------------------------------------------------- the chat-template format
+
+HERMES = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+    "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def chat_tokenizer():
+    import string
+
+    tok = build_char_tokenizer(string.ascii_letters + string.digits + string.punctuation + " \n",
+                               ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"), model_max_length=None)
+    tok.add_special_tokens({"eos_token": "<|im_end|>"})
+    tok.chat_template = HERMES
+    return tok
+
+
+def test_chat_template_episode_is_the_templates_own_tokens():
+    from grpokit.config import DataConfig
+    from grpokit.data import render_prompt
+
+    tok = chat_tokenizer()
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="chat_template"), tok, tools=[calculator])
+    assert runner.schemas[0]["function"]["name"] == "calculator"
+    question = [{"role": "user", "content": "2*3?"}]
+    text = render_prompt(question, tok, DataConfig(), runner.schemas)
+    assert text.startswith("<|im_start|>system\nTools: calculator<|im_end|>\n")  # the template lists the tools
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
+    eos = tok.eos_token_id
+
+    def model(contexts, G, params):
+        assert CALL_CLOSE not in params.stop  # here a turn ends with the end-of-turn token
+        outs = [tok(call if "<tool_response>" not in tok.decode(c) else "6", add_special_tokens=False)["input_ids"] + [eos]
+                for c in contexts for _ in range(G)]
+        return Rollout([list(c) for c in contexts], outs, [[-0.5] * len(o) for o in outs], ["eos"] * len(outs), G)
+
+    p = Prompt(text, list(tok(text, add_special_tokens=False)["input_ids"]), {}, question)
+    ro = runner.run(model, [p], 1, SamplingParams())
+    e = ro.episodes[0]
+    assert e.messages[0]["tool_calls"] == [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2*3"}}}]
+    assert e.messages[1] == {"role": "tool", "name": "calculator", "content": "6"}
+    # prompt + episode == the template's rendering of the whole conversation (up to the newline after the last turn)
+    whole = tok.apply_chat_template(question + e.messages, tools=runner.schemas, tokenize=False)
+    assert tok.decode(p.ids + ro.completion_ids[0]) + "\n" == whole
+    reply = tok("\n<|im_start|>user\n<tool_response>6</tool_response><|im_end|>\n<|im_start|>assistant\n",
+                add_special_tokens=False)["input_ids"]
+    n_call = len(tok(call, add_special_tokens=False)["input_ids"]) + 1
+    assert e.model_mask == [1] * n_call + [0] * len(reply) + [1, 1] and ro.finish_reasons == ["eos"]

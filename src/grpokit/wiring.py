@@ -159,9 +159,10 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
                        tool_timeout_s=e.tool_timeout_s, episode_timeout_s=e.episode_timeout_s,
                        max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt)
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
-    if fmt == "chat_template" and runner.schemas:  # the template shows the tools in the prompt
-        runner.render_prompt = lambda raw, obs: list(tokenizer(render_prompt(with_observation(raw, obs), tokenizer, cfg.data, runner.schemas),
-                                                              add_special_tokens=False)["input_ids"])
+    if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the tools
+        runner.render_prompt = lambda raw, obs: list(tokenizer(
+            render_prompt(with_observation(raw, obs), tokenizer, cfg.data, runner.schemas or None),
+            add_special_tokens=False)["input_ids"])
     return runner
 
 

@@ -5,8 +5,8 @@ Two formats, chosen by ``env.tool_format``:
 * ``"chat_template"``: the tokenizer's own. The prompt is rendered with the tools' JSON schemas
   (``apply_chat_template(tools=...)``); the model answers a turn ending with its end-of-turn token;
   calls are the ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks of that turn
-  (the Hermes / Qwen convention most tool-calling templates share; a tokenizer with a response
-  schema is parsed by ``tokenizer.parse_response`` instead); results are rendered by the template
+  (the Hermes / Qwen convention many tool-calling templates share; other call syntaxes, e.g.
+  Llama 3's, are not parsed yet: use ``rollout_func`` or the tag format for them); results are rendered by the template
   as ``{"role": "tool", "name": ..., "content": ...}`` messages followed by the next assistant
   header, exactly the tokens the template would produce (computed as TRL does: the template of a
   short conversation with and without the tool messages, the difference being the suffix).
