@@ -51,6 +51,9 @@ PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | None, bool, 
     ("time", "Time per phase", ("time/rollout", "time/reward", "time/update", "time/step"), None, True, "seconds per step"),
     ("loss", "Loss", ("loss",), None, False, ""),
     ("grad-norm", "Gradient norm", ("grad_norm",), None, True, "before clipping"),
+)
+# Drawn only when the run recorded them (runs with multi-turn episodes, docs/AGENTS.md).
+OPTIONAL_PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | None, bool, str], ...] = (
     ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
                                       "episodes/truncated_by_turns", "eval/tool_use_rate"), None, True,
      "turns per episode; fractions of episodes / calls"),
@@ -134,13 +137,13 @@ def plots_html(rows: Sequence[dict[str, Any]], summary: dict[str, Any], warnings
     """
     names = _metric_names(rows)
     cards = []
-    for plot_id, title, patterns, y_range, include_zero, note in PLOTS:
+    for plot_id, title, patterns, y_range, include_zero, note in PLOTS + OPTIONAL_PLOTS:
         chosen = [n for p in patterns for n in (fnmatch.filter(names, p) if "*" in p else [p] if p in names else [])]
         series = _series_for(rows, list(dict.fromkeys(chosen)))
         if plot_id == "eval":
             series += _eval_summary_series(summary, rows, len(series))
-        if plot_id == "episodes" and not series:
-            continue  # a run without multi-turn episodes
+        if not series and any(plot_id == p[0] for p in OPTIONAL_PLOTS):
+            continue
         marks = [(float(w["step"]), f"step {w['step']}: {w.get('monitor')}") for w in warnings
                  if MONITOR_PLOTS.get(str(w.get("monitor"))) == plot_id and isinstance(w.get("step"), (int, float))]
         if marks:
