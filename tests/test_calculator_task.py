@@ -39,3 +39,13 @@ def test_calculator_task_learns_to_use_the_tool(tmp_path):
     last = lambda k: sum(l[k] for l in lines[-3:]) / 3  # noqa: E731
     assert last("episodes/tool_use_rate") > first("episodes/tool_use_rate") + 0.2
     assert last("episodes/turns_mean") > first("episodes/turns_mean") + 0.2
+
+
+def test_grpokit_eval_scores_calculator_episodes():
+    """grpokit eval --task calculator samples episodes with the task's model: the ~30% of sampled
+    episodes that call the tool are right, where one-turn answers from memory almost never are."""
+    from grpokit.eval_cli import parse_args, run_eval
+
+    res = run_eval(parse_args(["--task", "calculator", "--limit", "16", "--k", "1,8", "--seed", "0"]))
+    assert res["prompts"] == 16 and res["samples_per_prompt"] == 8
+    assert 0.1 < res["pass@1"] < 0.6 and res["pass@8"] > 0.6, res

@@ -177,7 +177,7 @@ class AlgoConfig:
     kl_placement: str = "loss"
     """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t log(pi/ref))."""
     mask_truncated: bool = False
-    """DAPO overlong filtering: completions cut at max_new_tokens are left out of the loss."""
+    """DAPO overlong filtering: completions cut at max_new_tokens (and episodes cut by env.max_turns) are left out of the loss."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
     max_sampling_rounds: int = 4

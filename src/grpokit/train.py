@@ -197,7 +197,7 @@ class Trainer:
 
         loss_mask = batch.completion_mask
         if a.mask_truncated:  # DAPO overlong filtering: truncated completions leave the loss
-            keep = torch.tensor([f != "length" for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
+            keep = torch.tensor([f not in ("length", "turns") for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
             loss_mask = loss_mask * keep[:, None]
         if a.entropy_top_fraction < 1:  # train only on the high-entropy "forking" tokens
             pool = self.dist.gather_varlen(entropy[loss_mask.bool()]) if self.dist.active else None  # global quantile
