@@ -124,6 +124,8 @@ def test_env_config_section(tag_model_dir, tmp_path):
         trainer(tag_model_dir, tmp_path / "e", **{"env.max_turns": 0})
     with pytest.raises(ConfigError, match="algo.credit"):
         trainer(tag_model_dir, tmp_path / "f", **{"algo.credit": "ppo"})
+    with pytest.raises(ConfigError, match="algo.credit='gigpo' normalises within groups"):
+        trainer(tag_model_dir, tmp_path / "f2", **{"algo.credit": "gigpo", "algo.scale": "batch"})
     with pytest.raises(ConfigError, match="env.environment"):
         trainer(tag_model_dir, tmp_path / "g", **{"env.environment": "test_episodes:Nope"})
     tr = trainer(tag_model_dir, tmp_path / "h", tools=(), **{"env.environment": "test_episodes:Counter"})

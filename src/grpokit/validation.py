@@ -105,6 +105,9 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.credit", a.credit, ("outcome", "gigpo", "gagpo"))
     _check(0 <= a.step_gamma <= 1 and 0 <= a.gae_lambda <= 1,
            f"algo.step_gamma={a.step_gamma} and algo.gae_lambda={a.gae_lambda} must be in [0, 1]")
+    _check(a.credit == "outcome" or (a.scale in ("group", "none") and a.baseline == "group_mean"),
+           f"algo.credit={a.credit!r} normalises within groups: use algo.baseline=group_mean and algo.scale=group or none "
+           f"(got {a.baseline}, {a.scale})")
     _check(a.credit == "outcome" or a.supervision == "outcome",
            f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
     d = cfg.data
