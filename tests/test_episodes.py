@@ -336,3 +336,51 @@ def test_chat_template_episode_is_the_templates_own_tokens():
                 add_special_tokens=False)["input_ids"]
     n_call = len(tok(call, add_special_tokens=False)["input_ids"]) + 1
     assert e.model_mask == [1] * n_call + [0] * len(reply) + [1, 1] and ro.finish_reasons == ["eos"]
+
+
+# ---------------------------------------------------------------- the sandboxed python tool, episode limits
+
+def test_python_tool_runs_in_the_sandbox():
+    from grpokit.env import make_python_tool
+    from grpokit.rewards.code import probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    python = make_python_tool(wall_s=2.0)
+    assert python("print(6 * 7)") == "42\n"
+    assert tool_schema(python)["function"]["name"] == "python"
+    tools = {"python": python}
+    t0 = time.perf_counter()
+    r = call_tool(tools, "python", "while True: pass", timeout_s=10, max_chars=200)
+    assert r.error and "killed" in r.content and time.perf_counter() - t0 < 8  # the sandbox's hard wall-clock kill
+    r = call_tool(tools, "python", "import socket; socket.create_connection(('127.0.0.1', 22), timeout=1); print('connected')",
+                  timeout_s=10, max_chars=200)
+    assert "connected" not in r.content  # no network inside
+    r = call_tool(tools, "python", "print(open('/etc/passwd').read())", timeout_s=10, max_chars=200)
+    assert r.error and "root:" not in r.content  # the host's files are not there
+
+
+def test_python_tool_refuses_without_isolation(monkeypatch):
+    from grpokit.env import make_python_tool
+    from grpokit.rewards import code
+
+    monkeypatch.setattr(code, "probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    r = call_tool({"python": make_python_tool()}, "python", "print(1)", timeout_s=5, max_chars=300)
+    assert r.error and "allow_unsafe_code_execution" in r.content
+
+
+def test_episode_tool_time_limit_ends_the_episode():
+    def nap(expression: str) -> str:
+        """Sleep a little.
+
+        Args:
+            expression: ignored.
+        """
+        time.sleep(0.3)
+        return "ok"
+
+    always_call = ScriptedSampler(lambda ctx, g: "<tool_call>1</tool_call>")
+    ro = EpisodeRunner(EpisodeSpec(max_turns=10, episode_timeout_s=0.5, tool_format="tags"), TOK, tools=[nap]).run(
+        always_call, [prompt("1=")], 1, SamplingParams())
+    assert ro.finish_reasons == ["timeout"] and ro.episodes[0].tool_calls == 2  # 0.3 s + 0.3 s >= 0.5 s
