@@ -314,6 +314,8 @@ def test_chat_template_episode_is_the_templates_own_tokens():
     assert runner.schemas[0]["function"]["name"] == "calculator"
     question = [{"role": "user", "content": "2*3?"}]
     text = render_prompt(question, tok, DataConfig(), runner.schemas)
+    # TRL hands the callables to the template, which describes them with the same schema function
+    assert text == tok.apply_chat_template(question, tools=[calculator], add_generation_prompt=True, tokenize=False)
     assert text.startswith("<|im_start|>system\nTools: calculator<|im_end|>\n")  # the template lists the tools
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
     eos = tok.eos_token_id
@@ -384,3 +386,23 @@ def test_episode_tool_time_limit_ends_the_episode():
     ro = EpisodeRunner(EpisodeSpec(max_turns=10, episode_timeout_s=0.5, tool_format="tags"), TOK, tools=[nap]).run(
         always_call, [prompt("1=")], 1, SamplingParams())
     assert ro.finish_reasons == ["timeout"] and ro.episodes[0].tool_calls == 2  # 0.3 s + 0.3 s >= 0.5 s
+
+
+def test_rows_tool_calls_run_side_by_side():
+    import threading
+
+    barrier = threading.Barrier(4, timeout=10)
+
+    def meet(expression: str) -> str:
+        """Wait until four calls are in flight at once.
+
+        Args:
+            expression: ignored.
+        """
+        barrier.wait()  # raises BrokenBarrierError if the four rows' calls ran one after another
+        return "met"
+
+    sampler = ScriptedSampler(lambda ctx, g: "<tool_call>1</tool_call>" if "<tool_result>" not in ctx else "<answer>1</answer><eos>")
+    ro = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=20), TOK, tools=[meet]).run(
+        sampler, [prompt("1="), prompt("2=")], 2, SamplingParams())
+    assert [e.messages[1]["content"] for e in ro.episodes] == ["met"] * 4 and ro.finish_reasons == ["eos"] * 4

@@ -2,7 +2,8 @@
 
     turn 0   the G rows of every prompt are sampled in one batched decode (the prompt's cache shared)
     then     per row: parse tool calls from the turn's text; none -> the episode ends (an answer);
-             else run them and append the results as environment tokens (model_mask 0)
+             else run them (rows side by side, up to TOOL_THREADS at once) and append the results
+             as environment tokens (model_mask 0)
     turn k   the rows still running are sampled in one batched decode, each from its own context
              (prompt + everything so far); finished episodes have left the batch
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -37,6 +39,7 @@ from ..types import Episode, Prompt, Rollout
 from .hf import SamplingParams
 
 Sampler = Callable[[list[list[int]], int, SamplingParams], Rollout]
+TOOL_THREADS = 8  # rows whose tool calls run at once (tools mostly wait: on a sandbox, a service, a timer)
 
 
 @dataclass
@@ -103,9 +106,14 @@ class EpisodeRunner:
                 ro = sample(prompt_ids, G, turn_params)
             else:
                 ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
-            for j, i in enumerate(active):
-                self._turn(rows[i], envs[i], prompt_ids[i // G], turn, ro.completion_ids[j],
-                           ro.sampling_logprobs[j], ro.finish_reasons[j])
+            calls = {i: self._turn(rows[i], prompt_ids[i // G], turn, ro.completion_ids[j], ro.sampling_logprobs[j],
+                                   ro.finish_reasons[j]) for j, i in enumerate(active)}
+            calling = [i for i in active if calls[i]]
+            # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
+            with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
+                results = dict(zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling)))
+            for i in calling:
+                self._reply(rows[i], envs[i], turn, results[i])
             active = [i for i in active if rows[i].finish is None]
             if not active:
                 break
@@ -117,8 +125,8 @@ class EpisodeRunner:
 
     # ------------------------------------------------------------------ one turn of one episode
 
-    def _turn(self, row: _Row, env, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str) -> None:
-        s = self.spec
+    def _turn(self, row: _Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str) -> list[ToolCall]:
+        """Append the model's turn; return its tool calls (none: the episode is over)."""
         row.state_keys.append(_state_key(prompt, row.ids))
         row.ids += ids
         row.logps += logps
@@ -129,8 +137,11 @@ class EpisodeRunner:
         row.messages.append(assistant_message(text, calls))
         if not calls:
             row.finish = reason  # an answer: "eos", "stop" or "length"
-            return
-        results = [self._call(row, env, c) for c in calls]
+        return calls
+
+    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult]) -> None:
+        """Append the environment's reply to the turn's calls, and see whether the episode goes on."""
+        s = self.spec
         for r in results:
             row.messages.append({"role": "tool", "name": r.name, "content": r.content})
         reply = self._reply_ids(results)
