@@ -232,7 +232,7 @@ def test_environment_tokens_carry_no_gradient(aggregation):
     logp, _ = completion_logprobs(model, batch)
     logp.retain_grad()
     loss, m = policy_loss(logp, logp.detach() - 0.1, torch.tensor([1.0, -1.0]), batch.completion_mask,
-                          aggregation=aggregation, norm_constant=16.0)
+                          aggregation=aggregation, norm_constant=16.0, ref_logp_NT=logp.detach() + 0.3, beta=0.1)
     loss.backward()
     env = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
     env[1, : len(ro.episodes[1].model_mask)] = torch.tensor(ro.episodes[1].model_mask) == 0
