@@ -263,3 +263,47 @@ def _retok(sampler, tok, contexts, G, params):
         return sampler(contexts, G, params)
     finally:
         test_episodes.TOK = saved
+
+
+def test_trainer_with_a_chat_template_and_an_environment(tmp_path):
+    """The chat-template format through the trainer: tools listed in the prompt, reset()'s observation
+    appended to the user's message (re-rendered by the template), JSON calls, template-rendered results."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from test_episodes import chat_tokenizer
+
+    tok = chat_tokenizer()
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                 bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=0)).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    rows = [{"prompt": [{"role": "user", "content": "count to"}], "answer": "4"}] * 2
+    seen = {}
+
+    def reward(completions, environments, **kw):
+        seen["c"], seen["e"] = completions, environments
+        return [e.get_reward() for e in environments]
+
+    tr = Trainer(apply_overrides(Config(), [f"model.name_or_path={tmp_path / 'm'}", "data.task=", "reward.functions=[]",
+                                            "rollout.group_size=2", "train.prompts_per_step=2", f"train.out={tmp_path / 'r'}",
+                                            "record.sinks=[]", "record.report=false", "train.threads=1", "data.eval_size=0"]),
+                 reward_funcs=[reward], train_rows=rows, eval_rows=[], quiet=True, environment_factory=Counter)
+    assert tr.episodes.spec.tool_format == "chat_template" and "Tools: add" in tr.prompts[0].text
+    eos = tok.eos_token_id
+    call = '<tool_call>{"name": "add", "arguments": {"n": "2"}}</tool_call>'
+    contexts = []
+
+    def model(ctxs, G, params):
+        contexts.extend(tok.decode(c) for c in ctxs)
+        outs = [tok(call if "<tool_response>" not in tok.decode(c) or "<tool_response>2<" in tok.decode(c) else "done",
+                    add_special_tokens=False)["input_ids"] + [eos] for c in ctxs for _ in range(G)]
+        return types.SimpleNamespace(completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs],
+                                     finish_reasons=["eos"] * len(outs))
+
+    tr.turn_sampler = lambda m, generator=None: model
+    m = tr.train_step()
+    assert "<|im_start|>user\ncount to go<|im_end|>" in contexts[0]  # the observation joined the user message
+    assert m["episodes/finished_done"] == 1.0 and m["episodes/turns_mean"] == 2.0
+    assert m["rewards/reward/mean"] == 1.0 and m["rewards/Counter/mean"] == 1.0 and m["reward"] == 2.0  # ours + get_reward
+    assert seen["c"][0][1] == {"role": "tool", "name": "add", "content": "2"} and seen["e"][0].count == 4
