@@ -149,6 +149,7 @@ class ToolFakeLLM:
 
     def generate(self, prompts, sp, use_tqdm=False):
         self.calls.append(("generate", sp.n, tuple(sp.stop or ())))
+        self.include_stop = getattr(sp, "include_stop_str_in_output", False)
         outs = []
         for p in prompts:
             text = self.tok.decode(p["prompt_token_ids"])
@@ -186,6 +187,7 @@ def test_vllm_colocated_runs_the_episode_loop_and_sleeps_once(tag_model_dir, tmp
     kinds = [c[0] for c in llm.calls]
     assert kinds[:3] == ["generate", "generate", "sleep"]  # two turns, then one sleep for the update
     assert llm.calls[0][1] == 3 and llm.calls[1][1] == 1 and "</tool_call>" in llm.calls[0][2]
+    assert llm.include_stop  # vLLM must keep the closing tag in the output, as the hf engine does
     assert m["episodes/tool_use_rate"] == 1.0 and m["reward"] == 1.0 and "tis/ratio_max" in m
 
 
@@ -214,6 +216,7 @@ def test_vllm_server_runs_the_episode_loop(tag_model_dir, tmp_path):
     p = Prompt("57*68=", list(tok("57*68=")["input_ids"]), {}, "57*68=")
     ro = runner.run(lambda ctx, G, params: eng.generate(ctx, G, params=params, sleep=False), [p], 2, eng.params)
     assert len(posts) == 2 and posts[0]["n"] == 2 and posts[1]["n"] == 1 and "</tool_call>" in posts[0]["stop"]
+    assert posts[0]["include_stop_str_in_output"] is True
     assert ro.episodes[0].messages[-1]["content"] == "<answer>3876</answer>"
 
 

@@ -97,7 +97,8 @@ class VLLMColocated:
         loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``."""
         p = params or self.params
         sp = self.sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
-                         min_p=p.min_p, max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0)
+                         min_p=p.min_p, max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
+                         include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sp, use_tqdm=False)
         ro = to_rollout(outs, prompt_ids, group_size)
         if sleep:
@@ -141,7 +142,8 @@ class VLLMServer:
         body = {"model": self.model_name, "prompt": [list(x) for x in prompt_ids], "n": group_size,
                 "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
                 "top_k": p.top_k if p.top_k > 0 else -1, "min_p": p.min_p, "stop": list(p.stop),
-                "logprobs": 0, "return_tokens_as_token_ids": True}
+                "logprobs": 0, "return_tokens_as_token_ids": True,
+                "include_stop_str_in_output": True}  # as the hf engine: a tag-format tool call keeps its closing tag
         choices = sorted(self.post(f"{self.url}/v1/completions", body)["choices"], key=lambda c: c["index"])
         if len(choices) != len(prompt_ids) * group_size:
             raise RuntimeError(f"the vLLM server returned {len(choices)} choices, expected {len(prompt_ids) * group_size}")
