@@ -2,7 +2,9 @@
 
 A task bundles what the trainer needs to run without any user data: training rows
 (``{"prompt", "answer"}`` dicts), held-out rows for evaluation, a reward function in TRL's
-convention and the default starting checkpoint. Look one up by name::
+convention and the default starting checkpoint. ``arithmetic`` (two-digit addition, single-turn) is
+the default; ``calculator`` (two-digit multiplication with a calculator tool) is multi-turn: its
+``tools`` make every sample an episode (docs/AGENTS.md). Look one up by name::
 
     task = get_task("arithmetic")
     rows = task.train_rows(n=4096, seed=0)
