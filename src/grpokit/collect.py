@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from .advantages import flat_groups
-from .types import Prompt, Rollout
+from .types import Prompt, Rollout, gather_rows
 
 
 @dataclass
@@ -46,11 +46,7 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
     members = members or [list(range(G)) for _ in groups]
     rows = [p * G + g for p, mem in zip(groups, members) for g in mem]
     new_G = len(members[0]) if members else G
-    ro = batch.rollout
-    rollout = Rollout(prompt_ids=[ro.prompt_ids[p] for p in groups],
-                      completion_ids=[ro.completion_ids[i] for i in rows],
-                      sampling_logprobs=[ro.sampling_logprobs[i] for i in rows],
-                      finish_reasons=[ro.finish_reasons[i] for i in rows], group_size=new_G)
+    rollout = batch.rollout.rows(groups, rows, new_G)  # every per-row field, episodes included
     idx = torch.tensor(rows, dtype=torch.long)
     return ScoredBatch([batch.prompts[p] for p in groups], rollout, [batch.texts[i] for i in rows],
                        batch.rewards_NF[idx], batch.total_N[idx], batch.names, dict(batch.metrics))
@@ -58,10 +54,8 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
 
 def concat(batches: list[ScoredBatch]) -> ScoredBatch:
     first = batches[0]
-    rollout = Rollout(prompt_ids=[p for b in batches for p in b.rollout.prompt_ids],
-                      completion_ids=[c for b in batches for c in b.rollout.completion_ids],
-                      sampling_logprobs=[s for b in batches for s in b.rollout.sampling_logprobs],
-                      finish_reasons=[f for b in batches for f in b.rollout.finish_reasons], group_size=first.group_size)
+    rollout = gather_rows([p for b in batches for p in b.rollout.prompt_ids],
+                          [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)], first.group_size)
     return ScoredBatch([p for b in batches for p in b.prompts], rollout, [t for b in batches for t in b.texts],
                        torch.cat([b.rewards_NF for b in batches]), torch.cat([b.total_N for b in batches]),
                        first.names, _merge_metrics([b.metrics for b in batches]))
@@ -180,7 +174,7 @@ def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, 
     extra_n = sample_group_size - G
     hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G:(p + 1) * G].mean() < threshold]
     more = sample([batch.prompts[p] for p in hard], extra_n) if hard or always else None
-    rewards, totals, texts, comps, logps, reasons = [], [], [], [], [], []
+    rewards, totals, texts, sources = [], [], [], []
     for p in range(len(batch.prompts)):
         rows = list(range(p * G, (p + 1) * G))
         src = [(batch, i) for i in rows]
@@ -191,9 +185,8 @@ def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, 
             src += [(batch, rows[0])] * extra_n  # placeholders: easy groups keep their first G
         for b, i in src:
             rewards.append(b.rewards_NF[i]); totals.append(b.total_N[i]); texts.append(b.texts[i])
-            comps.append(b.rollout.completion_ids[i]); logps.append(b.rollout.sampling_logprobs[i])
-            reasons.append(b.rollout.finish_reasons[i])
-    ro = Rollout(batch.rollout.prompt_ids, comps, logps, reasons, sample_group_size)
+            sources.append((b.rollout, i))
+    ro = gather_rows(batch.rollout.prompt_ids, sources, sample_group_size)
     metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}
     return ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics), hard
 

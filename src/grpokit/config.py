@@ -169,7 +169,7 @@ class AlgoConfig:
     dual_clip: float = 0.0
     """Dual-clip bound c > 1 for negative advantages (0 = off)."""
     ratio_level: str = "token"
-    """Importance ratio per "token" (GRPO) or per "sequence" (GSPO)."""
+    """Importance ratio per "token" (GRPO), per "sequence" (GSPO) or per "turn" of an episode (GAGPO's action-level ratio)."""
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
     kl_estimator: str = "k3"
@@ -189,7 +189,7 @@ class AlgoConfig:
     kl_placement: str = "loss"
     """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t KL_k, with KL_k the kl_estimator on pi_old)."""
     mask_truncated: bool = False
-    """DAPO overlong filtering: completions cut at max_new_tokens are left out of the loss."""
+    """DAPO overlong filtering: completions cut at max_new_tokens (and episodes cut by env.max_turns) are left out of the loss."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
     max_sampling_rounds: int = 4
@@ -204,6 +204,37 @@ class AlgoConfig:
     """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
     ref_refresh_every: int = 0
     """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
+    # -- multi-turn credit (issue 14): a mode of stage 4 for episodes
+    credit: str = "outcome"
+    """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""
+    step_gamma: float = 0.95
+    """GiGPO / GAGPO: discount per turn of the episode's reward."""
+    gigpo_step_weight: float = 1.0
+    """GiGPO: weight omega of the step-level advantage added to the episode-level one."""
+    gae_lambda: float = 0.95
+    """GAGPO: lambda of the GAE-style sum of temporal differences."""
+
+
+@dataclass
+class EnvConfig:
+    tools: list[str] = field(default_factory=list)
+    """Tools the model may call in multi-turn episodes: built-in "calculator" / "python" (sandboxed code) or "module:function" (typed, with a docstring)."""
+    environment: str = ""
+    """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are tools, optional get_reward and done)."""
+    max_turns: int = 4
+    """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
+    max_episode_tokens: int = 0
+    """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens caps each turn)."""
+    tool_format: str = "auto"
+    """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags" (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
+    tool_timeout_s: float = 10.0
+    """Time limit of one tool call; a call that runs over becomes an error message in the episode."""
+    episode_timeout_s: float = 60.0
+    """Total tool time of one episode; when used up the episode ends (finish reason "timeout")."""
+    max_tool_output_chars: int = 1000
+    """Longest tool result shown to the model (longer ones are cut and marked)."""
+    allow_unsafe_code_execution: bool = False
+    """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
 
 @dataclass
@@ -288,6 +319,8 @@ class Config:
     """Reward functions (stage 3)."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantages and loss (stages 4 and 5): the GRPO family lives here."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Tools and environments of multi-turn episodes (stage 2)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer and schedule (stage 6)."""
     train: TrainConfig = field(default_factory=TrainConfig)

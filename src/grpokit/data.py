@@ -56,8 +56,9 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
     return out
 
 
-def render_prompt(prompt: Any, tokenizer, cfg: DataConfig) -> str:
-    """Prompt text as the model sees it: through the chat template when configured and available."""
+def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = None) -> str:
+    """Prompt text as the model sees it: through the chat template when configured and available
+    (with the tools' JSON schemas, for multi-turn episodes with tools)."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
     use = cfg.chat_template == "always" or (cfg.chat_template == "auto" and has_template)
     if cfg.chat_template == "always" and not has_template:
@@ -69,18 +70,29 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig) -> str:
     messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
     if cfg.system_prompt and not any(m.get("role") == "system" for m in messages):
         messages = [{"role": "system", "content": cfg.system_prompt}, *messages]
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    kw = {"tools": tools} if tools else {}
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
 
 
-def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig) -> list[Prompt]:
+def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | None = None) -> list[Prompt]:
     prompts = []
     for r in rows:
-        text = render_prompt(r["prompt"], tokenizer, cfg)
+        text = render_prompt(r["prompt"], tokenizer, cfg, tools)
         ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg))["input_ids"]
         if not ids:
             raise ConfigError(f"a prompt tokenised to nothing: {text!r}")
-        prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"}))
+        prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"},
+                              raw=r["prompt"]))
     return prompts
+
+
+def with_observation(prompt: Any, observation: str) -> Any:
+    """The prompt with an environment's reset() observation appended (to the last message's content
+    for chat messages, as TRL does; to the text otherwise)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        last = prompt[-1]
+        return prompt[:-1] + [{**last, "content": str(last.get("content", "")) + observation}]
+    return str(prompt) + observation
 
 
 def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:

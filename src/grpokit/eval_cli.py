@@ -65,6 +65,9 @@ def run_eval(args: argparse.Namespace) -> dict:
     cfg.model.name_or_path = args.model
     cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
     validate(cfg)
+    from . import wiring
+
+    wiring.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
     torch.manual_seed(args.seed)
     quiet_transformers()
     device = resolve_device(cfg.model)
@@ -80,7 +83,8 @@ def run_eval(args: argparse.Namespace) -> dict:
             raise ConfigError("--dataset needs at least one --reward to grade completions")
         rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
     rows = rows[: args.limit] if args.limit else rows
-    prompts = to_prompts(rows, tokenizer, cfg.data)
+    episodes = wiring.episode_runner(cfg, tokenizer, None, None, wiring._task(cfg))  # tools: episodes, else one turn
+    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.schemas or None)
     specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     gen = torch.Generator(device=device).manual_seed(args.seed)
@@ -88,11 +92,16 @@ def run_eval(args: argparse.Namespace) -> dict:
     with RewardRunner(specs, num_workers=0) as runner:
         for s in range(0, len(prompts), 32):
             chunk = prompts[s:s + 32]
-            ro = generate(model, [p.ids for p in chunk], n, params, eos_token_ids=eos_ids(tokenizer, model),
-                          pad_token_id=tokenizer.pad_token_id, generator=gen)
+            ro = episodes.run(lambda ctx, G, p: generate(model, ctx, G, p, eos_token_ids=eos_ids(tokenizer, model),
+                                                         pad_token_id=tokenizer.pad_token_id, generator=gen,
+                                                         decode=lambda x: tokenizer.decode(x, skip_special_tokens=True)),
+                              chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-            columns = repeat_columns(chunk, n)
-            res = runner.score([p.text for p in chunk for _ in range(n)], texts, ro.completion_ids, n, columns)
+            completions, env_columns = wiring.reward_inputs(ro, texts)
+            columns = {**repeat_columns(chunk, n), **env_columns}
+            res = runner.score([p.text for p in chunk for _ in range(n)], completions, ro.completion_ids, n, columns)
+            if ro.episodes is not None:  # an episode's answer is in its last message
+                texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
             ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
             for i in range(len(chunk)):
                 answers.append([extract_answer(t) for t in texts[i * n:(i + 1) * n]])

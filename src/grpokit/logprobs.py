@@ -17,7 +17,8 @@ from .types import Rollout, TokenBatch
 
 
 def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
-    """Left-pad the prompts (each repeated G times) and right-pad the completions into tensors."""
+    """Left-pad the prompts (each repeated G times) and right-pad the completions into tensors.
+    Environment tokens of multi-turn episodes are attended to but get completion_mask 0."""
     G, N = rollout.group_size, rollout.num_sequences
     prompts = [rollout.prompt_ids[i // G] for i in range(N)]
     lp = max(len(p) for p in prompts)
@@ -31,7 +32,7 @@ def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device |
         if c:
             input_ids[i, lp:lp + len(c)] = torch.tensor(c, dtype=torch.long)
             attn[i, lp:lp + len(c)] = 1
-            comp_mask[i, :len(c)] = 1.0
+            comp_mask[i, :len(c)] = 1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
     pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
     batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
     return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)))
@@ -60,7 +61,7 @@ def completion_logprobs(
     # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
     if _sharded(next(model.parameters())):
         return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=False)
-    lengths = batch.completion_mask.sum(dim=1).long()  # (N,)
+    lengths = _completion_lengths(batch)  # (N,)
     groups = plan_buckets(lengths.tolist(), buckets)
     if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
         return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
@@ -76,6 +77,12 @@ def completion_logprobs(
     inverse[order] = torch.arange(N)
     inverse = inverse.to(lp_parts[0].device)
     return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+
+
+def _completion_lengths(batch: TokenBatch) -> torch.Tensor:
+    """Real completion tokens per row ``(N,)``: the attention mask after the prompt (environment
+    tokens of an episode count; they are context even where the loss mask is 0)."""
+    return batch.attention_mask[:, batch.input_ids.shape[1] - batch.width:].sum(dim=1).long()
 
 
 def plan_buckets(lengths: list[int], buckets: int | None = None, row_cost: float = 4.0) -> list[torch.Tensor]:
@@ -108,7 +115,7 @@ def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
     lp = batch.input_ids.shape[1] - T
     attn = batch.attention_mask.index_select(0, rows)
     first = int(attn[:, :lp].any(dim=0).long().argmax().item()) if lp > 0 and bool(attn[:, :lp].any()) else lp
-    t_b = max(1, int(batch.completion_mask.index_select(0, rows).sum(dim=1).max().item()))
+    t_b = max(1, int(_completion_lengths(batch).index_select(0, rows).max().item()))
     cols = slice(first, lp + t_b)
     pick = lambda t: t.index_select(0, rows)
     sub = TokenBatch(pick(batch.input_ids)[:, cols], attn[:, cols], pick(batch.position_ids)[:, cols],

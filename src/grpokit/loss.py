@@ -26,7 +26,7 @@ import torch
 
 Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"]
 AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
-RATIO_LEVELS: tuple[str, ...] = ("token", "sequence")
+RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 ENTROPY_AGGREGATIONS: tuple[str, ...] = ("loss", "token-mean")
 
@@ -99,7 +99,8 @@ def aggregate(
 
 
 def log_importance_ratio(
-    logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str = "token"
+    logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str = "token",
+    turn_ids_NT: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log of the importance ratio pi_theta / pi_old for every token, ``(N, T)``.
 
@@ -108,10 +109,24 @@ def log_importance_ratio(
     ``s_i = 1/|o_i| sum_t (logp - old_logp)``, one value per sequence, broadcast to its tokens in
     the GSPO-token form ``sg(s_i) + logp - sg(logp)``: its value is ``s_i`` on every token and its
     gradient flows through every token's logprob.
+    ``"turn"`` (GAGPO's action-level ratio, arXiv 2605.13217): the same, per turn of a multi-turn
+    episode: the mean log-ratio over the turn's masked tokens (``turn_ids_NT`` names each token's turn).
     """
     log_ratio_NT = logp_NT - old_logp_NT
     if level == "token":
         return log_ratio_NT
+    if level == "turn":
+        if turn_ids_NT is None:
+            raise ValueError("ratio level 'turn' needs turn_ids_NT (the turn of every token)")
+        mask = mask_NT.to(logp_NT.dtype)
+        ids = turn_ids_NT.clamp(min=0).long()
+        K = int(ids.max().item()) + 1 if ids.numel() else 1
+        sums = torch.zeros(logp_NT.shape[0], K, dtype=logp_NT.dtype, device=logp_NT.device)
+        counts = torch.zeros_like(sums)
+        sums.scatter_add_(1, ids, (log_ratio_NT * mask).detach())
+        counts.scatter_add_(1, ids, mask)
+        turn_NT = (sums / counts.clamp(min=1)).gather(1, ids)  # GAGPO: action-level (per-turn) log-ratio
+        return turn_NT + logp_NT - logp_NT.detach()
     if level == "sequence":
         mask = mask_NT.to(logp_NT.dtype)
         seq_N = (log_ratio_NT * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
@@ -142,6 +157,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     entropy_aggregation: str = "loss",
     offpolicy_delta: float | None = None,
+    turn_ids_NT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped-surrogate policy loss with an optional KL penalty to a reference policy.
 
@@ -156,7 +172,8 @@ def policy_loss(
             ``clip_high > clip_low`` is DAPO's clip-higher.
         dual_clip: if set (> 1), for negative advantages the objective is bounded below by
             ``dual_clip * A`` (dual-clip PPO), so a huge ratio cannot produce a huge loss.
-        ratio_level: ``"token"`` (GRPO) or ``"sequence"`` (GSPO), see ``log_importance_ratio``.
+        ratio_level: ``"token"`` (GRPO), ``"sequence"`` (GSPO) or ``"turn"`` (GAGPO, with
+            ``turn_ids_NT``), see ``log_importance_ratio``.
         ref_logp_NT: ``(N, T)`` log pi_ref; only needed (and only read) when ``beta > 0``.
         beta: KL penalty weight; ``beta = 0`` skips the KL term entirely.
         kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``, see ``kl_estimate``.
@@ -198,7 +215,7 @@ def policy_loss(
         drop_N = offpolicy_sequences(logp_NT.detach(), old_logp_NT, adv_NT, mask_NT, offpolicy_delta)
         loss_mask_NT = mask_NT * (~drop_N)[:, None].to(mask_NT.dtype)  # DeepSeek-V3.2: off-policy sequence masking
         n_offpolicy = float(drop_N.sum())
-    ratio_NT = torch.exp(log_importance_ratio(logp_NT, old_logp_NT, mask_NT, ratio_level))
+    ratio_NT = torch.exp(log_importance_ratio(logp_NT, old_logp_NT, mask_NT, ratio_level, turn_ids_NT))
 
     surr_unclipped_NT = ratio_NT * adv_NT
     surr_clipped_NT = torch.clamp(ratio_NT, 1.0 - clip_low, 1.0 + clip_high) * adv_NT  # DAPO: clip-higher

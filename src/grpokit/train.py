@@ -2,7 +2,7 @@
 
     for each step:
         prompts   <- sampler.next_batch(P)                    1  data.py
-        rollout   <- G completions per prompt                 2  rollout/hf.py
+        rollout   <- G episodes per prompt (one turn, or tools) 2  rollout/episodes.py, hf.py, env/
         rewards   <- reward functions, weighted              3  rewards/
         adv       <- group-relative advantages                4  advantages.py
         old, ref  <- logprobs before the first update         5  logprobs.py
@@ -37,6 +37,7 @@ from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_tran
 from . import distributed, kernels, scaling, wiring
 from .record import NullRecorder, group_signatures, make_recorder, sample_rows
 from .rewards.runner import RewardRunner
+from .rollout.episodes import episode_metrics
 from .rollout.hf import SamplingParams, generate
 from .loss import entropy_token_mask
 from .types import Prompt
@@ -48,11 +49,17 @@ SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses 
 
 class Trainer:
     """One GRPO run. ``reward_funcs`` (Python callables in TRL's convention) extend or replace the
-    configured ones; ``train_rows``/``eval_rows`` replace the configured data."""
+    configured ones; ``train_rows``/``eval_rows`` replace the configured data. As in TRL's
+    GRPOTrainer, ``tools`` (typed, documented functions) and ``environment_factory`` (a class with
+    ``reset(**row)`` whose public methods are tools) make every sample a multi-turn episode
+    (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether."""
 
     def __init__(self, cfg: Config, *, reward_funcs: list[Callable] | None = None, train_rows: list[dict] | None = None,
-                 eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False):
+                 eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False,
+                 tools: list[Callable] | None = None, environment_factory: Callable | None = None,
+                 rollout_func: Callable | None = None):
         self.cfg = validate(cfg)
+        wiring.use_task_model(cfg)  # data.task=calculator: "demo" is its own checkpoint
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or f"runs/{datetime.now():%Y%m%d-%H%M%S}")
         t, m = cfg.train, cfg.model
@@ -70,9 +77,12 @@ class Trainer:
         self.tokenizer = load_tokenizer(m)
         train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
         wiring.check_gold_answers(cfg, train_rows)
-        self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data)
-        self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data)
-        specs = wiring.reward_specs(cfg, reward_funcs)
+        self.episodes = wiring.episode_runner(cfg, self.tokenizer, tools, environment_factory, wiring._task(cfg))
+        self.rollout_func = rollout_func
+        schemas = self.episodes.schemas or None  # chat templates show the tools in the prompt
+        self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data, schemas)
+        self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data, schemas)
+        specs = wiring.reward_specs(cfg, reward_funcs, self.episodes.factory)
         self.runner_weights = [sp.weight for sp in specs]
         self.process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
         self.runner = RewardRunner(specs, num_workers=cfg.reward.num_workers,
@@ -179,6 +189,8 @@ class Trainer:
             extra["kl"] = (kl_N.sum() / batch.completion_mask.sum().clamp(min=1).cpu()).item()
         if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
             advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
+        elif a.credit != "outcome":  # GiGPO / GAGPO: step-level credit across the turns of episodes
+            advantages, adv_metrics = wiring.credit_advantages(sb, a, rewards_N, batch.completion_mask)
         else:
             rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
             lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
@@ -191,14 +203,15 @@ class Trainer:
 
         loss_mask = batch.completion_mask
         if a.mask_truncated:  # DAPO overlong filtering: truncated completions leave the loss
-            keep = torch.tensor([f != "length" for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
+            keep = torch.tensor([f not in ("length", "turns") for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
             loss_mask = loss_mask * keep[:, None]
         if a.entropy_top_fraction < 1:  # train only on the high-entropy "forking" tokens
             pool = self.dist.gather_varlen(entropy[loss_mask.bool()]) if self.dist.active else None  # global quantile
             loss_mask = entropy_token_mask(entropy, loss_mask, a.entropy_top_fraction, pool=pool)
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
-                                  ref_logp if a.kl_placement == "loss" else None)
+                                  ref_logp if a.kl_placement == "loss" else None,
+                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None)
             algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
             for _ in range(a.num_iterations):
                 upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
@@ -211,15 +224,16 @@ class Trainer:
 
         if self.engine is not None:
             extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
-        lengths = [len(c) for c in ro.completion_ids]  # 7. record
+        lengths = ro.model_lengths()  # 7. record (an episode's length counts the model's tokens, as TRL)
         seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
         if self.recorder.wants_samples(self.step + 1):
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
             self.recorder.log_samples(self.step + 1, sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
-                lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts))
+                lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
+                messages=[e.messages for e in ro.episodes] if ro.episodes else None))
         return distributed.reduce_metrics(self.dist, {
-            **sb.metrics, "reward": sb.total_N.mean().item(),
+            **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
             **adv_metrics, **upd, **extra,
             "completions/mean_length": float(np.mean(lengths)), "completions/min_length": float(min(lengths)),
@@ -237,24 +251,39 @@ class Trainer:
         ro = None
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
             prompts, ro = scaling.next_prompts(self, prompts, group_size)
+        extra: dict[str, list] = {}
         with self._timer("rollout"), self.autocast(), scaling.sampling_model(self) as model:  # FSDP: ranks in step
             self.model.eval()
-            if ro is None and self.engine is not None and prompts:  # vLLM (colocated or server)
-                ro = self.engine.generate([p.ids for p in prompts], group_size)
-            if ro is None and prompts:
-                ro = generate(model, [p.ids for p in prompts], group_size, self.params, eos_token_ids=self.eos,
-                              pad_token_id=self.tokenizer.pad_token_id, generator=self.generator, decode=self._decode,
-                              cuda_graphs=self.cfg.rollout.cuda_graphs)
+            if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
+                ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
+            if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
+                ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
+                if self.engine is not None and hasattr(self.engine, "finish_sampling"):
+                    self.engine.finish_sampling()  # colocated vLLM sleeps only once every turn is sampled
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
-            columns = repeat_columns(prompts, group_size)
-            scored = self.runner.score([p.text for p in prompts for _ in range(group_size)], texts, ro.completion_ids,
+            completions, env_columns = wiring.reward_inputs(ro, texts)
+            columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
+            scored = self.runner.score([p.text for p in prompts for _ in range(group_size)], completions, ro.completion_ids,
                                        group_size, columns)
         return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics)
 
     # ------------------------------------------------------------------ helpers
+
+    def turn_sampler(self, model, generator: torch.Generator | None = None):
+        """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, on the
+        vLLM engine when there is one (and it samples synchronously), else on ``model``. CUDA
+        graphs (rollout.cuda_graphs) only on the trainer's own thread: the async sampler (its own
+        ``generator``) runs beside the update, where a graph capture must not happen."""
+        engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
+        if engine is not None and not getattr(engine, "prefetches", False):
+            return lambda ctx, G, params: engine.generate(ctx, G, params=params, sleep=False)
+        return lambda ctx, G, params: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode,
+                                               pad_token_id=self.tokenizer.pad_token_id,
+                                               generator=generator if generator is not None else self.generator,
+                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
 
     @torch.no_grad()
     def _logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -274,7 +303,7 @@ class Trainer:
             return {}
         with scaling.sampling_model(self) as model:
             return evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
-                            max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos)
+                            max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes)
 
     def save(self) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)

@@ -15,6 +15,7 @@ class Prompt:
     text: str
     ids: list[int]
     columns: dict[str, Any] = field(default_factory=dict)
+    raw: Any = None  # the dataset's prompt as given (text or chat messages), for environments' reset(**row)
 
 
 @dataclass
@@ -24,17 +25,77 @@ class Rollout:
     ``completion_ids[i]`` has no padding; it ends with the EOS token when ``finish_reasons[i]`` is
     "eos". ``sampling_logprobs[i][t]`` is the log-probability the sampler gave token t (after
     temperature, top-k/p, min-p).
+
+    Multi-turn episodes (rollout/episodes.py) put everything after the prompt in ``completion_ids``:
+    the model's turns and the environment's replies in between. ``episodes[i].model_mask`` says
+    which token is which (1: the model sampled it, 0: the environment wrote it; its sampling
+    logprob is 0.0). ``episodes`` is None for plain completions (every token is the model's).
     """
 
     prompt_ids: list[list[int]]  # P
     completion_ids: list[list[int]]  # N
     sampling_logprobs: list[list[float]]  # N
-    finish_reasons: list[str]  # N: "eos" | "length" | "stop"
+    finish_reasons: list[str]  # N: "eos" | "length" | "stop" (episodes also "turns" | "done" | "tool_error" | "timeout")
     group_size: int
+    episodes: list["Episode"] | None = None  # N, or None for single-turn completions
 
     @property
     def num_sequences(self) -> int:
         return len(self.completion_ids)
+
+    def model_mask(self, i: int) -> list[int]:
+        """1 for each completion token of row i the model sampled, 0 for environment tokens."""
+        return self.episodes[i].model_mask if self.episodes is not None else [1] * len(self.completion_ids[i])
+
+    def model_lengths(self) -> list[int]:
+        """Tokens the model sampled, per row (environment tokens not counted)."""
+        return [sum(self.model_mask(i)) for i in range(self.num_sequences)]
+
+    def rows(self, prompts: list[int], rows: list[int], group_size: int) -> "Rollout":
+        """Prompts ``prompts`` with completions ``rows`` (grouped, ``group_size`` per prompt)."""
+        return gather_rows([self.prompt_ids[p] for p in prompts], [(self, i) for i in rows], group_size)
+
+
+def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]], group_size: int) -> Rollout:
+    """A Rollout whose completion k is row ``sources[k][1]`` of rollout ``sources[k][0]`` (every
+    per-row field travels together, the episode records included)."""
+    eps = [ro.episodes[i] if ro.episodes is not None else None for ro, i in sources]
+    if any(e is not None for e in eps):  # a mixed batch: plain rows become one-turn episodes
+        eps = [e if e is not None else Episode.single(len(ro.completion_ids[i])) for e, (ro, i) in zip(eps, sources)]
+    return Rollout([list(p) for p in prompt_ids], [ro.completion_ids[i] for ro, i in sources],
+                   [ro.sampling_logprobs[i] for ro, i in sources], [ro.finish_reasons[i] for ro, i in sources],
+                   group_size, eps if any(e is not None for e in eps) else None)
+
+
+@dataclass
+class Episode:
+    """One multi-turn episode of a Rollout row (see rollout/episodes.py).
+
+    Token-aligned with the row's ``completion_ids``: ``model_mask[t]`` is 1 when the model sampled
+    token t, 0 when the environment wrote it; ``turn_ids[t]`` is the model turn (0, 1, ...) token t
+    belongs to (environment tokens carry the turn they answer). ``state_keys[k]`` identifies the
+    state the model acted from at turn k (equal keys = identical states, GiGPO's anchor states).
+    """
+
+    model_mask: list[int]
+    turn_ids: list[int]
+    state_keys: list[str] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the conversation after the prompt (TRL form)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    environment: Any = None  # the environment instance of this episode (environment_factory), or None
+
+    @property
+    def turns(self) -> int:
+        return max(self.turn_ids) + 1 if self.turn_ids else 1
+
+    @property
+    def env_tokens(self) -> int:
+        return len(self.model_mask) - sum(self.model_mask)
+
+    @classmethod
+    def single(cls, n_tokens: int) -> "Episode":
+        return cls([1] * n_tokens, [0] * n_tokens)
 
 
 @dataclass
@@ -42,14 +103,16 @@ class TokenBatch:
     """Prompt + completion tokens of N sequences as tensors, ready for a forward pass.
 
     Prompts are left-padded to a common width, completions right-padded to width T, so completion
-    token t of every row sits at column ``prompt_width + t``.
+    token t of every row sits at column ``prompt_width + t``. A row's real completion tokens are the
+    attention mask's 1s after the prompt; ``completion_mask`` is the subset the loss trains on.
     """
 
     input_ids: torch.Tensor  # (N, Lp + T)
     attention_mask: torch.Tensor  # (N, Lp + T)
     position_ids: torch.Tensor  # (N, Lp + T)
     completion_ids: torch.Tensor  # (N, T)
-    completion_mask: torch.Tensor  # (N, T) float, 1 on real completion tokens
+    completion_mask: torch.Tensor  # (N, T) float, 1 on completion tokens the model sampled (the loss's tokens);
+    # 0 on padding and on environment tokens of multi-turn episodes (those are in the context, not in the loss)
 
     def rows(self, idx: slice) -> "TokenBatch":
         return TokenBatch(*(t[idx] for t in (self.input_ids, self.attention_mask, self.position_ids, self.completion_ids, self.completion_mask)))

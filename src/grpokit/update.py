@@ -51,6 +51,7 @@ class UpdateInputs:
     loss_mask: torch.Tensor  # (N, T) completion tokens that count in the loss
     old_logp: torch.Tensor | None  # (N, T); None: the current policy is the old policy (mu = 1)
     ref_logp: torch.Tensor | None  # (N, T) when beta > 0
+    turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
 
 
 def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
@@ -153,6 +154,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             aggregation=algo.aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant,
             entropy_NT=entropy, entropy_coef=algo.entropy_coef, entropy_aggregation=algo.entropy_aggregation,
             offpolicy_delta=algo.offpolicy_delta or None,
+            turn_ids_NT=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
         )
         loss.backward()
         loss_total += loss.item()

@@ -101,6 +101,21 @@ def validate(cfg: Config) -> Config:
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
     _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
     _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
+    e = cfg.env
+    _check(e.max_turns >= 1, f"env.max_turns={e.max_turns} must be at least 1")
+    _check(e.max_episode_tokens >= 0, f"env.max_episode_tokens={e.max_episode_tokens} must be >= 0 (0 = no cap)")
+    _one_of("env.tool_format", e.tool_format, ("auto", "chat_template", "tags"))
+    _check(e.tool_timeout_s > 0 and e.episode_timeout_s > 0,
+           f"env.tool_timeout_s={e.tool_timeout_s} and env.episode_timeout_s={e.episode_timeout_s} must be > 0")
+    _check(e.max_tool_output_chars >= 0, f"env.max_tool_output_chars={e.max_tool_output_chars} must be >= 0 (0 = no cap)")
+    _one_of("algo.credit", a.credit, ("outcome", "gigpo", "gagpo"))
+    _check(0 <= a.step_gamma <= 1 and 0 <= a.gae_lambda <= 1,
+           f"algo.step_gamma={a.step_gamma} and algo.gae_lambda={a.gae_lambda} must be in [0, 1]")
+    _check(a.credit == "outcome" or (a.scale in ("group", "none") and a.baseline == "group_mean"),
+           f"algo.credit={a.credit!r} normalises within groups: use algo.baseline=group_mean and algo.scale=group or none "
+           f"(got {a.baseline}, {a.scale})")
+    _check(a.credit == "outcome" or a.supervision == "outcome",
+           f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
     d = cfg.data
     _one_of("data.chat_template", d.chat_template, ("auto", "always", "never"))
     _check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")

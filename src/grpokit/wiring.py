@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from .advantages import process_advantages
+from .advantages import gagpo_advantages, gigpo_advantages, process_advantages, steps_to_tokens
 from .collect import ScoredBatch
 from .config import Config, ConfigError
 from .data import load_rows, repeat_columns
@@ -24,6 +24,14 @@ def _task(cfg: Config):
     from .tasks import get_task
 
     return get_task(cfg.data.task) if cfg.data.task and not cfg.data.dataset else None
+
+
+def use_task_model(cfg: Config) -> None:
+    """model.name_or_path=demo means the built-in task's own checkpoint (the calculator task ships
+    one that knows the tool tags); the resolved folder is what config.yaml records."""
+    task = _task(cfg)
+    if task is not None and cfg.model.name_or_path == "demo" and task.name != "arithmetic":
+        cfg.model.name_or_path = str(task.model_path())
 
 
 def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None) -> tuple[list[dict], list[dict]]:
@@ -42,8 +50,13 @@ def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] 
     return train_rows, eval_rows[: d.eval_size]
 
 
-def reward_specs(cfg: Config, extra: list[Callable] | None) -> list[RewardSpec]:
-    """The configured reward functions (built-in names, import paths, "task") plus passed callables."""
+def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=None) -> list[RewardSpec]:
+    """The configured reward functions (built-in names, import paths, "task") plus passed callables,
+    plus the environment's ``get_reward()`` when it has one (weight 1, named after its class, as TRL)."""
+    from .env import environment_reward
+
+    env_reward = environment_reward(environment_factory) if environment_factory is not None else None
+    extra = list(extra or []) + ([env_reward] if env_reward is not None else [])
     names, weights = cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions)
     specs = []
     for name, w in zip(names, weights):
@@ -118,6 +131,110 @@ def step_advantages(process_fn, sb: ScoredBatch, width: int, std: str, eps: floa
         for k, (end, value) in enumerate(seq):
             rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
     return process_advantages(rewards, ends, mask, G, width, std=std, eps=eps)
+
+
+# ---------------------------------------------------------------- episodes (multi-turn, tools)
+
+
+def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environment_factory, task=None):
+    """The episode loop for this run: the configured tools (``env.tools``, the task's, or passed
+    callables) and environment (``env.environment`` or a passed ``environment_factory``)."""
+    from .data import render_prompt, with_observation
+    from .env import resolve_environment, resolve_tools
+    from .rollout.episodes import EpisodeRunner, EpisodeSpec
+
+    e = cfg.env
+    fns = resolve_tools(e.tools, wall_s=e.tool_timeout_s, allow_unsafe_code_execution=e.allow_unsafe_code_execution)
+    fns += list(tools or [])
+    if task is not None and not fns:
+        fns = list(task.tools)
+    factory = environment_factory or resolve_environment(e.environment)
+    fmt = e.tool_format
+    if fmt == "auto":
+        fmt = "chat_template" if getattr(tokenizer, "chat_template", None) and cfg.data.chat_template != "never" else "tags"
+    if fmt == "chat_template" and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError("env.tool_format=chat_template but the tokenizer has no chat template; use tags or auto")
+    multi = bool(fns) or factory is not None
+    spec = EpisodeSpec(max_turns=e.max_turns if multi else 1, max_episode_tokens=e.max_episode_tokens,
+                       tool_timeout_s=e.tool_timeout_s, episode_timeout_s=e.episode_timeout_s,
+                       max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt)
+    runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
+    if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the tools
+        runner.render_prompt = lambda raw, obs: list(tokenizer(
+            render_prompt(with_observation(raw, obs), tokenizer, cfg.data, runner.schemas or None),
+            add_special_tokens=False)["input_ids"])
+    return runner
+
+
+def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
+    """TRL's ``rollout_func(prompts, trainer) -> dict``: ``prompt_ids`` (one per prompt or per
+    completion), ``completion_ids`` and ``logprobs`` (G per prompt, grouped), optional ``env_mask``
+    (1 on the model's tokens, 0 on the environment's); other keys go to the reward functions."""
+    from .types import Episode, Rollout
+
+    out = fn([p.raw if p.raw is not None else p.text for p in prompts], trainer)
+    missing = sorted({"prompt_ids", "completion_ids", "logprobs"} - set(out))
+    if missing:
+        raise ConfigError(f"rollout_func must return the keys {missing} in its dict (TRL's convention)")
+    comps, N = out["completion_ids"], len(prompts) * group_size
+    if len(comps) != N:
+        raise ConfigError(f"rollout_func returned {len(comps)} completions for {len(prompts)} prompts; "
+                          f"it must return group_size={group_size} per prompt, grouped")
+    pids = out["prompt_ids"]
+    pids = pids[::group_size] if len(pids) == N else pids
+    mask = out.get("env_mask")
+    episodes = [Episode(list(m), [0] * len(m)) for m in mask] if mask is not None else None
+    ro = Rollout([list(p) for p in pids], [list(c) for c in comps], [list(lp) for lp in out["logprobs"]],
+                 list(out.get("finish_reasons") or ["eos"] * N), group_size, episodes)
+    extra = {k: list(v) for k, v in out.items()
+             if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")}
+    return ro, extra
+
+
+def reward_inputs(ro, texts: list[str]) -> tuple[list, dict[str, list]]:
+    """What reward functions receive for a rollout, in TRL's convention: plain texts for single-turn
+    completions; for episodes the whole conversation after the prompt (a list of messages) and, when
+    there is an environment, ``environments`` (one instance per completion)."""
+    if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
+        return texts, {}
+    extra = {}
+    if any(e.environment is not None for e in ro.episodes):
+        extra["environments"] = [e.environment for e in ro.episodes]
+    return [e.messages for e in ro.episodes], extra
+
+
+def turn_ids(ro, width: int) -> torch.Tensor:
+    """``(N, width)`` turn index of every completion token (0 for plain completions and padding)."""
+    out = torch.zeros(ro.num_sequences, width, dtype=torch.long)
+    for i, e in enumerate(ro.episodes or []):
+        out[i, :len(e.turn_ids)] = torch.tensor(e.turn_ids, dtype=torch.long)
+    return out
+
+
+def credit_advantages(sb: ScoredBatch, algo, rewards_N: torch.Tensor, mask_NT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """Step-level credit (``algo.credit`` gigpo / gagpo): step tensors from the episodes (the
+    episode's reward on its last turn, the state keys of its turns), advantages per step, spread
+    over each turn's tokens ``(N, T)``."""
+    ro, G = sb.rollout, sb.group_size
+    eps = ro.episodes or [None] * ro.num_sequences
+    turns = [e.turns if e is not None else 1 for e in eps]
+    N, S = len(turns), max(turns)
+    rewards, states, mask = torch.zeros(N, S), torch.zeros(N, S, dtype=torch.long), torch.zeros(N, S)
+    ids: dict[str, int] = {}
+    for i, (e, k) in enumerate(zip(eps, turns)):
+        mask[i, :k] = 1.0
+        rewards[i, k - 1] = float(rewards_N[i])  # outcome reward, on the episode's last step
+        keys = e.state_keys if e is not None and e.state_keys else [f"p{i // G}"] * k
+        for t, key in enumerate(keys[:k]):
+            states[i, t] = ids.setdefault(key, len(ids))
+    if algo.credit == "gigpo":
+        adv_NS, metrics = gigpo_advantages(rewards_N.view(-1, G).float(), rewards, states, mask, gamma=algo.step_gamma,
+                                           step_weight=algo.gigpo_step_weight, scale="none" if algo.scale == "none" else "group",
+                                           std=algo.std, eps=algo.adv_eps)
+    else:
+        adv_NS, metrics = gagpo_advantages(rewards, states, mask, G, gamma=algo.step_gamma, lam=algo.gae_lambda,
+                                           std=algo.std, eps=algo.adv_eps)
+    return steps_to_tokens(adv_NS, turn_ids(ro, mask_NT.shape[1]), mask_NT.cpu()), metrics
 
 
 class Timer:

@@ -52,6 +52,12 @@ PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | None, bool, 
     ("loss", "Loss", ("loss",), None, False, ""),
     ("grad-norm", "Gradient norm", ("grad_norm",), None, True, "before clipping"),
 )
+# Drawn only when the run recorded them (runs with multi-turn episodes, docs/AGENTS.md).
+OPTIONAL_PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | None, bool, str], ...] = (
+    ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
+                                      "episodes/truncated_by_turns", "eval/tool_use_rate"), None, True,
+     "turns per episode; fractions of episodes / calls"),
+)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;background:#f4f5f7;color:#1f2937}
@@ -74,6 +80,8 @@ pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12.5px/1.4 ui-monos
 pre.box{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:10px 12px;max-height:420px;overflow:auto}
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}.prompt{background:#eef2ff;border-radius:6px;padding:6px 10px;margin:10px 0 6px}
 .pos{color:#047857}.neg{color:#b91c1c}
+.turn{border-left:3px solid #6366f1;padding:2px 8px;margin:3px 0}.turn.tool{border-left-color:#f59e0b;background:#fffbeb}
+.turn .who{font-size:11px;color:#6b7280;text-transform:uppercase}.call{font:12px ui-monospace,monospace;color:#4338ca;background:#eef2ff;border-radius:4px;padding:1px 6px;display:inline-block}
 """
 
 
@@ -129,11 +137,13 @@ def plots_html(rows: Sequence[dict[str, Any]], summary: dict[str, Any], warnings
     """
     names = _metric_names(rows)
     cards = []
-    for plot_id, title, patterns, y_range, include_zero, note in PLOTS:
+    for plot_id, title, patterns, y_range, include_zero, note in PLOTS + OPTIONAL_PLOTS:
         chosen = [n for p in patterns for n in (fnmatch.filter(names, p) if "*" in p else [p] if p in names else [])]
         series = _series_for(rows, list(dict.fromkeys(chosen)))
         if plot_id == "eval":
             series += _eval_summary_series(summary, rows, len(series))
+        if not series and any(plot_id == p[0] for p in OPTIONAL_PLOTS):
+            continue
         marks = [(float(w["step"]), f"step {w['step']}: {w.get('monitor')}") for w in warnings
                  if MONITOR_PLOTS.get(str(w.get("monitor"))) == plot_id and isinstance(w.get("step"), (int, float))]
         if marks:
@@ -208,12 +218,33 @@ def samples_html(samples: Sequence[dict[str, Any]], max_steps: int = 3, max_char
                 per = "".join(f'<td class="num">{_fmt((c.get("rewards") or {}).get(f, ""))}</td>' for f in funcs)
                 body.append(f'<tr><td class="num">{j}</td><td class="num">{_fmt(c.get("reward", ""))}</td>{per}'
                             f'<td class="num {cls}">{_fmt(adv if adv is not None else "")}</td><td class="num">{_fmt(c.get("length", ""))}</td>'
-                            f'<td class="fin">{_esc(c.get("finish_reason", ""))}</td><td><pre>{_esc(text)}</pre></td></tr>')
+                            f'<td class="fin">{_esc(c.get("finish_reason", ""))}</td><td>{_completion_cell(c, text, max_chars)}</td></tr>')
             inner.append(f'<div class="prompt"><pre>{_esc(row.get("prompt", ""))}</pre></div>'
                          f'<table><tr><th>#</th><th>reward</th>{head}<th>advantage</th><th>length</th><th>finish</th><th>completion</th></tr>{"".join(body)}</table>')
         is_open = " open" if i == len(steps) - 1 else ""
         out.append(f'<details{is_open}><summary>step {_esc(step)} — {len(rows)} prompt(s)</summary>{"".join(inner)}</details>')
     return "".join(out)
+
+
+def _completion_cell(c: dict[str, Any], text: str, max_chars: int) -> str:
+    """A completion: its text, or for a multi-turn episode its conversation turn by turn, with the
+    model's turns, its tool calls and the environment's replies drawn distinctly."""
+    messages = c.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return f"<pre>{_esc(text)}</pre>"
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = str(m.get("content", ""))[:max_chars]
+        if m.get("role") == "tool":
+            parts.append(f'<div class="turn tool"><span class="who">tool {_esc(m.get("name", ""))} &rarr;</span><pre>{_esc(content)}</pre></div>')
+            continue
+        calls = "".join(f'<div class="call">call {_esc((t.get("function") or {}).get("name", ""))}'
+                        f'({_esc(json.dumps((t.get("function") or {}).get("arguments", ""), ensure_ascii=False))})</div>'
+                        for t in m.get("tool_calls") or [] if isinstance(t, dict))
+        parts.append(f'<div class="turn model"><span class="who">model</span><pre>{_esc(content)}</pre>{calls}</div>')
+    return "".join(parts)
 
 
 def summary_html(summary: dict[str, Any]) -> str:

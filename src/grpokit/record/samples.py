@@ -6,7 +6,8 @@ the reward), so every `samples_every` steps the trainer passes a few prompts to
 
     {"prompt": "What is 2+3?",
      "completions": [{"text": "...", "rewards": {"math": 1.0, "format": 0.5}, "reward": 1.5,
-                      "advantage": 0.87, "length": 42, "finish_reason": "stop"}, ...]}
+                      "advantage": 0.87, "length": 42, "finish_reason": "stop",
+                      "messages": [...]}, ...]}          # "messages": episodes only (the conversation)
 
 The recorder adds "step". Texts are stored verbatim: they are untrusted model output, and every
 reader (the HTML report included) must escape them.
@@ -28,12 +29,15 @@ def sample_rows(
     finish_reasons: Sequence[str],
     group_size: int,
     max_prompts: int = 4,
+    messages: Sequence[Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for `Recorder.log_samples` from flat per-completion lists.
 
     `prompts` has P entries; every other sequence has N = P * G entries grouped contiguously
     (completions g*G .. g*G+G-1 answer prompt g), as are `rewards_per_func[name]`. Only the first
-    `max_prompts` prompts are kept.
+    `max_prompts` prompts are kept. `messages` (N conversations, for multi-turn episodes) adds each
+    completion's whole conversation turn by turn: assistant turns (with their `tool_calls`) and the
+    `tool` messages that answered them.
     """
     n = len(texts)
     if n != len(prompts) * group_size:
@@ -54,5 +58,7 @@ def sample_rows(
                 "length": int(lengths[i]),
                 "finish_reason": str(finish_reasons[i]),
             })
+            if messages is not None:
+                completions[-1]["messages"] = [dict(m) for m in messages[i]]
         rows.append({"prompt": prompt, "completions": completions})
     return rows

@@ -24,7 +24,6 @@ import threading
 import torch
 
 from ..models import frozen_copy
-from .hf import generate
 
 
 class AsyncRollout:
@@ -55,10 +54,8 @@ class AsyncRollout:
                         return
                     model, version = self.snapshot, self.version
                 prompts = self.tr.sampler.next_batch(self.n)
-                with self.tr.autocast():
-                    ro = generate(model, [p.ids for p in prompts], self.G, self.tr.params, eos_token_ids=self.tr.eos,
-                                  pad_token_id=self.tr.tokenizer.pad_token_id, generator=self.generator,
-                                  decode=self.tr._decode, cuda_graphs=False)  # no graph capture beside the trainer's thread
+                with self.tr.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
+                    ro = self.tr.episodes.run(self.tr.turn_sampler(model, self.generator), prompts, self.G, self.tr.params)
                 with self.cond:
                     self.ready[i] = (prompts, ro, version)
                     self.log.append((i, version))

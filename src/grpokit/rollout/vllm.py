@@ -82,16 +82,25 @@ class VLLMColocated:
         self.llm, self.sp_cls, self.params, self.sleep = llm, sampling_params_cls, params, sleep
         self.asleep = False
 
-    def generate(self, prompt_ids: list[list[int]], group_size: int) -> Rollout:
-        p = self.params
+    def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
+                 sleep: bool = True) -> Rollout:
+        """Sample; ``params`` overrides the run's (an episode's turn adds a stop string). The episode
+        loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``."""
+        p = params or self.params
         sp = self.sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
-                         min_p=p.min_p, max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0)
+                         min_p=p.min_p, max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
+                         include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sp, use_tqdm=False)
         ro = to_rollout(outs, prompt_ids, group_size)
-        if self.sleep:  # the update needs the memory; weights are re-sent after it anyway (level 2)
+        if sleep:
+            self.finish_sampling()
+        return ro
+
+    def finish_sampling(self) -> None:
+        """Sampling for this step is over: sleep (if configured) so the update gets the memory."""
+        if self.sleep and not self.asleep:  # weights are re-sent after the update anyway (level 2)
             self.llm.sleep(level=2)
             self.asleep = True
-        return ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
         if self.asleep:

@@ -150,22 +150,25 @@ class VLLMServer:
 
     # ------------------------------------------------------------------ sampling
 
-    def generate(self, prompt_ids: list[list[int]], group_size: int) -> Rollout:
+    def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
+                 sleep: bool = True) -> Rollout:
+        """G completions per prompt. ``params``: an episode's turn may add stop strings; ``sleep`` is
+        the colocated engine's (a server has nothing to release)."""
         comps, logps, reasons = [], [], []
         for start in range(0, len(prompt_ids), MAX_PROMPTS_PER_REQUEST):
             chunk = prompt_ids[start:start + MAX_PROMPTS_PER_REQUEST]
-            for ids, lps, reason in self._complete(chunk, group_size):
+            for ids, lps, reason in self._complete(chunk, group_size, params or self.params):
                 comps.append(ids)
                 logps.append(lps)
                 reasons.append(reason)
         return Rollout([list(x) for x in prompt_ids], comps, logps, reasons, group_size)
 
-    def _complete(self, prompt_ids: list[list[int]], group_size: int) -> list[tuple[list[int], list[float], str]]:
-        p = self.params
+    def _complete(self, prompt_ids: list[list[int]], group_size: int, p: SamplingParams) -> list[tuple[list[int], list[float], str]]:
         body = {"model": self.model_name, "prompt": [list(x) for x in prompt_ids], "n": group_size,
                 "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
                 "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": 1.0, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "return_tokens_as_token_ids": True}
+                "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "return_tokens_as_token_ids": True,
+                "include_stop_str_in_output": True}  # as the hf engine: a tag-format tool call keeps its closing tag
         a = self.call("POST", f"{self.url}/v1/completions", body, self.request_timeout)
         if a.status != 200:
             why = a.text if a.status == 0 else f"HTTP {a.status}: {a.message}"

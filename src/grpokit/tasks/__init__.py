@@ -2,7 +2,9 @@
 
 A task bundles what the trainer needs to run without any user data: training rows
 (``{"prompt", "answer"}`` dicts), held-out rows for evaluation, a reward function in TRL's
-convention and the default starting checkpoint. Look one up by name::
+convention and the default starting checkpoint. ``arithmetic`` (two-digit addition, single-turn) is
+the default; ``calculator`` (two-digit multiplication with a calculator tool) is multi-turn: its
+``tools`` make every sample an episode (docs/AGENTS.md). Look one up by name::
 
     task = get_task("arithmetic")
     rows = task.train_rows(n=4096, seed=0)
@@ -17,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from grpokit.tasks import arithmetic
+from grpokit.tasks import arithmetic, calculator
 from grpokit.tasks.demo_model import demo_model_path, load_demo_model
 from grpokit.tasks.arithmetic_steps import digit_steps
 from grpokit.tasks.evaluate import evaluate_accuracy
@@ -44,6 +46,8 @@ class Task:
     """Training settings measured to work on this task's default model (see docs/TASKS.md)."""
     process_reward_fn: Callable[..., list[list[tuple[int, float]]]] | None = None
     """Per-step rewards ``[(end_token, reward), ...]`` per completion, for process supervision."""
+    tools: tuple[Callable, ...] = ()
+    """Tools the task's episodes may call (multi-turn tasks); used when env.tools is empty."""
 
 
 TASKS: dict[str, Task] = {
@@ -69,6 +73,18 @@ TASKS: dict[str, Task] = {
             }
         ),
         process_reward_fn=digit_steps,
+    ),
+    "calculator": Task(
+        name="calculator",
+        train_rows=calculator.train_rows,
+        held_out_rows=calculator.held_out_rows,
+        reward_fn=arithmetic.arithmetic_accuracy,
+        evaluate=calculator.evaluate_with_calculator,
+        model_path=calculator.calc_model_path,
+        load_model=calculator.load_calc_model,
+        recommended=MappingProxyType({"prompts_per_step": 16, "group_size": 8, "learning_rate": 3e-4,
+                                      "temperature": 1.0, "max_new_tokens": 8, "max_turns": 4, "eval_rows": 500}),
+        tools=(calculator.calculator,),
     ),
 }
 

@@ -1,0 +1,103 @@
+"""Tool calls in the model's text, and tool results back into tokens.
+
+Two formats, chosen by ``env.tool_format``:
+
+* ``"chat_template"``: the tokenizer's own. The prompt is rendered with the tools' JSON schemas
+  (``apply_chat_template(tools=...)``); the model answers a turn ending with its end-of-turn token;
+  calls are the ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks of that turn
+  (the Hermes / Qwen convention many tool-calling templates share; other call syntaxes, e.g.
+  Llama 3's, are not parsed yet: use ``rollout_func`` or the tag format for them); results are rendered by the template
+  as ``{"role": "tool", "name": ..., "content": ...}`` messages followed by the next assistant
+  header, exactly the tokens the template would produce (computed as TRL does: the template of a
+  short conversation with and without the tool messages, the difference being the suffix).
+* ``"tags"``, for models without a tool-calling template (the demo models): a call is
+  ``<tool_call>BODY</tool_call>`` and ends the model's turn; BODY is a JSON object
+  ``{"name": ..., "arguments": {...}}``, or ``NAME: ARGS``, or, when exactly one tool is offered,
+  just ``ARGS``; a plain ARGS string is passed to the tool's first parameter. The result comes back
+  as ``<tool_result>CONTENT</tool_result>`` and the model continues.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+RESULT_OPEN, RESULT_CLOSE = "<tool_result>", "</tool_result>"
+FORMATS = ("auto", "chat_template", "tags")
+_CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed call: the tool's name ("" when the body could not be read) and its arguments."""
+
+    name: str
+    arguments: dict[str, Any] | str
+
+
+def parse_tool_calls(text: str, tool_names: list[str]) -> list[ToolCall]:
+    """Every ``<tool_call>...</tool_call>`` block of ``text``, in order (see the module docstring)."""
+    return [_parse_body(body.strip(), tool_names) for body in _CALL_RE.findall(text)]
+
+
+def _parse_body(body: str, tool_names: list[str]) -> ToolCall:
+    if body.startswith("{"):
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return ToolCall("", body)
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return ToolCall("", body)
+        args = obj.get("arguments", obj.get("parameters", {}))
+        if isinstance(args, str):  # some templates put the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        return ToolCall(obj["name"], args if isinstance(args, (dict, str)) else str(args))
+    name, sep, rest = body.partition(":")
+    if sep and name.strip() in tool_names:
+        return ToolCall(name.strip(), rest.strip())
+    if len(tool_names) == 1:
+        return ToolCall(tool_names[0], body)
+    return ToolCall("", body)
+
+
+def strip_calls(text: str) -> str:
+    """The turn's text without its tool-call blocks (the assistant message's content)."""
+    return _CALL_RE.sub("", text).strip()
+
+
+def assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:
+    """The turn as a chat message in TRL's form (``tool_calls`` only when there are calls)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": strip_calls(text) if calls else text}
+    if calls:
+        msg["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+    return msg
+
+
+def tag_result_text(contents: list[str]) -> str:
+    """The environment's reply in the tag format: one ``<tool_result>`` block per call."""
+    return "".join(f"{RESULT_OPEN}{c}{RESULT_CLOSE}" for c in contents)
+
+
+def template_suffix_ids(tokenizer, tool_messages: list[dict[str, Any]], tools: list | None = None) -> list[int]:
+    """Tokens the chat template puts after an assistant turn with tool calls: the tool messages
+    and the next assistant header. Computed on a short stand-in conversation, with and without the
+    tool messages; the prefix must be preserved by the template (TRL requires the same)."""
+    calls = [{"type": "function", "function": {"name": m["name"], "arguments": {}}} for m in tool_messages]
+    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    kw = {"tools": tools} if tools else {}
+    prefix = list(tokenizer.apply_chat_template(head, tokenize=True, return_dict=False, **kw))
+    full = list(tokenizer.apply_chat_template(head + tool_messages, tokenize=True, add_generation_prompt=True,
+                                              return_dict=False, **kw))
+    eos = tokenizer.eos_token_id
+    if eos in prefix:  # the sampled turn ends at the end-of-turn token; what the template adds after it is suffix
+        prefix = prefix[: len(prefix) - prefix[::-1].index(eos)]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template does not keep the conversation's prefix when tool messages are added; "
+                         "use env.tool_format=tags")
+    return full[len(prefix):]

@@ -1,0 +1,233 @@
+"""Stage 2 as episodes: each of the G samples of a prompt is an episode of up to ``max_turns`` turns.
+
+    turn 0   the G rows of every prompt are sampled in one batched decode (the prompt's cache shared)
+    then     per row: parse tool calls from the turn's text; none -> the episode ends (an answer);
+             else run them (rows side by side, up to TOOL_THREADS at once) and append the results
+             as environment tokens (model_mask 0)
+    turn k   the rows still running are sampled in one batched decode, each from its own context
+             (prompt + everything so far); finished episodes have left the batch
+
+An episode ends when the model answers without a tool call (finish reason of that turn: "eos",
+"stop" or "length"), when its environment sets ``done`` ("done"), when a tool raises
+``TerminalToolError`` ("tool_error"), when ``max_turns`` turns have run and the last one still
+called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` ("length"),
+or when its tools have used ``episode_timeout_s`` seconds ("timeout").
+
+The single-turn rollout is this loop with no tools and no environment: one turn, no parsing, and
+the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a function
+``sample(contexts, group_size, params) -> Rollout``: ``rollout.hf.generate`` on a model, or a vLLM
+engine, so every backend runs the same loop.
+
+Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
+returned string is appended to the prompt; the G episodes of a prompt must start from the same
+observation, since GRPO compares them), public methods as tools, ``done`` read after each turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import ConfigError
+from ..env.parse import (CALL_CLOSE, ToolCall, assistant_message, parse_tool_calls, tag_result_text,
+                         template_suffix_ids)
+from ..env.tools import ToolResult, call_tool, environment_tools, tool_name, tool_schema
+from ..types import Episode, Prompt, Rollout
+from .hf import SamplingParams
+
+Sampler = Callable[[list[list[int]], int, SamplingParams], Rollout]
+TOOL_THREADS = 8  # rows whose tool calls run at once (tools mostly wait: on a sandbox, a service, a timer)
+
+
+@dataclass
+class EpisodeSpec:
+    """Budgets and format of episodes (the ``env`` config section, resolved)."""
+
+    max_turns: int = 1
+    max_episode_tokens: int = 0  # model + environment tokens after the prompt (0 = no cap)
+    tool_timeout_s: float = 10.0
+    episode_timeout_s: float = 60.0
+    max_tool_output_chars: int = 1000
+    tool_format: str = "tags"  # "tags" | "chat_template" (resolved, not "auto")
+
+
+@dataclass
+class _Row:
+    """One running episode."""
+
+    ids: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turn_ids: list[int] = field(default_factory=list)
+    state_keys: list[str] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_seconds: float = 0.0
+    finish: str | None = None
+
+
+class EpisodeRunner:
+    """Runs batches of episodes; holds the tools, the environment factory and the tokenizer."""
+
+    def __init__(self, spec: EpisodeSpec, tokenizer, *, tools: list[Callable] | None = None,
+                 environment_factory: Callable[[], Any] | None = None,
+                 render_prompt: Callable[[Any, str], list[int]] | None = None):
+        self.spec, self.tokenizer = spec, tokenizer
+        self.tools = list(tools or [])
+        self.factory = environment_factory
+        self.render_prompt = render_prompt  # (raw prompt, observation) -> ids, for reset() observations
+        probe = environment_tools(environment_factory()) if environment_factory else []
+        self.tool_names = [tool_name(t) for t in self.tools + probe]
+        self.schemas = [tool_schema(t) for t in self.tools + probe] if spec.tool_format == "chat_template" else []
+
+    @property
+    def multi_turn(self) -> bool:
+        """False when an episode is exactly one plain completion (no tools, no environment)."""
+        return bool(self.tool_names) or self.factory is not None
+
+    def run(self, sample: Sampler, prompts: list[Prompt], group_size: int, params: SamplingParams) -> Rollout:
+        """G episodes for each prompt; row p*G + g is episode g of prompt p."""
+        G, s = group_size, self.spec
+        if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
+            return sample([p.ids for p in prompts], G, params)
+        envs = [self.factory() if self.factory else None for _ in range(len(prompts) * G)]
+        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G]) for k, p in enumerate(prompts)]
+        turn_params = params
+        if s.tool_format == "tags":  # a tag-format call ends the model's turn
+            turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
+        rows = [_Row() for _ in envs]
+        active = list(range(len(rows)))
+        for turn in range(s.max_turns):
+            if turn == 0:
+                ro = sample(prompt_ids, G, turn_params)
+            else:
+                ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
+            calls = {i: self._turn(rows[i], prompt_ids[i // G], turn, ro.completion_ids[j], ro.sampling_logprobs[j],
+                                   ro.finish_reasons[j]) for j, i in enumerate(active)}
+            calling = [i for i in active if calls[i]]
+            # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
+            with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
+                results = dict(zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling)))
+            for i in calling:
+                self._reply(rows[i], envs[i], turn, results[i])
+            active = [i for i in active if rows[i].finish is None]
+            if not active:
+                break
+        for i in active:  # still calling tools after the last allowed turn
+            rows[i].finish = "turns"
+        episodes = [Episode(r.mask, r.turn_ids, r.state_keys, r.messages, r.tool_calls, r.tool_errors, env)
+                    for r, env in zip(rows, envs)]
+        return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
+
+    # ------------------------------------------------------------------ one turn of one episode
+
+    def _turn(self, row: _Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str) -> list[ToolCall]:
+        """Append the model's turn; return its tool calls (none: the episode is over)."""
+        row.state_keys.append(_state_key(prompt, row.ids))
+        row.ids += ids
+        row.logps += logps
+        row.mask += [1] * len(ids)
+        row.turn_ids += [turn] * len(ids)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        calls = parse_tool_calls(text, self.tool_names) if self.tool_names else []
+        row.messages.append(assistant_message(text, calls))
+        if not calls:
+            row.finish = reason  # an answer: "eos", "stop" or "length"
+        return calls
+
+    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult]) -> None:
+        """Append the environment's reply to the turn's calls, and see whether the episode goes on."""
+        s = self.spec
+        for r in results:
+            row.messages.append({"role": "tool", "name": r.name, "content": r.content})
+        reply = self._reply_ids(results)
+        if s.max_episode_tokens and len(row.ids) + len(reply) > s.max_episode_tokens:
+            row.finish = "length"  # the reply does not fit: the episode ends before it (as TRL rolls it back)
+            row.messages = row.messages[: len(row.messages) - len(results)]
+            return
+        row.ids += reply
+        row.logps += [0.0] * len(reply)
+        row.mask += [0] * len(reply)
+        row.turn_ids += [turn] * len(reply)
+        if any(r.terminal for r in results):
+            row.finish = "tool_error"
+        elif row.tool_seconds >= s.episode_timeout_s:
+            row.finish = "timeout"
+        elif env is not None and getattr(env, "done", False):
+            row.finish = "done"
+
+    def _call(self, row: _Row, env, call: ToolCall) -> ToolResult:
+        s = self.spec
+        row.tool_calls += 1
+        left = s.episode_timeout_s - row.tool_seconds
+        if not call.name:
+            result = ToolResult("", str({"error": f"could not read the tool call {call.arguments!r}"}), error=True)
+        elif left <= 0:
+            result = ToolResult(call.name, str({"error": "the episode's tool time is used up"}), error=True)
+        else:
+            tools = {tool_name(t): t for t in self.tools}
+            if env is not None:
+                tools.update({tool_name(t): t for t in environment_tools(env)})
+            result = call_tool(tools, call.name, call.arguments, timeout_s=min(s.tool_timeout_s, left),
+                               max_chars=s.max_tool_output_chars)
+        row.tool_seconds += result.seconds
+        row.tool_errors += int(result.error)
+        return result
+
+    def _reply_ids(self, results: list[ToolResult]) -> list[int]:
+        if self.spec.tool_format == "tags":
+            return list(self.tokenizer(tag_result_text([r.content for r in results]), add_special_tokens=False)["input_ids"])
+        messages = [{"role": "tool", "name": r.name, "content": r.content} for r in results]
+        return template_suffix_ids(self.tokenizer, messages, self.schemas or None)
+
+    def _reset(self, prompt: Prompt, envs: list) -> list[int]:
+        """Reset the G environments of one prompt with its row; their observation (if any) joins the prompt."""
+        if self.factory is None:
+            return list(prompt.ids)
+        row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
+        obs = [env.reset(**row) for env in envs]
+        if all(o is None for o in obs):
+            return list(prompt.ids)
+        if any(o != obs[0] for o in obs):
+            raise ConfigError(f"the environment's reset() returned different observations for the {len(envs)} episodes of "
+                              "one prompt; GRPO compares episodes that start alike, so make reset depend only on the row")
+        if self.render_prompt is None:
+            return list(prompt.ids) + list(self.tokenizer(str(obs[0]), add_special_tokens=False)["input_ids"])
+        return self.render_prompt(row["prompt"], str(obs[0]))
+
+
+def _state_key(prompt: list[int], ids: list[int]) -> str:
+    """The state a turn starts from: a digest of the whole context (prompt + episode so far), so two
+    episodes share a key exactly when the model saw the same tokens (GiGPO's identical states)."""
+    h = hashlib.blake2b(digest_size=12)
+    h.update(repr((prompt, ids)).encode())
+    return h.hexdigest()
+
+
+def episode_metrics(ro: Rollout) -> dict[str, float]:
+    """Per-step metrics of a batch of episodes (empty for plain completions). Names of the same
+    concept follow TRL: ``tools/call_frequency`` (calls per episode), ``tools/failure_frequency``."""
+    if ro.episodes is None:
+        return {}
+    eps, n = ro.episodes, max(1, len(ro.episodes))
+    calls = sum(e.tool_calls for e in eps)
+    model_tokens = sum(sum(e.model_mask) for e in eps)
+    out = {
+        "episodes/turns_mean": sum(e.turns for e in eps) / n,
+        "episodes/turns_max": float(max(e.turns for e in eps)),
+        "episodes/tool_use_rate": sum(e.tool_calls > 0 for e in eps) / n,
+        "episodes/tool_calls_mean": calls / n,
+        "episodes/tool_errors_mean": sum(e.tool_errors for e in eps) / n,
+        "episodes/model_tokens_mean": model_tokens / n,
+        "episodes/env_tokens_mean": sum(e.env_tokens for e in eps) / n,
+        "episodes/truncated_by_turns": ro.finish_reasons.count("turns") / n,
+        "tools/call_frequency": calls / n,
+        "tools/failure_frequency": sum(e.tool_errors for e in eps) / calls if calls else 0.0,
+    }
+    for reason in ("done", "tool_error", "timeout"):
+        out[f"episodes/finished_{reason}"] = ro.finish_reasons.count(reason) / n
+    return out
