@@ -192,12 +192,22 @@ def test_vllm_colocated_runs_the_episode_loop_and_sleeps_once(tag_model_dir, tmp
 
 
 def test_vllm_server_runs_the_episode_loop(tag_model_dir, tmp_path):
-    from grpokit.rollout.vllm import VLLMServer
+    """The server client (rollout/vllm_client.py) drives each turn; its HTTP calls are scripted
+    here: readiness and the extension's info as a grpokit vllm-serve server answers them, and
+    completions that call the calculator on the first turn and answer on the second."""
+    from grpokit.rollout.vllm_client import INFO_METHOD, PROTOCOL, HTTPAnswer, VLLMServer
 
     tok = build_char_tokenizer(ALPHABET, TAGS)
     posts = []
 
-    def post(url, body):
+    def call(method, url, body, timeout):
+        if url.endswith("/health"):
+            return HTTPAnswer(200, {}, "")
+        if url.endswith("/v1/models"):
+            return HTTPAnswer(200, {"data": [{"id": "m"}]}, "")
+        if url.endswith("/collective_rpc") and body["method"] == INFO_METHOD:
+            return HTTPAnswer(200, {"results": [{"protocol": PROTOCOL, "logprobs_mode": "processed_logprobs"}]}, "")
+        assert url.endswith("/v1/completions"), url
         posts.append(body)
         choices = []
         for k, p in enumerate(body["prompt"]):
@@ -206,12 +216,12 @@ def test_vllm_server_runs_the_episode_loop(tag_model_dir, tmp_path):
             for g in range(body["n"]):
                 choices.append({"index": k * body["n"] + g, "finish_reason": "stop",
                                 "logprobs": {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.5] * len(ids)}})
-        return {"choices": choices}
+        return HTTPAnswer(200, {"choices": choices}, "")
 
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
     from grpokit.types import Prompt
 
-    eng = VLLMServer("http://127.0.0.1:1", "m", SamplingParams(max_new_tokens=12), tmp_path, post=post)
+    eng = VLLMServer("http://127.0.0.1:1", SamplingParams(max_new_tokens=12), tmp_path, call=call)
     runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), tok, tools=[calculator])
     p = Prompt("57*68=", list(tok("57*68=")["input_ids"]), {}, "57*68=")
     ro = runner.run(lambda ctx, G, params: eng.generate(ctx, G, params=params, sleep=False), [p], 2, eng.params)
