@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from grpokit.rewards.answers import count_values, final_answer, normalize_number_text
+from grpokit.rewards.answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
 from grpokit.rewards.errors import RewardInfrastructureError
 from grpokit.rewards.pool import WorkerPool
 
@@ -93,6 +93,8 @@ def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_mul
     found = final_answer(prediction, prompt)
     if found.text is None:
         return 0.0
+    if allow_multiple and found.kind != "answer_tag":  # a set gold: let math-verify gather every box
+        found = FinalAnswer(drop_echoed_lines(prediction, prompt), "text")
     # Tag contents are bare answers ("1/2"); boxes are re-boxed; phrases and lines go to math-verify as
     # written, so that its own extraction finds the number in "so it is 42 apples".
     text = {"answer_tag": _as_math(found.text), "boxed": f"$\\boxed{{{found.text}}}$"}.get(found.kind, found.text)
