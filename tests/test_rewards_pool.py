@@ -164,3 +164,15 @@ def test_a_script_without_main_guard_gets_one_clear_error_not_zeros(tmp_path):
     assert code != 0 and out == ""  # no fabricated [0.0]
     assert "RewardInfrastructureError: The math-verify worker process exited with code 1 before it was ready" in err
     assert 'if __name__ == "__main__":' in err
+
+
+def test_a_sandbox_without_isolation_stops_the_runner_instead_of_scoring_zeros(monkeypatch):
+    import grpokit.rewards.code as code
+    from grpokit.rewards import RewardRunner, RewardSpec
+    from grpokit.rewards.errors import RewardInfrastructureError
+
+    monkeypatch.setattr(code, "probe", lambda: (False, "sees host processes"))
+    cases = [{"input": "1\n", "output": "1\n"}] * 2
+    with RewardRunner([RewardSpec(code.code_pass_fraction, "code")], num_workers=0, max_failure_fraction=1.0) as r:
+        with pytest.raises(RewardInfrastructureError, match="sees host processes"):
+            r.score(["p"] * 2, ["```python\nprint(1)\n```"] * 2, [[1]] * 2, 2, {"test_cases": cases})

@@ -357,11 +357,9 @@ class HealthMonitor:
             out[f"health/{name}"] = 1.0 if firing else 0.0
             if converged:
                 converged_now = True
-                if name not in self._informed:  # information once, not a reminder every step
+                if name not in self._informed:  # information once per run: no reminder when it flickers
                     self._informed.add(name)
                     events.append(HealthEvent(step, name, converged, value, level="info"))
-            else:
-                self._informed.discard(name)
             if not firing:
                 self._last_warned.pop(name, None)  # quiet again: the next firing warns at once
                 continue
