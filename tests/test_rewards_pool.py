@@ -176,3 +176,22 @@ def test_a_sandbox_without_isolation_stops_the_runner_instead_of_scoring_zeros(m
     with RewardRunner([RewardSpec(code.code_pass_fraction, "code")], num_workers=0, max_failure_fraction=1.0) as r:
         with pytest.raises(RewardInfrastructureError, match="sees host processes"):
             r.score(["p"] * 2, ["```python\nprint(1)\n```"] * 2, [[1]] * 2, 2, {"test_cases": cases})
+
+
+def test_a_pool_created_in_a_thread_outlives_the_thread_and_an_idle_death_is_replaced():
+    # Linux's parent-death signal follows the *thread* that started a child: a pool first used from a
+    # reward-runner thread used to lose its workers when that thread ended, and the next call then
+    # failed with BrokenPipeError and left the pool without workers (later calls hung).
+    made = []
+    t = threading.Thread(target=lambda: made.append(WorkerPool(1, name="test")))
+    t.start()
+    t.join()
+    pool = made[0]
+    try:
+        time.sleep(0.5)  # time for a parent-death signal to land, if one were sent
+        assert pool.run([(echo, ("t", 0), {})], timeout_s=20)[0].value == ("t", 0)
+        pool._idle[0].proc.kill()  # an idle worker dies (OOM killer, a stray signal)
+        pool._idle[0].proc.join()
+        assert pool.run([(echo, ("t", 1), {})], timeout_s=20)[0].value == ("t", 1)  # replaced, not lost
+    finally:
+        pool.close()

@@ -11,7 +11,8 @@ Design notes:
   which is why a script that does its work at import time (no `if __name__ == "__main__":` guard)
   cannot start workers.
 - Each worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG), so a crashed trainer
-  leaves no busy orphans behind; every pool still open at interpreter exit is closed by an atexit hook,
+  leaves no busy orphans behind (workers are started from one process-long thread, since the signal
+  follows the starting thread); a worker found dead while idle is replaced; every pool still open at interpreter exit is closed by an atexit hook,
   so a script that never calls `close()` exits promptly instead of waiting on idle workers forever.
 - Many threads may call `run` on one pool at once (the reward runner calls unpicklable reward functions
   from threads, and they share the process-wide math-verify pool). A call checks out idle workers, so
@@ -34,6 +35,7 @@ import inspect
 import itertools
 import multiprocessing as mp
 import pickle
+import queue
 import signal
 import threading
 import time
@@ -105,11 +107,47 @@ def _worker_main(conn: Connection) -> None:
             conn.send_bytes(pickle.dumps((request_id, False, None, f"result could not be sent back: {exc}", False)))
 
 
+_spawner: "queue.Queue[tuple[Callable[[], Any], list, threading.Event]] | None" = None
+_spawner_lock = threading.Lock()
+
+
+def _spawner_loop(requests: "queue.Queue[tuple[Callable[[], Any], list, threading.Event]]") -> None:
+    while True:
+        fn, box, done = requests.get()
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed back to the caller
+            box.append((False, exc))
+        done.set()
+
+
+def _in_spawner_thread(fn: Callable[[], Any]) -> Any:
+    """Run `fn` in one thread that lives as long as the process.
+
+    PR_SET_PDEATHSIG fires when the *thread* that started the child ends, not the process: a worker
+    started from a short-lived thread (a reward runner's thread pool) would be killed with it. Starting
+    every worker from this thread ties the workers' lives to the process, as intended.
+    """
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = queue.Queue()
+            threading.Thread(target=_spawner_loop, args=(_spawner,), name="grpokit-pool-spawner", daemon=True).start()
+    box: list = []
+    done = threading.Event()
+    _spawner.put((fn, box, done))
+    done.wait()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
 class _Worker:
     def __init__(self, ctx: Any) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=False)
-        self.proc.start()
+        _in_spawner_thread(self.proc.start)
         child.close()
         self.ready = False
 
@@ -194,6 +232,8 @@ class WorkerPool:
             if self._closed:
                 raise RuntimeError(f"the {self.name} worker pool is closed.")
             worker = self._idle.pop()
+        if worker.ready and not worker.proc.is_alive():  # died while idle (OOM killer, a stray signal)
+            worker = self._replace(worker)
         try:
             worker.wait_ready(self.start_timeout_s, self.name)
         except RewardInfrastructureError as exc:
@@ -247,7 +287,12 @@ class WorkerPool:
                         self._checkin(worker)
                         continue
                     request_id = next(self._ids)
-                    worker.conn.send_bytes(pickle.dumps((request_id, payload)))
+                    try:
+                        worker.conn.send_bytes(pickle.dumps((request_id, payload)))
+                    except OSError:  # it died after checkout: this task's failure, the pool keeps a worker
+                        outcomes[i] = Outcome(False, error=f"worker process died (exit code {worker.proc.exitcode})")
+                        self._checkin(self._replace(worker))
+                        continue
                     busy[worker.conn] = (worker, i, request_id, time.monotonic() + timeout_s)
                 if not busy:
                     continue
