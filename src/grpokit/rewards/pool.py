@@ -290,6 +290,7 @@ class WorkerPool:
                     try:
                         worker.conn.send_bytes(pickle.dumps((request_id, payload)))
                     except OSError:  # it died after checkout: this task's failure, the pool keeps a worker
+                        worker.proc.join(timeout=5)
                         outcomes[i] = Outcome(False, error=f"worker process died (exit code {worker.proc.exitcode})")
                         self._checkin(self._replace(worker))
                         continue
@@ -302,6 +303,7 @@ class WorkerPool:
                     try:
                         reply_id, ok, value, error, fatal = pickle.loads(worker.conn.recv_bytes())
                     except (EOFError, OSError):
+                        worker.proc.join(timeout=5)  # EOF comes as it exits, maybe before it is reaped
                         code = worker.proc.exitcode
                         outcomes[i] = Outcome(False, error=f"worker process died (exit code {code})")
                         self._checkin(self._replace(worker))
