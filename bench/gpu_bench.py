@@ -35,6 +35,10 @@ sys.path.insert(0, str(HERE))
 from workload import build_model_dir, prompts  # noqa: E402
 
 ENGINES = ("grpokit_graphs", "grpokit_static_eager", "grpokit_dynamic", "hf_generate")
+# What else could make the decode fast, measured on request (--engines): the static step's attention
+# through torch's scaled_dot_product_attention (rollout/static.py ATTENTION="sdpa"), graphed or eager,
+# and the step compiled by torch.compile (inductor) and then captured as CUDA graphs.
+EXTRA_ENGINES = ("grpokit_graphs_sdpa", "grpokit_static_eager_sdpa", "grpokit_graphs_compiled")
 
 
 def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=ENGINES) -> dict:
@@ -61,12 +65,38 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
                       generator=gen, engine=engine, cuda_graphs=graphs)
         return sum(map(len, ro.completion_ids))
 
+    from grpokit.rollout import static
+
+    def variant(graphs, attention="matmul", compiled=False):
+        def run():
+            plain = static.StaticDecoder._forward
+            static.ATTENTION = attention
+            if compiled:
+                static.StaticDecoder._forward = _compiled(plain)
+            try:
+                return ours("static", graphs)
+            finally:
+                static.ATTENTION, static.StaticDecoder._forward = "matmul", plain
+        return run
+
     fns = {"grpokit_graphs": lambda: ours("static", True), "grpokit_static_eager": lambda: ours("static", False),
-           "grpokit_dynamic": lambda: ours("dynamic", False), "hf_generate": hf_generate}
+           "grpokit_dynamic": lambda: ours("dynamic", False), "hf_generate": hf_generate,
+           "grpokit_graphs_sdpa": variant(True, "sdpa"), "grpokit_static_eager_sdpa": variant(False, "sdpa"),
+           "grpokit_graphs_compiled": variant(True, compiled=True)}
     times: dict[str, list[float]] = {e: [] for e in engines}
     tokens, peak = {}, {}
     with torch.no_grad():
         ours("static", True) if "grpokit_graphs" in engines else None  # warm-up: cuBLAS handles, allocator
+        failed = {}
+        if "grpokit_graphs_compiled" in engines:  # compile outside the timed runs (first call: inductor)
+            t = time.perf_counter()
+            try:
+                fns["grpokit_graphs_compiled"]()
+                print(f"  rollout {model_dir.name} grpokit_graphs_compiled: first call (compiles) {time.perf_counter() - t:.1f}s", flush=True)
+            except Exception as e:  # an engine that cannot run here is reported, not fatal to the others
+                failed["grpokit_graphs_compiled"] = f"{type(e).__name__}: {str(e)[:500]}"
+                print(f"  rollout {model_dir.name} grpokit_graphs_compiled failed: {failed['grpokit_graphs_compiled']}", flush=True)
+        engines = tuple(e for e in engines if e not in failed)
         for r in range(rounds):
             order = list(engines[r % len(engines):]) + list(engines[: r % len(engines)])
             for e in order:
@@ -80,11 +110,22 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
                 print(f"  rollout {model_dir.name} {e}: {times[e][-1]:.2f}s {tokens[e] / times[e][-1]:.0f} tok/s", flush=True)
     res = {e: {"median_s": statistics.median(times[e]), "tokens": tokens[e], "tok_s": tokens[e] / statistics.median(times[e]),
                "peak_gpu_mem_gb": peak[e], "runs_s": times[e]} for e in engines}
+    res |= {e: {"failed": why} for e, why in failed.items()}
     if "hf_generate" in res:
         for e in engines:
             res[e]["x_hf_generate"] = res[e]["tok_s"] / res["hf_generate"]["tok_s"]
     torch.cuda.empty_cache()
     return res
+
+
+_COMPILED = {}
+
+
+def _compiled(plain):
+    """The decode step compiled once per process (inductor; shapes marked dynamic after a change)."""
+    if plain not in _COMPILED:
+        _COMPILED[plain] = torch.compile(plain)
+    return _COMPILED[plain]
 
 
 def step_bench(model_dir: Path, a) -> dict:
@@ -109,6 +150,8 @@ def main(argv=None):
     p.add_argument("--P", type=int, default=32)
     p.add_argument("--T", type=int, default=512)
     p.add_argument("--rollout-rounds", type=int, default=2)
+    p.add_argument("--engines", default=",".join(ENGINES),
+                   help=f"rollout engines to alternate; also: {', '.join(EXTRA_ENGINES)}")
     p.add_argument("--rounds", type=int, default=1, help="compare_trl rounds (each: one run per side)")
     p.add_argument("--steps", type=int, default=2, help="measured steps per run (after one warm-up step)")
     p.add_argument("--trl-mbs", type=int, default=16)
@@ -135,10 +178,13 @@ def main(argv=None):
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(res, indent=1))
     if "rollout" in stages:
-        res["rollout"] = {s: rollout_bench(dirs[s], a.G, a.P, a.T, a.rollout_rounds) for s in shapes}
-        first = res["rollout"][shapes[0]]
-        res["rollout_tokens_per_s"] = first["grpokit_graphs"]["tok_s"]
-        res["rollout_x_hf_generate"] = first["grpokit_graphs"].get("x_hf_generate")
+        engines = tuple(a.engines.split(","))
+        key = "rollout" if engines == ENGINES else "rollout_engines"  # extra engines: their own entry
+        res[key] = {s: rollout_bench(dirs[s], a.G, a.P, a.T, a.rollout_rounds, engines) for s in shapes}
+        first = res[key][shapes[0]]
+        if key == "rollout":
+            res["rollout_tokens_per_s"] = first["grpokit_graphs"]["tok_s"]
+            res["rollout_x_hf_generate"] = first["grpokit_graphs"].get("x_hf_generate")
         save()
     if "step" in stages:
         cmp = step_bench(dirs[shapes[0]], a)

@@ -170,3 +170,21 @@ def test_graphed_step_math_equals_the_eager_step_on_cpu(tiny_model, monkeypatch)
             tok, p = want.argmax(-1), p + 1
         for k_eager, k_fixed in zip(eager.keys, fixed.keys):
             torch.testing.assert_close(k_fixed, k_eager)
+
+
+def test_sdpa_attention_in_the_static_step_samples_what_the_matmul_attention_does(tiny_model, monkeypatch):
+    # rollout/static.py ATTENTION="sdpa" (torch's fused attention, grouped-query heads) against the
+    # two-matmul attention: the same tokens and logprobs, ragged prompts, rows finishing at different times
+    from grpokit.rollout import static
+
+    prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+    kw = dict(eos_token_ids={2, 3}, pad_token_id=0, engine="static")
+    for model in (tiny_model, _tiny_qwen2()):
+        params = SamplingParams(max_new_tokens=10, temperature=0.7, top_p=0.9)
+        a = generate(model, prompts, 4, params, generator=torch.Generator().manual_seed(1), **kw)
+        monkeypatch.setattr(static, "ATTENTION", "sdpa")
+        b = generate(model, prompts, 4, params, generator=torch.Generator().manual_seed(1), **kw)
+        monkeypatch.setattr(static, "ATTENTION", "matmul")
+        assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
+        for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
+            assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)

@@ -43,6 +43,10 @@ from ..models import has_sliding_window
 SUPPORTED = ("llama", "qwen2", "mistral")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length
 GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
+# The single-query attention: "matmul" (two batched matmuls and a float32 softmax) or "sdpa"
+# (torch's scaled_dot_product_attention with grouped-query heads). Both compute the same function
+# (tests/test_rollout.py); bench/gpu_bench.py measures each (bench/RESULTS.md).
+ATTENTION = "matmul"
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -187,10 +191,15 @@ class StaticDecoder:
             _write(self.keys[i], col, qk[:, H:])
             _write(self.values[i], col, qkv[:, (H + kvh) * d:].view(n, kvh, d))
             K, V = self.keys[i][:, :, :width], self.values[i][:, :, :width]  # (n, kvh, width, d)
-            qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
-            scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, width)
-            probs = torch.softmax(scores.float(), dim=-1).to(qkv.dtype)
-            x = x + o_proj(torch.matmul(probs, V).reshape(n, H * d))
+            if ATTENTION == "sdpa":
+                q = qk[:, :H].unsqueeze(2)  # (n, H, 1, d)
+                mixed = torch.nn.functional.scaled_dot_product_attention(
+                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias.to(q.dtype), scale=self.scaling, enable_gqa=True)
+            else:
+                qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
+                scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, width)
+                mixed = torch.matmul(torch.softmax(scores.float(), dim=-1).to(qkv.dtype), V)
+            x = x + o_proj(mixed.reshape(n, H * d))
             gate_up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, 2 I)
             gate, up = gate_up.chunk(2, dim=-1)
             x = x + down_proj(layer.mlp.act_fn(gate) * up)
