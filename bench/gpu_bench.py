@@ -38,7 +38,7 @@ ENGINES = ("grpokit_graphs", "grpokit_static_eager", "grpokit_dynamic", "hf_gene
 # What else could make the decode fast, measured on request (--engines): the static step's attention
 # through torch's scaled_dot_product_attention (rollout/static.py ATTENTION="sdpa"), graphed or eager,
 # and the step compiled by torch.compile (inductor) and then captured as CUDA graphs.
-EXTRA_ENGINES = ("grpokit_graphs_sdpa", "grpokit_static_eager_sdpa", "grpokit_graphs_compiled")
+EXTRA_ENGINES = ("grpokit_graphs_sdpa", "grpokit_static_eager_sdpa", "grpokit_graphs_compiled", "grpokit_static_compiled")
 
 
 def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=ENGINES) -> dict:
@@ -82,20 +82,20 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
     fns = {"grpokit_graphs": lambda: ours("static", True), "grpokit_static_eager": lambda: ours("static", False),
            "grpokit_dynamic": lambda: ours("dynamic", False), "hf_generate": hf_generate,
            "grpokit_graphs_sdpa": variant(True, "sdpa"), "grpokit_static_eager_sdpa": variant(False, "sdpa"),
-           "grpokit_graphs_compiled": variant(True, compiled=True)}
+           "grpokit_graphs_compiled": variant(True, compiled=True), "grpokit_static_compiled": variant(False, compiled=True)}
     times: dict[str, list[float]] = {e: [] for e in engines}
     tokens, peak = {}, {}
     with torch.no_grad():
         ours("static", True) if "grpokit_graphs" in engines else None  # warm-up: cuBLAS handles, allocator
         failed = {}
-        if "grpokit_graphs_compiled" in engines:  # compile outside the timed runs (first call: inductor)
+        for e in (e for e in engines if e.endswith("_compiled")):  # compile outside the timed runs (first call)
             t = time.perf_counter()
             try:
-                fns["grpokit_graphs_compiled"]()
-                print(f"  rollout {model_dir.name} grpokit_graphs_compiled: first call (compiles) {time.perf_counter() - t:.1f}s", flush=True)
-            except Exception as e:  # an engine that cannot run here is reported, not fatal to the others
-                failed["grpokit_graphs_compiled"] = f"{type(e).__name__}: {str(e)[:500]}"
-                print(f"  rollout {model_dir.name} grpokit_graphs_compiled failed: {failed['grpokit_graphs_compiled']}", flush=True)
+                fns[e]()
+                print(f"  rollout {model_dir.name} {e}: first call (compiles) {time.perf_counter() - t:.1f}s", flush=True)
+            except Exception as exc:  # an engine that cannot run here is reported, not fatal to the others
+                failed[e] = f"{type(exc).__name__}: {str(exc)[:500]}"
+                print(f"  rollout {model_dir.name} {e} failed: {failed[e]}", flush=True)
         engines = tuple(e for e in engines if e not in failed)
         for r in range(rounds):
             order = list(engines[r % len(engines):]) + list(engines[: r % len(engines)])
