@@ -169,7 +169,13 @@ class AlgoConfig:
     dual_clip: float = 0.0
     """Dual-clip bound c > 1 for negative advantages (0 = off)."""
     ratio_level: str = "token"
-    """Importance ratio per "token" (GRPO), per "sequence" (GSPO) or per "turn" of an episode (GAGPO's action-level ratio)."""
+    """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios), per "trajectory" (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level ratio)."""
+    objective: str = "clip"
+    """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) or "sapo" (a smooth sigmoid gate, no hard clip)."""
+    sapo_tau_pos: float = 1.0
+    """objective=sapo: gate temperature tau for tokens with positive advantage (the paper's 1.0)."""
+    sapo_tau_neg: float = 1.05
+    """objective=sapo: gate temperature for tokens with negative advantage (the paper's 1.05; larger fades off-policy negative updates faster)."""
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
     kl_estimator: str = "k3"

@@ -155,6 +155,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             entropy_NT=entropy, entropy_coef=algo.entropy_coef, entropy_aggregation=algo.entropy_aggregation,
             offpolicy_delta=algo.offpolicy_delta or None,
             turn_ids_NT=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
+            objective=algo.objective, sapo_tau_pos=algo.sapo_tau_pos, sapo_tau_neg=algo.sapo_tau_neg,
         )
         loss.backward()
         loss_total += loss.item()

@@ -13,7 +13,7 @@ from typing import Any
 from .advantages import BASELINES, SCALES, STD_KINDS
 from .config import Config, ConfigError
 from .kernels import MODES as CPU_MATMUL_MODES
-from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -56,6 +56,11 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
+    _one_of("algo.objective", a.objective, OBJECTIVES)
+    _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
+           f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
+    _check(a.objective == "clip" or a.dual_clip == 0,
+           f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}")
     _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
