@@ -39,6 +39,8 @@ def test_variant_trains_on_builtin_task(name, tmp_path):
         assert "kl" in lines[0]
     if name == "2-grpo":
         assert tr.cfg.rollout.group_size == 2
+    if name == "edge-grpo-eda":
+        assert lines[0]["eda/scale/min"] > 0
     if name == "cispo":
         assert "clip_ratio/high_mean" in lines[0]
     if name == "offpolicy-mask":

@@ -256,3 +256,30 @@ def test_micro_batches_add_up_to_the_batch(kw):
              for r in (slice(0, 1), slice(1, 4))]
     (g_parts,) = torch.autograd.grad(sum(parts), x)
     assert torch.allclose(sum(parts), full, atol=1e-6) and torch.allclose(g_parts, g_full, atol=1e-6)
+
+
+# ---------------------------------------------------------------- EDGE-GRPO entropy-driven advantage
+
+
+def test_edge_grpo_entropy_driven_advantage():
+    from grpokit.advantages import entropy_scaled_advantages, response_entropy
+    # token entropies: seq 0 [0.4, 0.6] -> P = 0.5; seq 1 [1.0, 1.0] (+ a padded 9.0) -> 1.0; seq 2 [1.5] -> 1.5
+    # batch mean P = 1.0, so the factors mean / P_i are [2, 1, 2/3]
+    ent = torch.tensor([[0.4, 0.6, 0.0], [1.0, 1.0, 9.0], [1.5, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    P = response_entropy(ent, mask)
+    assert P.tolist() == pytest.approx([0.5, 1.0, 1.5])
+    adv = torch.tensor([1.0, -0.5, -0.5])
+    # confident right answer: 1 * 2 = 2; the uncertain wrong one (P = 1.5) is pushed down less: -0.5 * 2/3
+    out, m = entropy_scaled_advantages(adv, P, P.mean())
+    assert out.tolist() == pytest.approx([2.0, -0.5, -1 / 3])
+    assert m["eda/scale/max"] == pytest.approx(2.0)
+    # the cap bounds the factor: min(2, 1.5) = 1.5
+    out, _ = entropy_scaled_advantages(adv, P, P.mean(), max_scale=1.5)
+    assert out.tolist() == pytest.approx([1.5, -0.5, -1 / 3])
+    # per-token advantages are scaled row by row
+    out, _ = entropy_scaled_advantages(adv[:, None].expand(3, 2), P, 1.0)
+    assert torch.allclose(out, torch.tensor([[2.0, 2.0], [-0.5, -0.5], [-1 / 3, -1 / 3]]))
+    # property: equal entropies change nothing; zero advantages stay zero
+    assert torch.equal(entropy_scaled_advantages(adv, torch.full((3,), 0.7), 0.7)[0], adv)
+    assert torch.equal(entropy_scaled_advantages(torch.zeros(3), P, 1.0)[0], torch.zeros(3))

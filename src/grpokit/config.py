@@ -204,6 +204,10 @@ class AlgoConfig:
     """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
     entropy_aggregation: str = "loss"
     """How the entropy bonus is reduced: "loss" (with the token losses, through algo.aggregation, as verl) or "token-mean" (a plain mean over the batch's tokens, as TRL)."""
+    entropy_advantage: bool = False
+    """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
+    entropy_advantage_max_scale: float = 0.0
+    """EDGE-GRPO: cap on that factor mean(P) / P_i (0 = no cap, as the paper; 10 keeps a near-deterministic completion from getting an unbounded advantage)."""
     entropy_top_fraction: float = 1.0
     """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
     offpolicy_delta: float = 0.0

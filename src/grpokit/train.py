@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import checkpoint
-from .advantages import group_advantages, kl_penalized_rewards, normalize_components
+from .advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from .collect import ScoredBatch, collect
 from .config import Config, ConfigError, save_yaml, to_dict
 from .validation import validate
@@ -175,8 +175,9 @@ class Trainer:
         P, ro = len(sb.prompts), sb.rollout
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            need_old = a.num_iterations > 1 or a.entropy_top_fraction < 1 or a.kl_placement == "reward" or scaling.uses_tis(cfg)
-            old_logp, entropy = self._logprobs(self.model, batch, entropy=a.entropy_top_fraction < 1) if need_old else (None, None)
+            want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage
+            need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.uses_tis(cfg)
+            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
             ref_logp = scaling.reference_logprobs(self, batch) if a.beta > 0 else None
 
         rewards_N, extra = sb.total_N, {}  # 4. advantages
@@ -197,6 +198,11 @@ class Trainer:
             adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
                                                    eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
             advantages = self.dist.local_rows(adv_PG).flatten()
+        if a.entropy_advantage:  # EDGE-GRPO: entropy-driven advantage, batch-wide mean entropy
+            ent_N = response_entropy(entropy.float().cpu(), batch.completion_mask.float().cpu())
+            advantages, eda_metrics = entropy_scaled_advantages(advantages, ent_N, self.dist.gather_rows(ent_N).mean(),
+                                                                a.entropy_advantage_max_scale or None)
+            extra.update(eda_metrics)
         if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
             advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
             extra.update(tis_metrics)

@@ -74,6 +74,8 @@ def validate(cfg: Config) -> Config:
            f"rollout.sample_group_size={r.sample_group_size} must be 0 (off) or larger than rollout.group_size={r.group_size}")
     _check(not r.gfpo_adaptive or r.sample_group_size > 0, "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size")
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
+    _check(a.entropy_advantage_max_scale >= 0,
+           f"algo.entropy_advantage_max_scale={a.entropy_advantage_max_scale} must be >= 0 (0 = no cap)")
     _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
     _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
     _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")

@@ -42,6 +42,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                  ["algo.ratio_level=trajectory", "algo.num_iterations=2"]),
     "2-grpo": ("2-GRPO (It Takes Two): pairs, G=2, with 4x the prompts for the same 128 completions a step",
                ["rollout.group_size=2", "train.prompts_per_step=64"]),
+    "edge-grpo-eda": ("EDGE-GRPO's entropy-driven advantage: A_i divided by its completion's entropy over the batch mean",
+                      ["algo.entropy_advantage=true"]),
     "kl-in-reward": ("KL subtracted from the reward instead of added to the loss",
                      ["algo.beta=0.04", "algo.kl_placement=reward", "algo.kl_estimator=k1"]),
 }
