@@ -43,6 +43,8 @@ def test_variant_trains_on_builtin_task(name, tmp_path):
         assert lines[0]["eda/scale/min"] > 0
     if name == "cispo":
         assert "clip_ratio/high_mean" in lines[0]
+    if name in ("gtpo", "gtpo-joint", "grpo-s"):  # entropy-shaped rewards (arXiv 2508.04349)
+        assert ("gtpo/shaped_reward/mean" if name != "grpo-s" else "grpo_s/shaped_reward/mean") in lines[0]
     if name == "offpolicy-mask":
         assert "offpolicy/masked_sequences" in lines[0]
 

@@ -208,6 +208,14 @@ class AlgoConfig:
     """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
     entropy_advantage_max_scale: float = 0.0
     """EDGE-GRPO: cap on that factor mean(P) / P_i (0 = no cap, as the paper; 10 keeps a near-deterministic completion from getting an unbounded advantage)."""
+    entropy_shaping: str = "none"
+    """Entropy-shaped rewards (Tan et al., arXiv 2508.04349): "gtpo" (per-token rewards: entropy shares of a bonus in correct completions, inverse-entropy shares of a penalty in wrong ones), "grpo_s" (the same per completion, with its mean token entropy) or "none"."""
+    shaping_base_weight: float = 1.0
+    """GTPO alpha1 / GRPO-S beta1: weight of the outcome reward in the shaped reward (the paper's 1.0)."""
+    shaping_entropy_weight: float = 0.1
+    """GTPO alpha2 / GRPO-S beta2: weight of the entropy-shaped bonus or penalty (the paper's 0.1)."""
+    gtpo_normalization: str = "polarity"
+    """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
     entropy_top_fraction: float = 1.0
     """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
     offpolicy_delta: float = 0.0

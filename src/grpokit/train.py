@@ -175,7 +175,7 @@ class Trainer:
         P, ro = len(sb.prompts), sb.rollout
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage
+            want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none"
             need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.uses_tis(cfg)
             old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
             ref_logp = scaling.reference_logprobs(self, batch) if a.beta > 0 else None
@@ -192,6 +192,8 @@ class Trainer:
             advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
         elif a.credit != "outcome":  # GiGPO / GAGPO: step-level credit across the turns of episodes
             advantages, adv_metrics = wiring.credit_advantages(sb, a, rewards_N, batch.completion_mask)
+        elif a.entropy_shaping != "none":  # GTPO / GRPO-S: entropy-shaped rewards (arXiv 2508.04349)
+            advantages, adv_metrics = wiring.shaped_advantages(a, rewards_N, entropy, batch.completion_mask, G, self.dist)
         else:
             rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
             lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None

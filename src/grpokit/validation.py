@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .advantages import BASELINES, SCALES, STD_KINDS
+from .entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
 from .config import Config, ConfigError
 from .kernels import MODES as CPU_MATMUL_MODES
 from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
@@ -76,6 +77,12 @@ def validate(cfg: Config) -> Config:
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
     _check(a.entropy_advantage_max_scale >= 0,
            f"algo.entropy_advantage_max_scale={a.entropy_advantage_max_scale} must be >= 0 (0 = no cap)")
+    _one_of("algo.entropy_shaping", a.entropy_shaping, SHAPINGS)
+    _one_of("algo.gtpo_normalization", a.gtpo_normalization, GTPO_NORMALIZATIONS)
+    _check(a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0,
+           f"algo.shaping_base_weight={a.shaping_base_weight} and algo.shaping_entropy_weight={a.shaping_entropy_weight} must be >= 0 (the paper uses 1.0 and 0.1)")
+    _check(a.entropy_shaping == "none" or (a.supervision == "outcome" and a.credit == "outcome"),
+           f"algo.entropy_shaping={a.entropy_shaping!r} shapes outcome rewards; use it with algo.supervision=outcome and algo.credit=outcome")
     _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
     _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
     _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")

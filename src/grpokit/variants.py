@@ -44,6 +44,12 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                ["rollout.group_size=2", "train.prompts_per_step=64"]),
     "edge-grpo-eda": ("EDGE-GRPO's entropy-driven advantage: A_i divided by its completion's entropy over the batch mean",
                       ["algo.entropy_advantage=true"]),
+    "gtpo": ("GTPO: per-token rewards shaped by entropy (bonus shares in correct answers, inverse-entropy penalty shares in wrong ones), eq. 6 normalisation, token-mean",
+             ["algo.entropy_shaping=gtpo", "algo.aggregation=token-mean"]),
+    "gtpo-joint": ("GTPO with all shaped token rewards normalised together (keeps the correct/wrong sign), token-mean",
+                   ["algo.entropy_shaping=gtpo", "algo.gtpo_normalization=joint", "algo.aggregation=token-mean"]),
+    "grpo-s": ("GRPO-S: per-completion rewards shaped by mean token entropy, normalised within the group",
+               ["algo.entropy_shaping=grpo_s"]),
     "kl-in-reward": ("KL subtracted from the reward instead of added to the loss",
                      ["algo.beta=0.04", "algo.kl_placement=reward", "algo.kl_estimator=k1"]),
 }
