@@ -185,7 +185,13 @@ class AlgoConfig:
     kl_clamp: float = 0.0
     """Clamp each token's KL estimate to [-kl_clamp, kl_clamp] (0 = off; verl clamps k3 at 10)."""
     aggregation: str = "seq-mean-token-mean"
-    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum."""
+    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum, or lambda-grpo (token-mean with learnable per-completion length weights, arXiv 2510.06870)."""
+    lambda_init: float = 0.0
+    """lambda-GRPO: lambda at the start of training (0 = DAPO's token-mean; > 0 favours longer completions, < 0 shorter)."""
+    lambda_lr: float = 0.01
+    """lambda-GRPO: learning rate of lambda's own Adam optimizer (constant; no weight decay)."""
+    lambda_r: float = 0.1111
+    """lambda-GRPO: r in the lift h_i = 1 + r * z_i of the standardised length deviations z_i (1/9 keeps h > 0 for |z| < 9)."""
     norm_constant: float = 0.0
     """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
     num_iterations: int = 1

@@ -28,8 +28,9 @@ from typing import Literal
 
 import torch
 
-Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"]
-AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
+Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum", "lambda-grpo"]
+AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum",
+                                 "lambda-grpo")
 RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
 OBJECTIVES: tuple[str, ...] = ("clip", "cispo", "sapo")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
@@ -73,6 +74,7 @@ def aggregate(
     num_sequences: float | None = None,
     num_tokens: float | None = None,
     norm_constant: float | None = None,
+    seq_weights_N: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce per-token losses to a scalar.
 
@@ -81,6 +83,9 @@ def aggregate(
     * ``"seq-mean-token-sum-norm"`` (Dr. GRPO): ``1/(N * C) sum_i sum_t l[i,t]`` with a fixed C
       such as the maximum completion length, so no length-dependent weighting
     * ``"seq-mean-token-sum"``: ``1/N sum_i sum_t l[i,t]``
+    * ``"lambda-grpo"`` (arXiv 2510.06870): ``1/sum_i|o_i| sum_i f_i sum_t l[i,t]`` with per-sequence
+      weights ``seq_weights_N`` = ``f`` (``lambda_weights``; carrying the gradient to lambda). With
+      ``f = 1`` it is ``"token-mean"``; with ``f_i = sum_j|o_j| / (N |o_i|)`` it is ``"seq-mean-token-mean"``.
 
     ``num_sequences`` (N) and ``num_tokens`` (sum of |o_i|) default to this batch's own counts;
     pass the whole batch's counts when this is one micro-batch of it.
@@ -100,7 +105,35 @@ def aggregate(
         return masked_NT.sum() / (n_seq * norm_constant)  # Dr. GRPO: divide by a constant
     if mode == "seq-mean-token-sum":
         return masked_NT.sum() / n_seq
+    if mode == "lambda-grpo":
+        if seq_weights_N is None:
+            raise ValueError("aggregation 'lambda-grpo' needs seq_weights_N, the per-sequence weights f_lambda (N,)")
+        return (masked_NT.sum(dim=1) * seq_weights_N.to(masked_NT.dtype)).sum() / max(n_tok, 1.0)  # lambda-GRPO: f_i weighs o_i's tokens
     raise ValueError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def lambda_weights(lengths_N: torch.Tensor, group_size: int, lam: torch.Tensor | float, *, r: float = 1 / 9,
+                   floor: float = 1e-6, eps: float = 1e-8) -> torch.Tensor:
+    """lambda-GRPO's per-completion weights ``f_lambda`` (Wang et al., arXiv 2510.06870), ``(N,)``.
+
+    Within each group of G completions (rows grouped consecutively) with lengths ``|o_i|``:
+
+        z_i = (|o_i| - mean_g |o|) / (std_g |o| + eps)     standardised length deviation (population std)
+        h_i = max(1 + r z_i, floor)                         lifted to be positive
+        f_i = G * softmax_i(h_i ** lambda)                  token-group weights, mean 1 over the group
+
+    ``lambda = 0`` gives ``f = 1`` (DAPO's token-mean) whatever the lengths; ``lambda > 0`` moves
+    weight to longer completions, ``lambda < 0`` to shorter ones (GRPO's ``1/|o_i|`` direction).
+    Equal lengths give ``f = 1`` for any lambda. ``lam`` may be a tensor with gradient: the weights
+    carry it. The floor is ours: the paper's lift ``1 + r z`` is positive only while ``r |z| < 1``
+    (``r = 1/9`` keeps it so for |z| < 9), and ``h ** lambda`` needs ``h > 0``.
+    """
+    L = lengths_N.to(torch.float32).view(-1, group_size)
+    z = (L - L.mean(dim=1, keepdim=True)) / (L.std(dim=1, keepdim=True, correction=0) + eps)
+    h = (1.0 + r * z).clamp(min=floor)  # lambda-GRPO: lifted deviations h_i = 1 + r z_i
+    lam_t = lam if isinstance(lam, torch.Tensor) else torch.tensor(float(lam))
+    g = torch.pow(h, lam_t.to(h.device, h.dtype))  # lambda-GRPO: g_i = h_i ** lambda, learnable lambda
+    return (group_size * torch.softmax(g, dim=1)).flatten()  # lambda-GRPO: f_i = G softmax(g)_i
 
 
 def log_importance_ratio(
@@ -175,6 +208,7 @@ def policy_loss(
     objective: str = "clip",
     sapo_tau_pos: float = 1.0,
     sapo_tau_neg: float = 1.05,
+    seq_weights_N: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped-surrogate policy loss with an optional KL penalty to a reference policy.
 
@@ -204,7 +238,7 @@ def policy_loss(
             gradient differs even on-policy, where the weight's value is 1.
         kl_clamp: bound each token's KL estimate to ``[-kl_clamp, kl_clamp]`` (verl: k3 at 10);
             None = no clamp.
-        aggregation, num_sequences, num_tokens, norm_constant: see ``aggregate``.
+        aggregation, num_sequences, num_tokens, norm_constant, seq_weights_N: see ``aggregate``.
         entropy_NT, entropy_coef: entropy bonus; ``entropy_coef * H`` is subtracted from every token's
             loss (``entropy_NT`` must carry gradient for the bonus to act).
         entropy_aggregation: how the bonus is reduced: ``"loss"`` (with the token losses, through
@@ -260,7 +294,8 @@ def policy_loss(
             loss_NT = loss_NT - bonus_NT
 
     loss = aggregate(
-        loss_NT, loss_mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant
+        loss_NT, loss_mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant,
+        seq_weights_N=seq_weights_N,
     )
     if bonus_NT is not None and entropy_aggregation == "token-mean":  # TRL: a plain token mean
         loss = loss - aggregate(bonus_NT, mask_NT, "token-mean", num_tokens=num_tokens)

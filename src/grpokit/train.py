@@ -39,6 +39,7 @@ from .record import NullRecorder, group_signatures, make_recorder, sample_rows, 
 from .rewards.runner import RewardRunner
 from .rollout.episodes import episode_metrics
 from .rollout.hf import SamplingParams, generate
+from .lambda_grpo import LearnableLambda
 from .loss import entropy_token_mask
 from .types import Prompt
 from .update import UpdateInputs, activation_memory_mb, make_optimizer, policy_update, token_budget
@@ -106,6 +107,9 @@ class Trainer:
             self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
             next(self.model.parameters()).element_size(), t.micro_batch_tokens)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
+        a = cfg.algo  # lambda-GRPO: a learnable lambda with its own optimizer (lambda_grpo.py)
+        self.lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
+            if a.aggregation == "lambda-grpo" else None
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = 0
@@ -116,6 +120,11 @@ class Trainer:
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self))
             self.step, self.sampler.position = state.step, state.data_position
+            if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
+                extra = checkpoint.load_extra(ckpt)
+                if "lambda_grpo" not in extra:
+                    raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
+                self.lam.load_state_dict(extra["lambda_grpo"])
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             save_yaml(cfg, self.run_dir / "config.yaml")
@@ -219,14 +228,19 @@ class Trainer:
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
                                   ref_logp if a.kl_placement == "loss" else None,
-                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None)
+                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None,
+                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None)
             algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
             for _ in range(a.num_iterations):
+                if self.lam is not None:
+                    self.lam.zero_grad()
                 upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
                                     temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                     norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
                                     autocast=self.autocast,
                                     micro_batch_tokens=self.token_budget)
+                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                    extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
 
@@ -320,7 +334,8 @@ class Trainer:
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
-                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, **hooks)
+                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints,
+                                   extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None, **hooks)
         self.dist.barrier()
         return path
 

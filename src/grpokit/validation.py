@@ -64,6 +64,10 @@ def validate(cfg: Config) -> Config:
            f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}")
     _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
+    _check(a.lambda_lr > 0 and a.lambda_r > 0,
+           f"algo.lambda_lr={a.lambda_lr} and algo.lambda_r={a.lambda_r} must be > 0 (defaults 0.01 and 0.1111)")
+    _check(a.aggregation != "lambda-grpo" or not t.fsdp,
+           "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false")
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
     _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)

@@ -50,6 +50,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                    ["algo.entropy_shaping=gtpo", "algo.gtpo_normalization=joint", "algo.aggregation=token-mean"]),
     "grpo-s": ("GRPO-S: per-completion rewards shaped by mean token entropy, normalised within the group",
                ["algo.entropy_shaping=grpo_s"]),
+    "lambda-grpo": ("lambda-GRPO: token-mean with learnable per-completion length weights G softmax((1 + r z)^lambda), lambda trained (lr 0.01)",
+                    ["algo.aggregation=lambda-grpo"]),
     "kl-in-reward": ("KL subtracted from the reward instead of added to the loss",
                      ["algo.beta=0.04", "algo.kl_placement=reward", "algo.kl_estimator=k1"]),
 }
