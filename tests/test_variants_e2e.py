@@ -45,6 +45,8 @@ def test_variant_trains_on_builtin_task(name, tmp_path):
         assert "clip_ratio/high_mean" in lines[0]
     if name in ("gtpo", "gtpo-joint", "grpo-s"):  # entropy-shaped rewards (arXiv 2508.04349)
         assert ("gtpo/shaped_reward/mean" if name != "grpo-s" else "grpo_s/shaped_reward/mean") in lines[0]
+    if name == "edge-grpo":  # guided error correction ran on every step (counted even when no group was all wrong)
+        assert all("gec/corrected_groups" in l for l in lines)
     if name == "lambda-grpo":  # lambda is trained and logged every step
         assert all("lambda_grpo/lambda" in l for l in lines)
     if name == "offpolicy-mask":

@@ -214,6 +214,14 @@ class AlgoConfig:
     """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
     entropy_advantage_max_scale: float = 0.0
     """EDGE-GRPO: cap on that factor mean(P) / P_i (0 = no cap, as the paper; 10 keeps a near-deterministic completion from getting an unbounded advantage)."""
+    error_correction: str = "off"
+    """EDGE-GRPO guided error correction: in a group whose completions are all wrong, replace the last one by "gold" (the rendered gold answer) or "reflection" (the wrong completion, error_correction_prompt, then the gold answer), re-scored; "off"."""
+    error_correction_fn: str = ""
+    """Guided error correction: "module:function" rendering the gold answer as a completion text, called with the prompt and the dataset's columns (e.g. grpokit.tasks.arithmetic:format_completion)."""
+    error_correction_prompt: str = "Wait! Something is wrong here."
+    """Guided error correction, mode reflection: the cue written between the wrong attempt and the gold answer (the paper's)."""
+    error_correction_max_reward: float = 0.0
+    """Guided error correction: a group is all wrong when every completion's total reward is at most this (0: binary rewards)."""
     entropy_shaping: str = "none"
     """Entropy-shaped rewards (Tan et al., arXiv 2508.04349): "gtpo" (per-token rewards: entropy shares of a bonus in correct completions, inverse-entropy shares of a penalty in wrong ones), "grpo_s" (the same per completion, with its mean token entropy) or "none"."""
     shaping_base_weight: float = 1.0

@@ -34,7 +34,7 @@ from .data import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
-from . import distributed, kernels, scaling, wiring
+from . import distributed, gec, kernels, scaling, wiring
 from .record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
 from .rewards.runner import RewardRunner
 from .rollout.episodes import episode_metrics
@@ -103,6 +103,7 @@ class Trainer:
         if t.fsdp:
             distributed.fully_shard_model(self.model)
         self.eos = eos_ids(self.tokenizer, self.model)
+        self.gec_render = gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
         self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
             self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
             next(self.model.parameters()).element_size(), t.micro_batch_tokens)
@@ -181,6 +182,10 @@ class Trainer:
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
                      gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
+        if a.error_correction != "off":  # EDGE-GRPO guided error correction: all-wrong groups get a corrected member
+            sb = gec.correct(sb, self.tokenizer, self.runner, mode=a.error_correction, render=self.gec_render,
+                             reflection=a.error_correction_prompt, max_reward=a.error_correction_max_reward,
+                             eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos))
         P, ro = len(sb.prompts), sb.rollout
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)

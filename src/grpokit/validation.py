@@ -12,6 +12,7 @@ from typing import Any
 
 from .advantages import BASELINES, SCALES, STD_KINDS
 from .entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
+from .gec import MODES as GEC_MODES
 from .config import Config, ConfigError
 from .kernels import MODES as CPU_MATMUL_MODES
 from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
@@ -81,6 +82,13 @@ def validate(cfg: Config) -> Config:
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
     _check(a.entropy_advantage_max_scale >= 0,
            f"algo.entropy_advantage_max_scale={a.entropy_advantage_max_scale} must be >= 0 (0 = no cap)")
+    _one_of("algo.error_correction", a.error_correction, GEC_MODES)
+    _check(a.error_correction == "off" or ":" in a.error_correction_fn,
+           f"algo.error_correction={a.error_correction} needs algo.error_correction_fn=module:function rendering the gold answer (e.g. grpokit.tasks.arithmetic:format_completion)")
+    _check(a.error_correction == "off" or not a.dynamic_sampling,
+           "algo.error_correction needs the all-wrong groups that algo.dynamic_sampling drops; turn one of them off")
+    _check(a.error_correction == "off" or (r.backend == "hf" and r.async_staleness == 0),
+           "algo.error_correction injects tokens no sampler drew, which truncated importance sampling cannot weigh; use rollout.backend=hf with rollout.async_staleness=0")
     _one_of("algo.entropy_shaping", a.entropy_shaping, SHAPINGS)
     _one_of("algo.gtpo_normalization", a.gtpo_normalization, GTPO_NORMALIZATIONS)
     _check(a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0,
