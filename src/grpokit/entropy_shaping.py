@@ -104,9 +104,9 @@ def gtpo_advantages(rewards_PG: torch.Tensor, entropy_NT: torch.Tensor, mask_NT:
     0, so ``alpha1`` cancels and a correct completion whose tokens all have its group's typical
     entropy gets no push at all; the correct/wrong signal survives only as the direction in which
     entropy moves each set (up for uncertain tokens of correct answers, down for confident tokens
-    of wrong ones). ``"joint"`` normalises all the batch's shaped token rewards together (the
-    paper's first version, arXiv 2508.04349v1-v2, which shaped correct completions only), which
-    keeps the sign: correct completions' tokens stay above wrong ones'.
+    of wrong ones). ``"joint"`` normalises all the batch's shaped token rewards together (our
+    alternative, not the paper's eq. 6), which keeps the sign: correct completions' tokens stay
+    above wrong ones'.
 
     ``pools``: the (O+, O-) token rewards the statistics are taken over, when the batch is larger
     than these rows (every rank's, under data parallelism). Default: this batch's.

@@ -14,7 +14,7 @@ correct member and a gradient that points at the correction. Two modes (``algo.e
 The injected tokens were not sampled by pi_old. The loss treats them like sampled ones: their old
 logprobs are pi_old's own (computed on the batch, as for every row), so the ratio starts at 1 and
 the update is ``A * grad log pi`` on the correction, an advantage-weighted supervised step with no
-importance correction for the renderer that wrote it (the paper's code does the same).
+importance correction for the renderer that wrote it.
 """
 
 from __future__ import annotations
