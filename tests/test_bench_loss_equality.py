@@ -103,3 +103,26 @@ def test_trl_delta_equals_dual_clip(loss_type):
     assert torch.allclose(res["ours"][0], res["trl"][0], atol=1e-7, rtol=1e-6)
     assert torch.allclose(res["ours"][1], res["trl"][1], atol=1e-7, rtol=1e-6)
     assert not torch.allclose(res["ours"][0], res["plain"][0], atol=1e-5)
+
+
+# -- issue 15: CISPO and SAPO are TRL loss types too; the same batch, the same numbers
+
+
+@pytest.mark.parametrize("epsilon_high", [1.3, 5.0])  # 1.3 truncates some weights of the batch, 5.0 none
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_cispo_equals_trl(epsilon_high, beta):
+    logp, old, _, _, mask = fixed_batch()
+    assert (torch.exp(logp - old)[mask.bool()] > 1.3).any()
+    (ours, g_ours, m), (theirs, g_theirs, _) = _both("cispo", beta, epsilon_high=epsilon_high)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    assert (m["clip_ratio/high_mean"] > 0) == (epsilon_high == 1.3)
+
+
+@pytest.mark.parametrize("taus", [(1.0, 1.05), (0.5, 2.0)])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_sapo_equals_trl(taus, level, beta):
+    (ours, g_ours, _), (theirs, g_theirs, _) = _both("sapo", beta, tau_pos=taus[0], tau_neg=taus[1], level=level)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpokit.loss import AGGREGATIONS, aggregate, kl_estimate, policy_loss
+from grpokit.loss import AGGREGATIONS, aggregate, kl_estimate, lambda_weights, policy_loss
 
 
 def one_token(ratio: float, adv: float, **kw):
@@ -121,15 +121,21 @@ def test_zero_advantage_gives_zero_policy_gradient():
     assert torch.equal(logp.grad, torch.zeros_like(logp))
 
 
+def _lambda_w(agg, mask):
+    """lambda-GRPO's per-sequence weights at a fixed lambda (groups of 3), for aggregation="lambda-grpo"."""
+    return lambda_weights(mask.sum(1), 3, 0.7) if agg == "lambda-grpo" else None
+
+
 @pytest.mark.parametrize("agg", AGGREGATIONS)
 def test_ratio_one_without_clipping_is_reinforce(agg):
     # with old == logp (ratio 1) the gradient is that of  -A * logp  aggregated the same way
     logp, _, _, adv, mask = _batch()
+    w = _lambda_w(agg, mask)
     a = logp.clone().requires_grad_(True)
-    loss, _ = policy_loss(a, a.detach(), adv, mask, aggregation=agg, norm_constant=5)
+    loss, _ = policy_loss(a, a.detach(), adv, mask, aggregation=agg, norm_constant=5, seq_weights_N=w)
     loss.backward()
     b = logp.clone().requires_grad_(True)
-    aggregate(-adv[:, None] * b, mask, agg, norm_constant=5).backward()
+    aggregate(-adv[:, None] * b, mask, agg, norm_constant=5, seq_weights_N=w).backward()
     assert torch.allclose(a.grad, b.grad, atol=1e-6)
 
 
@@ -152,15 +158,17 @@ def test_masked_tokens_change_nothing(level):
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_micro_batches_accumulate_to_full_batch(agg, level):
     logp, old, ref, adv, mask = _batch()
+    w = _lambda_w(agg, mask)
     kw = dict(ref_logp_NT=None, beta=0.05, aggregation=agg, norm_constant=5, ratio_level=level,
               num_sequences=6, num_tokens=mask.sum().item())
     full = logp.clone().requires_grad_(True)
-    loss_full, _ = policy_loss(full, old, adv, mask, **{**kw, "ref_logp_NT": ref})
+    loss_full, _ = policy_loss(full, old, adv, mask, **{**kw, "ref_logp_NT": ref}, seq_weights_N=w)
     loss_full.backward()
     micro = logp.clone().requires_grad_(True)
     total = 0.0
     for idx in (slice(0, 2), slice(2, 5), slice(5, 6)):
-        part, _ = policy_loss(micro[idx], old[idx], adv[idx], mask[idx], **{**kw, "ref_logp_NT": ref[idx]})
+        part, _ = policy_loss(micro[idx], old[idx], adv[idx], mask[idx], **{**kw, "ref_logp_NT": ref[idx]},
+                              seq_weights_N=w[idx] if w is not None else None)
         part.backward()
         total += part.item()
     assert total == pytest.approx(loss_full.item(), abs=1e-6)

@@ -26,7 +26,8 @@ def run(overrides, tmp_path, base: Config | None = None):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_trains_on_builtin_task(name, tmp_path):
     _, overrides = VARIANTS[name]
-    tr, summary, lines, moved = run(overrides + SMALL, tmp_path)
+    keep = {"rollout.group_size"} & {o.split("=")[0] for o in overrides}  # 2-grpo keeps its pairs
+    tr, summary, lines, moved = run(overrides + [s for s in SMALL if s.split("=")[0] not in keep], tmp_path)
     assert summary["steps"] == 2 and len(lines) == 2
     assert all(l["reward"] == l["reward"] for l in lines)  # no NaN
     assert moved or all(l.get("frac_reward_zero_std", 0) == 1 for l in lines), "the policy never moved"
@@ -36,6 +37,18 @@ def test_variant_trains_on_builtin_task(name, tmp_path):
         assert "gfpo/hard_prompts" in lines[0]
     if name in ("ref-refresh",):
         assert "kl" in lines[0]
+    if name == "2-grpo":
+        assert tr.cfg.rollout.group_size == 2
+    if name == "edge-grpo-eda":
+        assert lines[0]["eda/scale/min"] > 0
+    if name == "cispo":
+        assert "clip_ratio/high_mean" in lines[0]
+    if name in ("gtpo", "gtpo-joint", "grpo-s"):  # entropy-shaped rewards (arXiv 2508.04349)
+        assert ("gtpo/shaped_reward/mean" if name != "grpo-s" else "grpo_s/shaped_reward/mean") in lines[0]
+    if name == "edge-grpo":  # guided error correction ran on every step (counted even when no group was all wrong)
+        assert all("gec/corrected_groups" in l for l in lines)
+    if name == "lambda-grpo":  # lambda is trained and logged every step
+        assert all("lambda_grpo/lambda" in l for l in lines)
     if name == "offpolicy-mask":
         assert "offpolicy/masked_sequences" in lines[0]
 

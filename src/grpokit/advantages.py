@@ -278,6 +278,29 @@ def kl_penalized_rewards(rewards_N: torch.Tensor, logp_NT: torch.Tensor, ref_log
     return rewards_N - beta * kl_N, kl_N
 
 
+def response_entropy(entropy_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
+    """``P_i``: the mean policy entropy over completion i's masked tokens, ``(N,)``."""
+    mask = mask_NT.to(entropy_NT.dtype)
+    return (entropy_NT * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+def entropy_scaled_advantages(adv: torch.Tensor, entropy_N: torch.Tensor, mean_entropy: torch.Tensor | float,
+                              max_scale: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """EDGE-GRPO's entropy-driven advantage (Zhang et al., arXiv 2507.21848, EDA):
+    ``A_i <- A_i / P^_i`` with ``P^_i = P_i / mean_j P_j`` (``P_i`` from ``response_entropy``; the
+    mean over the batch, as the authors' code takes it). Correctness-aware through the sign of A: a
+    confident (low-entropy) correct answer gains, a confident wrong one is pushed down harder, an
+    uncertain one of either kind moves less. ``adv``: ``(N,)`` or per token ``(N, T)``.
+    ``max_scale``: cap on ``mean / P_i`` (None: none; a completion of near-zero entropy otherwise
+    gets an unbounded advantage); the floor of 1e-8 on ``P_i`` only avoids a division by zero.
+    """
+    scale_N = float(mean_entropy) / entropy_N.clamp(min=1e-8)  # EDGE-GRPO EDA: 1 / P^_i
+    if max_scale is not None:
+        scale_N = scale_N.clamp(max=max_scale)
+    scale = scale_N if adv.dim() == 1 else scale_N[:, None]
+    return adv * scale.to(adv.device, adv.dtype), _stats("eda/scale", scale_N)
+
+
 def _masked_group_stats(r: torch.Tensor, valid: torch.Tensor, std: str, flat_rtol: float):
     """Deviations from the mean, std and flatness over dim 1, counting only ``valid`` entries
     (padding and not-applicable rewards must not count as rewards of 0). Shapes keep dim 1 as 1."""

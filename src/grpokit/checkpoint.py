@@ -6,7 +6,8 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
   ``AutoModelForCausalLM.from_pretrained`` as is;
 * ``optimizer.pt``: optimizer and learning-rate schedule state;
 * ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator;
-* ``trainer_state.json``: the step and the data position.
+* ``trainer_state.json``: the step and the data position;
+* ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda.
 
 It is written under a temporary name and renamed into place only when complete (a rename is atomic
 on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
@@ -35,10 +36,12 @@ class TrainerState:
 
 
 def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int,
-         *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None) -> Path:
+         *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None,
+         extra_state: dict | None = None) -> Path:
     """Write a checkpoint. ``write_model(model, folder)`` replaces the plain ``save_pretrained`` into
     ``folder/model`` (LoRA adapters, FSDP gathered weights); ``sampler_states`` holds every rank's
-    sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP)."""
+    sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP);
+    ``extra_state`` (e.g. lambda-GRPO's lambda and its optimizer) goes to ``extra_state.pt``."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"{PREFIX}{state.step:06d}"
     tmp = ckpt_dir / f".tmp-{PREFIX}{state.step:06d}-{os.getpid()}"
@@ -54,6 +57,8 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
     torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "sampler": generator.get_state(), "sampler_ranks": sampler_states}, tmp / "rng.pt")
+    if extra_state is not None:
+        torch.save(extra_state, tmp / "extra_state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
@@ -87,6 +92,12 @@ def load(path: Path, model, optimizer, scheduler, generator: torch.Generator, *,
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
     return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
+
+
+def load_extra(path: Path) -> dict:
+    """The ``extra_state`` a checkpoint was saved with ({} when it has none)."""
+    f = path / "extra_state.pt"
+    return torch.load(f, weights_only=False) if f.exists() else {}
 
 
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:

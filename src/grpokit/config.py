@@ -169,7 +169,13 @@ class AlgoConfig:
     dual_clip: float = 0.0
     """Dual-clip bound c > 1 for negative advantages (0 = off)."""
     ratio_level: str = "token"
-    """Importance ratio per "token" (GRPO), per "sequence" (GSPO) or per "turn" of an episode (GAGPO's action-level ratio)."""
+    """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios), per "trajectory" (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level ratio)."""
+    objective: str = "clip"
+    """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) or "sapo" (a smooth sigmoid gate, no hard clip)."""
+    sapo_tau_pos: float = 1.0
+    """objective=sapo: gate temperature tau for tokens with positive advantage (the paper's 1.0)."""
+    sapo_tau_neg: float = 1.05
+    """objective=sapo: gate temperature for tokens with negative advantage (the paper's 1.05; larger fades off-policy negative updates faster)."""
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
     kl_estimator: str = "k3"
@@ -179,7 +185,13 @@ class AlgoConfig:
     kl_clamp: float = 0.0
     """Clamp each token's KL estimate to [-kl_clamp, kl_clamp] (0 = off; verl clamps k3 at 10)."""
     aggregation: str = "seq-mean-token-mean"
-    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum."""
+    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum, or lambda-grpo (token-mean with learnable per-completion length weights, arXiv 2510.06870)."""
+    lambda_init: float = 0.0
+    """lambda-GRPO: lambda at the start of training (0 = DAPO's token-mean; > 0 favours longer completions, < 0 shorter)."""
+    lambda_lr: float = 0.01
+    """lambda-GRPO: learning rate of lambda's own Adam optimizer (constant; no weight decay)."""
+    lambda_r: float = 0.1111
+    """lambda-GRPO: r in the lift h_i = 1 + r * z_i of the standardised length deviations z_i (1/9 keeps h > 0 for |z| < 9)."""
     norm_constant: float = 0.0
     """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
     num_iterations: int = 1
@@ -198,6 +210,26 @@ class AlgoConfig:
     """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
     entropy_aggregation: str = "loss"
     """How the entropy bonus is reduced: "loss" (with the token losses, through algo.aggregation, as verl) or "token-mean" (a plain mean over the batch's tokens, as TRL)."""
+    entropy_advantage: bool = False
+    """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
+    entropy_advantage_max_scale: float = 0.0
+    """EDGE-GRPO: cap on that factor mean(P) / P_i (0 = no cap, as the paper; 10 keeps a near-deterministic completion from getting an unbounded advantage)."""
+    error_correction: str = "off"
+    """EDGE-GRPO guided error correction: in a group whose completions are all wrong, replace the last one by "gold" (the rendered gold answer) or "reflection" (the wrong completion, error_correction_prompt, then the gold answer), re-scored; "off"."""
+    error_correction_fn: str = ""
+    """Guided error correction: "module:function" rendering the gold answer as a completion text, called with the prompt and the dataset's columns (e.g. grpokit.tasks.arithmetic:format_completion)."""
+    error_correction_prompt: str = "Wait! Something is wrong here."
+    """Guided error correction, mode reflection: the cue written between the wrong attempt and the gold answer (the paper's)."""
+    error_correction_max_reward: float = 0.0
+    """Guided error correction: a group is all wrong when every completion's total reward is at most this (0: binary rewards)."""
+    entropy_shaping: str = "none"
+    """Entropy-shaped rewards (Tan et al., arXiv 2508.04349): "gtpo" (per-token rewards: entropy shares of a bonus in correct completions, inverse-entropy shares of a penalty in wrong ones), "grpo_s" (the same per completion, with its mean token entropy) or "none"."""
+    shaping_base_weight: float = 1.0
+    """GTPO alpha1 / GRPO-S beta1: weight of the outcome reward in the shaped reward (the paper's 1.0)."""
+    shaping_entropy_weight: float = 0.1
+    """GTPO alpha2 / GRPO-S beta2: weight of the entropy-shaped bonus or penalty (the paper's 0.1)."""
+    gtpo_normalization: str = "polarity"
+    """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
     entropy_top_fraction: float = 1.0
     """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
     offpolicy_delta: float = 0.0

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import checkpoint
-from .advantages import group_advantages, kl_penalized_rewards, normalize_components
+from .advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from .collect import ScoredBatch, collect
 from .config import Config, ConfigError, save_yaml, to_dict
 from .validation import validate
@@ -34,11 +34,12 @@ from .data import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
-from . import distributed, kernels, scaling, wiring
+from . import distributed, gec, kernels, scaling, wiring
 from .record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
 from .rewards.runner import RewardRunner
 from .rollout.episodes import episode_metrics
 from .rollout.hf import SamplingParams, generate
+from .lambda_grpo import LearnableLambda
 from .loss import entropy_token_mask
 from .types import Prompt
 from .update import UpdateInputs, activation_memory_mb, make_optimizer, policy_update, token_budget
@@ -102,10 +103,14 @@ class Trainer:
         if t.fsdp:
             distributed.fully_shard_model(self.model)
         self.eos = eos_ids(self.tokenizer, self.model)
+        self.gec_render = gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
         self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
             self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
             next(self.model.parameters()).element_size(), t.micro_batch_tokens)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
+        a = cfg.algo  # lambda-GRPO: a learnable lambda with its own optimizer (lambda_grpo.py)
+        self.lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
+            if a.aggregation == "lambda-grpo" else None
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = 0
@@ -116,6 +121,11 @@ class Trainer:
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self))
             self.step, self.sampler.position = state.step, state.data_position
+            if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
+                extra = checkpoint.load_extra(ckpt)
+                if "lambda_grpo" not in extra:
+                    raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
+                self.lam.load_state_dict(extra["lambda_grpo"])
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             save_yaml(cfg, self.run_dir / "config.yaml")
@@ -172,11 +182,16 @@ class Trainer:
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
                      gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
+        if a.error_correction != "off":  # EDGE-GRPO guided error correction: all-wrong groups get a corrected member
+            sb = gec.correct(sb, self.tokenizer, self.runner, mode=a.error_correction, render=self.gec_render,
+                             reflection=a.error_correction_prompt, max_reward=a.error_correction_max_reward,
+                             eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos))
         P, ro = len(sb.prompts), sb.rollout
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            need_old = a.num_iterations > 1 or a.entropy_top_fraction < 1 or a.kl_placement == "reward" or scaling.uses_tis(cfg)
-            old_logp, entropy = self._logprobs(self.model, batch, entropy=a.entropy_top_fraction < 1) if need_old else (None, None)
+            want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none"
+            need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.uses_tis(cfg)
+            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
             ref_logp = scaling.reference_logprobs(self, batch) if a.beta > 0 else None
 
         rewards_N, extra = sb.total_N, {}  # 4. advantages
@@ -191,12 +206,19 @@ class Trainer:
             advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
         elif a.credit != "outcome":  # GiGPO / GAGPO: step-level credit across the turns of episodes
             advantages, adv_metrics = wiring.credit_advantages(sb, a, rewards_N, batch.completion_mask)
+        elif a.entropy_shaping != "none":  # GTPO / GRPO-S: entropy-shaped rewards (arXiv 2508.04349)
+            advantages, adv_metrics = wiring.shaped_advantages(a, rewards_N, entropy, batch.completion_mask, G, self.dist)
         else:
             rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
             lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
             adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
                                                    eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
             advantages = self.dist.local_rows(adv_PG).flatten()
+        if a.entropy_advantage:  # EDGE-GRPO: entropy-driven advantage, batch-wide mean entropy
+            ent_N = response_entropy(entropy.float().cpu(), batch.completion_mask.float().cpu())
+            advantages, eda_metrics = entropy_scaled_advantages(advantages, ent_N, self.dist.gather_rows(ent_N).mean(),
+                                                                a.entropy_advantage_max_scale or None)
+            extra.update(eda_metrics)
         if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
             advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
             extra.update(tis_metrics)
@@ -211,14 +233,19 @@ class Trainer:
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
                                   ref_logp if a.kl_placement == "loss" else None,
-                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None)
+                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None,
+                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None)
             algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
             for _ in range(a.num_iterations):
+                if self.lam is not None:
+                    self.lam.zero_grad()
                 upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
                                     temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                     norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
                                     autocast=self.autocast,
                                     micro_batch_tokens=self.token_budget)
+                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                    extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
 
@@ -312,7 +339,8 @@ class Trainer:
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
-                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, **hooks)
+                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints,
+                                   extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None, **hooks)
         self.dist.barrier()
         return path
 

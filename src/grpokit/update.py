@@ -11,6 +11,7 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -52,6 +53,7 @@ class UpdateInputs:
     old_logp: torch.Tensor | None  # (N, T); None: the current policy is the old policy (mu = 1)
     ref_logp: torch.Tensor | None  # (N, T) when beta > 0
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
+    seq_weights: Callable[[slice], torch.Tensor] | None = None  # rows -> (n,) lambda-GRPO weights (aggregation="lambda-grpo")
 
 
 def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
@@ -155,6 +157,8 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             entropy_NT=entropy, entropy_coef=algo.entropy_coef, entropy_aggregation=algo.entropy_aggregation,
             offpolicy_delta=algo.offpolicy_delta or None,
             turn_ids_NT=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
+            objective=algo.objective, sapo_tau_pos=algo.sapo_tau_pos, sapo_tau_neg=algo.sapo_tau_neg,
+            seq_weights_N=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
         )
         loss.backward()
         loss_total += loss.item()

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from .advantages import BASELINES, SCALES, STD_KINDS
+from .entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
+from .gec import MODES as GEC_MODES
 from .config import Config, ConfigError
 from .kernels import MODES as CPU_MATMUL_MODES
-from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -56,8 +58,17 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
+    _one_of("algo.objective", a.objective, OBJECTIVES)
+    _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
+           f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
+    _check(a.objective == "clip" or a.dual_clip == 0,
+           f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}")
     _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
+    _check(a.lambda_lr > 0 and a.lambda_r > 0,
+           f"algo.lambda_lr={a.lambda_lr} and algo.lambda_r={a.lambda_r} must be > 0 (defaults 0.01 and 0.1111)")
+    _check(a.aggregation != "lambda-grpo" or not t.fsdp,
+           "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false")
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
     _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
@@ -69,6 +80,21 @@ def validate(cfg: Config) -> Config:
            f"rollout.sample_group_size={r.sample_group_size} must be 0 (off) or larger than rollout.group_size={r.group_size}")
     _check(not r.gfpo_adaptive or r.sample_group_size > 0, "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size")
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
+    _check(a.entropy_advantage_max_scale >= 0,
+           f"algo.entropy_advantage_max_scale={a.entropy_advantage_max_scale} must be >= 0 (0 = no cap)")
+    _one_of("algo.error_correction", a.error_correction, GEC_MODES)
+    _check(a.error_correction == "off" or ":" in a.error_correction_fn,
+           f"algo.error_correction={a.error_correction} needs algo.error_correction_fn=module:function rendering the gold answer (e.g. grpokit.tasks.arithmetic:format_completion)")
+    _check(a.error_correction == "off" or not a.dynamic_sampling,
+           "algo.error_correction needs the all-wrong groups that algo.dynamic_sampling drops; turn one of them off")
+    _check(a.error_correction == "off" or (r.backend == "hf" and r.async_staleness == 0),
+           "algo.error_correction injects tokens no sampler drew, which truncated importance sampling cannot weigh; use rollout.backend=hf with rollout.async_staleness=0")
+    _one_of("algo.entropy_shaping", a.entropy_shaping, SHAPINGS)
+    _one_of("algo.gtpo_normalization", a.gtpo_normalization, GTPO_NORMALIZATIONS)
+    _check(a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0,
+           f"algo.shaping_base_weight={a.shaping_base_weight} and algo.shaping_entropy_weight={a.shaping_entropy_weight} must be >= 0 (the paper uses 1.0 and 0.1)")
+    _check(a.entropy_shaping == "none" or (a.supervision == "outcome" and a.credit == "outcome"),
+           f"algo.entropy_shaping={a.entropy_shaping!r} shapes outcome rewards; use it with algo.supervision=outcome and algo.credit=outcome")
     _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
     _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
     _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")

@@ -263,3 +263,28 @@ class Timer:
         return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total()}
 
 
+
+
+def shaped_advantages(algo, rewards_N: torch.Tensor, entropy_NT: torch.Tensor, mask_NT: torch.Tensor, group_size: int,
+                      dist) -> tuple[torch.Tensor, dict[str, float]]:
+    """GTPO (``(N, T)``) or GRPO-S (``(N,)``) advantages from pi_old's token entropies
+    (``algo.entropy_shaping``; entropy_shaping.py). Groups are whole on each rank; GTPO's token
+    statistics run over every rank's tokens."""
+    from .entropy_shaping import grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
+
+    ent, mask = entropy_NT.float().cpu(), mask_NT.float().cpu()
+    r_PG = rewards_N.float().view(-1, group_size)
+    b1, b2 = algo.shaping_base_weight, algo.shaping_entropy_weight
+    if algo.entropy_shaping == "gtpo":
+        pools = None
+        if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
+            shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
+            pools = (dist.gather_varlen(shaped[valid & pos_N[:, None]]), dist.gather_varlen(shaped[valid & ~pos_N[:, None]]))
+        return gtpo_advantages(r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=algo.gtpo_normalization,
+                               std=algo.std, eps=algo.adv_eps, pools=pools)
+    seq_ent = (ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GRPO-S eq. 8: mean token entropy
+    lengths = dist.gather_rows(mask.sum(dim=1)).view(-1, group_size) if algo.scale == "token_whiten" else None
+    adv_PG, metrics = grpo_s_advantages(dist.gather_rows(r_PG), dist.gather_rows(seq_ent).view(-1, group_size),
+                                        beta1=b1, beta2=b2, baseline=algo.baseline, scale=algo.scale, std=algo.std,
+                                        eps=algo.adv_eps, lengths_PG=lengths)  # batch-wide scales see every rank
+    return dist.local_rows(adv_PG).flatten(), metrics
