@@ -183,3 +183,46 @@ def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypa
         code_pass_fraction(["```python\nprint(3)\n```"], [STDIO])
     assert code_pass_fraction(["```python\nprint(int(input().split()[0]) + 2)\n```"], [STDIO],
                               allow_unsafe_code_execution=True) == [1.0]
+
+
+# --- the trusted parent never raises on what a program writes (issue 19, item 4) ---
+
+HOSTILE_RECORDS = [
+    "[" * 100_000 + "]" * 100_000,  # RecursionError in json.loads before the fix
+    '{"case": 0, "status": "ok", "value": ' + "[" * 5000 + "]" * 5000 + "}",
+    '{"case": 0, "status": "ok", "value": ' + "{\"a\": " * 5000 + "1" + "}" * 5000 + "}",
+    '{"case": 0, "status": "ok", "value": ' + "9" * 100_000 + "}",  # int too long to convert
+    '{"case": ' + "1" * 5000 + ', "status": "ok"}',
+    '{"case": true, "status": "ok", "value": 3}',  # bool is not a case number
+    '{"case": 0, "status": "ok", "stdout": ["3"]}',
+    '{"case": 0, "status": "ok", "value": NaN}',
+    '{"case": 0, "status": {"ok": 1}, "value": 3}',
+    "\udcff\x00" * 100,
+    "[]", "3", "null", '"x"',
+]
+
+
+@pytest.mark.parametrize("line", HOSTILE_RECORDS, ids=range(len(HOSTILE_RECORDS)))
+def test_hostile_result_records_are_failed_cases_not_parent_errors(canary, line):
+    # The program writes the hostile line on the result channel, then exits; add(1, 2) is never
+    # reported honestly, so the only right reward is 0.0 and the reward call must not raise.
+    code = f"import os\nos.write(3, ({line!r} + '\\n').encode('utf-8', 'surrogatepass'))\nos._exit(0)"
+    assert score(code, CALL) == 0.0
+    assert score(code) == 0.0
+
+
+def test_a_hostile_line_does_not_hide_the_honest_records_after_it(canary):
+    # a deeply nested line, then an honest record for case 0: the honest record still counts (1.0)
+    code = ("import os\nos.write(3, b'[' * 100000 + b'\\n')\n"
+            "os.write(3, b'{\"case\": 0, \"status\": \"ok\", \"value\": 3}\\n')\nos._exit(0)")
+    assert score(code, CALL) == 1.0
+
+
+def test_nesting_and_size_bounds_of_the_parser():
+    from grpokit.rewards.sandbox.isolation import MAX_DEPTH, MAX_LINE_BYTES, _parse_records
+
+    ok_value = "[" * MAX_DEPTH + "]" * MAX_DEPTH  # MAX_DEPTH lists inside the record's dict: at the bound
+    deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)  # one more level: rejected
+    text = "\n".join(['{"case": 0, "value": %s}' % ok_value, '{"case": 1, "value": %s}' % deep,
+                      '{"case": 2, "value": "%s"}' % ("x" * MAX_LINE_BYTES), '{"case": 3}'])
+    assert [r["case"] for r in _parse_records(text)] == [0, 3]

@@ -150,7 +150,7 @@ def _kill_namespace(bwrap_pid: int, info) -> None:
         child = int(json.loads(info.read(4096) or b"{}").get("child-pid", 0))
         with open(f"/proc/{child}/stat") as f:
             parent = int(f.read().rsplit(")", 1)[1].split()[1])
-    except (ValueError, OSError, AttributeError):
+    except (ValueError, OSError, AttributeError, TypeError, RecursionError):
         return
     if child > 1 and parent == bwrap_pid:  # never signal a recycled pid that is not ours
         os.kill(child, signal.SIGKILL)
@@ -159,13 +159,34 @@ def _kill_namespace(bwrap_pid: int, info) -> None:
             time.sleep(0.01)
 
 
+MAX_LINE_BYTES = 1 * 2**20  # longest result line the parent parses; longer lines fail their case
+MAX_DEPTH = 64  # deepest nesting of lists/dicts below a record (the harness sends at most 51)
+
+
+def _depth(x) -> int:
+    """Nesting depth of lists/dicts in a parsed JSON value, iteratively (no recursion to exhaust)."""
+    deepest, stack = 0, [(x, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            if d + 1 > MAX_DEPTH + 1:
+                return d + 1
+            deepest = max(deepest, d + 1)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _parse_records(text: str) -> list[dict]:
+    """Result records from the channel. Anything malformed (too long, too deep, not JSON, an int too
+    long to convert, no integer case number) is skipped, so its case fails; this never raises."""
     records = []
     for line in text.splitlines():
+        if len(line) > MAX_LINE_BYTES:
+            continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(record, dict) and type(record.get("case")) is int:
+        if type(record) is dict and type(record.get("case")) is int and _depth(record) <= MAX_DEPTH + 1:
             records.append(record)
     return records
