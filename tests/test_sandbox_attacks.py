@@ -226,3 +226,41 @@ def test_nesting_and_size_bounds_of_the_parser():
     text = "\n".join(['{"case": 0, "value": %s}' % ok_value, '{"case": 1, "value": %s}' % deep,
                       '{"case": 2, "value": "%s"}' % ("x" * MAX_LINE_BYTES), '{"case": 3}'])
     assert [r["case"] for r in _parse_records(text)] == [0, 3]
+
+
+# --- no zombie survives a call, even when the trainer is PID 1 (issue 19, item 3) ---
+
+PID1_TRAINER = r'''
+import os
+from grpokit.rewards.code import code_pass_fraction
+assert os.getpid() == 1
+honest = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+looping = "```python\nimport os\nos.fork()\nwhile True:\n    pass\n```"  # killed at the wall-clock limit
+scores = code_pass_fraction([honest] * 20 + [looping] * 10, [[{"input": "1 2\n", "output": "3\n"}]] * 30,
+                            wall_s=1.0, max_parallel=5)
+zombies = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        zombies += open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        pass
+print(zombies, scores.count(1.0), scores.count(0.0))
+'''
+
+
+def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
+    # Before the launcher became a subreaper, every call left bwrap's namespace init as a zombie of
+    # PID 1 (21 zombies after these 30 calls); now: 0 zombies, the 20 honest programs pass, the 10 loops fail.
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and util-linux unshare to run the trainer as PID 1 of a new PID namespace")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PID1_TRAINER],
+                         capture_output=True, text=True, env=env, timeout=120)
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"this host refuses a new PID namespace: {out.stderr.strip()[:200]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "20", "10"]

@@ -1,8 +1,11 @@
 """The small helper that starts a sandbox: `python -I -S launcher.py '<json>'`.
 
 It exists so that the sandbox is never `os.fork`ed from the large trainer process: the trainer starts
-this tiny interpreter with `subprocess` (no preexec hook, so CPython can use vfork/exec), the helper sets
-resource limits on itself and replaces itself (`execv`) with the sandbox command, which inherits them.
+this tiny interpreter with `subprocess` (no preexec hook, so CPython can use vfork/exec). The helper
+becomes a child subreaper, forks, and the child sets the resource limits and replaces itself (`execv`)
+with the sandbox command, which inherits them; the helper reaps that command and every orphan of the
+sandbox, then exits with the command's status (128 + N when killed by signal N), so no zombie outlives
+a call even when the trainer is PID 1.
 Kept free of imports beyond the standard library and of any grpokit code.
 
 JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), channel_fd
@@ -23,8 +26,18 @@ LIMITS = {
 }
 
 
-def main() -> None:
-    spec = json.loads(sys.argv[1])
+def become_subreaper() -> None:
+    """PR_SET_CHILD_SUBREAPER: orphans of the sandbox (bwrap's namespace init when bwrap's monitor
+    exits first) are re-parented to this helper, which reaps them, instead of to the host's PID 1;
+    a trainer that is itself PID 1 (a container without an init) would never reap them."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # 36 = PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def start(spec: dict) -> None:
+    """In the forked child: set the limits, wire the descriptors and exec the sandbox command."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name, value in spec["limits"].items():
         hard = value + 1 if name == "cpu_s" else value  # the extra second turns SIGXCPU into SIGKILL
@@ -34,6 +47,27 @@ def main() -> None:
         os.dup2(spec["info_fd"], 4)  # bwrap --info-fd 4 writes the sandbox's pid there (closed inside)
     os.closerange(5 if spec.get("info_fd") is not None else 4, 1024)  # nothing else of the trainer reaches the sandbox
     os.execv(spec["argv"][0], spec["argv"])
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    become_subreaper()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            start(spec)
+        finally:
+            os._exit(127)
+    os.closerange(3, 1024)  # the channel stays open in the sandbox only
+    status = 0
+    while True:  # reap the sandbox command and every orphan re-parented here, until none is left
+        try:
+            reaped, st = os.wait()
+        except ChildProcessError:
+            break
+        if reaped == pid:
+            status = os.waitstatus_to_exitcode(st)
+    os._exit(status if status >= 0 else 128 - status)  # killed by signal N -> 128 + N, like a shell
 
 
 if __name__ == "__main__":
