@@ -264,3 +264,67 @@ def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
         pytest.skip(f"this host refuses a new PID namespace: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0", "20", "10"]
+
+
+# --- seccomp: the kernel's attack surface is closed inside the sandbox (issue 19, item 2) ---
+
+SYSCALL_PROBE = r'''
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+NR = %r
+def call(name, *args):
+    r = libc.syscall(ctypes.c_long(NR[name]), *[ctypes.c_long(a) for a in args])
+    return r, ctypes.get_errno()
+def reached(name, *args):
+    r, e = call(name, *args)
+    if r == 0 and name == "clone":
+        os._exit(0)  # in the child, if a clone got through
+    if r > 0 and name == "clone":
+        os.waitpid(r, 0)
+    return None if r == -1 and e == errno.EPERM else f"{name}: {r} {errno.errorcode.get(e, e)}"
+def escapes():
+    params = ctypes.create_string_buffer(120)
+    real = [reached("unshare", 0x10000000), reached("unshare", 0x20000), reached("clone", 0x10000000 | 17),
+            reached("clone", 0x20000000 | 17), reached("io_uring_setup", 8, ctypes.addressof(params)),
+            reached("userfaultfd", 1), reached("keyctl", 0, -3, 1), reached("ptrace", 0),
+            reached("add_key", 0, 0, 0, 0, -2)]
+    zero_args = [reached(name) for name in %r]  # even pointless arguments get EPERM from the filter
+    r, e = call("clone3", 0, 0)
+    clone3 = [] if r == -1 and e == errno.ENOSYS else [f"clone3: {r} {errno.errorcode.get(e, e)}"]
+    return [x for x in real + zero_args if x] + clone3
+'''
+
+
+def test_seccomp_denies_namespaces_mounts_io_uring_userfaultfd_keyrings_bpf_ptrace():
+    # The program returns every denied system call that did not answer EPERM (clone3: ENOSYS), so the
+    # expected value [] scores 1.0 only if all are blocked. Without the filter, as root, this returned
+    # unshare(CLONE_NEWUSER) -> 0, clone(CLONE_NEWUSER) -> a pid, io_uring_setup and userfaultfd -> a
+    # descriptor, keyctl -> a keyring id, and most zero-argument calls reached the kernel (EINVAL, EFAULT).
+    import platform
+
+    from grpokit.rewards.sandbox import seccomp
+
+    if seccomp.filter_bytes() is None:
+        pytest.skip(f"no seccomp syscall table for {platform.machine()}; the sandbox runs without a filter")
+    _, numbers = seccomp.SYSCALLS[platform.machine()]
+    code = SYSCALL_PROBE % (numbers, seccomp.DENIED)
+    cases = [{"fn": "escapes", "args": [], "expected": []}]
+    result = run_tests(code, cases, FAST)
+    assert result == [True]
+    # threads, subprocesses and fork still work for honest programs under the filter
+    honest = ("import threading, subprocess, sys, os\ndef add(a, b):\n    out = []\n"
+              "    t = threading.Thread(target=lambda: out.append(a + b))\n    t.start(); t.join()\n"
+              "    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n"
+              "    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n"
+              "    r = subprocess.run([sys.executable, '-c', 'print(1)'], capture_output=True)\n"
+              "    return out[0] + int(r.stdout) - 1")
+    assert score(honest, CALL) == 1.0
+
+
+def test_seccomp_filter_layout():
+    # 4 header + 2 (x32 check) + 2 per denied syscall (46 on x86-64) + 7 (clone3, clone flags) instructions
+    from grpokit.rewards.sandbox import seccomp
+
+    prog = seccomp.filter_bytes("x86_64")
+    assert len(prog) == 8 * (4 + 2 + 2 * (len(seccomp.DENIED) + 3) + 7)
+    assert seccomp.filter_bytes("riscv64") is None

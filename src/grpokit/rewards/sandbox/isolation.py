@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpokit.rewards.sandbox import seccomp
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -83,6 +85,8 @@ def bwrap_argv(job_dir: str, limits: Limits, program: list[str]) -> list[str]:
             "--symlink", "usr/bin", "/bin", *py_bind, "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--ro-bind", job_dir, "/work", "--chdir", "/tmp"]
+    if seccomp.filter_bytes() is not None:
+        argv += ["--seccomp", "5"]  # the launcher puts the filter on descriptor 5
     if os.geteuid() == 0:
         uid = random.randrange(200_000, 260_000)  # fresh uid: NPROC and kill() reach no other process
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "/usr/bin/setpriv",
@@ -120,13 +124,16 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
                                          "open_files": limits.open_files}}
         if not isolated:
             del spec["limits"]["processes"]  # as root, a shared uid's NPROC would count the host's processes
+        bpf = seccomp.filter_bytes() if isolated else None
+        Path(tmp, "seccomp").write_bytes(bpf or b"")
         with open(os.path.join(tmp, "channel"), "w+b") as channel, open(os.path.join(tmp, "stderr"), "w+b") as err, \
-                open(os.path.join(tmp, "info"), "w+b") as info:
+                open(os.path.join(tmp, "info"), "w+b") as info, open(os.path.join(tmp, "seccomp"), "rb") as flt:
             spec["channel_fd"] = channel.fileno()
             spec["info_fd"] = info.fileno() if isolated else None
+            spec["seccomp_fd"] = flt.fileno() if bpf is not None else None
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={},
-                                    pass_fds=(channel.fileno(), info.fileno()), start_new_session=True)
+                                    pass_fds=(channel.fileno(), info.fileno(), flt.fileno()), start_new_session=True)
             timed_out = not wait_exit(proc, limits.wall_s)
             if timed_out and isolated:
                 _kill_namespace(proc.pid, info)

@@ -10,7 +10,8 @@ Kept free of imports beyond the standard library and of any grpokit code.
 
 JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), channel_fd
 (an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional,
-becomes descriptor 4 for bwrap's --info-fd).
+becomes descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
+--seccomp).
 """
 import json
 import os
@@ -45,7 +46,10 @@ def start(spec: dict) -> None:
     os.dup2(spec["channel_fd"], 3)  # inheritable by default
     if spec.get("info_fd") is not None:
         os.dup2(spec["info_fd"], 4)  # bwrap --info-fd 4 writes the sandbox's pid there (closed inside)
-    os.closerange(5 if spec.get("info_fd") is not None else 4, 1024)  # nothing else of the trainer reaches the sandbox
+    if spec.get("seccomp_fd") is not None:
+        os.dup2(spec["seccomp_fd"], 5)  # bwrap --seccomp 5 reads the BPF filter from there
+    first_free = 6 if spec.get("seccomp_fd") is not None else 5 if spec.get("info_fd") is not None else 4
+    os.closerange(first_free, 1024)  # nothing else of the trainer reaches the sandbox
     os.execv(spec["argv"][0], spec["argv"])
 
 
