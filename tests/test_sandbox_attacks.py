@@ -328,3 +328,35 @@ def test_seccomp_filter_layout():
     prog = seccomp.filter_bytes("x86_64")
     assert len(prog) == 8 * (4 + 2 + 2 * (len(seccomp.DENIED) + 3) + 7)
     assert seccomp.filter_bytes("riscv64") is None
+
+
+NON_ROOT_SECCOMP = r'''
+import os, platform
+from grpokit.rewards.code import probe, run_tests
+from grpokit.rewards.sandbox import seccomp
+from grpokit.rewards.sandbox.isolation import Limits
+from test_sandbox_attacks import SYSCALL_PROBE
+assert os.geteuid() != 0 and probe()[0], probe()
+code = SYSCALL_PROBE % (seccomp.SYSCALLS[platform.machine()][1], seccomp.DENIED)
+print(run_tests(code, [{"fn": "escapes", "args": [], "expected": []}], Limits(wall_s=3)))
+'''
+
+
+def test_seccomp_also_holds_in_non_root_mode():
+    # The trainer runs with euid 1000 in a user namespace (so the sandbox takes bwrap's unprivileged
+    # path: --unshare-user, --disable-userns); the same probe must find every denied call blocked.
+    import shutil
+    import subprocess
+    import sys
+
+    from grpokit.rewards.sandbox import seccomp
+
+    if seccomp.filter_bytes() is None or os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root, util-linux unshare and a seccomp table to start a non-root trainer")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])}
+    out = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c",
+                          NON_ROOT_SECCOMP], capture_output=True, text=True, env=env, timeout=60)
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"this host refuses a user namespace: {out.stderr.strip()[:200]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[True]"]
