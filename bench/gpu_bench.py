@@ -83,7 +83,6 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
     if "hf_generate" in res:
         for e in engines:
             res[e]["x_hf_generate"] = res[e]["tok_s"] / res["hf_generate"]["tok_s"]
-    del model
     torch.cuda.empty_cache()
     return res
 

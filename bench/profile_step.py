@@ -1,9 +1,14 @@
 """Where one grpokit step's seconds go: torch.profiler over measured steps of the bench workload.
 
     PYTHONPATH=src python bench/profile_step.py --model /tmp/grpokit-bench-models/qwen-h512-L8 --threads 2
+    PYTHONPATH=src python bench/profile_step.py --model qwen2.5-0.5b --device cuda --dtype bfloat16 \
+        --G 16 --P 32 --T 512 --reward even_ids          # the GPU step of bench/gpu_bench.py
 
 Prints the trainer's own phase timer (rollout, reward, update) per step, the phases bench/worker.py
-measures, and the profiler's top operators by self CPU time. Read with bench/RESULTS.md.
+measures, synchronised wall time of the update's parts (reference logprobs, the policy's logprobs
+forward, loss + backward, optimizer) and the profiler's top operators (by self CPU time, and on CUDA
+by self device time). ``--model`` may name a shape of bench/workload.py (built under --models).
+Read with bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -17,39 +22,95 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import worker  # noqa: E402
+from workload import SHAPES, build_model_dir  # noqa: E402
+
+
+class Spans:
+    """Synchronised seconds per wrapped function, per step."""
+
+    def __init__(self, device: str):
+        self.device, self.s = device, {}
+
+    def wrap(self, owner, name: str, label: str):
+        inner = getattr(owner, name)
+
+        def timed(*args, **kw):
+            worker._sync(self.device)
+            t = time.perf_counter()
+            with torch.profiler.record_function(label):
+                out = inner(*args, **kw)
+            worker._sync(self.device)
+            self.s[label] = self.s.get(label, 0.0) + time.perf_counter() - t
+            return out
+        setattr(owner, name, timed)
+
+    def wrap_backward(self):
+        inner = torch.Tensor.backward
+
+        def timed(t, *args, **kw):
+            worker._sync(self.device)
+            t0 = time.perf_counter()
+            out = inner(t, *args, **kw)
+            worker._sync(self.device)
+            self.s["backward"] = self.s.get("backward", 0.0) + time.perf_counter() - t0
+            return out
+        torch.Tensor.backward = timed
 
 
 def main(argv=None):
     p = argparse.ArgumentParser()
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help=f"a model folder, or a shape: {', '.join(SHAPES)}")
+    p.add_argument("--models", default="/tmp/grpokit-gpu-models", help="where a --model shape is built")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--G", type=int, default=8)
     p.add_argument("--P", type=int, default=8)
     p.add_argument("--T", type=int, default=32)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--rows", type=int, default=25)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--reward", default="vowels", choices=sorted(worker.REWARDS))
     p.add_argument("--no-profiler", action="store_true")
     p.add_argument("--set", action="append", default=[], help="grpokit config override KEY=VALUE (repeatable)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    wa = argparse.Namespace(model=a.model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
-                            device="cpu", dtype="float32", seed=0, threads=a.threads, mbs=0, set=a.set)
+    model = a.model
+    if model in SHAPES:
+        model = str(build_model_dir(Path(a.models) / model, shape=model, device=a.device))
+    wa = argparse.Namespace(model=model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
+                            device=a.device, dtype=a.dtype, seed=0, threads=a.threads, mbs=0, set=a.set, reward=a.reward)
     clock = worker.PhaseClock()
     import grpokit.train as gt
+    import grpokit.update as gu
+    from grpokit import scaling
+
+    spans = Spans(a.device)
+    spans.wrap(scaling, "reference_logprobs", "ref_logprobs")
+    spans.wrap(gu, "completion_logprobs", "policy_logprobs_fwd")
+    spans.wrap(gu, "policy_loss", "loss_fn")
+    spans.wrap(torch.optim.AdamW, "step", "optimizer_step")
+    spans.wrap(torch.nn.utils, "clip_grad_norm_", "clip_grad_norm")
+    spans.wrap_backward()
     # run warm-up + measured steps through the worker's own grpokit runner, profiling the measured ones
     orig_step = gt.Trainer.train_step
-    prof = None if a.no_profiler else torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if a.device.startswith("cuda") else [])
+    prof = None if a.no_profiler else torch.profiler.profile(activities=acts)
     count = {"n": 0}
 
     def step(self):
         count["n"] += 1
         if count["n"] == 2 and prof is not None:
             prof.__enter__()
+        spans.s = {}
         t = time.perf_counter()
         m = orig_step(self)
         print(f"step {count['n']}: {time.perf_counter() - t:.3f}s  timer "
               + " ".join(f"{k}={v:.3f}" for k, v in m.items() if k.startswith("time/")), flush=True)
+        print("  parts (synchronised):", {k: round(v, 3) for k, v in spans.s.items()}, flush=True)
+        if a.device.startswith("cuda"):
+            print(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GB; micro-batch tokens {self.token_budget}",
+                  flush=True)
         return m
     gt.Trainer.train_step = step
     recs = worker.run_grpokit(wa, clock)
@@ -58,7 +119,10 @@ def main(argv=None):
     for r in recs:
         print("worker phases:", {k: round(v, 3) for k, v in r["phases"].items()}, "step_s", round(r["step_s"], 3))
     if prof is not None:
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows))
+        avg = prof.key_averages()
+        print(avg.table(sort_by="self_cpu_time_total", row_limit=a.rows))
+        if a.device.startswith("cuda"):
+            print(avg.table(sort_by="self_device_time_total", row_limit=a.rows))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 Each variant is the default run (demo model, two-digit addition, P=16, G=8) plus the variant's
 overrides from grpokit.variants. Reported per variant (mean over seeds): held-out greedy accuracy at
 the end, the first step at which held-out accuracy reached 90% (evaluated every --eval-every
-steps), the mean completion length over the run, and the wall time of the run.
+steps), the mean completion length over the run, and the wall time of the run. Each row printed
+also lists the run's health warnings and notes ("monitor@step"): the runs are healthy, so every
+warning is a false alarm (docs/MONITORING.md reports the rate).
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ def run_one(name: str, seed: int, steps: int, eval_every: int, out: Path) -> dic
     wall = time.perf_counter() - t0
     lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     reached = next((l["step"] for l in lines if l.get("eval/accuracy", 0) >= 0.9), None)
+    health = out / "health.jsonl"  # health events: these runs are healthy, so every warning is a false alarm
+    events = [json.loads(l) for l in health.read_text().splitlines()] if health.exists() else []
     return {"accuracy": summary["eval_after"]["accuracy"], "before": summary["eval_before"]["accuracy"],
             "steps_to_90": reached, "mean_length": statistics.mean(l["completions/mean_length"] for l in lines),
-            "wall_s": wall}
+            "wall_s": wall, "health_warnings": [f"{e['monitor']}@{e['step']}" for e in events if e.get("level") != "info"],
+            "health_notes": [f"{e['monitor']}@{e['step']}" for e in events if e.get("level") == "info"]}
 
 
 def main() -> None:
@@ -58,7 +63,9 @@ def main() -> None:
                    "before": results[0]["before"],
                    "steps_to_90": f"{statistics.mean(reached):.0f}" + ("" if len(reached) == len(results) else f" ({len(reached)}/{len(results)} seeds)") if reached else "not reached",
                    "mean_length": statistics.mean(r["mean_length"] for r in results),
-                   "wall_s": statistics.mean(r["wall_s"] for r in results)}
+                   "wall_s": statistics.mean(r["wall_s"] for r in results),
+                   "health_warnings": [w for r in results for w in r["health_warnings"]],
+                   "health_notes": [w for r in results for w in r["health_notes"]]}
             rows.append(row)
             print(json.dumps(row), flush=True)
     lines = [

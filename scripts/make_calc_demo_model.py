@@ -14,9 +14,7 @@ tool-use rate at temperature 1, measured with grpokit's own episode loop.
 from __future__ import annotations
 
 import argparse
-import math
 import random
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from grpokit.tasks.calculator import CALC_MODEL_DIR, TAGS, TOOL_PROB, format_prompt, teacher_episode, train_pairs
 from grpokit.tasks.chartok import ALPHABET, build_char_tokenizer, save_char_tokenizer
+from make_demo_model import warm_up  # scripts/: the shared warm-up loop
 
 
 def parse_args() -> argparse.Namespace:
@@ -102,23 +101,8 @@ def main() -> None:
                          pad_token_id=tokenizer.pad_token_id)
     model = LlamaForCausalLM(config)
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.3f} M parameters, vocab {len(tokenizer)}")
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup = max(1, args.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
     pairs = train_pairs()
-    model.train()
-    t0 = time.time()
-    for step in range(args.steps):
-        input_ids, attn, labels = make_batch(tokenizer, pairs, rng, args.batch_size, args.tool_prob)
-        loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:5d}  loss {loss.item():.4f}  {time.time() - t0:6.1f}s", flush=True)
+    warm_up(model, lambda: make_batch(tokenizer, pairs, rng, args.batch_size, args.tool_prob), args.steps, args.lr)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     save_char_tokenizer(build_char_tokenizer(ALPHABET, TAGS), args.out)

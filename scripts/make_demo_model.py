@@ -89,6 +89,28 @@ def sampled_accuracy(model, tokenizer, rows, samples: int = 8) -> float:
     return sum(arithmetic_accuracy(None, texts, answers)) / len(texts)
 
 
+def warm_up(model, next_batch, steps: int, lr: float) -> None:
+    """Supervised warm-up shared by the demo models' scripts: AdamW, linear warm-up then cosine
+    decay, gradient clipping at 1; ``next_batch()`` gives (input_ids, attention_mask, labels)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
+    model.train()
+    t0 = time.time()
+    for step in range(steps):
+        input_ids, attention_mask, labels = next_batch()
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == steps - 1:
+            print(f"step {step:5d}  loss {loss.item():.4f}  {time.time() - t0:6.1f}s", flush=True)
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
@@ -100,24 +122,8 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.3f} M parameters")
 
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup = max(1, args.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
-    )
     pairs = train_pairs()
-    model.train()
-    t0 = time.time()
-    for step in range(args.steps):
-        input_ids, attention_mask, labels = make_batch(tokenizer, pairs, rng, args.batch_size, args.slip_prob)
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:5d}  loss {loss.item():.4f}  {time.time() - t0:6.1f}s", flush=True)
+    warm_up(model, lambda: make_batch(tokenizer, pairs, rng, args.batch_size, args.slip_prob), args.steps, args.lr)
 
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)

@@ -23,7 +23,8 @@ OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.scale": "batch", "a
         "train.micro_batch_size": 4, "optim.adam_eps": 1e-4}
 
 
-def scripted_generate(model, prompt_ids, group_size, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+def scripted_generate(model, prompt_ids, group_size, params, *, eos_token_ids, pad_token_id, generator=None, decode=None,
+                      cuda_graphs=True):
     """Completions that depend only on (prompt, sample index): the same on any rank layout."""
     comps, logps, reasons = [], [], []
     for p in prompt_ids:

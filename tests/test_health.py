@@ -15,6 +15,7 @@ from grpokit.record.health import (
     HealthMonitor,
     TrainingHealthError,
     group_signatures,
+    solved_signatures,
 )
 
 STEPS = 60
@@ -32,6 +33,7 @@ def healthy(step: int, rng: random.Random) -> dict[str, float]:
         "clip_ratio/region_mean": 0.02 + noise(0.01),
         "completions/frac_groups_same_length": 0.05 + noise(0.05),
         "completions/frac_groups_same_text": 0.0,
+        "rewards/failed_fraction": 0.0,
         "loss": 0.1 + noise(0.05),
         "grad_norm": 1.0 + noise(0.3),
     }
@@ -77,6 +79,7 @@ FAILURES: dict[str, Callable[[int, random.Random], dict[str, float]]] = {
     "clip_runaway": with_failure(**{"clip_ratio/region_mean": lambda s: 0.02 if s < 30 else 0.6}),
     "same_length": with_failure(**{"completions/frac_groups_same_length": lambda s: 0.05 if s < 30 else 0.9}),
     "same_text": with_failure(**{"completions/frac_groups_same_text": lambda s: 0.0 if s < 30 else 0.75}),
+    "reward_failures": with_failure(**{"rewards/failed_fraction": lambda s: 0.0 if s < 30 else 0.25}),
 }
 
 
@@ -179,3 +182,72 @@ def test_group_signatures_ignore_short_shared_lengths():
     sig = group_signatures(["ab", "cd", "x" * 20, "y" * 20], [2, 2, 20, 20], 2, min_length=16)
     assert sig["completions/frac_groups_same_length"] == 0.5
     assert group_signatures(["ab", "cd"], [2, 2], 2)["completions/frac_groups_same_length"] == 1.0
+
+
+def converging(step: int, rng: random.Random) -> dict[str, float]:
+    """A run that learns its task, shaped like `make train`: accuracy 0.3 -> ~0.97, so prompts get solved
+    (their groups turn identical and all-correct) and entropy falls well below entropy_min."""
+    acc = min(0.97, 0.3 + 0.03 * step) + rng.uniform(-0.02, 0.02)
+    solved = max(0.0, (acc - 0.6) / 0.4)  # fraction of groups with every completion correct
+    return {
+        **healthy(step, rng), "reward": acc, "entropy": max(0.01, 0.12 - 0.003 * step),
+        "frac_reward_zero_std": min(1.0, solved + 0.05), "completions/frac_groups_same_text": solved,
+        "completions/reward_max": 1.0, "completions/reward_min": 0.0,
+        "completions/frac_groups_solved": solved, "completions/frac_groups_same_text_solved": solved,
+    }
+
+
+def test_a_converging_run_says_converged_as_information_not_a_warning() -> None:
+    events, hms = run(converging)
+    assert [e for e in events if e.level != "info"] == []
+    # same_text, zero_std_groups and entropy_collapse would all have fired without the solved metrics
+    assert {e.monitor for e in events} == {"same_text", "zero_std_groups", "entropy_collapse"}
+    assert all(e.message.startswith("Converged:") for e in events) and len(events) == 3  # once each
+    assert hms[-1]["health/converged"] == 1.0 and hms[-1]["health/same_text"] == 0.0
+    without = lambda s, r: {k: v for k, v in converging(s, r).items() if not k.startswith("completions/reward_")}  # noqa: E731
+    assert {e.monitor for e in run(without)[0] if e.level == "warning"} == {"same_text", "zero_std_groups", "entropy_collapse"}
+
+
+def collapsed(step: int, rng: random.Random) -> dict[str, float]:
+    """Same signals from step 30, but the identical groups are wrong and the reward is low: a collapse."""
+    m = converging(step, rng)
+    if step >= 30:
+        m.update({"reward": 0.25, "completions/frac_groups_solved": 0.0, "completions/frac_groups_same_text_solved": 0.0,
+                  "entropy": 0.01, "frac_reward_zero_std": 0.9, "completions/frac_groups_same_text": 0.7})
+    return m
+
+
+def test_a_collapse_onto_wrong_answers_still_warns() -> None:
+    events, _ = run(collapsed)
+    warned = {e.monitor for e in events if e.level == "warning"}
+    assert warned == {"same_text", "zero_std_groups", "entropy_collapse"}
+
+
+def test_an_all_wrong_batch_is_not_solved() -> None:
+    # Every completion of every step from 30 on gets 0 (so the batch's best is 0, every group "at the
+    # batch best"), while the run once reached 1.0: those groups are not solved, the alarms warn.
+    def all_wrong(step: int, rng: random.Random) -> dict[str, float]:
+        m = collapsed(step, rng)
+        if step >= 30:
+            m.update({"reward": 0.0, "completions/reward_max": 0.0, "completions/frac_groups_solved": 1.0,
+                      "completions/frac_groups_same_text_solved": 0.7})
+        return m
+
+    assert {e.monitor for e in run(all_wrong)[0] if e.level == "warning"} >= {"same_text", "zero_std_groups"}
+
+
+def test_reward_failures_fire_without_warmup() -> None:
+    monitor = HealthMonitor(HealthConfig(warmup_steps=10, window=5))
+    events, hm = monitor.observe({"rewards/failed_fraction": 0.5}, 1)
+    assert [e.monitor for e in events] == ["reward_failures"] and hm["health/reward_failures"] == 1.0
+    assert "50% of reward items failed" in events[0].message
+
+
+def test_solved_signatures_hand_worked() -> None:
+    # G = 2: group 0 ("a","a") rewards (1,1): solved, one text; group 1 (1,0): not solved;
+    # group 2 ("d","d") (0,0): one text, not solved (0 is not the best, 1). -> 1/3 and 1/3.
+    assert solved_signatures(["a", "a", "b", "c", "d", "d"], [1, 1, 1, 0, 0, 0], 2) == {
+        "completions/reward_max": 1.0, "completions/reward_min": 0.0,
+        "completions/frac_groups_solved": 1 / 3, "completions/frac_groups_same_text_solved": 1 / 3}
+    with pytest.raises(ValueError, match="2 texts but 3 rewards"):
+        solved_signatures(["a", "b"], [1, 2, 3], 2)

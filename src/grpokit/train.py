@@ -35,7 +35,7 @@ from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from . import distributed, kernels, scaling, wiring
-from .record import NullRecorder, group_signatures, make_recorder, sample_rows
+from .record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
 from .rewards.runner import RewardRunner
 from .rollout.episodes import episode_metrics
 from .rollout.hf import SamplingParams, generate
@@ -240,6 +240,7 @@ class Trainer:
             "completions/max_length": float(max(lengths)),
             "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
             **group_signatures(sb.texts, lengths, G, ro.finish_reasons, cfg.health.same_length_min_tokens),
+            **solved_signatures(sb.texts, sb.total_N.tolist(), G),  # lets the monitors tell convergence from collapse
             **timer.metrics(), "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
             "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
             "data/position": float(self.sampler.position),

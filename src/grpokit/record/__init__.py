@@ -2,7 +2,8 @@
 
     make_recorder(run_dir, sinks, total_steps, config)  -> Recorder   (recorder.py)
     NullRecorder()                                       the silent default for library use
-    HealthConfig / HealthMonitor / group_signatures      health.py
+    HealthConfig / HealthMonitor                         health.py
+    group_signatures / solved_signatures                 signatures.py (the trainer adds them to its metrics)
     sample_rows(...)                                     rows for Recorder.log_samples (samples.py)
     write_report(run_dir)                                RUN_DIR/report.html (report.py)
     pass_at_k / maj_at_k / mean_at_k / summarize         evaluation estimators (passk.py)
@@ -10,7 +11,8 @@
 See docs/MONITORING.md for the metric names, the sinks, the monitors and the report.
 """
 
-from grpokit.record.health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures
+from grpokit.record.health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError
+from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.record.passk import maj_at_k, mean_at_k, pass_at_k, summarize
 from grpokit.record.recorder import NullRecorder, Recorder, make_recorder
 from grpokit.record.samples import sample_rows
@@ -23,6 +25,7 @@ __all__ = [
     "Recorder",
     "TrainingHealthError",
     "group_signatures",
+    "solved_signatures",
     "maj_at_k",
     "make_recorder",
     "mean_at_k",

@@ -2,7 +2,7 @@
 
 In a terminal it draws a rich progress bar (steps done / total, elapsed, time remaining) with a line
 of key figures under it, refreshed on every `log`; health warnings are printed above the bar in
-yellow so they stay on screen after the bar moves on.
+yellow so they stay on screen after the bar moves on (information such as "converged" in plain text).
 
 When stdout is not a terminal (CI logs, `nohup`, a notebook capturing output, `| tee`), redrawing a
 bar would fill the log with control codes, so it prints one plain line every `every` steps instead:
@@ -148,6 +148,12 @@ class ConsoleSink:
     def warn(self, step: int, event: Any) -> None:
         message = getattr(event, "message", str(event))
         monitor = getattr(event, "monitor", "warning")
+        if getattr(event, "level", "warning") == "info":  # e.g. "converged": worth reading, nothing to fix
+            if self.is_live:
+                self.console.print(f"step {step} health/{escape(monitor)}: {escape(message)}", markup=True, highlight=False)
+            else:
+                print(f"note: step {step} health/{monitor}: {message}", file=self.stream, flush=True)
+            return
         if self.is_live:
             self.console.print(f"[yellow]step {step} health/{escape(monitor)}:[/yellow] {escape(message)}", markup=True, highlight=False)
         else:

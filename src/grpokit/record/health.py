@@ -12,7 +12,17 @@ whether its failure is present, and if so produces one sentence saying what is w
     clip_runaway     clip_ratio/region_mean                    recent > clip_ratio_max
     same_length      completions/frac_groups_same_length       recent > same_length_max
     same_text        completions/frac_groups_same_text         recent > same_text_max
+    reward_failures  rewards/failed_fraction                   recent > reward_failure_max (no warmup)
     nonfinite        loss, grad_norm                           non-finite; fatal after max_nonfinite_steps in a row
+
+Convergence is not a failure. Three signals are also what a run that has learned its task looks like:
+identical completions and all-equal rewards in a group once its prompt is solved, and low entropy once
+accuracy nears 100%. When the trainer adds `solved_signatures` (per-group rewards) to its metrics, those
+monitors discount solved groups (every completion earns the run's best reward) and read the reward
+level (recent mean reward placed between the lowest and highest completion reward seen in the run);
+when what remains is below the threshold, or the level is at least `converged_reward_level`, the
+monitor reports "converged" once as information (level "info", `health/converged` 1.0) instead of
+warning. Without those metrics they warn as before.
 
 "early" is the mean of the first `window` observations. No trend monitor fires before it has seen
 2 x `window` steps (early and recent windows must not overlap) and no monitor fires before
@@ -30,7 +40,9 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+from grpokit.record.signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
 
 
 class TrainingHealthError(RuntimeError):
@@ -45,6 +57,7 @@ class HealthEvent:
     monitor: str
     message: str
     value: float = math.nan
+    level: str = "warning"  # "warning": something to fix; "info": a converged run, nothing to fix
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +108,13 @@ class HealthConfig:
     same_text_max: float = 0.3
     """Fire when more than this fraction of groups have completions that are all the same text."""
 
+    converged_reward_level: float = 0.85
+    """Low entropy counts as convergence, not collapse, when the recent mean reward is at least this far
+    (0..1) from the lowest to the highest completion reward seen in the run (needs `solved_signatures`)."""
+
+    reward_failure_max: float = 0.1
+    """Fire when more than this fraction of reward items (completion x function) failed, recently."""
+
     max_nonfinite_steps: int = 3
     """Raise TrainingHealthError after this many consecutive steps with non-finite loss or grad norm."""
 
@@ -132,8 +152,24 @@ class _Series:
 
 
 History = Mapping[str, _Series]
-# A check returns None when it lacks data, else (firing, value, message-if-firing).
-Check = Callable[[History, HealthConfig], "tuple[bool, float, str] | None"]
+
+
+class Reading(NamedTuple):
+    """A monitor's verdict on one step: firing (a warning), or `converged` (information), or quiet."""
+
+    firing: bool
+    value: float
+    message: str  # the warning (used when firing)
+    converged: str = ""  # the information, when the signal is what a converged run looks like
+
+
+# A check returns None when it lacks data, else a Reading.
+Check = Callable[[History, HealthConfig], "Reading | None"]
+SOLVED_KEYS = ("completions/reward_max", "completions/reward_min", "completions/frac_groups_solved",
+               "completions/frac_groups_same_text_solved")
+_LEVEL = "health/reward_level"  # derived by HealthMonitor per step; see observe
+_UNSOLVED = {"completions/frac_groups_same_text": "health/same_text_unsolved",
+             "frac_reward_zero_std": "health/zero_std_unsolved"}
 
 
 def _level(key: str, cfg: HealthConfig, h: History) -> float | None:
@@ -148,84 +184,108 @@ def _trend(key: str, cfg: HealthConfig, h: History) -> tuple[float, float] | Non
     return s.early_mean(), s.recent_mean()
 
 
-def check_entropy(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+def check_entropy(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("entropy", cfg, h)
     if now is None:
         return None
     trend = _trend("entropy", cfg, h)
     early = trend[0] if trend else math.nan
     firing = now < cfg.entropy_min or (trend is not None and now < cfg.entropy_drop_ratio * early)
-    return firing, now, (
+    level = _level(_LEVEL, cfg, h)
+    converged = firing and level is not None and level >= cfg.converged_reward_level
+    return Reading(firing and not converged, now, (
         f"Entropy per token fell to {now:.3g} (early value {early:.3g}): the policy is collapsing onto a few "
         "answers and will stop exploring; try a lower learning rate, a higher sampling temperature, "
         "a larger upper clip epsilon (DAPO clip-higher) or an entropy bonus."
-    )
+    ), f"Converged: entropy per token fell to {now:.3g} (early value {early:.3g}) with the reward at "
+       f"{level:.0%} of its range, as expected once the task is learned; if accuracy on held-out data still "
+       "improves, nothing to do." if converged else "")
 
 
-def check_zero_std(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
-    now = _level("frac_reward_zero_std", cfg, h)
+def _solved_aware(key: str, max_value: float, cfg: HealthConfig, h: History, warn: str, info: str) -> Reading | None:
+    """Fire on `key` > max_value unless, with solved groups discounted, what remains is below it."""
+    now = _level(key, cfg, h)
     if now is None:
         return None
-    return now > cfg.zero_std_max, now, (
-        f"{now:.0%} of groups give every completion the same reward, so their advantages are zero and they "
+    unsolved = _level(_UNSOLVED[key], cfg, h)
+    converged = now > max_value and unsolved is not None and unsolved <= max_value
+    return Reading(now > max_value and not converged, now, warn.format(now=now),
+                   info.format(now=now, solved=now - (unsolved or 0.0)) if converged else "")
+
+
+def check_zero_std(h: History, cfg: HealthConfig) -> Reading | None:
+    return _solved_aware("frac_reward_zero_std", cfg.zero_std_max, cfg, h, (
+        "{now:.0%} of groups give every completion the same reward, so their advantages are zero and they "
         "teach nothing: the prompts are too easy or too hard for the model; filter them with dynamic "
-        "sampling (DAPO), use a curriculum, or sample more completions per prompt."
-    )
+        "sampling (DAPO), use a curriculum, or sample more completions per prompt."), (
+        "Converged: {now:.0%} of groups give every completion the same reward, {solved:.0%} because every "
+        "completion earns the best reward; the training prompts are solved, so more steps teach little "
+        "(harder prompts or dynamic sampling would)."))
 
 
-def check_length(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+def check_length(h: History, cfg: HealthConfig) -> Reading | None:
     length, reward = _trend("completions/mean_length", cfg, h), _trend("reward", cfg, h)
     if length is None or reward is None:
         return None
     grew = length[1] > cfg.length_growth_ratio * length[0]
     flat = abs(reward[1] - reward[0]) < cfg.reward_flat_tol
-    return grew and flat, length[1], (
+    return Reading(grew and flat, length[1], (
         f"Mean completion length grew from {length[0]:.0f} to {length[1]:.0f} tokens while reward stayed flat "
         f"({reward[0]:.3g} -> {reward[1]:.3g}): the model is padding its answers; try a length or overlong "
         "penalty (DAPO) or a constant loss normaliser (Dr. GRPO) instead of per-sequence normalisation."
-    )
+    ))
 
 
-def check_kl(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+def check_kl(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("kl", cfg, h)
     if now is None:
         return None
-    return now > cfg.kl_max, now, (
+    return Reading(now > cfg.kl_max, now, (
         f"KL to the reference policy is {now:.3g}, above kl_max={cfg.kl_max:g}: the policy is drifting far "
         "from where it started; lower the learning rate, raise the KL coefficient beta, or clip gradients harder."
-    )
+    ))
 
 
-def check_clip(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+def check_clip(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("clip_ratio/region_mean", cfg, h)
     if now is None:
         return None
-    return now > cfg.clip_ratio_max, now, (
+    return Reading(now > cfg.clip_ratio_max, now, (
         f"{now:.0%} of tokens hit the clip range: updates are too large for the trust region; lower the "
         "learning rate, take fewer updates per batch, or check that sampling and training logprobs agree."
-    )
+    ))
 
 
-def check_same_length(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
+def check_same_length(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("completions/frac_groups_same_length", cfg, h)
     if now is None:
         return None
-    return now > cfg.same_length_max, now, (
+    return Reading(now > cfg.same_length_max, now, (
         f"In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
         "signature; read samples.jsonl and look for a shortcut in the reward functions (if they all hit "
         "the length limit, pass finish_reasons to group_signatures or raise max_new_tokens)."
-    )
+    ))
 
 
-def check_same_text(h: History, cfg: HealthConfig) -> tuple[bool, float, str] | None:
-    now = _level("completions/frac_groups_same_text", cfg, h)
-    if now is None:
-        return None
-    return now > cfg.same_text_max, now, (
-        f"In {now:.0%} of groups all completions are the identical text: the policy has collapsed to one "
+def check_same_text(h: History, cfg: HealthConfig) -> Reading | None:
+    return _solved_aware("completions/frac_groups_same_text", cfg.same_text_max, cfg, h, (
+        "In {now:.0%} of groups all completions are the identical text: the policy has collapsed to one "
         "answer per prompt; raise the sampling temperature, lower the learning rate, and check samples.jsonl "
-        "for a reward shortcut."
-    )
+        "for a reward shortcut."), (
+        "Converged: in {now:.0%} of groups all completions are the identical text, {solved:.0%} of groups "
+        "identical and earning the best reward: the policy answers solved prompts one way, as expected."))
+
+
+def check_reward_failures(h: History, cfg: HealthConfig) -> Reading | None:
+    s = h.get("rewards/failed_fraction")
+    if s is None or not s.count:  # no warmup: failing rewards are not early noise of learning
+        return None
+    now = s.recent_mean()
+    return Reading(now > cfg.reward_failure_max, now, (
+        f"{now:.0%} of reward items failed recently (exceptions, timeouts, NaN or infinite values) and got "
+        "failure_value instead of a score; read the logged errors, fix the reward function or raise "
+        "reward.timeout_s."
+    ))
 
 
 MONITORS: dict[str, Check] = {
@@ -236,6 +296,7 @@ MONITORS: dict[str, Check] = {
     "clip_runaway": check_clip,
     "same_length": check_same_length,
     "same_text": check_same_text,
+    "reward_failures": check_reward_failures,
 }
 """The trend and level monitors by name; `nonfinite` is handled by HealthMonitor itself."""
 
@@ -253,6 +314,9 @@ class HealthMonitor:
     counts: dict[str, int] = field(default_factory=dict)
     _history: dict[str, _Series] = field(default_factory=dict)
     _last_warned: dict[str, int] = field(default_factory=dict)
+    _informed: set[str] = field(default_factory=set)
+    _best: float = -math.inf  # highest completion reward seen in the run
+    _floor: float = math.inf  # lowest completion reward seen in the run
     _fatal: str | None = None
 
     def observe(self, metrics: Mapping[str, float], step: int) -> tuple[list[HealthEvent], dict[str, float]]:
@@ -281,15 +345,21 @@ class HealthMonitor:
             self.nonfinite_streak = 0
             if any(k in metrics for k in cfg.nonfinite_keys):
                 out["health/nonfinite"] = 0.0
-        for key, value in metrics.items():
+        for key, value in [*metrics.items(), *self._derive(metrics).items()]:
             if _finite(value):
                 self._history.setdefault(key, _Series(cfg.window)).add(float(value))
+        converged_now = False
         for name, check in MONITORS.items():
             result = check(self._history, cfg)
             if result is None:
                 continue
-            firing, value, message = result
+            firing, value, message, converged = result
             out[f"health/{name}"] = 1.0 if firing else 0.0
+            if converged:
+                converged_now = True
+                if name not in self._informed:  # information once per run: no reminder when it flickers
+                    self._informed.add(name)
+                    events.append(HealthEvent(step, name, converged, value, level="info"))
             if not firing:
                 self._last_warned.pop(name, None)  # quiet again: the next firing warns at once
                 continue
@@ -298,7 +368,30 @@ class HealthMonitor:
             if last is None or step - last >= cfg.repeat_every:
                 self._last_warned[name] = step
                 events.append(HealthEvent(step, name, message, value))
+        if _LEVEL in self._history:
+            out["health/converged"] = 1.0 if converged_now else 0.0
         return events, out
+
+    def _derive(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        """This step's reward level and unsolved fractions, from the `solved_signatures` metrics."""
+        if not all(_finite(metrics.get(k)) for k in SOLVED_KEYS):
+            return {}
+        top, bottom = float(metrics["completions/reward_max"]), float(metrics["completions/reward_min"])
+        self._best, self._floor = max(self._best, top), min(self._floor, bottom)
+        span = self._best - self._floor
+        if span <= 1e-6:  # no completion has ever scored differently: nothing counts as solved
+            return {}
+        # this step's best is "solved" only if it is the run's best: a batch that is all wrong is not solved
+        at_best = top >= self._best - 1e-6 * max(1.0, abs(self._best))
+        derived = {}
+        if _finite(metrics.get("reward")):
+            derived[_LEVEL] = (float(metrics["reward"]) - self._floor) / span
+        solved_of = {"completions/frac_groups_same_text": "completions/frac_groups_same_text_solved",
+                     "frac_reward_zero_std": "completions/frac_groups_solved"}
+        for key, solved in solved_of.items():
+            if _finite(metrics.get(key)):
+                derived[_UNSOLVED[key]] = max(0.0, float(metrics[key]) - (float(metrics[solved]) if at_best else 0.0))
+        return derived
 
     @property
     def firing(self) -> set[str]:
@@ -317,43 +410,3 @@ def _finite(value: Any) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
-
-
-def group_signatures(
-    texts: list[str], lengths: list[int], group_size: int, finish_reasons: list[str] | None = None,
-    min_length: int = 0,
-) -> dict[str, float]:
-    """Fraction of groups whose G completions all share one length, and all share one text.
-
-    `texts` and `lengths` are flat lists of N = P * G completions, grouped contiguously (completions
-    0..G-1 answer prompt 0, and so on). Example with G = 2: texts ["a", "a", "b", "c"], lengths
-    [3, 3, 2, 2] -> group 0 is one text and one length, group 1 two texts of one length ->
-    {"completions/frac_groups_same_length": 1.0, "completions/frac_groups_same_text": 0.5}.
-
-    With `finish_reasons` given, a group whose completions were all cut at the length limit
-    ("length") does not count as sharing a length: that is truncation, which
-    `completions/clipped_ratio` already shows, not a model that learned to hit one length.
-    Groups whose shared length is below `min_length` tokens do not count either: short answers
-    (a number, a label) share a length naturally; the hacking signature is long completions padded
-    to one length.
-    With G = 1 every "group" trivially agrees with itself, so both fractions are reported as 0.
-    """
-    n = len(texts)
-    if len(lengths) != n or (finish_reasons is not None and len(finish_reasons) != n):
-        raise ValueError(f"group_signatures: got {n} texts but {len(lengths)} lengths"
-                         + ("" if finish_reasons is None else f" and {len(finish_reasons)} finish reasons"))
-    if group_size < 1 or n % group_size != 0:
-        raise ValueError(f"group_signatures: {n} completions cannot be split into groups of {group_size}")
-    groups = n // group_size
-    if groups == 0 or group_size == 1:
-        return {"completions/frac_groups_same_length": 0.0, "completions/frac_groups_same_text": 0.0}
-    same_len = same_text = 0
-    for g in range(groups):
-        lo, hi = g * group_size, (g + 1) * group_size
-        truncated = finish_reasons is not None and all(r == "length" for r in finish_reasons[lo:hi])
-        same_len += len(set(lengths[lo:hi])) == 1 and not truncated and lengths[lo] >= min_length
-        same_text += len(set(texts[lo:hi])) == 1
-    return {
-        "completions/frac_groups_same_length": same_len / groups,
-        "completions/frac_groups_same_text": same_text / groups,
-    }

@@ -4,7 +4,8 @@ Three append-only files live in RUN_DIR:
 
     metrics.jsonl   one object per `Recorder.log` call: {"step": 3, "reward": 0.41, ...}
     samples.jsonl   one object per logged prompt: {"step", "prompt", "completions": [...]}
-    health.jsonl    one object per health warning: {"step", "monitor", "message", "value"}
+    health.jsonl    one object per health event: {"step", "monitor", "message", "value", "level"}
+                    (level "warning", or "info" for a converged run)
 
 Design choices, each for a failure we want to survive:
 

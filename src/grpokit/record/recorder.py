@@ -19,6 +19,8 @@ nothing; it is the trainer's default so that calling the trainer from Python nev
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -208,4 +210,23 @@ def make_recorder(
         for sink in built:  # don't leave a live progress bar or open files behind
             sink.close()
         raise
-    return Recorder(built, HealthMonitor(health or HealthConfig()), samples_every, samples_prompts)
+    monitor = HealthMonitor(health or HealthConfig())
+    if run_dir is not None and resume_step is not None:  # the monitors continue as if never stopped
+        replay_history(monitor, Path(run_dir) / "metrics.jsonl")
+    return Recorder(built, monitor, samples_every, samples_prompts)
+
+
+def replay_history(monitor: HealthMonitor, metrics_file: Path) -> None:
+    """Feed a resumed run's kept metrics (already cut at the checkpoint) through the monitors, so
+    their windows, run-level bests and already-given warnings are those of an unbroken run. What
+    they observed then is each row without the `health/*` values they added; events are dropped
+    (they are in health.jsonl already)."""
+    if not metrics_file.is_file():
+        return
+    for line in metrics_file.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            monitor.observe({k: v for k, v in row.items() if k != "step" and not k.startswith("health/")}, row["step"])

@@ -258,7 +258,9 @@ def render_report(run_dir: Path) -> str:
     run_dir = Path(run_dir)
     rows = read_jsonl(run_dir / METRICS_FILE)
     samples = read_jsonl(run_dir / SAMPLES_FILE)
-    warnings = read_jsonl(run_dir / HEALTH_FILE)
+    events = read_jsonl(run_dir / HEALTH_FILE)
+    warnings = [e for e in events if e.get("level", "warning") != "info"]
+    notes = [e for e in events if e.get("level") == "info"]  # e.g. "converged": information, not a problem
     summary = _read_json(run_dir / "summary.json")
     config_path = run_dir / "config.yaml"
     config_text = config_path.read_text(encoding="utf-8", errors="replace") if config_path.exists() else ""
@@ -267,7 +269,9 @@ def render_report(run_dir: Path) -> str:
         f"<h1>{_esc(title)}</h1><p class=\"sub\">{_esc(str(run_dir))} · {len(rows)} metric records</p>",
         headline_html(rows, summary, warnings),
         "<h2>Training curves</h2>" + (plots_html(rows, summary, warnings) if rows or summary else '<p class="muted">No metrics.jsonl in this run directory.</p>'),
-        f"<h2>Health warnings ({len(warnings)})</h2>" + health_html(warnings),
+        f"<h2>Health warnings ({len(warnings)})</h2>" + health_html(warnings)
+        + "".join(f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — '
+                  f'{_esc(n.get("message", ""))}</div>' for n in notes),
         "<h2>Sample completions</h2>" + samples_html(samples),
         "<h2>Summary</h2>" + summary_html(summary),
         "<h2>Config</h2>" + (f'<pre class="box">{_esc(config_text)}</pre>' if config_text else '<p class="muted">No config.yaml.</p>'),

@@ -6,13 +6,15 @@
         result = runner.score(prompts, completions, completion_ids, group_size=G, columns={"answer": golds})
     result.total_N, result.rewards_NF, result.metrics
 
-Modules: spec (contract, registry), runner (parallel scoring, failure containment), pool (killable
-workers), math / format / length (built-ins), code + sandbox/ (code execution), models (learned rewards).
+Modules: spec (contract, registry), runner (parallel scoring, failure containment), errors (per-item
+failures vs infrastructure failures), pool (killable, thread-safe workers), answers (the one-answer
+rule against hedging), math / format / length (built-ins), code + sandbox/ (code execution), models
+(learned rewards).
 See docs/REWARDS.md for every formula.
 """
 from typing import Any
 
-from grpokit.rewards.spec import BUILTINS, RewardError, RewardSpec, resolve_reward
+from grpokit.rewards.spec import BUILTINS, RewardError, RewardInfrastructureError, RewardSpec, resolve_reward
 
 _LAZY = {"RewardRunner": "runner", "RewardResult": "runner", "GoldReport": "math", "validate_gold_answers": "math"}
 
@@ -25,5 +27,5 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f"grpokit.rewards.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'grpokit.rewards' has no attribute '{name}'")
 
-__all__ = ["BUILTINS", "GoldReport", "RewardError", "RewardResult", "RewardRunner", "RewardSpec",
+__all__ = ["BUILTINS", "GoldReport", "RewardError", "RewardInfrastructureError", "RewardResult", "RewardRunner", "RewardSpec",
            "resolve_reward", "validate_gold_answers"]

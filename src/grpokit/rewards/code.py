@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from grpokit.rewards.errors import RewardInfrastructureError
 from grpokit.rewards.math import completion_text
 from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
 
@@ -36,8 +37,8 @@ _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
 _PROGRAM = ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"]
 
 
-class UnsafeCodeExecutionError(RuntimeError):
-    """Code rewards were asked to run on a host where the sandbox does not isolate."""
+class UnsafeCodeExecutionError(RewardInfrastructureError):
+    """Code rewards were asked to run on a host where the sandbox does not isolate (stops the run)."""
 
 
 def extract_code(text: str) -> str | None:

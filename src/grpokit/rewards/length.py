@@ -4,9 +4,15 @@
   t = min(L, max_length) / max_length (clamped to [0, 1]), c = (1 + cos(pi * t)) / 2 (1 at L=0, 0 at
   max_length); correct: r = correct_long + (correct_short - correct_long) * c (1.0 -> 0.5: shorter
   correct answers earn more); wrong: r = wrong_long + (wrong_short - wrong_long) * c (-1.0 -> -0.5:
-  short wrong answers are punished most). None when correctness is unknown.
-- repetition_penalty (same paper): over whitespace-split words, n-grams of size n;
-  r = max_penalty * (1 - unique / total); 0.0 when there are fewer than n words. Range [max_penalty, 0].
+  short wrong answers are punished most). None when correctness is unknown. Bounded: a correct
+  completion earns within [correct_long, correct_short], a wrong one within [wrong_short, wrong_long],
+  whatever its length; the parameters must be finite and every correct value above every wrong one
+  (correct_long > wrong_long, correct_short > wrong_long), so no length makes a wrong answer pay more
+  than a right one.
+- repetition_penalty (same paper): over words, n-grams of size n; r = max_penalty * (1 - unique /
+  total); 0.0 when there are fewer than n words. Range [max_penalty, 0]. Words are compared after
+  Unicode NFKC folding, case folding, removing invisible characters (zero-width spaces, soft hyphens)
+  and stripping punctuation at their edges, so "the cat", "The  cat," and "the\u200bcat" repeat.
 - length_penalty (Kimi k1.5, Kimi Team 2025), relative to the group: lam = 0.5 - (L - L_min) /
   (L_max - L_min) with L_min, L_max over the group; correct: r = lam; wrong: r = min(0, lam); 0.0 when
   all lengths in the group are equal. Range [-0.5, 0.5].
@@ -19,7 +25,10 @@ else from math-verify against the `answer` / `solution` column (see grpokit.rewa
 """
 from __future__ import annotations
 
+import functools
 import math
+import string
+import unicodedata
 from typing import Any
 
 from grpokit.rewards.math import completion_text, correctness
@@ -37,6 +46,11 @@ def cosine_length(completions: list[Any], completion_ids: list[list[int]] | None
     """Cosine length-scaled correctness; see the module docstring for the formula."""
     if max_length < 1:
         raise ValueError(f"cosine_length: max_length must be >= 1, got {max_length}.")
+    values = (correct_short, correct_long, wrong_short, wrong_long)
+    if not all(math.isfinite(v) for v in values) or min(correct_short, correct_long) <= wrong_long:
+        raise ValueError(f"cosine_length: need finite values with correct_short and correct_long above wrong_long, "
+                         f"got correct_short={correct_short}, correct_long={correct_long}, "
+                         f"wrong_short={wrong_short}, wrong_long={wrong_long}.")
     out: list[float | None] = []
     for L, ok in zip(_lengths(completions, completion_ids), correctness(completions, kwargs)):
         if ok is None:
@@ -48,6 +62,23 @@ def cosine_length(completions: list[Any], completion_ids: list[list[int]] | None
     return out
 
 
+
+
+@functools.lru_cache(maxsize=1)
+def _invisible() -> dict[int, None]:
+    """Unicode format characters (zero-width spaces and joiners, soft hyphen ...): removed before counting."""
+    return dict.fromkeys(i for i in range(0x110000) if unicodedata.category(chr(i)) == "Cf")
+
+
+_EDGE_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u00ab\u00bb\u2013\u2014"
+
+
+def _words(text: str) -> list[str]:
+    """Words for repetition counting: NFKC, case-folded, invisible characters removed, edge punctuation off."""
+    text = unicodedata.normalize("NFKC", text).translate(_invisible()).casefold()
+    return [w for w in (w.strip(_EDGE_PUNCT) for w in text.split()) if w]
+
+
 def repetition_penalty(completions: list[Any], ngram_size: int = 3, max_penalty: float = -1.0,
                        **kwargs: Any) -> list[float]:
     """max_penalty * (1 - distinct n-grams / all n-grams) over whitespace-split words."""
@@ -56,7 +87,7 @@ def repetition_penalty(completions: list[Any], ngram_size: int = 3, max_penalty:
                          f"{ngram_size} and {max_penalty}.")
     out = []
     for c in completions:
-        words = completion_text(c).lower().split()
+        words = _words(completion_text(c))
         grams = [tuple(words[i:i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
         out.append(max_penalty * (1.0 - len(set(grams)) / len(grams)) if grams else 0.0)
     return out

@@ -3,6 +3,9 @@
 Reward (per completion): 1.0 if `math_verify.verify(gold, prediction)` holds, else 0.0; None (not
 applicable) when the row has no gold answer or the gold does not parse. The argument order matters:
 math-verify treats the first argument as the reference (gold) and the second as the model's answer.
+The prediction is the completion's one final answer (grpokit.rewards.answers): a hedge, several
+candidates that disagree or more values than the gold has, scores 0.0. Thousands separators
+(1,000 and 1\\,000) are removed before parsing, in gold and prediction alike.
 
 Why a pool: sympy can spend minutes (or all memory) on an innocent-looking answer such as the power tower
 9^9^9^9^9, and math-verify's own signal-based timeout cannot interrupt a long computation inside C code.
@@ -16,17 +19,18 @@ parse is reported (index, text, reason) rather than silently scoring every compl
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from grpokit.rewards.answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
+from grpokit.rewards.errors import RewardInfrastructureError
 from grpokit.rewards.pool import WorkerPool
 
 log = logging.getLogger("grpokit.rewards")
 
 DEFAULT_TIMEOUT_S = 3.0
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+MAX_CANDIDATES = 8  # more distinct candidate answers than this is a hedge without checking each
 
 
 def completion_text(completion: Any) -> str:
@@ -36,6 +40,15 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         return str(completion[-1].get("content", ""))
     return str(completion)
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    """The text of a prompt: a string, or every message's content of a conversational prompt."""
+    if prompt is None or isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in prompt)
+    return str(prompt)
 
 
 def _as_math(text: str) -> str:
@@ -52,46 +65,96 @@ def _quiet() -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-def _parse_gold(gold: str) -> tuple[bool, str]:
-    from math_verify import parse
-
+def _parse(text: str, **kw: Any) -> list[Any]:
+    try:
+        from math_verify import parse
+    except ImportError as exc:  # in a worker: fatal for the whole run, not a 0.0 for this item
+        raise RewardInfrastructureError(f"math-verify could not be imported in a worker process ({exc}).") from None
     _quiet()
-    parsed = parse(_as_math(gold), extraction_mode="first_match", parsing_timeout=None)  # type: ignore[arg-type]
+    return parse(normalize_number_text(text), parsing_timeout=None, **kw)  # type: ignore[arg-type]
+
+
+def _parse_gold(gold: str) -> tuple[bool, str]:
+    parsed = _parse(_as_math(gold), extraction_mode="first_match")
     return (bool(parsed), "" if parsed else "math-verify found no answer in it")
 
 
-def _verify_one(gold: str, prediction: str) -> float | None:
-    from math_verify import parse, verify
+def _same(a: list[Any], b: list[Any]) -> bool:
+    from math_verify import verify
 
-    _quiet()
-    gold_parsed = parse(_as_math(gold), extraction_mode="first_match", parsing_timeout=None)  # type: ignore[arg-type]
+    return bool(a) and bool(b) and verify(a, b, timeout_seconds=None)
+
+
+def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_multiple: bool = False) -> float | None:
+    """1.0 / 0.0 for one completion; None when the gold does not parse. Runs in a pool worker."""
+    gold_parsed = _parse(_as_math(gold), extraction_mode="first_match")
     if not gold_parsed:
         return None
-    tagged = _ANSWER_TAG.findall(prediction)
-    text = _as_math(tagged[-1]) if tagged else prediction
-    pred_parsed = parse(text, parsing_timeout=None)  # type: ignore[arg-type]
+    found = final_answer(prediction, prompt)
+    if found.text is None:
+        return 0.0
+    if allow_multiple and found.kind != "answer_tag":  # a set gold: let math-verify gather every box
+        found = FinalAnswer(drop_echoed_lines(prediction, prompt), "text")
+    # Tag contents are bare answers ("1/2"); boxes are re-boxed; phrases and lines go to math-verify as
+    # written, so that its own extraction finds the number in "so it is 42 apples".
+    text = {"answer_tag": _as_math(found.text), "boxed": f"$\\boxed{{{found.text}}}$"}.get(found.kind, found.text)
+    pred_parsed = _parse(text)
     if not pred_parsed:
         return 0.0
-    return 1.0 if verify(gold_parsed, pred_parsed, timeout_seconds=None) else 0.0  # gold first
+    if not allow_multiple:  # the one-answer rule (grpokit.rewards.answers): a hedge earns nothing
+        if count_values(found.text) > max(1, count_values(gold)):
+            return 0.0
+        others = found.others  # several tags / boxes / "answer is" that read differently must agree
+        if len(others) > MAX_CANDIDATES or not all(_same(_parse(_as_math(c)), pred_parsed) for c in others):
+            return 0.0
+    return 1.0 if _same(gold_parsed, pred_parsed) else 0.0  # gold first: math-verify's reference
+
+
+def require_math_verify() -> None:
+    """Raise RewardInfrastructureError (one sentence with the fix) when math-verify cannot be imported."""
+    try:
+        import math_verify  # noqa: F401
+    except ImportError as exc:
+        raise RewardInfrastructureError(
+            f"math-verify could not be imported ({exc}), so math rewards cannot be computed: install it "
+            "with `pip install 'math-verify[antlr4_13_2]'`.") from None
 
 
 class MathVerifyPool:
-    """Parse and verify in `num_workers` killable processes with a hard per-item `timeout_s`."""
+    """Parse and verify in `num_workers` killable processes with a hard per-item `timeout_s`.
+
+    Safe to share between threads (see WorkerPool). Items that time out or raise score 0.0 and are
+    counted in `timeouts` / `errors`; a broken pool or verifier raises RewardInfrastructureError.
+    """
 
     def __init__(self, num_workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.pool = WorkerPool(num_workers)
+        require_math_verify()  # fail here, in one sentence, not with one 0.0 per item in the workers
+        self.pool = WorkerPool(num_workers, name="math-verify")
         self.timeout_s = timeout_s
         self.timeouts = 0  # items cut off so far
+        self.errors = 0  # items whose parse or verify raised
+        self._count = threading.Lock()
 
-    def verify(self, golds: Sequence[str], predictions: Sequence[str]) -> list[float | None]:
-        """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse; 0.0 on timeout."""
-        tasks = [(_verify_one, (str(g), completion_text(p)), {}) for g, p in zip(golds, predictions)]
+    def verify(self, golds: Sequence[str], predictions: Sequence[str], prompts: Sequence[Any] | None = None,
+               allow_multiple: bool = False) -> list[float | None]:
+        """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse; 0.0 on timeout.
+
+        `prompts` (one per pair) lets lines copied from the prompt be ignored; `allow_multiple` turns
+        off the one-answer rule (see `grpokit.rewards.answers`).
+        """
+        prompts = [None] * len(golds) if prompts is None else prompts
+        tasks = [(_verify_one, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
+                 for g, p, q in zip(golds, predictions, prompts)]
         scores: list[float | None] = []
         for outcome in self.pool.run(tasks, self.timeout_s):
+            if outcome.fatal:
+                raise RewardInfrastructureError(f"math verification cannot run: {outcome.error}")
             if outcome.ok:
                 scores.append(outcome.value)
             else:
-                self.timeouts += outcome.timed_out
+                with self._count:
+                    self.timeouts += outcome.timed_out
+                    self.errors += not outcome.timed_out
                 log.warning("math verification failed (%s); scoring 0.0", outcome.error)
                 scores.append(0.0)
         return scores
@@ -128,26 +191,33 @@ def gold_column(kwargs: dict[str, Any]) -> list[Any] | None:
 
 
 def correctness(completions: list[Any], kwargs: dict[str, Any]) -> list[float | None]:
-    """Per completion 1.0/0.0 from a boolean `correct` column if given, else math-verify on the gold."""
+    """Per completion 1.0/0.0 from a boolean `correct` column if given, else math-verify on the gold.
+
+    Reads `prompts` (echoed prompt lines are ignored) and `allow_multiple` from `kwargs` when present.
+    """
     if kwargs.get("correct") is not None:
         return [None if c is None else float(bool(c)) for c in kwargs["correct"]]
     golds = gold_column(kwargs)
     if golds is None:
         return [None] * len(completions)
-    scores = default_pool().verify([("" if g is None else g) for g in golds], completions)
+    scores = default_pool().verify([("" if g is None else g) for g in golds], completions,
+                                   prompts=kwargs.get("prompts"), allow_multiple=bool(kwargs.get("allow_multiple")))
     return [None if g is None else s for g, s in zip(golds, scores)]
 
 
-def math_accuracy(completions: list[Any], **kwargs: Any) -> list[float | None]:
-    """1.0 when the completion's final answer equals the gold (`answer` or `solution` column), else 0.0.
+def math_accuracy(completions: list[Any], prompts: list[Any] | None = None, allow_multiple: bool = False,
+                  **kwargs: Any) -> list[float | None]:
+    """1.0 when the completion's one final answer equals the gold (`answer` or `solution` column), else 0.0.
 
-    The prediction is the last <answer>...</answer> if present, else what math-verify extracts from the
-    whole completion (last \\boxed{}, "the answer is ...", ...). None when the row has no usable gold.
+    The final answer is the last <answer>...</answer>, else the last \\boxed{}, else the last "answer
+    is ...", else the last line (grpokit.rewards.answers); lines copied from `prompts` are ignored. A
+    hedge (candidates that disagree, or more values than the gold has) scores 0.0 unless
+    `allow_multiple=True` (for tasks whose gold is itself a set). None when the row has no usable gold.
     """
     golds = gold_column(kwargs)
     if golds is None:
         raise ValueError("math_accuracy needs an 'answer' (or 'solution') column with the gold answers.")
-    return correctness(completions, {"answer": golds})
+    return correctness(completions, {"answer": golds, "prompts": prompts, "allow_multiple": allow_multiple})
 
 
 @dataclass

@@ -13,8 +13,14 @@ thread, which keeps running in the background. Define reward functions at module
 timeouts.
 
 Failures. Every failure (exception, timeout, wrong return length, a value that is not a number or None,
-NaN) is counted per function; the first `max_logged_errors` are logged with the offending completion.
-When more than `max_failure_fraction` of a batch fails for one function, `score` raises `RewardError`.
+NaN or infinite) is counted per function; the first `max_logged_errors` are logged with the offending
+completion. A failed item gets `failure_value` in the total and is left out of the function's mean and
+std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
+`RewardError`. `rewards/failed_fraction` (failed items / all items of the step) feeds a health alarm.
+
+Infrastructure failures are not counted: a `RewardInfrastructureError` (a worker pool that cannot start
+or keeps dying, a verifier that cannot be imported, a sandbox that does not isolate), raised by the
+machinery or by a reward function, in a worker or in a thread, stops `score` at once.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from grpokit.rewards.pool import Outcome, WorkerPool
-from grpokit.rewards.spec import RewardError, RewardSpec, call_reward
+from grpokit.rewards.spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
 
@@ -45,16 +51,20 @@ class RewardResult:
     metrics: dict[str, float]
 
 
+class NonFiniteReward(ValueError):
+    """A reward function returned NaN or an infinity: counted as a failure, never summed in."""
+
+
 def _check_value(value: Any) -> float | None:
-    """None stays None; bools and real numbers become float; anything else (or NaN) is an error."""
+    """None stays None; bools and real numbers become float; anything else (NaN, inf too) is an error."""
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or isinstance(value, (int, float)) or hasattr(value, "__float__"):
         out = float(value)
-        if math.isnan(out):
-            raise ValueError("reward is NaN")
+        if not math.isfinite(out):
+            raise NonFiniteReward(f"reward is {out}")
         return out
     raise TypeError(f"reward must be a number or None, got {type(value).__name__}")
 
@@ -108,15 +118,19 @@ class RewardRunner:
                             "timeout is soft (an abandoned call keeps running).", spec.name, reason, timeout_s)
             self._in_process.append(reason is not None)
         needs_pool = num_workers > 0 and not all(self._in_process)
-        self._pool = WorkerPool(num_workers) if needs_pool else None
+        self._pool = WorkerPool(num_workers, name="reward") if needs_pool else None
         self._threads = cf.ThreadPoolExecutor(max_workers=max(1, num_workers), thread_name_prefix="reward")
 
     # -- running calls -------------------------------------------------------------------------------
     def _run(self, f: int, calls: list[dict[str, Any]]) -> list[Outcome]:
-        fn = self.specs[f].fn
+        fn, name = self.specs[f].fn, self.specs[f].name
         if not self._in_process[f]:
             assert self._pool is not None
-            return self._pool.run([(call_reward, (fn, c), {}) for c in calls], self.timeout_s)
+            outcomes = self._pool.run([(call_reward, (fn, c), {}) for c in calls], self.timeout_s)
+            for out in outcomes:
+                if out.fatal:
+                    raise RewardInfrastructureError(f"Reward '{name}' cannot be computed: {out.error}")
+            return outcomes
         futures = [self._threads.submit(call_reward, fn, c) for c in calls]
         deadline = time.monotonic() + self.timeout_s
         outcomes = []
@@ -125,6 +139,10 @@ class RewardRunner:
                 outcomes.append(Outcome(True, fut.result(timeout=max(0.0, deadline - time.monotonic()))))
             except cf.TimeoutError:
                 outcomes.append(Outcome(False, error=f"timed out after {self.timeout_s:g} s (soft)", timed_out=True))
+            except RewardInfrastructureError as exc:
+                for other in futures:
+                    other.cancel()
+                raise RewardInfrastructureError(f"Reward '{name}' cannot be computed: {exc}") from None
             except Exception as exc:
                 outcomes.append(Outcome(False, error=f"{type(exc).__name__}: {exc}"))
         return outcomes
@@ -158,8 +176,10 @@ class RewardRunner:
         rewards_NF = torch.full((n, num_f), float("nan"))
         failed_NF = torch.zeros((n, num_f), dtype=torch.bool)
         metrics: dict[str, float] = {}
+        num_failed = 0
         for f, spec in enumerate(self.specs):
             errors: list[tuple[int, str]] = []
+            nonfinite = 0
             outcomes = self._run(f, [kwargs_for(idx, group_size) for idx in groups])
             retry: list[int] = []
             for idx, out in zip(groups, outcomes):
@@ -169,6 +189,7 @@ class RewardRunner:
                             value = _check_value(v)
                             rewards_NF[i, f] = float("nan") if value is None else value
                         except (TypeError, ValueError) as exc:
+                            nonfinite += isinstance(exc, NonFiniteReward)
                             errors.append((i, str(exc)))
                 elif out.timed_out or group_size == 1:
                     errors.extend((i, out.error or "failed") for i in idx)
@@ -182,6 +203,7 @@ class RewardRunner:
                         value = _check_value(out.value[0])
                         rewards_NF[i, f] = float("nan") if value is None else value
                     except Exception as exc:
+                        nonfinite += isinstance(exc, NonFiniteReward)
                         errors.append((i, str(exc)))
             for i, message in errors:
                 failed_NF[i, f] = True
@@ -198,9 +220,12 @@ class RewardRunner:
             metrics[f"rewards/{spec.name}/mean"] = scored.mean().item() if len(scored) else float("nan")
             metrics[f"rewards/{spec.name}/std"] = scored.std(unbiased=False).item() if len(scored) else float("nan")
             metrics[f"rewards/{spec.name}/failures"] = float(len(errors))
+            metrics[f"rewards/{spec.name}/nonfinite"] = float(nonfinite)
+            num_failed += len(errors)
             metrics[f"rewards/{spec.name}/not_applicable"] = float(rewards_NF[:, f].isnan().sum().item())
         weights = torch.tensor([s.weight for s in self.specs])
         total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero
+        metrics["rewards/failed_fraction"] = num_failed / (n * num_f) if n else 0.0
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start

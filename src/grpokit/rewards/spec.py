@@ -17,13 +17,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from grpokit.rewards.errors import RewardError, RewardInfrastructureError
 from grpokit.rewards.pool import run_task
 
 RewardFn = Callable[..., Any]
-
-
-class RewardError(RuntimeError):
-    """A reward function failed on more completions than the run allows, or could not be resolved."""
+__all__ = ["BUILTINS", "RewardError", "RewardInfrastructureError", "RewardSpec", "call_reward", "resolve_reward"]
 
 
 # Built-in name -> "module:function" (imported lazily so that `import grpokit.rewards` stays light).

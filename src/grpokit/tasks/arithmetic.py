@@ -58,15 +58,21 @@ def is_held_out(a: int, b: int) -> bool:
     return zlib.crc32(format_prompt(a, b).encode("ascii")) % HOLD_OUT_MODULUS == 0
 
 
+def split_operand_pairs(lo: int, hi: int, held_out) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """Every pair (a, b) with lo <= a, b <= hi, partitioned by ``held_out(a, b)`` into (train,
+    held_out), each in lexicographic order. Shared by the built-in two-operand tasks."""
+    train: list[tuple[int, int]] = []
+    held: list[tuple[int, int]] = []
+    for a in range(lo, hi + 1):
+        for b in range(lo, hi + 1):
+            (held if held_out(a, b) else train).append((a, b))
+    return tuple(train), tuple(held)
+
+
 @lru_cache(maxsize=None)
 def _split_pairs() -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
     """All operand pairs partitioned into (train, held_out), each in lexicographic order."""
-    train: list[tuple[int, int]] = []
-    held: list[tuple[int, int]] = []
-    for a in range(OPERAND_MIN, OPERAND_MAX + 1):
-        for b in range(OPERAND_MIN, OPERAND_MAX + 1):
-            (held if is_held_out(a, b) else train).append((a, b))
-    return tuple(train), tuple(held)
+    return split_operand_pairs(OPERAND_MIN, OPERAND_MAX, is_held_out)
 
 
 def train_pairs() -> tuple[tuple[int, int], ...]:

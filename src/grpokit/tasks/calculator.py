@@ -30,7 +30,7 @@ from typing import Any
 
 from grpokit.env.builtin import calculator
 from grpokit.env.parse import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
-from grpokit.tasks.arithmetic import ANSWER_CLOSE, ANSWER_OPEN
+from grpokit.tasks.arithmetic import ANSWER_CLOSE, ANSWER_OPEN, split_operand_pairs
 
 OPERAND_MIN, OPERAND_MAX = 10, 99
 HOLD_OUT_MODULUS = 10
@@ -52,11 +52,7 @@ def is_held_out(a: int, b: int) -> bool:
 
 @lru_cache(maxsize=None)
 def _split_pairs() -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
-    train, held = [], []
-    for a in range(OPERAND_MIN, OPERAND_MAX + 1):
-        for b in range(OPERAND_MIN, OPERAND_MAX + 1):
-            (held if is_held_out(a, b) else train).append((a, b))
-    return tuple(train), tuple(held)
+    return split_operand_pairs(OPERAND_MIN, OPERAND_MAX, is_held_out)
 
 
 def train_pairs() -> tuple[tuple[int, int], ...]:
