@@ -2,13 +2,15 @@
 
 It exists so that the sandbox is never `os.fork`ed from the large trainer process: the trainer starts
 this tiny interpreter with `subprocess` (no preexec hook, so CPython can use vfork/exec). The helper
-becomes a child subreaper, forks, and the child sets the resource limits and replaces itself (`execv`)
-with the sandbox command, which inherits them; the helper reaps that command and every orphan of the
+becomes a child subreaper, forks, and the child joins the sandbox's cgroups, sets the resource limits and
+replaces itself (`execv`) with the sandbox command, which inherits them all (the helper itself stays out
+of the cgroups, so a whole-tree kill leaves it alive to reap); the helper reaps that command and every orphan of the
 sandbox, then exits with the command's status (128 + N when killed by signal N), so no zombie outlives
 a call even when the trainer is PID 1.
 Kept free of imports beyond the standard library and of any grpokit code.
 
-JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), channel_fd
+JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), cgroup_procs
+(list of cgroup.procs files to join; if one cannot be joined the command is not started), channel_fd
 (an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional,
 becomes descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
 --seccomp).
@@ -20,8 +22,8 @@ import sys
 
 LIMITS = {
     "cpu_s": resource.RLIMIT_CPU,  # CPU seconds; SIGXCPU at the soft limit, SIGKILL one second later
-    "memory_bytes": resource.RLIMIT_AS,  # address space per process
-    "processes": resource.RLIMIT_NPROC,  # processes + threads of the sandbox uid
+    "memory_bytes": resource.RLIMIT_AS,  # address space per process (the tree's share without a cgroup)
+    "processes": resource.RLIMIT_NPROC,  # processes + threads of the sandbox's fresh uid (root mode)
     "file_bytes": resource.RLIMIT_FSIZE,  # largest file (and stdout/stderr file) it may write
     "open_files": resource.RLIMIT_NOFILE,
 }
@@ -38,7 +40,10 @@ def become_subreaper() -> None:
 
 
 def start(spec: dict) -> None:
-    """In the forked child: set the limits, wire the descriptors and exec the sandbox command."""
+    """In the forked child: join the cgroups, set the limits, wire the descriptors and exec the command."""
+    for procs in spec.get("cgroup_procs", []):
+        with open(procs, "w") as f:  # "0" = this process; what it starts is born inside
+            f.write("0")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name, value in spec["limits"].items():
         hard = value + 1 if name == "cpu_s" else value  # the extra second turns SIGXCPU into SIGKILL
@@ -60,6 +65,8 @@ def main() -> None:
     if pid == 0:
         try:
             start(spec)
+        except BaseException as exc:  # never run the command outside its budget
+            os.write(2, f"launcher: {type(exc).__name__}: {exc}\n".encode())
         finally:
             os._exit(127)
     os.closerange(3, 1024)  # the channel stays open in the sandbox only
