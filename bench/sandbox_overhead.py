@@ -1,9 +1,11 @@
 """Per-call overhead of the code sandbox (issue 19, item 7): median and p90 over N honest calls.
 
-Usage: PYTHONPATH=src python bench/sandbox_overhead.py [N] [--polling]
+Usage: PYTHONPATH=src python bench/sandbox_overhead.py [N] [--polling] [--rlimit]
 Times one honest stdin/stdout program per call, alone (one call at a time) and 4 calls in parallel
 (latency of each call while 3 others run), against a bare `python -I -S` run of the same program.
---polling swaps the pidfd wait for the old Popen.wait(timeout) polling to measure what it cost.
+--polling swaps the pidfd wait for the old Popen.wait(timeout) polling to measure what it cost;
+--rlimit holds the per-sandbox budget with the rlimit fallback instead of a cgroup (what a host
+without a writable cgroup pays). The budget mechanism in use is printed.
 """
 import concurrent.futures as cf
 import statistics
@@ -12,6 +14,7 @@ import sys
 import time
 
 import grpokit.rewards.sandbox.isolation as iso
+from grpokit.rewards.sandbox import budget
 from grpokit.rewards.code import probe, run_tests
 
 CODE = "a, b = map(int, input().split())\nprint(a + b)"
@@ -41,7 +44,9 @@ def main():
     n = int(next((a for a in sys.argv[1:] if a.isdigit()), 100))
     if "--polling" in sys.argv:
         iso.wait_exit = polling_wait
-    print("isolation:", probe())
+    if "--rlimit" in sys.argv:
+        budget.mechanism = lambda: None
+    print("isolation:", probe(), "budget:", budget.mechanism() or "rlimit")
     bare = [timed(lambda: subprocess.run([sys.executable, "-I", "-S", "-c", CODE], input=b"1 2\n",
                                          capture_output=True, check=True)) for _ in range(n)]
 
