@@ -70,7 +70,23 @@ def _untraversable(path: str) -> str | None:
     return None
 
 
-def run_as_uid_1000(body: str) -> list[float]:
+PID1_TRAINER = r'''
+import os, sys
+from grpokit.rewards.code import code_pass_fraction
+assert os.getpid() == 1 and os.geteuid() == int(sys.argv[1])
+looping = "```python\nimport os\nos.fork()\nwhile True:\n    pass\n```"  # killed at the wall-clock limit
+scores = code_pass_fraction([HONEST] * 20 + [looping] * 10, [CASES] * 30, wall_s=1.0, max_parallel=5)
+zombies = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        zombies += open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        pass
+print([float(zombies), float(scores.count(1.0)), float(scores.count(0.0))])
+'''
+
+
+def run_as_uid_1000(body: str, pid1: bool = False) -> list[float]:
     """Run `body` as a real unprivileged uid 1000 (not root in a user namespace: the kernel must charge
     its processes to uid 1000). A Python installed below a folder only root may enter (pyenv in /root)
     is made reachable inside a private mount namespace: a tmpfs over that folder with the installation
@@ -88,11 +104,12 @@ def run_as_uid_1000(body: str) -> list[float]:
         setup = (f"mkdir -p {keep} && mount --bind {prefix} {keep} && mount -t tmpfs -o mode=755 none {hidden} && "
                  f"mkdir -p {prefix} && mount --bind {keep} {prefix} && ")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": SRC, "HOME": "/tmp"}
-    cmd = (setup + 'exec setpriv --reuid=1000 --regid=1000 --clear-groups "$0" -c "$1" 1000')
+    pid_ns = "unshare --pid --fork --mount-proc " if pid1 else ""  # the trainer becomes PID 1
+    cmd = setup + f'exec {pid_ns}setpriv --reuid=1000 --regid=1000 --clear-groups "$0" -c "$1" 1000'
     out = subprocess.run(["unshare", "--mount", "sh", "-c", cmd, sys.executable, _script(body)],
                          capture_output=True, text=True, env=env, timeout=120, cwd="/tmp")
     if out.returncode != 0 and "unshare failed" in out.stderr:
-        pytest.skip(f"this host refuses a mount namespace: {out.stderr.strip()[:200]}")
+        pytest.skip(f"this host refuses a mount or PID namespace: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr[-2000:]
     return eval(out.stdout.strip().splitlines()[-1])  # a printed list of floats
 
@@ -118,3 +135,12 @@ def test_hostile_neighbours_do_not_fail_honest_programs_as_root():
     scores = code_pass_fraction([FORK_BOMB, HONEST, MEMORY_HOG, HONEST, THREAD_BOMB, HONEST], [CASES] * 6,
                                 wall_s=5.0, max_parallel=6)
     assert scores == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+
+
+def test_no_zombies_and_no_lost_calls_when_a_non_root_trainer_is_pid_1():
+    # Issue 19: as PID 1 without root, every call left a zombie, and the zombies counted against the
+    # process limit charged to the trainer's uid. On the code before the subreaper (0eb1228, with the
+    # probe fix below) this printed [20 zombies, 12 passed, 18 failed]. Now: 0 zombies, the 20 honest
+    # programs pass and the 10 loops fail. (It also caught the probe refusing any non-root trainer that
+    # is PID 1: it signalled the trainer's pid, 1, and reached bwrap's init inside the sandbox.)
+    assert run_as_uid_1000(PID1_TRAINER, pid1=True) == [0.0, 20.0, 10.0]
