@@ -98,16 +98,19 @@ def run_as_uid_1000(body: str, pid1: bool = False) -> list[float]:
         if _untraversable(needed):
             pytest.skip(f"{needed} is not reachable by an unprivileged uid")
     hidden = _untraversable(prefix)
-    setup = ""
+    setup, keep = "", f"/tmp/grpokit-prefix-{os.getpid()}"
     if hidden is not None:
-        keep = f"/tmp/grpokit-prefix-{os.getpid()}"
         setup = (f"mkdir -p {keep} && mount --bind {prefix} {keep} && mount -t tmpfs -o mode=755 none {hidden} && "
                  f"mkdir -p {prefix} && mount --bind {keep} {prefix} && ")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": SRC, "HOME": "/tmp"}
     pid_ns = "unshare --pid --fork --mount-proc " if pid1 else ""  # the trainer becomes PID 1
     cmd = setup + f'exec {pid_ns}setpriv --reuid=1000 --regid=1000 --clear-groups "$0" -c "$1" 1000'
-    out = subprocess.run(["unshare", "--mount", "sh", "-c", cmd, sys.executable, _script(body)],
-                         capture_output=True, text=True, env=env, timeout=120, cwd="/tmp")
+    try:
+        out = subprocess.run(["unshare", "--mount", "sh", "-c", cmd, sys.executable, _script(body)],
+                             capture_output=True, text=True, env=env, timeout=120, cwd="/tmp")
+    finally:
+        if os.path.isdir(keep):
+            os.rmdir(keep)  # an empty mount point on the host; the bind mount died with the namespace
     if out.returncode != 0 and "unshare failed" in out.stderr:
         pytest.skip(f"this host refuses a mount or PID namespace: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr[-2000:]
