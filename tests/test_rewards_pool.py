@@ -23,8 +23,14 @@ def _hammer(run_one, callers: int, items: int) -> list[str]:
     def caller(tag: int) -> None:
         barrier.wait()
         for _ in range(3):
-            got = run_one(tag, items)
+            try:
+                got = run_one(tag, items)
+            except Exception as exc:  # a caller that raised is a failure too, not a thread that vanished
+                wrong.append(f"caller {tag} raised {type(exc).__name__}: {exc}")
+                return
             wrong.extend(f"caller {tag} item {i}: got {g!r}" for i, g in enumerate(got) if g != (tag, i))
+            if len(got) != items:
+                wrong.append(f"caller {tag}: {len(got)} results for {items} items")
 
     threads = [threading.Thread(target=caller, args=(t,)) for t in range(callers)]
     for t in threads:
@@ -62,6 +68,54 @@ def test_math_pool_shared_by_threaded_rewards_scores_every_completion_itself():
     expected = [1.0 if i % 2 == 0 else 0.0 for i in range(n)]
     assert res.rewards_NF[:, 0].tolist() == expected
     assert res.rewards_NF[:, 1].tolist() == expected
+
+
+def own_number(completions, **kwargs):
+    """A picklable reward (runs in the runner's worker processes): each completion's own number."""
+    time.sleep(0.001 * (len(completions[0]) % 3))  # uneven durations so that replies interleave
+    return [float(c) for c in completions]
+
+
+def test_reward_workers_shared_by_concurrent_score_calls_score_every_completion_itself():
+    # 3 threads call score() on one runner at once (2 worker processes shared), three times each, with
+    # a picklable reward (worker processes) and a lambda (the runner's threads). Caller t's completion i
+    # is the number 1000 t + i, so every reward must equal its own completion's number.
+    from grpokit.rewards import RewardRunner, RewardSpec
+
+    n = 16
+    specs = [RewardSpec(own_number, "workers"),
+             RewardSpec(lambda completions, **kw: [-float(c) for c in completions], "threads")]
+    with RewardRunner(specs, num_workers=2, timeout_s=60) as runner:
+        def run_one(tag, items):
+            comps = [str(1000 * tag + i) for i in range(items)]
+            res = runner.score(["p"] * items, comps, [[1]] * items, group_size=2)
+            return [(round(a / 1000), int(a) % 1000) if a == -b else ("mismatch", a, b)
+                    for a, b in res.rewards_NF.tolist()]
+
+        assert _hammer(run_one, callers=3, items=n) == []
+
+
+CODE_PROGRAM = "```python\ndef f(i):\n    return i if i < %d else -1\n```"
+
+
+def test_code_rewards_called_from_concurrent_threads_score_every_completion_itself():
+    # 3 reward threads call code_pass_fraction at once (each runs 2 sandboxes at a time). Caller t's
+    # completion i passes exactly p = 3 t + i + 1 of 12 cases (f(k) = k for k < p), so its reward
+    # p / 12 names the completion it belongs to: 1/12, 2/12 ... 12/12, all different.
+    import shutil
+
+    from grpokit.rewards.code import code_pass_fraction, probe
+
+    if shutil.which("bwrap") is None or not probe()[0]:
+        pytest.skip("sandbox isolation unavailable on this host")
+    cases = [{"fn": "f", "args": [k], "expected": k} for k in range(12)]
+
+    def run_one(tag, items):
+        comps = [CODE_PROGRAM % (3 * tag + i + 1) for i in range(items)]
+        scores = code_pass_fraction(comps, [cases] * items, wall_s=10.0, max_parallel=2)
+        return [divmod(round(12 * s) - 1, 3) for s in scores]  # back to (tag, i)
+
+    assert _hammer(run_one, callers=4, items=3) == []
 
 
 def die(code):

@@ -183,3 +183,180 @@ def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypa
         code_pass_fraction(["```python\nprint(3)\n```"], [STDIO])
     assert code_pass_fraction(["```python\nprint(int(input().split()[0]) + 2)\n```"], [STDIO],
                               allow_unsafe_code_execution=True) == [1.0]
+
+
+# --- the trusted parent never raises on what a program writes (issue 19, item 4) ---
+
+HOSTILE_RECORDS = [
+    "[" * 100_000 + "]" * 100_000,  # RecursionError in json.loads before the fix
+    '{"case": 0, "status": "ok", "value": ' + "[" * 5000 + "]" * 5000 + "}",
+    '{"case": 0, "status": "ok", "value": ' + "{\"a\": " * 5000 + "1" + "}" * 5000 + "}",
+    '{"case": 0, "status": "ok", "value": ' + "9" * 100_000 + "}",  # int too long to convert
+    '{"case": ' + "1" * 5000 + ', "status": "ok"}',
+    '{"case": true, "status": "ok", "value": 3}',  # bool is not a case number
+    '{"case": 0, "status": "ok", "stdout": ["3"]}',
+    '{"case": 0, "status": "ok", "value": NaN}',
+    '{"case": 0, "status": {"ok": 1}, "value": 3}',
+    "\udcff\x00" * 100,
+    "[]", "3", "null", '"x"',
+]
+
+
+@pytest.mark.parametrize("line", HOSTILE_RECORDS, ids=range(len(HOSTILE_RECORDS)))
+def test_hostile_result_records_are_failed_cases_not_parent_errors(canary, line):
+    # The program writes the hostile line on the result channel, then exits; add(1, 2) is never
+    # reported honestly, so the only right reward is 0.0 and the reward call must not raise.
+    code = f"import os\nos.write(3, ({line!r} + '\\n').encode('utf-8', 'surrogatepass'))\nos._exit(0)"
+    assert score(code, CALL) == 0.0
+    assert score(code) == 0.0
+
+
+def test_a_hostile_line_does_not_hide_the_honest_records_after_it(canary):
+    # a deeply nested line, then an honest record for case 0: the honest record still counts (1.0)
+    code = ("import os\nos.write(3, b'[' * 100000 + b'\\n')\n"
+            "os.write(3, b'{\"case\": 0, \"status\": \"ok\", \"value\": 3}\\n')\nos._exit(0)")
+    assert score(code, CALL) == 1.0
+
+
+def test_nesting_and_size_bounds_of_the_parser():
+    from grpokit.rewards.sandbox.isolation import MAX_DEPTH, MAX_LINE_BYTES, _parse_records
+
+    ok_value = "[" * MAX_DEPTH + "]" * MAX_DEPTH  # MAX_DEPTH lists inside the record's dict: at the bound
+    deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)  # one more level: rejected
+    text = "\n".join(['{"case": 0, "value": %s}' % ok_value, '{"case": 1, "value": %s}' % deep,
+                      '{"case": 2, "value": "%s"}' % ("x" * MAX_LINE_BYTES), '{"case": 3}'])
+    assert [r["case"] for r in _parse_records(text)] == [0, 3]
+
+
+# --- no zombie survives a call, even when the trainer is PID 1 (issue 19, item 3) ---
+
+PID1_TRAINER = r'''
+import os
+from grpokit.rewards.code import code_pass_fraction
+assert os.getpid() == 1
+honest = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+looping = "```python\nimport os\nos.fork()\nwhile True:\n    pass\n```"  # killed at the wall-clock limit
+scores = code_pass_fraction([honest] * 20 + [looping] * 10, [[{"input": "1 2\n", "output": "3\n"}]] * 30,
+                            wall_s=1.0, max_parallel=5)
+zombies = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        zombies += open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        pass
+print(zombies, scores.count(1.0), scores.count(0.0))
+'''
+
+
+def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
+    # Before the launcher became a subreaper, every call left bwrap's namespace init as a zombie of
+    # PID 1 (21 zombies after these 30 calls); now: 0 zombies, the 20 honest programs pass, the 10 loops fail.
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and util-linux unshare to run the trainer as PID 1 of a new PID namespace")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PID1_TRAINER],
+                         capture_output=True, text=True, env=env, timeout=120)
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"this host refuses a new PID namespace: {out.stderr.strip()[:200]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "20", "10"]
+
+
+# --- seccomp: the kernel's attack surface is closed inside the sandbox (issue 19, item 2) ---
+
+SYSCALL_PROBE = r'''
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+NR = %r
+def call(name, *args):
+    r = libc.syscall(ctypes.c_long(NR[name]), *[ctypes.c_long(a) for a in args])
+    return r, ctypes.get_errno()
+def reached(name, *args):
+    r, e = call(name, *args)
+    if r == 0 and name == "clone":
+        os._exit(0)  # in the child, if a clone got through
+    if r > 0 and name == "clone":
+        os.waitpid(r, 0)
+    return None if r == -1 and e == errno.EPERM else f"{name}: {r} {errno.errorcode.get(e, e)}"
+def escapes():
+    params = ctypes.create_string_buffer(120)
+    real = [reached("unshare", 0x10000000), reached("unshare", 0x20000), reached("clone", 0x10000000 | 17),
+            reached("clone", 0x20000000 | 17), reached("io_uring_setup", 8, ctypes.addressof(params)),
+            reached("userfaultfd", 1), reached("keyctl", 0, -3, 1), reached("ptrace", 0),
+            reached("add_key", 0, 0, 0, 0, -2)]
+    zero_args = [reached(name) for name in %r]  # even pointless arguments get EPERM from the filter
+    r, e = call("clone3", 0, 0)
+    clone3 = [] if r == -1 and e == errno.ENOSYS else [f"clone3: {r} {errno.errorcode.get(e, e)}"]
+    return [x for x in real + zero_args if x] + clone3
+'''
+
+
+def test_seccomp_denies_namespaces_mounts_io_uring_userfaultfd_keyrings_bpf_ptrace():
+    # The program returns every denied system call that did not answer EPERM (clone3: ENOSYS), so the
+    # expected value [] scores 1.0 only if all are blocked. Without the filter, as root, this returned
+    # unshare(CLONE_NEWUSER) -> 0, clone(CLONE_NEWUSER) -> a pid, io_uring_setup and userfaultfd -> a
+    # descriptor, keyctl -> a keyring id, and most zero-argument calls reached the kernel (EINVAL, EFAULT).
+    import platform
+
+    from grpokit.rewards.sandbox import seccomp
+
+    if seccomp.filter_bytes() is None:
+        pytest.skip(f"no seccomp syscall table for {platform.machine()}; the sandbox runs without a filter")
+    _, numbers = seccomp.SYSCALLS[platform.machine()]
+    code = SYSCALL_PROBE % (numbers, seccomp.DENIED)
+    cases = [{"fn": "escapes", "args": [], "expected": []}]
+    result = run_tests(code, cases, FAST)
+    assert result == [True]
+    # threads, subprocesses and fork still work for honest programs under the filter
+    honest = ("import threading, subprocess, sys, os\ndef add(a, b):\n    out = []\n"
+              "    t = threading.Thread(target=lambda: out.append(a + b))\n    t.start(); t.join()\n"
+              "    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n"
+              "    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n"
+              "    r = subprocess.run([sys.executable, '-c', 'print(1)'], capture_output=True)\n"
+              "    return out[0] + int(r.stdout) - 1")
+    assert score(honest, CALL) == 1.0
+
+
+def test_seccomp_filter_layout():
+    # 4 header + 2 (x32 check) + 2 per denied syscall (46 on x86-64) + 7 (clone3, clone flags) instructions
+    from grpokit.rewards.sandbox import seccomp
+
+    prog = seccomp.filter_bytes("x86_64")
+    assert len(prog) == 8 * (4 + 2 + 2 * (len(seccomp.DENIED) + 3) + 7)
+    assert seccomp.filter_bytes("riscv64") is None
+
+
+NON_ROOT_SECCOMP = r'''
+import os, platform
+from grpokit.rewards.code import probe, run_tests
+from grpokit.rewards.sandbox import seccomp
+from grpokit.rewards.sandbox.isolation import Limits
+from test_sandbox_attacks import SYSCALL_PROBE
+assert os.geteuid() != 0 and probe()[0], probe()
+code = SYSCALL_PROBE % (seccomp.SYSCALLS[platform.machine()][1], seccomp.DENIED)
+print(run_tests(code, [{"fn": "escapes", "args": [], "expected": []}], Limits(wall_s=3)))
+'''
+
+
+def test_seccomp_also_holds_in_non_root_mode():
+    # The trainer runs with euid 1000 in a user namespace (so the sandbox takes bwrap's unprivileged
+    # path: --unshare-user, --disable-userns); the same probe must find every denied call blocked.
+    import shutil
+    import subprocess
+    import sys
+
+    from grpokit.rewards.sandbox import seccomp
+
+    if seccomp.filter_bytes() is None or os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root, util-linux unshare and a seccomp table to start a non-root trainer")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])}
+    out = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c",
+                          NON_ROOT_SECCOMP], capture_output=True, text=True, env=env, timeout=60)
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"this host refuses a user namespace: {out.stderr.strip()[:200]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[True]"]

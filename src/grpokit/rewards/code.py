@@ -13,9 +13,10 @@ No code block -> 0.0; no `test_cases` for a row -> None (not applicable).
 
 Verdicts are made here, by the trusted parent: expected outputs never enter the sandbox and a program
 can only report its own outputs (see sandbox/harness.py). Before the first run we `probe()` the host's
-isolation; without working isolation code rewards refuse to run unless `allow_unsafe_code_execution=True`
-(then only rlimits, an empty environment and the wall-clock kill apply: the program can read your files
-and use your network).
+isolation, and that one resource budget per sandbox (memory, tasks, CPU of the whole tree) can hold on
+this host (sandbox/budget.py); without both, code rewards refuse to run unless
+`allow_unsafe_code_execution=True` (then only rlimits, an empty environment and the wall-clock kill
+apply: the program can read your files and use your network).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any
 
 from grpokit.rewards.errors import RewardInfrastructureError
 from grpokit.rewards.math import completion_text
+from grpokit.rewards.sandbox import budget
 from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
 
 HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()
@@ -51,10 +53,10 @@ _PROBE = r'''
 import json, os, socket
 r = {"uid": os.getuid(), "env": sorted(os.environ), "root": sorted(os.listdir("/")),
      "nets": sorted(n for _, n in socket.if_nameindex())}
-try:
-    os.kill(PARENT, 0); r["sees_parent"] = True
-except OSError:
-    r["sees_parent"] = False
+# In its own PID namespace the probe sees only bwrap's init (1) and itself. (Signalling the trainer's
+# pid instead misfires when that number exists inside too: a trainer that is PID 1 of a container.)
+others = {int(p) for p in os.listdir("/proc") if p.isdigit()} - {1, os.getpid()}
+r["sees_parent"] = bool(others)
 os.write(3, (json.dumps({"case": 0, **r}) + "\n").encode())
 '''
 
@@ -65,8 +67,7 @@ def probe() -> tuple[bool, str]:
     if not os.path.exists("/usr/bin/bwrap") and not any(
             os.path.exists(os.path.join(d, "bwrap")) for d in os.environ.get("PATH", "").split(":")):
         return False, "bubblewrap (bwrap) is not installed (run scripts/install_sandbox_deps.sh)"
-    code = _PROBE.replace("PARENT", str(os.getpid()))
-    res = run_sandboxed({"probe.py": code}, ["{python}", "-I", "-S", "{job}/probe.py"], Limits(wall_s=10))
+    res = run_sandboxed({"probe.py": _PROBE}, ["{python}", "-I", "-S", "{job}/probe.py"], Limits(wall_s=10))
     if not res.records:
         return False, f"the sandbox did not start (exit {res.returncode}): {res.stderr.strip()[:300]}"
     r = res.records[0]
@@ -84,11 +85,19 @@ def probe() -> tuple[bool, str]:
     return (not problems, "isolation works" if not problems else "; ".join(problems))
 
 
-def require_isolation(allow_unsafe_code_execution: bool) -> bool:
-    """True when sandboxed runs are isolated; raise unless the user explicitly allowed unsafe runs."""
+def require_isolation(allow_unsafe_code_execution: bool, limits: Limits = Limits()) -> bool:
+    """True when sandboxed runs are isolated and one budget per sandbox holds (sandbox/budget.py);
+    raise unless the user explicitly allowed unsafe runs (then False: rlimits per process only)."""
     ok, reason = probe()
     if ok:
-        return True
+        try:
+            budget.plan(limits.memory_bytes, limits.processes, limits.cpus, limits.budget)
+            return True
+        except budget.BudgetError as exc:
+            if allow_unsafe_code_execution:
+                return False
+            raise UnsafeCodeExecutionError(f"{str(exc).rstrip('.')}, or set allow_unsafe_code_execution=True "
+                                           "to run untrusted code with rlimits only.") from None
     if allow_unsafe_code_execution:
         return False
     raise UnsafeCodeExecutionError(
@@ -130,12 +139,15 @@ def strict_equal(actual: Any, expected: Any) -> bool:
 
 def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False) -> list[bool]:
     """Run `code` on every case in one sandbox; one pass/fail per case, decided here."""
-    isolated = require_isolation(allow_unsafe_code_execution)
+    isolated = require_isolation(allow_unsafe_code_execution, limits)
     mode, inputs, expected = parse_cases(test_cases)
     job = {"mode": mode, "inputs": inputs, "case_timeout_s": limits.wall_s,
            "max_output_bytes": limits.max_output_bytes}
     files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
-    result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated)
+    try:
+        result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated)
+    except budget.BudgetError as exc:  # e.g. a cgroup that could not be created: stop, never score 0
+        raise UnsafeCodeExecutionError(str(exc)) from None
     passed = [False] * len(expected)
     seen: set[int] = set()
     for rec in result.records:
@@ -143,10 +155,13 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
         if not 0 <= i < len(expected) or i in seen or rec.get("status") != "ok":
             continue
         seen.add(i)  # the first record of a case counts; duplicates are ignored
-        if mode == "stdio":
-            passed[i] = type(rec.get("stdout")) is str and _norm(rec["stdout"]) == _norm(expected[i])
-        else:
-            passed[i] = "value" in rec and strict_equal(rec["value"], expected[i])
+        try:  # records are bounded in size and depth (sandbox/isolation.py); anything odd fails the case
+            if mode == "stdio":
+                passed[i] = type(rec.get("stdout")) is str and _norm(rec["stdout"]) == _norm(expected[i])
+            else:
+                passed[i] = "value" in rec and strict_equal(rec["value"], expected[i])
+        except Exception:
+            passed[i] = False
     return passed
 
 
@@ -164,7 +179,7 @@ def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing
         passed = run_tests(code, cases, limits, allow_unsafe)
         return float(all(passed)) if all_or_nothing else sum(passed) / len(passed)
 
-    require_isolation(allow_unsafe)  # refuse before running anything
+    require_isolation(allow_unsafe, limits)  # refuse before running anything
     with cf.ThreadPoolExecutor(max_workers=max_parallel) as ex:  # threads only wait on sandboxes
         return list(ex.map(one, completions, test_cases))
 

@@ -2,18 +2,23 @@
 
 How one run is isolated (Linux, bubblewrap installed):
 - started from a tiny helper (`launcher.py`, `python -I -S`) via `subprocess`, not forked from the
-  trainer; the helper sets rlimits (CPU seconds, address space, processes, file size, open files, no
-  core dumps) and execs `bwrap`;
+  trainer; the helper joins the sandbox's cgroup (one budget for the whole tree: memory, tasks, CPU;
+  see budget.py), sets rlimits (CPU seconds, address space, file size, open files, no core dumps) and
+  execs `bwrap`;
 - bwrap gives new PID, network (loopback only, down), IPC, UTS and cgroup namespaces, `--die-with-parent`
   and `--new-session`, and a private root: read-only /usr and the Python installation, a fresh /proc and
   /dev, a size-limited tmpfs /tmp as the only writable place, the job folder read-only at /work; nothing
   else of the host (no /home, /root, /etc, the dataset or the expected outputs) exists inside;
 - the environment is emptied (`--clearenv`);
-- as root, the program then drops to a random unprivileged uid/gid (setpriv, all capabilities and the
-  bounding set dropped, no_new_privs); without root, bwrap's user namespace does the same job;
-- the trusted parent kills the whole tree at the wall-clock limit: SIGKILL to bwrap, whose namespace
-  init then dies (die-with-parent), and the kernel kills every process of that PID namespace.
-cgroups are not used (this host has cgroup v1 without delegation); rlimits bound memory and processes.
+- as root, the program then drops to a fresh unprivileged uid/gid (setpriv, all capabilities and the
+  bounding set dropped, no_new_privs) whose RLIMIT_NPROC counts only this sandbox; without root, bwrap's
+  user namespace does the same job and `prlimit` sets RLIMIT_NPROC inside it (counted per namespace);
+- the trusted parent kills the whole tree at the wall-clock limit: through the cgroup when there is
+  one, else SIGKILL to the namespace's init (pid from bwrap's --info-fd), and the kernel kills every
+  process of that PID namespace; the launcher,
+  a child subreaper, reaps bwrap and any orphan, so no zombie is left even when the trainer is PID 1;
+- the parent waits on a pidfd (no polling) and parses the result channel with bounded line length
+  and nesting: whatever the program writes, a malformed record only fails its case.
 
 `probe()` checks at start-up that this actually works on the host (uid, pids, network, environment,
 filesystem); code rewards refuse to run without it unless the user sets allow_unsafe_code_execution.
@@ -23,14 +28,18 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grpokit.rewards.sandbox import budget, seccomp
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,8 +50,10 @@ class Limits:
 
     wall_s: float = 2.0  # wall-clock kill of the whole process tree
     cpu_s: int = 2  # RLIMIT_CPU per process
-    memory_bytes: int = 512 * 2**20  # RLIMIT_AS per process
-    processes: int = 32  # RLIMIT_NPROC for the sandbox's own uid
+    memory_bytes: int = 512 * 2**20  # memory of the whole tree (cgroup; rlimit mode: shared as RLIMIT_AS)
+    processes: int = 32  # processes + threads of the whole tree (pids.max and RLIMIT_NPROC)
+    cpus: float = 1.0  # CPUs the whole tree may use at once (cgroup CPU quota)
+    budget: str = "auto"  # "auto": a cgroup where the host allows one, else rlimits; "rlimit": rlimits only
     file_bytes: int = 1 * 2**20  # RLIMIT_FSIZE: any file, including captured stdout/stderr
     tmp_bytes: int = 8 * 2**20  # size of the writable tmpfs /tmp
     open_files: int = 64
@@ -58,6 +69,8 @@ class RunResult:
     timed_out: bool
     stderr: str = ""
     records: list[dict] = field(default_factory=list)
+    budget: str = ""  # how the budget was held: "cgroup2", "cgroup1" or "rlimit"
+    memory_peak_bytes: int | None = None  # the tree's highest memory use (cgroup modes)
 
 
 def _python_in_sandbox() -> tuple[list[str], str]:
@@ -69,8 +82,25 @@ def _python_in_sandbox() -> tuple[list[str], str]:
     return ["--perms", "0755", "--dir", "/opt", "--ro-bind", str(prefix), "/opt/python"], f"/opt/python/bin/{exe}"
 
 
-def bwrap_argv(job_dir: str, limits: Limits, program: list[str]) -> list[str]:
-    """The bwrap command line; `program` runs inside with the job folder at /work and cwd /tmp."""
+_uids_in_use: set[int] = set()
+_uid_lock = threading.Lock()
+
+
+def _fresh_uid() -> int:
+    """A uid no other sandbox of this process is using (RLIMIT_NPROC and kill() reach only its own)."""
+    with _uid_lock:
+        while (uid := random.randrange(200_000, 260_000)) in _uids_in_use:
+            pass
+        _uids_in_use.add(uid)
+        return uid
+
+
+def bwrap_argv(job_dir: str, limits: Limits, program: list[str], uid: int | None = None,
+               tasks: int | None = None) -> list[str]:
+    """The bwrap command line; `program` runs inside with the job folder at /work and cwd /tmp.
+
+    As root the program runs as `uid`; otherwise in a user namespace, where `tasks` (when given) becomes
+    its RLIMIT_NPROC, set inside so that the kernel counts it per namespace, not on the trainer's uid."""
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
     py_bind, _ = _python_in_sandbox()
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -79,21 +109,45 @@ def bwrap_argv(job_dir: str, limits: Limits, program: list[str]) -> list[str]:
             "--symlink", "usr/bin", "/bin", *py_bind, "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--ro-bind", job_dir, "/work", "--chdir", "/tmp"]
+    if seccomp.filter_bytes() is not None:
+        argv += ["--seccomp", "5"]  # the launcher puts the filter on descriptor 5
     if os.geteuid() == 0:
-        uid = random.randrange(200_000, 260_000)  # fresh uid: NPROC and kill() reach no other process
+        uid = uid if uid is not None else random.randrange(200_000, 260_000)
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "/usr/bin/setpriv",
                  f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs"]
     else:
         argv[1:1] = ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
+        if tasks is not None:
+            argv += ["/usr/bin/prlimit", f"--nproc={tasks}"]
     return argv + program
 
 
 def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, isolated: bool = True) -> RunResult:
     """Write `files` into a fresh job folder and run `program` (argv; "{job}"/"{scratch}" are replaced).
 
-    isolated=False runs with rlimits and an empty environment only (UNSAFE: no namespaces).
+    isolated=False runs with rlimits and an empty environment only (UNSAFE: no namespaces), and a
+    cgroup budget where the host allows one. Raises budget.BudgetError when no budget can hold.
     """
+    plan = budget.plan(limits.memory_bytes, limits.processes, limits.cpus, limits.budget, isolated)
+    root = os.geteuid() == 0
+    uid = _fresh_uid() if isolated and root else None
+    cgroup = None
+    try:
+        try:
+            cgroup = budget.Cgroup.create(plan) if plan.mechanism != "rlimit" else None
+        except OSError as exc:
+            raise budget.BudgetError(f"The sandbox's {plan.mechanism} budget could not be created: {exc}.") from exc
+        return _run(files, program, limits, isolated, plan, uid, cgroup)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+        with _uid_lock:
+            _uids_in_use.discard(uid)
+
+
+def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bool, plan: budget.Plan,
+         uid: int | None, cgroup: budget.Cgroup | None) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="grpokit-job-") as tmp:
         job = os.path.join(tmp, "job")
         os.mkdir(job)
@@ -110,62 +164,115 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
             sub = {"{job}": job, "{scratch}": scratch, "{python}": sys.executable}
         for key, value in sub.items():
             program = [a.replace(key, value) for a in program]
-        argv = bwrap_argv(job, limits, program) if isolated else program
-        spec = {"argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
-                                         "processes": limits.processes, "file_bytes": limits.file_bytes,
-                                         "open_files": limits.open_files}}
-        if not isolated:
-            del spec["limits"]["processes"]  # as root, a shared uid's NPROC would count the host's processes
+        root = os.geteuid() == 0
+        argv = bwrap_argv(job, limits, program, uid, None if root else plan.tasks) if isolated else program
+        spec = {"argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": plan.process_memory_bytes,
+                                         "file_bytes": limits.file_bytes, "open_files": limits.open_files},
+                "cgroup_procs": cgroup.procs_files() if cgroup is not None else []}
+        if isolated and root:  # the fresh uid's NPROC; never the trainer's uid (that would count its threads)
+            spec["limits"]["processes"] = plan.tasks
+        bpf = seccomp.filter_bytes() if isolated else None
+        Path(tmp, "seccomp").write_bytes(bpf or b"")
         with open(os.path.join(tmp, "channel"), "w+b") as channel, open(os.path.join(tmp, "stderr"), "w+b") as err, \
-                open(os.path.join(tmp, "info"), "w+b") as info:
+                open(os.path.join(tmp, "info"), "w+b") as info, open(os.path.join(tmp, "seccomp"), "rb") as flt:
             spec["channel_fd"] = channel.fileno()
             spec["info_fd"] = info.fileno() if isolated else None
+            spec["seccomp_fd"] = flt.fileno() if bpf is not None else None
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={},
-                                    pass_fds=(channel.fileno(), info.fileno()), start_new_session=True)
-            timed_out = False
-            try:
-                proc.wait(timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            if proc.poll() is None and isolated:
+                                    pass_fds=(channel.fileno(), info.fileno(), flt.fileno()), start_new_session=True)
+            timed_out = not wait_exit(proc, limits.wall_s)
+            if timed_out and cgroup is not None:
+                cgroup.kill()  # the whole tree, bwrap included
+                wait_exit(proc, 2.0)
+            elif timed_out and isolated:
                 _kill_namespace(proc.pid, info)
+                wait_exit(proc, 2.0)  # the launcher reaps bwrap and the namespace's init, then exits
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the launcher's whole process group
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the launcher's process group
             except ProcessLookupError:
                 pass
+            if cgroup is not None:
+                cgroup.kill()  # without namespaces (unsafe mode) a program's daemons left the process group
             proc.wait()
+            peak = cgroup.peak_bytes() if cgroup is not None else None
             channel.seek(0)
             text = channel.read(limits.max_output_bytes * 64).decode("utf-8", "replace")
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
-    return RunResult(text, proc.returncode, timed_out, stderr, _parse_records(text))
+    return RunResult(text, proc.returncode, timed_out, stderr, _parse_records(text), plan.mechanism, peak)
 
 
-def _kill_namespace(bwrap_pid: int, info) -> None:
-    """SIGKILL the sandbox's PID-namespace init; the kernel then kills every process inside, and bwrap
-    exits once that init is reaped, so when `proc.wait()` returns, nothing of the sandbox is left."""
+def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `proc` to exit; True if it did. Sleeps on a pidfd (woken the
+    moment the process exits) instead of Popen.wait(timeout)'s polling, which adds up to ~50 ms a call."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd (Linux < 5.3 or not Linux): poll
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            if time.monotonic() >= deadline:
+                return proc.poll() is not None
+        return True
+    finally:
+        os.close(fd)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _kill_namespace(launcher_pid: int, info) -> None:
+    """SIGKILL the sandbox's PID-namespace init; the kernel then kills every process inside, bwrap
+    exits once that init is reaped, and the launcher (a subreaper) reaps whatever is left."""
     info.seek(0)
     try:
         child = int(json.loads(info.read(4096) or b"{}").get("child-pid", 0))
-        with open(f"/proc/{child}/stat") as f:
-            parent = int(f.read().rsplit(")", 1)[1].split()[1])
-    except (ValueError, OSError, AttributeError):
+        bwrap = _ppid(child)
+        launcher = _ppid(bwrap) if bwrap > 1 else 0
+    except (ValueError, OSError, AttributeError, TypeError, RecursionError):
         return
-    if child > 1 and parent == bwrap_pid:  # never signal a recycled pid that is not ours
+    if child > 1 and launcher_pid in (bwrap, launcher):  # never signal a recycled pid that is not ours
         os.kill(child, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:  # until bwrap reaps it
-            time.sleep(0.01)
+
+
+MAX_LINE_BYTES = 1 * 2**20  # longest result line the parent parses; longer lines fail their case
+MAX_DEPTH = 64  # deepest nesting of lists/dicts below a record (the harness sends at most 51)
+
+
+def _depth(x) -> int:
+    """Nesting depth of lists/dicts in a parsed JSON value, iteratively (no recursion to exhaust)."""
+    deepest, stack = 0, [(x, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            if d + 1 > MAX_DEPTH + 1:
+                return d + 1
+            deepest = max(deepest, d + 1)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _parse_records(text: str) -> list[dict]:
+    """Result records from the channel. Anything malformed (too long, too deep, not JSON, an int too
+    long to convert, no integer case number) is skipped, so its case fails; this never raises."""
     records = []
     for line in text.splitlines():
+        if len(line) > MAX_LINE_BYTES:
+            continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(record, dict) and type(record.get("case")) is int:
+        if type(record) is dict and type(record.get("case")) is int and _depth(record) <= MAX_DEPTH + 1:
             records.append(record)
     return records

@@ -1,13 +1,19 @@
 """The small helper that starts a sandbox: `python -I -S launcher.py '<json>'`.
 
 It exists so that the sandbox is never `os.fork`ed from the large trainer process: the trainer starts
-this tiny interpreter with `subprocess` (no preexec hook, so CPython can use vfork/exec), the helper sets
-resource limits on itself and replaces itself (`execv`) with the sandbox command, which inherits them.
+this tiny interpreter with `subprocess` (no preexec hook, so CPython can use vfork/exec). The helper
+becomes a child subreaper, forks, and the child joins the sandbox's cgroups, sets the resource limits and
+replaces itself (`execv`) with the sandbox command, which inherits them all (the helper itself stays out
+of the cgroups, so a whole-tree kill leaves it alive to reap); the helper reaps that command and every orphan of the
+sandbox, then exits with the command's status (128 + N when killed by signal N), so no zombie outlives
+a call even when the trainer is PID 1.
 Kept free of imports beyond the standard library and of any grpokit code.
 
-JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), channel_fd
+JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), cgroup_procs
+(list of cgroup.procs files to join; if one cannot be joined the command is not started), channel_fd
 (an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional,
-becomes descriptor 4 for bwrap's --info-fd).
+becomes descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
+--seccomp).
 """
 import json
 import os
@@ -16,15 +22,28 @@ import sys
 
 LIMITS = {
     "cpu_s": resource.RLIMIT_CPU,  # CPU seconds; SIGXCPU at the soft limit, SIGKILL one second later
-    "memory_bytes": resource.RLIMIT_AS,  # address space per process
-    "processes": resource.RLIMIT_NPROC,  # processes + threads of the sandbox uid
+    "memory_bytes": resource.RLIMIT_AS,  # address space per process (the tree's share without a cgroup)
+    "processes": resource.RLIMIT_NPROC,  # processes + threads of the sandbox's fresh uid (root mode)
     "file_bytes": resource.RLIMIT_FSIZE,  # largest file (and stdout/stderr file) it may write
     "open_files": resource.RLIMIT_NOFILE,
 }
 
 
-def main() -> None:
-    spec = json.loads(sys.argv[1])
+def become_subreaper() -> None:
+    """PR_SET_CHILD_SUBREAPER: orphans of the sandbox (bwrap's namespace init when bwrap's monitor
+    exits first) are re-parented to this helper, which reaps them, instead of to the host's PID 1;
+    a trainer that is itself PID 1 (a container without an init) would never reap them."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # 36 = PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def start(spec: dict) -> None:
+    """In the forked child: join the cgroups, set the limits, wire the descriptors and exec the command."""
+    for procs in spec.get("cgroup_procs", []):
+        with open(procs, "w") as f:  # "0" = this process; what it starts is born inside
+            f.write("0")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name, value in spec["limits"].items():
         hard = value + 1 if name == "cpu_s" else value  # the extra second turns SIGXCPU into SIGKILL
@@ -32,8 +51,34 @@ def main() -> None:
     os.dup2(spec["channel_fd"], 3)  # inheritable by default
     if spec.get("info_fd") is not None:
         os.dup2(spec["info_fd"], 4)  # bwrap --info-fd 4 writes the sandbox's pid there (closed inside)
-    os.closerange(5 if spec.get("info_fd") is not None else 4, 1024)  # nothing else of the trainer reaches the sandbox
+    if spec.get("seccomp_fd") is not None:
+        os.dup2(spec["seccomp_fd"], 5)  # bwrap --seccomp 5 reads the BPF filter from there
+    first_free = 6 if spec.get("seccomp_fd") is not None else 5 if spec.get("info_fd") is not None else 4
+    os.closerange(first_free, 1024)  # nothing else of the trainer reaches the sandbox
     os.execv(spec["argv"][0], spec["argv"])
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    become_subreaper()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            start(spec)
+        except BaseException as exc:  # never run the command outside its budget
+            os.write(2, f"launcher: {type(exc).__name__}: {exc}\n".encode())
+        finally:
+            os._exit(127)
+    os.closerange(3, 1024)  # the channel stays open in the sandbox only
+    status = 0
+    while True:  # reap the sandbox command and every orphan re-parented here, until none is left
+        try:
+            reaped, st = os.wait()
+        except ChildProcessError:
+            break
+        if reaped == pid:
+            status = os.waitstatus_to_exitcode(st)
+    os._exit(status if status >= 0 else 128 - status)  # killed by signal N -> 128 + N, like a shell
 
 
 if __name__ == "__main__":
