@@ -117,7 +117,8 @@ def validate(cfg: Config) -> Config:
     _check(a.credit == "outcome" or a.supervision == "outcome",
            f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
     d = cfg.data
-    _one_of("data.chat_template", d.chat_template, ("auto", "always", "never"))
+    _one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
+    _one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
     _check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
     if d.dataset and _looks_like_path(d.dataset):
         _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")
