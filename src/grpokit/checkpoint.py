@@ -92,7 +92,7 @@ def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None
              f"- base model: `{base}`" + (f" with LoRA adapters (r={m.lora_rank}, alpha={m.lora_alpha:g})" if m.lora_rank else ""),
              f"- training data: {data}",
              f"- rewards: {', '.join(f'`{n}`' for n in reward_names)}",
-             f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompts per step, "
+             f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompt(s) per step, "
              f"up to {r.max_new_tokens} new tokens, temperature {r.temperature:g}",
              f"- advantages: baseline {a.baseline}, scale {a.scale}; loss aggregation {a.aggregation}, "
              f"clip [{1 - a.clip_low:g}, {1 + a.clip_high:g}], beta {a.beta:g}; learning rate {cfg.optim.lr:g}"]

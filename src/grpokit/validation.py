@@ -97,7 +97,7 @@ def validate(cfg: Config) -> Config:
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
     c = cfg.reward
-    _check(not c.weights or len(c.weights) == len(c.functions),
+    _check(not c.weights or len(c.weights) >= len(c.functions),  # more: the rest weight callables passed to Trainer
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
     _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
     _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")

@@ -56,8 +56,15 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
     from .env import environment_reward
 
     env_reward = environment_reward(environment_factory) if environment_factory is not None else None
-    extra = list(extra or []) + ([env_reward] if env_reward is not None else [])
+    passed = list(extra or [])
     names, weights = cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions)
+    if len(weights) not in (len(names), len(names) + len(passed)):
+        raise ConfigError(f"reward.weights has {len(weights)} entries but there are {len(names) + len(passed)} reward functions "
+                          f"({len(names)} in reward.functions, {len(passed)} passed as callables); give one weight per function "
+                          "(the named ones first, then the callables in order) or none")
+    extra_weights = weights[len(names):] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
+    extra = passed + ([env_reward] if env_reward is not None else [])
+    extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
     specs = []
     for name, w in zip(names, weights):
         if name == "task" and extra and not cfg.data.task:
@@ -77,7 +84,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
                 raise ConfigError(f"reward.functions: {e}") from None
             specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
     if extra:
-        specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0) for i, f in enumerate(extra)]
+        specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w) for i, (f, w) in enumerate(zip(extra, extra_weights))]
     if not specs:
         raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
     return specs

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,11 +45,17 @@ BUILTINS: dict[str, str] = {
 
 
 def _import_path(path: str) -> RewardFn:
+    """``module:function``; the module is looked for on sys.path and in the working directory (a
+    script's own reward module beside it, as TRL's CLI finds it)."""
     module_name, _, attr = path.partition(":")
+    cwd = os.getcwd()
     try:
+        if cwd not in sys.path and importlib.util.find_spec(module_name.split(".")[0]) is None:
+            sys.path.append(cwd)
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise RewardError(f"Reward '{path}': module '{module_name}' could not be imported ({exc}).") from None
+        raise RewardError(f"Reward '{path}': module '{module_name}' could not be imported from the working directory "
+                          f"{cwd} or sys.path ({exc}).") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardError(f"Reward '{path}': module '{module_name}' has no callable named '{attr}'.")
