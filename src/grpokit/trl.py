@@ -83,7 +83,12 @@ class GRPOTrainer:
         self._kwargs = dict(reward_funcs=funcs, train_rows=train_rows, eval_rows=eval_rows, tools=tools,
                             environment_factory=environment_factory, rollout_func=rollout_func,
                             model=None if isinstance(model, str) else model, tokenizer=processing_class)
-        self._trainer = self._build(resume=None)
+        self._trainer = None  # built on first use: a resumed run must not start fresh files first
+
+    def _get(self):
+        if self._trainer is None:
+            self._trainer = self._build(resume=None)
+        return self._trainer
 
     def _build(self, resume):
         from .train import Trainer
@@ -95,10 +100,10 @@ class GRPOTrainer:
         return trainer
 
     # -- what TRL scripts read from the trainer
-    model = property(lambda self: self._trainer.model)
-    processing_class = property(lambda self: self._trainer.tokenizer)
-    state = property(lambda self: self._trainer.state)
-    run_dir = property(lambda self: self._trainer.run_dir)
+    model = property(lambda self: self._get().model)
+    processing_class = property(lambda self: self._get().tokenizer)
+    state = property(lambda self: self._get().state)
+    run_dir = property(lambda self: Path(self.cfg.train.out))
 
     @property
     def hub_model_id(self) -> str:
@@ -107,18 +112,21 @@ class GRPOTrainer:
     def add_callback(self, callback: Any) -> None:
         """Add a callback (an object or a class), as transformers' ``Trainer.add_callback``."""
         self._callbacks.append(callback)
-        self._trainer.callbacks.callbacks.append(callback() if isinstance(callback, type) else callback)
+        if self._trainer is not None:
+            self._trainer.callbacks.callbacks.append(callback() if isinstance(callback, type) else callback)
 
     def train(self, resume_from_checkpoint: str | bool | None = None) -> TrainOutput:
         """Train; ``resume_from_checkpoint`` True (or the output_dir) continues from the latest checkpoint."""
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:
                 raise ConfigError("resume_from_checkpoint needs the model passed as a name or path (an object cannot be reloaded)")
+            if self._trainer is not None:
+                raise ConfigError("resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)")
             folder = self.cfg.train.out if resume_from_checkpoint is True else str(resume_from_checkpoint)
             if Path(folder).name.startswith("step-"):  # a checkpoint folder: its run folder resumes
                 folder = str(Path(folder).parent.parent)
             self._trainer = self._build(resume=folder)
-        summary = self._trainer.train()
+        summary = self._get().train()
         if self.args.push_to_hub:
             self.push_to_hub()
         losses = [h["loss"] for h in self.state.log_history if "loss" in h]
@@ -133,7 +141,7 @@ class GRPOTrainer:
         out.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out, safe_serialization=True)
         self.processing_class.save_pretrained(out)
-        (out / "README.md").write_text(model_card(self.cfg, self.state.global_step, [s.name for s in self._trainer.runner.specs]))
+        (out / "README.md").write_text(model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs]))
         return out
 
     def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True, token: str | None = None,
