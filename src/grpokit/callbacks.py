@@ -3,7 +3,7 @@
 A callback is any object with some of these methods (a ``transformers.TrainerCallback`` works as is;
 a class is instantiated, as transformers does):
 
-    on_train_begin(args, state, control, **kw)      before the first step (after the eval before training)
+    on_train_begin(args, state, control, **kw)      before anything else (before the evaluation before training)
     on_step_end(args, state, control, **kw)         after each step's update; state.global_step is that step
     on_evaluate(args, state, control, metrics, **kw) after each held-out evaluation (before, during, after)
     on_log(args, state, control, logs, **kw)        with the step's metrics, when they are written

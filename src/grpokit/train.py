@@ -142,10 +142,10 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         summary = self._load_summary()
         try:
+            self.callbacks("on_train_begin")
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate()
                 self._write_summary(summary) if self.dist.is_main else None
-            self.callbacks("on_train_begin")
             final_eval = None
             while self.step < t.steps:
                 metrics = self.train_step()
