@@ -71,7 +71,7 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
     path = model_path(cfg.name_or_path)
     if Path(path).is_dir() and not (Path(path) / "config.json").exists():
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} is a folder without config.json; give a Hugging Face model folder")
-    from .lora import add_adapters, quantization_config
+    from .lora import quantization_config
 
     quant = quantization_config(cfg, device, dtype)  # QLoRA: 4-bit base (CUDA only)
     extra = {"quantization_config": quant, "device_map": {"": device}} if quant is not None else {}
