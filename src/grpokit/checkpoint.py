@@ -8,6 +8,8 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 * ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator;
 * ``trainer_state.json``: the step and the data position;
 * ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda.
+* ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
+  held-out results of the final checkpoint), as the Hub shows it.
 
 It is written under a temporary name and renamed into place only when complete (a rename is atomic
 on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
@@ -37,11 +39,12 @@ class TrainerState:
 
 def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int,
          *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None,
-         extra_state: dict | None = None) -> Path:
+         extra_state: dict | None = None, card: str | None = None) -> Path:
     """Write a checkpoint. ``write_model(model, folder)`` replaces the plain ``save_pretrained`` into
     ``folder/model`` (LoRA adapters, FSDP gathered weights); ``sampler_states`` holds every rank's
     sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP);
-    ``extra_state`` (e.g. lambda-GRPO's lambda and its optimizer) goes to ``extra_state.pt``."""
+    ``extra_state`` (e.g. lambda-GRPO's lambda and its optimizer) goes to ``extra_state.pt``;
+    ``card`` becomes ``model/README.md`` (replacing the one PEFT writes for adapters)."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"{PREFIX}{state.step:06d}"
     tmp = ckpt_dir / f".tmp-{PREFIX}{state.step:06d}-{os.getpid()}"
@@ -53,6 +56,8 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
     else:
         model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
+    if card is not None:
+        (tmp / "model" / "README.md").write_text(card)
     torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
     torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -68,6 +73,40 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
     for old in sorted(ckpt_dir.glob(f"{PREFIX}*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None = None) -> str:
+    """The model card of a checkpoint: Hub metadata (base model, library, tags) in YAML front
+    matter, then what was trained how, and the held-out results when the step was evaluated."""
+    import yaml
+
+    from . import __version__
+
+    m, d, r, a = cfg.model, cfg.data, cfg.rollout, cfg.algo
+    base = m.name_or_path
+    meta = {"library_name": "peft" if m.lora_rank and m.lora_save == "adapter" else "transformers",
+            "tags": ["grpokit", "grpo", "reinforcement-learning"]}
+    if base and not Path(base).exists() and base != "demo":  # a hub id; local paths mean nothing on the Hub
+        meta["base_model"] = base
+    data = f"built-in task `{d.task}`" if d.task and not d.dataset else (f"`{d.dataset}`" if d.dataset else "rows passed from Python")
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
+             f"# {base.rstrip('/').split('/')[-1] or 'model'} trained with GRPO (grpokit {__version__})", "",
+             f"Checkpoint after step {step} of {cfg.train.steps}, trained with grpokit "
+             "(Group Relative Policy Optimization).", "",
+             f"- base model: `{base}`" + (f" with LoRA adapters (r={m.lora_rank}, alpha={m.lora_alpha:g})" if m.lora_rank else ""),
+             f"- training data: {data}",
+             f"- rewards: {', '.join(f'`{n}`' for n in reward_names)}",
+             f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompt(s) per step, "
+             f"up to {r.max_new_tokens} new tokens, temperature {r.temperature:g}",
+             f"- advantages: baseline {a.baseline}, scale {a.scale}; loss aggregation {a.aggregation}, "
+             f"clip [{1 - a.clip_low:g}, {1 + a.clip_high:g}], beta {a.beta:g}; learning rate {cfg.optim.lr:g}"]
+    if eval_result:
+        lines += ["", "## Held-out evaluation (greedy)", "", "| metric | value |", "| --- | --- |"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in eval_result.items()]
+    how = ("PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), PATH)" if meta["library_name"] == "peft"
+           else "AutoModelForCausalLM.from_pretrained(PATH)")
+    lines += ["", "## Use", "", f"Load with `{how}`; the run's full configuration is its `config.yaml`.", ""]
+    return "\n".join(lines)
 
 
 def latest(ckpt_dir: Path) -> Path | None:

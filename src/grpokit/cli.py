@@ -24,7 +24,7 @@ def _train_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=TRAIN_EPILOG + describe_fields())
     p.add_argument("--preset", help="published recipe to start from (grpokit presets lists them)")
-    p.add_argument("--config", help="YAML file with config sections")
+    p.add_argument("--config", help="YAML file with config sections, or a TRL-style file with GRPOConfig's flat names (docs/TRL.md)")
     p.add_argument("--out", help="run folder (default: a new folder under runs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
@@ -53,6 +53,12 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def cmd_train(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
+    if args.config and not args.preset:
+        from . import trl_yaml
+
+        data = trl_yaml.read(args.config)
+        if data is not None:  # TRL-style flat names: the same GRPOTrainer a TRL script builds
+            return _train_trl(trl_yaml.apply_overrides(data, args.overrides), args)
     from .train import Trainer
 
     cfg = build_config(args)
@@ -64,6 +70,17 @@ def cmd_train(argv: list[str]) -> int:
         n = int(after.get("n", 0))
         print(f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}", flush=True)
     print(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+    return 0
+
+
+def _train_trl(data: dict, args: argparse.Namespace) -> int:
+    from .trl_yaml import build_trainer
+
+    trainer = build_trainer(data, out=args.out or (args.resume if args.resume else None))
+    print(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
+    result = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    trainer.save_model()
+    print(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0
 
 

@@ -34,6 +34,7 @@ class ScoredBatch:
     total_N: torch.Tensor  # (N,) weighted sum
     names: list[str]
     metrics: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, list] = field(default_factory=dict)  # reward functions' log_extra columns, one entry per row
 
     @property
     def group_size(self) -> int:
@@ -49,7 +50,8 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
     rollout = batch.rollout.rows(groups, rows, new_G)  # every per-row field, episodes included
     idx = torch.tensor(rows, dtype=torch.long)
     return ScoredBatch([batch.prompts[p] for p in groups], rollout, [batch.texts[i] for i in rows],
-                       batch.rewards_NF[idx], batch.total_N[idx], batch.names, dict(batch.metrics))
+                       batch.rewards_NF[idx], batch.total_N[idx], batch.names, dict(batch.metrics),
+                       {k: [v[i] for i in rows] for k, v in batch.extra.items()})
 
 
 def concat(batches: list[ScoredBatch]) -> ScoredBatch:
@@ -58,7 +60,9 @@ def concat(batches: list[ScoredBatch]) -> ScoredBatch:
                           [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)], first.group_size)
     return ScoredBatch([p for b in batches for p in b.prompts], rollout, [t for b in batches for t in b.texts],
                        torch.cat([b.rewards_NF for b in batches]), torch.cat([b.total_N for b in batches]),
-                       first.names, _merge_metrics([b.metrics for b in batches]))
+                       first.names, _merge_metrics([b.metrics for b in batches]),
+                       {k: [x for b in batches for x in b.extra.get(k, [None] * len(b.texts))]
+                        for k in dict.fromkeys(k for b in batches for k in b.extra)})
 
 
 def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[int] | None = None) -> ScoredBatch:

@@ -77,7 +77,9 @@ class DataConfig:
     system_prompt: str = ""
     """System message prepended when a chat template is applied."""
     chat_template: str = "auto"
-    """"auto" (apply the tokenizer's chat template when it has one), "always" or "never"."""
+    """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
+    chat_template_kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's chat_template_kwargs)."""
     eval_size: int = 500
     """Number of held-out prompts evaluated before and after training (0 disables evaluation)."""
     shuffle: bool = True
@@ -150,6 +152,8 @@ class RewardConfig:
     """Multi-objective (MO-GRPO): normalise each function's reward within its group before the weighted sum."""
     process_function: str = ""
     """Process reward for algo.supervision=process: "task" or "module:function" returning (end token, reward) steps."""
+    convention: str = "grpokit"
+    """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it, completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts each completion as [{"role": "assistant", "content": ...}])."""
 
 
 @dataclass

@@ -60,9 +60,12 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     """Prompt text as the model sees it: through the chat template when configured and available
     (with the tools' JSON schemas, for multi-turn episodes with tools)."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
-    use = cfg.chat_template == "always" or (cfg.chat_template == "auto" and has_template)
+    use = _templated(tokenizer, cfg, prompt)
     if cfg.chat_template == "always" and not has_template:
         raise ConfigError("data.chat_template='always' but the tokenizer has no chat template; use auto or never")
+    if cfg.chat_template == "conversational" and use and not has_template:
+        raise ConfigError("the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
+                          "(processing_class) or plain-text prompts")
     if not use:
         if isinstance(prompt, list):
             return "\n".join(str(m.get("content", "")) for m in prompt)
@@ -70,7 +73,7 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
     if cfg.system_prompt and not any(m.get("role") == "system" for m in messages):
         messages = [{"role": "system", "content": cfg.system_prompt}, *messages]
-    kw = {"tools": tools} if tools else {}
+    kw = {**cfg.chat_template_kwargs, **({"tools": tools} if tools else {})}
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
 
 
@@ -78,7 +81,7 @@ def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: li
     prompts = []
     for r in rows:
         text = render_prompt(r["prompt"], tokenizer, cfg, tools)
-        ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg))["input_ids"]
+        ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg, r["prompt"]))["input_ids"]
         if not ids:
             raise ConfigError(f"a prompt tokenised to nothing: {text!r}")
         prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"},
@@ -103,7 +106,13 @@ def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list
     return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
 
 
-def _templated(tokenizer, cfg: DataConfig) -> bool:
+def _templated(tokenizer, cfg: DataConfig, prompt: Any = None) -> bool:
+    """Whether ``prompt`` goes through the chat template: "conversational" (TRL) templates chat
+    messages only; "always" needs a template; "auto" uses one when the tokenizer has it."""
+    if cfg.chat_template == "conversational":
+        return isinstance(prompt, list)
+    if cfg.chat_template == "always":
+        return True
     return cfg.chat_template != "never" and bool(getattr(tokenizer, "chat_template", None))
 
 

@@ -17,7 +17,7 @@ from .types import Prompt
 
 @torch.no_grad()
 def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens: int, eos_token_ids: set[int],
-             batch_size: int = 256, episodes=None) -> dict[str, float]:
+             batch_size: int = 256, episodes=None, convention: str = "grpokit") -> dict[str, float]:
     if not prompts:
         return {}
     was_training = model.training
@@ -34,14 +34,16 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
         ro = episodes.run(sample, chunk, 1, params) if episodes is not None else sample([p.ids for p in chunk], 1, params)
         comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
         columns = repeat_columns(chunk)
-        scored_comp = comp
+        from .wiring import reward_inputs, reward_prompts
+
+        scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
         if ro.episodes is not None:  # episodes are scored on their conversation, as in training
             scored_comp = [e.messages for e in ro.episodes]
             tool_use += [float(e.tool_calls > 0) for e in ro.episodes]
             turns += [float(e.turns) for e in ro.episodes]
             if any(e.environment is not None for e in ro.episodes):
                 columns["environments"] = [e.environment for e in ro.episodes]
-        result = runner.score([p.text for p in chunk], scored_comp, ro.completion_ids, 1, columns)
+        result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
         first = torch.nan_to_num(result.rewards_NF[:, 0], nan=0.0)
         rewards += first.tolist()
         correct += (first >= 1 - 1e-6).float().tolist()

@@ -41,12 +41,14 @@ def model_path(name_or_path: str) -> str:
     return name_or_path
 
 
-def load_tokenizer(cfg: ModelConfig):
+def load_tokenizer(cfg: ModelConfig, tok=None):
+    """The tokenizer of ``model.name_or_path``, or ``tok`` as given (TRL's processing_class); a pad
+    token is borrowed from eos when missing."""
     from transformers import AutoTokenizer
 
     path = model_path(cfg.name_or_path)
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        tok = tok if tok is not None else AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except OSError as e:
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded ({e.__class__.__name__}); give a model folder or hub id with a tokenizer") from None
     if tok.pad_token_id is None:
@@ -56,13 +58,20 @@ def load_tokenizer(cfg: ModelConfig):
     return tok
 
 
-def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype):
+def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model=None):
+    """The policy: loaded from ``model.name_or_path``, or ``model`` as given (an instantiated
+    ``PreTrainedModel``, TRL's model object), then moved to the device, with gradient checkpointing
+    and LoRA adapters as configured."""
     from transformers import AutoModelForCausalLM
 
+    if model is not None:
+        if cfg.quantization != "none":
+            raise ConfigError("model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object")
+        return _prepare(model.to(device=device, dtype=dtype), cfg)
     path = model_path(cfg.name_or_path)
     if Path(path).is_dir() and not (Path(path) / "config.json").exists():
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} is a folder without config.json; give a Hugging Face model folder")
-    from .lora import add_adapters, quantization_config
+    from .lora import quantization_config
 
     quant = quantization_config(cfg, device, dtype)  # QLoRA: 4-bit base (CUDA only)
     extra = {"quantization_config": quant, "device_map": {"": device}} if quant is not None else {}
@@ -72,6 +81,12 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype):
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
     if quant is None:
         model.to(device)
+    return _prepare(model, cfg)
+
+
+def _prepare(model, cfg: ModelConfig):
+    from .lora import add_adapters
+
     if cfg.gradient_checkpointing:
         # transformers 5 renamed it; keep working on both sides of the rename
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from .callbacks import Callbacks, RunState
 from .advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from .collect import ScoredBatch, collect
 from .config import Config, ConfigError, save_yaml, to_dict
@@ -53,12 +54,15 @@ class Trainer:
     configured ones; ``train_rows``/``eval_rows`` replace the configured data. As in TRL's
     GRPOTrainer, ``tools`` (typed, documented functions) and ``environment_factory`` (a class with
     ``reset(**row)`` whose public methods are tools) make every sample a multi-turn episode
-    (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether."""
+    (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
+    ``model`` / ``tokenizer`` (instantiated objects) replace loading ``model.name_or_path``;
+    ``callbacks`` are called at the points listed in callbacks.py with ``args`` (default: ``cfg``)."""
 
     def __init__(self, cfg: Config, *, reward_funcs: list[Callable] | None = None, train_rows: list[dict] | None = None,
                  eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False,
                  tools: list[Callable] | None = None, environment_factory: Callable | None = None,
-                 rollout_func: Callable | None = None):
+                 rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
+                 args: Any = None):
         self.cfg = validate(cfg)
         wiring.use_task_model(cfg)  # data.task=calculator: "demo" is its own checkpoint
         self.resume_dir = Path(resume) if resume else None
@@ -75,7 +79,7 @@ class Trainer:
         self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(m))
-        self.tokenizer = load_tokenizer(m)
+        self.tokenizer = load_tokenizer(m, tokenizer)
         train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
         wiring.check_gold_answers(cfg, train_rows)
         self.episodes = wiring.episode_runner(cfg, self.tokenizer, tools, environment_factory, wiring._task(cfg))
@@ -91,7 +95,7 @@ class Trainer:
                                    max_failure_fraction=cfg.reward.max_failure_fraction)
 
         self.eval_runner = wiring.eval_runner(cfg, self.runner)
-        self.model = load_model(m, self.device, resolve_dtype(m, self.device))
+        self.model = load_model(m, self.device, resolve_dtype(m, self.device), model)
         if not t.threads and self.device.type == "cpu" and sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL:
             torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
         if kernels.wants_onednn(m.cpu_matmul, self.device):  # float32 linears through oneDNN (kernels.py)
@@ -138,6 +142,9 @@ class Trainer:
                                      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
                                      stop=tuple(cfg.rollout.stop))
         self.engine = scaling.make_engine(self)  # vLLM / async sampler, or None for the plain hf loop
+        self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
+        self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
+                                   processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
 
     # ------------------------------------------------------------------ the loop
 
@@ -145,24 +152,31 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         summary = self._load_summary()
         try:
+            self.callbacks("on_train_begin")
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate()
                 self._write_summary(summary) if self.dist.is_main else None
             final_eval = None
             while self.step < t.steps:
                 metrics = self.train_step()
-                self.step += 1
-                last = self.step == t.steps
+                self.step = self.state.global_step = self.step + 1
+                self.state.epoch = self.sampler.position / len(self.prompts)
+                last = self.callbacks("on_step_end").should_training_stop or self.step == t.steps
                 if last or (t.eval_every and self.step % t.eval_every == 0):
                     result = self._evaluate()
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
                     final_eval = result if last else None
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
+                self.state.log_history.append({**metrics, "step": self.step})
+                self.callbacks("on_log", logs=metrics)
                 if last or (t.save_every and self.step % t.save_every == 0):
-                    self.save()
+                    self.save(final_eval if last else None)
+                if last:
+                    break
             summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
             summary["steps"] = self.step
             self._write_summary(summary) if self.dist.is_main else None
+            self.callbacks("on_train_end")
         finally:
             self.recorder.close()
             self.runner.close()
@@ -255,10 +269,10 @@ class Trainer:
         seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
         if self.recorder.wants_samples(self.step + 1):
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(self.step + 1, sample_rows(
+            self.recorder.log_samples(self.step + 1, wiring.add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
-                messages=[e.messages for e in ro.episodes] if ro.episodes else None))
+                messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G))
         return distributed.reduce_metrics(self.dist, {
             **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
@@ -292,11 +306,12 @@ class Trainer:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
-            completions, env_columns = wiring.reward_inputs(ro, texts)
+            conv = self.cfg.reward.convention
+            completions, env_columns = wiring.reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
             columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
-            scored = self.runner.score([p.text for p in prompts for _ in range(group_size)], completions, ro.completion_ids,
-                                       group_size, columns)
-        return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics)
+            scored = self.runner.score(wiring.reward_prompts(prompts, group_size, conv), completions, ro.completion_ids,
+                                       group_size, columns, trainer_state=self.state.light())
+        return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
 
     # ------------------------------------------------------------------ helpers
 
@@ -330,18 +345,23 @@ class Trainer:
         if not self.eval_prompts:
             return {}
         with scaling.sampling_model(self) as model:
-            return evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
-                            max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes)
+            result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
+                              max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
+                              convention=self.cfg.reward.convention)
+        self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
+        return result
 
-    def save(self) -> Path:
+    def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
         hooks = scaling.checkpoint_writers(self)  # LoRA adapters, every rank's sampler state, FSDP gather
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
+            card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
-                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints,
+                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, card=card,
                                    extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None, **hooks)
         self.dist.barrier()
+        self.callbacks("on_save", checkpoint=path)
         return path
 
     def _load_summary(self) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def validate(cfg: Config) -> Config:
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
     c = cfg.reward
-    _check(not c.weights or len(c.weights) == len(c.functions),
+    _check(not c.weights or len(c.weights) >= len(c.functions),  # more: the rest weight callables passed to Trainer
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
     _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
     _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
@@ -143,7 +143,8 @@ def validate(cfg: Config) -> Config:
     _check(a.credit == "outcome" or a.supervision == "outcome",
            f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
     d = cfg.data
-    _one_of("data.chat_template", d.chat_template, ("auto", "always", "never"))
+    _one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
+    _one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
     _check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
     if d.dataset and _looks_like_path(d.dataset):
         _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")

@@ -56,8 +56,15 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
     from .env import environment_reward
 
     env_reward = environment_reward(environment_factory) if environment_factory is not None else None
-    extra = list(extra or []) + ([env_reward] if env_reward is not None else [])
+    passed = list(extra or [])
     names, weights = cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions)
+    if len(weights) not in (len(names), len(names) + len(passed)):
+        raise ConfigError(f"reward.weights has {len(weights)} entries but there are {len(names) + len(passed)} reward functions "
+                          f"({len(names)} in reward.functions, {len(passed)} passed as callables); give one weight per function "
+                          "(the named ones first, then the callables in order) or none")
+    extra_weights = weights[len(names):] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
+    extra = passed + ([env_reward] if env_reward is not None else [])
+    extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
     specs = []
     for name, w in zip(names, weights):
         if name == "task" and extra and not cfg.data.task:
@@ -77,7 +84,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
                 raise ConfigError(f"reward.functions: {e}") from None
             specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
     if extra:
-        specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0) for i, f in enumerate(extra)]
+        specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w) for i, (f, w) in enumerate(zip(extra, extra_weights))]
     if not specs:
         raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
     return specs
@@ -191,16 +198,40 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
     return ro, extra
 
 
-def reward_inputs(ro, texts: list[str]) -> tuple[list, dict[str, list]]:
-    """What reward functions receive for a rollout, in TRL's convention: plain texts for single-turn
-    completions; for episodes the whole conversation after the prompt (a list of messages) and, when
-    there is an environment, ``environments`` (one instance per completion)."""
+def reward_prompts(prompts, group_size: int, convention: str = "grpokit") -> list:
+    """The ``prompts`` reward functions receive, one per completion: the text the model saw
+    (grpokit), or the prompt as the dataset holds it, chat messages included (TRL)."""
+    if convention == "trl":
+        return [p.raw if p.raw is not None else p.text for p in prompts for _ in range(group_size)]
+    return [p.text for p in prompts for _ in range(group_size)]
+
+
+def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
+    """What reward functions receive for a rollout: plain texts for single-turn completions (under
+    the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of
+    chat messages, as TRL's GRPOTrainer passes them); for episodes the whole conversation after the
+    prompt (a list of messages) and, when there is an environment, ``environments`` (one instance
+    per completion). ``prompts`` holds one ``Prompt`` per completion."""
     if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
+        if convention == "trl" and prompts is not None:
+            return [[{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t
+                    for p, t in zip(prompts, texts)], {}
         return texts, {}
     extra = {}
     if any(e.environment is not None for e in ro.episodes):
         extra["environments"] = [e.environment for e in ro.episodes]
     return [e.messages for e in ro.episodes], extra
+
+
+def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int) -> list[dict]:
+    """Put reward functions' ``log_extra`` values beside each completion of sample rows (row p holds
+    completions p*G .. p*G+G-1), as TRL adds them to its completions table."""
+    for p, row in enumerate(rows):
+        for g, comp in enumerate(row["completions"]):
+            logged = {k: v[p * group_size + g] for k, v in extra.items() if v[p * group_size + g] is not None}
+            if logged:
+                comp["extra"] = logged
+    return rows
 
 
 def turn_ids(ro, width: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ import logging
 import math
 import pickle
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -49,6 +49,7 @@ class RewardResult:
     names: list[str]
     weights: list[float]
     metrics: dict[str, float]
+    extra: dict[str, list] = field(default_factory=dict)  # log_extra columns, one entry per completion (None: not logged)
 
 
 class NonFiniteReward(ValueError):
@@ -154,8 +155,14 @@ class RewardRunner:
         completion_ids: list[list[int]],
         group_size: int,
         columns: dict[str, list] | None = None,
+        trainer_state: Any = None,
     ) -> RewardResult:
-        """Score N completions (N = P * group_size, grouped contiguously) with every reward function."""
+        """Score N completions (N = P * group_size, grouped contiguously) with every reward function.
+
+        ``prompts`` and ``completions`` are passed on as given (texts, or chat messages in TRL's
+        conversational convention); ``trainer_state`` reaches every function as its keyword. What
+        functions log with ``log_metric`` becomes a metric of that name (the mean of the values);
+        ``log_extra`` columns come back in ``RewardResult.extra``."""
         start = time.perf_counter()
         columns = columns or {}
         n = len(completions)
@@ -168,8 +175,20 @@ class RewardRunner:
         def kwargs_for(idx: list[int], g: int) -> dict[str, Any]:
             kw: dict[str, Any] = {k: [v[i] for i in idx] for k, v in columns.items()}
             kw.update(prompts=[prompts[i] for i in idx], completions=[completions[i] for i in idx],
-                      completion_ids=[completion_ids[i] for i in idx], group_size=g, trainer_state=None)
+                      completion_ids=[completion_ids[i] for i in idx], group_size=g, trainer_state=trainer_state)
             return kw
+
+        logged: dict[str, list[float]] = {}
+        extra: dict[str, list] = {}
+
+        def keep_logs(idx: list[int], value: Any) -> None:  # what log_metric / log_extra collected in one call
+            for name, vals in getattr(value, "metrics", {}).items():
+                logged.setdefault(name, []).extend(vals)
+            for column, vals in getattr(value, "extra", {}).items():
+                if len(vals) == len(idx):  # one value per completion of the call, as TRL asks
+                    col = extra.setdefault(column, [None] * n)
+                    for i, v in zip(idx, vals):
+                        col[i] = v
 
         groups = [list(range(s, s + group_size)) for s in range(0, n, group_size)]
         num_f = len(self.specs)
@@ -184,6 +203,7 @@ class RewardRunner:
             retry: list[int] = []
             for idx, out in zip(groups, outcomes):
                 if out.ok:
+                    keep_logs(idx, out.value)
                     for i, v in zip(idx, out.value):
                         try:
                             value = _check_value(v)
@@ -200,6 +220,7 @@ class RewardRunner:
                     try:
                         if not out.ok:
                             raise RuntimeError(out.error)
+                        keep_logs([i], out.value)
                         value = _check_value(out.value[0])
                         rewards_NF[i, f] = float("nan") if value is None else value
                     except Exception as exc:
@@ -229,7 +250,8 @@ class RewardRunner:
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start
-        return RewardResult(rewards_NF, total_N, [s.name for s in self.specs], weights.tolist(), metrics)
+        metrics.update({name: sum(vals) / len(vals) for name, vals in logged.items() if vals and name not in metrics})
+        return RewardResult(rewards_NF, total_N, [s.name for s in self.specs], weights.tolist(), metrics, extra)
 
     def close(self) -> None:
         """Stop worker processes and threads (abandoned soft-timeout threads are not waited for)."""

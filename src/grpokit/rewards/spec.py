@@ -5,15 +5,20 @@ A reward function follows TRL's contract, so existing functions work unchanged:
     fn(prompts, completions, **kwargs) -> list[float | None]      # one entry per completion
 
 The runner passes as keywords `prompts`, `completions`, `completion_ids` (token ids per completion),
-`group_size` (G), `trainer_state` (None here) and every extra dataset column, one entry per completion.
-A function that does not declare a keyword (and has no `**kwargs`) simply does not receive it.
-`None` means "not applicable to this completion" and is left out of the weighted sum.
+`group_size` (G), `trainer_state` (the run's progress: `global_step`, `max_steps`, `epoch`; None outside
+a run), `log_metric(name, value)` (a scalar averaged into the step's metrics, as TRL's), `log_extra(column,
+values)` (per-completion values kept with the step's samples, as TRL's) and every extra dataset column,
+one entry per completion. A function that does not declare a keyword (and has no `**kwargs`) simply
+does not receive it. `None` means "not applicable to this completion" and is left out of the weighted sum.
 """
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -40,11 +45,17 @@ BUILTINS: dict[str, str] = {
 
 
 def _import_path(path: str) -> RewardFn:
+    """``module:function``; the module is looked for on sys.path and in the working directory (a
+    script's own reward module beside it, as TRL's CLI finds it)."""
     module_name, _, attr = path.partition(":")
+    cwd = os.getcwd()
     try:
+        if cwd not in sys.path and importlib.util.find_spec(module_name.split(".")[0]) is None:
+            sys.path.append(cwd)
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise RewardError(f"Reward '{path}': module '{module_name}' could not be imported ({exc}).") from None
+        raise RewardError(f"Reward '{path}': module '{module_name}' could not be imported from the working directory "
+                          f"{cwd} or sys.path ({exc}).") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardError(f"Reward '{path}': module '{module_name}' has no callable named '{attr}'.")
@@ -80,8 +91,25 @@ def _accepted_keywords(fn: RewardFn) -> set[str] | None:
     return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> list[Any]:
-    """Call one reward function with the keywords it accepts; check it returned one value per completion."""
+class LoggedValues(list):
+    """A reward function's values plus what it logged through ``log_metric`` / ``log_extra``
+    (``metrics``: name -> values, ``extra``: column -> values). A list, so it pickles back from a
+    worker process with its logs."""
+
+    def __init__(self, values=(), metrics: dict | None = None, extra: dict | None = None):
+        super().__init__(values)
+        self.metrics: dict[str, list[float]] = metrics or {}
+        self.extra: dict[str, list[Any]] = extra or {}
+
+
+def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> LoggedValues:
+    """Call one reward function with the keywords it accepts; check it returned one value per completion.
+
+    ``log_metric`` and ``log_extra`` are made here, in the process that runs the function (a worker
+    or the trainer), and what they collect travels back with the values."""
+    out = LoggedValues()
+    kwargs = {**kwargs, "log_metric": lambda name, value: out.metrics.setdefault(str(name), []).append(float(value)),
+              "log_extra": lambda column, values: out.extra.setdefault(str(column), []).extend(list(values))}
     accepted = _accepted_keywords(fn)
     if accepted is not None:
         kwargs = {k: v for k, v in kwargs.items() if k in accepted}
@@ -91,7 +119,8 @@ def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> list[Any]:
         raise TypeError(f"a reward function must return a list, got {type(values).__name__}")
     if n is not None and len(values) != n:
         raise ValueError(f"returned {len(values)} values for {n} completions")
-    return list(values)
+    out.extend(values)
+    return out
 
 
 @dataclass

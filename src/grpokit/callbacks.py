@@ -1,0 +1,77 @@
+"""Trainer callbacks at fixed points of the loop, with the signature of transformers' ``TrainerCallback``.
+
+A callback is any object with some of these methods (a ``transformers.TrainerCallback`` works as is;
+a class is instantiated, as transformers does):
+
+    on_train_begin(args, state, control, **kw)      before anything else (before the evaluation before training)
+    on_step_end(args, state, control, **kw)         after each step's update; state.global_step is that step
+    on_evaluate(args, state, control, metrics, **kw) after each held-out evaluation (before, during, after)
+    on_log(args, state, control, logs, **kw)        with the step's metrics, when they are written
+    on_save(args, state, control, **kw)             after a checkpoint is complete on disk
+    on_train_end(args, state, control, **kw)        once, after the final evaluation
+
+``args`` is what the run was configured with (a grpokit ``Config``, or the ``GRPOConfig`` of the
+TRL-compatible layer); the keywords are ``model``, ``processing_class``, ``optimizer``,
+``lr_scheduler`` (and ``metrics`` / ``logs``). Setting ``control.should_training_stop = True``
+ends the run after the current step (checkpoint, evaluation and report still happen).
+
+``RunState`` is also what reward functions receive as ``trainer_state`` (TRL passes the
+transformers ``TrainerState``; the fields here carry the same names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunState:
+    """The run's progress, under transformers' ``TrainerState`` names."""
+
+    global_step: int = 0
+    """Steps done (one step: a batch sampled, scored and trained on)."""
+    max_steps: int = 0
+    """Steps the run is configured for."""
+    epoch: float = 0.0
+    """Passes over the training prompts so far (prompts served / number of prompts)."""
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    """Every logged metrics dict with its "step", in order (as transformers keeps it)."""
+    is_world_process_zero: bool = True
+    """True on the process that writes (rank 0)."""
+
+    def light(self) -> RunState:
+        """A copy without the log history: what reward functions get (it may travel to a worker)."""
+        return dataclasses.replace(self, log_history=[])
+
+
+@dataclass
+class Control:
+    """What callbacks may ask of the loop (transformers' ``TrainerControl`` names)."""
+
+    should_training_stop: bool = False
+    """End the run after the current step."""
+
+
+class Callbacks:
+    """Calls every callback's ``on_<event>`` method that exists, in the order given."""
+
+    EVENTS = ("on_train_begin", "on_step_end", "on_evaluate", "on_log", "on_save", "on_train_end")
+
+    def __init__(self, callbacks: list | None, args: Any, state: RunState, **objects: Any):
+        self.callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
+        for cb in self.callbacks:
+            if not any(callable(getattr(cb, e, None)) for e in self.EVENTS):
+                raise TypeError(f"callback {cb!r} has none of the methods {', '.join(self.EVENTS)}; "
+                                "pass a transformers TrainerCallback or an object with some of them")
+        self.args, self.state, self.control, self.objects = args, state, Control(), objects
+
+    def __call__(self, event: str, **kwargs: Any) -> Control:
+        for cb in self.callbacks:
+            method = getattr(cb, event, None)
+            if callable(method):
+                out = method(self.args, self.state, self.control, **self.objects, **kwargs)
+                if out is not None and hasattr(out, "should_training_stop"):  # transformers returns control
+                    self.control.should_training_stop = bool(out.should_training_stop)
+        return self.control

@@ -1,0 +1,97 @@
+"""grpokit.trl's GRPOConfig: TRL 1.16's names and defaults (TRL is the oracle), refusals in one
+sentence, the mapping onto Config worked out by hand, and docs/TRL.md generated from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpokit.config import ConfigError
+from grpokit.trl_config import UNSUPPORTED, GRPOConfig
+from grpokit.trl_mapping import to_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _trl_fields() -> dict:
+    trl = pytest.importorskip("trl")
+    out = {}
+    for f in dataclasses.fields(trl.GRPOConfig):
+        if f.init:
+            out[f.name] = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return out
+
+
+def test_every_trl_argument_is_known_with_trls_default():
+    trl = _trl_fields()
+    ours = GRPOConfig().to_dict()
+    assert set(ours) | set(UNSUPPORTED) == set(trl)  # nothing TRL has is unknown, nothing extra is invented
+    assert not set(ours) & set(UNSUPPORTED)
+    for name, value in {**ours, **UNSUPPORTED}.items():
+        assert value == trl[name], name
+
+
+def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
+    GRPOConfig(use_liger_kernel=False, per_device_eval_batch_size=8)  # at TRL's default: accepted
+    for kwargs, words in [({"use_liger_kernel": True}, "use_liger_kernel=True"), ({"delta": 1.5}, "delta=1.5"),
+                          ({"num_generation": 8}, "'num_generation'")]:
+        with pytest.raises(ConfigError) as e:
+            GRPOConfig(**kwargs)
+        assert words in str(e.value) and str(e.value).count(". ") == 0
+    with pytest.raises(ConfigError, match="loss_type='cispo'"):
+        to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+    with pytest.raises(ConfigError, match="vllm_importance_sampling_mode"):
+        to_config(GRPOConfig(use_vllm=True), num_rows=4)  # TRL's default mode is sequence_mask
+    with pytest.raises(ConfigError, match="not a multiple of num_generations=3"):
+        to_config(GRPOConfig(per_device_train_batch_size=4, num_generations=3), num_rows=4)
+
+
+def test_mapping_worked_by_hand():
+    a = GRPOConfig("out", per_device_train_batch_size=8, gradient_accumulation_steps=2, num_generations=4, max_steps=10,
+                   num_iterations=2, loss_type="dr_grpo", scale_rewards=False, epsilon=0.2, epsilon_high=0.28,
+                   learning_rate=5e-6, lr_scheduler_type="cosine", warmup_steps=0.1, save_steps=2, save_total_limit=None,
+                   report_to=["tensorboard"], logging_steps=5, log_completions=True, bf16=True, beta=0.04,
+                   generation_kwargs={"stop_strings": "</answer>", "top_k": 20})
+    c = to_config(a, num_rows=100, world_size=1)
+    # 8 completions per micro-batch x 2 accumulated = 16 completions a step = 4 prompts x G=4
+    assert (c.train.prompts_per_step, c.train.micro_batch_size, c.rollout.group_size) == (4, 8, 4)
+    # 10 optimizer updates at mu=2 updates per sampled batch = 5 grpokit steps; warm-up 10% of 10 updates = 1
+    assert (c.train.steps, c.algo.num_iterations, c.optim.warmup_steps, c.optim.schedule) == (5, 2, 1, "cosine")
+    assert (c.algo.aggregation, c.algo.norm_constant, c.algo.scale) == ("seq-mean-token-sum-norm", 0.0, "none")
+    assert (c.algo.clip_low, c.algo.clip_high, c.algo.beta, c.algo.kl_bias_correction) == (0.2, 0.28, 0.04, True)
+    assert (c.optim.lr, c.optim.adam_beta2, c.train.seed, c.model.autocast) == (5e-6, 0.999, 42, "bfloat16")
+    # save every 2 of 5 steps, keep them all: steps 2 and 4, plus the final one = 5 // 2 + 1 = 3
+    assert (c.train.save_every, c.train.keep_checkpoints, c.train.out) == (2, 3, "out")
+    assert c.record.sinks == ["console", "tensorboard"] and (c.record.console_every, c.record.samples_every) == (5, 5)
+    assert c.rollout.stop == ["</answer>"] and c.rollout.top_k == 20 and c.rollout.max_new_tokens == 512
+    assert (c.reward.convention, c.data.chat_template, c.data.task, c.reward.functions) == ("trl", "conversational", "", [])
+
+
+def test_epochs_set_the_steps_when_max_steps_is_unset():
+    # 3 epochs over 10 prompts at 8 completions / G=8 = 1 prompt a step: 30 steps
+    assert to_config(GRPOConfig(), num_rows=10, world_size=1).train.steps == 30
+    # 2 processes double the batch: 2 prompts a step, 15 steps
+    c = to_config(GRPOConfig(), num_rows=10, world_size=2)
+    assert (c.train.steps, c.train.prompts_per_step) == (15, 2)
+
+
+def test_scale_rewards_booleans_and_loss_names():
+    assert to_config(GRPOConfig(scale_rewards=True), num_rows=1).algo.scale == "group"
+    assert to_config(GRPOConfig(scale_rewards="batch"), num_rows=1).algo.scale == "batch"
+    for name, agg in [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean"), ("bnpo", "token-mean")]:
+        assert to_config(GRPOConfig(loss_type=name), num_rows=1).algo.aggregation == agg
+
+
+def test_docs_table_is_generated_from_the_mapping():
+    spec = importlib.util.spec_from_file_location("make_trl_docs", ROOT / "scripts" / "make_trl_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_trl_docs"] = module
+    spec.loader.exec_module(module)
+    text = (ROOT / "docs" / "TRL.md").read_text()
+    assert module.render(text) == text, "docs/TRL.md is stale: run PYTHONPATH=src python scripts/make_trl_docs.py"
+    for name in GRPOConfig().to_dict():
+        assert f"`{name}`" in text, name

@@ -1,0 +1,112 @@
+"""TRL scripts run under grpokit with only the import line changed (issue 18).
+
+tests/trl_scripts/ holds a quickstart-style script (conversational prompts, reward functions that
+read ``c[0]["content"]``, extra columns, reward weights, trainer_state, log_metric) and a LoRA script
+(plain-text prompts, peft.LoraConfig). Each runs here as written except for
+``from trl import ...`` -> ``from grpokit.trl import ...``; the slow test also runs the untouched
+file under TRL itself (the oracle) and compares what the reward functions received.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_helpers import make_chat_model
+
+SCRIPTS = Path(__file__).parent / "trl_scripts"
+TRL_IMPORT = "from trl import GRPOConfig, GRPOTrainer"
+GRPOKIT_IMPORT = "from grpokit.trl import GRPOConfig, GRPOTrainer"
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    return make_chat_model(tmp_path_factory.mktemp("chat-model"))
+
+
+def grpokit_variant(name: str, tmp_path: Path) -> Path:
+    """The script with only its TRL import replaced; the diff is checked to be exactly that line."""
+    original = (SCRIPTS / name).read_text().splitlines(keepends=True)
+    ported = [GRPOKIT_IMPORT + "\n" if line.rstrip("\n") == TRL_IMPORT else line for line in original]
+    diff = [d for d in difflib.unified_diff(original, ported, n=0) if d[:1] in "+-" and d[:3] not in ("+++", "---")]
+    assert diff == ["-" + TRL_IMPORT + "\n", "+" + GRPOKIT_IMPORT + "\n"], diff
+    out = tmp_path / name
+    out.write_text("".join(ported))
+    return out
+
+
+def run_in_process(script: Path, monkeypatch, **env) -> dict:
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+    return runpy.run_path(str(script), run_name="__main__")
+
+
+def test_quickstart_script_runs_with_the_import_changed(chat_model, tmp_path, monkeypatch):
+    out, probe = tmp_path / "run", tmp_path / "probe.json"
+    g = run_in_process(grpokit_variant("quickstart.py", tmp_path), monkeypatch, GRPO_MODEL=chat_model, GRPO_OUT=out,
+                       GRPO_PROBE=probe)
+    seen = json.loads(probe.read_text())
+    # what TRL passes: conversational completions as one assistant message, prompts as the dataset's messages,
+    # every column under its own name (solution is not renamed to answer), trainer_state, log_metric, log_extra
+    assert seen["completion"][0]["role"] == "assistant" and isinstance(seen["completion"][0]["content"], str)
+    assert seen["prompt"][0]["role"] == "user" and seen["prompt"][0]["content"].startswith("add ")
+    assert {"prompts", "completions", "completion_ids", "solution", "level", "trainer_state", "log_metric",
+            "log_extra"} <= set(seen["keys"])
+    assert seen["global_step"] == 0 and seen["completion_ids"] and seen["n"] == 4
+    trainer = g["trainer"]
+    assert trainer.state.global_step == 2
+    assert [s.weight for s in trainer._trainer.runner.specs] == [1.0, 0.5, 0.2]  # reward_weights weight the callables
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "reward" in x]
+    assert len(steps) == 2 and all("brevity/mean_chars" in x for x in steps)  # log_metric reached the metrics
+    for x in steps:  # the reward is the weighted sum: 1.0 * accuracy + 0.5 * brevity + 0.2 * level_bonus
+        expected = x["rewards/accuracy/mean"] + 0.5 * x["rewards/brevity/mean"] + 0.2 * x["rewards/level_bonus/mean"]
+        assert x["reward"] == pytest.approx(expected, abs=1e-6)
+    assert trainer._trainer.prompts[0].text.startswith("<user>add ")  # chat messages went through the template
+    assert (out / "config.json").exists() and (out / "README.md").read_text().startswith("---\n")  # save_model
+    assert (out / "checkpoints" / "step-000002" / "model" / "README.md").exists()  # the model card
+
+
+def test_lora_script_runs_with_the_import_changed(chat_model, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    g = run_in_process(grpokit_variant("lora.py", tmp_path), monkeypatch, GRPO_MODEL=chat_model, GRPO_OUT=out)
+    trainer = g["trainer"]
+    cfg = trainer.cfg.model
+    assert (cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules) == (4, 8.0, ["q_proj", "v_proj"])
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert all(".q_proj." in n or ".v_proj." in n for n in trainable)
+    # plain-text prompts are used as written: no chat template, as TRL does
+    assert trainer._trainer.prompts[0].text in {f"{a}+{b}=" for a in range(10) for b in range(3)}
+    assert trainer.state.global_step == 2
+    assert (out / "adapter_model.safetensors").exists() and (out / "adapter_config.json").exists()
+    card = (out / "checkpoints" / "step-000002" / "model" / "README.md").read_text()
+    assert "library_name: peft" in card and "LoRA adapters (r=4, alpha=8)" in card
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["quickstart.py", "lora.py"])
+def test_the_scripts_run_under_trl_itself_and_pass_the_same_reward_inputs(name, chat_model, tmp_path, monkeypatch):
+    pytest.importorskip("trl")
+    env = {**os.environ, "GRPO_MODEL": str(chat_model), "GRPO_OUT": str(tmp_path / "trl-run"),
+           "GRPO_PROBE": str(tmp_path / "trl.json"), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    done = subprocess.run([sys.executable, str(SCRIPTS / name)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if name != "quickstart.py":
+        return
+    run_in_process(grpokit_variant(name, tmp_path), monkeypatch, GRPO_MODEL=chat_model, GRPO_OUT=tmp_path / "gk-run",
+                   GRPO_PROBE=tmp_path / "grpokit.json")
+    trl_seen, ours = json.loads((tmp_path / "trl.json").read_text()), json.loads((tmp_path / "grpokit.json").read_text())
+    assert set(ours["keys"]) - set(trl_seen["keys"]) == {"group_size"}  # grpokit adds G, nothing else
+    assert set(trl_seen["keys"]) <= set(ours["keys"])
+    for key in ("completion", "prompt"):  # the same structure: message lists with the same roles
+        assert [m["role"] for m in ours[key]] == [m["role"] for m in trl_seen[key]]
+    assert type(ours["solution"]) is type(trl_seen["solution"]) and type(ours["level"]) is type(trl_seen["level"])
+    assert ours["global_step"] == trl_seen["global_step"] == 0
