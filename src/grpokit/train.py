@@ -58,8 +58,8 @@ class Trainer:
                  eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False,
                  tools: list[Callable] | None = None, environment_factory: Callable | None = None,
                  rollout_func: Callable | None = None):
-        self.cfg = validate(cfg)
-        wiring.use_task_model(cfg)  # data.task=calculator: "demo" is its own checkpoint
+        # one's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's checkpoint
+        self.cfg = validate(wiring.resolve_run(cfg, own_rows=train_rows is not None))
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or f"runs/{datetime.now():%Y%m%d-%H%M%S}")
         t, m = cfg.train, cfg.model
@@ -108,7 +108,7 @@ class Trainer:
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
-        self.step = 0
+        self.step = self.saved_step = 0
         if self.resume_dir:
             ckpt = checkpoint.latest(self.run_dir / "checkpoints")
             if ckpt is None:
@@ -116,6 +116,7 @@ class Trainer:
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self))
             self.step, self.sampler.position = state.step, state.data_position
+            self.saved_step = state.step
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             save_yaml(cfg, self.run_dir / "config.yaml")
@@ -134,25 +135,33 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         summary = self._load_summary()
+        stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
-            if "eval_before" not in summary:
-                summary["eval_before"] = self._evaluate()
+            with stop:
+                if "eval_before" not in summary:
+                    summary["eval_before"] = self._evaluate()
+                    self._write_summary(summary) if self.dist.is_main else None
+                final_eval = None
+                while self.step < t.steps and not stop.requested:
+                    metrics = self.train_step()
+                    self.step += 1
+                    last = self.step == t.steps
+                    if last or (t.eval_every and self.step % t.eval_every == 0):
+                        result = self._evaluate()
+                        metrics.update({f"eval/{k}": v for k, v in result.items()})
+                        final_eval = result if last else None
+                    self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
+                    if last or (t.save_every and self.step % t.save_every == 0):
+                        self.save()
+                if self.step < t.steps:  # stopped by Ctrl-C: keep what was trained, skip the final evaluation
+                    if self.step > self.saved_step:
+                        self.save()
+                    summary.update(steps=self.step, interrupted=True)
+                else:
+                    summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
+                    summary["steps"] = self.step
+                    summary.pop("interrupted", None)
                 self._write_summary(summary) if self.dist.is_main else None
-            final_eval = None
-            while self.step < t.steps:
-                metrics = self.train_step()
-                self.step += 1
-                last = self.step == t.steps
-                if last or (t.eval_every and self.step % t.eval_every == 0):
-                    result = self._evaluate()
-                    metrics.update({f"eval/{k}": v for k, v in result.items()})
-                    final_eval = result if last else None
-                self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
-                if last or (t.save_every and self.step % t.save_every == 0):
-                    self.save()
-            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
-            summary["steps"] = self.step
-            self._write_summary(summary) if self.dist.is_main else None
         finally:
             self.recorder.close()
             self.runner.close()
@@ -314,6 +323,7 @@ class Trainer:
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
                                    self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, **hooks)
         self.dist.barrier()
+        self.saved_step = self.step
         return path
 
     def _load_summary(self) -> dict[str, Any]:
