@@ -74,8 +74,8 @@ def cmd_train(argv: list[str]) -> int:
         print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
         return 130
     if summary.get("interrupted"):
-        print(f"grpokit: interrupted after step {summary['steps']} of {cfg.train.steps}; "
-              f"{_checkpoint_note(trainer.run_dir)}", file=sys.stderr, flush=True)
+        when = f"after step {summary['steps']} of {cfg.train.steps}" if summary["steps"] else "before the first step finished"
+        print(f"grpokit: interrupted {when}; {_checkpoint_note(trainer.run_dir)}", file=sys.stderr, flush=True)
         return 130
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
     if "accuracy" in before and "accuracy" in after:
