@@ -80,14 +80,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     quiet_transformers()
     device = resolve_device(cfg.model)
-    with_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").exists()
-    tokenizer = load_tokenizer(dataclasses.replace(cfg.model, name_or_path=str(adapter)) if with_tokenizer else cfg.model)
-    model = load_model(cfg.model, device, resolve_dtype(cfg.model, device))
-    if adapter is not None:  # a LoRA checkpoint: the adapters merged into the base they were trained on
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    model.eval()
+    model, tokenizer = load_eval_model(cfg.model, adapter, device)
     if cfg.data.task:
         from .tasks import get_task
 
@@ -152,6 +145,18 @@ def resolve_model(name: str) -> tuple[str, Path | None]:
         raise ConfigError(f"--model {name!r} is a LoRA adapter for the base model {base!r}, which does not exist here; "
                           "edit base_model_name_or_path in its adapter_config.json")
     return base, folder
+
+
+def load_eval_model(mcfg, adapter: Path | None, device: torch.device):
+    """(model in eval mode, tokenizer); a LoRA adapter is merged into the base it was trained on."""
+    with_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").exists()
+    tokenizer = load_tokenizer(dataclasses.replace(mcfg, name_or_path=str(adapter)) if with_tokenizer else mcfg)
+    model = load_model(mcfg, device, resolve_dtype(mcfg, device))
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return model.eval(), tokenizer
 
 
 def main(argv: list[str]) -> int:
