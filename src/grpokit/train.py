@@ -61,7 +61,7 @@ class Trainer:
         # one's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's checkpoint
         self.cfg = validate(wiring.resolve_run(cfg, own_rows=train_rows is not None))
         self.resume_dir = Path(resume) if resume else None
-        self.run_dir = self.resume_dir or Path(cfg.train.out or f"runs/{datetime.now():%Y%m%d-%H%M%S}")
+        self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
         t, m = cfg.train, cfg.model
         if t.threads:
             torch.set_num_threads(t.threads)

@@ -56,6 +56,17 @@ def use_task_model(cfg: Config) -> None:
         cfg.model.name_or_path = str(task.model_path())
 
 
+def new_run_dir(name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... when a run started in the same second holds it."""
+    from pathlib import Path
+
+    k, out = 1, name
+    while Path(out).exists():
+        k += 1
+        out = f"{name}-{k}"
+    return out
+
+
 def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None) -> tuple[list[dict], list[dict]]:
     """Training and held-out rows: given ones, else the built-in task's, else the configured files.
     One's own data is evaluated on data.eval_dataset (or given eval_rows) or not at all, never on the
