@@ -137,32 +137,34 @@ class Trainer:
         summary = self._load_summary()
         stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
-            with stop:
-                if "eval_before" not in summary:
-                    summary["eval_before"] = self._evaluate()
-                    self._write_summary(summary) if self.dist.is_main else None
-                final_eval = None
-                while self.step < t.steps and not stop.requested:
-                    metrics = self.train_step()
-                    self.step += 1
-                    last = self.step == t.steps
-                    if last or (t.eval_every and self.step % t.eval_every == 0):
-                        result = self._evaluate()
-                        metrics.update({f"eval/{k}": v for k, v in result.items()})
-                        final_eval = result if last else None
-                    self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
-                    if last or (t.save_every and self.step % t.save_every == 0):
-                        self.save()
-                if self.step < t.steps:  # stopped by Ctrl-C: keep what was trained, skip the final evaluation
-                    if self.step > self.saved_step:
-                        self.save()
-                    summary.update(steps=self.step, interrupted=True)
-                else:
-                    summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
-                    summary["steps"] = self.step
-                    summary.pop("interrupted", None)
+            stop.install()
+            if "eval_before" not in summary:
+                summary["eval_before"] = self._evaluate()
                 self._write_summary(summary) if self.dist.is_main else None
+            final_eval = None
+            while self.step < t.steps and not stop.requested:
+                metrics = self.train_step()
+                self.step += 1
+                last = self.step == t.steps
+                if last or (t.eval_every and self.step % t.eval_every == 0):
+                    result = self._evaluate()
+                    metrics.update({f"eval/{k}": v for k, v in result.items()})
+                    final_eval = result if last else None
+                self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
+                if last or (t.save_every and self.step % t.save_every == 0):
+                    self.save()
+            interrupted = self.step < t.steps  # Ctrl-C: keep what was trained, skip the final evaluation
+            if interrupted and self.step > self.saved_step:
+                self.save()
+            summary.pop("interrupted", None)
+            if interrupted:
+                summary["interrupted"] = True
+            else:
+                summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
+            summary["steps"] = self.step
+            self._write_summary(summary) if self.dist.is_main else None
         finally:
+            stop.uninstall()
             self.recorder.close()
             self.runner.close()
             self.eval_runner.close()

@@ -343,11 +343,11 @@ class GracefulStop:
         print("\ngrpokit: stopping after the current step (a checkpoint and the report follow); "
               "Ctrl-C again to stop at once", flush=True)
 
-    def __enter__(self) -> "GracefulStop":
+    def install(self) -> None:
         if self._enabled:
             self._previous = self._signal.signal(self._signal.SIGINT, self._handle)
-        return self
 
-    def __exit__(self, *exc) -> None:
-        if self._enabled:
+    def uninstall(self) -> None:
+        if self._enabled and self._previous is not None:
             self._signal.signal(self._signal.SIGINT, self._previous)
+            self._previous = None
