@@ -151,3 +151,13 @@ def test_train_help_shows_the_real_run_defaults(capsys):
         _train_parser().parse_args(["--help"])
     out = capsys.readouterr().out
     assert "rollout.max_new_tokens = 512" in out and "optim.lr = 1e-06" in out and "--paper-scale" in out
+
+
+def test_presets_command_marks_the_paper_scale(capsys):
+    from grpokit.cli import main
+
+    assert main(["presets", "dapo"]) == 0
+    out = capsys.readouterr().out
+    assert "    algo.clip_high = 0.28\n" in out
+    assert "    train.prompts_per_step = 512   (paper scale: only with --paper-scale)\n" in out
+    assert "overlong_penalty: {" not in out  # no fixed window: it follows max_new_tokens
