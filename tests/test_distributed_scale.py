@@ -96,8 +96,8 @@ def _fsdp_resume(rank, model_dir, out):
     cut = trainer(model_dir, out / "cut", length_unless_digits, **over)
     save = cut.save
 
-    def save_then_stop():  # an interruption right after the step-2 checkpoint, on every rank
-        path = save()
+    def save_then_stop(*args):  # an interruption right after the step-2 checkpoint, on every rank
+        path = save(*args)
         if cut.step == 2:
             raise Stop
         return path

@@ -49,3 +49,69 @@ def test_eval_rejects_bad_k():
 
     with pytest.raises(ConfigError, match="--samples 2 is smaller than the largest k"):
         eval_cli.run_eval(eval_cli.parse_args(["--k", "1,4", "--samples", "2"]))
+
+
+def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(eval_cli, "run_eval", lambda args: {"model": "m", "prompts": 2, "samples_per_prompt": 2,
+                                                            "temperature": 1.0, "pass@1": 0.5, "maj@1": 0.5, "mean@1": 0.5})
+    assert eval_cli.main(["--out", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "pass@k" in out and "{" not in out  # the table, no JSON mixed in
+    assert json.loads((tmp_path / "r.json").read_text())["pass@1"] == 0.5
+    assert eval_cli.main(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["maj@1"] == 0.5  # stdout is exactly the JSON
+
+
+@pytest.fixture(scope="module")
+def lora_runs(tmp_path_factory):
+    """One step of LoRA training on the demo model, saved as an adapter and (same seed) merged."""
+    from grpokit.config import Config, apply_overrides
+    from grpokit.train import Trainer
+
+    runs = {}
+    for mode in ("adapter", "merged"):
+        out = tmp_path_factory.mktemp("lora") / mode
+        cfg = apply_overrides(Config(), ["model.lora_rank=4", f"model.lora_save={mode}", "optim.lr=0.05", "train.steps=1",
+                                         "train.prompts_per_step=2", "rollout.group_size=4", "data.eval_size=0",
+                                         "record.sinks=[]", "record.report=false", f"train.out={out}"])
+        Trainer(cfg, quiet=True).train()
+        runs[mode] = out
+    return runs
+
+
+def test_eval_reads_lora_checkpoints(lora_runs, tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file
+
+    from grpokit.config import ModelConfig
+    from grpokit.tasks import demo_model_path
+
+    ckpt = lora_runs["adapter"] / "checkpoints" / "step-000001"
+    assert (ckpt / "model" / "adapter_config.json").exists() and not (ckpt / "model" / "config.json").exists()
+    # a run folder, a checkpoint folder and its model/ folder all mean the adapter of step 1
+    for name in (lora_runs["adapter"], ckpt, ckpt / "model"):
+        assert eval_cli.resolve_model(str(name))[1] == ckpt / "model"
+    model_dir, adapter = eval_cli.resolve_model(str(lora_runs["adapter"]))
+    model, _ = eval_cli.load_eval_model(ModelConfig(name_or_path=model_dir), adapter, torch.device("cpu"))
+    # the adapter merged into its base equals the merged checkpoint of the same run (same seed)
+    merged = load_file(str(lora_runs["merged"] / "checkpoints" / "step-000001" / "model" / "model.safetensors"))
+    ours = model.state_dict()
+    assert merged.keys() <= ours.keys()
+    base = load_file(str(demo_model_path() / "model.safetensors"))
+    assert any(not torch.equal(merged[k], base[k]) for k in merged)  # the step moved the adapters off B = 0
+    for k in merged:
+        torch.testing.assert_close(ours[k], merged[k], rtol=1e-5, atol=1e-6)
+    for run in ("adapter", "merged"):
+        out = tmp_path / f"{run}.json"
+        assert eval_cli.main(["--model", str(lora_runs[run]), "--limit", "4", "--k", "1,2", "--max-new-tokens", "4",
+                              "--out", str(out)]) == 0
+        assert json.loads(out.read_text())["prompts"] == 4
+    capsys.readouterr()
+
+
+def test_an_adapter_for_a_missing_base_is_one_sentence(tmp_path):
+    from grpokit.config import ConfigError
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(ConfigError, match=r"is a LoRA adapter for the base model .*gone', which does not exist here"):
+        eval_cli.resolve_model(str(tmp_path))

@@ -79,6 +79,37 @@ def test_resume_truncates_later_steps(tmp_path: Path) -> None:
     assert (broken / "metrics.jsonl").read_text() == (full / "metrics.jsonl").read_text()
 
 
+def test_resumed_health_equals_an_unbroken_runs(tmp_path: Path) -> None:
+    """The monitors' windows and already-given warnings survive a resume: no health/* value goes
+    missing while they refill, and no warning is given twice."""
+    health = HealthConfig(warmup_steps=2, window=2, repeat_every=50)
+
+    def metrics(step: int) -> dict:
+        # kl 2.0 > kl_max 1.0 from step 1: kl_runaway fires from step 2 (warmup 2) and warns once;
+        # entropy 1.0 then 0.01 from step 5: the mean of the last 2 is < 0.05 from step 6 (collapse)
+        return {"reward": 0.5, "kl": 2.0, "entropy": 1.0 if step < 5 else 0.01}
+
+    full = tmp_path / "full"
+    rec = make_recorder(full, [], total_steps=8, health=health)
+    for step in range(1, 9):
+        rec.log(metrics(step), step)
+    rec.close()
+    killed = tmp_path / "killed"
+    rec = make_recorder(killed, [], total_steps=8, health=health)
+    for step in range(1, 6):  # killed after step 5; its last checkpoint is step 3's
+        rec.log(metrics(step), step)
+    rec.close()
+    rec = make_recorder(killed, [], total_steps=8, health=health, resume_step=3)
+    for step in range(4, 9):
+        rec.log(metrics(step), step)
+    rec.close()
+    events = read_jsonl(full / "health.jsonl")
+    assert [(e["step"], e["monitor"]) for e in events] == [(2, "kl_runaway"), (6, "entropy_collapse")]
+    assert read_jsonl(full / "metrics.jsonl")[3]["health/kl_runaway"] == 1.0  # step 4, right after the resume point
+    assert (killed / "metrics.jsonl").read_text() == (full / "metrics.jsonl").read_text()
+    assert (killed / "health.jsonl").read_text() == (full / "health.jsonl").read_text()
+
+
 def test_truncate_jsonl_counts_dropped(tmp_path: Path) -> None:
     p = tmp_path / "m.jsonl"
     p.write_text('{"step": 1}\n{"step": 2}\n{"note": "no step"}\n{"step": 3}\n')

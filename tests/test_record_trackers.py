@@ -57,8 +57,34 @@ def test_tensorboard_writes_scalars(tmp_path: Path) -> None:
     _log_a_bit(make_recorder(tmp_path, ["tensorboard"], total_steps=2, config=CONFIG))
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
-    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("reward")] == [(1, 0.5), (2, 0.7)]
-    assert [e.step for e in acc.Scalars("loss")] == [2]  # the NaN step is left out
+    # TRL's tags (transformers' TensorBoard callback): training logs under train/, eval/ as is
+    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("train/reward")] == [(1, 0.5), (2, 0.7)]
+    assert [e.step for e in acc.Scalars("train/loss")] == [2]  # the NaN step is left out
+    assert "reward" not in acc.Tags()["scalars"]
+
+
+def test_trl_names() -> None:
+    from grpokit.record.trackers import trl_name
+
+    assert trl_name("reward") == "train/reward"
+    assert trl_name("rewards/likes_a/mean") == "train/rewards/likes_a/mean"
+    assert trl_name("eval/accuracy") == "eval/accuracy" and trl_name("train/x") == "train/x"
+
+
+def test_missing_tracker_package_stops_the_cli_before_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from grpokit.cli import main
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # importlib.util.find_spec("wandb") is then None
+    run = tmp_path / "run"
+    assert main(["train", "record.sinks=[console,wandb]", "--out", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("grpokit: error: record.sinks: the 'wandb' recorder sink needs the wandb package, which is not "
+                   "installed: pip install 'grpokit[wandb]' (or remove 'wandb' from record.sinks)")
+    assert not run.exists()
+    assert main(["train", "record.sinks=[tensorbord]", "--out", str(run)]) == 2  # a typo: the valid names
+    assert "record.sinks='tensorbord' is not valid; choose one of: jsonl, console, tensorboard" in capsys.readouterr().err
+    assert not run.exists()
 
 
 def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -67,9 +67,10 @@ def test_preset_loads_and_runs_a_few_steps(name, tmp_path):
 
 
 def test_preset_values_and_override_on_top():
-    cfg = presets.apply("dapo", Config())
+    cfg = presets.apply("dapo", Config(), paper_scale=True)
     assert (cfg.rollout.group_size, cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.beta) == (16, 0.2, 0.28, 0.0)
     assert cfg.algo.dynamic_sampling and cfg.algo.aggregation == "token-mean" and cfg.train.prompts_per_step == 512
+    assert presets.apply("dapo", Config()).train.prompts_per_step == 16  # the run's own batch unless --paper-scale
     cfg = apply_overrides(presets.apply("deepseekmath", Config()), ["rollout.group_size=4"])
     assert cfg.rollout.group_size == 4 and cfg.algo.beta == 0.04 and cfg.optim.lr == 1e-6
     with pytest.raises(Exception, match="unknown preset 'nope'; valid presets: dapo"):

@@ -1,12 +1,14 @@
-"""The command line: ``grpokit train | eval | report | presets | vllm-serve``.
+"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` and ``grpokit --version``.
 
 A user's mistake (bad config value, missing file) prints one sentence and exits with status 2;
-anything else is a bug and keeps its traceback.
+anything else is a bug and keeps its traceback. The working directory is on the import path, as
+with ``python -m``, so a ``module:function`` reward next to the user's data is found.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +17,8 @@ from .config import Config, ConfigError, apply_overrides, describe_fields, load_
 TRAIN_EPILOG = """\
 Every field below can be set in a YAML file (--config, sections as mappings) or on the command
 line as section.field=value; later settings win: defaults < --preset < --config < overrides.
+The defaults are those of a run on one's own model; with the built-in demo (model.name_or_path=demo
+and a data.task) the task's demo settings (8 new tokens, lr 3e-4, 60 steps) fill what is not set.
 
 """
 
@@ -23,7 +27,10 @@ def _train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpokit train", description="Train a model with GRPO (default: the embedded demo).",
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=TRAIN_EPILOG + describe_fields())
-    p.add_argument("--preset", help="published recipe to start from (grpokit presets lists them)")
+    p.add_argument("--preset", help="published recipe to start from (grpokit presets lists them); it fills what "
+                                    "--config and the overrides leave unset, at the run's own scale")
+    p.add_argument("--paper-scale", action="store_true", help="with --preset: also take the paper's batch of prompts, "
+                                                              "generation length and learning rate")
     p.add_argument("--config", help="YAML file with config sections, or a TRL-style file with GRPOConfig's flat names (docs/TRL.md)")
     p.add_argument("--out", help="run folder (default: a new folder under runs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
@@ -39,15 +46,17 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg = load_yaml(cfg_file)
     else:
         cfg = Config()
-    if getattr(args, "preset", None):
-        from . import presets
-
-        cfg = presets.apply(args.preset, cfg)
+    if args.paper_scale and not args.preset:
+        raise ConfigError("--paper-scale applies a preset's paper-scale settings; name the preset with --preset")
     if args.config:
         cfg = load_yaml(args.config, cfg)
     cfg = apply_overrides(cfg, args.overrides)
     if args.out:
         cfg.train.out = args.out
+    if args.preset:  # below --config and the overrides: it fills only the fields they left unset
+        from . import presets
+
+        cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
     return cfg
 
 
@@ -62,9 +71,18 @@ def cmd_train(argv: list[str]) -> int:
     from .train import Trainer
 
     cfg = build_config(args)
-    trainer = Trainer(cfg, resume=args.resume)
-    print(f"grpokit: run folder {trainer.run_dir}", flush=True)
-    summary = trainer.train()
+    trainer = None
+    try:
+        trainer = Trainer(cfg, resume=args.resume)
+        print(f"grpokit: run folder {trainer.run_dir}", flush=True)
+        summary = trainer.train()
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before training started): say what is on disk
+        print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
+        return 130
+    if summary.get("interrupted"):
+        when = f"after step {summary['steps']} of {cfg.train.steps}" if summary["steps"] else "before the first step finished"
+        print(f"grpokit: interrupted {when}; {_checkpoint_note(trainer.run_dir)}", file=sys.stderr, flush=True)
+        return 130
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
     if "accuracy" in before and "accuracy" in after:
         n = int(after.get("n", 0))
@@ -82,6 +100,17 @@ def _train_trl(data: dict, args: argparse.Namespace) -> int:
     trainer.save_model()
     print(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0
+
+
+def _checkpoint_note(run_dir: Path | None) -> str:
+    """The truth about what a stopped run can be resumed from."""
+    from . import checkpoint
+
+    ckpt = checkpoint.latest(run_dir / "checkpoints") if run_dir is not None else None
+    if ckpt is None:
+        return "no checkpoint was written, so there is nothing to resume (the run must start again)"
+    report = " and report.html" if (run_dir / "report.html").exists() else ""
+    return f"checkpoint {ckpt}{report} kept; continue with: grpokit train --resume {run_dir}"
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -103,11 +132,12 @@ def cmd_presets(argv: list[str]) -> int:
     from . import presets
 
     for name in [args.name] if args.name else presets.names():
-        values = presets.load(name)
+        recipe, paper = presets.split(presets.load(name))
         print(f"{name}: {presets.description(name)}")
-        for section, fields in values.items():
-            for key, value in fields.items():
-                print(f"    {section}.{key} = {value}")
+        for key, value in recipe.items():
+            print(f"    {key} = {value}")
+        for key, value in paper.items():
+            print(f"    {key} = {value}   (paper scale: only with --paper-scale)")
     return 0
 
 
@@ -129,11 +159,18 @@ def cmd_eval(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        from . import __version__
+
+        print(f"grpokit {__version__}")
+        return 0
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m`: rewards beside the data import
+        sys.path.insert(0, os.getcwd())
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         if argv and argv[0] not in ("-h", "--help"):
             print(f"grpokit: unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
             return 2
-        print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details)")
+        print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details; grpokit --version)")
         return 0
     from .record.health import TrainingHealthError
     from .rewards.spec import RewardError
@@ -144,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpokit: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("grpokit: interrupted; the last checkpoint is kept (resume with --resume RUN_DIR)", file=sys.stderr)
+        print("grpokit: interrupted", file=sys.stderr)
         return 130
 
 

@@ -1,8 +1,16 @@
 """Typed configuration: one dataclass per pipeline stage, a docstring under every field.
 
-A run's config is built in three layers, each overriding the last: the dataclass defaults (the
-embedded default run), an optional YAML file (``--config F``), and dotted command-line overrides
-(``rollout.group_size=16``). The fully resolved config is saved as ``config.yaml`` in the run folder.
+The dataclass defaults are those of a real run on a user's model (512 new tokens, lr 1e-6, a
+checkpoint every 100 steps, evaluation on the user's own held-out data or none). The model and task
+default to the built-in demo, whose own settings (8 new tokens, lr 3e-4, 60 steps) live with the task
+(``grpokit.tasks``) and fill only the fields nobody set, and only while the demo runs
+(``wiring.resolve_run``). For that every section remembers which of its fields were assigned
+(``assigned``): by its constructor, by attribute, by YAML or by an override.
+
+A run's config is built in layers, each overriding the last: the defaults, an optional preset
+(``--preset``, which fills only what the user left alone), an optional YAML file (``--config F``) and
+dotted command-line overrides (``rollout.group_size=16``). The fully resolved config is saved as
+``config.yaml`` in the run folder.
 
 ``grpokit.validation.validate`` checks every value before any work starts and raises
 ``ConfigError`` with one sentence that names the field, the value and what would be valid.
@@ -28,7 +36,29 @@ class ConfigError(ValueError):
     """A user's configuration mistake; its message is one sentence meant for the console."""
 
 
-@dataclass
+def section(cls: type) -> type:
+    """A config section: a dataclass that remembers which fields were assigned after defaults were
+    filled in (constructor arguments, ``obj.field = v``, YAML, overrides), read with ``assigned``.
+    Settings that depend on the run (the demo's, a preset's) fill only the other fields."""
+    cls = dataclass(cls)
+    init = cls.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        object.__setattr__(self, "_assigned", None)  # the generated __init__ fills defaults: not assignments
+        init(self, *args, **kwargs)
+        names = [f.name for f in dataclasses.fields(self)]
+        object.__setattr__(self, "_assigned", set(names[: len(args)]) | set(kwargs))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if self.__dict__.get("_assigned") is not None:
+            self._assigned.add(name)
+
+    cls.__init__, cls.__setattr__ = __init__, __setattr__
+    return cls
+
+
+@section
 class ModelConfig:
     name_or_path: str = "demo"
     """Model to train: "demo" (the tiny model shipped with grpokit), a local folder, or a hub id."""
@@ -58,22 +88,22 @@ class ModelConfig:
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
 
 
-@dataclass
+@section
 class DataConfig:
     task: str = "arithmetic"
-    """Built-in task that provides prompts, answers, rewards and the evaluator ("arithmetic"); "" to use `dataset`."""
+    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator"); unused once `dataset` is set."""
     dataset: str = ""
-    """Training data when no task is set: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name."""
+    """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows, reward and held-out set)."""
     split: str = "train"
     """Split of a hub dataset to train on."""
     eval_dataset: str = ""
-    """Held-out data for evaluation (file or hub name); empty: the task's held-out split, or none."""
+    """Held-out data for evaluation (file or hub name); empty: the built-in task's held-out split, or none with one's own data."""
     eval_split: str = "test"
     """Split of a hub eval dataset."""
     prompt_column: str = "prompt"
     """Column holding the prompt text (or a list of chat messages)."""
     answer_column: str = "answer"
-    """Column holding the gold answer; passed to reward functions as `answer` (empty: none)."""
+    """Column holding the gold answer; reward functions receive it as `answer` and under its own name (empty: none)."""
     system_prompt: str = ""
     """System message prepended when a chat template is applied."""
     chat_template: str = "auto"
@@ -81,17 +111,17 @@ class DataConfig:
     chat_template_kwargs: dict = field(default_factory=dict)
     """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's chat_template_kwargs)."""
     eval_size: int = 500
-    """Number of held-out prompts evaluated before and after training (0 disables evaluation)."""
+    """At most this many held-out prompts (data.eval_dataset's, or the task's) are evaluated before and after training (0 disables evaluation)."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
 
 
-@dataclass
+@section
 class RolloutConfig:
     group_size: int = 8
     """G: completions sampled per prompt."""
-    max_new_tokens: int = 8
-    """Maximum completion length in tokens; longer completions are cut (finish reason "length")."""
+    max_new_tokens: int = 512
+    """Maximum completion length in tokens; longer completions are cut (finish reason "length"). 512 is TRL's default; the demo task uses 8."""
     temperature: float = 1.0
     """Sampling temperature (> 0); training logprobs use the same temperature."""
     top_p: float = 1.0
@@ -132,7 +162,7 @@ class RolloutConfig:
     """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
 
 
-@dataclass
+@section
 class RewardConfig:
     functions: list[str] = field(default_factory=lambda: ["task"])
     """Reward functions: built-in names, "module:function" import paths, or "task" for the task's own reward."""
@@ -156,7 +186,7 @@ class RewardConfig:
     """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it, completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts each completion as [{"role": "assistant", "content": ...}])."""
 
 
-@dataclass
+@section
 class AlgoConfig:
     baseline: str = "group_mean"
     """Advantage baseline: "group_mean" (GRPO) or "leave_one_out" (RLOO)."""
@@ -251,7 +281,7 @@ class AlgoConfig:
     """GAGPO: lambda of the GAE-style sum of temporal differences."""
 
 
-@dataclass
+@section
 class EnvConfig:
     tools: list[str] = field(default_factory=list)
     """Tools the model may call in multi-turn episodes: built-in "calculator" / "python" (sandboxed code) or "module:function" (typed, with a docstring)."""
@@ -273,10 +303,10 @@ class EnvConfig:
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
 
-@dataclass
+@section
 class OptimConfig:
-    lr: float = 3e-4
-    """Peak learning rate of AdamW (the default suits the tiny demo model; 1e-6 is typical for LLMs)."""
+    lr: float = 1e-6
+    """Peak learning rate of AdamW (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     adam_beta1: float = 0.9
@@ -293,10 +323,10 @@ class OptimConfig:
     """Clip the global gradient norm to this value (0 = no clipping)."""
 
 
-@dataclass
+@section
 class TrainConfig:
-    steps: int = 60
-    """Number of training steps (each: rollout, rewards, advantages, num_iterations updates)."""
+    steps: int = 500
+    """Number of training steps (each: rollout, rewards, advantages, num_iterations updates); the demo task runs 60."""
     prompts_per_step: int = 16
     """P: prompts per step; the batch holds P * group_size completions."""
     micro_batch_size: int = 0
@@ -314,8 +344,8 @@ class TrainConfig:
     """Seed for data order, sampling and initialisation."""
     out: str = ""
     """Run folder (empty: a new folder under runs/)."""
-    save_every: int = 0
-    """Write a checkpoint every N steps (0 = only at the end)."""
+    save_every: int = 100
+    """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
     eval_every: int = 0
@@ -329,7 +359,7 @@ class TrainConfig:
     """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device); needs torchrun."""
 
 
-@dataclass
+@section
 class RecordConfig:
     sinks: list[str] = field(default_factory=lambda: ["console"])
     """Metric sinks besides the always-on metrics.jsonl: console, tensorboard, wandb, mlflow, trackio."""
@@ -372,6 +402,11 @@ class Config:
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
+
+
+def assigned(cfg: Config) -> set[str]:
+    """Dotted names of the fields that were assigned rather than left at their defaults."""
+    return {f"{name}.{f}" for name in _sections() for f in (getattr(getattr(cfg, name), "_assigned", None) or ())}
 
 
 def from_dict(data: dict[str, Any], base: Config | None = None) -> Config:

@@ -19,7 +19,8 @@ FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv
 
 
 def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
-    """Rows of a file or hub dataset, with the prompt/answer columns renamed to prompt/answer."""
+    """Rows of a file or hub dataset, the prompt column as ``prompt`` and the answer column as ``answer``
+    (and still under its own name, for reward functions that ask for it, e.g. ``solution``)."""
     import datasets
 
     path = Path(source).expanduser()
@@ -51,7 +52,7 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
         r = dict(r)
         r["prompt"] = r.pop(cfg.prompt_column)
         if cfg.answer_column:
-            r["answer"] = r.pop(cfg.answer_column)
+            r["answer"] = r[cfg.answer_column]
         out.append(r)
     return out
 

@@ -4,11 +4,17 @@ For every prompt, n completions are sampled (``--samples``, default the largest 
 the first reward function: a completion is correct when it earns that function's full reward
 (>= 1 - 1e-6). maj@k votes over the extracted answers (the text inside <answer> tags, else a
 \\boxed{...}, else the stripped completion). The estimators are in ``grpokit.record.passk``.
+
+``--model`` takes a model folder or hub id, a run folder (its latest checkpoint), a checkpoint folder,
+or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
+model its adapter_config.json names and merged; a merged checkpoint is a plain model folder. The
+table goes to stdout; the JSON goes to ``--out FILE`` or, with ``--json``, to stdout instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -37,7 +43,8 @@ def extract_answer(text: str) -> str | None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="grpokit eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="demo", help="model folder, hub id, a run's checkpoint model/ folder, or demo")
+    p.add_argument("--model", default="demo", help="model folder, hub id, a run folder (its latest checkpoint), a checkpoint "
+                                                   "or its model/ folder (LoRA adapters included), or demo")
     p.add_argument("--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)")
     p.add_argument("--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (with --reward)")
     p.add_argument("--split", default="test")
@@ -50,6 +57,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON to this file")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of the table")
     p.add_argument("overrides", nargs="*", metavar="section.field=value", help="data/model config overrides (e.g. data.prompt_column=question)")
     return p.parse_args(argv)
 
@@ -62,7 +70,8 @@ def run_eval(args: argparse.Namespace) -> dict:
     if n < ks[-1]:
         raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
     cfg = apply_overrides(Config(), args.overrides)
-    cfg.model.name_or_path = args.model
+    model_dir, adapter = resolve_model(args.model)
+    cfg.model.name_or_path = model_dir
     cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
     validate(cfg)
     from . import wiring
@@ -71,8 +80,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     quiet_transformers()
     device = resolve_device(cfg.model)
-    tokenizer = load_tokenizer(cfg.model)
-    model = load_model(cfg.model, device, resolve_dtype(cfg.model, device)).eval()
+    model, tokenizer = load_eval_model(cfg.model, adapter, device)
     if cfg.data.task:
         from .tasks import get_task
 
@@ -111,9 +119,55 @@ def run_eval(args: argparse.Namespace) -> dict:
     return result
 
 
+def resolve_model(name: str) -> tuple[str, Path | None]:
+    """(the model to load, the LoRA adapter folder to merge into it or None) for ``--model``: a run
+    folder means its latest checkpoint, a checkpoint folder its model/; an adapter folder loads the
+    base its adapter_config.json names (with the adapter folder's tokenizer when it has one)."""
+    from . import checkpoint
+
+    folder = Path(name)
+    if not folder.is_dir():
+        return name, None
+    if (folder / "checkpoints").is_dir():  # a run folder
+        latest = checkpoint.latest(folder / "checkpoints")
+        if latest is None:
+            raise ConfigError(f"--model {name!r} is a run folder without a complete checkpoint under checkpoints/")
+        folder = latest
+    if (folder / "model").is_dir() and not (folder / "config.json").exists():  # a checkpoint folder
+        folder = folder / "model"
+    if (folder / "config.json").exists() or not (folder / "adapter_config.json").exists():
+        return str(folder), None
+    base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"--model {name!r} is a LoRA adapter whose adapter_config.json names no base_model_name_or_path; "
+                          "set it to the base model's folder or hub id")
+    if not (Path(base).is_dir() or not Path(base).is_absolute()):
+        raise ConfigError(f"--model {name!r} is a LoRA adapter for the base model {base!r}, which does not exist here; "
+                          "edit base_model_name_or_path in its adapter_config.json")
+    return base, folder
+
+
+def load_eval_model(mcfg, adapter: Path | None, device: torch.device):
+    """(model in eval mode, tokenizer); a LoRA adapter is merged into the base it was trained on."""
+    with_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").exists()
+    tokenizer = load_tokenizer(dataclasses.replace(mcfg, name_or_path=str(adapter)) if with_tokenizer else mcfg)
+    model = load_model(mcfg, device, resolve_dtype(mcfg, device))
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return model.eval(), tokenizer
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     result = run_eval(args)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if args.json:
+        print(text)
+        return 0
     from rich.console import Console
     from rich.table import Table
 
@@ -123,8 +177,6 @@ def main(argv: list[str]) -> int:
     for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):
         table.add_row(str(k), *(f"{result[f'{m}@{k}']:.3f}" for m in ("pass", "maj", "mean")))
     Console().print(table)
-    text = json.dumps(result, indent=2)
     if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+        print(f"results written to {args.out}")
     return 0

@@ -63,10 +63,10 @@ class Trainer:
                  tools: list[Callable] | None = None, environment_factory: Callable | None = None,
                  rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
                  args: Any = None):
-        self.cfg = validate(cfg)
-        wiring.use_task_model(cfg)  # data.task=calculator: "demo" is its own checkpoint
+        # one's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's checkpoint
+        self.cfg = validate(wiring.resolve_run(cfg, own_rows=train_rows is not None))
         self.resume_dir = Path(resume) if resume else None
-        self.run_dir = self.resume_dir or Path(cfg.train.out or f"runs/{datetime.now():%Y%m%d-%H%M%S}")
+        self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
         t, m = cfg.train, cfg.model
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -117,7 +117,7 @@ class Trainer:
             if a.aggregation == "lambda-grpo" else None
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
-        self.step = 0
+        self.step = self.saved_step = 0
         if self.resume_dir:
             ckpt = checkpoint.latest(self.run_dir / "checkpoints")
             if ckpt is None:
@@ -125,6 +125,7 @@ class Trainer:
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self))
             self.step, self.sampler.position = state.step, state.data_position
+            self.saved_step = state.step
             if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
                 extra = checkpoint.load_extra(ckpt)
                 if "lambda_grpo" not in extra:
@@ -151,13 +152,15 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         summary = self._load_summary()
+        stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
+            stop.install()
             self.callbacks("on_train_begin")
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate()
                 self._write_summary(summary) if self.dist.is_main else None
             final_eval = None
-            while self.step < t.steps:
+            while self.step < t.steps and not stop.requested:
                 metrics = self.train_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
@@ -171,13 +174,21 @@ class Trainer:
                 self.callbacks("on_log", logs=metrics)
                 if last or (t.save_every and self.step % t.save_every == 0):
                     self.save(final_eval if last else None)
-                if last:
+                if last:  # the last step, or a callback asked to stop
                     break
-            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
+            interrupted = stop.requested and self.step < t.steps  # Ctrl-C: keep what was trained, no final evaluation
+            if interrupted and self.step > self.saved_step:
+                self.save()
+            summary.pop("interrupted", None)
+            if interrupted:
+                summary["interrupted"] = True
+            else:
+                summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
             summary["steps"] = self.step
             self._write_summary(summary) if self.dist.is_main else None
             self.callbacks("on_train_end")
         finally:
+            stop.uninstall()
             self.recorder.close()
             self.runner.close()
             self.eval_runner.close()
@@ -361,6 +372,7 @@ class Trainer:
                                    self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, card=card,
                                    extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None, **hooks)
         self.dist.barrier()
+        self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)
         return path
 

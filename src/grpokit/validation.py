@@ -142,6 +142,13 @@ def validate(cfg: Config) -> Config:
            f"(got {a.baseline}, {a.scale})")
     _check(a.credit == "outcome" or a.supervision == "outcome",
            f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
+    from .record.recorder import SINKS
+    from .record.trackers import missing_package
+
+    for sink in cfg.record.sinks:  # before any run folder exists: a missing tracker is one sentence, not a traceback
+        _one_of("record.sinks", sink, ["jsonl", *SINKS])
+        hint = missing_package(sink)
+        _check(hint is None, f"record.sinks: {hint}")
     d = cfg.data
     _one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
     _one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))

@@ -21,23 +21,58 @@ TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the 
 
 
 def _task(cfg: Config):
+    """The built-in task of this run, or None when the run brings its own data (data.dataset)."""
     from .tasks import get_task
 
     return get_task(cfg.data.task) if cfg.data.task and not cfg.data.dataset else None
 
 
+def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
+    """Settle what depends on the run, in place: one's own data (``data.dataset``, or rows passed to
+    the Trainer: ``own_rows``) replaces the built-in task, its reward and its held-out set
+    (data.task becomes ""); the demo (a task on its own demo model) fills the fields nobody set with
+    the task's demo settings; model.name_or_path=demo becomes the task's own checkpoint (the
+    calculator task ships one that knows the tool tags), which config.yaml then records."""
+    from .config import assigned, set_field
+
+    if cfg.data.dataset or own_rows:
+        cfg.data.task = ""
+    task = _task(cfg)
+    if task is None or cfg.model.name_or_path != "demo":
+        return cfg
+    given = assigned(cfg)
+    for name, value in task.demo.items():
+        if name not in given:
+            set_field(cfg, name, value)
+    if task.name != "arithmetic":
+        cfg.model.name_or_path = str(task.model_path())
+    return cfg
+
+
 def use_task_model(cfg: Config) -> None:
-    """model.name_or_path=demo means the built-in task's own checkpoint (the calculator task ships
-    one that knows the tool tags); the resolved folder is what config.yaml records."""
+    """model.name_or_path=demo means the built-in task's own checkpoint (for ``grpokit eval``)."""
     task = _task(cfg)
     if task is not None and cfg.model.name_or_path == "demo" and task.name != "arithmetic":
         cfg.model.name_or_path = str(task.model_path())
 
 
+def new_run_dir(name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... when a run started in the same second holds it."""
+    from pathlib import Path
+
+    k, out = 1, name
+    while Path(out).exists():
+        k += 1
+        out = f"{name}-{k}"
+    return out
+
+
 def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None) -> tuple[list[dict], list[dict]]:
-    """Training and held-out rows: given ones, else the built-in task's, else the configured files."""
+    """Training and held-out rows: given ones, else the built-in task's, else the configured files.
+    One's own data is evaluated on data.eval_dataset (or given eval_rows) or not at all, never on the
+    task's held-out set."""
     d = cfg.data
-    task = _task(cfg) if train_rows is None or eval_rows is None else None
+    task = _task(cfg) if train_rows is None else None
     if train_rows is None:
         if not (task or d.dataset):
             raise ConfigError("data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)")
@@ -52,7 +87,8 @@ def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] 
 
 def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=None) -> list[RewardSpec]:
     """The configured reward functions (built-in names, import paths, "task") plus passed callables,
-    plus the environment's ``get_reward()`` when it has one (weight 1, named after its class, as TRL)."""
+    plus the environment's ``get_reward()`` when it has one (weight 1, named after its class, as TRL).
+    "task" is the built-in task's reward; with one's own data, passed callables take its place."""
     from .env import environment_reward
 
     env_reward = environment_reward(environment_factory) if environment_factory is not None else None
@@ -65,29 +101,48 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
     extra_weights = weights[len(names):] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
     extra = passed + ([env_reward] if env_reward is not None else [])
     extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
+    task = _task(cfg)
     specs = []
     for name, w in zip(names, weights):
-        if name == "task" and extra and not cfg.data.task:
-            continue  # the default "task" reward makes no sense without a task: the passed functions replace it
+        if name == "task" and extra and task is None:
+            continue  # the "task" reward makes no sense without a task: the passed functions replace it
         if name == "task":
-            if not cfg.data.task:
-                raise ConfigError("reward.functions names 'task' but data.task is empty; name a reward function instead")
-            from .tasks import get_task
-
-            fn = get_task(cfg.data.task).reward_fn
-            specs.append(RewardSpec(fn=fn, name=getattr(fn, "__name__", "task"), weight=w))
+            if task is None:
+                raise ConfigError("reward.functions names 'task' (the built-in task's reward) but the run trains on its own "
+                                  "data; name its reward instead (e.g. reward.functions=[math_accuracy]) or pass reward_funcs")
+            specs.append(RewardSpec(fn=task.reward_fn, name=getattr(task.reward_fn, "__name__", "task"), weight=w))
         else:
-            params = cfg.reward.params.get(name, {})
+            params = reward_params(cfg, name)
             try:
                 fn = resolve_reward(name, **params)
             except RewardError as e:
-                raise ConfigError(f"reward.functions: {e}") from None
+                raise ConfigError(f"reward.functions: {e}{_import_hint(name)}") from None
             specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
     if extra:
         specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w) for i, (f, w) in enumerate(zip(extra, extra_weights))]
     if not specs:
         raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
     return specs
+
+
+OVERLONG_CACHE_FRACTION = 0.2  # DAPO: a 4,096-token punishment cache under its 20,480-token limit
+
+
+def reward_params(cfg: Config, name: str) -> dict:
+    """reward.params of one function; overlong_penalty's window follows the run's generation length
+    (max_length = rollout.max_new_tokens, cache_length = DAPO's fifth of it) unless set."""
+    params = dict(cfg.reward.params.get(name, {}))
+    if name == "overlong_penalty":
+        params.setdefault("max_length", cfg.rollout.max_new_tokens)
+        params.setdefault("cache_length", max(1, round(OVERLONG_CACHE_FRACTION * params["max_length"])))
+    return params
+
+
+def _import_hint(name: str) -> str:
+    """What was searched for a "module:function" reward that could not be imported."""
+    import os
+
+    return f" (looked in the working directory {os.getcwd()} and on sys.path)" if ":" in name else ""
 
 
 def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
@@ -319,3 +374,36 @@ def shaped_advantages(algo, rewards_N: torch.Tensor, entropy_NT: torch.Tensor, m
                                         beta1=b1, beta2=b2, baseline=algo.baseline, scale=algo.scale, std=algo.std,
                                         eps=algo.adv_eps, lengths_PG=lengths)  # batch-wide scales see every rank
     return dist.local_rows(adv_PG).flatten(), metrics
+
+
+class GracefulStop:
+    """Ctrl-C during training: the first SIGINT asks the loop to stop after the step in progress
+    (``requested``), which then writes a checkpoint, the summary and the report; a second one
+    interrupts at once (KeyboardInterrupt). Only a single process in the main thread installs the
+    handler: under torchrun every rank gets the signal at its own point, and they must not wait for
+    each other at different steps."""
+
+    def __init__(self, enabled: bool = True):
+        import signal
+        import threading
+
+        self.requested = False
+        self._signal = signal
+        self._enabled = enabled and threading.current_thread() is threading.main_thread()
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\ngrpokit: stopping after the current step (a checkpoint and the report follow); "
+              "Ctrl-C again to stop at once", flush=True)
+
+    def install(self) -> None:
+        if self._enabled:
+            self._previous = self._signal.signal(self._signal.SIGINT, self._handle)
+
+    def uninstall(self) -> None:
+        if self._enabled and self._previous is not None:
+            self._signal.signal(self._signal.SIGINT, self._previous)
+            self._previous = None

@@ -13,8 +13,10 @@ All of them work without a network:
 - trackio: a local database in Trackio's cache directory (`trackio show`).
 
 Trackers receive the same metrics dict as every sink; non-finite values are dropped (most trackers
-reject or mis-plot them, and metrics.jsonl keeps them anyway). Samples are sent as a text table
-where the tracker has one.
+reject or mis-plot them, and metrics.jsonl keeps them anyway). TensorBoard and W&B name them as
+TRL's runs do there (transformers' callbacks prefix training logs with "train/"): "reward" becomes
+"train/reward", "eval/accuracy" stays, so dashboards built for TRL runs find them. Samples are sent
+as a text table where the tracker has one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ from pathlib import Path
 from typing import Any
 
 _EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
+
+
+def missing_package(sink: str) -> str | None:
+    """One sentence saying how to install the package tracker `sink` needs, or None when it is there
+    (checked when the config is validated, before a run folder exists)."""
+    if sink not in _EXTRA or importlib.util.find_spec(_EXTRA[sink]) is not None:
+        return None
+    return (f"the '{sink}' recorder sink needs the {_EXTRA[sink]} package, which is not installed: "
+            f"pip install 'grpokit[{_EXTRA[sink]}]' (or remove '{sink}' from record.sinks)")
+
+
+def trl_name(key: str) -> str:
+    """The tag TRL's TensorBoard and W&B logs use: "eval/..." as is, everything else under "train/"."""
+    return key if key.startswith(("train/", "eval/")) else f"train/{key}"
 
 
 def _require(module: str, sink: str) -> Any:
@@ -87,10 +103,10 @@ class TensorBoardSink:
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for key, value in finite_scalars(metrics).items():
-            self.writer.add_scalar(key, value, step)
+            self.writer.add_scalar(trl_name(key), value, step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
-        self.writer.add_text("samples", samples_text(step, rows), step)
+        self.writer.add_text("train/samples", samples_text(step, rows), step)
 
     def warn(self, step: int, event: Any) -> None:
         self.writer.add_text(f"health/{getattr(event, 'monitor', 'note')}", getattr(event, "message", str(event)), step)
@@ -108,7 +124,7 @@ class WandbSink:
                                    config=dict(config), reinit=True)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        self.run.log(finite_scalars(metrics), step=step)
+        self.run.log({trl_name(k): v for k, v in finite_scalars(metrics).items()}, step=step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         table = self.wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])

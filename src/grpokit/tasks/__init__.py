@@ -14,7 +14,7 @@ the default; ``calculator`` (two-digit multiplication with a calculator tool) is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -48,6 +48,15 @@ class Task:
     """Per-step rewards ``[(end_token, reward), ...]`` per completion, for process supervision."""
     tools: tuple[Callable, ...] = ()
     """Tools the task's episodes may call (multi-turn tasks); used when env.tools is empty."""
+    demo: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Config fields (dotted names) of the demo: applied when this task runs on its own demo model
+    (model.name_or_path=demo), to the fields nobody set; a user's model keeps Config()'s defaults."""
+
+
+# The demo model's answers are at most 4 characters (3 digits + EOS): 8 new tokens leave room; the
+# tiny model needs a large learning rate; 60 steps reach ~99% held-out accuracy; no checkpoints but
+# the final one (a checkpoint costs more than a step).
+DEMO = MappingProxyType({"rollout.max_new_tokens": 8, "optim.lr": 3e-4, "train.steps": 60, "train.save_every": 0})
 
 
 TASKS: dict[str, Task] = {
@@ -73,6 +82,7 @@ TASKS: dict[str, Task] = {
             }
         ),
         process_reward_fn=digit_steps,
+        demo=DEMO,
     ),
     "calculator": Task(
         name="calculator",
@@ -85,6 +95,7 @@ TASKS: dict[str, Task] = {
         recommended=MappingProxyType({"prompts_per_step": 16, "group_size": 8, "learning_rate": 3e-4,
                                       "temperature": 1.0, "max_new_tokens": 8, "max_turns": 4, "eval_rows": 500}),
         tools=(calculator.calculator,),
+        demo=DEMO,
     ),
 }
 
