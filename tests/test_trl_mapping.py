@@ -42,8 +42,8 @@ def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
         with pytest.raises(ConfigError) as e:
             GRPOConfig(**kwargs)
         assert words in str(e.value) and str(e.value).count(". ") == 0
-    with pytest.raises(ConfigError, match="loss_type='cispo'"):
-        to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+    with pytest.raises(ConfigError, match="loss_type='vespo'"):
+        to_config(GRPOConfig(loss_type="vespo"), num_rows=4)
     with pytest.raises(ConfigError, match="vllm_importance_sampling_mode"):
         to_config(GRPOConfig(use_vllm=True), num_rows=4)  # TRL's default mode is sequence_mask
     with pytest.raises(ConfigError, match="not a multiple of num_generations=3"):
@@ -95,3 +95,15 @@ def test_docs_table_is_generated_from_the_mapping():
     assert module.render(text) == text, "docs/TRL.md is stale: run PYTHONPATH=src python scripts/make_trl_docs.py"
     for name in GRPOConfig().to_dict():
         assert f"`{name}`" in text, name
+
+
+def test_cispo_and_sapo_loss_types_map_onto_grpokit_objectives():
+    # TRL 1.16: cispo clamps the IS weight at epsilon_high itself (5.0 -> grpokit clip_high 4.0) and
+    # normalises as dapo (token-mean); sapo normalises as grpo and keeps its two gate temperatures
+    cfg = to_config(GRPOConfig(loss_type="cispo", epsilon_high=5.0), num_rows=4)
+    assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.clip_high) == ("cispo", "token-mean", 4.0)
+    cfg = to_config(GRPOConfig(loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0), num_rows=4)
+    assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.sapo_tau_pos, cfg.algo.sapo_tau_neg) == \
+        ("sapo", "seq-mean-token-mean", 0.5, 2.0)
+    with pytest.raises(ConfigError, match="epsilon_high"):  # unset: TRL's cap would be epsilon, 0.2
+        to_config(GRPOConfig(loss_type="cispo"), num_rows=4)

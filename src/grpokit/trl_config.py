@@ -152,7 +152,11 @@ class GRPOConfig:
     scale_rewards: Any = "group"
     """"group" (or True), "batch" or "none" (or False)."""
     loss_type: str = "dapo"
-    """"grpo", "dapo", "bnpo" or "dr_grpo"."""
+    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (needs epsilon_high > 1: the weight's cap) or "sapo"."""
+    sapo_temperature_pos: float = 1.0
+    """loss_type="sapo": gate temperature for tokens with positive advantage."""
+    sapo_temperature_neg: float = 1.05
+    """loss_type="sapo": gate temperature for tokens with negative advantage."""
     mask_truncated_completions: bool = False
     """Leave truncated completions out of the loss (DAPO)."""
     sync_ref_model: bool = False
@@ -227,7 +231,7 @@ UNSUPPORTED: dict[str, Any] = {
     "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", "generation_batch_size": None,
     "steps_per_generation": None, "repetition_penalty": 1.0, "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
-    "vllm_tensor_parallel_size": 1, "delta": None, "sapo_temperature_neg": 1.05, "sapo_temperature_pos": 1.0,
+    "vllm_tensor_parallel_size": 1, "delta": None,
     "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,
     "multi_objective_aggregation": "sum_then_normalize", "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
     "entropy_coef_max": 1.0, "entropy_coef_delta": 0.005, "entropy_target": 0.2, "log_multimodal": True,

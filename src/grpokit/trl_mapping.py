@@ -38,10 +38,20 @@ class Rule:
 
 
 def _loss(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    agg = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
+    agg = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm",
+           "cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # TRL normalises cispo as dapo, sapo as grpo
     if a.loss_type not in agg:
-        raise _refuse("loss_type", a.loss_type, "grpo, dapo, bnpo, dr_grpo (cispo, sapo, luspo and vespo are not in grpokit)")
-    return {"algo.aggregation": agg[a.loss_type], "algo.norm_constant": 0.0}  # dr_grpo: 0 = max_completion_length
+        raise _refuse("loss_type", a.loss_type, "grpo, dapo, bnpo, dr_grpo, cispo, sapo (luspo and vespo are not in grpokit)")
+    out = {"algo.aggregation": agg[a.loss_type], "algo.norm_constant": 0.0}  # dr_grpo: 0 = max_completion_length
+    if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
+        cap = a.epsilon if a.epsilon_high is None else a.epsilon_high
+        if cap <= 1.0:
+            raise ConfigError(f"GRPOConfig loss_type='cispo' caps the importance weight at epsilon_high (here {cap!r}, "
+                              "epsilon when unset); grpokit's CISPO needs a cap above 1: set epsilon_high, e.g. 5.0")
+        out |= {"algo.objective": "cispo", "algo.clip_high": cap - 1.0}
+    elif a.loss_type == "sapo":
+        out |= {"algo.objective": "sapo", "algo.sapo_tau_pos": a.sapo_temperature_pos, "algo.sapo_tau_neg": a.sapo_temperature_neg}
+    return out
 
 
 def _scale(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -214,7 +224,11 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"algo.ratio_level": a.importance_sampling_level}),
     Rule(("scale_rewards",), ("algo.scale",), "group, batch, none (True: group, False: none); baseline group mean, unbiased std, eps 1e-4",
          lambda a, ctx: {**_scale(a, ctx), "algo.baseline": "group_mean", "algo.std": "unbiased", "algo.adv_eps": 1e-4}),
-    Rule(("loss_type",), ("algo.aggregation",), "grpo: seq-mean-token-mean, dapo and bnpo: token-mean, dr_grpo: seq-mean-token-sum-norm", _loss),
+    Rule(("loss_type", "sapo_temperature_pos", "sapo_temperature_neg"),
+         ("algo.aggregation", "algo.objective", "algo.sapo_tau_pos", "algo.sapo_tau_neg"),
+         "grpo and sapo: seq-mean-token-mean, dapo, bnpo and cispo: token-mean, dr_grpo: seq-mean-token-sum-norm; "
+         "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
+         "sapo: objective sapo with the two temperatures", _loss),
     Rule(("reward_weights",), ("reward.weights",), "one weight per reward function, callables included",
          lambda a, ctx: {"reward.weights": list(a.reward_weights or [])}),
     Rule(("mask_truncated_completions",), ("algo.mask_truncated",), "copied", _v(**{"algo.mask_truncated": "mask_truncated_completions"})),
