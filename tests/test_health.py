@@ -251,3 +251,26 @@ def test_solved_signatures_hand_worked() -> None:
         "completions/frac_groups_solved": 1 / 3, "completions/frac_groups_same_text_solved": 1 / 3}
     with pytest.raises(ValueError, match="2 texts but 3 rewards"):
         solved_signatures(["a", "b"], [1, 2, 3], 2)
+
+
+def low_entropy_task(reward: Callable[[int], float]) -> Callable[[int, random.Random], dict[str, float]]:
+    """Shaped like the calculator task: entropy starts near the floor (0.07) and drifts to 0.04 over
+    the run (never below 0.2 x early ~ 0.0135), so only entropy_min (0.05) can trigger: one value is
+    under it from s > 40 (0.07 - 0.0005 s < 0.05), the 10-step recent mean (centred on s - 4.5) from s >= 45."""
+    return with_failure(entropy=lambda s: 0.07 - 0.0005 * s, reward=reward)
+
+
+def test_entropy_under_the_floor_is_sharpening_while_the_reward_still_rises() -> None:
+    # reward 0.3 + 0.01 s: each 10-step window averages 0.1 more than the one before (>= reward_flat_tol 0.05)
+    events, hms = run(low_entropy_task(lambda s: 0.3 + 0.01 * s))
+    assert events == [] and hms[-1]["health/entropy_collapse"] == 0.0
+
+
+def test_entropy_under_the_floor_warns_once_the_reward_is_flat() -> None:
+    # the same entropy, reward flat at 0.4: windows differ by 0 < 0.05, so the floor counts
+    events, _ = run(low_entropy_task(lambda s: 0.4))
+    assert [e.monitor for e in events if e.level == "warning"] == ["entropy_collapse"]
+    # and a reward that rose, then stalled at 0.6 from step 30: quiet while rising, warns after it stops
+    events, _ = run(low_entropy_task(lambda s: min(0.6, 0.3 + 0.01 * s)))
+    warned = [e for e in events if e.level == "warning"]
+    assert [e.monitor for e in warned] == ["entropy_collapse"] and warned[0].step >= 40

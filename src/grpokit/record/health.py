@@ -5,7 +5,9 @@ on every step; each monitor reads the step's metrics dict (the same one the sink
 whether its failure is present, and if so produces one sentence saying what is wrong and what to try.
 
     monitor          reads                                     fires when (recent = mean of last `window` steps)
-    entropy_collapse entropy                                   recent < entropy_min, or < entropy_drop_ratio x early
+    entropy_collapse entropy, reward                           recent < entropy_drop_ratio x early, or recent <
+                                                               entropy_min while the reward no longer rises (recent
+                                                               window < reward_flat_tol above the one before)
     zero_std_groups  frac_reward_zero_std                      recent > zero_std_max
     length_inflation completions/mean_length, reward           length grew x length_growth_ratio, reward flat
     kl_runaway       kl                                        recent > kl_max
@@ -130,25 +132,33 @@ class HealthConfig:
 
 
 class _Series:
-    """Running view of one metric: how many finite values, the first `window` and the last `window`."""
+    """Running view of one metric: how many finite values, the first `window` and the last two
+    `window`s (the recent one and the one before it)."""
 
     def __init__(self, window: int) -> None:
         self.window = window
         self.count = 0
         self.early: list[float] = []
-        self.recent: deque[float] = deque(maxlen=window)
+        self.last: deque[float] = deque(maxlen=2 * window)
 
     def add(self, value: float) -> None:
         self.count += 1
         if len(self.early) < self.window:
             self.early.append(value)
-        self.recent.append(value)
+        self.last.append(value)
 
     def early_mean(self) -> float:
         return sum(self.early) / len(self.early)
 
     def recent_mean(self) -> float:
-        return sum(self.recent) / len(self.recent)
+        recent = list(self.last)[-self.window:]
+        return sum(recent) / len(recent)
+
+    def previous_mean(self) -> float | None:
+        """Mean of the `window` values before the recent window (None until there are that many)."""
+        if len(self.last) < 2 * self.window:
+            return None
+        return sum(list(self.last)[: self.window]) / self.window
 
 
 History = Mapping[str, _Series]
@@ -190,7 +200,15 @@ def check_entropy(h: History, cfg: HealthConfig) -> Reading | None:
         return None
     trend = _trend("entropy", cfg, h)
     early = trend[0] if trend else math.nan
-    firing = now < cfg.entropy_min or (trend is not None and now < cfg.entropy_drop_ratio * early)
+    # Below the absolute floor while the reward is still climbing is the policy sharpening onto
+    # answers that pay (a small task whose entropy starts near the floor, learning to call its tool):
+    # that alone is no alarm until the reward stops rising, i.e. until the recent window's mean reward
+    # is less than reward_flat_tol above the window before it. A fall below entropy_drop_ratio x early
+    # is a collapse whatever the reward does.
+    reward = h.get("reward")
+    before = reward.previous_mean() if reward is not None else None
+    rising = before is not None and reward.recent_mean() - before >= cfg.reward_flat_tol
+    firing = (now < cfg.entropy_min and not rising) or (trend is not None and now < cfg.entropy_drop_ratio * early)
     level = _level(_LEVEL, cfg, h)
     converged = firing and level is not None and level >= cfg.converged_reward_level
     return Reading(firing and not converged, now, (
