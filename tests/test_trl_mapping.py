@@ -107,3 +107,37 @@ def test_cispo_and_sapo_loss_types_map_onto_grpokit_objectives():
         ("sapo", "seq-mean-token-mean", 0.5, 2.0)
     with pytest.raises(ConfigError, match="epsilon_high"):  # unset: TRL's cap would be epsilon, 0.2
         to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+
+
+def test_arguments_read_and_set_after_construction_behave_as_constructor_arguments():
+    a = GRPOConfig("out")
+    # TRL's own grpo.py reads training_args.resume_from_checkpoint: every TRL argument is readable, at TRL's default
+    assert (a.resume_from_checkpoint, a.run_name, a.per_device_eval_batch_size, a.include_for_metrics) == (None, None, 8, [])
+    a.model_init_kwargs = {"dtype": "bfloat16"}  # as TRL's grpo.py sets it after parsing
+    a.scale_rewards = False  # the boolean form is normalised as in the constructor
+    a.use_liger_kernel = False  # an unsupported argument at its default is accepted
+    assert to_config(a, num_rows=4).model.dtype == "bfloat16" and a.scale_rewards == "none"
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument use_liger_kernel=True is not supported by grpokit;"):
+        a.use_liger_kernel = True
+    with pytest.raises(ConfigError, match=r"^GRPOConfig got 'learing_rate', which is not an argument"):
+        a.learing_rate = 1e-3  # a misspelt name is not silently a new attribute
+    assert not hasattr(a, "learing_rate") and a.use_liger_kernel is False
+
+
+def test_model_init_kwargs_as_trls_grpo_script_passes_them():
+    # TRL's grpo.py: dict(revision=..., trust_remote_code=..., attn_implementation=..., dtype=...), defaults None
+    kw = dict(revision=None, trust_remote_code=False, attn_implementation=None, dtype=None)
+    c = to_config(GRPOConfig(model_init_kwargs=kw), num_rows=4)
+    assert (c.model.dtype, c.model.trust_remote_code) == ("float32", False)  # TRL loads float32 unless told
+    assert to_config(GRPOConfig(), num_rows=4).model.dtype == "float32"  # no model_init_kwargs: float32 too, not bf16 on GPU
+    c = to_config(GRPOConfig(model_init_kwargs={"torch_dtype": "torch.float16", "trust_remote_code": True, "revision": "main"}), num_rows=4)
+    assert (c.model.dtype, c.model.trust_remote_code) == ("float16", True)
+    with pytest.raises(ConfigError, match=r"model_init_kwargs=\{'attn_implementation': 'flash_attention_2'\}"):
+        to_config(GRPOConfig(model_init_kwargs={"attn_implementation": "flash_attention_2"}), num_rows=4)
+
+
+def test_tool_episodes_are_capped_at_max_completion_length():
+    # TRL caps a tool episode's whole completion (model turns and tool results) at max_completion_length;
+    # generation_kwargs' max_new_tokens changes one generation's length, not that cap
+    c = to_config(GRPOConfig(max_completion_length=96, generation_kwargs={"max_new_tokens": 32}), num_rows=4)
+    assert (c.rollout.max_new_tokens, c.env.max_episode_tokens) == (32, 96)

@@ -10,6 +10,7 @@ grpokit/trl_mapping.py maps the arguments onto grpokit's ``Config``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -179,23 +180,32 @@ class GRPOConfig:
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
 
     def __init__(self, output_dir: str | None = None, **kwargs: Any):
-        fields = {f.name: f for f in dataclasses.fields(self)}
-        for name, f in fields.items():
-            setattr(self, name, f.default)
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, f.default)
+        for name, default in UNSUPPORTED.items():  # readable as on TRL's (scripts read e.g. resume_from_checkpoint)
+            object.__setattr__(self, name, copy.deepcopy(default))
         self.output_dir = output_dir
         for name, value in kwargs.items():
-            if name in fields:
-                setattr(self, name, value)
-            elif name in UNSUPPORTED:
-                if not _same(value, UNSUPPORTED[name]):
-                    raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
-                                      f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
-            else:
-                raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
-        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
+            setattr(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Arguments set after construction (``args.model_init_kwargs = ...``, as TRL's scripts do) get
+        the same checks as constructor arguments: nothing set on the config is silently ignored."""
+        if name in UNSUPPORTED:
+            if not _same(value, UNSUPPORTED[name]):
+                raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
+                                  f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
+        elif name not in _FIELDS:
+            raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
+        if name == "scale_rewards":
+            value = {True: "group", False: "none"}.get(value, value)
+        object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(GRPOConfig))
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -96,13 +96,17 @@ def _precision(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 
 def _model_init(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     kw = dict(a.model_init_kwargs or {})
-    dtype = kw.pop("dtype", kw.pop("torch_dtype", "auto"))
+    dtype, torch_dtype = kw.pop("dtype", None), kw.pop("torch_dtype", None)
+    dtype = dtype if dtype is not None else torch_dtype
+    dtype = "float32" if dtype is None else str(dtype).replace("torch.", "")  # TRL loads float32 unless told
+    trust = bool(kw.pop("trust_remote_code", False))
+    # from_pretrained's own defaults (TRL's grpo.py passes revision/attn_implementation None) change nothing
+    kw = {k: v for k, v in kw.items() if v is not None and not (k == "revision" and v == "main")}
     if kw:
-        raise _refuse("model_init_kwargs", sorted(kw), "a dict with only dtype (or torch_dtype)")
-    dtype = str(dtype).replace("torch.", "")
+        raise _refuse("model_init_kwargs", kw, "dtype (or torch_dtype) and trust_remote_code; other loading options only at None")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise _refuse("model_init_kwargs", {"dtype": dtype}, "dtype auto, float32, bfloat16 or float16")
-    return {"model.dtype": dtype}
+    return {"model.dtype": dtype, "model.trust_remote_code": a.trust_remote_code or trust}
 
 
 def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -114,6 +118,7 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         if key not in names:
             raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names))
         out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
+    out["env.max_episode_tokens"] = a.max_completion_length  # TRL: a tool episode's whole completion, tool results included
     return out
 
 
@@ -200,13 +205,16 @@ MAPPING: list[Rule] = [
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
     Rule(("gradient_checkpointing", "trust_remote_code"), ("model.gradient_checkpointing", "model.trust_remote_code"), "copied",
          _v(**{"model.gradient_checkpointing": "gradient_checkpointing", "model.trust_remote_code": "trust_remote_code"})),
-    Rule(("model_init_kwargs",), ("model.dtype",), "only dtype / torch_dtype", _model_init),
+    Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code"),
+         "dtype / torch_dtype (None: float32, as TRL) and trust_remote_code; other keys only at None", _model_init),
     Rule(("use_cpu",), ("model.device",), "True: cpu, False: auto", lambda a, ctx: {"model.device": "cpu" if a.use_cpu else "auto"}),
     Rule(("seed", "full_determinism", "shuffle_dataset"), ("train.seed", "train.deterministic", "data.shuffle"), "copied",
          _v(**{"train.seed": "seed", "train.deterministic": "full_determinism", "data.shuffle": "shuffle_dataset"})),
     Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "generation_kwargs"),
-         ("rollout.max_new_tokens", "rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.min_p", "rollout.stop"),
-         "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings override", _generation),
+         ("rollout.max_new_tokens", "rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.min_p", "rollout.stop",
+          "env.max_episode_tokens"),
+         "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings override; "
+         "with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
     Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",

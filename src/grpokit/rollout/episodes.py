@@ -10,8 +10,8 @@
 An episode ends when the model answers without a tool call (finish reason of that turn: "eos",
 "stop" or "length"), when its environment sets ``done`` ("done"), when a tool raises
 ``TerminalToolError`` ("tool_error"), when ``max_turns`` turns have run and the last one still
-called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` ("length"),
-or when its tools have used ``episode_timeout_s`` seconds ("timeout").
+called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` or a model
+turn would (the turn is cut at the cap; "length"), or when its tools have used ``episode_timeout_s`` seconds ("timeout").
 
 The single-turn rollout is this loop with no tools and no environment: one turn, no parsing, and
 the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a function
@@ -128,12 +128,17 @@ class EpisodeRunner:
     def _turn(self, row: _Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str) -> list[ToolCall]:
         """Append the model's turn; return its tool calls (none: the episode is over)."""
         row.state_keys.append(_state_key(prompt, row.ids))
+        cap = self.spec.max_episode_tokens
+        cut = bool(cap) and len(row.ids) + len(ids) > cap
+        if cut:  # a later turn runs past the episode's cap: keep what fits, and the episode ends there (as TRL truncates)
+            keep = max(0, cap - len(row.ids))
+            ids, logps, reason = ids[:keep], logps[:keep], "length"
         row.ids += ids
         row.logps += logps
         row.mask += [1] * len(ids)
         row.turn_ids += [turn] * len(ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        calls = parse_tool_calls(text, self.tool_names) if self.tool_names else []
+        calls = parse_tool_calls(text, self.tool_names) if self.tool_names and not cut else []
         row.messages.append(assistant_message(text, calls))
         if not calls:
             row.finish = reason  # an answer: "eos", "stop" or "length"
