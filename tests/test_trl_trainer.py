@@ -183,3 +183,29 @@ def test_grpokit_train_reads_a_trl_style_yaml(chat_model, tmp_path, monkeypatch)
     assert (tmp_path / "run" / "adapter_model.safetensors").exists()
     cfg.write_text(cfg.read_text() + "use_dora: true\n")
     assert main(["train", "--config", str(cfg)]) == 2  # one sentence, exit status 2
+
+
+def test_a_trainer_callback_subclass_gets_step_begin_and_an_event_grpokit_never_calls_is_refused(chat_model, tmp_path):
+    from transformers import TrainerCallback
+
+    class Steps(TrainerCallback):  # inherits transformers' no-op on_epoch_end, on_optimizer_step ...: accepted
+        def __init__(self):
+            self.seen = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.seen.append(("begin", state.global_step))
+
+        def on_step_end(self, args, state, control, **kw):
+            self.seen.append(("end", state.global_step))
+
+    cb = Steps()
+    GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run"), callbacks=[cb]).train()
+    assert cb.seen == [("begin", 0), ("end", 1), ("begin", 1), ("end", 2)]  # global_step before and after each step
+
+    class PerEpoch(TrainerCallback):
+        def on_epoch_end(self, args, state, control, **kw):
+            raise AssertionError("never reached")
+
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[PerEpoch])
+    with pytest.raises(TypeError, match=r"^callback PerEpoch defines on_epoch_end, which grpokit never calls; move that code"):
+        tr.train()

@@ -4,6 +4,7 @@ A callback is any object with some of these methods (a ``transformers.TrainerCal
 a class is instantiated, as transformers does):
 
     on_train_begin(args, state, control, **kw)      before anything else (before the evaluation before training)
+    on_step_begin(args, state, control, **kw)       before each step's sampling; state.global_step is the previous step
     on_step_end(args, state, control, **kw)         after each step's update; state.global_step is that step
     on_evaluate(args, state, control, metrics, **kw) after each held-out evaluation (before, during, after)
     on_log(args, state, control, logs, **kw)        with the step's metrics, when they are written
@@ -57,7 +58,7 @@ class Control:
 class Callbacks:
     """Calls every callback's ``on_<event>`` method that exists, in the order given."""
 
-    EVENTS = ("on_train_begin", "on_step_end", "on_evaluate", "on_log", "on_save", "on_train_end")
+    EVENTS = ("on_train_begin", "on_step_begin", "on_step_end", "on_evaluate", "on_log", "on_save", "on_train_end")
 
     def __init__(self, callbacks: list | None, args: Any, state: RunState, **objects: Any):
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
@@ -65,6 +66,10 @@ class Callbacks:
             if not any(callable(getattr(cb, e, None)) for e in self.EVENTS):
                 raise TypeError(f"callback {cb!r} has none of the methods {', '.join(self.EVENTS)}; "
                                 "pass a transformers TrainerCallback or an object with some of them")
+            never = [n for n in dir(type(cb)) if n.startswith("on_") and n not in self.EVENTS and _user_defined(cb, n)]
+            if never:  # e.g. on_epoch_end or on_optimizer_step: code there would silently never run
+                raise TypeError(f"callback {type(cb).__name__} defines {', '.join(never)}, which grpokit never calls; "
+                                f"move that code to one of {', '.join(self.EVENTS)}")
         self.args, self.state, self.control, self.objects = args, state, Control(), objects
 
     def __call__(self, event: str, **kwargs: Any) -> Control:
@@ -75,3 +80,9 @@ class Callbacks:
                 if out is not None and hasattr(out, "should_training_stop"):  # transformers returns control
                     self.control.should_training_stop = bool(out.should_training_stop)
         return self.control
+
+
+def _user_defined(cb: Any, name: str) -> bool:
+    """True when ``name`` is a method written for this callback, not transformers' inherited no-op."""
+    owner = next((k for k in type(cb).__mro__ if name in vars(k)), None)
+    return owner is not None and callable(getattr(cb, name)) and not owner.__module__.startswith("transformers.")

@@ -161,6 +161,7 @@ class Trainer:
                 self._write_summary(summary) if self.dist.is_main else None
             final_eval = None
             while self.step < t.steps and not stop.requested:
+                self.callbacks("on_step_begin")
                 metrics = self.train_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
