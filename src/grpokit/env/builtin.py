@@ -66,7 +66,7 @@ def make_python_tool(wall_s: float = 5.0, memory_mb: int = 512, allow_unsafe_cod
         Args:
             code: the program; use print() to show results.
         """
-        isolated = require_isolation(allow_unsafe_code_execution)
+        isolated = require_isolation(allow_unsafe_code_execution, limits)  # this tool's own budget
         job = {"mode": "stdio", "inputs": [""], "case_timeout_s": wall_s, "max_output_bytes": max_output_bytes}
         files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
         res = run_sandboxed(files, ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"],
