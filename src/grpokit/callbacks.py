@@ -38,7 +38,7 @@ class RunState:
     epoch: float = 0.0
     """Passes over the training prompts so far (prompts served / number of prompts)."""
     log_history: list[dict[str, Any]] = field(default_factory=list)
-    """Every logged metrics dict with its "step", in order (as transformers keeps it)."""
+    """Every logged metrics dict with its "step" and "epoch", in order (as transformers keeps it)."""
     is_world_process_zero: bool = True
     """True on the process that writes (rank 0)."""
 

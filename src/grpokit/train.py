@@ -171,7 +171,7 @@ class Trainer:
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
                     final_eval = result if last else None
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
-                self.state.log_history.append({**metrics, "step": self.step})
+                self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
                 self.callbacks("on_log", logs=metrics)
                 if last or (t.save_every and self.step % t.save_every == 0):
                     self.save(final_eval if last else None)

@@ -15,12 +15,22 @@ Departures from TRL, each deliberate: reward functions are called once per group
 crash; with an ``eval_dataset`` grpokit also evaluates (greedy, first reward function) before and
 after training; checkpoints are ``output_dir/checkpoints/step-N`` with grpokit's run folder beside
 them (metrics.jsonl, report.html). An argument grpokit cannot carry out is refused with one sentence.
+
+``train()`` returns transformers' ``TrainOutput`` (``global_step``, ``training_loss``, ``metrics`` with
+``train_runtime``, ``train_samples_per_second``, ``train_steps_per_second``, ``train_loss``, ``epoch``);
+grpokit's held-out evaluations ride along in ``metrics`` as ``eval_before/<name>`` and
+``eval_after/<name>``, and the whole run summary (summary.json) is ``trainer.summary``. A grpokit step
+samples once and makes ``num_iterations`` updates, so ``global_step`` counts sampling steps, as
+``trainer.state.global_step`` does. ``trainer.accelerator`` answers what TRL's scripts ask of
+accelerate's ``Accelerator`` (process index and count, ``print``, ``wait_for_everyone``), and
+``trainer.end()`` leaves the process group, as transformers' ``Trainer.end``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -84,6 +94,9 @@ class GRPOTrainer:
                             environment_factory=environment_factory, rollout_func=rollout_func,
                             model=None if isinstance(model, str) else model, tokenizer=processing_class)
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
+        self.accelerator = Accelerator()
+        self.summary: dict[str, Any] = {}
+        """grpokit's run summary (eval_before, eval_after, steps), set by ``train()``."""
 
     def _get(self):
         if self._trainer is None:
@@ -126,11 +139,19 @@ class GRPOTrainer:
             if Path(folder).name.startswith("step-"):  # a checkpoint folder: its run folder resumes
                 folder = str(Path(folder).parent.parent)
             self._trainer = self._build(resume=folder)
-        summary = self._get().train()
+        trainer = self._get()
+        start = time.perf_counter()
+        self.summary = trainer.train()
+        runtime = time.perf_counter() - start
         if self.args.push_to_hub:
             self.push_to_hub()
         losses = [h["loss"] for h in self.state.log_history if "loss" in h]
-        return TrainOutput(self.state.global_step, sum(losses) / len(losses) if losses else float("nan"), summary)
+        per_step = self.cfg.train.prompts_per_step * self.cfg.rollout.group_size
+        return train_output(self.state.global_step, self.state.epoch, losses, runtime, per_step, self.summary)
+
+    def end(self) -> None:
+        """Finish: leave the process group (transformers' ``Trainer.end``); trackers closed when training ended."""
+        self.accelerator.end_training()
 
     def save_model(self, output_dir: str | None = None) -> Path:
         """Write the policy (the adapter with LoRA), its tokenizer and a model card to ``output_dir``
@@ -150,6 +171,62 @@ class GRPOTrainer:
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
         return push_folder(self.save_model(), self.hub_model_id, commit_message, token or self.args.hub_token,
                            self.args.hub_private_repo, revision)
+
+
+def train_output(global_step: int, epoch: float, losses: list[float], runtime: float, completions_per_step: int,
+                 summary: dict[str, Any]) -> TrainOutput:
+    """transformers' TrainOutput of a finished run: the mean logged loss, throughput over ``runtime``
+    seconds (samples are completions sampled), and grpokit's evaluations flattened in as
+    ``eval_before/<name>``, ``eval_after/<name>``."""
+    loss = sum(losses) / len(losses) if losses else float("nan")
+    seconds = max(runtime, 1e-9)
+    metrics: dict[str, Any] = {"train_runtime": round(runtime, 4),
+                               "train_samples_per_second": round(global_step * completions_per_step / seconds, 3),
+                               "train_steps_per_second": round(global_step / seconds, 3), "train_loss": loss, "epoch": epoch}
+    for when in ("eval_before", "eval_after"):
+        metrics.update({f"{when}/{k}": v for k, v in (summary.get(when) or {}).items()})
+    return TrainOutput(global_step, loss, metrics)
+
+
+class Accelerator:
+    """The part of accelerate's ``Accelerator`` TRL scripts use: where this process stands in the job
+    (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), a print on
+    the main process only, a barrier, and the end of the process group."""
+
+    @property
+    def process_index(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+    @property
+    def num_processes(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+
+    local_process_index = property(lambda self: int(os.environ.get("LOCAL_RANK", self.process_index)))
+    is_main_process = property(lambda self: self.process_index == 0)
+    is_local_main_process = property(lambda self: self.local_process_index == 0)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+    def end_training(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+    def unwrap_model(self, model: Any, **kwargs: Any) -> Any:
+        return model
 
 
 def push_folder(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None,

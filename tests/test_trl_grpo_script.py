@@ -1,0 +1,110 @@
+"""TRL's own example script (trl/scripts/grpo.py) runs on grpokit's GRPOTrainer, and ``train()``
+returns what transformers' Trainer returns.
+
+The script is not copied: its untouched ``main()`` is called with ``trl.GRPOTrainer`` replaced by
+grpokit's (the one-import change, made on the module instead of in the file) and grpokit's
+GRPOConfig as ``training_args``. Its dataset is a local folder of train/test JSON lines (the
+script's ``load_dataset(dataset_name)`` reads a folder as it reads a hub id), its model the tiny
+local chat model, its hub the fake one on 127.0.0.1. What it calls on the trainer: ``train``,
+``accelerator.print``, ``save_model``, ``push_to_hub``, ``hub_model_id`` and ``end``. The script's
+command-line parser (TrlParser building trl's own GRPOConfig) is not exercised here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpokit.trl import Accelerator, GRPOConfig, GRPOTrainer, train_output
+from trl_helpers import FakeHub, make_chat_model
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    return make_chat_model(tmp_path_factory.mktemp("chat-model"))
+
+
+def write_split(folder, name, n):
+    rows = [{"prompt": [{"role": "user", "content": f"add {a} and 1"}], "solution": str(a + 1)} for a in range(n)]
+    (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_trls_grpo_script_main_runs_on_grpokits_trainer(chat_model, tmp_path, monkeypatch, capsys):
+    trl = pytest.importorskip("trl")
+    from trl import DatasetMixtureConfig, ModelConfig
+    from trl.scripts.grpo import GRPOScriptArguments, main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_split(data, "train", 8)
+    write_split(data, "test", 2)
+    (tmp_path / "my_rewards_grpo_script.py").write_text("def short(completions, **kw):\n"
+                                                       "    return [-len(c[0]['content']) / 10 for c in completions]\n")
+    monkeypatch.chdir(tmp_path)  # the script imports dotted reward paths from the working directory
+    made = []
+    monkeypatch.setattr(trl, "GRPOTrainer", lambda **kw: made.append(GRPOTrainer(**kw)) or made[-1])
+    out = tmp_path / "run"
+    script_args = GRPOScriptArguments(dataset_name=str(data), reward_funcs=["think_format_reward", "accuracy_reward",
+                                                                             "my_rewards_grpo_script.short"])
+    training_args = GRPOConfig(output_dir=str(out), max_steps=2, per_device_train_batch_size=4, num_generations=4,
+                               max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
+                               eval_strategy="steps", eval_steps=1, push_to_hub=True, hub_model_id="me/tiny-grpo",
+                               hub_strategy="end")
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        main(script_args, training_args, ModelConfig(model_name_or_path=str(chat_model)), DatasetMixtureConfig())
+    trainer = made[0]
+    printed = capsys.readouterr().out
+    assert "Training completed." in printed and f"Model saved to {out}." in printed and "me/tiny-grpo" in printed
+    assert trainer.state.global_step == 2
+    assert [s.name for s in trainer._trainer.runner.specs] == ["think_format_reward", "accuracy_reward", "short"]
+    assert len(trainer._trainer.eval_prompts) == 2  # the test split became the eval_dataset
+    assert (out / "config.json").exists() and (out / "model.safetensors").exists()  # save_model(output_dir)
+    assert "model.safetensors" in hub.repos["me/tiny-grpo"]  # push_to_hub(dataset_name=...)
+    assert trainer.model.dtype.is_floating_point and str(trainer.model.dtype) == "torch.float32"  # ModelConfig.dtype
+
+
+def test_accelerator_reports_this_process_and_prints_on_the_main_one_only(monkeypatch, capsys):
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    acc = Accelerator()
+    assert (acc.process_index, acc.num_processes, acc.is_main_process, acc.is_local_main_process) == (0, 1, True, True)
+    acc.print("hello")
+    acc.wait_for_everyone()  # one process: nothing to wait for
+    assert capsys.readouterr().out == "hello\n"
+    monkeypatch.setenv("RANK", "3")  # the second process of the second node under torchrun
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert (acc.process_index, acc.local_process_index, acc.num_processes, acc.is_main_process) == (3, 1, 4, False)
+    acc.print("hello")
+    assert capsys.readouterr().out == ""
+
+
+def test_train_output_has_transformers_fields_and_grpokits_evaluations():
+    # 2 steps of 8 completions in 4 s: 16 / 4 = 4 samples/s, 2 / 4 = 0.5 steps/s; loss mean (0.5 + 1.5) / 2 = 1
+    res = train_output(2, 0.5, [0.5, 1.5], 4.0, 8, {"eval_before": {"reward": 0.25}, "eval_after": {"reward": 0.75}, "steps": 2})
+    step, loss, metrics = res  # unpacks as transformers' TrainOutput
+    assert (step, loss) == (2, 1.0)
+    assert metrics == {"train_runtime": 4.0, "train_samples_per_second": 4.0, "train_steps_per_second": 0.5,
+                       "train_loss": 1.0, "epoch": 0.5, "eval_before/reward": 0.25, "eval_after/reward": 0.75}
+
+
+def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
+    from datasets import Dataset
+
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True)
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                     train_dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(rows[:1]), args=args)
+    res = tr.train()
+    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2
+    assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0)]
+    assert res.global_step == 2 and res.metrics["epoch"] == 1.0
+    losses = [h["loss"] for h in tr.state.log_history]
+    assert res.training_loss == pytest.approx(sum(losses) / 2) == res.metrics["train_loss"]
+    assert res.metrics["train_runtime"] > 0
+    assert res.metrics["train_samples_per_second"] == pytest.approx(8 / res.metrics["train_runtime"], rel=1e-2)
+    assert set(tr.summary) >= {"eval_before", "eval_after"}
+    assert {f"eval_after/{k}" for k in tr.summary["eval_after"]} <= set(res.metrics)
