@@ -188,3 +188,51 @@ def test_sdpa_attention_in_the_static_step_samples_what_the_matmul_attention_doe
         assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
         for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
             assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
+
+
+def test_repetition_penalty_is_transformers_on_fixed_tensors():
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    from grpokit.rollout.hf import penalize_repetition
+
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [-2.0, 4.0, 1.0, 0.0]])
+    seen = torch.tensor([[True, True, False, False], [True, False, False, True]])
+    # row 0: 2 / 2 = 1 (positive: divided), -1 * 2 = -2 (negative: multiplied); row 1: -2 * 2 = -4, 0 * 2 = 0
+    assert penalize_repetition(logits, seen, 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0], [-4.0, 4.0, 1.0, 0.0]]
+    ids = torch.tensor([[0, 1, 1], [3, 0, 3]])  # the same seen tokens as ids (repeats count once)
+    for penalty in (2.0, 1.3, 0.8):
+        hf = RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone())
+        assert torch.allclose(penalize_repetition(logits, seen, penalty), hf)
+        # then temperature, as transformers' warpers after the processor
+        p = SamplingParams(temperature=0.7, repetition_penalty=penalty)
+        assert torch.allclose(process_logits(logits, p, seen), torch.log_softmax(hf / 0.7, dim=-1), atol=1e-6)
+    assert torch.equal(process_logits(logits, SamplingParams(), seen), torch.log_softmax(logits, dim=-1))  # 1.0: off
+
+
+def test_greedy_with_repetition_penalty_equals_transformers_generate_on_both_engines(tiny_model):
+    prompt = [1, 5, 6, 5, 7]
+    hf = tiny_model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=10, repetition_penalty=1.8,
+                             eos_token_id=2, pad_token_id=0)[0, len(prompt):].tolist()
+    plain = generate(tiny_model, [prompt], 1, SamplingParams(max_new_tokens=10, temperature=0), eos_token_ids={2}, pad_token_id=0)
+    for engine in ("static", "dynamic"):
+        ro = generate(tiny_model, [prompt], 2, SamplingParams(max_new_tokens=10, temperature=0, repetition_penalty=1.8),
+                      eos_token_ids={2}, pad_token_id=0, engine=engine)
+        assert ro.completion_ids == [hf, hf], engine
+    assert plain.completion_ids[0] != hf  # the penalty changed what greedy decoding picks (so the test can fail)
+
+
+def test_sampling_logprobs_with_repetition_penalty_are_the_penalised_distributions(tiny_model):
+    prompts = [[1, 5, 6, 7], [1, 9]]  # ragged: left padding must not count as seen
+    params = SamplingParams(max_new_tokens=8, temperature=0.7, repetition_penalty=1.5)
+    for engine in ("static", "dynamic"):
+        ro = generate(tiny_model, prompts, 3, params, eos_token_ids={2, 3}, pad_token_id=0,
+                      generator=torch.Generator().manual_seed(0), engine=engine)
+        for i, (comp, lps) in enumerate(zip(ro.completion_ids, ro.sampling_logprobs)):
+            prompt = prompts[i // 3]
+            with torch.no_grad():
+                logits = tiny_model(torch.tensor([prompt + comp])).logits[0, len(prompt) - 1:-1]  # (T, V)
+            for t, tok in enumerate(comp):
+                seen = torch.zeros(1, logits.shape[-1], dtype=torch.bool)
+                seen[0, prompt + comp[:t]] = True
+                expected = process_logits(logits[t:t + 1], params, seen)[0, tok].item()
+                assert abs(lps[t] - expected) < 1e-4, (engine, i, t)

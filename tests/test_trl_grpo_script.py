@@ -108,3 +108,31 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
     assert res.metrics["train_samples_per_second"] == pytest.approx(8 / res.metrics["train_runtime"], rel=1e-2)
     assert set(tr.summary) >= {"eval_before", "eval_after"}
     assert {f"eval_after/{k}" for k in tr.summary["eval_after"]} <= set(res.metrics)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_attn_implementation_reaches_from_pretrained(chat_model, tmp_path, attn):
+    from datasets import Dataset
+
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                      use_cpu=True, model_init_kwargs={"attn_implementation": attn, "dtype": "bfloat16"})
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                     train_dataset=Dataset.from_list([{"prompt": "1+1="}]), args=args)
+    assert tr.model.config._attn_implementation == attn and str(tr.model.dtype) == "torch.bfloat16"
+
+
+def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(chat_model):
+    from transformers import AutoModelForCausalLM
+
+    from grpokit.config import Config, ConfigError, set_field
+    from grpokit.models import load_model
+    from grpokit.validation import validate
+
+    cfg = Config()
+    set_field(cfg, "model.attn_implementation", "eager")
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation='eager' is chosen when loading"):
+        load_model(cfg.model, __import__("torch").device("cpu"), __import__("torch").float32,
+                   model=AutoModelForCausalLM.from_pretrained(chat_model))
+    set_field(cfg, "model.attn_implementation", "fast")
+    with pytest.raises(ConfigError, match=r"model.attn_implementation='fast' is not valid; choose one of: auto, eager, sdpa"):
+        validate(cfg)

@@ -55,7 +55,7 @@ def test_mapping_worked_by_hand():
                    num_iterations=2, loss_type="dr_grpo", scale_rewards=False, epsilon=0.2, epsilon_high=0.28,
                    learning_rate=5e-6, lr_scheduler_type="cosine", warmup_steps=0.1, save_steps=2, save_total_limit=None,
                    report_to=["tensorboard"], logging_steps=5, log_completions=True, bf16=True, beta=0.04,
-                   generation_kwargs={"stop_strings": "</answer>", "top_k": 20})
+                   generation_kwargs={"stop_strings": "</answer>", "top_k": 20, "repetition_penalty": 1.1})
     c = to_config(a, num_rows=100, world_size=1)
     # 8 completions per micro-batch x 2 accumulated = 16 completions a step = 4 prompts x G=4
     assert (c.train.prompts_per_step, c.train.micro_batch_size, c.rollout.group_size) == (4, 8, 4)
@@ -68,6 +68,8 @@ def test_mapping_worked_by_hand():
     assert (c.train.save_every, c.train.keep_checkpoints, c.train.out) == (2, 3, "out")
     assert c.record.sinks == ["console", "tensorboard"] and (c.record.console_every, c.record.samples_every) == (5, 5)
     assert c.rollout.stop == ["</answer>"] and c.rollout.top_k == 20 and c.rollout.max_new_tokens == 512
+    assert c.rollout.repetition_penalty == 1.1
+    assert to_config(GRPOConfig(repetition_penalty=1.2), num_rows=4).rollout.repetition_penalty == 1.2  # TRL's own argument
     assert (c.reward.convention, c.data.chat_template, c.data.task, c.reward.functions) == ("trl", "conversational", "", [])
 
 
@@ -132,8 +134,13 @@ def test_model_init_kwargs_as_trls_grpo_script_passes_them():
     assert to_config(GRPOConfig(), num_rows=4).model.dtype == "float32"  # no model_init_kwargs: float32 too, not bf16 on GPU
     c = to_config(GRPOConfig(model_init_kwargs={"torch_dtype": "torch.float16", "trust_remote_code": True, "revision": "main"}), num_rows=4)
     assert (c.model.dtype, c.model.trust_remote_code) == ("float16", True)
-    with pytest.raises(ConfigError, match=r"model_init_kwargs=\{'attn_implementation': 'flash_attention_2'\}"):
-        to_config(GRPOConfig(model_init_kwargs={"attn_implementation": "flash_attention_2"}), num_rows=4)
+    assert c.model.attn_implementation == "auto"  # None: transformers' own choice
+    c = to_config(GRPOConfig(model_init_kwargs={"attn_implementation": "eager", "dtype": "bfloat16"}), num_rows=4)
+    assert (c.model.attn_implementation, c.model.dtype) == ("eager", "bfloat16")
+    with pytest.raises(ConfigError, match=r"model_init_kwargs=\{'attn_implementation': 'flash'\} .*valid: attn_implementation eager, sdpa"):
+        to_config(GRPOConfig(model_init_kwargs={"attn_implementation": "flash"}), num_rows=4)
+    with pytest.raises(ConfigError, match=r"model_init_kwargs=\{'device_map': 'auto'\}"):
+        to_config(GRPOConfig(model_init_kwargs={"device_map": "auto"}), num_rows=4)
 
 
 def test_tool_episodes_are_capped_at_max_completion_length():
@@ -141,3 +148,10 @@ def test_tool_episodes_are_capped_at_max_completion_length():
     # generation_kwargs' max_new_tokens changes one generation's length, not that cap
     c = to_config(GRPOConfig(max_completion_length=96, generation_kwargs={"max_new_tokens": 32}), num_rows=4)
     assert (c.rollout.max_new_tokens, c.env.max_episode_tokens) == (32, 96)
+
+
+def test_a_repetition_penalty_that_is_not_positive_is_refused():
+    from grpokit.validation import validate
+
+    with pytest.raises(ConfigError, match=r"^rollout.repetition_penalty=0.0 must be > 0 \(1.0 = off\)$"):
+        validate(to_config(GRPOConfig(generation_kwargs={"repetition_penalty": 0.0}), num_rows=4))

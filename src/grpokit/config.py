@@ -64,6 +64,8 @@ class ModelConfig:
     """Model to train: "demo" (the tiny model shipped with grpokit), a local folder, or a hub id."""
     dtype: str = "auto"
     """Weights and compute dtype: "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16" or "float16"."""
+    attn_implementation: str = "auto"
+    """Attention kernel of the model's forward passes, passed to from_pretrained: "auto" (transformers' choice, sdpa where it can), "eager", "sdpa", "flash_attention_2", "flash_attention_3" or "flex_attention" (the flash ones need their package and a GPU). The static decode engine's one-token attention is its own either way (rollout/static.py)."""
     device: str = "auto"
     """Device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N"."""
     trust_remote_code: bool = False
@@ -130,6 +132,8 @@ class RolloutConfig:
     """Keep only the k most likely tokens (0 = off)."""
     min_p: float = 0.0
     """Drop tokens whose probability is below min_p times the top token's (0 = off)."""
+    repetition_penalty: float = 1.0
+    """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines and vLLM): the recorded sampling logprobs are of the penalised distribution, the trained logprobs are not penalised (as TRL)."""
     stop: list[str] = field(default_factory=list)
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
     backend: str = "hf"

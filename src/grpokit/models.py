@@ -16,6 +16,7 @@ import torch
 from .config import ConfigError, ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 def resolve_device(cfg: ModelConfig) -> torch.device:
@@ -65,6 +66,9 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
     from transformers import AutoModelForCausalLM
 
     if model is not None:
+        if cfg.attn_implementation != "auto":
+            raise ConfigError(f"model.attn_implementation={cfg.attn_implementation!r} is chosen when loading; pass the model "
+                              "as a name or path, or build the object with that attn_implementation and leave the field auto")
         if cfg.quantization != "none":
             raise ConfigError("model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object")
         return _prepare(model.to(device=device, dtype=dtype), cfg)
@@ -75,6 +79,8 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
 
     quant = quantization_config(cfg, device, dtype)  # QLoRA: 4-bit base (CUDA only)
     extra = {"quantization_config": quant, "device_map": {"": device}} if quant is not None else {}
+    if cfg.attn_implementation != "auto":
+        extra["attn_implementation"] = cfg.attn_implementation
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
     except OSError as e:

@@ -141,7 +141,7 @@ class Trainer:
             samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                                      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
-                                     stop=tuple(cfg.rollout.stop))
+                                     stop=tuple(cfg.rollout.stop), repetition_penalty=cfg.rollout.repetition_penalty)
         self.engine = scaling.make_engine(self)  # vLLM / async sampler, or None for the plain hf loop
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,

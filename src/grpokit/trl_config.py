@@ -110,8 +110,10 @@ class GRPOConfig:
     """Top-k sampling (0: off)."""
     min_p: float | None = None
     """Min-p sampling (None: off)."""
+    repetition_penalty: float = 1.0
+    """Penalty on tokens already in the prompt or completion (1.0: off), applied to sampling only."""
     generation_kwargs: dict | None = None
-    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens and stop_strings."""
+    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and repetition_penalty."""
     chat_template_kwargs: dict | None = None
     """Extra keyword arguments of apply_chat_template for conversational prompts."""
     use_vllm: bool = False
@@ -239,7 +241,7 @@ UNSUPPORTED: dict[str, Any] = {
     "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False, "resume_from_checkpoint": None,
     "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False, "num_generations_eval": None,
     "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", "generation_batch_size": None,
-    "steps_per_generation": None, "repetition_penalty": 1.0, "cache_implementation": None, "vllm_model_impl": "vllm",
+    "steps_per_generation": None, "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
     "vllm_tensor_parallel_size": 1, "delta": None,
     "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .config import Config, ConfigError, set_field
+from .models import ATTN_IMPLEMENTATIONS
 from .trl_config import UNSUPPORTED, GRPOConfig
 
 
@@ -100,20 +101,25 @@ def _model_init(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     dtype = dtype if dtype is not None else torch_dtype
     dtype = "float32" if dtype is None else str(dtype).replace("torch.", "")  # TRL loads float32 unless told
     trust = bool(kw.pop("trust_remote_code", False))
+    attn = kw.pop("attn_implementation", None) or "auto"
     # from_pretrained's own defaults (TRL's grpo.py passes revision/attn_implementation None) change nothing
     kw = {k: v for k, v in kw.items() if v is not None and not (k == "revision" and v == "main")}
     if kw:
-        raise _refuse("model_init_kwargs", kw, "dtype (or torch_dtype) and trust_remote_code; other loading options only at None")
+        raise _refuse("model_init_kwargs", kw, "dtype (or torch_dtype), attn_implementation and trust_remote_code; other loading options only at None")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise _refuse("model_init_kwargs", {"dtype": dtype}, "dtype auto, float32, bfloat16 or float16")
-    return {"model.dtype": dtype, "model.trust_remote_code": a.trust_remote_code or trust}
+    if attn not in ATTN_IMPLEMENTATIONS:
+        raise _refuse("model_init_kwargs", {"attn_implementation": attn}, "attn_implementation " + ", ".join(ATTN_IMPLEMENTATIONS[1:]))
+    return {"model.dtype": dtype, "model.trust_remote_code": a.trust_remote_code or trust, "model.attn_implementation": attn}
 
 
 def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     out = {"rollout.temperature": a.temperature, "rollout.top_p": a.top_p, "rollout.top_k": a.top_k,
-           "rollout.min_p": a.min_p or 0.0, "rollout.max_new_tokens": a.max_completion_length}
+           "rollout.min_p": a.min_p or 0.0, "rollout.max_new_tokens": a.max_completion_length,
+           "rollout.repetition_penalty": a.repetition_penalty}
     names = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-             "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop", "stop": "stop"}
+             "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop", "stop": "stop",
+             "repetition_penalty": "repetition_penalty"}
     for key, value in (a.generation_kwargs or {}).items():
         if key not in names:
             raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names))
@@ -205,15 +211,17 @@ MAPPING: list[Rule] = [
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
     Rule(("gradient_checkpointing", "trust_remote_code"), ("model.gradient_checkpointing", "model.trust_remote_code"), "copied",
          _v(**{"model.gradient_checkpointing": "gradient_checkpointing", "model.trust_remote_code": "trust_remote_code"})),
-    Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code"),
-         "dtype / torch_dtype (None: float32, as TRL) and trust_remote_code; other keys only at None", _model_init),
+    Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code", "model.attn_implementation"),
+         "dtype / torch_dtype (None: float32, as TRL), attn_implementation (None: transformers' choice) and "
+         "trust_remote_code; other keys only at None", _model_init),
     Rule(("use_cpu",), ("model.device",), "True: cpu, False: auto", lambda a, ctx: {"model.device": "cpu" if a.use_cpu else "auto"}),
     Rule(("seed", "full_determinism", "shuffle_dataset"), ("train.seed", "train.deterministic", "data.shuffle"), "copied",
          _v(**{"train.seed": "seed", "train.deterministic": "full_determinism", "data.shuffle": "shuffle_dataset"})),
-    Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "generation_kwargs"),
+    Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs"),
          ("rollout.max_new_tokens", "rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.min_p", "rollout.stop",
-          "env.max_episode_tokens"),
-         "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings override; "
+          "rollout.repetition_penalty", "env.max_episode_tokens"),
+         "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
+         "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
          "with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
     Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),

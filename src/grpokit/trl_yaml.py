@@ -24,10 +24,10 @@ SCRIPT_DEFAULTS: dict[str, Any] = {  # TRL's ScriptArguments / GRPOScriptArgumen
     "model_name_or_path": None, "dtype": "float32", "dataset_name": None, "dataset_config": None,
     "dataset_train_split": "train", "dataset_test_split": "test", "reward_funcs": None, "reward_model_name_or_path": None,
     "use_peft": False, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None,
-    "lora_task_type": "CAUSAL_LM",
+    "lora_task_type": "CAUSAL_LM", "attn_implementation": None,
 }
 SCRIPT_UNSUPPORTED: dict[str, Any] = {
-    "model_revision": "main", "attn_implementation": None, "lora_target_parameters": None, "lora_modules_to_save": None,
+    "model_revision": "main", "lora_target_parameters": None, "lora_modules_to_save": None,
     "use_rslora": False, "use_dora": False, "load_in_8bit": False, "load_in_4bit": False, "bnb_4bit_quant_type": "nf4",
     "use_bnb_nested_quant": False, "bnb_4bit_quant_storage": None, "dataset_streaming": False, "ignore_bias_buffers": False,
     "datasets": [],
@@ -80,7 +80,9 @@ def build_trainer(data: dict[str, Any], *, out: str | None = None, callbacks: li
         args_kw["output_dir"] = out
     if script["dtype"] not in (None, "auto", "float32", "bfloat16", "float16"):
         raise ConfigError(f"dtype={script['dtype']!r} is not valid; use auto, float32, bfloat16 or float16")
-    args_kw["model_init_kwargs"] = {**(args_kw.get("model_init_kwargs") or {}), "dtype": script["dtype"] or "auto"}
+    # as TRL's grpo.py: the ModelConfig's dtype and attn_implementation, then model_init_kwargs' own keys win
+    args_kw["model_init_kwargs"] = {"dtype": script["dtype"] or "auto", "attn_implementation": script["attn_implementation"],
+                                    **(args_kw.get("model_init_kwargs") or {})}
     args = GRPOConfig(**args_kw)
     if not script["model_name_or_path"]:
         raise ConfigError("the TRL-style config has no model_name_or_path; name the model to train")

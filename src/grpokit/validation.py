@@ -15,6 +15,7 @@ from .entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
 from .gec import MODES as GEC_MODES
 from .config import Config, ConfigError
 from .kernels import MODES as CPU_MATMUL_MODES
+from .models import ATTN_IMPLEMENTATIONS
 from .loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
 
 def _check(ok: bool, message: str) -> None:
@@ -30,6 +31,7 @@ def validate(cfg: Config) -> Config:
     """Check every value that can be checked without loading anything; raise ``ConfigError``."""
     r, a, t, o, m = cfg.rollout, cfg.algo, cfg.train, cfg.optim, cfg.model
     _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16", "float16"))
+    _one_of("model.attn_implementation", m.attn_implementation, ATTN_IMPLEMENTATIONS)
     _check(m.device in ("auto", "cpu", "cuda") or m.device.startswith("cuda:"),
            f"model.device={m.device!r} is not valid; use auto, cpu, cuda or cuda:N")
     _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
@@ -40,6 +42,7 @@ def validate(cfg: Config) -> Config:
     _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
     _check(r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
     _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
+    _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
     _one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)

@@ -8,6 +8,12 @@ in bunches, a quarter of the batch at a time, since each drop copies the cache).
 in the cache sample nothing, so every engine draws the same random numbers. Per token we keep the
 sampled id and its sampling log-probability; per completion its finish reason.
 
+With ``repetition_penalty`` != 1 the penalty is applied before temperature and the filters, as
+transformers does, and the recorded sampling log-probabilities are those of the penalised
+distribution the tokens were drawn from (what TIS compares the trainer's log-probabilities with);
+the trainer's own log-probabilities never see the penalty, as in TRL. The seen tokens are the
+prompt's (without padding) and the completion's.
+
 Sampling is seeded through an explicit ``torch.Generator`` so a resumed run samples exactly what an
 uninterrupted one would.
 """
@@ -32,11 +38,25 @@ class SamplingParams:
     top_k: int = 0
     min_p: float = 0.0
     stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0
 
 
-def process_logits(logits_NV: torch.Tensor, p: SamplingParams) -> torch.Tensor:
-    """Log-probabilities after temperature, top-k, top-p and min-p (removed tokens get -inf)."""
-    x = logits_NV.float() / p.temperature
+def penalize_repetition(logits_NV: torch.Tensor, seen_NV: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty (Keskar et al., 2019) as transformers' RepetitionPenaltyLogitsProcessor:
+    a token already seen (``seen_NV`` True: in the prompt or the completion so far) has its logit
+    divided by ``penalty`` when positive, multiplied by it when not. ``penalty`` 1 changes nothing."""
+    x = logits_NV.float()
+    penalised = torch.where(x > 0, x / penalty, x * penalty)
+    return torch.where(seen_NV, penalised, x)
+
+
+def process_logits(logits_NV: torch.Tensor, p: SamplingParams, seen_NV: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-probabilities after the repetition penalty (needs ``seen_NV``, the tokens of prompt and
+    completion so far), then temperature, top-k, top-p and min-p (removed tokens get -inf): HF's order."""
+    x = logits_NV.float()
+    if p.repetition_penalty != 1.0 and seen_NV is not None:
+        x = penalize_repetition(x, seen_NV, p.repetition_penalty)
+    x = x / p.temperature
     if p.top_k > 0 and p.top_k < x.shape[-1]:
         kth = torch.topk(x, p.top_k, dim=-1).values[:, -1:]
         x = x.masked_fill(x < kth, float("-inf"))
@@ -122,17 +142,27 @@ def generate(
     active = torch.arange(N, device=device)  # original row of each cache row
     live = None  # cache rows still sampling; None = all of them
     eos = torch.tensor(sorted(eos_token_ids), device=device)
+    seen = None  # (N, V) tokens of each row's prompt and completion so far, for the repetition penalty
+    if params.repetition_penalty != 1.0:
+        seen = torch.zeros((N, logits.shape[-1]), dtype=torch.bool, device=device)
+        for i, p in enumerate(prompt_ids):
+            seen[i * G:(i + 1) * G, torch.tensor(p, dtype=torch.long, device=device)] = True
 
     for step in range(params.max_new_tokens):
         live_logits = logits if live is None else logits[live]
+        row_ids = active if live is None else active[live]  # original row of each live row
+        if seen is not None:
+            live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
         if params.temperature == 0:
             tok = live_logits.argmax(dim=-1)
             tok_logp = torch.log_softmax(live_logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
         else:
-            logp = process_logits(live_logits, params)
+            logp = process_logits(live_logits, params)  # penalised above: no seen_NV passed, no second penalty
             tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # generator lives on `device`
             tok_logp = logp.gather(1, tok[:, None])[:, 0]
-        rows = (active if live is None else active[live]).tolist()
+        if seen is not None:
+            seen[row_ids, tok] = True
+        rows = row_ids.tolist()
         tok_list, lp_list = tok.tolist(), tok_logp.tolist()
         finished = torch.isin(tok, eos)
         fin_list = finished.tolist()

@@ -88,7 +88,8 @@ class VLLMColocated:
         loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``."""
         p = params or self.params
         sp = self.sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
-                         min_p=p.min_p, max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
+                         min_p=p.min_p, repetition_penalty=p.repetition_penalty,
+                         max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
                          include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sp, use_tqdm=False)
         ro = to_rollout(outs, prompt_ids, group_size)

@@ -166,7 +166,7 @@ class VLLMServer:
     def _complete(self, prompt_ids: list[list[int]], group_size: int, p: SamplingParams) -> list[tuple[list[int], list[float], str]]:
         body = {"model": self.model_name, "prompt": [list(x) for x in prompt_ids], "n": group_size,
                 "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
-                "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": p.repetition_penalty, "presence_penalty": 0.0,
                 "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "return_tokens_as_token_ids": True,
                 "include_stop_str_in_output": True}  # as the hf engine: a tag-format tool call keeps its closing tag
         a = self.call("POST", f"{self.url}/v1/completions", body, self.request_timeout)
