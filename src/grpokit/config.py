@@ -133,7 +133,7 @@ class RolloutConfig:
     min_p: float = 0.0
     """Drop tokens whose probability is below min_p times the top token's (0 = off)."""
     repetition_penalty: float = 1.0
-    """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines and vLLM): the recorded sampling logprobs are of the penalised distribution, the trained logprobs are not penalised (as TRL)."""
+    """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines; passed on to vLLM): on the hf engines the recorded sampling logprobs are of the penalised distribution (which ones vLLM reports is not checked here); the trained logprobs are not penalised (as TRL)."""
     stop: list[str] = field(default_factory=list)
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
     backend: str = "hf"
