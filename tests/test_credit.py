@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from grpokit.advantages import (discounted_returns, gagpo_advantages, gigpo_advantages, group_advantages,
-                                steps_to_tokens)
+from grpokit.advantages import group_advantages
+from grpokit.credit import discounted_returns, gagpo_advantages, gigpo_advantages, steps_to_tokens
 from grpokit.loss import log_importance_ratio
 
 # One prompt, G = 3 episodes, gamma = 0.5. Episode 0: states (A, B), reward 1 at its end; episode 1:

@@ -10,7 +10,8 @@ from typing import Callable
 
 import torch
 
-from .advantages import gagpo_advantages, gigpo_advantages, process_advantages, steps_to_tokens
+from .advantages import process_advantages
+from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
 from .collect import ScoredBatch
 from .config import Config, ConfigError
 from .data import load_rows, repeat_columns
