@@ -21,7 +21,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.train import Trainer
 from grpokit.variants import VARIANTS
 

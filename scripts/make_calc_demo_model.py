@@ -64,7 +64,8 @@ def make_batch(tokenizer, pairs, rng: random.Random, batch_size: int, tool_prob:
 
 def measure(folder: Path) -> None:
     """Greedy held-out accuracy and tool use, and sampled tool use, through the trainer's episode loop."""
-    from grpokit.config import Config, apply_overrides
+    from grpokit.config import Config
+    from grpokit.config_io import apply_overrides
     from grpokit.data import to_prompts
     from grpokit.evaluate import evaluate
     from grpokit.models import eos_ids, load_model, load_tokenizer

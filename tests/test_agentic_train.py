@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.config import Config, ConfigError
+from grpokit.config_io import apply_overrides
 from grpokit.env import calculator
 from grpokit.rollout.hf import SamplingParams
 from grpokit.tasks.calculator import TAGS

@@ -10,7 +10,8 @@ import torch
 
 from grpokit import presets
 from grpokit.advantages import group_advantages, kl_penalized_rewards
-from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.config import Config, ConfigError
+from grpokit.config_io import apply_overrides
 from grpokit.loss import kl_estimate, policy_loss
 from grpokit.validation import validate
 

@@ -8,7 +8,8 @@ rise in the metrics. A short run with a relaxed threshold (docs/TASKS.md has the
 import json
 
 
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.tasks import get_task
 from grpokit.tasks.calculator import estimate, held_out_rows, is_held_out, train_rows
 from grpokit.train import Trainer

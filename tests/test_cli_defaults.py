@@ -6,7 +6,8 @@ import pytest
 
 from grpokit import presets, wiring
 from grpokit.cli import _train_parser, build_config
-from grpokit.config import Config, ConfigError, apply_overrides, assigned, load_yaml
+from grpokit.config import Config, ConfigError
+from grpokit.config_io import apply_overrides, assigned, load_yaml
 from grpokit.tasks import get_task
 
 
@@ -127,7 +128,7 @@ def test_preset_from_python_with_passed_reward_functions(tmp_path):
 def test_resume_keeps_the_saved_config(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    from grpokit.config import save_yaml
+    from grpokit.config_io import save_yaml
 
     save_yaml(wiring.resolve_run(Config()), run / "config.yaml")  # what a demo run saved
     cfg = cli_config("--resume", str(run))

@@ -65,7 +65,8 @@ def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, 
 @pytest.fixture(scope="module")
 def lora_runs(tmp_path_factory):
     """One step of LoRA training on the demo model, saved as an adapter and (same seed) merged."""
-    from grpokit.config import Config, apply_overrides
+    from grpokit.config import Config
+    from grpokit.config_io import apply_overrides
     from grpokit.train import Trainer
 
     runs = {}

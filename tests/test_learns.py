@@ -2,7 +2,8 @@
 
 import json
 
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.train import Trainer
 
 

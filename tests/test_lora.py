@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from grpokit.config import Config, ConfigError, ModelConfig, apply_overrides
+from grpokit.config import Config, ConfigError, ModelConfig
+from grpokit.config_io import apply_overrides
 from grpokit.validation import validate
 from grpokit.models import resolve_autocast
 

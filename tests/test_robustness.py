@@ -6,7 +6,8 @@ import time
 import pytest
 import torch
 
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.record.health import TrainingHealthError
 from grpokit.train import Trainer
 

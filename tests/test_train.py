@@ -7,7 +7,8 @@ import pytest
 import torch
 import yaml
 
-from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.config import Config, ConfigError
+from grpokit.config_io import apply_overrides
 from grpokit.train import Trainer
 
 

@@ -124,7 +124,8 @@ def test_attn_implementation_reaches_from_pretrained(chat_model, tmp_path, attn)
 def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(chat_model):
     from transformers import AutoModelForCausalLM
 
-    from grpokit.config import Config, ConfigError, set_field
+    from grpokit.config import Config, ConfigError
+    from grpokit.config_io import set_field
     from grpokit.models import load_model
     from grpokit.validation import validate
 

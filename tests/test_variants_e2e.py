@@ -5,7 +5,8 @@ import json
 import pytest
 
 from grpokit import presets
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.train import Trainer
 from grpokit.variants import VARIANTS
 

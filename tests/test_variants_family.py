@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grpokit.advantages import group_advantages
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.loss import log_importance_ratio, policy_loss
 from grpokit.validation import validate
 

@@ -5,7 +5,8 @@ import torch
 
 from grpokit import gec
 from grpokit.collect import ScoredBatch
-from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.config import Config, ConfigError
+from grpokit.config_io import apply_overrides
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.types import Prompt, Rollout

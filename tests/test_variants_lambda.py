@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from grpokit.config import Config, apply_overrides
+from grpokit.config import Config
+from grpokit.config_io import apply_overrides
 from grpokit.lambda_grpo import LearnableLambda
 from grpokit.loss import aggregate, lambda_weights, policy_loss
 from grpokit.train import Trainer

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from grpokit.advantages import group_advantages
-from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.config import Config, ConfigError
+from grpokit.config_io import apply_overrides
 from grpokit.entropy_shaping import grpo_s_advantages, grpo_s_rewards, gtpo_advantages, gtpo_token_rewards
 from grpokit.validation import validate
 

@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from .config import Config, ConfigError, apply_overrides, describe_fields, load_yaml
+from .config import Config, ConfigError
+from .config_io import apply_overrides, describe_fields, load_yaml
 
 TRAIN_EPILOG = """\
 Every field below can be set in a YAML file (--config, sections as mappings) or on the command

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .config import Config, ConfigError, apply_overrides
+from .config import Config, ConfigError
+from .config_io import apply_overrides
 from .validation import validate
 from .data import load_rows, repeat_columns, to_prompts
 from .models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype

@@ -29,7 +29,8 @@ from . import checkpoint
 from .callbacks import Callbacks, RunState
 from .advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from .collect import ScoredBatch, collect
-from .config import Config, ConfigError, save_yaml, to_dict
+from .config import Config, ConfigError
+from .config_io import save_yaml, to_dict
 from .validation import validate
 from .data import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate

@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from .config import ConfigError, set_field
+from .config import ConfigError
+from .config_io import set_field
 from .trl_config import GRPOConfig
 from .trl_mapping import to_config
 

@@ -19,7 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .config import Config, ConfigError, set_field
+from .config import Config, ConfigError
+from .config_io import set_field
 from .models import ATTN_IMPLEMENTATIONS
 from .trl_config import UNSUPPORTED, GRPOConfig
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, _sections
+from .config import ConfigError
+from .config_io import _sections
 from .trl_config import UNSUPPORTED, GRPOConfig
 
 SCRIPT_DEFAULTS: dict[str, Any] = {  # TRL's ScriptArguments / GRPOScriptArguments / ModelConfig, with TRL's defaults

@@ -34,7 +34,7 @@ def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
     (data.task becomes ""); the demo (a task on its own demo model) fills the fields nobody set with
     the task's demo settings; model.name_or_path=demo becomes the task's own checkpoint (the
     calculator task ships one that knows the tool tags), which config.yaml then records."""
-    from .config import assigned, set_field
+    from .config_io import assigned, set_field
 
     if cfg.data.dataset or own_rows:
         cfg.data.task = ""

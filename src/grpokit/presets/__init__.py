@@ -1,7 +1,7 @@
 """Presets: the published hyperparameters of each recipe, as YAML files beside this module.
 
 A preset is a partial config (sections as mappings, as in a ``--config`` file). Applying it to a
-config fills the fields nobody set (``config.assigned``): a user's ``--config`` file and overrides
+config fills the fields nobody set (``config_io.assigned``): a user's ``--config`` file and overrides
 always win, whatever order they are given in. Two rules make a preset fit the run it is applied to:
 
 * Paper scale. ``train.prompts_per_step``, ``rollout.max_new_tokens`` and ``optim.lr`` are what the
@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from ..config import Config, ConfigError, assigned, set_field
+from ..config import Config, ConfigError
+from ..config_io import assigned, set_field
 
 HERE = Path(__file__).parent
 PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
