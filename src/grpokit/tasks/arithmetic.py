@@ -96,11 +96,7 @@ def train_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
     Deterministic: the same ``(n, seed)`` always gives the same list, and a longer list starts
     with the shorter one (rows are drawn one by one from ``random.Random(seed)``).
     """
-    if n < 0:
-        raise ValueError(f"train_rows: n must be >= 0, got {n}")
-    rng = random.Random(seed)
-    pairs = train_pairs()
-    return [make_row(*pairs[rng.randrange(len(pairs))]) for _ in range(n)]
+    return drawn_rows(train_pairs(), make_row, n, seed)
 
 
 def held_out_rows(n: int | None = None, seed: int = 1234) -> list[dict[str, str]]:
@@ -109,7 +105,21 @@ def held_out_rows(n: int | None = None, seed: int = 1234) -> list[dict[str, str]
     The shuffle makes any prefix a fair sample (carries and operand sizes in the usual
     proportions), so ``held_out_rows(200)`` is a valid small evaluation set.
     """
-    pairs = list(held_out_pairs())
+    return shuffled_rows(held_out_pairs(), make_row, n, seed)
+
+
+def drawn_rows(pairs: Sequence[tuple[int, int]], make_row, n: int, seed: int) -> list[dict[str, str]]:
+    """``n`` rows ``make_row(a, b)`` of pairs drawn with replacement, one by one from ``random.Random(seed)``
+    (the train split of a built-in task)."""
+    if n < 0:
+        raise ValueError(f"train_rows: n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    return [make_row(*pairs[rng.randrange(len(pairs))]) for _ in range(n)]
+
+
+def shuffled_rows(pairs: Sequence[tuple[int, int]], make_row, n: int | None, seed: int) -> list[dict[str, str]]:
+    """The first ``n`` rows (all when None) of the pairs in a fixed shuffled order (a held-out split)."""
+    pairs = list(pairs)
     random.Random(seed).shuffle(pairs)
     if n is not None:
         if not 0 <= n <= len(pairs):

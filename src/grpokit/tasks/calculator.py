@@ -30,7 +30,7 @@ from typing import Any
 
 from grpokit.env.builtin import calculator
 from grpokit.env.parse import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
-from grpokit.tasks.arithmetic import ANSWER_CLOSE, ANSWER_OPEN, split_operand_pairs
+from grpokit.tasks.arithmetic import ANSWER_CLOSE, ANSWER_OPEN, drawn_rows, shuffled_rows, split_operand_pairs
 
 OPERAND_MIN, OPERAND_MAX = 10, 99
 HOLD_OUT_MODULUS = 10
@@ -66,22 +66,12 @@ def make_row(a: int, b: int) -> dict[str, str]:
 
 def train_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
     """``n`` training rows drawn with replacement from the training pairs (deterministic in n, seed)."""
-    if n < 0:
-        raise ValueError(f"train_rows: n must be >= 0, got {n}")
-    rng = random.Random(seed)
-    pairs = train_pairs()
-    return [make_row(*pairs[rng.randrange(len(pairs))]) for _ in range(n)]
+    return drawn_rows(train_pairs(), make_row, n, seed)
 
 
 def held_out_rows(n: int | None = None, seed: int = 1234) -> list[dict[str, str]]:
     """The first ``n`` held-out rows (all when None) in a fixed shuffled order."""
-    pairs = list(_split_pairs()[1])
-    random.Random(seed).shuffle(pairs)
-    if n is not None:
-        if not 0 <= n <= len(pairs):
-            raise ValueError(f"held_out_rows: n must be in [0, {len(pairs)}], got {n}")
-        pairs = pairs[:n]
-    return [make_row(a, b) for a, b in pairs]
+    return shuffled_rows(_split_pairs()[1], make_row, n, seed)
 
 
 def estimate(a: int, b: int) -> int:
