@@ -155,8 +155,18 @@ def setup(fsdp: bool = False) -> DistContext:
         dist.init_process_group(backend=backend)
     if not dist.is_initialized():
         return DistContext(fsdp=fsdp)
-    return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                       local_rank=int(os.environ.get("LOCAL_RANK", dist.get_rank())), fsdp=fsdp)
+    rank, world_size, local_rank = position()
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, fsdp=fsdp)
+
+
+def position() -> tuple[int, int, int]:
+    """``(rank, world size, local rank)`` of this process: from the process group once joined, else
+    from torchrun's RANK / WORLD_SIZE / LOCAL_RANK (a process group not joined yet), else (0, 1, 0)."""
+    if dist.is_available() and dist.is_initialized():
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return rank, world_size, int(os.environ.get("LOCAL_RANK", rank))
 
 
 def rank_device(ctx: DistContext, device: torch.device) -> torch.device:

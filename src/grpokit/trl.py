@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from . import distributed
 from .config import ConfigError
 from .config_io import set_field
 from .trl_config import GRPOConfig
@@ -194,19 +195,9 @@ class Accelerator:
     (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), a print on
     the main process only, a barrier, and the end of the process group."""
 
-    @property
-    def process_index(self) -> int:
-        import torch.distributed as dist
-
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", "0"))
-
-    @property
-    def num_processes(self) -> int:
-        import torch.distributed as dist
-
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
-
-    local_process_index = property(lambda self: int(os.environ.get("LOCAL_RANK", self.process_index)))
+    process_index = property(lambda self: distributed.position()[0])
+    num_processes = property(lambda self: distributed.position()[1])
+    local_process_index = property(lambda self: distributed.position()[2])
     is_main_process = property(lambda self: self.process_index == 0)
     is_local_main_process = property(lambda self: self.local_process_index == 0)
 
