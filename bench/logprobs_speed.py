@@ -24,7 +24,7 @@ from workload import micro_bench_setup  # noqa: E402
 
 def main(argv=None):
     a, model, tok, ids = micro_bench_setup(argv)
-    from grpokit.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
     from grpokit.rollout.hf import SamplingParams, generate
     ro = generate(model.eval(), ids, a.G, SamplingParams(max_new_tokens=a.T), eos_token_ids={tok.eos_token_id},
                   pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
@@ -40,7 +40,7 @@ def main(argv=None):
             if grad:
                 (lp * m).sum().backward()
 
-    import grpokit.logprobs as L
+    import grpokit.train.logprobs as L
     sharing = L.PROMPT_SHARING_TYPES
 
     def ours(buckets, share=True):

@@ -30,7 +30,7 @@ def one(impl: str, V: int, T: int, N: int) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpokit.logprobs import completion_logprobs
+    from grpokit.train.logprobs import completion_logprobs
     from grpokit.types import TokenBatch
 
     torch.manual_seed(0)

@@ -82,8 +82,8 @@ def main(argv=None):
                             device=a.device, dtype=a.dtype, seed=0, threads=a.threads, mbs=0, set=a.set, reward=a.reward)
     clock = worker.PhaseClock()
     import grpokit.train as gt
-    import grpokit.update as gu
-    from grpokit import scaling
+    import grpokit.train.update as gu
+    from grpokit.train import scaling
 
     spans = Spans(a.device)
     spans.wrap(scaling, "reference_logprobs", "ref_logprobs")

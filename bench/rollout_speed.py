@@ -29,7 +29,7 @@ def main(argv=None):
     a, plain, tok, ids = micro_bench_setup(argv)
     import copy
 
-    from grpokit import kernels
+    from grpokit.train import kernels
     from grpokit.rollout.hf import SamplingParams, generate
 
     model = copy.deepcopy(plain)

@@ -84,7 +84,7 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
                  bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
                  delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
                  tau_neg: float = 1.05) -> torch.Tensor:
-    from grpokit.loss import policy_loss
+    from grpokit.algo.loss import policy_loss
 
     objective = loss_type if loss_type in TRL_OBJECTIVES else "clip"
     aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT[loss_type]

@@ -59,7 +59,7 @@ def _sync(device):
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     import grpokit.train as gt
     from grpokit.config import Config
-    from grpokit.config_io import apply_overrides
+    from grpokit.config.io import apply_overrides
 
     cfg = Config()
     cfg.model.name_or_path, cfg.model.device, cfg.model.dtype = a.model, a.device, a.dtype

@@ -19,7 +19,7 @@ CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +-*/=?!.,:;()<>[]'\"#%&_|~^@$"  # 
 
 def char_tokenizer(vocab_size: int = 64):
     """pad/eos/unk plus one id per character of CHARS, ``vocab_size`` ids in all (at most 64)."""
-    from grpokit.tasks.chartok import build_char_tokenizer
+    from grpokit.data.tasks.chartok import build_char_tokenizer
 
     chars = CHARS[: max(0, min(len(CHARS), vocab_size - 3))]
     return build_char_tokenizer(chars, (), padding_side="right", model_max_length=None)

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/compare_variants.py [--steps 60] [--eval-every 5] [--seeds 0] [--only dapo,gspo]
 
 Each variant is the default run (demo model, two-digit addition, P=16, G=8) plus the variant's
-overrides from grpokit.variants. Reported per variant (mean over seeds): held-out greedy accuracy at
+overrides from grpokit.algo.variants. Reported per variant (mean over seeds): held-out greedy accuracy at
 the end, the first step at which held-out accuracy reached 90% (evaluated every --eval-every
 steps), the mean completion length over the run, and the wall time of the run. Each row printed
 also lists the run's health warnings and notes ("monitor@step"): the runs are healthy, so every
@@ -22,9 +22,9 @@ from datetime import date
 from pathlib import Path
 
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
-from grpokit.variants import VARIANTS
+from grpokit.algo.variants import VARIANTS
 
 
 def run_one(name: str, seed: int, steps: int, eval_every: int, out: Path) -> dict:

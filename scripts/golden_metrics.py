@@ -37,7 +37,7 @@ def variants() -> dict[str, list[str]]:
     try:
         from grpokit.algo.variants import VARIANTS
     except ImportError:
-        from grpokit.variants import VARIANTS
+        from grpokit.algo.variants import VARIANTS
     return {**{k: v[1] for k, v in VARIANTS.items()}, **EXTRA}
 
 

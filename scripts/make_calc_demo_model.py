@@ -4,7 +4,7 @@
 
 Same recipe as scripts/make_demo_model.py (seeded, one CPU thread, a randomly initialised Llama of
 hidden 64, 4 layers, 4 heads), on demonstrations of *training-split* multiplications from the
-calculator task's teacher (grpokit.tasks.calculator.teacher_episode): a calculator call with its
+calculator task's teacher (grpokit.data.tasks.calculator.teacher_episode): a calculator call with its
 result and the answer with probability TOOL_PROB, else an estimate from memory. The loss is on the
 model's tokens only: the tool result is the environment's, in the context but not a target (the
 same mask GRPO training uses). Prints held-out greedy accuracy and tool-use rate, and the sampled
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from grpokit.tasks.calculator import CALC_MODEL_DIR, TAGS, TOOL_PROB, format_prompt, teacher_episode, train_pairs
-from grpokit.tasks.chartok import ALPHABET, build_char_tokenizer, save_char_tokenizer
+from grpokit.data.tasks.calculator import CALC_MODEL_DIR, TAGS, TOOL_PROB, format_prompt, teacher_episode, train_pairs
+from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer, save_char_tokenizer
 from make_demo_model import warm_up  # scripts/: the shared warm-up loop
 
 
@@ -65,14 +65,14 @@ def make_batch(tokenizer, pairs, rng: random.Random, batch_size: int, tool_prob:
 def measure(folder: Path) -> None:
     """Greedy held-out accuracy and tool use, and sampled tool use, through the trainer's episode loop."""
     from grpokit.config import Config
-    from grpokit.config_io import apply_overrides
+    from grpokit.config.io import apply_overrides
     from grpokit.data import to_prompts
-    from grpokit.evaluate import evaluate
-    from grpokit.models import eos_ids, load_model, load_tokenizer
+    from grpokit.train.evaluate import evaluate
+    from grpokit.train.models import eos_ids, load_model, load_tokenizer
     from grpokit.rewards import RewardRunner, RewardSpec
     from grpokit.rollout.hf import SamplingParams, generate
-    from grpokit.tasks import get_task
-    from grpokit import wiring
+    from grpokit.data.tasks import get_task
+    from grpokit.train import wiring
 
     cfg = apply_overrides(Config(), ["data.task=calculator", f"model.name_or_path={folder}"])
     tok, task = load_tokenizer(cfg.model), get_task("calculator")

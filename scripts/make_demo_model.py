@@ -3,10 +3,10 @@
     PYTHONPATH=src python scripts/make_demo_model.py            # writes src/grpokit/tasks/assets/demo-model/
 
 Steps (all seeded, one CPU thread, so the same machine gives the same bytes):
-1. build the character tokenizer (grpokit.tasks.chartok);
+1. build the character tokenizer (grpokit.data.tasks.chartok);
 2. build a randomly initialised ``LlamaForCausalLM`` (hidden 64, 4 layers, 4 heads: 0.26 M parameters, ~1 MB);
 3. supervised warm-up: each step draws a batch of *training-split* pairs and one demonstration per
-   pair from the forgetful teacher (grpokit.tasks.demo_model: drops all carries with probability
+   pair from the forgetful teacher (grpokit.data.tasks.demo_model: drops all carries with probability
    SLIP_PROB), and minimises cross-entropy on the completion tokens only (the prompt is given);
 4. save model (safetensors) + tokenizer, then print held-out greedy and sampled accuracy.
 
@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from grpokit.tasks.arithmetic import format_prompt, held_out_rows, train_pairs
-from grpokit.tasks.chartok import build_char_tokenizer, save_char_tokenizer
-from grpokit.tasks.demo_model import DEMO_MODEL_DIR, SLIP_PROB, teacher_completion
-from grpokit.tasks.evaluate import evaluate_accuracy
+from grpokit.data.tasks.arithmetic import format_prompt, held_out_rows, train_pairs
+from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+from grpokit.data.tasks.demo_model import DEMO_MODEL_DIR, SLIP_PROB, teacher_completion
+from grpokit.data.tasks.evaluate import evaluate_accuracy
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,7 +76,7 @@ def make_batch(tokenizer, pairs, rng: random.Random, batch_size: int, slip_prob:
 
 def sampled_accuracy(model, tokenizer, rows, samples: int = 8) -> float:
     """Mean reward of temperature-1 samples: the per-prompt success rate GRPO starts from."""
-    from grpokit.tasks.arithmetic import arithmetic_accuracy
+    from grpokit.data.tasks.arithmetic import arithmetic_accuracy
 
     model.eval()
     enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)

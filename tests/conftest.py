@@ -24,7 +24,7 @@ ALPHABET = "abcdefghij0123456789+=<>/ "
 
 def char_tokenizer():
     """A small character-level fast tokenizer (pad 0, eos 1, no tags), built offline."""
-    from grpokit.tasks.chartok import build_char_tokenizer
+    from grpokit.data.tasks.chartok import build_char_tokenizer
 
     return build_char_tokenizer(ALPHABET, (), padding_side="right", model_max_length=None)
 

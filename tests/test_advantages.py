@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpokit.advantages import ESTIMATORS, flat_groups, group_advantages, process_advantages
+from grpokit.algo.advantages import ESTIMATORS, flat_groups, group_advantages, process_advantages
 
 
 def test_grpo_ten_with_six_correct_population_std():

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from grpokit.config import Config, ConfigError
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.env import calculator
 from grpokit.rollout.hf import SamplingParams
-from grpokit.tasks.calculator import TAGS
-from grpokit.tasks.chartok import ALPHABET, build_char_tokenizer
+from grpokit.data.tasks.calculator import TAGS
+from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
 from grpokit.train import Trainer
 
 from test_episodes import Counter, ScriptedSampler, calc_reply

@@ -8,12 +8,12 @@ TRL is tested as a live oracle in tests/test_bench_loss_equality.py.
 import pytest
 import torch
 
-from grpokit import presets
-from grpokit.advantages import group_advantages, kl_penalized_rewards
+from grpokit.config import presets
+from grpokit.algo.advantages import group_advantages, kl_penalized_rewards
 from grpokit.config import Config, ConfigError
-from grpokit.config_io import apply_overrides
-from grpokit.loss import kl_estimate, policy_loss
-from grpokit.validation import validate
+from grpokit.config.io import apply_overrides
+from grpokit.algo.loss import kl_estimate, policy_loss
+from grpokit.config.validation import validate
 
 
 # ---------------------------------------------------------------- verl, written out
@@ -184,7 +184,7 @@ def test_presets_set_the_anchor_options():
 
 
 def test_trainer_passes_lengths_estimator_and_clamp(tiny_model_dir, tmp_path, monkeypatch):
-    import grpokit.train as T
+    import grpokit.train.loop as T
 
     from test_train import make
 

@@ -8,20 +8,11 @@ import random
 import pytest
 import torch
 
-from grpokit.tasks import get_task
-from grpokit.tasks.arithmetic import (
-    arithmetic_accuracy,
-    extract_answer,
-    format_prompt,
-    held_out_pairs,
-    held_out_rows,
-    is_held_out,
-    train_pairs,
-    train_rows,
-)
-from grpokit.tasks.chartok import build_char_tokenizer
-from grpokit.tasks.demo_model import carry_free_sum, demo_model_path, has_carry, load_demo_model, teacher_completion
-from grpokit.tasks.evaluate import evaluate_accuracy, greedy_completions
+from grpokit.data.tasks import get_task
+from grpokit.data.tasks.arithmetic import arithmetic_accuracy, extract_answer, format_prompt, held_out_pairs, held_out_rows, is_held_out, train_pairs, train_rows
+from grpokit.data.tasks.chartok import build_char_tokenizer
+from grpokit.data.tasks.demo_model import carry_free_sum, demo_model_path, has_carry, load_demo_model, teacher_completion
+from grpokit.data.tasks.evaluate import evaluate_accuracy, greedy_completions
 
 
 # --- splits -------------------------------------------------------------------------------------
@@ -180,8 +171,8 @@ def test_registry_entry():
 
 
 def test_digit_steps_and_digit_accuracy_hand_worked():
-    from grpokit.tasks.arithmetic_steps import digit_accuracy, digit_steps
-    from grpokit.tasks.chartok import build_char_tokenizer
+    from grpokit.data.tasks.arithmetic_steps import digit_accuracy, digit_steps
+    from grpokit.data.tasks.chartok import build_char_tokenizer
 
     tok = build_char_tokenizer()
     texts = ["<answer>115</answer>", "<answer>125</answer>", "12"]

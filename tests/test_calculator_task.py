@@ -9,9 +9,9 @@ import json
 
 
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
-from grpokit.tasks import get_task
-from grpokit.tasks.calculator import estimate, held_out_rows, is_held_out, train_rows
+from grpokit.config.io import apply_overrides
+from grpokit.data.tasks import get_task
+from grpokit.data.tasks.calculator import estimate, held_out_rows, is_held_out, train_rows
 from grpokit.train import Trainer
 
 
@@ -45,7 +45,7 @@ def test_calculator_task_learns_to_use_the_tool(tmp_path):
 def test_grpokit_eval_scores_calculator_episodes():
     """grpokit eval --task calculator samples episodes with the task's model: the ~30% of sampled
     episodes that call the tool are right, where one-turn answers from memory almost never are."""
-    from grpokit.eval_cli import parse_args, run_eval
+    from grpokit.cli.eval import parse_args, run_eval
 
     res = run_eval(parse_args(["--task", "calculator", "--limit", "16", "--k", "1,8", "--seed", "0"]))
     assert res["prompts"] == 16 and res["samples_per_prompt"] == 8

@@ -4,11 +4,12 @@ scale. Everything here builds configs (and at most a Trainer on the 0.26M demo m
 
 import pytest
 
-from grpokit import presets, wiring
-from grpokit.cli import _train_parser, build_config
+from grpokit.config import presets
+from grpokit.train import wiring
+from grpokit.cli.app import _train_parser, build_config
 from grpokit.config import Config, ConfigError
-from grpokit.config_io import apply_overrides, assigned, load_yaml
-from grpokit.tasks import get_task
+from grpokit.config.io import apply_overrides, assigned, load_yaml
+from grpokit.data.tasks import get_task
 
 
 def cli_config(*argv: str) -> Config:
@@ -128,7 +129,7 @@ def test_preset_from_python_with_passed_reward_functions(tmp_path):
 def test_resume_keeps_the_saved_config(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    from grpokit.config_io import save_yaml
+    from grpokit.config.io import save_yaml
 
     save_yaml(wiring.resolve_run(Config()), run / "config.yaml")  # what a demo run saved
     cfg = cli_config("--resume", str(run))

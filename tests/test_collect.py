@@ -2,7 +2,7 @@
 
 import torch
 
-from grpokit.collect import ScoredBatch, collect, gfpo_keep
+from grpokit.rollout.collect import ScoredBatch, collect, gfpo_keep
 from grpokit.types import Prompt, Rollout
 
 

@@ -39,7 +39,7 @@ def scripted_generate(model, prompt_ids, group_size, params, *, eos_token_ids, p
 
 
 def run(model_dir, out, over):
-    import grpokit.train as train_mod
+    import grpokit.train.loop as train_mod
     from test_train import make
 
     real, train_mod.generate = train_mod.generate, scripted_generate
@@ -107,7 +107,7 @@ def test_one_process_update_actually_depends_on_the_whole_batch(tiny_model_dir, 
 
 
 def test_rank_seed_and_local_rows():
-    from grpokit.distributed import DistContext, rank_seed
+    from grpokit.train.distributed import DistContext, rank_seed
 
     assert rank_seed(7, 0) == 7  # one process samples as before
     assert len({rank_seed(7, r) for r in range(4)}) == 4

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from test_distributed import scripted_generate
 from test_train import ROWS, tiny_cfg
 
-from grpokit.loss import entropy_token_mask
+from grpokit.algo.loss import entropy_token_mask
 from grpokit.train import Trainer
 
 VOLATILE = ("time/", "tokens_per_second", "rollout/tokens_per_second")
@@ -67,7 +67,7 @@ def _lockstep_sampling_matches_unsharded(rank, model_dir):
     """Rank 0 samples 2 tokens, rank 1 samples 7: rank 0 must keep stepping while rank 1 decodes."""
     from transformers import AutoModelForCausalLM
 
-    from grpokit.distributed import fully_shard_model, setup
+    from grpokit.train.distributed import fully_shard_model, setup
     from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.rollout.lockstep import lockstep
 
@@ -139,7 +139,7 @@ OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.aggregation": "toke
 
 
 def run_scripted(model_dir, out, over):
-    import grpokit.train as train_mod
+    import grpokit.train.loop as train_mod
 
     real, train_mod.generate = train_mod.generate, scripted_generate
     try:

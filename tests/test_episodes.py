@@ -11,12 +11,12 @@ import torch
 from grpokit.config import ConfigError
 from grpokit.env import TerminalToolError, call_tool, calculator, parse_tool_calls, tool_schema
 from grpokit.env.parse import CALL_CLOSE, assistant_message
-from grpokit.logprobs import completion_logprobs, make_token_batch
-from grpokit.loss import policy_loss
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.algo.loss import policy_loss
 from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
 from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.tasks.calculator import TAGS
-from grpokit.tasks.chartok import ALPHABET, build_char_tokenizer
+from grpokit.data.tasks.calculator import TAGS
+from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
 from grpokit.types import Episode, Prompt, Rollout
 
 TOK = build_char_tokenizer(ALPHABET, TAGS)

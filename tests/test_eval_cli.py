@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from grpokit import eval_cli
-from grpokit.tasks import get_task
+from grpokit.cli import eval as eval_cli
+from grpokit.data.tasks import get_task
 from grpokit.types import Rollout
 
 
@@ -18,7 +18,7 @@ def test_eval_matches_hand_computed_values(monkeypatch, tmp_path, capsys):
     script = [[gold[0], wrong[0], wrong[0], gold[0]], [wrong[1]] * 4]
 
     def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
-        from grpokit.models import load_tokenizer
+        from grpokit.train.models import load_tokenizer
         from grpokit.config import ModelConfig
 
         tok = load_tokenizer(ModelConfig())
@@ -66,7 +66,7 @@ def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, 
 def lora_runs(tmp_path_factory):
     """One step of LoRA training on the demo model, saved as an adapter and (same seed) merged."""
     from grpokit.config import Config
-    from grpokit.config_io import apply_overrides
+    from grpokit.config.io import apply_overrides
     from grpokit.train import Trainer
 
     runs = {}
@@ -85,7 +85,7 @@ def test_eval_reads_lora_checkpoints(lora_runs, tmp_path, capsys):
     from safetensors.torch import load_file
 
     from grpokit.config import ModelConfig
-    from grpokit.tasks import demo_model_path
+    from grpokit.data.tasks import demo_model_path
 
     ckpt = lora_runs["adapter"] / "checkpoints" / "step-000001"
     assert (ckpt / "model" / "adapter_config.json").exists() and not (ckpt / "model" / "config.json").exists()

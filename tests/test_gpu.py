@@ -45,7 +45,7 @@ def tiny_qwen(dtype=torch.float32, vocab=512, hidden=256, layers=4, seed=0):
 
 def fixed_batch(vocab=512, P=4, G=2, seed=0):
     """P prompts (2-8 tokens) x G completions (4-24 tokens), random ids, as a CUDA TokenBatch."""
-    from grpokit.logprobs import make_token_batch
+    from grpokit.train.logprobs import make_token_batch
     from grpokit.types import Rollout
 
     g = torch.Generator().manual_seed(seed)
@@ -57,9 +57,9 @@ def fixed_batch(vocab=512, P=4, G=2, seed=0):
 
 
 def _loss(model, batch, autocast_dtype=None, old=None, ref=None, adv=None):
-    from grpokit.logprobs import completion_logprobs
-    from grpokit.loss import policy_loss
-    from grpokit.models import autocast_context
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.algo.loss import policy_loss
+    from grpokit.train.models import autocast_context
 
     with autocast_context(CUDA, autocast_dtype):
         logp, _ = completion_logprobs(model, batch)

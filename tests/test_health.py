@@ -8,15 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from grpokit.record.health import (
-    MONITORS,
-    HealthConfig,
-    HealthEvent,
-    HealthMonitor,
-    TrainingHealthError,
-    group_signatures,
-    solved_signatures,
-)
+from grpokit.record.health import MONITORS, HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures, solved_signatures
 
 STEPS = 60
 

@@ -1,4 +1,4 @@
-"""oneDNN linears (grpokit.kernels): same values and gradients as F.linear, and F.linear wherever
+"""oneDNN linears (grpokit.train.kernels): same values and gradients as F.linear, and F.linear wherever
 oneDNN does not apply."""
 
 import copy
@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from grpokit import kernels
+from grpokit.train import kernels
 from grpokit.config import ConfigError
 
 needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch build without oneDNN")
@@ -93,7 +93,7 @@ def test_cpu_matmul_modes(monkeypatch):
 
 def test_bad_cpu_matmul_is_a_config_error():
     from grpokit.config import Config
-    from grpokit.validation import validate
+    from grpokit.config.validation import validate
 
     cfg = Config()
     cfg.model.cpu_matmul = "mkl"

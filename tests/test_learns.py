@@ -3,7 +3,7 @@
 import json
 
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 
 
@@ -24,10 +24,10 @@ def test_trainer_evaluator_equals_the_hf_generate_reference():
     finished rows dropped) gives the same accuracy and lengths as the task's model.generate one."""
     from grpokit.config import ModelConfig
     from grpokit.data import to_prompts
-    from grpokit.evaluate import evaluate
-    from grpokit.models import eos_ids, load_model, load_tokenizer
+    from grpokit.train.evaluate import evaluate
+    from grpokit.train.models import eos_ids, load_model, load_tokenizer
     from grpokit.rewards import RewardRunner, RewardSpec
-    from grpokit.tasks import get_task
+    from grpokit.data.tasks import get_task
 
     task = get_task("arithmetic")
     rows = task.held_out_rows(200)

@@ -2,7 +2,7 @@
 
 import torch
 
-from grpokit.logprobs import completion_logprobs, make_token_batch, plan_buckets
+from grpokit.train.logprobs import completion_logprobs, make_token_batch, plan_buckets
 from grpokit.types import Rollout
 
 
@@ -46,7 +46,7 @@ def test_bucketed_logprobs_and_grads_equal_a_plain_forward(tiny_model):
 
 
 def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny_model, monkeypatch):
-    import grpokit.logprobs as L
+    import grpokit.train.logprobs as L
 
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
@@ -69,7 +69,7 @@ def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny
 def test_small_logits_skip_checkpointing_with_identical_values_and_grads(tiny_model, monkeypatch):
     # N*T*V here is a few hundred floats, under SMALL_LOGITS_ELEMENTS: autograd keeps the logits and
     # nothing is recomputed; the ops are the same, so values and gradients equal the checkpointed path's
-    import grpokit.logprobs as L
+    import grpokit.train.logprobs as L
 
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
@@ -112,7 +112,7 @@ def _tiny_qwen2():
 
 
 def test_shared_prompts_run_once_per_prompt_with_plain_forward_values_and_grads(tiny_model, monkeypatch):
-    import grpokit.logprobs as L
+    import grpokit.train.logprobs as L
 
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
@@ -134,7 +134,7 @@ def test_shared_prompts_run_once_per_prompt_with_plain_forward_values_and_grads(
 
 
 def test_prompt_sharing_is_skipped_when_no_prompt_repeats_or_under_activation_checkpointing(tiny_model):
-    from grpokit.logprobs import _can_share_prompts, _shared_prompts
+    from grpokit.train.logprobs import _can_share_prompts, _shared_prompts
 
     distinct = Rollout([[1, 5], [1, 6, 7]], [[3, 4], [5]], [[0.0, 0.0], [0.0]], ["length"] * 2, 1)
     assert _shared_prompts(make_token_batch(distinct, pad_token_id=0)) is None

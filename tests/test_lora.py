@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from grpokit.config import Config, ConfigError, ModelConfig
-from grpokit.config_io import apply_overrides
-from grpokit.validation import validate
-from grpokit.models import resolve_autocast
+from grpokit.config.io import apply_overrides
+from grpokit.config.validation import validate
+from grpokit.train.models import resolve_autocast
 
 from test_train import make
 
@@ -36,8 +36,8 @@ def test_only_adapters_train_and_reference_is_the_base_without_a_copy(tiny_model
 
 
 def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
-    from grpokit.logprobs import make_token_batch
-    from grpokit import scaling
+    from grpokit.train.logprobs import make_token_batch
+    from grpokit.train import scaling
     from transformers import AutoModelForCausalLM
 
     tr = make(tiny_model_dir, tmp_path / "run", **LORA, **{"algo.beta": 0.04})
@@ -45,7 +45,7 @@ def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
         for n, p in tr.model.named_parameters():
             if "lora_B" in n:
                 p.add_(0.5)
-    from grpokit.wiring import Timer
+    from grpokit.train.wiring import Timer
 
     tr._timer = Timer()
     sb = tr._sample(2, 4)

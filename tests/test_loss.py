@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpokit.loss import AGGREGATIONS, aggregate, kl_estimate, lambda_weights, policy_loss
+from grpokit.algo.loss import AGGREGATIONS, aggregate, kl_estimate, lambda_weights, policy_loss
 
 
 def one_token(ratio: float, adv: float, **kw):

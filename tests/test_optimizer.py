@@ -3,7 +3,7 @@
 import torch
 
 from grpokit.config import OptimConfig
-from grpokit.update import make_optimizer
+from grpokit.train.update import make_optimizer
 
 
 def test_fused_adamw_step_equals_the_reference_implementation():

@@ -31,7 +31,7 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_readme_cli_commands_are_real():
-    from grpokit.cli import COMMANDS
+    from grpokit.cli.app import COMMANDS
 
     shell = "\n".join(re.findall(r"```bash\n(.*?)```", README.read_text(), re.S))
     commands = re.findall(r"^grpokit ([\w-]+)", shell, re.M)
@@ -50,8 +50,9 @@ def readme_commands() -> list[list[str]]:
 
 
 def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
-    from grpokit import wiring
-    from grpokit.cli import _train_parser, build_config, main
+    from grpokit.train import wiring
+    from grpokit.cli.app import _train_parser, build_config
+    from grpokit.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.yaml").write_text(re.search(r"```yaml\n(.*?)```", README.read_text(), re.S).group(1))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.record.health import TrainingHealthError
 from grpokit.train import Trainer
 
@@ -49,7 +49,7 @@ def test_too_many_failures_stop_with_a_clear_message(tmp_path):
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
-    import grpokit.update as update
+    import grpokit.train.update as update
 
     real = update.policy_loss
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from grpokit.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.rollout.hf import SamplingParams, generate, process_logits
 
 

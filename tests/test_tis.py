@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from grpokit.loss import policy_loss
-from grpokit.tis import pad_sampling_logprobs, tis_weights
+from grpokit.algo.loss import policy_loss
+from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
 
 
 def test_weights_and_metrics_by_hand():

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from grpokit.config import Config, ConfigError
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 
 
@@ -65,7 +65,7 @@ def test_few_steps_change_every_parameter_and_write_run_folder(tiny_model_dir, t
 
 
 def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, tmp_path, monkeypatch):
-    import grpokit.update as U
+    import grpokit.train.update as U
 
     cuts = []
     real = U.micro_batches
@@ -86,7 +86,7 @@ def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, t
 
 
 def test_micro_batches_cut_rows_in_order_by_rows_and_tokens():
-    from grpokit.update import micro_batches
+    from grpokit.train.update import micro_batches
 
     assert micro_batches([5, 5, 5, 9, 2], max_tokens=10) == [slice(0, 2), slice(2, 3), slice(3, 4), slice(4, 5)]
     assert micro_batches([5, 5, 5, 9, 2], max_tokens=11) == [slice(0, 2), slice(2, 3), slice(3, 5)]
@@ -119,7 +119,7 @@ def test_num_iterations_takes_old_logprobs_once(tiny_model_dir, tmp_path):
     ("rollout.group_sise=4", "unknown config field 'rollout.group_sise'"),
 ])
 def test_bad_config_gives_one_sentence(override, message, tmp_path):
-    from grpokit.validation import validate
+    from grpokit.config.validation import validate
 
     with pytest.raises(ConfigError) as e:
         cfg = apply_overrides(Config(), [override])
@@ -139,7 +139,7 @@ def test_missing_dataset_column_is_named(tiny_model_dir, tmp_path):
 def test_token_budget_from_activation_memory_hand_example():
     from types import SimpleNamespace
 
-    from grpokit.update import token_budget
+    from grpokit.train.update import token_budget
 
     cfg = SimpleNamespace(hidden_size=512, intermediate_size=1536, num_hidden_layers=8)
     # (10 * 512 + 4 * 1536) values x 8 layers x 4 bytes = 360,448 bytes a token; 512 MiB / that = 1489.4
@@ -153,7 +153,7 @@ def test_token_budget_from_activation_memory_hand_example():
 def test_activation_memory_auto_is_512_mb_on_cpu_and_a_quarter_of_a_gpu(monkeypatch):
     from types import SimpleNamespace
 
-    from grpokit.update import activation_memory_mb
+    from grpokit.train.update import activation_memory_mb
 
     assert activation_memory_mb(-1, torch.device("cpu")) == 512
     assert activation_memory_mb(0, torch.device("cpu")) == 0 and activation_memory_mb(300, torch.device("cuda")) == 300

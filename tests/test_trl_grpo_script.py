@@ -16,7 +16,8 @@ import json
 
 import pytest
 
-from grpokit.trl import Accelerator, GRPOConfig, GRPOTrainer, train_output
+from grpokit.trl.trainer import Accelerator, train_output
+from grpokit.trl import GRPOConfig, GRPOTrainer
 from trl_helpers import FakeHub, make_chat_model
 
 
@@ -125,9 +126,9 @@ def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(c
     from transformers import AutoModelForCausalLM
 
     from grpokit.config import Config, ConfigError
-    from grpokit.config_io import set_field
-    from grpokit.models import load_model
-    from grpokit.validation import validate
+    from grpokit.config.io import set_field
+    from grpokit.train.models import load_model
+    from grpokit.config.validation import validate
 
     cfg = Config()
     set_field(cfg, "model.attn_implementation", "eager")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpokit.callbacks import RunState
+from grpokit.train.callbacks import RunState
 from grpokit.rewards.spec import RewardSpec, resolve_reward
 
 

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from grpokit import presets
+from grpokit.config import presets
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
-from grpokit.variants import VARIANTS
+from grpokit.algo.variants import VARIANTS
 
 SMALL = ["train.steps=2", "train.prompts_per_step=4", "rollout.group_size=8", "data.eval_size=16",
          "record.sinks=[]", "record.report=false", "optim.lr=1e-3"]

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from grpokit.advantages import group_advantages
+from grpokit.algo.advantages import group_advantages
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
-from grpokit.loss import log_importance_ratio, policy_loss
-from grpokit.validation import validate
+from grpokit.config.io import apply_overrides
+from grpokit.algo.loss import log_importance_ratio, policy_loss
+from grpokit.config.validation import validate
 
 
 def _grad(adv, logp, old, mask=None, **kw):
@@ -263,7 +263,7 @@ def test_micro_batches_add_up_to_the_batch(kw):
 
 
 def test_edge_grpo_entropy_driven_advantage():
-    from grpokit.advantages import entropy_scaled_advantages, response_entropy
+    from grpokit.algo.advantages import entropy_scaled_advantages, response_entropy
     # token entropies: seq 0 [0.4, 0.6] -> P = 0.5; seq 1 [1.0, 1.0] (+ a padded 9.0) -> 1.0; seq 2 [1.5] -> 1.5
     # batch mean P = 1.0, so the factors mean / P_i are [2, 1, 2/3]
     ent = torch.tensor([[0.4, 0.6, 0.0], [1.0, 1.0, 9.0], [1.5, 0.0, 0.0]])

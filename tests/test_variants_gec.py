@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from grpokit import gec
-from grpokit.collect import ScoredBatch
+from grpokit.rollout import gec
+from grpokit.rollout.collect import ScoredBatch
 from grpokit.config import Config, ConfigError
-from grpokit.config_io import apply_overrides
+from grpokit.config.io import apply_overrides
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.types import Prompt, Rollout
-from grpokit.validation import validate
+from grpokit.config.validation import validate
 
 from conftest import char_tokenizer
 
@@ -58,11 +58,11 @@ def test_no_all_wrong_group_changes_nothing():
 
 
 def test_renderer_and_config_errors():
-    assert gec.resolve_renderer("grpokit.tasks.arithmetic:format_completion")("125") == "<answer>125</answer>"
+    assert gec.resolve_renderer("grpokit.data.tasks.arithmetic:format_completion")("125") == "<answer>125</answer>"
     with pytest.raises(ConfigError, match="cannot be imported"):
         gec.resolve_renderer("no_such_module_xyz:f")
     with pytest.raises(ConfigError, match="needs algo.error_correction_fn=module:function"):
         validate(apply_overrides(Config(), ["algo.error_correction=gold"]))
     with pytest.raises(ConfigError, match="dynamic_sampling drops"):
         validate(apply_overrides(Config(), ["algo.error_correction=gold", "algo.dynamic_sampling=true",
-                                            "algo.error_correction_fn=grpokit.tasks.arithmetic:format_completion"]))
+                                            "algo.error_correction_fn=grpokit.data.tasks.arithmetic:format_completion"]))

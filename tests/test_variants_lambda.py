@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from grpokit.config import Config
-from grpokit.config_io import apply_overrides
-from grpokit.lambda_grpo import LearnableLambda
-from grpokit.loss import aggregate, lambda_weights, policy_loss
+from grpokit.config.io import apply_overrides
+from grpokit.algo.lambda_grpo import LearnableLambda
+from grpokit.algo.loss import aggregate, lambda_weights, policy_loss
 from grpokit.train import Trainer
 
 

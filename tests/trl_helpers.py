@@ -18,7 +18,7 @@ def make_chat_model(path: Path, seed: int = 0) -> Path:
     """A tiny Llama with a character tokenizer (letters, digits, a few symbols) and a chat template."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from grpokit.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
 
     tok = build_char_tokenizer("abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None)
     tok.chat_template = CHAT_TEMPLATE

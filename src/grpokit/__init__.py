@@ -15,7 +15,7 @@ __all__ = ["Config", "Trainer", "__version__"]
 
 def __getattr__(name: str) -> Any:  # lazy: `import grpokit` stays cheap (no torch until needed)
     if name == "Config":
-        from .config import Config
+        from grpokit.config.sections import Config
 
         return Config
     if name == "Trainer":

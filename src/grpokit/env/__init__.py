@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..config import ConfigError
+from grpokit.config.sections import ConfigError
 from .builtin import BUILTIN_TOOLS, calculator, make_python_tool
 from .parse import ToolCall, parse_tool_calls
 from .tools import TerminalToolError, ToolResult, call_tool, check_environment, environment_tools, tool_schema
 
 
 def _import(path: str, field: str) -> Any:
-    from ..rewards.spec import RewardError, _import_path
+    from grpokit.rewards.spec import RewardError, _import_path
 
     try:
         return _import_path(path)

@@ -54,8 +54,8 @@ def _eval(node):
 def make_python_tool(wall_s: float = 5.0, memory_mb: int = 512, allow_unsafe_code_execution: bool = False,
                      max_output_bytes: int = 4096) -> Callable[[str], str]:
     """The ``python`` tool with these limits: runs ``code`` in the sandbox, returns its stdout."""
-    from ..rewards.code import HARNESS, require_isolation
-    from ..rewards.sandbox.isolation import Limits, run_sandboxed
+    from grpokit.rewards.code import HARNESS, require_isolation
+    from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
 
     limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20,
                     max_output_bytes=max_output_bytes)

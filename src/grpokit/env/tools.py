@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..config import ConfigError
+from grpokit.config.sections import ConfigError
 
 
 class TerminalToolError(Exception):

@@ -11,11 +11,11 @@
 See docs/MONITORING.md for the metric names, the sinks, the monitors and the report.
 """
 
-from grpokit.record.health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError
-from grpokit.record.signatures import group_signatures, solved_signatures
-from grpokit.record.passk import maj_at_k, mean_at_k, pass_at_k, summarize
-from grpokit.record.recorder import NullRecorder, Recorder, make_recorder
-from grpokit.record.samples import sample_rows
+from .health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError
+from .signatures import group_signatures, solved_signatures
+from .passk import maj_at_k, mean_at_k, pass_at_k, summarize
+from .recorder import NullRecorder, Recorder, make_recorder
+from .samples import sample_rows
 
 __all__ = [
     "HealthConfig",

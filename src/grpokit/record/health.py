@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from grpokit.record.signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
+from .signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
 
 
 class TrainingHealthError(RuntimeError):

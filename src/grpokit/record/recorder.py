@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from grpokit.record.console import ConsoleSink
-from grpokit.record.health import HealthConfig, HealthEvent, HealthMonitor
-from grpokit.record.jsonl import JsonlSink
+from .console import ConsoleSink
+from .health import HealthConfig, HealthEvent, HealthMonitor
+from .jsonl import JsonlSink
 
 
 class Sink(Protocol):
@@ -150,7 +150,7 @@ def _console(run_dir: Path | None, total_steps: int, config: Mapping[str, Any], 
 
 def _tracker(kind: str) -> Callable[..., Sink]:
     def build(run_dir: Path | None, total_steps: int, config: Mapping[str, Any], resume_step: int | None, **kw: Any) -> Sink:
-        from grpokit.record import trackers  # lazy: the tracker packages are optional extras
+        from . import trackers  # lazy: the tracker packages are optional extras
 
         return trackers.make_tracker(kind, run_dir, config, project=kw.get("project"), run_name=kw.get("run_name"))
 

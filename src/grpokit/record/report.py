@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grpokit.record.jsonl import HEALTH_FILE, METRICS_FILE, SAMPLES_FILE, read_jsonl
-from grpokit.record.svg import PALETTE, Series, line_chart
+from .jsonl import HEALTH_FILE, METRICS_FILE, SAMPLES_FILE, read_jsonl
+from .svg import PALETTE, Series, line_chart
 
 REPORT_FILE = "report.html"
 

@@ -14,7 +14,7 @@ See docs/REWARDS.md for every formula.
 """
 from typing import Any
 
-from grpokit.rewards.spec import BUILTINS, RewardError, RewardInfrastructureError, RewardSpec, resolve_reward
+from .spec import BUILTINS, RewardError, RewardInfrastructureError, RewardSpec, resolve_reward
 
 _LAZY = {"RewardRunner": "runner", "RewardResult": "runner", "GoldReport": "math", "validate_gold_answers": "math"}
 

@@ -29,9 +29,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grpokit.rewards.errors import RewardInfrastructureError
-from grpokit.rewards.math import completion_text
-from grpokit.rewards.sandbox import budget
+from .errors import RewardInfrastructureError
+from .math import completion_text
+from .sandbox import budget
 from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
 
 HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()

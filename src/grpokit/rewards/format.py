@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grpokit.rewards.math import completion_text
+from .math import completion_text
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _STRICT = re.compile(r"<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)

@@ -31,7 +31,7 @@ import string
 import unicodedata
 from typing import Any
 
-from grpokit.rewards.math import completion_text, correctness
+from .math import completion_text, correctness
 
 
 def _lengths(completions: list[Any], completion_ids: list[list[int]] | None) -> list[int]:

@@ -23,9 +23,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from grpokit.rewards.answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
-from grpokit.rewards.errors import RewardInfrastructureError
-from grpokit.rewards.pool import WorkerPool
+from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
+from .errors import RewardInfrastructureError
+from .pool import WorkerPool
 
 log = logging.getLogger("grpokit.rewards")
 

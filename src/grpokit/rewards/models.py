@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from grpokit.rewards.math import completion_text
+from .math import completion_text
 
 
 class ProcessRewardFunction(Protocol):

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
-from grpokit.rewards.errors import RewardInfrastructureError
+from .errors import RewardInfrastructureError
 
 
 

@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import torch
 
-from grpokit.rewards.pool import Outcome, WorkerPool
-from grpokit.rewards.spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
+from .pool import Outcome, WorkerPool
+from .spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
 

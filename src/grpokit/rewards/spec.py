@@ -22,8 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from grpokit.rewards.errors import RewardError, RewardInfrastructureError
-from grpokit.rewards.pool import run_task
+from .errors import RewardError, RewardInfrastructureError
+from .pool import run_task
 
 RewardFn = Callable[..., Any]
 __all__ = ["BUILTINS", "RewardError", "RewardInfrastructureError", "RewardSpec", "call_reward", "resolve_reward"]

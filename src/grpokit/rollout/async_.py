@@ -23,7 +23,7 @@ import threading
 
 import torch
 
-from ..models import frozen_copy
+from grpokit.train.models import frozen_copy
 
 
 class AsyncRollout:

@@ -31,11 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import ConfigError
-from ..env.parse import (CALL_CLOSE, ToolCall, assistant_message, parse_tool_calls, tag_result_text,
-                         template_suffix_ids)
-from ..env.tools import ToolResult, call_tool, environment_tools, tool_name, tool_schema
-from ..types import Episode, Prompt, Rollout
+from grpokit.config.sections import ConfigError
+from grpokit.env.parse import CALL_CLOSE, ToolCall, assistant_message, parse_tool_calls, tag_result_text, template_suffix_ids
+from grpokit.env.tools import ToolResult, call_tool, environment_tools, tool_name, tool_schema
+from grpokit.types import Episode, Prompt, Rollout
 from .hf import SamplingParams
 
 Sampler = Callable[[list[list[int]], int, SamplingParams], Rollout]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..types import Rollout
+from grpokit.types import Rollout
 from . import static
 
 

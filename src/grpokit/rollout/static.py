@@ -37,8 +37,8 @@ import importlib
 
 import torch
 
-from .. import kernels
-from ..models import has_sliding_window
+from grpokit.train import kernels
+from grpokit.train.models import has_sliding_window
 
 SUPPORTED = ("llama", "qwen2", "mistral")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from ..config import ConfigError
-from ..types import Rollout
+from grpokit.config.sections import ConfigError
+from grpokit.types import Rollout
 from .hf import SamplingParams
 
 
@@ -132,7 +132,7 @@ def make_vllm_engine(tr):
         import vllm
     except ImportError:
         raise ConfigError("rollout.backend=vllm needs the vllm package (pip install 'grpokit[vllm]'); or use rollout.backend=hf") from None
-    from ..models import model_path
+    from grpokit.train.models import model_path
 
     llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,
                    enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=tr.cfg.train.seed,

@@ -37,8 +37,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import ConfigError
-from ..types import Rollout
+from grpokit.config.sections import ConfigError
+from grpokit.types import Rollout
 from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
 from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL

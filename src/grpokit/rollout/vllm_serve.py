@@ -22,7 +22,7 @@ import os
 import shlex
 import sys
 
-from ..config import ConfigError
+from grpokit.config.sections import ConfigError
 from .vllm_worker import EXTENSION
 
 VLLM_RANGE = ">=0.10.2,<0.34"

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpokit.rewards.sandbox import budget, seccomp
+from . import budget, seccomp
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,0 +1,2 @@
+"""Stages 4-5, the math: group-relative advantages, step-level credit, objectives, KL, token masks
+and the named variants. Pure tensor functions: no config objects, no I/O."""

@@ -1,0 +1,6 @@
+"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` (``main.py``) and
+``grpokit eval`` (``eval.py``)."""
+
+from grpokit.cli.app import main
+
+__all__ = ["main"]

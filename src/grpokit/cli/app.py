@@ -1,0 +1,190 @@
+"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` and ``grpokit --version``.
+
+A user's mistake (bad config value, missing file) prints one sentence and exits with status 2;
+anything else is a bug and keeps its traceback. The working directory is on the import path, as
+with ``python -m``, so a ``module:function`` reward next to the user's data is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.config.io import apply_overrides, describe_fields, load_yaml
+
+TRAIN_EPILOG = """\
+Every field below can be set in a YAML file (--config, sections as mappings) or on the command
+line as section.field=value; later settings win: defaults < --preset < --config < overrides.
+The defaults are those of a run on one's own model; with the built-in demo (model.name_or_path=demo
+and a data.task) the task's demo settings (8 new tokens, lr 3e-4, 60 steps) fill what is not set.
+
+"""
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpokit train", description="Train a model with GRPO (default: the embedded demo).",
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=TRAIN_EPILOG + describe_fields())
+    p.add_argument("--preset", help="published recipe to start from (grpokit presets lists them); it fills what "
+                                    "--config and the overrides leave unset, at the run's own scale")
+    p.add_argument("--paper-scale", action="store_true", help="with --preset: also take the paper's batch of prompts, "
+                                                              "generation length and learning rate")
+    p.add_argument("--config", help="YAML file with config sections, or a TRL-style file with GRPOConfig's flat names (docs/TRL.md)")
+    p.add_argument("--out", help="run folder (default: a new folder under runs/)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
+    return p
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    if args.resume:
+        cfg_file = Path(args.resume) / "config.yaml"
+        if not cfg_file.is_file():
+            raise ConfigError(f"--resume {args.resume!r} is not a run folder (no config.yaml); give the folder a run was started with")
+        cfg = load_yaml(cfg_file)
+    else:
+        cfg = Config()
+    if args.paper_scale and not args.preset:
+        raise ConfigError("--paper-scale applies a preset's paper-scale settings; name the preset with --preset")
+    if args.config:
+        cfg = load_yaml(args.config, cfg)
+    cfg = apply_overrides(cfg, args.overrides)
+    if args.out:
+        cfg.train.out = args.out
+    if args.preset:  # below --config and the overrides: it fills only the fields they left unset
+        from grpokit.config import presets
+
+        cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
+    return cfg
+
+
+def cmd_train(argv: list[str]) -> int:
+    args = _train_parser().parse_args(argv)
+    if args.config and not args.preset:
+        from grpokit.trl import script as trl_yaml
+
+        data = trl_yaml.read(args.config)
+        if data is not None:  # TRL-style flat names: the same GRPOTrainer a TRL script builds
+            return _train_trl(trl_yaml.apply_overrides(data, args.overrides), args)
+    from grpokit.train.loop import Trainer
+
+    cfg = build_config(args)
+    trainer = None
+    try:
+        trainer = Trainer(cfg, resume=args.resume)
+        print(f"grpokit: run folder {trainer.run_dir}", flush=True)
+        summary = trainer.train()
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before training started): say what is on disk
+        print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
+        return 130
+    if summary.get("interrupted"):
+        when = f"after step {summary['steps']} of {cfg.train.steps}" if summary["steps"] else "before the first step finished"
+        print(f"grpokit: interrupted {when}; {_checkpoint_note(trainer.run_dir)}", file=sys.stderr, flush=True)
+        return 130
+    before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
+    if "accuracy" in before and "accuracy" in after:
+        n = int(after.get("n", 0))
+        print(f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}", flush=True)
+    print(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+    return 0
+
+
+def _train_trl(data: dict, args: argparse.Namespace) -> int:
+    from grpokit.trl.script import build_trainer
+
+    trainer = build_trainer(data, out=args.out or (args.resume if args.resume else None))
+    print(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
+    result = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    trainer.save_model()
+    print(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+    return 0
+
+
+def _checkpoint_note(run_dir: Path | None) -> str:
+    """The truth about what a stopped run can be resumed from."""
+    from grpokit.train import checkpoint
+
+    ckpt = checkpoint.latest(run_dir / "checkpoints") if run_dir is not None else None
+    if ckpt is None:
+        return "no checkpoint was written, so there is nothing to resume (the run must start again)"
+    report = " and report.html" if (run_dir / "report.html").exists() else ""
+    return f"checkpoint {ckpt}{report} kept; continue with: grpokit train --resume {run_dir}"
+
+
+def cmd_report(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="grpokit report", description="Write RUN_DIR/report.html (self-contained).")
+    p.add_argument("run_dir")
+    args = p.parse_args(argv)
+    if not Path(args.run_dir).is_dir():
+        raise ConfigError(f"run folder {args.run_dir!r} does not exist")
+    from grpokit.record.report import write_report
+
+    print(write_report(Path(args.run_dir)))
+    return 0
+
+
+def cmd_presets(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="grpokit presets", description="List the presets and the values each sets.")
+    p.add_argument("name", nargs="?", help="show only this preset")
+    args = p.parse_args(argv)
+    from grpokit.config import presets
+
+    for name in [args.name] if args.name else presets.names():
+        recipe, paper = presets.split(presets.load(name))
+        print(f"{name}: {presets.description(name)}")
+        for key, value in recipe.items():
+            print(f"    {key} = {value}")
+        for key, value in paper.items():
+            print(f"    {key} = {value}   (paper scale: only with --paper-scale)")
+    return 0
+
+
+def cmd_vllm_serve(argv: list[str]) -> int:
+    from grpokit.rollout.vllm_serve import main as serve_main  # imports no vLLM: --help works without it
+
+    return serve_main(argv)
+
+
+COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "presets": cmd_presets,
+            "vllm-serve": cmd_vllm_serve}
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from .eval import main as eval_main
+
+    return eval_main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        from grpokit import __version__
+
+        print(f"grpokit {__version__}")
+        return 0
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m`: rewards beside the data import
+        sys.path.insert(0, os.getcwd())
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"grpokit: unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+            return 2
+        print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details; grpokit --version)")
+        return 0
+    from grpokit.record.health import TrainingHealthError
+    from grpokit.rewards.spec import RewardError
+
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except (ConfigError, RewardError, TrainingHealthError) as e:
+        print(f"grpokit: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("grpokit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""``grpokit eval``: pass@k, maj@k and mean@k of a model or checkpoint on a dataset.
+
+For every prompt, n completions are sampled (``--samples``, default the largest k) and graded by
+the first reward function: a completion is correct when it earns that function's full reward
+(>= 1 - 1e-6). maj@k votes over the extracted answers (the text inside <answer> tags, else a
+\\boxed{...}, else the stripped completion). The estimators are in ``grpokit.record.passk``.
+
+``--model`` takes a model folder or hub id, a run folder (its latest checkpoint), a checkpoint folder,
+or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
+model its adapter_config.json names and merged; a merged checkpoint is a plain model folder. The
+table goes to stdout; the JSON goes to ``--out FILE`` or, with ``--json``, to stdout instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.config.io import apply_overrides
+from grpokit.config.validation import validate
+from grpokit.data.prompts import load_rows, repeat_columns, to_prompts
+from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
+from grpokit.record.passk import summarize
+from grpokit.rewards import RewardRunner, RewardSpec, resolve_reward
+from grpokit.rollout.hf import SamplingParams, generate
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def extract_answer(text: str) -> str | None:
+    for pattern in (_ANSWER, _BOXED):
+        m = pattern.findall(text)
+        if m:
+            return m[-1].strip()
+    return text.strip() or None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="grpokit eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="demo", help="model folder, hub id, a run folder (its latest checkpoint), a checkpoint "
+                                                   "or its model/ folder (LoRA adapters included), or demo")
+    p.add_argument("--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)")
+    p.add_argument("--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (with --reward)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--reward", action="append", default=[], help="reward function (built-in name or module:function); the first grades")
+    p.add_argument("--k", default="1,4,8", help="comma-separated k values")
+    p.add_argument("--samples", type=int, default=0, help="completions per prompt (default: the largest k)")
+    p.add_argument("--limit", type=int, default=200, help="evaluate at most this many prompts (0 = all)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the results as JSON to this file")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of the table")
+    p.add_argument("overrides", nargs="*", metavar="section.field=value", help="data/model config overrides (e.g. data.prompt_column=question)")
+    return p.parse_args(argv)
+
+
+def run_eval(args: argparse.Namespace) -> dict:
+    ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+    if not ks or ks[0] < 1:
+        raise ConfigError(f"--k {args.k!r} must list positive integers, e.g. 1,4,8")
+    n = args.samples or ks[-1]
+    if n < ks[-1]:
+        raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
+    cfg = apply_overrides(Config(), args.overrides)
+    model_dir, adapter = resolve_model(args.model)
+    cfg.model.name_or_path = model_dir
+    cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
+    validate(cfg)
+    from grpokit.train import wiring
+
+    wiring.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
+    torch.manual_seed(args.seed)
+    quiet_transformers()
+    device = resolve_device(cfg.model)
+    model, tokenizer = load_eval_model(cfg.model, adapter, device)
+    if cfg.data.task:
+        from grpokit.data.tasks import get_task
+
+        task = get_task(cfg.data.task)
+        rows, fns = task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
+    else:
+        if not args.reward:
+            raise ConfigError("--dataset needs at least one --reward to grade completions")
+        rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
+    rows = rows[: args.limit] if args.limit else rows
+    episodes = wiring.episode_runner(cfg, tokenizer, None, None, wiring._task(cfg))  # tools: episodes, else one turn
+    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.schemas or None)
+    specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    answers, correct = [], []
+    with RewardRunner(specs, num_workers=0) as runner:
+        for s in range(0, len(prompts), 32):
+            chunk = prompts[s:s + 32]
+            ro = episodes.run(lambda ctx, G, p: generate(model, ctx, G, p, eos_token_ids=eos_ids(tokenizer, model),
+                                                         pad_token_id=tokenizer.pad_token_id, generator=gen,
+                                                         decode=lambda x: tokenizer.decode(x, skip_special_tokens=True)),
+                              chunk, n, params)
+            texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
+            completions, env_columns = wiring.reward_inputs(ro, texts)
+            columns = {**repeat_columns(chunk, n), **env_columns}
+            res = runner.score([p.text for p in chunk for _ in range(n)], completions, ro.completion_ids, n, columns)
+            if ro.episodes is not None:  # an episode's answer is in its last message
+                texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
+            ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
+            for i in range(len(chunk)):
+                answers.append([extract_answer(t) for t in texts[i * n:(i + 1) * n]])
+                correct.append(ok[i * n:(i + 1) * n])
+    result = {"model": args.model, "prompts": len(prompts), "samples_per_prompt": n,
+              "temperature": args.temperature, **summarize(answers, correct, ks)}
+    return result
+
+
+def resolve_model(name: str) -> tuple[str, Path | None]:
+    """(the model to load, the LoRA adapter folder to merge into it or None) for ``--model``: a run
+    folder means its latest checkpoint, a checkpoint folder its model/; an adapter folder loads the
+    base its adapter_config.json names (with the adapter folder's tokenizer when it has one)."""
+    from grpokit.train import checkpoint
+
+    folder = Path(name)
+    if not folder.is_dir():
+        return name, None
+    if (folder / "checkpoints").is_dir():  # a run folder
+        latest = checkpoint.latest(folder / "checkpoints")
+        if latest is None:
+            raise ConfigError(f"--model {name!r} is a run folder without a complete checkpoint under checkpoints/")
+        folder = latest
+    if (folder / "model").is_dir() and not (folder / "config.json").exists():  # a checkpoint folder
+        folder = folder / "model"
+    if (folder / "config.json").exists() or not (folder / "adapter_config.json").exists():
+        return str(folder), None
+    base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"--model {name!r} is a LoRA adapter whose adapter_config.json names no base_model_name_or_path; "
+                          "set it to the base model's folder or hub id")
+    if not (Path(base).is_dir() or not Path(base).is_absolute()):
+        raise ConfigError(f"--model {name!r} is a LoRA adapter for the base model {base!r}, which does not exist here; "
+                          "edit base_model_name_or_path in its adapter_config.json")
+    return base, folder
+
+
+def load_eval_model(mcfg, adapter: Path | None, device: torch.device):
+    """(model in eval mode, tokenizer); a LoRA adapter is merged into the base it was trained on."""
+    with_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").exists()
+    tokenizer = load_tokenizer(dataclasses.replace(mcfg, name_or_path=str(adapter)) if with_tokenizer else mcfg)
+    model = load_model(mcfg, device, resolve_dtype(mcfg, device))
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return model.eval(), tokenizer
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    result = run_eval(args)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if args.json:
+        print(text)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="grpokit eval", caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, temperature {result['temperature']}")
+    for col in ("k", "pass@k", "maj@k", "mean@k"):
+        table.add_column(col, justify="right")
+    for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):
+        table.add_row(str(k), *(f"{result[f'{m}@{k}']:.3f}" for m in ("pass", "maj", "mean")))
+    Console().print(table)
+    if args.out:
+        print(f"results written to {args.out}")
+    return 0

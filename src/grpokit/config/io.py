@@ -1,0 +1,155 @@
+"""Building a config: from nested dicts and YAML, dotted command-line overrides, field docs for
+``--help``, and saving the resolved config. The sections themselves are in config.py."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def assigned(cfg: Config) -> set[str]:
+    """Dotted names of the fields that were assigned rather than left at their defaults."""
+    return {f"{name}.{f}" for name in _sections() for f in (getattr(getattr(cfg, name), "_assigned", None) or ())}
+
+
+def from_dict(data: dict[str, Any], base: Config | None = None) -> Config:
+    """Apply a nested dict (e.g. parsed YAML) on top of ``base`` (default: the defaults)."""
+    cfg = base if base is not None else Config()
+    for section, values in (data or {}).items():
+        if section not in _sections():
+            raise ConfigError(f"unknown config section {section!r}; valid sections: {', '.join(_sections())}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section {section!r} must be a mapping of fields, got {values!r}")
+        for name, value in values.items():
+            set_field(cfg, f"{section}.{name}", value)
+    return cfg
+
+
+def load_yaml(path: str | Path, base: Config | None = None) -> Config:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist; pass --config with a path to a YAML file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
+    return from_dict(data, base)
+
+
+def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
+    """Apply ``section.field=value`` strings; values are parsed as YAML scalars/lists."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form section.field=value (e.g. rollout.group_size=16)")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        set_field(cfg, key.strip(), value)
+    return cfg
+
+
+def set_field(cfg: Config, dotted: str, value: Any) -> None:
+    """Set ``section.field`` with type coercion and a clear error for unknown names or types."""
+    parts = dotted.split(".")
+    if len(parts) != 2 or parts[0] not in _sections():
+        raise ConfigError(f"unknown config field {dotted!r}; fields look like section.name with section one of {', '.join(_sections())}")
+    section_obj = getattr(cfg, parts[0])
+    types = _field_types(type(section_obj))
+    if parts[1] not in types:
+        raise ConfigError(f"unknown config field {dotted!r}; valid fields of {parts[0]}: {', '.join(types)}")
+    setattr(section_obj, parts[1], _coerce(dotted, value, types[parts[1]]))
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if value is None or value == "":
+            return []
+        items = value if isinstance(value, list) else [value]
+        return [_coerce(name, v, inner) for v in items]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        return float(value)
+    if tp is str:
+        return "" if value is None else str(value)
+    if tp is dict:
+        if value is None or value == "":
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping, got {value!r}")
+        return value
+    return value
+
+
+def _sections() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config)]
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def describe_fields(cfg: Config | None = None) -> str:
+    """Every field with its current value and docstring, for ``grpokit train --help``."""
+    cfg = cfg or Config()
+    lines = []
+    for section in _sections():
+        obj = getattr(cfg, section)
+        lines.append(f"{section}: {field_docs(Config).get(section, '')}")
+        docs = field_docs(type(obj))
+        for f in dataclasses.fields(obj):
+            lines.append(f"  {section}.{f.name} = {getattr(obj, f.name)!r}\n      {docs.get(f.name, '')}")
+    return "\n".join(lines)
+
+
+def save_yaml(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# Last, so that either module may be imported first: config.py re-exports this module's functions
+# (``from grpokit.config import apply_overrides`` is public API) and these functions read its classes.
+from .sections import Config, ConfigError  # noqa: E402

@@ -1,0 +1,96 @@
+"""Presets: the published hyperparameters of each recipe, as YAML files beside this module.
+
+A preset is a partial config (sections as mappings, as in a ``--config`` file). Applying it to a
+config fills the fields nobody set (``config_io.assigned``): a user's ``--config`` file and overrides
+always win, whatever order they are given in. Two rules make a preset fit the run it is applied to:
+
+* Paper scale. ``train.prompts_per_step``, ``rollout.max_new_tokens`` and ``optim.lr`` are what the
+  paper ran on its model and cluster (DAPO: 512 prompts x 16 completions of up to 20,480 tokens);
+  they are kept out unless asked for (``paper_scale=True``, ``grpokit train --paper-scale``), so the
+  run keeps its own batch, generation length and learning rate (the demo's, or Config()'s). Other
+  fields (group size, clipping, aggregation, KL, rewards ...) are the recipe and always apply.
+  Length shaping follows the run: overlong_penalty's window is derived from rollout.max_new_tokens.
+* "task" in a preset's ``reward.functions`` stands for the run's own reward: when the user named
+  reward functions, they take its place (weights multiplied by the preset's weight for "task"), so
+  DAPO on one's own data is the user's reward plus the overlong penalty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.config.io import assigned, set_field
+
+HERE = Path(__file__).parent
+PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
+"""Fields that depend on the model and hardware a paper used rather than on its algorithm."""
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in HERE.glob("*.yaml"))
+
+
+def load(name: str) -> dict[str, Any]:
+    path = HERE / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {name!r}; valid presets: {', '.join(names())}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError(f"preset file {str(path)!r} must map config sections to mappings of fields")
+    return data
+
+
+def description(name: str) -> str:
+    """The comment lines at the top of the preset file."""
+    lines = (HERE / f"{name}.yaml").read_text().splitlines()
+    return " ".join(l.lstrip("# ").strip() for l in lines if l.startswith("#"))
+
+
+def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A preset's fields as dotted names: (the recipe, the paper-scale fields)."""
+    flat = {f"{section}.{key}": v for section, fields in values.items() for key, v in fields.items()}
+    return ({k: v for k, v in flat.items() if k not in PAPER_SCALE},
+            {k: v for k, v in flat.items() if k in PAPER_SCALE})
+
+
+def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Config:
+    """Fill the fields of ``cfg`` (default: a fresh Config) that were not assigned with the preset's
+    values; the paper-scale fields only when ``paper_scale``. See the module docstring."""
+    cfg = cfg if cfg is not None else Config()
+    recipe, paper = split(load(name))
+    values = {**recipe, **(paper if paper_scale else {})}
+    given = assigned(cfg)
+    own = list(cfg.reward.functions) if "reward.functions" in given else None
+    if own is not None and "task" in (values.get("reward.functions") or []):
+        values["reward.functions"], values["reward.weights"] = _merge_rewards(
+            values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights))
+        given = given - {"reward.functions", "reward.weights"}
+    for key, value in values.items():
+        if key == "reward.params" and key in given:  # per-function mappings: the user's win per function
+            set_field(cfg, key, {**(value or {}), **cfg.reward.params})
+        elif key not in given:
+            set_field(cfg, key, value)
+    return cfg
+
+
+def _merge_rewards(preset: list[str], preset_w: list[float], own: list[str], own_w: list[float]) -> tuple[list[str], list[float]]:
+    """The preset's reward list with "task" replaced by the user's functions; a user function's
+    weight is its own weight (default 1) times the preset's weight for "task"."""
+    preset_w = [float(w) for w in preset_w] or [1.0] * len(preset)
+    own_w = [float(w) for w in own_w] or [1.0] * len(own)
+    if len(preset_w) != len(preset) or len(own_w) != len(own):
+        raise ConfigError(f"reward.weights must have one entry per reward function; the preset has {preset} with "
+                          f"{preset_w} and the run {own} with {own_w}")
+    names, weights = [], []
+    for fn, w in zip(preset, preset_w):
+        if fn == "task":
+            names += own
+            weights += [w * v for v in own_w]
+        else:
+            names.append(fn)
+            weights.append(w)
+    return names, weights

@@ -1,0 +1,394 @@
+"""Typed configuration: one dataclass per pipeline stage, a docstring under every field.
+
+The dataclass defaults are those of a real run on a user's model (512 new tokens, lr 1e-6, a
+checkpoint every 100 steps, evaluation on the user's own held-out data or none). The model and task
+default to the built-in demo, whose own settings (8 new tokens, lr 3e-4, 60 steps) live with the task
+(``grpokit.data.tasks``) and fill only the fields nobody set, and only while the demo runs
+(``wiring.resolve_run``). For that every section remembers which of its fields were assigned
+(``config_io.assigned``): by its constructor, by attribute, by YAML or by an override.
+
+A run's config is built in layers, each overriding the last: the defaults, an optional preset
+(``--preset``, which fills only what the user left alone), an optional YAML file (``--config F``) and
+dotted command-line overrides (``rollout.group_size=16``). The fully resolved config is saved as
+``config.yaml`` in the run folder. Building a config from dicts, YAML and overrides is in config_io.py.
+
+``grpokit.config.validation.validate`` checks every value before any work starts and raises
+``ConfigError`` with one sentence that names the field, the value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpokit.record.health import HealthConfig
+
+
+class ConfigError(ValueError):
+    """A user's configuration mistake; its message is one sentence meant for the console."""
+
+
+def section(cls: type) -> type:
+    """A config section: a dataclass that remembers which fields were assigned after defaults were
+    filled in (constructor arguments, ``obj.field = v``, YAML, overrides), read with ``assigned``.
+    Settings that depend on the run (the demo's, a preset's) fill only the other fields."""
+    cls = dataclass(cls)
+    init = cls.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        object.__setattr__(self, "_assigned", None)  # the generated __init__ fills defaults: not assignments
+        init(self, *args, **kwargs)
+        names = [f.name for f in dataclasses.fields(self)]
+        object.__setattr__(self, "_assigned", set(names[: len(args)]) | set(kwargs))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if self.__dict__.get("_assigned") is not None:
+            self._assigned.add(name)
+
+    cls.__init__, cls.__setattr__ = __init__, __setattr__
+    return cls
+
+
+@section
+class ModelConfig:
+    name_or_path: str = "demo"
+    """Model to train: "demo" (the tiny model shipped with grpokit), a local folder, or a hub id."""
+    dtype: str = "auto"
+    """Weights and compute dtype: "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16" or "float16"."""
+    attn_implementation: str = "auto"
+    """Attention kernel of the model's forward passes, passed to from_pretrained: "auto" (transformers' choice, sdpa where it can), "eager", "sdpa", "flash_attention_2", "flash_attention_3" or "flex_attention" (the flash ones need their package and a GPU). The static decode engine's one-token attention is its own either way (rollout/static.py)."""
+    device: str = "auto"
+    """Device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N"."""
+    trust_remote_code: bool = False
+    """Allow model code from the hub (only for models you trust)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    autocast: str = "auto"
+    """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16", "float16" or "off"."""
+    cpu_matmul: str = "auto"
+    """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is), or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere)."""
+    lora_rank: int = 0
+    """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with adapters disabled."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator: the adapter update is (lora_alpha / lora_rank) * B @ A."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input path (0 keeps training logprobs equal to the old-policy logprobs)."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Modules that get adapters: ["all-linear"] (every linear layer but the output head) or module names like [q_proj, v_proj]."""
+    lora_save: str = "adapter"
+    """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with adapters merged; the adapter is kept in adapter/ for resume)."""
+    quantization: str = "none"
+    """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
+
+
+@section
+class DataConfig:
+    task: str = "arithmetic"
+    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator"); unused once `dataset` is set."""
+    dataset: str = ""
+    """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows, reward and held-out set)."""
+    split: str = "train"
+    """Split of a hub dataset to train on."""
+    eval_dataset: str = ""
+    """Held-out data for evaluation (file or hub name); empty: the built-in task's held-out split, or none with one's own data."""
+    eval_split: str = "test"
+    """Split of a hub eval dataset."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt text (or a list of chat messages)."""
+    answer_column: str = "answer"
+    """Column holding the gold answer; reward functions receive it as `answer` and under its own name (empty: none)."""
+    system_prompt: str = ""
+    """System message prepended when a chat template is applied."""
+    chat_template: str = "auto"
+    """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
+    chat_template_kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's chat_template_kwargs)."""
+    eval_size: int = 500
+    """At most this many held-out prompts (data.eval_dataset's, or the task's) are evaluated before and after training (0 disables evaluation)."""
+    shuffle: bool = True
+    """Shuffle the training prompts each epoch (seeded)."""
+
+
+@section
+class RolloutConfig:
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    max_new_tokens: int = 512
+    """Maximum completion length in tokens; longer completions are cut (finish reason "length"). 512 is TRL's default; the demo task uses 8."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0); training logprobs use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p (1.0 = off)."""
+    top_k: int = 0
+    """Keep only the k most likely tokens (0 = off)."""
+    min_p: float = 0.0
+    """Drop tokens whose probability is below min_p times the top token's (0 = off)."""
+    repetition_penalty: float = 1.0
+    """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines; passed on to vLLM): on the hf engines the recorded sampling logprobs are of the penalised distribution (which ones vLLM reports is not checked here); the trained logprobs are not penalised (as TRL)."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
+    backend: str = "hf"
+    """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
+    cuda_graphs: bool = True
+    """backend=hf on CUDA: replay each decode step of the static engine as a CUDA graph (same tokens, far fewer kernel launches); false runs it eagerly."""
+    sample_group_size: int = 0
+    """GFPO: completions sampled per prompt before the best group_size are kept (0 = no oversampling)."""
+    gfpo_criterion: str = "length"
+    """GFPO: which completions to keep: "length" (shortest) or "token_efficiency" (highest reward per token)."""
+    gfpo_adaptive: bool = False
+    """GFPO adaptive: oversample only hard prompts (mean reward of the first group_size below the threshold)."""
+    gfpo_adaptive_threshold: float = 0.5
+    """GFPO adaptive: a prompt is hard when its first group_size samples average below this reward."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """backend=vllm: fraction of the GPU memory the colocated engine may take (the trainer needs the rest)."""
+    vllm_sleep: bool = True
+    """backend=vllm: put the engine to sleep (release its memory) during the update and wake it for sampling."""
+    vllm_url: str = "http://127.0.0.1:8000"
+    """backend=vllm_server: base URL of the server started by `grpokit vllm-serve` (docs/SCALING.md)."""
+    vllm_sync_dir: str = ""
+    """backend=vllm_server: folder on a filesystem the server reads at the same path; weights go to <it>/<run name>/step-N ("" = <run folder>/vllm-weights)."""
+    vllm_startup_timeout: float = 600.0
+    """backend=vllm_server: seconds to wait for the server to become ready (it may still be loading the model)."""
+    vllm_request_timeout: float = 3600.0
+    """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
+    tis_cap: float = 2.0
+    """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    async_staleness: int = 0
+    """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
+
+
+@section
+class RewardConfig:
+    functions: list[str] = field(default_factory=lambda: ["task"])
+    """Reward functions: built-in names, "module:function" import paths, or "task" for the task's own reward."""
+    weights: list[float] = field(default_factory=list)
+    """One weight per function (empty: all 1.0); the reward is the weighted sum over applicable functions."""
+    timeout_s: float = 30.0
+    """Per-call time limit of a reward function; a call that runs over gets `failure_value`."""
+    failure_value: float = 0.0
+    """Reward given to a completion whose reward call raised or timed out."""
+    max_failure_fraction: float = 0.5
+    """Stop the run when more than this fraction of a step's reward calls fail."""
+    num_workers: int = 0
+    """Worker processes for reward functions (0 = run in the trainer's process, still with timeouts)."""
+    params: dict = field(default_factory=dict)
+    """Keyword arguments per built-in function, e.g. {overlong_penalty: {max_length: 16, cache_length: 4}}."""
+    normalize_components: bool = False
+    """Multi-objective (MO-GRPO): normalise each function's reward within its group before the weighted sum."""
+    process_function: str = ""
+    """Process reward for algo.supervision=process: "task" or "module:function" returning (end token, reward) steps."""
+    convention: str = "grpokit"
+    """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it, completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts each completion as [{"role": "assistant", "content": ...}])."""
+
+
+@section
+class AlgoConfig:
+    baseline: str = "group_mean"
+    """Advantage baseline: "group_mean" (GRPO) or "leave_one_out" (RLOO)."""
+    scale: str = "group"
+    """Advantage scaling: "group" std (GRPO), "batch" std, "none" (Dr. GRPO), "token_whiten" (REINFORCE++-baseline as verl computes it: whitened over the batch's tokens, each completion weighted by its length) or "batch_whiten" (whitened over the batch's completions, each weighing one)."""
+    std: str = "unbiased"
+    """Std used for scaling: "unbiased" (Bessel: divides by G-1, or tokens-1 for token_whiten; as TRL and verl) or "population"."""
+    adv_eps: float = 1e-4
+    """Added to the std in the advantage denominator (TRL's 1e-4; verl's GRPO uses 1e-6); for scale=token_whiten added to the variance inside the square root, where verl puts its 1e-8."""
+    clip_low: float = 0.2
+    """Lower clip: the ratio is kept above 1 - clip_low."""
+    clip_high: float = 0.2
+    """Upper clip: the ratio is kept below 1 + clip_high (DAPO clip-higher: 0.28)."""
+    dual_clip: float = 0.0
+    """Dual-clip bound c > 1 for negative advantages (0 = off)."""
+    ratio_level: str = "token"
+    """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios), per "trajectory" (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level ratio)."""
+    objective: str = "clip"
+    """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) or "sapo" (a smooth sigmoid gate, no hard clip)."""
+    sapo_tau_pos: float = 1.0
+    """objective=sapo: gate temperature tau for tokens with positive advantage (the paper's 1.0)."""
+    sapo_tau_neg: float = 1.05
+    """objective=sapo: gate temperature for tokens with negative advantage (the paper's 1.05; larger fades off-policy negative updates faster)."""
+    beta: float = 0.0
+    """KL penalty weight; 0 needs no reference model."""
+    kl_estimator: str = "k3"
+    """KL estimator: "k1", "k2" or "k3" (DeepSeekMath); used in the loss and, with kl_placement=reward, summed over tokens in the reward."""
+    kl_bias_correction: bool = False
+    """Multiply the per-token KL in the loss by the importance weight pi/pi_old, gradient included (DeepSeek-V3.2; TRL 1.16's default use_bias_correction_kl=True)."""
+    kl_clamp: float = 0.0
+    """Clamp each token's KL estimate to [-kl_clamp, kl_clamp] (0 = off; verl clamps k3 at 10)."""
+    aggregation: str = "seq-mean-token-mean"
+    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum, or lambda-grpo (token-mean with learnable per-completion length weights, arXiv 2510.06870)."""
+    lambda_init: float = 0.0
+    """lambda-GRPO: lambda at the start of training (0 = DAPO's token-mean; > 0 favours longer completions, < 0 shorter)."""
+    lambda_lr: float = 0.01
+    """lambda-GRPO: learning rate of lambda's own Adam optimizer (constant; no weight decay)."""
+    lambda_r: float = 0.1111
+    """lambda-GRPO: r in the lift h_i = 1 + r * z_i of the standardised length deviations z_i (1/9 keeps h > 0 for |z| < 9)."""
+    norm_constant: float = 0.0
+    """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
+    num_iterations: int = 1
+    """mu: optimizer updates per generated batch (old logprobs are taken once, before the first)."""
+    supervision: str = "outcome"
+    """"outcome" (one reward per completion) or "process" (per-step rewards, DeepSeekMath PS)."""
+    kl_placement: str = "loss"
+    """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t KL_k, with KL_k the kl_estimator on pi_old)."""
+    mask_truncated: bool = False
+    """DAPO overlong filtering: completions cut at max_new_tokens (and episodes cut by env.max_turns) are left out of the loss."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
+    max_sampling_rounds: int = 4
+    """Dynamic sampling: at most this many sampling rounds per step (then train on what was collected)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
+    entropy_aggregation: str = "loss"
+    """How the entropy bonus is reduced: "loss" (with the token losses, through algo.aggregation, as verl) or "token-mean" (a plain mean over the batch's tokens, as TRL)."""
+    entropy_advantage: bool = False
+    """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
+    entropy_advantage_max_scale: float = 0.0
+    """EDGE-GRPO: cap on that factor mean(P) / P_i (0 = no cap, as the paper; 10 keeps a near-deterministic completion from getting an unbounded advantage)."""
+    error_correction: str = "off"
+    """EDGE-GRPO guided error correction: in a group whose completions are all wrong, replace the last one by "gold" (the rendered gold answer) or "reflection" (the wrong completion, error_correction_prompt, then the gold answer), re-scored; "off"."""
+    error_correction_fn: str = ""
+    """Guided error correction: "module:function" rendering the gold answer as a completion text, called with the prompt and the dataset's columns (e.g. grpokit.data.tasks.arithmetic:format_completion)."""
+    error_correction_prompt: str = "Wait! Something is wrong here."
+    """Guided error correction, mode reflection: the cue written between the wrong attempt and the gold answer (the paper's)."""
+    error_correction_max_reward: float = 0.0
+    """Guided error correction: a group is all wrong when every completion's total reward is at most this (0: binary rewards)."""
+    entropy_shaping: str = "none"
+    """Entropy-shaped rewards (Tan et al., arXiv 2508.04349): "gtpo" (per-token rewards: entropy shares of a bonus in correct completions, inverse-entropy shares of a penalty in wrong ones), "grpo_s" (the same per completion, with its mean token entropy) or "none"."""
+    shaping_base_weight: float = 1.0
+    """GTPO alpha1 / GRPO-S beta1: weight of the outcome reward in the shaped reward (the paper's 1.0)."""
+    shaping_entropy_weight: float = 0.1
+    """GTPO alpha2 / GRPO-S beta2: weight of the entropy-shaped bonus or penalty (the paper's 0.1)."""
+    gtpo_normalization: str = "polarity"
+    """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
+    entropy_top_fraction: float = 1.0
+    """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
+    offpolicy_delta: float = 0.0
+    """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
+    ref_refresh_every: int = 0
+    """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
+    # -- multi-turn credit (issue 14): a mode of stage 4 for episodes
+    credit: str = "outcome"
+    """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""
+    step_gamma: float = 0.95
+    """GiGPO / GAGPO: discount per turn of the episode's reward."""
+    gigpo_step_weight: float = 1.0
+    """GiGPO: weight omega of the step-level advantage added to the episode-level one."""
+    gae_lambda: float = 0.95
+    """GAGPO: lambda of the GAE-style sum of temporal differences."""
+
+
+@section
+class EnvConfig:
+    tools: list[str] = field(default_factory=list)
+    """Tools the model may call in multi-turn episodes: built-in "calculator" / "python" (sandboxed code) or "module:function" (typed, with a docstring)."""
+    environment: str = ""
+    """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are tools, optional get_reward and done)."""
+    max_turns: int = 4
+    """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
+    max_episode_tokens: int = 0
+    """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens caps each turn)."""
+    tool_format: str = "auto"
+    """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags" (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
+    tool_timeout_s: float = 10.0
+    """Time limit of one tool call; a call that runs over becomes an error message in the episode."""
+    episode_timeout_s: float = 60.0
+    """Total tool time of one episode; when used up the episode ends (finish reason "timeout")."""
+    max_tool_output_chars: int = 1000
+    """Longest tool result shown to the model (longer ones are cut and marked)."""
+    allow_unsafe_code_execution: bool = False
+    """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
+
+
+@section
+class OptimConfig:
+    lr: float = 1e-6
+    """Peak learning rate of AdamW (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.99
+    """AdamW beta2."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon."""
+    warmup_steps: int = 0
+    """Linear warm-up steps from 0 to `lr`."""
+    schedule: str = "constant"
+    """Learning-rate schedule after warm-up: "constant", "linear" or "cosine" (both decay to 0 at the last step)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value (0 = no clipping)."""
+
+
+@section
+class TrainConfig:
+    steps: int = 500
+    """Number of training steps (each: rollout, rewards, advantages, num_iterations updates); the demo task runs 60."""
+    prompts_per_step: int = 16
+    """P: prompts per step; the batch holds P * group_size completions."""
+    micro_batch_size: int = 0
+    """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
+    micro_batch_tokens: int = 0
+    """Token cap of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
+    consecutive completions are cut into the fewest balanced micro-batches under it; same gradient."""
+    activation_memory_mb: int = -1
+    """Memory budget for the activations one forward/backward pass of the update keeps for backward
+    (estimated from the model's shape: ~(10 x hidden + 4 x intermediate) values per token and layer);
+    it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
+    quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
+    equal numbers of micro-batches)."""
+    seed: int = 0
+    """Seed for data order, sampling and initialisation."""
+    out: str = ""
+    """Run folder (empty: a new folder under runs/)."""
+    save_every: int = 100
+    """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
+    keep_checkpoints: int = 2
+    """How many step checkpoints to keep (the newest)."""
+    eval_every: int = 0
+    """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
+    threads: int = 0
+    """CPU threads for torch: 0 = auto (one thread for models under 20M parameters, whose small matmuls
+    gain nothing from threads and lose up to 20x on a shared machine; torch's default otherwise)."""
+    deterministic: bool = False
+    """Use deterministic torch algorithms (bit-exact resume on CPU)."""
+    fsdp: bool = False
+    """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device); needs torchrun."""
+
+
+@section
+class RecordConfig:
+    sinks: list[str] = field(default_factory=lambda: ["console"])
+    """Metric sinks besides the always-on metrics.jsonl: console, tensorboard, wandb, mlflow, trackio."""
+    samples_every: int = 10
+    """Write a few prompts with all their completions to samples.jsonl every N steps (0 = never)."""
+    samples_prompts: int = 2
+    """How many prompts (each with all G completions) go into each sample dump."""
+    report: bool = True
+    """Write report.html into the run folder when training ends."""
+    console_every: int = 10
+    """Without a terminal, the console prints one line per this many steps."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Prompts and answers (stage 1)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling of G completions per prompt (stage 2)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward functions (stage 3)."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantages and loss (stages 4 and 5): the GRPO family lives here."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Tools and environments of multi-turn episodes (stage 2)."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and schedule (stage 6)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The loop: steps, batch sizes, seeds, checkpoints."""
+    record: RecordConfig = field(default_factory=RecordConfig)
+    """Metrics, samples and report (stage 7)."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Health monitors: thresholds of the alarms (stage 7)."""

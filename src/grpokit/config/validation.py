@@ -1,0 +1,167 @@
+"""Validation of a whole config before any work starts.
+
+``validate`` checks every value that can be checked without loading anything and raises
+``ConfigError`` with one sentence naming the field, the value and what would be valid. Checks that
+need data (a missing column) happen where the data is loaded, still before the first step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
+from grpokit.algo.entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
+from grpokit.rollout.gec import MODES as GEC_MODES
+from .sections import Config, ConfigError
+from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
+from grpokit.train.models import ATTN_IMPLEMENTATIONS
+from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _one_of(name: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
+    _check(value in valid, f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+def validate(cfg: Config) -> Config:
+    """Check every value that can be checked without loading anything; raise ``ConfigError``."""
+    r, a, t, o, m = cfg.rollout, cfg.algo, cfg.train, cfg.optim, cfg.model
+    _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16", "float16"))
+    _one_of("model.attn_implementation", m.attn_implementation, ATTN_IMPLEMENTATIONS)
+    _check(m.device in ("auto", "cpu", "cuda") or m.device.startswith("cuda:"),
+           f"model.device={m.device!r} is not valid; use auto, cpu, cuda or cuda:N")
+    _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
+    _check(r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
+           f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2")
+    _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")
+    _check(r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0")
+    _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
+    _check(r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
+    _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
+    _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
+    _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
+    _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
+    _one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
+    _one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
+    _one_of("model.quantization", m.quantization, ("none", "4bit"))
+    _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    _check(m.quantization == "none" or m.lora_rank > 0, f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)")
+    _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
+    _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
+    _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
+    _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
+    _check(0 < r.vllm_gpu_memory_utilization <= 1, f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]")
+    _one_of("algo.baseline", a.baseline, BASELINES)
+    _one_of("algo.scale", a.scale, SCALES)
+    _one_of("algo.std", a.std, STD_KINDS)
+    _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
+    _one_of("algo.objective", a.objective, OBJECTIVES)
+    _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
+           f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
+    _check(a.objective == "clip" or a.dual_clip == 0,
+           f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}")
+    _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
+    _one_of("algo.aggregation", a.aggregation, AGGREGATIONS)
+    _check(a.lambda_lr > 0 and a.lambda_r > 0,
+           f"algo.lambda_lr={a.lambda_lr} and algo.lambda_r={a.lambda_r} must be > 0 (defaults 0.01 and 0.1111)")
+    _check(a.aggregation != "lambda-grpo" or not t.fsdp,
+           "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false")
+    _one_of("algo.supervision", a.supervision, ("outcome", "process"))
+    _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
+    _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
+    _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
+    _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
+           "algo.kl_bias_correction weights the KL term of the loss, and algo.kl_placement=reward puts the KL in the reward instead; set algo.kl_bias_correction=false or algo.kl_placement=loss")
+    _one_of("rollout.gfpo_criterion", r.gfpo_criterion, ("length", "token_efficiency"))
+    _check(r.sample_group_size == 0 or r.sample_group_size > r.group_size,
+           f"rollout.sample_group_size={r.sample_group_size} must be 0 (off) or larger than rollout.group_size={r.group_size}")
+    _check(not r.gfpo_adaptive or r.sample_group_size > 0, "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size")
+    _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
+    _check(a.entropy_advantage_max_scale >= 0,
+           f"algo.entropy_advantage_max_scale={a.entropy_advantage_max_scale} must be >= 0 (0 = no cap)")
+    _one_of("algo.error_correction", a.error_correction, GEC_MODES)
+    _check(a.error_correction == "off" or ":" in a.error_correction_fn,
+           f"algo.error_correction={a.error_correction} needs algo.error_correction_fn=module:function rendering the gold answer (e.g. grpokit.data.tasks.arithmetic:format_completion)")
+    _check(a.error_correction == "off" or not a.dynamic_sampling,
+           "algo.error_correction needs the all-wrong groups that algo.dynamic_sampling drops; turn one of them off")
+    _check(a.error_correction == "off" or (r.backend == "hf" and r.async_staleness == 0),
+           "algo.error_correction injects tokens no sampler drew, which truncated importance sampling cannot weigh; use rollout.backend=hf with rollout.async_staleness=0")
+    _one_of("algo.entropy_shaping", a.entropy_shaping, SHAPINGS)
+    _one_of("algo.gtpo_normalization", a.gtpo_normalization, GTPO_NORMALIZATIONS)
+    _check(a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0,
+           f"algo.shaping_base_weight={a.shaping_base_weight} and algo.shaping_entropy_weight={a.shaping_entropy_weight} must be >= 0 (the paper uses 1.0 and 0.1)")
+    _check(a.entropy_shaping == "none" or (a.supervision == "outcome" and a.credit == "outcome"),
+           f"algo.entropy_shaping={a.entropy_shaping!r} shapes outcome rewards; use it with algo.supervision=outcome and algo.credit=outcome")
+    _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
+    _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
+    _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
+    _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
+    _check(a.supervision != "process" or bool(cfg.reward.process_function),
+           "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
+    _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
+    _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
+    _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
+    _check(a.beta >= 0, f"algo.beta={a.beta} must be >= 0")
+    _check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")
+    _check(a.num_iterations >= 1, f"algo.num_iterations={a.num_iterations} must be at least 1")
+    _check(a.norm_constant >= 0, f"algo.norm_constant={a.norm_constant} must be >= 0 (0 = max_new_tokens)")
+    _check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
+    _check(o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be >= 0")
+    _one_of("optim.schedule", o.schedule, ("constant", "linear", "cosine"))
+    _check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
+    _check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
+    _check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
+    n = t.prompts_per_step * r.group_size
+    _check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
+    _check(t.micro_batch_tokens >= 0, f"train.micro_batch_tokens={t.micro_batch_tokens} must be >= 0 (0 = no token cap)")
+    _check(t.activation_memory_mb >= -1, f"train.activation_memory_mb={t.activation_memory_mb} must be -1 (auto), 0 (no budget) or a size in MB")
+    _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
+           f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
+    _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
+           "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
+    c = cfg.reward
+    _check(not c.weights or len(c.weights) >= len(c.functions),  # more: the rest weight callables passed to Trainer
+           f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
+    _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
+    _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
+    e = cfg.env
+    _check(e.max_turns >= 1, f"env.max_turns={e.max_turns} must be at least 1")
+    _check(e.max_episode_tokens >= 0, f"env.max_episode_tokens={e.max_episode_tokens} must be >= 0 (0 = no cap)")
+    _one_of("env.tool_format", e.tool_format, ("auto", "chat_template", "tags"))
+    _check(e.tool_timeout_s > 0 and e.episode_timeout_s > 0,
+           f"env.tool_timeout_s={e.tool_timeout_s} and env.episode_timeout_s={e.episode_timeout_s} must be > 0")
+    _check(e.max_tool_output_chars >= 0, f"env.max_tool_output_chars={e.max_tool_output_chars} must be >= 0 (0 = no cap)")
+    _one_of("algo.credit", a.credit, ("outcome", "gigpo", "gagpo"))
+    _check(0 <= a.step_gamma <= 1 and 0 <= a.gae_lambda <= 1,
+           f"algo.step_gamma={a.step_gamma} and algo.gae_lambda={a.gae_lambda} must be in [0, 1]")
+    _check(a.credit == "outcome" or (a.scale in ("group", "none") and a.baseline == "group_mean"),
+           f"algo.credit={a.credit!r} normalises within groups: use algo.baseline=group_mean and algo.scale=group or none "
+           f"(got {a.baseline}, {a.scale})")
+    _check(a.credit == "outcome" or a.supervision == "outcome",
+           f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
+    from grpokit.record.recorder import SINKS
+    from grpokit.record.trackers import missing_package
+
+    for sink in cfg.record.sinks:  # before any run folder exists: a missing tracker is one sentence, not a traceback
+        _one_of("record.sinks", sink, ["jsonl", *SINKS])
+        hint = missing_package(sink)
+        _check(hint is None, f"record.sinks: {hint}")
+    d = cfg.data
+    _one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
+    _one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
+    _check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
+    if d.dataset and _looks_like_path(d.dataset):
+        _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")
+    if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
+        _check(Path(m.name_or_path).is_dir(), f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo")
+    return cfg
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or s.endswith((".jsonl", ".json", ".parquet", ".csv")) or s.count("/") > 1

@@ -1,0 +1,147 @@
+"""Stage 1: prompts. Load rows, map columns, apply the chat template, serve seeded batches.
+
+Rows are plain dicts with at least ``prompt`` (text, or a list of chat messages) and, when the data
+has one, ``answer``; every other column travels along and reaches reward functions as a keyword
+argument, as in TRL. Sources: a built-in task, a local .jsonl/.json/.parquet/.csv file, or a
+``datasets`` hub name (the hub path is real code, it cannot run in an offline sandbox).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from grpokit.config.sections import ConfigError, DataConfig
+from grpokit.types import Prompt
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
+    """Rows of a file or hub dataset, the prompt column as ``prompt`` and the answer column as ``answer``
+    (and still under its own name, for reward functions that ask for it, e.g. ``solution``)."""
+    import datasets
+
+    path = Path(source).expanduser()
+    if path.suffix in FILE_BUILDERS or path.exists():
+        if not path.exists():
+            raise ConfigError(f"data file {source!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file")
+        builder = FILE_BUILDERS.get(path.suffix)
+        if builder is None:
+            raise ConfigError(f"data file {source!r} has an unsupported type; use one of {', '.join(FILE_BUILDERS)}")
+        ds = datasets.load_dataset(builder, data_files=str(path), split="train")
+    else:
+        try:
+            ds = datasets.load_dataset(source, split=split)
+        except Exception as e:  # network, unknown name, unknown split: one sentence for the user
+            raise ConfigError(f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})") from None
+    return rename_columns([dict(r) for r in ds], cfg, source)
+
+
+def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> list[dict[str, Any]]:
+    if not rows:
+        raise ConfigError(f"dataset {source!r} has no rows")
+    cols = list(rows[0])
+    if cfg.prompt_column not in cols:
+        raise ConfigError(f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)}")
+    if cfg.answer_column and cfg.answer_column not in cols:
+        raise ConfigError(f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)} (set data.answer_column= to use none)")
+    out = []
+    for r in rows:
+        r = dict(r)
+        r["prompt"] = r.pop(cfg.prompt_column)
+        if cfg.answer_column:
+            r["answer"] = r[cfg.answer_column]
+        out.append(r)
+    return out
+
+
+def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = None) -> str:
+    """Prompt text as the model sees it: through the chat template when configured and available
+    (with the tools' JSON schemas, for multi-turn episodes with tools)."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    use = _templated(tokenizer, cfg, prompt)
+    if cfg.chat_template == "always" and not has_template:
+        raise ConfigError("data.chat_template='always' but the tokenizer has no chat template; use auto or never")
+    if cfg.chat_template == "conversational" and use and not has_template:
+        raise ConfigError("the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
+                          "(processing_class) or plain-text prompts")
+    if not use:
+        if isinstance(prompt, list):
+            return "\n".join(str(m.get("content", "")) for m in prompt)
+        return str(prompt)
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+    if cfg.system_prompt and not any(m.get("role") == "system" for m in messages):
+        messages = [{"role": "system", "content": cfg.system_prompt}, *messages]
+    kw = {**cfg.chat_template_kwargs, **({"tools": tools} if tools else {})}
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
+
+
+def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | None = None) -> list[Prompt]:
+    prompts = []
+    for r in rows:
+        text = render_prompt(r["prompt"], tokenizer, cfg, tools)
+        ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg, r["prompt"]))["input_ids"]
+        if not ids:
+            raise ConfigError(f"a prompt tokenised to nothing: {text!r}")
+        prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"},
+                              raw=r["prompt"]))
+    return prompts
+
+
+def with_observation(prompt: Any, observation: str) -> Any:
+    """The prompt with an environment's reset() observation appended (to the last message's content
+    for chat messages, as TRL does; to the text otherwise)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        last = prompt[-1]
+        return prompt[:-1] + [{**last, "content": str(last.get("content", "")) + observation}]
+    return str(prompt) + observation
+
+
+def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
+    """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):
+    what reward functions receive as keyword arguments."""
+    if not prompts:
+        return {}
+    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
+
+
+def _templated(tokenizer, cfg: DataConfig, prompt: Any = None) -> bool:
+    """Whether ``prompt`` goes through the chat template: "conversational" (TRL) templates chat
+    messages only; "always" needs a template; "auto" uses one when the tokenizer has it."""
+    if cfg.chat_template == "conversational":
+        return isinstance(prompt, list)
+    if cfg.chat_template == "always":
+        return True
+    return cfg.chat_template != "never" and bool(getattr(tokenizer, "chat_template", None))
+
+
+class PromptSampler:
+    """Serves batches of prompts in a seeded order, epoch after epoch.
+
+    Its whole state is ``position`` (prompts served so far): the order of epoch e is a permutation
+    seeded by ``(seed, e)``, so a resumed run gets exactly the prompts an uninterrupted one would.
+    """
+
+    def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True, position: int = 0):
+        if not prompts:
+            raise ConfigError("the training data has no prompts")
+        self.prompts, self.seed, self.shuffle, self.position = prompts, seed, shuffle, position
+        self._cached: tuple[int, list[int]] = (-1, [])
+
+    def _order(self, epoch: int) -> list[int]:
+        if self._cached[0] != epoch:
+            order = list(range(len(self.prompts)))
+            if self.shuffle:
+                random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._cached = (epoch, order)
+        return self._cached[1]
+
+    def next_batch(self, n: int) -> list[Prompt]:
+        out = []
+        for _ in range(n):
+            epoch, k = divmod(self.position, len(self.prompts))
+            out.append(self.prompts[self._order(epoch)[k]])
+            self.position += 1
+        return out

@@ -1,0 +1,203 @@
+"""Stages 2-3 together: collect a scored batch of P groups of G completions.
+
+Most runs sample P prompts once. Two variants change how a batch is filled, and both live here so
+the loop stays the same:
+
+* DAPO dynamic sampling (Yu et al., 2025): groups whose rewards are all equal carry no gradient;
+  drop them and sample more prompts until P informative groups are collected, for at most
+  ``max_rounds`` rounds (then train on what was collected).
+* GFPO (Shrivastava et al., 2025): sample ``sample_group_size`` > G completions per prompt, keep the
+  G best by a criterion (shortest, or highest reward per token), and compute advantages on the kept
+  ones only. The adaptive mode samples the extra completions only for hard prompts (group mean
+  reward below ``adaptive_threshold``): easy prompts keep their first G.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from grpokit.algo.advantages import flat_groups
+from grpokit.types import Prompt, Rollout, gather_rows
+
+
+@dataclass
+class ScoredBatch:
+    """P groups of G completions with their rewards; rows p*G .. p*G+G-1 belong to prompt p."""
+
+    prompts: list[Prompt]
+    rollout: Rollout
+    texts: list[str]
+    rewards_NF: torch.Tensor  # (N, F) per function, NaN = not applicable
+    total_N: torch.Tensor  # (N,) weighted sum
+    names: list[str]
+    metrics: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, list] = field(default_factory=dict)  # reward functions' log_extra columns, one entry per row
+
+    @property
+    def group_size(self) -> int:
+        return self.rollout.group_size
+
+
+def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | None = None) -> ScoredBatch:
+    """Keep the given groups and, optionally, only the given member indices of each (same count)."""
+    G = batch.group_size
+    members = members or [list(range(G)) for _ in groups]
+    rows = [p * G + g for p, mem in zip(groups, members) for g in mem]
+    new_G = len(members[0]) if members else G
+    rollout = batch.rollout.rows(groups, rows, new_G)  # every per-row field, episodes included
+    idx = torch.tensor(rows, dtype=torch.long)
+    return ScoredBatch([batch.prompts[p] for p in groups], rollout, [batch.texts[i] for i in rows],
+                       batch.rewards_NF[idx], batch.total_N[idx], batch.names, dict(batch.metrics),
+                       {k: [v[i] for i in rows] for k, v in batch.extra.items()})
+
+
+def concat(batches: list[ScoredBatch]) -> ScoredBatch:
+    first = batches[0]
+    rollout = gather_rows([p for b in batches for p in b.rollout.prompt_ids],
+                          [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)], first.group_size)
+    return ScoredBatch([p for b in batches for p in b.prompts], rollout, [t for b in batches for t in b.texts],
+                       torch.cat([b.rewards_NF for b in batches]), torch.cat([b.total_N for b in batches]),
+                       first.names, _merge_metrics([b.metrics for b in batches]),
+                       {k: [x for b in batches for x in b.extra.get(k, [None] * len(b.texts))]
+                        for k in dict.fromkeys(k for b in batches for k in b.extra)})
+
+
+def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[int] | None = None) -> ScoredBatch:
+    """GFPO: keep ``keep`` completions of each group, the shortest (``"length"``) or those with the
+    highest reward per token (``"token_efficiency"``). Ties keep the earlier sample. Groups not in
+    ``only_groups`` (adaptive mode) keep their first ``keep`` samples."""
+    G = batch.group_size
+    members = []
+    for p in range(len(batch.prompts)):
+        rows = list(range(p * G, (p + 1) * G))
+        if only_groups is not None and p not in only_groups:
+            members.append(list(range(keep)))
+            continue
+        lengths = [max(1, len(batch.rollout.completion_ids[i])) for i in rows]
+        if criterion == "length":
+            key = lambda g: (lengths[g], g)  # noqa: E731  GFPO: prefer short completions
+        elif criterion == "token_efficiency":
+            key = lambda g: (-batch.total_N[rows[g]].item() / lengths[g], g)  # noqa: E731  GFPO: reward per token
+        else:
+            raise ValueError(f"unknown GFPO criterion {criterion!r}; valid: length, token_efficiency")
+        members.append(sorted(sorted(range(G), key=key)[:keep]))
+    return select(batch, list(range(len(batch.prompts))), members)
+
+
+def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch | None], P: int, G: int, *,
+            dynamic_sampling: bool = False, max_rounds: int = 4, sample_group_size: int = 0,
+            gfpo_criterion: str = "length", gfpo_adaptive: bool = False, adaptive_threshold: float = 0.5,
+            dist=None) -> ScoredBatch:
+    """Fill a batch of P groups of G. ``sample(n_or_prompts, group_size)`` samples and scores
+    ``group_size`` completions for n fresh prompts from the data, or for the given prompts (an
+    empty list may return None).
+
+    ``dist`` (a ``distributed.DistContext``, several ranks): P is this rank's share and the batch
+    is filled collectively; see ``_share_rounds``.
+    """
+    many = dist is not None and dist.active
+    oversample = sample_group_size > G
+    rounds_kept: list[ScoredBatch] = []  # this rank's kept groups, one entry per round
+    n_kept, rounds, dropped, sampled = 0, 0, 0, 0
+    while True:
+        rounds += 1
+        batch = sample(P, sample_group_size if oversample and not gfpo_adaptive else G)
+        sampled += len(batch.prompts)
+        if oversample and gfpo_adaptive:
+            batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, adaptive_threshold, always=many)
+            batch = gfpo_keep(batch, G, gfpo_criterion, hard)
+        elif oversample:
+            batch = gfpo_keep(batch, G, gfpo_criterion)
+        if dynamic_sampling:  # DAPO: drop groups whose rewards are all equal
+            informative = (~flat_groups(batch.total_N.view(-1, G))).nonzero()[:, 0].tolist()
+            dropped += len(batch.prompts) - len(informative)
+            batch = select(batch, informative)
+        rounds_kept.append(batch)
+        # several ranks: the stop rule reads the global count, so every rank runs the same rounds
+        n_kept += int(dist.sum_float(len(batch.prompts))) if many and dynamic_sampling else len(batch.prompts)
+        if not dynamic_sampling or n_kept >= P * (dist.world_size if many else 1) or rounds >= max_rounds:
+            break
+    if many and dynamic_sampling:
+        out = _share_rounds(rounds_kept, sample, P, G, dist)
+        dropped, sampled = int(dist.sum_float(dropped)), int(dist.sum_float(sampled))
+    else:
+        kept = [b for b in rounds_kept if b.prompts]
+        if not kept:  # every group was flat in every round: train on the last round (zero advantages)
+            kept = [sample(P, G)]
+        out = concat(kept)
+        if len(out.prompts) > P:
+            out = select(out, list(range(P)))
+    if many and oversample and gfpo_adaptive and not dynamic_sampling:  # a count: sum over ranks, not the mean
+        out.metrics["gfpo/hard_prompts"] = dist.sum_float(out.metrics["gfpo/hard_prompts"])
+    if dynamic_sampling:
+        k = dist.world_size if many else 1
+        out.metrics.update({"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/dropped_groups": float(dropped),
+                            "dynamic_sampling/kept_groups": float(len(out.prompts) * k),
+                            "dynamic_sampling/sampled_prompts": float(sampled)})
+    return out
+
+
+def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) -> ScoredBatch:
+    """DAPO on K ranks: pool every rank's kept groups and give each rank an equal share.
+
+    Ranks keep different numbers of groups, but the later stages need equal shares (advantages are
+    all-gathered row by row; FSDP needs the same number of forward passes on every rank). So the
+    kept groups are all-gathered and ordered as one process would have kept them, round by round
+    and, within a round, rank by rank (rank r drew the r-th slice of the round's prompts). The
+    first min(total, K*P) of them, rounded down to a multiple of K, are split evenly. Fewer kept
+    groups than ranks: every rank trains on fresh groups, as one process does when none are kept.
+    Each rank keeps the reward metrics of the rows it sampled itself.
+    """
+    K = dist.world_size
+    every = dist.gather_objects(rounds_kept)  # every[r][i]: rank r's kept groups of round i
+    ordered = [every[r][i] for i in range(len(rounds_kept)) for r in range(K) if every[r][i].prompts]
+    total = sum(len(b.prompts) for b in ordered)
+    share = min(total, K * P) // K
+    own = [b.metrics for b in rounds_kept if b.prompts] or [b.metrics for b in rounds_kept]
+    if share == 0:
+        return sample(P, G)
+    pooled = concat(ordered)
+    out = select(pooled, list(range(dist.rank * share, (dist.rank + 1) * share)))
+    out.metrics = _merge_metrics(own)
+    if "gfpo/hard_prompts" in out.metrics:  # a count: per round the sum over ranks, as one process counts it
+        per_round = [sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K)) for i in range(len(rounds_kept))
+                     if any(every[r][i].prompts for r in range(K))]
+        out.metrics["gfpo/hard_prompts"] = sum(per_round) / len(per_round)
+    return out
+
+
+def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, threshold: float,
+                    always: bool = False) -> tuple[ScoredBatch, list[int]]:
+    """GFPO adaptive: prompts whose first G samples score below ``threshold`` on average get
+    ``sample_group_size - G`` more samples; the batch becomes uniformly ``sample_group_size`` wide
+    (easy prompts are padded with copies that ``gfpo_keep`` never selects). ``always``: call
+    ``sample`` even with no hard prompt (several ranks: a sharded model samples in step)."""
+    extra_n = sample_group_size - G
+    hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G:(p + 1) * G].mean() < threshold]
+    more = sample([batch.prompts[p] for p in hard], extra_n) if hard or always else None
+    rewards, totals, texts, sources = [], [], [], []
+    for p in range(len(batch.prompts)):
+        rows = list(range(p * G, (p + 1) * G))
+        src = [(batch, i) for i in rows]
+        if p in hard:
+            k = hard.index(p)
+            src += [(more, k * extra_n + j) for j in range(extra_n)]
+        else:
+            src += [(batch, rows[0])] * extra_n  # placeholders: easy groups keep their first G
+        for b, i in src:
+            rewards.append(b.rewards_NF[i]); totals.append(b.total_N[i]); texts.append(b.texts[i])
+            sources.append((b.rollout, i))
+    ro = gather_rows(batch.rollout.prompt_ids, sources, sample_group_size)
+    metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}
+    return ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics), hard
+
+
+def _merge_metrics(ms: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k in ms[0]:
+        vals = [m[k] for m in ms if k in m]
+        out[k] = sum(vals) if k.endswith(("failures", "not_applicable")) else sum(vals) / len(vals)
+    return out

@@ -1,0 +1,173 @@
+"""Checkpoints that survive SIGKILL at any moment, and resume that reproduces the run exactly.
+
+A checkpoint is a folder ``checkpoints/step-000123/`` holding
+
+* ``model/``: the policy in Hugging Face format (safetensors + config + tokenizer), loadable by
+  ``AutoModelForCausalLM.from_pretrained`` as is;
+* ``optimizer.pt``: optimizer and learning-rate schedule state;
+* ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator;
+* ``trainer_state.json``: the step and the data position;
+* ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda.
+* ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
+  held-out results of the final checkpoint), as the Hub shows it.
+
+It is written under a temporary name and renamed into place only when complete (a rename is atomic
+on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
+one. ``latest`` ignores temporary folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PREFIX = "step-"
+
+
+@dataclass
+class TrainerState:
+    step: int
+    data_position: int
+
+
+def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int,
+         *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None,
+         extra_state: dict | None = None, card: str | None = None) -> Path:
+    """Write a checkpoint. ``write_model(model, folder)`` replaces the plain ``save_pretrained`` into
+    ``folder/model`` (LoRA adapters, FSDP gathered weights); ``sampler_states`` holds every rank's
+    sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP);
+    ``extra_state`` (e.g. lambda-GRPO's lambda and its optimizer) goes to ``extra_state.pt``;
+    ``card`` becomes ``model/README.md`` (replacing the one PEFT writes for adapters)."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"{PREFIX}{state.step:06d}"
+    tmp = ckpt_dir / f".tmp-{PREFIX}{state.step:06d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    if write_model is not None:
+        write_model(model, tmp)
+    else:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    if card is not None:
+        (tmp / "model" / "README.md").write_text(card)
+    torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "sampler": generator.get_state(), "sampler_ranks": sampler_states}, tmp / "rng.pt")
+    if extra_state is not None:
+        torch.save(extra_state, tmp / "extra_state.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(ckpt_dir)
+    for old in sorted(ckpt_dir.glob(f"{PREFIX}*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None = None) -> str:
+    """The model card of a checkpoint: Hub metadata (base model, library, tags) in YAML front
+    matter, then what was trained how, and the held-out results when the step was evaluated."""
+    import yaml
+
+    from grpokit import __version__
+
+    m, d, r, a = cfg.model, cfg.data, cfg.rollout, cfg.algo
+    base = m.name_or_path
+    meta = {"library_name": "peft" if m.lora_rank and m.lora_save == "adapter" else "transformers",
+            "tags": ["grpokit", "grpo", "reinforcement-learning"]}
+    if base and not Path(base).exists() and base != "demo":  # a hub id; local paths mean nothing on the Hub
+        meta["base_model"] = base
+    data = f"built-in task `{d.task}`" if d.task and not d.dataset else (f"`{d.dataset}`" if d.dataset else "rows passed from Python")
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
+             f"# {base.rstrip('/').split('/')[-1] or 'model'} trained with GRPO (grpokit {__version__})", "",
+             f"Checkpoint after step {step} of {cfg.train.steps}, trained with grpokit "
+             "(Group Relative Policy Optimization).", "",
+             f"- base model: `{base}`" + (f" with LoRA adapters (r={m.lora_rank}, alpha={m.lora_alpha:g})" if m.lora_rank else ""),
+             f"- training data: {data}",
+             f"- rewards: {', '.join(f'`{n}`' for n in reward_names)}",
+             f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompt(s) per step, "
+             f"up to {r.max_new_tokens} new tokens, temperature {r.temperature:g}",
+             f"- advantages: baseline {a.baseline}, scale {a.scale}; loss aggregation {a.aggregation}, "
+             f"clip [{1 - a.clip_low:g}, {1 + a.clip_high:g}], beta {a.beta:g}; learning rate {cfg.optim.lr:g}"]
+    if eval_result:
+        lines += ["", "## Held-out evaluation (greedy)", "", "| metric | value |", "| --- | --- |"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in eval_result.items()]
+    how = ("PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), PATH)" if meta["library_name"] == "peft"
+           else "AutoModelForCausalLM.from_pretrained(PATH)")
+    lines += ["", "## Use", "", f"Load with `{how}`; the run's full configuration is its `config.yaml`.", ""]
+    return "\n".join(lines)
+
+
+def latest(ckpt_dir: Path) -> Path | None:
+    done = sorted(p for p in ckpt_dir.glob(f"{PREFIX}*") if (p / "trainer_state.json").exists())
+    return done[-1] if done else None
+
+
+def load(path: Path, model, optimizer, scheduler, generator: torch.Generator, *, read_model=None, rank: int = 0,
+         load_optimizer=None) -> TrainerState:
+    """Restore a checkpoint; ``read_model(model, path)`` / ``load_optimizer(optimizer, state)`` replace
+    the plain loaders (LoRA, FSDP); ``rank`` picks this rank's sampling generator state."""
+    from safetensors.torch import load_file
+
+    if read_model is not None:
+        read_model(model, path)
+        return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
+    weights = {}
+    for f in sorted((path / "model").glob("*.safetensors")):
+        weights.update(load_file(str(f), device=str(next(model.parameters()).device)))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {k for k in missing if "lm_head" in k or "embed" in k}
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+    return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
+
+
+def load_extra(path: Path) -> dict:
+    """The ``extra_state`` a checkpoint was saved with ({} when it has none)."""
+    f = path / "extra_state.pt"
+    return torch.load(f, weights_only=False) if f.exists() else {}
+
+
+def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:
+    opt = torch.load(path / "optimizer.pt", weights_only=False)
+    if load_optimizer is not None:
+        load_optimizer(optimizer, opt["optimizer"])
+    else:
+        optimizer.load_state_dict(opt["optimizer"])
+    scheduler.load_state_dict(opt["scheduler"])
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    ranks = rng.get("sampler_ranks")
+    generator.set_state(ranks[rank] if ranks and rank < len(ranks) else rng["sampler"])
+    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    _fsync_dir(root)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,58 @@
+"""Held-out evaluation: greedy completions scored by the run's first reward function.
+
+``accuracy`` is the fraction of prompts whose completion earns that function's full reward
+(>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. With tools
+or an environment, every prompt is a greedy episode (the same loop as training), scored on its
+conversation, and ``tool_use_rate`` / ``turns_mean`` say how the episodes went.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpokit.data.prompts import repeat_columns
+from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.types import Prompt
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens: int, eos_token_ids: set[int],
+             batch_size: int = 256, episodes=None, convention: str = "grpokit") -> dict[str, float]:
+    if not prompts:
+        return {}
+    was_training = model.training
+    model.eval()
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    texts, lengths, correct, rewards, tool_use, turns = [], [], [], [], [], []
+
+    def sample(contexts, group_size, p):
+        return generate(model, contexts, group_size, p, eos_token_ids=eos_token_ids, pad_token_id=tokenizer.pad_token_id,
+                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+
+    for s in range(0, len(prompts), batch_size):
+        chunk = prompts[s:s + batch_size]
+        ro = episodes.run(sample, chunk, 1, params) if episodes is not None else sample([p.ids for p in chunk], 1, params)
+        comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
+        columns = repeat_columns(chunk)
+        from .wiring import reward_inputs, reward_prompts
+
+        scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
+        if ro.episodes is not None:  # episodes are scored on their conversation, as in training
+            scored_comp = [e.messages for e in ro.episodes]
+            tool_use += [float(e.tool_calls > 0) for e in ro.episodes]
+            turns += [float(e.turns) for e in ro.episodes]
+            if any(e.environment is not None for e in ro.episodes):
+                columns["environments"] = [e.environment for e in ro.episodes]
+        result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
+        first = torch.nan_to_num(result.rewards_NF[:, 0], nan=0.0)
+        rewards += first.tolist()
+        correct += (first >= 1 - 1e-6).float().tolist()
+        texts += comp
+        lengths += ro.model_lengths()
+    if was_training:
+        model.train()
+    n = len(prompts)
+    out = {"accuracy": sum(correct) / n, "reward": sum(rewards) / n, "n": float(n), "mean_length": sum(lengths) / n}
+    if tool_use:
+        out.update(tool_use_rate=sum(tool_use) / n, turns_mean=sum(turns) / n)
+    return out

@@ -1,0 +1,177 @@
+"""float32 ``nn.Linear`` on CPU through oneDNN instead of the BLAS that ``F.linear`` calls.
+
+Why: PyTorch's CPU wheels run float32 ``F.linear``/``mm`` through Intel MKL, which on AMD
+processors takes a slower code path. oneDNN (bundled in the same wheel, as ``mkldnn``) picks its
+kernels from the CPU's instruction set. On the 2-core AMD EPYC (Zen 4) we develop on, a forward
+matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 through MKL
+(bench/RESULTS.md, round 3).
+
+What changes: every plain float32 ``nn.Linear`` of the model computes ``y = x W^T + b`` and, in the
+backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows (training and
+reference forwards; fewer rows, as in a prefill or a decode step of the dynamic-cache engine, keep
+``F.linear``). ``dW = dy^T x`` stays on torch's
+``mm``, which is as fast or faster for that long reduction here. Same math; the summation order
+differs, so results agree with ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit.
+Layers that are not plain float32 CPU tensors at call time (GPU, autocast, half precision,
+FSDP-sharded or quantised weights) call ``F.linear`` as before.
+
+Decode steps (``rollout/static.py``) use oneDNN differently: their weights are fixed for the whole
+rollout, so ``fused_linear`` reorders them once into oneDNN's blocked layout (and joins linears that
+read the same input, q/k/v and gate/up, into one matmul). Reordering per call is what made plain
+oneDNN no faster than MKL for a decode step's few rows; with the weights reordered, one matmul of
+1-16 rows runs 1.4-3.7x faster than ``F.linear`` (bench/RESULTS.md, round 4).
+
+``cpu_matmul="auto"`` uses oneDNN on x86 CPUs that are not Intel's (where MKL's dispatch is the
+problem) and leaves Intel and Arm CPUs to ``F.linear``. It is a fixed rule, not a timing probe, so
+every process of a run, and a resumed one, computes with the same kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import types
+
+import torch
+import torch.nn.functional as F
+
+from grpokit.config.sections import ConfigError
+
+MODES = ("auto", "onednn", "torch")
+
+
+def onednn_available() -> bool:
+    """True when this torch build has oneDNN's dense linear op for CPU tensors."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        _onednn(torch.ones(2, 3), torch.ones(4, 3), None)
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+def _onednn(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x2d @ weight.T + bias`` by oneDNN; ``weight`` may be a strided view (e.g. a transpose)."""
+    return torch.ops.mkldnn._linear_pointwise(x2d, weight, bias, "none", [], "")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_vendor() -> str:
+    """The x86 vendor string ("AuthenticAMD", "GenuineIntel", ...) from /proc/cpuinfo, or ""."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def wants_onednn(mode: str, device: torch.device) -> bool:
+    """Resolve ``model.cpu_matmul`` for a model on ``device``."""
+    if mode not in MODES:
+        raise ValueError(f"cpu_matmul must be one of {', '.join(MODES)}, got {mode!r}")
+    if device.type != "cpu" or mode == "torch":
+        return False
+    if mode == "onednn":
+        if not onednn_available():
+            raise ConfigError("model.cpu_matmul='onednn' but this torch build has no oneDNN linear op; use 'auto' or 'torch'")
+        return True
+    # MKL, behind F.linear, dispatches non-Intel x86 CPUs to slower kernels; oneDNN does not. A
+    # fixed rule rather than a timing probe, so a resumed run picks the same kernels (bit-exact resume).
+    return cpu_vendor() not in ("", "GenuineIntel") and onednn_available()
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """``y = x W^T + b`` with oneDNN forward and input-gradient matmuls (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        x2d = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(x2d, weight)
+        ctx.x_shape, ctx.has_bias = x.shape, bias is not None
+        return _onednn(x2d, weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        x2d, weight = ctx.saved_tensors
+        dy2d = dy.reshape(-1, dy.shape[-1])
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _onednn(dy2d, weight.t(), None).view(ctx.x_shape)  # dy @ W
+        if ctx.needs_input_grad[1]:
+            dw = dy2d.t() @ x2d
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2d.sum(0)
+        return dx, dw, db
+
+
+def _plain_fp32_cpu(t: torch.Tensor | None) -> bool:
+    return t is None or (type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype == torch.float32 and t.device.type == "cpu")
+
+
+# Below this many rows oneDNN over a plain weight gains nothing measurable: it reorders the weight
+# into its blocked layout on every call, which at few rows costs about as much as the matmul (the
+# static decode step reorders once per rollout instead: fused_linear).
+MIN_ROWS = 128
+
+
+def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    # type check: FSDP2 re-classes the modules it shards (FSDPLinear) and hooks their outputs
+    routed = (type(self) is torch.nn.Linear and x.dtype == torch.float32 and x.device.type == "cpu"
+              and _plain_fp32_cpu(self.weight) and _plain_fp32_cpu(self.bias)
+              and not torch.is_autocast_enabled("cpu") and x.numel() >= MIN_ROWS * x.shape[-1])
+    if routed:  # without gradients (no_grad, frozen inputs) autograd records nothing for it
+        return _OneDNNLinear.apply(x, self.weight, self.bias)
+    return F.linear(x, self.weight, self.bias)
+
+
+def is_routed(module: torch.nn.Module) -> bool:
+    """True when ``module`` is a plain ``nn.Linear`` that ``use_onednn_linears`` routed to oneDNN."""
+    return type(module) is torch.nn.Linear and getattr(module.forward, "__func__", None) is _linear_forward
+
+
+def fused_linear(modules: list[torch.nn.Module]):
+    """One oneDNN matmul for linears that read the same input, with the weights reordered once.
+
+    For inference over a fixed snapshot of the weights (a rollout's decode steps). Returns
+    ``x -> the modules' outputs side by side`` (one tensor, last dim the sum of their widths), or
+    None when any module is not a routed plain float32 CPU ``nn.Linear`` (LoRA, quantised, GPU,
+    FSDP-sharded, oneDNN off) or autocast is on: the caller then calls the modules themselves. The
+    reordered copy lives as long as the returned function.
+    """
+    if not modules or torch.is_autocast_enabled("cpu") or not all(
+            is_routed(m) and _plain_fp32_cpu(m.weight) and _plain_fp32_cpu(m.bias) for m in modules):
+        return None
+    weight = torch.cat([m.weight.detach() for m in modules])
+    if any(m.bias is not None for m in modules):
+        bias = torch.cat([m.bias.detach() if m.bias is not None else weight.new_zeros(m.out_features) for m in modules])
+    else:
+        bias = None
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    total = weight.shape[0]
+    del weight  # only the reordered copy is kept
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):  # entered autocast since: the modules' own path
+            return torch.cat([m(x) for m in modules], dim=-1)
+        return _onednn(x.reshape(-1, x.shape[-1]), packed, bias).view(*x.shape[:-1], total)
+    return run
+
+
+def use_onednn_linears(model: torch.nn.Module) -> int:
+    """Route every exact ``nn.Linear`` of ``model`` through oneDNN (idempotent); returns how many.
+
+    Subclasses of ``nn.Linear`` (LoRA layers, quantised linears) keep their own forward; the plain
+    ``nn.Linear`` inside them is routed. The binding is per instance, so ``copy.deepcopy`` carries it."""
+    n = 0
+    for module in model.modules():
+        if type(module) is torch.nn.Linear:
+            module.forward = types.MethodType(_linear_forward, module)
+            n += 1
+    return n

@@ -1,0 +1,264 @@
+"""Stage 5a: per-token log-probabilities (and entropy) of completion tokens, chunked.
+
+The policy's full logits for a batch are (N, L, V) floats: for a 150k vocabulary and long
+completions that is the largest tensor of the whole step. We run the model's backbone once, keep
+only the hidden states that predict completion tokens, and push them through the output layer a
+block of positions at a time, so at most (chunk, V) logits exist at once. Logits are divided by
+the sampling temperature, so training log-probabilities describe the distribution that sampled.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from .models import has_sliding_window
+from grpokit.types import Rollout, TokenBatch
+
+
+def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
+    """Left-pad the prompts (each repeated G times) and right-pad the completions into tensors.
+    Environment tokens of multi-turn episodes are attended to but get completion_mask 0."""
+    G, N = rollout.group_size, rollout.num_sequences
+    prompts = [rollout.prompt_ids[i // G] for i in range(N)]
+    lp = max(len(p) for p in prompts)
+    T = max(1, max(len(c) for c in rollout.completion_ids))
+    input_ids = torch.full((N, lp + T), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((N, lp + T), dtype=torch.long)
+    comp_mask = torch.zeros((N, T), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, rollout.completion_ids)):
+        input_ids[i, lp - len(p):lp] = torch.tensor(p, dtype=torch.long)
+        attn[i, lp - len(p):lp] = 1
+        if c:
+            input_ids[i, lp:lp + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, lp:lp + len(c)] = 1
+            comp_mask[i, :len(c)] = 1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
+    pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
+    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)))
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 64,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    buckets: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
+    entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
+
+    No compute on padding: rows are sorted by real length and split into up to ``buckets``
+    contiguous groups (``None``: chosen by ``plan_buckets``); each group's columns are trimmed to
+    its own longest prompt and completion. Positions are explicit, so trimming changes no value.
+    Values at padded completion positions are 0 here and meaningless; callers mask them.
+    """
+    N, T = batch.completion_ids.shape
+    # FSDP2: length buckets would run each sharded unit several times before one backward; that is
+    # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
+    if _sharded(next(model.parameters())):
+        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=False)
+    lengths = _completion_lengths(batch)  # (N,)
+    groups = plan_buckets(lengths.tolist(), buckets)
+    if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
+        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
+    lp_parts, ent_parts = [], []
+    order = torch.cat(groups)
+    for rows in groups:
+        sub, t_b = _trim(batch, rows.to(batch.input_ids.device))
+        lp, ent = _logprobs_block(model, sub, temperature, chunk_size, with_entropy, entropy_grad)
+        lp_parts.append(torch.nn.functional.pad(lp, (0, T - t_b)))
+        if ent is not None:
+            ent_parts.append(torch.nn.functional.pad(ent, (0, T - t_b)))
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(N)
+    inverse = inverse.to(lp_parts[0].device)
+    return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+
+
+def _completion_lengths(batch: TokenBatch) -> torch.Tensor:
+    """Real completion tokens per row ``(N,)``: the attention mask after the prompt (environment
+    tokens of an episode count; they are context even where the loss mask is 0)."""
+    return batch.attention_mask[:, batch.input_ids.shape[1] - batch.width:].sum(dim=1).long()
+
+
+def plan_buckets(lengths: list[int], buckets: int | None = None, row_cost: float = 4.0) -> list[torch.Tensor]:
+    """Split rows into groups of similar completion length (row indices per group, shortest first).
+
+    With ``buckets`` given, rows sorted by length are cut into that many equal groups. Otherwise
+    k in {1, 2, 4, 8} is chosen to minimise padded tokens plus a fixed cost per group (each group
+    is one more forward whose matmuls are smaller), counted as ``row_cost * N`` token slots.
+    Example: lengths [2, 3, 30, 32] -> k = 2: groups [[0, 1], [2, 3]] cost 2*3 + 2*32 = 70 token
+    slots (+ 2 * 16 overhead) against 4*32 = 128 (+ 16) for k = 1.
+    """
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: lengths[i])
+
+    def split(k):
+        k = max(1, min(k, n))
+        return [order[j * n // k:(j + 1) * n // k] for j in range(k)]
+
+    def cost(groups):
+        return sum(len(g) * max(1, max(lengths[i] for i in g)) for g in groups if g) + row_cost * n * len(groups)
+
+    chosen = split(buckets) if buckets else min((split(k) for k in (1, 2, 4, 8) if k <= n), key=cost)
+    return [torch.tensor(g, dtype=torch.long) for g in chosen if g]
+
+
+def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
+    """Rows ``rows`` of ``batch`` without all-padding columns: left of the earliest prompt token,
+    right of the longest completion. Returns the sub-batch and its completion width."""
+    T = batch.width
+    lp = batch.input_ids.shape[1] - T
+    attn = batch.attention_mask.index_select(0, rows)
+    first = int(attn[:, :lp].any(dim=0).long().argmax().item()) if lp > 0 and bool(attn[:, :lp].any()) else lp
+    t_b = max(1, int(_completion_lengths(batch).index_select(0, rows).max().item()))
+    cols = slice(first, lp + t_b)
+    pick = lambda t: t.index_select(0, rows)
+    sub = TokenBatch(pick(batch.input_ids)[:, cols], attn[:, cols], pick(batch.position_ids)[:, cols],
+                     pick(batch.completion_ids)[:, :t_b], pick(batch.completion_mask)[:, :t_b])
+    return sub, t_b
+
+
+def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=True):
+    T = batch.width
+    h = _completion_states(model, batch, share_prompts)
+    if h is None:  # models whose logits need more than a linear head: one full forward
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, logits_to_keep=T + 1).logits[:, :-1]
+        return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
+    head = model.get_output_embeddings()
+    N, V = h.shape[0], head.weight.shape[0]
+    budget = LOGITS_CHUNK_ELEMENTS if h.device.type == "cpu" else GPU_LOGITS_CHUNK_ELEMENTS
+    chunk = max(1, min(chunk_size * N, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
+    # One 2-D (positions, hidden) matrix, cut into row blocks: each chunk's head is one plain matmul.
+    # Column slices of the (N, T, hidden) states are strided 3-D tensors, which the head ran as a
+    # batched matmul over rows (an H100 spent 8.3 s of a 24 s step in it for a 512-row reference pass).
+    flat_h, flat_t = h.reshape(N * T, h.shape[-1]), batch.completion_ids.reshape(N * T)
+    if torch.is_grad_enabled() and N * T * V > SMALL_LOGITS_ELEMENTS:
+        # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
+        # checkpointing), so one (chunk, V) block is alive at a time instead of all of them.
+        # The same ops run as without it, so values and gradients are bit-identical, also under FSDP.
+        def piece(h_c, t_c):
+            lp, ent = _logp_entropy(head(h_c), t_c, temperature, with_entropy, entropy_grad)
+            return (lp, ent) if ent is not None else (lp,)
+
+        outs = [checkpoint(piece, flat_h[s:s + chunk], flat_t[s:s + chunk], use_reentrant=False)
+                for s in range(0, N * T, chunk)]
+        logps, ents = [o[0] for o in outs], [o[1] for o in outs if len(o) > 1]
+    else:
+        logps, ents = [], []
+        for s in range(0, N * T, chunk):
+            lp, ent = _logp_entropy(head(flat_h[s:s + chunk]), flat_t[s:s + chunk], temperature, with_entropy, entropy_grad)
+            logps.append(lp)
+            ents += [ent] if ent is not None else []
+    return torch.cat(logps).view(N, T), (torch.cat(ents).view(N, T) if with_entropy else None)
+
+
+LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk (CPU: cache-sized blocks)
+# GPU: 256M floats = 1 GB per chunk. Each chunk's backward adds a whole (V, h) gradient into the
+# head's weight, so with a 151936-token vocabulary the CPU budget meant one column per chunk and
+# thousands of full-size weight-gradient GEMMs per step (measured on an H100: 43 s of a 49 s step).
+GPU_LOGITS_CHUNK_ELEMENTS = 1 << 28
+# Below this many (N, T, V) logits (4 MB of fp32) recomputing them in the backward pass saves nothing
+# worth its cost (one more head matmul and log-softmax per chunk): autograd keeps them instead.
+SMALL_LOGITS_ELEMENTS = 1 << 20
+
+
+def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
+    z = logits.float()
+    logp_all = torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None])[..., 0]
+    ent = None
+    if with_entropy:
+        src = logp_all if entropy_grad else logp_all.detach()
+        ent = -(src.exp() * src).sum(dim=-1)
+    return logp, ent
+
+
+def _backbone(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The decoder stack whose last hidden state feeds a plain linear head, or None (soft-capped
+    logits, models without ``get_decoder``)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "final_logit_softcapping", None) or not hasattr(model, "get_decoder"):
+        return None
+    try:
+        backbone = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return None
+    if backbone is None or backbone is model or model.get_output_embeddings() is None:
+        return None
+    return backbone
+
+
+def _completion_states(model: torch.nn.Module, batch: TokenBatch, share_prompts: bool) -> torch.Tensor | None:
+    """Final hidden states ``(N, T, hidden)`` that predict the completion tokens (the state at
+    position k predicts token k + 1), or None when the model has no plain linear head."""
+    backbone = _backbone(model)
+    if backbone is None:
+        return None
+    T = batch.width
+    shared = _shared_prompts(batch) if share_prompts and _can_share_prompts(model, backbone) else None
+    if shared is None:
+        out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, use_cache=False)
+        return out.last_hidden_state[:, -T - 1:-1]
+    # Prompt sharing: the G completions of a prompt share its tokens, so the prompt runs once per
+    # distinct prompt and its key/value cache is indexed out to every row that continues it. The
+    # index is differentiable (its backward sums the rows' gradients into the shared prompt), so
+    # values and gradients equal one forward over the repeated prompts up to float summation order.
+    first, inverse = shared
+    lp = batch.input_ids.shape[1] - T
+    pre = backbone(input_ids=batch.input_ids[first, :lp], attention_mask=batch.attention_mask[first, :lp],
+                   position_ids=batch.position_ids[first, :lp], use_cache=True)
+    cache = pre.past_key_values
+    cache.batch_select_indices(inverse)
+    out = backbone(input_ids=batch.input_ids[:, lp:], attention_mask=batch.attention_mask,
+                   position_ids=batch.position_ids[:, lp:], past_key_values=cache, use_cache=True)
+    last_prompt_state = pre.last_hidden_state[:, -1:].index_select(0, inverse)  # predicts completion token 0
+    return torch.cat([last_prompt_state, out.last_hidden_state[:, :T - 1]], dim=1)
+
+
+# Decoder families whose forward accepts a plain ``DynamicCache`` that carries gradients (full
+# attention in every layer); prompt sharing is checked against one whole forward in tests/test_logprobs.py.
+PROMPT_SHARING_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def _can_share_prompts(model: torch.nn.Module, backbone: torch.nn.Module) -> bool:
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in PROMPT_SHARING_TYPES:
+        return False
+    if has_sliding_window(config, backbone):
+        return False
+    # transformers turns the cache off inside activation-checkpointed layers
+    on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5 (PEFT forwards it)
+    return not (on if on is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
+def _shared_prompts(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first, inverse)`` when rows repeat a prompt: ``first`` (U,) is one row per distinct prompt
+    (tokens and padding), ``inverse`` (N,) the distinct prompt of each row. None when no prompt
+    repeats (nothing to save) or there is no prompt part."""
+    N, T = batch.completion_ids.shape
+    lp = batch.input_ids.shape[1] - T
+    if lp == 0 or N < 2:
+        return None
+    key = torch.cat([batch.input_ids[:, :lp], batch.attention_mask[:, :lp]], dim=1)
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if uniq.shape[0] == N:
+        return None
+    rows = torch.arange(N, device=inverse.device)
+    first = torch.full((uniq.shape[0],), N, dtype=torch.long, device=inverse.device).scatter_reduce(0, inverse, rows, "amin")
+    return first, inverse
+
+
+def _sharded(weight: torch.Tensor) -> bool:
+    """True for an FSDP2 (DTensor) parameter: the model is sharded."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch without distributed tensors
+        return False
+    return isinstance(weight, DTensor)

@@ -1,0 +1,164 @@
+"""Loading the policy, its tokenizer and the frozen reference policy.
+
+``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a local folder, or a
+hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
+transformers can load works. The reference policy (only when beta > 0) is a deep copy made in
+memory, never a second download.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from grpokit.config.sections import ConfigError, ModelConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+def resolve_device(cfg: ModelConfig) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"model.device={cfg.device!r} but no CUDA device is available; use auto or cpu")
+    return torch.device(cfg.device)
+
+
+def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    """float32 on CPU (bf16 matmuls are slow or missing there), bfloat16 on GPU, unless set."""
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[cfg.dtype]
+
+
+def model_path(name_or_path: str) -> str:
+    if name_or_path == "demo":
+        from grpokit.data.tasks import demo_model_path
+
+        return str(demo_model_path())
+    return name_or_path
+
+
+def load_tokenizer(cfg: ModelConfig, tok=None):
+    """The tokenizer of ``model.name_or_path``, or ``tok`` as given (TRL's processing_class); a pad
+    token is borrowed from eos when missing."""
+    from transformers import AutoTokenizer
+
+    path = model_path(cfg.name_or_path)
+    try:
+        tok = tok if tok is not None else AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    except OSError as e:
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded ({e.__class__.__name__}); give a model folder or hub id with a tokenizer") from None
+    if tok.pad_token_id is None:
+        if tok.eos_token_id is None:
+            raise ConfigError(f"the tokenizer of {cfg.name_or_path!r} has neither a pad nor an eos token; add one")
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model=None):
+    """The policy: loaded from ``model.name_or_path``, or ``model`` as given (an instantiated
+    ``PreTrainedModel``, TRL's model object), then moved to the device, with gradient checkpointing
+    and LoRA adapters as configured."""
+    from transformers import AutoModelForCausalLM
+
+    if model is not None:
+        if cfg.attn_implementation != "auto":
+            raise ConfigError(f"model.attn_implementation={cfg.attn_implementation!r} is chosen when loading; pass the model "
+                              "as a name or path, or build the object with that attn_implementation and leave the field auto")
+        if cfg.quantization != "none":
+            raise ConfigError("model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object")
+        return _prepare(model.to(device=device, dtype=dtype), cfg)
+    path = model_path(cfg.name_or_path)
+    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} is a folder without config.json; give a Hugging Face model folder")
+    from .lora import quantization_config
+
+    quant = quantization_config(cfg, device, dtype)  # QLoRA: 4-bit base (CUDA only)
+    extra = {"quantization_config": quant, "device_map": {"": device}} if quant is not None else {}
+    if cfg.attn_implementation != "auto":
+        extra["attn_implementation"] = cfg.attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
+    except OSError as e:
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
+    if quant is None:
+        model.to(device)
+    return _prepare(model, cfg)
+
+
+def _prepare(model, cfg: ModelConfig):
+    from .lora import add_adapters
+
+    if cfg.gradient_checkpointing:
+        # transformers 5 renamed it; keep working on both sides of the rename
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+        model.config.use_cache = False
+    if cfg.lora_rank > 0:
+        model = add_adapters(model, cfg)
+    return model
+
+
+def eos_ids(tokenizer, model) -> set[int]:
+    ids = set()
+    for src in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(i) for i in src)
+    if not ids:
+        raise ConfigError("the model and tokenizer define no EOS token; completions could never end before max_new_tokens")
+    return ids
+
+
+def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
+    """True when some attention layer sees only a window of the past (Qwen2's ``use_sliding_window``,
+    Mistral's ``sliding_window``, transformers' ``has_sliding_layers``): the lean paths that assume
+    full attention everywhere (static decode, prompt sharing) then step aside."""
+    if getattr(config, "use_sliding_window", False) or getattr(backbone, "has_sliding_layers", False):
+        return True
+    return getattr(config, "model_type", None) == "mistral" and bool(getattr(config, "sliding_window", None))
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The reference policy: an in-memory copy with gradients off."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch.dtype) -> torch.dtype | None:
+    """The autocast dtype for forward passes, or None for none.
+
+    "auto": bfloat16 on GPU when the weights are float32 (fp32 master weights, bf16 matmuls: the
+    usual mixed precision), and nothing on CPU, where bf16 matmuls are slower than fp32. Weights that
+    are already half precision need no autocast.
+    """
+    if cfg.autocast == "off":
+        return None
+    if cfg.autocast == "auto":
+        return torch.bfloat16 if device.type == "cuda" and weight_dtype == torch.float32 else None
+    return DTYPES[cfg.autocast]
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` for ``dtype`` on ``device``, or a no-op context when ``dtype`` is None."""
+    import contextlib
+
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def quiet_transformers() -> None:
+    """Our console shows progress; transformers' per-load progress bars would only add noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

@@ -1,0 +1,253 @@
+"""TRL 1.16's ``GRPOConfig`` for grpokit: the same argument names and defaults, mapped onto ``Config``.
+
+``GRPOConfig`` declares the arguments grpokit carries out, each with TRL's default. Every other
+argument TRL 1.16's GRPOConfig has (``UNSUPPORTED``, with TRL's default) is accepted only at that
+default: any other value is refused with one sentence naming it, never silently ignored. A name TRL
+does not have is refused too.
+
+grpokit/trl_mapping.py maps the arguments onto grpokit's ``Config``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from grpokit.config.sections import ConfigError
+
+
+@dataclass(init=False)
+class GRPOConfig:
+    """TRL's GRPOConfig: pass the arguments you would pass to ``trl.GRPOConfig``."""
+
+    output_dir: str | None = None
+    """Run folder (None: "trainer_output", as transformers)."""
+    per_device_train_batch_size: int = 8
+    """Completions per forward/backward pass; with gradient_accumulation_steps it sets the completions per step."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches accumulated into one optimizer update."""
+    num_train_epochs: float = 3.0
+    """Passes over train_dataset when max_steps is -1."""
+    max_steps: int = -1
+    """Optimizer updates to make (-1: from num_train_epochs)."""
+    learning_rate: float = 1e-6
+    """Peak AdamW learning rate."""
+    lr_scheduler_type: str = "linear"
+    """"linear", "cosine", "constant" or "constant_with_warmup"."""
+    warmup_steps: float = 0
+    """Linear warm-up updates (a value in (0, 1) is a fraction of all updates)."""
+    optim: str = "adamw_torch_fused"
+    """"adamw_torch" or "adamw_torch_fused" (grpokit's AdamW is fused where it can be)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.999
+    """AdamW beta2."""
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip (0: none)."""
+    bf16: bool | None = None
+    """bfloat16 mixed precision (None: grpokit's auto, bf16 autocast on GPU only)."""
+    fp16: bool = False
+    """float16 mixed precision."""
+    gradient_checkpointing: bool = True
+    """Recompute activations in the backward pass."""
+    logging_steps: float = 10
+    """Console line (and completion samples, with log_completions) every N steps; a value in (0, 1) is a fraction of the steps."""
+    disable_tqdm: bool | None = None
+    """True: no console output (metrics.jsonl is still written)."""
+    report_to: Any = "none"
+    """Trackers besides metrics.jsonl: "none", or some of tensorboard, wandb, mlflow, trackio."""
+    eval_strategy: str = "no"
+    """"no" (evaluate before and after training only, when there is an eval_dataset) or "steps"."""
+    eval_steps: float | None = None
+    """With eval_strategy="steps": evaluate every N steps (None: logging_steps)."""
+    save_strategy: str = "steps"
+    """"steps" (a checkpoint every save_steps) or "no" (only the final one)."""
+    save_steps: float = 500
+    """Checkpoint every N steps."""
+    save_total_limit: int | None = None
+    """Checkpoints to keep (None: all)."""
+    push_to_hub: bool = False
+    """Upload the model to the Hub (hub_strategy decides when)."""
+    hub_model_id: str | None = None
+    """Hub repository (None: the output_dir's name)."""
+    hub_token: str | None = None
+    """Hub token (None: the logged-in one)."""
+    hub_private_repo: bool | None = None
+    """Create the repository private."""
+    hub_strategy: str = "every_save"
+    """"every_save" (push each checkpoint and the final model) or "end" (push only from push_to_hub() / the end)."""
+    seed: int = 42
+    """Seed for data order, sampling and initialisation."""
+    full_determinism: bool = False
+    """Deterministic torch algorithms (bit-exact resume on CPU)."""
+    use_cpu: bool = False
+    """Train on the CPU even when a GPU is present."""
+    remove_unused_columns: bool = False
+    """True: reward functions see only the prompt, no other dataset column."""
+    model_init_kwargs: dict | None = None
+    """Loading options for a model given by name; grpokit reads dtype (or torch_dtype)."""
+    trust_remote_code: bool = False
+    """Allow model code from the Hub."""
+    disable_dropout: bool = False
+    """Set every dropout probability of the policy to 0."""
+    num_generations: int = 8
+    """G: completions per prompt."""
+    max_completion_length: int = 512
+    """Most tokens per completion."""
+    shuffle_dataset: bool = True
+    """Shuffle the training prompts each epoch."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling (1.0: off)."""
+    top_k: int = 0
+    """Top-k sampling (0: off)."""
+    min_p: float | None = None
+    """Min-p sampling (None: off)."""
+    repetition_penalty: float = 1.0
+    """Penalty on tokens already in the prompt or completion (1.0: off), applied to sampling only."""
+    generation_kwargs: dict | None = None
+    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and repetition_penalty."""
+    chat_template_kwargs: dict | None = None
+    """Extra keyword arguments of apply_chat_template for conversational prompts."""
+    use_vllm: bool = False
+    """Sample with vLLM."""
+    vllm_mode: str = "colocate"
+    """"colocate" (an engine on the trainer's GPU) or "server"."""
+    vllm_server_base_url: str | None = None
+    """Server URL (None: from vllm_server_host and vllm_server_port)."""
+    vllm_server_host: str = "0.0.0.0"
+    """Server host when vllm_server_base_url is None."""
+    vllm_server_port: int = 8000
+    """Server port when vllm_server_base_url is None."""
+    vllm_server_timeout: float = 240.0
+    """Seconds to wait for the server."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """GPU memory fraction of the colocated engine."""
+    vllm_enable_sleep_mode: bool = False
+    """Release the colocated engine's memory during the update."""
+    vllm_importance_sampling_correction: bool = True
+    """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
+    vllm_importance_sampling_mode: str = "sequence_mask"
+    """Only "token_truncate" (grpokit's truncated importance sampling) is carried out."""
+    vllm_importance_sampling_clip_max: float | None = 3.0
+    """Cap C of the per-token importance weight."""
+    vllm_importance_sampling_clip_min: float | None = None
+    """Lower bound of the importance weight (grpokit: none)."""
+    beta: float = 0.0
+    """KL coefficient (0: no reference model)."""
+    num_iterations: int = 1
+    """mu: updates per generated batch."""
+    epsilon: float = 0.2
+    """Lower clip of the ratio (1 - epsilon)."""
+    epsilon_high: float | None = None
+    """Upper clip of the ratio (None: epsilon)."""
+    importance_sampling_level: str = "token"
+    """"token" (GRPO) or "sequence" (GSPO)."""
+    reward_weights: list | None = None
+    """One weight per reward function (None: all 1.0)."""
+    scale_rewards: Any = "group"
+    """"group" (or True), "batch" or "none" (or False)."""
+    loss_type: str = "dapo"
+    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (needs epsilon_high > 1: the weight's cap) or "sapo"."""
+    sapo_temperature_pos: float = 1.0
+    """loss_type="sapo": gate temperature for tokens with positive advantage."""
+    sapo_temperature_neg: float = 1.05
+    """loss_type="sapo": gate temperature for tokens with negative advantage."""
+    mask_truncated_completions: bool = False
+    """Leave truncated completions out of the loss (DAPO)."""
+    sync_ref_model: bool = False
+    """Refresh the reference model every ref_model_sync_steps (grpokit copies: needs ref_model_mixup_alpha=1.0)."""
+    ref_model_mixup_alpha: float = 0.6
+    """TR-DPO mix of policy into reference; grpokit carries out only 1.0 (a copy)."""
+    ref_model_sync_steps: int = 512
+    """Steps between reference refreshes."""
+    top_entropy_quantile: float = 1.0
+    """Train only on this top fraction of tokens by entropy."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (TRL's plain token mean)."""
+    max_tool_calling_iterations: int | None = None
+    """Most tool-calling rounds per episode (None: grpokit's env.max_turns)."""
+    off_policy_mask_threshold: float | None = None
+    """DeepSeek-V3.2 off-policy sequence masking threshold."""
+    use_bias_correction_kl: bool = True
+    """Multiply the KL term by the importance ratio (DeepSeek-V3.2)."""
+    log_completions: bool = False
+    """Write prompts with their completions (samples.jsonl) every logging_steps."""
+
+    def __init__(self, output_dir: str | None = None, **kwargs: Any):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, f.default)
+        for name, default in UNSUPPORTED.items():  # readable as on TRL's (scripts read e.g. resume_from_checkpoint)
+            object.__setattr__(self, name, copy.deepcopy(default))
+        self.output_dir = output_dir
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Arguments set after construction (``args.model_init_kwargs = ...``, as TRL's scripts do) get
+        the same checks as constructor arguments: nothing set on the config is silently ignored."""
+        if name in UNSUPPORTED:
+            if not _same(value, UNSUPPORTED[name]):
+                raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
+                                  f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
+        elif name not in _FIELDS:
+            raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
+        if name == "scale_rewards":
+            value = {True: "group", False: "none"}.get(value, value)
+        object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(GRPOConfig))
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(value == default) or (value in (None, [], "", {}) and default in (None, [], "", {}))
+    except Exception:  # an object that cannot be compared is not the default
+        return False
+
+
+# TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
+UNSUPPORTED: dict[str, Any] = {
+    "lr_scheduler_kwargs": None, "optim_args": None, "optim_target_modules": None, "average_tokens_across_devices": True,
+    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False, "tf32": None,
+    "activation_checkpointing": None, "activation_checkpointing_kwargs": None, "gradient_checkpointing_kwargs": None,
+    "torch_compile": False, "torch_compile_backend": None, "torch_compile_mode": None, "use_liger_kernel": False,
+    "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
+    "auto_find_batch_size": False, "logging_strategy": "steps", "logging_first_step": False, "log_on_each_node": True,
+    "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no", "log_level": "passive",
+    "log_level_replica": "warning", "run_name": None, "project": "huggingface", "trackio_space_id": None,
+    "trackio_bucket_id": None, "trackio_static_space_id": None, "eval_delay": 0, "per_device_eval_batch_size": 8,
+    "prediction_loss_only": False, "eval_on_start": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
+    "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False, "save_only_model": False,
+    "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
+    "load_best_model_at_end": False, "metric_for_best_model": None, "greater_is_better": None, "ignore_data_skip": False,
+    "restore_callback_states_from_checkpoint": False, "data_seed": None, "accelerator_config": None,
+    "parallelism_config": None, "dataloader_drop_last": False, "dataloader_num_workers": 0, "dataloader_pin_memory": True,
+    "dataloader_persistent_workers": False, "dataloader_prefetch_factor": None, "dataloader_multiprocessing_context": None,
+    "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
+    "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
+    "ddp_backend": None, "ddp_timeout": 1800, "fsdp": None, "fsdp_config": None, "deepspeed": None, "debug": "",
+    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False, "resume_from_checkpoint": None,
+    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False, "num_generations_eval": None,
+    "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", "generation_batch_size": None,
+    "steps_per_generation": None, "cache_implementation": None, "vllm_model_impl": "vllm",
+    "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
+    "vllm_tensor_parallel_size": 1, "delta": None,
+    "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,
+    "multi_objective_aggregation": "sum_then_normalize", "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
+    "entropy_coef_max": 1.0, "entropy_coef_delta": 0.005, "entropy_target": 0.2, "log_multimodal": True,
+    "num_completions_to_print": None, "log_unique_prompts": False, "log_completions_hub_repo": None,
+    "use_transformers_continuous_batching": False, "transformers_continuous_batching_config": None,
+    "use_transformers_paged": False, "vllm_importance_sampling_cap": None,
+}

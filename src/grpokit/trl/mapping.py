@@ -1,0 +1,312 @@
+"""TRL 1.16 GRPOConfig -> grpokit Config: the mapping, in one table that the code runs and the docs show.
+
+``MAPPING`` is the one place that says which grpokit field each TRL argument sets; ``to_config``
+runs it and ``mapping_table`` renders it for docs/TRL.md (tests/test_trl_mapping.py checks the
+committed table equals the generated one, so the documentation cannot drift from the code).
+
+Step semantics. A TRL step is one optimizer update over ``per_device_train_batch_size *
+gradient_accumulation_steps * processes`` completions (the generation batch, with TRL's default
+``steps_per_generation``); a grpokit step samples ``prompts_per_step * group_size`` completions and
+makes ``num_iterations`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
+``micro_batch_size = per_device_train_batch_size`` and ``train.steps = max_steps / num_iterations``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.config.io import set_field
+from grpokit.train.models import ATTN_IMPLEMENTATIONS
+from .config import UNSUPPORTED, GRPOConfig
+
+
+def _refuse(name: str, value: Any, valid: str) -> ConfigError:
+    return ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; valid: {valid}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the mapping: TRL arguments -> grpokit fields, and how."""
+
+    args: tuple[str, ...]
+    fields: tuple[str, ...]
+    how: str
+    apply: Callable[[GRPOConfig, dict], dict[str, Any]]
+
+
+def _loss(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    agg = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm",
+           "cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # TRL normalises cispo as dapo, sapo as grpo
+    if a.loss_type not in agg:
+        raise _refuse("loss_type", a.loss_type, "grpo, dapo, bnpo, dr_grpo, cispo, sapo (luspo and vespo are not in grpokit)")
+    out = {"algo.aggregation": agg[a.loss_type], "algo.norm_constant": 0.0}  # dr_grpo: 0 = max_completion_length
+    if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
+        cap = a.epsilon if a.epsilon_high is None else a.epsilon_high
+        if cap <= 1.0:
+            raise ConfigError(f"GRPOConfig loss_type='cispo' caps the importance weight at epsilon_high (here {cap!r}, "
+                              "epsilon when unset); grpokit's CISPO needs a cap above 1: set epsilon_high, e.g. 5.0")
+        out |= {"algo.objective": "cispo", "algo.clip_high": cap - 1.0}
+    elif a.loss_type == "sapo":
+        out |= {"algo.objective": "sapo", "algo.sapo_tau_pos": a.sapo_temperature_pos, "algo.sapo_tau_neg": a.sapo_temperature_neg}
+    return out
+
+
+def _scale(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if a.scale_rewards not in ("group", "batch", "none"):
+        raise _refuse("scale_rewards", a.scale_rewards, "group (True), batch, none (False)")
+    return {"algo.scale": a.scale_rewards}
+
+
+def _batch(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * ctx["world_size"]
+    if per_step % a.num_generations:
+        raise ConfigError(f"per_device_train_batch_size * gradient_accumulation_steps * processes = {per_step} completions "
+                          f"per step is not a multiple of num_generations={a.num_generations}; make it one")
+    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size}
+
+
+def _steps(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if a.max_steps > 0:
+        updates = a.max_steps
+    else:
+        per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * ctx["world_size"] // a.num_generations
+        updates = math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, per_step)) * a.num_iterations
+    return {"train.steps": math.ceil(updates / a.num_iterations)}
+
+
+def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    kinds = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
+    if a.lr_scheduler_type not in kinds:
+        raise _refuse("lr_scheduler_type", a.lr_scheduler_type, ", ".join(kinds))
+    if a.optim not in ("adamw_torch", "adamw_torch_fused"):
+        raise _refuse("optim", a.optim, "adamw_torch, adamw_torch_fused")
+    total = ctx["steps"] * a.num_iterations
+    warm = a.warmup_steps if a.warmup_steps >= 1 or a.warmup_steps == 0 else math.ceil(a.warmup_steps * total)
+    return {"optim.schedule": kinds[a.lr_scheduler_type], "optim.warmup_steps": int(warm)}
+
+
+def _precision(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if a.fp16 and a.bf16:
+        raise ConfigError("GRPOConfig sets both bf16=True and fp16=True; choose one")
+    return {"model.autocast": "float16" if a.fp16 else {None: "auto", True: "bfloat16", False: "off"}[a.bf16]}
+
+
+def _model_init(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    kw = dict(a.model_init_kwargs or {})
+    dtype, torch_dtype = kw.pop("dtype", None), kw.pop("torch_dtype", None)
+    dtype = dtype if dtype is not None else torch_dtype
+    dtype = "float32" if dtype is None else str(dtype).replace("torch.", "")  # TRL loads float32 unless told
+    trust = bool(kw.pop("trust_remote_code", False))
+    attn = kw.pop("attn_implementation", None) or "auto"
+    # from_pretrained's own defaults (TRL's grpo.py passes revision/attn_implementation None) change nothing
+    kw = {k: v for k, v in kw.items() if v is not None and not (k == "revision" and v == "main")}
+    if kw:
+        raise _refuse("model_init_kwargs", kw, "dtype (or torch_dtype), attn_implementation and trust_remote_code; other loading options only at None")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise _refuse("model_init_kwargs", {"dtype": dtype}, "dtype auto, float32, bfloat16 or float16")
+    if attn not in ATTN_IMPLEMENTATIONS:
+        raise _refuse("model_init_kwargs", {"attn_implementation": attn}, "attn_implementation " + ", ".join(ATTN_IMPLEMENTATIONS[1:]))
+    return {"model.dtype": dtype, "model.trust_remote_code": a.trust_remote_code or trust, "model.attn_implementation": attn}
+
+
+def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    out = {"rollout.temperature": a.temperature, "rollout.top_p": a.top_p, "rollout.top_k": a.top_k,
+           "rollout.min_p": a.min_p or 0.0, "rollout.max_new_tokens": a.max_completion_length,
+           "rollout.repetition_penalty": a.repetition_penalty}
+    names = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+             "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop", "stop": "stop",
+             "repetition_penalty": "repetition_penalty"}
+    for key, value in (a.generation_kwargs or {}).items():
+        if key not in names:
+            raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names))
+        out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
+    out["env.max_episode_tokens"] = a.max_completion_length  # TRL: a tool episode's whole completion, tool results included
+    return out
+
+
+def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if not a.use_vllm:
+        return {"rollout.backend": "hf"}
+    if a.vllm_mode not in ("colocate", "server"):
+        raise _refuse("vllm_mode", a.vllm_mode, "colocate, server")
+    tis = 0.0
+    if a.vllm_importance_sampling_correction:
+        if a.vllm_importance_sampling_mode != "token_truncate" or a.vllm_importance_sampling_clip_min is not None:
+            raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode,
+                          "token_truncate with vllm_importance_sampling_clip_min=None, or vllm_importance_sampling_correction=False")
+        tis = a.vllm_importance_sampling_clip_max or 0.0
+    url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
+    return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
+            "rollout.vllm_startup_timeout": a.vllm_server_timeout, "rollout.tis_cap": tis,
+            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode}
+
+
+def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if not a.sync_ref_model:
+        return {"algo.ref_refresh_every": 0}
+    if a.ref_model_mixup_alpha != 1.0:
+        raise _refuse("ref_model_mixup_alpha", a.ref_model_mixup_alpha, "1.0 (grpokit refreshes the reference by copying the policy)")
+    return {"algo.ref_refresh_every": a.ref_model_sync_steps}
+
+
+def _every(value: float, steps: int) -> int:
+    """A step count, or a fraction of the run's steps (transformers' convention for values below 1)."""
+    return max(1, math.ceil(value * steps)) if 0 < value < 1 else int(value)
+
+
+def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if a.save_strategy not in ("steps", "no"):
+        raise _refuse("save_strategy", a.save_strategy, "steps, no (grpokit always writes the final checkpoint)")
+    every = _every(a.save_steps, ctx["steps"]) if a.save_strategy == "steps" else 0
+    keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
+    if a.hub_strategy not in ("every_save", "end"):
+        raise _refuse("hub_strategy", a.hub_strategy, "every_save, end")
+    return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output"}
+
+
+def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    reports = [a.report_to] if isinstance(a.report_to, str) or a.report_to is None else list(a.report_to)
+    reports = [r for r in reports if r not in (None, "none")]
+    trackers = ("tensorboard", "wandb", "mlflow", "trackio")
+    bad = [r for r in reports if r not in trackers]
+    if bad:
+        raise _refuse("report_to", a.report_to, "none or a list of " + ", ".join(trackers))
+    every = _every(a.logging_steps, ctx["steps"])
+    return {"record.sinks": ([] if a.disable_tqdm else ["console"]) + reports, "record.console_every": every,
+            "record.samples_every": every if a.log_completions else 0}
+
+
+def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    if a.eval_strategy not in ("no", "steps"):
+        raise _refuse("eval_strategy", a.eval_strategy, "no, steps")
+    every = _every(a.eval_steps or a.logging_steps, ctx["steps"]) if a.eval_strategy == "steps" else 0
+    return {"train.eval_every": every}
+
+
+def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
+    """A plain copy: grpokit field <- TRL argument."""
+    return lambda a, ctx: {f: getattr(a, n) for f, n in pairs.items()}
+
+
+MAPPING: list[Rule] = [
+    Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
+         ("train.out", "train.save_every", "train.keep_checkpoints"),
+         "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all", _saving),
+    Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"),
+         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size"),
+         "prompts_per_step = per_device_train_batch_size * gradient_accumulation_steps * processes / num_generations",
+         lambda a, ctx: {**_batch(a, ctx), "rollout.group_size": a.num_generations}),
+    Rule(("max_steps", "num_train_epochs"), ("train.steps",),
+         "steps = max_steps / num_iterations (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
+    Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
+         ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
+         "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",
+                         "optim.adam_beta2": "adam_beta2", "optim.adam_eps": "adam_epsilon", "optim.max_grad_norm": "max_grad_norm"})),
+    Rule(("lr_scheduler_type", "warmup_steps", "optim"), ("optim.schedule", "optim.warmup_steps"),
+         "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates", _schedule),
+    Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
+    Rule(("gradient_checkpointing", "trust_remote_code"), ("model.gradient_checkpointing", "model.trust_remote_code"), "copied",
+         _v(**{"model.gradient_checkpointing": "gradient_checkpointing", "model.trust_remote_code": "trust_remote_code"})),
+    Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code", "model.attn_implementation"),
+         "dtype / torch_dtype (None: float32, as TRL), attn_implementation (None: transformers' choice) and "
+         "trust_remote_code; other keys only at None", _model_init),
+    Rule(("use_cpu",), ("model.device",), "True: cpu, False: auto", lambda a, ctx: {"model.device": "cpu" if a.use_cpu else "auto"}),
+    Rule(("seed", "full_determinism", "shuffle_dataset"), ("train.seed", "train.deterministic", "data.shuffle"), "copied",
+         _v(**{"train.seed": "seed", "train.deterministic": "full_determinism", "data.shuffle": "shuffle_dataset"})),
+    Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs"),
+         ("rollout.max_new_tokens", "rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.min_p", "rollout.stop",
+          "rollout.repetition_penalty", "env.max_episode_tokens"),
+         "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
+         "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
+         "with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
+    Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
+         lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
+    Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
+          "vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "vllm_importance_sampling_correction",
+          "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"),
+         ("rollout.backend", "rollout.vllm_url", "rollout.vllm_startup_timeout", "rollout.vllm_gpu_memory_utilization",
+          "rollout.vllm_sleep", "rollout.tis_cap"),
+         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max)", _vllm),
+    Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
+         lambda a, ctx: {"algo.beta": a.beta, "algo.kl_bias_correction": a.use_bias_correction_kl, "algo.kl_estimator": "k3"}),
+    Rule(("num_iterations",), ("algo.num_iterations",), "copied", _v(**{"algo.num_iterations": "num_iterations"})),
+    Rule(("epsilon", "epsilon_high"), ("algo.clip_low", "algo.clip_high"), "epsilon_high None: epsilon",
+         lambda a, ctx: {"algo.clip_low": a.epsilon, "algo.clip_high": a.epsilon if a.epsilon_high is None else a.epsilon_high}),
+    Rule(("importance_sampling_level",), ("algo.ratio_level",), "token or sequence (GSPO)",
+         lambda a, ctx: {"algo.ratio_level": a.importance_sampling_level}),
+    Rule(("scale_rewards",), ("algo.scale",), "group, batch, none (True: group, False: none); baseline group mean, unbiased std, eps 1e-4",
+         lambda a, ctx: {**_scale(a, ctx), "algo.baseline": "group_mean", "algo.std": "unbiased", "algo.adv_eps": 1e-4}),
+    Rule(("loss_type", "sapo_temperature_pos", "sapo_temperature_neg"),
+         ("algo.aggregation", "algo.objective", "algo.sapo_tau_pos", "algo.sapo_tau_neg"),
+         "grpo and sapo: seq-mean-token-mean, dapo, bnpo and cispo: token-mean, dr_grpo: seq-mean-token-sum-norm; "
+         "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
+         "sapo: objective sapo with the two temperatures", _loss),
+    Rule(("reward_weights",), ("reward.weights",), "one weight per reward function, callables included",
+         lambda a, ctx: {"reward.weights": list(a.reward_weights or [])}),
+    Rule(("mask_truncated_completions",), ("algo.mask_truncated",), "copied", _v(**{"algo.mask_truncated": "mask_truncated_completions"})),
+    Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every",),
+         "only ref_model_mixup_alpha=1.0 (a copy every ref_model_sync_steps)", _ref_sync),
+    Rule(("top_entropy_quantile",), ("algo.entropy_top_fraction",), "copied", _v(**{"algo.entropy_top_fraction": "top_entropy_quantile"})),
+    Rule(("entropy_coef",), ("algo.entropy_coef", "algo.entropy_aggregation"), "entropy_aggregation token-mean, as TRL",
+         lambda a, ctx: {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean"}),
+    Rule(("off_policy_mask_threshold",), ("algo.offpolicy_delta",), "None: 0 (off)",
+         lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
+    Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
+         lambda a, ctx: {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}),
+    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm"),
+         ("record.sinks", "record.console_every", "record.samples_every"),
+         "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps", _logging),
+    Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
+         "steps: every eval_steps (None: logging_steps); with an eval_dataset grpokit also evaluates before and after training", _eval),
+]
+HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.py)
+    "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
+    "hub_model_id": "repository of push_to_hub (None: output_dir's name)",
+    "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
+    "remove_unused_columns": "True drops every dataset column but prompt",
+    "disable_dropout": "sets the policy's dropout probabilities to 0",
+}
+FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
+         "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
+
+
+def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None) -> Config:
+    """The grpokit ``Config`` of a TRL ``GRPOConfig`` (``num_rows``: training prompts, for epochs)."""
+    ctx = {"num_rows": num_rows, "world_size": world_size or int(os.environ.get("WORLD_SIZE", "1"))}
+    cfg = Config()
+    for name, value in FIXED.items():
+        set_field(cfg, name, value)
+    ctx["steps"] = _steps(args, ctx)["train.steps"]
+    for rule in MAPPING:
+        for name, value in rule.apply(args, ctx).items():
+            set_field(cfg, name, value)
+    return cfg
+
+
+def mapping_table() -> str:
+    """docs/TRL.md's tables, rendered from MAPPING, HANDLED_ELSEWHERE, FIXED and UNSUPPORTED."""
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    lines = ["| TRL argument (default) | grpokit field | how |", "| --- | --- | --- |"]
+    for rule in MAPPING:
+        args = "<br>".join(f"`{n}` ({defaults[n]!r})" for n in rule.args)
+        lines.append(f"| {args} | {'<br>'.join(f'`{f}`' for f in rule.fields)} | {rule.how} |")
+    for name, how in HANDLED_ELSEWHERE.items():
+        lines.append(f"| `{name}` ({defaults[name]!r}) | (GRPOTrainer) | {how} |")
+    covered = {n for r in MAPPING for n in r.args} | set(HANDLED_ELSEWHERE)
+    missing = [n for n in defaults if n not in covered]
+    if missing:  # every declared argument must be mapped somewhere
+        raise AssertionError(f"GRPOConfig arguments without a mapping rule: {missing}")
+    fixed = ", ".join(f"`{k}={v!r}`" for k, v in FIXED.items())
+    lines += ["", f"Always set by the TRL layer: {fixed}. {' '.join(FIXED_DOC.split())}", "",
+              "Accepted only at TRL's default (any other value is refused with one sentence naming the argument):", "",
+              ", ".join(f"`{k}`" for k in UNSUPPORTED) + ".", ""]
+    return "\n".join(lines)
+
+
+FIXED_DOC = """The data and reward functions come from GRPOTrainer's arguments; reward functions receive TRL's
+convention and run in the trainer's process."""
