@@ -87,6 +87,14 @@ def test_heldout_from_summary(tmp_path: Path) -> None:
     assert "0.5 before -> 0.45 after" in findings[0].evidence
 
 
+def test_heldout_accuracy_falls(tmp_path: Path) -> None:
+    # reward flat at 0.3 (early ~0.25, recent 0.3: +0.05 is not > reward_flat_tol) while eval falls 0.8 -> 0.2
+    run = sick(tmp_path, reward=lambda s, r: 0.3 if s > 20 else 0.25, **{"rewards/math/mean": None, "rewards/format/mean": None,
+                                                                        "eval/accuracy": lambda s, r: 1 - s / 60 if "eval/accuracy" in r else None})
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["heldout_drop"] and "0.833 (step 10) -> 0 (step 60)" in found[0].evidence
+
+
 def test_one_component_rising_alone(tmp_path: Path) -> None:
     # format 0.1 -> 0.9 while math stays 0.1; no held-out evaluation to say otherwise
     run = sick(tmp_path, **{"eval/accuracy": None, "rewards/math/mean": 0.1, "rewards/format/mean": lambda s, r: s / STEPS})

@@ -50,6 +50,9 @@ class DoctorConfig:
     heldout_min_gain: float = 0.02
     """Held-out accuracy must rise by more than this for a rising reward to count as real learning."""
 
+    heldout_drop: float = 0.05
+    """Flag a run whose held-out accuracy fell by more than this (reward not rising: else see above)."""
+
     truncated_max: float = 0.2
     """Flag when more than this fraction of recent completions hit the length limit."""
 
@@ -125,6 +128,16 @@ def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
                    f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}",
                    "read the latest samples for a shortcut the reward pays for; make the verifier stricter "
                    "(exact answer parsing, format checks) and evaluate held-out prompts more often (train.eval_every)", 0.95)
+
+
+def check_heldout_drop(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    tr, gain = _trend(run, "reward", hc), _heldout_gain(run)
+    if gain is None or gain[0] >= -dc.heldout_drop or (tr is not None and tr[1] - tr[0] > hc.reward_flat_tol):
+        return None
+    what = f"; reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]})" if tr else ""
+    return Finding("heldout_drop", "The policy got worse on held-out prompts", gain[1] + what,
+                   f"lower the learning rate (optim.lr={_cfg(run, 'optim.lr')}) and keep the policy near the reference "
+                   "(algo.beta > 0, fewer algo.num_iterations); compare with the checkpoint before the drop", 0.9)
 
 
 def check_component_alone(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -282,7 +295,7 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
 
 
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
-    check_heldout, check_component_alone, check_length, check_entropy, check_zero_std, check_truncation,
+    check_heldout, check_heldout_drop, check_component_alone, check_length, check_entropy, check_zero_std, check_truncation,
     check_runaway, check_grad_spikes, check_mismatch, check_reward_failures, check_throughput)
 
 
