@@ -92,3 +92,14 @@ def test_comparison_overlays_two_runs(browser: Browser, tmp_path: Path) -> None:
     xs = browser.js("grpokitReport.plots()[0].u.data[0]")
     assert xs[0] == 1 and xs[-1] == 40  # the union of both runs' steps
     assert dict(browser.js(INKED))["entropy"] > 500
+
+
+def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run", steps=12, finished=False)
+    page = write_comparison([run], tmp_path / "live.html", live_s=1)
+    browser.open(page.as_uri())
+    assert "reloads every 1 s" in browser.js("document.getElementById('live').textContent")
+    browser.js("(function () { var s = document.getElementById('smoothing'); s.value = '0.5'; s.dispatchEvent(new Event('change')); })()")
+    browser.events.clear()
+    browser.wait_event("Page.loadEventFired", timeout=30)  # the page reloaded itself
+    assert browser.js("document.getElementById('smoothing').value") == "0.5" and browser.errors() == []
