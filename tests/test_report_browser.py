@@ -64,6 +64,14 @@ def test_zoom_log_scale_smoothing_and_sample_filters(browser: Browser, tmp_path:
     browser.mouse("mouseReleased", r["x"] + 0.6 * r["w"], y, button="left", clickCount=1)
     ranges = browser.js("grpokitReport.plots().map(function (p) { return [p.u.scales.x.min, p.u.scales.x.max]; })")
     assert ranges[0][1] - ranges[0][0] < 40 and all(rg == pytest.approx(ranges[0]) for rg in ranges)  # all panels follow
+    # Wheel up zooms in around the cursor (x 0.8); shift + wheel pans by a tenth of the range.
+    before = ranges[0]
+    browser.mouse("mouseWheel", r["x"] + r["w"] / 2, y, deltaX=0, deltaY=-100)
+    zoomed = browser.js("[grpokitReport.plots()[1].u.scales.x.min, grpokitReport.plots()[1].u.scales.x.max]")
+    assert zoomed[1] - zoomed[0] == pytest.approx(0.8 * (before[1] - before[0]))
+    browser.mouse("mouseWheel", r["x"] + r["w"] / 2, y, deltaX=0, deltaY=100, modifiers=8)  # 8: shift
+    panned = browser.js("[grpokitReport.plots()[1].u.scales.x.min, grpokitReport.plots()[1].u.scales.x.max]")
+    assert panned == pytest.approx([zoomed[0] + 0.1 * (zoomed[1] - zoomed[0]), zoomed[1] + 0.1 * (zoomed[1] - zoomed[0])])
     browser.js("(function () { var c = document.getElementById('logscale'); c.click(); })()")
     distr = dict(browser.js("grpokitReport.plots().map(function (p) { return [p.id, p.u.scales.y.distr]; })"))
     assert distr["kl"] == 3 and distr["loss"] == 4  # KL > 0: log10; the loss changes sign: asinh

@@ -103,7 +103,8 @@
       var min = u.scales.x.min, max = u.scales.x.max, w = max - min;
       var pan = e.shiftKey || Math.abs(e.deltaX) > Math.abs(e.deltaY);
       if (pan) {
-        var d = ((e.shiftKey ? e.deltaY : e.deltaX) > 0 ? 1 : -1) * w * 0.1;
+        var dv = Math.abs(e.deltaX) > Math.abs(e.deltaY) ? e.deltaX : e.deltaY;  // some systems turn shift+wheel into deltaX
+        var d = (dv > 0 ? 1 : -1) * w * 0.1;
         u.setScale("x", { min: min + d, max: max + d });
         return;
       }
