@@ -111,3 +111,7 @@ def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_
     browser.events.clear()
     browser.wait_event("Page.loadEventFired", timeout=30)  # the page reloaded itself
     assert browser.js("document.getElementById('smoothing').value") == "0.5" and browser.errors() == []
+    # Zoomed to 3 steps, the step axis still ticks at whole steps only (uPlot alone would add 3.5, 4.5 ...).
+    ticks = browser.js("""new Promise(function (done) { var u = grpokitReport.plots()[0].u; u.setScale('x', {min: 3, max: 6});
+        setTimeout(function () { done(u.axes[0]._splits); }, 100); })""")  # uPlot redraws after the current task
+    assert ticks and all(float(x).is_integer() for x in ticks), ticks
