@@ -61,6 +61,7 @@ def make_run_dir(run_dir: Path, steps: int = 120, lr: float = 1e-6, beta: float 
                     [], [], []])
             rows[0]["completions"][0]["extra"] = {"judge_note": "<i>fine</i>", "score_raw": 0.75}
             rows[0]["completions"][1]["images"] = ["draw.png", "../outside.png"]
+            rows[1]["completions"][0]["rewards"]["format"] = math.nan  # a reward that failed or did not apply
             rec.log_samples(step, rows)
     rec.close()
     (run_dir / "images").mkdir(exist_ok=True)
@@ -139,6 +140,7 @@ def test_samples_keep_extras_turns_and_inline_only_the_runs_images(run_dir: Path
     # images/draw.png inlined; ../outside.png lies outside the run folder and is ignored
     assert first[1]["images"] == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
     assert [r["step"] for r in rows] == [40, 40, 80, 80, 120, 120]
+    assert rows[1]["completions"][0]["rewards"]["format"] == "NaN"  # strict JSON; shown as NaN
 
 
 def test_missing_files_are_fine(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .doctor import Finding, diagnose
+from .jsonl import to_json_value
 from .report_data import Run, columns, config_diff, load_run, metric_names, panels, same_as, samples_payload, unique_names
 
 REPORT_FILE = "report.html"
@@ -54,7 +55,8 @@ def _fmt(value: Any) -> str:
 
 def _json_for_script(obj: Any) -> str:
     """JSON that cannot close its <script> element nor open a comment, whatever the strings hold."""
-    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
+    # to_json_value: a NaN reward in a sample becomes the string "NaN" (strict JSON; the page shows it)
+    text = json.dumps(to_json_value(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

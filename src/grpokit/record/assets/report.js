@@ -246,7 +246,8 @@
         if ((run !== "" && String(x.run) !== run) || (step !== "" && String(x.row.step) !== step)) return;
         var comps = x.row.completions.map(function (c, i) { c._i = i; return c; }).filter(function (c) {
           var blob = (c.text || "") + JSON.stringify(c.messages || "");
-          return c.reward >= lo && c.reward <= hi && (fin === "" || c.finish_reason === fin) && (!text || blob.toLowerCase().indexOf(text) >= 0);
+          var inRange = typeof c.reward === "number" ? c.reward >= lo && c.reward <= hi : lo === -Infinity && hi === Infinity;
+          return inRange && (fin === "" || c.finish_reason === fin) && (!text || blob.toLowerCase().indexOf(text) >= 0);
         });
         if (!comps.length) return;
         matched++;
