@@ -16,7 +16,9 @@ from grpokit.rollout.gec import MODES as GEC_MODES
 from .sections import Config, ConfigError
 from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
-from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
+from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from grpokit.algo.pipeline import advantage_name
+from grpokit.algo.registry import lookup
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -25,6 +27,14 @@ def _check(ok: bool, message: str) -> None:
 
 def _one_of(name: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
     _check(value in valid, f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+def _registered(field: str, kind: str, name: str) -> None:
+    """A stage the registry knows (or can import as module:function): one sentence otherwise."""
+    try:
+        lookup(kind, name)
+    except ValueError as e:
+        raise ConfigError(f"{field}: {e}") from None
 
 
 def validate(cfg: Config) -> Config:
@@ -61,7 +71,10 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
-    _one_of("algo.objective", a.objective, OBJECTIVES)
+    _registered("algo.objective", "objective", a.objective)
+    _registered("algo.advantage", "advantage", advantage_name(a))
+    for name in a.token_masks:
+        _registered("algo.token_masks", "token mask", name)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
     _check(a.objective == "clip" or a.dual_clip == 0,
