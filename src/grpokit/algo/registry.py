@@ -64,8 +64,13 @@ def lookup(kind: str, name: str) -> Callable:
         try:
             fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
-            raise ValueError(f"{kind} {name!r} could not be imported ({e}); give module:function on sys.path "
-                             f"or a registered name: {', '.join(sorted(table))}") from None
+            raise ValueError(f"{kind} {name!r} could not be imported ({e}); give a module:function on sys.path "
+                             f"or one of: {', '.join(registered(kind))}") from None
         table[name] = fn
         return fn
-    raise ValueError(f"unknown {kind} {name!r}; registered: {', '.join(sorted(table))} (or module:function)")
+    raise ValueError(f"unknown {kind} {name!r}; choose one of: {', '.join(registered(kind))} (or a module:function)")
+
+
+def registered(kind: str) -> list[str]:
+    """The names registered for ``kind``, built-ins first, in registration order (no import paths)."""
+    return [n for n in _KINDS[kind] if not is_import_path(n)]

@@ -17,8 +17,8 @@ from .sections import Config, ConfigError
 from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
-from grpokit.algo.pipeline import advantage_name
-from grpokit.algo.registry import lookup
+from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
+from grpokit.algo.registry import is_import_path, lookup, registered
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -31,10 +31,13 @@ def _one_of(name: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
 
 def _registered(field: str, kind: str, name: str) -> None:
     """A stage the registry knows (or can import as module:function): one sentence otherwise."""
-    try:
-        lookup(kind, name)
-    except ValueError as e:
-        raise ConfigError(f"{field}: {e}") from None
+    if is_import_path(name):
+        try:
+            lookup(kind, name)
+        except ValueError as e:
+            raise ConfigError(f"{field}: {e}") from None
+    else:
+        _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
 
 
 def validate(cfg: Config) -> Config:
@@ -72,7 +75,8 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
     _registered("algo.objective", "objective", a.objective)
-    _registered("algo.advantage", "advantage", advantage_name(a))
+    if a.advantage:
+        _registered("algo.advantage", "advantage", a.advantage)
     for name in a.token_masks:
         _registered("algo.token_masks", "token mask", name)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
