@@ -40,6 +40,22 @@ def _registered(field: str, kind: str, name: str) -> None:
         _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
 
 
+def _check_estimator_pairs(cfg: Config) -> None:
+    """Pairs an advantage estimator would silently ignore (issue 25's combination table found them)."""
+    a = cfg.algo
+    if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
+        _check(a.baseline == "group_mean" and a.scale == "group",
+               f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
+        _check(a.kl_placement == "loss" or a.beta == 0,
+               "algo.supervision=process scores steps with reward.process_function, so a KL in the outcome reward would be dropped; set algo.kl_placement=loss")
+        _check(not cfg.reward.normalize_components,
+               "algo.supervision=process scores steps with reward.process_function, so reward.normalize_components would be dropped; set it to false")
+    _check(a.credit != "gagpo" or a.scale == "group",
+           f"algo.credit=gagpo always normalises its GAE by the group's std; use algo.scale=group (got {a.scale})")
+    _check(a.entropy_shaping != "gtpo" or (a.baseline == "group_mean" and a.scale == "group"),
+           f"algo.entropy_shaping=gtpo normalises its token rewards itself (algo.gtpo_normalization); use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
+
+
 def validate(cfg: Config) -> Config:
     """Check every value that can be checked without loading anything; raise ``ConfigError``."""
     r, a, t, o, m = cfg.rollout, cfg.algo, cfg.train, cfg.optim, cfg.model
@@ -121,6 +137,7 @@ def validate(cfg: Config) -> Config:
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
+    _check_estimator_pairs(cfg)
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
     _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
