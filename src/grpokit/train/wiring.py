@@ -152,7 +152,7 @@ def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
     reported (math_accuracy skips it), never silently scored."""
     if "math_accuracy" not in cfg.reward.functions:
         return
-    from grpokit.rewards import validate_gold_answers
+    from grpokit.rewards.math import validate_gold_answers  # lazy: sympy only for math_accuracy runs
 
     report = validate_gold_answers([r.get("answer") for r in rows])
     if report.num_valid == 0:
