@@ -40,6 +40,8 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("reward-std", "Reward spread", ("reward_std", "rewards/*/std")),
     ("reward-failures", "Reward failures", ("rewards/failed_fraction", "rewards/*/failures", "rewards/*/nonfinite",
                                             "rewards/*/not_applicable")),
+    ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
+                                      "episodes/truncated_by_turns", "eval/tool_use_rate")),
     ("time", "Time per phase (seconds per step)", ("time/*",)),
     ("throughput", "Throughput (tokens per second)", ("tokens_per_second",)),
     ("loss", "Loss", ("loss",)),
