@@ -102,6 +102,7 @@ def test_payload_steps_are_integers_and_nan_is_a_gap(run_dir: Path) -> None:
     assert run["series"]["loss"][76] is None  # step 77's NaN loss: a gap, not a number JSON cannot hold
     assert run["series"]["eval/accuracy"][19] == pytest.approx(0.2 + 0.5 * 20 / 120, abs=1e-6)
     assert run["series"]["eval/accuracy"][18] is None
+    assert run["heldout"] == [[0, 0.18], [120, 0.71]]  # summary.json: before (step 0) and after (last step)
 
 
 def test_identical_series_are_marked_so_both_stay_visible(tmp_path: Path) -> None:
@@ -149,6 +150,9 @@ def test_missing_files_are_fine(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": "NaN"}\n{"step": 3, "rew')
     data = _data(render_report(tmp_path))
     assert [p["id"] for p in data["panels"]] == ["reward"] and data["runs"][0]["series"]["reward"] == [0.5, None]
+    (tmp_path / "summary.json").write_text('{"eval_before": {"accuracy": 0.25}, "eval_after": {"accuracy": 0.5}}')
+    data = _data(render_report(tmp_path))  # no eval/* metric, but summary.json's accuracies make the panel
+    assert [p["id"] for p in data["panels"]] == ["reward", "eval"] and data["runs"][0]["heldout"] == [[0, 0.25], [2, 0.5]]
     (tmp_path / "summary.json").write_text("not json")
     assert "No summary.json" in render_report(tmp_path)
 

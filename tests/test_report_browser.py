@@ -43,6 +43,8 @@ def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path)
     inked = dict(browser.js(INKED))
     assert "reward" in inked and "kl" in inked and "mytask" in [p["title"] for p in browser.js("grpokitReport.data.panels")]
     assert all(n > 500 for n in inked.values()), inked  # every panel drew its lines and axes
+    eval_labels = browser.js("Array.from(document.querySelectorAll('#plot-eval .u-legend .u-label')).map(function (e) { return e.textContent; })")
+    assert eval_labels[1:] == ["eval/accuracy", "held-out accuracy before / after (summary.json)"]
     # Hover the middle of the reward panel: the legend shows the step and that step's reward.
     r = _over_rect(browser, 0)
     browser.mouse("mouseMoved", r["x"] + r["w"] / 2, r["y"] + r["h"] / 2)

@@ -33,7 +33,7 @@ from typing import Any
 
 from .doctor import Finding, diagnose
 from .jsonl import to_json_value
-from .report_data import Run, columns, config_diff, load_run, metric_names, panels, same_as, samples_payload, unique_names
+from .report_data import Run, columns, config_diff, heldout, load_run, metric_names, panels, same_as, samples_payload, unique_names
 
 REPORT_FILE = "report.html"
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
@@ -126,7 +126,7 @@ def payload(runs: Sequence[Run], live_s: float | None = None) -> dict[str, Any]:
     data = []
     for run in runs:
         steps, cols = columns(run, keys)
-        data.append({"name": run.name, "finished": run.finished, "steps": steps,
+        data.append({"name": run.name, "finished": run.finished, "steps": steps, "heldout": heldout(run),
                      "series": {k: v for k, v in cols.items() if any(x is not None for x in v)},
                      "samples": samples_payload(run)})
     live = {"refresh_s": live_s} if live_s and not all(r.finished for r in runs) else None

@@ -132,7 +132,7 @@ def panels(runs: Sequence[Run]) -> list[dict[str, Any]]:
     for pid, title, patterns in GROUPS:
         keys = [n for p in patterns for n in fnmatch.filter(names, p) if n not in taken]
         keys = list(dict.fromkeys(keys))
-        if keys:
+        if keys or (pid == "eval" and any(heldout(r) for r in runs)):  # summary.json alone also makes the panel
             taken.update(keys)
             out.append({"id": pid, "title": title, "keys": keys})
     rest: dict[str, list[str]] = {}
@@ -141,6 +141,15 @@ def panels(runs: Sequence[Run]) -> list[dict[str, Any]]:
             rest.setdefault(n.rsplit("/", 1)[0] if "/" in n else n, []).append(n)
     out += [{"id": f"m-{i}", "title": ns, "keys": keys} for i, (ns, keys) in enumerate(rest.items())]
     return out
+
+
+def heldout(run: Run) -> list[list[float]]:
+    """summary.json's held-out accuracy before (step 0) and after training (its last step), as
+    [[step, accuracy], ...]: drawn as points on the evaluation panel."""
+    last = max((r["step"] for r in run.metrics if _finite(r.get("step"))), default=0)
+    steps = run.summary.get("steps") if _finite(run.summary.get("steps")) else last
+    return [[x, float(run.summary[k]["accuracy"])] for k, x in (("eval_before", 0), ("eval_after", steps))
+            if isinstance(run.summary.get(k), dict) and _finite(run.summary[k].get("accuracy"))]
 
 
 def columns(run: Run, keys: Sequence[str]) -> tuple[list[float], dict[str, list[float | None]]]:

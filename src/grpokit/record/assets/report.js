@@ -54,6 +54,12 @@
         lists.push({ run: ri, key: key, ki: ki, byStep: run.steps.reduce(function (m, s, i) { m[s] = run.series[key][i]; return m; }, {}) });
       });
     });
+    if (panel.id === "eval") runs.forEach(function (run, ri) {  // summary.json: accuracy before / after training
+      if (!run.heldout || !run.heldout.length) return;
+      var byStep = {};
+      run.heldout.forEach(function (p) { steps[p[0]] = 1; byStep[p[0]] = p[1]; });
+      lists.push({ run: ri, key: "held-out accuracy before / after (summary.json)", ki: panel.keys.length, byStep: byStep, dots: true });
+    });
     var xs = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; });
     lists.forEach(function (l) {
       l.vals = xs.map(function (s) { return l.byStep[s] === undefined ? null : l.byStep[s]; });
@@ -69,8 +75,13 @@
     var color = PALETTE[(many && one ? s.run : s.ki + (many ? s.run * panel.keys.length : 0)) % PALETTE.length];
     var dash = many && !one ? DASHES[s.run % DASHES.length] : [];
     if (same) { label += " (= " + same + ")"; dash = [7, 5]; }  // drawn dashed on top: both stay visible
-    return { label: label, stroke: color, width: same ? 1.5 : 2, dash: dash, spanGaps: true,
-             points: { show: s.count < 30, size: 5 }, value: function (u, v) { return fmt(v); } };
+    var opts = { label: label, stroke: color, width: same ? 1.5 : 2, dash: dash, spanGaps: true,
+                 points: { show: s.count < 30, size: 5 }, value: function (u, v) { return fmt(v); } };
+    if (s.dots) {  // two evaluations: big points joined by a faint dotted line, in a color of their own
+      opts.stroke = PALETTE[(DATA.runs.length + 3 + s.run) % PALETTE.length];
+      opts.width = 1; opts.dash = [2, 4]; opts.points = { show: true, size: 9 };
+    }
+    return opts;
   }
 
   function linearRange(u, min, max) {
