@@ -345,6 +345,9 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    overwrite: bool = False
+    """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
+    records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
     eval_every: int = 0
     """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
     threads: int = 0

@@ -131,9 +131,13 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
                 continue
             kept.append(stripped + "\n")
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
+    except BaseException:  # ENOSPC mid-write: the original file stays whole, the partial copy goes
+        tmp.unlink(missing_ok=True)
+        raise
     return dropped
 
 

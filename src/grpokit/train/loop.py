@@ -26,11 +26,12 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from grpokit.algo.advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.io import save_yaml, to_dict
+from grpokit.config.io import to_dict
 from grpokit.config.validation import validate
 from grpokit.data.prompts import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
@@ -69,6 +70,7 @@ class Trainer:
         self.cfg = validate(wiring.resolve_run(cfg, own_rows=train_rows is not None))
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
+        run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t, m = cfg.train, cfg.model
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -121,9 +123,7 @@ class Trainer:
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
         if self.resume_dir:
-            ckpt = checkpoint.latest(self.run_dir / "checkpoints")
-            if ckpt is None:
-                raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
+            ckpt = run_folder.checkpoint_to_resume(self.run_dir)  # the newest that verifies against its manifest
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self))
             self.step, self.sampler.position = state.step, state.data_position
@@ -135,7 +135,7 @@ class Trainer:
                 self.lam.load_state_dict(extra["lambda_grpo"])
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
-            save_yaml(cfg, self.run_dir / "config.yaml")
+            run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         r = cfg.record
         self.recorder = NullRecorder() if not self.dist.is_main else make_recorder(
             self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
