@@ -122,9 +122,9 @@ def _train_trl(data: dict, args: argparse.Namespace) -> int:
 
 def _checkpoint_note(run_dir: Path | None) -> str:
     """The truth about what a stopped run can be resumed from."""
-    from grpokit.train import checkpoint
+    from grpokit.train.resume import newest_verified
 
-    ckpt = checkpoint.latest(run_dir / "checkpoints") if run_dir is not None else None
+    ckpt = newest_verified(run_dir / "checkpoints") if run_dir is not None else None
     if ckpt is None:
         return "no checkpoint was written, so there is nothing to resume (the run must start again)"
     report = " and report.html" if (run_dir / "report.html").exists() else ""

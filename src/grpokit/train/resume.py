@@ -100,14 +100,22 @@ def config_changes(before: Config, after: Config) -> dict[str, dict[str, Any]]:
     return {f"{s}.{k}": {"from": a[s].get(k), "to": v} for s in b for k, v in b[s].items() if a.get(s, {}).get(k) != v}
 
 
-def checkpoint_to_resume(run_dir: Path, log=print) -> Path:
-    """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault."""
-    ckpts = sorted((p for p in (run_dir / "checkpoints").glob(f"{checkpoint.PREFIX}*") if p.is_dir()), reverse=True)
-    for p in ckpts:
+def newest_verified(ckpt_dir: Path, log=None) -> Path | None:
+    """The newest checkpoint under ``ckpt_dir`` that verifies (``log`` hears of each one skipped)."""
+    for p in sorted((p for p in ckpt_dir.glob(f"{checkpoint.PREFIX}*") if p.is_dir()), reverse=True):
         fault = checkpoint.verify(p)
         if fault is None:
             return p
-        log(f"grpokit: warning: skipping checkpoint {p} because {fault}; trying the one before it", flush=True)
+        if log is not None:
+            log(f"grpokit: warning: skipping checkpoint {p} because {fault}; trying the one before it", flush=True)
+    return None
+
+
+def checkpoint_to_resume(run_dir: Path, log=print) -> Path:
+    """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault."""
+    found = newest_verified(run_dir / "checkpoints", log)
+    if found is not None:
+        return found
     raise ConfigError(f"--resume {str(run_dir)!r} has no complete checkpoint under checkpoints/ that verifies; nothing to resume")
 
 
