@@ -69,6 +69,9 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
+_DEBUG = False  # --debug / GRPOKIT_DEBUG=1 of the current main() call
+
+
 def cmd_train(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
     if args.config and not args.preset:
@@ -91,7 +94,7 @@ def cmd_train(argv: list[str]) -> int:
     except OSError as e:
         from grpokit.train.resume import is_storage_fault
 
-        if not is_storage_fault(e) or os.environ.get("GRPOKIT_DEBUG") == "1":
+        if not is_storage_fault(e) or _DEBUG:
             raise
         run_dir = trainer.run_dir if trainer else (Path(args.resume) if args.resume else None)
         print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
@@ -179,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("GRPOKIT_DEBUG", "").lower() in ("1", "true", "yes")
     argv = [a for a in argv if a != "--debug"]
-    if debug:
-        os.environ["GRPOKIT_DEBUG"] = "1"  # commands that catch a fault themselves see it too
+    global _DEBUG
+    _DEBUG = debug  # for the commands that catch a fault themselves (set on every call, never inherited)
     if argv[:1] == ["--version"]:
         from grpokit import __version__
 
