@@ -207,7 +207,9 @@ def _fail_on(monkeypatch, name: str, step: int, exc: BaseException):
 def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_from(workdir, monkeypatch, capsys):
     _fail_on(monkeypatch, "rng.pt", 2, RuntimeError("killed between optimizer.pt and rng.pt"))
     assert train("--out", "run") == 1
-    assert "an internal fault stopped the command (RuntimeError: killed between optimizer.pt and rng.pt)" in last_error(capsys)
+    assert last_error(capsys) == ("grpokit: error: an internal fault stopped the run (RuntimeError: killed between optimizer.pt "
+                                  "and rng.pt; --debug shows the traceback); checkpoint run/checkpoints/step-000001 kept; "
+                                  "continue with: grpokit train --resume run")
     ckpts = workdir / "run" / "checkpoints"
     assert [p.name for p in ckpts.iterdir()] == ["step-000001"]  # no half checkpoint, no .tmp folder
     assert checkpoint.verify(ckpts / "step-000001") is None

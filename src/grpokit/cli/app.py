@@ -91,14 +91,18 @@ def cmd_train(argv: list[str]) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C (or one before training started): say what is on disk
         print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
         return 130
-    except OSError as e:
+    except Exception as e:  # a full disk or a fault of grpokit itself: one sentence and what can be resumed
         from grpokit.train.resume import is_storage_fault
 
-        if not is_storage_fault(e) or _DEBUG:
+        if _DEBUG or isinstance(e, _user_errors()):
             raise
-        run_dir = trainer.run_dir if trainer else (Path(args.resume) if args.resume else None)
-        print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
-              f"{_checkpoint_note(run_dir)} once space is free", file=sys.stderr)
+        note = _checkpoint_note(trainer.run_dir if trainer else (Path(args.resume) if args.resume else None))
+        if is_storage_fault(e):
+            print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
+                  f"{note} once space is free", file=sys.stderr)
+        else:
+            print(f"grpokit: error: an internal fault stopped the run ({type(e).__name__}: {_first_line(e)}; --debug shows "
+                  f"the traceback); {note}", file=sys.stderr)
         return 1
     if summary.get("interrupted"):
         when = f"after step {summary['steps']} of {cfg.train.steps}" if summary["steps"] else "before the first step finished"
@@ -200,10 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     return _run(COMMANDS[argv[0]], argv[1:], debug)
 
 
-def _run(command, argv: list[str], debug: bool) -> int:
-    """The error model: one sentence per fault on stderr, the traceback only with --debug."""
+def _user_errors() -> tuple[type, ...]:
+    """The exceptions that carry a user's mistake as one sentence (imported lazily: --help stays light)."""
     from grpokit.record.health import TrainingHealthError
     from grpokit.rewards.spec import RewardError
+
+    return ConfigError, RewardError, TrainingHealthError
+
+
+def _run(command, argv: list[str], debug: bool) -> int:
+    """The error model: one sentence per fault on stderr, the traceback only with --debug."""
     from grpokit.train.resume import is_storage_fault
 
     try:
@@ -211,7 +221,7 @@ def _run(command, argv: list[str], debug: bool) -> int:
     except KeyboardInterrupt:
         print("grpokit: interrupted", file=sys.stderr)
         return 130
-    except (ConfigError, RewardError, TrainingHealthError) as e:
+    except _user_errors() as e:
         if debug:
             raise
         print(f"grpokit: error: {e}", file=sys.stderr)
