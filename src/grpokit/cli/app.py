@@ -214,8 +214,6 @@ def _user_errors() -> tuple[type, ...]:
 
 def _run(command, argv: list[str], debug: bool) -> int:
     """The error model: one sentence per fault on stderr, the traceback only with --debug."""
-    from grpokit.train.resume import is_storage_fault
-
     try:
         return command(argv)
     except KeyboardInterrupt:
@@ -229,6 +227,8 @@ def _run(command, argv: list[str], debug: bool) -> int:
     except Exception as e:
         if debug:
             raise
+        from grpokit.train.resume import is_storage_fault  # here: torch only when something failed
+
         if is_storage_fault(e):
             print(f"grpokit: error: writing {e.filename or 'a file'} failed ({e.strerror}); what was written before is "
                   "intact; free space and run the command again", file=sys.stderr)

@@ -59,9 +59,11 @@ def _check_json(text: str, source: str) -> None:
         data = json.loads(text)
     except ValueError:  # datasets also reads JSON lines from a .json file
         return _check_jsonl(text, source)
-    rows = data if isinstance(data, list) else None
-    if rows is None or not rows or not all(isinstance(r, dict) for r in rows):
-        raise ConfigError(f"data file {source!r} must hold a non-empty JSON list of objects (rows) or one object per line")
+    if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
+        return  # columns: {"prompt": [...], "answer": [...]}
+    if not isinstance(data, list) or not data or not all(isinstance(r, dict) for r in data):
+        raise ConfigError(f"data file {source!r} must hold a non-empty JSON list of objects (rows), a mapping of columns, "
+                          "or one object per line")
 
 
 def _check_csv(text: str, source: str) -> None:
