@@ -131,3 +131,160 @@ def test_too_many_failures_name_the_function_and_the_row():
     with _runner(huge, "huge") as r:
         with pytest.raises(RewardError, match=r"Reward 'huge' failed on 2 of 2 completions.*on completion 0: reward 1e\+300"):
             r.score(**_batch(["a", "b"]))
+
+
+# ------------------------------------------------------------------------------ tools and environments
+
+def _tok():
+    from grpokit.data.tasks.calculator import TAGS
+    from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
+
+    return build_char_tokenizer(ALPHABET, TAGS)
+
+
+def _always(text):
+    """A sampler that answers every context with ``text`` (stop reason "stop")."""
+    from grpokit.types import Rollout
+
+    tok = _tok()
+
+    def sample(contexts, group_size, params):
+        n = len(contexts) * group_size
+        t = list(tok(text, add_special_tokens=False)["input_ids"])
+        return Rollout([list(c) for c in contexts], [list(t) for _ in range(n)], [[-0.5] * len(t) for _ in range(n)],
+                       ["stop"] * n, group_size)
+
+    return sample
+
+
+def _prompt(text="1="):
+    from grpokit.types import Prompt
+
+    return Prompt(text, list(_tok()(text, add_special_tokens=False)["input_ids"]), {}, text)
+
+
+def test_tool_arguments_nested_1000_deep_are_an_unreadable_call_not_a_recursion_error():
+    from grpokit.env.parse import parse_tool_calls
+
+    deep = "[" * 1000 + "]" * 1000
+    for body in ['{"name": "f", "arguments": {"a": %s}}' % deep,  # json.loads raised RecursionError here
+                 '{"name": "f", "arguments": "{\\"a\\": %s}"}' % deep]:  # arguments as a JSON string
+        (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>", ["f"])
+        assert call.name == "" or isinstance(call.arguments, str)
+    (call,) = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>' % deep, ["f"])
+    assert call.name == "" and "env.max_tool_nesting=20" in call.error
+    # the body {"name", "arguments": {"a": 18 lists}} is 1 + 1 + 18 = 20 deep: read; one more list is refused
+    call = lambda k: parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>' % ("[" * k + "]" * k), ["f"])[0]
+    assert call(18).name == "f" and call(18).arguments == {"a": [[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]}
+    assert call(19).name == "" and "nests 21 levels deep" in call(19).error
+
+
+def test_deep_tool_result_and_unprintable_result_become_error_messages():
+    from grpokit.env.tools import call_tool
+
+    deep: list = []
+    for _ in range(490):
+        deep = [deep]
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("no")
+
+    tools = {"deep": lambda x: deep, "bad": lambda x: Unprintable()}
+    r = call_tool(tools, "deep", "1", timeout_s=5, max_chars=200)
+    assert r.error and "env.max_tool_nesting=20" in r.content
+    r = call_tool(tools, "bad", "1", timeout_s=5, max_chars=200)  # str() raised in the trainer before
+    assert r.error and "could not be turned into text (RuntimeError)" in r.content
+
+
+def test_a_490_deep_value_is_written_to_jsonl():
+    import json
+
+    from grpokit.record.jsonl import MAX_JSON_DEPTH, dumps_line
+
+    deep: list = []
+    for _ in range(490):
+        deep = [deep]
+    line = json.loads(dumps_line({"messages": deep}))  # RecursionError in to_json_value before
+    depth, v = 0, line["messages"]
+    while isinstance(v, list):
+        depth, v = depth + 1, v[0]
+    # the record is level 1, so 63 of the 490 lists are kept and the 64th level becomes the note
+    assert depth == MAX_JSON_DEPTH - 1 and v == f"[nested deeper than {MAX_JSON_DEPTH} levels]"
+
+
+def test_a_hanging_tool_leaks_no_threads_and_a_looping_one_is_stopped():
+    from grpokit.env.tools import MAX_ABANDONED, call_tool
+
+    release = threading.Event()
+
+    def hang(x: str) -> str:
+        release.wait(30)
+        return "late"
+
+    def spin(x: str) -> str:
+        while True:
+            pass
+
+    before = threading.active_count()
+    results = [call_tool({"hang": hang}, "hang", "1", timeout_s=0.05, max_chars=200) for _ in range(20)]
+    assert all(r.error for r in results)
+    assert threading.active_count() - before <= MAX_ABANDONED  # 20 threads before
+    assert "still running" in results[-1].content
+    release.set()
+    r = call_tool({"spin": spin}, "spin", "1", timeout_s=0.05, max_chars=200)
+    assert r.error and "timed out" in r.content
+    deadline = time.monotonic() + 10
+    while any(t.name == "grpokit-tool-spin" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.name == "grpokit-tool-spin" for t in threading.enumerate())  # stopped, not abandoned
+
+
+def test_default_limits_cap_episodes():
+    from grpokit.config.sections import EnvConfig
+    from grpokit.rollout.episodes import EpisodeSpec
+
+    e, s = EnvConfig(), EpisodeSpec()
+    assert (e.max_episode_tokens, s.max_episode_tokens) == (8192, 8192)  # 0 = no cap before
+    assert (e.max_tool_nesting, e.max_observation_chars, e.reset_timeout_s) == (20, 8000, 30.0)
+    assert (e.max_turns, e.max_tool_output_chars) == (4, 1000)
+
+
+class SlowReset:
+    def reset(self, **row):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+
+
+class HugeReset(SlowReset):
+    def reset(self, **row):
+        return "1" * 10_000_000
+
+
+class BrokenReset(SlowReset):
+    def reset(self, **row):
+        raise SystemExit(4)
+
+
+@pytest.mark.timeout(120)
+def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
+    from grpokit.rollout.hf import SamplingParams
+
+    tok, spec = _tok(), EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100)
+    for env, failed in [(SlowReset, True), (BrokenReset, True), (HugeReset, False)]:
+        start = time.monotonic()
+        ro = EpisodeRunner(spec, tok, environment_factory=env).run(_always("<answer>1</answer>"), [_prompt()], 2,
+                                                                   SamplingParams())
+        assert time.monotonic() - start < 30
+        assert [e.reset_failed for e in ro.episodes] == [failed, failed]
+        assert episode_metrics(ro)["episodes/reset_failures"] == 2.0 * failed
+        # the prompt "1=" (2 tokens) + at most 100 characters + the cut mark, not 10 million tokens
+        assert len(ro.prompt_ids[0]) <= 2 + 100 + len("...[truncated]")
