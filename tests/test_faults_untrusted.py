@@ -288,3 +288,30 @@ def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
         assert episode_metrics(ro)["episodes/reset_failures"] == 2.0 * failed
         # the prompt "1=" (2 tokens) + at most 100 characters + the cut mark, not 10 million tokens
         assert len(ro.prompt_ids[0]) <= 2 + 100 + len("...[truncated]")
+
+
+# ------------------------------------------------------------------------------------------ verifiers
+
+@pytest.mark.parametrize("hedge", [r"\boxed{5 = 6}", r"\boxed{5 \to 6}", r"\boxed{5 \\ 6}"])
+def test_boxed_hedges_score_zero(hedge):
+    # gold 6: each box names two answers (5 and 6), so the one-answer rule scores 0 (1.0 before)
+    from grpokit.rewards.answers import count_values
+    from grpokit.rewards.math import math_accuracy
+
+    assert count_values(hedge[len(r"\boxed{"):-1]) == 2
+    assert math_accuracy([f"The answer: {hedge}", r"so \boxed{6}"], answer=["6", "6"]) == [0.0, 1.0]
+
+
+def test_forged_records_on_the_verdict_channel_fail_their_case():
+    from grpokit.rewards.code import _trusted_records
+
+    honest = ['{"case": 0, "status": "ok", "value": 3}', '{"case": 1, "status": "ok", "value": 4}']
+    assert sorted(_trusted_records("\n".join(honest), 2)) == [0, 1]
+    # a deeply nested line written while case 0 ran: case 0 fails, case 1 stands
+    deep = "[" * 100_000 + "]" * 100_000
+    assert sorted(_trusted_records("\n".join([deep, *honest]), 2)) == [1]
+    # a forged record for case 1 written before the harness's honest one: a second record of case 1
+    forged = '{"case": 1, "status": "ok", "value": 4}'
+    assert sorted(_trusted_records("\n".join([honest[0], forged, honest[1]]), 2)) == [0]
+    # a forged record naming case 0 while case 1 runs: case 0 (named twice) and case 1 fail
+    assert _trusted_records("\n".join([honest[0], honest[0], honest[1]]), 2) == {}

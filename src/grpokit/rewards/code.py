@@ -32,7 +32,7 @@ from typing import Any
 from .errors import RewardInfrastructureError
 from .math import completion_text
 from .sandbox import budget
-from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
+from grpokit.rewards.sandbox.isolation import Limits, parse_records, run_sandboxed
 
 HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()
 _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
@@ -149,12 +149,7 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
     except budget.BudgetError as exc:  # e.g. a cgroup that could not be created: stop, never score 0
         raise UnsafeCodeExecutionError(str(exc)) from None
     passed = [False] * len(expected)
-    seen: set[int] = set()
-    for rec in result.records:
-        i = rec["case"]
-        if not 0 <= i < len(expected) or i in seen or rec.get("status") != "ok":
-            continue
-        seen.add(i)  # the first record of a case counts; duplicates are ignored
+    for i, rec in _trusted_records(result.channel, len(expected)).items():
         try:  # records are bounded in size and depth (sandbox/isolation.py); anything odd fails the case
             if mode == "stdio":
                 passed[i] = type(rec.get("stdout")) is str and _norm(rec["stdout"]) == _norm(expected[i])
@@ -163,6 +158,33 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
         except Exception:
             passed[i] = False
     return passed
+
+
+def _trusted_records(channel: str, n: int) -> dict[int, dict]:
+    """case -> its "ok" record, for the cases whose record arrived alone and in order.
+
+    The harness writes exactly one line per case, in case order; in call mode the program runs in the
+    harness's process and can write on the channel too. A line that is not a well-formed record in
+    sequence (malformed, too deep, a second record of a case, a case out of order) fails the case that
+    was running when it was written (the next one expected) and the case it names, so a forged record
+    can never stand beside, or instead of, the harness's honest one."""
+    accepted: dict[int, dict] = {}
+    tainted: set[int] = set()
+    expected_next = 0
+    for line in channel.splitlines():
+        if not line.strip():
+            continue
+        records = parse_records(line)
+        rec = records[0] if records else None
+        case = rec["case"] if rec is not None else None
+        if rec is not None and case == expected_next and case not in accepted:
+            accepted[case] = rec
+            expected_next += 1
+            continue
+        tainted.add(expected_next)
+        if case is not None:
+            tainted.add(case)
+    return {i: r for i, r in accepted.items() if i not in tainted and 0 <= i < n and r.get("status") == "ok"}
 
 
 def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing: bool,

@@ -200,7 +200,7 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
             text = channel.read(limits.max_output_bytes * 64).decode("utf-8", "replace")
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
-    return RunResult(text, proc.returncode, timed_out, stderr, _parse_records(text), plan.mechanism, peak)
+    return RunResult(text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak)
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
@@ -262,7 +262,7 @@ def _depth(x) -> int:
     return deepest
 
 
-def _parse_records(text: str) -> list[dict]:
+def parse_records(text: str) -> list[dict]:
     """Result records from the channel. Anything malformed (too long, too deep, not JSON, an int too
     long to convert, no integer case number) is skipped, so its case fails; this never raises."""
     records = []
