@@ -315,3 +315,101 @@ def test_forged_records_on_the_verdict_channel_fail_their_case():
     assert sorted(_trusted_records("\n".join([honest[0], forged, honest[1]]), 2)) == [0]
     # a forged record naming case 0 while case 1 runs: case 0 (named twice) and case 1 fail
     assert _trusted_records("\n".join([honest[0], honest[0], honest[1]]), 2) == {}
+
+
+# -------------------------------------------------------------------------------------------- servers
+
+class RawServer:
+    """A server on 127.0.0.1 that answers every connection with ``serve(conn)`` (a socket)."""
+
+    def __init__(self, serve):
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.serve, self.stop = serve, threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        try:
+            conn.recv(65536)
+            self.serve(conn, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+def drip(conn, stop):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+    while not stop.wait(0.2):  # one byte every 0.2 s: every read finishes well within any socket timeout
+        conn.sendall(b" ")
+
+
+def flood(conn, stop):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % 2**30)
+    block = b"x" * 2**20
+    for _ in range(1024):  # 1 GiB, unless the client hangs up first
+        if stop.is_set():
+            return
+        conn.sendall(block)
+
+
+def test_a_dripping_server_cannot_hold_a_call_past_its_deadline():
+    from grpokit.rollout.vllm_http import http_call
+
+    srv = RawServer(drip)
+    try:
+        start = time.monotonic()
+        a = http_call("GET", srv.url + "/health", None, timeout=1.0)
+        assert time.monotonic() - start < 5  # before: as long as the server kept dripping
+        assert a.status == 0 and a.text == "timed out: no complete reply within 1 s"
+    finally:
+        srv.close()
+
+
+def test_a_huge_reply_is_refused_not_read_into_memory():
+    from grpokit.rollout.vllm_http import http_call
+
+    srv = RawServer(flood)
+    try:
+        a = http_call("GET", srv.url + "/v1/models", None, timeout=30.0, max_bytes=2**20)
+        assert a.status == 0 and a.text == f"the reply was larger than {2**20} bytes"
+    finally:
+        srv.close()
+
+
+WRONG_SHAPES = [
+    [], "x", None, {}, {"choices": None}, {"choices": [1]}, {"choices": [{"index": "0"}]},
+    {"choices": [{"index": 0}]}, {"choices": [{"index": 0, "logprobs": {"tokens": ["7"], "token_logprobs": [0.0]}}]},
+    {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:x"], "token_logprobs": [0.0]}}]},
+    {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:1"], "token_logprobs": ["a"]}}]},
+    {"choices": [{"index": 3, "logprobs": {"tokens": [], "token_logprobs": []}}]},
+    {"choices": [{"index": 0, "logprobs": {"tokens": [], "token_logprobs": []}, "finish_reason": 5}]},
+]
+
+
+@pytest.mark.parametrize("body", WRONG_SHAPES, ids=range(len(WRONG_SHAPES)))
+def test_wrong_shape_completions_reply_is_one_sentence(body):
+    # a KeyError / TypeError / AttributeError in VLLMServer._complete before
+    from grpokit.rollout.vllm_http import ServerReplyError, parse_choices
+
+    with pytest.raises(ServerReplyError, match=r"^the vLLM server[^\n]*$"):
+        parse_choices(body, 1)
+    good = {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]},
+                         "finish_reason": "length"}]}
+    assert parse_choices(good, 1) == [(0, [7], [-0.5], "length", None)]
