@@ -413,3 +413,102 @@ def test_wrong_shape_completions_reply_is_one_sentence(body):
     good = {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]},
                          "finish_reason": "length"}]}
     assert parse_choices(good, 1) == [(0, [7], [-0.5], "length", None)]
+
+
+# ----------------------------------------------------------- fuzzing: model text and server replies
+# Every generated input must end in a value or in the one-sentence error, never in another exception.
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+                    max_leaves=20)
+PIECES = st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", "[", "]", '"', ":", ",", "\\", "name", "arguments",
+                          '"name": "f"', '"arguments": ', "f:", "1e999", "NaN", "9" * 5000, "[" * 1500, "\x00", "\udcff"])
+
+
+@st.composite
+def tool_call_text(draw):
+    """Model text: free text, fragments of the call syntax, well-formed calls with odd arguments."""
+    parts = draw(st.lists(st.one_of(st.text(max_size=20), PIECES,
+                                    JSON.map(lambda v: '<tool_call>{"name": "f", "arguments": %s}</tool_call>' % json_dumps(v)),
+                                    JSON.map(lambda v: "<tool_call>%s</tool_call>" % json_dumps(v))), max_size=8))
+    return "".join(parts)
+
+
+def json_dumps(v):
+    import json
+
+    return json.dumps(v)
+
+
+@FUZZ
+@given(text=tool_call_text(), names=st.lists(st.sampled_from(["f", "g", "calculator"]), max_size=3, unique=True))
+def test_fuzz_tool_call_text_parses_to_calls_and_records(text, names):
+    from grpokit.env.parse import ToolCall, assistant_message, parse_tool_calls
+    from grpokit.record.jsonl import dumps_line
+
+    calls = parse_tool_calls(text, names)
+    assert all(isinstance(c, ToolCall) and isinstance(c.arguments, (dict, str)) for c in calls)
+    assert all(c.error for c in calls if c.name == "")  # an unreadable call says why
+    dumps_line({"messages": [assistant_message(text, calls)]})  # the sample record must be writable
+
+
+@FUZZ
+@given(body=JSON, n=st.integers(0, 3))
+def test_fuzz_any_json_completions_reply_is_choices_or_one_sentence(body, n):
+    from grpokit.rollout.vllm_http import ServerReplyError, parse_choices
+
+    try:
+        out = parse_choices(body, n)
+    except ServerReplyError as e:
+        assert str(e).startswith("the vLLM server") and "\n" not in str(e)
+    else:
+        assert len(out) == n
+
+
+TOKENS = st.one_of(st.from_regex(r"token_id:[0-9]{1,6}", fullmatch=True), st.text(max_size=12), st.integers(), st.none())
+VALUES = st.one_of(st.floats(), st.integers(-10, 10), st.text(max_size=3), st.none(), st.booleans())
+
+
+@st.composite
+def near_valid_reply(draw):
+    """Replies that look like vLLM's, with any field replaced by something else."""
+    n = draw(st.integers(1, 3))
+    choices = []
+    for k in range(n):
+        m = draw(st.integers(0, 3))
+        lp = {"tokens": draw(st.lists(TOKENS, min_size=m, max_size=m)),
+              "token_logprobs": draw(st.lists(VALUES, min_size=m, max_size=m + draw(st.integers(0, 1))))}
+        c = {"index": draw(st.one_of(st.just(k), st.integers(-1, 4), st.text(max_size=2))),
+             "logprobs": draw(st.one_of(st.just(lp), JSON)),
+             "finish_reason": draw(st.one_of(st.sampled_from(["stop", "length", None]), JSON)),
+             "stop_reason": draw(JSON)}
+        choices.append(c)
+    return {"choices": choices}, n
+
+
+@FUZZ
+@given(reply=near_valid_reply())
+def test_fuzz_near_valid_completions_replies(reply):
+    from grpokit.rollout.vllm import finish_reason
+    from grpokit.rollout.vllm_http import ServerReplyError, parse_choices
+
+    body, n = reply
+    try:
+        out = parse_choices(body, n)
+    except ServerReplyError as e:
+        assert "\n" not in str(e)
+        return
+    for index, ids, lps, fin, stop in out:
+        assert all(type(i) is int for i in ids) and all(math.isfinite(v) for v in lps) and len(ids) == len(lps)
+        assert finish_reason(fin, stop) in ("eos", "stop", "length")
+
+
+@FUZZ
+@given(body=JSON, text=st.text(max_size=50), status=st.integers(0, 599))
+def test_fuzz_server_error_message_is_text(body, text, status):
+    from grpokit.rollout.vllm_http import HTTPAnswer
+
+    assert isinstance(HTTPAnswer(status, body, text).message, str)
