@@ -512,3 +512,50 @@ def test_fuzz_server_error_message_is_text(body, text, status):
     from grpokit.rollout.vllm_http import HTTPAnswer
 
     assert isinstance(HTTPAnswer(status, body, text).message, str)
+
+
+def silent(conn, stop):
+    stop.wait(60)  # accepts, reads the request, never answers
+
+
+def test_push_to_hub_to_a_silent_endpoint_ends_in_one_sentence(tmp_path, monkeypatch):
+    from grpokit.trl.trainer import HubPushError, push_folder
+
+    srv = RawServer(silent)
+    monkeypatch.setenv("HF_ENDPOINT", srv.url)
+    (tmp_path / "config.json").write_text("{}")
+    try:
+        start = time.monotonic()
+        with pytest.raises(HubPushError, match=r"^push_to_hub of .* to me/m at http://127.0.0.1:\d+ did not finish "
+                                               r"within 1 s; .*GRPOKIT_HUB_TIMEOUT_S"):
+            push_folder(tmp_path, "me/m", "msg", token="x", private=None, timeout_s=1.0)
+        assert time.monotonic() - start < 10  # before: no timeout at all
+    finally:
+        srv.close()
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens: a raw ConnectionError before
+    with pytest.raises(HubPushError, match=r"failed \(\w+: .*\); the model is saved locally$"):
+        push_folder(tmp_path, "me/m", "msg", token="x", private=None, timeout_s=60.0)
+
+
+def test_vllm_serve_start_up_faults_are_one_sentence(monkeypatch, capsys, tmp_path):
+    import socket
+
+    from grpokit import cli
+    from grpokit.rollout import vllm_serve
+
+    monkeypatch.setattr(vllm_serve, "installed_vllm", lambda: "0.33.0")
+    monkeypatch.setattr(vllm_serve.os, "execve", lambda *a: pytest.fail("vLLM must not start"))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    cases = [([str(tmp_path / "missing")], f"the model folder {tmp_path / 'missing'} does not exist"),
+             (["M", "--host", "127.0.0.1", "--port", str(port)], f"cannot listen on 127.0.0.1:{port} (Address already in use)"),
+             (["M", "--port=http"], "--port http is not a port number")]
+    try:
+        for argv, message in cases:
+            assert cli.main(["vllm-serve", *argv]) == 2
+            err = capsys.readouterr().err
+            assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    finally:
+        taken.close()
