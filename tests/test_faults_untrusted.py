@@ -559,3 +559,58 @@ def test_vllm_serve_start_up_faults_are_one_sentence(monkeypatch, capsys, tmp_pa
             assert message in err and err.count("\n") == 1 and "Traceback" not in err
     finally:
         taken.close()
+
+
+# ---------------------------------------------------------------------------------------- no orphans
+
+TRAINER = r'''
+import sys
+from grpokit.rewards.code import code_pass_fraction
+code = "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(120)\n"
+print("calling", flush=True)
+code_pass_fraction(["```python\n" + code + "```"], [[{"input": "1\n", "output": "1\n"}]], wall_s=120)
+'''
+
+
+def _descendants(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp_path):
+    import os
+    import signal
+
+    import psutil
+
+    from grpokit.rewards.code import probe
+    from grpokit.rewards.sandbox.cleanup import sweep_stale_jobs
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the trainer's job folder lands here
+    proc = subprocess.Popen([sys.executable, "-c", TRAINER], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "calling"
+        deadline = time.monotonic() + 60
+        while len(_descendants(proc.pid)) < 6 and time.monotonic() < deadline:  # launcher, bwrap, harness, forks ...
+            time.sleep(0.1)
+        kids = _descendants(proc.pid)
+        assert len(kids) >= 6, [k.name() for k in kids]
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(f"grpokit-job-{proc.pid}-")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        gone, alive = psutil.wait_procs(kids, timeout=15)
+        assert alive == [], [p.pid for p in alive]  # 6 sandbox processes outlived the trainer before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the job folder of the dead trainer: removed by the next start's sweep
+    removed = sweep_stale_jobs(str(tmp_path))
+    assert [os.path.basename(p).startswith(f"grpokit-job-{proc.pid}-") for p in removed] == [True]
+    assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())

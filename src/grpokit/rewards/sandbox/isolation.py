@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import budget, seccomp
+from . import budget, cleanup, seccomp
 
 HERE = Path(__file__).resolve().parent
 
@@ -148,7 +148,8 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
 
 def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bool, plan: budget.Plan,
          uid: int | None, cgroup: budget.Cgroup | None) -> RunResult:
-    with tempfile.TemporaryDirectory(prefix="grpokit-job-") as tmp:
+    cleanup.sweep_once()  # job folders of trainers killed mid-call (sandbox/cleanup.py)
+    with tempfile.TemporaryDirectory(prefix=cleanup.job_prefix()) as tmp:
         job = os.path.join(tmp, "job")
         os.mkdir(job)
         for name, text in files.items():
@@ -166,7 +167,7 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
             program = [a.replace(key, value) for a in program]
         root = os.geteuid() == 0
         argv = bwrap_argv(job, limits, program, uid, None if root else plan.tasks) if isolated else program
-        spec = {"argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": plan.process_memory_bytes,
+        spec = {"parent_pid": os.getpid(), "argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": plan.process_memory_bytes,
                                          "file_bytes": limits.file_bytes, "open_files": limits.open_files},
                 "cgroup_procs": cgroup.procs_files() if cgroup is not None else []}
         if isolated and root:  # the fresh uid's NPROC; never the trainer's uid (that would count its threads)
