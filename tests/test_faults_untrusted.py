@@ -614,3 +614,28 @@ def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp
     removed = sweep_stale_jobs(str(tmp_path))
     assert [os.path.basename(p).startswith(f"grpokit-job-{proc.pid}-") for p in removed] == [True]
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
+
+
+def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
+    # in-process (num_workers=0) the reward's SIGALRM deadline interrupts the sandbox's wait; the
+    # sandbox must be killed then, not left to run for its own (longer) wall-clock limit
+    import functools
+    import os
+
+    import psutil
+
+    from grpokit.rewards.code import code_pass_fraction, probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    fn = functools.partial(code_pass_fraction, wall_s=60.0)
+    start = time.monotonic()
+    with _runner(fn, "code", timeout_s=1.5, max_failure_fraction=1.0) as r:
+        res = r.score(prompts=["p"], completions=["```python\nimport time\ntime.sleep(60)\n```"], completion_ids=[[1]],
+                      group_size=1, columns={"test_cases": [[{"input": "1\n", "output": "1\n"}]]})
+    assert res.metrics["rewards/code/timeouts"] == 1.0
+    assert time.monotonic() - start < 20  # not the sandbox's own 60 s
+    sandboxes = [p for p in psutil.Process(os.getpid()).children(recursive=True)
+                 if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())]
+    assert sandboxes == []

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,8 @@ def strict_equal(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False) -> list[bool]:
+def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False,
+              cancel: threading.Event | None = None) -> list[bool]:
     """Run `code` on every case in one sandbox; one pass/fail per case, decided here."""
     isolated = require_isolation(allow_unsafe_code_execution, limits)
     mode, inputs, expected = parse_cases(test_cases)
@@ -145,7 +147,7 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
            "max_output_bytes": limits.max_output_bytes}
     files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
     try:
-        result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated)
+        result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated, cancel=cancel)
     except budget.BudgetError as exc:  # e.g. a cgroup that could not be created: stop, never score 0
         raise UnsafeCodeExecutionError(str(exc)) from None
     passed = [False] * len(expected)
@@ -198,12 +200,17 @@ def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing
         code = extract_code(completion_text(c))
         if code is None:
             return 0.0
-        passed = run_tests(code, cases, limits, allow_unsafe)
+        passed = run_tests(code, cases, limits, allow_unsafe, cancel)
         return float(all(passed)) if all_or_nothing else sum(passed) / len(passed)
 
     require_isolation(allow_unsafe, limits)  # refuse before running anything
-    with cf.ThreadPoolExecutor(max_workers=max_parallel) as ex:  # threads only wait on sandboxes
+    cancel = threading.Event()
+    ex = cf.ThreadPoolExecutor(max_workers=max_parallel)  # threads only wait on sandboxes
+    try:
         return list(ex.map(one, completions, test_cases))
+    finally:  # interrupted (the reward call's deadline): stop the sandboxes now, not at their wall-clock limit
+        cancel.set()
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def code_pass_fraction(completions: list[Any], test_cases: list[Any] | None = None, wall_s: float = 2.0,
