@@ -11,7 +11,8 @@ interpreter waits for it forever (the run "finishes" but the process never exits
   stop is one long C call that never returns to the interpreter (``10**10**8``); use worker processes
   (``reward.num_workers >= 1``) for functions that may do that: there the deadline is a SIGKILL.
 - Elsewhere (a function scored from a helper thread), the call runs in a *daemon* thread: the deadline
-  is soft (the call is abandoned, counted as a timeout) but never blocks the process's exit, and at
+  is soft (the call is abandoned, counted as a timeout, and asked to stop: an exception is raised in
+  the thread at its next Python instruction) but never blocks the process's exit, and at
   most ``MAX_ABANDONED`` abandoned calls of one function may still be running: further calls fail at
   once as timeouts instead of starting more threads (no thread leak).
 
@@ -21,6 +22,7 @@ the run, because the SIGINT handler installed for the call marks it as real.
 """
 from __future__ import annotations
 
+import ctypes
 import signal
 import threading
 import time
@@ -108,6 +110,8 @@ class InProcessCaller:
         thread.join(timeout_s)
         if thread.is_alive():
             alive.append(thread)
+            if thread.ident is not None:  # CPython: raise CallTimedOut in it at its next instruction (stops loops)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallTimedOut))
             return Outcome(False, error=f"timed out after {timeout_s:g} s (soft: the call runs on in a daemon thread)",
                            timed_out=True)
         return box[0]
