@@ -57,6 +57,11 @@ OPTIONAL_PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | Non
     ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
                                       "episodes/truncated_by_turns", "eval/tool_use_rate"), None, True,
      "turns per episode; fractions of episodes / calls"),
+    # Faults of untrusted code, contained and counted (docs/FAULTS.md); drawn only when one happened.
+    ("faults", "Faults in untrusted code", ("rewards/*/failures", "rewards/*/timeouts", "rewards/*/nonfinite",
+                                            "episodes/tool_errors_mean", "episodes/tool_timeouts_mean",
+                                            "episodes/reset_failures"), None, True,
+     "failed / timed-out reward calls per step; tool errors and time-outs per episode"),
 )
 
 CSS = """
@@ -142,6 +147,8 @@ def plots_html(rows: Sequence[dict[str, Any]], summary: dict[str, Any], warnings
         series = _series_for(rows, list(dict.fromkeys(chosen)))
         if plot_id == "eval":
             series += _eval_summary_series(summary, rows, len(series))
+        if plot_id == "faults":  # counters that stayed 0 say nothing: leave them (and an all-quiet plot) out
+            series = [s for s in series if any(v for _, v in s.points)]
         if not series and any(plot_id == p[0] for p in OPTIONAL_PLOTS):
             continue
         marks = [(float(w["step"]), f"step {w['step']}: {w.get('monitor')}") for w in warnings

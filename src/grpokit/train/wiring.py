@@ -222,7 +222,9 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     multi = bool(fns) or factory is not None
     spec = EpisodeSpec(max_turns=e.max_turns if multi else 1, max_episode_tokens=e.max_episode_tokens,
                        tool_timeout_s=e.tool_timeout_s, episode_timeout_s=e.episode_timeout_s,
-                       max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt)
+                       max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt,
+                       max_tool_nesting=e.max_tool_nesting, reset_timeout_s=e.reset_timeout_s,
+                       max_observation_chars=e.max_observation_chars)
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the tools
         runner.render_prompt = lambda raw, obs: list(tokenizer(
