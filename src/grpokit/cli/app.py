@@ -1,4 +1,4 @@
-"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` and ``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | vllm-serve`` and ``grpokit --version``.
 
 One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
 an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with
@@ -139,14 +139,55 @@ def _checkpoint_note(run_dir: Path | None) -> str:
 
 
 def cmd_report(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grpokit report", description="Write RUN_DIR/report.html (self-contained).")
-    p.add_argument("run_dir")
+    p = argparse.ArgumentParser(prog="grpokit report", description="Write an interactive, self-contained HTML report of a run "
+                                "(RUN_DIR/report.html), or of several runs overlaid with their config differences.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", help="HTML file to write (default: RUN_DIR/report.html for one run, comparison.html for several)")
+    p.add_argument("--watch", action="store_true", help="rewrite the file every --interval seconds until the runs finish; "
+                                                        "the open page reloads itself meanwhile")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rewrites with --watch (default 5)")
     args = p.parse_args(argv)
-    if not Path(args.run_dir).is_dir():
-        raise ConfigError(f"run folder {args.run_dir!r} does not exist")
-    from grpokit.record.report import write_report
+    for d in args.run_dirs:
+        if not Path(d).is_dir():
+            raise ConfigError(f"run folder {d!r} does not exist")
+    if args.interval <= 0:
+        raise ConfigError(f"--interval {args.interval} is not valid; give a number of seconds above 0")
+    from grpokit.record.report import REPORT_FILE, watch, write_comparison
 
-    print(write_report(Path(args.run_dir)))
+    dirs = [Path(d) for d in args.run_dirs]
+    out = Path(args.out) if args.out else dirs[0] / REPORT_FILE if len(dirs) == 1 else Path("comparison.html")
+    if not args.watch:
+        print(write_comparison(dirs, out))
+        return 0
+    print(f"grpokit report: writing {out} every {args.interval:g} s until the run finishes (Ctrl-C stops)", flush=True)
+    try:
+        watch(dirs, out, args.interval)
+    except KeyboardInterrupt:
+        write_comparison(dirs, out)  # the last page must not reload forever
+    print(out)
+    return 0
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="grpokit doctor", description="Read a run folder (config, metrics, samples) and print "
+                                "ranked findings: what looks wrong, the evidence, the change to try.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = p.parse_args(argv)
+    if not (Path(args.run_dir) / "metrics.jsonl").is_file():
+        raise ConfigError(f"run folder {args.run_dir!r} has no metrics.jsonl; give the folder a run wrote")
+    from grpokit.record.doctor import diagnose, format_findings
+    from grpokit.record.report_data import load_run
+
+    run = load_run(Path(args.run_dir))
+    findings = diagnose(run)
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps([dataclasses.asdict(f) | {"severity": f.severity} for f in findings], indent=2))
+    else:
+        print(format_findings(findings, str(args.run_dir)))
     return 0
 
 
@@ -172,7 +213,7 @@ def cmd_vllm_serve(argv: list[str]) -> int:
     return serve_main(argv)
 
 
-COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "presets": cmd_presets,
+COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "doctor": cmd_doctor, "presets": cmd_presets,
             "vllm-serve": cmd_vllm_serve}
 
 
