@@ -368,6 +368,8 @@ class RecordConfig:
     """Write report.html into the run folder when training ends."""
     console_every: int = 10
     """Without a terminal, the console prints one line per this many steps."""
+    run_name: str = ""
+    """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
 
 
 @dataclass

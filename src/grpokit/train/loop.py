@@ -140,7 +140,8 @@ class Trainer:
         self.recorder = NullRecorder() if not self.dist.is_main else make_recorder(
             self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
             health=cfg.health, resume_step=self.step if self.resume_dir else None,
-            samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
+            samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every,
+            run_name=r.run_name or None)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                                      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
                                      stop=tuple(cfg.rollout.stop), repetition_penalty=cfg.rollout.repetition_penalty)
@@ -167,7 +168,7 @@ class Trainer:
                 metrics = self.train_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
-                last = self.callbacks("on_step_end").should_training_stop or self.step == t.steps
+                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self.step == t.steps
                 if last or (t.eval_every and self.step % t.eval_every == 0):
                     result = self._evaluate()
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
@@ -272,6 +273,7 @@ class Trainer:
                                     norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
                                     autocast=self.autocast,
                                     micro_batch_tokens=self.token_budget)
+                self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
                 if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                     extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:

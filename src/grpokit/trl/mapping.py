@@ -162,7 +162,8 @@ def _every(value: float, steps: int) -> int:
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, no (grpokit always writes the final checkpoint)")
-    every = _every(a.save_steps, ctx["steps"]) if a.save_strategy == "steps" else 0
+    mu = max(1, a.num_iterations)  # save_steps counts TRL's steps (updates); grpokit saves after a sampling round
+    every = max(1, _every(a.save_steps, ctx["steps"] * mu) // mu) if a.save_strategy == "steps" else 0
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):
         raise _refuse("hub_strategy", a.hub_strategy, "every_save, end")
@@ -177,15 +178,24 @@ def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if bad:
         raise _refuse("report_to", a.report_to, "none or a list of " + ", ".join(trackers))
     every = _every(a.logging_steps, ctx["steps"])
+    if a.logging_strategy not in ("steps", "no"):
+        raise _refuse("logging_strategy", a.logging_strategy, "steps, no")
     return {"record.sinks": ([] if a.disable_tqdm else ["console"]) + reports, "record.console_every": every,
+            "record.run_name": a.run_name or "",
             "record.samples_every": every if a.log_completions else 0}
 
 
 def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.eval_strategy not in ("no", "steps"):
         raise _refuse("eval_strategy", a.eval_strategy, "no, steps")
-    every = _every(a.eval_steps or a.logging_steps, ctx["steps"]) if a.eval_strategy == "steps" else 0
-    return {"train.eval_every": every}
+    return {"train.eval_every": 0}  # GRPOTrainer.evaluate() runs at TRL's eval_steps (grpokit/trl/bridge.py)
+
+
+def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    kwargs = dict(a.gradient_checkpointing_kwargs or {})
+    if kwargs.pop("use_reentrant", False) or kwargs:
+        raise _refuse("gradient_checkpointing_kwargs", a.gradient_checkpointing_kwargs, "None or {'use_reentrant': False}")
+    return {"model.gradient_checkpointing": a.gradient_checkpointing, "model.trust_remote_code": a.trust_remote_code}
 
 
 def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
@@ -210,8 +220,9 @@ MAPPING: list[Rule] = [
     Rule(("lr_scheduler_type", "warmup_steps", "optim"), ("optim.schedule", "optim.warmup_steps"),
          "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates", _schedule),
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
-    Rule(("gradient_checkpointing", "trust_remote_code"), ("model.gradient_checkpointing", "model.trust_remote_code"), "copied",
-         _v(**{"model.gradient_checkpointing": "gradient_checkpointing", "model.trust_remote_code": "trust_remote_code"})),
+    Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code"),
+         ("model.gradient_checkpointing", "model.trust_remote_code"),
+         "copied; gradient_checkpointing_kwargs only use_reentrant False (grpokit's checkpointing is non-reentrant)", _checkpointing),
     Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code", "model.attn_implementation"),
          "dtype / torch_dtype (None: float32, as TRL), attn_implementation (None: transformers' choice) and "
          "trust_remote_code; other keys only at None", _model_init),
@@ -258,11 +269,11 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
          lambda a, ctx: {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}),
-    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm"),
-         ("record.sinks", "record.console_every", "record.samples_every"),
+    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy"),
+         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name"),
          "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps", _logging),
     Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
-         "steps: every eval_steps (None: logging_steps); with an eval_dataset grpokit also evaluates before and after training", _eval),
+         "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps); grpokit's own greedy evaluation is off", _eval),
 ]
 HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.py)
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
@@ -270,6 +281,10 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
     "remove_unused_columns": "True drops every dataset column but prompt",
     "disable_dropout": "sets the policy's dropout probabilities to 0",
+    "per_device_eval_batch_size": "completions per batch of evaluate()",
+    "num_generations_eval": "completions per eval prompt in evaluate() (None: num_generations)",
+    "eval_on_start": "evaluate() before the first step", "logging_first_step": "log_history also gets step 1",
+    "resume_from_checkpoint": "train() resumes from it when called without one",
 }
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)

@@ -1,0 +1,112 @@
+"""GRPOTrainer's inputs as TRL takes them: datasets, reward functions and models, PEFT settings, the Hub."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from grpokit.config.sections import ConfigError
+from grpokit.config.io import set_field
+
+LORA_FIELDS = {"r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",
+               "target_modules": "model.lora_target_modules"}
+LORA_COSMETIC = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
+
+
+def push_folder(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None,
+                revision: str | None = None) -> str:
+    """Upload the files of ``folder`` (not its subfolders: checkpoints and run files stay local) as one commit."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    ops = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in sorted(folder.iterdir()) if p.is_file()]
+    return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
+
+
+def rows_of(dataset: Any, what: str, prompt_only: bool) -> list[dict]:
+    """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name."""
+    if dataset is None:
+        raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
+    if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
+        raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
+    if type(dataset).__name__ == "IterableDataset":
+        raise ConfigError(f"{what} is an IterableDataset; grpokit needs a datasets.Dataset (load it without streaming)")
+    rows = [dict(r) for r in dataset]
+    if not rows:
+        raise ConfigError(f"{what} has no rows")
+    if "prompt" not in rows[0]:
+        raise ConfigError(f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to 'prompt' as TRL needs")
+    return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
+
+
+def reward_funcs_of(funcs: Any) -> list[Callable]:
+    """Callables as given; a string is a reward model (local folder or hub id), as TRL."""
+    funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
+    out = []
+    for f in funcs:
+        if isinstance(f, str):
+            out.append(RewardModel(f))
+        elif callable(f) and not hasattr(f, "parameters"):
+            out.append(f)
+        else:
+            raise ConfigError(f"reward_funcs entry {f!r:.80} is not supported; pass functions or reward models as a folder or hub id")
+    if not out:
+        raise ConfigError("reward_funcs is empty; pass at least one reward function or reward model")
+    return out
+
+
+def apply_lora(cfg, peft_config: Any) -> None:
+    """A ``peft.LoraConfig`` onto model.lora_*; any other PEFT setting away from its default is refused."""
+    from peft import LoraConfig
+
+    if not isinstance(peft_config, LoraConfig):
+        raise ConfigError(f"peft_config is a {type(peft_config).__name__}; grpokit trains LoRA adapters only (peft.LoraConfig)")
+    default = LoraConfig()
+    for f in dataclasses.fields(peft_config):
+        if f.name in LORA_FIELDS or f.name in LORA_COSMETIC:
+            continue
+        value = getattr(peft_config, f.name)
+        if value != getattr(default, f.name):
+            raise ConfigError(f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}")
+    targets = peft_config.target_modules
+    targets = ["all-linear"] if targets is None or targets == "all-linear" else sorted(targets) if not isinstance(targets, str) else None
+    if targets is None:
+        raise ConfigError(f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'")
+    set_field(cfg, "model.lora_rank", peft_config.r)
+    set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
+    set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
+    set_field(cfg, "model.lora_target_modules", targets)
+
+
+def no_dropout(model) -> None:
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+class RewardModel:
+    """A sequence-classification reward model given by folder or hub id, scoring as TRL does: the
+    reward tokenizer's chat template over prompt + completion messages for conversational data,
+    ``prompt + completion`` otherwise; the reward is the first logit."""
+
+    def __init__(self, path: str):
+        from grpokit.rewards.models import SequenceClassifierReward
+
+        self.scorer = SequenceClassifierReward(path)
+        self.__name__ = path.rstrip("/").split("/")[-1]
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        tok = self.scorer.tokenizer
+        if prompts and isinstance(prompts[0], list) and getattr(tok, "chat_template", None):
+            texts = [tok.apply_chat_template(p + c, tokenize=False) for p, c in zip(prompts, completions)]
+        else:
+            from grpokit.rewards.math import completion_text
+
+            texts = [("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
+                     for p, c in zip(prompts, completions)]
+        return self.scorer([""] * len(texts), texts)
