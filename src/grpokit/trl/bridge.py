@@ -43,6 +43,16 @@ def sampling_extras(rollout, lengths: list[int]) -> dict[str, float]:
             "completions/max_terminated_length": float(max(done)) if done else 0.0}
 
 
+def final_entry(steps: int, losses: list[float], runtime: float, completions_per_step: int) -> dict[str, float]:
+    """TRL's last log_history entry: throughput over ``runtime`` seconds and the mean loss of every step."""
+    seconds = max(runtime, 1e-9)
+    return {"train_runtime": round(runtime, 4),
+            "train_samples_per_second": round(steps * completions_per_step / seconds, 3),
+            "train_steps_per_second": round(steps / seconds, 3),
+            "total_flos": 0.0,  # TRL's GRPO batches carry no input_ids, so transformers counts 0 FLOPs there too
+            "train_loss": sum(losses) / len(losses) if losses else 0.0}
+
+
 class StepBridge:
     """grpokit loop events -> TRL steps, log history and the user's callbacks (see the module docstring).
     ``evaluate()`` is the trainer's evaluation, ``save_link(path, step)`` names a checkpoint as TRL does."""
@@ -107,14 +117,8 @@ class StepBridge:
 
     def on_train_end(self, args, state, control, **kw):
         self._flush_remaining()
-        runtime = time.perf_counter() - self.start
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
-        steps = self.state.global_step
-        self.final = {"train_runtime": round(runtime, 4),
-                      "train_samples_per_second": round(steps * completions / max(runtime, 1e-9), 3),
-                      "train_steps_per_second": round(steps / max(runtime, 1e-9), 3),
-                      "total_flos": 0.0,  # TRL's GRPO batches carry no input_ids, so transformers counts 0 FLOPs too
-                      "train_loss": sum(self.losses) / len(self.losses) if self.losses else 0.0}
+        self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
         self.log(dict(self.final))
         self.user("on_train_end")
 
