@@ -155,3 +155,24 @@ def test_a_repetition_penalty_that_is_not_positive_is_refused():
 
     with pytest.raises(ConfigError, match=r"^rollout.repetition_penalty=0.0 must be > 0 \(1.0 = off\)$"):
         validate(to_config(GRPOConfig(generation_kwargs={"repetition_penalty": 0.0}), num_rows=4))
+
+
+@pytest.mark.parametrize("name,value", [("learning_rate", float("inf")), ("reward_weights", [1.0, float("nan")]),
+                                        ("save_total_limit", 0), ("num_generations", 0), ("num_generations", 1),
+                                        ("per_device_train_batch_size", 0), ("top_p", 0.0), ("temperature", -1.0),
+                                        ("num_iterations", 0), ("logging_steps", 0), ("max_completion_length", 0)])
+def test_a_value_no_run_can_use_is_refused_naming_the_argument(name, value):
+    # each was silently accepted or ended in a Python error (num_generations=0: ZeroDivisionError) before
+    with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}=.* is not valid; use "):
+        GRPOConfig("out", **{name: value})
+    args = GRPOConfig("out")
+    with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}="):  # set after construction too
+        setattr(args, name, value)
+
+
+def test_valid_edge_values_are_accepted():
+    GRPOConfig("out", max_steps=0, learning_rate=0.0, top_p=1.0, save_total_limit=None, reward_weights=[0.0, 2])
+    GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": False}, run_name="r1", per_device_eval_batch_size=4)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument gradient_checkpointing_kwargs=\{'use_reentrant': True\} is not supported"):
+        to_config(GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": True}), num_rows=8)
+    assert to_config(GRPOConfig("out", run_name="r1"), num_rows=8).record.run_name == "r1"

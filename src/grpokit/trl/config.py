@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpokit.config.sections import ConfigError
+from .checks import check
 
 
 @dataclass(init=False)
@@ -194,6 +195,16 @@ class GRPOConfig:
     """Also log the first step."""
     resume_from_checkpoint: str | None = None
     """A checkpoint (or output_dir) train() resumes from when it is called without one."""
+    tf32: bool | None = None
+    """TF32 matmuls on Ampere and newer GPUs (None: PyTorch's setting)."""
+    dataloader_num_workers: int = 0
+    """Accepted for TRL scripts: grpokit holds the prompts in memory and has no DataLoader to parallelise."""
+    dataloader_pin_memory: bool = True
+    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
+    dataloader_persistent_workers: bool = False
+    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
+    dataloader_prefetch_factor: int | None = None
+    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
 
@@ -215,6 +226,7 @@ class GRPOConfig:
                                   f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
         elif name not in _FIELDS:
             raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
+        check(name, value)
         if name == "scale_rewards":
             value = {True: "group", False: "none"}.get(value, value)
         object.__setattr__(self, name, value)
@@ -236,7 +248,7 @@ def _same(value: Any, default: Any) -> bool:
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
     "lr_scheduler_kwargs": None, "optim_args": None, "optim_target_modules": None, "average_tokens_across_devices": True,
-    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False, "tf32": None,
+    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False, 
     "activation_checkpointing": None, "activation_checkpointing_kwargs": None, 
     "torch_compile": False, "torch_compile_backend": None, "torch_compile_mode": None, "use_liger_kernel": False,
     "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
@@ -249,8 +261,8 @@ UNSUPPORTED: dict[str, Any] = {
     "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
     "load_best_model_at_end": False, "metric_for_best_model": None, "greater_is_better": None, "ignore_data_skip": False,
     "restore_callback_states_from_checkpoint": False, "data_seed": None, "accelerator_config": None,
-    "parallelism_config": None, "dataloader_drop_last": False, "dataloader_num_workers": 0, "dataloader_pin_memory": True,
-    "dataloader_persistent_workers": False, "dataloader_prefetch_factor": None, "dataloader_multiprocessing_context": None,
+    "parallelism_config": None, "dataloader_drop_last": False, 
+    "dataloader_multiprocessing_context": None,
     "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
     "ddp_backend": None, "ddp_timeout": 1800, "fsdp": None, "fsdp_config": None, "deepspeed": None, "debug": "",

@@ -89,6 +89,10 @@ class GRPOTrainer:
                               "give one weight per reward function")
         if self.args.disable_dropout and not isinstance(model, str):
             no_dropout(model)
+        if self.args.tf32 is not None:
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(self.args.tf32)
         self.cfg, self.reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
         self.eval_dataset = eval_dataset
         # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
