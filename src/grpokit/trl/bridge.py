@@ -116,10 +116,13 @@ class StepBridge:
         self.user("on_save")
 
     def on_train_end(self, args, state, control, **kw):
-        self._flush_remaining()
+        rest = {k: sum(v) / len(v) for k, v in self.pending.items() if k not in ("loss", "grad_norm", "learning_rate")}
+        if "num_tokens" in rest:
+            rest["num_tokens"] = self.pending["num_tokens"][-1]
+        self.pending = {}
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
-        self.log(dict(self.final))
+        self.log({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
         self.user("on_train_end")
 
     def add_sampled(self, rollout, lengths: list[int]) -> None:
@@ -157,9 +160,6 @@ class StepBridge:
                 logs["num_tokens"] = self.pending["num_tokens"][-1]
             self.log(logs)
         self.pending = {}
-
-    def _flush_remaining(self) -> None:
-        self.pending = {}  # as transformers: metrics after the last logging step are not logged
 
 
 def _every(value: float | None, steps: int) -> int:
