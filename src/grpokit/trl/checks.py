@@ -77,5 +77,16 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 def check(name: str, value: Any) -> None:
     """Refuse ``value`` for GRPOConfig argument ``name`` when no run can use it."""
     rule = CHECKS.get(name)
+    if isinstance(value, str):  # a YAML / command-line override ("1e-4"): checked as the number it reads as
+        value = _as_number(value)
     if rule is not None and not rule[0](value):
         raise ConfigError(f"GRPOConfig argument {name}={value!r} is not valid; use {rule[1]}")
+
+
+def _as_number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
