@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -26,14 +27,17 @@ def push_folder(folder: Path, repo_id: str, message: str, token: str | None, pri
     return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
 
 
-def rows_of(dataset: Any, what: str, prompt_only: bool) -> list[dict]:
-    """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name."""
+def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None) -> list[dict]:
+    """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name. An
+    ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use."""
     if dataset is None:
         raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
     if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
         raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
     if type(dataset).__name__ == "IterableDataset":
-        raise ConfigError(f"{what} is an IterableDataset; grpokit needs a datasets.Dataset (load it without streaming)")
+        if limit is None:
+            raise ConfigError(f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming")
+        dataset = itertools.islice(dataset, limit)
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ConfigError(f"{what} has no rows")
@@ -42,13 +46,18 @@ def rows_of(dataset: Any, what: str, prompt_only: bool) -> list[dict]:
     return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
 
 
-def reward_funcs_of(funcs: Any) -> list[Callable]:
-    """Callables as given; a string is a reward model (local folder or hub id), as TRL."""
+def reward_funcs_of(funcs: Any, processing_classes: Any = None) -> list[Callable]:
+    """Callables as given; a string is a reward model (local folder or hub id), as TRL, scored with
+    its entry of ``processing_classes`` when one is given (else its own tokenizer)."""
     funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
+    classes = processing_classes if isinstance(processing_classes, list) else [processing_classes] * len(funcs)
+    if len(classes) != len(funcs):
+        raise ConfigError(f"reward_processing_classes has {len(classes)} entries but there are {len(funcs)} reward functions; "
+                          "give one per reward function (None for a function)")
     out = []
-    for f in funcs:
+    for f, tok in zip(funcs, classes):
         if isinstance(f, str):
-            out.append(RewardModel(f))
+            out.append(RewardModel(f, tok))
         elif callable(f) and not hasattr(f, "parameters"):
             out.append(f)
         else:
@@ -94,10 +103,14 @@ class RewardModel:
     reward tokenizer's chat template over prompt + completion messages for conversational data,
     ``prompt + completion`` otherwise; the reward is the first logit."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, tokenizer: Any = None):
         from grpokit.rewards.models import SequenceClassifierReward
 
         self.scorer = SequenceClassifierReward(path)
+        if tokenizer is not None:  # TRL's reward_processing_classes entry replaces the model's own tokenizer
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            self.scorer.tokenizer = tokenizer
         self.__name__ = path.rstrip("/").split("/")[-1]
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:

@@ -67,17 +67,16 @@ class GRPOTrainer:
         self.args = args if args is not None else GRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
-        for what, value in (("reward_processing_classes", reward_processing_classes), ("quantization_config", quantization_config)):
-            if value is not None:
-                raise ConfigError(f"GRPOTrainer argument {what} is not supported by grpokit; leave it None")
+        if quantization_config is not None:
+            raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
         if isinstance(environment_factory, dict):
             raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
             raise ConfigError("model is a PeftModel; pass the base model and the adapters' settings as peft_config")
-        train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns)
-        funcs = reward_funcs_of(reward_funcs)
+        train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
+        funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
@@ -369,6 +368,14 @@ def _trl_rollout_func(fn: Callable | None, facade: GRPOTrainer) -> Callable | No
     def call(prompts: list, trainer: Any) -> dict:
         return fn([p for p in prompts for _ in range(G)], facade)
     return call
+
+
+def _stream_rows(a: GRPOConfig) -> int | None:
+    """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
+    if a.max_steps <= 0:
+        return None
+    per_round = a.per_device_train_batch_size * a.gradient_accumulation_steps * distributed.position()[1] // a.num_generations
+    return max(1, per_round) * -(-a.max_steps // a.num_iterations)
 
 
 def _run_folder(output_dir: str, resume: str | bool) -> str:
