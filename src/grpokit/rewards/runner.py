@@ -236,7 +236,8 @@ class RewardRunner:
             if len(errors) > self.max_failure_fraction * n:
                 raise RewardError(
                     f"Reward '{spec.name}' failed on {len(errors)} of {n} completions, more than "
-                    f"max_failure_fraction={self.max_failure_fraction:g}; first error: {errors[0][1]}")
+                    f"max_failure_fraction={self.max_failure_fraction:g}; first error, on completion {errors[0][0]} "
+                    f"(prompt {errors[0][0] // group_size} of the batch): {errors[0][1]}")
             scored = rewards_NF[:, f][~failed_NF[:, f] & ~rewards_NF[:, f].isnan()]
             metrics[f"rewards/{spec.name}/mean"] = scored.mean().item() if len(scored) else float("nan")
             metrics[f"rewards/{spec.name}/std"] = scored.std(unbiased=False).item() if len(scored) else float("nan")

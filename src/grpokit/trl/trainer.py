@@ -32,6 +32,7 @@ index and count, ``print``, ``wait_for_everyone``), and ``trainer.end()`` leaves
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -39,6 +40,7 @@ from grpokit.train import distributed
 from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
 from grpokit.data.prompts import to_prompts
+from grpokit.rewards.spec import RewardError
 from .bridge import StepBridge
 from .config import GRPOConfig
 from .inputs import apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
@@ -189,7 +191,12 @@ class GRPOTrainer:
                 raise ConfigError("resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)")
             self._trainer = self._build(resume=_run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()
-        self.summary = trainer.train()
+        try:
+            self.summary = trainer.train()
+        except RewardError as exc:  # one sentence naming the function and the row; GRPOKIT_DEBUG=1 keeps the traceback
+            if os.environ.get("GRPOKIT_DEBUG"):
+                raise
+            raise RewardError(str(exc)) from None
         if self.args.push_to_hub:
             self.push_to_hub()
         final = self.bridge.final
