@@ -171,8 +171,43 @@ def test_a_value_no_run_can_use_is_refused_naming_the_argument(name, value):
 
 
 def test_valid_edge_values_are_accepted():
-    GRPOConfig("out", max_steps=0, learning_rate=0.0, top_p=1.0, save_total_limit=None, reward_weights=[0.0, 2])
+    GRPOConfig("out", max_steps=0, learning_rate=1e-9, top_p=1.0, save_total_limit=None, reward_weights=[0.0, 2])
     GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": False}, run_name="r1", per_device_eval_batch_size=4)
     with pytest.raises(ConfigError, match=r"^GRPOConfig argument gradient_checkpointing_kwargs=\{'use_reentrant': True\} is not supported"):
         to_config(GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": True}), num_rows=8)
     assert to_config(GRPOConfig("out", run_name="r1"), num_rows=8).record.run_name == "r1"
+
+
+def test_steps_per_generation_and_generation_batch_size_worked_by_hand():
+    a = GRPOConfig("out", per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=4,
+                   num_generations=4, max_steps=6)
+    c = to_config(a, num_rows=100, world_size=1)
+    # generation batch 2 * 4 = 8 completions = 2 prompts of G=4; 4 / 2 accumulation steps = 2 updates per batch;
+    # 6 TRL steps / 2 updates per grpokit step = 3 grpokit steps; warm-up etc. count 3 * 2 = 6 updates
+    assert (c.train.prompts_per_step, c.train.micro_batch_size, c.train.updates_per_batch, c.train.steps) == (2, 2, 2, 3)
+    b = to_config(GRPOConfig("out", per_device_train_batch_size=2, generation_batch_size=8, num_generations=4, max_steps=8),
+                  num_rows=100, world_size=1)
+    # generation_batch_size 8 / (2 per device * 1 process) = steps_per_generation 4, accumulation 1: 4 updates a batch
+    assert (b.train.prompts_per_step, b.train.updates_per_batch, b.train.steps) == (2, 4, 2)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig arguments steps_per_generation and generation_batch_size are both set"):
+        to_config(GRPOConfig("out", steps_per_generation=2, generation_batch_size=16), num_rows=8)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig steps_per_generation=3 is not a multiple of gradient_accumulation_steps=2"):
+        to_config(GRPOConfig("out", per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=3,
+                             num_generations=4), num_rows=8)
+
+
+def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
+    import torch
+
+    from grpokit.algo.pipeline import UpdateInputs
+    from grpokit.train.update import update_slices
+    from grpokit.types import TokenBatch
+
+    ids = torch.arange(8).view(4, 2)  # 4 rows, row r holds 2r, 2r + 1
+    batch = TokenBatch(ids, torch.ones(4, 2), ids, ids, torch.ones(4, 2))
+    inputs = UpdateInputs(batch, torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.ones(4, 2), None, None,
+                          seq_weights=lambda rows: torch.arange(4.0)[rows])
+    first, second = update_slices(inputs, 2)
+    assert second.batch.input_ids.tolist() == [[4, 5], [6, 7]] and second.advantages.tolist() == [3.0, 4.0]
+    assert first.old_logp is None and second.seq_weights(slice(0, 2)).tolist() == [2.0, 3.0]  # rows 2, 3 of the batch
+    assert update_slices(inputs, 1) == [inputs]

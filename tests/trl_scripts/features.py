@@ -99,7 +99,17 @@ t.remove_callback(Steps)
 t.log({"custom": 1.0})
 report["surface"] = {"last": sorted(t.state.log_history[-1]), "popped": cb is None}
 
-# 7. a value no run can use
+# 7. one generation batch feeds two optimizer steps (a group of 4 split over two steps of 2 completions)
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset,
+                args=config("generation", per_device_train_batch_size=2, steps_per_generation=2, max_steps=4))
+t.train()
+report["steps_per_generation"] = summary(t)
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset,
+                args=config("generation_batch", per_device_train_batch_size=2, generation_batch_size=8, max_steps=4))
+t.train()
+report["generation_batch_size"] = summary(t)
+
+# 8. a value no run can use
 try:
     GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, args=config("bad", num_generations=1))
     report["bad"] = "accepted"

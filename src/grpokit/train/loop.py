@@ -39,7 +39,7 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import policy_update
+from .update import policy_update, update_slices
 
 
 class Trainer:
@@ -172,15 +172,16 @@ class Trainer:
         extra: dict[str, float] = {}
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             for _ in range(a.num_iterations):
-                if self.lam is not None:
-                    self.lam.zero_grad()
-                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, a, cfg.optim,
-                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                    micro_batch_tokens=self.token_budget)
-                self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
-                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
-                    extra.update(self.lam.step(self.dist))
+                for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
+                    if self.lam is not None:
+                        self.lam.zero_grad()
+                    upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
+                                        temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
+                                        norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
+                                        micro_batch_tokens=self.token_budget)
+                    self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
+                    if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                        extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
         if self.engine is not None:

@@ -35,7 +35,9 @@ def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
 
 
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "learning_rate": (_at_least(0), "a finite number >= 0"),
+    "learning_rate": (_above(0), "a finite number > 0"),
+    "steps_per_generation": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "generation_batch_size": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
     "weight_decay": (_at_least(0), "a finite number >= 0"),
     "adam_beta1": (_in(0, 1), "a number in [0, 1]"),
     "adam_beta2": (_in(0, 1), "a number in [0, 1]"),

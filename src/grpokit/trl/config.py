@@ -205,6 +205,10 @@ class GRPOConfig:
     """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
     dataloader_prefetch_factor: int | None = None
     """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
+    steps_per_generation: int | None = None
+    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps."""
+    generation_batch_size: int | None = None
+    """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
 
@@ -268,8 +272,8 @@ UNSUPPORTED: dict[str, Any] = {
     "ddp_backend": None, "ddp_timeout": 1800, "fsdp": None, "fsdp_config": None, "deepspeed": None, "debug": "",
     "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False, 
     "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False, 
-    "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", "generation_batch_size": None,
-    "steps_per_generation": None, "cache_implementation": None, "vllm_model_impl": "vllm",
+    "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", 
+    "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
     "vllm_tensor_parallel_size": 1, "delta": None,
     "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,

@@ -5,10 +5,13 @@ runs it and ``mapping_table`` renders it for docs/TRL.md (tests/test_trl_mapping
 committed table equals the generated one, so the documentation cannot drift from the code).
 
 Step semantics. A TRL step is one optimizer update over ``per_device_train_batch_size *
-gradient_accumulation_steps * processes`` completions (the generation batch, with TRL's default
-``steps_per_generation``); a grpokit step samples ``prompts_per_step * group_size`` completions and
-makes ``num_iterations`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
-``micro_batch_size = per_device_train_batch_size`` and ``train.steps = max_steps / num_iterations``.
+gradient_accumulation_steps * processes`` completions; one generation batch of
+``per_device_train_batch_size * steps_per_generation * processes`` completions feeds
+``steps_per_generation / gradient_accumulation_steps`` of them, ``num_iterations`` times. A grpokit
+step samples ``prompts_per_step * group_size`` completions and makes ``num_iterations *
+updates_per_batch`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
+``micro_batch_size = per_device_train_batch_size``, ``updates_per_batch = steps_per_generation /
+gradient_accumulation_steps`` and ``train.steps = max_steps / (num_iterations * updates_per_batch)``.
 """
 
 from __future__ import annotations
@@ -62,21 +65,43 @@ def _scale(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     return {"algo.scale": a.scale_rewards}
 
 
+def generation_steps(a: GRPOConfig, world_size: int) -> int:
+    """TRL's steps_per_generation: given, or from generation_batch_size, or gradient_accumulation_steps."""
+    if a.steps_per_generation is not None and a.generation_batch_size is not None:
+        raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
+    if a.generation_batch_size is None:
+        return a.steps_per_generation or a.gradient_accumulation_steps
+    per_pass = a.per_device_train_batch_size * world_size
+    if a.generation_batch_size % per_pass:
+        raise ConfigError(f"GRPOConfig argument generation_batch_size={a.generation_batch_size} is not a multiple of "
+                          f"per_device_train_batch_size * processes = {per_pass}; make it one")
+    return a.generation_batch_size // per_pass
+
+
+def updates_per_round(a: GRPOConfig, world_size: int) -> int:
+    """Optimizer steps one generation batch feeds per num_iterations pass: steps_per_generation / gradient_accumulation_steps."""
+    spg = generation_steps(a, world_size)
+    if spg % a.gradient_accumulation_steps:
+        raise ConfigError(f"GRPOConfig steps_per_generation={spg} is not a multiple of gradient_accumulation_steps="
+                          f"{a.gradient_accumulation_steps}; make it one (a generation batch must feed whole optimizer steps)")
+    return spg // a.gradient_accumulation_steps
+
+
 def _batch(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * ctx["world_size"]
+    per_step = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"]
     if per_step % a.num_generations:
-        raise ConfigError(f"per_device_train_batch_size * gradient_accumulation_steps * processes = {per_step} completions "
-                          f"per step is not a multiple of num_generations={a.num_generations}; make it one")
-    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size}
+        raise ConfigError(f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
+                          f"completions is not a multiple of num_generations={a.num_generations}; make it one")
+    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
+            "train.updates_per_batch": updates_per_round(a, ctx["world_size"])}
 
 
 def _steps(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    per_round = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL steps (optimizer updates) per sampled batch
     if a.max_steps > 0:
-        updates = a.max_steps
-    else:
-        per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * ctx["world_size"] // a.num_generations
-        updates = math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, per_step)) * a.num_iterations
-    return {"train.steps": math.ceil(updates / a.num_iterations)}
+        return {"train.steps": math.ceil(a.max_steps / per_round)}
+    prompts = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"] // a.num_generations
+    return {"train.steps": math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, prompts))}
 
 
 def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -85,7 +110,7 @@ def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         raise _refuse("lr_scheduler_type", a.lr_scheduler_type, ", ".join(kinds))
     if a.optim not in ("adamw_torch", "adamw_torch_fused"):
         raise _refuse("optim", a.optim, "adamw_torch, adamw_torch_fused")
-    total = ctx["steps"] * a.num_iterations
+    total = ctx["steps"] * a.num_iterations * updates_per_round(a, ctx["world_size"])
     warm = a.warmup_steps if a.warmup_steps >= 1 or a.warmup_steps == 0 else math.ceil(a.warmup_steps * total)
     return {"optim.schedule": kinds[a.lr_scheduler_type], "optim.warmup_steps": int(warm)}
 
@@ -162,7 +187,7 @@ def _every(value: float, steps: int) -> int:
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, no (grpokit always writes the final checkpoint)")
-    mu = max(1, a.num_iterations)  # save_steps counts TRL's steps (updates); grpokit saves after a sampling round
+    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
     every = max(1, _every(a.save_steps, ctx["steps"] * mu) // mu) if a.save_strategy == "steps" else 0
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):
@@ -207,12 +232,15 @@ MAPPING: list[Rule] = [
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
          ("train.out", "train.save_every", "train.keep_checkpoints"),
          "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all", _saving),
-    Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"),
-         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size"),
-         "prompts_per_step = per_device_train_batch_size * gradient_accumulation_steps * processes / num_generations",
+    Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
+          "generation_batch_size"),
+         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch"),
+         "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
+         "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
+         "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes))",
          lambda a, ctx: {**_batch(a, ctx), "rollout.group_size": a.num_generations}),
     Rule(("max_steps", "num_train_epochs"), ("train.steps",),
-         "steps = max_steps / num_iterations (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
+         "steps = max_steps / (num_iterations * updates_per_batch) (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
     Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
          "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",

@@ -114,7 +114,7 @@ class GRPOTrainer:
     def _build(self, resume):
         from grpokit.train.loop import Trainer
 
-        mu = self.cfg.algo.num_iterations
+        mu = self.cfg.algo.num_iterations * self.cfg.train.updates_per_batch  # TRL steps per grpokit step
         max_steps = self.args.max_steps if self.args.max_steps > 0 else self.cfg.train.steps * mu
         self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
@@ -381,8 +381,11 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
     if a.max_steps <= 0:
         return None
-    per_round = a.per_device_train_batch_size * a.gradient_accumulation_steps * distributed.position()[1] // a.num_generations
-    return max(1, per_round) * -(-a.max_steps // a.num_iterations)
+    from .mapping import generation_steps, updates_per_round
+
+    world = distributed.position()[1]
+    per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
+    return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
 
 
 def _run_folder(output_dir: str, resume: str | bool) -> str:
