@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Test-only system packages: Debian's chromium renders the HTML report headless in
-# tests/test_report.py. Idempotent and never fatal: without it that one test is skipped.
+# tests/test_report_browser.py. Idempotent and never fatal: without it that one test is skipped.
 if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
   exit 0
 fi

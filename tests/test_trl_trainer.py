@@ -80,6 +80,7 @@ def test_callbacks_are_called_at_their_points_and_can_stop_the_run(tiny_model_di
         ("end", 2, True),
     ]
     assert summary["steps"] == 2  # stopped after step 2 of 3, with its checkpoint and final evaluation
+    cfg.train.out = str(tmp_path / "run2")  # a new run: the first one holds "run"
     with pytest.raises(TypeError, match="none of the methods"):
         Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, quiet=True, callbacks=[object()])
 
@@ -92,6 +93,7 @@ def test_reward_weights_weight_callables_and_a_wrong_count_is_one_sentence(tiny_
     tr = Trainer(cfg, reward_funcs=[likes_a, short], train_rows=ROWS, quiet=True)
     assert [(s.name, s.weight) for s in tr.runner.specs] == [("likes_a", 2.0), ("short", 0.5)]
     cfg.reward.weights = [1.0, 2.0, 3.0]
+    cfg.train.out = str(tmp_path / "run2")  # a new run: the first one holds "run"
     with pytest.raises(ConfigError, match="reward.weights has 3 entries but there are 2 reward functions"):
         Trainer(cfg, reward_funcs=[likes_a, short], train_rows=ROWS, quiet=True)
 

@@ -290,7 +290,7 @@ class EnvConfig:
     """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are tools, optional get_reward and done)."""
     max_turns: int = 4
     """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
-    max_episode_tokens: int = 0
+    max_episode_tokens: int = 8192
     """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens caps each turn)."""
     tool_format: str = "auto"
     """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags" (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
@@ -300,6 +300,12 @@ class EnvConfig:
     """Total tool time of one episode; when used up the episode ends (finish reason "timeout")."""
     max_tool_output_chars: int = 1000
     """Longest tool result shown to the model (longer ones are cut and marked)."""
+    max_tool_nesting: int = 20
+    """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error message (0 = no cap)."""
+    reset_timeout_s: float = 30.0
+    """Time limit of one environment reset(); a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
+    max_observation_chars: int = 8000
+    """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
     allow_unsafe_code_execution: bool = False
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
@@ -352,6 +358,9 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    overwrite: bool = False
+    """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
+    records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
     eval_every: int = 0
     """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
     threads: int = 0

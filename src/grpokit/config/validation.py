@@ -7,6 +7,7 @@ need data (a missing column) happen where the data is loaded, still before the f
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,14 @@ def _reward_env(cfg: Config) -> None:
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
     _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
     _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
+    for name, params in c.params.items():  # a typo in a function's name would otherwise be ignored
+        _check(name in c.functions, f"reward.params names {name!r}, which is not in reward.functions ({', '.join(c.functions) or 'empty'}); "
+                                    "key reward.params by the name of a configured function")
+        _check(isinstance(params, dict), f"reward.params.{name}={params!r} must be a mapping of keyword arguments")
+    try:  # the health section's own checks (set_field assigns fields one by one, past __post_init__)
+        dataclasses.replace(cfg.health)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
     e = cfg.env
     _check(e.max_turns >= 1, f"env.max_turns={e.max_turns} must be at least 1")
     _check(e.max_episode_tokens >= 0, f"env.max_episode_tokens={e.max_episode_tokens} must be >= 0 (0 = no cap)")
@@ -214,6 +223,9 @@ def _reward_env(cfg: Config) -> None:
     _check(e.tool_timeout_s > 0 and e.episode_timeout_s > 0,
            f"env.tool_timeout_s={e.tool_timeout_s} and env.episode_timeout_s={e.episode_timeout_s} must be > 0")
     _check(e.max_tool_output_chars >= 0, f"env.max_tool_output_chars={e.max_tool_output_chars} must be >= 0 (0 = no cap)")
+    _check(e.max_tool_nesting >= 0, f"env.max_tool_nesting={e.max_tool_nesting} must be >= 0 (0 = no cap)")
+    _check(e.max_observation_chars >= 0, f"env.max_observation_chars={e.max_observation_chars} must be >= 0 (0 = no cap)")
+    _check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
 
 
 def _credit(cfg: Config) -> None:

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.io import save_yaml
 from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
@@ -59,6 +59,7 @@ class Trainer:
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
+        run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
@@ -81,9 +82,7 @@ class Trainer:
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
         if self.resume_dir:
-            ckpt = checkpoint.latest(self.run_dir / "checkpoints")
-            if ckpt is None:
-                raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
+            ckpt = run_folder.checkpoint_to_resume(self.run_dir)  # the newest that verifies against its manifest
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
             self.step, self.sampler.position = state.step, state.data_position
@@ -95,7 +94,7 @@ class Trainer:
                 self.lam.load_state_dict(extra["lambda_grpo"])
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
-            save_yaml(cfg, self.run_dir / "config.yaml")
+            run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
         self.params = build.sampling_params(cfg.rollout)
         self.engine = scaling.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,9 +17,44 @@ LORA_FIELDS = {"r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_d
 LORA_COSMETIC = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
 
 
+HUB_TIMEOUT_S = float(os.environ.get("GRPOKIT_HUB_TIMEOUT_S", "900"))  # one push, all files; a silent endpoint hung forever
+
+
+class HubPushError(RuntimeError):
+    """An upload to the Hub failed or did not finish in time (one sentence)."""
+
+
 def push_folder(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None,
-                revision: str | None = None) -> str:
-    """Upload the files of ``folder`` (not its subfolders: checkpoints and run files stay local) as one commit."""
+                revision: str | None = None, timeout_s: float | None = None) -> str:
+    """Upload the files of ``folder`` (not its subfolders: checkpoints and run files stay local) as one
+    commit, within ``timeout_s`` seconds (``GRPOKIT_HUB_TIMEOUT_S``, 900 by default); any failure is one
+    ``HubPushError`` sentence. The upload runs in a daemon thread, so a silent endpoint costs the deadline,
+    never the run."""
+    timeout_s = HUB_TIMEOUT_S if timeout_s is None else timeout_s
+    box: dict[str, Any] = {}
+
+    def upload() -> None:
+        try:
+            box["url"] = _upload(folder, repo_id, message, token, private, revision)
+        except BaseException as e:  # handed to the caller as one sentence
+            box["error"] = e
+
+    thread = threading.Thread(target=upload, name="grpokit-hub-push", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    where = os.environ.get("HF_ENDPOINT") or "the Hugging Face Hub"
+    if thread.is_alive():
+        raise HubPushError(f"push_to_hub of {folder} to {repo_id} at {where} did not finish within {timeout_s:g} s; "
+                           "check the network or raise GRPOKIT_HUB_TIMEOUT_S (the model is saved locally)")
+    if "error" in box:
+        e = box["error"]
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise HubPushError(f"push_to_hub of {folder} to {repo_id} at {where} failed ({type(e).__name__}: {first}); "
+                           "the model is saved locally") from None
+    return box["url"]
+
+
+def _upload(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None, revision: str | None) -> str:
     from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)

@@ -192,7 +192,9 @@ def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):
         raise _refuse("hub_strategy", a.hub_strategy, "every_save, end")
-    return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output"}
+    # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
+    return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output",
+            "train.overwrite": True}
 
 
 def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -230,8 +232,9 @@ def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
 
 MAPPING: list[Rule] = [
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
-         ("train.out", "train.save_every", "train.keep_checkpoints"),
-         "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all", _saving),
+         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
+         "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
+         "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
          ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch"),

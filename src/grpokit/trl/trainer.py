@@ -32,6 +32,7 @@ index and count, ``print``, ``wait_for_everyone``), and ``trainer.end()`` leaves
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -43,10 +44,12 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
+from .inputs import HubPushError, apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TrainOutput"]
+log = logging.getLogger("grpokit.trl")
+
+__all__ = ["GRPOConfig", "GRPOTrainer", "HubPushError", "TrainOutput", "push_folder"]
 
 
 class TrainOutput(NamedTuple):
@@ -352,15 +355,19 @@ class Accelerator:
 
 
 class _HubPush:
-    """hub_strategy every_save: each checkpoint's model goes to the Hub when it is written."""
+    """hub_strategy every_save: each checkpoint's model goes to the Hub when it is written. A failed
+    push of a checkpoint is logged and training goes on (the checkpoint is on disk)."""
 
     def __init__(self, trainer: GRPOTrainer):
         self.trainer = trainer
 
     def on_save(self, args, state, control, checkpoint=None, **kwargs):
         if checkpoint is not None and state.is_world_process_zero:
-            push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id, f"Training in progress, step {state.global_step}",
-                        args.hub_token, args.hub_private_repo)
+            try:
+                push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id,
+                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo)
+            except HubPushError as e:
+                log.warning("%s", e)
 
 
 

@@ -1,0 +1,117 @@
+"""The report in a real browser (Debian's chromium, headless, driven over the DevTools protocol on
+127.0.0.1): it loads offline without console errors or requests, the panels draw, hover shows the
+value under the cursor, drag zooms every panel, log scale and smoothing redraw, the samples browser
+filters, and a comparison overlays two runs. scripts/install_test_deps.sh installs chromium; without
+it (or without websocket-client) these tests are skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdp import CHROMIUM, Browser
+from test_report import HOSTILE, make_run_dir
+
+from grpokit.record.report import write_comparison, write_report
+
+pytest.importorskip("websocket")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary installed (scripts/install_test_deps.sh)"),
+              pytest.mark.timeout(180)]
+
+# Non-transparent pixels on each panel's canvas: an empty canvas has none.
+INKED = """grpokitReport.plots().map(function (p) { var c = p.u.ctx, d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, n = 0;
+  for (var i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return [p.id, n]; })"""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    b = Browser(tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+
+def _over_rect(browser: Browser, i: int) -> dict:
+    return browser.js(f"""(function () {{ var o = grpokitReport.plots()[{i}].u.over; o.scrollIntoView({{block: "center"}});
+        var r = o.getBoundingClientRect(); return {{x: r.left, y: r.top, w: r.width, h: r.height}}; }})()""")
+
+
+def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(make_run_dir(tmp_path / "run")).as_uri())
+    assert browser.errors() == []
+    assert all(u.startswith(("file:", "data:")) for u in browser.requests()), browser.requests()
+    inked = dict(browser.js(INKED))
+    assert "reward" in inked and "kl" in inked and "mytask" in [p["title"] for p in browser.js("grpokitReport.data.panels")]
+    assert all(n > 500 for n in inked.values()), inked  # every panel drew its lines and axes
+    # Hover the middle of the reward panel: the legend shows the step and that step's reward.
+    r = _over_rect(browser, 0)
+    browser.mouse("mouseMoved", r["x"] + r["w"] / 2, r["y"] + r["h"] / 2)
+    shown = browser.js("""(function () { var u = grpokitReport.plots()[0].u, i = u.cursor.idx;
+        var cells = document.querySelectorAll('#plot-reward .u-legend .u-value');
+        return {idx: i, step: u.data[0][i], value: u.data[1][i], text: [cells[0].textContent, cells[1].textContent]}; })()""")
+    assert shown["idx"] is not None and shown["text"][0] == str(shown["step"])
+    assert float(shown["text"][1]) == pytest.approx(shown["value"], rel=1e-3) and 40 < shown["step"] < 80
+    # Hostile model output is on the page as text, and no dialog opened.
+    assert browser.js(f"document.body.textContent.indexOf({HOSTILE!r}) >= 0") and browser.errors() == []
+
+
+def test_zoom_log_scale_smoothing_and_sample_filters(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(make_run_dir(tmp_path / "run")).as_uri())
+    r = _over_rect(browser, 0)
+    y = r["y"] + r["h"] / 2  # drag across the middle fifth of the reward panel
+    browser.mouse("mousePressed", r["x"] + 0.4 * r["w"], y, button="left", clickCount=1)
+    browser.mouse("mouseMoved", r["x"] + 0.6 * r["w"], y, button="left")
+    browser.mouse("mouseReleased", r["x"] + 0.6 * r["w"], y, button="left", clickCount=1)
+    ranges = browser.js("grpokitReport.plots().map(function (p) { return [p.u.scales.x.min, p.u.scales.x.max]; })")
+    assert ranges[0][1] - ranges[0][0] < 40 and all(rg == pytest.approx(ranges[0]) for rg in ranges)  # all panels follow
+    # Wheel up zooms in around the cursor (x 0.8); shift + wheel pans by a tenth of the range.
+    before = ranges[0]
+    browser.mouse("mouseWheel", r["x"] + r["w"] / 2, y, deltaX=0, deltaY=-100)
+    zoomed = browser.js("[grpokitReport.plots()[1].u.scales.x.min, grpokitReport.plots()[1].u.scales.x.max]")
+    assert zoomed[1] - zoomed[0] == pytest.approx(0.8 * (before[1] - before[0]))
+    browser.mouse("mouseWheel", r["x"] + r["w"] / 2, y, deltaX=0, deltaY=100, modifiers=8)  # 8: shift
+    panned = browser.js("[grpokitReport.plots()[1].u.scales.x.min, grpokitReport.plots()[1].u.scales.x.max]")
+    assert panned == pytest.approx([zoomed[0] + 0.1 * (zoomed[1] - zoomed[0]), zoomed[1] + 0.1 * (zoomed[1] - zoomed[0])])
+    browser.js("(function () { var c = document.getElementById('logscale'); c.click(); })()")
+    distr = dict(browser.js("grpokitReport.plots().map(function (p) { return [p.id, p.u.scales.y.distr]; })"))
+    assert distr["kl"] == 3 and distr["loss"] == 4  # KL > 0: log10; the loss changes sign: asinh
+    raw = browser.js("grpokitReport.plots()[0].u.data[1].slice(0, 5)")
+    browser.js("(function () { var s = document.getElementById('smoothing'); s.value = '0.9'; s.dispatchEvent(new Event('change')); })()")
+    smoothed = browser.js("grpokitReport.plots()[0].u.data[1].slice(0, 5)")
+    assert smoothed[0] == pytest.approx(raw[0]) and smoothed[1] == pytest.approx((0.9 * 0.1 * raw[0] + 0.1 * raw[1]) / (1 - 0.81))
+    # Samples: the last sampled step is shown first; filtering on finish "length" leaves the one truncated answer.
+    assert browser.js("document.getElementById('s-step').value") == "120"
+    n = browser.js("""(function () { var f = document.getElementById('s-finish'); f.value = 'length'; f.dispatchEvent(new Event('change'));
+        return document.querySelectorAll('#samples table tr').length; })()""")
+    assert n == 2  # header + one completion
+    assert browser.js("document.querySelectorAll('#samples .turn.tool').length") == 0  # the tool turn was in another group
+    browser.js("(function () { var f = document.getElementById('s-finish'); f.value = ''; f.dispatchEvent(new Event('change')); })()")
+    assert browser.js("document.querySelectorAll('#samples .turn.tool').length") == 1  # step 120's one episode
+    assert browser.js("document.querySelectorAll('#samples img.sample-img').length") == 1  # images/draw.png; ../outside.png is not the run's
+    assert browser.errors() == []
+
+
+def test_comparison_overlays_two_runs(browser: Browser, tmp_path: Path) -> None:
+    a, b = make_run_dir(tmp_path / "a", steps=30), make_run_dir(tmp_path / "b", steps=40, lr=3e-6)
+    browser.open(write_comparison([a, b], tmp_path / "cmp.html").as_uri())
+    assert browser.errors() == []
+    labels = browser.js("Array.from(document.querySelectorAll('#plot-entropy .u-legend .u-label')).map(function (e) { return e.textContent; })")
+    assert labels[1:] == ["a · entropy", "b · entropy"]
+    xs = browser.js("grpokitReport.plots()[0].u.data[0]")
+    assert xs[0] == 1 and xs[-1] == 40  # the union of both runs' steps
+    assert dict(browser.js(INKED))["entropy"] > 500
+
+
+def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run", steps=12, finished=False)
+    page = write_comparison([run], tmp_path / "live.html", live_s=1)
+    browser.open(page.as_uri())
+    assert "reloads every 1 s" in browser.js("document.getElementById('live').textContent")
+    browser.js("(function () { var s = document.getElementById('smoothing'); s.value = '0.5'; s.dispatchEvent(new Event('change')); })()")
+    browser.events.clear()
+    browser.wait_event("Page.loadEventFired", timeout=30)  # the page reloaded itself
+    assert browser.js("document.getElementById('smoothing').value") == "0.5" and browser.errors() == []
+    # Zoomed to 3 steps, the step axis still ticks at whole steps only (uPlot alone would add 3.5, 4.5 ...).
+    ticks = browser.js("""new Promise(function (done) { var u = grpokitReport.plots()[0].u; u.setScale('x', {min: 3, max: 6});
+        setTimeout(function () { done(u.axes[0]._splits); }, 100); })""")  # uPlot redraws after the current task
+    assert ticks and all(float(x).is_integer() for x in ticks), ticks
