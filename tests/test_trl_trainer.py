@@ -211,3 +211,22 @@ def test_a_trainer_callback_subclass_gets_step_begin_and_an_event_grpokit_never_
     tr = GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[PerEpoch])
     with pytest.raises(TypeError, match=r"^callback PerEpoch defines on_epoch_end, which grpokit never calls; move that code"):
         tr.train()
+
+
+def test_streamed_train_data_an_eval_datasetdict_and_reward_processing_classes(chat_model, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
+    stream = Dataset.from_list(rows).to_iterable_dataset()  # TRL accepts a stream with max_steps
+    from datasets import DatasetDict
+
+    evals = DatasetDict({"a": Dataset.from_list(rows[:1]), "b": Dataset.from_list(rows[1:2])})
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "run", num_iterations=2, logging_steps=1),
+                     train_dataset=stream, eval_dataset=evals, reward_processing_classes=[None])
+    # max_steps=2 at num_iterations=2 is one sampling round of 4 completions / G=4 = 1 prompt: 1 row read
+    assert len(tr._kwargs["train_rows"]) == 1
+    res = tr.train()
+    assert res.global_step == 2 and [h["step"] for h in tr.state.log_history] == [1, 2, 2]  # two updates, then the final entry
+    ev = tr.evaluate()
+    assert {"eval_a_loss", "eval_a_reward", "eval_b_loss", "eval_b_rewards/short/mean"} <= set(ev)
+    with pytest.raises(ConfigError, match=r"^reward_processing_classes has 2 entries but there are 1 reward functions"):
+        GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "x"), train_dataset=Dataset.from_list(rows),
+                    reward_processing_classes=[None, None])

@@ -338,6 +338,9 @@ class TrainConfig:
     """P: prompts per step; the batch holds P * group_size completions."""
     micro_batch_size: int = 0
     """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
+    updates_per_batch: int = 1
+    """Optimizer updates per pass over a sampled batch: its rows are cut, in order, into this many equal slices, one
+    update each (a group may be split), num_iterations times; TRL's steps_per_generation / gradient_accumulation_steps."""
     micro_batch_tokens: int = 0
     """Token cap of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
     consecutive completions are cut into the fewest balanced micro-batches under it; same gradient."""
@@ -381,6 +384,8 @@ class RecordConfig:
     """Write report.html into the run folder when training ends."""
     console_every: int = 10
     """Without a terminal, the console prints one line per this many steps."""
+    run_name: str = ""
+    """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
 
 
 @dataclass

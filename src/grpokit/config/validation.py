@@ -192,6 +192,11 @@ def _optim_train(cfg: Config) -> None:
     _check(t.activation_memory_mb >= -1, f"train.activation_memory_mb={t.activation_memory_mb} must be -1 (auto), 0 (no budget) or a size in MB")
     _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
+    _check(t.updates_per_batch >= 1 and n % t.updates_per_batch == 0,
+           f"train.updates_per_batch={t.updates_per_batch} must be at least 1 and divide the batch of {n} completions")
+    _check(t.micro_batch_size == 0 or (n // max(1, t.updates_per_batch)) % t.micro_batch_size == 0,
+           f"train.micro_batch_size={t.micro_batch_size} does not divide an update's slice of {n // max(1, t.updates_per_batch)} "
+           "completions (the batch / train.updates_per_batch); use a divisor of it")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
 

@@ -39,7 +39,7 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import policy_update
+from .update import policy_update, update_slices
 
 
 class Trainer:
@@ -121,7 +121,7 @@ class Trainer:
                 metrics = self.train_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
-                last = self.callbacks("on_step_end").should_training_stop or self.step == t.steps
+                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self.step == t.steps
                 if last or (t.eval_every and self.step % t.eval_every == 0):
                     result = self._evaluate()
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
@@ -171,14 +171,16 @@ class Trainer:
         extra: dict[str, float] = {}
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             for _ in range(a.num_iterations):
-                if self.lam is not None:
-                    self.lam.zero_grad()
-                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, a, cfg.optim,
-                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                    micro_batch_tokens=self.token_budget)
-                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
-                    extra.update(self.lam.step(self.dist))
+                for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
+                    if self.lam is not None:
+                        self.lam.zero_grad()
+                    upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
+                                        temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
+                                        norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
+                                        micro_batch_tokens=self.token_budget)
+                    self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
+                    if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                        extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
         if self.engine is not None:

@@ -162,3 +162,10 @@ def quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    import warnings
+
+    # transformers' own renames (past_key_values -> cache, gradient_checkpointing -> activation_checkpointing) warn
+    # on every forward of a run that uses them as documented; nothing a grpokit user can act on
+    for what in ("`past_key_values` is deprecated", "`gradient_checkpointing_enable` is deprecated",
+                 "`is_gradient_checkpointing` is deprecated"):
+        warnings.filterwarnings("ignore", message=what, category=FutureWarning)

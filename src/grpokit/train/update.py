@@ -108,6 +108,24 @@ def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens:
     return min(max_tokens, fit) if max_tokens else fit
 
 
+def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
+    """``inputs`` cut, in row order, into ``parts`` equal slices, one optimizer update each (TRL's
+    steps_per_generation); each slice's loss is normalised by its own counts, as TRL's step is."""
+    if parts == 1:
+        return [inputs]
+    n = inputs.batch.input_ids.shape[0] // parts
+    return [_rows_of(inputs, slice(k * n, (k + 1) * n)) for k in range(parts)]
+
+
+def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
+    cut = lambda t: t[rows] if t is not None else None  # noqa: E731
+    weights = inputs.seq_weights
+    shifted = (lambda r: weights(slice(r.start + rows.start, r.stop + rows.start))) if weights is not None else None
+    return dataclasses.replace(inputs, batch=inputs.batch.rows(rows), advantages=inputs.advantages[rows],
+                               loss_mask=inputs.loss_mask[rows], old_logp=cut(inputs.old_logp), ref_logp=cut(inputs.ref_logp),
+                               turn_ids=cut(inputs.turn_ids), seq_weights=shifted)
+
+
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
                   autocast=None, micro_batch_tokens: int = 0) -> dict[str, float]:
