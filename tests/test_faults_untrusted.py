@@ -639,3 +639,20 @@ def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
     sandboxes = [p for p in psutil.Process(os.getpid()).children(recursive=True)
                  if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())]
     assert sandboxes == []
+
+
+def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):
+    import json
+
+    from grpokit.record.report import write_report
+
+    quiet, noisy = tmp_path / "quiet", tmp_path / "noisy"
+    for run, failures in [(quiet, 0.0), (noisy, 2.0)]:
+        run.mkdir()
+        rows = [{"step": s, "reward": 0.5, "rewards/r/failures": failures if s == 2 else 0.0,
+                 "rewards/r/timeouts": 0.0} for s in (1, 2, 3)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_report(run)
+    assert 'id="plot-faults"' not in (quiet / "report.html").read_text()
+    page = (noisy / "report.html").read_text()
+    assert 'id="plot-faults"' in page and "rewards/r/failures" in page and "rewards/r/timeouts" not in page
