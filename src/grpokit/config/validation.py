@@ -16,7 +16,9 @@ from grpokit.rollout.gec import MODES as GEC_MODES
 from .sections import Config, ConfigError
 from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
-from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
+from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
+from grpokit.algo.registry import is_import_path, lookup, registered
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -25,6 +27,33 @@ def _check(ok: bool, message: str) -> None:
 
 def _one_of(name: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
     _check(value in valid, f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+def _registered(field: str, kind: str, name: str) -> None:
+    """A stage the registry knows (or can import as module:function): one sentence otherwise."""
+    if is_import_path(name):
+        try:
+            lookup(kind, name)
+        except ValueError as e:
+            raise ConfigError(f"{field}: {e}") from None
+    else:
+        _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
+
+
+def _check_estimator_pairs(cfg: Config) -> None:
+    """Pairs an advantage estimator would silently ignore (issue 25's combination table found them)."""
+    a = cfg.algo
+    if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
+        _check(a.baseline == "group_mean" and a.scale == "group",
+               f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
+        _check(a.kl_placement == "loss" or a.beta == 0,
+               "algo.supervision=process scores steps with reward.process_function, so a KL in the outcome reward would be dropped; set algo.kl_placement=loss")
+        _check(not cfg.reward.normalize_components,
+               "algo.supervision=process scores steps with reward.process_function, so reward.normalize_components would be dropped; set it to false")
+    _check(a.credit != "gagpo" or a.scale == "group",
+           f"algo.credit=gagpo always normalises its GAE by the group's std; use algo.scale=group (got {a.scale})")
+    _check(a.entropy_shaping != "gtpo" or (a.baseline == "group_mean" and a.scale == "group"),
+           f"algo.entropy_shaping=gtpo normalises its token rewards itself (algo.gtpo_normalization); use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
 
 
 def validate(cfg: Config) -> Config:
@@ -80,7 +109,11 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
-    _one_of("algo.objective", a.objective, OBJECTIVES)
+    _registered("algo.objective", "objective", a.objective)
+    if a.advantage:
+        _registered("algo.advantage", "advantage", a.advantage)
+    for name in a.token_masks:
+        _registered("algo.token_masks", "token mask", name)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
     _check(a.objective == "clip" or a.dual_clip == 0,
@@ -128,6 +161,7 @@ def _sampling_and_shaping(cfg: Config) -> None:
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
+    _check_estimator_pairs(cfg)
 
 
 def _algo_limits(cfg: Config) -> None:

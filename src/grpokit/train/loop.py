@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 
 from . import checkpoint
 from .callbacks import Callbacks, RunState
-from grpokit.algo.advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
+from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import save_yaml
@@ -39,9 +38,8 @@ from grpokit.record.samples import sample_rows
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
-from grpokit.algo.loss import entropy_token_mask
 from grpokit.types import Prompt
-from .update import UpdateInputs, policy_update
+from .update import policy_update
 
 
 class Trainer:
@@ -159,11 +157,40 @@ class Trainer:
         return summary
 
     def train_step(self) -> dict[str, float]:
-        cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
-        G = r.group_size
+        """One step through the stages: rollout and rewards, token batch and log-probabilities, the
+        update's inputs (algo/pipeline.py: every variant's glue), mu optimizer steps, metrics."""
+        cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = wiring.Timer()
+        sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
+        settings = self._step_settings()
+        with timer("update"):  # 5a. the log-probabilities the stages need, before any update
+            batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
+            need_old, need_ref, want_entropy = needed_logprobs(settings)
+            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
+            ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
+        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
+        extra: dict[str, float] = {}
+        with timer("update"):  # 5-6. loss, backward, optimizer, mu times
+            for _ in range(a.num_iterations):
+                if self.lam is not None:
+                    self.lam.zero_grad()
+                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, a, cfg.optim,
+                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
+                                    norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
+                                    micro_batch_tokens=self.token_budget)
+                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                    extra.update(self.lam.step(self.dist))
+            if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
+                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
+        if self.engine is not None:
+            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
+        return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
 
-        sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, G,  # 1-3. prompts, rollout, rewards
+    def _scored_batch(self) -> ScoredBatch:
+        """Stages 1-3: this rank's prompts, G completions each, scored (dynamic sampling, GFPO and
+        EDGE-GRPO's guided error correction decide which groups and members stay)."""
+        cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
+        sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, r.group_size,
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
                      gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
@@ -171,74 +198,24 @@ class Trainer:
             sb = gec.correct(sb, self.tokenizer, self.runner, mode=a.error_correction, render=self.gec_render,
                              reflection=a.error_correction_prompt, max_reward=a.error_correction_max_reward,
                              eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos))
-        P, ro = len(sb.prompts), sb.rollout
-        with timer("update"):
-            batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none"
-            need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.uses_tis(cfg)
-            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
-            ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if a.beta > 0 else None
+        return sb
 
-        rewards_N, extra = sb.total_N, {}  # 4. advantages
-        if cfg.reward.normalize_components:  # MO-GRPO: each component normalised within its group
-            w = torch.tensor(self.runner_weights)
-            rewards_N = normalize_components(sb.rewards_NF.view(P, G, -1), w, std=a.std, eps=a.adv_eps).flatten()
-        if a.kl_placement == "reward" and ref_logp is not None:  # PPO / REINFORCE++: KL in the reward
-            rewards_N, kl_N = kl_penalized_rewards(rewards_N, old_logp.cpu(), ref_logp.cpu(), batch.completion_mask.cpu(), a.beta,
-                                                   a.kl_estimator, a.kl_clamp or None)
-            extra["kl"] = (kl_N.sum() / batch.completion_mask.sum().clamp(min=1).cpu()).item()
-        if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
-            advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
-        elif a.credit != "outcome":  # GiGPO / GAGPO: step-level credit across the turns of episodes
-            advantages, adv_metrics = wiring.credit_advantages(sb, a, rewards_N, batch.completion_mask)
-        elif a.entropy_shaping != "none":  # GTPO / GRPO-S: entropy-shaped rewards (arXiv 2508.04349)
-            advantages, adv_metrics = wiring.shaped_advantages(a, rewards_N, entropy, batch.completion_mask, G, self.dist)
-        else:
-            rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
-            lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
-            adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
-                                                   eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
-            advantages = self.dist.local_rows(adv_PG).flatten()
-        if a.entropy_advantage:  # EDGE-GRPO: entropy-driven advantage, batch-wide mean entropy
-            ent_N = response_entropy(entropy.float().cpu(), batch.completion_mask.float().cpu())
-            advantages, eda_metrics = entropy_scaled_advantages(advantages, ent_N, self.dist.gather_rows(ent_N).mean(),
-                                                                a.entropy_advantage_max_scale or None)
-            extra.update(eda_metrics)
-        if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
-            advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
-            extra.update(tis_metrics)
+    def _step_settings(self) -> StepSettings:
+        """The algorithm settings record of this run for algo/pipeline.py."""
+        cfg, a = self.cfg, self.cfg.algo
+        return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
+                            cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
+                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam)
 
-        loss_mask = batch.completion_mask
-        if a.mask_truncated:  # DAPO overlong filtering: truncated completions leave the loss
-            keep = torch.tensor([f not in ("length", "turns") for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
-            loss_mask = loss_mask * keep[:, None]
-        if a.entropy_top_fraction < 1:  # train only on the high-entropy "forking" tokens
-            pool = self.dist.gather_varlen(entropy[loss_mask.bool()]) if self.dist.active else None  # global quantile
-            loss_mask = entropy_token_mask(entropy, loss_mask, a.entropy_top_fraction, pool=pool)
-        with timer("update"):  # 5-6. loss, backward, optimizer, mu times
-            inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
-                                  ref_logp if a.kl_placement == "loss" else None,
-                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None,
-                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None)
-            algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
-            for _ in range(a.num_iterations):
-                if self.lam is not None:
-                    self.lam.zero_grad()
-                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
-                                    temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
-                                    autocast=self.autocast,
-                                    micro_batch_tokens=self.token_budget)
-                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
-                    extra.update(self.lam.step(self.dist))
-            if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
-                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
-
-        if self.engine is not None:
-            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
-        lengths = ro.model_lengths()  # 7. record (an episode's length counts the model's tokens, as TRL)
-        seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
+    def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
+        """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
+        timings), reduced over ranks; sample rows every ``record.samples_every`` steps."""
+        cfg, ro, timer, G = self.cfg, sb.rollout, self._timer, sb.group_size
+        P = len(sb.prompts)
+        lengths = ro.model_lengths()  # an episode's length counts the model's tokens, as TRL
         if self.recorder.wants_samples(self.step + 1):
+            adv = inputs.advantages.cpu()
+            seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
             self.recorder.log_samples(self.step + 1, wiring.add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
@@ -247,7 +224,7 @@ class Trainer:
         return distributed.reduce_metrics(self.dist, {
             **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
-            **adv_metrics, **upd, **extra,
+            **inputs.metrics, **update_metrics,
             "completions/mean_length": float(np.mean(lengths)), "completions/min_length": float(min(lengths)),
             "completions/max_length": float(max(lengths)),
             "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
