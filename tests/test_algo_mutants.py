@@ -141,3 +141,41 @@ def test_tis_cap_boundary_metrics_and_a_single_token():
     assert m["tis/ratio_max"] == 1.0
     _, m = tis_weights(torch.tensor([[math.log(0.5)]]), torch.zeros(1, 1), torch.ones(1, 1), 2.0)
     assert m["tis/ratio_max"] == pytest.approx(0.5)  # a real token's ratio, even below 1
+
+
+# ---------------------------------------------------------------- objectives through the keyword adapter
+
+
+def test_surrogate_adapter_clip_dual_clip_and_cispo():
+    from grpokit.algo.loss import surrogate
+
+    ratio, adv, logp = torch.tensor([[1.5, 4.0]]), torch.tensor([[1.0, -1.0]]), torch.tensor([[-1.0, -1.0]])
+    # clip 0.2 / 0.3: token 0 min(1.5 * 1, clamp(1.5, 0.8, 1.3) * 1) = 1.3; token 1 min(-4, -1.3) = -4
+    assert torch.allclose(surrogate(ratio, adv, logp, clip_low=0.2, clip_high=0.3), torch.tensor([[1.3, -4.0]]))
+    # dual clip 3 bounds the negative-advantage token from below: max(-4, 3 * -1) = -3
+    assert torch.allclose(surrogate(ratio, adv, logp, dual_clip=3.0), torch.tensor([[1.2, -3.0]]))
+    # CISPO: sg(min(rho, 1 + clip_high)) * A * logp: [1.2 * 1 * -1, 1.2 * -1 * -1]
+    assert torch.allclose(surrogate(ratio, adv, logp, "cispo"), torch.tensor([[-1.2, 1.2]]))
+
+
+# ---------------------------------------------------------------- step tensors of GiGPO / GAGPO episodes
+
+
+def test_step_tensors_put_the_outcome_on_the_last_turn_and_number_states_in_order():
+    from types import SimpleNamespace
+
+    from grpokit.algo.estimators import _step_tensors
+    from grpokit.types import Episode, Rollout
+
+    # G = 2, P = 2. Episode 0: two turns, states "a", "b"; episode 1: one turn, no state keys (-> "p0");
+    # episode 2: three turns "b", "a", "c"; episode 3: one turn, no keys (-> "p1", its prompt p = 3 // 2 = 1).
+    eps = [Episode([1, 1], [0, 1], ["a", "b"]), Episode([1], [0]), Episode([1, 1, 1], [0, 1, 2], ["b", "a", "c"]),
+           Episode([1], [0])]
+    ro = Rollout([[1], [1]], [[5, 5], [5], [5, 5, 5], [5]], [[0.0] * 2, [0.0], [0.0] * 3, [0.0]], ["eos"] * 4, 2, eps)
+    ctx = SimpleNamespace(scored=SimpleNamespace(rollout=ro), group_size=2, rewards_N=torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    rewards, states, mask = _step_tensors(ctx)
+    assert rewards.tolist() == [[0, 1, 0], [2, 0, 0], [0, 0, 3], [4, 0, 0]]
+    # ids in order of first sight: a 0, b 1, p0 2, c 3, p1 4
+    assert states.tolist() == [[0, 1, 0], [2, 0, 0], [1, 0, 3], [4, 0, 0]]
+    assert mask.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]]
+    assert states.dtype == torch.long
