@@ -40,9 +40,15 @@ def _registered(field: str, kind: str, name: str) -> None:
         _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
 
 
-def _check_estimator_pairs(cfg: Config) -> None:
-    """Pairs an advantage estimator would silently ignore (issue 25's combination table found them)."""
+def _check_stages(cfg: Config) -> None:
+    """The registered stages the config names, and the pairs an advantage estimator would silently
+    ignore (issue 25's combination table found them)."""
     a = cfg.algo
+    _registered("algo.objective", "objective", a.objective)
+    if a.advantage:
+        _registered("algo.advantage", "advantage", a.advantage)
+    for name in a.token_masks:
+        _registered("algo.token_masks", "token mask", name)
     if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
         _check(a.baseline == "group_mean" and a.scale == "group",
                f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
@@ -90,11 +96,7 @@ def validate(cfg: Config) -> Config:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
-    _registered("algo.objective", "objective", a.objective)
-    if a.advantage:
-        _registered("algo.advantage", "advantage", a.advantage)
-    for name in a.token_masks:
-        _registered("algo.token_masks", "token mask", name)
+    _check_stages(cfg)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
     _check(a.objective == "clip" or a.dual_clip == 0,
@@ -137,7 +139,6 @@ def validate(cfg: Config) -> Config:
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
-    _check_estimator_pairs(cfg)
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
     _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
