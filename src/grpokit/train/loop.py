@@ -15,8 +15,6 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -29,24 +27,19 @@ from .callbacks import Callbacks, RunState
 from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.io import save_yaml, to_dict
-from grpokit.config.validation import validate
-from grpokit.data.prompts import PromptSampler, repeat_columns, to_prompts
+from grpokit.config.io import save_yaml
+from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
-from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
-from . import distributed, kernels, scaling, wiring
+from .models import load_tokenizer, quiet_transformers, resolve_device
+from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
-from grpokit.record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
-from grpokit.rewards.runner import RewardRunner
+from grpokit.record.samples import sample_rows
+from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
-from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.algo.lambda_grpo import LearnableLambda
+from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import activation_memory_mb, make_optimizer, policy_update, token_budget
-
-
-SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
+from .update import policy_update
 
 
 class Trainer:
@@ -63,58 +56,27 @@ class Trainer:
                  tools: list[Callable] | None = None, environment_factory: Callable | None = None,
                  rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
                  args: Any = None):
-        # one's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's checkpoint
-        self.cfg = validate(wiring.resolve_run(cfg, own_rows=train_rows is not None))
+        self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
-        t, m = cfg.train, cfg.model
-        if t.threads:
-            torch.set_num_threads(t.threads)
-        if t.deterministic:  # cuBLAS refuses deterministic mode without a fixed workspace (read at its first use)
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(t.deterministic)
-        _seed_everything(t.seed)
-
+        t = cfg.train
+        build.prepare_process(t)
         quiet_transformers()
         self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
         scaling.check_world(cfg, self.dist)
-        self.device = distributed.rank_device(self.dist, resolve_device(m))
-        self.tokenizer = load_tokenizer(m, tokenizer)
-        train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
-        wiring.check_gold_answers(cfg, train_rows)
-        self.episodes = wiring.episode_runner(cfg, self.tokenizer, tools, environment_factory, wiring._task(cfg))
+        self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
+        self.tokenizer = load_tokenizer(cfg.model, tokenizer)
+        inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory)
+        self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
         self.rollout_func = rollout_func
-        schemas = self.episodes.schemas or None  # chat templates show the tools in the prompt
-        self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data, schemas)
-        self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data, schemas)
-        specs = wiring.reward_specs(cfg, reward_funcs, self.episodes.factory)
-        self.runner_weights = [sp.weight for sp in specs]
-        self.process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
-        self.runner = RewardRunner(specs, num_workers=cfg.reward.num_workers,
-                                   timeout_s=cfg.reward.timeout_s, failure_value=cfg.reward.failure_value,
-                                   max_failure_fraction=cfg.reward.max_failure_fraction)
-
-        self.eval_runner = wiring.eval_runner(cfg, self.runner)
-        self.model = load_model(m, self.device, resolve_dtype(m, self.device), model)
-        if not t.threads and self.device.type == "cpu" and sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL:
-            torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
-        if kernels.wants_onednn(m.cpu_matmul, self.device):  # float32 linears through oneDNN (kernels.py)
-            kernels.use_onednn_linears(self.model)
-        # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
-        self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
-        self.autocast = scaling.autocast_factory(m, self.device, self.model)
-        self.dist.broadcast_params(self.model)
-        if t.fsdp:
-            distributed.fully_shard_model(self.model)
-        self.eos = eos_ids(self.tokenizer, self.model)
-        self.gec_render = gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
-        self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
-            self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
-            next(self.model.parameters()).element_size(), t.micro_batch_tokens)
-        self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
-        a = cfg.algo  # lambda-GRPO: a learnable lambda with its own optimizer (lambda_grpo.py)
-        self.lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
-            if a.aggregation == "lambda-grpo" else None
+        rewards = build.build_rewards(cfg, reward_funcs, self.episodes)
+        self.runner, self.eval_runner, self.runner_weights, self.process_fn = \
+            rewards.runner, rewards.eval_runner, rewards.weights, rewards.process_fn
+        policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
+        self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
+        self.gec_render = build.error_correction_renderer(cfg)
+        opt = build.build_optimizer(cfg, self.model, self.device)
+        self.optimizer, self.scheduler, self.lam, self.token_budget = opt.optimizer, opt.scheduler, opt.lam, opt.token_budget
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
@@ -123,7 +85,7 @@ class Trainer:
             if ckpt is None:
                 raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                    **scaling.checkpoint_loaders(self))
+                                    **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
             self.step, self.sampler.position = state.step, state.data_position
             self.saved_step = state.step
             if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
@@ -134,15 +96,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             save_yaml(cfg, self.run_dir / "config.yaml")
-        r = cfg.record
-        self.recorder = NullRecorder() if not self.dist.is_main else make_recorder(
-            self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
-            health=cfg.health, resume_step=self.step if self.resume_dir else None,
-            samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
-        self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                                     top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
-                                     stop=tuple(cfg.rollout.stop), repetition_penalty=cfg.rollout.repetition_penalty)
-        self.engine = scaling.make_engine(self)  # vLLM / async sampler, or None for the plain hf loop
+        self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
+        self.params = build.sampling_params(cfg.rollout)
+        self.engine = scaling.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
+                                          (self._sample_async, self.sampler.next_batch))  # vLLM / async, or None (hf)
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
@@ -210,7 +167,7 @@ class Trainer:
             batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
             need_old, need_ref, want_entropy = needed_logprobs(settings)
             old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
-            ref_logp = scaling.reference_logprobs(self, batch) if need_ref else None
+            ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
         extra: dict[str, float] = {}
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
@@ -283,9 +240,9 @@ class Trainer:
         An empty list (a rank with nothing to add while others sample) returns None."""
         ro = None
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
-            prompts, ro = scaling.next_prompts(self, prompts, group_size)
+            prompts, ro = scaling.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
         extra: dict[str, list] = {}
-        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self) as model:  # FSDP: ranks in step
+        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
             self.model.eval()
             if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
                 ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
@@ -305,6 +262,11 @@ class Trainer:
         return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
 
     # ------------------------------------------------------------------ helpers
+
+    def _sample_async(self, model, generator: torch.Generator, prompts) -> Any:
+        """One batch's episodes on ``model`` for the async sampler's thread (its own ``generator``)."""
+        with self.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
+            return self.episodes.run(self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params)
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
         """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, on the
@@ -335,7 +297,7 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        with scaling.sampling_model(self) as model:
+        with scaling.sampling_model(self.model, self.dist) as model:
             result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
                               max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
                               convention=self.cfg.reward.convention)
@@ -344,7 +306,7 @@ class Trainer:
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
-        hooks = scaling.checkpoint_writers(self)  # LoRA adapters, every rank's sampler state, FSDP gather
+        hooks = scaling.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
             card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
@@ -369,12 +331,6 @@ class Trainer:
 def train(cfg: Config, **kwargs: Any) -> dict[str, Any]:
     """Run GRPO with ``cfg``; keyword arguments go to ``Trainer``. Returns the summary."""
     return Trainer(cfg, **kwargs).train()
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _write_report(run_dir: Path) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import torch
 
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows
+from grpokit.rewards.inputs import reward_inputs, reward_prompts  # noqa: F401 (the loop's names for them)
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
 
@@ -148,7 +148,7 @@ def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
     reported (math_accuracy skips it), never silently scored."""
     if "math_accuracy" not in cfg.reward.functions:
         return
-    from grpokit.rewards import validate_gold_answers
+    from grpokit.rewards.math import validate_gold_answers  # lazy: sympy only for math_accuracy runs
 
     report = validate_gold_answers([r.get("answer") for r in rows])
     if report.num_valid == 0:
@@ -234,31 +234,6 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
     extra = {k: list(v) for k, v in out.items()
              if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")}
     return ro, extra
-
-
-def reward_prompts(prompts, group_size: int, convention: str = "grpokit") -> list:
-    """The ``prompts`` reward functions receive, one per completion: the text the model saw
-    (grpokit), or the prompt as the dataset holds it, chat messages included (TRL)."""
-    if convention == "trl":
-        return [p.raw if p.raw is not None else p.text for p in prompts for _ in range(group_size)]
-    return [p.text for p in prompts for _ in range(group_size)]
-
-
-def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
-    """What reward functions receive for a rollout: plain texts for single-turn completions (under
-    the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of
-    chat messages, as TRL's GRPOTrainer passes them); for episodes the whole conversation after the
-    prompt (a list of messages) and, when there is an environment, ``environments`` (one instance
-    per completion). ``prompts`` holds one ``Prompt`` per completion."""
-    if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
-        if convention == "trl" and prompts is not None:
-            return [[{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t
-                    for p, t in zip(prompts, texts)], {}
-        return texts, {}
-    extra = {}
-    if any(e.environment is not None for e in ro.episodes):
-        extra["environments"] = [e.environment for e in ro.episodes]
-    return [e.messages for e in ro.episodes], extra
 
 
 def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int) -> list[dict]:
