@@ -106,6 +106,13 @@ class _OneProcess:
     local_rows = gather_varlen = gather_rows
 
 
+# where the beta-weighted KL goes, by config name (algo.kl_placement): beta -> (beta in the reward, beta in the loss)
+KL_PLACEMENTS: dict[str, Callable[[float], tuple[float, float]]] = {
+    "loss": lambda beta: (0.0, beta),  # GRPO: beta * KL_k per token in the loss
+    "reward": lambda beta: (beta, 0.0),  # PPO / REINFORCE++: r -= beta * sum_t KL_k
+}
+
+
 def advantage_name(a) -> str:
     """The registered advantage estimator ``algo`` selects: ``algo.advantage`` when set, else the
     one its older fields name (supervision, credit, entropy_shaping), else the group family."""
@@ -139,7 +146,7 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
 def loss_settings(a) -> tuple[LossSettings, Normalisers]:
     """The objective's records from ``AlgoConfig`` (0 means "off" in the config, None here); the KL
     term is in the loss only with ``kl_placement=loss``."""
-    beta = a.beta if a.kl_placement == "loss" else 0.0
+    beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
     return LossSettings(
         ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg),
         KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
@@ -187,7 +194,7 @@ def reward_stage_names(s: StepSettings) -> list[str]:
     """The reward stages ``s`` turns on, in order: MO-GRPO's, then the KL in the reward."""
     a = s.algo
     return ["normalize_components"] * (s.component_weights is not None) + \
-        ["kl_in_reward"] * (a.kl_placement == "reward" and a.beta > 0)
+        ["kl_in_reward"] * (KL_PLACEMENTS[a.kl_placement](a.beta)[0] > 0)
 
 
 def advantage_stage_names(s: StepSettings) -> list[str]:

@@ -18,6 +18,7 @@ from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
+from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.registry import is_import_path, lookup, registered
 
 def _check(ok: bool, message: str) -> None:
@@ -127,7 +128,7 @@ def _algo_objective(cfg: Config) -> None:
     _check(a.aggregation != "lambda-grpo" or not t.fsdp,
            "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false")
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
-    _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
+    _one_of("algo.kl_placement", a.kl_placement, tuple(KL_PLACEMENTS))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
     _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
