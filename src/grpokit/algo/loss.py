@@ -325,14 +325,12 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
     }
 
 
-def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, objective: str = "clip", *,
-              clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None,
-              tau_pos: float = 1.0, tau_neg: float = 1.05) -> torch.Tensor:
-    """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``objective`` names
-    a registered objective (``clip_surrogate``, ``cispo_surrogate``, ``sapo_surrogate`` or a
-    plugin's, registry.py) or is ``module:function``."""
-    clip = ClipSettings(objective, clip_low, clip_high, dual_clip, "token", tau_pos, tau_neg)
-    return lookup("objective", objective)(ratio_NT, adv_NT, logp_NT, clip)
+def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor,
+              clip: ClipSettings = ClipSettings()) -> torch.Tensor:
+    """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``clip.objective``
+    names a registered objective (``clip_surrogate``, ``cispo_surrogate``, ``sapo_surrogate`` below, or
+    a plugin's, registry.py) or is ``module:function``."""
+    return lookup("objective", clip.objective)(ratio_NT, adv_NT, logp_NT, clip)
 
 
 @register_objective("clip")
