@@ -19,6 +19,7 @@ from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
+from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.registry import is_import_path, lookup, registered
 
 def _check(ok: bool, message: str) -> None:
@@ -41,9 +42,15 @@ def _registered(field: str, kind: str, name: str) -> None:
         _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
 
 
-def _check_estimator_pairs(cfg: Config) -> None:
-    """Pairs an advantage estimator would silently ignore (issue 25's combination table found them)."""
+def _check_stages(cfg: Config) -> None:
+    """The registered stages the config names, and the pairs an advantage estimator would silently
+    ignore (issue 25's combination table found them)."""
     a = cfg.algo
+    _registered("algo.objective", "objective", a.objective)
+    if a.advantage:
+        _registered("algo.advantage", "advantage", a.advantage)
+    for name in a.token_masks:
+        _registered("algo.token_masks", "token mask", name)
     if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
         _check(a.baseline == "group_mean" and a.scale == "group",
                f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
@@ -110,11 +117,7 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
-    _registered("algo.objective", "objective", a.objective)
-    if a.advantage:
-        _registered("algo.advantage", "advantage", a.advantage)
-    for name in a.token_masks:
-        _registered("algo.token_masks", "token mask", name)
+    _check_stages(cfg)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
     _check(a.objective == "clip" or a.dual_clip == 0,
@@ -126,7 +129,7 @@ def _algo_objective(cfg: Config) -> None:
     _check(a.aggregation != "lambda-grpo" or not t.fsdp,
            "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false")
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
-    _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
+    _one_of("algo.kl_placement", a.kl_placement, tuple(KL_PLACEMENTS))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
     _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
@@ -162,7 +165,6 @@ def _sampling_and_shaping(cfg: Config) -> None:
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
-    _check_estimator_pairs(cfg)
 
 
 def _algo_limits(cfg: Config) -> None:

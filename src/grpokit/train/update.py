@@ -18,7 +18,7 @@ from grpokit.config.sections import AlgoConfig, OptimConfig
 from .logprobs import completion_logprobs
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, loss_settings
-from grpokit.algo.settings import LossTensors
+from grpokit.algo.settings import LossSettings, LossTensors, Normalisers
 from grpokit.types import TokenBatch
 
 
@@ -126,6 +126,17 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
                                turn_ids=cut(inputs.turn_ids), seq_weights=shifted)
 
 
+def _objective(inputs: UpdateInputs, algo: AlgoConfig, norm_constant: float, dist) -> tuple[LossSettings, Normalisers]:
+    """The loss records of this update: the pipeline's (or, for a caller that built UpdateInputs by
+    hand, ``algo``'s), with the whole batch's sequence and token counts (over every rank)."""
+    num_tokens, num_sequences = float(inputs.loss_mask.sum().item()), float(inputs.batch.input_ids.shape[0])
+    if dist is not None:  # data parallel: every rank divides by the whole batch's counts
+        num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
+    settings, norms = (inputs.loss, inputs.norms) if inputs.loss is not None else loss_settings(algo)
+    return settings, dataclasses.replace(norms, num_sequences=num_sequences, num_tokens=num_tokens,
+                                         norm_constant=norms.norm_constant if inputs.norms is not None else norm_constant)
+
+
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
                   autocast=None, micro_batch_tokens: int = 0) -> dict[str, float]:
@@ -138,13 +149,8 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     """
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
-    num_tokens = float(inputs.loss_mask.sum().item())
-    num_sequences = float(N)
-    if dist is not None:  # data parallel: every rank divides by the whole batch's counts
-        num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
-    settings, norms = (inputs.loss, inputs.norms) if inputs.loss is not None else loss_settings(algo)
-    norms = dataclasses.replace(norms, num_sequences=num_sequences, num_tokens=num_tokens,
-                                norm_constant=norms.norm_constant if inputs.norms is not None else norm_constant)
+    settings, norms = _objective(inputs, algo, norm_constant, dist)
+    num_tokens = norms.num_tokens
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
