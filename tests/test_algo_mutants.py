@@ -143,19 +143,20 @@ def test_tis_cap_boundary_metrics_and_a_single_token():
     assert m["tis/ratio_max"] == pytest.approx(0.5)  # a real token's ratio, even below 1
 
 
-# ---------------------------------------------------------------- objectives through the keyword adapter
+# ---------------------------------------------------------------- objectives through the registry (ClipSettings)
 
 
 def test_surrogate_adapter_clip_dual_clip_and_cispo():
     from grpokit.algo.loss import surrogate
+    from grpokit.algo.settings import ClipSettings
 
     ratio, adv, logp = torch.tensor([[1.5, 4.0]]), torch.tensor([[1.0, -1.0]]), torch.tensor([[-1.0, -1.0]])
     # clip 0.2 / 0.3: token 0 min(1.5 * 1, clamp(1.5, 0.8, 1.3) * 1) = 1.3; token 1 min(-4, -1.3) = -4
-    assert torch.allclose(surrogate(ratio, adv, logp, clip_low=0.2, clip_high=0.3), torch.tensor([[1.3, -4.0]]))
+    assert torch.allclose(surrogate(ratio, adv, logp, ClipSettings(clip_low=0.2, clip_high=0.3)), torch.tensor([[1.3, -4.0]]))
     # dual clip 3 bounds the negative-advantage token from below: max(-4, 3 * -1) = -3
-    assert torch.allclose(surrogate(ratio, adv, logp, dual_clip=3.0), torch.tensor([[1.2, -3.0]]))
+    assert torch.allclose(surrogate(ratio, adv, logp, ClipSettings(dual_clip=3.0)), torch.tensor([[1.2, -3.0]]))
     # CISPO: sg(min(rho, 1 + clip_high)) * A * logp: [1.2 * 1 * -1, 1.2 * -1 * -1]
-    assert torch.allclose(surrogate(ratio, adv, logp, "cispo"), torch.tensor([[-1.2, 1.2]]))
+    assert torch.allclose(surrogate(ratio, adv, logp, ClipSettings(objective="cispo")), torch.tensor([[-1.2, 1.2]]))
 
 
 # ---------------------------------------------------------------- step tensors of GiGPO / GAGPO episodes

@@ -18,7 +18,8 @@ interpreter waits for it forever (the run "finishes" but the process never exits
 
 Exceptions that would end a process (``SystemExit`` from ``sys.exit(3)``, ``KeyboardInterrupt`` raised by
 the function itself) are the call's failure, not the run's; a real Ctrl-C during the call still stops
-the run, because the SIGINT handler installed for the call marks it as real.
+the run, because the SIGINT handler installed for the call marks it as real (and hands it to the
+handler it replaced, such as the training loop's graceful stop, which finishes the step first).
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def _call_in_main_thread(fn: Callable[..., Any], args: tuple, timeout_s: float) 
 
     def on_sigint(signum, frame):  # a real Ctrl-C: remembered, so the run stops after the call unwinds
         interrupted.append(True)
+        if callable(old_int) and old_int is not signal.default_int_handler:
+            old_int(signum, frame)  # the loop's graceful stop: the call and the step finish, then a checkpoint
+            return
         raise KeyboardInterrupt()
 
     old_alarm = signal.signal(signal.SIGALRM, on_alarm)

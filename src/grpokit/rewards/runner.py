@@ -147,9 +147,15 @@ class RewardRunner:
         self.max_logged_errors = max_logged_errors
         self._logged: dict[str, int] = {n: 0 for n in names}
         self._in_process = [self._runs_in_process(spec, num_workers) for spec in self.specs]
-        needs_pool = num_workers > 0 and not all(self._in_process)
-        self._pool = WorkerPool(num_workers, name="reward") if needs_pool else None
+        self._num_workers = num_workers if num_workers > 0 and not all(self._in_process) else 0
+        self._pool: WorkerPool | None = None
+        self.reopen()
         self._caller = InProcessCaller()
+
+    def reopen(self) -> None:
+        """Start the worker processes again after ``close()`` (TRL's ``evaluate()`` after ``train()``)."""
+        if self._num_workers and self._pool is None:
+            self._pool = WorkerPool(self._num_workers, name="reward")
 
     def _runs_in_process(self, spec: RewardSpec, num_workers: int) -> bool:
         if num_workers == 0:

@@ -10,7 +10,6 @@ plus ``eval_runtime``, ``eval_samples_per_second`` and ``eval_steps_per_second``
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import time
 from typing import Any
 
@@ -60,8 +59,7 @@ def evaluate(trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: st
     start, per_batch, sums = time.perf_counter(), max(1, batch_size // G), {}
     batches = [prompts[s:s + per_batch] for s in range(0, len(prompts), per_batch)]
     was_training = trainer.model.training
-    if getattr(trainer.runner._threads, "_shutdown", False):  # evaluate() after train(): the loop closed the runner's threads
-        trainer.runner._threads = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
+    trainer.runner.reopen()  # evaluate() after train(): the loop closed the runner's workers
     for chunk in batches:
         for key, value in eval_batch_metrics(trainer, chunk, G).items():
             sums.setdefault(key, []).append(value)
