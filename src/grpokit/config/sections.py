@@ -155,6 +155,12 @@ class RolloutConfig:
     """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
     tis_cap: float = 2.0
     """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    mismatch_mask: str = "none"
+    """Sampler/trainer mismatch masking: "none", "token" (IcePop: a token whose pi_old / pi_sampler is outside [mismatch_low, mismatch_high] leaves the gradient) or "sequence" (MIS: a completion whose geometric-mean ratio is outside leaves it whole); applies with every engine, on top of TIS where TIS applies."""
+    mismatch_low: float = 0.5
+    """Lower bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (0 < low <= 1)."""
+    mismatch_high: float = 2.0
+    """Upper bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (>= 1)."""
     async_staleness: int = 0
     """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
 

@@ -218,7 +218,7 @@ class Trainer:
         with timer("update"):
             batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
             want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none"
-            need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.uses_tis(cfg)
+            need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.corrects_mismatch(cfg)
             old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
             ref_logp = scaling.reference_logprobs(self, batch) if a.beta > 0 else None
 
@@ -247,8 +247,8 @@ class Trainer:
             advantages, eda_metrics = entropy_scaled_advantages(advantages, ent_N, self.dist.gather_rows(ent_N).mean(),
                                                                 a.entropy_advantage_max_scale or None)
             extra.update(eda_metrics)
-        if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
-            advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
+        if scaling.corrects_mismatch(cfg):  # TIS / IcePop / MIS: the sampler was not exactly pi_old (numerics, stale weights)
+            advantages, tis_metrics = scaling.corrected_advantages(cfg, advantages, old_logp, ro, batch)
             extra.update(tis_metrics)
 
         loss_mask = batch.completion_mask
@@ -262,7 +262,9 @@ class Trainer:
             inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
                                   ref_logp if a.kl_placement == "loss" else None,
                                   wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None,
-                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None)
+                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None,
+                                  sampler_logp=scaling.sampler_logprobs(ro, batch), sampler_mask=scaling.sampler_mask(ro, batch),
+                                  mismatch_bounds=(r.mismatch_low, r.mismatch_high))
             algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
             for _ in range(a.num_iterations):
                 if self.lam is not None:

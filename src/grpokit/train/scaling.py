@@ -18,7 +18,7 @@ from grpokit.config.sections import Config, ConfigError
 from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
 from grpokit.rollout.lockstep import lockstep
-from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
+from grpokit.algo.tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
 
 if TYPE_CHECKING:
     from .loop import Trainer
@@ -58,6 +58,34 @@ def uses_tis(cfg: Config) -> bool:
     """TIS applies when the sampler is not the trainer's own forward: vLLM, or stale async samples."""
     r = cfg.rollout
     return r.tis_cap > 0 and (r.backend != "hf" or r.async_staleness > 0)
+
+
+def corrects_mismatch(cfg: Config) -> bool:
+    """The loss is corrected for the sampler (TIS or mismatch masking), so pi_old is computed first."""
+    return uses_tis(cfg) or cfg.rollout.mismatch_mask != "none"
+
+
+def sampler_logprobs(rollout, batch) -> torch.Tensor:
+    """``(N, T)`` the sampler's logprobs of the batch's completion tokens, 0 where it gave none."""
+    return pad_sampling_logprobs(rollout.sampling_logprobs, batch.width).to(batch.completion_mask.device)
+
+
+def sampler_mask(rollout, batch) -> torch.Tensor:
+    """``(N, T)`` tokens whose sampler logprob is real: the model's tokens of rows the sampler scored."""
+    return batch.completion_mask * sampled_rows(rollout.sampling_logprobs).to(batch.completion_mask)[:, None]
+
+
+def corrected_advantages(cfg: Config, advantages: torch.Tensor, old_logp, rollout, batch):
+    """Per-token advantages with TIS weights and the mismatch mask applied, and their metrics."""
+    r, metrics = cfg.rollout, {}
+    adv_NT = advantages[:, None] if advantages.dim() == 1 else advantages
+    if uses_tis(cfg):
+        adv_NT, metrics = tis_advantages(advantages, old_logp, rollout, batch, r.tis_cap)
+    if r.mismatch_mask != "none":  # IcePop / MIS: tokens or rows the sampler disagrees on leave the gradient
+        keep_NT, m = mismatch_mask(old_logp, sampler_logprobs(rollout, batch), sampler_mask(rollout, batch),
+                                   r.mismatch_mask, r.mismatch_low, r.mismatch_high)
+        adv_NT, metrics = adv_NT * keep_NT.to(adv_NT.device), {**metrics, **m}
+    return adv_NT, metrics
 
 
 def reference_logprobs(tr: Trainer, batch) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 from grpokit.config.sections import AlgoConfig, OptimConfig
 from .logprobs import completion_logprobs
 from grpokit.algo.loss import policy_loss
+from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.types import TokenBatch
 
 
@@ -54,6 +55,21 @@ class UpdateInputs:
     ref_logp: torch.Tensor | None  # (N, T) when beta > 0
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
     seq_weights: Callable[[slice], torch.Tensor] | None = None  # rows -> (n,) lambda-GRPO weights (aggregation="lambda-grpo")
+    sampler_logp: torch.Tensor | None = None  # (N, T) the sampler's logprobs: mismatch/* metrics when given
+    sampler_mask: torch.Tensor | None = None  # (N, T) tokens whose sampler logprob is real (None: completion_mask)
+    mismatch_bounds: tuple[float, float] = (0.5, 2.0)  # ratio range counted as matching (mismatch/outside_fraction)
+
+
+def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
+    """Add one micro-batch's sampler/trainer mismatch sums to ``acc``. ``old_logp`` is pi_old of the
+    rows (the trainer's pass before this step's optimizer update, or this forward's own detached
+    values when no separate pass ran), so measuring costs no extra forward."""
+    if inputs.sampler_logp is None:
+        return
+    mask = inputs.sampler_mask[rows] if inputs.sampler_mask is not None else mb.completion_mask
+    low, high = inputs.mismatch_bounds
+    for k, v in mismatch_sums(old_logp, inputs.sampler_logp[rows].to(old_logp.device), mask.to(old_logp.device), low, high).items():
+        acc[k] = max(acc.get(k, 0.0), v) if k.endswith("_max") else acc.get(k, 0.0) + v
 
 
 def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
@@ -140,6 +156,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
+    mismatch: dict[str, float] = {}
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
@@ -168,16 +185,20 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         # entropy over every completion token, also those a variant leaves out of the loss
         ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
         ent_tok += float(mb.completion_mask.sum().item())
+        _add_mismatch(mismatch, inputs, rows, old, mb)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
+        mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
+    if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
+        metrics.update(mismatch_metrics(mismatch))
     if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
         metrics["skipped_nonfinite"] = 1.0
