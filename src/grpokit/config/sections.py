@@ -343,6 +343,8 @@ class TrainConfig:
     it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
     quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
+    packing: str = "auto"
+    """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

@@ -53,6 +53,7 @@ def validate(cfg: Config) -> Config:
     _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
     _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _check(cfg.train.packing in ("auto", "packed", "padded"), f"train.packing={cfg.train.packing!r} must be one of auto, packed, padded")
     _check(r.mismatch_mask in ("none", "token", "sequence"),
            f"rollout.mismatch_mask={r.mismatch_mask!r} must be one of none, token, sequence")
     _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")

@@ -105,6 +105,7 @@ class Trainer:
         # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
         self.autocast = scaling.autocast_factory(m, self.device, self.model)
+        self.packed = t.packing == "packed" or (t.packing == "auto" and self.device.type == "cuda")
         self.dist.broadcast_params(self.model)
         if t.fsdp:
             distributed.fully_shard_model(self.model)
@@ -273,7 +274,7 @@ class Trainer:
                                     temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                     norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
                                     autocast=self.autocast,
-                                    micro_batch_tokens=self.token_budget)
+                                    micro_batch_tokens=self.token_budget, packed=self.packed)
                 if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                     extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
@@ -351,7 +352,7 @@ class Trainer:
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
         with self.autocast():
             parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
-                                         with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
+                                         with_entropy=entropy, packed=self.packed) for s in range(0, batch.input_ids.shape[0], mbs)]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:

@@ -138,13 +138,14 @@ def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens:
 
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
-                  autocast=None, micro_batch_tokens: int = 0) -> dict[str, float]:
+                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False) -> dict[str, float]:
     """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
 
     Micro-batches hold at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (0: no
     limit); their gradients add up to the whole batch's, since every normaliser is the batch's own.
     ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
     summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
+    ``packed``: padding-free forwards (packing.py; same values as padded).
     """
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
@@ -161,7 +162,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
             logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
-                                                entropy_grad=algo.entropy_coef != 0.0)
+                                                entropy_grad=algo.entropy_coef != 0.0, packed=packed)
         old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
         ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
         mask = inputs.loss_mask[rows]
