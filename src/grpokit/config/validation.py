@@ -53,11 +53,7 @@ def validate(cfg: Config) -> Config:
     _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
     _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
-    _check(cfg.train.packing in ("auto", "packed", "padded"), f"train.packing={cfg.train.packing!r} must be one of auto, packed, padded")
-    _check(r.mismatch_mask in ("none", "token", "sequence"),
-           f"rollout.mismatch_mask={r.mismatch_mask!r} must be one of none, token, sequence")
-    _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
-    _check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")
+    _check_performance(cfg)
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
@@ -166,6 +162,15 @@ def validate(cfg: Config) -> Config:
     if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
         _check(Path(m.name_or_path).is_dir(), f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo")
     return cfg
+
+
+def _check_performance(cfg: Config) -> None:
+    """The padding-free, mismatch and memory fields (issue 28)."""
+    r = cfg.rollout
+    _one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
+    _one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
+    _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
+    _check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")
 
 
 def _looks_like_path(s: str) -> bool:

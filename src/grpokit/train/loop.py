@@ -105,7 +105,6 @@ class Trainer:
         # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
         self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
         self.autocast = scaling.autocast_factory(m, self.device, self.model)
-        self.packed = t.packing == "packed" or (t.packing == "auto" and self.device.type == "cuda")
         self.dist.broadcast_params(self.model)
         if t.fsdp:
             distributed.fully_shard_model(self.model)
@@ -263,9 +262,7 @@ class Trainer:
             inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
                                   ref_logp if a.kl_placement == "loss" else None,
                                   wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None,
-                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None,
-                                  sampler_logp=scaling.sampler_logprobs(ro, batch), sampler_mask=scaling.sampler_mask(ro, batch),
-                                  mismatch_bounds=(r.mismatch_low, r.mismatch_high))
+                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None, **scaling.mismatch_inputs(r, ro, batch))
             algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
             for _ in range(a.num_iterations):
                 if self.lam is not None:
@@ -344,6 +341,11 @@ class Trainer:
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
+
+    @property
+    def packed(self) -> bool:
+        """Padding-free passes (train.packing; auto: on CUDA, where padding costs the most)."""
+        return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
 
     @torch.no_grad()
     def _logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -75,6 +75,12 @@ def sampler_mask(rollout, batch) -> torch.Tensor:
     return batch.completion_mask * sampled_rows(rollout.sampling_logprobs).to(batch.completion_mask)[:, None]
 
 
+def mismatch_inputs(r, rollout, batch) -> dict[str, Any]:
+    """``UpdateInputs`` fields that make the update measure the sampler/trainer mismatch."""
+    return {"sampler_logp": sampler_logprobs(rollout, batch), "sampler_mask": sampler_mask(rollout, batch),
+            "mismatch_bounds": (r.mismatch_low, r.mismatch_high)}
+
+
 def corrected_advantages(cfg: Config, advantages: torch.Tensor, old_logp, rollout, batch):
     """Per-token advantages with TIS weights and the mismatch mask applied, and their metrics."""
     r, metrics = cfg.rollout, {}
