@@ -343,6 +343,8 @@ class TrainConfig:
     it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
     quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
+    memory_plan: str = "auto"
+    """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither (model.gradient_checkpointing still applies)."""
     packing: str = "auto"
     """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
     seed: int = 0

@@ -168,6 +168,7 @@ def _check_performance(cfg: Config) -> None:
     """The padding-free, mismatch and memory fields (issue 28)."""
     r = cfg.rollout
     _one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
+    _one_of("train.memory_plan", cfg.train.memory_plan, ("auto", "manual"))
     _one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
     _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
     _check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")

@@ -35,6 +35,7 @@ from grpokit.config.validation import validate
 from grpokit.data.prompts import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
+from .memory import cuda_provider
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from . import distributed, kernels, scaling, wiring
 from grpokit.rollout import gec
@@ -110,9 +111,10 @@ class Trainer:
             distributed.fully_shard_model(self.model)
         self.eos = eos_ids(self.tokenizer, self.model)
         self.gec_render = gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
+        self.memory_plan = scaling.apply_memory_plan(self)  # activation checkpointing, reference offload (memory.py)
         self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
             self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
-            next(self.model.parameters()).element_size(), t.micro_batch_tokens)
+            next(self.model.parameters()).element_size(), t.micro_batch_tokens, self.memory_plan.checkpointing)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
         a = cfg.algo  # lambda-GRPO: a learnable lambda with its own optimizer (lambda_grpo.py)
         self.lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
@@ -204,7 +206,7 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
         G = r.group_size
-        self._timer = timer = wiring.Timer()
+        self._timer = timer = wiring.Timer(cuda_provider(self.device))
 
         sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, G,  # 1-3. prompts, rollout, rewards
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,

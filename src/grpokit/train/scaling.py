@@ -24,6 +24,37 @@ if TYPE_CHECKING:
     from .loop import Trainer
 
 
+def apply_memory_plan(tr: Trainer):
+    """Choose activation checkpointing and reference offload (memory.py) and apply them; one line
+    says what and why when something was chosen. ``train.memory_plan="manual"``: nothing changes."""
+    from .memory import MemoryPlan, plan_memory
+    from .models import enable_checkpointing
+    from .update import activation_memory_mb, per_token_bytes
+
+    cfg, model = tr.cfg, tr.model
+    if cfg.train.memory_plan == "manual" or tr.dist.fsdp:
+        return MemoryPlan(cfg.model.gradient_checkpointing, False, [])
+    params = list(model.parameters())
+    value = params[0].element_size()
+    rows = cfg.train.micro_batch_size or cfg.train.prompts_per_step // tr.dist.world_size * cfg.rollout.group_size
+    max_len = max((len(p.ids) for p in tr.prompts), default=0) + cfg.rollout.max_new_tokens
+    device_bytes = torch.cuda.get_device_properties(tr.device).total_memory if tr.device.type == "cuda" else 0
+    plan = plan_memory(per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),
+                       checkpointed_token_bytes=per_token_bytes(model.config, value, checkpointed=True),
+                       budget_mb=activation_memory_mb(cfg.train.activation_memory_mb, tr.device), rows=rows, max_len=max_len,
+                       param_bytes=sum(p.numel() * p.element_size() for p in params),
+                       trainable_bytes=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
+                       reference_copy=tr.ref_model is not None, device_bytes=device_bytes)
+    if plan.checkpointing:
+        enable_checkpointing(model)
+    if plan.offload_reference:
+        tr.ref_model.to("cpu")
+    if plan.reasons and tr.dist.is_main:
+        print(plan.line(), flush=True)
+    plan.checkpointing = plan.checkpointing or cfg.model.gradient_checkpointing
+    return plan
+
+
 def check_world(cfg: Config, ctx: DistContext) -> None:
     """Settings that cannot work with ``ctx.world_size`` ranks, each as one sentence."""
     t, k = cfg.train, ctx.world_size
@@ -96,6 +127,12 @@ def corrected_advantages(cfg: Config, advantages: torch.Tensor, old_logp, rollou
 
 def reference_logprobs(tr: Trainer, batch) -> torch.Tensor:
     """log pi_ref of the batch: the frozen copy, or (LoRA) the same model with adapters disabled."""
+    if tr.ref_model is not None and tr.memory_plan.offload_reference:  # kept on CPU between its passes
+        tr.ref_model.to(tr.device)
+        try:
+            return tr._logprobs(tr.ref_model, batch)[0]
+        finally:
+            tr.ref_model.to("cpu")
     if tr.ref_model is not None:
         return tr._logprobs(tr.ref_model, batch)[0]
     return lora.reference_logprobs(tr.model, lambda: tr._logprobs(tr.model, batch)[0])

@@ -115,23 +115,34 @@ def activation_memory_mb(setting: int, device: torch.device) -> int:
     return CPU_ACTIVATION_MB
 
 
-def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0) -> int:
-    """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
-    ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
+def per_token_bytes(model_config, bytes_per_value: int, checkpointed: bool = False) -> int:
+    """Activation bytes one token keeps for backward (0: an unknown shape).
 
-    A Llama-style layer keeps about 10 x hidden + 4 x intermediate values per token for its backward
-    (norm inputs and outputs, q/k/v, attention output, residuals, gate, up, activation, product).
-    Example: hidden 512, intermediate 1536, 8 layers, float32 -> 11,264 values x 8 x 4 B = 352 KiB a
-    token, so 512 MB holds 1,489 tokens.
+    A Llama-style layer keeps about 10 x hidden + 4 x intermediate values per token (norm inputs and
+    outputs, q/k/v, attention output, residuals, gate, up, activation, product). Checkpointed, each
+    layer keeps only its input (hidden values) and one layer at a time is recomputed in full.
     """
-    if not memory_mb:
-        return max_tokens
     hidden = getattr(model_config, "hidden_size", None) or getattr(model_config, "n_embd", 0)
     layers = getattr(model_config, "num_hidden_layers", None) or getattr(model_config, "n_layer", 0)
     if not hidden or not layers:
-        return max_tokens  # an unknown shape: no estimate
+        return 0
     inter = getattr(model_config, "intermediate_size", None) or 4 * hidden
-    per_token = (10 * hidden + 4 * inter) * layers * bytes_per_value
+    layer = 10 * hidden + 4 * inter
+    return (hidden * layers + layer if checkpointed else layer * layers) * bytes_per_value
+
+
+def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0, checkpointed: bool = False) -> int:
+    """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
+    ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
+
+    Example: hidden 512, intermediate 1536, 8 layers, float32 -> 11,264 values x 8 x 4 B = 352 KiB a
+    token, so 512 MB holds 1,489 tokens (``per_token_bytes``; ``checkpointed``: its smaller figure).
+    """
+    if not memory_mb:
+        return max_tokens
+    per_token = per_token_bytes(model_config, bytes_per_value, checkpointed)
+    if not per_token:
+        return max_tokens  # an unknown shape: no estimate
     fit = max(1, memory_mb * 2**20 // per_token)
     return min(max_tokens, fit) if max_tokens else fit
 
