@@ -46,7 +46,7 @@ from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.algo.lambda_grpo import LearnableLambda
 from grpokit.algo.loss import entropy_token_mask
 from grpokit.types import Prompt
-from .update import UpdateInputs, activation_memory_mb, make_optimizer, policy_update, token_budget
+from .update import UpdateInputs, make_optimizer, policy_update
 
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
@@ -111,10 +111,7 @@ class Trainer:
             distributed.fully_shard_model(self.model)
         self.eos = eos_ids(self.tokenizer, self.model)
         self.gec_render = gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
-        self.memory_plan = scaling.apply_memory_plan(self)  # activation checkpointing, reference offload (memory.py)
-        self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
-            self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
-            next(self.model.parameters()).element_size(), t.micro_batch_tokens, self.memory_plan.checkpointing)
+        self.memory_plan, self.token_budget = scaling.apply_memory_plan(self)  # checkpointing, reference offload, tokens per micro-batch
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
         a = cfg.algo  # lambda-GRPO: a learnable lambda with its own optimizer (lambda_grpo.py)
         self.lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \

@@ -26,14 +26,20 @@ if TYPE_CHECKING:
 
 def apply_memory_plan(tr: Trainer):
     """Choose activation checkpointing and reference offload (memory.py) and apply them; one line
-    says what and why when something was chosen. ``train.memory_plan="manual"``: nothing changes."""
+    says what and why when something was chosen. ``train.memory_plan="manual"``: nothing changes.
+    Returns ``(plan, tokens per micro-batch of the update)`` (0: no cap; FSDP ranks take none)."""
     from .memory import MemoryPlan, plan_memory
     from .models import enable_checkpointing
-    from .update import activation_memory_mb, per_token_bytes
+    from .update import activation_memory_mb, per_token_bytes, token_budget
 
     cfg, model = tr.cfg, tr.model
-    if cfg.train.memory_plan == "manual" or tr.dist.fsdp:
-        return MemoryPlan(cfg.model.gradient_checkpointing, False, [])
+    t = cfg.train
+    budget = lambda plan: 0 if t.fsdp else token_budget(model.config, activation_memory_mb(t.activation_memory_mb, tr.device),
+                                                        next(model.parameters()).element_size(), t.micro_batch_tokens,
+                                                        plan.checkpointing)
+    if t.memory_plan == "manual" or t.fsdp:
+        plan = MemoryPlan(cfg.model.gradient_checkpointing, False, [])
+        return plan, budget(plan)
     params = list(model.parameters())
     value = params[0].element_size()
     rows = cfg.train.micro_batch_size or cfg.train.prompts_per_step // tr.dist.world_size * cfg.rollout.group_size
@@ -52,7 +58,7 @@ def apply_memory_plan(tr: Trainer):
     if plan.reasons and tr.dist.is_main:
         print(plan.line(), flush=True)
     plan.checkpointing = plan.checkpointing or cfg.model.gradient_checkpointing
-    return plan
+    return plan, budget(plan)
 
 
 def check_world(cfg: Config, ctx: DistContext) -> None:
