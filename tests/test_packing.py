@@ -107,3 +107,35 @@ def test_trainer_step_packed_matches_padded(tmp_path):
         out[mode] = tr.train_step()
     for key in ("loss", "grad_norm", "entropy", "mismatch/logp_abs_diff_mean"):  # float32: summation order only
         assert abs(out["packed"][key] - out["padded"][key]) <= 1e-4 * max(1.0, abs(out["padded"][key])), key
+
+
+def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float64(monkeypatch):
+    import grpokit.train.logprobs as L
+
+    # force the memory-flat head: every chunk of 4 positions recomputed in backward, never (K, V) at once
+    monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)
+    monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 4 * 16)  # V = 16: 4 positions per chunk
+    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    m = batch.completion_mask.double()
+    model = _models()[0]
+    rows = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda mod, a, o: rows.append(o.shape[0]))
+    out = {}
+    for packed in (True, False):
+        model.zero_grad()
+        lp, _ = completion_logprobs(model, batch, packed=packed)
+        (lp * m).sum().backward()
+        out[packed] = (lp.detach() * m, _grads(model))
+    hook.remove()
+    assert max(rows) == 4  # forward and recompute: 4 positions x 16 logits at a time
+    # the reference: the model's full (N, L, V) logits, log-softmax, gather
+    model.zero_grad()
+    T = batch.width
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+    ref = torch.log_softmax(logits[:, -T - 1:-1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    (ref * m).sum().backward()
+    for packed in (True, False):
+        assert torch.allclose(out[packed][0], ref.detach() * m, atol=1e-12, rtol=0)
+        for a, b in zip(out[packed][1], _grads(model)):
+            assert torch.allclose(a, b, atol=1e-9, rtol=1e-9)

@@ -197,7 +197,7 @@ SMALL_LOGITS_ELEMENTS = 1 << 20
 
 
 def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
-    z = logits.float()
+    z = logits if logits.dtype == torch.float64 else logits.float()  # half precision: log-softmax in float32
     logp_all = torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
     logp = logp_all.gather(-1, targets[..., None])[..., 0]
     ent = None
