@@ -57,7 +57,7 @@ def _sync(device):
 
 
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
-    import grpokit.train as gt
+    import grpokit.train.loop as gt  # the loop module: its generate is the one train_step calls
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
 

@@ -1,15 +1,17 @@
 """The Trainer's scaling hooks in one place: LoRA reference, mixed precision, data parallel, engines.
 
-Each function here is a few lines the loop in train.py calls at one point; keeping them out of the
-loop keeps train.py readable top to bottom. None of them holds math: the TIS weights live in
-tis.py, the distributed reductions in distributed.py, the adapters in lora.py.
+Each function here is a few lines the loop (train/loop.py) calls at one point; keeping them out of
+the loop keeps it readable top to bottom. Each takes the few objects it needs (model, sampling
+settings, device, distributed context, config sections), never the Trainer, so an engine or a
+checkpoint hook can be built and tested without one. None of them holds math: the TIS weights live
+in algo/tis.py, the distributed reductions in distributed.py, the adapters in lora.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import torch
 
@@ -18,10 +20,7 @@ from grpokit.config.sections import Config, ConfigError
 from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
 from grpokit.rollout.lockstep import lockstep
-from grpokit.algo.tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
-
-if TYPE_CHECKING:
-    from .loop import Trainer
+from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
 
 
 def apply_memory_plan(tr: Trainer):
@@ -32,8 +31,7 @@ def apply_memory_plan(tr: Trainer):
     from .models import enable_checkpointing
     from .update import activation_memory_mb, per_token_bytes, token_budget
 
-    cfg, model = tr.cfg, tr.model
-    t = cfg.train
+    cfg, model, t = tr.cfg, tr.model, tr.cfg.train
     budget = lambda plan: 0 if t.fsdp else token_budget(model.config, activation_memory_mb(t.activation_memory_mb, tr.device),
                                                         next(model.parameters()).element_size(), t.micro_batch_tokens,
                                                         plan.checkpointing)
@@ -42,12 +40,12 @@ def apply_memory_plan(tr: Trainer):
         return plan, budget(plan)
     params = list(model.parameters())
     value = params[0].element_size()
-    rows = cfg.train.micro_batch_size or cfg.train.prompts_per_step // tr.dist.world_size * cfg.rollout.group_size
+    rows = t.micro_batch_size or t.prompts_per_step // tr.dist.world_size * cfg.rollout.group_size
     max_len = max((len(p.ids) for p in tr.prompts), default=0) + cfg.rollout.max_new_tokens
     device_bytes = torch.cuda.get_device_properties(tr.device).total_memory if tr.device.type == "cuda" else 0
     plan = plan_memory(per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),
                        checkpointed_token_bytes=per_token_bytes(model.config, value, checkpointed=True),
-                       budget_mb=activation_memory_mb(cfg.train.activation_memory_mb, tr.device), rows=rows, max_len=max_len,
+                       budget_mb=activation_memory_mb(t.activation_memory_mb, tr.device), rows=rows, max_len=max_len,
                        param_bytes=sum(p.numel() * p.element_size() for p in params),
                        trainable_bytes=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
                        reference_copy=tr.ref_model is not None, device_bytes=device_bytes)
@@ -55,6 +53,7 @@ def apply_memory_plan(tr: Trainer):
         enable_checkpointing(model)
     if plan.offload_reference:
         tr.ref_model.to("cpu")
+        tr.ref_model.grpokit_offloaded = True  # scaling.reference_logprobs moves it in for its pass
     if plan.reasons and tr.dist.is_main:
         print(plan.line(), flush=True)
     plan.checkpointing = plan.checkpointing or cfg.model.gradient_checkpointing
@@ -83,12 +82,12 @@ def autocast_factory(m, device: torch.device, model: torch.nn.Module):
     return lambda: autocast_context(device, dtype)
 
 
-def sampling_model(tr: Trainer):
+def sampling_model(model, dist: DistContext):
     """A context giving the model to sample with: the model itself, or under FSDP a stand-in that
     keeps every rank's forward passes in step (rollout/lockstep.py says why)."""
-    if not tr.dist.fsdp:
-        return contextlib.nullcontext(tr.model)
-    return lockstep(tr.model, tr.dist.any_rank)
+    if not dist.fsdp:
+        return contextlib.nullcontext(model)
+    return lockstep(model, dist.any_rank)
 
 
 def uses_tis(cfg: Config) -> bool:
@@ -97,51 +96,18 @@ def uses_tis(cfg: Config) -> bool:
     return r.tis_cap > 0 and (r.backend != "hf" or r.async_staleness > 0)
 
 
-def corrects_mismatch(cfg: Config) -> bool:
-    """The loss is corrected for the sampler (TIS or mismatch masking), so pi_old is computed first."""
-    return uses_tis(cfg) or cfg.rollout.mismatch_mask != "none"
-
-
-def sampler_logprobs(rollout, batch) -> torch.Tensor:
-    """``(N, T)`` the sampler's logprobs of the batch's completion tokens, 0 where it gave none."""
-    return pad_sampling_logprobs(rollout.sampling_logprobs, batch.width).to(batch.completion_mask.device)
-
-
-def sampler_mask(rollout, batch) -> torch.Tensor:
-    """``(N, T)`` tokens whose sampler logprob is real: the model's tokens of rows the sampler scored."""
-    return batch.completion_mask * sampled_rows(rollout.sampling_logprobs).to(batch.completion_mask)[:, None]
-
-
-def mismatch_inputs(r, rollout, batch) -> dict[str, Any]:
-    """``UpdateInputs`` fields that make the update measure the sampler/trainer mismatch."""
-    return {"sampler_logp": sampler_logprobs(rollout, batch), "sampler_mask": sampler_mask(rollout, batch),
-            "mismatch_bounds": (r.mismatch_low, r.mismatch_high)}
-
-
-def corrected_advantages(cfg: Config, advantages: torch.Tensor, old_logp, rollout, batch):
-    """Per-token advantages with TIS weights and the mismatch mask applied, and their metrics."""
-    r, metrics = cfg.rollout, {}
-    adv_NT = advantages[:, None] if advantages.dim() == 1 else advantages
-    if uses_tis(cfg):
-        adv_NT, metrics = tis_advantages(advantages, old_logp, rollout, batch, r.tis_cap)
-    if r.mismatch_mask != "none":  # IcePop / MIS: tokens or rows the sampler disagrees on leave the gradient
-        keep_NT, m = mismatch_mask(old_logp, sampler_logprobs(rollout, batch), sampler_mask(rollout, batch),
-                                   r.mismatch_mask, r.mismatch_low, r.mismatch_high)
-        adv_NT, metrics = adv_NT * keep_NT.to(adv_NT.device), {**metrics, **m}
-    return adv_NT, metrics
-
-
-def reference_logprobs(tr: Trainer, batch) -> torch.Tensor:
-    """log pi_ref of the batch: the frozen copy, or (LoRA) the same model with adapters disabled."""
-    if tr.ref_model is not None and tr.memory_plan.offload_reference:  # kept on CPU between its passes
-        tr.ref_model.to(tr.device)
+def reference_logprobs(model, ref_model, batch, logprobs: Callable) -> torch.Tensor:
+    """log pi_ref of the batch: the frozen copy ``ref_model``, or (LoRA, ``ref_model`` None) the
+    policy ``model`` with adapters disabled; ``logprobs(model, batch)`` is the loop's no-grad pass."""
+    if ref_model is not None and getattr(ref_model, "grpokit_offloaded", False):  # on CPU between its passes
+        ref_model.to(batch.input_ids.device)
         try:
-            return tr._logprobs(tr.ref_model, batch)[0]
+            return logprobs(ref_model, batch)[0]
         finally:
-            tr.ref_model.to("cpu")
-    if tr.ref_model is not None:
-        return tr._logprobs(tr.ref_model, batch)[0]
-    return lora.reference_logprobs(tr.model, lambda: tr._logprobs(tr.model, batch)[0])
+            ref_model.to("cpu")
+    if ref_model is not None:
+        return logprobs(ref_model, batch)[0]
+    return lora.reference_logprobs(model, lambda: logprobs(model, batch)[0])
 
 
 def tis_advantages(advantages: torch.Tensor, old_logp, rollout, batch, cap: float):
@@ -152,56 +118,71 @@ def tis_advantages(advantages: torch.Tensor, old_logp, rollout, batch, cap: floa
     return adv_NT * w_NT, metrics
 
 
-def next_prompts(tr: Trainer, n: int, group_size: int):
+def next_prompts(engine, sampler, dist: DistContext, n: int, group_size: int):
     """``(prompts, rollout or None)``: an async prefetch, or this rank's slice of the next prompts."""
-    if tr.engine is not None and getattr(tr.engine, "prefetches", False):
-        return tr.engine.next_rollout(n, group_size)
-    k, w = tr.dist.rank, tr.dist.world_size
-    return tr.sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
+    if engine is not None and getattr(engine, "prefetches", False):
+        return engine.next_rollout(n, group_size)
+    k, w = dist.rank, dist.world_size
+    return sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
 
 
-def make_engine(tr: Trainer):
-    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (None: the hf loop)."""
-    r = tr.cfg.rollout
-    if r.backend in ("vllm", "vllm_server"):
-        from grpokit.rollout.vllm import make_vllm_engine
+def make_engine(cfg: Config, model, step: int, params, device: torch.device, dist: DistContext, run_dir: Path,
+                async_source: tuple[Callable, Callable] | None = None):
+    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (None: the hf loop),
+    holding the policy ``model`` after ``step`` updates. ``async_source`` is ``(sample, next_batch)``
+    for the async sampler (rollout/async_.py says what each does)."""
+    r = cfg.rollout
+    if r.backend == "vllm_server":
+        from grpokit.rollout.vllm_client import make_server_engine
 
-        return make_vllm_engine(tr)
+        engine = make_server_engine(r, params, run_dir, dist)
+        engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
+        return engine
+    if r.backend == "vllm":
+        from grpokit.rollout.vllm import make_colocated_engine
+
+        engine = make_colocated_engine(r, cfg.model, params, device, cfg.train.seed)
+        if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
+            engine.after_update(model, step)
+        return engine
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout
 
-        return AsyncRollout(tr, r.async_staleness)
+        sample, next_batch = async_source
+        return AsyncRollout(model, step, sample, next_batch, prompts_per_step=cfg.train.prompts_per_step,
+                            group_size=r.group_size, max_staleness=r.async_staleness, device=device, seed=cfg.train.seed)
     return None
 
 
 # ---------------------------------------------------------------- checkpoints
 
 
-def checkpoint_writers(tr: Trainer) -> dict[str, Any]:
-    """Keyword arguments for ``checkpoint.save``; collective parts run on every rank."""
+def checkpoint_writers(model, optimizer, generator: torch.Generator, dist: DistContext, m) -> dict[str, Any]:
+    """Keyword arguments for ``checkpoint.save`` (``m``: the model section); collective parts run on every rank."""
     hooks: dict[str, Any] = {}
-    states = tr.dist.gather_objects(tr.generator.get_state())
-    if tr.dist.active:
+    states = dist.gather_objects(generator.get_state())
+    if dist.active:
         hooks["sampler_states"] = states
-    if tr.dist.fsdp:
+    if dist.fsdp:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        full = get_model_state_dict(tr.model, options=opts)  # collective: every rank gathers, rank 0 keeps
-        hooks["optimizer_state"] = get_optimizer_state_dict(tr.model, tr.optimizer, options=opts)
+        full = get_model_state_dict(model, options=opts)  # collective: every rank gathers, rank 0 keeps
+        hooks["optimizer_state"] = get_optimizer_state_dict(model, optimizer, options=opts)
         hooks["write_model"] = lambda model, out: model.save_pretrained(out / "model", state_dict=full, safe_serialization=True)
-    elif tr.cfg.model.lora_rank:
-        hooks["write_model"] = lambda model, out: lora.save_model(model, out, tr.cfg.model.lora_save)
+    elif m.lora_rank:
+        hooks["write_model"] = lambda model, out: lora.save_model(model, out, m.lora_save)
     return hooks
 
 
-def checkpoint_loaders(tr: Trainer) -> dict[str, Any]:
-    """Keyword arguments for ``checkpoint.load``: every rank reads the whole checkpoint and keeps its part."""
-    if tr.cfg.model.lora_rank:
+def checkpoint_loaders(model, dist: DistContext, m) -> dict[str, Any]:
+    """Keyword arguments for ``checkpoint.load`` (``m``: the model section): every rank reads the whole
+    checkpoint and keeps its part."""
+    if m.lora_rank:
         return {"read_model": lambda model, path: lora.load_adapter(model, Path(path))}
-    if tr.dist.fsdp:
+    if dist.fsdp:
         return {"read_model": _fsdp_read_model,
-                "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(tr.model, optimizer, state)}
+                "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(model, optimizer, state)}
     return {}
 
 
