@@ -27,7 +27,7 @@ from .estimators import turn_ids  # importing estimators registers the built-in 
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from .registry import lookup, register_advantage_stage, register_reward_stage
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
-from .tis import pad_sampling_logprobs, tis_weights
+from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
 from grpokit.types import TokenBatch
 
 
@@ -42,6 +42,7 @@ class StepSettings:
     norm_constant: float = 1.0  # Dr. GRPO's C: algo.norm_constant or rollout.max_new_tokens
     dist: Any = None  # a distributed.DistContext; None: one process
     lam: Any = None  # lambda-GRPO's LearnableLambda (aggregation=lambda-grpo)
+    mismatch: tuple[str, float, float] = ("none", 0.5, 2.0)  # rollout.mismatch_mask, _low, _high (IcePop / MIS)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class UpdateInputs:
     loss: LossSettings | None = None  # None: built from the AlgoConfig passed to policy_update
     norms: Normalisers | None = None  # aggregation and norm_constant (counts are the update's)
     metrics: dict[str, float] = field(default_factory=dict)  # what the stages measured
+    sampler_logp: torch.Tensor | None = None  # (N, T) the sampler's logprobs: mismatch/* metrics when given
+    sampler_mask: torch.Tensor | None = None  # (N, T) tokens whose sampler logprob is real (None: completion_mask)
+    mismatch_bounds: tuple[float, float] = (0.5, 2.0)  # ratio range counted as matching (mismatch/outside_fraction)
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,7 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
     plugin stage gets all of them (its needs are unknown)."""
     a = s.algo
     entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none" or _plugged(a)
-    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis_cap > 0
+    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis_cap > 0 or s.mismatch[0] != "none"
     return old, a.beta > 0, entropy
 
 
@@ -176,7 +180,16 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
         tokens, advantages.to(mask.device), loss_mask, lp.old, lp.ref if loss.kl.beta else None,
         turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
         s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
-        loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics})
+        loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics},
+        *sampler_record(scored.rollout, tokens), s.mismatch[1:])
+
+
+def sampler_record(rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sampler_logp, sampler_mask)``, ``(N, T)`` each: the sampler's logprobs of the completion
+    tokens, and the model's tokens of rows the sampler scored (tis.sampled_rows)."""
+    mask = tokens.completion_mask
+    sampler = pad_sampling_logprobs(rollout.sampling_logprobs, tokens.width).to(mask.device)
+    return sampler, mask * sampled_rows(rollout.sampling_logprobs).to(mask)[:, None]
 
 
 @dataclass(frozen=True)
@@ -198,8 +211,10 @@ def reward_stage_names(s: StepSettings) -> list[str]:
 
 
 def advantage_stage_names(s: StepSettings) -> list[str]:
-    """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, then TIS."""
-    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis_cap > 0)
+    """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, TIS, then IcePop / MIS
+    masking."""
+    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis_cap > 0) + \
+        ["mismatch_mask"] * (s.mismatch[0] != "none")
 
 
 @register_reward_stage("normalize_components")
@@ -237,3 +252,11 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     sampler = pad_sampling_logprobs(ctx.scored.rollout.sampling_logprobs, tokens.width).to(old.device)
     w_NT, metrics = tis_weights(old, sampler, tokens.completion_mask, ctx.settings.tis_cap)
     return (advantages[:, None] if advantages.dim() == 1 else advantages).to(w_NT.device) * w_NT, metrics
+
+
+@register_advantage_stage("mismatch_mask")
+def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
+    disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""
+    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, *sampler_record(ctx.scored.rollout, ctx.tokens), *ctx.settings.mismatch)
+    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(keep_NT.device) * keep_NT, metrics

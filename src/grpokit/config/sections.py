@@ -155,6 +155,12 @@ class RolloutConfig:
     """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
     tis_cap: float = 2.0
     """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    mismatch_mask: str = "none"
+    """Sampler/trainer mismatch masking: "none", "token" (IcePop: a token whose pi_old / pi_sampler is outside [mismatch_low, mismatch_high] leaves the gradient) or "sequence" (MIS: a completion whose geometric-mean ratio is outside leaves it whole); applies with every engine, on top of TIS where TIS applies."""
+    mismatch_low: float = 0.5
+    """Lower bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (0 < low <= 1)."""
+    mismatch_high: float = 2.0
+    """Upper bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (>= 1)."""
     async_staleness: int = 0
     """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
 
@@ -350,6 +356,10 @@ class TrainConfig:
     it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
     quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
+    memory_plan: str = "auto"
+    """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither (model.gradient_checkpointing still applies)."""
+    packing: str = "auto"
+    """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

@@ -104,6 +104,7 @@ def _rollout(cfg: Config) -> None:
     _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _check_performance(cfg)
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
@@ -261,6 +262,16 @@ def _record_data(cfg: Config) -> None:
         _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")
     if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
         _check(Path(m.name_or_path).is_dir(), f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo")
+
+
+def _check_performance(cfg: Config) -> None:
+    """The padding-free, mismatch and memory fields (issue 28)."""
+    r = cfg.rollout
+    _one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
+    _one_of("train.memory_plan", cfg.train.memory_plan, ("auto", "manual"))
+    _one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
+    _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
+    _check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")
 
 
 def _looks_like_path(s: str) -> bool:

@@ -31,6 +31,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
+from .memory import cuda_provider
 from .models import load_tokenizer, quiet_transformers, resolve_device
 from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
@@ -77,7 +78,8 @@ class Trainer:
         self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model, self.device)
-        self.optimizer, self.scheduler, self.lam, self.token_budget = opt.optimizer, opt.scheduler, opt.lam, opt.token_budget
+        self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
+        self.memory_plan, self.token_budget = scaling.apply_memory_plan(self)  # checkpointing, reference offload, tokens per micro-batch
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
@@ -159,7 +161,7 @@ class Trainer:
         """One step through the stages: rollout and rewards, token batch and log-probabilities, the
         update's inputs (algo/pipeline.py: every variant's glue), mu optimizer steps, metrics."""
         cfg, a = self.cfg, self.cfg.algo
-        self._timer = timer = wiring.Timer()
+        self._timer = timer = wiring.Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
         settings = self._step_settings()
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
@@ -177,7 +179,7 @@ class Trainer:
                     upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
                                         temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                         norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                        micro_batch_tokens=self.token_budget)
+                                        micro_batch_tokens=self.token_budget, packed=self.packed)
                     self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
                     if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                         extra.update(self.lam.step(self.dist))
@@ -206,7 +208,8 @@ class Trainer:
         cfg, a = self.cfg, self.cfg.algo
         return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
                             cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
-                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam)
+                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam,
+                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high))
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
@@ -282,6 +285,11 @@ class Trainer:
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
 
+    @property
+    def packed(self) -> bool:
+        """Padding-free passes (train.packing; auto: on CUDA, where padding costs the most)."""
+        return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
+
     @torch.no_grad()
     def _logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
@@ -289,7 +297,7 @@ class Trainer:
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
         with self.autocast():
             parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
-                                         with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
+                                         with_entropy=entropy, packed=self.packed) for s in range(0, batch.input_ids.shape[0], mbs)]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:

@@ -94,13 +94,20 @@ def _prepare(model, cfg: ModelConfig):
     from .lora import add_adapters
 
     if cfg.gradient_checkpointing:
-        # transformers 5 renamed it; keep working on both sides of the rename
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
-        model.config.use_cache = False
+        enable_checkpointing(model)
     if cfg.lora_rank > 0:
         model = add_adapters(model, cfg)
     return model
+
+
+def enable_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward pass (also on a PEFT model)."""
+    # transformers 5 renamed it; keep working on both sides of the rename
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    model.config.use_cache = False
+    if hasattr(model, "peft_config"):  # frozen embeddings: the checkpointed layers' inputs need a gradient
+        model.enable_input_require_grads()
 
 
 def eos_ids(tokenizer, model) -> set[int]:

@@ -14,6 +14,7 @@ from grpokit.data.prompts import load_rows
 from grpokit.rewards.inputs import reward_inputs, reward_prompts  # noqa: F401 (the loop's names for them)
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
+from .memory import PhasePeaks
 
 TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
 
@@ -270,11 +271,13 @@ def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int
 
 
 class Timer:
-    """Seconds per named phase of one step (a phase may be entered several times)."""
+    """Seconds per named phase of one step (a phase may be entered several times), and with a
+    memory provider (memory.py, CUDA) the peak GPU memory per phase."""
 
-    def __init__(self):
+    def __init__(self, memory=None):
         self.spans: dict[str, float] = {}
         self.t0 = time.perf_counter()
+        self.memory = PhasePeaks(memory) if memory is not None else None
 
     def __call__(self, name: str):
         timer = self
@@ -282,9 +285,11 @@ class Timer:
         class _Span:
             def __enter__(self):
                 self.start = time.perf_counter()
+                timer.memory.enter(name) if timer.memory is not None else None
 
             def __exit__(self, *exc):
                 timer.spans[name] = timer.spans.get(name, 0.0) + time.perf_counter() - self.start
+                timer.memory.exit(name) if timer.memory is not None else None
 
         return _Span()
 
@@ -292,7 +297,8 @@ class Timer:
         return time.perf_counter() - self.t0
 
     def metrics(self) -> dict[str, float]:
-        return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total()}
+        return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total(),
+                **(self.memory.metrics() if self.memory is not None else {})}
 
 
 
