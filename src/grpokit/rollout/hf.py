@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from grpokit.data.vision import forward_kwargs
 from grpokit.types import Rollout
 from . import static
 
@@ -88,6 +89,7 @@ def generate(
     decode=None,
     engine: str = "auto",
     cuda_graphs: bool = True,
+    vision: list[dict] | None = None,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -105,10 +107,12 @@ def generate(
             ``"auto"`` picks static where supported. Both sample the same tokens.
         cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
             sampled tokens are the same.
+        vision: P dicts of image inputs (data/vision.py), one per prompt, or None for text prompts:
+            the images enter the prefill once per prompt; its cache then serves the G samples.
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
-    use_static = engine == "static" or (engine == "auto" and static.supports(model))
+    use_static = vision is None and (engine == "static" or (engine == "auto" and static.supports(model)))
     if engine == "static" and not static.supports(model):
         raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
     device = next(model.parameters()).device
@@ -123,8 +127,13 @@ def generate(
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
 
+    extra = {}
+    if vision is not None:  # images: the model's own multimodal positions; text after them counts on by one
+        extra = forward_kwargs(model, ids, mask, vision)
+        pos = extra.pop("position_ids", pos)
     # Prefill once per prompt, then share the prompt's cache with its G samples.
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **extra)
+    pos = pos[0] if pos.dim() == 3 else pos  # M-RoPE: the last (text) token has equal positions in all 3 axes
     cache = out.past_key_values
     if use_static:
         cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens, graphs=cuda_graphs)
@@ -202,7 +211,7 @@ def generate(
         next_pos = next_pos + 1
 
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
-                   finish_reasons=reasons, group_size=G)
+                   finish_reasons=reasons, group_size=G, vision=None if vision is None else [v for v in vision for _ in range(G)])
 
 
 # Finished rows leave the decode batch once they are this fraction of it (or all of it). Dropping a

@@ -13,6 +13,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .models import has_sliding_window
+from grpokit.data.vision import forward_kwargs
 from grpokit.types import Rollout, TokenBatch
 
 
@@ -35,7 +36,8 @@ def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device |
             comp_mask[i, :len(c)] = 1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
     pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
     batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
-    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)))
+    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)),
+                      vision=rollout.vision)
 
 
 def completion_logprobs(
@@ -57,6 +59,8 @@ def completion_logprobs(
     Values at padded completion positions are 0 here and meaningless; callers mask them.
     """
     N, T = batch.completion_ids.shape
+    if batch.vision is not None:  # image prompts: one whole multimodal forward (no trimming, no prompt sharing)
+        return _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad)
     # FSDP2: length buckets would run each sharded unit several times before one backward; that is
     # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
     if _sharded(next(model.parameters())):
@@ -77,6 +81,17 @@ def completion_logprobs(
     inverse[order] = torch.arange(N)
     inverse = inverse.to(lp_parts[0].device)
     return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+
+
+def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
+    """Completion log-probabilities with the prompts' images in the forward (positions from the
+    model's multimodal RoPE, as in the rollout's prefill); image tokens are prompt tokens, so they
+    never reach the (N, T) result."""
+    T = batch.width
+    extra = forward_kwargs(model, batch.input_ids, batch.attention_mask, batch.vision)
+    extra.setdefault("position_ids", None)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=T + 1, **extra).logits[:, :-1]
+    return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
 
 
 def _completion_lengths(batch: TokenBatch) -> torch.Tensor:

@@ -35,7 +35,8 @@ from grpokit.config.validation import validate
 from grpokit.data.prompts import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
-from .models import eos_ids, frozen_copy, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
+from .models import eos_ids, frozen_copy, load_model, load_tokenizer, model_path, quiet_transformers, resolve_device, resolve_dtype
+from grpokit.data.vision import load_processor
 from . import distributed, kernels, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
@@ -82,13 +83,14 @@ class Trainer:
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(m))
         self.tokenizer = load_tokenizer(m, tokenizer)
+        self.processor = load_processor(model_path(m.name_or_path), tokenizer, m.trust_remote_code)  # None: text model
         train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
         wiring.check_gold_answers(cfg, train_rows)
         self.episodes = wiring.episode_runner(cfg, self.tokenizer, tools, environment_factory, wiring._task(cfg))
         self.rollout_func = rollout_func
         schemas = self.episodes.schemas or None  # chat templates show the tools in the prompt
-        self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data, schemas)
-        self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data, schemas)
+        self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data, schemas, self.processor)
+        self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data, schemas, self.processor)
         specs = wiring.reward_specs(cfg, reward_funcs, self.episodes.factory)
         self.runner_weights = [sp.weight for sp in specs]
         self.process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
@@ -337,7 +339,7 @@ class Trainer:
         engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
         if engine is not None and not getattr(engine, "prefetches", False):
             return lambda ctx, G, params: engine.generate(ctx, G, params=params, sleep=False)
-        return lambda ctx, G, params: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode,
+        return lambda ctx, G, params, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
