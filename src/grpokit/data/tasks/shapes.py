@@ -12,7 +12,8 @@ sub-patch precision. A scene is described by a short string (``scene_key``); it 
 ``crc32(key) % 10 == 0``, so no held-out scene is ever drawn for training (as in arithmetic.py).
 
 Rows follow TRL's vision convention: a conversational ``prompt`` whose user content holds an
-``{"type": "image"}`` part, the PIL image in the ``image`` column, ``answer`` and ``kind`` columns.
+``{"type": "image"}`` part, the PIL image in the ``image`` column, ``answer``, ``kind`` and ``scene``
+(the scene's key) columns.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def make_row(kind: str, shapes: Sequence[tuple[str, str, int, int]]) -> dict[str
     else:
         answer, question = str(len(shapes)), COUNT_QUESTION
     prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-    return {"prompt": prompt, "image": render(shapes), "answer": answer, "kind": kind}
+    return {"prompt": prompt, "image": render(shapes), "answer": answer, "kind": kind, "scene": scene_key(kind, shapes)}
 
 
 def _rows(n: int, seed: int, held_out: bool) -> list[dict[str, Any]]:
