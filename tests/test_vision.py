@@ -166,3 +166,26 @@ def test_vision_tower_frozen_by_default_trainable_when_asked(freeze):
     assert tower and all(p.requires_grad is not freeze for p in tower)
     lm = [p for n, p in m.named_parameters() if "language_model" in n]
     assert lm and all(p.requires_grad for p in lm)
+
+
+def test_lora_adapters_sit_on_the_language_model_only():
+    from grpokit.train.models import load_model
+
+    m = load_model(ModelConfig(name_or_path=str(shapes.shapes_model_path()), lora_rank=2), torch.device("cpu"), torch.float32)
+    trained = [n for n, p in m.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in n and "language_model" in n for n in trained)
+    assert any("q_proj" in n for n in trained) and not any("visual" in n for n in trained)
+
+
+def test_vllm_backend_with_image_prompts_is_one_sentence():
+    from grpokit.types import Prompt
+
+    with pytest.raises(ConfigError, match="rollout.backend='vllm' cannot take image prompts yet"):
+        vision.check_engine("vllm", [Prompt("t", [1], vision={"pixel_values": torch.zeros(1)})])
+    vision.check_engine("vllm", [Prompt("t", [1])])  # text prompts: no complaint
+
+
+def test_vision_rewards_are_builtins_by_name():
+    from grpokit.rewards.spec import resolve_reward
+
+    assert resolve_reward("box_iou")(None, ["[0,0,2,2]"], ["[0,0,2,2]"]) == [1.0]

@@ -138,6 +138,12 @@ def image_only(cls):
     return ImageOnly
 
 
+def check_engine(backend: str, prompts: list) -> None:
+    """Only the transformers engines take images so far: a vLLM backend with image prompts is one sentence."""
+    if prompts and prompts[0].vision is not None and backend != "hf":
+        raise ConfigError(f"rollout.backend={backend!r} cannot take image prompts yet; use rollout.backend=hf for vision-language models")
+
+
 def is_vision_config(config) -> bool:
     """True for an image-text-to-text model's config (it has a vision part)."""
     return getattr(config, "vision_config", None) is not None

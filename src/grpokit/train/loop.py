@@ -36,7 +36,7 @@ from grpokit.data.prompts import PromptSampler, repeat_columns, to_prompts
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, model_path, quiet_transformers, resolve_device, resolve_dtype
-from grpokit.data.vision import load_processor
+from grpokit.data.vision import check_engine, load_processor
 from . import distributed, kernels, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
@@ -91,6 +91,7 @@ class Trainer:
         schemas = self.episodes.schemas or None  # chat templates show the tools in the prompt
         self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data, schemas, self.processor)
         self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data, schemas, self.processor)
+        check_engine(cfg.rollout.backend, self.prompts)
         specs = wiring.reward_specs(cfg, reward_funcs, self.episodes.factory)
         self.runner_weights = [sp.weight for sp in specs]
         self.process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None

@@ -6,9 +6,9 @@ Two kinds of question, both verifiable without a model (VLM-R1 / R1-V's recipe i
   with the drawn square (rewards/grounding.py), so near misses earn partial credit;
 * ``count``: "how many shapes?"          answered with one digit, scored exactly.
 
-Shapes are 12 px squares and discs whose top-left corners sit on an 8 px lattice (7 x 7 places),
-which is also the vision tower's patch grid, so the task is about reading the image, not about
-sub-patch precision. A scene is described by a short string (``scene_key``); it is held out when
+Shapes are 12 px squares and discs, one per 16 px cell of a 4 x 4 grid (2 px from the cell's
+corner), and a cell is exactly one image token of the tiny model (8 px patches merged 2 x 2), so the
+task is about reading the image, not about sub-token precision; a box one cell off scores IoU 0. A scene is described by a short string (``scene_key``); it is held out when
 ``crc32(key) % 10 == 0``, so no held-out scene is ever drawn for training (as in arithmetic.py).
 
 Rows follow TRL's vision convention: a conversational ``prompt`` whose user content holds an
@@ -28,15 +28,16 @@ CANVAS = 64
 """Canvas side in pixels (64 x 64: an 8 x 8 patch grid, 16 image tokens after the 2 x 2 merge)."""
 SIDE = 12
 """Side of every shape in pixels."""
-STEP = 8
-"""Shapes' top-left corners lie on this lattice (0, 8, ..., 48)."""
+STEP = 16
+"""Cell size: shapes' top-left corners are at 2, 18, 34, 50 on each axis."""
+MARGIN = 2
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (50, 80, 220)}
 SHAPES = ("square", "disc")
 BOX_QUESTION = "where is the red square?"
 COUNT_QUESTION = "how many shapes?"
 HOLD_OUT_MODULUS = 10
 
-_PLACES = [(x, y) for y in range(0, CANVAS - SIDE + 1, STEP) for x in range(0, CANVAS - SIDE + 1, STEP)]
+_PLACES = [(x + MARGIN, y + MARGIN) for y in range(0, CANVAS, STEP) for x in range(0, CANVAS, STEP)]
 
 
 def _free(place: tuple[int, int], taken: list[tuple[int, int]]) -> bool:
