@@ -189,3 +189,21 @@ def test_vision_rewards_are_builtins_by_name():
     from grpokit.rewards.spec import resolve_reward
 
     assert resolve_reward("box_iou")(None, ["[0,0,2,2]"], ["[0,0,2,2]"]) == [1.0]
+
+
+def test_sample_rows_get_pngs_with_boxes_drawn(tmp_path):
+    from PIL import Image
+
+    from grpokit.record.vision_samples import with_images
+    from grpokit.types import Prompt
+
+    row = next(r for r in shapes.train_rows(10) if r["kind"] == "box")
+    prompts = [Prompt("t", [1], columns={k: v for k, v in row.items() if k != "prompt"}), Prompt("text only", [1])]
+    rows = [{"prompt": "t", "completions": [{"text": "[2,2,14,14]"}, {"text": "no box"}]},
+            {"prompt": "text only", "completions": [{"text": "x"}]}]
+    out = with_images(rows, prompts, tmp_path, 3)
+    assert out[0]["image"] == "images/step000003_p0.png" and "image" not in out[1]
+    assert [c["box"] for c in out[0]["completions"]] == [[2.0, 2.0, 14.0, 14.0], None]
+    png = Image.open(tmp_path / out[0]["image"])
+    assert png.size == (256, 256)  # 64 px scaled by 4
+    assert png.getpixel((2 * 4, 8 * 4)) == (220, 30, 30)  # the predicted box's left edge, in red

@@ -37,6 +37,7 @@ from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .models import eos_ids, frozen_copy, load_model, load_tokenizer, model_path, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.data.vision import check_engine, load_processor
+from grpokit.record.vision_samples import with_images
 from . import distributed, kernels, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
@@ -286,10 +287,11 @@ class Trainer:
         seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
         if self.recorder.wants_samples(self.step + 1):
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(self.step + 1, wiring.add_logged_columns(sample_rows(
+            self.recorder.log_samples(self.step + 1, with_images(wiring.add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
-                messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G))
+                messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G),
+                sb.prompts, self.run_dir, self.step + 1))  # image prompts: PNGs with boxes drawn, for the report
         return distributed.reduce_metrics(self.dist, {
             **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),

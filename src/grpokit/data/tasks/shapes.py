@@ -73,10 +73,13 @@ def is_held_out(key: str) -> bool:
 
 
 def render(shapes: Sequence[tuple[str, str, int, int]]):
-    """The scene as a 64x64 RGB PIL image (white background)."""
+    """The scene as a 64x64 RGB PIL image (shapes on a position-tinted pale background)."""
     from PIL import Image, ImageDraw
 
-    img = Image.new("RGB", (CANVAS, CANVAS), (255, 255, 255))
+    img = Image.new("RGB", (CANVAS, CANVAS))
+    # A pale background whose green/blue tint grows with x/y: attention's rotary positions do not
+    # reach the values a tiny model reads out, so the pixels themselves say where a patch is.
+    img.putdata([(255, 190 + x, 190 + y) for y in range(CANVAS) for x in range(CANVAS)])
     draw = ImageDraw.Draw(img)
     for colour, shape, x, y in shapes:
         box = (x, y, x + SIDE - 1, y + SIDE - 1)
