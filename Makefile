@@ -9,3 +9,12 @@ train: setup
 test: setup
 	@bash scripts/install_test_deps.sh
 	.venv/bin/python -m pytest -q
+
+# Mutation testing of the pure math (src/grpokit/algo/) with mutmut; slow, not part of `make test`.
+# Settings in pyproject's [tool.mutmut]; results and the survivors' reasons: docs/MUTATION.md.
+.PHONY: mutate
+mutate: setup
+	.venv/bin/python -m pip install -q -e '.[mutate]'
+	rm -rf mutants
+	OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m mutmut run --max-children 2
+	.venv/bin/python -m mutmut results

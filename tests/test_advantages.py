@@ -130,6 +130,23 @@ def test_floating_point_noise_does_not_explode():
     assert not flat_groups(torch.tensor([[0.3, 0.3001]]))[0]
 
 
+def test_small_rewards_are_not_flat():
+    # a reward scaled small, 1e-4 * {0, 1}: spread 1e-4. The old rule (absolute 1e-6 below 1) kept it
+    # as signal only by luck of the scale; 1e-7 * {0, 1} (spread 1e-7 > TRL's 1e-8) was zeroed.
+    # Relative rule: 1e-7 > max(1e-6 * 1e-7, 1e-8) = 1e-8, so not flat. GRPO on [0, 1e-7]: mean 5e-8,
+    # unbiased std 7.07e-8, advantages (0 - 5e-8) / (7.07e-8 + eps) ~ -5e-8 / 1e-4 (eps dominates) -> the
+    # sign survives: adv[0] < 0 < adv[1].
+    r = torch.tensor([[0.0, 1e-7], [0.0, 1e-4]])
+    assert not flat_groups(r).any()
+    adv, m = group_advantages(r)
+    assert m["num_zero_std_groups"] == 0
+    assert adv[0, 0] < 0 < adv[0, 1] and adv[1, 0] < 0 < adv[1, 1]
+    # below TRL's floor it is flat: spread 1e-9 <= 1e-8
+    assert flat_groups(torch.tensor([[0.0, 1e-9]]))[0]
+    # relative at any scale: 1e6 * {1, 1 + 1e-7} has spread 0.1 <= 1e-6 * 1e6 = 1, flat (float64)
+    assert flat_groups(torch.tensor([[1e6, 1e6 + 0.1]], dtype=torch.float64))[0]
+
+
 def test_rejects_bad_input():
     with pytest.raises(ValueError, match="at least 2"):
         group_advantages(torch.ones(3, 1))

@@ -184,12 +184,13 @@ def test_presets_set_the_anchor_options():
 
 
 def test_trainer_passes_lengths_estimator_and_clamp(tiny_model_dir, tmp_path, monkeypatch):
-    import grpokit.train.loop as T
+    import grpokit.algo.estimators as E
+    import grpokit.algo.pipeline as T
 
     from test_train import make
 
     seen = {}
-    real_adv, real_kl = T.group_advantages, T.kl_penalized_rewards
+    real_adv, real_kl = E.group_advantages, T.kl_penalized_rewards
 
     def spy_adv(rewards_PG, **kw):
         seen["lengths"], seen["scale"] = kw["lengths_PG"].clone(), kw["scale"]
@@ -199,7 +200,7 @@ def test_trainer_passes_lengths_estimator_and_clamp(tiny_model_dir, tmp_path, mo
         seen["kl_args"] = args[5:]
         return real_kl(*args)
 
-    monkeypatch.setattr(T, "group_advantages", spy_adv)
+    monkeypatch.setattr(E, "group_advantages", spy_adv)
     monkeypatch.setattr(T, "kl_penalized_rewards", spy_kl)
     tr = make(tiny_model_dir, tmp_path / "run", **{"algo.scale": "token_whiten", "algo.beta": 0.04,
                                                     "algo.kl_placement": "reward", "algo.kl_estimator": "k3",

@@ -40,6 +40,16 @@ def test_dynamic_sampling_refills_with_informative_groups():
     assert out.rewards_NF.shape == (16, 1) and out.rollout.group_size == 4
 
 
+def test_dynamic_sampling_keeps_small_scaled_rewards():
+    # rewards 1e-7 * {1, 0}: spread 1e-7, a real difference at the rewards' scale (flat means spread
+    # <= max(1e-6 * 1e-7, 1e-8) = 1e-8). Even prompts are truly flat (all 1e-7) and dropped; the old
+    # absolute 1e-6 rule dropped every group and trained on zero advantages after max_rounds.
+    fake = FakeSampler(lambda i, g: [1e-7] * g if i % 2 == 0 else [1e-7, 0.0] * (g // 2))
+    out = collect(fake, 2, 2, dynamic_sampling=True, max_rounds=3)
+    assert [p.columns["i"] for p in out.prompts] == [1, 3]
+    assert out.metrics["dynamic_sampling/rounds"] == 2
+
+
 def test_dynamic_sampling_stops_at_the_round_cap():
     fake = FakeSampler(lambda i, g: [0.0] * g if i != 5 else [1.0, 0.0, 0.0, 0.0])
     out = collect(fake, 4, 4, dynamic_sampling=True, max_rounds=3)

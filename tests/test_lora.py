@@ -50,7 +50,7 @@ def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
     tr._timer = Timer()
     sb = tr._sample(2, 4)
     batch = make_token_batch(sb.rollout, tr.tokenizer.pad_token_id)
-    ref = scaling.reference_logprobs(tr, batch)
+    ref = scaling.reference_logprobs(tr.model, tr.ref_model, batch, tr._logprobs)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     expected = tr._logprobs(base, batch)[0]
     policy = tr._logprobs(tr.model, batch)[0]

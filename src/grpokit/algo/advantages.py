@@ -15,8 +15,11 @@ choices, which are named modes of ``group_advantages``:
 Flat groups. A group whose rewards are all equal carries no signal: its advantages are exactly zero.
 Rewards that differ only by floating-point noise (e.g. 0.1 + 0.2 vs 0.3) must not be divided by a
 std of 1e-17 and explode, so a group counts as flat when its spread is within
-``flat_rtol * max(1, max|r|)`` of zero. The default ``flat_rtol = 1e-6`` is about eight float32 ulps
-at the reward's own scale: far above summation noise, far below any reward difference anyone means.
+``max(flat_rtol * max|r|, FLAT_ATOL)`` of zero: relative to the rewards' own scale, so a reward
+scaled small (``1e-4 * {0, 1}``) keeps its signal. The default ``flat_rtol = 1e-6`` is about eight
+float32 ulps at the reward's scale: far above summation noise, far below any reward difference
+anyone means. ``FLAT_ATOL = 1e-8`` is TRL's zero-std test (``torch.isclose(std, 0)``: atol 1e-8),
+the floor for rewards at or near zero.
 Flat groups are zeroed in every mode and counted in the ``frac_reward_zero_std`` metric.
 
 Process supervision (DeepSeekMath §4.1.3) gives per-token advantages instead; see
@@ -35,6 +38,7 @@ Baseline = Literal["group_mean", "leave_one_out"]
 Scale = Literal["group", "batch", "none", "batch_whiten", "token_whiten"]
 StdKind = Literal["unbiased", "population"]
 
+FLAT_ATOL = 1e-8  # TRL's zero-std test: torch.isclose(std, 0), whose atol is 1e-8
 BASELINES: tuple[str, ...] = ("group_mean", "leave_one_out")
 SCALES: tuple[str, ...] = ("group", "batch", "none", "batch_whiten", "token_whiten")
 STD_KINDS: tuple[str, ...] = ("unbiased", "population")
@@ -60,7 +64,7 @@ def flat_groups(rewards_PG: torch.Tensor, flat_rtol: float = 1e-6, valid: torch.
                 keepdim: bool = False) -> torch.Tensor:
     """Boolean ``(P,)``: True where a group's rewards (dim 1) are all equal up to floating-point noise.
 
-    A group is flat when ``max - min <= flat_rtol * max(1, max|r|)`` (see the module docstring).
+    A group is flat when ``max - min <= max(flat_rtol * max|r|, FLAT_ATOL)`` (see the module docstring).
     With ``valid``, only those entries count (padding and not-applicable rewards are not rewards of
     0); a group without valid entries is flat. ``keepdim`` keeps dim 1 as size 1.
     """
@@ -70,7 +74,7 @@ def flat_groups(rewards_PG: torch.Tensor, flat_rtol: float = 1e-6, valid: torch.
         big = torch.finfo(rewards_PG.dtype).max
         hi = torch.where(valid, rewards_PG, torch.full_like(rewards_PG, -big)).amax(dim=1, keepdim=keepdim)
         lo = torch.where(valid, rewards_PG, torch.full_like(rewards_PG, big)).amin(dim=1, keepdim=keepdim)
-    return (hi - lo) <= flat_rtol * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
+    return (hi - lo) <= (flat_rtol * torch.maximum(hi.abs(), lo.abs())).clamp(min=FLAT_ATOL)  # relative, TRL's floor
 
 
 def group_advantages(

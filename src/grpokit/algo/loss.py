@@ -28,6 +28,10 @@ from typing import Literal
 
 import torch
 
+from .masks import entropy_token_mask, offpolicy_sequences  # noqa: F401  (entropy_token_mask: its old home)
+from .registry import lookup, register_objective
+from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, LossTensors, Normalisers
+
 Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum", "lambda-grpo"]
 AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum",
                                  "lambda-grpo")
@@ -181,186 +185,181 @@ def log_importance_ratio(
     raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
 
 
-def policy_loss(
-    logp_NT: torch.Tensor,
-    old_logp_NT: torch.Tensor,
-    advantages: torch.Tensor,
-    mask_NT: torch.Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    ratio_level: str = "token",
-    ref_logp_NT: torch.Tensor | None = None,
-    beta: float = 0.0,
-    kl_estimator: str = "k3",
-    kl_bias_correction: bool = False,
-    kl_clamp: float | None = None,
-    aggregation: Aggregation = "seq-mean-token-mean",
-    num_sequences: float | None = None,
-    num_tokens: float | None = None,
-    norm_constant: float | None = None,
-    entropy_NT: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
-    entropy_aggregation: str = "loss",
-    offpolicy_delta: float | None = None,
-    turn_ids_NT: torch.Tensor | None = None,
-    objective: str = "clip",
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
-    seq_weights_N: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped-surrogate policy loss with an optional KL penalty to a reference policy.
+# the keyword names policy_loss has always taken -> (record, field) of LossSettings / Normalisers / LossTensors
+_KEYWORDS: dict[str, tuple[str, str]] = {
+    **{k: ("clip", k) for k in ("clip_low", "clip_high", "dual_clip", "ratio_level", "objective", "sapo_tau_pos", "sapo_tau_neg")},
+    "beta": ("kl", "beta"), "kl_estimator": ("kl", "estimator"), "kl_bias_correction": ("kl", "bias_correction"),
+    "kl_clamp": ("kl", "clamp"), "entropy_coef": ("entropy", "coef"), "entropy_aggregation": ("entropy", "aggregation"),
+    "offpolicy_delta": ("top", "offpolicy_delta"),
+    **{k: ("norms", k) for k in ("aggregation", "num_sequences", "num_tokens", "norm_constant")},
+    "ref_logp_NT": ("tensors", "ref_logp"), "entropy_NT": ("tensors", "entropy"), "turn_ids_NT": ("tensors", "turn_ids"),
+    "seq_weights_N": ("tensors", "seq_weights"),
+}
 
-    Args:
-        logp_NT: ``(N, T)`` log pi_theta of the sampled completion tokens (requires grad).
-        old_logp_NT: ``(N, T)`` log pi_old of the same tokens (the policy that sampled them,
-            detached). When it equals ``logp_NT`` numerically the ratio is 1 and the loss is
-            REINFORCE with baseline: ``-A * logp`` in gradient.
-        advantages: ``(N,)`` per sequence or ``(N, T)`` per token.
-        mask_NT: ``(N, T)`` 1 for completion tokens that count, 0 for padding / masked tokens.
-        clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``;
-            ``clip_high > clip_low`` is DAPO's clip-higher.
-        dual_clip: if set (> 1), for negative advantages the objective is bounded below by
-            ``dual_clip * A`` (dual-clip PPO), so a huge ratio cannot produce a huge loss.
-        ratio_level: ``"token"`` (GRPO), ``"sequence"`` (GSPO), ``"turn"`` (GAGPO, with
-            ``turn_ids_NT``) or ``"trajectory"`` (TIC-GRPO), see ``log_importance_ratio``.
-        objective: what multiplies the advantage, see ``surrogate``: ``"clip"`` (PPO/GRPO clipped
-            surrogate), ``"cispo"`` (MiniMax-M1: stop-gradient IS weight truncated at
-            ``1 + clip_high`` on a REINFORCE term; ``clip_low`` and ``dual_clip`` are not used) or
-            ``"sapo"`` (soft sigmoid gate with temperatures ``sapo_tau_pos`` / ``sapo_tau_neg``).
-        ref_logp_NT: ``(N, T)`` log pi_ref; only needed (and only read) when ``beta > 0``.
-        beta: KL penalty weight; ``beta = 0`` skips the KL term entirely.
-        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``, see ``kl_estimate``.
-        kl_bias_correction: multiply the per-token KL by the importance weight pi_theta / pi_old
-            (per token, or the sequence weight ``exp(mean_t log ratio)`` at ``ratio_level=
-            "sequence"``), gradient included (DeepSeek-V3.2; TRL's ``use_bias_correction_kl``). Its
-            gradient differs even on-policy, where the weight's value is 1.
-        kl_clamp: bound each token's KL estimate to ``[-kl_clamp, kl_clamp]`` (verl: k3 at 10);
-            None = no clamp.
-        aggregation, num_sequences, num_tokens, norm_constant, seq_weights_N: see ``aggregate``.
-        entropy_NT, entropy_coef: entropy bonus; ``entropy_coef * H`` is subtracted from every token's
-            loss (``entropy_NT`` must carry gradient for the bonus to act).
-        entropy_aggregation: how the bonus is reduced: ``"loss"`` (with the token losses, through
-            ``aggregation``, as verl does) or ``"token-mean"`` (its own mean over the batch's
-            ``num_tokens`` mask tokens, as TRL does; the off-policy mask does not apply to it).
-        offpolicy_delta: off-policy sequence masking (DeepSeek-V3.2): a sequence with negative
-            advantage whose mean log-ratio ``1/|o| sum_t (old_logp - logp)`` exceeds this threshold
-            is left out of the loss (its tokens still count in the normalisers).
 
-    Returns:
-        ``(loss, metrics)``; metrics are masked token means over this batch:
-        ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``,
-        ``clip_ratio/dual_mean``, ``ratio/mean``, ``kl`` (when beta > 0).
+def policy_loss(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, advantages: torch.Tensor, mask_NT: torch.Tensor,
+                **options) -> tuple[torch.Tensor, dict[str, float]]:
+    """``objective_loss`` with its settings given as keywords (the names in ``_KEYWORDS``: ``clip_low``,
+    ``beta``, ``aggregation``, ``ref_logp_NT`` ...), for tests and one-off calls; the trainer builds the
+    records once (algo/pipeline.py). An unknown keyword is a TypeError, as for any function."""
+    parts: dict[str, dict] = {"clip": {}, "kl": {}, "entropy": {}, "top": {}, "norms": {}, "tensors": {}}
+    for key, value in options.items():
+        if key not in _KEYWORDS:
+            raise TypeError(f"policy_loss() got an unexpected keyword argument {key!r}; valid: {', '.join(_KEYWORDS)}")
+        record, name = _KEYWORDS[key]
+        parts[record][name] = value
+    settings = LossSettings(ClipSettings(**parts["clip"]), KLSettings(**parts["kl"]), EntropyBonus(**parts["entropy"]),
+                            **parts["top"])
+    tensors = LossTensors(logp_NT, old_logp_NT, advantages, mask_NT, **parts["tensors"])
+    return objective_loss(tensors, settings, Normalisers(**parts["norms"]))
+
+
+def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy loss of one (micro-)batch: surrogate of the importance ratio times the advantage,
+    plus the KL penalty and minus the entropy bonus, reduced by ``norms``.
+
+    ``t.logp`` carries the gradient; ``t.old_logp`` is pi_old (equal to ``t.logp`` numerically
+    on-policy, where the loss is REINFORCE with baseline: ``-A * logp`` in gradient). ``t.advantages``
+    is ``(N,)`` per sequence or ``(N, T)`` per token. The off-policy mask (``s.offpolicy_delta``,
+    DeepSeek-V3.2) drops negative-advantage sequences that drifted more than delta in mean log-ratio
+    from the loss; their tokens still count in the normalisers.
+
+    Returns ``(loss, metrics)``; metrics are masked token means over this batch: ``clip_ratio/low_mean``,
+    ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``clip_ratio/dual_mean``, ``ratio/mean``,
+    ``num_tokens``, ``offpolicy/masked_sequences`` and ``kl`` (when beta != 0).
     """
-    if not (0.0 <= clip_low < 1.0):
-        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
-    if clip_high < 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
-    if entropy_aggregation not in ENTROPY_AGGREGATIONS:
-        raise ValueError(f"unknown entropy_aggregation {entropy_aggregation!r}; valid: {', '.join(ENTROPY_AGGREGATIONS)}")
-
-    adv_NT = advantages[:, None].expand_as(logp_NT) if advantages.dim() == 1 else advantages
-    adv_NT = adv_NT.to(logp_NT.dtype)
-    loss_mask_NT = mask_NT
-    n_offpolicy = 0.0
-    if offpolicy_delta is not None:
-        drop_N = offpolicy_sequences(logp_NT.detach(), old_logp_NT, adv_NT, mask_NT, offpolicy_delta)
-        loss_mask_NT = mask_NT * (~drop_N)[:, None].to(mask_NT.dtype)  # DeepSeek-V3.2: off-policy sequence masking
+    _check(s)
+    c = s.clip
+    adv_NT = (t.advantages[:, None].expand_as(t.logp) if t.advantages.dim() == 1 else t.advantages).to(t.logp.dtype)
+    loss_mask_NT, n_offpolicy = t.mask, 0.0
+    if s.offpolicy_delta is not None:
+        drop_N = offpolicy_sequences(t.logp.detach(), t.old_logp, adv_NT, t.mask, s.offpolicy_delta)
+        loss_mask_NT = t.mask * (~drop_N)[:, None].to(t.mask.dtype)  # DeepSeek-V3.2: off-policy sequence masking
         n_offpolicy = float(drop_N.sum())
-    ratio_NT = torch.exp(log_importance_ratio(logp_NT, old_logp_NT, mask_NT, ratio_level, turn_ids_NT))
-
-    loss_NT = -surrogate(ratio_NT, adv_NT, logp_NT, objective, clip_low=clip_low, clip_high=clip_high,
-                         dual_clip=dual_clip, tau_pos=sapo_tau_pos, tau_neg=sapo_tau_neg)
-
-    kl_NT = None
-    if beta != 0.0:
-        if ref_logp_NT is None:
-            raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
-        kl_NT = kl_estimate(logp_NT, ref_logp_NT, kl_estimator, clamp=kl_clamp)
-        if kl_bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
-            kl_NT = kl_NT * _kl_weight(logp_NT, old_logp_NT, mask_NT, ratio_level)
-        loss_NT = loss_NT + beta * kl_NT  # GRPO: KL in the loss, not in the reward
-    bonus_NT = None
-    if entropy_coef != 0.0:
-        if entropy_NT is None:
-            raise ValueError("entropy_coef != 0 needs entropy_NT")
-        bonus_NT = entropy_coef * entropy_NT  # entropy bonus: rewards keeping the policy spread
-        if entropy_aggregation == "loss":
-            loss_NT = loss_NT - bonus_NT
-
-    loss = aggregate(
-        loss_NT, loss_mask_NT, aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant,
-        seq_weights_N=seq_weights_N,
-    )
-    if bonus_NT is not None and entropy_aggregation == "token-mean":  # TRL: a plain token mean
-        loss = loss - aggregate(bonus_NT, mask_NT, "token-mean", num_tokens=num_tokens)
-
-    with torch.no_grad():
-        m = mask_NT.bool()
-        low = (ratio_NT < 1.0 - clip_low) & (adv_NT < 0) & m
-        high = (ratio_NT > 1.0 + clip_high) & (adv_NT > 0) & m
-        if objective == "cispo":  # CISPO truncates the weight from above only, whatever the sign of A
-            low, high = torch.zeros_like(m), (ratio_NT > 1.0 + clip_high) & m
-        elif objective == "sapo":  # SAPO clips nothing: its gate fades the update smoothly
-            low, high = torch.zeros_like(m), torch.zeros_like(m)
-        dual = (ratio_NT > dual_clip) & (adv_NT < 0) & m if dual_clip is not None else torch.zeros_like(m)
-        n = m.sum().clamp(min=1).float()
-        metrics = {
-            "clip_ratio/low_mean": (low.sum() / n).item(),
-            "clip_ratio/high_mean": (high.sum() / n).item(),
-            "clip_ratio/region_mean": ((low | high).sum() / n).item(),
-            "clip_ratio/dual_mean": (dual.sum() / n).item(),
-            "ratio/mean": (ratio_NT[m].sum() / n).item(),
-            "num_tokens": float(m.sum().item()),
-            "offpolicy/masked_sequences": n_offpolicy,
-        }
-        if kl_NT is not None:
-            metrics["kl"] = (kl_NT[m].sum() / n).item()
+    ratio_NT = torch.exp(log_importance_ratio(t.logp, t.old_logp, t.mask, c.ratio_level, t.turn_ids))
+    loss_NT = -lookup("objective", c.objective)(ratio_NT, adv_NT, t.logp, c)
+    kl_NT = _kl_term(t, s)
+    if kl_NT is not None:
+        loss_NT = loss_NT + s.kl.beta * kl_NT  # GRPO: KL in the loss, not in the reward
+    bonus_NT = _entropy_term(t, s.entropy)
+    if bonus_NT is not None and s.entropy.aggregation == "loss":
+        loss_NT = loss_NT - bonus_NT
+    loss = aggregate(loss_NT, loss_mask_NT, norms.aggregation, num_sequences=norms.num_sequences,
+                     num_tokens=norms.num_tokens, norm_constant=norms.norm_constant, seq_weights_N=t.seq_weights)
+    if bonus_NT is not None and s.entropy.aggregation == "token-mean":  # TRL: a plain token mean
+        loss = loss - aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
+    metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
+    metrics["offpolicy/masked_sequences"] = n_offpolicy
+    if kl_NT is not None:
+        with torch.no_grad():
+            m = t.mask.bool()
+            metrics["kl"] = (kl_NT[m].sum() / m.sum().clamp(min=1).float()).item()
     return loss, metrics
+
+
+def _check(s: LossSettings) -> None:
+    c = s.clip
+    if not (0.0 <= c.clip_low < 1.0):
+        raise ValueError(f"clip_low must be in [0, 1), got {c.clip_low}")
+    if c.clip_high < 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {c.clip_high}")
+    if c.dual_clip is not None and c.dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
+    if s.entropy.aggregation not in ENTROPY_AGGREGATIONS:
+        raise ValueError(f"unknown entropy_aggregation {s.entropy.aggregation!r}; valid: {', '.join(ENTROPY_AGGREGATIONS)}")
+
+
+def _kl_term(t: LossTensors, s: LossSettings) -> torch.Tensor | None:
+    """Per-token KL to the reference ``(N, T)``, or None when beta is 0."""
+    if s.kl.beta == 0.0:
+        return None
+    if t.ref_logp is None:
+        raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
+    kl_NT = kl_estimate(t.logp, t.ref_logp, s.kl.estimator, clamp=s.kl.clamp)
+    if s.kl.bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
+        kl_NT = kl_NT * _kl_weight(t.logp, t.old_logp, t.mask, s.clip.ratio_level)
+    return kl_NT
+
+
+def _entropy_term(t: LossTensors, e: EntropyBonus) -> torch.Tensor | None:
+    """``coef * H`` per token (rewards keeping the policy spread), or None when coef is 0."""
+    if e.coef == 0.0:
+        return None
+    if t.entropy is None:
+        raise ValueError("entropy_coef != 0 needs entropy_NT")
+    return e.coef * t.entropy
+
+
+@torch.no_grad()
+def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings) -> dict[str, float]:
+    """Fractions of the masked tokens whose ratio the objective clipped (low / high / either / dual),
+    the mean ratio and the token count."""
+    m = mask_NT.bool()
+    low = (ratio_NT < 1.0 - c.clip_low) & (adv_NT < 0) & m
+    high = (ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m
+    if c.objective == "cispo":  # CISPO truncates the weight from above only, whatever the sign of A
+        low, high = torch.zeros_like(m), (ratio_NT > 1.0 + c.clip_high) & m
+    elif c.objective == "sapo":  # SAPO clips nothing: its gate fades the update smoothly
+        low, high = torch.zeros_like(m), torch.zeros_like(m)
+    dual = (ratio_NT > c.dual_clip) & (adv_NT < 0) & m if c.dual_clip is not None else torch.zeros_like(m)
+    n = m.sum().clamp(min=1).float()
+    return {
+        "clip_ratio/low_mean": (low.sum() / n).item(),
+        "clip_ratio/high_mean": (high.sum() / n).item(),
+        "clip_ratio/region_mean": ((low | high).sum() / n).item(),
+        "clip_ratio/dual_mean": (dual.sum() / n).item(),
+        "ratio/mean": (ratio_NT[m].sum() / n).item(),
+        "num_tokens": float(m.sum().item()),
+    }
 
 
 def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, objective: str = "clip", *,
               clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None,
               tau_pos: float = 1.0, tau_neg: float = 1.05) -> torch.Tensor:
-    """The per-token objective to maximise, ``(N, T)``; the loss is its negative.
+    """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``objective`` names
+    a registered objective (``clip_surrogate``, ``cispo_surrogate``, ``sapo_surrogate`` or a
+    plugin's, registry.py) or is ``module:function``."""
+    clip = ClipSettings(objective, clip_low, clip_high, dual_clip, "token", tau_pos, tau_neg)
+    return lookup("objective", objective)(ratio_NT, adv_NT, logp_NT, clip)
 
-    * ``"clip"`` (PPO / GRPO): ``min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)``, with the
-      dual-clip bound ``max(., dual_clip A)`` for ``A < 0`` when ``dual_clip`` is set.
-    * ``"cispo"`` (MiniMax-M1, arXiv 2506.13585, Sec. 3.1 eqs. 4-5): ``sg(r_hat) A log pi_theta`` with
-      ``r_hat = min(rho, 1 + clip_high)``. The weight carries no gradient, so every token keeps its
-      gradient ``r_hat A grad log pi`` (PPO's clip zeroes it). The paper's ``r_hat`` is
-      ``clip(rho, 1 - eps_low, 1 + eps_high)`` but it sets ``eps_low`` large, i.e. no lower bound;
-      we take that setting, as TRL and the paper's runs do, so ``clip_low`` is not used here.
-    * ``"sapo"`` (Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347, the SAPO
-      objective with its soft gate): ``f(rho) A`` with ``f(x) = sigmoid(tau (x - 1)) 4 / tau`` and
-      ``tau = tau_pos`` where ``A > 0``, else ``tau_neg``. Its gradient ``4 sigmoid(1 - sigmoid)
-      rho grad log pi A`` equals REINFORCE's at ``rho = 1`` and fades smoothly off-policy instead of
-      stopping at a hard boundary; ``tau_neg > tau_pos`` fades negative updates faster.
-    """
-    if objective == "clip":
-        surr_unclipped_NT = ratio_NT * adv_NT
-        surr_clipped_NT = torch.clamp(ratio_NT, 1.0 - clip_low, 1.0 + clip_high) * adv_NT  # DAPO: clip-higher
-        objective_NT = torch.minimum(surr_unclipped_NT, surr_clipped_NT)
-        if dual_clip is not None:
-            # Dual-clip PPO: for A < 0 never let the objective fall below dual_clip * A.
-            bounded_NT = torch.maximum(objective_NT, dual_clip * adv_NT)
-            objective_NT = torch.where(adv_NT < 0, bounded_NT, objective_NT)
-        return objective_NT
-    if objective == "cispo":
-        weight_NT = torch.clamp(ratio_NT, max=1.0 + clip_high).detach()  # CISPO (MiniMax-M1 eq. 5): sg(clipped IS weight)
-        return weight_NT * adv_NT * logp_NT  # CISPO (eq. 4): REINFORCE term, no token's gradient dropped
-    if objective == "sapo":
-        if tau_pos <= 0 or tau_neg <= 0:
-            raise ValueError(f"SAPO temperatures must be > 0, got tau_pos={tau_pos}, tau_neg={tau_neg}")
-        tau_NT = torch.where(adv_NT > 0, torch.full_like(adv_NT, tau_pos), torch.full_like(adv_NT, tau_neg))
-        gate_NT = torch.sigmoid(tau_NT * (ratio_NT - 1.0)) * (4.0 / tau_NT)  # SAPO: soft gate f(r) = sigma(tau(r-1)) 4/tau
-        return gate_NT * adv_NT
-    raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+
+@register_objective("clip")
+def clip_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+    """PPO / GRPO: ``min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)``, with the dual-clip bound
+    ``max(., dual_clip A)`` for ``A < 0`` when ``dual_clip`` is set."""
+    surr_unclipped_NT = ratio_NT * adv_NT
+    surr_clipped_NT = torch.clamp(ratio_NT, 1.0 - c.clip_low, 1.0 + c.clip_high) * adv_NT  # DAPO: clip-higher
+    objective_NT = torch.minimum(surr_unclipped_NT, surr_clipped_NT)
+    if c.dual_clip is not None:
+        # Dual-clip PPO: for A < 0 never let the objective fall below dual_clip * A.
+        bounded_NT = torch.maximum(objective_NT, c.dual_clip * adv_NT)
+        objective_NT = torch.where(adv_NT < 0, bounded_NT, objective_NT)
+    return objective_NT
+
+
+@register_objective("cispo")
+def cispo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+    """CISPO (MiniMax-M1, arXiv 2506.13585, Sec. 3.1 eqs. 4-5): ``sg(r_hat) A log pi_theta`` with
+    ``r_hat = min(rho, 1 + clip_high)``. The weight carries no gradient, so every token keeps its
+    gradient ``r_hat A grad log pi`` (PPO's clip zeroes it). The paper's ``r_hat`` is
+    ``clip(rho, 1 - eps_low, 1 + eps_high)`` but it sets ``eps_low`` large, i.e. no lower bound;
+    we take that setting, as TRL and the paper's runs do, so ``clip_low`` is not used here."""
+    weight_NT = torch.clamp(ratio_NT, max=1.0 + c.clip_high).detach()  # CISPO (MiniMax-M1 eq. 5): sg(clipped IS weight)
+    return weight_NT * adv_NT * logp_NT  # CISPO (eq. 4): REINFORCE term, no token's gradient dropped
+
+
+@register_objective("sapo")
+def sapo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+    """SAPO (Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347): ``f(rho) A`` with
+    ``f(x) = sigmoid(tau (x - 1)) 4 / tau`` and ``tau = tau_pos`` where ``A > 0``, else ``tau_neg``. Its
+    gradient ``4 sigmoid(1 - sigmoid) rho grad log pi A`` equals REINFORCE's at ``rho = 1`` and fades
+    smoothly off-policy instead of stopping at a hard boundary; ``tau_neg > tau_pos`` fades negative
+    updates faster."""
+    if c.sapo_tau_pos <= 0 or c.sapo_tau_neg <= 0:
+        raise ValueError(f"SAPO temperatures must be > 0, got tau_pos={c.sapo_tau_pos}, tau_neg={c.sapo_tau_neg}")
+    tau_NT = torch.where(adv_NT > 0, torch.full_like(adv_NT, c.sapo_tau_pos), torch.full_like(adv_NT, c.sapo_tau_neg))
+    gate_NT = torch.sigmoid(tau_NT * (ratio_NT - 1.0)) * (4.0 / tau_NT)  # SAPO: soft gate f(r) = sigma(tau(r-1)) 4/tau
+    return gate_NT * adv_NT
 
 
 def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> torch.Tensor:
@@ -376,41 +375,3 @@ def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.
     if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
         seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
     return torch.exp(seq_N)[:, None].expand_as(logp_NT)
-
-
-def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor,
-                        mask_NT: torch.Tensor, delta: float) -> torch.Tensor:
-    """Boolean ``(N,)``: sequences to mask under DeepSeek-V3.2's off-policy sequence masking.
-
-    A sequence is masked when its mean advantage is negative and the policy has drifted from the
-    one that sampled it by more than ``delta`` in mean log-ratio:
-    ``1/|o| sum_t (old_logp - logp) > delta`` (a sample estimate of KL(pi_old || pi_theta)).
-    Positive-advantage sequences are always kept: learning from a good sample stays useful.
-    """
-    mask = mask_NT.to(logp_NT.dtype)
-    n_N = mask.sum(dim=1).clamp(min=1)
-    drift_N = ((old_logp_NT - logp_NT) * mask).sum(dim=1) / n_N
-    adv_N = (adv_NT * mask).sum(dim=1) / n_N
-    return (adv_N < 0) & (drift_N > delta)
-
-
-def entropy_token_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float,
-                       pool: torch.Tensor | None = None) -> torch.Tensor:
-    """Keep only the highest-entropy ``top_fraction`` of the batch's completion tokens.
-
-    "Beyond the 80/20 rule" (Wang et al., 2025): the gradient of the few high-entropy "forking"
-    tokens carries most of the RL signal. The threshold is the ``1 - top_fraction`` quantile of the
-    entropies of all real tokens of the batch; tokens at or above it stay in the mask.
-
-    ``pool`` (1-d): the entropies the quantile is taken over, when the batch is larger than these
-    rows; with several ranks it is every rank's real-token entropies, so each rank keeps exactly
-    the tokens one process would keep of the whole batch. Default: ``entropy_NT[mask_NT > 0]``.
-    """
-    if not (0.0 < top_fraction <= 1.0):
-        raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
-    real = mask_NT.bool()
-    pool = entropy_NT[real] if pool is None else pool
-    if top_fraction == 1.0 or pool.numel() == 0:
-        return mask_NT
-    threshold = torch.quantile(pool.float(), 1.0 - top_fraction)
-    return mask_NT * (entropy_NT >= threshold).to(mask_NT.dtype)

@@ -27,7 +27,8 @@ from grpokit.config.validation import validate
 from grpokit.data.prompts import load_rows, repeat_columns, to_prompts
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.record.passk import summarize
-from grpokit.rewards import RewardRunner, RewardSpec, resolve_reward
+from grpokit.rewards.runner import RewardRunner
+from grpokit.rewards.spec import RewardSpec, resolve_reward
 from grpokit.rollout.hf import SamplingParams, generate
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

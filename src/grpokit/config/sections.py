@@ -269,6 +269,10 @@ class AlgoConfig:
     """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
     ref_refresh_every: int = 0
     """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
+    advantage: str = ""
+    """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
+    token_masks: list[str] = field(default_factory=list)
+    """Extra token masks applied after mask_truncated and entropy_top_fraction, by registered name (@grpokit.algo.register_token_mask) or "module:function" (docs/ALGORITHMS.md)."""
     # -- multi-turn credit (issue 14): a mode of stage 4 for episodes
     credit: str = "outcome"
     """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""

@@ -16,7 +16,9 @@ from grpokit.rollout.gec import MODES as GEC_MODES
 from .sections import Config, ConfigError
 from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
-from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_LEVELS
+from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
+from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
+from grpokit.algo.registry import is_import_path, lookup, registered
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -27,13 +29,62 @@ def _one_of(name: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
     _check(value in valid, f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
 
 
+def _registered(field: str, kind: str, name: str) -> None:
+    """A stage the registry knows (or can import as module:function): one sentence otherwise."""
+    if is_import_path(name):
+        try:
+            lookup(kind, name)
+        except ValueError as e:
+            raise ConfigError(f"{field}: {e}") from None
+    else:
+        _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
+
+
+def _check_estimator_pairs(cfg: Config) -> None:
+    """Pairs an advantage estimator would silently ignore (issue 25's combination table found them)."""
+    a = cfg.algo
+    if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
+        _check(a.baseline == "group_mean" and a.scale == "group",
+               f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
+        _check(a.kl_placement == "loss" or a.beta == 0,
+               "algo.supervision=process scores steps with reward.process_function, so a KL in the outcome reward would be dropped; set algo.kl_placement=loss")
+        _check(not cfg.reward.normalize_components,
+               "algo.supervision=process scores steps with reward.process_function, so reward.normalize_components would be dropped; set it to false")
+    _check(a.credit != "gagpo" or a.scale == "group",
+           f"algo.credit=gagpo always normalises its GAE by the group's std; use algo.scale=group (got {a.scale})")
+    _check(a.entropy_shaping != "gtpo" or (a.baseline == "group_mean" and a.scale == "group"),
+           f"algo.entropy_shaping=gtpo normalises its token rewards itself (algo.gtpo_normalization); use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
+
+
 def validate(cfg: Config) -> Config:
-    """Check every value that can be checked without loading anything; raise ``ConfigError``."""
-    r, a, t, o, m = cfg.rollout, cfg.algo, cfg.train, cfg.optim, cfg.model
+    """Check every value that can be checked without loading anything; raise ``ConfigError``.
+    The sections are checked in a fixed order; the first wrong value found is the one reported."""
+    for check in (_model, _rollout, _algo_objective, _sampling_and_shaping, _algo_limits,
+                  _optim_train, _reward_env, _credit, _record_data):
+        check(cfg)
+    return cfg
+
+
+def _model(cfg: Config) -> None:
+    """model.*: dtype, device, autocast, LoRA and quantization."""
+    a, m = cfg.algo, cfg.model
     _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16", "float16"))
     _one_of("model.attn_implementation", m.attn_implementation, ATTN_IMPLEMENTATIONS)
     _check(m.device in ("auto", "cpu", "cuda") or m.device.startswith("cuda:"),
            f"model.device={m.device!r} is not valid; use auto, cpu, cuda or cuda:N")
+    _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
+    _one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
+    _one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
+    _one_of("model.quantization", m.quantization, ("none", "4bit"))
+    _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    _check(m.quantization == "none" or m.lora_rank > 0, f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)")
+    _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
+
+
+def _rollout(cfg: Config) -> None:
+    """rollout.*: group size, sampling settings, engines, TIS and async staleness."""
+    r, a = cfg.rollout, cfg.algo
     _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
     _check(r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
            f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2")
@@ -44,24 +95,25 @@ def validate(cfg: Config) -> Config:
     _check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
     _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
-    _one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
-    _one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
-    _one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
-    _one_of("model.quantization", m.quantization, ("none", "4bit"))
-    _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
-    _check(m.quantization == "none" or m.lora_rank > 0, f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)")
-    _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
-    _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
     _check(0 < r.vllm_gpu_memory_utilization <= 1, f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]")
+
+
+def _algo_objective(cfg: Config) -> None:
+    """algo.*: advantage estimator, objective, aggregation and KL."""
+    a, t = cfg.algo, cfg.train
     _one_of("algo.baseline", a.baseline, BASELINES)
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
-    _one_of("algo.objective", a.objective, OBJECTIVES)
+    _registered("algo.objective", "objective", a.objective)
+    if a.advantage:
+        _registered("algo.advantage", "advantage", a.advantage)
+    for name in a.token_masks:
+        _registered("algo.token_masks", "token mask", name)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
     _check(a.objective == "clip" or a.dual_clip == 0,
@@ -78,6 +130,11 @@ def validate(cfg: Config) -> Config:
     _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
            "algo.kl_bias_correction weights the KL term of the loss, and algo.kl_placement=reward puts the KL in the reward instead; set algo.kl_bias_correction=false or algo.kl_placement=loss")
+
+
+def _sampling_and_shaping(cfg: Config) -> None:
+    """GFPO, dynamic sampling, error correction, entropy shaping and the reference refresh."""
+    r, a = cfg.rollout, cfg.algo
     _one_of("rollout.gfpo_criterion", r.gfpo_criterion, ("length", "token_efficiency"))
     _check(r.sample_group_size == 0 or r.sample_group_size > r.group_size,
            f"rollout.sample_group_size={r.sample_group_size} must be 0 (off) or larger than rollout.group_size={r.group_size}")
@@ -104,6 +161,12 @@ def validate(cfg: Config) -> Config:
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
+    _check_estimator_pairs(cfg)
+
+
+def _algo_limits(cfg: Config) -> None:
+    """algo.*: numeric ranges of clipping, KL and iterations."""
+    a = cfg.algo
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
     _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
@@ -111,6 +174,11 @@ def validate(cfg: Config) -> Config:
     _check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")
     _check(a.num_iterations >= 1, f"algo.num_iterations={a.num_iterations} must be at least 1")
     _check(a.norm_constant >= 0, f"algo.norm_constant={a.norm_constant} must be >= 0 (0 = max_new_tokens)")
+
+
+def _optim_train(cfg: Config) -> None:
+    """optim.* and train.*."""
+    r, t, o = cfg.rollout, cfg.train, cfg.optim
     _check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
     _check(o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be >= 0")
     _one_of("optim.schedule", o.schedule, ("constant", "linear", "cosine"))
@@ -125,6 +193,10 @@ def validate(cfg: Config) -> Config:
            f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
+
+
+def _reward_env(cfg: Config) -> None:
+    """reward.* and env.*."""
     c = cfg.reward
     _check(not c.weights or len(c.weights) >= len(c.functions),  # more: the rest weight callables passed to Trainer
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
@@ -137,6 +209,11 @@ def validate(cfg: Config) -> Config:
     _check(e.tool_timeout_s > 0 and e.episode_timeout_s > 0,
            f"env.tool_timeout_s={e.tool_timeout_s} and env.episode_timeout_s={e.episode_timeout_s} must be > 0")
     _check(e.max_tool_output_chars >= 0, f"env.max_tool_output_chars={e.max_tool_output_chars} must be >= 0 (0 = no cap)")
+
+
+def _credit(cfg: Config) -> None:
+    """algo.credit (GiGPO / GAGPO) and what it combines with."""
+    a = cfg.algo
     _one_of("algo.credit", a.credit, ("outcome", "gigpo", "gagpo"))
     _check(0 <= a.step_gamma <= 1 and 0 <= a.gae_lambda <= 1,
            f"algo.step_gamma={a.step_gamma} and algo.gae_lambda={a.gae_lambda} must be in [0, 1]")
@@ -145,6 +222,11 @@ def validate(cfg: Config) -> Config:
            f"(got {a.baseline}, {a.scale})")
     _check(a.credit == "outcome" or a.supervision == "outcome",
            f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome")
+
+
+def _record_data(cfg: Config) -> None:
+    """record.sinks, data.* and the paths of the dataset and model."""
+    m = cfg.model
     from grpokit.record.recorder import SINKS
     from grpokit.record.trackers import missing_package
 
@@ -160,7 +242,6 @@ def validate(cfg: Config) -> Config:
         _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")
     if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
         _check(Path(m.name_or_path).is_dir(), f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo")
-    return cfg
 
 
 def _looks_like_path(s: str) -> bool:

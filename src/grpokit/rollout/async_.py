@@ -20,6 +20,7 @@ resumed run does not reproduce an uninterrupted one bit for bit; single process 
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import torch
 
@@ -29,14 +30,18 @@ from grpokit.train.models import frozen_copy
 class AsyncRollout:
     prefetches = True
 
-    def __init__(self, tr, max_staleness: int):
-        self.tr, self.max_staleness = tr, max_staleness
-        self.n, self.G = tr.cfg.train.prompts_per_step, tr.cfg.rollout.group_size
-        self.generator = torch.Generator(device=tr.device).manual_seed(tr.cfg.train.seed + 1)
+    def __init__(self, model, step: int, sample: Callable, next_batch: Callable[[int], list], *, prompts_per_step: int,
+                 group_size: int, max_staleness: int, device: torch.device, seed: int):
+        """``model`` is the policy after ``step`` updates; ``sample(model, generator, prompts)`` runs one
+        batch's episodes (the trainer's own episode loop) and ``next_batch(n)`` draws n fresh prompts."""
+        self.sample, self.next_batch, self.max_staleness = sample, next_batch, max_staleness
+        self.n, self.G = prompts_per_step, group_size
+        self.generator = torch.Generator(device=device).manual_seed(seed + 1)
+        self.trainer_step = step  # updates the trainer has made (after_update tells it each new one)
         self.cond = threading.Condition()
-        self.version, self.snapshot = tr.step, frozen_copy(tr.model)
+        self.version, self.snapshot = step, frozen_copy(model)
         self.ready: dict[int, tuple] = {}  # batch index -> (prompts, rollout, version)
-        self.consumed = tr.step  # index of the next batch the trainer takes
+        self.consumed = step  # index of the next batch the trainer takes
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
         self.last_staleness = 0
         self.error: BaseException | None = None
@@ -53,9 +58,8 @@ class AsyncRollout:
                     if self.stopped:
                         return
                     model, version = self.snapshot, self.version
-                prompts = self.tr.sampler.next_batch(self.n)
-                with self.tr.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
-                    ro = self.tr.episodes.run(self.tr.turn_sampler(model, self.generator), prompts, self.G, self.tr.params)
+                prompts = self.next_batch(self.n)
+                ro = self.sample(model, self.generator, prompts)
                 with self.cond:
                     self.ready[i] = (prompts, ro, version)
                     self.log.append((i, version))
@@ -69,14 +73,14 @@ class AsyncRollout:
     def next_rollout(self, n: int, group_size: int):
         """``(prompts, rollout)`` of the next batch, waiting for the producer if needed."""
         if n != self.n or group_size != self.G:
-            return self.tr.sampler.next_batch(n), None  # a refill of another size: sample it synchronously
+            return self.next_batch(n), None  # a refill of another size: sample it synchronously
         with self.cond:
             self.cond.wait_for(lambda: self.consumed in self.ready or self.error is not None)
             if self.error is not None:
                 raise RuntimeError(f"the background rollout thread failed: {self.error!r}") from self.error
             prompts, ro, version = self.ready.pop(self.consumed)
             self.consumed += 1
-        self.last_staleness = self.tr.step - version
+        self.last_staleness = self.trainer_step - version
         return prompts, ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
@@ -84,6 +88,7 @@ class AsyncRollout:
         with self.cond:
             self.snapshot, self.version = snap, step
             self.cond.notify_all()
+        self.trainer_step = step
         return {"rollout/staleness": float(self.last_staleness)}
 
     def generate(self, prompt_ids, group_size):

@@ -21,6 +21,7 @@ uninterrupted one would.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -115,10 +116,51 @@ def generate(
     use_static = vision is None and (engine == "static" or (engine == "auto" and static.supports(model)))
     if engine == "static" and not static.supports(model):
         raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
+    d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
+    N = len(prompt_ids) * group_size
+    tokens: list[list[int]] = [[] for _ in range(N)]
+    logps: list[list[float]] = [[] for _ in range(N)]
+    reasons = ["length"] * N
+    eos = torch.tensor(sorted(eos_token_ids), device=d.device)
+    seen = _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
+    for step in range(params.max_new_tokens):
+        row_ids = d.active if d.live is None else d.active[d.live]  # original row of each live row
+        live_logits = d.logits if d.live is None else d.logits[d.live]
+        if seen is not None:
+            live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
+        tok, tok_logp = _sample_tokens(live_logits, params, generator)
+        if seen is not None:
+            seen[row_ids, tok] = True
+        finished = _record(row_ids.tolist(), tok, tok_logp, eos, tokens, logps, reasons, params.stop, decode)
+        if step == params.max_new_tokens - 1 or not bool((~finished).any()):
+            break
+        _advance(model, d, tok, ~finished, pad_token_id)
+    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
+                   finish_reasons=reasons, group_size=group_size,
+                   vision=None if vision is None else [v for v in vision for _ in range(group_size)])
+
+
+@dataclass
+class _Decoding:
+    """The decode batch between steps. Cache rows and live rows differ: a finished row stays in the
+    cache (decoding padding) until finished rows are COMPACT_FRACTION of it; then one copy drops them
+    all (see compact_due)."""
+
+    cache: Any  # the model's DynamicCache, or a StaticDecoder
+    logits: torch.Tensor  # (cache rows, V) of the next token
+    mask: torch.Tensor  # (cache rows, width) attention mask so far
+    next_pos: torch.Tensor  # (cache rows, 1) position of the next token
+    active: torch.Tensor  # original row of each cache row
+    live: torch.Tensor | None  # cache rows still sampling; None = all of them
+    use_static: bool
+    device: torch.device
+
+
+def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams, pad_token_id: int, use_static: bool,
+             cuda_graphs: bool, vision: list[dict] | None = None) -> _Decoding:
+    """Left-pad the P prompts, prefill once per prompt, then share the prompt's cache with its G samples."""
     device = next(model.parameters()).device
-    P, G = len(prompt_ids), group_size
-    N = P * G
-    width = max(len(p) for p in prompt_ids)
+    P, width = len(prompt_ids), max(len(p) for p in prompt_ids)
     ids = torch.full((P, width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((P, width), dtype=torch.long)
     for i, p in enumerate(prompt_ids):
@@ -126,12 +168,10 @@ def generate(
         mask[i, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
-
     extra = {}
     if vision is not None:  # images: the model's own multimodal positions; text after them counts on by one
         extra = forward_kwargs(model, ids, mask, vision)
         pos = extra.pop("position_ids", pos)
-    # Prefill once per prompt, then share the prompt's cache with its G samples.
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **extra)
     pos = pos[0] if pos.dim() == 3 else pos  # M-RoPE: the last (text) token has equal positions in all 3 axes
     cache = out.past_key_values
@@ -140,78 +180,68 @@ def generate(
     elif G > 1:
         cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (N, V)
-    mask = mask.repeat_interleave(G, dim=0)
     next_pos = pos[:, -1:].repeat_interleave(G, dim=0) + 1  # (N, 1)
+    return _Decoding(cache, logits, mask.repeat_interleave(G, dim=0), next_pos, torch.arange(P * G, device=device), None,
+                     use_static, device)
 
-    tokens: list[list[int]] = [[] for _ in range(N)]
-    logps: list[list[float]] = [[] for _ in range(N)]
-    reasons = ["length"] * N
-    # Cache rows and live rows: a finished row stays in the cache (decoding padding) until finished
-    # rows are COMPACT_FRACTION of it; then one copy drops them all (see compact_due).
-    active = torch.arange(N, device=device)  # original row of each cache row
-    live = None  # cache rows still sampling; None = all of them
-    eos = torch.tensor(sorted(eos_token_ids), device=device)
-    seen = None  # (N, V) tokens of each row's prompt and completion so far, for the repetition penalty
-    if params.repetition_penalty != 1.0:
-        seen = torch.zeros((N, logits.shape[-1]), dtype=torch.bool, device=device)
-        for i, p in enumerate(prompt_ids):
-            seen[i * G:(i + 1) * G, torch.tensor(p, dtype=torch.long, device=device)] = True
 
-    for step in range(params.max_new_tokens):
-        live_logits = logits if live is None else logits[live]
-        row_ids = active if live is None else active[live]  # original row of each live row
-        if seen is not None:
-            live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
-        if params.temperature == 0:
-            tok = live_logits.argmax(dim=-1)
-            tok_logp = torch.log_softmax(live_logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
-        else:
-            logp = process_logits(live_logits, params)  # penalised above: no seen_NV passed, no second penalty
-            tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # generator lives on `device`
-            tok_logp = logp.gather(1, tok[:, None])[:, 0]
-        if seen is not None:
-            seen[row_ids, tok] = True
-        rows = row_ids.tolist()
-        tok_list, lp_list = tok.tolist(), tok_logp.tolist()
-        finished = torch.isin(tok, eos)
-        fin_list = finished.tolist()
+def _seen_tokens(prompt_ids: list[list[int]], G: int, vocab: int, device) -> torch.Tensor:
+    """(N, V) tokens of each row's prompt, for the repetition penalty (completion tokens are added as sampled)."""
+    seen = torch.zeros((len(prompt_ids) * G, vocab), dtype=torch.bool, device=device)
+    for i, p in enumerate(prompt_ids):
+        seen[i * G:(i + 1) * G, torch.tensor(p, dtype=torch.long, device=device)] = True
+    return seen
+
+
+def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row (greedy at temperature 0) and its log-probability under the sampling distribution."""
+    if params.temperature == 0:
+        tok = logits.argmax(dim=-1)
+        return tok, torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
+    logp = process_logits(logits, params)  # penalised by the caller: no seen_NV passed, no second penalty
+    tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # generator lives on `device`
+    return tok, logp.gather(1, tok[:, None])[:, 0]
+
+
+def _record(rows: list[int], tok, tok_logp, eos, tokens, logps, reasons, stop: tuple[str, ...], decode) -> torch.Tensor:
+    """Append each live row's token and log-probability; returns which rows finished (EOS, or a stop string)."""
+    tok_list, lp_list = tok.tolist(), tok_logp.tolist()
+    finished = torch.isin(tok, eos)
+    fin_list = finished.tolist()
+    for j, r in enumerate(rows):
+        tokens[r].append(tok_list[j])
+        logps[r].append(lp_list[j])
+        if fin_list[j]:
+            reasons[r] = "eos"
+    if stop and decode is not None:
         for j, r in enumerate(rows):
-            tokens[r].append(tok_list[j])
-            logps[r].append(lp_list[j])
-            if fin_list[j]:
-                reasons[r] = "eos"
-        if params.stop and decode is not None:
-            for j, r in enumerate(rows):
-                if not fin_list[j] and _hits_stop(decode(tokens[r]), params.stop):
-                    reasons[r] = "stop"
-                    fin_list[j] = True
-            finished = torch.tensor(fin_list, device=device)
-        if step == params.max_new_tokens - 1:
-            break
-        keep = ~finished
-        if not bool(keep.any()):
-            break
-        if not bool(keep.all()):
-            live = keep.nonzero()[:, 0] if live is None else live[keep]
-            tok = tok[keep]
-        if live is not None and compact_due(len(active), live.numel()):
-            # drop the finished rows from the cache: no compute spent on them from now on
-            cache.select(live) if use_static else cache.batch_select_indices(live)
-            active, mask, next_pos = active[live], mask[live], next_pos[live]
-            live = None
-        if live is not None:  # finished rows still in the cache are fed padding; their outputs are ignored
-            tok = torch.full_like(active, pad_token_id).index_put_((live,), tok)
-        if use_static:
-            logits = cache.step(tok, next_pos)
-        else:
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
-            logits = out.logits[:, -1]
-        next_pos = next_pos + 1
+            if not fin_list[j] and _hits_stop(decode(tokens[r]), stop):
+                reasons[r] = "stop"
+                fin_list[j] = True
+        finished = torch.tensor(fin_list, device=tok.device)
+    return finished
 
-    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
-                   finish_reasons=reasons, group_size=G, vision=None if vision is None else [v for v in vision for _ in range(G)])
+
+def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_token_id: int) -> None:
+    """Feed the sampled tokens of the rows still live (``keep`` among them) and set ``d.logits`` to the next step's."""
+    if not bool(keep.all()):
+        d.live = keep.nonzero()[:, 0] if d.live is None else d.live[keep]
+        tok = tok[keep]
+    if d.live is not None and compact_due(len(d.active), d.live.numel()):
+        # drop the finished rows from the cache: no compute spent on them from now on
+        d.cache.select(d.live) if d.use_static else d.cache.batch_select_indices(d.live)
+        d.active, d.mask, d.next_pos = d.active[d.live], d.mask[d.live], d.next_pos[d.live]
+        d.live = None
+    if d.live is not None:  # finished rows still in the cache are fed padding; their outputs are ignored
+        tok = torch.full_like(d.active, pad_token_id).index_put_((d.live,), tok)
+    if d.use_static:
+        d.logits = d.cache.step(tok, d.next_pos)
+    else:
+        d.mask = torch.cat([d.mask, torch.ones_like(d.mask[:, :1])], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=d.mask, position_ids=d.next_pos, past_key_values=d.cache,
+                    use_cache=True)
+        d.cache, d.logits = out.past_key_values, out.logits[:, -1]
+    d.next_pos = d.next_pos + 1
 
 
 # Finished rows leave the decode batch once they are this fraction of it (or all of it). Dropping a

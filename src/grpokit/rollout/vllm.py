@@ -118,15 +118,12 @@ class VLLMColocated:
         pass
 
 
-def make_vllm_engine(tr):
-    """Build the engine for ``tr.cfg.rollout.backend`` (vllm needs CUDA and the vllm package)."""
-    r, m = tr.cfg.rollout, tr.cfg.model
-    if r.backend == "vllm_server":
-        from .vllm_client import make_server_engine
-
-        return make_server_engine(tr)
-    if tr.device.type != "cuda":
-        raise ConfigError(f"rollout.backend=vllm needs a CUDA GPU but the device is {tr.device.type}; use rollout.backend=hf")
+def make_colocated_engine(r, m, params: SamplingParams, device, seed: int) -> VLLMColocated:
+    """The ``rollout.backend=vllm`` engine from the rollout section ``r``, the model section ``m``, the run's
+    sampling settings, device and seed (vllm needs CUDA and the vllm package). A resumed run's caller
+    then sends the policy's weights with ``after_update`` (the engine loads the base checkpoint)."""
+    if device.type != "cuda":
+        raise ConfigError(f"rollout.backend=vllm needs a CUDA GPU but the device is {device.type}; use rollout.backend=hf")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process: apply_model can load weights
     try:
         import vllm
@@ -135,9 +132,6 @@ def make_vllm_engine(tr):
     from grpokit.train.models import model_path
 
     llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-                   enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=tr.cfg.train.seed,
+                   enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=seed,
                    logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code)
-    engine = VLLMColocated(llm, vllm.SamplingParams, tr.params, sleep=r.vllm_sleep)
-    if tr.step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
-        engine.after_update(tr.model, tr.step)
-    return engine
+    return VLLMColocated(llm, vllm.SamplingParams, params, sleep=r.vllm_sleep)

@@ -240,14 +240,13 @@ class VLLMServer:
         pass
 
 
-def make_server_engine(tr) -> VLLMServer:
-    """The ``rollout.backend=vllm_server`` engine for a trainer; pushes the trainer's weights once."""
-    r = tr.cfg.rollout
-    if tr.dist.fsdp:
+def make_server_engine(r, params: SamplingParams, run_dir: Path, dist) -> VLLMServer:
+    """The ``rollout.backend=vllm_server`` engine from the rollout section ``r``, the run's sampling
+    settings, its folder (default home of the weight files) and the distributed context ``dist``;
+    the caller pushes the policy's weights once with ``after_update``."""
+    if dist.fsdp:
         raise ConfigError("rollout.backend=vllm_server does not support train.fsdp=true yet (weights are not gathered for sync); "
                           "use data parallelism without FSDP or rollout.backend=hf")
-    sync_dir = Path(r.vllm_sync_dir) / tr.run_dir.name if r.vllm_sync_dir else tr.run_dir / "vllm-weights"
-    engine = VLLMServer(r.vllm_url, tr.params, sync_dir, startup_timeout=r.vllm_startup_timeout,
-                        request_timeout=r.vllm_request_timeout, is_main=tr.dist.is_main, barrier=tr.dist.barrier)
-    engine.after_update(tr.model, tr.step)
-    return engine
+    sync_dir = Path(r.vllm_sync_dir) / run_dir.name if r.vllm_sync_dir else run_dir / "vllm-weights"
+    return VLLMServer(r.vllm_url, params, sync_dir, startup_timeout=r.vllm_startup_timeout,
+                      request_timeout=r.vllm_request_timeout, is_main=dist.is_main, barrier=dist.barrier)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from grpokit.data.prompts import repeat_columns
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.types import Prompt
 
@@ -35,8 +36,6 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
         ro = episodes.run(sample, chunk, 1, params) if episodes is not None else sample([p.ids for p in chunk], 1, params, vision)
         comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
         columns = repeat_columns(chunk)
-        from .wiring import reward_inputs, reward_prompts
-
         scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
         if ro.episodes is not None:  # episodes are scored on their conversation, as in training
             scored_comp = [e.messages for e in ro.episodes]

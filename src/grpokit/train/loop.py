@@ -14,10 +14,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
-import random
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -27,30 +24,23 @@ import torch
 
 from . import checkpoint
 from .callbacks import Callbacks, RunState
-from grpokit.algo.advantages import entropy_scaled_advantages, group_advantages, kl_penalized_rewards, normalize_components, response_entropy
+from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.io import save_yaml, to_dict
-from grpokit.config.validation import validate
-from grpokit.data.prompts import PromptSampler, repeat_columns, to_prompts
+from grpokit.config.io import save_yaml
+from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
-from .models import eos_ids, frozen_copy, load_model, load_tokenizer, model_path, quiet_transformers, resolve_device, resolve_dtype
-from grpokit.data.vision import check_engine, load_processor
-from grpokit.record.vision_samples import with_images
-from . import distributed, kernels, scaling, wiring
+from .models import load_tokenizer, quiet_transformers, resolve_device
+from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
-from grpokit.record import NullRecorder, group_signatures, make_recorder, sample_rows, solved_signatures
-from grpokit.rewards.runner import RewardRunner
+from grpokit.record.samples import sample_rows
+from grpokit.record.vision_samples import with_images
+from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
-from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.algo.lambda_grpo import LearnableLambda
-from grpokit.algo.loss import entropy_token_mask
+from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import UpdateInputs, activation_memory_mb, make_optimizer, policy_update, token_budget
-
-
-SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
+from .update import policy_update
 
 
 class Trainer:
@@ -67,60 +57,27 @@ class Trainer:
                  tools: list[Callable] | None = None, environment_factory: Callable | None = None,
                  rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
                  args: Any = None):
-        # one's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's checkpoint
-        self.cfg = validate(wiring.resolve_run(cfg, own_rows=train_rows is not None))
+        self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
-        t, m = cfg.train, cfg.model
-        if t.threads:
-            torch.set_num_threads(t.threads)
-        if t.deterministic:  # cuBLAS refuses deterministic mode without a fixed workspace (read at its first use)
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(t.deterministic)
-        _seed_everything(t.seed)
-
+        t = cfg.train
+        build.prepare_process(t)
         quiet_transformers()
         self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
         scaling.check_world(cfg, self.dist)
-        self.device = distributed.rank_device(self.dist, resolve_device(m))
-        self.tokenizer = load_tokenizer(m, tokenizer)
-        self.processor = load_processor(model_path(m.name_or_path), tokenizer, m.trust_remote_code)  # None: text model
-        train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
-        wiring.check_gold_answers(cfg, train_rows)
-        self.episodes = wiring.episode_runner(cfg, self.tokenizer, tools, environment_factory, wiring._task(cfg))
+        self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
+        self.tokenizer = load_tokenizer(cfg.model, tokenizer)
+        inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, tokenizer)
+        self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
         self.rollout_func = rollout_func
-        schemas = self.episodes.schemas or None  # chat templates show the tools in the prompt
-        self.prompts = to_prompts(train_rows, self.tokenizer, cfg.data, schemas, self.processor)
-        self.eval_prompts = to_prompts(eval_rows, self.tokenizer, cfg.data, schemas, self.processor)
-        check_engine(cfg.rollout.backend, self.prompts)
-        specs = wiring.reward_specs(cfg, reward_funcs, self.episodes.factory)
-        self.runner_weights = [sp.weight for sp in specs]
-        self.process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
-        self.runner = RewardRunner(specs, num_workers=cfg.reward.num_workers,
-                                   timeout_s=cfg.reward.timeout_s, failure_value=cfg.reward.failure_value,
-                                   max_failure_fraction=cfg.reward.max_failure_fraction)
-
-        self.eval_runner = wiring.eval_runner(cfg, self.runner)
-        self.model = load_model(m, self.device, resolve_dtype(m, self.device), model)
-        if not t.threads and self.device.type == "cpu" and sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL:
-            torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
-        if kernels.wants_onednn(m.cpu_matmul, self.device):  # float32 linears through oneDNN (kernels.py)
-            kernels.use_onednn_linears(self.model)
-        # no reference when beta = 0; with LoRA the reference is the base with adapters disabled (no copy)
-        self.ref_model = frozen_copy(self.model) if cfg.algo.beta > 0 and not m.lora_rank else None
-        self.autocast = scaling.autocast_factory(m, self.device, self.model)
-        self.dist.broadcast_params(self.model)
-        if t.fsdp:
-            distributed.fully_shard_model(self.model)
-        self.eos = eos_ids(self.tokenizer, self.model)
-        self.gec_render = gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
-        self.token_budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update (0: no cap)
-            self.model.config, activation_memory_mb(t.activation_memory_mb, self.device),
-            next(self.model.parameters()).element_size(), t.micro_batch_tokens)
-        self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, t.steps * cfg.algo.num_iterations)
-        a = cfg.algo  # lambda-GRPO: a learnable lambda with its own optimizer (lambda_grpo.py)
-        self.lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
-            if a.aggregation == "lambda-grpo" else None
+        rewards = build.build_rewards(cfg, reward_funcs, self.episodes)
+        self.runner, self.eval_runner, self.runner_weights, self.process_fn = \
+            rewards.runner, rewards.eval_runner, rewards.weights, rewards.process_fn
+        policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
+        self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
+        self.gec_render = build.error_correction_renderer(cfg)
+        opt = build.build_optimizer(cfg, self.model, self.device)
+        self.optimizer, self.scheduler, self.lam, self.token_budget = opt.optimizer, opt.scheduler, opt.lam, opt.token_budget
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
@@ -129,7 +86,7 @@ class Trainer:
             if ckpt is None:
                 raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                    **scaling.checkpoint_loaders(self))
+                                    **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
             self.step, self.sampler.position = state.step, state.data_position
             self.saved_step = state.step
             if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
@@ -140,15 +97,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             save_yaml(cfg, self.run_dir / "config.yaml")
-        r = cfg.record
-        self.recorder = NullRecorder() if not self.dist.is_main else make_recorder(
-            self.run_dir, [s for s in r.sinks if not (quiet and s == "console")], t.steps, to_dict(cfg),
-            health=cfg.health, resume_step=self.step if self.resume_dir else None,
-            samples_every=r.samples_every, samples_prompts=r.samples_prompts, console_every=r.console_every)
-        self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                                     top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, min_p=cfg.rollout.min_p,
-                                     stop=tuple(cfg.rollout.stop), repetition_penalty=cfg.rollout.repetition_penalty)
-        self.engine = scaling.make_engine(self)  # vLLM / async sampler, or None for the plain hf loop
+        self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
+        self.params = build.sampling_params(cfg.rollout)
+        self.engine = scaling.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
+                                          (self._sample_async, self.sampler.next_batch))  # vLLM / async, or None (hf)
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
@@ -206,11 +158,40 @@ class Trainer:
         return summary
 
     def train_step(self) -> dict[str, float]:
-        cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
-        G = r.group_size
+        """One step through the stages: rollout and rewards, token batch and log-probabilities, the
+        update's inputs (algo/pipeline.py: every variant's glue), mu optimizer steps, metrics."""
+        cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = wiring.Timer()
+        sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
+        settings = self._step_settings()
+        with timer("update"):  # 5a. the log-probabilities the stages need, before any update
+            batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
+            need_old, need_ref, want_entropy = needed_logprobs(settings)
+            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
+            ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
+        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
+        extra: dict[str, float] = {}
+        with timer("update"):  # 5-6. loss, backward, optimizer, mu times
+            for _ in range(a.num_iterations):
+                if self.lam is not None:
+                    self.lam.zero_grad()
+                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, a, cfg.optim,
+                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
+                                    norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
+                                    micro_batch_tokens=self.token_budget)
+                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                    extra.update(self.lam.step(self.dist))
+            if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
+                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
+        if self.engine is not None:
+            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
+        return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
 
-        sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, G,  # 1-3. prompts, rollout, rewards
+    def _scored_batch(self) -> ScoredBatch:
+        """Stages 1-3: this rank's prompts, G completions each, scored (dynamic sampling, GFPO and
+        EDGE-GRPO's guided error correction decide which groups and members stay)."""
+        cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
+        sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, r.group_size,
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
                      gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
@@ -218,74 +199,24 @@ class Trainer:
             sb = gec.correct(sb, self.tokenizer, self.runner, mode=a.error_correction, render=self.gec_render,
                              reflection=a.error_correction_prompt, max_reward=a.error_correction_max_reward,
                              eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos))
-        P, ro = len(sb.prompts), sb.rollout
-        with timer("update"):
-            batch = make_token_batch(ro, self.tokenizer.pad_token_id, self.device)
-            want_entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none"
-            need_old = a.num_iterations > 1 or want_entropy or a.kl_placement == "reward" or scaling.uses_tis(cfg)
-            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
-            ref_logp = scaling.reference_logprobs(self, batch) if a.beta > 0 else None
+        return sb
 
-        rewards_N, extra = sb.total_N, {}  # 4. advantages
-        if cfg.reward.normalize_components:  # MO-GRPO: each component normalised within its group
-            w = torch.tensor(self.runner_weights)
-            rewards_N = normalize_components(sb.rewards_NF.view(P, G, -1), w, std=a.std, eps=a.adv_eps).flatten()
-        if a.kl_placement == "reward" and ref_logp is not None:  # PPO / REINFORCE++: KL in the reward
-            rewards_N, kl_N = kl_penalized_rewards(rewards_N, old_logp.cpu(), ref_logp.cpu(), batch.completion_mask.cpu(), a.beta,
-                                                   a.kl_estimator, a.kl_clamp or None)
-            extra["kl"] = (kl_N.sum() / batch.completion_mask.sum().clamp(min=1).cpu()).item()
-        if a.supervision == "process":  # DeepSeekMath process supervision: per-token advantages
-            advantages, adv_metrics = wiring.step_advantages(self.process_fn, sb, batch.width, a.std, a.adv_eps)
-        elif a.credit != "outcome":  # GiGPO / GAGPO: step-level credit across the turns of episodes
-            advantages, adv_metrics = wiring.credit_advantages(sb, a, rewards_N, batch.completion_mask)
-        elif a.entropy_shaping != "none":  # GTPO / GRPO-S: entropy-shaped rewards (arXiv 2508.04349)
-            advantages, adv_metrics = wiring.shaped_advantages(a, rewards_N, entropy, batch.completion_mask, G, self.dist)
-        else:
-            rewards_all = self.dist.gather_rows(rewards_N)  # data parallel: batch-wide statistics see every rank
-            lengths = self.dist.gather_rows(batch.completion_mask.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
-            adv_PG, adv_metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
-                                                   eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
-            advantages = self.dist.local_rows(adv_PG).flatten()
-        if a.entropy_advantage:  # EDGE-GRPO: entropy-driven advantage, batch-wide mean entropy
-            ent_N = response_entropy(entropy.float().cpu(), batch.completion_mask.float().cpu())
-            advantages, eda_metrics = entropy_scaled_advantages(advantages, ent_N, self.dist.gather_rows(ent_N).mean(),
-                                                                a.entropy_advantage_max_scale or None)
-            extra.update(eda_metrics)
-        if scaling.uses_tis(cfg):  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
-            advantages, tis_metrics = scaling.tis_advantages(advantages, old_logp, ro, batch, r.tis_cap)
-            extra.update(tis_metrics)
+    def _step_settings(self) -> StepSettings:
+        """The algorithm settings record of this run for algo/pipeline.py."""
+        cfg, a = self.cfg, self.cfg.algo
+        return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
+                            cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
+                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam)
 
-        loss_mask = batch.completion_mask
-        if a.mask_truncated:  # DAPO overlong filtering: truncated completions leave the loss
-            keep = torch.tensor([f not in ("length", "turns") for f in ro.finish_reasons], dtype=loss_mask.dtype, device=self.device)
-            loss_mask = loss_mask * keep[:, None]
-        if a.entropy_top_fraction < 1:  # train only on the high-entropy "forking" tokens
-            pool = self.dist.gather_varlen(entropy[loss_mask.bool()]) if self.dist.active else None  # global quantile
-            loss_mask = entropy_token_mask(entropy, loss_mask, a.entropy_top_fraction, pool=pool)
-        with timer("update"):  # 5-6. loss, backward, optimizer, mu times
-            inputs = UpdateInputs(batch, advantages.to(self.device), loss_mask, old_logp,
-                                  ref_logp if a.kl_placement == "loss" else None,
-                                  wiring.turn_ids(ro, batch.width).to(self.device) if a.ratio_level == "turn" else None,
-                                  self.lam.weight_fn(batch.completion_mask.sum(dim=1), G) if self.lam else None)
-            algo = a if a.kl_placement == "loss" else dataclasses.replace(a, beta=0.0)
-            for _ in range(a.num_iterations):
-                if self.lam is not None:
-                    self.lam.zero_grad()
-                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, algo, cfg.optim,
-                                    temperature=r.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
-                                    autocast=self.autocast,
-                                    micro_batch_tokens=self.token_budget)
-                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
-                    extra.update(self.lam.step(self.dist))
-            if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
-                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
-
-        if self.engine is not None:
-            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
-        lengths = ro.model_lengths()  # 7. record (an episode's length counts the model's tokens, as TRL)
-        seq_adv = advantages if advantages.dim() == 1 else advantages.mean(dim=1)
+    def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
+        """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
+        timings), reduced over ranks; sample rows every ``record.samples_every`` steps."""
+        cfg, ro, timer, G = self.cfg, sb.rollout, self._timer, sb.group_size
+        P = len(sb.prompts)
+        lengths = ro.model_lengths()  # an episode's length counts the model's tokens, as TRL
         if self.recorder.wants_samples(self.step + 1):
+            adv = inputs.advantages.cpu()
+            seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
             self.recorder.log_samples(self.step + 1, with_images(wiring.add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
@@ -295,7 +226,7 @@ class Trainer:
         return distributed.reduce_metrics(self.dist, {
             **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
-            **adv_metrics, **upd, **extra,
+            **inputs.metrics, **update_metrics,
             "completions/mean_length": float(np.mean(lengths)), "completions/min_length": float(min(lengths)),
             "completions/max_length": float(max(lengths)),
             "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
@@ -311,9 +242,9 @@ class Trainer:
         An empty list (a rank with nothing to add while others sample) returns None."""
         ro = None
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
-            prompts, ro = scaling.next_prompts(self, prompts, group_size)
+            prompts, ro = scaling.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
         extra: dict[str, list] = {}
-        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self) as model:  # FSDP: ranks in step
+        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
             self.model.eval()
             if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
                 ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
@@ -333,6 +264,11 @@ class Trainer:
         return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
 
     # ------------------------------------------------------------------ helpers
+
+    def _sample_async(self, model, generator: torch.Generator, prompts) -> Any:
+        """One batch's episodes on ``model`` for the async sampler's thread (its own ``generator``)."""
+        with self.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
+            return self.episodes.run(self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params)
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
         """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, on the
@@ -363,7 +299,7 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        with scaling.sampling_model(self) as model:
+        with scaling.sampling_model(self.model, self.dist) as model:
             result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
                               max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
                               convention=self.cfg.reward.convention)
@@ -372,7 +308,7 @@ class Trainer:
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
-        hooks = scaling.checkpoint_writers(self)  # LoRA adapters, every rank's sampler state, FSDP gather
+        hooks = scaling.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
             card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
@@ -397,12 +333,6 @@ class Trainer:
 def train(cfg: Config, **kwargs: Any) -> dict[str, Any]:
     """Run GRPO with ``cfg``; keyword arguments go to ``Trainer``. Returns the summary."""
     return Trainer(cfg, **kwargs).train()
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _write_report(run_dir: Path) -> None:

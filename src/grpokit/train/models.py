@@ -37,7 +37,7 @@ def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
 
 def model_path(name_or_path: str) -> str:
     if name_or_path == "demo":
-        from grpokit.data.tasks import demo_model_path
+        from grpokit.data.tasks.demo_model import demo_model_path
 
         return str(demo_model_path())
     return name_or_path

@@ -1,15 +1,17 @@
 """The Trainer's scaling hooks in one place: LoRA reference, mixed precision, data parallel, engines.
 
-Each function here is a few lines the loop in train.py calls at one point; keeping them out of the
-loop keeps train.py readable top to bottom. None of them holds math: the TIS weights live in
-tis.py, the distributed reductions in distributed.py, the adapters in lora.py.
+Each function here is a few lines the loop (train/loop.py) calls at one point; keeping them out of
+the loop keeps it readable top to bottom. Each takes the few objects it needs (model, sampling
+settings, device, distributed context, config sections), never the Trainer, so an engine or a
+checkpoint hook can be built and tested without one. None of them holds math: the TIS weights live
+in algo/tis.py, the distributed reductions in distributed.py, the adapters in lora.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import torch
 
@@ -19,9 +21,6 @@ from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
 from grpokit.rollout.lockstep import lockstep
 from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
-
-if TYPE_CHECKING:
-    from .loop import Trainer
 
 
 def check_world(cfg: Config, ctx: DistContext) -> None:
@@ -46,12 +45,12 @@ def autocast_factory(m, device: torch.device, model: torch.nn.Module):
     return lambda: autocast_context(device, dtype)
 
 
-def sampling_model(tr: Trainer):
+def sampling_model(model, dist: DistContext):
     """A context giving the model to sample with: the model itself, or under FSDP a stand-in that
     keeps every rank's forward passes in step (rollout/lockstep.py says why)."""
-    if not tr.dist.fsdp:
-        return contextlib.nullcontext(tr.model)
-    return lockstep(tr.model, tr.dist.any_rank)
+    if not dist.fsdp:
+        return contextlib.nullcontext(model)
+    return lockstep(model, dist.any_rank)
 
 
 def uses_tis(cfg: Config) -> bool:
@@ -60,11 +59,12 @@ def uses_tis(cfg: Config) -> bool:
     return r.tis_cap > 0 and (r.backend != "hf" or r.async_staleness > 0)
 
 
-def reference_logprobs(tr: Trainer, batch) -> torch.Tensor:
-    """log pi_ref of the batch: the frozen copy, or (LoRA) the same model with adapters disabled."""
-    if tr.ref_model is not None:
-        return tr._logprobs(tr.ref_model, batch)[0]
-    return lora.reference_logprobs(tr.model, lambda: tr._logprobs(tr.model, batch)[0])
+def reference_logprobs(model, ref_model, batch, logprobs: Callable) -> torch.Tensor:
+    """log pi_ref of the batch: the frozen copy ``ref_model``, or (LoRA, ``ref_model`` None) the
+    policy ``model`` with adapters disabled; ``logprobs(model, batch)`` is the loop's no-grad pass."""
+    if ref_model is not None:
+        return logprobs(ref_model, batch)[0]
+    return lora.reference_logprobs(model, lambda: logprobs(model, batch)[0])
 
 
 def tis_advantages(advantages: torch.Tensor, old_logp, rollout, batch, cap: float):
@@ -75,56 +75,71 @@ def tis_advantages(advantages: torch.Tensor, old_logp, rollout, batch, cap: floa
     return adv_NT * w_NT, metrics
 
 
-def next_prompts(tr: Trainer, n: int, group_size: int):
+def next_prompts(engine, sampler, dist: DistContext, n: int, group_size: int):
     """``(prompts, rollout or None)``: an async prefetch, or this rank's slice of the next prompts."""
-    if tr.engine is not None and getattr(tr.engine, "prefetches", False):
-        return tr.engine.next_rollout(n, group_size)
-    k, w = tr.dist.rank, tr.dist.world_size
-    return tr.sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
+    if engine is not None and getattr(engine, "prefetches", False):
+        return engine.next_rollout(n, group_size)
+    k, w = dist.rank, dist.world_size
+    return sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
 
 
-def make_engine(tr: Trainer):
-    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (None: the hf loop)."""
-    r = tr.cfg.rollout
-    if r.backend in ("vllm", "vllm_server"):
-        from grpokit.rollout.vllm import make_vllm_engine
+def make_engine(cfg: Config, model, step: int, params, device: torch.device, dist: DistContext, run_dir: Path,
+                async_source: tuple[Callable, Callable] | None = None):
+    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (None: the hf loop),
+    holding the policy ``model`` after ``step`` updates. ``async_source`` is ``(sample, next_batch)``
+    for the async sampler (rollout/async_.py says what each does)."""
+    r = cfg.rollout
+    if r.backend == "vllm_server":
+        from grpokit.rollout.vllm_client import make_server_engine
 
-        return make_vllm_engine(tr)
+        engine = make_server_engine(r, params, run_dir, dist)
+        engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
+        return engine
+    if r.backend == "vllm":
+        from grpokit.rollout.vllm import make_colocated_engine
+
+        engine = make_colocated_engine(r, cfg.model, params, device, cfg.train.seed)
+        if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
+            engine.after_update(model, step)
+        return engine
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout
 
-        return AsyncRollout(tr, r.async_staleness)
+        sample, next_batch = async_source
+        return AsyncRollout(model, step, sample, next_batch, prompts_per_step=cfg.train.prompts_per_step,
+                            group_size=r.group_size, max_staleness=r.async_staleness, device=device, seed=cfg.train.seed)
     return None
 
 
 # ---------------------------------------------------------------- checkpoints
 
 
-def checkpoint_writers(tr: Trainer) -> dict[str, Any]:
-    """Keyword arguments for ``checkpoint.save``; collective parts run on every rank."""
+def checkpoint_writers(model, optimizer, generator: torch.Generator, dist: DistContext, m) -> dict[str, Any]:
+    """Keyword arguments for ``checkpoint.save`` (``m``: the model section); collective parts run on every rank."""
     hooks: dict[str, Any] = {}
-    states = tr.dist.gather_objects(tr.generator.get_state())
-    if tr.dist.active:
+    states = dist.gather_objects(generator.get_state())
+    if dist.active:
         hooks["sampler_states"] = states
-    if tr.dist.fsdp:
+    if dist.fsdp:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        full = get_model_state_dict(tr.model, options=opts)  # collective: every rank gathers, rank 0 keeps
-        hooks["optimizer_state"] = get_optimizer_state_dict(tr.model, tr.optimizer, options=opts)
+        full = get_model_state_dict(model, options=opts)  # collective: every rank gathers, rank 0 keeps
+        hooks["optimizer_state"] = get_optimizer_state_dict(model, optimizer, options=opts)
         hooks["write_model"] = lambda model, out: model.save_pretrained(out / "model", state_dict=full, safe_serialization=True)
-    elif tr.cfg.model.lora_rank:
-        hooks["write_model"] = lambda model, out: lora.save_model(model, out, tr.cfg.model.lora_save)
+    elif m.lora_rank:
+        hooks["write_model"] = lambda model, out: lora.save_model(model, out, m.lora_save)
     return hooks
 
 
-def checkpoint_loaders(tr: Trainer) -> dict[str, Any]:
-    """Keyword arguments for ``checkpoint.load``: every rank reads the whole checkpoint and keeps its part."""
-    if tr.cfg.model.lora_rank:
+def checkpoint_loaders(model, dist: DistContext, m) -> dict[str, Any]:
+    """Keyword arguments for ``checkpoint.load`` (``m``: the model section): every rank reads the whole
+    checkpoint and keeps its part."""
+    if m.lora_rank:
         return {"read_model": lambda model, path: lora.load_adapter(model, Path(path))}
-    if tr.dist.fsdp:
+    if dist.fsdp:
         return {"read_model": _fsdp_read_model,
-                "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(tr.model, optimizer, state)}
+                "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(model, optimizer, state)}
     return {}
 
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Callable
+import dataclasses
 
 import torch
 
 from grpokit.config.sections import AlgoConfig, OptimConfig
 from .logprobs import completion_logprobs
-from grpokit.algo.loss import policy_loss
+from grpokit.algo.loss import objective_loss
+from grpokit.algo.pipeline import UpdateInputs, loss_settings
+from grpokit.algo.settings import LossTensors
 from grpokit.types import TokenBatch
 
 
@@ -41,19 +42,6 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
         return 1.0
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
-
-
-@dataclass
-class UpdateInputs:
-    """Everything one optimizer step needs, for the whole batch of N sequences."""
-
-    batch: TokenBatch
-    advantages: torch.Tensor  # (N,) or (N, T)
-    loss_mask: torch.Tensor  # (N, T) completion tokens that count in the loss
-    old_logp: torch.Tensor | None  # (N, T); None: the current policy is the old policy (mu = 1)
-    ref_logp: torch.Tensor | None  # (N, T) when beta > 0
-    turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
-    seq_weights: Callable[[slice], torch.Tensor] | None = None  # rows -> (n,) lambda-GRPO weights (aggregation="lambda-grpo")
 
 
 def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
@@ -136,6 +124,9 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     num_sequences = float(N)
     if dist is not None:  # data parallel: every rank divides by the whole batch's counts
         num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
+    settings, norms = (inputs.loss, inputs.norms) if inputs.loss is not None else loss_settings(algo)
+    norms = dataclasses.replace(norms, num_sequences=num_sequences, num_tokens=num_tokens,
+                                norm_constant=norms.norm_constant if inputs.norms is not None else norm_constant)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
@@ -144,22 +135,13 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
             logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
-                                                entropy_grad=algo.entropy_coef != 0.0)
+                                                entropy_grad=settings.entropy.coef != 0.0)
         old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
         ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
-        mask = inputs.loss_mask[rows]
-        loss, m = policy_loss(
-            logp, old, inputs.advantages[rows], mask,
-            clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
-            ratio_level=algo.ratio_level, ref_logp_NT=ref, beta=algo.beta, kl_estimator=algo.kl_estimator,
-            kl_bias_correction=algo.kl_bias_correction, kl_clamp=algo.kl_clamp or None,
-            aggregation=algo.aggregation, num_sequences=num_sequences, num_tokens=num_tokens, norm_constant=norm_constant,
-            entropy_NT=entropy, entropy_coef=algo.entropy_coef, entropy_aggregation=algo.entropy_aggregation,
-            offpolicy_delta=algo.offpolicy_delta or None,
-            turn_ids_NT=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
-            objective=algo.objective, sapo_tau_pos=algo.sapo_tau_pos, sapo_tau_neg=algo.sapo_tau_neg,
-            seq_weights_N=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
-        )
+        loss, m = objective_loss(LossTensors(
+            logp, old, inputs.advantages[rows], inputs.loss_mask[rows], ref_logp=ref, entropy=entropy,
+            turn_ids=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
+            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None), settings, norms)
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")

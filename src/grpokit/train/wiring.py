@@ -8,13 +8,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import torch
 
-from grpokit.algo.advantages import process_advantages
-from grpokit.algo.credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
-from grpokit.rollout.collect import ScoredBatch
 from grpokit.config.sections import Config, ConfigError
-from grpokit.data.prompts import load_rows, repeat_columns
+from grpokit.data.prompts import load_rows
+from grpokit.rewards.inputs import reward_inputs, reward_prompts  # noqa: F401 (the loop's names for them)
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
 
@@ -151,7 +148,7 @@ def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
     reported (math_accuracy skips it), never silently scored."""
     if "math_accuracy" not in cfg.reward.functions:
         return
-    from grpokit.rewards import validate_gold_answers
+    from grpokit.rewards.math import validate_gold_answers  # lazy: sympy only for math_accuracy runs
 
     report = validate_gold_answers([r.get("answer") for r in rows])
     if report.num_valid == 0:
@@ -179,21 +176,6 @@ def process_function(cfg: Config):
             raise ConfigError(f"reward.process_function=task but task {cfg.data.task!r} has no process reward")
         return fn
     return resolve_reward(name)
-
-
-def step_advantages(process_fn, sb: ScoredBatch, width: int, std: str, eps: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """Process supervision: ask the process reward for (end token, reward) steps, pad them into
-    tensors and turn them into per-token advantages ``(N, width)``."""
-    G = sb.group_size
-    columns = repeat_columns(sb.prompts, G)
-    prompts = [p.text for p in sb.prompts for _ in range(G)]
-    steps = process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
-    S = max(1, max(len(s) for s in steps))
-    rewards, ends, mask = torch.zeros(len(steps), S), torch.zeros(len(steps), S, dtype=torch.long), torch.zeros(len(steps), S)
-    for i, seq in enumerate(steps):
-        for k, (end, value) in enumerate(seq):
-            rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
-    return process_advantages(rewards, ends, mask, G, width, std=std, eps=eps)
 
 
 # ---------------------------------------------------------------- episodes (multi-turn, tools)
@@ -254,31 +236,6 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
     return ro, extra
 
 
-def reward_prompts(prompts, group_size: int, convention: str = "grpokit") -> list:
-    """The ``prompts`` reward functions receive, one per completion: the text the model saw
-    (grpokit), or the prompt as the dataset holds it, chat messages included (TRL)."""
-    if convention == "trl":
-        return [p.raw if p.raw is not None else p.text for p in prompts for _ in range(group_size)]
-    return [p.text for p in prompts for _ in range(group_size)]
-
-
-def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
-    """What reward functions receive for a rollout: plain texts for single-turn completions (under
-    the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of
-    chat messages, as TRL's GRPOTrainer passes them); for episodes the whole conversation after the
-    prompt (a list of messages) and, when there is an environment, ``environments`` (one instance
-    per completion). ``prompts`` holds one ``Prompt`` per completion."""
-    if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
-        if convention == "trl" and prompts is not None:
-            return [[{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t
-                    for p, t in zip(prompts, texts)], {}
-        return texts, {}
-    extra = {}
-    if any(e.environment is not None for e in ro.episodes):
-        extra["environments"] = [e.environment for e in ro.episodes]
-    return [e.messages for e in ro.episodes], extra
-
-
 def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int) -> list[dict]:
     """Put reward functions' ``log_extra`` values beside each completion of sample rows (row p holds
     completions p*G .. p*G+G-1), as TRL adds them to its completions table."""
@@ -288,40 +245,6 @@ def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int
             if logged:
                 comp["extra"] = logged
     return rows
-
-
-def turn_ids(ro, width: int) -> torch.Tensor:
-    """``(N, width)`` turn index of every completion token (0 for plain completions and padding)."""
-    out = torch.zeros(ro.num_sequences, width, dtype=torch.long)
-    for i, e in enumerate(ro.episodes or []):
-        out[i, :len(e.turn_ids)] = torch.tensor(e.turn_ids, dtype=torch.long)
-    return out
-
-
-def credit_advantages(sb: ScoredBatch, algo, rewards_N: torch.Tensor, mask_NT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """Step-level credit (``algo.credit`` gigpo / gagpo): step tensors from the episodes (the
-    episode's reward on its last turn, the state keys of its turns), advantages per step, spread
-    over each turn's tokens ``(N, T)``."""
-    ro, G = sb.rollout, sb.group_size
-    eps = ro.episodes or [None] * ro.num_sequences
-    turns = [e.turns if e is not None else 1 for e in eps]
-    N, S = len(turns), max(turns)
-    rewards, states, mask = torch.zeros(N, S), torch.zeros(N, S, dtype=torch.long), torch.zeros(N, S)
-    ids: dict[str, int] = {}
-    for i, (e, k) in enumerate(zip(eps, turns)):
-        mask[i, :k] = 1.0
-        rewards[i, k - 1] = float(rewards_N[i])  # outcome reward, on the episode's last step
-        keys = e.state_keys if e is not None and e.state_keys else [f"p{i // G}"] * k
-        for t, key in enumerate(keys[:k]):
-            states[i, t] = ids.setdefault(key, len(ids))
-    if algo.credit == "gigpo":
-        adv_NS, metrics = gigpo_advantages(rewards_N.view(-1, G).float(), rewards, states, mask, gamma=algo.step_gamma,
-                                           step_weight=algo.gigpo_step_weight, scale="none" if algo.scale == "none" else "group",
-                                           std=algo.std, eps=algo.adv_eps)
-    else:
-        adv_NS, metrics = gagpo_advantages(rewards, states, mask, G, gamma=algo.step_gamma, lam=algo.gae_lambda,
-                                           std=algo.std, eps=algo.adv_eps)
-    return steps_to_tokens(adv_NS, turn_ids(ro, mask_NT.shape[1]), mask_NT.cpu()), metrics
 
 
 class Timer:
@@ -350,31 +273,6 @@ class Timer:
         return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total()}
 
 
-
-
-def shaped_advantages(algo, rewards_N: torch.Tensor, entropy_NT: torch.Tensor, mask_NT: torch.Tensor, group_size: int,
-                      dist) -> tuple[torch.Tensor, dict[str, float]]:
-    """GTPO (``(N, T)``) or GRPO-S (``(N,)``) advantages from pi_old's token entropies
-    (``algo.entropy_shaping``; entropy_shaping.py). Groups are whole on each rank; GTPO's token
-    statistics run over every rank's tokens."""
-    from grpokit.algo.entropy_shaping import grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
-
-    ent, mask = entropy_NT.float().cpu(), mask_NT.float().cpu()
-    r_PG = rewards_N.float().view(-1, group_size)
-    b1, b2 = algo.shaping_base_weight, algo.shaping_entropy_weight
-    if algo.entropy_shaping == "gtpo":
-        pools = None
-        if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
-            shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
-            pools = (dist.gather_varlen(shaped[valid & pos_N[:, None]]), dist.gather_varlen(shaped[valid & ~pos_N[:, None]]))
-        return gtpo_advantages(r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=algo.gtpo_normalization,
-                               std=algo.std, eps=algo.adv_eps, pools=pools)
-    seq_ent = (ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GRPO-S eq. 8: mean token entropy
-    lengths = dist.gather_rows(mask.sum(dim=1)).view(-1, group_size) if algo.scale == "token_whiten" else None
-    adv_PG, metrics = grpo_s_advantages(dist.gather_rows(r_PG), dist.gather_rows(seq_ent).view(-1, group_size),
-                                        beta1=b1, beta2=b2, baseline=algo.baseline, scale=algo.scale, std=algo.std,
-                                        eps=algo.adv_eps, lengths_PG=lengths)  # batch-wide scales see every rank
-    return dist.local_rows(adv_PG).flatten(), metrics
 
 
 class GracefulStop:

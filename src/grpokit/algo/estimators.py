@@ -1,0 +1,138 @@
+"""The built-in stages of the registry (registry.py), each a small function of a context record.
+
+Advantage estimators read an ``AdvantageContext`` (pipeline.py; not imported here, the pipeline imports this module) and return ``(advantages, metrics)``:
+``(N,)`` per completion or ``(N, T)`` per token. Token masks read a ``MaskContext`` and return the
+narrowed loss mask ``(N, T)``. The math lives in advantages.py, credit.py, entropy_shaping.py and
+masks.py; these functions only turn a scored batch into those functions' tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpokit.data.prompts import repeat_columns
+
+from .advantages import group_advantages, process_advantages
+from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
+from .entropy_shaping import grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
+from .masks import entropy_token_mask, truncated_sequences_mask
+from .registry import register_advantage, register_token_mask
+
+
+@register_advantage("group")
+def group_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO's family: ``algo.baseline`` (group mean, RLOO's leave-one-out) and ``algo.scale``
+    (group / batch std, none, REINFORCE++'s whitening), statistics over every rank's groups."""
+    a, dist, G = ctx.algo, ctx.dist, ctx.group_size
+    rewards_all = dist.gather_rows(ctx.rewards_N)  # data parallel: batch-wide statistics see every rank
+    lengths = dist.gather_rows(ctx.mask_NT.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
+    adv_PG, metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
+                                       eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
+    return dist.local_rows(adv_PG).flatten(), metrics
+
+
+@register_advantage("process")
+def process_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
+    """DeepSeekMath process supervision: the process reward's (end token, reward) steps, padded into
+    tensors, become per-token advantages ``(N, T)``."""
+    sb, G = ctx.scored, ctx.group_size
+    columns = repeat_columns(sb.prompts, G)
+    prompts = [p.text for p in sb.prompts for _ in range(G)]
+    steps = ctx.process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
+    S = max(1, max(len(s) for s in steps))
+    rewards, ends, mask = torch.zeros(len(steps), S), torch.zeros(len(steps), S, dtype=torch.long), torch.zeros(len(steps), S)
+    for i, seq in enumerate(steps):
+        for k, (end, value) in enumerate(seq):
+            rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
+    return process_advantages(rewards, ends, mask, G, ctx.mask_NT.shape[1], std=ctx.algo.std, eps=ctx.algo.adv_eps)
+
+
+def turn_ids(ro, width: int) -> torch.Tensor:
+    """``(N, width)`` turn index of every completion token (0 for plain completions and padding)."""
+    out = torch.zeros(ro.num_sequences, width, dtype=torch.long)
+    for i, e in enumerate(ro.episodes or []):
+        out[i, :len(e.turn_ids)] = torch.tensor(e.turn_ids, dtype=torch.long)
+    return out
+
+
+def _step_tensors(ctx):
+    """Per-step tensors ``(N, S)`` of the episodes: the outcome reward on each episode's last turn,
+    an integer id per state key (one key per prompt when the episode names none) and the step mask."""
+    ro, G, rewards_N = ctx.scored.rollout, ctx.group_size, ctx.rewards_N
+    eps = ro.episodes or [None] * ro.num_sequences
+    turns = [e.turns if e is not None else 1 for e in eps]
+    N, S = len(turns), max(turns)
+    rewards, states, mask = torch.zeros(N, S), torch.zeros(N, S, dtype=torch.long), torch.zeros(N, S)
+    ids: dict[str, int] = {}
+    for i, (e, k) in enumerate(zip(eps, turns)):
+        mask[i, :k] = 1.0
+        rewards[i, k - 1] = float(rewards_N[i])  # outcome reward, on the episode's last step
+        keys = e.state_keys if e is not None and e.state_keys else [f"p{i // G}"] * k
+        for t, key in enumerate(keys[:k]):
+            states[i, t] = ids.setdefault(key, len(ids))
+    return rewards, states, mask
+
+
+@register_advantage("gigpo")
+def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
+    """GiGPO: episode-level group advantage plus step-level advantage over equal states, per turn."""
+    a = ctx.algo
+    rewards, states, mask = _step_tensors(ctx)
+    adv_NS, metrics = gigpo_advantages(ctx.rewards_N.view(-1, ctx.group_size).float(), rewards, states, mask,
+                                       gamma=a.step_gamma, step_weight=a.gigpo_step_weight,
+                                       scale="none" if a.scale == "none" else "group", std=a.std, eps=a.adv_eps)
+    return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
+
+
+@register_advantage("gagpo")
+def gagpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
+    """GAGPO: group-anchored GAE over the turns of each episode, per turn."""
+    a = ctx.algo
+    rewards, states, mask = _step_tensors(ctx)
+    adv_NS, metrics = gagpo_advantages(rewards, states, mask, ctx.group_size, gamma=a.step_gamma, lam=a.gae_lambda,
+                                       std=a.std, eps=a.adv_eps)
+    return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
+
+
+@register_advantage("gtpo")
+def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
+    """GTPO (arXiv 2508.04349): per-token rewards shaped by pi_old's entropies, ``(N, T)``; the token
+    statistics run over every rank's tokens."""
+    a, dist = ctx.algo, ctx.dist
+    ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
+    r_PG = ctx.rewards_N.float().view(-1, ctx.group_size)
+    b1, b2 = a.shaping_base_weight, a.shaping_entropy_weight
+    pools = None
+    if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
+        shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
+        pools = (dist.gather_varlen(shaped[valid & pos_N[:, None]]), dist.gather_varlen(shaped[valid & ~pos_N[:, None]]))
+    return gtpo_advantages(r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=a.gtpo_normalization,
+                           std=a.std, eps=a.adv_eps, pools=pools)
+
+
+@register_advantage("grpo_s")
+def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO-S: per-completion rewards shaped by the mean token entropy, then ``baseline`` / ``scale``."""
+    a, dist, G = ctx.algo, ctx.dist, ctx.group_size
+    ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
+    r_PG = ctx.rewards_N.float().view(-1, G)
+    seq_ent = (ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GRPO-S eq. 8: mean token entropy
+    lengths = dist.gather_rows(mask.sum(dim=1)).view(-1, G) if a.scale == "token_whiten" else None
+    adv_PG, metrics = grpo_s_advantages(dist.gather_rows(r_PG), dist.gather_rows(seq_ent).view(-1, G),
+                                        beta1=a.shaping_base_weight, beta2=a.shaping_entropy_weight, baseline=a.baseline,
+                                        scale=a.scale, std=a.std, eps=a.adv_eps, lengths_PG=lengths)
+    return dist.local_rows(adv_PG).flatten(), metrics
+
+
+@register_token_mask("overlong")
+def overlong_mask(ctx) -> torch.Tensor:
+    """DAPO overlong filtering (``algo.mask_truncated``): truncated completions leave the loss."""
+    return truncated_sequences_mask(ctx.mask_NT, ctx.finish_reasons)
+
+
+@register_token_mask("entropy_top")
+def entropy_top_mask(ctx) -> torch.Tensor:
+    """"Beyond the 80/20 rule" (``algo.entropy_top_fraction``): only the highest-entropy tokens, the
+    quantile taken over every rank's tokens."""
+    pool = ctx.dist.gather_varlen(ctx.entropy_NT[ctx.mask_NT.bool()]) if ctx.dist.active else None  # global quantile
+    return entropy_token_mask(ctx.entropy_NT, ctx.mask_NT, ctx.algo.entropy_top_fraction, pool=pool)

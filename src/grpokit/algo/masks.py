@@ -1,0 +1,56 @@
+"""Token masks: which completion tokens the loss trains on. Pure functions of tensors.
+
+Each mask narrows ``completion_mask`` (1 on the model's own tokens): DAPO's overlong filtering
+drops truncated completions, the entropy top-fraction keeps the "forking" tokens, DeepSeek-V3.2's
+off-policy masking drops drifted negative sequences (inside the loss, since the drift changes with
+every update). algo/registry.py names them for the config.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def truncated_sequences_mask(mask_NT: torch.Tensor, finish_reasons: list[str]) -> torch.Tensor:
+    """DAPO's overlong filtering: rows whose completion was cut by the length limit ("length") or
+    by the episode's turn limit ("turns") leave the loss, ``(N, T)``."""
+    keep_N = torch.tensor([f not in ("length", "turns") for f in finish_reasons], dtype=mask_NT.dtype, device=mask_NT.device)
+    return mask_NT * keep_N[:, None]  # DAPO: overlong filtering
+
+
+def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor,
+                        mask_NT: torch.Tensor, delta: float) -> torch.Tensor:
+    """Boolean ``(N,)``: sequences to mask under DeepSeek-V3.2's off-policy sequence masking.
+
+    A sequence is masked when its mean advantage is negative and the policy has drifted from the
+    one that sampled it by more than ``delta`` in mean log-ratio:
+    ``1/|o| sum_t (old_logp - logp) > delta`` (a sample estimate of KL(pi_old || pi_theta)).
+    Positive-advantage sequences are always kept: learning from a good sample stays useful.
+    """
+    mask = mask_NT.to(logp_NT.dtype)
+    n_N = mask.sum(dim=1).clamp(min=1)
+    drift_N = ((old_logp_NT - logp_NT) * mask).sum(dim=1) / n_N
+    adv_N = (adv_NT * mask).sum(dim=1) / n_N
+    return (adv_N < 0) & (drift_N > delta)
+
+
+def entropy_token_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float,
+                       pool: torch.Tensor | None = None) -> torch.Tensor:
+    """Keep only the highest-entropy ``top_fraction`` of the batch's completion tokens.
+
+    "Beyond the 80/20 rule" (Wang et al., 2025): the gradient of the few high-entropy "forking"
+    tokens carries most of the RL signal. The threshold is the ``1 - top_fraction`` quantile of the
+    entropies of all real tokens of the batch; tokens at or above it stay in the mask.
+
+    ``pool`` (1-d): the entropies the quantile is taken over, when the batch is larger than these
+    rows; with several ranks it is every rank's real-token entropies, so each rank keeps exactly
+    the tokens one process would keep of the whole batch. Default: ``entropy_NT[mask_NT > 0]``.
+    """
+    if not (0.0 < top_fraction <= 1.0):
+        raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
+    real = mask_NT.bool()
+    pool = entropy_NT[real] if pool is None else pool
+    if top_fraction == 1.0 or pool.numel() == 0:
+        return mask_NT
+    threshold = torch.quantile(pool.float(), 1.0 - top_fraction)
+    return mask_NT * (entropy_NT >= threshold).to(mask_NT.dtype)

@@ -1,0 +1,76 @@
+"""Registries of the algorithm's stages: advantage estimators, objectives and token masks by the
+name the config gives them.
+
+Every built-in stage is a small pure function registered here under its config name; a user adds
+one the same way, from their own module::
+
+    import grpokit.algo
+
+    @grpokit.algo.register_advantage("my_adv")
+    def my_adv(ctx):                     # ctx: pipeline.AdvantageContext
+        return ctx.rewards_N - ctx.rewards_N.mean(), {}
+
+and selects it with ``algo.advantage=my_adv`` (once the module is imported), or without the
+decorator with ``algo.advantage=my_module:my_adv`` (imported on first use). Likewise
+``algo.objective`` (``fn(ratio_NT, adv_NT, logp_NT, clip: ClipSettings) -> objective_NT``, the
+per-token value to maximise) and ``algo.token_masks`` (``fn(ctx: MaskContext) -> mask_NT``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+ADVANTAGES: dict[str, Callable] = {}
+OBJECTIVE_FNS: dict[str, Callable] = {}
+TOKEN_MASKS: dict[str, Callable] = {}
+_KINDS = {"advantage": ADVANTAGES, "objective": OBJECTIVE_FNS, "token mask": TOKEN_MASKS}
+
+
+def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
+    def add(fn: Callable) -> Callable:
+        table[name] = fn
+        return fn
+    return add
+
+
+def register_advantage(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: AdvantageContext) -> (advantages (N,) or (N, T), metrics)`` under ``name``."""
+    return _register(ADVANTAGES, name)
+
+
+def register_objective(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ratio_NT, adv_NT, logp_NT, clip: ClipSettings) -> (N, T)`` to maximise, under ``name``."""
+    return _register(OBJECTIVE_FNS, name)
+
+
+def register_token_mask(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: MaskContext) -> mask_NT`` (a narrower loss mask) under ``name``."""
+    return _register(TOKEN_MASKS, name)
+
+
+def is_import_path(name: str) -> bool:
+    return ":" in name and all(name.split(":", 1))
+
+
+def lookup(kind: str, name: str) -> Callable:
+    """The ``kind`` stage registered as ``name``, or ``module:function`` imported. An unknown name
+    raises ValueError with one sentence that lists the registered names."""
+    table = _KINDS[kind]
+    if name in table:
+        return table[name]
+    if is_import_path(name):
+        module, attr = name.split(":", 1)
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"{kind} {name!r} could not be imported ({e}); give a module:function on sys.path "
+                             f"or one of: {', '.join(registered(kind))}") from None
+        table[name] = fn
+        return fn
+    raise ValueError(f"unknown {kind} {name!r}; choose one of: {', '.join(registered(kind))} (or a module:function)")
+
+
+def registered(kind: str) -> list[str]:
+    """The names registered for ``kind``, built-ins first, in registration order (no import paths)."""
+    return [n for n in _KINDS[kind] if not is_import_path(n)]

@@ -1,0 +1,77 @@
+"""Small frozen records that group the objective's settings, so no loss function takes two dozen
+keywords. Each record is one concern: the surrogate and its ratio (``ClipSettings``), the KL
+penalty (``KLSettings``), the reduction to a scalar (``Normalisers``) and the entropy bonus
+(``EntropyBonus``); ``LossSettings`` holds one of each. They are plain values: ``algo/pipeline.py``
+builds them from ``AlgoConfig`` once per step, tests build them by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class ClipSettings:
+    """What multiplies the advantage (``loss.surrogate``) and over which span the ratio is taken."""
+
+    objective: str = "clip"  # "clip" (PPO / GRPO), "cispo" (MiniMax-M1) or "sapo" (soft gate)
+    clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: float = 0.2  # > clip_low: DAPO's clip-higher; CISPO's truncation is 1 + clip_high
+    dual_clip: float | None = None  # dual-clip PPO bound (> 1) for negative advantages; None = off
+    ratio_level: str = "token"  # "token" (GRPO), "sequence" (GSPO), "turn" (GAGPO), "trajectory" (TIC-GRPO)
+    sapo_tau_pos: float = 1.0  # SAPO gate temperature where A > 0
+    sapo_tau_neg: float = 1.05  # SAPO gate temperature where A <= 0
+
+
+@dataclass(frozen=True)
+class KLSettings:
+    """The KL penalty to the reference policy inside the loss (beta = 0: none)."""
+
+    beta: float = 0.0
+    estimator: str = "k3"  # "k1", "k2" or "k3" (loss.kl_estimate)
+    bias_correction: bool = False  # times the importance weight pi_theta / pi_old (DeepSeek-V3.2)
+    clamp: float | None = None  # bound each token's estimate to [-clamp, clamp]; None = no bound
+
+
+@dataclass(frozen=True)
+class Normalisers:
+    """How token losses become a scalar; counts of the *whole* batch, so micro-batches add up."""
+
+    aggregation: str = "seq-mean-token-mean"  # one of loss.AGGREGATIONS
+    num_sequences: float | None = None  # None: this batch's own count
+    num_tokens: float | None = None  # None: this batch's own masked-token count
+    norm_constant: float | None = None  # Dr. GRPO's constant C (seq-mean-token-sum-norm)
+
+
+@dataclass(frozen=True)
+class EntropyBonus:
+    """``coef * H`` subtracted from the loss, reduced with it ("loss", verl) or on its own ("token-mean", TRL)."""
+
+    coef: float = 0.0
+    aggregation: str = "loss"
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """Every setting of the policy objective; the default is GRPO's clipped surrogate without KL."""
+
+    clip: ClipSettings = field(default_factory=ClipSettings)
+    kl: KLSettings = field(default_factory=KLSettings)
+    entropy: EntropyBonus = field(default_factory=EntropyBonus)
+    offpolicy_delta: float | None = None  # DeepSeek-V3.2 off-policy sequence masking threshold; None = off
+
+
+@dataclass(frozen=True)
+class LossTensors:
+    """The tensors of one (micro-)batch the objective reads: N sequences, T completion tokens."""
+
+    logp: torch.Tensor  # (N, T) log pi_theta, with gradient
+    old_logp: torch.Tensor  # (N, T) log pi_old, detached
+    advantages: torch.Tensor  # (N,) or (N, T)
+    mask: torch.Tensor  # (N, T) 1 on the tokens the loss trains on
+    ref_logp: torch.Tensor | None = None  # (N, T) log pi_ref, read when kl.beta != 0
+    entropy: torch.Tensor | None = None  # (N, T) token entropies, read when entropy.coef != 0
+    turn_ids: torch.Tensor | None = None  # (N, T) turn of every token (ratio_level="turn")
+    seq_weights: torch.Tensor | None = None  # (N,) lambda-GRPO weights (aggregation="lambda-grpo")

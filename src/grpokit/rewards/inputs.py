@@ -1,0 +1,33 @@
+"""What reward functions receive for a rollout: the prompts (one per completion) and the
+completions (texts, chat messages or whole conversations) under grpokit's or TRL's convention.
+
+Shared by the training loop and the evaluator, so both score a completion the same way; a leaf of
+the rewards stage (it reads a Rollout's fields, imports nothing of grpokit).
+"""
+
+from __future__ import annotations
+
+
+def reward_prompts(prompts, group_size: int, convention: str = "grpokit") -> list:
+    """The ``prompts`` reward functions receive, one per completion: the text the model saw
+    (grpokit), or the prompt as the dataset holds it, chat messages included (TRL)."""
+    if convention == "trl":
+        return [p.raw if p.raw is not None else p.text for p in prompts for _ in range(group_size)]
+    return [p.text for p in prompts for _ in range(group_size)]
+
+
+def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
+    """What reward functions receive for a rollout: plain texts for single-turn completions (under
+    the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of
+    chat messages, as TRL's GRPOTrainer passes them); for episodes the whole conversation after the
+    prompt (a list of messages) and, when there is an environment, ``environments`` (one instance
+    per completion). ``prompts`` holds one ``Prompt`` per completion."""
+    if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
+        if convention == "trl" and prompts is not None:
+            return [[{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t
+                    for p, t in zip(prompts, texts)], {}
+        return texts, {}
+    extra = {}
+    if any(e.environment is not None for e in ro.episodes):
+        extra["environments"] = [e.environment for e in ro.episodes]
+    return [e.messages for e in ro.episodes], extra

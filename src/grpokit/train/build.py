@@ -1,0 +1,173 @@
+"""A config becomes a run: the one place where ``cfg`` turns into the run's objects.
+
+``Trainer.__init__`` (train/loop.py) is a sequence of the builders below, in this order:
+
+    settle_config   resolved, validated Config (own data replaces the task; the demo's settings)
+    prepare_process threads, determinism, seeds
+    build_inputs    tokenizer-side objects: the episode loop, training and held-out prompts
+    build_rewards   the reward runner (training), the evaluator's runner, weights, process reward
+    build_policy    model, reference model, autocast, data-parallel / FSDP placement, EOS ids
+    build_optimizer optimizer, schedule, lambda-GRPO's learnable lambda, micro-batch token budget
+    sampling_params the run's SamplingParams
+    build_recorder  the metrics sinks (rank 0 only)
+
+Each builder takes config sections and the objects built before it and returns records or plain
+objects; none of them sees the Trainer. Rollout engines come from ``scaling.make_engine``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from grpokit.algo.lambda_grpo import LearnableLambda
+from grpokit.config.io import to_dict
+from grpokit.config.sections import Config, RolloutConfig
+from grpokit.config.validation import validate
+from grpokit.data.prompts import to_prompts
+from grpokit.data.vision import check_engine, load_processor
+from grpokit.record.recorder import NullRecorder, make_recorder
+from grpokit.rewards.runner import RewardRunner
+from grpokit.rollout import gec
+from grpokit.rollout.hf import SamplingParams
+from . import distributed, kernels, scaling, wiring
+from .distributed import DistContext
+from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
+from .update import activation_memory_mb, make_optimizer, token_budget
+
+SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
+
+
+def settle_config(cfg: Config, own_rows: bool) -> Config:
+    """One's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's
+    checkpoint; then every section is validated."""
+    return validate(wiring.resolve_run(cfg, own_rows=own_rows))
+
+
+def prepare_process(t) -> None:
+    """Threads, deterministic algorithms and every seed of the process (``t``: the train section)."""
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    if t.deterministic:  # cuBLAS refuses deterministic mode without a fixed workspace (read at its first use)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(t.deterministic)
+    random.seed(t.seed)
+    np.random.seed(t.seed)
+    torch.manual_seed(t.seed)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What stage 1 hands the loop: the episode loop (tools, environment) and the prompts."""
+
+    episodes: Any
+    prompts: list
+    eval_prompts: list
+
+
+def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer=None) -> Inputs:
+    """Rows (one's own or the task's), the episode loop, and the rows as chat-templated prompts (rows
+    with images through the model's processor: ``given_tokenizer`` when it is one, as TRL passes it)."""
+    train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
+    wiring.check_gold_answers(cfg, train_rows)
+    episodes = wiring.episode_runner(cfg, tokenizer, tools, environment_factory, wiring._task(cfg))
+    schemas = episodes.schemas or None  # chat templates show the tools in the prompt
+    processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)  # None: text model
+    prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
+    check_engine(cfg.rollout.backend, prompts)
+    return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
+
+
+@dataclass(frozen=True)
+class Rewards:
+    """Stage 3's objects: the training runner, the evaluator's runner, each function's weight, and
+    the process reward (``algo.supervision=process``; None otherwise)."""
+
+    runner: RewardRunner
+    eval_runner: RewardRunner
+    weights: list[float]
+    process_fn: Callable | None
+
+
+def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
+    specs = wiring.reward_specs(cfg, reward_funcs, episodes.factory)
+    process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
+    rc = cfg.reward
+    runner = RewardRunner(specs, num_workers=rc.num_workers, timeout_s=rc.timeout_s, failure_value=rc.failure_value,
+                          max_failure_fraction=rc.max_failure_fraction)
+    return Rewards(runner, wiring.eval_runner(cfg, runner), [sp.weight for sp in specs], process_fn)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The model side of the run: policy, frozen reference (None without KL, or under LoRA where
+    the reference is the base with adapters disabled), the forward's autocast and the EOS ids."""
+
+    model: Any
+    ref_model: Any
+    autocast: Callable
+    eos: set[int]
+
+
+def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer, model=None) -> Policy:
+    t, m = cfg.train, cfg.model
+    model = load_model(m, device, resolve_dtype(m, device), model)
+    if not t.threads and device.type == "cpu" and sum(p.numel() for p in model.parameters()) < SMALL_MODEL:
+        torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
+    if kernels.wants_onednn(m.cpu_matmul, device):  # float32 linears through oneDNN (kernels.py)
+        kernels.use_onednn_linears(model)
+    ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
+    autocast = scaling.autocast_factory(m, device, model)
+    dist.broadcast_params(model)
+    if t.fsdp:
+        distributed.fully_shard_model(model)
+    return Policy(model, ref_model, autocast, eos_ids(tokenizer, model))
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """Stage 6's objects: optimizer, schedule, lambda-GRPO's learnable lambda (None otherwise) and
+    the micro-batch token budget (0: no cap)."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    lam: LearnableLambda | None
+    token_budget: int
+
+
+def build_optimizer(cfg: Config, model, device: torch.device) -> Optimization:
+    t, a = cfg.train, cfg.algo
+    budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update
+        model.config, activation_memory_mb(t.activation_memory_mb, device),
+        next(model.parameters()).element_size(), t.micro_batch_tokens)
+    optimizer, scheduler = make_optimizer(model, cfg.optim, t.steps * a.num_iterations)
+    lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
+        if a.aggregation == "lambda-grpo" else None  # lambda-GRPO: a learnable lambda with its own optimizer
+    return Optimization(optimizer, scheduler, lam, budget)
+
+
+def error_correction_renderer(cfg: Config):
+    """EDGE-GRPO's guided error correction renderer (None when algo.error_correction=off)."""
+    return gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
+
+
+def sampling_params(r: RolloutConfig) -> SamplingParams:
+    """The run's sampling settings from the rollout section."""
+    return SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                          min_p=r.min_p, stop=tuple(r.stop), repetition_penalty=r.repetition_penalty)
+
+
+def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, resume_step: int | None):
+    """The run's metrics sinks on rank 0 (console left out when ``quiet``); a no-op elsewhere."""
+    if not dist.is_main:
+        return NullRecorder()
+    r = cfg.record
+    return make_recorder(run_dir, [s for s in r.sinks if not (quiet and s == "console")], cfg.train.steps, to_dict(cfg),
+                         health=cfg.health, resume_step=resume_step, samples_every=r.samples_every,
+                         samples_prompts=r.samples_prompts, console_every=r.console_every)
