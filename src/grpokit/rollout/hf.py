@@ -108,8 +108,7 @@ def generate(
             ``"auto"`` picks static where supported. Both sample the same tokens.
         cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
             sampled tokens are the same.
-        vision: P dicts of image inputs (data/vision.py), one per prompt, or None for text prompts:
-            the images enter the prefill once per prompt; its cache then serves the G samples.
+        vision: P dicts of image inputs (data/vision.py) for image prompts, or None (see _prefill).
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
@@ -135,9 +134,8 @@ def generate(
         if step == params.max_new_tokens - 1 or not bool((~finished).any()):
             break
         _advance(model, d, tok, ~finished, pad_token_id)
-    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
-                   finish_reasons=reasons, group_size=group_size,
-                   vision=None if vision is None else [v for v in vision for _ in range(group_size)])
+    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps, finish_reasons=reasons,
+                   group_size=group_size, vision=None if vision is None else [v for v in vision for _ in range(group_size)])
 
 
 @dataclass
@@ -158,7 +156,8 @@ class _Decoding:
 
 def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams, pad_token_id: int, use_static: bool,
              cuda_graphs: bool, vision: list[dict] | None = None) -> _Decoding:
-    """Left-pad the P prompts, prefill once per prompt, then share the prompt's cache with its G samples."""
+    """Left-pad the P prompts, prefill once per prompt, then share the prompt's cache with its G samples.
+    Image prompts (``vision``) enter here only: their images are in the cache the G samples share."""
     device = next(model.parameters()).device
     P, width = len(prompt_ids), max(len(p) for p in prompt_ids)
     ids = torch.full((P, width), pad_token_id, dtype=torch.long)
