@@ -89,8 +89,7 @@ def generate(
     generator: torch.Generator | None = None,
     decode=None,
     engine: str = "auto",
-    cuda_graphs: bool = True,
-    vision: list[dict] | None = None,
+    cuda_graphs: bool = True, vision: list[dict] | None = None,  # image prompts: P dicts of image inputs (see _prefill)
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -108,7 +107,6 @@ def generate(
             ``"auto"`` picks static where supported. Both sample the same tokens.
         cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
             sampled tokens are the same.
-        vision: P dicts of image inputs (data/vision.py) for image prompts, or None (see _prefill).
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
