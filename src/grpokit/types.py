@@ -16,6 +16,7 @@ class Prompt:
     ids: list[int]
     columns: dict[str, Any] = field(default_factory=dict)
     raw: Any = None  # the dataset's prompt as given (text or chat messages), for environments' reset(**row)
+    vision: dict[str, Any] | None = None  # the processor's image inputs (pixel_values, image_grid_thw ...), data/vision.py
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Rollout:
     finish_reasons: list[str]  # N: "eos" | "length" | "stop" (episodes also "turns" | "done" | "tool_error" | "timeout")
     group_size: int
     episodes: list["Episode"] | None = None  # N, or None for single-turn completions
+    vision: list[dict[str, Any]] | None = None  # N: each row's prompt image inputs (data/vision.py), or None
 
     @property
     def num_sequences(self) -> int:
@@ -62,9 +64,10 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
     eps = [ro.episodes[i] if ro.episodes is not None else None for ro, i in sources]
     if any(e is not None for e in eps):  # a mixed batch: plain rows become one-turn episodes
         eps = [e if e is not None else Episode.single(len(ro.completion_ids[i])) for e, (ro, i) in zip(eps, sources)]
+    vision = [ro.vision[i] for ro, i in sources] if sources and sources[0][0].vision is not None else None
     return Rollout([list(p) for p in prompt_ids], [ro.completion_ids[i] for ro, i in sources],
                    [ro.sampling_logprobs[i] for ro, i in sources], [ro.finish_reasons[i] for ro, i in sources],
-                   group_size, eps if any(e is not None for e in eps) else None)
+                   group_size, eps if any(e is not None for e in eps) else None, vision)
 
 
 @dataclass
@@ -115,9 +118,11 @@ class TokenBatch:
     completion_ids: torch.Tensor  # (N, T)
     completion_mask: torch.Tensor  # (N, T) float, 1 on completion tokens the model sampled (the loss's tokens);
     # 0 on padding and on environment tokens of multi-turn episodes (those are in the context, not in the loss)
+    vision: list[dict[str, Any]] | None = None  # N: each row's image inputs (prompt images), or None
 
     def rows(self, idx: slice) -> "TokenBatch":
-        return TokenBatch(*(t[idx] for t in (self.input_ids, self.attention_mask, self.position_ids, self.completion_ids, self.completion_mask)))
+        return TokenBatch(*(t[idx] for t in (self.input_ids, self.attention_mask, self.position_ids, self.completion_ids, self.completion_mask)),
+                          vision=self.vision[idx] if self.vision is not None else None)
 
     @property
     def width(self) -> int:

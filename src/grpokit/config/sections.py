@@ -81,12 +81,14 @@ class ModelConfig:
     """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with adapters merged; the adapter is kept in adapter/ for resume)."""
     quantization: str = "none"
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
+    freeze_vision: bool = True
+    """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does; false trains it too (docs/VISION.md)."""
 
 
 @section
 class DataConfig:
     task: str = "arithmetic"
-    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator"); unused once `dataset` is set."""
+    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes": images, docs/VISION.md); unused once `dataset` is set."""
     dataset: str = ""
     """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows, reward and held-out set)."""
     split: str = "train"

@@ -14,6 +14,7 @@ from typing import Any
 
 from grpokit.config.sections import ConfigError, DataConfig
 from .files import check_file
+from grpokit.data.vision import encode_prompt, has_images
 from grpokit.types import Prompt
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -92,7 +93,12 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
 
 
-def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | None = None) -> list[Prompt]:
+def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | None = None,
+               processor=None) -> list[Prompt]:
+    """Prompts of the rows; rows with an ``image``/``images`` column go through the model's
+    ``processor`` (data/vision.py), which must then be given."""
+    if has_images(rows):
+        return _vision_prompts(rows, processor, cfg, tools)
     prompts = []
     for r in rows:
         text = render_prompt(r["prompt"], tokenizer, cfg, tools)
@@ -102,6 +108,20 @@ def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: li
         prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"},
                               raw=r["prompt"]))
     return prompts
+
+
+def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tools: list | None) -> list[Prompt]:
+    if processor is None:
+        raise ConfigError("the data has an image column but the model has no image processor; give a vision-language "
+                          "model (its folder with a processor) or pass its AutoProcessor as processing_class")
+    if tools:
+        raise ConfigError("tools and environments with image prompts are not supported yet; drop env.tools or the image column")
+    out = []
+    for i, r in enumerate(rows):
+        text, ids, vision = encode_prompt(r, i, processor, cfg.system_prompt)
+        out.append(Prompt(text=text, ids=ids, columns={k: v for k, v in r.items() if k != "prompt"}, raw=r["prompt"],
+                          vision=vision))
+    return out
 
 
 def with_observation(prompt: Any, observation: str) -> Any:

@@ -41,6 +41,11 @@ BUILTINS: dict[str, str] = {
     "overlong_penalty": "grpokit.rewards.length:overlong_penalty",
     "code_pass_fraction": "grpokit.rewards.code:code_pass_fraction",
     "code_all_pass": "grpokit.rewards.code:code_all_pass",
+    "box_iou": "grpokit.rewards.grounding:box_iou_reward",
+    "box_format": "grpokit.rewards.grounding:box_format",
+    "vqa_accuracy": "grpokit.rewards.grounding:vqa_accuracy",
+    "count_accuracy": "grpokit.rewards.grounding:count_reward",
+    "choice_accuracy": "grpokit.rewards.grounding:choice_accuracy",
 }
 
 

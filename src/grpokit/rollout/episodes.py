@@ -105,6 +105,8 @@ class EpisodeRunner:
         """G episodes for each prompt; row p*G + g is episode g of prompt p."""
         G, s = group_size, self.spec
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
+            if prompts and prompts[0].vision is not None:  # image prompts: their inputs go to the prefill
+                return sample([p.ids for p in prompts], G, params, vision=[p.vision for p in prompts])
             return sample([p.ids for p in prompts], G, params)
         envs = [self.factory() if self.factory else None for _ in range(len(prompts) * G)]
         reset_failed: list[bool] = []

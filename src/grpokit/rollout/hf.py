@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from grpokit.data.vision import forward_kwargs
 from grpokit.types import Rollout
 from . import static
 
@@ -88,7 +89,7 @@ def generate(
     generator: torch.Generator | None = None,
     decode=None,
     engine: str = "auto",
-    cuda_graphs: bool = True,
+    cuda_graphs: bool = True, vision: list[dict] | None = None,  # image prompts: P dicts of image inputs (see _prefill)
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -109,10 +110,10 @@ def generate(
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
-    use_static = engine == "static" or (engine == "auto" and static.supports(model))
+    use_static = vision is None and (engine == "static" or (engine == "auto" and static.supports(model)))
     if engine == "static" and not static.supports(model):
         raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
-    d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs)
+    d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
@@ -131,8 +132,8 @@ def generate(
         if step == params.max_new_tokens - 1 or not bool((~finished).any()):
             break
         _advance(model, d, tok, ~finished, pad_token_id)
-    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps,
-                   finish_reasons=reasons, group_size=group_size)
+    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps, finish_reasons=reasons,
+                   group_size=group_size, vision=None if vision is None else [v for v in vision for _ in range(group_size)])
 
 
 @dataclass
@@ -152,8 +153,9 @@ class _Decoding:
 
 
 def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams, pad_token_id: int, use_static: bool,
-             cuda_graphs: bool) -> _Decoding:
-    """Left-pad the P prompts, prefill once per prompt, then share the prompt's cache with its G samples."""
+             cuda_graphs: bool, vision: list[dict] | None = None) -> _Decoding:
+    """Left-pad the P prompts, prefill once per prompt, then share the prompt's cache with its G samples.
+    Image prompts (``vision``) enter here only: their images are in the cache the G samples share."""
     device = next(model.parameters()).device
     P, width = len(prompt_ids), max(len(p) for p in prompt_ids)
     ids = torch.full((P, width), pad_token_id, dtype=torch.long)
@@ -163,7 +165,12 @@ def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams,
         mask[i, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    extra = {}
+    if vision is not None:  # images: the model's own multimodal positions; text after them counts on by one
+        extra = forward_kwargs(model, ids, mask, vision)
+        pos = extra.pop("position_ids", pos)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **extra)
+    pos = pos[0] if pos.dim() == 3 else pos  # M-RoPE: the last (text) token has equal positions in all 3 axes
     cache = out.past_key_values
     if use_static:
         cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens, graphs=cuda_graphs)

@@ -31,13 +31,14 @@ from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, RolloutConfig
 from grpokit.config.validation import validate
 from grpokit.data.prompts import to_prompts
+from grpokit.data.vision import check_engine, load_processor
 from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
 from . import distributed, kernels, scaling, wiring
 from .distributed import DistContext
-from .models import eos_ids, frozen_copy, load_model, resolve_dtype
+from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .update import activation_memory_mb, make_optimizer, token_budget
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
@@ -70,13 +71,17 @@ class Inputs:
     eval_prompts: list
 
 
-def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory) -> Inputs:
-    """Rows (one's own or the task's), the episode loop, and the rows as chat-templated prompts."""
+def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer=None) -> Inputs:
+    """Rows (one's own or the task's), the episode loop, and the rows as chat-templated prompts (rows
+    with images through the model's processor: ``given_tokenizer`` when it is one, as TRL passes it)."""
     train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
     wiring.check_gold_answers(cfg, train_rows)
     episodes = wiring.episode_runner(cfg, tokenizer, tools, environment_factory, wiring._task(cfg))
     schemas = episodes.schemas or None  # chat templates show the tools in the prompt
-    return Inputs(episodes, to_prompts(train_rows, tokenizer, cfg.data, schemas), to_prompts(eval_rows, tokenizer, cfg.data, schemas))
+    processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)  # None: text model
+    prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
+    check_engine(cfg.rollout.backend, prompts)
+    return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
 
 
 @dataclass(frozen=True)

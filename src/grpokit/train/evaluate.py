@@ -26,13 +26,14 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     texts, lengths, correct, rewards, tool_use, turns = [], [], [], [], [], []
 
-    def sample(contexts, group_size, p):
+    def sample(contexts, group_size, p, vision=None):
         return generate(model, contexts, group_size, p, eos_token_ids=eos_token_ids, pad_token_id=tokenizer.pad_token_id,
-                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), vision=vision)
 
     for s in range(0, len(prompts), batch_size):
         chunk = prompts[s:s + batch_size]
-        ro = episodes.run(sample, chunk, 1, params) if episodes is not None else sample([p.ids for p in chunk], 1, params)
+        vision = [p.vision for p in chunk] if chunk[0].vision is not None else None
+        ro = episodes.run(sample, chunk, 1, params) if episodes is not None else sample([p.ids for p in chunk], 1, params, vision)
         comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
         columns = repeat_columns(chunk)
         scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp

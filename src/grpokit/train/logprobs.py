@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .models import has_sliding_window
 from .packing import can_pack, pack, packed_states, unpack
+from grpokit.data.vision import forward_kwargs
 from grpokit.types import Rollout, TokenBatch
 
 
@@ -36,7 +37,8 @@ def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device |
             comp_mask[i, :len(c)] = 1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
     pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
     batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
-    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)))
+    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)),
+                      vision=rollout.vision)
 
 
 def completion_logprobs(
@@ -61,6 +63,8 @@ def completion_logprobs(
     model supports it; the values equal the padded path's.
     """
     N, T = batch.completion_ids.shape
+    if batch.vision is not None:  # image prompts: one whole multimodal forward (no trimming, no prompt sharing)
+        return _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad)
     if packed:
         out = _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
         if out is not None:
@@ -85,6 +89,17 @@ def completion_logprobs(
     inverse[order] = torch.arange(N)
     inverse = inverse.to(lp_parts[0].device)
     return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+
+
+def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
+    """Completion log-probabilities with the prompts' images in the forward (positions from the
+    model's multimodal RoPE, as in the rollout's prefill); image tokens are prompt tokens, so they
+    never reach the (N, T) result."""
+    T = batch.width
+    extra = forward_kwargs(model, batch.input_ids, batch.attention_mask, batch.vision)
+    extra.setdefault("position_ids", None)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=T + 1, **extra).logits[:, :-1]
+    return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
 
 
 def _completion_lengths(batch: TokenBatch) -> torch.Tensor:

@@ -36,6 +36,7 @@ from .models import load_tokenizer, quiet_transformers, resolve_device
 from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record.samples import sample_rows
+from grpokit.record.vision_samples import with_images
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
@@ -68,7 +69,7 @@ class Trainer:
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)
-        inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory)
+        inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, tokenizer)
         self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
         self.rollout_func = rollout_func
         rewards = build.build_rewards(cfg, reward_funcs, self.episodes)
@@ -221,10 +222,11 @@ class Trainer:
             adv = inputs.advantages.cpu()
             seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(self.step + 1, wiring.add_logged_columns(sample_rows(
+            self.recorder.log_samples(self.step + 1, with_images(wiring.add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
-                messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G))
+                messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G),
+                sb.prompts, self.run_dir, self.step + 1))  # image prompts: PNGs with boxes drawn, for the report
         return distributed.reduce_metrics(self.dist, {
             **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
             "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
@@ -280,7 +282,7 @@ class Trainer:
         engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
         if engine is not None and not getattr(engine, "prefetches", False):
             return lambda ctx, G, params: engine.generate(ctx, G, params=params, sleep=False)
-        return lambda ctx, G, params: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode,
+        return lambda ctx, G, params, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)

@@ -47,6 +47,11 @@ def quantization_config(cfg: ModelConfig, device: torch.device, compute_dtype: t
                               bnb_4bit_compute_dtype=compute_dtype)
 
 
+# Every linear layer of the decoder of a vision-language model (a PEFT regex on module names); the
+# vision tower's layers (Qwen2-VL: qkv, proj, fc1, fc2 under "visual") get no adapter.
+LANGUAGE_LINEARS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
 def add_adapters(model, cfg: ModelConfig):
     """Wrap ``model`` in a PEFT model with fresh LoRA adapters; only adapter parameters train.
 
@@ -59,6 +64,8 @@ def add_adapters(model, cfg: ModelConfig):
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
     targets = cfg.lora_target_modules
     target = "all-linear" if targets == ["all-linear"] else list(targets)
+    if target == "all-linear" and getattr(model.config, "vision_config", None) is not None:
+        target = LANGUAGE_LINEARS  # vision-language models: adapters on the language model only (VLM-R1)
     lcfg = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=target, task_type="CAUSAL_LM", bias="none")
     try:

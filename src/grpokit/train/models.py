@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from grpokit.config.sections import ConfigError, ModelConfig
+from grpokit.data.vision import is_processor, is_vision_config
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -48,6 +49,7 @@ def load_tokenizer(cfg: ModelConfig, tok=None):
     from transformers import AutoTokenizer
 
     path = model_path(cfg.name_or_path)
+    tok = getattr(tok, "tokenizer", tok) if is_processor(tok) else tok  # a processor's text half
     try:
         tok = tok if tok is not None else AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except OSError as e:
@@ -63,7 +65,7 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
     """The policy: loaded from ``model.name_or_path``, or ``model`` as given (an instantiated
     ``PreTrainedModel``, TRL's model object), then moved to the device, with gradient checkpointing
     and LoRA adapters as configured."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     if model is not None:
         if cfg.attn_implementation != "auto":
@@ -82,7 +84,9 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
     if cfg.attn_implementation != "auto":
         extra["attn_implementation"] = cfg.attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        auto = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
+        model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
     except OSError as e:
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
     if quant is None:
@@ -95,6 +99,9 @@ def _prepare(model, cfg: ModelConfig):
 
     if cfg.gradient_checkpointing:
         enable_checkpointing(model)
+    if cfg.freeze_vision:  # the image encoder stays as pretrained (VLM-R1); the language model learns
+        for p in vision_parameters(model):
+            p.requires_grad_(False)
     if cfg.lora_rank > 0:
         model = add_adapters(model, cfg)
     return model
@@ -108,6 +115,15 @@ def enable_checkpointing(model) -> None:
     model.config.use_cache = False
     if hasattr(model, "peft_config"):  # frozen embeddings: the checkpointed layers' inputs need a gradient
         model.enable_input_require_grads()
+
+
+VISION_TOWERS = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
+"""Submodule names of the image side of transformers' image-text-to-text models."""
+
+
+def vision_parameters(model) -> list:
+    """Parameters of the model's vision tower (and projector), empty for a text-only model."""
+    return [p for name, p in model.named_parameters() if any(part in VISION_TOWERS for part in name.split("."))]
 
 
 def eos_ids(tokenizer, model) -> set[int]:

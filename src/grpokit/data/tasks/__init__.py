@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from . import arithmetic, calculator
+from . import arithmetic, calculator, shapes
 from .demo_model import demo_model_path, load_demo_model
 from .arithmetic_steps import digit_steps
 from .evaluate import evaluate_accuracy
@@ -59,6 +59,11 @@ class Task:
 DEMO = MappingProxyType({"rollout.max_new_tokens": 8, "optim.lr": 3e-4, "train.steps": 60, "train.save_every": 0})
 
 
+# The visual demo: box answers are at most 13 characters + EOS; eval on 200 held-out scenes.
+SHAPES_DEMO = MappingProxyType({"rollout.max_new_tokens": 16, "optim.lr": 1e-3, "train.steps": 40,
+                                "train.save_every": 0, "data.eval_size": 200})
+
+
 TASKS: dict[str, Task] = {
     "arithmetic": Task(
         name="arithmetic",
@@ -96,6 +101,19 @@ TASKS: dict[str, Task] = {
                                       "temperature": 1.0, "max_new_tokens": 8, "max_turns": 4, "eval_rows": 500}),
         tools=(calculator.calculator,),
         demo=DEMO,
+    ),
+    "shapes": Task(
+        name="shapes",
+        train_rows=shapes.train_rows,
+        held_out_rows=shapes.held_out_rows,
+        reward_fn=shapes.shapes_reward,
+        evaluate=shapes.evaluate_shapes,
+        model_path=shapes.shapes_model_path,
+        load_model=shapes.load_shapes_model,
+        # Measured on 2 shared CPU cores (docs/VISION.md): held-out reward rises within the demo's steps.
+        recommended=MappingProxyType({"prompts_per_step": 16, "group_size": 8, "learning_rate": 1e-3,
+                                      "temperature": 1.0, "max_new_tokens": 16, "eval_rows": 200}),
+        demo=SHAPES_DEMO,
     ),
 }
 

@@ -1,0 +1,165 @@
+"""The built-in visual task: coloured shapes on a 64x64 canvas, drawn on the fly.
+
+Two kinds of question, both verifiable without a model (VLM-R1 / R1-V's recipe in miniature):
+
+* ``box``:   "where is the red square?"  answered ``[x1,y1,x2,y2]`` in pixels, scored by IoU
+  with the drawn square (rewards/grounding.py), so near misses earn partial credit;
+* ``count``: "how many shapes?"          answered with one digit, scored exactly.
+
+Shapes are 12 px squares and discs, one per 16 px cell of a 4 x 4 grid (2 px from the cell's
+corner), and a cell is exactly one image token of the tiny model (8 px patches merged 2 x 2), so the
+task is about reading the image, not about sub-token precision; a box one cell off scores IoU 0. A scene is described by a short string (``scene_key``); it is held out when
+``crc32(key) % 10 == 0``, so no held-out scene is ever drawn for training (as in arithmetic.py).
+
+Rows follow TRL's vision convention: a conversational ``prompt`` whose user content holds an
+``{"type": "image"}`` part, the PIL image in the ``image`` column, ``answer``, ``kind`` and ``scene``
+(the scene's key) columns.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from typing import Any, Sequence
+
+from grpokit.rewards.grounding import box_iou_reward, count_reward
+
+CANVAS = 64
+"""Canvas side in pixels (64 x 64: an 8 x 8 patch grid, 16 image tokens after the 2 x 2 merge)."""
+SIDE = 12
+"""Side of every shape in pixels."""
+STEP = 16
+"""Cell size: shapes' top-left corners are at 2, 18, 34, 50 on each axis."""
+MARGIN = 2
+COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (50, 80, 220)}
+SHAPES = ("square", "disc")
+BOX_QUESTION = "where is the red square?"
+COUNT_QUESTION = "how many shapes?"
+HOLD_OUT_MODULUS = 10
+
+_PLACES = [(x + MARGIN, y + MARGIN) for y in range(0, CANVAS, STEP) for x in range(0, CANVAS, STEP)]
+
+
+def _free(place: tuple[int, int], taken: list[tuple[int, int]]) -> bool:
+    return all(abs(place[0] - x) >= SIDE + 2 or abs(place[1] - y) >= SIDE + 2 for x, y in taken)
+
+
+def _draw_scene(rng: random.Random, kind: str) -> list[tuple[str, str, int, int]]:
+    """Shapes ``(colour, shape, x, y)``; for ``box`` the first is the one red square."""
+    n = rng.randint(1, 4) if kind == "count" else rng.randint(1, 3)
+    shapes: list[tuple[str, str, int, int]] = []
+    taken: list[tuple[int, int]] = []
+    while len(shapes) < n:
+        place = rng.choice(_PLACES)
+        if not _free(place, taken):
+            continue
+        if kind == "box" and not shapes:
+            colour, shape = "red", "square"
+        else:  # distractors of a box question are never red squares
+            colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
+            if kind == "box" and (colour, shape) == ("red", "square"):
+                continue
+        shapes.append((colour, shape, *place))
+        taken.append(place)
+    return shapes
+
+
+def scene_key(kind: str, shapes: Sequence[tuple[str, str, int, int]]) -> str:
+    return kind + "|" + ";".join(f"{c},{s},{x},{y}" for c, s, x, y in shapes)
+
+
+def is_held_out(key: str) -> bool:
+    return zlib.crc32(key.encode()) % HOLD_OUT_MODULUS == 0
+
+
+def render(shapes: Sequence[tuple[str, str, int, int]]):
+    """The scene as a 64x64 RGB PIL image (shapes on a position-tinted pale background)."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (CANVAS, CANVAS))
+    # A pale background whose green/blue tint grows with x/y: attention's rotary positions do not
+    # reach the values a tiny model reads out, so the pixels themselves say where a patch is.
+    img.putdata([(255, 190 + x, 190 + y) for y in range(CANVAS) for x in range(CANVAS)])
+    draw = ImageDraw.Draw(img)
+    for colour, shape, x, y in shapes:
+        box = (x, y, x + SIDE - 1, y + SIDE - 1)
+        (draw.rectangle if shape == "square" else draw.ellipse)(box, fill=COLOURS[colour])
+    return img
+
+
+def make_row(kind: str, shapes: Sequence[tuple[str, str, int, int]]) -> dict[str, Any]:
+    """One TRL-style vision row; the box answer is the square's ``[x1,y1,x2,y2]`` (x2 = x1 + SIDE)."""
+    if kind == "box":
+        _, _, x, y = shapes[0]
+        answer, question = f"[{x},{y},{x + SIDE},{y + SIDE}]", BOX_QUESTION
+    else:
+        answer, question = str(len(shapes)), COUNT_QUESTION
+    prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    return {"prompt": prompt, "image": render(shapes), "answer": answer, "kind": kind, "scene": scene_key(kind, shapes)}
+
+
+def _rows(n: int, seed: int, held_out: bool) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    while len(out) < n:
+        kind = rng.choice(("box", "count"))
+        shapes = _draw_scene(rng, kind)
+        if is_held_out(scene_key(kind, shapes)) == held_out:
+            out.append(make_row(kind, shapes))
+    return out
+
+
+def train_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` training rows (half box, half count questions on average), deterministic in (n, seed)."""
+    if n < 0:
+        raise ValueError(f"train_rows: n must be >= 0, got {n}")
+    return _rows(n, seed, held_out=False)
+
+
+def held_out_rows(n: int | None = None, seed: int = 1234) -> list[dict[str, Any]]:
+    """``n`` (default 200) rows of held-out scenes, never drawn by ``train_rows``."""
+    return _rows(200 if n is None else n, seed, held_out=True)
+
+
+def shapes_reward(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str], kind: Sequence[str],
+                  **kwargs: Any) -> list[float]:
+    """IoU of the predicted box for ``box`` rows, exact digit for ``count`` rows (0 for no answer)."""
+    out = []
+    for c, a, k in zip(completions, answer, kind):
+        fn = box_iou_reward if k == "box" else count_reward
+        out += fn([None], [c], [a], **({"log_metric": kwargs["log_metric"]} if "log_metric" in kwargs else {}))
+    return out
+
+
+def evaluate_shapes(model, processor, rows: Sequence[dict[str, Any]], *, max_new_tokens: int = 16, **kwargs: Any) -> dict[str, Any]:
+    """Greedy held-out scores: ``reward`` (mean of IoU and count exactness), ``accuracy`` (reward 1),
+    ``box_iou`` (mean IoU of the box questions) and ``count_accuracy``."""
+    from grpokit.data.vision import encode_prompt
+    from grpokit.rollout.hf import SamplingParams, generate
+
+    tok = processor.tokenizer
+    enc = [encode_prompt(r, i, processor) for i, r in enumerate(rows)]
+    ro = generate(model, [e[1] for e in enc], 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
+                  eos_token_ids={tok.eos_token_id}, pad_token_id=tok.pad_token_id, vision=[e[2] for e in enc])
+    texts = [tok.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
+    kinds = [r["kind"] for r in rows]
+    rewards = shapes_reward(None, texts, [r["answer"] for r in rows], kinds)
+    box = [x for x, k in zip(rewards, kinds) if k == "box"]
+    count = [x for x, k in zip(rewards, kinds) if k == "count"]
+    return {"reward": sum(rewards) / len(rows), "accuracy": sum(x >= 1 - 1e-6 for x in rewards) / len(rows),
+            "box_iou": sum(box) / max(1, len(box)), "count_accuracy": sum(count) / max(1, len(count)),
+            "n": len(rows), "texts": texts}
+
+
+def shapes_model_path():
+    from pathlib import Path
+
+    return Path(__file__).parent / "assets" / "shapes-vl-model"
+
+
+def load_shapes_model(path=None):
+    """``(model, processor)`` of the shipped tiny Qwen2-VL (or the one at ``path``)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path = str(path or shapes_model_path())
+    return AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path)
