@@ -63,7 +63,19 @@ class DoctorConfig:
     """A gradient norm above this multiple of the run's median is a spike."""
 
     mismatch_max: float = 0.05
-    """Flag when a sampler-vs-trainer gap (`mismatch/*`, `tis/logp_abs_diff_mean`) averages above this."""
+    """Flag when the mean |log pi_train - log pi_sampler| per token (`mismatch/logp_abs_diff_mean`,
+    `tis/logp_abs_diff_mean`) averages above this recently."""
+
+    mismatch_kl_max: float = 0.005
+    """Flag when the sampler-to-trainer KL estimate (`mismatch/k3_kl`) averages above this recently
+    (k3 is about half the mean squared log ratio: 0.005 is a typical |log ratio| of 0.1)."""
+
+    mismatch_outside_max: float = 0.01
+    """Flag when more than this fraction of tokens has a ratio outside [rollout.mismatch_low,
+    rollout.mismatch_high] (`mismatch/outside_fraction`), recently."""
+
+    tool_failure_max: float = 0.2
+    """Flag when more than this fraction of tool calls failed (`tools/failure_frequency`), recently."""
 
     reward_time_share: float = 0.25
     """Flag when reward functions take more than this share of step time."""
@@ -252,30 +264,68 @@ def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding |
                    f"(optim.max_grad_norm={_cfg(run, 'optim.max_grad_norm')}), prefer bf16 over fp16", 0.65 if bad else 0.5)
 
 
+# The sampler/trainer gaps the doctor judges, with the DoctorConfig field of each one's limit. Left out on
+# purpose: mismatch/logp_abs_diff_max (the single worst token of a step is large even in healthy runs) and
+# mismatch/masked_fraction (what a chosen correction removed, the consequence of outside_fraction).
+MISMATCH_LIMITS = {"mismatch/logp_abs_diff_mean": "mismatch_max", "tis/logp_abs_diff_mean": "mismatch_max",
+                   "mismatch/k3_kl": "mismatch_kl_max", "mismatch/outside_fraction": "mismatch_outside_max"}
+
+
 def check_mismatch(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    keys = list(dict.fromkeys(k for r in run.metrics for k in r
-                              if k.startswith("mismatch/") or k == "tis/logp_abs_diff_mean"))
-    high = [(k, r) for k in keys if (r := _recent(run, k, hc)) and r[0] > dc.mismatch_max and "ratio" not in k]
+    high = [(k, r, getattr(dc, field)) for k, field in MISMATCH_LIMITS.items()
+            if (r := _recent(run, k, hc)) and r[0] > getattr(dc, field)]
     if not high:
         return None
+    # IcePop masking is advised only to runs whose grpokit has it (their config lists the field)
+    mask = (" or mask the disagreeing tokens (rollout.mismatch_mask=token, IcePop)"
+            if _cfg(run, "rollout.mismatch_mask", None) is not None else "")
     return Finding("sampler_mismatch", "The sampler and the trainer disagree on token probabilities",
-                   "; ".join(f"{k} {r[0]:.3g} > {dc.mismatch_max:g} ({r[1]})" for k, r in high),
+                   "; ".join(f"{k} {r[0]:.3g} > {limit:g} ({r[1]})" for k, r, limit in high),
                    "match precision and kernels between rollout and training (model.dtype), correct with truncated "
-                   "importance sampling (rollout.tis_cap), and check that weights are synced to the sampler every step", 0.75)
+                   f"importance sampling (rollout.tis_cap){mask}, and check that weights are synced to the sampler "
+                   "every step", 0.75)
+
+
+def _total(run: Run, key: str) -> float:
+    return sum(v for _, v in _vals(run, key))
 
 
 def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     frac = [v for _, v in _vals(run, "rewards/failed_fraction")]
-    per = {k.split("/")[1]: sum(v for _, v in _vals(run, k)) for k in dict.fromkeys(k for r in run.metrics for k in r)
-           if k.startswith("rewards/") and k.endswith("/failures")}
-    per = {k: v for k, v in per.items() if v > 0}
+    names = dict.fromkeys(k.split("/")[1] for r in run.metrics for k in r
+                          if k.startswith("rewards/") and k.endswith(("/failures", "/timeouts")))
+    per = {n: (_total(run, f"rewards/{n}/failures"), _total(run, f"rewards/{n}/timeouts")) for n in names}
+    per = {n: c for n, c in per.items() if c[0] > 0 or c[1] > 0}
     if not per and not any(frac):
         return None
     mean = statistics.fmean(frac) if frac else 0.0
-    return Finding("reward_failures", "Reward functions fail or time out",
-                   f"{mean:.1%} of reward items failed over the run" + "".join(f"; {k}: {v:.0f} failures" for k, v in per.items()),
-                   f"read the logged errors and fix the function; raise reward.timeout_s (now {_cfg(run, 'reward.timeout_s')}) "
-                   "for slow verifiers", 0.85 if mean > hc.reward_failure_max else 0.4)
+    # `failures` counts every failed item, time-outs among them (rewards/runner.py)
+    counts = "".join(f"; {n}: {max(f, t):.0f} failures" + (f", {t:.0f} of them time-outs" if t else "") for n, (f, t) in per.items())
+    timed_out = any(t for _, t in per.values())
+    return Finding("reward_failures", "Reward functions " + ("time out" if timed_out else "fail"),
+                   f"{mean:.1%} of reward items failed over the run" + counts,
+                   (f"raise reward.timeout_s (now {_cfg(run, 'reward.timeout_s')}) or make the slow verifier cheaper; "
+                    if timed_out else "") + "read the logged errors (the first few per function are in the log) and fix the function",
+                   0.85 if mean > hc.reward_failure_max else 0.4)
+
+
+def check_env_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    resets = [(s, v) for s, v in _vals(run, "episodes/reset_failures") if v > 0]
+    slow = [s for s, v in _vals(run, "episodes/tool_timeouts_mean") if v > 0]
+    fail = _recent(run, "tools/failure_frequency", hc)
+    found = []
+    if resets:
+        found.append(f"{sum(v for _, v in resets):.0f} episodes lost to a failed reset() (steps {resets[0][0]}-{resets[-1][0]})")
+    if slow:
+        found.append(f"tool calls ran past env.tool_timeout_s at {len(slow)} steps (first: step {slow[0]})")
+    if fail and fail[0] > dc.tool_failure_max:
+        found.append(f"{fail[0]:.0%} of tool calls failed ({fail[1]})")
+    if not found:
+        return None
+    return Finding("env_failures", "Tools or environments fail", "; ".join(found),
+                   "read the tool turns of the samples for the errors; fix the environment's reset() or raise "
+                   f"env.reset_timeout_s (now {_cfg(run, 'env.reset_timeout_s')}) and env.tool_timeout_s "
+                   f"(now {_cfg(run, 'env.tool_timeout_s')}) for slow tools", 0.7 if resets else 0.45)
 
 
 def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -296,7 +346,7 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
 
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
     check_heldout, check_heldout_drop, check_component_alone, check_length, check_entropy, check_zero_std, check_truncation,
-    check_runaway, check_grad_spikes, check_mismatch, check_reward_failures, check_throughput)
+    check_runaway, check_grad_spikes, check_mismatch, check_reward_failures, check_env_failures, check_throughput)
 
 
 def health_config(run: Run) -> HealthConfig:
