@@ -96,6 +96,32 @@ def test_every_logged_metric_has_a_panel_and_none_is_empty(run_dir: Path) -> Non
     assert "kl" not in {p["id"] for p in panels([load_run(no_kl)])}
 
 
+REWARD_MODULE = """
+def bonus(completions, log_metric, log_extra, **kwargs):
+    log_metric("mytask/chars", sum(len(c) for c in completions) / len(completions))
+    log_extra("judge_note", ["short" if len(c) < 4 else "long" for c in completions])
+    return [len(c) / 100 for c in completions]
+"""
+
+
+def test_a_real_runs_log_metric_and_log_extra_reach_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real `grpokit train` of the demo with a reward function that logs: its `log_metric` value gets a
+    panel of its namespace, its curve sits with the task's on the reward panel, its `log_extra` column is
+    beside each sampled completion."""
+    (tmp_path / "logging_reward.py").write_text(REWARD_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "train.steps=2", "data.eval_size=8", "record.samples_every=1",
+                 "reward.functions=[task,logging_reward:bonus]"]) == 0
+    data = _data((run / "report.html").read_text())
+    plots = {p["id"]: p["keys"] for p in data["panels"]}
+    assert plots["reward"] == ["reward", "rewards/arithmetic_accuracy/mean", "rewards/bonus/mean"]
+    assert ["mytask/chars"] in plots.values() and len(data["runs"][0]["series"]["mytask/chars"]) == 2
+    notes = {c["extra"]["judge_note"] for row in data["runs"][0]["samples"] for c in row["completions"]}
+    assert notes and notes <= {"short", "long"}
+
+
 def test_payload_steps_are_integers_and_nan_is_a_gap(run_dir: Path) -> None:
     run = _data(render_report(run_dir))["runs"][0]
     assert run["steps"] == list(range(1, 121)) and all(isinstance(s, int) for s in run["steps"])

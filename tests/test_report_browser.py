@@ -117,3 +117,32 @@ def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_
     ticks = browser.js("""new Promise(function (done) { var u = grpokitReport.plots()[0].u; u.setScale('x', {min: 3, max: 6});
         setTimeout(function () { done(u.axes[0]._splits); }, 100); })""")  # uPlot redraws after the current task
     assert ticks and all(float(x).is_integer() for x in ticks), ticks
+
+
+def _set(browser: Browser, id_: str, value: str) -> None:
+    browser.js(f"""(function () {{ var f = document.getElementById({id_!r}); f.value = {value!r};
+        f.dispatchEvent(new Event('change')); }})()""")
+
+
+def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(make_run_dir(tmp_path / "run")).as_uri())
+    metas = "Array.from(document.querySelectorAll('#samples .prompt .meta')).map(function (e) { return e.textContent; })"
+    _set(browser, "s-step", "40")  # samples at steps 40, 80, 120: two prompts of two completions each
+    assert browser.js(metas) == ["step 40 · 2 of 2 completions"] * 2
+    # reward >= 1 keeps the two completions rewarded 2 (one per prompt), rewards [2, 0, 0, 2]
+    _set(browser, "s-rmin", "1")
+    assert browser.js(metas) == ["step 40 · 1 of 2 completions"] * 2
+    cells = browser.js("""Array.from(document.querySelectorAll('#samples table')).map(function (t) {
+        var rows = t.querySelectorAll('tr'), head = Array.from(rows[0].children).map(function (c) { return c.textContent; });
+        return [head, Array.from(rows[1].children).map(function (c) { return c.textContent; })]; })""")
+    head, first = cells[0]
+    # columns: #, reward, per-function rewards, advantage, length, finish, log_extra columns, completion
+    assert head == ["#", "reward", "math", "format", "advantage", "length", "finish", "judge_note", "score_raw", "completion"]
+    assert first[:8] == ["0", "2", "1", "1", "1", "14", "stop", "<i>fine</i>"] and first[8] == "0.75"  # markup shown as text
+    # its conversation, turn by turn: the model's turn with its tool call, then the tool's reply
+    turns = browser.js("""Array.from(document.querySelectorAll('#samples table')[0].querySelectorAll('.turn')).map(function (t) {
+        return [t.className, t.querySelector('.who').textContent, (t.querySelector('.call') || {}).textContent || '']; })""")
+    assert turns == [["turn model", "model", 'call calc({"expr":"2+3"})'], ["turn tool", "tool calc →", ""]]
+    _set(browser, "s-rmin", "3")
+    assert browser.js(metas) == [] and "0 prompt(s) match" in browser.js("document.querySelector('#samples .hint').textContent")
+    assert browser.errors() == []
