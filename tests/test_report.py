@@ -220,3 +220,13 @@ def test_a_1000_step_report_stays_small(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path / "long", steps=1000)
     size = len(write_comparison([run], tmp_path / "r.html").read_bytes())
     assert 150_000 < size < 1_000_000, size
+
+
+def test_make_test_installs_chromium_before_the_tests() -> None:
+    """CI on a fresh clone runs `make test`: its recipe must install chromium (the browser tests skip without it)."""
+    root = Path(__file__).resolve().parent.parent
+    make = (root / "Makefile").read_text()
+    recipe = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.startswith(" setup") and recipe.index("scripts/install_test_deps.sh") < recipe.index("pytest")
+    script = (root / "scripts" / "install_test_deps.sh").read_text()
+    assert "apt-get install" in script and "chromium" in script
