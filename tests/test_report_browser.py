@@ -146,3 +146,28 @@ def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(b
     _set(browser, "s-rmin", "3")
     assert browser.js(metas) == [] and "0 prompt(s) match" in browser.js("document.querySelector('#samples .hint').textContent")
     assert browser.errors() == []
+
+
+def test_identical_series_both_stay_visible(browser: Browser, tmp_path: Path) -> None:
+    """The total reward and its only reward function are the same numbers: the second is drawn dashed on
+    top, labelled "(= reward)", and pixels of both colors are on the canvas (gaps of the dash show the first)."""
+    from grpokit.record import make_recorder
+
+    rec = make_recorder(tmp_path, ["jsonl"], total_steps=40)
+    for step in range(1, 41):
+        r = step / 40
+        rec.log({"reward": r, "rewards/only/mean": r}, step)
+    rec.close()
+    browser.open(write_report(tmp_path).as_uri())
+    series = browser.js("""grpokitReport.plots()[0].u.series.slice(1).map(function (s) {
+        return [s.label, s.dash || [], s._stroke || s.stroke]; })""")
+    assert [s[0] for s in series] == ["reward", "rewards/only/mean (= reward)"] and series[0][1] == [] and series[1][1] == [7, 5]
+    colors = browser.js("""(function () { var u = grpokitReport.plots()[0].u, c = u.ctx,
+        d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, seen = {};
+        for (var i = 0; i < d.length; i += 4) if (d[i + 3] === 255) seen[[d[i], d[i + 1], d[i + 2]].join(',')] = (seen[[d[i], d[i + 1], d[i + 2]].join(',')] || 0) + 1;
+        return seen; })()""")
+    def rgb(css: str) -> str:
+        h = css.lstrip("#")
+        return ",".join(str(int(h[i:i + 2], 16)) for i in (0, 2, 4))
+    assert colors.get(rgb(series[0][2]), 0) > 20 and colors.get(rgb(series[1][2]), 0) > 20, (series, sorted(colors.items(), key=lambda kv: -kv[1])[:6])
+    assert browser.errors() == []
