@@ -209,6 +209,11 @@ def test_watch_rewrites_until_the_run_finishes(tmp_path: Path) -> None:
     sleeps: list[float] = []
     watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
     assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3}  # in progress: the page reloads
+    # the trainer writes summary.json with the evaluation before training at the start: still in progress
+    (run / "summary.json").write_text('{"eval_before": {"accuracy": 0.2}}')
+    sleeps.clear()
+    watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
+    assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3} and "(in progress)" in out.read_text()
     (run / "summary.json").write_text('{"steps": 12}')
     sleeps.clear()
     watch([run], out, interval_s=3, sleep=sleeps.append)
@@ -230,3 +235,64 @@ def test_make_test_installs_chromium_before_the_tests() -> None:
     assert recipe.startswith(" setup") and recipe.index("scripts/install_test_deps.sh") < recipe.index("pytest")
     script = (root / "scripts" / "install_test_deps.sh").read_text()
     assert "apt-get install" in script and "chromium" in script
+
+
+SLOW_REWARD = "import time\n\ndef slow(completions, **kwargs):\n    time.sleep(0.03)  # a slow verifier (called per group): the run lasts long enough to be watched\n    return [0.0] * len(completions)\n"
+
+
+def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
+    """`grpokit report --watch` beside a real `grpokit train`: while the run goes, the page carries the
+    reload and fewer steps than the end; once the run writes summary.json the watcher writes the whole
+    run without the reload and exits on its own."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
+    run, out = tmp_path / "run", tmp_path / "live.html"
+    grpokit = [sys.executable, "-m", "grpokit"]
+    train = subprocess.Popen([*grpokit, "train", "--out", str(run), "train.steps=25", "data.eval_size=8",
+                              "reward.functions=[task,slow_reward:slow]"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists():  # the watcher needs the run folder
+            assert train.poll() is None and time.monotonic() < deadline, train.stderr.read() if train.stderr else ""
+            time.sleep(0.2)
+        watcher = subprocess.Popen([*grpokit, "report", "--watch", str(run), "--interval", "0.5", "--out", str(out)],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        live_steps: list[int] = []
+        while train.poll() is None and time.monotonic() < deadline:
+            if out.exists():
+                data = _data(out.read_text())
+                if data["live"] == {"refresh_s": 0.5}:
+                    live_steps.append(len(data["runs"][0]["steps"]))
+            time.sleep(0.3)
+        assert train.wait(timeout=60) == 0
+        assert watcher.wait(timeout=60) == 0, watcher.stderr.read()  # stops by itself once summary.json is there
+    finally:
+        train.kill()
+    assert live_steps and min(live_steps) < 25, live_steps  # seen in progress
+    final = _data(out.read_text())
+    assert final["live"] is None and final["runs"][0]["steps"] == list(range(1, 26))
+
+
+def test_a_resumed_run_reads_in_progress_until_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run resumed for more steps is in progress again: its summary.json loses "steps" until
+    the end, so `--watch` keeps following it. A reward function probes the file during every step."""
+    run = tmp_path / "run"
+    (tmp_path / "probe_reward.py").write_text(
+        "import json, pathlib\n\ndef probe(completions, log_metric, **kwargs):\n"
+        f"    p = pathlib.Path({str(run / 'summary.json')!r})\n"
+        "    log_metric('probe/finished', float(p.exists() and 'steps' in json.loads(p.read_text())))\n"
+        "    return [0.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    common = ["data.eval_size=4", "reward.functions=[task,probe_reward:probe]"]
+    assert main(["train", "--out", str(run), "train.steps=2", *common]) == 0
+    assert load_run(run).finished
+    assert main(["train", "--resume", str(run), "train.steps=4"]) == 0
+    probes = [(r["step"], r["probe/finished"]) for r in load_run(run).metrics]
+    assert probes == [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], probes  # never "finished" while a step ran
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4 and load_run(run).finished
