@@ -118,6 +118,18 @@ def test_reward_up_heldout_flat(tmp_path: Path) -> None:
     assert codes(sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None})) == ["reward_hacking_heldout"]
 
 
+def test_reward_hacking_findings_quote_the_best_recent_sample(tmp_path: Path) -> None:
+    run = sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None})
+    comp = lambda text, reward: {"text": text, "reward": reward}  # noqa: E731
+    rows = [{"step": 50, "prompt": "1+1=", "completions": [comp("<answer>2</answer>", 1.0)]},
+            {"step": 60, "prompt": "2+2=", "completions": [comp("<answer>5</answer>", 0.0), comp("<answer> " + "4 " * 80, 0.9)]},
+            {"step": 60, "prompt": "3+3=", "completions": [comp("<answer>6</answer>", float("nan"))]}]
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = diagnose(load_run(run))
+    # step 60's best (NaN left out): 0.9, its text with whitespace collapsed, cut at 120 characters
+    assert found[0].evidence.endswith('; best sample of step 60 (reward 0.9): "<answer> ' + ("4 " * 56)[:111] + '..."')
+
+
 def test_heldout_from_summary(tmp_path: Path) -> None:
     run = sick(tmp_path, **{"eval/accuracy": None})
     (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.5}, "eval_after": {"accuracy": 0.45}}))

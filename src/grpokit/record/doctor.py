@@ -1,9 +1,10 @@
 """`grpokit doctor RUN`: read a finished (or running) run and say what looks wrong, why, and what to try.
 
 The health monitors (health.py) watch a run step by step and warn early; the doctor reads the whole
-run afterwards and answers the questions users ask about a GRPO run that went wrong. Each check is a
-small function of the run's metrics (and config) that returns a `Finding` with its evidence (steps and
-numbers) and one concrete change to try, or None. Findings are ranked by `score` (how likely the
+run afterwards (config.yaml, metrics.jsonl, summary.json; samples.jsonl for the best recent sample that
+the reward-hacking findings quote) and answers the questions users ask about a GRPO run that went
+wrong. Each check is a small function of the run's metrics (and config) that returns a `Finding` with
+its evidence (steps and numbers) and one concrete change to try, or None. Findings are ranked by `score` (how likely the
 problem cost the run its learning), highest first.
 
 Thresholds the health monitors already have (entropy floor and drop ratio, zero-std share, length
@@ -132,12 +133,27 @@ def _cfg(run: Run, dotted: str, default: Any = "?") -> Any:
     return node
 
 
+def _top_sample(run: Run) -> str:
+    """The best-rewarded completion of the last sampled step, to read for a shortcut ("" without samples)."""
+    rows = [r for r in run.samples if isinstance(r.get("completions"), list) and isinstance(r.get("step"), (int, float))]
+    if not rows:
+        return ""
+    last = max(r["step"] for r in rows)
+    comps = [c for r in rows if r["step"] == last for c in r["completions"]
+             if isinstance(c, dict) and isinstance(c.get("reward"), (int, float)) and math.isfinite(c["reward"])]
+    if not comps:
+        return ""
+    best = max(comps, key=lambda c: c["reward"])
+    text = " ".join(str(best.get("text", "")).split())
+    return f'; best sample of step {int(last)} (reward {best["reward"]:.3g}): "{text[:120]}{"..." if len(text) > 120 else ""}"'
+
+
 def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     tr, gain = _trend(run, "reward", hc), _heldout_gain(run)
     if tr is None or gain is None or tr[1] - tr[0] <= hc.reward_flat_tol or gain[0] > dc.heldout_min_gain:
         return None
     return Finding("reward_hacking_heldout", "Reward rises but held-out accuracy does not (reward hacking?)",
-                   f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}",
+                   f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}" + _top_sample(run),
                    "read the latest samples for a shortcut the reward pays for; make the verifier stricter "
                    "(exact answer parsing, format checks) and evaluate held-out prompts more often (train.eval_every)", 0.95)
 
@@ -164,7 +180,7 @@ def check_component_alone(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findi
     k, t = rising[0], comps[rising[0]]
     others = ", ".join(f"{o} {u[0]:.3g} -> {u[1]:.3g}" for o, u in comps.items() if o != k)
     return Finding("reward_component_alone", f"Only one reward component rises: {k}",
-                   f"{k} {t[0]:.3g} -> {t[1]:.3g} ({t[2]}) while {others}" + (f"; {gain[1]}" if gain else ""),
+                   f"{k} {t[0]:.3g} -> {t[1]:.3g} ({t[2]}) while {others}" + (f"; {gain[1]}" if gain else "") + _top_sample(run),
                    "the policy may be optimising the easiest term: lower its weight (reward.weights), "
                    "or make the main reward reachable (easier prompts, partial credit)", 0.7)
 
@@ -176,7 +192,8 @@ def check_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None
     up = rw is not None and rw[1] - rw[0] > hc.reward_flat_tol
     what = f"reward {rw[0]:.3g} -> {rw[1]:.3g}" if rw else "no reward recorded"
     return Finding("length_growth", "Completions grow " + ("with the reward" if up else "without reward gain"),
-                   f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), {what}" + (f"; {gain[1]}" if gain else ""),
+                   f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), {what}" + (f"; {gain[1]}" if gain else "")
+                   + _top_sample(run),
                    "check samples for padding or repetition the reward pays for; add an overlong / length penalty "
                    "(DAPO), or use a constant normaliser (algo.aggregation, Dr. GRPO)", 0.75 if not up else 0.6)
 
