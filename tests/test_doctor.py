@@ -191,6 +191,15 @@ def test_grad_norm_spikes(tmp_path: Path) -> None:
     assert [f.code for f in found] == ["grad_spikes"] and "step 30: 50" in found[0].evidence and "step 45: 50" in found[0].evidence
 
 
+def test_non_finite_steps(tmp_path: Path) -> None:
+    rows = healthy_rows()
+    rows[32]["loss"] = float("nan")  # step 33; the trainer skipped that update
+    found = diagnose(load_run(write_run(tmp_path / "run", rows)))
+    assert [f.code for f in found] == ["grad_spikes"] and "non-finite loss or grad_norm at steps [33]" in found[0].evidence
+    (tmp_path / "run" / "config.yaml").write_text("health:\n  nonfinite_keys: [grad_norm]\n")  # the live alarm's keys
+    assert codes(tmp_path / "run") == []
+
+
 def test_sampler_trainer_mismatch(tmp_path: Path) -> None:
     # the names algo/tis.py logs; each one's limit: |log r| mean 0.05, k3 KL 0.005, outside share 0.01
     found = diagnose(load_run(sick(tmp_path, **{"mismatch/logp_abs_diff_mean": 0.2, "mismatch/k3_kl": 0.02})))

@@ -8,7 +8,8 @@ its evidence (steps and numbers) and one concrete change to try, or None. Findin
 problem cost the run its learning), highest first.
 
 Thresholds the health monitors already have (entropy floor and drop ratio, zero-std share, length
-growth, KL and clip limits, reward-failure share, the converged reward level, the window) are read
+growth, KL and clip limits, reward-failure share, the converged reward level, the window, the
+non-finite keys) are read
 from the run's own `health` config section, so the doctor and the live alarms agree; only what the
 monitors do not watch has a threshold here (`DoctorConfig`).
 
@@ -269,13 +270,13 @@ def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding |
         return None
     med = statistics.median(v for _, v in pts)
     spikes = [(s, v) for s, v in pts if med > 0 and v > dc.grad_spike_ratio * med]
-    bad = [int(r["step"]) for r in run.metrics for k in ("loss", "grad_norm")
+    bad = [int(r["step"]) for r in run.metrics for k in hc.nonfinite_keys  # the keys the live NaN alarm reads
            if isinstance(r.get(k), float) and not math.isfinite(r[k]) and isinstance(r.get("step"), (int, float))]
     if not spikes and not bad:
         return None
     ev = ", ".join(f"step {s}: {v:.3g}" for s, v in spikes[:5]) + (f" (+{len(spikes) - 5} more)" if len(spikes) > 5 else "")
     ev = (f"gradient norm spikes over {dc.grad_spike_ratio:g}x the median {med:.3g}: {ev}" if spikes else "")
-    ev += (("; " if ev else "") + f"non-finite loss or gradient at steps {sorted(set(bad))[:8]}") if bad else ""
+    ev += (("; " if ev else "") + f"non-finite {' or '.join(hc.nonfinite_keys)} at steps {sorted(set(bad))[:8]}") if bad else ""
     return Finding("grad_spikes", "Gradient norm spikes" + (" and non-finite steps" if bad else ""), ev,
                    f"read the samples of those steps; lower optim.lr ({_cfg(run, 'optim.lr')}), keep gradient clipping on "
                    f"(optim.max_grad_norm={_cfg(run, 'optim.max_grad_norm')}), prefer bf16 over fp16", 0.65 if bad else 0.5)
