@@ -6,8 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,7 +114,7 @@ def test_a_real_runs_log_metric_and_log_extra_reach_the_report(tmp_path: Path, m
     beside each sampled completion."""
     (tmp_path / "logging_reward.py").write_text(REWARD_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     run = tmp_path / "run"
     assert main(["train", "--out", str(run), "train.steps=2", "data.eval_size=8", "record.samples_every=1",
                  "reward.functions=[task,logging_reward:bonus]"]) == 0
@@ -237,28 +241,30 @@ def test_make_test_installs_chromium_before_the_tests() -> None:
     assert "apt-get install" in script and "chromium" in script
 
 
-SLOW_REWARD = "import time\n\ndef slow(completions, **kwargs):\n    time.sleep(0.03)  # a slow verifier (called per group): the run lasts long enough to be watched\n    return [0.0] * len(completions)\n"
+SLOW_REWARD = """import time
+
+def slow(completions, **kwargs):
+    time.sleep(0.03)  # a slow verifier (called per group): the run lasts long enough to be watched
+    return [0.0] * len(completions)
+"""
 
 
 def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
     """`grpokit report --watch` beside a real `grpokit train`: while the run goes, the page carries the
     reload and fewer steps than the end; once the run writes summary.json the watcher writes the whole
     run without the reload and exits on its own."""
-    import os
-    import subprocess
-    import sys
-    import time
-
     (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
     env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
     run, out = tmp_path / "run", tmp_path / "live.html"
     grpokit = [sys.executable, "-m", "grpokit"]
-    train = subprocess.Popen([*grpokit, "train", "--out", str(run), "train.steps=25", "data.eval_size=8",
-                              "reward.functions=[task,slow_reward:slow]"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "train.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and a full one blocks it
+    with open(log, "w") as sink:
+        train = subprocess.Popen([*grpokit, "train", "--out", str(run), "train.steps=25", "data.eval_size=8",
+                                  "reward.functions=[task,slow_reward:slow]"], env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while not (run / "metrics.jsonl").exists():  # the watcher needs the run folder
-            assert train.poll() is None and time.monotonic() < deadline, train.stderr.read() if train.stderr else ""
+            assert train.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         watcher = subprocess.Popen([*grpokit, "report", "--watch", str(run), "--interval", "0.5", "--out", str(out)],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -269,8 +275,8 @@ def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
                 if data["live"] == {"refresh_s": 0.5}:
                     live_steps.append(len(data["runs"][0]["steps"]))
             time.sleep(0.3)
-        assert train.wait(timeout=60) == 0
-        assert watcher.wait(timeout=60) == 0, watcher.stderr.read()  # stops by itself once summary.json is there
+        assert train.wait(timeout=60) == 0, log.read_text()
+        assert watcher.wait(timeout=60) == 0, watcher.communicate()  # stops by itself once the run has ended
     finally:
         train.kill()
     assert live_steps and min(live_steps) < 25, live_steps  # seen in progress
@@ -288,7 +294,7 @@ def test_a_resumed_run_reads_in_progress_until_it_ends(tmp_path: Path, monkeypat
         "    log_metric('probe/finished', float(p.exists() and 'steps' in json.loads(p.read_text())))\n"
         "    return [0.0] * len(completions)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     common = ["data.eval_size=4", "reward.functions=[task,probe_reward:probe]"]
     assert main(["train", "--out", str(run), "train.steps=2", *common]) == 0
     assert load_run(run).finished
