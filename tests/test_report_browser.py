@@ -53,6 +53,10 @@ def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path)
         return {idx: i, step: u.data[0][i], value: u.data[1][i], text: [cells[0].textContent, cells[1].textContent]}; })()""")
     assert shown["idx"] is not None and shown["text"][0] == str(shown["step"])
     assert float(shown["text"][1]) == pytest.approx(shown["value"], rel=1e-3) and 40 < shown["step"] < 80
+    # every other panel's cursor sits on the same step (synced hover)
+    others = browser.js("""grpokitReport.plots().slice(1).map(function (p) { var u = p.u, i = u.cursor.idx;
+        return i === null || i === undefined ? null : u.data[0][i]; })""")
+    assert others and all(s == shown["step"] for s in others), others
     # Hostile model output is on the page as text, and no dialog opened.
     assert browser.js(f"document.body.textContent.indexOf({HOSTILE!r}) >= 0") and browser.errors() == []
 
