@@ -230,6 +230,11 @@ def test_reward_time_outs(tmp_path: Path) -> None:
     assert [f.code for f in found] == ["reward_failures"] and found[0].title == "Reward functions time out"
     assert "math: 160 failures, 160 of them time-outs" in found[0].evidence and "reward.timeout_s" in found[0].advice
     assert found[0].severity == 1  # run mean 40/60 x 5% = 3.3% <= reward_failure_max 10%
+    # NaN scores: 2 per step from step 21 (40 steps x 2 = 80), named with what to change
+    found = diagnose(load_run(sick(tmp_path / "b", **{"rewards/failed_fraction": 0.05, "rewards/math/failures": 2.0,
+                                                      "rewards/math/nonfinite": 2.0})))
+    assert "math: 80 failures, 80 non-finite" in found[0].evidence and "return finite numbers" in found[0].advice
+    assert found[0].title == "Reward functions fail" and "timeout_s" not in found[0].advice
 
 
 def test_tool_errors_time_outs_and_failed_resets(tmp_path: Path) -> None:

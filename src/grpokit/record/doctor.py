@@ -310,20 +310,24 @@ def _total(run: Run, key: str) -> float:
 
 def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     frac = [v for _, v in _vals(run, "rewards/failed_fraction")]
+    kinds = ("failures", "timeouts", "nonfinite")
     names = dict.fromkeys(k.split("/")[1] for r in run.metrics for k in r
-                          if k.startswith("rewards/") and k.endswith(("/failures", "/timeouts")))
-    per = {n: (_total(run, f"rewards/{n}/failures"), _total(run, f"rewards/{n}/timeouts")) for n in names}
-    per = {n: c for n, c in per.items() if c[0] > 0 or c[1] > 0}
+                          if k.startswith("rewards/") and k.endswith(tuple("/" + x for x in kinds)))
+    per = {n: [_total(run, f"rewards/{n}/{x}") for x in kinds] for n in names}
+    per = {n: c for n, c in per.items() if any(c)}
     if not per and not any(frac):
         return None
     mean = statistics.fmean(frac) if frac else 0.0
-    # `failures` counts every failed item, time-outs among them (rewards/runner.py)
-    counts = "".join(f"; {n}: {max(f, t):.0f} failures" + (f", {t:.0f} of them time-outs" if t else "") for n, (f, t) in per.items())
-    timed_out = any(t for _, t in per.values())
+    # `failures` counts every failed item, time-outs and non-finite values among them (rewards/runner.py)
+    counts = "".join(f"; {n}: {max(c):.0f} failures" + "".join(f", {v:.0f} {what}" for v, what in
+                     zip(c[1:], ("of them time-outs", "non-finite")) if v) for n, c in per.items())
+    timed_out, nonfinite = any(c[1] for c in per.values()), any(c[2] for c in per.values())
     return Finding("reward_failures", "Reward functions " + ("time out" if timed_out else "fail"),
                    f"{mean:.1%} of reward items failed over the run" + counts,
                    (f"raise reward.timeout_s (now {_cfg(run, 'reward.timeout_s')}) or make the slow verifier cheaper; "
-                    if timed_out else "") + "read the logged errors (the first few per function are in the log) and fix the function",
+                    if timed_out else "") + ("make the function return finite numbers (NaN/inf score as failures); "
+                                             if nonfinite else "")
+                   + "read the logged errors (the first few per function are in the log) and fix the function",
                    0.85 if mean > hc.reward_failure_max else 0.4)
 
 
