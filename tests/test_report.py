@@ -6,8 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +98,32 @@ def test_every_logged_metric_has_a_panel_and_none_is_empty(run_dir: Path) -> Non
     # beta 0: no KL logged, so no KL panel (no empty "not recorded" card)
     no_kl = make_run_dir(run_dir.parent / "nokl", steps=30, beta=0.0)
     assert "kl" not in {p["id"] for p in panels([load_run(no_kl)])}
+
+
+REWARD_MODULE = """
+def bonus(completions, log_metric, log_extra, **kwargs):
+    log_metric("mytask/chars", sum(len(c) for c in completions) / len(completions))
+    log_extra("judge_note", ["short" if len(c) < 4 else "long" for c in completions])
+    return [len(c) / 100 for c in completions]
+"""
+
+
+def test_a_real_runs_log_metric_and_log_extra_reach_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real `grpokit train` of the demo with a reward function that logs: its `log_metric` value gets a
+    panel of its namespace, its curve sits with the task's on the reward panel, its `log_extra` column is
+    beside each sampled completion."""
+    (tmp_path / "logging_reward.py").write_text(REWARD_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "train.steps=2", "data.eval_size=8", "record.samples_every=1",
+                 "reward.functions=[task,logging_reward:bonus]"]) == 0
+    data = _data((run / "report.html").read_text())
+    plots = {p["id"]: p["keys"] for p in data["panels"]}
+    assert plots["reward"] == ["reward", "rewards/arithmetic_accuracy/mean", "rewards/bonus/mean"]
+    assert ["mytask/chars"] in plots.values() and len(data["runs"][0]["series"]["mytask/chars"]) == 2
+    notes = {c["extra"]["judge_note"] for row in data["runs"][0]["samples"] for c in row["completions"]}
+    assert notes and notes <= {"short", "long"}
 
 
 def test_payload_steps_are_integers_and_nan_is_a_gap(run_dir: Path) -> None:
@@ -183,6 +213,11 @@ def test_watch_rewrites_until_the_run_finishes(tmp_path: Path) -> None:
     sleeps: list[float] = []
     watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
     assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3}  # in progress: the page reloads
+    # the trainer writes summary.json with the evaluation before training at the start: still in progress
+    (run / "summary.json").write_text('{"eval_before": {"accuracy": 0.2}}')
+    sleeps.clear()
+    watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
+    assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3} and "(in progress)" in out.read_text()
     (run / "summary.json").write_text('{"steps": 12}')
     sleeps.clear()
     watch([run], out, interval_s=3, sleep=sleeps.append)
@@ -194,3 +229,76 @@ def test_a_1000_step_report_stays_small(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path / "long", steps=1000)
     size = len(write_comparison([run], tmp_path / "r.html").read_bytes())
     assert 150_000 < size < 1_000_000, size
+
+
+def test_make_test_installs_chromium_before_the_tests() -> None:
+    """CI on a fresh clone runs `make test`: its recipe must install chromium (the browser tests skip without it)."""
+    root = Path(__file__).resolve().parent.parent
+    make = (root / "Makefile").read_text()
+    recipe = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.startswith(" setup") and recipe.index("scripts/install_test_deps.sh") < recipe.index("pytest")
+    script = (root / "scripts" / "install_test_deps.sh").read_text()
+    assert "apt-get install" in script and "chromium" in script
+
+
+SLOW_REWARD = """import time
+
+def slow(completions, **kwargs):
+    time.sleep(0.03)  # a slow verifier (called per group): the run lasts long enough to be watched
+    return [0.0] * len(completions)
+"""
+
+
+def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
+    """`grpokit report --watch` beside a real `grpokit train`: while the run goes, the page carries the
+    reload and fewer steps than the end; once the run writes summary.json the watcher writes the whole
+    run without the reload and exits on its own."""
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
+    run, out = tmp_path / "run", tmp_path / "live.html"
+    grpokit = [sys.executable, "-m", "grpokit"]
+    log = tmp_path / "train.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and a full one blocks it
+    with open(log, "w") as sink:
+        train = subprocess.Popen([*grpokit, "train", "--out", str(run), "train.steps=25", "data.eval_size=8",
+                                  "reward.functions=[task,slow_reward:slow]"], env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists():  # the watcher needs the run folder
+            assert train.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        watcher = subprocess.Popen([*grpokit, "report", "--watch", str(run), "--interval", "0.5", "--out", str(out)],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        live_steps: list[int] = []
+        while train.poll() is None and time.monotonic() < deadline:
+            if out.exists():
+                data = _data(out.read_text())
+                if data["live"] == {"refresh_s": 0.5}:
+                    live_steps.append(len(data["runs"][0]["steps"]))
+            time.sleep(0.3)
+        assert train.wait(timeout=60) == 0, log.read_text()
+        assert watcher.wait(timeout=60) == 0, watcher.communicate()  # stops by itself once the run has ended
+    finally:
+        train.kill()
+    assert live_steps and min(live_steps) < 25, live_steps  # seen in progress
+    final = _data(out.read_text())
+    assert final["live"] is None and final["runs"][0]["steps"] == list(range(1, 26))
+
+
+def test_a_resumed_run_reads_in_progress_until_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run resumed for more steps is in progress again: its summary.json loses "steps" until
+    the end, so `--watch` keeps following it. A reward function probes the file during every step."""
+    run = tmp_path / "run"
+    (tmp_path / "probe_reward.py").write_text(
+        "import json, pathlib\n\ndef probe(completions, log_metric, **kwargs):\n"
+        f"    p = pathlib.Path({str(run / 'summary.json')!r})\n"
+        "    log_metric('probe/finished', float(p.exists() and 'steps' in json.loads(p.read_text())))\n"
+        "    return [0.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    common = ["data.eval_size=4", "reward.functions=[task,probe_reward:probe]"]
+    assert main(["train", "--out", str(run), "train.steps=2", *common]) == 0
+    assert load_run(run).finished
+    assert main(["train", "--resume", str(run), "train.steps=4"]) == 0
+    probes = [(r["step"], r["probe/finished"]) for r in load_run(run).metrics]
+    assert probes == [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], probes  # never "finished" while a step ran
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4 and load_run(run).finished

@@ -53,6 +53,10 @@ def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path)
         return {idx: i, step: u.data[0][i], value: u.data[1][i], text: [cells[0].textContent, cells[1].textContent]}; })()""")
     assert shown["idx"] is not None and shown["text"][0] == str(shown["step"])
     assert float(shown["text"][1]) == pytest.approx(shown["value"], rel=1e-3) and 40 < shown["step"] < 80
+    # every other panel's cursor sits on the same step (synced hover)
+    others = browser.js("""grpokitReport.plots().slice(1).map(function (p) { var u = p.u, i = u.cursor.idx;
+        return i === null || i === undefined ? null : u.data[0][i]; })""")
+    assert others and all(s == shown["step"] for s in others), others
     # Hostile model output is on the page as text, and no dialog opened.
     assert browser.js(f"document.body.textContent.indexOf({HOSTILE!r}) >= 0") and browser.errors() == []
 
@@ -117,3 +121,57 @@ def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_
     ticks = browser.js("""new Promise(function (done) { var u = grpokitReport.plots()[0].u; u.setScale('x', {min: 3, max: 6});
         setTimeout(function () { done(u.axes[0]._splits); }, 100); })""")  # uPlot redraws after the current task
     assert ticks and all(float(x).is_integer() for x in ticks), ticks
+
+
+def _set(browser: Browser, id_: str, value: str) -> None:
+    browser.js(f"""(function () {{ var f = document.getElementById({id_!r}); f.value = {value!r};
+        f.dispatchEvent(new Event('change')); }})()""")
+
+
+def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(make_run_dir(tmp_path / "run")).as_uri())
+    metas = "Array.from(document.querySelectorAll('#samples .prompt .meta')).map(function (e) { return e.textContent; })"
+    _set(browser, "s-step", "40")  # samples at steps 40, 80, 120: two prompts of two completions each
+    assert browser.js(metas) == ["step 40 · 2 of 2 completions"] * 2
+    # reward >= 1 keeps the two completions rewarded 2 (one per prompt), rewards [2, 0, 0, 2]
+    _set(browser, "s-rmin", "1")
+    assert browser.js(metas) == ["step 40 · 1 of 2 completions"] * 2
+    cells = browser.js("""Array.from(document.querySelectorAll('#samples table')).map(function (t) {
+        var rows = t.querySelectorAll('tr'), head = Array.from(rows[0].children).map(function (c) { return c.textContent; });
+        return [head, Array.from(rows[1].children).map(function (c) { return c.textContent; })]; })""")
+    head, first = cells[0]
+    # columns: #, reward, per-function rewards, advantage, length, finish, log_extra columns, completion
+    assert head == ["#", "reward", "math", "format", "advantage", "length", "finish", "judge_note", "score_raw", "completion"]
+    assert first[:8] == ["0", "2", "1", "1", "1", "14", "stop", "<i>fine</i>"] and first[8] == "0.75"  # markup shown as text
+    # its conversation, turn by turn: the model's turn with its tool call, then the tool's reply
+    turns = browser.js("""Array.from(document.querySelectorAll('#samples table')[0].querySelectorAll('.turn')).map(function (t) {
+        return [t.className, t.querySelector('.who').textContent, (t.querySelector('.call') || {}).textContent || '']; })""")
+    assert turns == [["turn model", "model", 'call calc({"expr":"2+3"})'], ["turn tool", "tool calc →", ""]]
+    _set(browser, "s-rmin", "3")
+    assert browser.js(metas) == [] and "0 prompt(s) match" in browser.js("document.querySelector('#samples .hint').textContent")
+    assert browser.errors() == []
+
+
+def test_identical_series_both_stay_visible(browser: Browser, tmp_path: Path) -> None:
+    """The total reward and its only reward function are the same numbers: the second is drawn dashed on
+    top, labelled "(= reward)", and pixels of both colors are on the canvas (gaps of the dash show the first)."""
+    from grpokit.record import make_recorder
+
+    rec = make_recorder(tmp_path, ["jsonl"], total_steps=40)
+    for step in range(1, 41):
+        r = step / 40
+        rec.log({"reward": r, "rewards/only/mean": r}, step)
+    rec.close()
+    browser.open(write_report(tmp_path).as_uri())
+    series = browser.js("""grpokitReport.plots()[0].u.series.slice(1).map(function (s) {
+        return [s.label, s.dash || [], s._stroke || s.stroke]; })""")
+    assert [s[0] for s in series] == ["reward", "rewards/only/mean (= reward)"] and series[0][1] == [] and series[1][1] == [7, 5]
+    colors = browser.js("""(function () { var u = grpokitReport.plots()[0].u, c = u.ctx,
+        d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, seen = {};
+        for (var i = 0; i < d.length; i += 4) if (d[i + 3] === 255) seen[[d[i], d[i + 1], d[i + 2]].join(',')] = (seen[[d[i], d[i + 1], d[i + 2]].join(',')] || 0) + 1;
+        return seen; })()""")
+    def rgb(css: str) -> str:
+        h = css.lstrip("#")
+        return ",".join(str(int(h[i:i + 2], 16)) for i in (0, 2, 4))
+    assert colors.get(rgb(series[0][2]), 0) > 20 and colors.get(rgb(series[1][2]), 0) > 20, (series, sorted(colors.items(), key=lambda kv: -kv[1])[:6])
+    assert browser.errors() == []

@@ -1,13 +1,15 @@
 """`grpokit doctor RUN`: read a finished (or running) run and say what looks wrong, why, and what to try.
 
 The health monitors (health.py) watch a run step by step and warn early; the doctor reads the whole
-run afterwards and answers the questions users ask about a GRPO run that went wrong. Each check is a
-small function of the run's metrics (and config) that returns a `Finding` with its evidence (steps and
-numbers) and one concrete change to try, or None. Findings are ranked by `score` (how likely the
+run afterwards (config.yaml, metrics.jsonl, summary.json; samples.jsonl for the best recent sample that
+the reward-hacking findings quote) and answers the questions users ask about a GRPO run that went
+wrong. Each check is a small function of the run's metrics (and config) that returns a `Finding` with
+its evidence (steps and numbers) and one concrete change to try, or None. Findings are ranked by `score` (how likely the
 problem cost the run its learning), highest first.
 
 Thresholds the health monitors already have (entropy floor and drop ratio, zero-std share, length
-growth, KL and clip limits, reward-failure share, the converged reward level, the window) are read
+growth, KL and clip limits, reward-failure share, the converged reward level, the window, the
+non-finite keys) are read
 from the run's own `health` config section, so the doctor and the live alarms agree; only what the
 monitors do not watch has a threshold here (`DoctorConfig`).
 
@@ -63,7 +65,19 @@ class DoctorConfig:
     """A gradient norm above this multiple of the run's median is a spike."""
 
     mismatch_max: float = 0.05
-    """Flag when a sampler-vs-trainer gap (`mismatch/*`, `tis/logp_abs_diff_mean`) averages above this."""
+    """Flag when the mean |log pi_train - log pi_sampler| per token (`mismatch/logp_abs_diff_mean`,
+    `tis/logp_abs_diff_mean`) averages above this recently."""
+
+    mismatch_kl_max: float = 0.005
+    """Flag when the sampler-to-trainer KL estimate (`mismatch/k3_kl`) averages above this recently
+    (k3 is about half the mean squared log ratio: 0.005 is a typical |log ratio| of 0.1)."""
+
+    mismatch_outside_max: float = 0.01
+    """Flag when more than this fraction of tokens has a ratio outside [rollout.mismatch_low,
+    rollout.mismatch_high] (`mismatch/outside_fraction`), recently."""
+
+    tool_failure_max: float = 0.2
+    """Flag when more than this fraction of tool calls failed (`tools/failure_frequency`), recently."""
 
     reward_time_share: float = 0.25
     """Flag when reward functions take more than this share of step time."""
@@ -120,12 +134,27 @@ def _cfg(run: Run, dotted: str, default: Any = "?") -> Any:
     return node
 
 
+def _top_sample(run: Run) -> str:
+    """The best-rewarded completion of the last sampled step, to read for a shortcut ("" without samples)."""
+    rows = [r for r in run.samples if isinstance(r.get("completions"), list) and isinstance(r.get("step"), (int, float))]
+    if not rows:
+        return ""
+    last = max(r["step"] for r in rows)
+    comps = [c for r in rows if r["step"] == last for c in r["completions"]
+             if isinstance(c, dict) and isinstance(c.get("reward"), (int, float)) and math.isfinite(c["reward"])]
+    if not comps:
+        return ""
+    best = max(comps, key=lambda c: c["reward"])
+    text = " ".join(str(best.get("text", "")).split())
+    return f'; best sample of step {int(last)} (reward {best["reward"]:.3g}): "{text[:120]}{"..." if len(text) > 120 else ""}"'
+
+
 def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     tr, gain = _trend(run, "reward", hc), _heldout_gain(run)
     if tr is None or gain is None or tr[1] - tr[0] <= hc.reward_flat_tol or gain[0] > dc.heldout_min_gain:
         return None
     return Finding("reward_hacking_heldout", "Reward rises but held-out accuracy does not (reward hacking?)",
-                   f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}",
+                   f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}" + _top_sample(run),
                    "read the latest samples for a shortcut the reward pays for; make the verifier stricter "
                    "(exact answer parsing, format checks) and evaluate held-out prompts more often (train.eval_every)", 0.95)
 
@@ -152,7 +181,7 @@ def check_component_alone(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findi
     k, t = rising[0], comps[rising[0]]
     others = ", ".join(f"{o} {u[0]:.3g} -> {u[1]:.3g}" for o, u in comps.items() if o != k)
     return Finding("reward_component_alone", f"Only one reward component rises: {k}",
-                   f"{k} {t[0]:.3g} -> {t[1]:.3g} ({t[2]}) while {others}" + (f"; {gain[1]}" if gain else ""),
+                   f"{k} {t[0]:.3g} -> {t[1]:.3g} ({t[2]}) while {others}" + (f"; {gain[1]}" if gain else "") + _top_sample(run),
                    "the policy may be optimising the easiest term: lower its weight (reward.weights), "
                    "or make the main reward reachable (easier prompts, partial credit)", 0.7)
 
@@ -164,7 +193,8 @@ def check_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None
     up = rw is not None and rw[1] - rw[0] > hc.reward_flat_tol
     what = f"reward {rw[0]:.3g} -> {rw[1]:.3g}" if rw else "no reward recorded"
     return Finding("length_growth", "Completions grow " + ("with the reward" if up else "without reward gain"),
-                   f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), {what}" + (f"; {gain[1]}" if gain else ""),
+                   f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), {what}" + (f"; {gain[1]}" if gain else "")
+                   + _top_sample(run),
                    "check samples for padding or repetition the reward pays for; add an overlong / length penalty "
                    "(DAPO), or use a constant normaliser (algo.aggregation, Dr. GRPO)", 0.75 if not up else 0.6)
 
@@ -240,42 +270,84 @@ def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding |
         return None
     med = statistics.median(v for _, v in pts)
     spikes = [(s, v) for s, v in pts if med > 0 and v > dc.grad_spike_ratio * med]
-    bad = [int(r["step"]) for r in run.metrics for k in ("loss", "grad_norm")
+    bad = [int(r["step"]) for r in run.metrics for k in hc.nonfinite_keys  # the keys the live NaN alarm reads
            if isinstance(r.get(k), float) and not math.isfinite(r[k]) and isinstance(r.get("step"), (int, float))]
     if not spikes and not bad:
         return None
     ev = ", ".join(f"step {s}: {v:.3g}" for s, v in spikes[:5]) + (f" (+{len(spikes) - 5} more)" if len(spikes) > 5 else "")
     ev = (f"gradient norm spikes over {dc.grad_spike_ratio:g}x the median {med:.3g}: {ev}" if spikes else "")
-    ev += (("; " if ev else "") + f"non-finite loss or gradient at steps {sorted(set(bad))[:8]}") if bad else ""
+    ev += (("; " if ev else "") + f"non-finite {' or '.join(hc.nonfinite_keys)} at steps {sorted(set(bad))[:8]}") if bad else ""
     return Finding("grad_spikes", "Gradient norm spikes" + (" and non-finite steps" if bad else ""), ev,
                    f"read the samples of those steps; lower optim.lr ({_cfg(run, 'optim.lr')}), keep gradient clipping on "
                    f"(optim.max_grad_norm={_cfg(run, 'optim.max_grad_norm')}), prefer bf16 over fp16", 0.65 if bad else 0.5)
 
 
+# The sampler/trainer gaps the doctor judges, with the DoctorConfig field of each one's limit. Left out on
+# purpose: mismatch/logp_abs_diff_max (the single worst token of a step is large even in healthy runs) and
+# mismatch/masked_fraction (what a chosen correction removed, the consequence of outside_fraction).
+MISMATCH_LIMITS = {"mismatch/logp_abs_diff_mean": "mismatch_max", "tis/logp_abs_diff_mean": "mismatch_max",
+                   "mismatch/k3_kl": "mismatch_kl_max", "mismatch/outside_fraction": "mismatch_outside_max"}
+
+
 def check_mismatch(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    keys = list(dict.fromkeys(k for r in run.metrics for k in r
-                              if k.startswith("mismatch/") or k == "tis/logp_abs_diff_mean"))
-    high = [(k, r) for k in keys if (r := _recent(run, k, hc)) and r[0] > dc.mismatch_max and "ratio" not in k]
+    high = [(k, r, getattr(dc, field)) for k, field in MISMATCH_LIMITS.items()
+            if (r := _recent(run, k, hc)) and r[0] > getattr(dc, field)]
     if not high:
         return None
+    # IcePop masking is advised only to runs whose grpokit has it (their config lists the field)
+    mask = (" or mask the disagreeing tokens (rollout.mismatch_mask=token, IcePop)"
+            if _cfg(run, "rollout.mismatch_mask", None) is not None else "")
     return Finding("sampler_mismatch", "The sampler and the trainer disagree on token probabilities",
-                   "; ".join(f"{k} {r[0]:.3g} > {dc.mismatch_max:g} ({r[1]})" for k, r in high),
+                   "; ".join(f"{k} {r[0]:.3g} > {limit:g} ({r[1]})" for k, r, limit in high),
                    "match precision and kernels between rollout and training (model.dtype), correct with truncated "
-                   "importance sampling (rollout.tis_cap), and check that weights are synced to the sampler every step", 0.75)
+                   f"importance sampling (rollout.tis_cap){mask}, and check that weights are synced to the sampler "
+                   "every step", 0.75)
+
+
+def _total(run: Run, key: str) -> float:
+    return sum(v for _, v in _vals(run, key))
 
 
 def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     frac = [v for _, v in _vals(run, "rewards/failed_fraction")]
-    per = {k.split("/")[1]: sum(v for _, v in _vals(run, k)) for k in dict.fromkeys(k for r in run.metrics for k in r)
-           if k.startswith("rewards/") and k.endswith("/failures")}
-    per = {k: v for k, v in per.items() if v > 0}
+    kinds = ("failures", "timeouts", "nonfinite")
+    names = dict.fromkeys(k.split("/")[1] for r in run.metrics for k in r
+                          if k.startswith("rewards/") and k.endswith(tuple("/" + x for x in kinds)))
+    per = {n: [_total(run, f"rewards/{n}/{x}") for x in kinds] for n in names}
+    per = {n: c for n, c in per.items() if any(c)}
     if not per and not any(frac):
         return None
     mean = statistics.fmean(frac) if frac else 0.0
-    return Finding("reward_failures", "Reward functions fail or time out",
-                   f"{mean:.1%} of reward items failed over the run" + "".join(f"; {k}: {v:.0f} failures" for k, v in per.items()),
-                   f"read the logged errors and fix the function; raise reward.timeout_s (now {_cfg(run, 'reward.timeout_s')}) "
-                   "for slow verifiers", 0.85 if mean > hc.reward_failure_max else 0.4)
+    # `failures` counts every failed item, time-outs and non-finite values among them (rewards/runner.py)
+    counts = "".join(f"; {n}: {max(c):.0f} failures" + "".join(f", {v:.0f} {what}" for v, what in
+                     zip(c[1:], ("of them time-outs", "non-finite")) if v) for n, c in per.items())
+    timed_out, nonfinite = any(c[1] for c in per.values()), any(c[2] for c in per.values())
+    return Finding("reward_failures", "Reward functions " + ("time out" if timed_out else "fail"),
+                   f"{mean:.1%} of reward items failed over the run" + counts,
+                   (f"raise reward.timeout_s (now {_cfg(run, 'reward.timeout_s')}) or make the slow verifier cheaper; "
+                    if timed_out else "") + ("make the function return finite numbers (NaN/inf score as failures); "
+                                             if nonfinite else "")
+                   + "read the logged errors (the first few per function are in the log) and fix the function",
+                   0.85 if mean > hc.reward_failure_max else 0.4)
+
+
+def check_env_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    resets = [(s, v) for s, v in _vals(run, "episodes/reset_failures") if v > 0]
+    slow = [s for s, v in _vals(run, "episodes/tool_timeouts_mean") if v > 0]
+    fail = _recent(run, "tools/failure_frequency", hc)
+    found = []
+    if resets:
+        found.append(f"{sum(v for _, v in resets):.0f} episodes lost to a failed reset() (steps {resets[0][0]}-{resets[-1][0]})")
+    if slow:
+        found.append(f"tool calls ran past env.tool_timeout_s at {len(slow)} steps (first: step {slow[0]})")
+    if fail and fail[0] > dc.tool_failure_max:
+        found.append(f"{fail[0]:.0%} of tool calls failed ({fail[1]})")
+    if not found:
+        return None
+    return Finding("env_failures", "Tools or environments fail", "; ".join(found),
+                   "read the tool turns of the samples for the errors; fix the environment's reset() or raise "
+                   f"env.reset_timeout_s (now {_cfg(run, 'env.reset_timeout_s')}) and env.tool_timeout_s "
+                   f"(now {_cfg(run, 'env.tool_timeout_s')}) for slow tools", 0.7 if resets else 0.45)
 
 
 def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -296,7 +368,7 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
 
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
     check_heldout, check_heldout_drop, check_component_alone, check_length, check_entropy, check_zero_std, check_truncation,
-    check_runaway, check_grad_spikes, check_mismatch, check_reward_failures, check_throughput)
+    check_runaway, check_grad_spikes, check_mismatch, check_reward_failures, check_env_failures, check_throughput)
 
 
 def health_config(run: Run) -> HealthConfig:

@@ -33,7 +33,8 @@ from typing import Any
 
 from .doctor import Finding, diagnose
 from .jsonl import to_json_value
-from .report_data import Run, columns, config_diff, heldout, load_run, metric_names, panels, same_as, samples_payload, unique_names
+from .report_data import (Run, columns, config_diff, heldout, load_run, metric_names, panels, read_json, same_as,
+                          samples_payload, unique_names)
 
 REPORT_FILE = "report.html"
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
@@ -203,12 +204,12 @@ def write_comparison(run_dirs: Sequence[Path], out: Path, live_s: float | None =
 
 def watch(run_dirs: Sequence[Path], out: Path, interval_s: float = 5.0, max_updates: int | None = None,
           sleep=time.sleep) -> Path:
-    """Rewrite `out` every `interval_s` seconds until every run has finished (summary.json written),
+    """Rewrite `out` every `interval_s` seconds until every run has finished (summary.json has "steps"),
     then once more without the reload; the page reloads itself meanwhile (file:// pages cannot fetch
     the run's files, so the file is what changes). `max_updates` bounds the loop (tests)."""
     n = 0
     while True:
-        finished = all((Path(p) / "summary.json").is_file() for p in run_dirs)
+        finished = all("steps" in read_json(Path(p) / "summary.json") for p in run_dirs)
         write_comparison(run_dirs, out, None if finished else interval_s)
         n += 1
         if finished or (max_updates is not None and n >= max_updates):

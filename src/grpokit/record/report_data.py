@@ -70,8 +70,9 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        """summary.json is written when training ends: until then the run is (or was) in progress."""
-        return bool(self.summary)
+        """The trainer writes summary.json's "steps" when training ends (or is stopped); before that the
+        file may hold only the evaluation before training, and the run is (or was) in progress."""
+        return "steps" in self.summary
 
 
 def read_json(path: Path) -> dict[str, Any]:

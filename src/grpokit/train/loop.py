@@ -111,6 +111,8 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         summary = self._load_summary()
+        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
+            self._write_summary(summary)
         stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
             stop.install()
