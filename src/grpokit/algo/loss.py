@@ -248,7 +248,10 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         drop_N = offpolicy_sequences(t.logp.detach(), t.old_logp, adv_NT, t.mask, s.offpolicy_delta)
         loss_mask_NT = t.mask * (~drop_N)[:, None].to(t.mask.dtype)  # DeepSeek-V3.2: off-policy sequence masking
         n_offpolicy = float(drop_N.sum())
-    ratio_NT = torch.exp(log_importance_ratio(t.logp, t.old_logp, t.mask, c.ratio_level, t.turn_ids))
+    # a sequence's (turn's) ratio is the likelihood ratio of all its tokens (GSPO's 1/|o_i|), even where a
+    # token mask (entropy top-fraction) keeps only some of them in the gradient
+    span_NT = t.ratio_mask if t.ratio_mask is not None else t.mask
+    ratio_NT = torch.exp(log_importance_ratio(t.logp, t.old_logp, span_NT, c.ratio_level, t.turn_ids))
     loss_NT = -lookup("objective", c.objective)(ratio_NT, adv_NT, t.logp, c)
     kl_NT = _kl_term(t, s)
     if kl_NT is not None:
@@ -289,7 +292,8 @@ def _kl_term(t: LossTensors, s: LossSettings) -> torch.Tensor | None:
         raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
     kl_NT = kl_estimate(t.logp, t.ref_logp, s.kl.estimator, clamp=s.kl.clamp)
     if s.kl.bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
-        kl_NT = kl_NT * _kl_weight(t.logp, t.old_logp, t.mask, s.clip.ratio_level)
+        kl_NT = kl_NT * _kl_weight(t.logp, t.old_logp, t.ratio_mask if t.ratio_mask is not None else t.mask,
+                                   s.clip.ratio_level)
     return kl_NT
 
 

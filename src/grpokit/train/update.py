@@ -192,7 +192,8 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         loss, m = objective_loss(LossTensors(
             logp, old, inputs.advantages[rows], inputs.loss_mask[rows], ref_logp=ref, entropy=entropy,
             turn_ids=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
-            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None), settings, norms)
+            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
+            ratio_mask=mb.completion_mask), settings, norms)
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")
