@@ -180,3 +180,59 @@ def test_step_tensors_put_the_outcome_on_the_last_turn_and_number_states_in_orde
     assert states.tolist() == [[0, 1, 0], [2, 0, 0], [1, 0, 3], [4, 0, 0]]
     assert mask.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]]
     assert states.dtype == torch.long
+
+
+# ---------------------------------------------------------------- the registry and the loss records
+
+
+def test_registry_lookup_import_paths_and_messages(tmp_path, monkeypatch):
+    from grpokit.algo import registry
+
+    assert registry.is_import_path("m:f") and not registry.is_import_path("m:") and not registry.is_import_path(":f")
+    assert not registry.is_import_path("plain")
+    (tmp_path / "regmod_x.py").write_text("def adv(ctx):\n    return ctx, {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = registry.lookup("advantage", "regmod_x:adv")
+    assert fn(1) == (1, {}) and registry.ADVANTAGES["regmod_x:adv"] is fn  # imported once, then cached
+    assert "regmod_x:adv" not in registry.registered("advantage")  # import paths are not listed as names
+    assert registry.registered("objective")[:3] == ["clip", "cispo", "sapo"]  # built-ins first, in order
+    with pytest.raises(ValueError) as e:
+        registry.lookup("objective", "nosuch")
+    assert str(e.value) == "unknown objective 'nosuch'; choose one of: " + ", ".join(registry.registered("objective")) + \
+        " (or a module:function)"
+    with pytest.raises(ValueError) as e:
+        registry.lookup("token mask", "regmod_x:missing")
+    assert str(e.value).startswith("token mask 'regmod_x:missing' could not be imported (")
+    assert str(e.value).endswith("give a module:function on sys.path or one of: " + ", ".join(registry.registered("token mask")))
+    del registry.ADVANTAGES["regmod_x:adv"]
+
+
+def test_each_register_decorator_fills_its_own_table():
+    from grpokit.algo import registry
+
+    tables = {"register_advantage": registry.ADVANTAGES, "register_objective": registry.OBJECTIVE_FNS,
+              "register_token_mask": registry.TOKEN_MASKS, "register_reward_stage": registry.REWARD_STAGES,
+              "register_advantage_stage": registry.ADVANTAGE_STAGES}
+    for name, table in tables.items():
+        def fn():
+            return None
+        assert getattr(registry, name)("zz_probe")(fn) is fn  # the decorator returns the function itself
+        assert table.pop("zz_probe") is fn
+        assert all("zz_probe" not in t for t in tables.values())
+
+
+def test_loss_settings_carry_every_algo_field():
+    from grpokit.algo.pipeline import loss_settings
+    from grpokit.algo.settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
+    from grpokit.config.sections import AlgoConfig
+
+    a = AlgoConfig(objective="sapo", clip_low=0.1, clip_high=0.3, dual_clip=3.0, ratio_level="sequence", sapo_tau_pos=0.7,
+                   sapo_tau_neg=1.3, beta=0.05, kl_estimator="k2", kl_bias_correction=True, kl_clamp=10.0,
+                   entropy_coef=0.01, entropy_aggregation="token-mean", offpolicy_delta=0.2, aggregation="token-mean")
+    assert loss_settings(a) == (LossSettings(ClipSettings("sapo", 0.1, 0.3, 3.0, "sequence", 0.7, 1.3),
+                                             KLSettings(0.05, "k2", True, 10.0), EntropyBonus(0.01, "token-mean"), 0.2),
+                                Normalisers("token-mean"))
+    # 0 means "off" in the config and None in the records; the KL goes to the reward with kl_placement=reward
+    s, n = loss_settings(AlgoConfig(beta=0.05, kl_placement="reward"))
+    assert s.clip.dual_clip is None and s.kl.clamp is None and s.offpolicy_delta is None and s.kl.beta == 0.0
+    assert n == Normalisers("seq-mean-token-mean")
