@@ -236,3 +236,12 @@ def test_loss_settings_carry_every_algo_field():
     s, n = loss_settings(AlgoConfig(beta=0.05, kl_placement="reward"))
     assert s.clip.dual_clip is None and s.kl.clamp is None and s.offpolicy_delta is None and s.kl.beta == 0.0
     assert n == Normalisers("seq-mean-token-mean")
+
+
+def test_group_advantages_passes_flat_rtol_and_token_whiten_with_two_tokens():
+    # [1, 1.1] with flat_rtol 0.5: spread 0.1 <= 0.5 * 1.1 -> flat, zero advantage
+    adv, m = group_advantages(torch.tensor([[1.0, 1.1]]), flat_rtol=0.5)
+    assert torch.equal(adv, torch.zeros(1, 2)) and m["num_zero_std_groups"] == 1.0
+    # centred [-1, 1], one token each: n = 2, mu = 0, unbiased var = 2 / (2 - 1) = 2 -> A = [-1, 1] / sqrt(2)
+    assert torch.allclose(token_whiten(torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2), eps=0.0),
+                          torch.tensor([[-1.0, 1.0]]) / math.sqrt(2))

@@ -1,0 +1,66 @@
+"""Hand-worked cases for loss.py details that kill mutants other tests let survive (``make mutate``,
+docs/MUTATION.md): the default KL estimator, error words, the KL importance weight per level and the
+per-group statistics of lambda-GRPO's weights.
+"""
+
+import math
+import re
+
+import pytest
+import torch
+
+from grpokit.algo.loss import _KEYWORDS, _kl_weight, _turn_ratio, kl_estimate, lambda_weights, policy_loss
+
+
+def test_kl_estimate_default_is_k3_and_bad_names_are_named():
+    # d = ref - logp = 1: k3 = e - 1 - 1 = 0.718282 (k1 would be -1, k2 0.5)
+    assert kl_estimate(torch.zeros(1, 1), torch.ones(1, 1)).item() == pytest.approx(math.e - 2)
+    with pytest.raises(ValueError, match="^" + re.escape("unknown kl_estimator 'x'; valid: k1, k2, k3") + "$"):
+        kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "x")
+
+
+def test_policy_loss_and_turn_ratio_errors_name_what_is_missing():
+    valid = ", ".join(_KEYWORDS)
+    with pytest.raises(TypeError, match=re.escape(f"unexpected keyword argument 'nope'; valid: {valid}") + "$"):
+        policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), nope=1)
+    with pytest.raises(ValueError, match="^" + re.escape("ratio level 'turn' needs turn_ids_NT (the turn of every token)") + "$"):
+        _turn_ratio(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), None)
+
+
+def test_kl_weight_per_level():
+    # log ratios [0, 2] on a row with 2 real tokens and [1, 9] on a row with 1 real token
+    lr, m = torch.tensor([[0.0, 2.0], [1.0, 9.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    z = torch.zeros(2, 2)
+    # token: exp of each token's own log ratio
+    assert torch.allclose(_kl_weight(lr, z, m, "token"), lr.exp())
+    # sequence: exp of the mean over real tokens: exp(1) and exp(1 / 1 token)
+    assert torch.allclose(_kl_weight(lr, z, m, "sequence"), torch.full((2, 2), math.e))
+    # trajectory (TIC-GRPO): exp of the sum: exp(2) and exp(1)
+    assert torch.allclose(_kl_weight(lr, z, m, "trajectory"), torch.tensor([[math.e ** 2] * 2, [math.e] * 2]))
+
+
+def test_lambda_weights_use_each_groups_own_mean_and_std():
+    # group 1 lengths [1, 5]: mean 3, population std 2 -> z = -+1; group 2 [10, 30]: mean 20, std 10 -> z = -+1.
+    # lambda 2, r 1/9: h = [8/9, 10/9], g = h^2 = [0.790123, 1.234568], f = 2 softmax(g)
+    #   = [2 / (1 + e^0.444444), 2 e^0.444444 / (1 + e^0.444444)] = [0.781365, 1.218635] for both groups
+    #   (a batch-wide mean 11.5 or std, or multiplying by the std, would give other h and, through the
+    #   power, other weights; lambda 2 because a softmax alone ignores a common shift of h)
+    f = lambda_weights(torch.tensor([1.0, 5.0, 10.0, 30.0]), 2, 2.0)
+    assert torch.allclose(f, torch.tensor([0.781365, 1.218635, 0.781365, 1.218635]), atol=1e-5)
+    # eps 1 is added to the std: z = -+2 / (2 + 1) = -+2/3, h = [1 - 2/27, 1 + 2/27], f = [0.926061, 1.073939]
+    f = lambda_weights(torch.tensor([1.0, 5.0]), 2, 1.0, eps=1.0)
+    assert torch.allclose(f, torch.tensor([0.926061, 1.073939]), atol=1e-5)
+
+
+def test_turn_ratio_means_each_turn_in_float64_with_a_bool_mask():
+    # log ratios (old 0): row 0 [1, 3] in turns 0, 1 -> [1, 3]; row 1 [1, 3] in one turn -> mean [2, 2];
+    # row 2 [2, 4] both in turn 1 -> [3, 3]. Three rows, two tokens: the per-row sums have N rows, not T.
+    logp = torch.tensor([[1.0, 3.0], [1.0, 3.0], [2.0, 4.0]], dtype=torch.float64)
+    ids = torch.tensor([[0, 1], [0, 0], [1, 1]])
+    out = _turn_ratio(logp, torch.zeros_like(logp), torch.ones(3, 2, dtype=torch.bool), ids)
+    assert out.dtype == torch.float64 and out.tolist() == [[1.0, 3.0], [2.0, 2.0], [3.0, 3.0]]
+
+
+def test_turn_ratio_of_zero_width_rows():
+    # no token at all (T = 0): nothing to average, an empty (N, 0) result rather than an error
+    assert _turn_ratio(torch.zeros(2, 0), torch.zeros(2, 0), torch.zeros(2, 0), torch.zeros(2, 0)).shape == (2, 0)
