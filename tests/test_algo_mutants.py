@@ -245,3 +245,21 @@ def test_group_advantages_passes_flat_rtol_and_token_whiten_with_two_tokens():
     # centred [-1, 1], one token each: n = 2, mu = 0, unbiased var = 2 / (2 - 1) = 2 -> A = [-1, 1] / sqrt(2)
     assert torch.allclose(token_whiten(torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2), eps=0.0),
                           torch.tensor([[-1.0, 1.0]]) / math.sqrt(2))
+
+
+def test_pipeline_plugged_stages_and_tis_below_one():
+    from types import SimpleNamespace as NS
+
+    from grpokit.algo.pipeline import _plugged, advantage_stage_names, needed_logprobs, sampler_record
+    # built-in objectives with no plugin stage are not "plugged"; any plugin advantage, mask or objective is
+    assert not any(_plugged(NS(advantage="", token_masks=(), objective=o)) for o in ("clip", "cispo", "sapo"))
+    assert _plugged(NS(advantage="", token_masks=("m",), objective="clip"))
+    assert _plugged(NS(advantage="my:fn", token_masks=(), objective="clip"))
+    # a TIS cap is on whenever it is above 0 (0 means off), 0.5 included: it needs pi_old's log-probs
+    algo = NS(entropy_top_fraction=1.0, entropy_advantage=0.0, entropy_shaping="none", advantage="", token_masks=(),
+              objective="clip", num_iterations=1, kl_placement="loss", beta=0.0)
+    s = NS(algo=algo, tis_cap=0.5, mismatch=("none",))
+    assert advantage_stage_names(s) == ["tis"] and needed_logprobs(s) == (True, False, False)
+    # rows the sampler did not score (all-zero logprobs) leave the sampler mask: 1 * 0, not 1 / 0
+    _, m = sampler_record(NS(sampling_logprobs=[[-1.0], [0.0]]), NS(completion_mask=torch.ones(2, 1), width=1))
+    assert m.tolist() == [[1.0], [0.0]]
