@@ -3,6 +3,7 @@ docs/MUTATION.md): the default KL estimator, error words, the KL importance weig
 per-group statistics of lambda-GRPO's weights.
 """
 
+import copy
 import math
 import re
 
@@ -64,3 +65,30 @@ def test_turn_ratio_means_each_turn_in_float64_with_a_bool_mask():
 def test_turn_ratio_of_zero_width_rows():
     # no token at all (T = 0): nothing to average, an empty (N, 0) result rather than an error
     assert _turn_ratio(torch.zeros(2, 0), torch.zeros(2, 0), torch.zeros(2, 0), torch.zeros(2, 0)).shape == (2, 0)
+
+
+def test_learnable_lambda_optimizer_steps_skips_and_state():
+    from grpokit.algo.lambda_grpo import LearnableLambda
+
+    lam = LearnableLambda(0.5, lr=0.1, r=1 / 9)
+    assert lam.optimizer.param_groups[0]["betas"] == (0.9, 0.99)  # not Adam's default 0.999
+    # no gradient yet, then a NaN one: the step is skipped, lambda stays and the logged gradient is 0
+    assert lam.step() == {"lambda_grpo/lambda": 0.5, "lambda_grpo/grad": 0.0}
+    lam.param.grad = torch.tensor(float("nan"))
+    assert lam.step() == {"lambda_grpo/lambda": 0.5, "lambda_grpo/grad": 0.0}
+    # a gradient of 2 summed over ranks by dist.sync_grads: Adam's first step moves lambda by lr = 0.1 against it
+    seen = []
+    lam.zero_grad()
+    assert lam.param.grad is None  # set to None, not zeroed
+    lam.param.grad = torch.tensor(2.0)
+    out = lam.step(dist=type("D", (), {"sync_grads": staticmethod(lambda ps: seen.append(ps))})())
+    assert seen == [[lam.param]] and out["lambda_grpo/grad"] == 2.0
+    assert out["lambda_grpo/lambda"] == pytest.approx(0.4, abs=1e-6)
+    # the state restores lambda and Adam's moments: both copies take the same next step
+    other = LearnableLambda(0.0, lr=0.1, r=1 / 9)
+    other.load_state_dict(copy.deepcopy(lam.state_dict()))  # as a checkpoint file would; the live dict shares tensors
+    assert other.param.item() == lam.param.item()
+    for x in (lam, other):
+        x.param.grad = torch.tensor(1.0)
+        x.step()
+    assert other.param.item() == lam.param.item() and other.optimizer.state_dict()["state"][0]["step"] == 2
