@@ -263,3 +263,10 @@ def test_pipeline_plugged_stages_and_tis_below_one():
     # rows the sampler did not score (all-zero logprobs) leave the sampler mask: 1 * 0, not 1 / 0
     _, m = sampler_record(NS(sampling_logprobs=[[-1.0], [0.0]]), NS(completion_mask=torch.ones(2, 1), width=1))
     assert m.tolist() == [[1.0], [0.0]]
+
+
+def test_flat_groups_keepdim_keeps_one_column():
+    # [[1, 1], [0, 1]]: group 0 flat, group 1 not; keepdim gives (P, 1), not a (P, P) broadcast of hi and lo
+    from grpokit.algo.advantages import flat_groups
+    out = flat_groups(torch.tensor([[1.0, 1.0], [0.0, 1.0]]), keepdim=True)
+    assert out.shape == (2, 1) and out.flatten().tolist() == [True, False]
