@@ -297,3 +297,52 @@ def test_gtpo_passes_alpha1_and_names_bad_normalisations():
     with pytest.raises(ValueError) as e:
         gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, normalization="both")
     assert str(e.value) == f"unknown GTPO normalization 'both'; valid: {', '.join(GTPO_NORMALIZATIONS)}"
+
+
+# ---------------------------------------------------------------- GiGPO / GAGPO options and metrics
+
+# P = 1 prompt, G = 3 episodes of up to 2 steps; state ids: both steps of episodes 0 and 1 act from
+# states 0 then 1 (anchor states shared), episode 2 has one step from state 0.
+GI_EP = torch.tensor([[1.0, 0.0, 0.5]])
+GI_STEP = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.5, 0.0]])
+GI_STATE = torch.tensor([[0, 1], [0, 1], [0, 0]])
+GI_MASK = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+
+
+def test_gigpo_defaults_options_and_metrics():
+    from grpokit.algo.credit import gigpo_advantages
+
+    adv, m = gigpo_advantages(GI_EP, GI_STEP, GI_STATE, GI_MASK)
+    same, _ = gigpo_advantages(GI_EP, GI_STEP, GI_STATE, GI_MASK, gamma=0.95, scale="group", std="unbiased", eps=1e-4)
+    assert torch.equal(adv, same)
+    for other in ({"gamma": 0.5}, {"std": "population"}, {"eps": 1.0}, {"scale": "none"}):
+        assert not torch.allclose(adv, gigpo_advantages(GI_EP, GI_STEP, GI_STATE, GI_MASK, **other)[0]), other
+    # state 0 holds 3 real steps (one per episode), state 1 holds 2: mean size 2.5 over the 5 real steps'
+    # groups as counted per step: (3 + 3 + 3 + 2 + 2) / 5 = 2.6; no step is alone in its group
+    assert m["gigpo/step_group_size_mean"] == pytest.approx(2.6)
+    assert m["gigpo/singleton_step_fraction"] == 0.0
+    assert "gigpo/step_advantages/mean" in m and m["num_zero_std_groups"] == 0.0
+
+
+def test_gagpo_defaults_options_metrics_and_message():
+    from grpokit.algo.credit import gagpo_advantages
+
+    adv, m = gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3)
+    same, _ = gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3, gamma=0.95, lam=0.95, std="unbiased", eps=1e-4, flat_rtol=1e-6)
+    assert torch.equal(adv, same)
+    for other in ({"gamma": 0.5}, {"lam": 0.5}, {"std": "population"}, {"eps": 1.0}):
+        assert not torch.allclose(adv, gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3, **other)[0]), other
+    assert {"frac_reward_zero_std", "num_zero_std_groups", "advantages/mean", "gagpo/value_proxy/mean"} <= set(m)
+    assert m["num_zero_std_groups"] == 0.0 and m["frac_reward_zero_std"] == 0.0
+    with pytest.raises(ValueError) as e:
+        gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 2)
+    assert str(e.value) == "3 episodes do not split into groups of 2"
+
+
+def test_steps_to_tokens_clamps_turn_ids_into_range():
+    from grpokit.algo.credit import steps_to_tokens
+
+    adv_NS = torch.tensor([[1.0, 2.0]])
+    # turn ids -1 (padding) and 5 (past the last step) clamp to steps 0 and 1; the mask zeroes tokens
+    out = steps_to_tokens(adv_NS, torch.tensor([[-1, 0, 1, 5]]), torch.tensor([[1.0, 1.0, 0.0, 1.0]]))
+    assert out.tolist() == [[1.0, 1.0, 0.0, 2.0]]
