@@ -34,15 +34,22 @@ FINISH = ["eos", "eos", "length", "eos"]  # row 2 was cut by the length limit
 # ---------------------------------------------------------------- the reference, from the papers' formulas
 
 
-def k3(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    d = ref - logp  # DeepSeekMath eq. 4: pi_ref/pi - log(pi_ref/pi) - 1
-    return torch.exp(d) - d - 1
+def kl(cell, logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Schulman's estimators of KL(pi || pi_ref) per token, with d = log pi_ref - log pi; the table's
+    kl value is "<placement>" (k3) or "<placement>_<estimator>"."""
+    d = ref - logp
+    estimator = cell["kl"].partition("_")[2] or "k3"
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return d ** 2 / 2
+    return torch.exp(d) - d - 1  # DeepSeekMath eq. 4: pi_ref/pi - log(pi_ref/pi) - 1
 
 
 def ref_rewards(cell, old, mask) -> torch.Tensor:
     r = torch.tensor(REWARDS)
-    if cell["kl"] == "reward":  # REINFORCE++: r_i - beta * sum_t KL_t(pi_old || pi_ref), k3
-        r = r - BETA * (k3(old, REF) * mask).sum(dim=1)
+    if cell["kl"].startswith("reward"):  # REINFORCE++: r_i - beta * sum_t KL_t(pi_old || pi_ref)
+        r = r - BETA * (kl(cell, old, REF) * mask).sum(dim=1)
     return r
 
 
@@ -174,8 +181,8 @@ def reference(cell, cfg, sb, batch, old):
     turns = [row + [0] * (T - len(row)) for row in (MULTI["turns"] if cell["turns"] == "multi" else [[0] * T] * 4)]
     rho = torch.exp(ref_log_ratio(cell, LOGP, old, mask, turns))
     loss = ref_objective(cell, rho, adv_NT, LOGP)
-    if cell["kl"] == "loss":  # GRPO: beta * k3(pi_theta || pi_ref) per token
-        loss = loss + BETA * k3(LOGP, REF)
+    if cell["kl"].startswith("loss"):  # GRPO: beta * KL_k(pi_theta || pi_ref) per token
+        loss = loss + BETA * kl(cell, LOGP, REF)
     if cell["mask"] == "offpolicy":  # DeepSeek-V3.2: negative rows drifted by more than delta leave the loss
         n = loss_mask.sum(dim=1)
         drift = ((old - LOGP) * loss_mask).sum(dim=1) / n

@@ -11,7 +11,8 @@ expectation computed from the papers' formulas by code that shares nothing with 
     objective      clip (PPO/GRPO), cispo (MiniMax-M1), sapo (soft gate)
     ratio          token (GRPO), sequence (GSPO), turn (GAGPO), trajectory (TIC-GRPO)
     aggregation    seq-mean-token-mean, token-mean, seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum
-    kl             none (beta 0), loss (GRPO's k3 in the loss), reward (REINFORCE++'s KL in the reward)
+    kl             none (beta 0), loss (GRPO's k3 in the loss), reward (REINFORCE++'s KL in the reward),
+                   loss_k1, loss_k2, reward_k1 (Schulman's other estimators)
     advantage      group (GRPO's family), gtpo, grpo_s, gigpo, gagpo (every registered estimator)
     normalisation  group (GRPO), rloo, dr (no std), population (std over G), batch (TRL's batch std),
                    batch_whiten, token_whiten (REINFORCE++-baseline as verl)
@@ -43,7 +44,7 @@ from combination_reference import ENT, FINISH, G, LOGP, MULTI, OLD2, REF, REWARD
 from grpokit.algo import registry
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.entropy_shaping import SHAPINGS
-from grpokit.algo.loss import AGGREGATIONS, OBJECTIVES, RATIO_FNS, objective_loss
+from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_FNS, objective_loss
 from grpokit.algo.pipeline import KL_PLACEMENTS, LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.algo.settings import LossTensors
 from grpokit.config.io import apply_overrides
@@ -64,7 +65,9 @@ DIMENSIONS: dict[str, dict[str, list[str]]] = {
     "aggregation": {"seq-mean-token-mean": [], "token-mean": ["algo.aggregation=token-mean"],
                     "seq-mean-token-sum-norm": ["algo.aggregation=seq-mean-token-sum-norm", "algo.norm_constant=5"],
                     "seq-mean-token-sum": ["algo.aggregation=seq-mean-token-sum"]},
-    "kl": {"none": [], "loss": ["algo.beta=0.1"], "reward": ["algo.beta=0.1", "algo.kl_placement=reward"]},
+    "kl": {"none": [], "loss": ["algo.beta=0.1"], "reward": ["algo.beta=0.1", "algo.kl_placement=reward"],
+           "loss_k1": ["algo.beta=0.1", "algo.kl_estimator=k1"], "loss_k2": ["algo.beta=0.1", "algo.kl_estimator=k2"],
+           "reward_k1": ["algo.beta=0.1", "algo.kl_placement=reward", "algo.kl_estimator=k1"]},
     "advantage": {"group": [], "gtpo": ["algo.entropy_shaping=gtpo"], "grpo_s": ["algo.entropy_shaping=grpo_s"],
                   "gigpo": ["algo.credit=gigpo"], "gagpo": ["algo.credit=gagpo"]},
     "normalisation": {"group": [], "rloo": ["algo.baseline=leave_one_out", "algo.scale=none"], "dr": ["algo.scale=none"],
@@ -183,7 +186,7 @@ CELLS = cells() + [{**DEFAULT, **c} for c in LARGER]
 
 
 def test_the_table_covers_every_pair():
-    # 9 dimensions of sizes 3, 4, 4, 3, 5, 7, 7, 2, 2: the distinct cells of all pairs, plus the larger ones
+    # 9 dimensions of sizes 3, 4, 4, 6, 5, 7, 7, 2, 2: the distinct cells of all pairs, plus the larger ones
     sizes = [len(v) for v in DIMENSIONS.values()]
     pairs = sum((a - 1) * (b - 1) for a, b in itertools.combinations(sizes, 2))  # both off default
     singles = sum(a - 1 for a in sizes)  # one off default (each appears in several pairs, counted once)
@@ -258,7 +261,7 @@ def test_refusals_are_the_pairs_that_cannot_run():
 CONFIG_NAMES = {  # every name a config field accepts for these options -> it must have a row
     "algo.objective": OBJECTIVES, "algo.ratio_level": tuple(RATIO_FNS), "algo.aggregation": AGGREGATIONS,
     "algo.kl_placement": tuple(KL_PLACEMENTS), "algo.baseline": BASELINES, "algo.scale": SCALES,
-    "algo.std": STD_KINDS, "algo.credit": ("outcome", "gigpo", "gagpo"), "algo.entropy_shaping": SHAPINGS,
+    "algo.std": STD_KINDS, "algo.kl_estimator": KL_ESTIMATORS, "algo.credit": ("outcome", "gigpo", "gagpo"), "algo.entropy_shaping": SHAPINGS,
     "rollout.mismatch_mask": ("none", "token", "sequence"),
 }
 OWNED_ELSEWHERE = {("algo.aggregation", "lambda-grpo"): "tests/test_variants_lambda.py (the learnable lambda)"}
