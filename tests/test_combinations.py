@@ -275,3 +275,28 @@ def test_every_config_name_has_a_row(field):
             if o.split("=")[0] == field}
     missing = [v for v in CONFIG_NAMES[field] if v != default and v not in rows and (field, v) not in OWNED_ELSEWHERE]
     assert not missing, f"{field} values {missing} have no row in tests/test_combinations.py: add one with its reference"
+
+
+# combinations of options outside the table's dimensions that validation refuses: (overrides, the
+# fields the sentence must name); algo.beta and reward.process_function only make the others active
+REFUSED_ELSEWHERE = [
+    (["algo.objective=cispo", "algo.dual_clip=3"], ["algo.objective", "algo.dual_clip"]),  # dual clip bounds PPO's clip
+    (["algo.objective=sapo", "algo.dual_clip=3"], ["algo.objective", "algo.dual_clip"]),
+    (["algo.beta=0.1", "algo.kl_placement=reward", "algo.kl_bias_correction=true"],  # no KL term in the loss to weigh
+     ["algo.kl_placement", "algo.kl_bias_correction"]),
+    (["algo.supervision=process", "reward.process_function=task", "algo.beta=0.1", "algo.kl_placement=reward"],
+     ["algo.supervision", "algo.kl_placement"]),  # the outcome reward (and its KL) is not used
+    (["algo.entropy_shaping=gtpo", "algo.credit=gigpo"], ["algo.entropy_shaping", "algo.credit"]),
+    (["algo.entropy_shaping=grpo_s", "algo.supervision=process", "reward.process_function=task"],
+     ["algo.entropy_shaping", "algo.supervision"]),
+    (["algo.credit=gigpo", "algo.supervision=process", "reward.process_function=task"], ["algo.credit", "algo.supervision"]),
+]
+
+
+@pytest.mark.parametrize("overrides, fields", REFUSED_ELSEWHERE, ids=[" ".join(o) for o, _ in REFUSED_ELSEWHERE])
+def test_options_outside_the_table_are_refused_in_one_sentence(overrides, fields):
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), overrides))
+    text = str(e.value)
+    assert "\n" not in text and ". " not in text, text
+    assert all(f in text for f in fields), (fields, text)
