@@ -7,6 +7,8 @@ intact. Tiny runs of the 0.26M demo model, in process (a few seconds each)."""
 
 import errno
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -20,8 +22,19 @@ from grpokit.record import jsonl
 from grpokit.train import checkpoint
 
 REWARD = '''
+import sys, time
+
 def likes_short(completions, **kwargs):
     return [1.0 / (1 + len(c)) for c in completions]
+
+def hangs(completions, **kwargs):
+    time.sleep(3600)
+
+def exits(completions, **kwargs):
+    sys.exit(3)
+
+def interrupts(completions, **kwargs):
+    raise KeyboardInterrupt
 '''
 
 
@@ -112,6 +125,31 @@ def test_an_internal_fault_is_one_sentence_and_exit_1(workdir, monkeypatch, caps
                                   "run it again with --debug for the traceback")
     with pytest.raises(RuntimeError):
         main(["presets", "--debug"])
+
+
+# ------------------------------------------------------------------ untrusted rewards, as a user meets them
+
+def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(workdir):
+    # issue 26: with num_workers=0 (the default) 2 steps of the demo had not finished after 150 s, and
+    # the process never exited. Now every call is stopped at reward.timeout_s=0.5 and counted; 2 steps of
+    # 2 prompts x 2 completions = 4 group calls, each then retried one completion at a time (4 x 2 more)
+    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=train.jsonl", *BASE, "train.steps=2",
+           "reward.functions=[shortrew:hangs]", "reward.timeout_s=0.5", "reward.max_failure_fraction=1.0", "--out", "run"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), *sys.path])})
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rewards/hangs/timeouts"] for r in rows] == [4.0, 4.0]  # every completion, every step
+    assert [r["rewards/hangs/failures"] for r in rows] == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("fn", ["exits", "interrupts"])
+def test_a_reward_that_exits_or_interrupts_is_a_counted_failure_not_the_end_of_the_run(workdir, capsys, fn):
+    # before: sys.exit(3) ended the run with exit code 3 and no message, KeyboardInterrupt killed it
+    assert train(f"reward.functions=[shortrew:{fn}]", "reward.max_failure_fraction=1.0", "--out", "run") == 0
+    rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r[f"rewards/{fn}/failures"] for r in rows] == [4.0, 4.0, 4.0]
+    assert "Traceback" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ run folders

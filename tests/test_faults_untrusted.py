@@ -641,6 +641,38 @@ def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
     assert sandboxes == []
 
 
+def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_folder(tmp_path, monkeypatch):
+    # num_workers=1: the deadline is a SIGKILL of the worker mid sandboxed call (its job folder and
+    # 6 sandbox processes stayed before); the replacement worker's first sandboxed call sweeps the folder
+    import functools
+    import os
+
+    import psutil
+
+    from grpokit.rewards.code import code_pass_fraction, probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the spawned workers' job folders land here
+    fn = functools.partial(code_pass_fraction, wall_s=60.0)
+    cases = {"test_cases": [[{"input": "1\n", "output": "1\n"}]]}
+    sleeper = "```python\nimport os, time\nfor _ in range(2):\n    os.fork()\ntime.sleep(60)\n```"
+    echo = "```python\nprint(input())\n```"
+    with _runner(fn, "code", num_workers=1, timeout_s=3.0, max_failure_fraction=1.0) as r:
+        me = psutil.Process(os.getpid())
+        res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
+        assert res.metrics["rewards/code/timeouts"] == 1.0
+        _, alive = psutil.wait_procs([p for p in me.children(recursive=True)
+                                      if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())], timeout=15)
+        assert alive == []  # the sandbox died with the killed worker
+        stale = [p.name for p in tmp_path.iterdir() if p.name.startswith("grpokit-job-")]
+        assert len(stale) <= 1  # the killed worker's own folder, until the next sandboxed call
+        res = r.score(prompts=["p"], completions=[echo], completion_ids=[[1]], group_size=1, columns=cases)
+        assert res.rewards_NF[:, 0].tolist() == [1.0]  # the replacement worker scores, and sweeps first
+    assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
+
+
 def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):
     import json
 
