@@ -19,6 +19,7 @@ from grpokit.cli import main
 from grpokit.cli.app import COMMANDS
 from grpokit.config.sections import ConfigError
 from grpokit.record import jsonl
+from grpokit.rewards.spec import RewardError
 from grpokit.train import checkpoint
 
 REWARD = '''
@@ -255,6 +256,51 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
     monkeypatch.chdir(workdir)
     assert main(["train", "--resume", "run"]) == 0
     assert steps_in(workdir / "run") == [1, 2, 3]
+
+
+@pytest.mark.parametrize("fault, code, sentence", [
+    (RuntimeError("the rollout server went away"), 1,
+     "an internal fault stopped the run (RuntimeError: the rollout server went away; --debug shows the traceback)"),
+    (RewardError("Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5."), 2,
+     "Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5"),
+])
+def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exactly(workdir, monkeypatch, capsys,
+                                                                                     fault, code, sentence):
+    # save_every=10 of 4 steps: before, a fault in step 3's rollout or rewards left no checkpoint at all
+    # ("the run must start again"); now steps 1-2 are saved as they ended, and resuming from there is
+    # the uninterrupted run, bit for bit (the step's random draws and data position are put back)
+    from grpokit.train.loop import Trainer
+
+    args = ["train.steps=4", "train.save_every=10", "train.deterministic=true"]
+    if code == 1:
+        assert train(*args, "--out", "ref") == 0
+    real = Trainer._scored_batch
+
+    def scored_batch(self):
+        batch = real(self)  # the step's sampling happened: its random draws must not leak into the save
+        if self.step == 2:
+            raise fault
+        return batch
+
+    monkeypatch.setattr(Trainer, "_scored_batch", scored_batch)
+    assert train(*args, "--out", "run") == code
+    assert last_error(capsys) == (f"grpokit: error: {sentence}; checkpoint run/checkpoints/step-000002 kept; "
+                                  "continue with: grpokit train --resume run")
+    assert checkpoint.verify(workdir / "run" / "checkpoints" / "step-000002") is None
+    if code == 2:  # the resume below is the same for both faults
+        return
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    assert main(["train", "--resume", "run"]) == 0
+    assert steps_in(workdir / "run") == [1, 2, 3, 4]
+    ref, run = (torch.load(workdir / r / "checkpoints" / "step-000004" / "rng.pt", weights_only=False) for r in ("ref", "run"))
+    assert torch.equal(ref["sampler"], run["sampler"])
+    from safetensors.torch import load_file
+
+    a, b = (load_file(workdir / r / "checkpoints" / "step-000004" / "model" / "model.safetensors") for r in ("ref", "run"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [json.loads(l)["loss"] for l in (workdir / "ref" / "metrics.jsonl").read_text().splitlines()] == \
+           [json.loads(l)["loss"] for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_disk_full_while_saving_stops_with_a_sentence_and_resumes_once_free(workdir, monkeypatch, capsys):
