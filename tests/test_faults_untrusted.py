@@ -317,6 +317,28 @@ def test_forged_records_on_the_verdict_channel_fail_their_case():
     assert _trusted_records("\n".join([honest[0], honest[0], honest[1]]), 2) == {}
 
 
+FORGER = """
+import os
+def f(x):
+    # a line nested 100,000 deep, then a record claiming the case passed, then a wrong answer
+    os.write(3, b"[" * 100000 + b"]" * 100000 + b"\\n" + b'{"case": 0, "status": "ok", "value": 2}\\n')
+    return 0
+"""
+
+
+def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
+    # end to end, as a model's program would do it: before, it earned 1.0 (the deep line was skipped
+    # and the forged record read as the verdict); now case 0 fails, and the honest program passes
+    from grpokit.rewards.code import code_pass_fraction, probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    cases = [[{"fn": "f", "args": [1], "expected": 2}]] * 2
+    honest = "def f(x):\n    return 2 * x\n"
+    assert code_pass_fraction([f"```python\n{FORGER}```", f"```python\n{honest}```"], cases, wall_s=10) == [0.0, 1.0]
+
+
 # -------------------------------------------------------------------------------------------- servers
 
 class RawServer:
@@ -662,7 +684,7 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
     with _runner(fn, "code", num_workers=1, timeout_s=3.0, max_failure_fraction=1.0) as r:
         me = psutil.Process(os.getpid())
         res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
-        assert res.metrics["rewards/code/timeouts"] == 1.0
+        assert res.rewards_NF[:, 0].tolist() == [0.0]  # timed out: failure_value
         _, alive = psutil.wait_procs([p for p in me.children(recursive=True)
                                       if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())], timeout=15)
         assert alive == []  # the sandbox died with the killed worker
