@@ -31,7 +31,6 @@ import torch
 
 from .masks import entropy_token_mask, offpolicy_sequences  # noqa: F401  (entropy_token_mask: its old home)
 from .registry import lookup, register_objective
-from . import vespo  # noqa: F401  (registers objective "vespo")
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, LossTensors, Normalisers
 
 Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum", "lambda-grpo"]
@@ -392,3 +391,6 @@ def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.
     if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
         seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
     return torch.exp(seq_N)[:, None].expand_as(logp_NT)
+
+
+from . import vespo  # noqa: E402,F401  (registers objective "vespo" after the three above, keeping the listed order)
