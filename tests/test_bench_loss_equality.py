@@ -147,10 +147,11 @@ def test_luspo_equals_trl(level, beta):
 def test_vespo_equals_trl(shape, beta):
     # beta > 0 with TRL's KL bias correction off (its on-setting weights the KL per token, grpokit's
     # vespo ratio is per trajectory; the TRL layer refuses that pair)
-    (ours, g_ours, m), (theirs, g_theirs, _) = _both("vespo", beta, vespo=shape)
+    (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both("vespo", beta, vespo=shape)
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
     assert m["clip_ratio/region_mean"] == 0.0  # nothing is clipped: the weight fades instead
+    assert m["vespo/phi_seq_mean"] == pytest.approx(m_trl["vespo/phi_seq_mean"], rel=1e-6)  # TRL's logged mean weight
 
 
 def test_vespo_weight_by_hand():

@@ -267,6 +267,8 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         loss = loss - aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
     metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
     metrics["offpolicy/masked_sequences"] = n_offpolicy
+    if c.objective == "vespo":
+        metrics |= vespo.vespo_metrics(ratio_NT, adv_NT, c)
     if kl_NT is not None:
         with torch.no_grad():
             m = t.mask.bool()

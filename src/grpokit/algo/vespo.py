@@ -44,3 +44,10 @@ def vespo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch
     if c.ratio_level != "trajectory":
         raise ValueError(f"objective vespo weighs each sequence by its trajectory ratio; got ratio_level={c.ratio_level!r}")
     return gamma_weight(ratio_NT, adv_NT, c.vespo_pos, c.vespo_neg) * adv_NT * logp_NT
+
+
+@torch.no_grad()
+def vespo_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, c: ClipSettings) -> dict[str, float]:
+    """``vespo/phi_seq_mean``: the weight's mean over the completions (TRL's name)."""
+    phi_N = gamma_weight(ratio_NT[:, :1], adv_NT[:, :1], c.vespo_pos, c.vespo_neg)
+    return {"vespo/phi_seq_mean": phi_N.mean().item()}
