@@ -1,0 +1,64 @@
+"""GRPOTrainer's attributes and helpers that TRL's own tests read (grpokit/trl/surface.py)."""
+
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+
+from grpokit.trl import GRPOConfig, GRPOTrainer
+from grpokit.trl.surface import add_to_logs, high_entropy_mask, new_logs
+from trl_helpers import make_chat_model
+
+E = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.7, 0.8, 0.9, 1.0, 1.1, 1.2]])
+M = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])  # 10 real tokens: 0.1 .. 1.0
+
+
+def test_high_entropy_mask_at_quantiles_one_zero_and_between():
+    # quantile 1.0 of the real entropies is their maximum 1.0: only that token (row 1, col 3)
+    assert high_entropy_mask(E, M, 1.0).tolist() == [[False] * 6, [False, False, False, True, False, False]]
+    # quantile 0.0 is the minimum 0.1: every real token, never the padding (1.1, 1.2)
+    assert high_entropy_mask(E, M, 0.0).tolist() == M.bool().tolist()
+    # quantile 0.8 of 10 sorted values: position 0.8 * 9 = 7.2 -> 0.8 + 0.2 * 0.1 = 0.82: 0.9 and 1.0 stay
+    assert high_entropy_mask(E, M, 0.8).tolist() == [[False] * 6, [False, False, True, True, False, False]]
+    # no real token: nothing
+    assert not high_entropy_mask(E, torch.zeros_like(M), 0.5).any()
+    # the trainer's method is this function (TRL's tests call it unbound on a mock)
+    assert GRPOTrainer.get_high_entropy_mask(None, E, M, 1.0).sum().item() == 1
+
+
+class _Batch:  # the fields of rollout/collect.py's ScoredBatch that _logs reads
+    group_size, names = 2, ["a", "b"]
+    prompts = [type("P", (), {"text": "p0"})(), type("P", (), {"text": "p1"})()]
+    texts = ["c0", "c1", "c2", "c3"]
+    rewards_NF = torch.tensor([[1.0, 0.0], [3.0, 0.0], [2.0, 1.0], [2.0, 1.0]])
+    total_N = torch.tensor([1.0, 3.0, 3.0, 3.0])
+    extra = {"len": [2, 2, 2, 2]}
+
+
+def test_logs_hold_the_latest_completions_with_rewards_advantages_and_extra():
+    logs = new_logs(maxlen=3)
+    add_to_logs(logs, _Batch())
+    # maxlen 3 keeps the last three completions; prompt of row i is prompt i // 2
+    assert list(logs["prompt"]) == ["p0", "p1", "p1"] and list(logs["completion"]) == ["c1", "c2", "c3"]
+    assert list(logs["rewards"]["a"]) == [3.0, 2.0, 2.0] and list(logs["rewards"]["b"]) == [0.0, 1.0, 1.0]
+    # totals minus the group mean: group 0 (1, 3) mean 2 -> -1, 1; group 1 (3, 3) -> 0, 0; last three kept
+    assert list(logs["advantages"]) == [1.0, 0.0, 0.0]
+    assert list(logs["extra"]["len"]) == [2, 2, 2] and len(logs["images"]) == 0
+
+
+def named(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def test_trainer_attributes_trl_scripts_read(tmp_path):
+    model = make_chat_model(tmp_path / "m")
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                   max_completion_length=2, use_cpu=True, reward_weights=[0.5], report_to="none")
+    tr = GRPOTrainer(str(model), reward_funcs=[named], args=a, train_dataset=data)
+    assert tr.aux_loss_enabled is False  # grpokit adds no Mixture-of-Experts router loss
+    assert tr.reward_func_names == ["named"] and tr.reward_processing_classes == [None]
+    assert tr.reward_weights.tolist() == [0.5]
+    tr.train()
+    # one step of 1 prompt x 2 completions (2 per device / G=2): both in _logs, maxlen 2 (2 x 1 accumulation)
+    assert len(tr._logs["completion"]) == 2 and list(tr._logs["rewards"]["named"]) == [0.0, 0.0]
