@@ -62,3 +62,31 @@ def test_trainer_attributes_trl_scripts_read(tmp_path):
     tr.train()
     # one step of 1 prompt x 2 completions (2 per device / G=2): both in _logs, maxlen 2 (2 x 1 accumulation)
     assert len(tr._logs["completion"]) == 2 and list(tr._logs["rewards"]["named"]) == [0.0, 0.0]
+
+
+def test_a_peft_model_given_as_the_model_trains_its_own_adapters(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    import pytest
+    from grpokit.config import ConfigError
+
+    folder = make_chat_model(tmp_path / "m")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(folder)), LoraConfig(r=4, target_modules=["q_proj"]))
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                   max_completion_length=2, use_cpu=True, learning_rate=0.1, report_to="none")
+    with pytest.raises(ConfigError, match="^model is already a PeftModel and peft_config is set too"):
+        GRPOTrainer(model, reward_funcs=[_varied], args=a, train_dataset=data, peft_config=LoraConfig())
+    tr = GRPOTrainer(model, reward_funcs=[_varied], args=a, train_dataset=data)
+    assert (tr.cfg.model.lora_rank, tr.cfg.model.lora_target_modules) == (4, ["q_proj"])  # read from the model's adapters
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    tr.train()
+    assert tr.model is model  # trained in place, not wrapped a second time
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    # lr 0.1 with rewards that differ within the group: only the LoRA B (and A) matrices move, the base stays
+    assert changed and all("lora_" in n for n in changed)
+
+
+def _varied(completions, **kwargs):
+    return [float(i) for i in range(len(completions))]  # 0, 1: unequal in each group, a nonzero advantage

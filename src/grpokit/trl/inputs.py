@@ -126,6 +126,21 @@ def apply_lora(cfg, peft_config: Any) -> None:
     set_field(cfg, "model.lora_target_modules", targets)
 
 
+def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
+    """A ``PeftModel`` given as the model trains its own LoRA adapters as they are (TRL does the same):
+    model.lora_* records their settings, and the base with the adapters off is the reference."""
+    if peft_config is not None:
+        raise ConfigError("model is already a PeftModel and peft_config is set too; pass one of them, as TRL requires")
+    lora = model.peft_config.get(getattr(model, "active_adapter", "default")) or next(iter(model.peft_config.values()))
+    if str(getattr(lora, "peft_type", "")).split(".")[-1] != "LORA":
+        raise ConfigError(f"model is a PeftModel with {type(lora).__name__} adapters; grpokit trains LoRA adapters only")
+    targets = lora.target_modules
+    set_field(cfg, "model.lora_rank", lora.r)
+    set_field(cfg, "model.lora_alpha", lora.lora_alpha)
+    set_field(cfg, "model.lora_dropout", lora.lora_dropout)
+    set_field(cfg, "model.lora_target_modules", sorted(targets) if isinstance(targets, (set, list)) else ["all-linear"])
+
+
 def no_dropout(model) -> None:
     import torch
 

@@ -44,7 +44,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import HubPushError, apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
+from .inputs import HubPushError, adopt_peft_model, apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
 from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names
 
@@ -79,15 +79,15 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
         if isinstance(environment_factory, dict):
             raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
-        if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
-            raise ConfigError("model is a PeftModel; pass the base model and the adapters' settings as peft_config")
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
-        if peft_config is not None:
+        if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
+            adopt_peft_model(cfg, model, peft_config)
+        elif peft_config is not None:
             apply_lora(cfg, peft_config)
         if cfg.reward.weights and len(cfg.reward.weights) != len(funcs):
             raise ConfigError(f"reward_weights has {len(cfg.reward.weights)} entries but there are {len(funcs)} reward functions; "
