@@ -90,3 +90,19 @@ def test_a_peft_model_given_as_the_model_trains_its_own_adapters(tmp_path):
 
 def _varied(completions, **kwargs):
     return [float(i) for i in range(len(completions))]  # 0, 1: unequal in each group, a nonzero advantage
+
+
+def test_a_model_with_its_own_code_is_refused_at_construction_without_trust_remote_code(tmp_path):
+    import json
+
+    import pytest
+    from grpokit.config import ConfigError
+
+    folder = tmp_path / "remote"
+    folder.mkdir()  # a config whose class lives in the folder's own code (auto_map), of no type transformers knows
+    (folder / "config.json").write_text(json.dumps({"model_type": "grpokit_remote_test",
+                                                    "auto_map": {"AutoConfig": "configuration_remote.RemoteConfig"}}))
+    data = Dataset.from_list([{"prompt": "say ab"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, num_generations=2, report_to="none")
+    with pytest.raises(ConfigError, match=r"contains custom code; pass trust_remote_code=True"):  # TRL: ValueError "custom code"
+        GRPOTrainer(str(folder), reward_funcs=[_varied], args=a, train_dataset=data)

@@ -44,7 +44,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import HubPushError, adopt_peft_model, apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
+from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
 from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names
 
@@ -83,6 +83,8 @@ class GRPOTrainer:
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
+        if isinstance(model, str):
+            refuse_custom_code(model, cfg.model.trust_remote_code)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
