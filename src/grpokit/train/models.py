@@ -102,7 +102,7 @@ def _prepare(model, cfg: ModelConfig):
     if cfg.freeze_vision:  # the image encoder stays as pretrained (VLM-R1); the language model learns
         for p in vision_parameters(model):
             p.requires_grad_(False)
-    if cfg.lora_rank > 0:
+    if cfg.lora_rank > 0 and not hasattr(model, "peft_config"):  # a PeftModel given as the model keeps its adapters
         model = add_adapters(model, cfg)
     return model
 
