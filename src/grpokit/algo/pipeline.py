@@ -137,7 +137,7 @@ def mask_names(a) -> list[str]:
 
 
 def _plugged(a) -> bool:
-    return bool(a.advantage or a.token_masks or a.objective not in ("clip", "cispo", "sapo"))
+    return bool(a.advantage or a.token_masks or a.objective not in ("clip", "cispo", "sapo", "vespo"))
 
 
 def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
@@ -154,7 +154,8 @@ def loss_settings(a) -> tuple[LossSettings, Normalisers]:
     term is in the loss only with ``kl_placement=loss``."""
     beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
     return LossSettings(
-        ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg),
+        ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg,
+                     tuple(a.vespo_pos), tuple(a.vespo_neg)),
         KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
         EntropyBonus(a.entropy_coef, a.entropy_aggregation), a.offpolicy_delta or None,
     ), Normalisers(a.aggregation)
