@@ -14,7 +14,7 @@ test: setup
 # Settings in pyproject's [tool.mutmut]; results and the survivors' reasons: docs/MUTATION.md.
 .PHONY: mutate
 mutate: setup
-	.venv/bin/python -m pip install -q -e '.[mutate]'
+	.venv/bin/python -c 'import mutmut' 2>/dev/null || .venv/bin/python -m pip install -q -e '.[mutate]'
 	rm -rf mutants
 	OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m mutmut run --max-children 2
 	.venv/bin/python -m mutmut results
