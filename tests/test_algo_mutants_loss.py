@@ -92,3 +92,41 @@ def test_learnable_lambda_optimizer_steps_skips_and_state():
         x.param.grad = torch.tensor(1.0)
         x.step()
     assert other.param.item() == lam.param.item() and other.optimizer.state_dict()["state"][0]["step"] == 2
+
+
+def test_loss_setting_bounds_and_messages():
+    from grpokit.algo.loss import log_importance_ratio
+
+    z, one = torch.zeros(1, 2), torch.ones(1, 2)
+    adv = torch.ones(1)
+
+    def run(**kw):
+        return policy_loss(z, z, adv, one, **kw)[0]
+
+    run(clip_low=0.0, clip_high=0.0, dual_clip=1.5)  # the edges that are valid: 0 and 0, dual_clip just above 1
+    for kw, msg in (({"clip_low": 1.0}, "clip_low must be in [0, 1), got 1.0"),
+                    ({"clip_high": -0.1}, "clip_high must be >= 0, got -0.1"),
+                    ({"dual_clip": 1.0}, "dual_clip must be > 1 (or None), got 1.0"),
+                    ({"beta": 0.1}, "beta > 0 needs ref_logp_NT (reference-policy logprobs)"),
+                    ({"entropy_coef": 0.1}, "entropy_coef != 0 needs entropy_NT")):
+        with pytest.raises(ValueError, match="^" + re.escape(msg) + "$"):
+            run(**kw)
+    # default level "token": the per-token log ratio itself; unknown levels are named
+    lr = log_importance_ratio(torch.tensor([[1.0, 3.0]]), torch.zeros(1, 2), one)
+    assert lr.tolist() == [[1.0, 3.0]]
+    with pytest.raises(ValueError, match="^" + re.escape("unknown ratio level 'x'; valid: ") + r"\w+(, \w+)+$"):
+        log_importance_ratio(z, z, one, "x")
+
+
+def test_kl_term_passes_estimator_and_clamp_and_reports_the_mean():
+    # logp 0, ref 2 on two tokens: d = 2; k1 = -d = -2 per token, clamped to [-1, 1] -> -1; metric kl = mean = -1
+    z, one = torch.zeros(1, 2), torch.ones(1, 2)
+    _, m = policy_loss(z, z, torch.ones(1), one, beta=0.1, ref_logp_NT=torch.full((1, 2), 2.0), kl_estimator="k1",
+                       kl_clamp=1.0)
+    assert m["kl"] == pytest.approx(-1.0)
+
+
+def test_flat_groups_spread_equal_to_the_tolerance_is_flat():
+    from grpokit.algo.advantages import flat_groups
+    # [1, 2] with flat_rtol 0.5: spread 1 <= 0.5 * 2 = 1 -> flat (the bound is inclusive)
+    assert flat_groups(torch.tensor([[1.0, 2.0]]), 0.5).tolist() == [True]
