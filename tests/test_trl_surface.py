@@ -106,3 +106,17 @@ def test_a_model_with_its_own_code_is_refused_at_construction_without_trust_remo
     a = GRPOConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, num_generations=2, report_to="none")
     with pytest.raises(ConfigError, match=r"contains custom code; pass trust_remote_code=True"):  # TRL: ValueError "custom code"
         GRPOTrainer(str(folder), reward_funcs=[_varied], args=a, train_dataset=data)
+
+
+def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
+    model = make_chat_model(tmp_path / "m")
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                   per_device_eval_batch_size=2, num_generations_eval=1, max_completion_length=2, use_cpu=True,
+                   report_to="none")
+    tr = GRPOTrainer(str(model), reward_funcs=[_varied], args=a, train_dataset=data,
+                     eval_dataset=data.to_iterable_dataset())  # a stream: read to its end at each evaluation
+    ev = tr.evaluate()
+    # one completion per prompt is its own group mean: advantage 0, so the on-policy loss is exactly 0 (beta 0),
+    # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied gives the single completion 0.0
+    assert (ev["eval_loss"], ev["eval_reward_std"], ev["eval_reward"]) == (0.0, 0.0, 0.0)

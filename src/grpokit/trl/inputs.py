@@ -63,15 +63,16 @@ def _upload(folder: Path, repo_id: str, message: str, token: str | None, private
     return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
 
 
-def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None) -> list[dict]:
+def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None, whole_stream: bool = False) -> list[dict]:
     """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name. An
-    ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use."""
+    ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use; with
+    ``whole_stream`` (an eval set, read once per evaluation) to its end."""
     if dataset is None:
         raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
     if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
         raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
     if type(dataset).__name__ == "IterableDataset":
-        if limit is None:
+        if limit is None and not whole_stream:
             raise ConfigError(f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming")
         dataset = itertools.islice(dataset, limit)
     rows = [dict(r) for r in dataset]

@@ -237,7 +237,7 @@ class GRPOTrainer:
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
         trainer, a = self._get(), self.args
-        rows = rows_of(data, "eval_dataset", a.remove_unused_columns)
+        rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.schemas or None)
         trainer._trl_training = False
         try:
