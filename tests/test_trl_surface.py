@@ -120,3 +120,28 @@ def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
     # one completion per prompt is its own group mean: advantage 0, so the on-policy loss is exactly 0 (beta 0),
     # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied gives the single completion 0.0
     assert (ev["eval_loss"], ev["eval_reward_std"], ev["eval_reward"]) == (0.0, 0.0, 0.0)
+
+
+def _none(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp_path, caplog):
+    import logging
+
+    model = make_chat_model(tmp_path / "m")
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    kw = dict(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+              max_completion_length=2, use_cpu=True, report_to="none", importance_sampling_level="sequence")
+    with caplog.at_level(logging.WARNING):
+        GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="grpo"), train_dataset=data)
+    assert "weights each sequence by its completion length" not in caplog.text  # grpo: GSPO's own setting
+    with caplog.at_level(logging.WARNING):
+        tr = GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="dapo"), train_dataset=data)
+    assert "weights each sequence by its completion length" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        tr.train()
+    # the one step scores 1 prompt x 2 completions, both None from the only function: one warning naming 2
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("All reward functions returned None")]
+    assert len(warned) == 1 and "2 completion(s) of this batch have no reward" in warned[0]
