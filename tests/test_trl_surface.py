@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from datasets import Dataset
 
@@ -145,3 +146,27 @@ def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp
     # the one step scores 1 prompt x 2 completions, both None from the only function: one warning naming 2
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("All reward functions returned None")]
     assert len(warned) == 1 and "2 completion(s) of this batch have no reward" in warned[0]
+
+
+def test_a_reward_model_object_with_its_own_tokenizer_scores_up_to_that_tokenizers_pad(tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    chat = make_chat_model(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(chat)
+    torch.manual_seed(1)
+    LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                               num_attention_heads=2, num_key_value_heads=1, num_labels=1,
+                                               pad_token_id=0)).save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    rm = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm")  # an object, as TRL accepts
+    rtok = AutoTokenizer.from_pretrained(tmp_path / "rm")
+    rtok.pad_token = rtok.convert_ids_to_tokens(3)  # a pad of its own, as TRL's Llama reward test sets
+    data = Dataset.from_list([{"prompt": "say ab"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                   max_completion_length=2, use_cpu=True, report_to="none")
+    tr = GRPOTrainer(str(chat), reward_funcs=rm, args=a, train_dataset=data, reward_processing_classes=rtok)
+    assert tr.reward_func_names == ["rm"] and tr.reward_processing_classes == [rtok]
+    assert rm.config.pad_token_id == 3  # transformers reads the score at the last token before this pad
+    with torch.no_grad():
+        expected = rm(**rtok(["say abab"], return_tensors="pt")).logits[0, 0].item()
+    assert tr.reward_funcs[0](["say ab"], ["ab"]) == [pytest.approx(expected, abs=1e-5)]  # text: prompt + completion
