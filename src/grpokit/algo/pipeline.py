@@ -5,7 +5,9 @@
                    KL in the reward (algo.kl_placement=reward, PPO / REINFORCE++)
     advantages  <- the registered advantage estimator (``advantage_name``: process supervision,
                    GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or the group baseline/scale family),
-                   then EDGE's entropy-scaled advantage and TIS's per-token weights
+                   then EDGE's entropy-scaled advantage, TIS's per-token weights and IcePop /
+                   MIS masking (a zero advantage, not a loss-mask entry: the masked token keeps
+                   its place in the normaliser and the KL term, as in IcePop's objective)
     loss_mask   <- completion_mask narrowed by every active token mask (DAPO overlong, entropy
                    top-fraction, the user's ``algo.token_masks``)
     loss        <- LossSettings (objective, ratio level, clip, KL placement, entropy bonus), Normalisers

@@ -136,7 +136,7 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
     if r.backend == "vllm_server":
         from grpokit.rollout.vllm_client import make_server_engine
 
-        engine = make_server_engine(r, params, run_dir, dist)
+        engine = make_server_engine(r, params, run_dir, dist, lora=bool(cfg.model.lora_rank))
         engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
         return engine
     if r.backend == "vllm":
