@@ -18,3 +18,9 @@ mutate: setup
 	rm -rf mutants
 	OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m mutmut run --max-children 2
 	.venv/bin/python -m mutmut results
+
+# The long soak of the property-based fault suite (docs/FAULTS.md): thousands of generated config
+# values and data files per property instead of the few dozen `make test` runs.
+.PHONY: fuzz
+fuzz: setup
+	GRPOKIT_FUZZ=soak .venv/bin/python -m pytest -q tests/test_faults_fuzz.py

@@ -74,7 +74,11 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
             "peak_gpu_mb": max(r.get("peak_gpu_mb", 0.0) for r in runs),
             "train_frac_peak": train_fl / train_t / 1e9 / peak_gflops,
-            "step_frac_peak": tot_fl / statistics.median(times) / 1e9 / peak_gflops}
+            "step_frac_peak": tot_fl / statistics.median(times) / 1e9 / peak_gflops,
+            "train_flops": train_fl, "train_s": train_t,
+            "first_step_s": statistics.median(r["first_step_s"] for r in runs) if all("first_step_s" in r for r in runs) else None,
+            "metrics": {k: statistics.median(s["metrics"][k] for s in steps if k in s.get("metrics", {}))
+                        for k in sorted({k for s in steps for k in s.get("metrics", {})})}}
 
 
 def compare(name, model_dir, c, a, peak) -> dict:

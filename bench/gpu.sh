@@ -9,10 +9,23 @@
 #    (bench/gpu_bench.py: rollout engines vs HF generate, one GRPO step vs TRL). Results go to
 #    bench/gpu/latest.json and, where $OUT is set, to $OUT (with the test log).
 # GPU_STAGES=tests,rollout,step chooses stages; GPU_BENCH_ARGS adds arguments to gpu_bench.py.
+#
+# Presets (issue 28), each one command under ~9 minutes on an H100:
+#     bash bench/gpu.sh step05      # the 0.5B workload only: rollout engines + grpokit vs TRL (G16, P32,
+#                                   # T512, bf16, beta 0, 1 warm-up + 3 measured steps) -> latest.json with
+#                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory
+#     bash bench/gpu.sh big         # 1.5B full, 7B-shape LoRA and QLoRA, 3 steps each beside TRL -> bench/gpu/big.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/gpu/out}
 mkdir -p "$OUT" bench/gpu
+PRESET=${1:-}
+case "$PRESET" in
+  step05) GPU_STAGES=rollout,step; GPU_BENCH_ARGS="--shapes qwen2.5-0.5b --rollout-rounds 1 ${GPU_BENCH_ARGS:-}" ;;
+  big) GPU_STAGES=big ;;
+  "") ;;
+  *) echo "gpu.sh: unknown preset $PRESET (step05 | big | none)"; exit 2 ;;
+esac
 STAGES=${GPU_STAGES:-tests,rollout,step}
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -36,6 +49,11 @@ if [ -n "$bench" ]; then
   python3 bench/gpu_bench.py --stages "$bench" --facts "$FACTS" --json bench/gpu/latest.json ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   cp bench/gpu/latest.json "$OUT/latest.json" 2>/dev/null || true
+fi
+if [[ ",$STAGES," == *",big,"* ]]; then
+  python3 bench/gpu_big.py ${GPU_BIG_ARGS:-} 2>&1 | tee "$OUT/gpu_big.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  cp bench/gpu/big.json "$OUT/big.json" 2>/dev/null || true
 fi
 echo "gpu.sh: done (exit $rc)"
 exit $rc

@@ -46,7 +46,7 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
 
     from grpokit.rollout.hf import SamplingParams, generate
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPE[0]).to(DEVICE[0]).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
     ids = [tok(r["prompt"])["input_ids"] for r in prompts(P, seed=1)]
     eos, pad = 1, 0
@@ -54,13 +54,13 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
     def hf_generate():
         width = max(map(len, ids))
         rows = [[pad] * (width - len(p)) + p for p in ids for _ in range(G)]
-        x = torch.tensor(rows, device="cuda")
+        x = torch.tensor(rows, device=DEVICE[0])
         out = model.generate(input_ids=x, attention_mask=(x != pad).long(), max_new_tokens=T, do_sample=True,
                              temperature=1.0, top_k=0, top_p=1.0, eos_token_id=eos, pad_token_id=pad)[:, width:]
         return sum(r.index(eos) + 1 if eos in r else len(r) for r in out.tolist())
 
     def ours(engine, graphs):
-        gen = torch.Generator(device="cuda").manual_seed(0)
+        gen = torch.Generator(device=DEVICE[0]).manual_seed(0)
         ro = generate(model, ids, G, SamplingParams(max_new_tokens=T), eos_token_ids={eos}, pad_token_id=pad,
                       generator=gen, engine=engine, cuda_graphs=graphs)
         return sum(map(len, ro.completion_ids))
@@ -100,13 +100,13 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
         for r in range(rounds):
             order = list(engines[r % len(engines):]) + list(engines[: r % len(engines)])
             for e in order:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
+                _cuda("synchronize")
+                _cuda("reset_peak_memory_stats")
                 t = time.perf_counter()
                 tokens[e] = fns[e]()
-                torch.cuda.synchronize()
+                _cuda("synchronize")
                 times[e].append(time.perf_counter() - t)
-                peak[e] = max(peak.get(e, 0.0), torch.cuda.max_memory_allocated() / 2**30)
+                peak[e] = max(peak.get(e, 0.0), (_cuda("max_memory_allocated") or 0) / 2**30)
                 print(f"  rollout {model_dir.name} {e}: {times[e][-1]:.2f}s {tokens[e] / times[e][-1]:.0f} tok/s", flush=True)
     res = {e: {"median_s": statistics.median(times[e]), "tokens": tokens[e], "tok_s": tokens[e] / statistics.median(times[e]),
                "peak_gpu_mem_gb": peak[e], "runs_s": times[e]} for e in engines}
@@ -114,8 +114,23 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
     if "hf_generate" in res:
         for e in engines:
             res[e]["x_hf_generate"] = res[e]["tok_s"] / res["hf_generate"]["tok_s"]
-    torch.cuda.empty_cache()
+    _cuda("empty_cache")
     return res
+
+
+DEVICE, DTYPE = ["cuda"], [torch.bfloat16]  # --tiny: cpu, float32
+# bf16 dense tensor-core peak from the vendors' datasheets (FLOP/s): the MFU denominator
+SPEC_BF16_PEAK = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L40S": 362e12}
+
+
+def _cuda(fn: str):
+    """``torch.cuda.<fn>()`` on a GPU run, nothing on a --tiny CPU run."""
+    return getattr(torch.cuda, fn)() if DEVICE[0] == "cuda" else None
+
+
+def spec_peak(device_name: str, measured_flops: float) -> float:
+    """The datasheet bf16 peak of ``device_name``, or the measured matmul peak for other devices."""
+    return next((v for k, v in SPEC_BF16_PEAK.items() if k in device_name), measured_flops)
 
 
 _COMPILED = {}
@@ -130,9 +145,9 @@ def _compiled(plain):
 
 def step_bench(model_dir: Path, a) -> dict:
     out = Path(a.work) / "compare_trl.json"
-    cmd = [sys.executable, str(HERE / "compare_trl.py"), "--device", "cuda", "--dtype", "bfloat16", "--model-dir", str(model_dir),
+    cmd = [sys.executable, str(HERE / "compare_trl.py"), "--device", DEVICE[0], "--dtype", str(DTYPE[0]).split(".")[-1], "--model-dir", str(model_dir),
            "--G", str(a.G), "--P", str(a.P), "--T", str(a.T), "--trl-mbs", str(a.trl_mbs), "--reward", "even_ids",
-           "--rounds", str(a.rounds), "--steps", str(a.steps), "--warmup", "1", "--out", str(out)]
+           "--rounds", str(a.rounds), "--steps", str(a.steps), "--warmup", "1", "--out", str(out), "--beta", "0"]
     p = subprocess.run(cmd, text=True, capture_output=True)
     print(p.stdout[-6000:], p.stderr[-3000:], flush=True)
     if p.returncode != 0:
@@ -153,54 +168,78 @@ def main(argv=None):
     p.add_argument("--engines", default=",".join(ENGINES),
                    help=f"rollout engines to alternate; also: {', '.join(EXTRA_ENGINES)}")
     p.add_argument("--rounds", type=int, default=1, help="compare_trl rounds (each: one run per side)")
-    p.add_argument("--steps", type=int, default=2, help="measured steps per run (after one warm-up step)")
+    p.add_argument("--steps", type=int, default=3, help="measured steps per run after one warm-up step (3: steps 2-4)")
     p.add_argument("--trl-mbs", type=int, default=16)
     p.add_argument("--models", default="/tmp/grpokit-gpu-models")
     p.add_argument("--work", default="/tmp/grpokit-gpu-work")
     p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/test_gpu.py to include")
     p.add_argument("--json", default=str(HERE / "gpu" / "latest.json"))
     p.add_argument("--merge", action="store_true", help="keep what --json already holds from other stages (split runs)")
+    p.add_argument("--tiny", action="store_true", help="CPU, float32, a 2-layer model, G2 P2 T8: checks the script runs, measures nothing")
     a = p.parse_args(argv)
+    if a.tiny:
+        DEVICE[0], DTYPE[0] = "cpu", torch.float32
+        a.shapes, a.G, a.P, a.T, a.steps, a.trl_mbs, a.rollout_rounds = "tiny", 2, 2, 8, 1, 0, 1
+        a.engines = "grpokit_static_eager,grpokit_dynamic,hf_generate"
     Path(a.work).mkdir(parents=True, exist_ok=True)
     stages, shapes = a.stages.split(","), a.shapes.split(",")
-    from workload import matmul_peak_gflops
-
-    props = torch.cuda.get_device_properties(0)
     res = json.loads(Path(a.json).read_text()) if a.merge and Path(a.json).exists() else {}
-    res |= {"device": torch.cuda.get_device_name(0), "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random bf16 weights",
-           "torch": torch.__version__, "gpu_memory_gb": props.total_memory / 2**30,
-           "workload": {"G": a.G, "P": a.P, "T": a.T, "dtype": "bfloat16", "trl_per_device_train_batch_size": a.trl_mbs},
-           "bf16_matmul_peak_tflops": max(matmul_peak_gflops(n, reps=10, dtype=torch.bfloat16, device="cuda") for n in (4096, 8192)) / 1e3}
+    res |= device_facts(a, shapes)
     print(json.dumps(res), flush=True)
-    dirs = {s: build_model_dir(Path(a.models) / s, shape=s, device="cuda") for s in shapes}
+    dirs = {s: build_model_dir(Path(a.models) / s, shape=s, device=DEVICE[0]) for s in shapes}
 
     def save():
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(res, indent=1))
     if "rollout" in stages:
         engines = tuple(a.engines.split(","))
-        key = "rollout" if engines == ENGINES else "rollout_engines"  # extra engines: their own entry
+        key = "rollout" if engines == ENGINES or a.tiny else "rollout_engines"  # extra engines: their own entry
         res[key] = {s: rollout_bench(dirs[s], a.G, a.P, a.T, a.rollout_rounds, engines) for s in shapes}
         first = res[key][shapes[0]]
         if key == "rollout":
-            res["rollout_tokens_per_s"] = first["grpokit_graphs"]["tok_s"]
-            res["rollout_x_hf_generate"] = first["grpokit_graphs"].get("x_hf_generate")
+            best = first.get("grpokit_graphs") or first[engines[0]]
+            res["rollout_tokens_per_s"] = best["tok_s"]
+            res["rollout_x_hf_generate"] = best.get("x_hf_generate")
         save()
     if "step" in stages:
-        cmp = step_bench(dirs[shapes[0]], a)
-        r = cmp["results"][0]
-        g, t = r["grpokit"], r["trl"]
-        res.update(grpokit_s_per_step=g["median_s"], trl_s_per_step=t["median_s"], speedup=r["speedup"],
-                   peak_gpu_mem_gb=g["peak_gpu_mb"] / 1024, trl_peak_gpu_mem_gb=t["peak_gpu_mb"] / 1024,
-                   step={side: {k: r[side][k] for k in ("phases", "gen_tok_s", "train_frac_peak", "step_frac_peak", "peak_gpu_mb", "min_s", "max_s")}
-                         for side in ("grpokit", "trl")},
-                   loss_equality=cmp["loss_equality"])
-        res.setdefault("rollout_tokens_per_s", g["gen_tok_s"])
+        res.update(step_summary(step_bench(dirs[shapes[0]], a), res["peak_flops"]))
         save()
     if a.facts and Path(a.facts).exists() and Path(a.facts).stat().st_size:
         res["test_facts"] = [json.loads(line) for line in Path(a.facts).read_text().splitlines() if line.strip()]
     save()
     print(json.dumps(res, indent=1))
+
+
+def device_facts(a, shapes) -> dict:
+    from workload import matmul_peak_gflops
+
+    gpu = DEVICE[0] == "cuda"
+    name = torch.cuda.get_device_name(0) if gpu else "cpu (--tiny: not a measurement)"
+    measured = max(matmul_peak_gflops(n, reps=10 if gpu else 2, dtype=DTYPE[0], device=DEVICE[0])
+                   for n in ((4096, 8192) if gpu else (256,))) * 1e9
+    return {"device": name, "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random {str(DTYPE[0]).split('.')[-1]} weights",
+            "torch": torch.__version__, "gpu_memory_gb": torch.cuda.get_device_properties(0).total_memory / 2**30 if gpu else 0.0,
+            "workload": {"G": a.G, "P": a.P, "T": a.T, "dtype": str(DTYPE[0]).split(".")[-1], "beta": 0.0,
+                         "measured_steps": a.steps, "trl_per_device_train_batch_size": a.trl_mbs},
+            "bf16_matmul_peak_tflops": measured / 1e12, "peak_flops": spec_peak(name, measured)}
+
+
+def step_summary(cmp: dict, peak_flops: float) -> dict:
+    """The acceptance figures of issue 28 at the top level of latest.json, the detail under ``step``."""
+    r = cmp["results"][0]
+    g, t = r["grpokit"], r["trl"]
+    mfu = lambda side: side["train_flops"] / max(side["train_s"], 1e-9) / peak_flops
+    return dict(speedup=r["speedup"], update_mfu=mfu(g), trl_update_mfu=mfu(t),
+                peak_memory_ratio=g["peak_gpu_mb"] / t["peak_gpu_mb"] if t["peak_gpu_mb"] else None,
+                grpokit_s_per_step=g["median_s"], trl_s_per_step=t["median_s"],
+                first_step_s=g["first_step_s"], trl_first_step_s=t["first_step_s"],
+                first_step_over_later=(g["first_step_s"] or 0.0) / g["median_s"],
+                peak_gpu_mem_gb=g["peak_gpu_mb"] / 1024, trl_peak_gpu_mem_gb=t["peak_gpu_mb"] / 1024,
+                mismatch={k: v for k, v in g["metrics"].items() if k.startswith("mismatch/")},
+                memory_by_phase={k: v for k, v in g["metrics"].items() if k.startswith("gpu/")},
+                step={side: {k: r[side][k] for k in ("phases", "gen_tok_s", "train_frac_peak", "step_frac_peak", "peak_gpu_mb",
+                                                     "min_s", "max_s", "first_step_s")} for side in ("grpokit", "trl")},
+                loss_equality=cmp["loss_equality"], rollout_tokens_per_s_in_step=g["gen_tok_s"])
 
 
 if __name__ == "__main__":

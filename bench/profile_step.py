@@ -81,7 +81,7 @@ def main(argv=None):
     wa = argparse.Namespace(model=model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
                             device=a.device, dtype=a.dtype, seed=0, threads=a.threads, mbs=0, set=a.set, reward=a.reward)
     clock = worker.PhaseClock()
-    import grpokit.train as gt
+    import grpokit.train.loop as gt
     import grpokit.train.update as gu
     from grpokit.train import scaling
 

@@ -57,7 +57,7 @@ def _sync(device):
 
 
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
-    import grpokit.train as gt
+    import grpokit.train.loop as gt  # the loop module: its generate is the one train_step calls
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
 
@@ -89,11 +89,13 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     for step in range(a.warmup + a.steps):
         clock.reset()
         t = time.perf_counter()
-        tr.train_step()
+        m = tr.train_step()
         _sync(a.device)
         dt = time.perf_counter() - t
-        if step >= a.warmup:
-            out.append(_step_record(dt, clock, tr.model.config, a))
+        FIRST.setdefault("first_step_s", dt)
+        if step >= a.warmup:  # the sampler/trainer mismatch and memory grpokit measured itself
+            out.append({**_step_record(dt, clock, tr.model.config, a),
+                        "metrics": {k: v for k, v in m.items() if k.startswith(("mismatch/", "gpu/"))}})
         tr.step += 1
     return out
 
@@ -104,7 +106,17 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     from trl import GRPOConfig, GRPOTrainer
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[a.dtype]
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype)
+    extra, peft = {}, {}
+    if a.qlora:  # the same 4-bit NF4 base as grpokit's model.quantization=nf4
+        from transformers import BitsAndBytesConfig
+
+        extra["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                          bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True)
+    if a.lora:
+        from peft import LoraConfig
+
+        peft["peft_config"] = LoraConfig(r=a.lora, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype, **extra)
     tok = AutoTokenizer.from_pretrained(a.model)
     N = a.P * a.G
     args = GRPOConfig(
@@ -124,11 +136,12 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
         def on_step_end(self, args, state, control, **kw):
             _sync(a.device)
             dt = time.perf_counter() - self.t
+            FIRST.setdefault("first_step_s", dt)
             if state.global_step > a.warmup:
                 steps.append(_step_record(dt, clock, trainer.model.config, a))
 
     trainer = GRPOTrainer(model=model, reward_funcs=[REWARDS[a.reward]], args=args, train_dataset=Dataset.from_list(prompts()),
-                          processing_class=tok, callbacks=[StepClock()])
+                          processing_class=tok, callbacks=[StepClock()], **peft)
     inner = trainer.model.generate
 
     def timed_generate(*args, **kw):
@@ -146,6 +159,9 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     _hook_backbones(clock, trainer.model, trainer.ref_model)
     trainer.train()
     return steps
+
+
+FIRST: dict[str, float] = {}  # the first (warm-up) step's wall time: compile, graph capture, allocator growth
 
 
 def _hook_backbones(clock, policy, ref):
@@ -172,13 +188,14 @@ def main(argv=None):
     p.add_argument("--side", choices=["grpokit", "trl"], required=True)
     p.add_argument("--model", required=True)
     for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0),
-                          ("mbs", 0), ("trl-mbs", 0)):
+                          ("mbs", 0), ("trl-mbs", 0), ("lora", 0)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reward", default="vowels", choices=sorted(REWARDS))
+    p.add_argument("--qlora", action="store_true", help="TRL side: 4-bit NF4 base (grpokit side: --set model.quantization=4bit)")
     p.add_argument("--set", action="append", default=[],
                    help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl")
     a = p.parse_args(argv)
@@ -189,7 +206,7 @@ def main(argv=None):
     steps = (run_grpokit if a.side == "grpokit" else run_trl)(a, clock)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if a.device.startswith("cuda") else 0.0
-    print("BENCH_JSON " + json.dumps({"side": a.side, "steps": steps, "peak_rss_mb": rss_mb, "peak_gpu_mb": gpu_mb,
+    print("BENCH_JSON " + json.dumps({"side": a.side, "steps": steps, "peak_rss_mb": rss_mb, "peak_gpu_mb": gpu_mb, **FIRST,
                                       "wall_s": time.perf_counter() - t0, "threads": torch.get_num_threads()}))
 
 

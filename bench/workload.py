@@ -29,6 +29,11 @@ def char_tokenizer(vocab_size: int = 64):
 SHAPES = {
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False, rope_theta=1e6),
+    # --tiny runs of bench/gpu_bench.py and bench/gpu_big.py on CPU: the scripts' plumbing, not a measurement
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=64, tie_word_embeddings=True, rope_theta=1e4),
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6),
 }

@@ -66,8 +66,8 @@ def same(a, b, rel: float = 1e-6) -> bool:
 def diff(want: list[dict], got: list[dict]) -> list[str]:
     out = []
     for i, (w, g) in enumerate(zip(want, got)):
-        for k in sorted(set(w) | set(g)):
-            if k not in g or k not in w or not same(w[k], g[k]):
+        for k in sorted(w):  # a metric added since the record is new, not moved
+            if k not in g or not same(w[k], g[k]):
                 out.append(f"step {i + 1} {k}: recorded {w.get(k)!r}, now {g.get(k)!r}")
     if len(want) != len(got):
         out.append(f"{len(want)} steps recorded, {len(got)} now")

@@ -1,21 +1,33 @@
-"""The combination table (issue 25, item 5): every pair of options that config validation accepts
-gives update inputs and a loss equal to a naive reference written here loop by loop from the papers'
-formulas; every pair it refuses is refused in one sentence that names the field.
+"""Issue 25 item 5: the combinations of algorithm options, owned and tested.
 
-Axes (each value an override set; a pair sets two axes, the rest stay default): objective x
-aggregation x KL placement x advantage estimator x token masks x num_iterations x multi-turn x
-ratio level. The reference recomputes from scratch, per token with Python floats:
-  rewards    r_i (minus beta * sum_t (old - ref) with KL in the reward, k1)
-  advantage  A_i = (r_i - b_i) / s_g: b = group mean (GRPO) or mean of the others (RLOO);
-             s = group std + eps (GRPO), batch std + eps ("batch") or 1 (Dr. GRPO / RLOO);
-             a flat group gives 0
-  mask       completion mask (environment tokens 0), minus truncated rows (DAPO), minus tokens below
-             the entropy quantile (80/20), minus drifted negative rows (off-policy masking)
-  ratio      exp(logp - old) per token, or exp of its masked mean over the sequence (GSPO) / turn
-  token loss -min(rho A, clip(rho) A) (clip), -min(rho, 1 + eps_h) A logp (CISPO),
-             -sigmoid(tau (rho - 1)) 4 / tau A (SAPO); + beta k3 with KL in the loss
-  reduction  the aggregation's sums and counts
+Every pair of values of two option dimensions (the other dimensions at their defaults) is either
+refused by config validation with one sentence naming the fields, or run through the real pipeline
+(algo/pipeline.update_inputs, then algo/loss.objective_loss exactly as train/update.policy_update
+calls it) and compared with an expectation computed here, from the papers' formulas, by code that
+shares nothing with grpokit's:
+
+    dimension      values
+    objective      clip (PPO/GRPO), cispo (MiniMax-M1), sapo (soft gate)
+    ratio          token (GRPO), sequence (GSPO), turn (GAGPO), trajectory (TIC-GRPO)
+    aggregation    seq-mean-token-mean, token-mean, seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum
+    kl             none (beta 0), loss (GRPO's k3 in the loss), reward (REINFORCE++'s KL in the reward)
+    advantage      group (GRPO), rloo, dr (no std), gtpo, grpo_s, gigpo, gagpo
+    mask           none, overlong (DAPO), entropy_top (80/20), tis, icepop (token), mis (sequence), offpolicy
+    iterations     2 (pi_old a fixed earlier policy: the default of the table), 1 (pi_old = pi_theta)
+    turns          single (plain completions), multi (episodes with an environment token and two turns)
+
+The group family's advantages, the reward-side KL, the masks, the ratios, the objectives, the KL term
+and the aggregations are all recomputed below. GTPO / GRPO-S / GiGPO / GAGPO have hand-worked tests of
+their own (tests/test_variants_*.py, tests/test_credit.py); here their advantages are taken from the
+registered estimator alone, on the rewards the reference computed, so that what is tested is that the
+other stages compose with them (rewards in, masks and objective after). A newly registered stage
+name that this table does not know fails ``test_every_registered_stage_has_a_row``.
+
+lambda-GRPO's aggregation needs the learnable lambda (tests/test_variants_lambda.py) and the plugin
+path is tested in tests/test_plugins.py.
 """
+
+from __future__ import annotations
 
 import itertools
 import math
@@ -23,193 +35,335 @@ import math
 import pytest
 import torch
 
+from grpokit.algo import registry
+from grpokit.algo.pipeline import AdvantageContext, LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.algo.loss import objective_loss
-from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.algo.settings import LossTensors
-from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
+from grpokit.config.sections import Config, ConfigError
 from grpokit.config.validation import validate
-from grpokit.types import Episode
+from grpokit.rollout.collect import ScoredBatch
+from grpokit.train.scaling import uses_tis
+from grpokit.types import Episode, Prompt, Rollout, TokenBatch
 
-from pipeline_helpers import scored
+torch.set_default_dtype(torch.float32)
 
-AXES = {
-    "objective": {"clip": [], "cispo": ["algo.objective=cispo", "algo.clip_high=0.1"], "sapo": ["algo.objective=sapo"]},
-    "aggregation": {a: [f"algo.aggregation={a}"] for a in
-                    ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")},
-    "kl": {"none": [], "loss": ["algo.beta=0.1"], "reward": ["algo.beta=0.1", "algo.kl_placement=reward", "algo.kl_estimator=k1"]},
-    "estimator": {"grpo": [], "rloo": ["algo.baseline=leave_one_out", "algo.scale=none"], "dr": ["algo.scale=none"],
-                  "batch": ["algo.scale=batch"], "process": ["algo.supervision=process", "reward.process_function=task"],
-                  "gagpo": ["algo.credit=gagpo"]},
-    "mask": {"none": [], "overlong": ["algo.mask_truncated=true"], "entropy": ["algo.entropy_top_fraction=0.5"],
-             "offpolicy": ["algo.offpolicy_delta=0.05"]},
-    "mu": {"1": [], "2": ["algo.num_iterations=2"]},
+# ---------------------------------------------------------------- the option table
+
+DIMENSIONS: dict[str, dict[str, list[str]]] = {
+    "objective": {"clip": [], "cispo": ["algo.objective=cispo"], "sapo": ["algo.objective=sapo"]},
+    "ratio": {"token": [], "sequence": ["algo.ratio_level=sequence"], "turn": ["algo.ratio_level=turn"],
+              "trajectory": ["algo.ratio_level=trajectory"]},
+    "aggregation": {"seq-mean-token-mean": [], "token-mean": ["algo.aggregation=token-mean"],
+                    "seq-mean-token-sum-norm": ["algo.aggregation=seq-mean-token-sum-norm", "algo.norm_constant=5"],
+                    "seq-mean-token-sum": ["algo.aggregation=seq-mean-token-sum"]},
+    "kl": {"none": [], "loss": ["algo.beta=0.1"], "reward": ["algo.beta=0.1", "algo.kl_placement=reward"]},
+    "advantage": {"group": [], "rloo": ["algo.baseline=leave_one_out", "algo.scale=none"], "dr": ["algo.scale=none"],
+                  "gtpo": ["algo.entropy_shaping=gtpo"], "grpo_s": ["algo.entropy_shaping=grpo_s"],
+                  "gigpo": ["algo.credit=gigpo"], "gagpo": ["algo.credit=gagpo"]},
+    "mask": {"none": [], "overlong": ["algo.mask_truncated=true"], "entropy_top": ["algo.entropy_top_fraction=0.5"],
+             "tis": ["rollout.tis_cap=2", "rollout.async_staleness=1"], "icepop": ["rollout.mismatch_mask=token"],
+             "mis": ["rollout.mismatch_mask=sequence"], "offpolicy": ["algo.offpolicy_delta=0.05"]},
+    "iterations": {"2": ["algo.num_iterations=2"], "1": []},  # 2 first: the ratios are not 1 in the other cells
     "turns": {"single": [], "multi": ["env.tools=[calculator]"]},
-    "ratio": {"token": [], "sequence": ["algo.ratio_level=sequence"], "turn": ["algo.ratio_level=turn"]},
 }
-# the estimators the naive reference covers; the others are checked for validation only
-REFERENCE_ESTIMATORS = ("grpo", "rloo", "dr", "batch")
+DEFAULT = {dim: next(iter(values)) for dim, values in DIMENSIONS.items()}
 
-G, EPS, BETA, NORM_C = 3, 1e-4, 0.1, 4.0
-REWARDS = [1.0, 0.0, 0.5, 0.2, 0.2, 0.9]
-LENGTHS = [3, 2, 3, 1, 3, 2]
-FINISH = ["eos", "length", "eos", "eos", "eos", "eos"]
-gen = torch.Generator().manual_seed(0)
-LOGP = -torch.rand(6, 3, generator=gen) - 0.1  # (N, T) log pi_theta now
-SHIFT = 0.3 * (torch.rand(6, 3, generator=gen) - 0.5)  # pi_old = pi_theta + shift after a first update (mu = 2)
-REF = LOGP - 0.2 * torch.rand(6, 3, generator=gen)
-ENTROPY = torch.rand(6, 3, generator=gen)
-
-
-def pairs():
-    for (a, va), (b, vb) in itertools.combinations(AXES.items(), 2):
-        for (ka, oa), (kb, ob) in itertools.product(va.items(), vb.items()):
-            yield f"{a}={ka},{b}={kb}", {a: ka, b: kb}, oa + ob
+# every registered name of a stage kind -> the table row that selects it (a new name must be added here)
+REGISTERED_ROWS = {
+    "advantage": {"group": ("advantage", "group"), "gtpo": ("advantage", "gtpo"), "grpo_s": ("advantage", "grpo_s"),
+                  "gigpo": ("advantage", "gigpo"), "gagpo": ("advantage", "gagpo"),
+                  "process": None},  # process supervision needs a process reward function: tests/test_variants_family.py
+    "objective": {name: ("objective", name) for name in ("clip", "cispo", "sapo")},
+    "token mask": {"overlong": ("mask", "overlong"), "entropy_top": ("mask", "entropy_top")},
+    "reward stage": {"kl_in_reward": ("kl", "reward"),
+                     "normalize_components": None},  # MO-GRPO needs several reward functions: tests/test_pipeline.py
+    "advantage stage": {"tis": ("mask", "tis"), "mismatch_mask": ("mask", "icepop"), "entropy_advantage": None},
+}  # entropy_advantage (EDGE-GRPO): tests/test_pipeline.py::test_mo_grpo_then_edge_stages
 
 
-CASES = list(pairs())
-
-
-def _config(overrides):
-    return validate(apply_overrides(Config(), ["rollout.group_size=3", "data.task=calculator"] + overrides))
-
-
-@pytest.mark.parametrize("name, choice, overrides", CASES, ids=[c[0] for c in CASES])
-def test_pair_is_refused_in_one_sentence_or_matches_the_reference(name, choice, overrides):
-    try:
-        cfg = _config(overrides)
-    except ConfigError as e:
-        msg = str(e)
-        assert "\n" not in msg and msg.count(". ") == 0, msg  # one sentence
-        assert any(o.split("=")[0] in msg for o in overrides), msg  # names a field of the pair
-        return
-    if choice.get("estimator", "grpo") not in REFERENCE_ESTIMATORS:
-        return
-    loss, inputs, want_loss, want_adv, want_mask = _both(cfg.algo, choice.get("turns") == "multi")
-    assert inputs.loss_mask.tolist() == want_mask
-    adv = inputs.advantages if inputs.advantages.dim() == 1 else inputs.advantages[:, 0]
-    assert adv.tolist() == pytest.approx(want_adv, rel=1e-5, abs=1e-6)
-    assert loss.item() == pytest.approx(want_loss, rel=1e-5, abs=1e-6)
-
-
-def _batch(multi: bool):
-    eps = None
-    if multi:  # row 0: model token, environment token, model token of the second turn
-        eps = [Episode([1, 0, 1], [0, 0, 1])] + [Episode.single(n) for n in LENGTHS[1:]]
-    sb, batch = scored(REWARDS, G, LENGTHS, FINISH, eps)
-    if multi:
-        batch.completion_mask[0, 1] = 0.0
-    return sb, batch
-
-
-def _both(a, multi):
-    sb, batch = _batch(multi)
-    need_old, need_ref, need_ent = needed_logprobs(StepSettings(a))
-    mu2 = a.num_iterations > 1
-    old_now = LOGP + SHIFT if mu2 else LOGP.clone()  # pi_old as the update sees it
-    lp = LogProbs(LOGP.clone() if need_old else None, REF if need_ref else None, ENTROPY if need_ent else None)
-    inputs = update_inputs(StepSettings(a, norm_constant=NORM_C), sb, batch, lp)
-    old = old_now if (inputs.old_logp is not None or mu2) else LOGP.detach()
-    n_tok = float(inputs.loss_mask.sum())
-    norms = inputs.norms.__class__(inputs.norms.aggregation, 6.0, n_tok, inputs.norms.norm_constant)
-    tensors = LossTensors(LOGP, old, inputs.advantages, inputs.loss_mask, inputs.ref_logp,
-                          turn_ids=inputs.turn_ids)
-    loss, _ = objective_loss(tensors, inputs.loss, norms)
-    want_loss, want_adv, want_mask = reference(a, batch.completion_mask.tolist(), old.tolist(), multi)
-    return loss, inputs, want_loss, want_adv, want_mask
-
-
-def reference(a, mask, old, multi):
-    logp, ref, ent = LOGP.tolist(), REF.tolist(), ENTROPY.tolist()
-    N, T = len(mask), len(mask[0])
-    r = list(REWARDS)
-    if a.beta and a.kl_placement == "reward":  # k1 of pi_old (= pi_theta before the first update) to pi_ref
-        r = [r[i] - a.beta * sum(mask[i][t] * (logp[i][t] - ref[i][t]) for t in range(T)) for i in range(N)]
-    adv = _advantages(a, r)
-    m = [row[:] for row in mask]
-    if a.mask_truncated:
-        m = [[0.0] * T if FINISH[i] == "length" else m[i] for i in range(N)]
-    if a.entropy_top_fraction < 1:
-        pool = torch.tensor([ent[i][t] for i in range(N) for t in range(T) if m[i][t]])
-        q = torch.quantile(pool, 1 - a.entropy_top_fraction).item()
-        m = [[m[i][t] if ent[i][t] >= q else 0.0 for t in range(T)] for i in range(N)]
-    loss_m = [row[:] for row in m]
-    if a.offpolicy_delta:
-        for i in range(N):
-            n = sum(m[i]) or 1
-            drift = sum(m[i][t] * (old[i][t] - logp[i][t]) for t in range(T)) / n
-            if adv[i] < 0 and drift > a.offpolicy_delta:
-                loss_m[i] = [0.0] * T
-    turn = [[0, 0, 1]] + [[0] * T] * (N - 1) if multi else [[0] * T] * N
-    losses = [[_token_loss(a, _ratio(a, logp, old, m, turn, i, t), adv[i], logp[i][t], ref[i][t]) for t in range(T)]
-              for i in range(N)]
-    return _reduce(a, losses, loss_m, sum(map(sum, m))), adv, m
-
-
-def _advantages(a, r):
-    out = []
-    for p in range(len(r) // G):
-        g = r[p * G:(p + 1) * G]
-        if max(g) - min(g) <= max(1e-6 * max(map(abs, g)), 1e-8):
-            out += [0.0] * G
-            continue
-        mean = sum(g) / G
-        if a.scale == "group":
-            s = math.sqrt(sum((x - mean) ** 2 for x in g) / (G - 1)) + EPS
-        elif a.scale == "batch":
-            mb = sum(r) / len(r)
-            s = math.sqrt(sum((x - mb) ** 2 for x in r) / (len(r) - 1)) + EPS
-        else:
-            s = 1.0
-        base = [(sum(g) - x) / (G - 1) for x in g] if a.baseline == "leave_one_out" else [mean] * G
-        out += [(x - b) / s for x, b in zip(g, base)]
+def cells() -> list[dict[str, str]]:
+    """Every pair of values of two dimensions, the others at their defaults (no duplicates)."""
+    out, seen = [], set()
+    for d1, d2 in itertools.combinations(DIMENSIONS, 2):
+        for v1, v2 in itertools.product(DIMENSIONS[d1], DIMENSIONS[d2]):
+            cell = {**DEFAULT, d1: v1, d2: v2}
+            key = tuple(cell.values())
+            if key not in seen:
+                seen.add(key)
+                out.append(cell)
     return out
 
 
-def _ratio(a, logp, old, m, turn, i, t):
-    if a.ratio_level == "token":
-        return math.exp(logp[i][t] - old[i][t])
-    span = [u for u in range(len(m[i])) if a.ratio_level == "sequence" or turn[i][u] == turn[i][t]]
-    n = sum(m[i][u] for u in span) or 1
-    return math.exp(sum(m[i][u] * (logp[i][u] - old[i][u]) for u in span) / n)
+def cell_id(cell: dict[str, str]) -> str:
+    return "-".join(f"{d}={v}" for d, v in cell.items() if v != DEFAULT[d]) or "defaults"
 
 
-def _token_loss(a, rho, A, logp, ref):
-    if a.objective == "clip":
-        obj = min(rho * A, min(max(rho, 1 - a.clip_low), 1 + a.clip_high) * A)
-    elif a.objective == "cispo":
-        obj = min(rho, 1 + a.clip_high) * A * logp
-    else:
-        tau = a.sapo_tau_pos if A > 0 else a.sapo_tau_neg
-        obj = 1 / (1 + math.exp(-tau * (rho - 1))) * 4 / tau * A
-    kl = math.exp(ref - logp) - (ref - logp) - 1 if a.beta and a.kl_placement == "loss" else 0.0
-    return -obj + a.beta * kl
+def config_of(cell: dict[str, str]) -> Config:
+    overrides = [o for dim, value in cell.items() for o in DIMENSIONS[dim][value]]
+    return apply_overrides(Config(), overrides)
 
 
-def _reduce(a, losses, m, n_tok):
-    N = len(losses)
-    sums = [sum(l * w for l, w in zip(losses[i], m[i])) for i in range(N)]
-    if a.aggregation == "seq-mean-token-mean":
-        return sum(s / (sum(m[i]) or 1) for i, s in enumerate(sums)) / N
-    if a.aggregation == "token-mean":
-        return sum(sums) / max(n_tok, 1)
-    if a.aggregation == "seq-mean-token-sum-norm":
-        return sum(sums) / (N * NORM_C)
-    return sum(sums) / N
+# ---------------------------------------------------------------- one fixed batch: P = 2 prompts, G = 2, T = 4
+
+G, T, BETA, TIS_CAP, LOW, HIGH, DELTA, C = 2, 4, 0.1, 2.0, 0.5, 2.0, 0.05, 5.0
+REWARDS = [1.0, 0.0, 0.3, 0.8]
+LOGP = torch.tensor([[-0.5, -1.0, -0.7, -0.2], [-0.9, -0.4, 0.0, 0.0], [-0.3, -1.2, -0.6, 0.0], [-0.8, 0.0, 0.0, 0.0]])
+OLD2 = LOGP + torch.tensor([[0.3, -0.2, 0.1, 0.4], [-0.5, 0.2, 0, 0], [0.1, 0.3, -0.2, 0], [0.6, 0, 0, 0]])
+REF = LOGP - torch.tensor([[0.2, 0.1, -0.3, 0.5], [0.4, -0.1, 0, 0], [0.0, 0.2, 0.3, 0], [-0.2, 0, 0, 0]])
+ENT = torch.tensor([[0.9, 0.1, 0.5, 0.7], [0.3, 0.8, 0, 0], [0.2, 0.6, 0.4, 0], [1.1, 0, 0, 0]])
+# the sampler's log-probabilities relative to pi_old: ratio pi_old / pi_sampler = exp(OFFSET)
+SAMPLER_OFFSET = torch.tensor([[0.1, math.log(3.0), -0.2, 0.0], [-0.05, 0.3, 0, 0], [0.2, -math.log(2.5), 0.1, 0],
+                               [0.0, 0, 0, 0]])
+SINGLE = {"lengths": [4, 2, 3, 1], "model_mask": None, "turns": None}
+MULTI = {"lengths": [4, 2, 3, 1], "model_mask": [[1, 1, 0, 1], [1, 1], [1, 0, 1], [1]],
+         "turns": [[0, 0, 0, 1], [0, 0], [0, 0, 1], [0]], "states": [["a", "b"], ["a"], ["a", "c"], ["a"]]}
+FINISH = ["eos", "eos", "length", "eos"]  # row 2 was cut by the length limit
 
 
-# ---------------------------------------------------------------- what the table found (each fails on the old code)
+def completion_mask(shape: dict) -> torch.Tensor:
+    rows = shape["model_mask"] or [[1] * n for n in shape["lengths"]]
+    return torch.tensor([r + [0] * (T - len(r)) for r in rows], dtype=torch.float32)
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (["algo.supervision=process", "reward.process_function=task", "algo.scale=none"], "algo.scale=group"),
-    (["algo.supervision=process", "reward.process_function=task", "algo.beta=0.1", "algo.kl_placement=reward"],
-     "algo.kl_placement=loss"),
-    (["algo.supervision=process", "reward.process_function=task", "reward.normalize_components=true"],
-     "reward.normalize_components"),
-    (["algo.credit=gagpo", "algo.scale=none"], "algo.scale=group"),
-    (["algo.entropy_shaping=gtpo", "algo.baseline=leave_one_out"], "algo.baseline=group_mean"),
-])
-def test_estimator_that_would_ignore_an_option_refuses_it(overrides, field):
-    with pytest.raises(ConfigError, match=field):
-        _config(overrides)
+def batch_of(cell: dict[str, str]):
+    """(scored batch, token batch, pi_old used) for the cell; pi_old is pi_theta itself at 1 iteration."""
+    shape = MULTI if cell["turns"] == "multi" else SINGLE
+    mask = completion_mask(shape)
+    old = LOGP.clone() if cell["iterations"] == "1" else OLD2.clone()
+    sampler = [(old[i] - SAMPLER_OFFSET[i])[:n].tolist() for i, n in enumerate(shape["lengths"])]
+    episodes = None
+    if shape["turns"] is not None:
+        episodes = [Episode(m, t, s) for m, t, s in zip(shape["model_mask"], shape["turns"], shape["states"])]
+        sampler = [[v if m else 0.0 for v, m in zip(row, mm)] for row, mm in zip(sampler, shape["model_mask"])]
+    prompts = [Prompt(text=f"p{p}", ids=[1], columns={"answer": "1"}) for p in range(2)]
+    ro = Rollout([[1], [1]], [[5] * n for n in shape["lengths"]], sampler, FINISH, G, episodes)
+    total = torch.tensor(REWARDS)
+    sb = ScoredBatch(prompts, ro, [f"t{i}" for i in range(4)], total[:, None], total, ["r"])
+    ids = torch.full((4, 1 + T), 5)
+    attn = torch.cat([torch.ones(4, 1), (torch.arange(T)[None] < torch.tensor(shape["lengths"])[:, None]).float()], dim=1)
+    batch = TokenBatch(ids, attn, torch.arange(1 + T).expand(4, -1), ids[:, 1:], mask)
+    return sb, batch, old
+
+
+def run_pipeline(cell: dict[str, str], cfg: Config):
+    """What Trainer.train_step and policy_update do with this batch: returns (inputs, loss)."""
+    sb, batch, old = batch_of(cell)
+    r = cfg.rollout
+    settings = StepSettings(cfg.algo, None, None, r.tis_cap if uses_tis(cfg) else 0.0, cfg.algo.norm_constant or r.max_new_tokens,
+                            mismatch=(r.mismatch_mask, r.mismatch_low, r.mismatch_high))
+    need_old, need_ref, want_entropy = needed_logprobs(settings)
+    lp = LogProbs(old if need_old else None, REF if need_ref else None, ENT if want_entropy else None)
+    inputs = update_inputs(settings, sb, batch, lp)
+    logp = LOGP.clone().requires_grad_(True)
+    old_used = inputs.old_logp if inputs.old_logp is not None else logp.detach()
+    norms = inputs.norms.__class__(inputs.norms.aggregation, 4.0, float(inputs.loss_mask.sum()), inputs.norms.norm_constant)
+    tensors = LossTensors(logp, old_used, inputs.advantages, inputs.loss_mask, inputs.ref_logp, ENT, inputs.turn_ids,
+                          ratio_mask=batch.completion_mask)  # as policy_update passes it
+    loss, _ = objective_loss(tensors, inputs.loss, norms)
+    return inputs, loss, sb, batch, old
+
+
+# ---------------------------------------------------------------- the reference, from the papers' formulas
+
+
+def k3(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    d = ref - logp  # DeepSeekMath eq. 4: pi_ref/pi - log(pi_ref/pi) - 1
+    return torch.exp(d) - d - 1
+
+
+def ref_rewards(cell, old, mask) -> torch.Tensor:
+    r = torch.tensor(REWARDS)
+    if cell["kl"] == "reward":  # REINFORCE++: r_i - beta * sum_t KL_t(pi_old || pi_ref), k3
+        r = r - BETA * (k3(old, REF) * mask).sum(dim=1)
+    return r
+
+
+def ref_group_advantages(kind: str, r: torch.Tensor) -> torch.Tensor:
+    out = []
+    for g in range(0, len(r), G):
+        grp = r[g:g + G].tolist()
+        mean = sum(grp) / G
+        for x in grp:
+            if kind == "rloo":  # leave-one-out baseline, no scale
+                out.append(x - (sum(grp) - x) / (G - 1))
+            elif kind == "dr":  # Dr. GRPO: no std
+                out.append(x - mean)
+            else:  # GRPO: unbiased std plus adv_eps; a flat group gets 0
+                std = math.sqrt(sum((y - mean) ** 2 for y in grp) / (G - 1))
+                out.append(0.0 if max(grp) - min(grp) <= 1e-6 * max(abs(y) for y in grp) else (x - mean) / (std + 1e-4))
+    return torch.tensor(out)
+
+
+def ref_advantages(cell, cfg, r, sb, batch) -> torch.Tensor:
+    if cell["advantage"] in ("group", "rloo", "dr"):
+        return ref_group_advantages(cell["advantage"], r)
+    # GTPO / GRPO-S / GiGPO / GAGPO: the estimator alone (hand-worked in its own tests), on these rewards
+    ctx = AdvantageContext(cfg.algo, sb, r, batch.completion_mask, ENT, G, _One())
+    return registry.lookup("advantage", cell["advantage"])(ctx)[0]
+
+
+class _One:
+    active = False
+
+    @staticmethod
+    def gather_rows(x):
+        return x
+
+    local_rows = gather_varlen = gather_rows
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default)."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (pos - lo)
+
+
+def ref_masks(cell, mask, old):
+    """(loss mask, per-token advantage weights) after the masks and the advantage stages."""
+    loss_mask, weight = mask.clone(), torch.ones_like(mask)
+    ratio = torch.exp(SAMPLER_OFFSET)  # pi_old / pi_sampler on each token
+    real = mask > 0
+    if cell["mask"] == "overlong":  # DAPO: truncated rows leave the loss
+        loss_mask[2] = 0
+    elif cell["mask"] == "entropy_top":  # keep tokens at or above the median entropy of the real tokens
+        loss_mask = mask * (ENT >= quantile(ENT[real].tolist(), 0.5)).float()
+    elif cell["mask"] == "tis":  # TIS: A times min(pi_old / pi_sampler, cap)
+        weight = torch.where(real, ratio.clamp(max=TIS_CAP), torch.ones_like(ratio))
+    elif cell["mask"] == "icepop":  # IcePop: tokens with ratio outside [low, high] leave the gradient
+        weight = torch.where(real & ((ratio < LOW) | (ratio > HIGH)), 0.0, 1.0)
+    elif cell["mask"] == "mis":  # MIS: rows whose geometric-mean ratio is outside [low, high]
+        geo = torch.exp((SAMPLER_OFFSET * mask).sum(dim=1) / mask.sum(dim=1))
+        weight = torch.where(real & ((geo < LOW) | (geo > HIGH))[:, None], 0.0, 1.0)
+    return loss_mask, weight
+
+
+def ref_log_ratio(cell, logp, old, mask, turns) -> torch.Tensor:
+    d = (logp - old) * mask
+    if cell["ratio"] == "token":
+        return d
+    if cell["ratio"] == "sequence":  # GSPO: mean log-ratio of the sequence
+        return (d.sum(dim=1) / mask.sum(dim=1))[:, None].expand_as(d)
+    if cell["ratio"] == "trajectory":  # TIC-GRPO: the product of the token ratios
+        return d.sum(dim=1)[:, None].expand_as(d)
+    out = torch.zeros_like(d)  # GAGPO: mean log-ratio of each turn's model tokens
+    for i in range(d.shape[0]):
+        for t in range(T):
+            same = [u for u in range(T) if turns[i][u] == turns[i][t] and mask[i, u] > 0]
+            out[i, t] = sum(d[i, u] for u in same) / max(len(same), 1)
+    return out
+
+
+def ref_objective(cell, rho, adv, logp) -> torch.Tensor:
+    """The per-token loss of the objective (the negative of what it maximises)."""
+    if cell["objective"] == "cispo":  # sg(min(rho, 1 + eps_high)) * A * log pi
+        return -torch.clamp(rho, max=1.2) * adv * logp
+    if cell["objective"] == "sapo":  # sigmoid(tau (rho - 1)) * 4 / tau * A, tau by the sign of A
+        tau = torch.where(adv > 0, 1.0, 1.05)
+        return -torch.sigmoid(tau * (rho - 1)) * 4 / tau * adv
+    return -torch.minimum(rho * adv, torch.clamp(rho, 0.8, 1.2) * adv)  # PPO's clipped surrogate
+
+
+def ref_aggregate(cell, loss, mask) -> torch.Tensor:
+    n_tok = mask.sum()
+    if cell["aggregation"] == "token-mean":
+        return (loss * mask).sum() / n_tok
+    if cell["aggregation"] == "seq-mean-token-sum-norm":
+        return (loss * mask).sum() / (4 * C)
+    if cell["aggregation"] == "seq-mean-token-sum":
+        return (loss * mask).sum() / 4
+    return ((loss * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).sum() / 4
+
+
+def reference(cell, cfg, sb, batch, old):
+    """(advantages (N, T) on real tokens, loss mask, loss) from the formulas above."""
+    mask = batch.completion_mask
+    r = ref_rewards(cell, old, mask)
+    adv = ref_advantages(cell, cfg, r, sb, batch)
+    adv_NT = (adv[:, None] if adv.dim() == 1 else adv).expand(4, T).clone()
+    loss_mask, weight = ref_masks(cell, mask, old)
+    adv_NT = adv_NT * weight
+    turns = [row + [0] * (T - len(row)) for row in (MULTI["turns"] if cell["turns"] == "multi" else [[0] * T] * 4)]
+    rho = torch.exp(ref_log_ratio(cell, LOGP, old, mask, turns))
+    loss = ref_objective(cell, rho, adv_NT, LOGP)
+    if cell["kl"] == "loss":  # GRPO: beta * k3(pi_theta || pi_ref) per token
+        loss = loss + BETA * k3(LOGP, REF)
+    if cell["mask"] == "offpolicy":  # DeepSeek-V3.2: negative rows drifted by more than delta leave the loss
+        n = loss_mask.sum(dim=1)
+        drift = ((old - LOGP) * loss_mask).sum(dim=1) / n
+        mean_adv = (adv_NT * loss_mask).sum(dim=1) / n
+        dropped = (mean_adv < 0) & (drift > DELTA)
+        return adv_NT, loss_mask, ref_aggregate_with(cell, loss, loss_mask * (~dropped)[:, None], loss_mask)
+    return adv_NT, loss_mask, ref_aggregate(cell, loss, loss_mask)
+
+
+def ref_aggregate_with(cell, loss, loss_mask, count_mask) -> torch.Tensor:
+    """Dropped sequences still count in the normalisers (the token count is the loss mask's)."""
+    n_tok = count_mask.sum()
+    masked = loss * loss_mask
+    if cell["aggregation"] == "token-mean":
+        return masked.sum() / n_tok
+    if cell["aggregation"] == "seq-mean-token-sum-norm":
+        return masked.sum() / (4 * C)
+    if cell["aggregation"] == "seq-mean-token-sum":
+        return masked.sum() / 4
+    return (masked.sum(dim=1) / loss_mask.sum(dim=1).clamp(min=1)).sum() / 4
+
+
+# ---------------------------------------------------------------- the tests
+
+CELLS = cells()
+
+
+def test_the_table_covers_every_pair():
+    # 8 dimensions of sizes 3, 4, 4, 3, 7, 7, 2, 2: the distinct cells of all pairs
+    sizes = [len(v) for v in DIMENSIONS.values()]
+    pairs = sum((a - 1) * (b - 1) for a, b in itertools.combinations(sizes, 2))  # both off default
+    singles = sum(a - 1 for a in sizes)  # one off default (each appears in several pairs, counted once)
+    assert len(CELLS) == 1 + singles + pairs
+
+
+def test_every_registered_stage_has_a_row():
+    import grpokit.algo.loss  # noqa: F401  (registers the objectives)
+    import grpokit.algo.pipeline  # noqa: F401  (registers the reward, advantage and mask stages)
+
+    for kind, table in registry._KINDS.items():
+        built_in = {name for name, fn in table.items() if fn.__module__.startswith("grpokit.")}  # not tests' plugins
+        unknown = sorted(built_in - set(REGISTERED_ROWS[kind]))
+        assert not unknown, (f"registered {kind} {unknown} has no row in tests/test_combinations.py: add its "
+                             "dimension value and reference formula (or say which test owns it)")
+
+
+REFUSED: dict[str, str] = {}  # cell id -> the refusal sentence (filled by test_cell, checked below)
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[cell_id(c) for c in CELLS])
+def test_cell(cell):
+    cfg = config_of(cell)
+    try:
+        validate(cfg)
+    except ConfigError as e:  # refused: one sentence that names the fields
+        text = str(e)
+        assert "\n" not in text and "algo." in text or "rollout." in text or "env." in text, text
+        REFUSED[cell_id(cell)] = text
+        return
+    inputs, loss, sb, batch, old = run_pipeline(cell, cfg)
+    adv_NT, loss_mask, expected = reference(cell, cfg, sb, batch, old)
+    real = batch.completion_mask > 0
+    got_adv = (inputs.advantages[:, None] if inputs.advantages.dim() == 1 else inputs.advantages).expand(4, T)
+    assert torch.allclose(got_adv[real], adv_NT[real], atol=1e-5), (got_adv, adv_NT)
+    assert torch.equal(inputs.loss_mask, loss_mask)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+
+
+def test_refusals_are_the_pairs_that_cannot_run():
+    # GAGPO normalises its GAE by the group's std (validation.py), so the two unscaled baselines are
+    # refused; every other pair of the table runs.
+    for cell in CELLS:
+        try:
+            validate(config_of(cell))
+        except ConfigError as e:
+            assert cell["advantage"] == "gagpo" and cell_id(cell).count("advantage=") == 1, (cell_id(cell), str(e))
+            assert "algo.credit=gagpo" in str(e)

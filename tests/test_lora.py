@@ -85,8 +85,12 @@ def test_checkpoint_holds_adapter_or_merged_model_and_resume_is_exact(tiny_model
     # resume from step 1 in a copy of the run: step 2 must reproduce the adapters exactly
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "b" / "checkpoints" / "step-000002")
-    tr2 = make(tiny_model_dir, tmp_path / "b", **over)
-    tr2 = type(tr2)(tr2.cfg, reward_funcs=[__import__("test_train").likes_a], train_rows=__import__("test_train").ROWS,
+    from test_train import tiny_cfg
+    from grpokit.train.loop import Trainer
+
+    cfg2 = tiny_cfg(tiny_model_dir, tmp_path / "b", **over)
+    cfg2.data.dataset = ""  # rows are passed directly
+    tr2 = Trainer(cfg2, reward_funcs=[__import__("test_train").likes_a], train_rows=__import__("test_train").ROWS,
                     eval_rows=[], resume=tmp_path / "b", quiet=True)
     assert tr2.step == 1
     tr2.train()

@@ -97,3 +97,22 @@ def test_advantage_names_and_needed_logprobs():
     assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1, kl_placement="reward"))) == (True, True, False)
     assert needed_logprobs(StepSettings(AlgoConfig(entropy_advantage=True))) == (True, False, True)
     assert needed_logprobs(StepSettings(AlgoConfig(), tis_cap=2.0)) == (True, False, False)
+
+
+def test_mo_grpo_then_edge_stages():
+    # MO-GRPO: components [[1, 0], [0, 1]] (rows x functions), weights (1, 0.5). Within the group each
+    # component is z-scored: function 0 [1, 0] -> +-0.5 / S = +-0.70700; function 1 [0, 1] -> -+0.70700.
+    # Weighted sums: row 0 = 0.70700 - 0.5 * 0.70700 = 0.35350, row 1 = -0.35350.
+    # GRPO on those: mean 0, unbiased std sqrt(2 * 0.35350^2) = 0.49993 -> A = +-0.35350 / (0.49993 + 1e-4)
+    sb, batch = scored([1.0, 0.5], 2, [1, 1])
+    sb.rewards_NF = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    z = 0.5 / S
+    summed = z - 0.5 * z
+    a_mo = summed / (math.sqrt(2) * summed + 1e-4)
+    inp = run(AlgoConfig(), sb, batch, component_weights=(1.0, 0.5))
+    assert inp.advantages.tolist() == pytest.approx([a_mo, -a_mo], rel=1e-5)
+    # EDGE after it: token entropies 0.5 and 1.5 (one token each), batch mean 1.0 -> scales 2 and 2/3
+    lp = LogProbs(torch.zeros(2, 1), None, torch.tensor([[0.5], [1.5]]))
+    inp = run(AlgoConfig(entropy_advantage=True), sb, batch, lp, component_weights=(1.0, 0.5))
+    assert inp.advantages.tolist() == pytest.approx([2 * a_mo, -a_mo * 2 / 3], rel=1e-5)
+    assert inp.metrics["eda/scale/max"] == pytest.approx(2.0)

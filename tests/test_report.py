@@ -1,26 +1,34 @@
-"""The HTML report: every plot present, hostile samples escaped, no network references, renders."""
+"""The HTML report's content: panels chosen from what was logged, hostile text escaped, no network,
+comparison of runs, the live rewrite loop. tests/test_report_browser.py opens it in chromium."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import os
 import random
 import re
-import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from grpokit.cli import main
 from grpokit.record import HealthConfig, make_recorder, sample_rows
-from grpokit.record.report import PLOTS, render_report, report_main, write_report
-from grpokit.record.svg import Series, format_tick, line_chart, moving_average, nice_ticks
+from grpokit.record.report import payload, render, render_report, report_main, watch, write_comparison, write_report
+from grpokit.record.report_data import config_diff, load_run, panels, same_as
 
 HOSTILE = "<script>alert(1)</script>"
+# The smallest valid PNG (1x1, transparent): 8-byte signature, IHDR, IDAT, IEND.
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
 
 
-def make_run_dir(run_dir: Path, steps: int = 120) -> Path:
-    """A synthetic run written through the real Recorder: a learning run whose entropy collapses late."""
+def make_run_dir(run_dir: Path, steps: int = 120, lr: float = 1e-6, beta: float = 0.04, finished: bool = True) -> Path:
+    """A synthetic run written through the real Recorder: a learning run whose entropy collapses late,
+    with a reward function's `log_metric` value, `log_extra` columns, a conversation and an image."""
     rng = random.Random(0)
     rec = make_recorder(run_dir, ["jsonl"], total_steps=steps, samples_every=40, samples_prompts=2,
                         health=HealthConfig(max_nonfinite_steps=5))
@@ -28,41 +36,45 @@ def make_run_dir(run_dir: Path, steps: int = 120) -> Path:
         frac = step / steps
         m = {
             "reward": 0.2 + 0.9 * frac + rng.gauss(0, 0.08),
-            "reward_std": 0.4 - 0.1 * frac,
             "rewards/math/mean": 0.1 + 0.7 * frac + rng.gauss(0, 0.08),
             "rewards/format/mean": 0.1 + 0.2 * min(1.0, 3 * frac) + rng.gauss(0, 0.03),
+            "rewards/math/failures": 0.0,
             "frac_reward_zero_std": 0.5 - 0.3 * frac + rng.gauss(0, 0.05),
             "completions/mean_length": 180 - 60 * frac + rng.gauss(0, 8),
-            "completions/min_length": 40 + rng.gauss(0, 5),
             "completions/max_length": 256.0,
-            "completions/clipped_ratio": max(0.0, 0.15 - 0.1 * frac + rng.gauss(0, 0.02)),
-            "kl": 0.004 * step ** 0.8,
             "entropy": 0.8 * math.exp(-3 * frac) if step > 20 else 0.8,
-            "clip_ratio/low_mean": 0.004 + rng.uniform(0, 0.002),
-            "clip_ratio/high_mean": 0.01 + rng.uniform(0, 0.004),
-            "clip_ratio/region_mean": 0.015 + rng.uniform(0, 0.005),
             "loss": math.nan if step == 77 else rng.gauss(0, 0.05),
             "grad_norm": abs(rng.gauss(1.0, 0.3)),
-            "learning_rate": 1e-6,
             "time/rollout": 3.0 + rng.uniform(0, 0.5),
-            "time/reward": 0.2 + rng.uniform(0, 0.05),
-            "time/update": 1.5 + rng.uniform(0, 0.2),
             "time/step": 4.8,
-            "tokens_per_second": 850 + rng.uniform(-50, 50),
+            "mytask/format_bonus": 0.5 * frac,  # a reward function's log_metric
         }
+        if beta:
+            m["kl"] = 0.004 * step ** 0.8
         if step % 20 == 0:
             m["eval/accuracy"] = 0.2 + 0.5 * frac
         rec.log(m, step)
         if rec.wants_samples(step):
-            texts = ["Let me think. 2 + 3 = 5.\n\\boxed{5}", HOSTILE, "The answer is <b>6</b>", "\\boxed{5}"]
-            rec.log_samples(step, sample_rows(
+            rows = sample_rows(
                 prompts=["What is 2 + 3? Put the answer in \\boxed{}.", "Is 7 < 9 & 9 > 7?"],
-                texts=texts, rewards_per_func={"math": [1, 0, 0, 1], "format": [1, 0, 0, 1]},
-                rewards=[2, 0, 0, 2], advantages=[1.0, -1.0, -1.0, 1.0], lengths=[14, 9, 7, 5],
-                finish_reasons=["stop", "stop", "length", "stop"], group_size=2))
+                texts=["Let me think. 2 + 3 = 5.\n\\boxed{5}", HOSTILE, "The answer is <b>6</b>", "\\boxed{5}"],
+                rewards_per_func={"math": [1, 0, 0, 1], "format": [1, 0, 0, 1]}, rewards=[2, 0, 0, 2],
+                advantages=[1.0, -1.0, -1.0, 1.0], lengths=[14, 9, 7, 5], finish_reasons=["stop", "stop", "length", "stop"],
+                group_size=2, messages=[[{"role": "assistant", "content": "t", "tool_calls": [
+                    {"function": {"name": "calc", "arguments": {"expr": "2+3"}}}]}, {"role": "tool", "name": "calc", "content": "5"}],
+                    [], [], []])
+            rows[0]["completions"][0]["extra"] = {"judge_note": "<i>fine</i>", "score_raw": 0.75}
+            rows[0]["completions"][1]["images"] = ["draw.png", "../outside.png"]
+            rows[1]["completions"][0]["rewards"]["format"] = math.nan  # a reward that failed or did not apply
+            rec.log_samples(step, rows)
     rec.close()
-    (run_dir / "config.yaml").write_text("model: tiny-demo\nlearning_rate: 1.0e-06\nnote: \"<img src=x onerror=alert(2)>\"\n")
-    (run_dir / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.18}, "eval_after": {"accuracy": 0.71}, "steps": steps}))
+    (run_dir / "images").mkdir(exist_ok=True)
+    (run_dir / "images" / "draw.png").write_bytes(PNG)
+    (run_dir.parent / "outside.png").write_bytes(PNG)
+    (run_dir / "config.yaml").write_text(f"model:\n  name_or_path: tiny-demo\noptim:\n  lr: {lr:.1e}\nalgo:\n  beta: {beta}\n"
+                                         f"train:\n  out: {run_dir}\nnote: \"<img src=x onerror=alert(2)>\"\n")
+    if finished:
+        (run_dir / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.18}, "eval_after": {"accuracy": 0.71}, "steps": steps}))
     return run_dir
 
 
@@ -71,40 +83,106 @@ def run_dir(tmp_path: Path) -> Path:
     return make_run_dir(tmp_path / "run")
 
 
-def test_report_has_every_plot_and_sections(run_dir: Path) -> None:
-    html = write_report(run_dir).read_text()
-    for plot_id, *_ in PLOTS:
-        block = re.search(rf'id="plot-{plot_id}".*?</div></div>|id="plot-{plot_id}".*?</svg>', html, re.S)
-        assert block and "<svg" in block.group(0), f"plot {plot_id} missing or empty"
-    for label in ("rewards/math/mean", "rewards/format/mean", "before / after training", "time/rollout"):
-        assert label in html
-    assert "0.18 → 0.71" in html  # eval accuracy before -> after
-    assert "entropy_collapse" in html and "nonfinite" in html  # health warnings of this run
-    assert "Sample completions" in html and "What is 2 + 3?" in html
+def _data(html: str) -> dict:
+    return json.loads(re.search(r'<script type="application/json" id="grpokit-data">(.*?)</script>', html, re.S).group(1))
+
+
+def test_every_logged_metric_has_a_panel_and_none_is_empty(run_dir: Path) -> None:
+    plots = {p["id"]: p["keys"] for p in panels([load_run(run_dir)])}
+    assert plots["reward"] == ["reward", "rewards/math/mean", "rewards/format/mean"]  # per-function curves with the total
+    assert plots["eval"] == ["eval/accuracy"] and plots["kl"] == ["kl"]
+    assert ["mytask/format_bonus"] in plots.values()  # log_metric: a panel of its namespace
+    drawn = {k for keys in plots.values() for k in keys}
+    assert "rewards/math/failures" not in drawn  # 0 at every step: listed, not drawn
+    assert "0 at every step (not drawn): rewards/math/failures" in render_report(run_dir)
+    # beta 0: no KL logged, so no KL panel (no empty "not recorded" card)
+    no_kl = make_run_dir(run_dir.parent / "nokl", steps=30, beta=0.0)
+    assert "kl" not in {p["id"] for p in panels([load_run(no_kl)])}
+
+
+REWARD_MODULE = """
+def bonus(completions, log_metric, log_extra, **kwargs):
+    log_metric("mytask/chars", sum(len(c) for c in completions) / len(completions))
+    log_extra("judge_note", ["short" if len(c) < 4 else "long" for c in completions])
+    return [len(c) / 100 for c in completions]
+"""
+
+
+def test_a_real_runs_log_metric_and_log_extra_reach_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real `grpokit train` of the demo with a reward function that logs: its `log_metric` value gets a
+    panel of its namespace, its curve sits with the task's on the reward panel, its `log_extra` column is
+    beside each sampled completion."""
+    (tmp_path / "logging_reward.py").write_text(REWARD_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "train.steps=2", "data.eval_size=8", "record.samples_every=1",
+                 "reward.functions=[task,logging_reward:bonus]"]) == 0
+    data = _data((run / "report.html").read_text())
+    plots = {p["id"]: p["keys"] for p in data["panels"]}
+    assert plots["reward"] == ["reward", "rewards/arithmetic_accuracy/mean", "rewards/bonus/mean"]
+    assert ["mytask/chars"] in plots.values() and len(data["runs"][0]["series"]["mytask/chars"]) == 2
+    notes = {c["extra"]["judge_note"] for row in data["runs"][0]["samples"] for c in row["completions"]}
+    assert notes and notes <= {"short", "long"}
+
+
+def test_payload_steps_are_integers_and_nan_is_a_gap(run_dir: Path) -> None:
+    run = _data(render_report(run_dir))["runs"][0]
+    assert run["steps"] == list(range(1, 121)) and all(isinstance(s, int) for s in run["steps"])
+    assert run["series"]["loss"][76] is None  # step 77's NaN loss: a gap, not a number JSON cannot hold
+    assert run["series"]["eval/accuracy"][19] == pytest.approx(0.2 + 0.5 * 20 / 120, abs=1e-6)
+    assert run["series"]["eval/accuracy"][18] is None
+    assert run["heldout"] == [[0, 0.18], [120, 0.71]]  # summary.json: before (step 0) and after (last step)
+
+
+def test_identical_series_are_marked_so_both_stay_visible(tmp_path: Path) -> None:
+    rec = make_recorder(tmp_path, ["jsonl"], total_steps=3)
+    for step, r in enumerate([0.1, 0.5, 0.9], 1):  # one reward function of weight 1: total == component
+        rec.log({"reward": r, "rewards/only/mean": r, "rewards/other/mean": 1 - r}, step)
+    rec.close()
+    run = load_run(tmp_path)
+    assert same_as([run], ["reward", "rewards/only/mean", "rewards/other/mean"]) == {"rewards/only/mean": "reward"}
+    assert payload([run])["panels"][0]["same"] == {"rewards/only/mean": "reward"}
 
 
 def test_report_escapes_untrusted_text(run_dir: Path) -> None:
     html = render_report(run_dir)
-    assert HOSTILE not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "<b>6</b>" not in html and "&lt;b&gt;6&lt;/b&gt;" in html
-    assert "<img" not in html  # from config.yaml
-    assert "7 &lt; 9 &amp; 9 &gt; 7" in html
-    assert "<script" not in html.lower()
+    assert HOSTILE not in html and "<b>6</b>" not in html and "<i>fine</i>" not in html
+    assert "<img" not in html  # the config's hostile note is escaped in the config section
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert html.lower().count("<script") == 3  # data, uPlot, the page's script: nothing from the run
+    data = _data(html)  # the JSON still holds the exact text, for textContent
+    texts = [c["text"] for row in data["runs"][0]["samples"] for c in row["completions"]]
+    assert HOSTILE in texts and "The answer is <b>6</b>" in texts
 
 
 def test_report_is_self_contained(run_dir: Path) -> None:
     html = render_report(run_dir)
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html  # the browser refuses any request
     assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
-    assert not re.search(r"url\(|@import|<link|<iframe|<object|<embed", html, re.I)
-    assert "http://" not in html and "https://" not in html
+    assert not re.search(r"<link|<iframe|<object|<embed|@import", html, re.I)
+
+
+def test_samples_keep_extras_turns_and_inline_only_the_runs_images(run_dir: Path) -> None:
+    rows = _data(render_report(run_dir))["runs"][0]["samples"]
+    first = rows[0]["completions"]
+    assert first[0]["extra"] == {"judge_note": "<i>fine</i>", "score_raw": 0.75}
+    assert first[0]["messages"][0]["tool_calls"][0]["function"]["name"] == "calc"
+    # images/draw.png inlined; ../outside.png lies outside the run folder and is ignored
+    assert first[1]["images"] == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
+    assert [r["step"] for r in rows] == [40, 40, 80, 80, 120, 120]
+    assert rows[1]["completions"][0]["rewards"]["format"] == "NaN"  # strict JSON; shown as NaN
 
 
 def test_missing_files_are_fine(tmp_path: Path) -> None:
     html = render_report(tmp_path)
     assert "No metrics.jsonl" in html and "No samples were logged" in html and "No config.yaml" in html
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": "NaN"}\n{"step": 3, "rew')
-    html = render_report(tmp_path)
-    assert 'id="plot-reward"' in html and "not recorded in this run" in html  # kl etc. absent
+    data = _data(render_report(tmp_path))
+    assert [p["id"] for p in data["panels"]] == ["reward"] and data["runs"][0]["series"]["reward"] == [0.5, None]
+    (tmp_path / "summary.json").write_text('{"eval_before": {"accuracy": 0.25}, "eval_after": {"accuracy": 0.5}}')
+    data = _data(render_report(tmp_path))  # no eval/* metric, but summary.json's accuracies make the panel
+    assert [p["id"] for p in data["panels"]] == ["reward", "eval"] and data["runs"][0]["heldout"] == [[0, 0.25], [2, 0.5]]
     (tmp_path / "summary.json").write_text("not json")
     assert "No summary.json" in render_report(tmp_path)
 
@@ -115,41 +193,112 @@ def test_report_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert report_main(tmp_path) == 0 and (tmp_path / "report.html").exists()
 
 
-def test_svg_helpers_hand_worked() -> None:
-    assert nice_ticks(0.03, 0.97) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # span 0.94 / 5 = 0.188 -> step 0.2
-    assert nice_ticks(1, 200, 6) == [0, 50, 100, 150, 200]  # 199 / 6 = 33.2 -> step 50
-    assert nice_ticks(0, 0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # all zero: open upwards, not to -1
-    assert format_tick(0.25, 0.05) == "0.25" and format_tick(20000, 5000) == "20k" and format_tick(0.4, 0.2) == "0.4"
-    # Centred, window 3: [mean(1,3), mean(1,3), nan, mean(5)] (non-finite neighbours are skipped).
-    assert moving_average([1, 3, math.nan, 5], 3) == pytest.approx([2, 2, math.nan, 5], nan_ok=True)
-    svg = line_chart([Series("a<b", [(1, 1.0), (2, math.nan), (3, 2.0)])])
-    assert svg.count(" M") + svg.count('d="M') == 2  # the NaN lifts the pen: two sub-paths
-    assert "a&lt;b" in svg and "a<b" not in svg
+def test_comparison_overlays_runs_and_lists_config_differences(tmp_path: Path) -> None:
+    a = make_run_dir(tmp_path / "a", steps=30, lr=1e-6)
+    b = make_run_dir(tmp_path / "b", steps=40, lr=3e-6)
+    # optim.lr differs; train.out differs too but every run has its own folder, so it is not listed
+    assert config_diff([load_run(a), load_run(b)]) == [("optim.lr", ["1e-06", "3e-06"])]
+    out = tmp_path / "cmp.html"
+    assert main(["report", str(a), str(b), "--out", str(out)]) == 0
+    html = out.read_text()
+    data = _data(html)
+    assert [r["name"] for r in data["runs"]] == ["a", "b"] and len(data["runs"][1]["steps"]) == 40
+    assert "Config differences" in html and "<code>optim.lr</code>" in html
+    assert main(["report", str(tmp_path / "missing")]) == 2
 
 
-CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+def test_watch_rewrites_until_the_run_finishes(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run", steps=12, finished=False)
+    out = tmp_path / "live.html"
+    sleeps: list[float] = []
+    watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
+    assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3}  # in progress: the page reloads
+    # the trainer writes summary.json with the evaluation before training at the start: still in progress
+    (run / "summary.json").write_text('{"eval_before": {"accuracy": 0.2}}')
+    sleeps.clear()
+    watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
+    assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3} and "(in progress)" in out.read_text()
+    (run / "summary.json").write_text('{"steps": 12}')
+    sleeps.clear()
+    watch([run], out, interval_s=3, sleep=sleeps.append)
+    assert sleeps == [] and _data(out.read_text())["live"] is None  # finished: one last write, no reload
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary installed")
-@pytest.mark.timeout(120)
-def test_report_renders_headless(run_dir: Path, tmp_path: Path) -> None:
-    report = write_report(run_dir)
-    png = tmp_path / "report.png"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-           f"--screenshot={png}", "--window-size=1200,2400", report.as_uri()]
-    subprocess.run(cmd, check=True, timeout=100, capture_output=True)
-    data = png.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # a blank page compresses to a few KB
+def test_a_1000_step_report_stays_small(tmp_path: Path) -> None:
+    """docs/MONITORING.md quotes the size: 1,000 steps x 24 metrics and 50 sampled steps."""
+    run = make_run_dir(tmp_path / "long", steps=1000)
+    size = len(write_comparison([run], tmp_path / "r.html").read_bytes())
+    assert 150_000 < size < 1_000_000, size
 
 
-def test_moving_average_equals_naive_and_long_runs_stay_small() -> None:
-    rng = random.Random(1)
-    values = [rng.random() if i % 7 else math.nan for i in range(300)]
-    naive = []
-    for i, v in enumerate(values):  # the definition: mean of finite values within window // 2 either side
-        near = [u for u in values[max(0, i - 5): i + 6] if math.isfinite(u)]
-        naive.append(v if not math.isfinite(v) else sum(near) / len(near))
-    assert moving_average(values, 11) == pytest.approx(naive, nan_ok=True)
-    svg = line_chart([Series("long", [(i, math.sin(i / 300)) for i in range(20_000)])], max_points=600)
-    assert svg.count(" L") < 2 * 700 and len(svg) < 60_000  # two thinned lines of ~600 points each
+def test_make_test_installs_chromium_before_the_tests() -> None:
+    """CI on a fresh clone runs `make test`: its recipe must install chromium (the browser tests skip without it)."""
+    root = Path(__file__).resolve().parent.parent
+    make = (root / "Makefile").read_text()
+    recipe = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.startswith(" setup") and recipe.index("scripts/install_test_deps.sh") < recipe.index("pytest")
+    script = (root / "scripts" / "install_test_deps.sh").read_text()
+    assert "apt-get install" in script and "chromium" in script
+
+
+SLOW_REWARD = """import time
+
+def slow(completions, **kwargs):
+    time.sleep(0.03)  # a slow verifier (called per group): the run lasts long enough to be watched
+    return [0.0] * len(completions)
+"""
+
+
+def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
+    """`grpokit report --watch` beside a real `grpokit train`: while the run goes, the page carries the
+    reload and fewer steps than the end; once the run writes summary.json the watcher writes the whole
+    run without the reload and exits on its own."""
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
+    run, out = tmp_path / "run", tmp_path / "live.html"
+    grpokit = [sys.executable, "-m", "grpokit"]
+    log = tmp_path / "train.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and a full one blocks it
+    with open(log, "w") as sink:
+        train = subprocess.Popen([*grpokit, "train", "--out", str(run), "train.steps=25", "data.eval_size=8",
+                                  "reward.functions=[task,slow_reward:slow]"], env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists():  # the watcher needs the run folder
+            assert train.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        watcher = subprocess.Popen([*grpokit, "report", "--watch", str(run), "--interval", "0.5", "--out", str(out)],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        live_steps: list[int] = []
+        while train.poll() is None and time.monotonic() < deadline:
+            if out.exists():
+                data = _data(out.read_text())
+                if data["live"] == {"refresh_s": 0.5}:
+                    live_steps.append(len(data["runs"][0]["steps"]))
+            time.sleep(0.3)
+        assert train.wait(timeout=60) == 0, log.read_text()
+        assert watcher.wait(timeout=60) == 0, watcher.communicate()  # stops by itself once the run has ended
+    finally:
+        train.kill()
+    assert live_steps and min(live_steps) < 25, live_steps  # seen in progress
+    final = _data(out.read_text())
+    assert final["live"] is None and final["runs"][0]["steps"] == list(range(1, 26))
+
+
+def test_a_resumed_run_reads_in_progress_until_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run resumed for more steps is in progress again: its summary.json loses "steps" until
+    the end, so `--watch` keeps following it. A reward function probes the file during every step."""
+    run = tmp_path / "run"
+    (tmp_path / "probe_reward.py").write_text(
+        "import json, pathlib\n\ndef probe(completions, log_metric, **kwargs):\n"
+        f"    p = pathlib.Path({str(run / 'summary.json')!r})\n"
+        "    log_metric('probe/finished', float(p.exists() and 'steps' in json.loads(p.read_text())))\n"
+        "    return [0.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    common = ["data.eval_size=4", "reward.functions=[task,probe_reward:probe]"]
+    assert main(["train", "--out", str(run), "train.steps=2", *common]) == 0
+    assert load_run(run).finished
+    assert main(["train", "--resume", str(run), "train.steps=4"]) == 0
+    probes = [(r["step"], r["probe/finished"]) for r in load_run(run).metrics]
+    assert probes == [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], probes  # never "finished" while a step ran
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4 and load_run(run).finished

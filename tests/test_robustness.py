@@ -51,13 +51,13 @@ def test_too_many_failures_stop_with_a_clear_message(tmp_path):
 def test_non_finite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
     import grpokit.train.update as update
 
-    real = update.policy_loss
+    real = update.objective_loss
 
     def nan_loss(*args, **kwargs):
         loss, m = real(*args, **kwargs)
         return loss * float("nan"), m
 
-    monkeypatch.setattr(update, "policy_loss", nan_loss)
+    monkeypatch.setattr(update, "objective_loss", nan_loss)
     cfg = demo_cfg(tmp_path, "train.steps=6", "health.max_nonfinite_steps=3")
     tr = Trainer(cfg, quiet=True)
     before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}

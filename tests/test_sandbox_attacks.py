@@ -211,21 +211,22 @@ def test_hostile_result_records_are_failed_cases_not_parent_errors(canary, line)
     assert score(code) == 0.0
 
 
-def test_a_hostile_line_does_not_hide_the_honest_records_after_it(canary):
-    # a deeply nested line, then an honest record for case 0: the honest record still counts (1.0)
+def test_a_hostile_line_fails_the_case_it_was_written_in(canary):
+    # a deeply nested line, then a well-formed record for case 0, both written by the program: the
+    # harness writes one line per case, so the stray line taints case 0 (issue 26: it earned 1.0 before)
     code = ("import os\nos.write(3, b'[' * 100000 + b'\\n')\n"
             "os.write(3, b'{\"case\": 0, \"status\": \"ok\", \"value\": 3}\\n')\nos._exit(0)")
-    assert score(code, CALL) == 1.0
+    assert score(code, CALL) == 0.0
 
 
 def test_nesting_and_size_bounds_of_the_parser():
-    from grpokit.rewards.sandbox.isolation import MAX_DEPTH, MAX_LINE_BYTES, _parse_records
+    from grpokit.rewards.sandbox.isolation import MAX_DEPTH, MAX_LINE_BYTES, parse_records
 
     ok_value = "[" * MAX_DEPTH + "]" * MAX_DEPTH  # MAX_DEPTH lists inside the record's dict: at the bound
     deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)  # one more level: rejected
     text = "\n".join(['{"case": 0, "value": %s}' % ok_value, '{"case": 1, "value": %s}' % deep,
                       '{"case": 2, "value": "%s"}' % ("x" * MAX_LINE_BYTES), '{"case": 3}'])
-    assert [r["case"] for r in _parse_records(text)] == [0, 3]
+    assert [r["case"] for r in parse_records(text)] == [0, 3]
 
 
 # --- no zombie survives a call, even when the trainer is PID 1 (issue 19, item 3) ---

@@ -16,7 +16,8 @@ import json
 
 import pytest
 
-from grpokit.trl.trainer import Accelerator, train_output
+from grpokit.trl.bridge import final_entry, trl_step_metrics
+from grpokit.trl.trainer import Accelerator
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from trl_helpers import FakeHub, make_chat_model
 
@@ -60,7 +61,8 @@ def test_trls_grpo_script_main_runs_on_grpokits_trainer(chat_model, tmp_path, mo
     assert "Training completed." in printed and f"Model saved to {out}." in printed and "me/tiny-grpo" in printed
     assert trainer.state.global_step == 2
     assert [s.name for s in trainer._trainer.runner.specs] == ["think_format_reward", "accuracy_reward", "short"]
-    assert len(trainer._trainer.eval_prompts) == 2  # the test split became the eval_dataset
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]  # the test split became the eval_dataset
+    assert [h["step"] for h in evals] == [1, 2] and all("eval_rewards/accuracy_reward/mean" in h for h in evals)
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()  # save_model(output_dir)
     assert "model.safetensors" in hub.repos["me/tiny-grpo"]  # push_to_hub(dataset_name=...)
     assert trainer.model.dtype.is_floating_point and str(trainer.model.dtype) == "torch.float32"  # ModelConfig.dtype
@@ -82,13 +84,21 @@ def test_accelerator_reports_this_process_and_prints_on_the_main_one_only(monkey
     assert capsys.readouterr().out == ""
 
 
-def test_train_output_has_transformers_fields_and_grpokits_evaluations():
+def test_final_entry_is_trls():
     # 2 steps of 8 completions in 4 s: 16 / 4 = 4 samples/s, 2 / 4 = 0.5 steps/s; loss mean (0.5 + 1.5) / 2 = 1
-    res = train_output(2, 0.5, [0.5, 1.5], 4.0, 8, {"eval_before": {"reward": 0.25}, "eval_after": {"reward": 0.75}, "steps": 2})
-    step, loss, metrics = res  # unpacks as transformers' TrainOutput
-    assert (step, loss) == (2, 1.0)
-    assert metrics == {"train_runtime": 4.0, "train_samples_per_second": 4.0, "train_steps_per_second": 0.5,
-                       "train_loss": 1.0, "epoch": 0.5, "eval_before/reward": 0.25, "eval_after/reward": 0.75}
+    assert final_entry(2, [0.5, 1.5], 4.0, 8) == {"train_runtime": 4.0, "train_samples_per_second": 4.0,
+                                                  "train_steps_per_second": 0.5, "total_flos": 0.0, "train_loss": 1.0}
+
+
+def test_a_later_update_of_a_round_logs_only_its_own_metrics():
+    sampled = {"reward": 0.5, "loss": 9.0, "clip_ratio/low_mean": 0.1, "clip_ratio/high_mean": 0.3}
+    update = {"loss": 2.0, "clip_ratio/low_mean": 0.25, "clip_ratio/high_mean": 0.125}
+    first = trl_step_metrics(sampled, update, True, 1.5)  # the round's sampling metrics, the update's own loss
+    assert first["reward"] == 0.5 and first["loss"] == 2.0 and first["step_time"] == 1.5
+    assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.25, 0.125)  # one process: min = max = mean
+    later = trl_step_metrics(sampled, update, False, 0.5)
+    assert set(later) == {"loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min", "clip_ratio/high_max",
+                          "step_time"}
 
 
 def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp_path):
@@ -96,19 +106,21 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
     from datasets import Dataset
 
     args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True)
+                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, logging_steps=1)
     tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                      train_dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(rows[:1]), args=args)
     res = tr.train()
-    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2
-    assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0)]
+    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2; then TRL's final entry
+    assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0), (2, 1.0)]
     assert res.global_step == 2 and res.metrics["epoch"] == 1.0
-    losses = [h["loss"] for h in tr.state.log_history]
-    assert res.training_loss == pytest.approx(sum(losses) / 2) == res.metrics["train_loss"]
-    assert res.metrics["train_runtime"] > 0
+    losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
+    assert len(losses) == 2 and res.training_loss == pytest.approx(sum(losses) / 2) == res.metrics["train_loss"]
+    assert res.metrics["train_runtime"] > 0 and res.metrics["total_flos"] == 0.0
     assert res.metrics["train_samples_per_second"] == pytest.approx(8 / res.metrics["train_runtime"], rel=1e-2)
-    assert set(tr.summary) >= {"eval_before", "eval_after"}
-    assert {f"eval_after/{k}" for k in tr.summary["eval_after"]} <= set(res.metrics)
+    assert tr.state.log_history[-1] == {**{k: v for k, v in res.metrics.items()}, "step": 2}
+    ev = tr.evaluate()  # on demand after training: 1 prompt x 2 generations, TRL's names
+    assert {"eval_loss", "eval_reward", "eval_rewards/<lambda>/mean", "eval_runtime", "eval_num_tokens", "epoch"} <= set(ev)
+    assert ev["eval_reward"] == 0.0 and tr.state.log_history[-1]["eval_loss"] == ev["eval_loss"]
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

@@ -64,8 +64,8 @@ def test_mapping_worked_by_hand():
     assert (c.algo.aggregation, c.algo.norm_constant, c.algo.scale) == ("seq-mean-token-sum-norm", 0.0, "none")
     assert (c.algo.clip_low, c.algo.clip_high, c.algo.beta, c.algo.kl_bias_correction) == (0.2, 0.28, 0.04, True)
     assert (c.optim.lr, c.optim.adam_beta2, c.train.seed, c.model.autocast) == (5e-6, 0.999, 42, "bfloat16")
-    # save every 2 of 5 steps, keep them all: steps 2 and 4, plus the final one = 5 // 2 + 1 = 3
-    assert (c.train.save_every, c.train.keep_checkpoints, c.train.out) == (2, 3, "out")
+    # save_steps=2 TRL steps = 2 // mu=2 = every grpokit step; keep them all: 5 // 1 + 1 = 6
+    assert (c.train.save_every, c.train.keep_checkpoints, c.train.out) == (1, 6, "out")
     assert c.record.sinks == ["console", "tensorboard"] and (c.record.console_every, c.record.samples_every) == (5, 5)
     assert c.rollout.stop == ["</answer>"] and c.rollout.top_k == 20 and c.rollout.max_new_tokens == 512
     assert c.rollout.repetition_penalty == 1.1
@@ -155,3 +155,59 @@ def test_a_repetition_penalty_that_is_not_positive_is_refused():
 
     with pytest.raises(ConfigError, match=r"^rollout.repetition_penalty=0.0 must be > 0 \(1.0 = off\)$"):
         validate(to_config(GRPOConfig(generation_kwargs={"repetition_penalty": 0.0}), num_rows=4))
+
+
+@pytest.mark.parametrize("name,value", [("learning_rate", float("inf")), ("reward_weights", [1.0, float("nan")]),
+                                        ("save_total_limit", 0), ("num_generations", 0), ("num_generations", 1),
+                                        ("per_device_train_batch_size", 0), ("top_p", 0.0), ("temperature", -1.0),
+                                        ("num_iterations", 0), ("logging_steps", 0), ("max_completion_length", 0)])
+def test_a_value_no_run_can_use_is_refused_naming_the_argument(name, value):
+    # each was silently accepted or ended in a Python error (num_generations=0: ZeroDivisionError) before
+    with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}=.* is not valid; use "):
+        GRPOConfig("out", **{name: value})
+    args = GRPOConfig("out")
+    with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}="):  # set after construction too
+        setattr(args, name, value)
+
+
+def test_valid_edge_values_are_accepted():
+    GRPOConfig("out", max_steps=0, learning_rate=1e-9, top_p=1.0, save_total_limit=None, reward_weights=[0.0, 2])
+    GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": False}, run_name="r1", per_device_eval_batch_size=4)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument gradient_checkpointing_kwargs=\{'use_reentrant': True\} is not supported"):
+        to_config(GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": True}), num_rows=8)
+    assert to_config(GRPOConfig("out", run_name="r1"), num_rows=8).record.run_name == "r1"
+
+
+def test_steps_per_generation_and_generation_batch_size_worked_by_hand():
+    a = GRPOConfig("out", per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=4,
+                   num_generations=4, max_steps=6)
+    c = to_config(a, num_rows=100, world_size=1)
+    # generation batch 2 * 4 = 8 completions = 2 prompts of G=4; 4 / 2 accumulation steps = 2 updates per batch;
+    # 6 TRL steps / 2 updates per grpokit step = 3 grpokit steps; warm-up etc. count 3 * 2 = 6 updates
+    assert (c.train.prompts_per_step, c.train.micro_batch_size, c.train.updates_per_batch, c.train.steps) == (2, 2, 2, 3)
+    b = to_config(GRPOConfig("out", per_device_train_batch_size=2, generation_batch_size=8, num_generations=4, max_steps=8),
+                  num_rows=100, world_size=1)
+    # generation_batch_size 8 / (2 per device * 1 process) = steps_per_generation 4, accumulation 1: 4 updates a batch
+    assert (b.train.prompts_per_step, b.train.updates_per_batch, b.train.steps) == (2, 4, 2)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig arguments steps_per_generation and generation_batch_size are both set"):
+        to_config(GRPOConfig("out", steps_per_generation=2, generation_batch_size=16), num_rows=8)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig steps_per_generation=3 is not a multiple of gradient_accumulation_steps=2"):
+        to_config(GRPOConfig("out", per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=3,
+                             num_generations=4), num_rows=8)
+
+
+def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
+    import torch
+
+    from grpokit.algo.pipeline import UpdateInputs
+    from grpokit.train.update import update_slices
+    from grpokit.types import TokenBatch
+
+    ids = torch.arange(8).view(4, 2)  # 4 rows, row r holds 2r, 2r + 1
+    batch = TokenBatch(ids, torch.ones(4, 2), ids, ids, torch.ones(4, 2))
+    inputs = UpdateInputs(batch, torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.ones(4, 2), None, None,
+                          seq_weights=lambda rows: torch.arange(4.0)[rows])
+    first, second = update_slices(inputs, 2)
+    assert second.batch.input_ids.tolist() == [[4, 5], [6, 7]] and second.advantages.tolist() == [3.0, 4.0]
+    assert first.old_logp is None and second.seq_weights(slice(0, 2)).tolist() == [2.0, 3.0]  # rows 2, 3 of the batch
+    assert update_slices(inputs, 1) == [inputs]

@@ -37,3 +37,24 @@ def test_module_function_paths_are_found_in_the_working_directory(tmp_path, monk
 
     with pytest.raises(RewardError, match="working directory"):
         resolve_reward("no_such_module_t18:fn")
+
+
+def test_a_failing_reward_function_is_one_sentence_with_its_name_and_row(tmp_path, monkeypatch):
+    from datasets import Dataset
+
+    from grpokit.rewards.spec import RewardError
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from trl_helpers import make_chat_model
+
+    def math_accuracy(completions, **kwargs):
+        raise KeyError("solution")
+
+    monkeypatch.delenv("GRPOKIT_DEBUG", raising=False)
+    model = make_chat_model(tmp_path / "m")
+    args = GRPOConfig(str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=2, use_cpu=True, disable_tqdm=True)
+    tr = GRPOTrainer(str(model), reward_funcs=math_accuracy, args=args, train_dataset=Dataset.from_list([{"prompt": "ab"}] * 2))
+    with pytest.raises(RewardError, match=r"^Reward 'math_accuracy' failed on 2 of 2 completions.*first error, on completion 0: "
+                                          r"KeyError: 'solution'") as info:
+        tr.train()
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained 30-frame traceback

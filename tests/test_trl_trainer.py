@@ -80,6 +80,7 @@ def test_callbacks_are_called_at_their_points_and_can_stop_the_run(tiny_model_di
         ("end", 2, True),
     ]
     assert summary["steps"] == 2  # stopped after step 2 of 3, with its checkpoint and final evaluation
+    cfg.train.out = str(tmp_path / "run2")  # a new run: the first one holds "run"
     with pytest.raises(TypeError, match="none of the methods"):
         Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, quiet=True, callbacks=[object()])
 
@@ -92,6 +93,7 @@ def test_reward_weights_weight_callables_and_a_wrong_count_is_one_sentence(tiny_
     tr = Trainer(cfg, reward_funcs=[likes_a, short], train_rows=ROWS, quiet=True)
     assert [(s.name, s.weight) for s in tr.runner.specs] == [("likes_a", 2.0), ("short", 0.5)]
     cfg.reward.weights = [1.0, 2.0, 3.0]
+    cfg.train.out = str(tmp_path / "run2")  # a new run: the first one holds "run"
     with pytest.raises(ConfigError, match="reward.weights has 3 entries but there are 2 reward functions"):
         Trainer(cfg, reward_funcs=[likes_a, short], train_rows=ROWS, quiet=True)
 
@@ -209,3 +211,22 @@ def test_a_trainer_callback_subclass_gets_step_begin_and_an_event_grpokit_never_
     tr = GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[PerEpoch])
     with pytest.raises(TypeError, match=r"^callback PerEpoch defines on_epoch_end, which grpokit never calls; move that code"):
         tr.train()
+
+
+def test_streamed_train_data_an_eval_datasetdict_and_reward_processing_classes(chat_model, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
+    stream = Dataset.from_list(rows).to_iterable_dataset()  # TRL accepts a stream with max_steps
+    from datasets import DatasetDict
+
+    evals = DatasetDict({"a": Dataset.from_list(rows[:1]), "b": Dataset.from_list(rows[1:2])})
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "run", num_iterations=2, logging_steps=1),
+                     train_dataset=stream, eval_dataset=evals, reward_processing_classes=[None])
+    # max_steps=2 at num_iterations=2 is one sampling round of 4 completions / G=4 = 1 prompt: 1 row read
+    assert len(tr._kwargs["train_rows"]) == 1
+    res = tr.train()
+    assert res.global_step == 2 and [h["step"] for h in tr.state.log_history] == [1, 2, 2]  # two updates, then the final entry
+    ev = tr.evaluate()
+    assert {"eval_a_loss", "eval_a_reward", "eval_b_loss", "eval_b_rewards/short/mean"} <= set(ev)
+    with pytest.raises(ConfigError, match=r"^reward_processing_classes has 2 entries but there are 1 reward functions"):
+        GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "x"), train_dataset=Dataset.from_list(rows),
+                    reward_processing_classes=[None, None])

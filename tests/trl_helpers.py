@@ -31,6 +31,23 @@ def make_chat_model(path: Path, seed: int = 0) -> Path:
     return path
 
 
+def make_qwen2_model(path: Path, seed: int = 0) -> Path:
+    """A tiny Qwen2 (the architecture of TRL's docs' models) with the same character tokenizer and chat template."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+
+    tok = build_char_tokenizer("abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None)
+    tok.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=1, pad_token_id=0,
+                      tie_word_embeddings=False)
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    save_char_tokenizer(tok, path)
+    return path
+
+
 class FakeHub:
     """Just enough of the Hub's HTTP API for ``HfApi.create_repo`` and ``HfApi.create_commit`` with
     regular (inline) files: repositories live in ``self.repos[repo_id][path] = bytes``. Listens on

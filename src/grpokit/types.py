@@ -87,6 +87,8 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     environment: Any = None  # the environment instance of this episode (environment_factory), or None
+    tool_timeouts: int = 0  # calls of tool_errors that ran past env.tool_timeout_s
+    reset_failed: bool = False  # reset() raised or ran past env.reset_timeout_s: the episode started from the bare prompt
 
     @property
     def turns(self) -> int:

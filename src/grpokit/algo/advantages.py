@@ -123,32 +123,13 @@ def group_advantages(
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
     if std not in STD_KINDS:
         raise ValueError(f"unknown std kind {std!r}; valid: {', '.join(STD_KINDS)}")
-
     r = rewards_PG.to(torch.float32)
     flat_P = flat_groups(r, flat_rtol)
-
-    mean_P1 = r.mean(dim=1, keepdim=True)
-    if baseline == "leave_one_out":
-        centred_PG = (r - mean_P1) * (G / (G - 1))  # RLOO: r_i - (sum_j r_j - r_i)/(G-1)
-    else:
-        centred_PG = r - mean_P1  # GRPO: r_i - mean(r)
+    centred_PG = BASELINE_FNS[baseline](r)
     centred_PG = torch.where(flat_P[:, None], torch.zeros_like(centred_PG), centred_PG)
-
-    if scale == "group":
-        adv_PG = centred_PG / (_std(r, 1, std) + eps)  # DeepSeekMath: (r - mean) / std
-    elif scale == "batch":
-        adv_PG = centred_PG / (_std(r, None, std) + eps)
-    elif scale == "batch_whiten":
-        # group mean removed above, then whitened over the batch's completions (each weighs one)
-        adv_PG = (centred_PG - centred_PG.mean()) / (_std(centred_PG, None, std) + eps)
-    elif scale == "token_whiten":
-        # flat groups enter the statistics with c = 0, as in verl, and are zeroed below (verl leaves
-        # them at -mu / sqrt(var + eps), a pure length effect)
-        adv_PG = token_whiten(centred_PG, _lengths(lengths_PG, rewards_PG.shape), std=std, eps=eps)
-    else:
-        adv_PG = centred_PG  # Dr. GRPO: mean-centred only, no std
+    lengths = _lengths(lengths_PG, rewards_PG.shape) if scale == "token_whiten" else None
+    adv_PG = SCALE_FNS[scale](centred_PG, r, std, eps, lengths)
     adv_PG = torch.where(flat_P[:, None], torch.zeros_like(adv_PG), adv_PG)
-
     n_flat = int(flat_P.sum())
     metrics = {
         "frac_reward_zero_std": n_flat / P,
@@ -156,6 +137,24 @@ def group_advantages(
         **_stats("advantages", adv_PG),
     }
     return adv_PG, metrics
+
+
+# The baselines and scales of ``group_advantages`` by config name (algo.baseline, algo.scale).
+BASELINE_FNS = {
+    "group_mean": lambda r: r - r.mean(dim=1, keepdim=True),  # GRPO: r_i - mean(r)
+    # RLOO: r_i - (sum_j r_j - r_i)/(G-1) = G/(G-1) (r_i - mean(r))
+    "leave_one_out": lambda r: (r - r.mean(dim=1, keepdim=True)) * (r.shape[1] / (r.shape[1] - 1)),
+}
+SCALE_FNS = {  # (centred_PG, rewards_PG, std kind, eps, lengths_PG) -> advantages_PG
+    "group": lambda c, r, std, eps, L: c / (_std(r, 1, std) + eps),  # DeepSeekMath: (r - mean) / std
+    "batch": lambda c, r, std, eps, L: c / (_std(r, None, std) + eps),  # TRL's scale_rewards="batch"
+    "none": lambda c, r, std, eps, L: c,  # Dr. GRPO: mean-centred only, no std
+    # group mean removed, then whitened over the batch's completions (each weighs one)
+    "batch_whiten": lambda c, r, std, eps, L: (c - c.mean()) / (_std(c, None, std) + eps),
+    # REINFORCE++-baseline as verl: flat groups enter the statistics with c = 0 and are zeroed after
+    # (verl leaves them at -mu / sqrt(var + eps), a pure length effect)
+    "token_whiten": lambda c, r, std, eps, L: token_whiten(c, L, std=std, eps=eps),
+}
 
 
 def token_whiten(centred_PG: torch.Tensor, lengths_PG: torch.Tensor, *, std: StdKind = "unbiased",

@@ -159,30 +159,42 @@ def log_importance_ratio(
     full gradient ``sum_t grad logp``, not the GSPO-token form, so that ``1/|o_i| sum_t`` of a token
     loss that is constant over the sequence is exactly the paper's per-trajectory surrogate.
     """
-    log_ratio_NT = logp_NT - old_logp_NT
-    if level == "token":
-        return log_ratio_NT
-    if level == "turn":
-        if turn_ids_NT is None:
-            raise ValueError("ratio level 'turn' needs turn_ids_NT (the turn of every token)")
-        mask = mask_NT.to(logp_NT.dtype)
-        ids = turn_ids_NT.clamp(min=0).long()
-        K = int(ids.max().item()) + 1 if ids.numel() else 1
-        sums = torch.zeros(logp_NT.shape[0], K, dtype=logp_NT.dtype, device=logp_NT.device)
-        counts = torch.zeros_like(sums)
-        sums.scatter_add_(1, ids, (log_ratio_NT * mask).detach())
-        counts.scatter_add_(1, ids, mask)
-        turn_NT = (sums / counts.clamp(min=1)).gather(1, ids)  # GAGPO: action-level (per-turn) log-ratio
-        return turn_NT + logp_NT - logp_NT.detach()
-    if level == "trajectory":
-        mask = mask_NT.to(logp_NT.dtype)
-        traj_N = (log_ratio_NT * mask).sum(dim=1)  # TIC-GRPO: log of prod_t rho_t = pi(o|q) / pi_old(o|q)
-        return traj_N[:, None].expand_as(logp_NT)
-    if level == "sequence":
-        mask = mask_NT.to(logp_NT.dtype)
-        seq_N = (log_ratio_NT * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
-        return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token form
-    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    if level not in RATIO_FNS:
+        raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    return RATIO_FNS[level](logp_NT, old_logp_NT, mask_NT, turn_ids_NT)
+
+
+def _token_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    return logp_NT - old_logp_NT  # PPO / GRPO: one ratio per token
+
+
+def _sequence_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    mask = mask_NT.to(logp_NT.dtype)
+    seq_N = ((logp_NT - old_logp_NT) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
+    return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token form
+
+
+def _turn_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    if turn_ids_NT is None:
+        raise ValueError("ratio level 'turn' needs turn_ids_NT (the turn of every token)")
+    mask = mask_NT.to(logp_NT.dtype)
+    ids = turn_ids_NT.clamp(min=0).long()
+    K = int(ids.max().item()) + 1 if ids.numel() else 1
+    sums = torch.zeros(logp_NT.shape[0], K, dtype=logp_NT.dtype, device=logp_NT.device)
+    counts = torch.zeros_like(sums)
+    sums.scatter_add_(1, ids, ((logp_NT - old_logp_NT) * mask).detach())
+    counts.scatter_add_(1, ids, mask)
+    turn_NT = (sums / counts.clamp(min=1)).gather(1, ids)  # GAGPO: action-level (per-turn) log-ratio
+    return turn_NT + logp_NT - logp_NT.detach()
+
+
+def _trajectory_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    traj_N = ((logp_NT - old_logp_NT) * mask_NT.to(logp_NT.dtype)).sum(dim=1)  # TIC-GRPO: log prod_t rho_t
+    return traj_N[:, None].expand_as(logp_NT)
+
+
+# the ratio levels by config name (algo.ratio_level): (logp, old_logp, mask, turn_ids) -> log ratio (N, T)
+RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_ratio, "trajectory": _trajectory_ratio}
 
 
 # the keyword names policy_loss has always taken -> (record, field) of LossSettings / Normalisers / LossTensors
@@ -236,7 +248,10 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         drop_N = offpolicy_sequences(t.logp.detach(), t.old_logp, adv_NT, t.mask, s.offpolicy_delta)
         loss_mask_NT = t.mask * (~drop_N)[:, None].to(t.mask.dtype)  # DeepSeek-V3.2: off-policy sequence masking
         n_offpolicy = float(drop_N.sum())
-    ratio_NT = torch.exp(log_importance_ratio(t.logp, t.old_logp, t.mask, c.ratio_level, t.turn_ids))
+    # a sequence's (turn's) ratio is the likelihood ratio of all its tokens (GSPO's 1/|o_i|), even where a
+    # token mask (entropy top-fraction) keeps only some of them in the gradient
+    span_NT = t.ratio_mask if t.ratio_mask is not None else t.mask
+    ratio_NT = torch.exp(log_importance_ratio(t.logp, t.old_logp, span_NT, c.ratio_level, t.turn_ids))
     loss_NT = -lookup("objective", c.objective)(ratio_NT, adv_NT, t.logp, c)
     kl_NT = _kl_term(t, s)
     if kl_NT is not None:
@@ -277,7 +292,8 @@ def _kl_term(t: LossTensors, s: LossSettings) -> torch.Tensor | None:
         raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
     kl_NT = kl_estimate(t.logp, t.ref_logp, s.kl.estimator, clamp=s.kl.clamp)
     if s.kl.bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
-        kl_NT = kl_NT * _kl_weight(t.logp, t.old_logp, t.mask, s.clip.ratio_level)
+        kl_NT = kl_NT * _kl_weight(t.logp, t.old_logp, t.ratio_mask if t.ratio_mask is not None else t.mask,
+                                   s.clip.ratio_level)
     return kl_NT
 
 
@@ -313,14 +329,12 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
     }
 
 
-def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, objective: str = "clip", *,
-              clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None,
-              tau_pos: float = 1.0, tau_neg: float = 1.05) -> torch.Tensor:
-    """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``objective`` names
-    a registered objective (``clip_surrogate``, ``cispo_surrogate``, ``sapo_surrogate`` or a
-    plugin's, registry.py) or is ``module:function``."""
-    clip = ClipSettings(objective, clip_low, clip_high, dual_clip, "token", tau_pos, tau_neg)
-    return lookup("objective", objective)(ratio_NT, adv_NT, logp_NT, clip)
+def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor,
+              clip: ClipSettings = ClipSettings()) -> torch.Tensor:
+    """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``clip.objective``
+    names a registered objective (``clip_surrogate``, ``cispo_surrogate``, ``sapo_surrogate`` below, or
+    a plugin's, registry.py) or is ``module:function``."""
+    return lookup("objective", clip.objective)(ratio_NT, adv_NT, logp_NT, clip)
 
 
 @register_objective("clip")

@@ -25,9 +25,9 @@ import torch
 
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
-from .registry import lookup
+from .registry import lookup, register_advantage_stage, register_reward_stage
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
-from .tis import pad_sampling_logprobs, tis_weights
+from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
 from grpokit.types import TokenBatch
 
 
@@ -42,6 +42,7 @@ class StepSettings:
     norm_constant: float = 1.0  # Dr. GRPO's C: algo.norm_constant or rollout.max_new_tokens
     dist: Any = None  # a distributed.DistContext; None: one process
     lam: Any = None  # lambda-GRPO's LearnableLambda (aggregation=lambda-grpo)
+    mismatch: tuple[str, float, float] = ("none", 0.5, 2.0)  # rollout.mismatch_mask, _low, _high (IcePop / MIS)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class UpdateInputs:
     loss: LossSettings | None = None  # None: built from the AlgoConfig passed to policy_update
     norms: Normalisers | None = None  # aggregation and norm_constant (counts are the update's)
     metrics: dict[str, float] = field(default_factory=dict)  # what the stages measured
+    sampler_logp: torch.Tensor | None = None  # (N, T) the sampler's logprobs: mismatch/* metrics when given
+    sampler_mask: torch.Tensor | None = None  # (N, T) tokens whose sampler logprob is real (None: completion_mask)
+    mismatch_bounds: tuple[float, float] = (0.5, 2.0)  # ratio range counted as matching (mismatch/outside_fraction)
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,13 @@ class _OneProcess:
     local_rows = gather_varlen = gather_rows
 
 
+# where the beta-weighted KL goes, by config name (algo.kl_placement): beta -> (beta in the reward, beta in the loss)
+KL_PLACEMENTS: dict[str, Callable[[float], tuple[float, float]]] = {
+    "loss": lambda beta: (0.0, beta),  # GRPO: beta * KL_k per token in the loss
+    "reward": lambda beta: (beta, 0.0),  # PPO / REINFORCE++: r -= beta * sum_t KL_k
+}
+
+
 def advantage_name(a) -> str:
     """The registered advantage estimator ``algo`` selects: ``algo.advantage`` when set, else the
     one its older fields name (supervision, credit, entropy_shaping), else the group family."""
@@ -132,14 +143,14 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
     plugin stage gets all of them (its needs are unknown)."""
     a = s.algo
     entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none" or _plugged(a)
-    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis_cap > 0
+    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis_cap > 0 or s.mismatch[0] != "none"
     return old, a.beta > 0, entropy
 
 
 def loss_settings(a) -> tuple[LossSettings, Normalisers]:
     """The objective's records from ``AlgoConfig`` (0 means "off" in the config, None here); the KL
     term is in the loss only with ``kl_placement=loss``."""
-    beta = a.beta if a.kl_placement == "loss" else 0.0
+    beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
     return LossSettings(
         ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg),
         KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
@@ -151,10 +162,16 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
     """The update's inputs for one step's ``scored`` batch (see the module docstring for the order)."""
     a, dist = s.algo, s.dist or _OneProcess()
     G, mask = scored.group_size, tokens.completion_mask
-    rewards_N, metrics = reward_stages(s, scored, tokens, lp)
+    stage_ctx, rewards_N, metrics = StageContext(s, scored, tokens, lp, dist), scored.total_N, {}
+    for name in reward_stage_names(s):
+        rewards_N, m = lookup("reward stage", name)(stage_ctx, rewards_N)
+        metrics.update(m)
     ctx = AdvantageContext(a, scored, rewards_N, mask, lp.entropy, G, dist, s.process_fn)
     advantages, adv_metrics = lookup("advantage", advantage_name(a))(ctx)
-    advantages, post_metrics = advantage_stages(s, advantages, scored, tokens, lp, dist)
+    post_metrics = {}
+    for name in advantage_stage_names(s):
+        advantages, m = lookup("advantage stage", name)(stage_ctx, advantages)
+        post_metrics.update(m)
     loss_mask = mask
     for name in mask_names(a):
         loss_mask = lookup("token mask", name)(MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist))
@@ -163,37 +180,83 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
         tokens, advantages.to(mask.device), loss_mask, lp.old, lp.ref if loss.kl.beta else None,
         turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
         s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
-        loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics})
+        loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics},
+        *sampler_record(scored.rollout, tokens), s.mismatch[1:])
 
 
-def reward_stages(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> tuple[torch.Tensor, dict[str, float]]:
-    """``(rewards_N, metrics)``: the weighted rewards after MO-GRPO's per-component normalisation and
-    the KL-in-reward penalty, each when configured."""
-    a, G = s.algo, scored.group_size
-    rewards_N, metrics = scored.total_N, {}
-    if s.component_weights is not None:  # MO-GRPO: each component normalised within its group
-        w = torch.tensor(s.component_weights)
-        rewards_N = normalize_components(scored.rewards_NF.view(-1, G, len(w)), w, std=a.std, eps=a.adv_eps).flatten()
-    if a.kl_placement == "reward" and lp.ref is not None:  # PPO / REINFORCE++: KL in the reward
-        mask = tokens.completion_mask.cpu()
-        rewards_N, kl_N = kl_penalized_rewards(rewards_N, lp.old.cpu(), lp.ref.cpu(), mask, a.beta, a.kl_estimator,
-                                               a.kl_clamp or None)
-        metrics["kl"] = (kl_N.sum() / mask.sum().clamp(min=1)).item()
-    return rewards_N, metrics
+def sampler_record(rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sampler_logp, sampler_mask)``, ``(N, T)`` each: the sampler's logprobs of the completion
+    tokens, and the model's tokens of rows the sampler scored (tis.sampled_rows)."""
+    mask = tokens.completion_mask
+    sampler = pad_sampling_logprobs(rollout.sampling_logprobs, tokens.width).to(mask.device)
+    return sampler, mask * sampled_rows(rollout.sampling_logprobs).to(mask)[:, None]
 
 
-def advantage_stages(s: StepSettings, advantages: torch.Tensor, scored, tokens: TokenBatch, lp: LogProbs,
-                     dist) -> tuple[torch.Tensor, dict[str, float]]:
-    """EDGE-GRPO's entropy-scaled advantage and TIS's per-token weights, each when configured."""
-    a, metrics = s.algo, {}
-    if a.entropy_advantage:  # EDGE-GRPO: entropy-driven advantage, batch-wide mean entropy
-        ent_N = response_entropy(lp.entropy.float().cpu(), tokens.completion_mask.float().cpu())
-        advantages, m = entropy_scaled_advantages(advantages, ent_N, dist.gather_rows(ent_N).mean(),
-                                                  a.entropy_advantage_max_scale or None)
-        metrics.update(m)
-    if s.tis_cap > 0:  # TIS: the sampler was not exactly pi_old (vLLM numerics, stale weights)
-        sampler = pad_sampling_logprobs(scored.rollout.sampling_logprobs, tokens.width).to(lp.old.device)
-        w_NT, m = tis_weights(lp.old, sampler, tokens.completion_mask, s.tis_cap)
-        advantages = (advantages[:, None] if advantages.dim() == 1 else advantages).to(w_NT.device) * w_NT
-        metrics.update(m)
-    return advantages, metrics
+@dataclass(frozen=True)
+class StageContext:
+    """What the reward stages (before the estimator) and advantage stages (after it) read."""
+
+    settings: StepSettings
+    scored: Any
+    tokens: TokenBatch
+    logprobs: LogProbs
+    dist: Any
+
+
+def reward_stage_names(s: StepSettings) -> list[str]:
+    """The reward stages ``s`` turns on, in order: MO-GRPO's, then the KL in the reward."""
+    a = s.algo
+    return ["normalize_components"] * (s.component_weights is not None) + \
+        ["kl_in_reward"] * (KL_PLACEMENTS[a.kl_placement](a.beta)[0] > 0)
+
+
+def advantage_stage_names(s: StepSettings) -> list[str]:
+    """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, TIS, then IcePop / MIS
+    masking."""
+    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis_cap > 0) + \
+        ["mismatch_mask"] * (s.mismatch[0] != "none")
+
+
+@register_reward_stage("normalize_components")
+def mo_grpo_rewards(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """MO-GRPO (reward.normalize_components): each reward component normalised within its group,
+    then the weighted sum."""
+    a, G, w = ctx.settings.algo, ctx.scored.group_size, torch.tensor(ctx.settings.component_weights)
+    return normalize_components(ctx.scored.rewards_NF.view(-1, G, len(w)), w, std=a.std, eps=a.adv_eps).flatten(), {}
+
+
+@register_reward_stage("kl_in_reward")
+def kl_in_reward(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO / REINFORCE++ (algo.kl_placement=reward): ``r -= beta * sum_t KL_k(pi_old || pi_ref)``."""
+    a, lp, mask = ctx.settings.algo, ctx.logprobs, ctx.tokens.completion_mask.cpu()
+    rewards_N, kl_N = kl_penalized_rewards(rewards_N, lp.old.cpu(), lp.ref.cpu(), mask, a.beta, a.kl_estimator,
+                                           a.kl_clamp or None)
+    return rewards_N, {"kl": (kl_N.sum() / mask.sum().clamp(min=1)).item()}
+
+
+@register_advantage_stage("entropy_advantage")
+def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """EDGE-GRPO (algo.entropy_advantage): A_i over its completion's entropy relative to the
+    batch-wide mean entropy."""
+    a = ctx.settings.algo
+    ent_N = response_entropy(ctx.logprobs.entropy.float().cpu(), ctx.tokens.completion_mask.float().cpu())
+    return entropy_scaled_advantages(advantages, ent_N, ctx.dist.gather_rows(ent_N).mean(),
+                                     a.entropy_advantage_max_scale or None)
+
+
+@register_advantage_stage("tis")
+def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """TIS (rollout.tis_cap): the sampler was not exactly pi_old (vLLM numerics, stale weights), so
+    every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)`` (tis.py)."""
+    old, tokens = ctx.logprobs.old, ctx.tokens
+    sampler = pad_sampling_logprobs(ctx.scored.rollout.sampling_logprobs, tokens.width).to(old.device)
+    w_NT, metrics = tis_weights(old, sampler, tokens.completion_mask, ctx.settings.tis_cap)
+    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(w_NT.device) * w_NT, metrics
+
+
+@register_advantage_stage("mismatch_mask")
+def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
+    disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""
+    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, *sampler_record(ctx.scored.rollout, ctx.tokens), *ctx.settings.mismatch)
+    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(keep_NT.device) * keep_NT, metrics

@@ -24,7 +24,10 @@ from typing import Callable
 ADVANTAGES: dict[str, Callable] = {}
 OBJECTIVE_FNS: dict[str, Callable] = {}
 TOKEN_MASKS: dict[str, Callable] = {}
-_KINDS = {"advantage": ADVANTAGES, "objective": OBJECTIVE_FNS, "token mask": TOKEN_MASKS}
+REWARD_STAGES: dict[str, Callable] = {}  # built-in only: (ctx: StageContext, rewards_N) -> (rewards_N, metrics)
+ADVANTAGE_STAGES: dict[str, Callable] = {}  # built-in only: (ctx: StageContext, advantages) -> (advantages, metrics)
+_KINDS = {"advantage": ADVANTAGES, "objective": OBJECTIVE_FNS, "token mask": TOKEN_MASKS,
+          "reward stage": REWARD_STAGES, "advantage stage": ADVANTAGE_STAGES}
 
 
 def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
@@ -47,6 +50,16 @@ def register_objective(name: str) -> Callable[[Callable], Callable]:
 def register_token_mask(name: str) -> Callable[[Callable], Callable]:
     """Decorator: ``fn(ctx: MaskContext) -> mask_NT`` (a narrower loss mask) under ``name``."""
     return _register(TOKEN_MASKS, name)
+
+
+def register_reward_stage(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: StageContext, rewards_N) -> (rewards_N, metrics)``, run before the estimator."""
+    return _register(REWARD_STAGES, name)
+
+
+def register_advantage_stage(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: StageContext, advantages) -> (advantages, metrics)``, run after the estimator."""
+    return _register(ADVANTAGE_STAGES, name)
 
 
 def is_import_path(name: str) -> bool:

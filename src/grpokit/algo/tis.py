@@ -65,3 +65,72 @@ def tis_weights(
         "tis/capped_fraction": ((ratio_NT > cap) & m).sum().item() / n.item(),
     }
     return w_NT, metrics
+
+
+# ---------------------------------------------------------------- mismatch: measured and masked
+#
+# The same numbers serve a metric every step and two corrections beside TIS. With r_t =
+# pi_train(y_t) / pi_sampler(y_t) on tokens the sampler drew:
+#   k3 = (r - 1) - log r estimates KL(pi_sampler || pi_train) (Schulman's k3; samples are the sampler's),
+#   IcePop (Ring-1T report, 2025): a token whose r leaves [low, high] is left out of the gradient,
+#   MIS, sequence level (masked importance sampling; Liu et al. 2025, "When Speed Kills Stability:
+#   demystifying RL collapse from the training-inference mismatch"): a sequence whose geometric-mean
+#   ratio exp(mean_t log r_t) leaves [low, high] is left out whole.
+
+
+def sampled_rows(sampling_logprobs: list[list[float]]) -> torch.Tensor:
+    """``(N,)`` 1.0 for rows the sampler scored, 0.0 for rows it did not (empty, or every logprob
+    exactly 0.0: rows written by guided error correction carry placeholder zeros)."""
+    return torch.tensor([float(any(v != 0.0 for v in row)) for row in sampling_logprobs])
+
+
+def mismatch_sums(train_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask_NT: torch.Tensor,
+                  low: float, high: float) -> dict[str, float]:
+    """Sums over the masked tokens of one micro-batch, to add up over micro-batches and ranks.
+
+    Keys: ``tokens``, ``abs_diff`` (sum |log r|), ``k3`` (sum (r - 1) - log r), ``outside`` (tokens
+    whose r is outside ``[low, high]``) and ``abs_diff_max`` (a max, not a sum).
+    """
+    m = mask_NT.bool()
+    d = (train_logp_NT.detach().double() - sampler_logp_NT.double())[m]  # log r, (tokens,)
+    r = d.exp()
+    return {"tokens": float(m.sum().item()), "abs_diff": d.abs().sum().item(), "k3": (r - 1 - d).sum().item(),
+            "outside": float(((r < low) | (r > high)).sum().item()),
+            "abs_diff_max": d.abs().max().item() if d.numel() else 0.0}
+
+
+def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """``mismatch/*`` metrics from (added-up) ``mismatch_sums``: means over tokens, the max as is."""
+    n = max(sums.get("tokens", 0.0), 1.0)
+    return {"mismatch/logp_abs_diff_mean": sums.get("abs_diff", 0.0) / n,
+            "mismatch/logp_abs_diff_max": sums.get("abs_diff_max", 0.0),
+            "mismatch/k3_kl": sums.get("k3", 0.0) / n,
+            "mismatch/outside_fraction": sums.get("outside", 0.0) / n}
+
+
+def mismatch_mask(old_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask_NT: torch.Tensor, mode: str,
+                  low: float, high: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """``(keep_NT, metrics)``: 1.0 where a token stays in the gradient, 0.0 where the mismatch masks it.
+
+    ``mode``: "none" (keep all), "token" (IcePop: drop tokens with r outside [low, high]) or
+    "sequence" (MIS: drop whole rows whose geometric-mean r is outside [low, high]). Padding keeps
+    1.0 (its loss mask is 0 anyway). Metric ``mismatch/masked_fraction``: share of real tokens dropped.
+    Example: log r = [log 3, 0] on one row, [0.5, 2]: token mode keeps [0, 1]; the row's geometric
+    mean is sqrt(3) = 1.73, inside, so sequence mode keeps [1, 1].
+    """
+    if mode not in ("none", "token", "sequence"):
+        raise ValueError(f"mismatch mask mode must be none, token or sequence, got {mode!r}")
+    m = mask_NT.bool()
+    d = (old_logp_NT.detach().double() - sampler_logp_NT.double()).masked_fill(~m, 0.0)  # log r
+    if mode == "token":
+        r = d.exp()
+        keep = (r >= low) & (r <= high)
+    elif mode == "sequence":
+        r_seq = (d.sum(dim=1) / m.sum(dim=1).clamp(min=1)).exp()  # (N,) geometric mean of r
+        keep = ((r_seq >= low) & (r_seq <= high))[:, None].expand_as(m)
+    else:
+        keep = torch.ones_like(m)
+    keep = keep | ~m
+    n = m.sum().clamp(min=1).item()
+    return keep.to(old_logp_NT.dtype if old_logp_NT.is_floating_point() else torch.float32), {
+        "mismatch/masked_fraction": float((~keep & m).sum().item()) / n}

@@ -1,7 +1,10 @@
-"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` and ``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | vllm-serve`` and ``grpokit --version``.
 
-A user's mistake (bad config value, missing file) prints one sentence and exits with status 2;
-anything else is a bug and keeps its traceback. The working directory is on the import path, as
+One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
+an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with
+a sentence naming the checkpoint it can resume from (status 1); anything else is a fault of grpokit
+itself and prints one sentence too (status 1). ``--debug`` (anywhere on the command line) or
+GRPOKIT_DEBUG=1 shows the traceback instead. The working directory is on the import path, as
 with ``python -m``, so a ``module:function`` reward next to the user's data is found.
 """
 
@@ -34,17 +37,20 @@ def _train_parser() -> argparse.ArgumentParser:
                                                               "generation length and learning rate")
     p.add_argument("--config", help="YAML file with config sections, or a TRL-style file with GRPOConfig's flat names (docs/TRL.md)")
     p.add_argument("--out", help="run folder (default: a new folder under runs/)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint that "
+                                                       "verifies; overrides given here go to RUN_DIR/config_history.yaml")
+    p.add_argument("--overwrite", action="store_true", help="start a new run in --out even when it holds a run "
+                                                            "(its checkpoints and records are deleted)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-sentence errors (also GRPOKIT_DEBUG=1)")
     p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
     return p
 
 
 def build_config(args: argparse.Namespace) -> Config:
     if args.resume:
-        cfg_file = Path(args.resume) / "config.yaml"
-        if not cfg_file.is_file():
-            raise ConfigError(f"--resume {args.resume!r} is not a run folder (no config.yaml); give the folder a run was started with")
-        cfg = load_yaml(cfg_file)
+        from grpokit.train.resume import load_run_config
+
+        cfg = load_run_config(Path(args.resume))  # refuses a torn config.yaml; applies config_history.yaml
     else:
         cfg = Config()
     if args.paper_scale and not args.preset:
@@ -54,11 +60,16 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg = apply_overrides(cfg, args.overrides)
     if args.out:
         cfg.train.out = args.out
+    if args.overwrite:
+        cfg.train.overwrite = True
     if args.preset:  # below --config and the overrides: it fills only the fields they left unset
         from grpokit.config import presets
 
         cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
     return cfg
+
+
+_DEBUG = False  # --debug / GRPOKIT_DEBUG=1 of the current main() call
 
 
 def cmd_train(argv: list[str]) -> int:
@@ -80,6 +91,19 @@ def cmd_train(argv: list[str]) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C (or one before training started): say what is on disk
         print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
         return 130
+    except Exception as e:  # a full disk or a fault of grpokit itself: one sentence and what can be resumed
+        from grpokit.train.resume import is_storage_fault
+
+        if _DEBUG or isinstance(e, _user_errors()):
+            raise
+        note = _checkpoint_note(trainer.run_dir if trainer else (Path(args.resume) if args.resume else None))
+        if is_storage_fault(e):
+            print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
+                  f"{note} once space is free", file=sys.stderr)
+        else:
+            print(f"grpokit: error: an internal fault stopped the run ({type(e).__name__}: {_first_line(e)}; --debug shows "
+                  f"the traceback); {note}", file=sys.stderr)
+        return 1
     if summary.get("interrupted"):
         when = f"after step {summary['steps']} of {cfg.train.steps}" if summary["steps"] else "before the first step finished"
         print(f"grpokit: interrupted {when}; {_checkpoint_note(trainer.run_dir)}", file=sys.stderr, flush=True)
@@ -105,9 +129,9 @@ def _train_trl(data: dict, args: argparse.Namespace) -> int:
 
 def _checkpoint_note(run_dir: Path | None) -> str:
     """The truth about what a stopped run can be resumed from."""
-    from grpokit.train import checkpoint
+    from grpokit.train.resume import newest_verified
 
-    ckpt = checkpoint.latest(run_dir / "checkpoints") if run_dir is not None else None
+    ckpt = newest_verified(run_dir / "checkpoints") if run_dir is not None else None
     if ckpt is None:
         return "no checkpoint was written, so there is nothing to resume (the run must start again)"
     report = " and report.html" if (run_dir / "report.html").exists() else ""
@@ -115,14 +139,55 @@ def _checkpoint_note(run_dir: Path | None) -> str:
 
 
 def cmd_report(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grpokit report", description="Write RUN_DIR/report.html (self-contained).")
-    p.add_argument("run_dir")
+    p = argparse.ArgumentParser(prog="grpokit report", description="Write an interactive, self-contained HTML report of a run "
+                                "(RUN_DIR/report.html), or of several runs overlaid with their config differences.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", help="HTML file to write (default: RUN_DIR/report.html for one run, comparison.html for several)")
+    p.add_argument("--watch", action="store_true", help="rewrite the file every --interval seconds until the runs finish; "
+                                                        "the open page reloads itself meanwhile")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rewrites with --watch (default 5)")
     args = p.parse_args(argv)
-    if not Path(args.run_dir).is_dir():
-        raise ConfigError(f"run folder {args.run_dir!r} does not exist")
-    from grpokit.record.report import write_report
+    for d in args.run_dirs:
+        if not Path(d).is_dir():
+            raise ConfigError(f"run folder {d!r} does not exist")
+    if args.interval <= 0:
+        raise ConfigError(f"--interval {args.interval} is not valid; give a number of seconds above 0")
+    from grpokit.record.report import REPORT_FILE, watch, write_comparison
 
-    print(write_report(Path(args.run_dir)))
+    dirs = [Path(d) for d in args.run_dirs]
+    out = Path(args.out) if args.out else dirs[0] / REPORT_FILE if len(dirs) == 1 else Path("comparison.html")
+    if not args.watch:
+        print(write_comparison(dirs, out))
+        return 0
+    print(f"grpokit report: writing {out} every {args.interval:g} s until the run finishes (Ctrl-C stops)", flush=True)
+    try:
+        watch(dirs, out, args.interval)
+    except KeyboardInterrupt:
+        write_comparison(dirs, out)  # the last page must not reload forever
+    print(out)
+    return 0
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="grpokit doctor", description="Read a run folder (config, metrics, samples) and print "
+                                "ranked findings: what looks wrong, the evidence, the change to try.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = p.parse_args(argv)
+    if not (Path(args.run_dir) / "metrics.jsonl").is_file():
+        raise ConfigError(f"run folder {args.run_dir!r} has no metrics.jsonl; give the folder a run wrote")
+    from grpokit.record.doctor import diagnose, format_findings
+    from grpokit.record.report_data import load_run
+
+    run = load_run(Path(args.run_dir))
+    findings = diagnose(run)
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps([dataclasses.asdict(f) | {"severity": f.severity} for f in findings], indent=2))
+    else:
+        print(format_findings(findings, str(args.run_dir)))
     return 0
 
 
@@ -148,7 +213,7 @@ def cmd_vllm_serve(argv: list[str]) -> int:
     return serve_main(argv)
 
 
-COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "presets": cmd_presets,
+COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "doctor": cmd_doctor, "presets": cmd_presets,
             "vllm-serve": cmd_vllm_serve}
 
 
@@ -160,6 +225,10 @@ def cmd_eval(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("GRPOKIT_DEBUG", "").lower() in ("1", "true", "yes")
+    argv = [a for a in argv if a != "--debug"]
+    global _DEBUG
+    _DEBUG = debug  # for the commands that catch a fault themselves (set on every call, never inherited)
     if argv[:1] == ["--version"]:
         from grpokit import __version__
 
@@ -173,17 +242,46 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details; grpokit --version)")
         return 0
+    return _run(COMMANDS[argv[0]], argv[1:], debug)
+
+
+def _user_errors() -> tuple[type, ...]:
+    """The exceptions that carry a user's mistake as one sentence (imported lazily: --help stays light)."""
     from grpokit.record.health import TrainingHealthError
     from grpokit.rewards.spec import RewardError
 
+    return ConfigError, RewardError, TrainingHealthError
+
+
+def _run(command, argv: list[str], debug: bool) -> int:
+    """The error model: one sentence per fault on stderr, the traceback only with --debug."""
     try:
-        return COMMANDS[argv[0]](argv[1:])
-    except (ConfigError, RewardError, TrainingHealthError) as e:
-        print(f"grpokit: error: {e}", file=sys.stderr)
-        return 2
+        return command(argv)
     except KeyboardInterrupt:
         print("grpokit: interrupted", file=sys.stderr)
         return 130
+    except _user_errors() as e:
+        if debug:
+            raise
+        print(f"grpokit: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        if debug:
+            raise
+        from grpokit.train.resume import is_storage_fault  # here: torch only when something failed
+
+        if is_storage_fault(e):
+            print(f"grpokit: error: writing {e.filename or 'a file'} failed ({e.strerror}); what was written before is "
+                  "intact; free space and run the command again", file=sys.stderr)
+        else:
+            print(f"grpokit: error: an internal fault stopped the command ({type(e).__name__}: {_first_line(e)}); "
+                  "run it again with --debug for the traceback", file=sys.stderr)
+        return 1
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else "no message"
 
 
 if __name__ == "__main__":

@@ -157,6 +157,12 @@ class RolloutConfig:
     """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
     tis_cap: float = 2.0
     """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    mismatch_mask: str = "none"
+    """Sampler/trainer mismatch masking: "none", "token" (IcePop: a token whose pi_old / pi_sampler is outside [mismatch_low, mismatch_high] leaves the gradient) or "sequence" (MIS: a completion whose geometric-mean ratio is outside leaves it whole); applies with every engine, on top of TIS where TIS applies."""
+    mismatch_low: float = 0.5
+    """Lower bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (0 < low <= 1)."""
+    mismatch_high: float = 2.0
+    """Upper bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (>= 1)."""
     async_staleness: int = 0
     """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
 
@@ -292,7 +298,7 @@ class EnvConfig:
     """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are tools, optional get_reward and done)."""
     max_turns: int = 4
     """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
-    max_episode_tokens: int = 0
+    max_episode_tokens: int = 8192
     """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens caps each turn)."""
     tool_format: str = "auto"
     """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags" (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
@@ -302,6 +308,12 @@ class EnvConfig:
     """Total tool time of one episode; when used up the episode ends (finish reason "timeout")."""
     max_tool_output_chars: int = 1000
     """Longest tool result shown to the model (longer ones are cut and marked)."""
+    max_tool_nesting: int = 20
+    """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error message (0 = no cap)."""
+    reset_timeout_s: float = 30.0
+    """Time limit of one environment reset(); a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
+    max_observation_chars: int = 8000
+    """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
     allow_unsafe_code_execution: bool = False
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
@@ -334,6 +346,9 @@ class TrainConfig:
     """P: prompts per step; the batch holds P * group_size completions."""
     micro_batch_size: int = 0
     """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
+    updates_per_batch: int = 1
+    """Optimizer updates per pass over a sampled batch: its rows are cut, in order, into this many equal slices, one
+    update each (a group may be split), num_iterations times; TRL's steps_per_generation / gradient_accumulation_steps."""
     micro_batch_tokens: int = 0
     """Token cap of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
     consecutive completions are cut into the fewest balanced micro-batches under it; same gradient."""
@@ -343,6 +358,10 @@ class TrainConfig:
     it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
     quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
+    memory_plan: str = "auto"
+    """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither (model.gradient_checkpointing still applies)."""
+    packing: str = "auto"
+    """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""
@@ -351,6 +370,9 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    overwrite: bool = False
+    """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
+    records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
     eval_every: int = 0
     """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
     threads: int = 0
@@ -374,6 +396,8 @@ class RecordConfig:
     """Write report.html into the run folder when training ends."""
     console_every: int = 10
     """Without a terminal, the console prints one line per this many steps."""
+    run_name: str = ""
+    """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
 
 
 @dataclass

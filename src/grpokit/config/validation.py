@@ -7,6 +7,7 @@ need data (a missing column) happen where the data is loaded, still before the f
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
+from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.registry import is_import_path, lookup, registered
 
 def _check(ok: bool, message: str) -> None:
@@ -40,9 +42,15 @@ def _registered(field: str, kind: str, name: str) -> None:
         _check(name in registered(kind), f"{field}={name!r} is not valid; choose one of: {', '.join(registered(kind))} (or a module:function)")
 
 
-def _check_estimator_pairs(cfg: Config) -> None:
-    """Pairs an advantage estimator would silently ignore (issue 25's combination table found them)."""
+def _check_stages(cfg: Config) -> None:
+    """The registered stages the config names, and the pairs an advantage estimator would silently
+    ignore (issue 25's combination table found them)."""
     a = cfg.algo
+    _registered("algo.objective", "objective", a.objective)
+    if a.advantage:
+        _registered("algo.advantage", "advantage", a.advantage)
+    for name in a.token_masks:
+        _registered("algo.token_masks", "token mask", name)
     if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
         _check(a.baseline == "group_mean" and a.scale == "group",
                f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})")
@@ -96,6 +104,7 @@ def _rollout(cfg: Config) -> None:
     _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _check_performance(cfg)
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
@@ -109,11 +118,7 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.scale", a.scale, SCALES)
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
-    _registered("algo.objective", "objective", a.objective)
-    if a.advantage:
-        _registered("algo.advantage", "advantage", a.advantage)
-    for name in a.token_masks:
-        _registered("algo.token_masks", "token mask", name)
+    _check_stages(cfg)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
     _check(a.objective == "clip" or a.dual_clip == 0,
@@ -125,7 +130,7 @@ def _algo_objective(cfg: Config) -> None:
     _check(a.aggregation != "lambda-grpo" or not t.fsdp,
            "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false")
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
-    _one_of("algo.kl_placement", a.kl_placement, ("loss", "reward"))
+    _one_of("algo.kl_placement", a.kl_placement, tuple(KL_PLACEMENTS))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
     _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
@@ -161,7 +166,6 @@ def _sampling_and_shaping(cfg: Config) -> None:
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")
-    _check_estimator_pairs(cfg)
 
 
 def _algo_limits(cfg: Config) -> None:
@@ -191,6 +195,11 @@ def _optim_train(cfg: Config) -> None:
     _check(t.activation_memory_mb >= -1, f"train.activation_memory_mb={t.activation_memory_mb} must be -1 (auto), 0 (no budget) or a size in MB")
     _check(t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = {n} completions; use a divisor of {n}")
+    _check(t.updates_per_batch >= 1 and n % t.updates_per_batch == 0,
+           f"train.updates_per_batch={t.updates_per_batch} must be at least 1 and divide the batch of {n} completions")
+    _check(t.micro_batch_size == 0 or (n // max(1, t.updates_per_batch)) % t.micro_batch_size == 0,
+           f"train.micro_batch_size={t.micro_batch_size} does not divide an update's slice of {n // max(1, t.updates_per_batch)} "
+           "completions (the batch / train.updates_per_batch); use a divisor of it")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
 
@@ -202,6 +211,14 @@ def _reward_env(cfg: Config) -> None:
            f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight per function or none")
     _check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
     _check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
+    for name, params in c.params.items():  # a typo in a function's name would otherwise be ignored
+        _check(name in c.functions, f"reward.params names {name!r}, which is not in reward.functions ({', '.join(c.functions) or 'empty'}); "
+                                    "key reward.params by the name of a configured function")
+        _check(isinstance(params, dict), f"reward.params.{name}={params!r} must be a mapping of keyword arguments")
+    try:  # the health section's own checks (set_field assigns fields one by one, past __post_init__)
+        dataclasses.replace(cfg.health)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
     e = cfg.env
     _check(e.max_turns >= 1, f"env.max_turns={e.max_turns} must be at least 1")
     _check(e.max_episode_tokens >= 0, f"env.max_episode_tokens={e.max_episode_tokens} must be >= 0 (0 = no cap)")
@@ -209,6 +226,9 @@ def _reward_env(cfg: Config) -> None:
     _check(e.tool_timeout_s > 0 and e.episode_timeout_s > 0,
            f"env.tool_timeout_s={e.tool_timeout_s} and env.episode_timeout_s={e.episode_timeout_s} must be > 0")
     _check(e.max_tool_output_chars >= 0, f"env.max_tool_output_chars={e.max_tool_output_chars} must be >= 0 (0 = no cap)")
+    _check(e.max_tool_nesting >= 0, f"env.max_tool_nesting={e.max_tool_nesting} must be >= 0 (0 = no cap)")
+    _check(e.max_observation_chars >= 0, f"env.max_observation_chars={e.max_observation_chars} must be >= 0 (0 = no cap)")
+    _check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
 
 
 def _credit(cfg: Config) -> None:
@@ -242,6 +262,16 @@ def _record_data(cfg: Config) -> None:
         _check(Path(d.dataset).exists(), f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset name")
     if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
         _check(Path(m.name_or_path).is_dir(), f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo")
+
+
+def _check_performance(cfg: Config) -> None:
+    """The padding-free, mismatch and memory fields (issue 28)."""
+    r = cfg.rollout
+    _one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
+    _one_of("train.memory_plan", cfg.train.memory_plan, ("auto", "manual"))
+    _one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
+    _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
+    _check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")
 
 
 def _looks_like_path(s: str) -> bool:

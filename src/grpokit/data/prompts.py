@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config.sections import ConfigError, DataConfig
+from .files import check_file
 from grpokit.data.vision import encode_prompt, has_images
 from grpokit.types import Prompt
 
@@ -31,13 +32,24 @@ def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
         builder = FILE_BUILDERS.get(path.suffix)
         if builder is None:
             raise ConfigError(f"data file {source!r} has an unsupported type; use one of {', '.join(FILE_BUILDERS)}")
-        ds = datasets.load_dataset(builder, data_files=str(path), split="train")
+        check_file(path, source)  # encoding, emptiness, ragged rows: one sentence naming the line
+        try:
+            return rename_columns([dict(r) for r in datasets.load_dataset(builder, data_files=str(path), split="train")], cfg, source)
+        except ConfigError:
+            raise
+        except Exception as e:  # what the checks above cannot see (a damaged parquet, mixed column types)
+            raise ConfigError(f"data file {source!r} could not be read as {builder} ({type(e).__name__}: {_short(e)})") from None
     else:
         try:
             ds = datasets.load_dataset(source, split=split)
         except Exception as e:  # network, unknown name, unknown split: one sentence for the user
             raise ConfigError(f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})") from None
     return rename_columns([dict(r) for r in ds], cfg, source)
+
+
+def _short(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:200] if lines else "no message"
 
 
 def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> list[dict[str, Any]]:
@@ -49,8 +61,10 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
     if cfg.answer_column and cfg.answer_column not in cols:
         raise ConfigError(f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)} (set data.answer_column= to use none)")
     out = []
-    for r in rows:
+    for n, r in enumerate(rows, 1):
         r = dict(r)
+        if r.get(cfg.prompt_column) is None:  # ragged rows: datasets fills a missing column with None
+            raise ConfigError(f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; give every row a prompt")
         r["prompt"] = r.pop(cfg.prompt_column)
         if cfg.answer_column:
             r["answer"] = r[cfg.answer_column]

@@ -15,6 +15,11 @@ Two formats, chosen by ``env.tool_format``:
   ``{"name": ..., "arguments": {...}}``, or ``NAME: ARGS``, or, when exactly one tool is offered,
   just ``ARGS``; a plain ARGS string is passed to the tool's first parameter. The result comes back
   as ``<tool_result>CONTENT</tool_result>`` and the model continues.
+
+The text is the model's, so it is untrusted: a body nested deeper than ``max_depth`` brackets
+(``env.max_tool_nesting``) is refused before ``json.loads`` sees it (1,000 levels were a RecursionError
+that ended the step), and whatever the text, parsing ends in calls, never in an exception; a call
+that could not be read has ``name == ""`` and says why in ``error``.
 """
 
 from __future__ import annotations
@@ -27,43 +32,67 @@ from typing import Any
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESULT_OPEN, RESULT_CLOSE = "<tool_result>", "</tool_result>"
 FORMATS = ("auto", "chat_template", "tags")
+MAX_DEPTH = 20  # default env.max_tool_nesting: real tool arguments are a few levels deep
 _CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One parsed call: the tool's name ("" when the body could not be read) and its arguments."""
+    """One parsed call: the tool's name ("" when the body could not be read, with the reason in
+    ``error``) and its arguments."""
 
     name: str
     arguments: dict[str, Any] | str
+    error: str = ""
 
 
-def parse_tool_calls(text: str, tool_names: list[str]) -> list[ToolCall]:
+def nesting_depth(text: str) -> int:
+    """How deeply ``{`` / ``[`` nest in JSON-like ``text`` (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def parse_tool_calls(text: str, tool_names: list[str], max_depth: int = MAX_DEPTH) -> list[ToolCall]:
     """Every ``<tool_call>...</tool_call>`` block of ``text``, in order (see the module docstring)."""
-    return [_parse_body(body.strip(), tool_names) for body in _CALL_RE.findall(text)]
+    return [_parse_body(body.strip(), tool_names, max_depth) for body in _CALL_RE.findall(text)]
 
 
-def _parse_body(body: str, tool_names: list[str]) -> ToolCall:
+def _parse_body(body: str, tool_names: list[str], max_depth: int = MAX_DEPTH) -> ToolCall:
     if body.startswith("{"):
+        depth = nesting_depth(body)
+        if max_depth and depth > max_depth:
+            return ToolCall("", body, error=f"the tool call nests {depth} levels deep, more than env.max_tool_nesting={max_depth}")
         try:
             obj = json.loads(body)
-        except ValueError:
-            return ToolCall("", body)
+        except (ValueError, RecursionError):
+            return ToolCall("", body, error="the tool call is not valid JSON")
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return ToolCall("", body)
+            return ToolCall("", body, error='the tool call is not an object with a string "name"')
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):  # some templates put the arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except ValueError:
-                pass
+            if not max_depth or nesting_depth(args) <= max_depth:
+                try:
+                    args = json.loads(args)
+                except (ValueError, RecursionError):
+                    pass
         return ToolCall(obj["name"], args if isinstance(args, (dict, str)) else str(args))
     name, sep, rest = body.partition(":")
     if sep and name.strip() in tool_names:
         return ToolCall(name.strip(), rest.strip())
     if len(tool_names) == 1:
         return ToolCall(tool_names[0], body)
-    return ToolCall("", body)
+    return ToolCall("", body, error="the tool call names no known tool")
 
 
 def strip_calls(text: str) -> str:

@@ -9,16 +9,22 @@ source. One environment instance per episode.
 
 Calls never crash a run. A tool that raises becomes the tool message ``{'error': '...'}`` (TRL's
 convention) and is counted as a tool error; a tool that runs past its time limit becomes an error
-message too. Tools run in a daemon thread of the trainer, so a time-out is *soft* for Python tools:
-the episode moves on, but Python cannot stop the thread, which keeps running in the background. A
-tool that must be cut off hard (untrusted code) belongs in the sandbox: the built-in ``python`` tool
-(env/builtin.py) runs code there, like code rewards. A tool that raises ``TerminalToolError`` ends
-its episode (finish reason "tool_error").
+message too. Tools run in a daemon thread of the trainer. At the time limit the episode moves on and
+the thread is asked to stop (an exception raised in it at its next Python instruction: a loop stops,
+a ``time.sleep`` or a blocking read only when it returns); at most ``MAX_ABANDONED`` timed-out calls
+of one tool may still be running, and further calls of that tool fail at once instead of starting
+more threads, so a hanging tool cannot leak threads. A tool that must be cut off hard (untrusted
+code) belongs in the sandbox: the built-in ``python`` tool (env/builtin.py) runs code there, like code
+rewards. A tool that raises ``TerminalToolError`` ends its episode (finish reason "tool_error").
+
+Results are untrusted too: one whose ``str()`` raises, or that nests deeper than ``max_depth``
+(``env.max_tool_nesting``), becomes an error message; every text is cut at ``max_chars``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
 import threading
 import time
@@ -26,6 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
+
+MAX_ABANDONED = 4  # timed-out calls of one tool that may still run in the background
+_abandoned: dict[str, list[threading.Thread]] = {}
+_abandoned_lock = threading.Lock()
+
+
+class ToolTimedOut(BaseException):
+    """Raised inside a tool's thread when its time limit has passed (see the module docstring)."""
 
 
 class TerminalToolError(Exception):
@@ -75,14 +89,17 @@ def check_environment(factory: Callable) -> None:
 
 
 def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] | str, *, timeout_s: float,
-              max_chars: int) -> ToolResult:
+              max_chars: int, max_depth: int = 20) -> ToolResult:
     """Call ``tools[name]`` with ``arguments`` (a dict of keywords, or one string for the tool's
     first parameter) in a daemon thread; never raises. ``max_chars`` caps the returned text."""
     start = time.perf_counter()
     fn = tools.get(name)
     if fn is None:
         valid = ", ".join(sorted(tools)) or "none"
-        return ToolResult(name, str({"error": f"Tool {name} not found (tools: {valid})"}), error=True)
+        return _error(name, f"Tool {name} not found (tools: {valid})", max_chars)
+    busy = _still_running(name)
+    if busy >= MAX_ABANDONED:
+        return _error(name, f"Tool {name} not run: {busy} earlier calls that timed out are still running", max_chars)
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -90,7 +107,7 @@ def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] |
             value = fn(**arguments) if isinstance(arguments, dict) else fn(arguments)
             if inspect.isawaitable(value):
                 value = asyncio.run(_await(value))
-            box["value"] = value
+            box["text"] = _result_text(value, max_depth)
         except BaseException as e:  # contained: reported as the tool's message
             box["error"] = e
 
@@ -98,20 +115,69 @@ def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] |
     thread.start()
     thread.join(timeout=max(0.0, timeout_s))
     seconds = time.perf_counter() - start
-    if thread.is_alive():  # soft time-out: the thread is abandoned (see the module docstring)
-        return ToolResult(name, str({"error": f"Tool {name} timed out after {timeout_s:g} s"}), error=True, seconds=seconds)
+    if thread.is_alive():  # the deadline: ask the thread to stop, and count it until it does
+        _abandon(name, thread)
+        return _error(name, f"Tool {name} timed out after {timeout_s:g} s", max_chars, seconds=seconds)
     if "error" in box:
         e = box["error"]
-        return ToolResult(name, _cap(str({"error": str(e) or type(e).__name__}), max_chars), error=True,
-                          terminal=isinstance(e, TerminalToolError), seconds=seconds)
-    return ToolResult(name, _cap(str(box.get("value")), max_chars), seconds=seconds)
+        return _error(name, _describe(e), max_chars, terminal=isinstance(e, TerminalToolError), seconds=seconds)
+    return ToolResult(name, cap_text(box["text"], max_chars), seconds=seconds)
+
+
+def _describe(e: BaseException) -> str:
+    try:
+        return str(e) or type(e).__name__
+    except Exception:  # an exception whose own __str__ raises
+        return type(e).__name__
+
+
+def _result_text(value: Any, max_depth: int) -> str:
+    """The tool message for a returned value; raises ValueError for one too deep or unprintable."""
+    if max_depth and _depth(value, max_depth + 1) > max_depth:
+        raise ValueError(f"the tool's result nests deeper than env.max_tool_nesting={max_depth}")
+    try:
+        return str(value)
+    except Exception as e:
+        raise ValueError(f"the tool's result could not be turned into text ({type(e).__name__})") from None
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of lists / tuples / dicts / sets in ``value``, counted up to ``limit`` (no recursion)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, tuple, dict, set, frozenset)):
+            if d + 1 >= limit:
+                return limit
+            deepest = max(deepest, d + 1)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _error(name: str, message: str, max_chars: int, **kw: Any) -> ToolResult:
+    return ToolResult(name, cap_text(str({"error": message}), max_chars), error=True, **kw)
+
+
+def _still_running(name: str) -> int:
+    with _abandoned_lock:
+        alive = [t for t in _abandoned.get(name, []) if t.is_alive()]
+        _abandoned[name] = alive
+        return len(alive)
+
+
+def _abandon(name: str, thread: threading.Thread) -> None:
+    with _abandoned_lock:
+        _abandoned.setdefault(name, []).append(thread)
+    if thread.ident is not None:  # CPython: raise ToolTimedOut in that thread at its next instruction
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(ToolTimedOut))
 
 
 async def _await(value):
     return await value
 
 
-def _cap(text: str, max_chars: int) -> str:
+def cap_text(text: str, max_chars: int) -> str:
+    """``text`` cut at ``max_chars`` characters (0 = no cap), marked when cut."""
     if max_chars and len(text) > max_chars:
         return text[:max_chars] + "...[truncated]"
     return text

@@ -5,7 +5,8 @@
     HealthConfig / HealthMonitor                         health.py
     group_signatures / solved_signatures                 signatures.py (the trainer adds them to its metrics)
     sample_rows(...)                                     rows for Recorder.log_samples (samples.py)
-    write_report(run_dir)                                RUN_DIR/report.html (report.py)
+    write_report(run_dir)                                RUN_DIR/report.html, interactive (report.py, report_data.py)
+    diagnose(load_run(run_dir))                          ranked findings of `grpokit doctor` (doctor.py)
     pass_at_k / maj_at_k / mean_at_k / summarize         evaluation estimators (passk.py)
 
 See docs/MONITORING.md for the metric names, the sinks, the monitors and the report.

@@ -36,12 +36,15 @@ _NONFINITE_TO_STR = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _STR_TO_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def to_json_value(value: Any) -> Any:
+MAX_JSON_DEPTH = 64  # deeper containers (a tool's arguments or result, model-written) are cut, not a RecursionError
+
+
+def to_json_value(value: Any, _depth: int = 0) -> Any:
     """Convert one value into something `json.dumps` writes as strict JSON.
 
     Tensors and numpy scalars become Python numbers (via `.item()`), non-finite floats become the
-    strings "NaN" / "Infinity" / "-Infinity", containers are converted recursively, and anything
-    else unknown becomes its `str()`. Examples: `float("nan") -> "NaN"`, `torch.tensor(2.5) -> 2.5`.
+    strings "NaN" / "Infinity" / "-Infinity", containers are converted recursively (below
+    MAX_JSON_DEPTH levels; a deeper one becomes a short note), and anything else unknown becomes its `str()`. Examples: `float("nan") -> "NaN"`, `torch.tensor(2.5) -> 2.5`.
     """
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -51,17 +54,22 @@ def to_json_value(value: Any) -> Any:
         try:
             value = value.item()
         except (ValueError, RuntimeError):  # a tensor with more than one element
-            return to_json_value(value.tolist())
-        return to_json_value(value)
+            return to_json_value(value.tolist(), _depth)
+        return to_json_value(value, _depth)
     if isinstance(value, float):
         if math.isfinite(value):
             return value
         return _NONFINITE_TO_STR[repr(value)]
+    if isinstance(value, (Mapping, list, tuple)) and _depth >= MAX_JSON_DEPTH:
+        return f"[nested deeper than {MAX_JSON_DEPTH} levels]"
     if isinstance(value, Mapping):
-        return {str(k): to_json_value(v) for k, v in value.items()}
+        return {str(k): to_json_value(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    return str(value)
+        return [to_json_value(v, _depth + 1) for v in value]
+    try:
+        return str(value)
+    except Exception as exc:  # an object whose __str__ raises (a tool's result) must not stop the record
+        return f"[str() failed: {type(exc).__name__}]"
 
 
 def from_json_value(value: Any) -> Any:
@@ -131,9 +139,13 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
                 continue
             kept.append(stripped + "\n")
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
+    except BaseException:  # ENOSPC mid-write: the original file stays whole, the partial copy goes
+        tmp.unlink(missing_ok=True)
+        raise
     return dropped
 
 

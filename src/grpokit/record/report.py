@@ -1,88 +1,47 @@
-"""The run report: one self-contained HTML file that shows what a training run did.
+"""The run report: one self-contained, interactive HTML file that shows what one or more runs did.
 
-`write_report(run_dir)` reads what the run left in its directory and writes RUN_DIR/report.html:
+`write_report(run_dir)` writes RUN_DIR/report.html; `write_comparison(run_dirs, out)` overlays several
+runs on the same panels and lists their config differences; `watch(...)` rewrites the file every few
+seconds while a run is in progress and the page reloads itself until the run has finished.
 
-    metrics.jsonl  -> plots: reward (total and per function), eval accuracy, KL, entropy, completion
-                      length, clip fractions, groups without signal, time per phase, loss, grad norm
-    summary.json   -> headline figures (steps, eval accuracy before and after training)
-    health.jsonl   -> the health warnings, with their advice
-    samples.jsonl  -> sample completions with rewards and advantages
-    config.yaml    -> the resolved config, verbatim
+    doctor.py      -> findings at the top: what looks wrong, the evidence, what to try
+    metrics.jsonl  -> one interactive panel per metric group (report_data.panels); hover values,
+                      zoom (drag; wheel), pan (shift + wheel), smoothing, log scale
+    health.jsonl   -> the live health warnings, with their advice
+    samples.jsonl  -> a samples browser: filter by step, reward, finish reason, text; conversations
+                      and tool calls as turns; `log_extra` columns; images named by a sample
+    summary.json, config.yaml -> verbatim
 
-The file must open anywhere, years later, offline: plots are inline SVG drawn by `svg.py`, styles are
-inline, there is no script and no reference to any URL. Every string that came from the run (model
-output above all, but also prompts, reward-function names and config text) is HTML-escaped; a model
-that learned to write `<script>` must not be able to run it in the reader's browser.
-Anything missing (a run killed before its summary, a run without samples) leaves its section out or
-says so; the report never fails because a file is absent.
+Offline, years later: the plotting library (uPlot, MIT, in assets/) and the page's own script and
+styles are inlined, a Content-Security-Policy forbids every request, and the data travels as JSON in
+a script element of type application/json with `<`, `>` and `&` written as \\u escapes, so no text
+from a run can end that element. The page's script puts run text into the page with `textContent`
+only, and the Python-rendered parts pass through `html.escape`: a model that learned to write
+`<script>` cannot run it in the reader's browser. Missing files leave their section out or say so.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import html
 import json
 import math
+import time
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .jsonl import HEALTH_FILE, METRICS_FILE, SAMPLES_FILE, read_jsonl
-from .svg import PALETTE, Series, line_chart
+from .doctor import Finding, diagnose
+from .jsonl import to_json_value
+from .report_data import (Run, columns, config_diff, heldout, load_run, metric_names, panels, read_json, same_as,
+                          samples_payload, unique_names)
 
 REPORT_FILE = "report.html"
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
-# Which plot shows the evidence of each health monitor: its warnings are marked there.
-MONITOR_PLOTS = {
-    "entropy_collapse": "entropy", "zero_std_groups": "zero-std", "length_inflation": "length",
-    "kl_runaway": "kl", "clip_runaway": "clip", "same_length": "zero-std", "same_text": "zero-std",
-    "nonfinite": "loss",
-}
 
-# (id, title, metric patterns, y_range, include_zero, note). Patterns may use * (fnmatch).
-PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | None, bool, str], ...] = (
-    ("reward", "Reward", ("reward", "rewards/*/mean"), None, False, "mean over all completions; per function unweighted"),
-    ("eval", "Eval accuracy", ("eval/accuracy",), (0.0, 1.0), False, "rings: summary.json before / after"),
-    ("kl", "KL to reference", ("kl",), None, True, "mean per token"),
-    ("entropy", "Entropy", ("entropy",), None, True, "nats per completion token"),
-    ("length", "Completion length", ("completions/mean_length", "completions/min_length", "completions/max_length"), None, True, "tokens"),
-    ("clip", "Clipped tokens", ("clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean"), None, True, "fraction of tokens outside the trust region"),
-    ("zero-std", "Groups without signal", ("frac_reward_zero_std", "completions/clipped_ratio", "completions/frac_groups_same_length", "completions/frac_groups_same_text"), (0.0, 1.0), False, "fractions"),
-    ("time", "Time per phase", ("time/rollout", "time/reward", "time/update", "time/step"), None, True, "seconds per step"),
-    ("loss", "Loss", ("loss",), None, False, ""),
-    ("grad-norm", "Gradient norm", ("grad_norm",), None, True, "before clipping"),
-)
-# Drawn only when the run recorded them (runs with multi-turn episodes, docs/AGENTS.md).
-OPTIONAL_PLOTS: tuple[tuple[str, str, tuple[str, ...], tuple[float, float] | None, bool, str], ...] = (
-    ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
-                                      "episodes/truncated_by_turns", "eval/tool_use_rate"), None, True,
-     "turns per episode; fractions of episodes / calls"),
-)
-
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;background:#f4f5f7;color:#1f2937}
-main{max-width:1180px;margin:0 auto;padding:20px 24px 40px}
-h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d1d5db;padding-bottom:4px}
-.sub{color:#6b7280;margin:0 0 14px}.muted{color:#6b7280;fill:#6b7280}
-.cards{display:flex;flex-wrap:wrap;gap:10px}.card{flex:1 1 120px;background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:10px 14px}
-.card .k{font-size:12px;color:#6b7280;text-transform:uppercase;letter-spacing:.03em}.card .v{font-size:20px;font-weight:600;white-space:nowrap}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:12px}
-.plot{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:10px 12px 6px}
-.plot h3{font-size:14px;margin:0}.plot .note{font-size:12px;color:#6b7280;margin-left:6px;font-weight:normal}
-.legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:4px 0 2px}.legend i{display:inline-block;width:14px;height:3px;margin-right:5px;vertical-align:middle;border-radius:2px}
-svg.chart{width:100%;height:auto;display:block}svg .grid{stroke:#eef0f3;stroke-width:1}svg .frame{fill:none;stroke:#d1d5db}
-svg .tick{font-size:11px;fill:#6b7280}svg .mark{stroke:#f59e0b;stroke-width:1.5;stroke-dasharray:4 3}
-table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f9fafb;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;width:1%}th{white-space:nowrap}td.fin{width:1%;white-space:nowrap}
-.warn{background:#fffbeb;border:1px solid #fcd34d;border-radius:8px;padding:8px 12px;margin:6px 0}.warn b{color:#92400e}
-.ok{background:#ecfdf5;border:1px solid #6ee7b7;border-radius:8px;padding:8px 12px}
-pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-pre.box{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:10px 12px;max-height:420px;overflow:auto}
-details{margin:8px 0}summary{cursor:pointer;font-weight:600}.prompt{background:#eef2ff;border-radius:6px;padding:6px 10px;margin:10px 0 6px}
-.pos{color:#047857}.neg{color:#b91c1c}
-.turn{border-left:3px solid #6366f1;padding:2px 8px;margin:3px 0}.turn.tool{border-left-color:#f59e0b;background:#fffbeb}
-.turn .who{font-size:11px;color:#6b7280;text-transform:uppercase}.call{font:12px ui-monospace,monospace;color:#4338ca;background:#eef2ff;border-radius:4px;padding:1px 6px;display:inline-block}
-"""
+def _asset(name: str) -> str:
+    return resources.files("grpokit.record").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _esc(value: Any) -> str:
@@ -92,73 +51,14 @@ def _esc(value: Any) -> str:
 def _fmt(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return _esc(value)
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.4g}"
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
-def _metric_names(rows: Sequence[dict[str, Any]]) -> list[str]:
-    names: dict[str, None] = {}
-    for row in rows:
-        names.update(dict.fromkeys(k for k in row if k != "step"))
-    return list(names)
-
-
-def _series_for(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> list[Series]:
-    out = []
-    for i, name in enumerate(names):
-        pts = [(float(r["step"]), float(r[name])) for r in rows
-               if isinstance(r.get("step"), (int, float)) and isinstance(r.get(name), (int, float))]
-        if pts:
-            out.append(Series(name, pts, PALETTE[i % len(PALETTE)]))
-    return out
-
-
-def _plot_card(plot_id: str, title: str, series: list[Series], note: str, **chart: Any) -> str:
-    legend = "".join(f'<span><i style="background:{_esc(s.color)}"></i>{_esc(s.label)}</span>' for s in series)
-    body = line_chart(series, **chart) if series else '<p class="muted">not recorded in this run</p>'
-    note_html = f'<span class="note">{_esc(note)}</span>' if note else ""
-    return (f'<div class="plot" id="plot-{_esc(plot_id)}"><h3>{_esc(title)}{note_html}</h3>'
-            f'<div class="legend">{legend}</div>{body}</div>')
-
-
-def plots_html(rows: Sequence[dict[str, Any]], summary: dict[str, Any], warnings: Sequence[dict[str, Any]] = ()) -> str:
-    """The grid of plot cards, one per entry of PLOTS (a placeholder card where nothing was recorded).
-
-    Health warnings are drawn as dashed vertical lines on the plot that shows their evidence.
-    """
-    names = _metric_names(rows)
-    cards = []
-    for plot_id, title, patterns, y_range, include_zero, note in PLOTS + OPTIONAL_PLOTS:
-        chosen = [n for p in patterns for n in (fnmatch.filter(names, p) if "*" in p else [p] if p in names else [])]
-        series = _series_for(rows, list(dict.fromkeys(chosen)))
-        if plot_id == "eval":
-            series += _eval_summary_series(summary, rows, len(series))
-        if not series and any(plot_id == p[0] for p in OPTIONAL_PLOTS):
-            continue
-        marks = [(float(w["step"]), f"step {w['step']}: {w.get('monitor')}") for w in warnings
-                 if MONITOR_PLOTS.get(str(w.get("monitor"))) == plot_id and isinstance(w.get("step"), (int, float))]
-        if marks:
-            note = (note + "; " if note else "") + "dashed: health warnings"
-        cards.append(_plot_card(plot_id, title, series, note, y_range=y_range, include_zero=include_zero, marks=marks))
-    return '<div class="grid">' + "".join(cards) + "</div>"
-
-
-def _eval_summary_series(summary: dict[str, Any], rows: Sequence[dict[str, Any]], offset: int) -> list[Series]:
-    """Before/after accuracies from summary.json as a two-point series (step 0 and the last step)."""
-    last = max((r["step"] for r in rows if isinstance(r.get("step"), (int, float))), default=0)
-    steps = summary.get("steps", last) if isinstance(summary.get("steps"), (int, float)) else last
-    pts = [(float(x), float(summary[k]["accuracy"])) for k, x in (("eval_before", 0), ("eval_after", steps))
-           if isinstance(summary.get(k), dict) and isinstance(summary[k].get("accuracy"), (int, float))]
-    return [Series("before / after training", pts, PALETTE[(offset + 3) % len(PALETTE)], dots_only=True)] if pts else []
+def _json_for_script(obj: Any) -> str:
+    """JSON that cannot close its <script> element nor open a comment, whatever the strings hold."""
+    # to_json_value: a NaN reward in a sample becomes the string "NaN" (strict JSON; the page shows it)
+    text = json.dumps(to_json_value(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _last_mean(rows: Sequence[dict[str, Any]], key: str, n: int = 10) -> float | None:
@@ -166,11 +66,12 @@ def _last_mean(rows: Sequence[dict[str, Any]], key: str, n: int = 10) -> float |
     return sum(vals[-n:]) / len(vals[-n:]) if vals else None
 
 
-def headline_html(rows: Sequence[dict[str, Any]], summary: dict[str, Any], warnings: Sequence[dict[str, Any]]) -> str:
+def headline_html(run: Run) -> str:
+    rows, summary = run.metrics, run.summary
     cards: list[tuple[str, str]] = []
     steps = summary.get("steps", max((r.get("step", 0) for r in rows), default=None))
     if steps is not None:
-        cards.append(("steps", _fmt(steps)))
+        cards.append(("steps", _fmt(steps) + ("" if run.finished else " (in progress)")))
     before, after = (summary.get(k, {}) if isinstance(summary.get(k), dict) else {} for k in ("eval_before", "eval_after"))
     if "accuracy" in before or "accuracy" in after:
         cards.append(("eval accuracy", f"{_fmt(before.get('accuracy', '–'))} → {_fmt(after.get('accuracy', '–'))}"))
@@ -178,107 +79,110 @@ def headline_html(rows: Sequence[dict[str, Any]], summary: dict[str, Any], warni
         value = _last_mean(rows, key)
         if value is not None:
             cards.append((label, _fmt(value)))
-    times = [float(r["time/step"]) for r in rows if isinstance(r.get("time/step"), (int, float)) and math.isfinite(r["time/step"])]
-    if times:
-        total = sum(times)
-        cards.append(("train time", f"{total / 60:.1f} min" if total >= 60 else f"{total:.1f} s"))
-    cards.append(("health warnings", str(len(warnings))))
-    return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v}</div></div>' for k, v in cards) + "</div>"
+    total = sum(float(r["time/step"]) for r in rows if isinstance(r.get("time/step"), (int, float)) and math.isfinite(r["time/step"]))
+    if total:
+        cards.append(("train time", f"{total / 60:.1f} min" if total >= 120 else f"{total:.1f} s"))
+    cards.append(("health warnings", str(len(_warnings(run)))))
+    return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v}</div></div>'
+                                          for k, v in cards) + "</div>"
 
 
-def health_html(warnings: Sequence[dict[str, Any]]) -> str:
-    if not warnings:
-        return '<div class="ok">No health monitor fired during this run.</div>'
-    return "".join(f'<div class="warn"><b>step {_esc(w.get("step", "?"))} · {_esc(w.get("monitor", "note"))}</b> — {_esc(w.get("message", ""))}</div>'
-                   for w in warnings)
+def _warnings(run: Run) -> list[dict[str, Any]]:
+    return [e for e in run.events if e.get("level", "warning") != "info"]
 
 
-def samples_html(samples: Sequence[dict[str, Any]], max_steps: int = 3, max_chars: int = 3000) -> str:
-    """Sample completions of (up to) the first, a middle and the last sampled step; the last one open."""
-    if not samples:
-        return '<p class="muted">No samples were logged (samples.jsonl is missing or empty).</p>'
-    steps = sorted({s.get("step") for s in samples if isinstance(s.get("step"), (int, float))})
-    if len(steps) > max_steps:
-        steps = [steps[0], steps[len(steps) // 2], steps[-1]][:max_steps]
-    out = []
-    for i, step in enumerate(steps):
-        rows = [s for s in samples if s.get("step") == step]
-        inner = []
-        for row in rows:
-            comps = row.get("completions") or []
-            funcs = list(dict.fromkeys(k for c in comps for k in (c.get("rewards") or {})))
-            head = "".join(f"<th>{_esc(f)}</th>" for f in funcs)
-            body = []
-            for j, c in enumerate(comps):
-                adv = c.get("advantage")
-                cls = "pos" if isinstance(adv, (int, float)) and adv > 0 else "neg" if isinstance(adv, (int, float)) and adv < 0 else ""
-                text = str(c.get("text", ""))
-                if len(text) > max_chars:
-                    text = text[:max_chars] + f"\n… [{len(text) - max_chars} more characters]"
-                per = "".join(f'<td class="num">{_fmt((c.get("rewards") or {}).get(f, ""))}</td>' for f in funcs)
-                body.append(f'<tr><td class="num">{j}</td><td class="num">{_fmt(c.get("reward", ""))}</td>{per}'
-                            f'<td class="num {cls}">{_fmt(adv if adv is not None else "")}</td><td class="num">{_fmt(c.get("length", ""))}</td>'
-                            f'<td class="fin">{_esc(c.get("finish_reason", ""))}</td><td>{_completion_cell(c, text, max_chars)}</td></tr>')
-            inner.append(f'<div class="prompt"><pre>{_esc(row.get("prompt", ""))}</pre></div>'
-                         f'<table><tr><th>#</th><th>reward</th>{head}<th>advantage</th><th>length</th><th>finish</th><th>completion</th></tr>{"".join(body)}</table>')
-        is_open = " open" if i == len(steps) - 1 else ""
-        out.append(f'<details{is_open}><summary>step {_esc(step)} — {len(rows)} prompt(s)</summary>{"".join(inner)}</details>')
-    return "".join(out)
-
-
-def _completion_cell(c: dict[str, Any], text: str, max_chars: int) -> str:
-    """A completion: its text, or for a multi-turn episode its conversation turn by turn, with the
-    model's turns, its tool calls and the environment's replies drawn distinctly."""
-    messages = c.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return f"<pre>{_esc(text)}</pre>"
-    parts = []
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        content = str(m.get("content", ""))[:max_chars]
-        if m.get("role") == "tool":
-            parts.append(f'<div class="turn tool"><span class="who">tool {_esc(m.get("name", ""))} &rarr;</span><pre>{_esc(content)}</pre></div>')
-            continue
-        calls = "".join(f'<div class="call">call {_esc((t.get("function") or {}).get("name", ""))}'
-                        f'({_esc(json.dumps((t.get("function") or {}).get("arguments", ""), ensure_ascii=False))})</div>'
-                        for t in m.get("tool_calls") or [] if isinstance(t, dict))
-        parts.append(f'<div class="turn model"><span class="who">model</span><pre>{_esc(content)}</pre>{calls}</div>')
+def health_html(run: Run) -> str:
+    warnings, notes = _warnings(run), [e for e in run.events if e.get("level") == "info"]
+    parts = [f'<div class="warn"><b>step {_esc(w.get("step", "?"))} · {_esc(w.get("monitor", "note"))}</b> — {_esc(w.get("message", ""))}</div>'
+             for w in warnings] or ['<div class="ok">No health monitor fired during this run.</div>']
+    parts += [f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — {_esc(n.get("message", ""))}</div>'
+              for n in notes]  # e.g. "converged": information, not a problem
     return "".join(parts)
 
 
-def summary_html(summary: dict[str, Any]) -> str:
-    if not summary:
-        return '<p class="muted">No summary.json (the run may not have finished).</p>'
-    return f'<pre class="box">{_esc(json.dumps(summary, indent=2, ensure_ascii=False, default=str))}</pre>'
+def doctor_html(findings: Sequence[Finding]) -> str:
+    if not findings:
+        return '<div class="ok">The doctor found nothing to fix in this run.</div>'
+    return "".join(f'<div class="finding sev{f.severity}"><b>{i}. {_esc(f.title)}</b> <span class="code">{_esc(f.code)}</span>'
+                   f'<div>{_esc(f.evidence)}</div><div class="try">try: {_esc(f.advice)}</div></div>'
+                   for i, f in enumerate(findings, 1))
+
+
+def config_diff_html(runs: Sequence[Run]) -> str:
+    diff = config_diff(runs)
+    if not diff:
+        return '<p class="muted">The runs\' configs do not differ (or have no config.yaml).</p>'
+    head = "".join(f"<th>{_esc(r.name)}</th>" for r in runs)
+    body = "".join(f"<tr><td><code>{_esc(k)}</code></td>" + "".join(f"<td>{_esc(v)}</td>" for v in vals) + "</tr>"
+                   for k, vals in diff)
+    return f'<table class="diff"><tr><th>field</th>{head}</tr>{body}</table>'
+
+
+def payload(runs: Sequence[Run], live_s: float | None = None) -> dict[str, Any]:
+    """The JSON the page draws from: panels, each run's columns and samples, live-refresh settings."""
+    plots = panels(runs)
+    keys = list(dict.fromkeys(k for p in plots for k in p["keys"]))
+    for p in plots:
+        p["same"] = same_as(runs, p["keys"])
+    data = []
+    for run in runs:
+        steps, cols = columns(run, keys)
+        data.append({"name": run.name, "finished": run.finished, "steps": steps, "heldout": heldout(run),
+                     "series": {k: v for k, v in cols.items() if any(x is not None for x in v)},
+                     "samples": samples_payload(run)})
+    live = {"refresh_s": live_s} if live_s and not all(r.finished for r in runs) else None
+    return {"panels": plots, "runs": data, "live": live}
+
+
+def _run_section(run: Run, many: bool) -> str:
+    prefix = f"{_esc(run.name)}: " if many else ""
+    return (f"<h2>{prefix}health warnings ({len(_warnings(run))})</h2>" + health_html(run)
+            + f"<details><summary>{prefix}summary.json</summary>"
+            + (f'<pre class="box">{_esc(json.dumps(run.summary, indent=2, ensure_ascii=False, default=str))}</pre>'
+               if run.summary else '<p class="muted">No summary.json (the run may not have finished).</p>') + "</details>"
+            + f"<details><summary>{prefix}config.yaml</summary>"
+            + (f'<pre class="box">{_esc(run.config_text)}</pre>' if run.config_text else '<p class="muted">No config.yaml.</p>')
+            + "</details>")
+
+
+def _zeros_html(runs: Sequence[Run]) -> str:
+    zeros = metric_names(runs)[1]
+    return (f'<p class="muted zeros">0 at every step (not drawn): {_esc(", ".join(zeros))}</p>' if zeros else "")
+
+
+def render(run_dirs: Sequence[Path], live_s: float | None = None) -> str:
+    """The report of one run, or the comparison of several, as an HTML string."""
+    paths = [Path(p) for p in run_dirs]
+    runs = [load_run(p, n) for p, n in zip(paths, unique_names(paths))]
+    many = len(runs) > 1
+    title = "grpokit comparison · " + " vs ".join(r.name for r in runs) if many else f"grpokit run · {runs[0].name}"
+    sections = [f"<h1>{_esc(title)}</h1><p class=\"sub\">{_esc(' · '.join(str(p) for p in paths))} · "
+                f"{' + '.join(str(len(r.metrics)) for r in runs)} metric records</p>",
+                '<div id="live" class="live" hidden></div>']
+    for run in runs:
+        sections.append((f"<h2>{_esc(run.name)}</h2>" if many else "") + headline_html(run))
+        sections.append(f"<h2>Doctor{': ' + _esc(run.name) if many else ''}</h2>" + doctor_html(diagnose(run)))
+    if many:
+        sections.append("<h2>Config differences</h2>" + config_diff_html(runs))
+    sections.append('<h2>Training curves</h2><div id="controls" class="controls"></div>'
+                    + ('<div id="plots" class="grid"></div>' if any(r.metrics for r in runs)
+                       else '<p class="muted">No metrics.jsonl in this run directory.</p>') + _zeros_html(runs))
+    sections.append('<h2>Sample completions</h2><div id="samples">'
+                    + ('' if any(r.samples for r in runs) else '<p class="muted">No samples were logged (samples.jsonl is missing or empty).</p>')
+                    + "</div>")
+    sections += [_run_section(r, many) for r in runs]
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>{_esc(title)}</title>'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f'<style>{_asset("uPlot.min.css")}\n{_asset("report.css")}</style></head><body><main>{"".join(sections)}</main>'
+            f'<script type="application/json" id="grpokit-data">{_json_for_script(payload(runs, live_s))}</script>'
+            f'<script>/* uPlot 1.6.32, (c) Leon Sorokin, MIT License (assets/uPlot.LICENSE) */\n{_asset("uPlot.iife.min.js")}</script>'
+            f'<script>{_asset("report.js")}</script></body></html>\n')
 
 
 def render_report(run_dir: Path) -> str:
     """The report of `run_dir` as an HTML string (see the module docstring for what goes in)."""
-    run_dir = Path(run_dir)
-    rows = read_jsonl(run_dir / METRICS_FILE)
-    samples = read_jsonl(run_dir / SAMPLES_FILE)
-    events = read_jsonl(run_dir / HEALTH_FILE)
-    warnings = [e for e in events if e.get("level", "warning") != "info"]
-    notes = [e for e in events if e.get("level") == "info"]  # e.g. "converged": information, not a problem
-    summary = _read_json(run_dir / "summary.json")
-    config_path = run_dir / "config.yaml"
-    config_text = config_path.read_text(encoding="utf-8", errors="replace") if config_path.exists() else ""
-    title = f"grpokit run · {run_dir.resolve().name}"
-    sections = [
-        f"<h1>{_esc(title)}</h1><p class=\"sub\">{_esc(str(run_dir))} · {len(rows)} metric records</p>",
-        headline_html(rows, summary, warnings),
-        "<h2>Training curves</h2>" + (plots_html(rows, summary, warnings) if rows or summary else '<p class="muted">No metrics.jsonl in this run directory.</p>'),
-        f"<h2>Health warnings ({len(warnings)})</h2>" + health_html(warnings)
-        + "".join(f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — '
-                  f'{_esc(n.get("message", ""))}</div>' for n in notes),
-        "<h2>Sample completions</h2>" + samples_html(samples),
-        "<h2>Summary</h2>" + summary_html(summary),
-        "<h2>Config</h2>" + (f'<pre class="box">{_esc(config_text)}</pre>' if config_text else '<p class="muted">No config.yaml.</p>'),
-    ]
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
-            f'<body><main>{"".join(sections)}</main></body></html>\n')
+    return render([Path(run_dir)])
 
 
 def write_report(run_dir: Path) -> Path:
@@ -286,6 +190,31 @@ def write_report(run_dir: Path) -> Path:
     path = Path(run_dir) / REPORT_FILE
     path.write_text(render_report(Path(run_dir)), encoding="utf-8")
     return path
+
+
+def write_comparison(run_dirs: Sequence[Path], out: Path, live_s: float | None = None) -> Path:
+    """Write the report of `run_dirs` (one run, or several overlaid) to `out`, atomically: a page
+    reloading while the file is rewritten must never read half of it."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render(run_dirs, live_s), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def watch(run_dirs: Sequence[Path], out: Path, interval_s: float = 5.0, max_updates: int | None = None,
+          sleep=time.sleep) -> Path:
+    """Rewrite `out` every `interval_s` seconds until every run has finished (summary.json has "steps"),
+    then once more without the reload; the page reloads itself meanwhile (file:// pages cannot fetch
+    the run's files, so the file is what changes). `max_updates` bounds the loop (tests)."""
+    n = 0
+    while True:
+        finished = all("steps" in read_json(Path(p) / "summary.json") for p in run_dirs)
+        write_comparison(run_dirs, out, None if finished else interval_s)
+        n += 1
+        if finished or (max_updates is not None and n >= max_updates):
+            return out
+        sleep(interval_s)
 
 
 def report_main(run_dir: str | Path) -> int:

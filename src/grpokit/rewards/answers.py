@@ -36,8 +36,11 @@ _MIN_ECHO = 10  # a copied line shorter than this (a bare number) may well be th
 _THOUSANDS = re.compile(r"(?<=\d)(?:,|\\,|\{,\}|\\ |\u2009|\u202f)(?=\d{3}(?!\d))")
 _WRAPPERS = re.compile(r"\\left|\\right|\\displaystyle|\\!|\$|\\\(|\\\)|\\\[|\\\]|\*\*")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
-_SEPARATORS = re.compile(r"\s*(?:,|;|\n|\\quad|\\qquad|\\lor|\\vee|\\cup|\band/or\b|\bor\b|\band\b)\s*",
-                         re.IGNORECASE)
+# \\ (a LaTeX line break) and arrows (\to, \Rightarrow ...) join two answers as surely as a comma does.
+_SEPARATORS = re.compile(r"\s*(?:,|;|\n|\\\\|\\quad|\\qquad|\\lor|\\vee|\\cup|\\to\b|\\rightarrow\b|\\Rightarrow\b|"
+                         r"\\longrightarrow\b|\\implies\b|\\mapsto\b|->|→|\band/or\b|\bor\b|\band\b)\s*", re.IGNORECASE)
+_EQUALS = re.compile(r"(?<![<>!=\\])=(?!=)")  # "=", not "<=", ">=", "!=", "=="
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _COMMA = re.compile(r"\s*[,;]\s*")
 _RANGES = [
     re.compile(r"\bbetween\s+\S+\s+and\s+\S+", re.IGNORECASE),
@@ -182,6 +185,9 @@ def count_values(answer: str) -> int:
     if not text:
         return 0
     if any(r.search(text) for r in _RANGES) or len(_RELATION.findall(text)) >= 2:
+        return 2
+    numbers = {float(side) for side in _split_top(text, _EQUALS) if _NUMBER.fullmatch(side)}
+    if len(numbers) >= 2:  # "5 = 6": two different numbers set equal name two answers, not one
         return 2
     extra = len(_PLUS_MINUS.findall(text))
     inner = _bracketed(_PREFIX.sub("", text))

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 from .errors import RewardInfrastructureError
 from .math import completion_text
 from .sandbox import budget
-from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
+from grpokit.rewards.sandbox.isolation import Limits, parse_records, run_sandboxed
 
 HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()
 _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
@@ -137,7 +138,8 @@ def strict_equal(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False) -> list[bool]:
+def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False,
+              cancel: threading.Event | None = None) -> list[bool]:
     """Run `code` on every case in one sandbox; one pass/fail per case, decided here."""
     isolated = require_isolation(allow_unsafe_code_execution, limits)
     mode, inputs, expected = parse_cases(test_cases)
@@ -145,16 +147,11 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
            "max_output_bytes": limits.max_output_bytes}
     files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
     try:
-        result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated)
+        result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated, cancel=cancel)
     except budget.BudgetError as exc:  # e.g. a cgroup that could not be created: stop, never score 0
         raise UnsafeCodeExecutionError(str(exc)) from None
     passed = [False] * len(expected)
-    seen: set[int] = set()
-    for rec in result.records:
-        i = rec["case"]
-        if not 0 <= i < len(expected) or i in seen or rec.get("status") != "ok":
-            continue
-        seen.add(i)  # the first record of a case counts; duplicates are ignored
+    for i, rec in _trusted_records(result.channel, len(expected)).items():
         try:  # records are bounded in size and depth (sandbox/isolation.py); anything odd fails the case
             if mode == "stdio":
                 passed[i] = type(rec.get("stdout")) is str and _norm(rec["stdout"]) == _norm(expected[i])
@@ -163,6 +160,33 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
         except Exception:
             passed[i] = False
     return passed
+
+
+def _trusted_records(channel: str, n: int) -> dict[int, dict]:
+    """case -> its "ok" record, for the cases whose record arrived alone and in order.
+
+    The harness writes exactly one line per case, in case order; in call mode the program runs in the
+    harness's process and can write on the channel too. A line that is not a well-formed record in
+    sequence (malformed, too deep, a second record of a case, a case out of order) fails the case that
+    was running when it was written (the next one expected) and the case it names, so a forged record
+    can never stand beside, or instead of, the harness's honest one."""
+    accepted: dict[int, dict] = {}
+    tainted: set[int] = set()
+    expected_next = 0
+    for line in channel.splitlines():
+        if not line.strip():
+            continue
+        records = parse_records(line)
+        rec = records[0] if records else None
+        case = rec["case"] if rec is not None else None
+        if rec is not None and case == expected_next and case not in accepted:
+            accepted[case] = rec
+            expected_next += 1
+            continue
+        tainted.add(expected_next)
+        if case is not None:
+            tainted.add(case)
+    return {i: r for i, r in accepted.items() if i not in tainted and 0 <= i < n and r.get("status") == "ok"}
 
 
 def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing: bool,
@@ -176,12 +200,17 @@ def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing
         code = extract_code(completion_text(c))
         if code is None:
             return 0.0
-        passed = run_tests(code, cases, limits, allow_unsafe)
+        passed = run_tests(code, cases, limits, allow_unsafe, cancel)
         return float(all(passed)) if all_or_nothing else sum(passed) / len(passed)
 
     require_isolation(allow_unsafe, limits)  # refuse before running anything
-    with cf.ThreadPoolExecutor(max_workers=max_parallel) as ex:  # threads only wait on sandboxes
+    cancel = threading.Event()
+    ex = cf.ThreadPoolExecutor(max_workers=max_parallel)  # threads only wait on sandboxes
+    try:
         return list(ex.map(one, completions, test_cases))
+    finally:  # interrupted (the reward call's deadline): stop the sandboxes now, not at their wall-clock limit
+        cancel.set()
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def code_pass_fraction(completions: list[Any], test_cases: list[Any] | None = None, wall_s: float = 2.0,

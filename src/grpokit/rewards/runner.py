@@ -6,14 +6,16 @@ in worker processes. If a group call raises, each completion of that group is re
 `group_size=1`) so that only the offending completions get `failure_value`. A group call that times out
 is not retried: all of its completions get `failure_value` (retrying would cost G more timeouts).
 
-Timeouts. In worker processes the timeout is hard: the worker is killed and replaced. A function that
-cannot be pickled (a lambda, a closure) runs in a thread of this process instead, with a logged reason;
-its timeout is then *soft*: the result is abandoned and counted as a failure, but Python cannot stop the
-thread, which keeps running in the background. Define reward functions at module level to get hard
-timeouts.
+Timeouts. Every call has a deadline that holds in every mode. In worker processes it is a SIGKILL:
+the worker is killed and replaced. In the trainer's process (`num_workers=0`, the default, or a function
+that cannot be pickled: a lambda, a closure) the call runs in the main thread under a SIGALRM deadline,
+which stops Python code but not one long C call (rewards/inproc.py); called from another thread it is
+soft but cannot block exit or pile up threads. Define reward functions at module level and set
+`num_workers >= 1` for a deadline that nothing can outlast.
 
-Failures. Every failure (exception, timeout, wrong return length, a value that is not a number or None,
-NaN or infinite) is counted per function; the first `max_logged_errors` are logged with the offending
+Failures. Every failure (exception, `sys.exit`, a `KeyboardInterrupt` the function raises itself, timeout,
+wrong return length, a value that is not a number or None, NaN, infinite or beyond float32 such as 1e300)
+is counted per function (`rewards/<name>/failures`, of which `timeouts` and `nonfinite`); the first `max_logged_errors` are logged with the offending
 completion. A failed item gets `failure_value` in the total and is left out of the function's mean and
 std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
 `RewardError`. `rewards/failed_fraction` (failed items / all items of the step) feeds a health alarm.
@@ -24,7 +26,6 @@ machinery or by a reward function, in a worker or in a thread, stops `score` at 
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
 import math
 import pickle
@@ -34,6 +35,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
 from .spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
@@ -53,27 +55,67 @@ class RewardResult:
 
 
 class NonFiniteReward(ValueError):
-    """A reward function returned NaN or an infinity: counted as a failure, never summed in."""
+    """A reward function returned NaN, an infinity or a number beyond float32: counted as a failure."""
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _check_value(value: Any) -> float | None:
-    """None stays None; bools and real numbers become float; anything else (NaN, inf too) is an error."""
+    """None stays None; bools and real numbers become float; anything else (NaN, inf, 1e300 too) is an error."""
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or isinstance(value, (int, float)) or hasattr(value, "__float__"):
-        out = float(value)
+        try:
+            out = float(value)
+        except (OverflowError, TypeError, ValueError) as exc:  # a huge int, a __float__ that raises
+            raise NonFiniteReward(f"reward cannot be read as a float ({type(exc).__name__})") from None
         if not math.isfinite(out):
             raise NonFiniteReward(f"reward is {out}")
+        if abs(out) > _FLOAT32_MAX:  # rewards are float32 tensors: 1e300 would be an overflow error there
+            raise NonFiniteReward(f"reward {out:g} does not fit in float32")
         return out
     raise TypeError(f"reward must be a number or None, got {type(value).__name__}")
+
+
+@dataclass
+class _Tally:
+    """What one function did on one batch: (row, message) per failed completion, and their kinds."""
+
+    errors: list[tuple[int, str]] = field(default_factory=list)
+    nonfinite: int = 0
+    timeouts: int = 0
+
+    def fail(self, rows: list[int], message: str, *, timed_out: bool = False, nonfinite: bool = False) -> None:
+        self.errors.extend((i, message) for i in rows)
+        self.timeouts += len(rows) * timed_out
+        self.nonfinite += len(rows) * nonfinite
+
+
+class _Logs:
+    """What reward functions logged with ``log_metric`` / ``log_extra`` during one ``score``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.metrics: dict[str, list[float]] = {}
+        self.extra: dict[str, list] = {}
+
+    def keep(self, idx: list[int], value: Any) -> None:
+        for name, vals in getattr(value, "metrics", {}).items():
+            self.metrics.setdefault(name, []).extend(vals)
+        for column, vals in getattr(value, "extra", {}).items():
+            if len(vals) == len(idx):  # one value per completion of the call, as TRL asks
+                col = self.extra.setdefault(column, [None] * self.n)
+                for i, v in zip(idx, vals):
+                    col[i] = v
 
 
 class RewardRunner:
     """Scores completions with weighted reward functions; see the module docstring for the rules.
 
-    num_workers: worker processes (0 = call functions in this process, with soft thread timeouts).
+    num_workers: worker processes (0 = call functions in this process, under a SIGALRM deadline).
     timeout_s: limit for one call of one function on one group.
     failure_value: the reward a completion gets when its reward call fails.
     max_failure_fraction: stop the run when a function fails on more than this fraction of a batch.
@@ -93,8 +135,8 @@ class RewardRunner:
             raise RewardError("RewardRunner needs at least one RewardSpec.")
         if not 0.0 <= max_failure_fraction <= 1.0:
             raise ValueError(f"max_failure_fraction must be in [0, 1], got {max_failure_fraction}.")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}.")
+        if not timeout_s > 0 or not math.isfinite(timeout_s):
+            raise ValueError(f"timeout_s must be a finite number > 0, got {timeout_s}.")
         self.specs = list(specs)
         names = [s.name for s in self.specs]
         if len(set(names)) != len(names):
@@ -104,23 +146,29 @@ class RewardRunner:
         self.max_failure_fraction = float(max_failure_fraction)
         self.max_logged_errors = max_logged_errors
         self._logged: dict[str, int] = {n: 0 for n in names}
-        self._in_process: list[bool] = []
-        for spec in self.specs:
-            reason = None
-            if num_workers == 0:
-                reason = "num_workers=0"
-            else:
-                try:
-                    pickle.dumps(spec.fn)
-                except Exception as exc:
-                    reason = f"it cannot be pickled ({type(exc).__name__}); define it at module level"
-            if reason is not None and num_workers > 0:
-                log.warning("Reward '%s' runs in threads of the trainer process because %s; its %g s "
-                            "timeout is soft (an abandoned call keeps running).", spec.name, reason, timeout_s)
-            self._in_process.append(reason is not None)
-        needs_pool = num_workers > 0 and not all(self._in_process)
-        self._pool = WorkerPool(num_workers, name="reward") if needs_pool else None
-        self._threads = cf.ThreadPoolExecutor(max_workers=max(1, num_workers), thread_name_prefix="reward")
+        self._in_process = [self._runs_in_process(spec, num_workers) for spec in self.specs]
+        self._num_workers = num_workers if num_workers > 0 and not all(self._in_process) else 0
+        self._pool: WorkerPool | None = None
+        self.reopen()
+        self._caller = InProcessCaller()
+
+    def reopen(self) -> None:
+        """Start the worker processes again after ``close()`` (TRL's ``evaluate()`` after ``train()``)."""
+        if self._num_workers and self._pool is None:
+            self._pool = WorkerPool(self._num_workers, name="reward")
+
+    def _runs_in_process(self, spec: RewardSpec, num_workers: int) -> bool:
+        if num_workers == 0:
+            return True
+        try:
+            pickle.dumps(spec.fn)
+            return False
+        except Exception as exc:
+            log.warning("Reward '%s' runs in the trainer process because it cannot be pickled (%s; define it at "
+                        "module level): its %g s timeout is a SIGALRM in the main thread, which cannot stop one long "
+                        "C call, and soft (the call is abandoned) in other threads.",
+                        spec.name, type(exc).__name__, self.timeout_s)
+            return True
 
     # -- running calls -------------------------------------------------------------------------------
     def _run(self, f: int, calls: list[dict[str, Any]]) -> list[Outcome]:
@@ -128,25 +176,71 @@ class RewardRunner:
         if not self._in_process[f]:
             assert self._pool is not None
             outcomes = self._pool.run([(call_reward, (fn, c), {}) for c in calls], self.timeout_s)
-            for out in outcomes:
-                if out.fatal:
-                    raise RewardInfrastructureError(f"Reward '{name}' cannot be computed: {out.error}")
-            return outcomes
-        futures = [self._threads.submit(call_reward, fn, c) for c in calls]
-        deadline = time.monotonic() + self.timeout_s
-        outcomes = []
-        for fut in futures:
-            try:
-                outcomes.append(Outcome(True, fut.result(timeout=max(0.0, deadline - time.monotonic()))))
-            except cf.TimeoutError:
-                outcomes.append(Outcome(False, error=f"timed out after {self.timeout_s:g} s (soft)", timed_out=True))
-            except RewardInfrastructureError as exc:
-                for other in futures:
-                    other.cancel()
-                raise RewardInfrastructureError(f"Reward '{name}' cannot be computed: {exc}") from None
-            except Exception as exc:
-                outcomes.append(Outcome(False, error=f"{type(exc).__name__}: {exc}"))
+        else:
+            outcomes = [self._caller.call(name, call_reward, (fn, c), self.timeout_s) for c in calls]
+        for out in outcomes:
+            if out.fatal:
+                raise RewardInfrastructureError(f"Reward '{name}' cannot be computed: {out.error}")
         return outcomes
+
+    def _score_function(self, f: int, groups: list[list[int]], kwargs_for, logs: _Logs,
+                        rewards_NF: torch.Tensor) -> _Tally:
+        """Fill column f of rewards_NF; a failed group call is retried one completion at a time."""
+        tally = _Tally()
+        retry: list[int] = []
+        group_size = len(groups[0])
+        for idx, out in zip(groups, self._run(f, [kwargs_for(idx, group_size) for idx in groups])):
+            if out.ok:
+                logs.keep(idx, out.value)
+                for i, v in zip(idx, out.value):
+                    self._store(rewards_NF, i, f, v, tally)
+            elif out.timed_out or group_size == 1:  # a timed-out group is not retried (G more timeouts)
+                tally.fail(idx, out.error or "failed", timed_out=out.timed_out)
+            else:
+                retry.extend(idx)
+        if retry:  # find which completions of the failing groups are at fault
+            for i, out in zip(retry, self._run(f, [kwargs_for([i], 1) for i in retry])):
+                if not out.ok:
+                    tally.fail([i], out.error or "failed", timed_out=out.timed_out)
+                    continue
+                logs.keep([i], out.value)
+                self._store(rewards_NF, i, f, out.value[0], tally)
+        return tally
+
+    @staticmethod
+    def _store(rewards_NF: torch.Tensor, i: int, f: int, v: Any, tally: _Tally) -> None:
+        try:
+            value = _check_value(v)
+        except (TypeError, ValueError) as exc:
+            tally.fail([i], str(exc), nonfinite=isinstance(exc, NonFiniteReward))
+            return
+        rewards_NF[i, f] = float("nan") if value is None else value
+
+    def _contain(self, f: int, tally: _Tally, rewards_NF: torch.Tensor, failed_NF: torch.Tensor,
+                 completions: list) -> dict[str, float]:
+        """Give failed completions failure_value, log the first few, stop on too many; the metrics."""
+        name, n = self.specs[f].name, len(completions)
+        for i, message in tally.errors:
+            failed_NF[i, f] = True
+            rewards_NF[i, f] = self.failure_value
+            if self._logged[name] < self.max_logged_errors:
+                self._logged[name] += 1
+                log.warning("Reward '%s' failed on completion %d (%s); it gets %g. Completion: %r",
+                            name, i, message, self.failure_value, str(completions[i])[:300])
+        if len(tally.errors) > self.max_failure_fraction * n:
+            row, first = tally.errors[0]
+            raise RewardError(
+                f"Reward '{name}' failed on {len(tally.errors)} of {n} completions, more than "
+                f"max_failure_fraction={self.max_failure_fraction:g}; first error, on completion {row}: {first}")
+        scored = rewards_NF[:, f][~failed_NF[:, f] & ~rewards_NF[:, f].isnan()]
+        return {
+            f"rewards/{name}/mean": scored.mean().item() if len(scored) else float("nan"),
+            f"rewards/{name}/std": scored.std(unbiased=False).item() if len(scored) else float("nan"),
+            f"rewards/{name}/failures": float(len(tally.errors)),
+            f"rewards/{name}/timeouts": float(tally.timeouts),
+            f"rewards/{name}/nonfinite": float(tally.nonfinite),
+            f"rewards/{name}/not_applicable": float(rewards_NF[:, f].isnan().sum().item()),
+        }
 
     def score(
         self,
@@ -166,11 +260,7 @@ class RewardRunner:
         start = time.perf_counter()
         columns = columns or {}
         n = len(completions)
-        if group_size < 1 or n % group_size:
-            raise ValueError(f"group_size must divide the number of completions ({n}), got {group_size}.")
-        for what, seq in [("prompts", prompts), ("completion_ids", completion_ids), *columns.items()]:
-            if len(seq) != n:
-                raise ValueError(f"'{what}' has {len(seq)} entries but there are {n} completions; give one per completion.")
+        _check_batch(n, group_size, prompts, completion_ids, columns)
 
         def kwargs_for(idx: list[int], g: int) -> dict[str, Any]:
             kw: dict[str, Any] = {k: [v[i] for i in idx] for k, v in columns.items()}
@@ -178,90 +268,40 @@ class RewardRunner:
                       completion_ids=[completion_ids[i] for i in idx], group_size=g, trainer_state=trainer_state)
             return kw
 
-        logged: dict[str, list[float]] = {}
-        extra: dict[str, list] = {}
-
-        def keep_logs(idx: list[int], value: Any) -> None:  # what log_metric / log_extra collected in one call
-            for name, vals in getattr(value, "metrics", {}).items():
-                logged.setdefault(name, []).extend(vals)
-            for column, vals in getattr(value, "extra", {}).items():
-                if len(vals) == len(idx):  # one value per completion of the call, as TRL asks
-                    col = extra.setdefault(column, [None] * n)
-                    for i, v in zip(idx, vals):
-                        col[i] = v
-
         groups = [list(range(s, s + group_size)) for s in range(0, n, group_size)]
         num_f = len(self.specs)
         rewards_NF = torch.full((n, num_f), float("nan"))
         failed_NF = torch.zeros((n, num_f), dtype=torch.bool)
+        logs = _Logs(n)
         metrics: dict[str, float] = {}
-        num_failed = 0
-        for f, spec in enumerate(self.specs):
-            errors: list[tuple[int, str]] = []
-            nonfinite = 0
-            outcomes = self._run(f, [kwargs_for(idx, group_size) for idx in groups])
-            retry: list[int] = []
-            for idx, out in zip(groups, outcomes):
-                if out.ok:
-                    keep_logs(idx, out.value)
-                    for i, v in zip(idx, out.value):
-                        try:
-                            value = _check_value(v)
-                            rewards_NF[i, f] = float("nan") if value is None else value
-                        except (TypeError, ValueError) as exc:
-                            nonfinite += isinstance(exc, NonFiniteReward)
-                            errors.append((i, str(exc)))
-                elif out.timed_out or group_size == 1:
-                    errors.extend((i, out.error or "failed") for i in idx)
-                else:
-                    retry.extend(idx)
-            if retry:  # find which completions of the failing groups are at fault
-                for i, out in zip(retry, self._run(f, [kwargs_for([i], 1) for i in retry])):
-                    try:
-                        if not out.ok:
-                            raise RuntimeError(out.error)
-                        keep_logs([i], out.value)
-                        value = _check_value(out.value[0])
-                        rewards_NF[i, f] = float("nan") if value is None else value
-                    except Exception as exc:
-                        nonfinite += isinstance(exc, NonFiniteReward)
-                        errors.append((i, str(exc)))
-            for i, message in errors:
-                failed_NF[i, f] = True
-                rewards_NF[i, f] = self.failure_value
-                if self._logged[spec.name] < self.max_logged_errors:
-                    self._logged[spec.name] += 1
-                    log.warning("Reward '%s' failed on completion %d (%s); it gets %g. Completion: %r",
-                                spec.name, i, message, self.failure_value, completions[i][:300])
-            if len(errors) > self.max_failure_fraction * n:
-                raise RewardError(
-                    f"Reward '{spec.name}' failed on {len(errors)} of {n} completions, more than "
-                    f"max_failure_fraction={self.max_failure_fraction:g}; first error: {errors[0][1]}")
-            scored = rewards_NF[:, f][~failed_NF[:, f] & ~rewards_NF[:, f].isnan()]
-            metrics[f"rewards/{spec.name}/mean"] = scored.mean().item() if len(scored) else float("nan")
-            metrics[f"rewards/{spec.name}/std"] = scored.std(unbiased=False).item() if len(scored) else float("nan")
-            metrics[f"rewards/{spec.name}/failures"] = float(len(errors))
-            metrics[f"rewards/{spec.name}/nonfinite"] = float(nonfinite)
-            num_failed += len(errors)
-            metrics[f"rewards/{spec.name}/not_applicable"] = float(rewards_NF[:, f].isnan().sum().item())
+        for f in range(num_f):
+            tally = self._score_function(f, groups, kwargs_for, logs, rewards_NF) if groups else _Tally()
+            metrics.update(self._contain(f, tally, rewards_NF, failed_NF, completions))
         weights = torch.tensor([s.weight for s in self.specs])
         total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero
-        metrics["rewards/failed_fraction"] = num_failed / (n * num_f) if n else 0.0
+        metrics["rewards/failed_fraction"] = failed_NF.sum().item() / (n * num_f) if n else 0.0
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start
-        metrics.update({name: sum(vals) / len(vals) for name, vals in logged.items() if vals and name not in metrics})
-        return RewardResult(rewards_NF, total_N, [s.name for s in self.specs], weights.tolist(), metrics, extra)
+        metrics.update({k: sum(v) / len(v) for k, v in logs.metrics.items() if v and k not in metrics})
+        return RewardResult(rewards_NF, total_N, [s.name for s in self.specs], weights.tolist(), metrics, logs.extra)
 
     def close(self) -> None:
-        """Stop worker processes and threads (abandoned soft-timeout threads are not waited for)."""
+        """Stop worker processes (abandoned soft-timeout daemon threads are not waited for)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-        self._threads.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "RewardRunner":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_batch(n: int, group_size: int, prompts: list, completion_ids: list, columns: dict[str, list]) -> None:
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"group_size must divide the number of completions ({n}), got {group_size}.")
+    for what, seq in [("prompts", prompts), ("completion_ids", completion_ids), *columns.items()]:
+        if len(seq) != n:
+            raise ValueError(f"'{what}' has {len(seq)} entries but there are {n} completions; give one per completion.")

@@ -13,6 +13,13 @@ An episode ends when the model answers without a tool call (finish reason of tha
 called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` or a model
 turn would (the turn is cut at the cap; "length"), or when its tools have used ``episode_timeout_s`` seconds ("timeout").
 
+Environments and tools are untrusted code, and every call into them has a deadline: tools
+``tool_timeout_s`` (env/tools.py), ``reset`` ``reset_timeout_s`` (the trainer's main thread is
+interrupted with SIGALRM, as for in-process rewards: rewards/inproc.py). A ``reset`` that raises or
+runs over is contained: that prompt's episodes start from the bare prompt, counted in
+``episodes/reset_failures``; its observation is cut at ``max_observation_chars`` characters (10 MB
+would have been a 10-million-token prompt). Limits and defaults: docs/FAULTS.md.
+
 The single-turn rollout is this loop with no tools and no environment: one turn, no parsing, and
 the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a function
 ``sample(contexts, group_size, params) -> Rollout``: ``rollout.hf.generate`` on a model, or a vLLM
@@ -32,8 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
-from grpokit.env.parse import CALL_CLOSE, ToolCall, assistant_message, parse_tool_calls, tag_result_text, template_suffix_ids
-from grpokit.env.tools import ToolResult, call_tool, environment_tools, tool_name, tool_schema
+from grpokit.env.parse import CALL_CLOSE, MAX_DEPTH, ToolCall, assistant_message, parse_tool_calls, tag_result_text, template_suffix_ids
+from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
+from grpokit.rewards.inproc import InProcessCaller
 from grpokit.types import Episode, Prompt, Rollout
 from .hf import SamplingParams
 
@@ -46,11 +54,14 @@ class EpisodeSpec:
     """Budgets and format of episodes (the ``env`` config section, resolved)."""
 
     max_turns: int = 1
-    max_episode_tokens: int = 0  # model + environment tokens after the prompt (0 = no cap)
+    max_episode_tokens: int = 8192  # model + environment tokens after the prompt (0 = no cap)
     tool_timeout_s: float = 10.0
     episode_timeout_s: float = 60.0
     max_tool_output_chars: int = 1000
     tool_format: str = "tags"  # "tags" | "chat_template" (resolved, not "auto")
+    max_tool_nesting: int = MAX_DEPTH  # brackets in a call's arguments / levels of a tool's result (0 = no cap)
+    reset_timeout_s: float = 30.0  # time limit of one environment reset()
+    max_observation_chars: int = 8000  # longest reset() observation joined to the prompt (0 = no cap)
 
 
 @dataclass
@@ -66,6 +77,7 @@ class _Row:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_seconds: float = 0.0
+    tool_timeouts: int = 0
     finish: str | None = None
 
 
@@ -82,6 +94,7 @@ class EpisodeRunner:
         probe = environment_tools(environment_factory()) if environment_factory else []
         self.tool_names = [tool_name(t) for t in self.tools + probe]
         self.schemas = [tool_schema(t) for t in self.tools + probe] if spec.tool_format == "chat_template" else []
+        self._caller = InProcessCaller()
 
     @property
     def multi_turn(self) -> bool:
@@ -96,7 +109,8 @@ class EpisodeRunner:
                 return sample([p.ids for p in prompts], G, params, vision=[p.vision for p in prompts])
             return sample([p.ids for p in prompts], G, params)
         envs = [self.factory() if self.factory else None for _ in range(len(prompts) * G)]
-        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G]) for k, p in enumerate(prompts)]
+        reset_failed: list[bool] = []
+        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G], reset_failed) for k, p in enumerate(prompts)]
         turn_params = params
         if s.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
@@ -120,8 +134,8 @@ class EpisodeRunner:
                 break
         for i in active:  # still calling tools after the last allowed turn
             rows[i].finish = "turns"
-        episodes = [Episode(r.mask, r.turn_ids, r.state_keys, r.messages, r.tool_calls, r.tool_errors, env)
-                    for r, env in zip(rows, envs)]
+        episodes = [Episode(r.mask, r.turn_ids, r.state_keys, r.messages, r.tool_calls, r.tool_errors, env,
+                            r.tool_timeouts, reset_failed[k // G]) for k, (r, env) in enumerate(zip(rows, envs))]
         return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
 
     # ------------------------------------------------------------------ one turn of one episode
@@ -139,7 +153,7 @@ class EpisodeRunner:
         row.mask += [1] * len(ids)
         row.turn_ids += [turn] * len(ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        calls = parse_tool_calls(text, self.tool_names) if self.tool_names and not cut else []
+        calls = parse_tool_calls(text, self.tool_names, self.spec.max_tool_nesting) if self.tool_names and not cut else []
         row.messages.append(assistant_message(text, calls))
         if not calls:
             row.finish = reason  # an answer: "eos", "stop" or "length"
@@ -163,7 +177,7 @@ class EpisodeRunner:
             row.finish = "tool_error"
         elif row.tool_seconds >= s.episode_timeout_s:
             row.finish = "timeout"
-        elif env is not None and getattr(env, "done", False):
+        elif env is not None and _done(env):
             row.finish = "done"
 
     def _call(self, row: _Row, env, call: ToolCall) -> ToolResult:
@@ -171,7 +185,9 @@ class EpisodeRunner:
         row.tool_calls += 1
         left = s.episode_timeout_s - row.tool_seconds
         if not call.name:
-            result = ToolResult("", str({"error": f"could not read the tool call {call.arguments!r}"}), error=True)
+            why = f" ({call.error})" if call.error else ""
+            text = str({"error": f"could not read the tool call{why}: {str(call.arguments)[:200]!r}"})
+            result = ToolResult("", cap_text(text, s.max_tool_output_chars), error=True)
         elif left <= 0:
             result = ToolResult(call.name, str({"error": "the episode's tool time is used up"}), error=True)
         else:
@@ -179,7 +195,8 @@ class EpisodeRunner:
             if env is not None:
                 tools.update({tool_name(t): t for t in environment_tools(env)})
             result = call_tool(tools, call.name, call.arguments, timeout_s=min(s.tool_timeout_s, left),
-                               max_chars=s.max_tool_output_chars)
+                               max_chars=s.max_tool_output_chars, max_depth=s.max_tool_nesting)
+            row.tool_timeouts += int(result.error and "timed out after" in result.content)
         row.tool_seconds += result.seconds
         row.tool_errors += int(result.error)
         return result
@@ -190,20 +207,39 @@ class EpisodeRunner:
         messages = [{"role": "tool", "name": r.name, "content": r.content} for r in results]
         return template_suffix_ids(self.tokenizer, messages, self.schemas or None)
 
-    def _reset(self, prompt: Prompt, envs: list) -> list[int]:
-        """Reset the G environments of one prompt with its row; their observation (if any) joins the prompt."""
+    def _reset(self, prompt: Prompt, envs: list, failed: list[bool]) -> list[int]:
+        """Reset the G environments of one prompt with its row; their observation (if any) joins the prompt.
+        A reset that raises or runs over leaves the bare prompt (``failed`` gets True), never a crash or a hang."""
+        failed.append(False)
         if self.factory is None:
             return list(prompt.ids)
         row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
-        obs = [env.reset(**row) for env in envs]
+        outs = [self._caller.call("reset", lambda e=env: e.reset(**row), (), self.spec.reset_timeout_s) for env in envs]
+        if not all(o.ok for o in outs):
+            failed[-1] = True
+            return list(prompt.ids)
+        obs = [o.value for o in outs]
         if all(o is None for o in obs):
             return list(prompt.ids)
         if any(o != obs[0] for o in obs):
             raise ConfigError(f"the environment's reset() returned different observations for the {len(envs)} episodes of "
                               "one prompt; GRPO compares episodes that start alike, so make reset depend only on the row")
+        try:
+            text = cap_text(str(obs[0]), self.spec.max_observation_chars)
+        except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
+            failed[-1] = True
+            return list(prompt.ids)
         if self.render_prompt is None:
-            return list(prompt.ids) + list(self.tokenizer(str(obs[0]), add_special_tokens=False)["input_ids"])
-        return self.render_prompt(row["prompt"], str(obs[0]))
+            return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self.render_prompt(row["prompt"], text)
+
+
+def _done(env: Any) -> bool:
+    """The environment's ``done``; one that cannot be read (a property that raises) ends the episode."""
+    try:
+        return bool(getattr(env, "done", False))
+    except Exception:
+        return True
 
 
 def _state_key(prompt: list[int], ids: list[int]) -> str:
@@ -233,6 +269,8 @@ def episode_metrics(ro: Rollout) -> dict[str, float]:
         "episodes/truncated_by_turns": ro.finish_reasons.count("turns") / n,
         "tools/call_frequency": calls / n,
         "tools/failure_frequency": sum(e.tool_errors for e in eps) / calls if calls else 0.0,
+        "episodes/tool_timeouts_mean": sum(e.tool_timeouts for e in eps) / n,
+        "episodes/reset_failures": float(sum(e.reset_failed for e in eps)),
     }
     for reason in ("done", "tool_error", "timeout"):
         out[f"episodes/finished_{reason}"] = ro.finish_reasons.count(reason) / n

@@ -25,13 +25,9 @@ source of vLLM 0.10.2 and 0.33.0):
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import shutil
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,50 +37,11 @@ from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
 from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
+from .vllm_http import HTTPAnswer, ServerReplyError, http_call, parse_choices, reply_budget
 from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL
 
 MAX_PROMPTS_PER_REQUEST = 1024  # vLLM 0.33 refuses more prompts per request by default (envs.VLLM_MAX_COMPLETION_PROMPTS)
 START_HINT = "start it with `grpokit vllm-serve MODEL` (docs/SCALING.md)"
-
-
-class HTTPAnswer:
-    """A server's answer: status (0 = no connection), parsed JSON body ({} when empty or not JSON), raw text."""
-
-    def __init__(self, status: int, body: Any, text: str):
-        self.status, self.body, self.text = status, body, text
-
-    @property
-    def message(self) -> str:
-        """vLLM's error text: its ``{"error": {"message": ...}}`` (ErrorResponse), else the raw body
-        (0.10.2 answers an unhandled exception, e.g. a failed collective_rpc, with plain "Internal Server Error")."""
-        b = self.body
-        if isinstance(b, dict) and isinstance(b.get("error"), dict):
-            return str(b["error"].get("message", ""))
-        if isinstance(b, dict) and ("message" in b or "detail" in b):
-            return str(b.get("message", b.get("detail")))
-        return self.text.strip()[:300]
-
-
-# trainer -> server traffic stays inside the cluster: an HTTP(S)_PROXY set for the internet must not catch it
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def http_call(method: str, url: str, body: dict | None, timeout: float) -> HTTPAnswer:
-    """One HTTP request; errors come back as an answer (status 0 with the reason when nothing answered)."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            status, text = resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        status, text = e.code, e.read().decode(errors="replace")
-    except (OSError, http.client.HTTPException) as e:  # refused, unreachable, DNS, timed out, not HTTP
-        return HTTPAnswer(0, {}, str(getattr(e, "reason", e)) or type(e).__name__)
-    try:
-        parsed = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError:
-        parsed = {}
-    return HTTPAnswer(status, parsed, text)
 
 
 class VLLMServer:
@@ -127,8 +84,10 @@ class VLLMServer:
             if info.get("logprobs_mode") != "processed_logprobs":
                 raise ConfigError(f"the vLLM server at {self.url} returns {info.get('logprobs_mode')!r} logprobs, but TIS needs the "
                                   "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit vllm-serve sets it)")
-        dtype = getattr(torch, str(infos[0].get("dtype", "")), None) if infos else None
-        return str(data[0]["id"]), dtype if isinstance(dtype, torch.dtype) else None
+        dtype = getattr(torch, str(infos[0].get("dtype", "")), None)
+        if not isinstance(data, list) or not isinstance(data[0], dict) or not isinstance(data[0].get("id"), str):
+            raise ConfigError(f"rollout.vllm_url: {self.url}/v1/models answered without a model id ({models.text[:100]!r}); is this a vLLM server?")
+        return data[0]["id"], dtype if isinstance(dtype, torch.dtype) else None
 
     def rpc(self, method: str, args: list[str], timeout: float) -> list[Any]:
         """``POST /collective_rpc``: run ``method(*args)`` on every vLLM worker; one result per worker."""
@@ -169,22 +128,15 @@ class VLLMServer:
                 "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": p.repetition_penalty, "presence_penalty": 0.0,
                 "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "return_tokens_as_token_ids": True,
                 "include_stop_str_in_output": True}  # as the hf engine: a tag-format tool call keeps its closing tag
-        a = self.call("POST", f"{self.url}/v1/completions", body, self.request_timeout)
+        n = len(prompt_ids) * group_size
+        if self.call is http_call:  # a reply is bounded by what was asked for (a 1 GiB answer is refused)
+            a = http_call("POST", f"{self.url}/v1/completions", body, self.request_timeout, reply_budget(n, p.max_new_tokens))
+        else:
+            a = self.call("POST", f"{self.url}/v1/completions", body, self.request_timeout)
         if a.status != 200:
             why = a.text if a.status == 0 else f"HTTP {a.status}: {a.message}"
             raise RuntimeError(f"the vLLM server at {self.url} failed to sample ({why})")
-        choices = sorted(a.body.get("choices", []), key=lambda c: c["index"])
-        if len(choices) != len(prompt_ids) * group_size:
-            raise RuntimeError(f"the vLLM server returned {len(choices)} choices, expected {len(prompt_ids) * group_size}")
-        out = []
-        for c in choices:
-            lp = c.get("logprobs") or {}
-            tokens, values = lp.get("tokens"), lp.get("token_logprobs")
-            if tokens is None or values is None or len(tokens) != len(values) or any(v is None for v in values):
-                raise RuntimeError(f"the vLLM server returned choice {c['index']} without per-token logprobs")
-            ids = [int(t.split(":", 1)[1]) for t in tokens]  # "token_id:<id>"
-            out.append((ids, [float(v) for v in values], finish_reason(c.get("finish_reason"), c.get("stop_reason"))))
-        return out
+        return [(ids, lps, finish_reason(fin, stop)) for _, ids, lps, fin, stop in parse_choices(a.body, n)]
 
     # ------------------------------------------------------------------ weight sync
 

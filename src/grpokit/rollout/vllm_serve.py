@@ -13,6 +13,9 @@ and adds what ``rollout.backend=vllm_server`` needs (protocol: rollout/vllm_clie
 Everything after MODEL goes to ``vllm serve`` unchanged (``--port``, ``--tensor-parallel-size``, ...).
 The vLLM versions whose source this was checked against are ``VLLM_RANGE``; grpokit must be installed
 in the server's environment too (the workers import the extension).
+
+Start-up faults that vLLM would report with a long traceback (a local model folder that does not
+exist, a port already taken or not a number) are checked first and said in one sentence (``preflight``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import socket
 import sys
 
 from grpokit.config.sections import ConfigError
@@ -92,6 +96,35 @@ def version_note(version: str) -> str | None:
     return f"grpokit vllm-serve: warning: vLLM {version} is outside the checked range {VLLM_RANGE}; weight sync may not work"
 
 
+def option_value(args: list[str], name: str, default: str) -> str:
+    """The value of ``--name VALUE`` / ``--name=VALUE`` in vLLM's arguments (the last one wins, as argparse)."""
+    value = default
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def preflight(model: str, vllm_args: list[str]) -> None:
+    """The start-up faults vLLM reports with a long traceback, checked first and said in one sentence:
+    a local model folder that is not there, a port that is not a number or is already taken."""
+    if model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(model)):
+        raise ConfigError(f"grpokit vllm-serve: the model folder {model} does not exist; give a local folder or a Hugging Face id")
+    port_text, host = option_value(vllm_args, "--port", "8000"), option_value(vllm_args, "--host", "") or "0.0.0.0"
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"grpokit vllm-serve: --port {port_text} is not a port number (1-65535)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is not "taken"
+        try:
+            probe.bind((host, int(port_text)))
+        except OSError as e:
+            raise ConfigError(f"grpokit vllm-serve: cannot listen on {host}:{port_text} ({e.strerror or e}); "
+                              "stop what uses the port or pass another --port") from None
+
+
 def main(argv: list[str]) -> int:
     ours, theirs = split_argv(argv)
     args = parser().parse_args(ours)
@@ -102,6 +135,7 @@ def main(argv: list[str]) -> int:
     version = installed_vllm()
     if version is None:
         raise ConfigError(f"grpokit vllm-serve needs vLLM, which is not installed in this environment: {INSTALL}")
+    preflight(args.model, theirs)
     note = version_note(version)
     if note:
         print(note, file=sys.stderr)

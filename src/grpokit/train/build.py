@@ -146,7 +146,7 @@ def build_optimizer(cfg: Config, model, device: torch.device) -> Optimization:
     budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update
         model.config, activation_memory_mb(t.activation_memory_mb, device),
         next(model.parameters()).element_size(), t.micro_batch_tokens)
-    optimizer, scheduler = make_optimizer(model, cfg.optim, t.steps * a.num_iterations)
+    optimizer, scheduler = make_optimizer(model, cfg.optim, t.steps * a.num_iterations * t.updates_per_batch)
     lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
         if a.aggregation == "lambda-grpo" else None  # lambda-GRPO: a learnable lambda with its own optimizer
     return Optimization(optimizer, scheduler, lam, budget)
@@ -170,4 +170,4 @@ def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, r
     r = cfg.record
     return make_recorder(run_dir, [s for s in r.sinks if not (quiet and s == "console")], cfg.train.steps, to_dict(cfg),
                          health=cfg.health, resume_step=resume_step, samples_every=r.samples_every,
-                         samples_prompts=r.samples_prompts, console_every=r.console_every)
+                         samples_prompts=r.samples_prompts, console_every=r.console_every, run_name=r.run_name or None)

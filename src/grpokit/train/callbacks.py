@@ -5,7 +5,8 @@ a class is instantiated, as transformers does):
 
     on_train_begin(args, state, control, **kw)      before anything else (before the evaluation before training)
     on_step_begin(args, state, control, **kw)       before each step's sampling; state.global_step is the previous step
-    on_step_end(args, state, control, **kw)         after each step's update; state.global_step is that step
+    on_optimizer_step(args, state, control, metrics, **kw) after each of the step's num_iterations updates
+    on_step_end(args, state, control, metrics, **kw) after each step's update; state.global_step is that step
     on_evaluate(args, state, control, metrics, **kw) after each held-out evaluation (before, during, after)
     on_log(args, state, control, logs, **kw)        with the step's metrics, when they are written
     on_save(args, state, control, **kw)             after a checkpoint is complete on disk
@@ -58,7 +59,7 @@ class Control:
 class Callbacks:
     """Calls every callback's ``on_<event>`` method that exists, in the order given."""
 
-    EVENTS = ("on_train_begin", "on_step_begin", "on_step_end", "on_evaluate", "on_log", "on_save", "on_train_end")
+    EVENTS = ("on_train_begin", "on_step_begin", "on_optimizer_step", "on_step_end", "on_evaluate", "on_log", "on_save", "on_train_end")
 
     def __init__(self, callbacks: list | None, args: Any, state: RunState, **objects: Any):
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]

@@ -13,11 +13,16 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 
 It is written under a temporary name and renamed into place only when complete (a rename is atomic
 on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
-one. ``latest`` ignores temporary folders.
+one. ``latest`` ignores temporary folders. The last file written is ``manifest.json`` (every other
+file's size and sha256): ``verify`` checks a checkpoint against it, so a checkpoint damaged after
+the fact (a truncated file, a disk fault, a copy cut short) is recognised and resume falls back to
+the newest one that verifies (train/resume.py). A failed write (ENOSPC) removes the temporary
+folder and leaves every earlier checkpoint as it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -29,6 +34,7 @@ import numpy as np
 import torch
 
 PREFIX = "step-"
+MANIFEST = "manifest.json"
 
 
 @dataclass
@@ -51,6 +57,23 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    try:
+        _write_files(tmp, state, model, tokenizer, optimizer, scheduler, generator, write_model, sampler_states,
+                     optimizer_state, extra_state, card)
+    except BaseException:  # ENOSPC, a failed serialiser, Ctrl-C: no half checkpoint stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(ckpt_dir)
+    for old in sorted(ckpt_dir.glob(f"{PREFIX}*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_files(tmp: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator, write_model,
+                 sampler_states, optimizer_state, extra_state, card) -> None:
     if write_model is not None:
         write_model(model, tmp)
     else:
@@ -66,13 +89,48 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
         torch.save(extra_state, tmp / "extra_state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
     _fsync_tree(tmp)
-    if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(ckpt_dir)
-    for old in sorted(ckpt_dir.glob(f"{PREFIX}*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    with open(tmp / MANIFEST, "w") as f:  # last: its presence means every other file is complete
+        f.write(json.dumps(manifest(tmp), indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def manifest(folder: Path) -> dict[str, dict]:
+    """``{relative path: {"size": bytes, "sha256": hex}}`` of every file under ``folder`` but the manifest."""
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[p.relative_to(folder).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+    return {"files": files}
+
+
+def verify(path: Path) -> str | None:
+    """None when the checkpoint at ``path`` matches its manifest, else why not (one phrase).
+    A checkpoint from before manifests existed verifies when its trainer_state.json is there."""
+    m = path / MANIFEST
+    if not m.exists():
+        return None if (path / "trainer_state.json").exists() else "it has no manifest.json and no trainer_state.json"
+    try:
+        files = json.loads(m.read_text())["files"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "its manifest.json is unreadable"
+    for rel, want in files.items():
+        f = path / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        if f.stat().st_size != want["size"]:
+            return f"{rel} has {f.stat().st_size} bytes, the manifest says {want['size']}"
+        if _sha256(f) != want["sha256"]:
+            return f"{rel} does not match its sha256 in the manifest"
+    return None
+
+
+def _sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None = None) -> str:

@@ -13,6 +13,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .models import has_sliding_window
+from .packing import can_pack, pack, packed_states, unpack
 from grpokit.data.vision import forward_kwargs
 from grpokit.types import Rollout, TokenBatch
 
@@ -49,6 +50,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     buckets: int | None = None,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
     entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
@@ -57,10 +59,16 @@ def completion_logprobs(
     contiguous groups (``None``: chosen by ``plan_buckets``); each group's columns are trimmed to
     its own longest prompt and completion. Positions are explicit, so trimming changes no value.
     Values at padded completion positions are 0 here and meaningless; callers mask them.
+    ``packed``: one padding-free forward over the rows packed end to end (packing.py), where the
+    model supports it; the values equal the padded path's.
     """
     N, T = batch.completion_ids.shape
     if batch.vision is not None:  # image prompts: one whole multimodal forward (no trimming, no prompt sharing)
         return _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad)
+    if packed:
+        out = _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
+        if out is not None:
+            return out
     # FSDP2: length buckets would run each sharded unit several times before one backward; that is
     # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
     if _sharded(next(model.parameters())):
@@ -145,15 +153,35 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                        position_ids=batch.position_ids, logits_to_keep=T + 1).logits[:, :-1]
         return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
-    head = model.get_output_embeddings()
-    N, V = h.shape[0], head.weight.shape[0]
-    budget = LOGITS_CHUNK_ELEMENTS if h.device.type == "cpu" else GPU_LOGITS_CHUNK_ELEMENTS
-    chunk = max(1, min(chunk_size * N, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
+    N = h.shape[0]
     # One 2-D (positions, hidden) matrix, cut into row blocks: each chunk's head is one plain matmul.
     # Column slices of the (N, T, hidden) states are strided 3-D tensors, which the head ran as a
     # batched matmul over rows (an H100 spent 8.3 s of a 24 s step in it for a 512-row reference pass).
-    flat_h, flat_t = h.reshape(N * T, h.shape[-1]), batch.completion_ids.reshape(N * T)
-    if torch.is_grad_enabled() and N * T * V > SMALL_LOGITS_ELEMENTS:
+    lp, ent = _head_logprobs(model.get_output_embeddings(), h.reshape(N * T, h.shape[-1]), batch.completion_ids.reshape(N * T),
+                             chunk_size * N, temperature, with_entropy, entropy_grad)
+    return lp.view(N, T), (ent.view(N, T) if ent is not None else None)
+
+
+def _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entropy_grad):
+    """Padding-free logprobs (packing.py), or None when the model or batch cannot be packed."""
+    backbone = _backbone(model)
+    packed = pack(batch) if can_pack(model, backbone) else None
+    if packed is None:
+        return None
+    N, T = batch.completion_ids.shape
+    h = packed_states(backbone, packed)  # (K, hidden)
+    lp, ent = _head_logprobs(model.get_output_embeddings(), h, packed.targets, chunk_size * N, temperature,
+                             with_entropy, entropy_grad)
+    return unpack(lp, packed, N, T), (unpack(ent, packed, N, T) if ent is not None else None)
+
+
+def _head_logprobs(head, flat_h, flat_t, max_chunk, temperature, with_entropy, entropy_grad):
+    """``(K,)`` logprobs of ``flat_t`` under ``head(flat_h)`` (and entropies), at most a bounded
+    (chunk, V) block of logits alive at a time."""
+    K, V = flat_h.shape[0], head.weight.shape[0]
+    budget = LOGITS_CHUNK_ELEMENTS if flat_h.device.type == "cpu" else GPU_LOGITS_CHUNK_ELEMENTS
+    chunk = max(1, min(max_chunk, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
+    if torch.is_grad_enabled() and K * V > SMALL_LOGITS_ELEMENTS:
         # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
         # checkpointing), so one (chunk, V) block is alive at a time instead of all of them.
         # The same ops run as without it, so values and gradients are bit-identical, also under FSDP.
@@ -162,15 +190,15 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
             return (lp, ent) if ent is not None else (lp,)
 
         outs = [checkpoint(piece, flat_h[s:s + chunk], flat_t[s:s + chunk], use_reentrant=False)
-                for s in range(0, N * T, chunk)]
+                for s in range(0, K, chunk)]
         logps, ents = [o[0] for o in outs], [o[1] for o in outs if len(o) > 1]
     else:
         logps, ents = [], []
-        for s in range(0, N * T, chunk):
+        for s in range(0, K, chunk):
             lp, ent = _logp_entropy(head(flat_h[s:s + chunk]), flat_t[s:s + chunk], temperature, with_entropy, entropy_grad)
             logps.append(lp)
             ents += [ent] if ent is not None else []
-    return torch.cat(logps).view(N, T), (torch.cat(ents).view(N, T) if with_entropy else None)
+    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
 
 
 LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk (CPU: cache-sized blocks)
@@ -184,7 +212,7 @@ SMALL_LOGITS_ELEMENTS = 1 << 20
 
 
 def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
-    z = logits.float()
+    z = logits if logits.dtype == torch.float64 else logits.float()  # half precision: log-softmax in float32
     logp_all = torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
     logp = logp_all.gather(-1, targets[..., None])[..., 0]
     ent = None

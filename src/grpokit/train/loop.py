@@ -23,14 +23,15 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.io import save_yaml
 from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
+from .memory import cuda_provider
 from .models import load_tokenizer, quiet_transformers, resolve_device
 from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
@@ -40,7 +41,7 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import policy_update
+from .update import policy_update, update_slices
 
 
 class Trainer:
@@ -60,6 +61,7 @@ class Trainer:
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
+        run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
@@ -77,14 +79,13 @@ class Trainer:
         self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model, self.device)
-        self.optimizer, self.scheduler, self.lam, self.token_budget = opt.optimizer, opt.scheduler, opt.lam, opt.token_budget
+        self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
+        self.memory_plan, self.token_budget = scaling.apply_memory_plan(self)  # checkpointing, reference offload, tokens per micro-batch
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
         if self.resume_dir:
-            ckpt = checkpoint.latest(self.run_dir / "checkpoints")
-            if ckpt is None:
-                raise ConfigError(f"--resume {str(self.run_dir)!r} has no complete checkpoint under checkpoints/; nothing to resume")
+            ckpt = run_folder.checkpoint_to_resume(self.run_dir)  # the newest that verifies against its manifest
             state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
                                     **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
             self.step, self.sampler.position = state.step, state.data_position
@@ -96,7 +97,7 @@ class Trainer:
                 self.lam.load_state_dict(extra["lambda_grpo"])
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
-            save_yaml(cfg, self.run_dir / "config.yaml")
+            run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
         self.params = build.sampling_params(cfg.rollout)
         self.engine = scaling.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
@@ -110,6 +111,8 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
         summary = self._load_summary()
+        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
+            self._write_summary(summary)
         stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
             stop.install()
@@ -123,7 +126,7 @@ class Trainer:
                 metrics = self.train_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
-                last = self.callbacks("on_step_end").should_training_stop or self.step == t.steps
+                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self.step == t.steps
                 if last or (t.eval_every and self.step % t.eval_every == 0):
                     result = self._evaluate()
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
@@ -161,7 +164,7 @@ class Trainer:
         """One step through the stages: rollout and rewards, token batch and log-probabilities, the
         update's inputs (algo/pipeline.py: every variant's glue), mu optimizer steps, metrics."""
         cfg, a = self.cfg, self.cfg.algo
-        self._timer = timer = wiring.Timer()
+        self._timer = timer = wiring.Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
         settings = self._step_settings()
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
@@ -173,14 +176,16 @@ class Trainer:
         extra: dict[str, float] = {}
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             for _ in range(a.num_iterations):
-                if self.lam is not None:
-                    self.lam.zero_grad()
-                upd = policy_update(self.model, self.optimizer, self.scheduler, inputs, a, cfg.optim,
-                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                    norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                    micro_batch_tokens=self.token_budget)
-                if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
-                    extra.update(self.lam.step(self.dist))
+                for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
+                    if self.lam is not None:
+                        self.lam.zero_grad()
+                    upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
+                                        temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
+                                        norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
+                                        micro_batch_tokens=self.token_budget, packed=self.packed)
+                    self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
+                    if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
+                        extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
         if self.engine is not None:
@@ -206,7 +211,8 @@ class Trainer:
         cfg, a = self.cfg, self.cfg.algo
         return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
                             cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
-                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam)
+                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam,
+                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high))
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
@@ -283,6 +289,11 @@ class Trainer:
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
 
+    @property
+    def packed(self) -> bool:
+        """Padding-free passes (train.packing; auto: on CUDA, where padding costs the most)."""
+        return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
+
     @torch.no_grad()
     def _logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
@@ -290,7 +301,7 @@ class Trainer:
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
         with self.autocast():
             parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
-                                         with_entropy=entropy) for s in range(0, batch.input_ids.shape[0], mbs)]
+                                         with_entropy=entropy, packed=self.packed) for s in range(0, batch.input_ids.shape[0], mbs)]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:

@@ -98,16 +98,23 @@ def _prepare(model, cfg: ModelConfig):
     from .lora import add_adapters
 
     if cfg.gradient_checkpointing:
-        # transformers 5 renamed it; keep working on both sides of the rename
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
-        model.config.use_cache = False
+        enable_checkpointing(model)
     if cfg.freeze_vision:  # the image encoder stays as pretrained (VLM-R1); the language model learns
         for p in vision_parameters(model):
             p.requires_grad_(False)
     if cfg.lora_rank > 0:
         model = add_adapters(model, cfg)
     return model
+
+
+def enable_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward pass (also on a PEFT model)."""
+    # transformers 5 renamed it; keep working on both sides of the rename
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    model.config.use_cache = False
+    if hasattr(model, "peft_config"):  # frozen embeddings: the checkpointed layers' inputs need a gradient
+        model.enable_input_require_grads()
 
 
 VISION_TOWERS = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
@@ -178,3 +185,10 @@ def quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    import warnings
+
+    # transformers' own renames (past_key_values -> cache, gradient_checkpointing -> activation_checkpointing) warn
+    # on every forward of a run that uses them as documented; nothing a grpokit user can act on
+    for what in ("`past_key_values` is deprecated", "`gradient_checkpointing_enable` is deprecated",
+                 "`is_gradient_checkpointing` is deprecated"):
+        warnings.filterwarnings("ignore", message=what, category=FutureWarning)

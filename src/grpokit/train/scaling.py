@@ -23,6 +23,43 @@ from grpokit.rollout.lockstep import lockstep
 from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
 
 
+def apply_memory_plan(tr: Trainer):
+    """Choose activation checkpointing and reference offload (memory.py) and apply them; one line
+    says what and why when something was chosen. ``train.memory_plan="manual"``: nothing changes.
+    Returns ``(plan, tokens per micro-batch of the update)`` (0: no cap; FSDP ranks take none)."""
+    from .memory import MemoryPlan, plan_memory
+    from .models import enable_checkpointing
+    from .update import activation_memory_mb, per_token_bytes, token_budget
+
+    cfg, model, t = tr.cfg, tr.model, tr.cfg.train
+    budget = lambda plan: 0 if t.fsdp else token_budget(model.config, activation_memory_mb(t.activation_memory_mb, tr.device),
+                                                        next(model.parameters()).element_size(), t.micro_batch_tokens,
+                                                        plan.checkpointing)
+    if t.memory_plan == "manual" or t.fsdp:
+        plan = MemoryPlan(cfg.model.gradient_checkpointing, False, [])
+        return plan, budget(plan)
+    params = list(model.parameters())
+    value = params[0].element_size()
+    rows = t.micro_batch_size or t.prompts_per_step // tr.dist.world_size * cfg.rollout.group_size
+    max_len = max((len(p.ids) for p in tr.prompts), default=0) + cfg.rollout.max_new_tokens
+    device_bytes = torch.cuda.get_device_properties(tr.device).total_memory if tr.device.type == "cuda" else 0
+    plan = plan_memory(per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),
+                       checkpointed_token_bytes=per_token_bytes(model.config, value, checkpointed=True),
+                       budget_mb=activation_memory_mb(t.activation_memory_mb, tr.device), rows=rows, max_len=max_len,
+                       param_bytes=sum(p.numel() * p.element_size() for p in params),
+                       trainable_bytes=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
+                       reference_copy=tr.ref_model is not None, device_bytes=device_bytes)
+    if plan.checkpointing:
+        enable_checkpointing(model)
+    if plan.offload_reference:
+        tr.ref_model.to("cpu")
+        tr.ref_model.grpokit_offloaded = True  # scaling.reference_logprobs moves it in for its pass
+    if plan.reasons and tr.dist.is_main:
+        print(plan.line(), flush=True)
+    plan.checkpointing = plan.checkpointing or cfg.model.gradient_checkpointing
+    return plan, budget(plan)
+
+
 def check_world(cfg: Config, ctx: DistContext) -> None:
     """Settings that cannot work with ``ctx.world_size`` ranks, each as one sentence."""
     t, k = cfg.train, ctx.world_size
@@ -62,6 +99,12 @@ def uses_tis(cfg: Config) -> bool:
 def reference_logprobs(model, ref_model, batch, logprobs: Callable) -> torch.Tensor:
     """log pi_ref of the batch: the frozen copy ``ref_model``, or (LoRA, ``ref_model`` None) the
     policy ``model`` with adapters disabled; ``logprobs(model, batch)`` is the loop's no-grad pass."""
+    if ref_model is not None and getattr(ref_model, "grpokit_offloaded", False):  # on CPU between its passes
+        ref_model.to(batch.input_ids.device)
+        try:
+            return logprobs(ref_model, batch)[0]
+        finally:
+            ref_model.to("cpu")
     if ref_model is not None:
         return logprobs(ref_model, batch)[0]
     return lora.reference_logprobs(model, lambda: logprobs(model, batch)[0])

@@ -16,9 +16,10 @@ import torch
 
 from grpokit.config.sections import AlgoConfig, OptimConfig
 from .logprobs import completion_logprobs
+from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, loss_settings
-from grpokit.algo.settings import LossTensors
+from grpokit.algo.settings import LossSettings, LossTensors, Normalisers
 from grpokit.types import TokenBatch
 
 
@@ -87,61 +88,112 @@ def activation_memory_mb(setting: int, device: torch.device) -> int:
     return CPU_ACTIVATION_MB
 
 
-def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0) -> int:
-    """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
-    ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
+def per_token_bytes(model_config, bytes_per_value: int, checkpointed: bool = False) -> int:
+    """Activation bytes one token keeps for backward (0: an unknown shape).
 
-    A Llama-style layer keeps about 10 x hidden + 4 x intermediate values per token for its backward
-    (norm inputs and outputs, q/k/v, attention output, residuals, gate, up, activation, product).
-    Example: hidden 512, intermediate 1536, 8 layers, float32 -> 11,264 values x 8 x 4 B = 352 KiB a
-    token, so 512 MB holds 1,489 tokens.
+    A Llama-style layer keeps about 10 x hidden + 4 x intermediate values per token (norm inputs and
+    outputs, q/k/v, attention output, residuals, gate, up, activation, product). Checkpointed, each
+    layer keeps only its input (hidden values) and one layer at a time is recomputed in full.
     """
-    if not memory_mb:
-        return max_tokens
     hidden = getattr(model_config, "hidden_size", None) or getattr(model_config, "n_embd", 0)
     layers = getattr(model_config, "num_hidden_layers", None) or getattr(model_config, "n_layer", 0)
     if not hidden or not layers:
-        return max_tokens  # an unknown shape: no estimate
+        return 0
     inter = getattr(model_config, "intermediate_size", None) or 4 * hidden
-    per_token = (10 * hidden + 4 * inter) * layers * bytes_per_value
+    layer = 10 * hidden + 4 * inter
+    return (hidden * layers + layer if checkpointed else layer * layers) * bytes_per_value
+
+
+def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0, checkpointed: bool = False) -> int:
+    """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
+    ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
+
+    Example: hidden 512, intermediate 1536, 8 layers, float32 -> 11,264 values x 8 x 4 B = 352 KiB a
+    token, so 512 MB holds 1,489 tokens (``per_token_bytes``; ``checkpointed``: its smaller figure).
+    """
+    if not memory_mb:
+        return max_tokens
+    per_token = per_token_bytes(model_config, bytes_per_value, checkpointed)
+    if not per_token:
+        return max_tokens  # an unknown shape: no estimate
     fit = max(1, memory_mb * 2**20 // per_token)
     return min(max_tokens, fit) if max_tokens else fit
 
 
+def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
+    """``inputs`` cut, in row order, into ``parts`` equal slices, one optimizer update each (TRL's
+    steps_per_generation); each slice's loss is normalised by its own counts, as TRL's step is."""
+    if parts == 1:
+        return [inputs]
+    n = inputs.batch.input_ids.shape[0] // parts
+    return [_rows_of(inputs, slice(k * n, (k + 1) * n)) for k in range(parts)]
+
+
+def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
+    cut = lambda t: t[rows] if t is not None else None  # noqa: E731
+    weights = inputs.seq_weights
+    shifted = (lambda r: weights(slice(r.start + rows.start, r.stop + rows.start))) if weights is not None else None
+    return dataclasses.replace(inputs, batch=inputs.batch.rows(rows), advantages=inputs.advantages[rows],
+                               loss_mask=inputs.loss_mask[rows], old_logp=cut(inputs.old_logp), ref_logp=cut(inputs.ref_logp),
+                               turn_ids=cut(inputs.turn_ids), seq_weights=shifted, sampler_logp=cut(inputs.sampler_logp),
+                               sampler_mask=cut(inputs.sampler_mask))
+
+
+def _objective(inputs: UpdateInputs, algo: AlgoConfig, norm_constant: float, dist) -> tuple[LossSettings, Normalisers]:
+    """The loss records of this update: the pipeline's (or, for a caller that built UpdateInputs by
+    hand, ``algo``'s), with the whole batch's sequence and token counts (over every rank)."""
+    num_tokens, num_sequences = float(inputs.loss_mask.sum().item()), float(inputs.batch.input_ids.shape[0])
+    if dist is not None:  # data parallel: every rank divides by the whole batch's counts
+        num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
+    settings, norms = (inputs.loss, inputs.norms) if inputs.loss is not None else loss_settings(algo)
+    return settings, dataclasses.replace(norms, num_sequences=num_sequences, num_tokens=num_tokens,
+                                         norm_constant=norms.norm_constant if inputs.norms is not None else norm_constant)
+
+
+def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
+    """Add one micro-batch's sampler/trainer mismatch sums to ``acc``. ``old_logp`` is pi_old of the
+    rows (the trainer's pass before this step's optimizer update, or this forward's own detached
+    values when no separate pass ran), so measuring costs no extra forward."""
+    if inputs.sampler_logp is None:
+        return
+    mask = inputs.sampler_mask[rows] if inputs.sampler_mask is not None else mb.completion_mask
+    low, high = inputs.mismatch_bounds
+    for k, v in mismatch_sums(old_logp, inputs.sampler_logp[rows].to(old_logp.device), mask.to(old_logp.device), low, high).items():
+        acc[k] = max(acc.get(k, 0.0), v) if k.endswith("_max") else acc.get(k, 0.0) + v
+
+
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
-                  autocast=None, micro_batch_tokens: int = 0) -> dict[str, float]:
+                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False) -> dict[str, float]:
     """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
 
     Micro-batches hold at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (0: no
     limit); their gradients add up to the whole batch's, since every normaliser is the batch's own.
     ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
     summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
+    ``packed``: padding-free forwards (packing.py; same values as padded).
     """
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
-    num_tokens = float(inputs.loss_mask.sum().item())
-    num_sequences = float(N)
-    if dist is not None:  # data parallel: every rank divides by the whole batch's counts
-        num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
-    settings, norms = (inputs.loss, inputs.norms) if inputs.loss is not None else loss_settings(algo)
-    norms = dataclasses.replace(norms, num_sequences=num_sequences, num_tokens=num_tokens,
-                                norm_constant=norms.norm_constant if inputs.norms is not None else norm_constant)
+    settings, norms = _objective(inputs, algo, norm_constant, dist)
+    num_tokens = norms.num_tokens
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
+    mismatch: dict[str, float] = {}
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
             logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
-                                                entropy_grad=settings.entropy.coef != 0.0)
+                                                entropy_grad=settings.entropy.coef != 0.0, packed=packed)
         old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
         ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
         loss, m = objective_loss(LossTensors(
             logp, old, inputs.advantages[rows], inputs.loss_mask[rows], ref_logp=ref, entropy=entropy,
             turn_ids=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
-            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None), settings, norms)
+            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
+            ratio_mask=mb.completion_mask), settings, norms)
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")
@@ -150,16 +202,20 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         # entropy over every completion token, also those a variant leaves out of the loss
         ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
         ent_tok += float(mb.completion_mask.sum().item())
+        _add_mismatch(mismatch, inputs, rows, old, mb)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
+        mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
+    if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
+        metrics.update(mismatch_metrics(mismatch))
     if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
         metrics["skipped_nonfinite"] = 1.0

@@ -14,6 +14,7 @@ from grpokit.data.prompts import load_rows
 from grpokit.rewards.inputs import reward_inputs, reward_prompts  # noqa: F401 (the loop's names for them)
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
+from .memory import PhasePeaks
 
 TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
 
@@ -115,6 +116,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
                 fn = resolve_reward(name, **params)
             except RewardError as e:
                 raise ConfigError(f"reward.functions: {e}{_import_hint(name)}") from None
+            check_reward_params(name, fn, cfg.reward.params.get(name, {}))
             specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
     if extra:
         specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w) for i, (f, w) in enumerate(zip(extra, extra_weights))]
@@ -134,6 +136,25 @@ def reward_params(cfg: Config, name: str) -> dict:
         params.setdefault("max_length", cfg.rollout.max_new_tokens)
         params.setdefault("cache_length", max(1, round(OVERLONG_CACHE_FRACTION * params["max_length"])))
     return params
+
+
+def check_reward_params(name: str, fn, given: dict) -> None:
+    """Every key of reward.params.<name> must be a parameter the function names: a built-in's
+    **kwargs are the dataset columns, so a typo there would be silently ignored. A user function
+    that takes **kwargs may read any key, so only its named parameters are known to be valid."""
+    import inspect
+
+    target = getattr(fn, "func", fn)  # resolve_reward binds params with functools.partial
+    try:
+        sig = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return
+    named = [p.name for p in sig if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in sig) and ":" in name
+    unknown = [k for k in given if k not in named]
+    if unknown and not open_ended:
+        raise ConfigError(f"reward.params.{name} has {', '.join(map(repr, unknown))}, which {name} does not take; "
+                          f"its parameters are: {', '.join(n for n in named if n not in ('prompts', 'completions'))}")
 
 
 def _import_hint(name: str) -> str:
@@ -202,7 +223,9 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     multi = bool(fns) or factory is not None
     spec = EpisodeSpec(max_turns=e.max_turns if multi else 1, max_episode_tokens=e.max_episode_tokens,
                        tool_timeout_s=e.tool_timeout_s, episode_timeout_s=e.episode_timeout_s,
-                       max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt)
+                       max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt,
+                       max_tool_nesting=e.max_tool_nesting, reset_timeout_s=e.reset_timeout_s,
+                       max_observation_chars=e.max_observation_chars)
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the tools
         runner.render_prompt = lambda raw, obs: list(tokenizer(
@@ -248,11 +271,13 @@ def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int
 
 
 class Timer:
-    """Seconds per named phase of one step (a phase may be entered several times)."""
+    """Seconds per named phase of one step (a phase may be entered several times), and with a
+    memory provider (memory.py, CUDA) the peak GPU memory per phase."""
 
-    def __init__(self):
+    def __init__(self, memory=None):
         self.spans: dict[str, float] = {}
         self.t0 = time.perf_counter()
+        self.memory = PhasePeaks(memory) if memory is not None else None
 
     def __call__(self, name: str):
         timer = self
@@ -260,9 +285,11 @@ class Timer:
         class _Span:
             def __enter__(self):
                 self.start = time.perf_counter()
+                timer.memory.enter(name) if timer.memory is not None else None
 
             def __exit__(self, *exc):
                 timer.spans[name] = timer.spans.get(name, 0.0) + time.perf_counter() - self.start
+                timer.memory.exit(name) if timer.memory is not None else None
 
         return _Span()
 
@@ -270,7 +297,8 @@ class Timer:
         return time.perf_counter() - self.t0
 
     def metrics(self) -> dict[str, float]:
-        return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total()}
+        return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total(),
+                **(self.memory.metrics() if self.memory is not None else {})}
 
 
 

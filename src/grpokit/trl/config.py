@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpokit.config.sections import ConfigError
+from .checks import check
 
 
 @dataclass(init=False)
@@ -178,6 +179,36 @@ class GRPOConfig:
     """DeepSeek-V3.2 off-policy sequence masking threshold."""
     use_bias_correction_kl: bool = True
     """Multiply the KL term by the importance ratio (DeepSeek-V3.2)."""
+    run_name: str | None = None
+    """Name of the run in the trackers (report_to); None: the output_dir's name."""
+    per_device_eval_batch_size: int = 8
+    """Completions per evaluation batch (evaluate() samples batch / num_generations_eval prompts at a time)."""
+    num_generations_eval: int | None = None
+    """Completions per eval prompt (None: num_generations)."""
+    eval_on_start: bool = False
+    """Evaluate once before the first step."""
+    gradient_checkpointing_kwargs: dict | None = None
+    """Options of gradient checkpointing; grpokit's checkpointing is non-reentrant, so only use_reentrant=False (or None) is taken."""
+    logging_strategy: str = "steps"
+    """"steps" (log every logging_steps) or "no"."""
+    logging_first_step: bool = False
+    """Also log the first step."""
+    resume_from_checkpoint: str | None = None
+    """A checkpoint (or output_dir) train() resumes from when it is called without one."""
+    tf32: bool | None = None
+    """TF32 matmuls on Ampere and newer GPUs (None: PyTorch's setting)."""
+    dataloader_num_workers: int = 0
+    """Accepted for TRL scripts: grpokit holds the prompts in memory and has no DataLoader to parallelise."""
+    dataloader_pin_memory: bool = True
+    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
+    dataloader_persistent_workers: bool = False
+    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
+    dataloader_prefetch_factor: int | None = None
+    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
+    steps_per_generation: int | None = None
+    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps."""
+    generation_batch_size: int | None = None
+    """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
 
@@ -199,6 +230,7 @@ class GRPOConfig:
                                   f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
         elif name not in _FIELDS:
             raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
+        check(name, value)
         if name == "scale_rewards":
             value = {True: "group", False: "none"}.get(value, value)
         object.__setattr__(self, name, value)
@@ -220,28 +252,28 @@ def _same(value: Any, default: Any) -> bool:
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
     "lr_scheduler_kwargs": None, "optim_args": None, "optim_target_modules": None, "average_tokens_across_devices": True,
-    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False, "tf32": None,
-    "activation_checkpointing": None, "activation_checkpointing_kwargs": None, "gradient_checkpointing_kwargs": None,
+    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False, 
+    "activation_checkpointing": None, "activation_checkpointing_kwargs": None, 
     "torch_compile": False, "torch_compile_backend": None, "torch_compile_mode": None, "use_liger_kernel": False,
     "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
-    "auto_find_batch_size": False, "logging_strategy": "steps", "logging_first_step": False, "log_on_each_node": True,
+    "auto_find_batch_size": False, "log_on_each_node": True,
     "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no", "log_level": "passive",
-    "log_level_replica": "warning", "run_name": None, "project": "huggingface", "trackio_space_id": None,
-    "trackio_bucket_id": None, "trackio_static_space_id": None, "eval_delay": 0, "per_device_eval_batch_size": 8,
-    "prediction_loss_only": False, "eval_on_start": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
+    "log_level_replica": "warning", "project": "huggingface", "trackio_space_id": None,
+    "trackio_bucket_id": None, "trackio_static_space_id": None, "eval_delay": 0, 
+    "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
     "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False, "save_only_model": False,
     "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
     "load_best_model_at_end": False, "metric_for_best_model": None, "greater_is_better": None, "ignore_data_skip": False,
     "restore_callback_states_from_checkpoint": False, "data_seed": None, "accelerator_config": None,
-    "parallelism_config": None, "dataloader_drop_last": False, "dataloader_num_workers": 0, "dataloader_pin_memory": True,
-    "dataloader_persistent_workers": False, "dataloader_prefetch_factor": None, "dataloader_multiprocessing_context": None,
+    "parallelism_config": None, "dataloader_drop_last": False, 
+    "dataloader_multiprocessing_context": None,
     "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
     "ddp_backend": None, "ddp_timeout": 1800, "fsdp": None, "fsdp_config": None, "deepspeed": None, "debug": "",
-    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False, "resume_from_checkpoint": None,
-    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False, "num_generations_eval": None,
-    "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", "generation_batch_size": None,
-    "steps_per_generation": None, "cache_implementation": None, "vllm_model_impl": "vllm",
+    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False, 
+    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False, 
+    "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", 
+    "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
     "vllm_tensor_parallel_size": 1, "delta": None,
     "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,

@@ -5,10 +5,13 @@ runs it and ``mapping_table`` renders it for docs/TRL.md (tests/test_trl_mapping
 committed table equals the generated one, so the documentation cannot drift from the code).
 
 Step semantics. A TRL step is one optimizer update over ``per_device_train_batch_size *
-gradient_accumulation_steps * processes`` completions (the generation batch, with TRL's default
-``steps_per_generation``); a grpokit step samples ``prompts_per_step * group_size`` completions and
-makes ``num_iterations`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
-``micro_batch_size = per_device_train_batch_size`` and ``train.steps = max_steps / num_iterations``.
+gradient_accumulation_steps * processes`` completions; one generation batch of
+``per_device_train_batch_size * steps_per_generation * processes`` completions feeds
+``steps_per_generation / gradient_accumulation_steps`` of them, ``num_iterations`` times. A grpokit
+step samples ``prompts_per_step * group_size`` completions and makes ``num_iterations *
+updates_per_batch`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
+``micro_batch_size = per_device_train_batch_size``, ``updates_per_batch = steps_per_generation /
+gradient_accumulation_steps`` and ``train.steps = max_steps / (num_iterations * updates_per_batch)``.
 """
 
 from __future__ import annotations
@@ -62,21 +65,43 @@ def _scale(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     return {"algo.scale": a.scale_rewards}
 
 
+def generation_steps(a: GRPOConfig, world_size: int) -> int:
+    """TRL's steps_per_generation: given, or from generation_batch_size, or gradient_accumulation_steps."""
+    if a.steps_per_generation is not None and a.generation_batch_size is not None:
+        raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
+    if a.generation_batch_size is None:
+        return a.steps_per_generation or a.gradient_accumulation_steps
+    per_pass = a.per_device_train_batch_size * world_size
+    if a.generation_batch_size % per_pass:
+        raise ConfigError(f"GRPOConfig argument generation_batch_size={a.generation_batch_size} is not a multiple of "
+                          f"per_device_train_batch_size * processes = {per_pass}; make it one")
+    return a.generation_batch_size // per_pass
+
+
+def updates_per_round(a: GRPOConfig, world_size: int) -> int:
+    """Optimizer steps one generation batch feeds per num_iterations pass: steps_per_generation / gradient_accumulation_steps."""
+    spg = generation_steps(a, world_size)
+    if spg % a.gradient_accumulation_steps:
+        raise ConfigError(f"GRPOConfig steps_per_generation={spg} is not a multiple of gradient_accumulation_steps="
+                          f"{a.gradient_accumulation_steps}; make it one (a generation batch must feed whole optimizer steps)")
+    return spg // a.gradient_accumulation_steps
+
+
 def _batch(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * ctx["world_size"]
+    per_step = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"]
     if per_step % a.num_generations:
-        raise ConfigError(f"per_device_train_batch_size * gradient_accumulation_steps * processes = {per_step} completions "
-                          f"per step is not a multiple of num_generations={a.num_generations}; make it one")
-    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size}
+        raise ConfigError(f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
+                          f"completions is not a multiple of num_generations={a.num_generations}; make it one")
+    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
+            "train.updates_per_batch": updates_per_round(a, ctx["world_size"])}
 
 
 def _steps(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    per_round = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL steps (optimizer updates) per sampled batch
     if a.max_steps > 0:
-        updates = a.max_steps
-    else:
-        per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * ctx["world_size"] // a.num_generations
-        updates = math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, per_step)) * a.num_iterations
-    return {"train.steps": math.ceil(updates / a.num_iterations)}
+        return {"train.steps": math.ceil(a.max_steps / per_round)}
+    prompts = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"] // a.num_generations
+    return {"train.steps": math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, prompts))}
 
 
 def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -85,7 +110,7 @@ def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         raise _refuse("lr_scheduler_type", a.lr_scheduler_type, ", ".join(kinds))
     if a.optim not in ("adamw_torch", "adamw_torch_fused"):
         raise _refuse("optim", a.optim, "adamw_torch, adamw_torch_fused")
-    total = ctx["steps"] * a.num_iterations
+    total = ctx["steps"] * a.num_iterations * updates_per_round(a, ctx["world_size"])
     warm = a.warmup_steps if a.warmup_steps >= 1 or a.warmup_steps == 0 else math.ceil(a.warmup_steps * total)
     return {"optim.schedule": kinds[a.lr_scheduler_type], "optim.warmup_steps": int(warm)}
 
@@ -162,11 +187,14 @@ def _every(value: float, steps: int) -> int:
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, no (grpokit always writes the final checkpoint)")
-    every = _every(a.save_steps, ctx["steps"]) if a.save_strategy == "steps" else 0
+    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
+    every = max(1, _every(a.save_steps, ctx["steps"] * mu) // mu) if a.save_strategy == "steps" else 0
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):
         raise _refuse("hub_strategy", a.hub_strategy, "every_save, end")
-    return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output"}
+    # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
+    return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output",
+            "train.overwrite": True}
 
 
 def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -177,15 +205,24 @@ def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if bad:
         raise _refuse("report_to", a.report_to, "none or a list of " + ", ".join(trackers))
     every = _every(a.logging_steps, ctx["steps"])
+    if a.logging_strategy not in ("steps", "no"):
+        raise _refuse("logging_strategy", a.logging_strategy, "steps, no")
     return {"record.sinks": ([] if a.disable_tqdm else ["console"]) + reports, "record.console_every": every,
+            "record.run_name": a.run_name or "",
             "record.samples_every": every if a.log_completions else 0}
 
 
 def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.eval_strategy not in ("no", "steps"):
         raise _refuse("eval_strategy", a.eval_strategy, "no, steps")
-    every = _every(a.eval_steps or a.logging_steps, ctx["steps"]) if a.eval_strategy == "steps" else 0
-    return {"train.eval_every": every}
+    return {"train.eval_every": 0}  # GRPOTrainer.evaluate() runs at TRL's eval_steps (grpokit/trl/bridge.py)
+
+
+def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    kwargs = dict(a.gradient_checkpointing_kwargs or {})
+    if kwargs.pop("use_reentrant", False) or kwargs:
+        raise _refuse("gradient_checkpointing_kwargs", a.gradient_checkpointing_kwargs, "None or {'use_reentrant': False}")
+    return {"model.gradient_checkpointing": a.gradient_checkpointing, "model.trust_remote_code": a.trust_remote_code}
 
 
 def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
@@ -195,14 +232,18 @@ def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
 
 MAPPING: list[Rule] = [
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
-         ("train.out", "train.save_every", "train.keep_checkpoints"),
-         "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all", _saving),
-    Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"),
-         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size"),
-         "prompts_per_step = per_device_train_batch_size * gradient_accumulation_steps * processes / num_generations",
+         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
+         "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
+         "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
+    Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
+          "generation_batch_size"),
+         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch"),
+         "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
+         "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
+         "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes))",
          lambda a, ctx: {**_batch(a, ctx), "rollout.group_size": a.num_generations}),
     Rule(("max_steps", "num_train_epochs"), ("train.steps",),
-         "steps = max_steps / num_iterations (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
+         "steps = max_steps / (num_iterations * updates_per_batch) (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
     Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
          "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",
@@ -210,8 +251,9 @@ MAPPING: list[Rule] = [
     Rule(("lr_scheduler_type", "warmup_steps", "optim"), ("optim.schedule", "optim.warmup_steps"),
          "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates", _schedule),
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
-    Rule(("gradient_checkpointing", "trust_remote_code"), ("model.gradient_checkpointing", "model.trust_remote_code"), "copied",
-         _v(**{"model.gradient_checkpointing": "gradient_checkpointing", "model.trust_remote_code": "trust_remote_code"})),
+    Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code"),
+         ("model.gradient_checkpointing", "model.trust_remote_code"),
+         "copied; gradient_checkpointing_kwargs only use_reentrant False (grpokit's checkpointing is non-reentrant)", _checkpointing),
     Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code", "model.attn_implementation"),
          "dtype / torch_dtype (None: float32, as TRL), attn_implementation (None: transformers' choice) and "
          "trust_remote_code; other keys only at None", _model_init),
@@ -258,11 +300,11 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
          lambda a, ctx: {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}),
-    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm"),
-         ("record.sinks", "record.console_every", "record.samples_every"),
+    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy"),
+         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name"),
          "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps", _logging),
     Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
-         "steps: every eval_steps (None: logging_steps); with an eval_dataset grpokit also evaluates before and after training", _eval),
+         "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps); grpokit's own greedy evaluation is off", _eval),
 ]
 HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.py)
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
@@ -270,6 +312,14 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
     "remove_unused_columns": "True drops every dataset column but prompt",
     "disable_dropout": "sets the policy's dropout probabilities to 0",
+    "per_device_eval_batch_size": "completions per batch of evaluate()",
+    "num_generations_eval": "completions per eval prompt in evaluate() (None: num_generations)",
+    "eval_on_start": "evaluate() before the first step", "logging_first_step": "log_history also gets step 1",
+    "resume_from_checkpoint": "train() resumes from it when called without one",
+    "tf32": "sets torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 (None: unchanged)",
+    "dataloader_num_workers": "no effect: grpokit holds the prompts in memory, there is no DataLoader",
+    "dataloader_pin_memory": "no effect (no DataLoader)", "dataloader_persistent_workers": "no effect (no DataLoader)",
+    "dataloader_prefetch_factor": "no effect (no DataLoader)",
 }
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)

@@ -10,41 +10,46 @@ Reward functions receive what TRL's GRPOTrainer passes them: ``prompts`` as the 
 name, ``trainer_state``, ``log_metric`` and ``log_extra``. Text prompts are used as written (no chat
 template), chat-message prompts go through the tokenizer's template, as in TRL.
 
+TRL's steps: a grpokit step samples once and makes ``num_iterations`` updates; grpokit/trl/bridge.py
+turns each into its ``num_iterations`` TRL steps, so ``state`` (transformers' ``TrainerState``) counts
+optimizer updates, ``logging_steps``, ``eval_steps``, ``save_steps`` and the callbacks fire at TRL's
+steps, and ``log_history`` holds TRL's keys (grpokit's own metrics beside them) and TRL's final entry.
+``evaluate()`` (grpokit/trl/evaluation.py) samples the eval prompts as training does and logs
+``eval_loss``, ``eval_reward``, ``eval_rewards/<func>/mean`` ... ``train()`` returns transformers'
+``TrainOutput``; grpokit's run summary (summary.json) is ``trainer.summary``.
+
 Departures from TRL, each deliberate: reward functions are called once per group of G completions
 (not once per batch); a reward function's failure on one completion is contained and counted, not a
-crash; with an ``eval_dataset`` grpokit also evaluates (greedy, first reward function) before and
-after training; checkpoints are ``output_dir/checkpoints/step-N`` with grpokit's run folder beside
-them (metrics.jsonl, report.html). An argument grpokit cannot carry out is refused with one sentence.
-
-``train()`` returns transformers' ``TrainOutput`` (``global_step``, ``training_loss``, ``metrics`` with
-``train_runtime``, ``train_samples_per_second``, ``train_steps_per_second``, ``train_loss``, ``epoch``);
-grpokit's held-out evaluations ride along in ``metrics`` as ``eval_before/<name>`` and
-``eval_after/<name>``, and the whole run summary (summary.json) is ``trainer.summary``. A grpokit step
-samples once and makes ``num_iterations`` updates, so ``global_step`` counts sampling steps, as
-``trainer.state.global_step`` does. ``trainer.accelerator`` answers what TRL's scripts ask of
-accelerate's ``Accelerator`` (process index and count, ``print``, ``wait_for_everyone``), and
-``trainer.end()`` leaves the process group, as transformers' ``Trainer.end``.
+crash; a checkpoint is grpokit's ``output_dir/checkpoints/step-N`` (the whole run state) and
+``output_dir/checkpoint-N`` (N counted in TRL's steps) links to its model folder, which holds TRL's
+``trainer_state.json``; checkpoints fall at the end of a sampling round (with num_iterations > 1
+every ``save_steps // num_iterations`` rounds). grpokit's run files (metrics.jsonl, report.html) sit
+in output_dir. An argument grpokit cannot carry out is refused with one sentence.
+``trainer.accelerator`` answers what TRL's scripts ask of accelerate's ``Accelerator`` (process
+index and count, ``print``, ``wait_for_everyone``), and ``trainer.end()`` leaves the process group.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
+import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from grpokit.train import distributed
 from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
+from grpokit.data.prompts import to_prompts
+from grpokit.rewards.spec import RewardError
+from .bridge import StepBridge
 from .config import GRPOConfig
+from .inputs import HubPushError, apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TrainOutput"]
+log = logging.getLogger("grpokit.trl")
 
-LORA_FIELDS = {"r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",
-               "target_modules": "model.lora_target_modules"}
-LORA_COSMETIC = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
+__all__ = ["GRPOConfig", "GRPOTrainer", "HubPushError", "TrainOutput", "push_folder"]
 
 
 class TrainOutput(NamedTuple):
@@ -67,38 +72,42 @@ class GRPOTrainer:
         self.args = args if args is not None else GRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
-        for what, value in (("reward_processing_classes", reward_processing_classes), ("quantization_config", quantization_config)):
-            if value is not None:
-                raise ConfigError(f"GRPOTrainer argument {what} is not supported by grpokit; leave it None")
+        if quantization_config is not None:
+            raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
         if isinstance(environment_factory, dict):
             raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
             raise ConfigError("model is a PeftModel; pass the base model and the adapters' settings as peft_config")
-        train_rows = _rows(train_dataset, "train_dataset", self.args.remove_unused_columns)
-        eval_rows = _rows(eval_dataset, "eval_dataset", self.args.remove_unused_columns) if eval_dataset is not None else []
-        funcs = _reward_funcs(reward_funcs)
+        train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
+        funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
-        set_field(cfg, "data.eval_size", len(eval_rows))
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
         if peft_config is not None:
-            _apply_lora(cfg, peft_config)
+            apply_lora(cfg, peft_config)
         if cfg.reward.weights and len(cfg.reward.weights) != len(funcs):
             raise ConfigError(f"reward_weights has {len(cfg.reward.weights)} entries but there are {len(funcs)} reward functions; "
                               "give one weight per reward function")
         if self.args.disable_dropout and not isinstance(model, str):
-            _no_dropout(model)
+            no_dropout(model)
+        if self.args.tf32 is not None:
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(self.args.tf32)
         self.cfg, self.reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
-        self._kwargs = dict(reward_funcs=funcs, train_rows=train_rows, eval_rows=eval_rows, tools=tools,
-                            environment_factory=environment_factory, rollout_func=rollout_func,
+        self.eval_dataset = eval_dataset
+        # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
+        self._kwargs = dict(reward_funcs=funcs, train_rows=train_rows, eval_rows=[], tools=tools,
+                            environment_factory=environment_factory, rollout_func=_trl_rollout_func(rollout_func, self),
                             model=None if isinstance(model, str) else model, tokenizer=processing_class)
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
+        self.bridge: StepBridge | None = None
         self.accelerator = Accelerator()
         self.summary: dict[str, Any] = {}
-        """grpokit's run summary (eval_before, eval_after, steps), set by ``train()``."""
+        """grpokit's run summary (steps ...), set by ``train()``."""
 
     def _get(self):
         if self._trainer is None:
@@ -108,17 +117,47 @@ class GRPOTrainer:
     def _build(self, resume):
         from grpokit.train.loop import Trainer
 
-        callbacks = self._callbacks + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
+        mu = self.cfg.algo.num_iterations * self.cfg.train.updates_per_batch  # TRL steps per grpokit step
+        max_steps = self.args.max_steps if self.args.max_steps > 0 else self.cfg.train.steps * mu
+        self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
+        callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
+        self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
+        if resume:
+            self.bridge.state.global_step = trainer.step * mu
+        sample = trainer._sample
+
+        def sample_and_count(prompts, group_size):  # TRL's num_tokens and terminated lengths of each sampling call
+            sb = sample(prompts, group_size)
+            if sb is not None and getattr(trainer, "_trl_training", True):
+                self.bridge.add_sampled(sb.rollout, sb.rollout.model_lengths())
+            return sb
+
+        trainer._sample = sample_and_count
         if self.args.disable_dropout:
-            _no_dropout(trainer.model)
+            no_dropout(trainer.model)
         return trainer
 
     # -- what TRL scripts read from the trainer
-    model = property(lambda self: self._get().model)
     processing_class = property(lambda self: self._get().tokenizer)
-    state = property(lambda self: self._get().state)
     run_dir = property(lambda self: Path(self.cfg.train.out))
+    callback_handler = property(lambda self: self._get() and self.bridge.user)
+
+    @property
+    def state(self):
+        """transformers' ``TrainerState`` counted in TRL's steps (one optimizer update each)."""
+        return self._get() and self.bridge.state
+
+    @property
+    def model(self):
+        return self._get().model
+
+    @model.setter
+    def model(self, value) -> None:
+        if self._trainer is None:
+            self._kwargs["model"] = value
+        else:
+            self._trainer.model = value
 
     @property
     def hub_model_id(self) -> str:
@@ -127,29 +166,138 @@ class GRPOTrainer:
     def add_callback(self, callback: Any) -> None:
         """Add a callback (an object or a class), as transformers' ``Trainer.add_callback``."""
         self._callbacks.append(callback)
-        if self._trainer is not None:
-            self._trainer.callbacks.callbacks.append(callback() if isinstance(callback, type) else callback)
+        if self.bridge is not None:
+            self.bridge.user.callbacks.append(callback() if isinstance(callback, type) else callback)
 
-    def train(self, resume_from_checkpoint: str | bool | None = None) -> TrainOutput:
-        """Train; ``resume_from_checkpoint`` True (or the output_dir) continues from the latest checkpoint."""
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove and return the first callback that is ``callback`` or an instance of that class (None: none)."""
+        found = None
+        for where in ([self.bridge.user.callbacks] if self.bridge is not None else []) + [self._callbacks]:
+            match = next((cb for cb in where if cb is callback or (isinstance(callback, type) and
+                                                                   (cb is callback or isinstance(cb, callback)))), None)
+            if match is not None:
+                where.remove(match)
+                found = found or match
+        return found
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove a callback (an object or a class), as transformers' ``Trainer.remove_callback``."""
+        self.pop_callback(callback)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
+        """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it."""
+        resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:
                 raise ConfigError("resume_from_checkpoint needs the model passed as a name or path (an object cannot be reloaded)")
             if self._trainer is not None:
                 raise ConfigError("resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)")
-            folder = self.cfg.train.out if resume_from_checkpoint is True else str(resume_from_checkpoint)
-            if Path(folder).name.startswith("step-"):  # a checkpoint folder: its run folder resumes
-                folder = str(Path(folder).parent.parent)
-            self._trainer = self._build(resume=folder)
+            self._trainer = self._build(resume=_run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()
-        start = time.perf_counter()
-        self.summary = trainer.train()
-        runtime = time.perf_counter() - start
+        try:
+            self.summary = trainer.train()
+        except RewardError as exc:  # one sentence naming the function and the row; GRPOKIT_DEBUG=1 keeps the traceback
+            if os.environ.get("GRPOKIT_DEBUG"):
+                raise
+            raise RewardError(str(exc)) from None
         if self.args.push_to_hub:
             self.push_to_hub()
-        losses = [h["loss"] for h in self.state.log_history if "loss" in h]
-        per_step = self.cfg.train.prompts_per_step * self.cfg.rollout.group_size
-        return train_output(self.state.global_step, self.state.epoch, losses, runtime, per_step, self.summary)
+        final = self.bridge.final
+        return TrainOutput(self.state.global_step, final["train_loss"], {**final, "epoch": self.state.epoch})
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """TRL's evaluation (grpokit/trl/evaluation.py): logged to log_history, passed to on_evaluate, returned.
+        A dict of datasets is evaluated one by one, each under ``<prefix>_<name>``, as transformers."""
+        from .evaluation import evaluate
+
+        data = self.eval_dataset if eval_dataset is None else eval_dataset
+        if data is None:
+            raise ConfigError("evaluate() needs an eval_dataset (pass one to GRPOTrainer or to evaluate())")
+        if isinstance(data, dict):
+            out: dict[str, float] = {}
+            for name, split in data.items():
+                out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return out
+        trainer, a = self._get(), self.args
+        rows = rows_of(data, "eval_dataset", a.remove_unused_columns)
+        prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.schemas or None)
+        trainer._trl_training = False
+        try:
+            metrics = evaluate(trainer, prompts, a.num_generations_eval or a.num_generations, a.per_device_eval_batch_size,
+                               metric_key_prefix)
+            metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
+        finally:
+            trainer._trl_training = True
+        self.bridge.log(metrics)
+        self.bridge.user("on_evaluate", metrics=metrics)
+        return {**metrics, "epoch": self.state.epoch}
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log."""
+        self._get()
+        self.bridge.log(dict(logs))
+
+    def log_metrics(self, split: str, metrics: dict[str, float]) -> None:
+        """Print ``metrics`` under ``***** split metrics *****``, as transformers (main process only)."""
+        if self.accelerator.is_main_process:
+            print(f"***** {split} metrics *****")
+            for key in sorted(metrics):
+                print(f"  {key:<{max(map(len, metrics))}} = {metrics[key]}")
+
+    def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
+        """Write ``<output_dir>/<split>_results.json`` (and merge into all_results.json), as transformers."""
+        out = Path(self.cfg.train.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{split}_results.json").write_text(json.dumps(metrics, indent=4, sort_keys=True))
+        if combined:
+            path = out / "all_results.json"
+            merged = {**(json.loads(path.read_text()) if path.exists() else {}), **metrics}
+            path.write_text(json.dumps(merged, indent=4, sort_keys=True))
+
+    def save_state(self) -> None:
+        """Write TRL's ``trainer_state.json`` to output_dir."""
+        Path(self.cfg.train.out).mkdir(parents=True, exist_ok=True)
+        self.state.save_to_json(str(Path(self.cfg.train.out) / "trainer_state.json"))
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **kwargs: Any) -> Path:
+        """Write output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
+        from grpokit.train.checkpoint import model_card
+
+        out = Path(self.cfg.train.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "README.md").write_text(model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs]))
+        return out / "README.md"
+
+    def get_high_entropy_mask(self, entropies, mask, threshold: float):
+        """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""
+        from grpokit.algo.loss import entropy_token_mask
+
+        return entropy_token_mask(entropies, mask, 1.0 - threshold).bool() if threshold > 0 else mask.bool()
+
+    @staticmethod
+    def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float):
+        """TRL's: (N, 1) float, 0 for sequences with negative advantage whose mean log-ratio to the sampler
+        exceeds the threshold (DeepSeek-V3.2), else 1."""
+        from grpokit.algo.loss import offpolicy_sequences
+
+        adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(per_token_logps)
+        masked = offpolicy_sequences(per_token_logps, sampling_per_token_logps, adv, mask, off_policy_threshold)
+        return (~masked).to(per_token_logps.dtype)[:, None]
+
+    def _name_checkpoint(self, path: Path, step: int) -> None:
+        """TRL's ``output_dir/checkpoint-N``: a link to grpokit's checkpoint model folder, with TRL's
+        trainer_state.json in it; links whose checkpoint was rotated away are removed."""
+        out = Path(self.cfg.train.out)
+        if not self.accelerator.is_main_process or not (path / "model").is_dir():
+            return
+        self.state.save_to_json(str(path / "model" / "trainer_state.json"))
+        link = out / f"checkpoint-{step}"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(path.resolve() / "model", target_is_directory=True)
+        for old in out.glob("checkpoint-*"):
+            if old.is_symlink() and not old.exists():
+                old.unlink()
 
     def end(self) -> None:
         """Finish: leave the process group (transformers' ``Trainer.end``); trackers closed when training ended."""
@@ -173,21 +321,6 @@ class GRPOTrainer:
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
         return push_folder(self.save_model(), self.hub_model_id, commit_message, token or self.args.hub_token,
                            self.args.hub_private_repo, revision)
-
-
-def train_output(global_step: int, epoch: float, losses: list[float], runtime: float, completions_per_step: int,
-                 summary: dict[str, Any]) -> TrainOutput:
-    """transformers' TrainOutput of a finished run: the mean logged loss, throughput over ``runtime``
-    seconds (samples are completions sampled), and grpokit's evaluations flattened in as
-    ``eval_before/<name>``, ``eval_after/<name>``."""
-    loss = sum(losses) / len(losses) if losses else float("nan")
-    seconds = max(runtime, 1e-9)
-    metrics: dict[str, Any] = {"train_runtime": round(runtime, 4),
-                               "train_samples_per_second": round(global_step * completions_per_step / seconds, 3),
-                               "train_steps_per_second": round(global_step / seconds, 3), "train_loss": loss, "epoch": epoch}
-    for when in ("eval_before", "eval_after"):
-        metrics.update({f"{when}/{k}": v for k, v in (summary.get(when) or {}).items()})
-    return TrainOutput(global_step, loss, metrics)
 
 
 class Accelerator:
@@ -221,113 +354,54 @@ class Accelerator:
         return model
 
 
-def push_folder(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None,
-                revision: str | None = None) -> str:
-    """Upload the files of ``folder`` (not its subfolders: checkpoints and run files stay local) as one commit."""
-    from huggingface_hub import CommitOperationAdd, HfApi
-
-    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    ops = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in sorted(folder.iterdir()) if p.is_file()]
-    return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
-
-
 class _HubPush:
-    """hub_strategy every_save: each checkpoint's model goes to the Hub when it is written."""
+    """hub_strategy every_save: each checkpoint's model goes to the Hub when it is written. A failed
+    push of a checkpoint is logged and training goes on (the checkpoint is on disk)."""
 
     def __init__(self, trainer: GRPOTrainer):
         self.trainer = trainer
 
     def on_save(self, args, state, control, checkpoint=None, **kwargs):
         if checkpoint is not None and state.is_world_process_zero:
-            push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id, f"Training in progress, step {state.global_step}",
-                        args.hub_token, args.hub_private_repo)
+            try:
+                push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id,
+                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo)
+            except HubPushError as e:
+                log.warning("%s", e)
 
 
-# ---------------------------------------------------------------- arguments
 
 
-def _rows(dataset: Any, what: str, prompt_only: bool) -> list[dict]:
-    """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name."""
-    if dataset is None:
-        raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
-    if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
-        raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
-    if type(dataset).__name__ == "IterableDataset":
-        raise ConfigError(f"{what} is an IterableDataset; grpokit needs a datasets.Dataset (load it without streaming)")
-    rows = [dict(r) for r in dataset]
-    if not rows:
-        raise ConfigError(f"{what} has no rows")
-    if "prompt" not in rows[0]:
-        raise ConfigError(f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to 'prompt' as TRL needs")
-    return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
+def _trl_rollout_func(fn: Callable | None, facade: GRPOTrainer) -> Callable | None:
+    """TRL's contract for ``rollout_func(prompts, trainer)``: every prompt repeated num_generations
+    times (one completion per entry back), and the trainer is the GRPOTrainer (processing_class, args ...)."""
+    if fn is None:
+        return None
+    G = facade.cfg.rollout.group_size
+
+    def call(prompts: list, trainer: Any) -> dict:
+        return fn([p for p in prompts for _ in range(G)], facade)
+    return call
 
 
-def _reward_funcs(funcs: Any) -> list[Callable]:
-    """Callables as given; a string is a reward model (local folder or hub id), as TRL."""
-    funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
-    out = []
-    for f in funcs:
-        if isinstance(f, str):
-            out.append(RewardModel(f))
-        elif callable(f) and not hasattr(f, "parameters"):
-            out.append(f)
-        else:
-            raise ConfigError(f"reward_funcs entry {f!r:.80} is not supported; pass functions or reward models as a folder or hub id")
-    if not out:
-        raise ConfigError("reward_funcs is empty; pass at least one reward function or reward model")
-    return out
+def _stream_rows(a: GRPOConfig) -> int | None:
+    """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
+    if a.max_steps <= 0:
+        return None
+    from .mapping import generation_steps, updates_per_round
+
+    world = distributed.position()[1]
+    per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
+    return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
 
 
-def _apply_lora(cfg, peft_config: Any) -> None:
-    """A ``peft.LoraConfig`` onto model.lora_*; any other PEFT setting away from its default is refused."""
-    from peft import LoraConfig
-
-    if not isinstance(peft_config, LoraConfig):
-        raise ConfigError(f"peft_config is a {type(peft_config).__name__}; grpokit trains LoRA adapters only (peft.LoraConfig)")
-    default = LoraConfig()
-    for f in dataclasses.fields(peft_config):
-        if f.name in LORA_FIELDS or f.name in LORA_COSMETIC:
-            continue
-        value = getattr(peft_config, f.name)
-        if value != getattr(default, f.name):
-            raise ConfigError(f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}")
-    targets = peft_config.target_modules
-    targets = ["all-linear"] if targets is None or targets == "all-linear" else sorted(targets) if not isinstance(targets, str) else None
-    if targets is None:
-        raise ConfigError(f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'")
-    set_field(cfg, "model.lora_rank", peft_config.r)
-    set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
-    set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
-    set_field(cfg, "model.lora_target_modules", targets)
-
-
-def _no_dropout(model) -> None:
-    import torch
-
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-
-
-class RewardModel:
-    """A sequence-classification reward model given by folder or hub id, scoring as TRL does: the
-    reward tokenizer's chat template over prompt + completion messages for conversational data,
-    ``prompt + completion`` otherwise; the reward is the first logit."""
-
-    def __init__(self, path: str):
-        from grpokit.rewards.models import SequenceClassifierReward
-
-        self.scorer = SequenceClassifierReward(path)
-        self.__name__ = path.rstrip("/").split("/")[-1]
-
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
-        tok = self.scorer.tokenizer
-        if prompts and isinstance(prompts[0], list) and getattr(tok, "chat_template", None):
-            texts = [tok.apply_chat_template(p + c, tokenize=False) for p, c in zip(prompts, completions)]
-        else:
-            from grpokit.rewards.math import completion_text
-
-            texts = [("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
-                     for p, c in zip(prompts, completions)]
-        return self.scorer([""] * len(texts), texts)
+def _run_folder(output_dir: str, resume: str | bool) -> str:
+    """The grpokit run folder of ``resume_from_checkpoint``: True (output_dir), a run folder, a
+    ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder."""
+    folder = Path(output_dir if resume is True else str(resume))
+    if folder.name.startswith("checkpoint-"):
+        target = folder.resolve()  # checkpoint-N -> <run>/checkpoints/step-N/model
+        folder = target.parent.parent.parent if target.name == "model" else folder.parent
+    elif folder.name.startswith("step-"):
+        folder = folder.parent.parent
+    return str(folder)

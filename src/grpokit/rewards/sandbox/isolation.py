@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import budget, seccomp
+from . import budget, cleanup, seccomp
 
 HERE = Path(__file__).resolve().parent
 
@@ -123,11 +123,13 @@ def bwrap_argv(job_dir: str, limits: Limits, program: list[str], uid: int | None
     return argv + program
 
 
-def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, isolated: bool = True) -> RunResult:
+def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, isolated: bool = True,
+                  cancel: threading.Event | None = None) -> RunResult:
     """Write `files` into a fresh job folder and run `program` (argv; "{job}"/"{scratch}" are replaced).
 
     isolated=False runs with rlimits and an empty environment only (UNSAFE: no namespaces), and a
     cgroup budget where the host allows one. Raises budget.BudgetError when no budget can hold.
+    Setting ``cancel`` ends the run as if its wall-clock limit had passed (a reward call's deadline).
     """
     plan = budget.plan(limits.memory_bytes, limits.processes, limits.cpus, limits.budget, isolated)
     root = os.geteuid() == 0
@@ -138,7 +140,7 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
             cgroup = budget.Cgroup.create(plan) if plan.mechanism != "rlimit" else None
         except OSError as exc:
             raise budget.BudgetError(f"The sandbox's {plan.mechanism} budget could not be created: {exc}.") from exc
-        return _run(files, program, limits, isolated, plan, uid, cgroup)
+        return _run(files, program, limits, isolated, plan, uid, cgroup, cancel)
     finally:
         if cgroup is not None:
             cgroup.remove()
@@ -147,8 +149,9 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
 
 
 def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bool, plan: budget.Plan,
-         uid: int | None, cgroup: budget.Cgroup | None) -> RunResult:
-    with tempfile.TemporaryDirectory(prefix="grpokit-job-") as tmp:
+         uid: int | None, cgroup: budget.Cgroup | None, cancel: threading.Event | None = None) -> RunResult:
+    cleanup.sweep_once()  # job folders of trainers killed mid-call (sandbox/cleanup.py)
+    with tempfile.TemporaryDirectory(prefix=cleanup.job_prefix()) as tmp:
         job = os.path.join(tmp, "job")
         os.mkdir(job)
         for name, text in files.items():
@@ -166,7 +169,7 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
             program = [a.replace(key, value) for a in program]
         root = os.geteuid() == 0
         argv = bwrap_argv(job, limits, program, uid, None if root else plan.tasks) if isolated else program
-        spec = {"argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": plan.process_memory_bytes,
+        spec = {"parent_pid": os.getpid(), "argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": plan.process_memory_bytes,
                                          "file_bytes": limits.file_bytes, "open_files": limits.open_files},
                 "cgroup_procs": cgroup.procs_files() if cgroup is not None else []}
         if isolated and root:  # the fresh uid's NPROC; never the trainer's uid (that would count its threads)
@@ -181,31 +184,40 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={},
                                     pass_fds=(channel.fileno(), info.fileno(), flt.fileno()), start_new_session=True)
-            timed_out = not wait_exit(proc, limits.wall_s)
-            if timed_out and cgroup is not None:
-                cgroup.kill()  # the whole tree, bwrap included
-                wait_exit(proc, 2.0)
-            elif timed_out and isolated:
-                _kill_namespace(proc.pid, info)
-                wait_exit(proc, 2.0)  # the launcher reaps bwrap and the namespace's init, then exits
+            timed_out = True
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the launcher's process group
-            except ProcessLookupError:
-                pass
-            if cgroup is not None:
-                cgroup.kill()  # without namespaces (unsafe mode) a program's daemons left the process group
-            proc.wait()
+                timed_out = not wait_exit(proc, limits.wall_s, cancel)
+            finally:  # also when the wait is interrupted (a reward's deadline): never leave the sandbox running
+                _stop(proc, timed_out, cgroup, isolated, info)
             peak = cgroup.peak_bytes() if cgroup is not None else None
             channel.seek(0)
             text = channel.read(limits.max_output_bytes * 64).decode("utf-8", "replace")
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
-    return RunResult(text, proc.returncode, timed_out, stderr, _parse_records(text), plan.mechanism, peak)
+    return RunResult(text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak)
 
 
-def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
+def _stop(proc: subprocess.Popen, timed_out: bool, cgroup: budget.Cgroup | None, isolated: bool, info) -> None:
+    """Kill what is left of a sandboxed run (all of it when it timed out) and reap the launcher."""
+    if timed_out and cgroup is not None:
+        cgroup.kill()  # the whole tree, bwrap included
+        wait_exit(proc, 2.0)
+    elif timed_out and isolated:
+        _kill_namespace(proc.pid, info)
+        wait_exit(proc, 2.0)  # the launcher reaps bwrap and the namespace's init, then exits
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the launcher's process group
+    except ProcessLookupError:
+        pass
+    if cgroup is not None:
+        cgroup.kill()  # without namespaces (unsafe mode) a program's daemons left the process group
+    proc.wait()
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float, cancel: threading.Event | None = None) -> bool:
     """Wait up to `timeout` seconds for `proc` to exit; True if it did. Sleeps on a pidfd (woken the
-    moment the process exits) instead of Popen.wait(timeout)'s polling, which adds up to ~50 ms a call."""
+    moment the process exits) instead of Popen.wait(timeout)'s polling, which adds up to ~50 ms a call.
+    With `cancel`, wakes every 0.1 s and gives up (False) once it is set."""
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3 or not Linux): poll
@@ -218,8 +230,8 @@ def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         deadline = time.monotonic() + timeout
-        while not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-            if time.monotonic() >= deadline:
+        while not poller.poll(max(0.0, min(deadline - time.monotonic(), 0.1 if cancel else 1e9)) * 1000):
+            if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
                 return proc.poll() is not None
         return True
     finally:
@@ -262,7 +274,7 @@ def _depth(x) -> int:
     return deepest
 
 
-def _parse_records(text: str) -> list[dict]:
+def parse_records(text: str) -> list[dict]:
     """Result records from the channel. Anything malformed (too long, too deep, not JSON, an int too
     long to convert, no integer case number) is skipped, so its case fails; this never raises."""
     records = []

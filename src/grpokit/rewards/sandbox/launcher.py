@@ -9,7 +9,11 @@ sandbox, then exits with the command's status (128 + N when killed by signal N),
 a call even when the trainer is PID 1.
 Kept free of imports beyond the standard library and of any grpokit code.
 
-JSON fields: argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), cgroup_procs
+It dies with the trainer: PR_SET_PDEATHSIG(SIGKILL), then a check that the trainer (``parent_pid``)
+did not die before the request; bwrap's --die-with-parent and the PID namespace take the sandbox
+along. In unsafe mode (no bwrap) the command gets the same parent-death signal (sandbox/cleanup.py).
+
+JSON fields: parent_pid (the trainer's pid), argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), cgroup_procs
 (list of cgroup.procs files to join; if one cannot be joined the command is not started), channel_fd
 (an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional,
 becomes descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
@@ -39,7 +43,17 @@ def become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
-def start(spec: dict) -> None:
+def die_with_parent(parent_pid: int | None) -> None:
+    """PR_SET_PDEATHSIG(SIGKILL); exit at once if the parent is already gone (it died before the call)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(137)
+
+
+def start(spec: dict, launcher_pid: int) -> None:
     """In the forked child: join the cgroups, set the limits, wire the descriptors and exec the command."""
     for procs in spec.get("cgroup_procs", []):
         with open(procs, "w") as f:  # "0" = this process; what it starts is born inside
@@ -55,16 +69,19 @@ def start(spec: dict) -> None:
         os.dup2(spec["seccomp_fd"], 5)  # bwrap --seccomp 5 reads the BPF filter from there
     first_free = 6 if spec.get("seccomp_fd") is not None else 5 if spec.get("info_fd") is not None else 4
     os.closerange(first_free, 1024)  # nothing else of the trainer reaches the sandbox
+    die_with_parent(launcher_pid)  # the command (bwrap, or the program in unsafe mode) dies with this launcher; kept across execv
     os.execv(spec["argv"][0], spec["argv"])
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    die_with_parent(spec.get("parent_pid"))
     become_subreaper()
+    me = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
-            start(spec)
+            start(spec, me)
         except BaseException as exc:  # never run the command outside its budget
             os.write(2, f"launcher: {type(exc).__name__}: {exc}\n".encode())
         finally:

@@ -1,0 +1,247 @@
+"""What the report shows, as plain data: runs read from their folders, panels, config differences.
+
+`load_run(run_dir)` reads what a run left (metrics.jsonl, samples.jsonl, health.jsonl, config.yaml,
+summary.json); `panels(runs)` decides which plots exist; `payload(runs, ...)` is the JSON the page's
+script draws from. Keeping this in Python (not in the page) lets tests check the choices directly:
+
+- every metric any run logged gets a panel, known ones grouped (reward with each reward function's
+  mean, completion lengths, clip fractions, time per phase); metrics a reward function logs with
+  `log_metric` and anything else namespaced get panels of their own namespace;
+- a panel exists only when some run has a finite value for it (at beta 0 there is no KL panel);
+- a series equal to an earlier one in the same panel (the total reward and its only component) is
+  marked `same_as`, so the page draws it dashed on top instead of hiding it;
+- sample images (PNG/JPEG files a samples row or completion names, e.g. under RUN_DIR/images/) are
+  inlined as data: URIs so the file stays self-contained.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .jsonl import HEALTH_FILE, METRICS_FILE, SAMPLES_FILE, read_jsonl
+
+# (id, title, metric patterns): known metrics grouped on one panel; * matches within a name (fnmatch).
+GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("reward", "Reward (total and per function, unweighted)", ("reward", "rewards/*/mean")),
+    ("eval", "Held-out evaluation", ("eval/accuracy", "eval/*_rate", "eval/pass@*", "eval/mean@*", "eval/maj@*")),
+    ("kl", "KL to reference", ("kl",)),
+    ("entropy", "Entropy (nats per token)", ("entropy",)),
+    ("length", "Completion length (tokens)", ("completions/mean_length", "completions/min_length", "completions/max_length")),
+    ("clip", "Clipped tokens (fraction)", ("clip_ratio/*",)),
+    ("signal", "Groups without signal (fractions)", ("frac_reward_zero_std", "completions/clipped_ratio",
+                                                      "completions/frac_groups_*")),
+    ("reward-std", "Reward spread", ("reward_std", "rewards/*/std")),
+    ("faults", "Faults in untrusted code (docs/FAULTS.md)", ("rewards/failed_fraction", "rewards/*/failures",
+                                                           "rewards/*/timeouts", "rewards/*/nonfinite",
+                                                           "rewards/*/not_applicable", "episodes/tool_errors_mean",
+                                                           "episodes/tool_timeouts_mean", "episodes/reset_failures")),
+    ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
+                                      "episodes/truncated_by_turns", "eval/tool_use_rate")),
+    ("time", "Time per phase (seconds per step)", ("time/*",)),
+    ("throughput", "Throughput (tokens per second)", ("tokens_per_second",)),
+    ("loss", "Loss", ("loss",)),
+    ("grad-norm", "Gradient norm (before clipping)", ("grad_norm",)),
+    ("lr", "Learning rate", ("learning_rate",)),
+)
+MAX_SAMPLE_CHARS = 4000  # per text; a report is read, not archived: samples.jsonl keeps everything
+MAX_IMAGE_BYTES = 2_000_000
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+
+
+@dataclass
+class Run:
+    """One run folder as read from disk (any file may be missing)."""
+
+    path: Path
+    name: str
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    config_text: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """The trainer writes summary.json's "steps" when training ends (or is stopped); before that the
+        file may hold only the evaluation before training, and the run is (or was) in progress."""
+        return "steps" in self.summary
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _read_config(path: Path) -> tuple[str, dict[str, Any]]:
+    if not path.is_file():
+        return "", {}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        import yaml
+
+        data = yaml.safe_load(text)
+    except Exception:  # a torn or hand-edited file: show the text, compare nothing
+        data = None
+    return text, data if isinstance(data, dict) else {}
+
+
+def load_run(run_dir: Path, name: str | None = None) -> Run:
+    run_dir = Path(run_dir)
+    text, cfg = _read_config(run_dir / "config.yaml")
+    return Run(path=run_dir, name=name or run_dir.resolve().name, metrics=read_jsonl(run_dir / METRICS_FILE),
+               samples=read_jsonl(run_dir / SAMPLES_FILE), events=read_jsonl(run_dir / HEALTH_FILE),
+               config_text=text, config=cfg, summary=read_json(run_dir / "summary.json"))
+
+
+def unique_names(paths: Sequence[Path]) -> list[str]:
+    """Short labels for runs: the folder name, with its parent when two folders share a name."""
+    names = [Path(p).resolve().name for p in paths]
+    return [f"{Path(p).resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def metric_names(runs: Sequence[Run]) -> tuple[list[str], list[str]]:
+    """(names with a finite non-zero value in some run, names that are 0 wherever finite), in
+    first-seen order: a panel of flat zeros (no clipped tokens, no failures) says less than a line."""
+    names: dict[str, bool] = {}
+    for run in runs:
+        for row in run.metrics:
+            for k, v in row.items():
+                if k != "step" and _finite(v):
+                    names[k] = names.get(k, False) or v != 0
+    return [k for k, nz in names.items() if nz], [k for k, nz in names.items() if not nz]
+
+
+def panels(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """The plots to draw: [{"id", "title", "keys"}], known groups first, then one panel per namespace
+    (the part of a name before its last "/") of everything else, e.g. a reward's `log_metric` names."""
+    names = metric_names(runs)[0]
+    taken: set[str] = set()
+    out = []
+    for pid, title, patterns in GROUPS:
+        keys = [n for p in patterns for n in fnmatch.filter(names, p) if n not in taken]
+        keys = list(dict.fromkeys(keys))
+        if keys or (pid == "eval" and any(heldout(r) for r in runs)):  # summary.json alone also makes the panel
+            taken.update(keys)
+            out.append({"id": pid, "title": title, "keys": keys})
+    rest: dict[str, list[str]] = {}
+    for n in names:
+        if n not in taken:
+            rest.setdefault(n.rsplit("/", 1)[0] if "/" in n else n, []).append(n)
+    out += [{"id": f"m-{i}", "title": ns, "keys": keys} for i, (ns, keys) in enumerate(rest.items())]
+    return out
+
+
+def heldout(run: Run) -> list[list[float]]:
+    """summary.json's held-out accuracy before (step 0) and after training (its last step), as
+    [[step, accuracy], ...]: drawn as points on the evaluation panel."""
+    last = max((r["step"] for r in run.metrics if _finite(r.get("step"))), default=0)
+    steps = run.summary.get("steps") if _finite(run.summary.get("steps")) else last
+    return [[x, float(run.summary[k]["accuracy"])] for k, x in (("eval_before", 0), ("eval_after", steps))
+            if isinstance(run.summary.get(k), dict) and _finite(run.summary[k].get("accuracy"))]
+
+
+def columns(run: Run, keys: Sequence[str]) -> tuple[list[float], dict[str, list[float | None]]]:
+    """The run's steps and, per key, its values at those steps (None: missing or not finite)."""
+    rows = [r for r in run.metrics if _finite(r.get("step"))]
+    steps = [r["step"] for r in rows]
+    return steps, {k: [_round(r.get(k)) for r in rows] for k in keys}
+
+
+def _round(v: Any) -> float | None:
+    """6 significant digits: the page shows 4, and the file stays small for long runs."""
+    return float(f"{v:.6g}") if _finite(v) else None
+
+
+def same_as(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, str]:
+    """{key: earlier key} for series whose values equal an earlier key's in every run (e.g. the total
+    reward and its only reward function): drawn dashed on top, so neither hides the other."""
+    cols = [columns(r, keys)[1] for r in runs]
+    out: dict[str, str] = {}
+    for i, k in enumerate(keys):
+        for j in keys[:i]:
+            if j not in out and all(c[k] == c[j] and any(v is not None for v in c[k]) for c in cols):
+                out[k] = j
+                break
+    return out
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(cfg, dict):
+        out: dict[str, Any] = {}
+        for k, v in cfg.items():
+            out |= flatten(v, f"{prefix}{k}.")
+        return out
+    return {prefix[:-1]: cfg}
+
+
+def config_diff(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
+    """[(dotted field, [value in each run])] for the fields whose values differ between runs
+    (train.out excluded: every run has its own folder)."""
+    flat = [flatten(r.config) for r in runs]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    missing = object()
+    diff = []
+    for k in keys:
+        vals = [f.get(k, missing) for f in flat]
+        if k != "train.out" and any(v != vals[0] for v in vals):
+            diff.append((k, ["(absent)" if v is missing else json.dumps(v, default=str) for v in vals]))
+    return diff
+
+
+def _clip(text: Any) -> Any:
+    if isinstance(text, str) and len(text) > MAX_SAMPLE_CHARS:
+        return text[:MAX_SAMPLE_CHARS] + f"\n… [{len(text) - MAX_SAMPLE_CHARS} more characters]"
+    return text
+
+
+def _image(run_dir: Path, name: Any) -> str | None:
+    """A data: URI for an image file inside the run folder (RUN_DIR/name or RUN_DIR/images/name)."""
+    if not isinstance(name, str) or Path(name).suffix.lower() not in IMAGE_TYPES:
+        return None
+    root = run_dir.resolve()
+    for cand in (root / name, root / "images" / name):
+        try:
+            path = cand.resolve()
+            if path.is_relative_to(root) and path.is_file() and path.stat().st_size <= MAX_IMAGE_BYTES:
+                data = base64.b64encode(path.read_bytes()).decode("ascii")
+                return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64,{data}"
+        except OSError:
+            continue
+    return None
+
+
+def _images(run_dir: Path, obj: dict[str, Any]) -> list[str]:
+    names = [obj.get("image")] + (obj["images"] if isinstance(obj.get("images"), list) else [])
+    return [uri for uri in (_image(run_dir, n) for n in names) if uri]
+
+
+def samples_payload(run: Run) -> list[dict[str, Any]]:
+    """samples.jsonl rows trimmed for the page: long texts clipped, images inlined, extras kept."""
+    out = []
+    for row in run.samples:
+        comps = []
+        for c in row.get("completions") or []:
+            if not isinstance(c, dict):
+                continue
+            c = {k: _clip(v) for k, v in c.items() if k not in ("image", "images")} | {"images": _images(run.path, c)}
+            if isinstance(c.get("messages"), list):
+                c["messages"] = [{k: _clip(v) for k, v in m.items()} for m in c["messages"] if isinstance(m, dict)]
+            comps.append(c)
+        out.append({"step": row.get("step"), "prompt": _clip(row.get("prompt", "")), "images": _images(run.path, row),
+                    "completions": comps})
+    return out

@@ -1,0 +1,142 @@
+"""Run folders that are never lost: what a start or a resume checks and records before training.
+
+A run folder holds ``config.yaml`` (the config the run started with, written atomically),
+``config_history.yaml`` (what a resume changed, and at which step), ``checkpoints/`` and the
+records. The rules, each for a way a run was lost before:
+
+* a new run never starts in a folder that holds another run (its retention would delete the older
+  run's checkpoints) unless ``train.overwrite`` says so; ``train.out`` naming a file is refused;
+* folders of an interrupted save (``checkpoints/.tmp-step-*``) are removed at the next start;
+* a resume reads ``config.yaml`` plus its history and refuses a torn or emptied file with one
+  sentence instead of training on the defaults;
+* a resume continues from the newest checkpoint that verifies against its manifest, saying which
+  newer ones it skipped and why;
+* a resume that changes the config (overrides, ``--out``) appends the changed fields to
+  ``config_history.yaml`` instead of rewriting ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpokit.config.io import from_dict, set_field, to_dict
+from grpokit.config.sections import Config, ConfigError
+from . import checkpoint
+
+CONFIG_FILE = "config.yaml"
+HISTORY_FILE = "config_history.yaml"
+RUN_FILES = (CONFIG_FILE, HISTORY_FILE, "summary.json", "metrics.jsonl", "samples.jsonl", "health.jsonl", "report.html")
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def is_storage_fault(e: BaseException) -> bool:
+    """A write that failed because the disk is full, over quota or read-only: not the user's mistake
+    and not a bug; the run stops with a sentence and resumes once there is room."""
+    return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool) -> None:
+    """Refuse a run folder that is a file or (for a new run) holds another run; clean interrupted saves."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"train.out={str(run_dir)!r} is an existing file, not a folder; give a new or empty folder for the run")
+    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone checks and cleans the folder
+        return
+    ckpts = run_dir / "checkpoints"
+    held = [n for n in RUN_FILES if (run_dir / n).exists()] + (["checkpoints/"] if ckpts.is_dir() and any(ckpts.iterdir()) else [])
+    if held and not resuming:
+        if not overwrite:
+            raise ConfigError(f"train.out={str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with --resume "
+                              f"{run_dir}, choose another folder, or pass --overwrite (train.overwrite=true) to replace it")
+        shutil.rmtree(ckpts, ignore_errors=True)
+        for n in RUN_FILES:
+            (run_dir / n).unlink(missing_ok=True)
+    for tmp in ckpts.glob(f".tmp-{checkpoint.PREFIX}*") if ckpts.is_dir() else ():
+        shutil.rmtree(tmp, ignore_errors=True)  # an interrupted save: never a checkpoint, only disk used
+
+
+def load_run_config(run_dir: Path) -> Config:
+    """The config a run in ``run_dir`` has now: its config.yaml with every change of its history applied."""
+    f = Path(run_dir) / CONFIG_FILE
+    if not f.is_file():
+        raise ConfigError(f"--resume {str(run_dir)!r} is not a run folder (no config.yaml); give the folder a run was started with")
+    try:
+        data = yaml.safe_load(f.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before resuming") from None
+    sections = [x.name for x in dataclasses.fields(Config)]
+    missing = [s for s in sections if not isinstance(data, dict) or s not in data]
+    if missing:
+        what = "empty" if not data else f"missing the section(s) {', '.join(missing)}"
+        raise ConfigError(f"{str(f)!r} is {what}, so it is torn or was emptied; restore the run's config.yaml "
+                          "(resuming with defaults would silently train another config)")
+    cfg = from_dict(data)
+    for entry in _history(run_dir):
+        for dotted, change in (entry.get("changed") or {}).items():
+            set_field(cfg, dotted, change.get("to") if isinstance(change, dict) else change)
+    return cfg
+
+
+def write_config(run_dir: Path, cfg: Config, resume_step: int | None) -> None:
+    """A new run writes config.yaml; a resume appends what changed to config_history.yaml."""
+    if resume_step is None or not (run_dir / CONFIG_FILE).is_file():
+        _atomic_write(run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        return
+    changed = config_changes(load_run_config(run_dir), cfg)
+    if changed:
+        history = _history(run_dir) + [{"step": resume_step, "changed": changed}]
+        _atomic_write(run_dir / HISTORY_FILE, yaml.safe_dump(history, sort_keys=False))
+
+
+def config_changes(before: Config, after: Config) -> dict[str, dict[str, Any]]:
+    """``{"section.field": {"from": old, "to": new}}`` for every field that differs."""
+    a, b = to_dict(before), to_dict(after)
+    return {f"{s}.{k}": {"from": a[s].get(k), "to": v} for s in b for k, v in b[s].items() if a.get(s, {}).get(k) != v}
+
+
+def newest_verified(ckpt_dir: Path, log=None) -> Path | None:
+    """The newest checkpoint under ``ckpt_dir`` that verifies (``log`` hears of each one skipped)."""
+    for p in sorted((p for p in ckpt_dir.glob(f"{checkpoint.PREFIX}*") if p.is_dir()), reverse=True):
+        fault = checkpoint.verify(p)
+        if fault is None:
+            return p
+        if log is not None:
+            log(f"grpokit: warning: skipping checkpoint {p} because {fault}; trying the one before it", flush=True)
+    return None
+
+
+def checkpoint_to_resume(run_dir: Path, log=print) -> Path:
+    """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault."""
+    found = newest_verified(run_dir / "checkpoints", log)
+    if found is not None:
+        return found
+    raise ConfigError(f"--resume {str(run_dir)!r} has no complete checkpoint under checkpoints/ that verifies; nothing to resume")
+
+
+def _history(run_dir: Path) -> list[dict]:
+    f = Path(run_dir) / HISTORY_FILE
+    if not f.is_file():
+        return []
+    try:
+        data = yaml.safe_load(f.read_text(encoding="utf-8")) or []
+    except (yaml.YAMLError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+        raise ConfigError(f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with config.yaml alone")
+    return data
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

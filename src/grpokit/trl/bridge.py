@@ -1,0 +1,170 @@
+"""TRL's step count and log history on grpokit's loop.
+
+A grpokit step samples once and makes ``num_iterations`` updates; a TRL step is one optimizer
+update. ``StepBridge`` is the one callback grpokit's loop calls under ``grpokit.trl``: it turns each
+grpokit step into its ``num_iterations`` TRL steps, so ``state.global_step``, ``logging_steps``,
+``eval_steps``, ``save_steps`` and the user's callbacks run at TRL's steps, and it writes
+``log_history`` as TRL does: per logged step the mean of every metric since the last log (the
+step's sampling metrics ride on its first update, as TRL logs them), then TRL's final entry
+(``train_runtime`` ...). grpokit's own metrics stay in the entries beside TRL's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from transformers import TrainerState
+
+from grpokit.train.callbacks import Callbacks
+
+def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float) -> dict[str, float]:
+    """One TRL step's entry: on the round's first update its sampling metrics, always the update's own
+    (loss, grad_norm, clip ratios ...) with TRL's single-process ``clip_ratio/low_min`` and ``/high_max``."""
+    out = {**metrics, **update} if first else dict(update)
+    for name, kind in (("low", "min"), ("high", "max")):  # TRL: the min / max over processes of the rank means
+        if f"clip_ratio/{name}_mean" in out:
+            out[f"clip_ratio/{name}_{kind}"] = out[f"clip_ratio/{name}_mean"]
+    out["step_time"] = step_time
+    return out
+
+
+def sampling_extras(rollout, lengths: list[int]) -> dict[str, float]:
+    """TRL's token count and terminated-length metrics of one sampling round: ``num_tokens`` counts the
+    prompt and completion tokens of every sequence; terminated completions are those that did not hit
+    the length cap (0 when none did, as TRL)."""
+    G = rollout.group_size
+    prompt_tokens = sum(len(rollout.prompt_ids[i // G]) for i in range(len(rollout.completion_ids)))
+    done = [n for n, why in zip(lengths, rollout.finish_reasons) if why != "length"]
+    return {"num_tokens": float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)),
+            "completions/mean_terminated_length": sum(done) / len(done) if done else 0.0,
+            "completions/min_terminated_length": float(min(done)) if done else 0.0,
+            "completions/max_terminated_length": float(max(done)) if done else 0.0}
+
+
+def final_entry(steps: int, losses: list[float], runtime: float, completions_per_step: int) -> dict[str, float]:
+    """TRL's last log_history entry: throughput over ``runtime`` seconds and the mean loss of every step."""
+    seconds = max(runtime, 1e-9)
+    return {"train_runtime": round(runtime, 4),
+            "train_samples_per_second": round(steps * completions_per_step / seconds, 3),
+            "train_steps_per_second": round(steps / seconds, 3),
+            "total_flos": 0.0,  # TRL's GRPO batches carry no input_ids, so transformers counts 0 FLOPs there too
+            "train_loss": sum(losses) / len(losses) if losses else 0.0}
+
+
+class StepBridge:
+    """grpokit loop events -> TRL steps, log history and the user's callbacks (see the module docstring).
+    ``evaluate()`` is the trainer's evaluation, ``save_link(path, step)`` names a checkpoint as TRL does."""
+
+    def __init__(self, args: Any, callbacks: list, max_steps: int, evaluate: Callable[[], dict],
+                 save_link: Callable[[Path, int], None], objects: dict):
+        self.args = args
+        self.state = TrainerState(max_steps=max_steps, logging_steps=_every(args.logging_steps, max_steps),
+                                  eval_steps=_every(args.eval_steps or args.logging_steps, max_steps),
+                                  save_steps=_every(args.save_steps, max_steps), train_batch_size=args.per_device_train_batch_size,
+                                  num_train_epochs=args.num_train_epochs)
+        self.user = Callbacks(callbacks, args, self.state, **objects)
+        self.evaluate, self.save_link = evaluate, save_link
+        self.updates: list[dict[str, float]] = []
+        self.sampled: dict[str, list[float]] = {}  # this round's num_tokens / terminated lengths (add_sampled)
+        self.pending: dict[str, list[float]] = {}
+        self.losses: list[float] = []
+        self.mark = self.start = time.perf_counter()
+        self.step_times: list[float] = []
+
+    # ---- grpokit loop events
+    def on_train_begin(self, args, state, control, **kw):
+        self.mark = self.start = time.perf_counter()
+        self.user("on_train_begin")
+        if self.args.eval_on_start:
+            self.evaluate()
+
+    def on_step_begin(self, args, state, control, **kw):
+        self.mark, self.sampled = time.perf_counter(), {}
+        self.user("on_step_begin")
+
+    def on_optimizer_step(self, args, state, control, metrics=None, **kw):
+        now = time.perf_counter()
+        self.step_times.append(now - self.mark)
+        self.mark = now
+        self.updates.append(dict(metrics or {}))
+        self.user("on_optimizer_step")
+
+    def on_step_end(self, args, state, control, metrics=None, **kw):
+        updates, times = self.updates or [{}], self.step_times or [0.0]
+        self.updates, self.step_times = [], []
+        if "num_tokens" in self.sampled:  # TRL's num_tokens is the running total
+            self.state.num_input_tokens_seen += int(sum(self.sampled["num_tokens"]))
+            self.sampled["num_tokens"] = [float(self.state.num_input_tokens_seen)]
+        for k, (update, seconds) in enumerate(zip(updates, times)):
+            if k:
+                self.user("on_step_begin")
+            self.state.global_step += 1
+            self.state.epoch = state.epoch
+            sampled = {key: sum(v) / len(v) for key, v in self.sampled.items()} if k == 0 else {}
+            self._accumulate(trl_step_metrics({**(metrics or {}), **sampled}, update, k == 0, seconds))
+            self.user("on_step_end")
+            self._maybe_log_and_evaluate()
+            if self.user.control.should_training_stop or self.state.global_step >= self.state.max_steps:
+                control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, checkpoint=None, **kw):
+        if checkpoint is not None:
+            self.save_link(Path(checkpoint), self.state.global_step)
+        self.user("on_save")
+
+    def on_train_end(self, args, state, control, **kw):
+        rest = {k: sum(v) / len(v) for k, v in self.pending.items() if k not in ("loss", "grad_norm", "learning_rate")}
+        if "num_tokens" in rest:
+            rest["num_tokens"] = self.pending["num_tokens"][-1]
+        self.pending = {}
+        completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
+        self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
+        self.log({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
+        self.user("on_train_end")
+
+    def add_sampled(self, rollout, lengths: list[int]) -> None:
+        """A sampling call of this round (several with dynamic sampling): its TRL-only metrics."""
+        for key, value in sampling_extras(rollout, lengths).items():
+            self.sampled.setdefault(key, []).append(value)
+        if self.sampled.get("num_tokens"):  # a count, summed over the round's calls
+            self.sampled["num_tokens"] = [sum(self.sampled["num_tokens"])]
+
+    # ---- TRL's logging
+    def log(self, logs: dict[str, float]) -> None:
+        """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log."""
+        entry = {**logs, "epoch": self.state.epoch}
+        self.state.log_history.append({**entry, "step": self.state.global_step})
+        self.user("on_log", logs=entry)
+
+    def _accumulate(self, metrics: dict[str, float]) -> None:
+        if "loss" in metrics:
+            self.losses.append(metrics["loss"])
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)):
+                self.pending.setdefault(key, []).append(float(value))
+
+    def _maybe_log_and_evaluate(self) -> None:
+        step, a = self.state.global_step, self.args
+        if a.logging_strategy != "no" and (step % self.state.logging_steps == 0 or (a.logging_first_step and step == 1)):
+            self._flush()
+        if a.eval_strategy == "steps" and step % self.state.eval_steps == 0:
+            self.evaluate()
+
+    def _flush(self) -> None:
+        if self.pending:
+            logs = {k: sum(v) / len(v) for k, v in self.pending.items()}
+            if "num_tokens" in logs:  # a running total: its latest value, not a mean
+                logs["num_tokens"] = self.pending["num_tokens"][-1]
+            self.log(logs)
+        self.pending = {}
+
+
+def _every(value: float | None, steps: int) -> int:
+    """transformers' convention: a value below 1 is a fraction of the run's steps."""
+    import math
+
+    value = 500 if value is None else value
+    return max(1, math.ceil(value * steps)) if 0 < value < 1 else max(1, int(value))

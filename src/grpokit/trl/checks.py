@@ -1,0 +1,94 @@
+"""Single-value checks of TRL's GRPOConfig arguments, run when an argument is set.
+
+A value no run can use (``learning_rate=inf``, ``num_generations=0``, ``reward_weights=[nan]``) is
+refused with one sentence naming the argument, the value and what is valid, instead of a silent
+acceptance or a Python error deep in training. Checks that involve two arguments stay in
+mapping.py, where the values are combined.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from grpokit.config.sections import ConfigError
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _at_least(lo: float, integer: bool = False, none: bool = False) -> Callable[[Any], bool]:
+    return lambda x: (none and x is None) or ((_int(x) if integer else _num(x)) and x >= lo)
+
+
+def _above(lo: float, none: bool = False) -> Callable[[Any], bool]:
+    return lambda x: (none and x is None) or (_num(x) and x > lo)
+
+
+def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
+    return lambda x: (none and x is None) or (_num(x) and lo <= x <= hi)
+
+
+CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "learning_rate": (_above(0), "a finite number > 0"),
+    "steps_per_generation": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "generation_batch_size": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "weight_decay": (_at_least(0), "a finite number >= 0"),
+    "adam_beta1": (_in(0, 1), "a number in [0, 1]"),
+    "adam_beta2": (_in(0, 1), "a number in [0, 1]"),
+    "adam_epsilon": (_above(0), "a finite number > 0"),
+    "max_grad_norm": (_at_least(0), "a finite number >= 0 (0: no clipping)"),
+    "warmup_steps": (_at_least(0), "a finite number >= 0"),
+    "num_train_epochs": (_above(0), "a finite number > 0"),
+    "max_steps": (_int, "an integer (<= 0: use num_train_epochs, as transformers)"),
+    "per_device_train_batch_size": (_at_least(1, integer=True), "an integer >= 1"),
+    "per_device_eval_batch_size": (_at_least(1, integer=True), "an integer >= 1"),
+    "gradient_accumulation_steps": (_at_least(1, integer=True), "an integer >= 1"),
+    "num_generations": (_at_least(2, integer=True), "an integer >= 2 (a group needs two completions to compare)"),
+    "num_generations_eval": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "num_iterations": (_at_least(1, integer=True), "an integer >= 1"),
+    "max_completion_length": (_at_least(1, integer=True), "an integer >= 1"),
+    "temperature": (_above(0), "a finite number > 0"),
+    "top_p": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
+    "top_k": (_at_least(0, integer=True), "an integer >= 0 (0: off)"),
+    "min_p": (_in(0, 1, none=True), "None or a number in [0, 1]"),
+    "repetition_penalty": (_above(0), "a finite number > 0"),
+    "beta": (_at_least(0), "a finite number >= 0"),
+    "epsilon": (_at_least(0), "a finite number >= 0"),
+    "epsilon_high": (_at_least(0, none=True), "None or a finite number >= 0"),
+    "delta": (_above(1, none=True), "None or a finite number > 1"),
+    "top_entropy_quantile": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
+    "entropy_coef": (_at_least(0), "a finite number >= 0"),
+    "off_policy_mask_threshold": (_at_least(0, none=True), "None or a finite number >= 0"),
+    "logging_steps": (_above(0), "a number > 0 (below 1: a fraction of the steps)"),
+    "save_steps": (_above(0), "a number > 0 (below 1: a fraction of the steps)"),
+    "eval_steps": (_above(0, none=True), "None or a number > 0"),
+    "save_total_limit": (_at_least(1, integer=True, none=True), "None (keep every checkpoint) or an integer >= 1"),
+    "ref_model_sync_steps": (_at_least(1, integer=True), "an integer >= 1"),
+    "seed": (_int, "an integer"),
+    "reward_weights": (lambda x: x is None or (isinstance(x, (list, tuple)) and all(_num(w) for w in x)),
+                       "None or a list of finite numbers, one per reward function"),
+}
+
+
+def check(name: str, value: Any) -> None:
+    """Refuse ``value`` for GRPOConfig argument ``name`` when no run can use it."""
+    rule = CHECKS.get(name)
+    if isinstance(value, str):  # a YAML / command-line override ("1e-4"): checked as the number it reads as
+        value = _as_number(value)
+    if rule is not None and not rule[0](value):
+        raise ConfigError(f"GRPOConfig argument {name}={value!r} is not valid; use {rule[1]}")
+
+
+def _as_number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -1,0 +1,74 @@
+"""TRL's ``evaluate()``: the eval prompts sampled and scored as in training, under TRL's metric names.
+
+TRL evaluates by running its training batch through the model without an update: each eval batch
+of ``per_device_eval_batch_size`` completions is ``batch / num_generations_eval`` prompts, each
+sampled ``num_generations_eval`` times with the training sampling settings, scored by every reward
+function, and the on-policy loss (importance ratio 1) computed. Metrics are averaged over the eval
+batches and prefixed ``eval_``: ``eval_loss``, ``eval_reward``, ``eval_rewards/<func>/mean`` ...,
+plus ``eval_runtime``, ``eval_samples_per_second`` and ``eval_steps_per_second``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from grpokit.algo.advantages import group_advantages
+from grpokit.algo.loss import policy_loss
+from grpokit.train import wiring
+from grpokit.train.logprobs import make_token_batch
+from grpokit.types import Prompt
+from .bridge import sampling_extras
+
+CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max")
+
+
+def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, float]:
+    """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss; TRL's keys, no prefix."""
+    cfg, a = trainer.cfg, trainer.cfg.algo
+    trainer._timer = getattr(trainer, "_timer", None) or wiring.Timer()
+    sb = trainer._sample(prompts, G)
+    ro, P = sb.rollout, len(prompts)
+    batch = make_token_batch(ro, trainer.tokenizer.pad_token_id, trainer.device)
+    logp, entropy = trainer._logprobs(trainer.model, batch, entropy=True)
+    adv, _ = group_advantages(sb.total_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+    mask = batch.completion_mask
+    loss, _ = policy_loss(logp, logp, adv.flatten().to(logp.device), mask, clip_low=a.clip_low, clip_high=a.clip_high,
+                          aggregation=a.aggregation, num_sequences=float(P * G), num_tokens=float(mask.sum().item()),
+                          norm_constant=float(a.norm_constant or cfg.rollout.max_new_tokens))
+    lengths = ro.model_lengths()
+    ent = float((entropy * mask).sum().item() / max(mask.sum().item(), 1.0))
+    groups = sb.total_N.view(P, G).std(dim=1)
+    out = {"loss": float(loss.item()), **sampling_extras(ro, lengths),
+           "completions/mean_length": sum(lengths) / len(lengths), "completions/min_length": float(min(lengths)),
+           "completions/max_length": float(max(lengths)),
+           "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths)}
+    for f, name in enumerate(sb.names):
+        column = torch.nan_to_num(sb.rewards_NF[:, f].float(), nan=0.0)
+        out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = column.mean().item(), column.std().item() if len(column) > 1 else 0.0
+    out.update({"reward": sb.total_N.mean().item(), "reward_std": groups.mean().item(),
+                "frac_reward_zero_std": (groups < 1e-6).float().mean().item(), "entropy": ent})
+    out.update({k: 0.0 for k in CLIP_KEYS})  # on-policy: the ratio is 1, nothing is clipped
+    return out
+
+
+def evaluate(trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: str = "eval") -> dict[str, Any]:
+    """TRL's evaluation over ``prompts`` (``batch_size`` completions per batch); returns prefixed metrics."""
+    start, per_batch, sums = time.perf_counter(), max(1, batch_size // G), {}
+    batches = [prompts[s:s + per_batch] for s in range(0, len(prompts), per_batch)]
+    was_training = trainer.model.training
+    trainer.runner.reopen()  # evaluate() after train(): the loop closed the runner's workers
+    for chunk in batches:
+        for key, value in eval_batch_metrics(trainer, chunk, G).items():
+            sums.setdefault(key, []).append(value)
+    trainer.model.train(was_training)
+    runtime = time.perf_counter() - start
+    out = {f"{prefix}_loss": sum(sums.pop("loss")) / len(batches),
+           f"{prefix}_runtime": round(runtime, 4),
+           f"{prefix}_samples_per_second": round(len(prompts) / max(runtime, 1e-9), 3),
+           f"{prefix}_steps_per_second": round(len(batches) / max(runtime, 1e-9), 3)}
+    sums.pop("num_tokens")  # TRL's eval_num_tokens is the training run's token count (the caller adds it)
+    out.update({f"{prefix}_{k}": sum(v) / len(v) for k, v in sums.items()})
+    return out

@@ -1,0 +1,161 @@
+"""GRPOTrainer's inputs as TRL takes them: datasets, reward functions and models, PEFT settings, the Hub."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from grpokit.config.sections import ConfigError
+from grpokit.config.io import set_field
+
+LORA_FIELDS = {"r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",
+               "target_modules": "model.lora_target_modules"}
+LORA_COSMETIC = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
+
+
+HUB_TIMEOUT_S = float(os.environ.get("GRPOKIT_HUB_TIMEOUT_S", "900"))  # one push, all files; a silent endpoint hung forever
+
+
+class HubPushError(RuntimeError):
+    """An upload to the Hub failed or did not finish in time (one sentence)."""
+
+
+def push_folder(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None,
+                revision: str | None = None, timeout_s: float | None = None) -> str:
+    """Upload the files of ``folder`` (not its subfolders: checkpoints and run files stay local) as one
+    commit, within ``timeout_s`` seconds (``GRPOKIT_HUB_TIMEOUT_S``, 900 by default); any failure is one
+    ``HubPushError`` sentence. The upload runs in a daemon thread, so a silent endpoint costs the deadline,
+    never the run."""
+    timeout_s = HUB_TIMEOUT_S if timeout_s is None else timeout_s
+    box: dict[str, Any] = {}
+
+    def upload() -> None:
+        try:
+            box["url"] = _upload(folder, repo_id, message, token, private, revision)
+        except BaseException as e:  # handed to the caller as one sentence
+            box["error"] = e
+
+    thread = threading.Thread(target=upload, name="grpokit-hub-push", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    where = os.environ.get("HF_ENDPOINT") or "the Hugging Face Hub"
+    if thread.is_alive():
+        raise HubPushError(f"push_to_hub of {folder} to {repo_id} at {where} did not finish within {timeout_s:g} s; "
+                           "check the network or raise GRPOKIT_HUB_TIMEOUT_S (the model is saved locally)")
+    if "error" in box:
+        e = box["error"]
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise HubPushError(f"push_to_hub of {folder} to {repo_id} at {where} failed ({type(e).__name__}: {first}); "
+                           "the model is saved locally") from None
+    return box["url"]
+
+
+def _upload(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None, revision: str | None) -> str:
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    ops = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in sorted(folder.iterdir()) if p.is_file()]
+    return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
+
+
+def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None) -> list[dict]:
+    """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name. An
+    ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use."""
+    if dataset is None:
+        raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
+    if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
+        raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
+    if type(dataset).__name__ == "IterableDataset":
+        if limit is None:
+            raise ConfigError(f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming")
+        dataset = itertools.islice(dataset, limit)
+    rows = [dict(r) for r in dataset]
+    if not rows:
+        raise ConfigError(f"{what} has no rows")
+    if "prompt" not in rows[0]:
+        raise ConfigError(f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to 'prompt' as TRL needs")
+    return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
+
+
+def reward_funcs_of(funcs: Any, processing_classes: Any = None) -> list[Callable]:
+    """Callables as given; a string is a reward model (local folder or hub id), as TRL, scored with
+    its entry of ``processing_classes`` when one is given (else its own tokenizer)."""
+    funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
+    classes = processing_classes if isinstance(processing_classes, list) else [processing_classes] * len(funcs)
+    if len(classes) != len(funcs):
+        raise ConfigError(f"reward_processing_classes has {len(classes)} entries but there are {len(funcs)} reward functions; "
+                          "give one per reward function (None for a function)")
+    out = []
+    for f, tok in zip(funcs, classes):
+        if isinstance(f, str):
+            out.append(RewardModel(f, tok))
+        elif callable(f) and not hasattr(f, "parameters"):
+            out.append(f)
+        else:
+            raise ConfigError(f"reward_funcs entry {f!r:.80} is not supported; pass functions or reward models as a folder or hub id")
+    if not out:
+        raise ConfigError("reward_funcs is empty; pass at least one reward function or reward model")
+    return out
+
+
+def apply_lora(cfg, peft_config: Any) -> None:
+    """A ``peft.LoraConfig`` onto model.lora_*; any other PEFT setting away from its default is refused."""
+    from peft import LoraConfig
+
+    if not isinstance(peft_config, LoraConfig):
+        raise ConfigError(f"peft_config is a {type(peft_config).__name__}; grpokit trains LoRA adapters only (peft.LoraConfig)")
+    default = LoraConfig()
+    for f in dataclasses.fields(peft_config):
+        if f.name in LORA_FIELDS or f.name in LORA_COSMETIC:
+            continue
+        value = getattr(peft_config, f.name)
+        if value != getattr(default, f.name):
+            raise ConfigError(f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}")
+    targets = peft_config.target_modules
+    targets = ["all-linear"] if targets is None or targets == "all-linear" else sorted(targets) if not isinstance(targets, str) else None
+    if targets is None:
+        raise ConfigError(f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'")
+    set_field(cfg, "model.lora_rank", peft_config.r)
+    set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
+    set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
+    set_field(cfg, "model.lora_target_modules", targets)
+
+
+def no_dropout(model) -> None:
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+class RewardModel:
+    """A sequence-classification reward model given by folder or hub id, scoring as TRL does: the
+    reward tokenizer's chat template over prompt + completion messages for conversational data,
+    ``prompt + completion`` otherwise; the reward is the first logit."""
+
+    def __init__(self, path: str, tokenizer: Any = None):
+        from grpokit.rewards.models import SequenceClassifierReward
+
+        self.scorer = SequenceClassifierReward(path)
+        if tokenizer is not None:  # TRL's reward_processing_classes entry replaces the model's own tokenizer
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            self.scorer.tokenizer = tokenizer
+        self.__name__ = path.rstrip("/").split("/")[-1]
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        tok = self.scorer.tokenizer
+        if prompts and isinstance(prompts[0], list) and getattr(tok, "chat_template", None):
+            texts = [tok.apply_chat_template(p + c, tokenize=False) for p, c in zip(prompts, completions)]
+        else:
+            from grpokit.rewards.math import completion_text
+
+            texts = [("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
+                     for p, c in zip(prompts, completions)]
+        return self.scorer([""] * len(texts), texts)

@@ -1,0 +1,282 @@
+"""The fault suite, run folders and user mistakes (issue 26; docs/FAULTS.md): every mistake ends in
+one sentence and a non-zero exit from `grpokit` (the traceback only with --debug), and a run
+folder is never lost: checkpoints verify against their manifest, resume falls back past a damaged
+one, a torn config is refused, changes at resume go to config_history.yaml, an occupied folder is
+refused, interrupted saves are cleaned and a full disk stops the run with the previous checkpoint
+intact. Tiny runs of the 0.26M demo model, in process (a few seconds each)."""
+
+import errno
+import json
+import sys
+
+import pytest
+import torch
+import yaml
+
+from grpokit.cli import main
+from grpokit.cli.app import COMMANDS
+from grpokit.config.sections import ConfigError
+from grpokit.record import jsonl
+from grpokit.train import checkpoint
+
+REWARD = '''
+def likes_short(completions, **kwargs):
+    return [1.0 / (1 + len(c)) for c in completions]
+'''
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "shortrew.py").write_text(REWARD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("GRPOKIT_DEBUG", raising=False)
+    sys.modules.pop("shortrew", None)
+    return tmp_path
+
+
+BASE = ["data.prompt_column=question", "data.answer_column=solution", "rollout.group_size=2", "train.prompts_per_step=2",
+        "rollout.max_new_tokens=4", "train.steps=3", "train.save_every=1", "record.sinks=[]", "train.threads=1",
+        "record.report=false", "reward.functions=[shortrew:likes_short]"]
+
+
+def train(*extra, data="train.jsonl"):
+    return main(["train", f"data.dataset={data}", *BASE, *extra])
+
+
+def last_error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.startswith("grpokit:")]
+    assert "Traceback" not in err, err
+    return lines[-1]
+
+
+def steps_in(run) -> list[int]:
+    return [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+# ------------------------------------------------------------------ user mistakes: one sentence, no traceback
+
+def test_health_window_zero_is_one_sentence_not_a_zero_division(workdir, capsys):
+    assert train("health.window=0", "--out", "run") == 2
+    assert last_error(capsys) == "grpokit: error: health.window must be a positive integer, got 0"
+
+
+def test_a_typo_in_reward_params_is_refused(workdir, capsys):
+    # repetition_penalty takes ngram_size; "ngram_sise" would be swallowed by its **kwargs (the dataset columns)
+    assert train("reward.functions=[repetition_penalty]", "reward.params={repetition_penalty: {ngram_sise: 2}}") == 2
+    err = last_error(capsys)
+    assert "reward.params.repetition_penalty has 'ngram_sise'" in err and "ngram_size" in err
+    # params keyed by a function that is not configured (a typo in its name)
+    assert train("reward.params={repetion_penalty: {ngram_size: 2}}") == 2
+    assert "reward.params names 'repetion_penalty', which is not in reward.functions" in last_error(capsys)
+
+
+@pytest.mark.parametrize("name, content, expected", [
+    ("latin1.jsonl", b'{"question": "caf\xe9", "solution": "1"}\n', "is not UTF-8 text (byte 0xe9 on line 1)"),
+    ("empty.jsonl", b"", "is empty; it needs at least one row"),
+    ("ragged.csv", b"question,solution\n1+1=,2\n2+2=,4,9\n", "row 3 of data file 'ragged.csv' has 3 fields but the header has 2"),
+    ("ragged.jsonl", b'{"question": "a", "solution": "1"}\n[1, 2]\n', "line 2 of data file 'ragged.jsonl' is a JSON list"),
+    ("torn.jsonl", b'{"question": "a", "solution": "1"}\n{"question": "b", "sol\n', "line 2 of data file 'torn.jsonl' is not valid JSON"),
+    ("noprompt.jsonl", b'{"question": "a", "solution": "1"}\n{"solution": "2"}\n', "row 2 of 'noprompt.jsonl' has no value in the prompt column 'question'"),
+])
+def test_a_malformed_data_file_is_one_sentence_naming_the_line(workdir, capsys, name, content, expected):
+    (workdir / name).write_bytes(content)
+    assert train(data=name) == 2
+    assert expected in last_error(capsys)
+
+
+def test_out_naming_an_existing_file_is_refused(workdir, capsys):
+    assert train("--out", "train.jsonl") == 2
+    assert "train.out='train.jsonl' is an existing file, not a folder" in last_error(capsys)
+    assert (workdir / "train.jsonl").read_text().startswith("{")  # untouched
+
+
+def test_debug_shows_the_traceback(workdir, monkeypatch, capsys):
+    with pytest.raises(ConfigError, match="health.window"):
+        main(["--debug", "train", "health.window=0"])
+    monkeypatch.setenv("GRPOKIT_DEBUG", "1")
+    with pytest.raises(ConfigError, match="health.window"):
+        main(["train", "health.window=0"])
+
+
+def test_an_internal_fault_is_one_sentence_and_exit_1(workdir, monkeypatch, capsys):
+    def broken(argv):
+        raise RuntimeError("the bug\nsecond line")
+
+    monkeypatch.setitem(COMMANDS, "presets", broken)
+    assert main(["presets"]) == 1
+    assert last_error(capsys) == ("grpokit: error: an internal fault stopped the command (RuntimeError: the bug); "
+                                  "run it again with --debug for the traceback")
+    with pytest.raises(RuntimeError):
+        main(["presets", "--debug"])
+
+
+# ------------------------------------------------------------------ run folders
+
+def test_a_new_run_in_an_occupied_folder_is_refused_unless_overwrite(workdir, capsys):
+    assert train("--out", "run") == 0
+    before = sorted(p.name for p in (workdir / "run" / "checkpoints").iterdir())
+    assert train("train.seed=7", "--out", "run") == 2
+    assert "train.out='run' already holds a run" in last_error(capsys)
+    assert sorted(p.name for p in (workdir / "run" / "checkpoints").iterdir()) == before  # retention deleted nothing
+    assert train("train.steps=1", "--out", "run", "--overwrite") == 0
+    assert sorted(p.name for p in (workdir / "run" / "checkpoints").iterdir()) == ["step-000001"]
+    assert steps_in(workdir / "run") == [1]
+
+
+def test_every_checkpoint_has_a_manifest_that_catches_a_truncated_file(workdir):
+    assert train("--out", "run") == 0
+    ckpt = workdir / "run" / "checkpoints" / "step-000003"
+    files = json.loads((ckpt / "manifest.json").read_text())["files"]
+    assert {"model/model.safetensors", "optimizer.pt", "rng.pt", "trainer_state.json"} <= set(files)
+    assert checkpoint.verify(ckpt) is None
+    f = ckpt / "model" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])
+    assert checkpoint.verify(ckpt) == f"model/model.safetensors has 100 bytes, the manifest says {files['model/model.safetensors']['size']}"
+
+
+def test_resume_falls_back_past_a_truncated_latest_checkpoint(workdir, capsys):
+    assert train("train.steps=2", "--out", "run") == 0  # keeps step-1 and step-2
+    run = workdir / "run"
+    opt = run / "checkpoints" / "step-000002" / "optimizer.pt"
+    opt.write_bytes(opt.read_bytes()[:-10])
+    capsys.readouterr()
+    assert main(["train", "--resume", "run", "train.steps=3"]) == 0
+    out = capsys.readouterr().out
+    assert "grpokit: warning: skipping checkpoint run/checkpoints/step-000002 because optimizer.pt has" in out
+    assert steps_in(run) == [1, 2, 3]  # steps 2 and 3 trained again from step 1's checkpoint
+    assert checkpoint.verify(run / "checkpoints" / "step-000002") is None  # rewritten whole
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("", "is empty, so it is torn or was emptied"),
+    ("half", "is missing the section(s)"),
+])
+def test_a_torn_config_yaml_is_refused_at_resume(workdir, capsys, damage, expected):
+    assert train("train.steps=1", "--out", "run") == 0
+    cfg = workdir / "run" / "config.yaml"
+    text = cfg.read_text()
+    cfg.write_text(text[: len(text) // 2].rsplit("\n", 1)[0] + "\n" if damage else "")
+    assert main(["train", "--resume", "run"]) == 2
+    err = last_error(capsys)
+    assert err.startswith("grpokit: error: 'run/config.yaml' ") and expected in err
+    assert steps_in(workdir / "run") == [1]  # nothing trained with another config
+
+
+def test_changes_at_resume_go_to_the_config_history_not_into_config_yaml(workdir):
+    assert train("train.steps=2", "--out", "run") == 0
+    run = workdir / "run"
+    original = (run / "config.yaml").read_text()
+    assert main(["train", "--resume", "run", "--out", "elsewhere", "train.steps=3", "optim.lr=0.002"]) == 0  # saved lr: 1e-06 (the default)
+    assert (run / "config.yaml").read_text() == original
+    history = yaml.safe_load((run / "config_history.yaml").read_text())
+    assert history == [{"step": 2, "changed": {"train.steps": {"from": 2, "to": 3}, "optim.lr": {"from": 1e-06, "to": 0.002},
+                                               "train.out": {"from": "run", "to": "elsewhere"}}}]
+    assert not (workdir / "elsewhere").exists()  # the run stays in its folder
+    # the next resume starts from config.yaml + history: steps=3 holds without repeating it, and nothing is added
+    assert main(["train", "--resume", "run"]) == 0
+    assert len(yaml.safe_load((run / "config_history.yaml").read_text())) == 1
+    assert steps_in(run) == [1, 2, 3]
+
+
+def test_interrupted_saves_are_cleaned_at_the_next_start(workdir):
+    assert train("train.steps=1", "--out", "run") == 0
+    tmp = workdir / "run" / "checkpoints" / ".tmp-step-000002-4242"  # what SIGKILL during a save leaves
+    (tmp / "model").mkdir(parents=True)
+    (tmp / "optimizer.pt").write_bytes(b"half")
+    assert main(["train", "--resume", "run", "train.steps=2"]) == 0
+    assert not tmp.exists()
+    assert sorted(p.name for p in (workdir / "run" / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+
+
+def _fail_on(monkeypatch, name: str, step: int, exc: BaseException):
+    """torch.save raises ``exc`` when writing ``name`` into the temporary folder of ``step``'s checkpoint."""
+    real = torch.save
+
+    def save(obj, f, *a, **kw):
+        if str(f).endswith(f"step-{step:06d}-{__import__('os').getpid()}/{name}"):
+            raise exc
+        return real(obj, f, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_from(workdir, monkeypatch, capsys):
+    _fail_on(monkeypatch, "rng.pt", 2, RuntimeError("killed between optimizer.pt and rng.pt"))
+    assert train("--out", "run") == 1
+    assert last_error(capsys) == ("grpokit: error: an internal fault stopped the run (RuntimeError: killed between optimizer.pt "
+                                  "and rng.pt; --debug shows the traceback); checkpoint run/checkpoints/step-000001 kept; "
+                                  "continue with: grpokit train --resume run")
+    ckpts = workdir / "run" / "checkpoints"
+    assert [p.name for p in ckpts.iterdir()] == ["step-000001"]  # no half checkpoint, no .tmp folder
+    assert checkpoint.verify(ckpts / "step-000001") is None
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    assert main(["train", "--resume", "run"]) == 0
+    assert steps_in(workdir / "run") == [1, 2, 3]
+
+
+def test_disk_full_while_saving_stops_with_a_sentence_and_resumes_once_free(workdir, monkeypatch, capsys):
+    _fail_on(monkeypatch, "optimizer.pt", 2, OSError(errno.ENOSPC, "No space left on device", "optimizer.pt"))
+    assert train("--out", "run") == 1
+    err = last_error(capsys)
+    assert err.startswith("grpokit: error: the run stopped because writing optimizer.pt failed (No space left on device); "
+                          "checkpoint run/checkpoints/step-000001 kept; continue with: grpokit train --resume run")
+    assert checkpoint.verify(workdir / "run" / "checkpoints" / "step-000001") is None
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    assert main(["train", "--resume", "run"]) == 0
+    assert steps_in(workdir / "run") == [1, 2, 3]
+
+
+def test_disk_full_during_resume_truncation_keeps_the_metrics_and_resumes_once_free(workdir, monkeypatch, capsys):
+    assert train("train.steps=2", "--out", "run") == 0
+    run = workdir / "run"
+    (run / "checkpoints" / "step-000002" / "manifest.json").write_text("{")  # damaged: resume goes back to step 1
+    metrics = (run / "metrics.jsonl").read_text()
+
+    real_open = jsonl.Path.open
+
+    class FullDisk:  # a file that takes the first line, then the disk is full
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def writelines(self, lines):
+            self.f.write(lines[0])
+            raise OSError(errno.ENOSPC, "No space left on device", self.f.name)
+
+    def open_(path, mode="r", *a, **kw):
+        f = real_open(path, mode, *a, **kw)
+        return FullDisk(f) if str(path).endswith(".jsonl.tmp") else f
+
+    monkeypatch.setattr(jsonl.Path, "open", open_)
+    assert main(["train", "--resume", "run"]) == 1
+    assert "failed (No space left on device); checkpoint run/checkpoints/step-000001 kept" in last_error(capsys)
+    assert (run / "metrics.jsonl").read_text() == metrics and not (run / "metrics.jsonl.tmp").exists()
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    assert main(["train", "--resume", "run", "train.steps=3"]) == 0
+    assert steps_in(run) == [1, 2, 3]
+
+
+def test_disk_full_while_writing_metrics_stops_the_run(workdir, monkeypatch, capsys):
+    real = jsonl.JsonlSink.log
+
+    def log(self, metrics, step):
+        if step == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.run_dir / "metrics.jsonl"))
+        real(self, metrics, step)
+
+    monkeypatch.setattr(jsonl.JsonlSink, "log", log)
+    assert train("--out", "run") == 1
+    assert "(No space left on device); checkpoint run/checkpoints/step-000001 kept" in last_error(capsys)
+    assert steps_in(workdir / "run") == [1]

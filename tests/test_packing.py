@@ -1,0 +1,141 @@
+"""Padding-free (packed) forward passes equal the padded path in float64: values and gradients."""
+
+from __future__ import annotations
+
+import torch
+
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.packing import pack
+from grpokit.types import Episode, Rollout
+
+
+def _rollout(episodes=False):
+    # 3 prompts of lengths 4, 2, 3; G = 2; completion lengths 1 .. 9
+    prompts = [[1, 5, 6, 7], [1, 9], [1, 3, 4]]
+    comps = [[5] * 9, [6, 2], [7, 8, 9, 2], [3], [4] * 8, [10, 11, 2]]
+    eps = [Episode([1] * len(c), [0] * len(c)) for c in comps] if episodes else None
+    if episodes:  # row 0: tokens 3..5 written by an environment (context, not loss)
+        eps[0] = Episode([1, 1, 1, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1])
+    return Rollout(prompts, comps, [[0.0] * len(c) for c in comps], ["length"] * 6, 2, eps)
+
+
+def _models():
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                         tie_word_embeddings=False))
+    qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        tie_word_embeddings=True))
+    return [m.double() for m in (llama, qwen)]
+
+
+def test_pack_hand_example():
+    # row 0: prompt [1, 5, 6, 7] + 9 completion tokens = 13 packed tokens at 0..12, positions 0..12;
+    # its completion token 0 is predicted by packed state 3 (the last prompt token), token 8 by state 11.
+    # row 1 starts at 13: prompt 4 + 2 completion -> states 16, 17.
+    p = pack(make_token_batch(_rollout(), pad_token_id=0))
+    # rows: 4+9, 4+2, 2+4, 2+1, 3+8, 3+3 real tokens
+    assert p.input_ids.shape == (1, 13 + 6 + 6 + 3 + 11 + 6)  # no padding: 45 real tokens
+    assert p.position_ids[0, :15].tolist() == list(range(13)) + [0, 1]
+    assert p.state_index[:11].tolist() == list(range(3, 12)) + [16, 17]
+    assert p.targets[:11].tolist() == [5] * 9 + [6, 2]
+    assert p.slot[:11].tolist() == list(range(9)) + [9, 10]  # T = 9: row 1 starts at slot 9
+
+
+def _grads(model):
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_packed_equals_padded_values_and_gradients_float64(monkeypatch):
+    import grpokit.train.logprobs as L
+
+    # the padded path without prompt sharing (which adds its own ~1e-8 relative summation differences)
+    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    for episodes in (False, True):
+        batch = make_token_batch(_rollout(episodes), pad_token_id=0)
+        m = batch.completion_mask.double()
+        adv = torch.linspace(-1, 1, m.numel(), dtype=torch.float64).view_as(m)
+        for model in _models():
+            out = {}
+            for packed in (False, True):
+                model.zero_grad()
+                lp, ent = completion_logprobs(model, batch, packed=packed, with_entropy=True, entropy_grad=True, temperature=0.7)
+                ((lp * adv + 0.1 * ent) * m).sum().backward()
+                out[packed] = (lp.detach() * m, ent.detach() * m, _grads(model))
+            assert torch.allclose(out[True][0], out[False][0], atol=1e-12, rtol=0)
+            assert torch.allclose(out[True][1], out[False][1], atol=1e-12, rtol=0)
+            for a, b in zip(out[True][2], out[False][2]):
+                assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_packed_forward_computes_no_padding():
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    model = _models()[0]
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda mod, a, o: seen.append(a[0].numel()))
+    with torch.no_grad():
+        completion_logprobs(model, batch, packed=True)
+    hook.remove()
+    assert seen == [45]  # the real tokens only (6 rows x 13 columns = 78 padded)
+
+
+def test_a_model_that_cannot_pack_falls_back_to_the_padded_path():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    gpt = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_embd=32, n_layer=1, n_head=2, n_positions=64)).double().eval()
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    with torch.no_grad():
+        a, _ = completion_logprobs(gpt, batch, packed=True)
+        b, _ = completion_logprobs(gpt, batch, packed=False)
+    assert torch.equal(a * batch.completion_mask, b * batch.completion_mask)
+
+
+def test_trainer_step_packed_matches_padded(tmp_path):
+    from grpokit.config import Config, apply_overrides
+    from grpokit.train import Trainer
+
+    out = {}
+    for mode in ("packed", "padded"):
+        over = ["train.steps=1", "train.prompts_per_step=2", "rollout.group_size=4", "data.eval_size=4", "record.sinks=[jsonl]",
+                "record.report=false", "train.threads=1", f"train.packing={mode}", f"train.out={tmp_path / mode}"]
+        tr = Trainer(apply_overrides(Config(), over), quiet=True)
+        assert tr.packed == (mode == "packed")
+        out[mode] = tr.train_step()
+    for key in ("loss", "grad_norm", "entropy", "mismatch/logp_abs_diff_mean"):  # float32: summation order only
+        assert abs(out["packed"][key] - out["padded"][key]) <= 1e-4 * max(1.0, abs(out["padded"][key])), key
+
+
+def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float64(monkeypatch):
+    import grpokit.train.logprobs as L
+
+    # force the memory-flat head: every chunk of 4 positions recomputed in backward, never (K, V) at once
+    monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)
+    monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 4 * 16)  # V = 16: 4 positions per chunk
+    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    m = batch.completion_mask.double()
+    model = _models()[0]
+    rows = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda mod, a, o: rows.append(o.shape[0]))
+    out = {}
+    for packed in (True, False):
+        model.zero_grad()
+        lp, _ = completion_logprobs(model, batch, packed=packed)
+        (lp * m).sum().backward()
+        out[packed] = (lp.detach() * m, _grads(model))
+    hook.remove()
+    assert max(rows) == 4  # forward and recompute: 4 positions x 16 logits at a time
+    # the reference: the model's full (N, L, V) logits, log-softmax, gather
+    model.zero_grad()
+    T = batch.width
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+    ref = torch.log_softmax(logits[:, -T - 1:-1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    (ref * m).sum().backward()
+    for packed in (True, False):
+        assert torch.allclose(out[packed][0], ref.detach() * m, atol=1e-12, rtol=0)
+        for a, b in zip(out[packed][1], _grads(model)):
+            assert torch.allclose(a, b, atol=1e-9, rtol=1e-9)
