@@ -73,3 +73,35 @@ def test_engines_with_image_prompts():
     assert runs["auto"] == runs["dynamic"]  # auto takes the model's own forward for image prompts
     with pytest.raises(ValueError, match="engine='static' does not support model type 'qwen2_vl'"):
         generate(model, [p.ids for p in prompts], 2, SamplingParams(max_new_tokens=5), engine="static", **kw)
+
+
+def test_hide_placeholders_by_hand():
+    logits = torch.tensor([[1.0, 2.0, 3.0]])
+    out = vision.hide_placeholders(logits, [2])
+    # softmax over (1, 2, -1e4): the hidden token gets exp(-1e4 - 2) = 0 in float32
+    assert out[0, :2].tolist() == [1.0, 2.0] and torch.softmax(out, -1)[0, 2].item() == 0.0
+    assert logits[0, 2].item() == 3.0  # the input is not changed in place
+    assert vision.hide_placeholders(logits, []) is logits
+
+
+def test_placeholder_tokens_are_never_sampled_and_training_agrees():
+    from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+
+    model, proc = shapes.load_shapes_model()
+    model.eval()
+    hidden = vision.placeholder_ids(model)
+    assert hidden == [3, 4, 5, 6]  # vision_start, image_pad, vision_end, video_pad of the demo model
+    # +30 on the image placeholder's logit makes it ~every sample's choice unless it is hidden; a
+    # sampled placeholder broke the next forward (an image without pixels)
+    hook = model.lm_head.register_forward_hook(lambda m, i, out: out.index_add(-1, torch.tensor([4]), torch.full_like(out[..., :1], 30.0)))
+    try:
+        prompts = to_prompts(shapes.train_rows(2, seed=7), proc.tokenizer, DataConfig(), processor=proc)
+        ro = generate(model, [p.ids for p in prompts], 2, SamplingParams(max_new_tokens=6), eos_token_ids={proc.tokenizer.eos_token_id},
+                      pad_token_id=proc.tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0), vision=[p.vision for p in prompts])
+        assert not any(t in hidden for c in ro.completion_ids for t in c)
+        logp, _ = completion_logprobs(model, make_token_batch(ro, proc.tokenizer.pad_token_id))
+        for i, lps in enumerate(ro.sampling_logprobs):
+            assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4)
+    finally:
+        hook.remove()
