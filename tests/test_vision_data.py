@@ -105,3 +105,13 @@ def test_placeholder_tokens_are_never_sampled_and_training_agrees():
             assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4)
     finally:
         hook.remove()
+
+
+def test_degenerate_predicted_boxes_are_drawn_not_refused():
+    from grpokit.record.vision_samples import draw_boxes
+
+    # [5,5,5,9] has zero width: scaled by 4 its left edge is x=20 and its right edge 5*4-1=19 < 20, which
+    # PIL refused (a demo run died on it); it is drawn as the vertical line x=20, y=20..35
+    out = draw_boxes(shapes.render([]), [], [[5, 5, 5, 9], [9, 9, 3, 3]])
+    assert out.getpixel((20, 20)) == (220, 30, 30) and out.getpixel((20, 35)) == (220, 30, 30)
+    assert out.getpixel((12, 12)) == (220, 30, 30)  # the reversed box's corner (3*4, 3*4)
