@@ -94,9 +94,12 @@ def cmd_train(argv: list[str]) -> int:
     except Exception as e:  # a full disk or a fault of grpokit itself: one sentence and what can be resumed
         from grpokit.train.resume import is_storage_fault
 
-        if _DEBUG or isinstance(e, _user_errors()):
+        if _DEBUG or (isinstance(e, _user_errors()) and trainer is None):
             raise
         note = _checkpoint_note(trainer.run_dir if trainer else (Path(args.resume) if args.resume else None))
+        if isinstance(e, _user_errors()):  # raised by the run (a reward failing on most of a batch, a health stop)
+            print(f"grpokit: error: {str(e).rstrip().rstrip('.')}; {note}", file=sys.stderr)
+            return 2
         if is_storage_fault(e):
             print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
                   f"{note} once space is free", file=sys.stderr)

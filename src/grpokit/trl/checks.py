@@ -36,6 +36,13 @@ def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
 
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "learning_rate": (_above(0), "a finite number > 0"),
+    "delta": (_above(1, none=True), "None or a finite number > 1"),
+    "vespo_k_pos": (_at_least(0), "a finite number >= 0"),
+    "vespo_k_neg": (_at_least(0), "a finite number >= 0"),
+    "vespo_lambda_pos": (_above(0), "a finite number > 0"),
+    "vespo_lambda_neg": (_above(0), "a finite number > 0"),
+    "num_completions_to_print": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "pad_to_multiple_of": (lambda x: x in (None, "auto") or (_int(x) and x >= 1), "None, 'auto' or an integer >= 1"),
     "steps_per_generation": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
     "generation_batch_size": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
     "weight_decay": (_at_least(0), "a finite number >= 0"),

@@ -126,6 +126,41 @@ def apply_lora(cfg, peft_config: Any) -> None:
     set_field(cfg, "model.lora_target_modules", targets)
 
 
+def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
+    """A ``PeftModel`` given as the model trains its own LoRA adapters as they are (TRL does the same):
+    model.lora_* records their settings, and the base with the adapters off is the reference."""
+    if peft_config is not None:
+        raise ConfigError("model is already a PeftModel and peft_config is set too; pass one of them, as TRL requires")
+    lora = model.peft_config.get(getattr(model, "active_adapter", "default")) or next(iter(model.peft_config.values()))
+    if str(getattr(lora, "peft_type", "")).split(".")[-1] != "LORA":
+        raise ConfigError(f"model is a PeftModel with {type(lora).__name__} adapters; grpokit trains LoRA adapters only")
+    targets = lora.target_modules
+    set_field(cfg, "model.lora_rank", lora.r)
+    set_field(cfg, "model.lora_alpha", lora.lora_alpha)
+    set_field(cfg, "model.lora_dropout", lora.lora_dropout)
+    set_field(cfg, "model.lora_target_modules", sorted(targets) if isinstance(targets, (set, list)) else ["all-linear"])
+
+
+def refuse_custom_code(name: str, trust: bool) -> None:
+    """TRL loads the model in its constructor, so a model with its own code and no ``trust_remote_code``
+    fails there; grpokit loads later, so the model's config is read now to fail at the same point."""
+    if trust:
+        return
+    from transformers import AutoConfig
+
+    from grpokit.train.models import model_path
+
+    try:
+        AutoConfig.from_pretrained(model_path(name), trust_remote_code=False)
+    except OSError:
+        return  # not reachable now: the load reports it
+    except ValueError as e:
+        if "custom code" in str(e) or "trust_remote_code" in str(e):
+            raise ConfigError(f"model={name!r} contains custom code; pass trust_remote_code=True in GRPOConfig "
+                              "(or model_init_kwargs) to run it, as TRL requires") from None
+        raise
+
+
 def no_dropout(model) -> None:
     import torch
 
