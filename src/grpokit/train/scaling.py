@@ -20,7 +20,6 @@ from grpokit.config.sections import Config, ConfigError
 from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
 from grpokit.rollout.lockstep import lockstep
-from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
 
 
 def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist: DistContext, max_prompt_len: int):
@@ -109,14 +108,6 @@ def reference_logprobs(model, ref_model, batch, logprobs: Callable) -> torch.Ten
     if ref_model is not None:
         return logprobs(ref_model, batch)[0]
     return lora.reference_logprobs(model, lambda: logprobs(model, batch)[0])
-
-
-def tis_advantages(advantages: torch.Tensor, old_logp, rollout, batch, cap: float):
-    """Per-token advantages ``w_NT * A`` with TIS weights (see tis.py for why this is the TIS loss)."""
-    sampler = pad_sampling_logprobs(rollout.sampling_logprobs, batch.width).to(old_logp.device)
-    w_NT, metrics = tis_weights(old_logp, sampler, batch.completion_mask, cap)
-    adv_NT = advantages[:, None] if advantages.dim() == 1 else advantages
-    return adv_NT * w_NT, metrics
 
 
 def next_prompts(engine, sampler, dist: DistContext, n: int, group_size: int):
