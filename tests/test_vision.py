@@ -207,3 +207,16 @@ def test_sample_rows_get_pngs_with_boxes_drawn(tmp_path):
     png = Image.open(tmp_path / out[0]["image"])
     assert png.size == (256, 256)  # 64 px scaled by 4
     assert png.getpixel((2 * 4, 8 * 4)) == (220, 30, 30)  # the predicted box's left edge, in red
+
+
+def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
+    from grpokit.config.io import apply_overrides
+    from grpokit.config.sections import Config
+    from grpokit.train.loop import Trainer
+
+    cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2",
+                                     "data.eval_size=4", "record.samples_every=1", "record.report=false", f"train.out={tmp_path}",
+                                     "algo.beta=0.04"])  # beta > 0: the reference pass sees the images too
+    summary = Trainer(cfg, quiet=True).train()
+    assert summary["steps"] == 1 and 0.0 <= summary["eval_after"]["reward"] <= 1.0
+    assert list((tmp_path / "images").glob("step000001_p*.png"))
