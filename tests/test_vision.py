@@ -220,3 +220,26 @@ def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
     summary = Trainer(cfg, quiet=True).train()
     assert summary["steps"] == 1 and 0.0 <= summary["eval_after"]["reward"] <= 1.0
     assert list((tmp_path / "images").glob("step000001_p*.png"))
+
+
+def test_image_placeholders_are_never_sampled_and_score_zero_in_training(tiny):
+    """A completion holding <|image_pad|> would claim image features its row has not got (the
+    forward fails: found in the shapes demo). The placeholder's logit is pushed up by +50 here so an
+    unguarded sampler picks it nearly always; the guarded one never does, and the training pass
+    gives the same log-probabilities as sampling (the banned mass is 0 in both)."""
+    from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+
+    model, proc = tiny
+    img = model.config.image_token_id
+    hook = model.lm_head.register_forward_hook(lambda m, i, out: out.index_add(-1, torch.tensor([img]), torch.full_like(out[..., :1], 50.0)))
+    try:
+        prompts = to_prompts(shapes.train_rows(2, seed=3), proc.tokenizer, DataConfig(), processor=proc)
+        ro = generate(model, [p.ids for p in prompts], 3, SamplingParams(max_new_tokens=5), eos_token_ids={proc.tokenizer.eos_token_id},
+                      pad_token_id=proc.tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0), vision=[p.vision for p in prompts])
+        assert all(img not in c for c in ro.completion_ids)
+        logp, _ = completion_logprobs(model, make_token_batch(ro, proc.tokenizer.pad_token_id))
+    finally:
+        hook.remove()
+    for i, lps in enumerate(ro.sampling_logprobs):
+        assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4)

@@ -167,6 +167,21 @@ def image_token_id(model) -> int | None:
     return getattr(cfg, "image_token_id", None) if cfg is not None else None
 
 
+def placeholder_ids(model, device) -> torch.Tensor | None:
+    """Ids of the model's image / video placeholder tokens, or None when it has none."""
+    cfg = getattr(model, "config", None)
+    ids = [i for i in (getattr(cfg, "image_token_id", None), getattr(cfg, "video_token_id", None)) if i is not None]
+    return torch.tensor(ids, dtype=torch.long, device=device) if ids else None
+
+
+def ban_placeholders(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``logits`` (..., V) with the placeholder ids' logits at -1e4 (probability 0 in float32 and
+    bfloat16; finite, so entropies stay finite). A placeholder in a completion would claim image
+    features the row has not got (the model's forward then fails), so the rollout never samples one
+    and the log-probability passes score the same distribution."""
+    return logits.index_fill(-1, ids, -1e4)
+
+
 def positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
     """Multimodal RoPE positions ``(3, B, L)`` of a left-padded batch (Qwen2-VL's M-RoPE: image
     tokens get (time, row, column) positions, text after them counts on from the largest), or None

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from grpokit.data.vision import forward_kwargs
+from grpokit.data.vision import ban_placeholders, forward_kwargs, placeholder_ids
 from grpokit.types import Rollout
 from . import static
 
@@ -120,9 +120,12 @@ def generate(
     reasons = ["length"] * N
     eos = torch.tensor(sorted(eos_token_ids), device=d.device)
     seen = _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
+    banned = None if vision is None else placeholder_ids(model, d.device)
     for step in range(params.max_new_tokens):
         row_ids = d.active if d.live is None else d.active[d.live]  # original row of each live row
         live_logits = d.logits if d.live is None else d.logits[d.live]
+        if banned is not None:
+            live_logits = ban_placeholders(live_logits, banned)
         if seen is not None:
             live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
         tok, tok_logp = _sample_tokens(live_logits, params, generator)

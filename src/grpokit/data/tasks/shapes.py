@@ -159,7 +159,10 @@ def shapes_model_path():
 
 def load_shapes_model(path=None):
     """``(model, processor)`` of the shipped tiny Qwen2-VL (or the one at ``path``)."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
+
+    from grpokit.data.vision import load_processor
 
     path = str(path or shapes_model_path())
-    return AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path)
+    # load_processor, not AutoProcessor: without torchvision the latter fails on the video part
+    return AutoModelForImageTextToText.from_pretrained(path), load_processor(path)
