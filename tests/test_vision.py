@@ -209,6 +209,16 @@ def test_sample_rows_get_pngs_with_boxes_drawn(tmp_path):
     assert png.getpixel((2 * 4, 8 * 4)) == (220, 30, 30)  # the predicted box's left edge, in red
 
 
+def test_flat_and_flipped_predicted_boxes_are_drawn_not_a_crash():
+    from grpokit.record.vision_samples import draw_boxes
+
+    img = shapes.render([("red", "square", 2, 2)])
+    # [5,9,5,20]: zero width (PIL raised "x1 must be greater than or equal to x0" and stopped a run);
+    # [30,40,20,30]: corners swapped. Scale 4: the flat box is the column x = 20, rows 36..79.
+    out = draw_boxes(img, [], [[5, 9, 5, 20], [30, 40, 20, 30]])
+    assert out.getpixel((20, 50)) == (220, 30, 30) and out.getpixel((80, 120)) == (220, 30, 30)
+
+
 def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
     from grpokit.config.io import apply_overrides
     from grpokit.config.sections import Config
