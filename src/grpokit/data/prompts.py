@@ -26,6 +26,13 @@ def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
     import datasets
 
     path = Path(source).expanduser()
+    if path.is_dir():  # a local folder: datasets infers its format (an image folder with metadata.jsonl gives `image`)
+        try:
+            return rename_columns([dict(r) for r in datasets.load_dataset(str(path), split=split)], cfg, source)
+        except ConfigError:
+            raise
+        except Exception as e:
+            raise ConfigError(f"data folder {source!r} could not be read as a dataset ({type(e).__name__}: {_short(e)})") from None
     if path.suffix in FILE_BUILDERS or path.exists():
         if not path.exists():
             raise ConfigError(f"data file {source!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file")
