@@ -15,11 +15,21 @@
 #                                   # T512, bf16, beta 0, 1 warm-up + 3 measured steps) -> latest.json with
 #                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory
 #     bash bench/gpu.sh big         # 1.5B full, 7B-shape LoRA and QLoRA, 3 steps each beside TRL -> bench/gpu/big.json
+#     bash bench/gpu.sh step05 --tiny   # (or big --tiny) on CPU: a 2-layer model, G2 P2 T8; proves the
+#                                       # scripts run end to end, measures nothing; JSON only under $OUT
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PRESET=${1:-}
+TINY=""
+[ "${2:-}" = "--tiny" ] && TINY=1
+OUT=${OUT:-${TINY:+/tmp/grpokit-gpu-tiny}}
 OUT=${OUT:-bench/gpu/out}
 mkdir -p "$OUT" bench/gpu
-PRESET=${1:-}
+LATEST=bench/gpu/latest.json BIG=bench/gpu/big.json
+if [ -n "$TINY" ]; then  # a CPU run must never stand in for the GPU figures in bench/gpu/
+  LATEST="$OUT/latest.json" BIG="$OUT/big.json"
+  GPU_BENCH_ARGS="${GPU_BENCH_ARGS:-} --tiny" GPU_BIG_ARGS="${GPU_BIG_ARGS:-} --tiny"
+fi
 case "$PRESET" in
   step05) GPU_STAGES=rollout,step; GPU_BENCH_ARGS="--shapes qwen2.5-0.5b --rollout-rounds 1 ${GPU_BENCH_ARGS:-}" ;;
   big) GPU_STAGES=big ;;
@@ -34,26 +44,26 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/grpokit-site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi -L || { echo "gpu.sh: no NVIDIA GPU here"; exit 1; }
+[ -n "$TINY" ] || nvidia-smi -L || { echo "gpu.sh: no NVIDIA GPU here"; exit 1; }
 python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
 python3 -c "import trl, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || echo "gpu.sh: trl missing: the TRL parts will fail"
 rc=0
 FACTS="$OUT/gpu_facts.jsonl"
 rm -f "$FACTS"
-if [[ ",$STAGES," == *",tests,"* ]]; then
+if [[ ",$STAGES," == *",tests,"* && -z "$TINY" ]]; then
   GRPOKIT_GPU_FACTS="$FACTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
 fi
 bench=$(echo "$STAGES" | tr ',' '\n' | grep -E '^(rollout|step)$' | paste -sd, -)
 if [ -n "$bench" ]; then
-  python3 bench/gpu_bench.py --stages "$bench" --facts "$FACTS" --json bench/gpu/latest.json ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_bench.log"
+  python3 bench/gpu_bench.py --stages "$bench" --facts "$FACTS" --json "$LATEST" ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  cp bench/gpu/latest.json "$OUT/latest.json" 2>/dev/null || true
+  [ "$LATEST" = "$OUT/latest.json" ] || cp "$LATEST" "$OUT/latest.json" 2>/dev/null || true
 fi
 if [[ ",$STAGES," == *",big,"* ]]; then
-  python3 bench/gpu_big.py ${GPU_BIG_ARGS:-} 2>&1 | tee "$OUT/gpu_big.log"
+  python3 bench/gpu_big.py --json "$BIG" ${GPU_BIG_ARGS:-} 2>&1 | tee "$OUT/gpu_big.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  cp bench/gpu/big.json "$OUT/big.json" 2>/dev/null || true
+  [ "$BIG" = "$OUT/big.json" ] || cp "$BIG" "$OUT/big.json" 2>/dev/null || true
 fi
 echo "gpu.sh: done (exit $rc)"
 exit $rc

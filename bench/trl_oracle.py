@@ -15,7 +15,9 @@ Aggregation names (TRL ``loss_type`` -> grpokit ``aggregation``):
 Two loss types are other objectives (grpokit ``algo.objective``), with the aggregation TRL gives them:
   cispo -> objective cispo + token-mean (TRL's ``epsilon_high`` is the weight's cap itself, so
   grpokit's ``clip_high`` is ``epsilon_high - 1``); sapo -> objective sapo + seq-mean-token-mean
-  (``sapo_temperature_pos/neg`` -> ``sapo_tau_pos/neg``).
+  (``sapo_temperature_pos/neg`` -> ``sapo_tau_pos/neg``); vespo -> objective vespo at trajectory ratio
+  level + token-mean (``vespo_k/lambda_pos/neg`` -> ``vespo_pos/neg``). luspo is no new objective:
+  the clipped surrogate with seq-mean-token-sum.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import torch
 
 TRL_TO_GRPOKIT = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean",
                   "dr_grpo": "seq-mean-token-sum-norm"}
-TRL_OBJECTIVES = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # loss types that change the objective
+TRL_OBJECTIVES = {"cispo": "token-mean", "sapo": "seq-mean-token-mean", "vespo": "token-mean"}  # other objectives
+# luspo is the clipped surrogate summed over each completion's tokens, then averaged over completions
 
 
 class _Accelerator:
@@ -47,7 +50,7 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
              epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
              bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
              delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
-             tau_neg: float = 1.05) -> torch.Tensor:
+             tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0)) -> torch.Tensor:
     """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors.
     ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...)."""
     from trl import GRPOTrainer
@@ -64,7 +67,9 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
         entropy_coef=entropy_coef, use_adaptive_entropy=False, _entropy_bonus_enabled=entropy_coef != 0.0,
         _metrics=defaultdict(lambda: defaultdict(list)),
         args=SimpleNamespace(use_bias_correction_kl=bias_correction, delta=delta, steps_per_generation=1,
-                             sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg),
+                             sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg, vespo_k_pos=vespo[0],
+                             vespo_lambda_pos=vespo[1], vespo_k_neg=vespo[2], vespo_lambda_neg=vespo[3]),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, entropy_NT, None),
     )
     inputs = {
@@ -83,11 +88,12 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
                  epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
                  bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
                  delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
-                 tau_neg: float = 1.05) -> torch.Tensor:
+                 tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0)) -> torch.Tensor:
     from grpokit.algo.loss import policy_loss
 
     objective = loss_type if loss_type in TRL_OBJECTIVES else "clip"
-    aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT[loss_type]
+    aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT.get(loss_type) or "seq-mean-token-sum"  # luspo
+    level = "trajectory" if loss_type == "vespo" else level
     if objective == "cispo":  # TRL caps the weight at epsilon_high itself; grpokit at 1 + clip_high
         epsilon_high = epsilon_high - 1.0
     # TRL's delta caps the ratio; with delta > 1 + epsilon_high that is dual-clip PPO's bound for A < 0
@@ -96,7 +102,7 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
                           ref_logp_NT=ref_logp_NT, beta=beta, kl_estimator="k3", kl_bias_correction=bias_correction,
                           dual_clip=delta,
                           ratio_level=level, aggregation=aggregation, objective=objective,
-                          sapo_tau_pos=tau_pos, sapo_tau_neg=tau_neg,
+                          sapo_tau_pos=tau_pos, sapo_tau_neg=tau_neg, vespo_pos=vespo[:2], vespo_neg=vespo[2:],
                           norm_constant=float(max_completion_length or logp_NT.shape[1]),
                           entropy_NT=entropy_NT, entropy_coef=entropy_coef, entropy_aggregation="token-mean")
     if metrics is not None:

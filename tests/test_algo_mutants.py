@@ -236,3 +236,113 @@ def test_loss_settings_carry_every_algo_field():
     s, n = loss_settings(AlgoConfig(beta=0.05, kl_placement="reward"))
     assert s.clip.dual_clip is None and s.kl.clamp is None and s.offpolicy_delta is None and s.kl.beta == 0.0
     assert n == Normalisers("seq-mean-token-mean")
+
+
+# ---------------------------------------------------------------- GTPO / GRPO-S normalisation
+
+
+def test_moments_edge_cases_and_both_stds():
+    from grpokit.algo.entropy_shaping import _moments
+
+    mu, sd = _moments(torch.tensor([]), "unbiased")
+    assert mu.shape == () and sd.shape == () and mu.item() == 0.0 and sd.item() == 0.0
+    mu, sd = _moments(torch.tensor([5.0]), "unbiased")  # one value: its mean, and no spread to estimate
+    assert mu.item() == 5.0 and sd.shape == () and sd.item() == 0.0
+    # [1, 3]: mean 2; unbiased std sqrt(((1-2)^2 + (3-2)^2) / 1) = sqrt(2); population std sqrt(2 / 2) = 1
+    assert _moments(torch.tensor([1.0, 3.0]), "unbiased")[1].item() == pytest.approx(math.sqrt(2))
+    assert _moments(torch.tensor([1.0, 3.0]), "population")[1].item() == pytest.approx(1.0)
+
+
+# group 0: two right (rows 0-1), two wrong (rows 2-3), with different entropies; group 1 (rows 4-7) flat
+GTPO_R = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+GTPO_H = torch.tensor([[0.9, 0.2, 0.5], [0.4, 0.3, 0.6], [0.8, 0.6, 0.7], [0.2, 0.9, 0.0]] + [[0.5] * 3] * 4)
+GTPO_M = torch.tensor([[1.0, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]] + [[1.0] * 3] * 4)
+
+
+def test_gtpo_polarity_advantages_are_standardised_per_polarity_with_metrics():
+    from grpokit.algo.entropy_shaping import gtpo_advantages
+
+    adv, m = gtpo_advantages(GTPO_R, GTPO_H, GTPO_M)
+    pos, neg = GTPO_M.bool().clone(), GTPO_M.bool().clone()
+    pos[2:] = False  # rows 0-1 are the O+ completions; rows 2-3 are O-; the flat group (rows 4-7) has none
+    neg[:2], neg[4:] = False, False
+    for sel in (pos, neg):  # eq. 6: each polarity has mean 0 and (with eps > 0) a std just below 1
+        assert adv[sel].mean().item() == pytest.approx(0.0, abs=1e-5)
+        assert 0.99 < adv[sel].std().item() < 1.0
+    assert torch.equal(adv[4:], torch.zeros(4, 3))  # flat group: no advantage
+    assert m["frac_reward_zero_std"] == 0.5 and m["num_zero_std_groups"] == 1.0  # 1 flat group of P = 2
+    assert "advantages/mean" in m and "gtpo/shaped_reward/mean" in m
+    # the defaults are the unbiased std and eps 1e-4; the population std and another eps give other values
+    same, _ = gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, std="unbiased", eps=1e-4)
+    assert torch.equal(adv, same)
+    assert not torch.allclose(adv, gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, std="population")[0])
+    assert not torch.allclose(adv, gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, eps=1.0)[0])
+    joint, _ = gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, normalization="joint")
+    real = GTPO_M.bool().clone()
+    real[4:] = False
+    assert joint[real].mean().item() == pytest.approx(0.0, abs=1e-5)
+    assert joint[:2].min() > joint[2:4][real[2:4]].max()  # joint keeps the sign: right above wrong
+
+
+def test_gtpo_passes_alpha1_and_names_bad_normalisations():
+    from grpokit.algo.entropy_shaping import GTPO_NORMALIZATIONS, gtpo_advantages, gtpo_token_rewards
+
+    shaped, _, _ = gtpo_token_rewards(GTPO_R, GTPO_H, GTPO_M, alpha1=0.5, alpha2=0.1)
+    _, m = gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, alpha1=0.5, alpha2=0.1, normalization="joint")
+    valid = GTPO_M.bool().clone()
+    valid[4:] = False
+    assert m["gtpo/shaped_reward/mean"] == pytest.approx(shaped[valid].mean().item())  # alpha1 reached the rewards
+    _, m1 = gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, alpha1=1.0, alpha2=0.1, normalization="joint")
+    assert m1["gtpo/shaped_reward/mean"] != pytest.approx(m["gtpo/shaped_reward/mean"])
+    with pytest.raises(ValueError) as e:
+        gtpo_advantages(GTPO_R, GTPO_H, GTPO_M, normalization="both")
+    assert str(e.value) == f"unknown GTPO normalization 'both'; valid: {', '.join(GTPO_NORMALIZATIONS)}"
+
+
+# ---------------------------------------------------------------- GiGPO / GAGPO options and metrics
+
+# P = 1 prompt, G = 3 episodes of up to 2 steps; state ids: both steps of episodes 0 and 1 act from
+# states 0 then 1 (anchor states shared), episode 2 has one step from state 0.
+GI_EP = torch.tensor([[1.0, 0.0, 0.5]])
+GI_STEP = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.5, 0.0]])
+GI_STATE = torch.tensor([[0, 1], [0, 1], [0, 0]])
+GI_MASK = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+
+
+def test_gigpo_defaults_options_and_metrics():
+    from grpokit.algo.credit import gigpo_advantages
+
+    adv, m = gigpo_advantages(GI_EP, GI_STEP, GI_STATE, GI_MASK)
+    same, _ = gigpo_advantages(GI_EP, GI_STEP, GI_STATE, GI_MASK, gamma=0.95, scale="group", std="unbiased", eps=1e-4)
+    assert torch.equal(adv, same)
+    for other in ({"gamma": 0.5}, {"std": "population"}, {"eps": 1.0}, {"scale": "none"}):
+        assert not torch.allclose(adv, gigpo_advantages(GI_EP, GI_STEP, GI_STATE, GI_MASK, **other)[0]), other
+    # state 0 holds 3 real steps (one per episode), state 1 holds 2: mean size 2.5 over the 5 real steps'
+    # groups as counted per step: (3 + 3 + 3 + 2 + 2) / 5 = 2.6; no step is alone in its group
+    assert m["gigpo/step_group_size_mean"] == pytest.approx(2.6)
+    assert m["gigpo/singleton_step_fraction"] == 0.0
+    assert "gigpo/step_advantages/mean" in m and m["num_zero_std_groups"] == 0.0
+
+
+def test_gagpo_defaults_options_metrics_and_message():
+    from grpokit.algo.credit import gagpo_advantages
+
+    adv, m = gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3)
+    same, _ = gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3, gamma=0.95, lam=0.95, std="unbiased", eps=1e-4, flat_rtol=1e-6)
+    assert torch.equal(adv, same)
+    for other in ({"gamma": 0.5}, {"lam": 0.5}, {"std": "population"}, {"eps": 1.0}):
+        assert not torch.allclose(adv, gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3, **other)[0]), other
+    assert {"frac_reward_zero_std", "num_zero_std_groups", "advantages/mean", "gagpo/value_proxy/mean"} <= set(m)
+    assert m["num_zero_std_groups"] == 0.0 and m["frac_reward_zero_std"] == 0.0
+    with pytest.raises(ValueError) as e:
+        gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 2)
+    assert str(e.value) == "3 episodes do not split into groups of 2"
+
+
+def test_steps_to_tokens_clamps_turn_ids_into_range():
+    from grpokit.algo.credit import steps_to_tokens
+
+    adv_NS = torch.tensor([[1.0, 2.0]])
+    # turn ids -1 (padding) and 5 (past the last step) clamp to steps 0 and 1; the mask zeroes tokens
+    out = steps_to_tokens(adv_NS, torch.tensor([[-1, 0, 1, 5]]), torch.tensor([[1.0, 1.0, 0.0, 1.0]]))
+    assert out.tolist() == [[1.0, 1.0, 0.0, 2.0]]

@@ -126,3 +126,40 @@ def test_sapo_equals_trl(taus, level, beta):
     (ours, g_ours, _), (theirs, g_theirs, _) = _both("sapo", beta, tau_pos=taus[0], tau_neg=taus[1], level=level)
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+
+
+# -- issue 30: TRL 1.16's loss types luspo and vespo; the same batch, the same numbers
+
+
+@pytest.mark.parametrize("level", ["sequence", "token"])  # LUSPO's paper setting is sequence; TRL's default token
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_luspo_equals_trl(level, beta):
+    (ours, g_ours, _), (theirs, g_theirs, _) = _both("luspo", beta, level=level, bias_correction=True)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    # LUSPO sums each completion's tokens: it is not GRPO's per-completion token mean
+    (grpo, _, _), _ = _both("grpo", beta, level=level, bias_correction=True)
+    assert not torch.allclose(ours, grpo, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2.0, 3.0, 3.0, 2.0), (1.0, 0.5, 4.0, 6.0)])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_vespo_equals_trl(shape, beta):
+    # beta > 0 with TRL's KL bias correction off (its on-setting weights the KL per token, grpokit's
+    # vespo ratio is per trajectory; the TRL layer refuses that pair)
+    (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both("vespo", beta, vespo=shape)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    assert m["clip_ratio/region_mean"] == 0.0  # nothing is clipped: the weight fades instead
+    assert m["vespo/phi_seq_mean"] == pytest.approx(m_trl["vespo/phi_seq_mean"], rel=1e-6)  # TRL's logged mean weight
+
+
+def test_vespo_weight_by_hand():
+    # phi(w) = exp(lam + k log w - lam w): phi(1) = e^lam e^-lam = 1; with (k, lam) = (2, 3) at w = 2:
+    # exp(3 + 2 ln 2 - 6) = 4 e^-3 = 0.19915; a negative advantage uses (3, 2): exp(2 + 3 ln 2 - 4) = 8 e^-2 = 1.08268
+    from grpokit.algo.vespo import gamma_weight
+
+    ratio = torch.tensor([[1.0, 2.0, 2.0]])
+    adv = torch.tensor([[1.0, 1.0, -1.0]])
+    phi = gamma_weight(ratio, adv, (2.0, 3.0), (3.0, 2.0))
+    assert torch.allclose(phi, torch.tensor([[1.0, 0.19915, 1.08268]]), atol=1e-5)

@@ -7,6 +7,8 @@ intact. Tiny runs of the 0.26M demo model, in process (a few seconds each)."""
 
 import errno
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -17,11 +19,23 @@ from grpokit.cli import main
 from grpokit.cli.app import COMMANDS
 from grpokit.config.sections import ConfigError
 from grpokit.record import jsonl
+from grpokit.rewards.spec import RewardError
 from grpokit.train import checkpoint
 
 REWARD = '''
+import sys, time
+
 def likes_short(completions, **kwargs):
     return [1.0 / (1 + len(c)) for c in completions]
+
+def hangs(completions, **kwargs):
+    time.sleep(3600)
+
+def exits(completions, **kwargs):
+    sys.exit(3)
+
+def interrupts(completions, **kwargs):
+    raise KeyboardInterrupt
 '''
 
 
@@ -112,6 +126,31 @@ def test_an_internal_fault_is_one_sentence_and_exit_1(workdir, monkeypatch, caps
                                   "run it again with --debug for the traceback")
     with pytest.raises(RuntimeError):
         main(["presets", "--debug"])
+
+
+# ------------------------------------------------------------------ untrusted rewards, as a user meets them
+
+def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(workdir):
+    # issue 26: with num_workers=0 (the default) 2 steps of the demo had not finished after 150 s, and
+    # the process never exited. Now every call is stopped at reward.timeout_s=0.5 and counted; 2 steps of
+    # 2 prompts x 2 completions = 4 group calls, each then retried one completion at a time (4 x 2 more)
+    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=train.jsonl", *BASE, "train.steps=2",
+           "reward.functions=[shortrew:hangs]", "reward.timeout_s=0.5", "reward.max_failure_fraction=1.0", "--out", "run"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), *sys.path])})
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rewards/hangs/timeouts"] for r in rows] == [4.0, 4.0]  # every completion, every step
+    assert [r["rewards/hangs/failures"] for r in rows] == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("fn", ["exits", "interrupts"])
+def test_a_reward_that_exits_or_interrupts_is_a_counted_failure_not_the_end_of_the_run(workdir, capsys, fn):
+    # before: sys.exit(3) ended the run with exit code 3 and no message, KeyboardInterrupt killed it
+    assert train(f"reward.functions=[shortrew:{fn}]", "reward.max_failure_fraction=1.0", "--out", "run") == 0
+    rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r[f"rewards/{fn}/failures"] for r in rows] == [4.0, 4.0, 4.0]
+    assert "Traceback" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ run folders
@@ -217,6 +256,51 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
     monkeypatch.chdir(workdir)
     assert main(["train", "--resume", "run"]) == 0
     assert steps_in(workdir / "run") == [1, 2, 3]
+
+
+@pytest.mark.parametrize("fault, code, sentence", [
+    (RuntimeError("the rollout server went away"), 1,
+     "an internal fault stopped the run (RuntimeError: the rollout server went away; --debug shows the traceback)"),
+    (RewardError("Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5."), 2,
+     "Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5"),
+])
+def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exactly(workdir, monkeypatch, capsys,
+                                                                                     fault, code, sentence):
+    # save_every=10 of 4 steps: before, a fault in step 3's rollout or rewards left no checkpoint at all
+    # ("the run must start again"); now steps 1-2 are saved as they ended, and resuming from there is
+    # the uninterrupted run, bit for bit (the step's random draws and data position are put back)
+    from grpokit.train.loop import Trainer
+
+    args = ["train.steps=4", "train.save_every=10", "train.deterministic=true"]
+    if code == 1:
+        assert train(*args, "--out", "ref") == 0
+    real = Trainer._scored_batch
+
+    def scored_batch(self):
+        batch = real(self)  # the step's sampling happened: its random draws must not leak into the save
+        if self.step == 2:
+            raise fault
+        return batch
+
+    monkeypatch.setattr(Trainer, "_scored_batch", scored_batch)
+    assert train(*args, "--out", "run") == code
+    assert last_error(capsys) == (f"grpokit: error: {sentence}; checkpoint run/checkpoints/step-000002 kept; "
+                                  "continue with: grpokit train --resume run")
+    assert checkpoint.verify(workdir / "run" / "checkpoints" / "step-000002") is None
+    if code == 2:  # the resume below is the same for both faults
+        return
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    assert main(["train", "--resume", "run"]) == 0
+    assert steps_in(workdir / "run") == [1, 2, 3, 4]
+    ref, run = (torch.load(workdir / r / "checkpoints" / "step-000004" / "rng.pt", weights_only=False) for r in ("ref", "run"))
+    assert torch.equal(ref["sampler"], run["sampler"])
+    from safetensors.torch import load_file
+
+    a, b = (load_file(workdir / r / "checkpoints" / "step-000004" / "model" / "model.safetensors") for r in ("ref", "run"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [json.loads(l)["loss"] for l in (workdir / "ref" / "metrics.jsonl").read_text().splitlines()] == \
+           [json.loads(l)["loss"] for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_disk_full_while_saving_stops_with_a_sentence_and_resumes_once_free(workdir, monkeypatch, capsys):

@@ -317,6 +317,28 @@ def test_forged_records_on_the_verdict_channel_fail_their_case():
     assert _trusted_records("\n".join([honest[0], honest[0], honest[1]]), 2) == {}
 
 
+FORGER = """
+import os
+def f(x):
+    # a line nested 100,000 deep, then a record claiming the case passed, then a wrong answer
+    os.write(3, b"[" * 100000 + b"]" * 100000 + b"\\n" + b'{"case": 0, "status": "ok", "value": 2}\\n')
+    return 0
+"""
+
+
+def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
+    # end to end, as a model's program would do it: before, it earned 1.0 (the deep line was skipped
+    # and the forged record read as the verdict); now case 0 fails, and the honest program passes
+    from grpokit.rewards.code import code_pass_fraction, probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    cases = [[{"fn": "f", "args": [1], "expected": 2}]] * 2
+    honest = "def f(x):\n    return 2 * x\n"
+    assert code_pass_fraction([f"```python\n{FORGER}```", f"```python\n{honest}```"], cases, wall_s=10) == [0.0, 1.0]
+
+
 # -------------------------------------------------------------------------------------------- servers
 
 class RawServer:
@@ -639,6 +661,38 @@ def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
     sandboxes = [p for p in psutil.Process(os.getpid()).children(recursive=True)
                  if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())]
     assert sandboxes == []
+
+
+def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_folder(tmp_path, monkeypatch):
+    # num_workers=1: the deadline is a SIGKILL of the worker mid sandboxed call (its job folder and
+    # 6 sandbox processes stayed before); the replacement worker's first sandboxed call sweeps the folder
+    import functools
+    import os
+
+    import psutil
+
+    from grpokit.rewards.code import code_pass_fraction, probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the spawned workers' job folders land here
+    fn = functools.partial(code_pass_fraction, wall_s=60.0)
+    cases = {"test_cases": [[{"input": "1\n", "output": "1\n"}]]}
+    sleeper = "```python\nimport os, time\nfor _ in range(2):\n    os.fork()\ntime.sleep(60)\n```"
+    echo = "```python\nprint(input())\n```"
+    with _runner(fn, "code", num_workers=1, timeout_s=3.0, max_failure_fraction=1.0) as r:
+        me = psutil.Process(os.getpid())
+        res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
+        assert res.rewards_NF[:, 0].tolist() == [0.0]  # timed out: failure_value
+        _, alive = psutil.wait_procs([p for p in me.children(recursive=True)
+                                      if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())], timeout=15)
+        assert alive == []  # the sandbox died with the killed worker
+        stale = [p.name for p in tmp_path.iterdir() if p.name.startswith("grpokit-job-")]
+        assert len(stale) <= 1  # the killed worker's own folder, until the next sandboxed call
+        res = r.score(prompts=["p"], completions=[echo], completion_ids=[[1]], group_size=1, columns=cases)
+        assert res.rewards_NF[:, 0].tolist() == [1.0]  # the replacement worker scores, and sweeps first
+    assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
 
 
 def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):

@@ -1,5 +1,6 @@
 """GPU correctness: bf16 numerics, TRL's loss on CUDA tensors, the static decode (eager and CUDA
-graphs) against ``model.generate``, resume, FSDP2 on NCCL, LoRA and QLoRA.
+graphs) against ``model.generate``, each engine's sampler/trainer mismatch, resume, FSDP2 on NCCL,
+LoRA and QLoRA.
 
 Every test here needs CUDA and is skipped without it (CI has no GPU); ``bash bench/gpu.sh`` runs
 them on a GPU machine. Tests that measure something (how far bf16 is from fp32, how far a resumed
@@ -188,6 +189,29 @@ def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
     assert outs[0][0] == outs[1][0]
     for a, b in zip(outs[0][1], outs[1][1]):
         assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_engine_samples_with_the_trainers_numerics(dtype):
+    """Issue 28's per-engine mismatch on the GPU: the sampler's logprobs of every engine (static
+    with and without CUDA graphs, dynamic) against the trainer's no-grad forward of the same tokens.
+    fp32 kernels differ in summation order only; bf16 ones round differently (measured values are
+    recorded; the bound only catches a sampler that is not the model at all)."""
+    from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
+    from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+
+    model, prompts = tiny_qwen(dtype), _prompts(512, n=4, seed=5)
+    for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):
+        ro = generate(model, prompts, 4, SamplingParams(max_new_tokens=64, temperature=1.0), eos_token_ids={1}, pad_token_id=0,
+                      generator=torch.Generator(device=CUDA).manual_seed(11), engine=engine, cuda_graphs=graphs)
+        batch = make_token_batch(ro, pad_token_id=0, device=CUDA)
+        with torch.no_grad():
+            train, _ = completion_logprobs(model, batch)
+        sampler = pad_sampling_logprobs(ro.sampling_logprobs, batch.width).to(CUDA)
+        m = mismatch_metrics(mismatch_sums(train, sampler, batch.completion_mask, 0.5, 2.0))
+        record_fact("engine_mismatch", dtype=str(dtype).removeprefix("torch."), engine=engine, graphs=graphs, **m)
+        assert m["mismatch/logp_abs_diff_mean"] < (1e-3 if dtype == torch.float32 else 0.25), (engine, graphs, m)
 
 
 def _cli(args, cwd, env_extra=None, launcher=None, timeout=600):

@@ -85,3 +85,49 @@ def test_trainer_turns_checkpointing_on_when_the_budget_is_exceeded(tiny_model_d
     assert m["loss"] == m["loss"] and not [k for k in m if k.startswith("gpu/")]  # no GPU: no memory metrics
     tr = make(tiny_model_dir, tmp_path / "b", **big, **{"train.memory_plan": "manual"})
     assert not tr.memory_plan.checkpointing and "memory" not in capsys.readouterr().out
+
+
+def test_offloaded_reference_moves_in_for_its_pass_and_back_out_even_on_error():
+    import torch
+
+    from grpokit.train.scaling import reference_logprobs
+
+    class Ref(torch.nn.Linear):
+        def to(self, *a, **kw):
+            moves.append(str(a[0]))
+            return self
+
+    moves, ref = [], Ref(2, 2)
+    ref.grpokit_offloaded = True
+    batch = type("B", (), {"input_ids": torch.zeros(1, 3, dtype=torch.long, device="meta")})()
+    out = reference_logprobs(None, ref, batch, lambda m, b: (moves.append("pass") or torch.ones(1), None))
+    assert moves == ["meta", "pass", "cpu"] and out.tolist() == [1.0]  # in to the batch's device, pass, out to CPU
+    moves.clear()
+    with pytest.raises(RuntimeError):
+        reference_logprobs(None, ref, batch, lambda m, b: (_ for _ in ()).throw(RuntimeError("oom")))
+    assert moves == ["meta", "cpu"]
+    moves.clear()
+    ref.grpokit_offloaded = False
+    reference_logprobs(None, ref, batch, lambda m, b: (torch.ones(1), None))
+    assert moves == []  # kept where it is
+
+
+def test_trainer_applies_a_reference_offload_plan_with_its_log_line(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import grpokit.train.memory as M
+    from test_train import make
+
+    # a GPU plan on CPU: the planner (hand-worked above) says "offload"; the trainer must act on it
+    seen = {}
+
+    def plan(**kw):
+        seen.update(kw)
+        return M.MemoryPlan(False, kw["reference_copy"], ["reference model on CPU between its passes (test)"])
+
+    monkeypatch.setattr(M, "plan_memory", plan)
+    tr = make(tiny_model_dir, tmp_path / "a", **{"algo.beta": 0.04, "train.steps": 1})
+    assert seen["reference_copy"] and tr.ref_model.grpokit_offloaded
+    assert "grpokit: memory: reference model on CPU between its passes (test)" in capsys.readouterr().out
+    m = tr.train_step()
+    assert m["kl"] == m["kl"] and next(tr.ref_model.parameters()).device.type == "cpu"
+    tr = make(tiny_model_dir, tmp_path / "b", **{"algo.beta": 0.0, "train.steps": 1})
+    assert not seen["reference_copy"] and tr.ref_model is None  # beta = 0: no reference to offload

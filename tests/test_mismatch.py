@@ -106,3 +106,57 @@ def test_mismatch_fields_are_checked():
                        (["rollout.mismatch_high=0.9"], "rollout.mismatch_high")):
         with pytest.raises(ConfigError, match=word):
             validate(apply_overrides(Config(), over))
+
+
+class _RecordingLLM:
+    """vLLM's ``LLM`` as the colocated engine calls it, sampling with the trainer's own model and
+    returning vLLM-shaped outputs whose logprobs are the ones recorded while sampling, plus ``shift``
+    nats (a sampler with other numerics). Sleep / wake / weight sync are no-ops."""
+
+    def __init__(self, tr, shift: float):
+        self.tr, self.shift = tr, shift
+
+    def generate(self, prompts, sp, use_tqdm=False):
+        from types import SimpleNamespace as NS
+
+        ids = [p["prompt_token_ids"] for p in prompts]
+        ro = generate(self.tr.model, ids, sp.n, self.tr.params, eos_token_ids=self.tr.eos,
+                      pad_token_id=self.tr.tokenizer.pad_token_id, generator=torch.Generator().manual_seed(1))
+        outs = []
+        for i in range(len(ids)):
+            rows = range(i * sp.n, (i + 1) * sp.n)
+            outs.append(NS(outputs=[NS(index=g, token_ids=ro.completion_ids[r], finish_reason="length" if ro.finish_reasons[r] == "length" else "stop",
+                                       stop_reason=None, logprobs=[{t: NS(logprob=lp + self.shift)} for t, lp in
+                                                                   zip(ro.completion_ids[r], ro.sampling_logprobs[r])])
+                                    for g, r in enumerate(rows)]))
+        return outs
+
+    def sleep(self, level):
+        pass
+
+    def wake_up(self, tags=None):
+        pass
+
+    def apply_model(self, fn):
+        return None
+
+    def reset_prefix_cache(self):
+        pass
+
+
+@pytest.mark.parametrize("shift", [0.0, -0.8])
+def test_vllm_outputs_feed_the_mismatch_metrics_like_the_hf_engine(tmp_path, shift):
+    from types import SimpleNamespace as NS
+
+    from grpokit.rollout.vllm import VLLMColocated
+
+    tr = _trainer(tmp_path)
+    tr.engine = VLLMColocated(_RecordingLLM(tr, shift), lambda **kw: NS(**kw), tr.params, sleep=True)
+    tr.cfg.rollout.backend = "vllm"  # as if built on a GPU: the step samples through vLLM's output shape
+    m = tr.train_step()
+    if shift == 0.0:  # the recorded logprobs are the trainer's own (summation order only)
+        assert m["mismatch/logp_abs_diff_max"] < 1e-4 and m["mismatch/outside_fraction"] == 0.0
+    else:  # every token 0.8 nats more likely to the sampler: r = e^0.8 = 2.23 outside [0.5, 2]
+        assert m["mismatch/logp_abs_diff_mean"] == pytest.approx(0.8, abs=1e-4)
+        assert m["mismatch/k3_kl"] == pytest.approx(math.exp(0.8) - 1 - 0.8, abs=1e-3)
+        assert m["mismatch/outside_fraction"] == 1.0

@@ -139,3 +139,33 @@ def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float
         assert torch.allclose(out[packed][0], ref.detach() * m, atol=1e-12, rtol=0)
         for a, b in zip(out[packed][1], _grads(model)):
             assert torch.allclose(a, b, atol=1e-9, rtol=1e-9)
+
+
+def test_a_softcapped_head_falls_back_to_full_logits_with_equal_values_and_gradients():
+    import grpokit.train.logprobs as L
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    # Gemma-2 soft-caps its logits (tanh after the head), so the chunked linear head cannot stand in
+    # for it: both the packed and the padded request take one full forward, equal to the model's logits.
+    torch.manual_seed(0)
+    gemma = Gemma2ForCausalLM(Gemma2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                           max_position_embeddings=64, final_logit_softcapping=5.0,
+                                           attn_implementation="eager")).double()
+    assert L._backbone(gemma) is None
+    # prompts of one length: Gemma-2's eager attention turns a left-padded row into NaN (its fully
+    # masked padding rows), in the model's own forward too; right-padded completions are fine
+    prompts, comps = [[1, 5, 6], [1, 9, 4]], [[5] * 6, [6, 2], [7, 8, 9, 2], [3]]
+    batch = make_token_batch(Rollout(prompts, comps, [[0.0] * len(c) for c in comps], ["length"] * 4, 2), pad_token_id=0)
+    m, T = batch.completion_mask.double(), batch.width
+    logits = gemma(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+    ref = torch.log_softmax(logits[:, -T - 1:-1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    (ref * m).sum().backward()
+    ref_grads = _grads(gemma)
+    for packed in (True, False):
+        gemma.zero_grad()
+        lp, _ = completion_logprobs(gemma, batch, packed=packed, buckets=1)
+        (lp * m).sum().backward()
+        assert torch.allclose(lp.detach() * m, ref.detach() * m, atol=1e-12, rtol=0)
+        for a, b in zip(_grads(gemma), ref_grads):
+            assert torch.allclose(a, b, atol=1e-9, rtol=1e-9)

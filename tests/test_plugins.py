@@ -100,7 +100,7 @@ def test_decorator_name_selects_the_plugin(plugin):
 
 @pytest.mark.parametrize("override, message", [
     ("algo.advantage=nope", "algo.advantage='nope' is not valid; choose one of: group, process, gigpo, gagpo, gtpo, grpo_s"),
-    ("algo.objective=nope", "algo.objective='nope' is not valid; choose one of: clip, cispo, sapo"),
+    ("algo.objective=nope", "algo.objective='nope' is not valid; choose one of: clip, cispo, sapo, vespo"),
     ("algo.token_masks=[nope]", "algo.token_masks='nope' is not valid; choose one of: overlong, entropy_top"),
     ("algo.advantage=no_such_module_xyz:fn", "algo.advantage: advantage 'no_such_module_xyz:fn' could not be imported"),
 ])

@@ -236,3 +236,29 @@ def test_sampling_logprobs_with_repetition_penalty_are_the_penalised_distributio
                 seen[0, prompt + comp[:t]] = True
                 expected = process_logits(logits[t:t + 1], params, seen)[0, tok].item()
                 assert abs(lps[t] - expected) < 1e-4, (engine, i, t)
+
+
+def test_a_hybrid_cache_that_cannot_copy_rows_prefills_each_sample(monkeypatch):
+    """NemotronH's Mamba layers (transformers' LinearAttentionLayer) can neither repeat nor drop cache
+    rows; generate() then prefills every sample and keeps finished rows (fed padding) in the cache."""
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    from grpokit.rollout import hf as hf_mod
+
+    torch.manual_seed(0)
+    cfg = NemotronHConfig(vocab_size=40, hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
+                          layers_block_type=["mamba", "attention"], mamba_num_heads=8, mamba_head_dim=4, mamba_n_groups=1,
+                          ssm_state_size=16, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False,
+                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = NemotronHForCausalLM(cfg).eval()
+    params = hf_mod.SamplingParams(max_new_tokens=4, temperature=0.0)  # greedy: every sample of a prompt is the same
+    prompts = [[5, 6, 7], [8, 9]]  # unequal lengths: left padding in the shared prefill
+    cache_rows = []
+    real = hf_mod._row_ops
+    monkeypatch.setattr(hf_mod, "_row_ops", lambda c: cache_rows.append(real(c)) or real(c))
+    both = hf_mod.generate(model, prompts, 2, params, eos_token_ids={2}, pad_token_id=0, engine="dynamic")
+    assert cache_rows == [False]  # the Mamba layer's cache cannot copy rows: the fallback ran
+    alone = [hf_mod.generate(model, [p], 1, params, eos_token_ids={2}, pad_token_id=0, engine="dynamic").completion_ids[0]
+             for p in prompts]
+    # rows p*G .. p*G+G-1 are prompt p's: each equals that prompt's greedy completion decoded alone
+    assert both.completion_ids == [alone[0], alone[0], alone[1], alone[1]]

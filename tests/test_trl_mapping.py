@@ -36,14 +36,14 @@ def test_every_trl_argument_is_known_with_trls_default():
 
 
 def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
-    GRPOConfig(use_liger_kernel=False, per_device_eval_batch_size=8)  # at TRL's default: accepted
-    for kwargs, words in [({"use_liger_kernel": True}, "use_liger_kernel=True"), ({"delta": 1.5}, "delta=1.5"),
+    GRPOConfig(use_adaptive_entropy=False, per_device_eval_batch_size=8)  # at TRL's default: accepted
+    for kwargs, words in [({"use_adaptive_entropy": True}, "use_adaptive_entropy=True"), ({"delta": 0.5}, "delta=0.5"),
                           ({"num_generation": 8}, "'num_generation'")]:
         with pytest.raises(ConfigError) as e:
             GRPOConfig(**kwargs)
         assert words in str(e.value) and str(e.value).count(". ") == 0
-    with pytest.raises(ConfigError, match="loss_type='vespo'"):
-        to_config(GRPOConfig(loss_type="vespo"), num_rows=4)
+    with pytest.raises(ConfigError, match="loss_type='vespo' with beta=0.04"):
+        to_config(GRPOConfig(loss_type="vespo", beta=0.04), num_rows=4)  # TRL's per-token KL weight
     with pytest.raises(ConfigError, match="vllm_importance_sampling_mode"):
         to_config(GRPOConfig(use_vllm=True), num_rows=4)  # TRL's default mode is sequence_mask
     with pytest.raises(ConfigError, match="not a multiple of num_generations=3"):
@@ -117,13 +117,13 @@ def test_arguments_read_and_set_after_construction_behave_as_constructor_argumen
     assert (a.resume_from_checkpoint, a.run_name, a.per_device_eval_batch_size, a.include_for_metrics) == (None, None, 8, [])
     a.model_init_kwargs = {"dtype": "bfloat16"}  # as TRL's grpo.py sets it after parsing
     a.scale_rewards = False  # the boolean form is normalised as in the constructor
-    a.use_liger_kernel = False  # an unsupported argument at its default is accepted
+    a.use_adaptive_entropy = False  # an unsupported argument at its default is accepted
     assert to_config(a, num_rows=4).model.dtype == "bfloat16" and a.scale_rewards == "none"
-    with pytest.raises(ConfigError, match=r"^GRPOConfig argument use_liger_kernel=True is not supported by grpokit;"):
-        a.use_liger_kernel = True
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument use_adaptive_entropy=True is not supported by grpokit;"):
+        a.use_adaptive_entropy = True
     with pytest.raises(ConfigError, match=r"^GRPOConfig got 'learing_rate', which is not an argument"):
         a.learing_rate = 1e-3  # a misspelt name is not silently a new attribute
-    assert not hasattr(a, "learing_rate") and a.use_liger_kernel is False
+    assert not hasattr(a, "learing_rate") and a.use_adaptive_entropy is False
 
 
 def test_model_init_kwargs_as_trls_grpo_script_passes_them():
@@ -211,3 +211,84 @@ def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
     assert second.batch.input_ids.tolist() == [[4, 5], [6, 7]] and second.advantages.tolist() == [3.0, 4.0]
     assert first.old_logp is None and second.seq_weights(slice(0, 2)).tolist() == [2.0, 3.0]  # rows 2, 3 of the batch
     assert update_slices(inputs, 1) == [inputs]
+
+
+# -- issue 30, item 1: arguments TRL scripts set that grpokit now carries out
+
+
+def test_new_loss_types_and_two_sided_clipping_by_hand():
+    luspo = to_config(GRPOConfig(loss_type="luspo", importance_sampling_level="sequence", delta=1.5), num_rows=4).algo
+    # LUSPO = the clipped surrogate summed per completion; delta 1.5 > 1 + 0.2 is dual-clip's bound
+    assert (luspo.objective, luspo.aggregation, luspo.ratio_level, luspo.dual_clip) == ("clip", "seq-mean-token-sum", "sequence", 1.5)
+    v = to_config(GRPOConfig(loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_neg=4.0), num_rows=4).algo
+    assert (v.objective, v.aggregation, v.ratio_level, v.vespo_pos, v.vespo_neg) == \
+        ("vespo", "token-mean", "trajectory", [1.0, 3.0], [3.0, 4.0])
+    assert to_config(GRPOConfig(), num_rows=4).algo.dual_clip == 0.0  # delta None: off
+    with pytest.raises(ConfigError, match="delta=1.1 must exceed 1 \\+ epsilon_high = 1.2"):
+        to_config(GRPOConfig(delta=1.1), num_rows=4)  # a cap of 1.1 would also clip A > 0 at 1.1, not dual-clip
+    with pytest.raises(ConfigError, match="not loss_type='sapo'"):
+        to_config(GRPOConfig(delta=1.5, loss_type="sapo"), num_rows=4)
+
+
+def test_multi_objective_aggregation_maps_to_component_normalisation():
+    c = to_config(GRPOConfig(multi_objective_aggregation="normalize_then_sum", scale_rewards="group"), num_rows=4)
+    assert (c.reward.normalize_components, c.algo.scale) == (True, "batch_whiten")
+    c = to_config(GRPOConfig(), num_rows=4)
+    assert (c.reward.normalize_components, c.algo.scale) == (False, "group")
+    with pytest.raises(ConfigError, match="multi_objective_aggregation='mean'"):
+        to_config(GRPOConfig(multi_objective_aggregation="mean"), num_rows=4)
+
+
+def test_normalize_then_sum_equals_trl_formula():
+    # TRL 1.16: z_k = (r_k - mean_group r_k) / (std_group r_k + 1e-4), s = sum_k w_k z_k,
+    # A = (s - mean_batch s) / (std_batch s + 1e-4). grpokit: normalize_components, then batch_whiten.
+    import torch
+
+    from grpokit.algo.advantages import group_advantages, normalize_components
+    rewards_PGF = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[0.0, 0.5], [1.0, 0.0], [0.0, 0.0]]])
+    w = torch.tensor([1.0, 2.0])
+    g = rewards_PGF
+    z = (g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-4)
+    s = (z * w).sum(-1).flatten()
+    trl = (s - s.mean()) / (s.std() + 1e-4)
+    summed = normalize_components(rewards_PGF, w)
+    ours, _ = group_advantages(summed, scale="batch_whiten")
+    assert torch.allclose(ours.flatten(), trl, atol=1e-5)
+
+
+def test_accepted_no_op_and_small_arguments():
+    c = to_config(GRPOConfig(use_liger_kernel=True, torch_compile=True, pad_to_multiple_of=8, optim_args="foo=1",
+                             accelerator_config={"dispatch_batches": False}, log_unique_prompts=True,
+                             num_completions_to_print=5, num_generations=4, per_device_train_batch_size=4,
+                             fsdp="full_shard auto_wrap", fsdp_config={"fsdp_version": 2},
+                             lr_scheduler_type="cosine", lr_scheduler_kwargs={"num_cycles": 0.5}), num_rows=4)
+    assert c.record.samples_prompts == 2 and c.train.fsdp and c.optim.schedule == "cosine"  # ceil(5 / 4) = 2 groups
+    for kwargs, words in [({"fsdp": "offload"}, "fsdp='offload'"), ({"fsdp_config": {"cpu_offload": True}}, "fsdp_config="),
+                          ({"lr_scheduler_kwargs": {"num_cycles": 1.0}}, "lr_scheduler_kwargs=")]:
+        with pytest.raises(ConfigError) as e:
+            to_config(GRPOConfig(**kwargs), num_rows=4)
+        assert words in str(e.value)
+    with pytest.raises(ConfigError, match="pad_to_multiple_of"):
+        GRPOConfig(pad_to_multiple_of=0)
+
+
+def test_sync_ref_model_mixes_at_trls_steps():
+    # 2 iterations per sampled batch: TRL's 8 optimizer steps are 4 grpokit steps
+    a = to_config(GRPOConfig(beta=0.04, sync_ref_model=True, ref_model_sync_steps=8, num_iterations=2), num_rows=4).algo
+    assert (a.ref_refresh_every, a.ref_mixup_alpha) == (4, 0.6)  # TRL's default alpha 0.6 mixes, not copies
+    assert to_config(GRPOConfig(), num_rows=4).algo.ref_refresh_every == 0
+    with pytest.raises(ConfigError, match="ref_model_mixup_alpha"):
+        GRPOConfig(ref_model_mixup_alpha=1.5)
+
+
+def test_refresh_reference_mixes_by_hand():
+    import torch
+
+    from grpokit.train.models import refresh_reference
+    ref, pol = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    with torch.no_grad():
+        ref.weight.fill_(1.0), pol.weight.fill_(3.0), ref.bias.fill_(0.0), pol.bias.fill_(-2.0)
+    refresh_reference(ref, pol, 0.6)  # 0.6 * 3 + 0.4 * 1 = 2.2; 0.6 * -2 + 0.4 * 0 = -1.2
+    assert ref.weight.item() == pytest.approx(2.2) and ref.bias.item() == pytest.approx(-1.2)
+    refresh_reference(ref, pol, 1.0)  # a copy
+    assert ref.weight.item() == 3.0 and ref.bias.item() == -2.0

@@ -198,26 +198,31 @@ def test_without_the_sync_the_fake_samples_from_other_weights(tiny_model_dir, tm
         assert tr.train_step()["tis/logp_abs_diff_mean"] > 0.05
 
 
-def _rank(rank, world, init_file, model_dir, out, url, result_file):
+def _rank(rank, world, init_file, model_dir, out, url, result_file, fsdp=False):
     import torch.distributed as dist
+
+    from grpokit.rollout.vllm_client import full_weights
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         tr = make(model_dir, out, **{"rollout.backend": "vllm_server", "rollout.vllm_url": url, "rollout.tis_cap": 2.0,
-                                     "train.prompts_per_step": 4, "data.eval_size": 0, "rollout.vllm_startup_timeout": 30})
+                                     "train.prompts_per_step": 4, "data.eval_size": 0, "rollout.vllm_startup_timeout": 30,
+                                     "train.fsdp": fsdp})
         metrics = []
         for _ in range(2):
             metrics.append(tr.train_step())
             tr.step += 1
+        weights = full_weights(tr.model) if fsdp else tr.model.state_dict()  # FSDP2: a collective, every rank
         if rank == 0:
-            torch.save({"weights": tr.model.state_dict(), "metrics": metrics}, result_file)
+            torch.save({"weights": weights, "metrics": metrics}, result_file)
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_two_trainer_ranks_share_one_server_and_sync_once_per_step(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_two_trainer_ranks_share_one_server_and_sync_once_per_step(tiny_model_dir, tmp_path, fsdp):
     import torch.multiprocessing as mp
     from transformers import AutoConfig, LlamaForCausalLM
 
@@ -225,8 +230,10 @@ def test_two_trainer_ranks_share_one_server_and_sync_once_per_step(tiny_model_di
     server_model = LlamaForCausalLM(AutoConfig.from_pretrained(tiny_model_dir))
     with FakeVLLMServer(server_model) as srv:
         mp.spawn(_rank, args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "run"), srv.url,
-                              str(tmp_path / "rank0.pt")), nprocs=2, join=True)
+                              str(tmp_path / "rank0.pt"), fsdp), nprocs=2, join=True)
     result = torch.load(tmp_path / "rank0.pt")
+    # the server holds the trained policy (FSDP2: gathered from both ranks' shards; untied head)
+    assert set(result["weights"]) == set(server_model.state_dict())
     assert all(torch.equal(v, result["weights"][k]) for k, v in server_model.state_dict().items())
     for m in result["metrics"]:  # averaged over both ranks: each sampled from the synced weights
         assert m["tis/logp_abs_diff_mean"] < 1e-4
@@ -285,3 +292,13 @@ def test_vllm_serve_dry_run_prints_the_command(capsys):
     assert cli.main(["vllm-serve", "--dry-run", "M", "--port", "8001"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("VLLM_SERVER_DEV_MODE=1 ") and f"serve M --port 8001 --worker-extension-cls {EXTENSION}" in out
+
+
+def test_fsdp_with_lora_on_the_server_backend_is_one_sentence(tmp_path):
+    from grpokit.config import Config
+    from grpokit.rollout.vllm_client import make_server_engine
+    from grpokit.train.distributed import DistContext
+
+    # refused before any connection (the URL is never called)
+    with pytest.raises(ConfigError, match="model.lora_rank > 0"):
+        make_server_engine(Config().rollout, SamplingParams(), tmp_path, DistContext(fsdp=True), lora=True)

@@ -109,6 +109,15 @@ t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset,
 t.train()
 report["generation_batch_size"] = summary(t)
 
+# 9. TRL 1.16's other loss types and reward aggregation, on the fixed completions of 5: the same first loss
+for name, kwargs in {"luspo": dict(loss_type="luspo", importance_sampling_level="sequence"), "vespo": dict(loss_type="vespo"),
+                     "delta": dict(delta=1.5), "normalize_then_sum": dict(multi_objective_aggregation="normalize_then_sum")}.items():
+    t = GRPOTrainer(MODEL, reward_funcs=[length_reward, accuracy], train_dataset=dataset, rollout_func=rollout_func,
+                    args=config(name, max_steps=1, bf16=False, **kwargs))
+    t.train()
+    first = t.state.log_history[0]
+    report[name] = summary(t, loss=first["loss"], reward=first["reward"])
+
 # 8. a value no run can use
 try:
     GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, args=config("bad", num_generations=1))

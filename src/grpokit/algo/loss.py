@@ -10,11 +10,12 @@ The loss of token t of sequence i is
 
 where ``rho`` is the importance ratio pi_theta / pi_old, per token (GRPO), per sequence (GSPO: a
 geometric mean) or per trajectory (TIC-GRPO: the product), and ``A`` is the advantage, per sequence ``(N,)`` or per token ``(N, T)`` (process supervision).
-The token losses are then reduced by one of the named ``AGGREGATIONS``. Two other ``OBJECTIVES``
+The token losses are then reduced by one of the named ``AGGREGATIONS``. Three other ``OBJECTIVES``
 replace the clipped surrogate (same ratio, KL, entropy and aggregation around them):
 
     cispo: l[i,t] = -sg(min(rho, 1 + clip_high)) * A * log pi_theta      (MiniMax-M1, CISPO)
     sapo:  l[i,t] = -sigmoid(tau * (rho - 1)) * 4 / tau * A,  tau = tau_pos if A > 0 else tau_neg  (SAPO)
+    vespo: l[i,t] = -sg(phi(w_i)) * A * log pi_theta, phi a gamma-shaped weight of the trajectory ratio (vespo.py)
 
 Normalisers are arguments. Gradient accumulation splits a batch into micro-batches and sums their
 losses; that equals the whole batch's loss only when every micro-batch divides by the *whole
@@ -36,7 +37,7 @@ Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-n
 AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum",
                                  "lambda-grpo")
 RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
-OBJECTIVES: tuple[str, ...] = ("clip", "cispo", "sapo")
+OBJECTIVES: tuple[str, ...] = ("clip", "cispo", "sapo", "vespo")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 ENTROPY_AGGREGATIONS: tuple[str, ...] = ("loss", "token-mean")
 
@@ -199,7 +200,8 @@ RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_r
 
 # the keyword names policy_loss has always taken -> (record, field) of LossSettings / Normalisers / LossTensors
 _KEYWORDS: dict[str, tuple[str, str]] = {
-    **{k: ("clip", k) for k in ("clip_low", "clip_high", "dual_clip", "ratio_level", "objective", "sapo_tau_pos", "sapo_tau_neg")},
+    **{k: ("clip", k) for k in ("clip_low", "clip_high", "dual_clip", "ratio_level", "objective", "sapo_tau_pos", "sapo_tau_neg",
+                                    "vespo_pos", "vespo_neg")},
     "beta": ("kl", "beta"), "kl_estimator": ("kl", "estimator"), "kl_bias_correction": ("kl", "bias_correction"),
     "kl_clamp": ("kl", "clamp"), "entropy_coef": ("entropy", "coef"), "entropy_aggregation": ("entropy", "aggregation"),
     "offpolicy_delta": ("top", "offpolicy_delta"),
@@ -265,6 +267,8 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         loss = loss - aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
     metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
     metrics["offpolicy/masked_sequences"] = n_offpolicy
+    if c.objective == "vespo":
+        metrics |= vespo.vespo_metrics(ratio_NT, adv_NT, c)
     if kl_NT is not None:
         with torch.no_grad():
             m = t.mask.bool()
@@ -315,7 +319,7 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
     high = (ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m
     if c.objective == "cispo":  # CISPO truncates the weight from above only, whatever the sign of A
         low, high = torch.zeros_like(m), (ratio_NT > 1.0 + c.clip_high) & m
-    elif c.objective == "sapo":  # SAPO clips nothing: its gate fades the update smoothly
+    elif c.objective in ("sapo", "vespo"):  # SAPO and VESPO clip nothing: their weights fade the update smoothly
         low, high = torch.zeros_like(m), torch.zeros_like(m)
     dual = (ratio_NT > c.dual_clip) & (adv_NT < 0) & m if c.dual_clip is not None else torch.zeros_like(m)
     n = m.sum().clamp(min=1).float()
@@ -389,3 +393,6 @@ def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.
     if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
         seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
     return torch.exp(seq_N)[:, None].expand_as(logp_NT)
+
+
+from . import vespo  # noqa: E402,F401  (registers objective "vespo" after the three above, keeping the listed order)

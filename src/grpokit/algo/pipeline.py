@@ -5,7 +5,9 @@
                    KL in the reward (algo.kl_placement=reward, PPO / REINFORCE++)
     advantages  <- the registered advantage estimator (``advantage_name``: process supervision,
                    GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or the group baseline/scale family),
-                   then EDGE's entropy-scaled advantage and TIS's per-token weights
+                   then EDGE's entropy-scaled advantage, TIS's per-token weights and IcePop /
+                   MIS masking (a zero advantage, not a loss-mask entry: the masked token keeps
+                   its place in the normaliser and the KL term, as in IcePop's objective)
     loss_mask   <- completion_mask narrowed by every active token mask (DAPO overlong, entropy
                    top-fraction, the user's ``algo.token_masks``)
     loss        <- LossSettings (objective, ratio level, clip, KL placement, entropy bonus), Normalisers
@@ -135,7 +137,7 @@ def mask_names(a) -> list[str]:
 
 
 def _plugged(a) -> bool:
-    return bool(a.advantage or a.token_masks or a.objective not in ("clip", "cispo", "sapo"))
+    return bool(a.advantage or a.token_masks or a.objective not in ("clip", "cispo", "sapo", "vespo"))
 
 
 def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
@@ -152,7 +154,8 @@ def loss_settings(a) -> tuple[LossSettings, Normalisers]:
     term is in the loss only with ``kl_placement=loss``."""
     beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
     return LossSettings(
-        ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg),
+        ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg,
+                     tuple(a.vespo_pos), tuple(a.vespo_neg)),
         KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
         EntropyBonus(a.entropy_coef, a.entropy_aggregation), a.offpolicy_delta or None,
     ), Normalisers(a.aggregation)

@@ -23,6 +23,8 @@ class ClipSettings:
     ratio_level: str = "token"  # "token" (GRPO), "sequence" (GSPO), "turn" (GAGPO), "trajectory" (TIC-GRPO)
     sapo_tau_pos: float = 1.0  # SAPO gate temperature where A > 0
     sapo_tau_neg: float = 1.05  # SAPO gate temperature where A <= 0
+    vespo_pos: tuple[float, float] = (2.0, 3.0)  # VESPO (k, lambda) of the gamma weight where A >= 0
+    vespo_neg: tuple[float, float] = (3.0, 2.0)  # VESPO (k, lambda) where A < 0
 
 
 @dataclass(frozen=True)

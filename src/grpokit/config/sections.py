@@ -210,11 +210,15 @@ class AlgoConfig:
     ratio_level: str = "token"
     """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios), per "trajectory" (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level ratio)."""
     objective: str = "clip"
-    """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) or "sapo" (a smooth sigmoid gate, no hard clip)."""
+    """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) "sapo" (a smooth sigmoid gate, no hard clip) or "vespo" (REINFORCE weighted by a stop-gradient gamma function of the trajectory ratio; needs ratio_level=trajectory)."""
     sapo_tau_pos: float = 1.0
     """objective=sapo: gate temperature tau for tokens with positive advantage (the paper's 1.0)."""
     sapo_tau_neg: float = 1.05
     """objective=sapo: gate temperature for tokens with negative advantage (the paper's 1.05; larger fades off-policy negative updates faster)."""
+    vespo_pos: list[float] = field(default_factory=lambda: [2.0, 3.0])
+    """objective=vespo: (k, lambda) of the gamma weight phi(w) = e^lambda w^k e^(-lambda w) where the advantage is >= 0 (TRL's vespo_k_pos, vespo_lambda_pos)."""
+    vespo_neg: list[float] = field(default_factory=lambda: [3.0, 2.0])
+    """objective=vespo: (k, lambda) where the advantage is < 0 (TRL's vespo_k_neg, vespo_lambda_neg)."""
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
     kl_estimator: str = "k3"
@@ -275,6 +279,8 @@ class AlgoConfig:
     """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
     ref_refresh_every: int = 0
     """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
+    ref_mixup_alpha: float = 1.0
+    """At each reference refresh, ref <- alpha * policy + (1 - alpha) * ref (TR-DPO's soft update; 1 = copy the policy)."""
     advantage: str = ""
     """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
     token_masks: list[str] = field(default_factory=list)

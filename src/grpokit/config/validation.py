@@ -121,6 +121,10 @@ def _algo_objective(cfg: Config) -> None:
     _check_stages(cfg)
     _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
            f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
+    _check(a.objective != "vespo" or a.ratio_level == "trajectory",
+           f"algo.objective=vespo weighs each completion by its trajectory ratio, but algo.ratio_level={a.ratio_level}; set algo.ratio_level=trajectory")
+    _check(all(len(v) == 2 and v[0] >= 0 and v[1] > 0 for v in (a.vespo_pos, a.vespo_neg)),
+           f"algo.vespo_pos={a.vespo_pos} and algo.vespo_neg={a.vespo_neg} must each be [k >= 0, lambda > 0] (defaults [2, 3] and [3, 2])")
     _check(a.objective == "clip" or a.dual_clip == 0,
            f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}")
     _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
@@ -163,6 +167,7 @@ def _sampling_and_shaping(cfg: Config) -> None:
     _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
     _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
     _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
+    _check(0 < a.ref_mixup_alpha <= 1, f"algo.ref_mixup_alpha={a.ref_mixup_alpha} must be in (0, 1] (1 = copy the policy)")
     _check(a.ref_refresh_every == 0 or a.beta > 0, "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)")
     _check(a.supervision != "process" or bool(cfg.reward.process_function),
            "algo.supervision=process needs reward.process_function (e.g. task, or module:function)")

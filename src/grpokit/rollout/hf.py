@@ -20,12 +20,12 @@ uninterrupted one would.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from grpokit.data.vision import ban_placeholders, forward_kwargs, placeholder_ids
+from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout
 from . import static
 
@@ -120,12 +120,9 @@ def generate(
     reasons = ["length"] * N
     eos = torch.tensor(sorted(eos_token_ids), device=d.device)
     seen = _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
-    banned = None if vision is None else placeholder_ids(model, d.device)
     for step in range(params.max_new_tokens):
         row_ids = d.active if d.live is None else d.active[d.live]  # original row of each live row
         live_logits = d.logits if d.live is None else d.logits[d.live]
-        if banned is not None:
-            live_logits = ban_placeholders(live_logits, banned)
         if seen is not None:
             live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
         tok, tok_logp = _sample_tokens(live_logits, params, generator)
@@ -153,6 +150,8 @@ class _Decoding:
     live: torch.Tensor | None  # cache rows still sampling; None = all of them
     use_static: bool
     device: torch.device
+    compactable: bool = True  # the cache can drop rows (not a hybrid model's linear-attention / state layers)
+    hidden: list[int] = field(default_factory=list)  # image placeholder ids never sampled (image prompts)
 
 
 def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams, pad_token_id: int, use_static: bool,
@@ -175,14 +174,28 @@ def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams,
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **extra)
     pos = pos[0] if pos.dim() == 3 else pos  # M-RoPE: the last (text) token has equal positions in all 3 axes
     cache = out.past_key_values
+    rows = _row_ops(cache)
+    if not use_static and G > 1 and not rows and vision is None:
+        # a hybrid cache (NemotronH's Mamba layers ...) cannot copy a prompt's rows: prefill each sample
+        ids, mask, pos = (t.repeat_interleave(G, dim=0) for t in (ids, mask, pos))
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache, G, P = out.past_key_values, 1, P * G
     if use_static:
         cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens, graphs=cuda_graphs)
     elif G > 1:
         cache.batch_repeat_interleave(G)
-    logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (N, V)
+    hidden = placeholder_ids(model) if vision is not None else []
+    logits = hide_placeholders(out.logits[:, -1], hidden).repeat_interleave(G, dim=0)  # (N, V)
     next_pos = pos[:, -1:].repeat_interleave(G, dim=0) + 1  # (N, 1)
     return _Decoding(cache, logits, mask.repeat_interleave(G, dim=0), next_pos, torch.arange(P * G, device=device), None,
-                     use_static, device)
+                     use_static, device, use_static or rows, hidden)
+
+
+def _row_ops(cache) -> bool:
+    """Whether every layer of the cache can repeat and drop rows: attention layers can, the
+    linear-attention / state-space layers of hybrid models (transformers' LinearAttentionLayer) cannot."""
+    layers = getattr(cache, "layers", None) or []
+    return all(hasattr(x, "batch_repeat_interleave") and hasattr(x, "batch_select_indices") for x in layers)
 
 
 def _seen_tokens(prompt_ids: list[list[int]], G: int, vocab: int, device) -> torch.Tensor:
@@ -227,7 +240,7 @@ def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_tok
     if not bool(keep.all()):
         d.live = keep.nonzero()[:, 0] if d.live is None else d.live[keep]
         tok = tok[keep]
-    if d.live is not None and compact_due(len(d.active), d.live.numel()):
+    if d.live is not None and d.compactable and compact_due(len(d.active), d.live.numel()):
         # drop the finished rows from the cache: no compute spent on them from now on
         d.cache.select(d.live) if d.use_static else d.cache.batch_select_indices(d.live)
         d.active, d.mask, d.next_pos = d.active[d.live], d.mask[d.live], d.next_pos[d.live]
@@ -240,7 +253,7 @@ def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_tok
         d.mask = torch.cat([d.mask, torch.ones_like(d.mask[:, :1])], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=d.mask, position_ids=d.next_pos, past_key_values=d.cache,
                     use_cache=True)
-        d.cache, d.logits = out.past_key_values, out.logits[:, -1]
+        d.cache, d.logits = out.past_key_values, hide_placeholders(out.logits[:, -1], d.hidden)
     d.next_pos = d.next_pos + 1
 
 

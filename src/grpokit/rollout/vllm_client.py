@@ -19,8 +19,9 @@ source of vLLM 0.10.2 and 0.33.0):
    merged, cast to the server's dtype) to ``{sync_dir}/step-N/model.safetensors`` on a filesystem
    both machines see, ``POST /collective_rpc {"method": "grpokit_load_weights", "args": [folder]}``,
    then ``POST /reset_prefix_cache`` (cached prefixes hold the old weights' keys and values) and
-   deletes the previous step's folder; other ranks wait at a barrier. There is no NCCL path: the
-   shared filesystem costs one write and one read of the weights per step.
+   deletes the previous step's folder; other ranks wait at a barrier. Under FSDP2 every rank
+   first takes part in gathering the full weights to rank 0's CPU (a collective). There is no NCCL
+   path: the shared filesystem costs one write and one read of the weights per step.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ class VLLMServer:
 
     def __init__(self, url: str, params: SamplingParams, sync_dir: Path, *, startup_timeout: float = 600.0,
                  request_timeout: float = 3600.0, is_main: bool = True, barrier: Callable[[], None] = lambda: None,
-                 call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call):
+                 call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call, gather: bool = False):
         self.url, self.params, self.sync_dir = url.rstrip("/"), params, Path(sync_dir)
+        self.gather = gather  # FSDP2: the policy is sharded; every rank joins the full-weights gather
         self.startup_timeout, self.request_timeout = startup_timeout, request_timeout
         self.is_main, self.barrier, self.call = is_main, barrier, call
         self.last_folder: Path | None = None
@@ -142,9 +144,10 @@ class VLLMServer:
 
     def after_update(self, model, step: int) -> dict[str, float]:
         metrics = {"rollout/weight_sync_step": float(step)}
+        t0 = time.perf_counter()
+        full = full_weights(model) if self.gather else None  # collective: every rank, before rank 0 writes
         if self.is_main:
-            t0 = time.perf_counter()
-            folder, n_written = self.write_weights(model, step)
+            folder, n_written = self.write_weights(model, step, full)
             for r in self.rpc(LOAD_METHOD, [str(folder)], self.request_timeout):
                 if not isinstance(r, dict) or r.get("tensors") != n_written:
                     raise RuntimeError(f"the vLLM server loaded {r!r} from {folder}, expected {n_written} tensors")
@@ -156,15 +159,16 @@ class VLLMServer:
         self.barrier()  # no rank samples before the server holds the new weights
         return metrics
 
-    def write_weights(self, model, step: int) -> tuple[Path, int]:
-        """Write the policy to ``{sync_dir}/step-N/model.safetensors`` (atomically: temp name, then rename);
-        returns the folder and the number of tensors written."""
+    def write_weights(self, model, step: int, full: dict[str, torch.Tensor] | None = None) -> tuple[Path, int]:
+        """Write the policy (``full``: its gathered weights, else ``model``'s own) to
+        ``{sync_dir}/step-N/model.safetensors`` (atomically: temp name, then rename); returns the
+        folder and the number of tensors written."""
         from safetensors.torch import save_file
 
         folder = (self.sync_dir / f"step-{step:06d}").resolve()
         folder.mkdir(parents=True, exist_ok=True)
         weights, seen = {}, set()
-        for name, t in policy_weights(model).items():
+        for name, t in (full if full is not None else policy_weights(model)).items():
             key = (t.data_ptr(), tuple(t.shape))
             if key in seen:  # tied weights (lm_head = embed_tokens): vLLM skips the alias
                 continue
@@ -192,13 +196,26 @@ class VLLMServer:
         pass
 
 
-def make_server_engine(r, params: SamplingParams, run_dir: Path, dist) -> VLLMServer:
+def full_weights(model) -> dict[str, torch.Tensor]:
+    """An FSDP2-sharded policy's full weights on rank 0's CPU under Hugging Face names (empty on the
+    other ranks); a tied output head is left out, as vLLM loads it with the embeddings."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if full and head is not None and getattr(model.config, "tie_word_embeddings", False):
+        full.pop(next(n for n, m in model.named_modules() if m is head) + ".weight", None)
+    return full
+
+
+def make_server_engine(r, params: SamplingParams, run_dir: Path, dist, lora: bool = False) -> VLLMServer:
     """The ``rollout.backend=vllm_server`` engine from the rollout section ``r``, the run's sampling
-    settings, its folder (default home of the weight files) and the distributed context ``dist``;
-    the caller pushes the policy's weights once with ``after_update``."""
-    if dist.fsdp:
-        raise ConfigError("rollout.backend=vllm_server does not support train.fsdp=true yet (weights are not gathered for sync); "
-                          "use data parallelism without FSDP or rollout.backend=hf")
+    settings, its folder (default home of the weight files), the distributed context ``dist`` and
+    whether the policy has LoRA adapters; the caller pushes the policy's weights once with
+    ``after_update``."""
+    if dist.fsdp and lora:
+        raise ConfigError("rollout.backend=vllm_server with train.fsdp=true does not support model.lora_rank > 0 yet "
+                          "(sharded adapters are not merged for sync); set model.lora_rank=0 or train.fsdp=false")
     sync_dir = Path(r.vllm_sync_dir) / run_dir.name if r.vllm_sync_dir else run_dir / "vllm-weights"
     return VLLMServer(r.vllm_url, params, sync_dir, startup_timeout=r.vllm_startup_timeout,
-                      request_timeout=r.vllm_request_timeout, is_main=dist.is_main, barrier=dist.barrier)
+                      request_timeout=r.vllm_request_timeout, is_main=dist.is_main, barrier=dist.barrier, gather=dist.fsdp)

@@ -82,9 +82,7 @@ def _write_files(tmp: Path, state: TrainerState, model, tokenizer, optimizer, sc
     if card is not None:
         (tmp / "model" / "README.md").write_text(card)
     torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
-    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "sampler": generator.get_state(), "sampler_ranks": sampler_states}, tmp / "rng.pt")
+    torch.save({**rng_state(generator), "sampler_ranks": sampler_states}, tmp / "rng.pt")
     if extra_state is not None:
         torch.save(extra_state, tmp / "extra_state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
@@ -205,14 +203,26 @@ def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, ran
         optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
     rng = torch.load(path / "rng.pt", weights_only=False)
+    ranks = rng.get("sampler_ranks")
+    set_rng_state({**rng, "sampler": ranks[rank] if ranks and rank < len(ranks) else rng["sampler"]}, generator)
+    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+
+
+def rng_state(generator: torch.Generator) -> dict:
+    """Every random state a run draws from: Python's, NumPy's, torch's (CPU and CUDA) and the sampler's."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "sampler": generator.get_state()}
+
+
+def set_rng_state(rng: dict, generator: torch.Generator) -> None:
+    """Put back what ``rng_state`` took."""
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
-    ranks = rng.get("sampler_ranks")
-    generator.set_state(ranks[rank] if ranks and rank < len(ranks) else rng["sampler"])
-    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+    generator.set_state(rng["sampler"])
 
 
 def _fsync_tree(root: Path) -> None:

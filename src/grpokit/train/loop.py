@@ -32,7 +32,7 @@ from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
-from .models import load_tokenizer, quiet_transformers, resolve_device
+from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
 from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record.samples import sample_rows
@@ -80,7 +80,9 @@ class Trainer:
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model, self.device)
         self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
-        self.memory_plan, self.token_budget = scaling.apply_memory_plan(self)  # checkpointing, reference offload, tokens per micro-batch
+        longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
+        self.memory_plan, self.token_budget = scaling.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
+                                                                        longest_prompt)
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
@@ -123,7 +125,7 @@ class Trainer:
             final_eval = None
             while self.step < t.steps and not stop.requested:
                 self.callbacks("on_step_begin")
-                metrics = self.train_step()
+                metrics = self._guarded_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
                 last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self.step == t.steps
@@ -174,6 +176,7 @@ class Trainer:
             ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
         extra: dict[str, float] = {}
+        self._updating = True  # from here on the model is no longer the last finished step's
         with timer("update"):  # 5-6. loss, backward, optimizer, mu times
             for _ in range(a.num_iterations):
                 for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
@@ -187,10 +190,30 @@ class Trainer:
                     if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                         extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
-                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
+                refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         if self.engine is not None:
             extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
+
+    def _guarded_step(self) -> dict[str, float]:
+        """``train_step``, with a fault before the step's update (a reward failing on most of a batch,
+        a dead rollout server, a fault of grpokit's own code) first saving the last finished step, so
+        the run stops with a checkpoint to resume from, not only the last ``save_every`` one. The
+        random states and data position go back to where the step began: resuming from that
+        checkpoint is the uninterrupted run. One process only (other ranks may not have failed)."""
+        begun = checkpoint.rng_state(self.generator), self.sampler.position
+        self._updating = False
+        try:
+            return self.train_step()
+        except Exception:
+            if not self._updating and self.step > self.saved_step and not self.dist.active:
+                checkpoint.set_rng_state(begun[0], self.generator)
+                self.sampler.position = begun[1]
+                try:
+                    self.save()
+                except Exception:  # noqa: BLE001 - a full disk now must not hide the fault being reported
+                    pass
+            raise
 
     def _scored_batch(self) -> ScoredBatch:
         """Stages 1-3: this rank's prompts, G completions each, scored (dynamic sampling, GFPO and

@@ -15,10 +15,10 @@ import torch
 
 from grpokit.config.sections import ConfigError, ModelConfig
 from grpokit.data.vision import is_processor, is_vision_config
+from grpokit.train.hub import check_reachable
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-
 
 def resolve_device(cfg: ModelConfig) -> torch.device:
     if cfg.device == "auto":
@@ -27,21 +27,19 @@ def resolve_device(cfg: ModelConfig) -> torch.device:
         raise ConfigError(f"model.device={cfg.device!r} but no CUDA device is available; use auto or cpu")
     return torch.device(cfg.device)
 
-
 def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
     """float32 on CPU (bf16 matmuls are slow or missing there), bfloat16 on GPU, unless set."""
     if cfg.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return DTYPES[cfg.dtype]
 
-
 def model_path(name_or_path: str) -> str:
     if name_or_path == "demo":
         from grpokit.data.tasks.demo_model import demo_model_path
 
         return str(demo_model_path())
+    check_reachable(name_or_path)  # an unreachable Hub: one sentence now, not a misleading error after retries
     return name_or_path
-
 
 def load_tokenizer(cfg: ModelConfig, tok=None):
     """The tokenizer of ``model.name_or_path``, or ``tok`` as given (TRL's processing_class); a pad
@@ -59,7 +57,6 @@ def load_tokenizer(cfg: ModelConfig, tok=None):
             raise ConfigError(f"the tokenizer of {cfg.name_or_path!r} has neither a pad nor an eos token; add one")
         tok.pad_token = tok.eos_token
     return tok
-
 
 def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model=None):
     """The policy: loaded from ``model.name_or_path``, or ``model`` as given (an instantiated
@@ -93,7 +90,6 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
         model.to(device)
     return _prepare(model, cfg)
 
-
 def _prepare(model, cfg: ModelConfig):
     from .lora import add_adapters
 
@@ -102,10 +98,9 @@ def _prepare(model, cfg: ModelConfig):
     if cfg.freeze_vision:  # the image encoder stays as pretrained (VLM-R1); the language model learns
         for p in vision_parameters(model):
             p.requires_grad_(False)
-    if cfg.lora_rank > 0:
+    if cfg.lora_rank > 0 and not hasattr(model, "peft_config"):  # a PeftModel given as the model keeps its adapters
         model = add_adapters(model, cfg)
     return model
-
 
 def enable_checkpointing(model) -> None:
     """Recompute each decoder layer's activations in the backward pass (also on a PEFT model)."""
@@ -116,15 +111,12 @@ def enable_checkpointing(model) -> None:
     if hasattr(model, "peft_config"):  # frozen embeddings: the checkpointed layers' inputs need a gradient
         model.enable_input_require_grads()
 
-
 VISION_TOWERS = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
 """Submodule names of the image side of transformers' image-text-to-text models."""
-
 
 def vision_parameters(model) -> list:
     """Parameters of the model's vision tower (and projector), empty for a text-only model."""
     return [p for name, p in model.named_parameters() if any(part in VISION_TOWERS for part in name.split("."))]
-
 
 def eos_ids(tokenizer, model) -> set[int]:
     ids = set()
@@ -137,7 +129,6 @@ def eos_ids(tokenizer, model) -> set[int]:
         raise ConfigError("the model and tokenizer define no EOS token; completions could never end before max_new_tokens")
     return ids
 
-
 def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
     """True when some attention layer sees only a window of the past (Qwen2's ``use_sliding_window``,
     Mistral's ``sliding_window``, transformers' ``has_sliding_layers``): the lean paths that assume
@@ -145,6 +136,18 @@ def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
     if getattr(config, "use_sliding_window", False) or getattr(backbone, "has_sliding_layers", False):
         return True
     return getattr(config, "model_type", None) == "mistral" and bool(getattr(config, "sliding_window", None))
+
+@torch.no_grad()
+def refresh_reference(ref: torch.nn.Module, policy: torch.nn.Module, alpha: float = 1.0) -> None:
+    """``ref <- alpha * policy + (1 - alpha) * ref`` for every floating-point weight (TR-DPO's soft
+    update, TRL's ref_model_mixup_alpha); ``alpha = 1`` is a plain copy of the policy."""
+    if alpha == 1.0:
+        ref.load_state_dict(policy.state_dict())
+        return
+    mine = policy.state_dict()
+    for name, value in ref.state_dict().items():
+        if value.is_floating_point():
+            value.mul_(1.0 - alpha).add_(mine[name].to(value.dtype), alpha=alpha)  # TR-DPO: soft reference update
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -154,7 +157,6 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
-
 
 def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch.dtype) -> torch.dtype | None:
     """The autocast dtype for forward passes, or None for none.
@@ -169,7 +171,6 @@ def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch
         return torch.bfloat16 if device.type == "cuda" and weight_dtype == torch.float32 else None
     return DTYPES[cfg.autocast]
 
-
 def autocast_context(device: torch.device, dtype: torch.dtype | None):
     """``torch.autocast`` for ``dtype`` on ``device``, or a no-op context when ``dtype`` is None."""
     import contextlib
@@ -177,7 +178,6 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
-
 
 def quiet_transformers() -> None:
     """Our console shows progress; transformers' per-load progress bars would only add noise."""

@@ -20,19 +20,19 @@ from grpokit.config.sections import Config, ConfigError
 from .distributed import DistContext
 from .models import autocast_context, resolve_autocast
 from grpokit.rollout.lockstep import lockstep
-from grpokit.algo.tis import pad_sampling_logprobs, tis_weights
 
 
-def apply_memory_plan(tr: Trainer):
+def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist: DistContext, max_prompt_len: int):
     """Choose activation checkpointing and reference offload (memory.py) and apply them; one line
     says what and why when something was chosen. ``train.memory_plan="manual"``: nothing changes.
-    Returns ``(plan, tokens per micro-batch of the update)`` (0: no cap; FSDP ranks take none)."""
+    ``max_prompt_len``: the longest prompt's token count. Returns ``(plan, tokens per micro-batch of
+    the update)`` (0: no cap; FSDP ranks take none)."""
     from .memory import MemoryPlan, plan_memory
     from .models import enable_checkpointing
     from .update import activation_memory_mb, per_token_bytes, token_budget
 
-    cfg, model, t = tr.cfg, tr.model, tr.cfg.train
-    budget = lambda plan: 0 if t.fsdp else token_budget(model.config, activation_memory_mb(t.activation_memory_mb, tr.device),
+    t = cfg.train
+    budget = lambda plan: 0 if t.fsdp else token_budget(model.config, activation_memory_mb(t.activation_memory_mb, device),
                                                         next(model.parameters()).element_size(), t.micro_batch_tokens,
                                                         plan.checkpointing)
     if t.memory_plan == "manual" or t.fsdp:
@@ -40,21 +40,21 @@ def apply_memory_plan(tr: Trainer):
         return plan, budget(plan)
     params = list(model.parameters())
     value = params[0].element_size()
-    rows = t.micro_batch_size or t.prompts_per_step // tr.dist.world_size * cfg.rollout.group_size
-    max_len = max((len(p.ids) for p in tr.prompts), default=0) + cfg.rollout.max_new_tokens
-    device_bytes = torch.cuda.get_device_properties(tr.device).total_memory if tr.device.type == "cuda" else 0
+    rows = t.micro_batch_size or t.prompts_per_step // dist.world_size * cfg.rollout.group_size
+    max_len = max_prompt_len + cfg.rollout.max_new_tokens
+    device_bytes = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
     plan = plan_memory(per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),
                        checkpointed_token_bytes=per_token_bytes(model.config, value, checkpointed=True),
-                       budget_mb=activation_memory_mb(t.activation_memory_mb, tr.device), rows=rows, max_len=max_len,
+                       budget_mb=activation_memory_mb(t.activation_memory_mb, device), rows=rows, max_len=max_len,
                        param_bytes=sum(p.numel() * p.element_size() for p in params),
                        trainable_bytes=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
-                       reference_copy=tr.ref_model is not None, device_bytes=device_bytes)
+                       reference_copy=ref_model is not None, device_bytes=device_bytes)
     if plan.checkpointing:
         enable_checkpointing(model)
     if plan.offload_reference:
-        tr.ref_model.to("cpu")
-        tr.ref_model.grpokit_offloaded = True  # scaling.reference_logprobs moves it in for its pass
-    if plan.reasons and tr.dist.is_main:
+        ref_model.to("cpu")
+        ref_model.grpokit_offloaded = True  # scaling.reference_logprobs moves it in for its pass
+    if plan.reasons and dist.is_main:
         print(plan.line(), flush=True)
     plan.checkpointing = plan.checkpointing or cfg.model.gradient_checkpointing
     return plan, budget(plan)
@@ -110,14 +110,6 @@ def reference_logprobs(model, ref_model, batch, logprobs: Callable) -> torch.Ten
     return lora.reference_logprobs(model, lambda: logprobs(model, batch)[0])
 
 
-def tis_advantages(advantages: torch.Tensor, old_logp, rollout, batch, cap: float):
-    """Per-token advantages ``w_NT * A`` with TIS weights (see tis.py for why this is the TIS loss)."""
-    sampler = pad_sampling_logprobs(rollout.sampling_logprobs, batch.width).to(old_logp.device)
-    w_NT, metrics = tis_weights(old_logp, sampler, batch.completion_mask, cap)
-    adv_NT = advantages[:, None] if advantages.dim() == 1 else advantages
-    return adv_NT * w_NT, metrics
-
-
 def next_prompts(engine, sampler, dist: DistContext, n: int, group_size: int):
     """``(prompts, rollout or None)``: an async prefetch, or this rank's slice of the next prompts."""
     if engine is not None and getattr(engine, "prefetches", False):
@@ -135,7 +127,7 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
     if r.backend == "vllm_server":
         from grpokit.rollout.vllm_client import make_server_engine
 
-        engine = make_server_engine(r, params, run_dir, dist)
+        engine = make_server_engine(r, params, run_dir, dist, lora=bool(cfg.model.lora_rank))
         engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
         return engine
     if r.backend == "vllm":

@@ -216,14 +216,18 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
                    entropy=ent_sum / max(ent_tok, 1.0))
     if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
         metrics.update(mismatch_metrics(mismatch))
-    if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
-        metrics["skipped_nonfinite"] = 1.0
-        with warnings.catch_warnings():  # the schedule still advances, so a resumed run stays aligned
-            warnings.simplefilter("ignore", UserWarning)
-            scheduler.step()
-    else:
-        optimizer.step()
-        metrics["skipped_nonfinite"] = 0.0
-        scheduler.step()
+    metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def _step(optimizer, scheduler, finite: bool) -> float:
+    """Apply the step when loss and gradient norm are finite; returns 1.0 when it was skipped."""
+    if finite:
+        optimizer.step()
+        scheduler.step()
+        return 0.0
+    optimizer.zero_grad(set_to_none=True)  # a non-finite step is skipped, never applied
+    with warnings.catch_warnings():  # the schedule still advances, so a resumed run stays aligned
+        warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
+    return 1.0

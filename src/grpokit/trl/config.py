@@ -211,6 +211,38 @@ class GRPOConfig:
     """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
+    num_completions_to_print: int | None = None
+    """Completions per sample dump with log_completions (rounded up to whole groups; None: grpokit's 2 prompts)."""
+    log_unique_prompts: bool = False
+    """Accepted: grpokit's samples already hold each prompt once, with its group of completions."""
+    delta: float | None = None
+    """Two-sided clipping: the ratio of a negative-advantage token is capped at delta (must exceed 1 + epsilon_high; None: off)."""
+    vespo_k_pos: float = 2.0
+    """loss_type='vespo': shape k of the gamma weight where the advantage is >= 0."""
+    vespo_lambda_pos: float = 3.0
+    """loss_type='vespo': rate lambda of the gamma weight where the advantage is >= 0."""
+    vespo_k_neg: float = 3.0
+    """loss_type='vespo': shape k of the gamma weight where the advantage is < 0."""
+    vespo_lambda_neg: float = 2.0
+    """loss_type='vespo': rate lambda of the gamma weight where the advantage is < 0."""
+    multi_objective_aggregation: str = "sum_then_normalize"
+    """"sum_then_normalize" (weighted sum, then the group baseline) or "normalize_then_sum" (GDPO: each reward normalised in its group, summed, then whitened over the batch)."""
+    use_liger_kernel: bool = False
+    """Accepted; no effect on the math: grpokit's log-probs are already computed in chunks without the full logits tensor."""
+    torch_compile: bool = False
+    """Accepted; no effect: grpokit does not compile the model (the math is the same, only speed differs)."""
+    pad_to_multiple_of: Any = "auto"
+    """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
+    optim_args: str | None = None
+    """Accepted; no effect, as in transformers, whose adamw_torch and adamw_torch_fused ignore optim_args."""
+    lr_scheduler_kwargs: dict | None = None
+    """Scheduler options: only {} or, with cosine, num_cycles=0.5 (grpokit's cosine is the half cycle to 0)."""
+    accelerator_config: Any = None
+    """Accepted; no effect: it configures accelerate's DataLoader dispatch, and grpokit has neither."""
+    fsdp: Any = None
+    """"full_shard" (with or without "auto_wrap"), or True: FSDP2 sharding (train.fsdp, needs torchrun); other FSDP options are refused."""
+    fsdp_config: dict | None = None
+    """Only None, {} or {"fsdp_version": 2} (grpokit's FSDP is FSDP2)."""
 
     def __init__(self, output_dir: str | None = None, **kwargs: Any):
         for f in dataclasses.fields(self):
@@ -251,35 +283,34 @@ def _same(value: Any, default: Any) -> bool:
 
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
-    "lr_scheduler_kwargs": None, "optim_args": None, "optim_target_modules": None, "average_tokens_across_devices": True,
-    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False, 
-    "activation_checkpointing": None, "activation_checkpointing_kwargs": None, 
-    "torch_compile": False, "torch_compile_backend": None, "torch_compile_mode": None, "use_liger_kernel": False,
+    "optim_target_modules": None, "average_tokens_across_devices": True,
+    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
+    "activation_checkpointing": None, "activation_checkpointing_kwargs": None,
+    "torch_compile_backend": None, "torch_compile_mode": None,
     "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
     "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no", "log_level": "passive",
     "log_level_replica": "warning", "project": "huggingface", "trackio_space_id": None,
-    "trackio_bucket_id": None, "trackio_static_space_id": None, "eval_delay": 0, 
+    "trackio_bucket_id": None, "trackio_static_space_id": None, "eval_delay": 0,
     "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
     "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False, "save_only_model": False,
     "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
     "load_best_model_at_end": False, "metric_for_best_model": None, "greater_is_better": None, "ignore_data_skip": False,
-    "restore_callback_states_from_checkpoint": False, "data_seed": None, "accelerator_config": None,
-    "parallelism_config": None, "dataloader_drop_last": False, 
+    "restore_callback_states_from_checkpoint": False, "data_seed": None,
+    "parallelism_config": None, "dataloader_drop_last": False,
     "dataloader_multiprocessing_context": None,
     "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
-    "ddp_backend": None, "ddp_timeout": 1800, "fsdp": None, "fsdp_config": None, "deepspeed": None, "debug": "",
-    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False, 
-    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False, 
-    "ds3_gather_for_generation": True, "pad_to_multiple_of": "auto", 
+    "ddp_backend": None, "ddp_timeout": 1800, "deepspeed": None, "debug": "",
+    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False,
+    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False,
+    "ds3_gather_for_generation": True,
     "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
-    "vllm_tensor_parallel_size": 1, "delta": None,
-    "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,
-    "multi_objective_aggregation": "sum_then_normalize", "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
+    "vllm_tensor_parallel_size": 1,
+    "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
     "entropy_coef_max": 1.0, "entropy_coef_delta": 0.005, "entropy_target": 0.2, "log_multimodal": True,
-    "num_completions_to_print": None, "log_unique_prompts": False, "log_completions_hub_repo": None,
+    "log_completions_hub_repo": None,
     "use_transformers_continuous_batching": False, "transformers_continuous_batching_config": None,
     "use_transformers_paged": False, "vllm_importance_sampling_cap": None,
 }

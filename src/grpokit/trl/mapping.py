@@ -26,6 +26,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
+from .loss_args import clip_fields, loss_fields, objectives_fields
 
 
 def _refuse(name: str, value: Any, valid: str) -> ConfigError:
@@ -40,23 +41,6 @@ class Rule:
     fields: tuple[str, ...]
     how: str
     apply: Callable[[GRPOConfig, dict], dict[str, Any]]
-
-
-def _loss(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    agg = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm",
-           "cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # TRL normalises cispo as dapo, sapo as grpo
-    if a.loss_type not in agg:
-        raise _refuse("loss_type", a.loss_type, "grpo, dapo, bnpo, dr_grpo, cispo, sapo (luspo and vespo are not in grpokit)")
-    out = {"algo.aggregation": agg[a.loss_type], "algo.norm_constant": 0.0}  # dr_grpo: 0 = max_completion_length
-    if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
-        cap = a.epsilon if a.epsilon_high is None else a.epsilon_high
-        if cap <= 1.0:
-            raise ConfigError(f"GRPOConfig loss_type='cispo' caps the importance weight at epsilon_high (here {cap!r}, "
-                              "epsilon when unset); grpokit's CISPO needs a cap above 1: set epsilon_high, e.g. 5.0")
-        out |= {"algo.objective": "cispo", "algo.clip_high": cap - 1.0}
-    elif a.loss_type == "sapo":
-        out |= {"algo.objective": "sapo", "algo.sapo_tau_pos": a.sapo_temperature_pos, "algo.sapo_tau_neg": a.sapo_temperature_neg}
-    return out
 
 
 def _scale(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -110,6 +94,9 @@ def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         raise _refuse("lr_scheduler_type", a.lr_scheduler_type, ", ".join(kinds))
     if a.optim not in ("adamw_torch", "adamw_torch_fused"):
         raise _refuse("optim", a.optim, "adamw_torch, adamw_torch_fused")
+    kw = dict(a.lr_scheduler_kwargs or {})
+    if kw and not (a.lr_scheduler_type == "cosine" and kw == {"num_cycles": 0.5}):
+        raise _refuse("lr_scheduler_kwargs", a.lr_scheduler_kwargs, "None, {} or, with cosine, {'num_cycles': 0.5}")
     total = ctx["steps"] * a.num_iterations * updates_per_round(a, ctx["world_size"])
     warm = a.warmup_steps if a.warmup_steps >= 1 or a.warmup_steps == 0 else math.ceil(a.warmup_steps * total)
     return {"optim.schedule": kinds[a.lr_scheduler_type], "optim.warmup_steps": int(warm)}
@@ -174,9 +161,8 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if not a.sync_ref_model:
         return {"algo.ref_refresh_every": 0}
-    if a.ref_model_mixup_alpha != 1.0:
-        raise _refuse("ref_model_mixup_alpha", a.ref_model_mixup_alpha, "1.0 (grpokit refreshes the reference by copying the policy)")
-    return {"algo.ref_refresh_every": a.ref_model_sync_steps}
+    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
+    return {"algo.ref_refresh_every": max(1, a.ref_model_sync_steps // mu), "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
 
 
 def _every(value: float, steps: int) -> int:
@@ -225,6 +211,22 @@ def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     return {"model.gradient_checkpointing": a.gradient_checkpointing, "model.trust_remote_code": a.trust_remote_code}
 
 
+def _fsdp(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    opts = a.fsdp.split() if isinstance(a.fsdp, str) else ([] if a.fsdp in (None, False) else
+                                                            ["full_shard"] if a.fsdp is True else list(a.fsdp))
+    if opts and (opts[0] != "full_shard" or set(opts[1:]) - {"auto_wrap"}):
+        raise _refuse("fsdp", a.fsdp, "None, True, 'full_shard' or 'full_shard auto_wrap' (grpokit's FSDP2 shards fully)")
+    cfg = {k: v for k, v in (a.fsdp_config or {}).items() if (k, v) not in (("fsdp_version", 2), ("version", 2))}
+    if cfg:
+        raise _refuse("fsdp_config", a.fsdp_config, "None, {} or {'fsdp_version': 2}")
+    return {"train.fsdp": bool(opts)}
+
+
+def _samples(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    n = a.num_completions_to_print
+    return {} if n is None else {"record.samples_prompts": math.ceil(n / a.num_generations)}
+
+
 def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
     """A plain copy: grpokit field <- TRL argument."""
     return lambda a, ctx: {f: getattr(a, n) for f, n in pairs.items()}
@@ -248,8 +250,9 @@ MAPPING: list[Rule] = [
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
          "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",
                          "optim.adam_beta2": "adam_beta2", "optim.adam_eps": "adam_epsilon", "optim.max_grad_norm": "max_grad_norm"})),
-    Rule(("lr_scheduler_type", "warmup_steps", "optim"), ("optim.schedule", "optim.warmup_steps"),
-         "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates", _schedule),
+    Rule(("lr_scheduler_type", "warmup_steps", "optim", "lr_scheduler_kwargs"), ("optim.schedule", "optim.warmup_steps"),
+         "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates; "
+         "lr_scheduler_kwargs only {} or cosine's num_cycles 0.5 (grpokit's cosine is that half cycle)", _schedule),
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
     Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code"),
          ("model.gradient_checkpointing", "model.trust_remote_code"),
@@ -277,22 +280,30 @@ MAPPING: list[Rule] = [
     Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
          lambda a, ctx: {"algo.beta": a.beta, "algo.kl_bias_correction": a.use_bias_correction_kl, "algo.kl_estimator": "k3"}),
     Rule(("num_iterations",), ("algo.num_iterations",), "copied", _v(**{"algo.num_iterations": "num_iterations"})),
-    Rule(("epsilon", "epsilon_high"), ("algo.clip_low", "algo.clip_high"), "epsilon_high None: epsilon",
-         lambda a, ctx: {"algo.clip_low": a.epsilon, "algo.clip_high": a.epsilon if a.epsilon_high is None else a.epsilon_high}),
+    Rule(("epsilon", "epsilon_high", "delta"), ("algo.clip_low", "algo.clip_high", "algo.dual_clip"),
+         "epsilon_high None: epsilon; delta (two-sided clipping, capping the ratio where A < 0) is dual_clip, "
+         "only above 1 + epsilon_high (below it TRL's cap also clips A > 0)", clip_fields),
     Rule(("importance_sampling_level",), ("algo.ratio_level",), "token or sequence (GSPO)",
          lambda a, ctx: {"algo.ratio_level": a.importance_sampling_level}),
     Rule(("scale_rewards",), ("algo.scale",), "group, batch, none (True: group, False: none); baseline group mean, unbiased std, eps 1e-4",
          lambda a, ctx: {**_scale(a, ctx), "algo.baseline": "group_mean", "algo.std": "unbiased", "algo.adv_eps": 1e-4}),
-    Rule(("loss_type", "sapo_temperature_pos", "sapo_temperature_neg"),
-         ("algo.aggregation", "algo.objective", "algo.sapo_tau_pos", "algo.sapo_tau_neg"),
-         "grpo and sapo: seq-mean-token-mean, dapo, bnpo and cispo: token-mean, dr_grpo: seq-mean-token-sum-norm; "
+    Rule(("loss_type", "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+          "vespo_lambda_neg"),
+         ("algo.aggregation", "algo.objective", "algo.sapo_tau_pos", "algo.sapo_tau_neg", "algo.ratio_level",
+          "algo.vespo_pos", "algo.vespo_neg"),
+         "grpo and sapo: seq-mean-token-mean, dapo, bnpo, cispo and vespo: token-mean, dr_grpo: seq-mean-token-sum-norm, "
+         "luspo: seq-mean-token-sum (the clipped surrogate summed over each completion); "
          "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
-         "sapo: objective sapo with the two temperatures", _loss),
+         "sapo: objective sapo with the two temperatures; vespo: objective vespo at ratio_level trajectory "
+         "(not with beta > 0 and use_bias_correction_kl, nor with vLLM importance sampling)", loss_fields),
+    Rule(("multi_objective_aggregation",), ("reward.normalize_components", "algo.scale"),
+         "normalize_then_sum: normalize_components and scale batch_whiten (scale_rewards is then unused, as in TRL)",
+         objectives_fields),
     Rule(("reward_weights",), ("reward.weights",), "one weight per reward function, callables included",
          lambda a, ctx: {"reward.weights": list(a.reward_weights or [])}),
     Rule(("mask_truncated_completions",), ("algo.mask_truncated",), "copied", _v(**{"algo.mask_truncated": "mask_truncated_completions"})),
-    Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every",),
-         "only ref_model_mixup_alpha=1.0 (a copy every ref_model_sync_steps)", _ref_sync),
+    Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every", "algo.ref_mixup_alpha"),
+         "every ref_model_sync_steps TRL steps (in grpokit steps: divided by the updates per round, at least 1), ref <- alpha * policy + (1 - alpha) * ref (alpha 1: a copy)", _ref_sync),
     Rule(("top_entropy_quantile",), ("algo.entropy_top_fraction",), "copied", _v(**{"algo.entropy_top_fraction": "top_entropy_quantile"})),
     Rule(("entropy_coef",), ("algo.entropy_coef", "algo.entropy_aggregation"), "entropy_aggregation token-mean, as TRL",
          lambda a, ctx: {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean"}),
@@ -303,6 +314,10 @@ MAPPING: list[Rule] = [
     Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy"),
          ("record.sinks", "record.console_every", "record.samples_every", "record.run_name"),
          "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps", _logging),
+    Rule(("num_completions_to_print",), ("record.samples_prompts",),
+         "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)", _samples),
+    Rule(("fsdp", "fsdp_config"), ("train.fsdp",),
+         "full_shard (auto_wrap or not) or True: FSDP2 (grpokit wraps each decoder layer); fsdp_config only fsdp_version 2", _fsdp),
     Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
          "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps); grpokit's own greedy evaluation is off", _eval),
 ]
@@ -320,6 +335,13 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "dataloader_num_workers": "no effect: grpokit holds the prompts in memory, there is no DataLoader",
     "dataloader_pin_memory": "no effect (no DataLoader)", "dataloader_persistent_workers": "no effect (no DataLoader)",
     "dataloader_prefetch_factor": "no effect (no DataLoader)",
+    "accelerator_config": "no effect: it configures accelerate's DataLoader dispatch; grpokit uses neither",
+    "use_liger_kernel": "no effect on the math: grpokit computes completion log-probs in chunks, never the full "
+                        "logits tensor, which is what Liger's fused loss saves (equal losses, tests/test_bench_loss_equality.py)",
+    "torch_compile": "no effect: grpokit does not compile the model (equal math, speed only)",
+    "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
+    "optim_args": "no effect, as in transformers (adamw_torch and adamw_torch_fused ignore optim_args)",
+    "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)

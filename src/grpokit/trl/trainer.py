@@ -44,8 +44,9 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import HubPushError, apply_lora, no_dropout, push_folder, reward_funcs_of, rows_of
+from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
+from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, warn_like_trl
 
 log = logging.getLogger("grpokit.trl")
 
@@ -72,21 +73,24 @@ class GRPOTrainer:
         self.args = args if args is not None else GRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
+        warn_like_trl(self.args)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
         if isinstance(environment_factory, dict):
             raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
-        if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
-            raise ConfigError("model is a PeftModel; pass the base model and the adapters' settings as peft_config")
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
+        if isinstance(model, str):
+            refuse_custom_code(model, cfg.model.trust_remote_code)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
-        if peft_config is not None:
+        if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
+            adopt_peft_model(cfg, model, peft_config)
+        elif peft_config is not None:
             apply_lora(cfg, peft_config)
         if cfg.reward.weights and len(cfg.reward.weights) != len(funcs):
             raise ConfigError(f"reward_weights has {len(cfg.reward.weights)} entries but there are {len(funcs)} reward functions; "
@@ -106,6 +110,13 @@ class GRPOTrainer:
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
         self.accelerator = Accelerator()
+        a = self.args  # TRL keeps one generation batch of completions
+        self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
+        """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
+        self.aux_loss_enabled = False
+        """TRL adds a Mixture-of-Experts router loss when this is True; grpokit never adds one."""
+        self.reward_func_names = reward_names(funcs)
+        self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
         """grpokit's run summary (steps ...), set by ``train()``."""
 
@@ -131,6 +142,7 @@ class GRPOTrainer:
             sb = sample(prompts, group_size)
             if sb is not None and getattr(trainer, "_trl_training", True):
                 self.bridge.add_sampled(sb.rollout, sb.rollout.model_lengths())
+                add_to_logs(self._logs, sb)
             return sb
 
         trainer._sample = sample_and_count
@@ -158,6 +170,13 @@ class GRPOTrainer:
             self._kwargs["model"] = value
         else:
             self._trainer.model = value
+
+    @property
+    def reward_weights(self):
+        """TRL's tensor of one weight per reward function (1.0 each when reward_weights is None)."""
+        import torch
+
+        return torch.tensor(self.cfg.reward.weights or [1.0] * len(self.reward_funcs), dtype=torch.float32)
 
     @property
     def hub_model_id(self) -> str:
@@ -219,7 +238,7 @@ class GRPOTrainer:
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
         trainer, a = self._get(), self.args
-        rows = rows_of(data, "eval_dataset", a.remove_unused_columns)
+        rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.schemas or None)
         trainer._trl_training = False
         try:
@@ -270,15 +289,13 @@ class GRPOTrainer:
 
     def get_high_entropy_mask(self, entropies, mask, threshold: float):
         """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""
-        from grpokit.algo.loss import entropy_token_mask
-
-        return entropy_token_mask(entropies, mask, 1.0 - threshold).bool() if threshold > 0 else mask.bool()
+        return high_entropy_mask(entropies, mask, threshold)
 
     @staticmethod
     def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float):
         """TRL's: (N, 1) float, 0 for sequences with negative advantage whose mean log-ratio to the sampler
         exceeds the threshold (DeepSeek-V3.2), else 1."""
-        from grpokit.algo.loss import offpolicy_sequences
+        from grpokit.algo.masks import offpolicy_sequences
 
         adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(per_token_logps)
         masked = offpolicy_sequences(per_token_logps, sampling_per_token_logps, adv, mask, off_policy_threshold)
@@ -321,37 +338,6 @@ class GRPOTrainer:
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
         return push_folder(self.save_model(), self.hub_model_id, commit_message, token or self.args.hub_token,
                            self.args.hub_private_repo, revision)
-
-
-class Accelerator:
-    """The part of accelerate's ``Accelerator`` TRL scripts use: where this process stands in the job
-    (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), a print on
-    the main process only, a barrier, and the end of the process group."""
-
-    process_index = property(lambda self: distributed.position()[0])
-    num_processes = property(lambda self: distributed.position()[1])
-    local_process_index = property(lambda self: distributed.position()[2])
-    is_main_process = property(lambda self: self.process_index == 0)
-    is_local_main_process = property(lambda self: self.local_process_index == 0)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        if self.is_local_main_process:
-            print(*args, **kwargs)
-
-    def wait_for_everyone(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
-
-    def end_training(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-
-    def unwrap_model(self, model: Any, **kwargs: Any) -> Any:
-        return model
 
 
 class _HubPush:

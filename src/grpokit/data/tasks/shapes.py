@@ -161,8 +161,7 @@ def load_shapes_model(path=None):
     """``(model, processor)`` of the shipped tiny Qwen2-VL (or the one at ``path``)."""
     from transformers import AutoModelForImageTextToText
 
-    from grpokit.data.vision import load_processor
+    from grpokit.data.vision import load_processor  # image-only: the folder has no video processor
 
     path = str(path or shapes_model_path())
-    # load_processor, not AutoProcessor: without torchvision the latter fails on the video part
     return AutoModelForImageTextToText.from_pretrained(path), load_processor(path)

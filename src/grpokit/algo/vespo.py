@@ -1,0 +1,53 @@
+"""VESPO: a REINFORCE term weighted by a gamma-shaped function of the sequence's importance weight.
+
+With ``w = pi_theta(o|q) / pi_old(o|q)`` (the trajectory ratio, the product of the token ratios) the
+per-token objective is ``sg(phi(w)) * A * log pi_theta`` where
+
+    phi(w) = exp(lambda) * w^k * exp(-lambda * w) = exp(lambda + k log w - lambda w)
+
+is normalised so that ``phi(1) = 1`` (on-policy it is REINFORCE) and fades to 0 both for ``w -> 0``
+and for large ``w``, instead of PPO's hard clip. ``(k, lambda)`` are ``vespo_pos`` where ``A >= 0`` and
+``vespo_neg`` where ``A < 0``. The facts (the formula, ``log w`` bounded to ``[log 1e-8, 20]``,
+lambda at least 1e-4, a non-finite weight taken as 0, token-mean aggregation) follow TRL 1.16's
+``loss_type="vespo"``; tests/test_bench_loss_equality.py checks the value and gradient against it.
+One difference at extremes: TRL also bounds each token's log-ratio to [-20, 20] before summing;
+here the sum is bounded, which differs only when a single token's ratio is beyond e^20.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .registry import register_objective
+from .settings import ClipSettings
+
+LOG_W_MIN, LOG_W_MAX = math.log(1e-8), 20.0  # bounds of log w (TRL's)
+
+
+@torch.no_grad()
+def gamma_weight(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, pos: tuple[float, float],
+                 neg: tuple[float, float]) -> torch.Tensor:
+    """``phi(w)`` per token ``(N, T)`` from the trajectory ratio ``w`` (constant along each sequence)."""
+    log_w = torch.log(ratio_NT).clamp(LOG_W_MIN, LOG_W_MAX)  # log(inf) -> 20, log(0) -> log 1e-8
+    nonneg = adv_NT >= 0
+    k = torch.where(nonneg, torch.full_like(log_w, pos[0]), torch.full_like(log_w, neg[0]))
+    lam = torch.where(nonneg, torch.full_like(log_w, pos[1]), torch.full_like(log_w, neg[1])).clamp(min=1e-4)
+    phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))  # VESPO: phi(w) = e^lam w^k e^(-lam w)
+    return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@register_objective("vespo")
+def vespo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+    """VESPO: ``sg(phi(w)) A log pi_theta`` (see the module docstring); needs ``ratio_level="trajectory"``."""
+    if c.ratio_level != "trajectory":
+        raise ValueError(f"objective vespo weighs each sequence by its trajectory ratio; got ratio_level={c.ratio_level!r}")
+    return gamma_weight(ratio_NT, adv_NT, c.vespo_pos, c.vespo_neg) * adv_NT * logp_NT
+
+
+@torch.no_grad()
+def vespo_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, c: ClipSettings) -> dict[str, float]:
+    """``vespo/phi_seq_mean``: the weight's mean over the completions (TRL's name)."""
+    phi_N = gamma_weight(ratio_NT[:, :1], adv_NT[:, :1], c.vespo_pos, c.vespo_neg)
+    return {"vespo/phi_seq_mean": phi_N.mean().item()}

@@ -1,0 +1,95 @@
+"""Attributes and helpers of TRL's GRPOTrainer that scripts and TRL's own tests read.
+
+Kept apart from trainer.py: each is small and answers what a TRL user inspects, from grpokit's
+state: ``_logs`` (the recent completions with their rewards, TRL's rolling log), the entropy and
+off-policy masks as TRL's methods compute them, and the reward functions' names and weights.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from typing import Any
+
+import torch
+
+from grpokit.train import distributed
+
+
+def new_logs(maxlen: int | None = None) -> dict[str, Any]:
+    """TRL's ``_logs``: rolling columns of the latest sampled completions (``prompt``, ``completion``,
+    ``rewards`` per function, ``advantages``, ``extra`` per ``log_extra`` column, ``images``)."""
+    return {"prompt": deque(maxlen=maxlen), "completion": deque(maxlen=maxlen), "images": deque(maxlen=maxlen),
+            "rewards": defaultdict(lambda: deque(maxlen=maxlen)), "advantages": deque(maxlen=maxlen),
+            "extra": defaultdict(lambda: deque(maxlen=maxlen))}
+
+
+def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
+    """Append one scored batch (rollout/collect.py's ``ScoredBatch``): one entry per completion."""
+    G = batch.group_size
+    n = len(batch.texts)
+    logs["prompt"].extend(batch.prompts[i // G].text for i in range(n))
+    logs["completion"].extend(batch.texts)
+    for j, name in enumerate(batch.names):
+        logs["rewards"][name].extend(batch.rewards_NF[:, j].tolist())
+    total = batch.total_N.view(-1, G)  # TRL's logged advantage: the reward minus its group's mean
+    logs["advantages"].extend((total - total.mean(dim=1, keepdim=True)).flatten().tolist())
+    for column, values in batch.extra.items():
+        logs["extra"][column].extend(values)
+
+
+def high_entropy_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, quantile: float) -> torch.Tensor:
+    """TRL's ``get_high_entropy_mask``: boolean, True on a real token whose entropy is at or above the
+    ``quantile`` quantile of the real tokens' entropies (quantile 1.0 keeps the maximum only, 0.0
+    every real token); all False when no token is real."""
+    real = mask_NT.bool()
+    if not real.any():
+        return torch.zeros_like(real)
+    threshold = torch.quantile(entropy_NT[real].float(), quantile)
+    return (entropy_NT >= threshold) & real
+
+
+def reward_names(funcs: list) -> list[str]:
+    """TRL's ``reward_func_names``: a function's ``__name__``, a reward model's folder or id's last part."""
+    return [getattr(f, "__name__", type(f).__name__) for f in funcs]
+
+
+class Accelerator:
+    """The part of accelerate's ``Accelerator`` TRL scripts use: where this process stands in the job
+    (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), a print on
+    the main process only, a barrier, and the end of the process group."""
+
+    process_index = property(lambda self: distributed.position()[0])
+    num_processes = property(lambda self: distributed.position()[1])
+    local_process_index = property(lambda self: distributed.position()[2])
+    is_main_process = property(lambda self: self.process_index == 0)
+    is_local_main_process = property(lambda self: self.local_process_index == 0)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+    def end_training(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+    def unwrap_model(self, model: Any, **kwargs: Any) -> Any:
+        return model
+
+
+def warn_like_trl(args: Any) -> None:
+    """The warnings TRL's GRPOTrainer gives at construction about a setting that works but is likely a mistake."""
+    import logging
+
+    if args.importance_sampling_level == "sequence" and args.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        logging.getLogger("grpokit.trl").warning(
+            "importance_sampling_level='sequence' with loss_type=%r: this loss adds up per-token terms, which weights "
+            "each sequence by its completion length rather than following GSPO's per-sequence objective; "
+            "loss_type='grpo' is GSPO's setting", args.loss_type)
