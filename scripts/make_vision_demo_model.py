@@ -6,7 +6,7 @@ patches (a 64x64 image is 16 tokens after the 2x2 merge) and a 2-layer, 64-wide 
 a character vocabulary. It is pre-warmed with a short supervised pass on the ``shapes`` task so it
 starts weak but not at zero (the GRPO demo then has rewards to compare). No hub access.
 
-    python scripts/make_vision_demo_model.py [--out DIR] [--steps 300] [--seed 0]
+    python scripts/make_vision_demo_model.py [--out DIR] [--steps 2000] [--target 0.3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def sft_loss(model, proc, rows):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(shapes.shapes_model_path()))
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=2000, help="at most this many steps (the seed-0 run stops at 600 on --target)")
     ap.add_argument("--target", type=float, default=0.3, help="stop pre-warming once held-out reward reaches this")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
