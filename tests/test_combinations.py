@@ -86,7 +86,8 @@ REGISTERED_ROWS = {
     "advantage": {"group": ("advantage", "group"), "gtpo": ("advantage", "gtpo"), "grpo_s": ("advantage", "grpo_s"),
                   "gigpo": ("advantage", "gigpo"), "gagpo": ("advantage", "gagpo"),
                   "process": None},  # process supervision needs a process reward function: tests/test_variants_family.py
-    "objective": {name: ("objective", name) for name in ("clip", "cispo", "sapo")},
+    "objective": {**{name: ("objective", name) for name in ("clip", "cispo", "sapo")},
+                  "vespo": None},  # VESPO (trajectory ratio only): tests/test_bench_loss_equality.py against TRL's code
     "token mask": {"overlong": ("mask", "overlong"), "entropy_top": ("mask", "entropy_top")},
     "reward stage": {"kl_in_reward": ("kl", "reward"),
                      "normalize_components": None},  # MO-GRPO needs several reward functions: tests/test_pipeline.py
@@ -264,7 +265,8 @@ CONFIG_NAMES = {  # every name a config field accepts for these options -> it mu
     "algo.std": STD_KINDS, "algo.kl_estimator": KL_ESTIMATORS, "algo.credit": ("outcome", "gigpo", "gagpo"), "algo.entropy_shaping": SHAPINGS,
     "rollout.mismatch_mask": ("none", "token", "sequence"),
 }
-OWNED_ELSEWHERE = {("algo.aggregation", "lambda-grpo"): "tests/test_variants_lambda.py (the learnable lambda)"}
+OWNED_ELSEWHERE = {("algo.aggregation", "lambda-grpo"): "tests/test_variants_lambda.py (the learnable lambda)",
+                   ("algo.objective", "vespo"): "tests/test_bench_loss_equality.py (equal to TRL's loss_type='vespo')"}
 
 
 @pytest.mark.parametrize("field", sorted(CONFIG_NAMES))

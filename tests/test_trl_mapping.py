@@ -270,3 +270,25 @@ def test_accepted_no_op_and_small_arguments():
         assert words in str(e.value)
     with pytest.raises(ConfigError, match="pad_to_multiple_of"):
         GRPOConfig(pad_to_multiple_of=0)
+
+
+def test_sync_ref_model_mixes_at_trls_steps():
+    # 2 iterations per sampled batch: TRL's 8 optimizer steps are 4 grpokit steps
+    a = to_config(GRPOConfig(beta=0.04, sync_ref_model=True, ref_model_sync_steps=8, num_iterations=2), num_rows=4).algo
+    assert (a.ref_refresh_every, a.ref_mixup_alpha) == (4, 0.6)  # TRL's default alpha 0.6 mixes, not copies
+    assert to_config(GRPOConfig(), num_rows=4).algo.ref_refresh_every == 0
+    with pytest.raises(ConfigError, match="ref_model_mixup_alpha"):
+        GRPOConfig(ref_model_mixup_alpha=1.5)
+
+
+def test_refresh_reference_mixes_by_hand():
+    import torch
+
+    from grpokit.train.models import refresh_reference
+    ref, pol = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    with torch.no_grad():
+        ref.weight.fill_(1.0), pol.weight.fill_(3.0), ref.bias.fill_(0.0), pol.bias.fill_(-2.0)
+    refresh_reference(ref, pol, 0.6)  # 0.6 * 3 + 0.4 * 1 = 2.2; 0.6 * -2 + 0.4 * 0 = -1.2
+    assert ref.weight.item() == pytest.approx(2.2) and ref.bias.item() == pytest.approx(-1.2)
+    refresh_reference(ref, pol, 1.0)  # a copy
+    assert ref.weight.item() == 3.0 and ref.bias.item() == -2.0

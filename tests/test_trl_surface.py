@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from datasets import Dataset
 
@@ -106,3 +107,66 @@ def test_a_model_with_its_own_code_is_refused_at_construction_without_trust_remo
     a = GRPOConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, num_generations=2, report_to="none")
     with pytest.raises(ConfigError, match=r"contains custom code; pass trust_remote_code=True"):  # TRL: ValueError "custom code"
         GRPOTrainer(str(folder), reward_funcs=[_varied], args=a, train_dataset=data)
+
+
+def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
+    model = make_chat_model(tmp_path / "m")
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                   per_device_eval_batch_size=2, num_generations_eval=1, max_completion_length=2, use_cpu=True,
+                   report_to="none")
+    tr = GRPOTrainer(str(model), reward_funcs=[_varied], args=a, train_dataset=data,
+                     eval_dataset=data.to_iterable_dataset())  # a stream: read to its end at each evaluation
+    ev = tr.evaluate()
+    # one completion per prompt is its own group mean: advantage 0, so the on-policy loss is exactly 0 (beta 0),
+    # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied gives the single completion 0.0
+    assert (ev["eval_loss"], ev["eval_reward_std"], ev["eval_reward"]) == (0.0, 0.0, 0.0)
+
+
+def _none(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp_path, caplog):
+    import logging
+
+    model = make_chat_model(tmp_path / "m")
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    kw = dict(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+              max_completion_length=2, use_cpu=True, report_to="none", importance_sampling_level="sequence")
+    with caplog.at_level(logging.WARNING):
+        GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="grpo"), train_dataset=data)
+    assert "weights each sequence by its completion length" not in caplog.text  # grpo: GSPO's own setting
+    with caplog.at_level(logging.WARNING):
+        tr = GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="dapo"), train_dataset=data)
+    assert "weights each sequence by its completion length" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        tr.train()
+    # the one step scores 1 prompt x 2 completions, both None from the only function: one warning naming 2
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("All reward functions returned None")]
+    assert len(warned) == 1 and "2 completion(s) of this batch have no reward" in warned[0]
+
+
+def test_a_reward_model_object_with_its_own_tokenizer_scores_up_to_that_tokenizers_pad(tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    chat = make_chat_model(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(chat)
+    torch.manual_seed(1)
+    LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                               num_attention_heads=2, num_key_value_heads=1, num_labels=1,
+                                               pad_token_id=0)).save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    rm = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm")  # an object, as TRL accepts
+    rtok = AutoTokenizer.from_pretrained(tmp_path / "rm")
+    rtok.pad_token = rtok.convert_ids_to_tokens(3)  # a pad of its own, as TRL's Llama reward test sets
+    data = Dataset.from_list([{"prompt": "say ab"}])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                   max_completion_length=2, use_cpu=True, report_to="none")
+    tr = GRPOTrainer(str(chat), reward_funcs=rm, args=a, train_dataset=data, reward_processing_classes=rtok)
+    assert tr.reward_func_names == ["rm"] and tr.reward_processing_classes == [rtok]
+    assert rm.config.pad_token_id == 3  # transformers reads the score at the last token before this pad
+    with torch.no_grad():
+        expected = rm(**rtok(["say abab"], return_tensors="pt")).logits[0, 0].item()
+    assert tr.reward_funcs[0](["say ab"], ["ab"]) == [pytest.approx(expected, abs=1e-5)]  # text: prompt + completion

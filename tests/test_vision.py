@@ -207,3 +207,47 @@ def test_sample_rows_get_pngs_with_boxes_drawn(tmp_path):
     png = Image.open(tmp_path / out[0]["image"])
     assert png.size == (256, 256)  # 64 px scaled by 4
     assert png.getpixel((2 * 4, 8 * 4)) == (220, 30, 30)  # the predicted box's left edge, in red
+
+
+def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
+    from grpokit.config.io import apply_overrides
+    from grpokit.config.sections import Config
+    from grpokit.train.loop import Trainer
+
+    cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2",
+                                     "data.eval_size=4", "record.samples_every=1", "record.report=false", f"train.out={tmp_path}",
+                                     "algo.beta=0.04"])  # beta > 0: the reference pass sees the images too
+    summary = Trainer(cfg, quiet=True).train()
+    assert summary["steps"] == 1 and 0.0 <= summary["eval_after"]["reward"] <= 1.0
+    assert list((tmp_path / "images").glob("step000001_p*.png"))
+
+
+def _image_folder(tmp_path):
+    """A local image folder in `datasets`' layout: PNGs plus metadata.jsonl naming them (file_name)."""
+    import json
+
+    folder = tmp_path / "scenes"
+    folder.mkdir()
+    meta = []
+    for i, r in enumerate(r for r in shapes.train_rows(12, seed=7) if r["kind"] == "box"):
+        r["image"].save(folder / f"s{i}.png")
+        meta.append({"file_name": f"s{i}.png", "prompt": shapes.BOX_QUESTION, "answer": r["answer"]})
+    (folder / "metadata.jsonl").write_text("".join(json.dumps(m) + "\n" for m in meta))
+    return folder
+
+
+def test_local_image_folder_trains_a_step_on_the_vision_model(tmp_path):
+    from grpokit.config.io import apply_overrides
+    from grpokit.config.sections import Config
+    from grpokit.data.prompts import load_rows
+    from grpokit.train.loop import Trainer
+
+    folder = _image_folder(tmp_path)
+    rows = load_rows(str(folder), "train", DataConfig())
+    assert rows[0]["image"].size == (64, 64) and rows[0]["prompt"] == shapes.BOX_QUESTION  # datasets decoded the PNG
+    cfg = apply_overrides(Config(), [f"data.dataset={folder}", f"model.name_or_path={shapes.shapes_model_path()}",
+                                     "reward.functions=[box_iou]", "train.steps=1", "train.prompts_per_step=2",
+                                     "rollout.group_size=2", "rollout.max_new_tokens=4", "record.report=false",
+                                     f"train.out={tmp_path / 'run'}", "train.save_every=0"])
+    assert Trainer(cfg, quiet=True).train()["steps"] == 1
+

@@ -72,6 +72,13 @@ def build_config(args: argparse.Namespace) -> Config:
 _DEBUG = False  # --debug / GRPOKIT_DEBUG=1 of the current main() call
 
 
+def _say(*args, **kwargs) -> None:
+    """Print on the first process only: under torchrun every rank runs this CLI, and the run's lines
+    (and a user's mistake, the same sentence on every rank) should appear once, not once per process."""
+    if os.environ.get("RANK", "0") == "0":
+        print(*args, **kwargs)
+
+
 def cmd_train(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
     if args.config and not args.preset:
@@ -86,7 +93,7 @@ def cmd_train(argv: list[str]) -> int:
     trainer = None
     try:
         trainer = Trainer(cfg, resume=args.resume)
-        print(f"grpokit: run folder {trainer.run_dir}", flush=True)
+        _say(f"grpokit: run folder {trainer.run_dir}", flush=True)
         summary = trainer.train()
     except KeyboardInterrupt:  # a second Ctrl-C (or one before training started): say what is on disk
         print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
@@ -114,8 +121,8 @@ def cmd_train(argv: list[str]) -> int:
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
     if "accuracy" in before and "accuracy" in after:
         n = int(after.get("n", 0))
-        print(f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}", flush=True)
-    print(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+        _say(f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}", flush=True)
+    _say(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0
 
 
@@ -123,10 +130,10 @@ def _train_trl(data: dict, args: argparse.Namespace) -> int:
     from grpokit.trl.script import build_trainer
 
     trainer = build_trainer(data, out=args.out or (args.resume if args.resume else None))
-    print(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
+    _say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
     result = trainer.train(resume_from_checkpoint=True if args.resume else None)
     trainer.save_model()
-    print(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+    _say(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0
 
 
@@ -266,7 +273,7 @@ def _run(command, argv: list[str], debug: bool) -> int:
     except _user_errors() as e:
         if debug:
             raise
-        print(f"grpokit: error: {e}", file=sys.stderr)
+        _say(f"grpokit: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:
         if debug:

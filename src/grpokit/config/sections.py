@@ -279,6 +279,8 @@ class AlgoConfig:
     """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
     ref_refresh_every: int = 0
     """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
+    ref_mixup_alpha: float = 1.0
+    """At each reference refresh, ref <- alpha * policy + (1 - alpha) * ref (TR-DPO's soft update; 1 = copy the policy)."""
     advantage: str = ""
     """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
     token_masks: list[str] = field(default_factory=list)

@@ -26,6 +26,8 @@ def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
     import datasets
 
     path = Path(source).expanduser()
+    if path.is_dir():
+        return rename_columns(_folder_rows(path, source), cfg, source)
     if path.suffix in FILE_BUILDERS or path.exists():
         if not path.exists():
             raise ConfigError(f"data file {source!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file")
@@ -45,6 +47,23 @@ def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
         except Exception as e:  # network, unknown name, unknown split: one sentence for the user
             raise ConfigError(f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})") from None
     return rename_columns([dict(r) for r in ds], cfg, source)
+
+
+def _folder_rows(path: Path, source: str) -> list[dict[str, Any]]:
+    """A local folder: a dataset saved with ``save_to_disk``, or an image folder whose
+    ``metadata.jsonl`` / ``metadata.csv`` names each image (``file_name``) and its prompt and answer
+    columns (datasets' ``imagefolder``: the images arrive in an ``image`` column)."""
+    import datasets
+
+    if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+        ds = datasets.load_from_disk(str(path))
+        ds = ds["train"] if isinstance(ds, datasets.DatasetDict) else ds
+    elif any((path / f).exists() for f in ("metadata.jsonl", "metadata.csv")):
+        ds = datasets.load_dataset("imagefolder", data_dir=str(path), split="train")
+    else:
+        raise ConfigError(f"data folder {source!r} holds neither a saved dataset nor an image folder's metadata.jsonl/metadata.csv; "
+                          "give a data file, a save_to_disk folder or an image folder with metadata")
+    return [dict(r) for r in ds]
 
 
 def _short(e: BaseException) -> str:

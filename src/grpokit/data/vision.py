@@ -167,6 +167,28 @@ def image_token_id(model) -> int | None:
     return getattr(cfg, "image_token_id", None) if cfg is not None else None
 
 
+PLACEHOLDERS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+"""Config names of the tokens the processor writes for images: prompt-only, never sampled."""
+
+
+def placeholder_ids(model) -> list[int]:
+    """The model's image placeholder token ids (empty for a text model)."""
+    cfg = getattr(model, "config", None)
+    return sorted({i for n in PLACEHOLDERS if isinstance(i := getattr(cfg, n, None), int)})
+
+
+def hide_placeholders(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """``logits`` with the placeholder tokens at -1e4 (probability 0 in every dtype; finite, so the
+    entropy and a division by the temperature stay numbers). A sampled placeholder would be taken for an image without pixels by
+    the next forward (measured: M-RoPE positions one image grid too long); the rollout and every
+    log-probability pass hide the same ids, so sampling and training describe one distribution."""
+    if not ids:
+        return logits
+    out = logits.clone()
+    out[..., ids] = -1e4
+    return out
+
+
 def positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
     """Multimodal RoPE positions ``(3, B, L)`` of a left-padded batch (Qwen2-VL's M-RoPE: image
     tokens get (time, row, column) positions, text after them counts on from the largest), or None

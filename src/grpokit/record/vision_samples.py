@@ -52,6 +52,8 @@ def draw_boxes(image, gold: Sequence[Sequence[float]], predicted: Sequence[Seque
     draw = ImageDraw.Draw(out)
     for colour, boxes, width in ((GOLD, gold, 3), (PREDICTED, predicted, 1)):
         for x1, y1, x2, y2 in boxes:
-            draw.rectangle([min(x1, x2) * scale, min(y1, y2) * scale, max(x1, x2) * scale - 1, max(y1, y2) * scale - 1],
+            left, top = min(x1, x2) * scale, min(y1, y2) * scale
+            # a zero-width or zero-height box (x1 == x2) is drawn as a line, not refused by PIL
+            draw.rectangle([left, top, max(left, max(x1, x2) * scale - 1), max(top, max(y1, y2) * scale - 1)],
                            outline=colour, width=width)
     return out

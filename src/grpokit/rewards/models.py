@@ -26,14 +26,17 @@ class ProcessRewardFunction(Protocol):
 class SequenceClassifierReward:
     """Reward = classifier logit on `prompt + completion`; batched; from a local model folder."""
 
-    def __init__(self, path: str, batch_size: int = 8, max_length: int = 1024, label_index: int = 0,
-                 device: str = "cpu") -> None:
+    def __init__(self, path: str | None, batch_size: int = 8, max_length: int = 1024, label_index: int = 0,
+                 device: str = "cpu", model: Any = None) -> None:
+        """``model``: an instantiated sequence-classification model instead of ``path`` (its tokenizer is
+        loaded from the folder or id it was loaded from)."""
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.__name__ = "reward_model"
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path).to(device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path or model.config._name_or_path)
+        model = model if model is not None else AutoModelForSequenceClassification.from_pretrained(path)
+        self.model = model.to(device).eval()
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id

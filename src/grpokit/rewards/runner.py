@@ -279,6 +279,7 @@ class RewardRunner:
             metrics.update(self._contain(f, tally, rewards_NF, failed_NF, completions))
         weights = torch.tensor([s.weight for s in self.specs])
         total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero
+        _warn_unscored(rewards_NF, failed_NF, prompts, completions)
         metrics["rewards/failed_fraction"] = failed_NF.sum().item() / (n * num_f) if n else 0.0
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
@@ -305,3 +306,15 @@ def _check_batch(n: int, group_size: int, prompts: list, completion_ids: list, c
     for what, seq in [("prompts", prompts), ("completion_ids", completion_ids), *columns.items()]:
         if len(seq) != n:
             raise ValueError(f"'{what}' has {len(seq)} entries but there are {n} completions; give one per completion.")
+
+
+def _warn_unscored(rewards_NF: torch.Tensor, failed_NF: torch.Tensor, prompts: list, completions: list) -> None:
+    """A completion every function answered None for has a total of 0 (the sum of nothing); say so once a
+    batch with its prompt and completion (TRL's warning begins with the same words)."""
+    unscored = (rewards_NF.isnan() & ~failed_NF).all(dim=1).nonzero()
+    if len(unscored):
+        i = int(unscored[0, 0])
+        log.warning("All reward functions returned None for the following kwargs: %r; %d completion(s) of this batch "
+                    "have no reward and count as 0, so return a number from at least one function",
+                    {"prompt": prompts[i], "completion": completions[i]}, len(unscored))
+

@@ -20,12 +20,12 @@ uninterrupted one would.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from grpokit.data.vision import forward_kwargs
+from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout
 from . import static
 
@@ -151,6 +151,7 @@ class _Decoding:
     use_static: bool
     device: torch.device
     compactable: bool = True  # the cache can drop rows (not a hybrid model's linear-attention / state layers)
+    hidden: list[int] = field(default_factory=list)  # image placeholder ids never sampled (image prompts)
 
 
 def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams, pad_token_id: int, use_static: bool,
@@ -183,10 +184,11 @@ def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams,
         cache = static.StaticDecoder.from_prefill(model, cache, mask, G, params.max_new_tokens, graphs=cuda_graphs)
     elif G > 1:
         cache.batch_repeat_interleave(G)
-    logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (N, V)
+    hidden = placeholder_ids(model) if vision is not None else []
+    logits = hide_placeholders(out.logits[:, -1], hidden).repeat_interleave(G, dim=0)  # (N, V)
     next_pos = pos[:, -1:].repeat_interleave(G, dim=0) + 1  # (N, 1)
     return _Decoding(cache, logits, mask.repeat_interleave(G, dim=0), next_pos, torch.arange(P * G, device=device), None,
-                     use_static, device, use_static or rows)
+                     use_static, device, use_static or rows, hidden)
 
 
 def _row_ops(cache) -> bool:
@@ -251,7 +253,7 @@ def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_tok
         d.mask = torch.cat([d.mask, torch.ones_like(d.mask[:, :1])], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=d.mask, position_ids=d.next_pos, past_key_values=d.cache,
                     use_cache=True)
-        d.cache, d.logits = out.past_key_values, out.logits[:, -1]
+        d.cache, d.logits = out.past_key_values, hide_placeholders(out.logits[:, -1], d.hidden)
     d.next_pos = d.next_pos + 1
 
 

@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .models import has_sliding_window
 from .packing import can_pack, pack, packed_states, unpack
-from grpokit.data.vision import forward_kwargs
+from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout, TokenBatch
 
 
@@ -99,6 +99,7 @@ def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
     extra = forward_kwargs(model, batch.input_ids, batch.attention_mask, batch.vision)
     extra.setdefault("position_ids", None)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=T + 1, **extra).logits[:, :-1]
+    logits = hide_placeholders(logits, placeholder_ids(model))  # as the rollout: placeholders are never sampled
     return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
 
 

@@ -32,7 +32,7 @@ from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
-from .models import load_tokenizer, quiet_transformers, resolve_device
+from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
 from . import build, distributed, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record.samples import sample_rows
@@ -190,7 +190,7 @@ class Trainer:
                     if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                         extra.update(self.lam.step(self.dist))
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
-                self.ref_model.load_state_dict(self.model.state_dict())  # reference refresh: policy snapshot
+                refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         if self.engine is not None:
             extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record

@@ -137,6 +137,19 @@ def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
         return True
     return getattr(config, "model_type", None) == "mistral" and bool(getattr(config, "sliding_window", None))
 
+@torch.no_grad()
+def refresh_reference(ref: torch.nn.Module, policy: torch.nn.Module, alpha: float = 1.0) -> None:
+    """``ref <- alpha * policy + (1 - alpha) * ref`` for every floating-point weight (TR-DPO's soft
+    update, TRL's ref_model_mixup_alpha); ``alpha = 1`` is a plain copy of the policy."""
+    if alpha == 1.0:
+        ref.load_state_dict(policy.state_dict())
+        return
+    mine = policy.state_dict()
+    for name, value in ref.state_dict().items():
+        if value.is_floating_point():
+            value.mul_(1.0 - alpha).add_(mine[name].to(value.dtype), alpha=alpha)  # TR-DPO: soft reference update
+
+
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """The reference policy: an in-memory copy with gradients off."""
     ref = copy.deepcopy(model)

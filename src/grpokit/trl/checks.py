@@ -37,6 +37,7 @@ def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "learning_rate": (_above(0), "a finite number > 0"),
     "delta": (_above(1, none=True), "None or a finite number > 1"),
+    "ref_model_mixup_alpha": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
     "vespo_k_pos": (_at_least(0), "a finite number >= 0"),
     "vespo_k_neg": (_at_least(0), "a finite number >= 0"),
     "vespo_lambda_pos": (_above(0), "a finite number > 0"),
@@ -69,6 +70,7 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "epsilon": (_at_least(0), "a finite number >= 0"),
     "epsilon_high": (_at_least(0, none=True), "None or a finite number >= 0"),
     "delta": (_above(1, none=True), "None or a finite number > 1"),
+    "ref_model_mixup_alpha": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
     "top_entropy_quantile": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
     "entropy_coef": (_at_least(0), "a finite number >= 0"),
     "off_policy_mask_threshold": (_at_least(0, none=True), "None or a finite number >= 0"),

@@ -33,14 +33,17 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
     ro, P = sb.rollout, len(prompts)
     batch = make_token_batch(ro, trainer.tokenizer.pad_token_id, trainer.device)
     logp, entropy = trainer._logprobs(trainer.model, batch, entropy=True)
-    adv, _ = group_advantages(sb.total_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+    if G > 1:
+        adv, _ = group_advantages(sb.total_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+    else:  # num_generations_eval=1: each completion is its own group mean, so its advantage is 0 (as TRL)
+        adv = torch.zeros(P, 1)
     mask = batch.completion_mask
     loss, _ = policy_loss(logp, logp, adv.flatten().to(logp.device), mask, clip_low=a.clip_low, clip_high=a.clip_high,
                           aggregation=a.aggregation, num_sequences=float(P * G), num_tokens=float(mask.sum().item()),
                           norm_constant=float(a.norm_constant or cfg.rollout.max_new_tokens))
     lengths = ro.model_lengths()
     ent = float((entropy * mask).sum().item() / max(mask.sum().item(), 1.0))
-    groups = sb.total_N.view(P, G).std(dim=1)
+    groups = sb.total_N.view(P, G).std(dim=1) if G > 1 else torch.zeros(P)  # TRL: std 0 for one completion
     out = {"loss": float(loss.item()), **sampling_extras(ro, lengths),
            "completions/mean_length": sum(lengths) / len(lengths), "completions/min_length": float(min(lengths)),
            "completions/max_length": float(max(lengths)),

@@ -63,15 +63,16 @@ def _upload(folder: Path, repo_id: str, message: str, token: str | None, private
     return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
 
 
-def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None) -> list[dict]:
+def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None, whole_stream: bool = False) -> list[dict]:
     """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name. An
-    ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use."""
+    ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use; with
+    ``whole_stream`` (an eval set, read once per evaluation) to its end."""
     if dataset is None:
         raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
     if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
         raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
     if type(dataset).__name__ == "IterableDataset":
-        if limit is None:
+        if limit is None and not whole_stream:
             raise ConfigError(f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming")
         dataset = itertools.islice(dataset, limit)
     rows = [dict(r) for r in dataset]
@@ -92,7 +93,7 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None) -> list[Callable
                           "give one per reward function (None for a function)")
     out = []
     for f, tok in zip(funcs, classes):
-        if isinstance(f, str):
+        if isinstance(f, str) or type(f).__name__.endswith("ForSequenceClassification"):
             out.append(RewardModel(f, tok))
         elif callable(f) and not hasattr(f, "parameters"):
             out.append(f)
@@ -174,15 +175,18 @@ class RewardModel:
     reward tokenizer's chat template over prompt + completion messages for conversational data,
     ``prompt + completion`` otherwise; the reward is the first logit."""
 
-    def __init__(self, path: str, tokenizer: Any = None):
+    def __init__(self, path: Any, tokenizer: Any = None):
         from grpokit.rewards.models import SequenceClassifierReward
 
-        self.scorer = SequenceClassifierReward(path)
+        given = not isinstance(path, str)  # an instantiated model (TRL takes one too)
+        self.scorer = SequenceClassifierReward(None, model=path) if given else SequenceClassifierReward(path)
         if tokenizer is not None:  # TRL's reward_processing_classes entry replaces the model's own tokenizer
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
             self.scorer.tokenizer = tokenizer
-        self.__name__ = path.rstrip("/").split("/")[-1]
+            self.scorer.model.config.pad_token_id = tokenizer.pad_token_id  # the score is read before the first pad
+        name = path.config._name_or_path if given else path
+        self.__name__ = name.rstrip("/").split("/")[-1]
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
         tok = self.scorer.tokenizer

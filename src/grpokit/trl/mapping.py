@@ -161,9 +161,8 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if not a.sync_ref_model:
         return {"algo.ref_refresh_every": 0}
-    if a.ref_model_mixup_alpha != 1.0:
-        raise _refuse("ref_model_mixup_alpha", a.ref_model_mixup_alpha, "1.0 (grpokit refreshes the reference by copying the policy)")
-    return {"algo.ref_refresh_every": a.ref_model_sync_steps}
+    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
+    return {"algo.ref_refresh_every": max(1, a.ref_model_sync_steps // mu), "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
 
 
 def _every(value: float, steps: int) -> int:
@@ -303,8 +302,8 @@ MAPPING: list[Rule] = [
     Rule(("reward_weights",), ("reward.weights",), "one weight per reward function, callables included",
          lambda a, ctx: {"reward.weights": list(a.reward_weights or [])}),
     Rule(("mask_truncated_completions",), ("algo.mask_truncated",), "copied", _v(**{"algo.mask_truncated": "mask_truncated_completions"})),
-    Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every",),
-         "only ref_model_mixup_alpha=1.0 (a copy every ref_model_sync_steps)", _ref_sync),
+    Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every", "algo.ref_mixup_alpha"),
+         "every ref_model_sync_steps TRL steps (in grpokit steps: divided by the updates per round, at least 1), ref <- alpha * policy + (1 - alpha) * ref (alpha 1: a copy)", _ref_sync),
     Rule(("top_entropy_quantile",), ("algo.entropy_top_fraction",), "copied", _v(**{"algo.entropy_top_fraction": "top_entropy_quantile"})),
     Rule(("entropy_coef",), ("algo.entropy_coef", "algo.entropy_aggregation"), "entropy_aggregation token-mean, as TRL",
          lambda a, ctx: {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean"}),

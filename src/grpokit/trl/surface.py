@@ -82,3 +82,14 @@ class Accelerator:
 
     def unwrap_model(self, model: Any, **kwargs: Any) -> Any:
         return model
+
+
+def warn_like_trl(args: Any) -> None:
+    """The warnings TRL's GRPOTrainer gives at construction about a setting that works but is likely a mistake."""
+    import logging
+
+    if args.importance_sampling_level == "sequence" and args.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        logging.getLogger("grpokit.trl").warning(
+            "importance_sampling_level='sequence' with loss_type=%r: this loss adds up per-token terms, which weights "
+            "each sequence by its completion length rather than following GSPO's per-sequence objective; "
+            "loss_type='grpo' is GSPO's setting", args.loss_type)

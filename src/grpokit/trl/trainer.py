@@ -46,7 +46,7 @@ from .bridge import StepBridge
 from .config import GRPOConfig
 from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
-from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names
+from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, warn_like_trl
 
 log = logging.getLogger("grpokit.trl")
 
@@ -73,6 +73,7 @@ class GRPOTrainer:
         self.args = args if args is not None else GRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
+        warn_like_trl(self.args)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
@@ -237,7 +238,7 @@ class GRPOTrainer:
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
         trainer, a = self._get(), self.args
-        rows = rows_of(data, "eval_dataset", a.remove_unused_columns)
+        rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.schemas or None)
         trainer._trl_training = False
         try:

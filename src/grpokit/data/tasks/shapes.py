@@ -159,7 +159,9 @@ def shapes_model_path():
 
 def load_shapes_model(path=None):
     """``(model, processor)`` of the shipped tiny Qwen2-VL (or the one at ``path``)."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
+
+    from grpokit.data.vision import load_processor  # image-only: the folder has no video processor
 
     path = str(path or shapes_model_path())
-    return AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path)
+    return AutoModelForImageTextToText.from_pretrained(path), load_processor(path)
