@@ -130,3 +130,78 @@ def test_flat_groups_spread_equal_to_the_tolerance_is_flat():
     from grpokit.algo.advantages import flat_groups
     # [1, 2] with flat_rtol 0.5: spread 1 <= 0.5 * 2 = 1 -> flat (the bound is inclusive)
     assert flat_groups(torch.tensor([[1.0, 2.0]]), 0.5).tolist() == [True]
+
+
+# ---------------------------------------------------------------- the last sitting's untriaged survivors
+
+
+def test_kl_bias_weight_follows_the_ratio_level_and_spans_the_ratio_mask():
+    from grpokit.algo.loss import policy_loss
+
+    # one sequence of 2 tokens, log ratios [0.2, -0.4] (logp - old), ref = old; advantages 0 so only the KL counts
+    logp = torch.tensor([[-1.0, -2.0]])
+    old = torch.tensor([[-1.2, -1.6]])
+    mask = torch.ones(1, 2)
+    k3 = lambda lp, rf: torch.exp(rf - lp) - (rf - lp) - 1  # noqa: E731
+    kl = k3(logp, old)
+    common = dict(beta=1.0, kl_bias_correction=True, ref_logp_NT=old, aggregation="token-mean")
+    # token level: each token's KL times its own ratio exp(0.2), exp(-0.4)
+    tok, _ = policy_loss(logp, old, torch.zeros(1), mask, ratio_level="token", **common)
+    assert tok.item() == pytest.approx(((kl * torch.exp(logp - old)).sum() / 2).item(), rel=1e-6)
+    # sequence level: both tokens times the geometric mean exp((0.2 - 0.4) / 2) = exp(-0.1)
+    seq, _ = policy_loss(logp, old, torch.zeros(1), mask, ratio_level="sequence", **common)
+    assert seq.item() == pytest.approx((kl.sum() * math.exp(-0.1) / 2).item(), rel=1e-6)
+    # a loss mask keeping token 0 only: the sequence weight still spans both tokens when ratio_mask says so
+    from grpokit.algo.loss import objective_loss
+    from grpokit.algo.settings import ClipSettings, KLSettings, LossSettings, LossTensors, Normalisers
+
+    s = LossSettings(ClipSettings(ratio_level="sequence"), KLSettings(1.0, "k3", True))
+    t = LossTensors(logp, old, torch.zeros(1), torch.tensor([[1.0, 0.0]]), ref_logp=old, ratio_mask=mask)
+    got, _ = objective_loss(t, s, Normalisers("token-mean"))
+    assert got.item() == pytest.approx((kl[0, 0] * math.exp(-0.1)).item(), rel=1e-6)  # exp(0.2) if only token 0
+
+
+def test_aggregate_refuses_what_it_cannot_normalise_in_words():
+    from grpokit.algo.loss import AGGREGATIONS, RATIO_LEVELS, aggregate, log_importance_ratio
+
+    x, m = torch.ones(1, 2), torch.ones(1, 2)
+    msg = "aggregation 'seq-mean-token-sum-norm' needs a positive norm_constant (e.g. max completion length)"
+    for bad in (None, 0.0, -1.0):
+        with pytest.raises(ValueError) as e:
+            aggregate(x, m, "seq-mean-token-sum-norm", norm_constant=bad)
+        assert str(e.value) == msg
+    # C = 1 is valid: 2 tokens of loss 1 over (N = 1) * C = 1 -> 2
+    assert aggregate(x, m, "seq-mean-token-sum-norm", norm_constant=1.0).item() == 2.0
+    with pytest.raises(ValueError) as e:
+        aggregate(x, m, "lambda-grpo")
+    assert str(e.value) == "aggregation 'lambda-grpo' needs seq_weights_N, the per-sequence weights f_lambda (N,)"
+    with pytest.raises(ValueError) as e:
+        aggregate(x, m, "mean")
+    assert str(e.value) == f"unknown aggregation 'mean'; valid: {', '.join(AGGREGATIONS)}"
+    with pytest.raises(ValueError) as e:
+        log_importance_ratio(x, x, m, "word")
+    assert str(e.value) == f"unknown ratio level 'word'; valid: {', '.join(RATIO_LEVELS)}"
+    # lambda-GRPO over one token: weight 3 times loss 1 divided by max(1 token, 1) = 3
+    one = torch.tensor([[1.0, 0.0]])
+    assert aggregate(torch.ones(1, 2), one, "lambda-grpo", seq_weights_N=torch.tensor([3.0])).item() == 3.0
+
+
+def test_offpolicy_metric_is_zero_when_the_mask_is_off():
+    from grpokit.algo.loss import policy_loss
+
+    logp = torch.tensor([[-1.0, -1.0]])
+    _, m = policy_loss(logp, logp - 1.0, torch.tensor([-1.0]), torch.ones(1, 2))
+    assert m["offpolicy/masked_sequences"] == 0.0
+    # on: the row drifted by mean(old - logp) = -1 < delta, so still nothing is masked; drift +1 > 0.5 masks it
+    _, m = policy_loss(logp, logp + 1.0, torch.tensor([-1.0]), torch.ones(1, 2), offpolicy_delta=0.5)
+    assert m["offpolicy/masked_sequences"] == 1.0
+
+
+def test_import_paths_split_at_the_first_colon():
+    from grpokit.algo import registry
+
+    assert registry.is_import_path("pkg:a:b")
+    assert registry.is_import_path("pkg::b")  # module "pkg", attribute ":b": both parts non-empty
+    with pytest.raises(ValueError) as e:
+        registry.lookup("token mask", "math:pi:x")  # module math, attribute "pi:x": not a module "math:pi"
+    assert str(e.value).startswith("token mask 'math:pi:x' could not be imported (module 'math' has no attribute 'pi:x')")
