@@ -165,7 +165,8 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
     """The update's inputs for one step's ``scored`` batch (see the module docstring for the order)."""
     a, dist = s.algo, s.dist or _OneProcess()
     G, mask = scored.group_size, tokens.completion_mask
-    stage_ctx, rewards_N, metrics = StageContext(s, scored, tokens, lp, dist), scored.total_N, {}
+    sampler = sampler_record(scored.rollout, tokens)  # padded once: TIS, IcePop / MIS and the mismatch metrics read it
+    stage_ctx, rewards_N, metrics = StageContext(s, scored, tokens, lp, dist, *sampler), scored.total_N, {}
     for name in reward_stage_names(s):
         rewards_N, m = lookup("reward stage", name)(stage_ctx, rewards_N)
         metrics.update(m)
@@ -184,7 +185,7 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
         turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
         s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
         loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics},
-        *sampler_record(scored.rollout, tokens), s.mismatch[1:])
+        *sampler, s.mismatch[1:])
 
 
 def sampler_record(rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,6 +205,13 @@ class StageContext:
     tokens: TokenBatch
     logprobs: LogProbs
     dist: Any
+    sampler_logp: torch.Tensor  # (N, T) the sampler's logprobs of the completion tokens (sampler_record)
+    sampler_mask: torch.Tensor  # (N, T) the model's tokens of the rows the sampler scored
+
+
+def _per_token(advantages: torch.Tensor, weight_NT: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` or ``(N, T)`` advantages times a per-token weight, ``(N, T)``."""
+    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(weight_NT.device) * weight_NT
 
 
 def reward_stage_names(s: StepSettings) -> list[str]:
@@ -251,15 +259,14 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
 def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """TIS (rollout.tis_cap): the sampler was not exactly pi_old (vLLM numerics, stale weights), so
     every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)`` (tis.py)."""
-    old, tokens = ctx.logprobs.old, ctx.tokens
-    sampler = pad_sampling_logprobs(ctx.scored.rollout.sampling_logprobs, tokens.width).to(old.device)
-    w_NT, metrics = tis_weights(old, sampler, tokens.completion_mask, ctx.settings.tis_cap)
-    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(w_NT.device) * w_NT, metrics
+    old = ctx.logprobs.old
+    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, ctx.settings.tis_cap)
+    return _per_token(advantages, w_NT), metrics
 
 
 @register_advantage_stage("mismatch_mask")
 def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
     disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""
-    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, *sampler_record(ctx.scored.rollout, ctx.tokens), *ctx.settings.mismatch)
-    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(keep_NT.device) * keep_NT, metrics
+    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, ctx.sampler_logp, ctx.sampler_mask, *ctx.settings.mismatch)
+    return _per_token(advantages, keep_NT), metrics
