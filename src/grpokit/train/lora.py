@@ -25,10 +25,6 @@ import torch
 from grpokit.config.sections import ConfigError, ModelConfig
 
 
-def lora_enabled(cfg: ModelConfig) -> bool:
-    return cfg.lora_rank > 0
-
-
 def quantization_config(cfg: ModelConfig, device: torch.device, compute_dtype: torch.dtype):
     """The ``BitsAndBytesConfig`` for QLoRA, or None; a clear error where it cannot work."""
     if cfg.quantization == "none":
