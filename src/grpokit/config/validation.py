@@ -109,6 +109,7 @@ def _rollout(cfg: Config) -> None:
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
     _check(0 < r.vllm_gpu_memory_utilization <= 1, f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]")
+    _check(r.vllm_max_model_len >= 0, f"rollout.vllm_max_model_len={r.vllm_max_model_len} must be >= 0 (0: the model's own length)")
 
 
 def _algo_objective(cfg: Config) -> None:

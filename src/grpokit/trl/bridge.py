@@ -18,6 +18,7 @@ from typing import Any, Callable
 from transformers import TrainerState
 
 from grpokit.train.callbacks import Callbacks
+from .best import update_best
 
 def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float) -> dict[str, float]:
     """One TRL step's entry: on the round's first update its sampling metrics, always the update's own
@@ -72,6 +73,7 @@ class StepBridge:
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.step_times: list[float] = []
+        self.load_best: Callable[[], None] | None = None  # load_best_model_at_end: the trainer's loader (best.load_best)
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -123,6 +125,8 @@ class StepBridge:
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
         self.log({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
+        if self.args.load_best_model_at_end and self.state.best_model_checkpoint and self.load_best is not None:
+            self.load_best()  # as transformers: after the final log, before on_train_end
         self.user("on_train_end")
 
     def add_sampled(self, rollout, lengths: list[int]) -> None:
@@ -150,8 +154,8 @@ class StepBridge:
         step, a = self.state.global_step, self.args
         if a.logging_strategy != "no" and (step % self.state.logging_steps == 0 or (a.logging_first_step and step == 1)):
             self._flush()
-        if a.eval_strategy == "steps" and step % self.state.eval_steps == 0:
-            self.evaluate()
+        if a.eval_strategy == "steps" and step % self.state.eval_steps == 0 and a.eval_delay <= step:
+            update_best(self.state, a, self.evaluate())  # metric_for_best_model: only evaluations by eval_strategy count
 
     def _flush(self) -> None:
         if self.pending:

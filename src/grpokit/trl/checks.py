@@ -80,6 +80,12 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "save_total_limit": (_at_least(1, integer=True, none=True), "None (keep every checkpoint) or an integer >= 1"),
     "ref_model_sync_steps": (_at_least(1, integer=True), "an integer >= 1"),
     "seed": (_int, "an integer"),
+    "data_seed": (lambda x: x is None or _int(x), "None or an integer"),
+    "eval_delay": (_at_least(0), "a finite number >= 0"),
+    "metric_for_best_model": (lambda x: x is None or (isinstance(x, str) and x.strip() != ""), "None or a metric name such as 'loss' or 'eval_reward'"),
+    "vllm_tensor_parallel_size": (_at_least(1, integer=True), "an integer >= 1"),
+    "vllm_max_model_length": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "vllm_importance_sampling_cap": (_above(0, none=True), "None or a finite number > 0"),
     "reward_weights": (lambda x: x is None or (isinstance(x, (list, tuple)) and all(_num(w) for w in x)),
                        "None or a list of finite numbers, one per reward function"),
 }

@@ -146,16 +146,21 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         return {"rollout.backend": "hf"}
     if a.vllm_mode not in ("colocate", "server"):
         raise _refuse("vllm_mode", a.vllm_mode, "colocate, server")
+    if a.vllm_mode == "colocate" and a.vllm_tensor_parallel_size != 1:  # TRL shards one engine over trainer ranks; grpokit's lives in each rank
+        raise _refuse("vllm_tensor_parallel_size", a.vllm_tensor_parallel_size,
+                      "1 with vllm_mode='colocate', or vllm_mode='server' with `grpokit vllm-serve MODEL --tensor-parallel-size N`")
     tis = 0.0
     if a.vllm_importance_sampling_correction:
         if a.vllm_importance_sampling_mode != "token_truncate" or a.vllm_importance_sampling_clip_min is not None:
             raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode,
                           "token_truncate with vllm_importance_sampling_clip_min=None, or vllm_importance_sampling_correction=False")
-        tis = a.vllm_importance_sampling_clip_max or 0.0
+        cap = a.vllm_importance_sampling_cap  # TRL 1.16's deprecated name; when set it replaces clip_max
+        tis = (cap if cap is not None else a.vllm_importance_sampling_clip_max) or 0.0
     url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
     return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
             "rollout.vllm_startup_timeout": a.vllm_server_timeout, "rollout.tis_cap": tis,
-            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode}
+            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
+            "rollout.vllm_max_model_len": a.vllm_max_model_length or 0}
 
 
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -233,6 +238,9 @@ def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
 
 
 MAPPING: list[Rule] = [
+    Rule(("save_only_model",), ("train.save_only_model",),
+         "copied: checkpoints without optimizer, schedule and RNG state; a resume from one loads the weights with a fresh "
+         "optimizer and schedule, as transformers", _v(**{"train.save_only_model": "save_only_model"})),
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
          ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
          "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
@@ -273,10 +281,14 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
           "vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "vllm_importance_sampling_correction",
-          "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"),
+          "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+          "vllm_importance_sampling_cap", "vllm_max_model_length", "vllm_tensor_parallel_size"),
          ("rollout.backend", "rollout.vllm_url", "rollout.vllm_startup_timeout", "rollout.vllm_gpu_memory_utilization",
-          "rollout.vllm_sleep", "rollout.tis_cap"),
-         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max)", _vllm),
+          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.vllm_max_model_len"),
+         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max, or "
+         "the deprecated vllm_importance_sampling_cap when set, as TRL); vllm_max_model_length is the colocated engine's "
+         "max_model_len (None: 0, the model's); vllm_tensor_parallel_size only 1 with colocate, and in server mode "
+         "the server's own flag decides (as TRL)", _vllm),
     Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
          lambda a, ctx: {"algo.beta": a.beta, "algo.kl_bias_correction": a.use_bias_correction_kl, "algo.kl_estimator": "k3"}),
     Rule(("num_iterations",), ("algo.num_iterations",), "copied", _v(**{"algo.num_iterations": "num_iterations"})),
@@ -342,6 +354,15 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
     "optim_args": "no effect, as in transformers (adamw_torch and adamw_torch_fused ignore optim_args)",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
+    "data_seed": "no effect, as in TRL 1.16: its GRPO prompt sampler (RepeatSampler) is seeded by seed, not data_seed "
+                 "(measured; transformers' documentation says otherwise)",
+    "eval_delay": "no evaluation by eval_strategy before this many TRL steps (eval_on_start and evaluate() calls still run)",
+    "metric_for_best_model": "after each evaluation by eval_strategy, eval_<metric> (the prefix added when missing) is "
+                             "compared with state.best_metric; best_global_step and, at each save, best_model_checkpoint "
+                             "(output_dir/checkpoint-N) go to trainer_state.json (None: 'loss' with load_best_model_at_end)",
+    "greater_is_better": "direction of metric_for_best_model (None: True unless its name ends with 'loss')",
+    "load_best_model_at_end": "the best checkpoint's weights are loaded after the final log; save_total_limit's rotation "
+                              "keeps it; needs eval_strategy = save_strategy and save_steps a multiple of eval_steps",
 }
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)

@@ -42,6 +42,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
 from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
+from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
 from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
@@ -74,6 +75,7 @@ class GRPOTrainer:
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
         warn_like_trl(self.args)
+        best.check_args(self.args)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
@@ -133,9 +135,12 @@ class GRPOTrainer:
         self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
+        trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
+        self.bridge.load_best = lambda: best.load_best(trainer, self.bridge.state)
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
         if resume:
             self.bridge.state.global_step = trainer.step * mu
+            _restore_best(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.step * mu}")
         sample = trainer._sample
 
         def sample_and_count(prompts, group_size):  # TRL's num_tokens and terminated lengths of each sampling call
@@ -307,11 +312,12 @@ class GRPOTrainer:
         out = Path(self.cfg.train.out)
         if not self.accelerator.is_main_process or not (path / "model").is_dir():
             return
-        self.state.save_to_json(str(path / "model" / "trainer_state.json"))
         link = out / f"checkpoint-{step}"
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(path.resolve() / "model", target_is_directory=True)
+        best.note_checkpoint(self.state, out)  # before trainer_state.json, which carries best_model_checkpoint
+        self.state.save_to_json(str(path / "model" / "trainer_state.json"))
         for old in out.glob("checkpoint-*"):
             if old.is_symlink() and not old.exists():
                 old.unlink()
@@ -379,6 +385,15 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
     return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
+
+
+def _restore_best(state: Any, link: Path) -> None:
+    """A resumed run continues the best-model record of the checkpoint's trainer_state.json, as transformers."""
+    saved = link / "trainer_state.json"
+    if saved.exists():
+        old = json.loads(saved.read_text())
+        for key in ("best_metric", "best_global_step", "best_model_checkpoint"):
+            setattr(state, key, old.get(key))
 
 
 def _run_folder(output_dir: str, resume: str | bool) -> str:
