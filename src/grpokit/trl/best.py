@@ -11,13 +11,15 @@ tests/test_trl_run_management.py), and what this module repeats on grpokit's loo
 * when a checkpoint is written, ``state.best_model_checkpoint`` becomes
   ``output_dir/checkpoint-<best_global_step>`` if that checkpoint exists (before trainer_state.json is
   written, so the file carries it); the rotation of ``save_total_limit`` never deletes it;
-* when training ends, with ``load_best_model_at_end``, that checkpoint's weights are loaded into the model.
+* when training ends, with ``load_best_model_at_end``, that checkpoint's weights are loaded into the
+  model; with ``save_total_limit=1`` every other checkpoint is then deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,23 @@ def kept_folder(state: Any, out_dir: Path) -> Path | None:
         if link.exists():
             return link.resolve().parent  # checkpoint-N -> <run>/checkpoints/step-N/model
     return None
+
+
+def finish(trainer: Any, state: Any, a: Any, main: bool) -> None:
+    """When training ends, as transformers: load the best checkpoint's weights (load_best_model_at_end),
+    then with save_total_limit=1 delete every checkpoint but the best (on the main process)."""
+    if state.best_model_checkpoint is None:
+        return
+    if a.load_best_model_at_end:
+        load_best(trainer, state)
+    if a.save_total_limit == 1 and main:
+        out, keep = Path(trainer.cfg.train.out), Path(state.best_model_checkpoint).resolve().parent
+        for folder in (out / "checkpoints").glob("step-*"):
+            if folder.resolve() != keep:
+                shutil.rmtree(folder, ignore_errors=True)
+        for link in out.glob("checkpoint-*"):
+            if link.is_symlink() and not link.exists():
+                link.unlink()
 
 
 def load_best(trainer: Any, state: Any) -> None:

@@ -73,7 +73,7 @@ class StepBridge:
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.step_times: list[float] = []
-        self.load_best: Callable[[], None] | None = None  # load_best_model_at_end: the trainer's loader (best.load_best)
+        self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -125,8 +125,7 @@ class StepBridge:
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
         self.log({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
-        if self.args.load_best_model_at_end and self.state.best_model_checkpoint and self.load_best is not None:
-            self.load_best()  # as transformers: after the final log, before on_train_end
+        self.at_end()  # as transformers: after the final log, before on_train_end
         self.user("on_train_end")
 
     def add_sampled(self, rollout, lengths: list[int]) -> None:

@@ -136,7 +136,7 @@ class GRPOTrainer:
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
-        self.bridge.load_best = lambda: best.load_best(trainer, self.bridge.state)
+        self.bridge.at_end = lambda: best.finish(trainer, self.bridge.state, self.args, self.accelerator.is_main_process)
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
         if resume:
             self.bridge.state.global_step = trainer.step * mu
