@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from grpokit.config import ConfigError
 from grpokit.train import checkpoint
@@ -155,7 +156,7 @@ def test_data_seed_changes_no_prompt_order_in_trl_or_grpokit(tmp_path):
 PHASE = {2: 1.0, 3: 3.0, 4: 2.0}  # the "phase" reward at the evaluations after steps 2, 3, 4: best after step 3
 
 
-class Phase:
+class Phase(TrainerCallback):
     """Sets the phase reward for the evaluation that follows each step, and keeps the weights saved at step 4."""
 
     value, last = 0.0, None
