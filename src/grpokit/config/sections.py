@@ -408,6 +408,8 @@ class RecordConfig:
     """Without a terminal, the console prints one line per this many steps."""
     run_name: str = ""
     """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
+    project: str = ""
+    """Project of the tracker runs (wandb project, mlflow experiment, trackio project); "" = "grpokit"."""
 
 
 @dataclass

@@ -74,6 +74,7 @@ class StepBridge:
         self.mark = self.start = time.perf_counter()
         self.step_times: list[float] = []
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
+        self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -84,6 +85,9 @@ class StepBridge:
 
     def on_step_begin(self, args, state, control, **kw):
         self.mark, self.sampled = time.perf_counter(), {}
+        n, g = self.args.torch_empty_cache_steps, self.state.global_step
+        if n and any(s % n == 0 for s in range(g, g + self.per_round)):  # transformers: before a step whose completed count is a multiple
+            empty_device_cache()
         self.user("on_step_begin")
 
     def on_optimizer_step(self, args, state, control, metrics=None, **kw):
@@ -163,6 +167,14 @@ class StepBridge:
                 logs["num_tokens"] = self.pending["num_tokens"][-1]
             self.log(logs)
         self.pending = {}
+
+
+def empty_device_cache() -> None:
+    """torch_empty_cache_steps: release the CUDA caching allocator's unused blocks (nothing to do on CPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _every(value: float | None, steps: int) -> int:

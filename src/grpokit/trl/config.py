@@ -263,6 +263,20 @@ class GRPOConfig:
     """Colocate mode: the engine's max_model_len, prompt plus completion tokens (None: the model's own)."""
     vllm_importance_sampling_cap: float | None = None
     """Deprecated alias of vllm_importance_sampling_clip_max (TRL 1.16): when set, it replaces it."""
+    do_train: bool = False
+    """Accepted; no effect, as in transformers (a flag for scripts, which the Trainer does not read)."""
+    do_eval: bool = False
+    """Accepted; no effect, as in transformers (set True when eval_strategy is not "no", as transformers does)."""
+    do_predict: bool = False
+    """Accepted; no effect, as in transformers (a flag for scripts)."""
+    torch_empty_cache_steps: int | None = None
+    """Empty the CUDA cache (torch.cuda.empty_cache) at the steps whose number of completed steps is a multiple of this (None: never)."""
+    log_level: str = "passive"
+    """transformers' log verbosity on the main process: "debug", "info", "warning", "error", "critical" ("passive": unchanged)."""
+    log_level_replica: str = "warning"
+    """transformers' log verbosity on the other processes (same values; "passive": unchanged)."""
+    project: str = "huggingface"
+    """Trackio project of the run (with report_to trackio), as transformers."""
 
     def __init__(self, output_dir: str | None = None, **kwargs: Any):
         for f in dataclasses.fields(self):
@@ -276,6 +290,8 @@ class GRPOConfig:
             self.metric_for_best_model = "loss"
         if self.greater_is_better is None and self.metric_for_best_model is not None:
             self.greater_is_better = not self.metric_for_best_model.endswith("loss")
+        if self.eval_strategy != "no":
+            self.do_eval = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Arguments set after construction (``args.model_init_kwargs = ...``, as TRL's scripts do) get
@@ -311,11 +327,10 @@ UNSUPPORTED: dict[str, Any] = {
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
     "activation_checkpointing": None, "activation_checkpointing_kwargs": None,
     "torch_compile_backend": None, "torch_compile_mode": None,
-    "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
+    "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
-    "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no", "log_level": "passive",
-    "log_level_replica": "warning", "project": "huggingface", "trackio_space_id": None,
-    "trackio_bucket_id": None, "trackio_static_space_id": None,
+    "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no",
+    "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
     "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
     "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False,
     "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
@@ -326,7 +341,7 @@ UNSUPPORTED: dict[str, Any] = {
     "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
     "ddp_backend": None, "ddp_timeout": 1800, "deepspeed": None, "debug": "",
-    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False,
+    "skip_memory_metrics": True,
     "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False,
     "ds3_gather_for_generation": True,
     "cache_implementation": None, "vllm_model_impl": "vllm",

@@ -199,7 +199,7 @@ def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.logging_strategy not in ("steps", "no"):
         raise _refuse("logging_strategy", a.logging_strategy, "steps, no")
     return {"record.sinks": ([] if a.disable_tqdm else ["console"]) + reports, "record.console_every": every,
-            "record.run_name": a.run_name or "",
+            "record.run_name": a.run_name or "", "record.project": a.project if "trackio" in reports else "",
             "record.samples_every": every if a.log_completions else 0}
 
 
@@ -323,9 +323,10 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
          lambda a, ctx: {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}),
-    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy"),
-         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name"),
-         "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps", _logging),
+    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy", "project"),
+         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
+         "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps; project is "
+         "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's)", _logging),
     Rule(("num_completions_to_print",), ("record.samples_prompts",),
          "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)", _samples),
     Rule(("fsdp", "fsdp_config"), ("train.fsdp",),
@@ -356,6 +357,12 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
     "data_seed": "no effect, as in TRL 1.16: its GRPO prompt sampler (RepeatSampler) is seeded by seed, not data_seed "
                  "(measured; transformers' documentation says otherwise)",
+    "do_train": "no effect, as in transformers (a flag for scripts)", "do_eval": "no effect, as in transformers "
+    "(True when eval_strategy is not 'no')", "do_predict": "no effect, as in transformers (a flag for scripts)",
+    "torch_empty_cache_steps": "torch.cuda.empty_cache() when a TRL step begins whose count of completed steps is a "
+                               "multiple of it (transformers: in each of that step's micro-batches)",
+    "log_level": "transformers' logging verbosity on the main process (passive: unchanged)",
+    "log_level_replica": "transformers' logging verbosity on the other processes (passive: unchanged)",
     "eval_delay": "no evaluation by eval_strategy before this many TRL steps (eval_on_start and evaluate() calls still run)",
     "metric_for_best_model": "after each evaluation by eval_strategy, eval_<metric> (the prefix added when missing) is "
                              "compared with state.best_metric; best_global_step and, at each save, best_model_checkpoint "

@@ -97,3 +97,12 @@ def warn_like_trl(args: Any) -> None:
         logging.getLogger("grpokit.trl").warning(
             "vllm_importance_sampling_cap is deprecated (TRL 1.16); its value %s replaces vllm_importance_sampling_clip_max, "
             "use that argument instead", args.vllm_importance_sampling_cap)
+
+
+def set_log_level(args: Any, main: bool) -> None:
+    """transformers' log_level (main process) and log_level_replica (the others) as its verbosity; passive leaves it."""
+    from transformers.utils import logging as hf_logging
+
+    level = args.log_level if main else args.log_level_replica
+    if level != "passive":
+        hf_logging.set_verbosity(getattr(hf_logging, level.upper()))

@@ -47,7 +47,7 @@ from .bridge import StepBridge
 from .config import GRPOConfig
 from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
-from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, warn_like_trl
+from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, set_log_level, warn_like_trl
 
 log = logging.getLogger("grpokit.trl")
 
@@ -136,11 +136,13 @@ class GRPOTrainer:
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
+        self.bridge.per_round = mu
+        set_log_level(self.args, self.accelerator.is_main_process)  # after grpokit quieted transformers, as Trainer.__init__
         self.bridge.at_end = lambda: best.finish(trainer, self.bridge.state, self.args, self.accelerator.is_main_process)
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
         if resume:
             self.bridge.state.global_step = trainer.step * mu
-            _restore_best(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.step * mu}")
+            best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.step * mu}")
         sample = trainer._sample
 
         def sample_and_count(prompts, group_size):  # TRL's num_tokens and terminated lengths of each sampling call
@@ -385,15 +387,6 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
     return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
-
-
-def _restore_best(state: Any, link: Path) -> None:
-    """A resumed run continues the best-model record of the checkpoint's trainer_state.json, as transformers."""
-    saved = link / "trainer_state.json"
-    if saved.exists():
-        old = json.loads(saved.read_text())
-        for key in ("best_metric", "best_global_step", "best_model_checkpoint"):
-            setattr(state, key, old.get(key))
 
 
 def _run_folder(output_dir: str, resume: str | bool) -> str:
