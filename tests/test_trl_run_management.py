@@ -206,3 +206,63 @@ def test_best_model_eval_delay_and_save_only_model_as_trl(lib, tmp_path):
     final = tr.model.state_dict()
     assert all(torch.equal(final[k], v) for k, v in weights.items())  # the best checkpoint's weights are the model's
     assert any(not torch.equal(final[k], Phase.last[k]) for k in weights)  # ... and not those of the last step
+
+
+def test_script_flags_are_accepted_and_do_eval_follows_eval_strategy_as_trl(tmp_path):
+    trl = pytest.importorskip("trl")
+    ours = GRPOConfig("o", do_train=True, do_predict=True, eval_strategy="steps")
+    theirs = trl.GRPOConfig(output_dir=str(tmp_path), do_train=True, do_predict=True, eval_strategy="steps", report_to="none",
+                            use_cpu=True)
+    assert (ours.do_train, ours.do_eval, ours.do_predict) == (theirs.do_train, theirs.do_eval, theirs.do_predict) == (True, True, True)
+    assert GRPOConfig("o").do_eval is False
+    assert to_config(ours, num_rows=4) == to_config(GRPOConfig("o", eval_strategy="steps"), num_rows=4)  # flags change nothing
+
+
+def test_log_level_sets_transformers_verbosity_on_main_and_replicas():
+    from transformers.utils import logging as hf_logging
+
+    from grpokit.trl.surface import set_log_level
+
+    before = hf_logging.get_verbosity()
+    try:
+        hf_logging.set_verbosity(hf_logging.ERROR)
+        set_log_level(GRPOConfig(log_level="info"), main=True)
+        assert hf_logging.get_verbosity() == 20  # logging.INFO
+        set_log_level(GRPOConfig(log_level="info"), main=False)  # replicas: log_level_replica, "warning" by default
+        assert hf_logging.get_verbosity() == 30
+        set_log_level(GRPOConfig(log_level_replica="passive"), main=False)  # passive: left as it was
+        assert hf_logging.get_verbosity() == 30
+    finally:
+        hf_logging.set_verbosity(before)
+    with pytest.raises(ConfigError, match="log_level='loud' is not valid; use one of passive, debug"):
+        GRPOConfig(log_level="loud")
+
+
+def test_project_names_the_trackio_project(monkeypatch):
+    from grpokit.record.recorder import make_recorder
+
+    assert to_config(GRPOConfig("o", report_to="trackio", project="p"), num_rows=4).record.project == "p"
+    assert to_config(GRPOConfig("o", report_to="trackio"), num_rows=4).record.project == "huggingface"  # TRL's default
+    assert to_config(GRPOConfig("o", project="p"), num_rows=4).record.project == ""  # no trackio: grpokit's own name
+    inits = []
+    fake = types.SimpleNamespace(init=lambda **kw: inits.append(kw), log=lambda *a, **k: None, finish=lambda: None)
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    make_recorder(None, ["trackio"], 1, {}, project="p", run_name="r").close()
+    assert (inits[0]["project"], inits[0]["name"]) == ("p", "r")
+
+
+# rounds of 1 TRL step begin after 0..5 completed steps: multiples of 2 are 0, 2, 4 (3 empties); rounds of 2 cover
+# steps {0,1} {2,3} {4,5}: every 2 hits each (3), every 3 hits {0,1} and {2,3} but not {4,5} (2); None: never
+@pytest.mark.parametrize("every, per_round, expected", [(2, 1, 3), (2, 2, 3), (3, 2, 2), (None, 1, 0)])
+def test_torch_empty_cache_steps_empties_before_steps_whose_count_is_a_multiple(monkeypatch, every, per_round, expected):
+    from grpokit.trl.bridge import StepBridge
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
+    bridge = StepBridge(GRPOConfig("o", torch_empty_cache_steps=every, max_steps=6), [], 6, dict, lambda p, s: None, {})
+    bridge.per_round = per_round
+    for begun in range(0, 6, per_round):  # completed TRL steps when each round begins
+        bridge.state.global_step = begun
+        bridge.on_step_begin(None, None, None)
+    assert len(calls) == expected
