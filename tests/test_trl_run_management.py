@@ -266,3 +266,24 @@ def test_torch_empty_cache_steps_empties_before_steps_whose_count_is_a_multiple(
         bridge.state.global_step = begun
         bridge.on_step_begin(None, None, None)
     assert len(calls) == expected
+
+
+def test_ddp_timeout_reaches_the_process_group(monkeypatch):
+    import datetime
+
+    import torch.distributed as dist
+
+    from grpokit.train import distributed
+
+    assert to_config(GRPOConfig("o"), num_rows=4).train.dist_timeout_s == 1800  # transformers' default
+    assert to_config(GRPOConfig("o", ddp_timeout=7200), num_rows=4).train.dist_timeout_s == 7200
+    joined = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: joined.append(kw))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    distributed.setup(timeout_s=7200)
+    distributed.setup()  # 0: torch's own default, no timeout passed
+    assert joined == [{"backend": "gloo", "timeout": datetime.timedelta(seconds=7200)}, {"backend": "gloo"}]
+    with pytest.raises(ConfigError, match="ddp_timeout=0 is not valid"):
+        GRPOConfig(ddp_timeout=0)

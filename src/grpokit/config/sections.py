@@ -392,6 +392,8 @@ class TrainConfig:
     """Use deterministic torch algorithms (bit-exact resume on CPU)."""
     fsdp: bool = False
     """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device); needs torchrun."""
+    dist_timeout_s: float = 0
+    """Under torchrun: seconds a collective (all-reduce, barrier) may wait for the other ranks before the run fails (0 = torch's default)."""
 
 
 @section

@@ -65,7 +65,7 @@ class Trainer:
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
-        self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
+        self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)  # torchrun: join the process group (no-op for 1 process)
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)

@@ -277,6 +277,8 @@ class GRPOConfig:
     """transformers' log verbosity on the other processes (same values; "passive": unchanged)."""
     project: str = "huggingface"
     """Trackio project of the run (with report_to trackio), as transformers."""
+    ddp_timeout: int = 1800
+    """Under torchrun: seconds a collective may wait for the other processes (transformers' process-group timeout)."""
 
     def __init__(self, output_dir: str | None = None, **kwargs: Any):
         for f in dataclasses.fields(self):
@@ -340,7 +342,7 @@ UNSUPPORTED: dict[str, Any] = {
     "dataloader_multiprocessing_context": None,
     "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
-    "ddp_backend": None, "ddp_timeout": 1800, "deepspeed": None, "debug": "",
+    "ddp_backend": None, "deepspeed": None, "debug": "",
     "skip_memory_metrics": True,
     "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False,
     "ds3_gather_for_generation": True,

@@ -329,6 +329,8 @@ MAPPING: list[Rule] = [
          "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's)", _logging),
     Rule(("num_completions_to_print",), ("record.samples_prompts",),
          "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)", _samples),
+    Rule(("ddp_timeout",), ("train.dist_timeout_s",), "copied: the process group's timeout under torchrun, as transformers",
+         _v(**{"train.dist_timeout_s": "ddp_timeout"})),
     Rule(("fsdp", "fsdp_config"), ("train.fsdp",),
          "full_shard (auto_wrap or not) or True: FSDP2 (grpokit wraps each decoder layer); fsdp_config only fsdp_version 2", _fsdp),
     Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
