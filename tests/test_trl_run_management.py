@@ -159,10 +159,10 @@ PHASE = {2: 1.0, 3: 3.0, 4: 2.0}  # the "phase" reward at the evaluations after 
 class Phase(TrainerCallback):
     """Sets the phase reward for the evaluation that follows each step, and keeps the weights saved at step 4."""
 
-    value, last = 0.0, None
+    value, last, table = 0.0, None, PHASE
 
     def on_step_end(self, args, state, control, **kw):
-        Phase.value = PHASE.get(state.global_step, 0.0)
+        Phase.value = Phase.table.get(state.global_step, 0.0)
 
     def on_save(self, args, state, control, model=None, **kw):
         if state.global_step == 4:
@@ -287,3 +287,34 @@ def test_ddp_timeout_reaches_the_process_group(monkeypatch):
     assert joined == [{"backend": "gloo", "timeout": datetime.timedelta(seconds=7200)}, {"backend": "gloo"}]
     with pytest.raises(ConfigError, match="ddp_timeout=0 is not valid"):
         GRPOConfig(ddp_timeout=0)
+
+
+def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model_checkpoint(tmp_path, monkeypatch, caplog):
+    """Phase rewards 1, 3 at steps 1, 2, then 2 at step 3 after a resume: the best stays step 2's 3.0,
+    the record carried over from checkpoint-2's trainer_state.json, and its weights are loaded at the end."""
+    from safetensors.torch import load_file
+
+    from grpokit.trl import GRPOTrainer
+
+    monkeypatch.setattr(Phase, "table", {1: 1.0, 2: 3.0, 3: 2.0})
+    model, out = make_chat_model(tmp_path / "model"), tmp_path / "out"
+
+    def run(max_steps, **kw):
+        args = GRPOConfig(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, num_generations=4,
+                          max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
+                          learning_rate=0.05, eval_strategy="steps", eval_steps=1, save_steps=1, load_best_model_at_end=True,
+                          metric_for_best_model="rewards/phase/mean", save_only_model=True, per_device_eval_batch_size=4, seed=0)
+        tr = GRPOTrainer(model=str(model), reward_funcs=[short, phase], args=args, train_dataset=Dataset.from_list(ROWS8[:4]),
+                         eval_dataset=Dataset.from_list(ROWS8[:1]), callbacks=[Phase()])
+        tr.train(**kw)
+        return tr
+
+    first = run(2)
+    assert (first.state.best_metric, first.state.best_global_step) == (3.0, 2)
+    with caplog.at_level("WARNING", logger="grpokit.checkpoint"):
+        second = run(3, resume_from_checkpoint=True)
+    assert "save_only_model" in caplog.text and second.state.global_step == 3
+    s = second.state
+    assert (s.best_metric, s.best_global_step, s.best_model_checkpoint) == (3.0, 2, str(out / "checkpoint-2"))
+    weights = load_file(str(out / "checkpoint-2" / "model.safetensors"))
+    assert all(torch.equal(second.model.state_dict()[k], v) for k, v in weights.items())
