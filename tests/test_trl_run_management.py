@@ -318,3 +318,11 @@ def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model
     assert (s.best_metric, s.best_global_step, s.best_model_checkpoint) == (3.0, 2, str(out / "checkpoint-2"))
     weights = load_file(str(out / "checkpoint-2" / "model.safetensors"))
     assert all(torch.equal(second.model.state_dict()[k], v) for k, v in weights.items())
+
+
+def test_use_cache_is_accepted_and_changes_nothing_as_in_trl():
+    trl = pytest.importorskip("trl")
+    # TRL only sets model.config.use_cache: a KV cache or not while sampling changes speed, not a number;
+    # grpokit's Config is the same either way
+    assert "use_cache" in {f.name for f in __import__("dataclasses").fields(trl.GRPOConfig)}
+    assert to_config(GRPOConfig("o", use_cache=True), num_rows=4) == to_config(GRPOConfig("o"), num_rows=4)

@@ -277,6 +277,8 @@ class GRPOConfig:
     """transformers' log verbosity on the other processes (same values; "passive": unchanged)."""
     project: str = "huggingface"
     """Trackio project of the run (with report_to trackio), as transformers."""
+    use_cache: bool = False
+    """Accepted; no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling is speed, not a number)."""
     ddp_timeout: int = 1800
     """Under torchrun: seconds a collective may wait for the other processes (transformers' process-group timeout)."""
 
@@ -329,7 +331,7 @@ UNSUPPORTED: dict[str, Any] = {
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
     "activation_checkpointing": None, "activation_checkpointing_kwargs": None,
     "torch_compile_backend": None, "torch_compile_mode": None,
-    "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None,
+    "liger_kernel_config": None, "neftune_noise_alpha": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
     "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no",
     "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
