@@ -326,3 +326,25 @@ def test_use_cache_is_accepted_and_changes_nothing_as_in_trl():
     # grpokit's Config is the same either way
     assert "use_cache" in {f.name for f in __import__("dataclasses").fields(trl.GRPOConfig)}
     assert to_config(GRPOConfig("o", use_cache=True), num_rows=4) == to_config(GRPOConfig("o"), num_rows=4)
+
+
+@pytest.mark.parametrize("lib", ["grpokit.trl", "trl"])
+def test_token_counts_in_every_entry_and_the_last_step_evaluated_as_trl(lib, tmp_path):
+    """eval_steps=2 with max_steps=3: transformers evaluates at 2 and, being the last, at 3; with
+    include_num_input_tokens_seen every entry carries the running token count (TRL's num_tokens) and the
+    training entry also train_runtime and train_tokens_per_second, the final entry not the latter."""
+    mod = importlib.import_module(lib)
+    args = mod.GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=4, num_generations=4,
+                          max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, bf16=False,
+                          logging_steps=2, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4, seed=0,
+                          include_num_input_tokens_seen=True, report_to="none", save_strategy="no")
+    tr = mod.GRPOTrainer(model=str(make_chat_model(tmp_path / "model")), reward_funcs=[short], args=args,
+                         train_dataset=Dataset.from_list(ROWS8[:4]), eval_dataset=Dataset.from_list(ROWS8[:1]))
+    tr.train()
+    h = tr.state.log_history
+    assert [e["step"] for e in h if "eval_loss" in e] == [2, 3]
+    assert all("num_input_tokens_seen" in e for e in h)
+    train = [e for e in h if "loss" in e]
+    assert len(train) == 1 and train[0]["num_input_tokens_seen"] == train[0]["num_tokens"]
+    assert {"train_runtime", "train_tokens_per_second"} <= set(train[0])
+    assert "train_tokens_per_second" not in h[-1] and "train_loss" in h[-1]

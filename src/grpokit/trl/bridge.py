@@ -73,12 +73,14 @@ class StepBridge:
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.step_times: list[float] = []
+        self.tokens_at_start = 0
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
         self.mark = self.start = time.perf_counter()
+        self.tokens_at_start = self.state.num_input_tokens_seen  # a resumed run's speed counts this session's tokens
         self.user("on_train_begin")
         if self.args.eval_on_start:
             self.evaluate()
@@ -140,9 +142,18 @@ class StepBridge:
             self.sampled["num_tokens"] = [sum(self.sampled["num_tokens"])]
 
     # ---- TRL's logging
-    def log(self, logs: dict[str, float]) -> None:
-        """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log."""
+    def log(self, logs: dict[str, float], training: bool = False) -> None:
+        """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log.
+        With include_num_input_tokens_seen the running token count joins every entry, and a training
+        entry gets the session's train_runtime and train_tokens_per_second (transformers' speed_metrics)."""
         entry = {**logs, "epoch": self.state.epoch}
+        if self.args.include_num_input_tokens_seen not in ("no", False):
+            entry["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if training:
+                runtime = time.perf_counter() - self.start
+                entry["train_runtime"] = round(runtime, 4)
+                if runtime > 0:
+                    entry["train_tokens_per_second"] = round((self.state.num_input_tokens_seen - self.tokens_at_start) / runtime, 3)
         self.state.log_history.append({**entry, "step": self.state.global_step})
         self.user("on_log", logs=entry)
 
@@ -157,7 +168,8 @@ class StepBridge:
         step, a = self.state.global_step, self.args
         if a.logging_strategy != "no" and (step % self.state.logging_steps == 0 or (a.logging_first_step and step == 1)):
             self._flush()
-        if a.eval_strategy == "steps" and step % self.state.eval_steps == 0 and a.eval_delay <= step:
+        last = step >= self.state.max_steps  # transformers also evaluates the last step when it is not an eval step
+        if a.eval_strategy == "steps" and (step % self.state.eval_steps == 0 or last) and a.eval_delay <= step:
             update_best(self.state, a, self.evaluate())  # metric_for_best_model: only evaluations by eval_strategy count
 
     def _flush(self) -> None:
@@ -165,7 +177,7 @@ class StepBridge:
             logs = {k: sum(v) / len(v) for k, v in self.pending.items()}
             if "num_tokens" in logs:  # a running total: its latest value, not a mean
                 logs["num_tokens"] = self.pending["num_tokens"][-1]
-            self.log(logs)
+            self.log(logs, training=True)
         self.pending = {}
 
 

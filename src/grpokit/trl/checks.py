@@ -89,6 +89,7 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "vllm_max_model_length": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
     "vllm_importance_sampling_cap": (_above(0, none=True), "None or a finite number > 0"),
     "ddp_timeout": (_above(0), "a number of seconds > 0"),
+    "include_num_input_tokens_seen": (lambda x: x in ("no", "all", "non_padding") or isinstance(x, bool), "'no', 'all', 'non_padding', True or False"),
     "torch_empty_cache_steps": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
     "log_level": (lambda x: x in LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
     "log_level_replica": (lambda x: x in LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),

@@ -279,6 +279,8 @@ class GRPOConfig:
     """Trackio project of the run (with report_to trackio), as transformers."""
     use_cache: bool = False
     """Accepted; no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling is speed, not a number)."""
+    include_num_input_tokens_seen: Any = "no"
+    """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
     ddp_timeout: int = 1800
     """Under torchrun: seconds a collective may wait for the other processes (transformers' process-group timeout)."""
 
@@ -333,7 +335,7 @@ UNSUPPORTED: dict[str, Any] = {
     "torch_compile_backend": None, "torch_compile_mode": None,
     "liger_kernel_config": None, "neftune_noise_alpha": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
-    "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no",
+    "logging_nan_inf_filter": True,
     "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
     "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
     "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False,

@@ -363,6 +363,8 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "(True when eval_strategy is not 'no')", "do_predict": "no effect, as in transformers (a flag for scripts)",
     "torch_empty_cache_steps": "torch.cuda.empty_cache() when a TRL step begins whose count of completed steps is a "
                                "multiple of it (transformers: in each of that step's micro-batches)",
+    "include_num_input_tokens_seen": "not 'no': log entries get num_input_tokens_seen (TRL's running num_tokens), "
+                                     "training entries train_runtime and train_tokens_per_second, as transformers under TRL",
     "use_cache": "no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling changes "
                  "speed, not the samples' distribution; no loss reads it); grpokit's decode always caches",
     "log_level": "transformers' logging verbosity on the main process (passive: unchanged)",
