@@ -348,3 +348,18 @@ def test_token_counts_in_every_entry_and_the_last_step_evaluated_as_trl(lib, tmp
     assert len(train) == 1 and train[0]["num_input_tokens_seen"] == train[0]["num_tokens"]
     assert {"train_runtime", "train_tokens_per_second"} <= set(train[0])
     assert "train_tokens_per_second" not in h[-1] and "train_loss" in h[-1]
+
+
+def test_activation_checkpointing_is_transformers_5s_name_and_wins_when_set(tmp_path):
+    trl = pytest.importorskip("trl")
+    # (activation_checkpointing, gradient_checkpointing) -> checkpointing: the new name decides when set, else the old
+    cases = [(None, True, True), (None, False, False), (False, True, False), (True, False, True)]
+    for new, old, expected in cases:
+        theirs = trl.GRPOConfig(output_dir=str(tmp_path), activation_checkpointing=new, gradient_checkpointing=old,
+                                report_to="none", use_cpu=True)
+        assert bool(theirs.activation_checkpointing) is expected  # what transformers' Trainer reads
+        ours = to_config(GRPOConfig("o", activation_checkpointing=new, gradient_checkpointing=old), num_rows=4)
+        assert ours.model.gradient_checkpointing is expected, (new, old)
+    with pytest.raises(ConfigError, match=r"activation_checkpointing_kwargs=\{'use_reentrant': True\}"):
+        to_config(GRPOConfig("o", activation_checkpointing_kwargs={"use_reentrant": True}), num_rows=4)
+    to_config(GRPOConfig("o", activation_checkpointing_kwargs={"use_reentrant": False}), num_rows=4)

@@ -279,6 +279,10 @@ class GRPOConfig:
     """Trackio project of the run (with report_to trackio), as transformers."""
     use_cache: bool = False
     """Accepted; no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling is speed, not a number)."""
+    activation_checkpointing: bool | None = None
+    """transformers 5's name of gradient_checkpointing: when set (not None) it decides, as transformers resolves the alias."""
+    activation_checkpointing_kwargs: dict | None = None
+    """transformers 5's name of gradient_checkpointing_kwargs: when set it decides (only use_reentrant=False)."""
     include_num_input_tokens_seen: Any = "no"
     """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
     ddp_timeout: int = 1800
@@ -331,7 +335,6 @@ def _same(value: Any, default: Any) -> bool:
 UNSUPPORTED: dict[str, Any] = {
     "optim_target_modules": None, "average_tokens_across_devices": True,
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
-    "activation_checkpointing": None, "activation_checkpointing_kwargs": None,
     "torch_compile_backend": None, "torch_compile_mode": None,
     "liger_kernel_config": None, "neftune_noise_alpha": None,
     "auto_find_batch_size": False, "log_on_each_node": True,

@@ -210,10 +210,14 @@ def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 
 
 def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    kwargs = dict(a.gradient_checkpointing_kwargs or {})
+    # transformers 5: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is None
+    new = a.activation_checkpointing_kwargs is not None
+    name = "activation_checkpointing_kwargs" if new else "gradient_checkpointing_kwargs"
+    kwargs = dict((a.activation_checkpointing_kwargs if new else a.gradient_checkpointing_kwargs) or {})
     if kwargs.pop("use_reentrant", False) or kwargs:
-        raise _refuse("gradient_checkpointing_kwargs", a.gradient_checkpointing_kwargs, "None or {'use_reentrant': False}")
-    return {"model.gradient_checkpointing": a.gradient_checkpointing, "model.trust_remote_code": a.trust_remote_code}
+        raise _refuse(name, getattr(a, name), "None or {'use_reentrant': False}")
+    on = a.gradient_checkpointing if a.activation_checkpointing is None else a.activation_checkpointing
+    return {"model.gradient_checkpointing": bool(on), "model.trust_remote_code": a.trust_remote_code}
 
 
 def _fsdp(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -262,9 +266,11 @@ MAPPING: list[Rule] = [
          "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates; "
          "lr_scheduler_kwargs only {} or cosine's num_cycles 0.5 (grpokit's cosine is that half cycle)", _schedule),
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
-    Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code"),
+    Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code", "activation_checkpointing",
+          "activation_checkpointing_kwargs"),
          ("model.gradient_checkpointing", "model.trust_remote_code"),
-         "copied; gradient_checkpointing_kwargs only use_reentrant False (grpokit's checkpointing is non-reentrant)", _checkpointing),
+         "copied; gradient_checkpointing_kwargs only use_reentrant False (grpokit's checkpointing is non-reentrant); "
+         "activation_checkpointing(_kwargs), transformers 5's names, decide when set", _checkpointing),
     Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code", "model.attn_implementation"),
          "dtype / torch_dtype (None: float32, as TRL), attn_implementation (None: transformers' choice) and "
          "trust_remote_code; other keys only at None", _model_init),
