@@ -363,3 +363,19 @@ def test_activation_checkpointing_is_transformers_5s_name_and_wins_when_set(tmp_
     with pytest.raises(ConfigError, match=r"activation_checkpointing_kwargs=\{'use_reentrant': True\}"):
         to_config(GRPOConfig("o", activation_checkpointing_kwargs={"use_reentrant": True}), num_rows=4)
     to_config(GRPOConfig("o", activation_checkpointing_kwargs={"use_reentrant": False}), num_rows=4)
+
+
+def test_hub_revision_is_the_branch_of_every_push_to_a_fake_hub(tmp_path, monkeypatch):
+    from grpokit.trl import GRPOTrainer
+    from trl_helpers import FakeHub
+
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, num_generations=4,
+                          max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
+                          push_to_hub=True, hub_model_id="me/tiny", hub_revision="dev", hub_always_push=True, save_steps=1)
+        GRPOTrainer(str(make_chat_model(tmp_path / "model")), reward_funcs=[short], args=args,
+                    train_dataset=Dataset.from_list(ROWS8[:4])).train()
+    # every_save: checkpoints at steps 1 and 2, then the final model, all on branch dev
+    assert [m for _, m in hub.commits] == ["Training in progress, step 1", "Training in progress, step 2", "End of training"]
+    assert hub.revisions == ["dev", "dev", "dev"]

@@ -283,6 +283,10 @@ class GRPOConfig:
     """transformers 5's name of gradient_checkpointing: when set (not None) it decides, as transformers resolves the alias."""
     activation_checkpointing_kwargs: dict | None = None
     """transformers 5's name of gradient_checkpointing_kwargs: when set it decides (only use_reentrant=False)."""
+    hub_revision: str | None = None
+    """Branch of hub_model_id that push_to_hub and the checkpoint pushes commit to (None: main); it must exist, as with transformers."""
+    hub_always_push: bool = False
+    """Accepted; grpokit's checkpoint pushes are synchronous, so none is ever skipped (what True asks transformers for)."""
     include_num_input_tokens_seen: Any = "no"
     """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
     ddp_timeout: int = 1800
@@ -342,7 +346,7 @@ UNSUPPORTED: dict[str, Any] = {
     "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
     "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
     "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False,
-    "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
+    "save_on_each_node": False, "enable_jit_checkpoint": False,
     "ignore_data_skip": False,
     "restore_callback_states_from_checkpoint": False,
     "parallelism_config": None, "dataloader_drop_last": False,

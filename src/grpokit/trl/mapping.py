@@ -346,6 +346,8 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
     "hub_model_id": "repository of push_to_hub (None: output_dir's name)",
     "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
+    "hub_revision": "branch the pushes commit to (None: main; it must exist, as with transformers)",
+    "hub_always_push": "no effect: grpokit pushes each checkpoint synchronously, so none is skipped (what True asks for)",
     "remove_unused_columns": "True drops every dataset column but prompt",
     "disable_dropout": "sets the policy's dropout probabilities to 0",
     "per_device_eval_batch_size": "completions per batch of evaluate()",

@@ -345,7 +345,7 @@ class GRPOTrainer:
         """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
         return push_folder(self.save_model(), self.hub_model_id, commit_message, token or self.args.hub_token,
-                           self.args.hub_private_repo, revision)
+                           self.args.hub_private_repo, revision or self.args.hub_revision)
 
 
 class _HubPush:
@@ -359,7 +359,8 @@ class _HubPush:
         if checkpoint is not None and state.is_world_process_zero:
             try:
                 push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id,
-                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo)
+                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo,
+                            args.hub_revision)
             except HubPushError as e:
                 log.warning("%s", e)
 
