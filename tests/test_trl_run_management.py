@@ -72,13 +72,14 @@ def test_best_metric_is_tracked_as_transformers_by_hand(tmp_path):
     assert seen == [True, True, False, False, False] and (state.best_metric, state.best_global_step) == (0.3, 2)
     with pytest.raises(ConfigError, match=r"metric_for_best_model='acc' names 'eval_acc'.*\['eval_loss'\]"):
         best.update_best(state, GRPOConfig(metric_for_best_model="acc"), {"eval_loss": 0.1})
-    # at a save, best_model_checkpoint follows best_global_step only when that checkpoint exists
-    (tmp_path / "checkpoints" / "step-000002" / "model").mkdir(parents=True)
-    best.note_checkpoint(state, tmp_path)
+    # at a save, best_model_checkpoint follows best_global_step (2) only when that step was saved
+    best.note_checkpoint(state, tmp_path, {1, 3})
     assert state.best_model_checkpoint is None and best.kept_folder(state, tmp_path) is None
-    (tmp_path / "checkpoint-2").symlink_to(tmp_path / "checkpoints" / "step-000002" / "model")
-    best.note_checkpoint(state, tmp_path)
+    best.note_checkpoint(state, tmp_path, {1, 2, 3})
     assert state.best_model_checkpoint == str(tmp_path / "checkpoint-2")
+    # the rotation keeps the folder the checkpoint-2 link points at
+    (tmp_path / "checkpoints" / "step-000002" / "model").mkdir(parents=True)
+    (tmp_path / "checkpoint-2").symlink_to(tmp_path / "checkpoints" / "step-000002" / "model")
     assert best.kept_folder(state, tmp_path) == (tmp_path / "checkpoints" / "step-000002").resolve()
 
 

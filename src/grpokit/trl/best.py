@@ -74,12 +74,11 @@ def update_best(state: Any, a: Any, metrics: dict[str, float]) -> bool:
     return False
 
 
-def note_checkpoint(state: Any, out_dir: Path) -> None:
-    """A checkpoint was just written: the best one becomes ``checkpoint-<best_global_step>`` if it exists."""
-    if state.best_global_step:
-        best = out_dir / f"checkpoint-{state.best_global_step}"
-        if best.exists():
-            state.best_model_checkpoint = str(best)
+def note_checkpoint(state: Any, out_dir: Path, saved_steps: set[int]) -> None:
+    """A checkpoint was just written: the best one becomes ``checkpoint-<best_global_step>`` if that step
+    was saved (every rank decides alike, without looking at rank 0's files)."""
+    if state.best_global_step and state.best_global_step in saved_steps:
+        state.best_model_checkpoint = str(out_dir / f"checkpoint-{state.best_global_step}")
 
 
 def kept_folder(state: Any, out_dir: Path) -> Path | None:

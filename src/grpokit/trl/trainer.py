@@ -111,6 +111,7 @@ class GRPOTrainer:
                             model=None if isinstance(model, str) else model, tokenizer=processing_class)
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
+        self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator()
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
@@ -312,13 +313,14 @@ class GRPOTrainer:
         """TRL's ``output_dir/checkpoint-N``: a link to grpokit's checkpoint model folder, with TRL's
         trainer_state.json in it; links whose checkpoint was rotated away are removed."""
         out = Path(self.cfg.train.out)
+        self._saved_steps.add(step)
+        best.note_checkpoint(self.state, out, self._saved_steps)  # every rank (all load the best at the end), before trainer_state.json
         if not self.accelerator.is_main_process or not (path / "model").is_dir():
             return
         link = out / f"checkpoint-{step}"
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(path.resolve() / "model", target_is_directory=True)
-        best.note_checkpoint(self.state, out)  # before trainer_state.json, which carries best_model_checkpoint
         self.state.save_to_json(str(path / "model" / "trainer_state.json"))
         for old in out.glob("checkpoint-*"):
             if old.is_symlink() and not old.exists():
