@@ -121,3 +121,31 @@ def test_two_shapes_steps_train_with_the_static_engine(tmp_path, monkeypatch):
     summary = Trainer(cfg, quiet=True).train()
     assert summary["steps"] == 2
     assert built.count(4) == 2  # each step's rollout in one static cache: 2 prompts x 2 samples (the evals: 2 x 1)
+
+
+def test_a_tiny_random_qwen2_5_vl_decodes_statically_too(tiny):
+    """Qwen2.5-VL's language model has Qwen2-VL's shape (its vision tower differs, and only the prefill
+    sees it): a random toy of it, on the demo's processor and token ids, samples the same tokens on both
+    engines and agrees with the training pass."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+
+    _, proc = tiny
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=52, max_position_embeddings=256, eos_token_id=1, pad_token_id=0, bos_token_id=None,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
+    tower = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=8, spatial_merge_size=2,
+                 temporal_patch_size=2, out_hidden_size=64, window_size=16, fullatt_block_indexes=[0])
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config=text, vision_config=tower, image_token_id=4, video_token_id=6, vision_start_token_id=3,
+        vision_end_token_id=5, eos_token_id=1, pad_token_id=0, bos_token_id=None)).eval()
+    assert static.supports(model)
+    prompts = _prompts(proc, 4, 5)
+    runs = {e: _generate(model, proc, prompts, 2, SamplingParams(max_new_tokens=8), e) for e in ("static", "dynamic")}
+    assert runs["static"].completion_ids == runs["dynamic"].completion_ids
+    assert sum(len(c) for c in runs["static"].completion_ids) > 16  # random weights: long answers, many steps compared
+    logp, _ = completion_logprobs(model, make_token_batch(runs["static"], proc.tokenizer.pad_token_id))
+    for i, lps in enumerate(runs["static"].sampling_logprobs):
+        assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4), i
