@@ -149,3 +149,4 @@ def test_a_tiny_random_qwen2_5_vl_decodes_statically_too(tiny):
     logp, _ = completion_logprobs(model, make_token_batch(runs["static"], proc.tokenizer.pad_token_id))
     for i, lps in enumerate(runs["static"].sampling_logprobs):
         assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4), i
+
