@@ -380,3 +380,34 @@ def test_hub_revision_is_the_branch_of_every_push_to_a_fake_hub(tmp_path, monkey
     # every_save: checkpoints at steps 1 and 2, then the final model, all on branch dev
     assert [m for _, m in hub.commits] == ["Training in progress, step 1", "Training in progress, step 2", "End of training"]
     assert hub.revisions == ["dev", "dev", "dev"]
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_ignore_data_skip_resumes_at_the_start_of_the_epoch(tmp_path, ignore):
+    """4 prompts, 1 prompt a step (4 completions = G): steps 1-3 take the first 3 of epoch 0's order.
+    A resume for step 4 takes the 4th (the data skipped to where it was), or with ignore_data_skip the
+    1st again (epoch 0 from its start, as transformers counts whole epochs only)."""
+    from grpokit.trl import GRPOTrainer
+
+    seen = []
+
+    def record(prompts, completions, **kw):
+        seen.append(prompts[0][0]["content"])
+        return [0.0] * len(completions)
+
+    out, model = tmp_path / "out", make_chat_model(tmp_path / "model")
+
+    def run(max_steps, **kw):
+        args = GRPOConfig(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, num_generations=4,
+                          max_completion_length=2, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
+                          save_steps=1, ignore_data_skip=ignore)
+        GRPOTrainer(str(model), reward_funcs=[record], args=args, train_dataset=Dataset.from_list(ROWS8[:4])).train(**kw)
+
+    run(3)
+    run(4, resume_from_checkpoint=True)
+    first_three, fourth = seen[:3], seen[3]
+    assert len(set(first_three)) == 3
+    if ignore:
+        assert fourth == first_three[0]
+    else:
+        assert fourth not in first_three

@@ -287,6 +287,8 @@ class GRPOConfig:
     """Branch of hub_model_id that push_to_hub and the checkpoint pushes commit to (None: main); it must exist, as with transformers."""
     hub_always_push: bool = False
     """Accepted; grpokit's checkpoint pushes are synchronous, so none is ever skipped (what True asks transformers for)."""
+    ignore_data_skip: bool = False
+    """On resume, start the prompts at the beginning of the current epoch instead of where the checkpoint left them, as transformers."""
     include_num_input_tokens_seen: Any = "no"
     """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
     ddp_timeout: int = 1800
@@ -347,7 +349,6 @@ UNSUPPORTED: dict[str, Any] = {
     "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
     "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False,
     "save_on_each_node": False, "enable_jit_checkpoint": False,
-    "ignore_data_skip": False,
     "restore_callback_states_from_checkpoint": False,
     "parallelism_config": None, "dataloader_drop_last": False,
     "dataloader_multiprocessing_context": None,

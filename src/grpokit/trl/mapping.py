@@ -354,6 +354,7 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "num_generations_eval": "completions per eval prompt in evaluate() (None: num_generations)",
     "eval_on_start": "evaluate() before the first step", "logging_first_step": "log_history also gets step 1",
     "resume_from_checkpoint": "train() resumes from it when called without one",
+    "ignore_data_skip": "a resume starts the prompts at the beginning of the checkpoint's epoch, as transformers",
     "tf32": "sets torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 (None: unchanged)",
     "dataloader_num_workers": "no effect: grpokit holds the prompts in memory, there is no DataLoader",
     "dataloader_pin_memory": "no effect (no DataLoader)", "dataloader_persistent_workers": "no effect (no DataLoader)",

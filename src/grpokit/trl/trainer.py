@@ -144,6 +144,8 @@ class GRPOTrainer:
         if resume:
             self.bridge.state.global_step = trainer.step * mu
             best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.step * mu}")
+            if self.args.ignore_data_skip:  # transformers: the epochs trained count, the batches of this one are not skipped
+                trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
         sample = trainer._sample
 
         def sample_and_count(prompts, group_size):  # TRL's num_tokens and terminated lengths of each sampling call
