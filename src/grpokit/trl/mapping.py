@@ -27,6 +27,7 @@ from grpokit.config.io import set_field
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, loss_fields, objectives_fields
+from .run_args import RUN_MANAGEMENT
 
 
 def _refuse(name: str, value: Any, valid: str) -> ConfigError:
@@ -346,15 +347,12 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
     "hub_model_id": "repository of push_to_hub (None: output_dir's name)",
     "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
-    "hub_revision": "branch the pushes commit to (None: main; it must exist, as with transformers)",
-    "hub_always_push": "no effect: grpokit pushes each checkpoint synchronously, so none is skipped (what True asks for)",
     "remove_unused_columns": "True drops every dataset column but prompt",
     "disable_dropout": "sets the policy's dropout probabilities to 0",
     "per_device_eval_batch_size": "completions per batch of evaluate()",
     "num_generations_eval": "completions per eval prompt in evaluate() (None: num_generations)",
     "eval_on_start": "evaluate() before the first step", "logging_first_step": "log_history also gets step 1",
     "resume_from_checkpoint": "train() resumes from it when called without one",
-    "ignore_data_skip": "a resume starts the prompts at the beginning of the checkpoint's epoch, as transformers",
     "tf32": "sets torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 (None: unchanged)",
     "dataloader_num_workers": "no effect: grpokit holds the prompts in memory, there is no DataLoader",
     "dataloader_pin_memory": "no effect (no DataLoader)", "dataloader_persistent_workers": "no effect (no DataLoader)",
@@ -366,26 +364,8 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
     "optim_args": "no effect, as in transformers (adamw_torch and adamw_torch_fused ignore optim_args)",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
-    "data_seed": "no effect, as in TRL 1.16: its GRPO prompt sampler (RepeatSampler) is seeded by seed, not data_seed "
-                 "(measured; transformers' documentation says otherwise)",
-    "do_train": "no effect, as in transformers (a flag for scripts)", "do_eval": "no effect, as in transformers "
-    "(True when eval_strategy is not 'no')", "do_predict": "no effect, as in transformers (a flag for scripts)",
-    "torch_empty_cache_steps": "torch.cuda.empty_cache() when a TRL step begins whose count of completed steps is a "
-                               "multiple of it (transformers: in each of that step's micro-batches)",
-    "include_num_input_tokens_seen": "not 'no': log entries get num_input_tokens_seen (TRL's running num_tokens), "
-                                     "training entries train_runtime and train_tokens_per_second, as transformers under TRL",
-    "use_cache": "no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling changes "
-                 "speed, not the samples' distribution; no loss reads it); grpokit's decode always caches",
-    "log_level": "transformers' logging verbosity on the main process (passive: unchanged)",
-    "log_level_replica": "transformers' logging verbosity on the other processes (passive: unchanged)",
-    "eval_delay": "no evaluation by eval_strategy before this many TRL steps (eval_on_start and evaluate() calls still run)",
-    "metric_for_best_model": "after each evaluation by eval_strategy, eval_<metric> (the prefix added when missing) is "
-                             "compared with state.best_metric; best_global_step and, at each save, best_model_checkpoint "
-                             "(output_dir/checkpoint-N) go to trainer_state.json (None: 'loss' with load_best_model_at_end)",
-    "greater_is_better": "direction of metric_for_best_model (None: True unless its name ends with 'loss')",
-    "load_best_model_at_end": "the best checkpoint's weights are loaded after the final log; save_total_limit's rotation "
-                              "keeps it; needs eval_strategy = save_strategy and save_steps a multiple of eval_steps",
 }
+HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
 
