@@ -321,12 +321,14 @@ def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model
     assert all(torch.equal(second.model.state_dict()[k], v) for k, v in weights.items())
 
 
-def test_use_cache_is_accepted_and_changes_nothing_as_in_trl():
+def test_use_cache_and_average_tokens_across_devices_change_nothing_as_in_trl():
     trl = pytest.importorskip("trl")
     # TRL only sets model.config.use_cache: a KV cache or not while sampling changes speed, not a number;
     # grpokit's Config is the same either way
     assert "use_cache" in {f.name for f in __import__("dataclasses").fields(trl.GRPOConfig)}
     assert to_config(GRPOConfig("o", use_cache=True), num_rows=4) == to_config(GRPOConfig("o"), num_rows=4)
+    # average_tokens_across_devices: TRL's GRPO loss divides by its own gathered counts, so it changes nothing there
+    assert to_config(GRPOConfig("o", average_tokens_across_devices=False), num_rows=4) == to_config(GRPOConfig("o"), num_rows=4)
 
 
 @pytest.mark.parametrize("lib", ["grpokit.trl", "trl"])

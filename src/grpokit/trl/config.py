@@ -287,6 +287,8 @@ class GRPOConfig:
     """Branch of hub_model_id that push_to_hub and the checkpoint pushes commit to (None: main); it must exist, as with transformers."""
     hub_always_push: bool = False
     """Accepted; grpokit's checkpoint pushes are synchronous, so none is ever skipped (what True asks transformers for)."""
+    average_tokens_across_devices: bool = True
+    """Accepted; no effect, as in TRL's GRPO, whose loss uses its own gathered token counts (grpokit: the whole batch's)."""
     ignore_data_skip: bool = False
     """On resume, start the prompts at the beginning of the current epoch instead of where the checkpoint left them, as transformers."""
     include_num_input_tokens_seen: Any = "no"
@@ -339,7 +341,7 @@ def _same(value: Any, default: Any) -> bool:
 
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
-    "optim_target_modules": None, "average_tokens_across_devices": True,
+    "optim_target_modules": None,
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
     "torch_compile_backend": None, "torch_compile_mode": None,
     "liger_kernel_config": None, "neftune_noise_alpha": None,

@@ -7,6 +7,9 @@ RUN_MANAGEMENT: dict[str, str] = {
                  "(measured; transformers' documentation says otherwise)",
     "hub_revision": "branch the pushes commit to (None: main; it must exist, as with transformers)",
     "hub_always_push": "no effect: grpokit pushes each checkpoint synchronously, so none is skipped (what True asks for)",
+    "average_tokens_across_devices": "no effect, as in TRL 1.16's GRPO (read from its code): its loss divides by token "
+                                     "counts it gathers itself and ignores transformers' num_items_in_batch; grpokit "
+                                     "normalises by the whole batch's counts",
     "ignore_data_skip": "a resume starts the prompts at the beginning of the checkpoint's epoch, as transformers",
     "do_train": "no effect, as in transformers (a flag for scripts)", "do_eval": "no effect, as in transformers "
     "(True when eval_strategy is not 'no')", "do_predict": "no effect, as in transformers (a flag for scripts)",
