@@ -91,3 +91,16 @@ def test_the_pipeline_stage_applies_the_mode():
     inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("sequence_mask", 0.0))
     assert inp.advantages[0].tolist() == [0.0, 0.0] and inp.advantages[1].tolist() == pytest.approx([-0.7071] * 2, rel=1e-3)
     assert inp.metrics["sampling/importance_sampling_ratio/min"] == 0.0
+
+
+def test_tis_fields_are_checked():
+    from grpokit.config.io import apply_overrides
+    from grpokit.config.sections import Config
+    from grpokit.config.validation import validate
+
+    validate(apply_overrides(Config(), ["rollout.tis_mode=sequence_mask", "rollout.tis_min=0.5", "rollout.tis_cap=.inf"]))
+    for over, word in ((["rollout.tis_mode=sequence"], r"rollout.tis_mode='sequence' is not valid"),
+                       (["rollout.tis_min=-0.1"], r"rollout.tis_min=-0.1 must be"),
+                       (["rollout.tis_min=3", "rollout.tis_cap=2"], r"rollout.tis_min=3.0 must be .* at most rollout.tis_cap=2.0")):
+        with pytest.raises(ConfigError, match=word):
+            validate(apply_overrides(Config(), over))
