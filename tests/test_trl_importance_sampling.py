@@ -104,3 +104,22 @@ def test_tis_fields_are_checked():
                        (["rollout.tis_min=3", "rollout.tis_cap=2"], r"rollout.tis_min=3.0 must be .* at most rollout.tis_cap=2.0")):
         with pytest.raises(ConfigError, match=word):
             validate(apply_overrides(Config(), over))
+
+
+def test_a_vllm_step_logs_trl_metrics_and_masks_by_the_sequence_product(tmp_path):
+    # the colocated engine's outputs (a recording fake: vLLM is not installed) with every sampler logprob
+    # 0.8 nats below the trainer's: each token's r = e^0.8 = 2.23, a completion of L tokens has e^(0.8 L)
+    from types import SimpleNamespace as NS
+
+    from grpokit.rollout.vllm import VLLMColocated
+    from test_mismatch import _RecordingLLM, _trainer
+
+    tr = _trainer(tmp_path, **{"rollout.tis_mode": "sequence_mask", "rollout.tis_cap": 3.0})
+    tr.engine = VLLMColocated(_RecordingLLM(tr, -0.8), lambda **kw: NS(**kw), tr.params, sleep=True)
+    tr.cfg.rollout.backend = "vllm"
+    m = tr.train_step()
+    assert m["sampling/sampling_logp_difference/mean"] == pytest.approx(0.8, abs=1e-3)
+    # one weight per completion; every completion here has two or more tokens: e^(0.8 L) >= e^1.6 = 4.95 > 3,
+    # so all are masked to 0 (the geometric mean, e^0.8 = 2.23, would have kept them all)
+    assert m["tis/ratio_mean"] == pytest.approx(math.exp(0.8), rel=1e-3) and m["tis/capped_fraction"] == 1.0
+    assert [m[f"sampling/importance_sampling_ratio/{k}"] for k in ("min", "mean", "max")] == [0.0, 0.0, 0.0]
