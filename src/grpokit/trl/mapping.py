@@ -24,10 +24,10 @@ from typing import Any, Callable
 
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
-from grpokit.algo.tis import TIS_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, loss_fields, objectives_fields
+from .sampling_args import importance_sampling_fields
 from .run_args import RUN_MANAGEMENT
 
 
@@ -153,27 +153,9 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
                       "1 with vllm_mode='colocate', or vllm_mode='server' with `grpokit vllm-serve MODEL --tensor-parallel-size N`")
     url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
     return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
-            "rollout.vllm_startup_timeout": a.vllm_server_timeout, **_importance_sampling(a),
+            "rollout.vllm_startup_timeout": a.vllm_server_timeout, **importance_sampling_fields(a),
             "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
             "rollout.vllm_max_model_len": a.vllm_max_model_length or 0}
-
-
-def _importance_sampling(a: GRPOConfig) -> dict[str, Any]:
-    """TRL's vLLM importance sampling as grpokit's TIS stage: the mode by name, clip_max (or the deprecated
-    cap, which replaces it when set) as tis_cap and clip_min as tis_min; None is no bound (inf, 0)."""
-    if not a.vllm_importance_sampling_correction:
-        return {"rollout.tis_cap": 0.0}
-    if a.vllm_importance_sampling_mode not in TIS_MODES:
-        raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode, ", ".join(TIS_MODES))
-    cap = a.vllm_importance_sampling_cap if a.vllm_importance_sampling_cap is not None else a.vllm_importance_sampling_clip_max
-    cap = math.inf if cap is None else cap
-    if not cap >= 1:  # a weight bound below 1 shrinks every on-policy token's gradient
-        raise _refuse("vllm_importance_sampling_clip_max", cap, "None or a number >= 1")
-    floor = a.vllm_importance_sampling_clip_min
-    if floor is not None and not (floor <= cap and math.isfinite(floor)):
-        raise _refuse("vllm_importance_sampling_clip_min", floor, f"None or a finite number up to the upper bound {cap}")
-    # ratios are > 0, so a bound at or below 0 bounds nothing, as TRL's None
-    return {"rollout.tis_cap": cap, "rollout.tis_mode": a.vllm_importance_sampling_mode, "rollout.tis_min": max(floor or 0.0, 0.0)}
 
 
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
