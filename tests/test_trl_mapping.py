@@ -13,6 +13,7 @@ import pytest
 from grpokit.config import ConfigError
 from grpokit.trl.config import UNSUPPORTED, GRPOConfig
 from grpokit.trl.mapping import to_config
+from grpokit.config.validation import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,8 +108,12 @@ def test_cispo_and_sapo_loss_types_map_onto_grpokit_objectives():
     cfg = to_config(GRPOConfig(loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0), num_rows=4)
     assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.sapo_tau_pos, cfg.algo.sapo_tau_neg) == \
         ("sapo", "seq-mean-token-mean", 0.5, 2.0)
-    with pytest.raises(ConfigError, match="epsilon_high"):  # unset: TRL's cap would be epsilon, 0.2
-        to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+    # unset, TRL's code caps the weight at epsilon (0.2): grpokit's cap 1 + clip_high = 0.2, so clip_high = -0.8
+    cfg = to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+    assert cfg.algo.clip_high == pytest.approx(-0.8)
+    validate(cfg)  # CISPO alone may cap below 1
+    with pytest.raises(ConfigError, match="algo.clip_high"):  # the clipped surrogate may not
+        validate(dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, objective="clip")))
 
 
 def test_arguments_read_and_set_after_construction_behave_as_constructor_arguments():

@@ -280,8 +280,8 @@ def _check(s: LossSettings) -> None:
     c = s.clip
     if not (0.0 <= c.clip_low < 1.0):
         raise ValueError(f"clip_low must be in [0, 1), got {c.clip_low}")
-    if c.clip_high < 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {c.clip_high}")
+    if c.clip_high < (-1.0 if c.objective == "cispo" else 0.0):  # CISPO's weight cap 1 + clip_high may be below 1
+        raise ValueError(f"clip_high must be >= 0 (>= -1 with objective cispo), got {c.clip_high}")
     if c.dual_clip is not None and c.dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
     if s.entropy.aggregation not in ENTROPY_AGGREGATIONS:

@@ -177,7 +177,8 @@ def _algo_limits(cfg: Config) -> None:
     """algo.*: numeric ranges of clipping, KL and iterations."""
     a = cfg.algo
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
-    _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
+    _check(a.clip_high >= (-1 if a.objective == "cispo" else 0),  # CISPO's cap 1 + clip_high may sit below 1 (TRL's default 0.2)
+           f"algo.clip_high={a.clip_high} must be >= 0 (with algo.objective=cispo: >= -1, the weight cap 1 + clip_high >= 0)")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
     _check(a.beta >= 0, f"algo.beta={a.beta} must be >= 0")
     _check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")

@@ -156,7 +156,7 @@ class GRPOConfig:
     scale_rewards: Any = "group"
     """"group" (or True), "batch" or "none" (or False)."""
     loss_type: str = "dapo"
-    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (needs epsilon_high > 1: the weight's cap) or "sapo"."""
+    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight), "sapo", "luspo" or "vespo"."""
     sapo_temperature_pos: float = 1.0
     """loss_type="sapo": gate temperature for tokens with positive advantage."""
     sapo_temperature_neg: float = 1.05

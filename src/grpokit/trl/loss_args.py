@@ -27,10 +27,8 @@ def loss_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         raise _refuse("loss_type", a.loss_type, ", ".join(_AGGREGATION))
     out = {"algo.aggregation": _AGGREGATION[a.loss_type], "algo.norm_constant": 0.0}  # dr_grpo: 0 = max_completion_length
     if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
+        # unset, TRL's cap is epsilon (0.2 by default): every weight at most 0.2, as TRL's code does (its docs suggest 5.0)
         cap = a.epsilon if a.epsilon_high is None else a.epsilon_high
-        if cap <= 1.0:
-            raise ConfigError(f"GRPOConfig loss_type='cispo' caps the importance weight at epsilon_high (here {cap!r}, "
-                              "epsilon when unset); grpokit's CISPO needs a cap above 1: set epsilon_high, e.g. 5.0")
         out |= {"algo.objective": "cispo", "algo.clip_high": cap - 1.0}
     elif a.loss_type == "sapo":
         out |= {"algo.objective": "sapo", "algo.sapo_tau_pos": a.sapo_temperature_pos, "algo.sapo_tau_neg": a.sapo_temperature_neg}
