@@ -240,7 +240,8 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
 
     Returns ``(loss, metrics)``; metrics are masked token means over this batch: ``clip_ratio/low_mean``,
     ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``clip_ratio/dual_mean``, ``ratio/mean``,
-    ``num_tokens``, ``offpolicy/masked_sequences`` and ``kl`` (when beta != 0).
+    ``num_tokens``, ``offpolicy/masked_sequences``, ``kl`` (when beta != 0) and, when the entropy bonus
+    is on (or adaptive), ``entropy/bonus``: the amount subtracted from this batch's loss.
     """
     _check(s)
     c = s.clip
@@ -261,11 +262,19 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     bonus_NT = _entropy_term(t, s.entropy)
     if bonus_NT is not None and s.entropy.aggregation == "loss":
         loss_NT = loss_NT - bonus_NT
-    loss = aggregate(loss_NT, loss_mask_NT, norms.aggregation, num_sequences=norms.num_sequences,
-                     num_tokens=norms.num_tokens, norm_constant=norms.norm_constant, seq_weights_N=t.seq_weights)
+    reduce = lambda x_NT, m_NT: aggregate(x_NT, m_NT, norms.aggregation, num_sequences=norms.num_sequences,  # noqa: E731
+                                          num_tokens=norms.num_tokens, norm_constant=norms.norm_constant,
+                                          seq_weights_N=t.seq_weights)
+    loss, bonus = reduce(loss_NT, loss_mask_NT), 0.0
     if bonus_NT is not None and s.entropy.aggregation == "token-mean":  # TRL: a plain token mean
-        loss = loss - aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
+        bonus_term = aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
+        loss, bonus = loss - bonus_term, float(bonus_term.detach())
+    elif bonus_NT is not None:  # the bonus inside the reduction: its share, for the policy_loss metric
+        with torch.no_grad():
+            bonus = float(reduce(bonus_NT.detach(), loss_mask_NT))
     metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
+    if bonus_NT is not None or s.entropy.adaptive:
+        metrics["entropy/bonus"] = bonus  # subtracted from the loss; loss + bonus is TRL's policy_loss
     metrics["offpolicy/masked_sequences"] = n_offpolicy
     if c.objective == "vespo":
         metrics |= vespo.vespo_metrics(ratio_NT, adv_NT, c)

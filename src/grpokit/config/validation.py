@@ -136,6 +136,9 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
     _one_of("algo.kl_placement", a.kl_placement, tuple(KL_PLACEMENTS))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
+    _check(not a.entropy_adaptive or (a.entropy_coef_delta >= 0 and 0 <= a.entropy_coef_min <= a.entropy_coef_max),
+           f"algo.entropy_coef_delta={a.entropy_coef_delta}, algo.entropy_coef_min={a.entropy_coef_min} and "
+           f"algo.entropy_coef_max={a.entropy_coef_max} must satisfy delta >= 0 and 0 <= min <= max (defaults 0.005, 0, 1)")
     _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
            "algo.kl_bias_correction weights the KL term of the loss, and algo.kl_placement=reward puts the KL in the reward instead; set algo.kl_bias_correction=false or algo.kl_placement=loss")

@@ -41,7 +41,8 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import policy_update, update_slices
+from .update import policy_update, update_slices, with_entropy_coef
+from grpokit.algo.entropy_control import EntropyController
 
 
 class Trainer:
@@ -80,6 +81,7 @@ class Trainer:
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model, self.device)
         self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
+        self.entropy_ctrl = EntropyController.from_algo(cfg.algo) if cfg.algo.entropy_adaptive else None
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
         self.memory_plan, self.token_budget = scaling.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
@@ -92,11 +94,7 @@ class Trainer:
                                     **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
             self.step, self.sampler.position = state.step, state.data_position
             self.saved_step = state.step
-            if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
-                extra = checkpoint.load_extra(ckpt)
-                if "lambda_grpo" not in extra:
-                    raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
-                self.lam.load_state_dict(extra["lambda_grpo"])
+            self._load_extra(ckpt)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
@@ -182,10 +180,14 @@ class Trainer:
                 for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
                     if self.lam is not None:
                         self.lam.zero_grad()
+                    part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
                     upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
                                         temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                         norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
                                         micro_batch_tokens=self.token_budget, packed=self.packed)
+                    if self.entropy_ctrl is not None:  # Skywork-OR1: the next step's coefficient from this step's entropy
+                        self.entropy_ctrl.update(upd["entropy/loss_tokens_mean"])
+                        upd["entropy_coef"] = self.entropy_ctrl.coef
                     self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
                     if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                         extra.update(self.lam.step(self.dist))
@@ -348,11 +350,27 @@ class Trainer:
             card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
                                    self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, card=card,
-                                   extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None, **hooks)
+                                   extra_state=self._extra_state(), **hooks)
         self.dist.barrier()
         self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)
         return path
+
+    def _extra_state(self) -> dict[str, Any] | None:
+        """What variants keep between steps: lambda-GRPO's lambda, the adaptive entropy coefficient."""
+        extra = {"lambda_grpo": self.lam.state_dict()} if self.lam else {}
+        extra |= {"entropy_control": self.entropy_ctrl.state_dict()} if self.entropy_ctrl else {}
+        return extra or None
+
+    def _load_extra(self, ckpt: Path) -> None:
+        """Resume ``_extra_state``: lambda and its Adam moments, the entropy coefficient, where they were."""
+        extra = checkpoint.load_extra(ckpt) if self.lam is not None or self.entropy_ctrl is not None else {}
+        if self.lam is not None:
+            if "lambda_grpo" not in extra:
+                raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
+            self.lam.load_state_dict(extra["lambda_grpo"])
+        if self.entropy_ctrl is not None and "entropy_control" in extra:  # absent: written without it, start afresh
+            self.entropy_ctrl.load_state_dict(extra["entropy_control"])
 
     def _load_summary(self) -> dict[str, Any]:
         p = self.run_dir / "summary.json"

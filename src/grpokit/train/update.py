@@ -129,6 +129,15 @@ def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
     return [_rows_of(inputs, slice(k * n, (k + 1) * n)) for k in range(parts)]
 
 
+def with_entropy_coef(inputs: UpdateInputs, controller) -> UpdateInputs:
+    """``inputs`` with the entropy bonus's coefficient that ``controller`` (algo/entropy_control.py)
+    applies to this optimizer step; unchanged without a controller."""
+    if controller is None or inputs.loss is None:
+        return inputs
+    bonus = dataclasses.replace(inputs.loss.entropy, coef=controller.applied(), adaptive=True)
+    return dataclasses.replace(inputs, loss=dataclasses.replace(inputs.loss, entropy=bonus))
+
+
 def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
     cut = lambda t: t[rows] if t is not None else None  # noqa: E731
     weights = inputs.seq_weights
@@ -181,6 +190,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
+    bonus = {"entropy/bonus": 0.0, "sum": 0.0, "tokens": 0.0}  # the entropy bonus's share and its tokens' entropy
     mismatch: dict[str, float] = {}
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
@@ -197,6 +207,8 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")
+        if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
+            _add_bonus(bonus, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
         for k, v in m.items():  # token-weighted means over micro-batches
             sums[k] = sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
         # entropy over every completion token, also those a variant leaves out of the loss
@@ -207,6 +219,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
+        bonus = {k: dist.sum_float(v) for k, v in bonus.items()}
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
         mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
@@ -214,10 +227,22 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
+    if settings.entropy.coef != 0.0 or settings.entropy.adaptive:  # TRL's policy_loss and entropy_coef
+        metrics.update({"policy_loss": loss_total + bonus["entropy/bonus"], "entropy_coef": settings.entropy.coef,
+                        "entropy/loss_tokens_mean": bonus["sum"] / max(bonus["tokens"], 1.0)})
     if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def _add_bonus(acc: dict[str, float], bonus: float, entropy_NT: torch.Tensor, loss_mask_NT: torch.Tensor) -> None:
+    """Add one micro-batch's entropy bonus and its loss tokens' entropy sum and count to ``acc``
+    (adaptive entropy control measures the loss tokens: TRL's controller reads the same set)."""
+    mask = loss_mask_NT.to(entropy_NT.device, entropy_NT.dtype)
+    acc["entropy/bonus"] += bonus
+    acc["sum"] += float((entropy_NT.detach() * mask).sum().item())
+    acc["tokens"] += float(mask.sum().item())
 
 
 def _step(optimizer, scheduler, finite: bool) -> float:
