@@ -172,7 +172,17 @@ class GRPOConfig:
     top_entropy_quantile: float = 1.0
     """Train only on this top fraction of tokens by entropy."""
     entropy_coef: float = 0.0
-    """Entropy bonus coefficient (TRL's plain token mean)."""
+    """Entropy bonus coefficient (TRL's plain token mean); with use_adaptive_entropy the starting coefficient."""
+    use_adaptive_entropy: bool = False
+    """Skywork-OR1 adaptive entropy control: after each optimizer step the coefficient rises by entropy_coef_delta when the loss tokens' mean entropy was at or below entropy_target, else falls by it; the next step applies it only while that entropy is at or below the target."""
+    entropy_coef_min: float = 0.0
+    """Adaptive entropy control: lowest coefficient."""
+    entropy_coef_max: float = 1.0
+    """Adaptive entropy control: highest coefficient."""
+    entropy_coef_delta: float = 0.005
+    """Adaptive entropy control: change of the coefficient per optimizer step."""
+    entropy_target: float = 0.2
+    """Adaptive entropy control: target mean token entropy (nats)."""
     max_tool_calling_iterations: int | None = None
     """Most tool-calling rounds per episode (None: grpokit's env.max_turns)."""
     off_policy_mask_threshold: float | None = None
@@ -308,8 +318,7 @@ UNSUPPORTED: dict[str, Any] = {
     "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
     "vllm_tensor_parallel_size": 1,
-    "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
-    "entropy_coef_max": 1.0, "entropy_coef_delta": 0.005, "entropy_target": 0.2, "log_multimodal": True,
+    "log_multimodal": True,
     "log_completions_hub_repo": None,
     "use_transformers_continuous_batching": False, "transformers_continuous_batching_config": None,
     "use_transformers_paged": False, "vllm_importance_sampling_cap": None,

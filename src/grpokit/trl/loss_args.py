@@ -1,5 +1,6 @@
 """The TRL arguments that choose the loss: loss_type (with its cispo / sapo / vespo settings),
-epsilon / epsilon_high / delta and multi_objective_aggregation -> grpokit's algo and reward fields.
+epsilon / epsilon_high / delta, the entropy bonus (static or adaptive) and multi_objective_aggregation
+-> grpokit's algo and reward fields.
 
 Part of mapping.py's table (its rules call these); kept apart so each file stays readable. The
 values are checked against TRL's own loss code in tests/test_bench_loss_equality.py.
@@ -73,3 +74,12 @@ def objectives_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.multi_objective_aggregation != "normalize_then_sum":
         raise _refuse("multi_objective_aggregation", a.multi_objective_aggregation, "sum_then_normalize, normalize_then_sum")
     return {"reward.normalize_components": True, "algo.scale": "batch_whiten"}
+
+
+def entropy_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    """TRL's entropy bonus is a plain token mean; use_adaptive_entropy moves its coefficient each
+    optimizer step (grpokit/algo/entropy_control.py follows TRL's code)."""
+    return {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean",
+            "algo.entropy_adaptive": a.use_adaptive_entropy, "algo.entropy_coef_min": a.entropy_coef_min,
+            "algo.entropy_coef_max": a.entropy_coef_max, "algo.entropy_coef_delta": a.entropy_coef_delta,
+            "algo.entropy_target": a.entropy_target}
