@@ -83,6 +83,12 @@ class ModelConfig:
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
     freeze_vision: bool = True
     """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does; false trains it too (docs/VISION.md)."""
+    lm_head_fp32: bool = False
+    """ScaleRL (TRL's cast_lm_head_to_fp32): the output layer's weights and logits in float32 while the rest of the model is in model.dtype (a tied head makes the shared embedding weight float32 too); needs lm_head without a LoRA adapter."""
+    neftune_noise_alpha: float = 0.0
+    """NEFTune: uniform noise of size alpha / sqrt(sequence length * hidden size) added to the input embeddings during training steps (sampling with the hf backend, log-probabilities and update, as TRL's GRPO), never in evaluation; 0 = off (the paper uses 5)."""
+    router_aux_loss_coef: float = 0.0
+    """Mixture-of-Experts models: weight of the router's load-balancing loss added to the training loss (0 = off; -1 = the model config's own router_aux_loss_coef, TRL's default); refused for a model without a router."""
 
 
 @section

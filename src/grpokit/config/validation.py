@@ -87,6 +87,11 @@ def _model(cfg: Config) -> None:
     _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
     _check(m.quantization == "none" or m.lora_rank > 0, f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)")
     _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    _check(not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
+           "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on it; remove lm_head from the targets or set model.lm_head_fp32=false")
+    _check(m.neftune_noise_alpha >= 0, f"model.neftune_noise_alpha={m.neftune_noise_alpha} must be >= 0 (0 = off; the NEFTune paper uses 5)")
+    _check(m.router_aux_loss_coef >= 0 or m.router_aux_loss_coef == -1,
+           f"model.router_aux_loss_coef={m.router_aux_loss_coef} must be >= 0 (0 = off) or -1 (the model config's own)")
     _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
 
 

@@ -43,6 +43,7 @@ from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
 from .update import policy_update, update_slices, with_entropy_coef
 from grpokit.algo.entropy_control import EntropyController
+from .model_options import noise_on
 
 
 class Trainer:
@@ -78,6 +79,7 @@ class Trainer:
             rewards.runner, rewards.eval_runner, rewards.weights, rewards.process_fn
         policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
         self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
+        self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model, self.device)
         self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
@@ -184,7 +186,7 @@ class Trainer:
                     upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
                                         temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                         norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                        micro_batch_tokens=self.token_budget, packed=self.packed)
+                                        micro_batch_tokens=self.token_budget, packed=self.packed, router_aux=self.router_aux)
                     if self.entropy_ctrl is not None:  # Skywork-OR1: the next step's coefficient from this step's entropy
                         self.entropy_ctrl.update(upd["entropy/loss_tokens_mean"])
                         upd["entropy_coef"] = self.entropy_ctrl.coef
@@ -206,7 +208,8 @@ class Trainer:
         begun = checkpoint.rng_state(self.generator), self.sampler.position
         self._updating = False
         try:
-            return self.train_step()
+            with noise_on(self.model):  # NEFTune (model.neftune_noise_alpha): the whole training step, as TRL
+                return self.train_step()
         except Exception:
             if not self._updating and self.step > self.saved_step and not self.dist.active:
                 checkpoint.set_rng_state(begun[0], self.generator)

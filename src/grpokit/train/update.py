@@ -15,7 +15,7 @@ import dataclasses
 import torch
 
 from grpokit.config.sections import AlgoConfig, OptimConfig
-from .logprobs import completion_logprobs
+from .logprobs import completion_logprobs, logprobs_with_router_loss
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, loss_settings
@@ -173,14 +173,15 @@ def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: t
 
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
-                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False) -> dict[str, float]:
+                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False, router_aux: float = 0.0) -> dict[str, float]:
     """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
 
     Micro-batches hold at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (0: no
     limit); their gradients add up to the whole batch's, since every normaliser is the batch's own.
     ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
     summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
-    ``packed``: padding-free forwards (packing.py; same values as padded).
+    ``packed``: padding-free forwards (packing.py; same values as padded). ``router_aux``: weight of a
+    Mixture-of-Experts router loss (model_options.py), added per micro-batch in proportion to its rows.
     """
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
@@ -190,13 +191,12 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
-    bonus = {"entropy/bonus": 0.0, "sum": 0.0, "tokens": 0.0}  # the entropy bonus's share and its tokens' entropy
+    acc = {"entropy/bonus": 0.0, "sum": 0.0, "tokens": 0.0, "aux_loss": 0.0}  # entropy bonus, its tokens' entropy, router loss
     mismatch: dict[str, float] = {}
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
-            logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
-                                                entropy_grad=settings.entropy.coef != 0.0, packed=packed)
+            logp, entropy, aux = _forward(model, mb, temperature, settings.entropy.coef != 0.0, packed, router_aux)
         old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
         ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
         loss, m = objective_loss(LossTensors(
@@ -204,11 +204,14 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
             turn_ids=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
             seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
             ratio_mask=mb.completion_mask), settings, norms)
+        if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
+            share = (rows.stop - rows.start) / norms.num_sequences
+            loss, acc["aux_loss"] = loss + router_aux * share * aux, acc["aux_loss"] + share * float(aux.detach())
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")
         if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
-            _add_bonus(bonus, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
+            _add_bonus(acc, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
         for k, v in m.items():  # token-weighted means over micro-batches
             sums[k] = sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
         # entropy over every completion token, also those a variant leaves out of the loss
@@ -219,7 +222,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
-        bonus = {k: dist.sum_float(v) for k, v in bonus.items()}
+        acc = {k: dist.sum_float(v) for k, v in acc.items()}
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
         mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
@@ -228,12 +231,24 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
     if settings.entropy.coef != 0.0 or settings.entropy.adaptive:  # TRL's policy_loss and entropy_coef
-        metrics.update({"policy_loss": loss_total + bonus["entropy/bonus"], "entropy_coef": settings.entropy.coef,
-                        "entropy/loss_tokens_mean": bonus["sum"] / max(bonus["tokens"], 1.0)})
+        metrics.update({"policy_loss": loss_total + acc["entropy/bonus"], "entropy_coef": settings.entropy.coef,
+                        "entropy/loss_tokens_mean": acc["sum"] / max(acc["tokens"], 1.0)})
+    if router_aux:
+        metrics["aux_loss"] = acc["aux_loss"]  # TRL's name: the row-weighted mean router loss
     if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def _forward(model, mb: TokenBatch, temperature: float, entropy_grad: bool, packed: bool, router_aux: float):
+    """``(logp, entropy, router loss or None)`` of one micro-batch: with a router loss to add, the
+    model's own forward (it computes that loss); else grpokit's chunked log-probabilities."""
+    if router_aux:
+        return logprobs_with_router_loss(model, mb, temperature, entropy_grad)
+    logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True, entropy_grad=entropy_grad,
+                                        packed=packed)
+    return logp, entropy, None
 
 
 def _add_bonus(acc: dict[str, float], bonus: float, entropy_NT: torch.Tensor, loss_mask_NT: torch.Tensor) -> None:

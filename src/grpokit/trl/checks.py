@@ -74,6 +74,8 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "top_entropy_quantile": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
     "entropy_coef": (_at_least(0), "a finite number >= 0"),
     "entropy_coef_min": (_at_least(0), "a finite number >= 0"),
+    "neftune_noise_alpha": (_at_least(0, none=True), "None or a finite number >= 0"),
+    "router_aux_loss_coef": (_at_least(0, none=True), "None (the model's own) or a finite number >= 0"),
     "entropy_coef_max": (_at_least(0), "a finite number >= 0"),
     "entropy_coef_delta": (_at_least(0), "a finite number >= 0"),
     "entropy_target": (_at_least(0), "a finite number >= 0 (nats)"),

@@ -251,6 +251,12 @@ class GRPOConfig:
     """Accepted; no effect: it configures accelerate's DataLoader dispatch, and grpokit has neither."""
     fsdp: Any = None
     """"full_shard" (with or without "auto_wrap"), or True: FSDP2 sharding (train.fsdp, needs torchrun); other FSDP options are refused."""
+    cast_lm_head_to_fp32: bool = False
+    """ScaleRL: the output layer (weights and logits) of the policy and reference in float32 (model.lm_head_fp32)."""
+    neftune_noise_alpha: float | None = None
+    """NEFTune noise on the input embeddings during training steps (None: off); model.neftune_noise_alpha."""
+    router_aux_loss_coef: float | None = None
+    """Mixture-of-Experts router load-balancing loss weight (None: the model config's own; 0: off); refused for a model without a router."""
     fsdp_config: dict | None = None
     """Only None, {} or {"fsdp_version": 2} (grpokit's FSDP is FSDP2)."""
 
@@ -297,7 +303,7 @@ UNSUPPORTED: dict[str, Any] = {
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
     "activation_checkpointing": None, "activation_checkpointing_kwargs": None,
     "torch_compile_backend": None, "torch_compile_mode": None,
-    "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
+    "liger_kernel_config": None, "use_cache": False, "torch_empty_cache_steps": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
     "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no", "log_level": "passive",
     "log_level_replica": "warning", "project": "huggingface", "trackio_space_id": None,
@@ -313,7 +319,7 @@ UNSUPPORTED: dict[str, Any] = {
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
     "ddp_backend": None, "ddp_timeout": 1800, "deepspeed": None, "debug": "",
     "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False,
-    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False,
+    "local_rank": -1,
     "ds3_gather_for_generation": True,
     "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,

@@ -310,6 +310,12 @@ MAPPING: list[Rule] = [
           "algo.entropy_coef_max", "algo.entropy_coef_delta", "algo.entropy_target"),
          "entropy_aggregation token-mean, as TRL; use_adaptive_entropy is entropy_adaptive (TRL's code: the coefficient "
          "rises when the entropy is at or below the target, and the first step applies none)", entropy_fields),
+    Rule(("cast_lm_head_to_fp32", "neftune_noise_alpha", "router_aux_loss_coef"),
+         ("model.lm_head_fp32", "model.neftune_noise_alpha", "model.router_aux_loss_coef"),
+         "copied; neftune_noise_alpha None: 0 (off), noise during the whole training step as TRL (generation included); "
+         "router_aux_loss_coef None: -1 (the MoE model config's own, 0 for other models)",
+         lambda a, ctx: {"model.lm_head_fp32": a.cast_lm_head_to_fp32, "model.neftune_noise_alpha": a.neftune_noise_alpha or 0.0,
+                         "model.router_aux_loss_coef": -1.0 if a.router_aux_loss_coef is None else a.router_aux_loss_coef}),
     Rule(("off_policy_mask_threshold",), ("algo.offpolicy_delta",), "None: 0 (off)",
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",

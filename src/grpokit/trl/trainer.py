@@ -114,8 +114,6 @@ class GRPOTrainer:
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
         """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
-        self.aux_loss_enabled = False
-        """TRL adds a Mixture-of-Experts router loss when this is True; grpokit never adds one."""
         self.use_adaptive_entropy = self.args.use_adaptive_entropy
         self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
         """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
@@ -158,6 +156,8 @@ class GRPOTrainer:
     entropy_coef = property(entropy_coef_of, set_entropy_coef)
     _last_world_entropy = property(last_world_entropy)
     _get_per_token_logps_and_entropies = per_token_logps_and_entropies
+    router_aux_loss_coef = property(lambda self: self._get().router_aux)
+    aux_loss_enabled = property(lambda self: self._get().router_aux != 0.0)  # a Mixture-of-Experts router loss is added
     processing_class = property(lambda self: self._get().tokenizer)
     run_dir = property(lambda self: Path(self.cfg.train.out))
     callback_handler = property(lambda self: self._get() and self.bridge.user)
