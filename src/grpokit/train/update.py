@@ -191,19 +191,15 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
-    acc = {"entropy/bonus": 0.0, "sum": 0.0, "tokens": 0.0, "aux_loss": 0.0}  # entropy bonus, its tokens' entropy, router loss
+    acc = dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0)  # entropy bonus, its tokens' entropy, router loss
     mismatch: dict[str, float] = {}
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
             logp, entropy, aux = _forward(model, mb, temperature, settings.entropy.coef != 0.0, packed, router_aux)
-        old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
-        ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
-        loss, m = objective_loss(LossTensors(
-            logp, old, inputs.advantages[rows], inputs.loss_mask[rows], ref_logp=ref, entropy=entropy,
-            turn_ids=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
-            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
-            ratio_mask=mb.completion_mask), settings, norms)
+        tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
+        old = tensors.old_logp
+        loss, m = objective_loss(tensors, settings, norms)
         if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
             share = (rows.stop - rows.start) / norms.num_sequences
             loss, acc["aux_loss"] = loss + router_aux * share * aux, acc["aux_loss"] + share * float(aux.detach())
@@ -230,15 +226,32 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
-    if settings.entropy.coef != 0.0 or settings.entropy.adaptive:  # TRL's policy_loss and entropy_coef
-        metrics.update({"policy_loss": loss_total + acc["entropy/bonus"], "entropy_coef": settings.entropy.coef,
-                        "entropy/loss_tokens_mean": acc["sum"] / max(acc["tokens"], 1.0)})
-    if router_aux:
-        metrics["aux_loss"] = acc["aux_loss"]  # TRL's name: the row-weighted mean router loss
+    metrics.update(_term_metrics(acc, loss_total, settings.entropy, router_aux))
     if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def _loss_tensors(inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> LossTensors:
+    """The objective's tensors of one micro-batch (pi_old: this forward's own detached values on-policy)."""
+    cut = lambda t: t[rows] if t is not None else None  # noqa: E731
+    return LossTensors(logp, inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach(), inputs.advantages[rows],
+                       inputs.loss_mask[rows], ref_logp=cut(inputs.ref_logp), entropy=entropy, turn_ids=cut(inputs.turn_ids),
+                       seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
+                       ratio_mask=mb.completion_mask)
+
+
+def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: float) -> dict[str, float]:
+    """TRL's ``policy_loss`` (the loss before the entropy bonus), ``entropy_coef`` and the loss tokens'
+    mean entropy while the bonus is on (or adaptive); ``aux_loss`` (row-weighted mean) with a router loss."""
+    out = {}
+    if bonus.coef != 0.0 or bonus.adaptive:
+        out.update({"policy_loss": loss_total + acc["entropy/bonus"], "entropy_coef": bonus.coef,
+                    "entropy/loss_tokens_mean": acc["sum"] / max(acc["tokens"], 1.0)})
+    if router_aux:
+        out["aux_loss"] = acc["aux_loss"]
+    return out
 
 
 def _forward(model, mb: TokenBatch, temperature: float, entropy_grad: bool, packed: bool, router_aux: float):
