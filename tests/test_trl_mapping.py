@@ -297,3 +297,18 @@ def test_refresh_reference_mixes_by_hand():
     assert ref.weight.item() == pytest.approx(2.2) and ref.bias.item() == pytest.approx(-1.2)
     refresh_reference(ref, pol, 1.0)  # a copy
     assert ref.weight.item() == 3.0 and ref.bias.item() == -2.0
+
+
+def test_entropy_and_model_forward_arguments_map_onto_grpokit_fields():
+    cfg = to_config(GRPOConfig(entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=15.0, entropy_coef_delta=0.02,
+                               entropy_coef_min=0.001, entropy_coef_max=0.5), num_rows=4)
+    a = cfg.algo
+    assert (a.entropy_coef, a.entropy_adaptive, a.entropy_target, a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max,
+            a.entropy_aggregation) == (0.01, True, 15.0, 0.02, 0.001, 0.5, "token-mean")
+    m = to_config(GRPOConfig(), num_rows=4).model  # TRL's defaults: no fp32 head, no noise, the MoE config's own router weight
+    assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (False, 0.0, -1.0)
+    m = to_config(GRPOConfig(cast_lm_head_to_fp32=True, neftune_noise_alpha=5.0, router_aux_loss_coef=0.0), num_rows=4).model
+    assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (True, 5.0, 0.0)
+    for bad in ({"neftune_noise_alpha": -1.0}, {"router_aux_loss_coef": -0.5}, {"entropy_coef_delta": float("nan")}):
+        with pytest.raises(ConfigError, match=f"GRPOConfig argument {next(iter(bad))}="):
+            GRPOConfig(**bad)
