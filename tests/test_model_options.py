@@ -88,6 +88,9 @@ def test_neftune_noise_only_inside_noise_on():
     diff = (noisy - clean).abs()
     assert diff.max() <= 8.0 / (6 * 16) ** 0.5 + 1e-6 and diff.max() > 0.5
     assert torch.equal(emb(IDS), clean)  # off again after the block
+    with noise_on(model):  # one decode step of the static engine embeds (n, d): L = 1, bound 8 / sqrt(16) = 2
+        step = emb(IDS[:, 0]) - clean[:, 0]
+    assert step.shape == (2, 16) and step.abs().max() <= 2.0 + 1e-6 and step.abs().max() > 8.0 / (6 * 16) ** 0.5
     with noise_on(_qwen2(False, torch.float32)):  # a model without NEFTune: nothing to turn on
         pass
 
@@ -125,3 +128,17 @@ def test_router_loss_is_added_in_proportion_to_micro_batch_rows():
                                      micro_batch_size=2, norm_constant=4.0, router_aux=coef)
     assert losses[0.3]["loss"] - losses[0.0]["loss"] == pytest.approx(0.3 * (auxes[0] + auxes[1]) / 2, rel=1e-5)
     assert losses[0.3]["aux_loss"] == pytest.approx((auxes[0] + auxes[1]) / 2, rel=1e-5) and "aux_loss" not in losses[0.0]
+
+
+def test_neftune_is_on_in_training_steps_and_off_in_evaluation(tmp_path):
+    from grpokit.train.loop import Trainer
+
+    cfg = apply_overrides(Config(), ["train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2", "data.eval_size=2",
+                                     "record.sinks=[jsonl]", "record.report=false", "train.threads=1", "rollout.max_new_tokens=4",
+                                     "model.neftune_noise_alpha=5", f"train.out={tmp_path}/run"])
+    trainer = Trainer(cfg, quiet=True)
+    seen = []  # the noise switch at every embedding call: evaluation before and after training, then the step
+    trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: seen.append(m.grpokit_neftune_on))
+    trainer.train()
+    assert True in seen and False in seen and seen[0] is False and seen[-1] is False
+    assert trainer.model.get_input_embeddings().grpokit_neftune_on is False

@@ -315,7 +315,8 @@ class Trainer:
         return lambda ctx, G, params, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
-                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
+                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None
+                                               and not self.cfg.model.neftune_noise_alpha)  # a graph would replay one noise draw
 
     @property
     def packed(self) -> bool:

@@ -9,8 +9,9 @@ loaded model:
   heads are unsupported, its code supports them).
 * ``neftune_noise_alpha`` (NEFTune, Jain et al., arXiv 2310.05914; TRL's ``neftune_noise_alpha``):
   uniform noise in ``[-a, a]`` with ``a = alpha / sqrt(L * d)`` (L the forward's sequence length, d
-  the hidden size) added to the input embeddings. On while training (``noise_on``), off in
-  evaluation; see ``noise_on`` for which passes get it.
+  the hidden size; 1 for a decode step) added to the input embeddings. On while training
+  (``noise_on``), off in evaluation; see ``noise_on`` for which passes get it. Sampling then runs
+  without CUDA graphs (a captured graph would replay one noise draw).
 * ``router_aux_loss_coef`` (Switch Transformer's load-balancing loss, which Mixture-of-Experts models
   in transformers return as ``aux_loss``): ``router_coefficient`` resolves it against the model; the
   update adds ``coef * aux_loss`` (update.py).
@@ -58,14 +59,15 @@ def head_in_float32(model: torch.nn.Module) -> None:
 def _neftune_hook(module, inputs, output):
     if not getattr(module, "grpokit_neftune_on", False):
         return output
-    bound = module.grpokit_neftune_alpha / math.sqrt(output.size(1) * output.size(2))  # NEFTune: alpha / sqrt(L d)
+    length = output.size(-2) if output.dim() == 3 else 1  # the static decoder embeds one token per row: (n, d)
+    bound = module.grpokit_neftune_alpha / math.sqrt(length * output.size(-1))  # NEFTune: alpha / sqrt(L d)
     return output + torch.zeros_like(output).uniform_(-bound, bound)
 
 
 def add_neftune(model: torch.nn.Module, alpha: float) -> None:
     """Attach NEFTune's noise to ``model``'s input embeddings; it stays off until ``noise_on``."""
     embeddings = model.get_input_embeddings()
-    embeddings.grpokit_neftune_alpha = float(alpha)
+    embeddings.grpokit_neftune_alpha, embeddings.grpokit_neftune_on = float(alpha), False
     embeddings.register_forward_hook(_neftune_hook)
 
 
