@@ -311,8 +311,8 @@ class Trainer:
         ``generator``) runs beside the update, where a graph capture must not happen."""
         engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
         if engine is not None and not getattr(engine, "prefetches", False):
-            return lambda ctx, G, params: engine.generate(ctx, G, params=params, sleep=False)
-        return lambda ctx, G, params, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
+            return lambda ctx, G, params, vision=None, images=None: engine.generate(ctx, G, params=params, sleep=False, images=images)
+        return lambda ctx, G, params, images=None, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None
