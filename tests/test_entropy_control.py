@@ -119,3 +119,25 @@ def test_run_raises_the_coefficient_once_per_optimizer_step(tmp_path):
     assert last["entropy_coef"] == pytest.approx(0.03)
     # step 2 applied 0.02 then 0.025: the loss is the policy loss minus coef * entropy of the loss tokens
     assert last["policy_loss"] - last["loss"] == pytest.approx(0.025 * last["entropy/loss_tokens_mean"], rel=1e-4, abs=1e-7)
+
+
+def test_trl_evaluate_subtracts_the_bonus_the_next_step_would_apply(tmp_path):
+    # TRL's eval loss is policy_loss - coef * H (H the mean token entropy); with a target above any
+    # entropy, after 2 optimizer steps the coefficient is 0.1 + 2 * 0.05 = 0.2 and it applies
+    from datasets import Dataset
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from trl_helpers import make_chat_model
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
+    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
+                   max_completion_length=4, use_cpu=True, disable_tqdm=True, report_to="none", entropy_coef=0.1, logging_steps=1,
+                   use_adaptive_entropy=True, entropy_target=50.0, entropy_coef_delta=0.05)
+    tr = GRPOTrainer(str(make_chat_model(tmp_path / "m")), reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]))
+                                                                                                   for c in completions]],
+                     args=a, train_dataset=data, eval_dataset=data)
+    tr.train()
+    assert tr.entropy_coef == pytest.approx(0.2) and tr._last_world_entropy < 50.0
+    ev = tr.evaluate()
+    assert ev["eval_policy_loss"] - ev["eval_loss"] == pytest.approx(0.2 * ev["eval_entropy"], rel=1e-4, abs=1e-7)
+    assert [h["entropy_coef"] for h in tr.state.log_history if "entropy_coef" in h and "train_loss" not in h][-1] == \
+        pytest.approx(0.2)
