@@ -135,5 +135,6 @@ def make_colocated_engine(r, m, params: SamplingParams, device, seed: int) -> VL
 
     llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,
                    enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=seed,
-                   logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code)
+                   logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code,
+                   max_model_len=r.vllm_max_model_len or None)  # None: vLLM takes the model's own length
     return VLLMColocated(llm, vllm.SamplingParams, params, sleep=r.vllm_sleep)

@@ -177,4 +177,5 @@ def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, r
     r = cfg.record
     return make_recorder(run_dir, [s for s in r.sinks if not (quiet and s == "console")], cfg.train.steps, to_dict(cfg),
                          health=cfg.health, resume_step=resume_step, samples_every=r.samples_every,
-                         samples_prompts=r.samples_prompts, console_every=r.console_every, run_name=r.run_name or None)
+                         samples_prompts=r.samples_prompts, console_every=r.console_every, run_name=r.run_name or None,
+                         project=r.project or None)
