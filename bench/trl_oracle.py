@@ -88,6 +88,37 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
     return loss
 
 
+def trl_adaptive_entropy_stand_in(coef: float, target: float, delta: float, lo: float, hi: float, loss_type: str = "dapo"):
+    """A stand-in GRPOTrainer in training mode with TRL's adaptive entropy control on (one process,
+    gradient_accumulation_steps=1): pass it to ``trl_adaptive_step`` step after step; TRL's own code
+    moves its ``entropy_coef`` and ``_last_world_entropy``."""
+    from trl import GRPOTrainer
+
+    return SimpleNamespace(
+        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+        importance_sampling_level="token", beta=0.0, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.2,
+        use_vllm=False, vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1, max_completion_length=None, accelerator=_Accelerator(),
+        entropy_coef=coef, use_adaptive_entropy=True, _entropy_bonus_enabled=True, _last_world_entropy=float("inf"),
+        _entropy_window_stats=None, _metrics=defaultdict(lambda: defaultdict(list)),
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1, entropy_target=target,
+                             entropy_coef_delta=delta, entropy_coef_min=lo, entropy_coef_max=hi),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights)
+
+
+def trl_adaptive_step(fake, logp_NT, old_logp_NT, advantages_N, mask_NT, entropy_NT) -> torch.Tensor:
+    """One optimizer step's loss through TRL's ``_compute_loss`` on ``fake`` (which it updates)."""
+    from trl import GRPOTrainer
+
+    N, T = logp_NT.shape
+    fake.max_completion_length = T
+    fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp_NT, entropy_NT, None)
+    inputs = {"prompt_ids": torch.zeros((N, 1), dtype=torch.long), "prompt_mask": torch.ones((N, 1), dtype=torch.long),
+              "completion_ids": torch.zeros((N, T), dtype=torch.long), "completion_mask": mask_NT,
+              "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "num_items_in_batch": mask_NT.sum()}
+    return GRPOTrainer._compute_loss(fake, None, inputs)
+
+
 def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
                  epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
                  bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,

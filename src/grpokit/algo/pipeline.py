@@ -158,7 +158,7 @@ def loss_settings(a) -> tuple[LossSettings, Normalisers]:
         ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg,
                      tuple(a.vespo_pos), tuple(a.vespo_neg)),
         KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
-        EntropyBonus(a.entropy_coef, a.entropy_aggregation), a.offpolicy_delta or None,
+        EntropyBonus(a.entropy_coef, a.entropy_aggregation, a.entropy_adaptive), a.offpolicy_delta or None,
     ), Normalisers(a.aggregation)
 
 

@@ -26,7 +26,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
-from .loss_args import clip_fields, loss_fields, objectives_fields
+from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
 from .sampling_args import importance_sampling_fields
 from .run_args import RUN_MANAGEMENT
 
@@ -319,8 +319,17 @@ MAPPING: list[Rule] = [
     Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every", "algo.ref_mixup_alpha"),
          "every ref_model_sync_steps TRL steps (in grpokit steps: divided by the updates per round, at least 1), ref <- alpha * policy + (1 - alpha) * ref (alpha 1: a copy)", _ref_sync),
     Rule(("top_entropy_quantile",), ("algo.entropy_top_fraction",), "copied", _v(**{"algo.entropy_top_fraction": "top_entropy_quantile"})),
-    Rule(("entropy_coef",), ("algo.entropy_coef", "algo.entropy_aggregation"), "entropy_aggregation token-mean, as TRL",
-         lambda a, ctx: {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean"}),
+    Rule(("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"),
+         ("algo.entropy_coef", "algo.entropy_aggregation", "algo.entropy_adaptive", "algo.entropy_coef_min",
+          "algo.entropy_coef_max", "algo.entropy_coef_delta", "algo.entropy_target"),
+         "entropy_aggregation token-mean, as TRL; use_adaptive_entropy is entropy_adaptive (TRL's code: the coefficient "
+         "rises when the entropy is at or below the target, and the first step applies none)", entropy_fields),
+    Rule(("cast_lm_head_to_fp32", "neftune_noise_alpha", "router_aux_loss_coef"),
+         ("model.lm_head_fp32", "model.neftune_noise_alpha", "model.router_aux_loss_coef"),
+         "copied; neftune_noise_alpha None: 0 (off), noise during the whole training step as TRL (generation included); "
+         "router_aux_loss_coef None: -1 (the MoE model config's own, 0 for other models)",
+         lambda a, ctx: {"model.lm_head_fp32": a.cast_lm_head_to_fp32, "model.neftune_noise_alpha": a.neftune_noise_alpha or 0.0,
+                         "model.router_aux_loss_coef": -1.0 if a.router_aux_loss_coef is None else a.router_aux_loss_coef}),
     Rule(("off_policy_mask_threshold",), ("algo.offpolicy_delta",), "None: 0 (off)",
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",

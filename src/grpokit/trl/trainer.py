@@ -47,7 +47,8 @@ from .bridge import StepBridge
 from .config import GRPOConfig
 from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
 from .mapping import to_config
-from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, set_log_level, warn_like_trl
+from .surface import (Accelerator, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy, new_logs,
+                      per_token_logps_and_entropies, reward_names, set_entropy_coef, set_log_level, warn_like_trl)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -116,8 +117,9 @@ class GRPOTrainer:
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
         """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
-        self.aux_loss_enabled = False
-        """TRL adds a Mixture-of-Experts router loss when this is True; grpokit never adds one."""
+        self.use_adaptive_entropy = self.args.use_adaptive_entropy
+        self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
+        """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
@@ -161,6 +163,11 @@ class GRPOTrainer:
         return trainer
 
     # -- what TRL scripts read from the trainer
+    entropy_coef = property(entropy_coef_of, set_entropy_coef)
+    _last_world_entropy = property(last_world_entropy)
+    _get_per_token_logps_and_entropies = per_token_logps_and_entropies
+    router_aux_loss_coef = property(lambda self: self._get().router_aux)
+    aux_loss_enabled = property(lambda self: self._get().router_aux != 0.0)  # a Mixture-of-Experts router loss is added
     processing_class = property(lambda self: self._get().tokenizer)
     run_dir = property(lambda self: Path(self.cfg.train.out))
     callback_handler = property(lambda self: self._get() and self.bridge.user)
