@@ -44,9 +44,10 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
+from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
+                     refuse_liger_head_adapter, reward_funcs_of, rows_of)
 from .mapping import to_config
-from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, warn_like_trl
+from .surface import Accelerator, accelerate_like_trl, add_to_logs, high_entropy_mask, new_logs, reward_names, warn_like_trl
 
 log = logging.getLogger("grpokit.trl")
 
@@ -74,6 +75,7 @@ class GRPOTrainer:
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
         warn_like_trl(self.args)
+        accelerate_like_trl(self.args, train_dataset, eval_dataset)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
@@ -81,7 +83,8 @@ class GRPOTrainer:
         if isinstance(environment_factory, dict):
             raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
-        funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
+        funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
+        refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
@@ -163,6 +166,8 @@ class GRPOTrainer:
     @property
     def model(self):
         return self._get().model
+
+    ref_model = property(lambda self: self._get().ref_model, doc="TRL's: the frozen reference (None when beta is 0 or with LoRA).")
 
     @model.setter
     def model(self, value) -> None:
