@@ -110,3 +110,14 @@ def test_ref_model_is_the_frozen_reference_or_none(chat_model, tmp_path):
     # a copy of the policy: the same names and values, no gradient
     for name, p in tr.model.named_parameters():
         assert torch.equal(ref.get_parameter(name), p) and not ref.get_parameter(name).requires_grad
+
+
+def test_generation_kwargs_that_change_nothing_are_accepted_and_beams_refused():
+    from grpokit.trl.mapping import to_config
+
+    # do_sample True and num_beams 1 are how grpokit samples; length_penalty weighs beams only: top_k alone lands
+    c = to_config(GRPOConfig(generation_kwargs={"do_sample": True, "num_beams": 1, "length_penalty": -0.1, "top_k": 50}), num_rows=4)
+    assert c.rollout.top_k == 50 and c.rollout.temperature == 1.0
+    for bad in ({"num_beams": 2}, {"do_sample": False}):
+        with pytest.raises(ConfigError, match=r"^GRPOConfig argument generation_kwargs=\{'(num_beams|do_sample)': (2|False)\} is not supported"):
+            to_config(GRPOConfig(generation_kwargs=bad), num_rows=4)
