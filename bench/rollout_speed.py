@@ -9,6 +9,13 @@ given the prompts already repeated G times (as TRL does) and its KV cache.
 grpokit's engines run on the linear kernels its trainer picks (``model.cpu_matmul="auto"``: oneDNN
 on AMD CPUs). ``hf_generate`` is the stock model as a TRL user runs it; ``hf_generate_same_kernels``
 is ``generate`` on grpokit's model object, so the decode loops are compared on equal kernels too.
+
+Image prompts (``--vision``, no ``--model``): the shipped tiny Qwen2-VL (``data.task=shapes``) on
+the shapes task's prompts (one 64x64 image = 16 image tokens each). Each engine prefills a prompt
+with its image once; ``hf_generate`` gets every row's prompt and pixels repeated G times (the
+placeholder tokens suppressed, as grpokit hides them).
+
+    python bench/rollout_speed.py --vision --G 8 --P 8 --T 16 --rounds 5
 """
 
 from __future__ import annotations
@@ -77,5 +84,68 @@ def main(argv=None):
                                       "grpokit_kernels": "onednn" if onednn else "torch", **summary}))
 
 
+def vision_main(argv):
+    import argparse
+
+    from grpokit.config.sections import DataConfig
+    from grpokit.data.prompts import to_prompts
+    from grpokit.data.tasks import shapes
+    from grpokit.data.vision import placeholder_ids
+    from grpokit.rollout.hf import SamplingParams, generate
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--vision", action="store_true")
+    for name, default in (("G", 8), ("P", 8), ("T", 16), ("rounds", 3), ("threads", 0)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, proc = shapes.load_shapes_model()
+    model.eval()
+    tok = proc.tokenizer
+    prompts = to_prompts(shapes.train_rows(a.P, seed=1), tok, DataConfig(), processor=proc)
+    params = SamplingParams(max_new_tokens=a.T)
+
+    def ours(engine):
+        def run(seed):
+            ro = generate(model, [q.ids for q in prompts], a.G, params, eos_token_ids={tok.eos_token_id},
+                          pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(seed), engine=engine,
+                          vision=[q.vision for q in prompts])
+            return sum(len(c) for c in ro.completion_ids)
+        return run
+
+    width = max(len(q.ids) for q in prompts)
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(q.ids)) + q.ids for q in prompts for _ in range(a.G)])
+    extra = {k: torch.cat([q.vision[k] for q in prompts for _ in range(a.G)]) for k in prompts[0].vision}
+
+    def hf(seed):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), **extra, do_sample=True,
+                                 max_new_tokens=a.T, top_k=0, top_p=1.0, temperature=1.0, pad_token_id=tok.pad_token_id,
+                                 eos_token_id=tok.eos_token_id, suppress_tokens=placeholder_ids(model))
+        rows = out[:, width:].tolist()
+        return sum(next((k + 1 for k, x in enumerate(r) if x == tok.eos_token_id), len(r)) for r in rows)
+
+    engines = {"static": ours("static"), "dynamic": ours("dynamic"), "hf_generate": hf}
+    summary = _alternate(engines, a.rounds)
+    summary["static_vs_dynamic"] = summary["static"]["median_tok_s"] / summary["dynamic"]["median_tok_s"]
+    summary["static_vs_hf"] = summary["static"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
+    print("BENCH_JSON " + json.dumps({"vision": True, "G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(), **summary}))
+
+
+def _alternate(engines: dict, rounds: int) -> dict:
+    """Tokens/s of each engine: one warm-up, then ``rounds`` rounds with the engines alternated."""
+    for f in engines.values():
+        f(0)
+    res = {k: [] for k in engines}
+    for r in range(rounds):
+        for name, f in engines.items():
+            t = time.perf_counter()
+            n = f(100 + r)
+            res[name].append(n / (time.perf_counter() - t))
+    return {k: {"median_tok_s": statistics.median(v), "min": min(v), "max": max(v)} for k, v in res.items()}
+
+
 if __name__ == "__main__":
-    main()
+    vision_main(sys.argv[1:]) if "--vision" in sys.argv else main()

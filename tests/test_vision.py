@@ -177,12 +177,20 @@ def test_lora_adapters_sit_on_the_language_model_only():
     assert any("q_proj" in n for n in trained) and not any("visual" in n for n in trained)
 
 
-def test_vllm_backend_with_image_prompts_is_one_sentence():
-    from grpokit.types import Prompt
+@pytest.mark.parametrize("tool_format", ["tags", "chat_template"])
+def test_tools_with_image_prompts_are_one_sentence(tmp_path, tool_format, monkeypatch):
+    from grpokit.config.io import apply_overrides
+    from grpokit.config.sections import Config
+    from grpokit.train import wiring
+    from grpokit.train.loop import Trainer
 
-    with pytest.raises(ConfigError, match="rollout.backend='vllm' cannot take image prompts yet"):
-        vision.check_engine("vllm", [Prompt("t", [1], vision={"pixel_values": torch.zeros(1)})])
-    vision.check_engine("vllm", [Prompt("t", [1])])  # text prompts: no complaint
+    # the vLLM backends take images now (tests/test_vision_vllm.py); multi-turn episodes do not. Tag-format
+    # tools put no schema in the prompt, so the refusal cannot be the processor's: the run's own check says it
+    monkeypatch.setattr(wiring, "TASK_TRAIN_ROWS", 4)
+    cfg = apply_overrides(Config(), ["data.task=shapes", "env.tools=[calculator]", f"env.tool_format={tool_format}",
+                                     "record.report=false", f"train.out={tmp_path}"])
+    with pytest.raises(ConfigError, match="tools and environments with image prompts are not supported yet"):
+        Trainer(cfg, quiet=True)
 
 
 def test_vision_rewards_are_builtins_by_name():

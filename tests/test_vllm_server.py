@@ -272,7 +272,7 @@ def test_vllm_serve_runs_stock_vllm_serve_with_what_the_trainer_needs(monkeypatc
     # everything after MODEL is vLLM's, --dry-run included; grpokit's options go before MODEL
     assert ran["argv"] == ["/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "M", "--port", "8001",
                            "--dry-run", "-tp", "2", "--worker-extension-cls", EXTENSION,
-                           "--logprobs-mode", "processed_logprobs"]
+                           "--logprobs-mode", "processed_logprobs", "--enable-scale-out"]  # 0.33 >= 0.30: image prompts' endpoints
     assert ran["path"] == "/venv/bin/python" and ran["env"]["VLLM_SERVER_DEV_MODE"] == "1"
     err = capsys.readouterr().err  # 0.33.0 is in the checked range: no warning, only the command it runs
     assert err == f"grpokit vllm-serve: running VLLM_SERVER_DEV_MODE=1 {' '.join(ran['argv'])}\n"

@@ -56,6 +56,7 @@ class FakeHub:
     def __init__(self):
         self.repos: dict[str, dict[str, bytes]] = {}
         self.commits: list[tuple[str, str]] = []
+        self.revisions: list[str] = []  # the branch of each commit, in order
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,6 +95,7 @@ class FakeHub:
                         elif item["key"] == "file":
                             hub.repos.setdefault(repo, {})[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
                     hub.commits.append((repo, message))
+                    hub.revisions.append(path.split("/commit/")[1])
                     oid = f"{len(hub.commits):040x}"
                     return self._reply({"commitUrl": f"{hub.url}/{repo}/commit/{oid}", "commitOid": oid})
                 return self._reply({"error": f"fake hub: no route {path}"}, 404)

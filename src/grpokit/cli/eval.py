@@ -102,8 +102,8 @@ def run_eval(args: argparse.Namespace) -> dict:
     with RewardRunner(specs, num_workers=0) as runner:
         for s in range(0, len(prompts), 32):
             chunk = prompts[s:s + 32]
-            ro = episodes.run(lambda ctx, G, p: generate(model, ctx, G, p, eos_token_ids=eos_ids(tokenizer, model),
-                                                         pad_token_id=tokenizer.pad_token_id, generator=gen,
+            ro = episodes.run(lambda ctx, G, p, images=None, **kw: generate(model, ctx, G, p, eos_token_ids=eos_ids(tokenizer, model),
+                                                         pad_token_id=tokenizer.pad_token_id, generator=gen, **kw,
                                                          decode=lambda x: tokenizer.decode(x, skip_special_tokens=True)),
                               chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]

@@ -145,6 +145,8 @@ class RolloutConfig:
     """GFPO adaptive: a prompt is hard when its first group_size samples average below this reward."""
     vllm_gpu_memory_utilization: float = 0.3
     """backend=vllm: fraction of the GPU memory the colocated engine may take (the trainer needs the rest)."""
+    vllm_max_model_len: int = 0
+    """backend=vllm: the colocated engine's context length in tokens, prompt plus completion (vLLM's max_model_len; 0 = the model's own)."""
     vllm_sleep: bool = True
     """backend=vllm: put the engine to sleep (release its memory) during the update and wake it for sampling."""
     vllm_url: str = "http://127.0.0.1:8000"
@@ -376,6 +378,8 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    save_only_model: bool = False
+    """Checkpoints hold the model and the step only, no optimizer, schedule or RNG state (smaller); a resume from one loads the weights and starts a fresh optimizer and schedule, as transformers' save_only_model."""
     overwrite: bool = False
     """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
     records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
@@ -388,6 +392,8 @@ class TrainConfig:
     """Use deterministic torch algorithms (bit-exact resume on CPU)."""
     fsdp: bool = False
     """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device); needs torchrun."""
+    dist_timeout_s: float = 0
+    """Under torchrun: seconds a collective (all-reduce, barrier) may wait for the other ranks before the run fails (0 = torch's default)."""
 
 
 @section
@@ -404,6 +410,8 @@ class RecordConfig:
     """Without a terminal, the console prints one line per this many steps."""
     run_name: str = ""
     """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
+    project: str = ""
+    """Project of the tracker runs (wandb project, mlflow experiment, trackio project); "" = "grpokit"."""
 
 
 @dataclass

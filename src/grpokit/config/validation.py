@@ -109,6 +109,7 @@ def _rollout(cfg: Config) -> None:
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
     _check(0 < r.vllm_gpu_memory_utilization <= 1, f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]")
+    _check(r.vllm_max_model_len >= 0, f"rollout.vllm_max_model_len={r.vllm_max_model_len} must be >= 0 (0: the model's own length)")
 
 
 def _algo_objective(cfg: Config) -> None:
@@ -205,6 +206,7 @@ def _optim_train(cfg: Config) -> None:
     _check(t.micro_batch_size == 0 or (n // max(1, t.updates_per_batch)) % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide an update's slice of {n // max(1, t.updates_per_batch)} "
            "completions (the batch / train.updates_per_batch); use a divisor of it")
+    _check(t.dist_timeout_s >= 0, f"train.dist_timeout_s={t.dist_timeout_s} must be >= 0 seconds (0 = torch's default)")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
 

@@ -138,10 +138,10 @@ def image_only(cls):
     return ImageOnly
 
 
-def check_engine(backend: str, prompts: list) -> None:
-    """Only the transformers engines take images so far: a vLLM backend with image prompts is one sentence."""
-    if prompts and prompts[0].vision is not None and backend != "hf":
-        raise ConfigError(f"rollout.backend={backend!r} cannot take image prompts yet; use rollout.backend=hf for vision-language models")
+def prompt_images(prompt) -> list:
+    """A prompt's images as PIL images, from its row's ``image``/``images`` column (what vLLM takes;
+    the transformers engines take ``prompt.vision``, the processor's tensors)."""
+    return row_images(prompt.columns, 0)
 
 
 def is_vision_config(config) -> bool:

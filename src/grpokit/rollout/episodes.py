@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
+from grpokit.data.vision import prompt_images
 from grpokit.env.parse import CALL_CLOSE, MAX_DEPTH, ToolCall, assistant_message, parse_tool_calls, tag_result_text, template_suffix_ids
 from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
 from grpokit.rewards.inproc import InProcessCaller
@@ -105,8 +106,11 @@ class EpisodeRunner:
         """G episodes for each prompt; row p*G + g is episode g of prompt p."""
         G, s = group_size, self.spec
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
-            if prompts and prompts[0].vision is not None:  # image prompts: their inputs go to the prefill
-                return sample([p.ids for p in prompts], G, params, vision=[p.vision for p in prompts])
+            if prompts and prompts[0].vision is not None:  # image prompts: the hf engines' prefill takes the
+                # processor's tensors, vLLM the PIL images; the training passes read the tensors off the rollout
+                ro = sample([p.ids for p in prompts], G, params, vision=[p.vision for p in prompts],
+                            images=[prompt_images(p) for p in prompts])
+                return ro if ro.vision is not None else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
             return sample([p.ids for p in prompts], G, params)
         envs = [self.factory() if self.factory else None for _ in range(len(prompts) * G)]
         reset_failed: list[bool] = []

@@ -103,14 +103,16 @@ def generate(
         generator: torch RNG for sampling (seeded by the caller).
         decode: ``ids -> str``, needed only when ``params.stop`` is non-empty.
         engine: ``"static"`` decodes with ``StaticDecoder`` (pre-allocated cache, lean step; Llama /
-            Qwen2 / Mistral shapes), ``"dynamic"`` with the model's own forward and ``DynamicCache``;
-            ``"auto"`` picks static where supported. Both sample the same tokens.
+            Qwen2 / Mistral shapes and Qwen2-VL's language model), ``"dynamic"`` with the model's own
+            forward and ``DynamicCache``; ``"auto"`` picks static where supported. Both sample the same tokens.
         cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
             sampled tokens are the same.
+        vision: image prompts: P dicts of the processor's image tensors, one per prompt; they enter
+            the prefill only (both engines), whose cache the G samples share.
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
-    use_static = vision is None and (engine == "static" or (engine == "auto" and static.supports(model)))
+    use_static = engine == "static" or (engine == "auto" and static.supports(model))
     if engine == "static" and not static.supports(model):
         raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
     d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
@@ -172,7 +174,9 @@ def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams,
         extra = forward_kwargs(model, ids, mask, vision)
         pos = extra.pop("position_ids", pos)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **extra)
-    pos = pos[0] if pos.dim() == 3 else pos  # M-RoPE: the last (text) token has equal positions in all 3 axes
+    # M-RoPE: the last (text) token has equal positions in all 3 axes, the prompt's largest; decoding
+    # goes on from it + 1 (not from the token count: an image's tokens share positions), both engines
+    pos = pos[0] if pos.dim() == 3 else pos
     cache = out.past_key_values
     rows = _row_ops(cache)
     if not use_static and G > 1 and not rows and vision is None:
@@ -248,7 +252,7 @@ def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_tok
     if d.live is not None:  # finished rows still in the cache are fed padding; their outputs are ignored
         tok = torch.full_like(d.active, pad_token_id).index_put_((d.live,), tok)
     if d.use_static:
-        d.logits = d.cache.step(tok, d.next_pos)
+        d.logits = hide_placeholders(d.cache.step(tok, d.next_pos), d.hidden)
     else:
         d.mask = torch.cat([d.mask, torch.ones_like(d.mask[:, :1])], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=d.mask, position_ids=d.next_pos, past_key_values=d.cache,

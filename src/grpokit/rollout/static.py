@@ -1,5 +1,6 @@
-"""A lean decode step for Llama-shaped models (Llama, Qwen2, Mistral without a sliding window)
-over a key/value cache pre-allocated once for the whole rollout.
+"""A lean decode step for Llama-shaped models (Llama, Qwen2, Mistral without a sliding window, and
+the language model of Qwen2-VL / Qwen2.5-VL) over a key/value cache pre-allocated once for the whole
+rollout.
 
 Why: on a CPU with a small model, one decode step is a few tiny matmuls, and transformers'
 general forward (building a 4-D mask, ``DynamicCache`` concatenating the whole cache on every
@@ -29,6 +30,14 @@ columns not yet written hidden by the bias. Masked columns weigh exactly 0 (thei
 zero, so no uninitialised NaN can leak in as 0 * NaN), so both compute the same
 function; tests/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
 tokens. One graph is captured per (rows, window) pair seen in a rollout and dropped with the decoder.
+
+Vision-language models (Qwen2-VL, Qwen2.5-VL): the images only enter the prefill, which is the model's
+own forward (rollout/hf.py); its cache, images included, is copied here once per group. Decoding is
+then text only, and for a text token M-RoPE's three axes (time, row, column) hold the same position,
+so the model's rotary module gives the plain 1-D tables: the step is the text decoder's. What differs
+is the position: it continues from the prompt's largest M-RoPE position + 1 (an image's tokens share
+positions, so that is smaller than the token count; Qwen2-VL's ``rope_deltas``), and the caller
+passes it in ``pos_n``.
 """
 
 from __future__ import annotations
@@ -40,13 +49,26 @@ import torch
 from grpokit.train import kernels
 from grpokit.train.models import has_sliding_window
 
-SUPPORTED = ("llama", "qwen2", "mistral")
+SUPPORTED = ("llama", "qwen2", "mistral", "qwen2_vl", "qwen2_5_vl")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length
 GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
 # The single-query attention: "matmul" (two batched matmuls and a float32 softmax) or "sdpa"
 # (torch's scaled_dot_product_attention with grouped-query heads). Both compute the same function
 # (tests/test_rollout.py); bench/gpu_bench.py measures each (bench/RESULTS.md).
 ATTENTION = "matmul"
+
+
+def text_model(model: torch.nn.Module):
+    """The decoder stack (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``): ``model.model``, or
+    for a vision-language model its ``language_model``."""
+    inner = getattr(model, "model", None)
+    return getattr(inner, "language_model", inner)
+
+
+def text_config(model: torch.nn.Module):
+    """The language model's config (a vision-language config's ``text_config``; a text config itself)."""
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -56,11 +78,12 @@ def supports(model: torch.nn.Module) -> bool:
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
         return False
-    if has_sliding_window(cfg):
+    if has_sliding_window(cfg) or has_sliding_window(text_config(model)):
         return False
-    if not (hasattr(model, "model") and hasattr(model.model, "layers") and hasattr(model.model, "rotary_emb")):
+    m = text_model(model)
+    if not (hasattr(m, "layers") and hasattr(m, "rotary_emb") and hasattr(model, "lm_head")):
         return False
-    return all(all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in model.model.layers)
+    return all(all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in m.layers)
 
 
 def _projection(modules):
@@ -84,20 +107,21 @@ class StaticDecoder:
 
     def __init__(self, model, keys, values, bias, start: int, graphs: bool = False):
         self.model = model
+        self.backbone = text_model(model)  # the decoder stack (a VLM's language model)
         self.keys, self.values = keys, values  # per layer (n, kvh, S, d)
         self.bias = bias  # (n, 1, 1, S): 0 where a column may be attended, -inf on prompt padding
         self.t = start  # next column to write
         self._rotate_half = importlib.import_module(type(model).__module__).rotate_half
-        attn = model.model.layers[0].self_attn
+        attn = self.backbone.layers[0].self_attn
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
         self.groups = attn.num_key_value_groups
-        self.heads = model.config.num_attention_heads
-        self.kv_heads = model.config.num_key_value_heads
+        self.heads = text_config(model).num_attention_heads
+        self.kv_heads = text_config(model).num_key_value_heads
         self.linears = [(_projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
                          _projection([layer.self_attn.o_proj]),
                          _projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
-                         _projection([layer.mlp.down_proj])) for layer in model.model.layers]
+                         _projection([layer.mlp.down_proj])) for layer in self.backbone.layers]
         self.head = _projection([model.lm_head])
         self._rotary = None  # (cos, sin) (positions, d), built on first use where the frequencies are static
         self.graphs = graphs and graphable(model, keys[0].device)
@@ -151,7 +175,7 @@ class StaticDecoder:
         For rope types whose frequencies do not depend on the sequence length, the tables for every
         position of the rollout are computed once by the model's own ``rotary_emb`` (elementwise per
         position, so the values are the same) and indexed per step; others call it every step."""
-        rotary = self.model.model.rotary_emb
+        rotary = self.backbone.rotary_emb  # M-RoPE (Qwen2-VL): 2-D positions are the 3 axes alike, as text tokens are
         if getattr(rotary, "rope_type", None) not in STATIC_ROPE:
             return rotary(x, pos_n)
         if self._rotary is None:
@@ -175,7 +199,7 @@ class StaticDecoder:
 
         Eager: ``col`` is the int ``t`` and ``width = t + 1``. Graphed: ``col`` is a (1,) device
         tensor and ``width`` a fixed window; columns after ``col`` are hidden by the bias."""
-        m = self.model.model
+        m = self.backbone
         n = tok_n.shape[0]
         H, kvh, d, g = self.heads, self.kv_heads, self.head_dim, self.groups
         x = m.embed_tokens(tok_n)  # (n, h)
@@ -246,5 +270,5 @@ def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
 
 def graphable(model, device: torch.device) -> bool:
     """CUDA graphs replay fixed kernels: a CUDA device and rotary tables fixed per position."""
-    rope = getattr(getattr(model.model, "rotary_emb", None), "rope_type", None)
+    rope = getattr(getattr(text_model(model), "rotary_emb", None), "rope_type", None)
     return device.type == "cuda" and rope in STATIC_ROPE

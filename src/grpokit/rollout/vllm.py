@@ -31,6 +31,7 @@ import torch
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
 from .hf import SamplingParams
+from .vllm_images import llm_inputs
 
 
 def policy_weights(model) -> dict[str, torch.Tensor]:
@@ -83,15 +84,16 @@ class VLLMColocated:
         self.asleep = False
 
     def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
-                 sleep: bool = True) -> Rollout:
+                 sleep: bool = True, images: list[list] | None = None) -> Rollout:
         """Sample; ``params`` overrides the run's (an episode's turn adds a stop string). The episode
-        loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``."""
+        loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``. ``images``:
+        each prompt's PIL images (image prompts; rollout/vllm_images.py)."""
         p = params or self.params
         sp = self.sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
                          min_p=p.min_p, repetition_penalty=p.repetition_penalty,
                          max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
                          include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
-        outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sp, use_tqdm=False)
+        outs = self.llm.generate(llm_inputs(prompt_ids, images), sp, use_tqdm=False)
         ro = to_rollout(outs, prompt_ids, group_size)
         if sleep:
             self.finish_sampling()
@@ -133,5 +135,6 @@ def make_colocated_engine(r, m, params: SamplingParams, device, seed: int) -> VL
 
     llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,
                    enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=seed,
-                   logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code)
+                   logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code,
+                   max_model_len=r.vllm_max_model_len or None)  # None: vLLM takes the model's own length
     return VLLMColocated(llm, vllm.SamplingParams, params, sleep=r.vllm_sleep)

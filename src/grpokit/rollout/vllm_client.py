@@ -13,7 +13,10 @@ source of vLLM 0.10.2 and 0.33.0):
    ``logprobs: 0`` and ``return_tokens_as_token_ids: true``; every sampling field is sent, so the
    model's ``generation_config.json`` (which vLLM applies to fields a request leaves out) cannot change
    them. Choice ``index`` ``i*G + g`` is sample g of prompt i; its ``logprobs.tokens`` are
-   ``"token_id:<id>"`` strings and ``logprobs.token_logprobs`` the sampler's logprobs.
+   ``"token_id:<id>"`` strings and ``logprobs.token_logprobs`` the sampler's logprobs. Image
+   prompts go one request each to ``/v1/chat/completions/render`` (the images, as PNG data URLs)
+   and ``/inference/v1/generate`` (our token ids with the rendered image features), as TRL 1.16's
+   client does; rollout/vllm_images.py has the details.
 3. Weight sync after every update (and once at start, so the server samples from exactly the
    trainer's weights from the first step on): rank 0 writes the policy (Hugging Face names, LoRA
    merged, cast to the server's dtype) to ``{sync_dir}/step-N/model.safetensors`` on a filesystem
@@ -29,6 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,8 +43,10 @@ from grpokit.types import Rollout
 from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
 from .vllm_http import HTTPAnswer, ServerReplyError, http_call, parse_choices, reply_budget
+from .vllm_images import GENERATE, RENDER, generate_body, parse_generate, place, render_body
 from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL
 
+IMAGE_REQUESTS = 16  # image prompts in flight at once (one request each, as TRL's client sends them)
 MAX_PROMPTS_PER_REQUEST = 1024  # vLLM 0.33 refuses more prompts per request by default (envs.VLLM_MAX_COMPLETION_PROMPTS)
 START_HINT = "start it with `grpokit vllm-serve MODEL` (docs/SCALING.md)"
 
@@ -52,8 +58,10 @@ class VLLMServer:
 
     def __init__(self, url: str, params: SamplingParams, sync_dir: Path, *, startup_timeout: float = 600.0,
                  request_timeout: float = 3600.0, is_main: bool = True, barrier: Callable[[], None] = lambda: None,
-                 call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call, gather: bool = False):
+                 call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call, gather: bool = False,
+                 image_token_id: int | None = None):
         self.url, self.params, self.sync_dir = url.rstrip("/"), params, Path(sync_dir)
+        self.image_token_id = image_token_id  # image prompts: where their images sit in the prompt ids
         self.gather = gather  # FSDP2: the policy is sharded; every rank joins the full-weights gather
         self.startup_timeout, self.request_timeout = startup_timeout, request_timeout
         self.is_main, self.barrier, self.call = is_main, barrier, call
@@ -112,9 +120,12 @@ class VLLMServer:
     # ------------------------------------------------------------------ sampling
 
     def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
-                 sleep: bool = True) -> Rollout:
+                 sleep: bool = True, images: list[list] | None = None) -> Rollout:
         """G completions per prompt. ``params``: an episode's turn may add stop strings; ``sleep`` is
-        the colocated engine's (a server has nothing to release)."""
+        the colocated engine's (a server has nothing to release); ``images``: each prompt's PIL
+        images (image prompts go one request each, rollout/vllm_images.py)."""
+        if images is not None:
+            return self._generate_images(prompt_ids, images, group_size, params or self.params)
         comps, logps, reasons = [], [], []
         for start in range(0, len(prompt_ids), MAX_PROMPTS_PER_REQUEST):
             chunk = prompt_ids[start:start + MAX_PROMPTS_PER_REQUEST]
@@ -139,6 +150,34 @@ class VLLMServer:
             why = a.text if a.status == 0 else f"HTTP {a.status}: {a.message}"
             raise RuntimeError(f"the vLLM server at {self.url} failed to sample ({why})")
         return [(ids, lps, finish_reason(fin, stop)) for _, ids, lps, fin, stop in parse_choices(a.body, n)]
+
+    def _generate_images(self, prompt_ids: list[list[int]], images: list[list], G: int, p: SamplingParams) -> Rollout:
+        with ThreadPoolExecutor(max_workers=max(1, min(IMAGE_REQUESTS, len(prompt_ids)))) as pool:
+            per_prompt = list(pool.map(lambda k: self._complete_images(prompt_ids[k], images[k], G, p), range(len(prompt_ids))))
+        rows = [row for rows in per_prompt for row in rows]
+        return Rollout([list(x) for x in prompt_ids], [r[0] for r in rows], [r[1] for r in rows],
+                       [finish_reason(r[2], None) for r in rows], G)
+
+    def _complete_images(self, ids: list[int], images: list, G: int, p: SamplingParams) -> list[tuple[list[int], list[float], Any]]:
+        """One image prompt's G samples: its images rendered by the server, then generated from our ids."""
+        if self.image_token_id is None:
+            raise ConfigError("rollout.backend=vllm_server got image prompts but the model's config has no image_token_id; "
+                              "use a vision-language model whose config names it, or rollout.backend=hf")
+        a = self.call("POST", f"{self.url}{RENDER}", render_body(self.model_name, images), self.request_timeout)
+        if a.status == 404:
+            raise ConfigError(f"the vLLM server at {self.url} has no {RENDER} endpoint, which image prompts need; "
+                              f"run vLLM >= 0.30 with --enable-scale-out ({START_HINT})")
+        if a.status != 200:
+            raise RuntimeError(f"the vLLM server at {self.url} failed to process a prompt's images ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})")
+        features = place(a.body.get("features") if isinstance(a.body, dict) else None, ids, self.image_token_id)
+        body = generate_body(self.model_name, ids, features, G, p)
+        if self.call is http_call:  # a reply is bounded by what was asked for
+            a = http_call("POST", f"{self.url}{GENERATE}", body, self.request_timeout, reply_budget(G, p.max_new_tokens))
+        else:
+            a = self.call("POST", f"{self.url}{GENERATE}", body, self.request_timeout)
+        if a.status != 200:
+            raise RuntimeError(f"the vLLM server at {self.url} failed to sample ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})")
+        return parse_generate(a.body, G)
 
     # ------------------------------------------------------------------ weight sync
 
@@ -208,14 +247,16 @@ def full_weights(model) -> dict[str, torch.Tensor]:
     return full
 
 
-def make_server_engine(r, params: SamplingParams, run_dir: Path, dist, lora: bool = False) -> VLLMServer:
+def make_server_engine(r, params: SamplingParams, run_dir: Path, dist, lora: bool = False,
+                       image_token_id: int | None = None) -> VLLMServer:
     """The ``rollout.backend=vllm_server`` engine from the rollout section ``r``, the run's sampling
-    settings, its folder (default home of the weight files), the distributed context ``dist`` and
-    whether the policy has LoRA adapters; the caller pushes the policy's weights once with
-    ``after_update``."""
+    settings, its folder (default home of the weight files), the distributed context ``dist``,
+    whether the policy has LoRA adapters and the model's image token (image prompts); the caller
+    pushes the policy's weights once with ``after_update``."""
     if dist.fsdp and lora:
         raise ConfigError("rollout.backend=vllm_server with train.fsdp=true does not support model.lora_rank > 0 yet "
                           "(sharded adapters are not merged for sync); set model.lora_rank=0 or train.fsdp=false")
     sync_dir = Path(r.vllm_sync_dir) / run_dir.name if r.vllm_sync_dir else run_dir / "vllm-weights"
     return VLLMServer(r.vllm_url, params, sync_dir, startup_timeout=r.vllm_startup_timeout,
-                      request_timeout=r.vllm_request_timeout, is_main=dist.is_main, barrier=dist.barrier, gather=dist.fsdp)
+                      request_timeout=r.vllm_request_timeout, is_main=dist.is_main, barrier=dist.barrier, gather=dist.fsdp,
+                      image_token_id=image_token_id)

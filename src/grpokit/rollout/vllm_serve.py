@@ -8,7 +8,10 @@ and adds what ``rollout.backend=vllm_server`` needs (protocol: rollout/vllm_clie
   guards ``/v1/...`` paths), so the port must only be reachable from the trainer's network;
 * ``--worker-extension-cls grpokit.rollout.vllm_worker.WeightSyncExtension``: the methods the trainer
   calls through ``/collective_rpc`` to load new weights from a shared folder;
-* ``--logprobs-mode processed_logprobs`` (unless given): logprobs of the distribution that sampled.
+* ``--logprobs-mode processed_logprobs`` (unless given): logprobs of the distribution that sampled;
+* ``--enable-scale-out`` on vLLM >= 0.30 (``SCALE_OUT_FROM``): it serves ``/v1/chat/completions/render``
+  and ``/inference/v1/generate``, which image prompts go through (rollout/vllm_images.py), as
+  TRL's ``trl vllm-serve`` adds it.
 
 Everything after MODEL goes to ``vllm serve`` unchanged (``--port``, ``--tensor-parallel-size``, ...).
 The vLLM versions whose source this was checked against are ``VLLM_RANGE``; grpokit must be installed
@@ -31,12 +34,15 @@ from .vllm_worker import EXTENSION
 
 VLLM_RANGE = ">=0.10.2,<0.34"
 """vLLM versions the protocol was read from (0.10.2 added /collective_rpc; 0.33.0 is the newest read)."""
+SCALE_OUT_FROM = "0.30.0"
+"""The first vLLM with ``--enable-scale-out`` (the endpoints image prompts use)."""
 INSTALL = f"pip install 'grpokit[vllm]' (vllm{VLLM_RANGE}; vLLM serves on a CUDA GPU)"
 
 DESCRIPTION = f"""\
 Start vLLM's OpenAI-compatible server for rollout.backend=vllm_server: runs `vllm serve MODEL ...`
 with VLLM_SERVER_DEV_MODE=1, --worker-extension-cls {EXTENSION}
-and --logprobs-mode processed_logprobs. Options after MODEL go to `vllm serve` unchanged
+and --logprobs-mode processed_logprobs (and --enable-scale-out on vLLM >= 0.30, for image
+prompts). Options after MODEL go to `vllm serve` unchanged
 (see `vllm serve --help`). Needs vLLM: {INSTALL}.
 
 The development endpoints it enables have no authentication: expose the port only to the trainer.
@@ -66,15 +72,29 @@ def has_option(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
 
-def build_command(model: str, vllm_args: list[str], python: str | None = None) -> tuple[list[str], dict[str, str]]:
-    """The ``vllm serve`` command line (run by ``python``, default this interpreter) and the environment it needs."""
+def build_command(model: str, vllm_args: list[str], python: str | None = None,
+                  scale_out: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The ``vllm serve`` command line (run by ``python``, default this interpreter) and the environment
+    it needs; ``scale_out``: the vLLM has ``--enable-scale-out`` (see ``scale_out_supported``)."""
     if has_option(vllm_args, "--worker-extension-cls"):
         raise ConfigError(f"grpokit vllm-serve sets --worker-extension-cls to {EXTENSION} itself; "
                           "drop the option (or run `vllm serve` yourself with a class that inherits from it)")
     cmd = [python or sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, *vllm_args, "--worker-extension-cls", EXTENSION]
     if not has_option(vllm_args, "--logprobs-mode"):
         cmd += ["--logprobs-mode", "processed_logprobs"]
+    if scale_out and not has_option(vllm_args, "--enable-scale-out"):
+        cmd += ["--enable-scale-out"]
     return cmd, {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def scale_out_supported(version: str | None) -> bool:
+    """Whether vLLM ``version`` knows ``--enable-scale-out`` (False when vLLM is not installed)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return version is not None and Version(version) >= Version(SCALE_OUT_FROM)
+    except InvalidVersion:
+        return False
 
 
 def installed_vllm() -> str | None:
@@ -128,11 +148,11 @@ def preflight(model: str, vllm_args: list[str]) -> None:
 def main(argv: list[str]) -> int:
     ours, theirs = split_argv(argv)
     args = parser().parse_args(ours)
-    cmd, env = build_command(args.model, theirs)
+    version = installed_vllm()
+    cmd, env = build_command(args.model, theirs, scale_out=scale_out_supported(version))
     if args.dry_run:
         print(" ".join(f"{k}={v}" for k, v in env.items()), shlex.join(cmd))
         return 0
-    version = installed_vllm()
     if version is None:
         raise ConfigError(f"grpokit vllm-serve needs vLLM, which is not installed in this environment: {INSTALL}")
     preflight(args.model, theirs)

@@ -28,10 +28,10 @@ import torch
 
 from grpokit.algo.lambda_grpo import LearnableLambda
 from grpokit.config.io import to_dict
-from grpokit.config.sections import Config, RolloutConfig
+from grpokit.config.sections import Config, ConfigError, RolloutConfig
 from grpokit.config.validation import validate
 from grpokit.data.prompts import to_prompts
-from grpokit.data.vision import check_engine, load_processor
+from grpokit.data.vision import load_processor
 from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
@@ -80,7 +80,9 @@ def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environme
     schemas = episodes.schemas or None  # chat templates show the tools in the prompt
     processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)  # None: text model
     prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
-    check_engine(cfg.rollout.backend, prompts)
+    if episodes.multi_turn and prompts and prompts[0].vision is not None:  # tag-format tools and environments show no schema
+        raise ConfigError("tools and environments with image prompts are not supported yet; drop env.tools / the "
+                          "environment or the image column")
     return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
 
 
@@ -170,4 +172,5 @@ def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, r
     r = cfg.record
     return make_recorder(run_dir, [s for s in r.sinks if not (quiet and s == "console")], cfg.train.steps, to_dict(cfg),
                          health=cfg.health, resume_step=resume_step, samples_every=r.samples_every,
-                         samples_prompts=r.samples_prompts, console_every=r.console_every, run_name=r.run_name or None)
+                         samples_prompts=r.samples_prompts, console_every=r.console_every, run_name=r.run_name or None,
+                         project=r.project or None)

@@ -5,7 +5,9 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 * ``model/``: the policy in Hugging Face format (safetensors + config + tokenizer), loadable by
   ``AutoModelForCausalLM.from_pretrained`` as is;
 * ``optimizer.pt``: optimizer and learning-rate schedule state;
-* ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator;
+* ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator
+  (neither of these two with ``train.save_only_model``: such a checkpoint resumes with the weights,
+  a fresh optimizer and schedule and the current random state, as transformers' save_only_model);
 * ``trainer_state.json``: the step and the data position;
 * ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda.
 * ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -33,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+log = logging.getLogger("grpokit.checkpoint")
 PREFIX = "step-"
 MANIFEST = "manifest.json"
 
@@ -45,12 +49,14 @@ class TrainerState:
 
 def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int,
          *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None,
-         extra_state: dict | None = None, card: str | None = None) -> Path:
+         extra_state: dict | None = None, card: str | None = None, model_only: bool = False,
+         protect: Path | None = None) -> Path:
     """Write a checkpoint. ``write_model(model, folder)`` replaces the plain ``save_pretrained`` into
     ``folder/model`` (LoRA adapters, FSDP gathered weights); ``sampler_states`` holds every rank's
     sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP);
     ``extra_state`` (e.g. lambda-GRPO's lambda and its optimizer) goes to ``extra_state.pt``;
-    ``card`` becomes ``model/README.md`` (replacing the one PEFT writes for adapters)."""
+    ``card`` becomes ``model/README.md`` (replacing the one PEFT writes for adapters); ``model_only``
+    leaves out optimizer.pt and rng.pt; ``protect`` is a checkpoint the rotation keeps (rotate)."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"{PREFIX}{state.step:06d}"
     tmp = ckpt_dir / f".tmp-{PREFIX}{state.step:06d}-{os.getpid()}"
@@ -58,8 +64,8 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        _write_files(tmp, state, model, tokenizer, optimizer, scheduler, generator, write_model, sampler_states,
-                     optimizer_state, extra_state, card)
+        _write_files(tmp, state, model, tokenizer, None if model_only else optimizer, scheduler, generator, write_model,
+                     sampler_states, optimizer_state, extra_state, card)
     except BaseException:  # ENOSPC, a failed serialiser, Ctrl-C: no half checkpoint stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -67,9 +73,20 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(ckpt_dir)
-    for old in sorted(ckpt_dir.glob(f"{PREFIX}*"))[:-keep]:
+    for old in rotate(sorted(ckpt_dir.glob(f"{PREFIX}*")), keep, protect):
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def rotate(done: list[Path], keep: int, protect: Path | None = None) -> list[Path]:
+    """The checkpoints (oldest first) to delete so that ``keep`` remain. A ``protect``ed one survives:
+    it takes the place before the newest, and with keep=1 it is kept beside the newest (transformers'
+    rotation with load_best_model_at_end)."""
+    if protect is None or protect not in done or protect == done[-1]:
+        return done[:-keep]
+    order = [p for p in done if p != protect]
+    order.insert(max(0, len(order) - 1), protect)
+    return order[:-max(keep, 2 if order[-1] != protect else keep)]
 
 
 def _write_files(tmp: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator, write_model,
@@ -81,8 +98,9 @@ def _write_files(tmp: Path, state: TrainerState, model, tokenizer, optimizer, sc
     tokenizer.save_pretrained(tmp / "model")
     if card is not None:
         (tmp / "model" / "README.md").write_text(card)
-    torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
-    torch.save({**rng_state(generator), "sampler_ranks": sampler_states}, tmp / "rng.pt")
+    if optimizer is not None:  # None: save_only_model, the weights alone
+        torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+        torch.save({**rng_state(generator), "sampler_ranks": sampler_states}, tmp / "rng.pt")
     if extra_state is not None:
         torch.save(extra_state, tmp / "extra_state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
@@ -174,11 +192,17 @@ def load(path: Path, model, optimizer, scheduler, generator: torch.Generator, *,
          load_optimizer=None) -> TrainerState:
     """Restore a checkpoint; ``read_model(model, path)`` / ``load_optimizer(optimizer, state)`` replace
     the plain loaders (LoRA, FSDP); ``rank`` picks this rank's sampling generator state."""
+    load_model(path, model, read_model=read_model)
+    return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
+
+
+def load_model(path: Path, model, *, read_model=None) -> None:
+    """Load the policy weights of the checkpoint at ``path`` into ``model`` (``read_model``: LoRA, FSDP)."""
     from safetensors.torch import load_file
 
     if read_model is not None:
         read_model(model, path)
-        return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
+        return
     weights = {}
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f), device=str(next(model.parameters()).device)))
@@ -186,7 +210,6 @@ def load(path: Path, model, optimizer, scheduler, generator: torch.Generator, *,
     tied = {k for k in missing if "lm_head" in k or "embed" in k}
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
-    return _load_rest(path, optimizer, scheduler, generator, rank, load_optimizer)
 
 
 def load_extra(path: Path) -> dict:
@@ -196,6 +219,11 @@ def load_extra(path: Path) -> dict:
 
 
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:
+    state = TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+    if not (path / "optimizer.pt").exists():  # save_only_model: as transformers, the weights alone carry over
+        log.warning("checkpoint %s holds no optimizer, schedule or RNG state (save_only_model): resuming with its weights, "
+                    "a fresh optimizer and learning-rate schedule", path)
+        return state
     opt = torch.load(path / "optimizer.pt", weights_only=False)
     if load_optimizer is not None:
         load_optimizer(optimizer, opt["optimizer"])
@@ -205,7 +233,7 @@ def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, ran
     rng = torch.load(path / "rng.pt", weights_only=False)
     ranks = rng.get("sampler_ranks")
     set_rng_state({**rng, "sampler": ranks[rank] if ranks and rank < len(ranks) else rng["sampler"]}, generator)
-    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+    return state
 
 
 def rng_state(generator: torch.Generator) -> dict:

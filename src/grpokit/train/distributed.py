@@ -25,6 +25,7 @@ compares the final weights.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,11 +139,12 @@ class DistContext:
         return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def setup(fsdp: bool = False) -> DistContext:
+def setup(fsdp: bool = False, timeout_s: float = 0) -> DistContext:
     """Join the process group torchrun describes (WORLD_SIZE > 1, or any WORLD_SIZE with FSDP), or
     use one already initialised.
 
-    NCCL when CUDA is available, gloo otherwise (CPU tests).
+    NCCL when CUDA is available, gloo otherwise (CPU tests); ``timeout_s`` bounds a collective's wait
+    (0: torch's default).
     """
     if not dist.is_available():
         return DistContext(fsdp=fsdp)
@@ -152,7 +154,7 @@ def setup(fsdp: bool = False) -> DistContext:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, **({"timeout": timedelta(seconds=timeout_s)} if timeout_s > 0 else {}))
     if not dist.is_initialized():
         return DistContext(fsdp=fsdp)
     rank, world_size, local_rank = position()

@@ -26,7 +26,7 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     texts, lengths, correct, rewards, tool_use, turns = [], [], [], [], [], []
 
-    def sample(contexts, group_size, p, vision=None):
+    def sample(contexts, group_size, p, vision=None, images=None):  # images: vLLM's; this is the hf engine
         return generate(model, contexts, group_size, p, eos_token_ids=eos_token_ids, pad_token_id=tokenizer.pad_token_id,
                         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), vision=vision)
 

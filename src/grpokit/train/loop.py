@@ -65,7 +65,7 @@ class Trainer:
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
-        self.dist = distributed.setup(fsdp=t.fsdp)  # torchrun: join the process group (no-op for 1 process)
+        self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)  # torchrun: join the process group (no-op for 1 process)
         scaling.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)
@@ -107,6 +107,8 @@ class Trainer:
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
+        self.kept_checkpoint: Callable[[], Path | None] = lambda: None
+        """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
 
     # ------------------------------------------------------------------ the loop
 
@@ -306,8 +308,8 @@ class Trainer:
         ``generator``) runs beside the update, where a graph capture must not happen."""
         engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
         if engine is not None and not getattr(engine, "prefetches", False):
-            return lambda ctx, G, params: engine.generate(ctx, G, params=params, sleep=False)
-        return lambda ctx, G, params, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
+            return lambda ctx, G, params, vision=None, images=None: engine.generate(ctx, G, params=params, sleep=False, images=images)
+        return lambda ctx, G, params, images=None, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
@@ -343,12 +345,15 @@ class Trainer:
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
         hooks = scaling.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
+        if self.cfg.train.save_only_model:
+            hooks.pop("optimizer_state", None)
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
             card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
                                    self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, card=card,
-                                   extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None, **hooks)
+                                   extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None,
+                                   model_only=self.cfg.train.save_only_model, protect=self.kept_checkpoint(), **hooks)
         self.dist.barrier()
         self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)

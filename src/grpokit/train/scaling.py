@@ -125,9 +125,10 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
     for the async sampler (rollout/async_.py says what each does)."""
     r = cfg.rollout
     if r.backend == "vllm_server":
+        from grpokit.data.vision import image_token_id
         from grpokit.rollout.vllm_client import make_server_engine
 
-        engine = make_server_engine(r, params, run_dir, dist, lora=bool(cfg.model.lora_rank))
+        engine = make_server_engine(r, params, run_dir, dist, lora=bool(cfg.model.lora_rank), image_token_id=image_token_id(model))
         engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
         return engine
     if r.backend == "vllm":

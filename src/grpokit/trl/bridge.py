@@ -18,6 +18,7 @@ from typing import Any, Callable
 from transformers import TrainerState
 
 from grpokit.train.callbacks import Callbacks
+from .best import update_best
 
 def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float) -> dict[str, float]:
     """One TRL step's entry: on the round's first update its sampling metrics, always the update's own
@@ -72,16 +73,23 @@ class StepBridge:
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.step_times: list[float] = []
+        self.tokens_at_start = 0
+        self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
+        self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
         self.mark = self.start = time.perf_counter()
+        self.tokens_at_start = self.state.num_input_tokens_seen  # a resumed run's speed counts this session's tokens
         self.user("on_train_begin")
         if self.args.eval_on_start:
             self.evaluate()
 
     def on_step_begin(self, args, state, control, **kw):
         self.mark, self.sampled = time.perf_counter(), {}
+        n, g = self.args.torch_empty_cache_steps, self.state.global_step
+        if n and any(s % n == 0 for s in range(g, g + self.per_round)):  # transformers: before a step whose completed count is a multiple
+            empty_device_cache()
         self.user("on_step_begin")
 
     def on_optimizer_step(self, args, state, control, metrics=None, **kw):
@@ -123,6 +131,7 @@ class StepBridge:
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
         self.log({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
+        self.at_end()  # as transformers: after the final log, before on_train_end
         self.user("on_train_end")
 
     def add_sampled(self, rollout, lengths: list[int]) -> None:
@@ -133,9 +142,18 @@ class StepBridge:
             self.sampled["num_tokens"] = [sum(self.sampled["num_tokens"])]
 
     # ---- TRL's logging
-    def log(self, logs: dict[str, float]) -> None:
-        """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log."""
+    def log(self, logs: dict[str, float], training: bool = False) -> None:
+        """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log.
+        With include_num_input_tokens_seen the running token count joins every entry, and a training
+        entry gets the session's train_runtime and train_tokens_per_second (transformers' speed_metrics)."""
         entry = {**logs, "epoch": self.state.epoch}
+        if self.args.include_num_input_tokens_seen not in ("no", False):
+            entry["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if training:
+                runtime = time.perf_counter() - self.start
+                entry["train_runtime"] = round(runtime, 4)
+                if runtime > 0:
+                    entry["train_tokens_per_second"] = round((self.state.num_input_tokens_seen - self.tokens_at_start) / runtime, 3)
         self.state.log_history.append({**entry, "step": self.state.global_step})
         self.user("on_log", logs=entry)
 
@@ -150,16 +168,25 @@ class StepBridge:
         step, a = self.state.global_step, self.args
         if a.logging_strategy != "no" and (step % self.state.logging_steps == 0 or (a.logging_first_step and step == 1)):
             self._flush()
-        if a.eval_strategy == "steps" and step % self.state.eval_steps == 0:
-            self.evaluate()
+        last = step >= self.state.max_steps  # transformers also evaluates the last step when it is not an eval step
+        if a.eval_strategy == "steps" and (step % self.state.eval_steps == 0 or last) and a.eval_delay <= step:
+            update_best(self.state, a, self.evaluate())  # metric_for_best_model: only evaluations by eval_strategy count
 
     def _flush(self) -> None:
         if self.pending:
             logs = {k: sum(v) / len(v) for k, v in self.pending.items()}
             if "num_tokens" in logs:  # a running total: its latest value, not a mean
                 logs["num_tokens"] = self.pending["num_tokens"][-1]
-            self.log(logs)
+            self.log(logs, training=True)
         self.pending = {}
+
+
+def empty_device_cache() -> None:
+    """torch_empty_cache_steps: release the CUDA caching allocator's unused blocks (nothing to do on CPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _every(value: float | None, steps: int) -> int:

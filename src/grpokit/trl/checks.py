@@ -34,6 +34,8 @@ def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
     return lambda x: (none and x is None) or (_num(x) and lo <= x <= hi)
 
 
+LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")  # transformers' log_level values
+
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "learning_rate": (_above(0), "a finite number > 0"),
     "delta": (_above(1, none=True), "None or a finite number > 1"),
@@ -80,6 +82,18 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "save_total_limit": (_at_least(1, integer=True, none=True), "None (keep every checkpoint) or an integer >= 1"),
     "ref_model_sync_steps": (_at_least(1, integer=True), "an integer >= 1"),
     "seed": (_int, "an integer"),
+    "data_seed": (lambda x: x is None or _int(x), "None or an integer"),
+    "eval_delay": (_at_least(0), "a finite number >= 0"),
+    "metric_for_best_model": (lambda x: x is None or (isinstance(x, str) and x.strip() != ""), "None or a metric name such as 'loss' or 'eval_reward'"),
+    "vllm_tensor_parallel_size": (_at_least(1, integer=True), "an integer >= 1"),
+    "vllm_max_model_length": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "vllm_importance_sampling_cap": (_above(0, none=True), "None or a finite number > 0"),
+    "ddp_timeout": (_above(0), "a number of seconds > 0"),
+    "include_num_input_tokens_seen": (lambda x: x in ("no", "all", "non_padding") or isinstance(x, bool), "'no', 'all', 'non_padding', True or False"),
+    "torch_empty_cache_steps": (_at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "log_level": (lambda x: x in LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
+    "log_level_replica": (lambda x: x in LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
+    "project": (lambda x: isinstance(x, str) and x.strip() != "", "a non-empty project name"),
     "reward_weights": (lambda x: x is None or (isinstance(x, (list, tuple)) and all(_num(w) for w in x)),
                        "None or a list of finite numbers, one per reward function"),
 }

@@ -244,6 +244,58 @@ class GRPOConfig:
     fsdp_config: dict | None = None
     """Only None, {} or {"fsdp_version": 2} (grpokit's FSDP is FSDP2)."""
 
+    # run management (data order, checkpoints, best model, evaluation delay, vLLM engine size)
+    data_seed: int | None = None
+    """Accepted as TRL 1.16 takes it: TRL's GRPO prompt sampler is seeded by seed, so data_seed changes no prompt order there or here."""
+    save_only_model: bool = False
+    """Checkpoints hold the model and trainer_state.json only (no optimizer, schedule or RNG state); a resume from one loads the weights with a fresh optimizer and schedule, as transformers."""
+    load_best_model_at_end: bool = False
+    """After training, load the weights of the checkpoint with the best metric_for_best_model (needs eval_strategy = save_strategy = "steps", save_steps a multiple of eval_steps)."""
+    metric_for_best_model: str | None = None
+    """Evaluation metric that ranks checkpoints, with or without the "eval_" prefix (None: "loss" with load_best_model_at_end)."""
+    greater_is_better: bool | None = None
+    """Whether a larger metric_for_best_model is better (None: True unless the metric's name ends with "loss")."""
+    eval_delay: float = 0
+    """No evaluation by eval_strategy before this many TRL steps."""
+    vllm_tensor_parallel_size: int = 1
+    """GPUs per vLLM engine: only 1 in colocate mode; in server mode the server's own --tensor-parallel-size decides (as TRL)."""
+    vllm_max_model_length: int | None = None
+    """Colocate mode: the engine's max_model_len, prompt plus completion tokens (None: the model's own)."""
+    vllm_importance_sampling_cap: float | None = None
+    """Deprecated alias of vllm_importance_sampling_clip_max (TRL 1.16): when set, it replaces it."""
+    do_train: bool = False
+    """Accepted; no effect, as in transformers (a flag for scripts, which the Trainer does not read)."""
+    do_eval: bool = False
+    """Accepted; no effect, as in transformers (set True when eval_strategy is not "no", as transformers does)."""
+    do_predict: bool = False
+    """Accepted; no effect, as in transformers (a flag for scripts)."""
+    torch_empty_cache_steps: int | None = None
+    """Empty the CUDA cache (torch.cuda.empty_cache) at the steps whose number of completed steps is a multiple of this (None: never)."""
+    log_level: str = "passive"
+    """transformers' log verbosity on the main process: "debug", "info", "warning", "error", "critical" ("passive": unchanged)."""
+    log_level_replica: str = "warning"
+    """transformers' log verbosity on the other processes (same values; "passive": unchanged)."""
+    project: str = "huggingface"
+    """Trackio project of the run (with report_to trackio), as transformers."""
+    use_cache: bool = False
+    """Accepted; no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling is speed, not a number)."""
+    activation_checkpointing: bool | None = None
+    """transformers 5's name of gradient_checkpointing: when set (not None) it decides, as transformers resolves the alias."""
+    activation_checkpointing_kwargs: dict | None = None
+    """transformers 5's name of gradient_checkpointing_kwargs: when set it decides (only use_reentrant=False)."""
+    hub_revision: str | None = None
+    """Branch of hub_model_id that push_to_hub and the checkpoint pushes commit to (None: main); it must exist, as with transformers."""
+    hub_always_push: bool = False
+    """Accepted; grpokit's checkpoint pushes are synchronous, so none is ever skipped (what True asks transformers for)."""
+    average_tokens_across_devices: bool = True
+    """Accepted; no effect, as in TRL's GRPO, whose loss uses its own gathered token counts (grpokit: the whole batch's)."""
+    ignore_data_skip: bool = False
+    """On resume, start the prompts at the beginning of the current epoch instead of where the checkpoint left them, as transformers."""
+    include_num_input_tokens_seen: Any = "no"
+    """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
+    ddp_timeout: int = 1800
+    """Under torchrun: seconds a collective may wait for the other processes (transformers' process-group timeout)."""
+
     def __init__(self, output_dir: str | None = None, **kwargs: Any):
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, f.default)
@@ -252,6 +304,12 @@ class GRPOConfig:
         self.output_dir = output_dir
         for name, value in kwargs.items():
             setattr(self, name, value)
+        if self.load_best_model_at_end and self.metric_for_best_model is None:  # transformers' defaults, filled in
+            self.metric_for_best_model = "loss"
+        if self.greater_is_better is None and self.metric_for_best_model is not None:
+            self.greater_is_better = not self.metric_for_best_model.endswith("loss")
+        if self.eval_strategy != "no":
+            self.do_eval = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Arguments set after construction (``args.model_init_kwargs = ...``, as TRL's scripts do) get
@@ -283,34 +341,30 @@ def _same(value: Any, default: Any) -> bool:
 
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
-    "optim_target_modules": None, "average_tokens_across_devices": True,
+    "optim_target_modules": None,
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
-    "activation_checkpointing": None, "activation_checkpointing_kwargs": None,
     "torch_compile_backend": None, "torch_compile_mode": None,
-    "liger_kernel_config": None, "use_cache": False, "neftune_noise_alpha": None, "torch_empty_cache_steps": None,
+    "liger_kernel_config": None, "neftune_noise_alpha": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
-    "logging_nan_inf_filter": True, "include_num_input_tokens_seen": "no", "log_level": "passive",
-    "log_level_replica": "warning", "project": "huggingface", "trackio_space_id": None,
-    "trackio_bucket_id": None, "trackio_static_space_id": None, "eval_delay": 0,
+    "logging_nan_inf_filter": True,
+    "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
     "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
-    "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False, "save_only_model": False,
-    "save_on_each_node": False, "enable_jit_checkpoint": False, "hub_always_push": False, "hub_revision": None,
-    "load_best_model_at_end": False, "metric_for_best_model": None, "greater_is_better": None, "ignore_data_skip": False,
-    "restore_callback_states_from_checkpoint": False, "data_seed": None,
+    "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False,
+    "save_on_each_node": False, "enable_jit_checkpoint": False,
+    "restore_callback_states_from_checkpoint": False,
     "parallelism_config": None, "dataloader_drop_last": False,
     "dataloader_multiprocessing_context": None,
     "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
-    "ddp_backend": None, "ddp_timeout": 1800, "deepspeed": None, "debug": "",
-    "skip_memory_metrics": True, "do_train": False, "do_eval": False, "do_predict": False,
+    "ddp_backend": None, "deepspeed": None, "debug": "",
+    "skip_memory_metrics": True,
     "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False,
     "ds3_gather_for_generation": True,
     "cache_implementation": None, "vllm_model_impl": "vllm",
-    "vllm_structured_outputs_regex": None, "vllm_group_port": 51216, "vllm_max_model_length": None,
-    "vllm_tensor_parallel_size": 1,
+    "vllm_structured_outputs_regex": None, "vllm_group_port": 51216,
     "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
     "entropy_coef_max": 1.0, "entropy_coef_delta": 0.005, "entropy_target": 0.2, "log_multimodal": True,
     "log_completions_hub_repo": None,
     "use_transformers_continuous_batching": False, "transformers_continuous_batching_config": None,
-    "use_transformers_paged": False, "vllm_importance_sampling_cap": None,
+    "use_transformers_paged": False,
 }

@@ -223,3 +223,15 @@ class RewardModel:
             texts = [("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
                      for p, c in zip(prompts, completions)]
         return self.scorer([""] * len(texts), texts)
+
+
+def run_folder(output_dir: str, resume: str | bool) -> str:
+    """The grpokit run folder of ``resume_from_checkpoint``: True (output_dir), a run folder, a
+    ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder."""
+    folder = Path(output_dir if resume is True else str(resume))
+    if folder.name.startswith("checkpoint-"):
+        target = folder.resolve()  # checkpoint-N -> <run>/checkpoints/step-N/model
+        folder = target.parent.parent.parent if target.name == "model" else folder.parent
+    elif folder.name.startswith("step-"):
+        folder = folder.parent.parent
+    return str(folder)

@@ -27,6 +27,7 @@ from grpokit.config.io import set_field
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, loss_fields, objectives_fields
+from .run_args import RUN_MANAGEMENT
 
 
 def _refuse(name: str, value: Any, valid: str) -> ConfigError:
@@ -148,16 +149,21 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         return {"rollout.backend": "hf"}
     if a.vllm_mode not in ("colocate", "server"):
         raise _refuse("vllm_mode", a.vllm_mode, "colocate, server")
+    if a.vllm_mode == "colocate" and a.vllm_tensor_parallel_size != 1:  # TRL shards one engine over trainer ranks; grpokit's lives in each rank
+        raise _refuse("vllm_tensor_parallel_size", a.vllm_tensor_parallel_size,
+                      "1 with vllm_mode='colocate', or vllm_mode='server' with `grpokit vllm-serve MODEL --tensor-parallel-size N`")
     tis = 0.0
     if a.vllm_importance_sampling_correction:
         if a.vllm_importance_sampling_mode != "token_truncate" or a.vllm_importance_sampling_clip_min is not None:
             raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode,
                           "token_truncate with vllm_importance_sampling_clip_min=None, or vllm_importance_sampling_correction=False")
-        tis = a.vllm_importance_sampling_clip_max or 0.0
+        cap = a.vllm_importance_sampling_cap  # TRL 1.16's deprecated name; when set it replaces clip_max
+        tis = (cap if cap is not None else a.vllm_importance_sampling_clip_max) or 0.0
     url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
     return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
             "rollout.vllm_startup_timeout": a.vllm_server_timeout, "rollout.tis_cap": tis,
-            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode}
+            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
+            "rollout.vllm_max_model_len": a.vllm_max_model_length or 0}
 
 
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -196,7 +202,7 @@ def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.logging_strategy not in ("steps", "no"):
         raise _refuse("logging_strategy", a.logging_strategy, "steps, no")
     return {"record.sinks": ([] if a.disable_tqdm else ["console"]) + reports, "record.console_every": every,
-            "record.run_name": a.run_name or "",
+            "record.run_name": a.run_name or "", "record.project": a.project if "trackio" in reports else "",
             "record.samples_every": every if a.log_completions else 0}
 
 
@@ -207,10 +213,14 @@ def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 
 
 def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    kwargs = dict(a.gradient_checkpointing_kwargs or {})
+    # transformers 5: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is None
+    new = a.activation_checkpointing_kwargs is not None
+    name = "activation_checkpointing_kwargs" if new else "gradient_checkpointing_kwargs"
+    kwargs = dict((a.activation_checkpointing_kwargs if new else a.gradient_checkpointing_kwargs) or {})
     if kwargs.pop("use_reentrant", False) or kwargs:
-        raise _refuse("gradient_checkpointing_kwargs", a.gradient_checkpointing_kwargs, "None or {'use_reentrant': False}")
-    return {"model.gradient_checkpointing": a.gradient_checkpointing, "model.trust_remote_code": a.trust_remote_code}
+        raise _refuse(name, getattr(a, name), "None or {'use_reentrant': False}")
+    on = a.gradient_checkpointing if a.activation_checkpointing is None else a.activation_checkpointing
+    return {"model.gradient_checkpointing": bool(on), "model.trust_remote_code": a.trust_remote_code}
 
 
 def _fsdp(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -235,6 +245,9 @@ def _v(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
 
 
 MAPPING: list[Rule] = [
+    Rule(("save_only_model",), ("train.save_only_model",),
+         "copied: checkpoints without optimizer, schedule and RNG state; a resume from one loads the weights with a fresh "
+         "optimizer and schedule, as transformers", _v(**{"train.save_only_model": "save_only_model"})),
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
          ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
          "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
@@ -256,9 +269,11 @@ MAPPING: list[Rule] = [
          "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates; "
          "lr_scheduler_kwargs only {} or cosine's num_cycles 0.5 (grpokit's cosine is that half cycle)", _schedule),
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
-    Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code"),
+    Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code", "activation_checkpointing",
+          "activation_checkpointing_kwargs"),
          ("model.gradient_checkpointing", "model.trust_remote_code"),
-         "copied; gradient_checkpointing_kwargs only use_reentrant False (grpokit's checkpointing is non-reentrant)", _checkpointing),
+         "copied; gradient_checkpointing_kwargs only use_reentrant False (grpokit's checkpointing is non-reentrant); "
+         "activation_checkpointing(_kwargs), transformers 5's names, decide when set", _checkpointing),
     Rule(("model_init_kwargs",), ("model.dtype", "model.trust_remote_code", "model.attn_implementation"),
          "dtype / torch_dtype (None: float32, as TRL), attn_implementation (None: transformers' choice) and "
          "trust_remote_code; other keys only at None", _model_init),
@@ -276,10 +291,14 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
           "vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "vllm_importance_sampling_correction",
-          "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"),
+          "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+          "vllm_importance_sampling_cap", "vllm_max_model_length", "vllm_tensor_parallel_size"),
          ("rollout.backend", "rollout.vllm_url", "rollout.vllm_startup_timeout", "rollout.vllm_gpu_memory_utilization",
-          "rollout.vllm_sleep", "rollout.tis_cap"),
-         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max)", _vllm),
+          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.vllm_max_model_len"),
+         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max, or "
+         "the deprecated vllm_importance_sampling_cap when set, as TRL); vllm_max_model_length is the colocated engine's "
+         "max_model_len (None: 0, the model's); vllm_tensor_parallel_size only 1 with colocate, and in server mode "
+         "the server's own flag decides (as TRL)", _vllm),
     Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
          lambda a, ctx: {"algo.beta": a.beta, "algo.kl_bias_correction": a.use_bias_correction_kl, "algo.kl_estimator": "k3"}),
     Rule(("num_iterations",), ("algo.num_iterations",), "copied", _v(**{"algo.num_iterations": "num_iterations"})),
@@ -314,11 +333,14 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
          lambda a, ctx: {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}),
-    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy"),
-         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name"),
-         "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps", _logging),
+    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy", "project"),
+         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
+         "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps; project is "
+         "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's)", _logging),
     Rule(("num_completions_to_print",), ("record.samples_prompts",),
          "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)", _samples),
+    Rule(("ddp_timeout",), ("train.dist_timeout_s",), "copied: the process group's timeout under torchrun, as transformers",
+         _v(**{"train.dist_timeout_s": "ddp_timeout"})),
     Rule(("fsdp", "fsdp_config"), ("train.fsdp",),
          "full_shard (auto_wrap or not) or True: FSDP2 (grpokit wraps each decoder layer); fsdp_config only fsdp_version 2", _fsdp),
     Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
@@ -346,6 +368,7 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "optim_args": "no effect, as in transformers (adamw_torch and adamw_torch_fused ignore optim_args)",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }
+HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
 

@@ -94,6 +94,19 @@ def warn_like_trl(args: Any) -> None:
             "importance_sampling_level='sequence' with loss_type=%r: this loss adds up per-token terms, which weights "
             "each sequence by its completion length rather than following GSPO's per-sequence objective; "
             "loss_type='grpo' is GSPO's setting", args.loss_type)
+    if args.vllm_importance_sampling_cap is not None:  # TRL 1.16 gives a FutureWarning and copies it to clip_max
+        logging.getLogger("grpokit.trl").warning(
+            "vllm_importance_sampling_cap is deprecated (TRL 1.16); its value %s replaces vllm_importance_sampling_clip_max, "
+            "use that argument instead", args.vllm_importance_sampling_cap)
+
+
+def set_log_level(args: Any, main: bool) -> None:
+    """transformers' log_level (main process) and log_level_replica (the others) as its verbosity; passive leaves it."""
+    from transformers.utils import logging as hf_logging
+
+    level = args.log_level if main else args.log_level_replica
+    if level != "passive":
+        hf_logging.set_verbosity(getattr(hf_logging, level.upper()))
 
 
 def accelerate_like_trl(args: Any, train_dataset: Any, eval_dataset: Any) -> None:

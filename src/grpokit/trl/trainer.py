@@ -42,12 +42,14 @@ from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
 from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
+from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
 from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
-                     refuse_liger_head_adapter, reward_funcs_of, rows_of)
+                     refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
-from .surface import Accelerator, accelerate_like_trl, add_to_logs, high_entropy_mask, new_logs, reward_names, warn_like_trl
+from .surface import (Accelerator, accelerate_like_trl, add_to_logs, high_entropy_mask, new_logs, reward_names, set_log_level,
+                      warn_like_trl)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -76,6 +78,7 @@ class GRPOTrainer:
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
         warn_like_trl(self.args)
         accelerate_like_trl(self.args, train_dataset, eval_dataset)
+        best.check_args(self.args)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
@@ -112,6 +115,7 @@ class GRPOTrainer:
                             model=None if isinstance(model, str) else model, tokenizer=processing_class)
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
+        self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator()
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
@@ -136,9 +140,16 @@ class GRPOTrainer:
         self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
+        trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
+        self.bridge.per_round = mu
+        set_log_level(self.args, self.accelerator.is_main_process)  # after grpokit quieted transformers, as Trainer.__init__
+        self.bridge.at_end = lambda: best.finish(trainer, self.bridge.state, self.args, self.accelerator.is_main_process)
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
         if resume:
             self.bridge.state.global_step = trainer.step * mu
+            best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.step * mu}")
+            if self.args.ignore_data_skip:  # transformers: the epochs trained count, the batches of this one are not skipped
+                trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
         sample = trainer._sample
 
         def sample_and_count(prompts, group_size):  # TRL's num_tokens and terminated lengths of each sampling call
@@ -216,7 +227,7 @@ class GRPOTrainer:
                 raise ConfigError("resume_from_checkpoint needs the model passed as a name or path (an object cannot be reloaded)")
             if self._trainer is not None:
                 raise ConfigError("resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)")
-            self._trainer = self._build(resume=_run_folder(self.cfg.train.out, resume_from_checkpoint))
+            self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()
         try:
             self.summary = trainer.train()
@@ -310,13 +321,15 @@ class GRPOTrainer:
         """TRL's ``output_dir/checkpoint-N``: a link to grpokit's checkpoint model folder, with TRL's
         trainer_state.json in it; links whose checkpoint was rotated away are removed."""
         out = Path(self.cfg.train.out)
+        self._saved_steps.add(step)
+        best.note_checkpoint(self.state, out, self._saved_steps)  # every rank (all load the best at the end), before trainer_state.json
         if not self.accelerator.is_main_process or not (path / "model").is_dir():
             return
-        self.state.save_to_json(str(path / "model" / "trainer_state.json"))
         link = out / f"checkpoint-{step}"
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(path.resolve() / "model", target_is_directory=True)
+        self.state.save_to_json(str(path / "model" / "trainer_state.json"))
         for old in out.glob("checkpoint-*"):
             if old.is_symlink() and not old.exists():
                 old.unlink()
@@ -342,7 +355,7 @@ class GRPOTrainer:
         """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
         return push_folder(self.save_model(), self.hub_model_id, commit_message, token or self.args.hub_token,
-                           self.args.hub_private_repo, revision)
+                           self.args.hub_private_repo, revision or self.args.hub_revision)
 
 
 class _HubPush:
@@ -356,7 +369,8 @@ class _HubPush:
         if checkpoint is not None and state.is_world_process_zero:
             try:
                 push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id,
-                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo)
+                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo,
+                            args.hub_revision)
             except HubPushError as e:
                 log.warning("%s", e)
 
@@ -384,15 +398,3 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
     return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
-
-
-def _run_folder(output_dir: str, resume: str | bool) -> str:
-    """The grpokit run folder of ``resume_from_checkpoint``: True (output_dir), a run folder, a
-    ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder."""
-    folder = Path(output_dir if resume is True else str(resume))
-    if folder.name.startswith("checkpoint-"):
-        target = folder.resolve()  # checkpoint-N -> <run>/checkpoints/step-N/model
-        folder = target.parent.parent.parent if target.name == "model" else folder.parent
-    elif folder.name.startswith("step-"):
-        folder = folder.parent.parent
-    return str(folder)
