@@ -44,8 +44,8 @@ def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
         assert words in str(e.value) and str(e.value).count(". ") == 0
     with pytest.raises(ConfigError, match="loss_type='vespo' with beta=0.04"):
         to_config(GRPOConfig(loss_type="vespo", beta=0.04), num_rows=4)  # TRL's per-token KL weight
-    with pytest.raises(ConfigError, match="vllm_importance_sampling_mode"):
-        to_config(GRPOConfig(use_vllm=True), num_rows=4)  # TRL's default mode is sequence_mask
+    with pytest.raises(ConfigError, match="vllm_importance_sampling_mode='token_clip'"):
+        to_config(GRPOConfig(use_vllm=True, vllm_importance_sampling_mode="token_clip"), num_rows=4)  # not a TRL mode
     with pytest.raises(ConfigError, match="not a multiple of num_generations=3"):
         to_config(GRPOConfig(per_device_train_batch_size=4, num_generations=3), num_rows=4)
 

@@ -159,6 +159,10 @@ class RolloutConfig:
     """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
     tis_cap: float = 2.0
     """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    tis_mode: str = "token_truncate"
+    """How the TIS weight is formed from r = pi_old / pi_sampler (TRL's vllm_importance_sampling_mode names): "token_truncate" (r_t clamped to [tis_min, tis_cap]), "token_mask" (r_t inside [tis_min, tis_cap], 0 outside), "sequence_truncate" / "sequence_mask" (the same with the completion's product of token ratios, one weight for all its tokens)."""
+    tis_min: float = 0.0
+    """Lower bound of the TIS weight: *_truncate raises a smaller weight to it, *_mask sets it to 0 (0 = no lower bound)."""
     mismatch_mask: str = "none"
     """Sampler/trainer mismatch masking: "none", "token" (IcePop: a token whose pi_old / pi_sampler is outside [mismatch_low, mismatch_high] leaves the gradient) or "sequence" (MIS: a completion whose geometric-mean ratio is outside leaves it whole); applies with every engine, on top of TIS where TIS applies."""
     mismatch_low: float = 0.5

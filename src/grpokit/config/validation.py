@@ -21,6 +21,7 @@ from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS,
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.registry import is_import_path, lookup, registered
+from grpokit.algo.tis import TIS_MODES
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -104,6 +105,9 @@ def _rollout(cfg: Config) -> None:
     _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _one_of("rollout.tis_mode", r.tis_mode, TIS_MODES)
+    _check(0 <= r.tis_min < float("inf") and (r.tis_cap == 0 or r.tis_min <= r.tis_cap),
+           f"rollout.tis_min={r.tis_min} must be a number >= 0 (0 = no lower bound) and at most rollout.tis_cap={r.tis_cap}")
     _check_performance(cfg)
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")

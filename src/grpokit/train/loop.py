@@ -237,7 +237,8 @@ class Trainer:
         return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
                             cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
                             a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam,
-                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high))
+                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high),
+                            (cfg.rollout.tis_mode, cfg.rollout.tis_min))
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,

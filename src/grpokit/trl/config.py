@@ -136,11 +136,11 @@ class GRPOConfig:
     vllm_importance_sampling_correction: bool = True
     """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
     vllm_importance_sampling_mode: str = "sequence_mask"
-    """Only "token_truncate" (grpokit's truncated importance sampling) is carried out."""
+    """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are products of token ratios)."""
     vllm_importance_sampling_clip_max: float | None = 3.0
-    """Cap C of the per-token importance weight."""
+    """Upper bound of the importance weight: truncated to it or masked above it (None: no bound)."""
     vllm_importance_sampling_clip_min: float | None = None
-    """Lower bound of the importance weight (grpokit: none)."""
+    """Lower bound of the importance weight: truncated to it or masked below it (None: no bound)."""
     beta: float = 0.0
     """KL coefficient (0: no reference model)."""
     num_iterations: int = 1

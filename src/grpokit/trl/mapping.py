@@ -27,6 +27,7 @@ from grpokit.config.io import set_field
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, loss_fields, objectives_fields
+from .sampling_args import importance_sampling_fields
 from .run_args import RUN_MANAGEMENT
 
 
@@ -152,16 +153,9 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.vllm_mode == "colocate" and a.vllm_tensor_parallel_size != 1:  # TRL shards one engine over trainer ranks; grpokit's lives in each rank
         raise _refuse("vllm_tensor_parallel_size", a.vllm_tensor_parallel_size,
                       "1 with vllm_mode='colocate', or vllm_mode='server' with `grpokit vllm-serve MODEL --tensor-parallel-size N`")
-    tis = 0.0
-    if a.vllm_importance_sampling_correction:
-        if a.vllm_importance_sampling_mode != "token_truncate" or a.vllm_importance_sampling_clip_min is not None:
-            raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode,
-                          "token_truncate with vllm_importance_sampling_clip_min=None, or vllm_importance_sampling_correction=False")
-        cap = a.vllm_importance_sampling_cap  # TRL 1.16's deprecated name; when set it replaces clip_max
-        tis = (cap if cap is not None else a.vllm_importance_sampling_clip_max) or 0.0
     url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
     return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
-            "rollout.vllm_startup_timeout": a.vllm_server_timeout, "rollout.tis_cap": tis,
+            "rollout.vllm_startup_timeout": a.vllm_server_timeout, **importance_sampling_fields(a),
             "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
             "rollout.vllm_max_model_len": a.vllm_max_model_length or 0}
 
@@ -294,9 +288,10 @@ MAPPING: list[Rule] = [
           "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
           "vllm_importance_sampling_cap", "vllm_max_model_length", "vllm_tensor_parallel_size"),
          ("rollout.backend", "rollout.vllm_url", "rollout.vllm_startup_timeout", "rollout.vllm_gpu_memory_utilization",
-          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.vllm_max_model_len"),
-         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max, or "
-         "the deprecated vllm_importance_sampling_cap when set, as TRL); vllm_max_model_length is the colocated engine's "
+          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.tis_mode", "rollout.tis_min", "rollout.vllm_max_model_len"),
+         "colocate: vllm, server: vllm_server; importance sampling in all four TRL modes (tis_mode = the mode, "
+         "tis_cap = clip_max, or the deprecated vllm_importance_sampling_cap when set, as TRL, None: inf; "
+         "tis_min = clip_min, None: 0); vllm_max_model_length is the colocated engine's "
          "max_model_len (None: 0, the model's); vllm_tensor_parallel_size only 1 with colocate, and in server mode "
          "the server's own flag decides (as TRL)", _vllm),
     Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
