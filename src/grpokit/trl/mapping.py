@@ -136,8 +136,10 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
              "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop", "stop": "stop",
              "repetition_penalty": "repetition_penalty"}
     for key, value in (a.generation_kwargs or {}).items():
+        if (key, value) in (("do_sample", True), ("num_beams", 1)) or key == "length_penalty":
+            continue  # what grpokit does anyway; length_penalty weighs beam scores only (transformers), and there are none
         if key not in names:
-            raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names))
+            raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names) + ", do_sample True, num_beams 1, length_penalty")
         out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
     out["env.max_episode_tokens"] = a.max_completion_length  # TRL: a tool episode's whole completion, tool results included
     return out
@@ -277,7 +279,8 @@ MAPPING: list[Rule] = [
           "rollout.repetition_penalty", "env.max_episode_tokens"),
          "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
          "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
-         "with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
+         "do_sample only True and num_beams only 1 (grpokit samples each completion on its own, no beam search), "
+         "length_penalty no effect (it weighs beams only); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
     Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",

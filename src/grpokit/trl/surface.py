@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from grpokit.config.sections import ConfigError
 from grpokit.train import distributed
 
 
@@ -150,3 +151,32 @@ def per_token_logps_and_entropies(facade: Any, model, input_ids, attention_mask,
         ents.append(-(src.exp() * src).sum(dim=-1))
         aux += [out.aux_loss] if compute_aux_loss else []
     return torch.cat(logps), (torch.cat(ents) if compute_entropy else None), (torch.stack(aux).mean() if aux else None)
+
+
+def accelerate_like_trl(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
+    """``args.accelerator_config`` as TRL holds it after construction (transformers' ``AcceleratorConfig``),
+    and TRL's settings for streamed data: ``dispatch_batches`` False (True is refused, as TRL refuses it)
+    and no DataLoader workers for a streamed train set. Neither changes grpokit's run (it has no DataLoader);
+    they keep what a script reads from ``args`` the same as under TRL."""
+    import logging
+
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    value = args.accelerator_config
+    if not isinstance(value, AcceleratorConfig):
+        args.accelerator_config = AcceleratorConfig(**(value or {}))
+    evals = eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]  # a DatasetDict is a dict
+    if _streamed(train_dataset) or any(_streamed(d) for d in evals):
+        if args.accelerator_config.dispatch_batches:  # TRL's words: scripts and TRL's tests match on them
+            raise ConfigError("Iterable datasets require `dispatch_batches=False`, but accelerator_config.dispatch_batches is True; "
+                              "set it to False")
+        args.accelerator_config.dispatch_batches = False
+    if _streamed(train_dataset) and args.dataloader_num_workers != 0:
+        logging.getLogger("grpokit.trl").warning(
+            "Iterable datasets require dataloader_num_workers=0 to keep each prompt's group together; overriding %d, as TRL does",
+            args.dataloader_num_workers)
+        args.dataloader_num_workers = 0
+
+
+def _streamed(dataset: Any) -> bool:
+    return type(dataset).__name__ == "IterableDataset"
