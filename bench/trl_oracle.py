@@ -50,9 +50,11 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
              epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
              bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
              delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
-             tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0)) -> torch.Tensor:
+             tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0), is_ratio=None) -> torch.Tensor:
     """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors.
-    ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...)."""
+    ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...).
+    ``is_ratio``: TRL's vLLM importance sampling ratio ((N, T) or (N, 1), ``trl_is_ratio``), which TRL
+    multiplies into the per-token loss."""
     from trl import GRPOTrainer
 
     N, T = logp_NT.shape
@@ -61,7 +63,7 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
     fake = SimpleNamespace(
         aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
         importance_sampling_level=level, beta=beta, loss_type=loss_type, epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high, use_vllm=False, vllm_importance_sampling_correction=False,
+        epsilon_high=epsilon_high, use_vllm=is_ratio is not None, vllm_importance_sampling_correction=is_ratio is not None,
         model=SimpleNamespace(training=False), current_gradient_accumulation_steps=1,
         max_completion_length=max_completion_length or T, accelerator=_Accelerator(),
         entropy_coef=entropy_coef, use_adaptive_entropy=False, _entropy_bonus_enabled=entropy_coef != 0.0,
@@ -78,19 +80,56 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
         "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "ref_per_token_logps": ref_logp_NT,
         "num_items_in_batch": mask_NT.sum(),
     }
+    if is_ratio is not None:
+        inputs["importance_sampling_ratio"] = is_ratio
     loss = GRPOTrainer._compute_loss(fake, None, inputs)
     if metrics is not None:
         metrics.update({k: v[-1] for k, v in fake._metrics["eval"].items()})
     return loss
 
 
+def trl_adaptive_entropy_stand_in(coef: float, target: float, delta: float, lo: float, hi: float, loss_type: str = "dapo"):
+    """A stand-in GRPOTrainer in training mode with TRL's adaptive entropy control on (one process,
+    gradient_accumulation_steps=1): pass it to ``trl_adaptive_step`` step after step; TRL's own code
+    moves its ``entropy_coef`` and ``_last_world_entropy``."""
+    from trl import GRPOTrainer
+
+    return SimpleNamespace(
+        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+        importance_sampling_level="token", beta=0.0, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.2,
+        use_vllm=False, vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1, max_completion_length=None, accelerator=_Accelerator(),
+        entropy_coef=coef, use_adaptive_entropy=True, _entropy_bonus_enabled=True, _last_world_entropy=float("inf"),
+        _entropy_window_stats=None, _metrics=defaultdict(lambda: defaultdict(list)),
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1, entropy_target=target,
+                             entropy_coef_delta=delta, entropy_coef_min=lo, entropy_coef_max=hi),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights)
+
+
+def trl_adaptive_step(fake, logp_NT, old_logp_NT, advantages_N, mask_NT, entropy_NT) -> torch.Tensor:
+    """One optimizer step's loss through TRL's ``_compute_loss`` on ``fake`` (which it updates)."""
+    from trl import GRPOTrainer
+
+    N, T = logp_NT.shape
+    fake.max_completion_length = T
+    fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp_NT, entropy_NT, None)
+    inputs = {"prompt_ids": torch.zeros((N, 1), dtype=torch.long), "prompt_mask": torch.ones((N, 1), dtype=torch.long),
+              "completion_ids": torch.zeros((N, T), dtype=torch.long), "completion_mask": mask_NT,
+              "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "num_items_in_batch": mask_NT.sum()}
+    return GRPOTrainer._compute_loss(fake, None, inputs)
+
+
 def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
                  epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
                  bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
                  delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
-                 tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0)) -> torch.Tensor:
+                 tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0), is_weights=None) -> torch.Tensor:
+    """grpokit's loss; ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``),
+    applied as the TIS pipeline stage does, on the advantages."""
     from grpokit.algo.loss import policy_loss
 
+    if is_weights is not None:
+        advantages_N = advantages_N[:, None] * is_weights  # the pipeline's tis stage (pipeline._per_token)
     objective = loss_type if loss_type in TRL_OBJECTIVES else "clip"
     aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT.get(loss_type) or "seq-mean-token-sum"  # luspo
     level = "trajectory" if loss_type == "vespo" else level
@@ -108,6 +147,36 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
     if metrics is not None:
         metrics.update(m)
     return loss
+
+
+def _trl_block(start: str, end: str) -> str:
+    """The lines of TRL's ``_generate_and_score_completions`` from the one holding ``start`` up to the
+    one holding ``end``, dedented: TRL's own code, run unchanged by ``trl_is_ratio``."""
+    import inspect
+    import textwrap
+
+    from trl import GRPOTrainer
+
+    lines = inspect.getsource(GRPOTrainer._generate_and_score_completions).splitlines()
+    i = next(k for k, line in enumerate(lines) if start in line)
+    j = next(k for k in range(i + 1, len(lines)) if end in lines[k])
+    return textwrap.dedent("\n".join(lines[i:j]))
+
+
+def trl_is_ratio(old_logp_NT, sampler_logp_NT, mask_NT, mode: str, clip_min, clip_max):
+    """``(ratio, metrics)``: TRL's vLLM importance sampling ratio and its logged ``sampling/*`` metrics,
+    by running the two blocks of TRL's sampling method that compute them on these tensors."""
+    import trl.trainer.grpo_trainer as module
+
+    fake = SimpleNamespace(use_vllm=True, vllm_importance_sampling_correction=True, vllm_importance_sampling_mode=mode,
+                           vllm_importance_sampling_clip_min=clip_min, vllm_importance_sampling_clip_max=clip_max,
+                           accelerator=_Accelerator(), _metrics=defaultdict(lambda: defaultdict(list)))
+    scope = {"self": fake, "old_per_token_logps": old_logp_NT, "sampling_per_token_logps": sampler_logp_NT,
+             "completion_mask": mask_NT, "tool_mask": None, "device": old_logp_NT.device, "mode": "train"}
+    for start, end in (("# Compute the importance sampling ratio when using vLLM", "# Compute the per-token log probabilities for the reference"),
+                       ("delta = torch.abs(old_per_token_logps - sampling_per_token_logps)", "output = {")):
+        exec(_trl_block(start, end), dict(vars(module)), scope)  # noqa: S102  (TRL's installed source, a test oracle)
+    return scope["vllm_importance_sampling_ratio"], {k: v[-1] for k, v in fake._metrics["train"].items()}
 
 
 def fixed_batch(N: int = 6, T: int = 7, seed: int = 0):

@@ -108,7 +108,7 @@ def test_trl_delta_equals_dual_clip(loss_type):
 # -- issue 15: CISPO and SAPO are TRL loss types too; the same batch, the same numbers
 
 
-@pytest.mark.parametrize("epsilon_high", [1.3, 5.0])  # 1.3 truncates some weights of the batch, 5.0 none
+@pytest.mark.parametrize("epsilon_high", [0.2, 1.3, 5.0])  # 1.3 truncates some weights, 5.0 none, 0.2 (TRL's cap with epsilon_high unset) all
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 def test_cispo_equals_trl(epsilon_high, beta):
     logp, old, _, _, mask = fixed_batch()
@@ -116,7 +116,9 @@ def test_cispo_equals_trl(epsilon_high, beta):
     (ours, g_ours, m), (theirs, g_theirs, _) = _both("cispo", beta, epsilon_high=epsilon_high)
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
-    assert (m["clip_ratio/high_mean"] > 0) == (epsilon_high == 1.3)
+    assert (m["clip_ratio/high_mean"] > 0) == (epsilon_high < 5.0)
+    if epsilon_high == 0.2:  # every weight is capped: sg(0.2) * A * logp on every token
+        assert m["clip_ratio/high_mean"] == 1.0
 
 
 @pytest.mark.parametrize("taus", [(1.0, 1.05), (0.5, 2.0)])

@@ -13,6 +13,7 @@ import pytest
 from grpokit.config import ConfigError
 from grpokit.trl.config import UNSUPPORTED, GRPOConfig
 from grpokit.trl.mapping import to_config
+from grpokit.config.validation import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,16 +37,16 @@ def test_every_trl_argument_is_known_with_trls_default():
 
 
 def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
-    GRPOConfig(use_adaptive_entropy=False, per_device_eval_batch_size=8)  # at TRL's default: accepted
-    for kwargs, words in [({"use_adaptive_entropy": True}, "use_adaptive_entropy=True"), ({"delta": 0.5}, "delta=0.5"),
+    GRPOConfig(use_transformers_paged=False, per_device_eval_batch_size=8)  # at TRL's default: accepted
+    for kwargs, words in [({"use_transformers_paged": True}, "use_transformers_paged=True"), ({"delta": 0.5}, "delta=0.5"),
                           ({"num_generation": 8}, "'num_generation'")]:
         with pytest.raises(ConfigError) as e:
             GRPOConfig(**kwargs)
         assert words in str(e.value) and str(e.value).count(". ") == 0
     with pytest.raises(ConfigError, match="loss_type='vespo' with beta=0.04"):
         to_config(GRPOConfig(loss_type="vespo", beta=0.04), num_rows=4)  # TRL's per-token KL weight
-    with pytest.raises(ConfigError, match="vllm_importance_sampling_mode"):
-        to_config(GRPOConfig(use_vllm=True), num_rows=4)  # TRL's default mode is sequence_mask
+    with pytest.raises(ConfigError, match="vllm_importance_sampling_mode='token_clip'"):
+        to_config(GRPOConfig(use_vllm=True, vllm_importance_sampling_mode="token_clip"), num_rows=4)  # not a TRL mode
     with pytest.raises(ConfigError, match="not a multiple of num_generations=3"):
         to_config(GRPOConfig(per_device_train_batch_size=4, num_generations=3), num_rows=4)
 
@@ -107,8 +108,12 @@ def test_cispo_and_sapo_loss_types_map_onto_grpokit_objectives():
     cfg = to_config(GRPOConfig(loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0), num_rows=4)
     assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.sapo_tau_pos, cfg.algo.sapo_tau_neg) == \
         ("sapo", "seq-mean-token-mean", 0.5, 2.0)
-    with pytest.raises(ConfigError, match="epsilon_high"):  # unset: TRL's cap would be epsilon, 0.2
-        to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+    # unset, TRL's code caps the weight at epsilon (0.2): grpokit's cap 1 + clip_high = 0.2, so clip_high = -0.8
+    cfg = to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
+    assert cfg.algo.clip_high == pytest.approx(-0.8)
+    validate(cfg)  # CISPO alone may cap below 1
+    with pytest.raises(ConfigError, match="algo.clip_high"):  # the clipped surrogate may not
+        validate(dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, objective="clip")))
 
 
 def test_arguments_read_and_set_after_construction_behave_as_constructor_arguments():
@@ -117,13 +122,13 @@ def test_arguments_read_and_set_after_construction_behave_as_constructor_argumen
     assert (a.resume_from_checkpoint, a.run_name, a.per_device_eval_batch_size, a.include_for_metrics) == (None, None, 8, [])
     a.model_init_kwargs = {"dtype": "bfloat16"}  # as TRL's grpo.py sets it after parsing
     a.scale_rewards = False  # the boolean form is normalised as in the constructor
-    a.use_adaptive_entropy = False  # an unsupported argument at its default is accepted
+    a.use_transformers_paged = False  # an unsupported argument at its default is accepted
     assert to_config(a, num_rows=4).model.dtype == "bfloat16" and a.scale_rewards == "none"
-    with pytest.raises(ConfigError, match=r"^GRPOConfig argument use_adaptive_entropy=True is not supported by grpokit;"):
-        a.use_adaptive_entropy = True
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument use_transformers_paged=True is not supported by grpokit;"):
+        a.use_transformers_paged = True
     with pytest.raises(ConfigError, match=r"^GRPOConfig got 'learing_rate', which is not an argument"):
         a.learing_rate = 1e-3  # a misspelt name is not silently a new attribute
-    assert not hasattr(a, "learing_rate") and a.use_adaptive_entropy is False
+    assert not hasattr(a, "learing_rate") and a.use_transformers_paged is False
 
 
 def test_model_init_kwargs_as_trls_grpo_script_passes_them():
@@ -292,3 +297,18 @@ def test_refresh_reference_mixes_by_hand():
     assert ref.weight.item() == pytest.approx(2.2) and ref.bias.item() == pytest.approx(-1.2)
     refresh_reference(ref, pol, 1.0)  # a copy
     assert ref.weight.item() == 3.0 and ref.bias.item() == -2.0
+
+
+def test_entropy_and_model_forward_arguments_map_onto_grpokit_fields():
+    cfg = to_config(GRPOConfig(entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=15.0, entropy_coef_delta=0.02,
+                               entropy_coef_min=0.001, entropy_coef_max=0.5), num_rows=4)
+    a = cfg.algo
+    assert (a.entropy_coef, a.entropy_adaptive, a.entropy_target, a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max,
+            a.entropy_aggregation) == (0.01, True, 15.0, 0.02, 0.001, 0.5, "token-mean")
+    m = to_config(GRPOConfig(), num_rows=4).model  # TRL's defaults: no fp32 head, no noise, the MoE config's own router weight
+    assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (False, 0.0, -1.0)
+    m = to_config(GRPOConfig(cast_lm_head_to_fp32=True, neftune_noise_alpha=5.0, router_aux_loss_coef=0.0), num_rows=4).model
+    assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (True, 5.0, 0.0)
+    for bad in ({"neftune_noise_alpha": -1.0}, {"router_aux_loss_coef": -0.5}, {"entropy_coef_delta": float("nan")}):
+        with pytest.raises(ConfigError, match=f"GRPOConfig argument {next(iter(bad))}="):
+            GRPOConfig(**bad)

@@ -57,7 +57,7 @@ def test_trainer_attributes_trl_scripts_read(tmp_path):
     a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
                    max_completion_length=2, use_cpu=True, reward_weights=[0.5], report_to="none")
     tr = GRPOTrainer(str(model), reward_funcs=[named], args=a, train_dataset=data)
-    assert tr.aux_loss_enabled is False  # grpokit adds no Mixture-of-Experts router loss
+    assert tr.aux_loss_enabled is False and tr.router_aux_loss_coef == 0.0  # a dense model: no router loss to add
     assert tr.reward_func_names == ["named"] and tr.reward_processing_classes == [None]
     assert tr.reward_weights.tolist() == [0.5]
     tr.train()

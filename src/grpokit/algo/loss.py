@@ -240,7 +240,8 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
 
     Returns ``(loss, metrics)``; metrics are masked token means over this batch: ``clip_ratio/low_mean``,
     ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``clip_ratio/dual_mean``, ``ratio/mean``,
-    ``num_tokens``, ``offpolicy/masked_sequences`` and ``kl`` (when beta != 0).
+    ``num_tokens``, ``offpolicy/masked_sequences``, ``kl`` (when beta != 0) and, when the entropy bonus
+    is on (or adaptive), ``entropy/bonus``: the amount subtracted from this batch's loss.
     """
     _check(s)
     c = s.clip
@@ -261,11 +262,19 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     bonus_NT = _entropy_term(t, s.entropy)
     if bonus_NT is not None and s.entropy.aggregation == "loss":
         loss_NT = loss_NT - bonus_NT
-    loss = aggregate(loss_NT, loss_mask_NT, norms.aggregation, num_sequences=norms.num_sequences,
-                     num_tokens=norms.num_tokens, norm_constant=norms.norm_constant, seq_weights_N=t.seq_weights)
+    reduce = lambda x_NT, m_NT: aggregate(x_NT, m_NT, norms.aggregation, num_sequences=norms.num_sequences,  # noqa: E731
+                                          num_tokens=norms.num_tokens, norm_constant=norms.norm_constant,
+                                          seq_weights_N=t.seq_weights)
+    loss, bonus = reduce(loss_NT, loss_mask_NT), 0.0
     if bonus_NT is not None and s.entropy.aggregation == "token-mean":  # TRL: a plain token mean
-        loss = loss - aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
+        bonus_term = aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
+        loss, bonus = loss - bonus_term, float(bonus_term.detach())
+    elif bonus_NT is not None:  # the bonus inside the reduction: its share, for the policy_loss metric
+        with torch.no_grad():
+            bonus = float(reduce(bonus_NT.detach(), loss_mask_NT))
     metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
+    if bonus_NT is not None or s.entropy.adaptive:
+        metrics["entropy/bonus"] = bonus  # subtracted from the loss; loss + bonus is TRL's policy_loss
     metrics["offpolicy/masked_sequences"] = n_offpolicy
     if c.objective == "vespo":
         metrics |= vespo.vespo_metrics(ratio_NT, adv_NT, c)
@@ -280,8 +289,8 @@ def _check(s: LossSettings) -> None:
     c = s.clip
     if not (0.0 <= c.clip_low < 1.0):
         raise ValueError(f"clip_low must be in [0, 1), got {c.clip_low}")
-    if c.clip_high < 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {c.clip_high}")
+    if c.clip_high < (-1.0 if c.objective == "cispo" else 0.0):  # CISPO's weight cap 1 + clip_high may be below 1
+        raise ValueError(f"clip_high must be >= 0 (>= -1 with objective cispo), got {c.clip_high}")
     if c.dual_clip is not None and c.dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
     if s.entropy.aggregation not in ENTROPY_AGGREGATIONS:

@@ -45,6 +45,7 @@ class StepSettings:
     dist: Any = None  # a distributed.DistContext; None: one process
     lam: Any = None  # lambda-GRPO's LearnableLambda (aggregation=lambda-grpo)
     mismatch: tuple[str, float, float] = ("none", 0.5, 2.0)  # rollout.mismatch_mask, _low, _high (IcePop / MIS)
+    tis_mode: tuple[str, float] = ("token_truncate", 0.0)  # rollout.tis_mode, rollout.tis_min
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def loss_settings(a) -> tuple[LossSettings, Normalisers]:
         ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg,
                      tuple(a.vespo_pos), tuple(a.vespo_neg)),
         KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
-        EntropyBonus(a.entropy_coef, a.entropy_aggregation), a.offpolicy_delta or None,
+        EntropyBonus(a.entropy_coef, a.entropy_aggregation, a.entropy_adaptive), a.offpolicy_delta or None,
     ), Normalisers(a.aggregation)
 
 
@@ -257,10 +258,12 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
 
 @register_advantage_stage("tis")
 def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """TIS (rollout.tis_cap): the sampler was not exactly pi_old (vLLM numerics, stale weights), so
-    every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)`` (tis.py)."""
+    """TIS (rollout.tis_cap, tis_mode, tis_min): the sampler was not exactly pi_old (vLLM numerics, stale
+    weights), so every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)``, or by
+    another of TRL's corrections (tis.py)."""
     old = ctx.logprobs.old
-    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, ctx.settings.tis_cap)
+    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, ctx.settings.tis_cap,
+                                *ctx.settings.tis_mode)
     return _per_token(advantages, w_NT), metrics
 
 

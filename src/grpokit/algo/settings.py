@@ -53,6 +53,7 @@ class EntropyBonus:
 
     coef: float = 0.0
     aggregation: str = "loss"
+    adaptive: bool = False  # the coefficient moves between optimizer steps (entropy_control.py): the step reports it
 
 
 @dataclass(frozen=True)

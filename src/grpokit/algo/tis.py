@@ -13,6 +13,12 @@ The weight multiplies each token's policy-gradient term. Because w_t > 0, multip
 advantage by it is the same as multiplying the clipped objective:
 ``min(r * (w A), clip(r) * (w A)) = w * min(r A, clip(r) A)``, so the trainer applies TIS by passing
 per-token advantages ``w_NT * A`` to the unchanged ``loss.policy_loss`` (the KL term stays unweighted).
+A weight of 0 (the mask modes below) leaves the token in the normaliser, as TRL's loss-side product does.
+
+``rollout.tis_mode`` also selects TRL's other three corrections (``vllm_importance_sampling_mode``):
+the weight masked to 0 outside ``[floor, cap]`` instead of truncated (``token_mask``), and both at
+the sequence level, where the row's ratio is the PRODUCT of its token ratios (``sequence_*``; MIS in
+``mismatch_mask`` below uses the geometric mean instead).
 
 Pure: tensors in, ``(weights, metrics)`` out.
 """
@@ -31,40 +37,76 @@ def pad_sampling_logprobs(sampling_logprobs: list[list[float]], width: int) -> t
     return out
 
 
+TIS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's vllm_importance_sampling_mode names
+
+
 def tis_weights(
     old_logp_NT: torch.Tensor,
     sampler_logp_NT: torch.Tensor,
     mask_NT: torch.Tensor,
     cap: float,
+    mode: str = "token_truncate",
+    floor: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-token truncated importance weights and the train/sampler mismatch metrics.
+    """Per-token importance weights and the train/sampler mismatch metrics.
+
+    With ``log r_t = old_t - sampler_t`` on real tokens (0 on padding and where the sampler's logprob
+    is NaN), the ratio is ``r_t`` (``token_*``) or the row's product ``exp(sum_t log r_t)``
+    broadcast to its tokens (``sequence_*``, as TRL: a product, not MIS's geometric mean).
+    ``*_truncate`` clamps it to ``[floor, cap]``; ``*_mask`` keeps it inside ``[floor, cap]`` and sets
+    it to 0 outside (floor 0: no lower bound, cap inf: no upper bound).
 
     Args:
         old_logp_NT: ``(N, T)`` log pi_old of the sampled tokens, computed by the trainer.
         sampler_logp_NT: ``(N, T)`` log pi_sampler of the same tokens, reported by the sampler.
         mask_NT: ``(N, T)`` 1 on real completion tokens.
-        cap: C >= 1, the truncation of the weight.
+        cap: C >= 1, the upper bound of the weight.
+        mode: one of ``TIS_MODES``.
+        floor: the lower bound (>= 0).
 
     Returns:
-        ``(w_NT, metrics)``: ``w_NT = min(exp(old - sampler), cap)`` on real tokens and 1 on padding
-        (no gradient); metrics ``tis/logp_abs_diff_mean`` (mean |old - sampler|),
-        ``tis/ratio_max`` (largest untruncated ratio), ``tis/ratio_mean`` and ``tis/capped_fraction``
-        (share of tokens whose weight was cut to the cap), all over real tokens.
+        ``(w_NT, metrics)``: the weights on real tokens and 1 on padding (no gradient); metrics
+        ``tis/logp_abs_diff_mean`` (mean |old - sampler|), ``tis/ratio_max`` and ``tis/ratio_mean``
+        (per-token ratios before the bounds), ``tis/capped_fraction`` (share of tokens whose weight
+        the bounds changed), all over real tokens, and TRL's ``sampling/sampling_logp_difference/{mean,max}``
+        and ``sampling/importance_sampling_ratio/{min,mean,max}`` (the weights: over real tokens, or
+        over rows for ``sequence_*``).
     """
     if cap < 1.0:
         raise ValueError(f"the TIS cap must be >= 1, got {cap}")
+    if mode not in TIS_MODES:
+        raise ValueError(f"TIS mode must be one of {', '.join(TIS_MODES)}, got {mode!r}")
     m = mask_NT.bool()
-    diff_NT = (old_logp_NT.detach().float() - sampler_logp_NT.float()).masked_fill(~m, 0.0)
+    raw_NT = old_logp_NT.detach().float() - sampler_logp_NT.float()
+    diff_NT = raw_NT.masked_fill(~m, 0.0).nan_to_num(nan=0.0)  # TRL: an unscored token gets ratio 1
     ratio_NT = torch.exp(diff_NT)
-    w_NT = torch.clamp(ratio_NT, max=cap).masked_fill(~m, 1.0)
+    sequence = mode.startswith("sequence")
+    r = torch.exp(diff_NT.sum(dim=1, keepdim=True)) if sequence else ratio_NT  # (N, 1) or (N, T)
+    if mode.endswith("truncate"):
+        w = torch.clamp(r, min=floor, max=cap)
+    else:  # mask: IcePop / MIS with the ratio kept as the weight, as TRL
+        w = r.masked_fill((r < floor) | (r > cap), 0.0)
+    w_NT = w.expand_as(ratio_NT).masked_fill(~m, 1.0)
     n = m.sum().clamp(min=1).float()
     metrics = {
         "tis/logp_abs_diff_mean": (diff_NT.abs().sum() / n).item(),
         "tis/ratio_max": (ratio_NT[m].max().item() if m.any() else 1.0),
         "tis/ratio_mean": (ratio_NT[m].sum() / n).item(),
-        "tis/capped_fraction": ((ratio_NT > cap) & m).sum().item() / n.item(),
+        "tis/capped_fraction": ((w.expand_as(ratio_NT) != r.expand_as(ratio_NT)) & m).sum().item() / n.item(),
     }
-    return w_NT, metrics
+    return w_NT, {**metrics, **_trl_metrics(raw_NT, m, w.flatten() if sequence else w[m])}
+
+
+def _trl_metrics(raw_NT: torch.Tensor, m: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
+    """TRL's names for the sampler correction: |old - sampler| over scored real tokens, and the weights
+    ``w`` (one per real token, or one per row) as TRL reports them (0 when there are none)."""
+    delta = raw_NT.abs()[m & ~torch.isnan(raw_NT)]
+    stat = lambda x, f: f(x).item() if x.numel() else 0.0  # noqa: E731
+    return {"sampling/sampling_logp_difference/mean": stat(delta, torch.mean),
+            "sampling/sampling_logp_difference/max": stat(delta, torch.max),
+            "sampling/importance_sampling_ratio/min": stat(w, torch.min),
+            "sampling/importance_sampling_ratio/mean": stat(w, torch.mean),
+            "sampling/importance_sampling_ratio/max": stat(w, torch.max)}
 
 
 # ---------------------------------------------------------------- mismatch: measured and masked

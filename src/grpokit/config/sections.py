@@ -83,6 +83,12 @@ class ModelConfig:
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
     freeze_vision: bool = True
     """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does; false trains it too (docs/VISION.md)."""
+    lm_head_fp32: bool = False
+    """ScaleRL (TRL's cast_lm_head_to_fp32): the output layer's weights and logits in float32 while the rest of the model is in model.dtype (a tied head makes the shared embedding weight float32 too); needs lm_head without a LoRA adapter."""
+    neftune_noise_alpha: float = 0.0
+    """NEFTune: uniform noise of size alpha / sqrt(sequence length * hidden size) added to the input embeddings during training steps (sampling with the hf backend, log-probabilities and update, as TRL's GRPO), never in evaluation; 0 = off (the paper uses 5)."""
+    router_aux_loss_coef: float = 0.0
+    """Mixture-of-Experts models: weight of the router's load-balancing loss added to the training loss (0 = off; -1 = the model config's own router_aux_loss_coef, TRL's default); refused for a model without a router."""
 
 
 @section
@@ -159,6 +165,10 @@ class RolloutConfig:
     """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
     tis_cap: float = 2.0
     """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
+    tis_mode: str = "token_truncate"
+    """How the TIS weight is formed from r = pi_old / pi_sampler (TRL's vllm_importance_sampling_mode names): "token_truncate" (r_t clamped to [tis_min, tis_cap]), "token_mask" (r_t inside [tis_min, tis_cap], 0 outside), "sequence_truncate" / "sequence_mask" (the same with the completion's product of token ratios, one weight for all its tokens)."""
+    tis_min: float = 0.0
+    """Lower bound of the TIS weight: *_truncate raises a smaller weight to it, *_mask sets it to 0 (0 = no lower bound)."""
     mismatch_mask: str = "none"
     """Sampler/trainer mismatch masking: "none", "token" (IcePop: a token whose pi_old / pi_sampler is outside [mismatch_low, mismatch_high] leaves the gradient) or "sequence" (MIS: a completion whose geometric-mean ratio is outside leaves it whole); applies with every engine, on top of TIS where TIS applies."""
     mismatch_low: float = 0.5
@@ -255,6 +265,16 @@ class AlgoConfig:
     """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
     entropy_aggregation: str = "loss"
     """How the entropy bonus is reduced: "loss" (with the token losses, through algo.aggregation, as verl) or "token-mean" (a plain mean over the batch's tokens, as TRL)."""
+    entropy_adaptive: bool = False
+    """Skywork-OR1 adaptive entropy control (TRL's use_adaptive_entropy): entropy_coef is the starting coefficient; after each optimizer step it rises by entropy_coef_delta when the loss tokens' mean entropy was at or below entropy_target and falls by it otherwise, and the next step applies it only while that entropy is at or below the target (algo/entropy_control.py)."""
+    entropy_target: float = 0.2
+    """Adaptive entropy control: target mean token entropy in nats (TRL's default 0.2 engages only near collapse; set it near the entropy of the first steps)."""
+    entropy_coef_delta: float = 0.005
+    """Adaptive entropy control: the coefficient's change per optimizer step."""
+    entropy_coef_min: float = 0.0
+    """Adaptive entropy control: lowest coefficient a decrease reaches."""
+    entropy_coef_max: float = 1.0
+    """Adaptive entropy control: highest coefficient an increase reaches."""
     entropy_advantage: bool = False
     """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
     entropy_advantage_max_scale: float = 0.0

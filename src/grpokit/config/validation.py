@@ -21,6 +21,7 @@ from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS,
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.registry import is_import_path, lookup, registered
+from grpokit.algo.tis import TIS_MODES
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -87,6 +88,11 @@ def _model(cfg: Config) -> None:
     _check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
     _check(m.quantization == "none" or m.lora_rank > 0, f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)")
     _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    _check(not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
+           "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on it; remove lm_head from the targets or set model.lm_head_fp32=false")
+    _check(m.neftune_noise_alpha >= 0, f"model.neftune_noise_alpha={m.neftune_noise_alpha} must be >= 0 (0 = off; the NEFTune paper uses 5)")
+    _check(m.router_aux_loss_coef >= 0 or m.router_aux_loss_coef == -1,
+           f"model.router_aux_loss_coef={m.router_aux_loss_coef} must be >= 0 (0 = off) or -1 (the model config's own)")
     _check(m.lora_rank == 0 or a.ref_refresh_every == 0, "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set model.lora_rank=0 or algo.ref_refresh_every=0)")
 
 
@@ -104,6 +110,9 @@ def _rollout(cfg: Config) -> None:
     _check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
     _one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     _check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    _one_of("rollout.tis_mode", r.tis_mode, TIS_MODES)
+    _check(0 <= r.tis_min < float("inf") and (r.tis_cap == 0 or r.tis_min <= r.tis_cap),
+           f"rollout.tis_min={r.tis_min} must be a number >= 0 (0 = no lower bound) and at most rollout.tis_cap={r.tis_cap}")
     _check_performance(cfg)
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
@@ -137,6 +146,9 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.supervision", a.supervision, ("outcome", "process"))
     _one_of("algo.kl_placement", a.kl_placement, tuple(KL_PLACEMENTS))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
+    _check(not a.entropy_adaptive or (a.entropy_coef_delta >= 0 and 0 <= a.entropy_coef_min <= a.entropy_coef_max),
+           f"algo.entropy_coef_delta={a.entropy_coef_delta}, algo.entropy_coef_min={a.entropy_coef_min} and "
+           f"algo.entropy_coef_max={a.entropy_coef_max} must satisfy delta >= 0 and 0 <= min <= max (defaults 0.005, 0, 1)")
     _check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     _check(not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
            "algo.kl_bias_correction weights the KL term of the loss, and algo.kl_placement=reward puts the KL in the reward instead; set algo.kl_bias_correction=false or algo.kl_placement=loss")
@@ -178,7 +190,8 @@ def _algo_limits(cfg: Config) -> None:
     """algo.*: numeric ranges of clipping, KL and iterations."""
     a = cfg.algo
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
-    _check(a.clip_high >= 0, f"algo.clip_high={a.clip_high} must be >= 0")
+    _check(a.clip_high >= (-1 if a.objective == "cispo" else 0),  # CISPO's cap 1 + clip_high may sit below 1 (TRL's default 0.2)
+           f"algo.clip_high={a.clip_high} must be >= 0 (with algo.objective=cispo: >= -1, the weight cap 1 + clip_high >= 0)")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
     _check(a.beta >= 0, f"algo.beta={a.beta} must be >= 0")
     _check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")

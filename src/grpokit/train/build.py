@@ -36,7 +36,7 @@ from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
-from . import distributed, kernels, scaling, wiring
+from . import distributed, kernels, model_options, scaling, wiring
 from .distributed import DistContext
 from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .update import activation_memory_mb, make_optimizer, token_budget
@@ -115,6 +115,7 @@ class Policy:
     ref_model: Any
     autocast: Callable
     eos: set[int]
+    router_aux: float = 0.0  # weight of a Mixture-of-Experts router loss in the update (0: none; model_options.py)
 
 
 def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer, model=None) -> Policy:
@@ -124,12 +125,16 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
         torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
     if kernels.wants_onednn(m.cpu_matmul, device):  # float32 linears through oneDNN (kernels.py)
         kernels.use_onednn_linears(model)
+    if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward
+        model_options.head_in_float32(model)
     ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
+    if m.neftune_noise_alpha:  # after the copy: a separate reference gets no noise, as TRL's
+        model_options.add_neftune(model, m.neftune_noise_alpha)
     autocast = scaling.autocast_factory(m, device, model)
     dist.broadcast_params(model)
     if t.fsdp:
         distributed.fully_shard_model(model)
-    return Policy(model, ref_model, autocast, eos_ids(tokenizer, model))
+    return Policy(model, ref_model, autocast, eos_ids(tokenizer, model), model_options.router_coefficient(model, m.router_aux_loss_coef))
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,18 @@ def completion_logprobs(
     return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
 
 
+def logprobs_with_router_loss(model, batch: TokenBatch, temperature: float = 1.0, entropy_grad: bool = False):
+    """``(logp, entropy, aux_loss)``, ``(N, T)`` each and a scalar: one forward of a Mixture-of-Experts
+    model with its router logits on, whose load-balancing loss transformers returns as ``aux_loss``
+    (over every attended token, prompt included, as TRL's forward computes it). The model's own
+    forward: its logits for the completion positions are kept whole, not chunked."""
+    T = batch.width
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                logits_to_keep=T + 1, output_router_logits=True, use_cache=False)
+    logp, ent = _logp_entropy(out.logits[:, :-1], batch.completion_ids, temperature, True, entropy_grad)
+    return logp, ent, out.aux_loss
+
+
 def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
     """Completion log-probabilities with the prompts' images in the forward (positions from the
     model's multimodal RoPE, as in the rollout's prefill); image tokens are prompt tokens, so they

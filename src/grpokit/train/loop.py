@@ -41,7 +41,9 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import policy_update, update_slices
+from .update import policy_update, update_slices, with_entropy_coef
+from grpokit.algo.entropy_control import EntropyController
+from .model_options import noise_on
 
 
 class Trainer:
@@ -77,9 +79,11 @@ class Trainer:
             rewards.runner, rewards.eval_runner, rewards.weights, rewards.process_fn
         policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
         self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
+        self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model, self.device)
         self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
+        self.entropy_ctrl = EntropyController.from_algo(cfg.algo) if cfg.algo.entropy_adaptive else None
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
         self.memory_plan, self.token_budget = scaling.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
@@ -92,11 +96,7 @@ class Trainer:
                                     **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
             self.step, self.sampler.position = state.step, state.data_position
             self.saved_step = state.step
-            if self.lam is not None:  # lambda-GRPO: lambda and its Adam moments continue where they were
-                extra = checkpoint.load_extra(ckpt)
-                if "lambda_grpo" not in extra:
-                    raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
-                self.lam.load_state_dict(extra["lambda_grpo"])
+            self._load_extra(ckpt)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
@@ -184,10 +184,14 @@ class Trainer:
                 for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
                     if self.lam is not None:
                         self.lam.zero_grad()
+                    part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
                     upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
                                         temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
                                         norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                        micro_batch_tokens=self.token_budget, packed=self.packed)
+                                        micro_batch_tokens=self.token_budget, packed=self.packed, router_aux=self.router_aux)
+                    if self.entropy_ctrl is not None:  # Skywork-OR1: the next step's coefficient from this step's entropy
+                        self.entropy_ctrl.update(upd["entropy/loss_tokens_mean"])
+                        upd["entropy_coef"] = self.entropy_ctrl.coef
                     self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
                     if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
                         extra.update(self.lam.step(self.dist))
@@ -206,7 +210,8 @@ class Trainer:
         begun = checkpoint.rng_state(self.generator), self.sampler.position
         self._updating = False
         try:
-            return self.train_step()
+            with noise_on(self.model):  # NEFTune (model.neftune_noise_alpha): the whole training step, as TRL
+                return self.train_step()
         except Exception:
             if not self._updating and self.step > self.saved_step and not self.dist.active:
                 checkpoint.set_rng_state(begun[0], self.generator)
@@ -237,7 +242,8 @@ class Trainer:
         return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
                             cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
                             a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam,
-                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high))
+                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high),
+                            (cfg.rollout.tis_mode, cfg.rollout.tis_min))
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
@@ -312,7 +318,8 @@ class Trainer:
         return lambda ctx, G, params, images=None, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
                                                pad_token_id=self.tokenizer.pad_token_id,
                                                generator=generator if generator is not None else self.generator,
-                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None)
+                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None
+                                               and not self.cfg.model.neftune_noise_alpha)  # a graph would replay one noise draw
 
     @property
     def packed(self) -> bool:
@@ -352,12 +359,28 @@ class Trainer:
             card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
             path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
                                    self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, card=card,
-                                   extra_state={"lambda_grpo": self.lam.state_dict()} if self.lam else None,
-                                   model_only=self.cfg.train.save_only_model, protect=self.kept_checkpoint(), **hooks)
+                                   extra_state=self._extra_state(), model_only=self.cfg.train.save_only_model,
+                                   protect=self.kept_checkpoint(), **hooks)
         self.dist.barrier()
         self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)
         return path
+
+    def _extra_state(self) -> dict[str, Any] | None:
+        """What variants keep between steps: lambda-GRPO's lambda, the adaptive entropy coefficient."""
+        extra = {"lambda_grpo": self.lam.state_dict()} if self.lam else {}
+        extra |= {"entropy_control": self.entropy_ctrl.state_dict()} if self.entropy_ctrl else {}
+        return extra or None
+
+    def _load_extra(self, ckpt: Path) -> None:
+        """Resume ``_extra_state``: lambda and its Adam moments, the entropy coefficient, where they were."""
+        extra = checkpoint.load_extra(ckpt) if self.lam is not None or self.entropy_ctrl is not None else {}
+        if self.lam is not None:
+            if "lambda_grpo" not in extra:
+                raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
+            self.lam.load_state_dict(extra["lambda_grpo"])
+        if self.entropy_ctrl is not None and "entropy_control" in extra:  # absent: written without it, start afresh
+            self.entropy_ctrl.load_state_dict(extra["entropy_control"])
 
     def _load_summary(self) -> dict[str, Any]:
         p = self.run_dir / "summary.json"

@@ -15,7 +15,7 @@ import dataclasses
 import torch
 
 from grpokit.config.sections import AlgoConfig, OptimConfig
-from .logprobs import completion_logprobs
+from .logprobs import completion_logprobs, logprobs_with_router_loss
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, loss_settings
@@ -129,6 +129,15 @@ def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
     return [_rows_of(inputs, slice(k * n, (k + 1) * n)) for k in range(parts)]
 
 
+def with_entropy_coef(inputs: UpdateInputs, controller) -> UpdateInputs:
+    """``inputs`` with the entropy bonus's coefficient that ``controller`` (algo/entropy_control.py)
+    applies to this optimizer step; unchanged without a controller."""
+    if controller is None or inputs.loss is None:
+        return inputs
+    bonus = dataclasses.replace(inputs.loss.entropy, coef=controller.applied(), adaptive=True)
+    return dataclasses.replace(inputs, loss=dataclasses.replace(inputs.loss, entropy=bonus))
+
+
 def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
     cut = lambda t: t[rows] if t is not None else None  # noqa: E731
     weights = inputs.seq_weights
@@ -164,14 +173,15 @@ def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: t
 
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
-                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False) -> dict[str, float]:
+                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False, router_aux: float = 0.0) -> dict[str, float]:
     """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
 
     Micro-batches hold at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (0: no
     limit); their gradients add up to the whole batch's, since every normaliser is the batch's own.
     ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
     summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
-    ``packed``: padding-free forwards (packing.py; same values as padded).
+    ``packed``: padding-free forwards (packing.py; same values as padded). ``router_aux``: weight of a
+    Mixture-of-Experts router loss (model_options.py), added per micro-batch in proportion to its rows.
     """
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
@@ -181,22 +191,23 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
+    acc = dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0)  # entropy bonus, its tokens' entropy, router loss
     mismatch: dict[str, float] = {}
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
         mb = inputs.batch.rows(rows)
         with (autocast() if autocast is not None else contextlib.nullcontext()):
-            logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True,
-                                                entropy_grad=settings.entropy.coef != 0.0, packed=packed)
-        old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
-        ref = inputs.ref_logp[rows] if inputs.ref_logp is not None else None
-        loss, m = objective_loss(LossTensors(
-            logp, old, inputs.advantages[rows], inputs.loss_mask[rows], ref_logp=ref, entropy=entropy,
-            turn_ids=inputs.turn_ids[rows] if inputs.turn_ids is not None else None,
-            seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
-            ratio_mask=mb.completion_mask), settings, norms)
+            logp, entropy, aux = _forward(model, mb, temperature, settings.entropy.coef != 0.0, packed, router_aux)
+        tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
+        old = tensors.old_logp
+        loss, m = objective_loss(tensors, settings, norms)
+        if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
+            share = (rows.stop - rows.start) / norms.num_sequences
+            loss, acc["aux_loss"] = loss + router_aux * share * aux, acc["aux_loss"] + share * float(aux.detach())
         loss.backward()
         loss_total += loss.item()
         n_tok = m.pop("num_tokens")
+        if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
+            _add_bonus(acc, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
         for k, v in m.items():  # token-weighted means over micro-batches
             sums[k] = sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
         # entropy over every completion token, also those a variant leaves out of the loss
@@ -207,6 +218,7 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
+        acc = {k: dist.sum_float(v) for k, v in acc.items()}
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
         mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
@@ -214,10 +226,51 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
+    metrics.update(_term_metrics(acc, loss_total, settings.entropy, router_aux))
     if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def _loss_tensors(inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> LossTensors:
+    """The objective's tensors of one micro-batch (pi_old: this forward's own detached values on-policy)."""
+    cut = lambda t: t[rows] if t is not None else None  # noqa: E731
+    return LossTensors(logp, inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach(), inputs.advantages[rows],
+                       inputs.loss_mask[rows], ref_logp=cut(inputs.ref_logp), entropy=entropy, turn_ids=cut(inputs.turn_ids),
+                       seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
+                       ratio_mask=mb.completion_mask)
+
+
+def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: float) -> dict[str, float]:
+    """TRL's ``policy_loss`` (the loss before the entropy bonus), ``entropy_coef`` and the loss tokens'
+    mean entropy while the bonus is on (or adaptive); ``aux_loss`` (row-weighted mean) with a router loss."""
+    out = {}
+    if bonus.coef != 0.0 or bonus.adaptive:
+        out.update({"policy_loss": loss_total + acc["entropy/bonus"], "entropy_coef": bonus.coef,
+                    "entropy/loss_tokens_mean": acc["sum"] / max(acc["tokens"], 1.0)})
+    if router_aux:
+        out["aux_loss"] = acc["aux_loss"]
+    return out
+
+
+def _forward(model, mb: TokenBatch, temperature: float, entropy_grad: bool, packed: bool, router_aux: float):
+    """``(logp, entropy, router loss or None)`` of one micro-batch: with a router loss to add, the
+    model's own forward (it computes that loss); else grpokit's chunked log-probabilities."""
+    if router_aux:
+        return logprobs_with_router_loss(model, mb, temperature, entropy_grad)
+    logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True, entropy_grad=entropy_grad,
+                                        packed=packed)
+    return logp, entropy, None
+
+
+def _add_bonus(acc: dict[str, float], bonus: float, entropy_NT: torch.Tensor, loss_mask_NT: torch.Tensor) -> None:
+    """Add one micro-batch's entropy bonus and its loss tokens' entropy sum and count to ``acc``
+    (adaptive entropy control measures the loss tokens: TRL's controller reads the same set)."""
+    mask = loss_mask_NT.to(entropy_NT.device, entropy_NT.dtype)
+    acc["entropy/bonus"] += bonus
+    acc["sum"] += float((entropy_NT.detach() * mask).sum().item())
+    acc["tokens"] += float(mask.sum().item())
 
 
 def _step(optimizer, scheduler, finite: bool) -> float:

@@ -136,11 +136,11 @@ class GRPOConfig:
     vllm_importance_sampling_correction: bool = True
     """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
     vllm_importance_sampling_mode: str = "sequence_mask"
-    """Only "token_truncate" (grpokit's truncated importance sampling) is carried out."""
+    """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are products of token ratios)."""
     vllm_importance_sampling_clip_max: float | None = 3.0
-    """Cap C of the per-token importance weight."""
+    """Upper bound of the importance weight: truncated to it or masked above it (None: no bound)."""
     vllm_importance_sampling_clip_min: float | None = None
-    """Lower bound of the importance weight (grpokit: none)."""
+    """Lower bound of the importance weight: truncated to it or masked below it (None: no bound)."""
     beta: float = 0.0
     """KL coefficient (0: no reference model)."""
     num_iterations: int = 1
@@ -156,7 +156,7 @@ class GRPOConfig:
     scale_rewards: Any = "group"
     """"group" (or True), "batch" or "none" (or False)."""
     loss_type: str = "dapo"
-    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (needs epsilon_high > 1: the weight's cap) or "sapo"."""
+    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight), "sapo", "luspo" or "vespo"."""
     sapo_temperature_pos: float = 1.0
     """loss_type="sapo": gate temperature for tokens with positive advantage."""
     sapo_temperature_neg: float = 1.05
@@ -172,7 +172,17 @@ class GRPOConfig:
     top_entropy_quantile: float = 1.0
     """Train only on this top fraction of tokens by entropy."""
     entropy_coef: float = 0.0
-    """Entropy bonus coefficient (TRL's plain token mean)."""
+    """Entropy bonus coefficient (TRL's plain token mean); with use_adaptive_entropy the starting coefficient."""
+    use_adaptive_entropy: bool = False
+    """Skywork-OR1 adaptive entropy control: after each optimizer step the coefficient rises by entropy_coef_delta when the loss tokens' mean entropy was at or below entropy_target, else falls by it; the next step applies it only while that entropy is at or below the target."""
+    entropy_coef_min: float = 0.0
+    """Adaptive entropy control: lowest coefficient."""
+    entropy_coef_max: float = 1.0
+    """Adaptive entropy control: highest coefficient."""
+    entropy_coef_delta: float = 0.005
+    """Adaptive entropy control: change of the coefficient per optimizer step."""
+    entropy_target: float = 0.2
+    """Adaptive entropy control: target mean token entropy (nats)."""
     max_tool_calling_iterations: int | None = None
     """Most tool-calling rounds per episode (None: grpokit's env.max_turns)."""
     off_policy_mask_threshold: float | None = None
@@ -241,6 +251,12 @@ class GRPOConfig:
     """Accepted; no effect: it configures accelerate's DataLoader dispatch, and grpokit has neither."""
     fsdp: Any = None
     """"full_shard" (with or without "auto_wrap"), or True: FSDP2 sharding (train.fsdp, needs torchrun); other FSDP options are refused."""
+    cast_lm_head_to_fp32: bool = False
+    """ScaleRL: the output layer (weights and logits) of the policy and reference in float32 (model.lm_head_fp32)."""
+    neftune_noise_alpha: float | None = None
+    """NEFTune noise on the input embeddings during training steps (None: off); model.neftune_noise_alpha."""
+    router_aux_loss_coef: float | None = None
+    """Mixture-of-Experts router load-balancing loss weight (None: the model config's own; 0: off); refused for a model without a router."""
     fsdp_config: dict | None = None
     """Only None, {} or {"fsdp_version": 2} (grpokit's FSDP is FSDP2)."""
 
@@ -344,7 +360,7 @@ UNSUPPORTED: dict[str, Any] = {
     "optim_target_modules": None,
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
     "torch_compile_backend": None, "torch_compile_mode": None,
-    "liger_kernel_config": None, "neftune_noise_alpha": None,
+    "liger_kernel_config": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
     "logging_nan_inf_filter": True,
     "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
@@ -358,12 +374,11 @@ UNSUPPORTED: dict[str, Any] = {
     "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
     "ddp_backend": None, "deepspeed": None, "debug": "",
     "skip_memory_metrics": True,
-    "local_rank": -1, "router_aux_loss_coef": None, "cast_lm_head_to_fp32": False,
+    "local_rank": -1,
     "ds3_gather_for_generation": True,
     "cache_implementation": None, "vllm_model_impl": "vllm",
     "vllm_structured_outputs_regex": None, "vllm_group_port": 51216,
-    "use_adaptive_entropy": False, "entropy_coef_min": 0.0,
-    "entropy_coef_max": 1.0, "entropy_coef_delta": 0.005, "entropy_target": 0.2, "log_multimodal": True,
+    "log_multimodal": True,
     "log_completions_hub_repo": None,
     "use_transformers_continuous_batching": False, "transformers_continuous_batching_config": None,
     "use_transformers_paged": False,

@@ -38,9 +38,12 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
     else:  # num_generations_eval=1: each completion is its own group mean, so its advantage is 0 (as TRL)
         adv = torch.zeros(P, 1)
     mask = batch.completion_mask
-    loss, _ = policy_loss(logp, logp, adv.flatten().to(logp.device), mask, clip_low=a.clip_low, clip_high=a.clip_high,
+    ctrl = getattr(trainer, "entropy_ctrl", None)  # TRL's eval loss carries the bonus the next train step applies
+    coef = ctrl.applied() if ctrl is not None else a.entropy_coef
+    loss, m = policy_loss(logp, logp, adv.flatten().to(logp.device), mask, clip_low=a.clip_low, clip_high=a.clip_high,
                           aggregation=a.aggregation, num_sequences=float(P * G), num_tokens=float(mask.sum().item()),
-                          norm_constant=float(a.norm_constant or cfg.rollout.max_new_tokens))
+                          norm_constant=float(a.norm_constant or cfg.rollout.max_new_tokens), entropy_NT=entropy,
+                          entropy_coef=coef, entropy_aggregation=a.entropy_aggregation)
     lengths = ro.model_lengths()
     ent = float((entropy * mask).sum().item() / max(mask.sum().item(), 1.0))
     groups = sb.total_N.view(P, G).std(dim=1) if G > 1 else torch.zeros(P)  # TRL: std 0 for one completion
@@ -54,6 +57,8 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
     out.update({"reward": sb.total_N.mean().item(), "reward_std": groups.mean().item(),
                 "frac_reward_zero_std": (groups < 1e-6).float().mean().item(), "entropy": ent})
     out.update({k: 0.0 for k in CLIP_KEYS})  # on-policy: the ratio is 1, nothing is clipped
+    if a.entropy_coef != 0.0 or a.entropy_adaptive:  # TRL's policy_loss: the loss before the entropy bonus
+        out["policy_loss"] = out["loss"] + m.get("entropy/bonus", 0.0)
     return out
 
 

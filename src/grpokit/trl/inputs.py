@@ -67,8 +67,8 @@ def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None
     """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name. An
     ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use; with
     ``whole_stream`` (an eval set, read once per evaluation) to its end."""
-    if dataset is None:
-        raise ConfigError(f"{what} is None; pass a datasets.Dataset with a 'prompt' column")
+    if dataset is None:  # TRL's words first: scripts and TRL's tests match on them
+        raise ConfigError(f"`{what}` is required: {what} is None; pass a datasets.Dataset with a 'prompt' column")
     if type(dataset).__name__ in ("DatasetDict", "IterableDatasetDict", "dict"):
         raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
     if type(dataset).__name__ == "IterableDataset":
@@ -83,14 +83,17 @@ def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None
     return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
 
 
-def reward_funcs_of(funcs: Any, processing_classes: Any = None) -> list[Callable]:
+def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool = False) -> list[Callable]:
     """Callables as given; a string is a reward model (local folder or hub id), as TRL, scored with
-    its entry of ``processing_classes`` when one is given (else its own tokenizer)."""
+    its entry of ``processing_classes`` when one is given (else its own tokenizer). One processing
+    class not in a list is a list of one, as in TRL (so it fits a single reward function only).
+    ``env_reward``: the environment's ``get_reward`` is a reward source, so no function is needed."""
     funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
-    classes = processing_classes if isinstance(processing_classes, list) else [processing_classes] * len(funcs)
+    classes = (processing_classes if isinstance(processing_classes, list) else
+               [None] * len(funcs) if processing_classes is None else [processing_classes])
     if len(classes) != len(funcs):
         raise ConfigError(f"reward_processing_classes has {len(classes)} entries but there are {len(funcs)} reward functions; "
-                          "give one per reward function (None for a function)")
+                          "the two must match: give one per reward function (None for a function)")
     out = []
     for f, tok in zip(funcs, classes):
         if isinstance(f, str) or type(f).__name__.endswith("ForSequenceClassification"):
@@ -99,9 +102,19 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None) -> list[Callable
             out.append(f)
         else:
             raise ConfigError(f"reward_funcs entry {f!r:.80} is not supported; pass functions or reward models as a folder or hub id")
-    if not out:
-        raise ConfigError("reward_funcs is empty; pass at least one reward function or reward model")
+    if not out and not env_reward:  # TRL's words first: scripts and TRL's tests match on them
+        raise ConfigError("No reward source provided: reward_funcs is empty; pass at least one reward function or reward model, "
+                          "or an environment_factory whose environment has get_reward()")
     return out
+
+
+def env_owns_reward(reward_funcs: Any, environment_factory: Any) -> bool:
+    """Whether the environment's ``get_reward`` is the reward source (asked only when no reward function is given)."""
+    if reward_funcs or environment_factory is None or isinstance(environment_factory, dict):
+        return False
+    from grpokit.env import environment_reward
+
+    return environment_reward(environment_factory) is not None
 
 
 def apply_lora(cfg, peft_config: Any) -> None:
@@ -109,7 +122,8 @@ def apply_lora(cfg, peft_config: Any) -> None:
     from peft import LoraConfig
 
     if not isinstance(peft_config, LoraConfig):
-        raise ConfigError(f"peft_config is a {type(peft_config).__name__}; grpokit trains LoRA adapters only (peft.LoraConfig)")
+        kind = " (a prompt-learning method)" if getattr(peft_config, "is_prompt_learning", False) else ""
+        raise ConfigError(f"peft_config is a {type(peft_config).__name__}{kind}; grpokit trains LoRA adapters only (peft.LoraConfig)")
     default = LoraConfig()
     for f in dataclasses.fields(peft_config):
         if f.name in LORA_FIELDS or f.name in LORA_COSMETIC:
@@ -125,6 +139,17 @@ def apply_lora(cfg, peft_config: Any) -> None:
     set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
     set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
     set_field(cfg, "model.lora_target_modules", targets)
+
+
+def refuse_liger_head_adapter(use_liger_kernel: bool, peft_config: Any) -> None:
+    """TRL refuses ``use_liger_kernel`` with a LoRA adapter on ``lm_head`` (Liger's fused loss reads the
+    head's weight and would leave the adapter untrained); grpokit refuses the same script, so a script
+    behaves alike under both, although grpokit's chunked loss would train that adapter."""
+    targets = getattr(peft_config, "target_modules", None) if use_liger_kernel else None
+    names = [targets] if isinstance(targets, str) else list(targets or [])
+    if "lm_head" in names:
+        raise ConfigError(f"use_liger_kernel=True with peft_config.target_modules={sorted(names)!r} (a LoRA adapter on lm_head) "
+                          "is refused, as TRL refuses it; drop 'lm_head' from target_modules or set use_liger_kernel=False")
 
 
 def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
@@ -198,3 +223,15 @@ class RewardModel:
             texts = [("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
                      for p, c in zip(prompts, completions)]
         return self.scorer([""] * len(texts), texts)
+
+
+def run_folder(output_dir: str, resume: str | bool) -> str:
+    """The grpokit run folder of ``resume_from_checkpoint``: True (output_dir), a run folder, a
+    ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder."""
+    folder = Path(output_dir if resume is True else str(resume))
+    if folder.name.startswith("checkpoint-"):
+        target = folder.resolve()  # checkpoint-N -> <run>/checkpoints/step-N/model
+        folder = target.parent.parent.parent if target.name == "model" else folder.parent
+    elif folder.name.startswith("step-"):
+        folder = folder.parent.parent
+    return str(folder)

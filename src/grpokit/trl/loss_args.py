@@ -1,5 +1,6 @@
 """The TRL arguments that choose the loss: loss_type (with its cispo / sapo / vespo settings),
-epsilon / epsilon_high / delta and multi_objective_aggregation -> grpokit's algo and reward fields.
+epsilon / epsilon_high / delta, the entropy bonus (static or adaptive) and multi_objective_aggregation
+-> grpokit's algo and reward fields.
 
 Part of mapping.py's table (its rules call these); kept apart so each file stays readable. The
 values are checked against TRL's own loss code in tests/test_bench_loss_equality.py.
@@ -27,10 +28,8 @@ def loss_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         raise _refuse("loss_type", a.loss_type, ", ".join(_AGGREGATION))
     out = {"algo.aggregation": _AGGREGATION[a.loss_type], "algo.norm_constant": 0.0}  # dr_grpo: 0 = max_completion_length
     if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
+        # unset, TRL's cap is epsilon (0.2 by default): every weight at most 0.2, as TRL's code does (its docs suggest 5.0)
         cap = a.epsilon if a.epsilon_high is None else a.epsilon_high
-        if cap <= 1.0:
-            raise ConfigError(f"GRPOConfig loss_type='cispo' caps the importance weight at epsilon_high (here {cap!r}, "
-                              "epsilon when unset); grpokit's CISPO needs a cap above 1: set epsilon_high, e.g. 5.0")
         out |= {"algo.objective": "cispo", "algo.clip_high": cap - 1.0}
     elif a.loss_type == "sapo":
         out |= {"algo.objective": "sapo", "algo.sapo_tau_pos": a.sapo_temperature_pos, "algo.sapo_tau_neg": a.sapo_temperature_neg}
@@ -75,3 +74,12 @@ def objectives_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.multi_objective_aggregation != "normalize_then_sum":
         raise _refuse("multi_objective_aggregation", a.multi_objective_aggregation, "sum_then_normalize, normalize_then_sum")
     return {"reward.normalize_components": True, "algo.scale": "batch_whiten"}
+
+
+def entropy_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    """TRL's entropy bonus is a plain token mean; use_adaptive_entropy moves its coefficient each
+    optimizer step (grpokit/algo/entropy_control.py follows TRL's code)."""
+    return {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean",
+            "algo.entropy_adaptive": a.use_adaptive_entropy, "algo.entropy_coef_min": a.entropy_coef_min,
+            "algo.entropy_coef_max": a.entropy_coef_max, "algo.entropy_coef_delta": a.entropy_coef_delta,
+            "algo.entropy_target": a.entropy_target}

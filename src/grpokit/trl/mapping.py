@@ -26,7 +26,8 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
-from .loss_args import clip_fields, loss_fields, objectives_fields
+from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
+from .sampling_args import importance_sampling_fields
 from .run_args import RUN_MANAGEMENT
 
 
@@ -135,8 +136,10 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
              "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop", "stop": "stop",
              "repetition_penalty": "repetition_penalty"}
     for key, value in (a.generation_kwargs or {}).items():
+        if (key, value) in (("do_sample", True), ("num_beams", 1)) or key == "length_penalty":
+            continue  # what grpokit does anyway; length_penalty weighs beam scores only (transformers), and there are none
         if key not in names:
-            raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names))
+            raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names) + ", do_sample True, num_beams 1, length_penalty")
         out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
     out["env.max_episode_tokens"] = a.max_completion_length  # TRL: a tool episode's whole completion, tool results included
     return out
@@ -150,16 +153,9 @@ def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.vllm_mode == "colocate" and a.vllm_tensor_parallel_size != 1:  # TRL shards one engine over trainer ranks; grpokit's lives in each rank
         raise _refuse("vllm_tensor_parallel_size", a.vllm_tensor_parallel_size,
                       "1 with vllm_mode='colocate', or vllm_mode='server' with `grpokit vllm-serve MODEL --tensor-parallel-size N`")
-    tis = 0.0
-    if a.vllm_importance_sampling_correction:
-        if a.vllm_importance_sampling_mode != "token_truncate" or a.vllm_importance_sampling_clip_min is not None:
-            raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode,
-                          "token_truncate with vllm_importance_sampling_clip_min=None, or vllm_importance_sampling_correction=False")
-        cap = a.vllm_importance_sampling_cap  # TRL 1.16's deprecated name; when set it replaces clip_max
-        tis = (cap if cap is not None else a.vllm_importance_sampling_clip_max) or 0.0
     url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
     return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
-            "rollout.vllm_startup_timeout": a.vllm_server_timeout, "rollout.tis_cap": tis,
+            "rollout.vllm_startup_timeout": a.vllm_server_timeout, **importance_sampling_fields(a),
             "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
             "rollout.vllm_max_model_len": a.vllm_max_model_length or 0}
 
@@ -283,7 +279,8 @@ MAPPING: list[Rule] = [
           "rollout.repetition_penalty", "env.max_episode_tokens"),
          "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
          "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
-         "with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
+         "do_sample only True and num_beams only 1 (grpokit samples each completion on its own, no beam search), "
+         "length_penalty no effect (it weighs beams only); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
     Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
@@ -291,9 +288,10 @@ MAPPING: list[Rule] = [
           "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
           "vllm_importance_sampling_cap", "vllm_max_model_length", "vllm_tensor_parallel_size"),
          ("rollout.backend", "rollout.vllm_url", "rollout.vllm_startup_timeout", "rollout.vllm_gpu_memory_utilization",
-          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.vllm_max_model_len"),
-         "colocate: vllm, server: vllm_server; importance sampling only as token_truncate (tis_cap = clip_max, or "
-         "the deprecated vllm_importance_sampling_cap when set, as TRL); vllm_max_model_length is the colocated engine's "
+          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.tis_mode", "rollout.tis_min", "rollout.vllm_max_model_len"),
+         "colocate: vllm, server: vllm_server; importance sampling in all four TRL modes (tis_mode = the mode, "
+         "tis_cap = clip_max, or the deprecated vllm_importance_sampling_cap when set, as TRL, None: inf; "
+         "tis_min = clip_min, None: 0); vllm_max_model_length is the colocated engine's "
          "max_model_len (None: 0, the model's); vllm_tensor_parallel_size only 1 with colocate, and in server mode "
          "the server's own flag decides (as TRL)", _vllm),
     Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
@@ -324,8 +322,17 @@ MAPPING: list[Rule] = [
     Rule(("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), ("algo.ref_refresh_every", "algo.ref_mixup_alpha"),
          "every ref_model_sync_steps TRL steps (in grpokit steps: divided by the updates per round, at least 1), ref <- alpha * policy + (1 - alpha) * ref (alpha 1: a copy)", _ref_sync),
     Rule(("top_entropy_quantile",), ("algo.entropy_top_fraction",), "copied", _v(**{"algo.entropy_top_fraction": "top_entropy_quantile"})),
-    Rule(("entropy_coef",), ("algo.entropy_coef", "algo.entropy_aggregation"), "entropy_aggregation token-mean, as TRL",
-         lambda a, ctx: {"algo.entropy_coef": a.entropy_coef, "algo.entropy_aggregation": "token-mean"}),
+    Rule(("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"),
+         ("algo.entropy_coef", "algo.entropy_aggregation", "algo.entropy_adaptive", "algo.entropy_coef_min",
+          "algo.entropy_coef_max", "algo.entropy_coef_delta", "algo.entropy_target"),
+         "entropy_aggregation token-mean, as TRL; use_adaptive_entropy is entropy_adaptive (TRL's code: the coefficient "
+         "rises when the entropy is at or below the target, and the first step applies none)", entropy_fields),
+    Rule(("cast_lm_head_to_fp32", "neftune_noise_alpha", "router_aux_loss_coef"),
+         ("model.lm_head_fp32", "model.neftune_noise_alpha", "model.router_aux_loss_coef"),
+         "copied; neftune_noise_alpha None: 0 (off), noise during the whole training step as TRL (generation included); "
+         "router_aux_loss_coef None: -1 (the MoE model config's own, 0 for other models)",
+         lambda a, ctx: {"model.lm_head_fp32": a.cast_lm_head_to_fp32, "model.neftune_noise_alpha": a.neftune_noise_alpha or 0.0,
+                         "model.router_aux_loss_coef": -1.0 if a.router_aux_loss_coef is None else a.router_aux_loss_coef}),
     Rule(("off_policy_mask_threshold",), ("algo.offpolicy_delta",), "None: 0 (off)",
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from grpokit.config.sections import ConfigError
 from grpokit.train import distributed
 
 
@@ -106,3 +107,76 @@ def set_log_level(args: Any, main: bool) -> None:
     level = args.log_level if main else args.log_level_replica
     if level != "passive":
         hf_logging.set_verbosity(getattr(hf_logging, level.upper()))
+
+
+def entropy_coef_of(facade: Any) -> float:
+    """TRL's ``trainer.entropy_coef``: the adaptive controller's current coefficient, else the static one."""
+    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    return controller.coef if controller is not None else facade.cfg.algo.entropy_coef
+
+
+def set_entropy_coef(facade: Any, value: float) -> None:
+    """Setting ``trainer.entropy_coef`` changes the coefficient the next steps use, as on TRL's trainer."""
+    from grpokit.config.io import set_field
+
+    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    if controller is not None:
+        controller.coef = float(value)
+    for cfg in {id(c): c for c in (facade.cfg, getattr(facade._trainer, "cfg", None)) if c is not None}.values():
+        set_field(cfg, "algo.entropy_coef", float(value))
+
+
+def last_world_entropy(facade: Any) -> float:
+    """TRL's ``_last_world_entropy``: the entropy adaptive control measured last (inf before the first step)."""
+    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    return controller.last_entropy if controller is not None else float("inf")
+
+
+def per_token_logps_and_entropies(facade: Any, model, input_ids, attention_mask, logits_to_keep: int, batch_size=None,
+                                  compute_entropy: bool = False, compute_aux_loss: bool = False, **vision: Any):
+    """TRL's ``_get_per_token_logps_and_entropies`` on text inputs: ``(logps, entropies or None, aux_loss
+    or None)`` of the last ``logits_to_keep`` tokens, logits divided by the temperature; the entropies
+    carry gradient only while the entropy bonus is on (``_entropy_bonus_enabled``), as TRL's."""
+    if any(v is not None for v in vision.values()):
+        raise ValueError("_get_per_token_logps_and_entropies takes text inputs only under grpokit.trl")
+    rows = batch_size or input_ids.shape[0]
+    logps, ents, aux = [], [], []
+    for s in range(0, input_ids.shape[0], rows):
+        extra = {"output_router_logits": True} if compute_aux_loss else {}
+        out = model(input_ids=input_ids[s:s + rows], attention_mask=attention_mask[s:s + rows],
+                    logits_to_keep=logits_to_keep + 1, **extra)
+        logp_all = torch.log_softmax(out.logits[:, :-1].float() / facade.args.temperature, dim=-1)
+        logps.append(logp_all.gather(-1, input_ids[s:s + rows, -logits_to_keep:, None])[..., 0])
+        src = logp_all if facade._entropy_bonus_enabled else logp_all.detach()
+        ents.append(-(src.exp() * src).sum(dim=-1))
+        aux += [out.aux_loss] if compute_aux_loss else []
+    return torch.cat(logps), (torch.cat(ents) if compute_entropy else None), (torch.stack(aux).mean() if aux else None)
+
+
+def accelerate_like_trl(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
+    """``args.accelerator_config`` as TRL holds it after construction (transformers' ``AcceleratorConfig``),
+    and TRL's settings for streamed data: ``dispatch_batches`` False (True is refused, as TRL refuses it)
+    and no DataLoader workers for a streamed train set. Neither changes grpokit's run (it has no DataLoader);
+    they keep what a script reads from ``args`` the same as under TRL."""
+    import logging
+
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    value = args.accelerator_config
+    if not isinstance(value, AcceleratorConfig):
+        args.accelerator_config = AcceleratorConfig(**(value or {}))
+    evals = eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]  # a DatasetDict is a dict
+    if _streamed(train_dataset) or any(_streamed(d) for d in evals):
+        if args.accelerator_config.dispatch_batches:  # TRL's words: scripts and TRL's tests match on them
+            raise ConfigError("Iterable datasets require `dispatch_batches=False`, but accelerator_config.dispatch_batches is True; "
+                              "set it to False")
+        args.accelerator_config.dispatch_batches = False
+    if _streamed(train_dataset) and args.dataloader_num_workers != 0:
+        logging.getLogger("grpokit.trl").warning(
+            "Iterable datasets require dataloader_num_workers=0 to keep each prompt's group together; overriding %d, as TRL does",
+            args.dataloader_num_workers)
+        args.dataloader_num_workers = 0
+
+
+def _streamed(dataset: Any) -> bool:
+    return type(dataset).__name__ == "IterableDataset"

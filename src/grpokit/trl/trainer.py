@@ -45,9 +45,11 @@ from grpokit.rewards.spec import RewardError
 from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import HubPushError, adopt_peft_model, apply_lora, refuse_custom_code, no_dropout, push_folder, reward_funcs_of, rows_of
+from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
+                     refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
-from .surface import Accelerator, add_to_logs, high_entropy_mask, new_logs, reward_names, set_log_level, warn_like_trl
+from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
+                      new_logs, per_token_logps_and_entropies, reward_names, set_entropy_coef, set_log_level, warn_like_trl)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -75,6 +77,7 @@ class GRPOTrainer:
         if not isinstance(self.args, GRPOConfig):
             raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
         warn_like_trl(self.args)
+        accelerate_like_trl(self.args, train_dataset, eval_dataset)
         best.check_args(self.args)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
@@ -83,7 +86,8 @@ class GRPOTrainer:
         if isinstance(environment_factory, dict):
             raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
-        funcs = reward_funcs_of(reward_funcs, reward_processing_classes)
+        funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
+        refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
         cfg = to_config(self.args, num_rows=len(train_rows))
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
@@ -116,8 +120,9 @@ class GRPOTrainer:
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
         """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
-        self.aux_loss_enabled = False
-        """TRL adds a Mixture-of-Experts router loss when this is True; grpokit never adds one."""
+        self.use_adaptive_entropy = self.args.use_adaptive_entropy
+        self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
+        """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
@@ -161,6 +166,11 @@ class GRPOTrainer:
         return trainer
 
     # -- what TRL scripts read from the trainer
+    entropy_coef = property(entropy_coef_of, set_entropy_coef)
+    _last_world_entropy = property(last_world_entropy)
+    _get_per_token_logps_and_entropies = per_token_logps_and_entropies
+    router_aux_loss_coef = property(lambda self: self._get().router_aux)
+    aux_loss_enabled = property(lambda self: self._get().router_aux != 0.0)  # a Mixture-of-Experts router loss is added
     processing_class = property(lambda self: self._get().tokenizer)
     run_dir = property(lambda self: Path(self.cfg.train.out))
     callback_handler = property(lambda self: self._get() and self.bridge.user)
@@ -173,6 +183,8 @@ class GRPOTrainer:
     @property
     def model(self):
         return self._get().model
+
+    ref_model = property(lambda self: self._get().ref_model, doc="TRL's: the frozen reference (None when beta is 0 or with LoRA).")
 
     @model.setter
     def model(self, value) -> None:
@@ -221,7 +233,7 @@ class GRPOTrainer:
                 raise ConfigError("resume_from_checkpoint needs the model passed as a name or path (an object cannot be reloaded)")
             if self._trainer is not None:
                 raise ConfigError("resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)")
-            self._trainer = self._build(resume=_run_folder(self.cfg.train.out, resume_from_checkpoint))
+            self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()
         try:
             self.summary = trainer.train()
@@ -392,15 +404,3 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
     return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
-
-
-def _run_folder(output_dir: str, resume: str | bool) -> str:
-    """The grpokit run folder of ``resume_from_checkpoint``: True (output_dir), a run folder, a
-    ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder."""
-    folder = Path(output_dir if resume is True else str(resume))
-    if folder.name.startswith("checkpoint-"):
-        target = folder.resolve()  # checkpoint-N -> <run>/checkpoints/step-N/model
-        folder = target.parent.parent.parent if target.name == "model" else folder.parent
-    elif folder.name.startswith("step-"):
-        folder = folder.parent.parent
-    return str(folder)

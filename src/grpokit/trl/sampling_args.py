@@ -1,0 +1,37 @@
+"""TRL's vLLM importance sampling arguments -> grpokit's TIS stage (rollout.tis_mode, tis_cap, tis_min).
+
+Part of mapping.py's table (its vLLM rule calls this); kept apart so each file stays readable. The
+weights, metrics, loss and gradient are checked against TRL's own code in
+tests/test_trl_importance_sampling.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from grpokit.algo.tis import TIS_MODES
+from grpokit.config.sections import ConfigError
+from .config import GRPOConfig
+
+
+def _refuse(name: str, value: Any, valid: str) -> ConfigError:
+    return ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; valid: {valid}")
+
+
+def importance_sampling_fields(a: GRPOConfig) -> dict[str, Any]:
+    """TRL's vLLM importance sampling as grpokit's TIS stage: the mode by name, clip_max (or the deprecated
+    cap, which replaces it when set) as tis_cap and clip_min as tis_min; None is no bound (inf, 0)."""
+    if not a.vllm_importance_sampling_correction:
+        return {"rollout.tis_cap": 0.0}
+    if a.vllm_importance_sampling_mode not in TIS_MODES:
+        raise _refuse("vllm_importance_sampling_mode", a.vllm_importance_sampling_mode, ", ".join(TIS_MODES))
+    name = "vllm_importance_sampling_cap" if a.vllm_importance_sampling_cap is not None else "vllm_importance_sampling_clip_max"
+    cap = math.inf if getattr(a, name) is None else getattr(a, name)
+    if not cap >= 1:  # a weight bound below 1 shrinks every on-policy token's gradient
+        raise _refuse(name, cap, "None or a number >= 1")
+    floor = a.vllm_importance_sampling_clip_min
+    if floor is not None and not (floor <= cap and math.isfinite(floor)):
+        raise _refuse("vllm_importance_sampling_clip_min", floor, f"None or a finite number up to the upper bound {cap}")
+    # ratios are > 0, so a bound at or below 0 bounds nothing, as TRL's None
+    return {"rollout.tis_cap": cap, "rollout.tis_mode": a.vllm_importance_sampling_mode, "rollout.tis_min": max(floor or 0.0, 0.0)}
