@@ -312,7 +312,7 @@ MAPPING: list[Rule] = [
          "luspo: seq-mean-token-sum (the clipped surrogate summed over each completion); "
          "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
          "sapo: objective sapo with the two temperatures; vespo: objective vespo at ratio_level trajectory "
-         "(not with beta > 0 and use_bias_correction_kl, nor with vLLM importance sampling)", loss_fields),
+         "(not with beta > 0 and use_bias_correction_kl; vLLM importance sampling in the token modes joins the weight, as TRL)", loss_fields),
     Rule(("multi_objective_aggregation",), ("reward.normalize_components", "algo.scale"),
          "normalize_then_sum: normalize_components and scale batch_whiten (scale_rewards is then unused, as in TRL)",
          objectives_fields),
