@@ -138,6 +138,9 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     for key, value in (a.generation_kwargs or {}).items():
         if (key, value) in (("do_sample", True), ("num_beams", 1)) or key == "length_penalty":
             continue  # what grpokit does anyway; length_penalty weighs beam scores only (transformers), and there are none
+        if key == "num_beams":  # no engine calls transformers' generate(): hf.py decodes itself, vLLM samples
+            raise _refuse("generation_kwargs", {key: value}, "num_beams 1 (grpokit's engines sample each completion "
+                          "independently and never call transformers' generate(), so there is no beam search)")
         if key not in names:
             raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names) + ", do_sample True, num_beams 1, length_penalty")
         out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
