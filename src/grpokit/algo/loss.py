@@ -335,7 +335,10 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
         low, high = torch.zeros_like(m), torch.zeros_like(m)
     dual = (ratio_NT > c.dual_clip) & (adv_NT < 0) & m if c.dual_clip is not None else torch.zeros_like(m)
     n = m.sum().clamp(min=1).float()
+    extra = {"cispo_clip_ratio": (((ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m).sum() / n).item()} \
+        if c.objective == "cispo" else {}  # TRL's name: the capped tokens with A > 0
     return {
+        **extra,
         "clip_ratio/low_mean": (low.sum() / n).item(),
         "clip_ratio/high_mean": (high.sum() / n).item(),
         "clip_ratio/region_mean": ((low | high).sum() / n).item(),
