@@ -110,11 +110,11 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool
 
 def env_owns_reward(reward_funcs: Any, environment_factory: Any) -> bool:
     """Whether the environment's ``get_reward`` is the reward source (asked only when no reward function is given)."""
-    if reward_funcs or environment_factory is None or isinstance(environment_factory, dict):
+    if reward_funcs or environment_factory is None:
         return False
-    from grpokit.env import environment_reward
+    from grpokit.env import environment_rewards
 
-    return environment_reward(environment_factory) is not None
+    return bool(environment_rewards(environment_factory))
 
 
 def apply_lora(cfg, peft_config: Any) -> None:
