@@ -45,7 +45,7 @@ from grpokit.rewards.spec import RewardError
 from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
+from .inputs import (HubPushError, adopt_peft_model, apply_lora, check_routing, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
                      refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
 from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
@@ -83,10 +83,7 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
-        if isinstance(environment_factory, dict) and train_dataset is None:  # TRL's words
-            raise ConfigError("A `dict` `environment_factory` (multiple environments) requires a `train_dataset` with an "
-                              "`environment` column to route each example to its environment. Provide a dataset, or pass a "
-                              "single environment factory.")
+        check_routing(environment_factory, train_dataset)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
         refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
