@@ -128,7 +128,11 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
     applied as the TIS pipeline stage does, on the advantages."""
     from grpokit.algo.loss import policy_loss
 
-    if is_weights is not None:
+    extra = {}
+    if is_weights is not None and loss_type == "vespo":  # the pipeline's vespo_sampler_weight: into VESPO's log w
+        from grpokit.algo.vespo import sampler_log_weight
+        extra["sampler_log_weight_N"] = sampler_log_weight(is_weights)
+    elif is_weights is not None:
         advantages_N = advantages_N[:, None] * is_weights  # the pipeline's tis stage (pipeline._per_token)
     objective = loss_type if loss_type in TRL_OBJECTIVES else "clip"
     aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT.get(loss_type) or "seq-mean-token-sum"  # luspo
@@ -143,7 +147,7 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
                           ratio_level=level, aggregation=aggregation, objective=objective,
                           sapo_tau_pos=tau_pos, sapo_tau_neg=tau_neg, vespo_pos=vespo[:2], vespo_neg=vespo[2:],
                           norm_constant=float(max_completion_length or logp_NT.shape[1]),
-                          entropy_NT=entropy_NT, entropy_coef=entropy_coef, entropy_aggregation="token-mean")
+                          entropy_NT=entropy_NT, entropy_coef=entropy_coef, entropy_aggregation="token-mean", **extra)
     if metrics is not None:
         metrics.update(m)
     return loss

@@ -113,12 +113,14 @@ def test_trl_delta_equals_dual_clip(loss_type):
 def test_cispo_equals_trl(epsilon_high, beta):
     logp, old, _, _, mask = fixed_batch()
     assert (torch.exp(logp - old)[mask.bool()] > 1.3).any()
-    (ours, g_ours, m), (theirs, g_theirs, _) = _both("cispo", beta, epsilon_high=epsilon_high)
+    (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both("cispo", beta, epsilon_high=epsilon_high)
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert m["cispo_clip_ratio"] == pytest.approx(m_trl["cispo_clip_ratio"], rel=1e-6)  # capped tokens with A > 0
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
     assert (m["clip_ratio/high_mean"] > 0) == (epsilon_high < 5.0)
     if epsilon_high == 0.2:  # every weight is capped: sg(0.2) * A * logp on every token
         assert m["clip_ratio/high_mean"] == 1.0
+        assert 0 < m["cispo_clip_ratio"] < 1  # TRL counts only the tokens with A > 0: the check above can fail
 
 
 @pytest.mark.parametrize("taus", [(1.0, 1.05), (0.5, 2.0)])

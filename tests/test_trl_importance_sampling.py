@@ -123,3 +123,48 @@ def test_a_vllm_step_logs_trl_metrics_and_masks_by_the_sequence_product(tmp_path
     # so all are masked to 0 (the geometric mean, e^0.8 = 2.23, would have kept them all)
     assert m["tis/ratio_mean"] == pytest.approx(math.exp(0.8), rel=1e-3) and m["tis/capped_fraction"] == 1.0
     assert [m[f"sampling/importance_sampling_ratio/{k}"] for k in ("min", "mean", "max")] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask"])
+@pytest.mark.parametrize("bounds", [(None, 3.0), (0.5, 2.0)])
+def test_vespo_folds_the_sampler_ratio_into_its_weight_as_trl(mode, bounds):
+    # TRL adds sum_t clamp(log r_t, log 1e-8, 20) to VESPO's log w and does not multiply the loss by r_t;
+    # loss, gradient and vespo/phi_seq_mean must equal TRL's on the same fixed tensors
+    logp, old, ref, adv, mask = fixed_batch()
+    logp = old + 0.05 * torch.randn(old.shape, generator=torch.Generator().manual_seed(2))  # w near 1: phi not ~0
+    samp = old + 0.2 * torch.randn(old.shape, generator=torch.Generator().manual_seed(3))
+    clip_min, clip_max = bounds
+    ratio, _ = trl_is_ratio(old, samp, mask, mode, clip_min, clip_max)
+    w, _ = tis_weights(old, samp, mask, math.inf if clip_max is None else clip_max, mode, clip_min or 0.0)
+    out = []
+    for fn, kw in ((trl_loss, {"is_ratio": ratio}), (grpokit_loss, {"is_weights": w})):
+        x, m = logp.clone().requires_grad_(True), {}
+        loss = fn(x, old, ref, adv, mask, loss_type="vespo", beta=0.0, metrics=m, **kw)
+        loss.backward()
+        out.append((loss, x.grad, m["vespo/phi_seq_mean"]))
+    (theirs, g_theirs, phi_theirs), (ours, g_ours, phi_ours) = out
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6) and torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    assert phi_ours == pytest.approx(phi_theirs, rel=1e-5)
+    # the check can fail: without the sampler's share the weights differ
+    plain = grpokit_loss(logp.clone(), old, ref, adv, mask, loss_type="vespo", beta=0.0)
+    assert not torch.allclose(plain, theirs, rtol=1e-4)
+
+
+def test_vespo_with_tis_in_the_pipeline_keeps_the_advantages():
+    # sampler logprobs 0; old = [ln 2, ln 2] on row 0: r_t = 2 each, token_truncate cap 3 keeps them,
+    # so the sampler's log w of row 0 is 2 ln 2 = 1.386; row 1 (old 0) gets 0. Advantages stay +-0.7071.
+    sb, batch = scored([1.0, 0.0], 2, [2, 2])
+    old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
+    a = AlgoConfig(objective="vespo", ratio_level="trajectory", aggregation="token-mean")
+    inp = run(a, sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("token_truncate", 0.0))
+    assert inp.sampler_log_weight.tolist() == pytest.approx([2 * math.log(2), 0.0], rel=1e-5)
+    assert inp.advantages.flatten().tolist()[:1] == pytest.approx([0.7071], rel=1e-3)
+    with pytest.raises(ValueError, match="tis_mode='sequence_mask'"):
+        run(a, sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("sequence_mask", 0.0))
+
+
+def test_trl_vespo_with_vllm_maps_token_modes_and_refuses_sequence_modes_as_trl():
+    c = to_config(GRPOConfig("o", use_vllm=True, loss_type="vespo", vllm_importance_sampling_mode="token_mask"), num_rows=4)
+    assert (c.algo.objective, c.rollout.tis_mode, c.rollout.tis_cap) == ("vespo", "token_mask", 3.0)
+    with pytest.raises(ConfigError, match="VESPO loss requires `vllm_importance_sampling_mode`.*Got: sequence_mask"):
+        to_config(GRPOConfig("o", use_vllm=True, loss_type="vespo"), num_rows=4)

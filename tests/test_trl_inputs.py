@@ -121,3 +121,10 @@ def test_generation_kwargs_that_change_nothing_are_accepted_and_beams_refused():
     for bad in ({"num_beams": 2}, {"do_sample": False}):
         with pytest.raises(ConfigError, match=r"^GRPOConfig argument generation_kwargs=\{'(num_beams|do_sample)': (2|False)\} is not supported"):
             to_config(GRPOConfig(generation_kwargs=bad), num_rows=4)
+
+
+def test_beam_search_is_refused_with_the_reason():
+    from grpokit.trl.mapping import to_config
+
+    with pytest.raises(ConfigError, match=r"num_beams.*never call transformers' generate\(\), so there is no beam search"):
+        to_config(GRPOConfig(generation_kwargs={"num_beams": 2, "top_k": 5}), num_rows=4)

@@ -118,6 +118,34 @@ for name, kwargs in {"luspo": dict(loss_type="luspo", importance_sampling_level=
     first = t.state.log_history[0]
     report[name] = summary(t, loss=first["loss"], reward=first["reward"])
 
+# 10. issue 30's later arguments: the same steps and log_history keys (the first loss too where the math is shared)
+for name, kwargs in {"adaptive_entropy": dict(use_adaptive_entropy=True), "cast_lm_head_to_fp32": dict(cast_lm_head_to_fp32=True),
+                     "cispo_default_cap": dict(loss_type="cispo")}.items():
+    t = GRPOTrainer(MODEL, reward_funcs=[length_reward, accuracy], train_dataset=dataset, rollout_func=rollout_func,
+                    args=config(name, max_steps=1, bf16=False, **kwargs))
+    t.train()
+    first = t.state.log_history[0]
+    report[name] = summary(t, loss=first["loss"], reward=first["reward"])
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, args=config("neftune", neftune_noise_alpha=5.0))
+t.train()
+report["neftune"] = summary(t)  # the noise is random: steps and keys only
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset,
+                args=config("save_only_model", save_strategy="steps", save_steps=1, save_only_model=True))
+t.train()
+ckpt = os.path.join(t.args.output_dir, "checkpoint-2")
+report["save_only_model"] = summary(t, checkpoints=sorted(d for d in os.listdir(t.args.output_dir) if d.startswith("checkpoint-")),
+                                    optimizer_saved=any(f.startswith("optimizer") for f in os.listdir(ckpt)))
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, eval_dataset=eval_dataset,
+                args=config("best", eval_strategy="steps", eval_steps=1, save_strategy="steps", save_steps=1,
+                            per_device_eval_batch_size=4, load_best_model_at_end=True, metric_for_best_model="reward"))
+t.train()  # the tiny model never answers right: every eval_reward is 0, so the first checkpoint stays the best
+report["load_best_model_at_end"] = summary(t, best=os.path.basename(t.state.best_model_checkpoint or ""))
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, eval_dataset=eval_dataset,
+                args=config("eval_delay", max_steps=3, eval_strategy="steps", eval_steps=1, eval_delay=2,
+                            per_device_eval_batch_size=4))
+t.train()
+report["eval_delay"] = summary(t)
+
 # 8. a value no run can use
 try:
     GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, args=config("bad", num_generations=1))

@@ -207,7 +207,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "offpolicy_delta": ("top", "offpolicy_delta"),
     **{k: ("norms", k) for k in ("aggregation", "num_sequences", "num_tokens", "norm_constant")},
     "ref_logp_NT": ("tensors", "ref_logp"), "entropy_NT": ("tensors", "entropy"), "turn_ids_NT": ("tensors", "turn_ids"),
-    "seq_weights_N": ("tensors", "seq_weights"),
+    "seq_weights_N": ("tensors", "seq_weights"), "sampler_log_weight_N": ("tensors", "sampler_log_weight"),
 }
 
 
@@ -254,8 +254,11 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     # a sequence's (turn's) ratio is the likelihood ratio of all its tokens (GSPO's 1/|o_i|), even where a
     # token mask (entropy top-fraction) keeps only some of them in the gradient
     span_NT = t.ratio_mask if t.ratio_mask is not None else t.mask
-    ratio_NT = torch.exp(log_importance_ratio(t.logp, t.old_logp, span_NT, c.ratio_level, t.turn_ids))
-    loss_NT = -lookup("objective", c.objective)(ratio_NT, adv_NT, t.logp, c)
+    log_ratio_NT = log_importance_ratio(t.logp, t.old_logp, span_NT, c.ratio_level, t.turn_ids)
+    ratio_NT = torch.exp(log_ratio_NT)
+    # TRL: with vLLM importance sampling VESPO's w also holds pi_old / pi_sampler (vespo.sampler_log_weight)
+    obj_ratio_NT = ratio_NT if t.sampler_log_weight is None else torch.exp(log_ratio_NT + t.sampler_log_weight[:, None])
+    loss_NT = -lookup("objective", c.objective)(obj_ratio_NT, adv_NT, t.logp, c)
     kl_NT = _kl_term(t, s)
     if kl_NT is not None:
         loss_NT = loss_NT + s.kl.beta * kl_NT  # GRPO: KL in the loss, not in the reward
@@ -277,7 +280,7 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         metrics["entropy/bonus"] = bonus  # subtracted from the loss; loss + bonus is TRL's policy_loss
     metrics["offpolicy/masked_sequences"] = n_offpolicy
     if c.objective == "vespo":
-        metrics |= vespo.vespo_metrics(ratio_NT, adv_NT, c)
+        metrics |= vespo.vespo_metrics(obj_ratio_NT, adv_NT, c)
     if kl_NT is not None:
         with torch.no_grad():
             m = t.mask.bool()
@@ -332,7 +335,10 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
         low, high = torch.zeros_like(m), torch.zeros_like(m)
     dual = (ratio_NT > c.dual_clip) & (adv_NT < 0) & m if c.dual_clip is not None else torch.zeros_like(m)
     n = m.sum().clamp(min=1).float()
+    extra = {"cispo_clip_ratio": (((ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m).sum() / n).item()} \
+        if c.objective == "cispo" else {}  # TRL's name: the capped tokens with A > 0
     return {
+        **extra,
         "clip_ratio/low_mean": (low.sum() / n).item(),
         "clip_ratio/high_mean": (high.sum() / n).item(),
         "clip_ratio/region_mean": ((low | high).sum() / n).item(),

@@ -30,6 +30,7 @@ from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normali
 from .registry import lookup, register_advantage_stage, register_reward_stage
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
 from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
+from .vespo import sampler_log_weight
 from grpokit.types import TokenBatch
 
 
@@ -74,6 +75,7 @@ class UpdateInputs:
     sampler_logp: torch.Tensor | None = None  # (N, T) the sampler's logprobs: mismatch/* metrics when given
     sampler_mask: torch.Tensor | None = None  # (N, T) tokens whose sampler logprob is real (None: completion_mask)
     mismatch_bounds: tuple[float, float] = (0.5, 2.0)  # ratio range counted as matching (mismatch/outside_fraction)
+    sampler_log_weight: torch.Tensor | None = None  # (N,) VESPO with TIS: the sampler's log w (vespo.sampler_log_weight)
 
 
 @dataclass(frozen=True)
@@ -181,12 +183,14 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
     for name in mask_names(a):
         loss_mask = lookup("token mask", name)(MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist))
     loss, norms = loss_settings(a)
+    vespo_log_w, m = vespo_sampler_weight(stage_ctx) if _vespo_tis(s) else (None, {})
+    post_metrics.update(m)
     return UpdateInputs(
         tokens, advantages.to(mask.device), loss_mask, lp.old, lp.ref if loss.kl.beta else None,
         turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
         s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
         loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics},
-        *sampler, s.mismatch[1:])
+        *sampler, s.mismatch[1:], vespo_log_w)
 
 
 def sampler_record(rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,7 +229,7 @@ def reward_stage_names(s: StepSettings) -> list[str]:
 def advantage_stage_names(s: StepSettings) -> list[str]:
     """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, TIS, then IcePop / MIS
     masking."""
-    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis_cap > 0) + \
+    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis_cap > 0 and not _vespo_tis(s)) + \
         ["mismatch_mask"] * (s.mismatch[0] != "none")
 
 
@@ -265,6 +269,21 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, ctx.settings.tis_cap,
                                 *ctx.settings.tis_mode)
     return _per_token(advantages, w_NT), metrics
+
+
+def _vespo_tis(s: StepSettings) -> bool:
+    return s.tis_cap > 0 and s.algo.objective == "vespo"
+
+
+def vespo_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str, float]]:
+    """VESPO with TIS, as TRL: the sampler's correction joins VESPO's sequence weight ``log w``
+    (``(N,)``, vespo.sampler_log_weight) instead of weighting the advantages; ``token_*`` modes only."""
+    s, old = ctx.settings, ctx.logprobs.old
+    if s.tis_mode[0].startswith("sequence"):
+        raise ValueError(f"objective vespo takes the sampler correction per token; got tis_mode={s.tis_mode[0]!r} "
+                         "(valid: token_truncate, token_mask)")
+    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis_cap, *s.tis_mode)
+    return sampler_log_weight(w_NT), metrics
 
 
 @register_advantage_stage("mismatch_mask")

@@ -79,3 +79,4 @@ class LossTensors:
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token (ratio_level="turn")
     seq_weights: torch.Tensor | None = None  # (N,) lambda-GRPO weights (aggregation="lambda-grpo")
     ratio_mask: torch.Tensor | None = None  # (N, T) the completion's tokens a sequence/turn/trajectory ratio spans (None: mask)
+    sampler_log_weight: torch.Tensor | None = None  # (N,) VESPO with TIS: log of the sampler correction, added to log w

@@ -12,6 +12,11 @@ lambda at least 1e-4, a non-finite weight taken as 0, token-mean aggregation) fo
 ``loss_type="vespo"``; tests/test_bench_loss_equality.py checks the value and gradient against it.
 One difference at extremes: TRL also bounds each token's log-ratio to [-20, 20] before summing;
 here the sum is bounded, which differs only when a single token's ratio is beyond e^20.
+
+With a separate sampler (vLLM) and TIS in a ``token_*`` mode, TRL does not multiply the loss by the
+sampler weights ``r_t = pi_old / pi_sampler``: it adds ``sum_t log r_t`` (each bounded to
+``[log 1e-8, 20]``, so a masked token's 0 counts as 1e-8) to ``log w``. ``sampler_log_weight`` computes
+that sum; the pipeline passes it to the loss instead of weighting the advantages.
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ def gamma_weight(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, pos: tuple[float,
     lam = torch.where(nonneg, torch.full_like(log_w, pos[1]), torch.full_like(log_w, neg[1])).clamp(min=1e-4)
     phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))  # VESPO: phi(w) = e^lam w^k e^(-lam w)
     return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@torch.no_grad()
+def sampler_log_weight(w_NT: torch.Tensor) -> torch.Tensor:
+    """``(N,)``: ``sum_t clamp(log w_t, log 1e-8, 20)`` of per-token TIS weights (1 on padding, so
+    padding adds 0), the sampler's share of VESPO's ``log w`` (TRL's ``token_*`` modes)."""
+    return torch.log(w_NT.float()).clamp(LOG_W_MIN, LOG_W_MAX).sum(dim=1)
 
 
 @register_objective("vespo")

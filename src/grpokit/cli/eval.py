@@ -94,7 +94,7 @@ def run_eval(args: argparse.Namespace) -> dict:
         rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
     rows = rows[: args.limit] if args.limit else rows
     episodes = wiring.episode_runner(cfg, tokenizer, None, None, wiring._task(cfg))  # tools: episodes, else one turn
-    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.schemas or None)
+    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
     specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     gen = torch.Generator(device=device).manual_seed(args.seed)

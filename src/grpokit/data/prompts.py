@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig
 from .files import check_file
@@ -112,15 +112,16 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
 
 
-def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | None = None,
+def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | Callable | None = None,
                processor=None) -> list[Prompt]:
     """Prompts of the rows; rows with an ``image``/``images`` column go through the model's
-    ``processor`` (data/vision.py), which must then be given."""
+    ``processor`` (data/vision.py), which must then be given. ``tools``: the tool schemas every
+    prompt shows, or a function row -> schemas (named environments: each row its environment's tools)."""
     if has_images(rows):
-        return _vision_prompts(rows, processor, cfg, tools)
+        return _vision_prompts(rows, processor, cfg, tools(rows[0]) if callable(tools) else tools)
     prompts = []
     for r in rows:
-        text = render_prompt(r["prompt"], tokenizer, cfg, tools)
+        text = render_prompt(r["prompt"], tokenizer, cfg, tools(r) if callable(tools) else tools)
         ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg, r["prompt"]))["input_ids"]
         if not ids:
             raise ConfigError(f"a prompt tokenised to nothing: {text!r}")

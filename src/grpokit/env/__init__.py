@@ -55,7 +55,23 @@ def resolve_environment(path: str) -> Callable[[], Any] | None:
 def environment_reward(factory: Callable[[], Any]) -> Callable | None:
     """A reward function reading ``get_reward()`` of each episode's environment (None when the
     environment has no ``get_reward``); named after the environment's class, as in TRL."""
-    cls = type(factory())
+    return _class_reward(type(factory()))
+
+
+def environment_rewards(factory: Callable[[], Any] | dict[str, Callable[[], Any]] | None) -> list[Callable]:
+    """The reward functions of one factory or of named ones (a dict): one per environment class with
+    ``get_reward``, once per class even under two names (as TRL); each scores only the episodes whose
+    environment is exactly its class and gives None (no score) to the others."""
+    factories = list(factory.values()) if isinstance(factory, dict) else [factory] if factory else []
+    classes = []
+    for f in factories:
+        cls = type(f())
+        if cls not in classes:
+            classes.append(cls)
+    return [r for r in map(_class_reward, classes) if r is not None]
+
+
+def _class_reward(cls: type) -> Callable | None:
     if not callable(getattr(cls, "get_reward", None)):
         return None
 
@@ -67,6 +83,6 @@ def environment_reward(factory: Callable[[], Any]) -> Callable | None:
     return reward
 
 
-__all__ = ["ToolCall", "ToolResult", "TerminalToolError", "call_tool", "calculator", "environment_reward",
+__all__ = ["ToolCall", "ToolResult", "TerminalToolError", "call_tool", "calculator", "environment_reward", "environment_rewards",
            "environment_tools", "make_python_tool", "parse_tool_calls", "resolve_environment", "resolve_tools",
            "tool_schema"]

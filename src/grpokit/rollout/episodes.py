@@ -28,6 +28,15 @@ engine, so every backend runs the same loop.
 Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
 returned string is appended to the prompt; the G episodes of a prompt must start from the same
 observation, since GRPO compares them), public methods as tools, ``done`` read after each turn.
+Unlike TRL, which pools instances and resets them again in later batches, each episode gets a
+fresh instance: the async sampler runs the next batch's episodes while this batch's rewards still
+read its environments (``get_reward``), so a reused instance could be reset under them.
+
+Named environments (TRL's ``environment_factory`` as a dict): a mapping name -> factory, and each
+row's ``route_key`` column ("environment") names the environment of its episodes. That row's prompt
+shows, and its episodes may call, only the standalone tools plus that environment's methods; the
+routing column is not passed to ``reset``. One factory is the special case of one unnamed (None)
+environment that every row uses.
 """
 
 from __future__ import annotations
@@ -82,25 +91,56 @@ class _Row:
     finish: str | None = None
 
 
+Factory = Callable[[], Any]
+
+
 class EpisodeRunner:
-    """Runs batches of episodes; holds the tools, the environment factory and the tokenizer."""
+    """Runs batches of episodes; holds the tools, the environment factories and the tokenizer."""
 
     def __init__(self, spec: EpisodeSpec, tokenizer, *, tools: list[Callable] | None = None,
-                 environment_factory: Callable[[], Any] | None = None,
-                 render_prompt: Callable[[Any, str], list[int]] | None = None):
+                 environment_factory: Factory | dict[str, Factory] | None = None,
+                 render_prompt: Callable[..., list[int]] | None = None, route_key: str = "environment"):
         self.spec, self.tokenizer = spec, tokenizer
         self.tools = list(tools or [])
-        self.factory = environment_factory
-        self.render_prompt = render_prompt  # (raw prompt, observation) -> ids, for reset() observations
-        probe = environment_tools(environment_factory()) if environment_factory else []
-        self.tool_names = [tool_name(t) for t in self.tools + probe]
-        self.schemas = [tool_schema(t) for t in self.tools + probe] if spec.tool_format == "chat_template" else []
+        self.factory = environment_factory  # as given: one factory, a dict of named ones, or None
+        self.named = isinstance(environment_factory, dict)
+        self.factories: dict[str | None, Factory] = (dict(environment_factory) if self.named else
+                                                     {None: environment_factory} if environment_factory else {})
+        self.route_key = route_key
+        self.render_prompt = render_prompt  # (raw prompt, observation, schemas) -> ids, for reset() observations
+        self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
+        for name, factory in self.factories.items():
+            self.env_tools[name] = self.tools + environment_tools(factory())  # a probe: its tools
+        every = list(self.tools)  # the union: whatever any row may call
+        for fns in self.env_tools.values():
+            every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
+        self.tool_names = [tool_name(t) for t in every]
+        self.schemas = self._schemas(every)
         self._caller = InProcessCaller()
+
+    def _schemas(self, fns: list[Callable]) -> list[dict]:
+        return [tool_schema(t) for t in fns] if self.spec.tool_format == "chat_template" else []
 
     @property
     def multi_turn(self) -> bool:
         """False when an episode is exactly one plain completion (no tools, no environment)."""
-        return bool(self.tool_names) or self.factory is not None
+        return bool(self.tool_names) or bool(self.factories)
+
+    def route(self, columns: dict[str, Any]) -> str | None:
+        """The environment name of a row (None: the single unnamed one); an unknown name is a user's mistake."""
+        if not self.named:
+            return None
+        name = columns.get(self.route_key)
+        if name not in self.factories:  # TRL's words: scripts match on them
+            raise ConfigError(f"Example has `{self.route_key}={name!r}`, which is not among the environments passed to "
+                              f"`environment_factory`. Expected one of: {list(self.factories)}.")
+        return name
+
+    def row_schemas(self, row: dict[str, Any]) -> list[dict] | None:
+        """The tool schemas a row's prompt shows (its environment's methods plus the standalone tools)."""
+        if not self.named:
+            return self.schemas or None
+        return self._schemas(self.env_tools[self.route(row)]) or None
 
     def run(self, sample: Sampler, prompts: list[Prompt], group_size: int, params: SamplingParams) -> Rollout:
         """G episodes for each prompt; row p*G + g is episode g of prompt p."""
@@ -112,9 +152,10 @@ class EpisodeRunner:
                             images=[prompt_images(p) for p in prompts])
                 return ro if ro.vision is not None else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
             return sample([p.ids for p in prompts], G, params)
-        envs = [self.factory() if self.factory else None for _ in range(len(prompts) * G)]
+        names = [self.route(p.columns) for p in prompts]
+        envs = [self.factories[n]() if self.factories else None for n in names for _ in range(G)]
         reset_failed: list[bool] = []
-        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G], reset_failed) for k, p in enumerate(prompts)]
+        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G], reset_failed, names[k]) for k, p in enumerate(prompts)]
         turn_params = params
         if s.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
@@ -168,7 +209,7 @@ class EpisodeRunner:
         s = self.spec
         for r in results:
             row.messages.append({"role": "tool", "name": r.name, "content": r.content})
-        reply = self._reply_ids(results)
+        reply = self._reply_ids(results, env)
         if s.max_episode_tokens and len(row.ids) + len(reply) > s.max_episode_tokens:
             row.finish = "length"  # the reply does not fit: the episode ends before it (as TRL rolls it back)
             row.messages = row.messages[: len(row.messages) - len(results)]
@@ -205,19 +246,27 @@ class EpisodeRunner:
         row.tool_errors += int(result.error)
         return result
 
-    def _reply_ids(self, results: list[ToolResult]) -> list[int]:
+    def _reply_ids(self, results: list[ToolResult], env) -> list[int]:
         if self.spec.tool_format == "tags":
             return list(self.tokenizer(tag_result_text([r.content for r in results]), add_special_tokens=False)["input_ids"])
         messages = [{"role": "tool", "name": r.name, "content": r.content} for r in results]
-        return template_suffix_ids(self.tokenizer, messages, self.schemas or None)
+        return template_suffix_ids(self.tokenizer, messages, self._env_schemas(env))
 
-    def _reset(self, prompt: Prompt, envs: list, failed: list[bool]) -> list[int]:
+    def _env_schemas(self, env) -> list[dict] | None:
+        """The schemas the episode's prompt was rendered with (its environment's tools)."""
+        if not self.named or env is None:
+            return self.schemas or None
+        return self._schemas(self.tools + environment_tools(env)) or None
+
+    def _reset(self, prompt: Prompt, envs: list, failed: list[bool], name: str | None = None) -> list[int]:
         """Reset the G environments of one prompt with its row; their observation (if any) joins the prompt.
         A reset that raises or runs over leaves the bare prompt (``failed`` gets True), never a crash or a hang."""
         failed.append(False)
-        if self.factory is None:
+        if not self.factories:
             return list(prompt.ids)
         row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
+        if self.named:  # the routing column chose the environment; it is no row data of it (as TRL)
+            row.pop(self.route_key, None)
         outs = [self._caller.call("reset", lambda e=env: e.reset(**row), (), self.spec.reset_timeout_s) for env in envs]
         if not all(o.ok for o in outs):
             failed[-1] = True
@@ -235,7 +284,7 @@ class EpisodeRunner:
             return list(prompt.ids)
         if self.render_prompt is None:
             return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self.render_prompt(row["prompt"], text)
+        return self.render_prompt(row["prompt"], text, self._schemas(self.env_tools[name]) or None)
 
 
 def _done(env: Any) -> bool:

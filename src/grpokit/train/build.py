@@ -77,7 +77,7 @@ def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environme
     train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
     wiring.check_gold_answers(cfg, train_rows)
     episodes = wiring.episode_runner(cfg, tokenizer, tools, environment_factory, wiring._task(cfg))
-    schemas = episodes.schemas or None  # chat templates show the tools in the prompt
+    schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
     processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)  # None: text model
     prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
     if episodes.multi_turn and prompts and prompts[0].vision is not None:  # tag-format tools and environments show no schema
@@ -98,7 +98,7 @@ class Rewards:
 
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
-    specs = wiring.reward_specs(cfg, reward_funcs, episodes.factory)
+    specs = wiring.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
     process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
     rc = cfg.reward
     runner = RewardRunner(specs, num_workers=rc.num_workers, timeout_s=rc.timeout_s, failure_value=rc.failure_value,

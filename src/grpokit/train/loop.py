@@ -50,14 +50,14 @@ class Trainer:
     """One GRPO run. ``reward_funcs`` (Python callables in TRL's convention) extend or replace the
     configured ones; ``train_rows``/``eval_rows`` replace the configured data. As in TRL's
     GRPOTrainer, ``tools`` (typed, documented functions) and ``environment_factory`` (a class with
-    ``reset(**row)`` whose public methods are tools) make every sample a multi-turn episode
-    (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
+    ``reset(**row)`` whose public methods are tools; or a dict name -> class, each row routed by its
+    ``environment`` column) make every sample a multi-turn episode (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
     ``model`` / ``tokenizer`` (instantiated objects) replace loading ``model.name_or_path``;
     ``callbacks`` are called at the points listed in callbacks.py with ``args`` (default: ``cfg``)."""
 
     def __init__(self, cfg: Config, *, reward_funcs: list[Callable] | None = None, train_rows: list[dict] | None = None,
                  eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False,
-                 tools: list[Callable] | None = None, environment_factory: Callable | None = None,
+                 tools: list[Callable] | None = None, environment_factory: Callable | dict | None = None,
                  rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
                  args: Any = None):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)

@@ -145,7 +145,7 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
     return dataclasses.replace(inputs, batch=inputs.batch.rows(rows), advantages=inputs.advantages[rows],
                                loss_mask=inputs.loss_mask[rows], old_logp=cut(inputs.old_logp), ref_logp=cut(inputs.ref_logp),
                                turn_ids=cut(inputs.turn_ids), seq_weights=shifted, sampler_logp=cut(inputs.sampler_logp),
-                               sampler_mask=cut(inputs.sampler_mask))
+                               sampler_mask=cut(inputs.sampler_mask), sampler_log_weight=cut(inputs.sampler_log_weight))
 
 
 def _objective(inputs: UpdateInputs, algo: AlgoConfig, norm_constant: float, dist) -> tuple[LossSettings, Normalisers]:
@@ -239,7 +239,7 @@ def _loss_tensors(inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch
     return LossTensors(logp, inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach(), inputs.advantages[rows],
                        inputs.loss_mask[rows], ref_logp=cut(inputs.ref_logp), entropy=entropy, turn_ids=cut(inputs.turn_ids),
                        seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
-                       ratio_mask=mb.completion_mask)
+                       ratio_mask=mb.completion_mask, sampler_log_weight=cut(inputs.sampler_log_weight))
 
 
 def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: float) -> dict[str, float]:

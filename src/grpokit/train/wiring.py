@@ -86,11 +86,11 @@ def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] 
 
 def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=None) -> list[RewardSpec]:
     """The configured reward functions (built-in names, import paths, "task") plus passed callables,
-    plus the environment's ``get_reward()`` when it has one (weight 1, named after its class, as TRL).
+    plus each environment class's ``get_reward()`` (weight 1, named after its class, as TRL).
     "task" is the built-in task's reward; with one's own data, passed callables take its place."""
-    from grpokit.env import environment_reward
+    from grpokit.env import environment_rewards
 
-    env_reward = environment_reward(environment_factory) if environment_factory is not None else None
+    env_rewards = environment_rewards(environment_factory)
     passed = list(extra or [])
     names, weights = cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions)
     if len(weights) not in (len(names), len(names) + len(passed)):
@@ -98,7 +98,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
                           f"({len(names)} in reward.functions, {len(passed)} passed as callables); give one weight per function "
                           "(the named ones first, then the callables in order) or none")
     extra_weights = weights[len(names):] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
-    extra = passed + ([env_reward] if env_reward is not None else [])
+    extra = passed + env_rewards
     extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
     task = _task(cfg)
     specs = []
@@ -204,7 +204,8 @@ def process_function(cfg: Config):
 
 def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environment_factory, task=None):
     """The episode loop for this run: the configured tools (``env.tools``, the task's, or passed
-    callables) and environment (``env.environment`` or a passed ``environment_factory``)."""
+    callables) and environment (``env.environment`` or a passed ``environment_factory``: one factory, or a
+    dict name -> factory routed per row by its ``environment`` column)."""
     from grpokit.data.prompts import render_prompt, with_observation
     from grpokit.env import resolve_environment, resolve_tools
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
@@ -220,16 +221,16 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
         fmt = "chat_template" if getattr(tokenizer, "chat_template", None) and cfg.data.chat_template != "never" else "tags"
     if fmt == "chat_template" and not getattr(tokenizer, "chat_template", None):
         raise ConfigError("env.tool_format=chat_template but the tokenizer has no chat template; use tags or auto")
-    multi = bool(fns) or factory is not None
+    multi = bool(fns) or bool(factory)
     spec = EpisodeSpec(max_turns=e.max_turns if multi else 1, max_episode_tokens=e.max_episode_tokens,
                        tool_timeout_s=e.tool_timeout_s, episode_timeout_s=e.episode_timeout_s,
                        max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt,
                        max_tool_nesting=e.max_tool_nesting, reset_timeout_s=e.reset_timeout_s,
                        max_observation_chars=e.max_observation_chars)
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
-    if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the tools
-        runner.render_prompt = lambda raw, obs: list(tokenizer(
-            render_prompt(with_observation(raw, obs), tokenizer, cfg.data, runner.schemas or None),
+    if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
+        runner.render_prompt = lambda raw, obs, schemas: list(tokenizer(
+            render_prompt(with_observation(raw, obs), tokenizer, cfg.data, schemas),
             add_special_tokens=False)["input_ids"])
     return runner
 

@@ -108,13 +108,21 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool
     return out
 
 
+def check_routing(environment_factory: Any, train_dataset: Any) -> None:
+    """Named environments (a dict) are routed by the dataset's ``environment`` column, so need a dataset."""
+    if isinstance(environment_factory, dict) and train_dataset is None:  # TRL's words: scripts match on them
+        raise ConfigError("A `dict` `environment_factory` (multiple environments) requires a `train_dataset` with an "
+                          "`environment` column to route each example to its environment. Provide a dataset, or pass a "
+                          "single environment factory.")
+
+
 def env_owns_reward(reward_funcs: Any, environment_factory: Any) -> bool:
     """Whether the environment's ``get_reward`` is the reward source (asked only when no reward function is given)."""
-    if reward_funcs or environment_factory is None or isinstance(environment_factory, dict):
+    if reward_funcs or environment_factory is None:
         return False
-    from grpokit.env import environment_reward
+    from grpokit.env import environment_rewards
 
-    return environment_reward(environment_factory) is not None
+    return bool(environment_rewards(environment_factory))
 
 
 def apply_lora(cfg, peft_config: Any) -> None:

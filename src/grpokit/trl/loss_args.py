@@ -45,9 +45,10 @@ def _vespo(a: GRPOConfig) -> dict[str, Any]:
         raise ConfigError(f"GRPOConfig loss_type='vespo' with beta={a.beta!r} and use_bias_correction_kl=True is not "
                           "supported by grpokit (its VESPO ratio is per sequence, TRL's KL weight per token); "
                           "set use_bias_correction_kl=False or beta=0")
-    if a.use_vllm and a.vllm_importance_sampling_correction:
-        raise ConfigError("GRPOConfig loss_type='vespo' with use_vllm=True needs vllm_importance_sampling_correction=False "
-                          "in grpokit (TRL folds the sampler's ratio into VESPO's weight, grpokit does not)")
+    if a.use_vllm and a.vllm_importance_sampling_correction and a.vllm_importance_sampling_mode not in ("token_truncate", "token_mask"):
+        # TRL's own check and words; in the token modes the sampler's ratio joins VESPO's weight (algo/vespo.py)
+        raise ConfigError("VESPO loss requires `vllm_importance_sampling_mode` to be either 'token_truncate' or "
+                          f"'token_mask'. Got: {a.vllm_importance_sampling_mode}.")
     return {"algo.objective": "vespo", "algo.ratio_level": "trajectory",
             "algo.vespo_pos": [a.vespo_k_pos, a.vespo_lambda_pos], "algo.vespo_neg": [a.vespo_k_neg, a.vespo_lambda_neg]}
 

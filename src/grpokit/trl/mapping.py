@@ -138,6 +138,9 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     for key, value in (a.generation_kwargs or {}).items():
         if (key, value) in (("do_sample", True), ("num_beams", 1)) or key == "length_penalty":
             continue  # what grpokit does anyway; length_penalty weighs beam scores only (transformers), and there are none
+        if key == "num_beams":  # no engine calls transformers' generate(): hf.py decodes itself, vLLM samples
+            raise _refuse("generation_kwargs", {key: value}, "num_beams 1 (grpokit's engines sample each completion "
+                          "independently and never call transformers' generate(), so there is no beam search)")
         if key not in names:
             raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names) + ", do_sample True, num_beams 1, length_penalty")
         out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
@@ -312,7 +315,7 @@ MAPPING: list[Rule] = [
          "luspo: seq-mean-token-sum (the clipped surrogate summed over each completion); "
          "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
          "sapo: objective sapo with the two temperatures; vespo: objective vespo at ratio_level trajectory "
-         "(not with beta > 0 and use_bias_correction_kl, nor with vLLM importance sampling)", loss_fields),
+         "(not with beta > 0 and use_bias_correction_kl; vLLM importance sampling in the token modes joins the weight, as TRL)", loss_fields),
     Rule(("multi_objective_aggregation",), ("reward.normalize_components", "algo.scale"),
          "normalize_then_sum: normalize_components and scale batch_whiten (scale_rewards is then unused, as in TRL)",
          objectives_fields),

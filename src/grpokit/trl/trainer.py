@@ -45,7 +45,7 @@ from grpokit.rewards.spec import RewardError
 from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
+from .inputs import (HubPushError, adopt_peft_model, apply_lora, check_routing, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
                      refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
 from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
@@ -83,8 +83,7 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
-        if isinstance(environment_factory, dict):
-            raise ConfigError("GRPOTrainer argument environment_factory as a dict of environments is not supported by grpokit; pass one factory")
+        check_routing(environment_factory, train_dataset)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
         refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
@@ -261,7 +260,7 @@ class GRPOTrainer:
             return out
         trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
-        prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.schemas or None)
+        prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
         trainer._trl_training = False
         try:
             metrics = evaluate(trainer, prompts, a.num_generations_eval or a.num_generations, a.per_device_eval_batch_size,
