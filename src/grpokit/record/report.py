@@ -75,6 +75,8 @@ def headline_html(run: Run) -> str:
     before, after = (summary.get(k, {}) if isinstance(summary.get(k), dict) else {} for k in ("eval_before", "eval_after"))
     if "accuracy" in before or "accuracy" in after:
         cards.append(("eval accuracy", f"{_fmt(before.get('accuracy', '–'))} → {_fmt(after.get('accuracy', '–'))}"))
+    for key in sorted(k for k in {**before, **after} if k.startswith("reward_")):  # per question kind (train/evaluate.py)
+        cards.append((f"eval reward ({key[7:]})", f"{_fmt(before.get(key, '–'))} → {_fmt(after.get(key, '–'))}"))
     for label, key in (("reward (last 10)", "reward"), ("entropy (last 10)", "entropy"), ("tokens / s", "tokens_per_second")):
         value = _last_mean(rows, key)
         if value is not None:

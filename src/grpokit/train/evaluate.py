@@ -3,7 +3,9 @@
 ``accuracy`` is the fraction of prompts whose completion earns that function's full reward
 (>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. With tools
 or an environment, every prompt is a greedy episode (the same loop as training), scored on its
-conversation, and ``tool_use_rate`` / ``turns_mean`` say how the episodes went.
+conversation, and ``tool_use_rate`` / ``turns_mean`` say how the episodes went. Prompts with a
+``kind`` column (the shapes task's ``box`` / ``count`` questions) also get ``reward_<kind>``, the mean
+reward of each kind, so a run's summary and report show which question moved.
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
         model.train()
     n = len(prompts)
     out = {"accuracy": sum(correct) / n, "reward": sum(rewards) / n, "n": float(n), "mean_length": sum(lengths) / n}
+    out.update(_by_kind(prompts, rewards))
     if tool_use:
         out.update(tool_use_rate=sum(tool_use) / n, turns_mean=sum(turns) / n)
     return out
+
+
+def _by_kind(prompts: list[Prompt], rewards: list[float]) -> dict[str, float]:
+    """``{"reward_<kind>": mean reward}`` per value of a string ``kind`` column (none without one)."""
+    groups: dict[str, list[float]] = {}
+    for p, r in zip(prompts, rewards):
+        kind = p.columns.get("kind")
+        if isinstance(kind, str) and kind.isidentifier():
+            groups.setdefault(kind, []).append(r)
+    return {f"reward_{k}": sum(v) / len(v) for k, v in sorted(groups.items())}

@@ -18,9 +18,10 @@ Rows follow TRL's vision convention: a conversational ``prompt`` whose user cont
 
 from __future__ import annotations
 
+import itertools
 import random
 import zlib
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from grpokit.rewards.grounding import box_iou_reward, count_reward
 
@@ -98,15 +99,19 @@ def make_row(kind: str, shapes: Sequence[tuple[str, str, int, int]]) -> dict[str
     return {"prompt": prompt, "image": render(shapes), "answer": answer, "kind": kind, "scene": scene_key(kind, shapes)}
 
 
-def _rows(n: int, seed: int, held_out: bool) -> list[dict[str, Any]]:
+def iter_rows(seed: int, held_out: bool = False) -> Iterator[dict[str, Any]]:
+    """The endless seeded stream ``train_rows`` / ``held_out_rows`` take their first ``n`` rows of
+    (a longer list never reorders a shorter one's rows)."""
     rng = random.Random(seed)
-    out: list[dict[str, Any]] = []
-    while len(out) < n:
+    while True:
         kind = rng.choice(("box", "count"))
         shapes = _draw_scene(rng, kind)
         if is_held_out(scene_key(kind, shapes)) == held_out:
-            out.append(make_row(kind, shapes))
-    return out
+            yield make_row(kind, shapes)
+
+
+def _rows(n: int, seed: int, held_out: bool) -> list[dict[str, Any]]:
+    return list(itertools.islice(iter_rows(seed, held_out), n))
 
 
 def train_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
