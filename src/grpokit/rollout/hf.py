@@ -27,7 +27,7 @@ import torch
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout
-from . import static
+from . import hf_generate, static
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ def generate(
     decode=None,
     engine: str = "auto",
     cuda_graphs: bool = True, vision: list[dict] | None = None,  # image prompts: P dicts of image inputs (see _prefill)
+    generation_kwargs: dict | None = None,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -105,13 +106,24 @@ def generate(
         engine: ``"static"`` decodes with ``StaticDecoder`` (pre-allocated cache, lean step; Llama /
             Qwen2 / Mistral shapes and Qwen2-VL's language model), ``"dynamic"`` with the model's own
             forward and ``DynamicCache``; ``"auto"`` picks static where supported. Both sample the same tokens.
+            ``"generate"`` calls transformers' ``model.generate`` (rollout/hf_generate.py: beam search
+            and the other ``generation_kwargs``; no sampling logprobs, no image prompts).
         cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
             sampled tokens are the same.
         vision: image prompts: P dicts of the processor's image tensors, one per prompt; they enter
             the prefill only (both engines), whose cache the G samples share.
+        generation_kwargs: engine "generate" only: extra ``GenerationConfig`` settings.
     """
-    if engine not in ("auto", "static", "dynamic"):
-        raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
+    if engine not in ("auto", "static", "dynamic", "generate"):
+        raise ValueError(f"engine must be auto, static, dynamic or generate, got {engine!r}")
+    if engine == "generate":
+        if vision is not None:
+            raise ValueError("engine='generate' does not take image prompts; use engine auto, static or dynamic")
+        return hf_generate.generate(model, prompt_ids, group_size, params, eos_token_ids=eos_token_ids,
+                                    pad_token_id=pad_token_id, generator=generator, decode=decode,
+                                    generation_kwargs=generation_kwargs)
+    if generation_kwargs:
+        raise ValueError(f"generation_kwargs {generation_kwargs} need engine='generate', got engine={engine!r}")
     use_static = engine == "static" or (engine == "auto" and static.supports(model))
     if engine == "static" and not static.supports(model):
         raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
