@@ -114,19 +114,10 @@ def generate(
             the prefill only (both engines), whose cache the G samples share.
         generation_kwargs: engine "generate" only: extra ``GenerationConfig`` settings.
     """
-    if engine not in ("auto", "static", "dynamic", "generate"):
-        raise ValueError(f"engine must be auto, static, dynamic or generate, got {engine!r}")
-    if engine == "generate":
-        if vision is not None:
-            raise ValueError("engine='generate' does not take image prompts; use engine auto, static or dynamic")
-        return hf_generate.generate(model, prompt_ids, group_size, params, eos_token_ids=eos_token_ids,
-                                    pad_token_id=pad_token_id, generator=generator, decode=decode,
-                                    generation_kwargs=generation_kwargs)
-    if generation_kwargs:
-        raise ValueError(f"generation_kwargs {generation_kwargs} need engine='generate', got engine={engine!r}")
-    use_static = engine == "static" or (engine == "auto" and static.supports(model))
-    if engine == "static" and not static.supports(model):
-        raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
+    use_static = _uses_static(model, engine, vision, generation_kwargs)
+    if use_static is None:  # engine "generate"
+        return hf_generate.generate(model, prompt_ids, group_size, params, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                                    generator=generator, decode=decode, generation_kwargs=generation_kwargs)
     d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
@@ -148,6 +139,21 @@ def generate(
         _advance(model, d, tok, ~finished, pad_token_id)
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps, finish_reasons=reasons,
                    group_size=group_size, vision=None if vision is None else [v for v in vision for _ in range(group_size)])
+
+
+def _uses_static(model, engine: str, vision, generation_kwargs) -> bool | None:
+    """Whether ``engine`` decodes with the static loop (False: dynamic; None: transformers' generate())."""
+    if engine not in ("auto", "static", "dynamic", "generate"):
+        raise ValueError(f"engine must be auto, static, dynamic or generate, got {engine!r}")
+    if engine == "generate":
+        if vision is not None:
+            raise ValueError("engine='generate' does not take image prompts; use engine auto, static or dynamic")
+        return None
+    if generation_kwargs:
+        raise ValueError(f"generation_kwargs {generation_kwargs} need engine='generate', got engine={engine!r}")
+    if engine == "static" and not static.supports(model):
+        raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
+    return engine == "static" or (engine == "auto" and static.supports(model))
 
 
 @dataclass
