@@ -134,3 +134,19 @@ def test_beam_search_and_other_generate_options_pick_the_generate_engine():
         to_config(GRPOConfig(generation_kwargs={"num_return_sequences": 2}), num_rows=4)
     with pytest.raises(ConfigError, match=r"generation_kwargs=\{'num_beams': 2\}.*with use_vllm only"):
         to_config(GRPOConfig(use_vllm=True, generation_kwargs={"num_beams": 2}), num_rows=4)
+
+
+def test_trls_generation_kwargs_test_arguments_train_through_generate(chat_model, tmp_path):
+    # TRL's test_train_with_generation_kwargs: 3 prompts x 3 generations, 8 tokens, beam search of 2 with
+    # length_penalty -0.1 (lr 0.1 as there: the tiny model's gradients are small); one step here
+    rows = Dataset.from_list([{"prompt": f"say {w}"} for w in ("ab", "cd", "ef")])
+    tr = GRPOTrainer(chat_model, reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
+                     args=args(tmp_path, learning_rate=0.1, per_device_train_batch_size=3, num_generations=3,
+                               max_completion_length=8, report_to="none",
+                               generation_kwargs={"do_sample": True, "top_k": 50, "num_beams": 2, "length_penalty": -0.1}),
+                     train_dataset=rows)
+    assert tr.cfg.rollout.engine == "generate" and tr.cfg.rollout.generation_kwargs == {"num_beams": 2, "length_penalty": -0.1}
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    tr.train()
+    assert tr.state.log_history[-1]["train_loss"] is not None
+    assert all(not torch.equal(before[n], p.detach()) for n, p in tr.model.named_parameters())
