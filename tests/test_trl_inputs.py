@@ -112,19 +112,41 @@ def test_ref_model_is_the_frozen_reference_or_none(chat_model, tmp_path):
         assert torch.equal(ref.get_parameter(name), p) and not ref.get_parameter(name).requires_grad
 
 
-def test_generation_kwargs_that_change_nothing_are_accepted_and_beams_refused():
+def test_generation_kwargs_that_change_nothing_keep_grpokits_own_loop():
     from grpokit.trl.mapping import to_config
 
-    # do_sample True and num_beams 1 are how grpokit samples; length_penalty weighs beams only: top_k alone lands
+    # do_sample True and num_beams 1 are how grpokit samples; length_penalty alone weighs beams only: top_k alone lands
     c = to_config(GRPOConfig(generation_kwargs={"do_sample": True, "num_beams": 1, "length_penalty": -0.1, "top_k": 50}), num_rows=4)
     assert c.rollout.top_k == 50 and c.rollout.temperature == 1.0
-    for bad in ({"num_beams": 2}, {"do_sample": False}):
-        with pytest.raises(ConfigError, match=r"^GRPOConfig argument generation_kwargs=\{'(num_beams|do_sample)': (2|False)\} is not supported"):
-            to_config(GRPOConfig(generation_kwargs=bad), num_rows=4)
+    assert c.rollout.engine == "auto" and c.rollout.generation_kwargs == {}
 
 
-def test_beam_search_is_refused_with_the_reason():
+def test_beam_search_and_other_generate_options_pick_the_generate_engine():
     from grpokit.trl.mapping import to_config
 
-    with pytest.raises(ConfigError, match=r"num_beams.*never call transformers' generate\(\), so there is no beam search"):
-        to_config(GRPOConfig(generation_kwargs={"num_beams": 2, "top_k": 5}), num_rows=4)
+    # TRL's test_train_with_generation_kwargs: top_k is a rollout field, the rest goes to generate() as TRL passes it
+    c = to_config(GRPOConfig(generation_kwargs={"do_sample": True, "top_k": 50, "num_beams": 2, "length_penalty": -0.1}), num_rows=4)
+    assert c.rollout.engine == "generate" and c.rollout.top_k == 50
+    assert c.rollout.generation_kwargs == {"num_beams": 2, "length_penalty": -0.1}
+    c = to_config(GRPOConfig(generation_kwargs={"do_sample": False}), num_rows=4)  # greedy, as TRL's generate() would
+    assert c.rollout.engine == "generate" and c.rollout.generation_kwargs == {"do_sample": False}
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument generation_kwargs=\{'num_return_sequences': 2\} is not supported"):
+        to_config(GRPOConfig(generation_kwargs={"num_return_sequences": 2}), num_rows=4)
+    with pytest.raises(ConfigError, match=r"generation_kwargs=\{'num_beams': 2\}.*with use_vllm only"):
+        to_config(GRPOConfig(use_vllm=True, generation_kwargs={"num_beams": 2}), num_rows=4)
+
+
+def test_trls_generation_kwargs_test_arguments_train_through_generate(chat_model, tmp_path):
+    # TRL's test_train_with_generation_kwargs: 3 prompts x 3 generations, 8 tokens, beam search of 2 with
+    # length_penalty -0.1 (lr 0.1 as there: the tiny model's gradients are small); one step here
+    rows = Dataset.from_list([{"prompt": f"say {w}"} for w in ("ab", "cd", "ef")])
+    tr = GRPOTrainer(chat_model, reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
+                     args=args(tmp_path, learning_rate=0.1, per_device_train_batch_size=3, num_generations=3,
+                               max_completion_length=8, report_to="none",
+                               generation_kwargs={"do_sample": True, "top_k": 50, "num_beams": 2, "length_penalty": -0.1}),
+                     train_dataset=rows)
+    assert tr.cfg.rollout.engine == "generate" and tr.cfg.rollout.generation_kwargs == {"num_beams": 2, "length_penalty": -0.1}
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    tr.train()
+    assert tr.state.log_history[-1]["train_loss"] is not None
+    assert all(not torch.equal(before[n], p.detach()) for n, p in tr.model.named_parameters())

@@ -139,6 +139,10 @@ class RolloutConfig:
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
     backend: str = "hf"
     """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
+    engine: str = "auto"
+    """backend=hf: the decode loop: "auto" (static where the model's shape allows, else dynamic), "static" (pre-allocated cache), "dynamic" (the model's own forward and DynamicCache), or "generate" (transformers' model.generate with rollout.generation_kwargs: beam search and the other GenerationConfig options; records no sampling logprobs, so the old logprobs come from the training pass)."""
+    generation_kwargs: dict = field(default_factory=dict)
+    """engine=generate: extra GenerationConfig settings on top of the sampling fields, e.g. {num_beams: 2, length_penalty: -0.1} (TRL's generation_kwargs); keys with a rollout field of their own (temperature, top_p, top_k, min_p, max_new_tokens, repetition_penalty, stop) are set there."""
     cuda_graphs: bool = True
     """backend=hf on CUDA: replay each decode step of the static engine as a CUDA graph (same tokens, far fewer kernel launches); false runs it eagerly."""
     sample_group_size: int = 0

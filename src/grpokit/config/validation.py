@@ -114,6 +114,7 @@ def _rollout(cfg: Config) -> None:
     _check(0 <= r.tis_min < float("inf") and (r.tis_cap == 0 or r.tis_min <= r.tis_cap),
            f"rollout.tis_min={r.tis_min} must be a number >= 0 (0 = no lower bound) and at most rollout.tis_cap={r.tis_cap}")
     _check_performance(cfg)
+    _rollout_engine(cfg)
     _check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     _check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
@@ -292,6 +293,28 @@ def _check_performance(cfg: Config) -> None:
     _one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
     _check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
     _check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")
+
+
+# rollout.generation_kwargs keys set elsewhere: by a rollout field of their own, or by the engine
+# itself (one completion per row, EOS and padding from the tokenizer, generate's plain tensor output)
+GENERATE_OWN_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop_strings",
+                     "eos_token_id", "pad_token_id", "num_return_sequences", "return_dict_in_generate", "output_scores",
+                     "output_logits")
+
+
+def _rollout_engine(cfg: Config) -> None:
+    """rollout.engine and rollout.generation_kwargs."""
+    r = cfg.rollout
+    _one_of("rollout.engine", r.engine, ("auto", "static", "dynamic", "generate"))
+    _check(r.engine == "auto" or r.backend == "hf", f"rollout.engine={r.engine} picks a decode loop of rollout.backend=hf, "
+           f"but rollout.backend={r.backend}; leave rollout.engine at auto")
+    _check(r.engine != "generate" or r.async_staleness == 0, "rollout.engine=generate records no sampling logprobs, which "
+           f"asynchronous sampling's importance weights need, but rollout.async_staleness={r.async_staleness}; use 0")
+    _check(not r.generation_kwargs or r.engine == "generate", f"rollout.generation_kwargs={r.generation_kwargs} is read only "
+           f"by rollout.engine=generate, but rollout.engine={r.engine}; set rollout.engine=generate or leave it empty")
+    own = [k for k in r.generation_kwargs if k in GENERATE_OWN_KEYS]
+    _check(not own, f"rollout.generation_kwargs keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
+           "min_p, max_new_tokens, repetition_penalty and stop, or the engine itself); remove them from generation_kwargs")
 
 
 def _looks_like_path(s: str) -> bool:

@@ -27,7 +27,7 @@ import torch
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout
-from . import static
+from . import hf_generate, static
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ def generate(
     decode=None,
     engine: str = "auto",
     cuda_graphs: bool = True, vision: list[dict] | None = None,  # image prompts: P dicts of image inputs (see _prefill)
+    generation_kwargs: dict | None = None,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
 
@@ -105,16 +106,18 @@ def generate(
         engine: ``"static"`` decodes with ``StaticDecoder`` (pre-allocated cache, lean step; Llama /
             Qwen2 / Mistral shapes and Qwen2-VL's language model), ``"dynamic"`` with the model's own
             forward and ``DynamicCache``; ``"auto"`` picks static where supported. Both sample the same tokens.
+            ``"generate"`` calls transformers' ``model.generate`` (rollout/hf_generate.py: beam search
+            and the other ``generation_kwargs``; no sampling logprobs, no image prompts).
         cuda_graphs: on CUDA, replay the static engine's step as CUDA graphs (static.py); the
             sampled tokens are the same.
         vision: image prompts: P dicts of the processor's image tensors, one per prompt; they enter
             the prefill only (both engines), whose cache the G samples share.
+        generation_kwargs: engine "generate" only: extra ``GenerationConfig`` settings.
     """
-    if engine not in ("auto", "static", "dynamic"):
-        raise ValueError(f"engine must be auto, static or dynamic, got {engine!r}")
-    use_static = engine == "static" or (engine == "auto" and static.supports(model))
-    if engine == "static" and not static.supports(model):
-        raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
+    use_static = _uses_static(model, engine, vision, generation_kwargs)
+    if use_static is None:  # engine "generate"
+        return hf_generate.generate(model, prompt_ids, group_size, params, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                                    generator=generator, decode=decode, generation_kwargs=generation_kwargs)
     d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
@@ -136,6 +139,21 @@ def generate(
         _advance(model, d, tok, ~finished, pad_token_id)
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps, finish_reasons=reasons,
                    group_size=group_size, vision=None if vision is None else [v for v in vision for _ in range(group_size)])
+
+
+def _uses_static(model, engine: str, vision, generation_kwargs) -> bool | None:
+    """Whether ``engine`` decodes with the static loop (False: dynamic; None: transformers' generate())."""
+    if engine not in ("auto", "static", "dynamic", "generate"):
+        raise ValueError(f"engine must be auto, static, dynamic or generate, got {engine!r}")
+    if engine == "generate":
+        if vision is not None:
+            raise ValueError("engine='generate' does not take image prompts; use engine auto, static or dynamic")
+        return None
+    if generation_kwargs:
+        raise ValueError(f"generation_kwargs {generation_kwargs} need engine='generate', got engine={engine!r}")
+    if engine == "static" and not static.supports(model):
+        raise ValueError(f"engine='static' does not support model type {getattr(model.config, 'model_type', '?')!r}")
+    return engine == "static" or (engine == "auto" and static.supports(model))
 
 
 @dataclass

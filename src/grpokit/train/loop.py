@@ -316,7 +316,8 @@ class Trainer:
         if engine is not None and not getattr(engine, "prefetches", False):
             return lambda ctx, G, params, vision=None, images=None: engine.generate(ctx, G, params=params, sleep=False, images=images)
         return lambda ctx, G, params, images=None, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
-                                               pad_token_id=self.tokenizer.pad_token_id,
+                                               pad_token_id=self.tokenizer.pad_token_id, engine=self.cfg.rollout.engine,
+                                               generation_kwargs=self.cfg.rollout.generation_kwargs or None,
                                                generator=generator if generator is not None else self.generator,
                                                cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None
                                                and not self.cfg.model.neftune_noise_alpha)  # a graph would replay one noise draw

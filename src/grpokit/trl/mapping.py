@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
+from grpokit.config.validation import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
@@ -132,20 +133,30 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     out = {"rollout.temperature": a.temperature, "rollout.top_p": a.top_p, "rollout.top_k": a.top_k,
            "rollout.min_p": a.min_p or 0.0, "rollout.max_new_tokens": a.max_completion_length,
            "rollout.repetition_penalty": a.repetition_penalty}
-    names = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-             "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop", "stop": "stop",
-             "repetition_penalty": "repetition_penalty"}
+    extra = {}  # what only transformers' generate() does: beam search, no_repeat_ngram_size ...
     for key, value in (a.generation_kwargs or {}).items():
-        if (key, value) in (("do_sample", True), ("num_beams", 1)) or key == "length_penalty":
-            continue  # what grpokit does anyway; length_penalty weighs beam scores only (transformers), and there are none
-        if key == "num_beams":  # no engine calls transformers' generate(): hf.py decodes itself, vLLM samples
-            raise _refuse("generation_kwargs", {key: value}, "num_beams 1 (grpokit's engines sample each completion "
-                          "independently and never call transformers' generate(), so there is no beam search)")
-        if key not in names:
-            raise _refuse("generation_kwargs", {key: value}, "keys " + ", ".join(names) + ", do_sample True, num_beams 1, length_penalty")
-        out[f"rollout.{names[key]}"] = [value] if names[key] == "stop" and isinstance(value, str) else value
+        if (key, value) in (("do_sample", True), ("num_beams", 1)):
+            continue  # what grpokit's own loops do anyway
+        if key in _GENERATION_FIELDS:
+            field = _GENERATION_FIELDS[key]
+            out[f"rollout.{field}"] = [value] if field == "stop" and isinstance(value, str) else value
+        elif key in GENERATE_OWN_KEYS:  # TRL sets these itself from the tokenizer and its one-completion-per-row layout
+            raise _refuse("generation_kwargs", {key: value}, "keys other than " + ", ".join(GENERATE_OWN_KEYS[7:])
+                          + " (TRL and grpokit set them from the tokenizer and one completion per row)")
+        else:
+            extra[key] = value
+    if set(extra) - {"length_penalty"}:  # length_penalty alone weighs beam scores only: no beams, no effect
+        if a.use_vllm:
+            raise _refuse("generation_kwargs", extra, "with use_vllm only temperature, top_p, top_k, min_p, max_tokens, "
+                          "stop and repetition_penalty (grpokit passes no other keys to vLLM)")
+        out.update({"rollout.engine": "generate", "rollout.generation_kwargs": extra})  # TRL hands them to model.generate
     out["env.max_episode_tokens"] = a.max_completion_length  # TRL: a tool episode's whole completion, tool results included
     return out
+
+
+_GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                      "max_new_tokens": "max_new_tokens", "max_tokens": "max_new_tokens", "stop_strings": "stop",
+                      "stop": "stop", "repetition_penalty": "repetition_penalty"}
 
 
 def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -279,11 +290,11 @@ MAPPING: list[Rule] = [
          _v(**{"train.seed": "seed", "train.deterministic": "full_determinism", "data.shuffle": "shuffle_dataset"})),
     Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs"),
          ("rollout.max_new_tokens", "rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.min_p", "rollout.stop",
-          "rollout.repetition_penalty", "env.max_episode_tokens"),
+          "rollout.repetition_penalty", "rollout.engine", "rollout.generation_kwargs", "env.max_episode_tokens"),
          "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
          "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
-         "do_sample only True and num_beams only 1 (grpokit samples each completion on its own, no beam search), "
-         "length_penalty no effect (it weighs beams only); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
+         "any other key (num_beams 2, length_penalty, do_sample False ...) picks rollout.engine=generate, which passes them "
+         "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
     Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
