@@ -24,7 +24,7 @@ OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.scale": "batch", "a
 
 
 def scripted_generate(model, prompt_ids, group_size, params, *, eos_token_ids, pad_token_id, generator=None, decode=None,
-                      cuda_graphs=True):
+                      cuda_graphs=True, engine="auto", generation_kwargs=None):
     """Completions that depend only on (prompt, sample index): the same on any rank layout."""
     comps, logps, reasons = [], [], []
     for p in prompt_ids:
