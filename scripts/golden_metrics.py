@@ -53,7 +53,10 @@ def run_one(overrides: list[str]) -> list[dict]:
     return [{k: v for k, v in l.items() if not any(s in k for s in SKIP)} for l in lines]
 
 
-def same(a, b, rel: float = 1e-6) -> bool:
+def same(a, b, rel: float = 1e-4) -> bool:
+    """Equal up to ``rel``: the record's machine and another CPU kind sum reductions in another
+    order (SIMD width), which moved grad_norm, kl and ratio/mean by up to 2.4e-6 relative between
+    the recording machine and an AMD EPYC one; a moved stage moves them by far more."""
     if isinstance(a, float) or isinstance(b, float):
         if a is None or b is None:
             return a is b

@@ -216,6 +216,9 @@ def _rank(rank, world, init_file, model_dir, out, url, result_file, fsdp=False):
         weights = full_weights(tr.model) if fsdp else tr.model.state_dict()  # FSDP2: a collective, every rank
         if rank == 0:
             torch.save({"weights": weights, "metrics": metrics}, result_file)
+        tr.engine.close()
+        tr.runner.close()
+        dist.barrier()  # neither rank tears gloo down while the other still uses it (a rank once aborted at exit)
     finally:
         dist.destroy_process_group()
 
