@@ -66,6 +66,10 @@ def check_world(cfg: Config, ctx: DistContext) -> None:
     if t.fsdp and not torch.distributed.is_initialized():
         raise ConfigError("train.fsdp=true needs a process group; launch with torchrun --nproc_per_node N "
                           "(N = 1 runs FSDP on one GPU, to try it)")
+    tp = cfg.rollout.vllm_tensor_parallel_size
+    if k % tp:  # also with one process: a group of tp ranks needs tp processes
+        raise ConfigError(f"rollout.vllm_tensor_parallel_size={tp} must divide the {k} ranks (one engine per group of {tp} "
+                          f"consecutive ranks); use one of: {', '.join(str(d) for d in range(1, k + 1) if k % d == 0)}")
     if k == 1:
         return
     if t.prompts_per_step % k:
