@@ -312,3 +312,19 @@ def test_entropy_and_model_forward_arguments_map_onto_grpokit_fields():
     for bad in ({"neftune_noise_alpha": -1.0}, {"router_aux_loss_coef": -0.5}, {"entropy_coef_delta": float("nan")}):
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {next(iter(bad))}="):
             GRPOConfig(**bad)
+
+
+def test_colocated_vllm_tensor_parallel_size_maps_to_the_rollout_field():
+    vllm = dict(use_vllm=True, vllm_importance_sampling_mode="token_truncate")
+    c = to_config(GRPOConfig("o", **vllm, vllm_mode="colocate", vllm_tensor_parallel_size=2), num_rows=64, world_size=4)
+    assert (c.rollout.backend, c.rollout.vllm_tensor_parallel_size) == ("vllm", 2)  # groups [0 1] [2 3], as TRL
+    validate(c)
+    assert to_config(GRPOConfig("o", **vllm), num_rows=64, world_size=4).rollout.vllm_tensor_parallel_size == 1
+    # server mode: the server's own --tensor-parallel-size decides (TRL ignores the argument), so 1 here
+    c = to_config(GRPOConfig("o", **vllm, vllm_mode="server", vllm_tensor_parallel_size=2), num_rows=64, world_size=3)
+    assert (c.rollout.backend, c.rollout.vllm_tensor_parallel_size) == ("vllm_server", 1)
+    # TRL: "tensor_parallel_size (2) must divide world size (3) evenly"
+    with pytest.raises(ConfigError) as e:
+        to_config(GRPOConfig("o", **vllm, vllm_tensor_parallel_size=2), num_rows=64, world_size=3)
+    assert str(e.value) == ("GRPOConfig argument vllm_tensor_parallel_size=2 must divide the 3 training processes with "
+                            "vllm_mode='colocate' (each group of 2 shares one vLLM engine); valid: 1, 3")

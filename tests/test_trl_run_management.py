@@ -36,8 +36,9 @@ def test_run_management_arguments_map_by_hand():
     assert (c.rollout.tis_cap, c.rollout.vllm_max_model_len, c.train.save_only_model) == (3.0, 0, False)  # 0: the model's length
     # server mode: the server's own --tensor-parallel-size decides, TRL ignores the argument there
     assert to_config(GRPOConfig("o", **VLLM, vllm_mode="server", vllm_tensor_parallel_size=2), num_rows=4).rollout.backend == "vllm_server"
-    with pytest.raises(ConfigError, match=r"vllm_tensor_parallel_size=2 is not supported.*vllm_mode='server'"):
-        to_config(GRPOConfig("o", **VLLM, vllm_tensor_parallel_size=2), num_rows=4)
+    # colocate: one engine per group of 2 processes, so 2 must divide their number (1 here)
+    with pytest.raises(ConfigError, match=r"vllm_tensor_parallel_size=2 must divide the 1 training processes.*valid: 1$"):
+        to_config(GRPOConfig("o", **VLLM, vllm_tensor_parallel_size=2), num_rows=4, world_size=1)
     for name, value in [("vllm_tensor_parallel_size", 0), ("vllm_max_model_length", 0), ("vllm_importance_sampling_cap", -1.0),
                         ("eval_delay", -1), ("data_seed", 1.5), ("metric_for_best_model", "")]:
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {name}="):

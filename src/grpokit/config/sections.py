@@ -157,6 +157,8 @@ class RolloutConfig:
     """backend=vllm: fraction of the GPU memory the colocated engine may take (the trainer needs the rest)."""
     vllm_max_model_len: int = 0
     """backend=vllm: the colocated engine's context length in tokens, prompt plus completion (vLLM's max_model_len; 0 = the model's own)."""
+    vllm_tensor_parallel_size: int = 1
+    """backend=vllm: GPUs per colocated engine (vLLM tensor parallelism, TRL's vllm_tensor_parallel_size): each group of this many consecutive trainer ranks shares one engine sharded over their GPUs, which samples the group's prompts together (1 = one whole engine per rank; must divide the number of ranks)."""
     vllm_sleep: bool = True
     """backend=vllm: put the engine to sleep (release its memory) during the update and wake it for sampling."""
     vllm_url: str = "http://127.0.0.1:8000"

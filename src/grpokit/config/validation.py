@@ -120,6 +120,11 @@ def _rollout(cfg: Config) -> None:
     _check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
     _check(0 < r.vllm_gpu_memory_utilization <= 1, f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]")
     _check(r.vllm_max_model_len >= 0, f"rollout.vllm_max_model_len={r.vllm_max_model_len} must be >= 0 (0: the model's own length)")
+    _check(type(r.vllm_tensor_parallel_size) is int and r.vllm_tensor_parallel_size >= 1,
+           f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size!r} must be an integer >= 1 (1: one whole engine per rank)")
+    _check(r.vllm_tensor_parallel_size == 1 or r.backend == "vllm",
+           f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size} shards the colocated engine of rollout.backend=vllm, "
+           f"but rollout.backend={r.backend}; set it to 1 (a vLLM server takes `grpokit vllm-serve MODEL --tensor-parallel-size N`)")
 
 
 def _algo_objective(cfg: Config) -> None:

@@ -12,6 +12,9 @@ Weights go to the engine by name through ``LLM.apply_model(lambda m: m.load_weig
 needs the engine in this process (we set ``VLLM_ENABLE_V1_MULTIPROCESSING=0``). LoRA policies are
 sent merged (``W + (alpha/r) B A``, computed without touching the live weights).
 
+Tensor parallelism (``rollout.vllm_tensor_parallel_size`` > 1): one engine sharded over a group of
+trainer ranks, which samples the group's prompts together (rollout/vllm_tp.py).
+
 Server (``rollout.backend=vllm_server``), on other GPUs: stock vLLM started by ``grpokit vllm-serve``,
 driven over HTTP by rollout/vllm_client.py (its docstring has the protocol; rollout/vllm_worker.py is
 the part that runs inside vLLM).
@@ -74,6 +77,14 @@ def to_rollout(outputs: list[Any], prompt_ids: list[list[int]], group_size: int)
     return Rollout([list(p) for p in prompt_ids], comps, logps, reasons, group_size)
 
 
+def vllm_sampling_params(sp_cls, p: SamplingParams, group_size: int):
+    """vLLM's ``SamplingParams`` (class ``sp_cls``) for G = ``group_size`` samples with the settings ``p``."""
+    return sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
+                  min_p=p.min_p, repetition_penalty=p.repetition_penalty,
+                  max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
+                  include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
+
+
 class VLLMColocated:
     """A ``vllm.LLM`` on the trainer's GPU that sleeps during the update."""
 
@@ -88,11 +99,7 @@ class VLLMColocated:
         """Sample; ``params`` overrides the run's (an episode's turn adds a stop string). The episode
         loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``. ``images``:
         each prompt's PIL images (image prompts; rollout/vllm_images.py)."""
-        p = params or self.params
-        sp = self.sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
-                         min_p=p.min_p, repetition_penalty=p.repetition_penalty,
-                         max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
-                         include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
+        sp = vllm_sampling_params(self.sp_cls, params or self.params, group_size)
         outs = self.llm.generate(llm_inputs(prompt_ids, images), sp, use_tqdm=False)
         ro = to_rollout(outs, prompt_ids, group_size)
         if sleep:
@@ -120,9 +127,10 @@ class VLLMColocated:
         pass
 
 
-def make_colocated_engine(r, m, params: SamplingParams, device, seed: int) -> VLLMColocated:
+def make_colocated_engine(r, m, params: SamplingParams, device, seed: int, **engine_args: Any) -> VLLMColocated:
     """The ``rollout.backend=vllm`` engine from the rollout section ``r``, the model section ``m``, the run's
-    sampling settings, device and seed (vllm needs CUDA and the vllm package). A resumed run's caller
+    sampling settings, device and seed (vllm needs CUDA and the vllm package); ``engine_args`` go to
+    ``vllm.LLM`` as well (a tensor-parallel group's, rollout/vllm_tp.py). A resumed run's caller
     then sends the policy's weights with ``after_update`` (the engine loads the base checkpoint)."""
     if device.type != "cuda":
         raise ConfigError(f"rollout.backend=vllm needs a CUDA GPU but the device is {device.type}; use rollout.backend=hf")
@@ -136,5 +144,5 @@ def make_colocated_engine(r, m, params: SamplingParams, device, seed: int) -> VL
     llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,
                    enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=seed,
                    logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code,
-                   max_model_len=r.vllm_max_model_len or None)  # None: vLLM takes the model's own length
+                   max_model_len=r.vllm_max_model_len or None, **engine_args)  # None: vLLM takes the model's own length
     return VLLMColocated(llm, vllm.SamplingParams, params, sleep=r.vllm_sleep)

@@ -287,8 +287,8 @@ class Trainer:
                 ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
-                if self.engine is not None and hasattr(self.engine, "finish_sampling"):
-                    self.engine.finish_sampling()  # colocated vLLM sleeps only once every turn is sampled
+            if self.engine is not None and hasattr(self.engine, "finish_sampling"):  # colocated vLLM sleeps after the
+                self.engine.finish_sampling()  # last turn; with no prompt too: its TP group waits for every rank (vllm_tp.py)
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]

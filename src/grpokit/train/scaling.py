@@ -17,7 +17,7 @@ import torch
 
 from . import lora
 from grpokit.config.sections import Config, ConfigError
-from .distributed import DistContext
+from .distributed import DistContext, rank_seed
 from .models import autocast_context, resolve_autocast
 from grpokit.rollout.lockstep import lockstep
 
@@ -66,6 +66,10 @@ def check_world(cfg: Config, ctx: DistContext) -> None:
     if t.fsdp and not torch.distributed.is_initialized():
         raise ConfigError("train.fsdp=true needs a process group; launch with torchrun --nproc_per_node N "
                           "(N = 1 runs FSDP on one GPU, to try it)")
+    tp = cfg.rollout.vllm_tensor_parallel_size
+    if k % tp:  # also with one process: a group of tp ranks needs tp processes
+        raise ConfigError(f"rollout.vllm_tensor_parallel_size={tp} must divide the {k} ranks (one engine per group of {tp} "
+                          f"consecutive ranks); use one of: {', '.join(str(d) for d in range(1, k + 1) if k % d == 0)}")
     if k == 1:
         return
     if t.prompts_per_step % k:
@@ -132,9 +136,7 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
         engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
         return engine
     if r.backend == "vllm":
-        from grpokit.rollout.vllm import make_colocated_engine
-
-        engine = make_colocated_engine(r, cfg.model, params, device, cfg.train.seed)
+        engine = colocated_engine(cfg, params, device, dist)
         if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
             engine.after_update(model, step)
         return engine
@@ -145,6 +147,21 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
         return AsyncRollout(model, step, sample, next_batch, prompts_per_step=cfg.train.prompts_per_step,
                             group_size=r.group_size, max_staleness=r.async_staleness, device=device, seed=cfg.train.seed)
     return None
+
+
+def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContext):
+    """``rollout.backend=vllm``: one engine per rank, or one per group of ``rollout.vllm_tensor_parallel_size``
+    ranks (rollout/vllm_tp.py). Its seed is the group's, as TRL's (the shards of an engine must sample the same
+    tokens), mixed as the hf engine's rank seeds: group 0 (and so a one-process run) keeps the plain seed."""
+    r = cfg.rollout
+    seed = rank_seed(cfg.train.seed, dist.rank // r.vllm_tensor_parallel_size)
+    if r.vllm_tensor_parallel_size > 1:
+        from grpokit.rollout.vllm_tp import make_tensor_parallel_engine
+
+        return make_tensor_parallel_engine(r, cfg.model, params, device, seed, dist)
+    from grpokit.rollout.vllm import make_colocated_engine
+
+    return make_colocated_engine(r, cfg.model, params, device, seed)
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -274,7 +274,7 @@ class GRPOConfig:
     eval_delay: float = 0
     """No evaluation by eval_strategy before this many TRL steps."""
     vllm_tensor_parallel_size: int = 1
-    """GPUs per vLLM engine: only 1 in colocate mode; in server mode the server's own --tensor-parallel-size decides (as TRL)."""
+    """GPUs per vLLM engine: in colocate mode each group of this many consecutive processes shares one engine (must divide their number); in server mode the server's own --tensor-parallel-size decides (as TRL)."""
     vllm_max_model_length: int | None = None
     """Colocate mode: the engine's max_model_len, prompt plus completion tokens (None: the model's own)."""
     vllm_importance_sampling_cap: float | None = None

@@ -28,7 +28,7 @@ from grpokit.config.validation import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
-from .sampling_args import importance_sampling_fields
+from .sampling_args import vllm_fields
 from .run_args import RUN_MANAGEMENT
 
 
@@ -159,21 +159,6 @@ _GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "
                       "stop": "stop", "repetition_penalty": "repetition_penalty"}
 
 
-def _vllm(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    if not a.use_vllm:
-        return {"rollout.backend": "hf"}
-    if a.vllm_mode not in ("colocate", "server"):
-        raise _refuse("vllm_mode", a.vllm_mode, "colocate, server")
-    if a.vllm_mode == "colocate" and a.vllm_tensor_parallel_size != 1:  # TRL shards one engine over trainer ranks; grpokit's lives in each rank
-        raise _refuse("vllm_tensor_parallel_size", a.vllm_tensor_parallel_size,
-                      "1 with vllm_mode='colocate', or vllm_mode='server' with `grpokit vllm-serve MODEL --tensor-parallel-size N`")
-    url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
-    return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
-            "rollout.vllm_startup_timeout": a.vllm_server_timeout, **importance_sampling_fields(a),
-            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
-            "rollout.vllm_max_model_len": a.vllm_max_model_length or 0}
-
-
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if not a.sync_ref_model:
         return {"algo.ref_refresh_every": 0}
@@ -302,12 +287,14 @@ MAPPING: list[Rule] = [
           "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
           "vllm_importance_sampling_cap", "vllm_max_model_length", "vllm_tensor_parallel_size"),
          ("rollout.backend", "rollout.vllm_url", "rollout.vllm_startup_timeout", "rollout.vllm_gpu_memory_utilization",
-          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.tis_mode", "rollout.tis_min", "rollout.vllm_max_model_len"),
+          "rollout.vllm_sleep", "rollout.tis_cap", "rollout.tis_mode", "rollout.tis_min", "rollout.vllm_max_model_len",
+          "rollout.vllm_tensor_parallel_size"),
          "colocate: vllm, server: vllm_server; importance sampling in all four TRL modes (tis_mode = the mode, "
          "tis_cap = clip_max, or the deprecated vllm_importance_sampling_cap when set, as TRL, None: inf; "
          "tis_min = clip_min, None: 0); vllm_max_model_length is the colocated engine's "
-         "max_model_len (None: 0, the model's); vllm_tensor_parallel_size only 1 with colocate, and in server mode "
-         "the server's own flag decides (as TRL)", _vllm),
+         "max_model_len (None: 0, the model's); vllm_tensor_parallel_size with colocate: one engine per group of that "
+         "many consecutive processes, which must divide their number (as TRL); in server mode the server's own flag "
+         "decides (as TRL; rollout.vllm_tensor_parallel_size 1)", vllm_fields),
     Rule(("beta", "use_bias_correction_kl"), ("algo.beta", "algo.kl_bias_correction"), "copied; KL estimator k3 as TRL",
          lambda a, ctx: {"algo.beta": a.beta, "algo.kl_bias_correction": a.use_bias_correction_kl, "algo.kl_estimator": "k3"}),
     Rule(("num_iterations",), ("algo.num_iterations",), "copied", _v(**{"algo.num_iterations": "num_iterations"})),

@@ -1,8 +1,9 @@
-"""TRL's vLLM importance sampling arguments -> grpokit's TIS stage (rollout.tis_mode, tis_cap, tis_min).
+"""TRL's vLLM arguments -> grpokit's vLLM backends (rollout.backend, rollout.vllm_*) and its TIS stage
+(rollout.tis_mode, tis_cap, tis_min).
 
-Part of mapping.py's table (its vLLM rule calls this); kept apart so each file stays readable. The
-weights, metrics, loss and gradient are checked against TRL's own code in
-tests/test_trl_importance_sampling.py.
+Part of mapping.py's table (its vLLM rule calls ``vllm_fields``); kept apart so each file stays
+readable. The importance sampling weights, metrics, loss and gradient are checked against TRL's own
+code in tests/test_trl_importance_sampling.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,25 @@ from .config import GRPOConfig
 
 def _refuse(name: str, value: Any, valid: str) -> ConfigError:
     return ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; valid: {valid}")
+
+
+def vllm_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    """use_vllm and the vllm_* arguments; ``ctx["world_size"]``: the number of trainer processes."""
+    if not a.use_vllm:
+        return {"rollout.backend": "hf"}
+    if a.vllm_mode not in ("colocate", "server"):
+        raise _refuse("vllm_mode", a.vllm_mode, "colocate, server")
+    tp = a.vllm_tensor_parallel_size if a.vllm_mode == "colocate" else 1  # server mode: the server's own flag decides (as TRL)
+    world = ctx["world_size"]
+    if world % tp:  # as TRL: every group of tp consecutive processes shares one engine
+        valid = ", ".join(str(d) for d in range(1, world + 1) if world % d == 0)
+        raise ConfigError(f"GRPOConfig argument vllm_tensor_parallel_size={tp} must divide the {world} training processes "
+                          f"with vllm_mode='colocate' (each group of {tp} shares one vLLM engine); valid: {valid}")
+    url = a.vllm_server_base_url or f"http://{a.vllm_server_host}:{a.vllm_server_port}"
+    return {"rollout.backend": "vllm" if a.vllm_mode == "colocate" else "vllm_server", "rollout.vllm_url": url,
+            "rollout.vllm_startup_timeout": a.vllm_server_timeout, **importance_sampling_fields(a),
+            "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization, "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
+            "rollout.vllm_max_model_len": a.vllm_max_model_length or 0, "rollout.vllm_tensor_parallel_size": tp}
 
 
 def importance_sampling_fields(a: GRPOConfig) -> dict[str, Any]:
