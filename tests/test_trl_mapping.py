@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -173,6 +174,25 @@ def test_a_value_no_run_can_use_is_refused_naming_the_argument(name, value):
     args = GRPOConfig("out")
     with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}="):  # set after construction too
         setattr(args, name, value)
+
+
+@pytest.mark.parametrize("name,value,valid", [
+    ("fp16", "yes", "True or False"), ("bf16", "yes", "None, True or False"), ("use_vllm", "x", "True or False"),
+    ("mask_truncated_completions", 1, "True or False"), ("output_dir", 123, "None or a string"), ("run_name", 7, "None or a string"),
+    ("vllm_mode", "nope", "'colocate' or 'server'"), ("importance_sampling_level", "word", "'token' or 'sequence'"),
+    ("vllm_importance_sampling_mode", "nope", "one of token_truncate, token_mask, sequence_truncate, sequence_mask")])
+def test_a_value_of_the_wrong_kind_is_refused_naming_the_argument(name, value, valid):
+    # each was accepted as truthy, named a grpokit field, or raised a KeyError (bf16="yes") before
+    with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}={value!r} is not valid; use {re.escape(valid)}$"):
+        GRPOConfig(**{"output_dir": "out", name: value})
+
+
+def test_paths_and_enum_strings_pass_the_kind_checks():
+    from pathlib import Path
+    from transformers.trainer_utils import IntervalStrategy
+
+    args = GRPOConfig(Path("out"), eval_strategy=IntervalStrategy.STEPS, bf16=None, run_name=None)
+    assert args.eval_strategy == "steps"
 
 
 def test_valid_edge_values_are_accepted():

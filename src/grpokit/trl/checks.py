@@ -9,8 +9,10 @@ mapping.py, where the values are combined.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable
 
+from grpokit.algo.tis import TIS_MODES
 from grpokit.config.sections import ConfigError
 
 
@@ -71,8 +73,6 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "beta": (_at_least(0), "a finite number >= 0"),
     "epsilon": (_at_least(0), "a finite number >= 0"),
     "epsilon_high": (_at_least(0, none=True), "None or a finite number >= 0"),
-    "delta": (_above(1, none=True), "None or a finite number > 1"),
-    "ref_model_mixup_alpha": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
     "top_entropy_quantile": (lambda x: _num(x) and 0 < x <= 1, "a number in (0, 1]"),
     "entropy_coef": (_at_least(0), "a finite number >= 0"),
     "entropy_coef_min": (_at_least(0), "a finite number >= 0"),
@@ -102,11 +102,27 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "project": (lambda x: isinstance(x, str) and x.strip() != "", "a non-empty project name"),
     "reward_weights": (lambda x: x is None or (isinstance(x, (list, tuple)) and all(_num(w) for w in x)),
                        "None or a list of finite numbers, one per reward function"),
+    # named choices, checked when set (TRL reads some only with another argument, e.g. vllm_mode with use_vllm)
+    "vllm_mode": (lambda x: x in ("colocate", "server"), "'colocate' or 'server'"),
+    "importance_sampling_level": (lambda x: x in ("token", "sequence"), "'token' or 'sequence'"),
+    "vllm_importance_sampling_mode": (lambda x: x in TIS_MODES, "one of " + ", ".join(TIS_MODES)),
 }
 
 
-def check(name: str, value: Any) -> None:
-    """Refuse ``value`` for GRPOConfig argument ``name`` when no run can use it."""
+_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {  # a field's annotation -> its check and the words for it
+    "bool": (lambda x: isinstance(x, bool), "True or False"),
+    "bool | None": (lambda x: x is None or isinstance(x, bool), "None, True or False"),
+    "str": (lambda x: isinstance(x, (str, os.PathLike)), "a string"),
+    "str | None": (lambda x: x is None or isinstance(x, (str, os.PathLike)), "None or a string"),
+}
+
+
+def check(name: str, value: Any, annotation: str = "") -> None:
+    """Refuse ``value`` for GRPOConfig argument ``name`` (declared as ``annotation``) when no run can
+    use it: a value of the wrong type (``fp16="yes"``, ``output_dir=123``) or out of range."""
+    kind = _TYPES.get(annotation)
+    if kind is not None and not kind[0](value):
+        raise ConfigError(f"GRPOConfig argument {name}={value!r} is not valid; use {kind[1]}")
     rule = CHECKS.get(name)
     if isinstance(value, str):  # a YAML / command-line override ("1e-4"): checked as the number it reads as
         value = _as_number(value)

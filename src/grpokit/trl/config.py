@@ -336,7 +336,7 @@ class GRPOConfig:
                                   f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
         elif name not in _FIELDS:
             raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
-        check(name, value)
+        check(name, value, _ANNOTATIONS.get(name, ""))
         if name == "scale_rewards":
             value = {True: "group", False: "none"}.get(value, value)
         object.__setattr__(self, name, value)
@@ -346,6 +346,7 @@ class GRPOConfig:
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(GRPOConfig))
+_ANNOTATIONS = {f.name: str(f.type) for f in dataclasses.fields(GRPOConfig)}  # "bool", "str | None" ... (checks.py)
 
 
 def _same(value: Any, default: Any) -> bool:
