@@ -121,3 +121,25 @@ def test_trainer_with_a_fake_colocated_engine_applies_tis(tiny_model_dir, tmp_pa
     assert m["tis/logp_abs_diff_mean"] > 0  # the fake's -0.5 is not the tiny model's logprob
     assert [c[0] for c in llm.calls] == ["generate", "sleep", "wake_up", "apply_model", "wake_up", "reset_prefix_cache"]
     assert torch.equal(llm.loaded["lm_head.weight"], tr.model.lm_head.weight)  # the engine holds the updated policy
+
+
+def test_dynamic_sampling_rounds_all_sample_before_the_engine_sleeps(tiny_model_dir, tmp_path):
+    # a group's G completions are one text, so every group is flat and DAPO samples again, up to
+    # max_sampling_rounds; the engine used to sleep (level 2: weights dropped) after round 1, so
+    # rounds 2 and 3 sampled from an engine without weights
+    class SameLLM(FakeLLM):
+        def generate(self, prompts, sp, use_tqdm=False):
+            outs = super().generate(prompts, sp, use_tqdm)
+            for o in outs:
+                o.outputs = [completion(s.index, o.outputs[-1].token_ids, [-0.5] * 3, "stop") for s in o.outputs]
+            return outs
+
+    tr = make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "algo.dynamic_sampling": True,
+                                                   "algo.max_sampling_rounds": 3})
+    llm = SameLLM()
+    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=True)
+    tr.cfg.rollout.backend = "vllm"
+    tr.train_step()
+    kinds = [c[0] for c in llm.calls]
+    # 3 rounds, then one more batch to train on since every round was flat (rollout/collect.py)
+    assert kinds == ["generate"] * 4 + ["sleep", "wake_up", "apply_model", "wake_up", "reset_prefix_cache"]

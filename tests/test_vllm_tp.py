@@ -134,12 +134,15 @@ def test_members_on_different_turns_share_one_call_with_their_own_settings():
     assert ro.completion_ids == [[8, 3, 1], [8, 4, 1]]  # 5 % 20 + 3 = 8
 
 
-def test_a_member_done_sampling_joins_the_groups_calls_then_sleeps():
+def test_a_member_done_sampling_joins_the_groups_calls_and_sleeps_only_for_the_update():
     llm = FakeLLM()
     eng = engine(scripted([Request([[9]], [["cat"]], 1, P3), None], [None, None], [None, None]), member=1, llm=llm)
     eng.finish_sampling()  # round 1: rank 0 still samples (an image prompt); round 2: everyone is done
-    assert llm.calls == [["generate", [[9]], [1], [["cat"]]], ["sleep", 2]]
+    assert llm.calls == [["generate", [[9]], [1], [["cat"]]]]
+    eng.sleep_for_update()  # the step's sampling is over
+    assert llm.calls[1:] == [["sleep", 2]]
     eng.finish_sampling()  # again (no prompt this round): one all-None round, and the engine is already asleep
+    eng.sleep_for_update()
     assert len(llm.calls) == 2
 
 
@@ -178,7 +181,7 @@ RANK_PROMPTS = {0: [[3, 4], [5]], 1: [[6], [7, 8], [9]], 2: [[10]], 3: [[11], [1
 
 def _engine_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     """Each rank samples its prompts (G = 2); then rank 0 samples a second turn alone while rank 1 is
-    done; the others are done at once. Then every rank syncs weights."""
+    done; the others are done at once. Then every rank sleeps and syncs weights."""
     from conftest import tiny_llama
 
     cfg = _tp_config(model_dir)
@@ -186,6 +189,7 @@ def _engine_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     ro = eng.generate(RANK_PROMPTS[rank], 2, sleep=False)
     second = eng.generate([[11]], 1, sleep=False).completion_ids if rank == 0 else None
     eng.finish_sampling()
+    eng.sleep_for_update()  # what the trainer does once the step's sampling is over
     eng.after_update(tiny_llama(), 1)
     llm = FakeLLM.built[-1]
     return {"kwargs": {k: llm.kwargs[k] for k in ("tensor_parallel_size", "distributed_executor_backend", "seed")},

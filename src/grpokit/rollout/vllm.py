@@ -97,17 +97,23 @@ class VLLMColocated:
     def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
                  sleep: bool = True, images: list[list] | None = None) -> Rollout:
         """Sample; ``params`` overrides the run's (an episode's turn adds a stop string). The episode
-        loop calls this once per turn with ``sleep=False`` and then ``finish_sampling``. ``images``:
+        loop calls this once per turn with ``sleep=False``, then ``finish_sampling``; the trainer calls
+        ``sleep_for_update`` once the step's last round is sampled. ``images``:
         each prompt's PIL images (image prompts; rollout/vllm_images.py)."""
         sp = vllm_sampling_params(self.sp_cls, params or self.params, group_size)
         outs = self.llm.generate(llm_inputs(prompt_ids, images), sp, use_tqdm=False)
         ro = to_rollout(outs, prompt_ids, group_size)
         if sleep:
-            self.finish_sampling()
+            self.sleep_for_update()
         return ro
 
     def finish_sampling(self) -> None:
-        """Sampling for this step is over: sleep (if configured) so the update gets the memory."""
+        """A round of sampling is over (one engine per rank: nothing to do; rollout/vllm_tp.py's group waits here)."""
+
+    def sleep_for_update(self) -> None:
+        """The step's sampling is over, every dynamic-sampling round included: sleep (if configured) so
+        the update gets the memory. Not after each round: a later round would meet an engine whose
+        weights level 2 threw away."""
         if self.sleep and not self.asleep:  # weights are re-sent after the update anyway (level 2)
             self.llm.sleep(level=2)
             self.asleep = True

@@ -93,6 +93,7 @@ class TensorParallelEngine:
         ro = to_rollout(own_outputs(self._sample(requests), requests, self.member), prompt_ids, group_size)
         if sleep:
             self.finish_sampling()
+            self.sleep_for_update()
         return ro
 
     def _sample(self, requests: list[Request | None]) -> list:
@@ -104,13 +105,15 @@ class TensorParallelEngine:
         return self.inner.llm.generate(llm_inputs(prompt_ids, images), sps, use_tqdm=False)
 
     def finish_sampling(self) -> None:
-        """Keep the group company until every member is done sampling, then sleep (if configured)."""
+        """Keep the group company until every member is done with this round of sampling."""
         while True:
             requests = self.gather(None)
             if all(q is None for q in requests):
                 break
             self._sample(requests)  # another member's call: take part, keep nothing
-        self.inner.finish_sampling()
+
+    def sleep_for_update(self) -> None:
+        self.inner.sleep_for_update()
 
     def after_update(self, model, step: int) -> dict[str, float]:
         return self.inner.after_update(model, step)  # every rank loads the whole policy; vLLM keeps its shard

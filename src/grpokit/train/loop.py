@@ -170,6 +170,8 @@ class Trainer:
         cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = wiring.Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
+        if hasattr(self.engine, "sleep_for_update"):  # colocated vLLM frees its memory once every round is sampled
+            self.engine.sleep_for_update()
         settings = self._step_settings()
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
             batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
@@ -287,8 +289,8 @@ class Trainer:
                 ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
-            if self.engine is not None and hasattr(self.engine, "finish_sampling"):  # colocated vLLM sleeps after the
-                self.engine.finish_sampling()  # last turn; with no prompt too: its TP group waits for every rank (vllm_tp.py)
+            if self.engine is not None and hasattr(self.engine, "finish_sampling"):  # the round's last turn is sampled;
+                self.engine.finish_sampling()  # with no prompt too: a vLLM TP group waits for every rank (vllm_tp.py)
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]
