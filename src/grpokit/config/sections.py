@@ -14,41 +14,17 @@ dotted command-line overrides (``rollout.group_size=16``). The fully resolved co
 
 ``grpokit.config.validation.validate`` checks every value before any work starts and raises
 ``ConfigError`` with one sentence that names the field, the value and what would be valid.
+``ConfigError`` and the ``section`` decorator live in base.py; the optim section, with every optimizer's
+and schedule's options, in optim.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from grpokit.record.health import HealthConfig
-
-
-class ConfigError(ValueError):
-    """A user's configuration mistake; its message is one sentence meant for the console."""
-
-
-def section(cls: type) -> type:
-    """A config section: a dataclass that remembers which fields were assigned after defaults were
-    filled in (constructor arguments, ``obj.field = v``, YAML, overrides), read with ``assigned``.
-    Settings that depend on the run (the demo's, a preset's) fill only the other fields."""
-    cls = dataclass(cls)
-    init = cls.__init__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        object.__setattr__(self, "_assigned", None)  # the generated __init__ fills defaults: not assignments
-        init(self, *args, **kwargs)
-        names = [f.name for f in dataclasses.fields(self)]
-        object.__setattr__(self, "_assigned", set(names[: len(args)]) | set(kwargs))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        if self.__dict__.get("_assigned") is not None:
-            self._assigned.add(name)
-
-    cls.__init__, cls.__setattr__ = __init__, __setattr__
-    return cls
+from .base import ConfigError, section  # noqa: F401  (ConfigError: imported from here across grpokit)
+from .optim import OptimConfig
 
 
 @section
@@ -350,26 +326,6 @@ class EnvConfig:
     """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
     allow_unsafe_code_execution: bool = False
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
-
-
-@section
-class OptimConfig:
-    lr: float = 1e-6
-    """Peak learning rate of AdamW (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    adam_beta1: float = 0.9
-    """AdamW beta1."""
-    adam_beta2: float = 0.99
-    """AdamW beta2."""
-    adam_eps: float = 1e-8
-    """AdamW epsilon."""
-    warmup_steps: int = 0
-    """Linear warm-up steps from 0 to `lr`."""
-    schedule: str = "constant"
-    """Learning-rate schedule after warm-up: "constant", "linear" or "cosine" (both decay to 0 at the last step)."""
-    max_grad_norm: float = 1.0
-    """Clip the global gradient norm to this value (0 = no clipping)."""
 
 
 @section

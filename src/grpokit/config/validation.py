@@ -14,9 +14,12 @@ from typing import Any
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
 from grpokit.rollout.gec import MODES as GEC_MODES
+from .optim import OptimConfig
 from .sections import Config, ConfigError
 from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
+from grpokit.train.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
+from grpokit.train.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.pipeline import KL_PLACEMENTS
@@ -208,10 +211,7 @@ def _algo_limits(cfg: Config) -> None:
 def _optim_train(cfg: Config) -> None:
     """optim.* and train.*."""
     r, t, o = cfg.rollout, cfg.train, cfg.optim
-    _check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
-    _check(o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps} must be >= 0")
-    _one_of("optim.schedule", o.schedule, ("constant", "linear", "cosine"))
-    _check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
+    _optim(o)
     _check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
     _check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
     n = t.prompts_per_step * r.group_size
@@ -228,6 +228,41 @@ def _optim_train(cfg: Config) -> None:
     _check(t.dist_timeout_s >= 0, f"train.dist_timeout_s={t.dist_timeout_s} must be >= 0 seconds (0 = torch's default)")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
+
+
+def _optim(o: OptimConfig) -> None:
+    """optim.*: the optimizer, the schedule, their ranges, and no option set where nothing reads it."""
+    _check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
+    _check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
+    _one_of("optim.optimizer", o.optimizer, tuple(OPTIMIZERS))
+    problem = missing_package(o.optimizer)
+    _check(problem is None, problem or "")
+    _one_of("optim.schedule", o.schedule, tuple(SCHEDULES))
+    for name in ("warmup_steps", "schedule_steps", "timescale", "num_decay_steps", "weight_decay", "momentum", "dampening",
+                 "lr_decay", "eps", "rms_alpha", "lr_end"):
+        _check(getattr(o, name) >= 0, f"optim.{name}={getattr(o, name)} must be >= 0")
+    for name in ("num_cycles", "restart_cycles", "power"):
+        _check(getattr(o, name) > 0, f"optim.{name}={getattr(o, name)} must be > 0")
+    _check(0 <= o.min_lr_rate <= 1, f"optim.min_lr_rate={o.min_lr_rate} must be in [0, 1] (a fraction of optim.lr)")
+    _check(o.warmup_lr_rate == -1 or 0 <= o.warmup_lr_rate <= 1, f"optim.warmup_lr_rate={o.warmup_lr_rate} must be -1 (1 / warmup_steps) or in [0, 1]")
+    _check(o.num_stable_steps >= -1, f"optim.num_stable_steps={o.num_stable_steps} must be -1 (the rest) or >= 0")
+    _one_of("optim.warmup_type", o.warmup_type, WSD_SHAPES)
+    _one_of("optim.decay_type", o.decay_type, WSD_SHAPES)
+    _check(o.schedule != "polynomial" or o.lr_end < o.lr, f"optim.lr_end={o.lr_end} must be below optim.lr={o.lr} with optim.schedule=polynomial")
+    _check(not o.nesterov or (o.momentum > 0 and o.dampening == 0),
+           f"optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got {o.momentum}, {o.dampening})")
+    _unread(o, "schedule", SCHEDULE_FIELDS)
+    _unread(o, "optimizer", OPTIMIZER_FIELDS, skip=ADAM_FIELDS)
+
+
+def _unread(o: OptimConfig, kind: str, reads: dict[str, tuple[str, ...]], skip: tuple[str, ...] = ()) -> None:
+    """An option of some optimizers (or schedules) set away from its default where ``o``'s does not read it."""
+    default = OptimConfig()
+    for name in sorted({n for names in reads.values() for n in names} - set(skip)):
+        if getattr(o, name) != getattr(default, name) and name not in reads[getattr(o, kind)]:
+            users = ", ".join(k for k, names in reads.items() if name in names)
+            raise ConfigError(f"optim.{name}={getattr(o, name)!r} has no effect with optim.{kind}={getattr(o, kind)}; "
+                              f"it is read by optim.{kind} {users}")
 
 
 def _reward_env(cfg: Config) -> None:

@@ -16,6 +16,8 @@ import torch
 
 from grpokit.config.sections import AlgoConfig, OptimConfig
 from .logprobs import completion_logprobs, logprobs_with_router_loss
+from .optimizers import build_optimizer
+from .schedule import make_scheduler
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, loss_settings
@@ -24,25 +26,10 @@ from grpokit.types import TokenBatch
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
-    params = [p for p in model.parameters() if p.requires_grad]
-    # fused: one kernel over all parameters (CPU and CUDA); on a 33M-parameter model on CPU the step
-    # takes ~26 ms instead of ~120 ms. Sharded (DTensor) parameters keep the default implementation.
-    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() and type(p.data) is torch.Tensor
-                                 for p in params)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                            weight_decay=cfg.weight_decay, fused=fused or None)
-
-    def factor(step: int) -> float:  # linear warm-up, then constant or cosine to 0
-        if step < cfg.warmup_steps:
-            return (step + 1) / (cfg.warmup_steps + 1)
-        progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
-        if cfg.schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        if cfg.schedule == "linear":
-            return 1.0 - progress
-        return 1.0
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    """``(optimizer, scheduler)`` of the model's trainable parameters: ``optim.optimizer`` (optimizers.py)
+    and its learning-rate schedule over ``total_steps`` updates (schedule.py), stepped once per update."""
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
+    return optimizer, make_scheduler(optimizer, cfg, total_steps)
 
 
 def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
