@@ -36,13 +36,13 @@ class GRPOConfig:
     learning_rate: float = 1e-6
     """Peak AdamW learning rate."""
     lr_scheduler_type: str = "linear"
-    """"linear", "cosine", "constant" or "constant_with_warmup"."""
+    """transformers' schedule of that name: "linear", "cosine", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "cosine_with_restarts", "polynomial", "inverse_sqrt", "warmup_stable_decay", "constant" or "constant_with_warmup" (optim.schedule)."""
     warmup_steps: float = 0
-    """Linear warm-up updates (a value in (0, 1) is a fraction of all updates)."""
+    """Linear warm-up updates from a rate of 0 (a value in (0, 1) is a fraction of max_steps); none with "constant", as transformers."""
     optim: str = "adamw_torch_fused"
-    """"adamw_torch" or "adamw_torch_fused" (grpokit's AdamW is fused where it can be)."""
+    """"adamw_torch" or "adamw_torch_fused" (grpokit's AdamW is fused where it can be), "adafactor", "sgd", "adagrad", "rmsprop", or with their CUDA package installed "adamw_8bit" (or "adamw_bnb_8bit"), "paged_adamw_8bit" (bitsandbytes), "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """Weight decay of the optimizer (of every parameter; transformers leaves biases and norms out)."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.999
@@ -64,11 +64,11 @@ class GRPOConfig:
     report_to: Any = "none"
     """Trackers besides metrics.jsonl: "none", or some of tensorboard, wandb, mlflow, trackio."""
     eval_strategy: str = "no"
-    """"no" (evaluate before and after training only, when there is an eval_dataset) or "steps"."""
+    """"no" (no evaluation during training), "steps" (every eval_steps) or "epoch" (at the end of every epoch and of training)."""
     eval_steps: float | None = None
     """With eval_strategy="steps": evaluate every N steps (None: logging_steps)."""
     save_strategy: str = "steps"
-    """"steps" (a checkpoint every save_steps) or "no" (only the final one)."""
+    """"steps" (a checkpoint every save_steps), "epoch" (at the end of every epoch) or "no" (only the final one)."""
     save_steps: float = 500
     """Checkpoint every N steps."""
     save_total_limit: int | None = None
@@ -82,7 +82,7 @@ class GRPOConfig:
     hub_private_repo: bool | None = None
     """Create the repository private."""
     hub_strategy: str = "every_save"
-    """"every_save" (push each checkpoint and the final model) or "end" (push only from push_to_hub() / the end)."""
+    """"every_save" (push each checkpoint's model and the final model) or "end" (push only from push_to_hub() / the end); "checkpoint" and "all_checkpoints" are refused (a grpokit checkpoint resumes only inside its run folder)."""
     seed: int = 42
     """Seed for data order, sampling and initialisation."""
     full_determinism: bool = False
@@ -200,7 +200,7 @@ class GRPOConfig:
     gradient_checkpointing_kwargs: dict | None = None
     """Options of gradient checkpointing; grpokit's checkpointing is non-reentrant, so only use_reentrant=False (or None) is taken."""
     logging_strategy: str = "steps"
-    """"steps" (log every logging_steps) or "no"."""
+    """"steps" (log every logging_steps), "epoch" (at the end of every epoch and of training) or "no"."""
     logging_first_step: bool = False
     """Also log the first step."""
     resume_from_checkpoint: str | None = None
@@ -244,9 +244,9 @@ class GRPOConfig:
     pad_to_multiple_of: Any = "auto"
     """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
     optim_args: str | None = None
-    """Accepted; no effect, as in transformers, whose adamw_torch and adamw_torch_fused ignore optim_args."""
+    """"key=value,..." options of sgd (momentum, dampening, nesterov), adagrad (lr_decay, eps) and rmsprop (momentum, alpha, eps, centered), read as transformers; the other optimizers ignore it, as transformers."""
     lr_scheduler_kwargs: dict | None = None
-    """Scheduler options: only {} or, with cosine, num_cycles=0.5 (grpokit's cosine is the half cycle to 0)."""
+    """Options of lr_scheduler_type's schedule, as transformers' get_scheduler takes them (e.g. {"min_lr_rate": 0.1} with cosine_with_min_lr); a JSON string is parsed."""
     accelerator_config: Any = None
     """Accepted; no effect: it configures accelerate's DataLoader dispatch, and grpokit has neither."""
     fsdp: Any = None

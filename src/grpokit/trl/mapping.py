@@ -28,6 +28,8 @@ from grpokit.config.validation import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
+from .optim_args import optimizer_fields, schedule_fields
+from .step_args import batch_fields, epoch_rounds, steps_fields, trl_max_steps, updates_per_round
 from .sampling_args import vllm_fields
 from .run_args import RUN_MANAGEMENT
 
@@ -50,59 +52,6 @@ def _scale(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.scale_rewards not in ("group", "batch", "none"):
         raise _refuse("scale_rewards", a.scale_rewards, "group (True), batch, none (False)")
     return {"algo.scale": a.scale_rewards}
-
-
-def generation_steps(a: GRPOConfig, world_size: int) -> int:
-    """TRL's steps_per_generation: given, or from generation_batch_size, or gradient_accumulation_steps."""
-    if a.steps_per_generation is not None and a.generation_batch_size is not None:
-        raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
-    if a.generation_batch_size is None:
-        return a.steps_per_generation or a.gradient_accumulation_steps
-    per_pass = a.per_device_train_batch_size * world_size
-    if a.generation_batch_size % per_pass:
-        raise ConfigError(f"GRPOConfig argument generation_batch_size={a.generation_batch_size} is not a multiple of "
-                          f"per_device_train_batch_size * processes = {per_pass}; make it one")
-    return a.generation_batch_size // per_pass
-
-
-def updates_per_round(a: GRPOConfig, world_size: int) -> int:
-    """Optimizer steps one generation batch feeds per num_iterations pass: steps_per_generation / gradient_accumulation_steps."""
-    spg = generation_steps(a, world_size)
-    if spg % a.gradient_accumulation_steps:
-        raise ConfigError(f"GRPOConfig steps_per_generation={spg} is not a multiple of gradient_accumulation_steps="
-                          f"{a.gradient_accumulation_steps}; make it one (a generation batch must feed whole optimizer steps)")
-    return spg // a.gradient_accumulation_steps
-
-
-def _batch(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    per_step = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"]
-    if per_step % a.num_generations:
-        raise ConfigError(f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
-                          f"completions is not a multiple of num_generations={a.num_generations}; make it one")
-    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
-            "train.updates_per_batch": updates_per_round(a, ctx["world_size"])}
-
-
-def _steps(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    per_round = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL steps (optimizer updates) per sampled batch
-    if a.max_steps > 0:
-        return {"train.steps": math.ceil(a.max_steps / per_round)}
-    prompts = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"] // a.num_generations
-    return {"train.steps": math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, prompts))}
-
-
-def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    kinds = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
-    if a.lr_scheduler_type not in kinds:
-        raise _refuse("lr_scheduler_type", a.lr_scheduler_type, ", ".join(kinds))
-    if a.optim not in ("adamw_torch", "adamw_torch_fused"):
-        raise _refuse("optim", a.optim, "adamw_torch, adamw_torch_fused")
-    kw = dict(a.lr_scheduler_kwargs or {})
-    if kw and not (a.lr_scheduler_type == "cosine" and kw == {"num_cycles": 0.5}):
-        raise _refuse("lr_scheduler_kwargs", a.lr_scheduler_kwargs, "None, {} or, with cosine, {'num_cycles': 0.5}")
-    total = ctx["steps"] * a.num_iterations * updates_per_round(a, ctx["world_size"])
-    warm = a.warmup_steps if a.warmup_steps >= 1 or a.warmup_steps == 0 else math.ceil(a.warmup_steps * total)
-    return {"optim.schedule": kinds[a.lr_scheduler_type], "optim.warmup_steps": int(warm)}
 
 
 def _precision(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -172,13 +121,14 @@ def _every(value: float, steps: int) -> int:
 
 
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    if a.save_strategy not in ("steps", "no"):
-        raise _refuse("save_strategy", a.save_strategy, "steps, no (grpokit always writes the final checkpoint)")
+    if a.save_strategy not in ("steps", "epoch", "no"):
+        raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no (grpokit always writes the final checkpoint)")
     mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
-    every = max(1, _every(a.save_steps, ctx["steps"] * mu) // mu) if a.save_strategy == "steps" else 0
+    every = {"steps": max(1, _every(a.save_steps, ctx["steps"] * mu) // mu), "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
-    if a.hub_strategy not in ("every_save", "end"):
-        raise _refuse("hub_strategy", a.hub_strategy, "every_save, end")
+    if a.hub_strategy not in ("every_save", "end"):  # checkpoint, all_checkpoints: pushed for resuming from the Hub
+        raise _refuse("hub_strategy", a.hub_strategy, "every_save, end (a grpokit checkpoint resumes only inside its run "
+                      "folder, so one pushed alone could not be resumed from as transformers' last-checkpoint is)")
     # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
     return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output",
             "train.overwrite": True}
@@ -191,18 +141,18 @@ def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     bad = [r for r in reports if r not in trackers]
     if bad:
         raise _refuse("report_to", a.report_to, "none or a list of " + ", ".join(trackers))
-    every = _every(a.logging_steps, ctx["steps"])
-    if a.logging_strategy not in ("steps", "no"):
-        raise _refuse("logging_strategy", a.logging_strategy, "steps, no")
+    if a.logging_strategy not in ("steps", "epoch", "no"):
+        raise _refuse("logging_strategy", a.logging_strategy, "steps, epoch, no")
+    every = epoch_rounds(a, ctx) if a.logging_strategy == "epoch" else _every(a.logging_steps, ctx["steps"])
     return {"record.sinks": ([] if a.disable_tqdm else ["console"]) + reports, "record.console_every": every,
             "record.run_name": a.run_name or "", "record.project": a.project if "trackio" in reports else "",
             "record.samples_every": every if a.log_completions else 0}
 
 
 def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    if a.eval_strategy not in ("no", "steps"):
-        raise _refuse("eval_strategy", a.eval_strategy, "no, steps")
-    return {"train.eval_every": 0}  # GRPOTrainer.evaluate() runs at TRL's eval_steps (grpokit/trl/bridge.py)
+    if a.eval_strategy not in ("no", "steps", "epoch"):
+        raise _refuse("eval_strategy", a.eval_strategy, "no, steps, epoch")
+    return {"train.eval_every": 0}  # GRPOTrainer.evaluate() runs at TRL's eval steps or epoch ends (grpokit/trl/bridge.py)
 
 
 def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -243,7 +193,8 @@ MAPPING: list[Rule] = [
          "optimizer and schedule, as transformers", _v(**{"train.save_only_model": "save_only_model"})),
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
          ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
-         "None output_dir is \"trainer_output\"; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
+         "None output_dir is \"trainer_output\"; save_strategy=epoch saves at the end of every epoch (steps per epoch as TRL's "
+         "dataloader counts them, see max_steps) and of training; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
          "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
@@ -251,16 +202,35 @@ MAPPING: list[Rule] = [
          "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
          "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
          "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes))",
-         lambda a, ctx: {**_batch(a, ctx), "rollout.group_size": a.num_generations}),
+         lambda a, ctx: {**batch_fields(a, ctx), "rollout.group_size": a.num_generations}),
     Rule(("max_steps", "num_train_epochs"), ("train.steps",),
-         "steps = max_steps / (num_iterations * updates_per_batch) (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
+         "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * steps per epoch), an "
+         "epoch being TRL's: the whole generation batches in train_dataset (its last rows short of one are dropped, as "
+         "RepeatSampler does), each num_iterations * updates_per_batch steps", steps_fields),
     Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
          "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",
                          "optim.adam_beta2": "adam_beta2", "optim.adam_eps": "adam_epsilon", "optim.max_grad_norm": "max_grad_norm"})),
-    Rule(("lr_scheduler_type", "warmup_steps", "optim", "lr_scheduler_kwargs"), ("optim.schedule", "optim.warmup_steps"),
-         "constant_with_warmup is constant after warm-up; a fractional warmup_steps is a share of all updates; "
-         "lr_scheduler_kwargs only {} or cosine's num_cycles 0.5 (grpokit's cosine is that half cycle)", _schedule),
+    Rule(("lr_scheduler_type", "warmup_steps", "lr_scheduler_kwargs"),
+         ("optim.schedule", "optim.warmup_steps", "optim.schedule_steps", "optim.num_cycles", "optim.restart_cycles",
+          "optim.min_lr_rate", "optim.warmup_lr_rate", "optim.power", "optim.lr_end", "optim.timescale", "optim.num_decay_steps",
+          "optim.num_stable_steps", "optim.warmup_type", "optim.decay_type"),
+         "transformers' schedule of that name over max_steps updates (schedule_steps); constant_with_warmup is grpokit's "
+         "constant, transformers' constant has no warm-up; a fractional warmup_steps is a share of max_steps; "
+         "lr_scheduler_kwargs keys set the fields of the same name, except cosine_with_restarts' num_cycles: restart_cycles, "
+         "min_lr: min_lr_rate = min_lr / learning_rate, min_lr_ratio: min_lr_rate (constant and constant_with_warmup "
+         "ignore them, as transformers); reduce_lr_on_plateau and greedy are refused (they follow an evaluation metric)",
+         lambda a, ctx: schedule_fields(a, trl_max_steps(a, ctx))),
+    Rule(("optim", "optim_args"),
+         ("optim.optimizer", "optim.momentum", "optim.dampening", "optim.nesterov", "optim.lr_decay", "optim.rms_alpha",
+          "optim.eps", "optim.centered"),
+         "adamw_torch(_fused): adamw; adafactor, sgd, adagrad, rmsprop: the same, as transformers' Trainer builds them "
+         "(Adafactor on the learning rate and schedule, no relative step or parameter scaling); adamw_8bit (adamw_bnb_8bit), "
+         "paged_adamw_8bit (bitsandbytes), adamw_torch_4bit and adamw_torch_8bit (torchao) when that package is installed; "
+         "optim_args read as transformers: sgd momentum, dampening, nesterov; adagrad lr_decay, eps; rmsprop momentum, "
+         "alpha (rms_alpha), eps, centered; their weight_decay key changes nothing, as in transformers (the parameter "
+         "groups' weight_decay wins); the other optimizers read no optim_args, as transformers",
+         lambda a, ctx: optimizer_fields(a)),
     Rule(("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision),
     Rule(("gradient_checkpointing", "gradient_checkpointing_kwargs", "trust_remote_code", "activation_checkpointing",
           "activation_checkpointing_kwargs"),
@@ -341,7 +311,8 @@ MAPPING: list[Rule] = [
     Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy", "project"),
          ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
          "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps; project is "
-         "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's)", _logging),
+         "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); logging_strategy=epoch "
+         "logs at the end of every epoch and of training (logging_first_step still logs step 1, as transformers)", _logging),
     Rule(("num_completions_to_print",), ("record.samples_prompts",),
          "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)", _samples),
     Rule(("ddp_timeout",), ("train.dist_timeout_s",), "copied: the process group's timeout under torchrun, as transformers",
@@ -349,7 +320,8 @@ MAPPING: list[Rule] = [
     Rule(("fsdp", "fsdp_config"), ("train.fsdp",),
          "full_shard (auto_wrap or not) or True: FSDP2 (grpokit wraps each decoder layer); fsdp_config only fsdp_version 2", _fsdp),
     Rule(("eval_strategy", "eval_steps"), ("train.eval_every",),
-         "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps); grpokit's own greedy evaluation is off", _eval),
+         "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps), or with eval_strategy=epoch at the end of "
+         "every epoch and of training (eval_delay counts epochs then, as transformers); grpokit's own greedy evaluation is off", _eval),
 ]
 HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.py)
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
@@ -370,7 +342,6 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
                         "logits tensor, which is what Liger's fused loss saves (equal losses, tests/test_bench_loss_equality.py)",
     "torch_compile": "no effect: grpokit does not compile the model (equal math, speed only)",
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
-    "optim_args": "no effect, as in transformers (adamw_torch and adamw_torch_fused ignore optim_args)",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }
 HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
@@ -384,7 +355,7 @@ def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None)
     cfg = Config()
     for name, value in FIXED.items():
         set_field(cfg, name, value)
-    ctx["steps"] = _steps(args, ctx)["train.steps"]
+    ctx["steps"] = steps_fields(args, ctx)["train.steps"]
     for rule in MAPPING:
         for name, value in rule.apply(args, ctx).items():
             set_field(cfg, name, value)

@@ -48,6 +48,7 @@ from .config import GRPOConfig
 from .inputs import (HubPushError, adopt_peft_model, apply_lora, check_routing, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
                      refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
+from .step_args import steps_per_epoch
 from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
                       new_logs, per_token_logps_and_entropies, reward_names, set_entropy_coef, set_log_level, warn_like_trl)
 
@@ -136,8 +137,9 @@ class GRPOTrainer:
         from grpokit.train.loop import Trainer
 
         mu = self.cfg.algo.num_iterations * self.cfg.train.updates_per_batch  # TRL steps per grpokit step
-        max_steps = self.args.max_steps if self.args.max_steps > 0 else self.cfg.train.steps * mu
+        max_steps = self.cfg.optim.schedule_steps  # TRL's max_steps: the mapping makes it the schedule's length, as transformers
         self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
+        self.bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
@@ -398,7 +400,7 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
     if a.max_steps <= 0:
         return None
-    from .mapping import generation_steps, updates_per_round
+    from .step_args import generation_steps, updates_per_round
 
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
