@@ -190,3 +190,38 @@ def test_the_recorded_trl_report_is_what_trl_does(qwen2_model, tmp_path):
             if key not in ("loss", "grad_norm", "reward"):  # numbers: compared with tolerance below
                 assert trl[feature][key] == value, (feature, key)
     assert_same_as_trl(trl, recorded)
+
+
+# ------------------------------------------------------------ optimizers, schedules and epoch strategies
+# trl_scripts/schedules.trl.json is what trl_scripts/schedules.py reported under TRL 1.16, recorded apart from
+# features.trl.json so that either records alone (GRPO_RECORD_TRL=1 on its slow test below rewrites only its own).
+SCHEDULES_REPORT = SCRIPTS / "schedules.trl.json"
+
+
+def assert_schedules_as_trl(ours: dict, trl: dict) -> None:
+    """The same steps, log entries (TRL's keys among grpokit's), epochs, evaluations, checkpoints and the
+    learning rate of every logged step."""
+    assert set(ours) == set(trl)
+    for feature, want in trl.items():
+        got = ours[feature]
+        for key in ("global_step", "epochs", "evals", "checkpoints"):
+            assert got.get(key) == want.get(key), (feature, key)
+        assert [s for s, _ in got["lr"]] == [s for s, _ in want["lr"]], feature
+        assert [r for _, r in got["lr"]] == pytest.approx([r for _, r in want["lr"]], rel=1e-9, abs=1e-15), feature
+        assert len(got["entries"]) == len(want["entries"]), feature
+        for i, (mine, theirs) in enumerate(zip(got["entries"], want["entries"])):
+            assert set(theirs) <= set(mine), (feature, i, sorted(set(theirs) - set(mine)))
+
+
+def test_optimizers_schedules_and_epochs_run_under_grpokit_as_under_trl(qwen2_model, tmp_path):
+    ours = run_features(grpokit_variant("schedules.py", tmp_path), qwen2_model, tmp_path, "grpokit")
+    assert_schedules_as_trl(ours, json.loads(SCHEDULES_REPORT.read_text()))
+
+
+@pytest.mark.slow
+def test_the_recorded_schedules_report_is_what_trl_does(qwen2_model, tmp_path):
+    pytest.importorskip("trl")
+    trl = run_features(SCRIPTS / "schedules.py", qwen2_model, tmp_path, "trl")
+    if os.environ.get("GRPO_RECORD_TRL") == "1":
+        SCHEDULES_REPORT.write_text(json.dumps(trl, indent=1) + "\n")
+    assert_schedules_as_trl(trl, json.loads(SCHEDULES_REPORT.read_text()))

@@ -35,7 +35,7 @@ def check_args(a: Any) -> None:
         return
     if a.eval_strategy != a.save_strategy:
         raise ConfigError(f"GRPOConfig load_best_model_at_end=True needs eval_strategy and save_strategy to match, but they are "
-                          f"{a.eval_strategy!r} and {a.save_strategy!r}; set both to 'steps'")
+                          f"{a.eval_strategy!r} and {a.save_strategy!r}; set both to 'steps' or both to 'epoch'")
     every = a.eval_steps or a.logging_steps
     if a.eval_strategy == "steps" and not _multiple(a.save_steps, every):
         raise ConfigError(f"GRPOConfig load_best_model_at_end=True needs save_steps to be a multiple of eval_steps, but save_steps="
@@ -68,7 +68,7 @@ def update_best(state: Any, a: Any, metrics: dict[str, float]) -> bool:
         state.best_metric = -math.inf if greater else math.inf
     if value > state.best_metric if greater else value < state.best_metric:  # NaN is never a new best
         state.best_metric = value
-        if a.save_strategy == "steps":
+        if a.save_strategy in ("steps", "epoch"):  # transformers: any strategy that saves
             state.best_global_step = state.global_step
         return True
     return False

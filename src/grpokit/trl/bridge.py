@@ -76,6 +76,7 @@ class StepBridge:
         self.tokens_at_start = 0
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
+        self.steps_per_epoch = 0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -109,7 +110,7 @@ class StepBridge:
             if k:
                 self.user("on_step_begin")
             self.state.global_step += 1
-            self.state.epoch = state.epoch
+            self.state.epoch = self.state.global_step / self.steps_per_epoch if self.steps_per_epoch else state.epoch
             sampled = {key: sum(v) / len(v) for key, v in self.sampled.items()} if k == 0 else {}
             self._accumulate(trl_step_metrics({**(metrics or {}), **sampled}, update, k == 0, seconds))
             self.user("on_step_end")
@@ -165,18 +166,27 @@ class StepBridge:
                 self.pending.setdefault(key, []).append(float(value))
 
     def _maybe_log_and_evaluate(self) -> None:
+        """transformers' DefaultFlowCallback: log and evaluate after a step, then, when the step ends an epoch
+        (or training, which ends the epoch loop), by the epoch strategies (the save is grpokit's train.save_every)."""
         step, a = self.state.global_step, self.args
-        if a.logging_strategy != "no" and (step % self.state.logging_steps == 0 or (a.logging_first_step and step == 1)):
+        if (a.logging_strategy == "steps" and step % self.state.logging_steps == 0) or (a.logging_first_step and step == 1):
             self._flush()
         last = step >= self.state.max_steps  # transformers also evaluates the last step when it is not an eval step
         if a.eval_strategy == "steps" and (step % self.state.eval_steps == 0 or last) and a.eval_delay <= step:
             update_best(self.state, a, self.evaluate())  # metric_for_best_model: only evaluations by eval_strategy count
+        if not (last or self.user.control.should_training_stop or (self.steps_per_epoch and step % self.steps_per_epoch == 0)):
+            return
+        if a.logging_strategy == "epoch":
+            self._flush()
+        if a.eval_strategy == "epoch" and a.eval_delay <= self.state.epoch:
+            update_best(self.state, a, self.evaluate())
 
     def _flush(self) -> None:
         if self.pending:
             logs = {k: sum(v) / len(v) for k, v in self.pending.items()}
-            if "num_tokens" in logs:  # a running total: its latest value, not a mean
-                logs["num_tokens"] = self.pending["num_tokens"][-1]
+            for key in ("num_tokens", "learning_rate", "grad_norm"):  # a running total, and transformers' values of the
+                if key in logs:                                       # last step: the latest value, not a mean
+                    logs[key] = self.pending[key][-1]
             self.log(logs, training=True)
         self.pending = {}
 
