@@ -60,6 +60,7 @@ SCHEDULES = [
     dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": 0.1}),  # open-r1's GRPO recipes
     dict(lr_scheduler_type="cosine_with_min_lr", warmup_steps=0.1, lr_scheduler_kwargs={"min_lr": 2e-4}),
     dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs='{"min_lr_rate": "0.2", "num_cycles": "1"}'),  # a CLI's JSON
+    dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": None, "min_lr_rate": 0.1}),  # None: not given
     dict(lr_scheduler_type="cosine_warmup_with_min_lr", warmup_steps=3, lr_scheduler_kwargs={"min_lr_rate": 0.1}),
     dict(lr_scheduler_type="cosine_with_restarts", warmup_steps=1, lr_scheduler_kwargs={"num_cycles": 3}),
     dict(lr_scheduler_type="polynomial", warmup_steps=2, lr_scheduler_kwargs={"power": 2.0, "lr_end": 1e-5}),
@@ -98,6 +99,7 @@ def test_epochs_set_the_schedule_length_as_transformers():
     (dict(lr_scheduler_kwargs={"num_cycles": 1.0}), "valid: with linear None or {}"),
     (dict(lr_scheduler_type="warmup_stable_decay"), "with warmup_stable_decay a dict with num_decay_steps"),
     (dict(lr_scheduler_type="step"), "lr_scheduler_type='step' is not supported by grpokit; valid: linear, constant"),
+    (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs="{num_cycles: 1}"), "valid: None, a dict or a JSON object string"),
 ])
 def test_schedules_grpokit_cannot_run_are_one_sentence(kwargs, words):
     with pytest.raises(ConfigError) as e:

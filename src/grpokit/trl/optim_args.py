@@ -47,15 +47,18 @@ REFUSED_SCHEDULES = {  # transformers schedules that cannot mean anything on grp
 
 def scheduler_kwargs(a: GRPOConfig) -> dict[str, Any]:
     """lr_scheduler_kwargs as transformers reads it: None is {}, a JSON string (a command line's) is parsed,
-    its "true"/"3"/"0.5" strings read as bool, int and float."""
+    its "true"/"3"/"0.5" strings read as bool, int and float; a key set to None is left out (the
+    schedule's default, which is None for every optional key transformers' schedules take)."""
     kw = a.lr_scheduler_kwargs
-    if isinstance(kw, str) and kw.startswith("{"):
-        kw = json.loads(kw)
-    if kw is None or isinstance(kw, str) and not kw:
+    try:
+        kw = json.loads(kw) if isinstance(kw, str) and kw.startswith("{") else kw
+    except json.JSONDecodeError:
+        kw = "not JSON"
+    if kw is None or kw == "":
         return {}
     if not isinstance(kw, dict):
-        raise _refuse("lr_scheduler_kwargs", kw, "None, a dict or a JSON object string")
-    return {k: _typed(v) for k, v in kw.items()}
+        raise _refuse("lr_scheduler_kwargs", a.lr_scheduler_kwargs, "None, a dict or a JSON object string")
+    return {k: _typed(v) for k, v in kw.items() if v is not None}
 
 
 def _typed(v: Any) -> Any:
@@ -86,19 +89,14 @@ def schedule_fields(a: GRPOConfig, max_steps: int) -> dict[str, Any]:
 
 def _schedule_specifics(kind: str, kw: dict[str, Any], lr: float) -> dict[str, Any]:
     """What transformers' schedule functions require or convert: one of min_lr / min_lr_rate (min_lr is
-    divided by the learning rate), num_decay_steps of warmup_stable_decay, num_stable_steps None."""
+    divided by the learning rate) and num_decay_steps of warmup_stable_decay."""
     out: dict[str, Any] = {}
     if kind in ("cosine_with_min_lr", "cosine_warmup_with_min_lr"):
-        if ("min_lr" in kw) == ("min_lr_rate" in kw):
+        if ("min_lr" in kw) == ("min_lr_rate" in kw):  # None-valued keys are gone already
             raise _refuse("lr_scheduler_kwargs", kw, f"with {kind} exactly one of min_lr and min_lr_rate (as transformers)")
         out["optim.min_lr_rate"] = kw["min_lr"] / lr if "min_lr" in kw else kw["min_lr_rate"]
-        if kw.get("warmup_lr_rate") is None and kind == "cosine_warmup_with_min_lr":
-            out["optim.warmup_lr_rate"] = -1.0
-    if kind == "warmup_stable_decay":
-        if "num_decay_steps" not in kw:
-            raise _refuse("lr_scheduler_kwargs", kw, "with warmup_stable_decay a dict with num_decay_steps (transformers requires it)")
-        if kw.get("num_stable_steps") is None:
-            out["optim.num_stable_steps"] = -1
+    if kind == "warmup_stable_decay" and "num_decay_steps" not in kw:
+        raise _refuse("lr_scheduler_kwargs", kw, "with warmup_stable_decay a dict with num_decay_steps (transformers requires it)")
     return out
 
 
