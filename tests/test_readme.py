@@ -73,6 +73,6 @@ def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
             rc = e.code
         assert rc == 0, (argv, capsys.readouterr().err[-2000:])
         ran.append(cmd)
-    assert ran.count("train") == 6 and {"eval", "report", "presets", "--version"} <= set(ran) and len(checked) == 1
+    assert ran.count("train") == 7 and {"eval", "report", "presets", "--version"} <= set(ran) and len(checked) == 1
     assert (tmp_path / "runs" / "exp1" / "report.html").exists()
     assert sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()) == ["step-000002"]
