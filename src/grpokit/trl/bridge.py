@@ -76,6 +76,7 @@ class StepBridge:
         self.tokens_at_start = 0
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
+        self.rolling = False  # train.accumulation_slices > 1: a round may complete no update (set by the trainer)
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -105,6 +106,9 @@ class StepBridge:
         if "num_tokens" in self.sampled:  # TRL's num_tokens is the running total
             self.state.num_input_tokens_seen += int(sum(self.sampled["num_tokens"]))
             self.sampled["num_tokens"] = [float(self.state.num_input_tokens_seen)]
+        if self.rolling and updates == [{}]:  # every slice waits for a later update: TRL logs this sampling with it
+            self._accumulate({**(metrics or {}), **{key: sum(v) / len(v) for key, v in self.sampled.items()}})
+            return control
         for k, (update, seconds) in enumerate(zip(updates, times)):
             if k:
                 self.user("on_step_begin")

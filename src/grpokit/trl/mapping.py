@@ -12,6 +12,9 @@ step samples ``prompts_per_step * group_size`` completions and makes ``num_itera
 updates_per_batch`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
 ``micro_batch_size = per_device_train_batch_size``, ``updates_per_batch = steps_per_generation /
 gradient_accumulation_steps`` and ``train.steps = max_steps / (num_iterations * updates_per_batch)``.
+When steps_per_generation is not a multiple of gradient_accumulation_steps, an optimizer step spans
+generation batches (TRL's rolling window): ``updates_per_batch = steps_per_generation`` slices, of which
+``accumulation_slices = gradient_accumulation_steps`` make one update, and ``max_updates = max_steps``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
 from grpokit.config.validation import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
+from grpokit.train.update import total_updates
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
 from .sampling_args import vllm_fields
@@ -65,13 +69,24 @@ def generation_steps(a: GRPOConfig, world_size: int) -> int:
     return a.generation_batch_size // per_pass
 
 
-def updates_per_round(a: GRPOConfig, world_size: int) -> int:
-    """Optimizer steps one generation batch feeds per num_iterations pass: steps_per_generation / gradient_accumulation_steps."""
-    spg = generation_steps(a, world_size)
-    if spg % a.gradient_accumulation_steps:
-        raise ConfigError(f"GRPOConfig steps_per_generation={spg} is not a multiple of gradient_accumulation_steps="
-                          f"{a.gradient_accumulation_steps}; make it one (a generation batch must feed whole optimizer steps)")
-    return spg // a.gradient_accumulation_steps
+def slicing(a: GRPOConfig, world_size: int) -> tuple[int, int]:
+    """``(train.updates_per_batch, train.accumulation_slices)``: steps_per_generation / gradient_accumulation_steps
+    slices of one update each when it is a multiple of it; else steps_per_generation slices, of which every
+    gradient_accumulation_steps consecutive ones (across generation batches) make one update, as TRL's loop."""
+    spg, ga = generation_steps(a, world_size), a.gradient_accumulation_steps
+    return (spg // ga, 1) if spg % ga == 0 else (spg, ga)
+
+
+def rounds_for(trl_steps: int, a: GRPOConfig, world_size: int) -> int:
+    """grpokit steps (generation batches) whose updates reach ``trl_steps`` TRL steps."""
+    parts, window = slicing(a, world_size)
+    return math.ceil(trl_steps * window / (a.num_iterations * parts))
+
+
+def trl_steps_in(rounds: int, a: GRPOConfig, world_size: int) -> int:
+    """TRL steps (optimizer updates) in ``rounds`` grpokit steps: whole windows of the slices, capped at max_steps."""
+    parts, window = slicing(a, world_size)
+    return total_updates(rounds, a.num_iterations * parts, window, a.max_steps if window > 1 and a.max_steps > 0 else 0)
 
 
 def _batch(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -79,14 +94,15 @@ def _batch(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if per_step % a.num_generations:
         raise ConfigError(f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
                           f"completions is not a multiple of num_generations={a.num_generations}; make it one")
+    parts, window = slicing(a, ctx["world_size"])
     return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
-            "train.updates_per_batch": updates_per_round(a, ctx["world_size"])}
+            "train.updates_per_batch": parts, "train.accumulation_slices": window}
 
 
 def _steps(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    per_round = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL steps (optimizer updates) per sampled batch
-    if a.max_steps > 0:
-        return {"train.steps": math.ceil(a.max_steps / per_round)}
+    if a.max_steps > 0:  # the rolling window may end inside a generation batch: stop right after max_steps updates
+        window = slicing(a, ctx["world_size"])[1]
+        return {"train.steps": rounds_for(a.max_steps, a, ctx["world_size"]), "train.max_updates": a.max_steps if window > 1 else 0}
     prompts = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"] // a.num_generations
     return {"train.steps": math.ceil(a.num_train_epochs * ctx["num_rows"] / max(1, prompts))}
 
@@ -100,7 +116,7 @@ def _schedule(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     kw = dict(a.lr_scheduler_kwargs or {})
     if kw and not (a.lr_scheduler_type == "cosine" and kw == {"num_cycles": 0.5}):
         raise _refuse("lr_scheduler_kwargs", a.lr_scheduler_kwargs, "None, {} or, with cosine, {'num_cycles': 0.5}")
-    total = ctx["steps"] * a.num_iterations * updates_per_round(a, ctx["world_size"])
+    total = trl_steps_in(ctx["steps"], a, ctx["world_size"])
     warm = a.warmup_steps if a.warmup_steps >= 1 or a.warmup_steps == 0 else math.ceil(a.warmup_steps * total)
     return {"optim.schedule": kinds[a.lr_scheduler_type], "optim.warmup_steps": int(warm)}
 
@@ -162,8 +178,9 @@ _GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if not a.sync_ref_model:
         return {"algo.ref_refresh_every": 0}
-    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
-    return {"algo.ref_refresh_every": max(1, a.ref_model_sync_steps // mu), "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
+    parts, window = slicing(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
+    every = max(1, a.ref_model_sync_steps * window // (a.num_iterations * parts))
+    return {"algo.ref_refresh_every": every, "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
 
 
 def _every(value: float, steps: int) -> int:
@@ -174,8 +191,9 @@ def _every(value: float, steps: int) -> int:
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, no (grpokit always writes the final checkpoint)")
-    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
-    every = max(1, _every(a.save_steps, ctx["steps"] * mu) // mu) if a.save_strategy == "steps" else 0
+    parts, window = slicing(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
+    trl_every = _every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx["world_size"]))
+    every = max(1, trl_every * window // (a.num_iterations * parts)) if a.save_strategy == "steps" else 0
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):
         raise _refuse("hub_strategy", a.hub_strategy, "every_save, end")
@@ -247,13 +265,18 @@ MAPPING: list[Rule] = [
          "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
-         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch"),
+         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch",
+          "train.accumulation_slices"),
          "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
          "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
-         "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes))",
+         "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes)); not a multiple: "
+         "updates_per_batch = steps_per_generation and accumulation_slices = gradient_accumulation_steps, TRL's rolling "
+         "window (an optimizer step may span two generation batches; one process only)",
          lambda a, ctx: {**_batch(a, ctx), "rollout.group_size": a.num_generations}),
-    Rule(("max_steps", "num_train_epochs"), ("train.steps",),
-         "steps = max_steps / (num_iterations * updates_per_batch) (max_steps -1: num_train_epochs passes over train_dataset)", _steps),
+    Rule(("max_steps", "num_train_epochs"), ("train.steps", "train.max_updates"),
+         "steps = max_steps / (num_iterations * updates_per_batch) (max_steps -1: num_train_epochs passes over train_dataset); "
+         "rolling window: steps = max_steps * accumulation_slices / (num_iterations * updates_per_batch) rounded up and "
+         "max_updates = max_steps, so the run ends right after TRL's last step, even inside a generation batch", _steps),
     Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
          "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",
