@@ -92,18 +92,11 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
-        self.pending = Accumulator()
-        """The optimizer update being accumulated (train.accumulation_slices > 1: it may span steps)."""
+        self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
-            ckpt = run_folder.checkpoint_to_resume(self.run_dir)  # the newest that verifies against its manifest
-            state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                    **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
-            self.step, self.sampler.position = state.step, state.data_position
-            self.saved_step = state.step
-            self._load_extra(ckpt)
+            self._resume()
         self.updates = total_updates(self.step, t.updates_per_batch * cfg.algo.num_iterations, t.accumulation_slices,
-                                     t.max_updates)
-        """Optimizer updates applied so far (TRL's global_step)."""
+                                     t.max_updates)  # optimizer updates applied so far (TRL's global_step)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
@@ -116,6 +109,16 @@ class Trainer:
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
+        random states, step, data position and what ``_extra_state`` saved."""
+        ckpt = run_folder.checkpoint_to_resume(self.run_dir)
+        state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
+                                **scaling.checkpoint_loaders(self.model, self.dist, self.cfg.model))
+        self.step, self.sampler.position = state.step, state.data_position
+        self.saved_step = state.step
+        self._load_extra(ckpt)
 
     # ------------------------------------------------------------------ the loop
 
@@ -132,13 +135,12 @@ class Trainer:
                 summary["eval_before"] = self._evaluate()
                 self._write_summary(summary) if self.dist.is_main else None
             final_eval = None
-            while self.step < t.steps and not self._updates_done() and not stop.requested:
+            while not self._finished() and not stop.requested:
                 self.callbacks("on_step_begin")
                 metrics = self._guarded_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
-                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self.step == t.steps \
-                    or self._updates_done()
+                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self._finished()
                 if last or (t.eval_every and self.step % t.eval_every == 0):
                     result = self._evaluate()
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
@@ -229,6 +231,10 @@ class Trainer:
     def _updates_done(self) -> bool:
         """train.max_updates reached (TRL's max_steps, which may fall inside a step's batch)."""
         return 0 < self.cfg.train.max_updates <= self.updates
+
+    def _finished(self) -> bool:
+        """train.steps done, or train.max_updates reached."""
+        return self.step >= self.cfg.train.steps or self._updates_done()
 
     def _guarded_step(self) -> dict[str, float]:
         """``train_step``, with a fault before the step's update (a reward failing on most of a batch,
