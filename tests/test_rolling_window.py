@@ -240,3 +240,15 @@ def step_metrics(run):
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in x.items() if not k.startswith(("time/", "tokens_per_second", "rollout/tokens_per_second"))}
             for x in lines if "reward" in x]
+
+
+def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
+    # steps_per_generation 1, gradient_accumulation_steps 2: A0 B0 | - step 1 applies nothing, its slice waits
+    tr = rolling(tiny_model_dir, tmp_path / "none", **{"train.updates_per_batch": 1, "train.accumulation_slices": 2,
+                                                       "train.steps": 2})
+    events = record_schedule(monkeypatch, tr)
+    tr.train()
+    assert events == ["sample A", "A0", "sample B", "B0", "|"]
+    assert tr.updates == 1
+    first, second = step_metrics(tmp_path / "none")
+    assert "grad_norm" not in first and "grad_norm" in second and "reward" in first

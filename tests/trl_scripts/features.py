@@ -169,6 +169,11 @@ for max_steps in (2, 3):
                                 gradient_accumulation_steps=3, max_steps=max_steps))
     t.train()
     report[f"rolling_window_{max_steps}"] = summary(t, step_ends=steps.ends, logs=steps.logs, events=events.seen)
+steps, events = Steps(), Events()  # one generation batch a micro-step, two an optimizer step: A0 B0 | C0 D0
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, callbacks=[steps, events],
+                args=config("rolling_two_batches", steps_per_generation=1, gradient_accumulation_steps=2))
+t.train()
+report["rolling_window_two_batches"] = summary(t, step_ends=steps.ends, logs=steps.logs, events=events.seen)
 
 # 8. a value no run can use
 try:
