@@ -6,8 +6,8 @@
         rewards   <- reward functions, weighted              3  rewards/
         adv       <- group-relative advantages                4  advantages.py
         old, ref  <- logprobs before the first update         5  logprobs.py
-        mu times:  accumulate + apply_update (loss, backward,  5-6 loss.py, update.py
-                   step; k slices an update, maybe across steps)
+        mu slices: accumulate (loss, backward), apply_update   5-6 loss.py, update.py
+                   (clip, step) every k slices, maybe across steps
         record metrics, samples, checkpoints, evals           7  record/, checkpoint.py
 
 ``Trainer(cfg).train()`` returns the run summary; ``grpokit train`` is a thin wrapper around it.
@@ -176,7 +176,8 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One step through the stages: rollout and rewards, token batch and log-probabilities, the
-        update's inputs (algo/pipeline.py: every variant's glue), mu optimizer steps, metrics."""
+        update's inputs (algo/pipeline.py: every variant's glue), mu slices (an optimizer update each, or every
+        train.accumulation_slices of them, an update then possibly spanning steps), metrics."""
         cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = wiring.Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
