@@ -67,6 +67,8 @@ def test_total_updates_and_stale_slices_by_hand():
 def test_rolling_window_refuses_what_steps_per_update(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"^train.accumulation_slices=3 does not support algo.aggregation=lambda-grpo"):
         rolling(tiny_model_dir, tmp_path / "r", **{"algo.entropy_coef": 0.01})
+    with pytest.raises(ConfigError, match=r"^train.accumulation_slices=3 does not support train.fsdp"):
+        rolling(tiny_model_dir, tmp_path / "f", **{"train.fsdp": True})
     with pytest.raises(ConfigError, match=r"^train.accumulation_slices=0 must be at least 1"):
         rolling(tiny_model_dir, tmp_path / "r0", **{"train.accumulation_slices": 0})
 

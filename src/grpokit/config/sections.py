@@ -390,7 +390,7 @@ class TrainConfig:
     k consecutive slices make one update, so an update may span two sampled batches, and a batch is sampled
     from the weights of the last finished update (TRL's gradient_accumulation_steps when steps_per_generation
     is not a multiple of it). Each slice divides its loss by its rows x k sequences and by its batch's tokens x
-    k / updates_per_batch tokens, TRL's normalisers. One process only; no entropy bonus, no lambda-grpo."""
+    k / updates_per_batch tokens, TRL's normalisers. One process only (not with fsdp); no entropy bonus, no lambda-grpo."""
     max_updates: int = 0
     """Stop right after this many optimizer updates, even inside a step's batch (0: train.steps alone
     decides); grpokit.trl sets TRL's max_steps here with accumulation_slices > 1."""

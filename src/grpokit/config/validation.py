@@ -241,6 +241,8 @@ def _accumulation(cfg: Config) -> None:
     _check(a.aggregation != "lambda-grpo" and a.entropy_coef == 0 and not a.entropy_adaptive,
            f"train.accumulation_slices={t.accumulation_slices} does not support algo.aggregation=lambda-grpo or an entropy "
            "bonus (algo.entropy_coef, algo.entropy_adaptive); set accumulation_slices=1 or turn those off")
+    _check(not t.fsdp, f"train.accumulation_slices={t.accumulation_slices} does not support train.fsdp (a pending update's "
+           "sharded gradient is not saved with a checkpoint); set accumulation_slices=1 or fsdp=false")
 
 
 def _reward_env(cfg: Config) -> None:
