@@ -216,9 +216,16 @@ def test_steps_per_generation_and_generation_batch_size_worked_by_hand():
     assert (b.train.prompts_per_step, b.train.updates_per_batch, b.train.steps) == (2, 4, 2)
     with pytest.raises(ConfigError, match=r"^GRPOConfig arguments steps_per_generation and generation_batch_size are both set"):
         to_config(GRPOConfig("out", steps_per_generation=2, generation_batch_size=16), num_rows=8)
-    with pytest.raises(ConfigError, match=r"^GRPOConfig steps_per_generation=3 is not a multiple of gradient_accumulation_steps=2"):
-        to_config(GRPOConfig("out", per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=3,
-                             num_generations=4), num_rows=8)
+    # steps_per_generation 4 not a multiple of gradient_accumulation_steps 3: TRL's rolling window. The batch of
+    # 2 * 4 = 8 completions is cut into 4 slices (updates_per_batch), 3 consecutive slices make an update;
+    # max_steps 3 needs 3 * 3 = 9 slices = ceil(9 / 4) = 3 batches and stops after update 3 (max_updates);
+    # max_steps 2 needs 6 slices = 2 batches
+    for max_steps, rounds in ((3, 3), (2, 2)):
+        r = to_config(GRPOConfig("out", per_device_train_batch_size=2, gradient_accumulation_steps=3, steps_per_generation=4,
+                                 num_generations=4, max_steps=max_steps), num_rows=100, world_size=1)
+        assert (r.train.prompts_per_step, r.train.micro_batch_size, r.train.updates_per_batch, r.train.accumulation_slices,
+                r.train.steps, r.train.max_updates) == (2, 2, 4, 3, rounds, max_steps)
+    assert c.train.accumulation_slices == 1 and c.train.max_updates == 0  # a multiple: one slice, one update, as before
 
 
 def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():

@@ -147,7 +147,7 @@ def assert_same_as_trl(ours: dict, trl: dict) -> None:
         assert len(got.get("entries", [])) == len(want.get("entries", [])), feature
         for i, (mine, theirs) in enumerate(zip(got.get("entries", []), want.get("entries", []))):
             assert set(theirs) <= set(mine), (feature, i, sorted(set(theirs) - set(mine)))  # grpokit's extras may ride along
-        for key in ("global_step", "step_ends", "logs", "checkpoints", "state_steps", "last", "popped", "optimizer_saved",
+        for key in ("global_step", "step_ends", "logs", "events", "checkpoints", "state_steps", "last", "popped", "optimizer_saved",
                     "best"):
             assert got.get(key) == want.get(key), (feature, key)
         if "evaluate" in want:

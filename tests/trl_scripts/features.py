@@ -146,6 +146,35 @@ t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, eval_datase
 t.train()
 report["eval_delay"] = summary(t)
 
+# 11. steps_per_generation not a multiple of gradient_accumulation_steps: an optimizer step spans two generation
+# batches (A0 A1 A2 | A3 B0 B1 | B2 B3 C0); the callbacks' order and steps, and where max_steps ends the run
+class Events(TrainerCallback):
+    def __init__(self):
+        self.seen = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.seen.append(["begin", state.global_step])
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.seen.append(["optimizer", state.global_step])
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.seen.append(["end", state.global_step])
+
+
+for max_steps in (2, 3):
+    steps, events = Steps(), Events()
+    t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, callbacks=[steps, events],
+                    args=config(f"rolling{max_steps}", per_device_train_batch_size=2, steps_per_generation=4,
+                                gradient_accumulation_steps=3, max_steps=max_steps))
+    t.train()
+    report[f"rolling_window_{max_steps}"] = summary(t, step_ends=steps.ends, logs=steps.logs, events=events.seen)
+steps, events = Steps(), Events()  # one generation batch a micro-step, two an optimizer step: A0 B0 | C0 D0
+t = GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, callbacks=[steps, events],
+                args=config("rolling_two_batches", steps_per_generation=1, gradient_accumulation_steps=2))
+t.train()
+report["rolling_window_two_batches"] = summary(t, step_ends=steps.ends, logs=steps.logs, events=events.seen)
+
 # 8. a value no run can use
 try:
     GRPOTrainer(MODEL, reward_funcs=accuracy, train_dataset=dataset, args=config("bad", num_generations=1))

@@ -338,7 +338,18 @@ class TrainConfig:
     """Completions per forward/backward pass (0 = the whole batch); must divide P * group_size."""
     updates_per_batch: int = 1
     """Optimizer updates per pass over a sampled batch: its rows are cut, in order, into this many equal slices, one
-    update each (a group may be split), num_iterations times; TRL's steps_per_generation / gradient_accumulation_steps."""
+    update each (a group may be split), num_iterations times; TRL's steps_per_generation / gradient_accumulation_steps
+    (with accumulation_slices > 1: TRL's steps_per_generation, the slices a batch is cut into)."""
+    accumulation_slices: int = 1
+    """Slices whose gradients make one optimizer update. 1: every slice is its own update. k > 1: the slices
+    of successive batches form one stream (each batch's num_iterations passes, then the next batch) and every
+    k consecutive slices make one update, so an update may span two sampled batches, and a batch is sampled
+    from the weights of the last finished update (TRL's gradient_accumulation_steps when steps_per_generation
+    is not a multiple of it). Each slice divides its loss by its rows x k sequences and by its batch's tokens x
+    k / updates_per_batch tokens, TRL's normalisers. One process only (not with fsdp); no entropy bonus, no lambda-grpo."""
+    max_updates: int = 0
+    """Stop right after this many optimizer updates, even inside a step's batch (0: train.steps alone
+    decides); grpokit.trl sets TRL's max_steps here with accumulation_slices > 1."""
     micro_batch_tokens: int = 0
     """Token cap of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
     consecutive completions are cut into the fewest balanced micro-batches under it; same gradient."""

@@ -225,6 +225,7 @@ def _optim_train(cfg: Config) -> None:
     _check(t.micro_batch_size == 0 or (n // max(1, t.updates_per_batch)) % t.micro_batch_size == 0,
            f"train.micro_batch_size={t.micro_batch_size} does not divide an update's slice of {n // max(1, t.updates_per_batch)} "
            "completions (the batch / train.updates_per_batch); use a divisor of it")
+    _accumulation(cfg)
     _check(t.dist_timeout_s >= 0, f"train.dist_timeout_s={t.dist_timeout_s} must be >= 0 seconds (0 = torch's default)")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
@@ -263,6 +264,20 @@ def _unread(o: OptimConfig, kind: str, reads: dict[str, tuple[str, ...]], skip: 
             users = ", ".join(k for k, names in reads.items() if name in names)
             raise ConfigError(f"optim.{name}={getattr(o, name)!r} has no effect with optim.{kind}={getattr(o, kind)}; "
                               f"it is read by optim.{kind} {users}")
+
+
+def _accumulation(cfg: Config) -> None:
+    """train.accumulation_slices and train.max_updates: the rolling window leaves out what steps per update."""
+    t, a = cfg.train, cfg.algo
+    _check(t.accumulation_slices >= 1, f"train.accumulation_slices={t.accumulation_slices} must be at least 1")
+    _check(t.max_updates >= 0, f"train.max_updates={t.max_updates} must be >= 0 (0 = train.steps decides)")
+    if t.accumulation_slices == 1:
+        return
+    _check(a.aggregation != "lambda-grpo" and a.entropy_coef == 0 and not a.entropy_adaptive,
+           f"train.accumulation_slices={t.accumulation_slices} does not support algo.aggregation=lambda-grpo or an entropy "
+           "bonus (algo.entropy_coef, algo.entropy_adaptive); set accumulation_slices=1 or turn those off")
+    _check(not t.fsdp, f"train.accumulation_slices={t.accumulation_slices} does not support train.fsdp (a pending update's "
+           "sharded gradient is not saved with a checkpoint); set accumulation_slices=1 or fsdp=false")
 
 
 def _reward_env(cfg: Config) -> None:

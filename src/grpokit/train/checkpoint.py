@@ -9,7 +9,8 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
   (neither of these two with ``train.save_only_model``: such a checkpoint resumes with the weights,
   a fresh optimizer and schedule and the current random state, as transformers' save_only_model);
 * ``trainer_state.json``: the step and the data position;
-* ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda.
+* ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda, or an
+  optimizer update still accumulating when the step ended (train.accumulation_slices).
 * ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
   held-out results of the final checkpoint), as the Hub shows it.
 
@@ -24,6 +25,7 @@ folder and leaves every earlier checkpoint as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -216,6 +218,22 @@ def load_extra(path: Path) -> dict:
     """The ``extra_state`` a checkpoint was saved with ({} when it has none)."""
     f = path / "extra_state.pt"
     return torch.load(f, weights_only=False) if f.exists() else {}
+
+
+def pending_state(acc, optimizer) -> dict:
+    """An update still accumulating (train/update.py's ``Accumulator``): its metric sums and the
+    gradient it has put into every parameter of ``optimizer`` so far (None where a parameter has none)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    return {"accumulator": dataclasses.asdict(acc) | {"bonus": acc.bonus},
+            "grads": [p.grad.detach().cpu().clone() if p.grad is not None else None for p in params]}
+
+
+def load_pending(state: dict, optimizer) -> dict:
+    """Put ``pending_state``'s gradient back into the parameters; returns the ``Accumulator``'s fields."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for p, g in zip(params, state["grads"], strict=True):
+        p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype)
+    return state["accumulator"]
 
 
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:

@@ -6,7 +6,8 @@
         rewards   <- reward functions, weighted              3  rewards/
         adv       <- group-relative advantages                4  advantages.py
         old, ref  <- logprobs before the first update         5  logprobs.py
-        mu times:  policy_update (loss, backward, step)       5-6 loss.py, update.py
+        mu slices: accumulate (loss, backward), apply_update   5-6 loss.py, update.py
+                   (clip, step) every k slices, maybe across steps
         record metrics, samples, checkpoints, evals           7  record/, checkpoint.py
 
 ``Trainer(cfg).train()`` returns the run summary; ``grpokit train`` is a thin wrapper around it.
@@ -41,7 +42,8 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import policy_update, update_slices, with_entropy_coef
+from .update import Accumulator, accumulate, apply_update, stale_slices, total_updates, update_slices, window_counts, \
+    with_entropy_coef
 from grpokit.algo.entropy_control import EntropyController
 from .model_options import noise_on
 
@@ -90,13 +92,11 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
+        self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
-            ckpt = run_folder.checkpoint_to_resume(self.run_dir)  # the newest that verifies against its manifest
-            state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                    **scaling.checkpoint_loaders(self.model, self.dist, cfg.model))
-            self.step, self.sampler.position = state.step, state.data_position
-            self.saved_step = state.step
-            self._load_extra(ckpt)
+            self._resume()
+        self.updates = total_updates(self.step, t.updates_per_batch * cfg.algo.num_iterations, t.accumulation_slices,
+                                     t.max_updates)  # optimizer updates applied so far (TRL's global_step)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
@@ -109,6 +109,16 @@ class Trainer:
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
+        random states, step, data position and what ``_extra_state`` saved."""
+        ckpt = run_folder.checkpoint_to_resume(self.run_dir)
+        state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
+                                **scaling.checkpoint_loaders(self.model, self.dist, self.cfg.model))
+        self.step, self.sampler.position = state.step, state.data_position
+        self.saved_step = state.step
+        self._load_extra(ckpt)
 
     # ------------------------------------------------------------------ the loop
 
@@ -125,12 +135,12 @@ class Trainer:
                 summary["eval_before"] = self._evaluate()
                 self._write_summary(summary) if self.dist.is_main else None
             final_eval = None
-            while self.step < t.steps and not stop.requested:
+            while not self._finished() and not stop.requested:
                 self.callbacks("on_step_begin")
                 metrics = self._guarded_step()
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
-                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self.step == t.steps
+                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self._finished()
                 if last or (t.eval_every and self.step % t.eval_every == 0):
                     result = self._evaluate()
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
@@ -166,7 +176,8 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One step through the stages: rollout and rewards, token batch and log-probabilities, the
-        update's inputs (algo/pipeline.py: every variant's glue), mu optimizer steps, metrics."""
+        update's inputs (algo/pipeline.py: every variant's glue), mu slices (an optimizer update each, or every
+        train.accumulation_slices of them, an update then possibly spanning steps), metrics."""
         cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = wiring.Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
@@ -176,32 +187,55 @@ class Trainer:
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
             batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
             need_old, need_ref, want_entropy = needed_logprobs(settings)
+            need_old = need_old or stale_slices(cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices)
             old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
             ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
         extra: dict[str, float] = {}
+        upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
         self._updating = True  # from here on the model is no longer the last finished step's
-        with timer("update"):  # 5-6. loss, backward, optimizer, mu times
+        with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
             for _ in range(a.num_iterations):
                 for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
-                    if self.lam is not None:
-                        self.lam.zero_grad()
-                    part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
-                    upd = policy_update(self.model, self.optimizer, self.scheduler, part, a, cfg.optim,
-                                        temperature=cfg.rollout.temperature, micro_batch_size=cfg.train.micro_batch_size,
-                                        norm_constant=settings.norm_constant, dist=self.dist, autocast=self.autocast,
-                                        micro_batch_tokens=self.token_budget, packed=self.packed, router_aux=self.router_aux)
-                    if self.entropy_ctrl is not None:  # Skywork-OR1: the next step's coefficient from this step's entropy
-                        self.entropy_ctrl.update(upd["entropy/loss_tokens_mean"])
-                        upd["entropy_coef"] = self.entropy_ctrl.coef
-                    self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
-                    if self.lam is not None:  # lambda-GRPO: lambda's own step on the same loss's gradient
-                        extra.update(self.lam.step(self.dist))
+                    if self._updates_done():  # TRL's max_steps: the run ends right after its last update
+                        break
+                    upd = self._update(part, inputs, settings) or upd
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         if self.engine is not None:
             extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
+
+    def _update(self, part, batch, settings: StepSettings) -> dict[str, float] | None:
+        """Backpropagate slice ``part`` of ``batch`` into the pending update; apply the update once it
+        holds train.accumulation_slices slices (every slice by default) and return its metrics, else None."""
+        cfg, t = self.cfg, self.cfg.train
+        if self.lam is not None:  # lambda-GRPO (one slice an update): lambda's gradient is this update's
+            self.lam.zero_grad()
+        part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
+        counts = window_counts(batch, part, t.updates_per_batch, t.accumulation_slices, self.dist) \
+            if t.accumulation_slices > 1 else None  # TRL's normalisers when an update spans slices
+        accumulate(self.model, self.optimizer, part, cfg.algo, self.pending, temperature=cfg.rollout.temperature,
+                   micro_batch_size=t.micro_batch_size, norm_constant=settings.norm_constant, dist=self.dist,
+                   autocast=self.autocast, micro_batch_tokens=self.token_budget, packed=self.packed,
+                   router_aux=self.router_aux, counts=counts)
+        if self.pending.slices < t.accumulation_slices:
+            return None
+        upd = apply_update(self.optimizer, self.scheduler, self.pending, cfg.optim, dist=self.dist, router_aux=self.router_aux)
+        self.pending, self.updates = Accumulator(), self.updates + 1
+        if self.entropy_ctrl is not None:  # Skywork-OR1: the next step's coefficient from this step's entropy
+            self.entropy_ctrl.update(upd["entropy/loss_tokens_mean"])
+            upd["entropy_coef"] = self.entropy_ctrl.coef
+        self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
+        return {**upd, **self.lam.step(self.dist)} if self.lam is not None else upd  # lambda's own step, same gradient
+
+    def _updates_done(self) -> bool:
+        """train.max_updates reached (TRL's max_steps, which may fall inside a step's batch)."""
+        return 0 < self.cfg.train.max_updates <= self.updates
+
+    def _finished(self) -> bool:
+        """train.steps done, or train.max_updates reached."""
+        return self.step >= self.cfg.train.steps or self._updates_done()
 
     def _guarded_step(self) -> dict[str, float]:
         """``train_step``, with a fault before the step's update (a reward failing on most of a batch,
@@ -370,14 +404,20 @@ class Trainer:
         return path
 
     def _extra_state(self) -> dict[str, Any] | None:
-        """What variants keep between steps: lambda-GRPO's lambda, the adaptive entropy coefficient."""
+        """What variants keep between steps: lambda-GRPO's lambda, the adaptive entropy coefficient, and
+        an update still accumulating (train.accumulation_slices: a window that spans the checkpoint's step),
+        its gradient and metric sums, so that the resumed run applies exactly the update this one would."""
         extra = {"lambda_grpo": self.lam.state_dict()} if self.lam else {}
         extra |= {"entropy_control": self.entropy_ctrl.state_dict()} if self.entropy_ctrl else {}
+        extra |= {"pending_update": checkpoint.pending_state(self.pending, self.optimizer)} if self.pending.slices else {}
         return extra or None
 
     def _load_extra(self, ckpt: Path) -> None:
         """Resume ``_extra_state``: lambda and its Adam moments, the entropy coefficient, where they were."""
-        extra = checkpoint.load_extra(ckpt) if self.lam is not None or self.entropy_ctrl is not None else {}
+        needed = self.lam is not None or self.entropy_ctrl is not None or self.cfg.train.accumulation_slices > 1
+        extra = checkpoint.load_extra(ckpt) if needed else {}
+        if "pending_update" in extra:
+            self.pending = Accumulator(**checkpoint.load_pending(extra["pending_update"], self.optimizer))
         if self.lam is not None:
             if "lambda_grpo" not in extra:
                 raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")

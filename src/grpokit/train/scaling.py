@@ -72,6 +72,9 @@ def check_world(cfg: Config, ctx: DistContext) -> None:
                           f"consecutive ranks); use one of: {', '.join(str(d) for d in range(1, k + 1) if k % d == 0)}")
     if k == 1:
         return
+    if t.accumulation_slices > 1:  # a pending update's gradient is per rank until it is applied
+        raise ConfigError(f"train.accumulation_slices={t.accumulation_slices} runs on one process only, not {k} ranks; "
+                          "set it to 1")
     if t.prompts_per_step % k:
         raise ConfigError(f"train.prompts_per_step={t.prompts_per_step} must be divisible by the {k} ranks "
                           f"(each rank keeps whole groups); use a multiple of {k}")

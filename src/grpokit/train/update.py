@@ -3,6 +3,11 @@
 The loss functions take the whole batch's normalisers (sequence and token counts), so summing the
 micro-batches' gradients gives exactly the whole batch's gradient (tests/test_loss.py proves it on
 tensors, tests/test_train.py on a model).
+
+An update is two calls: ``accumulate`` backpropagates one slice into the parameters' ``.grad`` (its
+metric sums go to an ``Accumulator``), ``apply_update`` clips and steps. ``policy_update`` is one
+slice, one update; train.accumulation_slices > 1 lets k slices of successive batches share an update
+(TRL's rolling window when steps_per_generation is not a multiple of gradient_accumulation_steps).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from .schedule import make_scheduler
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, loss_settings
-from grpokit.algo.settings import LossSettings, LossTensors, Normalisers
+from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
 from grpokit.types import TokenBatch
 
 
@@ -158,6 +163,24 @@ def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: t
         acc[k] = max(acc.get(k, 0.0), v) if k.endswith("_max") else acc.get(k, 0.0) + v
 
 
+@dataclasses.dataclass
+class Accumulator:
+    """One optimizer update in the making: how many slices were backpropagated into the parameters'
+    ``.grad`` so far, and their metric sums (``apply_update`` turns them into the update's metrics).
+    It is all plain numbers, so a checkpoint can carry a pending update (train/loop.py)."""
+
+    slices: int = 0
+    loss: float = 0.0  # the loss summed over micro-batches
+    tokens: float = 0.0  # the slices' loss tokens (over every rank): divisor of the token-weighted metrics
+    sums: dict = dataclasses.field(default_factory=dict)  # token-weighted metric sums
+    ent_sum: float = 0.0  # entropy over every completion token
+    ent_tok: float = 0.0
+    terms: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0))
+    mismatch: dict = dataclasses.field(default_factory=dict)  # sampler/trainer mismatch sums
+    bonus: EntropyBonus = dataclasses.field(default_factory=EntropyBonus)  # the update's entropy bonus settings
+    sampled: bool = False  # a slice carried sampler log-probabilities (mismatch metrics)
+
+
 def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
                   *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
                   autocast=None, micro_batch_tokens: int = 0, packed: bool = False, router_aux: float = 0.0) -> dict[str, float]:
@@ -170,54 +193,110 @@ def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoC
     ``packed``: padding-free forwards (packing.py; same values as padded). ``router_aux``: weight of a
     Mixture-of-Experts router loss (model_options.py), added per micro-batch in proportion to its rows.
     """
+    acc = Accumulator()
+    accumulate(model, optimizer, inputs, algo, acc, temperature=temperature, micro_batch_size=micro_batch_size,
+               norm_constant=norm_constant, dist=dist, autocast=autocast, micro_batch_tokens=micro_batch_tokens,
+               packed=packed, router_aux=router_aux)
+    return apply_update(optimizer, scheduler, acc, optim, dist=dist, router_aux=router_aux)
+
+
+def window_counts(batch: UpdateInputs, part: UpdateInputs, parts: int, window: int, dist=None) -> tuple[float, float]:
+    """``(sequences, tokens)`` that slice ``part`` of ``batch`` (cut into ``parts``) divides its loss by
+    when ``window`` slices make one update (train.accumulation_slices), as TRL divides a micro-step's:
+    its rows x window, so per-sequence means (grpo, dr_grpo) become a mean over the window's equal
+    slices; and the batch's loss tokens x window / parts, the tokens of an average window (TRL's
+    dapo/cispo/vespo normaliser). Counts over every rank.
+    Example: 8 rows, 40 loss tokens, parts 4, window 3: a 2-row slice divides by 6 sequences and 30 tokens.
+    """
+    rows, tokens = float(part.batch.input_ids.shape[0]), float(batch.loss_mask.sum().item())
+    if dist is not None:
+        rows, tokens = dist.sum_float(rows), dist.sum_float(tokens)
+    return rows * window, tokens * window / parts
+
+
+def accumulate(model, optimizer, inputs: UpdateInputs, algo: AlgoConfig, acc: Accumulator, *, temperature: float,
+               micro_batch_size: int, norm_constant: float, dist=None, autocast=None, micro_batch_tokens: int = 0,
+               packed: bool = False, router_aux: float = 0.0, counts: tuple[float, float] | None = None) -> None:
+    """Backpropagate one slice, micro-batch by micro-batch, into the parameters' ``.grad`` and add its
+    metric sums to ``acc`` (a fresh ``acc`` starts from zero gradients). The loss divides by the slice's
+    own sequence and token counts, or by ``counts`` (``window_counts``) when slices share an update.
+    The keywords are ``policy_update``'s."""
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
     settings, norms = _objective(inputs, algo, norm_constant, dist)
-    num_tokens = norms.num_tokens
+    acc.tokens += norms.num_tokens
+    if counts is not None:
+        norms = dataclasses.replace(norms, num_sequences=counts[0], num_tokens=counts[1])
     model.train()
-    optimizer.zero_grad(set_to_none=True)
-    sums: dict[str, float] = {}
-    loss_total, ent_sum, ent_tok = 0.0, 0.0, 0.0
-    acc = dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0)  # entropy bonus, its tokens' entropy, router loss
-    mismatch: dict[str, float] = {}
+    if acc.slices == 0:
+        optimizer.zero_grad(set_to_none=True)
+    acc.slices, acc.bonus, acc.sampled = acc.slices + 1, settings.entropy, acc.sampled or inputs.sampler_logp is not None
     for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
-        mb = inputs.batch.rows(rows)
-        with (autocast() if autocast is not None else contextlib.nullcontext()):
-            logp, entropy, aux = _forward(model, mb, temperature, settings.entropy.coef != 0.0, packed, router_aux)
-        tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
-        old = tensors.old_logp
-        loss, m = objective_loss(tensors, settings, norms)
-        if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
-            share = (rows.stop - rows.start) / norms.num_sequences
-            loss, acc["aux_loss"] = loss + router_aux * share * aux, acc["aux_loss"] + share * float(aux.detach())
-        loss.backward()
-        loss_total += loss.item()
-        n_tok = m.pop("num_tokens")
-        if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
-            _add_bonus(acc, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
-        for k, v in m.items():  # token-weighted means over micro-batches
-            sums[k] = sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
-        # entropy over every completion token, also those a variant leaves out of the loss
-        ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
-        ent_tok += float(mb.completion_mask.sum().item())
-        _add_mismatch(mismatch, inputs, rows, old, mb)
+        _micro_step(model, inputs, rows, settings, norms, acc, temperature, autocast, packed, router_aux)
+
+
+def _micro_step(model, inputs: UpdateInputs, rows: slice, settings: LossSettings, norms: Normalisers, acc: Accumulator,
+                temperature: float, autocast, packed: bool, router_aux: float) -> None:
+    """Forward and backward one micro-batch; its loss and metric sums go to ``acc``."""
+    mb = inputs.batch.rows(rows)
+    with (autocast() if autocast is not None else contextlib.nullcontext()):
+        logp, entropy, aux = _forward(model, mb, temperature, settings.entropy.coef != 0.0, packed, router_aux)
+    tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
+    old = tensors.old_logp
+    loss, m = objective_loss(tensors, settings, norms)
+    if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
+        share = (rows.stop - rows.start) / norms.num_sequences
+        loss, acc.terms["aux_loss"] = loss + router_aux * share * aux, acc.terms["aux_loss"] + share * float(aux.detach())
+    loss.backward()
+    acc.loss += loss.item()
+    n_tok = m.pop("num_tokens")
+    if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
+        _add_bonus(acc.terms, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
+    for k, v in m.items():  # token-weighted means over micro-batches
+        acc.sums[k] = acc.sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
+    # entropy over every completion token, also those a variant leaves out of the loss
+    acc.ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
+    acc.ent_tok += float(mb.completion_mask.sum().item())
+    _add_mismatch(acc.mismatch, inputs, rows, old, mb)
+
+
+def apply_update(optimizer, scheduler, acc: Accumulator, optim: OptimConfig, *, dist=None, router_aux: float = 0.0) -> dict[str, float]:
+    """The optimizer step on the gradient ``acc`` holds: sum it over ranks, clip its norm, step (a
+    non-finite loss or norm skips the step); returns the update's metrics."""
+    loss_total, ent_sum, ent_tok, terms, sums, mismatch = acc.loss, acc.ent_sum, acc.ent_tok, acc.terms, acc.sums, acc.mismatch
     params = [p for g in optimizer.param_groups for p in g["params"]]
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
-        acc = {k: dist.sum_float(v) for k, v in acc.items()}
+        terms = {k: dist.sum_float(v) for k, v in terms.items()}
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
         mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    metrics = {k: (v if k.startswith("offpolicy/") else v / max(num_tokens, 1.0)) for k, v in sums.items()}
+    metrics = {k: (v if k.startswith("offpolicy/") else v / max(acc.tokens, 1.0)) for k, v in sums.items()}
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
-    metrics.update(_term_metrics(acc, loss_total, settings.entropy, router_aux))
-    if inputs.sampler_logp is not None:  # the max stays per rank; reduce_metrics takes the max over ranks
+    metrics.update(_term_metrics(terms, loss_total, acc.bonus, router_aux))
+    if acc.sampled:  # the max stays per rank; reduce_metrics takes the max over ranks
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def stale_slices(parts: int, iterations: int, window: int) -> bool:
+    """Whether an update can fall between a batch's sampling and the use of one of its slices when
+    ``window`` slices of a stream of batches (``parts`` x ``iterations`` slices each) make an update;
+    such slices need pi_old from a pass at sampling time (TRL's condition for old_per_token_logps).
+    Example: parts 4, window 3: window 2 is A3 B0 B1, so B2 and B3 come after it -> True."""
+    return window > 1 and window % (parts * iterations) != 0
+
+
+def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0) -> int:
+    """Optimizer updates after ``rounds`` steps of ``slices_per_round`` slices each (num_iterations x
+    updates_per_batch) when every ``window`` slices make one (train.accumulation_slices), at most
+    ``cap`` (train.max_updates; 0: no cap). Example: 3 rounds of 4 slices, window 3: 12 // 3 = 4."""
+    done = rounds * slices_per_round // window
+    return min(done, cap) if cap else done
 
 
 def _loss_tensors(inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> LossTensors:

@@ -77,6 +77,8 @@ class StepBridge:
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
         self.steps_per_epoch = 0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
+        self.rolling = False  # train.accumulation_slices > 1: a round may complete no update (set by the trainer)
+        self.begun = False  # the user's on_step_begin of the next TRL step was called
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -91,7 +93,9 @@ class StepBridge:
         n, g = self.args.torch_empty_cache_steps, self.state.global_step
         if n and any(s % n == 0 for s in range(g, g + self.per_round)):  # transformers: before a step whose completed count is a multiple
             empty_device_cache()
-        self.user("on_step_begin")
+        if not self.begun:  # a round that applied no update left its TRL step begun
+            self.user("on_step_begin")
+        self.begun = True
 
     def on_optimizer_step(self, args, state, control, metrics=None, **kw):
         now = time.perf_counter()
@@ -106,6 +110,9 @@ class StepBridge:
         if "num_tokens" in self.sampled:  # TRL's num_tokens is the running total
             self.state.num_input_tokens_seen += int(sum(self.sampled["num_tokens"]))
             self.sampled["num_tokens"] = [float(self.state.num_input_tokens_seen)]
+        if self.rolling and updates == [{}]:  # every slice waits for a later update: TRL logs this sampling with it
+            self._accumulate({**(metrics or {}), **{key: sum(v) / len(v) for key, v in self.sampled.items()}})
+            return control
         for k, (update, seconds) in enumerate(zip(updates, times)):
             if k:
                 self.user("on_step_begin")
@@ -117,6 +124,7 @@ class StepBridge:
             self._maybe_log_and_evaluate()
             if self.user.control.should_training_stop or self.state.global_step >= self.state.max_steps:
                 control.should_training_stop = True
+        self.begun = False
         return control
 
     def on_save(self, args, state, control, checkpoint=None, **kw):

@@ -216,7 +216,7 @@ class GRPOConfig:
     dataloader_prefetch_factor: int | None = None
     """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
     steps_per_generation: int | None = None
-    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps."""
+    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps (not a whole number: an optimizer step may span two generation batches, as TRL's loop)."""
     generation_batch_size: int | None = None
     """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
     log_completions: bool = False

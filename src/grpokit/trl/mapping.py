@@ -12,6 +12,9 @@ step samples ``prompts_per_step * group_size`` completions and makes ``num_itera
 updates_per_batch`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
 ``micro_batch_size = per_device_train_batch_size``, ``updates_per_batch = steps_per_generation /
 gradient_accumulation_steps`` and ``train.steps = max_steps / (num_iterations * updates_per_batch)``.
+When steps_per_generation is not a multiple of gradient_accumulation_steps, an optimizer step spans
+generation batches (TRL's rolling window): ``updates_per_batch = steps_per_generation`` slices, of which
+``accumulation_slices = gradient_accumulation_steps`` make one update, and ``max_updates = max_steps``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
 from .optim_args import optimizer_fields, schedule_fields
-from .step_args import batch_fields, epoch_rounds, steps_fields, trl_max_steps, updates_per_round
+from .step_args import batch_fields, epoch_rounds, slicing, steps_fields, trl_max_steps, trl_steps_in
 from .sampling_args import vllm_fields
 from .run_args import RUN_MANAGEMENT
 
@@ -111,8 +114,9 @@ _GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if not a.sync_ref_model:
         return {"algo.ref_refresh_every": 0}
-    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
-    return {"algo.ref_refresh_every": max(1, a.ref_model_sync_steps // mu), "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
+    parts, window = slicing(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
+    every = max(1, a.ref_model_sync_steps * window // (a.num_iterations * parts))
+    return {"algo.ref_refresh_every": every, "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
 
 
 def _every(value: float, steps: int) -> int:
@@ -123,8 +127,10 @@ def _every(value: float, steps: int) -> int:
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "epoch", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no (grpokit always writes the final checkpoint)")
-    mu = a.num_iterations * updates_per_round(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
-    every = {"steps": max(1, _every(a.save_steps, ctx["steps"] * mu) // mu), "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]
+    parts, window = slicing(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
+    trl_every = _every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx["world_size"]))
+    steps_every = max(1, trl_every * window // (a.num_iterations * parts))
+    every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):  # checkpoint, all_checkpoints: pushed for resuming from the Hub
         raise _refuse("hub_strategy", a.hub_strategy, "every_save, end (a grpokit checkpoint resumes only inside its run "
@@ -198,15 +204,20 @@ MAPPING: list[Rule] = [
          "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
-         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch"),
+         ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch",
+          "train.accumulation_slices"),
          "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
          "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
-         "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes))",
+         "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes)); not a multiple: "
+         "updates_per_batch = steps_per_generation and accumulation_slices = gradient_accumulation_steps, TRL's rolling "
+         "window (an optimizer step may span two generation batches; one process only)",
          lambda a, ctx: {**batch_fields(a, ctx), "rollout.group_size": a.num_generations}),
-    Rule(("max_steps", "num_train_epochs"), ("train.steps",),
+    Rule(("max_steps", "num_train_epochs"), ("train.steps", "train.max_updates"),
          "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * steps per epoch), an "
          "epoch being TRL's: the whole generation batches in train_dataset (its last rows short of one are dropped, as "
-         "RepeatSampler does), each num_iterations * updates_per_batch steps", steps_fields),
+         "RepeatSampler does), each num_iterations * steps_per_generation / gradient_accumulation_steps steps; rolling "
+         "window: steps = TRL's steps * accumulation_slices / (num_iterations * updates_per_batch) rounded up and "
+         "max_updates = TRL's steps, so the run ends right after TRL's last step, even inside a generation batch", steps_fields),
     Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),
          "copied", _v(**{"optim.lr": "learning_rate", "optim.weight_decay": "weight_decay", "optim.adam_beta1": "adam_beta1",

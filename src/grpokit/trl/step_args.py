@@ -2,7 +2,8 @@
 
 Part of mapping.py's table (its batch and step rules call these); kept apart so each file stays
 readable. A TRL step is one optimizer update; a grpokit step (a round) samples one generation batch and
-makes num_iterations * updates_per_batch updates on it (mapping.py's docstring). An epoch is TRL's: its
+makes num_iterations * updates_per_batch updates on it (mapping.py's docstring); when steps_per_generation
+is not a multiple of gradient_accumulation_steps, TRL's rolling window (train.accumulation_slices). An epoch is TRL's: its
 RepeatSampler keeps whole generation batches of train_dataset only, and transformers counts the
 optimizer updates they feed (checked against TRL itself in tests/test_trl_scripts.py).
 """
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 from grpokit.config.base import ConfigError
+from grpokit.train.update import total_updates
 from .config import GRPOConfig
 
 
@@ -29,13 +31,24 @@ def generation_steps(a: GRPOConfig, world_size: int) -> int:
     return a.generation_batch_size // per_pass
 
 
-def updates_per_round(a: GRPOConfig, world_size: int) -> int:
-    """Optimizer steps one generation batch feeds per num_iterations pass: steps_per_generation / gradient_accumulation_steps."""
-    spg = generation_steps(a, world_size)
-    if spg % a.gradient_accumulation_steps:
-        raise ConfigError(f"GRPOConfig steps_per_generation={spg} is not a multiple of gradient_accumulation_steps="
-                          f"{a.gradient_accumulation_steps}; make it one (a generation batch must feed whole optimizer steps)")
-    return spg // a.gradient_accumulation_steps
+def slicing(a: GRPOConfig, world_size: int) -> tuple[int, int]:
+    """``(train.updates_per_batch, train.accumulation_slices)``: steps_per_generation / gradient_accumulation_steps
+    slices of one update each when it is a multiple of it; else steps_per_generation slices, of which every
+    gradient_accumulation_steps consecutive ones (across generation batches) make one update, as TRL's loop."""
+    spg, ga = generation_steps(a, world_size), a.gradient_accumulation_steps
+    return (spg // ga, 1) if spg % ga == 0 else (spg, ga)
+
+
+def rounds_for(trl_steps: int, a: GRPOConfig, world_size: int) -> int:
+    """grpokit steps (generation batches) whose updates reach ``trl_steps`` TRL steps."""
+    parts, window = slicing(a, world_size)
+    return math.ceil(trl_steps * window / (a.num_iterations * parts))
+
+
+def trl_steps_in(rounds: int, a: GRPOConfig, world_size: int) -> int:
+    """TRL steps (optimizer updates) in ``rounds`` grpokit steps: whole windows of the slices, capped at max_steps."""
+    parts, window = slicing(a, world_size)
+    return total_updates(rounds, a.num_iterations * parts, window, a.max_steps if window > 1 and a.max_steps > 0 else 0)
 
 
 def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -43,16 +56,22 @@ def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if per_step % a.num_generations:
         raise ConfigError(f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
                           f"completions is not a multiple of num_generations={a.num_generations}; make it one")
+    parts, window = slicing(a, ctx["world_size"])
     return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
-            "train.updates_per_batch": updates_per_round(a, ctx["world_size"])}
+            "train.updates_per_batch": parts, "train.accumulation_slices": window}
+
+
+def _prompts_per_round(a: GRPOConfig, world_size: int) -> int:
+    return max(1, a.per_device_train_batch_size * generation_steps(a, world_size) * world_size // a.num_generations)
 
 
 def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
     """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: its
     RepeatSampler keeps whole generation batches only (num_rows // prompts per batch of them), each feeding
-    num_iterations * steps_per_generation / gradient_accumulation_steps optimizer updates (at least 1)."""
-    prompts = a.per_device_train_batch_size * generation_steps(a, world_size) * world_size // a.num_generations
-    return max(1, num_rows // max(1, prompts) * a.num_iterations * updates_per_round(a, world_size))
+    num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
+    of them (at least 1 update)."""
+    micro_steps = num_rows // _prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
+    return max(1, micro_steps // a.gradient_accumulation_steps)
 
 
 def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
@@ -63,10 +82,13 @@ def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
 
 
 def steps_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    per_round = a.num_iterations * updates_per_round(a, ctx["world_size"])  # TRL steps (optimizer updates) per sampled batch
-    return {"train.steps": math.ceil(trl_max_steps(a, ctx) / per_round)}
+    """train.steps: the rounds that reach TRL's run length; in the rolling window (accumulation_slices > 1)
+    max_updates too, so the run ends right after TRL's last step, even inside a generation batch."""
+    trl_steps = trl_max_steps(a, ctx)
+    window = slicing(a, ctx["world_size"])[1]
+    return {"train.steps": rounds_for(trl_steps, a, ctx["world_size"]), "train.max_updates": trl_steps if window > 1 else 0}
 
 
 def epoch_rounds(a: GRPOConfig, ctx: dict) -> int:
-    """grpokit steps (sampling rounds) in one of TRL's epochs: whole rounds, since an epoch holds whole generation batches."""
-    return max(1, steps_per_epoch(a, ctx["num_rows"], ctx["world_size"]) // (a.num_iterations * updates_per_round(a, ctx["world_size"])))
+    """grpokit steps (sampling rounds) in one of TRL's epochs: its whole generation batches."""
+    return max(1, ctx["num_rows"] // _prompts_per_round(a, ctx["world_size"]))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from grpokit.train import distributed
+from grpokit.train.update import total_updates
 from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
 from grpokit.data.prompts import to_prompts
@@ -136,20 +137,22 @@ class GRPOTrainer:
     def _build(self, resume):
         from grpokit.train.loop import Trainer
 
-        mu = self.cfg.algo.num_iterations * self.cfg.train.updates_per_batch  # TRL steps per grpokit step
+        t = self.cfg.train
+        slices = self.cfg.algo.num_iterations * t.updates_per_batch  # per grpokit step; accumulation_slices of them a TRL step
         max_steps = self.cfg.optim.schedule_steps  # TRL's max_steps: the mapping makes it the schedule's length, as transformers
         self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         self.bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
         callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
-        self.bridge.per_round = mu
+        self.bridge.per_round = -(-slices // t.accumulation_slices)  # at most (rolling window: some rounds one fewer)
+        self.bridge.rolling = t.accumulation_slices > 1
         set_log_level(self.args, self.accelerator.is_main_process)  # after grpokit quieted transformers, as Trainer.__init__
         self.bridge.at_end = lambda: best.finish(trainer, self.bridge.state, self.args, self.accelerator.is_main_process)
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
         if resume:
-            self.bridge.state.global_step = trainer.step * mu
-            best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.step * mu}")
+            self.bridge.state.global_step = trainer.updates
+            best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}")
             if self.args.ignore_data_skip:  # transformers: the epochs trained count, the batches of this one are not skipped
                 trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
         sample = trainer._sample
@@ -400,8 +403,8 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
     if a.max_steps <= 0:
         return None
-    from .step_args import generation_steps, updates_per_round
+    from .step_args import generation_steps, rounds_for
 
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
-    return max(1, per_round) * -(-a.max_steps // (a.num_iterations * updates_per_round(a, world)))
+    return max(1, per_round) * rounds_for(a.max_steps, a, world)

@@ -1,0 +1,256 @@
+"""train.accumulation_slices > 1: TRL's rolling window, where an optimizer step may span two sampled
+batches (steps_per_generation not a multiple of gradient_accumulation_steps).
+
+The schedules below are worked out by hand from TRL 1.16's loop (GRPOTrainer._prepare_inputs and
+training_step): micro-step s takes slice s % steps_per_generation of the buffered batch, a new batch is
+sampled when s % (steps_per_generation * num_iterations) == 0, and the optimizer steps every
+gradient_accumulation_steps micro-steps. The updates are compared with that loop written out by hand.
+"""
+
+import copy
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import grpokit.train.loop as loop_module
+from grpokit.config import Config, ConfigError
+from grpokit.config.io import apply_overrides
+from grpokit.train import Trainer
+from grpokit.train.logprobs import completion_logprobs
+from grpokit.train.update import make_optimizer, stale_slices, total_updates, window_counts
+
+ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56", "78", "90")]
+
+
+def varied(prompts, completions, **kwargs):
+    """Distinct characters of the completion / 6: rewards that differ within a group, so every slice has a gradient."""
+    return [len(set(c)) / 6 for c in completions]
+
+
+def rolling(model_dir, out, resume=None, callbacks=None, **over):
+    """2 prompts x 4 completions = 8 rows cut into 4 slices of 2 (TRL: per_device_train_batch_size 2,
+    steps_per_generation 4), 3 slices an update (gradient_accumulation_steps 3)."""
+    cfg = Config()
+    apply_overrides(cfg, [
+        f"model.name_or_path={model_dir}", "data.task=", "data.dataset=", "reward.functions=[]", "data.eval_size=0",
+        "rollout.group_size=4", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.steps=3",
+        "train.updates_per_batch=4", "train.accumulation_slices=3", "optim.lr=1e-2", f"train.out={out}",
+        "record.sinks=[]", "record.report=false", "train.threads=1", "train.deterministic=true", "train.save_every=1",
+        "train.keep_checkpoints=5",
+    ] + [f"{k}={v}" for k, v in over.items()])
+    return Trainer(cfg, reward_funcs=[varied], train_rows=ROWS, eval_rows=[], quiet=True, resume=resume, callbacks=callbacks)
+
+
+# ------------------------------------------------------------------ pure functions, by hand
+
+def test_window_counts_by_hand():
+    # a batch of 8 rows with 40 loss tokens cut into 4 slices, 3 slices an update: a 2-row slice divides
+    # by 2 x 3 = 6 sequences (grpo: the mean over the window's 6 rows) and 40 x 3 / 4 = 30 tokens (dapo:
+    # TRL's num_items_in_batch x gradient_accumulation_steps / steps_per_generation)
+    batch = SimpleNamespace(loss_mask=torch.tensor([[1.0] * 5] * 8))
+    part = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(2, 7)))
+    assert window_counts(batch, part, parts=4, window=3) == (6.0, 30.0)
+
+
+def test_total_updates_and_stale_slices_by_hand():
+    assert total_updates(3, 4, 3) == 4  # 12 slices, 3 an update
+    assert total_updates(3, 4, 3, cap=3) == 3  # TRL's max_steps 3 ends inside the third batch
+    assert total_updates(2, 8, 3) == 5  # num_iterations 2: 16 slices -> 5 updates, one slice pending
+    assert total_updates(5, 2, 1) == 10  # one slice, one update: rounds x slices
+    assert stale_slices(4, 1, 3)  # update 2 = A3 B0 B1, so B2 and B3 come after an update that followed B's sampling
+    assert not stale_slices(2, 1, 4)  # A0 A1 B0 B1: no update between a batch's sampling and its slices
+    assert not stale_slices(4, 1, 1)  # the default: num_iterations decides as before
+
+
+def test_rolling_window_refuses_what_steps_per_update(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match=r"^train.accumulation_slices=3 does not support algo.aggregation=lambda-grpo"):
+        rolling(tiny_model_dir, tmp_path / "r", **{"algo.entropy_coef": 0.01})
+    with pytest.raises(ConfigError, match=r"^train.accumulation_slices=3 does not support train.fsdp"):
+        rolling(tiny_model_dir, tmp_path / "f", **{"train.fsdp": True})
+    with pytest.raises(ConfigError, match=r"^train.accumulation_slices=0 must be at least 1"):
+        rolling(tiny_model_dir, tmp_path / "r0", **{"train.accumulation_slices": 0})
+
+
+# ------------------------------------------------------------------ (1) which slices make which update
+
+def record_schedule(monkeypatch, trainer) -> list[str]:
+    """The loop's events: "sample X" (batch X sampled), a slice's label (X0 .. X3, X0' .. in the second
+    pass of num_iterations 2) when it is backpropagated, "|" when an update is applied."""
+    events, labels, calls = [], {}, [0]
+    iterations = trainer.cfg.algo.num_iterations
+    real_slices, real_acc, real_apply = loop_module.update_slices, loop_module.accumulate, loop_module.apply_update
+    real_scored = trainer._scored_batch
+
+    def slices(inputs, parts):
+        c, calls[0] = calls[0], calls[0] + 1
+        out = real_slices(inputs, parts)
+        for k, part in enumerate(out):
+            labels[id(part)] = f"{'ABCDEF'[c // iterations]}{k}" + "'" * (c % iterations)
+        return out
+
+    def scored():
+        events.append(f"sample {'ABCDEF'[trainer.step]}")
+        return real_scored()
+
+    monkeypatch.setattr(loop_module, "update_slices", slices)
+    monkeypatch.setattr(loop_module, "accumulate", lambda m, o, part, *a, **k: events.append(labels[id(part)]) or real_acc(m, o, part, *a, **k))
+    monkeypatch.setattr(loop_module, "apply_update", lambda *a, **k: events.append("|") or real_apply(*a, **k))
+    monkeypatch.setattr(trainer, "_scored_batch", scored)
+    return events
+
+
+def test_schedule_of_slices_and_updates_by_hand(tiny_model_dir, tmp_path, monkeypatch):
+    # steps_per_generation 4, gradient_accumulation_steps 3, num_iterations 1: micro-steps 0..11 take
+    # A0 A1 A2 | A3 B0 B1 | B2 B3 C0 | C1 C2 C3 |, B sampled at micro-step 4 (after update 1), C at 8
+    tr = rolling(tiny_model_dir, tmp_path / "it1")
+    events = record_schedule(monkeypatch, tr)
+    tr.train()
+    assert events == ["sample A", "A0", "A1", "A2", "|", "A3", "sample B", "B0", "B1", "|", "B2", "B3", "sample C",
+                      "C0", "|", "C1", "C2", "C3", "|"]
+    assert tr.updates == 4 and tr.scheduler.last_epoch == 4 and tr.pending.slices == 0
+
+
+def test_schedule_with_two_iterations_by_hand(tiny_model_dir, tmp_path, monkeypatch):
+    # num_iterations 2: a batch is sampled every 4 x 2 = 8 micro-steps and its slices come twice,
+    # A0 A1 A2 | A3 A0' A1' | A2' A3' B0 | B1 B2 B3 | B0' B1' B2' | and B3' still pending at the end
+    tr = rolling(tiny_model_dir, tmp_path / "it2", **{"algo.num_iterations": 2, "train.steps": 2})
+    events = record_schedule(monkeypatch, tr)
+    tr.train()
+    assert events == ["sample A", "A0", "A1", "A2", "|", "A3", "A0'", "A1'", "|", "A2'", "A3'", "sample B", "B0", "|",
+                      "B1", "B2", "B3", "|", "B0'", "B1'", "B2'", "|", "B3'"]
+    assert tr.updates == 5 and tr.pending.slices == 1
+
+
+def test_max_updates_ends_the_run_inside_a_batch(tiny_model_dir, tmp_path, monkeypatch):
+    # TRL's max_steps 2: the run stops right after update 2 = A3 B0 B1; B2 and B3 are never computed
+    tr = rolling(tiny_model_dir, tmp_path / "cap", **{"train.max_updates": 2})
+    events = record_schedule(monkeypatch, tr)
+    summary = tr.train()
+    assert events == ["sample A", "A0", "A1", "A2", "|", "A3", "sample B", "B0", "B1", "|"]
+    assert tr.updates == 2 and summary["steps"] == 2
+
+
+# ------------------------------------------------------------------ (2) equal to TRL's loop written by hand
+
+def trl_loop_by_hand(model, cfg, batches, loss_type: str, spg: int = 4, ga: int = 3, own_tokens: bool = False):
+    """TRL 1.16's training loop on the recorded generation batches: micro-step s backpropagates slice
+    s % spg of batch s // spg with TRL's normaliser, the optimizer steps every ga micro-steps. Returns
+    the model, each step's gradient norm (before clipping) and loss. ``own_tokens``: a wrong dapo
+    normaliser (each micro-step's own tokens x ga), to show the comparison can fail."""
+    opt, sched = make_optimizer(model, cfg.optim, 10)
+    lo, hi = cfg.algo.clip_low, cfg.algo.clip_high
+    steps, norms, losses, window_loss = 0, [], [], 0.0
+    for s in range(len(batches) * spg):
+        inputs = batches[s // spg]
+        rows = slice((s % spg) * 2, (s % spg) * 2 + 2)
+        model.train()
+        logp = completion_logprobs(model, inputs.batch.rows(rows), temperature=cfg.rollout.temperature)[0]
+        old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
+        mask, adv = inputs.loss_mask[rows], inputs.advantages[rows].unsqueeze(1)
+        ratio = torch.exp(logp - old)
+        per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - lo, 1 + hi) * adv)
+        if loss_type == "grpo":  # mean over the micro-batch's sequences, / gradient_accumulation_steps
+            loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / ga
+        elif own_tokens:
+            loss = (per_token * mask).sum() / (mask.sum() * ga)
+        else:  # dapo: / (the generation batch's tokens x gradient_accumulation_steps / steps_per_generation)
+            loss = (per_token * mask).sum() / (inputs.loss_mask.sum().clamp(min=1.0) * ga / spg)
+        loss.backward()
+        window_loss += loss.item()
+        if (s + 1) % ga == 0:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.optim.max_grad_norm)))
+            losses.append(window_loss)
+            window_loss = 0.0
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            steps += 1
+            if steps == cfg.train.max_updates:
+                break
+    return model, norms, losses
+
+
+class Updates:
+    """Records every optimizer update's metrics (grpokit's on_optimizer_step)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_optimizer_step(self, args, state, control, metrics=None, **kw):
+        self.seen.append(dict(metrics))
+
+
+@pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
+def test_rolling_updates_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
+    # max_updates 3 ends inside the third batch: A0 A1 A2 | A3 B0 B1 | B2 B3 C0 |, C1 .. C3 never used
+    updates = Updates()
+    tr = rolling(tiny_model_dir, tmp_path / loss_type, callbacks=[updates],
+                 **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4})
+    start = copy.deepcopy(tr.model)
+    batches = []
+    real = loop_module.update_inputs
+    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
+    tr.train()
+    assert len(batches) == 3 and all(b.old_logp is not None for b in batches)  # stale slices: pi_old at sampling
+    ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type)
+    # the gradient norm before clipping and the loss see the normaliser's scale (clipping and Adam hide it)
+    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
+    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
+    moved = 0.0
+    for (n, p), q, s in zip(tr.model.named_parameters(), ref.parameters(), start.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n
+        moved = max(moved, float((p - s).detach().abs().max()))
+    assert moved > 1e-3  # the updates did something, so equality means something
+    if loss_type == "dapo":  # each micro-step dividing by its own tokens weighs the slices differently: it fails
+        _, wrong, _ = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, own_tokens=True)
+        assert [u["grad_norm"] for u in updates.seen] != pytest.approx(wrong, rel=1e-3)
+
+
+# ------------------------------------------------------------------ (4) resume with an update pending
+
+class StopAfter:
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+@pytest.mark.parametrize("stop_after, pending", [(1, 1), (2, 2)])
+def test_resume_with_an_update_pending_is_exact(tiny_model_dir, tmp_path, stop_after, pending):
+    # after step 1 slice A3 waits for B0 B1; after step 2, B2 and B3 wait for C0: the checkpoint carries
+    # that gradient and its sums, so the resumed run applies exactly the update the uninterrupted run does
+    full = rolling(tiny_model_dir, tmp_path / "full")
+    full.train()
+    cut = rolling(tiny_model_dir, tmp_path / "cut", callbacks=[StopAfter(stop_after)])
+    cut.train()
+    assert cut.step == stop_after and cut.pending.slices == pending
+    resumed = rolling(tiny_model_dir, tmp_path / "cut", resume=tmp_path / "cut")
+    assert resumed.pending.slices == pending and resumed.updates == cut.updates
+    resumed.train()
+    for (n, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q), n
+    assert resumed.updates == full.updates == 4
+    # the metrics of the update that spans the checkpoint (its loss and token-weighted sums) are the same too
+    assert len(step_metrics(tmp_path / "full")) == 3 and step_metrics(tmp_path / "full") == step_metrics(tmp_path / "cut")
+
+
+def step_metrics(run):
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in x.items() if not k.startswith(("time/", "tokens_per_second", "rollout/tokens_per_second"))}
+            for x in lines if "reward" in x]
+
+
+def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
+    # steps_per_generation 1, gradient_accumulation_steps 2: A0 B0 | - step 1 applies nothing, its slice waits
+    tr = rolling(tiny_model_dir, tmp_path / "none", **{"train.updates_per_batch": 1, "train.accumulation_slices": 2,
+                                                       "train.steps": 2})
+    events = record_schedule(monkeypatch, tr)
+    tr.train()
+    assert events == ["sample A", "A0", "sample B", "B0", "|"]
+    assert tr.updates == 1
+    first, second = step_metrics(tmp_path / "none")
+    assert "grad_norm" not in first and "grad_norm" in second and "reward" in first
