@@ -61,7 +61,9 @@ def test_total_updates_and_stale_slices_by_hand():
     assert total_updates(5, 2, 1) == 10  # one slice, one update: rounds x slices
     assert stale_slices(4, 1, 3)  # update 2 = A3 B0 B1, so B2 and B3 come after an update that followed B's sampling
     assert not stale_slices(2, 1, 4)  # A0 A1 B0 B1: no update between a batch's sampling and its slices
-    assert not stale_slices(4, 1, 1)  # the default: num_iterations decides as before
+    assert stale_slices(4, 1, 1)  # four updates per batch: A1 .. A3 come after an update, as TRL computes pi_old then
+    assert not stale_slices(1, 1, 1)  # the default: one update per batch, on-policy
+    assert stale_slices(1, 2, 1)  # num_iterations 2
 
 
 def test_rolling_window_refuses_what_steps_per_update(tiny_model_dir, tmp_path):
@@ -254,3 +256,28 @@ def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
     assert tr.updates == 1
     first, second = step_metrics(tmp_path / "none")
     assert "grad_norm" not in first and "grad_norm" in second and "reward" in first
+
+
+# ------------------------------------------------------------------ steps_per_generation a multiple of gradient_accumulation_steps
+
+@pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
+def test_several_updates_per_batch_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
+    # TRL steps_per_generation 4, gradient_accumulation_steps 2: grpokit cuts the 8 rows into 2 slices of 4
+    # (2 micro-batches of 2), one update each. TRL takes pi_old at sampling (A1 follows the update of A0) and
+    # divides dapo's loss by the batch's tokens x 2 / 4; before, A1 was on-policy (ratio 1) and dapo divided
+    # by the slice's own tokens. max_updates 3 ends inside the second batch: A0 A1 | A2 A3 | B0 B1 |
+    updates = Updates()
+    tr = rolling(tiny_model_dir, tmp_path / loss_type, callbacks=[updates],
+                 **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4,
+                    "train.updates_per_batch": 2, "train.accumulation_slices": 1, "train.micro_batch_size": 2})
+    start = copy.deepcopy(tr.model)
+    batches = []
+    real = loop_module.update_inputs
+    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
+    tr.train()
+    assert len(batches) == 2 and all(b.old_logp is not None for b in batches)  # pi_old at sampling
+    ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, spg=4, ga=2)
+    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
+    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
+    for (n, p), q in zip(tr.model.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n

@@ -230,3 +230,25 @@ def test_streamed_train_data_an_eval_datasetdict_and_reward_processing_classes(c
     with pytest.raises(ConfigError, match=r"^reward_processing_classes has 2 entries but there are 1 reward functions"):
         GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "x"), train_dataset=Dataset.from_list(rows),
                     reward_processing_classes=[None, None])
+
+
+def test_max_steps_inside_a_generation_batch_ends_at_trls_step(chat_model, tmp_path):
+    # num_iterations 2: each generation batch feeds 2 steps, so max_steps 3 ends after the second batch's
+    # first update, as TRL's loop does (it stops at global_step == max_steps); grpokit used to finish the
+    # batch and end at step 4
+    from grpokit.trl.mapping import to_config
+
+    a = args(tmp_path / "run", num_iterations=2, max_steps=3, logging_steps=1)
+    cfg = to_config(a, num_rows=len(DATA))
+    assert (cfg.train.steps, cfg.train.max_updates) == (2, 3)
+    class Ends:
+        steps: list[int] = []
+
+        def on_step_end(self, args, state, control, **kw):
+            self.steps.append(state.global_step)
+
+    ends = Ends()
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], args=a, train_dataset=DATA, callbacks=[ends])
+    tr.train()
+    assert tr.state.global_step == 3 and ends.steps == [1, 2, 3]
+    assert [h["step"] for h in tr.state.log_history if "loss" in h] == [1, 2, 3]

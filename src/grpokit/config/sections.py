@@ -339,7 +339,9 @@ class TrainConfig:
     updates_per_batch: int = 1
     """Optimizer updates per pass over a sampled batch: its rows are cut, in order, into this many equal slices, one
     update each (a group may be split), num_iterations times; TRL's steps_per_generation / gradient_accumulation_steps
-    (with accumulation_slices > 1: TRL's steps_per_generation, the slices a batch is cut into)."""
+    (with accumulation_slices > 1: TRL's steps_per_generation, the slices a batch is cut into). Above 1, as TRL:
+    pi_old comes from a pass at sampling (later slices follow an update, so their ratio and clipping act), and a
+    token-summed loss (token-mean) divides by the batch's tokens / updates_per_batch, the same for every slice."""
     accumulation_slices: int = 1
     """Slices whose gradients make one optimizer update. 1: every slice is its own update. k > 1: the slices
     of successive batches form one stream (each batch's num_iterations passes, then the next batch) and every

@@ -214,7 +214,7 @@ class Trainer:
             self.lam.zero_grad()
         part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
         counts = window_counts(batch, part, t.updates_per_batch, t.accumulation_slices, self.dist) \
-            if t.accumulation_slices > 1 else None  # TRL's normalisers when an update spans slices
+            if t.accumulation_slices > 1 or t.updates_per_batch > 1 else None  # TRL's normalisers of a cut batch
         accumulate(self.model, self.optimizer, part, cfg.algo, self.pending, temperature=cfg.rollout.temperature,
                    micro_batch_size=t.micro_batch_size, norm_constant=settings.norm_constant, dist=self.dist,
                    autocast=self.autocast, micro_batch_tokens=self.token_budget, packed=self.packed,

@@ -114,7 +114,7 @@ def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens:
 
 def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
     """``inputs`` cut, in row order, into ``parts`` equal slices, one optimizer update each (TRL's
-    steps_per_generation); each slice's loss is normalised by its own counts, as TRL's step is."""
+    steps_per_generation); the loop gives each slice TRL's normalisers (``window_counts``)."""
     if parts == 1:
         return [inputs]
     n = inputs.batch.input_ids.shape[0] // parts
@@ -287,8 +287,10 @@ def stale_slices(parts: int, iterations: int, window: int) -> bool:
     """Whether an update can fall between a batch's sampling and the use of one of its slices when
     ``window`` slices of a stream of batches (``parts`` x ``iterations`` slices each) make an update;
     such slices need pi_old from a pass at sampling time (TRL's condition for old_per_token_logps).
-    Example: parts 4, window 3: window 2 is A3 B0 B1, so B2 and B3 come after it -> True."""
-    return window > 1 and window % (parts * iterations) != 0
+    Examples: parts 4, window 3: window 2 is A3 B0 B1, so B2 and B3 come after it -> True; parts 2,
+    window 1 (steps_per_generation = 2 x gradient_accumulation_steps): A1 comes after the update of A0
+    -> True; parts 1, one iteration, window 1 (the default) -> False."""
+    return window % (parts * iterations) != 0
 
 
 def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0) -> int:

@@ -216,7 +216,7 @@ MAPPING: list[Rule] = [
          "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * steps per epoch), an "
          "epoch being TRL's: the whole generation batches in train_dataset (its last rows short of one are dropped, as "
          "RepeatSampler does), each num_iterations * steps_per_generation / gradient_accumulation_steps steps; rolling "
-         "window: steps = TRL's steps * accumulation_slices / (num_iterations * updates_per_batch) rounded up and "
+         "window: steps = TRL's steps * accumulation_slices / (num_iterations * updates_per_batch) rounded up; "
          "max_updates = TRL's steps, so the run ends right after TRL's last step, even inside a generation batch", steps_fields),
     Rule(("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
          ("optim.lr", "optim.weight_decay", "optim.adam_beta1", "optim.adam_beta2", "optim.adam_eps", "optim.max_grad_norm"),

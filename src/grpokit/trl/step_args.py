@@ -82,11 +82,11 @@ def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
 
 
 def steps_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
-    """train.steps: the rounds that reach TRL's run length; in the rolling window (accumulation_slices > 1)
-    max_updates too, so the run ends right after TRL's last step, even inside a generation batch."""
+    """train.steps: the rounds that reach TRL's run length, and max_updates = that length, so the run ends
+    right after TRL's last step even inside a generation batch (max_steps 3 with num_iterations 2: the
+    second batch's first update; the rolling window: wherever the window falls)."""
     trl_steps = trl_max_steps(a, ctx)
-    window = slicing(a, ctx["world_size"])[1]
-    return {"train.steps": rounds_for(trl_steps, a, ctx["world_size"]), "train.max_updates": trl_steps if window > 1 else 0}
+    return {"train.steps": rounds_for(trl_steps, a, ctx["world_size"]), "train.max_updates": trl_steps}
 
 
 def epoch_rounds(a: GRPOConfig, ctx: dict) -> int:
