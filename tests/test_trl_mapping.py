@@ -225,7 +225,8 @@ def test_steps_per_generation_and_generation_batch_size_worked_by_hand():
                                  num_generations=4, max_steps=max_steps), num_rows=100, world_size=1)
         assert (r.train.prompts_per_step, r.train.micro_batch_size, r.train.updates_per_batch, r.train.accumulation_slices,
                 r.train.steps, r.train.max_updates) == (2, 2, 4, 3, rounds, max_steps)
-    assert c.train.accumulation_slices == 1 and c.train.max_updates == 0  # a multiple: one slice, one update, as before
+    # a multiple: one slice, one update; max_updates = max_steps in every run (the end may fall inside a batch)
+    assert c.train.accumulation_slices == 1 and c.train.max_updates == 6
 
 
 def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():

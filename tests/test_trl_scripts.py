@@ -173,6 +173,15 @@ def assert_same_as_trl(ours: dict, trl: dict) -> None:
             assert ours[feature][key] == pytest.approx(trl[feature][key], rel=rel, abs=1e-6), (feature, key)
 
 
+def run_under_trl(script: str, report: Path, model, tmp_path) -> tuple[dict, dict]:
+    """``(what the script reports under TRL now, the recorded report)``; GRPO_RECORD_TRL=1 re-records it first."""
+    pytest.importorskip("trl")
+    trl = run_features(SCRIPTS / script, model, tmp_path, "trl")
+    if os.environ.get("GRPO_RECORD_TRL") == "1":
+        report.write_text(json.dumps(trl, indent=1) + "\n")
+    return trl, json.loads(report.read_text())
+
+
 def test_trl_features_run_under_grpokit_as_under_trl(qwen2_model, tmp_path):
     ours = run_features(grpokit_variant("features.py", tmp_path), qwen2_model, tmp_path, "grpokit")
     assert_same_as_trl(ours, json.loads(TRL_REPORT.read_text()))
@@ -180,11 +189,7 @@ def test_trl_features_run_under_grpokit_as_under_trl(qwen2_model, tmp_path):
 
 @pytest.mark.slow
 def test_the_recorded_trl_report_is_what_trl_does(qwen2_model, tmp_path):
-    pytest.importorskip("trl")
-    trl = run_features(SCRIPTS / "features.py", qwen2_model, tmp_path, "trl")
-    if os.environ.get("GRPO_RECORD_TRL") == "1":
-        TRL_REPORT.write_text(json.dumps(trl, indent=1) + "\n")
-    recorded = json.loads(TRL_REPORT.read_text())
+    trl, recorded = run_under_trl("features.py", TRL_REPORT, qwen2_model, tmp_path)
     for feature in recorded:  # the times and the run's own numbers aside, TRL still reports what was recorded
         for key, value in recorded[feature].items() if isinstance(recorded[feature], dict) else []:
             if key not in ("loss", "grad_norm", "reward"):  # numbers: compared with tolerance below
@@ -220,8 +225,5 @@ def test_optimizers_schedules_and_epochs_run_under_grpokit_as_under_trl(qwen2_mo
 
 @pytest.mark.slow
 def test_the_recorded_schedules_report_is_what_trl_does(qwen2_model, tmp_path):
-    pytest.importorskip("trl")
-    trl = run_features(SCRIPTS / "schedules.py", qwen2_model, tmp_path, "trl")
-    if os.environ.get("GRPO_RECORD_TRL") == "1":
-        SCHEDULES_REPORT.write_text(json.dumps(trl, indent=1) + "\n")
-    assert_schedules_as_trl(trl, json.loads(SCHEDULES_REPORT.read_text()))
+    trl, recorded = run_under_trl("schedules.py", SCHEDULES_REPORT, qwen2_model, tmp_path)
+    assert_schedules_as_trl(trl, recorded)
