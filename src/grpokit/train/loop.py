@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -124,16 +123,16 @@ class Trainer:
 
     def train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
-        summary = self._load_summary()
+        summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
         if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
-            self._write_summary(summary)
+            run_folder.write_summary(self.run_dir, summary)
         stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
             stop.install()
             self.callbacks("on_train_begin")
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate()
-                self._write_summary(summary) if self.dist.is_main else None
+                run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
             final_eval = None
             while not self._finished() and not stop.requested:
                 self.callbacks("on_step_begin")
@@ -161,7 +160,7 @@ class Trainer:
             else:
                 summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
             summary["steps"] = self.step
-            self._write_summary(summary) if self.dist.is_main else None
+            run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
             self.callbacks("on_train_end")
         finally:
             stop.uninstall()
@@ -424,15 +423,6 @@ class Trainer:
             self.lam.load_state_dict(extra["lambda_grpo"])
         if self.entropy_ctrl is not None and "entropy_control" in extra:  # absent: written without it, start afresh
             self.entropy_ctrl.load_state_dict(extra["entropy_control"])
-
-    def _load_summary(self) -> dict[str, Any]:
-        p = self.run_dir / "summary.json"
-        return json.loads(p.read_text()) if self.resume_dir and p.exists() else {}
-
-    def _write_summary(self, summary: dict[str, Any]) -> None:
-        tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2))
-        tmp.replace(self.run_dir / "summary.json")
 
 
 def train(cfg: Config, **kwargs: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import shutil
 from pathlib import Path
@@ -130,6 +131,17 @@ def _history(run_dir: Path) -> list[dict]:
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
         raise ConfigError(f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with config.yaml alone")
     return data
+
+
+def read_summary(run_dir: Path, resuming: bool) -> dict[str, Any]:
+    """A resumed run's summary.json so far ({} for a new run or none yet)."""
+    p = run_dir / "summary.json"
+    return json.loads(p.read_text()) if resuming and p.exists() else {}
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """summary.json, replaced whole (a reader never sees half of it)."""
+    _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2))
 
 
 def _atomic_write(path: Path, text: str) -> None:
