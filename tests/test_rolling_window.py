@@ -19,7 +19,7 @@ from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 from grpokit.train.logprobs import completion_logprobs
-from grpokit.train.update import make_optimizer, stale_slices, total_updates, window_counts
+from grpokit.train.update import make_optimizer, stale_slices, total_updates, window_at, window_counts
 
 ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56", "78", "90")]
 
@@ -61,6 +61,10 @@ def test_total_updates_and_stale_slices_by_hand():
     assert total_updates(5, 2, 1) == 10  # one slice, one update: rounds x slices
     assert stale_slices(4, 1, 3)  # update 2 = A3 B0 B1, so B2 and B3 come after an update that followed B's sampling
     assert not stale_slices(2, 1, 4)  # A0 A1 B0 B1: no update between a batch's sampling and its slices
+    # epochs of 2 rounds x 8 slices = 16 slices, window 3: 5 windows of 3 and one of 1 an epoch (transformers)
+    assert total_updates(6, 8, 3, epoch=2) == 18 and total_updates(3, 8, 3, epoch=2) == 6 + 2
+    assert window_at(14, 3, 16) == (3, True) and window_at(15, 3, 16) == (1, True) and window_at(16, 3, 16) == (3, False)
+    assert window_at(5, 3) == (3, True) and window_at(6, 3) == (3, False)  # no epochs: windows run on
     assert stale_slices(4, 1, 1)  # four updates per batch: A1 .. A3 come after an update, as TRL computes pi_old then
     assert not stale_slices(1, 1, 1)  # the default: one update per batch, on-policy
     assert stale_slices(1, 2, 1)  # num_iterations 2
@@ -136,16 +140,20 @@ def test_max_updates_ends_the_run_inside_a_batch(tiny_model_dir, tmp_path, monke
 
 # ------------------------------------------------------------------ (2) equal to TRL's loop written by hand
 
-def trl_loop_by_hand(model, cfg, batches, loss_type: str, spg: int = 4, ga: int = 3, own_tokens: bool = False):
+def trl_loop_by_hand(model, cfg, batches, loss_type: str, spg: int = 4, ga: int = 3, own_tokens: bool = False,
+                     epoch: int = 0):
     """TRL 1.16's training loop on the recorded generation batches: micro-step s backpropagates slice
     s % spg of batch s // spg with TRL's normaliser, the optimizer steps every ga micro-steps. Returns
     the model, each step's gradient norm (before clipping) and loss. ``own_tokens``: a wrong dapo
-    normaliser (each micro-step's own tokens x ga), to show the comparison can fail."""
+    normaliser (each micro-step's own tokens x ga), to show the comparison can fail. ``epoch``: micro-steps
+    of an epoch (0: none); transformers ends each with a shorter accumulation of the rest, whose micro-steps
+    divide by that shorter count (current_gradient_accumulation_steps)."""
     opt, sched = make_optimizer(model, cfg.optim, 10)
     lo, hi = cfg.algo.clip_low, cfg.algo.clip_high
     steps, norms, losses, window_loss = 0, [], [], 0.0
     for s in range(len(batches) * spg):
-        inputs = batches[s // spg]
+        inputs, pos = batches[s // spg], s % epoch if epoch else s
+        cur = min(ga, epoch - (pos - pos % ga)) if epoch else ga  # this micro-step's accumulation length
         rows = slice((s % spg) * 2, (s % spg) * 2 + 2)
         model.train()
         logp = completion_logprobs(model, inputs.batch.rows(rows), temperature=cfg.rollout.temperature)[0]
@@ -154,14 +162,14 @@ def trl_loop_by_hand(model, cfg, batches, loss_type: str, spg: int = 4, ga: int 
         ratio = torch.exp(logp - old)
         per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - lo, 1 + hi) * adv)
         if loss_type == "grpo":  # mean over the micro-batch's sequences, / gradient_accumulation_steps
-            loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / ga
+            loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / cur
         elif own_tokens:
-            loss = (per_token * mask).sum() / (mask.sum() * ga)
+            loss = (per_token * mask).sum() / (mask.sum() * cur)
         else:  # dapo: / (the generation batch's tokens x gradient_accumulation_steps / steps_per_generation)
-            loss = (per_token * mask).sum() / (inputs.loss_mask.sum().clamp(min=1.0) * ga / spg)
+            loss = (per_token * mask).sum() / (inputs.loss_mask.sum().clamp(min=1.0) * cur / spg)
         loss.backward()
         window_loss += loss.item()
-        if (s + 1) % ga == 0:
+        if (pos + 1) % ga == 0 or (epoch and (pos + 1) == epoch):
             norms.append(float(torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.optim.max_grad_norm)))
             losses.append(window_loss)
             window_loss = 0.0
@@ -277,6 +285,27 @@ def test_several_updates_per_batch_equal_trls_loop_by_hand(tiny_model_dir, tmp_p
     tr.train()
     assert len(batches) == 2 and all(b.old_logp is not None for b in batches)  # pi_old at sampling
     ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, spg=4, ga=2)
+    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
+    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
+    for (n, p), q in zip(tr.model.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n
+
+
+@pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
+def test_an_epochs_shorter_last_window_equals_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
+    # epochs of one batch (4 slices), 3 slices a window: A0 A1 A2 | A3 | B0 B1 B2 |, the second update a window of
+    # one slice dividing by 1, not 3 (transformers' current_gradient_accumulation_steps); before, A3 waited for B0 B1
+    updates = Updates()
+    tr = rolling(tiny_model_dir, tmp_path / loss_type, callbacks=[updates],
+                 **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4,
+                    "train.accumulation_epoch_steps": 1})
+    start = copy.deepcopy(tr.model)
+    batches = []
+    real = loop_module.update_inputs
+    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
+    tr.train()
+    assert len(batches) == 2 and tr.updates == 3
+    ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, epoch=4)
     assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
     assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
     for (n, p), q in zip(tr.model.named_parameters(), ref.parameters()):

@@ -252,3 +252,20 @@ def test_max_steps_inside_a_generation_batch_ends_at_trls_step(chat_model, tmp_p
     tr.train()
     assert tr.state.global_step == 3 and ends.steps == [1, 2, 3]
     assert [h["step"] for h in tr.state.log_history if "loss" in h] == [1, 2, 3]
+
+
+def test_the_rolling_window_closes_each_epoch_as_transformers(chat_model, tmp_path):
+    # TRL's test_prepare_input_called_with_correct_data's arguments: 12 prompts, generation batches of 6 prompts
+    # x 4 = 24 completions cut into 4 slices, 2 iterations: 16 micro-steps an epoch, 3 a step, so transformers
+    # makes ceil(16 / 3) = 6 steps an epoch (the 6th of 1 micro-step), 18 in 3 epochs. Measured under trl 1.16 with
+    # that test: global_step 18. grpokit carried the window across epochs before: 15.
+    from grpokit.trl.mapping import to_config
+
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}], "word": w} for w in "abcdefghijkl"])
+    a = args(tmp_path / "run", max_steps=-1, num_train_epochs=3, per_device_train_batch_size=6, num_generations=4,
+             gradient_accumulation_steps=3, steps_per_generation=4, num_iterations=2, shuffle_dataset=False)
+    t = to_config(a, num_rows=12).train
+    assert (t.steps, t.updates_per_batch, t.accumulation_slices, t.accumulation_epoch_steps, t.max_updates) == (6, 4, 3, 2, 18)
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], args=a, train_dataset=rows)
+    tr.train()
+    assert tr.state.global_step == 18 and tr.state.epoch == 3.0

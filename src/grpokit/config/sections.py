@@ -351,7 +351,11 @@ class TrainConfig:
     k / updates_per_batch tokens, TRL's normalisers. One process only (not with fsdp); no entropy bonus, no lambda-grpo."""
     max_updates: int = 0
     """Stop right after this many optimizer updates, even inside a step's batch (0: train.steps alone
-    decides); grpokit.trl sets TRL's max_steps here with accumulation_slices > 1."""
+    decides); grpokit.trl sets TRL's max_steps here."""
+    accumulation_epoch_steps: int = 0
+    """With accumulation_slices = k > 1: every this many steps (an epoch of the data) the pending update is
+    applied even when it holds fewer than k slices, and those slices divide their loss by that shorter window;
+    the next window starts with the next epoch (transformers closes each epoch so). 0: windows run on across epochs."""
     micro_batch_tokens: int = 0
     """Token cap of one forward/backward pass of the update (prompt + completion tokens; 0 = none):
     consecutive completions are cut into the fewest balanced micro-batches under it; same gradient."""

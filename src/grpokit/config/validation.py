@@ -271,6 +271,10 @@ def _accumulation(cfg: Config) -> None:
     t, a = cfg.train, cfg.algo
     _check(t.accumulation_slices >= 1, f"train.accumulation_slices={t.accumulation_slices} must be at least 1")
     _check(t.max_updates >= 0, f"train.max_updates={t.max_updates} must be >= 0 (0 = train.steps decides)")
+    _check(t.accumulation_epoch_steps >= 0, f"train.accumulation_epoch_steps={t.accumulation_epoch_steps} must be >= 0 (0 = none)")
+    _check(t.accumulation_epoch_steps == 0 or t.accumulation_slices > 1,
+           f"train.accumulation_epoch_steps={t.accumulation_epoch_steps} has no effect with train.accumulation_slices=1 "
+           "(every slice is its own update); leave it 0")
     if t.accumulation_slices == 1:
         return
     _check(a.aggregation != "lambda-grpo" and a.entropy_coef == 0 and not a.entropy_adaptive,

@@ -154,7 +154,8 @@ def build_optimizer(cfg: Config, model, device: torch.device) -> Optimization:
         model.config, activation_memory_mb(t.activation_memory_mb, device),
         next(model.parameters()).element_size(), t.micro_batch_tokens)
     optimizer, scheduler = make_optimizer(model, cfg.optim, total_updates(t.steps, a.num_iterations * t.updates_per_batch,
-                                                                          t.accumulation_slices, t.max_updates))
+                                                                          t.accumulation_slices, t.max_updates,
+                                                                          t.accumulation_epoch_steps))
     lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
         if a.aggregation == "lambda-grpo" else None  # lambda-GRPO: a learnable lambda with its own optimizer
     return Optimization(optimizer, scheduler, lam, budget)

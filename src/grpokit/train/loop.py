@@ -41,7 +41,7 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import Accumulator, accumulate, apply_update, stale_slices, total_updates, update_slices, window_counts, \
+from .update import Accumulator, accumulate, apply_update, stale_slices, total_updates, update_slices, window_at, window_counts, \
     with_entropy_coef
 from grpokit.algo.entropy_control import EntropyController
 from .model_options import noise_on
@@ -95,7 +95,7 @@ class Trainer:
         if self.resume_dir:
             self._resume()
         self.updates = total_updates(self.step, t.updates_per_batch * cfg.algo.num_iterations, t.accumulation_slices,
-                                     t.max_updates)  # optimizer updates applied so far (TRL's global_step)
+                                     t.max_updates, t.accumulation_epoch_steps)  # optimizer updates applied so far (TRL's global_step)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
@@ -194,31 +194,35 @@ class Trainer:
         upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
         self._updating = True  # from here on the model is no longer the last finished step's
         with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
-            for _ in range(a.num_iterations):
-                for part in update_slices(inputs, cfg.train.updates_per_batch):  # TRL's steps_per_generation
+            parts = cfg.train.updates_per_batch
+            for i in range(a.num_iterations):
+                for j, part in enumerate(update_slices(inputs, parts)):  # TRL's steps_per_generation
                     if self._updates_done():  # TRL's max_steps: the run ends right after its last update
                         break
-                    upd = self._update(part, inputs, settings) or upd
+                    upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j) or upd
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         if self.engine is not None:
             extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
 
-    def _update(self, part, batch, settings: StepSettings) -> dict[str, float] | None:
-        """Backpropagate slice ``part`` of ``batch`` into the pending update; apply the update once it
-        holds train.accumulation_slices slices (every slice by default) and return its metrics, else None."""
+    def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
+        """Backpropagate slice ``part`` of ``batch`` (slice number ``position`` of the run) into the pending
+        update; apply the update once it holds its window's slices (train.accumulation_slices, or fewer at an
+        epoch's end: train.accumulation_epoch_steps; every slice by default) and return its metrics, else None."""
         cfg, t = self.cfg, self.cfg.train
         if self.lam is not None:  # lambda-GRPO (one slice an update): lambda's gradient is this update's
             self.lam.zero_grad()
         part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
-        counts = window_counts(batch, part, t.updates_per_batch, t.accumulation_slices, self.dist) \
+        window, ends = window_at(position, t.accumulation_slices,
+                                 t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations)
+        counts = window_counts(batch, part, t.updates_per_batch, window, self.dist) \
             if t.accumulation_slices > 1 or t.updates_per_batch > 1 else None  # TRL's normalisers of a cut batch
         accumulate(self.model, self.optimizer, part, cfg.algo, self.pending, temperature=cfg.rollout.temperature,
                    micro_batch_size=t.micro_batch_size, norm_constant=settings.norm_constant, dist=self.dist,
                    autocast=self.autocast, micro_batch_tokens=self.token_budget, packed=self.packed,
                    router_aux=self.router_aux, counts=counts)
-        if self.pending.slices < t.accumulation_slices:
+        if not ends:
             return None
         upd = apply_update(self.optimizer, self.scheduler, self.pending, cfg.optim, dist=self.dist, router_aux=self.router_aux)
         self.pending, self.updates = Accumulator(), self.updates + 1

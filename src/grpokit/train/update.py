@@ -293,12 +293,28 @@ def stale_slices(parts: int, iterations: int, window: int) -> bool:
     return window % (parts * iterations) != 0
 
 
-def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0) -> int:
+def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0, epoch: int = 0) -> int:
     """Optimizer updates after ``rounds`` steps of ``slices_per_round`` slices each (num_iterations x
     updates_per_batch) when every ``window`` slices make one (train.accumulation_slices), at most
-    ``cap`` (train.max_updates; 0: no cap). Example: 3 rounds of 4 slices, window 3: 12 // 3 = 4."""
-    done = rounds * slices_per_round // window
+    ``cap`` (train.max_updates; 0: no cap); ``epoch`` rounds (train.accumulation_epoch_steps, 0: none)
+    end with a shorter window. Examples: 3 rounds of 4 slices, window 3: 12 // 3 = 4; 6 rounds of 8
+    slices, window 3, epochs of 2 rounds: 16 slices an epoch = 6 updates (5 of 3 slices, 1 of 1), 18."""
+    if epoch:
+        done = rounds // epoch * -(-epoch * slices_per_round // window) + rounds % epoch * slices_per_round // window
+    else:
+        done = rounds * slices_per_round // window
     return min(done, cap) if cap else done
+
+
+def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, bool]:
+    """``(length of the window that holds slice number position, whether that slice ends it)``: windows
+    of ``window`` slices, restarting every ``epoch_slices`` slices (0: never) with a shorter last one.
+    Example: window 3, 16 slices an epoch: slice 15 (the epoch's last) is a window of 1 that it ends;
+    slice 16 starts the next epoch's first window of 3."""
+    s = position % epoch_slices if epoch_slices else position
+    start = s - s % window
+    length = min(window, epoch_slices - start) if epoch_slices else window
+    return length, s + 1 == start + length
 
 
 def _loss_tensors(inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> LossTensors:

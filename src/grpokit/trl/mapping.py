@@ -128,7 +128,7 @@ def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "epoch", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no (grpokit always writes the final checkpoint)")
     parts, window = slicing(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
-    trl_every = _every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx["world_size"]))
+    trl_every = _every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx))
     steps_every = max(1, trl_every * window // (a.num_iterations * parts))
     every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
@@ -205,12 +205,13 @@ MAPPING: list[Rule] = [
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
          ("train.prompts_per_step", "train.micro_batch_size", "rollout.group_size", "train.updates_per_batch",
-          "train.accumulation_slices"),
+          "train.accumulation_slices", "train.accumulation_epoch_steps"),
          "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
          "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
          "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes)); not a multiple: "
          "updates_per_batch = steps_per_generation and accumulation_slices = gradient_accumulation_steps, TRL's rolling "
-         "window (an optimizer step may span two generation batches; one process only)",
+         "window (an optimizer step may span two generation batches; one process only), whose last window of an epoch "
+         "is shorter, as transformers' (accumulation_epoch_steps = the generation batches of an epoch; none when streamed)",
          lambda a, ctx: {**batch_fields(a, ctx), "rollout.group_size": a.num_generations}),
     Rule(("max_steps", "num_train_epochs"), ("train.steps", "train.max_updates"),
          "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * steps per epoch), an "
@@ -360,9 +361,10 @@ FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.f
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
 
 
-def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None) -> Config:
-    """The grpokit ``Config`` of a TRL ``GRPOConfig`` (``num_rows``: training prompts, for epochs)."""
-    ctx = {"num_rows": num_rows, "world_size": world_size or int(os.environ.get("WORLD_SIZE", "1"))}
+def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None, streamed: bool = False) -> Config:
+    """The grpokit ``Config`` of a TRL ``GRPOConfig`` (``num_rows``: training prompts, for epochs;
+    ``streamed``: an IterableDataset, which has no epochs)."""
+    ctx = {"num_rows": num_rows, "world_size": world_size or int(os.environ.get("WORLD_SIZE", "1")), "streamed": streamed}
     cfg = Config()
     for name, value in FIXED.items():
         set_field(cfg, name, value)

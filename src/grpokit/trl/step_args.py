@@ -39,16 +39,26 @@ def slicing(a: GRPOConfig, world_size: int) -> tuple[int, int]:
     return (spg // ga, 1) if spg % ga == 0 else (spg, ga)
 
 
-def rounds_for(trl_steps: int, a: GRPOConfig, world_size: int) -> int:
+def rounds_for(trl_steps: int, a: GRPOConfig, ctx: dict) -> int:
     """grpokit steps (generation batches) whose updates reach ``trl_steps`` TRL steps."""
-    parts, window = slicing(a, world_size)
-    return math.ceil(trl_steps * window / (a.num_iterations * parts))
+    parts, window = slicing(a, ctx["world_size"])
+    rounds = math.ceil(trl_steps * window / (a.num_iterations * parts))  # whole windows only: an upper bound
+    while rounds > 1 and trl_steps_in(rounds - 1, a, ctx) >= trl_steps:  # epochs' short windows
+        rounds -= 1
+    return rounds
 
 
-def trl_steps_in(rounds: int, a: GRPOConfig, world_size: int) -> int:
-    """TRL steps (optimizer updates) in ``rounds`` grpokit steps: whole windows of the slices, capped at max_steps."""
-    parts, window = slicing(a, world_size)
-    return total_updates(rounds, a.num_iterations * parts, window, a.max_steps if window > 1 and a.max_steps > 0 else 0)
+def trl_steps_in(rounds: int, a: GRPOConfig, ctx: dict) -> int:
+    """TRL steps (optimizer updates) in ``rounds`` grpokit steps: whole windows of the slices (an epoch's
+    last one shorter), capped at max_steps."""
+    parts, window = slicing(a, ctx["world_size"])
+    return total_updates(rounds, a.num_iterations * parts, window, max(a.max_steps, 0), window_epoch(a, ctx))
+
+
+def window_epoch(a: GRPOConfig, ctx: dict) -> int:
+    """train.accumulation_epoch_steps: in the rolling window over a dataset with a length, the rounds of an
+    epoch, whose last accumulation transformers closes early; else 0."""
+    return epoch_rounds(a, ctx) if slicing(a, ctx["world_size"])[1] > 1 and not ctx.get("streamed") else 0
 
 
 def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -58,7 +68,8 @@ def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
                           f"completions is not a multiple of num_generations={a.num_generations}; make it one")
     parts, window = slicing(a, ctx["world_size"])
     return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
-            "train.updates_per_batch": parts, "train.accumulation_slices": window}
+            "train.updates_per_batch": parts, "train.accumulation_slices": window,
+            "train.accumulation_epoch_steps": window_epoch(a, ctx)}
 
 
 def _prompts_per_round(a: GRPOConfig, world_size: int) -> int:
@@ -69,9 +80,9 @@ def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
     """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: its
     RepeatSampler keeps whole generation batches only (num_rows // prompts per batch of them), each feeding
     num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
-    of them (at least 1 update)."""
+    of them, the epoch's last one the rest (at least 1 update)."""
     micro_steps = num_rows // _prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
-    return max(1, micro_steps // a.gradient_accumulation_steps)
+    return max(1, -(-micro_steps // a.gradient_accumulation_steps))  # a shorter last accumulation counts, as transformers
 
 
 def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
@@ -86,7 +97,7 @@ def steps_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     right after TRL's last step even inside a generation batch (max_steps 3 with num_iterations 2: the
     second batch's first update; the rolling window: wherever the window falls)."""
     trl_steps = trl_max_steps(a, ctx)
-    return {"train.steps": rounds_for(trl_steps, a, ctx["world_size"]), "train.max_updates": trl_steps}
+    return {"train.steps": rounds_for(trl_steps, a, ctx), "train.max_updates": trl_steps}
 
 
 def epoch_rounds(a: GRPOConfig, ctx: dict) -> int:

@@ -89,7 +89,7 @@ class GRPOTrainer:
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
         refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
-        cfg = to_config(self.args, num_rows=len(train_rows))
+        cfg = to_config(self.args, num_rows=len(train_rows), streamed=_is_stream(train_dataset))
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
             refuse_custom_code(model, cfg.model.trust_remote_code)
@@ -399,6 +399,11 @@ def _trl_rollout_func(fn: Callable | None, facade: GRPOTrainer) -> Callable | No
     return call
 
 
+def _is_stream(dataset) -> bool:
+    """A datasets.IterableDataset: no length, so no epochs (transformers' loop runs on until max_steps)."""
+    return type(dataset).__name__ == "IterableDataset"
+
+
 def _stream_rows(a: GRPOConfig) -> int | None:
     """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
     if a.max_steps <= 0:
@@ -407,4 +412,4 @@ def _stream_rows(a: GRPOConfig) -> int | None:
 
     world = distributed.position()[1]
     per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
-    return max(1, per_round) * rounds_for(a.max_steps, a, world)
+    return max(1, per_round) * rounds_for(a.max_steps, a, {"world_size": world, "streamed": True})
