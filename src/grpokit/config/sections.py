@@ -63,6 +63,14 @@ class ModelConfig:
     """ScaleRL (TRL's cast_lm_head_to_fp32): the output layer's weights and logits in float32 while the rest of the model is in model.dtype (a tied head makes the shared embedding weight float32 too); needs lm_head without a LoRA adapter."""
     neftune_noise_alpha: float = 0.0
     """NEFTune: uniform noise of size alpha / sqrt(sequence length * hidden size) added to the input embeddings during training steps (sampling with the hf backend, log-probabilities and update, as TRL's GRPO), never in evaluation; 0 = off (the paper uses 5)."""
+    compile: bool = False
+    """torch.compile the model's backbone for the log-probability passes (the policy's old-log-prob pass and the
+    update's forward and backward; TRL's torch_compile); sampling and the reference model stay eager, as
+    transformers compiles the training model only. The same values, speed only; the first steps pay the compile."""
+    compile_backend: str = "inductor"
+    """torch.compile backend with model.compile (TRL's torch_compile_backend): inductor, aot_eager, eager, cudagraphs ..."""
+    compile_mode: str = "default"
+    """torch.compile mode with model.compile (TRL's torch_compile_mode): default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs."""
     router_aux_loss_coef: float = 0.0
     """Mixture-of-Experts models: weight of the router's load-balancing loss added to the training loss (0 = off; -1 = the model config's own router_aux_loss_coef, TRL's default); refused for a model without a router."""
 

@@ -93,6 +93,9 @@ def _model(cfg: Config) -> None:
     _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
     _check(not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
            "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on it; remove lm_head from the targets or set model.lm_head_fp32=false")
+    _one_of("model.compile_mode", m.compile_mode, ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    _check(not m.compile or m.compile_backend in torch_backends(),
+           f"model.compile_backend={m.compile_backend!r} is not a torch.compile backend; use one of: {', '.join(torch_backends())}")
     _check(m.neftune_noise_alpha >= 0, f"model.neftune_noise_alpha={m.neftune_noise_alpha} must be >= 0 (0 = off; the NEFTune paper uses 5)")
     _check(m.router_aux_loss_coef >= 0 or m.router_aux_loss_coef == -1,
            f"model.router_aux_loss_coef={m.router_aux_loss_coef} must be >= 0 (0 = off) or -1 (the model config's own)")
@@ -378,3 +381,10 @@ def _rollout_engine(cfg: Config) -> None:
 
 def _looks_like_path(s: str) -> bool:
     return s.startswith((".", "/", "~")) or s.endswith((".jsonl", ".json", ".parquet", ".csv")) or s.count("/") > 1
+
+
+def torch_backends() -> list[str]:
+    """The torch.compile backends this torch offers (inductor, aot_eager, eager ...)."""
+    import torch
+
+    return sorted(torch.compiler.list_backends(exclude_tags=()))

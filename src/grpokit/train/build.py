@@ -39,6 +39,7 @@ from grpokit.rollout.hf import SamplingParams
 from . import distributed, kernels, model_options, scaling, wiring
 from .distributed import DistContext
 from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
+from .logprobs import compile_backbone
 from .update import activation_memory_mb, make_optimizer, token_budget, total_updates
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
@@ -134,6 +135,9 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     dist.broadcast_params(model)
     if t.fsdp:
         distributed.fully_shard_model(model)
+    if m.compile and not compile_backbone(model, m.compile_backend, m.compile_mode):
+        raise ConfigError(f"model.compile=true compiles the backbone of grpokit's log-probability passes, but {m.name_or_path!r} "
+                          "has none apart from its head (soft-capped logits or no get_decoder); set model.compile=false")
     return Policy(model, ref_model, autocast, eos_ids(tokenizer, model), model_options.router_coefficient(model, m.router_aux_loss_coef))
 
 

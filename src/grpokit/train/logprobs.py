@@ -9,6 +9,8 @@ the sampling temperature, so training log-probabilities describe the distributio
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -235,9 +237,25 @@ def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
     return logp, ent
 
 
+_COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def compile_backbone(model: torch.nn.Module, backend: str = "inductor", mode: str = "default") -> bool:
+    """model.compile (TRL's torch_compile): this model's log-probability passes run its backbone through
+    ``torch.compile`` (the same parameters; dynamic shapes). Sampling and other models stay eager.
+    Returns False when the model has no backbone grpokit runs apart (see ``_backbone``)."""
+    backbone = _backbone(model)
+    if backbone is None:
+        return False
+    _COMPILED[model] = torch.compile(backbone, backend=backend, mode=None if mode == "default" else mode, dynamic=True)
+    return True
+
+
 def _backbone(model: torch.nn.Module) -> torch.nn.Module | None:
     """The decoder stack whose last hidden state feeds a plain linear head, or None (soft-capped
-    logits, models without ``get_decoder``)."""
+    logits, models without ``get_decoder``); compiled with model.compile."""
+    if model in _COMPILED:
+        return _COMPILED[model]
     config = getattr(model, "config", None)
     if getattr(config, "final_logit_softcapping", None) or not hasattr(model, "get_decoder"):
         return None

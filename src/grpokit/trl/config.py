@@ -240,7 +240,11 @@ class GRPOConfig:
     use_liger_kernel: bool = False
     """Accepted; no effect on the math: grpokit's log-probs are already computed in chunks without the full logits tensor."""
     torch_compile: bool = False
-    """Accepted; no effect: grpokit does not compile the model (the math is the same, only speed differs)."""
+    """torch.compile the model for the training passes (grpokit: the backbone of the log-probability passes; sampling stays eager)."""
+    torch_compile_backend: str | None = None
+    """torch.compile backend with torch_compile (None: inductor); setting it turns torch_compile on, as transformers."""
+    torch_compile_mode: str | None = None
+    """torch.compile mode with torch_compile (None: default); setting it turns torch_compile on, as transformers."""
     pad_to_multiple_of: Any = "auto"
     """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
     optim_args: str | None = None
@@ -360,7 +364,6 @@ def _same(value: Any, default: Any) -> bool:
 UNSUPPORTED: dict[str, Any] = {
     "optim_target_modules": None,
     "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
-    "torch_compile_backend": None, "torch_compile_mode": None,
     "liger_kernel_config": None,
     "auto_find_batch_size": False, "log_on_each_node": True,
     "logging_nan_inf_filter": True,

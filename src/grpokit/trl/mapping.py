@@ -316,6 +316,13 @@ MAPPING: list[Rule] = [
          "router_aux_loss_coef None: -1 (the MoE model config's own, 0 for other models)",
          lambda a, ctx: {"model.lm_head_fp32": a.cast_lm_head_to_fp32, "model.neftune_noise_alpha": a.neftune_noise_alpha or 0.0,
                          "model.router_aux_loss_coef": -1.0 if a.router_aux_loss_coef is None else a.router_aux_loss_coef}),
+    Rule(("torch_compile", "torch_compile_backend", "torch_compile_mode"),
+         ("model.compile", "model.compile_backend", "model.compile_mode"),
+         "the backbone of the log-probability passes (old log-probs, update) through torch.compile, sampling eager; "
+         "backend None: inductor, mode None: default; a backend or mode set turns it on, as transformers",
+         lambda a, ctx: {"model.compile": bool(a.torch_compile or a.torch_compile_backend or a.torch_compile_mode),
+                         "model.compile_backend": a.torch_compile_backend or "inductor",
+                         "model.compile_mode": a.torch_compile_mode or "default"}),
     Rule(("off_policy_mask_threshold",), ("algo.offpolicy_delta",), "None: 0 (off)",
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
@@ -352,7 +359,6 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "accelerator_config": "no effect: it configures accelerate's DataLoader dispatch; grpokit uses neither",
     "use_liger_kernel": "no effect on the math: grpokit computes completion log-probs in chunks, never the full "
                         "logits tensor, which is what Liger's fused loss saves (equal losses, tests/test_bench_loss_equality.py)",
-    "torch_compile": "no effect: grpokit does not compile the model (equal math, speed only)",
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }
