@@ -39,6 +39,16 @@ def test_compiled_log_probability_passes_equal_eager(tiny_model_dir, tmp_path):
     assert "_orig_mod" not in "".join(compiled.model.state_dict())  # checkpoints hold the plain model
 
 
+def test_compiled_models_keep_plain_linears(tiny_model_dir, tmp_path):
+    # oneDNN-routed linears (model.cpu_matmul auto on AMD CPUs) stopped inductor with a LoweringException on the
+    # demo model (bench/compile_cost.py); under model.compile every nn.Linear keeps its own forward
+    tr = make(tiny_model_dir, tmp_path / "c", **{"model.compile": True, "model.compile_backend": "grpokit_test_counting"})
+    linears = [m for m in tr.model.modules() if type(m) is torch.nn.Linear]
+    assert linears and all("forward" not in m.__dict__ for m in linears)
+    with pytest.raises(ConfigError, match=r"^model.compile=true cannot trace model.cpu_matmul='onednn' linears"):
+        make(tiny_model_dir, tmp_path / "d", **{"model.compile": True, "model.cpu_matmul": "onednn"})
+
+
 def test_compile_settings_are_checked(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"^model.compile_backend='nope' is not a torch.compile backend; use one of: .*inductor"):
         make(tiny_model_dir, tmp_path / "a", **{"model.compile": True, "model.compile_backend": "nope"})

@@ -44,7 +44,7 @@ class ModelConfig:
     autocast: str = "auto"
     """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16", "float16" or "off"."""
     cpu_matmul: str = "auto"
-    """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is), or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere)."""
+    """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is), or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere and with model.compile)."""
     lora_rank: int = 0
     """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with adapters disabled."""
     lora_alpha: float = 32.0

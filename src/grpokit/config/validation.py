@@ -93,6 +93,9 @@ def _model(cfg: Config) -> None:
     _check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
     _check(not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
            "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on it; remove lm_head from the targets or set model.lm_head_fp32=false")
+    _check(not (m.compile and m.cpu_matmul == "onednn"),
+           "model.compile=true cannot trace model.cpu_matmul='onednn' linears (torch.compile's inductor does not lower "
+           "them); set model.cpu_matmul=auto (oneDNN off while compiling) or torch")
     _one_of("model.compile_mode", m.compile_mode, ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
     _check(not m.compile or m.compile_backend in torch_backends(),
            f"model.compile_backend={m.compile_backend!r} is not a torch.compile backend; use one of: {', '.join(torch_backends())}")

@@ -124,7 +124,8 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     model = load_model(m, device, resolve_dtype(m, device), model)
     if not t.threads and device.type == "cpu" and sum(p.numel() for p in model.parameters()) < SMALL_MODEL:
         torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
-    if kernels.wants_onednn(m.cpu_matmul, device):  # float32 linears through oneDNN (kernels.py)
+    if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (kernels.py);
+        # not under torch.compile, whose inductor cannot lower those calls (it compiles the plain linears itself)
         kernels.use_onednn_linears(model)
     if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward
         model_options.head_in_float32(model)
