@@ -20,7 +20,8 @@ same engine call at the same time, with the same prompts and sampling settings. 
 Ranks need not sample the same number of times in a step: episodes run different numbers of turns,
 and a rank may have no prompt in a round of dynamic sampling. A rank done sampling therefore calls
 ``finish_sampling``, which sends "no request" and joins the group's engine calls (throwing their
-outputs away) until every rank of the group is done; then the engine sleeps as without TP.
+outputs away) until every rank of the group is done. Once the step's last round is sampled the
+trainer calls ``sleep_for_update``, and the engine sleeps as without TP.
 
 Weights: after each update every rank sends the whole policy (``after_update``, as with T = 1);
 vLLM's weight loaders keep each rank's shard of it.

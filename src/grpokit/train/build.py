@@ -40,7 +40,7 @@ from . import distributed, kernels, model_options, scaling, wiring
 from .distributed import DistContext
 from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .logprobs import compile_backbone
-from .update import activation_memory_mb, make_optimizer, token_budget, total_updates
+from .update import activation_memory_mb, make_optimizer, run_updates, token_budget
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
 
@@ -158,9 +158,7 @@ def build_optimizer(cfg: Config, model, device: torch.device) -> Optimization:
     budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update
         model.config, activation_memory_mb(t.activation_memory_mb, device),
         next(model.parameters()).element_size(), t.micro_batch_tokens)
-    optimizer, scheduler = make_optimizer(model, cfg.optim, total_updates(t.steps, a.num_iterations * t.updates_per_batch,
-                                                                          t.accumulation_slices, t.max_updates,
-                                                                          t.accumulation_epoch_steps))
+    optimizer, scheduler = make_optimizer(model, cfg.optim, run_updates(t.steps, t, a.num_iterations))
     lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
         if a.aggregation == "lambda-grpo" else None  # lambda-GRPO: a learnable lambda with its own optimizer
     return Optimization(optimizer, scheduler, lam, budget)

@@ -41,7 +41,7 @@ from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
 from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
-from .update import Accumulator, accumulate, apply_update, stale_slices, total_updates, update_slices, window_at, window_counts, \
+from .update import Accumulator, accumulate, apply_update, run_updates, stale_slices, update_slices, window_at, window_counts, \
     with_entropy_coef
 from grpokit.algo.entropy_control import EntropyController
 from .model_options import noise_on
@@ -94,8 +94,7 @@ class Trainer:
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
             self._resume()
-        self.updates = total_updates(self.step, t.updates_per_batch * cfg.algo.num_iterations, t.accumulation_slices,
-                                     t.max_updates, t.accumulation_epoch_steps)  # optimizer updates applied so far (TRL's global_step)
+        self.updates = run_updates(self.step, t, cfg.algo.num_iterations)  # optimizer updates applied so far (TRL's global_step)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml

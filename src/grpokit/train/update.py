@@ -306,6 +306,12 @@ def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0,
     return min(done, cap) if cap else done
 
 
+def run_updates(rounds: int, t, num_iterations: int) -> int:
+    """``total_updates`` after ``rounds`` steps of a run with train section ``t`` and ``num_iterations``."""
+    return total_updates(rounds, t.updates_per_batch * num_iterations, t.accumulation_slices, t.max_updates,
+                         t.accumulation_epoch_steps)
+
+
 def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, bool]:
     """``(length of the window that holds slice number position, whether that slice ends it)``: windows
     of ``window`` slices, restarting every ``epoch_slices`` slices (0: never) with a shorter last one.

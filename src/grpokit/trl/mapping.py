@@ -32,7 +32,7 @@ from grpokit.train.models import ATTN_IMPLEMENTATIONS
 from .config import UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
 from .optim_args import optimizer_fields, schedule_fields
-from .step_args import batch_fields, epoch_rounds, slicing, steps_fields, trl_max_steps, trl_steps_in
+from .step_args import batch_fields, epoch_rounds, rounds_per, steps_fields, trl_max_steps, trl_steps_in
 from .sampling_args import vllm_fields
 from .run_args import RUN_MANAGEMENT
 
@@ -114,8 +114,7 @@ _GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "
 def _ref_sync(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if not a.sync_ref_model:
         return {"algo.ref_refresh_every": 0}
-    parts, window = slicing(a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
-    every = max(1, a.ref_model_sync_steps * window // (a.num_iterations * parts))
+    every = rounds_per(a.ref_model_sync_steps, a, ctx["world_size"])  # TRL counts optimizer steps, grpokit rounds
     return {"algo.ref_refresh_every": every, "algo.ref_mixup_alpha": a.ref_model_mixup_alpha}
 
 
@@ -127,10 +126,8 @@ def _every(value: float, steps: int) -> int:
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "epoch", "no"):
         raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no (grpokit always writes the final checkpoint)")
-    parts, window = slicing(a, ctx["world_size"])  # save_steps counts TRL's steps; grpokit saves per round
-    trl_every = _every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx))
-    steps_every = max(1, trl_every * window // (a.num_iterations * parts))
-    every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]
+    steps_every = rounds_per(_every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx)), a, ctx["world_size"])  # save_steps
+    every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]  # counts TRL's steps
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):  # checkpoint, all_checkpoints: pushed for resuming from the Hub
         raise _refuse("hub_strategy", a.hub_strategy, "every_save, end (a grpokit checkpoint resumes only inside its run "

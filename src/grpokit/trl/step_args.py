@@ -48,6 +48,13 @@ def rounds_for(trl_steps: int, a: GRPOConfig, ctx: dict) -> int:
     return rounds
 
 
+def rounds_per(trl_steps: int, a: GRPOConfig, world_size: int) -> int:
+    """A period of ``trl_steps`` TRL steps in whole grpokit steps (rounded down, at least 1): the
+    grpokit period of TRL's save_steps and ref_model_sync_steps, since grpokit saves and syncs per round."""
+    parts, window = slicing(a, world_size)
+    return max(1, trl_steps * window // (a.num_iterations * parts))
+
+
 def trl_steps_in(rounds: int, a: GRPOConfig, ctx: dict) -> int:
     """TRL steps (optimizer updates) in ``rounds`` grpokit steps: whole windows of the slices (an epoch's
     last one shorter), capped at max_steps."""
@@ -72,7 +79,8 @@ def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
             "train.accumulation_epoch_steps": window_epoch(a, ctx)}
 
 
-def _prompts_per_round(a: GRPOConfig, world_size: int) -> int:
+def prompts_per_round(a: GRPOConfig, world_size: int) -> int:
+    """Prompts of one generation batch over every process (at least 1)."""
     return max(1, a.per_device_train_batch_size * generation_steps(a, world_size) * world_size // a.num_generations)
 
 
@@ -81,7 +89,7 @@ def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
     RepeatSampler keeps whole generation batches only (num_rows // prompts per batch of them), each feeding
     num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
     of them, the epoch's last one the rest (at least 1 update)."""
-    micro_steps = num_rows // _prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
+    micro_steps = num_rows // prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
     return max(1, -(-micro_steps // a.gradient_accumulation_steps))  # a shorter last accumulation counts, as transformers
 
 
@@ -102,4 +110,4 @@ def steps_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 
 def epoch_rounds(a: GRPOConfig, ctx: dict) -> int:
     """grpokit steps (sampling rounds) in one of TRL's epochs: its whole generation batches."""
-    return max(1, ctx["num_rows"] // _prompts_per_round(a, ctx["world_size"]))
+    return max(1, ctx["num_rows"] // prompts_per_round(a, ctx["world_size"]))

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from grpokit.train import distributed
-from grpokit.train.update import total_updates
 from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
 from grpokit.data.prompts import to_prompts
@@ -408,8 +407,7 @@ def _stream_rows(a: GRPOConfig) -> int | None:
     """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
     if a.max_steps <= 0:
         return None
-    from .step_args import generation_steps, rounds_for
+    from .step_args import prompts_per_round, rounds_for
 
     world = distributed.position()[1]
-    per_round = a.per_device_train_batch_size * generation_steps(a, world) * world // a.num_generations
-    return max(1, per_round) * rounds_for(a.max_steps, a, {"world_size": world, "streamed": True})
+    return prompts_per_round(a, world) * rounds_for(a.max_steps, a, {"world_size": world, "streamed": True})
