@@ -47,11 +47,11 @@ def _train_parser() -> argparse.ArgumentParser:
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    if args.resume:
+    if args.resume and _holds_run(Path(args.resume)):
         from grpokit.train.resume import load_run_config
 
         cfg = load_run_config(Path(args.resume))  # refuses a torn config.yaml; applies config_history.yaml
-    else:
+    else:  # a new run, or --resume on a folder with no run yet: it starts there (a job script's first start)
         cfg = Config()
     if args.paper_scale and not args.preset:
         raise ConfigError("--paper-scale applies a preset's paper-scale settings; name the preset with --preset")
@@ -67,6 +67,13 @@ def build_config(args: argparse.Namespace) -> Config:
 
         cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
     return cfg
+
+
+def _holds_run(run_dir: Path) -> bool:
+    """A run was started in ``run_dir`` (its config.yaml, or checkpoints: then a missing config.yaml is refused)."""
+    from grpokit.train.resume import CONFIG_FILE, has_checkpoints
+
+    return (run_dir / CONFIG_FILE).is_file() or has_checkpoints(run_dir)
 
 
 _DEBUG = False  # --debug / GRPOKIT_DEBUG=1 of the current main() call
@@ -92,7 +99,7 @@ def cmd_train(argv: list[str]) -> int:
     cfg = build_config(args)
     trainer = None
     try:
-        trainer = Trainer(cfg, resume=args.resume)
+        trainer = Trainer(cfg, resume=args.resume, start_if_no_checkpoint=True)
         _say(f"grpokit: run folder {trainer.run_dir}", flush=True)
         summary = trainer.train()
     except KeyboardInterrupt:  # a second Ctrl-C (or one before training started): say what is on disk
@@ -115,9 +122,7 @@ def cmd_train(argv: list[str]) -> int:
                   f"the traceback); {note}", file=sys.stderr)
         return 1
     if summary.get("interrupted"):
-        when = f"after step {summary['steps']} of {cfg.train.steps}" if summary["steps"] else "before the first step finished"
-        print(f"grpokit: interrupted {when}; {_checkpoint_note(trainer.run_dir)}", file=sys.stderr, flush=True)
-        return 130
+        return _stopped(summary, cfg.train.steps, trainer.run_dir)
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
     if "accuracy" in before and "accuracy" in after:
         n = int(after.get("n", 0))
@@ -126,12 +131,27 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
+def _stopped(summary: dict, steps: int, run_dir: Path) -> int:
+    """A run a signal stopped (train/preemption.py): what is on disk, and 128 + the signal's number."""
+    import signal
+
+    name = summary.get("stop_signal", "SIGINT")
+    when = f"after step {summary['steps']} of {steps}" if summary["steps"] else "before the first step finished"
+    what = "interrupted" if name == "SIGINT" else f"stopped by {name}"
+    print(f"grpokit: {what} {when}; {_checkpoint_note(run_dir)}", file=sys.stderr, flush=True)
+    return 128 + int(getattr(signal, name, signal.SIGINT))
+
+
 def _train_trl(data: dict, args: argparse.Namespace) -> int:
+    from grpokit.train.resume import has_checkpoints
     from grpokit.trl.script import build_trainer
 
     trainer = build_trainer(data, out=args.out or (args.resume if args.resume else None))
     _say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
-    result = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    resume = bool(args.resume) and has_checkpoints(Path(args.resume))  # none yet: the run starts there (a job's first start)
+    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    if trainer.summary.get("interrupted"):
+        return _stopped(trainer.summary, trainer.cfg.train.steps, Path(trainer.run_dir))
     trainer.save_model()
     _say(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0

@@ -390,6 +390,10 @@ class TrainConfig:
     overwrite: bool = False
     """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
     records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
+    stop_grace_s: float = 10.0
+    """After SIGINT, SIGTERM, SIGUSR1 or SIGHUP (Ctrl-C, a cluster's preemption): how long the step in
+    progress may still run before it is cut short (its sampling and scoring; an update under way always
+    finishes), after which a checkpoint of the last finished step is written (docs/FAULTS.md)."""
     eval_every: int = 0
     """Evaluate on held-out prompts every N steps (0 = only before and after training)."""
     threads: int = 0

@@ -233,6 +233,7 @@ def _optim_train(cfg: Config) -> None:
            "completions (the batch / train.updates_per_batch); use a divisor of it")
     _accumulation(cfg)
     _check(t.dist_timeout_s >= 0, f"train.dist_timeout_s={t.dist_timeout_s} must be >= 0 seconds (0 = torch's default)")
+    _check(t.stop_grace_s >= 0, f"train.stop_grace_s={t.stop_grace_s} must be >= 0 seconds (0 = cut the step at once)")
     _check(t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
            "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1")
 

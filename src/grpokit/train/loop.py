@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import weakref
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +34,7 @@ from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
 from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
-from . import build, distributed, scaling, wiring
+from . import build, distributed, run_lock, scaling, wiring
 from grpokit.rollout import gec
 from grpokit.record.samples import sample_rows
 from grpokit.record.vision_samples import with_images
@@ -45,6 +46,7 @@ from .update import Accumulator, accumulate, apply_update, run_updates, stale_sl
     with_entropy_coef
 from grpokit.algo.entropy_control import EntropyController
 from .model_options import noise_on
+from .preemption import GracefulStop, StepAbandoned, signal_name
 
 
 class Trainer:
@@ -54,17 +56,24 @@ class Trainer:
     ``reset(**row)`` whose public methods are tools; or a dict name -> class, each row routed by its
     ``environment`` column) make every sample a multi-turn episode (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
     ``model`` / ``tokenizer`` (instantiated objects) replace loading ``model.name_or_path``;
-    ``callbacks`` are called at the points listed in callbacks.py with ``args`` (default: ``cfg``)."""
+    ``callbacks`` are called at the points listed in callbacks.py with ``args`` (default: ``cfg``).
+    The run folder is locked from here to the end of ``train()`` (train/run_lock.py); with
+    ``start_if_no_checkpoint`` (``grpokit train --resume``), a ``resume`` folder without a checkpoint
+    starts the run from step 0 there instead of being refused."""
 
     def __init__(self, cfg: Config, *, reward_funcs: list[Callable] | None = None, train_rows: list[dict] | None = None,
                  eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False,
                  tools: list[Callable] | None = None, environment_factory: Callable | dict | None = None,
                  rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
-                 args: Any = None):
+                 args: Any = None, start_if_no_checkpoint: bool = False):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
-        run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
+        self.lock, resuming = run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, self.resume_dir is not None,
+                                                         start_if_no_checkpoint)  # one writer (run_lock.py)
+        self._release_lock = weakref.finalize(self, self.lock.release)  # once: at the end of train(), or when dropped
+        if self.resume_dir and not resuming:  # grpokit train --resume on a folder without a checkpoint: step 0
+            self.resume_dir, cfg.train.out = None, str(self.run_dir)
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
@@ -105,6 +114,7 @@ class Trainer:
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
+        self._in_step = self._updating = self._evaluating = False  # where the main thread is, for a stop's cut
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
 
@@ -122,27 +132,35 @@ class Trainer:
 
     def train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.train
+        if not self._release_lock.alive:  # a second train() of this Trainer: the folder is taken again
+            self.lock = run_lock.acquire(self.run_dir)
+            self._release_lock = weakref.finalize(self, self.lock.release)
         summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
         if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
             run_folder.write_summary(self.run_dir, summary)
-        stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
+        stop = GracefulStop(enabled=not self.dist.active, grace_s=t.stop_grace_s,  # Ctrl-C, preemption (preemption.py)
+                            cuttable=lambda: self._evaluating or (self._in_step and not self._updating))
         try:
             stop.install()
             self.callbacks("on_train_begin")
             if "eval_before" not in summary:
-                summary["eval_before"] = self._evaluate()
+                summary["eval_before"] = self._evaluate_unless_cut(stop) or {}
                 run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
             final_eval = None
             while not self._finished() and not stop.requested:
                 self.callbacks("on_step_begin")
-                metrics = self._guarded_step()
+                try:
+                    metrics = self._guarded_step()
+                except StepAbandoned:  # a stop's grace ran out before the update: the step is trained again at resume
+                    break
                 self.step = self.state.global_step = self.step + 1
                 self.state.epoch = self.sampler.position / len(self.prompts)
                 last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self._finished()
                 if last or (t.eval_every and self.step % t.eval_every == 0):
-                    result = self._evaluate()
+                    result = self._evaluate_unless_cut(stop) or {}
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
-                    final_eval = result if last else None
+                    final_eval = result if last and result else None
+                self.lock.check()  # another process took the run folder over (its heartbeat rule): stop, write nothing
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
                 self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
                 self.callbacks("on_log", logs=metrics)
@@ -150,19 +168,21 @@ class Trainer:
                     self.save(final_eval if last else None)
                 if last:  # the last step, or a callback asked to stop
                     break
-            interrupted = stop.requested and self.step < t.steps  # Ctrl-C: keep what was trained, no final evaluation
+            interrupted = stop.requested and self.step < t.steps  # a signal: keep what was trained, no final evaluation
             if interrupted and self.step > self.saved_step:
                 self.save()
             summary.pop("interrupted", None)
+            summary.pop("stop_signal", None)
             if interrupted:
-                summary["interrupted"] = True
-            else:
+                summary["interrupted"], summary["stop_signal"] = True, signal_name(stop.signum)
+            elif final_eval is not None or not stop.requested:
                 summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
             summary["steps"] = self.step
             run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
             self.callbacks("on_train_end")
         finally:
             stop.uninstall()
+            self._release_lock()
             self.recorder.close()
             self.runner.close()
             self.eval_runner.close()
@@ -246,11 +266,16 @@ class Trainer:
         random states and data position go back to where the step began: resuming from that
         checkpoint is the uninterrupted run. One process only (other ranks may not have failed)."""
         begun = checkpoint.rng_state(self.generator), self.sampler.position
-        self._updating = False
+        self._updating, self._in_step = False, True
         try:
             with noise_on(self.model):  # NEFTune (model.neftune_noise_alpha): the whole training step, as TRL
                 return self.train_step()
+        except StepAbandoned:  # a stop cut the step before its update: as if it never began
+            checkpoint.set_rng_state(begun[0], self.generator)
+            self.sampler.position = begun[1]
+            raise
         except Exception:
+            self._in_step = False  # the save below is not the step: a stop must not cut it
             if not self._updating and self.step > self.saved_step and not self.dist.active:
                 checkpoint.set_rng_state(begun[0], self.generator)
                 self.sampler.position = begun[1]
@@ -259,6 +284,8 @@ class Trainer:
                 except Exception:  # noqa: BLE001 - a full disk now must not hide the fault being reported
                     pass
             raise
+        finally:
+            self._in_step = False
 
     def _scored_batch(self) -> ScoredBatch:
         """Stages 1-3: this rank's prompts, G completions each, scored (dynamic sampling, GFPO and
@@ -377,6 +404,20 @@ class Trainer:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _evaluate_unless_cut(self, stop: GracefulStop) -> dict[str, float] | None:
+        """The held-out evaluation, which a stop's run-out grace may cut short (None: cut or not begun;
+        an evaluation changes no training state, so nothing needs putting back)."""
+        if stop.cut_due:
+            return None
+        self._evaluating = True
+        try:
+            result = self._evaluate()
+            self._evaluating = False
+        except StepAbandoned:
+            self._evaluating = False
+            return None
+        return result
 
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:

@@ -29,7 +29,7 @@ import yaml
 
 from grpokit.config.io import from_dict, set_field, to_dict
 from grpokit.config.sections import Config, ConfigError
-from . import checkpoint
+from . import checkpoint, run_lock
 
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "config_history.yaml"
@@ -43,16 +43,28 @@ def is_storage_fault(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
 
 
-def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool) -> None:
-    """Refuse a run folder that is a file or (for a new run) holds another run; clean interrupted saves."""
+def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool, start_if_no_checkpoint: bool = False,
+                    log=print) -> tuple[run_lock.RunLock | run_lock.NullLock, bool]:
+    """Take the folder's lock (one writer: run_lock.py); refuse a folder that is a file or (for a new run)
+    holds another run; clean interrupted saves. With ``start_if_no_checkpoint`` (``grpokit train
+    --resume``), a folder without any checkpoint (none yet, or a run stopped before its first save)
+    starts the run from step 0 there. Returns the lock and whether a checkpoint is to be resumed."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"train.out={str(run_dir)!r} is an existing file, not a folder; give a new or empty folder for the run")
-    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone checks and cleans the folder
-        return
+    lock = run_lock.acquire(run_dir, log)  # before anything is deleted: a live writer is refused here
     ckpts = run_dir / "checkpoints"
+    if resuming and start_if_no_checkpoint and not has_checkpoints(run_dir):
+        resuming, overwrite = False, True
+        if int(os.environ.get("RANK", "0")) == 0:
+            log(f"grpokit: {run_dir} holds no checkpoint yet, so --resume starts " + (
+                "the run again from step 0 (its records so far are replaced)" if (run_dir / CONFIG_FILE).is_file()
+                else "a new run there"), flush=True)
+    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone checks and cleans the folder
+        return lock, resuming
     held = [n for n in RUN_FILES if (run_dir / n).exists()] + (["checkpoints/"] if ckpts.is_dir() and any(ckpts.iterdir()) else [])
     if held and not resuming:
         if not overwrite:
+            lock.release()
             raise ConfigError(f"train.out={str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with --resume "
                               f"{run_dir}, choose another folder, or pass --overwrite (train.overwrite=true) to replace it")
         shutil.rmtree(ckpts, ignore_errors=True)
@@ -60,6 +72,13 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool) -> None:
             (run_dir / n).unlink(missing_ok=True)
     for tmp in ckpts.glob(f".tmp-{checkpoint.PREFIX}*") if ckpts.is_dir() else ():
         shutil.rmtree(tmp, ignore_errors=True)  # an interrupted save: never a checkpoint, only disk used
+    return lock, resuming
+
+
+def has_checkpoints(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds any step checkpoint (complete or not; interrupted saves do not count)."""
+    ckpts = Path(run_dir) / "checkpoints"
+    return ckpts.is_dir() and any(p.is_dir() for p in ckpts.glob(f"{checkpoint.PREFIX}*"))
 
 
 def load_run_config(run_dir: Path) -> Config:

@@ -229,7 +229,9 @@ class GRPOTrainer:
         self.pop_callback(callback)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
-        """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it."""
+        """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it.
+        SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
+        (docs/FAULTS.md); then ``summary["interrupted"]`` is True and nothing is pushed to the Hub."""
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:
@@ -244,7 +246,7 @@ class GRPOTrainer:
             if os.environ.get("GRPOKIT_DEBUG"):
                 raise
             raise RewardError(str(exc)) from None
-        if self.args.push_to_hub:
+        if self.args.push_to_hub and not self.summary.get("interrupted"):  # a signal stopped it: a checkpoint, no push
             self.push_to_hub()
         final = self.bridge.final
         return TrainOutput(self.state.global_step, final["train_loss"], {**final, "epoch": self.state.epoch})
