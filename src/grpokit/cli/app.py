@@ -168,6 +168,19 @@ def _checkpoint_note(run_dir: Path | None) -> str:
     return f"checkpoint {ckpt}{report} kept; continue with: grpokit train --resume {run_dir}"
 
 
+def _check_run_folder(d: str) -> None:
+    """Refuse, in one sentence, a path that holds no run (a report or a diagnosis of nothing would mislead)."""
+    from grpokit.train.resume import CONFIG_FILE
+
+    what = "give the folder a grpokit train run wrote (its config.yaml, metrics.jsonl and summary.json)"
+    if not Path(d).exists():
+        raise ConfigError(f"run folder {d!r} does not exist; {what}")
+    if not Path(d).is_dir():
+        raise ConfigError(f"{d!r} is a file, not a run folder; {what}")
+    if not any((Path(d) / n).is_file() for n in (CONFIG_FILE, "metrics.jsonl", "summary.json")):
+        raise ConfigError(f"{d!r} holds no run (no config.yaml, metrics.jsonl or summary.json); {what}")
+
+
 def cmd_report(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="grpokit report", description="Write an interactive, self-contained HTML report of a run "
                                 "(RUN_DIR/report.html), or of several runs overlaid with their config differences.")
@@ -178,8 +191,7 @@ def cmd_report(argv: list[str]) -> int:
     p.add_argument("--interval", type=float, default=5.0, help="seconds between rewrites with --watch (default 5)")
     args = p.parse_args(argv)
     for d in args.run_dirs:
-        if not Path(d).is_dir():
-            raise ConfigError(f"run folder {d!r} does not exist")
+        _check_run_folder(d)
     if args.interval <= 0:
         raise ConfigError(f"--interval {args.interval} is not valid; give a number of seconds above 0")
     from grpokit.record.report import REPORT_FILE, watch, write_comparison
@@ -204,12 +216,17 @@ def cmd_doctor(argv: list[str]) -> int:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = p.parse_args(argv)
+    _check_run_folder(args.run_dir)
     if not (Path(args.run_dir) / "metrics.jsonl").is_file():
-        raise ConfigError(f"run folder {args.run_dir!r} has no metrics.jsonl; give the folder a run wrote")
+        raise ConfigError(f"run folder {args.run_dir!r} has no metrics.jsonl yet (no step has finished); run the doctor "
+                          "once the run has logged a step")
     from grpokit.record.doctor import diagnose, format_findings
     from grpokit.record.report_data import load_run
 
     run = load_run(Path(args.run_dir))
+    if not run.metrics:  # empty, or no line a step wrote: "nothing to fix" would be a false all-clear
+        raise ConfigError(f"run folder {args.run_dir!r} has no step in metrics.jsonl yet; run the doctor once the run "
+                          "has logged a step")
     findings = diagnose(run)
     if args.json:
         import dataclasses

@@ -37,12 +37,49 @@ def from_dict(data: dict[str, Any], base: Config | None = None) -> Config:
     return cfg
 
 
+def strict_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (a section, a field in a section),
+    naming it and both lines: YAML keeps the last silently, and the other value would be lost unseen.
+    ``source`` names the text in the sentence ("config file 'x.yaml'"). Other YAML errors are raised as is."""
+    dup = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+    if dup is not None:
+        key, first, second = dup
+        where = f"line {first} and line {second}" if first != second else f"both on line {first}"
+        raise ConfigError(f"{source} gives the key {key!r} twice ({where}); YAML would keep only the last one silently, "
+                          "so remove or merge one of them")
+    return yaml.safe_load(text)
+
+
+def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
+    """The first key given twice in a mapping of the node tree: (dotted path, line, line)."""
+    stack, seen_nodes = [(root, "")], set()
+    while stack:
+        node, path = stack.pop()
+        if node is None or id(node) in seen_nodes:  # anchors and aliases share nodes (and may loop)
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                    stack.append((value, path))
+                    continue
+                name, line = f"{path}{key.value}", key.start_mark.line + 1
+                if (key.tag, key.value) in lines:
+                    return name, lines[(key.tag, key.value)], line
+                lines[(key.tag, key.value)] = line
+                stack.append((value, f"{name}."))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, path) for item in node.value)
+    return None
+
+
 def load_yaml(path: str | Path, base: Config | None = None) -> Config:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist; pass --config with a path to a YAML file")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = strict_yaml(p.read_text(), f"config file {str(p)!r}") or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
     if not isinstance(data, dict):
@@ -57,7 +94,7 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
             raise ConfigError(f"override {item!r} is not of the form section.field=value (e.g. rollout.group_size=16)")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = strict_yaml(raw, f"override {item!r}") if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         set_field(cfg, key.strip(), value)

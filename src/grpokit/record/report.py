@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -189,16 +190,14 @@ def render_report(run_dir: Path) -> str:
 
 def write_report(run_dir: Path) -> Path:
     """Write RUN_DIR/report.html and return its path."""
-    path = Path(run_dir) / REPORT_FILE
-    path.write_text(render_report(Path(run_dir)), encoding="utf-8")
-    return path
+    return write_comparison([Path(run_dir)], Path(run_dir) / REPORT_FILE)  # atomic: `report --watch` may read or write it too
 
 
 def write_comparison(run_dirs: Sequence[Path], out: Path, live_s: float | None = None) -> Path:
     """Write the report of `run_dirs` (one run, or several overlaid) to `out`, atomically: a page
     reloading while the file is rewritten must never read half of it."""
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # one per process: the trainer and `report --watch` may both write
     tmp.write_text(render(run_dirs, live_s), encoding="utf-8")
     tmp.replace(out)
     return out

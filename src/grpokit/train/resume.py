@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from grpokit.config.io import from_dict, set_field, to_dict
+from grpokit.config.io import from_dict, set_field, strict_yaml, to_dict
 from grpokit.config.sections import Config, ConfigError
 from . import checkpoint, run_lock
 
@@ -87,7 +87,7 @@ def load_run_config(run_dir: Path) -> Config:
     if not f.is_file():
         raise ConfigError(f"--resume {str(run_dir)!r} is not a run folder (no config.yaml); give the folder a run was started with")
     try:
-        data = yaml.safe_load(f.read_text(encoding="utf-8"))
+        data = strict_yaml(f.read_text(encoding="utf-8"), f"the run's {str(f)!r}")
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before resuming") from None
     sections = [x.name for x in dataclasses.fields(Config)]
@@ -144,7 +144,7 @@ def _history(run_dir: Path) -> list[dict]:
     if not f.is_file():
         return []
     try:
-        data = yaml.safe_load(f.read_text(encoding="utf-8")) or []
+        data = strict_yaml(f.read_text(encoding="utf-8"), f"the run's {str(f)!r}") or []
     except (yaml.YAMLError, UnicodeDecodeError):
         data = None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from grpokit.config.sections import ConfigError
-from grpokit.config.io import _sections
+from grpokit.config.io import _sections, strict_yaml
 from .config import UNSUPPORTED, GRPOConfig
 
 SCRIPT_DEFAULTS: dict[str, Any] = {  # TRL's ScriptArguments / GRPOScriptArguments / ModelConfig, with TRL's defaults
@@ -51,7 +51,7 @@ def read(path: str | Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     try:
-        data = yaml.safe_load(p.read_text())
+        data = strict_yaml(p.read_text(), f"config file {str(p)!r}")  # a key given twice: one sentence, either style
     except yaml.YAMLError:
         return None
     return data if is_trl_style(data) else None
@@ -64,7 +64,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item or "." in item.split("=", 1)[0]:
             raise ConfigError(f"override {item!r} does not fit a TRL-style config; write name=value with a TRL argument name (e.g. learning_rate=1e-6)")
         key, raw = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(raw) if raw != "" else None
+        out[key.strip()] = strict_yaml(raw, f"override {item!r}") if raw != "" else None
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.io import assigned, set_field
+from grpokit.config.io import assigned, set_field, strict_yaml
 
 HERE = Path(__file__).parent
 PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
@@ -38,7 +38,7 @@ def load(name: str) -> dict[str, Any]:
     path = HERE / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown preset {name!r}; valid presets: {', '.join(names())}")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = strict_yaml(path.read_text(), f"preset file {str(path)!r}") or {}
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ConfigError(f"preset file {str(path)!r} must map config sections to mappings of fields")
     return data
