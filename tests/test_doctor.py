@@ -294,4 +294,4 @@ def test_doctor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["doctor", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["code"] == "truncated"
     assert main(["doctor", str(tmp_path / "nope")]) == 2
-    assert "no metrics.jsonl" in capsys.readouterr().err
+    assert "does not exist; give the folder a grpokit train run wrote" in capsys.readouterr().err
