@@ -138,7 +138,12 @@ class RunLock:
                 pass
 
     def check(self) -> None:
-        """Raise ConfigError when another process has taken the folder over (this one must write no more)."""
+        """Raise ConfigError when another process has taken the folder over (this one must write no more).
+        Read here too, not only by the heartbeat: a process frozen for a while may finish a step before its
+        heartbeat thread runs again."""
+        holder = _holder_of(self.path) if self.lost_to is None else None
+        if holder is not None and holder != self.me:
+            self.lost_to = holder
         if self.lost_to is not None:
             raise ConfigError(f"run folder {str(self.path.parent)!r} was taken over by {self.lost_to.describe()} (this "
                               f"process's heartbeat in {LOCK_FILE} was judged stale); this process stops without writing more")
