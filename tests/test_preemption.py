@@ -136,3 +136,40 @@ def test_the_grace_timer_cuts_the_main_thread_when_it_runs_out(handlers):
         assert time.monotonic() - start < 10
     finally:
         stop.uninstall()
+
+
+def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_path, handlers):
+    """grpokit.trl's trainer.train() in this process: SIGTERM during step 2 (save_steps=1000) returns
+    with the summary saying so and a checkpoint of step 2; a new trainer resumes to max_steps, each
+    step logged once."""
+    import os
+
+    from datasets import Dataset
+
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from trl_helpers import make_chat_model
+
+    calls = []
+
+    def short(completions, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return [1.0 / (1 + len(str(c))) for c in completions]
+
+    model, out = make_chat_model(tmp_path / "model"), tmp_path / "out"
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")])
+
+    def trainer():
+        args = GRPOConfig(output_dir=str(out), max_steps=4, per_device_train_batch_size=4, num_generations=4,
+                          max_completion_length=4, use_cpu=True, disable_tqdm=True, learning_rate=0.05, logging_steps=1,
+                          save_steps=1000, seed=0, report_to="none")
+        return GRPOTrainer(model=str(model), reward_funcs=[short], args=args, train_dataset=rows)
+
+    tr = trainer()
+    tr.train()
+    assert tr.summary["interrupted"] is True and tr.summary["stop_signal"] == "SIGTERM" and tr.summary["steps"] == 2
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-000002"]
+    tr = trainer()
+    assert tr.train(resume_from_checkpoint=True).global_step == 4
+    assert [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
