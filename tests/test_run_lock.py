@@ -184,3 +184,16 @@ def test_flock_errors_other_than_unsupported_are_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(fcntl, "flock", broken)
     with pytest.raises(OSError):
         run_lock.acquire(tmp_path / "run")
+
+
+def test_resume_never_deletes_what_is_not_a_grpokit_run(tiny_model_dir, tmp_path, capsys):
+    from grpokit.cli import main
+
+    other = tmp_path / "other"  # another tool's folder, given to --resume by mistake
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "checkpoints" / "epoch_1.pt").write_bytes(b"weights")
+    cfg = write_setup(tmp_path, tiny_model_dir, steps=1)
+    assert main(["train", "--config", str(cfg), "--resume", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"train.out={str(other)!r} already holds a run (checkpoints/)" in err
+    assert (other / "checkpoints" / "epoch_1.pt").read_bytes() == b"weights" and not (other / "run.lock").exists()

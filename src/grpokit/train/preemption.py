@@ -85,6 +85,8 @@ class GracefulStop:
         self.cut_due = self.cut_due or due
         if self.cut_due and not self._raised and self._cuttable():
             self._raised = True
+            print(f"grpokit: cutting the work in progress short ({self._grace_s:g} s grace over, or a second signal); "
+                  "an unfinished step is trained again at --resume", flush=True)
             raise StepAbandoned()
 
     def _grace_over(self) -> None:

@@ -54,13 +54,15 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool, start_if_no_
     lock = run_lock.acquire(run_dir, log)  # before anything is deleted: a live writer is refused here
     ckpts = run_dir / "checkpoints"
     if resuming and start_if_no_checkpoint and not has_checkpoints(run_dir):
-        resuming, overwrite = False, True
+        restart = (run_dir / CONFIG_FILE).is_file()  # a grpokit run stopped before its first save: its records go
+        resuming, overwrite = False, overwrite or restart
         if int(os.environ.get("RANK", "0")) == 0:
             log(f"grpokit: {run_dir} holds no checkpoint yet, so --resume starts " + (
-                "the run again from step 0 (its records so far are replaced)" if (run_dir / CONFIG_FILE).is_file()
-                else "a new run there"), flush=True)
+                "the run again from step 0 (its records so far are replaced)" if restart else "a new run there"), flush=True)
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone checks and cleans the folder
         return lock, resuming
+    for tmp in ckpts.glob(f".tmp-{checkpoint.PREFIX}*") if ckpts.is_dir() else ():
+        shutil.rmtree(tmp, ignore_errors=True)  # an interrupted save: never a checkpoint, only disk used
     held = [n for n in RUN_FILES if (run_dir / n).exists()] + (["checkpoints/"] if ckpts.is_dir() and any(ckpts.iterdir()) else [])
     if held and not resuming:
         if not overwrite:
@@ -70,8 +72,6 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool, start_if_no_
         shutil.rmtree(ckpts, ignore_errors=True)
         for n in RUN_FILES:
             (run_dir / n).unlink(missing_ok=True)
-    for tmp in ckpts.glob(f".tmp-{checkpoint.PREFIX}*") if ckpts.is_dir() else ():
-        shutil.rmtree(tmp, ignore_errors=True)  # an interrupted save: never a checkpoint, only disk used
     return lock, resuming
 
 
