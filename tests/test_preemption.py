@@ -173,3 +173,24 @@ def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_pa
     tr = trainer()
     assert tr.train(resume_from_checkpoint=True).global_step == 4
     assert [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_stop_sent_to_the_whole_process_group_spares_the_reward_workers(tiny_model_dir, tmp_path):
+    """Ctrl-C in a terminal and Slurm's signals reach every process of the job, reward workers included:
+    they leave the decision to the trainer. Step 3's reward call hangs in the worker; the signal must not
+    kill the worker (which would end the call as a counted failure, or retry it), but the trainer cuts
+    the step after its grace, so the run keeps steps 1-2 and no failure."""
+    import os
+
+    cfg = write_setup(tmp_path, tiny_model_dir, stop_grace_s=2.0)
+    run = tmp_path / "run"
+    victim = start(["--config", str(cfg), "--out", str(run), "reward.num_workers=1"], tmp_path,
+                   env={"HANG_AT_CALL": "5"}, start_new_session=True)
+    wait_for(lambda: (tmp_path / "hanging").exists(), victim)
+    os.killpg(victim.pid, signal.SIGTERM)
+    rc, _, err = finish(victim, timeout=120)
+    assert rc == 143, err[-2000:]
+    assert "stopped by SIGTERM after step 2 of 6" in err and logged_steps(run) == [1, 2]
+    assert (run / "checkpoints" / "step-000002").is_dir()
+    assert (tmp_path / "calls").read_text() == "5"  # the hung call was not retried in a new worker
