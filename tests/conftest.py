@@ -43,3 +43,11 @@ def tiny_model_dir(tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def chat_model(tmp_path_factory):
+    """A saved tiny Llama with a character tokenizer and a chat template (helpers.trl_models), as a path string."""
+    from helpers.trl_models import make_chat_model
+
+    return str(make_chat_model(tmp_path_factory.mktemp("chat-model")))
