@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+
+from helpers.mismatch import RecordingLLM, mismatch_trainer
 import torch
 
 from grpokit.algo.tis import mismatch_mask, mismatch_metrics, mismatch_sums, pad_sampling_logprobs, sampled_rows
@@ -81,20 +83,11 @@ def test_engines_match_the_trainer_and_a_perturbed_sampler_shows(demo, engine):
     assert p["mismatch/outside_fraction"] == 1.0
 
 
-def _trainer(tmp_path, **over):
-    from grpokit.train import Trainer
-
-    base = {"train.steps": 1, "train.prompts_per_step": 2, "rollout.group_size": 4, "data.eval_size": 4,
-            "record.sinks": "[jsonl]", "record.report": "false", "train.threads": 1, "train.out": str(tmp_path / "run")}
-    cfg = apply_overrides(Config(), [f"{k}={v}" for k, v in {**base, **over}.items()])
-    return Trainer(cfg, quiet=True)
-
-
 def test_every_step_logs_mismatch_and_masking_runs(tmp_path):
-    tr = _trainer(tmp_path)
+    tr = mismatch_trainer(tmp_path)
     m = tr.train_step()
     assert m["mismatch/logp_abs_diff_max"] < 1e-4 and m["mismatch/outside_fraction"] == 0.0
-    tr = _trainer(tmp_path / "b", **{"rollout.mismatch_mask": "token"})
+    tr = mismatch_trainer(tmp_path / "b", **{"rollout.mismatch_mask": "token"})
     m = tr.train_step()
     assert m["mismatch/masked_fraction"] == 0.0 and "mismatch/k3_kl" in m
 
@@ -108,50 +101,14 @@ def test_mismatch_fields_are_checked():
             validate(apply_overrides(Config(), over))
 
 
-class _RecordingLLM:
-    """vLLM's ``LLM`` as the colocated engine calls it, sampling with the trainer's own model and
-    returning vLLM-shaped outputs whose logprobs are the ones recorded while sampling, plus ``shift``
-    nats (a sampler with other numerics). Sleep / wake / weight sync are no-ops."""
-
-    def __init__(self, tr, shift: float):
-        self.tr, self.shift = tr, shift
-
-    def generate(self, prompts, sp, use_tqdm=False):
-        from types import SimpleNamespace as NS
-
-        ids = [p["prompt_token_ids"] for p in prompts]
-        ro = generate(self.tr.model, ids, sp.n, self.tr.params, eos_token_ids=self.tr.eos,
-                      pad_token_id=self.tr.tokenizer.pad_token_id, generator=torch.Generator().manual_seed(1))
-        outs = []
-        for i in range(len(ids)):
-            rows = range(i * sp.n, (i + 1) * sp.n)
-            outs.append(NS(outputs=[NS(index=g, token_ids=ro.completion_ids[r], finish_reason="length" if ro.finish_reasons[r] == "length" else "stop",
-                                       stop_reason=None, logprobs=[{t: NS(logprob=lp + self.shift)} for t, lp in
-                                                                   zip(ro.completion_ids[r], ro.sampling_logprobs[r])])
-                                    for g, r in enumerate(rows)]))
-        return outs
-
-    def sleep(self, level):
-        pass
-
-    def wake_up(self, tags=None):
-        pass
-
-    def apply_model(self, fn):
-        return None
-
-    def reset_prefix_cache(self):
-        pass
-
-
 @pytest.mark.parametrize("shift", [0.0, -0.8])
 def test_vllm_outputs_feed_the_mismatch_metrics_like_the_hf_engine(tmp_path, shift):
     from types import SimpleNamespace as NS
 
     from grpokit.rollout.vllm import VLLMColocated
 
-    tr = _trainer(tmp_path)
-    tr.engine = VLLMColocated(_RecordingLLM(tr, shift), lambda **kw: NS(**kw), tr.params, sleep=True)
+    tr = mismatch_trainer(tmp_path)
+    tr.engine = VLLMColocated(RecordingLLM(tr, shift), lambda **kw: NS(**kw), tr.params, sleep=True)
     tr.cfg.rollout.backend = "vllm"  # as if built on a GPU: the step samples through vLLM's output shape
     m = tr.train_step()
     if shift == 0.0:  # the recorded logprobs are the trainer's own (summation order only)

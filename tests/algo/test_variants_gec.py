@@ -12,7 +12,7 @@ from grpokit.rewards.spec import RewardSpec
 from grpokit.types import Prompt, Rollout
 from grpokit.config.validation import validate
 
-from conftest import char_tokenizer
+from helpers.models import char_tokenizer
 
 
 def contains_answer(prompts, completions, answer, **kwargs):

@@ -40,7 +40,7 @@ def test_missing_file_and_column_are_named(tmp_path, rows):
 
 
 def test_chat_template_applied_when_the_tokenizer_has_one():
-    from conftest import char_tokenizer
+    from helpers.models import char_tokenizer
 
     tok = char_tokenizer()
     assert render_prompt("ab", tok, DataConfig()) == "ab"  # no template: raw text

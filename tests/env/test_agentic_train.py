@@ -180,7 +180,7 @@ class ToolFakeLLM:
 
 def test_vllm_colocated_runs_the_episode_loop_and_sleeps_once(tag_model_dir, tmp_path):
     from grpokit.rollout.vllm import VLLMColocated
-    from test_vllm_backend import FakeSP
+    from types import SimpleNamespace as FakeSP
 
     tr = trainer(tag_model_dir, tmp_path / "v", **{"rollout.tis_cap": 2.0})
     llm = ToolFakeLLM(tr.tokenizer)
@@ -270,15 +270,15 @@ def test_agents_md_example_is_valid(tmp_path):
 
 
 def _retok(sampler, tok, contexts, G, params):
-    """The scripted sampler of test_episodes speaks its module's tokenizer; use this one's."""
-    import test_episodes
+    """The scripted sampler of helpers.episodes speaks its module's tokenizer; use this one's."""
+    from helpers import episodes
 
-    saved = test_episodes.TOK
-    test_episodes.TOK = tok
+    saved = episodes.TOK
+    episodes.TOK = tok
     try:
         return sampler(contexts, G, params)
     finally:
-        test_episodes.TOK = saved
+        episodes.TOK = saved
 
 
 def test_trainer_with_a_chat_template_and_an_environment(tmp_path):

@@ -165,3 +165,36 @@ def test_the_reexport_check_sees_a_violation_and_allows_a_name_the_package_defin
     (pkg / "config" / "sections.py").write_text("class Config:\n    pass\n")
     (pkg / "x.py").write_text("from grpokit.config import Config, helper\nfrom grpokit.config.sections import Config as C\n")
     assert reexport_imports(pkg) == ["grpokit/x.py:1 imports Config from the package grpokit.config"]
+
+
+def cross_test_imports(tests: Path) -> list[str]:
+    """Every import of one test module (or conftest) by another: shared code belongs in tests/helpers."""
+    import ast
+
+    bad = []
+    for p in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                last = name.split(".")[-1]
+                if last.startswith("test_") or last == "conftest" or name.startswith("tests."):
+                    bad.append(f"{p.relative_to(tests)}:{node.lineno} imports {name}")
+    return bad
+
+
+def test_tests_mirror_the_source_and_import_no_other_test_module():
+    tests = REPO / "tests"
+    assert not cross_test_imports(tests), "move shared code to tests/helpers: " + "; ".join(cross_test_imports(tests))
+    flat = sorted(p.name for p in tests.glob("test_*.py"))
+    assert not flat, f"test files belong in tests/<package>/ beside what they test, not flat in tests/: {flat}"
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert folders - packages <= {"project"}, f"test folders without a source package: {folders - packages - {'project'}}"
+
+
+def test_the_cross_import_check_sees_a_test_importing_another(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "test_x.py").write_text("from test_y import helper\nimport helpers.runs\n")
+    (tmp_path / "test_z.py").write_text("from conftest import tiny_llama\n")
+    assert cross_test_imports(tmp_path) == ["a/test_x.py:1 imports test_y", "test_z.py:1 imports conftest"]

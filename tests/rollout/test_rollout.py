@@ -2,6 +2,8 @@
 
 import torch
 
+from helpers.models import tiny_qwen2
+
 from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.rollout.hf import SamplingParams, generate, process_logits
 
@@ -58,22 +60,12 @@ def test_process_logits_filters():
     assert torch.allclose(p, torch.tensor([[0.5, 0.3, 0.15, 0]]) / 0.95, atol=1e-6)
 
 
-def _tiny_qwen2(seed: int = 0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                      tie_word_embeddings=False)
-    return Qwen2ForCausalLM(cfg).eval()
-
-
 def test_static_cache_decoder_equals_dynamic_cache_path(tiny_model):
     # ragged prompts (left padding), rows finishing at different times (EOS ids 2, 3), greedy and seeded sampling,
     # on both a Llama and a Qwen2 (q/k/v biases) model: the static engine must sample the very same tokens
     prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
     kw = dict(eos_token_ids={2, 3}, pad_token_id=0)
-    for model in (tiny_model, _tiny_qwen2()):
+    for model in (tiny_model, tiny_qwen2()):
         for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10),
                        SamplingParams(max_new_tokens=10, temperature=0.7, top_p=0.9)):
             a = generate(model, prompts, 4, params, engine="static", generator=torch.Generator().manual_seed(1), **kw)
@@ -84,7 +76,7 @@ def test_static_cache_decoder_equals_dynamic_cache_path(tiny_model):
 
 
 def test_static_engine_sampling_logprobs_match_a_full_forward():
-    model = _tiny_qwen2(seed=3)
+    model = tiny_qwen2(seed=3)
     prompts = [[1, 5, 6, 7], [1, 9]]
     ro = generate(model, prompts, 3, SamplingParams(max_new_tokens=12), eos_token_ids={2, 3, 4}, pad_token_id=0,
                   generator=torch.Generator().manual_seed(0), engine="static")
@@ -109,7 +101,7 @@ def test_engine_auto_falls_back_for_unsupported_models():
 def test_static_decoder_rotary_table_equals_the_models_rotary_embedding(tiny_model):
     from grpokit.rollout import static
 
-    model = _tiny_qwen2(seed=5)
+    model = tiny_qwen2(seed=5)
     for m in (tiny_model, model):
         ids = torch.tensor([[0, 0, 1, 5], [1, 2, 3, 4]])
         mask = (ids != 0).long()
@@ -179,7 +171,7 @@ def test_sdpa_attention_in_the_static_step_samples_what_the_matmul_attention_doe
 
     prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
     kw = dict(eos_token_ids={2, 3}, pad_token_id=0, engine="static")
-    for model in (tiny_model, _tiny_qwen2()):
+    for model in (tiny_model, tiny_qwen2()):
         params = SamplingParams(max_new_tokens=10, temperature=0.7, top_p=0.9)
         a = generate(model, prompts, 4, params, generator=torch.Generator().manual_seed(1), **kw)
         monkeypatch.setattr(static, "ATTENTION", "sdpa")

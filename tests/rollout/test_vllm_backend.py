@@ -96,7 +96,7 @@ def test_lora_policy_is_sent_merged_under_base_names(tiny_model):
         expected = peft_model(input_ids=x).logits
     weights = policy_weights(peft_model)
     assert set(weights) == base_names
-    from conftest import tiny_llama
+    from helpers.models import tiny_llama
 
     plain = tiny_llama()
     plain.load_state_dict(weights)

@@ -12,7 +12,7 @@ from grpokit.rollout.hf import SamplingParams
 from grpokit.rollout.vllm_client import VLLMServer
 from grpokit.rollout.vllm_worker import EXTENSION, PROTOCOL, WeightSyncExtension
 
-from conftest import tiny_llama
+from helpers.models import tiny_llama
 from helpers.fake_vllm import FakeVLLMServer, make_worker_class
 from helpers.runs import make
 

@@ -182,7 +182,7 @@ RANK_PROMPTS = {0: [[3, 4], [5]], 1: [[6], [7, 8], [9]], 2: [[10]], 3: [[11], [1
 def _engine_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     """Each rank samples its prompts (G = 2); then rank 0 samples a second turn alone while rank 1 is
     done; the others are done at once. Then every rank sleeps and syncs weights."""
-    from conftest import tiny_llama
+    from helpers.models import tiny_llama
 
     cfg = _tp_config(model_dir)
     eng = scaling.colocated_engine(cfg, P3, torch.device("cuda"), DistContext(rank, world, rank))

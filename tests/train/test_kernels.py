@@ -135,7 +135,7 @@ def test_static_decode_on_routed_linears_samples_what_the_model_does(tiny_model,
     # the fused, reordered decode projections compute the model's function: same greedy tokens as the
     # dynamic-cache path (the model's own forward), sampling logprobs to float32 rounding
     from grpokit.rollout.hf import SamplingParams, generate
-    from tests.test_rollout import _tiny_qwen2
+    from helpers.models import tiny_qwen2
 
     packed = []
     real = kernels.fused_linear
@@ -145,7 +145,7 @@ def test_static_decode_on_routed_linears_samples_what_the_model_does(tiny_model,
         return run
     monkeypatch.setattr(kernels, "fused_linear", counted)
     prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
-    for model in (tiny_model, _tiny_qwen2()):
+    for model in (tiny_model, tiny_qwen2()):
         kernels.use_onednn_linears(model)
         for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
             a = generate(model, prompts, 4, params, engine="static", generator=torch.Generator().manual_seed(1),
