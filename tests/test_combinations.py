@@ -51,7 +51,7 @@ from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.validation import validate
 from grpokit.rollout.collect import ScoredBatch
-from grpokit.train.scaling import uses_tis
+from grpokit.train.engines import uses_tis
 from grpokit.types import Episode, Prompt, Rollout, TokenBatch
 
 torch.set_default_dtype(torch.float32)

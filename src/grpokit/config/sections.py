@@ -4,7 +4,7 @@ The dataclass defaults are those of a real run on a user's model (512 new tokens
 checkpoint every 100 steps, evaluation on the user's own held-out data or none). The model and task
 default to the built-in demo, whose own settings (8 new tokens, lr 3e-4, 60 steps) live with the task
 (``grpokit.data.tasks``) and fill only the fields nobody set, and only while the demo runs
-(``wiring.resolve_run``). For that every section remembers which of its fields were assigned
+(``train.run_data.resolve_run``). For that every section remembers which of its fields were assigned
 (``config_io.assigned``): by its constructor, by attribute, by YAML or by an override.
 
 A run's config is built in layers, each overriding the last: the defaults, an optional preset

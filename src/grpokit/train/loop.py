@@ -33,7 +33,10 @@ from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
 from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
-from . import build, distributed, scaling, wiring
+from . import build, checkpoint_hooks, distributed, engines, memory_plan, reference, stopping, world_check
+from .rollout_func import add_logged_columns, call_rollout_func
+from .timer import Timer
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout import gec
 from grpokit.record.samples import sample_rows
 from grpokit.record.vision_samples import with_images
@@ -63,13 +66,13 @@ class Trainer:
                  args: Any = None):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
-        self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
+        self.run_dir = self.resume_dir or Path(cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
         run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
         self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)  # torchrun: join the process group (no-op for 1 process)
-        scaling.check_world(cfg, self.dist)
+        world_check.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)
         inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, tokenizer)
@@ -86,7 +89,7 @@ class Trainer:
         self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
         self.entropy_ctrl = EntropyController.from_algo(cfg.algo) if cfg.algo.entropy_adaptive else None
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
-        self.memory_plan, self.token_budget = scaling.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
+        self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
@@ -100,7 +103,7 @@ class Trainer:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
         self.params = build.sampling_params(cfg.rollout)
-        self.engine = scaling.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
+        self.engine = engines.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
                                           (self._sample_async, self.sampler.next_batch))  # vLLM / async, or None (hf)
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
@@ -113,7 +116,7 @@ class Trainer:
         random states, step, data position and what ``_extra_state`` saved."""
         ckpt = run_folder.checkpoint_to_resume(self.run_dir)
         state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                **scaling.checkpoint_loaders(self.model, self.dist, self.cfg.model))
+                                **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model))
         self.step, self.sampler.position = state.step, state.data_position
         self.saved_step = state.step
         self._load_extra(ckpt)
@@ -125,7 +128,7 @@ class Trainer:
         summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
         if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
             run_folder.write_summary(self.run_dir, summary)
-        stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
+        stop = stopping.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
             stop.install()
             self.callbacks("on_train_begin")
@@ -177,7 +180,7 @@ class Trainer:
         update's inputs (algo/pipeline.py: every variant's glue), mu slices (an optimizer update each, or every
         train.accumulation_slices of them, an update then possibly spanning steps), metrics."""
         cfg, a = self.cfg, self.cfg.algo
-        self._timer = timer = wiring.Timer(cuda_provider(self.device))
+        self._timer = timer = Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
         if hasattr(self.engine, "sleep_for_update"):  # colocated vLLM frees its memory once every round is sampled
             self.engine.sleep_for_update()
@@ -187,7 +190,7 @@ class Trainer:
             need_old, need_ref, want_entropy = needed_logprobs(settings)
             need_old = need_old or stale_slices(cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices)
             old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
-            ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
+            ref_logp = reference.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
         extra: dict[str, float] = {}
         upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
@@ -278,7 +281,7 @@ class Trainer:
         """The algorithm settings record of this run for algo/pipeline.py."""
         cfg, a = self.cfg, self.cfg.algo
         return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
-                            cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
+                            cfg.rollout.tis_cap if engines.uses_tis(cfg) else 0.0,
                             a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam,
                             (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high),
                             (cfg.rollout.tis_mode, cfg.rollout.tis_min))
@@ -293,7 +296,7 @@ class Trainer:
             adv = inputs.advantages.cpu()
             seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(self.step + 1, with_images(wiring.add_logged_columns(sample_rows(
+            self.recorder.log_samples(self.step + 1, with_images(add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
                 messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G),
@@ -317,12 +320,12 @@ class Trainer:
         An empty list (a rank with nothing to add while others sample) returns None."""
         ro = None
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
-            prompts, ro = scaling.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
+            prompts, ro = engines.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
         extra: dict[str, list] = {}
-        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
+        with self._timer("rollout"), self.autocast(), engines.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
             self.model.eval()
             if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
-                ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
+                ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
             if self.engine is not None and hasattr(self.engine, "finish_sampling"):  # the round's last turn is sampled;
@@ -332,9 +335,9 @@ class Trainer:
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
             conv = self.cfg.reward.convention
-            completions, env_columns = wiring.reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
+            completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
             columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
-            scored = self.runner.score(wiring.reward_prompts(prompts, group_size, conv), completions, ro.completion_ids,
+            scored = self.runner.score(reward_prompts(prompts, group_size, conv), completions, ro.completion_ids,
                                        group_size, columns, trainer_state=self.state.light())
         return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
 
@@ -381,7 +384,7 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        with scaling.sampling_model(self.model, self.dist) as model:
+        with engines.sampling_model(self.model, self.dist) as model:
             result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
                               max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
                               convention=self.cfg.reward.convention)
@@ -390,7 +393,7 @@ class Trainer:
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
-        hooks = scaling.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
+        hooks = checkpoint_hooks.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
         if self.cfg.train.save_only_model:
             hooks.pop("optimizer_state", None)
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"

@@ -17,7 +17,7 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
-from grpokit.train import wiring
+from grpokit.train.timer import Timer
 from grpokit.train.logprobs import make_token_batch
 from grpokit.types import Prompt
 from .bridge import sampling_extras
@@ -28,7 +28,7 @@ CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_m
 def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, float]:
     """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss; TRL's keys, no prefix."""
     cfg, a = trainer.cfg, trainer.cfg.algo
-    trainer._timer = getattr(trainer, "_timer", None) or wiring.Timer()
+    trainer._timer = getattr(trainer, "_timer", None) or Timer()
     sb = trainer._sample(prompts, G)
     ro, P = sb.rollout, len(prompts)
     batch = make_token_batch(ro, trainer.tokenizer.pad_token_id, trainer.device)
