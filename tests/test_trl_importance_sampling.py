@@ -115,7 +115,7 @@ def test_a_vllm_step_logs_trl_metrics_and_masks_by_the_sequence_product(tmp_path
     from test_mismatch import _RecordingLLM, _trainer
 
     tr = _trainer(tmp_path, **{"rollout.tis_mode": "sequence_mask", "rollout.tis_cap": 3.0})
-    tr.engine = VLLMColocated(_RecordingLLM(tr, -0.8), lambda **kw: NS(**kw), tr.params, sleep=True)
+    tr.use_engine(VLLMColocated(_RecordingLLM(tr, -0.8), lambda **kw: NS(**kw), tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"
     m = tr.train_step()
     assert m["sampling/sampling_logp_difference/mean"] == pytest.approx(0.8, abs=1e-3)

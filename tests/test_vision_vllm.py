@@ -77,7 +77,7 @@ def test_trainer_step_on_a_fake_colocated_engine_with_image_prompts(tmp_path, mo
                                      "data.eval_size=0", "record.report=false", f"train.out={tmp_path}", "train.save_every=0"])
     tr = Trainer(cfg, quiet=True)
     llm = FakeLLM()
-    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=False)
+    tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=False))
     tr.engine.after_update = lambda model, step: {}  # no weights to send to a fake
     tr.cfg.rollout.backend = "vllm"  # as if built on a GPU
     m = tr.train_step()

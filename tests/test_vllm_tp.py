@@ -213,7 +213,7 @@ def _trainer_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     cfg.data.dataset = ""
     tr = Trainer(cfg, reward_funcs=[by_rank], train_rows=ROWS, quiet=True)
     tr.cfg.rollout.backend, tr.cfg.rollout.vllm_tensor_parallel_size = "vllm", 2  # as if built on GPUs
-    tr.engine = engines.colocated_engine(tr.cfg, tr.params, torch.device("cuda"), tr.dist)
+    tr.use_engine(engines.colocated_engine(tr.cfg, tr.params, torch.device("cuda"), tr.dist))
     m = tr.train_step()
     llm = FakeLLM.built[-1]
     return {"calls": [c[:3] for c in llm.calls], "hard": m["gfpo/hard_prompts"], "synced": m["rollout/weight_sync_step"]}

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from grpokit.config.sections import Config
+from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
 from .distributed import DistContext, rank_seed
 
@@ -30,19 +31,30 @@ def sampling_model(model, dist: DistContext):
     return lockstep(model, dist.any_rank)
 
 
-def next_prompts(engine, sampler, dist: DistContext, n: int, group_size: int):
-    """``(prompts, rollout or None)``: an async prefetch, or this rank's slice of the next prompts."""
-    if engine is not None and getattr(engine, "prefetches", False):
-        return engine.next_rollout(n, group_size)
+def next_prompts(engine: RolloutEngine, sampler, dist: DistContext, n: int, group_size: int):
+    """``(prompts, rollout or None)``: the engine's prefetch, or this rank's slice of the next prompts."""
+    got = engine.prefetched(n, group_size)
+    if got is not None:
+        return got
     k, w = dist.rank, dist.world_size
     return sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
 
 
+def hf_engine(cfg: Config, eos_token_ids: set[int], pad_token_id: int, decode: Callable, generator: torch.Generator) -> HFEngine:
+    """The engine sampling on the trainer's own model (rollout.engine picks its decoder). CUDA graphs
+    are off with NEFTune: a graph would replay one noise draw."""
+    r = cfg.rollout
+    return HFEngine(eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, decode=decode, generator=generator,
+                    decoder=r.engine, generation_kwargs=r.generation_kwargs,
+                    cuda_graphs=r.cuda_graphs and not cfg.model.neftune_noise_alpha)
+
+
 def make_engine(cfg: Config, model, step: int, params, device: torch.device, dist: DistContext, run_dir: Path,
-                async_source: tuple[Callable, Callable] | None = None):
-    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (None: the hf loop),
-    holding the policy ``model`` after ``step`` updates. ``async_source`` is ``(sample, next_batch)``
-    for the async sampler (rollout/async_.py says what each does)."""
+                hf: HFEngine, async_source: tuple[Callable, Callable] | None = None) -> RolloutEngine:
+    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (``hf``, sampling on
+    the trainer's model, when neither asks for another), holding the policy ``model`` after ``step``
+    updates. ``async_source`` is ``(sample, next_batch)`` for the async sampler (rollout/async_.py
+    says what each does)."""
     r = cfg.rollout
     if r.backend == "vllm_server":
         from grpokit.data.vision import image_token_id
@@ -60,9 +72,9 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
         from grpokit.rollout.async_ import AsyncRollout
 
         sample, next_batch = async_source
-        return AsyncRollout(model, step, sample, next_batch, prompts_per_step=cfg.train.prompts_per_step,
+        return AsyncRollout(model, step, sample, next_batch, hf=hf, prompts_per_step=cfg.train.prompts_per_step,
                             group_size=r.group_size, max_staleness=r.async_staleness, device=device, seed=cfg.train.seed)
-    return None
+    return hf
 
 
 def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContext):

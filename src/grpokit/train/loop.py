@@ -27,6 +27,7 @@ from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import ScoredBatch, collect
+from grpokit.rollout.engine import RolloutEngine
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptSampler, repeat_columns
 from .evaluate import evaluate
@@ -42,7 +43,6 @@ from grpokit.record.samples import sample_rows
 from grpokit.record.vision_samples import with_images
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
-from grpokit.rollout.hf import generate
 from grpokit.types import Prompt
 from .update import Accumulator, accumulate, apply_update, run_updates, stale_slices, update_slices, window_at, window_counts, \
     with_entropy_coef
@@ -103,8 +103,9 @@ class Trainer:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
         self.params = build.sampling_params(cfg.rollout)
+        self.engine: RolloutEngine = engines.hf_engine(cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator)
         self.engine = engines.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
-                                          (self._sample_async, self.sampler.next_batch))  # vLLM / async, or None (hf)
+                                          self.engine, (self._sample_async, self.sampler.next_batch))  # vLLM / async, or hf
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
@@ -169,8 +170,7 @@ class Trainer:
             self.recorder.close()
             self.runner.close()
             self.eval_runner.close()
-            if self.engine is not None:
-                self.engine.close()
+            self.engine.close()
         if cfg.record.report and self.dist.is_main:
             _write_report(self.run_dir)
         return summary
@@ -182,8 +182,7 @@ class Trainer:
         cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
-        if hasattr(self.engine, "sleep_for_update"):  # colocated vLLM frees its memory once every round is sampled
-            self.engine.sleep_for_update()
+        self.engine.sleep_for_update()  # colocated vLLM frees its memory once every round is sampled
         settings = self._step_settings()
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
             batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
@@ -204,8 +203,7 @@ class Trainer:
                     upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j) or upd
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
-        if self.engine is not None:
-            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
+        extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
 
     def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
@@ -328,8 +326,7 @@ class Trainer:
                 ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
-            if self.engine is not None and hasattr(self.engine, "finish_sampling"):  # the round's last turn is sampled;
-                self.engine.finish_sampling()  # with no prompt too: a vLLM TP group waits for every rank (vllm_tp.py)
+            self.engine.finish_sampling()  # the round's last turn is sampled; with no prompt too: a vLLM TP group waits for every rank
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]
@@ -349,19 +346,15 @@ class Trainer:
             return self.episodes.run(self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params)
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
-        """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, on the
-        vLLM engine when there is one (and it samples synchronously), else on ``model``. CUDA
-        graphs (rollout.cuda_graphs) only on the trainer's own thread: the async sampler (its own
-        ``generator``) runs beside the update, where a graph capture must not happen."""
-        engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
-        if engine is not None and not getattr(engine, "prefetches", False):
-            return lambda ctx, G, params, vision=None, images=None: engine.generate(ctx, G, params=params, sleep=False, images=images)
-        return lambda ctx, G, params, images=None, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
-                                               pad_token_id=self.tokenizer.pad_token_id, engine=self.cfg.rollout.engine,
-                                               generation_kwargs=self.cfg.rollout.generation_kwargs or None,
-                                               generator=generator if generator is not None else self.generator,
-                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None
-                                               and not self.cfg.model.neftune_noise_alpha)  # a graph would replay one noise draw
+        """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, by the engine
+        (on ``model`` where it samples on the trainer's model; ``generator``: the async sampler's own)."""
+        return self.engine.turn_sampler(model, generator)
+
+    def use_engine(self, engine: RolloutEngine) -> None:
+        """Sample with ``engine`` from now on (the one in use is closed first): a test's fake vLLM, or
+        an engine built elsewhere."""
+        self.engine.close()
+        self.engine = engine
 
     @property
     def packed(self) -> bool:
