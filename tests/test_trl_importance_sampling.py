@@ -19,7 +19,7 @@ pytest.importorskip("trl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from trl_oracle import fixed_batch, grpokit_loss, trl_is_ratio, trl_loss  # noqa: E402
 
-from grpokit.algo.pipeline import LogProbs  # noqa: E402
+from grpokit.algo.pipeline import LogProbs, TISSettings  # noqa: E402
 from grpokit.algo.tis import TIS_MODES, tis_weights  # noqa: E402
 from grpokit.config.sections import AlgoConfig, ConfigError  # noqa: E402
 from grpokit.trl.config import GRPOConfig  # noqa: E402
@@ -88,7 +88,7 @@ def test_the_pipeline_stage_applies_the_mode():
     # rewards [1, 0] in one group of 2: mean 0.5, std sqrt(0.5) = 0.7071 -> advantages +-0.5 / 0.7071 = +-0.7071
     sb, batch = scored([1.0, 0.0], 2, [2, 2])
     old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
-    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("sequence_mask", 0.0))
+    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="sequence_mask"))
     assert inp.advantages[0].tolist() == [0.0, 0.0] and inp.advantages[1].tolist() == pytest.approx([-0.7071] * 2, rel=1e-3)
     assert inp.metrics["sampling/importance_sampling_ratio/min"] == 0.0
 
@@ -156,11 +156,11 @@ def test_vespo_with_tis_in_the_pipeline_keeps_the_advantages():
     sb, batch = scored([1.0, 0.0], 2, [2, 2])
     old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
     a = AlgoConfig(objective="vespo", ratio_level="trajectory", aggregation="token-mean")
-    inp = run(a, sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("token_truncate", 0.0))
+    inp = run(a, sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="token_truncate"))
     assert inp.sampler_log_weight.tolist() == pytest.approx([2 * math.log(2), 0.0], rel=1e-5)
     assert inp.advantages.flatten().tolist()[:1] == pytest.approx([0.7071], rel=1e-3)
     with pytest.raises(ValueError, match="tis_mode='sequence_mask'"):
-        run(a, sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("sequence_mask", 0.0))
+        run(a, sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="sequence_mask"))
 
 
 def test_trl_vespo_with_vllm_maps_token_modes_and_refuses_sequence_modes_as_trl():

@@ -24,7 +24,7 @@ monitors discount solved groups (every completion earns the run's best reward) a
 level (recent mean reward placed between the lowest and highest completion reward seen in the run);
 when what remains is below the threshold, or the level is at least `converged_reward_level`, the
 monitor reports "converged" once as information (level "info", `health/converged` 1.0) instead of
-warning. Without those metrics they warn as before.
+warning. Without those metrics they warn.
 
 "early" is the mean of the first `window` observations. No trend monitor fires before it has seen
 2 x `window` steps (early and recent windows must not overlap) and no monitor fires before

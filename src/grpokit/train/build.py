@@ -26,7 +26,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from grpokit.algo.lambda_grpo import LearnableLambda
 from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, ConfigError, RolloutConfig
 from grpokit.config.validation import validate
@@ -40,7 +39,7 @@ from . import distributed, episode_setup, kernels, model_options, models, reward
 from .distributed import DistContext
 from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .logprobs import compile_backbone
-from .update import activation_memory_mb, make_optimizer, run_updates, token_budget
+from .update import make_optimizer, run_updates
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
 
@@ -144,24 +143,17 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
 
 @dataclass(frozen=True)
 class Optimization:
-    """Stage 6's objects: optimizer, schedule, lambda-GRPO's learnable lambda (None otherwise) and
-    the micro-batch token budget (0: no cap)."""
+    """Stage 6's objects: optimizer and schedule (the micro-batch token budget comes with the memory
+    plan, memory_plan.py; a stage's own optimizer, lambda-GRPO's, with its state, algo/stage_state.py)."""
 
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    lam: LearnableLambda | None
-    token_budget: int
 
 
-def build_optimizer(cfg: Config, model, device: torch.device) -> Optimization:
+def build_optimizer(cfg: Config, model) -> Optimization:
     t, a = cfg.train, cfg.algo
-    budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update
-        model.config, activation_memory_mb(t.activation_memory_mb, device),
-        next(model.parameters()).element_size(), t.micro_batch_tokens)
     optimizer, scheduler = make_optimizer(model, cfg.optim, run_updates(t.steps, t, a.num_iterations))
-    lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
-        if a.aggregation == "lambda-grpo" else None  # lambda-GRPO: a learnable lambda with its own optimizer
-    return Optimization(optimizer, scheduler, lam, budget)
+    return Optimization(optimizer=optimizer, scheduler=scheduler)
 
 
 def error_correction_renderer(cfg: Config):
