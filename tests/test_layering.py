@@ -29,9 +29,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 KNOWN: set[tuple[str, str]] = {
-    ("algo.estimators", "data.prompts"),  # repeat_columns for the process reward's inputs
-    ("config.sections", "record.health"),  # HealthConfig lives beside its monitors
-    ("config", "record.health"),
     ("data.tasks.calculator", "rollout.episodes"),  # the calculator task's demo model is built with the episode loop
     ("data.tasks.calculator", "train.evaluate"),
     ("data.tasks.shapes", "rollout.hf"),

@@ -145,3 +145,11 @@ class ScoredBatch:
     @property
     def group_size(self) -> int:
         return self.rollout.group_size
+
+
+def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
+    """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):
+    what reward functions receive as keyword arguments."""
+    if not prompts:
+        return {}
+    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}

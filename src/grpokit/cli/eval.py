@@ -24,7 +24,8 @@ import torch
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate
-from grpokit.data.prompts import load_rows, repeat_columns, to_prompts
+from grpokit.data.prompts import load_rows, to_prompts
+from grpokit.types import repeat_columns
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import reward_inputs

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grpokit.record.health import HealthConfig
+from .health import HealthConfig
 from .base import ConfigError, section  # noqa: F401  (ConfigError: imported from here across grpokit)
 from .optim import OptimConfig
 

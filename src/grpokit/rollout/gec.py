@@ -27,7 +27,7 @@ import torch
 
 from grpokit.types import ScoredBatch
 from grpokit.config.sections import ConfigError
-from grpokit.data.prompts import repeat_columns
+from grpokit.types import repeat_columns
 from grpokit.types import Rollout
 
 MODES: tuple[str, ...] = ("off", "gold", "reflection")

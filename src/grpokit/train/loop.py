@@ -30,7 +30,8 @@ from grpokit.rollout.collect import collect
 from grpokit.types import ScoredBatch
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.config.sections import Config, ConfigError
-from grpokit.data.prompts import PromptSampler, repeat_columns
+from grpokit.data.prompts import PromptSampler
+from grpokit.types import repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
