@@ -27,11 +27,9 @@ from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
 from grpokit.rollout.collect import collect
-from grpokit.types import ScoredBatch
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptSampler
-from grpokit.types import repeat_columns
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
@@ -45,7 +43,7 @@ from grpokit.record.samples import sample_rows
 from grpokit.record.vision_samples import with_images
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
-from grpokit.types import Prompt
+from grpokit.types import Prompt, ScoredBatch, repeat_columns
 from .update import Accumulator, Forwards, accumulate, apply_update, run_updates, stale_slices, update_slices, window_at, window_counts
 from grpokit.algo.stage_state import StageState, stage_states
 from .model_options import noise_on
@@ -104,6 +102,7 @@ class Trainer:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
         self.params = build.sampling_params(cfg.rollout)
+        # the hf engine first: an async sampler's thread, started by make_engine, samples through it
         self.engine: RolloutEngine = engines.hf_engine(cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator)
         self.engine = engines.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
                                           self.engine, (self._sample_async, self.sampler.next_batch))  # vLLM / async, or hf
