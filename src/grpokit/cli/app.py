@@ -132,7 +132,7 @@ def cmd_train(argv: list[str]) -> int:
 
 
 def _stopped(summary: dict, steps: int, run_dir: Path) -> int:
-    """A run a signal stopped (train/preemption.py): what is on disk, and 128 + the signal's number."""
+    """A run a signal stopped (train/stopping.py): what is on disk, and 128 + the signal's number."""
     import signal
 
     name = summary.get("stop_signal", "SIGINT")

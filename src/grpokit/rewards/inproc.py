@@ -72,7 +72,7 @@ def _call_in_main_thread(fn: Callable[..., Any], args: tuple, timeout_s: float) 
             raise
         return _failure(exc)
     except BaseException as exc:  # SystemExit included: the function's failure, not the run's
-        if getattr(exc, "stops_the_run", False):  # the trainer's stop cut the step (train/preemption.py)
+        if getattr(exc, "stops_the_run", False):  # the trainer's stop cut the step (train/stopping.py)
             raise
         return _failure(exc)
     finally:

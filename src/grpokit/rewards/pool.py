@@ -90,7 +90,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
 def _worker_main(conn: Connection) -> None:
     _die_with_parent()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # Ctrl-C and a cluster's stop reach the
-        signal.signal(sig, lambda signum, frame: None)  # whole process group: the trainer decides (train/preemption.py);
+        signal.signal(sig, lambda signum, frame: None)  # whole process group: the trainer decides (train/stopping.py);
         # a no-op handler, not SIG_IGN, so that programs a reward starts get the default back at exec
     conn.send_bytes(pickle.dumps((_READY, True, None, None, False)))
     while True:

@@ -43,6 +43,15 @@ def is_storage_fault(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
 
 
+def new_run_dir(name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... when a run started in the same second holds it."""
+    k, out = 1, name
+    while Path(out).exists():
+        k += 1
+        out = f"{name}-{k}"
+    return out
+
+
 def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool, start_if_no_checkpoint: bool = False,
                     log=print) -> tuple[run_lock.RunLock | run_lock.NullLock, bool]:
     """Take the folder's lock (one writer: run_lock.py); refuse a folder that is a file or (for a new run)
