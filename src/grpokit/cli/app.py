@@ -212,8 +212,9 @@ def cmd_presets(argv: list[str]) -> int:
         print(f"{name}: {presets.description(name)}")
         for key, value in recipe.items():
             print(f"    {key} = {value}")
+        own = presets.own_scale(name)
         for key, value in paper.items():
-            print(f"    {key} = {value}   (paper scale: only with --paper-scale)")
+            print(f"    {key} = {value}" + ("" if own else "   (paper scale: only with --paper-scale)"))
     return 0
 
 

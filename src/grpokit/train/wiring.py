@@ -23,7 +23,7 @@ def _task(cfg: Config):
     """The built-in task of this run, or None when the run brings its own data (data.dataset)."""
     from grpokit.data.tasks import get_task
 
-    return get_task(cfg.data.task) if cfg.data.task and not cfg.data.dataset else None
+    return get_task(cfg.data.task, cfg.data.task_params) if cfg.data.task and not cfg.data.dataset else None
 
 
 def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
@@ -192,7 +192,7 @@ def process_function(cfg: Config):
     if name == "task":
         from grpokit.data.tasks import get_task
 
-        fn = get_task(cfg.data.task).process_reward_fn
+        fn = get_task(cfg.data.task, cfg.data.task_params).process_reward_fn
         if fn is None:
             raise ConfigError(f"reward.process_function=task but task {cfg.data.task!r} has no process reward")
         return fn
