@@ -48,7 +48,7 @@ def _registered(field: str, kind: str, name: str) -> None:
 
 def _check_stages(cfg: Config) -> None:
     """The registered stages the config names, and the pairs an advantage estimator would silently
-    ignore (tests/test_combinations.py's table found them)."""
+    ignore (tests/algo/test_combinations.py's table found them)."""
     a = cfg.algo
     _registered("algo.objective", "objective", a.objective)
     if a.advantage:
