@@ -1,5 +1,5 @@
 """The import graph of src/grpokit, read from the sources alone (ast; nothing of grpokit is imported),
-shared by tests/project/test_structure.py (no circles, no re-exported names) and test_layering.py.
+shared by tests/project/test_structure.py (no circles, no re-exported names) and tests/project/test_layering.py.
 
 An edge ``a -> b`` means module ``a`` names module ``b`` in an import, lazy ones and those under
 ``if TYPE_CHECKING`` included. ``from pkg import sub`` is an edge to ``pkg.sub`` when ``sub`` is a
@@ -11,9 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from helpers.paths import ROOT as REPO
-
-ROOT = REPO / "src" / "grpokit"
+ROOT = Path(__file__).resolve().parents[2] / "src" / "grpokit"
 
 
 def module_names(root: Path) -> dict[str, Path]:
