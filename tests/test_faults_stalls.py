@@ -69,3 +69,54 @@ def test_channel_tampering_neighbours_forfeit(program):
     _need_sandbox()
     with pytest.raises(SandboxTampering):
         code_pass_fraction([f"```python\n{program}```"], [CASES], wall_s=10, memory_mb=512)
+
+
+# ------------------------------------------------------------------------------------------ verifier
+
+CONTROLS = ([r"so \boxed{5}", "<answer>5</answer>", r"\boxed{\frac{1}{2}}", r"\boxed{2\sqrt{2}}"],
+            ["5", "5", "0.5", r"\sqrt{8}"])
+
+
+def test_the_verifier_is_warm_before_the_first_deadline_runs():
+    # a fresh pool with a 1 s deadline per item: without the warm-up, the worker's imports and parser
+    # set-up ran inside the first items' deadline and all four correct controls timed out (measured
+    # on this machine, load 14: 4 time-outs); warmed at start (outside the deadline) they score 1
+    from grpokit.rewards.math import MathVerifyPool
+
+    with MathVerifyPool(timeout_s=1.0) as pool:
+        assert pool.verify(CONTROLS[1], CONTROLS[0]) == [1.0, 1.0, 1.0, 1.0]
+        assert pool.timeouts == 0
+
+
+def test_a_verifier_time_out_is_a_counted_failure_not_a_zero():
+    # a power tower keeps sympy busy past the deadline: the item is an ItemFailure (NaN to numeric
+    # code), and RewardRunner counts it as a failure and a timeout of math_accuracy
+    from grpokit.rewards.errors import ItemFailure
+    from grpokit.rewards.math import MathVerifyPool, math_accuracy
+    from grpokit.rewards.runner import RewardRunner
+
+    tower = r"\boxed{9^{9^{9^{9^{9}}}}}"
+    with MathVerifyPool(timeout_s=1.0) as pool:
+        out = pool.verify(["6", "5"], [tower, r"\boxed{5}"])
+    assert isinstance(out[0], ItemFailure) and out[0].timed_out and out[0] != out[0] and out[1] == 1.0
+    with RewardRunner([RewardSpec(math_accuracy, "math_accuracy")], num_workers=0, timeout_s=60) as runner:
+        res = runner.score(["p"] * 2, [tower, r"\boxed{5}"], [[1], [1]], 2, {"answer": ["6", "5"]})
+    m = res.metrics
+    assert res.total_N.tolist() == [0.0, 1.0]
+    assert m["rewards/math_accuracy/failures"] == 1.0 and m["rewards/math_accuracy/timeouts"] == 1.0
+
+
+def test_length_rewards_pass_a_verifier_failure_on():
+    # cosine_length and length_penalty read correctness: a NaN is truthy, so before it would have
+    # counted as a correct answer; now the failure passes through to the runner
+    from grpokit.rewards import length
+    from grpokit.rewards.errors import ItemFailure
+
+    fail = ItemFailure("math verification ran past its deadline", True)
+    orig = length.correctness
+    try:
+        length.correctness = lambda completions, kwargs: [fail, 1.0]
+        assert length.cosine_length(["a", "b"], [[1], [1]], max_length=4)[0] is fail
+        assert length.length_penalty(["a", "b"], [[1], [1, 2]])[0] is fail
+    finally:
+        length.correctness = orig
