@@ -7,6 +7,8 @@ silence; a verifier's cold start or time-out scored correct answers 0 without a 
 from __future__ import annotations
 
 import functools
+import threading
+import time
 
 import pytest
 
@@ -120,3 +122,166 @@ def test_length_rewards_pass_a_verifier_failure_on():
         assert length.length_penalty(["a", "b"], [[1], [1, 2]])[0] is fail
     finally:
         length.correctness = orig
+
+
+# ------------------------------------------------------------------------------------ environments
+
+class Hang:
+    """reset() sleeps forever: no SIGALRM, no async exception can stop a sleep in C."""
+
+    def reset(self, **row):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+
+
+def _threads(prefix: str) -> int:
+    return sum(t.name.startswith(prefix) for t in threading.enumerate())
+
+
+def test_call_many_holds_its_deadline_when_every_call_hangs_and_bounds_the_threads():
+    from grpokit.env.calls import MAX_ABANDONED, call_many
+
+    key = "test-hang-" + str(time.monotonic())
+    for _ in range(3):  # step after step: the abandoned threads stay at the bound, never grow
+        start = time.monotonic()
+        outs = call_many(key, [lambda: time.sleep(3600)] * 20, timeout_s=0.3, threads=8)
+        assert time.monotonic() - start < 3  # one deadline, not 20 x 0.3 s
+        assert all(o.timed_out and not o.ok for o in outs)
+        assert _threads(f"grpokit-{key}") == MAX_ABANDONED
+    # calls that finish are plain results, side by side (4 x 0.2 s in about 0.2 s)
+    start = time.monotonic()
+    outs = call_many("test-fine", [lambda i=i: (time.sleep(0.2), i)[1] for i in range(4)], timeout_s=5, threads=4)
+    assert [o.value for o in outs] == [0, 1, 2, 3] and time.monotonic() - start < 1.5
+
+
+def _Tok():
+    from grpokit.data.tasks.calculator import TAGS
+    from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
+
+    return build_char_tokenizer(ALPHABET, TAGS)
+
+
+def _prompt(k: int):
+    from grpokit.types import Prompt
+
+    text = f"{k}="
+    return Prompt(text, list(_Tok()(text, add_special_tokens=False)["input_ids"]), {}, text)
+
+
+def _never_called(contexts, group_size, params):
+    raise AssertionError("no turn is sampled when the resets fail the batch")
+
+
+def _calls(tool: str):
+    """A sampler whose every turn calls ``tool``."""
+    from grpokit.types import Rollout
+
+    tok = _Tok()
+    text = '<tool_call>{"name": "%s", "arguments": {"n": "1"}}</tool_call>' % tool
+
+    def sample(contexts, group_size, params):
+        n = len(contexts) * group_size
+        t = list(tok(text, add_special_tokens=False)["input_ids"])
+        return Rollout([list(c) for c in contexts], [list(t) for _ in range(n)], [[-0.5] * len(t) for _ in range(n)],
+                       ["stop"] * n, group_size)
+
+    return sample
+
+
+def test_a_hanging_reset_stops_the_rollout_with_one_sentence_and_no_thread_growth():
+    # the issue's environment: every reset hangs. 8 prompts x 2 episodes with reset_timeout_s=0.5:
+    # before, 16 resets of 0.5 s one after another (30 s each by default: 8 minutes) and the batch went
+    # on from bare prompts; now one deadline, then EnvironmentFailure past env.max_failure_fraction
+    from grpokit.env.calls import MAX_ABANDONED, EnvironmentFailure
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5), _Tok(),
+                           environment_factory=Hang)
+    # the second batch: the 8 abandoned resets still sleep, so no thread is started and all fail at once
+    for first in ("timed out after 0.5 s", "not run: 8 earlier calls that timed out are still running"):
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure) as err:
+            runner.run(_never_called, [_prompt(k) for k in range(8)], 2, SamplingParams())
+        assert str(err.value) == ("environment reset() failed on 16 of 16 episodes, more than "
+                                  f"env.max_failure_fraction=0.5; first error: {first}")
+        assert time.monotonic() - start < 5
+        assert _threads("grpokit-environment-reset") <= MAX_ABANDONED
+
+
+class HangingTool:
+    def reset(self, **row):
+        return None
+
+    def wait(self, n: str) -> str:
+        """Wait forever.
+
+        Args:
+            n: ignored.
+        """
+        time.sleep(3600)
+
+
+def test_a_tool_that_hangs_on_every_call_stops_the_rollout_and_bounds_its_threads():
+    from grpokit.env.calls import EnvironmentFailure
+    from grpokit.env.tools import MAX_ABANDONED
+    from grpokit.rollout.episodes import TOOL_THREADS, EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    spec = EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=0.3)
+    runner = EpisodeRunner(spec, _Tok(), environment_factory=HangingTool)
+    for _ in range(2):
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure, match="tool calls ran past env.tool_timeout_s on 16 of 16 episodes"):
+            runner.run(_calls("wait"), [_prompt(k) for k in range(8)], 2, SamplingParams())
+        assert time.monotonic() - start < 5
+        assert _threads("grpokit-tool-wait") <= TOOL_THREADS + MAX_ABANDONED
+
+
+HANG_ENV = '''
+import time
+
+class Hang:
+    def reset(self, **row):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+'''
+
+
+def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_path):
+    # the issue's run: 2 steps with env.environment=module:Hang sat 10 minutes without a word
+    import json
+    import os
+    import subprocess
+    import sys
+
+    rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "hangenv.py").write_text(HANG_ENV)
+    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=train.jsonl", "data.prompt_column=question",
+           "data.answer_column=solution", "rollout.group_size=2", "train.prompts_per_step=2", "rollout.max_new_tokens=4",
+           "train.steps=2", "record.sinks=[]", "train.threads=1", "record.report=false",
+           "env.environment=hangenv:Hang", "env.reset_timeout_s=1", "reward.functions=[math_accuracy]", "--out", "run"]
+    start = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("grpokit: error: environment reset() failed on 4 of 4 episodes, more than "
+                           "env.max_failure_fraction=0.5; first error: timed out after 1 s;"), out.stderr
+    assert "Traceback" not in out.stderr
+    assert time.monotonic() - start < 240

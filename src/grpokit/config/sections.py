@@ -329,9 +329,11 @@ class EnvConfig:
     max_tool_nesting: int = 20
     """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error message (0 = no cap)."""
     reset_timeout_s: float = 30.0
-    """Time limit of one environment reset(); a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
+    """Time limit of one environment reset() (with its constructor); a batch's resets run side by side, so hung ones cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
     max_observation_chars: int = 8000
     """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
+    max_failure_fraction: float = 0.5
+    """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than this fraction of a batch's episodes."""
     allow_unsafe_code_execution: bool = False
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
