@@ -285,3 +285,85 @@ def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_pa
                            "env.max_failure_fraction=0.5; first error: timed out after 1 s;"), out.stderr
     assert "Traceback" not in out.stderr
     assert time.monotonic() - start < 240
+
+
+# ------------------------------------------------------------------ a server that stops answering
+
+class SilentServer:
+    """A real HTTP server on 127.0.0.1 that accepts every connection and never replies."""
+
+    def __init__(self):
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/score"
+        self.conns: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])  # held open, never read, never answered
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def asks_a_reward_server(completions, url, **kwargs):
+    """A reward model behind HTTP, called as users write it: no timeout of its own."""
+    import urllib.request
+
+    return [float(urllib.request.urlopen(u).read()) for u in url]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_reward_server_that_never_answers_is_timed_out_counted_and_stops_the_run(workers):
+    from grpokit.rewards.runner import RewardRunner
+    from grpokit.rewards.spec import RewardError
+
+    server = SilentServer()
+    try:
+        with RewardRunner([RewardSpec(asks_a_reward_server, "rm")], num_workers=workers, timeout_s=0.5,
+                          max_failure_fraction=1.0) as runner:
+            start = time.monotonic()
+            res = runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 2, {"url": [server.url] * 4})
+            assert time.monotonic() - start < 20  # 2 group calls of 0.5 s (timed-out groups are not retried)
+            assert res.metrics["rewards/rm/timeouts"] == 4.0 and res.total_N.tolist() == [0.0] * 4
+            runner.max_failure_fraction = 0.5
+            with pytest.raises(RewardError, match=r"Reward 'rm' failed on 4 of 4 completions.*timed out after 0.5 s"):
+                runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 2, {"url": [server.url] * 4})
+    finally:
+        server.close()
+
+
+def test_a_tool_whose_server_never_answers_stops_the_rollout():
+    from grpokit.env.calls import EnvironmentFailure
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    server = SilentServer()
+
+    def lookup(n: str) -> str:
+        """Ask the service.
+
+        Args:
+            n: the question.
+        """
+        import urllib.request
+
+        return urllib.request.urlopen(server.url).read().decode()
+
+    try:
+        runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags", tool_timeout_s=0.3), _Tok(), tools=[lookup])
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure, match="tool calls ran past env.tool_timeout_s on 4 of 4 episodes"):
+            runner.run(_calls("lookup"), [_prompt(k) for k in range(2)], 2, SamplingParams())
+        assert time.monotonic() - start < 5
+    finally:
+        server.close()
