@@ -121,6 +121,10 @@ class RolloutConfig:
     """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines; passed on to vLLM): on the hf engines the recorded sampling logprobs are of the penalised distribution (which ones vLLM reports is not checked here); the trained logprobs are not penalised (as TRL)."""
     stop: list[str] = field(default_factory=list)
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
+    max_prompt_tokens: int = 0
+    """Longest prompt in tokens (0 = the model's context: max_position_embeddings, or vllm_max_model_len); every prompt is measured at start, and a longer one is refused in one sentence, or cut with truncate_prompts."""
+    truncate_prompts: bool = False
+    """Cut a prompt longer than max_prompt_tokens to its last max_prompt_tokens tokens (TRL's max_prompt_length, from the left) instead of refusing the run; how many were cut is logged once."""
     backend: str = "hf"
     """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
     engine: str = "auto"

@@ -109,6 +109,7 @@ def _rollout(cfg: Config) -> None:
     """rollout.*: group size, sampling settings, engines, TIS and async staleness."""
     r, a = cfg.rollout, cfg.algo
     _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
+    _check(r.max_prompt_tokens >= 0, f"rollout.max_prompt_tokens={r.max_prompt_tokens} must be >= 0 (0: the model's context)")
     _check(r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
            f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2")
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")

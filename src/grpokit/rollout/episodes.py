@@ -284,7 +284,7 @@ class EpisodeRunner:
                       for k, p in enumerate(prompts)]
         errors = [o.error for o in outs if not o.ok]
         if errors:
-            log.warning("grpokit: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
+            log.warning("grpokit: warning: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
                         "the bare prompt", len(errors), len(outs), errors[0])
         check_failures("environment reset() failed", sum(failed) * G, len(outs), self.spec.max_failure_fraction,
                        f"first error: {errors[0]}" if errors else "")

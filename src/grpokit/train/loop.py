@@ -29,6 +29,7 @@ from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, updat
 from grpokit.rollout.collect import ScoredBatch, collect
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptSampler, repeat_columns
+from grpokit.data.prompt_length import check_prompt_lengths
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
@@ -85,6 +86,7 @@ class Trainer:
         opt = build.build_optimizer(cfg, self.model, self.device)
         self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
         self.entropy_ctrl = EntropyController.from_algo(cfg.algo) if cfg.algo.entropy_adaptive else None
+        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(cfg, self.model, self.prompts, self.eval_prompts)
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
         self.memory_plan, self.token_budget = scaling.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
