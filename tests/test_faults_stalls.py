@@ -213,7 +213,7 @@ def test_a_hanging_reset_stops_the_rollout_with_one_sentence_and_no_thread_growt
         assert str(err.value) == ("environment reset() failed on 16 of 16 episodes, more than "
                                   f"env.max_failure_fraction=0.5; first error: {first}")
         assert time.monotonic() - start < 5
-        assert _threads("grpokit-environment-reset") <= MAX_ABANDONED
+        assert _threads("grpokit-environment-reset-Hang") <= MAX_ABANDONED
 
 
 class HangingTool:
@@ -367,3 +367,33 @@ def test_a_tool_whose_server_never_answers_stops_the_rollout():
         assert time.monotonic() - start < 5
     finally:
         server.close()
+
+
+class HangingDone:
+    def reset(self, **row):
+        return None
+
+    @property
+    def done(self):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+
+
+def test_a_done_property_that_hangs_ends_its_episode_within_the_tool_deadline():
+    # a neighbour of reset: `done` is read after every turn, and was read in the trainer's thread
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=0.3), _Tok(),
+                           environment_factory=HangingDone)
+    start = time.monotonic()
+    ro = runner.run(_calls("add"), [_prompt(0)], 2, SamplingParams())
+    assert time.monotonic() - start < 5
+    assert ro.finish_reasons == ["done", "done"]

@@ -174,8 +174,9 @@ class EpisodeRunner:
             # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
             with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
                 results = dict(zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling)))
-            for i in calling:
-                self._reply(rows[i], envs[i], turn, results[i])
+            done = self._done_all([envs[i] for i in calling])
+            for i, d in zip(calling, done):
+                self._reply(rows[i], envs[i], turn, results[i], d)
             active = [i for i in active if rows[i].finish is None]
             if not active:
                 break
@@ -209,7 +210,17 @@ class EpisodeRunner:
             row.finish = reason  # an answer: "eos", "stop" or "length"
         return calls
 
-    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult]) -> None:
+    def _done_all(self, envs: list) -> list[bool]:
+        """Each environment's ``done`` after a turn, read side by side within ``tool_timeout_s`` (a
+        property is untrusted code too); one that raises or runs over ends its episode."""
+        if not any(e is not None for e in envs):
+            return [False] * len(envs)
+        kinds = sorted({type(e).__qualname__ for e in envs if e is not None})
+        outs = call_many("environment-done-" + "+".join(kinds), [functools.partial(_done, e) for e in envs],
+                         self.spec.tool_timeout_s)
+        return [e is not None and (not o.ok or bool(o.value)) for e, o in zip(envs, outs)]
+
+    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult], done: bool = False) -> None:
         """Append the environment's reply to the turn's calls, and see whether the episode goes on."""
         s = self.spec
         for r in results:
@@ -227,7 +238,7 @@ class EpisodeRunner:
             row.finish = "tool_error"
         elif row.tool_seconds >= s.episode_timeout_s:
             row.finish = "timeout"
-        elif env is not None and _done(env):
+        elif done:
             row.finish = "done"
 
     def _call(self, row: _Row, env, call: ToolCall) -> ToolResult:
@@ -321,7 +332,9 @@ def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _done(env: Any) -> bool:
-    """The environment's ``done``; one that cannot be read (a property that raises) ends the episode."""
+    """The environment's ``done`` (False without one); one that cannot be read (a property that raises) ends the episode."""
+    if env is None:
+        return False
     try:
         return bool(getattr(env, "done", False))
     except Exception:
