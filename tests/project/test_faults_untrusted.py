@@ -278,7 +278,7 @@ def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
     from grpokit.rollout.hf import SamplingParams
 
-    # max_failure_fraction=1: contained and counted; the stop past the fraction is tests/test_faults_stalls.py
+    # max_failure_fraction=1: contained and counted; the stop past the fraction is tests/project/test_faults_stalls.py
     tok, spec = _tok(), EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100,
                                     max_failure_fraction=1.0)
     for env, failed in [(SlowReset, True), (BrokenReset, True), (HugeReset, False)]:
