@@ -1,8 +1,9 @@
 """An OpenEnv server for the tests, on 127.0.0.1: the echo environment that ``openenv init`` writes
 (openenv-core's own template), served by openenv's ``create_app`` with room for one websocket
-session per episode. ``--step-delay S`` makes every step sleep S seconds first (a slow server).
+session per episode. ``--step-delay S`` makes a step sleep S seconds first (a slow server): every step, or with
+``--sleep-word W`` only those whose message starts with W.
 
-    python tests/openenv_server.py ENV_PARENT_DIR ENV_NAME PORT [--step-delay S]
+    python tests/openenv_server.py ENV_PARENT_DIR ENV_NAME PORT [--step-delay S] [--sleep-word W]
 """
 
 import argparse
@@ -20,6 +21,7 @@ def main() -> None:
     p.add_argument("name")
     p.add_argument("port", type=int)
     p.add_argument("--step-delay", type=float, default=0.0)
+    p.add_argument("--sleep-word", default="")
     a = p.parse_args()
     sys.path.insert(0, a.parent)
     models = importlib.import_module(f"{a.name}.models")
@@ -35,7 +37,8 @@ def main() -> None:
 
     class Served(env_cls):
         def step(self, action):
-            time.sleep(delay)
+            if str(getattr(action, "message", "")).startswith(a.sleep_word):
+                time.sleep(delay)
             return super().step(action)
 
     app = create_app(Served, defined(models, Action), defined(models, Observation),

@@ -23,11 +23,17 @@ the run. A reply without an observation object or with a non-numeric reward is a
 from __future__ import annotations
 
 import json
+import logging
 import math
+import threading
 from typing import Any
 
 from grpokit.env.tools import TerminalToolError
 from . import require
+
+
+log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 2.0  # how long ending a session may hold the episode
 
 
 class OpenEnvError(RuntimeError):
@@ -72,8 +78,10 @@ class _OpenEnvSession:
             result = self._client.reset()
             text, _, _ = self._read(result, "reset")
         except Exception as e:
-            self._close()
-            raise OpenEnvError(self._sentence("reset", e)) from None
+            self._close(wait_s=0.0)
+            sentence = self._sentence("reset", e)
+            log.warning("%s", sentence)  # the loop counts the failure; the log says why
+            raise OpenEnvError(sentence) from None
         return text or None
 
     def act(self, action: str) -> str:
@@ -90,7 +98,7 @@ class _OpenEnvSession:
             result = self._client.step({self.settings["action_field"]: action})
             text, reward, done = self._read(result, "step")
         except Exception as e:
-            self._close()
+            self._close(wait_s=0.0)  # a failed session is not waited on: the deadline has already passed
             raise TerminalToolError(self._sentence("step", e)) from None
         self.reward, self.done = reward, done
         if done:
@@ -100,16 +108,17 @@ class _OpenEnvSession:
     def get_reward(self) -> float:
         return float(self.reward)
 
-    def _close(self) -> None:
+    def _close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """End the session on the server. In a daemon thread waited on for ``wait_s`` at most: the
+        client's close blocks on its event loop, which at interpreter exit may never answer."""
         client, self._client = self._client, None
         if client is not None:
-            try:
-                client.close()
-            except Exception:  # closing a session whose server is gone: nothing left to do
-                pass
+            t = threading.Thread(target=_close_quietly, args=(client,), name="grpokit-openenv-close", daemon=True)
+            t.start()
+            t.join(timeout=wait_s)
 
-    def __del__(self) -> None:
-        self._close()
+    def __del__(self) -> None:  # an episode that ended without done: its session ends when it is dropped
+        self._close(wait_s=0.0)
 
     # ------------------------------------------------------------------ the server's reply
 
@@ -140,6 +149,13 @@ class _OpenEnvSession:
         if isinstance(e, ConnectionError):
             return f"could not reach the OpenEnv server at {url} for {what} ({_first_line(e)})"
         return f"the OpenEnv server at {url} failed on {what}: {type(e).__name__}: {_first_line(e)}"
+
+
+def _close_quietly(client: Any) -> None:
+    try:
+        client.close()
+    except Exception:  # closing a session whose server is gone: nothing left to do
+        pass
 
 
 def _text(value: Any) -> str:
