@@ -27,7 +27,12 @@ from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config
 from grpokit.data.tasks import calculator as calc
 from grpokit.env.builtin import calculator as evaluate_arithmetic
-from grpokit.env.hubs.verifiers_env import rubric_rewards, rubric_weights, taskset_rows, toolset_environment
+from grpokit.env.hubs.verifiers_env import (
+    rubric_rewards,
+    rubric_weights,
+    taskset_rows,
+    toolset_environment,
+)
 from grpokit.train import Trainer
 
 

@@ -196,7 +196,7 @@ def test_a_gone_server_is_a_counted_reset_failure_and_the_run_goes_on(model_dir,
                      over=["train.steps=1"])
     scripted(tr, reply)
     m = tr.train_step()
-    assert m["episodes/reset_failures"] == 2.0  # both prompts' episodes started from the bare prompt
+    assert m["episodes/reset_failures"] == 4.0  # all 2 x 2 episodes started from the bare prompt
     assert m["tools/failure_frequency"] == 1.0  # and their calls failed with the sentence, counted
 
 

@@ -29,8 +29,8 @@ import threading
 from typing import Any
 
 from grpokit.env.tools import TerminalToolError
-from . import require
 
+from . import require
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 2.0  # how long ending a session may hold the episode

@@ -20,6 +20,7 @@ from typing import Any
 
 from grpokit.config.base import ConfigError
 from grpokit.env.tools import TerminalToolError
+
 from . import require
 
 _SEED_LOCK = threading.Lock()  # the global random generator is seeded and drawn from under it
@@ -95,6 +96,6 @@ class _Game:
         """What the game shows now that it had not shown before (its observation repeats the history)."""
         _, obs = self._game.get_observation()
         text = obs if isinstance(obs, str) else "\n".join(str(m[1]) if isinstance(m, tuple) and len(m) > 1 else str(m) for m in obs)
-        new = text[len(self._seen):] if text.startswith(self._seen) else text
+        new = text.removeprefix(self._seen)
         self._seen = text
         return new.strip()

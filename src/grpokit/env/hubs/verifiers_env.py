@@ -30,7 +30,8 @@ import asyncio
 import inspect
 import json
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import require
 
