@@ -188,16 +188,20 @@ def test_a_slow_step_ends_the_episode_with_one_sentence(echo_server):
     assert time.monotonic() - start < 6  # the deadline, not the server's 10 s
 
 
-def test_a_gone_server_is_a_counted_reset_failure_and_the_run_goes_on(model_dir, tmp_path):
+def test_a_gone_server_is_a_counted_reset_failure_and_the_run_goes_on(echo_server, model_dir, tmp_path):
     Gone = openenv_environment(f"http://127.0.0.1:{free_port()}", connect_timeout_s=1.0, name="Gone")
     with pytest.raises(OpenEnvError, match=r"^could not reach the OpenEnv server at http://127\.0\.0\.1:\d+ for reset"):
         Gone().reset()
-    tr = hub_trainer(model_dir, tmp_path / "run", [{"prompt": "a"}, {"prompt": "b"}], environment_factory=Gone,
-                     over=["train.steps=1"])
+    Echo = openenv_environment(echo_server, observation_field="echoed_message", name="Echo")
+    rows = [{"prompt": "a", "environment": "live"}, {"prompt": "b", "environment": "live"},
+            {"prompt": "c", "environment": "gone"}]  # one server of two is down: a partial outage
+    tr = hub_trainer(model_dir, tmp_path / "run", rows, environment_factory={"live": Echo, "gone": Gone},
+                     over=["train.steps=1", "train.prompts_per_step=3"])
     scripted(tr, reply)
     m = tr.train_step()
-    assert m["episodes/reset_failures"] == 4.0  # all 2 x 2 episodes started from the bare prompt
-    assert m["tools/failure_frequency"] == 1.0  # and their calls failed with the sentence, counted
+    assert m["episodes/reset_failures"] == 2.0  # the gone server's prompt: its 2 episodes started from the bare prompt
+    assert m["tools/failure_frequency"] == pytest.approx(1 / 3)  # and its one call failed with the sentence, counted
+    assert m["rewards/Echo/mean"] == pytest.approx(0.5 / 2)  # the live server's episodes trained as before
 
 
 class WrongServer:
