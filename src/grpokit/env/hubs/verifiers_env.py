@@ -21,7 +21,7 @@ Not supported (yet): an ``Env`` subclass's own ``run(task, agents)`` protocol (u
 TextArena through verifiers: the environment drives the model through an inference client;
 grpokit's episode loop drives the environment), harnesses and runtimes (sandboxed agents), judges
 (LLM-scored rewards), ``@vf.metric``, ``@vf.stop`` and keyed (dict) reward results, and toolsets
-reached over MCP (they are called in process here). Tests: tests/test_env_hubs_verifiers.py.
+reached over MCP (they are called in process here). Tests: tests/env/test_hubs_verifiers.py.
 """
 
 from __future__ import annotations

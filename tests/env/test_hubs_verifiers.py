@@ -15,7 +15,7 @@ vf = pytest.importorskip("verifiers.v1")
 from grpokit.config import ConfigError  # noqa: E402
 from grpokit.env.hubs import require  # noqa: E402
 from grpokit.env.hubs.verifiers_env import build_trace, rubric_rewards, rubric_weights, taskset_rows, toolset_environment  # noqa: E402
-from hub_helpers import hub_trainer, save_tag_model, scripted  # noqa: E402
+from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
 
 PAIRS = ((12, 30), (45, 21))
 

@@ -12,7 +12,7 @@ pytest.importorskip("textarena")
 
 from grpokit.config import ConfigError  # noqa: E402
 from grpokit.env.hubs.textarena_env import textarena_environment  # noqa: E402
-from hub_helpers import hub_trainer, save_tag_model, scripted  # noqa: E402
+from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
 
 GuessTheNumber = textarena_environment("GuessTheNumber-v0")
 

@@ -1,4 +1,4 @@
-"""Shared by the tests of the environment adapters (tests/test_env_hubs_*.py): a tiny tag-format
+"""Shared by the tests of the environment adapters (tests/env/test_hubs_*.py): a tiny tag-format
 model with a printable character vocabulary (observations of games and servers are prose), a
 scripted sampler that plays the model (its turns are text, the episode loop, the environments and
 the update are real), and a Trainer for two steps of GRPO on given rows."""

@@ -24,10 +24,8 @@ pytest.importorskip("openenv.core")
 
 from grpokit.env.hubs.openenv_env import OpenEnvError, openenv_environment  # noqa: E402
 from grpokit.env.tools import TerminalToolError  # noqa: E402
-from hub_helpers import hub_trainer, save_tag_model, scripted  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-
+from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
+from helpers.paths import TESTS  # noqa: E402
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -42,7 +40,7 @@ def echo_server(tmp_path_factory):
     subprocess.run([str(Path(sys.executable).parent / "openenv"), "init", "echo_env", "--output-dir", str(root)],
                    check=True, capture_output=True, timeout=120)
     port, log = free_port(), root / "server.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "openenv_server.py"), str(root), "echo_env", str(port),
+    proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "openenv_server.py"), str(root), "echo_env", str(port),
                              "--sleep-word", "sleep", "--step-delay", "10"],
                             stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}"

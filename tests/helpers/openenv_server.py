@@ -3,7 +3,7 @@
 session per episode. ``--step-delay S`` makes a step sleep S seconds first (a slow server): every step, or with
 ``--sleep-word W`` only those whose message starts with W.
 
-    python tests/openenv_server.py ENV_PARENT_DIR ENV_NAME PORT [--step-delay S] [--sleep-word W]
+    python tests/helpers/openenv_server.py ENV_PARENT_DIR ENV_NAME PORT [--step-delay S] [--sleep-word W]
 """
 
 import argparse
