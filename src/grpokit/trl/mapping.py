@@ -339,7 +339,7 @@ MAPPING: list[Rule] = [
          "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps), or with eval_strategy=epoch at the end of "
          "every epoch and of training (eval_delay counts epochs then, as transformers); grpokit's own greedy evaluation is off", _eval),
 ]
-HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.py)
+HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/trainer.py)
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
     "hub_model_id": "repository of push_to_hub (None: output_dir's name)",
     "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
