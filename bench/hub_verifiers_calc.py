@@ -83,7 +83,7 @@ def main() -> None:
         f"reward.weights=[{','.join(map(str, rubric_weights(train)))}]", "rollout.group_size=8",
         "train.prompts_per_step=16", "optim.lr=3e-4", "rollout.temperature=1.0", "rollout.max_new_tokens=8",
         "env.max_turns=4", "env.tool_format=tags", f"train.steps={a.steps}", "train.save_every=0",
-        f"train.seed={a.seed}", f"train.out={a.out}", "record.sinks=[]", "record.report=false"])
+        f"train.seed={a.seed}", f"train.out={a.out}", "train.overwrite=true", "record.sinks=[]", "record.report=false"])
     start = time.time()
     tr = Trainer(cfg, reward_funcs=rubric_rewards(train), train_rows=taskset_rows(train),
                  eval_rows=taskset_rows(held_out), environment_factory=toolset_environment(Calculator), quiet=True)
