@@ -26,8 +26,10 @@ the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a
 engine, so every backend runs the same loop.
 
 Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
-returned string is appended to the prompt; the G episodes of a prompt must start from the same
-observation, since GRPO compares them), public methods as tools, ``done`` read after each turn.
+returned string is appended to the prompt; when the G episodes of a prompt get different observations,
+a random start as in TRL's 2048 example, each starts from its own: the group shares the common prefix
+of their contexts and each episode begins with the rest as environment tokens, with one warning),
+public methods as tools, ``done`` read after each turn.
 Unlike TRL, which pools instances and resets them again in later batches, each episode gets a
 fresh instance: the async sampler runs the next batch's episodes while this batch's rewards still
 read its environments (``get_reward``), so a reused instance could be reset under them.
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -117,6 +120,7 @@ class EpisodeRunner:
         self.tool_names = [tool_name(t) for t in every]
         self.schemas = self._schemas(every)
         self._caller = InProcessCaller()
+        self._warned_random_reset = False  # one warning per run when reset() observations differ within a group
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
         return [tool_schema(t) for t in fns] if self.spec.tool_format == "chat_template" else []
@@ -155,14 +159,18 @@ class EpisodeRunner:
         names = [self.route(p.columns) for p in prompts]
         envs = [self.factories[n]() if self.factories else None for n in names for _ in range(G)]
         reset_failed: list[bool] = []
-        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G], reset_failed, names[k]) for k, p in enumerate(prompts)]
+        starts = [self._reset(p, envs[k * G:(k + 1) * G], reset_failed, names[k]) for k, p in enumerate(prompts)]
+        prompt_ids = [shared for shared, _ in starts]
         turn_params = params
         if s.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
         rows = [_Row() for _ in envs]
+        for i, row in enumerate(rows):  # a random reset: the part of its observation the group does not share
+            own = starts[i // G][1][i % G]
+            row.ids, row.logps, row.mask, row.turn_ids = list(own), [0.0] * len(own), [0] * len(own), [0] * len(own)
         active = list(range(len(rows)))
         for turn in range(s.max_turns):
-            if turn == 0:
+            if turn == 0 and not any(row.ids for row in rows):
                 ro = sample(prompt_ids, G, turn_params)
             else:
                 ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
@@ -258,33 +266,56 @@ class EpisodeRunner:
             return self.schemas or None
         return self._schemas(self.tools + environment_tools(env)) or None
 
-    def _reset(self, prompt: Prompt, envs: list, failed: list[bool], name: str | None = None) -> list[int]:
+    def _reset(self, prompt: Prompt, envs: list, failed: list[bool], name: str | None = None) -> tuple[list[int], list[list[int]]]:
         """Reset the G environments of one prompt with its row; their observation (if any) joins the prompt.
-        A reset that raises or runs over leaves the bare prompt (``failed`` gets True), never a crash or a hang."""
+        Returns the prompt the G episodes share and each episode's own start: empty when the observations
+        agree; when they differ (a random reset, which TRL accepts), each episode's context is the prompt
+        rendered with its own observation, the group sharing their common prefix and each episode starting
+        with the rest as environment tokens (never trained on). A reset that raises or runs over leaves the
+        bare prompt (``failed`` gets True), never a crash or a hang."""
         failed.append(False)
+        bare = (list(prompt.ids), [[] for _ in envs])
         if not self.factories:
-            return list(prompt.ids)
+            return bare
         row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
         if self.named:  # the routing column chose the environment; it is no row data of it (as TRL)
             row.pop(self.route_key, None)
         outs = [self._caller.call("reset", lambda e=env: e.reset(**row), (), self.spec.reset_timeout_s) for env in envs]
         if not all(o.ok for o in outs):
             failed[-1] = True
-            return list(prompt.ids)
+            return bare
         obs = [o.value for o in outs]
         if all(o is None for o in obs):
-            return list(prompt.ids)
-        if any(o != obs[0] for o in obs):
-            raise ConfigError(f"the environment's reset() returned different observations for the {len(envs)} episodes of "
-                              "one prompt; GRPO compares episodes that start alike, so make reset depend only on the row")
+            return bare
         try:
-            text = cap_text(str(obs[0]), self.spec.max_observation_chars)
+            texts = [cap_text(str(o), self.spec.max_observation_chars) for o in obs]
         except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
             failed[-1] = True
-            return list(prompt.ids)
+            return bare
+        if len(set(texts)) > 1 and not self._warned_random_reset:
+            self._warned_random_reset = True
+            warnings.warn("the environment's reset() returned different observations for the episodes of one prompt; each "
+                          "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
+                          stacklevel=2)
+        contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
+        shared = _common_prefix([contexts[t] for t in texts])
+        return shared, [contexts[t][len(shared):] for t in texts]
+
+    def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
+        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""
         if self.render_prompt is None:
             return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self.render_prompt(row["prompt"], text, self._schemas(self.env_tools[name]) or None)
+        return self.render_prompt(raw, text, self._schemas(self.env_tools[name]) or None)
+
+
+def _common_prefix(seqs: list[list[int]]) -> list[int]:
+    """The longest list of ids every sequence starts with."""
+    first = seqs[0]
+    n = min(len(q) for q in seqs)
+    for k in range(n):
+        if any(q[k] != first[k] for q in seqs):
+            return list(first[:k])
+    return list(first[:n])
 
 
 def _done(env: Any) -> bool:

@@ -125,7 +125,7 @@ def _every(value: float, steps: int) -> int:
 
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "epoch", "no"):
-        raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no (grpokit always writes the final checkpoint)")
+        raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no")
     steps_every = rounds_per(_every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx)), a, ctx["world_size"])  # save_steps
     every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]  # counts TRL's steps
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
@@ -134,7 +134,7 @@ def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
                       "folder, so one pushed alone could not be resumed from as transformers' last-checkpoint is)")
     # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
     return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output",
-            "train.overwrite": True}
+            "train.overwrite": True, "train.save_last": a.save_strategy != "no"}  # transformers: "no" writes no checkpoint
 
 
 def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -195,9 +195,9 @@ MAPPING: list[Rule] = [
          "copied: checkpoints without optimizer, schedule and RNG state; a resume from one loads the weights with a fresh "
          "optimizer and schedule, as transformers", _v(**{"train.save_only_model": "save_only_model"})),
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
-         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
+         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite", "train.save_last"),
          "None output_dir is \"trainer_output\"; save_strategy=epoch saves at the end of every epoch (steps per epoch as TRL's "
-         "dataloader counts them, see max_steps) and of training; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
+         "dataloader counts them, see max_steps) and of training; save_strategy=no writes no checkpoint (save_last false), as transformers; save_total_limit None keeps all; "
          "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
