@@ -50,7 +50,8 @@ from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward
 from .mapping import to_config
 from .step_args import steps_per_epoch
 from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
-                      new_logs, per_token_logps_and_entropies, reward_names, set_entropy_coef, set_log_level, warn_like_trl)
+                      new_logs, per_token_logps_and_entropies, refuse_vision_continuous_batching, reward_names, set_entropy_coef,
+                      set_log_level, warn_like_trl)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -92,6 +93,7 @@ class GRPOTrainer:
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
             refuse_custom_code(model, cfg.model.trust_remote_code)
+        refuse_vision_continuous_batching(self.args, model, processing_class, cfg.model.trust_remote_code)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
