@@ -109,7 +109,8 @@ NO_EFFECT = dict(label_smoothing_factor=0.1, liger_kernel_config={"rope": True},
                  include_for_metrics=["inputs"], batch_eval_metrics=True, dataloader_drop_last=True,
                  dataloader_multiprocessing_context="spawn", label_names=["labels"], train_sampling_strategy="sequential",
                  length_column_name="n", ds3_gather_for_generation=False, log_multimodal=False, local_rank=0,
-                 trackio_static_space_id="me/static")
+                 trackio_static_space_id="me/static", log_on_each_node=False, dataloader_in_order=False,
+                 ddp_find_unused_parameters=True, ddp_bucket_cap_mb=50, ddp_broadcast_buffers=False, ddp_static_graph=True)
 
 
 def test_arguments_trls_grpo_ignores_are_accepted_and_change_nothing():

@@ -24,7 +24,7 @@ class GRPOConfig:
     """TRL's GRPOConfig: pass the arguments you would pass to ``trl.GRPOConfig``."""
 
     output_dir: str | None = None
-    """Run folder (None: "trainer_output", as transformers)."""
+    """Run folder (None: "trainer_output", which transformers then sets it to)."""
     per_device_train_batch_size: int = 8
     """Completions per forward/backward pass; with gradient_accumulation_steps it sets the completions per step."""
     gradient_accumulation_steps: int = 1
@@ -359,6 +359,18 @@ class GRPOConfig:
     """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
     log_multimodal: bool = True
     """Accepted; no effect: grpokit's samples.jsonl keeps the completions' text, never their images."""
+    log_on_each_node: bool = True
+    """Accepted; grpokit logs on global rank 0 only (transformers' log_on_each_node=False); on one node both are the same."""
+    dataloader_in_order: bool = True
+    """Accepted; no effect, as dataloader_num_workers (it orders the batches of DataLoader workers, which grpokit has none of)."""
+    ddp_find_unused_parameters: bool | None = None
+    """Accepted; no effect: grpokit all-reduces the gradients itself (train/distributed.py), with no DistributedDataParallel wrapper to configure."""
+    ddp_bucket_cap_mb: int | None = None
+    """Accepted; no effect (no DistributedDataParallel wrapper: see ddp_find_unused_parameters)."""
+    ddp_broadcast_buffers: bool | None = None
+    """Accepted; no effect (no DistributedDataParallel wrapper; every rank loads the same buffers from the same weights)."""
+    ddp_static_graph: bool | None = None
+    """Accepted; no effect (no DistributedDataParallel wrapper: see ddp_find_unused_parameters)."""
     local_rank: int = -1
     """Accepted as transformers' launchers pass it; grpokit reads the process's rank from LOCAL_RANK, as transformers does when it is set."""
 
@@ -367,7 +379,7 @@ class GRPOConfig:
             object.__setattr__(self, f.name, f.default_factory() if f.default is dataclasses.MISSING else f.default)
         for name, default in UNSUPPORTED.items():  # readable as on TRL's (scripts read e.g. resume_from_checkpoint)
             object.__setattr__(self, name, copy.deepcopy(default))
-        self.output_dir = output_dir
+        self.output_dir = "trainer_output" if output_dir is None else output_dir  # transformers 5 fills it in
         for name, value in kwargs.items():
             setattr(self, name, value)
         if self.load_best_model_at_end and self.metric_for_best_model is None:  # transformers' defaults, filled in
@@ -409,11 +421,9 @@ def _same(value: Any, default: Any) -> bool:
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
     "optim_target_modules": None, "bf16_full_eval": False, "fp16_full_eval": False,
-    "auto_find_batch_size": False, "log_on_each_node": True, "logging_nan_inf_filter": True,
+    "auto_find_batch_size": False, "logging_nan_inf_filter": True,
     "save_on_each_node": False, "enable_jit_checkpoint": False, "restore_callback_states_from_checkpoint": False,
-    "parallelism_config": None, "dataloader_in_order": True,
-    "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
-    "ddp_backend": None, "deepspeed": None, "debug": "", "skip_memory_metrics": True,
+    "parallelism_config": None, "ddp_backend": None, "deepspeed": None, "debug": "", "skip_memory_metrics": True,
     "vllm_model_impl": "vllm", "vllm_structured_outputs_regex": None, "vllm_group_port": 51216,
     "log_completions_hub_repo": None,
 }

@@ -397,6 +397,12 @@ HANDLED_ELSEWHERE.update({  # accepted with no effect, as in TRL's GRPO (its tra
     "ds3_gather_for_generation": "no effect: DeepSpeed ZeRO-3 only (deepspeed is refused)",
     "log_multimodal": "no effect: samples.jsonl keeps text, never images",
     "local_rank": "no effect: the rank comes from LOCAL_RANK, as transformers when it is set",
+    "log_on_each_node": "grpokit logs on global rank 0 only (log_on_each_node=False); one node: the same",
+    "dataloader_in_order": "no effect (no DataLoader workers)",
+    "ddp_find_unused_parameters": "no effect: grpokit all-reduces gradients itself, no DistributedDataParallel wrapper",
+    "ddp_bucket_cap_mb": "no effect (no DistributedDataParallel wrapper)",
+    "ddp_broadcast_buffers": "no effect (no DistributedDataParallel wrapper)",
+    "ddp_static_graph": "no effect (no DistributedDataParallel wrapper)",
 })
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
