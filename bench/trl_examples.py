@@ -98,13 +98,21 @@ def run_one(name: str, side: str, code: str, args: list[str], root: Path, env: d
     try:
         proc = subprocess.run([sys.executable, str(script), *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
                               env={**env, "TRL_EX_REPORT": str(report)})
-        rc, tail = proc.returncode, (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        rc, error = proc.returncode, _error_line(proc.stderr, proc.returncode)
+        (folder / "stderr.txt").write_text(proc.stderr)
     except subprocess.TimeoutExpired:
-        rc, tail = -1, [f"timed out after {timeout} s"]
-    (folder / "stderr.txt").write_text("" if rc == -1 else proc.stderr)
+        rc, error = -1, f"timed out after {timeout} s"
     result = json.loads(report.read_text()) if report.exists() else {}
-    result.update(rc=rc, error=tail[0][:160] if rc else "", seconds=round(time.time() - start))
+    result.update(rc=rc, error=error[:160] if rc else "", seconds=round(time.time() - start))
     return result
+
+
+def _error_line(stderr: str, rc: int) -> str:
+    """The exception line of a traceback (its last line naming an Error or Exception), else the signal."""
+    lines = [ln for ln in stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", ln)]
+    if lines:
+        return lines[-1]
+    return f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}, no traceback"
 
 
 class _Echo(BaseHTTPRequestHandler):
