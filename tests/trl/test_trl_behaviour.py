@@ -18,7 +18,7 @@ from grpokit.config import ConfigError
 from grpokit.data import vision
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.mapping import to_config
-from trl_helpers import make_chat_model, make_tool_chat_model
+from helpers.trl_models import make_chat_model, make_tool_chat_model
 
 BACKENDS = ["grpokit.trl", pytest.param("trl", marks=pytest.mark.slow)]
 
