@@ -126,8 +126,11 @@ def _image_only_processor(path: str):
 
     import transformers
 
-    config = Path(path) / "processor_config.json"
-    name = json.loads(config.read_text()).get("processor_class") if config.exists() else None
+    from transformers.utils import cached_file
+
+    # a local folder or a hub name (its cached snapshot, or a download)
+    config = cached_file(path, "processor_config.json", _raise_exceptions_for_missing_entries=False)
+    name = json.loads(Path(config).read_text()).get("processor_class") if config else None
     cls = getattr(transformers, name, None) if name else None
     return image_only(cls).from_pretrained(path) if cls is not None else None
 
