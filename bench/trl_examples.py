@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from trl_examples_data import TEXT_NAMES, VISION_HINTS, write_datasets, write_hub_cache
+from trl_examples_data import TEXT_NAMES, write_datasets, write_hub_cache
 
 HERE = Path(__file__).resolve().parent
 SITE = HERE / "trl_examples_site"
@@ -55,7 +55,7 @@ NOT_RUN = {  # script -> why it is listed, not run
     "openenv/sudoku.py": "needs the TextArena Sudoku environment package (a HF Space, not on PyPI) and its server",
     "openenv/wordle.py": "needs the TextArena Wordle environment package (a HF Space, not on PyPI) and its server",
 }
-TRL_IMPORT = re.compile(r"^(\s*)from trl(\.rewards)? import", re.M)
+TRL_IMPORT = re.compile(r"^(\s*)from trl(\.rewards)? import", re.MULTILINE)
 
 
 def git_show(trl: Path, path: str) -> str:
@@ -66,7 +66,7 @@ def doc_examples(trl: Path) -> dict[str, str]:
     """The complete GRPO examples of docs/source/grpo_trainer.md (a GRPOTrainer, an import from trl, train())."""
     text = git_show(trl, "docs/source/grpo_trainer.md")
     out = {}
-    for m in re.finditer(r"```python\n(.*?)```", text, re.S):
+    for m in re.finditer(r"```python\n(.*?)```", text, re.DOTALL):
         code = m.group(1)
         if "GRPOTrainer(" in code and "from trl import" in code and "trainer.train()" in code:
             out[f"grpo_trainer.md:{text[:m.start()].count(chr(10)) + 2}"] = code

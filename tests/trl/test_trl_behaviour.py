@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
+from helpers.trl_models import make_chat_model, make_tool_chat_model
 
 from grpokit.config import ConfigError
 from grpokit.data import vision
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.mapping import to_config
-from helpers.trl_models import make_chat_model, make_tool_chat_model
 
 BACKENDS = ["grpokit.trl", pytest.param("trl", marks=pytest.mark.slow)]
 
@@ -122,7 +122,7 @@ def test_arguments_trls_grpo_ignores_are_accepted_and_change_nothing():
 
 
 def test_cache_implementation_picks_the_decode_loop_as_trls_generation_config():
-    rollout = lambda **kw: to_config(GRPOConfig(**kw), num_rows=8).rollout  # noqa: E731
+    rollout = lambda **kw: to_config(GRPOConfig(**kw), num_rows=8).rollout
     assert rollout(cache_implementation="static").engine == "static"
     assert rollout(cache_implementation="dynamic").engine == "dynamic"
     r = rollout(cache_implementation="offloaded")
@@ -136,14 +136,14 @@ def test_cache_implementation_picks_the_decode_loop_as_trls_generation_config():
 
 
 def test_continuous_batching_trains_and_is_refused_where_trl_refuses(chat_model, tmp_path):
-    """TRL samples through transformers' generate_batch (checked by hand: 2 steps, 119 s on this CPU, too
-    slow for the suite); grpokit's own decode loop already batches continuously."""
+    """TRL samples through transformers' generate_batch (checked by hand: it ran 2 steps on this model, too
+    slow on a CPU for the suite); grpokit's own decode loop drops finished rows from its batch."""
     trainer = GRPOTrainer(chat_model, reward_funcs=length, train_dataset=DATA,
                           args=small(importlib.import_module("grpokit.trl"), tmp_path / "a", use_transformers_continuous_batching=True))
     trainer.train()
     assert trainer.state.global_step == 2
+    a = GRPOConfig(str(tmp_path / "b"), use_transformers_paged=True)
     with pytest.warns(FutureWarning, match="use_transformers_paged"):
-        a = GRPOConfig(str(tmp_path / "b"), use_transformers_paged=True)
         GRPOTrainer(chat_model, reward_funcs=length, train_dataset=DATA, args=a)
     assert a.use_transformers_continuous_batching is True
     with pytest.raises(ConfigError, match="^GRPOConfig argument transformers_continuous_batching_config=.*unexpected keyword"):
