@@ -68,7 +68,7 @@ class GRPOConfig:
     eval_steps: float | None = None
     """With eval_strategy="steps": evaluate every N steps (None: logging_steps)."""
     save_strategy: str = "steps"
-    """"steps" (a checkpoint every save_steps), "epoch" (at the end of every epoch) or "no" (only the final one)."""
+    """"steps" (a checkpoint every save_steps), "epoch" (at the end of every epoch) or "no" (none at all, as transformers)."""
     save_steps: float = 500
     """Checkpoint every N steps."""
     save_total_limit: int | None = None
