@@ -393,6 +393,8 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    save_last: bool = True
+    """Write a checkpoint at the end of training (and when Ctrl-C stops it); False with save_every 0 writes none at all (TRL's save_strategy="no")."""
     save_only_model: bool = False
     """Checkpoints hold the model and the step only, no optimizer, schedule or RNG state (smaller); a resume from one loads the weights and starts a fresh optimizer and schedule, as transformers' save_only_model."""
     overwrite: bool = False

@@ -26,8 +26,10 @@ the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a
 engine, so every backend runs the same loop.
 
 Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
-returned string is appended to the prompt; the G episodes of a prompt must start from the same
-observation, since GRPO compares them), public methods as tools, ``done`` read after each turn.
+returned string is appended to the prompt; when the G episodes of a prompt get different observations,
+a random start as in TRL's 2048 example, each starts from its own: the group shares the common prefix
+of their contexts and each episode begins with the rest as environment tokens, with one warning),
+public methods as tools, ``done`` read after each turn.
 Unlike TRL, which pools instances and resets them again in later batches, each episode gets a
 fresh instance: the async sampler runs the next batch's episodes while this batch's rewards still
 read its environments (``get_reward``), so a reused instance could be reset under them.
@@ -45,6 +47,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -121,6 +124,7 @@ class EpisodeRunner:
             every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
         self.tool_names = [tool_name(t) for t in every]
         self.schemas = self._schemas(every)
+        self._warned_random_reset = False  # one warning per run when reset() observations differ within a group
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
         return [tool_schema(t) for t in fns] if self.spec.tool_format == "chat_template" else []
@@ -157,14 +161,18 @@ class EpisodeRunner:
                 return ro if ro.vision is not None else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
             return sample([p.ids for p in prompts], G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs, prompt_ids, reset_failed = self._reset_all(prompts, names, G)
+        envs, starts, reset_failed = self._reset_all(prompts, names, G)
+        prompt_ids = [shared for shared, _ in starts]
         turn_params = params
         if s.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
         rows = [_Row() for _ in envs]
+        for i, row in enumerate(rows):  # a random reset: the part of its observation the group does not share
+            own = starts[i // G][1][i % G]
+            row.ids, row.logps, row.mask, row.turn_ids = list(own), [0.0] * len(own), [0] * len(own), [0] * len(own)
         active = list(range(len(rows)))
         for turn in range(s.max_turns):
-            if turn == 0:
+            if turn == 0 and not any(row.ids for row in rows):
                 ro = sample(prompt_ids, G, turn_params)
             else:
                 ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
@@ -275,14 +283,15 @@ class EpisodeRunner:
             return self.schemas or None
         return self._schemas(self.tools + environment_tools(env)) or None
 
-    def _reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> tuple[list, list[list[int]], list[bool]]:
+    def _reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> tuple[list, list[Start], list[bool]]:
         """Build and reset the G environments of every prompt, all at once, each within
         ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
-        observation (if any) joins the prompt. A prompt whose resets raise or run over starts from the
-        bare prompt (its ``failed`` entry True), never a crash or a hang; past
-        ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure)."""
+        observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
+        each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
+        raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
+        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure)."""
         if not self.factories:
-            return [None] * (len(prompts) * G), [list(p.ids) for p in prompts], [False] * len(prompts)
+            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts)
         rows = [self._reset_row(p) for p in prompts]
         calls = [functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
                  for k in range(len(prompts)) for _ in range(G)]
@@ -290,7 +299,7 @@ class EpisodeRunner:
         outs = call_many("environment-reset-" + "+".join(kinds), calls, self.spec.reset_timeout_s)
         envs = [o.value[0] if o.ok else None for o in outs]
         failed = [not all(o.ok for o in outs[k * G:(k + 1) * G]) for k in range(len(prompts))]
-        prompt_ids = [list(p.ids) if failed[k] else self._observed(p, rows[k], [o.value[1] for o in outs[k * G:(k + 1) * G]],
+        starts = [_bare(p, G) if failed[k] else self._observed(p, rows[k], [o.value[1] for o in outs[k * G:(k + 1) * G]],
                                                                     names[k], failed, k)
                       for k, p in enumerate(prompts)]
         errors = [o.error for o in outs if not o.ok]
@@ -299,7 +308,7 @@ class EpisodeRunner:
                         "the bare prompt", len(errors), len(outs), errors[0])
         check_failures("environment reset() failed", sum(failed) * G, len(outs), self.spec.max_failure_fraction,
                        f"first error: {errors[0]}" if errors else "")
-        return envs, prompt_ids, failed
+        return envs, starts, failed
 
     def _reset_row(self, prompt: Prompt) -> dict[str, Any]:
         row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
@@ -308,21 +317,52 @@ class EpisodeRunner:
         return row
 
     def _observed(self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool],
-                  k: int) -> list[int]:
-        """The prompt's ids with the G resets' observation joined (the bare prompt when there is none)."""
+                  k: int) -> Start:
+        """The start of one prompt's G episodes after their resets: the shared context and each episode's own
+        rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
+        reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
+        the group sharing their common prefix and each episode starting with the rest as environment tokens
+        (never trained on)."""
+        bare = _bare(prompt, len(obs))
         if all(o is None for o in obs):
-            return list(prompt.ids)
-        if any(o != obs[0] for o in obs):
-            raise ConfigError(f"the environment's reset() returned different observations for the {len(obs)} episodes of "
-                              "one prompt; GRPO compares episodes that start alike, so make reset depend only on the row")
+            return bare
         try:
-            text = cap_text(str(obs[0]), self.spec.max_observation_chars)
+            texts = [cap_text(str(o), self.spec.max_observation_chars) for o in obs]
         except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
             failed[k] = True
-            return list(prompt.ids)
+            return bare
+        if len(set(texts)) > 1 and not self._warned_random_reset:
+            self._warned_random_reset = True
+            warnings.warn("the environment's reset() returned different observations for the episodes of one prompt; each "
+                          "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
+                          stacklevel=2)
+        contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
+        shared = _common_prefix([contexts[t] for t in texts])
+        return shared, [contexts[t][len(shared):] for t in texts]
+
+    def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
+        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""
         if self.render_prompt is None:
             return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self.render_prompt(row["prompt"], text, self._schemas(self.env_tools[name]) or None)
+        return self.render_prompt(raw, text, self._schemas(self.env_tools[name]) or None)
+
+
+Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
+
+
+def _bare(prompt: Prompt, G: int) -> Start:
+    """The start of G episodes from the bare prompt (no observation, or a reset that failed)."""
+    return list(prompt.ids), [[] for _ in range(G)]
+
+
+def _common_prefix(seqs: list[list[int]]) -> list[int]:
+    """The longest list of ids every sequence starts with."""
+    first = seqs[0]
+    n = min(len(q) for q in seqs)
+    for k in range(n):
+        if any(q[k] != first[k] for q in seqs):
+            return list(first[:k])
+    return list(first[:n])
 
 
 def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:

@@ -155,12 +155,12 @@ class Trainer:
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
                 self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
                 self.callbacks("on_log", logs=metrics)
-                if last or (t.save_every and self.step % t.save_every == 0):
+                if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
                     self.save(final_eval if last else None)
                 if last:  # the last step, or a callback asked to stop
                     break
             interrupted = stop.requested and self.step < t.steps  # Ctrl-C: keep what was trained, no final evaluation
-            if interrupted and self.step > self.saved_step:
+            if interrupted and t.save_last and self.step > self.saved_step:
                 self.save()
             summary.pop("interrupted", None)
             if interrupted:
