@@ -84,8 +84,8 @@ def test_a_runs_config_and_history_with_a_key_twice_are_refused_at_resume(tmp_pa
 
 
 def test_history_with_a_key_twice_is_refused(tmp_path):
-    from grpokit.train.resume import load_run_config, write_config
     from grpokit.config.sections import Config
+    from grpokit.train.resume import load_run_config, write_config
 
     write_config(tmp_path, Config(), None)
     (tmp_path / "config_history.yaml").write_text(

@@ -10,9 +10,17 @@ import time
 
 import pytest
 import torch
+from helpers.train_processes import (
+    STEPS,
+    final_state,
+    finish,
+    logged_steps,
+    start,
+    wait_for,
+    write_setup,
+)
 
 from grpokit.train.stopping import GracefulStop, StepAbandoned, exit_status
-from helpers.train_processes import STEPS, final_state, finish, logged_steps, start, wait_for, write_setup
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +153,9 @@ def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_pa
     import os
 
     from datasets import Dataset
+    from helpers.trl_models import make_chat_model
 
     from grpokit.trl import GRPOConfig, GRPOTrainer
-    from helpers.trl_models import make_chat_model
 
     calls = []
 

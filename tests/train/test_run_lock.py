@@ -14,10 +14,18 @@ import sys
 import time
 
 import pytest
+from helpers.train_processes import (
+    STEPS,
+    final_state,
+    finish,
+    logged_steps,
+    start,
+    wait_for,
+    write_setup,
+)
 
 from grpokit.config.sections import ConfigError
 from grpokit.train import run_lock
-from helpers.train_processes import STEPS, final_state, finish, logged_steps, start, wait_for, write_setup
 
 
 @pytest.mark.slow
@@ -142,8 +150,8 @@ def test_another_hosts_lock_is_kept_while_its_heartbeat_moves_and_taken_once_it_
     assert time.monotonic() - t0 >= 1.0
 
     write_lock(tmp_path / "c", **other)  # fresh, and its holder beats: alive, refused
-    beating = subprocess.Popen([sys.executable, "-c", f"import os, time\nfor _ in range(40): time.sleep(0.1); "
-                                                      f"os.utime({str(tmp_path / 'c' / 'run.lock')!r})"])
+    beat = f"import os, time\nfor _ in range(40): time.sleep(0.1); os.utime({str(tmp_path / 'c' / 'run.lock')!r})"
+    beating = subprocess.Popen([sys.executable, "-c", beat])
     try:
         with pytest.raises(ConfigError, match="pid 4242 on host node-17"):
             run_lock.acquire(tmp_path / "c", log=lambda *a, **k: None)

@@ -14,7 +14,6 @@ from typing import Any
 import yaml
 
 
-
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
@@ -189,4 +188,4 @@ def save_yaml(cfg: Config, path: Path) -> None:
 
 # Last, so that either module may be imported first: config.py re-exports this module's functions
 # (``from grpokit.config import apply_overrides`` is public API) and these functions read its classes.
-from .sections import Config, ConfigError  # noqa: E402
+from .sections import Config, ConfigError

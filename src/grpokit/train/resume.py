@@ -29,6 +29,7 @@ import yaml
 
 from grpokit.config.io import from_dict, set_field, strict_yaml, to_dict
 from grpokit.config.sections import Config, ConfigError
+
 from . import checkpoint, run_lock
 
 CONFIG_FILE = "config.yaml"

@@ -39,6 +39,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from grpokit.config.sections import ConfigError
 
@@ -60,7 +61,7 @@ class Holder:
     started: str
     command: str
 
-    def same_machine(self, other: "Holder") -> bool:
+    def same_machine(self, other: Holder) -> bool:
         return (self.host, self.boot_id, self.pid_ns) == (other.host, other.boot_id, other.pid_ns)
 
     def describe(self) -> str:
@@ -115,7 +116,7 @@ def _alive_here(h: Holder) -> bool:
 class RunLock:
     """The lock of one run folder, held by this process (``release`` when the run ends)."""
 
-    _held: dict[str, "RunLock"] = {}  # this process's locks, by folder: a second Trainer shares one
+    _held: ClassVar[dict[str, RunLock]] = {}  # this process's locks, by folder: a second Trainer shares one
     _guard = threading.Lock()
 
     def __init__(self, path: Path, fd: int, me: Holder, made_dir: bool):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import signal
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 
