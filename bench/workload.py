@@ -39,6 +39,18 @@ SHAPES = {
 }
 
 
+def smollm2_dir() -> str:
+    """SmolLM2-135M-Instruct's converted folder: the named model ``smollm2-135m-instruct`` when this
+    grpokit resolves it, else $GRPOKIT_SMOLLM2_DIR (default /tmp/smollm2, converted by hand)."""
+    import os
+
+    try:
+        from grpokit.train.named_models import resolve
+    except ImportError:
+        return os.environ.get("GRPOKIT_SMOLLM2_DIR", "/tmp/smollm2")
+    return resolve("smollm2-135m-instruct")
+
+
 def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0,
                     shape: str = "", device: str = "cpu") -> Path:
     """Save a random-init Qwen2-shaped model + char tokenizer to ``path`` (reused if already there).

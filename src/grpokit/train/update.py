@@ -300,7 +300,9 @@ def apply_update(optimizer, scheduler, acc: Accumulator, optim: OptimConfig, *, 
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
     metrics.update(_term_metrics(terms, loss_total, acc.bonus, router_aux))
-    if acc.sampled:  # the max stays per rank; reduce_metrics takes the max over ranks
+    # the max stays per rank; reduce_metrics takes the max over ranks. No token the sampler scored (the
+    # generate engine's placeholder zeros): no figure, rather than a mismatch of 0 nobody measured
+    if acc.sampled and mismatch.get("tokens", 0.0) > 0:
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
