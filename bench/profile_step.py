@@ -84,10 +84,10 @@ def main(argv=None):
     clock = worker.PhaseClock()
     import grpokit.train.loop as gt
     import grpokit.train.update as gu
-    from grpokit.train import scaling
+    from grpokit.train import reference
 
     spans = Spans(a.device)
-    spans.wrap(scaling, "reference_logprobs", "ref_logprobs")
+    spans.wrap(reference, "reference_logprobs", "ref_logprobs")
     spans.wrap(gu, "completion_logprobs", "policy_logprobs_fwd")
     spans.wrap(gu, "objective_loss", "loss_fn")
     spans.wrap(torch.optim.AdamW, "step", "optimizer_step")

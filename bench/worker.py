@@ -57,7 +57,8 @@ def _sync(device):
 
 
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
-    import grpokit.train.loop as gt  # the loop module: its generate is the one train_step calls
+    import grpokit.rollout.engine as ge  # the hf engine's module: its generate is the one a step calls
+    import grpokit.train.loop as gt
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
 
@@ -74,7 +75,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.record.sinks, cfg.record.report = [], False
     cfg = apply_overrides(cfg, a.set)  # e.g. model.cpu_matmul=torch for a "without oneDNN" column
     tr = gt.Trainer(cfg, reward_funcs=[REWARDS[a.reward]], train_rows=_rows(a), eval_rows=[], quiet=True)
-    inner = gt.generate
+    inner = ge.generate
 
     def timed_generate(model, prompt_ids, G, *args, **kw):
         t = time.perf_counter()
@@ -83,7 +84,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         clock.add("rollout", time.perf_counter() - t)
         clock.lengths += [(len(ro.prompt_ids[i // G]), len(c)) for i, c in enumerate(ro.completion_ids)]
         return ro
-    gt.generate = timed_generate
+    ge.generate = timed_generate
     _hook_backbones(clock, tr.model, tr.ref_model)
     out = []
     for step in range(a.warmup + a.steps):
