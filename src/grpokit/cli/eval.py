@@ -88,7 +88,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     if cfg.data.task:
         from grpokit.data.tasks import get_task
 
-        task = get_task(cfg.data.task)
+        task = get_task(cfg.data.task, cfg.data.task_params)
         rows, fns = task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
     else:
         if not args.reward:

@@ -30,6 +30,7 @@ from grpokit.rollout.collect import collect
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptSampler
+from grpokit.data.prompt_length import check_prompt_lengths
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
@@ -88,6 +89,7 @@ class Trainer:
         opt = build.build_optimizer(cfg, self.model)
         self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
         self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))  # lambda-GRPO, adaptive entropy
+        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(cfg, self.model, self.prompts, self.eval_prompts)
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
         self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
@@ -154,12 +156,12 @@ class Trainer:
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
                 self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
                 self.callbacks("on_log", logs=metrics)
-                if last or (t.save_every and self.step % t.save_every == 0):
+                if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
                     self.save(final_eval if last else None)
                 if last:  # the last step, or a callback asked to stop
                     break
             interrupted = stop.requested and self.step < t.steps  # Ctrl-C: keep what was trained, no final evaluation
-            if interrupted and self.step > self.saved_step:
+            if interrupted and t.save_last and self.step > self.saved_step:
                 self.save()
             summary.pop("interrupted", None)
             if interrupted:

@@ -107,7 +107,7 @@ def process_function(cfg: Config):
     if name == "task":
         from grpokit.data.tasks import get_task
 
-        fn = get_task(cfg.data.task).process_reward_fn
+        fn = get_task(cfg.data.task, cfg.data.task_params).process_reward_fn
         if fn is None:
             raise ConfigError(f"reward.process_function=task but task {cfg.data.task!r} has no process reward")
         return fn

@@ -15,7 +15,7 @@ def task_of(cfg: Config):
     """The built-in task of this run, or None when the run brings its own data (data.dataset)."""
     from grpokit.data.tasks import get_task
 
-    return get_task(cfg.data.task) if cfg.data.task and not cfg.data.dataset else None
+    return get_task(cfg.data.task, cfg.data.task_params) if cfg.data.task and not cfg.data.dataset else None
 
 
 def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
