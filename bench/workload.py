@@ -40,14 +40,9 @@ SHAPES = {
 
 
 def smollm2_dir() -> str:
-    """SmolLM2-135M-Instruct's converted folder: the named model ``smollm2-135m-instruct`` when this
-    grpokit resolves it, else $GRPOKIT_SMOLLM2_DIR (default /tmp/smollm2, converted by hand)."""
-    import os
+    """SmolLM2-135M-Instruct's converted folder: the named model ``smollm2-135m-instruct`` (docs/MODELS.md)."""
+    from grpokit.train.named_models import resolve
 
-    try:
-        from grpokit.train.named_models import resolve
-    except ImportError:
-        return os.environ.get("GRPOKIT_SMOLLM2_DIR", "/tmp/smollm2")
     return resolve("smollm2-135m-instruct")
 
 

