@@ -4,13 +4,13 @@ The dataclass defaults are those of a real run on a user's model (512 new tokens
 checkpoint every 100 steps, evaluation on the user's own held-out data or none). The model and task
 default to the built-in demo, whose own settings (8 new tokens, lr 3e-4, 60 steps) live with the task
 (``grpokit.data.tasks``) and fill only the fields nobody set, and only while the demo runs
-(``wiring.resolve_run``). For that every section remembers which of its fields were assigned
+(``train.run_data.resolve_run``). For that every section remembers which of its fields were assigned
 (``config_io.assigned``): by its constructor, by attribute, by YAML or by an override.
 
 A run's config is built in layers, each overriding the last: the defaults, an optional preset
 (``--preset``, which fills only what the user left alone), an optional YAML file (``--config F``) and
 dotted command-line overrides (``rollout.group_size=16``). The fully resolved config is saved as
-``config.yaml`` in the run folder. Building a config from dicts, YAML and overrides is in config_io.py.
+``config.yaml`` in the run folder. Building a config from dicts, YAML and overrides is in io.py.
 
 ``grpokit.config.validation.validate`` checks every value before any work starts and raises
 ``ConfigError`` with one sentence that names the field, the value and what would be valid.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grpokit.record.health import HealthConfig
+from .health import HealthConfig
 from .base import ConfigError, section  # noqa: F401  (ConfigError: imported from here across grpokit)
 from .optim import OptimConfig
 
@@ -299,7 +299,7 @@ class AlgoConfig:
     """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
     token_masks: list[str] = field(default_factory=list)
     """Extra token masks applied after mask_truncated and entropy_top_fraction, by registered name (@grpokit.algo.register_token_mask) or "module:function" (docs/ALGORITHMS.md)."""
-    # -- multi-turn credit (issue 14): a mode of stage 4 for episodes
+    # -- multi-turn credit: a mode of stage 4 for episodes
     credit: str = "outcome"
     """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""
     step_gamma: float = 0.95

@@ -196,3 +196,10 @@ def quiet_transformers() -> None:
     for what in ("`past_key_values` is deprecated", "`gradient_checkpointing_enable` is deprecated",
                  "`is_gradient_checkpointing` is deprecated"):
         warnings.filterwarnings("ignore", message=what, category=FutureWarning)
+
+
+def autocast_factory(m, device: torch.device, model: torch.nn.Module):
+    """A no-argument function returning the autocast context of every forward (or a no-op)."""
+    weight_dtype = next(model.parameters()).dtype
+    dtype = resolve_autocast(m, device, weight_dtype)
+    return lambda: autocast_context(device, dtype)

@@ -2,7 +2,7 @@
 ``load_best_model_at_end``, ``eval_delay``, and the checkpoint rotation that keeps the best checkpoint.
 
 What transformers 5.24 does under TRL 1.16 (read from its Trainer, checked against it in
-tests/test_trl_run_management.py), and what this module repeats on grpokit's loop:
+tests/trl/test_trl_run_management.py), and what this module repeats on grpokit's loop:
 
 * after each evaluation run by ``eval_strategy`` (not ``eval_on_start``, not an ``evaluate()`` call),
   the metric (``eval_`` put in front when missing) is compared with ``state.best_metric`` (strictly
@@ -111,11 +111,11 @@ def finish(trainer: Any, state: Any, a: Any, main: bool) -> None:
 def load_best(trainer: Any, state: Any) -> None:
     """Load the weights of ``state.best_model_checkpoint`` into the internal trainer's model (LoRA
     adapters and FSDP shards through grpokit's checkpoint loaders), as transformers' _load_best_model."""
-    from grpokit.train import checkpoint, scaling
+    from grpokit.train import checkpoint, checkpoint_hooks
 
     log.info("Loading best model from %s (score: %s).", state.best_model_checkpoint, state.best_metric)
     folder = Path(state.best_model_checkpoint).resolve().parent
-    loaders = scaling.checkpoint_loaders(trainer.model, trainer.dist, trainer.cfg.model)
+    loaders = checkpoint_hooks.checkpoint_loaders(trainer.model, trainer.dist, trainer.cfg.model)
     checkpoint.load_model(folder, trainer.model, read_model=loaders.get("read_model"))
 
 

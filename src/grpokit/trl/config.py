@@ -5,7 +5,7 @@ argument TRL 1.16's GRPOConfig has (``UNSUPPORTED``, with TRL's default) is acce
 default: any other value is refused with one sentence naming it, never silently ignored. A name TRL
 does not have is refused too.
 
-grpokit/trl_mapping.py maps the arguments onto grpokit's ``Config``.
+grpokit/trl/mapping.py maps the arguments onto grpokit's ``Config``.
 """
 
 from __future__ import annotations

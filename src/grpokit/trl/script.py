@@ -4,7 +4,7 @@ A TRL-style file has no grpokit sections (model:, rollout: ...) but TRL's flat n
 arguments (``learning_rate``, ``num_generations`` ...), the script's (``dataset_name``,
 ``dataset_train_split``, ``reward_funcs``, ``reward_model_name_or_path``) and ModelConfig's
 (``model_name_or_path``, ``dtype``, ``use_peft``, ``lora_r`` ...). It builds the same
-``GRPOTrainer`` a Python script would (grpokit/trl.py), so both take the same argument names.
+``GRPOTrainer`` a Python script would (grpokit/trl/trainer.py), so both take the same argument names.
 
 ``reward_funcs`` entries are grpokit built-in names, ``module:function`` or TRL's dotted
 ``package.module.function`` (both found in the working directory too).

@@ -25,7 +25,7 @@ def new_logs(maxlen: int | None = None) -> dict[str, Any]:
 
 
 def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
-    """Append one scored batch (rollout/collect.py's ``ScoredBatch``): one entry per completion."""
+    """Append one scored batch (``types.ScoredBatch``): one entry per completion."""
     G = batch.group_size
     n = len(batch.texts)
     logs["prompt"].extend(batch.prompts[i // G].text for i in range(n))
@@ -109,9 +109,15 @@ def set_log_level(args: Any, main: bool) -> None:
         hf_logging.set_verbosity(getattr(hf_logging, level.upper()))
 
 
+def _controller(facade: Any):
+    """The adaptive entropy controller of the run (None: the coefficient is static or no run is built yet)."""
+    trainer = facade._trainer
+    return trainer.stage_state("entropy_control") if trainer is not None else None
+
+
 def entropy_coef_of(facade: Any) -> float:
     """TRL's ``trainer.entropy_coef``: the adaptive controller's current coefficient, else the static one."""
-    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    controller = _controller(facade)
     return controller.coef if controller is not None else facade.cfg.algo.entropy_coef
 
 
@@ -119,7 +125,7 @@ def set_entropy_coef(facade: Any, value: float) -> None:
     """Setting ``trainer.entropy_coef`` changes the coefficient the next steps use, as on TRL's trainer."""
     from grpokit.config.io import set_field
 
-    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    controller = _controller(facade)
     if controller is not None:
         controller.coef = float(value)
     for cfg in {id(c): c for c in (facade.cfg, getattr(facade._trainer, "cfg", None)) if c is not None}.values():
@@ -128,7 +134,7 @@ def set_entropy_coef(facade: Any, value: float) -> None:
 
 def last_world_entropy(facade: Any) -> float:
     """TRL's ``_last_world_entropy``: the entropy adaptive control measured last (inf before the first step)."""
-    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    controller = _controller(facade)
     return controller.last_entropy if controller is not None else float("inf")
 
 

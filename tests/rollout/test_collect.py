@@ -1,0 +1,91 @@
+"""Batch collection: DAPO dynamic sampling and GFPO filtering with a scripted fake sampler."""
+
+import torch
+
+from grpokit.rollout.collect import collect, gfpo_keep
+from grpokit.types import ScoredBatch
+from grpokit.types import Prompt, Rollout
+
+
+class FakeSampler:
+    """Scripted rewards: rewards_for(prompt_index, group_size) -> list of floats; completion of
+    reward r has length lengths_for(...)."""
+
+    def __init__(self, rewards_for, lengths_for=None):
+        self.rewards_for, self.lengths_for = rewards_for, lengths_for or (lambda i, g: [3] * g)
+        self.next = 0
+        self.calls = []
+
+    def __call__(self, prompts, G):
+        if isinstance(prompts, int):
+            prompts = [Prompt(text=f"p{self.next + k}", ids=[1], columns={"i": self.next + k}) for k in range(prompts)]
+            self.next += len(prompts)
+        self.calls.append(([p.columns["i"] for p in prompts], G))
+        rewards, comps = [], []
+        for p in prompts:
+            rs, ls = self.rewards_for(p.columns["i"], G), self.lengths_for(p.columns["i"], G)
+            rewards += rs
+            comps += [[5] * l for l in ls]
+        N = len(comps)
+        ro = Rollout([p.ids for p in prompts], comps, [[0.0] * len(c) for c in comps], ["eos"] * N, G)
+        total = torch.tensor(rewards)
+        return ScoredBatch(prompts, ro, [f"t{i}" for i in range(N)], total[:, None], total, ["r"], {"rewards/r/failures": 0.0})
+
+
+def test_dynamic_sampling_refills_with_informative_groups():
+    # even prompts are flat (all 1.0), odd prompts informative: each round of 4 keeps 2
+    fake = FakeSampler(lambda i, g: [1.0] * g if i % 2 == 0 else [1.0, 0.0] * (g // 2))
+    out = collect(fake, 4, 4, dynamic_sampling=True, max_rounds=5)
+    assert len(out.prompts) == 4 and all(p.columns["i"] % 2 == 1 for p in out.prompts)
+    assert out.metrics["dynamic_sampling/rounds"] == 2 and out.metrics["dynamic_sampling/dropped_groups"] == 4
+    assert out.rewards_NF.shape == (16, 1) and out.rollout.group_size == 4
+
+
+def test_dynamic_sampling_keeps_small_scaled_rewards():
+    # rewards 1e-7 * {1, 0}: spread 1e-7, a real difference at the rewards' scale (flat means spread
+    # <= max(1e-6 * 1e-7, 1e-8) = 1e-8). Even prompts are truly flat (all 1e-7) and dropped; the old
+    # absolute 1e-6 rule dropped every group and trained on zero advantages after max_rounds.
+    fake = FakeSampler(lambda i, g: [1e-7] * g if i % 2 == 0 else [1e-7, 0.0] * (g // 2))
+    out = collect(fake, 2, 2, dynamic_sampling=True, max_rounds=3)
+    assert [p.columns["i"] for p in out.prompts] == [1, 3]
+    assert out.metrics["dynamic_sampling/rounds"] == 2
+
+
+def test_dynamic_sampling_stops_at_the_round_cap():
+    fake = FakeSampler(lambda i, g: [0.0] * g if i != 5 else [1.0, 0.0, 0.0, 0.0])
+    out = collect(fake, 4, 4, dynamic_sampling=True, max_rounds=3)
+    assert out.metrics["dynamic_sampling/rounds"] == 3 and len(fake.calls) == 3
+    assert [p.columns["i"] for p in out.prompts] == [5]  # trains on what it found
+
+
+def test_gfpo_keeps_shortest_and_most_token_efficient():
+    # 6 samples of prompt 0: lengths 5 1 4 2 6 3, rewards 1 0 1 1 0 1
+    fake = FakeSampler(lambda i, g: [1.0, 0.0, 1.0, 1.0, 0.0, 1.0], lambda i, g: [5, 1, 4, 2, 6, 3])
+    batch = fake(1, 6)
+    by_len = gfpo_keep(batch, 3, "length")
+    assert [len(c) for c in by_len.rollout.completion_ids] == [1, 2, 3]  # samples 1, 3, 5 in order
+    # reward per token: 0.2 0 0.25 0.5 0 0.333 -> best three: samples 3 (0.5), 5 (0.333), 2 (0.25)
+    by_eff = gfpo_keep(batch, 3, "token_efficiency")
+    assert [len(c) for c in by_eff.rollout.completion_ids] == [4, 2, 3]
+    assert by_eff.total_N.tolist() == [1.0, 1.0, 1.0] and by_eff.rollout.group_size == 3
+
+
+def test_gfpo_collect_oversamples_then_filters():
+    fake = FakeSampler(lambda i, g: [float(k % 2) for k in range(g)], lambda i, g: list(range(1, g + 1)))
+    out = collect(fake, 2, 4, sample_group_size=8, gfpo_criterion="length")
+    assert fake.calls == [([0, 1], 8)]
+    assert out.rollout.group_size == 4 and [len(c) for c in out.rollout.completion_ids] == [1, 2, 3, 4] * 2
+
+
+def test_gfpo_adaptive_gives_only_hard_prompts_more_samples():
+    # prompt 0 easy (all correct), prompt 1 hard (1 of 4 correct) -> only prompt 1 is resampled
+    fake = FakeSampler(lambda i, g: [1.0] * g if i == 0 else [1.0, 0.0, 0.0, 0.0][:g] + [0.0] * max(0, g - 4),
+                       lambda i, g: [9 - k for k in range(g)])
+    out = collect(fake, 2, 4, sample_group_size=8, gfpo_adaptive=True, adaptive_threshold=0.5)
+    assert fake.calls == [([0, 1], 4), ([1], 4)]
+    assert out.rollout.group_size == 4 and out.metrics["gfpo/hard_prompts"] == 1.0
+    # easy prompt keeps its first 4 (lengths 9 8 7 6). The hard prompt has 8 samples, lengths
+    # 9 8 7 6 | 9 8 7 6; the 4 shortest are samples 3 and 7 (length 6) and 2 and 6 (length 7),
+    # kept in sample order: 2, 3, 6, 7 -> lengths 7 6 7 6
+    assert [len(c) for c in out.rollout.completion_ids[:4]] == [9, 8, 7, 6]
+    assert [len(c) for c in out.rollout.completion_ids[4:]] == [7, 6, 7, 6]
