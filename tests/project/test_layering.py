@@ -14,7 +14,7 @@ Layers, bottom to top; a module may import its own layer and the layers below it
     config.validation    every value checked against the names each layer registers
     trl, cli, __main__   the faces for users
 
-Every import counts, lazy ones included (tests/project/test_structure.py's graph). ``KNOWN`` lists the
+Every import counts, lazy ones included (tests/helpers/import_graph.py). ``KNOWN`` lists the
 imports that still break the rule; each is a debt to pay by moving code, never a place to add one:
 the test fails on a new upward import and on a listed one that is gone (then delete its line).
 """

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from grpokit.rollout.engine import HFEngine
+
 from helpers.runs import make
 
 

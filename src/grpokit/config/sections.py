@@ -123,6 +123,10 @@ class RolloutConfig:
     """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines; passed on to vLLM): on the hf engines the recorded sampling logprobs are of the penalised distribution (which ones vLLM reports is not checked here); the trained logprobs are not penalised (as TRL)."""
     stop: list[str] = field(default_factory=list)
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
+    max_prompt_tokens: int = 0
+    """Longest prompt in tokens (0 = the model's context: max_position_embeddings, or vllm_max_model_len); every prompt is measured at start, and a longer one is refused in one sentence, or cut with truncate_prompts."""
+    truncate_prompts: bool = False
+    """Cut a prompt longer than max_prompt_tokens to its last max_prompt_tokens tokens (TRL's max_prompt_length, from the left) instead of refusing the run; how many were cut is logged once."""
     backend: str = "hf"
     """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
     engine: str = "auto"
@@ -331,9 +335,11 @@ class EnvConfig:
     max_tool_nesting: int = 20
     """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error message (0 = no cap)."""
     reset_timeout_s: float = 30.0
-    """Time limit of one environment reset(); a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
+    """Time limit of one environment reset() (with its constructor); a batch's resets run side by side, so hung ones cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
     max_observation_chars: int = 8000
     """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
+    max_failure_fraction: float = 0.5
+    """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than this fraction of a batch's episodes."""
     allow_unsafe_code_execution: bool = False
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
@@ -372,8 +378,9 @@ class TrainConfig:
     activation_memory_mb: int = -1
     """Memory budget for the activations one forward/backward pass of the update keeps for backward
     (estimated from the model's shape: ~(10 x hidden + 4 x intermediate) values per token and layer);
-    it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
-    quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
+    it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (a quarter of the
+    memory free at start: the host's available memory on CPU, at least 512 MB; torch.cuda.mem_get_info
+    on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
     memory_plan: str = "auto"
     """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither (model.gradient_checkpointing still applies)."""
@@ -387,6 +394,8 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    save_last: bool = True
+    """Write a checkpoint at the end of training (and when Ctrl-C stops it); False with save_every 0 writes none at all (TRL's save_strategy="no")."""
     save_only_model: bool = False
     """Checkpoints hold the model and the step only, no optimizer, schedule or RNG state (smaller); a resume from one loads the weights and starts a fresh optimizer and schedule, as transformers' save_only_model."""
     overwrite: bool = False

@@ -109,6 +109,7 @@ def _rollout(cfg: Config) -> None:
     """rollout.*: group size, sampling settings, engines, TIS and async staleness."""
     r, a = cfg.rollout, cfg.algo
     _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
+    _check(r.max_prompt_tokens >= 0, f"rollout.max_prompt_tokens={r.max_prompt_tokens} must be >= 0 (0: the model's context)")
     _check(r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
            f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2")
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")
@@ -313,6 +314,7 @@ def _reward_env(cfg: Config) -> None:
     _check(e.max_tool_nesting >= 0, f"env.max_tool_nesting={e.max_tool_nesting} must be >= 0 (0 = no cap)")
     _check(e.max_observation_chars >= 0, f"env.max_observation_chars={e.max_observation_chars} must be >= 0 (0 = no cap)")
     _check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
+    _check(0 <= e.max_failure_fraction <= 1, f"env.max_failure_fraction={e.max_failure_fraction} must be in [0, 1]")
 
 
 def _credit(cfg: Config) -> None:

@@ -32,7 +32,7 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
                        tool_timeout_s=e.tool_timeout_s, episode_timeout_s=e.episode_timeout_s,
                        max_tool_output_chars=e.max_tool_output_chars, tool_format=fmt,
                        max_tool_nesting=e.max_tool_nesting, reset_timeout_s=e.reset_timeout_s,
-                       max_observation_chars=e.max_observation_chars)
+                       max_observation_chars=e.max_observation_chars, max_failure_fraction=e.max_failure_fraction)
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
         runner.render_prompt = lambda raw, obs, schemas: list(tokenizer(

@@ -30,6 +30,7 @@ from grpokit.rollout.collect import collect
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptSampler
+from grpokit.data.prompt_length import check_prompt_lengths
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
@@ -65,6 +66,7 @@ class Trainer:
                  args: Any = None):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
+        self.quiet = quiet
         self.run_dir = self.resume_dir or Path(cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
         run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t = cfg.train
@@ -87,6 +89,7 @@ class Trainer:
         opt = build.build_optimizer(cfg, self.model)
         self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
         self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))  # lambda-GRPO, adaptive entropy
+        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(cfg, self.model, self.prompts, self.eval_prompts)
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
         self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
@@ -153,12 +156,12 @@ class Trainer:
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
                 self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
                 self.callbacks("on_log", logs=metrics)
-                if last or (t.save_every and self.step % t.save_every == 0):
+                if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
                     self.save(final_eval if last else None)
                 if last:  # the last step, or a callback asked to stop
                     break
             interrupted = stop.requested and self.step < t.steps  # Ctrl-C: keep what was trained, no final evaluation
-            if interrupted and self.step > self.saved_step:
+            if interrupted and t.save_last and self.step > self.saved_step:
                 self.save()
             summary.pop("interrupted", None)
             if interrupted:
@@ -382,10 +385,12 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        with engines.sampling_model(self.model, self.dist) as model:
+        say = None if self.quiet or not self.dist.is_main else (lambda line: print(line, flush=True))
+        with engines.sampling_model(self.model, self.dist) as model:  # on CPU in batches of 32: a line every few seconds
             result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
                               max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
-                              convention=self.cfg.reward.convention)
+                              convention=self.cfg.reward.convention, batch_size=256 if self.device.type == "cuda" else 32,
+                              progress=say)
         self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
         return result
 

@@ -24,7 +24,7 @@ class GRPOConfig:
     """TRL's GRPOConfig: pass the arguments you would pass to ``trl.GRPOConfig``."""
 
     output_dir: str | None = None
-    """Run folder (None: "trainer_output", as transformers)."""
+    """Run folder (None: "trainer_output", which transformers then sets it to)."""
     per_device_train_batch_size: int = 8
     """Completions per forward/backward pass; with gradient_accumulation_steps it sets the completions per step."""
     gradient_accumulation_steps: int = 1
@@ -68,7 +68,7 @@ class GRPOConfig:
     eval_steps: float | None = None
     """With eval_strategy="steps": evaluate every N steps (None: logging_steps)."""
     save_strategy: str = "steps"
-    """"steps" (a checkpoint every save_steps), "epoch" (at the end of every epoch) or "no" (only the final one)."""
+    """"steps" (a checkpoint every save_steps), "epoch" (at the end of every epoch) or "no" (none at all, as transformers)."""
     save_steps: float = 500
     """Checkpoint every N steps."""
     save_total_limit: int | None = None
@@ -315,13 +315,71 @@ class GRPOConfig:
     """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
     ddp_timeout: int = 1800
     """Under torchrun: seconds a collective may wait for the other processes (transformers' process-group timeout)."""
+    trackio_space_id: str | None = None
+    """Hugging Face Space that hosts the Trackio dashboard (with report_to trackio); accepted without effect when nothing reports to trackio, as transformers reads it only in its Trackio callback."""
+    trackio_bucket_id: str | None = None
+    """Hugging Face bucket of the Trackio logs (with report_to trackio); accepted without effect when nothing reports to trackio."""
+    trackio_static_space_id: Any = None
+    """Static Trackio Space frozen at the end of training (with report_to trackio); accepted without effect when nothing reports to trackio."""
+    use_transformers_continuous_batching: bool = False
+    """Sample with a continuous-batching engine: grpokit's own decode loop, which already drops finished rows from the batch (the same sampling distribution; TRL refuses it for vision models, and so does grpokit)."""
+    transformers_continuous_batching_config: Any = None
+    """transformers' ContinuousBatchingConfig keywords (memory and block sizes of its paged cache): checked as transformers checks them; grpokit's decode loop has no paged cache to size."""
+    use_transformers_paged: bool = False
+    """Deprecated alias of use_transformers_continuous_batching (TRL 1.16): True sets it, with TRL's FutureWarning."""
+    cache_implementation: str | None = None
+    """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic" (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through model.generate with it (engine generate); None: grpokit's choice."""
+    label_smoothing_factor: float = 0.0
+    """Accepted; no effect, as in TRL's GRPO: transformers applies it in Trainer.compute_loss, which GRPOTrainer replaces."""
+    liger_kernel_config: dict | None = None
+    """Accepted; no effect, as use_liger_kernel (grpokit never builds the full logits tensor that Liger's kernels save)."""
+    prediction_loss_only: bool = False
+    """Accepted; no effect, as in TRL's GRPO: its prediction_step returns the loss only, always."""
+    eval_do_concat_batches: bool = True
+    """Accepted; no effect, as in TRL's GRPO (evaluate() gathers no predictions to concatenate)."""
+    eval_use_gather_object: bool = False
+    """Accepted; no effect, as in TRL's GRPO (no predictions to gather)."""
+    eval_accumulation_steps: int | None = None
+    """Accepted; no effect, as in TRL's GRPO (no predictions to move off the device)."""
+    include_for_metrics: list = dataclasses.field(default_factory=list)
+    """Accepted; no effect, as in TRL's GRPO (GRPOTrainer takes no compute_metrics)."""
+    batch_eval_metrics: bool = False
+    """Accepted; no effect, as in TRL's GRPO (GRPOTrainer takes no compute_metrics)."""
+    dataloader_drop_last: bool = False
+    """Accepted; no effect, as in TRL's GRPO: the RepeatSampler already yields whole generation batches only (see max_steps)."""
+    dataloader_multiprocessing_context: str | None = None
+    """Accepted; no effect, as dataloader_num_workers (grpokit holds the prompts in memory, no DataLoader workers)."""
+    label_names: list | None = None
+    """Accepted; no effect, as in TRL's GRPO (its inputs carry no labels)."""
+    train_sampling_strategy: str = "random"
+    """Accepted; no effect, as in TRL's GRPO: its RepeatSampler replaces transformers' sampler (shuffle_dataset decides the order)."""
+    length_column_name: str = "length"
+    """Accepted; no effect, as in TRL's GRPO (it names group_by_length's column, which its sampler does not read)."""
+    ds3_gather_for_generation: bool = True
+    """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
+    log_multimodal: bool = True
+    """Accepted; no effect: grpokit's samples.jsonl keeps the completions' text, never their images."""
+    log_on_each_node: bool = True
+    """Accepted; grpokit logs on global rank 0 only (transformers' log_on_each_node=False); on one node both are the same."""
+    dataloader_in_order: bool = True
+    """Accepted; no effect, as dataloader_num_workers (it orders the batches of DataLoader workers, which grpokit has none of)."""
+    ddp_find_unused_parameters: bool | None = None
+    """Accepted; no effect: grpokit all-reduces the gradients itself (train/distributed.py), with no DistributedDataParallel wrapper to configure."""
+    ddp_bucket_cap_mb: int | None = None
+    """Accepted; no effect (no DistributedDataParallel wrapper: see ddp_find_unused_parameters)."""
+    ddp_broadcast_buffers: bool | None = None
+    """Accepted; no effect (no DistributedDataParallel wrapper; every rank loads the same buffers from the same weights)."""
+    ddp_static_graph: bool | None = None
+    """Accepted; no effect (no DistributedDataParallel wrapper: see ddp_find_unused_parameters)."""
+    local_rank: int = -1
+    """Accepted as transformers' launchers pass it; grpokit reads the process's rank from LOCAL_RANK, as transformers does when it is set."""
 
     def __init__(self, output_dir: str | None = None, **kwargs: Any):
         for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, f.default)
+            object.__setattr__(self, f.name, f.default_factory() if f.default is dataclasses.MISSING else f.default)
         for name, default in UNSUPPORTED.items():  # readable as on TRL's (scripts read e.g. resume_from_checkpoint)
             object.__setattr__(self, name, copy.deepcopy(default))
-        self.output_dir = output_dir
+        self.output_dir = "trainer_output" if output_dir is None else output_dir  # transformers 5 fills it in
         for name, value in kwargs.items():
             setattr(self, name, value)
         if self.load_best_model_at_end and self.metric_for_best_model is None:  # transformers' defaults, filled in
@@ -362,28 +420,10 @@ def _same(value: Any, default: Any) -> bool:
 
 # TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
 UNSUPPORTED: dict[str, Any] = {
-    "optim_target_modules": None,
-    "label_smoothing_factor": 0.0, "bf16_full_eval": False, "fp16_full_eval": False,
-    "liger_kernel_config": None,
-    "auto_find_batch_size": False, "log_on_each_node": True,
-    "logging_nan_inf_filter": True,
-    "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
-    "prediction_loss_only": False, "eval_do_concat_batches": True, "eval_use_gather_object": False,
-    "eval_accumulation_steps": None, "include_for_metrics": [], "batch_eval_metrics": False,
-    "save_on_each_node": False, "enable_jit_checkpoint": False,
-    "restore_callback_states_from_checkpoint": False,
-    "parallelism_config": None, "dataloader_drop_last": False,
-    "dataloader_multiprocessing_context": None,
-    "dataloader_in_order": True, "label_names": None, "train_sampling_strategy": "random", "length_column_name": "length",
-    "ddp_find_unused_parameters": None, "ddp_bucket_cap_mb": None, "ddp_broadcast_buffers": None, "ddp_static_graph": None,
-    "ddp_backend": None, "deepspeed": None, "debug": "",
-    "skip_memory_metrics": True,
-    "local_rank": -1,
-    "ds3_gather_for_generation": True,
-    "cache_implementation": None, "vllm_model_impl": "vllm",
-    "vllm_structured_outputs_regex": None, "vllm_group_port": 51216,
-    "log_multimodal": True,
+    "optim_target_modules": None, "bf16_full_eval": False, "fp16_full_eval": False,
+    "auto_find_batch_size": False, "logging_nan_inf_filter": True,
+    "save_on_each_node": False, "enable_jit_checkpoint": False, "restore_callback_states_from_checkpoint": False,
+    "parallelism_config": None, "ddp_backend": None, "deepspeed": None, "debug": "", "skip_memory_metrics": True,
+    "vllm_model_impl": "vllm", "vllm_structured_outputs_regex": None, "vllm_group_port": 51216,
     "log_completions_hub_repo": None,
-    "use_transformers_continuous_batching": False, "transformers_continuous_batching_config": None,
-    "use_transformers_paged": False,
 }

@@ -45,12 +45,13 @@ from grpokit.rewards.spec import RewardError
 from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import (HubPushError, adopt_peft_model, apply_lora, check_routing, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
+from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, environment_owned_rows, no_dropout, push_folder, refuse_custom_code,
                      refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
 from .step_args import steps_per_epoch
 from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
-                      new_logs, per_token_logps_and_entropies, reward_names, set_entropy_coef, set_log_level, warn_like_trl)
+                      new_logs, per_token_logps_and_entropies, refuse_vision_continuous_batching, reward_names, set_entropy_coef,
+                      set_log_level, warn_like_trl)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -84,7 +85,7 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
-        check_routing(environment_factory, train_dataset)
+        train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
         refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
@@ -92,6 +93,7 @@ class GRPOTrainer:
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
             refuse_custom_code(model, cfg.model.trust_remote_code)
+        refuse_vision_continuous_batching(self.args, model, processing_class, cfg.model.trust_remote_code)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
