@@ -65,6 +65,7 @@ def test_the_verifier_pays_one_answer_and_never_a_hedge():
     assert ds.score_answer(f"{gold} or {gold + 1}", entry) > 0  # what the one-answer rule takes away
 
 
+@pytest.mark.slow
 def test_every_reasoning_gym_task_generates_and_its_gold_scores_full():
     """`data.task=reasoning_gym:<name>` for any of its tasks: the gold answer in tags earns what
     reasoning-gym's own scorer gives it (1.0)."""
@@ -109,8 +110,8 @@ def test_grpokit_train_on_a_reasoning_gym_task_with_the_real_model(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "grpokit", "train", "--preset", "smollm2-math", f"--out={out}", "train.steps=1",
            "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "data.eval_size=4",
-           "train.eval_every=0", "reward.num_workers=1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+           "train.eval_every=0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval_before"]["n"] == 4 and 0.0 <= summary["eval_before"]["accuracy"] <= 1.0

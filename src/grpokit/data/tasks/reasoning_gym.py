@@ -22,7 +22,7 @@ an answer string. Here:
   for a hedge. For a numeric gold answer the last number of that one answer is scored
   ("47 + 38 = 85" answers 85). Then ``score_answer`` grades it.
 
-Each row carries ``rg_source`` (JSON: task, config, seed, index) so the reward regenerates the exact
+Each row carries ``rg_source`` (JSON: task, config, seed, dataset size, index) so the reward regenerates the exact
 entry in any process, and TRL users get the same rows and reward from ``dataset`` and
 ``reasoning_gym_accuracy`` (docs/TASKS.md).
 """
@@ -95,16 +95,23 @@ def split_params(mix: dict[str, float], params: dict) -> tuple[dict[str, dict], 
                               f"is not one of {', '.join(mix)}")
         configs = {name: dict(params.get(name) or {}) for name in mix}
     for name, config in configs.items():
-        _dataset(name, json.dumps(config, sort_keys=True), 0)  # a bad field: one sentence now, not in a worker
+        _dataset(name, json.dumps(config, sort_keys=True), 0, 1)  # a bad field: one sentence now, not in a worker
     return configs, instruction
 
 
+def _size(index: int) -> int:
+    """The dataset size item ``index`` is drawn from: a power of two above it (at least 256). Some
+    reasoning-gym datasets generate all their items up front, so the size must stay near what is used;
+    each row records its size, so the reward rebuilds exactly the dataset it came from."""
+    return max(256, 1 << (index + 1).bit_length())
+
+
 @functools.lru_cache(maxsize=64)
-def _dataset(name: str, config_json: str, seed: int):
+def _dataset(name: str, config_json: str, seed: int, size: int = 256):
     import reasoning_gym
 
     try:
-        return reasoning_gym.create_dataset(name, seed=seed, size=1 << 30, **json.loads(config_json))
+        return reasoning_gym.create_dataset(name, seed=seed, size=size, **json.loads(config_json))
     except (TypeError, AssertionError, ValueError) as e:
         raise ConfigError(f"data.task_params for reasoning-gym's {name!r} is not a valid config ({e}); "
                           "give fields of its config dataclass") from None
@@ -142,13 +149,13 @@ def _next_row(name: str, config: dict, instruction: str, task_seed: int, index: 
     for _ in range(tries):
         i = index[name]
         index[name] += 1
-        entry = _dataset(name, config_json, task_seed)[i]
+        entry = _dataset(name, config_json, task_seed, _size(i))[i]
         question = entry["question"].strip()
         if question in exclude or (taken is not None and question in taken):
             continue
         if taken is not None:
             taken.add(question)
-        source = {"task": name, "config": config, "seed": task_seed, "index": i}
+        source = {"task": name, "config": config, "seed": task_seed, "size": _size(i), "index": i}
         return {"prompt": f"{question} {instruction}".strip(), "answer": str(entry["answer"]), "rg_task": name,
                 "rg_source": json.dumps(source, sort_keys=True)}
     return None
@@ -156,7 +163,7 @@ def _next_row(name: str, config: dict, instruction: str, task_seed: int, index: 
 
 def _entry(source: str) -> tuple[Any, dict]:
     s = json.loads(source)
-    ds = _dataset(s["task"], json.dumps(s["config"], sort_keys=True), s["seed"])
+    ds = _dataset(s["task"], json.dumps(s["config"], sort_keys=True), s["seed"], s["size"])
     return ds, ds[s["index"]]
 
 
@@ -183,8 +190,11 @@ def reasoning_gym_accuracy(completions: list, rg_source: list[str], prompts: lis
     for i, (completion, source) in enumerate(zip(completions, rg_source)):
         ds, entry = _entry(source)
         prompt = prompts[i] if prompts is not None else None
-        prompt_text = prompt if isinstance(prompt, str) else None
-        pred = one_answer(completion_text(completion), str(entry["answer"]), prompt_text)
+        gold = str(entry["answer"])
+        # a grid answer (rotate_matrix, n_queens, arc_agi) may rightly repeat rows of the question:
+        # the echo rule (lines copied from the prompt are not the answer) holds for one-line golds only
+        prompt_text = prompt if isinstance(prompt, str) and "\n" not in gold.strip() else None
+        pred = one_answer(completion_text(completion), gold, prompt_text)
         out.append(0.0 if pred is None else float(ds.score_answer(pred, entry)))
     return out
 
