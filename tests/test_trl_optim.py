@@ -98,7 +98,7 @@ def test_epochs_set_the_schedule_length_as_transformers():
     (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs={"min_lr_rate": 0.1}), "valid: with cosine the keys num_cycles"),
     (dict(lr_scheduler_kwargs={"num_cycles": 1.0}), "valid: with linear None or {}"),
     (dict(lr_scheduler_type="warmup_stable_decay"), "with warmup_stable_decay a dict with num_decay_steps"),
-    (dict(lr_scheduler_type="step"), "step is not a valid SchedulerType, please select one of ['linear', "),  # transformers' words
+    (dict(lr_scheduler_type="step"), "lr_scheduler_type='step' is not valid; use one of linear, cosine, "),
     (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs="{num_cycles: 1}"), "valid: None, a dict or a JSON object string"),
 ])
 def test_schedules_grpokit_cannot_run_are_one_sentence(kwargs, words):

@@ -215,6 +215,12 @@ class GRPOConfig(TrainingArguments):
                 except ValueError:
                     raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
                                       "valid: None, a dict or a JSON object string") from None
+        self.__dict__["_checkpointing_kwargs_name"] = (  # the name the user wrote (transformers then copies it over)
+            "activation_checkpointing_kwargs" if self.activation_checkpointing_kwargs is not None else "gradient_checkpointing_kwargs")
+        self._check_choices()
+        from .best import check_args  # grpokit's sentences before transformers' own check of the same rule
+
+        check_args(self)
         try:
             super().__post_init__()
         except ConfigError:
@@ -233,6 +239,18 @@ class GRPOConfig(TrainingArguments):
         if self.vllm_importance_sampling_cap is not None:  # TRL 1.16's deprecated alias (warned by the trainer)
             self.vllm_importance_sampling_clip_max = self.vllm_importance_sampling_cap
         del self.__dict__["_initialising"]
+
+    def _check_choices(self) -> None:
+        """A named choice transformers does not know (``eval_strategy="best"``), refused in grpokit's words."""
+        from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+        from transformers.training_args import OptimizerNames
+
+        for name, kind in (("eval_strategy", IntervalStrategy), ("logging_strategy", IntervalStrategy),
+                           ("save_strategy", SaveStrategy), ("hub_strategy", HubStrategy),
+                           ("lr_scheduler_type", SchedulerType), ("optim", OptimizerNames)):
+            value, valid = getattr(self, name), [m.value for m in kind]
+            if value not in valid:
+                raise ConfigError(f"GRPOConfig argument {name}={value!r} is not valid; use one of {', '.join(valid)}")
 
     def _fill_generation_batch(self) -> None:
         """TRL's resolution of steps_per_generation and generation_batch_size: given one, the other follows."""

@@ -161,8 +161,10 @@ def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     # transformers 5: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is None
     # (its __post_init__ then copies one onto the other: the refusal names the one the user wrote)
-    new = a.activation_checkpointing_kwargs is not None and a.activation_checkpointing_kwargs != a.gradient_checkpointing_kwargs
-    name = "activation_checkpointing_kwargs" if new else "gradient_checkpointing_kwargs"
+    if a.activation_checkpointing_kwargs != a.gradient_checkpointing_kwargs:  # one set after construction
+        name = "activation_checkpointing_kwargs" if a.activation_checkpointing_kwargs is not None else "gradient_checkpointing_kwargs"
+    else:
+        name = a.__dict__.get("_checkpointing_kwargs_name", "gradient_checkpointing_kwargs")
     kwargs = dict(getattr(a, name) or {})
     if kwargs.pop("use_reentrant", False) or kwargs:
         raise _refuse(name, getattr(a, name), "None or {'use_reentrant': False}")
