@@ -200,7 +200,8 @@ def test_trainingarguments_attributes_scripts_read(monkeypatch):
 def test_trl_names_import_from_grpokit_trl_without_trl():
     code = ("import sys; sys.modules['trl'] = None\n"  # any `import trl` now fails
             "from grpokit.trl import (GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser, get_peft_config,\n"
-            "    get_quantization_config, get_kbit_device_map, get_dataset, DatasetMixtureConfig, init_zero_verbose)\n"
+            "    get_quantization_config, get_kbit_device_map, get_dataset, DatasetMixtureConfig, init_zero_verbose,\n"
+            "    RichProgressCallback)\n"
             "from grpokit.trl.rewards import (accuracy_reward, think_format_reward, reasoning_accuracy_reward,\n"
             "    get_soft_overlong_punishment, get_cosine_scaled_reward, get_repetition_penalty_reward)\n"
             "m = ModelConfig(model_name_or_path='x', use_peft=True, lora_target_modules=['q_proj', 'v_proj'])\n"
@@ -211,3 +212,22 @@ def test_trl_names_import_from_grpokit_trl_without_trl():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["ok", "True"]
+
+
+def test_rich_progress_callback_counts_steps_and_is_accepted_by_the_trainer(capsys):
+    from transformers import TrainerControl, TrainerState
+
+    from grpokit.train.callbacks import Callbacks, RunState
+    from grpokit.trl import RichProgressCallback
+
+    cb = RichProgressCallback()
+    Callbacks([cb], None, RunState())  # defines only events grpokit calls (a callback with others is refused)
+    state, control = TrainerState(max_steps=4), TrainerControl()
+    cb.on_train_begin(None, state, control)
+    for step in (1, 2, 3):
+        state.global_step = step
+        cb.on_step_end(None, state, control)
+    cb.on_log(None, state, control, logs={"loss": 0.123456, "step": 3})
+    assert cb.bar.n == 3 and cb.bar.total == 4
+    cb.on_train_end(None, state, control)
+    assert cb.bar is None and "'loss': 0.1235" in capsys.readouterr().out
