@@ -236,7 +236,7 @@ def test_log_level_sets_transformers_verbosity_on_main_and_replicas():
         assert hf_logging.get_verbosity() == 30
     finally:
         hf_logging.set_verbosity(before)
-    with pytest.raises(ConfigError, match="log_level='loud' is not valid; use one of passive, debug"):
+    with pytest.raises(ConfigError, match="log_level='loud' is not valid; use one of passive, detail, debug"):
         GRPOConfig(log_level="loud")
 
 
