@@ -35,7 +35,7 @@ COMMAND_LINES = {  # the flags of TRL's example scripts' docstrings (examples/sc
                      "--dtype bfloat16 --max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj "
                      "--log_completions --per_device_train_batch_size 1 --gradient_accumulation_steps 2 --num_generations 2",
     "grpo_agent": "--model_name_or_path Qwen/Qwen3-1.7B --output_dir grpo_biogrid --push_to_hub True --use_vllm True "
-                  "--vllm_mode colocate --max_completion_length 1024 --report_to none --log_completions True --max_steps 400",
+                  "--vllm_mode colocate --max_completion_length 1024 --report_to trackio --log_completions True --max_steps 400",
     # on one process (TRL refuses a generation batch of 8 for 32 generations) with a batch that holds a group
     "continuous_batching": "--model_name_or_path Qwen/Qwen3-1.7B --output_dir grpo-gsm8k --num_generations 32 "
                            "--max_completion_length 1024 --use_peft --log_completions --per_device_train_batch_size 32",
