@@ -23,4 +23,4 @@ mutate: setup
 # values and data files per property instead of the few dozen `make test` runs.
 .PHONY: fuzz
 fuzz: setup
-	GRPOKIT_FUZZ=soak .venv/bin/python -m pytest -q tests/test_faults_fuzz.py
+	GRPOKIT_FUZZ=soak .venv/bin/python -m pytest -q tests/project/test_faults_fuzz.py

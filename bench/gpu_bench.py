@@ -172,7 +172,7 @@ def main(argv=None):
     p.add_argument("--trl-mbs", type=int, default=16)
     p.add_argument("--models", default="/tmp/grpokit-gpu-models")
     p.add_argument("--work", default="/tmp/grpokit-gpu-work")
-    p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/test_gpu.py to include")
+    p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/project/test_gpu.py to include")
     p.add_argument("--json", default=str(HERE / "gpu" / "latest.json"))
     p.add_argument("--merge", action="store_true", help="keep what --json already holds from other stages (split runs)")
     p.add_argument("--tiny", action="store_true", help="CPU, float32, a 2-layer model, G2 P2 T8: checks the script runs, measures nothing")

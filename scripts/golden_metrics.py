@@ -1,7 +1,7 @@
 """Record (or check) every variant's metrics for a few deterministic CPU steps on the demo task.
 
 The pipeline redesign (issue 25) must not move any number that it did not mean to move. Before the
-first move this script wrote ``tests/golden/variant_metrics.json``; ``tests/test_golden_metrics.py``
+first move this script wrote ``tests/golden/variant_metrics.json``; ``tests/project/test_golden_metrics.py``
 re-runs a subset in CI and this script re-runs them all (``--check``). Timing and throughput keys
 are left out: they are the only values that differ between two identical runs.
 

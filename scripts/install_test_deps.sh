@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Test-only system packages: Debian's chromium renders the HTML report headless in
-# tests/test_report_browser.py. Idempotent and never fatal: without it those tests are skipped.
+# tests/record/test_report_browser.py. Idempotent and never fatal: without it those tests are skipped.
 # `make test` runs this after `make setup`; as root it uses apt-get, otherwise passwordless sudo
 # (CI runners) when there is one.
 if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then

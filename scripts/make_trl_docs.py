@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python scripts/make_trl_docs.py        # rewrites the table between the markers
 
-tests/test_trl_mapping.py fails when the committed table differs from what this writes.
+tests/trl/test_trl_mapping.py fails when the committed table differs from what this writes.
 """
 
 from __future__ import annotations

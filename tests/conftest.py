@@ -3,30 +3,12 @@
 import pytest
 import torch
 
-
-def tiny_llama(vocab_size: int = 32, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
-    return LlamaForCausalLM(cfg).eval()
+from helpers.models import char_tokenizer, tiny_llama
 
 
 @pytest.fixture
 def tiny_model():
     return tiny_llama()
-
-
-ALPHABET = "abcdefghij0123456789+=<>/ "
-
-
-def char_tokenizer():
-    """A small character-level fast tokenizer (pad 0, eos 1, no tags), built offline."""
-    from grpokit.data.tasks.chartok import build_char_tokenizer
-
-    return build_char_tokenizer(ALPHABET, (), padding_side="right", model_max_length=None)
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +25,11 @@ def tiny_model_dir(tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def chat_model(tmp_path_factory):
+    """A saved tiny Llama with a character tokenizer and a chat template (helpers.trl_models), as a path string."""
+    from helpers.trl_models import make_chat_model
+
+    return str(make_chat_model(tmp_path_factory.mktemp("chat-model")))

@@ -1,6 +1,6 @@
 """TRL features, each a few lines as TRL 1.16's GRPO documentation writes them, run one after another.
 
-tests/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
+tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
 under grpokit; both write what each feature produced (step count, log_history keys per entry, the
 checkpoints, losses) to GRPO_REPORT as JSON and the test compares the two. GRPO_MODEL is a tiny local
 model with a character tokenizer; GRPO_OUT a scratch folder.

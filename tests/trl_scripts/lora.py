@@ -1,7 +1,7 @@
 """A TRL GRPO LoRA script: plain-text prompts (no chat template, as TRL), the quickstart's
 length reward, a PEFT LoraConfig.
 
-tests/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
+tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
 under grpokit (GRPO_MODEL and GRPO_OUT point it at a tiny local model and a run folder).
 """
 import os

@@ -1,7 +1,7 @@
 """A TRL GRPO quickstart-style script: conversational prompts, reward functions written for TRL
 (``c[0]["content"]``), extra dataset columns, reward weights, trainer_state and log_metric.
 
-tests/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
+tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
 under grpokit. GRPO_MODEL / GRPO_OUT / GRPO_PROBE point it at a tiny local model, a run folder and
 a JSON file that records what the reward functions received.
 """

@@ -1,6 +1,6 @@
 """Optimizers, learning-rate schedules and epoch strategies, each a few lines as a TRL 1.16 script sets them.
 
-tests/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
+tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
 under grpokit; both write per feature the step count, the log_history keys, the learning rate and
 epoch of every logged step, the evaluated steps and (with a save_strategy) the checkpoints to GRPO_REPORT as JSON, and the
 test compares the two. GRPO_MODEL is a tiny local model with a character tokenizer; GRPO_OUT a

@@ -9,7 +9,7 @@ is normalised so that ``phi(1) = 1`` (on-policy it is REINFORCE) and fades to 0 
 and for large ``w``, instead of PPO's hard clip. ``(k, lambda)`` are ``vespo_pos`` where ``A >= 0`` and
 ``vespo_neg`` where ``A < 0``. The facts (the formula, ``log w`` bounded to ``[log 1e-8, 20]``,
 lambda at least 1e-4, a non-finite weight taken as 0, token-mean aggregation) follow TRL 1.16's
-``loss_type="vespo"``; tests/test_bench_loss_equality.py checks the value and gradient against it.
+``loss_type="vespo"``; tests/project/test_bench_loss_equality.py checks the value and gradient against it.
 One difference at extremes: TRL also bounds each token's log-ratio to [-20, 20] before summing;
 here the sum is bounded, which differs only when a single token's ratio is beyond e^20.
 

@@ -13,7 +13,7 @@ What is *not* ours: the norms, the activation, the rotary tables and ``rotate_ha
 own modules and functions, called directly, and the projections are the model's linears.
 Only the single-query attention over the cache and the gated MLP's wiring (``down(act(gate) * up)``,
 the Llama/Qwen2/Mistral MLP) are written here. So the step computes the same function as
-``model(...)`` (tests/test_rollout.py compares both paths token for token under greedy and seeded
+``model(...)`` (tests/rollout/test_rollout.py compares both paths token for token under greedy and seeded
 sampling).
 
 When the model's linears run on oneDNN (``model.cpu_matmul``, kernels.py), the step's projections
@@ -28,7 +28,7 @@ places only: the new key/value is written at a column held in a device tensor (`
 attention reads a fixed-width window of the cache (the next multiple of ``GRAPH_COLUMNS``) with the
 columns not yet written hidden by the bias. Masked columns weigh exactly 0 (their cache starts at
 zero, so no uninitialised NaN can leak in as 0 * NaN), so both compute the same
-function; tests/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
+function; tests/project/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
 tokens. One graph is captured per (rows, window) pair seen in a rollout and dropped with the decoder.
 
 Vision-language models (Qwen2-VL, Qwen2.5-VL): the images only enter the prefill, which is the model's
@@ -54,7 +54,7 @@ STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the
 GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
 # The single-query attention: "matmul" (two batched matmuls and a float32 softmax) or "sdpa"
 # (torch's scaled_dot_product_attention with grouped-query heads). Both compute the same function
-# (tests/test_rollout.py); bench/gpu_bench.py measures each (bench/RESULTS.md).
+# (tests/rollout/test_rollout.py); bench/gpu_bench.py measures each (bench/RESULTS.md).
 ATTENTION = "matmul"
 
 

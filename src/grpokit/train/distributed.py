@@ -18,7 +18,7 @@ endpoint for several nodes (docs/SCALING.md). With K ranks and ``train.prompts_p
   across ranks (all_reduce SUM), not averaged; the clipped norm is then the global norm on every
   rank and all ranks apply the same step. (Averaging would divide the update by K.)
 
-``tests/test_distributed.py`` runs 2 gloo processes and 1 process on the same global batch and
+``tests/train/test_distributed.py`` runs 2 gloo processes and 1 process on the same global batch and
 compares the final weights.
 """
 

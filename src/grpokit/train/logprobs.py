@@ -297,7 +297,7 @@ def _completion_states(model: torch.nn.Module, batch: TokenBatch, share_prompts:
 
 
 # Decoder families whose forward accepts a plain ``DynamicCache`` that carries gradients (full
-# attention in every layer); prompt sharing is checked against one whole forward in tests/test_logprobs.py.
+# attention in every layer); prompt sharing is checked against one whole forward in tests/train/test_logprobs.py.
 PROMPT_SHARING_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
 

@@ -52,7 +52,7 @@ def add_adapters(model, cfg: ModelConfig):
     """Wrap ``model`` in a PEFT model with fresh LoRA adapters; only adapter parameters train.
 
     LoRA's B starts at zero, so the wrapped policy computes exactly what the base computes until
-    the first update (tests/test_lora.py checks it).
+    the first update (tests/train/test_lora.py checks it).
     """
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 

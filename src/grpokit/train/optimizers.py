@@ -1,6 +1,6 @@
 """Stage 6: the optimizer named by ``optim.optimizer``, built with the hyperparameters transformers'
 Trainer gives it for the ``optim`` of the same name (transformers/trainer_optimizer.py; checked against
-``Trainer.get_optimizer_cls_and_kwargs`` in tests/test_optimizer.py).
+``Trainer.get_optimizer_cls_and_kwargs`` in tests/train/test_optimizer.py).
 
 All parameters form one group whose weight decay is ``optim.weight_decay`` (transformers leaves biases
 and norms out of the decay; with the default weight decay 0 that makes no difference). Adafactor runs

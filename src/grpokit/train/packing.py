@@ -8,7 +8,7 @@ boundaries from those positions when no attention mask is passed (``find_packed_
 a position that does not follow its left neighbour by 1 starts a new sequence) and builds a causal
 mask that never crosses a boundary: a block-diagonal mask for SDPA / eager / flex attention,
 variable-length kernels for flash attention. So every token sees exactly what it saw padded, and
-the per-token values equal the padded path's (tests/test_packing.py: float64, values and gradients).
+the per-token values equal the padded path's (tests/train/test_packing.py: float64, values and gradients).
 
 Only the hidden states that predict completion tokens go on to the output layer (K of them, no
 padding); the caller scatters the K results back into the (N, T) layout.
@@ -24,7 +24,7 @@ from .models import has_sliding_window
 from grpokit.types import TokenBatch
 
 # Decoder families whose attention honours packed position ids (transformers' masking utilities);
-# each is checked against the padded forward in tests/test_packing.py for llama and qwen2.
+# each is checked against the padded forward in tests/train/test_packing.py for llama and qwen2.
 PACKING_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
 

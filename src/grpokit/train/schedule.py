@@ -2,7 +2,7 @@
 
 Every schedule is transformers' of the same name (transformers/optimization.py), so a TRL script's
 ``lr_scheduler_type`` and ``lr_scheduler_kwargs`` give the same rate at every update (checked against
-``transformers.get_scheduler`` in tests/test_schedule.py). Two conventions follow from that:
+``transformers.get_scheduler`` in tests/train/test_schedule.py). Two conventions follow from that:
 
 * the warm-up starts at 0: update ``s < warmup_steps`` runs at ``s / warmup_steps`` of lr, so the first
   update of a warmed-up run changes only the optimizer's moments;

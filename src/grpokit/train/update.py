@@ -1,8 +1,8 @@
 """Stage 6: the optimizer step over micro-batches with gradient accumulation.
 
 The loss functions take the whole batch's normalisers (sequence and token counts), so summing the
-micro-batches' gradients gives exactly the whole batch's gradient (tests/test_loss.py proves it on
-tensors, tests/test_train.py on a model).
+micro-batches' gradients gives exactly the whole batch's gradient (tests/algo/test_loss.py proves it on
+tensors, tests/train/test_train.py on a model).
 
 An update is two calls: ``accumulate`` backpropagates one slice into the parameters' ``.grad`` (its
 metric sums go to an ``Accumulator``), ``apply_update`` clips and steps. ``policy_update`` is one

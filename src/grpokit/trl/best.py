@@ -2,7 +2,7 @@
 ``load_best_model_at_end``, ``eval_delay``, and the checkpoint rotation that keeps the best checkpoint.
 
 What transformers 5.24 does under TRL 1.16 (read from its Trainer, checked against it in
-tests/test_trl_run_management.py), and what this module repeats on grpokit's loop:
+tests/trl/test_trl_run_management.py), and what this module repeats on grpokit's loop:
 
 * after each evaluation run by ``eval_strategy`` (not ``eval_on_start``, not an ``evaluate()`` call),
   the metric (``eval_`` put in front when missing) is compared with ``state.best_metric`` (strictly

@@ -3,7 +3,7 @@ epsilon / epsilon_high / delta, the entropy bonus (static or adaptive) and multi
 -> grpokit's algo and reward fields.
 
 Part of mapping.py's table (its rules call these); kept apart so each file stays readable. The
-values are checked against TRL's own loss code in tests/test_bench_loss_equality.py.
+values are checked against TRL's own loss code in tests/project/test_bench_loss_equality.py.
 """
 
 from __future__ import annotations

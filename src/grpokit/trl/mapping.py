@@ -1,7 +1,7 @@
 """TRL 1.16 GRPOConfig -> grpokit Config: the mapping, in one table that the code runs and the docs show.
 
 ``MAPPING`` is the one place that says which grpokit field each TRL argument sets; ``to_config``
-runs it and ``mapping_table`` renders it for docs/TRL.md (tests/test_trl_mapping.py checks the
+runs it and ``mapping_table`` renders it for docs/TRL.md (tests/trl/test_trl_mapping.py checks the
 committed table equals the generated one, so the documentation cannot drift from the code).
 
 Step semantics. A TRL step is one optimizer update over ``per_device_train_batch_size *
@@ -363,7 +363,7 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "dataloader_prefetch_factor": "no effect (no DataLoader)",
     "accelerator_config": "no effect: it configures accelerate's DataLoader dispatch; grpokit uses neither",
     "use_liger_kernel": "no effect on the math: grpokit computes completion log-probs in chunks, never the full "
-                        "logits tensor, which is what Liger's fused loss saves (equal losses, tests/test_bench_loss_equality.py)",
+                        "logits tensor, which is what Liger's fused loss saves (equal losses, tests/project/test_bench_loss_equality.py)",
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }

@@ -3,7 +3,7 @@
 Part of mapping.py's table (its schedule and optimizer rules call these); kept apart so each file stays
 readable. Each value means what transformers 5's Trainer makes of it: ``lr_scheduler_type`` and
 ``lr_scheduler_kwargs`` as ``transformers.get_scheduler`` reads them over ``max_steps`` updates, ``optim`` and
-``optim_args`` as ``Trainer.get_optimizer_cls_and_kwargs`` (tests/test_trl_optim.py checks both against
+``optim_args`` as ``Trainer.get_optimizer_cls_and_kwargs`` (tests/trl/test_trl_optim.py checks both against
 transformers itself).
 """
 

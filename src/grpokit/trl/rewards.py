@@ -1,6 +1,6 @@
 """TRL's reward functions (``trl.rewards``) for scripts that import them, without TRL.
 
-Each takes and returns what TRL's does and scores as TRL's does (tests/test_trl_rewards_module.py
+Each takes and returns what TRL's does and scores as TRL's does (tests/trl/test_trl_rewards_module.py
 compares them with TRL's on a table of cases):
 
 - ``accuracy_reward``: 1.0 when math-verify finds the gold ``solution`` equal to the completion's first

@@ -3,7 +3,7 @@
 
 Part of mapping.py's table (its vLLM rule calls ``vllm_fields``); kept apart so each file stays
 readable. The importance sampling weights, metrics, loss and gradient are checked against TRL's own
-code in tests/test_trl_importance_sampling.py.
+code in tests/trl/test_trl_importance_sampling.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ readable. A TRL step is one optimizer update; a grpokit step (a round) samples o
 makes num_iterations * updates_per_batch updates on it (mapping.py's docstring); when steps_per_generation
 is not a multiple of gradient_accumulation_steps, TRL's rolling window (train.accumulation_slices). An epoch is TRL's: its
 RepeatSampler keeps whole generation batches of train_dataset only, and transformers counts the
-optimizer updates they feed (checked against TRL itself in tests/test_trl_scripts.py).
+optimizer updates they feed (checked against TRL itself in tests/trl/test_trl_scripts.py).
 """
 
 from __future__ import annotations

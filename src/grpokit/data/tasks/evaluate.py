@@ -1,7 +1,7 @@
 """Greedy held-out accuracy with plain ``model.generate``: the independent reference.
 
 The trainer evaluates with its own decode loop (grpokit.train.evaluate); this module stays on transformers'
-generic ``generate`` so that tests/test_learns.py can check the two agree (fast equals naive), and so
+generic ``generate`` so that tests/train/test_learns.py can check the two agree (fast equals naive), and so
 the demo-model script does not depend on the engine it is used to test.
 
 For each row the model greedily continues ``row["prompt"]``; the completion is the generated text

@@ -1,0 +1,118 @@
+"""algo/pipeline.update_inputs on hand-built tensors: each stage's effect on the update's inputs,
+expected values worked out in the comments."""
+
+import math
+
+import pytest
+import torch
+
+from grpokit.algo.pipeline import LogProbs, StepSettings, advantage_name, mask_names, needed_logprobs
+from grpokit.config.sections import AlgoConfig
+from grpokit.types import Episode
+
+from helpers.pipeline_batches import run, scored
+
+S = 1 / math.sqrt(2) + 1e-4  # unbiased std of {1, 0} plus adv_eps
+
+
+def test_grpo_default_inputs():
+    # rewards [1, 0]: mean 0.5, unbiased std 1/sqrt(2) -> A = +-0.5 / (0.70711 + 1e-4)
+    sb, batch = scored([1.0, 0.0], 2, [2, 1])
+    inp = run(AlgoConfig(), sb, batch)
+    assert inp.advantages.tolist() == pytest.approx([0.5 / S, -0.5 / S], rel=1e-6)
+    assert torch.equal(inp.loss_mask, batch.completion_mask)
+    assert inp.old_logp is None and inp.ref_logp is None and inp.turn_ids is None and inp.seq_weights is None
+    assert inp.loss.kl.beta == 0.0 and inp.loss.clip.objective == "clip" and inp.norms.aggregation == "seq-mean-token-mean"
+    assert inp.metrics["num_zero_std_groups"] == 0.0
+
+
+def test_rloo_unscaled():
+    # leave-one-out, no scale: A_i = r_i - mean of the others: [1 - 0.5, 0 - 1, 1 - 0.5] = [0.5, -1, 0.5]
+    sb, batch = scored([1.0, 0.0, 1.0], 3, [1, 1, 1])
+    inp = run(AlgoConfig(baseline="leave_one_out", scale="none"), sb, batch)
+    assert inp.advantages.tolist() == pytest.approx([0.5, -1.0, 0.5])
+
+
+def test_kl_in_reward_moves_kl_out_of_the_loss():
+    # k1 per token = old - ref; row 0: 2 tokens of 0.5 -> KL 1.0; row 1: 1 token of 0 -> 0.
+    # beta 0.5: rewards [1 - 0.5, 1 - 0] = [0.5, 1]: mean 0.75, unbiased std 0.5 / sqrt(2) = 0.35355
+    # -> A = [-0.25, 0.25] / (0.35355 + 1e-4)
+    sb, batch = scored([1.0, 1.0], 2, [2, 1])
+    old = torch.tensor([[-1.0, -1.0], [-1.0, 0.0]])
+    ref = torch.tensor([[-1.5, -1.5], [-1.0, 0.0]])
+    inp = run(AlgoConfig(beta=0.5, kl_placement="reward", kl_estimator="k1"), sb, batch, LogProbs(old, ref))
+    s2 = 0.5 / math.sqrt(2) + 1e-4
+    assert inp.advantages.tolist() == pytest.approx([-0.25 / s2, 0.25 / s2], rel=1e-6)
+    assert inp.ref_logp is None and inp.loss.kl.beta == 0.0
+    assert inp.metrics["kl"] == pytest.approx(1.0 / 3)  # KL sum 1.0 over 3 completion tokens
+    inp_loss = run(AlgoConfig(beta=0.5), sb, batch, LogProbs(old, ref))  # KL in the loss: rewards untouched, flat group
+    assert inp_loss.ref_logp is ref and inp_loss.loss.kl.beta == 0.5 and inp_loss.advantages.tolist() == [0.0, 0.0]
+
+
+def test_overlong_and_entropy_masks_compose():
+    # row 0 truncated ("length") leaves the loss; of the rest, entropies [0.1, 0.9] on row 1 with
+    # top fraction 0.5 of the *remaining* tokens: quantile 0.5 of {0.1, 0.9} = 0.5 -> keeps 0.9 only
+    sb, batch = scored([1.0, 0.0], 2, [2, 2], finish=["length", "eos"])
+    ent = torch.tensor([[5.0, 5.0], [0.1, 0.9]])
+    old = torch.zeros(2, 2)
+    a = AlgoConfig(mask_truncated=True, entropy_top_fraction=0.5)
+    assert mask_names(a) == ["overlong", "entropy_top"]
+    inp = run(a, sb, batch, LogProbs(old, None, ent))
+    assert inp.loss_mask.tolist() == [[0.0, 0.0], [0.0, 1.0]]
+
+
+def test_turn_ids_and_lambda_weights_ride_along():
+    eps = [Episode([1, 0, 1], [0, 0, 1]), Episode([1, 1, 1], [0, 1, 1])]
+    sb, batch = scored([1.0, 0.0], 2, [3, 3], episodes=eps)
+    inp = run(AlgoConfig(ratio_level="turn"), sb, batch)
+    assert inp.turn_ids.tolist() == [[0, 0, 1], [0, 1, 1]]
+
+    class Lam:
+        def weight_fn(self, lengths_N, G):
+            return lambda rows: lengths_N[rows] * G  # lengths [3, 3], G 2 -> [6, 6]
+
+    inp = run(AlgoConfig(aggregation="lambda-grpo"), sb, batch, lam=Lam())
+    assert inp.seq_weights(slice(0, 2)).tolist() == [6.0, 6.0]
+
+
+def test_tis_weights_multiply_the_advantages():
+    # sampler logprobs 0 on every token; old = log 0.5 on row 0 -> w = min(0.5, cap) = 0.5; row 1 old = 0 -> w = 1
+    sb, batch = scored([1.0, 0.0], 2, [1, 1])
+    old = torch.tensor([[math.log(0.5)], [0.0]])
+    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis_cap=2.0)
+    assert inp.advantages.shape == (2, 1)
+    assert inp.advantages.flatten().tolist() == pytest.approx([0.5 * 0.5 / S, -0.5 / S], rel=1e-5)
+
+
+def test_advantage_names_and_needed_logprobs():
+    assert advantage_name(AlgoConfig()) == "group"
+    assert advantage_name(AlgoConfig(supervision="process")) == "process"
+    assert advantage_name(AlgoConfig(credit="gigpo")) == "gigpo"
+    assert advantage_name(AlgoConfig(entropy_shaping="grpo_s")) == "grpo_s"
+    assert advantage_name(AlgoConfig(advantage="mine")) == "mine"
+    # (old, ref, entropy)
+    assert needed_logprobs(StepSettings(AlgoConfig())) == (False, False, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(num_iterations=2))) == (True, False, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1))) == (False, True, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1, kl_placement="reward"))) == (True, True, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(entropy_advantage=True))) == (True, False, True)
+    assert needed_logprobs(StepSettings(AlgoConfig(), tis_cap=2.0)) == (True, False, False)
+
+
+def test_mo_grpo_then_edge_stages():
+    # MO-GRPO: components [[1, 0], [0, 1]] (rows x functions), weights (1, 0.5). Within the group each
+    # component is z-scored: function 0 [1, 0] -> +-0.5 / S = +-0.70700; function 1 [0, 1] -> -+0.70700.
+    # Weighted sums: row 0 = 0.70700 - 0.5 * 0.70700 = 0.35350, row 1 = -0.35350.
+    # GRPO on those: mean 0, unbiased std sqrt(2 * 0.35350^2) = 0.49993 -> A = +-0.35350 / (0.49993 + 1e-4)
+    sb, batch = scored([1.0, 0.5], 2, [1, 1])
+    sb.rewards_NF = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    z = 0.5 / S
+    summed = z - 0.5 * z
+    a_mo = summed / (math.sqrt(2) * summed + 1e-4)
+    inp = run(AlgoConfig(), sb, batch, component_weights=(1.0, 0.5))
+    assert inp.advantages.tolist() == pytest.approx([a_mo, -a_mo], rel=1e-5)
+    # EDGE after it: token entropies 0.5 and 1.5 (one token each), batch mean 1.0 -> scales 2 and 2/3
+    lp = LogProbs(torch.zeros(2, 1), None, torch.tensor([[0.5], [1.5]]))
+    inp = run(AlgoConfig(entropy_advantage=True), sb, batch, lp, component_weights=(1.0, 0.5))
+    assert inp.advantages.tolist() == pytest.approx([2 * a_mo, -a_mo * 2 / 3], rel=1e-5)
+    assert inp.metrics["eda/scale/max"] == pytest.approx(2.0)

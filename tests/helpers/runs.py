@@ -1,0 +1,29 @@
+"""A tiny trainer on a local model: the toy reward, rows and config shared by end-to-end tests."""
+
+from grpokit.config import Config
+from grpokit.config.io import apply_overrides
+from grpokit.train import Trainer
+
+
+def likes_a(prompts, completions, **kwargs):
+    """1.0 per letter 'a' in the completion, capped at 1 (a toy verifiable reward)."""
+    return [min(1.0, c.count("a") / 3) for c in completions]
+
+
+ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56")]
+
+
+def tiny_cfg(model_dir, out, **over):
+    cfg = Config()
+    apply_overrides(cfg, [
+        f"model.name_or_path={model_dir}", "data.task=", "data.dataset=unused.jsonl", "reward.functions=[]",
+        "rollout.group_size=4", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.steps=2",
+        "optim.lr=1e-2", f"train.out={out}", "record.sinks=[]", "record.report=false", "train.threads=1",
+    ] + [f"{k}={v}" for k, v in over.items()])
+    return cfg
+
+
+def make(model_dir, out, **over):
+    cfg = tiny_cfg(model_dir, out, **over)
+    cfg.data.dataset = ""  # rows are passed directly
+    return Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:4], quiet=True)

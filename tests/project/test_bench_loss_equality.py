@@ -1,0 +1,170 @@
+"""grpokit's policy_loss equals TRL's GRPO loss on one fixed batch (TRL used as an oracle only).
+
+The batch (bench/trl_oracle.fixed_batch) has ragged lengths, ratios both inside and outside
+[0.8, 1.2] and advantages of both signs, so clipping, the k3 KL term (beta = 0.04) and each
+aggregation are all exercised, with TRL's KL bias correction (``use_bias_correction_kl``, its
+default) off and on, at token and sequence level, and with TRL's entropy bonus (a token mean).
+Skipped when trl is not installed.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+from helpers.paths import ROOT
+sys.path.insert(0, str(ROOT / "bench"))
+from trl_oracle import TRL_TO_GRPOKIT, fixed_batch, grpokit_loss, trl_loss  # noqa: E402
+
+
+def test_fixed_batch_exercises_clipping():
+    logp, old, _, adv, mask = fixed_batch()
+    ratio = torch.exp(logp - old)[mask.bool()]
+    assert (ratio < 0.8).any() and (ratio > 1.2).any() and (adv > 0).any() and (adv < 0).any()
+
+
+def _both(loss_type, beta, **kw):
+    """(grpokit, TRL): losses, gradients wrt logp and logged metrics on the fixed batch."""
+    logp, old, ref, adv, mask = fixed_batch()
+    out = []
+    for fn in (grpokit_loss, trl_loss):
+        x, metrics = logp.clone().requires_grad_(True), {}
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=9, metrics=metrics, **kw)
+        loss.backward()
+        out.append((loss, x.grad, metrics))
+    return out
+
+
+@pytest.mark.parametrize("loss_type", sorted(TRL_TO_GRPOKIT))
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_loss_and_gradient_equal_trl(loss_type, beta, bias_correction):
+    (ours, g_ours, m_ours), (theirs, g_theirs, m_theirs) = _both(loss_type, beta, bias_correction=bias_correction)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    if beta:  # the logged KL is the (weighted) estimate both sides penalise
+        assert m_ours["kl"] == pytest.approx(m_theirs["kl"], rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_sequence_level_ratio_equals_trl(loss_type, bias_correction):
+    (ours, g_ours, _), (theirs, g_theirs, _) = _both(loss_type, 0.04, bias_correction=bias_correction, level="sequence")
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+
+
+def test_bias_correction_changes_the_gradient_even_on_policy():
+    # TRL's default differs from the plain k3 gradient when old == logp: both sides agree on how much
+    logp, _, ref, adv, mask = fixed_batch()
+    grads = {}
+    for bc in (False, True):
+        for fn in (grpokit_loss, trl_loss):
+            x = logp.clone().requires_grad_(True)
+            fn(x, logp, ref, adv, mask, loss_type="dapo", beta=0.04, bias_correction=bc).backward()
+            grads[(fn.__name__, bc)] = x.grad
+    assert torch.allclose(grads[("grpokit_loss", True)], grads[("trl_loss", True)], atol=1e-8)
+    assert torch.allclose(grads[("grpokit_loss", False)], grads[("trl_loss", False)], atol=1e-8)
+    assert (grads[("grpokit_loss", True)] - grads[("grpokit_loss", False)]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("loss_type", sorted(TRL_TO_GRPOKIT))
+def test_entropy_bonus_token_mean_equals_trl(loss_type):
+    logp, old, ref, adv, mask = fixed_batch()
+    ent = torch.rand(logp.shape, generator=torch.Generator().manual_seed(5)) * 2
+    res = []
+    for fn in (grpokit_loss, trl_loss):
+        x, e = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
+                  entropy_NT=e, entropy_coef=0.01)
+        loss.backward()
+        res.append((loss, x.grad, e.grad))
+    assert torch.allclose(res[0][0], res[1][0], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res[0][1], res[1][1], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res[0][2], res[1][2], atol=1e-8) and res[0][2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_trl_delta_equals_dual_clip(loss_type):
+    # TRL's two-sided clipping caps the ratio at delta; for delta > 1 + epsilon_high that is exactly
+    # dual-clip PPO's bound delta * A for A < 0 (and changes nothing for A > 0). The advantages are
+    # negated so that most sequences have A < 0 and delta 1.3 binds on two tokens.
+    logp, old, ref, adv, mask = fixed_batch()
+    adv = -adv
+    assert ((torch.exp(logp - old) > 1.3) & (adv[:, None] < 0) & mask.bool()).sum() >= 2
+    res = {}
+    for name, fn, delta in (("ours", grpokit_loss, 1.3), ("trl", trl_loss, 1.3), ("plain", grpokit_loss, None)):
+        x = logp.clone().requires_grad_(True)
+        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
+                  delta=delta)
+        loss.backward()
+        res[name] = (loss, x.grad)
+    assert torch.allclose(res["ours"][0], res["trl"][0], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res["ours"][1], res["trl"][1], atol=1e-7, rtol=1e-6)
+    assert not torch.allclose(res["ours"][0], res["plain"][0], atol=1e-5)
+
+
+# -- issue 15: CISPO and SAPO are TRL loss types too; the same batch, the same numbers
+
+
+@pytest.mark.parametrize("epsilon_high", [0.2, 1.3, 5.0])  # 1.3 truncates some weights, 5.0 none, 0.2 (TRL's cap with epsilon_high unset) all
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_cispo_equals_trl(epsilon_high, beta):
+    logp, old, _, _, mask = fixed_batch()
+    assert (torch.exp(logp - old)[mask.bool()] > 1.3).any()
+    (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both("cispo", beta, epsilon_high=epsilon_high)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert m["cispo_clip_ratio"] == pytest.approx(m_trl["cispo_clip_ratio"], rel=1e-6)  # capped tokens with A > 0
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    assert (m["clip_ratio/high_mean"] > 0) == (epsilon_high < 5.0)
+    if epsilon_high == 0.2:  # every weight is capped: sg(0.2) * A * logp on every token
+        assert m["clip_ratio/high_mean"] == 1.0
+        assert 0 < m["cispo_clip_ratio"] < 1  # TRL counts only the tokens with A > 0: the check above can fail
+
+
+@pytest.mark.parametrize("taus", [(1.0, 1.05), (0.5, 2.0)])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_sapo_equals_trl(taus, level, beta):
+    (ours, g_ours, _), (theirs, g_theirs, _) = _both("sapo", beta, tau_pos=taus[0], tau_neg=taus[1], level=level)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+
+
+# -- issue 30: TRL 1.16's loss types luspo and vespo; the same batch, the same numbers
+
+
+@pytest.mark.parametrize("level", ["sequence", "token"])  # LUSPO's paper setting is sequence; TRL's default token
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_luspo_equals_trl(level, beta):
+    (ours, g_ours, _), (theirs, g_theirs, _) = _both("luspo", beta, level=level, bias_correction=True)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    # LUSPO sums each completion's tokens: it is not GRPO's per-completion token mean
+    (grpo, _, _), _ = _both("grpo", beta, level=level, bias_correction=True)
+    assert not torch.allclose(ours, grpo, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2.0, 3.0, 3.0, 2.0), (1.0, 0.5, 4.0, 6.0)])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_vespo_equals_trl(shape, beta):
+    # beta > 0 with TRL's KL bias correction off (its on-setting weights the KL per token, grpokit's
+    # vespo ratio is per trajectory; the TRL layer refuses that pair)
+    (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both("vespo", beta, vespo=shape)
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    assert m["clip_ratio/region_mean"] == 0.0  # nothing is clipped: the weight fades instead
+    assert m["vespo/phi_seq_mean"] == pytest.approx(m_trl["vespo/phi_seq_mean"], rel=1e-6)  # TRL's logged mean weight
+
+
+def test_vespo_weight_by_hand():
+    # phi(w) = exp(lam + k log w - lam w): phi(1) = e^lam e^-lam = 1; with (k, lam) = (2, 3) at w = 2:
+    # exp(3 + 2 ln 2 - 6) = 4 e^-3 = 0.19915; a negative advantage uses (3, 2): exp(2 + 3 ln 2 - 4) = 8 e^-2 = 1.08268
+    from grpokit.algo.vespo import gamma_weight
+
+    ratio = torch.tensor([[1.0, 2.0, 2.0]])
+    adv = torch.tensor([[1.0, 1.0, -1.0]])
+    phi = gamma_weight(ratio, adv, (2.0, 3.0), (3.0, 2.0))
+    assert torch.allclose(phi, torch.tensor([[1.0, 0.19915, 1.08268]]), atol=1e-5)

@@ -1,0 +1,329 @@
+"""Multi-turn episodes: tool-call parsing, contained tool calls, the episode loop on a scripted
+sampler (masks, turns, finish reasons, rows leaving the batch), environments (TRL's
+environment_factory), and the loss mask: environment tokens carry no gradient, and a one-turn
+episode without a tool call is exactly today's single-turn rollout and loss."""
+
+import time
+
+import pytest
+import torch
+
+from grpokit.config import ConfigError
+from grpokit.env import TerminalToolError, call_tool, calculator, parse_tool_calls, tool_schema
+from grpokit.env.parse import CALL_CLOSE, assistant_message
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.algo.loss import policy_loss
+from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
+from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.data.tasks.calculator import TAGS
+from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
+from grpokit.types import Episode, Prompt, Rollout
+from helpers.episodes import HERMES, TOK, Counter, ScriptedSampler, calc_reply, chat_tokenizer, ids
+
+# ---------------------------------------------------------------- parsing and calling tools
+
+def test_tool_call_formats():
+    assert parse_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', ["add"])[0].arguments == {"a": 1}
+    assert parse_tool_calls('x<tool_call>{"name": "f", "arguments": "{\\"q\\": 2}"}</tool_call>', ["f"])[0].arguments == {"q": 2}
+    c = parse_tool_calls("<tool_call>calculator: 2*3</tool_call>", ["calculator", "python"])[0]
+    assert (c.name, c.arguments) == ("calculator", "2*3")
+    assert parse_tool_calls("<tool_call>12*34</tool_call>", ["calculator"])[0].name == "calculator"  # the only tool
+    assert parse_tool_calls("<tool_call>12*34</tool_call>", ["a", "b"])[0].name == ""  # ambiguous: unreadable
+    assert parse_tool_calls("<tool_call>{oops</tool_call>", ["a"])[0].name == ""
+    assert parse_tool_calls("<tool_call>12*34", ["calculator"]) == []  # not closed: no call
+    msg = assistant_message("hi <tool_call>1+1</tool_call>", parse_tool_calls("hi <tool_call>1+1</tool_call>", ["calculator"]))
+    assert msg == {"role": "assistant", "content": "hi",
+                   "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": "1+1"}}]}
+
+
+def test_tools_are_described_by_their_hints_and_docstrings():
+    s = tool_schema(calculator)["function"]
+    assert s["name"] == "calculator" and s["parameters"]["required"] == ["expression"]
+
+    def bare(x):
+        return x
+
+    with pytest.raises(ConfigError, match="type hints"):
+        tool_schema(bare)
+
+
+def test_calls_are_contained():
+    def boom(x: str) -> str:
+        raise ValueError("bad input")
+
+    def slow(x: str) -> str:
+        time.sleep(5)
+        return x
+
+    def fatal(x: str) -> str:
+        raise TerminalToolError("the world ended")
+
+    tools = {"boom": boom, "slow": slow, "fatal": fatal, "calculator": calculator}
+    r = call_tool(tools, "boom", "1", timeout_s=1, max_chars=100)
+    assert r.error and not r.terminal and r.content == "{'error': 'bad input'}"  # TRL's error message form
+    t0 = time.perf_counter()
+    r = call_tool(tools, "slow", "1", timeout_s=0.2, max_chars=100)
+    assert r.error and "timed out" in r.content and time.perf_counter() - t0 < 2
+    assert call_tool(tools, "fatal", "1", timeout_s=1, max_chars=100).terminal
+    assert "not found" in call_tool(tools, "nope", {}, timeout_s=1, max_chars=100).content
+    assert call_tool(tools, "calculator", {"expression": "9" * 30 + "*9"}, timeout_s=1, max_chars=10).content.endswith("[truncated]")
+    assert call_tool(tools, "calculator", "2**10**10", timeout_s=1, max_chars=100).error  # refused, not computed
+    assert call_tool(tools, "calculator", "__import__('os')", timeout_s=1, max_chars=100).error
+    assert calculator("(12+3)*45") == "675" and calculator("7/2") == "3.5"
+
+
+# ---------------------------------------------------------------- the loop on a scripted sampler
+
+def prompt(text, **columns):
+    return Prompt(text, ids(text), columns, text)
+
+
+def test_episode_loop_masks_turns_and_rows_leaving_the_batch():
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), TOK, tools=[calculator])
+    sampler = ScriptedSampler(calc_reply)
+    ro = runner.run(sampler, [prompt("57*68="), prompt("12*34=")], 3, SamplingParams(max_new_tokens=16))
+    # turn 0: both prompts x 3 rows in one decode (prompt cache shared); turn 1: only the 4 rows that called
+    assert [c[:2] for c in sampler.calls] == [(2, 3), (4, 1)]
+    assert CALL_CLOSE in sampler.calls[0][2]  # a tag-format call ends the model's turn
+    assert ro.finish_reasons == ["eos"] * 6
+    e = ro.episodes[1]
+    call, result, answer = ids("<tool_call>57*68</tool_call>"), ids("<tool_result>3876</tool_result>"), ids("<answer>3876</answer>")
+    assert ro.completion_ids[1] == call + result + answer + [TOK.eos_token_id]
+    assert e.model_mask == [1] * len(call) + [0] * len(result) + [1] * (len(answer) + 1)
+    assert e.turn_ids == [0] * (len(call) + len(result)) + [1] * (len(answer) + 1)
+    assert ro.sampling_logprobs[1] == [-0.5] * len(call) + [0.0] * len(result) + [-0.5] * (len(answer) + 1)
+    assert e.messages == [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": "57*68"}}]},
+        {"role": "tool", "name": "calculator", "content": "3876"},
+        {"role": "assistant", "content": "<answer>3876</answer>"}]
+    assert e.turns == 2 and e.tool_calls == 1 and ro.episodes[0].turns == 1 and ro.episodes[0].tool_calls == 0
+    # anchor states: turn 0 of every row of a prompt shares one state; turn 1 states follow the context
+    assert len({ro.episodes[i].state_keys[0] for i in range(3)}) == 1 and ro.episodes[1].state_keys[1] == ro.episodes[2].state_keys[1]
+    m = episode_metrics(ro)
+    assert m["episodes/turns_mean"] == pytest.approx(10 / 6) and m["episodes/tool_use_rate"] == pytest.approx(4 / 6)
+    result_408 = ids("<tool_result>408</tool_result>")  # 12*34: a 3-digit result, one token shorter
+    assert m["episodes/env_tokens_mean"] == pytest.approx((2 * len(result) + 2 * len(result_408)) / 6)
+    assert m["tools/failure_frequency"] == 0.0
+    assert ro.model_lengths()[1] == len(call) + len(answer) + 1
+
+
+def test_turn_budget_token_budget_and_tool_errors_end_episodes():
+    always_call = ScriptedSampler(lambda ctx, g: "<tool_call>1+1</tool_call>")
+    ro = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags"), TOK, tools=[calculator]).run(
+        always_call, [prompt("1+1=")], 2, SamplingParams())
+    assert ro.finish_reasons == ["turns", "turns"] and ro.episodes[0].turns == 2
+    assert episode_metrics(ro)["episodes/truncated_by_turns"] == 1.0
+    # the call is 5 tokens, its reply <tool_result>2</tool_result> 3: 8 > 7, so the reply is not appended
+    ro = EpisodeRunner(EpisodeSpec(max_turns=4, max_episode_tokens=7, tool_format="tags"), TOK, tools=[calculator]).run(
+        always_call, [prompt("1+1=")], 1, SamplingParams())
+    assert ro.finish_reasons == ["length"] and ro.episodes[0].env_tokens == 0 and len(ro.completion_ids[0]) == 5
+    assert ro.episodes[0].messages[-1]["role"] == "assistant"
+
+    def fatal(expression: str) -> str:
+        """Fails for good.
+
+        Args:
+            expression: ignored.
+        """
+        raise TerminalToolError("no")
+
+    ro = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), TOK, tools=[fatal]).run(
+        always_call, [prompt("1+1=")], 1, SamplingParams())
+    assert ro.finish_reasons == ["tool_error"] and ro.episodes[0].tool_errors == 1
+    assert ro.episodes[0].messages[-1]["content"] == "{'error': 'no'}"
+
+
+def test_environment_instances_reset_observation_tools_and_done():
+    sampler = ScriptedSampler(lambda ctx, g: "<tool_call>add: 2</tool_call>" if g in (None, 1) else "<answer>0</answer><eos>")
+    runner = EpisodeRunner(EpisodeSpec(max_turns=5, tool_format="tags"), TOK, environment_factory=Counter)
+    assert runner.tool_names == ["add"]
+    ro = runner.run(sampler, [prompt("4=", answer="4")], 2, SamplingParams())
+    assert ro.prompt_ids == [ids("4= go")]  # the reset observation joins the prompt
+    envs = [e.environment for e in ro.episodes]
+    assert envs[0] is not envs[1] and envs[0].count == 0 and envs[1].count == 4  # one instance per episode
+    assert ro.finish_reasons == ["eos", "done"] and ro.episodes[1].turns == 2
+
+    class Random(Counter):
+        n = 0
+
+        def reset(self, **row):
+            Random.n += 1
+            return str(Random.n)
+
+    with pytest.raises(ConfigError, match="different observations"):
+        EpisodeRunner(EpisodeSpec(max_turns=2), TOK, environment_factory=Random).run(sampler, [prompt("4=", answer="4")], 2, SamplingParams())
+
+
+# ---------------------------------------------------------------- stage 5 sees only the mask
+
+def tiny_model(vocab):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                        bos_token_id=None, eos_token_id=1, pad_token_id=0))
+
+
+@pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"])
+def test_environment_tokens_carry_no_gradient(aggregation):
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), TOK, tools=[calculator])
+    ro = runner.run(ScriptedSampler(calc_reply), [prompt("57*68=")], 2, SamplingParams())
+    batch = make_token_batch(ro, TOK.pad_token_id)
+    model = tiny_model(len(TOK))
+    logp, _ = completion_logprobs(model, batch)
+    logp.retain_grad()
+    loss, m = policy_loss(logp, logp.detach() - 0.1, torch.tensor([1.0, -1.0]), batch.completion_mask,
+                          aggregation=aggregation, norm_constant=16.0, ref_logp_NT=logp.detach() + 0.3, beta=0.1)
+    loss.backward()
+    env = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
+    env[1, : len(ro.episodes[1].model_mask)] = torch.tensor(ro.episodes[1].model_mask) == 0
+    assert env.sum() == 6  # <tool_result>3876</tool_result>
+    # token by token: every environment token's logprob has exactly zero gradient, every model token a non-zero one
+    assert torch.all(logp.grad[env] == 0)
+    assert torch.all(logp.grad[batch.completion_mask.bool()] != 0)
+    assert m["num_tokens"] == batch.completion_mask.sum().item() == sum(ro.model_lengths())
+
+
+def test_one_turn_episode_without_a_tool_call_is_todays_rollout_and_loss(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    prompts = [Prompt("ab", tok("ab")["input_ids"], {}, "ab"), Prompt("c12", tok("c12")["input_ids"], {}, "c12")]
+    params = SamplingParams(max_new_tokens=6)
+
+    def sampler(seed):
+        g = torch.Generator().manual_seed(seed)
+        return lambda ctx, G, p: generate(model, ctx, G, p, eos_token_ids={1}, pad_token_id=0, generator=g,
+                                          decode=lambda x: tok.decode(x, skip_special_tokens=True))
+
+    today = sampler(3)([p.ids for p in prompts], 4, params)
+    plain = EpisodeRunner(EpisodeSpec(), tok).run(sampler(3), prompts, 4, params)  # no tools: the one-turn episode
+    assert plain.episodes is None and plain.completion_ids == today.completion_ids and plain.sampling_logprobs == today.sampling_logprobs
+    # with a tool offered (this model never writes a call): one turn per episode, the same tokens and loss
+    with_tool = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), tok, tools=[calculator]).run(sampler(3), prompts, 4, params)
+    assert with_tool.completion_ids == today.completion_ids and with_tool.sampling_logprobs == today.sampling_logprobs
+    assert all(e.turns == 1 and e.env_tokens == 0 for e in with_tool.episodes)
+    adv = torch.linspace(-1, 1, 8)
+    losses = []
+    for ro in (today, with_tool):
+        batch = make_token_batch(ro, 0)
+        logp, _ = completion_logprobs(model, batch)
+        losses.append(policy_loss(logp, logp.detach(), adv, batch.completion_mask)[0])
+    assert torch.equal(losses[0], losses[1])
+
+
+def test_mixed_batches_keep_their_masks():
+    from grpokit.types import gather_rows
+
+    a = Rollout([[5]], [[7, 8, 9]], [[-1.0] * 3], ["eos"], 1)
+    b = Rollout([[6]], [[7, 8, 9]], [[-1.0, 0.0, -1.0]], ["eos"], 1, [Episode([1, 0, 1], [0, 0, 1])])
+    both = gather_rows([[5], [6]], [(a, 0), (b, 0)], 1)
+    assert both.model_mask(0) == [1, 1, 1] and both.model_mask(1) == [1, 0, 1]
+    assert make_token_batch(both, 0).completion_mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]
+
+
+# ---------------------------------------------------------------- the chat-template format
+
+def test_chat_template_episode_is_the_templates_own_tokens():
+    from grpokit.config import DataConfig
+    from grpokit.data import render_prompt
+
+    tok = chat_tokenizer()
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="chat_template"), tok, tools=[calculator])
+    assert runner.schemas[0]["function"]["name"] == "calculator"
+    question = [{"role": "user", "content": "2*3?"}]
+    text = render_prompt(question, tok, DataConfig(), runner.schemas)
+    # TRL hands the callables to the template, which describes them with the same schema function
+    assert text == tok.apply_chat_template(question, tools=[calculator], add_generation_prompt=True, tokenize=False)
+    assert text.startswith("<|im_start|>system\nTools: calculator<|im_end|>\n")  # the template lists the tools
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
+    eos = tok.eos_token_id
+
+    def model(contexts, G, params):
+        assert CALL_CLOSE not in params.stop  # here a turn ends with the end-of-turn token
+        outs = [tok(call if "<tool_response>" not in tok.decode(c) else "6", add_special_tokens=False)["input_ids"] + [eos]
+                for c in contexts for _ in range(G)]
+        return Rollout([list(c) for c in contexts], outs, [[-0.5] * len(o) for o in outs], ["eos"] * len(outs), G)
+
+    p = Prompt(text, list(tok(text, add_special_tokens=False)["input_ids"]), {}, question)
+    ro = runner.run(model, [p], 1, SamplingParams())
+    e = ro.episodes[0]
+    assert e.messages[0]["tool_calls"] == [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2*3"}}}]
+    assert e.messages[1] == {"role": "tool", "name": "calculator", "content": "6"}
+    # prompt + episode == the template's rendering of the whole conversation (up to the newline after the last turn)
+    whole = tok.apply_chat_template(question + e.messages, tools=runner.schemas, tokenize=False)
+    assert tok.decode(p.ids + ro.completion_ids[0]) + "\n" == whole
+    reply = tok("\n<|im_start|>user\n<tool_response>6</tool_response><|im_end|>\n<|im_start|>assistant\n",
+                add_special_tokens=False)["input_ids"]
+    n_call = len(tok(call, add_special_tokens=False)["input_ids"]) + 1
+    assert e.model_mask == [1] * n_call + [0] * len(reply) + [1, 1] and ro.finish_reasons == ["eos"]
+
+
+# ---------------------------------------------------------------- the sandboxed python tool, episode limits
+
+def test_python_tool_runs_in_the_sandbox():
+    from grpokit.env import make_python_tool
+    from grpokit.rewards.code import probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+    python = make_python_tool(wall_s=2.0)
+    assert python("print(6 * 7)") == "42\n"
+    assert tool_schema(python)["function"]["name"] == "python"
+    tools = {"python": python}
+    t0 = time.perf_counter()
+    r = call_tool(tools, "python", "while True: pass", timeout_s=10, max_chars=200)
+    assert r.error and "killed" in r.content and time.perf_counter() - t0 < 8  # the sandbox's hard wall-clock kill
+    r = call_tool(tools, "python", "import socket; socket.create_connection(('127.0.0.1', 22), timeout=1); print('connected')",
+                  timeout_s=10, max_chars=200)
+    assert "connected" not in r.content  # no network inside
+    r = call_tool(tools, "python", "print(open('/etc/passwd').read())", timeout_s=10, max_chars=200)
+    assert r.error and "root:" not in r.content  # the host's files are not there
+
+
+def test_python_tool_refuses_without_isolation(monkeypatch):
+    from grpokit.env import make_python_tool
+    from grpokit.rewards import code
+
+    monkeypatch.setattr(code, "probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    r = call_tool({"python": make_python_tool()}, "python", "print(1)", timeout_s=5, max_chars=300)
+    assert r.error and "allow_unsafe_code_execution" in r.content
+
+
+def test_episode_tool_time_limit_ends_the_episode():
+    def nap(expression: str) -> str:
+        """Sleep a little.
+
+        Args:
+            expression: ignored.
+        """
+        time.sleep(0.3)
+        return "ok"
+
+    always_call = ScriptedSampler(lambda ctx, g: "<tool_call>1</tool_call>")
+    ro = EpisodeRunner(EpisodeSpec(max_turns=10, episode_timeout_s=0.5, tool_format="tags"), TOK, tools=[nap]).run(
+        always_call, [prompt("1=")], 1, SamplingParams())
+    assert ro.finish_reasons == ["timeout"] and ro.episodes[0].tool_calls == 2  # 0.3 s + 0.3 s >= 0.5 s
+
+
+def test_rows_tool_calls_run_side_by_side():
+    import threading
+
+    barrier = threading.Barrier(4, timeout=10)
+
+    def meet(expression: str) -> str:
+        """Wait until four calls are in flight at once.
+
+        Args:
+            expression: ignored.
+        """
+        barrier.wait()  # raises BrokenBarrierError if the four rows' calls ran one after another
+        return "met"
+
+    sampler = ScriptedSampler(lambda ctx, g: "<tool_call>1</tool_call>" if "<tool_result>" not in ctx else "<answer>1</answer><eos>")
+    ro = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=20), TOK, tools=[meet]).run(
+        sampler, [prompt("1="), prompt("2=")], 2, SamplingParams())
+    assert [e.messages[1]["content"] for e in ro.episodes] == ["met"] * 4 and ro.finish_reasons == ["eos"] * 4

@@ -1,0 +1,90 @@
+"""rollout.engine=generate: transformers' model.generate as grpokit's stage 2 (beam search and the
+other GenerationConfig options TRL users pass in generation_kwargs)."""
+
+import pytest
+import torch
+
+from grpokit.config import Config, ConfigError
+from grpokit.config.validation import validate
+from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.rollout.hf_generate import completions, generation_config
+
+
+def test_greedy_generate_engine_equals_the_dynamic_loop(tiny_model):
+    # greedy decoding has one answer per prompt: generate() on the left-padded, G-times repeated prompts
+    # must give the dynamic loop's tokens and finish reasons row for row (ragged prompts: 5, 2 and 3
+    # tokens, so two of them are padded; EOS ids 2 and 3 end rows at different steps)
+    prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+    kw = dict(eos_token_ids={2, 3}, pad_token_id=0)
+    params = SamplingParams(max_new_tokens=10, temperature=0)
+    a = generate(tiny_model, prompts, 2, params, engine="generate", **kw)
+    b = generate(tiny_model, prompts, 2, params, engine="dynamic", **kw)
+    assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
+    assert a.group_size == 2 and len(a.completion_ids) == 6 and a.prompt_ids == prompts
+    # no sampling logprobs: zeros, one per token (tis.sampled_rows reads such a row as unscored)
+    assert a.sampling_logprobs == [[0.0] * len(c) for c in a.completion_ids]
+    # the single unpadded prompt straight through transformers agrees too
+    direct = tiny_model.generate(torch.tensor([prompts[1]]), do_sample=False, max_new_tokens=10, eos_token_id=[2, 3],
+                                 pad_token_id=0)[0, 2:].tolist()
+    assert a.completion_ids[2] == direct[:len(a.completion_ids[2])]
+
+
+def test_completions_cut_at_eos_or_stop_string_as_the_other_engines():
+    # eos {2}; a row padded with 0 after its EOS keeps the EOS; a row without EOS ends by length;
+    # stop "cd": decode maps id i to chr(ord('a') + i), so ids 2, 3 spell "cd" and the row ends after id 3
+    decode = lambda ids: "".join(chr(ord("a") + i) for i in ids)  # noqa: E731
+    rows = [[5, 6, 2, 0, 0], [5, 6, 7, 8, 9], [4, 3, 5, 2, 0], [7, 2, 3, 0, 0]]
+    tokens, reasons = completions(rows, {2}, ("cd",), decode)
+    assert tokens == [[5, 6, 2], [5, 6, 7, 8, 9], [4, 3, 5, 2], [7, 2]]
+    assert reasons == ["eos", "length", "eos", "eos"]  # "cd" in the last row only after its EOS: the EOS wins
+    tokens, reasons = completions([[4, 2, 3, 5, 6]], {9}, ("cd",), decode)  # "ecd": the stop completes at id 3
+    assert tokens == [[4, 2, 3]] and reasons == ["stop"]
+
+
+def test_generation_config_leaves_grpokits_off_values_unset_and_adds_the_kwargs():
+    cfg = generation_config(SamplingParams(max_new_tokens=7, temperature=0.7, top_k=0, top_p=1.0), {"num_beams": 2}, {2, 3}, 0)
+    assert cfg.do_sample and cfg.temperature == 0.7 and cfg.num_beams == 2 and cfg.max_new_tokens == 7
+    assert cfg.top_k is None and cfg.top_p is None and cfg.min_p is None  # 0 / 1.0 are "off": no warper built
+    assert cfg.eos_token_id == [2, 3] and cfg.num_return_sequences == 1
+    greedy = generation_config(SamplingParams(temperature=0), {}, {2}, 0)
+    assert not greedy.do_sample
+
+
+def test_seeded_sampling_repeats_and_leaves_the_global_rng_alone(tiny_model):
+    prompts = [[1, 5, 6], [1, 9]]
+    kw = dict(eos_token_ids={2}, pad_token_id=0, engine="generate")
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    a = generate(tiny_model, prompts, 3, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(4), **kw)
+    assert torch.equal(torch.random.get_rng_state(), state)  # generate() drew inside fork_rng
+    b = generate(tiny_model, prompts, 3, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(4), **kw)
+    assert a.completion_ids == b.completion_ids
+
+
+def test_beam_search_run_of_two_steps_trains(tiny_model_dir, tmp_path):
+    from grpokit.train import Trainer
+    from helpers.runs import ROWS, likes_a, tiny_cfg
+
+    cfg = tiny_cfg(tiny_model_dir, tmp_path / "run", **{"rollout.engine": "generate"})
+    cfg.data.dataset = ""
+    cfg.rollout.generation_kwargs = {"num_beams": 2, "length_penalty": -0.1}
+    tr = Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:2], quiet=True)
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    assert tr.train()["steps"] == 2
+    changed = [n for n, p in tr.model.named_parameters() if not torch.equal(before[n], p.detach())]
+    assert len(changed) == len(before)
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"engine": "beam"}, r"^rollout.engine='?beam'? "),
+    ({"generation_kwargs": {"num_beams": 2}}, r"^rollout.generation_kwargs=\{'num_beams': 2\} is read only by rollout.engine=generate"),
+    ({"engine": "generate", "generation_kwargs": {"temperature": 0.5}}, r"^rollout.generation_kwargs keys \['temperature'\] are set elsewhere"),
+    ({"engine": "generate", "async_staleness": 1}, r"^rollout.engine=generate records no sampling logprobs"),
+    ({"engine": "static", "backend": "vllm"}, r"^rollout.engine=static picks a decode loop of rollout.backend=hf"),
+])
+def test_bad_engine_settings_get_one_sentence(over, message):
+    cfg = Config()
+    for k, v in over.items():
+        setattr(cfg.rollout, k, v)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)

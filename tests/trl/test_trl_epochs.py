@@ -1,0 +1,103 @@
+"""grpokit.trl's epochs, worked by hand: TRL's steps per epoch (whole generation batches of train_dataset,
+as its RepeatSampler keeps them), the run length from num_train_epochs, and save / eval / logging
+strategy "epoch" (tests/trl/test_trl_scripts.py checks the same against TRL itself)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from grpokit.config import ConfigError
+from grpokit.trl import best
+from grpokit.trl.bridge import StepBridge
+from grpokit.trl.config import GRPOConfig
+from grpokit.trl.mapping import to_config
+from grpokit.trl.step_args import steps_per_epoch
+
+
+@pytest.mark.parametrize("kwargs, rows, expected", [
+    # 8 completions a step / G 2 = 4 prompts a generation batch: 10 rows hold 2 whole batches (2 rows dropped)
+    (dict(per_device_train_batch_size=8, num_generations=2), 10, 2),
+    # each batch feeds num_iterations 3 optimizer steps: 2 batches x 3
+    (dict(per_device_train_batch_size=8, num_generations=2, num_iterations=3), 10, 6),
+    # steps_per_generation 2: a generation batch of 16 completions = 8 prompts, feeding 2 steps: 10 // 8 = 1 batch x 2
+    (dict(per_device_train_batch_size=8, num_generations=2, steps_per_generation=2), 10, 2),
+    # gradient_accumulation_steps 2 (steps_per_generation follows it): 16 completions, 8 prompts, 1 step per batch
+    (dict(per_device_train_batch_size=8, num_generations=2, gradient_accumulation_steps=2), 16, 2),
+    # fewer rows than one generation batch: transformers still counts 1 step an epoch
+    (dict(per_device_train_batch_size=8, num_generations=2), 3, 1),
+])
+def test_steps_per_epoch_by_hand(kwargs, rows, expected):
+    assert steps_per_epoch(GRPOConfig("o", **kwargs), rows, 1) == expected
+
+
+def test_two_processes_share_each_generation_batch():
+    # 2 processes x 8 completions = 16 completions, 8 prompts a batch: 16 rows are 2 batches, 2 steps an epoch
+    assert steps_per_epoch(GRPOConfig("o", per_device_train_batch_size=8, num_generations=2), 16, 2) == 2
+
+
+def test_epoch_strategies_map_to_whole_rounds():
+    # 10 rows, 4 prompts a round, num_iterations 2: an epoch is 2 rounds = 4 TRL steps; 1.5 epochs = 6 TRL steps = 3 rounds
+    a = GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, num_iterations=2, num_train_epochs=1.5,
+                   save_strategy="epoch", logging_strategy="epoch", eval_strategy="epoch", log_completions=True)
+    c = to_config(a, num_rows=10, world_size=1)
+    assert (c.train.steps, c.optim.schedule_steps, c.train.save_every) == (3, 6, 2)
+    assert (c.record.console_every, c.record.samples_every, c.train.keep_checkpoints) == (2, 2, 2)  # keep all: 3 // 2 + 1
+
+
+def test_the_rows_short_of_a_generation_batch_are_not_an_epoch():
+    # grpokit once counted ceil(epochs * rows / prompts): 10 rows / 4 = 3 rounds an epoch; TRL counts 2
+    assert to_config(GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, num_train_epochs=1), num_rows=10).train.steps == 2
+
+
+def test_other_strategies_are_one_sentence():
+    with pytest.raises(ConfigError, match="save_strategy='best' is not supported by grpokit; valid: steps, epoch, no"):
+        to_config(GRPOConfig("o", save_strategy="best"), num_rows=10)  # transformers has it, grpokit does not
+    for name, value in (("eval_strategy", "best"), ("logging_strategy", "sometimes")):  # transformers has neither
+        with pytest.raises(ConfigError, match=f"^GRPOConfig argument {name}='{value}' is not valid; use one of no, steps, epoch$"):
+            GRPOConfig("o", **{name: value})
+
+
+def test_load_best_model_at_end_takes_epoch_strategies():
+    best.check_args(GRPOConfig("o", load_best_model_at_end=True, eval_strategy="epoch", save_strategy="epoch"))
+    with pytest.raises(ConfigError, match="set both to 'steps' or both to 'epoch'"):
+        best.check_args(GRPOConfig("o", load_best_model_at_end=True, eval_strategy="epoch", save_strategy="steps"))
+
+
+def drive(bridge: StepBridge, rounds: int, per_round: int) -> None:
+    """grpokit's loop: per round the optimizer updates, then the round's end."""
+    state, control = types.SimpleNamespace(epoch=0.0), types.SimpleNamespace(should_training_stop=False)
+    for _ in range(rounds):
+        for k in range(per_round):
+            bridge.on_optimizer_step(None, None, None, metrics={"loss": 1.0, "learning_rate": 0.1 * (k + 1)})
+        bridge.on_step_end(None, state, control, metrics={"reward": 0.5})
+
+
+def test_epoch_ends_log_and_evaluate_as_transformers():
+    # 2 TRL steps an epoch, 5 steps in all: epochs end at steps 2 and 4, and the run's end (step 5) ends the last one
+    evaluations = []
+    a = GRPOConfig("o", logging_strategy="epoch", eval_strategy="epoch", eval_delay=1.5, max_steps=5)
+    bridge = StepBridge(a, [], 5, lambda: evaluations.append(bridge.state.global_step) or {}, lambda p, s: None, {})
+    bridge.steps_per_epoch = 2
+    drive(bridge, 5, 1)
+    logged = [(h["step"], h["epoch"]) for h in bridge.state.log_history]
+    assert logged == [(2, 1.0), (4, 2.0), (5, 2.5)]
+    assert evaluations == [4, 5]  # eval_delay 1.5 epochs: not after the first epoch (epoch 1.0 < 1.5)
+
+
+def test_an_epoch_log_holds_the_last_steps_rate_and_the_mean_loss():
+    # one round of 2 updates at rates 0.1 and 0.2: transformers logs the last step's rate, the losses' mean
+    a = GRPOConfig("o", logging_strategy="epoch", max_steps=2)
+    bridge = StepBridge(a, [], 2, dict, lambda p, s: None, {})
+    bridge.steps_per_epoch = 2
+    drive(bridge, 1, 2)
+    (entry,) = bridge.state.log_history
+    assert (entry["learning_rate"], entry["loss"], entry["step"]) == (0.2, 1.0, 2)
+
+
+def test_logging_first_step_logs_whatever_the_strategy_as_transformers():
+    bridge = StepBridge(GRPOConfig("o", logging_strategy="no", logging_first_step=True, max_steps=3), [], 3, dict,
+                        lambda p, s: None, {})
+    drive(bridge, 3, 1)
+    assert [h["step"] for h in bridge.state.log_history] == [1]

@@ -1,0 +1,147 @@
+"""TRL's own example script (trl/scripts/grpo.py) runs on grpokit's GRPOTrainer, and ``train()``
+returns what transformers' Trainer returns.
+
+The script is not copied: its untouched ``main()`` is called with ``trl.GRPOTrainer`` replaced by
+grpokit's (the one-import change, made on the module instead of in the file) and grpokit's
+GRPOConfig as ``training_args``. Its dataset is a local folder of train/test JSON lines (the
+script's ``load_dataset(dataset_name)`` reads a folder as it reads a hub id), its model the tiny
+local chat model, its hub the fake one on 127.0.0.1. What it calls on the trainer: ``train``,
+``accelerator.print``, ``save_model``, ``push_to_hub``, ``hub_model_id`` and ``end``. The script's
+command-line parser (TrlParser building trl's own GRPOConfig) is not exercised here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpokit.trl.bridge import final_entry, trl_step_metrics
+from grpokit.trl.trainer import Accelerator
+from grpokit.trl import GRPOConfig, GRPOTrainer
+from helpers.trl_models import FakeHub, make_chat_model
+
+
+def write_split(folder, name, n):
+    rows = [{"prompt": [{"role": "user", "content": f"add {a} and 1"}], "solution": str(a + 1)} for a in range(n)]
+    (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_trls_grpo_script_main_runs_on_grpokits_trainer(chat_model, tmp_path, monkeypatch, capsys):
+    trl = pytest.importorskip("trl")
+    from trl import DatasetMixtureConfig, ModelConfig
+    from trl.scripts.grpo import GRPOScriptArguments, main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_split(data, "train", 8)
+    write_split(data, "test", 2)
+    (tmp_path / "my_rewards_grpo_script.py").write_text("def short(completions, **kw):\n"
+                                                       "    return [-len(c[0]['content']) / 10 for c in completions]\n")
+    monkeypatch.chdir(tmp_path)  # the script imports dotted reward paths from the working directory
+    made = []
+    monkeypatch.setattr(trl, "GRPOTrainer", lambda **kw: made.append(GRPOTrainer(**kw)) or made[-1])
+    out = tmp_path / "run"
+    script_args = GRPOScriptArguments(dataset_name=str(data), reward_funcs=["think_format_reward", "accuracy_reward",
+                                                                             "my_rewards_grpo_script.short"])
+    training_args = GRPOConfig(output_dir=str(out), max_steps=2, per_device_train_batch_size=4, num_generations=4,
+                               max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
+                               eval_strategy="steps", eval_steps=1, push_to_hub=True, hub_model_id="me/tiny-grpo",
+                               hub_strategy="end")
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        main(script_args, training_args, ModelConfig(model_name_or_path=str(chat_model)), DatasetMixtureConfig())
+    trainer = made[0]
+    printed = capsys.readouterr().out
+    assert "Training completed." in printed and f"Model saved to {out}." in printed and "me/tiny-grpo" in printed
+    assert trainer.state.global_step == 2
+    assert [s.name for s in trainer._trainer.runner.specs] == ["think_format_reward", "accuracy_reward", "short"]
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]  # the test split became the eval_dataset
+    assert [h["step"] for h in evals] == [1, 2] and all("eval_rewards/accuracy_reward/mean" in h for h in evals)
+    assert (out / "config.json").exists() and (out / "model.safetensors").exists()  # save_model(output_dir)
+    assert "model.safetensors" in hub.repos["me/tiny-grpo"]  # push_to_hub(dataset_name=...)
+    assert trainer.model.dtype.is_floating_point and str(trainer.model.dtype) == "torch.float32"  # ModelConfig.dtype
+
+
+def test_accelerator_reports_this_process_and_prints_on_the_main_one_only(monkeypatch, capsys):
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    acc = Accelerator()
+    assert (acc.process_index, acc.num_processes, acc.is_main_process, acc.is_local_main_process) == (0, 1, True, True)
+    acc.print("hello")
+    acc.wait_for_everyone()  # one process: nothing to wait for
+    assert capsys.readouterr().out == "hello\n"
+    monkeypatch.setenv("RANK", "3")  # the second process of the second node under torchrun
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert (acc.process_index, acc.local_process_index, acc.num_processes, acc.is_main_process) == (3, 1, 4, False)
+    acc.print("hello")
+    assert capsys.readouterr().out == ""
+
+
+def test_final_entry_is_trls():
+    # 2 steps of 8 completions in 4 s: 16 / 4 = 4 samples/s, 2 / 4 = 0.5 steps/s; loss mean (0.5 + 1.5) / 2 = 1
+    assert final_entry(2, [0.5, 1.5], 4.0, 8) == {"train_runtime": 4.0, "train_samples_per_second": 4.0,
+                                                  "train_steps_per_second": 0.5, "total_flos": 0.0, "train_loss": 1.0}
+
+
+def test_a_later_update_of_a_round_logs_only_its_own_metrics():
+    sampled = {"reward": 0.5, "loss": 9.0, "clip_ratio/low_mean": 0.1, "clip_ratio/high_mean": 0.3}
+    update = {"loss": 2.0, "clip_ratio/low_mean": 0.25, "clip_ratio/high_mean": 0.125}
+    first = trl_step_metrics(sampled, update, True, 1.5)  # the round's sampling metrics, the update's own loss
+    assert first["reward"] == 0.5 and first["loss"] == 2.0 and first["step_time"] == 1.5
+    assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.25, 0.125)  # one process: min = max = mean
+    later = trl_step_metrics(sampled, update, False, 0.5)
+    assert set(later) == {"loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min", "clip_ratio/high_max",
+                          "step_time"}
+
+
+def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
+    from datasets import Dataset
+
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, logging_steps=1)
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                     train_dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(rows[:1]), args=args)
+    res = tr.train()
+    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2; then TRL's final entry
+    assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0), (2, 1.0)]
+    assert res.global_step == 2 and res.metrics["epoch"] == 1.0
+    losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
+    assert len(losses) == 2 and res.training_loss == pytest.approx(sum(losses) / 2) == res.metrics["train_loss"]
+    assert res.metrics["train_runtime"] > 0 and res.metrics["total_flos"] == 0.0
+    assert res.metrics["train_samples_per_second"] == pytest.approx(8 / res.metrics["train_runtime"], rel=1e-2)
+    assert tr.state.log_history[-1] == {**{k: v for k, v in res.metrics.items()}, "step": 2}
+    ev = tr.evaluate()  # on demand after training: 1 prompt x 2 generations, TRL's names
+    assert {"eval_loss", "eval_reward", "eval_rewards/<lambda>/mean", "eval_runtime", "eval_num_tokens", "epoch"} <= set(ev)
+    assert ev["eval_reward"] == 0.0 and tr.state.log_history[-1]["eval_loss"] == ev["eval_loss"]
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_attn_implementation_reaches_from_pretrained(chat_model, tmp_path, attn):
+    from datasets import Dataset
+
+    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                      use_cpu=True, model_init_kwargs={"attn_implementation": attn, "dtype": "bfloat16"})
+    tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                     train_dataset=Dataset.from_list([{"prompt": "1+1="}]), args=args)
+    assert tr.model.config._attn_implementation == attn and str(tr.model.dtype) == "torch.bfloat16"
+
+
+def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(chat_model):
+    from transformers import AutoModelForCausalLM
+
+    from grpokit.config import Config, ConfigError
+    from grpokit.config.io import set_field
+    from grpokit.train.models import load_model
+    from grpokit.config.validation import validate
+
+    cfg = Config()
+    set_field(cfg, "model.attn_implementation", "eager")
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation='eager' is chosen when loading"):
+        load_model(cfg.model, __import__("torch").device("cpu"), __import__("torch").float32,
+                   model=AutoModelForCausalLM.from_pretrained(chat_model))
+    set_field(cfg, "model.attn_implementation", "fast")
+    with pytest.raises(ConfigError, match=r"model.attn_implementation='fast' is not valid; choose one of: auto, eager, sdpa"):
+        validate(cfg)
