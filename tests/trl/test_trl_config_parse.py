@@ -231,3 +231,16 @@ def test_rich_progress_callback_counts_steps_and_is_accepted_by_the_trainer(caps
     assert cb.bar.n == 3 and cb.bar.total == 4
     cb.on_train_end(None, state, control)
     assert cb.bar is None and "'loss': 0.1235" in capsys.readouterr().out
+
+
+def test_disable_tqdm_none_follows_transformers_log_level_as_trl():
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    try:
+        hf_logging.set_verbosity(hf_logging.WARNING)
+        assert GRPOConfig("o").disable_tqdm is False and to_config(GRPOConfig("o"), num_rows=8).record.sinks == ["console"]
+        hf_logging.set_verbosity(hf_logging.ERROR)  # transformers quieted: no progress output, as transformers decides
+        assert GRPOConfig("o").disable_tqdm is True and to_config(GRPOConfig("o"), num_rows=8).record.sinks == []
+    finally:
+        hf_logging.set_verbosity(before)

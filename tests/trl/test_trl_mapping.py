@@ -58,7 +58,8 @@ def test_mapping_worked_by_hand():
                    num_iterations=2, loss_type="dr_grpo", scale_rewards=False, epsilon=0.2, epsilon_high=0.28,
                    learning_rate=5e-6, lr_scheduler_type="cosine", warmup_steps=0.1, save_steps=2, save_total_limit=None,
                    report_to=["tensorboard"], logging_steps=5, log_completions=True, bf16=True, beta=0.04,
-                   generation_kwargs={"stop_strings": "</answer>", "top_k": 20, "repetition_penalty": 1.1})
+                   generation_kwargs={"stop_strings": "</answer>", "top_k": 20, "repetition_penalty": 1.1},
+                   disable_tqdm=False)  # None would follow transformers' log level, which other tests may have raised
     c = to_config(a, num_rows=100, world_size=1)
     # 8 completions per micro-batch x 2 accumulated = 16 completions a step = 4 prompts x G=4
     assert (c.train.prompts_per_step, c.train.micro_batch_size, c.rollout.group_size) == (4, 8, 4)
