@@ -1,7 +1,7 @@
 """Record (or check) every variant's metrics for a few deterministic CPU steps on the demo task.
 
-The pipeline redesign (issue 25) must not move any number that it did not mean to move. Before the
-first move this script wrote ``tests/golden/variant_metrics.json``; ``tests/project/test_golden_metrics.py``
+A refactor must not move any number that it did not mean to move. Before the pipeline's redesign
+this script wrote ``tests/golden/variant_metrics.json``; ``tests/project/test_golden_metrics.py``
 re-runs a subset in CI and this script re-runs them all (``--check``). Timing and throughput keys
 are left out: they are the only values that differ between two identical runs.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "golden" / "variant_metrics.json"
 SMALL = ["train.steps=2", "train.prompts_per_step=4", "rollout.group_size=8", "data.eval_size=16",
          "record.sinks=[jsonl]", "record.report=false", "optim.lr=1e-3", "train.threads=1"]
-# pairs of options no single variant covers (issue 25: combinations owned)
+# pairs of options no single variant covers
 EXTRA = {
     "kl-k3-loss-bias": ["algo.beta=0.04", "algo.kl_bias_correction=true", "algo.num_iterations=2"],
     "dual-clip-token-mean": ["algo.dual_clip=3.0", "algo.aggregation=token-mean", "algo.num_iterations=2"],

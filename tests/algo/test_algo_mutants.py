@@ -223,13 +223,14 @@ def test_each_register_decorator_fills_its_own_table():
 
 def test_loss_settings_carry_every_algo_field():
     from grpokit.algo.pipeline import loss_settings
+    from grpokit.algo.sapo import SAPOParams
     from grpokit.algo.settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
     from grpokit.config.sections import AlgoConfig
 
     a = AlgoConfig(objective="sapo", clip_low=0.1, clip_high=0.3, dual_clip=3.0, ratio_level="sequence", sapo_tau_pos=0.7,
                    sapo_tau_neg=1.3, beta=0.05, kl_estimator="k2", kl_bias_correction=True, kl_clamp=10.0,
                    entropy_coef=0.01, entropy_aggregation="token-mean", offpolicy_delta=0.2, aggregation="token-mean")
-    assert loss_settings(a) == (LossSettings(ClipSettings("sapo", 0.1, 0.3, 3.0, "sequence", 0.7, 1.3),
+    assert loss_settings(a) == (LossSettings(ClipSettings("sapo", 0.1, 0.3, 3.0, "sequence", params=SAPOParams(0.7, 1.3)),
                                              KLSettings(0.05, "k2", True, 10.0), EntropyBonus(0.01, "token-mean"), 0.2),
                                 Normalisers("token-mean"))
     # 0 means "off" in the config and None in the records; the KL goes to the reward with kl_placement=reward
@@ -250,7 +251,7 @@ def test_group_advantages_passes_flat_rtol_and_token_whiten_with_two_tokens():
 def test_pipeline_plugged_stages_and_tis_below_one():
     from types import SimpleNamespace as NS
 
-    from grpokit.algo.pipeline import _plugged, advantage_stage_names, needed_logprobs, sampler_record
+    from grpokit.algo.pipeline import _plugged, advantage_stage_names, needed_logprobs, sampler_record, MismatchSettings, TISSettings
     # built-in objectives with no plugin stage are not "plugged"; any plugin advantage, mask or objective is
     assert not any(_plugged(NS(advantage="", token_masks=(), objective=o)) for o in ("clip", "cispo", "sapo"))
     assert _plugged(NS(advantage="", token_masks=("m",), objective="clip"))
@@ -258,7 +259,7 @@ def test_pipeline_plugged_stages_and_tis_below_one():
     # a TIS cap is on whenever it is above 0 (0 means off), 0.5 included: it needs pi_old's log-probs
     algo = NS(entropy_top_fraction=1.0, entropy_advantage=0.0, entropy_shaping="none", advantage="", token_masks=(),
               objective="clip", num_iterations=1, kl_placement="loss", beta=0.0)
-    s = NS(algo=algo, tis_cap=0.5, mismatch=("none",))
+    s = NS(algo=algo, tis=TISSettings(cap=0.5), mismatch=MismatchSettings())
     assert advantage_stage_names(s) == ["tis"] and needed_logprobs(s) == (True, False, False)
     # rows the sampler did not score (all-zero logprobs) leave the sampler mask: 1 * 0, not 1 / 0
     _, m = sampler_record(NS(sampling_logprobs=[[-1.0], [0.0]]), NS(completion_mask=torch.ones(2, 1), width=1))

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from grpokit.algo.loss import _KEYWORDS, _kl_weight, _turn_ratio, kl_estimate, lambda_weights, policy_loss
+from grpokit.algo.loss import _KEYWORDS, _kl_weight, _param_fields, _turn_ratio, kl_estimate, lambda_weights, policy_loss
 
 
 def test_kl_estimate_default_is_k3_and_bad_names_are_named():
@@ -21,7 +21,7 @@ def test_kl_estimate_default_is_k3_and_bad_names_are_named():
 
 
 def test_policy_loss_and_turn_ratio_errors_name_what_is_missing():
-    valid = ", ".join(_KEYWORDS)
+    valid = ", ".join([*_KEYWORDS, *_param_fields()])  # the objectives' own parameters (sapo_tau_pos ...) last
     with pytest.raises(TypeError, match=re.escape(f"unexpected keyword argument 'nope'; valid: {valid}") + "$"):
         policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), nope=1)
     with pytest.raises(ValueError, match="^" + re.escape("ratio level 'turn' needs turn_ids_NT (the turn of every token)") + "$"):

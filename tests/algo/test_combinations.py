@@ -3,7 +3,7 @@
 Every pair of values of two option dimensions (the other dimensions at their defaults), and the
 larger combinations in ``LARGER``, is either refused by config validation with one sentence naming a
 field of each option set, or run through the real pipeline (algo/pipeline.update_inputs, then
-algo/loss.objective_loss exactly as train/update.policy_update calls it) and compared with an
+algo/loss.objective_loss exactly as train/update.accumulate calls it) and compared with an
 expectation computed from the papers' formulas by code that shares nothing with grpokit's
 (tests/helpers/combination_reference.py):
 
@@ -45,13 +45,13 @@ from grpokit.algo import registry
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.entropy_shaping import SHAPINGS
 from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_FNS, objective_loss
-from grpokit.algo.pipeline import KL_PLACEMENTS, LogProbs, StepSettings, needed_logprobs, update_inputs
+from grpokit.algo.pipeline import KL_PLACEMENTS, LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
 from grpokit.algo.settings import LossTensors
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.validation import validate
-from grpokit.rollout.collect import ScoredBatch
-from grpokit.train.scaling import uses_tis
+from grpokit.types import ScoredBatch
+from grpokit.train.engines import uses_tis
 from grpokit.types import Episode, Prompt, Rollout, TokenBatch
 
 torch.set_default_dtype(torch.float32)
@@ -164,11 +164,12 @@ def batch_of(cell: dict[str, str]):
 
 
 def run_pipeline(cell: dict[str, str], cfg: Config):
-    """What Trainer.train_step and policy_update do with this batch: returns (inputs, loss)."""
+    """What Trainer.train_step and accumulate do with this batch: returns (inputs, loss)."""
     sb, batch, old = batch_of(cell)
     r = cfg.rollout
-    settings = StepSettings(cfg.algo, None, None, r.tis_cap if uses_tis(cfg) else 0.0, cfg.algo.norm_constant or r.max_new_tokens,
-                            mismatch=(r.mismatch_mask, r.mismatch_low, r.mismatch_high))
+    settings = StepSettings(algo=cfg.algo, norm_constant=cfg.algo.norm_constant or r.max_new_tokens,
+                            tis=TISSettings(cap=r.tis_cap if uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
+                            mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high))
     need_old, need_ref, want_entropy = needed_logprobs(settings)
     lp = LogProbs(old if need_old else None, REF if need_ref else None, ENT if want_entropy else None)
     inputs = update_inputs(settings, sb, batch, lp)
@@ -176,7 +177,7 @@ def run_pipeline(cell: dict[str, str], cfg: Config):
     old_used = inputs.old_logp if inputs.old_logp is not None else logp.detach()
     norms = inputs.norms.__class__(inputs.norms.aggregation, 4.0, float(inputs.loss_mask.sum()), inputs.norms.norm_constant)
     tensors = LossTensors(logp, old_used, inputs.advantages, inputs.loss_mask, inputs.ref_logp, ENT, inputs.turn_ids,
-                          ratio_mask=batch.completion_mask)  # as policy_update passes it
+                          ratio_mask=batch.completion_mask)  # as accumulate passes it
     loss, _ = objective_loss(tensors, inputs.loss, norms)
     return inputs, loss, sb, batch, old
 

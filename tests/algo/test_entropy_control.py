@@ -111,7 +111,7 @@ def test_run_raises_the_coefficient_once_per_optimizer_step(tmp_path):
                                      "algo.entropy_target=15", "algo.entropy_aggregation=token-mean", f"train.out={tmp_path}/run"])
     trainer = Trainer(cfg, quiet=True)
     trainer.train()
-    assert trainer.entropy_ctrl.coef == pytest.approx(0.03)
+    assert trainer.stage_state("entropy_control").coef == pytest.approx(0.03)
     ckpt = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]
     assert load_extra(ckpt)["entropy_control"]["coef"] == pytest.approx(0.03)
     import json

@@ -108,7 +108,7 @@ def test_vllm_outputs_feed_the_mismatch_metrics_like_the_hf_engine(tmp_path, shi
     from grpokit.rollout.vllm import VLLMColocated
 
     tr = mismatch_trainer(tmp_path)
-    tr.engine = VLLMColocated(RecordingLLM(tr, shift), lambda **kw: NS(**kw), tr.params, sleep=True)
+    tr.use_engine(VLLMColocated(RecordingLLM(tr, shift), lambda **kw: NS(**kw), tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"  # as if built on a GPU: the step samples through vLLM's output shape
     m = tr.train_step()
     if shift == 0.0:  # the recorded logprobs are the trainer's own (summation order only)

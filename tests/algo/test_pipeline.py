@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from grpokit.algo.pipeline import LogProbs, StepSettings, advantage_name, mask_names, needed_logprobs
+from grpokit.algo.pipeline import LogProbs, StepSettings, TISSettings, advantage_name, mask_names, needed_logprobs
 from grpokit.config.sections import AlgoConfig
 from grpokit.types import Episode
 
@@ -79,7 +79,7 @@ def test_tis_weights_multiply_the_advantages():
     # sampler logprobs 0 on every token; old = log 0.5 on row 0 -> w = min(0.5, cap) = 0.5; row 1 old = 0 -> w = 1
     sb, batch = scored([1.0, 0.0], 2, [1, 1])
     old = torch.tensor([[math.log(0.5)], [0.0]])
-    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis_cap=2.0)
+    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=TISSettings(cap=2.0))
     assert inp.advantages.shape == (2, 1)
     assert inp.advantages.flatten().tolist() == pytest.approx([0.5 * 0.5 / S, -0.5 / S], rel=1e-5)
 
@@ -96,7 +96,7 @@ def test_advantage_names_and_needed_logprobs():
     assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1))) == (False, True, False)
     assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1, kl_placement="reward"))) == (True, True, False)
     assert needed_logprobs(StepSettings(AlgoConfig(entropy_advantage=True))) == (True, False, True)
-    assert needed_logprobs(StepSettings(AlgoConfig(), tis_cap=2.0)) == (True, False, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(), tis=TISSettings(cap=2.0))) == (True, False, False)
 
 
 def test_mo_grpo_then_edge_stages():

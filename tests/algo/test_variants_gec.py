@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grpokit.rollout import gec
-from grpokit.rollout.collect import ScoredBatch
+from grpokit.types import ScoredBatch
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.rewards.runner import RewardRunner

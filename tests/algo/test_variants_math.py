@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from grpokit.algo.advantages import kl_penalized_rewards, normalize_components
-from grpokit.algo.loss import entropy_token_mask, offpolicy_sequences, policy_loss
+from grpokit.algo.loss import offpolicy_sequences, policy_loss
+from grpokit.algo.masks import entropy_token_mask
 
 
 def test_offpolicy_masking_deepseek_v32():

@@ -5,7 +5,7 @@ scale. Everything here builds configs (and at most a Trainer on the 0.26M demo m
 import pytest
 
 from grpokit.config import presets
-from grpokit.train import wiring
+from grpokit.train import reward_setup, run_data
 from grpokit.cli.app import _train_parser, build_config
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides, assigned, load_yaml
@@ -15,7 +15,7 @@ from helpers.paths import ROOT
 
 def cli_config(*argv: str) -> Config:
     """What `grpokit train ARGV` trains: the CLI's layers, then the run's own resolution."""
-    return wiring.resolve_run(build_config(_train_parser().parse_args(list(argv))))
+    return run_data.resolve_run(build_config(_train_parser().parse_args(list(argv))))
 
 
 def test_config_defaults_are_a_real_run():
@@ -29,12 +29,12 @@ def test_config_defaults_are_a_real_run():
 def test_the_demo_fills_only_what_nobody_set():
     demo = get_task("arithmetic").demo
     assert dict(demo) == {"rollout.max_new_tokens": 8, "optim.lr": 3e-4, "train.steps": 60, "train.save_every": 0}
-    cfg = wiring.resolve_run(Config())  # `grpokit train` with no arguments: the demo, as before
+    cfg = run_data.resolve_run(Config())  # `grpokit train` with no arguments: the demo, as before
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr, cfg.train.steps, cfg.train.save_every) == (8, 3e-4, 60, 0)
     cfg = Config()
     cfg.rollout.max_new_tokens = 512  # set explicitly, even to the default value: kept
     apply_overrides(cfg, ["optim.lr=1e-3"])
-    cfg = wiring.resolve_run(cfg)
+    cfg = run_data.resolve_run(cfg)
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr, cfg.train.steps) == (512, 1e-3, 60)
 
 
@@ -52,17 +52,17 @@ def test_the_readme_own_model_example_is_a_real_run(tmp_path, monkeypatch):
                      "reward.functions=[math_accuracy,strict_format]", "reward.weights=[1.0,0.5]")
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr) == (512, 1e-6)
     assert cfg.data.task == ""  # data.task was not cleared: one's own data replaces it anyway
-    assert [s.name for s in wiring.reward_specs(cfg, None)] == ["math_accuracy", "strict_format"]
+    assert [s.name for s in reward_setup.reward_specs(cfg, None)] == ["math_accuracy", "strict_format"]
 
 
 def test_own_dataset_never_keeps_the_task_reward_or_eval_set(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "x", "answer": "1"}\n')
-    cfg = wiring.resolve_run(apply_overrides(Config(), [f"data.dataset={data}"]))  # data.task left at "arithmetic"
+    cfg = run_data.resolve_run(apply_overrides(Config(), [f"data.dataset={data}"]))  # data.task left at "arithmetic"
     with pytest.raises(ConfigError, match=r"^reward.functions names 'task' \(the built-in task's reward\) but the run "
                                           r"trains on its own data; name its reward instead"):
-        wiring.reward_specs(cfg, None)
-    train, held_out = wiring.data_rows(cfg, None, None)
+        reward_setup.reward_specs(cfg, None)
+    train, held_out = run_data.data_rows(cfg, None, None)
     assert train == [{"prompt": "x", "answer": "1"}] and held_out == []  # no arithmetic prompts
     assert cfg.rollout.max_new_tokens == 512  # the demo model on one's own data is not the demo
 
@@ -87,14 +87,14 @@ def test_preset_on_the_demo_runs_at_the_demos_scale():
     # the run's scale: the demo's batch of 16 prompts, 8 tokens, lr 3e-4 (not 512 x 20,480 at 1e-6)
     assert (cfg.train.prompts_per_step, cfg.rollout.max_new_tokens, cfg.optim.lr) == (16, 8, 3e-4)
     # the overlong window follows max_new_tokens: max_length 8, cache round(0.2 * 8) = 2
-    assert wiring.reward_params(cfg, "overlong_penalty") == {"max_length": 8, "cache_length": 2}
+    assert reward_setup.reward_params(cfg, "overlong_penalty") == {"max_length": 8, "cache_length": 2}
 
 
 def test_paper_scale_is_one_flag_and_the_window_is_then_the_papers():
     cfg = cli_config("--preset", "dapo", "--paper-scale")
     assert (cfg.train.prompts_per_step, cfg.rollout.max_new_tokens, cfg.optim.lr) == (512, 20480, 1e-6)
     # DAPO: L_max = 20,480 and L_cache = 4,096 = 0.2 * 20,480
-    assert wiring.reward_params(cfg, "overlong_penalty") == {"max_length": 20480, "cache_length": 4096}
+    assert reward_setup.reward_params(cfg, "overlong_penalty") == {"max_length": 20480, "cache_length": 4096}
     with pytest.raises(ConfigError, match="--paper-scale applies a preset's"):
         cli_config("--paper-scale")
 
@@ -103,7 +103,7 @@ def test_user_settings_win_over_a_preset_and_the_window_can_be_set():
     cfg = cli_config("--preset", "dapo", "algo.clip_high=0.3", "rollout.max_new_tokens=64",
                      "reward.params={overlong_penalty: {cache_length: 16}}")
     assert cfg.algo.clip_high == 0.3 and cfg.rollout.max_new_tokens == 64
-    assert wiring.reward_params(cfg, "overlong_penalty") == {"cache_length": 16, "max_length": 64}
+    assert reward_setup.reward_params(cfg, "overlong_penalty") == {"cache_length": 16, "max_length": 64}
 
 
 def test_presets_use_the_runs_own_reward(tmp_path):
@@ -117,7 +117,7 @@ def test_presets_use_the_runs_own_reward(tmp_path):
                      "reward.weights=[2,1]")
     assert (cfg.reward.functions, cfg.reward.weights) == (["math_accuracy", "tag_count", "strict_format"], [2.0, 1.0, 0.5])
     cfg = cli_config("--preset", "dapo", f"data.dataset={data}", "reward.functions=[math_accuracy]")
-    assert [s.name for s in wiring.reward_specs(cfg, None)] == ["math_accuracy", "overlong_penalty"]
+    assert [s.name for s in reward_setup.reward_specs(cfg, None)] == ["math_accuracy", "overlong_penalty"]
 
 
 def test_preset_from_python_with_passed_reward_functions(tmp_path):
@@ -132,7 +132,7 @@ def test_resume_keeps_the_saved_config(tmp_path):
     run.mkdir()
     from grpokit.config.io import save_yaml
 
-    save_yaml(wiring.resolve_run(Config()), run / "config.yaml")  # what a demo run saved
+    save_yaml(run_data.resolve_run(Config()), run / "config.yaml")  # what a demo run saved
     cfg = cli_config("--resume", str(run))
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr) == (8, 3e-4)
     assert load_yaml(run / "config.yaml").train.steps == 60

@@ -115,3 +115,25 @@ def test_degenerate_predicted_boxes_are_drawn_not_refused():
     out = draw_boxes(shapes.render([]), [], [[5, 5, 5, 9], [9, 9, 3, 3]])
     assert out.getpixel((20, 20)) == (220, 30, 30) and out.getpixel((20, 35)) == (220, 30, 30)
     assert out.getpixel((12, 12)) == (220, 30, 30)  # the reversed box's corner (3*4, 3*4)
+
+
+def test_processor_of_a_hub_name_loads_from_the_hub_cache(tmp_path):
+    """TRL's VLM scripts name the model by hub id: without torchvision (transformers' Qwen2-VL video
+    processor needs it) the image-only fallback must read that name's cached snapshot too."""
+    import os
+    import subprocess
+    import sys
+
+    from grpokit.data.tasks import shapes
+
+    repo = tmp_path / "models--org--tiny-vl"
+    snap = repo / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    for f in shapes.shapes_model_path().iterdir():
+        (snap / f.name).symlink_to(f)
+    code = "from grpokit.data.vision import load_processor; print(type(load_processor('org/tiny-vl')).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    assert out.stdout.strip().splitlines()[-1] == "Qwen2VLProcessor", out.stderr[-500:]

@@ -184,7 +184,7 @@ def test_vllm_colocated_runs_the_episode_loop_and_sleeps_once(tag_model_dir, tmp
 
     tr = trainer(tag_model_dir, tmp_path / "v", **{"rollout.tis_cap": 2.0})
     llm = ToolFakeLLM(tr.tokenizer)
-    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=True)
+    tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"
     m = tr.train_step()
     kinds = [c[0] for c in llm.calls]

@@ -28,7 +28,7 @@ def scripted_generate(model, prompt_ids, group_size, params, *, eos_token_ids, p
 
 
 def run(model_dir, out, over):
-    import grpokit.train.loop as train_mod
+    import grpokit.rollout.engine as train_mod  # the hf engine samples with its module's generate
     from helpers.runs import make
 
     real, train_mod.generate = train_mod.generate, scripted_generate

@@ -6,7 +6,7 @@ import torch
 
 from grpokit.algo.pipeline import LogProbs, StepSettings, update_inputs
 from grpokit.config.sections import AlgoConfig
-from grpokit.rollout.collect import ScoredBatch
+from grpokit.types import ScoredBatch
 from grpokit.types import Episode, Prompt, Rollout, TokenBatch
 
 

@@ -111,3 +111,29 @@ class FakeHub:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+QWEN_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>", "<tool_response>",
+               "</tool_response>", "<think>", "</think>")
+
+
+def make_tool_chat_model(path: Path, template: str, seed: int = 0) -> Path:
+    """A tiny Qwen3 over printable characters with Qwen's special tokens and ``template`` as its chat
+    template (TRL's bundled qwen3.jinja, which TRL recognises for tool calling); eos is <|im_end|>."""
+    import string
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+
+    tok = build_char_tokenizer(string.printable, QWEN_TOKENS, padding_side="left", model_max_length=None)
+    tok.chat_template = template
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    tok.eos_token = "<|im_end|>"
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=4096, bos_token_id=None, eos_token_id=eos,
+                      pad_token_id=0, tie_word_embeddings=False)
+    Qwen3ForCausalLM(cfg).save_pretrained(path)
+    save_char_tokenizer(tok, path)
+    return path

@@ -278,7 +278,9 @@ def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
     from grpokit.rollout.hf import SamplingParams
 
-    tok, spec = _tok(), EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100)
+    # max_failure_fraction=1: contained and counted; the stop past the fraction is tests/project/test_faults_stalls.py
+    tok, spec = _tok(), EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100,
+                                    max_failure_fraction=1.0)
     for env, failed in [(SlowReset, True), (BrokenReset, True), (HugeReset, False)]:
         start = time.monotonic()
         ro = EpisodeRunner(spec, tok, environment_factory=env).run(_always("<answer>1</answer>"), [_prompt()], 2,
@@ -302,19 +304,21 @@ def test_boxed_hedges_score_zero(hedge):
     assert math_accuracy([f"The answer: {hedge}", r"so \boxed{6}"], answer=["6", "6"]) == [0.0, 1.0]
 
 
-def test_forged_records_on_the_verdict_channel_fail_their_case():
+def test_forged_records_on_the_verdict_channel_taint_the_whole_channel():
+    import json
+
     from grpokit.rewards.code import _trusted_records
 
     honest = ['{"case": 0, "status": "ok", "value": 3}', '{"case": 1, "status": "ok", "value": 4}']
-    assert sorted(_trusted_records("\n".join(honest), 2)) == [0, 1]
-    # a deeply nested line written while case 0 ran: case 0 fails, case 1 stands
+    assert _trusted_records("\n".join(honest), 2) == ({0: json.loads(honest[0]), 1: json.loads(honest[1])}, False)
     deep = "[" * 100_000 + "]" * 100_000
-    assert sorted(_trusted_records("\n".join([deep, *honest]), 2)) == [1]
-    # a forged record for case 1 written before the harness's honest one: a second record of case 1
     forged = '{"case": 1, "status": "ok", "value": 4}'
-    assert sorted(_trusted_records("\n".join([honest[0], forged, honest[1]]), 2)) == [0]
-    # a forged record naming case 0 while case 1 runs: case 0 (named twice) and case 1 fail
-    assert _trusted_records("\n".join([honest[0], honest[0], honest[1]]), 2) == {}
+    for lines in ([deep, *honest],  # a deeply nested line written while case 0 ran (case 1 stood before)
+                  [honest[0], forged, honest[1]],  # a second record of case 1, before the honest one
+                  [honest[0], honest[0], honest[1]],  # case 0 named twice
+                  [*honest, '{"case": 2, "status": "ok", "value": 5}'],  # a record past the last case
+                  ['{"case": 0, "status": "ok", "value": 3']):  # malformed JSON
+        assert _trusted_records("\n".join(lines), 2) == ({}, True), lines
 
 
 FORGER = """
@@ -328,15 +332,22 @@ def f(x):
 
 def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
     # end to end, as a model's program would do it: before, it earned 1.0 (the deep line was skipped
-    # and the forged record read as the verdict); now case 0 fails, and the honest program passes
+    # and the forged record read as the verdict); now the forger fails (counted), the honest program passes
+    import functools
+
     from grpokit.rewards.code import code_pass_fraction, probe
+    from grpokit.rewards.runner import RewardRunner
 
     ok, why = probe()
     if not ok:
         pytest.skip(f"sandbox isolation unavailable on this host: {why}")
     cases = [[{"fn": "f", "args": [1], "expected": 2}]] * 2
     honest = "def f(x):\n    return 2 * x\n"
-    assert code_pass_fraction([f"```python\n{FORGER}```", f"```python\n{honest}```"], cases, wall_s=10) == [0.0, 1.0]
+    runner = RewardRunner([RewardSpec(functools.partial(code_pass_fraction, wall_s=10), "code")], num_workers=0,
+                          timeout_s=60)
+    res = runner.score(["p", "p"], [f"```python\n{FORGER}```", f"```python\n{honest}```"], [[1], [1]], 1,
+                       {"test_cases": cases})
+    assert res.total_N.tolist() == [0.0, 1.0] and res.metrics["rewards/code/failures"] == 1.0
 
 
 # -------------------------------------------------------------------------------------------- servers

@@ -181,12 +181,12 @@ def test_lora_adapters_sit_on_the_language_model_only():
 def test_tools_with_image_prompts_are_one_sentence(tmp_path, tool_format, monkeypatch):
     from grpokit.config.io import apply_overrides
     from grpokit.config.sections import Config
-    from grpokit.train import wiring
+    from grpokit.train import run_data
     from grpokit.train.loop import Trainer
 
     # the vLLM backends take images now (tests/project/test_vision_vllm.py); multi-turn episodes do not. Tag-format
     # tools put no schema in the prompt, so the refusal cannot be the processor's: the run's own check says it
-    monkeypatch.setattr(wiring, "TASK_TRAIN_ROWS", 4)
+    monkeypatch.setattr(run_data, "TASK_TRAIN_ROWS", 4)
     cfg = apply_overrides(Config(), ["data.task=shapes", "env.tools=[calculator]", f"env.tool_format={tool_format}",
                                      "record.report=false", f"train.out={tmp_path}"])
     with pytest.raises(ConfigError, match="tools and environments with image prompts are not supported yet"):

@@ -109,10 +109,10 @@ def test_the_image_changes_what_the_static_engine_samples(tiny):
 def test_two_shapes_steps_train_with_the_static_engine(tmp_path, monkeypatch):
     from grpokit.config.io import apply_overrides
     from grpokit.config.sections import Config
-    from grpokit.train import wiring
+    from grpokit.train import run_data
     from grpokit.train.loop import Trainer
 
-    monkeypatch.setattr(wiring, "TASK_TRAIN_ROWS", 16)  # not 8192 scenes drawn and encoded for 2 steps
+    monkeypatch.setattr(run_data, "TASK_TRAIN_ROWS", 16)  # not 8192 scenes drawn and encoded for 2 steps
     built = []
     monkeypatch.setattr(static.StaticDecoder, "__init__", _spy(static.StaticDecoder.__init__, built))
     cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=2", "train.prompts_per_step=2", "rollout.group_size=2",

@@ -69,15 +69,15 @@ def test_colocated_engine_passes_images_as_multi_modal_data():
 def test_trainer_step_on_a_fake_colocated_engine_with_image_prompts(tmp_path, monkeypatch):
     from grpokit.config.io import apply_overrides
     from grpokit.config.sections import Config
-    from grpokit.train import wiring
+    from grpokit.train import run_data
     from grpokit.train.loop import Trainer
 
-    monkeypatch.setattr(wiring, "TASK_TRAIN_ROWS", 8)
+    monkeypatch.setattr(run_data, "TASK_TRAIN_ROWS", 8)
     cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2",
                                      "data.eval_size=0", "record.report=false", f"train.out={tmp_path}", "train.save_every=0"])
     tr = Trainer(cfg, quiet=True)
     llm = FakeLLM()
-    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=False)
+    tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=False))
     tr.engine.after_update = lambda model, step: {}  # no weights to send to a fake
     tr.cfg.rollout.backend = "vllm"  # as if built on a GPU
     m = tr.train_step()

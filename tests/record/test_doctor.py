@@ -278,7 +278,7 @@ def test_doctor_and_health_alarms_share_their_thresholds(tmp_path: Path) -> None
     DoctorConfig has no field of that name: one number per alarm, never two that disagree."""
     from dataclasses import fields
 
-    from grpokit.record.health import HealthConfig
+    from grpokit.config.health import HealthConfig
 
     assert {f.name for f in fields(DoctorConfig)} & {f.name for f in fields(HealthConfig)} == set()
     run = sick(tmp_path, kl=2.0)  # recent KL 2.0 > health.kl_max 1.0

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from grpokit.record.health import MONITORS, HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures, solved_signatures
+from grpokit.config.health import HealthConfig
+from grpokit.record.health import MONITORS, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures, solved_signatures
 
 STEPS = 60
 

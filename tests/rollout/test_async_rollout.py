@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from grpokit.rollout.engine import HFEngine
+
 from helpers.runs import make
 
 
@@ -28,5 +30,5 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness):
 
 def test_synchronous_by_default(tiny_model_dir, tmp_path):
     tr = make(tiny_model_dir, tmp_path / "sync", **{"train.steps": 1})
-    assert tr.engine is None
+    assert isinstance(tr.engine, HFEngine)  # sampling on the trainer's own model
     assert "rollout/staleness" not in tr.train_step()

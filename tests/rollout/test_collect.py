@@ -2,7 +2,8 @@
 
 import torch
 
-from grpokit.rollout.collect import ScoredBatch, collect, gfpo_keep
+from grpokit.rollout.collect import collect, gfpo_keep
+from grpokit.types import ScoredBatch
 from grpokit.types import Prompt, Rollout
 
 

@@ -143,15 +143,32 @@ def test_environment_instances_reset_observation_tools_and_done():
     assert envs[0] is not envs[1] and envs[0].count == 0 and envs[1].count == 4  # one instance per episode
     assert ro.finish_reasons == ["eos", "done"] and ro.episodes[1].turns == 2
 
+
+
+def test_random_reset_starts_each_episode_from_its_own_observation():
+    """TRL accepts a reset() whose observation differs between the G episodes (its 2048 example's random
+    tiles): each episode's context is the prompt + its own observation. The group shares the common
+    prefix "4= 1" and each episode starts with the rest as untrained environment tokens."""
+
     class Random(Counter):
         n = 0
 
         def reset(self, **row):
             Random.n += 1
-            return str(Random.n)
+            self.count, self.target, self.done = 0, 9, False
+            return f" 1{Random.n}"
 
-    with pytest.raises(ConfigError, match="different observations"):
-        EpisodeRunner(EpisodeSpec(max_turns=2), TOK, environment_factory=Random).run(sampler, [prompt("4=", answer="4")], 2, SamplingParams())
+    seen = []
+    sampler = ScriptedSampler(lambda ctx, g: seen.append(ctx) or "<answer>0</answer><eos>")
+    runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags"), TOK, environment_factory=Random)
+    Random.n = 0  # the probe instance built by the runner is never reset
+    with pytest.warns(UserWarning, match="different observations"):
+        ro = runner.run(sampler, [prompt("4=", answer="4")], 2, SamplingParams())
+    assert seen == ["4= 11", "4= 12"]  # each episode's first turn saw its own observation
+    assert ro.prompt_ids == [ids("4= 1")]  # the shared prefix
+    assert [c[:1] for c in ro.completion_ids] == [ids("1"), ids("2")]
+    assert [e.model_mask[:1] for e in ro.episodes] == [[0], [0]]  # the observation's own part is never trained on
+    assert [e.model_mask[1:] for e in ro.episodes] == [[1] * len(ids("<answer>0</answer>")) + [1]] * 2
 
 
 # ---------------------------------------------------------------- stage 5 sees only the mask

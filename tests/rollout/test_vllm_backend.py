@@ -113,7 +113,7 @@ def test_vllm_on_cpu_is_one_clear_sentence(tiny_model_dir, tmp_path):
 def test_trainer_with_a_fake_colocated_engine_applies_tis(tiny_model_dir, tmp_path):
     tr = make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "rollout.tis_cap": 2.0})
     llm = FakeLLM()
-    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=True)
+    tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"  # as if built on a GPU
     m = tr.train_step()
     for key in ("tis/logp_abs_diff_mean", "tis/ratio_max", "tis/capped_fraction", "rollout/weight_sync_step"):
@@ -137,7 +137,7 @@ def test_dynamic_sampling_rounds_all_sample_before_the_engine_sleeps(tiny_model_
     tr = make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "algo.dynamic_sampling": True,
                                                    "algo.max_sampling_rounds": 3})
     llm = SameLLM()
-    tr.engine = VLLMColocated(llm, FakeSP, tr.params, sleep=True)
+    tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"
     tr.train_step()
     kinds = [c[0] for c in llm.calls]

@@ -27,7 +27,7 @@ from grpokit.config.validation import validate
 from grpokit.rollout.hf import SamplingParams
 from grpokit.rollout.vllm import VLLMColocated
 from grpokit.rollout.vllm_tp import Request, TensorParallelEngine, merged_inputs, own_outputs, tp_groups
-from grpokit.train import scaling
+from grpokit.train import engines, world_check
 from grpokit.train.distributed import DistContext, rank_seed
 
 
@@ -185,7 +185,7 @@ def _engine_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     from helpers.models import tiny_llama
 
     cfg = _tp_config(model_dir)
-    eng = scaling.colocated_engine(cfg, P3, torch.device("cuda"), DistContext(rank, world, rank))
+    eng = engines.colocated_engine(cfg, P3, torch.device("cuda"), DistContext(rank, world, rank))
     ro = eng.generate(RANK_PROMPTS[rank], 2, sleep=False)
     second = eng.generate([[11]], 1, sleep=False).completion_ids if rank == 0 else None
     eng.finish_sampling()
@@ -213,7 +213,7 @@ def _trainer_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     cfg.data.dataset = ""
     tr = Trainer(cfg, reward_funcs=[by_rank], train_rows=ROWS, quiet=True)
     tr.cfg.rollout.backend, tr.cfg.rollout.vllm_tensor_parallel_size = "vllm", 2  # as if built on GPUs
-    tr.engine = scaling.colocated_engine(tr.cfg, tr.params, torch.device("cuda"), tr.dist)
+    tr.use_engine(engines.colocated_engine(tr.cfg, tr.params, torch.device("cuda"), tr.dist))
     m = tr.train_step()
     llm = FakeLLM.built[-1]
     return {"calls": [c[:3] for c in llm.calls], "hard": m["gfpo/hard_prompts"], "synced": m["rollout/weight_sync_step"]}
@@ -300,12 +300,12 @@ def test_the_size_must_divide_the_ranks():
     cfg = Config()
     cfg.rollout.backend, cfg.rollout.vllm_tensor_parallel_size, cfg.train.prompts_per_step = "vllm", 2, 12
     validate(cfg)  # the field alone is fine; the number of ranks is known when the run starts
-    scaling.check_world(cfg, DistContext(0, 4))  # 4 ranks: groups [0 1] [2 3]
+    world_check.check_world(cfg, DistContext(0, 4))  # 4 ranks: groups [0 1] [2 3]
     for world, valid in [(1, "1"), (3, "1, 3"), (6, "1, 2, 3, 6")]:
         if world == 6:
             cfg.rollout.vllm_tensor_parallel_size = 4
         with pytest.raises(ConfigError) as e:
-            scaling.check_world(cfg, DistContext(0, world))
+            world_check.check_world(cfg, DistContext(0, world))
         tp = cfg.rollout.vllm_tensor_parallel_size
         assert str(e.value) == (f"rollout.vllm_tensor_parallel_size={tp} must divide the {world} ranks (one engine per group "
                                 f"of {tp} consecutive ranks); use one of: {valid}")

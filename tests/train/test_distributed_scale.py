@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from helpers.distributed import scripted_generate
 from helpers.runs import ROWS, tiny_cfg
 
-from grpokit.algo.loss import entropy_token_mask
+from grpokit.algo.masks import entropy_token_mask
 from grpokit.train import Trainer
 
 VOLATILE = ("time/", "tokens_per_second", "rollout/tokens_per_second")
@@ -139,7 +139,7 @@ OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.aggregation": "toke
 
 
 def run_scripted(model_dir, out, over):
-    import grpokit.train.loop as train_mod
+    import grpokit.rollout.engine as train_mod  # the hf engine samples with its module's generate
 
     real, train_mod.generate = train_mod.generate, scripted_generate
     try:

@@ -37,7 +37,7 @@ def test_only_adapters_train_and_reference_is_the_base_without_a_copy(tiny_model
 
 def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
     from grpokit.train.logprobs import make_token_batch
-    from grpokit.train import scaling
+    from grpokit.train import reference
     from transformers import AutoModelForCausalLM
 
     tr = make(tiny_model_dir, tmp_path / "run", **LORA, **{"algo.beta": 0.04})
@@ -45,15 +45,13 @@ def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
         for n, p in tr.model.named_parameters():
             if "lora_B" in n:
                 p.add_(0.5)
-    from grpokit.train.wiring import Timer
 
-    tr._timer = Timer()
-    sb = tr._sample(2, 4)
+    sb = tr.sample_and_score(2, 4)
     batch = make_token_batch(sb.rollout, tr.tokenizer.pad_token_id)
-    ref = scaling.reference_logprobs(tr.model, tr.ref_model, batch, tr._logprobs)
+    ref = reference.reference_logprobs(tr.model, tr.ref_model, batch, tr.logprobs)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    expected = tr._logprobs(base, batch)[0]
-    policy = tr._logprobs(tr.model, batch)[0]
+    expected = tr.logprobs(base, batch)[0]
+    policy = tr.logprobs(tr.model, batch)[0]
     m = batch.completion_mask.bool()
     assert torch.allclose(ref[m], expected[m], atol=1e-5)
     assert not torch.allclose(policy[m], expected[m], atol=1e-3)  # the adapters are really on otherwise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grpokit.train.memory import GB, MemoryProvider, PhasePeaks, plan_memory
-from grpokit.train.wiring import Timer
+from grpokit.train.timer import Timer
 
 
 class FakeCuda:
@@ -90,7 +90,7 @@ def test_trainer_turns_checkpointing_on_when_the_budget_is_exceeded(tiny_model_d
 def test_offloaded_reference_moves_in_for_its_pass_and_back_out_even_on_error():
     import torch
 
-    from grpokit.train.scaling import reference_logprobs
+    from grpokit.train.reference import reference_logprobs
 
     class Ref(torch.nn.Linear):
         def to(self, *a, **kw):

@@ -106,10 +106,10 @@ def test_router_coefficient_resolves_against_the_model():
 
 def test_router_loss_is_added_in_proportion_to_micro_batch_rows():
     # one update on 4 rows, 2 micro-batches of 2 rows: the loss gains coef * (aux_1 * 2/4 + aux_2 * 2/4)
-    from grpokit.algo.pipeline import UpdateInputs
+    from grpokit.algo.pipeline import UpdateInputs, loss_settings
     from grpokit.config.sections import AlgoConfig, OptimConfig
     from grpokit.train.logprobs import completion_logprobs, logprobs_with_router_loss
-    from grpokit.train.update import make_optimizer, policy_update
+    from grpokit.train.update import Accumulator, Forwards, accumulate, apply_update, make_optimizer
     from grpokit.types import TokenBatch
 
     ids = torch.cat([IDS, IDS.flip(1)])  # (4, 6): a 2-token prompt and a 4-token completion each
@@ -123,9 +123,12 @@ def test_router_loss_is_added_in_proportion_to_micro_batch_rows():
     for coef in (0.0, 0.3):
         m = copy.deepcopy(model)
         opt, sched = make_optimizer(m, OptimConfig(lr=0.0), 1)
-        inputs = UpdateInputs(batch, torch.tensor([1.0, -1.0, 0.5, -0.5]), batch.completion_mask, None, None)
-        losses[coef] = policy_update(m, opt, sched, inputs, AlgoConfig(), OptimConfig(lr=0.0), temperature=1.0,
-                                     micro_batch_size=2, norm_constant=4.0, router_aux=coef)
+        loss, norms = loss_settings(AlgoConfig())
+        inputs = UpdateInputs(batch=batch, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5]), loss_mask=batch.completion_mask,
+                              old_logp=None, ref_logp=None, loss=loss, norms=norms)
+        acc = Accumulator()
+        accumulate(m, opt, inputs, acc, Forwards(temperature=1.0, micro_batch_size=2, router_aux=coef))
+        losses[coef] = apply_update(opt, sched, acc, OptimConfig(lr=0.0), router_aux=coef)
     assert losses[0.3]["loss"] - losses[0.0]["loss"] == pytest.approx(0.3 * (auxes[0] + auxes[1]) / 2, rel=1e-5)
     assert losses[0.3]["aux_loss"] == pytest.approx((auxes[0] + auxes[1]) / 2, rel=1e-5) and "aux_loss" not in losses[0.0]
 

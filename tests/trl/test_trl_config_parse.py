@@ -175,8 +175,8 @@ def test_a_project_subclasses_it_with_its_own_fields():
     assert isinstance(args, MyConfig) and args.curriculum_start == 0.25 and args.learning_rate == 2e-6
     assert "--curriculum_start" in parser.format_help()
     assert to_config(args, num_rows=8).optim.lr == 2e-6  # the run reads the TRL arguments, the project its own
-    with pytest.raises(ConfigError, match="^GRPOConfig argument use_transformers_paged=True is not supported"):
-        MyConfig(output_dir="o", use_transformers_paged=True)  # the base class's refusals hold in a subclass
+    with pytest.raises(ConfigError, match="^GRPOConfig argument deepspeed='ds.json' is not supported"):
+        MyConfig(output_dir="o", deepspeed="ds.json")  # the base class's refusals hold in a subclass
     with pytest.raises(TypeError):
         MyConfig(output_dir="o", not_a_field=1)  # as TRL's subclasses: the dataclass's own error
 

@@ -22,7 +22,7 @@ from helpers.paths import ROOT
 sys.path.insert(0, str(ROOT / "bench"))
 from trl_oracle import fixed_batch, grpokit_loss, trl_is_ratio, trl_loss  # noqa: E402
 
-from grpokit.algo.pipeline import LogProbs  # noqa: E402
+from grpokit.algo.pipeline import LogProbs, TISSettings  # noqa: E402
 from grpokit.algo.tis import TIS_MODES, tis_weights  # noqa: E402
 from grpokit.config.sections import AlgoConfig, ConfigError  # noqa: E402
 from grpokit.trl.config import GRPOConfig  # noqa: E402
@@ -91,7 +91,7 @@ def test_the_pipeline_stage_applies_the_mode():
     # rewards [1, 0] in one group of 2: mean 0.5, std sqrt(0.5) = 0.7071 -> advantages +-0.5 / 0.7071 = +-0.7071
     sb, batch = scored([1.0, 0.0], 2, [2, 2])
     old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
-    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("sequence_mask", 0.0))
+    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="sequence_mask"))
     assert inp.advantages[0].tolist() == [0.0, 0.0] and inp.advantages[1].tolist() == pytest.approx([-0.7071] * 2, rel=1e-3)
     assert inp.metrics["sampling/importance_sampling_ratio/min"] == 0.0
 
@@ -117,7 +117,7 @@ def test_a_vllm_step_logs_trl_metrics_and_masks_by_the_sequence_product(tmp_path
     from grpokit.rollout.vllm import VLLMColocated
 
     tr = mismatch_trainer(tmp_path, **{"rollout.tis_mode": "sequence_mask", "rollout.tis_cap": 3.0})
-    tr.engine = VLLMColocated(RecordingLLM(tr, -0.8), lambda **kw: NS(**kw), tr.params, sleep=True)
+    tr.use_engine(VLLMColocated(RecordingLLM(tr, -0.8), lambda **kw: NS(**kw), tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"
     m = tr.train_step()
     assert m["sampling/sampling_logp_difference/mean"] == pytest.approx(0.8, abs=1e-3)
@@ -158,11 +158,11 @@ def test_vespo_with_tis_in_the_pipeline_keeps_the_advantages():
     sb, batch = scored([1.0, 0.0], 2, [2, 2])
     old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
     a = AlgoConfig(objective="vespo", ratio_level="trajectory", aggregation="token-mean")
-    inp = run(a, sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("token_truncate", 0.0))
+    inp = run(a, sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="token_truncate"))
     assert inp.sampler_log_weight.tolist() == pytest.approx([2 * math.log(2), 0.0], rel=1e-5)
     assert inp.advantages.flatten().tolist()[:1] == pytest.approx([0.7071], rel=1e-3)
     with pytest.raises(ValueError, match="tis_mode='sequence_mask'"):
-        run(a, sb, batch, LogProbs(old), tis_cap=3.0, tis_mode=("sequence_mask", 0.0))
+        run(a, sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="sequence_mask"))
 
 
 def test_trl_vespo_with_vllm_maps_token_modes_and_refuses_sequence_modes_as_trl():

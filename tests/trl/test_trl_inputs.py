@@ -31,7 +31,7 @@ DATA = Dataset.from_list([{"prompt": f"say {w}"} for w in ("ab", "cd")])
 def test_errors_begin_with_trls_words(chat_model, tmp_path):
     with pytest.raises(ConfigError, match="^No reward source provided: reward_funcs is empty"):
         GRPOTrainer(chat_model, args=args(tmp_path), train_dataset=DATA)
-    with pytest.raises(ConfigError, match="^`train_dataset` is required: train_dataset is None"):
+    with pytest.raises(ConfigError, match="^`train_dataset` is required unless an `environment_factory` is provided"):
         GRPOTrainer(chat_model, reward_funcs=zero, args=args(tmp_path))
     # one processing class not in a list is a list of one, as TRL: 1 entry for 2 functions is refused
     with pytest.raises(ConfigError, match="^reward_processing_classes has 1 entries but there are 2 reward functions; the two must match"):

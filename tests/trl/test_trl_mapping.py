@@ -39,8 +39,8 @@ def test_every_trl_argument_is_known_with_trls_default():
 
 
 def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
-    GRPOConfig(use_transformers_paged=False, per_device_eval_batch_size=8)  # at TRL's default: accepted
-    for kwargs, words in [({"use_transformers_paged": True}, "use_transformers_paged=True"), ({"delta": 0.5}, "delta=0.5"),
+    GRPOConfig(deepspeed=None, per_device_eval_batch_size=8)  # at TRL's default: accepted
+    for kwargs, words in [({"deepspeed": "ds.json"}, "deepspeed='ds.json'"), ({"delta": 0.5}, "delta=0.5"),
                           ({"num_generation": 8}, "'num_generation'")]:
         with pytest.raises(ConfigError) as e:
             GRPOConfig(**kwargs)
@@ -125,13 +125,13 @@ def test_arguments_read_and_set_after_construction_behave_as_constructor_argumen
     assert (a.resume_from_checkpoint, a.run_name, a.per_device_eval_batch_size, a.include_for_metrics) == (None, None, 8, [])
     a.model_init_kwargs = {"dtype": "bfloat16"}  # as TRL's grpo.py sets it after parsing
     a.scale_rewards = False  # the boolean form is normalised as in the constructor
-    a.use_transformers_paged = False  # an unsupported argument at its default is accepted
+    a.deepspeed = None  # an unsupported argument at its default is accepted
     assert to_config(a, num_rows=4).model.dtype == "bfloat16" and a.scale_rewards == "none"
-    with pytest.raises(ConfigError, match=r"^GRPOConfig argument use_transformers_paged=True is not supported by grpokit;"):
-        a.use_transformers_paged = True
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument deepspeed=.ds.json. is not supported by grpokit;"):
+        a.deepspeed = "ds.json"
     with pytest.raises(ConfigError, match=r"^GRPOConfig got 'learing_rate', which is not an argument"):
         a.learing_rate = 1e-3  # a misspelt name is not silently a new attribute
-    assert not hasattr(a, "learing_rate") and a.use_transformers_paged is False
+    assert not hasattr(a, "learing_rate") and a.deepspeed is None
 
 
 def test_model_init_kwargs_as_trls_grpo_script_passes_them():

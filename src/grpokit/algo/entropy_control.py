@@ -18,6 +18,7 @@ coefficient is not clamped to ``[c_min, c_max]`` before its first update, as in 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ class EntropyController:
     lo: float
     hi: float
     last_entropy: float = math.inf  # no measurement yet: the first step carries no bonus
+    key = "entropy_control"  # a StageState (stage_state.py)
+    required = False  # a checkpoint written without it starts the controller afresh
 
     @classmethod
     def from_algo(cls, a) -> "EntropyController":
@@ -58,6 +61,18 @@ class EntropyController:
         """One optimizer step measured ``entropy`` (mean over its loss tokens)."""
         self.coef = next_coef(self.coef, entropy, self.target, self.delta, self.lo, self.hi)
         self.last_entropy = entropy
+
+    def before_update(self, inputs):
+        """The update's inputs (``pipeline.UpdateInputs``) with the coefficient this update applies."""
+        if inputs.loss is None:
+            return inputs
+        bonus = dataclasses.replace(inputs.loss.entropy, coef=self.applied(), adaptive=True)
+        return dataclasses.replace(inputs, loss=dataclasses.replace(inputs.loss, entropy=bonus))
+
+    def after_update(self, metrics: dict[str, float], dist=None) -> dict[str, float]:
+        """Skywork-OR1: the next update's coefficient from this one's loss-token entropy."""
+        self.update(metrics["entropy/loss_tokens_mean"])
+        return {"entropy_coef": self.coef}
 
     def state_dict(self) -> dict[str, float]:
         return {"coef": self.coef, "last_entropy": self.last_entropy}

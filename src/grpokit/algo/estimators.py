@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from grpokit.data.prompts import repeat_columns
+from grpokit.types import repeat_columns
 
 from .advantages import group_advantages, process_advantages
 from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens

@@ -19,8 +19,10 @@ from .loss import lambda_weights
 
 
 class LearnableLambda:
-    """lambda, its optimizer, and the weights it gives a batch."""
+    """lambda, its optimizer, and the weights it gives a batch; a ``StageState`` (stage_state.py)."""
 
+    key = "lambda_grpo"
+    required = True  # a run resumed without its lambda would restart it at init
     def __init__(self, init: float, lr: float, r: float, betas: tuple[float, float] = (0.9, 0.99)):
         self.param = torch.nn.Parameter(torch.tensor(float(init)))
         self.optimizer = torch.optim.Adam([self.param], lr=lr, betas=betas)
@@ -35,6 +37,15 @@ class LearnableLambda:
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+
+    def before_update(self, inputs):
+        """lambda's gradient is this update's (one slice an update)."""
+        self.zero_grad()
+        return inputs
+
+    def after_update(self, metrics: dict[str, float], dist=None) -> dict[str, float]:
+        """lambda's own step, on the gradient the update's backward gave it."""
+        return self.step(dist)
 
     def step(self, dist=None) -> dict[str, float]:
         """Sum lambda's gradient over ranks and step (skipped when it is missing or not finite)."""

@@ -10,11 +10,12 @@ The loss of token t of sequence i is
 
 where ``rho`` is the importance ratio pi_theta / pi_old, per token (GRPO), per sequence (GSPO: a
 geometric mean) or per trajectory (TIC-GRPO: the product), and ``A`` is the advantage, per sequence ``(N,)`` or per token ``(N, T)`` (process supervision).
-The token losses are then reduced by one of the named ``AGGREGATIONS``. Three other ``OBJECTIVES``
-replace the clipped surrogate (same ratio, KL, entropy and aggregation around them):
+The token losses are then reduced by one of the named ``AGGREGATIONS``. Other registered objectives
+replace the clipped surrogate (same ratio, KL, entropy and aggregation around them), each one file
+that registers its function with an ``ObjectiveSpec`` (registry.py) declaring its parameters:
 
-    cispo: l[i,t] = -sg(min(rho, 1 + clip_high)) * A * log pi_theta      (MiniMax-M1, CISPO)
-    sapo:  l[i,t] = -sigmoid(tau * (rho - 1)) * 4 / tau * A,  tau = tau_pos if A > 0 else tau_neg  (SAPO)
+    cispo: l[i,t] = -sg(min(rho, 1 + clip_high)) * A * log pi_theta      (MiniMax-M1, cispo.py)
+    sapo:  l[i,t] = -sigmoid(tau * (rho - 1)) * 4 / tau * A,  tau = tau_pos if A > 0 else tau_neg  (sapo.py)
     vespo: l[i,t] = -sg(phi(w_i)) * A * log pi_theta, phi a gamma-shaped weight of the trajectory ratio (vespo.py)
 
 Normalisers are arguments. Gradient accumulation splits a batch into micro-batches and sums their
@@ -29,15 +30,16 @@ from typing import Literal
 
 import torch
 
-from .masks import entropy_token_mask, offpolicy_sequences  # noqa: F401  (entropy_token_mask: its old home)
-from .registry import lookup, register_objective
+from .masks import offpolicy_sequences
+import dataclasses
+
+from .registry import ObjectiveSpec, lookup, objective_spec, register_objective, registered
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, LossTensors, Normalisers
 
 Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum", "lambda-grpo"]
 AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum",
                                  "lambda-grpo")
 RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
-OBJECTIVES: tuple[str, ...] = ("clip", "cispo", "sapo", "vespo")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 ENTROPY_AGGREGATIONS: tuple[str, ...] = ("loss", "token-mean")
 
@@ -200,8 +202,7 @@ RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_r
 
 # the keyword names policy_loss has always taken -> (record, field) of LossSettings / Normalisers / LossTensors
 _KEYWORDS: dict[str, tuple[str, str]] = {
-    **{k: ("clip", k) for k in ("clip_low", "clip_high", "dual_clip", "ratio_level", "objective", "sapo_tau_pos", "sapo_tau_neg",
-                                    "vespo_pos", "vespo_neg")},
+    **{k: ("clip", k) for k in ("clip_low", "clip_high", "dual_clip", "ratio_level", "objective")},
     "beta": ("kl", "beta"), "kl_estimator": ("kl", "estimator"), "kl_bias_correction": ("kl", "bias_correction"),
     "kl_clamp": ("kl", "clamp"), "entropy_coef": ("entropy", "coef"), "entropy_aggregation": ("entropy", "aggregation"),
     "offpolicy_delta": ("top", "offpolicy_delta"),
@@ -214,18 +215,32 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
 def policy_loss(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, advantages: torch.Tensor, mask_NT: torch.Tensor,
                 **options) -> tuple[torch.Tensor, dict[str, float]]:
     """``objective_loss`` with its settings given as keywords (the names in ``_KEYWORDS``: ``clip_low``,
-    ``beta``, ``aggregation``, ``ref_logp_NT`` ...), for tests and one-off calls; the trainer builds the
-    records once (algo/pipeline.py). An unknown keyword is a TypeError, as for any function."""
-    parts: dict[str, dict] = {"clip": {}, "kl": {}, "entropy": {}, "top": {}, "norms": {}, "tensors": {}}
+    ``beta``, ``aggregation``, ``ref_logp_NT`` ...) and the objectives' own parameters (``sapo_tau_pos``,
+    ``vespo_pos`` ...: the fields of their ``ObjectiveSpec.params``), for tests and one-off calls; the
+    trainer builds the records once (algo/pipeline.py). An unknown keyword is a TypeError, as for any function."""
+    parts: dict[str, dict] = {"clip": {}, "kl": {}, "entropy": {}, "top": {}, "norms": {}, "tensors": {}, "params": {}}
+    own = _param_fields()
     for key, value in options.items():
-        if key not in _KEYWORDS:
-            raise TypeError(f"policy_loss() got an unexpected keyword argument {key!r}; valid: {', '.join(_KEYWORDS)}")
-        record, name = _KEYWORDS[key]
+        if key not in _KEYWORDS and key not in own:
+            raise TypeError(f"policy_loss() got an unexpected keyword argument {key!r}; valid: {', '.join([*_KEYWORDS, *own])}")
+        record, name = _KEYWORDS[key] if key in _KEYWORDS else ("params", key)
         parts[record][name] = value
-    settings = LossSettings(ClipSettings(**parts["clip"]), KLSettings(**parts["kl"]), EntropyBonus(**parts["entropy"]),
-                            **parts["top"])
+    params_cls = objective_spec(parts["clip"].get("objective", "clip")).params
+    mine = {k: v for k, v in parts["params"].items() if params_cls is not None and k in _fields(params_cls)}
+    clip = ClipSettings(**parts["clip"], params=params_cls(**mine) if params_cls is not None else None)
+    settings = LossSettings(clip, KLSettings(**parts["kl"]), EntropyBonus(**parts["entropy"]), **parts["top"])
     tensors = LossTensors(logp_NT, old_logp_NT, advantages, mask_NT, **parts["tensors"])
     return objective_loss(tensors, settings, Normalisers(**parts["norms"]))
+
+
+def _fields(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _param_fields() -> list[str]:
+    """The parameter names of every registered objective that declares some."""
+    return [n for name in registered("objective") if objective_spec(name).params is not None
+            for n in _fields(objective_spec(name).params)]
 
 
 def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple[torch.Tensor, dict[str, float]]:
@@ -256,7 +271,7 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     span_NT = t.ratio_mask if t.ratio_mask is not None else t.mask
     log_ratio_NT = log_importance_ratio(t.logp, t.old_logp, span_NT, c.ratio_level, t.turn_ids)
     ratio_NT = torch.exp(log_ratio_NT)
-    # TRL: with vLLM importance sampling VESPO's w also holds pi_old / pi_sampler (vespo.sampler_log_weight)
+    # an objective that declares a sampler weight (VESPO, as TRL) takes pi_old / pi_sampler inside its ratio
     obj_ratio_NT = ratio_NT if t.sampler_log_weight is None else torch.exp(log_ratio_NT + t.sampler_log_weight[:, None])
     loss_NT = -lookup("objective", c.objective)(obj_ratio_NT, adv_NT, t.logp, c)
     kl_NT = _kl_term(t, s)
@@ -279,8 +294,9 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     if bonus_NT is not None or s.entropy.adaptive:
         metrics["entropy/bonus"] = bonus  # subtracted from the loss; loss + bonus is TRL's policy_loss
     metrics["offpolicy/masked_sequences"] = n_offpolicy
-    if c.objective == "vespo":
-        metrics |= vespo.vespo_metrics(obj_ratio_NT, adv_NT, c)
+    own_metrics = objective_spec(c.objective).metrics
+    if own_metrics is not None:
+        metrics |= own_metrics(obj_ratio_NT, adv_NT, c)
     if kl_NT is not None:
         with torch.no_grad():
             m = t.mask.bool()
@@ -292,7 +308,7 @@ def _check(s: LossSettings) -> None:
     c = s.clip
     if not (0.0 <= c.clip_low < 1.0):
         raise ValueError(f"clip_low must be in [0, 1), got {c.clip_low}")
-    if c.clip_high < (-1.0 if c.objective == "cispo" else 0.0):  # CISPO's weight cap 1 + clip_high may be below 1
+    if c.clip_high < objective_spec(c.objective).min_clip_high:  # CISPO's weight cap 1 + clip_high may be below 1
         raise ValueError(f"clip_high must be >= 0 (>= -1 with objective cispo), got {c.clip_high}")
     if c.dual_clip is not None and c.dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
@@ -327,16 +343,9 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
     """Fractions of the masked tokens whose ratio the objective clipped (low / high / either / dual),
     the mean ratio and the token count."""
     m = mask_NT.bool()
-    low = (ratio_NT < 1.0 - c.clip_low) & (adv_NT < 0) & m
-    high = (ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m
-    if c.objective == "cispo":  # CISPO truncates the weight from above only, whatever the sign of A
-        low, high = torch.zeros_like(m), (ratio_NT > 1.0 + c.clip_high) & m
-    elif c.objective in ("sapo", "vespo"):  # SAPO and VESPO clip nothing: their weights fade the update smoothly
-        low, high = torch.zeros_like(m), torch.zeros_like(m)
+    low, high, extra = (objective_spec(c.objective).clipped or ppo_clipped)(ratio_NT, adv_NT, mask_NT, c)
     dual = (ratio_NT > c.dual_clip) & (adv_NT < 0) & m if c.dual_clip is not None else torch.zeros_like(m)
     n = m.sum().clamp(min=1).float()
-    extra = {"cispo_clip_ratio": (((ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m).sum() / n).item()} \
-        if c.objective == "cispo" else {}  # TRL's name: the capped tokens with A > 0
     return {
         **extra,
         "clip_ratio/low_mean": (low.sum() / n).item(),
@@ -348,15 +357,23 @@ def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Te
     }
 
 
+@torch.no_grad()
+def ppo_clipped(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings):
+    """``(low, high, extra metrics)`` of PPO's clip: the tokens whose ratio left ``[1 - clip_low, 1 + clip_high]``
+    on the side where the clip binds."""
+    m = mask_NT.bool()
+    return (ratio_NT < 1.0 - c.clip_low) & (adv_NT < 0) & m, (ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m, {}
+
+
 def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor,
               clip: ClipSettings = ClipSettings()) -> torch.Tensor:
     """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``clip.objective``
-    names a registered objective (``clip_surrogate``, ``cispo_surrogate``, ``sapo_surrogate`` below, or
-    a plugin's, registry.py) or is ``module:function``."""
+    names a registered objective (``clip_surrogate`` below, cispo.py, sapo.py, vespo.py, or a plugin's,
+    registry.py) or is ``module:function``."""
     return lookup("objective", clip.objective)(ratio_NT, adv_NT, logp_NT, clip)
 
 
-@register_objective("clip")
+@register_objective("clip", ObjectiveSpec())
 def clip_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
     """PPO / GRPO: ``min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)``, with the dual-clip bound
     ``max(., dual_clip A)`` for ``A < 0`` when ``dual_clip`` is set."""
@@ -368,31 +385,6 @@ def clip_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.
         bounded_NT = torch.maximum(objective_NT, c.dual_clip * adv_NT)
         objective_NT = torch.where(adv_NT < 0, bounded_NT, objective_NT)
     return objective_NT
-
-
-@register_objective("cispo")
-def cispo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
-    """CISPO (MiniMax-M1, arXiv 2506.13585, Sec. 3.1 eqs. 4-5): ``sg(r_hat) A log pi_theta`` with
-    ``r_hat = min(rho, 1 + clip_high)``. The weight carries no gradient, so every token keeps its
-    gradient ``r_hat A grad log pi`` (PPO's clip zeroes it). The paper's ``r_hat`` is
-    ``clip(rho, 1 - eps_low, 1 + eps_high)`` but it sets ``eps_low`` large, i.e. no lower bound;
-    we take that setting, as TRL and the paper's runs do, so ``clip_low`` is not used here."""
-    weight_NT = torch.clamp(ratio_NT, max=1.0 + c.clip_high).detach()  # CISPO (MiniMax-M1 eq. 5): sg(clipped IS weight)
-    return weight_NT * adv_NT * logp_NT  # CISPO (eq. 4): REINFORCE term, no token's gradient dropped
-
-
-@register_objective("sapo")
-def sapo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
-    """SAPO (Gao et al., Soft Adaptive Policy Optimization, arXiv 2511.20347): ``f(rho) A`` with
-    ``f(x) = sigmoid(tau (x - 1)) 4 / tau`` and ``tau = tau_pos`` where ``A > 0``, else ``tau_neg``. Its
-    gradient ``4 sigmoid(1 - sigmoid) rho grad log pi A`` equals REINFORCE's at ``rho = 1`` and fades
-    smoothly off-policy instead of stopping at a hard boundary; ``tau_neg > tau_pos`` fades negative
-    updates faster."""
-    if c.sapo_tau_pos <= 0 or c.sapo_tau_neg <= 0:
-        raise ValueError(f"SAPO temperatures must be > 0, got tau_pos={c.sapo_tau_pos}, tau_neg={c.sapo_tau_neg}")
-    tau_NT = torch.where(adv_NT > 0, torch.full_like(adv_NT, c.sapo_tau_pos), torch.full_like(adv_NT, c.sapo_tau_neg))
-    gate_NT = torch.sigmoid(tau_NT * (ratio_NT - 1.0)) * (4.0 / tau_NT)  # SAPO: soft gate f(r) = sigma(tau(r-1)) 4/tau
-    return gate_NT * adv_NT
 
 
 def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> torch.Tensor:
@@ -410,4 +402,6 @@ def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.
     return torch.exp(seq_N)[:, None].expand_as(logp_NT)
 
 
-from . import vespo  # noqa: E402,F401  (registers objective "vespo" after the three above, keeping the listed order)
+from . import cispo, sapo, vespo  # noqa: E402,F401  (each registers its objective after clip, in this order)
+
+OBJECTIVES: tuple[str, ...] = tuple(registered("objective"))  # the built-in objectives (plugins register later)

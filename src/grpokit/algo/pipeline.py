@@ -21,32 +21,64 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 import torch
 
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
-from .registry import lookup, register_advantage_stage, register_reward_stage
+from .registry import lookup, objective_spec, register_advantage_stage, register_reward_stage
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
 from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
-from .vespo import sampler_log_weight
-from grpokit.types import TokenBatch
+from grpokit.config.sections import AlgoConfig
+from grpokit.types import Rollout, ScoredBatch, TokenBatch
+from .lambda_grpo import LearnableLambda
+
+
+class Collectives(Protocol):
+    """What the stages ask of the distributed context (train/distributed.py's DistContext; ``_OneProcess``
+    for one process): whether several ranks run, and rows gathered from or kept by this rank."""
+
+    active: bool
+
+    def gather_rows(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def local_rows(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def gather_varlen(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class TISSettings:
+    """Truncated importance sampling (rollout.tis_cap, tis_mode, tis_min; algo/tis.py)."""
+
+    cap: float = 0.0  # > 0: weights capped at this (only when the sampler is not the trainer's forward)
+    mode: str = "token_truncate"  # token_truncate, token_mask, sequence_truncate or sequence_mask
+    floor: float = 0.0  # the *_mask modes: weights below this leave the gradient
+
+
+@dataclass(frozen=True)
+class MismatchSettings:
+    """IcePop / MIS (rollout.mismatch_mask, mismatch_low, mismatch_high): the ratio pi_old / pi_sampler
+    counted as matching is ``[low, high]``."""
+
+    mode: str = "none"  # "none" (measured only), "token" or "sequence" (tis.mismatch_mask)
+    low: float = 0.5
+    high: float = 2.0
 
 
 @dataclass(frozen=True)
 class StepSettings:
     """The algorithm settings record: ``algo`` (an ``AlgoConfig``) plus what the run adds to it."""
 
-    algo: Any  # config.sections.AlgoConfig
+    algo: AlgoConfig
     component_weights: tuple[float, ...] | None = None  # MO-GRPO: each reward function's weight (None: off)
     process_fn: Callable | None = None  # algo.supervision=process: the process reward
-    tis_cap: float = 0.0  # > 0: TIS weights capped at this (only when the sampler is not the trainer's forward)
     norm_constant: float = 1.0  # Dr. GRPO's C: algo.norm_constant or rollout.max_new_tokens
-    dist: Any = None  # a distributed.DistContext; None: one process
-    lam: Any = None  # lambda-GRPO's LearnableLambda (aggregation=lambda-grpo)
-    mismatch: tuple[str, float, float] = ("none", 0.5, 2.0)  # rollout.mismatch_mask, _low, _high (IcePop / MIS)
-    tis_mode: tuple[str, float] = ("token_truncate", 0.0)  # rollout.tis_mode, rollout.tis_min
+    dist: Collectives | None = None  # a distributed.DistContext; None: one process
+    lam: LearnableLambda | None = None  # lambda-GRPO's learnable lambda (aggregation=lambda-grpo)
+    mismatch: MismatchSettings = MismatchSettings()
+    tis: TISSettings = TISSettings()
 
 
 @dataclass(frozen=True)
@@ -69,26 +101,26 @@ class UpdateInputs:
     ref_logp: torch.Tensor | None  # (N, T) when the KL is in the loss
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
     seq_weights: Callable[[slice], torch.Tensor] | None = None  # rows -> (n,) lambda-GRPO weights
-    loss: LossSettings | None = None  # None: built from the AlgoConfig passed to policy_update
+    loss: LossSettings | None = None  # the objective's records (update_inputs sets them; loss_settings makes them)
     norms: Normalisers | None = None  # aggregation and norm_constant (counts are the update's)
     metrics: dict[str, float] = field(default_factory=dict)  # what the stages measured
     sampler_logp: torch.Tensor | None = None  # (N, T) the sampler's logprobs: mismatch/* metrics when given
     sampler_mask: torch.Tensor | None = None  # (N, T) tokens whose sampler logprob is real (None: completion_mask)
-    mismatch_bounds: tuple[float, float] = (0.5, 2.0)  # ratio range counted as matching (mismatch/outside_fraction)
-    sampler_log_weight: torch.Tensor | None = None  # (N,) VESPO with TIS: the sampler's log w (vespo.sampler_log_weight)
+    mismatch: MismatchSettings = MismatchSettings()  # its [low, high] is the range counted as matching (mismatch/outside_fraction)
+    sampler_log_weight: torch.Tensor | None = None  # (N,) the sampler's correction inside the objective's ratio (ObjectiveSpec.sampler_weight)
 
 
 @dataclass(frozen=True)
 class AdvantageContext:
     """What an advantage estimator may read."""
 
-    algo: Any
-    scored: Any  # rollout.collect.ScoredBatch
+    algo: AlgoConfig
+    scored: ScoredBatch
     rewards_N: torch.Tensor  # (N,) after the reward stages, CPU
     mask_NT: torch.Tensor  # (N, T) completion mask
     entropy_NT: torch.Tensor | None
     group_size: int
-    dist: Any
+    dist: Collectives
     process_fn: Callable | None = None
 
 
@@ -96,11 +128,11 @@ class AdvantageContext:
 class MaskContext:
     """What a token mask may read; ``mask_NT`` is the mask so far."""
 
-    algo: Any
+    algo: AlgoConfig
     mask_NT: torch.Tensor  # (N, T)
     entropy_NT: torch.Tensor | None
     finish_reasons: list[str]
-    dist: Any
+    dist: Collectives
 
 
 class _OneProcess:
@@ -122,7 +154,7 @@ KL_PLACEMENTS: dict[str, Callable[[float], tuple[float, float]]] = {
 }
 
 
-def advantage_name(a) -> str:
+def advantage_name(a: AlgoConfig) -> str:
     """The registered advantage estimator ``algo`` selects: ``algo.advantage`` when set, else the
     one its older fields name (supervision, credit, entropy_shaping), else the group family."""
     if a.advantage:
@@ -134,13 +166,15 @@ def advantage_name(a) -> str:
     return a.entropy_shaping if a.entropy_shaping != "none" else "group"
 
 
-def mask_names(a) -> list[str]:
+def mask_names(a: AlgoConfig) -> list[str]:
     """The token masks ``algo`` turns on, in the order they apply."""
     return ["overlong"] * a.mask_truncated + ["entropy_top"] * (a.entropy_top_fraction < 1) + list(a.token_masks)
 
 
-def _plugged(a) -> bool:
-    return bool(a.advantage or a.token_masks or a.objective not in ("clip", "cispo", "sapo", "vespo"))
+def _plugged(a: AlgoConfig) -> bool:
+    """A plugin stage whose needs are unknown: a named advantage or token mask, or an objective that
+    declared none (registry.ObjectiveSpec)."""
+    return bool(a.advantage or a.token_masks or not objective_spec(a.objective).declared)
 
 
 def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
@@ -148,23 +182,30 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
     plugin stage gets all of them (its needs are unknown)."""
     a = s.algo
     entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none" or _plugged(a)
-    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis_cap > 0 or s.mismatch[0] != "none"
+    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis.cap > 0 or s.mismatch.mode != "none"
     return old, a.beta > 0, entropy
 
 
-def loss_settings(a) -> tuple[LossSettings, Normalisers]:
+def loss_settings(a: AlgoConfig) -> tuple[LossSettings, Normalisers]:
     """The objective's records from ``AlgoConfig`` (0 means "off" in the config, None here); the KL
     term is in the loss only with ``kl_placement=loss``."""
     beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
     return LossSettings(
-        ClipSettings(a.objective, a.clip_low, a.clip_high, a.dual_clip or None, a.ratio_level, a.sapo_tau_pos, a.sapo_tau_neg,
-                     tuple(a.vespo_pos), tuple(a.vespo_neg)),
-        KLSettings(beta, a.kl_estimator, a.kl_bias_correction, a.kl_clamp or None),
-        EntropyBonus(a.entropy_coef, a.entropy_aggregation, a.entropy_adaptive), a.offpolicy_delta or None,
-    ), Normalisers(a.aggregation)
+        clip=ClipSettings(objective=a.objective, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip or None,
+                          ratio_level=a.ratio_level, params=objective_params(a)),
+        kl=KLSettings(beta=beta, estimator=a.kl_estimator, bias_correction=a.kl_bias_correction, clamp=a.kl_clamp or None),
+        entropy=EntropyBonus(coef=a.entropy_coef, aggregation=a.entropy_aggregation, adaptive=a.entropy_adaptive),
+        offpolicy_delta=a.offpolicy_delta or None,
+    ), Normalisers(aggregation=a.aggregation)
 
 
-def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> UpdateInputs:
+def objective_params(a: AlgoConfig) -> object | None:
+    """The chosen objective's own parameters, read from the config fields its params record names."""
+    cls = objective_spec(a.objective).params
+    return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)}) if cls is not None else None
+
+
+def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: LogProbs) -> UpdateInputs:
     """The update's inputs for one step's ``scored`` batch (see the module docstring for the order)."""
     a, dist = s.algo, s.dist or _OneProcess()
     G, mask = scored.group_size, tokens.completion_mask
@@ -183,17 +224,19 @@ def update_inputs(s: StepSettings, scored, tokens: TokenBatch, lp: LogProbs) -> 
     for name in mask_names(a):
         loss_mask = lookup("token mask", name)(MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist))
     loss, norms = loss_settings(a)
-    vespo_log_w, m = vespo_sampler_weight(stage_ctx) if _vespo_tis(s) else (None, {})
+    sampler_log_w, m = objective_sampler_weight(stage_ctx) if _tis_in_objective(s) else (None, {})
     post_metrics.update(m)
     return UpdateInputs(
-        tokens, advantages.to(mask.device), loss_mask, lp.old, lp.ref if loss.kl.beta else None,
-        turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
-        s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
-        loss, dataclasses.replace(norms, norm_constant=s.norm_constant), {**adv_metrics, **metrics, **post_metrics},
-        *sampler, s.mismatch[1:], vespo_log_w)
+        batch=tokens, advantages=advantages.to(mask.device), loss_mask=loss_mask, old_logp=lp.old,
+        ref_logp=lp.ref if loss.kl.beta else None,
+        turn_ids=turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
+        seq_weights=s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
+        loss=loss, norms=dataclasses.replace(norms, norm_constant=s.norm_constant),
+        metrics={**adv_metrics, **metrics, **post_metrics}, sampler_logp=sampler[0], sampler_mask=sampler[1],
+        mismatch=s.mismatch, sampler_log_weight=sampler_log_w)
 
 
-def sampler_record(rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def sampler_record(rollout: Rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """``(sampler_logp, sampler_mask)``, ``(N, T)`` each: the sampler's logprobs of the completion
     tokens, and the model's tokens of rows the sampler scored (tis.sampled_rows)."""
     mask = tokens.completion_mask
@@ -206,10 +249,10 @@ class StageContext:
     """What the reward stages (before the estimator) and advantage stages (after it) read."""
 
     settings: StepSettings
-    scored: Any
+    scored: ScoredBatch
     tokens: TokenBatch
     logprobs: LogProbs
-    dist: Any
+    dist: Collectives
     sampler_logp: torch.Tensor  # (N, T) the sampler's logprobs of the completion tokens (sampler_record)
     sampler_mask: torch.Tensor  # (N, T) the model's tokens of the rows the sampler scored
 
@@ -229,8 +272,8 @@ def reward_stage_names(s: StepSettings) -> list[str]:
 def advantage_stage_names(s: StepSettings) -> list[str]:
     """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, TIS, then IcePop / MIS
     masking."""
-    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis_cap > 0 and not _vespo_tis(s)) + \
-        ["mismatch_mask"] * (s.mismatch[0] != "none")
+    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis.cap > 0 and not _tis_in_objective(s)) + \
+        ["mismatch_mask"] * (s.mismatch.mode != "none")
 
 
 @register_reward_stage("normalize_components")
@@ -266,29 +309,32 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     weights), so every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)``, or by
     another of TRL's corrections (tis.py)."""
     old = ctx.logprobs.old
-    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, ctx.settings.tis_cap,
-                                *ctx.settings.tis_mode)
+    tis = ctx.settings.tis
+    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor)
     return _per_token(advantages, w_NT), metrics
 
 
-def _vespo_tis(s: StepSettings) -> bool:
-    return s.tis_cap > 0 and s.algo.objective == "vespo"
+def _tis_in_objective(s: StepSettings) -> bool:
+    """TIS is on and the objective takes the sampler's correction inside its ratio (VESPO, as TRL)."""
+    return s.tis.cap > 0 and objective_spec(s.algo.objective).sampler_weight is not None
 
 
-def vespo_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str, float]]:
-    """VESPO with TIS, as TRL: the sampler's correction joins VESPO's sequence weight ``log w``
-    (``(N,)``, vespo.sampler_log_weight) instead of weighting the advantages; ``token_*`` modes only."""
+def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str, float]]:
+    """The sampler's correction as the objective's own log weight ``(N,)`` (ObjectiveSpec.sampler_weight)
+    instead of a weight on the advantages; ``token_*`` modes only."""
     s, old = ctx.settings, ctx.logprobs.old
-    if s.tis_mode[0].startswith("sequence"):
-        raise ValueError(f"objective vespo takes the sampler correction per token; got tis_mode={s.tis_mode[0]!r} "
+    if s.tis.mode.startswith("sequence"):
+        raise ValueError(f"objective {s.algo.objective} takes the sampler correction per token; got tis_mode={s.tis.mode!r} "
                          "(valid: token_truncate, token_mask)")
-    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis_cap, *s.tis_mode)
-    return sampler_log_weight(w_NT), metrics
+    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis.cap, s.tis.mode,
+                                s.tis.floor)
+    return objective_spec(s.algo.objective).sampler_weight(w_NT), metrics
 
 
 @register_advantage_stage("mismatch_mask")
 def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
     disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""
-    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, ctx.sampler_logp, ctx.sampler_mask, *ctx.settings.mismatch)
+    m = ctx.settings.mismatch
+    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high)
     return _per_token(advantages, keep_NT), metrics

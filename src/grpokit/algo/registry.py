@@ -19,7 +19,8 @@ per-token value to maximise) and ``algo.token_masks`` (``fn(ctx: MaskContext) ->
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 ADVANTAGES: dict[str, Callable] = {}
 OBJECTIVE_FNS: dict[str, Callable] = {}
@@ -42,9 +43,35 @@ def register_advantage(name: str) -> Callable[[Callable], Callable]:
     return _register(ADVANTAGES, name)
 
 
-def register_objective(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn(ratio_NT, adv_NT, logp_NT, clip: ClipSettings) -> (N, T)`` to maximise, under ``name``."""
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """What an objective declares beside its function, so that the pipeline, the loss and validation
+    read the declaration instead of branching on its name. A plugin registered without one is
+    ``UNDECLARED``: it gets every log-probability and PPO's clip metrics."""
+
+    declared: bool = True  # False: its needs are unknown, so the step takes pi_old and the entropies for it
+    params: Callable[[Any], Any] | None = None  # AlgoConfig -> its own parameters (ClipSettings.params); None: none
+    config_errors: Callable[[Any], list[str]] | None = None  # AlgoConfig -> one sentence per wrong field of its own
+    min_clip_high: float = 0.0  # the lowest algo.clip_high it accepts
+    clipped: Callable | None = None  # (ratio, adv, mask, clip) -> (low, high, extra metrics): which tokens it clips; None: PPO's
+    metrics: Callable | None = None  # (ratio, adv, clip) -> extra metrics of its own
+    sampler_weight: Callable | None = None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the advantages)
+
+
+UNDECLARED = ObjectiveSpec(declared=False)
+OBJECTIVE_SPECS: dict[str, ObjectiveSpec] = {}
+
+
+def register_objective(name: str, spec: ObjectiveSpec = UNDECLARED) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ratio_NT, adv_NT, logp_NT, clip: ClipSettings) -> (N, T)`` to maximise, under
+    ``name``; ``spec`` declares its parameters, checks and needs (``clip.params`` holds its parameters)."""
+    OBJECTIVE_SPECS[name] = spec
     return _register(OBJECTIVE_FNS, name)
+
+
+def objective_spec(name: str) -> ObjectiveSpec:
+    """The declaration of objective ``name`` (``UNDECLARED`` for a plugin that gave none, or an import path)."""
+    return OBJECTIVE_SPECS.get(name, UNDECLARED)
 
 
 def register_token_mask(name: str) -> Callable[[Callable], Callable]:

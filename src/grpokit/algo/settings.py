@@ -8,6 +8,7 @@ builds them from ``AlgoConfig`` once per step, tests build them by hand.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -16,15 +17,12 @@ import torch
 class ClipSettings:
     """What multiplies the advantage (``loss.surrogate``) and over which span the ratio is taken."""
 
-    objective: str = "clip"  # "clip" (PPO / GRPO), "cispo" (MiniMax-M1) or "sapo" (soft gate)
+    objective: str = "clip"  # a registered objective (registry.py): clip, cispo, sapo, vespo, or a plugin
     clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.2  # > clip_low: DAPO's clip-higher; CISPO's truncation is 1 + clip_high
     dual_clip: float | None = None  # dual-clip PPO bound (> 1) for negative advantages; None = off
     ratio_level: str = "token"  # "token" (GRPO), "sequence" (GSPO), "turn" (GAGPO), "trajectory" (TIC-GRPO)
-    sapo_tau_pos: float = 1.0  # SAPO gate temperature where A > 0
-    sapo_tau_neg: float = 1.05  # SAPO gate temperature where A <= 0
-    vespo_pos: tuple[float, float] = (2.0, 3.0)  # VESPO (k, lambda) of the gamma weight where A >= 0
-    vespo_neg: tuple[float, float] = (3.0, 2.0)  # VESPO (k, lambda) where A < 0
+    params: Any = None  # the objective's own parameters (its ObjectiveSpec.params record, e.g. sapo.SAPOParams); None: its defaults
 
 
 @dataclass(frozen=True)
@@ -79,4 +77,12 @@ class LossTensors:
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token (ratio_level="turn")
     seq_weights: torch.Tensor | None = None  # (N,) lambda-GRPO weights (aggregation="lambda-grpo")
     ratio_mask: torch.Tensor | None = None  # (N, T) the completion's tokens a sequence/turn/trajectory ratio spans (None: mask)
-    sampler_log_weight: torch.Tensor | None = None  # (N,) VESPO with TIS: log of the sampler correction, added to log w
+    sampler_log_weight: torch.Tensor | None = None  # (N,) an objective's share of TIS (ObjectiveSpec.sampler_weight), added to its log ratio
+
+
+@torch.no_grad()
+def no_clipping(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings):
+    """``ObjectiveSpec.clipped`` of an objective whose weight fades the update smoothly (SAPO, VESPO):
+    no token is clipped."""
+    none = torch.zeros_like(mask_NT.bool())
+    return none, none, {}

@@ -1,4 +1,4 @@
-"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` (``main.py``) and
+"""The command line: ``grpokit train | eval | report | presets | vllm-serve`` (``app.py``) and
 ``grpokit eval`` (``eval.py``)."""
 
 from grpokit.cli.app import main

@@ -1,9 +1,11 @@
-"""The command line: ``grpokit train | eval | report | doctor | presets | vllm-serve | trl grpo`` and ``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve | trl grpo`` and ``grpokit --version``.
 
 One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
 an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with
-a sentence naming the checkpoint it can resume from (status 1); anything else is a fault of grpokit
-itself and prints one sentence too (status 1). ``--debug`` (anywhere on the command line) or
+a sentence naming the checkpoint it can resume from (status 1); a fault whose cause is the user's
+files or the machine however a library wrapped it (grpokit.train.faults.classify: a damaged weights
+file, permission denied, memory) is one sentence naming it (2 or 1); anything else is a fault of
+grpokit itself and prints one sentence too (status 1). ``--debug`` (anywhere on the command line) or
 GRPOKIT_DEBUG=1 shows the traceback instead. The working directory is on the import path, as
 with ``python -m``, so a ``module:function`` reward next to the user's data is found.
 """
@@ -99,6 +101,7 @@ def cmd_train(argv: list[str]) -> int:
         print(f"grpokit: interrupted; {_checkpoint_note(trainer.run_dir if trainer else None)}", file=sys.stderr)
         return 130
     except Exception as e:  # a full disk or a fault of grpokit itself: one sentence and what can be resumed
+        from grpokit.train.faults import classify
         from grpokit.train.resume import is_storage_fault
 
         if _DEBUG or (isinstance(e, _user_errors()) and trainer is None):
@@ -107,9 +110,13 @@ def cmd_train(argv: list[str]) -> int:
         if isinstance(e, _user_errors()):  # raised by the run (a reward failing on most of a batch, a health stop)
             print(f"grpokit: error: {str(e).rstrip().rstrip('.')}; {note}", file=sys.stderr)
             return 2
+        cause = classify(e, trainer.run_dir if trainer else None)
         if is_storage_fault(e):
             print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
                   f"{note} once space is free", file=sys.stderr)
+        elif cause is not None:  # the user's files or the machine, named by cause and place
+            print(f"grpokit: error: {cause.sentence}; {note}", file=sys.stderr)
+            return cause.status
         else:
             print(f"grpokit: error: an internal fault stopped the run ({type(e).__name__}: {_first_line(e)}; --debug shows "
                   f"the traceback); {note}", file=sys.stderr)
@@ -231,8 +238,21 @@ def cmd_presets(argv: list[str]) -> int:
         print(f"{name}: {presets.description(name)}")
         for key, value in recipe.items():
             print(f"    {key} = {value}")
+        own = presets.own_scale(name)
         for key, value in paper.items():
-            print(f"    {key} = {value}   (paper scale: only with --paper-scale)")
+            print(f"    {key} = {value}" + ("" if own else "   (paper scale: only with --paper-scale)"))
+    return 0
+
+
+def cmd_models(argv: list[str]) -> int:
+    argparse.ArgumentParser(prog="grpokit models", description="List the named real models that model.name_or_path "
+                            "accepts: size, source and whether they are installed and converted here.").parse_args(argv)
+    from grpokit.train.named_models import listing
+
+    for row in listing():
+        print(f"{row['name']}: {row['parameters']} parameters, {row['description']}")
+        print(f"    source = {row['source']}")
+        print(f"    state  = {row['state']}")
     return 0
 
 
@@ -243,7 +263,7 @@ def cmd_vllm_serve(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "doctor": cmd_doctor, "presets": cmd_presets,
-            "vllm-serve": cmd_vllm_serve, "trl": lambda argv: cmd_trl(argv)}
+            "models": cmd_models, "vllm-serve": cmd_vllm_serve, "trl": lambda argv: cmd_trl(argv)}
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -299,9 +319,15 @@ def _run(command, argv: list[str], debug: bool) -> int:
             raise
         from grpokit.train.resume import is_storage_fault  # here: torch only when something failed
 
+        from grpokit.train.faults import classify
+
+        cause = classify(e)
         if is_storage_fault(e):
             print(f"grpokit: error: writing {e.filename or 'a file'} failed ({e.strerror}); what was written before is "
                   "intact; free space and run the command again", file=sys.stderr)
+        elif cause is not None:  # the user's files or the machine, named by cause and place
+            print(f"grpokit: error: {cause.sentence}", file=sys.stderr)
+            return cause.status
         else:
             print(f"grpokit: error: an internal fault stopped the command ({type(e).__name__}: {_first_line(e)}); "
                   "run it again with --debug for the traceback", file=sys.stderr)

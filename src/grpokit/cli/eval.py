@@ -24,9 +24,11 @@ import torch
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate
-from grpokit.data.prompts import load_rows, repeat_columns, to_prompts
+from grpokit.data.prompts import load_rows, to_prompts
+from grpokit.types import repeat_columns
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.record.passk import summarize
+from grpokit.rewards.inputs import reward_inputs
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec, resolve_reward
 from grpokit.rollout.hf import SamplingParams, generate
@@ -76,9 +78,9 @@ def run_eval(args: argparse.Namespace) -> dict:
     cfg.model.name_or_path = model_dir
     cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
     validate(cfg)
-    from grpokit.train import wiring
+    from grpokit.train import episode_setup, run_data
 
-    wiring.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
+    run_data.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
     torch.manual_seed(args.seed)
     quiet_transformers()
     device = resolve_device(cfg.model)
@@ -86,14 +88,14 @@ def run_eval(args: argparse.Namespace) -> dict:
     if cfg.data.task:
         from grpokit.data.tasks import get_task
 
-        task = get_task(cfg.data.task)
+        task = get_task(cfg.data.task, cfg.data.task_params)
         rows, fns = task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
     else:
         if not args.reward:
             raise ConfigError("--dataset needs at least one --reward to grade completions")
         rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
     rows = rows[: args.limit] if args.limit else rows
-    episodes = wiring.episode_runner(cfg, tokenizer, None, None, wiring._task(cfg))  # tools: episodes, else one turn
+    episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))  # tools: episodes, else one turn
     prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
     specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
@@ -107,7 +109,7 @@ def run_eval(args: argparse.Namespace) -> dict:
                                                          decode=lambda x: tokenizer.decode(x, skip_special_tokens=True)),
                               chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-            completions, env_columns = wiring.reward_inputs(ro, texts)
+            completions, env_columns = reward_inputs(ro, texts)
             columns = {**repeat_columns(chunk, n), **env_columns}
             res = runner.score([p.text for p in chunk for _ in range(n)], completions, ro.completion_ids, n, columns)
             if ro.episodes is not None:  # an episode's answer is in its last message

@@ -9,7 +9,7 @@ from grpokit.config.io import (apply_overrides, assigned, describe_fields, field
                                set_field, to_dict)
 from grpokit.config.sections import (AlgoConfig, Config, ConfigError, DataConfig, EnvConfig, ModelConfig, OptimConfig,
                                      RecordConfig, RewardConfig, RolloutConfig, TrainConfig, section)
-from grpokit.record.health import HealthConfig
+from grpokit.config.health import HealthConfig
 
 __all__ = ["AlgoConfig", "Config", "ConfigError", "DataConfig", "EnvConfig", "HealthConfig", "ModelConfig", "OptimConfig",
            "RecordConfig", "RewardConfig", "RolloutConfig", "TrainConfig", "apply_overrides", "assigned",

@@ -4,13 +4,13 @@ The dataclass defaults are those of a real run on a user's model (512 new tokens
 checkpoint every 100 steps, evaluation on the user's own held-out data or none). The model and task
 default to the built-in demo, whose own settings (8 new tokens, lr 3e-4, 60 steps) live with the task
 (``grpokit.data.tasks``) and fill only the fields nobody set, and only while the demo runs
-(``wiring.resolve_run``). For that every section remembers which of its fields were assigned
+(``train.run_data.resolve_run``). For that every section remembers which of its fields were assigned
 (``config_io.assigned``): by its constructor, by attribute, by YAML or by an override.
 
 A run's config is built in layers, each overriding the last: the defaults, an optional preset
 (``--preset``, which fills only what the user left alone), an optional YAML file (``--config F``) and
 dotted command-line overrides (``rollout.group_size=16``). The fully resolved config is saved as
-``config.yaml`` in the run folder. Building a config from dicts, YAML and overrides is in config_io.py.
+``config.yaml`` in the run folder. Building a config from dicts, YAML and overrides is in io.py.
 
 ``grpokit.config.validation.validate`` checks every value before any work starts and raises
 ``ConfigError`` with one sentence that names the field, the value and what would be valid.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grpokit.record.health import HealthConfig
+from .health import HealthConfig
 from .base import ConfigError, section  # noqa: F401  (ConfigError: imported from here across grpokit)
 from .optim import OptimConfig
 
@@ -78,7 +78,9 @@ class ModelConfig:
 @section
 class DataConfig:
     task: str = "arithmetic"
-    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes": images, docs/VISION.md); unused once `dataset` is set."""
+    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes": images, docs/VISION.md), or reasoning-gym's tasks: "reasoning_gym:<name>", mixed as "reasoning_gym:a=2,b=1" (docs/TASKS.md); unused once `dataset` is set."""
+    task_params: dict = field(default_factory=dict)
+    """A reasoning_gym task's config (its reasoning-gym config fields; for a mixture one mapping per task name), plus "instruction": the sentence appended to each question."""
     dataset: str = ""
     """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows, reward and held-out set)."""
     split: str = "train"
@@ -121,6 +123,10 @@ class RolloutConfig:
     """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines; passed on to vLLM): on the hf engines the recorded sampling logprobs are of the penalised distribution (which ones vLLM reports is not checked here); the trained logprobs are not penalised (as TRL)."""
     stop: list[str] = field(default_factory=list)
     """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
+    max_prompt_tokens: int = 0
+    """Longest prompt in tokens (0 = the model's context: max_position_embeddings, or vllm_max_model_len); every prompt is measured at start, and a longer one is refused in one sentence, or cut with truncate_prompts."""
+    truncate_prompts: bool = False
+    """Cut a prompt longer than max_prompt_tokens to its last max_prompt_tokens tokens (TRL's max_prompt_length, from the left) instead of refusing the run; how many were cut is logged once."""
     backend: str = "hf"
     """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
     engine: str = "auto"
@@ -297,7 +303,7 @@ class AlgoConfig:
     """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
     token_masks: list[str] = field(default_factory=list)
     """Extra token masks applied after mask_truncated and entropy_top_fraction, by registered name (@grpokit.algo.register_token_mask) or "module:function" (docs/ALGORITHMS.md)."""
-    # -- multi-turn credit (issue 14): a mode of stage 4 for episodes
+    # -- multi-turn credit: a mode of stage 4 for episodes
     credit: str = "outcome"
     """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""
     step_gamma: float = 0.95
@@ -329,9 +335,11 @@ class EnvConfig:
     max_tool_nesting: int = 20
     """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error message (0 = no cap)."""
     reset_timeout_s: float = 30.0
-    """Time limit of one environment reset(); a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
+    """Time limit of one environment reset() (with its constructor); a batch's resets run side by side, so hung ones cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
     max_observation_chars: int = 8000
     """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
+    max_failure_fraction: float = 0.5
+    """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than this fraction of a batch's episodes."""
     allow_unsafe_code_execution: bool = False
     """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
 
@@ -385,6 +393,8 @@ class TrainConfig:
     """Write a checkpoint every N steps and at the end (0 = only at the end, as the demo task does)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
+    save_last: bool = True
+    """Write a checkpoint at the end of training (and when Ctrl-C stops it); False with save_every 0 writes none at all (TRL's save_strategy="no")."""
     save_only_model: bool = False
     """Checkpoints hold the model and the step only, no optimizer, schedule or RNG state (smaller); a resume from one loads the weights and starts a fresh optimizer and schedule, as transformers' save_only_model."""
     overwrite: bool = False

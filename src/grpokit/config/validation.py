@@ -23,7 +23,7 @@ from grpokit.train.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.pipeline import KL_PLACEMENTS
-from grpokit.algo.registry import is_import_path, lookup, registered
+from grpokit.algo.registry import is_import_path, lookup, objective_spec, registered
 from grpokit.algo.tis import TIS_MODES
 
 def _check(ok: bool, message: str) -> None:
@@ -48,7 +48,7 @@ def _registered(field: str, kind: str, name: str) -> None:
 
 def _check_stages(cfg: Config) -> None:
     """The registered stages the config names, and the pairs an advantage estimator would silently
-    ignore (issue 25's combination table found them)."""
+    ignore (tests/algo/test_combinations.py's table found them)."""
     a = cfg.algo
     _registered("algo.objective", "objective", a.objective)
     if a.advantage:
@@ -109,6 +109,7 @@ def _rollout(cfg: Config) -> None:
     """rollout.*: group size, sampling settings, engines, TIS and async staleness."""
     r, a = cfg.rollout, cfg.algo
     _check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
+    _check(r.max_prompt_tokens >= 0, f"rollout.max_prompt_tokens={r.max_prompt_tokens} must be >= 0 (0: the model's context)")
     _check(r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
            f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2")
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")
@@ -144,12 +145,10 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
     _check_stages(cfg)
-    _check(a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0,
-           f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)")
-    _check(a.objective != "vespo" or a.ratio_level == "trajectory",
-           f"algo.objective=vespo weighs each completion by its trajectory ratio, but algo.ratio_level={a.ratio_level}; set algo.ratio_level=trajectory")
-    _check(all(len(v) == 2 and v[0] >= 0 and v[1] > 0 for v in (a.vespo_pos, a.vespo_neg)),
-           f"algo.vespo_pos={a.vespo_pos} and algo.vespo_neg={a.vespo_neg} must each be [k >= 0, lambda > 0] (defaults [2, 3] and [3, 2])")
+    for name in registered("objective"):  # each objective checks its own fields (registry.ObjectiveSpec)
+        errors = objective_spec(name).config_errors
+        for message in errors(a) if errors is not None else []:
+            _check(False, message)
     _check(a.objective == "clip" or a.dual_clip == 0,
            f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}")
     _one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
@@ -205,7 +204,7 @@ def _algo_limits(cfg: Config) -> None:
     """algo.*: numeric ranges of clipping, KL and iterations."""
     a = cfg.algo
     _check(0 <= a.clip_low < 1, f"algo.clip_low={a.clip_low} must be in [0, 1)")
-    _check(a.clip_high >= (-1 if a.objective == "cispo" else 0),  # CISPO's cap 1 + clip_high may sit below 1 (TRL's default 0.2)
+    _check(a.clip_high >= objective_spec(a.objective).min_clip_high,  # CISPO's cap 1 + clip_high may sit below 1 (TRL's default 0.2)
            f"algo.clip_high={a.clip_high} must be >= 0 (with algo.objective=cispo: >= -1, the weight cap 1 + clip_high >= 0)")
     _check(a.dual_clip == 0 or a.dual_clip > 1, f"algo.dual_clip={a.dual_clip} must be 0 (off) or > 1")
     _check(a.beta >= 0, f"algo.beta={a.beta} must be >= 0")
@@ -315,6 +314,7 @@ def _reward_env(cfg: Config) -> None:
     _check(e.max_tool_nesting >= 0, f"env.max_tool_nesting={e.max_tool_nesting} must be >= 0 (0 = no cap)")
     _check(e.max_observation_chars >= 0, f"env.max_observation_chars={e.max_observation_chars} must be >= 0 (0 = no cap)")
     _check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
+    _check(0 <= e.max_failure_fraction <= 1, f"env.max_failure_fraction={e.max_failure_fraction} must be in [0, 1]")
 
 
 def _credit(cfg: Config) -> None:
@@ -351,7 +351,7 @@ def _record_data(cfg: Config) -> None:
 
 
 def _check_performance(cfg: Config) -> None:
-    """The padding-free, mismatch and memory fields (issue 28)."""
+    """The padding-free, mismatch and memory fields."""
     r = cfg.rollout
     _one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
     _one_of("train.memory_plan", cfg.train.memory_plan, ("auto", "manual"))

@@ -153,14 +153,6 @@ def with_observation(prompt: Any, observation: str) -> Any:
     return str(prompt) + observation
 
 
-def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
-    """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):
-    what reward functions receive as keyword arguments."""
-    if not prompts:
-        return {}
-    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
-
-
 def _templated(tokenizer, cfg: DataConfig, prompt: Any = None) -> bool:
     """Whether ``prompt`` goes through the chat template: "conversational" (TRL) templates chat
     messages only; "always" needs a template; "auto" uses one when the tokenizer has it."""

@@ -60,11 +60,18 @@ def row_images(row: dict[str, Any], index: int) -> list:
 
 
 def vision_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list[dict[str, Any]]:
-    """Chat messages with image parts: a conversational prompt as given (string contents become
-    text parts), a text prompt as one user turn with its images first (TRL's convention)."""
+    """Chat messages with image parts: a conversational prompt as given, string contents becoming text
+    parts, the first user turn written as a string getting one image part per image before its text;
+    a text prompt as one user turn with its images first (TRL's convention in both cases)."""
     if isinstance(prompt, list):
-        messages = [{**m, "content": m["content"] if isinstance(m.get("content"), list)
-                     else [{"type": "text", "text": str(m.get("content", ""))}]} for m in prompt]
+        messages, placed = [], False
+        for m in prompt:
+            if isinstance(m.get("content"), list):
+                messages.append(m)
+                continue
+            images = [{"type": "image"}] * n_images if m.get("role") == "user" and not placed else []
+            placed = placed or m.get("role") == "user"
+            messages.append({**m, "content": images + [{"type": "text", "text": str(m.get("content") or "")}]})
     else:
         messages = [{"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}]
     if system_prompt and not any(m.get("role") == "system" for m in messages):
@@ -119,8 +126,11 @@ def _image_only_processor(path: str):
 
     import transformers
 
-    config = Path(path) / "processor_config.json"
-    name = json.loads(config.read_text()).get("processor_class") if config.exists() else None
+    from transformers.utils import cached_file
+
+    # a local folder or a hub name (its cached snapshot, or a download)
+    config = cached_file(path, "processor_config.json", _raise_exceptions_for_missing_entries=False)
+    name = json.loads(Path(config).read_text()).get("processor_class") if config else None
     cls = getattr(transformers, name, None) if name else None
     return image_only(cls).from_pretrained(path) if cls is not None else None
 

@@ -55,6 +55,7 @@ class ToolResult:
     error: bool = False
     terminal: bool = False
     seconds: float = 0.0
+    timed_out: bool = False  # ran past its deadline, or not run while earlier timed-out calls still run
 
 
 def tool_name(fn: Callable) -> str:
@@ -99,7 +100,8 @@ def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] |
         return _error(name, f"Tool {name} not found (tools: {valid})", max_chars)
     busy = _still_running(name)
     if busy >= MAX_ABANDONED:
-        return _error(name, f"Tool {name} not run: {busy} earlier calls that timed out are still running", max_chars)
+        return _error(name, f"Tool {name} not run: {busy} earlier calls that timed out are still running", max_chars,
+                      timed_out=True)
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -117,7 +119,7 @@ def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] |
     seconds = time.perf_counter() - start
     if thread.is_alive():  # the deadline: ask the thread to stop, and count it until it does
         _abandon(name, thread)
-        return _error(name, f"Tool {name} timed out after {timeout_s:g} s", max_chars, seconds=seconds)
+        return _error(name, f"Tool {name} timed out after {timeout_s:g} s", max_chars, seconds=seconds, timed_out=True)
     if "error" in box:
         e = box["error"]
         return _error(name, _describe(e), max_chars, terminal=isinstance(e, TerminalToolError), seconds=seconds)

@@ -2,7 +2,7 @@
 
     make_recorder(run_dir, sinks, total_steps, config)  -> Recorder   (recorder.py)
     NullRecorder()                                       the silent default for library use
-    HealthConfig / HealthMonitor                         health.py
+    HealthConfig / HealthMonitor                         config/health.py, health.py
     group_signatures / solved_signatures                 signatures.py (the trainer adds them to its metrics)
     sample_rows(...)                                     rows for Recorder.log_samples (samples.py)
     write_report(run_dir)                                RUN_DIR/report.html, interactive (report.py, report_data.py)
@@ -12,7 +12,8 @@
 See docs/MONITORING.md for the metric names, the sinks, the monitors and the report.
 """
 
-from .health import HealthConfig, HealthEvent, HealthMonitor, TrainingHealthError
+from grpokit.config.health import HealthConfig
+from .health import HealthEvent, HealthMonitor, TrainingHealthError
 from .signatures import group_signatures, solved_signatures
 from .passk import maj_at_k, mean_at_k, pass_at_k, summarize
 from .recorder import NullRecorder, Recorder, make_recorder

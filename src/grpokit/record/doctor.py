@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .health import HealthConfig
+from grpokit.config.health import HealthConfig
 from .report_data import Run
 
 

@@ -24,7 +24,7 @@ monitors discount solved groups (every completion earns the run's best reward) a
 level (recent mean reward placed between the lowest and highest completion reward seen in the run);
 when what remains is below the threshold, or the level is at least `converged_reward_level`, the
 monitor reports "converged" once as information (level "info", `health/converged` 1.0) instead of
-warning. Without those metrics they warn as before.
+warning. Without those metrics they warn.
 
 "early" is the mean of the first `window` observations. No trend monitor fires before it has seen
 2 x `window` steps (early and recent windows must not overlap) and no monitor fires before
@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
+from grpokit.config.health import HealthConfig
 from .signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
 
 
@@ -63,72 +64,6 @@ class HealthEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class HealthConfig:
-    """Thresholds of the health monitors. Defaults are loose on purpose: a warning should mean something."""
-
-    enabled: bool = True
-    """Run the monitors at all. Switching them off also disables the stop on repeated NaN losses."""
-
-    warmup_steps: int = 10
-    """No monitor fires before it has seen this many steps: early steps are noisy."""
-
-    window: int = 10
-    """Steps averaged into the "recent" value of a metric; also the length of the "early" window."""
-
-    repeat_every: int = 50
-    """A monitor that keeps firing repeats its warning at most once per this many steps."""
-
-    entropy_min: float = 0.05
-    """Mean per-token entropy (nats) below which the policy counts as collapsed."""
-
-    entropy_drop_ratio: float = 0.2
-    """Also a collapse when recent entropy falls below this fraction of its early value."""
-
-    zero_std_max: float = 0.8
-    """Fire when more than this fraction of groups have all-equal rewards (no learning signal)."""
-
-    length_growth_ratio: float = 1.5
-    """Fire when recent mean completion length exceeds this multiple of the early one ..."""
-
-    reward_flat_tol: float = 0.05
-    """... while mean reward moved by less than this (absolute) between the same two windows."""
-
-    kl_max: float = 1.0
-    """Fire when the recent mean KL to the reference policy exceeds this."""
-
-    clip_ratio_max: float = 0.3
-    """Fire when the recent mean fraction of clipped tokens (clip_ratio/region_mean) exceeds this."""
-
-    same_length_min_tokens: int = 16
-    """Groups sharing a length shorter than this many tokens are not counted (short answers share lengths)."""
-    same_length_max: float = 0.5
-    """Fire when more than this fraction of groups have completions that all share one length."""
-
-    same_text_max: float = 0.3
-    """Fire when more than this fraction of groups have completions that are all the same text."""
-
-    converged_reward_level: float = 0.85
-    """Low entropy counts as convergence, not collapse, when the recent mean reward is at least this far
-    (0..1) from the lowest to the highest completion reward seen in the run (needs `solved_signatures`)."""
-
-    reward_failure_max: float = 0.1
-    """Fire when more than this fraction of reward items (completion x function) failed, recently."""
-
-    max_nonfinite_steps: int = 3
-    """Raise TrainingHealthError after this many consecutive steps with non-finite loss or grad norm."""
-
-    nonfinite_keys: list[str] = field(default_factory=lambda: ["loss", "grad_norm"])
-    """The metrics whose non-finite values mean the update had to be skipped."""
-
-    def __post_init__(self) -> None:
-        for name in ("warmup_steps", "window", "repeat_every", "max_nonfinite_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"health.{name} must be a positive integer, got {value!r}")
-        self.nonfinite_keys = list(self.nonfinite_keys)
 
 
 class _Series:

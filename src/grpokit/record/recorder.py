@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .console import ConsoleSink
-from .health import HealthConfig, HealthEvent, HealthMonitor
+from grpokit.config.health import HealthConfig
+from .health import HealthEvent, HealthMonitor
 from .jsonl import JsonlSink
 
 

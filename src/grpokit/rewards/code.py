@@ -40,6 +40,11 @@ _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
 _PROGRAM = ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"]
 
 
+class SandboxTampering(ValueError):
+    """A program wrote on the sandbox's result channel itself: the completion fails (counted in the
+    reward's failures, ``reward.failure_value``), whatever its cases returned."""
+
+
 class UnsafeCodeExecutionError(RewardInfrastructureError):
     """Code rewards were asked to run on a host where the sandbox does not isolate (stops the run)."""
 
@@ -150,8 +155,13 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
         result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated, cancel=cancel)
     except budget.BudgetError as exc:  # e.g. a cgroup that could not be created: stop, never score 0
         raise UnsafeCodeExecutionError(str(exc)) from None
+    records, tampered = _trusted_records(result.channel, len(expected))
+    if mode == "call" and (tampered or result.channel_overflow):  # the program shares the harness's process
+        raise SandboxTampering("the program wrote on the sandbox's result channel (a line the harness did not write"
+                               + (", or more than the parent reads" if result.channel_overflow else "")
+                               + "); tampering forfeits the reward")
     passed = [False] * len(expected)
-    for i, rec in _trusted_records(result.channel, len(expected)).items():
+    for i, rec in records.items():
         try:  # records are bounded in size and depth (sandbox/isolation.py); anything odd fails the case
             if mode == "stdio":
                 passed[i] = type(rec.get("stdout")) is str and _norm(rec["stdout"]) == _norm(expected[i])
@@ -162,31 +172,24 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
     return passed
 
 
-def _trusted_records(channel: str, n: int) -> dict[int, dict]:
-    """case -> its "ok" record, for the cases whose record arrived alone and in order.
+def _trusted_records(channel: str, n: int) -> tuple[dict[int, dict], bool]:
+    """(case -> its "ok" record, tampered): the records of a channel the harness alone wrote.
 
     The harness writes exactly one line per case, in case order; in call mode the program runs in the
-    harness's process and can write on the channel too. A line that is not a well-formed record in
-    sequence (malformed, too deep, a second record of a case, a case out of order) fails the case that
-    was running when it was written (the next one expected) and the case it names, so a forged record
-    can never stand beside, or instead of, the harness's honest one."""
+    harness's process and can write on the channel too. Any line that is not a well-formed record in
+    sequence (blank, malformed, too deep, a second record of a case, a case out of order or out of range, a
+    record after the last case) is tampering: no record of that channel is trusted (``run_tests``
+    raises ``SandboxTampering``, so the completion fails and is counted, whatever the cases said)."""
     accepted: dict[int, dict] = {}
-    tainted: set[int] = set()
     expected_next = 0
-    for line in channel.splitlines():
-        if not line.strip():
-            continue
+    for line in channel.splitlines():  # a blank line too: the harness never writes one
         records = parse_records(line)
         rec = records[0] if records else None
-        case = rec["case"] if rec is not None else None
-        if rec is not None and case == expected_next and case not in accepted:
-            accepted[case] = rec
-            expected_next += 1
-            continue
-        tainted.add(expected_next)
-        if case is not None:
-            tainted.add(case)
-    return {i: r for i, r in accepted.items() if i not in tainted and 0 <= i < n and r.get("status") == "ok"}
+        if rec is None or rec["case"] != expected_next or expected_next >= n:
+            return {}, True
+        accepted[expected_next] = rec
+        expected_next += 1
+    return {i: r for i, r in accepted.items() if r.get("status") == "ok"}, False
 
 
 def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing: bool,

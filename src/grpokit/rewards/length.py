@@ -31,6 +31,7 @@ import string
 import unicodedata
 from typing import Any
 
+from .errors import ItemFailure
 from .math import completion_text, correctness
 
 
@@ -53,8 +54,8 @@ def cosine_length(completions: list[Any], completion_ids: list[list[int]] | None
                          f"wrong_short={wrong_short}, wrong_long={wrong_long}.")
     out: list[float | None] = []
     for L, ok in zip(_lengths(completions, completion_ids), correctness(completions, kwargs)):
-        if ok is None:
-            out.append(None)
+        if ok is None or isinstance(ok, ItemFailure):  # not applicable / the verifier failed (counted)
+            out.append(ok)
             continue
         c = (1.0 + math.cos(math.pi * min(L, max_length) / max_length)) / 2.0
         short, long = (correct_short, correct_long) if ok else (wrong_short, wrong_long)
@@ -105,7 +106,7 @@ def length_penalty(completions: list[Any], completion_ids: list[list[int]] | Non
         lo, hi = min(group), max(group)
         for L, ok in zip(group, correct[start:start + g]):
             lam = 0.0 if hi == lo else 0.5 - (L - lo) / (hi - lo)
-            out.append(None if ok is None else (lam if ok else min(0.0, lam)))
+            out.append(ok if ok is None or isinstance(ok, ItemFailure) else (lam if ok else min(0.0, lam)))
     return out
 
 

@@ -10,8 +10,10 @@ candidates that disagree or more values than the gold has, scores 0.0. Thousands
 Why a pool: sympy can spend minutes (or all memory) on an innocent-looking answer such as the power tower
 9^9^9^9^9, and math-verify's own signal-based timeout cannot interrupt a long computation inside C code.
 Every parse+verify therefore runs in a `WorkerPool` process with a hard per-item timeout: when it passes,
-the worker is killed, replaced, and the item scores 0.0. math-verify's internal timeouts are switched off
-so that the hard timeout is the single rule.
+the worker is killed and replaced, and the item is an `ItemFailure`: RewardRunner counts it
+(`rewards/<name>/failures`, `timeouts`) and gives it `failure_value`; it is never a silent 0.0.
+math-verify's internal (signal-based) timeouts are switched off so that the hard timeout is the
+single rule. Workers are warmed (`warm_up`) before their first item, outside its deadline.
 
 Gold answers are checked once, when the data loads, with `validate_gold_answers`: a gold that does not
 parse is reported (index, text, reason) rather than silently scoring every completion 0.
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
-from .errors import RewardInfrastructureError
+from .errors import ItemFailure, RewardInfrastructureError
 from .pool import WorkerPool
 
 log = logging.getLogger("grpokit.rewards")
@@ -79,6 +81,17 @@ def _parse_gold(gold: str) -> tuple[bool, str]:
     return (bool(parsed), "" if parsed else "math-verify found no answer in it")
 
 
+def warm_up() -> None:
+    """Run once in each worker before its first item: the imports and math-verify's parser set-up
+    (seconds on a loaded machine: 9.7 s were measured) happen here, not inside an item's deadline.
+    A failure is left for the items to report (an import error is then RewardInfrastructureError)."""
+    try:
+        _verify_one("1/2", r"so \boxed{\frac{1}{2}}", None)
+        _verify_one("x", "<answer>x</answer>", None)
+    except Exception:  # noqa: BLE001 - the real calls raise it again, with the right type
+        pass
+
+
 def _same(a: list[Any], b: list[Any]) -> bool:
     from math_verify import verify
 
@@ -123,13 +136,16 @@ def require_math_verify() -> None:
 class MathVerifyPool:
     """Parse and verify in `num_workers` killable processes with a hard per-item `timeout_s`.
 
-    Safe to share between threads (see WorkerPool). Items that time out or raise score 0.0 and are
-    counted in `timeouts` / `errors`; a broken pool or verifier raises RewardInfrastructureError.
+    Safe to share between threads (see WorkerPool). Items that time out or raise are an ``ItemFailure``
+    (never 0.0) and are counted in `timeouts` / `errors`; a broken pool or verifier raises
+    RewardInfrastructureError. Each worker is warmed before it takes items (``warm_up``: math-verify
+    and sympy imported, the LaTeX parser built), inside the pool's start deadline
+    (``START_TIMEOUT_S``), so a cold start never eats the first answers' ``timeout_s``.
     """
 
     def __init__(self, num_workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         require_math_verify()  # fail here, in one sentence, not with one 0.0 per item in the workers
-        self.pool = WorkerPool(num_workers, name="math-verify")
+        self.pool = WorkerPool(num_workers, name="math-verify", initializer=warm_up)
         self.timeout_s = timeout_s
         self.timeouts = 0  # items cut off so far
         self.errors = 0  # items whose parse or verify raised
@@ -137,7 +153,8 @@ class MathVerifyPool:
 
     def verify(self, golds: Sequence[str], predictions: Sequence[str], prompts: Sequence[Any] | None = None,
                allow_multiple: bool = False) -> list[float | None]:
-        """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse; 0.0 on timeout.
+        """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse; an ``ItemFailure``
+        (counted by the runner as a failure, a NaN to code that reads numbers) on a timeout or error.
 
         `prompts` (one per pair) lets lines copied from the prompt be ignored; `allow_multiple` turns
         off the one-answer rule (see `grpokit.rewards.answers`).
@@ -151,12 +168,12 @@ class MathVerifyPool:
                 raise RewardInfrastructureError(f"math verification cannot run: {outcome.error}")
             if outcome.ok:
                 scores.append(outcome.value)
-            else:
+            else:  # never a silent 0.0: the runner counts it as this completion's failure (or timeout)
                 with self._count:
                     self.timeouts += outcome.timed_out
                     self.errors += not outcome.timed_out
-                log.warning("math verification failed (%s); scoring 0.0", outcome.error)
-                scores.append(0.0)
+                what = "ran past its deadline" if outcome.timed_out else "failed"
+                scores.append(ItemFailure(f"math verification {what} ({outcome.error})", outcome.timed_out))
         return scores
 
     def close(self) -> None:

@@ -87,9 +87,17 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     return value
 
 
-def _worker_main(conn: Connection) -> None:
+def _worker_main(conn: Connection, initializer: Callable[[], Any] | None = None) -> None:
     _die_with_parent()
-    conn.send_bytes(pickle.dumps((_READY, True, None, None, False)))
+    if initializer is not None:  # warm-up (imports, parser set-up) before the first task's deadline runs
+        try:
+            initializer()
+        except BaseException:  # noqa: BLE001 - the tasks meet the same fault and report it
+            pass
+    try:
+        conn.send_bytes(pickle.dumps((_READY, True, None, None, False)))
+    except OSError:  # the pool closed while this worker warmed up
+        return
     while True:
         try:
             request_id, payload = pickle.loads(conn.recv_bytes())
@@ -144,9 +152,9 @@ def _in_spawner_thread(fn: Callable[[], Any]) -> Any:
 
 
 class _Worker:
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, initializer: Callable[[], Any] | None = None) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=False)
+        self.proc = ctx.Process(target=_worker_main, args=(child, initializer), daemon=False)
         _in_spawner_thread(self.proc.start)
         child.close()
         self.ready = False
@@ -196,10 +204,12 @@ class WorkerPool:
     name: what the workers do, for error messages ("math-verify", "reward").
     max_deaths_in_a_row: raise RewardInfrastructureError when this many tasks in a row (over the
         whole pool, no task finishing in between) end with their worker dead.
+    initializer: a picklable function each worker runs once before it says it is ready (a warm-up:
+        imports, caches), within ``start_timeout_s`` and outside every task's deadline.
     """
 
     def __init__(self, num_workers: int, name: str = "reward", max_deaths_in_a_row: int = 5,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, initializer: Callable[[], Any] | None = None) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
         if max_deaths_in_a_row < 1:
@@ -208,8 +218,9 @@ class WorkerPool:
         self.max_deaths_in_a_row = max_deaths_in_a_row
         self.start_timeout_s = start_timeout_s
         self._ctx = mp.get_context("spawn")
+        self._initializer = initializer
         self._cond = threading.Condition()
-        self._idle = [_Worker(self._ctx) for _ in range(num_workers)]
+        self._idle = [_Worker(self._ctx, initializer) for _ in range(num_workers)]
         self._size = num_workers
         self._ids = itertools.count()
         self._deaths_in_a_row = 0
@@ -255,7 +266,7 @@ class WorkerPool:
         worker.kill()
         with self._cond:
             self.restarts += 1
-        return _Worker(self._ctx)
+        return _Worker(self._ctx, self._initializer)
 
     def _died(self, code: int | None) -> None:
         with self._cond:

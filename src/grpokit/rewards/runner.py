@@ -14,7 +14,8 @@ soft but cannot block exit or pile up threads. Define reward functions at module
 `num_workers >= 1` for a deadline that nothing can outlast.
 
 Failures. Every failure (exception, `sys.exit`, a `KeyboardInterrupt` the function raises itself, timeout,
-wrong return length, a value that is not a number or None, NaN, infinite or beyond float32 such as 1e300)
+wrong return length, a value that is not a number or None, NaN, infinite or beyond float32 such as 1e300,
+an `ItemFailure` the function returns for one completion it could not score, such as math-verify's time-out)
 is counted per function (`rewards/<name>/failures`, of which `timeouts` and `nonfinite`); the first `max_logged_errors` are logged with the offending
 completion. A failed item gets `failure_value` in the total and is left out of the function's mean and
 std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
@@ -37,6 +38,7 @@ import torch
 
 from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
+from .errors import ItemFailure
 from .spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
@@ -209,6 +211,9 @@ class RewardRunner:
 
     @staticmethod
     def _store(rewards_NF: torch.Tensor, i: int, f: int, v: Any, tally: _Tally) -> None:
+        if isinstance(v, ItemFailure):  # the function could not score this one (a verifier's time-out)
+            tally.fail([i], v.reason, timed_out=v.timed_out)
+            return
         try:
             value = _check_value(v)
         except (TypeError, ValueError) as exc:

@@ -25,16 +25,19 @@ from typing import Callable
 import torch
 
 from grpokit.train.models import frozen_copy
+from .engine import HFEngine, TurnSampler
 
 
 class AsyncRollout:
-    prefetches = True
+    """A RolloutEngine (rollout/engine.py) that prefetches: batches of the step's size come from the
+    background thread; anything else (a refill of other prompts) is sampled on the trainer's model by
+    ``hf``, the engine the thread samples its snapshot with."""
 
-    def __init__(self, model, step: int, sample: Callable, next_batch: Callable[[int], list], *, prompts_per_step: int,
-                 group_size: int, max_staleness: int, device: torch.device, seed: int):
+    def __init__(self, model, step: int, sample: Callable, next_batch: Callable[[int], list], *, hf: HFEngine,
+                 prompts_per_step: int, group_size: int, max_staleness: int, device: torch.device, seed: int):
         """``model`` is the policy after ``step`` updates; ``sample(model, generator, prompts)`` runs one
         batch's episodes (the trainer's own episode loop) and ``next_batch(n)`` draws n fresh prompts."""
-        self.sample, self.next_batch, self.max_staleness = sample, next_batch, max_staleness
+        self.sample, self.next_batch, self.max_staleness, self.hf = sample, next_batch, max_staleness, hf
         self.n, self.G = prompts_per_step, group_size
         self.generator = torch.Generator(device=device).manual_seed(seed + 1)
         self.trainer_step = step  # updates the trainer has made (after_update tells it each new one)
@@ -65,15 +68,16 @@ class AsyncRollout:
                     self.log.append((i, version))
                     self.cond.notify_all()
                 i += 1
-        except BaseException as e:  # surfaced in the trainer's thread by next_rollout
+        except BaseException as e:  # surfaced in the trainer's thread by prefetched
             with self.cond:
                 self.error = e
                 self.cond.notify_all()
 
-    def next_rollout(self, n: int, group_size: int):
-        """``(prompts, rollout)`` of the next batch, waiting for the producer if needed."""
+    def prefetched(self, n: int, group_size: int):
+        """``(prompts, rollout)`` of the next batch, waiting for the producer if needed; None for a
+        batch of another size (a refill: the trainer draws and samples it itself)."""
         if n != self.n or group_size != self.G:
-            return self.next_batch(n), None  # a refill of another size: sample it synchronously
+            return None
         with self.cond:
             self.cond.wait_for(lambda: self.consumed in self.ready or self.error is not None)
             if self.error is not None:
@@ -91,8 +95,14 @@ class AsyncRollout:
         self.trainer_step = step
         return {"rollout/staleness": float(self.last_staleness)}
 
-    def generate(self, prompt_ids, group_size):
-        return None  # explicit prompts (GFPO refills) are sampled by the trainer's own loop
+    def turn_sampler(self, model, generator: torch.Generator | None = None) -> TurnSampler:
+        return self.hf.turn_sampler(model, generator)  # explicit prompts (GFPO refills): the trainer's own model
+
+    def finish_sampling(self) -> None:
+        pass
+
+    def sleep_for_update(self) -> None:
+        pass
 
     def close(self) -> None:
         with self.cond:

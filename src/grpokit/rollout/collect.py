@@ -14,31 +14,12 @@ the loop stays the same:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from grpokit.algo.advantages import flat_groups
-from grpokit.types import Prompt, Rollout, gather_rows
-
-
-@dataclass
-class ScoredBatch:
-    """P groups of G completions with their rewards; rows p*G .. p*G+G-1 belong to prompt p."""
-
-    prompts: list[Prompt]
-    rollout: Rollout
-    texts: list[str]
-    rewards_NF: torch.Tensor  # (N, F) per function, NaN = not applicable
-    total_N: torch.Tensor  # (N,) weighted sum
-    names: list[str]
-    metrics: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, list] = field(default_factory=dict)  # reward functions' log_extra columns, one entry per row
-
-    @property
-    def group_size(self) -> int:
-        return self.rollout.group_size
+from grpokit.types import Prompt, ScoredBatch, gather_rows
 
 
 def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | None = None) -> ScoredBatch:

@@ -26,8 +26,10 @@ the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a
 engine, so every backend runs the same loop.
 
 Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
-returned string is appended to the prompt; the G episodes of a prompt must start from the same
-observation, since GRPO compares them), public methods as tools, ``done`` read after each turn.
+returned string is appended to the prompt; when the G episodes of a prompt get different observations,
+a random start as in TRL's 2048 example, each starts from its own: the group shares the common prefix
+of their contexts and each episode begins with the rest as environment tokens, with one warning),
+public methods as tools, ``done`` read after each turn.
 Unlike TRL, which pools instances and resets them again in later batches, each episode gets a
 fresh instance: the async sampler runs the next batch's episodes while this batch's rewards still
 read its environments (``get_reward``), so a reused instance could be reset under them.
@@ -42,7 +44,10 @@ environment that every row uses.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import logging
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,10 +56,11 @@ from grpokit.config.sections import ConfigError
 from grpokit.data.vision import prompt_images
 from grpokit.env.parse import CALL_CLOSE, MAX_DEPTH, ToolCall, assistant_message, parse_tool_calls, tag_result_text, template_suffix_ids
 from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
-from grpokit.rewards.inproc import InProcessCaller
+from grpokit.env.calls import call_many, check_failures
 from grpokit.types import Episode, Prompt, Rollout
 from .hf import SamplingParams
 
+log = logging.getLogger("grpokit.env")
 Sampler = Callable[[list[list[int]], int, SamplingParams], Rollout]
 TOOL_THREADS = 8  # rows whose tool calls run at once (tools mostly wait: on a sandbox, a service, a timer)
 
@@ -72,6 +78,7 @@ class EpisodeSpec:
     max_tool_nesting: int = MAX_DEPTH  # brackets in a call's arguments / levels of a tool's result (0 = no cap)
     reset_timeout_s: float = 30.0  # time limit of one environment reset()
     max_observation_chars: int = 8000  # longest reset() observation joined to the prompt (0 = no cap)
+    max_failure_fraction: float = 0.5  # stop the run when resets or tool time-outs fail more of a batch's episodes
 
 
 @dataclass
@@ -88,6 +95,7 @@ class _Row:
     tool_errors: int = 0
     tool_seconds: float = 0.0
     tool_timeouts: int = 0
+    tool_hung: bool = False  # a call ran past env.tool_timeout_s itself (not the episode's remaining budget)
     finish: str | None = None
 
 
@@ -116,7 +124,7 @@ class EpisodeRunner:
             every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
         self.tool_names = [tool_name(t) for t in every]
         self.schemas = self._schemas(every)
-        self._caller = InProcessCaller()
+        self._warned_random_reset = False  # one warning per run when reset() observations differ within a group
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
         return [tool_schema(t) for t in fns] if self.spec.tool_format == "chat_template" else []
@@ -153,16 +161,18 @@ class EpisodeRunner:
                 return ro if ro.vision is not None else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
             return sample([p.ids for p in prompts], G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs = [self.factories[n]() if self.factories else None for n in names for _ in range(G)]
-        reset_failed: list[bool] = []
-        prompt_ids = [self._reset(p, envs[k * G:(k + 1) * G], reset_failed, names[k]) for k, p in enumerate(prompts)]
+        envs, starts, reset_failed = self._reset_all(prompts, names, G)
+        prompt_ids = [shared for shared, _ in starts]
         turn_params = params
         if s.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
         rows = [_Row() for _ in envs]
+        for i, row in enumerate(rows):  # a random reset: the part of its observation the group does not share
+            own = starts[i // G][1][i % G]
+            row.ids, row.logps, row.mask, row.turn_ids = list(own), [0.0] * len(own), [0] * len(own), [0] * len(own)
         active = list(range(len(rows)))
         for turn in range(s.max_turns):
-            if turn == 0:
+            if turn == 0 and not any(row.ids for row in rows):
                 ro = sample(prompt_ids, G, turn_params)
             else:
                 ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
@@ -172,13 +182,17 @@ class EpisodeRunner:
             # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
             with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
                 results = dict(zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling)))
-            for i in calling:
-                self._reply(rows[i], envs[i], turn, results[i])
+            done = self._done_all([envs[i] for i in calling])
+            for i, d in zip(calling, done):
+                self._reply(rows[i], envs[i], turn, results[i], d)
             active = [i for i in active if rows[i].finish is None]
             if not active:
                 break
         for i in active:  # still calling tools after the last allowed turn
             rows[i].finish = "turns"
+        timeouts = sum(r.tool_hung for r in rows)
+        check_failures("tool calls ran past env.tool_timeout_s", timeouts, len(rows), s.max_failure_fraction,
+                       "fix the tool that hangs, or raise env.tool_timeout_s for a slow one")
         episodes = [Episode(r.mask, r.turn_ids, r.state_keys, r.messages, r.tool_calls, r.tool_errors, env,
                             r.tool_timeouts, reset_failed[k // G]) for k, (r, env) in enumerate(zip(rows, envs))]
         return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
@@ -204,7 +218,17 @@ class EpisodeRunner:
             row.finish = reason  # an answer: "eos", "stop" or "length"
         return calls
 
-    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult]) -> None:
+    def _done_all(self, envs: list) -> list[bool]:
+        """Each environment's ``done`` after a turn, read side by side within ``tool_timeout_s`` (a
+        property is untrusted code too); one that raises or runs over ends its episode."""
+        if not any(e is not None for e in envs):
+            return [False] * len(envs)
+        kinds = sorted({type(e).__qualname__ for e in envs if e is not None})
+        outs = call_many("environment-done-" + "+".join(kinds), [functools.partial(_done, e) for e in envs],
+                         self.spec.tool_timeout_s)
+        return [e is not None and (not o.ok or bool(o.value)) for e, o in zip(envs, outs)]
+
+    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult], done: bool = False) -> None:
         """Append the environment's reply to the turn's calls, and see whether the episode goes on."""
         s = self.spec
         for r in results:
@@ -222,7 +246,7 @@ class EpisodeRunner:
             row.finish = "tool_error"
         elif row.tool_seconds >= s.episode_timeout_s:
             row.finish = "timeout"
-        elif env is not None and _done(env):
+        elif done:
             row.finish = "done"
 
     def _call(self, row: _Row, env, call: ToolCall) -> ToolResult:
@@ -241,7 +265,8 @@ class EpisodeRunner:
                 tools.update({tool_name(t): t for t in environment_tools(env)})
             result = call_tool(tools, call.name, call.arguments, timeout_s=min(s.tool_timeout_s, left),
                                max_chars=s.max_tool_output_chars, max_depth=s.max_tool_nesting)
-            row.tool_timeouts += int(result.error and "timed out after" in result.content)
+            row.tool_timeouts += int(result.timed_out)
+            row.tool_hung |= result.timed_out and left >= s.tool_timeout_s
         row.tool_seconds += result.seconds
         row.tool_errors += int(result.error)
         return result
@@ -258,37 +283,98 @@ class EpisodeRunner:
             return self.schemas or None
         return self._schemas(self.tools + environment_tools(env)) or None
 
-    def _reset(self, prompt: Prompt, envs: list, failed: list[bool], name: str | None = None) -> list[int]:
-        """Reset the G environments of one prompt with its row; their observation (if any) joins the prompt.
-        A reset that raises or runs over leaves the bare prompt (``failed`` gets True), never a crash or a hang."""
-        failed.append(False)
+    def _reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> tuple[list, list[Start], list[bool]]:
+        """Build and reset the G environments of every prompt, all at once, each within
+        ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
+        observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
+        each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
+        raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
+        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure)."""
         if not self.factories:
-            return list(prompt.ids)
+            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts)
+        rows = [self._reset_row(p) for p in prompts]
+        calls = [functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
+                 for k in range(len(prompts)) for _ in range(G)]
+        kinds = sorted({getattr(self.factories[n], "__qualname__", "environment") for n in names})
+        outs = call_many("environment-reset-" + "+".join(kinds), calls, self.spec.reset_timeout_s)
+        envs = [o.value[0] if o.ok else None for o in outs]
+        failed = [not all(o.ok for o in outs[k * G:(k + 1) * G]) for k in range(len(prompts))]
+        starts = [_bare(p, G) if failed[k] else self._observed(p, rows[k], [o.value[1] for o in outs[k * G:(k + 1) * G]],
+                                                                    names[k], failed, k)
+                      for k, p in enumerate(prompts)]
+        errors = [o.error for o in outs if not o.ok]
+        if errors:
+            log.warning("grpokit: warning: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
+                        "the bare prompt", len(errors), len(outs), errors[0])
+        check_failures("environment reset() failed", sum(failed) * G, len(outs), self.spec.max_failure_fraction,
+                       f"first error: {errors[0]}" if errors else "")
+        return envs, starts, failed
+
+    def _reset_row(self, prompt: Prompt) -> dict[str, Any]:
         row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
         if self.named:  # the routing column chose the environment; it is no row data of it (as TRL)
             row.pop(self.route_key, None)
-        outs = [self._caller.call("reset", lambda e=env: e.reset(**row), (), self.spec.reset_timeout_s) for env in envs]
-        if not all(o.ok for o in outs):
-            failed[-1] = True
-            return list(prompt.ids)
-        obs = [o.value for o in outs]
+        return row
+
+    def _observed(self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool],
+                  k: int) -> Start:
+        """The start of one prompt's G episodes after their resets: the shared context and each episode's own
+        rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
+        reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
+        the group sharing their common prefix and each episode starting with the rest as environment tokens
+        (never trained on)."""
+        bare = _bare(prompt, len(obs))
         if all(o is None for o in obs):
-            return list(prompt.ids)
-        if any(o != obs[0] for o in obs):
-            raise ConfigError(f"the environment's reset() returned different observations for the {len(envs)} episodes of "
-                              "one prompt; GRPO compares episodes that start alike, so make reset depend only on the row")
+            return bare
         try:
-            text = cap_text(str(obs[0]), self.spec.max_observation_chars)
+            texts = [cap_text(str(o), self.spec.max_observation_chars) for o in obs]
         except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
-            failed[-1] = True
-            return list(prompt.ids)
+            failed[k] = True
+            return bare
+        if len(set(texts)) > 1 and not self._warned_random_reset:
+            self._warned_random_reset = True
+            warnings.warn("the environment's reset() returned different observations for the episodes of one prompt; each "
+                          "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
+                          stacklevel=2)
+        contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
+        shared = _common_prefix([contexts[t] for t in texts])
+        return shared, [contexts[t][len(shared):] for t in texts]
+
+    def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
+        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""
         if self.render_prompt is None:
             return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self.render_prompt(row["prompt"], text, self._schemas(self.env_tools[name]) or None)
+        return self.render_prompt(raw, text, self._schemas(self.env_tools[name]) or None)
+
+
+Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
+
+
+def _bare(prompt: Prompt, G: int) -> Start:
+    """The start of G episodes from the bare prompt (no observation, or a reset that failed)."""
+    return list(prompt.ids), [[] for _ in range(G)]
+
+
+def _common_prefix(seqs: list[list[int]]) -> list[int]:
+    """The longest list of ids every sequence starts with."""
+    first = seqs[0]
+    n = min(len(q) for q in seqs)
+    for k in range(n):
+        if any(q[k] != first[k] for q in seqs):
+            return list(first[:k])
+    return list(first[:n])
+
+
+def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:
+    """One episode's environment, built and reset in a call thread (a constructor may hang too)."""
+    env = factory()
+    return env, env.reset(**row)
 
 
 def _done(env: Any) -> bool:
-    """The environment's ``done``; one that cannot be read (a property that raises) ends the episode."""
+    """The environment's ``done`` (False without one); one that cannot be read (a property that raises) ends the episode."""
+    if env is None:
+        return False
     try:
         return bool(getattr(env, "done", False))
     except Exception:

@@ -25,9 +25,9 @@ from typing import Callable
 
 import torch
 
-from .collect import ScoredBatch
+from grpokit.types import ScoredBatch
 from grpokit.config.sections import ConfigError
-from grpokit.data.prompts import repeat_columns
+from grpokit.types import repeat_columns
 from grpokit.types import Rollout
 
 MODES: tuple[str, ...] = ("off", "gold", "reflection")

@@ -33,6 +33,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
+from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm_images import llm_inputs
 
@@ -85,10 +86,8 @@ def vllm_sampling_params(sp_cls, p: SamplingParams, group_size: int):
                   include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
 
 
-class VLLMColocated:
+class VLLMColocated(SeparateEngine):
     """A ``vllm.LLM`` on the trainer's GPU that sleeps during the update."""
-
-    prefetches = False
 
     def __init__(self, llm, sampling_params_cls, params: SamplingParams, *, sleep: bool):
         self.llm, self.sp_cls, self.params, self.sleep = llm, sampling_params_cls, params, sleep
@@ -106,9 +105,6 @@ class VLLMColocated:
         if sleep:
             self.sleep_for_update()
         return ro
-
-    def finish_sampling(self) -> None:
-        """A round of sampling is over (one engine per rank: nothing to do; rollout/vllm_tp.py's group waits here)."""
 
     def sleep_for_update(self) -> None:
         """The step's sampling is over, every dynamic-sampling round included: sleep (if configured) so
@@ -128,9 +124,6 @@ class VLLMColocated:
             self.asleep = False
         self.llm.reset_prefix_cache()  # cached prefixes were computed by the old weights
         return {"rollout/weight_sync_step": float(step)}
-
-    def close(self) -> None:
-        pass
 
 
 def make_colocated_engine(r, m, params: SamplingParams, device, seed: int, **engine_args: Any) -> VLLMColocated:

@@ -40,6 +40,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
+from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
 from .vllm_http import HTTPAnswer, ServerReplyError, http_call, parse_choices, reply_budget
@@ -51,10 +52,8 @@ MAX_PROMPTS_PER_REQUEST = 1024  # vLLM 0.33 refuses more prompts per request by 
 START_HINT = "start it with `grpokit vllm-serve MODEL` (docs/SCALING.md)"
 
 
-class VLLMServer:
+class VLLMServer(SeparateEngine):
     """A vLLM server elsewhere, reached over HTTP (protocol in the module docstring)."""
-
-    prefetches = False
 
     def __init__(self, url: str, params: SamplingParams, sync_dir: Path, *, startup_timeout: float = 600.0,
                  request_timeout: float = 3600.0, is_main: bool = True, barrier: Callable[[], None] = lambda: None,
@@ -230,10 +229,6 @@ class VLLMServer:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"the vLLM server at {self.url} kept refusing to reset its prefix cache (blocks still in use)")
-
-    def close(self) -> None:
-        pass
-
 
 def full_weights(model) -> dict[str, torch.Tensor]:
     """An FSDP2-sharded policy's full weights on rank 0's CPU under Hugging Face names (empty on the

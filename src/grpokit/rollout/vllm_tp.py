@@ -37,6 +37,7 @@ import torch.distributed as tdist
 
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
+from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm import VLLMColocated, make_colocated_engine, to_rollout, vllm_sampling_params
 from .vllm_images import llm_inputs
@@ -77,10 +78,8 @@ def own_outputs(outputs: list, requests: list[Request | None], member: int) -> l
     return outputs[start:start + len(requests[member].prompt_ids)]
 
 
-class TensorParallelEngine:
+class TensorParallelEngine(SeparateEngine):
     """This rank's handle on its group's sharded engine; ``gather(obj)`` returns every member's obj."""
-
-    prefetches = False
 
     def __init__(self, inner: VLLMColocated, gather: Callable[[Any], list], member: int):
         self.inner, self.gather, self.member = inner, gather, member

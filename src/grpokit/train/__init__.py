@@ -1,7 +1,7 @@
 """Stage 6, training: the loop (``loop.py``) and what it needs to run: models and LoRA, log-probabilities,
 the update, distributed data parallel and FSDP, checkpoints, callbacks.
 
-``from grpokit.train import Trainer, train`` is the public entry point, as before.
+``from grpokit.train import Trainer, train`` is the public entry point.
 """
 
 from typing import Any

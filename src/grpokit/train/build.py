@@ -12,7 +12,7 @@
     build_recorder  the metrics sinks (rank 0 only)
 
 Each builder takes config sections and the objects built before it and returns records or plain
-objects; none of them sees the Trainer. Rollout engines come from ``scaling.make_engine``.
+objects; none of them sees the Trainer. Rollout engines come from ``engines.make_engine``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from grpokit.algo.lambda_grpo import LearnableLambda
 from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, ConfigError, RolloutConfig
 from grpokit.config.validation import validate
@@ -36,11 +35,11 @@ from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
-from . import distributed, kernels, model_options, scaling, wiring
+from . import distributed, episode_setup, kernels, model_options, models, reward_setup, run_data
 from .distributed import DistContext
 from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .logprobs import compile_backbone
-from .update import activation_memory_mb, make_optimizer, run_updates, token_budget
+from .update import make_optimizer, run_updates
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
 
@@ -48,7 +47,7 @@ SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses 
 def settle_config(cfg: Config, own_rows: bool) -> Config:
     """One's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's
     checkpoint; then every section is validated."""
-    return validate(wiring.resolve_run(cfg, own_rows=own_rows))
+    return validate(run_data.resolve_run(cfg, own_rows=own_rows))
 
 
 def prepare_process(t) -> None:
@@ -75,9 +74,9 @@ class Inputs:
 def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer=None) -> Inputs:
     """Rows (one's own or the task's), the episode loop, and the rows as chat-templated prompts (rows
     with images through the model's processor: ``given_tokenizer`` when it is one, as TRL passes it)."""
-    train_rows, eval_rows = wiring.data_rows(cfg, train_rows, eval_rows)
-    wiring.check_gold_answers(cfg, train_rows)
-    episodes = wiring.episode_runner(cfg, tokenizer, tools, environment_factory, wiring._task(cfg))
+    train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
+    run_data.check_gold_answers(cfg, train_rows)
+    episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
     schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
     processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)  # None: text model
     prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
@@ -99,12 +98,12 @@ class Rewards:
 
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
-    specs = wiring.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
-    process_fn = wiring.process_function(cfg) if cfg.algo.supervision == "process" else None
+    specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
+    process_fn = reward_setup.process_function(cfg) if cfg.algo.supervision == "process" else None
     rc = cfg.reward
     runner = RewardRunner(specs, num_workers=rc.num_workers, timeout_s=rc.timeout_s, failure_value=rc.failure_value,
                           max_failure_fraction=rc.max_failure_fraction)
-    return Rewards(runner, wiring.eval_runner(cfg, runner), [sp.weight for sp in specs], process_fn)
+    return Rewards(runner, reward_setup.eval_runner(cfg, runner), [sp.weight for sp in specs], process_fn)
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,7 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
     if m.neftune_noise_alpha:  # after the copy: a separate reference gets no noise, as TRL's
         model_options.add_neftune(model, m.neftune_noise_alpha)
-    autocast = scaling.autocast_factory(m, device, model)
+    autocast = models.autocast_factory(m, device, model)
     dist.broadcast_params(model)
     if t.fsdp:
         distributed.fully_shard_model(model)
@@ -144,24 +143,17 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
 
 @dataclass(frozen=True)
 class Optimization:
-    """Stage 6's objects: optimizer, schedule, lambda-GRPO's learnable lambda (None otherwise) and
-    the micro-batch token budget (0: no cap)."""
+    """Stage 6's objects: optimizer and schedule (the micro-batch token budget comes with the memory
+    plan, memory_plan.py; a stage's own optimizer, lambda-GRPO's, with its state, algo/stage_state.py)."""
 
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    lam: LearnableLambda | None
-    token_budget: int
 
 
-def build_optimizer(cfg: Config, model, device: torch.device) -> Optimization:
+def build_optimizer(cfg: Config, model) -> Optimization:
     t, a = cfg.train, cfg.algo
-    budget = 0 if t.fsdp else token_budget(  # tokens per micro-batch of the update
-        model.config, activation_memory_mb(t.activation_memory_mb, device),
-        next(model.parameters()).element_size(), t.micro_batch_tokens)
     optimizer, scheduler = make_optimizer(model, cfg.optim, run_updates(t.steps, t, a.num_iterations))
-    lam = LearnableLambda(a.lambda_init, a.lambda_lr, a.lambda_r, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)) \
-        if a.aggregation == "lambda-grpo" else None  # lambda-GRPO: a learnable lambda with its own optimizer
-    return Optimization(optimizer, scheduler, lam, budget)
+    return Optimization(optimizer=optimizer, scheduler=scheduler)
 
 
 def error_correction_renderer(cfg: Config):

@@ -38,6 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grpokit.config.sections import ConfigError
+from .faults import storage_error
+
 log = logging.getLogger("grpokit.checkpoint")
 PREFIX = "step-"
 MANIFEST = "manifest.json"
@@ -68,8 +71,11 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
     try:
         _write_files(tmp, state, model, tokenizer, None if model_only else optimizer, scheduler, generator, write_model,
                      sampler_states, optimizer_state, extra_state, card)
-    except BaseException:  # ENOSPC, a failed serialiser, Ctrl-C: no half checkpoint stays behind
+    except BaseException as exc:  # ENOSPC, a failed serialiser, Ctrl-C: no half checkpoint stays behind
+        refused = storage_error(exc, final) if isinstance(exc, Exception) else None  # asked before the space is freed
         shutil.rmtree(tmp, ignore_errors=True)
+        if refused is not None and not (isinstance(exc, OSError) and exc.errno == refused.errno):
+            raise refused from exc  # a full disk seen through safetensors or torch.save: an OSError naming the checkpoint
         raise
     if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
         shutil.rmtree(final)
@@ -208,10 +214,26 @@ def load_model(path: Path, model, *, read_model=None) -> None:
     weights = {}
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f), device=str(next(model.parameters()).device)))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except RuntimeError as e:  # shapes differ: "size mismatch for model.embed_tokens.weight: ..."
+        detail = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0])
+        raise CheckpointMismatch(_mismatch(path, detail[:300])) from None
     tied = {k for k in missing if "lm_head" in k or "embed" in k}
     if unexpected or set(missing) - tied:
-        raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+        extra = set(missing) - tied
+        raise CheckpointMismatch(_mismatch(path, f"{len(extra)} of the model's weights are not in it, e.g. {sorted(extra)[:2]}, "
+                                                 f"and {len(unexpected)} of its weights are not in the model, e.g. {sorted(unexpected)[:2]}"))
+
+
+class CheckpointMismatch(ConfigError):
+    """A checkpoint holds another model's weights than the one loaded (a resume with another model)."""
+
+
+def _mismatch(path: Path, detail: str) -> str:
+    run = path.parent.parent
+    return (f"checkpoint {path} holds the weights of another model than the one loaded ({detail}); resume with the "
+            f"model the run was trained with (model.name_or_path in {run / 'config.yaml'}) or start a new run")
 
 
 def load_extra(path: Path) -> dict:

@@ -11,7 +11,7 @@ endpoint for several nodes (docs/SCALING.md). With K ranks and ``train.prompts_p
 * Advantages. Rewards are all-gathered into the global (P, G) matrix and every rank computes the
   same advantages and metrics, so batch-wide modes (scale="batch", "batch_whiten", "token_whiten";
   completion lengths are gathered too) see the whole batch, then each rank keeps its rows.
-* Loss. ``policy_update`` receives the *global* sequence and token counts (all-reduced), so each
+* Loss. ``accumulate`` (train/update.py) receives the *global* sequence and token counts (all-reduced), so each
   rank's loss is its share of the global loss: sum_r loss_r = the loss a single process would
   compute on the whole batch.
 * Gradients. Because the shares already carry the global normalisers, gradients are *summed*

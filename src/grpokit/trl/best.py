@@ -111,11 +111,11 @@ def finish(trainer: Any, state: Any, a: Any, main: bool) -> None:
 def load_best(trainer: Any, state: Any) -> None:
     """Load the weights of ``state.best_model_checkpoint`` into the internal trainer's model (LoRA
     adapters and FSDP shards through grpokit's checkpoint loaders), as transformers' _load_best_model."""
-    from grpokit.train import checkpoint, scaling
+    from grpokit.train import checkpoint, checkpoint_hooks
 
     log.info("Loading best model from %s (score: %s).", state.best_model_checkpoint, state.best_metric)
     folder = Path(state.best_model_checkpoint).resolve().parent
-    loaders = scaling.checkpoint_loaders(trainer.model, trainer.dist, trainer.cfg.model)
+    loaders = checkpoint_hooks.checkpoint_loaders(trainer.model, trainer.dist, trainer.cfg.model)
     checkpoint.load_model(folder, trainer.model, read_model=loaders.get("read_model"))
 
 

@@ -62,7 +62,7 @@ class GRPOConfig(TrainingArguments):
     max_completion_length: int | None = 512
     """Most tokens per completion."""
     ds3_gather_for_generation: bool = True
-    """DeepSpeed ZeRO-3: gather the sharded weights for generation. grpokit has no DeepSpeed: accepted only at TRL's default (True)."""
+    """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
     shuffle_dataset: bool | None = True
     """Shuffle the training prompts each epoch."""
     pad_to_multiple_of: int | str | None = 'auto'
@@ -86,7 +86,7 @@ class GRPOConfig(TrainingArguments):
     repetition_penalty: float = 1.0
     """Penalty on tokens already in the prompt or completion (1.0: off), applied to sampling only."""
     cache_implementation: str | None = None
-    """KV-cache implementation of transformers' generate() in TRL. Not carried out by grpokit: accepted only at TRL's default (None)."""
+    """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic" (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through model.generate with it (engine generate); None: grpokit's choice."""
     use_vllm: bool = False
     """Sample with vLLM."""
     vllm_mode: str = 'colocate'
@@ -184,7 +184,7 @@ class GRPOConfig(TrainingArguments):
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
     log_multimodal: bool = True
-    """Images in TRL's completion logs. Not carried out by grpokit: accepted only at TRL's default (True)."""
+    """Accepted; no effect: grpokit's samples.jsonl keeps the completions' text, never their images."""
     num_completions_to_print: int | None = None
     """Completions per sample dump with log_completions (rounded up to whole groups; None: grpokit's 2 prompts)."""
     log_unique_prompts: bool = False
@@ -192,11 +192,11 @@ class GRPOConfig(TrainingArguments):
     log_completions_hub_repo: str | None = None
     """A Hub dataset repository TRL uploads the logged completions to. Not carried out by grpokit: accepted only at TRL's default (None)."""
     use_transformers_continuous_batching: bool = False
-    """Sample with transformers' continuous batching. Not carried out by grpokit yet: accepted only at TRL's default (False)."""
+    """Sample with a continuous-batching engine: grpokit's own decode loop, which already drops finished rows from the batch (the same sampling distribution; TRL refuses it for vision models, and so does grpokit)."""
     transformers_continuous_batching_config: dict | str | None = None
-    """Options of transformers' continuous batching. Accepted only at TRL's default (None)."""
+    """transformers' ContinuousBatchingConfig keywords (memory and block sizes of its paged cache): checked as transformers checks them; grpokit's decode loop has no paged cache to size."""
     use_transformers_paged: bool = False
-    """Deprecated TRL alias of use_transformers_continuous_batching. Accepted only at TRL's default (False)."""
+    """Deprecated alias of use_transformers_continuous_batching (TRL 1.16): True sets it, with TRL's FutureWarning."""
     vllm_importance_sampling_cap: float | None = None
     """Deprecated alias of vllm_importance_sampling_clip_max (TRL 1.16): when set, it replaces it."""
 
@@ -352,10 +352,14 @@ INHERITED = (
     "do_train", "do_eval", "do_predict", "torch_empty_cache_steps", "log_level", "log_level_replica", "project",
     "use_cache", "activation_checkpointing", "activation_checkpointing_kwargs", "hub_revision", "hub_always_push",
     "average_tokens_across_devices", "ignore_data_skip", "include_num_input_tokens_seen", "ddp_timeout",
+    # accepted with TRL's meaning, most of them no-ops in TRL's GRPO too (docs/TRL.md says why for each)
+    "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "label_smoothing_factor", "liger_kernel_config",
+    "prediction_loss_only", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
+    "include_for_metrics", "batch_eval_metrics", "dataloader_drop_last", "dataloader_multiprocessing_context",
+    "label_names", "train_sampling_strategy", "length_column_name", "log_on_each_node", "dataloader_in_order",
+    "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "local_rank",
 )
-_REFUSED_OWN = ("ds3_gather_for_generation", "cache_implementation", "vllm_model_impl", "vllm_structured_outputs_regex",
-                "vllm_group_port", "log_multimodal", "log_completions_hub_repo", "use_transformers_continuous_batching",
-                "transformers_continuous_batching_config", "use_transformers_paged")
+_REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "vllm_group_port", "log_completions_hub_repo")
 _OWN = tuple(n for n in GRPOConfig.__dict__["__annotations__"] if not n.startswith("_"))
 SUPPORTED = frozenset(INHERITED) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
 # every other field (TRL's or transformers', today's or a later version's) only at its default

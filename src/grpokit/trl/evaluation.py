@@ -17,7 +17,6 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
-from grpokit.train import wiring
 from grpokit.train.logprobs import make_token_batch
 from grpokit.types import Prompt
 from .bridge import sampling_extras
@@ -28,17 +27,16 @@ CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_m
 def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, float]:
     """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss; TRL's keys, no prefix."""
     cfg, a = trainer.cfg, trainer.cfg.algo
-    trainer._timer = getattr(trainer, "_timer", None) or wiring.Timer()
-    sb = trainer._sample(prompts, G)
+    sb = trainer.sample_and_score(prompts, G)
     ro, P = sb.rollout, len(prompts)
     batch = make_token_batch(ro, trainer.tokenizer.pad_token_id, trainer.device)
-    logp, entropy = trainer._logprobs(trainer.model, batch, entropy=True)
+    logp, entropy = trainer.logprobs(trainer.model, batch, entropy=True)
     if G > 1:
         adv, _ = group_advantages(sb.total_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
     else:  # num_generations_eval=1: each completion is its own group mean, so its advantage is 0 (as TRL)
         adv = torch.zeros(P, 1)
     mask = batch.completion_mask
-    ctrl = getattr(trainer, "entropy_ctrl", None)  # TRL's eval loss carries the bonus the next train step applies
+    ctrl = trainer.stage_state("entropy_control")  # TRL's eval loss carries the bonus the next train step applies
     coef = ctrl.applied() if ctrl is not None else a.entropy_coef
     loss, m = policy_loss(logp, logp, adv.flatten().to(logp.device), mask, clip_low=a.clip_low, clip_high=a.clip_high,
                           aggregation=a.aggregation, num_sequences=float(P * G), num_tokens=float(mask.sum().item()),

@@ -108,12 +108,25 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool
     return out
 
 
-def check_routing(environment_factory: Any, train_dataset: Any) -> None:
-    """Named environments (a dict) are routed by the dataset's ``environment`` column, so need a dataset."""
-    if isinstance(environment_factory, dict) and train_dataset is None:  # TRL's words: scripts match on them
+def environment_owned_rows(environment_factory: Any, train_dataset: Any, args: Any) -> Any:
+    """The training rows: ``train_dataset``, or with none TRL's placeholder for an environment that owns
+    the data (one generation batch's prompts, each an empty user turn that reset()'s string fills in;
+    ``max_steps`` sets the length). TRL's words, which scripts match on, for what it refuses."""
+    if train_dataset is not None:
+        return train_dataset
+    if environment_factory is None:
+        raise ConfigError("`train_dataset` is required unless an `environment_factory` is provided.")
+    if isinstance(environment_factory, dict):
         raise ConfigError("A `dict` `environment_factory` (multiple environments) requires a `train_dataset` with an "
                           "`environment` column to route each example to its environment. Provide a dataset, or pass a "
                           "single environment factory.")
+    if args.max_steps <= 0:
+        raise ConfigError("When training without a `train_dataset` (the environment owns the data and returns the prompt "
+                          "from `reset()`), `max_steps` must be set to a positive value to define the training length. "
+                          "Set it via `GRPOConfig(max_steps=...)`.")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    batch = args.generation_batch_size or args.per_device_train_batch_size * (args.steps_per_generation or args.gradient_accumulation_steps) * world
+    return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(max(1, batch // args.num_generations))]
 
 
 def env_owns_reward(reward_funcs: Any, environment_factory: Any) -> bool:

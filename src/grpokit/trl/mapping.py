@@ -97,6 +97,11 @@ def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
                           + " (TRL and grpokit set them from the tokenizer and one completion per row)")
         else:
             extra[key] = value
+    cache = extra.pop("cache_implementation", a.cache_implementation)  # TRL: generation_kwargs override its own
+    if cache in ("static", "dynamic") and not extra and not a.use_vllm:
+        out["rollout.engine"] = cache  # grpokit's own decode loops with that cache
+    elif cache is not None and not a.use_vllm:  # vLLM keeps its own paged cache, as in TRL
+        extra["cache_implementation"] = cache
     if set(extra) - {"length_penalty"}:  # length_penalty alone weighs beam scores only: no beams, no effect
         if a.use_vllm:
             raise _refuse("generation_kwargs", extra, "with use_vllm only temperature, top_p, top_k, min_p, max_tokens, "
@@ -125,7 +130,7 @@ def _every(value: float, steps: int) -> int:
 
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "epoch", "no"):
-        raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no (grpokit always writes the final checkpoint)")
+        raise _refuse("save_strategy", a.save_strategy, "steps, epoch, no")
     steps_every = rounds_per(_every(a.save_steps, trl_steps_in(ctx["steps"], a, ctx)), a, ctx["world_size"])  # save_steps
     every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]  # counts TRL's steps
     keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
@@ -134,7 +139,7 @@ def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
                       "folder, so one pushed alone could not be resumed from as transformers' last-checkpoint is)")
     # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
     return {"train.save_every": every, "train.keep_checkpoints": keep, "train.out": a.output_dir or "trainer_output",
-            "train.overwrite": True}
+            "train.overwrite": True, "train.save_last": a.save_strategy != "no"}  # transformers: "no" writes no checkpoint
 
 
 def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -144,6 +149,11 @@ def _logging(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     bad = [r for r in reports if r not in trackers]
     if bad:
         raise _refuse("report_to", a.report_to, "none or a list of " + ", ".join(trackers))
+    hosted = {n: getattr(a, n) for n in ("trackio_space_id", "trackio_bucket_id", "trackio_static_space_id") if getattr(a, n)}
+    if hosted and "trackio" in reports:  # without trackio reporting transformers never reads them, nor does grpokit
+        name, value = next(iter(hosted.items()))
+        raise _refuse(name, value, "None with report_to trackio (grpokit's Trackio sink logs to the local database "
+                      "only, it hosts no Space or bucket); drop trackio from report_to to keep the value")
     if a.logging_strategy not in ("steps", "epoch", "no"):
         raise _refuse("logging_strategy", a.logging_strategy, "steps, epoch, no")
     every = epoch_rounds(a, ctx) if a.logging_strategy == "epoch" else _every(a.logging_steps, ctx["steps"])
@@ -203,9 +213,9 @@ MAPPING: list[Rule] = [
          "copied: checkpoints without optimizer, schedule and RNG state; a resume from one loads the weights with a fresh "
          "optimizer and schedule, as transformers", _v(**{"train.save_only_model": "save_only_model"})),
     Rule(("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
-         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite"),
+         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite", "train.save_last"),
          "None output_dir is \"trainer_output\"; save_strategy=epoch saves at the end of every epoch (steps per epoch as TRL's "
-         "dataloader counts them, see max_steps) and of training; save_strategy=no saves only the final checkpoint; save_total_limit None keeps all; "
+         "dataloader counts them, see max_steps) and of training; save_strategy=no writes no checkpoint (save_last false), as transformers; save_total_limit None keeps all; "
          "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)", _saving),
     Rule(("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
           "generation_batch_size"),
@@ -260,13 +270,16 @@ MAPPING: list[Rule] = [
     Rule(("use_cpu",), ("model.device",), "True: cpu, False: auto", lambda a, ctx: {"model.device": "cpu" if a.use_cpu else "auto"}),
     Rule(("seed", "full_determinism", "shuffle_dataset"), ("train.seed", "train.deterministic", "data.shuffle"), "copied",
          _v(**{"train.seed": "seed", "train.deterministic": "full_determinism", "data.shuffle": "shuffle_dataset"})),
-    Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs"),
+    Rule(("max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs",
+          "cache_implementation"),
          ("rollout.max_new_tokens", "rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.min_p", "rollout.stop",
           "rollout.repetition_penalty", "rollout.engine", "rollout.generation_kwargs", "env.max_episode_tokens"),
          "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
          "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
          "any other key (num_beams 2, length_penalty, do_sample False ...) picks rollout.engine=generate, which passes them "
-         "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
+         "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); cache_implementation "
+         "static or dynamic picks grpokit's decode loop of that cache, another (offloaded ...) engine=generate with it, as "
+         "TRL's generation config (ignored with use_vllm, as TRL); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL", _generation),
     Rule(("chat_template_kwargs",), ("data.chat_template_kwargs",), "copied; prompts that are chat messages get the template, text prompts are used as written",
          lambda a, ctx: {"data.chat_template_kwargs": dict(a.chat_template_kwargs or {}), "data.chat_template": "conversational"}),
     Rule(("use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
@@ -332,10 +345,13 @@ MAPPING: list[Rule] = [
          lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0}),
     Rule(("max_tool_calling_iterations",), ("env.max_turns",), "model turns = iterations + 1; None keeps env.max_turns",
          lambda a, ctx: {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}),
-    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy", "project"),
+    Rule(("report_to", "logging_steps", "log_completions", "disable_tqdm", "run_name", "logging_strategy", "project",
+          "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"),
          ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
          "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps; project is "
-         "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); logging_strategy=epoch "
+         "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); trackio_space_id, "
+         "trackio_bucket_id and trackio_static_space_id are accepted when nothing reports to trackio (transformers reads "
+         "them in its Trackio callback only), refused with it (grpokit's Trackio sink hosts no Space); logging_strategy=epoch "
          "logs at the end of every epoch and of training (logging_first_step still logs step 1, as transformers)", _logging),
     Rule(("num_completions_to_print",), ("record.samples_prompts",),
          "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)", _samples),
@@ -347,7 +363,7 @@ MAPPING: list[Rule] = [
          "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps), or with eval_strategy=epoch at the end of "
          "every epoch and of training (eval_delay counts epochs then, as transformers); grpokit's own greedy evaluation is off", _eval),
 ]
-HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.py)
+HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/trainer.py)
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
     "hub_model_id": "repository of push_to_hub (None: output_dir's name)",
     "hub_token": "token of push_to_hub", "hub_private_repo": "private flag of push_to_hub",
@@ -368,6 +384,34 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl.p
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }
 HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
+HANDLED_ELSEWHERE.update({  # accepted with no effect, as in TRL's GRPO (its trainer overrides what reads them)
+    "use_transformers_continuous_batching": "sampling with continuous batching: grpokit's own decode loop, which drops "
+                                            "finished rows from the batch (same distribution); refused for a vision model, as TRL",
+    "transformers_continuous_batching_config": "checked as transformers' ContinuousBatchingConfig keywords; sizes a paged "
+                                               "cache grpokit's decode loop does not have",
+    "use_transformers_paged": "deprecated alias: True sets use_transformers_continuous_batching, with TRL's FutureWarning",
+    "label_smoothing_factor": "no effect, as TRL: transformers applies it in Trainer.compute_loss, which GRPOTrainer replaces",
+    "liger_kernel_config": "no effect, as use_liger_kernel",
+    "prediction_loss_only": "no effect, as TRL: GRPO's prediction_step returns the loss only",
+    "eval_do_concat_batches": "no effect, as TRL (no predictions)", "eval_use_gather_object": "no effect, as TRL (no predictions)",
+    "eval_accumulation_steps": "no effect, as TRL (no predictions)",
+    "include_for_metrics": "no effect, as TRL (GRPOTrainer takes no compute_metrics)",
+    "batch_eval_metrics": "no effect, as TRL (GRPOTrainer takes no compute_metrics)",
+    "dataloader_drop_last": "no effect, as TRL: its RepeatSampler yields whole generation batches only",
+    "dataloader_multiprocessing_context": "no effect (no DataLoader workers)",
+    "label_names": "no effect, as TRL (GRPO inputs carry no labels)",
+    "train_sampling_strategy": "no effect, as TRL: RepeatSampler replaces transformers' sampler (shuffle_dataset decides)",
+    "length_column_name": "no effect, as TRL (group_by_length's column; RepeatSampler does not read it)",
+    "ds3_gather_for_generation": "no effect: DeepSpeed ZeRO-3 only (deepspeed is refused)",
+    "log_multimodal": "no effect: samples.jsonl keeps text, never images",
+    "local_rank": "no effect: the rank comes from LOCAL_RANK, as transformers when it is set",
+    "log_on_each_node": "grpokit logs on global rank 0 only (log_on_each_node=False); one node: the same",
+    "dataloader_in_order": "no effect (no DataLoader workers)",
+    "ddp_find_unused_parameters": "no effect: grpokit all-reduces gradients itself, no DistributedDataParallel wrapper",
+    "ddp_bucket_cap_mb": "no effect (no DistributedDataParallel wrapper)",
+    "ddp_broadcast_buffers": "no effect (no DistributedDataParallel wrapper)",
+    "ddp_static_graph": "no effect (no DistributedDataParallel wrapper)",
+})
 FIXED = {"data.task": "", "data.dataset": "", "data.eval_dataset": "", "reward.functions": [], "reward.convention": "trl",
          "reward.num_workers": 0}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
 

@@ -25,7 +25,7 @@ def new_logs(maxlen: int | None = None) -> dict[str, Any]:
 
 
 def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
-    """Append one scored batch (rollout/collect.py's ``ScoredBatch``): one entry per completion."""
+    """Append one scored batch (``types.ScoredBatch``): one entry per completion."""
     G = batch.group_size
     n = len(batch.texts)
     logs["prompt"].extend(batch.prompts[i // G].text for i in range(n))
@@ -94,10 +94,51 @@ def warn_like_trl(args: Any) -> None:
             "importance_sampling_level='sequence' with loss_type=%r: this loss adds up per-token terms, which weights "
             "each sequence by its completion length rather than following GSPO's per-sequence objective; "
             "loss_type='grpo' is GSPO's setting", args.loss_type)
+    if args.use_transformers_paged:  # TRL 1.16's FutureWarning, and the alias takes effect
+        import warnings
+
+        warnings.warn("`use_transformers_paged` is deprecated and will be removed in v2.0.0. Use "
+                      "`use_transformers_continuous_batching` instead.", FutureWarning, stacklevel=3)
+        args.use_transformers_continuous_batching = True
+    check_continuous_batching(args.transformers_continuous_batching_config)
     if args.vllm_importance_sampling_cap is not None:  # TRL 1.16 gives a FutureWarning and copies it to clip_max
         logging.getLogger("grpokit.trl").warning(
             "vllm_importance_sampling_cap is deprecated (TRL 1.16); its value %s replaces vllm_importance_sampling_clip_max, "
             "use that argument instead", args.vllm_importance_sampling_cap)
+
+
+def check_continuous_batching(config: Any) -> None:
+    """transformers_continuous_batching_config: keywords of transformers' ContinuousBatchingConfig, refused
+    in one sentence when transformers would refuse them (TRL builds one from them)."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise ConfigError(f"GRPOConfig argument transformers_continuous_batching_config={config!r} is not valid; use None "
+                          "or a dict of transformers' ContinuousBatchingConfig keywords")
+    try:
+        from transformers.generation import ContinuousBatchingConfig
+    except ImportError:  # an older transformers: nothing to check against
+        return
+    try:
+        ContinuousBatchingConfig(**config)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"GRPOConfig argument transformers_continuous_batching_config={config!r} is not valid: {e}") from None
+
+
+def refuse_vision_continuous_batching(args: Any, model: Any, processing_class: Any, trust_remote_code: bool) -> None:
+    """TRL refuses continuous batching for a multimodal model (its engine takes token ids only); TRL's words."""
+    if not args.use_transformers_continuous_batching:
+        return
+    from grpokit.data.vision import is_processor, load_processor
+
+    if processing_class is not None:
+        multimodal = is_processor(processing_class)
+    elif isinstance(model, str):
+        multimodal = load_processor(model, None, trust_remote_code) is not None
+    else:
+        multimodal = hasattr(getattr(model, "config", None), "vision_config")
+    if multimodal:
+        raise ConfigError("`use_transformers_continuous_batching` does not support multimodal models. Use `use_vllm` instead.")
 
 
 def set_log_level(args: Any, main: bool) -> None:
@@ -111,9 +152,15 @@ def set_log_level(args: Any, main: bool) -> None:
         hf_logging.set_verbosity(trainer_log_levels[level])
 
 
+def _controller(facade: Any):
+    """The adaptive entropy controller of the run (None: the coefficient is static or no run is built yet)."""
+    trainer = facade._trainer
+    return trainer.stage_state("entropy_control") if trainer is not None else None
+
+
 def entropy_coef_of(facade: Any) -> float:
     """TRL's ``trainer.entropy_coef``: the adaptive controller's current coefficient, else the static one."""
-    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    controller = _controller(facade)
     return controller.coef if controller is not None else facade.cfg.algo.entropy_coef
 
 
@@ -121,7 +168,7 @@ def set_entropy_coef(facade: Any, value: float) -> None:
     """Setting ``trainer.entropy_coef`` changes the coefficient the next steps use, as on TRL's trainer."""
     from grpokit.config.io import set_field
 
-    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    controller = _controller(facade)
     if controller is not None:
         controller.coef = float(value)
     for cfg in {id(c): c for c in (facade.cfg, getattr(facade._trainer, "cfg", None)) if c is not None}.values():
@@ -130,7 +177,7 @@ def set_entropy_coef(facade: Any, value: float) -> None:
 
 def last_world_entropy(facade: Any) -> float:
     """TRL's ``_last_world_entropy``: the entropy adaptive control measured last (inf before the first step)."""
-    controller = getattr(facade._trainer, "entropy_ctrl", None)
+    controller = _controller(facade)
     return controller.last_entropy if controller is not None else float("inf")
 
 

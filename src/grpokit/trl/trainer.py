@@ -3,7 +3,7 @@
     from grpokit.trl import GRPOConfig, GRPOTrainer      # instead of: from trl import GRPOConfig, GRPOTrainer
 
 ``GRPOTrainer`` takes TRL 1.16's constructor arguments, maps ``GRPOConfig`` onto grpokit's
-``Config`` (grpokit/trl_mapping.py; the table is docs/TRL.md) and runs grpokit's ``Trainer``.
+``Config`` (grpokit/trl/mapping.py; the table is docs/TRL.md) and runs grpokit's ``Trainer``.
 Reward functions receive what TRL's GRPOTrainer passes them: ``prompts`` as the dataset holds them
 (chat messages for conversational data), conversational completions as
 ``[{"role": "assistant", "content": ...}]``, ``completion_ids``, every dataset column under its own
@@ -45,12 +45,13 @@ from grpokit.rewards.spec import RewardError
 from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import (HubPushError, adopt_peft_model, apply_lora, check_routing, env_owns_reward, no_dropout, push_folder, refuse_custom_code,
+from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, environment_owned_rows, no_dropout, push_folder, refuse_custom_code,
                      refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
 from .mapping import to_config
 from .step_args import steps_per_epoch
 from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
-                      new_logs, per_token_logps_and_entropies, reward_names, set_entropy_coef, set_log_level, warn_like_trl)
+                      new_logs, per_token_logps_and_entropies, refuse_vision_continuous_batching, reward_names, set_entropy_coef,
+                      set_log_level, warn_like_trl)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -84,7 +85,7 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
             raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
-        check_routing(environment_factory, train_dataset)
+        train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
         funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
         refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
@@ -92,6 +93,7 @@ class GRPOTrainer:
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
             refuse_custom_code(model, cfg.model.trust_remote_code)
+        refuse_vision_continuous_batching(self.args, model, processing_class, cfg.model.trust_remote_code)
         if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
@@ -120,6 +122,7 @@ class GRPOTrainer:
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
         """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
+        self._evaluating = False  # evaluate() runs: its samples are not TRL's training tokens
         self.use_adaptive_entropy = self.args.use_adaptive_entropy
         self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
         """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
@@ -154,16 +157,12 @@ class GRPOTrainer:
             best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}")
             if self.args.ignore_data_skip:  # transformers: the epochs trained count, the batches of this one are not skipped
                 trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
-        sample = trainer._sample
-
-        def sample_and_count(prompts, group_size):  # TRL's num_tokens and terminated lengths of each sampling call
-            sb = sample(prompts, group_size)
-            if sb is not None and getattr(trainer, "_trl_training", True):
+        def count(sb):  # TRL's num_tokens and terminated lengths of each training sampling call
+            if not self._evaluating:
                 self.bridge.add_sampled(sb.rollout, sb.rollout.model_lengths())
                 add_to_logs(self._logs, sb)
-            return sb
 
-        trainer._sample = sample_and_count
+        trainer.on_sampled.append(count)
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
@@ -265,13 +264,13 @@ class GRPOTrainer:
         trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
-        trainer._trl_training = False
+        self._evaluating = True
         try:
             metrics = evaluate(trainer, prompts, a.num_generations_eval or a.num_generations, a.per_device_eval_batch_size,
                                metric_key_prefix)
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
-            trainer._trl_training = True
+            self._evaluating = False
         self.bridge.log(metrics)
         self.bridge.user("on_evaluate", metrics=metrics)
         return {**metrics, "epoch": self.state.epoch}

@@ -13,6 +13,8 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
 * "task" in a preset's ``reward.functions`` stands for the run's own reward: when the user named
   reward functions, they take its place (weights multiplied by the preset's weight for "task"), so
   DAPO on one's own data is the user's reward plus the overlong penalty.
+* A preset made for this scale of machine (``scale: own`` at the top of its file: smollm2-math)
+  is not a paper's: its batch, generation length and learning rate always apply.
 """
 
 from __future__ import annotations
@@ -39,9 +41,17 @@ def load(name: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"unknown preset {name!r}; valid presets: {', '.join(names())}")
     data = yaml.safe_load(path.read_text()) or {}
+    data.pop("scale", None) if isinstance(data, dict) else None  # read by own_scale()
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ConfigError(f"preset file {str(path)!r} must map config sections to mappings of fields")
     return data
+
+
+def own_scale(name: str) -> bool:
+    """True for a preset written for this scale of machine (``scale: own``, e.g. smollm2-math): its batch,
+    generation length and learning rate are its recipe, applied without --paper-scale."""
+    data = yaml.safe_load((HERE / f"{name}.yaml").read_text()) or {}
+    return isinstance(data, dict) and data.get("scale") == "own"
 
 
 def description(name: str) -> str:
@@ -62,7 +72,7 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
     values; the paper-scale fields only when ``paper_scale``. See the module docstring."""
     cfg = cfg if cfg is not None else Config()
     recipe, paper = split(load(name))
-    values = {**recipe, **(paper if paper_scale else {})}
+    values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
     given = assigned(cfg)
     own = list(cfg.reward.functions) if "reward.functions" in given else None
     if own is not None and "task" in (values.get("reward.functions") or []):

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from . import arithmetic, calculator, shapes
+from . import arithmetic, calculator, reasoning_gym, shapes
 from .demo_model import demo_model_path, load_demo_model
 from .arithmetic_steps import digit_steps
 from .evaluate import evaluate_accuracy
@@ -122,13 +122,34 @@ TASKS: dict[str, Task] = {
 }
 
 
-def get_task(name: str) -> Task:
-    """The built-in task called ``name``; a ConfigError lists the valid names otherwise."""
+def get_task(name: str, params: Mapping[str, Any] | None = None) -> Task:
+    """The built-in task called ``name``, or reasoning-gym's ``reasoning_gym:<name>[=weight],...``
+    with ``params`` (data.task_params) as its config; a ConfigError lists the valid names otherwise."""
+    from grpokit.config.sections import ConfigError
+
+    if name.startswith(reasoning_gym.PREFIX):
+        return _reasoning_gym_task(name, dict(params or {}))
     if name not in TASKS:
+        raise ConfigError(f"data.task={name!r} is not a built-in task; valid: {', '.join(sorted(TASKS))}, or "
+                          "reasoning_gym:<name> (docs/TASKS.md) (or set data.task= and data.dataset=FILE)")
+    if params:
+        raise ConfigError(f"data.task_params is for reasoning_gym:<name> tasks; the built-in task {name!r} takes none")
+    return TASKS[name]
+
+
+def _reasoning_gym_task(name: str, params: dict) -> Task:
+    """A reasoning-gym task (data/tasks/reasoning_gym.py): its rows, its verifier under grpokit's
+    one-answer rule, seeded held-out rows; it has no demo model (a real model is needed)."""
+    train_rows, held_out_rows = reasoning_gym.rows_for(name, params)
+
+    def needs_a_model(*args: Any, **kwargs: Any):
         from grpokit.config.sections import ConfigError
 
-        raise ConfigError(f"data.task={name!r} is not a built-in task; valid: {', '.join(sorted(TASKS))} (or set data.task= and data.dataset=FILE)")
-    return TASKS[name]
+        raise ConfigError(f"data.task={name!r} has no demo model; set model.name_or_path to a real model "
+                          "(e.g. smollm2-135m-instruct, grpokit models lists the named ones)")
+
+    return Task(name=name, train_rows=train_rows, held_out_rows=held_out_rows, reward_fn=reasoning_gym.reasoning_gym_accuracy,
+                evaluate=evaluate_accuracy, model_path=needs_a_model, load_model=needs_a_model, recommended=MappingProxyType({}))
 
 
 __all__ = ["TASKS", "Task", "get_task", "demo_model_path", "load_demo_model", "evaluate_accuracy"]

@@ -71,6 +71,7 @@ class RunResult:
     records: list[dict] = field(default_factory=list)
     budget: str = ""  # how the budget was held: "cgroup2", "cgroup1" or "rlimit"
     memory_peak_bytes: int | None = None  # the tree's highest memory use (cgroup modes)
+    channel_overflow: bool = False  # the channel held more than the parent reads (max_output_bytes * 64)
 
 
 def _python_in_sandbox() -> tuple[list[str], str]:
@@ -191,10 +192,12 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
                 _stop(proc, timed_out, cgroup, isolated, info)
             peak = cgroup.peak_bytes() if cgroup is not None else None
             channel.seek(0)
-            text = channel.read(limits.max_output_bytes * 64).decode("utf-8", "replace")
+            cap = limits.max_output_bytes * 64
+            raw = channel.read(cap + 1)
+            text = raw[:cap].decode("utf-8", "replace")
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
-    return RunResult(text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak)
+    return RunResult(text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak, len(raw) > cap)
 
 
 def _stop(proc: subprocess.Popen, timed_out: bool, cgroup: budget.Cgroup | None, isolated: bool, info) -> None:

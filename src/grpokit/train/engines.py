@@ -1,0 +1,92 @@
+"""The rollout engine of a run (rollout.backend, rollout.async_staleness), the model it samples
+with, and where the next prompts come from. Each function takes the few objects it needs, never
+the Trainer, so an engine can be built and tested without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from grpokit.config.sections import Config
+from grpokit.rollout.engine import HFEngine, RolloutEngine
+from grpokit.rollout.lockstep import lockstep
+from .distributed import DistContext, rank_seed
+
+
+def uses_tis(cfg: Config) -> bool:
+    """TIS applies when the sampler is not the trainer's own forward: vLLM, or stale async samples."""
+    r = cfg.rollout
+    return r.tis_cap > 0 and (r.backend != "hf" or r.async_staleness > 0)
+
+
+def sampling_model(model, dist: DistContext):
+    """A context giving the model to sample with: the model itself, or under FSDP a stand-in that
+    keeps every rank's forward passes in step (rollout/lockstep.py says why)."""
+    if not dist.fsdp:
+        return contextlib.nullcontext(model)
+    return lockstep(model, dist.any_rank)
+
+
+def next_prompts(engine: RolloutEngine, sampler, dist: DistContext, n: int, group_size: int):
+    """``(prompts, rollout or None)``: the engine's prefetch, or this rank's slice of the next prompts."""
+    got = engine.prefetched(n, group_size)
+    if got is not None:
+        return got
+    k, w = dist.rank, dist.world_size
+    return sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
+
+
+def hf_engine(cfg: Config, eos_token_ids: set[int], pad_token_id: int, decode: Callable, generator: torch.Generator) -> HFEngine:
+    """The engine sampling on the trainer's own model (rollout.engine picks its decoder). CUDA graphs
+    are off with NEFTune: a graph would replay one noise draw."""
+    r = cfg.rollout
+    return HFEngine(eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, decode=decode, generator=generator,
+                    decoder=r.engine, generation_kwargs=r.generation_kwargs,
+                    cuda_graphs=r.cuda_graphs and not cfg.model.neftune_noise_alpha)
+
+
+def make_engine(cfg: Config, model, step: int, params, device: torch.device, dist: DistContext, run_dir: Path,
+                hf: HFEngine, async_source: tuple[Callable, Callable] | None = None) -> RolloutEngine:
+    """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (``hf``, sampling on
+    the trainer's model, when neither asks for another), holding the policy ``model`` after ``step``
+    updates. ``async_source`` is ``(sample, next_batch)`` for the async sampler (rollout/async_.py
+    says what each does)."""
+    r = cfg.rollout
+    if r.backend == "vllm_server":
+        from grpokit.data.vision import image_token_id
+        from grpokit.rollout.vllm_client import make_server_engine
+
+        engine = make_server_engine(r, params, run_dir, dist, lora=bool(cfg.model.lora_rank), image_token_id=image_token_id(model))
+        engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
+        return engine
+    if r.backend == "vllm":
+        engine = colocated_engine(cfg, params, device, dist)
+        if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
+            engine.after_update(model, step)
+        return engine
+    if r.async_staleness > 0:
+        from grpokit.rollout.async_ import AsyncRollout
+
+        sample, next_batch = async_source
+        return AsyncRollout(model, step, sample, next_batch, hf=hf, prompts_per_step=cfg.train.prompts_per_step,
+                            group_size=r.group_size, max_staleness=r.async_staleness, device=device, seed=cfg.train.seed)
+    return hf
+
+
+def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContext):
+    """``rollout.backend=vllm``: one engine per rank, or one per group of ``rollout.vllm_tensor_parallel_size``
+    ranks (rollout/vllm_tp.py). Its seed is the group's, as TRL's (the shards of an engine must sample the same
+    tokens), mixed as the hf engine's rank seeds: group 0 (and so a one-process run) keeps the plain seed."""
+    r = cfg.rollout
+    seed = rank_seed(cfg.train.seed, dist.rank // r.vllm_tensor_parallel_size)
+    if r.vllm_tensor_parallel_size > 1:
+        from grpokit.rollout.vllm_tp import make_tensor_parallel_engine
+
+        return make_tensor_parallel_engine(r, cfg.model, params, device, seed, dist)
+    from grpokit.rollout.vllm import make_colocated_engine
+
+    return make_colocated_engine(r, cfg.model, params, device, seed)

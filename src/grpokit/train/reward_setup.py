@@ -1,0 +1,114 @@
+"""The run's reward functions from its config: named built-ins, import paths, the task's reward,
+passed callables and environments' rewards; their parameters checked; the evaluator's verifier and
+the process reward.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.rewards.runner import RewardRunner
+from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
+from .run_data import task_of
+
+
+def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=None) -> list[RewardSpec]:
+    """The configured reward functions (built-in names, import paths, "task") plus passed callables,
+    plus each environment class's ``get_reward()`` (weight 1, named after its class, as TRL).
+    "task" is the built-in task's reward; with one's own data, passed callables take its place."""
+    from grpokit.env import environment_rewards
+
+    env_rewards = environment_rewards(environment_factory)
+    passed = list(extra or [])
+    names, weights = cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions)
+    if len(weights) not in (len(names), len(names) + len(passed)):
+        raise ConfigError(f"reward.weights has {len(weights)} entries but there are {len(names) + len(passed)} reward functions "
+                          f"({len(names)} in reward.functions, {len(passed)} passed as callables); give one weight per function "
+                          "(the named ones first, then the callables in order) or none")
+    extra_weights = weights[len(names):] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
+    extra = passed + env_rewards
+    extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
+    task = task_of(cfg)
+    specs = []
+    for name, w in zip(names, weights):
+        if name == "task" and extra and task is None:
+            continue  # the "task" reward makes no sense without a task: the passed functions replace it
+        if name == "task":
+            if task is None:
+                raise ConfigError("reward.functions names 'task' (the built-in task's reward) but the run trains on its own "
+                                  "data; name its reward instead (e.g. reward.functions=[math_accuracy]) or pass reward_funcs")
+            specs.append(RewardSpec(fn=task.reward_fn, name=getattr(task.reward_fn, "__name__", "task"), weight=w))
+        else:
+            params = reward_params(cfg, name)
+            try:
+                fn = resolve_reward(name, **params)
+            except RewardError as e:
+                raise ConfigError(f"reward.functions: {e}{_import_hint(name)}") from None
+            check_reward_params(name, fn, cfg.reward.params.get(name, {}))
+            specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
+    if extra:
+        specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w) for i, (f, w) in enumerate(zip(extra, extra_weights))]
+    if not specs:
+        raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
+    return specs
+
+
+OVERLONG_CACHE_FRACTION = 0.2  # DAPO: a 4,096-token punishment cache under its 20,480-token limit
+
+
+def reward_params(cfg: Config, name: str) -> dict:
+    """reward.params of one function; overlong_penalty's window follows the run's generation length
+    (max_length = rollout.max_new_tokens, cache_length = DAPO's fifth of it) unless set."""
+    params = dict(cfg.reward.params.get(name, {}))
+    if name == "overlong_penalty":
+        params.setdefault("max_length", cfg.rollout.max_new_tokens)
+        params.setdefault("cache_length", max(1, round(OVERLONG_CACHE_FRACTION * params["max_length"])))
+    return params
+
+
+def check_reward_params(name: str, fn, given: dict) -> None:
+    """Every key of reward.params.<name> must be a parameter the function names: a built-in's
+    **kwargs are the dataset columns, so a typo there would be silently ignored. A user function
+    that takes **kwargs may read any key, so only its named parameters are known to be valid."""
+    import inspect
+
+    target = getattr(fn, "func", fn)  # resolve_reward binds params with functools.partial
+    try:
+        sig = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return
+    named = [p.name for p in sig if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in sig) and ":" in name
+    unknown = [k for k in given if k not in named]
+    if unknown and not open_ended:
+        raise ConfigError(f"reward.params.{name} has {', '.join(map(repr, unknown))}, which {name} does not take; "
+                          f"its parameters are: {', '.join(n for n in named if n not in ('prompts', 'completions'))}")
+
+
+def _import_hint(name: str) -> str:
+    """What was searched for a "module:function" reward that could not be imported."""
+    import os
+
+    return f" (looked in the working directory {os.getcwd()} and on sys.path)" if ":" in name else ""
+
+
+def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
+    """Evaluation grades with the task's own verifier when there is a task, else the first reward."""
+    task = task_of(cfg)
+    if task is None:
+        return runner
+    return RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy", weight=1.0)], num_workers=0)
+
+
+def process_function(cfg: Config):
+    """The process reward for algo.supervision=process: the task's, or a named function."""
+    name = cfg.reward.process_function
+    if name == "task":
+        from grpokit.data.tasks import get_task
+
+        fn = get_task(cfg.data.task, cfg.data.task_params).process_reward_fn
+        if fn is None:
+            raise ConfigError(f"reward.process_function=task but task {cfg.data.task!r} has no process reward")
+        return fn
+    return resolve_reward(name)

@@ -1,0 +1,45 @@
+"""TRL's ``rollout_func`` convention: a user function that samples in place of the engine, its dict
+turned into a Rollout, and the extra columns it returns logged beside each completion.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from grpokit.config.sections import ConfigError
+
+
+def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
+    """TRL's ``rollout_func(prompts, trainer) -> dict``: ``prompt_ids`` (one per prompt or per
+    completion), ``completion_ids`` and ``logprobs`` (G per prompt, grouped), optional ``env_mask``
+    (1 on the model's tokens, 0 on the environment's); other keys go to the reward functions."""
+    from grpokit.types import Episode, Rollout
+
+    out = fn([p.raw if p.raw is not None else p.text for p in prompts], trainer)
+    missing = sorted({"prompt_ids", "completion_ids", "logprobs"} - set(out))
+    if missing:
+        raise ConfigError(f"rollout_func must return the keys {missing} in its dict (TRL's convention)")
+    comps, N = out["completion_ids"], len(prompts) * group_size
+    if len(comps) != N:
+        raise ConfigError(f"rollout_func returned {len(comps)} completions for {len(prompts)} prompts; "
+                          f"it must return group_size={group_size} per prompt, grouped")
+    pids = out["prompt_ids"]
+    pids = pids[::group_size] if len(pids) == N else pids
+    mask = out.get("env_mask")
+    episodes = [Episode(list(m), [0] * len(m)) for m in mask] if mask is not None else None
+    ro = Rollout([list(p) for p in pids], [list(c) for c in comps], [list(lp) for lp in out["logprobs"]],
+                 list(out.get("finish_reasons") or ["eos"] * N), group_size, episodes)
+    extra = {k: list(v) for k, v in out.items()
+             if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")}
+    return ro, extra
+
+
+def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int) -> list[dict]:
+    """Put reward functions' ``log_extra`` values beside each completion of sample rows (row p holds
+    completions p*G .. p*G+G-1), as TRL adds them to its completions table."""
+    for p, row in enumerate(rows):
+        for g, comp in enumerate(row["completions"]):
+            logged = {k: v[p * group_size + g] for k, v in extra.items() if v[p * group_size + g] is not None}
+            if logged:
+                comp["extra"] = logged
+    return rows

@@ -1,0 +1,79 @@
+"""What a run trains on: the built-in task or one's own data (and the demo settings a task brings),
+the training and held-out rows, and the gold answers checked at load time.
+"""
+
+from __future__ import annotations
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.data.prompts import load_rows
+
+
+TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
+
+
+def task_of(cfg: Config):
+    """The built-in task of this run, or None when the run brings its own data (data.dataset)."""
+    from grpokit.data.tasks import get_task
+
+    return get_task(cfg.data.task, cfg.data.task_params) if cfg.data.task and not cfg.data.dataset else None
+
+
+def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
+    """Settle what depends on the run, in place: one's own data (``data.dataset``, or rows passed to
+    the Trainer: ``own_rows``) replaces the built-in task, its reward and its held-out set
+    (data.task becomes ""); the demo (a task on its own demo model) fills the fields nobody set with
+    the task's demo settings; model.name_or_path=demo becomes the task's own checkpoint (the
+    calculator task ships one that knows the tool tags), which config.yaml then records."""
+    from grpokit.config.io import assigned, set_field
+
+    if cfg.data.dataset or own_rows:
+        cfg.data.task = ""
+    task = task_of(cfg)
+    if task is None or cfg.model.name_or_path != "demo":
+        return cfg
+    given = assigned(cfg)
+    for name, value in task.demo.items():
+        if name not in given:
+            set_field(cfg, name, value)
+    if task.name != "arithmetic":
+        cfg.model.name_or_path = str(task.model_path())
+    return cfg
+
+
+def use_task_model(cfg: Config) -> None:
+    """model.name_or_path=demo means the built-in task's own checkpoint (for ``grpokit eval``)."""
+    task = task_of(cfg)
+    if task is not None and cfg.model.name_or_path == "demo" and task.name != "arithmetic":
+        cfg.model.name_or_path = str(task.model_path())
+
+
+def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None) -> tuple[list[dict], list[dict]]:
+    """Training and held-out rows: given ones, else the built-in task's, else the configured files.
+    One's own data is evaluated on data.eval_dataset (or given eval_rows) or not at all, never on the
+    task's held-out set."""
+    d = cfg.data
+    task = task_of(cfg) if train_rows is None else None
+    if train_rows is None:
+        if not (task or d.dataset):
+            raise ConfigError("data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)")
+        train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
+    if eval_rows is None:
+        if d.eval_dataset:
+            eval_rows = load_rows(d.eval_dataset, d.eval_split, d)
+        else:
+            eval_rows = task.held_out_rows(d.eval_size) if task else []
+    return train_rows, eval_rows[: d.eval_size]
+
+
+def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
+    """With math_accuracy, parse every gold answer at load time: a gold that does not parse is
+    reported (math_accuracy skips it), never silently scored."""
+    if "math_accuracy" not in cfg.reward.functions:
+        return
+    from grpokit.rewards.math import validate_gold_answers  # lazy: sympy only for math_accuracy runs
+
+    report = validate_gold_answers([r.get("answer") for r in rows])
+    if report.num_valid == 0:
+        raise ConfigError(f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column")
+    if report.invalid:
+        print(f"grpokit: warning: {report.message()}", flush=True)

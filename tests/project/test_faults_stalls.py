@@ -1,0 +1,399 @@
+"""Issue 35, item 3: nothing untrusted can stall training or be silently scored.
+
+Each case failed before: a sandboxed program that wrote a deep record on the result channel and then
+defined a correct function earned 0.5; an environment whose reset hung held a run for minutes in
+silence; a verifier's cold start or time-out scored correct answers 0 without a word.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import pytest
+
+from grpokit.rewards.spec import RewardSpec
+
+TAMPER = """
+import os
+os.write(3, b"[" * 200000 + b"]" * 200000 + b"\\n")
+def f(x):
+    return 2 * x
+"""
+HONEST = "def f(x):\n    return 2 * x\n"
+CASES = [{"fn": "f", "args": [1], "expected": 2}, {"fn": "f", "args": [3], "expected": 6}]
+
+
+def _need_sandbox():
+    from grpokit.rewards.code import probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"sandbox isolation unavailable on this host: {why}")
+
+
+def test_tampering_with_the_result_channel_forfeits_the_reward_in_process():
+    # the issue's program: a record nested 200,000 deep, then a correct f; 2 cases. Before, the deep
+    # line tainted case 0 only and case 1 passed: 0.5. Now the completion fails as tampering.
+    from grpokit.rewards.code import SandboxTampering, code_pass_fraction
+
+    _need_sandbox()
+    with pytest.raises(SandboxTampering, match="result channel"):
+        code_pass_fraction([f"```python\n{TAMPER}```"], [CASES], wall_s=10)
+    assert code_pass_fraction([f"```python\n{HONEST}```"], [CASES], wall_s=10) == [1.0]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_tampering_is_a_counted_failure_through_the_runner(workers):
+    from grpokit.rewards.code import code_pass_fraction
+    from grpokit.rewards.runner import RewardRunner
+
+    _need_sandbox()
+    fn = functools.partial(code_pass_fraction, wall_s=10)
+    with RewardRunner([RewardSpec(fn, "code")], num_workers=workers, timeout_s=60) as runner:
+        # one group of 2: the group call fails, each completion is retried alone; only the tamperer fails
+        res = runner.score(["p", "p"], [f"```python\n{TAMPER}```", f"```python\n{HONEST}```"], [[1], [1]], 2,
+                           {"test_cases": [CASES, CASES]})
+    assert res.total_N.tolist() == [0.0, 1.0]
+    assert res.metrics["rewards/code/failures"] == 1.0
+
+
+@pytest.mark.parametrize("program", [
+    # neighbours: the honest records written twice; a record for the other case first; a huge channel
+    "import os\nos.write(3, b'{\"case\": 0, \"status\": \"ok\", \"value\": 2}\\n')\ndef f(x):\n    return 2 * x\n",
+    "import os\nos.write(3, b'{\"case\": 1, \"status\": \"ok\", \"value\": 6}\\n')\ndef f(x):\n    return 2 * x\n",
+    "import os\ndef f(x):\n    os.write(3, b' ' * (8 << 20))\n    return 2 * x\n",
+    "import os\ndef f(x):\n    os.write(3, b'{\"case\": 0, \"status\"\\n')\n    return 2 * x\n",
+])
+def test_channel_tampering_neighbours_forfeit(program):
+    from grpokit.rewards.code import SandboxTampering, code_pass_fraction
+
+    _need_sandbox()
+    with pytest.raises(SandboxTampering):
+        code_pass_fraction([f"```python\n{program}```"], [CASES], wall_s=10, memory_mb=512)
+
+
+# ------------------------------------------------------------------------------------------ verifier
+
+CONTROLS = ([r"so \boxed{5}", "<answer>5</answer>", r"\boxed{\frac{1}{2}}", r"\boxed{2\sqrt{2}}"],
+            ["5", "5", "0.5", r"\sqrt{8}"])
+
+
+def test_the_verifier_is_warm_before_the_first_deadline_runs():
+    # a fresh pool with a 1 s deadline per item: without the warm-up, the worker's imports and parser
+    # set-up ran inside the first items' deadline and all four correct controls timed out (measured
+    # on this machine, load 14: 4 time-outs); warmed at start (outside the deadline) they score 1
+    from grpokit.rewards.math import MathVerifyPool
+
+    with MathVerifyPool(timeout_s=1.0) as pool:
+        assert pool.verify(CONTROLS[1], CONTROLS[0]) == [1.0, 1.0, 1.0, 1.0]
+        assert pool.timeouts == 0
+
+
+def test_a_verifier_time_out_is_a_counted_failure_not_a_zero():
+    # a power tower keeps sympy busy past the deadline: the item is an ItemFailure (NaN to numeric
+    # code), and RewardRunner counts it as a failure and a timeout of math_accuracy
+    from grpokit.rewards.errors import ItemFailure
+    from grpokit.rewards.math import MathVerifyPool, math_accuracy
+    from grpokit.rewards.runner import RewardRunner
+
+    tower = r"\boxed{9^{9^{9^{9^{9}}}}}"
+    with MathVerifyPool(timeout_s=1.0) as pool:
+        out = pool.verify(["6", "5"], [tower, r"\boxed{5}"])
+    assert isinstance(out[0], ItemFailure) and out[0].timed_out and out[0] != out[0] and out[1] == 1.0
+    with RewardRunner([RewardSpec(math_accuracy, "math_accuracy")], num_workers=0, timeout_s=60) as runner:
+        res = runner.score(["p"] * 2, [tower, r"\boxed{5}"], [[1], [1]], 2, {"answer": ["6", "5"]})
+    m = res.metrics
+    assert res.total_N.tolist() == [0.0, 1.0]
+    assert m["rewards/math_accuracy/failures"] == 1.0 and m["rewards/math_accuracy/timeouts"] == 1.0
+
+
+def test_length_rewards_pass_a_verifier_failure_on():
+    # cosine_length and length_penalty read correctness: a NaN is truthy, so before it would have
+    # counted as a correct answer; now the failure passes through to the runner
+    from grpokit.rewards import length
+    from grpokit.rewards.errors import ItemFailure
+
+    fail = ItemFailure("math verification ran past its deadline", True)
+    orig = length.correctness
+    try:
+        length.correctness = lambda completions, kwargs: [fail, 1.0]
+        assert length.cosine_length(["a", "b"], [[1], [1]], max_length=4)[0] is fail
+        assert length.length_penalty(["a", "b"], [[1], [1, 2]])[0] is fail
+    finally:
+        length.correctness = orig
+
+
+# ------------------------------------------------------------------------------------ environments
+
+class Hang:
+    """reset() sleeps forever: no SIGALRM, no async exception can stop a sleep in C."""
+
+    def reset(self, **row):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+
+
+def _threads(prefix: str) -> int:
+    return sum(t.name.startswith(prefix) for t in threading.enumerate())
+
+
+def test_call_many_holds_its_deadline_when_every_call_hangs_and_bounds_the_threads():
+    from grpokit.env.calls import MAX_ABANDONED, call_many
+
+    key = "test-hang-" + str(time.monotonic())
+    for _ in range(3):  # step after step: the abandoned threads stay at the bound, never grow
+        start = time.monotonic()
+        outs = call_many(key, [lambda: time.sleep(3600)] * 20, timeout_s=0.3, threads=8)
+        assert time.monotonic() - start < 3  # one deadline, not 20 x 0.3 s
+        assert all(o.timed_out and not o.ok for o in outs)
+        assert _threads(f"grpokit-{key}") == MAX_ABANDONED
+    # calls that finish are plain results, side by side (4 x 0.2 s in about 0.2 s)
+    start = time.monotonic()
+    outs = call_many("test-fine", [lambda i=i: (time.sleep(0.2), i)[1] for i in range(4)], timeout_s=5, threads=4)
+    assert [o.value for o in outs] == [0, 1, 2, 3] and time.monotonic() - start < 1.5
+
+
+def _Tok():
+    from grpokit.data.tasks.calculator import TAGS
+    from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
+
+    return build_char_tokenizer(ALPHABET, TAGS)
+
+
+def _prompt(k: int):
+    from grpokit.types import Prompt
+
+    text = f"{k}="
+    return Prompt(text, list(_Tok()(text, add_special_tokens=False)["input_ids"]), {}, text)
+
+
+def _never_called(contexts, group_size, params):
+    raise AssertionError("no turn is sampled when the resets fail the batch")
+
+
+def _calls(tool: str):
+    """A sampler whose every turn calls ``tool``."""
+    from grpokit.types import Rollout
+
+    tok = _Tok()
+    text = '<tool_call>{"name": "%s", "arguments": {"n": "1"}}</tool_call>' % tool
+
+    def sample(contexts, group_size, params):
+        n = len(contexts) * group_size
+        t = list(tok(text, add_special_tokens=False)["input_ids"])
+        return Rollout([list(c) for c in contexts], [list(t) for _ in range(n)], [[-0.5] * len(t) for _ in range(n)],
+                       ["stop"] * n, group_size)
+
+    return sample
+
+
+def test_a_hanging_reset_stops_the_rollout_with_one_sentence_and_no_thread_growth():
+    # the issue's environment: every reset hangs. 8 prompts x 2 episodes with reset_timeout_s=0.5:
+    # before, 16 resets of 0.5 s one after another (30 s each by default: 8 minutes) and the batch went
+    # on from bare prompts; now one deadline, then EnvironmentFailure past env.max_failure_fraction
+    from grpokit.env.calls import MAX_ABANDONED, EnvironmentFailure
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5), _Tok(),
+                           environment_factory=Hang)
+    # the second batch: the 8 abandoned resets still sleep, so no thread is started and all fail at once
+    for first in ("timed out after 0.5 s", "not run: 8 earlier calls that timed out are still running"):
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure) as err:
+            runner.run(_never_called, [_prompt(k) for k in range(8)], 2, SamplingParams())
+        assert str(err.value) == ("environment reset() failed on 16 of 16 episodes, more than "
+                                  f"env.max_failure_fraction=0.5; first error: {first}")
+        assert time.monotonic() - start < 5
+        assert _threads("grpokit-environment-reset-Hang") <= MAX_ABANDONED
+
+
+class HangingTool:
+    def reset(self, **row):
+        return None
+
+    def wait(self, n: str) -> str:
+        """Wait forever.
+
+        Args:
+            n: ignored.
+        """
+        time.sleep(3600)
+
+
+def test_a_tool_that_hangs_on_every_call_stops_the_rollout_and_bounds_its_threads():
+    from grpokit.env.calls import EnvironmentFailure
+    from grpokit.env.tools import MAX_ABANDONED
+    from grpokit.rollout.episodes import TOOL_THREADS, EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    spec = EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=0.3)
+    runner = EpisodeRunner(spec, _Tok(), environment_factory=HangingTool)
+    for _ in range(2):
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure, match="tool calls ran past env.tool_timeout_s on 16 of 16 episodes"):
+            runner.run(_calls("wait"), [_prompt(k) for k in range(8)], 2, SamplingParams())
+        assert time.monotonic() - start < 5
+        assert _threads("grpokit-tool-wait") <= TOOL_THREADS + MAX_ABANDONED
+
+
+HANG_ENV = '''
+import time
+
+class Hang:
+    def reset(self, **row):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+'''
+
+
+def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_path):
+    # the issue's run: 2 steps with env.environment=module:Hang sat 10 minutes without a word
+    import json
+    import os
+    import subprocess
+    import sys
+
+    rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "hangenv.py").write_text(HANG_ENV)
+    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=train.jsonl", "data.prompt_column=question",
+           "data.answer_column=solution", "rollout.group_size=2", "train.prompts_per_step=2", "rollout.max_new_tokens=4",
+           "train.steps=2", "record.sinks=[]", "train.threads=1", "record.report=false",
+           "env.environment=hangenv:Hang", "env.reset_timeout_s=1", "reward.functions=[math_accuracy]", "--out", "run"]
+    start = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("grpokit: error: environment reset() failed on 4 of 4 episodes, more than "
+                           "env.max_failure_fraction=0.5; first error: timed out after 1 s;"), out.stderr
+    assert "Traceback" not in out.stderr
+    assert time.monotonic() - start < 240
+
+
+# ------------------------------------------------------------------ a server that stops answering
+
+class SilentServer:
+    """A real HTTP server on 127.0.0.1 that accepts every connection and never replies."""
+
+    def __init__(self):
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/score"
+        self.conns: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])  # held open, never read, never answered
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def asks_a_reward_server(completions, url, **kwargs):
+    """A reward model behind HTTP, called as users write it: no timeout of its own."""
+    import urllib.request
+
+    return [float(urllib.request.urlopen(u).read()) for u in url]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_reward_server_that_never_answers_is_timed_out_counted_and_stops_the_run(workers):
+    from grpokit.rewards.runner import RewardRunner
+    from grpokit.rewards.spec import RewardError
+
+    server = SilentServer()
+    try:
+        with RewardRunner([RewardSpec(asks_a_reward_server, "rm")], num_workers=workers, timeout_s=0.5,
+                          max_failure_fraction=1.0) as runner:
+            start = time.monotonic()
+            res = runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 2, {"url": [server.url] * 4})
+            assert time.monotonic() - start < 20  # 2 group calls of 0.5 s (timed-out groups are not retried)
+            assert res.metrics["rewards/rm/timeouts"] == 4.0 and res.total_N.tolist() == [0.0] * 4
+            runner.max_failure_fraction = 0.5
+            with pytest.raises(RewardError, match=r"Reward 'rm' failed on 4 of 4 completions.*timed out after 0.5 s"):
+                runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 2, {"url": [server.url] * 4})
+    finally:
+        server.close()
+
+
+def test_a_tool_whose_server_never_answers_stops_the_rollout():
+    from grpokit.env.calls import EnvironmentFailure
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    server = SilentServer()
+
+    def lookup(n: str) -> str:
+        """Ask the service.
+
+        Args:
+            n: the question.
+        """
+        import urllib.request
+
+        return urllib.request.urlopen(server.url).read().decode()
+
+    try:
+        runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags", tool_timeout_s=0.3), _Tok(), tools=[lookup])
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure, match="tool calls ran past env.tool_timeout_s on 4 of 4 episodes"):
+            runner.run(_calls("lookup"), [_prompt(k) for k in range(2)], 2, SamplingParams())
+        assert time.monotonic() - start < 5
+    finally:
+        server.close()
+
+
+class HangingDone:
+    def reset(self, **row):
+        return None
+
+    @property
+    def done(self):
+        time.sleep(3600)
+
+    def add(self, n: str) -> str:
+        """Add.
+
+        Args:
+            n: amount.
+        """
+        return n
+
+
+def test_a_done_property_that_hangs_ends_its_episode_within_the_tool_deadline():
+    # a neighbour of reset: `done` is read after every turn, and was read in the trainer's thread
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+    from grpokit.rollout.hf import SamplingParams
+
+    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=0.3), _Tok(),
+                           environment_factory=HangingDone)
+    start = time.monotonic()
+    ro = runner.run(_calls("add"), [_prompt(0)], 2, SamplingParams())
+    assert time.monotonic() - start < 5
+    assert ro.finish_reasons == ["done", "done"]

@@ -1,0 +1,70 @@
+"""The layering rule: which part of grpokit may import which, read from the sources alone (ast).
+
+Layers, bottom to top; a module may import its own layer and the layers below it, never one above:
+
+    types                records every stage shares (Prompt, Rollout, TokenBatch)
+    config               the typed config sections, their I/O and presets
+    grpokit              the package root (its version, the lazy public faces)
+    algo                 pure tensor math of stages 4-5, registries of stages
+    rewards, env         reward functions and their sandbox; tools and environments
+    data                 prompts, files, images and the built-in tasks
+    rollout              stage 2: engines, episodes, batches
+    record               metrics sinks, health monitors, report
+    train                the trainer and what it needs
+    config.validation    every value checked against the names each layer registers
+    trl, cli, __main__   the faces for users
+
+Every import counts, lazy ones included (tests/helpers/import_graph.py). ``KNOWN`` lists the
+imports that still break the rule; each is a debt to pay by moving code, never a place to add one:
+the test fails on a new upward import and on a listed one that is gone (then delete its line).
+"""
+
+from __future__ import annotations
+
+from helpers.import_graph import import_graph
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("types",), ("config",), ("grpokit",), ("algo",), ("rewards", "env"), ("data",), ("rollout",), ("record",),
+    ("train",), ("config.validation",), ("trl", "cli", "__main__"),
+)
+
+KNOWN: set[tuple[str, str]] = {
+    ("data.tasks.calculator", "rollout.episodes"),  # the calculator task's demo model is built with the episode loop
+    ("data.tasks.calculator", "train.evaluate"),
+    ("data.tasks.shapes", "rollout.hf"),
+    ("rollout.async_", "train.models"),  # frozen_copy: model helpers live in train
+    ("rollout.static", "train.kernels"),
+    ("rollout.static", "train.models"),
+    ("rollout.vllm", "train.models"),
+    ("train.build", "config.validation"),  # the trainer validates the config it settles
+}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of ``module`` (``grpokit.x.y``): its longest listed prefix."""
+    name = module.removeprefix("grpokit.") if module != "grpokit" else "grpokit"
+    best, index = "", None
+    for i, names in enumerate(LAYERS):
+        for prefix in names:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, index = prefix, i
+    assert index is not None, f"{module} is in no layer; add its package to LAYERS"
+    return index
+
+
+def upward_imports() -> set[tuple[str, str]]:
+    short = lambda m: m.removeprefix("grpokit.")  # noqa: E731
+    return {(short(a), short(b)) for a, targets in import_graph().items() for b in targets if layer_of(a) < layer_of(b)}
+
+
+def test_no_import_goes_up_a_layer_beyond_the_known_debts():
+    found = upward_imports()
+    new, paid = sorted(found - KNOWN), sorted(KNOWN - found)
+    assert not new, f"imports that go up a layer (tests/project/test_layering.py's rule): {new}"
+    assert not paid, f"these listed debts are paid, delete them from KNOWN: {paid}"
+
+
+def test_the_rule_catches_an_upward_import():
+    assert layer_of("grpokit.algo.loss") < layer_of("grpokit.train.loop")  # so algo -> train would be reported
+    assert layer_of("grpokit.config.validation") > layer_of("grpokit.train.models") > layer_of("grpokit.config.sections")
+    assert layer_of("grpokit.env.tools") == layer_of("grpokit.rewards.spec")
