@@ -3,6 +3,11 @@
     python bench/compare_trl.py --quick                 # main comparison, small + large model
     python bench/compare_trl.py --sweep all             # + G, length, width and mixed-length sweeps
     python bench/compare_trl.py --device cuda --dtype bfloat16 --model-dir PATH/Qwen2-0.5B   # on a GPU
+    python bench/compare_trl.py --workload smollm2 --P 2 --T 64 --threads 1   # the real model (issue 36)
+
+``--workload smollm2`` is the real-model workload: SmolLM2-135M-Instruct (the named model, or
+``--model-dir`` holding its converted folder), chat prompts through its chat template (a default system
+prompt, 49,152-token vocabulary), G=8 and 64-128 new tokens; both sides get the same messages.
 
 Each (config, side, round) runs in its own subprocess (bench/worker.py) so peak RSS is that side's
 own; sides alternate (grpokit, trl, trl, grpokit, ...) so machine drift hits both equally. Before
@@ -25,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from workload import build_model_dir, matmul_peak_gflops  # noqa: E402
+from workload import build_model_dir, matmul_peak_gflops, smollm2_dir  # noqa: E402
 
 PY = sys.executable
 
@@ -51,6 +56,7 @@ def run_side(side, model_dir, c, a) -> dict:
            "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
            "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads),
            "--mbs", str(a.grpokit_mbs), "--trl-mbs", str(a.trl_mbs), "--reward", a.reward] + [f"--set={o}" for o in overrides]
+    cmd += ["--chat"] if a.workload == "smollm2" else []
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -120,6 +126,8 @@ def _phase_row(r) -> str:
 def configs(a) -> list[tuple[str, dict]]:
     base = dict(width=a.width, layers=a.layers, G=a.G, P=a.P, T=a.T)
     large = dict(base, width=512, layers=8)
+    if a.workload == "smollm2":  # SmolLM2-135M-Instruct's shape: hidden 576, 30 layers
+        return [("smollm2 chat", dict(base, width=576, layers=30))]
     if a.model_dir:  # a given model (e.g. Qwen2-0.5B on a GPU): width/layers in the table are not its shape
         return [("given model", base)]
     out = [("small", base)] + ([("large", large)] if a.device == "cpu" and a.width == 256 else [])
@@ -165,6 +173,8 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--models", default="/tmp/grpokit-bench-models")
+    p.add_argument("--workload", default="toy", choices=["toy", "smollm2"],
+                   help="toy: random-init Qwen2 models with a character tokenizer; smollm2: the real SmolLM2-135M-Instruct")
     p.add_argument("--model-dir", default="", help="use this model folder (e.g. Qwen2-0.5B) instead of building random ones")
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
@@ -196,7 +206,7 @@ def main(argv=None):
     t0 = time.time()
     wanted = set(filter(None, a.only.split(",")))
     for name, c in [(n, c) for n, c in configs(a) if not wanted or n in wanted]:
-        d = a.model_dir or build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
+        d = a.model_dir or (smollm2_dir() if a.workload == "smollm2" else None) or build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
         results.append(compare(name, d, c, a, peak))
     print("\nphase medians, seconds per step (grpokit | TRL):")
     for r in results:

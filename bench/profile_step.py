@@ -71,6 +71,7 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reward", default="vowels", choices=sorted(worker.REWARDS))
     p.add_argument("--no-profiler", action="store_true")
+    p.add_argument("--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)")
     p.add_argument("--set", action="append", default=[], help="grpokit config override KEY=VALUE (repeatable)")
     a = p.parse_args(argv)
     if a.threads:
@@ -79,16 +80,16 @@ def main(argv=None):
     if model in SHAPES:
         model = str(build_model_dir(Path(a.models) / model, shape=model, device=a.device))
     wa = argparse.Namespace(model=model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
-                            device=a.device, dtype=a.dtype, seed=0, threads=a.threads, mbs=0, set=a.set, reward=a.reward)
+                            device=a.device, dtype=a.dtype, seed=0, threads=a.threads, mbs=0, set=a.set, reward=a.reward, chat=a.chat)
     clock = worker.PhaseClock()
     import grpokit.train.loop as gt
     import grpokit.train.update as gu
-    from grpokit.train import scaling
+    from grpokit.train import reference
 
     spans = Spans(a.device)
-    spans.wrap(scaling, "reference_logprobs", "ref_logprobs")
+    spans.wrap(reference, "reference_logprobs", "ref_logprobs")
     spans.wrap(gu, "completion_logprobs", "policy_logprobs_fwd")
-    spans.wrap(gu, "policy_loss", "loss_fn")
+    spans.wrap(gu, "objective_loss", "loss_fn")
     spans.wrap(torch.optim.AdamW, "step", "optimizer_step")
     spans.wrap(torch.nn.utils, "clip_grad_norm_", "clip_grad_norm")
     spans.wrap_backward()

@@ -23,7 +23,7 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import model_flops, prompts, reward_even_ids, reward_vowels  # noqa: E402
+from workload import chat_prompts, model_flops, prompts, reward_even_ids, reward_vowels  # noqa: E402
 
 REWARDS = {"vowels": reward_vowels, "even_ids": reward_even_ids}
 
@@ -57,13 +57,14 @@ def _sync(device):
 
 
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
-    import grpokit.train.loop as gt  # the loop module: its generate is the one train_step calls
+    import grpokit.rollout.engine as ge  # the hf engine's module: its generate is the one a step calls
+    import grpokit.train.loop as gt
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
 
     cfg = Config()
     cfg.model.name_or_path, cfg.model.device, cfg.model.dtype = a.model, a.device, a.dtype
-    cfg.data.task, cfg.data.chat_template = "", "never"
+    cfg.data.task, cfg.data.chat_template = "", "conversational"  # chat rows templated (as TRL does), text rows as written
     cfg.rollout.group_size, cfg.rollout.max_new_tokens = a.G, a.T
     cfg.algo.beta, cfg.algo.aggregation = a.beta, "seq-mean-token-mean"
     cfg.optim.lr = a.lr
@@ -73,8 +74,8 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
     cfg.record.sinks, cfg.record.report = [], False
     cfg = apply_overrides(cfg, a.set)  # e.g. model.cpu_matmul=torch for a "without oneDNN" column
-    tr = gt.Trainer(cfg, reward_funcs=[REWARDS[a.reward]], train_rows=prompts(), eval_rows=[], quiet=True)
-    inner = gt.generate
+    tr = gt.Trainer(cfg, reward_funcs=[REWARDS[a.reward]], train_rows=_rows(a), eval_rows=[], quiet=True)
+    inner = ge.generate
 
     def timed_generate(model, prompt_ids, G, *args, **kw):
         t = time.perf_counter()
@@ -83,7 +84,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         clock.add("rollout", time.perf_counter() - t)
         clock.lengths += [(len(ro.prompt_ids[i // G]), len(c)) for i, c in enumerate(ro.completion_ids)]
         return ro
-    gt.generate = timed_generate
+    ge.generate = timed_generate
     _hook_backbones(clock, tr.model, tr.ref_model)
     out = []
     for step in range(a.warmup + a.steps):
@@ -140,7 +141,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
             if state.global_step > a.warmup:
                 steps.append(_step_record(dt, clock, trainer.model.config, a))
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[REWARDS[a.reward]], args=args, train_dataset=Dataset.from_list(prompts()),
+    trainer = GRPOTrainer(model=model, reward_funcs=[REWARDS[a.reward]], args=args, train_dataset=Dataset.from_list(_rows(a)),
                           processing_class=tok, callbacks=[StepClock()], **peft)
     inner = trainer.model.generate
 
@@ -159,6 +160,11 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     _hook_backbones(clock, trainer.model, trainer.ref_model)
     trainer.train()
     return steps
+
+
+def _rows(a) -> list[dict]:
+    """The workload's prompts: chat messages for ``--chat`` (a real instruct model), else short text."""
+    return chat_prompts() if getattr(a, "chat", False) else prompts()
 
 
 FIRST: dict[str, float] = {}  # the first (warm-up) step's wall time: compile, graph capture, allocator growth
@@ -195,6 +201,7 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reward", default="vowels", choices=sorted(REWARDS))
+    p.add_argument("--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)")
     p.add_argument("--qlora", action="store_true", help="TRL side: 4-bit NF4 base (grpokit side: --set model.quantization=4bit)")
     p.add_argument("--set", action="append", default=[],
                    help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl")

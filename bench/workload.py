@@ -39,6 +39,13 @@ SHAPES = {
 }
 
 
+def smollm2_dir() -> str:
+    """SmolLM2-135M-Instruct's converted folder: the named model ``smollm2-135m-instruct`` (docs/MODELS.md)."""
+    from grpokit.train.named_models import resolve
+
+    return resolve("smollm2-135m-instruct")
+
+
 def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0,
                     shape: str = "", device: str = "cpu") -> Path:
     """Save a random-init Qwen2-shaped model + char tokenizer to ``path`` (reused if already there).
@@ -83,9 +90,26 @@ def prompts(n: int = 256, seed: int = 0) -> list[dict]:
     return [{"prompt": f"{rng.randint(1, 99)}+{rng.randint(1, 99)}="} for _ in range(n)]
 
 
+def chat_prompts(n: int = 256, seed: int = 0) -> list[dict]:
+    """``n`` chat prompts for a real instruct model (the real-model workload): one user message asking
+    an arithmetic question in words, as rows with a ``prompt`` column of messages and an ``answer``."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Think briefly, then give the final answer "
+                                 "as a number."}], "answer": str(a + b)})
+    return rows
+
+
+def _text(completion) -> str:
+    """A completion's text: plain text, or TRL's conversational form (a list with one assistant message)."""
+    return completion if isinstance(completion, str) else completion[-1]["content"]
+
+
 def reward_vowels(prompts, completions, **kwargs) -> list[float]:
     """Fraction of vowels in each completion (TRL's reward-function convention); cheap and deterministic."""
-    return [sum(c in "aeiou" for c in text) / max(1, len(text)) for text in completions]
+    return [sum(c in "aeiou" for c in text) / max(1, len(text)) for text in map(_text, completions)]
 
 
 def reward_even_ids(prompts, completions, completion_ids, **kwargs) -> list[float]:

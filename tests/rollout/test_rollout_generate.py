@@ -1,6 +1,8 @@
 """rollout.engine=generate: transformers' model.generate as grpokit's stage 2 (beam search and the
 other GenerationConfig options TRL users pass in generation_kwargs)."""
 
+import json
+
 import pytest
 import torch
 
@@ -73,6 +75,9 @@ def test_beam_search_run_of_two_steps_trains(tiny_model_dir, tmp_path):
     assert tr.train()["steps"] == 2
     changed = [n for n, p in tr.model.named_parameters() if not torch.equal(before[n], p.detach())]
     assert len(changed) == len(before)
+    # generate() records no sampling log-probs: no mismatch/* figure (it had logged 0.0, a mismatch nobody measured)
+    steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
+    assert len(steps) == 2 and not [k for s in steps for k in s if k.startswith("mismatch/")]
 
 
 @pytest.mark.parametrize("over, message", [

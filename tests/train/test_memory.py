@@ -131,3 +131,21 @@ def test_trainer_applies_a_reference_offload_plan_with_its_log_line(tiny_model_d
     assert m["kl"] == m["kl"] and next(tr.ref_model.parameters()).device.type == "cpu"
     tr = make(tiny_model_dir, tmp_path / "b", **{"algo.beta": 0.0, "train.steps": 1})
     assert not seen["reference_copy"] and tr.ref_model is None  # beta = 0: no reference to offload
+
+
+def test_smollm2_on_a_24_gb_machine_keeps_its_activations():
+    # issue 36: SmolLM2-135M (hidden 576, intermediate 1536, 30 layers, float32) keeps (10 x 576 + 4 x 1536) x 30 x 4 B
+    # = 1,428,480 B a token; 32 rows x 100 tokens = 4.26 GB. The old fixed 512 MB budget turned checkpointing on
+    # on a machine with 24 GB free; a quarter of the free memory (6 GB) keeps the activations, 8 GB free (2 GB) does not.
+    from types import SimpleNamespace
+
+    from grpokit.train.update import per_token_bytes
+
+    shape = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30)
+    per_token = per_token_bytes(shape, 4)
+    assert per_token == 1_428_480
+    plan = lambda free_gb: plan_memory(per_token_bytes=per_token, checkpointed_token_bytes=per_token_bytes(shape, 4, True),
+                                       budget_mb=free_gb * 1024 // 4, rows=32, max_len=100, param_bytes=GB // 2,
+                                       trainable_bytes=GB // 2, reference_copy=False, device_bytes=0)
+    assert not plan(24).checkpointing and plan(24).line() == "grpokit: memory: nothing to change"
+    assert plan(8).checkpointing and "~4.3 GB of activations, over the 2.0 GB budget" in plan(8).line()

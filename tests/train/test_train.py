@@ -127,12 +127,28 @@ def test_token_budget_from_activation_memory_hand_example():
     assert token_budget(SimpleNamespace(), 512, 4, max_tokens=7) == 7  # unknown shape: no estimate
 
 
-def test_activation_memory_auto_is_512_mb_on_cpu_and_a_quarter_of_a_gpu(monkeypatch):
+def test_activation_memory_auto_is_a_quarter_of_the_free_memory_of_the_device(monkeypatch):
     from types import SimpleNamespace
 
+    import psutil
+
+    from grpokit.train import update
     from grpokit.train.update import activation_memory_mb
 
-    assert activation_memory_mb(-1, torch.device("cpu")) == 512
     assert activation_memory_mb(0, torch.device("cpu")) == 0 and activation_memory_mb(300, torch.device("cuda")) == 300
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=80 * 2**30))
-    assert activation_memory_mb(-1, torch.device("cuda")) == 20 * 1024  # 80 GiB card: 20 GiB
+    # CPU: a quarter of what the host has available (24 GB free -> 6 GB), never under 512 MB
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=24 * 2**30))
+    assert activation_memory_mb(-1, torch.device("cpu")) == 6 * 1024
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=1 * 2**30))
+    assert activation_memory_mb(-1, torch.device("cpu")) == 512
+    monkeypatch.setattr(update, "host_available_bytes", lambda: 0)  # unreadable: the old fixed 512 MB
+    assert activation_memory_mb(-1, torch.device("cpu")) == 512
+    # CUDA: a quarter of the free memory (an 80 GiB card with 60 GiB free -> 15 GiB), not of the total
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (60 * 2**30, 80 * 2**30))
+    assert activation_memory_mb(-1, torch.device("cuda")) == 15 * 1024
+
+
+def test_host_available_bytes_reads_the_real_machine():
+    from grpokit.train.update import host_available_bytes
+
+    assert 2**28 < host_available_bytes() < 2**50  # between 256 MB and 1 PB: a real reading, not 0

@@ -378,8 +378,9 @@ class TrainConfig:
     activation_memory_mb: int = -1
     """Memory budget for the activations one forward/backward pass of the update keeps for backward
     (estimated from the model's shape: ~(10 x hidden + 4 x intermediate) values per token and layer);
-    it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (512 MB on CPU, a
-    quarter of the GPU's memory on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
+    it becomes a token cap like micro_batch_tokens (the smaller wins). -1 = auto (a quarter of the
+    memory free at start: the host's available memory on CPU, at least 512 MB; torch.cuda.mem_get_info
+    on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
     memory_plan: str = "auto"
     """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither (model.gradient_checkpointing still applies)."""

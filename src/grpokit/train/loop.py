@@ -66,6 +66,7 @@ class Trainer:
                  args: Any = None):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
+        self.quiet = quiet
         self.run_dir = self.resume_dir or Path(cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
         run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, resuming=self.resume_dir is not None)
         t = cfg.train
@@ -384,10 +385,12 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         if not self.eval_prompts:
             return {}
-        with engines.sampling_model(self.model, self.dist) as model:
+        say = None if self.quiet or not self.dist.is_main else (lambda line: print(line, flush=True))
+        with engines.sampling_model(self.model, self.dist) as model:  # on CPU in batches of 32: a line every few seconds
             result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
                               max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
-                              convention=self.cfg.reward.convention)
+                              convention=self.cfg.reward.convention, batch_size=256 if self.device.type == "cuda" else 32,
+                              progress=say)
         self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
         return result
 

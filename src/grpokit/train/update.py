@@ -68,17 +68,40 @@ def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0)
     return cut(lo)
 
 
-CPU_ACTIVATION_MB = 512  # train.activation_memory_mb=-1 on CPU
+CPU_ACTIVATION_MB = 512  # train.activation_memory_mb=-1 on CPU when the host's free memory cannot be read
+
+
+def host_available_bytes() -> int:
+    """Memory the host can still give (psutil's ``available``, else /proc/meminfo's MemAvailable);
+    0 when neither can be read."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def activation_memory_mb(setting: int, device: torch.device) -> int:
-    """Resolve ``train.activation_memory_mb``: -1 (auto) is 512 MB on CPU and a quarter of the
-    device's memory on CUDA; other values are returned as they are (0 = no budget)."""
+    """Resolve ``train.activation_memory_mb``: -1 (auto) is a quarter of the memory the device has
+    free now (``torch.cuda.mem_get_info`` on CUDA, the host's available memory on CPU: 24 GB free ->
+    6 GB), never less than 512 MB on CPU; other values are returned as they are (0 = no budget).
+    Free memory, not the total: the weights already loaded, a colocated vLLM engine and the other
+    processes of a shared machine are not the activations' to take."""
     if setting != -1:
         return setting
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory // 4 // 2**20
-    return CPU_ACTIVATION_MB
+        free, _ = torch.cuda.mem_get_info(device)
+        return free // 4 // 2**20
+    return max(CPU_ACTIVATION_MB, host_available_bytes() // 4 // 2**20)
 
 
 def per_token_bytes(model_config, bytes_per_value: int, checkpointed: bool = False) -> int:
@@ -263,7 +286,9 @@ def apply_update(optimizer, scheduler, acc: Accumulator, optim: OptimConfig, *, 
     metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
                    entropy=ent_sum / max(ent_tok, 1.0))
     metrics.update(_term_metrics(terms, loss_total, acc.bonus, router_aux))
-    if acc.sampled:  # the max stays per rank; reduce_metrics takes the max over ranks
+    # the max stays per rank; reduce_metrics takes the max over ranks. No token the sampler scored (the
+    # generate engine's placeholder zeros): no figure, rather than a mismatch of 0 nobody measured
+    if acc.sampled and mismatch.get("tokens", 0.0) > 0:
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
