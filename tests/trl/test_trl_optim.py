@@ -90,15 +90,15 @@ def test_epochs_set_the_schedule_length_as_transformers():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(lr_scheduler_type="reduce_lr_on_plateau"), "lr_scheduler_type='reduce_lr_on_plateau' is not supported by grpokit: "
+    (dict(lr_scheduler_type="reduce_lr_on_plateau", eval_strategy="steps"), "lr_scheduler_type='reduce_lr_on_plateau' is not supported by grpokit: "
                                                      "it lowers the rate from an evaluation metric"),
-    (dict(lr_scheduler_type="greedy"), "lr_scheduler_type='greedy' is not supported by grpokit: it moves the rate"),
+    (dict(lr_scheduler_type="greedy", eval_strategy="steps"), "lr_scheduler_type='greedy' is not supported by grpokit: it moves the rate"),
     (dict(lr_scheduler_type="cosine_with_min_lr"), "with cosine_with_min_lr exactly one of min_lr and min_lr_rate"),
     (dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": 1e-7, "min_lr_rate": 0.1}), "exactly one of"),
     (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs={"min_lr_rate": 0.1}), "valid: with cosine the keys num_cycles"),
     (dict(lr_scheduler_kwargs={"num_cycles": 1.0}), "valid: with linear None or {}"),
     (dict(lr_scheduler_type="warmup_stable_decay"), "with warmup_stable_decay a dict with num_decay_steps"),
-    (dict(lr_scheduler_type="step"), "lr_scheduler_type='step' is not supported by grpokit; valid: linear, constant"),
+    (dict(lr_scheduler_type="step"), "lr_scheduler_type='step' is not valid; use one of linear, cosine, "),
     (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs="{num_cycles: 1}"), "valid: None, a dict or a JSON object string"),
 ])
 def test_schedules_grpokit_cannot_run_are_one_sentence(kwargs, words):

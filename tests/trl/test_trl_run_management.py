@@ -44,7 +44,7 @@ def test_run_management_arguments_map_by_hand():
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {name}="):
             GRPOConfig(**{name: value})
     # transformers' defaults: load_best_model_at_end ranks by loss, smaller is better; other names: greater is better
-    a = GRPOConfig(load_best_model_at_end=True)
+    a = GRPOConfig(load_best_model_at_end=True, eval_strategy="steps", eval_steps=5, save_steps=10)  # strategies match, as TRL needs
     assert (a.metric_for_best_model, a.greater_is_better) == ("loss", False)
     assert GRPOConfig(metric_for_best_model="reward").greater_is_better is True
     assert GRPOConfig(metric_for_best_model="eval_loss", greater_is_better=True).greater_is_better is True
@@ -236,7 +236,7 @@ def test_log_level_sets_transformers_verbosity_on_main_and_replicas():
         assert hf_logging.get_verbosity() == 30
     finally:
         hf_logging.set_verbosity(before)
-    with pytest.raises(ConfigError, match="log_level='loud' is not valid; use one of passive, debug"):
+    with pytest.raises(ConfigError, match="log_level='loud' is not valid; use one of passive, detail, debug"):
         GRPOConfig(log_level="loud")
 
 
@@ -260,9 +260,10 @@ def test_torch_empty_cache_steps_empties_before_steps_whose_count_is_a_multiple(
     from grpokit.trl.bridge import StepBridge
 
     calls = []
+    args = GRPOConfig("o", torch_empty_cache_steps=every, max_steps=6)  # built on the CPU it is (accelerate looks)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
-    bridge = StepBridge(GRPOConfig("o", torch_empty_cache_steps=every, max_steps=6), [], 6, dict, lambda p, s: None, {})
+    bridge = StepBridge(args, [], 6, dict, lambda p, s: None, {})
     bridge.per_round = per_round
     for begun in range(0, 6, per_round):  # completed TRL steps when each round begins
         bridge.state.global_step = begun

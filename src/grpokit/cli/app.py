@@ -1,4 +1,4 @@
-"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve`` and ``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve | trl grpo`` and ``grpokit --version``.
 
 One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
 an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with
@@ -151,9 +151,15 @@ def _stopped(summary: dict, steps: int, run_dir: Path) -> int:
 
 def _train_trl(data: dict, args: argparse.Namespace) -> int:
     from grpokit.train.resume import has_checkpoints
-    from grpokit.trl.script import build_trainer
+    from grpokit.trl import script
 
-    trainer = build_trainer(data, out=args.out or (args.resume if args.resume else None))
+    if args.out or args.resume:
+        data = {**data, "output_dir": args.out or args.resume}
+    objects, extra = script.parse(config=data)
+    if script.launcher_processes(extra) > 1:
+        raise ConfigError("num_processes > 1 in a TRL-style config: start it with `grpokit trl grpo --config FILE` "
+                          "(which launches the processes) or under torchrun")
+    trainer = script.build_trainer(*objects)
     _say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
     resume = bool(args.resume) and has_checkpoints(Path(args.resume))  # none yet: the run starts there (a job's first start)
     result = trainer.train(resume_from_checkpoint=True if resume else None)
@@ -162,6 +168,19 @@ def _train_trl(data: dict, args: argparse.Namespace) -> int:
     trainer.save_model()
     _say(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0
+
+
+def cmd_trl(argv: list[str]) -> int:
+    """``grpokit trl grpo ARGS``: TRL's ``trl grpo`` command line (the same flags and --config YAML)."""
+    if argv[:1] != ["grpo"]:
+        if argv[:1] in ([], ["-h"], ["--help"]):
+            print("usage: grpokit trl grpo [TRL's trl grpo arguments: --model_name_or_path, --dataset_name, "
+                  "--reward_funcs, GRPOConfig's and ModelConfig's flags, --config FILE.yaml] (grpokit trl grpo --help)")
+            return 0
+        raise ConfigError(f"grpokit trl runs TRL's grpo command only, not {argv[0]!r}; use grpokit trl grpo ...")
+    from grpokit.trl import script
+
+    return script.main(argv[1:], say=_say, stopped=_stopped)
 
 
 def _checkpoint_note(run_dir: Path | None) -> str:
@@ -283,7 +302,7 @@ def cmd_vllm_serve(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "doctor": cmd_doctor, "presets": cmd_presets,
-            "models": cmd_models, "vllm-serve": cmd_vllm_serve}
+            "models": cmd_models, "vllm-serve": cmd_vllm_serve, "trl": lambda argv: cmd_trl(argv)}
 
 
 def cmd_eval(argv: list[str]) -> int:

@@ -1,12 +1,21 @@
 """The TRL-compatible layer: ``from grpokit.trl import GRPOConfig, GRPOTrainer`` instead of
-``from trl import GRPOConfig, GRPOTrainer``. ``config.py`` holds TRL's arguments, ``mapping.py``
-turns them into a grpokit Config, ``trainer.py`` is the trainer, ``script.py`` runs TRL's YAML.
+``from trl import GRPOConfig, GRPOTrainer``, with the names TRL's scripts import beside them
+(``ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config`` ...) and
+``grpokit.trl.rewards`` for ``trl.rewards``; none needs TRL installed. ``config.py`` holds TRL's
+arguments, ``mapping.py`` turns them into a grpokit Config, ``trainer.py`` is the trainer,
+``scripts.py`` and ``model_config.py`` the script helpers, ``script.py`` runs TRL's YAML and command line.
 ``reasoning_gym_dataset`` and ``reasoning_gym_accuracy`` give reasoning-gym's tasks as a dataset and
 a reward function (docs/TASKS.md); they work with TRL's own GRPOTrainer as well."""
 
 from grpokit.data.tasks.reasoning_gym import dataset as reasoning_gym_dataset
 from grpokit.data.tasks.reasoning_gym import reasoning_gym_accuracy
 from grpokit.trl.config import GRPOConfig
+from grpokit.trl.progress import RichProgressCallback
+from grpokit.trl.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
+from grpokit.trl.scripts import (DatasetConfig, DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset,
+                                 init_zero_verbose)
 from grpokit.trl.trainer import GRPOTrainer, TrainOutput
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TrainOutput", "reasoning_gym_dataset", "reasoning_gym_accuracy"]
+__all__ = ["DatasetConfig", "DatasetMixtureConfig", "GRPOConfig", "GRPOTrainer", "ModelConfig", "RichProgressCallback",
+           "ScriptArguments", "TrainOutput", "TrlParser", "get_dataset", "get_kbit_device_map", "get_peft_config",
+           "get_quantization_config", "init_zero_verbose", "reasoning_gym_dataset", "reasoning_gym_accuracy"]

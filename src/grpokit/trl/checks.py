@@ -36,7 +36,7 @@ def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
     return lambda x: (none and x is None) or (_num(x) and lo <= x <= hi)
 
 
-LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")  # transformers' log_level values
+LOG_LEVELS = ("passive", "detail", "debug", "info", "warning", "error", "critical")  # transformers' log_level values
 
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "learning_rate": (_above(0), "a finite number > 0"),

@@ -1,108 +1,76 @@
-"""TRL 1.16's ``GRPOConfig`` for grpokit: the same argument names and defaults, mapped onto ``Config``.
+"""TRL 1.16's ``GRPOConfig`` for grpokit: a ``transformers.TrainingArguments``, as TRL's is.
 
-``GRPOConfig`` declares the arguments grpokit carries out, each with TRL's default. Every other
-argument TRL 1.16's GRPOConfig has (``UNSUPPORTED``, with TRL's default) is accepted only at that
-default: any other value is refused with one sentence naming it, never silently ignored. A name TRL
-does not have is refused too.
+It subclasses ``TrainingArguments`` and declares TRL's GRPO arguments with TRL's types and defaults,
+so everything that reads a TRL config reads this one: transformers' ``HfArgumentParser`` and TRL's
+``TrlParser`` build it from a command line or a YAML file (``--help`` lists every field), a project
+subclasses it with its own fields, and scripts read ``process_index``, ``world_size``, ``device``,
+``get_process_log_level()``, ``main_process_first()``, ``to_dict()`` ... as on TRL's. Measured
+(docs/TRL.md): ``import grpokit.trl`` already imported transformers' training arguments, and a
+``GRPOConfig`` takes 24 ms to build the first time, 1.2 ms after, so subclassing adds nothing
+noticeable.
 
-grpokit/trl/mapping.py maps the arguments onto grpokit's ``Config``.
+grpokit carries out the arguments in ``SUPPORTED`` (mapping.py maps them onto ``Config``). Every other
+field, TRL's or transformers', is accepted only at its default (``UNSUPPORTED``): any other value is
+refused with one sentence naming it, never silently ignored. A name neither has is refused too.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import enum
+import functools
+import json
+import typing
 from dataclasses import dataclass
 from typing import Any
 
-from grpokit.config.sections import ConfigError
+from transformers import TrainingArguments
+
+from grpokit.config.base import ConfigError
 from .checks import check
 
 
-@dataclass(init=False)
-class GRPOConfig:
-    """TRL's GRPOConfig: pass the arguments you would pass to ``trl.GRPOConfig``."""
+@dataclass
+class GRPOConfig(TrainingArguments):
+    """TRL's GRPOConfig: pass the arguments you would pass to ``trl.GRPOConfig``; subclass it as TRL's."""
 
-    output_dir: str | None = None
-    """Run folder (None: "trainer_output", which transformers then sets it to)."""
-    per_device_train_batch_size: int = 8
-    """Completions per forward/backward pass; with gradient_accumulation_steps it sets the completions per step."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches accumulated into one optimizer update."""
-    num_train_epochs: float = 3.0
-    """Passes over train_dataset when max_steps is -1."""
-    max_steps: int = -1
-    """Optimizer updates to make (-1: from num_train_epochs)."""
-    learning_rate: float = 1e-6
+    # TRL's defaults for TrainingArguments fields, then TRL's own GRPO fields (TRL's order, TRL's types)
+    learning_rate: float = 1e-06
     """Peak AdamW learning rate."""
-    lr_scheduler_type: str = "linear"
-    """transformers' schedule of that name: "linear", "cosine", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "cosine_with_restarts", "polynomial", "inverse_sqrt", "warmup_stable_decay", "constant" or "constant_with_warmup" (optim.schedule)."""
-    warmup_steps: float = 0
-    """Linear warm-up updates from a rate of 0 (a value in (0, 1) is a fraction of max_steps); none with "constant", as transformers."""
-    optim: str = "adamw_torch_fused"
-    """"adamw_torch" or "adamw_torch_fused" (grpokit's AdamW is fused where it can be), "adafactor", "sgd", "adagrad", "rmsprop", or with their CUDA package installed "adamw_8bit" (or "adamw_bnb_8bit"), "paged_adamw_8bit" (bitsandbytes), "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
-    weight_decay: float = 0.0
-    """Weight decay of the optimizer (of every parameter; transformers leaves biases and norms out)."""
-    adam_beta1: float = 0.9
-    """AdamW beta1."""
-    adam_beta2: float = 0.999
-    """AdamW beta2."""
-    adam_epsilon: float = 1e-8
-    """AdamW epsilon."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip (0: none)."""
     bf16: bool | None = None
     """bfloat16 mixed precision (None: grpokit's auto, bf16 autocast on GPU only)."""
-    fp16: bool = False
-    """float16 mixed precision."""
     gradient_checkpointing: bool = True
     """Recompute activations in the backward pass."""
     logging_steps: float = 10
     """Console line (and completion samples, with log_completions) every N steps; a value in (0, 1) is a fraction of the steps."""
-    disable_tqdm: bool | None = None
-    """True: no console output (metrics.jsonl is still written)."""
-    report_to: Any = "none"
-    """Trackers besides metrics.jsonl: "none", or some of tensorboard, wandb, mlflow, trackio."""
-    eval_strategy: str = "no"
-    """"no" (no evaluation during training), "steps" (every eval_steps) or "epoch" (at the end of every epoch and of training)."""
-    eval_steps: float | None = None
-    """With eval_strategy="steps": evaluate every N steps (None: logging_steps)."""
-    save_strategy: str = "steps"
-    """"steps" (a checkpoint every save_steps), "epoch" (at the end of every epoch) or "no" (none at all, as transformers)."""
-    save_steps: float = 500
-    """Checkpoint every N steps."""
-    save_total_limit: int | None = None
-    """Checkpoints to keep (None: all)."""
-    push_to_hub: bool = False
-    """Upload the model to the Hub (hub_strategy decides when)."""
-    hub_model_id: str | None = None
-    """Hub repository (None: the output_dir's name)."""
-    hub_token: str | None = None
-    """Hub token (None: the logged-in one)."""
-    hub_private_repo: bool | None = None
-    """Create the repository private."""
-    hub_strategy: str = "every_save"
-    """"every_save" (push each checkpoint's model and the final model) or "end" (push only from push_to_hub() / the end); "checkpoint" and "all_checkpoints" are refused (a grpokit checkpoint resumes only inside its run folder)."""
-    seed: int = 42
-    """Seed for data order, sampling and initialisation."""
-    full_determinism: bool = False
-    """Deterministic torch algorithms (bit-exact resume on CPU)."""
-    use_cpu: bool = False
-    """Train on the CPU even when a GPU is present."""
-    remove_unused_columns: bool = False
+    remove_unused_columns: bool | None = False
     """True: reward functions see only the prompt, no other dataset column."""
-    model_init_kwargs: dict | None = None
+    model_init_kwargs: dict[str, Any] | str | None = None
     """Loading options for a model given by name; grpokit reads dtype (or torch_dtype)."""
     trust_remote_code: bool = False
     """Allow model code from the Hub."""
+    router_aux_loss_coef: float | None = None
+    """Mixture-of-Experts router load-balancing loss weight (None: the model config's own; 0: off); refused for a model without a router."""
     disable_dropout: bool = False
     """Set every dropout probability of the policy to 0."""
-    num_generations: int = 8
+    cast_lm_head_to_fp32: bool = False
+    """ScaleRL: the output layer (weights and logits) of the policy and reference in float32 (model.lm_head_fp32)."""
+    num_generations: int | None = 8
     """G: completions per prompt."""
-    max_completion_length: int = 512
+    num_generations_eval: int | None = None
+    """Completions per eval prompt (None: num_generations)."""
+    max_completion_length: int | None = 512
     """Most tokens per completion."""
-    shuffle_dataset: bool = True
+    ds3_gather_for_generation: bool = True
+    """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
+    shuffle_dataset: bool | None = True
     """Shuffle the training prompts each epoch."""
+    pad_to_multiple_of: int | str | None = 'auto'
+    """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
+    generation_batch_size: int | None = None
+    """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
+    steps_per_generation: int | None = None
+    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps (not a whole number: an optimizer step may span two generation batches, as TRL's loop)."""
     temperature: float = 1.0
     """Sampling temperature."""
     top_p: float = 1.0
@@ -111,56 +79,72 @@ class GRPOConfig:
     """Top-k sampling (0: off)."""
     min_p: float | None = None
     """Min-p sampling (None: off)."""
+    generation_kwargs: dict | str | None = None
+    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and repetition_penalty."""
+    chat_template_kwargs: dict | str | None = None
+    """Extra keyword arguments of apply_chat_template for conversational prompts."""
     repetition_penalty: float = 1.0
     """Penalty on tokens already in the prompt or completion (1.0: off), applied to sampling only."""
-    generation_kwargs: dict | None = None
-    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and repetition_penalty."""
-    chat_template_kwargs: dict | None = None
-    """Extra keyword arguments of apply_chat_template for conversational prompts."""
+    cache_implementation: str | None = None
+    """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic" (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through model.generate with it (engine generate); None: grpokit's choice."""
     use_vllm: bool = False
     """Sample with vLLM."""
-    vllm_mode: str = "colocate"
+    vllm_mode: str = 'colocate'
     """"colocate" (an engine on the trainer's GPU) or "server"."""
+    vllm_model_impl: str = 'vllm'
+    """Which model code vLLM runs ('vllm' or 'transformers'). grpokit's vLLM engine runs vLLM's own: accepted only at TRL's default ('vllm')."""
+    vllm_enable_sleep_mode: bool = False
+    """Release the colocated engine's memory during the update."""
+    vllm_structured_outputs_regex: str | None = None
+    """A regular expression vLLM's guided decoding holds every completion to. Not carried out by grpokit: accepted only at TRL's default (None)."""
     vllm_server_base_url: str | None = None
     """Server URL (None: from vllm_server_host and vllm_server_port)."""
-    vllm_server_host: str = "0.0.0.0"
+    vllm_server_host: str = '0.0.0.0'
     """Server host when vllm_server_base_url is None."""
     vllm_server_port: int = 8000
     """Server port when vllm_server_base_url is None."""
     vllm_server_timeout: float = 240.0
     """Seconds to wait for the server."""
+    vllm_group_port: int = 51216
+    """Port of TRL's weight-sync process group with a vLLM server. grpokit's server sync uses its own: accepted only at TRL's default (51216)."""
     vllm_gpu_memory_utilization: float = 0.3
     """GPU memory fraction of the colocated engine."""
-    vllm_enable_sleep_mode: bool = False
-    """Release the colocated engine's memory during the update."""
-    vllm_importance_sampling_correction: bool = True
-    """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
-    vllm_importance_sampling_mode: str = "sequence_mask"
-    """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are products of token ratios)."""
-    vllm_importance_sampling_clip_max: float | None = 3.0
-    """Upper bound of the importance weight: truncated to it or masked above it (None: no bound)."""
-    vllm_importance_sampling_clip_min: float | None = None
-    """Lower bound of the importance weight: truncated to it or masked below it (None: no bound)."""
+    vllm_max_model_length: int | None = None
+    """Colocate mode: the engine's max_model_len, prompt plus completion tokens (None: the model's own)."""
+    vllm_tensor_parallel_size: int = 1
+    """GPUs per vLLM engine: in colocate mode each group of this many consecutive processes shares one engine (must divide their number); in server mode the server's own --tensor-parallel-size decides (as TRL)."""
     beta: float = 0.0
     """KL coefficient (0: no reference model)."""
     num_iterations: int = 1
     """mu: updates per generated batch."""
     epsilon: float = 0.2
     """Lower clip of the ratio (1 - epsilon)."""
+    delta: float | None = None
+    """Two-sided clipping: the ratio of a negative-advantage token is capped at delta (must exceed 1 + epsilon_high; None: off)."""
     epsilon_high: float | None = None
     """Upper clip of the ratio (None: epsilon)."""
-    importance_sampling_level: str = "token"
-    """"token" (GRPO) or "sequence" (GSPO)."""
-    reward_weights: list | None = None
-    """One weight per reward function (None: all 1.0)."""
-    scale_rewards: Any = "group"
-    """"group" (or True), "batch" or "none" (or False)."""
-    loss_type: str = "dapo"
-    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight), "sapo", "luspo" or "vespo"."""
-    sapo_temperature_pos: float = 1.0
-    """loss_type="sapo": gate temperature for tokens with positive advantage."""
     sapo_temperature_neg: float = 1.05
     """loss_type="sapo": gate temperature for tokens with negative advantage."""
+    sapo_temperature_pos: float = 1.0
+    """loss_type="sapo": gate temperature for tokens with positive advantage."""
+    vespo_k_pos: float = 2.0
+    """loss_type='vespo': shape k of the gamma weight where the advantage is >= 0."""
+    vespo_lambda_pos: float = 3.0
+    """loss_type='vespo': rate lambda of the gamma weight where the advantage is >= 0."""
+    vespo_k_neg: float = 3.0
+    """loss_type='vespo': shape k of the gamma weight where the advantage is < 0."""
+    vespo_lambda_neg: float = 2.0
+    """loss_type='vespo': rate lambda of the gamma weight where the advantage is < 0."""
+    importance_sampling_level: str = 'token'
+    """"token" (GRPO) or "sequence" (GSPO)."""
+    reward_weights: list[float] | None = None
+    """One weight per reward function (None: all 1.0)."""
+    multi_objective_aggregation: str = 'sum_then_normalize'
+    """"sum_then_normalize" (weighted sum, then the group baseline) or "normalize_then_sum" (GDPO: each reward normalised in its group, summed, then whitened over the batch)."""
+    scale_rewards: str = 'group'
+    """"group" (or True), "batch" or "none" (or False)."""
+    loss_type: str = 'dapo'
+    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight), "sapo", "luspo" or "vespo"."""
     mask_truncated_completions: bool = False
     """Leave truncated completions out of the loss (DAPO)."""
     sync_ref_model: bool = False
@@ -185,230 +169,204 @@ class GRPOConfig:
     """Adaptive entropy control: target mean token entropy (nats)."""
     max_tool_calling_iterations: int | None = None
     """Most tool-calling rounds per episode (None: grpokit's env.max_turns)."""
+    vllm_importance_sampling_correction: bool = True
+    """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
+    vllm_importance_sampling_mode: str = 'sequence_mask'
+    """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are products of token ratios)."""
+    vllm_importance_sampling_clip_max: float | None = 3.0
+    """Upper bound of the importance weight: truncated to it or masked above it (None: no bound)."""
+    vllm_importance_sampling_clip_min: float | None = None
+    """Lower bound of the importance weight: truncated to it or masked below it (None: no bound)."""
     off_policy_mask_threshold: float | None = None
     """DeepSeek-V3.2 off-policy sequence masking threshold."""
     use_bias_correction_kl: bool = True
     """Multiply the KL term by the importance ratio (DeepSeek-V3.2)."""
-    run_name: str | None = None
-    """Name of the run in the trackers (report_to); None: the output_dir's name."""
-    per_device_eval_batch_size: int = 8
-    """Completions per evaluation batch (evaluate() samples batch / num_generations_eval prompts at a time)."""
-    num_generations_eval: int | None = None
-    """Completions per eval prompt (None: num_generations)."""
-    eval_on_start: bool = False
-    """Evaluate once before the first step."""
-    gradient_checkpointing_kwargs: dict | None = None
-    """Options of gradient checkpointing; grpokit's checkpointing is non-reentrant, so only use_reentrant=False (or None) is taken."""
-    logging_strategy: str = "steps"
-    """"steps" (log every logging_steps), "epoch" (at the end of every epoch and of training) or "no"."""
-    logging_first_step: bool = False
-    """Also log the first step."""
-    resume_from_checkpoint: str | None = None
-    """A checkpoint (or output_dir) train() resumes from when it is called without one."""
-    tf32: bool | None = None
-    """TF32 matmuls on Ampere and newer GPUs (None: PyTorch's setting)."""
-    dataloader_num_workers: int = 0
-    """Accepted for TRL scripts: grpokit holds the prompts in memory and has no DataLoader to parallelise."""
-    dataloader_pin_memory: bool = True
-    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
-    dataloader_persistent_workers: bool = False
-    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
-    dataloader_prefetch_factor: int | None = None
-    """Accepted for TRL scripts: no DataLoader (see dataloader_num_workers)."""
-    steps_per_generation: int | None = None
-    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps (not a whole number: an optimizer step may span two generation batches, as TRL's loop)."""
-    generation_batch_size: int | None = None
-    """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
+    log_multimodal: bool = True
+    """Accepted; no effect: grpokit's samples.jsonl keeps the completions' text, never their images."""
     num_completions_to_print: int | None = None
     """Completions per sample dump with log_completions (rounded up to whole groups; None: grpokit's 2 prompts)."""
     log_unique_prompts: bool = False
     """Accepted: grpokit's samples already hold each prompt once, with its group of completions."""
-    delta: float | None = None
-    """Two-sided clipping: the ratio of a negative-advantage token is capped at delta (must exceed 1 + epsilon_high; None: off)."""
-    vespo_k_pos: float = 2.0
-    """loss_type='vespo': shape k of the gamma weight where the advantage is >= 0."""
-    vespo_lambda_pos: float = 3.0
-    """loss_type='vespo': rate lambda of the gamma weight where the advantage is >= 0."""
-    vespo_k_neg: float = 3.0
-    """loss_type='vespo': shape k of the gamma weight where the advantage is < 0."""
-    vespo_lambda_neg: float = 2.0
-    """loss_type='vespo': rate lambda of the gamma weight where the advantage is < 0."""
-    multi_objective_aggregation: str = "sum_then_normalize"
-    """"sum_then_normalize" (weighted sum, then the group baseline) or "normalize_then_sum" (GDPO: each reward normalised in its group, summed, then whitened over the batch)."""
-    use_liger_kernel: bool = False
-    """Accepted; no effect on the math: grpokit's log-probs are already computed in chunks without the full logits tensor."""
-    torch_compile: bool = False
-    """torch.compile the model for the training passes (grpokit: the backbone of the log-probability passes; sampling stays eager)."""
-    torch_compile_backend: str | None = None
-    """torch.compile backend with torch_compile (None: inductor); setting it turns torch_compile on, as transformers."""
-    torch_compile_mode: str | None = None
-    """torch.compile mode with torch_compile (None: default); setting it turns torch_compile on, as transformers."""
-    pad_to_multiple_of: Any = "auto"
-    """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
-    optim_args: str | None = None
-    """"key=value,..." options of sgd (momentum, dampening, nesterov), adagrad (lr_decay, eps) and rmsprop (momentum, alpha, eps, centered), read as transformers; the other optimizers ignore it, as transformers."""
-    lr_scheduler_kwargs: dict | None = None
-    """Options of lr_scheduler_type's schedule, as transformers' get_scheduler takes them (e.g. {"min_lr_rate": 0.1} with cosine_with_min_lr); a JSON string is parsed."""
-    accelerator_config: Any = None
-    """Accepted; no effect: it configures accelerate's DataLoader dispatch, and grpokit has neither."""
-    fsdp: Any = None
-    """"full_shard" (with or without "auto_wrap"), or True: FSDP2 sharding (train.fsdp, needs torchrun); other FSDP options are refused."""
-    cast_lm_head_to_fp32: bool = False
-    """ScaleRL: the output layer (weights and logits) of the policy and reference in float32 (model.lm_head_fp32)."""
-    neftune_noise_alpha: float | None = None
-    """NEFTune noise on the input embeddings during training steps (None: off); model.neftune_noise_alpha."""
-    router_aux_loss_coef: float | None = None
-    """Mixture-of-Experts router load-balancing loss weight (None: the model config's own; 0: off); refused for a model without a router."""
-    fsdp_config: dict | None = None
-    """Only None, {} or {"fsdp_version": 2} (grpokit's FSDP is FSDP2)."""
-
-    # run management (data order, checkpoints, best model, evaluation delay, vLLM engine size)
-    data_seed: int | None = None
-    """Accepted as TRL 1.16 takes it: TRL's GRPO prompt sampler is seeded by seed, so data_seed changes no prompt order there or here."""
-    save_only_model: bool = False
-    """Checkpoints hold the model and trainer_state.json only (no optimizer, schedule or RNG state); a resume from one loads the weights with a fresh optimizer and schedule, as transformers."""
-    load_best_model_at_end: bool = False
-    """After training, load the weights of the checkpoint with the best metric_for_best_model (needs eval_strategy = save_strategy = "steps", save_steps a multiple of eval_steps)."""
-    metric_for_best_model: str | None = None
-    """Evaluation metric that ranks checkpoints, with or without the "eval_" prefix (None: "loss" with load_best_model_at_end)."""
-    greater_is_better: bool | None = None
-    """Whether a larger metric_for_best_model is better (None: True unless the metric's name ends with "loss")."""
-    eval_delay: float = 0
-    """No evaluation by eval_strategy before this many TRL steps."""
-    vllm_tensor_parallel_size: int = 1
-    """GPUs per vLLM engine: in colocate mode each group of this many consecutive processes shares one engine (must divide their number); in server mode the server's own --tensor-parallel-size decides (as TRL)."""
-    vllm_max_model_length: int | None = None
-    """Colocate mode: the engine's max_model_len, prompt plus completion tokens (None: the model's own)."""
-    vllm_importance_sampling_cap: float | None = None
-    """Deprecated alias of vllm_importance_sampling_clip_max (TRL 1.16): when set, it replaces it."""
-    do_train: bool = False
-    """Accepted; no effect, as in transformers (a flag for scripts, which the Trainer does not read)."""
-    do_eval: bool = False
-    """Accepted; no effect, as in transformers (set True when eval_strategy is not "no", as transformers does)."""
-    do_predict: bool = False
-    """Accepted; no effect, as in transformers (a flag for scripts)."""
-    torch_empty_cache_steps: int | None = None
-    """Empty the CUDA cache (torch.cuda.empty_cache) at the steps whose number of completed steps is a multiple of this (None: never)."""
-    log_level: str = "passive"
-    """transformers' log verbosity on the main process: "debug", "info", "warning", "error", "critical" ("passive": unchanged)."""
-    log_level_replica: str = "warning"
-    """transformers' log verbosity on the other processes (same values; "passive": unchanged)."""
-    project: str = "huggingface"
-    """Trackio project of the run (with report_to trackio), as transformers."""
-    use_cache: bool = False
-    """Accepted; no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling is speed, not a number)."""
-    activation_checkpointing: bool | None = None
-    """transformers 5's name of gradient_checkpointing: when set (not None) it decides, as transformers resolves the alias."""
-    activation_checkpointing_kwargs: dict | None = None
-    """transformers 5's name of gradient_checkpointing_kwargs: when set it decides (only use_reentrant=False)."""
-    hub_revision: str | None = None
-    """Branch of hub_model_id that push_to_hub and the checkpoint pushes commit to (None: main); it must exist, as with transformers."""
-    hub_always_push: bool = False
-    """Accepted; grpokit's checkpoint pushes are synchronous, so none is ever skipped (what True asks transformers for)."""
-    average_tokens_across_devices: bool = True
-    """Accepted; no effect, as in TRL's GRPO, whose loss uses its own gathered token counts (grpokit: the whole batch's)."""
-    ignore_data_skip: bool = False
-    """On resume, start the prompts at the beginning of the current epoch instead of where the checkpoint left them, as transformers."""
-    include_num_input_tokens_seen: Any = "no"
-    """"no" (or False); "all", "non_padding" (or True): every log entry gets num_input_tokens_seen (TRL's running num_tokens) and training entries train_runtime and train_tokens_per_second, as transformers under TRL."""
-    ddp_timeout: int = 1800
-    """Under torchrun: seconds a collective may wait for the other processes (transformers' process-group timeout)."""
-    trackio_space_id: str | None = None
-    """Hugging Face Space that hosts the Trackio dashboard (with report_to trackio); accepted without effect when nothing reports to trackio, as transformers reads it only in its Trackio callback."""
-    trackio_bucket_id: str | None = None
-    """Hugging Face bucket of the Trackio logs (with report_to trackio); accepted without effect when nothing reports to trackio."""
-    trackio_static_space_id: Any = None
-    """Static Trackio Space frozen at the end of training (with report_to trackio); accepted without effect when nothing reports to trackio."""
+    log_completions_hub_repo: str | None = None
+    """A Hub dataset repository TRL uploads the logged completions to. Not carried out by grpokit: accepted only at TRL's default (None)."""
     use_transformers_continuous_batching: bool = False
     """Sample with a continuous-batching engine: grpokit's own decode loop, which already drops finished rows from the batch (the same sampling distribution; TRL refuses it for vision models, and so does grpokit)."""
-    transformers_continuous_batching_config: Any = None
+    transformers_continuous_batching_config: dict | str | None = None
     """transformers' ContinuousBatchingConfig keywords (memory and block sizes of its paged cache): checked as transformers checks them; grpokit's decode loop has no paged cache to size."""
     use_transformers_paged: bool = False
     """Deprecated alias of use_transformers_continuous_batching (TRL 1.16): True sets it, with TRL's FutureWarning."""
-    cache_implementation: str | None = None
-    """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic" (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through model.generate with it (engine generate); None: grpokit's choice."""
-    label_smoothing_factor: float = 0.0
-    """Accepted; no effect, as in TRL's GRPO: transformers applies it in Trainer.compute_loss, which GRPOTrainer replaces."""
-    liger_kernel_config: dict | None = None
-    """Accepted; no effect, as use_liger_kernel (grpokit never builds the full logits tensor that Liger's kernels save)."""
-    prediction_loss_only: bool = False
-    """Accepted; no effect, as in TRL's GRPO: its prediction_step returns the loss only, always."""
-    eval_do_concat_batches: bool = True
-    """Accepted; no effect, as in TRL's GRPO (evaluate() gathers no predictions to concatenate)."""
-    eval_use_gather_object: bool = False
-    """Accepted; no effect, as in TRL's GRPO (no predictions to gather)."""
-    eval_accumulation_steps: int | None = None
-    """Accepted; no effect, as in TRL's GRPO (no predictions to move off the device)."""
-    include_for_metrics: list = dataclasses.field(default_factory=list)
-    """Accepted; no effect, as in TRL's GRPO (GRPOTrainer takes no compute_metrics)."""
-    batch_eval_metrics: bool = False
-    """Accepted; no effect, as in TRL's GRPO (GRPOTrainer takes no compute_metrics)."""
-    dataloader_drop_last: bool = False
-    """Accepted; no effect, as in TRL's GRPO: the RepeatSampler already yields whole generation batches only (see max_steps)."""
-    dataloader_multiprocessing_context: str | None = None
-    """Accepted; no effect, as dataloader_num_workers (grpokit holds the prompts in memory, no DataLoader workers)."""
-    label_names: list | None = None
-    """Accepted; no effect, as in TRL's GRPO (its inputs carry no labels)."""
-    train_sampling_strategy: str = "random"
-    """Accepted; no effect, as in TRL's GRPO: its RepeatSampler replaces transformers' sampler (shuffle_dataset decides the order)."""
-    length_column_name: str = "length"
-    """Accepted; no effect, as in TRL's GRPO (it names group_by_length's column, which its sampler does not read)."""
-    ds3_gather_for_generation: bool = True
-    """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
-    log_multimodal: bool = True
-    """Accepted; no effect: grpokit's samples.jsonl keeps the completions' text, never their images."""
-    log_on_each_node: bool = True
-    """Accepted; grpokit logs on global rank 0 only (transformers' log_on_each_node=False); on one node both are the same."""
-    dataloader_in_order: bool = True
-    """Accepted; no effect, as dataloader_num_workers (it orders the batches of DataLoader workers, which grpokit has none of)."""
-    ddp_find_unused_parameters: bool | None = None
-    """Accepted; no effect: grpokit all-reduces the gradients itself (train/distributed.py), with no DistributedDataParallel wrapper to configure."""
-    ddp_bucket_cap_mb: int | None = None
-    """Accepted; no effect (no DistributedDataParallel wrapper: see ddp_find_unused_parameters)."""
-    ddp_broadcast_buffers: bool | None = None
-    """Accepted; no effect (no DistributedDataParallel wrapper; every rank loads the same buffers from the same weights)."""
-    ddp_static_graph: bool | None = None
-    """Accepted; no effect (no DistributedDataParallel wrapper: see ddp_find_unused_parameters)."""
-    local_rank: int = -1
-    """Accepted as transformers' launchers pass it; grpokit reads the process's rank from LOCAL_RANK, as transformers does when it is set."""
+    vllm_importance_sampling_cap: float | None = None
+    """Deprecated alias of vllm_importance_sampling_clip_max (TRL 1.16): when set, it replaces it."""
 
-    def __init__(self, output_dir: str | None = None, **kwargs: Any):
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, f.default_factory() if f.default is dataclasses.MISSING else f.default)
-        for name, default in UNSUPPORTED.items():  # readable as on TRL's (scripts read e.g. resume_from_checkpoint)
-            object.__setattr__(self, name, copy.deepcopy(default))
-        self.output_dir = "trainer_output" if output_dir is None else output_dir  # transformers 5 fills it in
-        for name, value in kwargs.items():
-            setattr(self, name, value)
-        if self.load_best_model_at_end and self.metric_for_best_model is None:  # transformers' defaults, filled in
-            self.metric_for_best_model = "loss"
-        if self.greater_is_better is None and self.metric_for_best_model is not None:
-            self.greater_is_better = not self.metric_for_best_model.endswith("loss")
-        if self.eval_strategy != "no":
-            self.do_eval = True
+
+    # transformers parses these from a JSON string (a command line's --model_init_kwargs '{"dtype": ...}'), as TRL's
+    _VALID_DICT_FIELDS = TrainingArguments._VALID_DICT_FIELDS + [
+        "model_init_kwargs", "transformers_continuous_batching_config", "generation_kwargs", "chat_template_kwargs"]
+
+    def __post_init__(self) -> None:
+        self.__dict__["_initialising"] = True  # transformers' own attributes (mixed_precision ...) are set in here
+        for name in self._VALID_DICT_FIELDS:  # a JSON string transformers would fail on with a parser's traceback
+            value = getattr(self, name)
+            if isinstance(value, str) and value.startswith("{"):
+                try:
+                    json.loads(value)
+                except ValueError:
+                    raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
+                                      "valid: None, a dict or a JSON object string") from None
+        self.__dict__["_checkpointing_kwargs_name"] = (  # the name the user wrote (transformers then copies it over)
+            "activation_checkpointing_kwargs" if self.activation_checkpointing_kwargs is not None else "gradient_checkpointing_kwargs")
+        self._check_choices()
+        from .best import check_args  # grpokit's sentences before transformers' own check of the same rule
+
+        check_args(self)
+        try:
+            super().__post_init__()
+        except ConfigError:
+            raise
+        except ValueError as e:  # transformers' refusals (both fp16 and bf16 ...): one sentence, not a traceback
+            raise ConfigError(f"GRPOConfig: {' '.join(str(e).split())}") from None
+        if isinstance(self.pad_to_multiple_of, str) and self.pad_to_multiple_of != "auto":  # a command line's text
+            text = self.pad_to_multiple_of.strip().lower()
+            self.pad_to_multiple_of = None if text in ("none", "null") else int(text)
+        if self.pad_to_multiple_of == "auto":  # TRL: 128 on Neuron devices only; it pads nothing here either
+            self.pad_to_multiple_of = None
+        for name, value in list(self.__dict__.items()):  # named choices as plain strings, equal to transformers'
+            if isinstance(value, enum.Enum):           # str enums (grpokit's Config and messages hold the text)
+                self.__dict__[name] = value.value
+        self._fill_generation_batch()
+        if self.vllm_importance_sampling_cap is not None:  # TRL 1.16's deprecated alias (warned by the trainer)
+            self.vllm_importance_sampling_clip_max = self.vllm_importance_sampling_cap
+        del self.__dict__["_initialising"]
+
+    def _check_choices(self) -> None:
+        """A named choice transformers does not know (``eval_strategy="best"``), refused in grpokit's words."""
+        from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+        from transformers.training_args import OptimizerNames
+
+        for name, kind in (("eval_strategy", IntervalStrategy), ("logging_strategy", IntervalStrategy),
+                           ("save_strategy", SaveStrategy), ("hub_strategy", HubStrategy),
+                           ("lr_scheduler_type", SchedulerType), ("optim", OptimizerNames)):
+            value, valid = getattr(self, name), [m.value for m in kind]
+            if value not in valid:
+                raise ConfigError(f"GRPOConfig argument {name}={value!r} is not valid; use one of {', '.join(valid)}")
+
+    def _fill_generation_batch(self) -> None:
+        """TRL's resolution of steps_per_generation and generation_batch_size: given one, the other follows."""
+        per_pass = self.per_device_train_batch_size * self.world_size
+        if self.steps_per_generation is not None and self.generation_batch_size is not None:
+            raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
+        self.__dict__["_derived"] = ("steps_per_generation", None) if self.generation_batch_size is not None else \
+            ("generation_batch_size", None)
+        if self.generation_batch_size is not None:
+            if self.generation_batch_size % per_pass:
+                raise ConfigError(f"GRPOConfig argument generation_batch_size={self.generation_batch_size} is not a multiple of "
+                                  f"per_device_train_batch_size * processes = {per_pass}; make it one")
+            self.steps_per_generation = self.generation_batch_size // per_pass
+        else:
+            self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
+            self.generation_batch_size = per_pass * self.steps_per_generation
+        name = self.__dict__["_derived"][0]  # step_args.py re-derives it when the process count differs at run time
+        self.__dict__["_derived"] = (name, getattr(self, name))
+
+    def _validate_args(self) -> None:
+        # grpokit runs bfloat16 autocast on a CPU too, where transformers refuses bf16=True without use_cpu
+        bf16 = self.bf16
+        self.__dict__["bf16"] = bool(bf16) and (self.use_cpu or _bf16_device())
+        try:
+            super()._validate_args()
+        finally:
+            self.__dict__["bf16"] = bf16
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Arguments set after construction (``args.model_init_kwargs = ...``, as TRL's scripts do) get
         the same checks as constructor arguments: nothing set on the config is silently ignored."""
-        if name in UNSUPPORTED:
-            if not _same(value, UNSUPPORTED[name]):
-                raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
-                                  f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
-        elif name not in _FIELDS:
+        fields = _field_names(type(self))
+        if name not in fields:
+            if name in self.__dict__ or name.startswith("_") or self.__dict__.get("_initialising"):
+                object.__setattr__(self, name, value)  # transformers' and TRL's own attributes
+                return
             raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
+        if name in UNSUPPORTED and not self.__dict__.get("_initialising") and not _same(value, UNSUPPORTED[name]):
+            raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
+                              f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
+        if name == "scale_rewards":  # TRL takes True / False for "group" / "none"
+            value = {True: "group", False: "none", "true": "group", "false": "none"}.get(value, value)
         check(name, value, _ANNOTATIONS.get(name, ""))
-        if name == "scale_rewards":
-            value = {True: "group", False: "none"}.get(value, value)
         object.__setattr__(self, name, value)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+def _bf16_device() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    return is_torch_bf16_gpu_available()
 
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(GRPOConfig))
-_ANNOTATIONS = {f.name: str(f.type) for f in dataclasses.fields(GRPOConfig)}  # "bool", "str | None" ... (checks.py)
+_generated_init = GRPOConfig.__init__
+
+
+@functools.wraps(_generated_init)
+def _init(self: GRPOConfig, *args: Any, **kwargs: Any) -> None:
+    unknown = [k for k in kwargs if k not in _field_names(type(self))]
+    if unknown and type(self) is GRPOConfig:  # a subclass's own __init__ raises TypeError for it, as TRL's
+        raise ConfigError(f"GRPOConfig got {unknown[0]!r}, which is not an argument of TRL 1.16's GRPOConfig")
+    _generated_init(self, *args, **kwargs)
+
+
+GRPOConfig.__init__ = _init  # type: ignore[method-assign]
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _kind(hint: Any) -> str:
+    """"bool", "bool | None", "str" or "str | None" for checks.py's type checks; "" for any other type."""
+    args = set(typing.get_args(hint))
+    for base in (bool, str):
+        if hint is base:
+            return base.__name__
+        if args == {base, type(None)}:
+            return f"{base.__name__} | None"
+    return ""
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+# the TrainingArguments fields grpokit carries out at transformers' own type and default (mapping.py)
+INHERITED = (
+    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+    "lr_scheduler_type", "warmup_steps", "optim", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "max_grad_norm", "fp16", "disable_tqdm", "report_to", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
+    "save_total_limit", "push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_strategy", "seed",
+    "full_determinism", "use_cpu", "run_name", "per_device_eval_batch_size", "eval_on_start",
+    "gradient_checkpointing_kwargs", "logging_strategy", "logging_first_step", "resume_from_checkpoint", "tf32",
+    "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
+    "use_liger_kernel", "torch_compile", "torch_compile_backend", "torch_compile_mode", "optim_args",
+    "lr_scheduler_kwargs", "accelerator_config", "fsdp", "neftune_noise_alpha", "fsdp_config", "data_seed",
+    "save_only_model", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "eval_delay",
+    "do_train", "do_eval", "do_predict", "torch_empty_cache_steps", "log_level", "log_level_replica", "project",
+    "use_cache", "activation_checkpointing", "activation_checkpointing_kwargs", "hub_revision", "hub_always_push",
+    "average_tokens_across_devices", "ignore_data_skip", "include_num_input_tokens_seen", "ddp_timeout",
+    # accepted with TRL's meaning, most of them no-ops in TRL's GRPO too (docs/TRL.md says why for each)
+    "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "label_smoothing_factor", "liger_kernel_config",
+    "prediction_loss_only", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
+    "include_for_metrics", "batch_eval_metrics", "dataloader_drop_last", "dataloader_multiprocessing_context",
+    "label_names", "train_sampling_strategy", "length_column_name", "log_on_each_node", "dataloader_in_order",
+    "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "local_rank",
+)
+_REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "vllm_group_port", "log_completions_hub_repo")
+_OWN = tuple(n for n in GRPOConfig.__dict__["__annotations__"] if not n.startswith("_"))
+SUPPORTED = frozenset(INHERITED) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
+# every other field (TRL's or transformers', today's or a later version's) only at its default
+UNSUPPORTED: dict[str, Any] = {f.name: _default(f) for f in dataclasses.fields(GRPOConfig)
+                               if f.init and f.name not in SUPPORTED}
+_HINTS = typing.get_type_hints(GRPOConfig)
+_ANNOTATIONS = {name: _kind(_HINTS[name]) for name in SUPPORTED - {"fsdp"}}  # fsdp: also True, as before  # "bool", "str | None" ... (checks.py)
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -418,12 +376,20 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-# TRL 1.16 GRPOConfig arguments grpokit does not carry out, with TRL's defaults (accepted only at them).
-UNSUPPORTED: dict[str, Any] = {
-    "optim_target_modules": None, "bf16_full_eval": False, "fp16_full_eval": False,
-    "auto_find_batch_size": False, "logging_nan_inf_filter": True,
-    "save_on_each_node": False, "enable_jit_checkpoint": False, "restore_callback_states_from_checkpoint": False,
-    "parallelism_config": None, "ddp_backend": None, "deepspeed": None, "debug": "", "skip_memory_metrics": True,
-    "vllm_model_impl": "vllm", "vllm_structured_outputs_regex": None, "vllm_group_port": 51216,
-    "log_completions_hub_repo": None,
-}
+def _help_from_docstrings(cls: type) -> None:
+    """Each declared field's docstring (the line under it) becomes its ``help``, which ``--help`` shows."""
+    import ast
+    import inspect
+
+    try:
+        body = ast.parse(inspect.getsource(cls)).body[0].body
+    except (OSError, TypeError):  # installed without its sources: the fields keep no help text
+        return
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+            f = fields[node.target.id]
+            f.metadata = {**f.metadata, "help": " ".join(after.value.value.split()).replace("%", "%%")}
+
+
+_help_from_docstrings(GRPOConfig)

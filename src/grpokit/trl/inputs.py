@@ -153,6 +153,8 @@ def apply_lora(cfg, peft_config: Any) -> None:
         if value != getattr(default, f.name):
             raise ConfigError(f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}")
     targets = peft_config.target_modules
+    if isinstance(targets, str) and targets.isidentifier() and targets != "all-linear":
+        targets = [targets]  # one bare name (TRL's ModelConfig turns a one-item list into it): that module, not a pattern
     targets = ["all-linear"] if targets is None or targets == "all-linear" else sorted(targets) if not isinstance(targets, str) else None
     if targets is None:
         raise ConfigError(f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'")

@@ -29,7 +29,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import set_field
 from grpokit.config.validation import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
-from .config import UNSUPPORTED, GRPOConfig
+from .config import SUPPORTED, UNSUPPORTED, GRPOConfig
 from .loss_args import clip_fields, entropy_fields, loss_fields, objectives_fields
 from .optim_args import optimizer_fields, schedule_fields
 from .step_args import batch_fields, epoch_rounds, rounds_per, steps_fields, trl_max_steps, trl_steps_in
@@ -170,13 +170,21 @@ def _eval(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 
 def _checkpointing(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     # transformers 5: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is None
-    new = a.activation_checkpointing_kwargs is not None
-    name = "activation_checkpointing_kwargs" if new else "gradient_checkpointing_kwargs"
-    kwargs = dict((a.activation_checkpointing_kwargs if new else a.gradient_checkpointing_kwargs) or {})
+    # (its __post_init__ then copies one onto the other: the refusal names the one the user wrote)
+    if a.activation_checkpointing_kwargs != a.gradient_checkpointing_kwargs:  # one set after construction
+        name = "activation_checkpointing_kwargs" if a.activation_checkpointing_kwargs is not None else "gradient_checkpointing_kwargs"
+    else:
+        name = a.__dict__.get("_checkpointing_kwargs_name", "gradient_checkpointing_kwargs")
+    kwargs = dict(getattr(a, name) or {})
     if kwargs.pop("use_reentrant", False) or kwargs:
         raise _refuse(name, getattr(a, name), "None or {'use_reentrant': False}")
     on = a.gradient_checkpointing if a.activation_checkpointing is None else a.activation_checkpointing
     return {"model.gradient_checkpointing": bool(on), "model.trust_remote_code": a.trust_remote_code}
+
+
+# what transformers' TrainingArguments writes into fsdp_config for fsdp="full_shard" (or True): grpokit's FSDP2
+_FSDP_DEFAULTS = {("fsdp_version", 2), ("version", 2), ("reshard_after_forward", True), ("min_num_params", 0),
+                  ("xla", False), ("xla_fsdp_v2", False), ("xla_fsdp_grad_ckpt", False)}
 
 
 def _fsdp(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
@@ -184,7 +192,7 @@ def _fsdp(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
                                                             ["full_shard"] if a.fsdp is True else list(a.fsdp))
     if opts and (opts[0] != "full_shard" or set(opts[1:]) - {"auto_wrap"}):
         raise _refuse("fsdp", a.fsdp, "None, True, 'full_shard' or 'full_shard auto_wrap' (grpokit's FSDP2 shards fully)")
-    cfg = {k: v for k, v in (a.fsdp_config or {}).items() if (k, v) not in (("fsdp_version", 2), ("version", 2))}
+    cfg = {k: v for k, v in (a.fsdp_config or {}).items() if (k, v) not in _FSDP_DEFAULTS}
     if cfg:
         raise _refuse("fsdp_config", a.fsdp_config, "None, {} or {'fsdp_version': 2}")
     return {"train.fsdp": bool(opts)}
@@ -424,7 +432,8 @@ def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None,
 
 def mapping_table() -> str:
     """docs/TRL.md's tables, rendered from MAPPING, HANDLED_ELSEWHERE, FIXED and UNSUPPORTED."""
-    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(GRPOConfig)}
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(GRPOConfig) if f.name in SUPPORTED}
     lines = ["| TRL argument (default) | grpokit field | how |", "| --- | --- | --- |"]
     for rule in MAPPING:
         args = "<br>".join(f"`{n}` ({defaults[n]!r})" for n in rule.args)

@@ -1,17 +1,24 @@
-"""``grpokit train --config run.yaml`` with a TRL-style YAML: the flat keys of ``trl grpo --config``.
+"""TRL's ``trl grpo`` for grpokit: ``grpokit trl grpo ARGS`` and ``grpokit train --config trl.yaml``.
 
-A TRL-style file has no grpokit sections (model:, rollout: ...) but TRL's flat names: GRPOConfig's
-arguments (``learning_rate``, ``num_generations`` ...), the script's (``dataset_name``,
-``dataset_train_split``, ``reward_funcs``, ``reward_model_name_or_path``) and ModelConfig's
-(``model_name_or_path``, ``dtype``, ``use_peft``, ``lora_r`` ...). It builds the same
-``GRPOTrainer`` a Python script would (grpokit/trl/trainer.py), so both take the same argument names.
+Both read TRL's arguments with TRL's parser layout, ``TrlParser((GRPOScriptArguments, GRPOConfig,
+ModelConfig, DatasetMixtureConfig))``: the flat names of a TRL YAML file (``model_name_or_path``,
+``dataset_name``, ``reward_funcs``, ``learning_rate``, ``use_peft`` ...) or the same names as flags,
+a flag over the file. Then they do what TRL's trl/scripts/grpo.py does: the reward functions by name
+(TRL's four, from ``grpokit.trl.rewards``) or dotted import path (found in the working directory), an
+optional reward model, the model's loading options from ModelConfig, the dataset by name (a hub id,
+a local folder, or a .jsonl/.json/.parquet/.csv file) or the ``datasets`` mixture, the test split as
+eval_dataset when evaluating; train, save the model to output_dir, push it when asked.
 
-``reward_funcs`` entries are grpokit built-in names, ``module:function`` or TRL's dotted
-``package.module.function`` (both found in the working directory too).
+What TRL's CLI hands to ``accelerate launch`` instead (arguments no dataclass takes): ``num_processes``
+runs that many processes with torchrun; any other launcher argument is refused in one sentence.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +26,34 @@ import yaml
 
 from grpokit.config.sections import ConfigError
 from grpokit.config.io import _sections, strict_yaml
-from .config import UNSUPPORTED, GRPOConfig
+from .config import GRPOConfig
+from .model_config import ModelConfig, get_peft_config, get_quantization_config
+from .scripts import DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset
 
-SCRIPT_DEFAULTS: dict[str, Any] = {  # TRL's ScriptArguments / GRPOScriptArguments / ModelConfig, with TRL's defaults
-    "model_name_or_path": None, "dtype": "float32", "dataset_name": None, "dataset_config": None,
-    "dataset_train_split": "train", "dataset_test_split": "test", "reward_funcs": None, "reward_model_name_or_path": None,
-    "use_peft": False, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None,
-    "lora_task_type": "CAUSAL_LM", "attn_implementation": None,
-}
-SCRIPT_UNSUPPORTED: dict[str, Any] = {
-    "model_revision": "main", "lora_target_parameters": None, "lora_modules_to_save": None,
-    "use_rslora": False, "use_dora": False, "load_in_8bit": False, "load_in_4bit": False, "bnb_4bit_quant_type": "nf4",
-    "use_bnb_nested_quant": False, "bnb_4bit_quant_storage": None, "dataset_streaming": False, "ignore_bias_buffers": False,
-    "datasets": [],
-}
-TRL_REWARDS = {"accuracy_reward": "math_accuracy", "think_format_reward": "strict_format",
-               "reasoning_accuracy_reward": "math_accuracy", "get_soft_overlong_punishment": "overlong_penalty"}
+TRL_REWARD_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
+
+
+@dataclass
+class GRPOScriptArguments(ScriptArguments):
+    """TRL's GRPO script arguments: the dataset's, plus a reward model and reward functions."""
+
+    reward_model_name_or_path: str | None = field(default=None, metadata={
+        "help": "Hub id or local folder of a sequence-classification reward model (scored before reward_funcs)."})
+    reward_funcs: list[str] | None = field(default=None, metadata={
+        "help": "Reward functions: accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
+                "get_soft_overlong_punishment (max_completion_len=1280, soft_punish_cache=256), or a dotted "
+                "import path (my_module.my_reward) found from the working directory."})
+
+
+def make_parser(prog: str | None = None) -> TrlParser:
+    return TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig), prog=prog)
 
 
 def is_trl_style(data: Any) -> bool:
     """A mapping with TRL's flat names and none of grpokit's sections."""
     if not isinstance(data, dict) or not data or any(k in _sections() for k in data):
         return False
-    known = set(SCRIPT_DEFAULTS) | set(SCRIPT_UNSUPPORTED) | set(UNSUPPORTED) | set(GRPOConfig().to_dict())
+    known = {a.dest for a in make_parser()._actions}
     return any(k in known for k in data)
 
 
@@ -68,70 +80,157 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def build_trainer(data: dict[str, Any], *, out: str | None = None, callbacks: list | None = None):
-    """The ``GRPOTrainer`` a TRL script with these arguments would build."""
+def parse(argv: list[str] | None = None, config: dict[str, Any] | None = None) -> tuple[tuple, list[str]]:
+    """``((script_args, training_args, model_args, dataset_args), launcher_args)`` from a TRL command line
+    (``--config FILE`` included) or a TRL YAML mapping: what TRL's parser builds, and what TRL's CLI hands on
+    to accelerate (arguments no dataclass takes)."""
+    parser = make_parser(prog="grpokit trl grpo")
+    env = dict((config or {}).pop("env", None) or {}) if config else {}
+    for key, value in env.items():
+        os.environ[key] = str(value)
+    left = parser.set_defaults_with_config(**config) if config else []
+    try:
+        *objects, from_file, rest = parser.parse_args_and_config(list(argv or []), return_remaining_strings=True,
+                                                                  separate_remaining_strings=True)
+    except ValueError as e:  # a value the dataclasses refuse, as transformers words it
+        raise ConfigError(" ".join(str(e).split())) from None
+    return tuple(objects), left + list(from_file) + list(rest)
+
+
+def launcher_processes(extra: list[str]) -> int:
+    """The process count of TRL's launcher arguments (``--num_processes N``); others are refused."""
+    n, i = 1, 0
+    while i < len(extra):
+        name, _, value = extra[i].partition("=")
+        if name == "--num_processes":
+            if not value:
+                i += 1
+                value = extra[i] if i < len(extra) else ""
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"num_processes={value!r} is not valid; use an integer >= 1")
+            n = int(value)
+        else:
+            raise ConfigError(f"{extra[i]!r} is not an argument of trl grpo's script, GRPOConfig or ModelConfig, and of "
+                              "TRL's launcher arguments grpokit takes only num_processes (for others run torchrun yourself)")
+        i += 1
+    return n
+
+
+def build_trainer(script_args: Any, training_args: GRPOConfig, model_args: ModelConfig,
+                  dataset_args: DatasetMixtureConfig, callbacks: list | None = None):
+    """The ``GRPOTrainer`` trl/scripts/grpo.py builds from these arguments."""
     from .trainer import GRPOTrainer
 
-    script = {k: data.get(k, v) for k, v in SCRIPT_DEFAULTS.items()}
-    for key, default in SCRIPT_UNSUPPORTED.items():
-        if key in data and data[key] not in (default, None):
-            raise ConfigError(f"{key}={data[key]!r} is not supported by grpokit; leave it at TRL's default {default!r}")
-    args_kw = {k: v for k, v in data.items() if k not in SCRIPT_DEFAULTS and k not in SCRIPT_UNSUPPORTED}
-    if out:
-        args_kw["output_dir"] = out
-    if script["dtype"] not in (None, "auto", "float32", "bfloat16", "float16"):
-        raise ConfigError(f"dtype={script['dtype']!r} is not valid; use auto, float32, bfloat16 or float16")
-    # as TRL's grpo.py: the ModelConfig's dtype and attn_implementation, then model_init_kwargs' own keys win
-    args_kw["model_init_kwargs"] = {"dtype": script["dtype"] or "auto", "attn_implementation": script["attn_implementation"],
-                                    **(args_kw.get("model_init_kwargs") or {})}
-    args = GRPOConfig(**args_kw)
-    if not script["model_name_or_path"]:
-        raise ConfigError("the TRL-style config has no model_name_or_path; name the model to train")
-    if not script["dataset_name"]:
-        raise ConfigError("the TRL-style config has no dataset_name; give a .jsonl/.json/.parquet/.csv file or a hub dataset")
-    train = _dataset(script["dataset_name"], script["dataset_config"], script["dataset_train_split"])
-    evals = _dataset(script["dataset_name"], script["dataset_config"], script["dataset_test_split"]) if args.eval_strategy != "no" else None
-    funcs = ([script["reward_model_name_or_path"]] if script["reward_model_name_or_path"] else []) + \
-        [_reward(name) for name in script["reward_funcs"] or []]
-    peft = None
-    if script["use_peft"]:
-        from peft import LoraConfig
-
-        peft = LoraConfig(r=script["lora_r"], lora_alpha=script["lora_alpha"], lora_dropout=script["lora_dropout"],
-                          target_modules=script["lora_target_modules"], task_type=script["lora_task_type"])
-    return GRPOTrainer(model=script["model_name_or_path"], reward_funcs=funcs, args=args, train_dataset=train,
-                       eval_dataset=evals, peft_config=peft, callbacks=callbacks)
+    if not model_args.model_name_or_path:
+        raise ConfigError("no model_name_or_path; name the model to train")
+    funcs = ([script_args.reward_model_name_or_path] if script_args.reward_model_name_or_path else []) + \
+        [_reward(name) for name in script_args.reward_funcs or []]
+    training_args.model_init_kwargs = {"revision": model_args.model_revision, "trust_remote_code": training_args.trust_remote_code,
+                                       "attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype}
+    splits = _datasets(script_args, dataset_args)
+    evaluate = training_args.eval_strategy != "no"
+    for split in [script_args.dataset_train_split] + ([script_args.dataset_test_split] if evaluate else []):
+        if split not in splits:
+            raise ConfigError(f"the dataset has no {split!r} split (it has {', '.join(splits) or 'none'}); set "
+                              f"dataset_train_split / dataset_test_split{', or eval_strategy=no' if evaluate else ''}")
+    return GRPOTrainer(model=model_args.model_name_or_path, reward_funcs=funcs, args=training_args,
+                       train_dataset=splits[script_args.dataset_train_split],
+                       eval_dataset=splits[script_args.dataset_test_split] if evaluate else None,
+                       quantization_config=get_quantization_config(model_args), peft_config=get_peft_config(model_args),
+                       callbacks=callbacks)
 
 
-def _dataset(name: str, config: str | None, split: str):
+def run(objects: tuple, say=print) -> Any:
+    """Train as trl/scripts/grpo.py's main(): train, save the model to output_dir, push it when asked.
+    A run a signal stopped (docs/FAULTS.md) keeps its checkpoint and is neither saved nor pushed. Returns the trainer."""
+    script_args, training_args = objects[0], objects[1]
+    trainer = build_trainer(*objects)
+    say(f"grpokit: run folder {trainer.run_dir} (TRL arguments)", flush=True)
+    result = trainer.train()
+    if trainer.summary.get("interrupted"):
+        return trainer
+    trainer.save_model(training_args.output_dir)
+    say(f"grpokit: {result.global_step} steps; model saved to {training_args.output_dir}", flush=True)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    return trainer
+
+
+def main(argv: list[str], say=print, stopped=None) -> int:
+    """``grpokit trl grpo ARGS``: TRL's ``trl grpo`` arguments; ``--num_processes N`` re-runs under torchrun.
+    ``stopped(summary, steps, run_dir) -> status`` reports a run a signal stopped (the CLI's 128 + N)."""
+    objects, extra = parse(argv)
+    processes = launcher_processes(extra)
+    if processes > 1 and "LOCAL_RANK" not in os.environ:
+        kept = _without_launcher(argv)
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}", "-m", "grpokit", "trl",
+               "grpo", *kept]
+        return subprocess.call(cmd)
+    trainer = run(objects, say)
+    if trainer.summary.get("interrupted") and stopped is not None:
+        return stopped(trainer.summary, trainer.cfg.train.steps, Path(trainer.run_dir))
+    return 0
+
+
+def _without_launcher(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--num_processes":
+            skip = True
+        elif not a.startswith("--num_processes="):
+            out.append(a)
+    return out
+
+
+def _datasets(script_args: Any, dataset_args: DatasetMixtureConfig) -> Any:
+    import logging
+
+    if dataset_args.datasets:
+        if script_args.dataset_name:
+            logging.getLogger("grpokit.trl").warning("both datasets and dataset_name are given; the datasets mixture is used")
+        return get_dataset(dataset_args)
+    if not script_args.dataset_name:
+        raise ConfigError("no dataset: give dataset_name (a hub id, a local folder or a .jsonl/.json/.parquet/.csv file) "
+                          "or a datasets mixture")
+    return _load(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
+
+
+def _load(name: str, config: str | None, streaming: bool) -> Any:
     import datasets
 
     from grpokit.data.prompts import FILE_BUILDERS
 
     path = Path(name).expanduser()
-    if path.suffix in FILE_BUILDERS:
+    if path.suffix in FILE_BUILDERS:  # one local file: its one split is "train"
         if not path.is_file():
-            raise ConfigError(f"dataset_name={name!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub dataset")
-        if split != "train":  # a local file is one split
-            raise ConfigError(f"dataset_name={name!r} is one file; set eval_strategy=no or give a hub dataset with a {split!r} split")
-        return datasets.load_dataset(FILE_BUILDERS[path.suffix], data_files=str(path), split="train")
+            raise ConfigError(f"dataset_name={name!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file, "
+                              "a folder or a hub dataset")
+        return datasets.load_dataset(FILE_BUILDERS[path.suffix], data_files=str(path), streaming=streaming)
     try:
-        return datasets.load_dataset(name, config, split=split)
-    except Exception as e:  # network, unknown name or split: one sentence
-        raise ConfigError(f"could not load dataset {name!r} split {split!r} ({type(e).__name__}: {e})") from None
+        return datasets.load_dataset(name, name=config, streaming=streaming)
+    except Exception as e:  # network, unknown name: one sentence
+        raise ConfigError(f"could not load dataset {name!r} ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
 
 
 def _reward(name: str):
+    from . import rewards
+
+    if name in TRL_REWARD_NAMES:  # TRL's registry, with its fixed overlong settings
+        if name == "get_soft_overlong_punishment":
+            return rewards.get_soft_overlong_punishment(max_completion_len=1280, soft_punish_cache=256)
+        return getattr(rewards, name)
     from grpokit.rewards.spec import BUILTINS, RewardError, resolve_reward
 
-    if name in TRL_REWARDS:
-        raise ConfigError(f"reward_funcs entry {name!r} is TRL's own reward; use grpokit's {TRL_REWARDS[name]!r} "
-                          f"or TRL's by its import path (trl.rewards.{name})")
     if ":" not in name and name not in BUILTINS:
         if "." not in name:
-            raise ConfigError(f"reward_funcs entry {name!r} is neither a grpokit built-in ({', '.join(BUILTINS)}) nor an import path")
+            raise ConfigError(f"reward_funcs entry {name!r} is not one of {', '.join(TRL_REWARD_NAMES)}, a grpokit "
+                              f"built-in ({', '.join(BUILTINS)}) or a dotted import path")
         module, _, attr = name.rpartition(".")
         name = f"{module}:{attr}"  # TRL's dotted path
+    if os.getcwd() not in sys.path:  # as TRL's script: a reward module beside the run
+        sys.path.insert(0, os.getcwd())
     try:
         return resolve_reward(name)
     except RewardError as e:

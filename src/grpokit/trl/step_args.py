@@ -20,15 +20,20 @@ from .config import GRPOConfig
 
 def generation_steps(a: GRPOConfig, world_size: int) -> int:
     """TRL's steps_per_generation: given, or from generation_batch_size, or gradient_accumulation_steps."""
-    if a.steps_per_generation is not None and a.generation_batch_size is not None:
-        raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
-    if a.generation_batch_size is None:
-        return a.steps_per_generation or a.gradient_accumulation_steps
     per_pass = a.per_device_train_batch_size * world_size
-    if a.generation_batch_size % per_pass:
-        raise ConfigError(f"GRPOConfig argument generation_batch_size={a.generation_batch_size} is not a multiple of "
+    derived = a.__dict__.get("_derived", (None, None))  # the one GRPOConfig.__post_init__ filled in, as TRL's
+    spg = None if derived == ("steps_per_generation", a.steps_per_generation) else a.steps_per_generation
+    gbs = None if derived == ("generation_batch_size", a.generation_batch_size) else a.generation_batch_size
+    if spg is not None and gbs is not None:
+        if gbs == per_pass * spg:
+            return spg
+        raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
+    if gbs is None:
+        return spg or a.gradient_accumulation_steps
+    if gbs % per_pass:
+        raise ConfigError(f"GRPOConfig argument generation_batch_size={gbs} is not a multiple of "
                           f"per_device_train_batch_size * processes = {per_pass}; make it one")
-    return a.generation_batch_size // per_pass
+    return gbs // per_pass
 
 
 def slicing(a: GRPOConfig, world_size: int) -> tuple[int, int]:

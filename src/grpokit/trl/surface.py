@@ -145,9 +145,11 @@ def set_log_level(args: Any, main: bool) -> None:
     """transformers' log_level (main process) and log_level_replica (the others) as its verbosity; passive leaves it."""
     from transformers.utils import logging as hf_logging
 
+    from transformers.training_args import trainer_log_levels
+
     level = args.log_level if main else args.log_level_replica
-    if level != "passive":
-        hf_logging.set_verbosity(getattr(hf_logging, level.upper()))
+    if level != "passive":  # "detail" is transformers' name for DEBUG
+        hf_logging.set_verbosity(trainer_log_levels[level])
 
 
 def _controller(facade: Any):
