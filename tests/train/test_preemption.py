@@ -4,6 +4,9 @@ signal's number, and `--resume` continues to the uninterrupted run's weights and
 logged once. A step that cannot finish within train.stop_grace_s is cut and trained again."""
 
 import json
+import os
+import subprocess
+import sys
 import signal
 import threading
 import time
@@ -202,3 +205,35 @@ def test_a_stop_sent_to_the_whole_process_group_spares_the_reward_workers(tiny_m
     assert "stopped by SIGTERM after step 2 of 6" in err and logged_steps(run) == [1, 2]
     assert (run / "checkpoints" / "step-000002").is_dir()
     assert (tmp_path / "calls").read_text() == "5"  # the hung call was not retried in a new worker
+
+
+def test_grpokit_trl_grpo_stops_on_sigterm_with_128_plus_n_a_checkpoint_and_no_final_model(chat_model, tmp_path):
+    """TRL's command line, `grpokit trl grpo ...`, under a cluster's SIGTERM while step 3's reward runs
+    (save_steps=1000): exit 128 + 15, a checkpoint of step 2, and no final model saved as if it finished."""
+    from helpers.train_processes import REWARD
+
+    (tmp_path / "myrewards.py").write_text(REWARD)
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n" for w in ("ab", "cd", "ef", "gh")))
+    out = tmp_path / "out"
+    args = ["trl", "grpo", "--model_name_or_path", chat_model, "--dataset_name", str(data), "--reward_funcs",
+            "myrewards.likes_a", "--output_dir", str(out), "--max_steps", "6", "--per_device_train_batch_size", "4",
+            "--num_generations", "4", "--max_completion_length", "4", "--save_steps", "1000", "--report_to", "none",
+            "--use_cpu", "True", "--bf16", "False", "--logging_steps", "1"]
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "HANG_AT_CALL": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "grpokit.cli", *args], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "hanging").exists():
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the run never reached step 3's reward"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped by SIGTERM after step 2" in err
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-000002"]
+    assert not (out / "model.safetensors").exists()  # not saved as a finished model
