@@ -8,6 +8,8 @@ train: setup
 
 test: setup
 	@bash scripts/install_test_deps.sh
+	.venv/bin/ruff format --check --quiet . || { echo 'ruff: run .venv/bin/ruff format'; exit 1; }
+	.venv/bin/ruff check --quiet .
 	.venv/bin/python -m pytest -q
 
 # Mutation testing of the pure math (src/grpokit/algo/) with mutmut; slow, not part of `make test`.

@@ -45,17 +45,47 @@ def _env(threads):
 def _json_line(out: str) -> dict:
     for line in out.splitlines()[::-1]:
         if line.startswith("BENCH_JSON "):
-            return json.loads(line[len("BENCH_JSON "):])
+            return json.loads(line[len("BENCH_JSON ") :])
     raise RuntimeError("no BENCH_JSON line in worker output:\n" + out[-3000:])
 
 
 def run_side(side, model_dir, c, a) -> dict:
     trl = side == "trl" or side.startswith("trl[")
     overrides = (list(a.grpokit_set) if not trl else []) + (a.variants[side] if side in a.variants else [])
-    cmd = [PY, str(HERE / "worker.py"), "--side", "trl" if trl else "grpokit", "--model", str(model_dir), "--G", str(c["G"]), "--P", str(c["P"]),
-           "--T", str(c["T"]), "--steps", str(a.steps), "--warmup", str(a.warmup), "--beta", str(a.beta),
-           "--lr", str(a.lr), "--device", a.device, "--dtype", a.dtype, "--threads", str(a.threads),
-           "--mbs", str(a.grpokit_mbs), "--trl-mbs", str(a.trl_mbs), "--reward", a.reward] + [f"--set={o}" for o in overrides]
+    cmd = [
+        PY,
+        str(HERE / "worker.py"),
+        "--side",
+        "trl" if trl else "grpokit",
+        "--model",
+        str(model_dir),
+        "--G",
+        str(c["G"]),
+        "--P",
+        str(c["P"]),
+        "--T",
+        str(c["T"]),
+        "--steps",
+        str(a.steps),
+        "--warmup",
+        str(a.warmup),
+        "--beta",
+        str(a.beta),
+        "--lr",
+        str(a.lr),
+        "--device",
+        a.device,
+        "--dtype",
+        a.dtype,
+        "--threads",
+        str(a.threads),
+        "--mbs",
+        str(a.grpokit_mbs),
+        "--trl-mbs",
+        str(a.trl_mbs),
+        "--reward",
+        a.reward,
+    ] + [f"--set={o}" for o in overrides]
     cmd += ["--chat"] if a.workload == "smollm2" else []
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
     if p.returncode != 0:
@@ -75,16 +105,28 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
     train_fl = statistics.median(s["flops"]["ref"] + s["flops"]["train"] for s in steps)
     train_t = statistics.median(sum(v for k, v in s["phases"].items() if k != "rollout") for s in steps)
     tot_fl = statistics.median(sum(s["flops"].values()) for s in steps)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "n_steps": len(times),
-            "phases": phases, "gen_tok_s": tok_s, "mean_len": statistics.median(s["gen_tokens"] / (s["prompts"] or 1) for s in steps),
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-            "peak_gpu_mb": max(r.get("peak_gpu_mb", 0.0) for r in runs),
-            "train_frac_peak": train_fl / train_t / 1e9 / peak_gflops,
-            "step_frac_peak": tot_fl / statistics.median(times) / 1e9 / peak_gflops,
-            "train_flops": train_fl, "train_s": train_t,
-            "first_step_s": statistics.median(r["first_step_s"] for r in runs) if all("first_step_s" in r for r in runs) else None,
-            "metrics": {k: statistics.median(s["metrics"][k] for s in steps if k in s.get("metrics", {}))
-                        for k in sorted({k for s in steps for k in s.get("metrics", {})})}}
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "n_steps": len(times),
+        "phases": phases,
+        "gen_tok_s": tok_s,
+        "mean_len": statistics.median(s["gen_tokens"] / (s["prompts"] or 1) for s in steps),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "peak_gpu_mb": max(r.get("peak_gpu_mb", 0.0) for r in runs),
+        "train_frac_peak": train_fl / train_t / 1e9 / peak_gflops,
+        "step_frac_peak": tot_fl / statistics.median(times) / 1e9 / peak_gflops,
+        "train_flops": train_fl,
+        "train_s": train_t,
+        "first_step_s": statistics.median(r["first_step_s"] for r in runs)
+        if all("first_step_s" in r for r in runs)
+        else None,
+        "metrics": {
+            k: statistics.median(s["metrics"][k] for s in steps if k in s.get("metrics", {}))
+            for k in sorted({k for s in steps for k in s.get("metrics", {})})
+        },
+    }
 
 
 def compare(name, model_dir, c, a, peak) -> dict:
@@ -100,19 +142,24 @@ def compare(name, model_dir, c, a, peak) -> dict:
     print(_row(res), flush=True)
     for side in a.variants:
         v = res[side]
-        print(f"|   {side}: {' '.join(a.variants[side])} | | {v['median_s']:.2f} ({v['min_s']:.2f}-{v['max_s']:.2f}) | | "
-              f"**{res['trl']['median_s'] / v['median_s']:.2f}x** | {v['gen_tok_s']:.0f} | {v['train_frac_peak']:.0%} "
-              f"| {v['peak_rss_mb']:.0f} |", flush=True)
+        print(
+            f"|   {side}: {' '.join(a.variants[side])} | | {v['median_s']:.2f} ({v['min_s']:.2f}-{v['max_s']:.2f}) | | "
+            f"**{res['trl']['median_s'] / v['median_s']:.2f}x** | {v['gen_tok_s']:.0f} | {v['train_frac_peak']:.0%} "
+            f"| {v['peak_rss_mb']:.0f} |",
+            flush=True,
+        )
     return res
 
 
 def _row(r) -> str:
     g, t = r["grpokit"], r["trl"]
     c = r["config"]
-    return (f"| {r['name']} | h{c['width']} L{c['layers']} G{c['G']} P{c['P']} T{c['T']} "
-            f"| {g['median_s']:.2f} ({g['min_s']:.2f}-{g['max_s']:.2f}) | {t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}) "
-            f"| **{r['speedup']:.2f}x** | {g['gen_tok_s']:.0f} / {t['gen_tok_s']:.0f} "
-            f"| {g['train_frac_peak']:.0%} / {t['train_frac_peak']:.0%} | {g['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |")
+    return (
+        f"| {r['name']} | h{c['width']} L{c['layers']} G{c['G']} P{c['P']} T{c['T']} "
+        f"| {g['median_s']:.2f} ({g['min_s']:.2f}-{g['max_s']:.2f}) | {t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}) "
+        f"| **{r['speedup']:.2f}x** | {g['gen_tok_s']:.0f} / {t['gen_tok_s']:.0f} "
+        f"| {g['train_frac_peak']:.0%} / {t['train_frac_peak']:.0%} | {g['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |"
+    )
 
 
 def _phase_row(r) -> str:
@@ -151,19 +198,42 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch default)")
     p.add_argument("--grpokit-mbs", type=int, default=0, help="grpokit train.micro_batch_size (0: whole batch)")
-    p.add_argument("--grpokit-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="grpokit config override for every grpokit side (repeatable)")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
-                   help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)")
-    p.add_argument("--trl-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
-                   help="an extra TRL side with these GRPOConfig overrides, e.g. 'no-gc:gradient_checkpointing=false'")
+    p.add_argument(
+        "--grpokit-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="grpokit config override for every grpokit side (repeatable)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)",
+    )
+    p.add_argument(
+        "--trl-variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an extra TRL side with these GRPOConfig overrides, e.g. 'no-gc:gradient_checkpointing=false'",
+    )
     p.add_argument("--G", type=int, default=8, help="completions per prompt of the main configs")
     p.add_argument("--P", type=int, default=8, help="prompts per step of the main configs")
     p.add_argument("--T", type=int, default=32, help="max new tokens of the main configs")
-    p.add_argument("--trl-mbs", type=int, default=0,
-                   help="TRL per_device_train_batch_size (gradient accumulation makes up P*G; 0: the whole batch)")
-    p.add_argument("--reward", default="vowels", choices=["vowels", "even_ids"],
-                   help="even_ids for models whose vocabulary the 64-character tokenizer cannot decode")
+    p.add_argument(
+        "--trl-mbs",
+        type=int,
+        default=0,
+        help="TRL per_device_train_batch_size (gradient accumulation makes up P*G; 0: the whole batch)",
+    )
+    p.add_argument(
+        "--reward",
+        default="vowels",
+        choices=["vowels", "even_ids"],
+        help="even_ids for models whose vocabulary the 64-character tokenizer cannot decode",
+    )
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--width", type=int, default=256)
@@ -173,9 +243,15 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--models", default="/tmp/grpokit-bench-models")
-    p.add_argument("--workload", default="toy", choices=["toy", "smollm2"],
-                   help="toy: random-init Qwen2 models with a character tokenizer; smollm2: the real SmolLM2-135M-Instruct")
-    p.add_argument("--model-dir", default="", help="use this model folder (e.g. Qwen2-0.5B) instead of building random ones")
+    p.add_argument(
+        "--workload",
+        default="toy",
+        choices=["toy", "smollm2"],
+        help="toy: random-init Qwen2 models with a character tokenizer; smollm2: the real SmolLM2-135M-Instruct",
+    )
+    p.add_argument(
+        "--model-dir", default="", help="use this model folder (e.g. Qwen2-0.5B) instead of building random ones"
+    )
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
     a.variants = {f"grpokit[{v.split(':', 1)[0]}]": v.split(":", 1)[1].split(",") for v in a.variant}
@@ -186,27 +262,49 @@ def main(argv=None):
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    chk = subprocess.run([PY, "-c", f"import trl_oracle as o\nfor k,(x,y) in o.check_all(device={a.device!r}).items(): print(k, x, y, abs(x-y))"],
-                         capture_output=True, text=True, cwd=HERE, env=_env(a.threads))
+    chk = subprocess.run(
+        [
+            PY,
+            "-c",
+            f"import trl_oracle as o\nfor k,(x,y) in o.check_all(device={a.device!r}).items(): print(k, x, y, abs(x-y))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env=_env(a.threads),
+    )
     print("loss equality (loss_type trl grpokit |diff|):\n" + chk.stdout + chk.stderr[-500:], flush=True)
     dt = getattr(torch, a.dtype)
     sizes = (1024, 2048) if a.device == "cpu" else (4096, 8192)
     kernels = ("torch", "onednn") if a.device == "cpu" and torch.backends.mkldnn.is_available() else ("torch",)
 
     def measure_peaks(peaks=None):  # best so far per kernel: a slow moment of the machine must not lower "peak"
-        new = {k: max(matmul_peak_gflops(n, reps=5, dtype=dt, device=a.device, kernel=k) for n in sizes) for k in kernels}
+        new = {
+            k: max(matmul_peak_gflops(n, reps=5, dtype=dt, device=a.device, kernel=k) for n in sizes) for k in kernels
+        }
         return {k: max(v, (peaks or {}).get(k, 0.0)) for k, v in new.items()}
+
     peaks = measure_peaks()
     peak = max(peaks.values())  # the fastest float32 matmul this machine offers
-    print(f"matmul peak: {peak:.1f} GFLOP/s {a.dtype} ({', '.join(f'{k} {v:.1f}' for k, v in peaks.items())}), "
-          f"threads={torch.get_num_threads()}; load {os.getloadavg()}", flush=True)
-    print("| config | shape | grpokit s/step med (min-max) | TRL s/step | speed-up | gen tok/s ours/TRL "
-          "| train-phase % peak ours/TRL | peak RSS MB ours/TRL |\n|---|---|---|---|---|---|---|---|", flush=True)
+    print(
+        f"matmul peak: {peak:.1f} GFLOP/s {a.dtype} ({', '.join(f'{k} {v:.1f}' for k, v in peaks.items())}), "
+        f"threads={torch.get_num_threads()}; load {os.getloadavg()}",
+        flush=True,
+    )
+    print(
+        "| config | shape | grpokit s/step med (min-max) | TRL s/step | speed-up | gen tok/s ours/TRL "
+        "| train-phase % peak ours/TRL | peak RSS MB ours/TRL |\n|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
     results = []
     t0 = time.time()
     wanted = set(filter(None, a.only.split(",")))
     for name, c in [(n, c) for n, c in configs(a) if not wanted or n in wanted]:
-        d = a.model_dir or (smollm2_dir() if a.workload == "smollm2" else None) or build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
+        d = (
+            a.model_dir
+            or (smollm2_dir() if a.workload == "smollm2" else None)
+            or build_model_dir(Path(a.models) / f"qwen-h{c['width']}-L{c['layers']}", c["width"], c["layers"])
+        )
         results.append(compare(name, d, c, a, peak))
     print("\nphase medians, seconds per step (grpokit | TRL):")
     for r in results:
@@ -215,8 +313,10 @@ def main(argv=None):
     peaks = measure_peaks(peaks)  # again at the end: the rows above used the start's figure
     if max(peaks.values()) > peak * 1.05:
         peak_end = max(peaks.values())
-        print(f"matmul peak re-measured at the end: {peak_end:.1f} GFLOP/s, above the {peak:.1f} used in the table: "
-              f"its train-phase % overstate by x{peak_end / peak:.2f}; corrected:")
+        print(
+            f"matmul peak re-measured at the end: {peak_end:.1f} GFLOP/s, above the {peak:.1f} used in the table: "
+            f"its train-phase % overstate by x{peak_end / peak:.2f}; corrected:"
+        )
         for r in results:
             for side, v in r.items():
                 if isinstance(v, dict) and "train_frac_peak" in v:
@@ -224,7 +324,9 @@ def main(argv=None):
                     v["step_frac_peak"] *= peak / peak_end
                     print(f"  {r['name']} {side}: train phase {v['train_frac_peak']:.0%} of peak")
         peak = peak_end
-    Path(a.out).write_text(json.dumps({"peak_gflops": peak, "peaks": peaks, "argv": sys.argv[1:], "results": results}, indent=1))
+    Path(a.out).write_text(
+        json.dumps({"peak_gflops": peak, "peaks": peaks, "argv": sys.argv[1:], "results": results}, indent=1)
+    )
 
 
 if __name__ == "__main__":

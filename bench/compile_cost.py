@@ -19,9 +19,19 @@ from grpokit.train import Trainer
 
 def run(compile_: bool, steps: int, backend: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        cfg = apply_overrides(Config(), [f"train.steps={steps}", f"train.out={d}/run", "record.sinks=[]", "record.report=false",
-                                         "data.eval_size=0", "train.threads=2", f"model.compile={str(compile_).lower()}",
-                                         f"model.compile_backend={backend}"])
+        cfg = apply_overrides(
+            Config(),
+            [
+                f"train.steps={steps}",
+                f"train.out={d}/run",
+                "record.sinks=[]",
+                "record.report=false",
+                "data.eval_size=0",
+                "train.threads=2",
+                f"model.compile={str(compile_).lower()}",
+                f"model.compile_backend={backend}",
+            ],
+        )
         tr = Trainer(cfg, quiet=True)
         times, last = [], {}
         for _ in range(steps):
@@ -29,8 +39,13 @@ def run(compile_: bool, steps: int, backend: str) -> dict:
             last = tr.train_step()
             tr.step += 1
             times.append(round(time.perf_counter() - t, 3))
-    return {"compile": compile_, "backend": backend if compile_ else None, "step_seconds": times,
-            "last_loss": last["loss"], "last_grad_norm": last["grad_norm"]}
+    return {
+        "compile": compile_,
+        "backend": backend if compile_ else None,
+        "step_seconds": times,
+        "last_loss": last["loss"],
+        "last_grad_norm": last["grad_norm"],
+    }
 
 
 def main() -> None:

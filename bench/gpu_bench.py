@@ -38,7 +38,12 @@ ENGINES = ("grpokit_graphs", "grpokit_static_eager", "grpokit_dynamic", "hf_gene
 # What else could make the decode fast, measured on request (--engines): the static step's attention
 # through torch's scaled_dot_product_attention (rollout/static.py ATTENTION="sdpa"), graphed or eager,
 # and the step compiled by torch.compile (inductor) and then captured as CUDA graphs.
-EXTRA_ENGINES = ("grpokit_graphs_sdpa", "grpokit_static_eager_sdpa", "grpokit_graphs_compiled", "grpokit_static_compiled")
+EXTRA_ENGINES = (
+    "grpokit_graphs_sdpa",
+    "grpokit_static_eager_sdpa",
+    "grpokit_graphs_compiled",
+    "grpokit_static_compiled",
+)
 
 
 def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=ENGINES) -> dict:
@@ -55,14 +60,32 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
         width = max(map(len, ids))
         rows = [[pad] * (width - len(p)) + p for p in ids for _ in range(G)]
         x = torch.tensor(rows, device=DEVICE[0])
-        out = model.generate(input_ids=x, attention_mask=(x != pad).long(), max_new_tokens=T, do_sample=True,
-                             temperature=1.0, top_k=0, top_p=1.0, eos_token_id=eos, pad_token_id=pad)[:, width:]
+        out = model.generate(
+            input_ids=x,
+            attention_mask=(x != pad).long(),
+            max_new_tokens=T,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        )[:, width:]
         return sum(r.index(eos) + 1 if eos in r else len(r) for r in out.tolist())
 
     def ours(engine, graphs):
         gen = torch.Generator(device=DEVICE[0]).manual_seed(0)
-        ro = generate(model, ids, G, SamplingParams(max_new_tokens=T), eos_token_ids={eos}, pad_token_id=pad,
-                      generator=gen, engine=engine, cuda_graphs=graphs)
+        ro = generate(
+            model,
+            ids,
+            G,
+            SamplingParams(max_new_tokens=T),
+            eos_token_ids={eos},
+            pad_token_id=pad,
+            generator=gen,
+            engine=engine,
+            cuda_graphs=graphs,
+        )
         return sum(map(len, ro.completion_ids))
 
     from grpokit.rollout import static
@@ -77,12 +100,19 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
                 return ours("static", graphs)
             finally:
                 static.ATTENTION, static.StaticDecoder._forward = "matmul", plain
+
         return run
 
-    fns = {"grpokit_graphs": lambda: ours("static", True), "grpokit_static_eager": lambda: ours("static", False),
-           "grpokit_dynamic": lambda: ours("dynamic", False), "hf_generate": hf_generate,
-           "grpokit_graphs_sdpa": variant(True, "sdpa"), "grpokit_static_eager_sdpa": variant(False, "sdpa"),
-           "grpokit_graphs_compiled": variant(True, compiled=True), "grpokit_static_compiled": variant(False, compiled=True)}
+    fns = {
+        "grpokit_graphs": lambda: ours("static", True),
+        "grpokit_static_eager": lambda: ours("static", False),
+        "grpokit_dynamic": lambda: ours("dynamic", False),
+        "hf_generate": hf_generate,
+        "grpokit_graphs_sdpa": variant(True, "sdpa"),
+        "grpokit_static_eager_sdpa": variant(False, "sdpa"),
+        "grpokit_graphs_compiled": variant(True, compiled=True),
+        "grpokit_static_compiled": variant(False, compiled=True),
+    }
     times: dict[str, list[float]] = {e: [] for e in engines}
     tokens, peak = {}, {}
     with torch.no_grad():
@@ -92,13 +122,15 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
             t = time.perf_counter()
             try:
                 fns[e]()
-                print(f"  rollout {model_dir.name} {e}: first call (compiles) {time.perf_counter() - t:.1f}s", flush=True)
+                print(
+                    f"  rollout {model_dir.name} {e}: first call (compiles) {time.perf_counter() - t:.1f}s", flush=True
+                )
             except Exception as exc:  # an engine that cannot run here is reported, not fatal to the others
                 failed[e] = f"{type(exc).__name__}: {str(exc)[:500]}"
                 print(f"  rollout {model_dir.name} {e} failed: {failed[e]}", flush=True)
         engines = tuple(e for e in engines if e not in failed)
         for r in range(rounds):
-            order = list(engines[r % len(engines):]) + list(engines[: r % len(engines)])
+            order = list(engines[r % len(engines) :]) + list(engines[: r % len(engines)])
             for e in order:
                 _cuda("synchronize")
                 _cuda("reset_peak_memory_stats")
@@ -107,9 +139,20 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
                 _cuda("synchronize")
                 times[e].append(time.perf_counter() - t)
                 peak[e] = max(peak.get(e, 0.0), (_cuda("max_memory_allocated") or 0) / 2**30)
-                print(f"  rollout {model_dir.name} {e}: {times[e][-1]:.2f}s {tokens[e] / times[e][-1]:.0f} tok/s", flush=True)
-    res = {e: {"median_s": statistics.median(times[e]), "tokens": tokens[e], "tok_s": tokens[e] / statistics.median(times[e]),
-               "peak_gpu_mem_gb": peak[e], "runs_s": times[e]} for e in engines}
+                print(
+                    f"  rollout {model_dir.name} {e}: {times[e][-1]:.2f}s {tokens[e] / times[e][-1]:.0f} tok/s",
+                    flush=True,
+                )
+    res = {
+        e: {
+            "median_s": statistics.median(times[e]),
+            "tokens": tokens[e],
+            "tok_s": tokens[e] / statistics.median(times[e]),
+            "peak_gpu_mem_gb": peak[e],
+            "runs_s": times[e],
+        }
+        for e in engines
+    }
     res |= {e: {"failed": why} for e, why in failed.items()}
     if "hf_generate" in res:
         for e in engines:
@@ -145,9 +188,36 @@ def _compiled(plain):
 
 def step_bench(model_dir: Path, a) -> dict:
     out = Path(a.work) / "compare_trl.json"
-    cmd = [sys.executable, str(HERE / "compare_trl.py"), "--device", DEVICE[0], "--dtype", str(DTYPE[0]).split(".")[-1], "--model-dir", str(model_dir),
-           "--G", str(a.G), "--P", str(a.P), "--T", str(a.T), "--trl-mbs", str(a.trl_mbs), "--reward", "even_ids",
-           "--rounds", str(a.rounds), "--steps", str(a.steps), "--warmup", "1", "--out", str(out), "--beta", "0"]
+    cmd = [
+        sys.executable,
+        str(HERE / "compare_trl.py"),
+        "--device",
+        DEVICE[0],
+        "--dtype",
+        str(DTYPE[0]).split(".")[-1],
+        "--model-dir",
+        str(model_dir),
+        "--G",
+        str(a.G),
+        "--P",
+        str(a.P),
+        "--T",
+        str(a.T),
+        "--trl-mbs",
+        str(a.trl_mbs),
+        "--reward",
+        "even_ids",
+        "--rounds",
+        str(a.rounds),
+        "--steps",
+        str(a.steps),
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+        "--beta",
+        "0",
+    ]
     p = subprocess.run(cmd, text=True, capture_output=True)
     print(p.stdout[-6000:], p.stderr[-3000:], flush=True)
     if p.returncode != 0:
@@ -165,8 +235,9 @@ def main(argv=None):
     p.add_argument("--P", type=int, default=32)
     p.add_argument("--T", type=int, default=512)
     p.add_argument("--rollout-rounds", type=int, default=2)
-    p.add_argument("--engines", default=",".join(ENGINES),
-                   help=f"rollout engines to alternate; also: {', '.join(EXTRA_ENGINES)}")
+    p.add_argument(
+        "--engines", default=",".join(ENGINES), help=f"rollout engines to alternate; also: {', '.join(EXTRA_ENGINES)}"
+    )
     p.add_argument("--rounds", type=int, default=1, help="compare_trl rounds (each: one run per side)")
     p.add_argument("--steps", type=int, default=3, help="measured steps per run after one warm-up step (3: steps 2-4)")
     p.add_argument("--trl-mbs", type=int, default=16)
@@ -175,7 +246,11 @@ def main(argv=None):
     p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/project/test_gpu.py to include")
     p.add_argument("--json", default=str(HERE / "gpu" / "latest.json"))
     p.add_argument("--merge", action="store_true", help="keep what --json already holds from other stages (split runs)")
-    p.add_argument("--tiny", action="store_true", help="CPU, float32, a 2-layer model, G2 P2 T8: checks the script runs, measures nothing")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="CPU, float32, a 2-layer model, G2 P2 T8: checks the script runs, measures nothing",
+    )
     a = p.parse_args(argv)
     if a.tiny:
         DEVICE[0], DTYPE[0] = "cpu", torch.float32
@@ -191,6 +266,7 @@ def main(argv=None):
     def save():
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(res, indent=1))
+
     if "rollout" in stages:
         engines = tuple(a.engines.split(","))
         key = "rollout" if engines == ENGINES or a.tiny else "rollout_engines"  # extra engines: their own entry
@@ -215,13 +291,31 @@ def device_facts(a, shapes) -> dict:
 
     gpu = DEVICE[0] == "cuda"
     name = torch.cuda.get_device_name(0) if gpu else "cpu (--tiny: not a measurement)"
-    measured = max(matmul_peak_gflops(n, reps=10 if gpu else 2, dtype=DTYPE[0], device=DEVICE[0])
-                   for n in ((4096, 8192) if gpu else (256,))) * 1e9
-    return {"device": name, "date": date.today().isoformat(), "model": f"{shapes[0]} shape, random {str(DTYPE[0]).split('.')[-1]} weights",
-            "torch": torch.__version__, "gpu_memory_gb": torch.cuda.get_device_properties(0).total_memory / 2**30 if gpu else 0.0,
-            "workload": {"G": a.G, "P": a.P, "T": a.T, "dtype": str(DTYPE[0]).split(".")[-1], "beta": 0.0,
-                         "measured_steps": a.steps, "trl_per_device_train_batch_size": a.trl_mbs},
-            "bf16_matmul_peak_tflops": measured / 1e12, "peak_flops": spec_peak(name, measured)}
+    measured = (
+        max(
+            matmul_peak_gflops(n, reps=10 if gpu else 2, dtype=DTYPE[0], device=DEVICE[0])
+            for n in ((4096, 8192) if gpu else (256,))
+        )
+        * 1e9
+    )
+    return {
+        "device": name,
+        "date": date.today().isoformat(),
+        "model": f"{shapes[0]} shape, random {str(DTYPE[0]).split('.')[-1]} weights",
+        "torch": torch.__version__,
+        "gpu_memory_gb": torch.cuda.get_device_properties(0).total_memory / 2**30 if gpu else 0.0,
+        "workload": {
+            "G": a.G,
+            "P": a.P,
+            "T": a.T,
+            "dtype": str(DTYPE[0]).split(".")[-1],
+            "beta": 0.0,
+            "measured_steps": a.steps,
+            "trl_per_device_train_batch_size": a.trl_mbs,
+        },
+        "bf16_matmul_peak_tflops": measured / 1e12,
+        "peak_flops": spec_peak(name, measured),
+    }
 
 
 def step_summary(cmp: dict, peak_flops: float) -> dict:
@@ -229,17 +323,39 @@ def step_summary(cmp: dict, peak_flops: float) -> dict:
     r = cmp["results"][0]
     g, t = r["grpokit"], r["trl"]
     mfu = lambda side: side["train_flops"] / max(side["train_s"], 1e-9) / peak_flops
-    return dict(speedup=r["speedup"], update_mfu=mfu(g), trl_update_mfu=mfu(t),
-                peak_memory_ratio=g["peak_gpu_mb"] / t["peak_gpu_mb"] if t["peak_gpu_mb"] else None,
-                grpokit_s_per_step=g["median_s"], trl_s_per_step=t["median_s"],
-                first_step_s=g["first_step_s"], trl_first_step_s=t["first_step_s"],
-                first_step_over_later=(g["first_step_s"] or 0.0) / g["median_s"],
-                peak_gpu_mem_gb=g["peak_gpu_mb"] / 1024, trl_peak_gpu_mem_gb=t["peak_gpu_mb"] / 1024,
-                mismatch={k: v for k, v in g["metrics"].items() if k.startswith("mismatch/")},
-                memory_by_phase={k: v for k, v in g["metrics"].items() if k.startswith("gpu/")},
-                step={side: {k: r[side][k] for k in ("phases", "gen_tok_s", "train_frac_peak", "step_frac_peak", "peak_gpu_mb",
-                                                     "min_s", "max_s", "first_step_s")} for side in ("grpokit", "trl")},
-                loss_equality=cmp["loss_equality"], rollout_tokens_per_s_in_step=g["gen_tok_s"])
+    return dict(
+        speedup=r["speedup"],
+        update_mfu=mfu(g),
+        trl_update_mfu=mfu(t),
+        peak_memory_ratio=g["peak_gpu_mb"] / t["peak_gpu_mb"] if t["peak_gpu_mb"] else None,
+        grpokit_s_per_step=g["median_s"],
+        trl_s_per_step=t["median_s"],
+        first_step_s=g["first_step_s"],
+        trl_first_step_s=t["first_step_s"],
+        first_step_over_later=(g["first_step_s"] or 0.0) / g["median_s"],
+        peak_gpu_mem_gb=g["peak_gpu_mb"] / 1024,
+        trl_peak_gpu_mem_gb=t["peak_gpu_mb"] / 1024,
+        mismatch={k: v for k, v in g["metrics"].items() if k.startswith("mismatch/")},
+        memory_by_phase={k: v for k, v in g["metrics"].items() if k.startswith("gpu/")},
+        step={
+            side: {
+                k: r[side][k]
+                for k in (
+                    "phases",
+                    "gen_tok_s",
+                    "train_frac_peak",
+                    "step_frac_peak",
+                    "peak_gpu_mb",
+                    "min_s",
+                    "max_s",
+                    "first_step_s",
+                )
+            }
+            for side in ("grpokit", "trl")
+        },
+        loss_equality=cmp["loss_equality"],
+        rollout_tokens_per_s_in_step=g["gen_tok_s"],
+    )
 
 
 if __name__ == "__main__":

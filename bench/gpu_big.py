@@ -36,9 +36,34 @@ CASES = {  # name: (shape, grpokit overrides, TRL worker flags)
 
 
 def run(side: str, model_dir: Path, flags: list[str], a) -> dict:
-    cmd = [sys.executable, str(HERE / "worker.py"), "--side", side, "--model", str(model_dir), "--G", str(a.G), "--P", str(a.P),
-           "--T", str(a.T), "--steps", "2", "--warmup", "1", "--beta", "0", "--device", a.device, "--dtype", a.dtype,
-           "--reward", "even_ids", "--trl-mbs", str(a.trl_mbs)] + flags
+    cmd = [
+        sys.executable,
+        str(HERE / "worker.py"),
+        "--side",
+        side,
+        "--model",
+        str(model_dir),
+        "--G",
+        str(a.G),
+        "--P",
+        str(a.P),
+        "--T",
+        str(a.T),
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--beta",
+        "0",
+        "--device",
+        a.device,
+        "--dtype",
+        a.dtype,
+        "--reward",
+        "even_ids",
+        "--trl-mbs",
+        str(a.trl_mbs),
+    ] + flags
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(0), timeout=a.timeout)
     if p.returncode != 0:
         return {"failed": p.stderr[-2000:]}
@@ -60,20 +85,37 @@ def main(argv=None) -> None:
     a.device, a.dtype = ("cpu", "float32") if a.tiny else ("cuda", "bfloat16")
     if a.tiny:
         a.G, a.P, a.T, a.trl_mbs = 2, 2, 8, 0
-    res = {"date": date.today().isoformat(), "workload": {"G": a.G, "P": a.P, "T": a.T, "beta": 0.0, "steps": "1 warm-up + 2"}}
+    res = {
+        "date": date.today().isoformat(),
+        "workload": {"G": a.G, "P": a.P, "T": a.T, "beta": 0.0, "steps": "1 warm-up + 2"},
+    }
     for name in a.cases.split(","):
         shape, sets, trl_flags = CASES[name]
         if a.tiny and "4bit" in " ".join(sets):
             continue  # bitsandbytes needs CUDA
-        model_dir = build_model_dir(Path(a.models) / ("tiny" if a.tiny else shape), shape="tiny" if a.tiny else shape, device=a.device)
-        runs = {"grpokit": run("grpokit", model_dir, [f"--set={s}" for s in sets], a), "trl": run("trl", model_dir, trl_flags, a)}
+        model_dir = build_model_dir(
+            Path(a.models) / ("tiny" if a.tiny else shape), shape="tiny" if a.tiny else shape, device=a.device
+        )
+        runs = {
+            "grpokit": run("grpokit", model_dir, [f"--set={s}" for s in sets], a),
+            "trl": run("trl", model_dir, trl_flags, a),
+        }
         out = {}
         for side, r in runs.items():
-            out[side] = r if "failed" in r else {k: v for k, v in summarise([r], 1.0).items()
-                                                 if k in ("median_s", "gen_tok_s", "peak_gpu_mb", "first_step_s", "phases")}
+            out[side] = (
+                r
+                if "failed" in r
+                else {
+                    k: v
+                    for k, v in summarise([r], 1.0).items()
+                    if k in ("median_s", "gen_tok_s", "peak_gpu_mb", "first_step_s", "phases")
+                }
+            )
         if all("median_s" in v for v in out.values()):
             out["speedup"] = out["trl"]["median_s"] / out["grpokit"]["median_s"]
-            out["peak_memory_ratio"] = out["grpokit"]["peak_gpu_mb"] / out["trl"]["peak_gpu_mb"] if out["trl"]["peak_gpu_mb"] else None
+            out["peak_memory_ratio"] = (
+                out["grpokit"]["peak_gpu_mb"] / out["trl"]["peak_gpu_mb"] if out["trl"]["peak_gpu_mb"] else None
+            )
         res[name] = out
         print(name, json.dumps(out), flush=True)
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)

@@ -78,20 +78,52 @@ def main() -> None:
     p.add_argument("--out", default="/tmp/vf-calc")
     a = p.parse_args()
     train, held_out = taskset(calc.train_rows(a.steps * 16, seed=a.seed)), taskset(calc.held_out_rows(500))
-    cfg = apply_overrides(Config(), [
-        f"model.name_or_path={calc.calc_model_path()}", "data.task=", "reward.functions=[]",
-        f"reward.weights=[{','.join(map(str, rubric_weights(train)))}]", "rollout.group_size=8",
-        "train.prompts_per_step=16", "optim.lr=3e-4", "rollout.temperature=1.0", "rollout.max_new_tokens=8",
-        "env.max_turns=4", "env.tool_format=tags", f"train.steps={a.steps}", "train.save_every=0",
-        f"train.seed={a.seed}", f"train.out={a.out}", "train.overwrite=true", "record.sinks=[]", "record.report=false"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={calc.calc_model_path()}",
+            "data.task=",
+            "reward.functions=[]",
+            f"reward.weights=[{','.join(map(str, rubric_weights(train)))}]",
+            "rollout.group_size=8",
+            "train.prompts_per_step=16",
+            "optim.lr=3e-4",
+            "rollout.temperature=1.0",
+            "rollout.max_new_tokens=8",
+            "env.max_turns=4",
+            "env.tool_format=tags",
+            f"train.steps={a.steps}",
+            "train.save_every=0",
+            f"train.seed={a.seed}",
+            f"train.out={a.out}",
+            "train.overwrite=true",
+            "record.sinks=[]",
+            "record.report=false",
+        ],
+    )
     start = time.time()
-    tr = Trainer(cfg, reward_funcs=rubric_rewards(train), train_rows=taskset_rows(train),
-                 eval_rows=taskset_rows(held_out), environment_factory=toolset_environment(Calculator), quiet=True)
+    tr = Trainer(
+        cfg,
+        reward_funcs=rubric_rewards(train),
+        train_rows=taskset_rows(train),
+        eval_rows=taskset_rows(held_out),
+        environment_factory=toolset_environment(Calculator),
+        quiet=True,
+    )
     tr.train()
     summary = json.loads((tr.run_dir / "summary.json").read_text())
-    print(json.dumps({"steps": a.steps, "seed": a.seed, "wall_s": round(time.time() - start, 1),
-                      "load_avg_1m_end": os.getloadavg()[0], "eval_before": summary.get("eval_before"),
-                      "eval_after": summary.get("eval_after")}))
+    print(
+        json.dumps(
+            {
+                "steps": a.steps,
+                "seed": a.seed,
+                "wall_s": round(time.time() - start, 1),
+                "load_avg_1m_end": os.getloadavg()[0],
+                "eval_before": summary.get("eval_before"),
+                "eval_after": summary.get("eval_after"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

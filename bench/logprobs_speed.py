@@ -24,23 +24,36 @@ from workload import micro_bench_setup  # noqa: E402
 
 def main(argv=None):
     a, model, tok, ids = micro_bench_setup(argv)
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
     from grpokit.rollout.hf import SamplingParams, generate
-    ro = generate(model.eval(), ids, a.G, SamplingParams(max_new_tokens=a.T), eos_token_ids={tok.eos_token_id},
-                  pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+
+    ro = generate(
+        model.eval(),
+        ids,
+        a.G,
+        SamplingParams(max_new_tokens=a.T),
+        eos_token_ids={tok.eos_token_id},
+        pad_token_id=tok.pad_token_id,
+        generator=torch.Generator().manual_seed(0),
+    )
     batch = make_token_batch(ro, tok.pad_token_id)
     m = batch.completion_mask
 
     def plain(grad):
         with torch.set_grad_enabled(grad):
             T = batch.width
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                           logits_to_keep=T + 1).logits[:, :-1]
+            logits = model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                logits_to_keep=T + 1,
+            ).logits[:, :-1]
             lp = torch.log_softmax(logits.float(), -1).gather(-1, batch.completion_ids[..., None])[..., 0]
             if grad:
                 (lp * m).sum().backward()
 
     import grpokit.train.logprobs as L
+
     sharing = L.PROMPT_SHARING_TYPES
 
     def ours(buckets, share=True):
@@ -50,6 +63,7 @@ def main(argv=None):
                 lp, _ = completion_logprobs(model, batch, buckets=buckets, with_entropy=grad)
                 if grad:
                     (lp * m).sum().backward()
+
         return run
 
     variants = {"plain": plain, "buckets=1": ours(1), "auto": ours(None), "auto, no sharing": ours(None, share=False)}

@@ -34,8 +34,15 @@ def one(impl: str, V: int, T: int, N: int) -> dict:
     from grpokit.types import TokenBatch
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=V, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=2, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=V,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
     model = Qwen2ForCausalLM(cfg)
     Lp = 8
     ids = torch.randint(3, V, (N, Lp + T))
@@ -47,7 +54,7 @@ def one(impl: str, V: int, T: int, N: int) -> dict:
     if impl == "grpokit":
         logp, _ = completion_logprobs(model, batch, with_entropy=True)
     else:
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, Lp - 1:-1]
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, Lp - 1 : -1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, batch.completion_ids[..., None])[..., 0]
     logp.mean().backward()
     return {"impl": impl, "V": V, "T": T, "N": N, "peak_rise_mb": (_kb("VmHWM:") - before) / 1024}
@@ -63,15 +70,22 @@ def main(argv=None):
     if a.one:
         print("BENCH_JSON " + json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]), int(a.one[3]))))
         return
-    print("| V | T | N | grpokit peak rise MB | full-logits peak rise MB | (N,T,V) fp32 logits MB |\n|---|---|---|---|---|---|")
+    print(
+        "| V | T | N | grpokit peak rise MB | full-logits peak rise MB | (N,T,V) fp32 logits MB |\n|---|---|---|---|---|---|"
+    )
     for V in map(int, a.vocabs.split(",")):
         for T in map(int, a.lengths.split(",")):
             row = {}
             for impl in ("grpokit", "full"):
-                out = subprocess.run([sys.executable, __file__, "--one", impl, str(V), str(T), str(a.N)], capture_output=True, text=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", impl, str(V), str(T), str(a.N)], capture_output=True, text=True
+                )
                 line = [x for x in out.stdout.splitlines() if x.startswith("BENCH_JSON ")]
                 row[impl] = json.loads(line[0][11:])["peak_rise_mb"] if line else float("nan")
-            print(f"| {V} | {T} | {a.N} | {row['grpokit']:.0f} | {row['full']:.0f} | {a.N * T * V * 4 / 2**20:.0f} |", flush=True)
+            print(
+                f"| {V} | {T} | {a.N} | {row['grpokit']:.0f} | {row['full']:.0f} | {a.N * T * V * 4 / 2**20:.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

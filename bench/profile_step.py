@@ -42,6 +42,7 @@ class Spans:
             worker._sync(self.device)
             self.s[label] = self.s.get(label, 0.0) + time.perf_counter() - t
             return out
+
         setattr(owner, name, timed)
 
     def wrap_backward(self):
@@ -54,6 +55,7 @@ class Spans:
             worker._sync(self.device)
             self.s["backward"] = self.s.get("backward", 0.0) + time.perf_counter() - t0
             return out
+
         torch.Tensor.backward = timed
 
 
@@ -71,7 +73,9 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reward", default="vowels", choices=sorted(worker.REWARDS))
     p.add_argument("--no-profiler", action="store_true")
-    p.add_argument("--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)")
+    p.add_argument(
+        "--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)"
+    )
     p.add_argument("--set", action="append", default=[], help="grpokit config override KEY=VALUE (repeatable)")
     a = p.parse_args(argv)
     if a.threads:
@@ -79,8 +83,24 @@ def main(argv=None):
     model = a.model
     if model in SHAPES:
         model = str(build_model_dir(Path(a.models) / model, shape=model, device=a.device))
-    wa = argparse.Namespace(model=model, G=a.G, P=a.P, T=a.T, steps=a.steps, warmup=1, beta=0.04, lr=1e-5,
-                            device=a.device, dtype=a.dtype, seed=0, threads=a.threads, mbs=0, set=a.set, reward=a.reward, chat=a.chat)
+    wa = argparse.Namespace(
+        model=model,
+        G=a.G,
+        P=a.P,
+        T=a.T,
+        steps=a.steps,
+        warmup=1,
+        beta=0.04,
+        lr=1e-5,
+        device=a.device,
+        dtype=a.dtype,
+        seed=0,
+        threads=a.threads,
+        mbs=0,
+        set=a.set,
+        reward=a.reward,
+        chat=a.chat,
+    )
     clock = worker.PhaseClock()
     import grpokit.train.loop as gt
     import grpokit.train.update as gu
@@ -95,7 +115,9 @@ def main(argv=None):
     spans.wrap_backward()
     # run warm-up + measured steps through the worker's own grpokit runner, profiling the measured ones
     orig_step = gt.Trainer.train_step
-    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if a.device.startswith("cuda") else [])
+    acts = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if a.device.startswith("cuda") else []
+    )
     prof = None if a.no_profiler else torch.profiler.profile(activities=acts)
     count = {"n": 0}
 
@@ -106,13 +128,19 @@ def main(argv=None):
         spans.s = {}
         t = time.perf_counter()
         m = orig_step(self)
-        print(f"step {count['n']}: {time.perf_counter() - t:.3f}s  timer "
-              + " ".join(f"{k}={v:.3f}" for k, v in m.items() if k.startswith("time/")), flush=True)
+        print(
+            f"step {count['n']}: {time.perf_counter() - t:.3f}s  timer "
+            + " ".join(f"{k}={v:.3f}" for k, v in m.items() if k.startswith("time/")),
+            flush=True,
+        )
         print("  parts (synchronised):", {k: round(v, 3) for k, v in spans.s.items()}, flush=True)
         if a.device.startswith("cuda"):
-            print(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GB; micro-batch tokens {self.token_budget}",
-                  flush=True)
+            print(
+                f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GB; micro-batch tokens {self.token_budget}",
+                flush=True,
+            )
         return m
+
     gt.Trainer.train_step = step
     recs = worker.run_grpokit(wa, clock)
     if prof is not None:

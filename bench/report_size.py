@@ -59,9 +59,11 @@ def main() -> None:
         n_metrics = len({k for r in read_jsonl(Path(tmp) / "metrics.jsonl") for k in r} - {"step"})
         n_samples = sum(len(r["completions"]) for r in run["samples"])
     kb = 1000
-    print(f"{args.steps} steps, {n_metrics} metrics logged, {len(run['series'])} drawn, {len(run['samples'])} sample rows "
-          f"({n_samples} completions): report.html {len(html.encode()) / kb:.0f} KB: metric values {metrics / kb:.0f} KB, "
-          f"samples {samples / kb:.0f} KB, the rest (library, script, styles, page) {(len(html.encode()) - metrics - samples) / kb:.0f} KB")
+    print(
+        f"{args.steps} steps, {n_metrics} metrics logged, {len(run['series'])} drawn, {len(run['samples'])} sample rows "
+        f"({n_samples} completions): report.html {len(html.encode()) / kb:.0f} KB: metric values {metrics / kb:.0f} KB, "
+        f"samples {samples / kb:.0f} KB, the rest (library, script, styles, page) {(len(html.encode()) - metrics - samples) / kb:.0f} KB"
+    )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,22 @@ def main() -> None:
         prompts = to_prompts(task.held_out_rows(args.n), tok, DataConfig())
         runner = RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy", weight=1.0)], num_workers=0)
         t = time.time()
-        res = evaluate(model, tok, prompts, runner, max_new_tokens=args.max_new_tokens, eos_token_ids=eos_ids(tok, model))
-        print(json.dumps({"task": name, "params": params, "n": args.n, "max_new_tokens": args.max_new_tokens,
-                          "seconds": round(time.time() - t, 1), **res}), flush=True)
+        res = evaluate(
+            model, tok, prompts, runner, max_new_tokens=args.max_new_tokens, eos_token_ids=eos_ids(tok, model)
+        )
+        print(
+            json.dumps(
+                {
+                    "task": name,
+                    "params": params,
+                    "n": args.n,
+                    "max_new_tokens": args.max_new_tokens,
+                    "seconds": round(time.time() - t, 1),
+                    **res,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

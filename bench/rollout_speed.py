@@ -36,8 +36,8 @@ def main(argv=None):
     a, plain, tok, ids = micro_bench_setup(argv)
     import copy
 
-    from grpokit.train import kernels
     from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.train import kernels
 
     model = copy.deepcopy(plain)
     onednn = kernels.wants_onednn("auto", torch.device("cpu"))
@@ -48,9 +48,18 @@ def main(argv=None):
 
     def ours(engine, model=model):
         def run(seed):
-            ro = generate(model, ids, a.G, params, eos_token_ids={tok.eos_token_id}, pad_token_id=tok.pad_token_id,
-                          generator=torch.Generator().manual_seed(seed), engine=engine)
+            ro = generate(
+                model,
+                ids,
+                a.G,
+                params,
+                eos_token_ids={tok.eos_token_id},
+                pad_token_id=tok.pad_token_id,
+                generator=torch.Generator().manual_seed(seed),
+                engine=engine,
+            )
             return sum(len(c) for c in ro.completion_ids)
+
         return run
 
     def hf(seed, model=plain):
@@ -58,16 +67,29 @@ def main(argv=None):
         tok.padding_side = "left"
         enc = tok([tok.decode(x) for x in ids for _ in range(a.G)], return_tensors="pt", padding=True)
         with torch.no_grad():
-            out = model.generate(**enc, do_sample=True, max_new_tokens=a.T, top_k=0, top_p=1.0, temperature=1.0,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        comp = out[:, enc["input_ids"].shape[1]:]
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                max_new_tokens=a.T,
+                top_k=0,
+                top_p=1.0,
+                temperature=1.0,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        comp = out[:, enc["input_ids"].shape[1] :]
         n = 0
         for row in comp.tolist():
             n += next((k + 1 for k, x in enumerate(row) if x == tok.eos_token_id), len(row))
         return n
 
-    engines = {"static": ours("static"), "static_torch_kernels": ours("static", plain), "dynamic": ours("dynamic"), "hf_generate": hf,
-               "hf_generate_same_kernels": lambda seed: hf(seed, model)}
+    engines = {
+        "static": ours("static"),
+        "static_torch_kernels": ours("static", plain),
+        "dynamic": ours("dynamic"),
+        "hf_generate": hf,
+        "hf_generate_same_kernels": lambda seed: hf(seed, model),
+    }
     for f in engines.values():
         f(0)  # warm-up
     res = {k: [] for k in engines}
@@ -79,9 +101,22 @@ def main(argv=None):
     summary = {k: {"median_tok_s": statistics.median(v), "min": min(v), "max": max(v)} for k, v in res.items()}
     summary["static_vs_hf"] = summary["static"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
     summary["dynamic_vs_hf"] = summary["dynamic"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
-    summary["static_vs_hf_same_kernels"] = summary["static"]["median_tok_s"] / summary["hf_generate_same_kernels"]["median_tok_s"]
-    print("BENCH_JSON " + json.dumps({"G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(),
-                                      "grpokit_kernels": "onednn" if onednn else "torch", **summary}))
+    summary["static_vs_hf_same_kernels"] = (
+        summary["static"]["median_tok_s"] / summary["hf_generate_same_kernels"]["median_tok_s"]
+    )
+    print(
+        "BENCH_JSON "
+        + json.dumps(
+            {
+                "G": a.G,
+                "P": a.P,
+                "T": a.T,
+                "threads": torch.get_num_threads(),
+                "grpokit_kernels": "onednn" if onednn else "torch",
+                **summary,
+            }
+        )
+    )
 
 
 def vision_main(argv):
@@ -108,10 +143,19 @@ def vision_main(argv):
 
     def ours(engine):
         def run(seed):
-            ro = generate(model, [q.ids for q in prompts], a.G, params, eos_token_ids={tok.eos_token_id},
-                          pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(seed), engine=engine,
-                          vision=[q.vision for q in prompts])
+            ro = generate(
+                model,
+                [q.ids for q in prompts],
+                a.G,
+                params,
+                eos_token_ids={tok.eos_token_id},
+                pad_token_id=tok.pad_token_id,
+                generator=torch.Generator().manual_seed(seed),
+                engine=engine,
+                vision=[q.vision for q in prompts],
+            )
             return sum(len(c) for c in ro.completion_ids)
+
         return run
 
     width = max(len(q.ids) for q in prompts)
@@ -121,9 +165,19 @@ def vision_main(argv):
     def hf(seed):
         torch.manual_seed(seed)
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), **extra, do_sample=True,
-                                 max_new_tokens=a.T, top_k=0, top_p=1.0, temperature=1.0, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=tok.eos_token_id, suppress_tokens=placeholder_ids(model))
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=(ids != tok.pad_token_id).long(),
+                **extra,
+                do_sample=True,
+                max_new_tokens=a.T,
+                top_k=0,
+                top_p=1.0,
+                temperature=1.0,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                suppress_tokens=placeholder_ids(model),
+            )
         rows = out[:, width:].tolist()
         return sum(next((k + 1 for k, x in enumerate(r) if x == tok.eos_token_id), len(r)) for r in rows)
 
@@ -131,7 +185,10 @@ def vision_main(argv):
     summary = _alternate(engines, a.rounds)
     summary["static_vs_dynamic"] = summary["static"]["median_tok_s"] / summary["dynamic"]["median_tok_s"]
     summary["static_vs_hf"] = summary["static"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
-    print("BENCH_JSON " + json.dumps({"vision": True, "G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(), **summary}))
+    print(
+        "BENCH_JSON "
+        + json.dumps({"vision": True, "G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(), **summary})
+    )
 
 
 def _alternate(engines: dict, rounds: int) -> dict:

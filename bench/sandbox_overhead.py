@@ -7,6 +7,7 @@ Times one honest stdin/stdout program per call, alone (one call at a time) and 4
 --rlimit holds the per-sandbox budget with the rlimit fallback instead of a cgroup (what a host
 without a writable cgroup pays). The budget mechanism in use is printed.
 """
+
 import concurrent.futures as cf
 import statistics
 import subprocess
@@ -14,8 +15,8 @@ import sys
 import time
 
 import grpokit.rewards.sandbox.isolation as iso
-from grpokit.rewards.sandbox import budget
 from grpokit.rewards.code import probe, run_tests
+from grpokit.rewards.sandbox import budget
 
 CODE = "a, b = map(int, input().split())\nprint(a + b)"
 CASES = [{"input": "1 2\n", "output": "3\n"}]
@@ -47,8 +48,14 @@ def main():
     if "--rlimit" in sys.argv:
         budget.mechanism = lambda: None
     print("isolation:", probe(), "budget:", budget.mechanism() or "rlimit")
-    bare = [timed(lambda: subprocess.run([sys.executable, "-I", "-S", "-c", CODE], input=b"1 2\n",
-                                         capture_output=True, check=True)) for _ in range(n)]
+    bare = [
+        timed(
+            lambda: subprocess.run(
+                [sys.executable, "-I", "-S", "-c", CODE], input=b"1 2\n", capture_output=True, check=True
+            )
+        )
+        for _ in range(n)
+    ]
 
     def one():
         assert run_tests(CODE, CASES) == [True]

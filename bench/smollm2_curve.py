@@ -36,10 +36,9 @@ def _recipe() -> dict:
 
 
 def run_trl(out: Path, steps: int | None) -> None:
-    import torch
-    import trl
     from transformers import AutoTokenizer, TrainerCallback
 
+    import trl
     from grpokit.data.prompts import to_prompts
     from grpokit.data.tasks import get_task
     from grpokit.rewards.runner import RewardRunner
@@ -82,17 +81,38 @@ def run_trl(out: Path, steps: int | None) -> None:
                 self._eval(state.global_step, model)
 
     args = trl.GRPOConfig(
-        output_dir=str(out), max_steps=steps, per_device_train_batch_size=cfg.train.prompts_per_step * r.group_size,
-        num_generations=r.group_size, max_completion_length=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-        learning_rate=cfg.optim.lr, lr_scheduler_type="constant", adam_beta2=cfg.optim.adam_beta2,
-        max_grad_norm=cfg.optim.max_grad_norm, weight_decay=cfg.optim.weight_decay, beta=cfg.algo.beta,
-        epsilon=cfg.algo.clip_low, loss_type="dapo", scale_rewards="group", num_iterations=1, use_cpu=True,
-        gradient_checkpointing=True, seed=cfg.train.seed, save_strategy="no", report_to=[], logging_steps=1,
-        disable_tqdm=True)
-    trainer = trl.GRPOTrainer(model=folder, reward_funcs=[reasoning_gym_accuracy], args=args, train_dataset=data,
-                              callbacks=[Curve()])
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=cfg.train.prompts_per_step * r.group_size,
+        num_generations=r.group_size,
+        max_completion_length=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        learning_rate=cfg.optim.lr,
+        lr_scheduler_type="constant",
+        adam_beta2=cfg.optim.adam_beta2,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        weight_decay=cfg.optim.weight_decay,
+        beta=cfg.algo.beta,
+        epsilon=cfg.algo.clip_low,
+        loss_type="dapo",
+        scale_rewards="group",
+        num_iterations=1,
+        use_cpu=True,
+        gradient_checkpointing=True,
+        seed=cfg.train.seed,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=1,
+        disable_tqdm=True,
+    )
+    trainer = trl.GRPOTrainer(
+        model=folder, reward_funcs=[reasoning_gym_accuracy], args=args, train_dataset=data, callbacks=[Curve()]
+    )
     trainer.train()
-    (out / "summary.json").write_text(json.dumps({"trl": trl.__version__, "steps": steps, "wall_s": round(time.time() - start, 1)}))
+    (out / "summary.json").write_text(
+        json.dumps({"trl": trl.__version__, "steps": steps, "wall_s": round(time.time() - start, 1)})
+    )
 
 
 def grpokit_curve(run: Path) -> list[dict]:
@@ -117,7 +137,9 @@ def show(runs: list[Path]) -> None:
         side = "trl" if curve.exists() else "grpokit"
         print(f"{side} ({run}):")
         for p in points:
-            print(f"    step {p['step']:>3}  train {p['train_s']:>8.1f} s  held-out accuracy {100 * p['accuracy']:.1f}%")
+            print(
+                f"    step {p['step']:>3}  train {p['train_s']:>8.1f} s  held-out accuracy {100 * p['accuracy']:.1f}%"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

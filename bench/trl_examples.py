@@ -37,12 +37,34 @@ from trl_examples_data import TEXT_NAMES, write_datasets, write_hub_cache
 
 HERE = Path(__file__).resolve().parent
 SITE = HERE / "trl_examples_site"
-OVERRIDES = dict(max_steps=2, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
-                 steps_per_generation=None, generation_batch_size=None, per_device_eval_batch_size=2,
-                 max_completion_length=16, use_vllm=False, report_to="none", push_to_hub=False, bf16=False,
-                 fp16=False, use_cpu=True, gradient_checkpointing=False, logging_steps=1, seed=0)
-SCRIPTS = ["grpo_2048.py", "grpo_agent.py", "grpo_continuous_batching.py", "grpo_vlm.py", "gspo.py", "gspo_vlm.py",
-           "openenv/echo.py"]
+OVERRIDES = dict(
+    max_steps=2,
+    num_generations=2,
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=1,
+    steps_per_generation=None,
+    generation_batch_size=None,
+    per_device_eval_batch_size=2,
+    max_completion_length=16,
+    use_vllm=False,
+    report_to="none",
+    push_to_hub=False,
+    bf16=False,
+    fp16=False,
+    use_cpu=True,
+    gradient_checkpointing=False,
+    logging_steps=1,
+    seed=0,
+)
+SCRIPTS = [
+    "grpo_2048.py",
+    "grpo_agent.py",
+    "grpo_continuous_batching.py",
+    "grpo_vlm.py",
+    "gspo.py",
+    "gspo_vlm.py",
+    "openenv/echo.py",
+]
 NOT_RUN = {  # script -> why it is listed, not run
     "openenv/browsergym.py": "needs the BrowserGym environment (a HF Space / Docker image, not on PyPI) and Playwright",
     "openenv/browsergym_llm.py": "needs the BrowserGym environment (a HF Space / Docker image, not on PyPI) and Playwright",
@@ -59,7 +81,9 @@ TRL_IMPORT = re.compile(r"^(\s*)from trl(\.rewards)? import", re.MULTILINE)
 
 
 def git_show(trl: Path, path: str) -> str:
-    return subprocess.run(["git", "-C", str(trl), "show", f"HEAD:{path}"], check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(trl), "show", f"HEAD:{path}"], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def doc_examples(trl: Path) -> dict[str, str]:
@@ -69,7 +93,7 @@ def doc_examples(trl: Path) -> dict[str, str]:
     for m in re.finditer(r"```python\n(.*?)```", text, re.DOTALL):
         code = m.group(1)
         if "GRPOTrainer(" in code and "from trl import" in code and "trainer.train()" in code:
-            out[f"grpo_trainer.md:{text[:m.start()].count(chr(10)) + 2}"] = code
+            out[f"grpo_trainer.md:{text[: m.start()].count(chr(10)) + 2}"] = code
     return out
 
 
@@ -96,8 +120,14 @@ def run_one(name: str, side: str, code: str, args: list[str], root: Path, env: d
     report.unlink(missing_ok=True)
     start = time.time()
     try:
-        proc = subprocess.run([sys.executable, str(script), *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
-                              env={**env, "TRL_EX_REPORT": str(report)})
+        proc = subprocess.run(
+            [sys.executable, str(script), *args],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**env, "TRL_EX_REPORT": str(report)},
+        )
         rc, error = proc.returncode, _error_line(proc.stderr, proc.returncode)
         (folder / "stderr.txt").write_text(proc.stderr)
     except subprocess.TimeoutExpired:
@@ -138,8 +168,10 @@ def row(name: str, t: dict, g: dict) -> str:
     tk, gk = set(t.get("log_keys", [])), set(g.get("log_keys", []))
     missing = sorted(tk - gk)
     keys = f"{len(tk)} / {len(gk)}" + (f"; not logged by grpokit: {', '.join(missing)}" if missing and gk else "")
-    return (f"| {name} | {cell(t)} | {cell(g)} | {t.get('steps', '-')} / {g.get('steps', '-')} | {keys} | "
-            f"{', '.join(t.get('checkpoints', [])) or '-'} / {', '.join(g.get('checkpoints', [])) or '-'} |")
+    return (
+        f"| {name} | {cell(t)} | {cell(g)} | {t.get('steps', '-')} / {g.get('steps', '-')} | {keys} | "
+        f"{', '.join(t.get('checkpoints', [])) or '-'} / {', '.join(g.get('checkpoints', [])) or '-'} |"
+    )
 
 
 def main() -> None:
@@ -150,7 +182,9 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--timeout", type=int, default=900, help="seconds per run")
     a = p.parse_args()
-    commit = subprocess.run(["git", "-C", str(a.trl), "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(a.trl), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     scripts = {n: git_show(a.trl, f"examples/scripts/{n}") for n in SCRIPTS} | doc_examples(a.trl)
     if a.only:
         scripts = {n: c for n, c in scripts.items() if n in a.only}
@@ -162,13 +196,31 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     echo_url = f"http://127.0.0.1:{server.server_address[1]}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]),
-           "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "TRL_EX_DATASETS": json.dumps(datasets), "TRL_EX_OVERRIDES": json.dumps(OVERRIDES), "CUDA_VISIBLE_DEVICES": "",
-           "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
-    jobs = [(n, side, code if side == "trl" else ported(code)) for n, code in scripts.items() for side in ("trl", "grpokit")]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "TRL_EX_DATASETS": json.dumps(datasets),
+        "TRL_EX_OVERRIDES": json.dumps(OVERRIDES),
+        "CUDA_VISIBLE_DEVICES": "",
+        "WANDB_MODE": "disabled",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    jobs = [
+        (n, side, code if side == "trl" else ported(code)) for n, code in scripts.items() for side in ("trl", "grpokit")
+    ]
     with ThreadPoolExecutor(a.jobs) as pool:
-        done = list(pool.map(lambda j: run_one(j[0], j[1], j[2], command_line(j[0], j[2], echo_url), a.work / "runs", env, a.timeout), jobs))
+        done = list(
+            pool.map(
+                lambda j: run_one(
+                    j[0], j[1], j[2], command_line(j[0], j[2], echo_url), a.work / "runs", env, a.timeout
+                ),
+                jobs,
+            )
+        )
     results = {(n, side): r for (n, side, _), r in zip(jobs, done)}
     print(f"TRL commit {commit}; {time.strftime('%Y-%m-%d')}; trl / grpokit in each cell\n")
     print("| script | trl | grpokit.trl | steps | log keys | checkpoints |\n| --- | --- | --- | --- | --- | --- |")

@@ -9,8 +9,17 @@ from pathlib import Path
 
 TEXT_NAMES = ["Qwen/Qwen3-0.6B"]
 VISION_HINTS = ("VL", "SmolVLM", "vlm", "Vision", "gemma-3")
-QWEN_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>", "<tool_response>",
-               "</tool_response>", "<think>", "</think>")
+QWEN_TOKENS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
 
 
 def _problems(n: int) -> list[tuple[str, str]]:
@@ -21,24 +30,58 @@ def _datasets() -> dict[str, dict[str, list[dict]]]:
     """name -> split -> rows, with the columns the real datasets have (those the scripts read at least)."""
     from PIL import Image
 
-    numina = {split: [{"problem": q, "solution": f"The sum is $\\boxed{{{ans}}}$.",
-                       "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}]}
-                      for q, ans in _problems(n)] for split, n in (("train", 40), ("test", 20))}
-    images = [{"image": Image.new("RGB", (64, 64), (40 * (i % 6), 90, 200)), "problem": q, "solution": f"<answer>{ans}</answer>",
-               "original_question": q, "original_answer": ans} for i, (q, ans) in enumerate(_problems(120))]
+    numina = {
+        split: [
+            {
+                "problem": q,
+                "solution": f"The sum is $\\boxed{{{ans}}}$.",
+                "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}],
+            }
+            for q, ans in _problems(n)
+        ]
+        for split, n in (("train", 40), ("test", 20))
+    }
+    images = [
+        {
+            "image": Image.new("RGB", (64, 64), (40 * (i % 6), 90, 200)),
+            "problem": q,
+            "solution": f"<answer>{ans}</answer>",
+            "original_question": q,
+            "original_answer": ans,
+        }
+        for i, (q, ans) in enumerate(_problems(120))
+    ]
     genes = ["BRCA1", "TP53", "EGFR", "MYC"]
     return {
         "AI-MO/NuminaMath-TIR": numina,
         "lmms-lab/multimodal-open-r1-8k-verified": {"train": images},
-        "trl-lib/DeepMath-103K": {"train": [{"prompt": [{"role": "user", "content": q}], "solution": ans}
-                                            for q, ans in _problems(16)]},
+        "trl-lib/DeepMath-103K": {
+            "train": [{"prompt": [{"role": "user", "content": q}], "solution": ans} for q, ans in _problems(16)]
+        },
         "openai/gsm8k": {"train": [{"question": q, "answer": f"Add them. #### {ans}"} for q, ans in _problems(16)]},
-        "qgallouedec/biogrid": {"train": [{"Official Symbol Interactor A": a, "Official Symbol Interactor B": b,
-                                           "Alt IDs Interactor A": a.lower(), "Alt IDs Interactor B": b.lower(),
-                                           "Aliases Interactor A": "-", "Aliases Interactor B": "-"}
-                                          for a in genes for b in genes if a != b]},
-        "qgallouedec/biogrid_qa": {"train": [{"question": f"Does the gene {a} interact with {b}?", "answer": "Yes"}
-                                             for a in genes for b in genes if a != b]},
+        "qgallouedec/biogrid": {
+            "train": [
+                {
+                    "Official Symbol Interactor A": a,
+                    "Official Symbol Interactor B": b,
+                    "Alt IDs Interactor A": a.lower(),
+                    "Alt IDs Interactor B": b.lower(),
+                    "Aliases Interactor A": "-",
+                    "Aliases Interactor B": "-",
+                }
+                for a in genes
+                for b in genes
+                if a != b
+            ]
+        },
+        "qgallouedec/biogrid_qa": {
+            "train": [
+                {"question": f"Does the gene {a} interact with {b}?", "answer": "Yes"}
+                for a in genes
+                for b in genes
+                if a != b
+            ]
+        },
     }
 
 
@@ -58,18 +101,29 @@ def write_datasets(folder: Path) -> dict[str, str]:
 
 def _text_model(path: Path) -> None:
     import torch
-    import trl
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    import trl
     from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
 
     tok = build_char_tokenizer(string.printable, QWEN_TOKENS, padding_side="left", model_max_length=None)
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tok.eos_token = "<|im_end|>"
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=4096, bos_token_id=None,
-                      eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=0, tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     Qwen3ForCausalLM(cfg).save_pretrained(path)
     save_char_tokenizer(tok, path)
 

@@ -27,8 +27,12 @@ from types import SimpleNamespace
 
 import torch
 
-TRL_TO_GRPOKIT = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean",
-                  "dr_grpo": "seq-mean-token-sum-norm"}
+TRL_TO_GRPOKIT = {
+    "grpo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dapo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+}
 TRL_OBJECTIVES = {"cispo": "token-mean", "sapo": "seq-mean-token-mean", "vespo": "token-mean"}  # other objectives
 # luspo is the clipped surrogate summed over each completion's tokens, then averaged over completions
 
@@ -46,11 +50,29 @@ class _Accelerator:
         return x
 
 
-def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
-             epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
-             bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
-             delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
-             tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0), is_ratio=None) -> torch.Tensor:
+def trl_loss(
+    logp_NT,
+    old_logp_NT,
+    ref_logp_NT,
+    advantages_N,
+    mask_NT,
+    *,
+    loss_type: str,
+    beta: float,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    max_completion_length: int | None = None,
+    bias_correction: bool = False,
+    level: str = "token",
+    entropy_NT=None,
+    entropy_coef: float = 0.0,
+    delta: float | None = None,
+    metrics: dict | None = None,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    vespo: tuple = (2.0, 3.0, 3.0, 2.0),
+    is_ratio=None,
+) -> torch.Tensor:
     """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors.
     ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...).
     ``is_ratio``: TRL's vLLM importance sampling ratio ((N, T) or (N, 1), ``trl_is_ratio``), which TRL
@@ -61,23 +83,46 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
     dev = logp_NT.device
     entropy_NT = torch.ones_like(logp_NT) if entropy_NT is None else entropy_NT
     fake = SimpleNamespace(
-        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
-        importance_sampling_level=level, beta=beta, loss_type=loss_type, epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high, use_vllm=is_ratio is not None, vllm_importance_sampling_correction=is_ratio is not None,
-        model=SimpleNamespace(training=False), current_gradient_accumulation_steps=1,
-        max_completion_length=max_completion_length or T, accelerator=_Accelerator(),
-        entropy_coef=entropy_coef, use_adaptive_entropy=False, _entropy_bonus_enabled=entropy_coef != 0.0,
+        aux_loss_enabled=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level=level,
+        beta=beta,
+        loss_type=loss_type,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        use_vllm=is_ratio is not None,
+        vllm_importance_sampling_correction=is_ratio is not None,
+        model=SimpleNamespace(training=False),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=max_completion_length or T,
+        accelerator=_Accelerator(),
+        entropy_coef=entropy_coef,
+        use_adaptive_entropy=False,
+        _entropy_bonus_enabled=entropy_coef != 0.0,
         _metrics=defaultdict(lambda: defaultdict(list)),
-        args=SimpleNamespace(use_bias_correction_kl=bias_correction, delta=delta, steps_per_generation=1,
-                             sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg, vespo_k_pos=vespo[0],
-                             vespo_lambda_pos=vespo[1], vespo_k_neg=vespo[2], vespo_lambda_neg=vespo[3]),
+        args=SimpleNamespace(
+            use_bias_correction_kl=bias_correction,
+            delta=delta,
+            steps_per_generation=1,
+            sapo_temperature_pos=tau_pos,
+            sapo_temperature_neg=tau_neg,
+            vespo_k_pos=vespo[0],
+            vespo_lambda_pos=vespo[1],
+            vespo_k_neg=vespo[2],
+            vespo_lambda_neg=vespo[3],
+        ),
         get_gamma_weights=GRPOTrainer.get_gamma_weights,
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, entropy_NT, None),
     )
     inputs = {
-        "prompt_ids": torch.zeros((N, 1), dtype=torch.long, device=dev), "prompt_mask": torch.ones((N, 1), dtype=torch.long, device=dev),
-        "completion_ids": torch.zeros((N, T), dtype=torch.long, device=dev), "completion_mask": mask_NT,
-        "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "ref_per_token_logps": ref_logp_NT,
+        "prompt_ids": torch.zeros((N, 1), dtype=torch.long, device=dev),
+        "prompt_mask": torch.ones((N, 1), dtype=torch.long, device=dev),
+        "completion_ids": torch.zeros((N, T), dtype=torch.long, device=dev),
+        "completion_mask": mask_NT,
+        "advantages": advantages_N,
+        "old_per_token_logps": old_logp_NT,
+        "ref_per_token_logps": ref_logp_NT,
         "num_items_in_batch": mask_NT.sum(),
     }
     if is_ratio is not None:
@@ -88,22 +133,46 @@ def trl_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_t
     return loss
 
 
-def trl_adaptive_entropy_stand_in(coef: float, target: float, delta: float, lo: float, hi: float, loss_type: str = "dapo"):
+def trl_adaptive_entropy_stand_in(
+    coef: float, target: float, delta: float, lo: float, hi: float, loss_type: str = "dapo"
+):
     """A stand-in GRPOTrainer in training mode with TRL's adaptive entropy control on (one process,
     gradient_accumulation_steps=1): pass it to ``trl_adaptive_step`` step after step; TRL's own code
     moves its ``entropy_coef`` and ``_last_world_entropy``."""
     from trl import GRPOTrainer
 
     return SimpleNamespace(
-        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
-        importance_sampling_level="token", beta=0.0, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.2,
-        use_vllm=False, vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, max_completion_length=None, accelerator=_Accelerator(),
-        entropy_coef=coef, use_adaptive_entropy=True, _entropy_bonus_enabled=True, _last_world_entropy=float("inf"),
-        _entropy_window_stats=None, _metrics=defaultdict(lambda: defaultdict(list)),
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1, entropy_target=target,
-                             entropy_coef_delta=delta, entropy_coef_min=lo, entropy_coef_max=hi),
-        get_gamma_weights=GRPOTrainer.get_gamma_weights)
+        aux_loss_enabled=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level="token",
+        beta=0.0,
+        loss_type=loss_type,
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        use_vllm=False,
+        vllm_importance_sampling_correction=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=None,
+        accelerator=_Accelerator(),
+        entropy_coef=coef,
+        use_adaptive_entropy=True,
+        _entropy_bonus_enabled=True,
+        _last_world_entropy=float("inf"),
+        _entropy_window_stats=None,
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        args=SimpleNamespace(
+            use_bias_correction_kl=False,
+            delta=None,
+            steps_per_generation=1,
+            entropy_target=target,
+            entropy_coef_delta=delta,
+            entropy_coef_min=lo,
+            entropy_coef_max=hi,
+        ),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,
+    )
 
 
 def trl_adaptive_step(fake, logp_NT, old_logp_NT, advantages_N, mask_NT, entropy_NT) -> torch.Tensor:
@@ -113,17 +182,41 @@ def trl_adaptive_step(fake, logp_NT, old_logp_NT, advantages_N, mask_NT, entropy
     N, T = logp_NT.shape
     fake.max_completion_length = T
     fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp_NT, entropy_NT, None)
-    inputs = {"prompt_ids": torch.zeros((N, 1), dtype=torch.long), "prompt_mask": torch.ones((N, 1), dtype=torch.long),
-              "completion_ids": torch.zeros((N, T), dtype=torch.long), "completion_mask": mask_NT,
-              "advantages": advantages_N, "old_per_token_logps": old_logp_NT, "num_items_in_batch": mask_NT.sum()}
+    inputs = {
+        "prompt_ids": torch.zeros((N, 1), dtype=torch.long),
+        "prompt_mask": torch.ones((N, 1), dtype=torch.long),
+        "completion_ids": torch.zeros((N, T), dtype=torch.long),
+        "completion_mask": mask_NT,
+        "advantages": advantages_N,
+        "old_per_token_logps": old_logp_NT,
+        "num_items_in_batch": mask_NT.sum(),
+    }
     return GRPOTrainer._compute_loss(fake, None, inputs)
 
 
-def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, loss_type: str, beta: float,
-                 epsilon_low: float = 0.2, epsilon_high: float = 0.2, max_completion_length: int | None = None,
-                 bias_correction: bool = False, level: str = "token", entropy_NT=None, entropy_coef: float = 0.0,
-                 delta: float | None = None, metrics: dict | None = None, tau_pos: float = 1.0,
-                 tau_neg: float = 1.05, vespo: tuple = (2.0, 3.0, 3.0, 2.0), is_weights=None) -> torch.Tensor:
+def grpokit_loss(
+    logp_NT,
+    old_logp_NT,
+    ref_logp_NT,
+    advantages_N,
+    mask_NT,
+    *,
+    loss_type: str,
+    beta: float,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    max_completion_length: int | None = None,
+    bias_correction: bool = False,
+    level: str = "token",
+    entropy_NT=None,
+    entropy_coef: float = 0.0,
+    delta: float | None = None,
+    metrics: dict | None = None,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    vespo: tuple = (2.0, 3.0, 3.0, 2.0),
+    is_weights=None,
+) -> torch.Tensor:
     """grpokit's loss; ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``),
     applied as the TIS pipeline stage does, on the advantages."""
     from grpokit.algo.loss import policy_loss
@@ -131,6 +224,7 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
     extra = {}
     if is_weights is not None and loss_type == "vespo":  # the pipeline's vespo_sampler_weight: into VESPO's log w
         from grpokit.algo.vespo import sampler_log_weight
+
         extra["sampler_log_weight_N"] = sampler_log_weight(is_weights)
     elif is_weights is not None:
         advantages_N = advantages_N[:, None] * is_weights  # the pipeline's tis stage (pipeline._per_token)
@@ -141,13 +235,31 @@ def grpokit_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT, *, lo
         epsilon_high = epsilon_high - 1.0
     # TRL's delta caps the ratio; with delta > 1 + epsilon_high that is dual-clip PPO's bound for A < 0
 
-    loss, m = policy_loss(logp_NT, old_logp_NT, advantages_N, mask_NT, clip_low=epsilon_low, clip_high=epsilon_high,
-                          ref_logp_NT=ref_logp_NT, beta=beta, kl_estimator="k3", kl_bias_correction=bias_correction,
-                          dual_clip=delta,
-                          ratio_level=level, aggregation=aggregation, objective=objective,
-                          sapo_tau_pos=tau_pos, sapo_tau_neg=tau_neg, vespo_pos=vespo[:2], vespo_neg=vespo[2:],
-                          norm_constant=float(max_completion_length or logp_NT.shape[1]),
-                          entropy_NT=entropy_NT, entropy_coef=entropy_coef, entropy_aggregation="token-mean", **extra)
+    loss, m = policy_loss(
+        logp_NT,
+        old_logp_NT,
+        advantages_N,
+        mask_NT,
+        clip_low=epsilon_low,
+        clip_high=epsilon_high,
+        ref_logp_NT=ref_logp_NT,
+        beta=beta,
+        kl_estimator="k3",
+        kl_bias_correction=bias_correction,
+        dual_clip=delta,
+        ratio_level=level,
+        aggregation=aggregation,
+        objective=objective,
+        sapo_tau_pos=tau_pos,
+        sapo_tau_neg=tau_neg,
+        vespo_pos=vespo[:2],
+        vespo_neg=vespo[2:],
+        norm_constant=float(max_completion_length or logp_NT.shape[1]),
+        entropy_NT=entropy_NT,
+        entropy_coef=entropy_coef,
+        entropy_aggregation="token-mean",
+        **extra,
+    )
     if metrics is not None:
         metrics.update(m)
     return loss
@@ -172,13 +284,31 @@ def trl_is_ratio(old_logp_NT, sampler_logp_NT, mask_NT, mode: str, clip_min, cli
     by running the two blocks of TRL's sampling method that compute them on these tensors."""
     import trl.trainer.grpo_trainer as module
 
-    fake = SimpleNamespace(use_vllm=True, vllm_importance_sampling_correction=True, vllm_importance_sampling_mode=mode,
-                           vllm_importance_sampling_clip_min=clip_min, vllm_importance_sampling_clip_max=clip_max,
-                           accelerator=_Accelerator(), _metrics=defaultdict(lambda: defaultdict(list)))
-    scope = {"self": fake, "old_per_token_logps": old_logp_NT, "sampling_per_token_logps": sampler_logp_NT,
-             "completion_mask": mask_NT, "tool_mask": None, "device": old_logp_NT.device, "mode": "train"}
-    for start, end in (("# Compute the importance sampling ratio when using vLLM", "# Compute the per-token log probabilities for the reference"),
-                       ("delta = torch.abs(old_per_token_logps - sampling_per_token_logps)", "output = {")):
+    fake = SimpleNamespace(
+        use_vllm=True,
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode=mode,
+        vllm_importance_sampling_clip_min=clip_min,
+        vllm_importance_sampling_clip_max=clip_max,
+        accelerator=_Accelerator(),
+        _metrics=defaultdict(lambda: defaultdict(list)),
+    )
+    scope = {
+        "self": fake,
+        "old_per_token_logps": old_logp_NT,
+        "sampling_per_token_logps": sampler_logp_NT,
+        "completion_mask": mask_NT,
+        "tool_mask": None,
+        "device": old_logp_NT.device,
+        "mode": "train",
+    }
+    for start, end in (
+        (
+            "# Compute the importance sampling ratio when using vLLM",
+            "# Compute the per-token log probabilities for the reference",
+        ),
+        ("delta = torch.abs(old_per_token_logps - sampling_per_token_logps)", "output = {"),
+    ):
         exec(_trl_block(start, end), dict(vars(module)), scope)  # noqa: S102  (TRL's installed source, a test oracle)
     return scope["vllm_importance_sampling_ratio"], {k: v[-1] for k, v in fake._metrics["train"].items()}
 

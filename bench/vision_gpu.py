@@ -24,12 +24,30 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {
-    "2b": dict(text=dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, mrope_section=[16, 24, 24]),
-               vision=dict(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4)),
-    "tiny": dict(text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, vocab_size=512, mrope_section=[2, 3, 3]),
-                 vision=dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2)),
+    "2b": dict(
+        text=dict(
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            mrope_section=[16, 24, 24],
+        ),
+        vision=dict(depth=32, embed_dim=1280, num_heads=16, mlp_ratio=4),
+    ),
+    "tiny": dict(
+        text=dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=512,
+            mrope_section=[2, 3, 3],
+        ),
+        vision=dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2),
+    ),
 }
 
 
@@ -45,19 +63,37 @@ def build(folder: Path, size: str, image_size: int) -> None:
     spec.loader.exec_module(mk)
     tok = chartok.build_char_tokenizer(mk.ALPHABET, mk.VISION_TOKENS, model_max_length=4096)
     tok.chat_template = mk.TEMPLATE
-    ip = Qwen2VLImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2,
-                               size={"shortest_edge": image_size ** 2, "longest_edge": image_size ** 2})
+    ip = Qwen2VLImageProcessor(
+        patch_size=14,
+        merge_size=2,
+        temporal_patch_size=2,
+        size={"shortest_edge": image_size**2, "longest_edge": image_size**2},
+    )
     proc = image_only(Qwen2VLProcessor)(image_processor=ip, tokenizer=tok, chat_template=mk.TEMPLATE)
     t, v = dict(SIZES[size]["text"]), SIZES[size]["vision"]
     section = t.pop("mrope_section")
     ids = {x: tok.convert_tokens_to_ids(x) for x in mk.VISION_TOKENS}
     config = Qwen2VLConfig(
-        text_config=dict(**t, max_position_embeddings=4096, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": section}),
-        vision_config=dict(**v, hidden_size=t["hidden_size"], patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        text_config=dict(
+            **t,
+            max_position_embeddings=4096,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": section},
+        ),
+        vision_config=dict(
+            **v, hidden_size=t["hidden_size"], patch_size=14, spatial_merge_size=2, temporal_patch_size=2
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     model = Qwen2VLForConditionalGeneration(config).to(torch.bfloat16 if size != "tiny" else torch.float32)
     model.save_pretrained(folder)
     proc.save_pretrained(folder)
@@ -83,11 +119,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "model"
         build(folder, size, image_size)
-        cfg = apply_overrides(Config(), [
-            "data.task=shapes", f"model.name_or_path={folder}", f"model.lora_rank={a.lora}", f"train.steps={a.steps}",
-            f"train.prompts_per_step={a.prompts}", f"rollout.group_size={a.group}", f"rollout.max_new_tokens={a.max_new_tokens}",
-            "data.eval_size=0", "train.save_every=0", f"train.out={tmp}/run", "record.report=false",
-            "model.device=cpu" if a.tiny else "model.device=auto"])
+        cfg = apply_overrides(
+            Config(),
+            [
+                "data.task=shapes",
+                f"model.name_or_path={folder}",
+                f"model.lora_rank={a.lora}",
+                f"train.steps={a.steps}",
+                f"train.prompts_per_step={a.prompts}",
+                f"rollout.group_size={a.group}",
+                f"rollout.max_new_tokens={a.max_new_tokens}",
+                "data.eval_size=0",
+                "train.save_every=0",
+                f"train.out={tmp}/run",
+                "record.report=false",
+                "model.device=cpu" if a.tiny else "model.device=auto",
+            ],
+        )
         trainer = Trainer(cfg, quiet=True)
         times = []
         for _ in range(a.steps):
@@ -98,13 +146,25 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
             trainer.step += 1
         rest = times[1:] or times
-        print(json.dumps({
-            "model": f"qwen2-vl-{size} random", "device": str(trainer.device), "lora_rank": a.lora,
-            "image_tokens": (image_size // 28) ** 2, "prompts": a.prompts, "group": a.group, "max_new_tokens": a.max_new_tokens,
-            "parameters": sum(p.numel() for p in trainer.model.parameters()),
-            "s_per_step": round(sum(rest) / len(rest), 3), "first_step_s": round(times[0], 3),
-            "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2) if torch.cuda.is_available() else None,
-        }))
+        print(
+            json.dumps(
+                {
+                    "model": f"qwen2-vl-{size} random",
+                    "device": str(trainer.device),
+                    "lora_rank": a.lora,
+                    "image_tokens": (image_size // 28) ** 2,
+                    "prompts": a.prompts,
+                    "group": a.group,
+                    "max_new_tokens": a.max_new_tokens,
+                    "parameters": sum(p.numel() for p in trainer.model.parameters()),
+                    "s_per_step": round(sum(rest) / len(rest), 3),
+                    "first_step_s": round(times[0], 3),
+                    "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                    if torch.cuda.is_available()
+                    else None,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class PhaseClock:
         def post(m, a, o):
             if starts and cond(m):
                 self.add(name, time.perf_counter() - starts.pop())
+
         module.register_forward_hook(post)
 
     def reset(self):
@@ -64,7 +65,10 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
 
     cfg = Config()
     cfg.model.name_or_path, cfg.model.device, cfg.model.dtype = a.model, a.device, a.dtype
-    cfg.data.task, cfg.data.chat_template = "", "conversational"  # chat rows templated (as TRL does), text rows as written
+    cfg.data.task, cfg.data.chat_template = (
+        "",
+        "conversational",
+    )  # chat rows templated (as TRL does), text rows as written
     cfg.rollout.group_size, cfg.rollout.max_new_tokens = a.G, a.T
     cfg.algo.beta, cfg.algo.aggregation = a.beta, "seq-mean-token-mean"
     cfg.optim.lr = a.lr
@@ -84,6 +88,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         clock.add("rollout", time.perf_counter() - t)
         clock.lengths += [(len(ro.prompt_ids[i // G]), len(c)) for i, c in enumerate(ro.completion_ids)]
         return ro
+
     ge.generate = timed_generate
     _hook_backbones(clock, tr.model, tr.ref_model)
     out = []
@@ -95,8 +100,12 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         dt = time.perf_counter() - t
         FIRST.setdefault("first_step_s", dt)
         if step >= a.warmup:  # the sampler/trainer mismatch and memory grpokit measured itself
-            out.append({**_step_record(dt, clock, tr.model.config, a),
-                        "metrics": {k: v for k, v in m.items() if k.startswith(("mismatch/", "gpu/"))}})
+            out.append(
+                {
+                    **_step_record(dt, clock, tr.model.config, a),
+                    "metrics": {k: v for k, v in m.items() if k.startswith(("mismatch/", "gpu/"))},
+                }
+            )
         tr.step += 1
     return out
 
@@ -104,6 +113,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
 def run_trl(a, clock: PhaseClock) -> list[dict]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
     from trl import GRPOConfig, GRPOTrainer
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[a.dtype]
@@ -111,22 +121,43 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     if a.qlora:  # the same 4-bit NF4 base as grpokit's model.quantization=nf4
         from transformers import BitsAndBytesConfig
 
-        extra["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                          bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True)
+        extra["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True
+        )
     if a.lora:
         from peft import LoraConfig
 
-        peft["peft_config"] = LoraConfig(r=a.lora, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+        peft["peft_config"] = LoraConfig(
+            r=a.lora, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype, **extra)
     tok = AutoTokenizer.from_pretrained(a.model)
     N = a.P * a.G
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=a.trl_mbs or N, num_generations=a.G,
-        max_completion_length=a.T, beta=a.beta, learning_rate=a.lr, loss_type="grpo", max_steps=a.warmup + a.steps,
-        logging_steps=1, report_to="none", save_strategy="no", use_cpu=a.device == "cpu", bf16=a.dtype == "bfloat16",
-        seed=a.seed, temperature=1.0, gradient_accumulation_steps=N // (a.trl_mbs or N), lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.0, max_grad_norm=1.0, dataloader_num_workers=0, disable_tqdm=True,
-        **{k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in a.set)})  # e.g. gradient_checkpointing=false
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
+        per_device_train_batch_size=a.trl_mbs or N,
+        num_generations=a.G,
+        max_completion_length=a.T,
+        beta=a.beta,
+        learning_rate=a.lr,
+        loss_type="grpo",
+        max_steps=a.warmup + a.steps,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=a.device == "cpu",
+        bf16=a.dtype == "bfloat16",
+        seed=a.seed,
+        temperature=1.0,
+        gradient_accumulation_steps=N // (a.trl_mbs or N),
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        **{k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in a.set)},
+    )  # e.g. gradient_checkpointing=false
     steps: list[dict] = []
 
     class StepClock(TrainerCallback):
@@ -141,8 +172,15 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
             if state.global_step > a.warmup:
                 steps.append(_step_record(dt, clock, trainer.model.config, a))
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[REWARDS[a.reward]], args=args, train_dataset=Dataset.from_list(_rows(a)),
-                          processing_class=tok, callbacks=[StepClock()], **peft)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[REWARDS[a.reward]],
+        args=args,
+        train_dataset=Dataset.from_list(_rows(a)),
+        processing_class=tok,
+        callbacks=[StepClock()],
+        **peft,
+    )
     inner = trainer.model.generate
 
     def timed_generate(*args, **kw):
@@ -156,6 +194,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
             n = next((k + 1 for k, x in enumerate(row) if x == tok.eos_token_id), len(row))
             clock.lengths.append((int(mask[i].sum()) if mask is not None else plen, n))
         return out
+
     trainer.model.generate = timed_generate
     _hook_backbones(clock, trainer.model, trainer.ref_model)
     trainer.train()
@@ -181,7 +220,9 @@ def _step_record(dt, clock, cfg, a) -> dict:
     P = len(clock.lengths) // a.G
     for i, (lp, lc) in enumerate(clock.lengths):
         f = model_flops(cfg, lp, lc)
-        fl["rollout"] += f["decode"] + (f["prefill"] if i % a.G == 0 else 0.0)  # the useful work: one prefill per prompt
+        fl["rollout"] += f["decode"] + (
+            f["prefill"] if i % a.G == 0 else 0.0
+        )  # the useful work: one prefill per prompt
         fl["ref"] += f["seq"] if a.beta > 0 else 0.0
         fl["train"] += 3 * f["seq"]  # forward + backward (2x)
     spans = dict(clock.spans)
@@ -193,18 +234,36 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--side", choices=["grpokit", "trl"], required=True)
     p.add_argument("--model", required=True)
-    for name, default in (("G", 8), ("P", 8), ("T", 32), ("steps", 3), ("warmup", 1), ("seed", 0), ("threads", 0),
-                          ("mbs", 0), ("trl-mbs", 0), ("lora", 0)):
+    for name, default in (
+        ("G", 8),
+        ("P", 8),
+        ("T", 32),
+        ("steps", 3),
+        ("warmup", 1),
+        ("seed", 0),
+        ("threads", 0),
+        ("mbs", 0),
+        ("trl-mbs", 0),
+        ("lora", 0),
+    ):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reward", default="vowels", choices=sorted(REWARDS))
-    p.add_argument("--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)")
-    p.add_argument("--qlora", action="store_true", help="TRL side: 4-bit NF4 base (grpokit side: --set model.quantization=4bit)")
-    p.add_argument("--set", action="append", default=[],
-                   help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl")
+    p.add_argument(
+        "--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)"
+    )
+    p.add_argument(
+        "--qlora", action="store_true", help="TRL side: 4-bit NF4 base (grpokit side: --set model.quantization=4bit)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl",
+    )
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -213,8 +272,20 @@ def main(argv=None):
     steps = (run_grpokit if a.side == "grpokit" else run_trl)(a, clock)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if a.device.startswith("cuda") else 0.0
-    print("BENCH_JSON " + json.dumps({"side": a.side, "steps": steps, "peak_rss_mb": rss_mb, "peak_gpu_mb": gpu_mb, **FIRST,
-                                      "wall_s": time.perf_counter() - t0, "threads": torch.get_num_threads()}))
+    print(
+        "BENCH_JSON "
+        + json.dumps(
+            {
+                "side": a.side,
+                "steps": steps,
+                "peak_rss_mb": rss_mb,
+                "peak_gpu_mb": gpu_mb,
+                **FIRST,
+                "wall_s": time.perf_counter() - t0,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -27,15 +27,47 @@ def char_tokenizer(vocab_size: int = 64):
 
 # Published shapes (config.json of the Qwen2.5 base models), built here with random weights.
 SHAPES = {
-    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False, rope_theta=1e6),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1e6,
+    ),
+    "qwen2.5-7b": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+        rope_theta=1e6,
+    ),
     # --tiny runs of bench/gpu_bench.py and bench/gpu_big.py on CPU: the scripts' plumbing, not a measurement
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=1, vocab_size=64, tie_word_embeddings=True, rope_theta=1e4),
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=64,
+        tie_word_embeddings=True,
+        rope_theta=1e4,
+    ),
+    "qwen2.5-1.5b": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1e6,
+    ),
 }
 
 
@@ -46,8 +78,15 @@ def smollm2_dir() -> str:
     return resolve("smollm2-135m-instruct")
 
 
-def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_size: int = 64, seed: int = 0,
-                    shape: str = "", device: str = "cpu") -> Path:
+def build_model_dir(
+    path: str | Path,
+    hidden: int = 256,
+    layers: int = 4,
+    vocab_size: int = 64,
+    seed: int = 0,
+    shape: str = "",
+    device: str = "cpu",
+) -> Path:
     """Save a random-init Qwen2-shaped model + char tokenizer to ``path`` (reused if already there).
 
     ``shape`` names one of SHAPES (then hidden/layers/vocab_size are the shape's, the weights are
@@ -61,13 +100,25 @@ def build_model_dir(path: str | Path, hidden: int = 256, layers: int = 4, vocab_
         return path
     tok = char_tokenizer(vocab_size)
     torch.manual_seed(seed)
-    dims = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-                num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
-                tie_word_embeddings=False)
+    dims = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 128),
+        tie_word_embeddings=False,
+    )
     dims.update(SHAPES[shape] if shape else {})
     rope = {"rope_theta": dims.pop("rope_theta")} if "rope_theta" in dims else {}
-    cfg = Qwen2Config(**dims, **rope, max_position_embeddings=4096 if shape else 1024, bos_token_id=None, eos_token_id=1,
-                      pad_token_id=0)
+    cfg = Qwen2Config(
+        **dims,
+        **rope,
+        max_position_embeddings=4096 if shape else 1024,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     with torch.device(device):
         model = Qwen2ForCausalLM(cfg)
     (model.to(torch.bfloat16) if shape else model).save_pretrained(path)
@@ -97,8 +148,17 @@ def chat_prompts(n: int = 256, seed: int = 0) -> list[dict]:
     rows = []
     for _ in range(n):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
-        rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Think briefly, then give the final answer "
-                                 "as a number."}], "answer": str(a + b)})
+        rows.append(
+            {
+                "prompt": [
+                    {
+                        "role": "user",
+                        "content": f"What is {a} + {b}? Think briefly, then give the final answer as a number.",
+                    }
+                ],
+                "answer": str(a + b),
+            }
+        )
     return rows
 
 

@@ -21,17 +21,26 @@ import time
 from datetime import date
 from pathlib import Path
 
+from grpokit.algo.variants import VARIANTS
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
-from grpokit.algo.variants import VARIANTS
 
 
 def run_one(name: str, seed: int, steps: int, eval_every: int, out: Path) -> dict:
     _, overrides = VARIANTS[name]
-    cfg = apply_overrides(Config(), overrides + [f"train.steps={steps}", f"train.eval_every={eval_every}",
-                                                 f"train.seed={seed}", "record.sinks=[]", "record.report=false",
-                                                 f"train.out={out}"])
+    cfg = apply_overrides(
+        Config(),
+        overrides
+        + [
+            f"train.steps={steps}",
+            f"train.eval_every={eval_every}",
+            f"train.seed={seed}",
+            "record.sinks=[]",
+            "record.report=false",
+            f"train.out={out}",
+        ],
+    )
     t0 = time.perf_counter()
     summary = Trainer(cfg, quiet=True).train()
     wall = time.perf_counter() - t0
@@ -39,10 +48,15 @@ def run_one(name: str, seed: int, steps: int, eval_every: int, out: Path) -> dic
     reached = next((l["step"] for l in lines if l.get("eval/accuracy", 0) >= 0.9), None)
     health = out / "health.jsonl"  # health events: these runs are healthy, so every warning is a false alarm
     events = [json.loads(l) for l in health.read_text().splitlines()] if health.exists() else []
-    return {"accuracy": summary["eval_after"]["accuracy"], "before": summary["eval_before"]["accuracy"],
-            "steps_to_90": reached, "mean_length": statistics.mean(l["completions/mean_length"] for l in lines),
-            "wall_s": wall, "health_warnings": [f"{e['monitor']}@{e['step']}" for e in events if e.get("level") != "info"],
-            "health_notes": [f"{e['monitor']}@{e['step']}" for e in events if e.get("level") == "info"]}
+    return {
+        "accuracy": summary["eval_after"]["accuracy"],
+        "before": summary["eval_before"]["accuracy"],
+        "steps_to_90": reached,
+        "mean_length": statistics.mean(l["completions/mean_length"] for l in lines),
+        "wall_s": wall,
+        "health_warnings": [f"{e['monitor']}@{e['step']}" for e in events if e.get("level") != "info"],
+        "health_notes": [f"{e['monitor']}@{e['step']}" for e in events if e.get("level") == "info"],
+    }
 
 
 def main() -> None:
@@ -60,13 +74,19 @@ def main() -> None:
         for name in names:
             results = [run_one(name, s, args.steps, args.eval_every, Path(tmp) / f"{name}-{s}") for s in seeds]
             reached = [r["steps_to_90"] for r in results if r["steps_to_90"] is not None]
-            row = {"variant": name, "accuracy": statistics.mean(r["accuracy"] for r in results),
-                   "before": results[0]["before"],
-                   "steps_to_90": f"{statistics.mean(reached):.0f}" + ("" if len(reached) == len(results) else f" ({len(reached)}/{len(results)} seeds)") if reached else "not reached",
-                   "mean_length": statistics.mean(r["mean_length"] for r in results),
-                   "wall_s": statistics.mean(r["wall_s"] for r in results),
-                   "health_warnings": [w for r in results for w in r["health_warnings"]],
-                   "health_notes": [w for r in results for w in r["health_notes"]]}
+            row = {
+                "variant": name,
+                "accuracy": statistics.mean(r["accuracy"] for r in results),
+                "before": results[0]["before"],
+                "steps_to_90": f"{statistics.mean(reached):.0f}"
+                + ("" if len(reached) == len(results) else f" ({len(reached)}/{len(results)} seeds)")
+                if reached
+                else "not reached",
+                "mean_length": statistics.mean(r["mean_length"] for r in results),
+                "wall_s": statistics.mean(r["wall_s"] for r in results),
+                "health_warnings": [w for r in results for w in r["health_warnings"]],
+                "health_notes": [w for r in results for w in r["health_notes"]],
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     lines = [
@@ -83,14 +103,19 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        lines.append(f"| {r['variant']} | {VARIANTS[r['variant']][0]} | {r['accuracy']:.1%} | {r['steps_to_90']} | "
-                     f"{r['mean_length']:.2f} | {r['wall_s']:.1f} |")
-    lines += ["", "On this task most variants solve the problem quickly; the differences that matter at scale",
-              "(length bias, entropy collapse, MoE stability) need longer completions than two-digit sums.",
-              "One difference does show: plain GFPO keeps the shortest completions, and here a shorter answer",
-              "is often a wrong one (a dropped carry turns 125 into 15), so it learns more slowly; the adaptive",
-              "mode, which ranks by reward per token and only for hard prompts, does not pay that price.",
-              "Re-run the script after changing the defaults to keep this table true."]
+        lines.append(
+            f"| {r['variant']} | {VARIANTS[r['variant']][0]} | {r['accuracy']:.1%} | {r['steps_to_90']} | "
+            f"{r['mean_length']:.2f} | {r['wall_s']:.1f} |"
+        )
+    lines += [
+        "",
+        "On this task most variants solve the problem quickly; the differences that matter at scale",
+        "(length bias, entropy collapse, MoE stability) need longer completions than two-digit sums.",
+        "One difference does show: plain GFPO keeps the shortest completions, and here a shorter answer",
+        "is often a wrong one (a dropped carry turns 125 into 15), so it learns more slowly; the adaptive",
+        "mode, which ranks by reward per token and only for hard prompts, does not pay that price.",
+        "Re-run the script after changing the defaults to keep this table true.",
+    ]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 

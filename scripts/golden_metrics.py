@@ -19,15 +19,27 @@ import tempfile
 from pathlib import Path
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "golden" / "variant_metrics.json"
-SMALL = ["train.steps=2", "train.prompts_per_step=4", "rollout.group_size=8", "data.eval_size=16",
-         "record.sinks=[jsonl]", "record.report=false", "optim.lr=1e-3", "train.threads=1"]
+SMALL = [
+    "train.steps=2",
+    "train.prompts_per_step=4",
+    "rollout.group_size=8",
+    "data.eval_size=16",
+    "record.sinks=[jsonl]",
+    "record.report=false",
+    "optim.lr=1e-3",
+    "train.threads=1",
+]
 # pairs of options no single variant covers
 EXTRA = {
     "kl-k3-loss-bias": ["algo.beta=0.04", "algo.kl_bias_correction=true", "algo.num_iterations=2"],
     "dual-clip-token-mean": ["algo.dual_clip=3.0", "algo.aggregation=token-mean", "algo.num_iterations=2"],
     "gspo-kl": ["algo.ratio_level=sequence", "algo.beta=0.04", "algo.num_iterations=2"],
-    "dapo-entropy-top": ["algo.clip_high=0.28", "algo.aggregation=token-mean", "algo.entropy_top_fraction=0.5",
-                         "algo.mask_truncated=true"],
+    "dapo-entropy-top": [
+        "algo.clip_high=0.28",
+        "algo.aggregation=token-mean",
+        "algo.entropy_top_fraction=0.5",
+        "algo.mask_truncated=true",
+    ],
     "rloo-kl-reward": ["algo.baseline=leave_one_out", "algo.scale=none", "algo.beta=0.04", "algo.kl_placement=reward"],
 }
 SKIP = ("time", "seconds", "per_second", "tokens_per_second", "runtime", "memory")
@@ -47,7 +59,9 @@ def run_one(overrides: list[str]) -> list[dict]:
 
     keep = {o.split("=")[0] for o in overrides}
     with tempfile.TemporaryDirectory() as d:
-        cfg = apply_overrides(Config(), overrides + [s for s in SMALL if s.split("=")[0] not in keep] + [f"train.out={d}/run"])
+        cfg = apply_overrides(
+            Config(), overrides + [s for s in SMALL if s.split("=")[0] not in keep] + [f"train.out={d}/run"]
+        )
         Trainer(cfg, quiet=True).train()
         lines = [json.loads(l) for l in (Path(d) / "run" / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in l.items() if not any(s in k for s in SKIP)} for l in lines]

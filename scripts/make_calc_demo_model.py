@@ -56,9 +56,9 @@ def make_batch(tokenizer, pairs, rng: random.Random, batch_size: int, tool_prob:
     attn = torch.zeros((batch_size, width), dtype=torch.long)
     lab_t = torch.full((batch_size, width), -100)
     for i, (s, lab) in enumerate(zip(seqs, labels)):
-        input_ids[i, :len(s)] = torch.tensor(s)
-        attn[i, :len(s)] = 1
-        lab_t[i, :len(s)] = torch.tensor(lab)
+        input_ids[i, : len(s)] = torch.tensor(s)
+        attn[i, : len(s)] = 1
+        lab_t[i, : len(s)] = torch.tensor(lab)
     return input_ids, attn, lab_t
 
 
@@ -67,12 +67,12 @@ def measure(folder: Path) -> None:
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
     from grpokit.data import to_prompts
-    from grpokit.train.evaluate import evaluate
-    from grpokit.train.models import eos_ids, load_model, load_tokenizer
+    from grpokit.data.tasks import get_task
     from grpokit.rewards import RewardRunner, RewardSpec
     from grpokit.rollout.hf import SamplingParams, generate
-    from grpokit.data.tasks import get_task
     from grpokit.train import episode_setup
+    from grpokit.train.evaluate import evaluate
+    from grpokit.train.models import eos_ids, load_model, load_tokenizer
 
     cfg = apply_overrides(Config(), ["data.task=calculator", f"model.name_or_path={folder}"])
     tok, task = load_tokenizer(cfg.model), get_task("calculator")
@@ -82,12 +82,22 @@ def measure(folder: Path) -> None:
     with RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy")], num_workers=0) as rr:
         res = evaluate(model, tok, prompts, rr, max_new_tokens=8, eos_token_ids=eos_ids(tok, model), episodes=runner)
     gen = torch.Generator().manual_seed(0)
-    sample = lambda ctx, G, p: generate(model, ctx, G, p, eos_token_ids=eos_ids(tok, model), pad_token_id=tok.pad_token_id,
-                                        generator=gen, decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
+    sample = lambda ctx, G, p: generate(
+        model,
+        ctx,
+        G,
+        p,
+        eos_token_ids=eos_ids(tok, model),
+        pad_token_id=tok.pad_token_id,
+        generator=gen,
+        decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+    )
     ro = runner.run(sample, prompts[:100], 8, SamplingParams(max_new_tokens=8, temperature=1.0))
     used = sum(e.tool_calls > 0 for e in ro.episodes) / len(ro.episodes)
-    print(f"held-out (500): greedy accuracy {res['accuracy']:.3f}, greedy tool use {res['tool_use_rate']:.3f}; "
-          f"sampled tool use (T=1, 100 prompts x 8) {used:.3f}")
+    print(
+        f"held-out (500): greedy accuracy {res['accuracy']:.3f}, greedy tool use {res['tool_use_rate']:.3f}; "
+        f"sampled tool use (T=1, 100 prompts x 8) {used:.3f}"
+    )
 
 
 def main() -> None:
@@ -96,10 +106,19 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     tokenizer = build_char_tokenizer(ALPHABET, TAGS)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=256, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = LlamaForCausalLM(config)
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.3f} M parameters, vocab {len(tokenizer)}")
     pairs = train_pairs()

@@ -66,8 +66,9 @@ def make_batch(tokenizer, pairs, rng: random.Random, batch_size: int, slip_prob:
     chosen = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
     prompts = [format_prompt(a, b) for a, b in chosen]
     completions = [teacher_completion(a, b, rng, slip_prob) + tokenizer.eos_token for a, b in chosen]
-    enc = tokenizer([p + c for p, c in zip(prompts, completions)], return_tensors="pt",
-                    padding=True, padding_side="right")
+    enc = tokenizer(
+        [p + c for p, c in zip(prompts, completions)], return_tensors="pt", padding=True, padding_side="right"
+    )
     labels = enc["input_ids"].clone()  # (B, T)
     labels[enc["attention_mask"] == 0] = -100
     labels[:, : len(prompts[0])] = -100  # every prompt has the same 6 characters, one id each
@@ -81,10 +82,18 @@ def sampled_accuracy(model, tokenizer, rows, samples: int = 8) -> float:
     model.eval()
     enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
     with torch.inference_mode():
-        out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                             max_new_tokens=8, num_return_sequences=samples,
-                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=8,
+            num_return_sequences=samples,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     answers = [r["answer"] for r in rows for _ in range(samples)]
     return sum(arithmetic_accuracy(None, texts, answers)) / len(texts)
 
@@ -135,8 +144,10 @@ def main() -> None:
     greedy = evaluate_accuracy(model, tokenizer, rows)
     torch.manual_seed(args.seed)
     sampled = sampled_accuracy(model, tokenizer, rows)
-    print(f"held-out ({greedy['n']} rows): greedy accuracy {greedy['accuracy']:.3f}, "
-          f"mean length {greedy['mean_length']:.2f}, sampled accuracy (T=1, 8/prompt) {sampled:.3f}")
+    print(
+        f"held-out ({greedy['n']} rows): greedy accuracy {greedy['accuracy']:.3f}, "
+        f"mean length {greedy['mean_length']:.2f}, sampled accuracy (T=1, 8/prompt) {sampled:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,16 +32,17 @@ import time
 
 import torch
 
-from grpokit.data.tasks import chartok
-from grpokit.data.tasks import shapes
+from grpokit.data.tasks import chartok, shapes
 from grpokit.data.vision import encode_prompt, forward_kwargs, image_only
 
 VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789[](),.?= "
 # The chat template: image parts become Qwen2-VL's placeholder triple, "=" opens the answer.
-TEMPLATE = ("{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for c in m.content %}"
-            "{% if c.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c.text }}{% endif %}"
-            "{% endfor %}{% endif %}{% endfor %}{% if add_generation_prompt %}={% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for c in m.content %}"
+    "{% if c.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c.text }}{% endif %}"
+    "{% endfor %}{% endif %}{% endfor %}{% if add_generation_prompt %}={% endif %}"
+)
 
 
 def build_processor():
@@ -50,8 +51,9 @@ def build_processor():
     tok = chartok.build_char_tokenizer(ALPHABET, VISION_TOKENS, model_max_length=256)
     tok.chat_template = TEMPLATE
     side = shapes.CANVAS * shapes.CANVAS
-    ip = Qwen2VLImageProcessor(patch_size=8, merge_size=2, temporal_patch_size=2,
-                               size={"shortest_edge": side, "longest_edge": side})
+    ip = Qwen2VLImageProcessor(
+        patch_size=8, merge_size=2, temporal_patch_size=2, size={"shortest_edge": side, "longest_edge": side}
+    )
     return image_only(Qwen2VLProcessor)(image_processor=ip, tokenizer=tok, chat_template=TEMPLATE)
 
 
@@ -61,15 +63,39 @@ def build_model(tok, seed: int):
     torch.manual_seed(seed)
     ids = {t: tok.convert_tokens_to_ids(t) for t in VISION_TOKENS}
     config = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=8,
-                           spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True, bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            tie_word_embeddings=True,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        ),
+        vision_config=dict(
+            depth=2,
+            embed_dim=32,
+            hidden_size=64,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=8,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     model = Qwen2VLForConditionalGeneration(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
@@ -88,13 +114,13 @@ def sft_loss(model, proc, rows):
     ids = torch.full((len(seqs), L), tok.pad_token_id)
     mask = torch.zeros_like(ids)
     for i, s in enumerate(seqs):  # left padding, as in the rollout
-        ids[i, L - len(s):], mask[i, L - len(s):] = torch.tensor(s), 1
+        ids[i, L - len(s) :], mask[i, L - len(s) :] = torch.tensor(s), 1
     extra = forward_kwargs(model, ids, mask, vis)
     logits = model(input_ids=ids, attention_mask=mask, **extra).logits[:, :-1]
     target = ids[:, 1:]
     keep = torch.zeros_like(target, dtype=torch.bool)
     for i, n in enumerate(lens):
-        keep[i, L - 1 - n:] = True
+        keep[i, L - 1 - n :] = True
     return torch.nn.functional.cross_entropy(logits[keep], target[keep])
 
 
@@ -119,7 +145,9 @@ def _optimizer(model):
     return torch.optim.AdamW([{"params": rest, "lr": 3e-3}, {"params": tower, "lr": 3e-4}])
 
 
-def _train(model, proc, rows, steps: int, held, stop, phase: int, clock: tuple[float, float], snapshots: str = "") -> dict:
+def _train(
+    model, proc, rows, steps: int, held, stop, phase: int, clock: tuple[float, float], snapshots: str = ""
+) -> dict:
     """Supervised steps of 32 rows from ``rows`` until ``stop(scores)`` at an evaluation (every 25)."""
     opt, scores = _optimizer(model), {}
     for step in range(steps):
@@ -131,9 +159,21 @@ def _train(model, proc, rows, steps: int, held, stop, phase: int, clock: tuple[f
         if step % 25 == 24:
             model.eval()
             scores = shapes.evaluate_shapes(model, proc, held)
-            print(json.dumps({"phase": phase, "step": step + 1, "loss": round(loss.item(), 3), "reward": round(scores["reward"], 3),
-                              "box_iou": round(scores["box_iou"], 3), "count_accuracy": round(scores["count_accuracy"], 3),
-                              "s": round(time.time() - clock[0]), "cpu_s": round(time.process_time() - clock[1])}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "phase": phase,
+                        "step": step + 1,
+                        "loss": round(loss.item(), 3),
+                        "reward": round(scores["reward"], 3),
+                        "box_iou": round(scores["box_iou"], 3),
+                        "count_accuracy": round(scores["count_accuracy"], 3),
+                        "s": round(time.time() - clock[0]),
+                        "cpu_s": round(time.process_time() - clock[1]),
+                    }
+                ),
+                flush=True,
+            )
             if snapshots:
                 _save(model, proc, f"{snapshots}/step_{step + 1}")
             if stop(scores):
@@ -145,11 +185,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(shapes.shapes_model_path()))
     ap.add_argument("--steps", type=int, default=2000, help="at most this many steps per phase")
-    ap.add_argument("--target", type=float, default=0.3, help="phase 1 (both questions) stops once held-out reward reaches this")
-    ap.add_argument("--box-target", type=float, default=0.2, help="phase 2 (box rows) stops once the box question's held-out mean IoU reaches this")
+    ap.add_argument(
+        "--target", type=float, default=0.3, help="phase 1 (both questions) stops once held-out reward reaches this"
+    )
+    ap.add_argument(
+        "--box-target",
+        type=float,
+        default=0.2,
+        help="phase 2 (box rows) stops once the box question's held-out mean IoU reaches this",
+    )
     ap.add_argument("--count-share", type=int, default=0, help="count rows in each phase-2 batch of 32")
     ap.add_argument("--from", dest="start", default="", help="skip phase 1: start phase 2 from this saved model")
-    ap.add_argument("--snapshots", default="", help="save phase 2's model at every evaluation into DIR/step_N (to choose --box-target)")
+    ap.add_argument(
+        "--snapshots",
+        default="",
+        help="save phase 2's model at every evaluation into DIR/step_N (to choose --box-target)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -161,18 +212,35 @@ def main() -> None:
         proc = build_processor()
         model = build_model(proc.tokenizer, args.seed)
         rows = shapes.iter_rows(args.seed + 99)  # a seed the GRPO demo does not use
-        _train(model, proc, rows, args.steps, shapes.held_out_rows(60, seed=4321), lambda s: s["reward"] >= args.target,
-               1, clock)
+        _train(
+            model,
+            proc,
+            rows,
+            args.steps,
+            shapes.held_out_rows(60, seed=4321),
+            lambda s: s["reward"] >= args.target,
+            1,
+            clock,
+        )
     # Phase 2 (see the module docstring): the box question gets its own supervision and target.
     boxes = (r for r in shapes.iter_rows(args.seed + 199) if r["kind"] == "box")
     counts = (r for r in shapes.iter_rows(args.seed + 299) if r["kind"] == "count")
     rows = _mix(boxes, counts, args.count_share)
     held = shapes.held_out_rows(200, seed=4321)
-    scores = _train(model, proc, rows, args.steps, held, lambda s: s["box_iou"] >= args.box_target, 2, clock,
-                    args.snapshots)
+    scores = _train(
+        model, proc, rows, args.steps, held, lambda s: s["box_iou"] >= args.box_target, 2, clock, args.snapshots
+    )
     _save(model, proc, args.out)
-    print(json.dumps({"saved": args.out, "box_iou": scores.get("box_iou"), "s": round(time.time() - clock[0]),
-                      "parameters": sum(p.numel() for p in model.parameters())}))
+    print(
+        json.dumps(
+            {
+                "saved": args.out,
+                "box_iou": scores.get("box_iou"),
+                "s": round(time.time() - clock[0]),
+                "parameters": sum(p.numel() for p in model.parameters()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

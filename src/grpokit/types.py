@@ -16,7 +16,9 @@ class Prompt:
     ids: list[int]
     columns: dict[str, Any] = field(default_factory=dict)
     raw: Any = None  # the dataset's prompt as given (text or chat messages), for environments' reset(**row)
-    vision: dict[str, Any] | None = None  # the processor's image inputs (pixel_values, image_grid_thw ...), data/vision.py
+    vision: dict[str, Any] | None = (
+        None  # the processor's image inputs (pixel_values, image_grid_thw ...), data/vision.py
+    )
 
 
 @dataclass
@@ -36,7 +38,9 @@ class Rollout:
     prompt_ids: list[list[int]]  # P
     completion_ids: list[list[int]]  # N
     sampling_logprobs: list[list[float]]  # N
-    finish_reasons: list[str]  # N: "eos" | "length" | "stop" (episodes also "turns" | "done" | "tool_error" | "timeout")
+    finish_reasons: list[
+        str
+    ]  # N: "eos" | "length" | "stop" (episodes also "turns" | "done" | "tool_error" | "timeout")
     group_size: int
     episodes: list["Episode"] | None = None  # N, or None for single-turn completions
     vision: list[dict[str, Any]] | None = None  # N: each row's prompt image inputs (data/vision.py), or None
@@ -65,9 +69,15 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
     if any(e is not None for e in eps):  # a mixed batch: plain rows become one-turn episodes
         eps = [e if e is not None else Episode.single(len(ro.completion_ids[i])) for e, (ro, i) in zip(eps, sources)]
     vision = [ro.vision[i] for ro, i in sources] if sources and sources[0][0].vision is not None else None
-    return Rollout([list(p) for p in prompt_ids], [ro.completion_ids[i] for ro, i in sources],
-                   [ro.sampling_logprobs[i] for ro, i in sources], [ro.finish_reasons[i] for ro, i in sources],
-                   group_size, eps if any(e is not None for e in eps) else None, vision)
+    return Rollout(
+        [list(p) for p in prompt_ids],
+        [ro.completion_ids[i] for ro, i in sources],
+        [ro.sampling_logprobs[i] for ro, i in sources],
+        [ro.finish_reasons[i] for ro, i in sources],
+        group_size,
+        eps if any(e is not None for e in eps) else None,
+        vision,
+    )
 
 
 @dataclass
@@ -88,7 +98,9 @@ class Episode:
     tool_errors: int = 0
     environment: Any = None  # the environment instance of this episode (environment_factory), or None
     tool_timeouts: int = 0  # calls of tool_errors that ran past env.tool_timeout_s
-    reset_failed: bool = False  # reset() raised or ran past env.reset_timeout_s: the episode started from the bare prompt
+    reset_failed: bool = (
+        False  # reset() raised or ran past env.reset_timeout_s: the episode started from the bare prompt
+    )
 
     @property
     def turns(self) -> int:
@@ -121,8 +133,19 @@ class TokenBatch:
     vision: list[dict[str, Any]] | None = None  # N: each row's image inputs (prompt images), or None
 
     def rows(self, idx: slice) -> "TokenBatch":
-        return TokenBatch(*(t[idx] for t in (self.input_ids, self.attention_mask, self.position_ids, self.completion_ids, self.completion_mask)),
-                          vision=self.vision[idx] if self.vision is not None else None)
+        return TokenBatch(
+            *(
+                t[idx]
+                for t in (
+                    self.input_ids,
+                    self.attention_mask,
+                    self.position_ids,
+                    self.completion_ids,
+                    self.completion_mask,
+                )
+            ),
+            vision=self.vision[idx] if self.vision is not None else None,
+        )
 
     @property
     def width(self) -> int:

@@ -1,7 +1,6 @@
 """Advantages: hand-worked cases (arithmetic in comments) and properties."""
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -102,8 +101,11 @@ def test_worked_example_in_the_docs_at_the_default_eps_and_at_eps_0():
     # defaults (unbiased, eps 1e-4): +0.4 / 0.516498 = +0.7744, -0.6 / 0.516498 = -1.1617
     # eps 0: +0.4 / 0.516398 = +0.7746, -1.1619; population std sqrt(0.24) = 0.489898, eps 0: +0.8165, -1.2247
     r = torch.tensor([[1.0] * 6 + [0.0] * 4])
-    cases = {"default": ({}, 0.7744, -1.1617), "eps0": ({"eps": 0.0}, 0.7746, -1.1619),
-             "population": ({"eps": 0.0, "std": "population"}, 0.8165, -1.2247)}
+    cases = {
+        "default": ({}, 0.7744, -1.1617),
+        "eps0": ({"eps": 0.0}, 0.7746, -1.1619),
+        "population": ({"eps": 0.0, "std": "population"}, 0.8165, -1.2247),
+    }
     doc = (ROOT / "docs" / "ALGORITHMS.md").read_text().replace("\u2212", "-")
     for kw, good, bad in cases.values():
         adv, _ = group_advantages(r, **kw)

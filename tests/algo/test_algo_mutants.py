@@ -11,11 +11,16 @@ import pytest
 import torch
 
 from grpokit.algo.advantages import (
-    BASELINES, STD_KINDS, _stats, group_advantages, kl_penalized_rewards, normalize_components, process_advantages,
+    BASELINES,
+    STD_KINDS,
+    _stats,
+    group_advantages,
+    kl_penalized_rewards,
+    normalize_components,
+    process_advantages,
     token_whiten,
 )
 from grpokit.algo.tis import tis_weights
-
 
 # ---------------------------------------------------------------- group_advantages: errors and metrics
 
@@ -57,10 +62,13 @@ def test_token_whiten_default_eps_and_population_std_pass_through():
     assert torch.allclose(token_whiten(c, L, std="population", eps=0.0), torch.tensor([[-1.5, 0.5]]) / math.sqrt(0.75))
     assert torch.allclose(token_whiten(c, L, eps=3.0), torch.tensor([[-1.5, 0.5]]) / 2.0)  # sqrt(1 + 3)
     # group_advantages passes std through: rewards [0, 2] centre to [-1, 1], lengths [1, 3] as above
-    adv, _ = group_advantages(torch.tensor([[0.0, 2.0]]), scale="token_whiten", std="population", eps=0.0,
-                              lengths_PG=torch.tensor([[1, 3]]))
+    adv, _ = group_advantages(
+        torch.tensor([[0.0, 2.0]]), scale="token_whiten", std="population", eps=0.0, lengths_PG=torch.tensor([[1, 3]])
+    )
     assert torch.allclose(adv, torch.tensor([[-1.5, 0.5]]) / math.sqrt(0.75))
-    adv, _ = group_advantages(torch.tensor([[0.0, 2.0]]), scale="token_whiten", eps=3.0, lengths_PG=torch.tensor([[1, 3]]))
+    adv, _ = group_advantages(
+        torch.tensor([[0.0, 2.0]]), scale="token_whiten", eps=3.0, lengths_PG=torch.tensor([[1, 3]])
+    )
     assert torch.allclose(adv, torch.tensor([[-1.5, 0.5]]) / 2.0)
 
 
@@ -101,13 +109,16 @@ def test_normalize_components_weights_nan_and_default_eps():
     # a NaN (the function does not apply) is left out of the statistics and contributes 0:
     # [0, 2, nan] -> valid [0, 2]: dev [-1, 1], std sqrt 2
     out = normalize_components(torch.tensor([[[0.0], [2.0], [float("nan")]]]), torch.ones(1), eps=0.0)
-    assert torch.allclose(out, torch.tensor([[-1.0, 1.0, 0.0]]) / torch.tensor([math.sqrt(2), math.sqrt(2), 1.0]), atol=1e-6)
+    assert torch.allclose(
+        out, torch.tensor([[-1.0, 1.0, 0.0]]) / torch.tensor([math.sqrt(2), math.sqrt(2), 1.0]), atol=1e-6
+    )
 
 
 def test_kl_penalized_rewards_passes_the_clamp_to_the_estimator():
     # one token, logp - ref = 3; k1 estimate 3, clamped to 1 -> r = 1 - beta * 1 = 0.5 with beta 0.5
-    r, kl = kl_penalized_rewards(torch.tensor([1.0]), torch.tensor([[3.0]]), torch.tensor([[0.0]]), torch.ones(1, 1),
-                                 0.5, "k1", 1.0)
+    r, kl = kl_penalized_rewards(
+        torch.tensor([1.0]), torch.tensor([[3.0]]), torch.tensor([[0.0]]), torch.ones(1, 1), 0.5, "k1", 1.0
+    )
     assert kl.tolist() == [1.0]
     assert r.tolist() == [0.5]
 
@@ -116,8 +127,9 @@ def test_process_advantages_names_the_group_size_and_counts_flat_groups_per_prom
     with pytest.raises(ValueError, match="^3 completions do not split into groups of 2$"):
         process_advantages(torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.long), torch.ones(3, 1), 2, 4)
     # P = 2 prompts of G = 2, one step each: group 0 flat ([1, 1]), group 1 not ([0, 1]) -> fraction 1/2
-    _, m = process_advantages(torch.tensor([[1.0], [1.0], [0.0], [1.0]]), torch.zeros(4, 1, dtype=torch.long),
-                              torch.ones(4, 1), 2, 1)
+    _, m = process_advantages(
+        torch.tensor([[1.0], [1.0], [0.0], [1.0]]), torch.zeros(4, 1, dtype=torch.long), torch.ones(4, 1), 2, 1
+    )
     assert m["frac_reward_zero_std"] == pytest.approx(0.5)
     assert m["num_zero_std_groups"] == 1.0
     assert "advantages/mean" in m
@@ -152,7 +164,9 @@ def test_surrogate_adapter_clip_dual_clip_and_cispo():
 
     ratio, adv, logp = torch.tensor([[1.5, 4.0]]), torch.tensor([[1.0, -1.0]]), torch.tensor([[-1.0, -1.0]])
     # clip 0.2 / 0.3: token 0 min(1.5 * 1, clamp(1.5, 0.8, 1.3) * 1) = 1.3; token 1 min(-4, -1.3) = -4
-    assert torch.allclose(surrogate(ratio, adv, logp, ClipSettings(clip_low=0.2, clip_high=0.3)), torch.tensor([[1.3, -4.0]]))
+    assert torch.allclose(
+        surrogate(ratio, adv, logp, ClipSettings(clip_low=0.2, clip_high=0.3)), torch.tensor([[1.3, -4.0]])
+    )
     # dual clip 3 bounds the negative-advantage token from below: max(-4, 3 * -1) = -3
     assert torch.allclose(surrogate(ratio, adv, logp, ClipSettings(dual_clip=3.0)), torch.tensor([[1.2, -3.0]]))
     # CISPO: sg(min(rho, 1 + clip_high)) * A * logp: [1.2 * 1 * -1, 1.2 * -1 * -1]
@@ -170,10 +184,16 @@ def test_step_tensors_put_the_outcome_on_the_last_turn_and_number_states_in_orde
 
     # G = 2, P = 2. Episode 0: two turns, states "a", "b"; episode 1: one turn, no state keys (-> "p0");
     # episode 2: three turns "b", "a", "c"; episode 3: one turn, no keys (-> "p1", its prompt p = 3 // 2 = 1).
-    eps = [Episode([1, 1], [0, 1], ["a", "b"]), Episode([1], [0]), Episode([1, 1, 1], [0, 1, 2], ["b", "a", "c"]),
-           Episode([1], [0])]
+    eps = [
+        Episode([1, 1], [0, 1], ["a", "b"]),
+        Episode([1], [0]),
+        Episode([1, 1, 1], [0, 1, 2], ["b", "a", "c"]),
+        Episode([1], [0]),
+    ]
     ro = Rollout([[1], [1]], [[5, 5], [5], [5, 5, 5], [5]], [[0.0] * 2, [0.0], [0.0] * 3, [0.0]], ["eos"] * 4, 2, eps)
-    ctx = SimpleNamespace(scored=SimpleNamespace(rollout=ro), group_size=2, rewards_N=torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    ctx = SimpleNamespace(
+        scored=SimpleNamespace(rollout=ro), group_size=2, rewards_N=torch.tensor([1.0, 2.0, 3.0, 4.0])
+    )
     rewards, states, mask = _step_tensors(ctx)
     assert rewards.tolist() == [[0, 1, 0], [2, 0, 0], [0, 0, 3], [4, 0, 0]]
     # ids in order of first sight: a 0, b 1, p0 2, c 3, p1 4
@@ -198,24 +218,36 @@ def test_registry_lookup_import_paths_and_messages(tmp_path, monkeypatch):
     assert registry.registered("objective")[:3] == ["clip", "cispo", "sapo"]  # built-ins first, in order
     with pytest.raises(ValueError) as e:
         registry.lookup("objective", "nosuch")
-    assert str(e.value) == "unknown objective 'nosuch'; choose one of: " + ", ".join(registry.registered("objective")) + \
-        " (or a module:function)"
+    assert (
+        str(e.value)
+        == "unknown objective 'nosuch'; choose one of: "
+        + ", ".join(registry.registered("objective"))
+        + " (or a module:function)"
+    )
     with pytest.raises(ValueError) as e:
         registry.lookup("token mask", "regmod_x:missing")
     assert str(e.value).startswith("token mask 'regmod_x:missing' could not be imported (")
-    assert str(e.value).endswith("give a module:function on sys.path or one of: " + ", ".join(registry.registered("token mask")))
+    assert str(e.value).endswith(
+        "give a module:function on sys.path or one of: " + ", ".join(registry.registered("token mask"))
+    )
     del registry.ADVANTAGES["regmod_x:adv"]
 
 
 def test_each_register_decorator_fills_its_own_table():
     from grpokit.algo import registry
 
-    tables = {"register_advantage": registry.ADVANTAGES, "register_objective": registry.OBJECTIVE_FNS,
-              "register_token_mask": registry.TOKEN_MASKS, "register_reward_stage": registry.REWARD_STAGES,
-              "register_advantage_stage": registry.ADVANTAGE_STAGES}
+    tables = {
+        "register_advantage": registry.ADVANTAGES,
+        "register_objective": registry.OBJECTIVE_FNS,
+        "register_token_mask": registry.TOKEN_MASKS,
+        "register_reward_stage": registry.REWARD_STAGES,
+        "register_advantage_stage": registry.ADVANTAGE_STAGES,
+    }
     for name, table in tables.items():
+
         def fn():
             return None
+
         assert getattr(registry, name)("zz_probe")(fn) is fn  # the decorator returns the function itself
         assert table.pop("zz_probe") is fn
         assert all("zz_probe" not in t for t in tables.values())
@@ -227,12 +259,32 @@ def test_loss_settings_carry_every_algo_field():
     from grpokit.algo.settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
     from grpokit.config.sections import AlgoConfig
 
-    a = AlgoConfig(objective="sapo", clip_low=0.1, clip_high=0.3, dual_clip=3.0, ratio_level="sequence", sapo_tau_pos=0.7,
-                   sapo_tau_neg=1.3, beta=0.05, kl_estimator="k2", kl_bias_correction=True, kl_clamp=10.0,
-                   entropy_coef=0.01, entropy_aggregation="token-mean", offpolicy_delta=0.2, aggregation="token-mean")
-    assert loss_settings(a) == (LossSettings(ClipSettings("sapo", 0.1, 0.3, 3.0, "sequence", params=SAPOParams(0.7, 1.3)),
-                                             KLSettings(0.05, "k2", True, 10.0), EntropyBonus(0.01, "token-mean"), 0.2),
-                                Normalisers("token-mean"))
+    a = AlgoConfig(
+        objective="sapo",
+        clip_low=0.1,
+        clip_high=0.3,
+        dual_clip=3.0,
+        ratio_level="sequence",
+        sapo_tau_pos=0.7,
+        sapo_tau_neg=1.3,
+        beta=0.05,
+        kl_estimator="k2",
+        kl_bias_correction=True,
+        kl_clamp=10.0,
+        entropy_coef=0.01,
+        entropy_aggregation="token-mean",
+        offpolicy_delta=0.2,
+        aggregation="token-mean",
+    )
+    assert loss_settings(a) == (
+        LossSettings(
+            ClipSettings("sapo", 0.1, 0.3, 3.0, "sequence", params=SAPOParams(0.7, 1.3)),
+            KLSettings(0.05, "k2", True, 10.0),
+            EntropyBonus(0.01, "token-mean"),
+            0.2,
+        ),
+        Normalisers("token-mean"),
+    )
     # 0 means "off" in the config and None in the records; the KL goes to the reward with kl_placement=reward
     s, n = loss_settings(AlgoConfig(beta=0.05, kl_placement="reward"))
     assert s.clip.dual_clip is None and s.kl.clamp is None and s.offpolicy_delta is None and s.kl.beta == 0.0
@@ -244,21 +296,39 @@ def test_group_advantages_passes_flat_rtol_and_token_whiten_with_two_tokens():
     adv, m = group_advantages(torch.tensor([[1.0, 1.1]]), flat_rtol=0.5)
     assert torch.equal(adv, torch.zeros(1, 2)) and m["num_zero_std_groups"] == 1.0
     # centred [-1, 1], one token each: n = 2, mu = 0, unbiased var = 2 / (2 - 1) = 2 -> A = [-1, 1] / sqrt(2)
-    assert torch.allclose(token_whiten(torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2), eps=0.0),
-                          torch.tensor([[-1.0, 1.0]]) / math.sqrt(2))
+    assert torch.allclose(
+        token_whiten(torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2), eps=0.0), torch.tensor([[-1.0, 1.0]]) / math.sqrt(2)
+    )
 
 
 def test_pipeline_plugged_stages_and_tis_below_one():
     from types import SimpleNamespace as NS
 
-    from grpokit.algo.pipeline import _plugged, advantage_stage_names, needed_logprobs, sampler_record, MismatchSettings, TISSettings
+    from grpokit.algo.pipeline import (
+        MismatchSettings,
+        TISSettings,
+        _plugged,
+        advantage_stage_names,
+        needed_logprobs,
+        sampler_record,
+    )
+
     # built-in objectives with no plugin stage are not "plugged"; any plugin advantage, mask or objective is
     assert not any(_plugged(NS(advantage="", token_masks=(), objective=o)) for o in ("clip", "cispo", "sapo"))
     assert _plugged(NS(advantage="", token_masks=("m",), objective="clip"))
     assert _plugged(NS(advantage="my:fn", token_masks=(), objective="clip"))
     # a TIS cap is on whenever it is above 0 (0 means off), 0.5 included: it needs pi_old's log-probs
-    algo = NS(entropy_top_fraction=1.0, entropy_advantage=0.0, entropy_shaping="none", advantage="", token_masks=(),
-              objective="clip", num_iterations=1, kl_placement="loss", beta=0.0)
+    algo = NS(
+        entropy_top_fraction=1.0,
+        entropy_advantage=0.0,
+        entropy_shaping="none",
+        advantage="",
+        token_masks=(),
+        objective="clip",
+        num_iterations=1,
+        kl_placement="loss",
+        beta=0.0,
+    )
     s = NS(algo=algo, tis=TISSettings(cap=0.5), mismatch=MismatchSettings())
     assert advantage_stage_names(s) == ["tis"] and needed_logprobs(s) == (True, False, False)
     # rows the sampler did not score (all-zero logprobs) leave the sampler mask: 1 * 0, not 1 / 0
@@ -269,8 +339,11 @@ def test_pipeline_plugged_stages_and_tis_below_one():
 def test_flat_groups_keepdim_keeps_one_column():
     # [[1, 1], [0, 1]]: group 0 flat, group 1 not; keepdim gives (P, 1), not a (P, P) broadcast of hi and lo
     from grpokit.algo.advantages import flat_groups
+
     out = flat_groups(torch.tensor([[1.0, 1.0], [0.0, 1.0]]), keepdim=True)
     assert out.shape == (2, 1) and out.flatten().tolist() == [True, False]
+
+
 # ---------------------------------------------------------------- GTPO / GRPO-S normalisation
 
 
@@ -361,7 +434,9 @@ def test_gagpo_defaults_options_metrics_and_message():
     from grpokit.algo.credit import gagpo_advantages
 
     adv, m = gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3)
-    same, _ = gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3, gamma=0.95, lam=0.95, std="unbiased", eps=1e-4, flat_rtol=1e-6)
+    same, _ = gagpo_advantages(
+        GI_STEP, GI_STATE, GI_MASK, 3, gamma=0.95, lam=0.95, std="unbiased", eps=1e-4, flat_rtol=1e-6
+    )
     assert torch.equal(adv, same)
     for other in ({"gamma": 0.5}, {"lam": 0.5}, {"std": "population"}, {"eps": 1.0}):
         assert not torch.allclose(adv, gagpo_advantages(GI_STEP, GI_STATE, GI_MASK, 3, **other)[0]), other

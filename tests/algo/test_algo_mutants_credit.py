@@ -23,17 +23,23 @@ def close(a, b, tol):
 def test_state_group_stats_population_std_and_flat_at_zero_tolerance():
     # one prompt of 4 episodes, one step each: state 0 holds values 0, 2 (mean 1, population std 1, not flat);
     # state 1 holds 5, 5 (std 0, flat even with flat_rtol 0 since 0 <= 0)
-    mean, sd, count, flat = _state_group_stats(torch.tensor([[0.0], [2.0], [5.0], [5.0]]),
-                                               torch.tensor([[0], [0], [1], [1]]), torch.ones(4, 1), 4,
-                                               "population", 0.0)
+    mean, sd, count, flat = _state_group_stats(
+        torch.tensor([[0.0], [2.0], [5.0], [5.0]]),
+        torch.tensor([[0], [0], [1], [1]]),
+        torch.ones(4, 1),
+        4,
+        "population",
+        0.0,
+    )
     assert mean.flatten().tolist() == [1.0, 1.0, 5.0, 5.0] and sd.flatten().tolist() == [1.0, 1.0, 0.0, 0.0]
     assert count.flatten().tolist() == [2.0] * 4 and flat.flatten().tolist() == [False, False, True, True]
 
 
 def test_state_group_stats_single_steps_relative_tolerance_and_empty():
     # a state alone: its mean is its value (count 1 is not floored to 2)
-    mean, _, count, _ = _state_group_stats(torch.tensor([[3.0]]), torch.tensor([[0]]), torch.ones(1, 1), 1,
-                                           "unbiased", 1e-6)
+    mean, _, count, _ = _state_group_stats(
+        torch.tensor([[3.0]]), torch.tensor([[0]]), torch.ones(1, 1), 1, "unbiased", 1e-6
+    )
     assert mean.item() == 3.0 and count.item() == 1.0
     # [10, 10.5] with flat_rtol 0.1: spread 0.5 <= 0.1 * 10.5 -> flat (the tolerance scales with the values)
     two = torch.tensor([[0], [0]])
@@ -74,8 +80,9 @@ def test_gigpo_default_eps_and_std_reach_both_levels():
 
 def test_gigpo_passes_flat_rtol_and_handles_no_real_step():
     # episode rewards [1, 1.1] with flat_rtol 0.5 are flat: A_E = 0; no step reward, all states distinct: A_S = 0
-    adv, m = gigpo_advantages(torch.tensor([[1.0, 1.1]]), torch.zeros(2, 2), torch.tensor([[0, 1], [2, 3]]),
-                              STEP_M, flat_rtol=0.5)
+    adv, m = gigpo_advantages(
+        torch.tensor([[1.0, 1.1]]), torch.zeros(2, 2), torch.tensor([[0, 1], [2, 3]]), STEP_M, flat_rtol=0.5
+    )
     assert torch.equal(adv, torch.zeros(2, 2)) and m["num_zero_std_groups"] == 1.0
     _, m = gigpo_advantages(EP_R, STEP_R, STATES, torch.zeros(2, 2))
     assert m["gigpo/step_group_size_mean"] == 0.0 and m["gigpo/singleton_step_fraction"] == 0.0
@@ -122,8 +129,12 @@ def test_mismatch_sums_bounds_are_inclusive_and_empty_is_zero():
 
 def test_mismatch_metrics_means_over_tokens_and_defaults():
     m = mismatch_metrics({"tokens": 1.0, "abs_diff": 0.5, "abs_diff_max": 0.5, "k3": 0.1, "outside": 1.0})
-    assert m == {"mismatch/logp_abs_diff_mean": 0.5, "mismatch/logp_abs_diff_max": 0.5, "mismatch/k3_kl": 0.1,
-                 "mismatch/outside_fraction": 1.0}
+    assert m == {
+        "mismatch/logp_abs_diff_mean": 0.5,
+        "mismatch/logp_abs_diff_max": 0.5,
+        "mismatch/k3_kl": 0.1,
+        "mismatch/outside_fraction": 1.0,
+    }
     assert set(mismatch_metrics({}).values()) == {0.0}  # nothing measured yet: zeros, not an error
 
 
@@ -141,8 +152,9 @@ def test_mismatch_mask_modes_boundaries_and_counts():
     keep, m = mismatch_mask(old, torch.zeros(2, 2), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), "sequence", 0.5, 2.5)
     assert keep.tolist() == [[0.0, 1.0], [1.0, 1.0]] and m["mismatch/masked_fraction"] == pytest.approx(1 / 3)
     # one real token, dropped: fraction 1 (not 1/2); keep takes the log-probs' float dtype, float32 for others
-    keep, m = mismatch_mask(torch.tensor([[3.0]], dtype=torch.float64), torch.zeros(1, 1), torch.ones(1, 1), "token",
-                            0.5, 2.0)
+    keep, m = mismatch_mask(
+        torch.tensor([[3.0]], dtype=torch.float64), torch.zeros(1, 1), torch.ones(1, 1), "token", 0.5, 2.0
+    )
     assert m["mismatch/masked_fraction"] == 1.0 and keep.dtype == torch.float64
     keep, _ = mismatch_mask(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1), torch.ones(1, 1), "none", 0.5, 2.0)
     assert keep.dtype == torch.float32

@@ -10,7 +10,15 @@ import re
 import pytest
 import torch
 
-from grpokit.algo.loss import _KEYWORDS, _kl_weight, _param_fields, _turn_ratio, kl_estimate, lambda_weights, policy_loss
+from grpokit.algo.loss import (
+    _KEYWORDS,
+    _kl_weight,
+    _param_fields,
+    _turn_ratio,
+    kl_estimate,
+    lambda_weights,
+    policy_loss,
+)
 
 
 def test_kl_estimate_default_is_k3_and_bad_names_are_named():
@@ -24,7 +32,9 @@ def test_policy_loss_and_turn_ratio_errors_name_what_is_missing():
     valid = ", ".join([*_KEYWORDS, *_param_fields()])  # the objectives' own parameters (sapo_tau_pos ...) last
     with pytest.raises(TypeError, match=re.escape(f"unexpected keyword argument 'nope'; valid: {valid}") + "$"):
         policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), nope=1)
-    with pytest.raises(ValueError, match="^" + re.escape("ratio level 'turn' needs turn_ids_NT (the turn of every token)") + "$"):
+    with pytest.raises(
+        ValueError, match="^" + re.escape("ratio level 'turn' needs turn_ids_NT (the turn of every token)") + "$"
+    ):
         _turn_ratio(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), None)
 
 
@@ -37,7 +47,7 @@ def test_kl_weight_per_level():
     # sequence: exp of the mean over real tokens: exp(1) and exp(1 / 1 token)
     assert torch.allclose(_kl_weight(lr, z, m, "sequence"), torch.full((2, 2), math.e))
     # trajectory (TIC-GRPO): exp of the sum: exp(2) and exp(1)
-    assert torch.allclose(_kl_weight(lr, z, m, "trajectory"), torch.tensor([[math.e ** 2] * 2, [math.e] * 2]))
+    assert torch.allclose(_kl_weight(lr, z, m, "trajectory"), torch.tensor([[math.e**2] * 2, [math.e] * 2]))
 
 
 def test_lambda_weights_use_each_groups_own_mean_and_std():
@@ -105,12 +115,14 @@ def test_loss_setting_bounds_and_messages():
 
     run(clip_low=0.0, clip_high=0.0, dual_clip=1.5)  # the edges that are valid: 0 and 0, dual_clip just above 1
     run(clip_high=-1.0, objective="cispo")  # CISPO's weight cap 1 + clip_high may go down to 0 (TRL's epsilon_high < 1)
-    for kw, msg in (({"clip_low": 1.0}, "clip_low must be in [0, 1), got 1.0"),
-                    ({"clip_high": -0.1}, "clip_high must be >= 0 (>= -1 with objective cispo), got -0.1"),
-                    ({"clip_high": -1.01, "objective": "cispo"}, "clip_high must be >= 0 (>= -1 with objective cispo), got -1.01"),
-                    ({"dual_clip": 1.0}, "dual_clip must be > 1 (or None), got 1.0"),
-                    ({"beta": 0.1}, "beta > 0 needs ref_logp_NT (reference-policy logprobs)"),
-                    ({"entropy_coef": 0.1}, "entropy_coef != 0 needs entropy_NT")):
+    for kw, msg in (
+        ({"clip_low": 1.0}, "clip_low must be in [0, 1), got 1.0"),
+        ({"clip_high": -0.1}, "clip_high must be >= 0 (>= -1 with objective cispo), got -0.1"),
+        ({"clip_high": -1.01, "objective": "cispo"}, "clip_high must be >= 0 (>= -1 with objective cispo), got -1.01"),
+        ({"dual_clip": 1.0}, "dual_clip must be > 1 (or None), got 1.0"),
+        ({"beta": 0.1}, "beta > 0 needs ref_logp_NT (reference-policy logprobs)"),
+        ({"entropy_coef": 0.1}, "entropy_coef != 0 needs entropy_NT"),
+    ):
         with pytest.raises(ValueError, match="^" + re.escape(msg) + "$"):
             run(**kw)
     # default level "token": the per-token log ratio itself; unknown levels are named
@@ -123,13 +135,15 @@ def test_loss_setting_bounds_and_messages():
 def test_kl_term_passes_estimator_and_clamp_and_reports_the_mean():
     # logp 0, ref 2 on two tokens: d = 2; k1 = -d = -2 per token, clamped to [-1, 1] -> -1; metric kl = mean = -1
     z, one = torch.zeros(1, 2), torch.ones(1, 2)
-    _, m = policy_loss(z, z, torch.ones(1), one, beta=0.1, ref_logp_NT=torch.full((1, 2), 2.0), kl_estimator="k1",
-                       kl_clamp=1.0)
+    _, m = policy_loss(
+        z, z, torch.ones(1), one, beta=0.1, ref_logp_NT=torch.full((1, 2), 2.0), kl_estimator="k1", kl_clamp=1.0
+    )
     assert m["kl"] == pytest.approx(-1.0)
 
 
 def test_flat_groups_spread_equal_to_the_tolerance_is_flat():
     from grpokit.algo.advantages import flat_groups
+
     # [1, 2] with flat_rtol 0.5: spread 1 <= 0.5 * 2 = 1 -> flat (the bound is inclusive)
     assert flat_groups(torch.tensor([[1.0, 2.0]]), 0.5).tolist() == [True]
 
@@ -206,4 +220,6 @@ def test_import_paths_split_at_the_first_colon():
     assert registry.is_import_path("pkg::b")  # module "pkg", attribute ":b": both parts non-empty
     with pytest.raises(ValueError) as e:
         registry.lookup("token mask", "math:pi:x")  # module math, attribute "pi:x": not a module "math:pi"
-    assert str(e.value).startswith("token mask 'math:pi:x' could not be imported (module 'math' has no attribute 'pi:x')")
+    assert str(e.value).startswith(
+        "token mask 'math:pi:x' could not be imported (module 'math' has no attribute 'pi:x')"
+    )

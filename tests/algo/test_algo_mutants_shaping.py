@@ -9,7 +9,13 @@ import re
 import pytest
 import torch
 
-from grpokit.algo.entropy_shaping import _moments, grpo_s_advantages, grpo_s_rewards, gtpo_advantages, gtpo_token_rewards
+from grpokit.algo.entropy_shaping import (
+    _moments,
+    grpo_s_advantages,
+    grpo_s_rewards,
+    gtpo_advantages,
+    gtpo_token_rewards,
+)
 from grpokit.algo.masks import entropy_token_mask, offpolicy_sequences, truncated_sequences_mask
 
 
@@ -65,8 +71,9 @@ def test_gtpo_defaults_counts_per_position_and_small_entropy_sums():
     # O+: share 0.5 / 0.5 = 1 (a floor of 1 on the sum would halve it), d_t = 1: 1 + 0.1 * 1 * 1 = 1.1
     # O-: 1/H = 0.25, 0.25 (sum 0.5, again below 1), shares 0.5; h_t = 2 O- rows at t:
     #     -1 - 0.1 * 0.5 * 2 = -1.1 (per-row token counts would give h = 1 and -1.05)
-    shaped, pos, valid = gtpo_token_rewards(torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([[0.5], [4.0], [4.0]]),
-                                            torch.ones(3, 1))
+    shaped, pos, valid = gtpo_token_rewards(
+        torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([[0.5], [4.0], [4.0]]), torch.ones(3, 1)
+    )
     assert close(shaped, [[1.1], [-1.1], [-1.1]], 1e-6)
     assert pos.tolist() == [True, False, False] and valid.all()
 
@@ -114,8 +121,9 @@ def test_gtpo_polarity_defaults():
 
 def test_gtpo_passes_flat_rtol_and_names_bad_normalisations():
     # [1, 1.1] with flat_rtol 0.5: spread 0.1 <= 0.5 * 1.1 -> flat: zero advantage, counted
-    adv, m = gtpo_advantages(torch.tensor([[1.0, 1.1]]), torch.ones(2, 1), torch.ones(2, 1), normalization="joint",
-                             flat_rtol=0.5)
+    adv, m = gtpo_advantages(
+        torch.tensor([[1.0, 1.1]]), torch.ones(2, 1), torch.ones(2, 1), normalization="joint", flat_rtol=0.5
+    )
     assert torch.equal(adv, torch.zeros(2, 1)) and m["num_zero_std_groups"] == 1.0
     with pytest.raises(ValueError, match=re.escape("unknown GTPO normalization 'x'; valid: polarity, joint")):
         gtpo_advantages(torch.ones(1, 2), torch.ones(2, 1), torch.ones(2, 1), normalization="x")

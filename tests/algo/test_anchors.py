@@ -8,14 +8,12 @@ TRL is tested as a live oracle in tests/project/test_bench_loss_equality.py.
 import pytest
 import torch
 
-from grpokit.config import presets
 from grpokit.algo.advantages import group_advantages, kl_penalized_rewards
-from grpokit.config import Config, ConfigError
-from grpokit.config.io import apply_overrides
 from grpokit.algo.loss import kl_estimate, policy_loss
+from grpokit.config import Config, ConfigError, presets
+from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate
 from helpers.paths import ROOT
-
 
 # ---------------------------------------------------------------- verl, written out
 
@@ -166,9 +164,14 @@ def test_dual_clip_3_equals_verl_vanilla_policy_loss():
 def test_anchor_options_are_validated_with_one_sentence():
     for overrides, message in [
         (["algo.kl_clamp=-1"], "algo.kl_clamp=-1.0 must be >= 0"),
-        (["algo.entropy_aggregation=sum"], "algo.entropy_aggregation='sum' is not valid; choose one of: loss, token-mean"),
-        (["algo.beta=0.04", "algo.kl_placement=reward", "algo.kl_bias_correction=true"],
-         "algo.kl_bias_correction weights the KL term of the loss"),
+        (
+            ["algo.entropy_aggregation=sum"],
+            "algo.entropy_aggregation='sum' is not valid; choose one of: loss, token-mean",
+        ),
+        (
+            ["algo.beta=0.04", "algo.kl_placement=reward", "algo.kl_bias_correction=true"],
+            "algo.kl_bias_correction weights the KL term of the loss",
+        ),
     ]:
         with pytest.raises(ConfigError) as e:
             validate(apply_overrides(Config(), overrides))
@@ -187,7 +190,6 @@ def test_presets_set_the_anchor_options():
 def test_trainer_passes_lengths_estimator_and_clamp(tiny_model_dir, tmp_path, monkeypatch):
     import grpokit.algo.estimators as E
     import grpokit.algo.pipeline as T
-
     from helpers.runs import make
 
     seen = {}
@@ -203,27 +205,39 @@ def test_trainer_passes_lengths_estimator_and_clamp(tiny_model_dir, tmp_path, mo
 
     monkeypatch.setattr(E, "group_advantages", spy_adv)
     monkeypatch.setattr(T, "kl_penalized_rewards", spy_kl)
-    tr = make(tiny_model_dir, tmp_path / "run", **{"algo.scale": "token_whiten", "algo.beta": 0.04,
-                                                    "algo.kl_placement": "reward", "algo.kl_estimator": "k3",
-                                                    "algo.kl_clamp": 10, "train.steps": 1})
+    tr = make(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{
+            "algo.scale": "token_whiten",
+            "algo.beta": 0.04,
+            "algo.kl_placement": "reward",
+            "algo.kl_estimator": "k3",
+            "algo.kl_clamp": 10,
+            "train.steps": 1,
+        },
+    )
     m = tr.train_step()
     assert seen["scale"] == "token_whiten" and seen["kl_args"] == ("k3", 10.0)
-    assert seen["lengths"].shape == (2, 4) and seen["lengths"].mean().item() == pytest.approx(m["completions/mean_length"])
+    assert seen["lengths"].shape == (2, 4) and seen["lengths"].mean().item() == pytest.approx(
+        m["completions/mean_length"]
+    )
     assert m["kl"] >= 0  # k3 summed over tokens is never negative
 
 
 def test_defaults_table_in_the_docs_matches_the_code():
     import dataclasses
     import re
-    from pathlib import Path
 
     from grpokit.config import AlgoConfig
 
     doc = (ROOT / "docs" / "ALGORITHMS.md").read_text()
     section = doc.split("## Defaults", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `algo\.(\w+)` \| `([^`]*)` \|", section, flags=re.M))
-    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
-                for f in dataclasses.fields(AlgoConfig)}
+    defaults = {
+        f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(AlgoConfig)
+    }
     assert len(rows) >= 20 and set(rows) <= set(defaults)
     for name, text in rows.items():
         value = defaults[name]

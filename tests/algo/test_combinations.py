@@ -40,19 +40,39 @@ import itertools
 import pytest
 import torch
 
-from helpers.combination_reference import ENT, FINISH, G, LOGP, MULTI, OLD2, REF, REWARDS, SAMPLER_OFFSET, SINGLE, T, reference
 from grpokit.algo import registry
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.entropy_shaping import SHAPINGS
 from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_FNS, objective_loss
-from grpokit.algo.pipeline import KL_PLACEMENTS, LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
+from grpokit.algo.pipeline import (
+    KL_PLACEMENTS,
+    LogProbs,
+    MismatchSettings,
+    StepSettings,
+    TISSettings,
+    needed_logprobs,
+    update_inputs,
+)
 from grpokit.algo.settings import LossTensors
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.config.validation import validate
-from grpokit.types import ScoredBatch
 from grpokit.train.engines import uses_tis
-from grpokit.types import Episode, Prompt, Rollout, TokenBatch
+from grpokit.types import Episode, Prompt, Rollout, ScoredBatch, TokenBatch
+from helpers.combination_reference import (
+    ENT,
+    FINISH,
+    LOGP,
+    MULTI,
+    OLD2,
+    REF,
+    REWARDS,
+    SAMPLER_OFFSET,
+    SINGLE,
+    G,
+    T,
+    reference,
+)
 
 torch.set_default_dtype(torch.float32)
 
@@ -60,22 +80,51 @@ torch.set_default_dtype(torch.float32)
 
 DIMENSIONS: dict[str, dict[str, list[str]]] = {
     "objective": {"clip": [], "cispo": ["algo.objective=cispo"], "sapo": ["algo.objective=sapo"]},
-    "ratio": {"token": [], "sequence": ["algo.ratio_level=sequence"], "turn": ["algo.ratio_level=turn"],
-              "trajectory": ["algo.ratio_level=trajectory"]},
-    "aggregation": {"seq-mean-token-mean": [], "token-mean": ["algo.aggregation=token-mean"],
-                    "seq-mean-token-sum-norm": ["algo.aggregation=seq-mean-token-sum-norm", "algo.norm_constant=5"],
-                    "seq-mean-token-sum": ["algo.aggregation=seq-mean-token-sum"]},
-    "kl": {"none": [], "loss": ["algo.beta=0.1"], "reward": ["algo.beta=0.1", "algo.kl_placement=reward"],
-           "loss_k1": ["algo.beta=0.1", "algo.kl_estimator=k1"], "loss_k2": ["algo.beta=0.1", "algo.kl_estimator=k2"],
-           "reward_k1": ["algo.beta=0.1", "algo.kl_placement=reward", "algo.kl_estimator=k1"]},
-    "advantage": {"group": [], "gtpo": ["algo.entropy_shaping=gtpo"], "grpo_s": ["algo.entropy_shaping=grpo_s"],
-                  "gigpo": ["algo.credit=gigpo"], "gagpo": ["algo.credit=gagpo"]},
-    "normalisation": {"group": [], "rloo": ["algo.baseline=leave_one_out", "algo.scale=none"], "dr": ["algo.scale=none"],
-                      "population": ["algo.std=population"], "batch": ["algo.scale=batch"],
-                      "batch_whiten": ["algo.scale=batch_whiten"], "token_whiten": ["algo.scale=token_whiten"]},
-    "mask": {"none": [], "overlong": ["algo.mask_truncated=true"], "entropy_top": ["algo.entropy_top_fraction=0.5"],
-             "tis": ["rollout.tis_cap=2", "rollout.async_staleness=1"], "icepop": ["rollout.mismatch_mask=token"],
-             "mis": ["rollout.mismatch_mask=sequence"], "offpolicy": ["algo.offpolicy_delta=0.05"]},
+    "ratio": {
+        "token": [],
+        "sequence": ["algo.ratio_level=sequence"],
+        "turn": ["algo.ratio_level=turn"],
+        "trajectory": ["algo.ratio_level=trajectory"],
+    },
+    "aggregation": {
+        "seq-mean-token-mean": [],
+        "token-mean": ["algo.aggregation=token-mean"],
+        "seq-mean-token-sum-norm": ["algo.aggregation=seq-mean-token-sum-norm", "algo.norm_constant=5"],
+        "seq-mean-token-sum": ["algo.aggregation=seq-mean-token-sum"],
+    },
+    "kl": {
+        "none": [],
+        "loss": ["algo.beta=0.1"],
+        "reward": ["algo.beta=0.1", "algo.kl_placement=reward"],
+        "loss_k1": ["algo.beta=0.1", "algo.kl_estimator=k1"],
+        "loss_k2": ["algo.beta=0.1", "algo.kl_estimator=k2"],
+        "reward_k1": ["algo.beta=0.1", "algo.kl_placement=reward", "algo.kl_estimator=k1"],
+    },
+    "advantage": {
+        "group": [],
+        "gtpo": ["algo.entropy_shaping=gtpo"],
+        "grpo_s": ["algo.entropy_shaping=grpo_s"],
+        "gigpo": ["algo.credit=gigpo"],
+        "gagpo": ["algo.credit=gagpo"],
+    },
+    "normalisation": {
+        "group": [],
+        "rloo": ["algo.baseline=leave_one_out", "algo.scale=none"],
+        "dr": ["algo.scale=none"],
+        "population": ["algo.std=population"],
+        "batch": ["algo.scale=batch"],
+        "batch_whiten": ["algo.scale=batch_whiten"],
+        "token_whiten": ["algo.scale=token_whiten"],
+    },
+    "mask": {
+        "none": [],
+        "overlong": ["algo.mask_truncated=true"],
+        "entropy_top": ["algo.entropy_top_fraction=0.5"],
+        "tis": ["rollout.tis_cap=2", "rollout.async_staleness=1"],
+        "icepop": ["rollout.mismatch_mask=token"],
+        "mis": ["rollout.mismatch_mask=sequence"],
+        "offpolicy": ["algo.offpolicy_delta=0.05"],
+    },
     "iterations": {"2": ["algo.num_iterations=2"], "1": []},  # 2 first: the ratios are not 1 in the other cells
     "turns": {"single": [], "multi": ["env.tools=[calculator]"]},
 }
@@ -83,14 +132,23 @@ DEFAULT = {dim: next(iter(values)) for dim, values in DIMENSIONS.items()}
 
 # every registered name of a stage kind -> the table row that selects it (a new name must be added here)
 REGISTERED_ROWS = {
-    "advantage": {"group": ("advantage", "group"), "gtpo": ("advantage", "gtpo"), "grpo_s": ("advantage", "grpo_s"),
-                  "gigpo": ("advantage", "gigpo"), "gagpo": ("advantage", "gagpo"),
-                  "process": None},  # process supervision needs a process reward function: tests/algo/test_variants_family.py
-    "objective": {**{name: ("objective", name) for name in ("clip", "cispo", "sapo")},
-                  "vespo": None},  # VESPO (trajectory ratio only): tests/project/test_bench_loss_equality.py against TRL's code
+    "advantage": {
+        "group": ("advantage", "group"),
+        "gtpo": ("advantage", "gtpo"),
+        "grpo_s": ("advantage", "grpo_s"),
+        "gigpo": ("advantage", "gigpo"),
+        "gagpo": ("advantage", "gagpo"),
+        "process": None,
+    },  # process supervision needs a process reward function: tests/algo/test_variants_family.py
+    "objective": {
+        **{name: ("objective", name) for name in ("clip", "cispo", "sapo")},
+        "vespo": None,
+    },  # VESPO (trajectory ratio only): tests/project/test_bench_loss_equality.py against TRL's code
     "token mask": {"overlong": ("mask", "overlong"), "entropy_top": ("mask", "entropy_top")},
-    "reward stage": {"kl_in_reward": ("kl", "reward"),
-                     "normalize_components": None},  # MO-GRPO needs several reward functions: tests/algo/test_pipeline.py
+    "reward stage": {
+        "kl_in_reward": ("kl", "reward"),
+        "normalize_components": None,
+    },  # MO-GRPO needs several reward functions: tests/algo/test_pipeline.py
     "advantage stage": {"tis": ("mask", "tis"), "mismatch_mask": ("mask", "icepop"), "entropy_advantage": None},
 }  # entropy_advantage (EDGE-GRPO): tests/algo/test_pipeline.py::test_mo_grpo_then_edge_stages
 
@@ -117,8 +175,14 @@ LARGER = [
     {"objective": "sapo", "ratio": "trajectory", "mask": "offpolicy", "aggregation": "seq-mean-token-sum"},
     {"normalisation": "rloo", "kl": "reward", "mask": "overlong", "ratio": "sequence", "aggregation": "token-mean"},
     {"normalisation": "token_whiten", "mask": "overlong", "turns": "multi", "kl": "reward"},
-    {"normalisation": "dr", "aggregation": "seq-mean-token-sum-norm", "kl": "loss", "ratio": "sequence", "mask": "icepop",
-     "iterations": "1"},
+    {
+        "normalisation": "dr",
+        "aggregation": "seq-mean-token-sum-norm",
+        "kl": "loss",
+        "ratio": "sequence",
+        "mask": "icepop",
+        "iterations": "1",
+    },
     {"advantage": "gtpo", "mask": "entropy_top", "objective": "sapo", "kl": "loss"},
     {"advantage": "grpo_s", "mask": "tis", "kl": "reward", "ratio": "trajectory"},
     {"mask": "offpolicy", "turns": "multi", "ratio": "turn", "kl": "loss", "aggregation": "token-mean"},
@@ -158,7 +222,9 @@ def batch_of(cell: dict[str, str]):
     total = torch.tensor(REWARDS)
     sb = ScoredBatch(prompts, ro, [f"t{i}" for i in range(4)], total[:, None], total, ["r"])
     ids = torch.full((4, 1 + T), 5)
-    attn = torch.cat([torch.ones(4, 1), (torch.arange(T)[None] < torch.tensor(shape["lengths"])[:, None]).float()], dim=1)
+    attn = torch.cat(
+        [torch.ones(4, 1), (torch.arange(T)[None] < torch.tensor(shape["lengths"])[:, None]).float()], dim=1
+    )
     batch = TokenBatch(ids, attn, torch.arange(1 + T).expand(4, -1), ids[:, 1:], mask)
     return sb, batch, old
 
@@ -167,17 +233,30 @@ def run_pipeline(cell: dict[str, str], cfg: Config):
     """What Trainer.train_step and accumulate do with this batch: returns (inputs, loss)."""
     sb, batch, old = batch_of(cell)
     r = cfg.rollout
-    settings = StepSettings(algo=cfg.algo, norm_constant=cfg.algo.norm_constant or r.max_new_tokens,
-                            tis=TISSettings(cap=r.tis_cap if uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
-                            mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high))
+    settings = StepSettings(
+        algo=cfg.algo,
+        norm_constant=cfg.algo.norm_constant or r.max_new_tokens,
+        tis=TISSettings(cap=r.tis_cap if uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
+        mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
+    )
     need_old, need_ref, want_entropy = needed_logprobs(settings)
     lp = LogProbs(old if need_old else None, REF if need_ref else None, ENT if want_entropy else None)
     inputs = update_inputs(settings, sb, batch, lp)
     logp = LOGP.clone().requires_grad_(True)
     old_used = inputs.old_logp if inputs.old_logp is not None else logp.detach()
-    norms = inputs.norms.__class__(inputs.norms.aggregation, 4.0, float(inputs.loss_mask.sum()), inputs.norms.norm_constant)
-    tensors = LossTensors(logp, old_used, inputs.advantages, inputs.loss_mask, inputs.ref_logp, ENT, inputs.turn_ids,
-                          ratio_mask=batch.completion_mask)  # as accumulate passes it
+    norms = inputs.norms.__class__(
+        inputs.norms.aggregation, 4.0, float(inputs.loss_mask.sum()), inputs.norms.norm_constant
+    )
+    tensors = LossTensors(
+        logp,
+        old_used,
+        inputs.advantages,
+        inputs.loss_mask,
+        inputs.ref_logp,
+        ENT,
+        inputs.turn_ids,
+        ratio_mask=batch.completion_mask,
+    )  # as accumulate passes it
     loss, _ = objective_loss(tensors, inputs.loss, norms)
     return inputs, loss, sb, batch, old
 
@@ -202,8 +281,10 @@ def test_every_registered_stage_has_a_row():
     for kind, table in registry._KINDS.items():
         built_in = {name for name, fn in table.items() if fn.__module__.startswith("grpokit.")}  # not tests' plugins
         unknown = sorted(built_in - set(REGISTERED_ROWS[kind]))
-        assert not unknown, (f"registered {kind} {unknown} has no row in tests/algo/test_combinations.py: add its "
-                             "dimension value and reference formula (or say which test owns it)")
+        assert not unknown, (
+            f"registered {kind} {unknown} has no row in tests/algo/test_combinations.py: add its "
+            "dimension value and reference formula (or say which test owns it)"
+        )
 
 
 def refusal(cell: dict[str, str]) -> str | None:
@@ -245,8 +326,11 @@ def test_cell(cell):
 # the estimators that fix their own normalisation (validation.py; docs/ALGORITHMS.md "Differences"):
 # GTPO normalises its token rewards itself (group mean, group std); GiGPO normalises within groups
 # (group mean, group std or none); GAGPO's GAE always by the group's std. GRPO-S takes any.
-ACCEPTED_NORMALISATIONS = {"gtpo": {"group", "population"}, "gigpo": {"group", "dr", "population"},
-                           "gagpo": {"group", "population"}}
+ACCEPTED_NORMALISATIONS = {
+    "gtpo": {"group", "population"},
+    "gigpo": {"group", "dr", "population"},
+    "gagpo": {"group", "population"},
+}
 
 
 def test_refusals_are_the_pairs_that_cannot_run():
@@ -261,23 +345,39 @@ def test_refusals_are_the_pairs_that_cannot_run():
 
 
 CONFIG_NAMES = {  # every name a config field accepts for these options -> it must have a row
-    "algo.objective": OBJECTIVES, "algo.ratio_level": tuple(RATIO_FNS), "algo.aggregation": AGGREGATIONS,
-    "algo.kl_placement": tuple(KL_PLACEMENTS), "algo.baseline": BASELINES, "algo.scale": SCALES,
-    "algo.std": STD_KINDS, "algo.kl_estimator": KL_ESTIMATORS, "algo.credit": ("outcome", "gigpo", "gagpo"), "algo.entropy_shaping": SHAPINGS,
+    "algo.objective": OBJECTIVES,
+    "algo.ratio_level": tuple(RATIO_FNS),
+    "algo.aggregation": AGGREGATIONS,
+    "algo.kl_placement": tuple(KL_PLACEMENTS),
+    "algo.baseline": BASELINES,
+    "algo.scale": SCALES,
+    "algo.std": STD_KINDS,
+    "algo.kl_estimator": KL_ESTIMATORS,
+    "algo.credit": ("outcome", "gigpo", "gagpo"),
+    "algo.entropy_shaping": SHAPINGS,
     "rollout.mismatch_mask": ("none", "token", "sequence"),
 }
-OWNED_ELSEWHERE = {("algo.aggregation", "lambda-grpo"): "tests/algo/test_variants_lambda.py (the learnable lambda)",
-                   ("algo.objective", "vespo"): "tests/project/test_bench_loss_equality.py (equal to TRL's loss_type='vespo')"}
+OWNED_ELSEWHERE = {
+    ("algo.aggregation", "lambda-grpo"): "tests/algo/test_variants_lambda.py (the learnable lambda)",
+    ("algo.objective", "vespo"): "tests/project/test_bench_loss_equality.py (equal to TRL's loss_type='vespo')",
+}
 
 
 @pytest.mark.parametrize("field", sorted(CONFIG_NAMES))
 def test_every_config_name_has_a_row(field):
     section, name = field.split(".")
     default = getattr(getattr(Config(), section), name)
-    rows = {o.split("=")[1] for values in DIMENSIONS.values() for overrides in values.values() for o in overrides
-            if o.split("=")[0] == field}
+    rows = {
+        o.split("=")[1]
+        for values in DIMENSIONS.values()
+        for overrides in values.values()
+        for o in overrides
+        if o.split("=")[0] == field
+    }
     missing = [v for v in CONFIG_NAMES[field] if v != default and v not in rows and (field, v) not in OWNED_ELSEWHERE]
-    assert not missing, f"{field} values {missing} have no row in tests/algo/test_combinations.py: add one with its reference"
+    assert not missing, (
+        f"{field} values {missing} have no row in tests/algo/test_combinations.py: add one with its reference"
+    )
 
 
 # combinations of options outside the table's dimensions that validation refuses: (overrides, the
@@ -285,14 +385,27 @@ def test_every_config_name_has_a_row(field):
 REFUSED_ELSEWHERE = [
     (["algo.objective=cispo", "algo.dual_clip=3"], ["algo.objective", "algo.dual_clip"]),  # dual clip bounds PPO's clip
     (["algo.objective=sapo", "algo.dual_clip=3"], ["algo.objective", "algo.dual_clip"]),
-    (["algo.beta=0.1", "algo.kl_placement=reward", "algo.kl_bias_correction=true"],  # no KL term in the loss to weigh
-     ["algo.kl_placement", "algo.kl_bias_correction"]),
-    (["algo.supervision=process", "reward.process_function=task", "algo.beta=0.1", "algo.kl_placement=reward"],
-     ["algo.supervision", "algo.kl_placement"]),  # the outcome reward (and its KL) is not used
+    (
+        [
+            "algo.beta=0.1",
+            "algo.kl_placement=reward",
+            "algo.kl_bias_correction=true",
+        ],  # no KL term in the loss to weigh
+        ["algo.kl_placement", "algo.kl_bias_correction"],
+    ),
+    (
+        ["algo.supervision=process", "reward.process_function=task", "algo.beta=0.1", "algo.kl_placement=reward"],
+        ["algo.supervision", "algo.kl_placement"],
+    ),  # the outcome reward (and its KL) is not used
     (["algo.entropy_shaping=gtpo", "algo.credit=gigpo"], ["algo.entropy_shaping", "algo.credit"]),
-    (["algo.entropy_shaping=grpo_s", "algo.supervision=process", "reward.process_function=task"],
-     ["algo.entropy_shaping", "algo.supervision"]),
-    (["algo.credit=gigpo", "algo.supervision=process", "reward.process_function=task"], ["algo.credit", "algo.supervision"]),
+    (
+        ["algo.entropy_shaping=grpo_s", "algo.supervision=process", "reward.process_function=task"],
+        ["algo.entropy_shaping", "algo.supervision"],
+    ),
+    (
+        ["algo.credit=gigpo", "algo.supervision=process", "reward.process_function=task"],
+        ["algo.credit", "algo.supervision"],
+    ),
 ]
 
 

@@ -43,7 +43,9 @@ def test_gigpo_singleton_state_gets_no_step_advantage_and_weight_zero_is_grpo():
     adv, _ = gigpo_advantages(torch.tensor([[1.0, 0.0, 0.0]]), REWARDS_NS, states, MASK_NS, gamma=0.5, eps=0.0)
     A_E, _ = group_advantages(torch.tensor([[1.0, 0.0, 0.0]]), eps=0.0)
     assert adv[2, 0].item() == pytest.approx(A_E[0, 2].item())
-    adv0, _ = gigpo_advantages(torch.tensor([[1.0, 0.0, 0.0]]), REWARDS_NS, STATES_NS, MASK_NS, step_weight=0.0, eps=0.0)
+    adv0, _ = gigpo_advantages(
+        torch.tensor([[1.0, 0.0, 0.0]]), REWARDS_NS, STATES_NS, MASK_NS, step_weight=0.0, eps=0.0
+    )
     assert torch.allclose(adv0, A_E[0][:, None] * MASK_NS)
 
 
@@ -73,7 +75,9 @@ def test_single_turn_gagpo_is_grpo():
     # One step per episode from one shared state: V = group mean, A = r - mean, normalised by the
     # group std: exactly GRPO's advantage.
     r = torch.tensor([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.9, 0.1]])
-    adv, _ = gagpo_advantages(r.reshape(-1, 1), torch.zeros(8, 1, dtype=torch.long), torch.ones(8, 1), 4, gamma=0.9, lam=0.7)
+    adv, _ = gagpo_advantages(
+        r.reshape(-1, 1), torch.zeros(8, 1, dtype=torch.long), torch.ones(8, 1), 4, gamma=0.9, lam=0.7
+    )
     grpo, _ = group_advantages(r)
     assert torch.allclose(adv.reshape(2, 4), grpo, atol=1e-6)
 
@@ -90,7 +94,9 @@ def test_steps_to_tokens_and_turn_ratio_by_hand():
     # tokens: turn 0 (2 model tokens), 1 environment token, turn 1 (1 model token)
     turn_ids = torch.tensor([[0, 0, 0, 1]])
     mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
-    assert torch.equal(steps_to_tokens(torch.tensor([[2.0, -1.0]]), turn_ids, mask), torch.tensor([[2.0, 2.0, 0.0, -1.0]]))
+    assert torch.equal(
+        steps_to_tokens(torch.tensor([[2.0, -1.0]]), turn_ids, mask), torch.tensor([[2.0, 2.0, 0.0, -1.0]])
+    )
     # log-ratios [0.2, 0.4, (env) 5.0, 0.6]: turn 0 mean over its model tokens = 0.3, turn 1 = 0.6
     logp = torch.tensor([[0.2, 0.4, 5.0, 0.6]], requires_grad=True)
     lr = log_importance_ratio(logp, torch.zeros(1, 4), mask, "turn", turn_ids)

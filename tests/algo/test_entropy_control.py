@@ -4,14 +4,13 @@ config's checks and a short run whose coefficient ends where the hand count says
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from grpokit.algo.entropy_control import EntropyController, applied_coef, next_coef
 from grpokit.algo.loss import policy_loss
-from grpokit.config import ConfigError, apply_overrides, Config
+from grpokit.config import Config, ConfigError, apply_overrides
 from grpokit.config.validation import validate
 from helpers.paths import ROOT
 
@@ -21,7 +20,9 @@ def test_next_coef_and_applied_coef_by_hand():
     assert next_coef(0.01, 0.5, 0.2, 0.05, 0.0, 0.12) == 0.0  # 0.5 > 0.2: 0.01 - 0.05 = -0.04, floored at 0
     assert next_coef(0.0, 0.1, 0.2, 0.05, 0.0, 0.12) == 0.05  # 0.1 <= 0.2: 0 + 0.05
     assert next_coef(0.10, 0.1, 0.2, 0.05, 0.0, 0.12) == 0.12  # 0.15 capped at 0.12
-    assert next_coef(0.05, 0.2, 0.2, 0.05, 0.0, 0.12) == pytest.approx(0.10)  # equal to the target counts as low (TRL's <=)
+    assert next_coef(0.05, 0.2, 0.2, 0.05, 0.0, 0.12) == pytest.approx(
+        0.10
+    )  # equal to the target counts as low (TRL's <=)
     assert applied_coef(0.07, math.inf, 0.2) == 0.0  # no measurement yet: no bonus
     assert applied_coef(0.07, 0.2, 0.2) == 0.07 and applied_coef(0.07, 0.21, 0.2) == 0.0
 
@@ -42,8 +43,14 @@ def test_controller_walks_the_hand_worked_sequence():
     assert (restored.coef, restored.last_entropy) == (pytest.approx(0.07), 0.3)
 
 
-@pytest.mark.parametrize("overrides", [["algo.entropy_coef_delta=-0.1"], ["algo.entropy_coef_min=0.5", "algo.entropy_coef_max=0.1"],
-                                       ["algo.entropy_coef_min=-0.1"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo.entropy_coef_delta=-0.1"],
+        ["algo.entropy_coef_min=0.5", "algo.entropy_coef_max=0.1"],
+        ["algo.entropy_coef_min=-0.1"],
+    ],
+)
 def test_config_refuses_bounds_that_cannot_hold(overrides):
     cfg = apply_overrides(Config(), ["algo.entropy_adaptive=true"] + overrides)
     with pytest.raises(ConfigError, match="algo.entropy_coef"):
@@ -82,8 +89,16 @@ def test_adaptive_steps_equal_trl(loss_type):
                 loss = trl_adaptive_step(fake, x, old, adv, mask, e)
             else:
                 applied.append(ours.applied())
-                loss, _ = policy_loss(x, old, adv, mask, aggregation=aggregation, entropy_NT=e, entropy_coef=ours.applied(),
-                                      entropy_aggregation="token-mean")
+                loss, _ = policy_loss(
+                    x,
+                    old,
+                    adv,
+                    mask,
+                    aggregation=aggregation,
+                    entropy_NT=e,
+                    entropy_coef=ours.applied(),
+                    entropy_aggregation="token-mean",
+                )
                 ours.update(float((ent * mask).sum() / mask.sum()))
             loss.backward()
             grads.append((loss, x.grad, e.grad))
@@ -93,7 +108,9 @@ def test_adaptive_steps_equal_trl(loss_type):
         zero = torch.zeros_like(ent)  # a step without bonus: TRL multiplies by 0.0, grpokit leaves the term out
         ge_ours, ge_trl = (zero if g is None else g for g in (ge_ours, ge_trl))
         assert torch.allclose(ge_ours, ge_trl, atol=1e-8) and (ge_ours.abs().sum() > 0) == (applied[-1] > 0)
-        assert ours.coef == pytest.approx(fake.entropy_coef) and ours.last_entropy == pytest.approx(fake._last_world_entropy)
+        assert ours.coef == pytest.approx(fake.entropy_coef) and ours.last_entropy == pytest.approx(
+            fake._last_world_entropy
+        )
         coefs.append(ours.coef)
     assert applied == [0.0, pytest.approx(0.07), 0.0]
     assert coefs == [pytest.approx(0.07), pytest.approx(0.05), pytest.approx(0.07)]
@@ -102,13 +119,28 @@ def test_adaptive_steps_equal_trl(loss_type):
 def test_run_raises_the_coefficient_once_per_optimizer_step(tmp_path):
     # entropy_target 15 nats is above any entropy of the demo model, so every optimizer step adds
     # delta: 2 steps x num_iterations 2 = 4 updates -> 0.01 + 4 * 0.005 = 0.03. The checkpoint keeps it.
-    from grpokit.train.loop import Trainer
     from grpokit.train.checkpoint import load_extra
+    from grpokit.train.loop import Trainer
 
-    cfg = apply_overrides(Config(), ["train.steps=2", "train.prompts_per_step=2", "rollout.group_size=2", "data.eval_size=0",
-                                     "record.sinks=[jsonl]", "record.report=false", "train.threads=1", "rollout.max_new_tokens=4",
-                                     "algo.num_iterations=2", "algo.entropy_coef=0.01", "algo.entropy_adaptive=true",
-                                     "algo.entropy_target=15", "algo.entropy_aggregation=token-mean", f"train.out={tmp_path}/run"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "train.steps=2",
+            "train.prompts_per_step=2",
+            "rollout.group_size=2",
+            "data.eval_size=0",
+            "record.sinks=[jsonl]",
+            "record.report=false",
+            "train.threads=1",
+            "rollout.max_new_tokens=4",
+            "algo.num_iterations=2",
+            "algo.entropy_coef=0.01",
+            "algo.entropy_adaptive=true",
+            "algo.entropy_target=15",
+            "algo.entropy_aggregation=token-mean",
+            f"train.out={tmp_path}/run",
+        ],
+    )
     trainer = Trainer(cfg, quiet=True)
     trainer.train()
     assert trainer.stage_state("entropy_control").coef == pytest.approx(0.03)
@@ -119,26 +151,46 @@ def test_run_raises_the_coefficient_once_per_optimizer_step(tmp_path):
     last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["entropy_coef"] == pytest.approx(0.03)
     # step 2 applied 0.02 then 0.025: the loss is the policy loss minus coef * entropy of the loss tokens
-    assert last["policy_loss"] - last["loss"] == pytest.approx(0.025 * last["entropy/loss_tokens_mean"], rel=1e-4, abs=1e-7)
+    assert last["policy_loss"] - last["loss"] == pytest.approx(
+        0.025 * last["entropy/loss_tokens_mean"], rel=1e-4, abs=1e-7
+    )
 
 
 def test_trl_evaluate_subtracts_the_bonus_the_next_step_would_apply(tmp_path):
     # TRL's eval loss is policy_loss - coef * H (H the mean token entropy); with a target above any
     # entropy, after 2 optimizer steps the coefficient is 0.1 + 2 * 0.05 = 0.2 and it applies
     from datasets import Dataset
+
     from grpokit.trl import GRPOConfig, GRPOTrainer
     from helpers.trl_models import make_chat_model
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
-    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
-                   max_completion_length=4, use_cpu=True, disable_tqdm=True, report_to="none", entropy_coef=0.1, logging_steps=1,
-                   use_adaptive_entropy=True, entropy_target=50.0, entropy_coef_delta=0.05)
-    tr = GRPOTrainer(str(make_chat_model(tmp_path / "m")), reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]))
-                                                                                                   for c in completions]],
-                     args=a, train_dataset=data, eval_dataset=data)
+    a = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=4,
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="none",
+        entropy_coef=0.1,
+        logging_steps=1,
+        use_adaptive_entropy=True,
+        entropy_target=50.0,
+        entropy_coef_delta=0.05,
+    )
+    tr = GRPOTrainer(
+        str(make_chat_model(tmp_path / "m")),
+        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
+        args=a,
+        train_dataset=data,
+        eval_dataset=data,
+    )
     tr.train()
     assert tr.entropy_coef == pytest.approx(0.2) and tr._last_world_entropy < 50.0
     ev = tr.evaluate()
     assert ev["eval_policy_loss"] - ev["eval_loss"] == pytest.approx(0.2 * ev["eval_entropy"], rel=1e-4, abs=1e-7)
-    assert [h["entropy_coef"] for h in tr.state.log_history if "entropy_coef" in h and "train_loss" not in h][-1] == \
-        pytest.approx(0.2)
+    assert [h["entropy_coef"] for h in tr.state.log_history if "entropy_coef" in h and "train_loss" not in h][
+        -1
+    ] == pytest.approx(0.2)

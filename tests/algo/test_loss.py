@@ -146,7 +146,9 @@ def test_masked_tokens_change_nothing(level):
     outs = []
     for shift in (0.0, 1.0):
         x = (logp + shift * junk).requires_grad_(True)
-        loss, m = policy_loss(x, old - shift * junk, adv, mask, ref_logp_NT=ref + shift * junk, beta=0.1, ratio_level=level)
+        loss, m = policy_loss(
+            x, old - shift * junk, adv, mask, ref_logp_NT=ref + shift * junk, beta=0.1, ratio_level=level
+        )
         loss.backward()
         outs.append((loss.item(), x.grad * mask, m))
     assert outs[0][0] == pytest.approx(outs[1][0], abs=1e-6)
@@ -159,16 +161,29 @@ def test_masked_tokens_change_nothing(level):
 def test_micro_batches_accumulate_to_full_batch(agg, level):
     logp, old, ref, adv, mask = _batch()
     w = _lambda_w(agg, mask)
-    kw = dict(ref_logp_NT=None, beta=0.05, aggregation=agg, norm_constant=5, ratio_level=level,
-              num_sequences=6, num_tokens=mask.sum().item())
+    kw = dict(
+        ref_logp_NT=None,
+        beta=0.05,
+        aggregation=agg,
+        norm_constant=5,
+        ratio_level=level,
+        num_sequences=6,
+        num_tokens=mask.sum().item(),
+    )
     full = logp.clone().requires_grad_(True)
     loss_full, _ = policy_loss(full, old, adv, mask, **{**kw, "ref_logp_NT": ref}, seq_weights_N=w)
     loss_full.backward()
     micro = logp.clone().requires_grad_(True)
     total = 0.0
     for idx in (slice(0, 2), slice(2, 5), slice(5, 6)):
-        part, _ = policy_loss(micro[idx], old[idx], adv[idx], mask[idx], **{**kw, "ref_logp_NT": ref[idx]},
-                              seq_weights_N=w[idx] if w is not None else None)
+        part, _ = policy_loss(
+            micro[idx],
+            old[idx],
+            adv[idx],
+            mask[idx],
+            **{**kw, "ref_logp_NT": ref[idx]},
+            seq_weights_N=w[idx] if w is not None else None,
+        )
         part.backward()
         total += part.item()
     assert total == pytest.approx(loss_full.item(), abs=1e-6)
@@ -204,7 +219,9 @@ def test_gspo_sequence_ratio_hand_worked():
 def test_per_token_advantages_accepted():
     logp = torch.zeros(1, 2, requires_grad=True)
     # ratio 1, A = [1, -1] per token, token-mean: loss = -(1 - 1)/2 = 0; grads -1/2 and +1/2
-    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), aggregation="token-mean")
+    loss, _ = policy_loss(
+        logp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), aggregation="token-mean"
+    )
     loss.backward()
     assert loss.item() == pytest.approx(0.0) and logp.grad.tolist() == [[-0.5, 0.5]]
 
@@ -234,17 +251,33 @@ def test_kl_bias_correction_changes_the_gradient_on_policy():
     out = {}
     for corrected in (False, True):
         logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
-        loss, m = policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 1), ref_logp_NT=ref, beta=0.04,
-                              kl_bias_correction=corrected)
+        loss, m = policy_loss(
+            logp,
+            logp.detach(),
+            torch.zeros(1),
+            torch.ones(1, 1),
+            ref_logp_NT=ref,
+            beta=0.04,
+            kl_bias_correction=corrected,
+        )
         loss.backward()
         out[corrected] = (loss.item(), logp.grad.item(), m["kl"])
     assert out[False][0] == pytest.approx(0.04 * 0.193147, abs=1e-7) and out[True][0] == pytest.approx(out[False][0])
     assert out[False][1] == pytest.approx(0.02, abs=1e-7) and out[True][1] == pytest.approx(0.0277259, abs=1e-7)
     # off-policy the value is weighted too: ratio 2 -> beta * 2 * k3; the kl metric reports the weighted k3
     logp = torch.tensor([[math.log(0.5)]])
-    loss, m = policy_loss(logp, logp - math.log(2.0), torch.zeros(1), torch.ones(1, 1), ref_logp_NT=ref, beta=0.04,
-                          kl_bias_correction=True)
-    assert loss.item() == pytest.approx(0.04 * 2 * 0.193147, abs=1e-6) and m["kl"] == pytest.approx(2 * 0.193147, abs=1e-5)
+    loss, m = policy_loss(
+        logp,
+        logp - math.log(2.0),
+        torch.zeros(1),
+        torch.ones(1, 1),
+        ref_logp_NT=ref,
+        beta=0.04,
+        kl_bias_correction=True,
+    )
+    assert loss.item() == pytest.approx(0.04 * 2 * 0.193147, abs=1e-6) and m["kl"] == pytest.approx(
+        2 * 0.193147, abs=1e-5
+    )
 
 
 def test_kl_bias_correction_sequence_level_uses_the_sequence_weight():
@@ -252,8 +285,16 @@ def test_kl_bias_correction_sequence_level_uses_the_sequence_weight():
     # d = ref - logp = -0.693147 on both: k3 = 0.193147; A = 0, seq-mean-token-mean, beta 1:
     # loss = 1.105171 * 0.193147 = 0.213463
     logp = torch.tensor([[0.2, 0.0]])
-    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2), ref_logp_NT=logp + math.log(0.5),
-                          beta=1.0, kl_bias_correction=True, ratio_level="sequence")
+    loss, _ = policy_loss(
+        logp,
+        torch.zeros(1, 2),
+        torch.zeros(1),
+        torch.ones(1, 2),
+        ref_logp_NT=logp + math.log(0.5),
+        beta=1.0,
+        kl_bias_correction=True,
+        ratio_level="sequence",
+    )
     assert loss.item() == pytest.approx(0.213463, abs=1e-5)
 
 
@@ -265,7 +306,9 @@ def test_entropy_bonus_aggregation_modes_hand_worked():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     kw = dict(entropy_NT=ent, entropy_coef=0.1)
     assert policy_loss(logp, logp, torch.zeros(2), mask, **kw)[0].item() == pytest.approx(-0.225)
-    assert policy_loss(logp, logp, torch.zeros(2), mask, entropy_aggregation="token-mean", **kw)[0].item() == pytest.approx(-0.2)
+    assert policy_loss(logp, logp, torch.zeros(2), mask, entropy_aggregation="token-mean", **kw)[
+        0
+    ].item() == pytest.approx(-0.2)
     with pytest.raises(ValueError, match="valid: loss, token-mean"):
         policy_loss(logp, logp, torch.zeros(2), mask, entropy_aggregation="sum", **kw)
 
@@ -275,16 +318,26 @@ def test_entropy_bonus_aggregation_modes_hand_worked():
 def test_micro_batches_accumulate_with_kl_correction_clamp_and_entropy(entropy_aggregation, level):
     logp, old, ref, adv, mask = _batch()
     ent = torch.rand(6, 5, generator=torch.Generator().manual_seed(1)) * 3
-    kw = dict(beta=0.05, aggregation="seq-mean-token-mean", ratio_level=level, num_sequences=6,
-              num_tokens=mask.sum().item(), kl_bias_correction=True, kl_clamp=0.03, entropy_coef=0.01,
-              entropy_aggregation=entropy_aggregation)
+    kw = dict(
+        beta=0.05,
+        aggregation="seq-mean-token-mean",
+        ratio_level=level,
+        num_sequences=6,
+        num_tokens=mask.sum().item(),
+        kl_bias_correction=True,
+        kl_clamp=0.03,
+        entropy_coef=0.01,
+        entropy_aggregation=entropy_aggregation,
+    )
     full, full_ent = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
     loss_full, _ = policy_loss(full, old, adv, mask, ref_logp_NT=ref, entropy_NT=full_ent, **kw)
     loss_full.backward()
     micro, micro_ent = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
     total = 0.0
     for idx in (slice(0, 2), slice(2, 5), slice(5, 6)):
-        part, _ = policy_loss(micro[idx], old[idx], adv[idx], mask[idx], ref_logp_NT=ref[idx], entropy_NT=micro_ent[idx], **kw)
+        part, _ = policy_loss(
+            micro[idx], old[idx], adv[idx], mask[idx], ref_logp_NT=ref[idx], entropy_NT=micro_ent[idx], **kw
+        )
         part.backward()
         total += part.item()
     assert total == pytest.approx(loss_full.item(), abs=1e-6)

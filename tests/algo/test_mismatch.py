@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from helpers.mismatch import RecordingLLM, mismatch_trainer
 import torch
 
 from grpokit.algo.tis import mismatch_mask, mismatch_metrics, mismatch_sums, pad_sampling_logprobs, sampled_rows
@@ -14,6 +12,7 @@ from grpokit.config import Config, ConfigError, apply_overrides
 from grpokit.data.tasks.demo_model import load_demo_model
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from helpers.mismatch import RecordingLLM, mismatch_trainer
 
 
 def test_mismatch_sums_hand_worked():
@@ -66,8 +65,16 @@ def demo():
 def test_engines_match_the_trainer_and_a_perturbed_sampler_shows(demo, engine):
     model, tok = demo
     prompts = [tok("12+34=")["input_ids"], tok("7+5=")["input_ids"]]
-    ro = generate(model, prompts, 4, SamplingParams(max_new_tokens=6), eos_token_ids={tok.eos_token_id},
-                  pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0), engine=engine)
+    ro = generate(
+        model,
+        prompts,
+        4,
+        SamplingParams(max_new_tokens=6),
+        eos_token_ids={tok.eos_token_id},
+        pad_token_id=tok.pad_token_id,
+        generator=torch.Generator().manual_seed(0),
+        engine=engine,
+    )
     batch = make_token_batch(ro, tok.pad_token_id)
     with torch.no_grad():
         train, _ = completion_logprobs(model, batch)
@@ -95,8 +102,11 @@ def test_every_step_logs_mismatch_and_masking_runs(tmp_path):
 def test_mismatch_fields_are_checked():
     from grpokit.config.validation import validate
 
-    for over, word in ((["rollout.mismatch_mask=tokens"], "rollout.mismatch_mask"), (["rollout.mismatch_low=0"], "rollout.mismatch_low"),
-                       (["rollout.mismatch_high=0.9"], "rollout.mismatch_high")):
+    for over, word in (
+        (["rollout.mismatch_mask=tokens"], "rollout.mismatch_mask"),
+        (["rollout.mismatch_low=0"], "rollout.mismatch_low"),
+        (["rollout.mismatch_high=0.9"], "rollout.mismatch_high"),
+    ):
         with pytest.raises(ConfigError, match=word):
             validate(apply_overrides(Config(), over))
 

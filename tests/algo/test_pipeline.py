@@ -9,7 +9,6 @@ import torch
 from grpokit.algo.pipeline import LogProbs, StepSettings, TISSettings, advantage_name, mask_names, needed_logprobs
 from grpokit.config.sections import AlgoConfig
 from grpokit.types import Episode
-
 from helpers.pipeline_batches import run, scored
 
 S = 1 / math.sqrt(2) + 1e-4  # unbiased std of {1, 0} plus adv_eps
@@ -22,7 +21,9 @@ def test_grpo_default_inputs():
     assert inp.advantages.tolist() == pytest.approx([0.5 / S, -0.5 / S], rel=1e-6)
     assert torch.equal(inp.loss_mask, batch.completion_mask)
     assert inp.old_logp is None and inp.ref_logp is None and inp.turn_ids is None and inp.seq_weights is None
-    assert inp.loss.kl.beta == 0.0 and inp.loss.clip.objective == "clip" and inp.norms.aggregation == "seq-mean-token-mean"
+    assert (
+        inp.loss.kl.beta == 0.0 and inp.loss.clip.objective == "clip" and inp.norms.aggregation == "seq-mean-token-mean"
+    )
     assert inp.metrics["num_zero_std_groups"] == 0.0
 
 

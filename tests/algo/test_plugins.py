@@ -12,7 +12,6 @@ from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate
 from grpokit.train import Trainer
-
 from helpers.runs import ROWS, likes_a
 
 PLUGIN = '''
@@ -56,12 +55,29 @@ def plugin(tmp_path, monkeypatch):
 
 def _cfg(model_dir, out, steps=4):
     cfg = Config()
-    return apply_overrides(cfg, [
-        f"model.name_or_path={model_dir}", "data.task=", "reward.functions=[]", "rollout.group_size=4",
-        "rollout.max_new_tokens=6", "train.prompts_per_step=2", f"train.steps={steps}", "train.save_every=2",
-        "optim.lr=1e-2", "algo.num_iterations=2", "train.threads=1", "train.deterministic=true", "record.sinks=[jsonl]",
-        "record.report=false", f"train.out={out}", "algo.advantage=my_algo:sign_of_centred",
-        "algo.objective=my_algo:plain_pg", "algo.token_masks=[my_algo:first_two_tokens]"])
+    return apply_overrides(
+        cfg,
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "reward.functions=[]",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "train.prompts_per_step=2",
+            f"train.steps={steps}",
+            "train.save_every=2",
+            "optim.lr=1e-2",
+            "algo.num_iterations=2",
+            "train.threads=1",
+            "train.deterministic=true",
+            "record.sinks=[jsonl]",
+            "record.report=false",
+            f"train.out={out}",
+            "algo.advantage=my_algo:sign_of_centred",
+            "algo.objective=my_algo:plain_pg",
+            "algo.token_masks=[my_algo:first_two_tokens]",
+        ],
+    )
 
 
 def _lines(run):
@@ -83,8 +99,9 @@ def test_plugin_stages_train_log_and_resume_exactly(plugin, tiny_model_dir, tmp_
     shutil.rmtree(res / "checkpoints" / "step-000004")
     (res / "metrics.jsonl").write_text("".join((res / "metrics.jsonl").read_text().splitlines(keepends=True)[:2]))
     (res / "summary.json").unlink()
-    Trainer(_cfg(tiny_model_dir, res), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True,
-            resume=res).train()
+    Trainer(
+        _cfg(tiny_model_dir, res), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True, resume=res
+    ).train()
     skip = ("time/", "per_second")
     strip = lambda l: {k: v for k, v in l.items() if not any(s in k for s in skip)}  # noqa: E731
     assert [strip(l) for l in _lines(res)] == [strip(l) for l in lines]  # bit-exact after resume
@@ -98,12 +115,21 @@ def test_decorator_name_selects_the_plugin(plugin):
     assert cfg.algo.advantage == "sign_of_centred"
 
 
-@pytest.mark.parametrize("override, message", [
-    ("algo.advantage=nope", "algo.advantage='nope' is not valid; choose one of: group, process, gigpo, gagpo, gtpo, grpo_s"),
-    ("algo.objective=nope", "algo.objective='nope' is not valid; choose one of: clip, cispo, sapo, vespo"),
-    ("algo.token_masks=[nope]", "algo.token_masks='nope' is not valid; choose one of: overlong, entropy_top"),
-    ("algo.advantage=no_such_module_xyz:fn", "algo.advantage: advantage 'no_such_module_xyz:fn' could not be imported"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "algo.advantage=nope",
+            "algo.advantage='nope' is not valid; choose one of: group, process, gigpo, gagpo, gtpo, grpo_s",
+        ),
+        ("algo.objective=nope", "algo.objective='nope' is not valid; choose one of: clip, cispo, sapo, vespo"),
+        ("algo.token_masks=[nope]", "algo.token_masks='nope' is not valid; choose one of: overlong, entropy_top"),
+        (
+            "algo.advantage=no_such_module_xyz:fn",
+            "algo.advantage: advantage 'no_such_module_xyz:fn' could not be imported",
+        ),
+    ],
+)
 def test_unknown_stage_is_one_sentence(override, message):
     with pytest.raises(ConfigError) as e:
         validate(apply_overrides(Config(), [override]))

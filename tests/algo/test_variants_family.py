@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from grpokit.algo.advantages import group_advantages
+from grpokit.algo.loss import log_importance_ratio, policy_loss
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
-from grpokit.algo.loss import log_importance_ratio, policy_loss
 from grpokit.config.validation import validate
 
 
@@ -49,8 +49,9 @@ def test_cispo_has_no_lower_bound_and_ignores_the_sign_of_a():
     # runs it), d loss / d logp = -0.1 * -2 = 0.2 (one token, token-mean over 1)
     logp = torch.tensor([[-1.0]])
     old = logp - math.log(0.1)
-    _, g, _ = _grad(torch.tensor([-2.0]), logp, old, objective="cispo", clip_low=0.2, clip_high=0.2,
-                    aggregation="token-mean")
+    _, g, _ = _grad(
+        torch.tensor([-2.0]), logp, old, objective="cispo", clip_low=0.2, clip_high=0.2, aggregation="token-mean"
+    )
     assert g.item() == pytest.approx(0.2, rel=1e-5)
 
 
@@ -77,8 +78,9 @@ def test_sapo_gate_values_and_gradients():
     assert g_ppo[1].item() == pytest.approx(1.0, abs=1e-6)
 
 
-@pytest.mark.parametrize("objective,kw", [("sapo", {"sapo_tau_pos": 0.3, "sapo_tau_neg": 3.0}),
-                                          ("cispo", {"clip_high": 0.1})])
+@pytest.mark.parametrize(
+    "objective,kw", [("sapo", {"sapo_tau_pos": 0.3, "sapo_tau_neg": 3.0}), ("cispo", {"clip_high": 0.1})]
+)
 def test_on_policy_every_objective_is_reinforce(objective, kw):
     # property: at rho = 1 (old == logp) the gradient of CISPO and SAPO equals the clipped
     # surrogate's, i.e. REINFORCE with baseline -A grad logp, whatever the temperatures / caps
@@ -150,8 +152,9 @@ def test_tic_grpo_on_policy_is_the_unnormalised_sequence_gradient():
 def _pair_policy():
     """A context-free policy over a 5-token vocabulary: logits theta_TV per position; a winner of 3
     tokens and a loser of 2 (padded to 3). Returns theta, token ids, mask."""
-    theta = torch.tensor([[0.3, -0.2, 0.1, 0.0, 0.5], [0.0, 0.4, -0.3, 0.2, 0.1], [0.2, 0.2, -0.1, 0.3, 0.0]],
-                         requires_grad=True)
+    theta = torch.tensor(
+        [[0.3, -0.2, 0.1, 0.0, 0.5], [0.0, 0.4, -0.3, 0.2, 0.1], [0.2, 0.2, -0.1, 0.3, 0.0]], requires_grad=True
+    )
     ids = torch.tensor([[1, 4, 2], [3, 0, 0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     return theta, ids, mask
@@ -221,11 +224,14 @@ def test_grpo_two_samples_tied_pair_gives_no_gradient():
 # ---------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("override,message", [
-    ("algo.objective=ppo", "algo.objective='ppo' is not valid; choose one of: clip, cispo, sapo"),
-    ("algo.ratio_level=traj", "algo.ratio_level='traj' is not valid"),
-    ("algo.sapo_tau_neg=0", "algo.sapo_tau_neg=0.0 must be > 0"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("algo.objective=ppo", "algo.objective='ppo' is not valid; choose one of: clip, cispo, sapo"),
+        ("algo.ratio_level=traj", "algo.ratio_level='traj' is not valid"),
+        ("algo.sapo_tau_neg=0", "algo.sapo_tau_neg=0.0 must be > 0"),
+    ],
+)
 def test_config_rejects_bad_values(override, message):
     with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate(apply_overrides(Config(), [override]))
@@ -237,9 +243,14 @@ def test_dual_clip_only_with_the_clipped_surrogate():
         validate(cfg)
 
 
-@pytest.mark.parametrize("kw", [{"objective": "cispo", "clip_high": 0.3, "aggregation": "token-mean"},
-                                {"objective": "sapo", "sapo_tau_pos": 0.5, "sapo_tau_neg": 2.0},
-                                {"ratio_level": "trajectory", "beta": 0.04, "kl_bias_correction": True}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"objective": "cispo", "clip_high": 0.3, "aggregation": "token-mean"},
+        {"objective": "sapo", "sapo_tau_pos": 0.5, "sapo_tau_neg": 2.0},
+        {"ratio_level": "trajectory", "beta": 0.04, "kl_bias_correction": True},
+    ],
+)
 def test_micro_batches_add_up_to_the_batch(kw):
     # property: two micro-batches divided by the whole batch's counts sum to the whole batch's loss
     # and gradient, off-policy (ratios e^(+-0.3)) and with ragged lengths
@@ -253,8 +264,10 @@ def test_micro_batches_add_up_to_the_batch(kw):
     x = logp.clone().requires_grad_(True)
     full, _ = policy_loss(x, old, adv, mask, ref_logp_NT=ref, **counts, **kw)
     (g_full,) = torch.autograd.grad(full, x)
-    parts = [policy_loss(x[r], old[r], adv[r], mask[r], ref_logp_NT=ref[r], **counts, **kw)[0]
-             for r in (slice(0, 1), slice(1, 4))]
+    parts = [
+        policy_loss(x[r], old[r], adv[r], mask[r], ref_logp_NT=ref[r], **counts, **kw)[0]
+        for r in (slice(0, 1), slice(1, 4))
+    ]
     (g_parts,) = torch.autograd.grad(sum(parts), x)
     assert torch.allclose(sum(parts), full, atol=1e-6) and torch.allclose(g_parts, g_full, atol=1e-6)
 
@@ -264,6 +277,7 @@ def test_micro_batches_add_up_to_the_batch(kw):
 
 def test_edge_grpo_entropy_driven_advantage():
     from grpokit.algo.advantages import entropy_scaled_advantages, response_entropy
+
     # token entropies: seq 0 [0.4, 0.6] -> P = 0.5; seq 1 [1.0, 1.0] (+ a padded 9.0) -> 1.0; seq 2 [1.5] -> 1.5
     # batch mean P = 1.0, so the factors mean / P_i are [2, 1, 2/3]
     ent = torch.tensor([[0.4, 0.6, 0.0], [1.0, 1.0, 9.0], [1.5, 0.0, 0.0]])

@@ -3,15 +3,13 @@
 import pytest
 import torch
 
-from grpokit.rollout import gec
-from grpokit.types import ScoredBatch
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
+from grpokit.config.validation import validate
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
-from grpokit.types import Prompt, Rollout
-from grpokit.config.validation import validate
-
+from grpokit.rollout import gec
+from grpokit.types import Prompt, Rollout, ScoredBatch
 from helpers.models import char_tokenizer
 
 
@@ -25,7 +23,10 @@ def render(answer):  # names only `answer`: the prompt and other columns are not
 
 def _batch(tok):
     # prompt 0 "1+2" (gold 3): both completions wrong -> all wrong; prompt 1 "2+2" (gold 4): one right
-    prompts = [Prompt("1+2", tok("1+2")["input_ids"], {"answer": "3"}), Prompt("2+2", tok("2+2")["input_ids"], {"answer": "4"})]
+    prompts = [
+        Prompt("1+2", tok("1+2")["input_ids"], {"answer": "3"}),
+        Prompt("2+2", tok("2+2")["input_ids"], {"answer": "4"}),
+    ]
     texts = ["=5", "=7", "=4", "=9"]
     ids = [tok(t)["input_ids"] + [1] for t in texts]  # eos = 1
     ro = Rollout([p.ids for p in prompts], ids, [[-0.5] * len(i) for i in ids], ["eos"] * 4, 2)
@@ -42,7 +43,9 @@ def test_all_wrong_group_gets_a_corrected_rescored_member(mode):
     want = "=3" if mode == "gold" else "=7 ab ab =3"  # reflection: the wrong attempt, the cue, the gold answer
     assert sb.texts == ["=5", want, "=4", "=9"]
     assert sb.rollout.completion_ids[1] == tok(want)["input_ids"] + [1]  # ends with EOS, finish reason eos
-    assert sb.rollout.finish_reasons[1] == "eos" and sb.rollout.sampling_logprobs[1] == [0.0] * len(tok(want)["input_ids"] + [1])
+    assert sb.rollout.finish_reasons[1] == "eos" and sb.rollout.sampling_logprobs[1] == [0.0] * len(
+        tok(want)["input_ids"] + [1]
+    )
     assert sb.rollout.completion_ids[3] == tok("=9")["input_ids"] + [1]
     # re-scored by the same reward functions: the corrected member is right, so the group is no longer flat
     assert sb.total_N.tolist() == [0.0, 1.0, 1.0, 0.0] and sb.rewards_NF[:, 0].tolist() == [0.0, 1.0, 1.0, 0.0]
@@ -64,5 +67,13 @@ def test_renderer_and_config_errors():
     with pytest.raises(ConfigError, match="needs algo.error_correction_fn=module:function"):
         validate(apply_overrides(Config(), ["algo.error_correction=gold"]))
     with pytest.raises(ConfigError, match="dynamic_sampling drops"):
-        validate(apply_overrides(Config(), ["algo.error_correction=gold", "algo.dynamic_sampling=true",
-                                            "algo.error_correction_fn=grpokit.data.tasks.arithmetic:format_completion"]))
+        validate(
+            apply_overrides(
+                Config(),
+                [
+                    "algo.error_correction=gold",
+                    "algo.dynamic_sampling=true",
+                    "algo.error_correction_fn=grpokit.data.tasks.arithmetic:format_completion",
+                ],
+            )
+        )

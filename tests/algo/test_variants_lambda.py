@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from grpokit.config import Config
-from grpokit.config.io import apply_overrides
 from grpokit.algo.lambda_grpo import LearnableLambda
 from grpokit.algo.loss import aggregate, lambda_weights, policy_loss
+from grpokit.config import Config
+from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 
 
@@ -44,7 +44,8 @@ def test_lambda_zero_is_dapo_token_mean_exactly():
     loss_NT, mask = _batch()
     f = lambda_weights(mask.sum(1), 3, 0.0)
     assert aggregate(loss_NT, mask, "lambda-grpo", seq_weights_N=f).item() == pytest.approx(
-        aggregate(loss_NT, mask, "token-mean").item(), abs=1e-7)
+        aggregate(loss_NT, mask, "token-mean").item(), abs=1e-7
+    )
 
 
 def test_unified_form_contains_grpo_and_equal_lengths_make_every_lambda_grpo():
@@ -55,7 +56,8 @@ def test_unified_form_contains_grpo_and_equal_lengths_make_every_lambda_grpo():
     L = mask.sum(1)
     f_grpo = L.sum() / (len(L) * L)
     assert aggregate(loss_NT, mask, "lambda-grpo", seq_weights_N=f_grpo).item() == pytest.approx(
-        aggregate(loss_NT, mask, "seq-mean-token-mean").item(), abs=1e-6)
+        aggregate(loss_NT, mask, "seq-mean-token-mean").item(), abs=1e-6
+    )
     eq = torch.ones(6, 5)
     for lam in (-3.0, 0.0, 2.5):
         f = lambda_weights(eq.sum(1), 3, lam)
@@ -78,7 +80,9 @@ def test_lambda_gradient_and_first_adam_step_hand_worked():
     assert lam.param.grad.item() == pytest.approx(0.137327, abs=1e-5)
     # Adam's first step is -lr * m^/(sqrt(v^) + eps) = -lr * g/|g| = -0.01
     m = lam.step()
-    assert m["lambda_grpo/lambda"] == pytest.approx(-0.01, abs=1e-6) and m["lambda_grpo/grad"] == pytest.approx(0.137327, abs=1e-5)
+    assert m["lambda_grpo/lambda"] == pytest.approx(-0.01, abs=1e-6) and m["lambda_grpo/grad"] == pytest.approx(
+        0.137327, abs=1e-5
+    )
 
 
 def test_lambda_micro_batches_add_up_to_the_batch():
@@ -95,8 +99,16 @@ def test_lambda_micro_batches_add_up_to_the_batch():
         x = logp.clone().requires_grad_(True)
         fn = lam.weight_fn(mask.sum(1), 3)
         for rows in parts:
-            loss, _ = policy_loss(x[rows], old[rows], adv[rows], mask[rows], aggregation="lambda-grpo",
-                                  num_tokens=n_tok, num_sequences=6.0, seq_weights_N=fn(rows))
+            loss, _ = policy_loss(
+                x[rows],
+                old[rows],
+                adv[rows],
+                mask[rows],
+                aggregation="lambda-grpo",
+                num_tokens=n_tok,
+                num_sequences=6.0,
+                seq_weights_N=fn(rows),
+            )
             loss.backward()
         return x.grad, lam.param.grad
 
@@ -113,11 +125,29 @@ ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12
 
 
 def _cfg(model_dir, out):
-    return apply_overrides(Config(), [
-        f"model.name_or_path={model_dir}", "data.task=", "data.eval_size=0", "rollout.group_size=4",
-        "rollout.max_new_tokens=6", "algo.aggregation=lambda-grpo", "algo.lambda_lr=0.05", "algo.num_iterations=2",
-        "optim.lr=0.01", "train.steps=4", "train.prompts_per_step=2", "train.save_every=2", "train.keep_checkpoints=3",
-        "train.threads=1", "train.deterministic=true", "record.sinks=[]", "record.report=false", f"train.out={out}"])
+    return apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "data.eval_size=0",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "algo.aggregation=lambda-grpo",
+            "algo.lambda_lr=0.05",
+            "algo.num_iterations=2",
+            "optim.lr=0.01",
+            "train.steps=4",
+            "train.prompts_per_step=2",
+            "train.save_every=2",
+            "train.keep_checkpoints=3",
+            "train.threads=1",
+            "train.deterministic=true",
+            "record.sinks=[]",
+            "record.report=false",
+            f"train.out={out}",
+        ],
+    )
 
 
 def _lambdas(run):
@@ -137,8 +167,9 @@ def test_lambda_is_logged_checkpointed_and_resumed_exactly(tiny_model_dir, tmp_p
     shutil.rmtree(res / "checkpoints" / "step-000004")
     (res / "metrics.jsonl").write_text("".join((res / "metrics.jsonl").read_text().splitlines(keepends=True)[:2]))
     (res / "summary.json").unlink()
-    Trainer(_cfg(tiny_model_dir, res), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True,
-            resume=res).train()
+    Trainer(
+        _cfg(tiny_model_dir, res), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True, resume=res
+    ).train()
     assert _lambdas(res) == lam_ref  # bit-exact: lambda and its Adam moments were restored
     resumed = torch.load(res / "checkpoints" / "step-000004" / "extra_state.pt", weights_only=False)["lambda_grpo"]
     assert torch.equal(resumed["lambda"], saved["lambda"])

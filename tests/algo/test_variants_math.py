@@ -19,8 +19,9 @@ def test_offpolicy_masking_deepseek_v32():
     assert drop.tolist() == [True, False, False]
     # in the loss the masked sequence gets no gradient, the others do
     x = logp.clone().requires_grad_(True)
-    loss, m = policy_loss(x, old, torch.tensor([-1.0, 1.0, -1.0]), torch.ones(3, 2), offpolicy_delta=0.1,
-                          clip_low=0.9, clip_high=5.0)
+    loss, m = policy_loss(
+        x, old, torch.tensor([-1.0, 1.0, -1.0]), torch.ones(3, 2), offpolicy_delta=0.1, clip_low=0.9, clip_high=5.0
+    )
     loss.backward()
     assert torch.equal(x.grad[0], torch.zeros(2)) and x.grad[1].abs().sum() > 0 and x.grad[2].abs().sum() > 0
     assert m["offpolicy/masked_sequences"] == 1.0
@@ -41,8 +42,9 @@ def test_entropy_bonus_gradient():
     # loss = -(ratio * A) - coef * H per token, token-mean over 2 tokens: dL/dH = -coef / 2
     logp = torch.zeros(1, 2)
     ent = torch.tensor([[1.0, 2.0]], requires_grad=True)
-    loss, _ = policy_loss(logp, logp, torch.zeros(1), torch.ones(1, 2), entropy_NT=ent, entropy_coef=0.01,
-                          aggregation="token-mean")
+    loss, _ = policy_loss(
+        logp, logp, torch.zeros(1), torch.ones(1, 2), entropy_NT=ent, entropy_coef=0.01, aggregation="token-mean"
+    )
     loss.backward()
     assert loss.item() == pytest.approx(-0.01 * 1.5)
     assert ent.grad[0].tolist() == pytest.approx([-0.005, -0.005])

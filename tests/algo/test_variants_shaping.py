@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from grpokit.algo.advantages import group_advantages
+from grpokit.algo.entropy_shaping import grpo_s_advantages, grpo_s_rewards, gtpo_advantages, gtpo_token_rewards
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
-from grpokit.algo.entropy_shaping import grpo_s_advantages, grpo_s_rewards, gtpo_advantages, gtpo_token_rewards
 from grpokit.config.validation import validate
 
 # one group of G = 4 with rewards 1, 1, 0, 0 (O+ = rows 0, 1; O- = rows 2, 3), two tokens each
@@ -33,8 +33,13 @@ def test_gtpo_token_rewards_hand_worked():
 def test_gtpo_positions_count_only_running_completions():
     # rewards 1, 1, 0; row 1 has one token: at t=1 only row 0 runs in O+, d_1 = 1 -> 1 + 0.1 * 1 * 1 = 1.1
     # t=0: H 2, 2 -> 1 + 0.1 * 1/2 * 2 = 1.1 each; row 1's padding (t=1) gets 0
-    shaped, _, valid = gtpo_token_rewards(torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[2.0, 5.0], [2.0, 9.0], [1.0, 1.0]]),
-                                          torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]), alpha1=1.0, alpha2=0.1)
+    shaped, _, valid = gtpo_token_rewards(
+        torch.tensor([[1.0, 1.0, 0.0]]),
+        torch.tensor([[2.0, 5.0], [2.0, 9.0], [1.0, 1.0]]),
+        torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]),
+        alpha1=1.0,
+        alpha2=0.1,
+    )
     assert close(shaped[:2], [[1.1, 1.1], [1.1, 0.0]], 1e-6)
     assert valid[1].tolist() == [True, False]
 
@@ -62,8 +67,7 @@ def test_gtpo_joint_normalisation_keeps_the_sign():
     # sum 9.6972, population var 1.21215, std 1.100977 -> 1.15 / 1.100977 = 1.04453, 1.05 -> 0.95370,
     # -1.04 -> -0.94462, -1.16 -> -1.05361, -1.1 -> -0.99911
     adv, _ = gtpo_advantages(R, H, M, normalization="joint", std="population", eps=0.0)
-    assert close(adv, [[1.04453, 0.95370], [0.95370, 1.04453], [-0.94462, -0.99911],
-                                          [-1.05361, -0.99911]], 1e-4)
+    assert close(adv, [[1.04453, 0.95370], [0.95370, 1.04453], [-0.94462, -0.99911], [-1.05361, -0.99911]], 1e-4)
 
 
 def test_gtpo_flat_groups_and_pools():
@@ -100,11 +104,17 @@ def test_grpo_s_without_entropy_weight_is_grpo_and_flat_groups_stay_zero():
     assert torch.equal(adv[1], torch.zeros(4)) and m["num_zero_std_groups"] == 1.0  # flat despite varied entropy
 
 
-@pytest.mark.parametrize("override,message", [
-    ("algo.entropy_shaping=gtp", "algo.entropy_shaping='gtp' is not valid; choose one of: none, gtpo, grpo_s"),
-    ("algo.gtpo_normalization=batch", "algo.gtpo_normalization='batch' is not valid; choose one of: polarity, joint"),
-    ("algo.shaping_entropy_weight=-1", "must be >= 0 (the paper uses 1.0 and 0.1)"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("algo.entropy_shaping=gtp", "algo.entropy_shaping='gtp' is not valid; choose one of: none, gtpo, grpo_s"),
+        (
+            "algo.gtpo_normalization=batch",
+            "algo.gtpo_normalization='batch' is not valid; choose one of: polarity, joint",
+        ),
+        ("algo.shaping_entropy_weight=-1", "must be >= 0 (the paper uses 1.0 and 0.1)"),
+    ],
+)
 def test_shaping_config_errors(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate(apply_overrides(Config(), [override]))

@@ -4,12 +4,11 @@ scale. Everything here builds configs (and at most a Trainer on the 0.26M demo m
 
 import pytest
 
-from grpokit.config import presets
-from grpokit.train import reward_setup, run_data
 from grpokit.cli.app import _train_parser, build_config
-from grpokit.config import Config, ConfigError
+from grpokit.config import Config, ConfigError, presets
 from grpokit.config.io import apply_overrides, assigned, load_yaml
 from grpokit.data.tasks import get_task
+from grpokit.train import reward_setup, run_data
 from helpers.paths import ROOT
 
 
@@ -47,9 +46,14 @@ def test_a_users_model_keeps_the_real_run_defaults_and_the_task():
 def test_the_readme_own_model_example_is_a_real_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.jsonl").write_text('{"question": "1+1?", "solution": "2"}\n')
-    cfg = cli_config("model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct", "data.dataset=train.jsonl",
-                     "data.prompt_column=question", "data.answer_column=solution",
-                     "reward.functions=[math_accuracy,strict_format]", "reward.weights=[1.0,0.5]")
+    cfg = cli_config(
+        "model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct",
+        "data.dataset=train.jsonl",
+        "data.prompt_column=question",
+        "data.answer_column=solution",
+        "reward.functions=[math_accuracy,strict_format]",
+        "reward.weights=[1.0,0.5]",
+    )
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr) == (512, 1e-6)
     assert cfg.data.task == ""  # data.task was not cleared: one's own data replaces it anyway
     assert [s.name for s in reward_setup.reward_specs(cfg, None)] == ["math_accuracy", "strict_format"]
@@ -59,8 +63,11 @@ def test_own_dataset_never_keeps_the_task_reward_or_eval_set(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "x", "answer": "1"}\n')
     cfg = run_data.resolve_run(apply_overrides(Config(), [f"data.dataset={data}"]))  # data.task left at "arithmetic"
-    with pytest.raises(ConfigError, match=r"^reward.functions names 'task' \(the built-in task's reward\) but the run "
-                                          r"trains on its own data; name its reward instead"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^reward.functions names 'task' \(the built-in task's reward\) but the run "
+        r"trains on its own data; name its reward instead",
+    ):
         reward_setup.reward_specs(cfg, None)
     train, held_out = run_data.data_rows(cfg, None, None)
     assert train == [{"prompt": "x", "answer": "1"}] and held_out == []  # no arithmetic prompts
@@ -82,7 +89,12 @@ def test_trainer_with_train_rows_does_not_evaluate_on_arithmetic(tmp_path):
 def test_preset_on_the_demo_runs_at_the_demos_scale():
     cfg = cli_config("--preset", "dapo")
     # the recipe: group 16, clip-higher, token-mean, dynamic sampling, task reward + overlong penalty
-    assert (cfg.rollout.group_size, cfg.algo.clip_high, cfg.algo.aggregation, cfg.algo.dynamic_sampling) == (16, 0.28, "token-mean", True)
+    assert (cfg.rollout.group_size, cfg.algo.clip_high, cfg.algo.aggregation, cfg.algo.dynamic_sampling) == (
+        16,
+        0.28,
+        "token-mean",
+        True,
+    )
     assert cfg.reward.functions == ["task", "overlong_penalty"]
     # the run's scale: the demo's batch of 16 prompts, 8 tokens, lr 3e-4 (not 512 x 20,480 at 1e-6)
     assert (cfg.train.prompts_per_step, cfg.rollout.max_new_tokens, cfg.optim.lr) == (16, 8, 3e-4)
@@ -100,8 +112,13 @@ def test_paper_scale_is_one_flag_and_the_window_is_then_the_papers():
 
 
 def test_user_settings_win_over_a_preset_and_the_window_can_be_set():
-    cfg = cli_config("--preset", "dapo", "algo.clip_high=0.3", "rollout.max_new_tokens=64",
-                     "reward.params={overlong_penalty: {cache_length: 16}}")
+    cfg = cli_config(
+        "--preset",
+        "dapo",
+        "algo.clip_high=0.3",
+        "rollout.max_new_tokens=64",
+        "reward.params={overlong_penalty: {cache_length: 16}}",
+    )
     assert cfg.algo.clip_high == 0.3 and cfg.rollout.max_new_tokens == 64
     assert reward_setup.reward_params(cfg, "overlong_penalty") == {"cache_length": 16, "max_length": 64}
 
@@ -113,9 +130,17 @@ def test_presets_use_the_runs_own_reward(tmp_path):
     cfg = cli_config("--preset", "r1-zero", f"data.dataset={data}", "reward.functions=[math_accuracy]")
     assert (cfg.reward.functions, cfg.reward.weights) == (["math_accuracy", "strict_format"], [1.0, 0.5])
     # two functions of the user's, weighted 2 and 1: each times the preset's 1.0 for "task"
-    cfg = cli_config("--preset", "r1-zero", f"data.dataset={data}", "reward.functions=[math_accuracy,tag_count]",
-                     "reward.weights=[2,1]")
-    assert (cfg.reward.functions, cfg.reward.weights) == (["math_accuracy", "tag_count", "strict_format"], [2.0, 1.0, 0.5])
+    cfg = cli_config(
+        "--preset",
+        "r1-zero",
+        f"data.dataset={data}",
+        "reward.functions=[math_accuracy,tag_count]",
+        "reward.weights=[2,1]",
+    )
+    assert (cfg.reward.functions, cfg.reward.weights) == (
+        ["math_accuracy", "tag_count", "strict_format"],
+        [2.0, 1.0, 0.5],
+    )
     cfg = cli_config("--preset", "dapo", f"data.dataset={data}", "reward.functions=[math_accuracy]")
     assert [s.name for s in reward_setup.reward_specs(cfg, None)] == ["math_accuracy", "overlong_penalty"]
 
@@ -139,8 +164,8 @@ def test_resume_keeps_the_saved_config(tmp_path):
 
 
 def test_version(capsys):
+
     import tomllib
-    from pathlib import Path
 
     from grpokit.cli import main
 

@@ -4,14 +4,13 @@ answer column under its own name, and Ctrl-C leaves a checkpoint and the report,
 that there is none. Tiny runs on the 0.26M demo model (a few seconds)."""
 
 import json
-import os
 import sys
 
 import pytest
 
 from grpokit.cli import main
 
-REWARD = '''
+REWARD = """
 import os, signal
 
 CALLS = []
@@ -23,7 +22,7 @@ def likes_short(completions, solution, answer, **kwargs):
     if len(CALLS) == STOP_AT:
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the step is in progress
     return [1.0 / (1 + len(c)) for c in completions]
-'''
+"""
 
 
 @pytest.fixture
@@ -38,9 +37,21 @@ def workdir(tmp_path, monkeypatch):
 
 
 def train(*extra):
-    return main(["train", "data.dataset=train.jsonl", "data.prompt_column=question", "data.answer_column=solution",
-                 "rollout.group_size=2", "train.prompts_per_step=2", "rollout.max_new_tokens=4", "train.steps=3",
-                 "record.sinks=[]", "train.threads=1", *extra])
+    return main(
+        [
+            "train",
+            "data.dataset=train.jsonl",
+            "data.prompt_column=question",
+            "data.answer_column=solution",
+            "rollout.group_size=2",
+            "train.prompts_per_step=2",
+            "rollout.max_new_tokens=4",
+            "train.steps=3",
+            "record.sinks=[]",
+            "train.threads=1",
+            *extra,
+        ]
+    )
 
 
 def reward_module(workdir, name, stop_at):
@@ -50,7 +61,9 @@ def reward_module(workdir, name, stop_at):
 
 def test_module_reward_beside_the_data_gets_the_answer_column_under_its_own_name(workdir, capsys):
     reward_module(workdir, "myrewards", stop_at=0)
-    assert train("reward.functions=[myrewards:likes_short]", "record.report=false", "--out", "run") == 0, capsys.readouterr().err
+    assert train("reward.functions=[myrewards:likes_short]", "record.report=false", "--out", "run") == 0, (
+        capsys.readouterr().err
+    )
     calls = sys.modules["myrewards"].CALLS
     assert len(calls) == 6  # one call per group: 2 prompts x 3 steps, no evaluation (no data.eval_dataset)
     solution, answer = calls[0]
@@ -60,7 +73,9 @@ def test_module_reward_beside_the_data_gets_the_answer_column_under_its_own_name
 def test_a_missing_module_says_where_it_looked(workdir, capsys):
     assert train("reward.functions=[nosuchmodule:fn]", "--out", "run") == 2
     err = capsys.readouterr().err.splitlines()[-1]  # (datasets' progress bar precedes it)
-    assert err.startswith("grpokit: error: reward.functions: Reward 'nosuchmodule:fn': module 'nosuchmodule' could not be imported")
+    assert err.startswith(
+        "grpokit: error: reward.functions: Reward 'nosuchmodule:fn': module 'nosuchmodule' could not be imported"
+    )
     assert err.endswith(f"(looked in the working directory {workdir} and on sys.path)")
 
 
@@ -69,8 +84,10 @@ def test_ctrl_c_finishes_the_step_then_writes_a_checkpoint_and_the_report(workdi
     assert train("reward.functions=[stopper:likes_short]", "--out", "run") == 130
     err = capsys.readouterr().err
     run = workdir / "run"
-    assert ("grpokit: interrupted after step 2 of 3; checkpoint run/checkpoints/step-000002 and report.html kept; "
-            "continue with: grpokit train --resume run") in err
+    assert (
+        "grpokit: interrupted after step 2 of 3; checkpoint run/checkpoints/step-000002 and report.html kept; "
+        "continue with: grpokit train --resume run"
+    ) in err
     assert (run / "report.html").exists() and json.loads((run / "summary.json").read_text())["interrupted"] is True
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     assert main(["train", "--resume", str(run)]) == 0  # the checkpoint is real: the run goes on to step 3
@@ -81,9 +98,12 @@ def test_ctrl_c_finishes_the_step_then_writes_a_checkpoint_and_the_report(workdi
 
 def test_ctrl_c_before_the_first_step_says_there_is_no_checkpoint(workdir, capsys):
     reward_module(workdir, "early", stop_at=1)  # the first call grades the evaluation before training
-    assert train("reward.functions=[early:likes_short]", "data.eval_dataset=train.jsonl", "data.eval_size=2",
-                 "--out", "run") == 130
+    assert (
+        train(
+            "reward.functions=[early:likes_short]", "data.eval_dataset=train.jsonl", "data.eval_size=2", "--out", "run"
+        )
+        == 130
+    )
     err = capsys.readouterr().err
-    assert ("interrupted before the first step finished; no checkpoint was written, so there is nothing to resume"
-            in err)
+    assert "interrupted before the first step finished; no checkpoint was written, so there is nothing to resume" in err
     assert not (workdir / "run" / "checkpoints").exists() and (workdir / "run" / "report.html").exists()

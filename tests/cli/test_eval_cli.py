@@ -18,8 +18,8 @@ def test_eval_matches_hand_computed_values(monkeypatch, tmp_path, capsys):
     script = [[gold[0], wrong[0], wrong[0], gold[0]], [wrong[1]] * 4]
 
     def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
-        from grpokit.train.models import load_tokenizer
         from grpokit.config import ModelConfig
+        from grpokit.train.models import load_tokenizer
 
         tok = load_tokenizer(ModelConfig())
         texts = [f"<answer>{a}</answer>" for p in range(len(prompt_ids)) for a in script[p]]
@@ -52,8 +52,19 @@ def test_eval_rejects_bad_k():
 
 
 def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(eval_cli, "run_eval", lambda args: {"model": "m", "prompts": 2, "samples_per_prompt": 2,
-                                                            "temperature": 1.0, "pass@1": 0.5, "maj@1": 0.5, "mean@1": 0.5})
+    monkeypatch.setattr(
+        eval_cli,
+        "run_eval",
+        lambda args: {
+            "model": "m",
+            "prompts": 2,
+            "samples_per_prompt": 2,
+            "temperature": 1.0,
+            "pass@1": 0.5,
+            "maj@1": 0.5,
+            "mean@1": 0.5,
+        },
+    )
     assert eval_cli.main(["--out", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "pass@k" in out and "{" not in out  # the table, no JSON mixed in
@@ -72,9 +83,21 @@ def lora_runs(tmp_path_factory):
     runs = {}
     for mode in ("adapter", "merged"):
         out = tmp_path_factory.mktemp("lora") / mode
-        cfg = apply_overrides(Config(), ["model.lora_rank=4", f"model.lora_save={mode}", "optim.lr=0.05", "train.steps=1",
-                                         "train.prompts_per_step=2", "rollout.group_size=4", "data.eval_size=0",
-                                         "record.sinks=[]", "record.report=false", f"train.out={out}"])
+        cfg = apply_overrides(
+            Config(),
+            [
+                "model.lora_rank=4",
+                f"model.lora_save={mode}",
+                "optim.lr=0.05",
+                "train.steps=1",
+                "train.prompts_per_step=2",
+                "rollout.group_size=4",
+                "data.eval_size=0",
+                "record.sinks=[]",
+                "record.report=false",
+                f"train.out={out}",
+            ],
+        )
         Trainer(cfg, quiet=True).train()
         runs[mode] = out
     return runs
@@ -104,8 +127,23 @@ def test_eval_reads_lora_checkpoints(lora_runs, tmp_path, capsys):
         torch.testing.assert_close(ours[k], merged[k], rtol=1e-5, atol=1e-6)
     for run in ("adapter", "merged"):
         out = tmp_path / f"{run}.json"
-        assert eval_cli.main(["--model", str(lora_runs[run]), "--limit", "4", "--k", "1,2", "--max-new-tokens", "4",
-                              "--out", str(out)]) == 0
+        assert (
+            eval_cli.main(
+                [
+                    "--model",
+                    str(lora_runs[run]),
+                    "--limit",
+                    "4",
+                    "--k",
+                    "1,2",
+                    "--max-new-tokens",
+                    "4",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         assert json.loads(out.read_text())["prompts"] == 4
     capsys.readouterr()
 

@@ -11,8 +11,18 @@ import sys
 
 def test_one_step_run_has_no_future_warning(tmp_path):
     # the default run (the built-in demo task and model), one step
-    cmd = [sys.executable, "-W", "error::FutureWarning", "-m", "grpokit", "train", "train.steps=1", "record.report=false",
-           "--out", "run"]
+    cmd = [
+        sys.executable,
+        "-W",
+        "error::FutureWarning",
+        "-m",
+        "grpokit",
+        "train",
+        "train.steps=1",
+        "record.report=false",
+        "--out",
+        "run",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

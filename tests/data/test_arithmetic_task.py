@@ -9,13 +9,28 @@ import pytest
 import torch
 
 from grpokit.data.tasks import get_task
-from grpokit.data.tasks.arithmetic import arithmetic_accuracy, extract_answer, format_prompt, held_out_pairs, held_out_rows, is_held_out, train_pairs, train_rows
+from grpokit.data.tasks.arithmetic import (
+    arithmetic_accuracy,
+    extract_answer,
+    format_prompt,
+    held_out_pairs,
+    held_out_rows,
+    is_held_out,
+    train_pairs,
+    train_rows,
+)
 from grpokit.data.tasks.chartok import build_char_tokenizer
-from grpokit.data.tasks.demo_model import carry_free_sum, demo_model_path, has_carry, load_demo_model, teacher_completion
+from grpokit.data.tasks.demo_model import (
+    carry_free_sum,
+    demo_model_path,
+    has_carry,
+    load_demo_model,
+    teacher_completion,
+)
 from grpokit.data.tasks.evaluate import evaluate_accuracy, greedy_completions
 
-
 # --- splits -------------------------------------------------------------------------------------
+
 
 def test_splits_partition_all_pairs_and_are_disjoint():
     train, held = set(train_pairs()), set(held_out_pairs())
@@ -44,6 +59,7 @@ def test_rows_format():
 
 
 # --- extraction and reward ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "text, expected",
@@ -83,6 +99,7 @@ def test_reward_needs_one_answer_per_completion():
 
 # --- the forgetful teacher ----------------------------------------------------------------------
 
+
 def test_carry_free_sum_hand_worked():
     # 57+68: tens (5+6) mod 10 = 1, units (7+8) mod 10 = 5 -> 15 (true sum 125)
     assert carry_free_sum(57, 68) == 15
@@ -99,6 +116,7 @@ def test_carry_free_sum_hand_worked():
 
 
 # --- tokenizer and shipped model ----------------------------------------------------------------
+
 
 def test_tokenizer_round_trip_through_auto_tokenizer():
     from transformers import AutoTokenizer
@@ -128,6 +146,7 @@ def test_demo_model_loads_and_is_small():
 
 
 # --- evaluator ----------------------------------------------------------------------------------
+
 
 def test_evaluator_agrees_with_manual_greedy_decoding():
     torch.manual_seed(0)

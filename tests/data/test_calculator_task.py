@@ -7,7 +7,6 @@ rise in the metrics. A short run with a relaxed threshold (docs/TASKS.md has the
 
 import json
 
-
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
 from grpokit.data.tasks import get_task
@@ -18,7 +17,9 @@ from grpokit.train import Trainer
 def test_splits_and_teacher():
     assert all(not is_held_out(*map(int, r["prompt"][:-1].split("*"))) for r in train_rows(200))
     held = held_out_rows()
-    assert len(held) == len({r["prompt"] for r in held}) and all(is_held_out(*map(int, r["prompt"][:-1].split("*"))) for r in held)
+    assert len(held) == len({r["prompt"] for r in held}) and all(
+        is_held_out(*map(int, r["prompt"][:-1].split("*"))) for r in held
+    )
     assert estimate(57, 68) == 4200 and estimate(50, 20) == 1000 and estimate(95, 11) == 1000
 
 
@@ -30,8 +31,17 @@ def test_shipped_model_answers_from_memory_and_sometimes_calls_the_tool():
 
 
 def test_calculator_task_learns_to_use_the_tool(tmp_path):
-    cfg = apply_overrides(Config(), ["data.task=calculator", "train.steps=25", "data.eval_size=100", "record.sinks=[]",
-                                     "record.report=false", f"train.out={tmp_path / 'run'}"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "data.task=calculator",
+            "train.steps=25",
+            "data.eval_size=100",
+            "record.sinks=[]",
+            "record.report=false",
+            f"train.out={tmp_path / 'run'}",
+        ],
+    )
     summary = Trainer(cfg, quiet=True).train()
     lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
     assert summary["eval_before"]["accuracy"] <= 0.5 and summary["eval_before"]["tool_use_rate"] == 0.0

@@ -13,8 +13,16 @@ from grpokit.config import ConfigError
 from grpokit.data.tasks import get_task
 from grpokit.data.tasks import reasoning_gym as rg
 
-ADD = {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2, "operators": ["+"],
-       "allow_parentheses": False, "allow_negation": False, "instruction": "Answer with a number."}
+ADD = {
+    "min_terms": 2,
+    "max_terms": 2,
+    "min_digits": 2,
+    "max_digits": 2,
+    "operators": ["+"],
+    "allow_parentheses": False,
+    "allow_negation": False,
+    "instruction": "Answer with a number.",
+}
 QUESTION = re.compile(r"^Calculate (\d{1,2}) \+ (\d{1,2})\. Answer with a number\.$")
 
 
@@ -22,7 +30,9 @@ def test_rows_follow_the_config_and_the_gold_is_the_sum():
     task = get_task("reasoning_gym:basic_arithmetic", ADD)
     rows = task.train_rows(50, seed=0)
     for r in rows:
-        a, b = map(int, QUESTION.match(r["prompt"]).groups())  # operands of up to two digits (reasoning-gym: 0-99), "+" only
+        a, b = map(
+            int, QUESTION.match(r["prompt"]).groups()
+        )  # operands of up to two digits (reasoning-gym: 0-99), "+" only
         assert r["answer"] == str(a + b) and r["rg_task"] == "basic_arithmetic"
     assert task.train_rows(50, seed=0) == rows  # deterministic in (n, seed)
     assert task.train_rows(50, seed=1) != rows
@@ -52,13 +62,15 @@ def test_the_verifier_pays_one_answer_and_never_a_hedge():
     task = get_task("reasoning_gym:basic_arithmetic", ADD)
     row = task.held_out_rows(1)[0]
     gold = int(row["answer"])
-    completions = [f"The answer is {gold}.",                            # a phrase: 1
-                   f"{gold - 20} + 20 = {gold}",                           # the last number of the last line: 1
-                   f"<answer>{gold}</answer>",                             # tags: 1
-                   f"{gold} or {gold + 1}",                                # a hedge: 0
-                   f"<answer>{gold}</answer> <answer>{gold + 1}</answer>",  # two answers that disagree: 0
-                   f"The answer is {gold + 1}.",                           # wrong: 0
-                   "I do not know."]                                      # no number: 0
+    completions = [
+        f"The answer is {gold}.",  # a phrase: 1
+        f"{gold - 20} + 20 = {gold}",  # the last number of the last line: 1
+        f"<answer>{gold}</answer>",  # tags: 1
+        f"{gold} or {gold + 1}",  # a hedge: 0
+        f"<answer>{gold}</answer> <answer>{gold + 1}</answer>",  # two answers that disagree: 0
+        f"The answer is {gold + 1}.",  # wrong: 0
+        "I do not know.",
+    ]  # no number: 0
     scores = task.reward_fn(completions, rg_source=[row["rg_source"]] * 7, prompts=[row["prompt"]] * 7)
     assert scores == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     ds, entry = rg._entry(row["rg_source"])
@@ -75,21 +87,34 @@ def test_every_reasoning_gym_task_generates_and_its_gold_scores_full():
     for name in names:
         row = rg.make_rows({name: 1.0}, {name: {}}, "", 1, seed=5)[0]
         ds, entry = rg._entry(row["rg_source"])
-        ours = rg.reasoning_gym_accuracy([f"<answer>{row['answer']}</answer>"], [row["rg_source"]], prompts=[row["prompt"]])[0]
+        ours = rg.reasoning_gym_accuracy(
+            [f"<answer>{row['answer']}</answer>"], [row["rg_source"]], prompts=[row["prompt"]]
+        )[0]
         if ours != ds.score_answer(row["answer"], entry):
             wrong.append(name)
     assert wrong == []
 
 
-@pytest.mark.parametrize("task, params, message", [
-    ("reasoning_gym:no_such_task", {}, r"'no_such_task' is not a reasoning-gym task; valid: ab, acre"),
-    ("reasoning_gym:chain_sum=x", {}, r"the weight of 'chain_sum' must be a number, got 'x'"),
-    ("reasoning_gym:chain_sum=0", {}, r"the weight of 'chain_sum' must be > 0"),
-    ("reasoning_gym:chain_sum", {"bogus": 1}, r"task_params for reasoning-gym's 'chain_sum' is not a valid config .*bogus"),
-    ("reasoning_gym:chain_sum,leg_counting", {"min_terms": 2}, r"maps each task name to its config; min_terms is not one of"),
-    ("arithmetic", {"min_terms": 2}, r"data.task_params is for reasoning_gym:<name> tasks"),
-    ("no_such_task", {}, r"not a built-in task; valid: .*reasoning_gym:<name>"),
-])
+@pytest.mark.parametrize(
+    "task, params, message",
+    [
+        ("reasoning_gym:no_such_task", {}, r"'no_such_task' is not a reasoning-gym task; valid: ab, acre"),
+        ("reasoning_gym:chain_sum=x", {}, r"the weight of 'chain_sum' must be a number, got 'x'"),
+        ("reasoning_gym:chain_sum=0", {}, r"the weight of 'chain_sum' must be > 0"),
+        (
+            "reasoning_gym:chain_sum",
+            {"bogus": 1},
+            r"task_params for reasoning-gym's 'chain_sum' is not a valid config .*bogus",
+        ),
+        (
+            "reasoning_gym:chain_sum,leg_counting",
+            {"min_terms": 2},
+            r"maps each task name to its config; min_terms is not one of",
+        ),
+        ("arithmetic", {"min_terms": 2}, r"data.task_params is for reasoning_gym:<name> tasks"),
+        ("no_such_task", {}, r"not a built-in task; valid: .*reasoning_gym:<name>"),
+    ],
+)
 def test_bad_task_settings_are_one_sentence(task, params, message):
     with pytest.raises(ConfigError, match=message):
         get_task(task, params)
@@ -99,7 +124,10 @@ def test_a_reasoning_gym_task_with_the_demo_model_asks_for_a_real_model(tmp_path
     from grpokit.cli import main
 
     assert main(["train", "data.task=reasoning_gym:chain_sum", f"train.out={tmp_path / 'run'}"]) == 2
-    assert "has no demo model; set model.name_or_path to a real model (e.g. smollm2-135m-instruct" in capsys.readouterr().err
+    assert (
+        "has no demo model; set model.name_or_path to a real model (e.g. smollm2-135m-instruct"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow
@@ -108,9 +136,21 @@ def test_grpokit_train_on_a_reasoning_gym_task_with_the_real_model(tmp_path):
     import sys
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "grpokit", "train", "--preset", "smollm2-math", f"--out={out}", "train.steps=1",
-           "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "data.eval_size=4",
-           "train.eval_every=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpokit",
+        "train",
+        "--preset",
+        "smollm2-math",
+        f"--out={out}",
+        "train.steps=1",
+        "train.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=6",
+        "data.eval_size=4",
+        "train.eval_every=0",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -129,10 +169,21 @@ def test_the_same_rows_and_reward_through_grpokit_trl(tmp_path):
     from grpokit.trl import GRPOConfig, GRPOTrainer, reasoning_gym_accuracy, reasoning_gym_dataset
 
     data = reasoning_gym_dataset("reasoning_gym:basic_arithmetic", 8, seed=0, params=ADD)
-    assert data[0]["prompt"] == [{"role": "user", "content": get_task("reasoning_gym:basic_arithmetic", ADD).train_rows(1)[0]["prompt"]}]
+    assert data[0]["prompt"] == [
+        {"role": "user", "content": get_task("reasoning_gym:basic_arithmetic", ADD).train_rows(1)[0]["prompt"]}
+    ]
     held = reasoning_gym_dataset("reasoning_gym:basic_arithmetic", 4, params=ADD, split="held_out")
     assert held["answer"] == [r["answer"] for r in get_task("reasoning_gym:basic_arithmetic", ADD).held_out_rows(4)]
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, report_to=[])
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        report_to=[],
+    )
     trainer = GRPOTrainer("smollm2-135m-instruct", reward_funcs=[reasoning_gym_accuracy], train_dataset=data, args=args)
     assert trainer.train().global_step == 1

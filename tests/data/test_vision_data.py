@@ -22,8 +22,12 @@ def test_image_folder_with_metadata_loads_images_prompts_and_answers(tmp_path):
         _scene(x).save(tmp_path / f"s{x}.png")
     with open(tmp_path / "metadata.jsonl", "w") as f:
         for x in (2, 34):
-            f.write(json.dumps({"file_name": f"s{x}.png", "question": "where is the red square?",
-                                "box": f"[{x},2,{x + 12},14]"}) + "\n")
+            f.write(
+                json.dumps(
+                    {"file_name": f"s{x}.png", "question": "where is the red square?", "box": f"[{x},2,{x + 12},14]"}
+                )
+                + "\n"
+            )
     rows = load_rows(str(tmp_path), "train", DataConfig(prompt_column="question", answer_column="box"))
     assert sorted(r["answer"] for r in rows) == ["[2,2,14,14]", "[34,2,46,14]"]
     by_answer = {r["answer"]: r for r in rows}
@@ -36,7 +40,9 @@ def test_image_folder_with_metadata_loads_images_prompts_and_answers(tmp_path):
 def test_saved_dataset_folder_loads(tmp_path):
     import datasets
 
-    datasets.Dataset.from_list([{"prompt": "a?", "answer": "1"}, {"prompt": "b?", "answer": "2"}]).save_to_disk(str(tmp_path / "ds"))
+    datasets.Dataset.from_list([{"prompt": "a?", "answer": "1"}, {"prompt": "b?", "answer": "2"}]).save_to_disk(
+        str(tmp_path / "ds")
+    )
     rows = load_rows(str(tmp_path / "ds"), "train", DataConfig())
     assert [(r["prompt"], r["answer"]) for r in rows] == [("a?", "1"), ("b?", "2")]
 
@@ -66,11 +72,23 @@ def test_engines_with_image_prompts():
 
     model, proc = shapes.load_shapes_model()
     prompts = to_prompts(shapes.train_rows(2, seed=3), proc.tokenizer, DataConfig(), processor=proc)
-    kw = dict(eos_token_ids={proc.tokenizer.eos_token_id}, pad_token_id=proc.tokenizer.pad_token_id,
-              vision=[p.vision for p in prompts])
-    runs = {e: generate(model.eval(), [p.ids for p in prompts], 2, SamplingParams(max_new_tokens=5),
-                        generator=torch.Generator().manual_seed(0), engine=e, **kw).completion_ids
-            for e in ("auto", "static", "dynamic")}
+    kw = dict(
+        eos_token_ids={proc.tokenizer.eos_token_id},
+        pad_token_id=proc.tokenizer.pad_token_id,
+        vision=[p.vision for p in prompts],
+    )
+    runs = {
+        e: generate(
+            model.eval(),
+            [p.ids for p in prompts],
+            2,
+            SamplingParams(max_new_tokens=5),
+            generator=torch.Generator().manual_seed(0),
+            engine=e,
+            **kw,
+        ).completion_ids
+        for e in ("auto", "static", "dynamic")
+    }
     # every engine takes image prompts (auto picks static: tests/project/test_vision_static.py) and samples alike
     assert runs["auto"] == runs["static"] == runs["dynamic"]
 
@@ -94,15 +112,25 @@ def test_placeholder_tokens_are_never_sampled_and_training_agrees():
     assert hidden == [3, 4, 5, 6]  # vision_start, image_pad, vision_end, video_pad of the demo model
     # +30 on the image placeholder's logit makes it ~every sample's choice unless it is hidden; a
     # sampled placeholder broke the next forward (an image without pixels)
-    hook = model.lm_head.register_forward_hook(lambda m, i, out: out.index_add(-1, torch.tensor([4]), torch.full_like(out[..., :1], 30.0)))
+    hook = model.lm_head.register_forward_hook(
+        lambda m, i, out: out.index_add(-1, torch.tensor([4]), torch.full_like(out[..., :1], 30.0))
+    )
     try:
         prompts = to_prompts(shapes.train_rows(2, seed=7), proc.tokenizer, DataConfig(), processor=proc)
-        ro = generate(model, [p.ids for p in prompts], 2, SamplingParams(max_new_tokens=6), eos_token_ids={proc.tokenizer.eos_token_id},
-                      pad_token_id=proc.tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0), vision=[p.vision for p in prompts])
+        ro = generate(
+            model,
+            [p.ids for p in prompts],
+            2,
+            SamplingParams(max_new_tokens=6),
+            eos_token_ids={proc.tokenizer.eos_token_id},
+            pad_token_id=proc.tokenizer.pad_token_id,
+            generator=torch.Generator().manual_seed(0),
+            vision=[p.vision for p in prompts],
+        )
         assert not any(t in hidden for c in ro.completion_ids for t in c)
         logp, _ = completion_logprobs(model, make_token_batch(ro, proc.tokenizer.pad_token_id))
         for i, lps in enumerate(ro.sampling_logprobs):
-            assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4)
+            assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4)
     finally:
         hook.remove()
 
@@ -134,6 +162,11 @@ def test_processor_of_a_hub_name_loads_from_the_hub_cache(tmp_path):
     for f in shapes.shapes_model_path().iterdir():
         (snap / f.name).symlink_to(f)
     code = "from grpokit.data.vision import load_processor; print(type(load_processor('org/tiny-vl')).__name__)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"},
+    )
     assert out.stdout.strip().splitlines()[-1] == "Qwen2VLProcessor", out.stderr[-500:]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from grpokit.data.tasks import shapes
 from grpokit.types import Prompt
 
@@ -11,7 +9,9 @@ from grpokit.types import Prompt
 def test_longer_row_lists_keep_the_shorter_ones_rows():
     # train_rows(n) is the first n rows of one seeded stream: the pre-warm script streams it lazily
     # and must see the same rows a list would hold.
-    assert [r["scene"] for r in shapes.train_rows(30, seed=3)] == [r["scene"] for r in shapes.train_rows(45, seed=3)[:30]]
+    assert [r["scene"] for r in shapes.train_rows(30, seed=3)] == [
+        r["scene"] for r in shapes.train_rows(45, seed=3)[:30]
+    ]
     assert not any(shapes.is_held_out(r["scene"]) for r in shapes.train_rows(45, seed=3))
     assert all(shapes.is_held_out(r["scene"]) for r in shapes.held_out_rows(20))
 
@@ -22,7 +22,9 @@ def test_held_out_scores_are_split_by_question_kind():
     prompts = [Prompt("a", [1], columns={"kind": k}) for k in ("box", "count", "box", "count")]
     # box: (1.0 + 0.5) / 2 = 0.75; count: (0 + 1) / 2 = 0.5
     assert _by_kind(prompts, [1.0, 0.0, 0.5, 1.0]) == {"reward_box": 0.75, "reward_count": 0.5}
-    assert _by_kind([Prompt("a", [1]), Prompt("b", [1], columns={"kind": 3})], [1.0, 0.0]) == {}  # no string kind: no split
+    assert (
+        _by_kind([Prompt("a", [1]), Prompt("b", [1], columns={"kind": 3})], [1.0, 0.0]) == {}
+    )  # no string kind: no split
 
 
 def test_report_headline_shows_each_question_before_and_after(tmp_path):
@@ -31,8 +33,15 @@ def test_report_headline_shows_each_question_before_and_after(tmp_path):
     from grpokit.record.report import headline_html
     from grpokit.record.report_data import load_run
 
-    (tmp_path / "summary.json").write_text(json.dumps({"steps": 5, "eval_before": {"accuracy": 0.2, "reward_box": 0.125},
-                                                       "eval_after": {"accuracy": 0.4, "reward_box": 0.5}}))
+    (tmp_path / "summary.json").write_text(
+        json.dumps(
+            {
+                "steps": 5,
+                "eval_before": {"accuracy": 0.2, "reward_box": 0.125},
+                "eval_after": {"accuracy": 0.4, "reward_box": 0.5},
+            }
+        )
+    )
     html = headline_html(load_run(tmp_path))
     assert "eval reward (box)" in html and "0.125 → 0.5" in html
 

@@ -10,12 +10,11 @@ import torch
 
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
-from grpokit.env import calculator
-from grpokit.rollout.hf import SamplingParams
 from grpokit.data.tasks.calculator import TAGS
 from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
+from grpokit.env import calculator
+from grpokit.rollout.hf import SamplingParams
 from grpokit.train import Trainer
-
 from helpers.episodes import Counter, ScriptedSampler, calc_reply
 from helpers.paths import ROOT
 
@@ -30,9 +29,20 @@ def tag_model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tag-model")
     tok = build_char_tokenizer(ALPHABET, TAGS)
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                 bos_token_id=None, eos_token_id=1, pad_token_id=0)).save_pretrained(path)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            bos_token_id=None,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
+    ).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
@@ -44,13 +54,35 @@ def exact_answer(prompts, completions, answer, environments=None, **kwargs):
 
 
 def trainer(model_dir, out, tools=(calculator,), environment_factory=None, rollout_func=None, **over):
-    cfg = apply_overrides(Config(), [
-        f"model.name_or_path={model_dir}", "data.task=", "reward.functions=[]", "rollout.group_size=3",
-        "rollout.max_new_tokens=12", "train.prompts_per_step=2", "train.steps=1", f"train.out={out}",
-        "record.sinks=[]", "record.report=true", "record.samples_every=1", "train.threads=1", "data.eval_size=0",
-    ] + [f"{k}={v}" for k, v in over.items()])
-    return Trainer(cfg, reward_funcs=[exact_answer], train_rows=ROWS, eval_rows=[], quiet=True, tools=list(tools) or None,
-                   environment_factory=environment_factory, rollout_func=rollout_func)
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "reward.functions=[]",
+            "rollout.group_size=3",
+            "rollout.max_new_tokens=12",
+            "train.prompts_per_step=2",
+            "train.steps=1",
+            f"train.out={out}",
+            "record.sinks=[]",
+            "record.report=true",
+            "record.samples_every=1",
+            "train.threads=1",
+            "data.eval_size=0",
+        ]
+        + [f"{k}={v}" for k, v in over.items()],
+    )
+    return Trainer(
+        cfg,
+        reward_funcs=[exact_answer],
+        train_rows=ROWS,
+        eval_rows=[],
+        quiet=True,
+        tools=list(tools) or None,
+        environment_factory=environment_factory,
+        rollout_func=rollout_func,
+    )
 
 
 def scripted(tr, reply=calc_reply):
@@ -68,7 +100,9 @@ def test_trainer_runs_episodes_with_tools(tag_model_dir, tmp_path, credit, ratio
     assert msgs[1][1]["role"] == "tool" and msgs[0] == [{"role": "assistant", "content": "<answer>4200</answer>"}]
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["reward"] == pytest.approx(4 / 6)  # the tool users are right, the guessers wrong
-    assert line["episodes/tool_use_rate"] == pytest.approx(4 / 6) and line["tools/call_frequency"] == pytest.approx(4 / 6)
+    assert line["episodes/tool_use_rate"] == pytest.approx(4 / 6) and line["tools/call_frequency"] == pytest.approx(
+        4 / 6
+    )
     assert line["episodes/turns_mean"] == pytest.approx(10 / 6) and line["episodes/env_tokens_mean"] > 0
     assert line["completions/max_length"] == 14  # model tokens only: call (7) + answer with eos (7), not the result
     assert any(not torch.equal(before[n], p) for n, p in tr.model.named_parameters())
@@ -84,11 +118,29 @@ def test_environment_factory_reward_and_reset(tag_model_dir, tmp_path):
         pass
 
     rows = [{"prompt": "4=", "answer": "4"}, {"prompt": "6=", "answer": "6"}]
-    tr = Trainer(apply_overrides(Config(), [f"model.name_or_path={tag_model_dir}", "data.task=", "reward.functions=[]",
-                                            "rollout.group_size=2", "train.prompts_per_step=2", "train.steps=1",
-                                            f"train.out={tmp_path / 'r'}", "record.sinks=[]", "record.report=false",
-                                            "train.threads=1", "data.eval_size=0", "env.max_turns=5"]),
-                 train_rows=rows, eval_rows=[], quiet=True, environment_factory=Adder)
+    tr = Trainer(
+        apply_overrides(
+            Config(),
+            [
+                f"model.name_or_path={tag_model_dir}",
+                "data.task=",
+                "reward.functions=[]",
+                "rollout.group_size=2",
+                "train.prompts_per_step=2",
+                "train.steps=1",
+                f"train.out={tmp_path / 'r'}",
+                "record.sinks=[]",
+                "record.report=false",
+                "train.threads=1",
+                "data.eval_size=0",
+                "env.max_turns=5",
+            ],
+        ),
+        train_rows=rows,
+        eval_rows=[],
+        quiet=True,
+        environment_factory=Adder,
+    )
     assert [s.name for s in tr.runner.specs] == ["Adder"]  # get_reward became a reward source, named after the class
     scripted(tr, lambda ctx, g: "<tool_call>add: 2</tool_call>" if g in (None, 1) else "<answer>0</answer><eos>")
     m = tr.train_step()
@@ -100,16 +152,33 @@ def test_rollout_func_and_env_mask(tag_model_dir, tmp_path):
 
     def rollout_func(prompts, trainer):
         seen["prompts"] = prompts
-        return {"prompt_ids": [[5, 6]] * 2, "completion_ids": [[7, 8, 9]] * 6, "logprobs": [[-1.0, 0.0, -1.0]] * 6,
-                "env_mask": [[1, 0, 1]] * 6, "answer": ["x"] * 6}
+        return {
+            "prompt_ids": [[5, 6]] * 2,
+            "completion_ids": [[7, 8, 9]] * 6,
+            "logprobs": [[-1.0, 0.0, -1.0]] * 6,
+            "env_mask": [[1, 0, 1]] * 6,
+            "answer": ["x"] * 6,
+        }
 
     def reward(completions, answer, **kw):
         seen["answer"] = answer
         return [float(i % 2) for i in range(len(completions))]
 
-    cfg = apply_overrides(Config(), [f"model.name_or_path={tag_model_dir}", "data.task=", "reward.functions=[]",
-                                     "rollout.group_size=3", "train.prompts_per_step=2", f"train.out={tmp_path / 'r'}",
-                                     "record.sinks=[]", "record.report=false", "train.threads=1", "data.eval_size=0"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={tag_model_dir}",
+            "data.task=",
+            "reward.functions=[]",
+            "rollout.group_size=3",
+            "train.prompts_per_step=2",
+            f"train.out={tmp_path / 'r'}",
+            "record.sinks=[]",
+            "record.report=false",
+            "train.threads=1",
+            "data.eval_size=0",
+        ],
+    )
     tr = Trainer(cfg, reward_funcs=[reward], train_rows=ROWS, eval_rows=[], quiet=True, rollout_func=rollout_func)
     m = tr.train_step()
     assert len(seen["prompts"]) == 2 and all(p in [r["prompt"] for r in ROWS] for p in seen["prompts"])  # raw prompts
@@ -144,6 +213,7 @@ def test_async_staleness_samples_episodes(tag_model_dir, tmp_path):
 
 # ---------------------------------------------------------------- vLLM engines (fakes)
 
+
 class ToolFakeLLM:
     """Answers a prompt with a calculator call, and a context holding a result with the answer."""
 
@@ -159,9 +229,16 @@ class ToolFakeLLM:
             reply = calc_reply(text, 1)
             ids = list(self.tok(reply.replace("<eos>", ""), add_special_tokens=False)["input_ids"])
             ids += [1] if reply.endswith("<eos>") else []
-            samples = [types.SimpleNamespace(index=g, token_ids=ids, logprobs=[{t: types.SimpleNamespace(logprob=-0.5)} for t in ids],
-                                             finish_reason="stop", stop_reason="</tool_call>" if not reply.endswith("<eos>") else None)
-                       for g in range(sp.n)]
+            samples = [
+                types.SimpleNamespace(
+                    index=g,
+                    token_ids=ids,
+                    logprobs=[{t: types.SimpleNamespace(logprob=-0.5)} for t in ids],
+                    finish_reason="stop",
+                    stop_reason="</tool_call>" if not reply.endswith("<eos>") else None,
+                )
+                for g in range(sp.n)
+            ]
             outs.append(types.SimpleNamespace(outputs=samples))
         return outs
 
@@ -179,8 +256,9 @@ class ToolFakeLLM:
 
 
 def test_vllm_colocated_runs_the_episode_loop_and_sleeps_once(tag_model_dir, tmp_path):
-    from grpokit.rollout.vllm import VLLMColocated
     from types import SimpleNamespace as FakeSP
+
+    from grpokit.rollout.vllm import VLLMColocated
 
     tr = trainer(tag_model_dir, tmp_path / "v", **{"rollout.tis_cap": 2.0})
     llm = ToolFakeLLM(tr.tokenizer)
@@ -215,10 +293,17 @@ def test_vllm_server_runs_the_episode_loop(tag_model_dir, tmp_path):
         choices = []
         for k, p in enumerate(body["prompt"]):
             reply = calc_reply(tok.decode(p), 1)
-            ids = list(tok(reply.replace("<eos>", ""), add_special_tokens=False)["input_ids"]) + ([1] if reply.endswith("<eos>") else [])
+            ids = list(tok(reply.replace("<eos>", ""), add_special_tokens=False)["input_ids"]) + (
+                [1] if reply.endswith("<eos>") else []
+            )
             for g in range(body["n"]):
-                choices.append({"index": k * body["n"] + g, "finish_reason": "stop",
-                                "logprobs": {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.5] * len(ids)}})
+                choices.append(
+                    {
+                        "index": k * body["n"] + g,
+                        "finish_reason": "stop",
+                        "logprobs": {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.5] * len(ids)},
+                    }
+                )
         return HTTPAnswer(200, {"choices": choices}, "")
 
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
@@ -237,7 +322,6 @@ def test_agents_md_example_is_valid(tmp_path):
     """docs/AGENTS.md's example, run with a stand-in Trainer: its tool and environment are valid
     tools (schemas), its environment plays an episode, its reward reads the conversation."""
     import re
-    from pathlib import Path
 
     from grpokit.env import environment_tools, tool_schema
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
@@ -254,16 +338,32 @@ def test_agents_md_example_is_valid(tmp_path):
             return {}
 
     ns = {}
-    exec(compile(code.replace("from grpokit.train import Trainer", "Trainer = StandIn"), "AGENTS.md", "exec"), {"StandIn": StandIn}, ns)
+    exec(
+        compile(code.replace("from grpokit.train import Trainer", "Trainer = StandIn"), "AGENTS.md", "exec"),
+        {"StandIn": StandIn},
+        ns,
+    )
     assert got["cfg"].env.max_turns == 4 and got["environment_factory"] is ns["Shop"]
     for fn in got["tools"] + environment_tools(ns["Shop"]()):
         assert tool_schema(fn)["function"]["parameters"]["properties"]
     tok = build_char_tokenizer(ALPHABET + "abcdefghijklmnopqrstuvwxyz:,()'{}\"", TAGS)
-    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), tok, tools=got["tools"], environment_factory=ns["Shop"])
-    sampler = ScriptedSampler(lambda ctx, g: '<tool_call>{"name": "buy", "arguments": {"item": "fig", "price": 7}}</tool_call>'
-                              if "<tool_result>" not in ctx else "ok<eos>")
+    runner = EpisodeRunner(
+        EpisodeSpec(max_turns=3, tool_format="tags"), tok, tools=got["tools"], environment_factory=ns["Shop"]
+    )
+    sampler = ScriptedSampler(
+        lambda ctx, g: (
+            '<tool_call>{"name": "buy", "arguments": {"item": "fig", "price": 7}}</tool_call>'
+            if "<tool_result>" not in ctx
+            else "ok<eos>"
+        )
+    )
     rows = got["train_rows"][:1]
-    ro = runner.run(lambda c, G, p: _retok(sampler, tok, c, G, p), [Prompt("p", [5], {"budget": 7}, rows[0]["prompt"])], 2, SamplingParams())
+    ro = runner.run(
+        lambda c, G, p: _retok(sampler, tok, c, G, p),
+        [Prompt("p", [5], {"budget": 7}, rows[0]["prompt"])],
+        2,
+        SamplingParams(),
+    )
     assert ro.finish_reasons == ["done", "done"] and ro.episodes[0].environment.basket == ["fig"]
     convs, envs = [e.messages for e in ro.episodes], [e.environment for e in ro.episodes]
     assert got["reward_funcs"][0](prompts=["p"] * 2, completions=convs, environments=envs) == [1.0, 1.0]
@@ -290,9 +390,20 @@ def test_trainer_with_a_chat_template_and_an_environment(tmp_path):
 
     tok = chat_tokenizer()
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                 bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=0)).save_pretrained(tmp_path / "m")
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=0,
+        )
+    ).save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     rows = [{"prompt": [{"role": "user", "content": "count to"}], "answer": "4"}] * 2
     seen = {}
@@ -301,10 +412,28 @@ def test_trainer_with_a_chat_template_and_an_environment(tmp_path):
         seen["c"], seen["e"] = completions, environments
         return [e.get_reward() for e in environments]
 
-    tr = Trainer(apply_overrides(Config(), [f"model.name_or_path={tmp_path / 'm'}", "data.task=", "reward.functions=[]",
-                                            "rollout.group_size=2", "train.prompts_per_step=2", f"train.out={tmp_path / 'r'}",
-                                            "record.sinks=[]", "record.report=false", "train.threads=1", "data.eval_size=0"]),
-                 reward_funcs=[reward], train_rows=rows, eval_rows=[], quiet=True, environment_factory=Counter)
+    tr = Trainer(
+        apply_overrides(
+            Config(),
+            [
+                f"model.name_or_path={tmp_path / 'm'}",
+                "data.task=",
+                "reward.functions=[]",
+                "rollout.group_size=2",
+                "train.prompts_per_step=2",
+                f"train.out={tmp_path / 'r'}",
+                "record.sinks=[]",
+                "record.report=false",
+                "train.threads=1",
+                "data.eval_size=0",
+            ],
+        ),
+        reward_funcs=[reward],
+        train_rows=rows,
+        eval_rows=[],
+        quiet=True,
+        environment_factory=Counter,
+    )
     assert tr.episodes.spec.tool_format == "chat_template" and "Tools: add" in tr.prompts[0].text
     eos = tok.eos_token_id
     call = '<tool_call>{"name": "add", "arguments": {"n": "2"}}</tool_call>'
@@ -312,14 +441,24 @@ def test_trainer_with_a_chat_template_and_an_environment(tmp_path):
 
     def model(ctxs, G, params):
         contexts.extend(tok.decode(c) for c in ctxs)
-        outs = [tok(call if "<tool_response>" not in tok.decode(c) or "<tool_response>2<" in tok.decode(c) else "done",
-                    add_special_tokens=False)["input_ids"] + [eos] for c in ctxs for _ in range(G)]
-        return types.SimpleNamespace(completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs],
-                                     finish_reasons=["eos"] * len(outs))
+        outs = [
+            tok(
+                call if "<tool_response>" not in tok.decode(c) or "<tool_response>2<" in tok.decode(c) else "done",
+                add_special_tokens=False,
+            )["input_ids"]
+            + [eos]
+            for c in ctxs
+            for _ in range(G)
+        ]
+        return types.SimpleNamespace(
+            completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs], finish_reasons=["eos"] * len(outs)
+        )
 
     tr.turn_sampler = lambda m, generator=None: model
     m = tr.train_step()
     assert "<|im_start|>user\ncount to go<|im_end|>" in contexts[0]  # the observation joined the user message
     assert m["episodes/finished_done"] == 1.0 and m["episodes/turns_mean"] == 2.0
-    assert m["rewards/reward/mean"] == 1.0 and m["rewards/Counter/mean"] == 1.0 and m["reward"] == 2.0  # ours + get_reward
+    assert (
+        m["rewards/reward/mean"] == 1.0 and m["rewards/Counter/mean"] == 1.0 and m["reward"] == 2.0
+    )  # ours + get_reward
     assert seen["c"][0][1] == {"role": "tool", "name": "add", "content": "2"} and seen["e"][0].count == 4

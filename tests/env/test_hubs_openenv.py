@@ -27,6 +27,7 @@ from grpokit.env.tools import TerminalToolError  # noqa: E402
 from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
 from helpers.paths import TESTS  # noqa: E402
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -37,12 +38,28 @@ def free_port() -> int:
 def echo_server(tmp_path_factory):
     """The echo server's URL; its steps sleep 10 s when the message starts with "sleep"."""
     root = tmp_path_factory.mktemp("openenv")
-    subprocess.run([str(Path(sys.executable).parent / "openenv"), "init", "echo_env", "--output-dir", str(root)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "openenv"), "init", "echo_env", "--output-dir", str(root)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     port, log = free_port(), root / "server.log"
-    proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "openenv_server.py"), str(root), "echo_env", str(port),
-                             "--sleep-word", "sleep", "--step-delay", "10"],
-                            stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(TESTS / "helpers" / "openenv_server.py"),
+            str(root),
+            "echo_env",
+            str(port),
+            "--sleep-word",
+            "sleep",
+            "--step-delay",
+            "10",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -89,8 +106,10 @@ def reply(context, g):
 
 def test_an_openenv_server_trains_two_steps_as_env_environment(echo_server, model_dir, tmp_path, monkeypatch):
     mod = tmp_path / "echo_here.py"  # what a user writes beside their YAML: the class env.environment names
-    mod.write_text("from grpokit.env.hubs.openenv_env import openenv_environment\n"
-                   f"Echo = openenv_environment({echo_server!r}, observation_field='echoed_message', name='Echo')\n")
+    mod.write_text(
+        "from grpokit.env.hubs.openenv_env import openenv_environment\n"
+        f"Echo = openenv_environment({echo_server!r}, observation_field='echoed_message', name='Echo')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     rows = [{"prompt": "Say hello."}, {"prompt": "Greet."}]
     tr = hub_trainer(model_dir, tmp_path / "run", rows, over=["env.environment=echo_here:Echo"])
@@ -120,16 +139,38 @@ def qwen_model(tmp_path_factory):
     from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
 
     path = tmp_path_factory.mktemp("qwen-tools")
-    tok = build_char_tokenizer(string.ascii_letters + string.digits + string.punctuation + " \n",
-                               ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
-                                "<tool_response>", "</tool_response>"), model_max_length=None)
+    tok = build_char_tokenizer(
+        string.ascii_letters + string.digits + string.punctuation + " \n",
+        (
+            "<|im_start|>",
+            "<|im_end|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<think>",
+            "</think>",
+            "<tool_response>",
+            "</tool_response>",
+        ),
+        model_max_length=None,
+    )
     tok.add_special_tokens({"eos_token": "<|im_end|>"})
     tok.chat_template = qwen2_5_chat_template
     torch.manual_seed(0)
-    Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                                 bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=0,
-                                 tie_word_embeddings=False)).save_pretrained(path)
+    Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=0,
+            tie_word_embeddings=False,
+        )
+    ).save_pretrained(path)
     save_char_tokenizer(tok, path)
     return path, tok
 
@@ -141,11 +182,22 @@ def test_an_openenv_server_trains_through_trl_environment_factory(echo_server, q
 
     path, tok = qwen_model
     Echo = openenv_environment(echo_server, observation_field="echoed_message", name="Echo")
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "Say hello."}]},
-                              {"prompt": [{"role": "user", "content": "Greet."}]}])
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                      max_completion_length=512, max_tool_calling_iterations=2, use_cpu=True, disable_tqdm=True,
-                      logging_steps=1, shuffle_dataset=False, gradient_checkpointing=False)
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": "Say hello."}]}, {"prompt": [{"role": "user", "content": "Greet."}]}]
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        max_completion_length=512,
+        max_tool_calling_iterations=2,
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_steps=1,
+        shuffle_dataset=False,
+        gradient_checkpointing=False,
+    )
     tr = GRPOTrainer(str(path), args=args, train_dataset=data, environment_factory=Echo)  # the env owns the reward
     inner = tr._get()
     contexts = []
@@ -159,18 +211,24 @@ def test_an_openenv_server_trains_through_trl_environment_factory(echo_server, q
             contexts.append(text)
             for g in range(G):
                 said = "<tool_response>" in text
-                out = "ok" if said or (G == 2 and g == 1) else '<tool_call>{"name": "act", "arguments": {"action": "hello"}}</tool_call>'
+                out = (
+                    "ok"
+                    if said or (G == 2 and g == 1)
+                    else '<tool_call>{"name": "act", "arguments": {"action": "hello"}}</tool_call>'
+                )
                 outs.append(tok(out, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
-        return types.SimpleNamespace(completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs],
-                                     finish_reasons=["eos"] * len(outs))
+        return types.SimpleNamespace(
+            completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs], finish_reasons=["eos"] * len(outs)
+        )
 
     inner.turn_sampler = lambda m, generator=None: model
     before = {n: p.detach().clone() for n, p in inner.model.named_parameters()}
     tr.train()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and all(m["rewards/Echo/mean"] == pytest.approx(0.25) for m in lines)
-    assert any("<tool_response>\nhello\n</tool_response>" in c or "<tool_response>hello</tool_response>" in c
-               for c in contexts)
+    assert any(
+        "<tool_response>\nhello\n</tool_response>" in c or "<tool_response>hello</tool_response>" in c for c in contexts
+    )
     assert any(not torch.equal(before[n], p) for n, p in inner.model.named_parameters())
 
 
@@ -181,7 +239,9 @@ def test_a_slow_step_ends_the_episode_with_one_sentence(echo_server):
     env = openenv_environment(echo_server, observation_field="echoed_message", timeout_s=1.0)()
     env.reset()
     start = time.monotonic()
-    with pytest.raises(TerminalToolError, match=r"^the OpenEnv server at http://127\.0\.0\.1:\d+ did not answer step within 1 s$"):
+    with pytest.raises(
+        TerminalToolError, match=r"^the OpenEnv server at http://127\.0\.0\.1:\d+ did not answer step within 1 s$"
+    ):
         env.act("sleep please")
     assert time.monotonic() - start < 6  # the deadline, not the server's 10 s
 
@@ -191,10 +251,18 @@ def test_a_gone_server_is_a_counted_reset_failure_and_the_run_goes_on(echo_serve
     with pytest.raises(OpenEnvError, match=r"^could not reach the OpenEnv server at http://127\.0\.0\.1:\d+ for reset"):
         Gone().reset()
     Echo = openenv_environment(echo_server, observation_field="echoed_message", name="Echo")
-    rows = [{"prompt": "a", "environment": "live"}, {"prompt": "b", "environment": "live"},
-            {"prompt": "c", "environment": "gone"}]  # one server of two is down: a partial outage
-    tr = hub_trainer(model_dir, tmp_path / "run", rows, environment_factory={"live": Echo, "gone": Gone},
-                     over=["train.steps=1", "train.prompts_per_step=3"])
+    rows = [
+        {"prompt": "a", "environment": "live"},
+        {"prompt": "b", "environment": "live"},
+        {"prompt": "c", "environment": "gone"},
+    ]  # one server of two is down: a partial outage
+    tr = hub_trainer(
+        model_dir,
+        tmp_path / "run",
+        rows,
+        environment_factory={"live": Echo, "gone": Gone},
+        over=["train.steps=1", "train.prompts_per_step=3"],
+    )
     scripted(tr, reply)
     m = tr.train_step()
     assert m["episodes/reset_failures"] == 2.0  # the gone server's prompt: its 2 episodes started from the bare prompt
@@ -220,10 +288,16 @@ class WrongServer:
         self.server.shutdown()
 
 
-@pytest.mark.parametrize("reply,why", [
-    ({"type": "observation", "data": {"observation": "text", "reward": 0.0}}, "reset reply has no observation object"),
-    ({"type": "observation", "data": {"observation": {"x": 1}, "reward": "lots"}}, "reset reply has reward 'lots'"),
-])
+@pytest.mark.parametrize(
+    "reply,why",
+    [
+        (
+            {"type": "observation", "data": {"observation": "text", "reward": 0.0}},
+            "reset reply has no observation object",
+        ),
+        ({"type": "observation", "data": {"observation": {"x": 1}, "reward": "lots"}}, "reset reply has reward 'lots'"),
+    ],
+)
 def test_a_wrong_reply_is_one_sentence(reply, why):
     server = WrongServer(reply)
     try:

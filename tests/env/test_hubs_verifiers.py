@@ -14,7 +14,13 @@ vf = pytest.importorskip("verifiers.v1")
 
 from grpokit.config import ConfigError  # noqa: E402
 from grpokit.env.hubs import require  # noqa: E402
-from grpokit.env.hubs.verifiers_env import build_trace, rubric_rewards, rubric_weights, taskset_rows, toolset_environment  # noqa: E402
+from grpokit.env.hubs.verifiers_env import (  # noqa: E402
+    build_trace,
+    rubric_rewards,
+    rubric_weights,
+    taskset_rows,
+    toolset_environment,
+)
 from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
 
 PAIRS = ((12, 30), (45, 21))
@@ -64,9 +70,15 @@ def test_rows_rewards_and_weights_come_from_the_taskset():
     assert rows[0]["vf_task"]["type"] == "SumTask" and rows[0]["vf_task"]["data"]["answer"] == "42"
     fns = rubric_rewards(taskset())
     assert [f.__name__ for f in fns] == ["exact", "used_tool"] and rubric_weights(taskset()) == [1.0, 0.5]
-    tool_turns = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-        "name": "add", "arguments": {"a": 12, "b": 30}}}]}, {"role": "tool", "name": "add", "content": "42"},
-        {"role": "assistant", "content": "<answer>42</answer>"}]
+    tool_turns = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 12, "b": 30}}}],
+        },
+        {"role": "tool", "name": "add", "content": "42"},
+        {"role": "assistant", "content": "<answer>42</answer>"},
+    ]
     comps = [tool_turns, "<answer>41</answer>"]
     cols = [rows[0]["vf_task"]] * 2
     assert fns[0](["12+30="] * 2, comps, vf_task=cols) == [1.0, 0.0]
@@ -82,8 +94,13 @@ def correct(context):
 
 def test_a_single_turn_rubric_trains_two_steps_with_one_component_per_reward(model_dir, tmp_path):
     weights = ",".join(map(str, rubric_weights(taskset())))
-    tr = hub_trainer(model_dir, tmp_path / "run", taskset_rows(taskset()), reward_funcs=rubric_rewards(taskset()),
-                     over=[f"reward.weights=[{weights}]"])
+    tr = hub_trainer(
+        model_dir,
+        tmp_path / "run",
+        taskset_rows(taskset()),
+        reward_funcs=rubric_rewards(taskset()),
+        over=[f"reward.weights=[{weights}]"],
+    )
     scripted(tr, lambda ctx, g: f"<answer>{correct(ctx) + g}</answer><eos>")  # g = 0 right, g = 1 off by one
     before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
     tr.train()
@@ -97,8 +114,14 @@ def test_a_single_turn_rubric_trains_two_steps_with_one_component_per_reward(mod
 
 def test_a_toolset_is_the_episodes_environment_and_trains_two_steps(model_dir, tmp_path):
     env = toolset_environment(Adder)
-    tr = hub_trainer(model_dir, tmp_path / "run", taskset_rows(taskset()), reward_funcs=rubric_rewards(taskset()),
-                     environment_factory=env, over=["reward.weights=[1.0,0.5]"])
+    tr = hub_trainer(
+        model_dir,
+        tmp_path / "run",
+        taskset_rows(taskset()),
+        reward_funcs=rubric_rewards(taskset()),
+        environment_factory=env,
+        over=["reward.weights=[1.0,0.5]"],
+    )
 
     def reply(ctx, g):  # g = 0 calls the toolset's add and answers with its result; g = 1 guesses wrong
         if g == 1:
@@ -118,10 +141,14 @@ def test_a_toolset_is_the_episodes_environment_and_trains_two_steps(model_dir, t
     assert any("<tool_result>42</tool_result>" in c for c in sampler.contexts)  # the toolset really added
 
 
-@pytest.mark.parametrize("module,extra", [("verifiers.v1", "verifiers"), ("textarena", "textarena"),
-                                          ("openenv.core", "openenv")])
+@pytest.mark.parametrize(
+    "module,extra", [("verifiers.v1", "verifiers"), ("textarena", "textarena"), ("openenv.core", "openenv")]
+)
 def test_a_missing_library_is_one_sentence(monkeypatch, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
-    with pytest.raises(ConfigError, match=rf"^this environment needs the {extra} library .*"
-                                          rf"install it with: pip install 'grpokit\[{extra}\]'$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^this environment needs the {extra} library .*"
+        rf"install it with: pip install 'grpokit\[{extra}\]'$",
+    ):
         require(module, extra)

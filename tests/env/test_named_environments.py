@@ -20,11 +20,17 @@ def prompt(text, **columns):
 
 def scripted(reply):
     """A turn sampler playing the model: ``reply(context_text) -> text`` (end of turn appended)."""
+
     def sample(contexts, G, params):
-        outs = [list(TOK(reply(TOK.decode(c)), add_special_tokens=False)["input_ids"]) + [TOK.eos_token_id]
-                for c in contexts for _ in range(G)]
+        outs = [
+            list(TOK(reply(TOK.decode(c)), add_special_tokens=False)["input_ids"]) + [TOK.eos_token_id]
+            for c in contexts
+            for _ in range(G)
+        ]
         return Rollout([list(c) for c in contexts], outs, [[-0.5] * len(o) for o in outs], ["eos"] * len(outs), G)
+
     return sample
+
 
 RESETS: list = []
 
@@ -65,12 +71,18 @@ NAMED = {"add": Adder, "dbl": Doubler}
 
 def test_each_row_runs_in_the_environment_its_column_names():
     RESETS.clear()
-    runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags"), TOK, tools=[calculator], environment_factory=NAMED)
+    runner = EpisodeRunner(
+        EpisodeSpec(max_turns=2, tool_format="tags"), TOK, tools=[calculator], environment_factory=NAMED
+    )
     assert runner.tool_names == ["calculator", "add", "double"]  # what any row may call: the parser reads all of them
     # every row calls add(3) on turn 0 and then answers
     sampler = scripted(lambda ctx: "done" if "<tool_result>" in ctx else "<tool_call>add: 3</tool_call>")
-    ro = runner.run(sampler, [prompt("1=", answer="1", environment="add"), prompt("2=", answer="2", environment="dbl")],
-                    2, SamplingParams())
+    ro = runner.run(
+        sampler,
+        [prompt("1=", answer="1", environment="add"), prompt("2=", answer="2", environment="dbl")],
+        2,
+        SamplingParams(),
+    )
     assert [type(e.environment).__name__ for e in ro.episodes] == ["Adder", "Adder", "Doubler", "Doubler"]
     # reset(**row): the prompt and the data columns, not the routing column
     assert sorted(RESETS) == [("Adder", ["answer", "prompt"])] * 2 + [("Doubler", ["answer", "prompt"])] * 2
@@ -90,7 +102,9 @@ def test_a_rows_prompt_shows_its_environments_tools_and_unknown_names_are_refuse
     with pytest.raises(ConfigError, match=r"`environment=None`"):  # a row without the column names no environment
         runner.route({"prompt": "x"})
     one = EpisodeRunner(EpisodeSpec(tool_format="chat_template"), TOK, environment_factory=Adder)
-    assert [s["function"]["name"] for s in one.row_schemas({"environment": "ignored"})] == ["add"]  # one factory: no routing
+    assert [s["function"]["name"] for s in one.row_schemas({"environment": "ignored"})] == [
+        "add"
+    ]  # one factory: no routing
 
 
 def test_one_reward_per_environment_class_scoring_only_its_own_episodes():

@@ -23,11 +23,16 @@ OLD2 = LOGP + torch.tensor([[0.3, -0.2, 0.1, 0.4], [-0.5, 0.2, 0, 0], [0.1, 0.3,
 REF = LOGP - torch.tensor([[0.2, 0.1, -0.3, 0.5], [0.4, -0.1, 0, 0], [0.0, 0.2, 0.3, 0], [-0.2, 0, 0, 0]])
 ENT = torch.tensor([[0.9, 0.1, 0.5, 0.7], [0.3, 0.8, 0, 0], [0.2, 0.6, 0.4, 0], [1.1, 0, 0, 0]])
 # the sampler's log-probabilities relative to pi_old: ratio pi_old / pi_sampler = exp(OFFSET)
-SAMPLER_OFFSET = torch.tensor([[0.1, math.log(3.0), -0.2, 0.0], [-0.05, 0.3, 0, 0], [0.2, -math.log(2.5), 0.1, 0],
-                               [0.0, 0, 0, 0]])
+SAMPLER_OFFSET = torch.tensor(
+    [[0.1, math.log(3.0), -0.2, 0.0], [-0.05, 0.3, 0, 0], [0.2, -math.log(2.5), 0.1, 0], [0.0, 0, 0, 0]]
+)
 SINGLE = {"lengths": [4, 2, 3, 1], "model_mask": None, "turns": None}
-MULTI = {"lengths": [4, 2, 3, 1], "model_mask": [[1, 1, 0, 1], [1, 1], [1, 0, 1], [1]],
-         "turns": [[0, 0, 0, 1], [0, 0], [0, 0, 1], [0]], "states": [["a", "b"], ["a"], ["a", "c"], ["a"]]}
+MULTI = {
+    "lengths": [4, 2, 3, 1],
+    "model_mask": [[1, 1, 0, 1], [1, 1], [1, 0, 1], [1]],
+    "turns": [[0, 0, 0, 1], [0, 0], [0, 0, 1], [0]],
+    "states": [["a", "b"], ["a"], ["a", "c"], ["a"]],
+}
 FINISH = ["eos", "eos", "length", "eos"]  # row 2 was cut by the length limit
 
 
@@ -42,7 +47,7 @@ def kl(cell, logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     if estimator == "k1":
         return -d
     if estimator == "k2":
-        return d ** 2 / 2
+        return d**2 / 2
     return torch.exp(d) - d - 1  # DeepSeekMath eq. 4: pi_ref/pi - log(pi_ref/pi) - 1
 
 
@@ -65,17 +70,17 @@ def sample_std(xs: list[float], weights: list[float] | None = None, bessel: bool
 def ref_group_advantages(kind: str, r: torch.Tensor, lengths: list[float]) -> torch.Tensor:
     if kind in ("batch", "batch_whiten", "token_whiten"):
         rs = r.tolist()
-        c = [x - sum(rs[g - g % G:g - g % G + G]) / G for g, x in enumerate(rs)]  # group mean removed
+        c = [x - sum(rs[g - g % G : g - g % G + G]) / G for g, x in enumerate(rs)]  # group mean removed
         if kind == "batch":  # TRL scale_rewards="batch": c / (std of all P*G rewards + eps)
             return torch.tensor([x / (sample_std(rs)[1] + 1e-4) for x in c])
         if kind == "batch_whiten":  # every completion weighs one: (c - mean c) / (std c + eps)
             mu, sd = sample_std(c)
             return torch.tensor([(x - mu) / (sd + 1e-4) for x in c])
         mu, sd = sample_std(c, lengths)  # REINFORCE++-baseline, verl: c_i tiled over L_i tokens, eps in the sqrt
-        return torch.tensor([(x - mu) / math.sqrt(sd ** 2 + 1e-4) for x in c])
+        return torch.tensor([(x - mu) / math.sqrt(sd**2 + 1e-4) for x in c])
     out = []
     for g in range(0, len(r), G):
-        grp = r[g:g + G].tolist()
+        grp = r[g : g + G].tolist()
         mean = sum(grp) / G
         for x in grp:
             if kind == "rloo":  # leave-one-out baseline, no scale

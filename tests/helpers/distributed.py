@@ -7,13 +7,34 @@ from grpokit.types import Rollout
 
 # adam_eps 1e-4: with the default 1e-8, Adam turns float noise in near-zero gradients (summation order:
 # ranks, kernels, prompt sharing) into lr-sized steps, and the comparisons below would test luck.
-OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.scale": "batch", "algo.aggregation": "token-mean",
-        "algo.beta": 0.04, "optim.max_grad_norm": 0.5, "data.eval_size": 0, "train.deterministic": True,
-        "train.micro_batch_size": 4, "optim.adam_eps": 1e-4}
+OVER = {
+    "train.prompts_per_step": 4,
+    "train.steps": 2,
+    "algo.scale": "batch",
+    "algo.aggregation": "token-mean",
+    "algo.beta": 0.04,
+    "optim.max_grad_norm": 0.5,
+    "data.eval_size": 0,
+    "train.deterministic": True,
+    "train.micro_batch_size": 4,
+    "optim.adam_eps": 1e-4,
+}
 
 
-def scripted_generate(model, prompt_ids, group_size, params, *, eos_token_ids, pad_token_id, generator=None, decode=None,
-                      cuda_graphs=True, engine="auto", generation_kwargs=None):
+def scripted_generate(
+    model,
+    prompt_ids,
+    group_size,
+    params,
+    *,
+    eos_token_ids,
+    pad_token_id,
+    generator=None,
+    decode=None,
+    cuda_graphs=True,
+    engine="auto",
+    generation_kwargs=None,
+):
     """Completions that depend only on (prompt, sample index): the same on any rank layout."""
     comps, logps, reasons = [], [], []
     for p in prompt_ids:

@@ -30,7 +30,9 @@ class ScriptedSampler:
                     t = ids(text[:-5]) + [TOK.eos_token_id]
                 comps.append(t)
                 logps.append([-0.5] * len(t))
-                reasons.append("eos" if t and t[-1] == TOK.eos_token_id else "stop" if text.endswith(CALL_CLOSE) else "length")
+                reasons.append(
+                    "eos" if t and t[-1] == TOK.eos_token_id else "stop" if text.endswith(CALL_CLOSE) else "length"
+                )
         return Rollout([list(c) for c in contexts], comps, logps, reasons, group_size)
 
 
@@ -70,17 +72,21 @@ HERMES = (
     "{% for m in messages %}"
     "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
     "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    '{% for c in m.tool_calls or [] %}<tool_call>{"name": "{{ c.function.name }}", "arguments": '
     "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}<|im_end|>\n"
     "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def chat_tokenizer():
     import string
 
-    tok = build_char_tokenizer(string.ascii_letters + string.digits + string.punctuation + " \n",
-                               ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"), model_max_length=None)
+    tok = build_char_tokenizer(
+        string.ascii_letters + string.digits + string.punctuation + " \n",
+        ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"),
+        model_max_length=None,
+    )
     tok.add_special_tokens({"eos_token": "<|im_end|>"})
     tok.chat_template = HERMES
     return tok

@@ -45,7 +45,9 @@ class FakeWorkerBase:
 
     def __init__(self, hf_model, rank: int, logprobs_mode: str):
         self.rank = rank
-        self.vllm_config = SimpleNamespace(model_config=SimpleNamespace(logprobs_mode=logprobs_mode, dtype=hf_model.dtype))
+        self.vllm_config = SimpleNamespace(
+            model_config=SimpleNamespace(logprobs_mode=logprobs_mode, dtype=hf_model.dtype)
+        )
         self.model_runner = SimpleNamespace(model=FakeVLLMModel(hf_model))
         self.model_runner.get_model = lambda: self.model_runner.model
 
@@ -72,12 +74,29 @@ def error_body(message: str, err_type: str, code: int, param: str | None = None)
 class FakeVLLMServer:
     """Start with ``with FakeVLLMServer(model) as srv:``; ``srv.url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, hf_model, *, served_name: str = "tiny", workers: int = 1, dev_mode: bool = True,
-                 extension: bool = True, logprobs_mode: str = "processed_logprobs", start_delay: float = 0.0,
-                 completion_delay: float = 0.0, busy_prefix_cache: int = 0, seed: int = 0, flavor: str = "0.33.0"):
+    def __init__(
+        self,
+        hf_model,
+        *,
+        served_name: str = "tiny",
+        workers: int = 1,
+        dev_mode: bool = True,
+        extension: bool = True,
+        logprobs_mode: str = "processed_logprobs",
+        start_delay: float = 0.0,
+        completion_delay: float = 0.0,
+        busy_prefix_cache: int = 0,
+        seed: int = 0,
+        flavor: str = "0.33.0",
+    ):
         from grpokit.rollout.vllm_worker import WeightSyncExtension
 
-        self.served_name, self.dev_mode, self.start_delay, self.completion_delay = served_name, dev_mode, start_delay, completion_delay
+        self.served_name, self.dev_mode, self.start_delay, self.completion_delay = (
+            served_name,
+            dev_mode,
+            start_delay,
+            completion_delay,
+        )
         self.busy_prefix_cache = busy_prefix_cache  # answer {"success": false} this many times first
         self.flavor = flavor  # "0.33.0" or "0.10.2": the two differ in the answers marked below
         cls = make_worker_class(WeightSyncExtension if extension else None)
@@ -103,7 +122,9 @@ class FakeVLLMServer:
         def serve():
             time.sleep(self.start_delay)  # vLLM only listens once its engine is up (nothing answers before)
             self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-            self.httpd.daemon_threads = False  # server_close() then waits for requests in flight (torch in a dying thread aborts)
+            self.httpd.daemon_threads = (
+                False  # server_close() then waits for requests in flight (torch in a dying thread aborts)
+            )
             self.httpd.serve_forever(poll_interval=0.05)
 
         self.thread = threading.Thread(target=serve, daemon=True)
@@ -125,10 +146,18 @@ class FakeVLLMServer:
 
     def route(self, method: str, path: str, body: dict | None) -> tuple[int, dict | None]:
         self.calls.append((method, path, body))
-        routes = {("GET", "/health"): self.health, ("GET", "/v1/models"): self.models,
-                  ("POST", "/v1/completions"): self.completions}
+        routes = {
+            ("GET", "/health"): self.health,
+            ("GET", "/v1/models"): self.models,
+            ("POST", "/v1/completions"): self.completions,
+        }
         if self.dev_mode:  # launchers/api_server/routers.py: dev routers only with VLLM_SERVER_DEV_MODE
-            routes.update({("POST", "/collective_rpc"): self.collective_rpc, ("POST", "/reset_prefix_cache"): self.reset_prefix_cache})
+            routes.update(
+                {
+                    ("POST", "/collective_rpc"): self.collective_rpc,
+                    ("POST", "/reset_prefix_cache"): self.reset_prefix_cache,
+                }
+            )
         if (method, path) not in routes:
             known = any(p == path for _, p in routes)
             code, phrase = (405, "Method Not Allowed") if known else (404, "Not Found")
@@ -138,10 +167,19 @@ class FakeVLLMServer:
     def health(self, body):  # serve/instrumentator/health.py:22: empty 200
         return 200, None
 
-    def models(self, body):  # openai/models/api_router.py:20, openai/models/serving.py:64, serve/engine/protocol.py:90-118
-        card = {"id": self.served_name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                "root": self.served_name, "parent": None, "max_model_len": 128,
-                "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission"}]}
+    def models(
+        self, body
+    ):  # openai/models/api_router.py:20, openai/models/serving.py:64, serve/engine/protocol.py:90-118
+        card = {
+            "id": self.served_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": self.served_name,
+            "parent": None,
+            "max_model_len": 128,
+            "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission"}],
+        }
         return 200, {"object": "list", "data": [card]}
 
     def collective_rpc(self, body):  # serve/dev/rpc/api_router.py:23-59
@@ -182,14 +220,20 @@ class FakeVLLMServer:
         if self.completion_delay:
             time.sleep(self.completion_delay)
         if body.get("model") not in (None, self.served_name):  # serve/engine/serving.py:75-84
-            return 404, error_body(f"The model `{body['model']}` does not exist. Valid aliases: {self.served_name}.",
-                                   "NotFoundError", 404, "model")
+            return 404, error_body(
+                f"The model `{body['model']}` does not exist. Valid aliases: {self.served_name}.",
+                "NotFoundError",
+                404,
+                "model",
+            )
         prompts = body["prompt"]
         if not (isinstance(prompts, list) and prompts and all(isinstance(p, list) for p in prompts)):
             return 400, error_body("the fake serves only a list of token-id lists", "BadRequestError", 400, "prompt")
         for key, off in (("top_p", 1.0), ("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
             if body.get(key, off) not in (off, -1 if key == "top_k" else off):
-                return 400, error_body(f"the fake samples with temperature only; {key}={body[key]}", "BadRequestError", 400, key)
+                return 400, error_body(
+                    f"the fake samples with temperature only; {key}={body[key]}", "BadRequestError", 400, key
+                )
         if body.get("stop"):
             return 400, error_body("the fake has no stop strings", "BadRequestError", 400, "stop")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
@@ -202,18 +246,39 @@ class FakeVLLMServer:
                 toks = [f"token_id:{t}" if as_ids else f"<{t}>" for t in out]
                 logprobs = None
                 if body.get("logprobs") is not None:  # serving.py:714 _create_completion_logprobs
-                    logprobs = {"text_offset": [sum(len(t) for t in toks[:i]) for i in range(len(toks))],
-                                "token_logprobs": lps, "tokens": toks,
-                                "top_logprobs": [{tok: lp} for tok, lp in zip(toks, lps)]}
-                choices.append({"index": len(choices), "text": "".join(toks), "logprobs": logprobs,
-                                "finish_reason": reason, "stop_reason": None, "token_ids": None,
-                                "prompt_logprobs": None, "prompt_token_ids": None})
+                    logprobs = {
+                        "text_offset": [sum(len(t) for t in toks[:i]) for i in range(len(toks))],
+                        "token_logprobs": lps,
+                        "tokens": toks,
+                        "top_logprobs": [{tok: lp} for tok, lp in zip(toks, lps)],
+                    }
+                choices.append(
+                    {
+                        "index": len(choices),
+                        "text": "".join(toks),
+                        "logprobs": logprobs,
+                        "finish_reason": reason,
+                        "stop_reason": None,
+                        "token_ids": None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                    }
+                )
                 n_gen += len(out)
             n_prompt += len(ids)
-        return 200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                     "model": self.served_name, "choices": choices,
-                     "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_gen, "completion_tokens": n_gen,
-                               "prompt_tokens_details": None}}
+        return 200, {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.served_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "total_tokens": n_prompt + n_gen,
+                "completion_tokens": n_gen,
+                "prompt_tokens_details": None,
+            },
+        }
 
     @torch.no_grad()
     def sample(self, prompt: list[int], max_tokens: int, temperature: float):

@@ -24,9 +24,20 @@ def save_tag_model(path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(TOK), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                                 bos_token_id=None, eos_token_id=1, pad_token_id=0)).save_pretrained(path)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(TOK),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            bos_token_id=None,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
+    ).save_pretrained(path)
     TOK.save_pretrained(path)
 
 
@@ -54,13 +65,36 @@ class Scripted:
 
 
 def hub_trainer(model_dir, out, rows, *, reward_funcs=None, environment_factory=None, tools=None, over=()):
-    cfg = apply_overrides(Config(), [
-        f"model.name_or_path={model_dir}", "data.task=", "reward.functions=[]", "rollout.group_size=2",
-        "rollout.max_new_tokens=16", "train.prompts_per_step=2", "train.steps=2", f"train.out={out}",
-        "record.sinks=[]", "record.report=false", "record.samples_every=1", "train.threads=1", "data.eval_size=0",
-        "env.max_turns=4", "reward.num_workers=0", *over])
-    return Trainer(cfg, reward_funcs=reward_funcs, train_rows=rows, eval_rows=[], quiet=True, tools=tools,
-                   environment_factory=environment_factory)
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "reward.functions=[]",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=16",
+            "train.prompts_per_step=2",
+            "train.steps=2",
+            f"train.out={out}",
+            "record.sinks=[]",
+            "record.report=false",
+            "record.samples_every=1",
+            "train.threads=1",
+            "data.eval_size=0",
+            "env.max_turns=4",
+            "reward.num_workers=0",
+            *over,
+        ],
+    )
+    return Trainer(
+        cfg,
+        reward_funcs=reward_funcs,
+        train_rows=rows,
+        eval_rows=[],
+        quiet=True,
+        tools=tools,
+        environment_factory=environment_factory,
+    )
 
 
 def scripted(tr, reply):

@@ -34,7 +34,7 @@ def imported(mod: str, path: Path, mods: dict[str, Path]) -> list[tuple[str, str
         elif isinstance(n, ast.ImportFrom):
             if n.level:
                 base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
-                base = ".".join(base[:len(base) - n.level + 1] + ([n.module] if n.module else []))
+                base = ".".join(base[: len(base) - n.level + 1] + ([n.module] if n.module else []))
             else:
                 base = n.module or ""
             for a in n.names:

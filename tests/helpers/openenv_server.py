@@ -41,8 +41,9 @@ def main() -> None:
                 time.sleep(delay)
             return super().step(action)
 
-    app = create_app(Served, defined(models, Action), defined(models, Observation),
-                     env_name=a.name, max_concurrent_envs=64)
+    app = create_app(
+        Served, defined(models, Action), defined(models, Observation), env_name=a.name, max_concurrent_envs=64
+    )
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
 
 

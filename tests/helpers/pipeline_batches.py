@@ -6,12 +6,16 @@ import torch
 
 from grpokit.algo.pipeline import LogProbs, StepSettings, update_inputs
 from grpokit.config.sections import AlgoConfig
-from grpokit.types import ScoredBatch
-from grpokit.types import Episode, Prompt, Rollout, TokenBatch
+from grpokit.types import Episode, Prompt, Rollout, ScoredBatch, TokenBatch
 
 
-def scored(rewards: list[float], group_size: int, lengths: list[int], finish: list[str] | None = None,
-           episodes: list[Episode] | None = None) -> tuple[ScoredBatch, TokenBatch]:
+def scored(
+    rewards: list[float],
+    group_size: int,
+    lengths: list[int],
+    finish: list[str] | None = None,
+    episodes: list[Episode] | None = None,
+) -> tuple[ScoredBatch, TokenBatch]:
     """A batch of len(rewards) completions, ``lengths[i]`` tokens each, and its token batch (width max(lengths))."""
     N, T = len(rewards), max(lengths)
     P = N // group_size
@@ -22,7 +26,9 @@ def scored(rewards: list[float], group_size: int, lengths: list[int], finish: li
     sb = ScoredBatch(prompts, ro, [f"t{i}" for i in range(N)], total[:, None], total, ["r"])
     mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])
     ids = torch.full((N, 1 + T), 5)
-    batch = TokenBatch(ids, torch.cat([torch.ones(N, 1), mask], dim=1), torch.arange(1 + T).expand(N, -1), ids[:, 1:], mask)
+    batch = TokenBatch(
+        ids, torch.cat([torch.ones(N, 1), mask], dim=1), torch.arange(1 + T).expand(N, -1), ids[:, 1:], mask
+    )
     return sb, batch
 
 

@@ -15,11 +15,25 @@ ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12
 
 def tiny_cfg(model_dir, out, **over):
     cfg = Config()
-    apply_overrides(cfg, [
-        f"model.name_or_path={model_dir}", "data.task=", "data.dataset=unused.jsonl", "reward.functions=[]",
-        "rollout.group_size=4", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.steps=2",
-        "optim.lr=1e-2", f"train.out={out}", "record.sinks=[]", "record.report=false", "train.threads=1",
-    ] + [f"{k}={v}" for k, v in over.items()])
+    apply_overrides(
+        cfg,
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "data.dataset=unused.jsonl",
+            "reward.functions=[]",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "train.prompts_per_step=2",
+            "train.steps=2",
+            "optim.lr=1e-2",
+            f"train.out={out}",
+            "record.sinks=[]",
+            "record.report=false",
+            "train.threads=1",
+        ]
+        + [f"{k}={v}" for k, v in over.items()],
+    )
     return cfg
 
 

@@ -1,6 +1,6 @@
 """Programs that probe the code sandbox from inside (run by the sandbox tests, in-process and non-root)."""
 
-SYSCALL_PROBE = r'''
+SYSCALL_PROBE = r"""
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 NR = %r
@@ -24,4 +24,4 @@ def escapes():
     r, e = call("clone3", 0, 0)
     clone3 = [] if r == -1 and e == errno.ENOSYS else [f"clone3: {r} {errno.errorcode.get(e, e)}"]
     return [x for x in real + zero_args if x] + clone3
-'''
+"""

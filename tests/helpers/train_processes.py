@@ -10,7 +10,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-REWARD = '''
+REWARD = """
 import os, pathlib, time
 
 def likes_a(prompts, completions, **kwargs):
@@ -23,7 +23,7 @@ def likes_a(prompts, completions, **kwargs):
             pathlib.Path("hanging").write_text("")
             time.sleep(600)
     return [min(1.0, c.count("a") / 3) for c in completions]
-'''
+"""
 VOLATILE = ("time/", "tokens_per_second", "rollout/tokens_per_second")
 STEPS = 6
 
@@ -32,9 +32,18 @@ def write_setup(tmp: Path, model_dir: Path, **train) -> Path:
     """A config for a 6-step deterministic run (one reward call per step) that saves only at its end."""
     (tmp / "myrewards.py").write_text(REWARD)
     data = tmp / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p, "answer": "a"}) + "\n" for p in ("ab", "cd", "ef", "gh", "ij", "12")))
-    opts = {"steps": STEPS, "prompts_per_step": 2, "save_every": 1000, "threads": 1, "deterministic": True,
-            "micro_batch_size": 4, **train}
+    data.write_text(
+        "".join(json.dumps({"prompt": p, "answer": "a"}) + "\n" for p in ("ab", "cd", "ef", "gh", "ij", "12"))
+    )
+    opts = {
+        "steps": STEPS,
+        "prompts_per_step": 2,
+        "save_every": 1000,
+        "threads": 1,
+        "deterministic": True,
+        "micro_batch_size": 4,
+        **train,
+    }
     cfg = tmp / "cfg.yaml"
     cfg.write_text(f"""
 model: {{name_or_path: "{model_dir}"}}
@@ -51,8 +60,15 @@ record: {{sinks: [], report: false}}
 
 def start(args, tmp: Path, env: dict | None = None, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "grpokit.cli", "train", *args], env=env, cwd=tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpokit.cli", "train", *args],
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
@@ -75,6 +91,8 @@ def logged_steps(run: Path) -> list[int]:
 
 def final_state(run: Path, step: int = STEPS):
     weights = load_file(str(run / "checkpoints" / f"step-{step:06d}" / "model" / "model.safetensors"))
-    metrics = [{k: v for k, v in json.loads(line).items() if not k.startswith(VOLATILE)}
-               for line in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics = [
+        {k: v for k, v in json.loads(line).items() if not k.startswith(VOLATILE)}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
     return weights, metrics

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import torch
 
-CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 def make_chat_model(path: Path, seed: int = 0) -> Path:
@@ -20,12 +22,24 @@ def make_chat_model(path: Path, seed: int = 0) -> Path:
 
     from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
 
-    tok = build_char_tokenizer("abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None)
+    tok = build_char_tokenizer(
+        "abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None
+    )
     tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=1, pad_token_id=0,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     LlamaForCausalLM(cfg).save_pretrained(path)
     save_char_tokenizer(tok, path)
     return path
@@ -37,12 +51,24 @@ def make_qwen2_model(path: Path, seed: int = 0) -> Path:
 
     from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
 
-    tok = build_char_tokenizer("abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None)
+    tok = build_char_tokenizer(
+        "abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None
+    )
     tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=1, pad_token_id=0,
-                      tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     Qwen2ForCausalLM(cfg).save_pretrained(path)
     save_char_tokenizer(tok, path)
     return path
@@ -83,17 +109,20 @@ class FakeHub:
                     return self._reply({"errors": [], "warnings": []})
                 if "/preupload/" in path:
                     files = json.loads(raw)["files"]
-                    return self._reply({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                                  for f in files]})
+                    return self._reply(
+                        {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+                    )
                 if "/commit/" in path:
-                    repo = path[len("/api/models/"):].split("/commit/")[0]
+                    repo = path[len("/api/models/") :].split("/commit/")[0]
                     message = ""
                     for line in raw.decode().splitlines():
                         item = json.loads(line)
                         if item["key"] == "header":
                             message = item["value"]["summary"]
                         elif item["key"] == "file":
-                            hub.repos.setdefault(repo, {})[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+                            hub.repos.setdefault(repo, {})[item["value"]["path"]] = base64.b64decode(
+                                item["value"]["content"]
+                            )
                     hub.commits.append((repo, message))
                     hub.revisions.append(path.split("/commit/")[1])
                     oid = f"{len(hub.commits):040x}"
@@ -113,8 +142,17 @@ class FakeHub:
         self.server.server_close()
 
 
-QWEN_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>", "<tool_response>",
-               "</tool_response>", "<think>", "</think>")
+QWEN_TOKENS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
 
 
 def make_tool_chat_model(path: Path, template: str, seed: int = 0) -> Path:
@@ -131,9 +169,20 @@ def make_tool_chat_model(path: Path, template: str, seed: int = 0) -> Path:
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     tok.eos_token = "<|im_end|>"
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=4096, bos_token_id=None, eos_token_id=eos,
-                      pad_token_id=0, tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=eos,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     Qwen3ForCausalLM(cfg).save_pretrained(path)
     save_char_tokenizer(tok, path)
     return path

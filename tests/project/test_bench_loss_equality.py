@@ -8,13 +8,13 @@ Skipped when trl is not installed.
 """
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("trl")
 from helpers.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "bench"))
 from trl_oracle import TRL_TO_GRPOKIT, fixed_batch, grpokit_loss, trl_loss  # noqa: E402
 
@@ -31,7 +31,9 @@ def _both(loss_type, beta, **kw):
     out = []
     for fn in (grpokit_loss, trl_loss):
         x, metrics = logp.clone().requires_grad_(True), {}
-        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=9, metrics=metrics, **kw)
+        loss = fn(
+            x, old, ref, adv, mask, loss_type=loss_type, beta=beta, max_completion_length=9, metrics=metrics, **kw
+        )
         loss.backward()
         out.append((loss, x.grad, metrics))
     return out
@@ -77,8 +79,19 @@ def test_entropy_bonus_token_mean_equals_trl(loss_type):
     res = []
     for fn in (grpokit_loss, trl_loss):
         x, e = logp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
-        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
-                  entropy_NT=e, entropy_coef=0.01)
+        loss = fn(
+            x,
+            old,
+            ref,
+            adv,
+            mask,
+            loss_type=loss_type,
+            beta=0.04,
+            max_completion_length=9,
+            bias_correction=True,
+            entropy_NT=e,
+            entropy_coef=0.01,
+        )
         loss.backward()
         res.append((loss, x.grad, e.grad))
     assert torch.allclose(res[0][0], res[1][0], atol=1e-7, rtol=1e-6)
@@ -97,8 +110,18 @@ def test_trl_delta_equals_dual_clip(loss_type):
     res = {}
     for name, fn, delta in (("ours", grpokit_loss, 1.3), ("trl", trl_loss, 1.3), ("plain", grpokit_loss, None)):
         x = logp.clone().requires_grad_(True)
-        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, max_completion_length=9, bias_correction=True,
-                  delta=delta)
+        loss = fn(
+            x,
+            old,
+            ref,
+            adv,
+            mask,
+            loss_type=loss_type,
+            beta=0.04,
+            max_completion_length=9,
+            bias_correction=True,
+            delta=delta,
+        )
         loss.backward()
         res[name] = (loss, x.grad)
     assert torch.allclose(res["ours"][0], res["trl"][0], atol=1e-7, rtol=1e-6)
@@ -109,7 +132,9 @@ def test_trl_delta_equals_dual_clip(loss_type):
 # -- issue 15: CISPO and SAPO are TRL loss types too; the same batch, the same numbers
 
 
-@pytest.mark.parametrize("epsilon_high", [0.2, 1.3, 5.0])  # 1.3 truncates some weights, 5.0 none, 0.2 (TRL's cap with epsilon_high unset) all
+@pytest.mark.parametrize(
+    "epsilon_high", [0.2, 1.3, 5.0]
+)  # 1.3 truncates some weights, 5.0 none, 0.2 (TRL's cap with epsilon_high unset) all
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 def test_cispo_equals_trl(epsilon_high, beta):
     logp, old, _, _, mask = fixed_batch()

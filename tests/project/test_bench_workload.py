@@ -1,10 +1,10 @@
 """The benchmark's workload pieces: the analytic FLOP count (hand-worked) and the char tokenizer."""
 
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 from helpers.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "bench"))
 from workload import build_model_dir, model_flops, reward_vowels  # noqa: E402
 
@@ -14,8 +14,14 @@ def test_model_flops_hand_worked():
     #   weights per layer = q 16 + k,v 2*4*2 + o 16 + mlp 3*4*8 = 144; dense = 2*(144 + head 4*10) = 368 per token
     #   attention = 4 * layers * h = 16 per (query, key) pair
     #   prefill 2 tokens: 2*368 + 16*(1+2) = 784; decode 1 after them: 368 + 16*3 = 416; seq of 3: 3*368 + 16*6 = 1200
-    cfg = SimpleNamespace(hidden_size=4, num_hidden_layers=1, vocab_size=10, intermediate_size=8,
-                          num_attention_heads=2, num_key_value_heads=1)
+    cfg = SimpleNamespace(
+        hidden_size=4,
+        num_hidden_layers=1,
+        vocab_size=10,
+        intermediate_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     f = model_flops(cfg, 2, 1)
     assert (f["prefill"], f["decode"], f["seq"]) == (784, 416, 1200)
     assert f["prefill"] + f["decode"] == f["seq"]

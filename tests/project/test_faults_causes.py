@@ -2,6 +2,7 @@
 "an internal fault". Each case ended with "an internal fault stopped the run (SafetensorError ...)"
 or another library's words before; all run on real files, and the full disk on a real 7 MB tmpfs.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,15 @@ import pytest
 
 from grpokit.cli import main
 
-FAST = ["train.steps=1", "record.report=false", "rollout.max_new_tokens=4", "train.prompts_per_step=2",
-        "rollout.group_size=2", "record.sinks=[]", "train.threads=1"]
+FAST = [
+    "train.steps=1",
+    "record.report=false",
+    "rollout.max_new_tokens=4",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "record.sinks=[]",
+    "train.threads=1",
+]
 
 
 def _assets() -> Path:
@@ -40,9 +48,11 @@ def test_a_truncated_model_is_named_by_eval_and_train(truncated, capsys, tmp_pat
     monkeypatch.chdir(tmp_path)
     assert main(["eval", "--model", str(truncated), "--limit", "2"]) == 2
     msg = _last_error(capsys)
-    assert msg == (f"grpokit: error: the weights of model.name_or_path='{truncated}' in {truncated} are damaged or "
-                   "truncated (Error while deserializing header: incomplete metadata, file not fully covered); copy or "
-                   "download the model again")
+    assert msg == (
+        f"grpokit: error: the weights of model.name_or_path='{truncated}' in {truncated} are damaged or "
+        "truncated (Error while deserializing header: incomplete metadata, file not fully covered); copy or "
+        "download the model again"
+    )
     assert main(["train", f"model.name_or_path={truncated}", "data.task=arithmetic", *FAST, "--out", "run"]) == 2
     assert _last_error(capsys) == msg
 
@@ -53,9 +63,11 @@ def test_a_folder_that_is_not_a_model_is_named_by_eval(tmp_path, capsys, monkeyp
     notes.mkdir()
     (notes / "README.md").write_text("not a model")
     assert main(["eval", "--model", str(notes), "--limit", "2"]) == 2
-    assert _last_error(capsys) == (f"grpokit: error: model.name_or_path='{notes}' is a folder without config.json "
-                                   f"({notes}), so not a Hugging Face model folder; give a model folder, a checkpoint, "
-                                   "a hub id or demo")
+    assert _last_error(capsys) == (
+        f"grpokit: error: model.name_or_path='{notes}' is a folder without config.json "
+        f"({notes}), so not a Hugging Face model folder; give a model folder, a checkpoint, "
+        "a hub id or demo"
+    )
 
 
 def test_resume_with_another_model_names_the_checkpoint_and_the_config(tmp_path, capsys, monkeypatch):
@@ -64,10 +76,13 @@ def test_resume_with_another_model_names_the_checkpoint_and_the_config(tmp_path,
     other = _assets() / "calc-demo-model"  # same architecture, another vocabulary: a size mismatch
     assert main(["train", "--resume", "run", "train.steps=2", f"model.name_or_path={other}"]) == 2
     msg = _last_error(capsys)
-    assert msg.startswith("grpokit: error: checkpoint run/checkpoints/step-000001 holds the weights of another model "
-                          "than the one loaded (size mismatch for model.embed_tokens.weight"), msg
-    assert msg.endswith("resume with the model the run was trained with (model.name_or_path in run/config.yaml) or "
-                        "start a new run")
+    assert msg.startswith(
+        "grpokit: error: checkpoint run/checkpoints/step-000001 holds the weights of another model "
+        "than the one loaded (size mismatch for model.embed_tokens.weight"
+    ), msg
+    assert msg.endswith(
+        "resume with the model the run was trained with (model.name_or_path in run/config.yaml) or start a new run"
+    )
     assert "internal fault" not in msg
 
 
@@ -76,8 +91,11 @@ def small_disk(tmp_path):
     """A real 7 MB filesystem (tmpfs; root only), unmounted after the test."""
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=7m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=7m", "tmpfs", str(mnt)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         yield mnt
@@ -95,9 +113,11 @@ def test_a_real_full_disk_names_the_checkpoint_it_could_not_write(small_disk, ca
     assert code == 1, msg
     saved = sorted(p.name for p in (run / "checkpoints").iterdir())
     failed = f"step-{int(saved[-1][5:]) + 1:06d}"
-    assert msg == (f"grpokit: error: the run stopped because writing {run}/checkpoints/{failed} failed (No space left on "
-                   f"device); checkpoint {run}/checkpoints/{saved[-1]} kept; continue with: grpokit train --resume {run} "
-                   "once space is free")
+    assert msg == (
+        f"grpokit: error: the run stopped because writing {run}/checkpoints/{failed} failed (No space left on "
+        f"device); checkpoint {run}/checkpoints/{saved[-1]} kept; continue with: grpokit train --resume {run} "
+        "once space is free"
+    )
 
 
 def test_torch_and_safetensors_writes_on_a_full_disk_become_storage_errors(small_disk):
@@ -107,8 +127,10 @@ def test_torch_and_safetensors_writes_on_a_full_disk_become_storage_errors(small
     from grpokit.train.faults import classify, storage_error
 
     (small_disk / "fill").write_bytes(b"\0" * (7 * 2**20 - 200_000))
-    for write in (lambda p: torch.save({"a": torch.zeros(600_000)}, p),  # RuntimeError: "... unexpected pos ..."
-                  lambda p: save_file({"a": torch.zeros(600_000)}, str(p))):  # SafetensorError: "... os error 28"
+    for write in (
+        lambda p: torch.save({"a": torch.zeros(600_000)}, p),  # RuntimeError: "... unexpected pos ..."
+        lambda p: save_file({"a": torch.zeros(600_000)}, str(p)),
+    ):  # SafetensorError: "... os error 28"
         target = small_disk / "out"
         with pytest.raises(Exception) as err:
             write(target)

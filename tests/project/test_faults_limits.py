@@ -2,6 +2,7 @@
 
 Before, 8 prompts of 40,000 characters on the demo model (64 positions) ran over 4 minutes without a step.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,11 @@ def _p(n: int) -> Prompt:
 def test_long_prompts_are_refused_in_one_sentence_naming_the_longest():
     with pytest.raises(ConfigError) as err:
         limit_prompts([_p(3), _p(9), _p(12), _p(5)], 8, "rollout.max_prompt_tokens=8", False, "training")
-    assert str(err.value) == ("2 of 4 training prompts are longer than rollout.max_prompt_tokens=8 (the longest, row 2, "
-                              "has 12 tokens); shorten them, raise rollout.max_prompt_tokens within the model's context, "
-                              "or set rollout.truncate_prompts=true to keep each one's last tokens")
+    assert str(err.value) == (
+        "2 of 4 training prompts are longer than rollout.max_prompt_tokens=8 (the longest, row 2, "
+        "has 12 tokens); shorten them, raise rollout.max_prompt_tokens within the model's context, "
+        "or set rollout.truncate_prompts=true to keep each one's last tokens"
+    )
 
 
 def test_truncation_keeps_the_last_tokens_as_trl_and_counts_the_cut_prompts(caplog):
@@ -54,14 +57,26 @@ def test_the_limit_is_the_field_else_the_models_context():
 def test_grpokit_train_refuses_40000_character_prompts_at_start(tmp_path):
     rows = [{"question": "x" * 40_000 + f"{a}+{a}=", "solution": str(2 * a)} for a in range(8)]
     (tmp_path / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=long.jsonl", "data.prompt_column=question",
-           "data.answer_column=solution", "reward.functions=[math_accuracy]", "train.steps=1", "record.report=false",
-           "--out", "run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpokit",
+        "train",
+        "data.dataset=long.jsonl",
+        "data.prompt_column=question",
+        "data.answer_column=solution",
+        "reward.functions=[math_accuracy]",
+        "train.steps=1",
+        "record.report=false",
+        "--out",
+        "run",
+    ]
     start = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ})
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1] == (
         "grpokit: error: 8 of 8 training prompts are longer than the model's context of 64 tokens (the longest, row 0, "
         "has 40004 tokens); shorten them, raise rollout.max_prompt_tokens within the model's context, or set "
-        "rollout.truncate_prompts=true to keep each one's last tokens")
+        "rollout.truncate_prompts=true to keep each one's last tokens"
+    )
     assert time.monotonic() - start < 120

@@ -22,7 +22,7 @@ from grpokit.record import jsonl
 from grpokit.rewards.spec import RewardError
 from grpokit.train import checkpoint
 
-REWARD = '''
+REWARD = """
 import sys, time
 
 def likes_short(completions, **kwargs):
@@ -36,7 +36,7 @@ def exits(completions, **kwargs):
 
 def interrupts(completions, **kwargs):
     raise KeyboardInterrupt
-'''
+"""
 
 
 @pytest.fixture
@@ -51,9 +51,19 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-BASE = ["data.prompt_column=question", "data.answer_column=solution", "rollout.group_size=2", "train.prompts_per_step=2",
-        "rollout.max_new_tokens=4", "train.steps=3", "train.save_every=1", "record.sinks=[]", "train.threads=1",
-        "record.report=false", "reward.functions=[shortrew:likes_short]"]
+BASE = [
+    "data.prompt_column=question",
+    "data.answer_column=solution",
+    "rollout.group_size=2",
+    "train.prompts_per_step=2",
+    "rollout.max_new_tokens=4",
+    "train.steps=3",
+    "train.save_every=1",
+    "record.sinks=[]",
+    "train.threads=1",
+    "record.report=false",
+    "reward.functions=[shortrew:likes_short]",
+]
 
 
 def train(*extra, data="train.jsonl"):
@@ -73,6 +83,7 @@ def steps_in(run) -> list[int]:
 
 # ------------------------------------------------------------------ user mistakes: one sentence, no traceback
 
+
 def test_health_window_zero_is_one_sentence_not_a_zero_division(workdir, capsys):
     assert train("health.window=0", "--out", "run") == 2
     assert last_error(capsys) == "grpokit: error: health.window must be a positive integer, got 0"
@@ -88,14 +99,33 @@ def test_a_typo_in_reward_params_is_refused(workdir, capsys):
     assert "reward.params names 'repetion_penalty', which is not in reward.functions" in last_error(capsys)
 
 
-@pytest.mark.parametrize("name, content, expected", [
-    ("latin1.jsonl", b'{"question": "caf\xe9", "solution": "1"}\n', "is not UTF-8 text (byte 0xe9 on line 1)"),
-    ("empty.jsonl", b"", "is empty; it needs at least one row"),
-    ("ragged.csv", b"question,solution\n1+1=,2\n2+2=,4,9\n", "row 3 of data file 'ragged.csv' has 3 fields but the header has 2"),
-    ("ragged.jsonl", b'{"question": "a", "solution": "1"}\n[1, 2]\n', "line 2 of data file 'ragged.jsonl' is a JSON list"),
-    ("torn.jsonl", b'{"question": "a", "solution": "1"}\n{"question": "b", "sol\n', "line 2 of data file 'torn.jsonl' is not valid JSON"),
-    ("noprompt.jsonl", b'{"question": "a", "solution": "1"}\n{"solution": "2"}\n', "row 2 of 'noprompt.jsonl' has no value in the prompt column 'question'"),
-])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("latin1.jsonl", b'{"question": "caf\xe9", "solution": "1"}\n', "is not UTF-8 text (byte 0xe9 on line 1)"),
+        ("empty.jsonl", b"", "is empty; it needs at least one row"),
+        (
+            "ragged.csv",
+            b"question,solution\n1+1=,2\n2+2=,4,9\n",
+            "row 3 of data file 'ragged.csv' has 3 fields but the header has 2",
+        ),
+        (
+            "ragged.jsonl",
+            b'{"question": "a", "solution": "1"}\n[1, 2]\n',
+            "line 2 of data file 'ragged.jsonl' is a JSON list",
+        ),
+        (
+            "torn.jsonl",
+            b'{"question": "a", "solution": "1"}\n{"question": "b", "sol\n',
+            "line 2 of data file 'torn.jsonl' is not valid JSON",
+        ),
+        (
+            "noprompt.jsonl",
+            b'{"question": "a", "solution": "1"}\n{"solution": "2"}\n',
+            "row 2 of 'noprompt.jsonl' has no value in the prompt column 'question'",
+        ),
+    ],
+)
 def test_a_malformed_data_file_is_one_sentence_naming_the_line(workdir, capsys, name, content, expected):
     (workdir / name).write_bytes(content)
     assert train(data=name) == 2
@@ -122,22 +152,43 @@ def test_an_internal_fault_is_one_sentence_and_exit_1(workdir, monkeypatch, caps
 
     monkeypatch.setitem(COMMANDS, "presets", broken)
     assert main(["presets"]) == 1
-    assert last_error(capsys) == ("grpokit: error: an internal fault stopped the command (RuntimeError: the bug); "
-                                  "run it again with --debug for the traceback")
+    assert last_error(capsys) == (
+        "grpokit: error: an internal fault stopped the command (RuntimeError: the bug); "
+        "run it again with --debug for the traceback"
+    )
     with pytest.raises(RuntimeError):
         main(["presets", "--debug"])
 
 
 # ------------------------------------------------------------------ untrusted rewards, as a user meets them
 
+
 def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(workdir):
     # issue 26: with num_workers=0 (the default) 2 steps of the demo had not finished after 150 s, and
     # the process never exited. Now every call is stopped at reward.timeout_s=0.5 and counted; 2 steps of
     # 2 prompts x 2 completions = 4 group calls, each then retried one completion at a time (4 x 2 more)
-    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=train.jsonl", *BASE, "train.steps=2",
-           "reward.functions=[shortrew:hangs]", "reward.timeout_s=0.5", "reward.max_failure_fraction=1.0", "--out", "run"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), *sys.path])})
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpokit",
+        "train",
+        "data.dataset=train.jsonl",
+        *BASE,
+        "train.steps=2",
+        "reward.functions=[shortrew:hangs]",
+        "reward.timeout_s=0.5",
+        "reward.max_failure_fraction=1.0",
+        "--out",
+        "run",
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), *sys.path])},
+    )
     assert out.returncode == 0, out.stderr
     rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["rewards/hangs/timeouts"] for r in rows] == [4.0, 4.0]  # every completion, every step
@@ -154,6 +205,7 @@ def test_a_reward_that_exits_or_interrupts_is_a_counted_failure_not_the_end_of_t
 
 
 # ------------------------------------------------------------------ run folders
+
 
 def test_a_new_run_in_an_occupied_folder_is_refused_unless_overwrite(workdir, capsys):
     assert train("--out", "run") == 0
@@ -174,7 +226,10 @@ def test_every_checkpoint_has_a_manifest_that_catches_a_truncated_file(workdir):
     assert checkpoint.verify(ckpt) is None
     f = ckpt / "model" / "model.safetensors"
     f.write_bytes(f.read_bytes()[:100])
-    assert checkpoint.verify(ckpt) == f"model/model.safetensors has 100 bytes, the manifest says {files['model/model.safetensors']['size']}"
+    assert (
+        checkpoint.verify(ckpt)
+        == f"model/model.safetensors has 100 bytes, the manifest says {files['model/model.safetensors']['size']}"
+    )
 
 
 def test_resume_falls_back_past_a_truncated_latest_checkpoint(workdir, capsys):
@@ -190,10 +245,13 @@ def test_resume_falls_back_past_a_truncated_latest_checkpoint(workdir, capsys):
     assert checkpoint.verify(run / "checkpoints" / "step-000002") is None  # rewritten whole
 
 
-@pytest.mark.parametrize("damage, expected", [
-    ("", "is empty, so it is torn or was emptied"),
-    ("half", "is missing the section(s)"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        ("", "is empty, so it is torn or was emptied"),
+        ("half", "is missing the section(s)"),
+    ],
+)
 def test_a_torn_config_yaml_is_refused_at_resume(workdir, capsys, damage, expected):
     assert train("train.steps=1", "--out", "run") == 0
     cfg = workdir / "run" / "config.yaml"
@@ -209,11 +267,21 @@ def test_changes_at_resume_go_to_the_config_history_not_into_config_yaml(workdir
     assert train("train.steps=2", "--out", "run") == 0
     run = workdir / "run"
     original = (run / "config.yaml").read_text()
-    assert main(["train", "--resume", "run", "--out", "elsewhere", "train.steps=3", "optim.lr=0.002"]) == 0  # saved lr: 1e-06 (the default)
+    assert (
+        main(["train", "--resume", "run", "--out", "elsewhere", "train.steps=3", "optim.lr=0.002"]) == 0
+    )  # saved lr: 1e-06 (the default)
     assert (run / "config.yaml").read_text() == original
     history = yaml.safe_load((run / "config_history.yaml").read_text())
-    assert history == [{"step": 2, "changed": {"train.steps": {"from": 2, "to": 3}, "optim.lr": {"from": 1e-06, "to": 0.002},
-                                               "train.out": {"from": "run", "to": "elsewhere"}}}]
+    assert history == [
+        {
+            "step": 2,
+            "changed": {
+                "train.steps": {"from": 2, "to": 3},
+                "optim.lr": {"from": 1e-06, "to": 0.002},
+                "train.out": {"from": "run", "to": "elsewhere"},
+            },
+        }
+    ]
     assert not (workdir / "elsewhere").exists()  # the run stays in its folder
     # the next resume starts from config.yaml + history: steps=3 holds without repeating it, and nothing is added
     assert main(["train", "--resume", "run"]) == 0
@@ -246,9 +314,11 @@ def _fail_on(monkeypatch, name: str, step: int, exc: BaseException):
 def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_from(workdir, monkeypatch, capsys):
     _fail_on(monkeypatch, "rng.pt", 2, RuntimeError("killed between optimizer.pt and rng.pt"))
     assert train("--out", "run") == 1
-    assert last_error(capsys) == ("grpokit: error: an internal fault stopped the run (RuntimeError: killed between optimizer.pt "
-                                  "and rng.pt; --debug shows the traceback); checkpoint run/checkpoints/step-000001 kept; "
-                                  "continue with: grpokit train --resume run")
+    assert last_error(capsys) == (
+        "grpokit: error: an internal fault stopped the run (RuntimeError: killed between optimizer.pt "
+        "and rng.pt; --debug shows the traceback); checkpoint run/checkpoints/step-000001 kept; "
+        "continue with: grpokit train --resume run"
+    )
     ckpts = workdir / "run" / "checkpoints"
     assert [p.name for p in ckpts.iterdir()] == ["step-000001"]  # no half checkpoint, no .tmp folder
     assert checkpoint.verify(ckpts / "step-000001") is None
@@ -258,14 +328,24 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
     assert steps_in(workdir / "run") == [1, 2, 3]
 
 
-@pytest.mark.parametrize("fault, code, sentence", [
-    (RuntimeError("the rollout server went away"), 1,
-     "an internal fault stopped the run (RuntimeError: the rollout server went away; --debug shows the traceback)"),
-    (RewardError("Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5."), 2,
-     "Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5"),
-])
-def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exactly(workdir, monkeypatch, capsys,
-                                                                                     fault, code, sentence):
+@pytest.mark.parametrize(
+    "fault, code, sentence",
+    [
+        (
+            RuntimeError("the rollout server went away"),
+            1,
+            "an internal fault stopped the run (RuntimeError: the rollout server went away; --debug shows the traceback)",
+        ),
+        (
+            RewardError("Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5."),
+            2,
+            "Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5",
+        ),
+    ],
+)
+def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exactly(
+    workdir, monkeypatch, capsys, fault, code, sentence
+):
     # save_every=10 of 4 steps: before, a fault in step 3's rollout or rewards left no checkpoint at all
     # ("the run must start again"); now steps 1-2 are saved as they ended, and resuming from there is
     # the uninterrupted run, bit for bit (the step's random draws and data position are put back)
@@ -284,8 +364,10 @@ def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exac
 
     monkeypatch.setattr(Trainer, "_scored_batch", scored_batch)
     assert train(*args, "--out", "run") == code
-    assert last_error(capsys) == (f"grpokit: error: {sentence}; checkpoint run/checkpoints/step-000002 kept; "
-                                  "continue with: grpokit train --resume run")
+    assert last_error(capsys) == (
+        f"grpokit: error: {sentence}; checkpoint run/checkpoints/step-000002 kept; "
+        "continue with: grpokit train --resume run"
+    )
     assert checkpoint.verify(workdir / "run" / "checkpoints" / "step-000002") is None
     if code == 2:  # the resume below is the same for both faults
         return
@@ -293,22 +375,29 @@ def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exac
     monkeypatch.chdir(workdir)
     assert main(["train", "--resume", "run"]) == 0
     assert steps_in(workdir / "run") == [1, 2, 3, 4]
-    ref, run = (torch.load(workdir / r / "checkpoints" / "step-000004" / "rng.pt", weights_only=False) for r in ("ref", "run"))
+    ref, run = (
+        torch.load(workdir / r / "checkpoints" / "step-000004" / "rng.pt", weights_only=False) for r in ("ref", "run")
+    )
     assert torch.equal(ref["sampler"], run["sampler"])
     from safetensors.torch import load_file
 
-    a, b = (load_file(workdir / r / "checkpoints" / "step-000004" / "model" / "model.safetensors") for r in ("ref", "run"))
+    a, b = (
+        load_file(workdir / r / "checkpoints" / "step-000004" / "model" / "model.safetensors") for r in ("ref", "run")
+    )
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert [json.loads(l)["loss"] for l in (workdir / "ref" / "metrics.jsonl").read_text().splitlines()] == \
-           [json.loads(l)["loss"] for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [json.loads(l)["loss"] for l in (workdir / "ref" / "metrics.jsonl").read_text().splitlines()] == [
+        json.loads(l)["loss"] for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def test_disk_full_while_saving_stops_with_a_sentence_and_resumes_once_free(workdir, monkeypatch, capsys):
     _fail_on(monkeypatch, "optimizer.pt", 2, OSError(errno.ENOSPC, "No space left on device", "optimizer.pt"))
     assert train("--out", "run") == 1
     err = last_error(capsys)
-    assert err.startswith("grpokit: error: the run stopped because writing optimizer.pt failed (No space left on device); "
-                          "checkpoint run/checkpoints/step-000001 kept; continue with: grpokit train --resume run")
+    assert err.startswith(
+        "grpokit: error: the run stopped because writing optimizer.pt failed (No space left on device); "
+        "checkpoint run/checkpoints/step-000001 kept; continue with: grpokit train --resume run"
+    )
     assert checkpoint.verify(workdir / "run" / "checkpoints" / "step-000001") is None
     monkeypatch.undo()
     monkeypatch.chdir(workdir)

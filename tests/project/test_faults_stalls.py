@@ -4,6 +4,7 @@ Each case failed before: a sandboxed program that wrote a deep record on the res
 defined a correct function earned 0.5; an environment whose reset hung held a run for minutes in
 silence; a verifier's cold start or time-out scored correct answers 0 without a word.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,19 +53,27 @@ def test_tampering_is_a_counted_failure_through_the_runner(workers):
     fn = functools.partial(code_pass_fraction, wall_s=10)
     with RewardRunner([RewardSpec(fn, "code")], num_workers=workers, timeout_s=60) as runner:
         # one group of 2: the group call fails, each completion is retried alone; only the tamperer fails
-        res = runner.score(["p", "p"], [f"```python\n{TAMPER}```", f"```python\n{HONEST}```"], [[1], [1]], 2,
-                           {"test_cases": [CASES, CASES]})
+        res = runner.score(
+            ["p", "p"],
+            [f"```python\n{TAMPER}```", f"```python\n{HONEST}```"],
+            [[1], [1]],
+            2,
+            {"test_cases": [CASES, CASES]},
+        )
     assert res.total_N.tolist() == [0.0, 1.0]
     assert res.metrics["rewards/code/failures"] == 1.0
 
 
-@pytest.mark.parametrize("program", [
-    # neighbours: the honest records written twice; a record for the other case first; a huge channel
-    "import os\nos.write(3, b'{\"case\": 0, \"status\": \"ok\", \"value\": 2}\\n')\ndef f(x):\n    return 2 * x\n",
-    "import os\nos.write(3, b'{\"case\": 1, \"status\": \"ok\", \"value\": 6}\\n')\ndef f(x):\n    return 2 * x\n",
-    "import os\ndef f(x):\n    os.write(3, b' ' * (8 << 20))\n    return 2 * x\n",
-    "import os\ndef f(x):\n    os.write(3, b'{\"case\": 0, \"status\"\\n')\n    return 2 * x\n",
-])
+@pytest.mark.parametrize(
+    "program",
+    [
+        # neighbours: the honest records written twice; a record for the other case first; a huge channel
+        'import os\nos.write(3, b\'{"case": 0, "status": "ok", "value": 2}\\n\')\ndef f(x):\n    return 2 * x\n',
+        'import os\nos.write(3, b\'{"case": 1, "status": "ok", "value": 6}\\n\')\ndef f(x):\n    return 2 * x\n',
+        "import os\ndef f(x):\n    os.write(3, b' ' * (8 << 20))\n    return 2 * x\n",
+        'import os\ndef f(x):\n    os.write(3, b\'{"case": 0, "status"\\n\')\n    return 2 * x\n',
+    ],
+)
 def test_channel_tampering_neighbours_forfeit(program):
     from grpokit.rewards.code import SandboxTampering, code_pass_fraction
 
@@ -75,8 +84,10 @@ def test_channel_tampering_neighbours_forfeit(program):
 
 # ------------------------------------------------------------------------------------------ verifier
 
-CONTROLS = ([r"so \boxed{5}", "<answer>5</answer>", r"\boxed{\frac{1}{2}}", r"\boxed{2\sqrt{2}}"],
-            ["5", "5", "0.5", r"\sqrt{8}"])
+CONTROLS = (
+    [r"so \boxed{5}", "<answer>5</answer>", r"\boxed{\frac{1}{2}}", r"\boxed{2\sqrt{2}}"],
+    ["5", "5", "0.5", r"\sqrt{8}"],
+)
 
 
 def test_the_verifier_is_warm_before_the_first_deadline_runs():
@@ -125,6 +136,7 @@ def test_length_rewards_pass_a_verifier_failure_on():
 
 
 # ------------------------------------------------------------------------------------ environments
+
 
 class Hang:
     """reset() sleeps forever: no SIGALRM, no async exception can stop a sleep in C."""
@@ -189,8 +201,13 @@ def _calls(tool: str):
     def sample(contexts, group_size, params):
         n = len(contexts) * group_size
         t = list(tok(text, add_special_tokens=False)["input_ids"])
-        return Rollout([list(c) for c in contexts], [list(t) for _ in range(n)], [[-0.5] * len(t) for _ in range(n)],
-                       ["stop"] * n, group_size)
+        return Rollout(
+            [list(c) for c in contexts],
+            [list(t) for _ in range(n)],
+            [[-0.5] * len(t) for _ in range(n)],
+            ["stop"] * n,
+            group_size,
+        )
 
     return sample
 
@@ -203,15 +220,18 @@ def test_a_hanging_reset_stops_the_rollout_with_one_sentence_and_no_thread_growt
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
     from grpokit.rollout.hf import SamplingParams
 
-    runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5), _Tok(),
-                           environment_factory=Hang)
+    runner = EpisodeRunner(
+        EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5), _Tok(), environment_factory=Hang
+    )
     # the second batch: the 8 abandoned resets still sleep, so no thread is started and all fail at once
     for first in ("timed out after 0.5 s", "not run: 8 earlier calls that timed out are still running"):
         start = time.monotonic()
         with pytest.raises(EnvironmentFailure) as err:
             runner.run(_never_called, [_prompt(k) for k in range(8)], 2, SamplingParams())
-        assert str(err.value) == ("environment reset() failed on 16 of 16 episodes, more than "
-                                  f"env.max_failure_fraction=0.5; first error: {first}")
+        assert str(err.value) == (
+            "environment reset() failed on 16 of 16 episodes, more than "
+            f"env.max_failure_fraction=0.5; first error: {first}"
+        )
         assert time.monotonic() - start < 5
         assert _threads("grpokit-environment-reset-Hang") <= MAX_ABANDONED
 
@@ -272,22 +292,48 @@ def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_pa
     rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "hangenv.py").write_text(HANG_ENV)
-    cmd = [sys.executable, "-m", "grpokit", "train", "data.dataset=train.jsonl", "data.prompt_column=question",
-           "data.answer_column=solution", "rollout.group_size=2", "train.prompts_per_step=2", "rollout.max_new_tokens=4",
-           "train.steps=2", "record.sinks=[]", "train.threads=1", "record.report=false",
-           "env.environment=hangenv:Hang", "env.reset_timeout_s=1", "reward.functions=[math_accuracy]", "--out", "run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpokit",
+        "train",
+        "data.dataset=train.jsonl",
+        "data.prompt_column=question",
+        "data.answer_column=solution",
+        "rollout.group_size=2",
+        "train.prompts_per_step=2",
+        "rollout.max_new_tokens=4",
+        "train.steps=2",
+        "record.sinks=[]",
+        "train.threads=1",
+        "record.report=false",
+        "env.environment=hangenv:Hang",
+        "env.reset_timeout_s=1",
+        "reward.functions=[math_accuracy]",
+        "--out",
+        "run",
+    ]
     start = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
     assert out.returncode == 2, out.stderr
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("grpokit: error: environment reset() failed on 4 of 4 episodes, more than "
-                           "env.max_failure_fraction=0.5; first error: timed out after 1 s;"), out.stderr
+    assert last.startswith(
+        "grpokit: error: environment reset() failed on 4 of 4 episodes, more than "
+        "env.max_failure_fraction=0.5; first error: timed out after 1 s;"
+    ), out.stderr
     assert "Traceback" not in out.stderr
     assert time.monotonic() - start < 240
 
 
 # ------------------------------------------------------------------ a server that stops answering
+
 
 class SilentServer:
     """A real HTTP server on 127.0.0.1 that accepts every connection and never replies."""
@@ -329,8 +375,9 @@ def test_a_reward_server_that_never_answers_is_timed_out_counted_and_stops_the_r
 
     server = SilentServer()
     try:
-        with RewardRunner([RewardSpec(asks_a_reward_server, "rm")], num_workers=workers, timeout_s=0.5,
-                          max_failure_fraction=1.0) as runner:
+        with RewardRunner(
+            [RewardSpec(asks_a_reward_server, "rm")], num_workers=workers, timeout_s=0.5, max_failure_fraction=1.0
+        ) as runner:
             start = time.monotonic()
             res = runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 2, {"url": [server.url] * 4})
             assert time.monotonic() - start < 20  # 2 group calls of 0.5 s (timed-out groups are not retried)
@@ -391,8 +438,9 @@ def test_a_done_property_that_hangs_ends_its_episode_within_the_tool_deadline():
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
     from grpokit.rollout.hf import SamplingParams
 
-    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=0.3), _Tok(),
-                           environment_factory=HangingDone)
+    runner = EpisodeRunner(
+        EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=0.3), _Tok(), environment_factory=HangingDone
+    )
     start = time.monotonic()
     ro = runner.run(_calls("add"), [_prompt(0)], 2, SamplingParams())
     assert time.monotonic() - start < 5

@@ -4,6 +4,7 @@ Every test here encodes one fault that ended a run (a hang, a crash, a leak) bef
 a property of the system: the fault must end in a value, a counted failure or one sentence. Limits and
 timeouts are short so the whole file stays fast; docs/FAULTS.md lists the guarantees.
 """
+
 import math
 import subprocess
 import sys
@@ -15,8 +16,8 @@ import pytest
 
 from grpokit.rewards.spec import RewardError, RewardSpec
 
-
 # ---------------------------------------------------------------------------------------------- rewards
+
 
 def huge(completions, **kwargs):
     return [1e300] * len(completions)
@@ -114,6 +115,7 @@ def test_hanging_reward_from_a_helper_thread_leaks_no_threads():
 
     box = {}
     with _runner(hangs_on_x, "hang", timeout_s=0.2, max_failure_fraction=1.0) as r:
+
         def work():
             box["res"] = [r.score(**_batch(["x"] * 5)) for _ in range(4)]  # 20 hanging calls
 
@@ -129,11 +131,14 @@ def test_hanging_reward_from_a_helper_thread_leaks_no_threads():
 
 def test_too_many_failures_name_the_function_and_the_row():
     with _runner(huge, "huge") as r:
-        with pytest.raises(RewardError, match=r"Reward 'huge' failed on 2 of 2 completions.*on completion 0: reward 1e\+300"):
+        with pytest.raises(
+            RewardError, match=r"Reward 'huge' failed on 2 of 2 completions.*on completion 0: reward 1e\+300"
+        ):
             r.score(**_batch(["a", "b"]))
 
 
 # ------------------------------------------------------------------------------ tools and environments
+
 
 def _tok():
     from grpokit.data.tasks.calculator import TAGS
@@ -151,8 +156,13 @@ def _always(text):
     def sample(contexts, group_size, params):
         n = len(contexts) * group_size
         t = list(tok(text, add_special_tokens=False)["input_ids"])
-        return Rollout([list(c) for c in contexts], [list(t) for _ in range(n)], [[-0.5] * len(t) for _ in range(n)],
-                       ["stop"] * n, group_size)
+        return Rollout(
+            [list(c) for c in contexts],
+            [list(t) for _ in range(n)],
+            [[-0.5] * len(t) for _ in range(n)],
+            ["stop"] * n,
+            group_size,
+        )
 
     return sample
 
@@ -167,14 +177,18 @@ def test_tool_arguments_nested_1000_deep_are_an_unreadable_call_not_a_recursion_
     from grpokit.env.parse import parse_tool_calls
 
     deep = "[" * 1000 + "]" * 1000
-    for body in ['{"name": "f", "arguments": {"a": %s}}' % deep,  # json.loads raised RecursionError here
-                 '{"name": "f", "arguments": "{\\"a\\": %s}"}' % deep]:  # arguments as a JSON string
+    for body in [
+        '{"name": "f", "arguments": {"a": %s}}' % deep,  # json.loads raised RecursionError here
+        '{"name": "f", "arguments": "{\\"a\\": %s}"}' % deep,
+    ]:  # arguments as a JSON string
         (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>", ["f"])
         assert call.name == "" or isinstance(call.arguments, str)
     (call,) = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>' % deep, ["f"])
     assert call.name == "" and "env.max_tool_nesting=20" in call.error
     # the body {"name", "arguments": {"a": 18 lists}} is 1 + 1 + 18 = 20 deep: read; one more list is refused
-    call = lambda k: parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>' % ("[" * k + "]" * k), ["f"])[0]
+    call = lambda k: parse_tool_calls(
+        '<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>' % ("[" * k + "]" * k), ["f"]
+    )[0]
     assert call(18).name == "f" and call(18).arguments == {"a": [[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]}
     assert call(19).name == "" and "nests 21 levels deep" in call(19).error
 
@@ -279,12 +293,17 @@ def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
     from grpokit.rollout.hf import SamplingParams
 
     # max_failure_fraction=1: contained and counted; the stop past the fraction is tests/project/test_faults_stalls.py
-    tok, spec = _tok(), EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100,
-                                    max_failure_fraction=1.0)
+    tok, spec = (
+        _tok(),
+        EpisodeSpec(
+            max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100, max_failure_fraction=1.0
+        ),
+    )
     for env, failed in [(SlowReset, True), (BrokenReset, True), (HugeReset, False)]:
         start = time.monotonic()
-        ro = EpisodeRunner(spec, tok, environment_factory=env).run(_always("<answer>1</answer>"), [_prompt()], 2,
-                                                                   SamplingParams())
+        ro = EpisodeRunner(spec, tok, environment_factory=env).run(
+            _always("<answer>1</answer>"), [_prompt()], 2, SamplingParams()
+        )
         assert time.monotonic() - start < 30
         assert [e.reset_failed for e in ro.episodes] == [failed, failed]
         assert episode_metrics(ro)["episodes/reset_failures"] == 2.0 * failed
@@ -294,13 +313,14 @@ def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
 
 # ------------------------------------------------------------------------------------------ verifiers
 
+
 @pytest.mark.parametrize("hedge", [r"\boxed{5 = 6}", r"\boxed{5 \to 6}", r"\boxed{5 \\ 6}"])
 def test_boxed_hedges_score_zero(hedge):
     # gold 6: each box names two answers (5 and 6), so the one-answer rule scores 0 (1.0 before)
     from grpokit.rewards.answers import count_values
     from grpokit.rewards.math import math_accuracy
 
-    assert count_values(hedge[len(r"\boxed{"):-1]) == 2
+    assert count_values(hedge[len(r"\boxed{") : -1]) == 2
     assert math_accuracy([f"The answer: {hedge}", r"so \boxed{6}"], answer=["6", "6"]) == [0.0, 1.0]
 
 
@@ -313,11 +333,13 @@ def test_forged_records_on_the_verdict_channel_taint_the_whole_channel():
     assert _trusted_records("\n".join(honest), 2) == ({0: json.loads(honest[0]), 1: json.loads(honest[1])}, False)
     deep = "[" * 100_000 + "]" * 100_000
     forged = '{"case": 1, "status": "ok", "value": 4}'
-    for lines in ([deep, *honest],  # a deeply nested line written while case 0 ran (case 1 stood before)
-                  [honest[0], forged, honest[1]],  # a second record of case 1, before the honest one
-                  [honest[0], honest[0], honest[1]],  # case 0 named twice
-                  [*honest, '{"case": 2, "status": "ok", "value": 5}'],  # a record past the last case
-                  ['{"case": 0, "status": "ok", "value": 3']):  # malformed JSON
+    for lines in (
+        [deep, *honest],  # a deeply nested line written while case 0 ran (case 1 stood before)
+        [honest[0], forged, honest[1]],  # a second record of case 1, before the honest one
+        [honest[0], honest[0], honest[1]],  # case 0 named twice
+        [*honest, '{"case": 2, "status": "ok", "value": 5}'],  # a record past the last case
+        ['{"case": 0, "status": "ok", "value": 3'],
+    ):  # malformed JSON
         assert _trusted_records("\n".join(lines), 2) == ({}, True), lines
 
 
@@ -343,14 +365,17 @@ def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
         pytest.skip(f"sandbox isolation unavailable on this host: {why}")
     cases = [[{"fn": "f", "args": [1], "expected": 2}]] * 2
     honest = "def f(x):\n    return 2 * x\n"
-    runner = RewardRunner([RewardSpec(functools.partial(code_pass_fraction, wall_s=10), "code")], num_workers=0,
-                          timeout_s=60)
-    res = runner.score(["p", "p"], [f"```python\n{FORGER}```", f"```python\n{honest}```"], [[1], [1]], 1,
-                       {"test_cases": cases})
+    runner = RewardRunner(
+        [RewardSpec(functools.partial(code_pass_fraction, wall_s=10), "code")], num_workers=0, timeout_s=60
+    )
+    res = runner.score(
+        ["p", "p"], [f"```python\n{FORGER}```", f"```python\n{honest}```"], [[1], [1]], 1, {"test_cases": cases}
+    )
     assert res.total_N.tolist() == [0.0, 1.0] and res.metrics["rewards/code/failures"] == 1.0
 
 
 # -------------------------------------------------------------------------------------------- servers
+
 
 class RawServer:
     """A server on 127.0.0.1 that answers every connection with ``serve(conn)`` (a socket)."""
@@ -427,8 +452,15 @@ def test_a_huge_reply_is_refused_not_read_into_memory():
 
 
 WRONG_SHAPES = [
-    [], "x", None, {}, {"choices": None}, {"choices": [1]}, {"choices": [{"index": "0"}]},
-    {"choices": [{"index": 0}]}, {"choices": [{"index": 0, "logprobs": {"tokens": ["7"], "token_logprobs": [0.0]}}]},
+    [],
+    "x",
+    None,
+    {},
+    {"choices": None},
+    {"choices": [1]},
+    {"choices": [{"index": "0"}]},
+    {"choices": [{"index": 0}]},
+    {"choices": [{"index": 0, "logprobs": {"tokens": ["7"], "token_logprobs": [0.0]}}]},
     {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:x"], "token_logprobs": [0.0]}}]},
     {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:1"], "token_logprobs": ["a"]}}]},
     {"choices": [{"index": 3, "logprobs": {"tokens": [], "token_logprobs": []}}]},
@@ -443,30 +475,67 @@ def test_wrong_shape_completions_reply_is_one_sentence(body):
 
     with pytest.raises(ServerReplyError, match=r"^the vLLM server[^\n]*$"):
         parse_choices(body, 1)
-    good = {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]},
-                         "finish_reason": "length"}]}
+    good = {
+        "choices": [
+            {"index": 0, "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]}, "finish_reason": "length"}
+        ]
+    }
     assert parse_choices(good, 1) == [(0, [7], [-0.5], "length", None)]
 
 
 # ----------------------------------------------------------- fuzzing: model text and server replies
 # Every generated input must end in a value or in the one-sentence error, never in another exception.
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
-                    max_leaves=20)
-PIECES = st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", "[", "]", '"', ":", ",", "\\", "name", "arguments",
-                          '"name": "f"', '"arguments": ', "f:", "1e999", "NaN", "9" * 5000, "[" * 1500, "\x00", "\udcff"])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=20,
+)
+PIECES = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        ":",
+        ",",
+        "\\",
+        "name",
+        "arguments",
+        '"name": "f"',
+        '"arguments": ',
+        "f:",
+        "1e999",
+        "NaN",
+        "9" * 5000,
+        "[" * 1500,
+        "\x00",
+        "\udcff",
+    ]
+)
 
 
 @st.composite
 def tool_call_text(draw):
     """Model text: free text, fragments of the call syntax, well-formed calls with odd arguments."""
-    parts = draw(st.lists(st.one_of(st.text(max_size=20), PIECES,
-                                    JSON.map(lambda v: '<tool_call>{"name": "f", "arguments": %s}</tool_call>' % json_dumps(v)),
-                                    JSON.map(lambda v: "<tool_call>%s</tool_call>" % json_dumps(v))), max_size=8))
+    parts = draw(
+        st.lists(
+            st.one_of(
+                st.text(max_size=20),
+                PIECES,
+                JSON.map(lambda v: '<tool_call>{"name": "f", "arguments": %s}</tool_call>' % json_dumps(v)),
+                JSON.map(lambda v: "<tool_call>%s</tool_call>" % json_dumps(v)),
+            ),
+            max_size=8,
+        )
+    )
     return "".join(parts)
 
 
@@ -501,7 +570,9 @@ def test_fuzz_any_json_completions_reply_is_choices_or_one_sentence(body, n):
         assert len(out) == n
 
 
-TOKENS = st.one_of(st.from_regex(r"token_id:[0-9]{1,6}", fullmatch=True), st.text(max_size=12), st.integers(), st.none())
+TOKENS = st.one_of(
+    st.from_regex(r"token_id:[0-9]{1,6}", fullmatch=True), st.text(max_size=12), st.integers(), st.none()
+)
 VALUES = st.one_of(st.floats(), st.integers(-10, 10), st.text(max_size=3), st.none(), st.booleans())
 
 
@@ -512,12 +583,16 @@ def near_valid_reply(draw):
     choices = []
     for k in range(n):
         m = draw(st.integers(0, 3))
-        lp = {"tokens": draw(st.lists(TOKENS, min_size=m, max_size=m)),
-              "token_logprobs": draw(st.lists(VALUES, min_size=m, max_size=m + draw(st.integers(0, 1))))}
-        c = {"index": draw(st.one_of(st.just(k), st.integers(-1, 4), st.text(max_size=2))),
-             "logprobs": draw(st.one_of(st.just(lp), JSON)),
-             "finish_reason": draw(st.one_of(st.sampled_from(["stop", "length", None]), JSON)),
-             "stop_reason": draw(JSON)}
+        lp = {
+            "tokens": draw(st.lists(TOKENS, min_size=m, max_size=m)),
+            "token_logprobs": draw(st.lists(VALUES, min_size=m, max_size=m + draw(st.integers(0, 1)))),
+        }
+        c = {
+            "index": draw(st.one_of(st.just(k), st.integers(-1, 4), st.text(max_size=2))),
+            "logprobs": draw(st.one_of(st.just(lp), JSON)),
+            "finish_reason": draw(st.one_of(st.sampled_from(["stop", "length", None]), JSON)),
+            "stop_reason": draw(JSON),
+        }
         choices.append(c)
     return {"choices": choices}, n
 
@@ -559,8 +634,11 @@ def test_push_to_hub_to_a_silent_endpoint_ends_in_one_sentence(tmp_path, monkeyp
     (tmp_path / "config.json").write_text("{}")
     try:
         start = time.monotonic()
-        with pytest.raises(HubPushError, match=r"^push_to_hub of .* to me/m at http://127.0.0.1:\d+ did not finish "
-                                               r"within 1 s; .*GRPOKIT_HUB_TIMEOUT_S"):
+        with pytest.raises(
+            HubPushError,
+            match=r"^push_to_hub of .* to me/m at http://127.0.0.1:\d+ did not finish "
+            r"within 1 s; .*GRPOKIT_HUB_TIMEOUT_S",
+        ):
             push_folder(tmp_path, "me/m", "msg", token="x", private=None, timeout_s=1.0)
         assert time.monotonic() - start < 10  # before: no timeout at all
     finally:
@@ -582,9 +660,14 @@ def test_vllm_serve_start_up_faults_are_one_sentence(monkeypatch, capsys, tmp_pa
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
     port = taken.getsockname()[1]
-    cases = [([str(tmp_path / "missing")], f"the model folder {tmp_path / 'missing'} does not exist"),
-             (["M", "--host", "127.0.0.1", "--port", str(port)], f"cannot listen on 127.0.0.1:{port} (Address already in use)"),
-             (["M", "--port=http"], "--port http is not a port number")]
+    cases = [
+        ([str(tmp_path / "missing")], f"the model folder {tmp_path / 'missing'} does not exist"),
+        (
+            ["M", "--host", "127.0.0.1", "--port", str(port)],
+            f"cannot listen on 127.0.0.1:{port} (Address already in use)",
+        ),
+        (["M", "--port=http"], "--port http is not a port number"),
+    ]
     try:
         for argv, message in cases:
             assert cli.main(["vllm-serve", *argv]) == 2
@@ -596,13 +679,13 @@ def test_vllm_serve_start_up_faults_are_one_sentence(monkeypatch, capsys, tmp_pa
 
 # ---------------------------------------------------------------------------------------- no orphans
 
-TRAINER = r'''
+TRAINER = r"""
 import sys
 from grpokit.rewards.code import code_pass_fraction
 code = "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(120)\n"
 print("calling", flush=True)
 code_pass_fraction(["```python\n" + code + "```"], [[{"input": "1\n", "output": "1\n"}]], wall_s=120)
-'''
+"""
 
 
 def _descendants(pid):
@@ -665,12 +748,20 @@ def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
     fn = functools.partial(code_pass_fraction, wall_s=60.0)
     start = time.monotonic()
     with _runner(fn, "code", timeout_s=1.5, max_failure_fraction=1.0) as r:
-        res = r.score(prompts=["p"], completions=["```python\nimport time\ntime.sleep(60)\n```"], completion_ids=[[1]],
-                      group_size=1, columns={"test_cases": [[{"input": "1\n", "output": "1\n"}]]})
+        res = r.score(
+            prompts=["p"],
+            completions=["```python\nimport time\ntime.sleep(60)\n```"],
+            completion_ids=[[1]],
+            group_size=1,
+            columns={"test_cases": [[{"input": "1\n", "output": "1\n"}]]},
+        )
     assert res.metrics["rewards/code/timeouts"] == 1.0
     assert time.monotonic() - start < 20  # not the sandbox's own 60 s
-    sandboxes = [p for p in psutil.Process(os.getpid()).children(recursive=True)
-                 if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())]
+    sandboxes = [
+        p
+        for p in psutil.Process(os.getpid()).children(recursive=True)
+        if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())
+    ]
     assert sandboxes == []
 
 
@@ -696,8 +787,10 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
         me = psutil.Process(os.getpid())
         res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [0.0]  # timed out: failure_value
-        _, alive = psutil.wait_procs([p for p in me.children(recursive=True)
-                                      if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())], timeout=15)
+        _, alive = psutil.wait_procs(
+            [p for p in me.children(recursive=True) if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())],
+            timeout=15,
+        )
         assert alive == []  # the sandbox died with the killed worker
         stale = [p.name for p in tmp_path.iterdir() if p.name.startswith("grpokit-job-")]
         assert len(stale) <= 1  # the killed worker's own folder, until the next sandboxed call
@@ -715,8 +808,10 @@ def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):
     quiet, noisy = tmp_path / "quiet", tmp_path / "noisy"
     for run, failures in [(quiet, 0.0), (noisy, 2.0)]:
         run.mkdir()
-        rows = [{"step": s, "reward": 0.5, "rewards/r/failures": failures if s == 2 else 0.0,
-                 "rewards/r/timeouts": 0.0} for s in (1, 2, 3)]
+        rows = [
+            {"step": s, "reward": 0.5, "rewards/r/failures": failures if s == 2 else 0.0, "rewards/r/timeouts": 0.0}
+            for s in (1, 2, 3)
+        ]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         write_report(run)
     # the page draws the panels its data names: no faults panel while every counter is 0

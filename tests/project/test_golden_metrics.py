@@ -5,9 +5,9 @@ here is a change of a number: it needs a reason in the commit and a re-record of
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+
 from helpers.paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "golden_metrics.py"

@@ -16,10 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+
 from helpers.paths import ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -38,9 +38,18 @@ def tiny_qwen(dtype=torch.float32, vocab=512, hidden=256, layers=4, seed=0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-                      num_attention_heads=hidden // 64, num_key_value_heads=max(1, hidden // 128),
-                      max_position_embeddings=1024, eos_token_id=1, pad_token_id=0, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 128),
+        max_position_embeddings=1024,
+        eos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     return Qwen2ForCausalLM(cfg).to(CUDA, dtype).eval()
 
 
@@ -50,7 +59,9 @@ def fixed_batch(vocab=512, P=4, G=2, seed=0):
     from grpokit.types import Rollout
 
     g = torch.Generator().manual_seed(seed)
-    rand = lambda lo, hi: torch.randint(3, vocab, (int(torch.randint(lo, hi + 1, (1,), generator=g)),), generator=g).tolist()
+    rand = lambda lo, hi: torch.randint(
+        3, vocab, (int(torch.randint(lo, hi + 1, (1,), generator=g)),), generator=g
+    ).tolist()
     prompts = [rand(2, 8) for _ in range(P)]
     comps = [rand(4, 24) for _ in range(P * G)]
     ro = Rollout(prompts, comps, [[0.0] * len(c) for c in comps], ["length"] * (P * G), G)
@@ -58,15 +69,26 @@ def fixed_batch(vocab=512, P=4, G=2, seed=0):
 
 
 def _loss(model, batch, autocast_dtype=None, old=None, ref=None, adv=None):
-    from grpokit.train.logprobs import completion_logprobs
     from grpokit.algo.loss import policy_loss
+    from grpokit.train.logprobs import completion_logprobs
     from grpokit.train.models import autocast_context
 
     with autocast_context(CUDA, autocast_dtype):
         logp, _ = completion_logprobs(model, batch)
     logp = logp.float()
-    loss, _ = policy_loss(logp, old, adv, batch.completion_mask, clip_low=0.2, clip_high=0.2, ref_logp_NT=ref,
-                          beta=0.04, kl_estimator="k3", aggregation="seq-mean-token-mean", norm_constant=float(logp.shape[1]))
+    loss, _ = policy_loss(
+        logp,
+        old,
+        adv,
+        batch.completion_mask,
+        clip_low=0.2,
+        clip_high=0.2,
+        ref_logp_NT=ref,
+        beta=0.04,
+        kl_estimator="k3",
+        aggregation="seq-mean-token-mean",
+        norm_constant=float(logp.shape[1]),
+    )
     return loss, logp
 
 
@@ -76,15 +98,23 @@ def test_bf16_autocast_and_bf16_weights_match_fp32_loss_and_train_without_nan():
     batch = fixed_batch()
     fp32 = tiny_qwen(torch.float32)
     with torch.no_grad():
-        _, logp32 = _loss(fp32, batch, old=torch.zeros(1, device=CUDA), ref=torch.zeros(1, device=CUDA),
-                          adv=torch.zeros(batch.input_ids.shape[0], device=CUDA))
+        _, logp32 = _loss(
+            fp32,
+            batch,
+            old=torch.zeros(1, device=CUDA),
+            ref=torch.zeros(1, device=CUDA),
+            adv=torch.zeros(batch.input_ids.shape[0], device=CUDA),
+        )
     g = torch.Generator(device=CUDA).manual_seed(1)
     old = logp32 + 0.1 * torch.randn(logp32.shape, generator=g, device=CUDA)  # ratios inside and outside the clip
     ref = logp32 + 0.1 * torch.randn(logp32.shape, generator=g, device=CUDA)
     adv = torch.randn(logp32.shape[0], generator=g, device=CUDA)
     losses, logps = {}, {}
-    for mode, model, ac in (("fp32", fp32, None), ("autocast_bf16", fp32, torch.bfloat16),
-                            ("bf16_weights", tiny_qwen(torch.bfloat16), None)):
+    for mode, model, ac in (
+        ("fp32", fp32, None),
+        ("autocast_bf16", fp32, torch.bfloat16),
+        ("bf16_weights", tiny_qwen(torch.bfloat16), None),
+    ):
         model.train()
         loss, logp = _loss(model, batch, ac, old, ref, adv)
         loss.backward()
@@ -134,8 +164,9 @@ def _hf_greedy(model, prompts, T):
     """``model.generate`` greedy, one prompt at a time (no padding), cut after the first EOS."""
     out = []
     for p in prompts:
-        ids = model.generate(torch.tensor([p], device=CUDA), max_new_tokens=T, do_sample=False, eos_token_id=1,
-                             pad_token_id=0)[0, len(p):].tolist()
+        ids = model.generate(
+            torch.tensor([p], device=CUDA), max_new_tokens=T, do_sample=False, eos_token_id=1, pad_token_id=0
+        )[0, len(p) :].tolist()
         out.append(ids[: ids.index(1) + 1] if 1 in ids else ids)
     return out
 
@@ -145,8 +176,8 @@ def _greedy_gap(model, prompt, completion):
     0 for an exactly greedy trajectory, small where bf16 rounding broke a near-tie differently."""
     ids = torch.tensor([prompt + completion], device=CUDA)
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()  # predicts each completion token
-    chosen = logits.gather(1, ids[0, len(prompt):, None])[:, 0]
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # predicts each completion token
+    chosen = logits.gather(1, ids[0, len(prompt) :, None])[:, 0]
     return float((logits.max(-1).values - chosen).max())
 
 
@@ -162,16 +193,30 @@ def test_static_decode_on_cuda_greedy_equals_hf_generate(dtype):
     prompts, T = _prompts(512), 150  # 150 > GRAPH_COLUMNS: the graphed window widens mid-rollout
     ref = _hf_greedy(model, prompts, T)
     if dtype == torch.bfloat16:  # the same measure for model.generate itself, for comparison
-        record_fact("greedy_bf16", engine="hf_generate", max_greedy_gap=max(_greedy_gap(model, p, c) for p, c in zip(prompts, ref)))
+        record_fact(
+            "greedy_bf16",
+            engine="hf_generate",
+            max_greedy_gap=max(_greedy_gap(model, p, c) for p, c in zip(prompts, ref)),
+        )
     for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):
-        ro = generate(model, prompts, 1, SamplingParams(max_new_tokens=T, temperature=0.0), eos_token_ids={1},
-                      pad_token_id=0, engine=engine, cuda_graphs=graphs)
+        ro = generate(
+            model,
+            prompts,
+            1,
+            SamplingParams(max_new_tokens=T, temperature=0.0),
+            eos_token_ids={1},
+            pad_token_id=0,
+            engine=engine,
+            cuda_graphs=graphs,
+        )
         if dtype == torch.float32:
             assert ro.completion_ids == ref, (engine, graphs)
         else:
             gap = max(_greedy_gap(model, p, c) for p, c in zip(prompts, ro.completion_ids))
             same = sum(a == b for a, b in zip(ro.completion_ids, ref))
-            record_fact("greedy_bf16", engine=engine, graphs=graphs, same_as_hf_generate=same, of=len(ref), max_greedy_gap=gap)
+            record_fact(
+                "greedy_bf16", engine=engine, graphs=graphs, same_as_hf_generate=same, of=len(ref), max_greedy_gap=gap
+            )
             assert gap < 0.125, (engine, graphs, gap)
 
 
@@ -183,8 +228,17 @@ def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
     outs = []
     for graphs in (True, False):
         gen = torch.Generator(device=CUDA).manual_seed(7)
-        ro = generate(model, prompts, 4, SamplingParams(max_new_tokens=140, temperature=1.0, top_p=0.95), eos_token_ids={1},
-                      pad_token_id=0, generator=gen, engine="static", cuda_graphs=graphs)
+        ro = generate(
+            model,
+            prompts,
+            4,
+            SamplingParams(max_new_tokens=140, temperature=1.0, top_p=0.95),
+            eos_token_ids={1},
+            pad_token_id=0,
+            generator=gen,
+            engine="static",
+            cuda_graphs=graphs,
+        )
         outs.append((ro.completion_ids, ro.sampling_logprobs))
     assert outs[0][0] == outs[1][0]
     for a, b in zip(outs[0][1], outs[1][1]):
@@ -203,8 +257,17 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype):
 
     model, prompts = tiny_qwen(dtype), _prompts(512, n=4, seed=5)
     for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):
-        ro = generate(model, prompts, 4, SamplingParams(max_new_tokens=64, temperature=1.0), eos_token_ids={1}, pad_token_id=0,
-                      generator=torch.Generator(device=CUDA).manual_seed(11), engine=engine, cuda_graphs=graphs)
+        ro = generate(
+            model,
+            prompts,
+            4,
+            SamplingParams(max_new_tokens=64, temperature=1.0),
+            eos_token_ids={1},
+            pad_token_id=0,
+            generator=torch.Generator(device=CUDA).manual_seed(11),
+            engine=engine,
+            cuda_graphs=graphs,
+        )
         batch = make_token_batch(ro, pad_token_id=0, device=CUDA)
         with torch.no_grad():
             train, _ = completion_logprobs(model, batch)
@@ -215,15 +278,24 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype):
 
 
 def _cli(args, cwd, env_extra=None, launcher=None, timeout=600):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-           **(env_extra or {})}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        **(env_extra or {}),
+    }
     cmd = (launcher or [sys.executable, "-m", "grpokit.cli"]) + ["train", *args]
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 
 
-GPU_RUN = ["model.device=cuda", "data.eval_size=0", "record.sinks=[]", "record.report=false", "train.prompts_per_step=8"]
+GPU_RUN = [
+    "model.device=cuda",
+    "data.eval_size=0",
+    "record.sinks=[]",
+    "record.report=false",
+    "train.prompts_per_step=8",
+]
 
 
 def test_resume_on_gpu_continues_as_far_as_cuda_determinism_allows(tmp_path):
@@ -242,9 +314,18 @@ def test_resume_on_gpu_continues_as_far_as_cuda_determinism_allows(tmp_path):
     ma = [json.loads(line) for line in (tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()]
     mb = [json.loads(line) for line in (tmp_path / "res" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in ma] == [r["step"] for r in mb]
-    dm = max((abs(a[k] - b[k]) for a, b in zip(ma, mb) for k in a
-              if isinstance(a.get(k), float) and isinstance(b.get(k), float) and not k.startswith(("time/", "rollout/tokens_per")) and "per_second" not in k),
-             default=0.0)
+    dm = max(
+        (
+            abs(a[k] - b[k])
+            for a, b in zip(ma, mb)
+            for k in a
+            if isinstance(a.get(k), float)
+            and isinstance(b.get(k), float)
+            and not k.startswith(("time/", "rollout/tokens_per"))
+            and "per_second" not in k
+        ),
+        default=0.0,
+    )
     record_fact("resume_on_gpu", max_abs_weight_diff=dw, max_abs_metric_diff=dm)
     assert dw < 1e-3 and dm < 1e-2, (dw, dm)
 
@@ -254,9 +335,21 @@ def test_fsdp2_one_process_on_nccl_runs(tmp_path):
 
     if not dist.is_nccl_available():
         pytest.skip("this torch build has no NCCL")
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "grpokit.cli"]
-    _cli(GPU_RUN + ["train.steps=2", "train.fsdp=true", "train.save_every=2", "--out", str(tmp_path / "run")], tmp_path,
-         launcher=launcher)
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "1",
+        "-m",
+        "grpokit.cli",
+    ]
+    _cli(
+        GPU_RUN + ["train.steps=2", "train.fsdp=true", "train.save_every=2", "--out", str(tmp_path / "run")],
+        tmp_path,
+        launcher=launcher,
+    )
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(math.isfinite(r["loss"]) for r in rows)
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model" / "model.safetensors").exists()

@@ -24,8 +24,17 @@ from __future__ import annotations
 from helpers.import_graph import import_graph
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types",), ("config",), ("grpokit",), ("algo",), ("rewards", "env"), ("data",), ("rollout",), ("record",),
-    ("train",), ("config.validation",), ("trl", "cli", "__main__"),
+    ("types",),
+    ("config",),
+    ("grpokit",),
+    ("algo",),
+    ("rewards", "env"),
+    ("data",),
+    ("rollout",),
+    ("record",),
+    ("train",),
+    ("config.validation",),
+    ("trl", "cli", "__main__"),
 )
 
 KNOWN: set[tuple[str, str]] = {
@@ -66,5 +75,7 @@ def test_no_import_goes_up_a_layer_beyond_the_known_debts():
 
 def test_the_rule_catches_an_upward_import():
     assert layer_of("grpokit.algo.loss") < layer_of("grpokit.train.loop")  # so algo -> train would be reported
-    assert layer_of("grpokit.config.validation") > layer_of("grpokit.train.models") > layer_of("grpokit.config.sections")
+    assert (
+        layer_of("grpokit.config.validation") > layer_of("grpokit.train.models") > layer_of("grpokit.config.sections")
+    )
     assert layer_of("grpokit.env.tools") == layer_of("grpokit.rewards.spec")

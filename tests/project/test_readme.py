@@ -4,9 +4,7 @@ download: the own-model example is checked as the config it builds."""
 
 import re
 import shlex
-from pathlib import Path
 
-import pytest
 from helpers.paths import ROOT
 
 README = ROOT / "README.md"
@@ -51,9 +49,9 @@ def readme_commands() -> list[list[str]]:
 
 
 def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
-    from grpokit.train import run_data
-    from grpokit.cli.app import _train_parser, build_config
     from grpokit.cli import main
+    from grpokit.cli.app import _train_parser, build_config
+    from grpokit.train import run_data
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.yaml").write_text(re.search(r"```yaml\n(.*?)```", README.read_text(), re.S).group(1))

@@ -22,15 +22,29 @@ def flaky_reward(prompts, completions, answer, **kwargs):
 
 
 def demo_cfg(tmp_path, *extra):
-    return apply_overrides(Config(), ["train.steps=2", "train.prompts_per_step=8", "data.eval_size=8",
-                                      "record.sinks=[]", "record.report=false", f"train.out={tmp_path / 'run'}",
-                                      *extra])
+    return apply_overrides(
+        Config(),
+        [
+            "train.steps=2",
+            "train.prompts_per_step=8",
+            "data.eval_size=8",
+            "record.sinks=[]",
+            "record.report=false",
+            f"train.out={tmp_path / 'run'}",
+            *extra,
+        ],
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_raising_and_hanging_rewards_do_not_stop_the_run(tmp_path, workers):
-    cfg = demo_cfg(tmp_path, "reward.functions=[]", "reward.timeout_s=1.0", f"reward.num_workers={workers}",
-                   "reward.max_failure_fraction=1.0")
+    cfg = demo_cfg(
+        tmp_path,
+        "reward.functions=[]",
+        "reward.timeout_s=1.0",
+        f"reward.num_workers={workers}",
+        "reward.max_failure_fraction=1.0",
+    )
     t0 = time.perf_counter()
     summary = Trainer(cfg, reward_funcs=[flaky_reward], quiet=True).train()
     assert summary["steps"] == 2

@@ -77,13 +77,17 @@ def test_lazy_and_type_checking_imports_are_edges(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("def f():\n    from .b import g\n    return g\n")
-    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\ndef g():\n    pass\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\ndef g():\n    pass\n"
+    )
     assert circles(import_graph(pkg)) == [["pkg.a", "pkg.b"]]
 
 
 def test_no_import_circle_in_src():
     found = circles(import_graph())
-    assert not found, "import circles (move the shared name to a leaf module): " + "; ".join(" <-> ".join(c) for c in found)
+    assert not found, "import circles (move the shared name to a leaf module): " + "; ".join(
+        " <-> ".join(c) for c in found
+    )
 
 
 def defined_names(path: Path) -> set[str]:
@@ -130,7 +134,9 @@ def test_the_reexport_check_sees_a_violation_and_allows_a_name_the_package_defin
     (pkg / "__init__.py").write_text("")
     (pkg / "config" / "__init__.py").write_text("from .sections import Config\n\ndef helper():\n    pass\n")
     (pkg / "config" / "sections.py").write_text("class Config:\n    pass\n")
-    (pkg / "x.py").write_text("from grpokit.config import Config, helper\nfrom grpokit.config.sections import Config as C\n")
+    (pkg / "x.py").write_text(
+        "from grpokit.config import Config, helper\nfrom grpokit.config.sections import Config as C\n"
+    )
     assert reexport_imports(pkg) == ["grpokit/x.py:1 imports Config from the package grpokit.config"]
 
 
@@ -141,8 +147,13 @@ def cross_test_imports(tests: Path) -> list[str]:
     bad = []
     for p in sorted(tests.rglob("*.py")):
         for node in ast.walk(ast.parse(p.read_text(), str(p))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 last = name.split(".")[-1]
                 if last.startswith("test_") or last == "conftest" or name.startswith("tests."):
@@ -157,7 +168,9 @@ def test_tests_mirror_the_source_and_import_no_other_test_module():
     assert not flat, f"test files belong in tests/<package>/ beside what they test, not flat in tests/: {flat}"
     packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
-    assert folders - packages <= {"project"}, f"test folders without a source package: {folders - packages - {'project'}}"
+    assert folders - packages <= {"project"}, (
+        f"test folders without a source package: {folders - packages - {'project'}}"
+    )
 
 
 def test_the_cross_import_check_sees_a_test_importing_another(tmp_path):

@@ -4,14 +4,20 @@ import json
 
 import pytest
 
-from grpokit.config import presets
-from grpokit.config import Config
+from grpokit.algo.variants import VARIANTS
+from grpokit.config import Config, presets
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
-from grpokit.algo.variants import VARIANTS
 
-SMALL = ["train.steps=2", "train.prompts_per_step=4", "rollout.group_size=8", "data.eval_size=16",
-         "record.sinks=[]", "record.report=false", "optim.lr=1e-3"]
+SMALL = [
+    "train.steps=2",
+    "train.prompts_per_step=4",
+    "rollout.group_size=8",
+    "data.eval_size=16",
+    "record.sinks=[]",
+    "record.report=false",
+    "optim.lr=1e-3",
+]
 
 
 def run(overrides, tmp_path, base: Config | None = None):
@@ -58,8 +64,15 @@ def test_variant_trains_on_builtin_task(name, tmp_path):
 def test_preset_loads_and_runs_a_few_steps(name, tmp_path):
     base = presets.apply(name, Config())
     # keep the published algorithm, shrink the scale so it runs on a CPU in seconds
-    shrink = ["rollout.max_new_tokens=12", "train.prompts_per_step=2", "rollout.group_size=4", "train.steps=2",
-              "data.eval_size=8", "record.sinks=[]", "record.report=false"]
+    shrink = [
+        "rollout.max_new_tokens=12",
+        "train.prompts_per_step=2",
+        "rollout.group_size=4",
+        "train.steps=2",
+        "data.eval_size=8",
+        "record.sinks=[]",
+        "record.report=false",
+    ]
     if "overlong_penalty" in base.reward.params:
         shrink.append("reward.params={overlong_penalty: {max_length: 12, cache_length: 4}}")
     tr, summary, lines, _ = run(shrink, tmp_path, base)

@@ -33,8 +33,12 @@ def test_box_parsing_both_forms():
 def test_box_reward_is_hedge_proof_and_counts_missing_boxes():
     logged = {}
     comps = ["[0,0,2,2]", "[0,0,2,2] or [1,1,3,3]", "somewhere left", "<answer>[1,1,3,3]</answer>"]
-    out = g.box_iou_reward(None, comps, ["[0,0,2,2]", "[0,0,2,2]", "[0,0,2,2]", "[0,0,2,2]"],
-                           log_metric=lambda k, v: logged.setdefault(k, v))
+    out = g.box_iou_reward(
+        None,
+        comps,
+        ["[0,0,2,2]", "[0,0,2,2]", "[0,0,2,2]", "[0,0,2,2]"],
+        log_metric=lambda k, v: logged.setdefault(k, v),
+    )
     # exact: 1; two boxes: 0 (hedge); no box: 0; tagged box (1,1,3,3): 1/7
     assert out == pytest.approx([1.0, 0.0, 0.0, 1 / 7])
     assert logged == {"rewards/no_box_fraction": 0.25}  # one of four had no box
@@ -130,13 +134,21 @@ def test_sampling_and_training_logprobs_agree_and_images_matter(tiny):
     model, proc = tiny
     prompts = to_prompts(shapes.train_rows(3, seed=5), proc.tokenizer, DataConfig(), processor=proc)
     gen = torch.Generator().manual_seed(0)
-    ro = generate(model, [p.ids for p in prompts], 2, SamplingParams(max_new_tokens=6), eos_token_ids={proc.tokenizer.eos_token_id},
-                  pad_token_id=proc.tokenizer.pad_token_id, generator=gen, vision=[p.vision for p in prompts])
+    ro = generate(
+        model,
+        [p.ids for p in prompts],
+        2,
+        SamplingParams(max_new_tokens=6),
+        eos_token_ids={proc.tokenizer.eos_token_id},
+        pad_token_id=proc.tokenizer.pad_token_id,
+        generator=gen,
+        vision=[p.vision for p in prompts],
+    )
     assert len(ro.vision) == 6 and ro.vision[1] is ro.vision[0]  # G rows share their prompt's images
     batch = make_token_batch(ro, proc.tokenizer.pad_token_id)
     logp, _ = completion_logprobs(model, batch)
     for i, lps in enumerate(ro.sampling_logprobs):  # same positions, same images: same distribution
-        assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4)
+        assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4)
     # Image tokens never enter the loss: token by token, every image placeholder is a prompt token
     # (left of the completion columns) and the completion columns hold none of them.
     img_id, T = model.config.image_token_id, batch.width
@@ -145,8 +157,16 @@ def test_sampling_and_training_logprobs_agree_and_images_matter(tiny):
     assert cols.numel() == 6 * 16 and int(cols.max()) < batch.input_ids.shape[1] - T
     # and the images reach the log-probability pass: a blank image changes them
     blank = [{**v, "pixel_values": torch.zeros_like(v["pixel_values"])} for v in batch.vision]
-    other, _ = completion_logprobs(model, type(batch)(*(getattr(batch, f) for f in
-                                   ("input_ids", "attention_mask", "position_ids", "completion_ids", "completion_mask")), vision=blank))
+    other, _ = completion_logprobs(
+        model,
+        type(batch)(
+            *(
+                getattr(batch, f)
+                for f in ("input_ids", "attention_mask", "position_ids", "completion_ids", "completion_mask")
+            ),
+            vision=blank,
+        ),
+    )
     assert not torch.allclose(other * batch.completion_mask, logp * batch.completion_mask)
 
 
@@ -161,7 +181,11 @@ def test_micro_batch_rows_carry_their_images(tiny):
 def test_vision_tower_frozen_by_default_trainable_when_asked(freeze):
     from grpokit.train.models import load_model, vision_parameters
 
-    m = load_model(ModelConfig(name_or_path=str(shapes.shapes_model_path()), freeze_vision=freeze), torch.device("cpu"), torch.float32)
+    m = load_model(
+        ModelConfig(name_or_path=str(shapes.shapes_model_path()), freeze_vision=freeze),
+        torch.device("cpu"),
+        torch.float32,
+    )
     tower = vision_parameters(m)
     assert tower and all(p.requires_grad is not freeze for p in tower)
     lm = [p for n, p in m.named_parameters() if "language_model" in n]
@@ -171,7 +195,9 @@ def test_vision_tower_frozen_by_default_trainable_when_asked(freeze):
 def test_lora_adapters_sit_on_the_language_model_only():
     from grpokit.train.models import load_model
 
-    m = load_model(ModelConfig(name_or_path=str(shapes.shapes_model_path()), lora_rank=2), torch.device("cpu"), torch.float32)
+    m = load_model(
+        ModelConfig(name_or_path=str(shapes.shapes_model_path()), lora_rank=2), torch.device("cpu"), torch.float32
+    )
     trained = [n for n, p in m.named_parameters() if p.requires_grad]
     assert trained and all("lora_" in n and "language_model" in n for n in trained)
     assert any("q_proj" in n for n in trained) and not any("visual" in n for n in trained)
@@ -187,8 +213,16 @@ def test_tools_with_image_prompts_are_one_sentence(tmp_path, tool_format, monkey
     # the vLLM backends take images now (tests/project/test_vision_vllm.py); multi-turn episodes do not. Tag-format
     # tools put no schema in the prompt, so the refusal cannot be the processor's: the run's own check says it
     monkeypatch.setattr(run_data, "TASK_TRAIN_ROWS", 4)
-    cfg = apply_overrides(Config(), ["data.task=shapes", "env.tools=[calculator]", f"env.tool_format={tool_format}",
-                                     "record.report=false", f"train.out={tmp_path}"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "data.task=shapes",
+            "env.tools=[calculator]",
+            f"env.tool_format={tool_format}",
+            "record.report=false",
+            f"train.out={tmp_path}",
+        ],
+    )
     with pytest.raises(ConfigError, match="tools and environments with image prompts are not supported yet"):
         Trainer(cfg, quiet=True)
 
@@ -207,8 +241,10 @@ def test_sample_rows_get_pngs_with_boxes_drawn(tmp_path):
 
     row = next(r for r in shapes.train_rows(10) if r["kind"] == "box")
     prompts = [Prompt("t", [1], columns={k: v for k, v in row.items() if k != "prompt"}), Prompt("text only", [1])]
-    rows = [{"prompt": "t", "completions": [{"text": "[2,2,14,14]"}, {"text": "no box"}]},
-            {"prompt": "text only", "completions": [{"text": "x"}]}]
+    rows = [
+        {"prompt": "t", "completions": [{"text": "[2,2,14,14]"}, {"text": "no box"}]},
+        {"prompt": "text only", "completions": [{"text": "x"}]},
+    ]
     out = with_images(rows, prompts, tmp_path, 3)
     assert out[0]["image"] == "images/step000003_p0.png" and "image" not in out[1]
     assert [c["box"] for c in out[0]["completions"]] == [[2.0, 2.0, 14.0, 14.0], None]
@@ -222,9 +258,20 @@ def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
     from grpokit.config.sections import Config
     from grpokit.train.loop import Trainer
 
-    cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2",
-                                     "data.eval_size=4", "record.samples_every=1", "record.report=false", f"train.out={tmp_path}",
-                                     "algo.beta=0.04"])  # beta > 0: the reference pass sees the images too
+    cfg = apply_overrides(
+        Config(),
+        [
+            "data.task=shapes",
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.group_size=2",
+            "data.eval_size=4",
+            "record.samples_every=1",
+            "record.report=false",
+            f"train.out={tmp_path}",
+            "algo.beta=0.04",
+        ],
+    )  # beta > 0: the reference pass sees the images too
     summary = Trainer(cfg, quiet=True).train()
     assert summary["steps"] == 1 and 0.0 <= summary["eval_after"]["reward"] <= 1.0
     assert list((tmp_path / "images").glob("step000001_p*.png"))
@@ -253,9 +300,19 @@ def test_local_image_folder_trains_a_step_on_the_vision_model(tmp_path):
     folder = _image_folder(tmp_path)
     rows = load_rows(str(folder), "train", DataConfig())
     assert rows[0]["image"].size == (64, 64) and rows[0]["prompt"] == shapes.BOX_QUESTION  # datasets decoded the PNG
-    cfg = apply_overrides(Config(), [f"data.dataset={folder}", f"model.name_or_path={shapes.shapes_model_path()}",
-                                     "reward.functions=[box_iou]", "train.steps=1", "train.prompts_per_step=2",
-                                     "rollout.group_size=2", "rollout.max_new_tokens=4", "record.report=false",
-                                     f"train.out={tmp_path / 'run'}", "train.save_every=0"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"data.dataset={folder}",
+            f"model.name_or_path={shapes.shapes_model_path()}",
+            "reward.functions=[box_iou]",
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=4",
+            "record.report=false",
+            f"train.out={tmp_path / 'run'}",
+            "train.save_every=0",
+        ],
+    )
     assert Trainer(cfg, quiet=True).train()["steps"] == 1
-

@@ -28,9 +28,17 @@ def _prompts(proc, n: int, seed: int):
 
 
 def _generate(model, proc, prompts, G, params, engine, seed=0, vision=None):
-    return generate(model, [p.ids for p in prompts], G, params, eos_token_ids={proc.tokenizer.eos_token_id},
-                    pad_token_id=proc.tokenizer.pad_token_id, generator=torch.Generator().manual_seed(seed), engine=engine,
-                    vision=vision if vision is not None else [p.vision for p in prompts])
+    return generate(
+        model,
+        [p.ids for p in prompts],
+        G,
+        params,
+        eos_token_ids={proc.tokenizer.eos_token_id},
+        pad_token_id=proc.tokenizer.pad_token_id,
+        generator=torch.Generator().manual_seed(seed),
+        engine=engine,
+        vision=vision if vision is not None else [p.vision for p in prompts],
+    )
 
 
 def test_auto_picks_the_static_engine_for_the_vision_model(tiny, monkeypatch):
@@ -46,6 +54,7 @@ def _spy(init, built):
     def wrapped(self, *a, **k):
         init(self, *a, **k)
         built.append(self.keys[0].shape[0])  # rows at the start (finished rows leave the cache later)
+
     return wrapped
 
 
@@ -60,7 +69,7 @@ def test_static_sampling_logprobs_agree_with_the_training_pass_token_by_token(ti
     logp, _ = completion_logprobs(model, batch, temperature=1.2)
     assert sum(len(c) for c in ro.completion_ids) > 12  # more than one token per row was compared
     for i, lps in enumerate(ro.sampling_logprobs):  # the training pass: its own positions, the same images
-        assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4), i
+        assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4), i
 
 
 def test_static_and_dynamic_engines_sample_the_same_tokens(tiny):
@@ -83,7 +92,9 @@ def test_decode_positions_go_on_from_the_largest_mrope_position(tiny, monkeypatc
     # 35 - 16 + 4, not at 35. A box prompt (43 tokens, 25 of text): 43 - 12 = 31.
     seen = []
     step = static.StaticDecoder.step
-    monkeypatch.setattr(static.StaticDecoder, "step", lambda self, tok, pos: seen.append(pos.clone()) or step(self, tok, pos))
+    monkeypatch.setattr(
+        static.StaticDecoder, "step", lambda self, tok, pos: seen.append(pos.clone()) or step(self, tok, pos)
+    )
     _generate(model, proc, prompts, 1, SamplingParams(max_new_tokens=3, temperature=0.0), "static")
     assert seen[0][:, 0].tolist() == [n - 12 for n in lengths]
 
@@ -102,7 +113,9 @@ def test_the_image_changes_what_the_static_engine_samples(tiny):
     first = torch.tensor([lps[0] for lps in own.sampling_logprobs])  # greedy: the first token's log-probability
     assert (first - first[0]).abs().max() > 1e-3  # differs between scenes
     blank = [{**p.vision, "pixel_values": torch.zeros_like(p.vision["pixel_values"])} for p in prompts]
-    other = torch.tensor([lps[0] for lps in _generate(model, proc, prompts, 1, params, "static", vision=blank).sampling_logprobs])
+    other = torch.tensor(
+        [lps[0] for lps in _generate(model, proc, prompts, 1, params, "static", vision=blank).sampling_logprobs]
+    )
     assert (other - first).abs().min() > 1e-3  # a blank image changes every row
 
 
@@ -115,9 +128,20 @@ def test_two_shapes_steps_train_with_the_static_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(run_data, "TASK_TRAIN_ROWS", 16)  # not 8192 scenes drawn and encoded for 2 steps
     built = []
     monkeypatch.setattr(static.StaticDecoder, "__init__", _spy(static.StaticDecoder.__init__, built))
-    cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=2", "train.prompts_per_step=2", "rollout.group_size=2",
-                                     "rollout.max_new_tokens=6", "data.eval_size=2", "record.report=false",
-                                     f"train.out={tmp_path}", "train.save_every=0"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "data.task=shapes",
+            "train.steps=2",
+            "train.prompts_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=6",
+            "data.eval_size=2",
+            "record.report=false",
+            f"train.out={tmp_path}",
+            "train.save_every=0",
+        ],
+    )
     summary = Trainer(cfg, quiet=True).train()
     assert summary["steps"] == 2
     assert built.count(4) == 2  # each step's rollout in one static cache: 2 prompts x 2 samples (the evals: 2 x 1)
@@ -132,15 +156,45 @@ def test_a_tiny_random_qwen2_5_vl_decodes_statically_too(tiny):
     from grpokit.train.logprobs import completion_logprobs, make_token_batch
 
     _, proc = tiny
-    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                vocab_size=52, max_position_embeddings=256, eos_token_id=1, pad_token_id=0, bos_token_id=None,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
-    tower = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=8, spatial_merge_size=2,
-                 temporal_patch_size=2, out_hidden_size=64, window_size=16, fullatt_block_indexes=[0])
+    text = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=52,
+        max_position_embeddings=256,
+        eos_token_id=1,
+        pad_token_id=0,
+        bos_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    )
+    tower = dict(
+        depth=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=8,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=64,
+        window_size=16,
+        fullatt_block_indexes=[0],
+    )
     torch.manual_seed(0)
-    model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
-        text_config=text, vision_config=tower, image_token_id=4, video_token_id=6, vision_start_token_id=3,
-        vision_end_token_id=5, eos_token_id=1, pad_token_id=0, bos_token_id=None)).eval()
+    model = Qwen2_5_VLForConditionalGeneration(
+        Qwen2_5_VLConfig(
+            text_config=text,
+            vision_config=tower,
+            image_token_id=4,
+            video_token_id=6,
+            vision_start_token_id=3,
+            vision_end_token_id=5,
+            eos_token_id=1,
+            pad_token_id=0,
+            bos_token_id=None,
+        )
+    ).eval()
     assert static.supports(model)
     prompts = _prompts(proc, 4, 5)
     runs = {e: _generate(model, proc, prompts, 2, SamplingParams(max_new_tokens=8), e) for e in ("static", "dynamic")}
@@ -148,5 +202,4 @@ def test_a_tiny_random_qwen2_5_vl_decodes_statically_too(tiny):
     assert sum(len(c) for c in runs["static"].completion_ids) > 16  # random weights: long answers, many steps compared
     logp, _ = completion_logprobs(model, make_token_batch(runs["static"], proc.tokenizer.pad_token_id))
     for i, lps in enumerate(runs["static"].sampling_logprobs):
-        assert torch.allclose(logp[i, :len(lps)], torch.tensor(lps), atol=1e-4), i
-
+        assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4), i

@@ -41,8 +41,13 @@ class FakeLLM:
 
     def generate(self, prompts, sp, use_tqdm=False):
         self.prompts.append(prompts)
-        done = lambda g: types.SimpleNamespace(index=g, token_ids=[7 + g, 8], finish_reason="length", stop_reason=None,  # noqa: E731
-                                               logprobs=[{7 + g: types.SimpleNamespace(logprob=-0.25)}, {8: types.SimpleNamespace(logprob=-0.25)}])
+        done = lambda g: types.SimpleNamespace(
+            index=g,
+            token_ids=[7 + g, 8],
+            finish_reason="length",
+            stop_reason=None,  # noqa: E731
+            logprobs=[{7 + g: types.SimpleNamespace(logprob=-0.25)}, {8: types.SimpleNamespace(logprob=-0.25)}],
+        )
         return [types.SimpleNamespace(outputs=[done(g) for g in range(sp.n)]) for _ in prompts]
 
     def sleep(self, level):
@@ -59,8 +64,10 @@ def test_colocated_engine_passes_images_as_multi_modal_data():
     engine = VLLMColocated(llm, FakeSP, SamplingParams(max_new_tokens=2), sleep=False)
     ro = engine.generate([[3, IMG, IMG, 5, 9], [3, IMG, IMG, 5, 10]], 2, images=[[a], [b]])
     # LLM.generate's prompt form: token ids with the prompt's PIL images beside them, prompt by prompt
-    assert llm.prompts[0] == [{"prompt_token_ids": [3, IMG, IMG, 5, 9], "multi_modal_data": {"image": [a]}},
-                              {"prompt_token_ids": [3, IMG, IMG, 5, 10], "multi_modal_data": {"image": [b]}}]
+    assert llm.prompts[0] == [
+        {"prompt_token_ids": [3, IMG, IMG, 5, 9], "multi_modal_data": {"image": [a]}},
+        {"prompt_token_ids": [3, IMG, IMG, 5, 10], "multi_modal_data": {"image": [b]}},
+    ]
     assert ro.completion_ids == [[7, 8], [8, 8], [7, 8], [8, 8]] and ro.sampling_logprobs[0] == [-0.25, -0.25]
     engine.generate([[9, 9]], 1)  # text prompts: token ids only, as before
     assert llm.prompts[1] == [{"prompt_token_ids": [9, 9]}]
@@ -73,8 +80,19 @@ def test_trainer_step_on_a_fake_colocated_engine_with_image_prompts(tmp_path, mo
     from grpokit.train.loop import Trainer
 
     monkeypatch.setattr(run_data, "TASK_TRAIN_ROWS", 8)
-    cfg = apply_overrides(Config(), ["data.task=shapes", "train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2",
-                                     "data.eval_size=0", "record.report=false", f"train.out={tmp_path}", "train.save_every=0"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "data.task=shapes",
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.group_size=2",
+            "data.eval_size=0",
+            "record.report=false",
+            f"train.out={tmp_path}",
+            "train.save_every=0",
+        ],
+    )
     tr = Trainer(cfg, quiet=True)
     llm = FakeLLM()
     tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=False))
@@ -141,15 +159,31 @@ class ImageServer:
             return 200, {"results": [{"protocol": 1, "logprobs_mode": "processed_logprobs", "dtype": "float32"}]}
         if path == vi.RENDER and self.render:
             n = len(body["messages"][0]["content"])  # where the images sat in the server's own conversation
-            return 200, {"features": {"mm_hashes": {"image": [f"h{i}" for i in range(n)]},
-                                      "mm_placeholders": {"image": [{"offset": 1 + 18 * i, "length": 16} for i in range(n)]}}}
+            return 200, {
+                "features": {
+                    "mm_hashes": {"image": [f"h{i}" for i in range(n)]},
+                    "mm_placeholders": {"image": [{"offset": 1 + 18 * i, "length": 16} for i in range(n)]},
+                }
+            }
         if path == vi.GENERATE:
             n, first = body["sampling_params"]["n"], body["token_ids"][-1]
-            return 200, {"request_id": body["request_id"], "choices": [
-                {"index": g, "token_ids": [first, 30 + g], "finish_reason": "length",
-                 "logprobs": {"content": [{"token": f"token_id:{first}", "logprob": -0.5, "top_logprobs": []},
-                                          {"token": f"token_id:{30 + g}", "logprob": -1.0 - g, "top_logprobs": []}]}}
-                for g in range(n)]}
+            return 200, {
+                "request_id": body["request_id"],
+                "choices": [
+                    {
+                        "index": g,
+                        "token_ids": [first, 30 + g],
+                        "finish_reason": "length",
+                        "logprobs": {
+                            "content": [
+                                {"token": f"token_id:{first}", "logprob": -0.5, "top_logprobs": []},
+                                {"token": f"token_id:{30 + g}", "logprob": -1.0 - g, "top_logprobs": []},
+                            ]
+                        },
+                    }
+                    for g in range(n)
+                ],
+            }
         return 404, {"error": {"message": "Not Found"}}
 
 
@@ -196,7 +230,9 @@ def test_server_client_sends_what_trls_client_sends(tmp_path):
 
     a = _scene(18)
     with ImageServer() as srv:
-        ours = VLLMServer(srv.url, SamplingParams(max_new_tokens=2, temperature=0.9), tmp_path, image_token_id=IMG).generate(IDS[:1], 2, images=[[a]])
+        ours = VLLMServer(
+            srv.url, SamplingParams(max_new_tokens=2, temperature=0.9), tmp_path, image_token_id=IMG
+        ).generate(IDS[:1], 2, images=[[a]])
         mine = [body for _, body in srv.bodies if _ in (vi.RENDER, vi.GENERATE)]
         srv.bodies.clear()
         trl = object.__new__(VLLMClient)  # __init__ refuses without vllm installed; these are what it sets
@@ -204,7 +240,10 @@ def test_server_client_sends_what_trls_client_sends(tmp_path):
 
         trl.session, trl.base_url, trl.model = requests.Session(), srv.url, "tiny"
         [features] = trl.image_features([[a]])
-        features = {**features, "mm_placeholders": {"image": vi.image_runs(IDS[0], IMG)}}  # as GRPOTrainer's _place_features
+        features = {
+            **features,
+            "mm_placeholders": {"image": vi.image_runs(IDS[0], IMG)},
+        }  # as GRPOTrainer's _place_features
         out = trl.generate(IDS[:1], features=[features], n=2, temperature=0.9, max_tokens=2)
         theirs = [body for _, body in srv.bodies]
     assert mine[0] == theirs[0]  # the render request, byte for byte the same JSON
@@ -237,13 +276,28 @@ def test_image_runs_and_placement_by_hand():
         vi.place(None, [IMG], IMG)
 
 
-@pytest.mark.parametrize("reply, says", [
-    ({"choices": []}, "0 choices, expected 1"),
-    ({"choices": [{"index": 0, "token_ids": [1, 2], "logprobs": {"content": [{"logprob": -1.0}]}}]}, "without per-token logprobs"),
-    ({"choices": [{"index": 0, "token_ids": [1], "logprobs": {"content": [{"logprob": float("nan")}]}}]}, "not a finite number"),
-    ({"choices": [{"index": 3, "token_ids": [1], "logprobs": {"content": [{"logprob": -1.0}]}}]}, "no distinct index"),
-    ({"choices": [{"index": 0, "token_ids": ["1"], "logprobs": {"content": [{"logprob": -1.0}]}}]}, "no list of token ids"),
-])
+@pytest.mark.parametrize(
+    "reply, says",
+    [
+        ({"choices": []}, "0 choices, expected 1"),
+        (
+            {"choices": [{"index": 0, "token_ids": [1, 2], "logprobs": {"content": [{"logprob": -1.0}]}}]},
+            "without per-token logprobs",
+        ),
+        (
+            {"choices": [{"index": 0, "token_ids": [1], "logprobs": {"content": [{"logprob": float("nan")}]}}]},
+            "not a finite number",
+        ),
+        (
+            {"choices": [{"index": 3, "token_ids": [1], "logprobs": {"content": [{"logprob": -1.0}]}}]},
+            "no distinct index",
+        ),
+        (
+            {"choices": [{"index": 0, "token_ids": ["1"], "logprobs": {"content": [{"logprob": -1.0}]}}]},
+            "no list of token ids",
+        ),
+    ],
+)
 def test_malformed_generate_replies_are_one_sentence(reply, says):
     with pytest.raises(ServerReplyError, match=says):
         vi.parse_generate(reply, 1)
@@ -252,7 +306,13 @@ def test_malformed_generate_replies_are_one_sentence(reply, says):
 def test_vllm_serve_adds_scale_out_where_vllm_has_it():
     from grpokit.rollout import vllm_serve
 
-    assert [vllm_serve.scale_out_supported(v) for v in ("0.29.1", "0.30.0", "0.33.0", None, "dev")] == [False, True, True, False, False]
+    assert [vllm_serve.scale_out_supported(v) for v in ("0.29.1", "0.30.0", "0.33.0", None, "dev")] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
     cmd, _ = vllm_serve.build_command("M", [], scale_out=True)
     assert cmd.count("--enable-scale-out") == 1
     assert "--enable-scale-out" not in vllm_serve.build_command("M", [])[0]

@@ -27,16 +27,31 @@ def healthy_rows(n: int = STEPS) -> list[dict]:
     rows = []
     for step in range(1, n + 1):
         f = step / n
-        rows.append({
-            "step": step, "reward": 0.2 + 0.6 * f + rng.gauss(0, 0.02),
-            "rewards/math/mean": 0.1 + 0.6 * f, "rewards/format/mean": 0.5 + 0.4 * f,
-            "rewards/failed_fraction": 0.0, "rewards/math/failures": 0.0,
-            "completions/reward_min": 0.0, "completions/reward_max": 1.0, "completions/frac_groups_solved": 0.1 * f,
-            "frac_reward_zero_std": 0.3 + rng.uniform(-0.05, 0.05), "entropy": 0.5 - 0.1 * f,
-            "completions/mean_length": 50 + rng.uniform(-3, 3), "completions/max_length": 64.0, "completions/clipped_ratio": 0.01,
-            "kl": 0.01 + 0.02 * f, "clip_ratio/region_mean": 0.02, "grad_norm": 1.0 + rng.uniform(-0.2, 0.2),
-            "loss": rng.gauss(0, 0.01), "time/reward": 0.1, "time/step": 2.0,
-        } | ({"eval/accuracy": 0.2 + 0.6 * f} if step % 10 == 0 else {}))
+        rows.append(
+            {
+                "step": step,
+                "reward": 0.2 + 0.6 * f + rng.gauss(0, 0.02),
+                "rewards/math/mean": 0.1 + 0.6 * f,
+                "rewards/format/mean": 0.5 + 0.4 * f,
+                "rewards/failed_fraction": 0.0,
+                "rewards/math/failures": 0.0,
+                "completions/reward_min": 0.0,
+                "completions/reward_max": 1.0,
+                "completions/frac_groups_solved": 0.1 * f,
+                "frac_reward_zero_std": 0.3 + rng.uniform(-0.05, 0.05),
+                "entropy": 0.5 - 0.1 * f,
+                "completions/mean_length": 50 + rng.uniform(-3, 3),
+                "completions/max_length": 64.0,
+                "completions/clipped_ratio": 0.01,
+                "kl": 0.01 + 0.02 * f,
+                "clip_ratio/region_mean": 0.02,
+                "grad_norm": 1.0 + rng.uniform(-0.2, 0.2),
+                "loss": rng.gauss(0, 0.01),
+                "time/reward": 0.1,
+                "time/step": 2.0,
+            }
+            | ({"eval/accuracy": 0.2 + 0.6 * f} if step % 10 == 0 else {})
+        )
     return rows
 
 
@@ -71,7 +86,9 @@ def test_real_default_demo_run_says_nothing(tmp_path: Path) -> None:
     """The default demo run (60 steps, 22.8% -> 99% held-out) recorded before the layout change."""
     rows = [r | {"step": i} for i, r in enumerate(json.loads(GOLDEN.read_text()), 1)]
     run = write_run(tmp_path / "demo", rows)
-    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.228}, "eval_after": {"accuracy": 0.99}, "steps": 60}))
+    (run / "summary.json").write_text(
+        json.dumps({"eval_before": {"accuracy": 0.228}, "eval_after": {"accuracy": 0.99}, "steps": 60})
+    )
     assert codes(run) == []
     assert "The doctor found nothing to fix" in render_report(run)
 
@@ -82,10 +99,26 @@ def test_a_real_short_demo_run_says_nothing(tmp_path: Path, capsys: pytest.Captu
     run = tmp_path / "demo"
     assert main(["train", "--out", str(run), "train.steps=20"]) == 0
     logged = {k for r in load_run(run).metrics for k in r}
-    read = {"reward", "rewards/arithmetic_accuracy/mean", "rewards/failed_fraction", "rewards/arithmetic_accuracy/failures",
-            "rewards/arithmetic_accuracy/timeouts", "entropy", "frac_reward_zero_std", "completions/frac_groups_solved",
-            "completions/mean_length", "completions/max_length", "completions/clipped_ratio", "completions/reward_max",
-            "clip_ratio/region_mean", "grad_norm", "loss", "time/reward", "time/step", "eval/accuracy"}
+    read = {
+        "reward",
+        "rewards/arithmetic_accuracy/mean",
+        "rewards/failed_fraction",
+        "rewards/arithmetic_accuracy/failures",
+        "rewards/arithmetic_accuracy/timeouts",
+        "entropy",
+        "frac_reward_zero_std",
+        "completions/frac_groups_solved",
+        "completions/mean_length",
+        "completions/max_length",
+        "completions/clipped_ratio",
+        "completions/reward_max",
+        "clip_ratio/region_mean",
+        "grad_norm",
+        "loss",
+        "time/reward",
+        "time/step",
+        "eval/accuracy",
+    }
     assert read <= logged, read - logged
     capsys.readouterr()
     assert main(["doctor", str(run)]) == 0
@@ -96,7 +129,11 @@ def test_a_real_short_demo_run_says_nothing(tmp_path: Path, capsys: pytest.Captu
 def test_the_report_shows_the_findings_first(tmp_path: Path) -> None:
     html = render_report(sick(tmp_path, **{"completions/clipped_ratio": 0.4}))
     top = html.index("<h2>Doctor</h2>")
-    assert top < html.index('class="finding sev2"><b>1. Many completions are cut at the length limit</b>') < html.index("<h2>Training curves")
+    assert (
+        top
+        < html.index('class="finding sev2"><b>1. Many completions are cut at the length limit</b>')
+        < html.index("<h2>Training curves")
+    )
     assert "40% of completions truncated (steps 51-60)" in html and "try: raise rollout.max_new_tokens (now 64)" in html
 
 
@@ -116,15 +153,23 @@ def test_every_config_field_the_advice_names_exists() -> None:
 
 def test_reward_up_heldout_flat(tmp_path: Path) -> None:
     # eval/accuracy 0.4 at steps 10..60 while reward 0.2 -> 0.8: gain 0 <= 0.02
-    assert codes(sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None})) == ["reward_hacking_heldout"]
+    assert codes(sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None})) == [
+        "reward_hacking_heldout"
+    ]
 
 
 def test_reward_hacking_findings_quote_the_best_recent_sample(tmp_path: Path) -> None:
     run = sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None})
     comp = lambda text, reward: {"text": text, "reward": reward}  # noqa: E731
-    rows = [{"step": 50, "prompt": "1+1=", "completions": [comp("<answer>2</answer>", 1.0)]},
-            {"step": 60, "prompt": "2+2=", "completions": [comp("<answer>5</answer>", 0.0), comp("<answer> " + "4 " * 80, 0.9)]},
-            {"step": 60, "prompt": "3+3=", "completions": [comp("<answer>6</answer>", float("nan"))]}]
+    rows = [
+        {"step": 50, "prompt": "1+1=", "completions": [comp("<answer>2</answer>", 1.0)]},
+        {
+            "step": 60,
+            "prompt": "2+2=",
+            "completions": [comp("<answer>5</answer>", 0.0), comp("<answer> " + "4 " * 80, 0.9)],
+        },
+        {"step": 60, "prompt": "3+3=", "completions": [comp("<answer>6</answer>", float("nan"))]},
+    ]
     (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     found = diagnose(load_run(run))
     # step 60's best (NaN left out): 0.9, its text with whitespace collapsed, cut at 120 characters
@@ -141,15 +186,24 @@ def test_heldout_from_summary(tmp_path: Path) -> None:
 
 def test_heldout_accuracy_falls(tmp_path: Path) -> None:
     # reward flat at 0.3 (early ~0.25, recent 0.3: +0.05 is not > reward_flat_tol) while eval falls 0.8 -> 0.2
-    run = sick(tmp_path, reward=lambda s, r: 0.3 if s > 20 else 0.25, **{"rewards/math/mean": None, "rewards/format/mean": None,
-                                                                        "eval/accuracy": lambda s, r: 1 - s / 60 if "eval/accuracy" in r else None})
+    run = sick(
+        tmp_path,
+        reward=lambda s, r: 0.3 if s > 20 else 0.25,
+        **{
+            "rewards/math/mean": None,
+            "rewards/format/mean": None,
+            "eval/accuracy": lambda s, r: 1 - s / 60 if "eval/accuracy" in r else None,
+        },
+    )
     found = diagnose(load_run(run))
     assert [f.code for f in found] == ["heldout_drop"] and "0.833 (step 10) -> 0 (step 60)" in found[0].evidence
 
 
 def test_one_component_rising_alone(tmp_path: Path) -> None:
     # format 0.1 -> 0.9 while math stays 0.1; no held-out evaluation to say otherwise
-    run = sick(tmp_path, **{"eval/accuracy": None, "rewards/math/mean": 0.1, "rewards/format/mean": lambda s, r: s / STEPS})
+    run = sick(
+        tmp_path, **{"eval/accuracy": None, "rewards/math/mean": 0.1, "rewards/format/mean": lambda s, r: s / STEPS}
+    )
     rows = json.loads("[" + ",".join((run / "metrics.jsonl").read_text().split("\n")[:-1]) + "]")
     for r in rows[:20]:
         r["rewards/math/mean"], r["rewards/format/mean"] = 0.1, r["step"] / STEPS
@@ -159,15 +213,22 @@ def test_one_component_rising_alone(tmp_path: Path) -> None:
 
 def test_length_rising_with_reward_but_not_with_heldout_accuracy(tmp_path: Path) -> None:
     # mean length 50 -> 50 + 3 * (60 - 20) = 170 tokens (early 50, recent ~158: x3.2 > 1.5), max length follows
-    grow = {"completions/mean_length": lambda s, r: 50 + 3 * (s - 20), "completions/max_length": lambda s, r: 64 + 3 * (s - 20)}
+    grow = {
+        "completions/mean_length": lambda s, r: 50 + 3 * (s - 20),
+        "completions/max_length": lambda s, r: 64 + 3 * (s - 20),
+    }
     assert codes(sick(tmp_path, **grow, **{"eval/accuracy": None})) == ["length_growth"]
     assert codes(sick(tmp_path / "b", **grow)) == []  # held-out accuracy rises too: longer reasoning that pays
 
 
 def test_entropy_collapse_before_learning(tmp_path: Path) -> None:
     # entropy 0.5 -> 0.01 (< 0.2 x early) with the reward flat at 0.3: 30% of its 0..1 range, below 0.85
-    run = sick(tmp_path, entropy=0.01, reward=0.3, **{"rewards/math/mean": None, "rewards/format/mean": None,
-                                                      "eval/accuracy": None})
+    run = sick(
+        tmp_path,
+        entropy=0.01,
+        reward=0.3,
+        **{"rewards/math/mean": None, "rewards/format/mean": None, "eval/accuracy": None},
+    )
     assert codes(run) == ["entropy_collapse"]
 
 
@@ -189,14 +250,20 @@ def test_kl_and_clip_runaway(tmp_path: Path) -> None:
 
 def test_grad_norm_spikes(tmp_path: Path) -> None:
     found = diagnose(load_run(sick(tmp_path, grad_norm=lambda s, r: 50.0 if s in (30, 45) else r["grad_norm"])))
-    assert [f.code for f in found] == ["grad_spikes"] and "step 30: 50" in found[0].evidence and "step 45: 50" in found[0].evidence
+    assert (
+        [f.code for f in found] == ["grad_spikes"]
+        and "step 30: 50" in found[0].evidence
+        and "step 45: 50" in found[0].evidence
+    )
 
 
 def test_non_finite_steps(tmp_path: Path) -> None:
     rows = healthy_rows()
     rows[32]["loss"] = float("nan")  # step 33; the trainer skipped that update
     found = diagnose(load_run(write_run(tmp_path / "run", rows)))
-    assert [f.code for f in found] == ["grad_spikes"] and "non-finite loss or grad_norm at steps [33]" in found[0].evidence
+    assert [f.code for f in found] == ["grad_spikes"] and "non-finite loss or grad_norm at steps [33]" in found[
+        0
+    ].evidence
     (tmp_path / "run" / "config.yaml").write_text("health:\n  nonfinite_keys: [grad_norm]\n")  # the live alarm's keys
     assert codes(tmp_path / "run") == []
 
@@ -205,7 +272,10 @@ def test_sampler_trainer_mismatch(tmp_path: Path) -> None:
     # the names algo/tis.py logs; each one's limit: |log r| mean 0.05, k3 KL 0.005, outside share 0.01
     found = diagnose(load_run(sick(tmp_path, **{"mismatch/logp_abs_diff_mean": 0.2, "mismatch/k3_kl": 0.02})))
     assert [f.code for f in found] == ["sampler_mismatch"]
-    assert "mismatch/logp_abs_diff_mean 0.2 > 0.05 (steps 51-60)" in found[0].evidence and "mismatch/k3_kl 0.02 > 0.005" in found[0].evidence
+    assert (
+        "mismatch/logp_abs_diff_mean 0.2 > 0.05 (steps 51-60)" in found[0].evidence
+        and "mismatch/k3_kl 0.02 > 0.005" in found[0].evidence
+    )
     assert "mismatch_mask" not in found[0].advice  # this run's config has no rollout.mismatch_mask: not advised
     run = sick(tmp_path / "b", **{"mismatch/outside_fraction": 0.03})
     (run / "config.yaml").write_text("rollout:\n  mismatch_mask: none\n")
@@ -213,8 +283,14 @@ def test_sampler_trainer_mismatch(tmp_path: Path) -> None:
     assert [f.code for f in found] == ["sampler_mismatch"] and "rollout.mismatch_mask=token" in found[0].advice
     assert codes(sick(tmp_path / "c", **{"tis/logp_abs_diff_mean": 0.1})) == ["sampler_mismatch"]
     # a healthy bf16 sampler: small means, one far-off token per step (the max), nothing masked: silence
-    quiet = {"mismatch/logp_abs_diff_mean": 0.01, "mismatch/k3_kl": 0.0005, "mismatch/outside_fraction": 0.001,
-             "mismatch/logp_abs_diff_max": 0.9, "mismatch/masked_fraction": 0.0, "tis/ratio_max": 3.0}
+    quiet = {
+        "mismatch/logp_abs_diff_mean": 0.01,
+        "mismatch/k3_kl": 0.0005,
+        "mismatch/outside_fraction": 0.001,
+        "mismatch/logp_abs_diff_max": 0.9,
+        "mismatch/masked_fraction": 0.0,
+        "tis/ratio_max": 3.0,
+    }
     assert codes(sick(tmp_path / "d", **quiet)) == []
 
 
@@ -226,14 +302,26 @@ def test_reward_failures_and_timeouts(tmp_path: Path) -> None:
 
 def test_reward_time_outs(tmp_path: Path) -> None:
     # 4 of math's failures per step are time-outs (failures count them too): 40 steps x 4 = 160
-    found = diagnose(load_run(sick(tmp_path, **{"rewards/failed_fraction": 0.05, "rewards/math/failures": 4.0,
-                                                "rewards/math/timeouts": 4.0})))
+    found = diagnose(
+        load_run(
+            sick(
+                tmp_path,
+                **{"rewards/failed_fraction": 0.05, "rewards/math/failures": 4.0, "rewards/math/timeouts": 4.0},
+            )
+        )
+    )
     assert [f.code for f in found] == ["reward_failures"] and found[0].title == "Reward functions time out"
     assert "math: 160 failures, 160 of them time-outs" in found[0].evidence and "reward.timeout_s" in found[0].advice
     assert found[0].severity == 1  # run mean 40/60 x 5% = 3.3% <= reward_failure_max 10%
     # NaN scores: 2 per step from step 21 (40 steps x 2 = 80), named with what to change
-    found = diagnose(load_run(sick(tmp_path / "b", **{"rewards/failed_fraction": 0.05, "rewards/math/failures": 2.0,
-                                                      "rewards/math/nonfinite": 2.0})))
+    found = diagnose(
+        load_run(
+            sick(
+                tmp_path / "b",
+                **{"rewards/failed_fraction": 0.05, "rewards/math/failures": 2.0, "rewards/math/nonfinite": 2.0},
+            )
+        )
+    )
     assert "math: 80 failures, 80 non-finite" in found[0].evidence and "return finite numbers" in found[0].advice
     assert found[0].title == "Reward functions fail" and "timeout_s" not in found[0].advice
 
@@ -244,9 +332,17 @@ def test_tool_errors_time_outs_and_failed_resets(tmp_path: Path) -> None:
     assert [f.code for f in found] == ["env_failures"] and "30% of tool calls failed (steps 51-60)" in found[0].evidence
     assert codes(sick(tmp_path / "b", **{"tools/failure_frequency": 0.1})) == []
     # one failed reset() at steps 30 and 31; tool calls past the limit at step 40 only
-    found = diagnose(load_run(sick(tmp_path / "c", **{
-        "episodes/reset_failures": lambda s, r: 1.0 if s in (30, 31) else 0.0,
-        "episodes/tool_timeouts_mean": lambda s, r: 0.5 if s == 40 else 0.0})))
+    found = diagnose(
+        load_run(
+            sick(
+                tmp_path / "c",
+                **{
+                    "episodes/reset_failures": lambda s, r: 1.0 if s in (30, 31) else 0.0,
+                    "episodes/tool_timeouts_mean": lambda s, r: 0.5 if s == 40 else 0.0,
+                },
+            )
+        )
+    )
     assert [f.code for f in found] == ["env_failures"] and found[0].severity == 2
     assert "2 episodes lost to a failed reset() (steps 30-31)" in found[0].evidence
     assert "past env.tool_timeout_s at 1 steps (first: step 40)" in found[0].evidence
@@ -266,8 +362,15 @@ def test_throughput_lost_to_rewards(tmp_path: Path) -> None:
 
 
 def test_findings_are_ranked_and_thresholds_follow_the_runs_health_config(tmp_path: Path) -> None:
-    run = sick(tmp_path, frac_reward_zero_std=0.95, **{"completions/frac_groups_solved": 0.0, "completions/clipped_ratio": 0.4,
-                                                       "eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None})
+    run = sick(
+        tmp_path,
+        frac_reward_zero_std=0.95,
+        **{
+            "completions/frac_groups_solved": 0.0,
+            "completions/clipped_ratio": 0.4,
+            "eval/accuracy": lambda s, r: 0.4 if "eval/accuracy" in r else None,
+        },
+    )
     assert codes(run) == ["reward_hacking_heldout", "zero_std_groups", "truncated"]  # scores 0.95, 0.9, 0.7
     (run / "config.yaml").write_text("health:\n  zero_std_max: 0.99\n")  # the run's own alarm threshold is used
     assert "zero_std_groups" not in [f.code for f in diagnose(load_run(run), DoctorConfig(zero_std_share=0.99))]
@@ -291,7 +394,10 @@ def test_doctor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     run = sick(tmp_path, **{"completions/clipped_ratio": 0.4})
     assert main(["doctor", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "1. [truncated] Many completions are cut at the length limit" in out and "evidence: 40% of completions truncated" in out
+    assert (
+        "1. [truncated] Many completions are cut at the length limit" in out
+        and "evidence: 40% of completions truncated" in out
+    )
     assert main(["doctor", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["code"] == "truncated"
     assert main(["doctor", str(tmp_path / "nope")]) == 2

@@ -9,7 +9,14 @@ from collections.abc import Callable
 import pytest
 
 from grpokit.config.health import HealthConfig
-from grpokit.record.health import MONITORS, HealthEvent, HealthMonitor, TrainingHealthError, group_signatures, solved_signatures
+from grpokit.record.health import (
+    MONITORS,
+    HealthEvent,
+    HealthMonitor,
+    TrainingHealthError,
+    group_signatures,
+    solved_signatures,
+)
 
 STEPS = 60
 
@@ -32,7 +39,9 @@ def healthy(step: int, rng: random.Random) -> dict[str, float]:
     }
 
 
-def run(make: Callable[[int, random.Random], dict[str, float]], cfg: HealthConfig | None = None) -> tuple[list[HealthEvent], list[dict[str, float]]]:
+def run(
+    make: Callable[[int, random.Random], dict[str, float]], cfg: HealthConfig | None = None
+) -> tuple[list[HealthEvent], list[dict[str, float]]]:
     monitor = HealthMonitor(cfg or HealthConfig())
     rng = random.Random(0)
     events: list[HealthEvent] = []
@@ -66,8 +75,9 @@ FAILURES: dict[str, Callable[[int, random.Random], dict[str, float]]] = {
     "entropy_collapse": with_failure(entropy=lambda s: 0.9 if s < 30 else max(0.9 * 0.8 ** (s - 30), 0.01)),
     "zero_std_groups": with_failure(frac_reward_zero_std=lambda s: 0.3 if s < 30 else 0.95),
     # length doubles (120 -> 240) while reward is stuck at 0.4.
-    "length_inflation": with_failure(**{"completions/mean_length": lambda s: 120 if s < 30 else 240.0,
-                                        "reward": lambda s: 0.4}),
+    "length_inflation": with_failure(
+        **{"completions/mean_length": lambda s: 120 if s < 30 else 240.0, "reward": lambda s: 0.4}
+    ),
     "kl_runaway": with_failure(kl=lambda s: 0.01 if s < 30 else 0.01 * 1.3 ** (s - 30)),
     "clip_runaway": with_failure(**{"clip_ratio/region_mean": lambda s: 0.02 if s < 30 else 0.6}),
     "same_length": with_failure(**{"completions/frac_groups_same_length": lambda s: 0.05 if s < 30 else 0.9}),
@@ -155,8 +165,9 @@ def test_group_signatures_hand_worked() -> None:
 def test_group_signatures_ignores_fully_truncated_groups() -> None:
     # G = 2: group 0 both cut at the limit (length 6, "length") -> truncation, not a signature;
     # group 1 both stopped at length 4 -> counts. same_length = 1/2.
-    sig = group_signatures(["aaaaaa", "bbbbbb", "abcd", "dcba"], [6, 6, 4, 4], 2,
-                           finish_reasons=["length", "length", "stop", "stop"])
+    sig = group_signatures(
+        ["aaaaaa", "bbbbbb", "abcd", "dcba"], [6, 6, 4, 4], 2, finish_reasons=["length", "length", "stop", "stop"]
+    )
     assert sig["completions/frac_groups_same_length"] == 0.5
 
 
@@ -183,10 +194,15 @@ def converging(step: int, rng: random.Random) -> dict[str, float]:
     acc = min(0.97, 0.3 + 0.03 * step) + rng.uniform(-0.02, 0.02)
     solved = max(0.0, (acc - 0.6) / 0.4)  # fraction of groups with every completion correct
     return {
-        **healthy(step, rng), "reward": acc, "entropy": max(0.01, 0.12 - 0.003 * step),
-        "frac_reward_zero_std": min(1.0, solved + 0.05), "completions/frac_groups_same_text": solved,
-        "completions/reward_max": 1.0, "completions/reward_min": 0.0,
-        "completions/frac_groups_solved": solved, "completions/frac_groups_same_text_solved": solved,
+        **healthy(step, rng),
+        "reward": acc,
+        "entropy": max(0.01, 0.12 - 0.003 * step),
+        "frac_reward_zero_std": min(1.0, solved + 0.05),
+        "completions/frac_groups_same_text": solved,
+        "completions/reward_max": 1.0,
+        "completions/reward_min": 0.0,
+        "completions/frac_groups_solved": solved,
+        "completions/frac_groups_same_text_solved": solved,
     }
 
 
@@ -198,15 +214,27 @@ def test_a_converging_run_says_converged_as_information_not_a_warning() -> None:
     assert all(e.message.startswith("Converged:") for e in events) and len(events) == 3  # once each
     assert hms[-1]["health/converged"] == 1.0 and hms[-1]["health/same_text"] == 0.0
     without = lambda s, r: {k: v for k, v in converging(s, r).items() if not k.startswith("completions/reward_")}  # noqa: E731
-    assert {e.monitor for e in run(without)[0] if e.level == "warning"} == {"same_text", "zero_std_groups", "entropy_collapse"}
+    assert {e.monitor for e in run(without)[0] if e.level == "warning"} == {
+        "same_text",
+        "zero_std_groups",
+        "entropy_collapse",
+    }
 
 
 def collapsed(step: int, rng: random.Random) -> dict[str, float]:
     """Same signals from step 30, but the identical groups are wrong and the reward is low: a collapse."""
     m = converging(step, rng)
     if step >= 30:
-        m.update({"reward": 0.25, "completions/frac_groups_solved": 0.0, "completions/frac_groups_same_text_solved": 0.0,
-                  "entropy": 0.01, "frac_reward_zero_std": 0.9, "completions/frac_groups_same_text": 0.7})
+        m.update(
+            {
+                "reward": 0.25,
+                "completions/frac_groups_solved": 0.0,
+                "completions/frac_groups_same_text_solved": 0.0,
+                "entropy": 0.01,
+                "frac_reward_zero_std": 0.9,
+                "completions/frac_groups_same_text": 0.7,
+            }
+        )
     return m
 
 
@@ -222,8 +250,14 @@ def test_an_all_wrong_batch_is_not_solved() -> None:
     def all_wrong(step: int, rng: random.Random) -> dict[str, float]:
         m = collapsed(step, rng)
         if step >= 30:
-            m.update({"reward": 0.0, "completions/reward_max": 0.0, "completions/frac_groups_solved": 1.0,
-                      "completions/frac_groups_same_text_solved": 0.7})
+            m.update(
+                {
+                    "reward": 0.0,
+                    "completions/reward_max": 0.0,
+                    "completions/frac_groups_solved": 1.0,
+                    "completions/frac_groups_same_text_solved": 0.7,
+                }
+            )
         return m
 
     assert {e.monitor for e in run(all_wrong)[0] if e.level == "warning"} >= {"same_text", "zero_std_groups"}
@@ -240,8 +274,11 @@ def test_solved_signatures_hand_worked() -> None:
     # G = 2: group 0 ("a","a") rewards (1,1): solved, one text; group 1 (1,0): not solved;
     # group 2 ("d","d") (0,0): one text, not solved (0 is not the best, 1). -> 1/3 and 1/3.
     assert solved_signatures(["a", "a", "b", "c", "d", "d"], [1, 1, 1, 0, 0, 0], 2) == {
-        "completions/reward_max": 1.0, "completions/reward_min": 0.0,
-        "completions/frac_groups_solved": 1 / 3, "completions/frac_groups_same_text_solved": 1 / 3}
+        "completions/reward_max": 1.0,
+        "completions/reward_min": 0.0,
+        "completions/frac_groups_solved": 1 / 3,
+        "completions/frac_groups_same_text_solved": 1 / 3,
+    }
     with pytest.raises(ValueError, match="2 texts but 3 rewards"):
         solved_signatures(["a", "b"], [1, 2, 3], 2)
 

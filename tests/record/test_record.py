@@ -142,8 +142,12 @@ def test_samples_rows_and_schedule(tmp_path: Path) -> None:
     )
     assert len(rows) == 2 and rows[0]["prompt"] == "1+1?"
     assert rows[0]["completions"][1] == {
-        "text": "3", "rewards": {"math": 0.0, "format": 0.5}, "reward": 0.5,
-        "advantage": -1.0, "length": 1, "finish_reason": "stop",
+        "text": "3",
+        "rewards": {"math": 0.0, "format": 0.5},
+        "reward": 0.5,
+        "advantage": -1.0,
+        "length": 1,
+        "finish_reason": "stop",
     }
     rec = make_recorder(tmp_path, [], total_steps=20, samples_every=10, samples_prompts=1)
     assert rec.wants_samples(10) and not rec.wants_samples(11)
@@ -247,7 +251,13 @@ def test_public_api_signatures() -> None:
     assert list(inspect.signature(Recorder.log).parameters) == ["self", "metrics", "step"]
     assert list(inspect.signature(Recorder.log_samples).parameters) == ["self", "step", "rows"]
     assert list(inspect.signature(Recorder.warn).parameters) == ["self", "step", "event"]
-    assert list(inspect.signature(group_signatures).parameters) == ["texts", "lengths", "group_size", "finish_reasons", "min_length"]
+    assert list(inspect.signature(group_signatures).parameters) == [
+        "texts",
+        "lengths",
+        "group_size",
+        "finish_reasons",
+        "min_length",
+    ]
     assert list(inspect.signature(write_report).parameters) == ["run_dir"]
     assert list(inspect.signature(report_main).parameters) == ["run_dir"]
 
@@ -255,10 +265,18 @@ def test_public_api_signatures() -> None:
 def test_failing_tracker_is_dropped_not_fatal(tmp_path: Path) -> None:
     class Broken:
         name = "broken"
-        def log(self, metrics: object, step: int) -> None: raise ConnectionError("no network")  # noqa: E704
-        def log_samples(self, step: int, rows: object) -> None: pass  # noqa: E704
-        def warn(self, step: int, event: object) -> None: pass  # noqa: E704
-        def close(self) -> None: pass  # noqa: E704
+
+        def log(self, metrics: object, step: int) -> None:
+            raise ConnectionError("no network")  # noqa: E704
+
+        def log_samples(self, step: int, rows: object) -> None:
+            pass  # noqa: E704
+
+        def warn(self, step: int, event: object) -> None:
+            pass  # noqa: E704
+
+        def close(self) -> None:
+            pass  # noqa: E704
 
     rec = make_recorder(tmp_path, [], total_steps=3)
     rec.sinks.append(Broken())

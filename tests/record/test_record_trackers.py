@@ -71,19 +71,24 @@ def test_trl_names() -> None:
     assert trl_name("eval/accuracy") == "eval/accuracy" and trl_name("train/x") == "train/x"
 
 
-def test_missing_tracker_package_stops_the_cli_before_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_tracker_package_stops_the_cli_before_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from grpokit.cli import main
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # importlib.util.find_spec("wandb") is then None
     run = tmp_path / "run"
     assert main(["train", "record.sinks=[console,wandb]", "--out", str(run)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("grpokit: error: record.sinks: the 'wandb' recorder sink needs the wandb package, which is not "
-                   "installed: pip install 'grpokit[wandb]' (or remove 'wandb' from record.sinks)")
+    assert err == (
+        "grpokit: error: record.sinks: the 'wandb' recorder sink needs the wandb package, which is not "
+        "installed: pip install 'grpokit[wandb]' (or remove 'wandb' from record.sinks)"
+    )
     assert not run.exists()
     assert main(["train", "record.sinks=[tensorbord]", "--out", str(run)]) == 2  # a typo: the valid names
-    assert "record.sinks='tensorbord' is not valid; choose one of: jsonl, console, tensorboard" in capsys.readouterr().err
+    assert (
+        "record.sinks='tensorbord' is not valid; choose one of: jsonl, console, tensorboard" in capsys.readouterr().err
+    )
     assert not run.exists()
 
 

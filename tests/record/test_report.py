@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
-import random
 import re
 import subprocess
 import sys
@@ -17,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from grpokit.cli import main
-from grpokit.record import HealthConfig, make_recorder, sample_rows
-from grpokit.record.report import payload, render, render_report, report_main, watch, write_comparison, write_report
+from grpokit.record import make_recorder
+from grpokit.record.report import payload, render_report, report_main, watch, write_comparison
 from grpokit.record.report_data import config_diff, load_run, panels, same_as
-from helpers.report_runs import HOSTILE, PNG, make_run_dir
 from helpers.paths import ROOT
+from helpers.report_runs import HOSTILE, PNG, make_run_dir
+
 
 @pytest.fixture()
 def run_dir(tmp_path: Path) -> Path:
@@ -29,12 +28,18 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def _data(html: str) -> dict:
-    return json.loads(re.search(r'<script type="application/json" id="grpokit-data">(.*?)</script>', html, re.S).group(1))
+    return json.loads(
+        re.search(r'<script type="application/json" id="grpokit-data">(.*?)</script>', html, re.S).group(1)
+    )
 
 
 def test_every_logged_metric_has_a_panel_and_none_is_empty(run_dir: Path) -> None:
     plots = {p["id"]: p["keys"] for p in panels([load_run(run_dir)])}
-    assert plots["reward"] == ["reward", "rewards/math/mean", "rewards/format/mean"]  # per-function curves with the total
+    assert plots["reward"] == [
+        "reward",
+        "rewards/math/mean",
+        "rewards/format/mean",
+    ]  # per-function curves with the total
     assert plots["eval"] == ["eval/accuracy"] and plots["kl"] == ["kl"]
     assert ["mytask/format_bonus"] in plots.values()  # log_metric: a panel of its namespace
     drawn = {k for keys in plots.values() for k in keys}
@@ -61,8 +66,20 @@ def test_a_real_runs_log_metric_and_log_extra_reach_the_report(tmp_path: Path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     run = tmp_path / "run"
-    assert main(["train", "--out", str(run), "train.steps=2", "data.eval_size=8", "record.samples_every=1",
-                 "reward.functions=[task,logging_reward:bonus]"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(run),
+                "train.steps=2",
+                "data.eval_size=8",
+                "record.samples_every=1",
+                "reward.functions=[task,logging_reward:bonus]",
+            ]
+        )
+        == 0
+    )
     data = _data((run / "report.html").read_text())
     plots = {p["id"]: p["keys"] for p in data["panels"]}
     assert plots["reward"] == ["reward", "rewards/arithmetic_accuracy/mean", "rewards/bonus/mean"]
@@ -122,12 +139,17 @@ def test_samples_keep_extras_turns_and_inline_only_the_runs_images(run_dir: Path
 def test_missing_files_are_fine(tmp_path: Path) -> None:
     html = render_report(tmp_path)
     assert "No metrics.jsonl" in html and "No samples were logged" in html and "No config.yaml" in html
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": "NaN"}\n{"step": 3, "rew')
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "reward": 0.5}\n{"step": 2, "reward": "NaN"}\n{"step": 3, "rew'
+    )
     data = _data(render_report(tmp_path))
     assert [p["id"] for p in data["panels"]] == ["reward"] and data["runs"][0]["series"]["reward"] == [0.5, None]
     (tmp_path / "summary.json").write_text('{"eval_before": {"accuracy": 0.25}, "eval_after": {"accuracy": 0.5}}')
     data = _data(render_report(tmp_path))  # no eval/* metric, but summary.json's accuracies make the panel
-    assert [p["id"] for p in data["panels"]] == ["reward", "eval"] and data["runs"][0]["heldout"] == [[0, 0.25], [2, 0.5]]
+    assert [p["id"] for p in data["panels"]] == ["reward", "eval"] and data["runs"][0]["heldout"] == [
+        [0, 0.25],
+        [2, 0.5],
+    ]
     (tmp_path / "summary.json").write_text("not json")
     assert "No summary.json" in render_report(tmp_path)
 
@@ -199,20 +221,39 @@ def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
     reload and fewer steps than the end; once the run writes summary.json the watcher writes the whole
     run without the reload and exits on its own."""
     (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    }
     run, out = tmp_path / "run", tmp_path / "live.html"
     grpokit = [sys.executable, "-m", "grpokit"]
     log = tmp_path / "train.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and a full one blocks it
     with open(log, "w") as sink:
-        train = subprocess.Popen([*grpokit, "train", "--out", str(run), "train.steps=25", "data.eval_size=8",
-                                  "reward.functions=[task,slow_reward:slow]"], env=env, stdout=sink, stderr=subprocess.STDOUT)
+        train = subprocess.Popen(
+            [
+                *grpokit,
+                "train",
+                "--out",
+                str(run),
+                "train.steps=25",
+                "data.eval_size=8",
+                "reward.functions=[task,slow_reward:slow]",
+            ],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 300
         while not (run / "metrics.jsonl").exists():  # the watcher needs the run folder
             assert train.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        watcher = subprocess.Popen([*grpokit, "report", "--watch", str(run), "--interval", "0.5", "--out", str(out)],
-                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watcher = subprocess.Popen(
+            [*grpokit, "report", "--watch", str(run), "--interval", "0.5", "--out", str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         live_steps: list[int] = []
         while train.poll() is None and time.monotonic() < deadline:
             if out.exists():
@@ -237,7 +278,8 @@ def test_a_resumed_run_reads_in_progress_until_it_ends(tmp_path: Path, monkeypat
         "import json, pathlib\n\ndef probe(completions, log_metric, **kwargs):\n"
         f"    p = pathlib.Path({str(run / 'summary.json')!r})\n"
         "    log_metric('probe/finished', float(p.exists() and 'steps' in json.loads(p.read_text())))\n"
-        "    return [0.0] * len(completions)\n")
+        "    return [0.0] * len(completions)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     common = ["data.eval_size=4", "reward.functions=[task,probe_reward:probe]"]

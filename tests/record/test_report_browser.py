@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from grpokit.record.report import write_comparison, write_report
 from helpers.cdp import CHROMIUM, Browser
 from helpers.report_runs import HOSTILE, make_run_dir
 
-from grpokit.record.report import write_comparison, write_report
-
 pytest.importorskip("websocket")
-pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary installed (scripts/install_test_deps.sh)"),
-              pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary installed (scripts/install_test_deps.sh)"),
+    pytest.mark.timeout(180),
+]
 
 # Non-transparent pixels on each panel's canvas: an empty canvas has none.
 INKED = """grpokitReport.plots().map(function (p) { var c = p.u.ctx, d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, n = 0;
@@ -41,9 +42,15 @@ def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path)
     assert browser.errors() == []
     assert all(u.startswith(("file:", "data:")) for u in browser.requests()), browser.requests()
     inked = dict(browser.js(INKED))
-    assert "reward" in inked and "kl" in inked and "mytask" in [p["title"] for p in browser.js("grpokitReport.data.panels")]
+    assert (
+        "reward" in inked
+        and "kl" in inked
+        and "mytask" in [p["title"] for p in browser.js("grpokitReport.data.panels")]
+    )
     assert all(n > 500 for n in inked.values()), inked  # every panel drew its lines and axes
-    eval_labels = browser.js("Array.from(document.querySelectorAll('#plot-eval .u-legend .u-label')).map(function (e) { return e.textContent; })")
+    eval_labels = browser.js(
+        "Array.from(document.querySelectorAll('#plot-eval .u-legend .u-label')).map(function (e) { return e.textContent; })"
+    )
     assert eval_labels[1:] == ["eval/accuracy", "held-out accuracy before / after (summary.json)"]
     # Hover the middle of the reward panel: the legend shows the step and that step's reward.
     r = _over_rect(browser, 0)
@@ -69,7 +76,9 @@ def test_zoom_log_scale_smoothing_and_sample_filters(browser: Browser, tmp_path:
     browser.mouse("mouseMoved", r["x"] + 0.6 * r["w"], y, button="left")
     browser.mouse("mouseReleased", r["x"] + 0.6 * r["w"], y, button="left", clickCount=1)
     ranges = browser.js("grpokitReport.plots().map(function (p) { return [p.u.scales.x.min, p.u.scales.x.max]; })")
-    assert ranges[0][1] - ranges[0][0] < 40 and all(rg == pytest.approx(ranges[0]) for rg in ranges)  # all panels follow
+    assert ranges[0][1] - ranges[0][0] < 40 and all(
+        rg == pytest.approx(ranges[0]) for rg in ranges
+    )  # all panels follow
     # Wheel up zooms in around the cursor (x 0.8); shift + wheel pans by a tenth of the range.
     before = ranges[0]
     browser.mouse("mouseWheel", r["x"] + r["w"] / 2, y, deltaX=0, deltaY=-100)
@@ -77,23 +86,35 @@ def test_zoom_log_scale_smoothing_and_sample_filters(browser: Browser, tmp_path:
     assert zoomed[1] - zoomed[0] == pytest.approx(0.8 * (before[1] - before[0]))
     browser.mouse("mouseWheel", r["x"] + r["w"] / 2, y, deltaX=0, deltaY=100, modifiers=8)  # 8: shift
     panned = browser.js("[grpokitReport.plots()[1].u.scales.x.min, grpokitReport.plots()[1].u.scales.x.max]")
-    assert panned == pytest.approx([zoomed[0] + 0.1 * (zoomed[1] - zoomed[0]), zoomed[1] + 0.1 * (zoomed[1] - zoomed[0])])
+    assert panned == pytest.approx(
+        [zoomed[0] + 0.1 * (zoomed[1] - zoomed[0]), zoomed[1] + 0.1 * (zoomed[1] - zoomed[0])]
+    )
     browser.js("(function () { var c = document.getElementById('logscale'); c.click(); })()")
     distr = dict(browser.js("grpokitReport.plots().map(function (p) { return [p.id, p.u.scales.y.distr]; })"))
     assert distr["kl"] == 3 and distr["loss"] == 4  # KL > 0: log10; the loss changes sign: asinh
     raw = browser.js("grpokitReport.plots()[0].u.data[1].slice(0, 5)")
-    browser.js("(function () { var s = document.getElementById('smoothing'); s.value = '0.9'; s.dispatchEvent(new Event('change')); })()")
+    browser.js(
+        "(function () { var s = document.getElementById('smoothing'); s.value = '0.9'; s.dispatchEvent(new Event('change')); })()"
+    )
     smoothed = browser.js("grpokitReport.plots()[0].u.data[1].slice(0, 5)")
-    assert smoothed[0] == pytest.approx(raw[0]) and smoothed[1] == pytest.approx((0.9 * 0.1 * raw[0] + 0.1 * raw[1]) / (1 - 0.81))
+    assert smoothed[0] == pytest.approx(raw[0]) and smoothed[1] == pytest.approx(
+        (0.9 * 0.1 * raw[0] + 0.1 * raw[1]) / (1 - 0.81)
+    )
     # Samples: the last sampled step is shown first; filtering on finish "length" leaves the one truncated answer.
     assert browser.js("document.getElementById('s-step').value") == "120"
     n = browser.js("""(function () { var f = document.getElementById('s-finish'); f.value = 'length'; f.dispatchEvent(new Event('change'));
         return document.querySelectorAll('#samples table tr').length; })()""")
     assert n == 2  # header + one completion
-    assert browser.js("document.querySelectorAll('#samples .turn.tool').length") == 0  # the tool turn was in another group
-    browser.js("(function () { var f = document.getElementById('s-finish'); f.value = ''; f.dispatchEvent(new Event('change')); })()")
+    assert (
+        browser.js("document.querySelectorAll('#samples .turn.tool').length") == 0
+    )  # the tool turn was in another group
+    browser.js(
+        "(function () { var f = document.getElementById('s-finish'); f.value = ''; f.dispatchEvent(new Event('change')); })()"
+    )
     assert browser.js("document.querySelectorAll('#samples .turn.tool').length") == 1  # step 120's one episode
-    assert browser.js("document.querySelectorAll('#samples img.sample-img').length") == 1  # images/draw.png; ../outside.png is not the run's
+    assert (
+        browser.js("document.querySelectorAll('#samples img.sample-img').length") == 1
+    )  # images/draw.png; ../outside.png is not the run's
     assert browser.errors() == []
 
 
@@ -101,7 +122,9 @@ def test_comparison_overlays_two_runs(browser: Browser, tmp_path: Path) -> None:
     a, b = make_run_dir(tmp_path / "a", steps=30), make_run_dir(tmp_path / "b", steps=40, lr=3e-6)
     browser.open(write_comparison([a, b], tmp_path / "cmp.html").as_uri())
     assert browser.errors() == []
-    labels = browser.js("Array.from(document.querySelectorAll('#plot-entropy .u-legend .u-label')).map(function (e) { return e.textContent; })")
+    labels = browser.js(
+        "Array.from(document.querySelectorAll('#plot-entropy .u-legend .u-label')).map(function (e) { return e.textContent; })"
+    )
     assert labels[1:] == ["a · entropy", "b · entropy"]
     xs = browser.js("grpokitReport.plots()[0].u.data[0]")
     assert xs[0] == 1 and xs[-1] == 40  # the union of both runs' steps
@@ -113,7 +136,9 @@ def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_
     page = write_comparison([run], tmp_path / "live.html", live_s=1)
     browser.open(page.as_uri())
     assert "reloads every 1 s" in browser.js("document.getElementById('live').textContent")
-    browser.js("(function () { var s = document.getElementById('smoothing'); s.value = '0.5'; s.dispatchEvent(new Event('change')); })()")
+    browser.js(
+        "(function () { var s = document.getElementById('smoothing'); s.value = '0.5'; s.dispatchEvent(new Event('change')); })()"
+    )
     browser.events.clear()
     browser.wait_event("Page.loadEventFired", timeout=30)  # the page reloaded itself
     assert browser.js("document.getElementById('smoothing').value") == "0.5" and browser.errors() == []
@@ -128,9 +153,13 @@ def _set(browser: Browser, id_: str, value: str) -> None:
         f.dispatchEvent(new Event('change')); }})()""")
 
 
-def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(browser: Browser, tmp_path: Path) -> None:
+def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(
+    browser: Browser, tmp_path: Path
+) -> None:
     browser.open(write_report(make_run_dir(tmp_path / "run")).as_uri())
-    metas = "Array.from(document.querySelectorAll('#samples .prompt .meta')).map(function (e) { return e.textContent; })"
+    metas = (
+        "Array.from(document.querySelectorAll('#samples .prompt .meta')).map(function (e) { return e.textContent; })"
+    )
     _set(browser, "s-step", "40")  # samples at steps 40, 80, 120: two prompts of two completions each
     assert browser.js(metas) == ["step 40 · 2 of 2 completions"] * 2
     # reward >= 1 keeps the two completions rewarded 2 (one per prompt), rewards [2, 0, 0, 2]
@@ -141,14 +170,29 @@ def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(b
         return [head, Array.from(rows[1].children).map(function (c) { return c.textContent; })]; })""")
     head, first = cells[0]
     # columns: #, reward, per-function rewards, advantage, length, finish, log_extra columns, completion
-    assert head == ["#", "reward", "math", "format", "advantage", "length", "finish", "judge_note", "score_raw", "completion"]
-    assert first[:8] == ["0", "2", "1", "1", "1", "14", "stop", "<i>fine</i>"] and first[8] == "0.75"  # markup shown as text
+    assert head == [
+        "#",
+        "reward",
+        "math",
+        "format",
+        "advantage",
+        "length",
+        "finish",
+        "judge_note",
+        "score_raw",
+        "completion",
+    ]
+    assert (
+        first[:8] == ["0", "2", "1", "1", "1", "14", "stop", "<i>fine</i>"] and first[8] == "0.75"
+    )  # markup shown as text
     # its conversation, turn by turn: the model's turn with its tool call, then the tool's reply
     turns = browser.js("""Array.from(document.querySelectorAll('#samples table')[0].querySelectorAll('.turn')).map(function (t) {
         return [t.className, t.querySelector('.who').textContent, (t.querySelector('.call') || {}).textContent || '']; })""")
     assert turns == [["turn model", "model", 'call calc({"expr":"2+3"})'], ["turn tool", "tool calc →", ""]]
     _set(browser, "s-rmin", "3")
-    assert browser.js(metas) == [] and "0 prompt(s) match" in browser.js("document.querySelector('#samples .hint').textContent")
+    assert browser.js(metas) == [] and "0 prompt(s) match" in browser.js(
+        "document.querySelector('#samples .hint').textContent"
+    )
     assert browser.errors() == []
 
 
@@ -165,13 +209,22 @@ def test_identical_series_both_stay_visible(browser: Browser, tmp_path: Path) ->
     browser.open(write_report(tmp_path).as_uri())
     series = browser.js("""grpokitReport.plots()[0].u.series.slice(1).map(function (s) {
         return [s.label, s.dash || [], s._stroke || s.stroke]; })""")
-    assert [s[0] for s in series] == ["reward", "rewards/only/mean (= reward)"] and series[0][1] == [] and series[1][1] == [7, 5]
+    assert (
+        [s[0] for s in series] == ["reward", "rewards/only/mean (= reward)"]
+        and series[0][1] == []
+        and series[1][1] == [7, 5]
+    )
     colors = browser.js("""(function () { var u = grpokitReport.plots()[0].u, c = u.ctx,
         d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, seen = {};
         for (var i = 0; i < d.length; i += 4) if (d[i + 3] === 255) seen[[d[i], d[i + 1], d[i + 2]].join(',')] = (seen[[d[i], d[i + 1], d[i + 2]].join(',')] || 0) + 1;
         return seen; })()""")
+
     def rgb(css: str) -> str:
         h = css.lstrip("#")
-        return ",".join(str(int(h[i:i + 2], 16)) for i in (0, 2, 4))
-    assert colors.get(rgb(series[0][2]), 0) > 20 and colors.get(rgb(series[1][2]), 0) > 20, (series, sorted(colors.items(), key=lambda kv: -kv[1])[:6])
+        return ",".join(str(int(h[i : i + 2], 16)) for i in (0, 2, 4))
+
+    assert colors.get(rgb(series[0][2]), 0) > 20 and colors.get(rgb(series[1][2]), 0) > 20, (
+        series,
+        sorted(colors.items(), key=lambda kv: -kv[1])[:6],
+    )
     assert browser.errors() == []

@@ -1,4 +1,5 @@
 """Built-in rewards with hand-worked expected values (the arithmetic is in the comments)."""
+
 import time
 
 import pytest
@@ -33,8 +34,12 @@ def test_reasoning_steps_capped():
 def test_cosine_length():
     ids = lambda n: [0] * n  # noqa: E731
     # L=0: c=1 -> short value; L=max: c=0 -> long value; L=max/2: c=(1+cos(pi/2))/2=0.5
-    out = cosine_length(["a"] * 5, completion_ids=[ids(0), ids(10), ids(5), ids(5), ids(99)], max_length=10,
-                        correct=[True, True, True, False, True])
+    out = cosine_length(
+        ["a"] * 5,
+        completion_ids=[ids(0), ids(10), ids(5), ids(5), ids(99)],
+        max_length=10,
+        correct=[True, True, True, False, True],
+    )
     # correct L=5: 0.5 + (1.0-0.5)*0.5 = 0.75; wrong L=5: -0.5 + (-1.0+0.5)*0.5 = -0.75; L=99 clamps to 0.5
     assert out == pytest.approx([1.0, 0.5, 0.75, -0.75, 0.5])
     assert cosine_length(["a"], completion_ids=[[1]], correct=[None]) == [None]
@@ -49,8 +54,12 @@ def test_repetition_penalty():
 
 def test_length_penalty_kimi_relative_to_group():
     # group lengths 2, 4, 6: lam = 0.5 - (L-2)/4 = 0.5, 0.0, -0.5; wrong answers get min(0, lam)
-    out = length_penalty(["a"] * 6, completion_ids=[[0] * n for n in (2, 4, 6, 2, 4, 6)], group_size=3,
-                         correct=[True, True, True, False, False, False])
+    out = length_penalty(
+        ["a"] * 6,
+        completion_ids=[[0] * n for n in (2, 4, 6, 2, 4, 6)],
+        group_size=3,
+        correct=[True, True, True, False, False, False],
+    )
     assert out == [0.5, 0.0, -0.5, 0.0, 0.0, -0.5]
     assert length_penalty(["a", "b"], completion_ids=[[0], [1]], group_size=2, correct=[1, 1]) == [0.0, 0.0]
 

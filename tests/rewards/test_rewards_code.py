@@ -31,9 +31,11 @@ def test_stdin_stdout_cases_pass_fraction_and_all_or_nothing():
 
 @needs_bwrap
 def test_function_call_cases_compare_types_strictly():
-    comps = [fenced("def add(a, b):\n    return a + b"),
-             fenced("def add(a, b):\n    return float(a + b)"),  # 3.0 is not 3
-             fenced("def add(a, b):\n    while True: pass")]  # timeout -> fails
+    comps = [
+        fenced("def add(a, b):\n    return a + b"),
+        fenced("def add(a, b):\n    return float(a + b)"),  # 3.0 is not 3
+        fenced("def add(a, b):\n    while True: pass"),
+    ]  # timeout -> fails
     assert code_pass_fraction(comps, test_cases=[CALLS] * 3, wall_s=1.0) == [1.0, 0.0, 0.0]
     assert strict_equal(3, 3) and not strict_equal(True, 1) and not strict_equal(1, 1.0)
 

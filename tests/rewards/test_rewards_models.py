@@ -1,4 +1,5 @@
 """Learned rewards with a tiny randomly initialised model built here (no downloads)."""
+
 import pytest
 
 from grpokit.rewards.models import NewlineStepReward, SequenceClassifierReward
@@ -10,16 +11,17 @@ def _char_decode(ids):
 
 def test_sequence_classifier_reward_is_batched_and_deterministic(tmp_path):
     torch = pytest.importorskip("torch")
-    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
 
     vocab = {c: i for i, c in enumerate(["<pad>", "<unk>"] + list("abcdefghijklmnopqrstuvwxyz ?!"))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>")
     torch.manual_seed(0)
-    model = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2,
-                                                     n_positions=64, num_labels=1, pad_token_id=0))
+    model = GPT2ForSequenceClassification(
+        GPT2Config(vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2, n_positions=64, num_labels=1, pad_token_id=0)
+    )
     model.save_pretrained(tmp_path)
     fast.save_pretrained(tmp_path)
     rm = SequenceClassifierReward(str(tmp_path), batch_size=2)

@@ -2,6 +2,7 @@
 
 Functions run by spawned workers live at module level (they are pickled by reference).
 """
+
 import threading
 import time
 
@@ -45,6 +46,7 @@ def test_worker_pool_results_go_to_the_caller_that_asked():
     # 4 threads share one 2-worker pool; each sends 12 tasks tagged with its own id, three times.
     # Every reply must come back to its own caller, at its own position: (tag, i).
     with WorkerPool(2) as pool:
+
         def run_one(tag, items):
             outcomes = pool.run([(echo, (tag, i), {}) for i in range(items)], timeout_s=20)
             return [o.value if o.ok else o.error for o in outcomes]
@@ -62,8 +64,10 @@ def test_math_pool_shared_by_threaded_rewards_scores_every_completion_itself():
     n = 24
     golds = [str(i) for i in range(n)]
     completions = [f"so $\\boxed{{{i if i % 2 == 0 else i + 100}}}$" for i in range(n)]
-    specs = [RewardSpec(lambda completions, **kw: math_accuracy(completions, **kw), "a"),
-             RewardSpec(lambda completions, answer, **kw: math_accuracy(completions, answer=answer), "b")]
+    specs = [
+        RewardSpec(lambda completions, **kw: math_accuracy(completions, **kw), "a"),
+        RewardSpec(lambda completions, answer, **kw: math_accuracy(completions, answer=answer), "b"),
+    ]
     with RewardRunner(specs, num_workers=2, timeout_s=60) as runner:
         res = runner.score(["p"] * n, completions, [[1]] * n, group_size=2, columns={"answer": golds})
     expected = [1.0 if i % 2 == 0 else 0.0 for i in range(n)]
@@ -84,14 +88,18 @@ def test_reward_workers_shared_by_concurrent_score_calls_score_every_completion_
     from grpokit.rewards import RewardRunner, RewardSpec
 
     n = 16
-    specs = [RewardSpec(own_number, "workers"),
-             RewardSpec(lambda completions, **kw: [-float(c) for c in completions], "threads")]
+    specs = [
+        RewardSpec(own_number, "workers"),
+        RewardSpec(lambda completions, **kw: [-float(c) for c in completions], "threads"),
+    ]
     with RewardRunner(specs, num_workers=2, timeout_s=60) as runner:
+
         def run_one(tag, items):
             comps = [str(1000 * tag + i) for i in range(items)]
             res = runner.score(["p"] * items, comps, [[1]] * items, group_size=2)
-            return [(round(a / 1000), int(a) % 1000) if a == -b else ("mismatch", a, b)
-                    for a, b in res.rewards_NF.tolist()]
+            return [
+                (round(a / 1000), int(a) % 1000) if a == -b else ("mismatch", a, b) for a, b in res.rewards_NF.tolist()
+            ]
 
         assert _hammer(run_one, callers=3, items=n) == []
 
@@ -144,8 +152,11 @@ def test_one_worker_death_is_contained_but_repeated_deaths_stop_the_run():
         out = pool.run([(die, (7,), {}), (echo, ("t", 0), {}), (die, (7,), {}), (echo, ("t", 1), {})], timeout_s=20)
         assert [o.ok for o in out] == [False, True, False, True]
         assert "worker process died (exit code 7)" in out[0].error and pool.restarts == 2
-        with pytest.raises(RewardInfrastructureError, match=r"The test worker processes died on 3 tasks in a row "
-                                                            r"\(last exit code 7\).*dmesg"):
+        with pytest.raises(
+            RewardInfrastructureError,
+            match=r"The test worker processes died on 3 tasks in a row "
+            r"\(last exit code 7\).*dmesg",
+        ):
             pool.run([(die, (7,), {})] * 4, timeout_s=20)
         assert pool.run([(echo, ("t", 2), {})], timeout_s=20)[0].value == ("t", 2)  # the pool still works
 
@@ -190,32 +201,39 @@ def _run_script(tmp_path, body: str, timeout: float = 120):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     script = tmp_path / "script.py"
     script.write_text(body)
     src = str(ROOT / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
-        proc = subprocess.run([sys.executable, str(script)], stdout=out, stderr=err, cwd=tmp_path, env=env,
-                              timeout=timeout)  # raises TimeoutExpired if the script hangs at exit
+        proc = subprocess.run(
+            [sys.executable, str(script)], stdout=out, stderr=err, cwd=tmp_path, env=env, timeout=timeout
+        )  # raises TimeoutExpired if the script hangs at exit
     return proc.returncode, (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
 
 
 def test_a_script_using_math_accuracy_exits_promptly_with_output_to_a_file(tmp_path):
     # Before the fix this hung at interpreter exit forever: multiprocessing joined the idle workers.
-    code, out, err = _run_script(tmp_path, (
-        "from grpokit.rewards.math import math_accuracy\n"
-        "if __name__ == '__main__':\n"
-        "    print(math_accuracy(['so \\\\boxed{2}', '<answer>5</answer>'], answer=['2', '3']))\n"), timeout=60)
+    code, out, err = _run_script(
+        tmp_path,
+        (
+            "from grpokit.rewards.math import math_accuracy\n"
+            "if __name__ == '__main__':\n"
+            "    print(math_accuracy(['so \\\\boxed{2}', '<answer>5</answer>'], answer=['2', '3']))\n"
+        ),
+        timeout=60,
+    )
     assert code == 0, err
     assert out.strip() == "[1.0, 0.0]"
 
 
 def test_a_script_without_main_guard_gets_one_clear_error_not_zeros(tmp_path):
-    code, out, err = _run_script(tmp_path, (
-        "from grpokit.rewards.math import math_accuracy\n"
-        "print(math_accuracy(['\\\\boxed{2}'], answer=['2']))\n"), timeout=60)
+    code, out, err = _run_script(
+        tmp_path,
+        ("from grpokit.rewards.math import math_accuracy\nprint(math_accuracy(['\\\\boxed{2}'], answer=['2']))\n"),
+        timeout=60,
+    )
     assert code != 0 and out == ""  # no fabricated [0.0]
     assert "RewardInfrastructureError: The math-verify worker process exited with code 1 before it was ready" in err
     assert 'if __name__ == "__main__":' in err

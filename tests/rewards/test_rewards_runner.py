@@ -3,6 +3,7 @@
 Reward functions used by worker processes live at module level (they are pickled by reference). This
 module imports torch only inside tests, so spawned workers that import it stay light.
 """
+
 import asyncio
 import logging
 import math
@@ -50,8 +51,12 @@ def wrong_length(completions, **kwargs):
 
 def _batch(completions, group_size):
     n = len(completions)
-    return dict(prompts=["p"] * n, completions=completions, completion_ids=[[1] * (i + 1) for i in range(n)],
-                group_size=group_size)
+    return dict(
+        prompts=["p"] * n,
+        completions=completions,
+        completion_ids=[[1] * (i + 1) for i in range(n)],
+        group_size=group_size,
+    )
 
 
 def test_weighted_sum_skips_none_and_reports_metrics():
@@ -108,8 +113,9 @@ def test_unpicklable_function_falls_back_to_threads_with_a_logged_reason(caplog)
     from grpokit.rewards import RewardRunner
 
     with caplog.at_level(logging.WARNING, logger="grpokit.rewards"):
-        with RewardRunner([RewardSpec(lambda completions, **kw: [2.0] * len(completions), "lam")],
-                          num_workers=1) as runner:
+        with RewardRunner(
+            [RewardSpec(lambda completions, **kw: [2.0] * len(completions), "lam")], num_workers=1
+        ) as runner:
             res = runner.score(**_batch(["a", "b"], group_size=2))
     assert res.total_N.tolist() == [2.0, 2.0]
     assert "cannot be pickled" in caplog.text and "soft" in caplog.text
@@ -119,7 +125,9 @@ def test_too_many_failures_stop_the_run_with_a_clear_message():
     from grpokit.rewards import RewardRunner
 
     with RewardRunner([RewardSpec(wrong_length, "w")], num_workers=0, max_failure_fraction=0.5) as runner:
-        with pytest.raises(RewardError, match=r"Reward 'w' failed on 4 of 4 completions.*returned 2 values for 1 completions"):
+        with pytest.raises(
+            RewardError, match=r"Reward 'w' failed on 4 of 4 completions.*returned 2 values for 1 completions"
+        ):
             runner.score(**_batch(["a", "b", "c", "d"], group_size=2))
 
 

@@ -4,6 +4,7 @@ Each attack prints the right answer ("3" for input "1 2", or returns 3 from add(
 attack worked, so a zero reward means the attack failed; each test then also checks the host. A control
 test shows that an honest program does earn the reward under the same limits.
 """
+
 import os
 import socket
 import threading
@@ -66,35 +67,43 @@ def test_memory_exhaustion(canary):
 
 
 def test_infinite_loop_that_ignores_signals(canary):
-    code = ("import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM):\n"
-            "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass")
+    code = (
+        "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM):\n"
+        "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass"
+    )
     start = time.monotonic()
     assert score(code) == 0.0
     assert time.monotonic() - start < 5
 
 
 def test_writing_outside_its_folder(canary):
-    code = (f"for p in [{str(canary)!r}, '/work/solution.py', '/usr/evil', '/opt/python/evil']:\n"
-            "    try:\n        open(p, 'w').write('pwned')\n        print(3)\n    except OSError:\n        pass")
+    code = (
+        f"for p in [{str(canary)!r}, '/work/solution.py', '/usr/evil', '/opt/python/evil']:\n"
+        "    try:\n        open(p, 'w').write('pwned')\n        print(3)\n    except OSError:\n        pass"
+    )
     assert score(code) == 0.0
 
 
 def test_reading_environment_secrets_and_host_files(canary, monkeypatch):
     monkeypatch.setenv("GRPOKIT_TEST_SECRET", "s3cret")
-    code = ("import os\nfound = 'GRPOKIT_TEST_SECRET' in os.environ\n"
-            "for p in ['/proc/1/environ', '/proc/self/environ', %r, '/etc/passwd', '/root/.bashrc']:\n"
-            "    try:\n        t = open(p, 'rb').read()\n        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
-            "    except OSError:\n        pass\nif found:\n    print(3)" % str(canary))
+    code = (
+        "import os\nfound = 'GRPOKIT_TEST_SECRET' in os.environ\n"
+        "for p in ['/proc/1/environ', '/proc/self/environ', %r, '/etc/passwd', '/root/.bashrc']:\n"
+        "    try:\n        t = open(p, 'rb').read()\n        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
+        "    except OSError:\n        pass\nif found:\n    print(3)" % str(canary)
+    )
     assert score(code) == 0.0
 
 
 def test_reading_the_expected_outputs(canary):
     cases = [{"input": "", "output": "EXPECTED-7f3a-1234"}]
-    code = ("import os\nfor root, dirs, files in os.walk('/'):\n"
-            "    if root.startswith(('/proc', '/sys', '/dev')):\n        continue\n    for f in files:\n"
-            "        try:\n            t = open(os.path.join(root, f), errors='ignore').read(10**6)\n"
-            "        except OSError:\n            continue\n        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
-            "            i = t.index('EXPECTED-')\n            print(t[i:i + 18])\n            raise SystemExit")
+    code = (
+        "import os\nfor root, dirs, files in os.walk('/'):\n"
+        "    if root.startswith(('/proc', '/sys', '/dev')):\n        continue\n    for f in files:\n"
+        "        try:\n            t = open(os.path.join(root, f), errors='ignore').read(10**6)\n"
+        "        except OSError:\n            continue\n        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
+        "            i = t.index('EXPECTED-')\n            print(t[i:i + 18])\n            raise SystemExit"
+    )
     assert score(code, cases) == 0.0
 
 
@@ -107,8 +116,10 @@ def test_connecting_to_a_loopback_server(canary):
     seen = []
     thread = threading.Thread(target=lambda: seen.append(_accept(server)))
     thread.start()
-    code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=0.5).sendall(b'hi')\n"
-            "    print(3)\nexcept OSError:\n    pass" % port)
+    code = (
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=0.5).sendall(b'hi')\n"
+        "    print(3)\nexcept OSError:\n    pass" % port
+    )
     assert score(code) == 0.0
     thread.join()
     server.close()
@@ -124,8 +135,10 @@ def _accept(server: socket.socket) -> bool:
 
 
 def test_killing_other_processes(canary):
-    code = ("import os, signal\nfor pid in (%d, %d, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
-            "        print(3)\n    except OSError:\n        pass" % (os.getpid(), os.getppid()))
+    code = (
+        "import os, signal\nfor pid in (%d, %d, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "        print(3)\n    except OSError:\n        pass" % (os.getpid(), os.getppid())
+    )
     assert score(code) == 0.0
     assert os.getppid() != 1  # our parent lives too
 
@@ -138,9 +151,11 @@ def test_flooding_stdout(canary):
 
 
 def test_filling_the_disk(canary):
-    code = ("import os\nn = 0\nfor i in range(10**6):\n    try:\n        with open(f'/tmp/f{i}', 'wb') as f:\n"
-            "            f.write(b'x' * 2**20)\n        n += 1\n    except OSError:\n        break\n"
-            "if n > 64:\n    print(3)")
+    code = (
+        "import os\nn = 0\nfor i in range(10**6):\n    try:\n        with open(f'/tmp/f{i}', 'wb') as f:\n"
+        "            f.write(b'x' * 2**20)\n        n += 1\n    except OSError:\n        break\n"
+        "if n > 64:\n    print(3)"
+    )
     assert score(code) == 0.0
 
 
@@ -161,9 +176,11 @@ def test_excepthook_that_exits_zero(canary):
 
 
 def test_printing_fake_passed_lines(canary):
-    code = ("import os, json\nfor line in ['PASSED 1/1', json.dumps({'case': 0, 'status': 'ok', 'passed': True,"
-            " 'value': 'ok'})]:\n    print(line)\n    os.write(3, (line + '\\n').encode())\n"
-            "def add(a, b):\n    return None")
+    code = (
+        "import os, json\nfor line in ['PASSED 1/1', json.dumps({'case': 0, 'status': 'ok', 'passed': True,"
+        " 'value': 'ok'})]:\n    print(line)\n    os.write(3, (line + '\\n').encode())\n"
+        "def add(a, b):\n    return None"
+    )
     from grpokit.rewards.code import SandboxTampering
 
     with pytest.raises(SandboxTampering):  # call mode: a line the harness did not write forfeits the reward
@@ -172,10 +189,12 @@ def test_printing_fake_passed_lines(canary):
 
 
 def test_patching_the_checker(canary):
-    code = ("import sys, json\ntry:\n    import grpokit.rewards.code as c\n    c.strict_equal = lambda a, b: True\n"
-            "except ImportError:\n    pass\nm = sys.modules['__main__']\nm.to_plain = lambda x: 'patched'\n"
-            "json.dumps = lambda *a, **k: '{\"case\": 0, \"status\": \"ok\", \"value\": true}'\n"
-            "def add(a, b):\n    return None")
+    code = (
+        "import sys, json\ntry:\n    import grpokit.rewards.code as c\n    c.strict_equal = lambda a, b: True\n"
+        "except ImportError:\n    pass\nm = sys.modules['__main__']\nm.to_plain = lambda x: 'patched'\n"
+        'json.dumps = lambda *a, **k: \'{"case": 0, "status": "ok", "value": true}\'\n'
+        "def add(a, b):\n    return None"
+    )
     assert score(code, CALL) == 0.0
     # and the checker in this (trusted) process is untouched
     assert run_tests("def add(a, b):\n    return a + b", CALL, FAST) == [True]
@@ -187,8 +206,9 @@ def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypa
     monkeypatch.setattr(code, "probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
     with pytest.raises(code.UnsafeCodeExecutionError, match="allow_unsafe_code_execution=True"):
         code_pass_fraction(["```python\nprint(3)\n```"], [STDIO])
-    assert code_pass_fraction(["```python\nprint(int(input().split()[0]) + 2)\n```"], [STDIO],
-                              allow_unsafe_code_execution=True) == [1.0]
+    assert code_pass_fraction(
+        ["```python\nprint(int(input().split()[0]) + 2)\n```"], [STDIO], allow_unsafe_code_execution=True
+    ) == [1.0]
 
 
 # --- the trusted parent never raises on what a program writes (issue 19, item 4) ---
@@ -196,7 +216,7 @@ def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypa
 HOSTILE_RECORDS = [
     "[" * 100_000 + "]" * 100_000,  # RecursionError in json.loads before the fix
     '{"case": 0, "status": "ok", "value": ' + "[" * 5000 + "]" * 5000 + "}",
-    '{"case": 0, "status": "ok", "value": ' + "{\"a\": " * 5000 + "1" + "}" * 5000 + "}",
+    '{"case": 0, "status": "ok", "value": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}",
     '{"case": 0, "status": "ok", "value": ' + "9" * 100_000 + "}",  # int too long to convert
     '{"case": ' + "1" * 5000 + ', "status": "ok"}',
     '{"case": true, "status": "ok", "value": 3}',  # bool is not a case number
@@ -204,7 +224,10 @@ HOSTILE_RECORDS = [
     '{"case": 0, "status": "ok", "value": NaN}',
     '{"case": 0, "status": {"ok": 1}, "value": 3}',
     "\udcff\x00" * 100,
-    "[]", "3", "null", '"x"',
+    "[]",
+    "3",
+    "null",
+    '"x"',
 ]
 
 
@@ -230,8 +253,10 @@ def test_a_hostile_line_fails_the_case_it_was_written_in(canary):
     # harness writes one line per case, so the stray line is tampering (issue 26: it earned 1.0 before)
     from grpokit.rewards.code import SandboxTampering
 
-    code = ("import os\nos.write(3, b'[' * 100000 + b'\\n')\n"
-            "os.write(3, b'{\"case\": 0, \"status\": \"ok\", \"value\": 3}\\n')\nos._exit(0)")
+    code = (
+        "import os\nos.write(3, b'[' * 100000 + b'\\n')\n"
+        'os.write(3, b\'{"case": 0, "status": "ok", "value": 3}\\n\')\nos._exit(0)'
+    )
     with pytest.raises(SandboxTampering):
         score(code, CALL)
 
@@ -241,14 +266,20 @@ def test_nesting_and_size_bounds_of_the_parser():
 
     ok_value = "[" * MAX_DEPTH + "]" * MAX_DEPTH  # MAX_DEPTH lists inside the record's dict: at the bound
     deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)  # one more level: rejected
-    text = "\n".join(['{"case": 0, "value": %s}' % ok_value, '{"case": 1, "value": %s}' % deep,
-                      '{"case": 2, "value": "%s"}' % ("x" * MAX_LINE_BYTES), '{"case": 3}'])
+    text = "\n".join(
+        [
+            '{"case": 0, "value": %s}' % ok_value,
+            '{"case": 1, "value": %s}' % deep,
+            '{"case": 2, "value": "%s"}' % ("x" * MAX_LINE_BYTES),
+            '{"case": 3}',
+        ]
+    )
     assert [r["case"] for r in parse_records(text)] == [0, 3]
 
 
 # --- no zombie survives a call, even when the trainer is PID 1 (issue 19, item 3) ---
 
-PID1_TRAINER = r'''
+PID1_TRAINER = r"""
 import os
 from grpokit.rewards.code import code_pass_fraction
 assert os.getpid() == 1
@@ -263,7 +294,7 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     except OSError:
         pass
 print(zombies, scores.count(1.0), scores.count(0.0))
-'''
+"""
 
 
 def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
@@ -276,8 +307,13 @@ def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and util-linux unshare to run the trainer as PID 1 of a new PID namespace")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PID1_TRAINER],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PID1_TRAINER],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     if out.returncode != 0 and "unshare failed" in out.stderr:
         pytest.skip(f"this host refuses a new PID namespace: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -285,6 +321,7 @@ def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
 
 
 # --- seccomp: the kernel's attack surface is closed inside the sandbox (issue 19, item 2) ---
+
 
 def test_seccomp_denies_namespaces_mounts_io_uring_userfaultfd_keyrings_bpf_ptrace():
     # The program returns every denied system call that did not answer EPERM (clone3: ENOSYS), so the
@@ -303,12 +340,14 @@ def test_seccomp_denies_namespaces_mounts_io_uring_userfaultfd_keyrings_bpf_ptra
     result = run_tests(code, cases, FAST)
     assert result == [True]
     # threads, subprocesses and fork still work for honest programs under the filter
-    honest = ("import threading, subprocess, sys, os\ndef add(a, b):\n    out = []\n"
-              "    t = threading.Thread(target=lambda: out.append(a + b))\n    t.start(); t.join()\n"
-              "    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n"
-              "    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n"
-              "    r = subprocess.run([sys.executable, '-c', 'print(1)'], capture_output=True)\n"
-              "    return out[0] + int(r.stdout) - 1")
+    honest = (
+        "import threading, subprocess, sys, os\ndef add(a, b):\n    out = []\n"
+        "    t = threading.Thread(target=lambda: out.append(a + b))\n    t.start(); t.join()\n"
+        "    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n"
+        "    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n"
+        "    r = subprocess.run([sys.executable, '-c', 'print(1)'], capture_output=True)\n"
+        "    return out[0] + int(r.stdout) - 1"
+    )
     assert score(honest, CALL) == 1.0
 
 
@@ -321,7 +360,7 @@ def test_seccomp_filter_layout():
     assert seccomp.filter_bytes("riscv64") is None
 
 
-NON_ROOT_SECCOMP = r'''
+NON_ROOT_SECCOMP = r"""
 import os, platform
 from grpokit.rewards.code import probe, run_tests
 from grpokit.rewards.sandbox import seccomp
@@ -330,7 +369,7 @@ from helpers.sandbox_probes import SYSCALL_PROBE
 assert os.geteuid() != 0 and probe()[0], probe()
 code = SYSCALL_PROBE % (seccomp.SYSCALLS[platform.machine()][1], seccomp.DENIED)
 print(run_tests(code, [{"fn": "escapes", "args": [], "expected": []}], Limits(wall_s=3)))
-'''
+"""
 
 
 def test_seccomp_also_holds_in_non_root_mode():
@@ -345,8 +384,13 @@ def test_seccomp_also_holds_in_non_root_mode():
     if seccomp.filter_bytes() is None or os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root, util-linux unshare and a seccomp table to start a non-root trainer")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
-    out = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c",
-                          NON_ROOT_SECCOMP], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", NON_ROOT_SECCOMP],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     if out.returncode != 0 and "unshare failed" in out.stderr:
         pytest.skip(f"this host refuses a user namespace: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr[-2000:]

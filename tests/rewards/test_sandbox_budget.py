@@ -5,6 +5,7 @@ one) and "rlimit" (the fallback: RLIMIT_NPROC for the sandbox's own uid or user 
 address space of budget / tasks per process). The hostile programs measure themselves from inside the
 sandbox (its PID namespace shows only its own processes) and return the numbers to the trusted parent.
 """
+
 import json
 import os
 
@@ -40,7 +41,9 @@ def tree():
     return pss // 1024, tasks
 '''
 
-SIX_CHILDREN_OF_400MB = MEASURE + r'''
+SIX_CHILDREN_OF_400MB = (
+    MEASURE
+    + r"""
 def attack():
     r, w = os.pipe()
     kids = []
@@ -68,9 +71,12 @@ def attack():
         dead |= {k for k, p in enumerate(kids) if k not in dead and os.waitpid(p, os.WNOHANG)[0] == p}
     time.sleep(0.1)
     return [tree()[0], len(held - dead)]
-'''
+"""
+)
 
-FORK_AND_THREAD_BOMB = MEASURE + r'''
+FORK_AND_THREAD_BOMB = (
+    MEASURE
+    + r"""
 import threading
 def attack():
     started = 0
@@ -89,13 +95,18 @@ def attack():
             pass
     time.sleep(0.3)
     return [started, tree()[1]]
-'''
+"""
+)
 
 
 def run_call(code: str, limits: Limits):
     """Run `attack()` of `code` in the sandbox; (returned value or None, RunResult)."""
-    job = {"mode": "call", "inputs": [{"fn": "attack", "args": []}], "case_timeout_s": limits.wall_s,
-           "max_output_bytes": 4096}
+    job = {
+        "mode": "call",
+        "inputs": [{"fn": "attack", "args": []}],
+        "case_timeout_s": limits.wall_s,
+        "max_output_bytes": 4096,
+    }
     files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
     res = run_sandboxed(files, ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"], limits)
     values = [r.get("value") for r in res.records if r.get("status") == "ok"]
@@ -139,7 +150,7 @@ def test_the_tree_uses_at_most_its_cpu_quota():
     # the same program used 1.93 CPU-s in 1.00 s (after: 1.02 CPU-s).
     if budget.mechanism() is None:
         pytest.skip("no writable cgroup on this host: the CPU quota needs one")
-    code = r'''
+    code = r"""
 import os, time, resource
 def attack():
     start = time.monotonic()
@@ -155,7 +166,7 @@ def attack():
         os.waitpid(pid, 0)
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return [used.ru_utime + used.ru_stime, time.monotonic() - start]
-'''
+"""
     value, res = run_call(code, Limits(wall_s=6, cpu_s=4, cpus=1.0))
     assert value is not None, res.stderr
     cpu_s, wall_s = value
@@ -183,8 +194,11 @@ def test_code_rewards_refuse_before_running_when_no_budget_can_hold(monkeypatch)
     monkeypatch.setattr(budget, "mechanism", lambda: None)  # a host without a writable cgroup
     honest = "```python\nprint(sum(map(int, input().split())))\n```"
     cases = [[{"input": "1 2\n", "output": "3\n"}]]
-    with pytest.raises(UnsafeCodeExecutionError, match=r"memory budget of 128 MB cannot be shared .*"
-                                                       r"or set allow_unsafe_code_execution=True"):
+    with pytest.raises(
+        UnsafeCodeExecutionError,
+        match=r"memory budget of 128 MB cannot be shared .*"
+        r"or set allow_unsafe_code_execution=True",
+    ):
         code_pass_fraction([honest], cases, memory_mb=128)
     assert code_pass_fraction([honest], cases, memory_mb=256) == [1.0]  # 4 shares of 64 MB: runs
 
@@ -204,11 +218,12 @@ def test_cgroup_v2_files_written_for_a_delegated_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "mkdir", mkdir_with_files)
     cg = budget.Cgroup.create(budget.Plan("cgroup2", 32, 512 * MB, 512 * MB, 1.5))
     folder = cg.folders["unified"]
-    read = {name: open(os.path.join(folder, name)).read()
-            for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.max")}
+    read = {
+        name: open(os.path.join(folder, name)).read()
+        for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
+    }
     # 512 MiB = 536870912 bytes; 1.5 CPUs = 150000 us of every 100000 us period
-    assert read == {"memory.max": "536870912", "memory.swap.max": "0", "pids.max": "32",
-                    "cpu.max": "150000 100000"}
+    assert read == {"memory.max": "536870912", "memory.swap.max": "0", "pids.max": "32", "cpu.max": "150000 100000"}
     assert cg.procs_files() == [os.path.join(folder, "cgroup.procs")]
     cg.kill()
     assert open(os.path.join(folder, "cgroup.kill")).read() == "1"

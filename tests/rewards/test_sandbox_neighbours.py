@@ -7,6 +7,7 @@ score 0. Now the limit is set inside each sandbox's user namespace (counted per 
 5.14) or held by a cgroup per sandbox. The non-root tests run the trainer side as a real unprivileged
 uid (1000), which needs root to set up; they are skipped elsewhere.
 """
+
 import os
 import shutil
 import stat
@@ -25,14 +26,18 @@ SRC = str(ROOT / "src")
 
 HONEST = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 FORK_BOMB = "```python\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n```"
-MEMORY_HOG = ("```python\nimport os, time\nfor _ in range(6):\n    if os.fork() == 0:\n"
-              "        x = bytearray(400 * 2**20)\n        time.sleep(30)\ntime.sleep(30)\n```")
-THREAD_BOMB = ("```python\nimport threading, time\nwhile True:\n    try:\n"
-               "        threading.Thread(target=time.sleep, args=(30,)).start()\n    except RuntimeError:\n"
-               "        while True:\n            pass\n```")
+MEMORY_HOG = (
+    "```python\nimport os, time\nfor _ in range(6):\n    if os.fork() == 0:\n"
+    "        x = bytearray(400 * 2**20)\n        time.sleep(30)\ntime.sleep(30)\n```"
+)
+THREAD_BOMB = (
+    "```python\nimport threading, time\nwhile True:\n    try:\n"
+    "        threading.Thread(target=time.sleep, args=(30,)).start()\n    except RuntimeError:\n"
+    "        while True:\n            pass\n```"
+)
 CASES = [{"input": "1 2\n", "output": "3\n"}]
 
-BUSY_TRAINER = r'''
+BUSY_TRAINER = r"""
 import os, sys, threading, time
 from grpokit.rewards.code import code_pass_fraction, probe
 assert os.geteuid() == int(sys.argv[1]) and probe()[0], probe()
@@ -44,20 +49,22 @@ try:
     print(code_pass_fraction([HONEST] * 4, [CASES] * 4, wall_s=5.0, max_parallel=4))
 finally:
     stop.set()
-'''
+"""
 
-MIXED_BATCH = r'''
+MIXED_BATCH = r"""
 import os, sys
 from grpokit.rewards.code import code_pass_fraction, probe
 assert os.geteuid() == int(sys.argv[1]) and probe()[0], probe()
 print(code_pass_fraction([FORK_BOMB, HONEST, MEMORY_HOG, HONEST, THREAD_BOMB, HONEST], [CASES] * 6,
                          wall_s=5.0, max_parallel=6))
-'''
+"""
 
 
 def _script(body: str) -> str:
-    consts = (f"HONEST, FORK_BOMB, MEMORY_HOG, THREAD_BOMB, CASES = {HONEST!r}, {FORK_BOMB!r}, {MEMORY_HOG!r}, "
-              f"{THREAD_BOMB!r}, {CASES!r}\n")
+    consts = (
+        f"HONEST, FORK_BOMB, MEMORY_HOG, THREAD_BOMB, CASES = {HONEST!r}, {FORK_BOMB!r}, {MEMORY_HOG!r}, "
+        f"{THREAD_BOMB!r}, {CASES!r}\n"
+    )
     return consts + body
 
 
@@ -71,7 +78,7 @@ def _untraversable(path: str) -> str | None:
     return None
 
 
-PID1_TRAINER = r'''
+PID1_TRAINER = r"""
 import os, sys
 from grpokit.rewards.code import code_pass_fraction
 assert os.getpid() == 1 and os.geteuid() == int(sys.argv[1])
@@ -84,7 +91,7 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     except OSError:
         pass
 print([float(zombies), float(scores.count(1.0)), float(scores.count(0.0))])
-'''
+"""
 
 
 def run_as_uid_1000(body: str, pid1: bool = False) -> list[float]:
@@ -101,14 +108,22 @@ def run_as_uid_1000(body: str, pid1: bool = False) -> list[float]:
     hidden = _untraversable(prefix)
     setup, keep = "", f"/tmp/grpokit-prefix-{os.getpid()}"
     if hidden is not None:
-        setup = (f"mkdir -p {keep} && mount --bind {prefix} {keep} && mount -t tmpfs -o mode=755 none {hidden} && "
-                 f"mkdir -p {prefix} && mount --bind {keep} {prefix} && ")
+        setup = (
+            f"mkdir -p {keep} && mount --bind {prefix} {keep} && mount -t tmpfs -o mode=755 none {hidden} && "
+            f"mkdir -p {prefix} && mount --bind {keep} {prefix} && "
+        )
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": SRC, "HOME": "/tmp"}
     pid_ns = "unshare --pid --fork --mount-proc " if pid1 else ""  # the trainer becomes PID 1
     cmd = setup + f'exec {pid_ns}setpriv --reuid=1000 --regid=1000 --clear-groups "$0" -c "$1" 1000'
     try:
-        out = subprocess.run(["unshare", "--mount", "sh", "-c", cmd, sys.executable, _script(body)],
-                             capture_output=True, text=True, env=env, timeout=120, cwd="/tmp")
+        out = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", cmd, sys.executable, _script(body)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd="/tmp",
+        )
     finally:
         if os.path.isdir(keep):
             os.rmdir(keep)  # an empty mount point on the host; the bind mount died with the namespace
@@ -136,8 +151,9 @@ def test_hostile_neighbours_do_not_fail_honest_programs_as_root():
     # a fresh uid per sandbox whose RLIMIT_NPROC counts only that sandbox).
     if os.geteuid() != 0:
         pytest.skip("the non-root variant is the test above; this one checks the root path")
-    scores = code_pass_fraction([FORK_BOMB, HONEST, MEMORY_HOG, HONEST, THREAD_BOMB, HONEST], [CASES] * 6,
-                                wall_s=5.0, max_parallel=6)
+    scores = code_pass_fraction(
+        [FORK_BOMB, HONEST, MEMORY_HOG, HONEST, THREAD_BOMB, HONEST], [CASES] * 6, wall_s=5.0, max_parallel=6
+    )
     assert scores == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
 

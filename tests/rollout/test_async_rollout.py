@@ -6,14 +6,16 @@ import json
 import pytest
 
 from grpokit.rollout.engine import HFEngine
-
 from helpers.runs import make
 
 
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness):
-    tr = make(tiny_model_dir, tmp_path / "run", **{"rollout.async_staleness": staleness, "train.steps": 4,
-                                                   "data.eval_size": 0})
+    tr = make(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{"rollout.async_staleness": staleness, "train.steps": 4, "data.eval_size": 0},
+    )
     tr.train()
     eng = tr.engine
     assert eng.log, "the background thread produced nothing"

@@ -3,8 +3,7 @@
 import torch
 
 from grpokit.rollout.collect import collect, gfpo_keep
-from grpokit.types import ScoredBatch
-from grpokit.types import Prompt, Rollout
+from grpokit.types import Prompt, Rollout, ScoredBatch
 
 
 class FakeSampler:
@@ -29,7 +28,9 @@ class FakeSampler:
         N = len(comps)
         ro = Rollout([p.ids for p in prompts], comps, [[0.0] * len(c) for c in comps], ["eos"] * N, G)
         total = torch.tensor(rewards)
-        return ScoredBatch(prompts, ro, [f"t{i}" for i in range(N)], total[:, None], total, ["r"], {"rewards/r/failures": 0.0})
+        return ScoredBatch(
+            prompts, ro, [f"t{i}" for i in range(N)], total[:, None], total, ["r"], {"rewards/r/failures": 0.0}
+        )
 
 
 def test_dynamic_sampling_refills_with_informative_groups():
@@ -79,8 +80,10 @@ def test_gfpo_collect_oversamples_then_filters():
 
 def test_gfpo_adaptive_gives_only_hard_prompts_more_samples():
     # prompt 0 easy (all correct), prompt 1 hard (1 of 4 correct) -> only prompt 1 is resampled
-    fake = FakeSampler(lambda i, g: [1.0] * g if i == 0 else [1.0, 0.0, 0.0, 0.0][:g] + [0.0] * max(0, g - 4),
-                       lambda i, g: [9 - k for k in range(g)])
+    fake = FakeSampler(
+        lambda i, g: [1.0] * g if i == 0 else [1.0, 0.0, 0.0, 0.0][:g] + [0.0] * max(0, g - 4),
+        lambda i, g: [9 - k for k in range(g)],
+    )
     out = collect(fake, 2, 4, sample_group_size=8, gfpo_adaptive=True, adaptive_threshold=0.5)
     assert fake.calls == [([0, 1], 4), ([1], 4)]
     assert out.rollout.group_size == 4 and out.metrics["gfpo/hard_prompts"] == 1.0

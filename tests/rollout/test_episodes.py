@@ -8,32 +8,40 @@ import time
 import pytest
 import torch
 
-from grpokit.config import ConfigError
-from grpokit.env import TerminalToolError, call_tool, calculator, parse_tool_calls, tool_schema
-from grpokit.env.parse import CALL_CLOSE, assistant_message
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.algo.loss import policy_loss
+from grpokit.config import ConfigError
+from grpokit.env import TerminalToolError, calculator, call_tool, parse_tool_calls, tool_schema
+from grpokit.env.parse import CALL_CLOSE, assistant_message
 from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
 from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.data.tasks.calculator import TAGS
-from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.types import Episode, Prompt, Rollout
-from helpers.episodes import HERMES, TOK, Counter, ScriptedSampler, calc_reply, chat_tokenizer, ids
+from helpers.episodes import TOK, Counter, ScriptedSampler, calc_reply, chat_tokenizer, ids
 
 # ---------------------------------------------------------------- parsing and calling tools
 
+
 def test_tool_call_formats():
-    assert parse_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', ["add"])[0].arguments == {"a": 1}
-    assert parse_tool_calls('x<tool_call>{"name": "f", "arguments": "{\\"q\\": 2}"}</tool_call>', ["f"])[0].arguments == {"q": 2}
+    assert parse_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', ["add"])[0].arguments == {
+        "a": 1
+    }
+    assert parse_tool_calls('x<tool_call>{"name": "f", "arguments": "{\\"q\\": 2}"}</tool_call>', ["f"])[
+        0
+    ].arguments == {"q": 2}
     c = parse_tool_calls("<tool_call>calculator: 2*3</tool_call>", ["calculator", "python"])[0]
     assert (c.name, c.arguments) == ("calculator", "2*3")
     assert parse_tool_calls("<tool_call>12*34</tool_call>", ["calculator"])[0].name == "calculator"  # the only tool
     assert parse_tool_calls("<tool_call>12*34</tool_call>", ["a", "b"])[0].name == ""  # ambiguous: unreadable
     assert parse_tool_calls("<tool_call>{oops</tool_call>", ["a"])[0].name == ""
     assert parse_tool_calls("<tool_call>12*34", ["calculator"]) == []  # not closed: no call
-    msg = assistant_message("hi <tool_call>1+1</tool_call>", parse_tool_calls("hi <tool_call>1+1</tool_call>", ["calculator"]))
-    assert msg == {"role": "assistant", "content": "hi",
-                   "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": "1+1"}}]}
+    msg = assistant_message(
+        "hi <tool_call>1+1</tool_call>", parse_tool_calls("hi <tool_call>1+1</tool_call>", ["calculator"])
+    )
+    assert msg == {
+        "role": "assistant",
+        "content": "hi",
+        "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": "1+1"}}],
+    }
 
 
 def test_tools_are_described_by_their_hints_and_docstrings():
@@ -66,13 +74,16 @@ def test_calls_are_contained():
     assert r.error and "timed out" in r.content and time.perf_counter() - t0 < 2
     assert call_tool(tools, "fatal", "1", timeout_s=1, max_chars=100).terminal
     assert "not found" in call_tool(tools, "nope", {}, timeout_s=1, max_chars=100).content
-    assert call_tool(tools, "calculator", {"expression": "9" * 30 + "*9"}, timeout_s=1, max_chars=10).content.endswith("[truncated]")
+    assert call_tool(tools, "calculator", {"expression": "9" * 30 + "*9"}, timeout_s=1, max_chars=10).content.endswith(
+        "[truncated]"
+    )
     assert call_tool(tools, "calculator", "2**10**10", timeout_s=1, max_chars=100).error  # refused, not computed
     assert call_tool(tools, "calculator", "__import__('os')", timeout_s=1, max_chars=100).error
     assert calculator("(12+3)*45") == "675" and calculator("7/2") == "3.5"
 
 
 # ---------------------------------------------------------------- the loop on a scripted sampler
+
 
 def prompt(text, **columns):
     return Prompt(text, ids(text), columns, text)
@@ -87,18 +98,30 @@ def test_episode_loop_masks_turns_and_rows_leaving_the_batch():
     assert CALL_CLOSE in sampler.calls[0][2]  # a tag-format call ends the model's turn
     assert ro.finish_reasons == ["eos"] * 6
     e = ro.episodes[1]
-    call, result, answer = ids("<tool_call>57*68</tool_call>"), ids("<tool_result>3876</tool_result>"), ids("<answer>3876</answer>")
+    call, result, answer = (
+        ids("<tool_call>57*68</tool_call>"),
+        ids("<tool_result>3876</tool_result>"),
+        ids("<answer>3876</answer>"),
+    )
     assert ro.completion_ids[1] == call + result + answer + [TOK.eos_token_id]
     assert e.model_mask == [1] * len(call) + [0] * len(result) + [1] * (len(answer) + 1)
     assert e.turn_ids == [0] * (len(call) + len(result)) + [1] * (len(answer) + 1)
     assert ro.sampling_logprobs[1] == [-0.5] * len(call) + [0.0] * len(result) + [-0.5] * (len(answer) + 1)
-    assert e.messages == [{"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "calculator", "arguments": "57*68"}}]},
+    assert e.messages == [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": "57*68"}}],
+        },
         {"role": "tool", "name": "calculator", "content": "3876"},
-        {"role": "assistant", "content": "<answer>3876</answer>"}]
+        {"role": "assistant", "content": "<answer>3876</answer>"},
+    ]
     assert e.turns == 2 and e.tool_calls == 1 and ro.episodes[0].turns == 1 and ro.episodes[0].tool_calls == 0
     # anchor states: turn 0 of every row of a prompt shares one state; turn 1 states follow the context
-    assert len({ro.episodes[i].state_keys[0] for i in range(3)}) == 1 and ro.episodes[1].state_keys[1] == ro.episodes[2].state_keys[1]
+    assert (
+        len({ro.episodes[i].state_keys[0] for i in range(3)}) == 1
+        and ro.episodes[1].state_keys[1] == ro.episodes[2].state_keys[1]
+    )
     m = episode_metrics(ro)
     assert m["episodes/turns_mean"] == pytest.approx(10 / 6) and m["episodes/tool_use_rate"] == pytest.approx(4 / 6)
     result_408 = ids("<tool_result>408</tool_result>")  # 12*34: a 3-digit result, one token shorter
@@ -110,12 +133,14 @@ def test_episode_loop_masks_turns_and_rows_leaving_the_batch():
 def test_turn_budget_token_budget_and_tool_errors_end_episodes():
     always_call = ScriptedSampler(lambda ctx, g: "<tool_call>1+1</tool_call>")
     ro = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags"), TOK, tools=[calculator]).run(
-        always_call, [prompt("1+1=")], 2, SamplingParams())
+        always_call, [prompt("1+1=")], 2, SamplingParams()
+    )
     assert ro.finish_reasons == ["turns", "turns"] and ro.episodes[0].turns == 2
     assert episode_metrics(ro)["episodes/truncated_by_turns"] == 1.0
     # the call is 5 tokens, its reply <tool_result>2</tool_result> 3: 8 > 7, so the reply is not appended
     ro = EpisodeRunner(EpisodeSpec(max_turns=4, max_episode_tokens=7, tool_format="tags"), TOK, tools=[calculator]).run(
-        always_call, [prompt("1+1=")], 1, SamplingParams())
+        always_call, [prompt("1+1=")], 1, SamplingParams()
+    )
     assert ro.finish_reasons == ["length"] and ro.episodes[0].env_tokens == 0 and len(ro.completion_ids[0]) == 5
     assert ro.episodes[0].messages[-1]["role"] == "assistant"
 
@@ -128,13 +153,16 @@ def test_turn_budget_token_budget_and_tool_errors_end_episodes():
         raise TerminalToolError("no")
 
     ro = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), TOK, tools=[fatal]).run(
-        always_call, [prompt("1+1=")], 1, SamplingParams())
+        always_call, [prompt("1+1=")], 1, SamplingParams()
+    )
     assert ro.finish_reasons == ["tool_error"] and ro.episodes[0].tool_errors == 1
     assert ro.episodes[0].messages[-1]["content"] == "{'error': 'no'}"
 
 
 def test_environment_instances_reset_observation_tools_and_done():
-    sampler = ScriptedSampler(lambda ctx, g: "<tool_call>add: 2</tool_call>" if g in (None, 1) else "<answer>0</answer><eos>")
+    sampler = ScriptedSampler(
+        lambda ctx, g: "<tool_call>add: 2</tool_call>" if g in (None, 1) else "<answer>0</answer><eos>"
+    )
     runner = EpisodeRunner(EpisodeSpec(max_turns=5, tool_format="tags"), TOK, environment_factory=Counter)
     assert runner.tool_names == ["add"]
     ro = runner.run(sampler, [prompt("4=", answer="4")], 2, SamplingParams())
@@ -142,7 +170,6 @@ def test_environment_instances_reset_observation_tools_and_done():
     envs = [e.environment for e in ro.episodes]
     assert envs[0] is not envs[1] and envs[0].count == 0 and envs[1].count == 4  # one instance per episode
     assert ro.finish_reasons == ["eos", "done"] and ro.episodes[1].turns == 2
-
 
 
 def test_random_reset_starts_each_episode_from_its_own_observation():
@@ -173,13 +200,25 @@ def test_random_reset_starts_each_episode_from_its_own_observation():
 
 # ---------------------------------------------------------------- stage 5 sees only the mask
 
+
 def tiny_model(vocab):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                        bos_token_id=None, eos_token_id=1, pad_token_id=0))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            bos_token_id=None,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
+    )
 
 
 @pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"])
@@ -190,8 +229,16 @@ def test_environment_tokens_carry_no_gradient(aggregation):
     model = tiny_model(len(TOK))
     logp, _ = completion_logprobs(model, batch)
     logp.retain_grad()
-    loss, m = policy_loss(logp, logp.detach() - 0.1, torch.tensor([1.0, -1.0]), batch.completion_mask,
-                          aggregation=aggregation, norm_constant=16.0, ref_logp_NT=logp.detach() + 0.3, beta=0.1)
+    loss, m = policy_loss(
+        logp,
+        logp.detach() - 0.1,
+        torch.tensor([1.0, -1.0]),
+        batch.completion_mask,
+        aggregation=aggregation,
+        norm_constant=16.0,
+        ref_logp_NT=logp.detach() + 0.3,
+        beta=0.1,
+    )
     loss.backward()
     env = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
     env[1, : len(ro.episodes[1].model_mask)] = torch.tensor(ro.episodes[1].model_mask) == 0
@@ -212,14 +259,28 @@ def test_one_turn_episode_without_a_tool_call_is_todays_rollout_and_loss(tiny_mo
 
     def sampler(seed):
         g = torch.Generator().manual_seed(seed)
-        return lambda ctx, G, p: generate(model, ctx, G, p, eos_token_ids={1}, pad_token_id=0, generator=g,
-                                          decode=lambda x: tok.decode(x, skip_special_tokens=True))
+        return lambda ctx, G, p: generate(
+            model,
+            ctx,
+            G,
+            p,
+            eos_token_ids={1},
+            pad_token_id=0,
+            generator=g,
+            decode=lambda x: tok.decode(x, skip_special_tokens=True),
+        )
 
     today = sampler(3)([p.ids for p in prompts], 4, params)
     plain = EpisodeRunner(EpisodeSpec(), tok).run(sampler(3), prompts, 4, params)  # no tools: the one-turn episode
-    assert plain.episodes is None and plain.completion_ids == today.completion_ids and plain.sampling_logprobs == today.sampling_logprobs
+    assert (
+        plain.episodes is None
+        and plain.completion_ids == today.completion_ids
+        and plain.sampling_logprobs == today.sampling_logprobs
+    )
     # with a tool offered (this model never writes a call): one turn per episode, the same tokens and loss
-    with_tool = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), tok, tools=[calculator]).run(sampler(3), prompts, 4, params)
+    with_tool = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), tok, tools=[calculator]).run(
+        sampler(3), prompts, 4, params
+    )
     assert with_tool.completion_ids == today.completion_ids and with_tool.sampling_logprobs == today.sampling_logprobs
     assert all(e.turns == 1 and e.env_tokens == 0 for e in with_tool.episodes)
     adv = torch.linspace(-1, 1, 8)
@@ -243,6 +304,7 @@ def test_mixed_batches_keep_their_masks():
 
 # ---------------------------------------------------------------- the chat-template format
 
+
 def test_chat_template_episode_is_the_templates_own_tokens():
     from grpokit.config import DataConfig
     from grpokit.data import render_prompt
@@ -260,25 +322,33 @@ def test_chat_template_episode_is_the_templates_own_tokens():
 
     def model(contexts, G, params):
         assert CALL_CLOSE not in params.stop  # here a turn ends with the end-of-turn token
-        outs = [tok(call if "<tool_response>" not in tok.decode(c) else "6", add_special_tokens=False)["input_ids"] + [eos]
-                for c in contexts for _ in range(G)]
+        outs = [
+            tok(call if "<tool_response>" not in tok.decode(c) else "6", add_special_tokens=False)["input_ids"] + [eos]
+            for c in contexts
+            for _ in range(G)
+        ]
         return Rollout([list(c) for c in contexts], outs, [[-0.5] * len(o) for o in outs], ["eos"] * len(outs), G)
 
     p = Prompt(text, list(tok(text, add_special_tokens=False)["input_ids"]), {}, question)
     ro = runner.run(model, [p], 1, SamplingParams())
     e = ro.episodes[0]
-    assert e.messages[0]["tool_calls"] == [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2*3"}}}]
+    assert e.messages[0]["tool_calls"] == [
+        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2*3"}}}
+    ]
     assert e.messages[1] == {"role": "tool", "name": "calculator", "content": "6"}
     # prompt + episode == the template's rendering of the whole conversation (up to the newline after the last turn)
     whole = tok.apply_chat_template(question + e.messages, tools=runner.schemas, tokenize=False)
     assert tok.decode(p.ids + ro.completion_ids[0]) + "\n" == whole
-    reply = tok("\n<|im_start|>user\n<tool_response>6</tool_response><|im_end|>\n<|im_start|>assistant\n",
-                add_special_tokens=False)["input_ids"]
+    reply = tok(
+        "\n<|im_start|>user\n<tool_response>6</tool_response><|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )["input_ids"]
     n_call = len(tok(call, add_special_tokens=False)["input_ids"]) + 1
     assert e.model_mask == [1] * n_call + [0] * len(reply) + [1, 1] and ro.finish_reasons == ["eos"]
 
 
 # ---------------------------------------------------------------- the sandboxed python tool, episode limits
+
 
 def test_python_tool_runs_in_the_sandbox():
     from grpokit.env import make_python_tool
@@ -294,8 +364,13 @@ def test_python_tool_runs_in_the_sandbox():
     t0 = time.perf_counter()
     r = call_tool(tools, "python", "while True: pass", timeout_s=10, max_chars=200)
     assert r.error and "killed" in r.content and time.perf_counter() - t0 < 8  # the sandbox's hard wall-clock kill
-    r = call_tool(tools, "python", "import socket; socket.create_connection(('127.0.0.1', 22), timeout=1); print('connected')",
-                  timeout_s=10, max_chars=200)
+    r = call_tool(
+        tools,
+        "python",
+        "import socket; socket.create_connection(('127.0.0.1', 22), timeout=1); print('connected')",
+        timeout_s=10,
+        max_chars=200,
+    )
     assert "connected" not in r.content  # no network inside
     r = call_tool(tools, "python", "print(open('/etc/passwd').read())", timeout_s=10, max_chars=200)
     assert r.error and "root:" not in r.content  # the host's files are not there
@@ -322,7 +397,8 @@ def test_episode_tool_time_limit_ends_the_episode():
 
     always_call = ScriptedSampler(lambda ctx, g: "<tool_call>1</tool_call>")
     ro = EpisodeRunner(EpisodeSpec(max_turns=10, episode_timeout_s=0.5, tool_format="tags"), TOK, tools=[nap]).run(
-        always_call, [prompt("1=")], 1, SamplingParams())
+        always_call, [prompt("1=")], 1, SamplingParams()
+    )
     assert ro.finish_reasons == ["timeout"] and ro.episodes[0].tool_calls == 2  # 0.3 s + 0.3 s >= 0.5 s
 
 
@@ -340,7 +416,10 @@ def test_rows_tool_calls_run_side_by_side():
         barrier.wait()  # raises BrokenBarrierError if the four rows' calls ran one after another
         return "met"
 
-    sampler = ScriptedSampler(lambda ctx, g: "<tool_call>1</tool_call>" if "<tool_result>" not in ctx else "<answer>1</answer><eos>")
+    sampler = ScriptedSampler(
+        lambda ctx, g: "<tool_call>1</tool_call>" if "<tool_result>" not in ctx else "<answer>1</answer><eos>"
+    )
     ro = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags", tool_timeout_s=20), TOK, tools=[meet]).run(
-        sampler, [prompt("1="), prompt("2=")], 2, SamplingParams())
+        sampler, [prompt("1="), prompt("2=")], 2, SamplingParams()
+    )
     assert [e.messages[1]["content"] for e in ro.episodes] == ["met"] * 4 and ro.finish_reasons == ["eos"] * 4

@@ -2,17 +2,18 @@
 
 import torch
 
-from helpers.models import tiny_qwen2
-
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.rollout.hf import SamplingParams, generate, process_logits
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from helpers.models import tiny_qwen2
 
 
 def test_sampling_logprobs_match_a_full_forward(tiny_model):
     # prompts of different lengths (left padding), G = 3, EOS id 2 reachable -> rows finish at different times
     prompts = [[1, 5, 6, 7], [1, 9], [1, 3, 4]]
     g = torch.Generator().manual_seed(0)
-    ro = generate(tiny_model, prompts, 3, SamplingParams(max_new_tokens=12), eos_token_ids={2, 3, 4}, pad_token_id=0, generator=g)
+    ro = generate(
+        tiny_model, prompts, 3, SamplingParams(max_new_tokens=12), eos_token_ids={2, 3, 4}, pad_token_id=0, generator=g
+    )
     assert ro.num_sequences == 9 and len(ro.finish_reasons) == 9
     lengths = [len(c) for c in ro.completion_ids]
     assert min(lengths) < 12 or all(r == "length" for r in ro.finish_reasons)
@@ -22,7 +23,7 @@ def test_sampling_logprobs_match_a_full_forward(tiny_model):
     logp, ent = completion_logprobs(tiny_model, batch, with_entropy=True, chunk_size=5)
     ref = torch.zeros_like(logp)
     for i, lp in enumerate(ro.sampling_logprobs):
-        ref[i, :len(lp)] = torch.tensor(lp)
+        ref[i, : len(lp)] = torch.tensor(lp)
     m = batch.completion_mask
     assert torch.allclose(logp * m, ref * m, atol=1e-4)
     assert (ent[m.bool()] > 0).all()
@@ -31,8 +32,12 @@ def test_sampling_logprobs_match_a_full_forward(tiny_model):
 def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_model):
     prompts = [[1, 5, 6], [1, 7]]
     kw = dict(eos_token_ids={2}, pad_token_id=0)
-    a = generate(tiny_model, prompts, 4, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(3), **kw)
-    b = generate(tiny_model, prompts, 4, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(3), **kw)
+    a = generate(
+        tiny_model, prompts, 4, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(3), **kw
+    )
+    b = generate(
+        tiny_model, prompts, 4, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(3), **kw
+    )
     assert a.completion_ids == b.completion_ids
     g1 = generate(tiny_model, prompts, 2, SamplingParams(max_new_tokens=8, temperature=0), **kw)
     assert g1.completion_ids[0] == g1.completion_ids[1]  # greedy samples of one prompt agree
@@ -40,8 +45,16 @@ def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_model)
 
 def test_stop_strings_end_a_completion(tiny_model):
     decode = lambda ids: "".join("x" if t == 5 else "y" for t in ids)
-    ro = generate(tiny_model, [[1, 5]], 6, SamplingParams(max_new_tokens=10, stop=("x",)), eos_token_ids={2},
-                  pad_token_id=0, generator=torch.Generator().manual_seed(0), decode=decode)
+    ro = generate(
+        tiny_model,
+        [[1, 5]],
+        6,
+        SamplingParams(max_new_tokens=10, stop=("x",)),
+        eos_token_ids={2},
+        pad_token_id=0,
+        generator=torch.Generator().manual_seed(0),
+        decode=decode,
+    )
     for c, r in zip(ro.completion_ids, ro.finish_reasons):
         if r == "stop":
             assert c[-1] == 5 and 5 not in c[:-1]
@@ -66,8 +79,11 @@ def test_static_cache_decoder_equals_dynamic_cache_path(tiny_model):
     prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
     kw = dict(eos_token_ids={2, 3}, pad_token_id=0)
     for model in (tiny_model, tiny_qwen2()):
-        for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10),
-                       SamplingParams(max_new_tokens=10, temperature=0.7, top_p=0.9)):
+        for params in (
+            SamplingParams(max_new_tokens=10, temperature=0),
+            SamplingParams(max_new_tokens=10),
+            SamplingParams(max_new_tokens=10, temperature=0.7, top_p=0.9),
+        ):
             a = generate(model, prompts, 4, params, engine="static", generator=torch.Generator().manual_seed(1), **kw)
             b = generate(model, prompts, 4, params, engine="dynamic", generator=torch.Generator().manual_seed(1), **kw)
             assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
@@ -78,13 +94,21 @@ def test_static_cache_decoder_equals_dynamic_cache_path(tiny_model):
 def test_static_engine_sampling_logprobs_match_a_full_forward():
     model = tiny_qwen2(seed=3)
     prompts = [[1, 5, 6, 7], [1, 9]]
-    ro = generate(model, prompts, 3, SamplingParams(max_new_tokens=12), eos_token_ids={2, 3, 4}, pad_token_id=0,
-                  generator=torch.Generator().manual_seed(0), engine="static")
+    ro = generate(
+        model,
+        prompts,
+        3,
+        SamplingParams(max_new_tokens=12),
+        eos_token_ids={2, 3, 4},
+        pad_token_id=0,
+        generator=torch.Generator().manual_seed(0),
+        engine="static",
+    )
     batch = make_token_batch(ro, pad_token_id=0)
     logp, _ = completion_logprobs(model, batch)
     ref = torch.zeros_like(logp)
     for i, lp in enumerate(ro.sampling_logprobs):
-        ref[i, :len(lp)] = torch.tensor(lp)
+        ref[i, : len(lp)] = torch.tensor(lp)
     m = batch.completion_mask
     assert torch.allclose(logp * m, ref * m, atol=1e-4)
 
@@ -125,8 +149,16 @@ def test_when_finished_rows_leave_the_cache_does_not_change_what_is_sampled(tiny
     for fraction in (0.0, 0.25, 2.0):  # drop at every finish, by quarters, never (until all have finished)
         monkeypatch.setattr(hf, "COMPACT_FRACTION", fraction)
         for engine in ("static", "dynamic"):
-            ro = generate(tiny_model, prompts, 4, SamplingParams(max_new_tokens=12, temperature=0.8), eos_token_ids={2, 3},
-                          pad_token_id=0, generator=torch.Generator().manual_seed(2), engine=engine)
+            ro = generate(
+                tiny_model,
+                prompts,
+                4,
+                SamplingParams(max_new_tokens=12, temperature=0.8),
+                eos_token_ids={2, 3},
+                pad_token_id=0,
+                generator=torch.Generator().manual_seed(2),
+                engine=engine,
+            )
             runs.append(ro)
     assert len({r.finish_reasons.count("eos") for r in runs}) == 1 and 0 < runs[0].finish_reasons.count("eos") < 12
     for r in runs[1:]:
@@ -146,8 +178,10 @@ def test_graphed_step_math_equals_the_eager_step_on_cpu(tiny_model, monkeypatch)
     mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
     pos = (mask.cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
-        outs = [tiny_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True).past_key_values
-                for _ in range(2)]
+        outs = [
+            tiny_model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True).past_key_values
+            for _ in range(2)
+        ]
         eager = StaticDecoder.from_prefill(tiny_model, outs[0], mask, 2, 6)
         monkeypatch.setattr(static, "graphable", lambda model, device: True)  # graph-mode cache on CPU
         fixed = StaticDecoder.from_prefill(tiny_model, outs[1], mask, 2, 6, graphs=True)
@@ -203,12 +237,27 @@ def test_repetition_penalty_is_transformers_on_fixed_tensors():
 
 def test_greedy_with_repetition_penalty_equals_transformers_generate_on_both_engines(tiny_model):
     prompt = [1, 5, 6, 5, 7]
-    hf = tiny_model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=10, repetition_penalty=1.8,
-                             eos_token_id=2, pad_token_id=0)[0, len(prompt):].tolist()
-    plain = generate(tiny_model, [prompt], 1, SamplingParams(max_new_tokens=10, temperature=0), eos_token_ids={2}, pad_token_id=0)
+    hf = tiny_model.generate(
+        torch.tensor([prompt]),
+        do_sample=False,
+        max_new_tokens=10,
+        repetition_penalty=1.8,
+        eos_token_id=2,
+        pad_token_id=0,
+    )[0, len(prompt) :].tolist()
+    plain = generate(
+        tiny_model, [prompt], 1, SamplingParams(max_new_tokens=10, temperature=0), eos_token_ids={2}, pad_token_id=0
+    )
     for engine in ("static", "dynamic"):
-        ro = generate(tiny_model, [prompt], 2, SamplingParams(max_new_tokens=10, temperature=0, repetition_penalty=1.8),
-                      eos_token_ids={2}, pad_token_id=0, engine=engine)
+        ro = generate(
+            tiny_model,
+            [prompt],
+            2,
+            SamplingParams(max_new_tokens=10, temperature=0, repetition_penalty=1.8),
+            eos_token_ids={2},
+            pad_token_id=0,
+            engine=engine,
+        )
         assert ro.completion_ids == [hf, hf], engine
     assert plain.completion_ids[0] != hf  # the penalty changed what greedy decoding picks (so the test can fail)
 
@@ -217,16 +266,24 @@ def test_sampling_logprobs_with_repetition_penalty_are_the_penalised_distributio
     prompts = [[1, 5, 6, 7], [1, 9]]  # ragged: left padding must not count as seen
     params = SamplingParams(max_new_tokens=8, temperature=0.7, repetition_penalty=1.5)
     for engine in ("static", "dynamic"):
-        ro = generate(tiny_model, prompts, 3, params, eos_token_ids={2, 3}, pad_token_id=0,
-                      generator=torch.Generator().manual_seed(0), engine=engine)
+        ro = generate(
+            tiny_model,
+            prompts,
+            3,
+            params,
+            eos_token_ids={2, 3},
+            pad_token_id=0,
+            generator=torch.Generator().manual_seed(0),
+            engine=engine,
+        )
         for i, (comp, lps) in enumerate(zip(ro.completion_ids, ro.sampling_logprobs)):
             prompt = prompts[i // 3]
             with torch.no_grad():
-                logits = tiny_model(torch.tensor([prompt + comp])).logits[0, len(prompt) - 1:-1]  # (T, V)
+                logits = tiny_model(torch.tensor([prompt + comp])).logits[0, len(prompt) - 1 : -1]  # (T, V)
             for t, tok in enumerate(comp):
                 seen = torch.zeros(1, logits.shape[-1], dtype=torch.bool)
                 seen[0, prompt + comp[:t]] = True
-                expected = process_logits(logits[t:t + 1], params, seen)[0, tok].item()
+                expected = process_logits(logits[t : t + 1], params, seen)[0, tok].item()
                 assert abs(lps[t] - expected) < 1e-4, (engine, i, t)
 
 
@@ -238,10 +295,24 @@ def test_a_hybrid_cache_that_cannot_copy_rows_prefills_each_sample(monkeypatch):
     from grpokit.rollout import hf as hf_mod
 
     torch.manual_seed(0)
-    cfg = NemotronHConfig(vocab_size=40, hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
-                          layers_block_type=["mamba", "attention"], mamba_num_heads=8, mamba_head_dim=4, mamba_n_groups=1,
-                          ssm_state_size=16, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False,
-                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = NemotronHConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=32,
+        layers_block_type=["mamba", "attention"],
+        mamba_num_heads=8,
+        mamba_head_dim=4,
+        mamba_n_groups=1,
+        ssm_state_size=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        use_mamba_kernels=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     model = NemotronHForCausalLM(cfg).eval()
     params = hf_mod.SamplingParams(max_new_tokens=4, temperature=0.0)  # greedy: every sample of a prompt is the same
     prompts = [[5, 6, 7], [8, 9]]  # unequal lengths: left padding in the shared prefill
@@ -250,7 +321,9 @@ def test_a_hybrid_cache_that_cannot_copy_rows_prefills_each_sample(monkeypatch):
     monkeypatch.setattr(hf_mod, "_row_ops", lambda c: cache_rows.append(real(c)) or real(c))
     both = hf_mod.generate(model, prompts, 2, params, eos_token_ids={2}, pad_token_id=0, engine="dynamic")
     assert cache_rows == [False]  # the Mamba layer's cache cannot copy rows: the fallback ran
-    alone = [hf_mod.generate(model, [p], 1, params, eos_token_ids={2}, pad_token_id=0, engine="dynamic").completion_ids[0]
-             for p in prompts]
+    alone = [
+        hf_mod.generate(model, [p], 1, params, eos_token_ids={2}, pad_token_id=0, engine="dynamic").completion_ids[0]
+        for p in prompts
+    ]
     # rows p*G .. p*G+G-1 are prompt p's: each equals that prompt's greedy completion decoded alone
     assert both.completion_ids == [alone[0], alone[0], alone[1], alone[1]]

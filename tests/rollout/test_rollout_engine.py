@@ -3,15 +3,14 @@ trainer holds an engine from the start (no None, no asking which engine it is)."
 
 import torch
 
+from grpokit.config import Config
+from grpokit.config.io import apply_overrides
 from grpokit.rollout.async_ import AsyncRollout
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.rollout.vllm import VLLMColocated
 from grpokit.rollout.vllm_client import VLLMServer
 from grpokit.rollout.vllm_tp import TensorParallelEngine
-
-from grpokit.config import Config
-from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 
 PROTOCOL = ["prefetched", "turn_sampler", "finish_sampling", "sleep_for_update", "after_update", "close"]
@@ -28,8 +27,16 @@ def test_hf_engine_samples_what_generate_samples(tiny_model):
     params = SamplingParams(max_new_tokens=4)
     eng = HFEngine(eos_token_ids={2}, pad_token_id=0, decode=str, generator=torch.Generator().manual_seed(7))
     ro = eng.turn_sampler(tiny_model)([[3, 4], [5]], 2, params)
-    want = generate(tiny_model, [[3, 4], [5]], 2, params, eos_token_ids={2}, pad_token_id=0,
-                    generator=torch.Generator().manual_seed(7), decode=str)
+    want = generate(
+        tiny_model,
+        [[3, 4], [5]],
+        2,
+        params,
+        eos_token_ids={2},
+        pad_token_id=0,
+        generator=torch.Generator().manual_seed(7),
+        decode=str,
+    )
     assert ro.completion_ids == want.completion_ids and ro.sampling_logprobs == want.sampling_logprobs
     own = torch.Generator().manual_seed(7)  # a caller's generator (the async thread) is used instead of the trainer's
     again = eng.turn_sampler(tiny_model, own)([[3, 4], [5]], 2, params)
@@ -57,13 +64,30 @@ class _Recording(HFEngine):
 
 
 def _trainer(model_dir, out) -> Trainer:
-    cfg = apply_overrides(Config(), [f"model.name_or_path={model_dir}", "data.task=", "reward.functions=[]",
-                                     "rollout.group_size=2", "rollout.max_new_tokens=3", "train.prompts_per_step=2",
-                                     "train.steps=1", f"train.out={out}", "record.sinks=[]", "record.report=false",
-                                     "train.threads=1"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "reward.functions=[]",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=3",
+            "train.prompts_per_step=2",
+            "train.steps=1",
+            f"train.out={out}",
+            "record.sinks=[]",
+            "record.report=false",
+            "train.threads=1",
+        ],
+    )
     rows = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh")]
-    return Trainer(cfg, reward_funcs=[lambda prompts, completions, **kw: [float("a" in c) for c in completions]],
-                   train_rows=rows, eval_rows=[], quiet=True)
+    return Trainer(
+        cfg,
+        reward_funcs=[lambda prompts, completions, **kw: [float("a" in c) for c in completions]],
+        train_rows=rows,
+        eval_rows=[],
+        quiet=True,
+    )
 
 
 def test_the_loop_calls_the_protocol_in_step_order(tiny_model_dir, tmp_path):

@@ -26,9 +26,10 @@ def test_greedy_generate_engine_equals_the_dynamic_loop(tiny_model):
     # no sampling logprobs: zeros, one per token (tis.sampled_rows reads such a row as unscored)
     assert a.sampling_logprobs == [[0.0] * len(c) for c in a.completion_ids]
     # the single unpadded prompt straight through transformers agrees too
-    direct = tiny_model.generate(torch.tensor([prompts[1]]), do_sample=False, max_new_tokens=10, eos_token_id=[2, 3],
-                                 pad_token_id=0)[0, 2:].tolist()
-    assert a.completion_ids[2] == direct[:len(a.completion_ids[2])]
+    direct = tiny_model.generate(
+        torch.tensor([prompts[1]]), do_sample=False, max_new_tokens=10, eos_token_id=[2, 3], pad_token_id=0
+    )[0, 2:].tolist()
+    assert a.completion_ids[2] == direct[: len(a.completion_ids[2])]
 
 
 def test_completions_cut_at_eos_or_stop_string_as_the_other_engines():
@@ -44,7 +45,9 @@ def test_completions_cut_at_eos_or_stop_string_as_the_other_engines():
 
 
 def test_generation_config_leaves_grpokits_off_values_unset_and_adds_the_kwargs():
-    cfg = generation_config(SamplingParams(max_new_tokens=7, temperature=0.7, top_k=0, top_p=1.0), {"num_beams": 2}, {2, 3}, 0)
+    cfg = generation_config(
+        SamplingParams(max_new_tokens=7, temperature=0.7, top_k=0, top_p=1.0), {"num_beams": 2}, {2, 3}, 0
+    )
     assert cfg.do_sample and cfg.temperature == 0.7 and cfg.num_beams == 2 and cfg.max_new_tokens == 7
     assert cfg.top_k is None and cfg.top_p is None and cfg.min_p is None  # 0 / 1.0 are "off": no warper built
     assert cfg.eos_token_id == [2, 3] and cfg.num_return_sequences == 1
@@ -57,9 +60,13 @@ def test_seeded_sampling_repeats_and_leaves_the_global_rng_alone(tiny_model):
     kw = dict(eos_token_ids={2}, pad_token_id=0, engine="generate")
     torch.manual_seed(123)
     state = torch.random.get_rng_state()
-    a = generate(tiny_model, prompts, 3, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(4), **kw)
+    a = generate(
+        tiny_model, prompts, 3, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(4), **kw
+    )
     assert torch.equal(torch.random.get_rng_state(), state)  # generate() drew inside fork_rng
-    b = generate(tiny_model, prompts, 3, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(4), **kw)
+    b = generate(
+        tiny_model, prompts, 3, SamplingParams(max_new_tokens=8), generator=torch.Generator().manual_seed(4), **kw
+    )
     assert a.completion_ids == b.completion_ids
 
 
@@ -80,13 +87,22 @@ def test_beam_search_run_of_two_steps_trains(tiny_model_dir, tmp_path):
     assert len(steps) == 2 and not [k for s in steps for k in s if k.startswith("mismatch/")]
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"engine": "beam"}, r"^rollout.engine='?beam'? "),
-    ({"generation_kwargs": {"num_beams": 2}}, r"^rollout.generation_kwargs=\{'num_beams': 2\} is read only by rollout.engine=generate"),
-    ({"engine": "generate", "generation_kwargs": {"temperature": 0.5}}, r"^rollout.generation_kwargs keys \['temperature'\] are set elsewhere"),
-    ({"engine": "generate", "async_staleness": 1}, r"^rollout.engine=generate records no sampling logprobs"),
-    ({"engine": "static", "backend": "vllm"}, r"^rollout.engine=static picks a decode loop of rollout.backend=hf"),
-])
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"engine": "beam"}, r"^rollout.engine='?beam'? "),
+        (
+            {"generation_kwargs": {"num_beams": 2}},
+            r"^rollout.generation_kwargs=\{'num_beams': 2\} is read only by rollout.engine=generate",
+        ),
+        (
+            {"engine": "generate", "generation_kwargs": {"temperature": 0.5}},
+            r"^rollout.generation_kwargs keys \['temperature'\] are set elsewhere",
+        ),
+        ({"engine": "generate", "async_staleness": 1}, r"^rollout.engine=generate records no sampling logprobs"),
+        ({"engine": "static", "backend": "vllm"}, r"^rollout.engine=static picks a decode loop of rollout.backend=hf"),
+    ],
+)
 def test_bad_engine_settings_get_one_sentence(over, message):
     cfg = Config()
     for k, v in over.items():

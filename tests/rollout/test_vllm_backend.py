@@ -10,13 +10,14 @@ import torch
 from grpokit.config import ConfigError
 from grpokit.rollout.hf import SamplingParams
 from grpokit.rollout.vllm import VLLMColocated, finish_reason, policy_weights, to_rollout
-
 from helpers.runs import make
 
 
 def completion(index, ids, logps, reason, stop_reason=None):
     steps = [{t: types.SimpleNamespace(logprob=lp)} for t, lp in zip(ids, logps)]
-    return types.SimpleNamespace(index=index, token_ids=ids, logprobs=steps, finish_reason=reason, stop_reason=stop_reason)
+    return types.SimpleNamespace(
+        index=index, token_ids=ids, logprobs=steps, finish_reason=reason, stop_reason=stop_reason
+    )
 
 
 class FakeLLM:
@@ -30,7 +31,9 @@ class FakeLLM:
         outs = []
         for p in prompts:
             ids = p["prompt_token_ids"]
-            samples = [completion(g, [ids[0] % 20 + 3, g + 3, 1], [-0.5, -0.5, -0.5], "stop") for g in reversed(range(sp.n))]
+            samples = [
+                completion(g, [ids[0] % 20 + 3, g + 3, 1], [-0.5, -0.5, -0.5], "stop") for g in reversed(range(sp.n))
+            ]
             outs.append(types.SimpleNamespace(outputs=samples))
         return outs
 
@@ -62,8 +65,11 @@ def test_finish_reasons_map_to_grpokit():
 
 
 def test_outputs_become_a_rollout_in_sample_order():
-    outs = [types.SimpleNamespace(outputs=[completion(1, [5, 6], [-1.0, -2.0], "length"),
-                                           completion(0, [7, 1], [-0.1, -0.2], "stop")])]
+    outs = [
+        types.SimpleNamespace(
+            outputs=[completion(1, [5, 6], [-1.0, -2.0], "length"), completion(0, [7, 1], [-0.1, -0.2], "stop")]
+        )
+    ]
     ro = to_rollout(outs, [[3, 4]], 2)
     assert ro.completion_ids == [[7, 1], [5, 6]]  # sorted by sample index
     assert ro.sampling_logprobs == [[-0.1, -0.2], [-1.0, -2.0]]
@@ -77,7 +83,12 @@ def test_colocated_engine_sleeps_for_the_update_and_syncs_weights(tiny_model):
     assert ro.num_sequences == 4 and ro.finish_reasons == ["eos"] * 4
     assert llm.calls == [("generate", 2), ("sleep", 2)]
     m = eng.after_update(tiny_model, 1)
-    assert llm.calls[2:] == [("wake_up", ("weights",)), ("apply_model",), ("wake_up", ("kv_cache",)), ("reset_prefix_cache",)]
+    assert llm.calls[2:] == [
+        ("wake_up", ("weights",)),
+        ("apply_model",),
+        ("wake_up", ("kv_cache",)),
+        ("reset_prefix_cache",),
+    ]
     assert m == {"rollout/weight_sync_step": 1.0}
     assert set(llm.loaded) == set(tiny_model.state_dict())
     assert torch.equal(llm.loaded["lm_head.weight"], tiny_model.lm_head.weight)
@@ -134,8 +145,11 @@ def test_dynamic_sampling_rounds_all_sample_before_the_engine_sleeps(tiny_model_
                 o.outputs = [completion(s.index, o.outputs[-1].token_ids, [-0.5] * 3, "stop") for s in o.outputs]
             return outs
 
-    tr = make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "algo.dynamic_sampling": True,
-                                                   "algo.max_sampling_rounds": 3})
+    tr = make(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{"train.steps": 1, "algo.dynamic_sampling": True, "algo.max_sampling_rounds": 3},
+    )
     llm = SameLLM()
     tr.use_engine(VLLMColocated(llm, FakeSP, tr.params, sleep=True))
     tr.cfg.rollout.backend = "vllm"

@@ -11,9 +11,8 @@ from grpokit.rollout import vllm_serve
 from grpokit.rollout.hf import SamplingParams
 from grpokit.rollout.vllm_client import VLLMServer
 from grpokit.rollout.vllm_worker import EXTENSION, PROTOCOL, WeightSyncExtension
-
-from helpers.models import tiny_llama
 from helpers.fake_vllm import FakeVLLMServer, make_worker_class
+from helpers.models import tiny_llama
 from helpers.runs import make
 
 
@@ -42,8 +41,13 @@ def test_worker_extension_loads_a_safetensors_folder_into_the_live_model(tmp_pat
     assert same_weights(worker.model_runner.model.hf, policy)
     # every tensor of the file, float32 = 4 bytes per element
     assert out == {"tensors": len(sd), "bytes": sum(v.numel() * 4 for v in sd.values()), "rank": 0}
-    assert worker.grpokit_info() == {"extension": "grpokit", "protocol": PROTOCOL,
-                                     "logprobs_mode": "processed_logprobs", "dtype": "float32", "rank": 0}
+    assert worker.grpokit_info() == {
+        "extension": "grpokit",
+        "protocol": PROTOCOL,
+        "logprobs_mode": "processed_logprobs",
+        "dtype": "float32",
+        "rank": 0,
+    }
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors file in"):
         worker.grpokit_load_weights(str(tmp_path / "missing"))
 
@@ -81,10 +85,18 @@ def test_client_connects_samples_and_syncs_against_the_fake(tmp_path, flavor):
         paths = [p for _, p, _ in srv.calls]
         # one readiness check, the model list, the extension check, a sample, a load, then the cache reset:
         # 0.33 answers {"success": false} while blocks are held (the fake once), so it is asked again
-        assert paths == ["/health", "/v1/models", "/collective_rpc", "/v1/completions", "/collective_rpc",
-                         "/reset_prefix_cache"] + ["/reset_prefix_cache"] * (flavor == "0.33.0")
+        assert paths == [
+            "/health",
+            "/v1/models",
+            "/collective_rpc",
+            "/v1/completions",
+            "/collective_rpc",
+            "/reset_prefix_cache",
+        ] + ["/reset_prefix_cache"] * (flavor == "0.33.0")
         load = srv.calls[4][2]
-        assert load["method"] == "grpokit_load_weights" and load["args"] == [str((tmp_path / "sync" / "step-000007").resolve())]
+        assert load["method"] == "grpokit_load_weights" and load["args"] == [
+            str((tmp_path / "sync" / "step-000007").resolve())
+        ]
         eng.after_update(policy, 8)
         assert [d.name for d in (tmp_path / "sync").iterdir()] == ["step-000008"]  # the previous folder is removed
 
@@ -93,8 +105,16 @@ def test_tied_embeddings_are_written_once(tmp_path):
     from safetensors import safe_open
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, tie_word_embeddings=True, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     server_model = LlamaForCausalLM(cfg)
     torch.manual_seed(1)
@@ -122,18 +142,29 @@ def test_waits_for_a_server_that_is_still_starting(tmp_path):
 
 def test_unreachable_server_is_one_sentence_naming_vllm_url(tmp_path):
     srv = FakeVLLMServer(tiny_llama())  # never started: nothing listens on its port
-    with pytest.raises(ConfigError, match=r"rollout.vllm_url: no vLLM server became ready at http://127.0.0.1:\d+ within 0.3 s"):
+    with pytest.raises(
+        ConfigError, match=r"rollout.vllm_url: no vLLM server became ready at http://127.0.0.1:\d+ within 0.3 s"
+    ):
         client(srv, tmp_path, startup_timeout=0.3)
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"dev_mode": False}, "has no /collective_rpc endpoint .*VLLM_SERVER_DEV_MODE=1.*grpokit vllm-serve"),
-    ({"extension": False}, "lacks grpokit's worker extension grpokit.rollout.vllm_worker.WeightSyncExtension "
-                           r"\(HTTP 500: .*Method 'grpokit_info' is not implemented.*grpokit vllm-serve"),
-    ({"extension": False, "flavor": "0.10.2"}, "lacks grpokit's worker extension grpokit.rollout.vllm_worker."
-                                               r"WeightSyncExtension \(HTTP 500: Internal Server Error\)"),
-    ({"logprobs_mode": "raw_logprobs"}, "returns 'raw_logprobs' logprobs.*--logprobs-mode processed_logprobs"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"dev_mode": False}, "has no /collective_rpc endpoint .*VLLM_SERVER_DEV_MODE=1.*grpokit vllm-serve"),
+        (
+            {"extension": False},
+            "lacks grpokit's worker extension grpokit.rollout.vllm_worker.WeightSyncExtension "
+            r"\(HTTP 500: .*Method 'grpokit_info' is not implemented.*grpokit vllm-serve",
+        ),
+        (
+            {"extension": False, "flavor": "0.10.2"},
+            "lacks grpokit's worker extension grpokit.rollout.vllm_worker."
+            r"WeightSyncExtension \(HTTP 500: Internal Server Error\)",
+        ),
+        ({"logprobs_mode": "raw_logprobs"}, "returns 'raw_logprobs' logprobs.*--logprobs-mode processed_logprobs"),
+    ],
+)
 def test_a_server_grpokit_cannot_drive_is_refused_at_start(tmp_path, kw, message):
     with FakeVLLMServer(tiny_llama(), **kw) as srv:
         with pytest.raises(ConfigError, match=message):
@@ -143,10 +174,15 @@ def test_a_server_grpokit_cannot_drive_is_refused_at_start(tmp_path, kw, message
 def test_a_server_that_cannot_read_the_sync_folder_stops_the_run_clearly(tmp_path):
     with FakeVLLMServer(tiny_llama()) as srv:
         worker = srv.workers[0]  # as if the server saw another filesystem: the folder is not there
-        worker.grpokit_load_weights = lambda folder: WeightSyncExtension.grpokit_load_weights(worker, folder + "-elsewhere")
+        worker.grpokit_load_weights = lambda folder: WeightSyncExtension.grpokit_load_weights(
+            worker, folder + "-elsewhere"
+        )
         eng = client(srv, tmp_path)
-        with pytest.raises(RuntimeError, match=r"failed grpokit_load_weights \(HTTP 500: .*no \*.safetensors file in .*"
-                                               r"-elsewhere.*\); the server must read rollout.vllm_sync_dir"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"failed grpokit_load_weights \(HTTP 500: .*no \*.safetensors file in .*"
+            r"-elsewhere.*\); the server must read rollout.vllm_sync_dir",
+        ):
             eng.after_update(tiny_llama(seed=3), 1)
 
 
@@ -168,8 +204,16 @@ def test_training_steps_against_the_fake_server_sample_from_the_synced_weights(t
     torch.manual_seed(123)
     server_model = LlamaForCausalLM(AutoConfig.from_pretrained(tiny_model_dir))  # not the trainer's weights
     with FakeVLLMServer(server_model, workers=2) as srv:
-        tr = make(tiny_model_dir, tmp_path / "run", **{"rollout.backend": "vllm_server", "rollout.vllm_url": srv.url,
-                                                        "rollout.tis_cap": 2.0, "rollout.vllm_startup_timeout": 5})
+        tr = make(
+            tiny_model_dir,
+            tmp_path / "run",
+            **{
+                "rollout.backend": "vllm_server",
+                "rollout.vllm_url": srv.url,
+                "rollout.tis_cap": 2.0,
+                "rollout.vllm_startup_timeout": 5,
+            },
+        )
         assert same_weights(server_model, tr.model)  # pushed once at start
         for _ in range(2):
             before = {k: v.clone() for k, v in tr.model.state_dict().items()}
@@ -193,8 +237,16 @@ def test_without_the_sync_the_fake_samples_from_other_weights(tiny_model_dir, tm
     server_model = LlamaForCausalLM(AutoConfig.from_pretrained(tiny_model_dir))
     with FakeVLLMServer(server_model) as srv:
         srv.workers[0].model_runner.model.load_weights = lambda weights: [None for _ in weights]
-        tr = make(tiny_model_dir, tmp_path / "run", **{"rollout.backend": "vllm_server", "rollout.vllm_url": srv.url,
-                                                        "rollout.tis_cap": 2.0, "rollout.vllm_startup_timeout": 5})
+        tr = make(
+            tiny_model_dir,
+            tmp_path / "run",
+            **{
+                "rollout.backend": "vllm_server",
+                "rollout.vllm_url": srv.url,
+                "rollout.tis_cap": 2.0,
+                "rollout.vllm_startup_timeout": 5,
+            },
+        )
         assert tr.train_step()["tis/logp_abs_diff_mean"] > 0.05
 
 
@@ -206,9 +258,19 @@ def _rank(rank, world, init_file, model_dir, out, url, result_file, fsdp=False):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        tr = make(model_dir, out, **{"rollout.backend": "vllm_server", "rollout.vllm_url": url, "rollout.tis_cap": 2.0,
-                                     "train.prompts_per_step": 4, "data.eval_size": 0, "rollout.vllm_startup_timeout": 30,
-                                     "train.fsdp": fsdp})
+        tr = make(
+            model_dir,
+            out,
+            **{
+                "rollout.backend": "vllm_server",
+                "rollout.vllm_url": url,
+                "rollout.tis_cap": 2.0,
+                "train.prompts_per_step": 4,
+                "data.eval_size": 0,
+                "rollout.vllm_startup_timeout": 30,
+                "train.fsdp": fsdp,
+            },
+        )
         metrics = []
         for _ in range(2):
             metrics.append(tr.train_step())
@@ -232,8 +294,20 @@ def test_two_trainer_ranks_share_one_server_and_sync_once_per_step(tiny_model_di
     torch.manual_seed(123)
     server_model = LlamaForCausalLM(AutoConfig.from_pretrained(tiny_model_dir))
     with FakeVLLMServer(server_model) as srv:
-        mp.spawn(_rank, args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "run"), srv.url,
-                              str(tmp_path / "rank0.pt"), fsdp), nprocs=2, join=True)
+        mp.spawn(
+            _rank,
+            args=(
+                2,
+                str(tmp_path / "init"),
+                str(tiny_model_dir),
+                str(tmp_path / "run"),
+                srv.url,
+                str(tmp_path / "rank0.pt"),
+                fsdp,
+            ),
+            nprocs=2,
+            join=True,
+        )
     result = torch.load(tmp_path / "rank0.pt")
     # the server holds the trained policy (FSDP2: gathered from both ranks' shards; untied head)
     assert set(result["weights"]) == set(server_model.state_dict())
@@ -241,10 +315,14 @@ def test_two_trainer_ranks_share_one_server_and_sync_once_per_step(tiny_model_di
     for m in result["metrics"]:  # averaged over both ranks: each sampled from the synced weights
         assert m["tis/logp_abs_diff_mean"] < 1e-4
     # rank 0 alone loads; the barrier keeps both ranks' sampling after the server holds the new weights
-    events = ["load" if b and b.get("method") == "grpokit_load_weights" else p for _, p, b in srv.calls
-              if p in ("/v1/completions", "/reset_prefix_cache") or (b or {}).get("method") == "grpokit_load_weights"]
-    assert events == ["load", "/reset_prefix_cache"] + ["/v1/completions"] * 2 + ["load", "/reset_prefix_cache"] \
-        + ["/v1/completions"] * 2 + ["load", "/reset_prefix_cache"]
+    events = [
+        "load" if b and b.get("method") == "grpokit_load_weights" else p
+        for _, p, b in srv.calls
+        if p in ("/v1/completions", "/reset_prefix_cache") or (b or {}).get("method") == "grpokit_load_weights"
+    ]
+    assert events == ["load", "/reset_prefix_cache"] + ["/v1/completions"] * 2 + ["load", "/reset_prefix_cache"] + [
+        "/v1/completions"
+    ] * 2 + ["load", "/reset_prefix_cache"]
 
 
 # ---------------------------------------------------------------- grpokit vllm-serve
@@ -262,8 +340,10 @@ def test_vllm_serve_without_vllm_says_how_to_install(monkeypatch, capsys):
     monkeypatch.setattr(vllm_serve, "installed_vllm", lambda: None)
     assert cli.main(["vllm-serve", "Qwen/Qwen2.5-0.5B-Instruct", "--port", "8000"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("grpokit: error: grpokit vllm-serve needs vLLM, which is not installed in this environment: "
-                   "pip install 'grpokit[vllm]' (vllm>=0.10.2,<0.34; vLLM serves on a CUDA GPU)")
+    assert err == (
+        "grpokit: error: grpokit vllm-serve needs vLLM, which is not installed in this environment: "
+        "pip install 'grpokit[vllm]' (vllm>=0.10.2,<0.34; vLLM serves on a CUDA GPU)"
+    )
 
 
 def test_vllm_serve_runs_stock_vllm_serve_with_what_the_trainer_needs(monkeypatch, capsys):
@@ -273,9 +353,23 @@ def test_vllm_serve_runs_stock_vllm_serve_with_what_the_trainer_needs(monkeypatc
     monkeypatch.setattr(vllm_serve.sys, "executable", "/venv/bin/python")
     assert cli.main(["vllm-serve", "M", "--port", "8001", "--dry-run", "-tp", "2"]) == 0
     # everything after MODEL is vLLM's, --dry-run included; grpokit's options go before MODEL
-    assert ran["argv"] == ["/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "M", "--port", "8001",
-                           "--dry-run", "-tp", "2", "--worker-extension-cls", EXTENSION,
-                           "--logprobs-mode", "processed_logprobs", "--enable-scale-out"]  # 0.33 >= 0.30: image prompts' endpoints
+    assert ran["argv"] == [
+        "/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "M",
+        "--port",
+        "8001",
+        "--dry-run",
+        "-tp",
+        "2",
+        "--worker-extension-cls",
+        EXTENSION,
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--enable-scale-out",
+    ]  # 0.33 >= 0.30: image prompts' endpoints
     assert ran["path"] == "/venv/bin/python" and ran["env"]["VLLM_SERVER_DEV_MODE"] == "1"
     err = capsys.readouterr().err  # 0.33.0 is in the checked range: no warning, only the command it runs
     assert err == f"grpokit vllm-serve: running VLLM_SERVER_DEV_MODE=1 {' '.join(ran['argv'])}\n"
@@ -294,7 +388,9 @@ def test_vllm_versions_outside_the_checked_range_get_a_warning():
 def test_vllm_serve_dry_run_prints_the_command(capsys):
     assert cli.main(["vllm-serve", "--dry-run", "M", "--port", "8001"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("VLLM_SERVER_DEV_MODE=1 ") and f"serve M --port 8001 --worker-extension-cls {EXTENSION}" in out
+    assert (
+        out.startswith("VLLM_SERVER_DEV_MODE=1 ") and f"serve M --port 8001 --worker-extension-cls {EXTENSION}" in out
+    )
 
 
 def test_fsdp_with_lora_on_the_server_backend_is_one_sentence(tmp_path):

@@ -49,10 +49,20 @@ class FakeLLM:
     def generate(self, prompts, sp, use_tqdm=False):
         sps = sp if isinstance(sp, list) else [sp] * len(prompts)
         assert len(sps) == len(prompts)  # vLLM: one SamplingParams per prompt, or one for all
-        self.calls.append(["generate", [p["prompt_token_ids"] for p in prompts], [s.n for s in sps],
-                           [p.get("multi_modal_data", {}).get("image") for p in prompts]])
-        return [types.SimpleNamespace(outputs=[completion(g, [p["prompt_token_ids"][0] % 20 + 3, g + 3, 1])
-                                               for g in reversed(range(s.n))]) for p, s in zip(prompts, sps)]
+        self.calls.append(
+            [
+                "generate",
+                [p["prompt_token_ids"] for p in prompts],
+                [s.n for s in sps],
+                [p.get("multi_modal_data", {}).get("image") for p in prompts],
+            ]
+        )
+        return [
+            types.SimpleNamespace(
+                outputs=[completion(g, [p["prompt_token_ids"][0] % 20 + 3, g + 3, 1]) for g in reversed(range(s.n))]
+            )
+            for p, s in zip(prompts, sps)
+        ]
 
     def sleep(self, level):
         self.calls.append(["sleep", level])
@@ -92,8 +102,12 @@ def engine(gather, member, llm=None):
 
 def test_groups_are_consecutive_ranks():
     assert tp_groups(8, 2) == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert tp_groups(4, 2) == [[0, 1], [2, 3]] and tp_groups(4, 4) == [[0, 1, 2, 3]] and tp_groups(3, 1) == [[0], [1], [2]]
-    with pytest.raises(ConfigError, match=r"rollout.vllm_tensor_parallel_size=2 must divide the 3 ranks; use one of: 1, 3$"):
+    assert (
+        tp_groups(4, 2) == [[0, 1], [2, 3]] and tp_groups(4, 4) == [[0, 1, 2, 3]] and tp_groups(3, 1) == [[0], [1], [2]]
+    )
+    with pytest.raises(
+        ConfigError, match=r"rollout.vllm_tensor_parallel_size=2 must divide the 3 ranks; use one of: 1, 3$"
+    ):
         tp_groups(3, 2)
 
 
@@ -192,9 +206,14 @@ def _engine_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     eng.sleep_for_update()  # what the trainer does once the step's sampling is over
     eng.after_update(tiny_llama(), 1)
     llm = FakeLLM.built[-1]
-    return {"kwargs": {k: llm.kwargs[k] for k in ("tensor_parallel_size", "distributed_executor_backend", "seed")},
-            "prompts": ro.prompt_ids, "completions": ro.completion_ids, "second": second, "calls": llm.calls,
-            "env": [int(__import__("os").environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")]}
+    return {
+        "kwargs": {k: llm.kwargs[k] for k in ("tensor_parallel_size", "distributed_executor_backend", "seed")},
+        "prompts": ro.prompt_ids,
+        "completions": ro.completion_ids,
+        "second": second,
+        "calls": llm.calls,
+        "env": [int(__import__("os").environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")],
+    }
 
 
 def by_rank(prompts, completions, **kwargs):
@@ -205,18 +224,31 @@ def by_rank(prompts, completions, **kwargs):
 def _trainer_part(rank: int, world: int, model_dir: str, tmp: str) -> dict:
     """One trainer step with GFPO adaptive: only rank 0 samples the extra completions, and rank 1,
     with no prompt, keeps its group's engine company (the loop calls finish_sampling anyway)."""
-    from helpers.runs import ROWS, tiny_cfg
     from grpokit.train import Trainer
+    from helpers.runs import ROWS, tiny_cfg
 
-    cfg = tiny_cfg(model_dir, Path(tmp) / "run", **{"train.steps": 1, "train.prompts_per_step": 4, "rollout.max_new_tokens": 3,
-                                                     "rollout.sample_group_size": 6, "rollout.gfpo_adaptive": True})
+    cfg = tiny_cfg(
+        model_dir,
+        Path(tmp) / "run",
+        **{
+            "train.steps": 1,
+            "train.prompts_per_step": 4,
+            "rollout.max_new_tokens": 3,
+            "rollout.sample_group_size": 6,
+            "rollout.gfpo_adaptive": True,
+        },
+    )
     cfg.data.dataset = ""
     tr = Trainer(cfg, reward_funcs=[by_rank], train_rows=ROWS, quiet=True)
     tr.cfg.rollout.backend, tr.cfg.rollout.vllm_tensor_parallel_size = "vllm", 2  # as if built on GPUs
     tr.use_engine(engines.colocated_engine(tr.cfg, tr.params, torch.device("cuda"), tr.dist))
     m = tr.train_step()
     llm = FakeLLM.built[-1]
-    return {"calls": [c[:3] for c in llm.calls], "hard": m["gfpo/hard_prompts"], "synced": m["rollout/weight_sync_step"]}
+    return {
+        "calls": [c[:3] for c in llm.calls],
+        "hard": m["gfpo/hard_prompts"],
+        "synced": m["rollout/weight_sync_step"],
+    }
 
 
 PARTS = {"engine": _engine_part, "trainer": _trainer_part}
@@ -224,8 +256,9 @@ PARTS = {"engine": _engine_part, "trainer": _trainer_part}
 
 def _worker(rank, world, port, model_dir, tmp, part):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))  # a group out of step fails the test instead of hanging it
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )  # a group out of step fails the test instead of hanging it
     sys.modules["vllm"] = types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSP)
     try:
         Path(tmp, f"rank{rank}.json").write_text(json.dumps(PARTS[part](rank, world, model_dir, tmp)))
@@ -245,8 +278,11 @@ def test_each_rank_gets_exactly_its_own_completions(tiny_model_dir, tmp_path, wo
     seed = Config().train.seed
     for rank, r in enumerate(out):
         group = rank // 2
-        assert r["kwargs"] == {"tensor_parallel_size": 2, "distributed_executor_backend": "external_launcher",
-                               "seed": rank_seed(seed, group)}  # the same seed within a group
+        assert r["kwargs"] == {
+            "tensor_parallel_size": 2,
+            "distributed_executor_backend": "external_launcher",
+            "seed": rank_seed(seed, group),
+        }  # the same seed within a group
         assert r["env"] == [rank, rank, world]  # what vLLM's external launcher reads
         mine = RANK_PROMPTS[rank]
         assert r["prompts"] == mine
@@ -257,7 +293,13 @@ def test_each_rank_gets_exactly_its_own_completions(tiny_model_dir, tmp_path, wo
         if group == 0:  # rank 0's second turn: rank 1, already done, joined it
             assert r["calls"][1] == ["generate", [[11]], [1], [None]]
         rest = r["calls"][2:] if group == 0 else r["calls"][1:]
-        assert rest == [["sleep", 2], ["wake_up", ["weights"]], ["apply_model"], ["wake_up", ["kv_cache"]], ["reset_prefix_cache"]]
+        assert rest == [
+            ["sleep", 2],
+            ["wake_up", ["weights"]],
+            ["apply_model"],
+            ["wake_up", ["kv_cache"]],
+            ["reset_prefix_cache"],
+        ]
     assert out[0]["second"] == [[14, 3, 1]]  # 11 % 20 + 3 = 14
     assert out[0]["kwargs"]["seed"] == seed  # group 0 keeps the plain seed
     if world == 4:
@@ -280,13 +322,24 @@ def test_a_trainer_step_with_ranks_sampling_unevenly(tiny_model_dir, tmp_path):
 # ---------------------------------------------------------------- 3. refusals
 
 
-@pytest.mark.parametrize("over, words", [
-    ({"vllm_tensor_parallel_size": 0}, "rollout.vllm_tensor_parallel_size=0 must be an integer >= 1 (1: one whole engine per rank)"),
-    ({"vllm_tensor_parallel_size": 1.5}, "rollout.vllm_tensor_parallel_size=1.5 must be an integer >= 1"),
-    ({"vllm_tensor_parallel_size": 2, "backend": "hf"},
-     "rollout.vllm_tensor_parallel_size=2 shards the colocated engine of rollout.backend=vllm, but rollout.backend=hf; set it to 1"),
-    ({"vllm_tensor_parallel_size": 2, "backend": "vllm_server"}, "but rollout.backend=vllm_server; set it to 1 (a vLLM server takes"),
-])
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        (
+            {"vllm_tensor_parallel_size": 0},
+            "rollout.vllm_tensor_parallel_size=0 must be an integer >= 1 (1: one whole engine per rank)",
+        ),
+        ({"vllm_tensor_parallel_size": 1.5}, "rollout.vllm_tensor_parallel_size=1.5 must be an integer >= 1"),
+        (
+            {"vllm_tensor_parallel_size": 2, "backend": "hf"},
+            "rollout.vllm_tensor_parallel_size=2 shards the colocated engine of rollout.backend=vllm, but rollout.backend=hf; set it to 1",
+        ),
+        (
+            {"vllm_tensor_parallel_size": 2, "backend": "vllm_server"},
+            "but rollout.backend=vllm_server; set it to 1 (a vLLM server takes",
+        ),
+    ],
+)
 def test_config_refuses_a_size_that_cannot_work_in_one_sentence(over, words):
     cfg = Config()
     for k, v in over.items():
@@ -307,5 +360,7 @@ def test_the_size_must_divide_the_ranks():
         with pytest.raises(ConfigError) as e:
             world_check.check_world(cfg, DistContext(0, world))
         tp = cfg.rollout.vllm_tensor_parallel_size
-        assert str(e.value) == (f"rollout.vllm_tensor_parallel_size={tp} must divide the {world} ranks (one engine per group "
-                                f"of {tp} consecutive ranks); use one of: {valid}")
+        assert str(e.value) == (
+            f"rollout.vllm_tensor_parallel_size={tp} must divide the {world} ranks (one engine per group "
+            f"of {tp} consecutive ranks); use one of: {valid}"
+        )

@@ -23,8 +23,12 @@ torch._dynamo.register_backend(name="grpokit_test_counting")(_counting_backend)
 def test_compiled_log_probability_passes_equal_eager(tiny_model_dir, tmp_path):
     over = {"train.steps": 2, "algo.num_iterations": 2}  # num_iterations 2: the old-log-prob pass runs too
     eager = make(tiny_model_dir, tmp_path / "eager", **over)
-    compiled = make(tiny_model_dir, tmp_path / "compiled", **over, **{"model.compile": True,
-                                                                      "model.compile_backend": "grpokit_test_counting"})
+    compiled = make(
+        tiny_model_dir,
+        tmp_path / "compiled",
+        **over,
+        **{"model.compile": True, "model.compile_backend": "grpokit_test_counting"},
+    )
     assert compiled.model in logprobs._COMPILED and eager.model not in logprobs._COMPILED
     assert compiled.ref_model is None or compiled.ref_model not in logprobs._COMPILED  # the reference stays eager
     GRAPHS.clear()
@@ -42,7 +46,9 @@ def test_compiled_log_probability_passes_equal_eager(tiny_model_dir, tmp_path):
 def test_compiled_models_keep_plain_linears(tiny_model_dir, tmp_path):
     # oneDNN-routed linears (model.cpu_matmul auto on AMD CPUs) stopped inductor with a LoweringException on the
     # demo model (bench/compile_cost.py); under model.compile every nn.Linear keeps its own forward
-    tr = make(tiny_model_dir, tmp_path / "c", **{"model.compile": True, "model.compile_backend": "grpokit_test_counting"})
+    tr = make(
+        tiny_model_dir, tmp_path / "c", **{"model.compile": True, "model.compile_backend": "grpokit_test_counting"}
+    )
     linears = [m for m in tr.model.modules() if type(m) is torch.nn.Linear]
     assert linears and all("forward" not in m.__dict__ for m in linears)
     with pytest.raises(ConfigError, match=r"^model.compile=true cannot trace model.cpu_matmul='onednn' linears"):
@@ -50,7 +56,9 @@ def test_compiled_models_keep_plain_linears(tiny_model_dir, tmp_path):
 
 
 def test_compile_settings_are_checked(tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match=r"^model.compile_backend='nope' is not a torch.compile backend; use one of: .*inductor"):
+    with pytest.raises(
+        ConfigError, match=r"^model.compile_backend='nope' is not a torch.compile backend; use one of: .*inductor"
+    ):
         make(tiny_model_dir, tmp_path / "a", **{"model.compile": True, "model.compile_backend": "nope"})
     with pytest.raises(ConfigError, match=r"^model.compile_mode='fast' is not valid"):
         make(tiny_model_dir, tmp_path / "b", **{"model.compile_mode": "fast"})
@@ -64,5 +72,11 @@ def test_trl_torch_compile_arguments_map_as_transformers():
     assert (m.compile, m.compile_backend, m.compile_mode) == (False, "inductor", "default")
     m = to_config(GRPOConfig("o", torch_compile=True), num_rows=8).model
     assert (m.compile, m.compile_backend, m.compile_mode) == (True, "inductor", "default")
-    m = to_config(GRPOConfig("o", torch_compile_backend="aot_eager", torch_compile_mode="reduce-overhead"), num_rows=8).model
-    assert (m.compile, m.compile_backend, m.compile_mode) == (True, "aot_eager", "reduce-overhead")  # a backend turns it on
+    m = to_config(
+        GRPOConfig("o", torch_compile_backend="aot_eager", torch_compile_mode="reduce-overhead"), num_rows=8
+    ).model
+    assert (m.compile, m.compile_backend, m.compile_mode) == (
+        True,
+        "aot_eager",
+        "reduce-overhead",
+    )  # a backend turns it on

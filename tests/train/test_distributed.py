@@ -7,15 +7,13 @@ advantages (scale="batch", which needs the whole batch), global token normaliser
 (aggregation="token-mean"), KL to a reference, summed gradients, clipping, AdamW.
 """
 
-import random
-
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from grpokit.types import Rollout
-from helpers.distributed import OVER, run, scripted_generate
+from helpers.distributed import OVER, run
+
 
 def _worker(rank, world, init_file, model_dir, out, result_file, over):
     torch.set_num_threads(1)
@@ -36,8 +34,12 @@ def _worker(rank, world, init_file, model_dir, out, result_file, over):
 def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path, extra):
     over = {**OVER, **extra}
     result = tmp_path / "rank0.pt"
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), over),
-             nprocs=2, join=True)
+    mp.spawn(
+        _worker,
+        args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), over),
+        nprocs=2,
+        join=True,
+    )
     two = torch.load(result)
     _, one = run(tiny_model_dir, tmp_path / "one", over)
     moved = 0
@@ -59,16 +61,27 @@ def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path, extra):
     m1, m2 = steps("one"), steps("two")
     assert len(m1) == len(m2) == 2
     for a, b in zip(m1, m2):
-        for key in ("loss", "grad_norm", "kl", "reward", "advantages/std", "advantages/max", "entropy",
-                    "completions/max_length"):
+        for key in (
+            "loss",
+            "grad_norm",
+            "kl",
+            "reward",
+            "advantages/std",
+            "advantages/max",
+            "entropy",
+            "completions/max_length",
+        ):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 
 def test_one_process_update_actually_depends_on_the_whole_batch(tiny_model_dir, tmp_path):
     """Guard for the test above: half the batch gives a different update, so equality means something."""
     _, full = run(tiny_model_dir, tmp_path / "full", {**OVER, "train.steps": 1})
-    _, half = run(tiny_model_dir, tmp_path / "half", {**OVER, "train.steps": 1, "train.prompts_per_step": 2,
-                                                      "train.micro_batch_size": 2})
+    _, half = run(
+        tiny_model_dir,
+        tmp_path / "half",
+        {**OVER, "train.steps": 1, "train.prompts_per_step": 2, "train.micro_batch_size": 2},
+    )
     assert max((full[n] - half[n]).abs().max().item() for n in full) > 1e-4  # far beyond the tolerance above
 
 
@@ -94,11 +107,18 @@ def test_fsdp2_on_two_gloo_ranks_equals_one_process(tiny_model_dir, tmp_path):
     """FSDP2 (fully_shard) runs on CPU with gloo: same update as one process, full checkpoint on rank 0."""
     over = {**OVER, "train.fsdp": True}
     result = tmp_path / "rank0.pt"
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), over),
-             nprocs=2, join=True)
+    mp.spawn(
+        _worker,
+        args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), over),
+        nprocs=2,
+        join=True,
+    )
     _, one = run(tiny_model_dir, tmp_path / "one", OVER)
     from safetensors.torch import load_file
 
     saved = load_file(str(tmp_path / "two" / "checkpoints" / "step-000002" / "model" / "model.safetensors"))
     for n in one:
-        assert torch.allclose(one[n], saved[n], atol=1e-6, rtol=1e-5), (n, (one[n] - saved[n]).abs().max().item())  # summation order only
+        assert torch.allclose(one[n], saved[n], atol=1e-6, rtol=1e-5), (
+            n,
+            (one[n] - saved[n]).abs().max().item(),
+        )  # summation order only

@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers.distributed import scripted_generate
-from helpers.runs import ROWS, tiny_cfg
 
 from grpokit.algo.masks import entropy_token_mask
 from grpokit.train import Trainer
+from helpers.distributed import scripted_generate
+from helpers.runs import ROWS, tiny_cfg
 
 VOLATILE = ("time/", "tokens_per_second", "rollout/tokens_per_second")
 
@@ -43,8 +43,9 @@ def step_lines(run):
 
 def _init(rank, world, init_file):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))  # a collective mismatch fails instead of hanging
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )  # a collective mismatch fails instead of hanging
 
 
 # ------------------------------------------------------------------ FSDP: sampling in step, resume
@@ -67,9 +68,9 @@ def _lockstep_sampling_matches_unsharded(rank, model_dir):
     """Rank 0 samples 2 tokens, rank 1 samples 7: rank 0 must keep stepping while rank 1 decodes."""
     from transformers import AutoModelForCausalLM
 
-    from grpokit.train.distributed import fully_shard_model, setup
     from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.rollout.lockstep import lockstep
+    from grpokit.train.distributed import fully_shard_model, setup
 
     ctx = setup(fsdp=True)
     plain = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -88,8 +89,16 @@ def _lockstep_sampling_matches_unsharded(rank, model_dir):
 
 
 def _fsdp_resume(rank, model_dir, out):
-    over = {"train.fsdp": True, "train.steps": 4, "train.save_every": 2, "train.prompts_per_step": 4,
-            "train.micro_batch_size": 4, "train.deterministic": True, "algo.beta": 0.04, "data.eval_size": 0}
+    over = {
+        "train.fsdp": True,
+        "train.steps": 4,
+        "train.save_every": 2,
+        "train.prompts_per_step": 4,
+        "train.micro_batch_size": 4,
+        "train.deterministic": True,
+        "algo.beta": 0.04,
+        "data.eval_size": 0,
+    }
     full = trainer(model_dir, out / "full", length_unless_digits, **over)
     full.train()
 
@@ -131,11 +140,20 @@ def test_fsdp_samples_in_step_and_resumes_bit_exactly(tiny_model_dir, tmp_path):
 # ------------------------------------------------------------------ DAPO and entropy tokens over ranks
 
 
-OVER = {"train.prompts_per_step": 4, "train.steps": 2, "algo.aggregation": "token-mean", "algo.beta": 0.04,
-        "data.eval_size": 0, "train.deterministic": True, "train.micro_batch_size": 4,
-        "algo.dynamic_sampling": True, "algo.entropy_top_fraction": 0.5,
-        "rollout.sample_group_size": 6, "rollout.gfpo_adaptive": True,  # GFPO: extra samples for hard prompts
-        "optim.adam_eps": 1e-4}  # keeps Adam from amplifying float noise in near-zero gradients (test_distributed.py)
+OVER = {
+    "train.prompts_per_step": 4,
+    "train.steps": 2,
+    "algo.aggregation": "token-mean",
+    "algo.beta": 0.04,
+    "data.eval_size": 0,
+    "train.deterministic": True,
+    "train.micro_batch_size": 4,
+    "algo.dynamic_sampling": True,
+    "algo.entropy_top_fraction": 0.5,
+    "rollout.sample_group_size": 6,
+    "rollout.gfpo_adaptive": True,  # GFPO: extra samples for hard prompts
+    "optim.adam_eps": 1e-4,
+}  # keeps Adam from amplifying float noise in near-zero gradients (test_distributed.py)
 
 
 def run_scripted(model_dir, out, over):
@@ -169,12 +187,20 @@ def test_dapo_gfpo_and_entropy_tokens_on_two_ranks_equal_one_process(tiny_model_
     two = load_file(str(tmp_path / "two" / "checkpoints" / "step-000002" / "model" / "model.safetensors"))
     one = run_scripted(tiny_model_dir, tmp_path / "one", OVER)
     for n in one:
-        assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())  # summation order
+        assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), (
+            n,
+            (one[n] - two[n]).abs().max().item(),
+        )  # summation order
     m1, m2 = step_lines(tmp_path / "one"), step_lines(tmp_path / "two")
     assert any(m["dynamic_sampling/dropped_groups"] > 0 for m in m1)  # the digit prompts were dropped
     for a, b in zip(m1, m2):
-        for key in ("dynamic_sampling/rounds", "dynamic_sampling/dropped_groups", "dynamic_sampling/kept_groups",
-                    "dynamic_sampling/sampled_prompts", "gfpo/hard_prompts"):
+        for key in (
+            "dynamic_sampling/rounds",
+            "dynamic_sampling/dropped_groups",
+            "dynamic_sampling/kept_groups",
+            "dynamic_sampling/sampled_prompts",
+            "gfpo/hard_prompts",
+        ):
             assert a[key] == b[key], key  # global counts, not one rank's
         for key in ("loss", "grad_norm", "kl", "advantages/std"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
@@ -190,5 +216,5 @@ def test_entropy_quantile_over_a_pool_selects_what_the_whole_batch_selects():
     # Alone, row 1's median is 0.3, so it would also keep its 0.3: 4 tokens instead of 3.
     assert entropy_token_mask(ent[1:], mask[1:], 0.5).tolist() == [[1, 1, 0]]
     pool = ent.flatten()  # what gather_varlen assembles from both ranks
-    halves = [entropy_token_mask(ent[r:r + 1], mask[r:r + 1], 0.5, pool=pool) for r in range(2)]
+    halves = [entropy_token_mask(ent[r : r + 1], mask[r : r + 1], 0.5, pool=pool) for r in range(2)]
     assert torch.cat(halves).tolist() == whole.tolist()

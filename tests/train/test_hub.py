@@ -36,10 +36,14 @@ def test_the_trl_layer_fails_the_same_way(closed_endpoint):
     from datasets import Dataset
 
     from grpokit.trl import GRPOConfig, GRPOTrainer
+
     with pytest.raises(ConfigError, match="could not be reached"):
-        GRPOTrainer("grpokit-test-org/no-such-model", reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                    train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4),
-                    args=GRPOConfig("unused", use_cpu=True, num_generations=2, per_device_train_batch_size=2, report_to="none"))
+        GRPOTrainer(
+            "grpokit-test-org/no-such-model",
+            reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+            train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4),
+            args=GRPOConfig("unused", use_cpu=True, num_generations=2, per_device_train_batch_size=2, report_to="none"),
+        )
 
 
 def test_local_folders_offline_mode_and_cached_ids_are_not_probed(closed_endpoint, tmp_path, monkeypatch):

@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from grpokit.train import kernels
 from grpokit.config import ConfigError
+from grpokit.train import kernels
 
 needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch build without oneDNN")
 
@@ -124,6 +124,7 @@ def test_fused_linear_equals_each_module_and_declines_what_it_cannot_pack():
 
     class LoRALike(torch.nn.Linear):  # a subclass keeps its own forward, so it is never packed
         pass
+
     lora = LoRALike(16, 8)
     kernels.use_onednn_linears(lora)
     assert kernels.fused_linear([q, lora]) is None
@@ -139,19 +140,37 @@ def test_static_decode_on_routed_linears_samples_what_the_model_does(tiny_model,
 
     packed = []
     real = kernels.fused_linear
+
     def counted(mods):
         run = real(mods)
         packed.append(len(mods) if run is not None else 0)
         return run
+
     monkeypatch.setattr(kernels, "fused_linear", counted)
     prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
     for model in (tiny_model, tiny_qwen2()):
         kernels.use_onednn_linears(model)
         for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
-            a = generate(model, prompts, 4, params, engine="static", generator=torch.Generator().manual_seed(1),
-                         eos_token_ids={2, 3}, pad_token_id=0)
-            b = generate(model, prompts, 4, params, engine="dynamic", generator=torch.Generator().manual_seed(1),
-                         eos_token_ids={2, 3}, pad_token_id=0)
+            a = generate(
+                model,
+                prompts,
+                4,
+                params,
+                engine="static",
+                generator=torch.Generator().manual_seed(1),
+                eos_token_ids={2, 3},
+                pad_token_id=0,
+            )
+            b = generate(
+                model,
+                prompts,
+                4,
+                params,
+                engine="dynamic",
+                generator=torch.Generator().manual_seed(1),
+                eos_token_ids={2, 3},
+                pad_token_id=0,
+            )
             assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
             for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
                 assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
@@ -168,11 +187,23 @@ def test_static_decode_with_fused_biases_and_no_grouping_matches_the_model():
     from grpokit.rollout.hf import SamplingParams, generate
 
     torch.manual_seed(0)
-    common = dict(vocab_size=32, hidden_size=32, intermediate_size=48, num_hidden_layers=2, max_position_embeddings=64,
-                  bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
-    models = [LlamaForCausalLM(LlamaConfig(**common, num_attention_heads=4, num_key_value_heads=4,
-                                           attention_bias=True, mlp_bias=True)),
-              MistralForCausalLM(MistralConfig(**common, num_attention_heads=4, num_key_value_heads=2, sliding_window=None))]
+    common = dict(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    models = [
+        LlamaForCausalLM(
+            LlamaConfig(**common, num_attention_heads=4, num_key_value_heads=4, attention_bias=True, mlp_bias=True)
+        ),
+        MistralForCausalLM(MistralConfig(**common, num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
+    ]
     for model in models:
         model.eval()
         with torch.no_grad():
@@ -182,10 +213,24 @@ def test_static_decode_with_fused_biases_and_no_grouping_matches_the_model():
         kernels.use_onednn_linears(model)
         for params in (SamplingParams(max_new_tokens=8, temperature=0), SamplingParams(max_new_tokens=8)):
             kw = dict(eos_token_ids={2, 3}, pad_token_id=0)
-            a = generate(model, [[1, 5, 6], [1, 9, 4, 7]], 3, params, engine="static",
-                         generator=torch.Generator().manual_seed(4), **kw)
-            b = generate(model, [[1, 5, 6], [1, 9, 4, 7]], 3, params, engine="dynamic",
-                         generator=torch.Generator().manual_seed(4), **kw)
+            a = generate(
+                model,
+                [[1, 5, 6], [1, 9, 4, 7]],
+                3,
+                params,
+                engine="static",
+                generator=torch.Generator().manual_seed(4),
+                **kw,
+            )
+            b = generate(
+                model,
+                [[1, 5, 6], [1, 9, 4, 7]],
+                3,
+                params,
+                engine="dynamic",
+                generator=torch.Generator().manual_seed(4),
+                **kw,
+            )
             assert a.completion_ids == b.completion_ids
             for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
                 assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)

@@ -16,8 +16,10 @@ def _rollout():
 def _plain(model, batch):
     """Reference: the full (N, L, V) logits of one forward, log-softmax, gather."""
     T = batch.width
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
-    return torch.log_softmax(logits[:, -T - 1:-1].float(), -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits
+    return torch.log_softmax(logits[:, -T - 1 : -1].float(), -1).gather(-1, batch.completion_ids[..., None])[..., 0]
 
 
 def test_plan_buckets_hand_example():
@@ -58,9 +60,11 @@ def test_memory_flat_head_matches_autograd_with_temperature_and_tiny_chunks(tiny
     g_ours = [p.grad.clone() for p in tiny_model.parameters()]
     tiny_model.zero_grad()
     T = batch.width
-    logits = tiny_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
-    ref = torch.log_softmax(logits[:, -T - 1:-1] / 0.7, -1).gather(-1, batch.completion_ids[..., None])[..., 0]
-    (ref * m * torch.arange(1.0, 10.0)[: T]).sum().backward()
+    logits = tiny_model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits
+    ref = torch.log_softmax(logits[:, -T - 1 : -1] / 0.7, -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    (ref * m * torch.arange(1.0, 10.0)[:T]).sum().backward()
     assert torch.allclose(lp * m, ref * m, atol=1e-5)
     for a, b in zip(g_ours, (p.grad for p in tiny_model.parameters())):
         assert torch.allclose(a, b, atol=1e-5)
@@ -106,8 +110,16 @@ def _tiny_qwen2():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(1)
-    cfg = Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=16,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     return Qwen2ForCausalLM(cfg)
 
 

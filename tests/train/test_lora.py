@@ -12,7 +12,6 @@ from grpokit.config import Config, ConfigError, ModelConfig
 from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate
 from grpokit.train.models import resolve_autocast
-
 from helpers.runs import ROWS, likes_a, make
 
 LORA = {"model.lora_rank": 4, "model.lora_alpha": 8, "train.deterministic": True}
@@ -36,9 +35,10 @@ def test_only_adapters_train_and_reference_is_the_base_without_a_copy(tiny_model
 
 
 def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
-    from grpokit.train.logprobs import make_token_batch
-    from grpokit.train import reference
     from transformers import AutoModelForCausalLM
+
+    from grpokit.train import reference
+    from grpokit.train.logprobs import make_token_batch
 
     tr = make(tiny_model_dir, tmp_path / "run", **LORA, **{"algo.beta": 0.04})
     with torch.no_grad():  # move the adapters away from zero so policy != base
@@ -83,13 +83,12 @@ def test_checkpoint_holds_adapter_or_merged_model_and_resume_is_exact(tiny_model
     # resume from step 1 in a copy of the run: step 2 must reproduce the adapters exactly
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "b" / "checkpoints" / "step-000002")
-    from helpers.runs import tiny_cfg
     from grpokit.train.loop import Trainer
+    from helpers.runs import tiny_cfg
 
     cfg2 = tiny_cfg(tiny_model_dir, tmp_path / "b", **over)
     cfg2.data.dataset = ""  # rows are passed directly
-    tr2 = Trainer(cfg2, reward_funcs=[likes_a], train_rows=ROWS,
-                    eval_rows=[], resume=tmp_path / "b", quiet=True)
+    tr2 = Trainer(cfg2, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], resume=tmp_path / "b", quiet=True)
     assert tr2.step == 1
     tr2.train()
     for n, p in tr2.model.named_parameters():
@@ -101,9 +100,17 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tmp_path):
     for extra in ({}, LORA):
         results = []
         for gc in (False, True):
-            tr = make(tiny_model_dir, tmp_path / f"gc{gc}{len(extra)}",
-                      **{**extra, "model.gradient_checkpointing": gc, "train.steps": 1, "train.deterministic": True,
-                         "optim.adam_eps": 1e-4})  # Adam with eps 1e-8 amplifies float noise in near-zero gradients
+            tr = make(
+                tiny_model_dir,
+                tmp_path / f"gc{gc}{len(extra)}",
+                **{
+                    **extra,
+                    "model.gradient_checkpointing": gc,
+                    "train.steps": 1,
+                    "train.deterministic": True,
+                    "optim.adam_eps": 1e-4,
+                },
+            )  # Adam with eps 1e-8 amplifies float noise in near-zero gradients
             tr.train()
             results.append({n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad})
         for n in results[0]:  # summation order differs: checkpointing turns prompt sharing off
@@ -114,16 +121,26 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tmp_path):
 
 def test_qlora_on_cpu_is_one_clear_sentence(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"model.quantization='4bit' needs a CUDA GPU"):
-        make(tiny_model_dir, tmp_path / "q", **{"model.lora_rank": 4, "model.quantization": "4bit", "model.device": "cpu"})
+        make(
+            tiny_model_dir,
+            tmp_path / "q",
+            **{"model.lora_rank": 4, "model.quantization": "4bit", "model.device": "cpu"},
+        )
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"model.quantization": "4bit"}, "set model.lora_rank > 0"),
-    ({"model.lora_save": "both"}, "model.lora_save='both' is not valid"),
-    ({"model.lora_rank": -1}, "model.lora_rank=-1 must be >= 0"),
-    ({"model.lora_rank": 4, "algo.beta": 0.1, "algo.ref_refresh_every": 5}, "algo.ref_refresh_every needs full fine-tuning"),
-    ({"model.autocast": "fp8"}, "model.autocast='fp8' is not valid"),
-])
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"model.quantization": "4bit"}, "set model.lora_rank > 0"),
+        ({"model.lora_save": "both"}, "model.lora_save='both' is not valid"),
+        ({"model.lora_rank": -1}, "model.lora_rank=-1 must be >= 0"),
+        (
+            {"model.lora_rank": 4, "algo.beta": 0.1, "algo.ref_refresh_every": 5},
+            "algo.ref_refresh_every needs full fine-tuning",
+        ),
+        ({"model.autocast": "fp8"}, "model.autocast='fp8' is not valid"),
+    ],
+)
 def test_config_errors_name_field_and_value(over, message):
     cfg = apply_overrides(Config(), [f"{k}={v}" for k, v in over.items()])
     with pytest.raises(ConfigError, match=message):

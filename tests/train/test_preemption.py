@@ -5,14 +5,16 @@ logged once. A step that cannot finish within train.stop_grace_s is cut and trai
 
 import json
 import os
+import signal
 import subprocess
 import sys
-import signal
 import threading
 import time
 
 import pytest
 import torch
+
+from grpokit.train.stopping import GracefulStop, StepAbandoned, exit_status
 from helpers.train_processes import (
     STEPS,
     final_state,
@@ -22,8 +24,6 @@ from helpers.train_processes import (
     wait_for,
     write_setup,
 )
-
-from grpokit.train.stopping import GracefulStop, StepAbandoned, exit_status
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,8 @@ def assert_equal_runs(a, b):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP])
 def test_a_stop_signal_checkpoints_the_last_finished_step_and_resume_continues_exactly(
-        tiny_model_dir, tmp_path, reference, sig):
+    tiny_model_dir, tmp_path, reference, sig
+):
     cfg = write_setup(tmp_path, tiny_model_dir)  # save_every=1000: without the signal's checkpoint, nothing is kept
     run = tmp_path / "run"
     victim = start(["--config", str(cfg), "--out", str(run)], tmp_path)
@@ -94,6 +95,7 @@ def test_a_step_that_hangs_is_cut_after_the_grace_and_trained_again_at_resume(ti
 
 
 # ---------------------------------------------------------------- the handlers, in this process
+
 
 @pytest.fixture
 def handlers():
@@ -156,9 +158,9 @@ def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_pa
     import os
 
     from datasets import Dataset
-    from helpers.trl_models import make_chat_model
 
     from grpokit.trl import GRPOConfig, GRPOTrainer
+    from helpers.trl_models import make_chat_model
 
     calls = []
 
@@ -172,9 +174,20 @@ def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_pa
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")])
 
     def trainer():
-        args = GRPOConfig(output_dir=str(out), max_steps=4, per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=4, use_cpu=True, disable_tqdm=True, learning_rate=0.05, logging_steps=1,
-                          save_steps=1000, seed=0, report_to="none")
+        args = GRPOConfig(
+            output_dir=str(out),
+            max_steps=4,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=4,
+            use_cpu=True,
+            disable_tqdm=True,
+            learning_rate=0.05,
+            logging_steps=1,
+            save_steps=1000,
+            seed=0,
+            report_to="none",
+        )
         return GRPOTrainer(model=str(model), reward_funcs=[short], args=args, train_dataset=rows)
 
     tr = trainer()
@@ -196,8 +209,12 @@ def test_a_stop_sent_to_the_whole_process_group_spares_the_reward_workers(tiny_m
 
     cfg = write_setup(tmp_path, tiny_model_dir, stop_grace_s=2.0)
     run = tmp_path / "run"
-    victim = start(["--config", str(cfg), "--out", str(run), "reward.num_workers=1"], tmp_path,
-                   env={"HANG_AT_CALL": "5"}, start_new_session=True)
+    victim = start(
+        ["--config", str(cfg), "--out", str(run), "reward.num_workers=1"],
+        tmp_path,
+        env={"HANG_AT_CALL": "5"},
+        start_new_session=True,
+    )
     wait_for(lambda: (tmp_path / "hanging").exists(), victim)
     os.killpg(victim.pid, signal.SIGTERM)
     rc, _, err = finish(victim, timeout=120)
@@ -216,13 +233,45 @@ def test_grpokit_trl_grpo_stops_on_sigterm_with_128_plus_n_a_checkpoint_and_no_f
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n" for w in ("ab", "cd", "ef", "gh")))
     out = tmp_path / "out"
-    args = ["trl", "grpo", "--model_name_or_path", chat_model, "--dataset_name", str(data), "--reward_funcs",
-            "myrewards.likes_a", "--output_dir", str(out), "--max_steps", "6", "--per_device_train_batch_size", "4",
-            "--num_generations", "4", "--max_completion_length", "4", "--save_steps", "1000", "--report_to", "none",
-            "--use_cpu", "True", "--bf16", "False", "--logging_steps", "1"]
+    args = [
+        "trl",
+        "grpo",
+        "--model_name_or_path",
+        chat_model,
+        "--dataset_name",
+        str(data),
+        "--reward_funcs",
+        "myrewards.likes_a",
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "6",
+        "--per_device_train_batch_size",
+        "4",
+        "--num_generations",
+        "4",
+        "--max_completion_length",
+        "4",
+        "--save_steps",
+        "1000",
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "True",
+        "--bf16",
+        "False",
+        "--logging_steps",
+        "1",
+    ]
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "HANG_AT_CALL": "3"}
-    proc = subprocess.Popen([sys.executable, "-m", "grpokit.cli", *args], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpokit.cli", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not (tmp_path / "hanging").exists():

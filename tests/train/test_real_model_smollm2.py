@@ -37,7 +37,9 @@ def one_thread():
 def smollm2(smollm2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(smollm2_dir)
+    return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(
+        smollm2_dir
+    )
 
 
 def test_chat_template_default_system_prompt_and_no_second_bos(smollm2):
@@ -46,26 +48,47 @@ def test_chat_template_default_system_prompt_and_no_second_bos(smollm2):
     plain = to_prompts([{"prompt": QUESTION}], tok, DataConfig())[0]
     # the template's own system prompt when the row has none (as TRL renders it), and the template's ids exactly:
     # no BOS added in front of the template's <|im_start|>
-    assert plain.text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face")
+    assert plain.text.startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    )
     assert plain.ids == tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert plain.ids[0] == 1 and plain.ids[1] != 1 and plain.text.endswith("<|im_start|>assistant\n")
     own = to_prompts([{"prompt": QUESTION}], tok, DataConfig(system_prompt="Be brief."))[0]
-    assert own.text.startswith("<|im_start|>system\nBe brief.<|im_end|>") and "SmolLM" not in own.text  # replaced, not added
+    assert (
+        own.text.startswith("<|im_start|>system\nBe brief.<|im_end|>") and "SmolLM" not in own.text
+    )  # replaced, not added
 
 
 @pytest.mark.parametrize("engine", ["static", "dynamic", "generate"])
 def test_every_engine_stops_on_eos_and_counts_the_token_limit(smollm2, engine):
     model, tok = smollm2
-    prompts = [tok.apply_chat_template(q, add_generation_prompt=True, tokenize=True, return_dict=False) for q in (QUESTION, CHATTY)]
+    prompts = [
+        tok.apply_chat_template(q, add_generation_prompt=True, tokenize=True, return_dict=False)
+        for q in (QUESTION, CHATTY)
+    ]
     assert len(prompts[0]) != len(prompts[1])  # padded in one batch: left padding with the EOS id must not leak
-    ro = generate(model, prompts, 1, SamplingParams(max_new_tokens=12, temperature=0.0), eos_token_ids={EOS},
-                  pad_token_id=tok.pad_token_id, engine=engine)
+    ro = generate(
+        model,
+        prompts,
+        1,
+        SamplingParams(max_new_tokens=12, temperature=0.0),
+        eos_token_ids={EOS},
+        pad_token_id=tok.pad_token_id,
+        engine=engine,
+    )
     assert ro.finish_reasons == ["eos", "length"]
     assert tok.decode(ro.completion_ids[0]) == "2 + 2 = 4<|im_end|>"  # stops at EOS, the EOS kept, nothing after it
     assert ro.completion_ids[0].count(EOS) == 1 and ro.completion_ids[0][-1] == EOS
     assert len(ro.completion_ids[1]) == 12 and EOS not in ro.completion_ids[1]  # cut at the limit: truncated
-    alone = generate(model, prompts[1:], 1, SamplingParams(max_new_tokens=12, temperature=0.0), eos_token_ids={EOS},
-                     pad_token_id=tok.pad_token_id, engine=engine)
+    alone = generate(
+        model,
+        prompts[1:],
+        1,
+        SamplingParams(max_new_tokens=12, temperature=0.0),
+        eos_token_ids={EOS},
+        pad_token_id=tok.pad_token_id,
+        engine=engine,
+    )
     assert alone.completion_ids[0] == ro.completion_ids[1]  # the shorter prompt, padded, decodes as it does alone
 
 
@@ -73,14 +96,36 @@ def train(model_dir, out, *overrides, quiet=True):
     from grpokit.train import Trainer
 
     cfg = Config()
-    apply_overrides(cfg, [f"model.name_or_path={model_dir}", "data.task=", "data.dataset=unused.jsonl", "reward.functions=[]",
-                          "rollout.group_size=2", "rollout.max_new_tokens=6", "rollout.temperature=1.0",
-                          "train.prompts_per_step=2", "train.steps=1", "optim.lr=1e-5", f"train.out={out}", "record.sinks=[]",
-                          "record.report=false", "train.threads=1", "train.save_every=0", *overrides])
+    apply_overrides(
+        cfg,
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "data.dataset=unused.jsonl",
+            "reward.functions=[]",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=6",
+            "rollout.temperature=1.0",
+            "train.prompts_per_step=2",
+            "train.steps=1",
+            "optim.lr=1e-5",
+            f"train.out={out}",
+            "record.sinks=[]",
+            "record.report=false",
+            "train.threads=1",
+            "train.save_every=0",
+            *overrides,
+        ],
+    )
     cfg.data.dataset = ""
     rows = [{"prompt": QUESTION, "answer": "4"}, {"prompt": CHATTY, "answer": "hi"}]
-    tr = Trainer(cfg, reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]], train_rows=rows,
-                 eval_rows=rows, quiet=quiet)
+    tr = Trainer(
+        cfg,
+        reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+        train_rows=rows,
+        eval_rows=rows,
+        quiet=quiet,
+    )
     return tr, tr.train()
 
 
@@ -123,7 +168,9 @@ def test_a_checkpoint_loads_in_transformers_and_evaluation_shows_progress(smollm
     tok = AutoTokenizer.from_pretrained(ckpt)
     assert tok.chat_template and (tok.eos_token_id, tok.pad_token_id) == (EOS, EOS)
     assert model.generation_config.eos_token_id == EOS
-    ids = torch.tensor([tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False)])
+    ids = torch.tensor(
+        [tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False)]
+    )
     with torch.no_grad():
         trained = tr.model.eval()(ids).logits
         assert torch.allclose(model(ids).logits, trained, atol=1e-4)  # the trained weights, not the start's

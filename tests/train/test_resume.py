@@ -12,17 +12,19 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-REWARD = '''
+REWARD = """
 def likes_a(prompts, completions, **kwargs):
     return [min(1.0, c.count("a") / 3) for c in completions]
-'''
+"""
 VOLATILE = ("time/", "tokens_per_second", "rollout/tokens_per_second")
 
 
 def write_setup(tmp: Path, model_dir: Path) -> Path:
     (tmp / "myrewards.py").write_text(REWARD)
     data = tmp / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p, "answer": "a"}) + "\n" for p in ("ab", "cd", "ef", "gh", "ij", "12")))
+    data.write_text(
+        "".join(json.dumps({"prompt": p, "answer": "a"}) + "\n" for p in ("ab", "cd", "ef", "gh", "ij", "12"))
+    )
     cfg = tmp / "cfg.yaml"
     cfg.write_text(f"""
 model: {{name_or_path: "{model_dir}"}}
@@ -39,14 +41,22 @@ record: {{sinks: [], report: false}}
 
 def run_cli(args, tmp, **kw):
     env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "-m", "grpokit.cli", "train", *args], env=env, cwd=tmp,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpokit.cli", "train", *args],
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 def final_state(run: Path):
     weights = load_file(str(run / "checkpoints" / "step-000006" / "model" / "model.safetensors"))
-    metrics = [{k: v for k, v in json.loads(l).items() if not k.startswith(VOLATILE)}
-               for l in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics = [
+        {k: v for k, v in json.loads(l).items() if not k.startswith(VOLATILE)}
+        for l in (run / "metrics.jsonl").read_text().splitlines()
+    ]
     return weights, metrics
 
 

@@ -33,17 +33,38 @@ def rolling(model_dir, out, resume=None, callbacks=None, **over):
     """2 prompts x 4 completions = 8 rows cut into 4 slices of 2 (TRL: per_device_train_batch_size 2,
     steps_per_generation 4), 3 slices an update (gradient_accumulation_steps 3)."""
     cfg = Config()
-    apply_overrides(cfg, [
-        f"model.name_or_path={model_dir}", "data.task=", "data.dataset=", "reward.functions=[]", "data.eval_size=0",
-        "rollout.group_size=4", "rollout.max_new_tokens=6", "train.prompts_per_step=2", "train.steps=3",
-        "train.updates_per_batch=4", "train.accumulation_slices=3", "optim.lr=1e-2", f"train.out={out}",
-        "record.sinks=[]", "record.report=false", "train.threads=1", "train.deterministic=true", "train.save_every=1",
-        "train.keep_checkpoints=5",
-    ] + [f"{k}={v}" for k, v in over.items()])
-    return Trainer(cfg, reward_funcs=[varied], train_rows=ROWS, eval_rows=[], quiet=True, resume=resume, callbacks=callbacks)
+    apply_overrides(
+        cfg,
+        [
+            f"model.name_or_path={model_dir}",
+            "data.task=",
+            "data.dataset=",
+            "reward.functions=[]",
+            "data.eval_size=0",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "train.prompts_per_step=2",
+            "train.steps=3",
+            "train.updates_per_batch=4",
+            "train.accumulation_slices=3",
+            "optim.lr=1e-2",
+            f"train.out={out}",
+            "record.sinks=[]",
+            "record.report=false",
+            "train.threads=1",
+            "train.deterministic=true",
+            "train.save_every=1",
+            "train.keep_checkpoints=5",
+        ]
+        + [f"{k}={v}" for k, v in over.items()],
+    )
+    return Trainer(
+        cfg, reward_funcs=[varied], train_rows=ROWS, eval_rows=[], quiet=True, resume=resume, callbacks=callbacks
+    )
 
 
 # ------------------------------------------------------------------ pure functions, by hand
+
 
 def test_window_counts_by_hand():
     # a batch of 8 rows with 40 loss tokens cut into 4 slices, 3 slices an update: a 2-row slice divides
@@ -63,7 +84,9 @@ def test_total_updates_and_stale_slices_by_hand():
     assert not stale_slices(2, 1, 4)  # A0 A1 B0 B1: no update between a batch's sampling and its slices
     # epochs of 2 rounds x 8 slices = 16 slices, window 3: 5 windows of 3 and one of 1 an epoch (transformers)
     assert total_updates(6, 8, 3, epoch=2) == 18 and total_updates(3, 8, 3, epoch=2) == 6 + 2
-    assert window_at(14, 3, 16) == (3, True) and window_at(15, 3, 16) == (1, True) and window_at(16, 3, 16) == (3, False)
+    assert (
+        window_at(14, 3, 16) == (3, True) and window_at(15, 3, 16) == (1, True) and window_at(16, 3, 16) == (3, False)
+    )
     assert window_at(5, 3) == (3, True) and window_at(6, 3) == (3, False)  # no epochs: windows run on
     assert stale_slices(4, 1, 1)  # four updates per batch: A1 .. A3 come after an update, as TRL computes pi_old then
     assert not stale_slices(1, 1, 1)  # the default: one update per batch, on-policy
@@ -71,7 +94,9 @@ def test_total_updates_and_stale_slices_by_hand():
 
 
 def test_rolling_window_refuses_what_steps_per_update(tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match=r"^train.accumulation_slices=3 does not support algo.aggregation=lambda-grpo"):
+    with pytest.raises(
+        ConfigError, match=r"^train.accumulation_slices=3 does not support algo.aggregation=lambda-grpo"
+    ):
         rolling(tiny_model_dir, tmp_path / "r", **{"algo.entropy_coef": 0.01})
     with pytest.raises(ConfigError, match=r"^train.accumulation_slices=3 does not support train.fsdp"):
         rolling(tiny_model_dir, tmp_path / "f", **{"train.fsdp": True})
@@ -80,6 +105,7 @@ def test_rolling_window_refuses_what_steps_per_update(tiny_model_dir, tmp_path):
 
 
 # ------------------------------------------------------------------ (1) which slices make which update
+
 
 def record_schedule(monkeypatch, trainer) -> list[str]:
     """The loop's events: "sample X" (batch X sampled), a slice's label (X0 .. X3, X0' .. in the second
@@ -101,7 +127,11 @@ def record_schedule(monkeypatch, trainer) -> list[str]:
         return real_scored()
 
     monkeypatch.setattr(loop_module, "update_slices", slices)
-    monkeypatch.setattr(loop_module, "accumulate", lambda m, o, part, *a, **k: events.append(labels[id(part)]) or real_acc(m, o, part, *a, **k))
+    monkeypatch.setattr(
+        loop_module,
+        "accumulate",
+        lambda m, o, part, *a, **k: events.append(labels[id(part)]) or real_acc(m, o, part, *a, **k),
+    )
     monkeypatch.setattr(loop_module, "apply_update", lambda *a, **k: events.append("|") or real_apply(*a, **k))
     monkeypatch.setattr(trainer, "_scored_batch", scored)
     return events
@@ -113,8 +143,27 @@ def test_schedule_of_slices_and_updates_by_hand(tiny_model_dir, tmp_path, monkey
     tr = rolling(tiny_model_dir, tmp_path / "it1")
     events = record_schedule(monkeypatch, tr)
     tr.train()
-    assert events == ["sample A", "A0", "A1", "A2", "|", "A3", "sample B", "B0", "B1", "|", "B2", "B3", "sample C",
-                      "C0", "|", "C1", "C2", "C3", "|"]
+    assert events == [
+        "sample A",
+        "A0",
+        "A1",
+        "A2",
+        "|",
+        "A3",
+        "sample B",
+        "B0",
+        "B1",
+        "|",
+        "B2",
+        "B3",
+        "sample C",
+        "C0",
+        "|",
+        "C1",
+        "C2",
+        "C3",
+        "|",
+    ]
     assert tr.updates == 4 and tr.scheduler.last_epoch == 4 and tr.pending.slices == 0
 
 
@@ -124,8 +173,31 @@ def test_schedule_with_two_iterations_by_hand(tiny_model_dir, tmp_path, monkeypa
     tr = rolling(tiny_model_dir, tmp_path / "it2", **{"algo.num_iterations": 2, "train.steps": 2})
     events = record_schedule(monkeypatch, tr)
     tr.train()
-    assert events == ["sample A", "A0", "A1", "A2", "|", "A3", "A0'", "A1'", "|", "A2'", "A3'", "sample B", "B0", "|",
-                      "B1", "B2", "B3", "|", "B0'", "B1'", "B2'", "|", "B3'"]
+    assert events == [
+        "sample A",
+        "A0",
+        "A1",
+        "A2",
+        "|",
+        "A3",
+        "A0'",
+        "A1'",
+        "|",
+        "A2'",
+        "A3'",
+        "sample B",
+        "B0",
+        "|",
+        "B1",
+        "B2",
+        "B3",
+        "|",
+        "B0'",
+        "B1'",
+        "B2'",
+        "|",
+        "B3'",
+    ]
     assert tr.updates == 5 and tr.pending.slices == 1
 
 
@@ -140,8 +212,10 @@ def test_max_updates_ends_the_run_inside_a_batch(tiny_model_dir, tmp_path, monke
 
 # ------------------------------------------------------------------ (2) equal to TRL's loop written by hand
 
-def trl_loop_by_hand(model, cfg, batches, loss_type: str, spg: int = 4, ga: int = 3, own_tokens: bool = False,
-                     epoch: int = 0):
+
+def trl_loop_by_hand(
+    model, cfg, batches, loss_type: str, spg: int = 4, ga: int = 3, own_tokens: bool = False, epoch: int = 0
+):
     """TRL 1.16's training loop on the recorded generation batches: micro-step s backpropagates slice
     s % spg of batch s // spg with TRL's normaliser, the optimizer steps every ga micro-steps. Returns
     the model, each step's gradient norm (before clipping) and loss. ``own_tokens``: a wrong dapo
@@ -196,8 +270,12 @@ class Updates:
 def test_rolling_updates_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
     # max_updates 3 ends inside the third batch: A0 A1 A2 | A3 B0 B1 | B2 B3 C0 |, C1 .. C3 never used
     updates = Updates()
-    tr = rolling(tiny_model_dir, tmp_path / loss_type, callbacks=[updates],
-                 **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4})
+    tr = rolling(
+        tiny_model_dir,
+        tmp_path / loss_type,
+        callbacks=[updates],
+        **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4},
+    )
     start = copy.deepcopy(tr.model)
     batches = []
     real = loop_module.update_inputs
@@ -219,6 +297,7 @@ def test_rolling_updates_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monke
 
 
 # ------------------------------------------------------------------ (4) resume with an update pending
+
 
 class StopAfter:
     def __init__(self, step):
@@ -245,19 +324,27 @@ def test_resume_with_an_update_pending_is_exact(tiny_model_dir, tmp_path, stop_a
         assert torch.equal(p, q), n
     assert resumed.updates == full.updates == 4
     # the metrics of the update that spans the checkpoint (its loss and token-weighted sums) are the same too
-    assert len(step_metrics(tmp_path / "full")) == 3 and step_metrics(tmp_path / "full") == step_metrics(tmp_path / "cut")
+    assert len(step_metrics(tmp_path / "full")) == 3 and step_metrics(tmp_path / "full") == step_metrics(
+        tmp_path / "cut"
+    )
 
 
 def step_metrics(run):
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in x.items() if not k.startswith(("time/", "tokens_per_second", "rollout/tokens_per_second"))}
-            for x in lines if "reward" in x]
+    return [
+        {k: v for k, v in x.items() if not k.startswith(("time/", "tokens_per_second", "rollout/tokens_per_second"))}
+        for x in lines
+        if "reward" in x
+    ]
 
 
 def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
     # steps_per_generation 1, gradient_accumulation_steps 2: A0 B0 | - step 1 applies nothing, its slice waits
-    tr = rolling(tiny_model_dir, tmp_path / "none", **{"train.updates_per_batch": 1, "train.accumulation_slices": 2,
-                                                       "train.steps": 2})
+    tr = rolling(
+        tiny_model_dir,
+        tmp_path / "none",
+        **{"train.updates_per_batch": 1, "train.accumulation_slices": 2, "train.steps": 2},
+    )
     events = record_schedule(monkeypatch, tr)
     tr.train()
     assert events == ["sample A", "A0", "sample B", "B0", "|"]
@@ -268,16 +355,29 @@ def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ steps_per_generation a multiple of gradient_accumulation_steps
 
+
 @pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
-def test_several_updates_per_batch_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
+def test_several_updates_per_batch_equal_trls_loop_by_hand(
+    tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation
+):
     # TRL steps_per_generation 4, gradient_accumulation_steps 2: grpokit cuts the 8 rows into 2 slices of 4
     # (2 micro-batches of 2), one update each. TRL takes pi_old at sampling (A1 follows the update of A0) and
     # divides dapo's loss by the batch's tokens x 2 / 4; before, A1 was on-policy (ratio 1) and dapo divided
     # by the slice's own tokens. max_updates 3 ends inside the second batch: A0 A1 | A2 A3 | B0 B1 |
     updates = Updates()
-    tr = rolling(tiny_model_dir, tmp_path / loss_type, callbacks=[updates],
-                 **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4,
-                    "train.updates_per_batch": 2, "train.accumulation_slices": 1, "train.micro_batch_size": 2})
+    tr = rolling(
+        tiny_model_dir,
+        tmp_path / loss_type,
+        callbacks=[updates],
+        **{
+            "algo.aggregation": aggregation,
+            "train.max_updates": 3,
+            "optim.adam_eps": 1e-4,
+            "train.updates_per_batch": 2,
+            "train.accumulation_slices": 1,
+            "train.micro_batch_size": 2,
+        },
+    )
     start = copy.deepcopy(tr.model)
     batches = []
     real = loop_module.update_inputs
@@ -292,13 +392,23 @@ def test_several_updates_per_batch_equal_trls_loop_by_hand(tiny_model_dir, tmp_p
 
 
 @pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
-def test_an_epochs_shorter_last_window_equals_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
+def test_an_epochs_shorter_last_window_equals_trls_loop_by_hand(
+    tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation
+):
     # epochs of one batch (4 slices), 3 slices a window: A0 A1 A2 | A3 | B0 B1 B2 |, the second update a window of
     # one slice dividing by 1, not 3 (transformers' current_gradient_accumulation_steps); before, A3 waited for B0 B1
     updates = Updates()
-    tr = rolling(tiny_model_dir, tmp_path / loss_type, callbacks=[updates],
-                 **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4,
-                    "train.accumulation_epoch_steps": 1})
+    tr = rolling(
+        tiny_model_dir,
+        tmp_path / loss_type,
+        callbacks=[updates],
+        **{
+            "algo.aggregation": aggregation,
+            "train.max_updates": 3,
+            "optim.adam_eps": 1e-4,
+            "train.accumulation_epoch_steps": 1,
+        },
+    )
     start = copy.deepcopy(tr.model)
     batches = []
     real = loop_module.update_inputs

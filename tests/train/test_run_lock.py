@@ -14,6 +14,9 @@ import sys
 import time
 
 import pytest
+
+from grpokit.config.sections import ConfigError
+from grpokit.train import run_lock
 from helpers.train_processes import (
     STEPS,
     final_state,
@@ -23,9 +26,6 @@ from helpers.train_processes import (
     wait_for,
     write_setup,
 )
-
-from grpokit.config.sections import ConfigError
-from grpokit.train import run_lock
 
 
 @pytest.mark.slow
@@ -41,9 +41,13 @@ def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(tiny
             rc, _, err = finish(start(args, tmp_path))
             assert rc == 2
             lines = [l for l in err.splitlines() if l.startswith("grpokit")]
-            assert len(lines) == 1 and lines[0].startswith(f"grpokit: error: run folder {str(run)!r} is in use by another "
-                                                           f"grpokit process (pid {first.pid} on host {holder['host']}, started ")
-        assert (run / "checkpoints").is_dir() and first.poll() is None  # the first run's folder untouched, still training
+            assert len(lines) == 1 and lines[0].startswith(
+                f"grpokit: error: run folder {str(run)!r} is in use by another "
+                f"grpokit process (pid {first.pid} on host {holder['host']}, started "
+            )
+        assert (
+            run / "checkpoints"
+        ).is_dir() and first.poll() is None  # the first run's folder untouched, still training
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -95,6 +99,7 @@ def test_resume_on_a_new_folder_starts_a_new_run_there(tiny_model_dir, tmp_path)
 
 # ---------------------------------------------------------------- the rules, on lock files left as holders leave them
 
+
 def write_lock(run, age_s: float = 0.0, **fields):
     me = run_lock.this_process()
     holder = {**me.__dict__, **fields}
@@ -128,7 +133,9 @@ def test_a_live_holder_is_refused_without_flock_too(tmp_path, monkeypatch):
     monkeypatch.setattr(run_lock, "_flock", lambda fd: None)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        write_lock(tmp_path / "run", pid=sleeper.pid, pid_start=run_lock._pid_start(sleeper.pid), command="grpokit train x")
+        write_lock(
+            tmp_path / "run", pid=sleeper.pid, pid_start=run_lock._pid_start(sleeper.pid), command="grpokit train x"
+        )
         with pytest.raises(ConfigError, match=rf"is in use by another grpokit process \(pid {sleeper.pid} on host "):
             run_lock.acquire(tmp_path / "run")
     finally:

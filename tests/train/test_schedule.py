@@ -90,10 +90,19 @@ CASES = [
     ("cosine", {"num_cycles": 1.5}, "cosine", {"num_cycles": 1.5}),
     ("cosine_with_min_lr", {"min_lr_rate": 0.1}, "cosine_with_min_lr", {"min_lr_rate": 0.1}),
     ("cosine_with_min_lr", {"min_lr_rate": 1e-4 / 1e-3}, "cosine_with_min_lr", {"min_lr": 1e-4}),
-    ("cosine_with_min_lr", {"min_lr_rate": 0.2, "num_cycles": 1.0}, "cosine_with_min_lr", {"min_lr_rate": 0.2, "num_cycles": 1.0}),
+    (
+        "cosine_with_min_lr",
+        {"min_lr_rate": 0.2, "num_cycles": 1.0},
+        "cosine_with_min_lr",
+        {"min_lr_rate": 0.2, "num_cycles": 1.0},
+    ),
     ("cosine_warmup_with_min_lr", {"min_lr_rate": 0.1}, "cosine_warmup_with_min_lr", {"min_lr_rate": 0.1}),
-    ("cosine_warmup_with_min_lr", {"min_lr_rate": 0.1, "warmup_lr_rate": 0.3}, "cosine_warmup_with_min_lr",
-     {"min_lr_rate": 0.1, "warmup_lr_rate": 0.3}),
+    (
+        "cosine_warmup_with_min_lr",
+        {"min_lr_rate": 0.1, "warmup_lr_rate": 0.3},
+        "cosine_warmup_with_min_lr",
+        {"min_lr_rate": 0.1, "warmup_lr_rate": 0.3},
+    ),
     ("cosine_with_restarts", {}, "cosine_with_restarts", {}),
     ("cosine_with_restarts", {"restart_cycles": 3.0}, "cosine_with_restarts", {"num_cycles": 3}),
     ("polynomial", {}, "polynomial", {}),
@@ -101,11 +110,30 @@ CASES = [
     ("inverse_sqrt", {}, "inverse_sqrt", {}),
     ("inverse_sqrt", {"timescale": 5}, "inverse_sqrt", {"timescale": 5}),
     ("warmup_stable_decay", {"num_decay_steps": 4}, "warmup_stable_decay", {"num_decay_steps": 4}),
-    ("warmup_stable_decay", {"num_decay_steps": 3, "num_stable_steps": 2, "min_lr_rate": 0.1, "decay_type": "1-sqrt",
-                             "warmup_type": "cosine"}, "warmup_stable_decay",
-     {"num_decay_steps": 3, "num_stable_steps": 2, "min_lr_ratio": 0.1, "decay_type": "1-sqrt", "warmup_type": "cosine"}),
-    ("warmup_stable_decay", {"num_decay_steps": 5, "decay_type": "linear", "warmup_type": "1-sqrt", "num_cycles": 1.0},
-     "warmup_stable_decay", {"num_decay_steps": 5, "decay_type": "linear", "warmup_type": "1-sqrt", "num_cycles": 1.0}),
+    (
+        "warmup_stable_decay",
+        {
+            "num_decay_steps": 3,
+            "num_stable_steps": 2,
+            "min_lr_rate": 0.1,
+            "decay_type": "1-sqrt",
+            "warmup_type": "cosine",
+        },
+        "warmup_stable_decay",
+        {
+            "num_decay_steps": 3,
+            "num_stable_steps": 2,
+            "min_lr_ratio": 0.1,
+            "decay_type": "1-sqrt",
+            "warmup_type": "cosine",
+        },
+    ),
+    (
+        "warmup_stable_decay",
+        {"num_decay_steps": 5, "decay_type": "linear", "warmup_type": "1-sqrt", "num_cycles": 1.0},
+        "warmup_stable_decay",
+        {"num_decay_steps": 5, "decay_type": "linear", "warmup_type": "1-sqrt", "num_cycles": 1.0},
+    ),
 ]
 
 
@@ -126,8 +154,13 @@ def test_every_update_has_transformers_rate(ours, options, name, kwargs, warmup)
 
     total = 12
     p = torch.nn.Parameter(torch.zeros(1))
-    theirs = get_scheduler(name, torch.optim.SGD([p], lr=1e-3), num_warmup_steps=warmup, num_training_steps=total,
-                           scheduler_specific_kwargs=dict(kwargs))
+    theirs = get_scheduler(
+        name,
+        torch.optim.SGD([p], lr=1e-3),
+        num_warmup_steps=warmup,
+        num_training_steps=total,
+        scheduler_specific_kwargs=dict(kwargs),
+    )
     cfg = OptimConfig(lr=1e-3, warmup_steps=warmup, schedule=ours, **options)
     mine = make_scheduler(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3), cfg, total)
     assert rates(mine, total + 3) == pytest.approx(rates(theirs, total + 3), rel=1e-12, abs=0)
@@ -143,14 +176,32 @@ def test_every_schedule_is_covered_by_the_oracle():
     assert {c[0] for c in CASES} == set(SCHEDULES)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"schedule": "reduce_lr_on_plateau"}, "optim.schedule='reduce_lr_on_plateau' is not valid; choose one of: constant, linear"),
-    ({"schedule": "cosine", "min_lr_rate": 0.1}, "optim.min_lr_rate=0.1 has no effect with optim.schedule=cosine; it is read by "
-                                                 "optim.schedule cosine_with_min_lr, cosine_warmup_with_min_lr, warmup_stable_decay"),
-    ({"schedule": "polynomial", "lr_end": 1e-5}, "optim.lr_end=1e-05 must be below optim.lr=1e-06 with optim.schedule=polynomial"),
-    ({"schedule": "cosine_with_min_lr", "min_lr_rate": 1.5}, "optim.min_lr_rate=1.5 must be in [0, 1] (a fraction of optim.lr)"),
-    ({"schedule": "warmup_stable_decay", "decay_type": "exp"}, "optim.decay_type='exp' is not valid; choose one of: linear, cosine, 1-sqrt"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"schedule": "reduce_lr_on_plateau"},
+            "optim.schedule='reduce_lr_on_plateau' is not valid; choose one of: constant, linear",
+        ),
+        (
+            {"schedule": "cosine", "min_lr_rate": 0.1},
+            "optim.min_lr_rate=0.1 has no effect with optim.schedule=cosine; it is read by "
+            "optim.schedule cosine_with_min_lr, cosine_warmup_with_min_lr, warmup_stable_decay",
+        ),
+        (
+            {"schedule": "polynomial", "lr_end": 1e-5},
+            "optim.lr_end=1e-05 must be below optim.lr=1e-06 with optim.schedule=polynomial",
+        ),
+        (
+            {"schedule": "cosine_with_min_lr", "min_lr_rate": 1.5},
+            "optim.min_lr_rate=1.5 must be in [0, 1] (a fraction of optim.lr)",
+        ),
+        (
+            {"schedule": "warmup_stable_decay", "decay_type": "exp"},
+            "optim.decay_type='exp' is not valid; choose one of: linear, cosine, 1-sqrt",
+        ),
+    ],
+)
 def test_schedule_mistakes_are_one_sentence(overrides, message):
     cfg = Config()
     for name, value in overrides.items():

@@ -10,7 +10,7 @@ import yaml
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
-from helpers.runs import ROWS, likes_a, make, tiny_cfg
+from helpers.runs import likes_a, make, tiny_cfg
 
 
 def test_few_steps_change_every_parameter_and_write_run_folder(tiny_model_dir, tmp_path):
@@ -26,10 +26,25 @@ def test_few_steps_change_every_parameter_and_write_run_folder(tiny_model_dir, t
     lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     step_lines = [l for l in lines if "reward" in l]
     assert [l["step"] for l in step_lines] == [1, 2]
-    for key in ("reward", "reward_std", "rewards/likes_a/mean", "frac_reward_zero_std", "advantages/std",
-                "completions/mean_length", "completions/clipped_ratio", "kl", "entropy", "clip_ratio/low_mean",
-                "clip_ratio/high_mean", "grad_norm", "learning_rate", "time/rollout", "time/reward",
-                "time/update", "tokens_per_second"):
+    for key in (
+        "reward",
+        "reward_std",
+        "rewards/likes_a/mean",
+        "frac_reward_zero_std",
+        "advantages/std",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "kl",
+        "entropy",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "grad_norm",
+        "learning_rate",
+        "time/rollout",
+        "time/reward",
+        "time/update",
+        "tokens_per_second",
+    ):
         assert key in step_lines[0], key
     assert summary["steps"] == 2 and "accuracy" in summary["eval_before"] and "accuracy" in summary["eval_after"]
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
@@ -49,9 +64,18 @@ def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, t
     monkeypatch.setattr(U, "micro_batches", lambda *a: cuts.append(real(*a)) or cuts[-1])
     results = []
     for mbs, tokens in ((0, 0), (2, 0), (0, 24)):  # whole batch; 2 rows each; a budget of 24 tokens (uneven sizes)
-        tr = make(tiny_model_dir, tmp_path / f"mb{mbs}-{tokens}",
-                  **{"train.micro_batch_size": mbs, "train.micro_batch_tokens": tokens, "train.steps": 1,
-                     "algo.aggregation": "token-mean", "train.deterministic": True, "optim.adam_eps": 1e-4})
+        tr = make(
+            tiny_model_dir,
+            tmp_path / f"mb{mbs}-{tokens}",
+            **{
+                "train.micro_batch_size": mbs,
+                "train.micro_batch_tokens": tokens,
+                "train.steps": 1,
+                "algo.aggregation": "token-mean",
+                "train.deterministic": True,
+                "optim.adam_eps": 1e-4,
+            },
+        )
         tr.train()
         results.append({n: p.detach().clone() for n, p in tr.model.named_parameters()})
     assert [len(c) for c in cuts] == [1, 4, len(cuts[2])] and len(cuts[2]) > 1
@@ -85,16 +109,19 @@ def test_num_iterations_takes_old_logprobs_once(tiny_model_dir, tmp_path):
     assert tr.scheduler.last_epoch == 3
 
 
-@pytest.mark.parametrize("override, message", [
-    ("rollout.group_size=1", "rollout.group_size=1 is too small"),
-    ("algo.aggregation=mean", "algo.aggregation='mean' is not valid; choose one of: seq-mean-token-mean"),
-    ("algo.clip_low=1.5", "algo.clip_low=1.5 must be in [0, 1)"),
-    ("train.micro_batch_size=3", "train.micro_batch_size=3 does not divide the batch"),
-    ("algo.scale=median", "algo.scale='median' is not valid"),
-    ("data.dataset=/no/such/file.jsonl", "data.dataset='/no/such/file.jsonl' does not exist"),
-    ("model.name_or_path=/no/such/model", "model.name_or_path='/no/such/model' does not exist"),
-    ("rollout.group_sise=4", "unknown config field 'rollout.group_sise'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("rollout.group_size=1", "rollout.group_size=1 is too small"),
+        ("algo.aggregation=mean", "algo.aggregation='mean' is not valid; choose one of: seq-mean-token-mean"),
+        ("algo.clip_low=1.5", "algo.clip_low=1.5 must be in [0, 1)"),
+        ("train.micro_batch_size=3", "train.micro_batch_size=3 does not divide the batch"),
+        ("algo.scale=median", "algo.scale='median' is not valid"),
+        ("data.dataset=/no/such/file.jsonl", "data.dataset='/no/such/file.jsonl' does not exist"),
+        ("model.name_or_path=/no/such/model", "model.name_or_path='/no/such/model' does not exist"),
+        ("rollout.group_sise=4", "unknown config field 'rollout.group_sise'"),
+    ],
+)
 def test_bad_config_gives_one_sentence(override, message, tmp_path):
     from grpokit.config.validation import validate
 
@@ -109,7 +136,9 @@ def test_missing_dataset_column_is_named(tiny_model_dir, tmp_path):
     data.write_text(json.dumps({"question": "ab", "answer": "a"}) + "\n")
     cfg = tiny_cfg(tiny_model_dir, tmp_path / "run")
     cfg.data.dataset = str(data)
-    with pytest.raises(ConfigError, match="data.prompt_column='prompt' is not a column of .*its columns are: question, answer"):
+    with pytest.raises(
+        ConfigError, match="data.prompt_column='prompt' is not a column of .*its columns are: question, answer"
+    ):
         Trainer(cfg, reward_funcs=[likes_a], quiet=True)
 
 

@@ -74,37 +74,74 @@ def tool_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("tool-model")
     tok = chat_tokenizer()
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                 bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=0)).save_pretrained(path)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=0,
+        )
+    ).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
 def scripted(tok, reply, contexts=None):
     """A turn sampler playing the model: ``reply(context_text, g, G) -> text`` (eos appended)."""
+
     def model(ctxs, G, params):
         outs = []
         for c in ctxs:
             text = tok.decode(c)
             if contexts is not None:
                 contexts.append(text)
-            outs += [tok(reply(text, g, G), add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for g in range(G)]
-        return types.SimpleNamespace(completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs],
-                                     finish_reasons=["eos"] * len(outs))
+            outs += [
+                tok(reply(text, g, G), add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for g in range(G)
+            ]
+        return types.SimpleNamespace(
+            completion_ids=outs, sampling_logprobs=[[-0.5] * len(o) for o in outs], finish_reasons=["eos"] * len(outs)
+        )
+
     return lambda m, generator=None: model
 
 
 def test_tools_and_environment_factory_run_through_the_trl_trainer(tool_model, tmp_path):
     tok = chat_tokenizer()
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "count"}], "target": 4, "tag": "x"},
-                              {"prompt": [{"role": "user", "content": "count"}], "target": 6, "tag": "y"}])
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
-                      max_completion_length=256, max_tool_calling_iterations=3, reward_weights=[2.0], use_cpu=True,
-                      gradient_checkpointing=False, disable_tqdm=True, log_completions=True, logging_steps=1,
-                      shuffle_dataset=False)
-    tr = GRPOTrainer(str(tool_model), reward_funcs=[closes_counter], args=args, train_dataset=data,
-                     tools=[multiply], environment_factory=Counter)
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": "count"}], "target": 4, "tag": "x"},
+            {"prompt": [{"role": "user", "content": "count"}], "target": 6, "tag": "y"},
+        ]
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        max_completion_length=256,
+        max_tool_calling_iterations=3,
+        reward_weights=[2.0],
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        log_completions=True,
+        logging_steps=1,
+        shuffle_dataset=False,
+    )
+    tr = GRPOTrainer(
+        str(tool_model),
+        reward_funcs=[closes_counter],
+        args=args,
+        train_dataset=data,
+        tools=[multiply],
+        environment_factory=Counter,
+    )
 
     # The scripted model. Turn 0 (G=2 rows per prompt): row 0 asks multiply for 2*3 and then answers;
     # row 1 adds 3 until the environment reports done (target 6: two calls; target 4: it overshoots to
@@ -128,7 +165,9 @@ def test_tools_and_environment_factory_run_through_the_trl_trainer(tool_model, t
     # the tools were really called: one multiply per prompt, and the adders' calls (4: 3, 6 -> done; 6: 3, 6 -> done)
     assert sorted(CALLS) == sorted([("multiply", 2, 3)] * 2 + [("add", 3)] * 4)
     # what the reward function got for the last group (target 6), as TRL passes it for environments
-    assert SEEN["target"] == [6, 6] and {"trainer_state", "log_metric", "log_extra", "completion_ids"} <= set(SEEN["keys"])
+    assert SEEN["target"] == [6, 6] and {"trainer_state", "log_metric", "log_extra", "completion_ids"} <= set(
+        SEEN["keys"]
+    )
     envs = SEEN["environments"]
     assert len(envs) == 2 and all(isinstance(e, Counter) for e in envs) and envs[0] is not envs[1]
     assert envs[0].row == {"prompt": [{"role": "user", "content": "count"}], "target": 6, "tag": "y"}  # the whole row
@@ -161,8 +200,16 @@ def test_a_tool_episode_is_cut_at_max_completion_length_as_in_trl(tool_model, tm
         return [0.0] * len(completions)
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "count"}], "target": 100}])
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=2,
-                      max_completion_length=100, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=100,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+    )
     tr = GRPOTrainer(str(tool_model), reward_funcs=[record], args=args, train_dataset=data, environment_factory=Counter)
     # every turn is the same 41-token call (40 characters and tags, then eos); the tool's reply is about 50
     # tokens: turn 0 (41) + reply fits in 100, turn 1 (41 more) does not and is cut at the cap

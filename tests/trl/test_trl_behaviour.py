@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
-from helpers.trl_models import make_chat_model, make_tool_chat_model
 
 from grpokit.config import ConfigError
 from grpokit.data import vision
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.mapping import to_config
+from helpers.trl_models import make_chat_model, make_tool_chat_model
 
 BACKENDS = ["grpokit.trl", pytest.param("trl", marks=pytest.mark.slow)]
 
@@ -37,8 +37,18 @@ def tool_model(tmp_path_factory):
 
 
 def small(module, out, **kw):
-    base = dict(output_dir=str(out), max_steps=2, per_device_train_batch_size=4, num_generations=2, max_completion_length=4,
-                use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, report_to="none", logging_steps=1)
+    base = dict(
+        output_dir=str(out),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        report_to="none",
+        logging_steps=1,
+    )
     return module.GRPOConfig(**{**base, **kw})
 
 
@@ -74,8 +84,10 @@ def test_a_vlm_rows_string_prompt_gets_its_images_tokens():
     from grpokit.data.tasks import shapes
 
     proc = vision.load_processor(str(shapes.shapes_model_path()))
-    row = {"prompt": [{"role": "system", "content": "Answer."}, {"role": "user", "content": "how many?"}],
-           "image": shapes.train_rows(1)[0]["image"]}
+    row = {
+        "prompt": [{"role": "system", "content": "Answer."}, {"role": "user", "content": "how many?"}],
+        "image": shapes.train_rows(1)[0]["image"],
+    }
     text, ids, pixels = vision.encode_prompt(row, 0, proc)
     # 64x64 image, 8 px patches, 2x2 merge: 16 image tokens, in the user turn, before its text
     assert ids.count(proc.tokenizer.convert_tokens_to_ids("<|image_pad|>")) == 16
@@ -90,7 +102,9 @@ def test_a_vlm_rows_string_prompt_gets_its_images_tokens():
 def test_save_strategy_no_writes_no_checkpoint(backend, chat_model, tmp_path):
     mod = importlib.import_module(backend)
     out = tmp_path / "run"
-    trainer = mod.GRPOTrainer(chat_model, reward_funcs=length, args=small(mod, out, save_strategy="no"), train_dataset=DATA)
+    trainer = mod.GRPOTrainer(
+        chat_model, reward_funcs=length, args=small(mod, out, save_strategy="no"), train_dataset=DATA
+    )
     trainer.train()
     assert trainer.state.global_step == 2
     assert not list(out.glob("checkpoint-*")) and not (out / "checkpoints").exists()
@@ -99,18 +113,39 @@ def test_save_strategy_no_writes_no_checkpoint(backend, chat_model, tmp_path):
 def test_trackio_arguments_need_no_trackio_unless_it_reports():
     cfg = to_config(GRPOConfig(trackio_space_id="me/dash", trackio_bucket_id="me/logs", report_to="none"), num_rows=8)
     assert "trackio" not in cfg.record.sinks
-    with pytest.raises(ConfigError, match=r"^GRPOConfig argument trackio_space_id='me/dash' is not supported by grpokit; "
-                                          r"valid: None with report_to trackio"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^GRPOConfig argument trackio_space_id='me/dash' is not supported by grpokit; "
+        r"valid: None with report_to trackio",
+    ):
         to_config(GRPOConfig(trackio_space_id="me/dash", report_to="trackio"), num_rows=8)
 
 
-NO_EFFECT = dict(label_smoothing_factor=0.1, liger_kernel_config={"rope": True}, prediction_loss_only=True,
-                 eval_do_concat_batches=False, eval_use_gather_object=True, eval_accumulation_steps=4,
-                 include_for_metrics=["inputs"], batch_eval_metrics=True, dataloader_drop_last=True,
-                 dataloader_multiprocessing_context="spawn", label_names=["labels"], train_sampling_strategy="sequential",
-                 length_column_name="n", ds3_gather_for_generation=False, log_multimodal=False, local_rank=0,
-                 trackio_static_space_id="me/static", log_on_each_node=False, dataloader_in_order=False,
-                 ddp_find_unused_parameters=True, ddp_bucket_cap_mb=50, ddp_broadcast_buffers=False, ddp_static_graph=True)
+NO_EFFECT = dict(
+    label_smoothing_factor=0.1,
+    liger_kernel_config={"rope": True},
+    prediction_loss_only=True,
+    eval_do_concat_batches=False,
+    eval_use_gather_object=True,
+    eval_accumulation_steps=4,
+    include_for_metrics=["inputs"],
+    batch_eval_metrics=True,
+    dataloader_drop_last=True,
+    dataloader_multiprocessing_context="spawn",
+    label_names=["labels"],
+    train_sampling_strategy="sequential",
+    length_column_name="n",
+    ds3_gather_for_generation=False,
+    log_multimodal=False,
+    local_rank=0,
+    trackio_static_space_id="me/static",
+    log_on_each_node=False,
+    dataloader_in_order=False,
+    ddp_find_unused_parameters=True,
+    ddp_bucket_cap_mb=50,
+    ddp_broadcast_buffers=False,
+    ddp_static_graph=True,
+)
 
 
 def test_arguments_trls_grpo_ignores_are_accepted_and_change_nothing():
@@ -127,7 +162,9 @@ def test_cache_implementation_picks_the_decode_loop_as_trls_generation_config():
     assert rollout(cache_implementation="dynamic").engine == "dynamic"
     r = rollout(cache_implementation="offloaded")
     assert (r.engine, r.generation_kwargs) == ("generate", {"cache_implementation": "offloaded"})
-    r = rollout(cache_implementation="static", generation_kwargs={"cache_implementation": "offloaded"})  # TRL: kwargs win
+    r = rollout(
+        cache_implementation="static", generation_kwargs={"cache_implementation": "offloaded"}
+    )  # TRL: kwargs win
     assert (r.engine, r.generation_kwargs) == ("generate", {"cache_implementation": "offloaded"})
     assert rollout(cache_implementation="offloaded", use_vllm=True).engine == rollout().engine  # vLLM keeps its own
 
@@ -138,22 +175,36 @@ def test_cache_implementation_picks_the_decode_loop_as_trls_generation_config():
 def test_continuous_batching_trains_and_is_refused_where_trl_refuses(chat_model, tmp_path):
     """TRL samples through transformers' generate_batch (checked by hand: it ran 2 steps on this model, too
     slow on a CPU for the suite); grpokit's own decode loop drops finished rows from its batch."""
-    trainer = GRPOTrainer(chat_model, reward_funcs=length, train_dataset=DATA,
-                          args=small(importlib.import_module("grpokit.trl"), tmp_path / "a", use_transformers_continuous_batching=True))
+    trainer = GRPOTrainer(
+        chat_model,
+        reward_funcs=length,
+        train_dataset=DATA,
+        args=small(importlib.import_module("grpokit.trl"), tmp_path / "a", use_transformers_continuous_batching=True),
+    )
     trainer.train()
     assert trainer.state.global_step == 2
     a = GRPOConfig(str(tmp_path / "b"), use_transformers_paged=True)
     with pytest.warns(FutureWarning, match="use_transformers_paged"):
         GRPOTrainer(chat_model, reward_funcs=length, train_dataset=DATA, args=a)
     assert a.use_transformers_continuous_batching is True
-    with pytest.raises(ConfigError, match="^GRPOConfig argument transformers_continuous_batching_config=.*unexpected keyword"):
-        GRPOTrainer(chat_model, reward_funcs=length, train_dataset=DATA,
-                    args=GRPOConfig(str(tmp_path / "c"), transformers_continuous_batching_config={"max_memory_pct": 0.5}))
+    with pytest.raises(
+        ConfigError, match="^GRPOConfig argument transformers_continuous_batching_config=.*unexpected keyword"
+    ):
+        GRPOTrainer(
+            chat_model,
+            reward_funcs=length,
+            train_dataset=DATA,
+            args=GRPOConfig(str(tmp_path / "c"), transformers_continuous_batching_config={"max_memory_pct": 0.5}),
+        )
     from grpokit.data.tasks import shapes
 
     with pytest.raises(ConfigError, match="^`use_transformers_continuous_batching` does not support multimodal models"):
-        GRPOTrainer(str(shapes.shapes_model_path()), reward_funcs=length, train_dataset=DATA,
-                    args=GRPOConfig(str(tmp_path / "d"), use_transformers_continuous_batching=True))
+        GRPOTrainer(
+            str(shapes.shapes_model_path()),
+            reward_funcs=length,
+            train_dataset=DATA,
+            args=GRPOConfig(str(tmp_path / "d"), use_transformers_continuous_batching=True),
+        )
 
 
 # ---------------------------------------------------------------- environments
@@ -198,7 +249,9 @@ def test_environment_without_dataset_and_random_reset_train(backend, tool_model,
 def test_environment_without_dataset_needs_max_steps_and_one_environment(tool_model, tmp_path):
     with pytest.raises(ConfigError, match=r"^When training without a `train_dataset`.*`max_steps` must be set"):
         GRPOTrainer(tool_model, args=GRPOConfig(str(tmp_path)), environment_factory=IncrementEnv)
-    with pytest.raises(ConfigError, match=r"^A `dict` `environment_factory` \(multiple environments\) requires a `train_dataset`"):
+    with pytest.raises(
+        ConfigError, match=r"^A `dict` `environment_factory` \(multiple environments\) requires a `train_dataset`"
+    ):
         GRPOTrainer(tool_model, args=GRPOConfig(str(tmp_path), max_steps=1), environment_factory={"a": IncrementEnv})
     with pytest.raises(ConfigError, match=r"^`train_dataset` is required unless an `environment_factory` is provided"):
         GRPOTrainer(tool_model, reward_funcs=length, args=GRPOConfig(str(tmp_path), max_steps=1))

@@ -21,15 +21,28 @@ def _folder(tmp_path):
     for split, n in (("train", 8), ("test", 4)):
         rows = [{"prompt": [{"role": "user", "content": f"add {a} and 1"}], "solution": str(a + 1)} for a in range(n)]
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "my_rewards_cli.py").write_text("def short(completions, **kw):\n"
-                                               "    return [-len(c[0]['content']) / 10 for c in completions]\n")
+    (tmp_path / "my_rewards_cli.py").write_text(
+        "def short(completions, **kw):\n    return [-len(c[0]['content']) / 10 for c in completions]\n"
+    )
     return data
 
 
-ARGS = {"reward_funcs": ["think_format_reward", "my_rewards_cli.short"], "max_steps": 2, "per_device_train_batch_size": 4,
-        "num_generations": 4, "max_completion_length": 4, "use_cpu": True, "gradient_checkpointing": False,
-        "disable_tqdm": True, "report_to": "none", "learning_rate": 1e-4, "eval_strategy": "steps", "eval_steps": 2,
-        "per_device_eval_batch_size": 4, "save_strategy": "no"}
+ARGS = {
+    "reward_funcs": ["think_format_reward", "my_rewards_cli.short"],
+    "max_steps": 2,
+    "per_device_train_batch_size": 4,
+    "num_generations": 4,
+    "max_completion_length": 4,
+    "use_cpu": True,
+    "gradient_checkpointing": False,
+    "disable_tqdm": True,
+    "report_to": "none",
+    "learning_rate": 1e-4,
+    "eval_strategy": "steps",
+    "eval_steps": 2,
+    "per_device_eval_batch_size": 4,
+    "save_strategy": "no",
+}
 
 
 def _flags(args: dict) -> list[str]:
@@ -43,9 +56,22 @@ def test_trl_grpo_command_line_and_the_same_yaml_make_the_same_run(chat_model, t
     data = _folder(tmp_path)
     monkeypatch.chdir(tmp_path)  # the dotted reward path is found from the working directory, as with trl grpo
     cli = tmp_path / "cli-run"
-    argv = ["--model_name_or_path", str(chat_model), "--dataset_name", str(data), "--output_dir", str(cli), *_flags(ARGS)]
-    done = subprocess.run([sys.executable, "-m", "grpokit", "trl", "grpo", *argv], capture_output=True, text=True,
-                          timeout=900, cwd=tmp_path)
+    argv = [
+        "--model_name_or_path",
+        str(chat_model),
+        "--dataset_name",
+        str(data),
+        "--output_dir",
+        str(cli),
+        *_flags(ARGS),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"model saved to {cli}" in done.stdout
 
@@ -67,12 +93,24 @@ def test_trl_grpo_command_line_and_the_same_yaml_make_the_same_run(chat_model, t
 
 def test_trl_grpo_mistakes_are_one_sentence(chat_model, tmp_path, capsys):
     data = _folder(tmp_path)
-    base = ["trl", "grpo", "--model_name_or_path", str(chat_model), "--dataset_name", str(data), "--output_dir",
-            str(tmp_path / "run"), "--max_steps", "1"]
-    for extra, words in [(["--reward_funcs", "no_such_reward"], "reward_funcs entry 'no_such_reward' is not one of"),
-                         (["--learnin_rate", "1e-5"], "'--learnin_rate' is not an argument of trl grpo's script"),
-                         (["--dataset_train_split", "nope"], "the dataset has no 'nope' split (it has train, test)"),
-                         (["--num_generations", "1"], "GRPOConfig argument num_generations=1 is not valid")]:
+    base = [
+        "trl",
+        "grpo",
+        "--model_name_or_path",
+        str(chat_model),
+        "--dataset_name",
+        str(data),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--max_steps",
+        "1",
+    ]
+    for extra, words in [
+        (["--reward_funcs", "no_such_reward"], "reward_funcs entry 'no_such_reward' is not one of"),
+        (["--learnin_rate", "1e-5"], "'--learnin_rate' is not an argument of trl grpo's script"),
+        (["--dataset_train_split", "nope"], "the dataset has no 'nope' split (it has train, test)"),
+        (["--num_generations", "1"], "GRPOConfig argument num_generations=1 is not valid"),
+    ]:
         assert main(base + extra) == 2
         last = capsys.readouterr().err.strip().splitlines()[-1]  # above it: datasets' progress bars only
         assert last.startswith("grpokit: error: ") and words in last, last

@@ -25,33 +25,33 @@ from grpokit.trl.mapping import to_config
 CPU = ["--bf16", "False"]
 COMMAND_LINES = {  # the flags of TRL's example scripts' docstrings (examples/scripts/*.py, docs), model ids kept as text
     "gspo": "--model_name_or_path Qwen/Qwen3-0.6B --output_dir gspo-Qwen3-0.6B --learning_rate 1e-5 --dtype bfloat16 "
-            "--max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj --log_completions "
-            "--per_device_train_batch_size 8 --num_generations 8 --importance_sampling_level sequence --epsilon 3e-4 "
-            "--epsilon_high 4e-4 --beta 0.0 --loss_type grpo --gradient_accumulation_steps 2 --steps_per_generation 8",
+    "--max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj --log_completions "
+    "--per_device_train_batch_size 8 --num_generations 8 --importance_sampling_level sequence --epsilon 3e-4 "
+    "--epsilon_high 4e-4 --beta 0.0 --loss_type grpo --gradient_accumulation_steps 2 --steps_per_generation 8",
     "grpo_vlm": "--model_name_or_path Qwen/Qwen2.5-VL-3B-Instruct --output_dir grpo-vl --learning_rate 1e-5 --dtype bfloat16 "
-                "--max_completion_length 1024 --use_vllm --vllm_mode colocate --use_peft --lora_target_modules q_proj, v_proj "
-                "--log_completions",
+    "--max_completion_length 1024 --use_vllm --vllm_mode colocate --use_peft --lora_target_modules q_proj, v_proj "
+    "--log_completions",
     "grpo_vlm_smol": "--model_name_or_path HuggingFaceTB/SmolVLM2-2.2B-Instruct --output_dir grpo-smol --learning_rate 1e-5 "
-                     "--dtype bfloat16 --max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj "
-                     "--log_completions --per_device_train_batch_size 1 --gradient_accumulation_steps 2 --num_generations 2",
+    "--dtype bfloat16 --max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj "
+    "--log_completions --per_device_train_batch_size 1 --gradient_accumulation_steps 2 --num_generations 2",
     "grpo_agent": "--model_name_or_path Qwen/Qwen3-1.7B --output_dir grpo_biogrid --push_to_hub True --use_vllm True "
-                  "--vllm_mode colocate --max_completion_length 1024 --report_to trackio --log_completions True --max_steps 400",
+    "--vllm_mode colocate --max_completion_length 1024 --report_to trackio --log_completions True --max_steps 400",
     # on one process (TRL refuses a generation batch of 8 for 32 generations) with a batch that holds a group
     "continuous_batching": "--model_name_or_path Qwen/Qwen3-1.7B --output_dir grpo-gsm8k --num_generations 32 "
-                           "--max_completion_length 1024 --use_peft --log_completions --per_device_train_batch_size 32",
+    "--max_completion_length 1024 --use_peft --log_completions --per_device_train_batch_size 32",
     "lora_without_regret": "--model_name_or_path Qwen/Qwen3-0.6B --output_dir grpo-full --learning_rate 1.0e-6 "
-                           "--lr_scheduler_type cosine --warmup_steps 0.0 --max_grad_norm 1.0 --beta 0.0 "
-                           "--max_completion_length 4096 --num_generations 16 --generation_batch_size 16 "
-                           "--gradient_accumulation_steps 8 --per_device_train_batch_size 1 --num_train_epochs 1 --lora_r 1 "
-                           "--lora_alpha 32 --lora_dropout 0.0 --lora_target_modules all-linear --vllm_mode colocate "
-                           "--save_strategy steps --save_steps 50 --save_total_limit 1 --logging_steps 1 --max_steps 200",
+    "--lr_scheduler_type cosine --warmup_steps 0.0 --max_grad_norm 1.0 --beta 0.0 "
+    "--max_completion_length 4096 --num_generations 16 --generation_batch_size 16 "
+    "--gradient_accumulation_steps 8 --per_device_train_batch_size 1 --num_train_epochs 1 --lora_r 1 "
+    "--lora_alpha 32 --lora_dropout 0.0 --lora_target_modules all-linear --vllm_mode colocate "
+    "--save_strategy steps --save_steps 50 --save_total_limit 1 --logging_steps 1 --max_steps 200",
     "peft_docs": "--model_name_or_path Qwen/Qwen2-0.5B --dataset_name trl-lib/math-reasoning --learning_rate 1.0e-5 "
-                 "--per_device_train_batch_size 2 --use_peft --lora_r 32 --lora_alpha 16 --output_dir Qwen2-0.5B-GRPO-LoRA "
-                 "--num_generations 2",  # on one process, a group must fit the batch of 2 (TRL refuses 8)
+    "--per_device_train_batch_size 2 --use_peft --lora_r 32 --lora_alpha 16 --output_dir Qwen2-0.5B-GRPO-LoRA "
+    "--num_generations 2",  # on one process, a group must fit the batch of 2 (TRL refuses 8)
     "typed_values": "--output_dir o --reward_weights 1.0 0.5 --scale_rewards batch --report_to none "
-                    "--model_init_kwargs {\"dtype\":\"bfloat16\"} --generation_kwargs {\"top_k\":5} --eval_strategy steps "
-                    "--eval_steps 5 --per_device_eval_batch_size 8 --vllm_importance_sampling_clip_min 0.5 "
-                    "--log_level info --lr_scheduler_kwargs {\"num_cycles\":0.5} --lr_scheduler_type cosine",
+    '--model_init_kwargs {"dtype":"bfloat16"} --generation_kwargs {"top_k":5} --eval_strategy steps '
+    "--eval_steps 5 --per_device_eval_batch_size 8 --vllm_importance_sampling_clip_min 0.5 "
+    '--log_level info --lr_scheduler_kwargs {"num_cycles":0.5} --lr_scheduler_type cosine',
 }
 RECIPES = {  # TRL-style YAML recipes of the kind TRL's CLI docs show, in our words
     "quick": """
@@ -122,7 +122,7 @@ def test_trl_example_command_lines_parse_as_with_trl(name):
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_trl_yaml_recipes_parse_as_with_trl(name, tmp_path, monkeypatch):
-    trl = _trl()
+    _trl()  # skips without trl
     from trl.scripts.grpo import make_parser as trl_parser
 
     from grpokit.trl.script import make_parser
@@ -156,8 +156,24 @@ def test_help_lists_every_field(capsys):
 
 def test_hfargumentparser_reads_the_typed_fields_without_trl():
     (args,) = HfArgumentParser(GRPOConfig).parse_args_into_dataclasses(
-        ["--output_dir", "o", "--reward_weights", "1", "0.5", "--report_to", "none", "--scale_rewards", "none",
-         "--num_generations", "4", "--per_device_train_batch_size", "4", "--model_init_kwargs", '{"dtype": "bfloat16"}'])
+        [
+            "--output_dir",
+            "o",
+            "--reward_weights",
+            "1",
+            "0.5",
+            "--report_to",
+            "none",
+            "--scale_rewards",
+            "none",
+            "--num_generations",
+            "4",
+            "--per_device_train_batch_size",
+            "4",
+            "--model_init_kwargs",
+            '{"dtype": "bfloat16"}',
+        ]
+    )
     assert args.reward_weights == [1.0, 0.5] and args.report_to == [] and args.scale_rewards == "none"
     assert args.model_init_kwargs == {"dtype": "bfloat16"} and args.generation_batch_size == 4
     assert to_config(args, num_rows=8).model.dtype == "bfloat16"
@@ -171,7 +187,9 @@ def test_a_project_subclasses_it_with_its_own_fields():
         curriculum_start: float = dataclasses.field(default=0.5, metadata={"help": "share of easy prompts at first"})
 
     parser = HfArgumentParser(MyConfig)
-    (args,) = parser.parse_args_into_dataclasses(["--output_dir", "o", "--curriculum_start", "0.25", "--learning_rate", "2e-6"])
+    (args,) = parser.parse_args_into_dataclasses(
+        ["--output_dir", "o", "--curriculum_start", "0.25", "--learning_rate", "2e-6"]
+    )
     assert isinstance(args, MyConfig) and args.curriculum_start == 0.25 and args.learning_rate == 2e-6
     assert "--curriculum_start" in parser.format_help()
     assert to_config(args, num_rows=8).optim.lr == 2e-6  # the run reads the TRL arguments, the project its own
@@ -198,17 +216,19 @@ def test_trainingarguments_attributes_scripts_read(monkeypatch):
 
 
 def test_trl_names_import_from_grpokit_trl_without_trl():
-    code = ("import sys; sys.modules['trl'] = None\n"  # any `import trl` now fails
-            "from grpokit.trl import (GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser, get_peft_config,\n"
-            "    get_quantization_config, get_kbit_device_map, get_dataset, DatasetMixtureConfig, init_zero_verbose,\n"
-            "    RichProgressCallback)\n"
-            "from grpokit.trl.rewards import (accuracy_reward, think_format_reward, reasoning_accuracy_reward,\n"
-            "    get_soft_overlong_punishment, get_cosine_scaled_reward, get_repetition_penalty_reward)\n"
-            "m = ModelConfig(model_name_or_path='x', use_peft=True, lora_target_modules=['q_proj', 'v_proj'])\n"
-            "assert get_peft_config(m).r == 16 and get_quantization_config(m) is None\n"
-            "assert get_quantization_config(ModelConfig(load_in_4bit=True)).load_in_4bit\n"
-            "assert think_format_reward([[{'content': '<think>a</think>b'}]]) == [1.0]\n"
-            "print('ok', 'trl' in sys.modules and sys.modules['trl'] is None)\n")
+    code = (
+        "import sys; sys.modules['trl'] = None\n"  # any `import trl` now fails
+        "from grpokit.trl import (GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser, get_peft_config,\n"
+        "    get_quantization_config, get_kbit_device_map, get_dataset, DatasetMixtureConfig, init_zero_verbose,\n"
+        "    RichProgressCallback)\n"
+        "from grpokit.trl.rewards import (accuracy_reward, think_format_reward, reasoning_accuracy_reward,\n"
+        "    get_soft_overlong_punishment, get_cosine_scaled_reward, get_repetition_penalty_reward)\n"
+        "m = ModelConfig(model_name_or_path='x', use_peft=True, lora_target_modules=['q_proj', 'v_proj'])\n"
+        "assert get_peft_config(m).r == 16 and get_quantization_config(m) is None\n"
+        "assert get_quantization_config(ModelConfig(load_in_4bit=True)).load_in_4bit\n"
+        "assert think_format_reward([[{'content': '<think>a</think>b'}]]) == [1.0]\n"
+        "print('ok', 'trl' in sys.modules and sys.modules['trl'] is None)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["ok", "True"]
@@ -239,7 +259,9 @@ def test_disable_tqdm_none_follows_transformers_log_level_as_trl():
     before = hf_logging.get_verbosity()
     try:
         hf_logging.set_verbosity(hf_logging.WARNING)
-        assert GRPOConfig("o").disable_tqdm is False and to_config(GRPOConfig("o"), num_rows=8).record.sinks == ["console"]
+        assert GRPOConfig("o").disable_tqdm is False and to_config(GRPOConfig("o"), num_rows=8).record.sinks == [
+            "console"
+        ]
         hf_logging.set_verbosity(hf_logging.ERROR)  # transformers quieted: no progress output, as transformers decides
         assert GRPOConfig("o").disable_tqdm is True and to_config(GRPOConfig("o"), num_rows=8).record.sinks == []
     finally:

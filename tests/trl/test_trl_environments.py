@@ -77,10 +77,12 @@ def seen(completions, environments, **kwargs):
 
 
 def rows():
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": "sum"}], "environment": "calc", "target": 3},
-        {"prompt": [{"role": "user", "content": "write"}], "environment": "notes", "target": 0},
-    ])
+    return Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": "sum"}], "environment": "calc", "target": 3},
+            {"prompt": [{"role": "user", "content": "write"}], "environment": "notes", "target": 0},
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,21 +91,43 @@ def qwen_model(tmp_path_factory):
     import string
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
     from trl.chat_template_utils import qwen3_chat_template
 
+    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+
     path = tmp_path_factory.mktemp("qwen-tools")
-    tok = build_char_tokenizer(string.ascii_letters + string.digits + string.punctuation + " \n",
-                               ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
-                                "<tool_response>", "</tool_response>"), model_max_length=None)
+    tok = build_char_tokenizer(
+        string.ascii_letters + string.digits + string.punctuation + " \n",
+        (
+            "<|im_start|>",
+            "<|im_end|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<think>",
+            "</think>",
+            "<tool_response>",
+            "</tool_response>",
+        ),
+        model_max_length=None,
+    )
     tok.add_special_tokens({"eos_token": "<|im_end|>"})
     tok.chat_template = qwen3_chat_template
     torch.manual_seed(0)
-    Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                                 bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=0,
-                                 tie_word_embeddings=False)).save_pretrained(path)
+    Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=0,
+            tie_word_embeddings=False,
+        )
+    ).save_pretrained(path)
     save_char_tokenizer(tok, path)
     return path
 
@@ -131,11 +155,29 @@ def run(lib: str, model, tmp_path, **data):
     trl = importlib.import_module(lib)
     for log in (RESETS, SEEN, RENDERED):
         log.clear()
-    args = trl.GRPOConfig(output_dir=str(tmp_path / lib), per_device_train_batch_size=4, num_generations=2,
-                          max_completion_length=6, max_steps=1, learning_rate=1e-3, use_cpu=True, report_to="none",
-                          logging_steps=1, save_strategy="no", seed=0, max_tool_calling_iterations=1)
-    trainer = trl.GRPOTrainer(str(model), reward_funcs=[seen], args=args, processing_class=recording_tokenizer(model),
-                              tools=[shout], environment_factory={"calc": Calc, "notes": Notes}, **data)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / lib),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=6,
+        max_steps=1,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        max_tool_calling_iterations=1,
+    )
+    trainer = trl.GRPOTrainer(
+        str(model),
+        reward_funcs=[seen],
+        args=args,
+        processing_class=recording_tokenizer(model),
+        tools=[shout],
+        environment_factory={"calc": Calc, "notes": Notes},
+        **data,
+    )
     trainer.train()
     return trainer
 
@@ -152,10 +194,14 @@ def test_a_dict_of_environments_routes_each_example_as_trl_does(lib, qwen_model,
     # each example's prompt lists the standalone tool and its own environment's methods only
     by_prompt: dict = {}  # every rendering of a prompt (a library may render it more than once) lists the same tools
     for text in RENDERED:
-        by_prompt.setdefault("sum" if "<|im_start|>user\nsum" in text else "write", set()).add(tuple(listed_tools(text)))
+        by_prompt.setdefault("sum" if "<|im_start|>user\nsum" in text else "write", set()).add(
+            tuple(listed_tools(text))
+        )
     assert by_prompt == {"sum": {("add", "shout")}, "write": {("note", "shout")}}
     # reset(**row) without the routing column; G=2 episodes of each of the 2 prompts: 2 resets per environment
-    assert sorted(RESETS) == [("Calc", ["prompt", "target"], "sum")] * 2 + [("Notes", ["prompt", "target"], "write")] * 2
+    assert (
+        sorted(RESETS) == [("Calc", ["prompt", "target"], "sum")] * 2 + [("Notes", ["prompt", "target"], "write")] * 2
+    )
     assert sorted(SEEN) == ["Calc", "Calc", "Notes", "Notes"]
     # the reward columns: the passed function, then one named after the class with get_reward (Notes has none)
     assert list(trainer._logs["rewards"]) == ["seen", "Calc"]
@@ -170,18 +216,32 @@ def test_a_dict_of_environments_routes_each_example_as_trl_does(lib, qwen_model,
 
 @pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
 def test_an_unknown_environment_name_is_refused_with_the_valid_names(lib, qwen_model, tmp_path):
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "sum"}], "environment": "chess", "target": 3}] * 2)
-    with pytest.raises(ValueError, match=re.escape("Example has `environment='chess'`, which is not among the environments "
-                                                   "passed to `environment_factory`. Expected one of: ['calc', 'notes'].")):
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": "sum"}], "environment": "chess", "target": 3}] * 2
+    )
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "Example has `environment='chess'`, which is not among the environments "
+            "passed to `environment_factory`. Expected one of: ['calc', 'notes']."
+        ),
+    ):
         run(lib, qwen_model, tmp_path, train_dataset=data)
 
 
 @pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
 def test_a_dict_of_environments_needs_a_dataset_with_the_routing_column(lib, qwen_model, tmp_path):
-    with pytest.raises(ValueError, match=re.escape("A `dict` `environment_factory` (multiple environments) requires a "
-                                                   "`train_dataset` with an `environment` column")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "A `dict` `environment_factory` (multiple environments) requires a "
+            "`train_dataset` with an `environment` column"
+        ),
+    ):
         run(lib, qwen_model, tmp_path)
     # a dataset without the column: every example names no environment (None), which is not one of them
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "sum"}], "target": 3}] * 2)
-    with pytest.raises(ValueError, match=re.escape("Example has `environment=None`, which is not among the environments")):
+    with pytest.raises(
+        ValueError, match=re.escape("Example has `environment=None`, which is not among the environments")
+    ):
         run(lib, qwen_model, tmp_path, train_dataset=data)

@@ -16,18 +16,21 @@ from grpokit.trl.mapping import to_config
 from grpokit.trl.step_args import steps_per_epoch
 
 
-@pytest.mark.parametrize("kwargs, rows, expected", [
-    # 8 completions a step / G 2 = 4 prompts a generation batch: 10 rows hold 2 whole batches (2 rows dropped)
-    (dict(per_device_train_batch_size=8, num_generations=2), 10, 2),
-    # each batch feeds num_iterations 3 optimizer steps: 2 batches x 3
-    (dict(per_device_train_batch_size=8, num_generations=2, num_iterations=3), 10, 6),
-    # steps_per_generation 2: a generation batch of 16 completions = 8 prompts, feeding 2 steps: 10 // 8 = 1 batch x 2
-    (dict(per_device_train_batch_size=8, num_generations=2, steps_per_generation=2), 10, 2),
-    # gradient_accumulation_steps 2 (steps_per_generation follows it): 16 completions, 8 prompts, 1 step per batch
-    (dict(per_device_train_batch_size=8, num_generations=2, gradient_accumulation_steps=2), 16, 2),
-    # fewer rows than one generation batch: transformers still counts 1 step an epoch
-    (dict(per_device_train_batch_size=8, num_generations=2), 3, 1),
-])
+@pytest.mark.parametrize(
+    "kwargs, rows, expected",
+    [
+        # 8 completions a step / G 2 = 4 prompts a generation batch: 10 rows hold 2 whole batches (2 rows dropped)
+        (dict(per_device_train_batch_size=8, num_generations=2), 10, 2),
+        # each batch feeds num_iterations 3 optimizer steps: 2 batches x 3
+        (dict(per_device_train_batch_size=8, num_generations=2, num_iterations=3), 10, 6),
+        # steps_per_generation 2: a generation batch of 16 completions = 8 prompts, feeding 2 steps: 10 // 8 = 1 batch x 2
+        (dict(per_device_train_batch_size=8, num_generations=2, steps_per_generation=2), 10, 2),
+        # gradient_accumulation_steps 2 (steps_per_generation follows it): 16 completions, 8 prompts, 1 step per batch
+        (dict(per_device_train_batch_size=8, num_generations=2, gradient_accumulation_steps=2), 16, 2),
+        # fewer rows than one generation batch: transformers still counts 1 step an epoch
+        (dict(per_device_train_batch_size=8, num_generations=2), 3, 1),
+    ],
+)
 def test_steps_per_epoch_by_hand(kwargs, rows, expected):
     assert steps_per_epoch(GRPOConfig("o", **kwargs), rows, 1) == expected
 
@@ -39,23 +42,43 @@ def test_two_processes_share_each_generation_batch():
 
 def test_epoch_strategies_map_to_whole_rounds():
     # 10 rows, 4 prompts a round, num_iterations 2: an epoch is 2 rounds = 4 TRL steps; 1.5 epochs = 6 TRL steps = 3 rounds
-    a = GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, num_iterations=2, num_train_epochs=1.5,
-                   save_strategy="epoch", logging_strategy="epoch", eval_strategy="epoch", log_completions=True)
+    a = GRPOConfig(
+        "o",
+        per_device_train_batch_size=8,
+        num_generations=2,
+        num_iterations=2,
+        num_train_epochs=1.5,
+        save_strategy="epoch",
+        logging_strategy="epoch",
+        eval_strategy="epoch",
+        log_completions=True,
+    )
     c = to_config(a, num_rows=10, world_size=1)
     assert (c.train.steps, c.optim.schedule_steps, c.train.save_every) == (3, 6, 2)
-    assert (c.record.console_every, c.record.samples_every, c.train.keep_checkpoints) == (2, 2, 2)  # keep all: 3 // 2 + 1
+    assert (c.record.console_every, c.record.samples_every, c.train.keep_checkpoints) == (
+        2,
+        2,
+        2,
+    )  # keep all: 3 // 2 + 1
 
 
 def test_the_rows_short_of_a_generation_batch_are_not_an_epoch():
     # grpokit once counted ceil(epochs * rows / prompts): 10 rows / 4 = 3 rounds an epoch; TRL counts 2
-    assert to_config(GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, num_train_epochs=1), num_rows=10).train.steps == 2
+    assert (
+        to_config(
+            GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, num_train_epochs=1), num_rows=10
+        ).train.steps
+        == 2
+    )
 
 
 def test_other_strategies_are_one_sentence():
     with pytest.raises(ConfigError, match="save_strategy='best' is not supported by grpokit; valid: steps, epoch, no"):
         to_config(GRPOConfig("o", save_strategy="best"), num_rows=10)  # transformers has it, grpokit does not
     for name, value in (("eval_strategy", "best"), ("logging_strategy", "sometimes")):  # transformers has neither
-        with pytest.raises(ConfigError, match=f"^GRPOConfig argument {name}='{value}' is not valid; use one of no, steps, epoch$"):
+        with pytest.raises(
+            ConfigError, match=f"^GRPOConfig argument {name}='{value}' is not valid; use one of no, steps, epoch$"
+        ):
             GRPOConfig("o", **{name: value})
 
 
@@ -97,7 +120,8 @@ def test_an_epoch_log_holds_the_last_steps_rate_and_the_mean_loss():
 
 
 def test_logging_first_step_logs_whatever_the_strategy_as_transformers():
-    bridge = StepBridge(GRPOConfig("o", logging_strategy="no", logging_first_step=True, max_steps=3), [], 3, dict,
-                        lambda p, s: None, {})
+    bridge = StepBridge(
+        GRPOConfig("o", logging_strategy="no", logging_first_step=True, max_steps=3), [], 3, dict, lambda p, s: None, {}
+    )
     drive(bridge, 3, 1)
     assert [h["step"] for h in bridge.state.log_history] == [1]

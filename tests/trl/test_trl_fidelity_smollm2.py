@@ -24,14 +24,22 @@ import torch
 
 pytest.importorskip("trl")
 
-PROMPTS = [[{"role": "user", "content": "What is 47 + 38? Give the final answer as a number."}],
-           [{"role": "user", "content": "Name a prime number between 10 and 20."}]]
-COMPLETIONS = {0: ["47 + 38 = 85. The answer is 85.", "Let me think step by step about this sum"],
-               1: ["13", "A prime number between 10 and 20 is 11, and also"]}
+PROMPTS = [
+    [{"role": "user", "content": "What is 47 + 38? Give the final answer as a number."}],
+    [{"role": "user", "content": "Name a prime number between 10 and 20."}],
+]
+COMPLETIONS = {
+    0: ["47 + 38 = 85. The answer is 85.", "Let me think step by step about this sum"],
+    1: ["13", "A prime number between 10 and 20 is 11, and also"],
+}
 MAX_LEN = 10  # "13" + EOS is 3 tokens; the first of prompt 0 (+ EOS) and the second of prompt 1 are cut at 10; "Let me
 # think ..." is 9 tokens without EOS, so TRL pads it with the pad id, which is SmolLM2's EOS id
-VARIANTS = {"grpo": dict(loss_type="grpo"), "dapo": dict(loss_type="dapo"), "dr_grpo": dict(loss_type="dr_grpo"),
-            "gspo": dict(loss_type="grpo", importance_sampling_level="sequence")}
+VARIANTS = {
+    "grpo": dict(loss_type="grpo"),
+    "dapo": dict(loss_type="dapo"),
+    "dr_grpo": dict(loss_type="dr_grpo"),
+    "gspo": dict(loss_type="grpo", importance_sampling_level="sequence"),
+}
 
 
 def length_reward(completions, completion_ids, **kwargs):
@@ -48,36 +56,63 @@ def rollout_func(prompts, trainer):
         prompt_ids.append(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False))
         ids = tok(COMPLETIONS[k][j % 2], add_special_tokens=False)["input_ids"]
         completion_ids.append((ids + [tok.eos_token_id])[:MAX_LEN] if j % 2 == 0 else ids[:MAX_LEN])
-    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
-            "logprobs": [[0.0] * len(c) for c in completion_ids]}
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "logprobs": [[0.0] * len(c) for c in completion_ids],
+    }
 
 
 def _capture(store):
     """A wrapper that keeps the first grad-enabled call's (completion ids, mask, log-probs)."""
+
     def wrap(inner, pick):
         def call(*args, **kw):
             out = inner(*args, **kw)
             if torch.is_grad_enabled() and "logp" not in store:
                 store.update(pick(args, kw, out))
             return out
+
         return call
+
     return wrap
 
 
 def run_trl(model_dir, tmp_path, variant):
     from datasets import Dataset
+
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=4, num_generations=2, max_steps=1,
-                      max_completion_length=MAX_LEN, learning_rate=1e-6, beta=0.0, bf16=False, use_cpu=True, report_to="none",
-                      logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True, **VARIANTS[variant])
-    t = GRPOTrainer(str(model_dir), reward_funcs=length_reward, args=args, rollout_func=rollout_func,
-                    train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=1,
+        max_completion_length=MAX_LEN,
+        learning_rate=1e-6,
+        beta=0.0,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        **VARIANTS[variant],
+    )
+    t = GRPOTrainer(
+        str(model_dir),
+        reward_funcs=length_reward,
+        args=args,
+        rollout_func=rollout_func,
+        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
+    )
     store = {}
 
     def pick(args, kw, out):  # (model, input_ids, attention_mask, logits_to_keep, ...)
-        ids, mask, keep = args[1][:, -args[3]:], args[2][:, -args[3]:], args[3]
+        ids, mask = args[1][:, -args[3] :], args[2][:, -args[3] :]
         return {"ids": [row[: int(m.sum())] for row, m in zip(ids.tolist(), mask)], "logp": out[0].detach()}
+
     t._get_per_token_logps_and_entropies = _capture(store)(t._get_per_token_logps_and_entropies, pick)
     t.train()
     return t.state.log_history[0], store
@@ -89,17 +124,37 @@ def run_grpokit(model_dir, tmp_path, variant):
     import grpokit.train.update as update
     from grpokit.trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path / "grpokit"), per_device_train_batch_size=4, num_generations=2, max_steps=1,
-                      max_completion_length=MAX_LEN, learning_rate=1e-6, beta=0.0, bf16=False, use_cpu=True, report_to="none",
-                      logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True, **VARIANTS[variant])
-    t = GRPOTrainer(str(model_dir), reward_funcs=length_reward, args=args, rollout_func=rollout_func,
-                    train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpokit"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=1,
+        max_completion_length=MAX_LEN,
+        learning_rate=1e-6,
+        beta=0.0,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        **VARIANTS[variant],
+    )
+    t = GRPOTrainer(
+        str(model_dir),
+        reward_funcs=length_reward,
+        args=args,
+        rollout_func=rollout_func,
+        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
+    )
     store = {}
 
     def pick(args, kw, out):  # (model, batch, ...)
         batch = args[1]
         ids = [row[: int(m.sum())] for row, m in zip(batch.completion_ids.tolist(), batch.completion_mask)]
         return {"ids": ids, "logp": out[0].detach()}
+
     original = update.completion_logprobs
     update.completion_logprobs = _capture(store)(original, pick)
     try:
@@ -131,8 +186,15 @@ def results(smollm2_dir, tmp_path_factory):
 def test_first_step_equals_trl_on_smollm2(results, variant):
     ours, trl, lp_ours, lp_trl = results[variant]
     assert set(lp_ours) == set(lp_trl) and len(lp_ours) == 4  # the same four completions, the same masked tokens
-    assert sorted(len(k) for k in lp_ours) == [3, 9, MAX_LEN, MAX_LEN]  # "13" + EOS, one of 9 tokens, two cut at the limit
-    assert sum(k[-1] == 2 for k in lp_ours) == 1  # the EOS of "13" is in the loss; the 9-token row's EOS-id padding is not
+    assert sorted(len(k) for k in lp_ours) == [
+        3,
+        9,
+        MAX_LEN,
+        MAX_LEN,
+    ]  # "13" + EOS, one of 9 tokens, two cut at the limit
+    assert (
+        sum(k[-1] == 2 for k in lp_ours) == 1
+    )  # the EOS of "13" is in the loss; the 9-token row's EOS-id padding is not
     for ids, logp in lp_trl.items():
         assert torch.allclose(lp_ours[ids], logp, atol=2e-4, rtol=0), (ids, (lp_ours[ids] - logp).abs().max())
     assert ours["reward"] == pytest.approx(trl["reward"], rel=1e-6)

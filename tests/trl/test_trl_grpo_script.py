@@ -16,10 +16,10 @@ import json
 
 import pytest
 
+from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.bridge import final_entry, trl_step_metrics
 from grpokit.trl.trainer import Accelerator
-from grpokit.trl import GRPOConfig, GRPOTrainer
-from helpers.trl_models import FakeHub, make_chat_model
+from helpers.trl_models import FakeHub
 
 
 def write_split(folder, name, n):
@@ -29,25 +29,39 @@ def write_split(folder, name, n):
 
 def test_trls_grpo_script_main_runs_on_grpokits_trainer(chat_model, tmp_path, monkeypatch, capsys):
     trl = pytest.importorskip("trl")
-    from trl import DatasetMixtureConfig, ModelConfig
     from trl.scripts.grpo import GRPOScriptArguments, main
+
+    from trl import DatasetMixtureConfig, ModelConfig
 
     data = tmp_path / "data"
     data.mkdir()
     write_split(data, "train", 8)
     write_split(data, "test", 2)
-    (tmp_path / "my_rewards_grpo_script.py").write_text("def short(completions, **kw):\n"
-                                                       "    return [-len(c[0]['content']) / 10 for c in completions]\n")
+    (tmp_path / "my_rewards_grpo_script.py").write_text(
+        "def short(completions, **kw):\n    return [-len(c[0]['content']) / 10 for c in completions]\n"
+    )
     monkeypatch.chdir(tmp_path)  # the script imports dotted reward paths from the working directory
     made = []
     monkeypatch.setattr(trl, "GRPOTrainer", lambda **kw: made.append(GRPOTrainer(**kw)) or made[-1])
     out = tmp_path / "run"
-    script_args = GRPOScriptArguments(dataset_name=str(data), reward_funcs=["think_format_reward", "accuracy_reward",
-                                                                             "my_rewards_grpo_script.short"])
-    training_args = GRPOConfig(output_dir=str(out), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-                               max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
-                               eval_strategy="steps", eval_steps=1, push_to_hub=True, hub_model_id="me/tiny-grpo",
-                               hub_strategy="end")
+    script_args = GRPOScriptArguments(
+        dataset_name=str(data), reward_funcs=["think_format_reward", "accuracy_reward", "my_rewards_grpo_script.short"]
+    )
+    training_args = GRPOConfig(
+        output_dir=str(out),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        eval_strategy="steps",
+        eval_steps=1,
+        push_to_hub=True,
+        hub_model_id="me/tiny-grpo",
+        hub_strategy="end",
+    )
     with FakeHub() as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         main(script_args, training_args, ModelConfig(model_name_or_path=str(chat_model)), DatasetMixtureConfig())
@@ -81,8 +95,13 @@ def test_accelerator_reports_this_process_and_prints_on_the_main_one_only(monkey
 
 def test_final_entry_is_trls():
     # 2 steps of 8 completions in 4 s: 16 / 4 = 4 samples/s, 2 / 4 = 0.5 steps/s; loss mean (0.5 + 1.5) / 2 = 1
-    assert final_entry(2, [0.5, 1.5], 4.0, 8) == {"train_runtime": 4.0, "train_samples_per_second": 4.0,
-                                                  "train_steps_per_second": 0.5, "total_flos": 0.0, "train_loss": 1.0}
+    assert final_entry(2, [0.5, 1.5], 4.0, 8) == {
+        "train_runtime": 4.0,
+        "train_samples_per_second": 4.0,
+        "train_steps_per_second": 0.5,
+        "total_flos": 0.0,
+        "train_loss": 1.0,
+    }
 
 
 def test_a_later_update_of_a_round_logs_only_its_own_metrics():
@@ -92,18 +111,38 @@ def test_a_later_update_of_a_round_logs_only_its_own_metrics():
     assert first["reward"] == 0.5 and first["loss"] == 2.0 and first["step_time"] == 1.5
     assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.25, 0.125)  # one process: min = max = mean
     later = trl_step_metrics(sampled, update, False, 0.5)
-    assert set(later) == {"loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min", "clip_ratio/high_max",
-                          "step_time"}
+    assert set(later) == {
+        "loss",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/low_min",
+        "clip_ratio/high_max",
+        "step_time",
+    }
 
 
 def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp_path):
     rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
     from datasets import Dataset
 
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, logging_steps=1)
-    tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                     train_dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(rows[:1]), args=args)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        logging_steps=1,
+    )
+    tr = GRPOTrainer(
+        str(chat_model),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        train_dataset=Dataset.from_list(rows),
+        eval_dataset=Dataset.from_list(rows[:1]),
+        args=args,
+    )
     res = tr.train()
     # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2; then TRL's final entry
     assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0), (2, 1.0)]
@@ -114,7 +153,14 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
     assert res.metrics["train_samples_per_second"] == pytest.approx(8 / res.metrics["train_runtime"], rel=1e-2)
     assert tr.state.log_history[-1] == {**{k: v for k, v in res.metrics.items()}, "step": 2}
     ev = tr.evaluate()  # on demand after training: 1 prompt x 2 generations, TRL's names
-    assert {"eval_loss", "eval_reward", "eval_rewards/<lambda>/mean", "eval_runtime", "eval_num_tokens", "epoch"} <= set(ev)
+    assert {
+        "eval_loss",
+        "eval_reward",
+        "eval_rewards/<lambda>/mean",
+        "eval_runtime",
+        "eval_num_tokens",
+        "epoch",
+    } <= set(ev)
     assert ev["eval_reward"] == 0.0 and tr.state.log_history[-1]["eval_loss"] == ev["eval_loss"]
 
 
@@ -122,10 +168,20 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
 def test_attn_implementation_reaches_from_pretrained(chat_model, tmp_path, attn):
     from datasets import Dataset
 
-    args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                      use_cpu=True, model_init_kwargs={"attn_implementation": attn, "dtype": "bfloat16"})
-    tr = GRPOTrainer(str(chat_model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                     train_dataset=Dataset.from_list([{"prompt": "1+1="}]), args=args)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        use_cpu=True,
+        model_init_kwargs={"attn_implementation": attn, "dtype": "bfloat16"},
+    )
+    tr = GRPOTrainer(
+        str(chat_model),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        train_dataset=Dataset.from_list([{"prompt": "1+1="}]),
+        args=args,
+    )
     assert tr.model.config._attn_implementation == attn and str(tr.model.dtype) == "torch.bfloat16"
 
 
@@ -134,14 +190,20 @@ def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(c
 
     from grpokit.config import Config, ConfigError
     from grpokit.config.io import set_field
-    from grpokit.train.models import load_model
     from grpokit.config.validation import validate
+    from grpokit.train.models import load_model
 
     cfg = Config()
     set_field(cfg, "model.attn_implementation", "eager")
     with pytest.raises(ConfigError, match=r"^model.attn_implementation='eager' is chosen when loading"):
-        load_model(cfg.model, __import__("torch").device("cpu"), __import__("torch").float32,
-                   model=AutoModelForCausalLM.from_pretrained(chat_model))
+        load_model(
+            cfg.model,
+            __import__("torch").device("cpu"),
+            __import__("torch").float32,
+            model=AutoModelForCausalLM.from_pretrained(chat_model),
+        )
     set_field(cfg, "model.attn_implementation", "fast")
-    with pytest.raises(ConfigError, match=r"model.attn_implementation='fast' is not valid; choose one of: auto, eager, sdpa"):
+    with pytest.raises(
+        ConfigError, match=r"model.attn_implementation='fast' is not valid; choose one of: auto, eager, sdpa"
+    ):
         validate(cfg)

@@ -10,24 +10,23 @@ not a vLLM run.
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.mismatch import RecordingLLM, mismatch_trainer
-import torch
 
 pytest.importorskip("trl")
 from helpers.paths import ROOT
-sys.path.insert(0, str(ROOT / "bench"))
-from trl_oracle import fixed_batch, grpokit_loss, trl_is_ratio, trl_loss  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
 from grpokit.algo.pipeline import LogProbs, TISSettings  # noqa: E402
 from grpokit.algo.tis import TIS_MODES, tis_weights  # noqa: E402
 from grpokit.config.sections import AlgoConfig, ConfigError  # noqa: E402
 from grpokit.trl.config import GRPOConfig  # noqa: E402
 from grpokit.trl.mapping import to_config  # noqa: E402
 from helpers.pipeline_batches import run, scored  # noqa: E402
+from trl_oracle import fixed_batch, grpokit_loss, trl_is_ratio, trl_loss  # noqa: E402
 
 
 def _sampler(old):
@@ -52,7 +51,9 @@ def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type):
     for fn, kw in ((trl_loss, {"is_ratio": ratio}), (grpokit_loss, {"is_weights": w})):
         x = logp.clone().requires_grad_(True)
         eps_high = 5.0 if loss_type == "cispo" else 0.2  # cispo: TRL's epsilon_high is the weight cap
-        loss = fn(x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, bias_correction=True, epsilon_high=eps_high, **kw)
+        loss = fn(
+            x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, bias_correction=True, epsilon_high=eps_high, **kw
+        )
         loss.backward()
         out.append((loss, x.grad))
     (theirs, g_theirs), (ours, g_ours) = out
@@ -71,17 +72,32 @@ def test_the_batch_exercises_every_bound():
 
 
 def test_trl_arguments_map_to_the_tis_stage():
-    c = to_config(GRPOConfig("o", use_vllm=True), num_rows=4)  # TRL's defaults: sequence_mask, clip_max 3, clip_min None
+    c = to_config(
+        GRPOConfig("o", use_vllm=True), num_rows=4
+    )  # TRL's defaults: sequence_mask, clip_max 3, clip_min None
     assert (c.rollout.tis_mode, c.rollout.tis_cap, c.rollout.tis_min) == ("sequence_mask", 3.0, 0.0)
-    c = to_config(GRPOConfig("o", use_vllm=True, vllm_importance_sampling_mode="token_mask", vllm_importance_sampling_clip_min=0.5,
-                             vllm_importance_sampling_clip_max=None), num_rows=4)
+    c = to_config(
+        GRPOConfig(
+            "o",
+            use_vllm=True,
+            vllm_importance_sampling_mode="token_mask",
+            vllm_importance_sampling_clip_min=0.5,
+            vllm_importance_sampling_clip_max=None,
+        ),
+        num_rows=4,
+    )
     assert (c.rollout.tis_mode, c.rollout.tis_cap, c.rollout.tis_min) == ("token_mask", math.inf, 0.5)  # None: no bound
     c = to_config(GRPOConfig("o", use_vllm=True, vllm_importance_sampling_clip_min=-1.0), num_rows=4)
     assert c.rollout.tis_min == 0.0  # ratios are > 0: a negative bound bounds nothing
-    assert to_config(GRPOConfig("o", use_vllm=True, vllm_importance_sampling_correction=False), num_rows=4).rollout.tis_cap == 0.0
-    for kwargs, words in [({"vllm_importance_sampling_clip_max": 0.5}, "vllm_importance_sampling_clip_max=0.5"),
-                          ({"vllm_importance_sampling_clip_min": 4.0}, "vllm_importance_sampling_clip_min=4.0"),
-                          ({"vllm_importance_sampling_mode": "token"}, "vllm_importance_sampling_mode='token'")]:
+    assert (
+        to_config(GRPOConfig("o", use_vllm=True, vllm_importance_sampling_correction=False), num_rows=4).rollout.tis_cap
+        == 0.0
+    )
+    for kwargs, words in [
+        ({"vllm_importance_sampling_clip_max": 0.5}, "vllm_importance_sampling_clip_max=0.5"),
+        ({"vllm_importance_sampling_clip_min": 4.0}, "vllm_importance_sampling_clip_min=4.0"),
+        ({"vllm_importance_sampling_mode": "token"}, "vllm_importance_sampling_mode='token'"),
+    ]:
         with pytest.raises(ConfigError, match=words):
             to_config(GRPOConfig("o", use_vllm=True, **kwargs), num_rows=4)
 
@@ -92,7 +108,9 @@ def test_the_pipeline_stage_applies_the_mode():
     sb, batch = scored([1.0, 0.0], 2, [2, 2])
     old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
     inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="sequence_mask"))
-    assert inp.advantages[0].tolist() == [0.0, 0.0] and inp.advantages[1].tolist() == pytest.approx([-0.7071] * 2, rel=1e-3)
+    assert inp.advantages[0].tolist() == [0.0, 0.0] and inp.advantages[1].tolist() == pytest.approx(
+        [-0.7071] * 2, rel=1e-3
+    )
     assert inp.metrics["sampling/importance_sampling_ratio/min"] == 0.0
 
 
@@ -101,10 +119,14 @@ def test_tis_fields_are_checked():
     from grpokit.config.sections import Config
     from grpokit.config.validation import validate
 
-    validate(apply_overrides(Config(), ["rollout.tis_mode=sequence_mask", "rollout.tis_min=0.5", "rollout.tis_cap=.inf"]))
-    for over, word in ((["rollout.tis_mode=sequence"], r"rollout.tis_mode='sequence' is not valid"),
-                       (["rollout.tis_min=-0.1"], r"rollout.tis_min=-0.1 must be"),
-                       (["rollout.tis_min=3", "rollout.tis_cap=2"], r"rollout.tis_min=3.0 must be .* at most rollout.tis_cap=2.0")):
+    validate(
+        apply_overrides(Config(), ["rollout.tis_mode=sequence_mask", "rollout.tis_min=0.5", "rollout.tis_cap=.inf"])
+    )
+    for over, word in (
+        (["rollout.tis_mode=sequence"], r"rollout.tis_mode='sequence' is not valid"),
+        (["rollout.tis_min=-0.1"], r"rollout.tis_min=-0.1 must be"),
+        (["rollout.tis_min=3", "rollout.tis_cap=2"], r"rollout.tis_min=3.0 must be .* at most rollout.tis_cap=2.0"),
+    ):
         with pytest.raises(ConfigError, match=word):
             validate(apply_overrides(Config(), over))
 
@@ -166,7 +188,9 @@ def test_vespo_with_tis_in_the_pipeline_keeps_the_advantages():
 
 
 def test_trl_vespo_with_vllm_maps_token_modes_and_refuses_sequence_modes_as_trl():
-    c = to_config(GRPOConfig("o", use_vllm=True, loss_type="vespo", vllm_importance_sampling_mode="token_mask"), num_rows=4)
+    c = to_config(
+        GRPOConfig("o", use_vllm=True, loss_type="vespo", vllm_importance_sampling_mode="token_mask"), num_rows=4
+    )
     assert (c.algo.objective, c.rollout.tis_mode, c.rollout.tis_cap) == ("vespo", "token_mask", 3.0)
     with pytest.raises(ConfigError, match="VESPO loss requires `vllm_importance_sampling_mode`.*Got: sequence_mask"):
         to_config(GRPOConfig("o", use_vllm=True, loss_type="vespo"), num_rows=4)

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from grpokit.config import ConfigError
+from grpokit.config.validation import validate
 from grpokit.trl.config import SUPPORTED, UNSUPPORTED, GRPOConfig
 from grpokit.trl.mapping import to_config
-from grpokit.config.validation import validate
 from helpers.paths import ROOT
-
 
 
 def _trl_fields() -> dict:
@@ -30,8 +29,11 @@ def _trl_fields() -> dict:
 
 def test_every_trl_argument_is_known_with_trls_default():
     trl = _trl_fields()
-    ours = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            for f in dataclasses.fields(GRPOConfig) if f.init}
+    ours = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(GRPOConfig)
+        if f.init
+    }
     assert set(ours) == set(trl)  # nothing TRL has is unknown, nothing extra is invented
     assert SUPPORTED | set(UNSUPPORTED) == set(trl) and not SUPPORTED & set(UNSUPPORTED)
     for name, value in ours.items():
@@ -40,8 +42,11 @@ def test_every_trl_argument_is_known_with_trls_default():
 
 def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
     GRPOConfig(deepspeed=None, per_device_eval_batch_size=8)  # at TRL's default: accepted
-    for kwargs, words in [({"deepspeed": "ds.json"}, "deepspeed='ds.json'"), ({"delta": 0.5}, "delta=0.5"),
-                          ({"num_generation": 8}, "'num_generation'")]:
+    for kwargs, words in [
+        ({"deepspeed": "ds.json"}, "deepspeed='ds.json'"),
+        ({"delta": 0.5}, "delta=0.5"),
+        ({"num_generation": 8}, "'num_generation'"),
+    ]:
         with pytest.raises(ConfigError) as e:
             GRPOConfig(**kwargs)
         assert words in str(e.value) and str(e.value).count(". ") == 0
@@ -54,12 +59,30 @@ def test_unsupported_or_unknown_arguments_are_refused_with_one_sentence():
 
 
 def test_mapping_worked_by_hand():
-    a = GRPOConfig("out", per_device_train_batch_size=8, gradient_accumulation_steps=2, num_generations=4, max_steps=10,
-                   num_iterations=2, loss_type="dr_grpo", scale_rewards=False, epsilon=0.2, epsilon_high=0.28,
-                   learning_rate=5e-6, lr_scheduler_type="cosine", warmup_steps=0.1, save_steps=2, save_total_limit=None,
-                   report_to=["tensorboard"], logging_steps=5, log_completions=True, bf16=True, beta=0.04,
-                   generation_kwargs={"stop_strings": "</answer>", "top_k": 20, "repetition_penalty": 1.1},
-                   disable_tqdm=False)  # None would follow transformers' log level, which other tests may have raised
+    a = GRPOConfig(
+        "out",
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        num_generations=4,
+        max_steps=10,
+        num_iterations=2,
+        loss_type="dr_grpo",
+        scale_rewards=False,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        learning_rate=5e-6,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.1,
+        save_steps=2,
+        save_total_limit=None,
+        report_to=["tensorboard"],
+        logging_steps=5,
+        log_completions=True,
+        bf16=True,
+        beta=0.04,
+        generation_kwargs={"stop_strings": "</answer>", "top_k": 20, "repetition_penalty": 1.1},
+        disable_tqdm=False,
+    )  # None would follow transformers' log level, which other tests may have raised
     c = to_config(a, num_rows=100, world_size=1)
     # 8 completions per micro-batch x 2 accumulated = 16 completions a step = 4 prompts x G=4
     assert (c.train.prompts_per_step, c.train.micro_batch_size, c.rollout.group_size) == (4, 8, 4)
@@ -73,8 +96,15 @@ def test_mapping_worked_by_hand():
     assert c.record.sinks == ["console", "tensorboard"] and (c.record.console_every, c.record.samples_every) == (5, 5)
     assert c.rollout.stop == ["</answer>"] and c.rollout.top_k == 20 and c.rollout.max_new_tokens == 512
     assert c.rollout.repetition_penalty == 1.1
-    assert to_config(GRPOConfig(repetition_penalty=1.2), num_rows=4).rollout.repetition_penalty == 1.2  # TRL's own argument
-    assert (c.reward.convention, c.data.chat_template, c.data.task, c.reward.functions) == ("trl", "conversational", "", [])
+    assert (
+        to_config(GRPOConfig(repetition_penalty=1.2), num_rows=4).rollout.repetition_penalty == 1.2
+    )  # TRL's own argument
+    assert (c.reward.convention, c.data.chat_template, c.data.task, c.reward.functions) == (
+        "trl",
+        "conversational",
+        "",
+        [],
+    )
 
 
 def test_epochs_set_the_steps_when_max_steps_is_unset():
@@ -109,8 +139,12 @@ def test_cispo_and_sapo_loss_types_map_onto_grpokit_objectives():
     cfg = to_config(GRPOConfig(loss_type="cispo", epsilon_high=5.0), num_rows=4)
     assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.clip_high) == ("cispo", "token-mean", 4.0)
     cfg = to_config(GRPOConfig(loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0), num_rows=4)
-    assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.sapo_tau_pos, cfg.algo.sapo_tau_neg) == \
-        ("sapo", "seq-mean-token-mean", 0.5, 2.0)
+    assert (cfg.algo.objective, cfg.algo.aggregation, cfg.algo.sapo_tau_pos, cfg.algo.sapo_tau_neg) == (
+        "sapo",
+        "seq-mean-token-mean",
+        0.5,
+        2.0,
+    )
     # unset, TRL's code caps the weight at epsilon (0.2): grpokit's cap 1 + clip_high = 0.2, so clip_high = -0.8
     cfg = to_config(GRPOConfig(loss_type="cispo"), num_rows=4)
     assert cfg.algo.clip_high == pytest.approx(-0.8)
@@ -122,7 +156,12 @@ def test_cispo_and_sapo_loss_types_map_onto_grpokit_objectives():
 def test_arguments_read_and_set_after_construction_behave_as_constructor_arguments():
     a = GRPOConfig("out")
     # TRL's own grpo.py reads training_args.resume_from_checkpoint: every TRL argument is readable, at TRL's default
-    assert (a.resume_from_checkpoint, a.run_name, a.per_device_eval_batch_size, a.include_for_metrics) == (None, None, 8, [])
+    assert (a.resume_from_checkpoint, a.run_name, a.per_device_eval_batch_size, a.include_for_metrics) == (
+        None,
+        None,
+        8,
+        [],
+    )
     a.model_init_kwargs = {"dtype": "bfloat16"}  # as TRL's grpo.py sets it after parsing
     a.scale_rewards = False  # the boolean form is normalised as in the constructor
     a.deepspeed = None  # an unsupported argument at its default is accepted
@@ -139,13 +178,21 @@ def test_model_init_kwargs_as_trls_grpo_script_passes_them():
     kw = dict(revision=None, trust_remote_code=False, attn_implementation=None, dtype=None)
     c = to_config(GRPOConfig(model_init_kwargs=kw), num_rows=4)
     assert (c.model.dtype, c.model.trust_remote_code) == ("float32", False)  # TRL loads float32 unless told
-    assert to_config(GRPOConfig(), num_rows=4).model.dtype == "float32"  # no model_init_kwargs: float32 too, not bf16 on GPU
-    c = to_config(GRPOConfig(model_init_kwargs={"torch_dtype": "torch.float16", "trust_remote_code": True, "revision": "main"}), num_rows=4)
+    assert (
+        to_config(GRPOConfig(), num_rows=4).model.dtype == "float32"
+    )  # no model_init_kwargs: float32 too, not bf16 on GPU
+    c = to_config(
+        GRPOConfig(model_init_kwargs={"torch_dtype": "torch.float16", "trust_remote_code": True, "revision": "main"}),
+        num_rows=4,
+    )
     assert (c.model.dtype, c.model.trust_remote_code) == ("float16", True)
     assert c.model.attn_implementation == "auto"  # None: transformers' own choice
     c = to_config(GRPOConfig(model_init_kwargs={"attn_implementation": "eager", "dtype": "bfloat16"}), num_rows=4)
     assert (c.model.attn_implementation, c.model.dtype) == ("eager", "bfloat16")
-    with pytest.raises(ConfigError, match=r"model_init_kwargs=\{'attn_implementation': 'flash'\} .*valid: attn_implementation eager, sdpa"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model_init_kwargs=\{'attn_implementation': 'flash'\} .*valid: attn_implementation eager, sdpa",
+    ):
         to_config(GRPOConfig(model_init_kwargs={"attn_implementation": "flash"}), num_rows=4)
     with pytest.raises(ConfigError, match=r"model_init_kwargs=\{'device_map': 'auto'\}"):
         to_config(GRPOConfig(model_init_kwargs={"device_map": "auto"}), num_rows=4)
@@ -165,10 +212,22 @@ def test_a_repetition_penalty_that_is_not_positive_is_refused():
         validate(to_config(GRPOConfig(generation_kwargs={"repetition_penalty": 0.0}), num_rows=4))
 
 
-@pytest.mark.parametrize("name,value", [("learning_rate", float("inf")), ("reward_weights", [1.0, float("nan")]),
-                                        ("save_total_limit", 0), ("num_generations", 0), ("num_generations", 1),
-                                        ("per_device_train_batch_size", 0), ("top_p", 0.0), ("temperature", -1.0),
-                                        ("num_iterations", 0), ("logging_steps", 0), ("max_completion_length", 0)])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("learning_rate", float("inf")),
+        ("reward_weights", [1.0, float("nan")]),
+        ("save_total_limit", 0),
+        ("num_generations", 0),
+        ("num_generations", 1),
+        ("per_device_train_batch_size", 0),
+        ("top_p", 0.0),
+        ("temperature", -1.0),
+        ("num_iterations", 0),
+        ("logging_steps", 0),
+        ("max_completion_length", 0),
+    ],
+)
 def test_a_value_no_run_can_use_is_refused_naming_the_argument(name, value):
     # each was silently accepted or ended in a Python error (num_generations=0: ZeroDivisionError) before
     with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}=.* is not valid; use "):
@@ -178,19 +237,33 @@ def test_a_value_no_run_can_use_is_refused_naming_the_argument(name, value):
         setattr(args, name, value)
 
 
-@pytest.mark.parametrize("name,value,valid", [
-    ("fp16", "yes", "True or False"), ("bf16", "yes", "None, True or False"), ("use_vllm", "x", "True or False"),
-    ("mask_truncated_completions", 1, "True or False"), ("output_dir", 123, "None or a string"), ("run_name", 7, "None or a string"),
-    ("vllm_mode", "nope", "'colocate' or 'server'"), ("importance_sampling_level", "word", "'token' or 'sequence'"),
-    ("vllm_importance_sampling_mode", "nope", "one of token_truncate, token_mask, sequence_truncate, sequence_mask")])
+@pytest.mark.parametrize(
+    "name,value,valid",
+    [
+        ("fp16", "yes", "True or False"),
+        ("bf16", "yes", "None, True or False"),
+        ("use_vllm", "x", "True or False"),
+        ("mask_truncated_completions", 1, "True or False"),
+        ("output_dir", 123, "None or a string"),
+        ("run_name", 7, "None or a string"),
+        ("vllm_mode", "nope", "'colocate' or 'server'"),
+        ("importance_sampling_level", "word", "'token' or 'sequence'"),
+        (
+            "vllm_importance_sampling_mode",
+            "nope",
+            "one of token_truncate, token_mask, sequence_truncate, sequence_mask",
+        ),
+    ],
+)
 def test_a_value_of_the_wrong_kind_is_refused_naming_the_argument(name, value, valid):
     # each was accepted as truthy, named a grpokit field, or raised a KeyError (bf16="yes") before
-    with pytest.raises(ConfigError, match=rf"^GRPOConfig argument {name}={value!r} is not valid; use {re.escape(valid)}$"):
+    with pytest.raises(
+        ConfigError, match=rf"^GRPOConfig argument {name}={value!r} is not valid; use {re.escape(valid)}$"
+    ):
         GRPOConfig(**{"output_dir": "out", name: value})
 
 
 def test_paths_and_enum_strings_pass_the_kind_checks():
-    from pathlib import Path
     from transformers.trainer_utils import IntervalStrategy
 
     args = GRPOConfig(Path("out"), eval_strategy=IntervalStrategy.STEPS, bf16=None, run_name=None)
@@ -199,34 +272,71 @@ def test_paths_and_enum_strings_pass_the_kind_checks():
 
 def test_valid_edge_values_are_accepted():
     GRPOConfig("out", max_steps=0, learning_rate=1e-9, top_p=1.0, save_total_limit=None, reward_weights=[0.0, 2])
-    GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": False}, run_name="r1", per_device_eval_batch_size=4)
-    with pytest.raises(ConfigError, match=r"^GRPOConfig argument gradient_checkpointing_kwargs=\{'use_reentrant': True\} is not supported"):
+    GRPOConfig(
+        "out", gradient_checkpointing_kwargs={"use_reentrant": False}, run_name="r1", per_device_eval_batch_size=4
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^GRPOConfig argument gradient_checkpointing_kwargs=\{'use_reentrant': True\} is not supported",
+    ):
         to_config(GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": True}), num_rows=8)
     assert to_config(GRPOConfig("out", run_name="r1"), num_rows=8).record.run_name == "r1"
 
 
 def test_steps_per_generation_and_generation_batch_size_worked_by_hand():
-    a = GRPOConfig("out", per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=4,
-                   num_generations=4, max_steps=6)
+    a = GRPOConfig(
+        "out",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        steps_per_generation=4,
+        num_generations=4,
+        max_steps=6,
+    )
     c = to_config(a, num_rows=100, world_size=1)
     # generation batch 2 * 4 = 8 completions = 2 prompts of G=4; 4 / 2 accumulation steps = 2 updates per batch;
     # 6 TRL steps / 2 updates per grpokit step = 3 grpokit steps; warm-up etc. count 3 * 2 = 6 updates
-    assert (c.train.prompts_per_step, c.train.micro_batch_size, c.train.updates_per_batch, c.train.steps) == (2, 2, 2, 3)
-    b = to_config(GRPOConfig("out", per_device_train_batch_size=2, generation_batch_size=8, num_generations=4, max_steps=8),
-                  num_rows=100, world_size=1)
+    assert (c.train.prompts_per_step, c.train.micro_batch_size, c.train.updates_per_batch, c.train.steps) == (
+        2,
+        2,
+        2,
+        3,
+    )
+    b = to_config(
+        GRPOConfig("out", per_device_train_batch_size=2, generation_batch_size=8, num_generations=4, max_steps=8),
+        num_rows=100,
+        world_size=1,
+    )
     # generation_batch_size 8 / (2 per device * 1 process) = steps_per_generation 4, accumulation 1: 4 updates a batch
     assert (b.train.prompts_per_step, b.train.updates_per_batch, b.train.steps) == (2, 4, 2)
-    with pytest.raises(ConfigError, match=r"^GRPOConfig arguments steps_per_generation and generation_batch_size are both set"):
+    with pytest.raises(
+        ConfigError, match=r"^GRPOConfig arguments steps_per_generation and generation_batch_size are both set"
+    ):
         to_config(GRPOConfig("out", steps_per_generation=2, generation_batch_size=16), num_rows=8)
     # steps_per_generation 4 not a multiple of gradient_accumulation_steps 3: TRL's rolling window. The batch of
     # 2 * 4 = 8 completions is cut into 4 slices (updates_per_batch), 3 consecutive slices make an update;
     # max_steps 3 needs 3 * 3 = 9 slices = ceil(9 / 4) = 3 batches and stops after update 3 (max_updates);
     # max_steps 2 needs 6 slices = 2 batches
     for max_steps, rounds in ((3, 3), (2, 2)):
-        r = to_config(GRPOConfig("out", per_device_train_batch_size=2, gradient_accumulation_steps=3, steps_per_generation=4,
-                                 num_generations=4, max_steps=max_steps), num_rows=100, world_size=1)
-        assert (r.train.prompts_per_step, r.train.micro_batch_size, r.train.updates_per_batch, r.train.accumulation_slices,
-                r.train.steps, r.train.max_updates) == (2, 2, 4, 3, rounds, max_steps)
+        r = to_config(
+            GRPOConfig(
+                "out",
+                per_device_train_batch_size=2,
+                gradient_accumulation_steps=3,
+                steps_per_generation=4,
+                num_generations=4,
+                max_steps=max_steps,
+            ),
+            num_rows=100,
+            world_size=1,
+        )
+        assert (
+            r.train.prompts_per_step,
+            r.train.micro_batch_size,
+            r.train.updates_per_batch,
+            r.train.accumulation_slices,
+            r.train.steps,
+            r.train.max_updates,
+        ) == (2, 2, 4, 3, rounds, max_steps)
     # a multiple: one slice, one update; max_updates = max_steps in every run (the end may fall inside a batch)
     assert c.train.accumulation_slices == 1 and c.train.max_updates == 6
 
@@ -240,8 +350,14 @@ def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
 
     ids = torch.arange(8).view(4, 2)  # 4 rows, row r holds 2r, 2r + 1
     batch = TokenBatch(ids, torch.ones(4, 2), ids, ids, torch.ones(4, 2))
-    inputs = UpdateInputs(batch, torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.ones(4, 2), None, None,
-                          seq_weights=lambda rows: torch.arange(4.0)[rows])
+    inputs = UpdateInputs(
+        batch,
+        torch.tensor([1.0, 2.0, 3.0, 4.0]),
+        torch.ones(4, 2),
+        None,
+        None,
+        seq_weights=lambda rows: torch.arange(4.0)[rows],
+    )
     first, second = update_slices(inputs, 2)
     assert second.batch.input_ids.tolist() == [[4, 5], [6, 7]] and second.advantages.tolist() == [3.0, 4.0]
     assert first.old_logp is None and second.seq_weights(slice(0, 2)).tolist() == [2.0, 3.0]  # rows 2, 3 of the batch
@@ -254,10 +370,20 @@ def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
 def test_new_loss_types_and_two_sided_clipping_by_hand():
     luspo = to_config(GRPOConfig(loss_type="luspo", importance_sampling_level="sequence", delta=1.5), num_rows=4).algo
     # LUSPO = the clipped surrogate summed per completion; delta 1.5 > 1 + 0.2 is dual-clip's bound
-    assert (luspo.objective, luspo.aggregation, luspo.ratio_level, luspo.dual_clip) == ("clip", "seq-mean-token-sum", "sequence", 1.5)
+    assert (luspo.objective, luspo.aggregation, luspo.ratio_level, luspo.dual_clip) == (
+        "clip",
+        "seq-mean-token-sum",
+        "sequence",
+        1.5,
+    )
     v = to_config(GRPOConfig(loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_neg=4.0), num_rows=4).algo
-    assert (v.objective, v.aggregation, v.ratio_level, v.vespo_pos, v.vespo_neg) == \
-        ("vespo", "token-mean", "trajectory", [1.0, 3.0], [3.0, 4.0])
+    assert (v.objective, v.aggregation, v.ratio_level, v.vespo_pos, v.vespo_neg) == (
+        "vespo",
+        "token-mean",
+        "trajectory",
+        [1.0, 3.0],
+        [3.0, 4.0],
+    )
     assert to_config(GRPOConfig(), num_rows=4).algo.dual_clip == 0.0  # delta None: off
     with pytest.raises(ConfigError, match="delta=1.1 must exceed 1 \\+ epsilon_high = 1.2"):
         to_config(GRPOConfig(delta=1.1), num_rows=4)  # a cap of 1.1 would also clip A > 0 at 1.1, not dual-clip
@@ -280,6 +406,7 @@ def test_normalize_then_sum_equals_trl_formula():
     import torch
 
     from grpokit.algo.advantages import group_advantages, normalize_components
+
     rewards_PGF = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[0.0, 0.5], [1.0, 0.0], [0.0, 0.0]]])
     w = torch.tensor([1.0, 2.0])
     g = rewards_PGF
@@ -292,14 +419,30 @@ def test_normalize_then_sum_equals_trl_formula():
 
 
 def test_accepted_no_op_and_small_arguments():
-    c = to_config(GRPOConfig(use_liger_kernel=True, torch_compile=True, pad_to_multiple_of=8, optim_args="foo=1",
-                             accelerator_config={"dispatch_batches": False}, log_unique_prompts=True,
-                             num_completions_to_print=5, num_generations=4, per_device_train_batch_size=4,
-                             fsdp="full_shard auto_wrap", fsdp_config={"fsdp_version": 2},
-                             lr_scheduler_type="cosine", lr_scheduler_kwargs={"num_cycles": 0.5}), num_rows=4)
+    c = to_config(
+        GRPOConfig(
+            use_liger_kernel=True,
+            torch_compile=True,
+            pad_to_multiple_of=8,
+            optim_args="foo=1",
+            accelerator_config={"dispatch_batches": False},
+            log_unique_prompts=True,
+            num_completions_to_print=5,
+            num_generations=4,
+            per_device_train_batch_size=4,
+            fsdp="full_shard auto_wrap",
+            fsdp_config={"fsdp_version": 2},
+            lr_scheduler_type="cosine",
+            lr_scheduler_kwargs={"num_cycles": 0.5},
+        ),
+        num_rows=4,
+    )
     assert c.record.samples_prompts == 2 and c.train.fsdp and c.optim.schedule == "cosine"  # ceil(5 / 4) = 2 groups
-    for kwargs, words in [({"fsdp": "offload"}, "'cpu_offload': True"), ({"fsdp_config": {"cpu_offload": True}}, "fsdp_config="),
-                          ({"lr_scheduler_kwargs": {"num_cycles": 1.0}}, "lr_scheduler_kwargs=")]:
+    for kwargs, words in [
+        ({"fsdp": "offload"}, "'cpu_offload': True"),
+        ({"fsdp_config": {"cpu_offload": True}}, "fsdp_config="),
+        ({"lr_scheduler_kwargs": {"num_cycles": 1.0}}, "lr_scheduler_kwargs="),
+    ]:
         with pytest.raises(ConfigError) as e:
             to_config(GRPOConfig(**kwargs), num_rows=4)
         assert words in str(e.value)
@@ -320,6 +463,7 @@ def test_refresh_reference_mixes_by_hand():
     import torch
 
     from grpokit.train.models import refresh_reference
+
     ref, pol = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
     with torch.no_grad():
         ref.weight.fill_(1.0), pol.weight.fill_(3.0), ref.bias.fill_(0.0), pol.bias.fill_(-2.0)
@@ -330,14 +474,34 @@ def test_refresh_reference_mixes_by_hand():
 
 
 def test_entropy_and_model_forward_arguments_map_onto_grpokit_fields():
-    cfg = to_config(GRPOConfig(entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=15.0, entropy_coef_delta=0.02,
-                               entropy_coef_min=0.001, entropy_coef_max=0.5), num_rows=4)
+    cfg = to_config(
+        GRPOConfig(
+            entropy_coef=0.01,
+            use_adaptive_entropy=True,
+            entropy_target=15.0,
+            entropy_coef_delta=0.02,
+            entropy_coef_min=0.001,
+            entropy_coef_max=0.5,
+        ),
+        num_rows=4,
+    )
     a = cfg.algo
-    assert (a.entropy_coef, a.entropy_adaptive, a.entropy_target, a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max,
-            a.entropy_aggregation) == (0.01, True, 15.0, 0.02, 0.001, 0.5, "token-mean")
-    m = to_config(GRPOConfig(), num_rows=4).model  # TRL's defaults: no fp32 head, no noise, the MoE config's own router weight
+    assert (
+        a.entropy_coef,
+        a.entropy_adaptive,
+        a.entropy_target,
+        a.entropy_coef_delta,
+        a.entropy_coef_min,
+        a.entropy_coef_max,
+        a.entropy_aggregation,
+    ) == (0.01, True, 15.0, 0.02, 0.001, 0.5, "token-mean")
+    m = to_config(
+        GRPOConfig(), num_rows=4
+    ).model  # TRL's defaults: no fp32 head, no noise, the MoE config's own router weight
     assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (False, 0.0, -1.0)
-    m = to_config(GRPOConfig(cast_lm_head_to_fp32=True, neftune_noise_alpha=5.0, router_aux_loss_coef=0.0), num_rows=4).model
+    m = to_config(
+        GRPOConfig(cast_lm_head_to_fp32=True, neftune_noise_alpha=5.0, router_aux_loss_coef=0.0), num_rows=4
+    ).model
     assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (True, 5.0, 0.0)
     for bad in ({"neftune_noise_alpha": -1.0}, {"router_aux_loss_coef": -0.5}, {"entropy_coef_delta": float("nan")}):
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {next(iter(bad))}="):
@@ -356,5 +520,7 @@ def test_colocated_vllm_tensor_parallel_size_maps_to_the_rollout_field():
     # TRL: "tensor_parallel_size (2) must divide world size (3) evenly"
     with pytest.raises(ConfigError) as e:
         to_config(GRPOConfig("o", **vllm, vllm_tensor_parallel_size=2), num_rows=64, world_size=3)
-    assert str(e.value) == ("GRPOConfig argument vllm_tensor_parallel_size=2 must divide the 3 training processes with "
-                            "vllm_mode='colocate' (each group of 2 shares one vLLM engine); valid: 1, 3")
+    assert str(e.value) == (
+        "GRPOConfig argument vllm_tensor_parallel_size=2 must divide the 3 training processes with "
+        "vllm_mode='colocate' (each group of 2 shares one vLLM engine); valid: 1, 3"
+    )

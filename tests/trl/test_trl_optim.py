@@ -32,8 +32,13 @@ def trl_rates(kwargs: dict, steps: int) -> list[float]:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        sched = get_scheduler(targs.lr_scheduler_type, opt, num_warmup_steps=targs.get_warmup_steps(steps),
-                              num_training_steps=steps, scheduler_specific_kwargs=targs.lr_scheduler_kwargs)
+        sched = get_scheduler(
+            targs.lr_scheduler_type,
+            opt,
+            num_warmup_steps=targs.get_warmup_steps(steps),
+            num_training_steps=steps,
+            scheduler_specific_kwargs=targs.lr_scheduler_kwargs,
+        )
     return [_next(sched) for _ in range(steps)]
 
 
@@ -59,16 +64,31 @@ SCHEDULES = [
     dict(lr_scheduler_type="cosine", warmup_steps=2, lr_scheduler_kwargs={"num_cycles": 1.5}),
     dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": 0.1}),  # open-r1's GRPO recipes
     dict(lr_scheduler_type="cosine_with_min_lr", warmup_steps=0.1, lr_scheduler_kwargs={"min_lr": 2e-4}),
-    dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs='{"min_lr_rate": "0.2", "num_cycles": "1"}'),  # a CLI's JSON
-    dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": None, "min_lr_rate": 0.1}),  # None: not given
+    dict(
+        lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs='{"min_lr_rate": "0.2", "num_cycles": "1"}'
+    ),  # a CLI's JSON
+    dict(
+        lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": None, "min_lr_rate": 0.1}
+    ),  # None: not given
     dict(lr_scheduler_type="cosine_warmup_with_min_lr", warmup_steps=3, lr_scheduler_kwargs={"min_lr_rate": 0.1}),
     dict(lr_scheduler_type="cosine_with_restarts", warmup_steps=1, lr_scheduler_kwargs={"num_cycles": 3}),
     dict(lr_scheduler_type="polynomial", warmup_steps=2, lr_scheduler_kwargs={"power": 2.0, "lr_end": 1e-5}),
     dict(lr_scheduler_type="inverse_sqrt", warmup_steps=2),
     dict(lr_scheduler_type="inverse_sqrt", lr_scheduler_kwargs={"timescale": 3}),
-    dict(lr_scheduler_type="warmup_stable_decay", warmup_steps=2, lr_scheduler_kwargs={"num_decay_steps": 4, "min_lr_ratio": 0.1}),
-    dict(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": 3, "num_stable_steps": 4,
-                                                                       "decay_type": "linear", "warmup_type": "cosine"}),
+    dict(
+        lr_scheduler_type="warmup_stable_decay",
+        warmup_steps=2,
+        lr_scheduler_kwargs={"num_decay_steps": 4, "min_lr_ratio": 0.1},
+    ),
+    dict(
+        lr_scheduler_type="warmup_stable_decay",
+        lr_scheduler_kwargs={
+            "num_decay_steps": 3,
+            "num_stable_steps": 4,
+            "decay_type": "linear",
+            "warmup_type": "cosine",
+        },
+    ),
 ]
 
 
@@ -79,7 +99,9 @@ def test_every_step_has_the_rate_transformers_gives_it(kwargs):
 
 def test_schedule_spans_trls_steps_not_grpokits_rounds():
     # num_iterations 2: 5 TRL steps are 3 grpokit rounds (6 updates), but the schedule is 5 long, as TRL's
-    cfg = to_config(GRPOConfig("o", max_steps=5, num_iterations=2, lr_scheduler_type="linear", **BATCH), num_rows=10, world_size=1)
+    cfg = to_config(
+        GRPOConfig("o", max_steps=5, num_iterations=2, lr_scheduler_type="linear", **BATCH), num_rows=10, world_size=1
+    )
     assert (cfg.train.steps, cfg.optim.schedule_steps) == (3, 5)
 
 
@@ -89,18 +111,36 @@ def test_epochs_set_the_schedule_length_as_transformers():
     assert (cfg.train.steps, cfg.optim.schedule_steps) == (3, 3)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(lr_scheduler_type="reduce_lr_on_plateau", eval_strategy="steps"), "lr_scheduler_type='reduce_lr_on_plateau' is not supported by grpokit: "
-                                                     "it lowers the rate from an evaluation metric"),
-    (dict(lr_scheduler_type="greedy", eval_strategy="steps"), "lr_scheduler_type='greedy' is not supported by grpokit: it moves the rate"),
-    (dict(lr_scheduler_type="cosine_with_min_lr"), "with cosine_with_min_lr exactly one of min_lr and min_lr_rate"),
-    (dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": 1e-7, "min_lr_rate": 0.1}), "exactly one of"),
-    (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs={"min_lr_rate": 0.1}), "valid: with cosine the keys num_cycles"),
-    (dict(lr_scheduler_kwargs={"num_cycles": 1.0}), "valid: with linear None or {}"),
-    (dict(lr_scheduler_type="warmup_stable_decay"), "with warmup_stable_decay a dict with num_decay_steps"),
-    (dict(lr_scheduler_type="step"), "lr_scheduler_type='step' is not valid; use one of linear, cosine, "),
-    (dict(lr_scheduler_type="cosine", lr_scheduler_kwargs="{num_cycles: 1}"), "valid: None, a dict or a JSON object string"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (
+            dict(lr_scheduler_type="reduce_lr_on_plateau", eval_strategy="steps"),
+            "lr_scheduler_type='reduce_lr_on_plateau' is not supported by grpokit: "
+            "it lowers the rate from an evaluation metric",
+        ),
+        (
+            dict(lr_scheduler_type="greedy", eval_strategy="steps"),
+            "lr_scheduler_type='greedy' is not supported by grpokit: it moves the rate",
+        ),
+        (dict(lr_scheduler_type="cosine_with_min_lr"), "with cosine_with_min_lr exactly one of min_lr and min_lr_rate"),
+        (
+            dict(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": 1e-7, "min_lr_rate": 0.1}),
+            "exactly one of",
+        ),
+        (
+            dict(lr_scheduler_type="cosine", lr_scheduler_kwargs={"min_lr_rate": 0.1}),
+            "valid: with cosine the keys num_cycles",
+        ),
+        (dict(lr_scheduler_kwargs={"num_cycles": 1.0}), "valid: with linear None or {}"),
+        (dict(lr_scheduler_type="warmup_stable_decay"), "with warmup_stable_decay a dict with num_decay_steps"),
+        (dict(lr_scheduler_type="step"), "lr_scheduler_type='step' is not valid; use one of linear, cosine, "),
+        (
+            dict(lr_scheduler_type="cosine", lr_scheduler_kwargs="{num_cycles: 1}"),
+            "valid: None, a dict or a JSON object string",
+        ),
+    ],
+)
 def test_schedules_grpokit_cannot_run_are_one_sentence(kwargs, words):
     with pytest.raises(ConfigError) as e:
         to_config(GRPOConfig("o", **kwargs), num_rows=10)
@@ -108,21 +148,36 @@ def test_schedules_grpokit_cannot_run_are_one_sentence(kwargs, words):
 
 
 def test_constant_schedules_ignore_kwargs_as_transformers():
-    cfg = to_config(GRPOConfig("o", lr_scheduler_type="constant_with_warmup", lr_scheduler_kwargs={"anything": 1}), num_rows=10)
+    cfg = to_config(
+        GRPOConfig("o", lr_scheduler_type="constant_with_warmup", lr_scheduler_kwargs={"anything": 1}), num_rows=10
+    )
     assert cfg.optim.schedule == "constant"
 
 
 # ------------------------------------------------------------------ optimizers
 OPTIMIZERS = [
-    dict(optim="adamw_torch"), dict(optim="adamw_torch_fused", weight_decay=0.01, adam_beta1=0.8, adam_epsilon=1e-6),
+    dict(optim="adamw_torch"),
+    dict(optim="adamw_torch_fused", weight_decay=0.01, adam_beta1=0.8, adam_epsilon=1e-6),
     dict(optim="adamw_torch", optim_args="momentum=0.9"),  # AdamW reads no optim_args, in both libraries
-    dict(optim="adafactor"), dict(optim="adafactor", weight_decay=0.1),
-    dict(optim="sgd"), dict(optim="sgd", optim_args="momentum=0.9, nesterov=True", weight_decay=0.01),
-    dict(optim="sgd", optim_args="momentum=0.5,dampening=0.1,weight_decay=0.3"),  # the group's weight_decay wins in both
-    dict(optim="adagrad"), dict(optim="adagrad", optim_args="lr_decay=0.01,eps=1e-6"),
-    dict(optim="rmsprop"), dict(optim="rmsprop", optim_args="momentum=0.9,alpha=0.9,eps=1e-6,centered=true", weight_decay=0.01),
+    dict(optim="adafactor"),
+    dict(optim="adafactor", weight_decay=0.1),
+    dict(optim="sgd"),
+    dict(optim="sgd", optim_args="momentum=0.9, nesterov=True", weight_decay=0.01),
+    dict(
+        optim="sgd", optim_args="momentum=0.5,dampening=0.1,weight_decay=0.3"
+    ),  # the group's weight_decay wins in both
+    dict(optim="adagrad"),
+    dict(optim="adagrad", optim_args="lr_decay=0.01,eps=1e-6"),
+    dict(optim="rmsprop"),
+    dict(optim="rmsprop", optim_args="momentum=0.9,alpha=0.9,eps=1e-6,centered=true", weight_decay=0.01),
 ]
-IMPLEMENTATION = {"params", "fused", "foreach", "differentiable", "capturable"}  # how a step is computed, not what it computes
+IMPLEMENTATION = {
+    "params",
+    "fused",
+    "foreach",
+    "differentiable",
+    "capturable",
+}  # how a step is computed, not what it computes
 
 
 @pytest.mark.parametrize("kwargs", OPTIMIZERS, ids=lambda k: f"{k['optim']}-{k.get('optim_args', '')}")
@@ -138,15 +193,24 @@ def test_optimizer_and_hyperparameters_are_transformers(kwargs):
     assert mine == want
 
 
-@pytest.mark.parametrize("optim, package", [("adamw_8bit", "bitsandbytes"), ("paged_adamw_8bit", "bitsandbytes"),
-                                            ("adamw_bnb_8bit", "bitsandbytes"), ("adamw_torch_4bit", "torchao")])
+@pytest.mark.parametrize(
+    "optim, package",
+    [
+        ("adamw_8bit", "bitsandbytes"),
+        ("paged_adamw_8bit", "bitsandbytes"),
+        ("adamw_bnb_8bit", "bitsandbytes"),
+        ("adamw_torch_4bit", "torchao"),
+    ],
+)
 def test_a_missing_cuda_library_is_one_sentence_naming_it(optim, package, monkeypatch):
     monkeypatch.setitem(sys.modules, package, None)  # absent even where it is installed
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
     with pytest.raises(ConfigError) as e:
         to_config(GRPOConfig("o", optim=optim), num_rows=10)
-    assert str(e.value) == (f"GRPOConfig argument optim={optim!r} needs the {package} package, which is not installed; "
-                            "install it (a CUDA library) or use adamw_torch")
+    assert str(e.value) == (
+        f"GRPOConfig argument optim={optim!r} needs the {package} package, which is not installed; "
+        "install it (a CUDA library) or use adamw_torch"
+    )
 
 
 def test_bitsandbytes_adamw_gets_transformers_arguments(monkeypatch):
@@ -165,15 +229,31 @@ def test_bitsandbytes_adamw_gets_transformers_arguments(monkeypatch):
     cfg = to_config(GRPOConfig("o", optim="paged_adamw_8bit", learning_rate=2e-4, weight_decay=0.01), num_rows=10)
     build_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg.optim)
     # transformers: lr, betas, eps (adam_kwargs), optim_bits 8, is_paged; weight decay from the parameter group
-    assert seen == {"lr": 2e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "optim_bits": 8, "is_paged": True}
+    assert seen == {
+        "lr": 2e-4,
+        "betas": (0.9, 0.999),
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+        "optim_bits": 8,
+        "is_paged": True,
+    }
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(optim="lion_8bit"), "optim='lion_8bit' is not supported by grpokit; valid: adamw_torch, adamw_torch_fused, adafactor"),
-    (dict(optim="sgd", optim_args="momentum=0.9,foo=1"), "valid: with optim='sgd' the keys momentum, dampening, nesterov"),
-    (dict(optim="sgd", optim_args="momentum"), "comma-separated key=value pairs"),
-    (dict(optim="rmsprop", optim_args="alpha=high"), "a number for alpha"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (
+            dict(optim="lion_8bit"),
+            "optim='lion_8bit' is not supported by grpokit; valid: adamw_torch, adamw_torch_fused, adafactor",
+        ),
+        (
+            dict(optim="sgd", optim_args="momentum=0.9,foo=1"),
+            "valid: with optim='sgd' the keys momentum, dampening, nesterov",
+        ),
+        (dict(optim="sgd", optim_args="momentum"), "comma-separated key=value pairs"),
+        (dict(optim="rmsprop", optim_args="alpha=high"), "a number for alpha"),
+    ],
+)
 def test_optimizer_mistakes_are_one_sentence(kwargs, words):
     with pytest.raises(ConfigError) as e:
         to_config(GRPOConfig("o", **kwargs), num_rows=10)
@@ -199,12 +279,30 @@ class StopAt:
 def run(out, model, stop_at=None, **kw):
     from grpokit.trl import GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(out), max_steps=3, per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, save_steps=1,
-                      optim="adafactor", learning_rate=1e-2, lr_scheduler_type="cosine_with_min_lr",
-                      lr_scheduler_kwargs={"min_lr_rate": 0.1}, full_determinism=True, logging_steps=1)
-    trainer = GRPOTrainer(str(model), reward_funcs=[short], args=args, train_dataset=Dataset.from_list(ROWS),
-                          callbacks=[StopAt(stop_at)] if stop_at else None)
+    args = GRPOConfig(
+        output_dir=str(out),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        save_steps=1,
+        optim="adafactor",
+        learning_rate=1e-2,
+        lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": 0.1},
+        full_determinism=True,
+        logging_steps=1,
+    )
+    trainer = GRPOTrainer(
+        str(model),
+        reward_funcs=[short],
+        args=args,
+        train_dataset=Dataset.from_list(ROWS),
+        callbacks=[StopAt(stop_at)] if stop_at else None,
+    )
     trainer.train(**kw)
     return trainer
 
@@ -218,8 +316,12 @@ def test_an_adafactor_run_trains_and_resumes_where_it_left_off(tmp_path):
     after = {n: p.detach() for n, p in full._get().model.named_parameters()}
     assert any(not torch.equal(before[n], w) for n, w in after.items())  # it trained
     # cosine to 0.1 of 1e-2 over 3 steps: 1e-2, then 0.5 * (1 + cos(pi / 3)) * 0.9 + 0.1 = 0.775, then 0.325 (x 1e-2)
-    assert [h["learning_rate"] for h in full.state.log_history if "learning_rate" in h] == pytest.approx([1e-2, 7.75e-3, 3.25e-3])
-    run(tmp_path / "b", model, stop_at=2)  # the same run, stopped after step 2 (its checkpoint-2 holds Adafactor's state)
+    assert [h["learning_rate"] for h in full.state.log_history if "learning_rate" in h] == pytest.approx(
+        [1e-2, 7.75e-3, 3.25e-3]
+    )
+    run(
+        tmp_path / "b", model, stop_at=2
+    )  # the same run, stopped after step 2 (its checkpoint-2 holds Adafactor's state)
     resumed = run(tmp_path / "b", model, resume_from_checkpoint=True)
     for n, p in resumed._get().model.named_parameters():
         assert torch.equal(p.detach(), after[n]), n

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpokit.train.callbacks import RunState
 from grpokit.rewards.spec import RewardSpec, resolve_reward
+from grpokit.train.callbacks import RunState
 
 
 def logs_things(completions, trainer_state, log_metric, log_extra, **kwargs):
@@ -20,8 +20,13 @@ def test_log_metric_log_extra_and_trainer_state_reach_the_result(workers):
     from grpokit.rewards import RewardRunner
 
     with RewardRunner([RewardSpec(logs_things, "logs")], num_workers=workers) as runner:
-        res = runner.score(["p"] * 4, ["a", "bb", "ccc", "dddd"], [[1]] * 4, group_size=2,
-                           trainer_state=RunState(global_step=7, max_steps=9))
+        res = runner.score(
+            ["p"] * 4,
+            ["a", "bb", "ccc", "dddd"],
+            [[1]] * 4,
+            group_size=2,
+            trainer_state=RunState(global_step=7, max_steps=9),
+        )
     assert res.rewards_NF[:, 0].tolist() == [7.0] * 4
     # two group calls log (1 + 2) / 2 = 1.5 and (3 + 4) / 2 = 3.5: the step's metric is their mean, 2.5
     assert res.metrics["my/len"] == pytest.approx(2.5)
@@ -51,10 +56,22 @@ def test_a_failing_reward_function_is_one_sentence_with_its_name_and_row(tmp_pat
 
     monkeypatch.delenv("GRPOKIT_DEBUG", raising=False)
     model = make_chat_model(tmp_path / "m")
-    args = GRPOConfig(str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=2, use_cpu=True, disable_tqdm=True)
-    tr = GRPOTrainer(str(model), reward_funcs=math_accuracy, args=args, train_dataset=Dataset.from_list([{"prompt": "ab"}] * 2))
-    with pytest.raises(RewardError, match=r"^Reward 'math_accuracy' failed on 2 of 2 completions.*first error, on completion 0: "
-                                          r"KeyError: 'solution'") as info:
+    args = GRPOConfig(
+        str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=2,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    tr = GRPOTrainer(
+        str(model), reward_funcs=math_accuracy, args=args, train_dataset=Dataset.from_list([{"prompt": "ab"}] * 2)
+    )
+    with pytest.raises(
+        RewardError,
+        match=r"^Reward 'math_accuracy' failed on 2 of 2 completions.*first error, on completion 0: "
+        r"KeyError: 'solution'",
+    ) as info:
         tr.train()
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained 30-frame traceback

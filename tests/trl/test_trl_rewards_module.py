@@ -44,6 +44,7 @@ LENGTHS = [[1] * n for n in (0, 3, 79, 80, 81, 90, 100, 101, 250)]
 def _trl():
     try:
         import trl.rewards  # noqa: F401
+
         return trl.rewards
     except ImportError:
         return None
@@ -79,7 +80,9 @@ def test_reasoning_accuracy_reward_by_hand_and_as_trl():
     trl = _trl()
     if trl is not None:
         assert got == trl.reasoning_accuracy_reward(_conv(*texts), list(golds))
-        assert custom == trl.reasoning_accuracy_reward(_conv(r"a [END] \boxed{3}"), ["$3$"], reasoning_delimiters=["[END]"])
+        assert custom == trl.reasoning_accuracy_reward(
+            _conv(r"a [END] \boxed{3}"), ["$3$"], reasoning_delimiters=["[END]"]
+        )
 
 
 def test_think_format_reward_by_hand_and_as_trl():
@@ -99,7 +102,9 @@ def test_soft_overlong_punishment_by_hand_and_as_trl():
     trl = _trl()
     if trl is not None:
         for L, cache in [(100, 20), (10, 0), (50, 50)]:
-            assert ours.get_soft_overlong_punishment(L, cache)(LENGTHS) == trl.get_soft_overlong_punishment(L, cache)(LENGTHS)
+            assert ours.get_soft_overlong_punishment(L, cache)(LENGTHS) == trl.get_soft_overlong_punishment(L, cache)(
+                LENGTHS
+            )
 
 
 def test_cosine_scaled_reward_by_hand_and_as_trl():
@@ -114,8 +119,9 @@ def test_cosine_scaled_reward_by_hand_and_as_trl():
     trl = _trl()
     if trl is not None:
         for kw in [{}, dict(min_value_wrong=-2.0, max_value_wrong=-0.1, min_value_correct=0.2, max_value_correct=3.0)]:
-            assert ours.get_cosine_scaled_reward(100, **kw)(completions, solution, ids) == \
-                trl.get_cosine_scaled_reward(100, **kw)(completions, solution, ids)
+            assert ours.get_cosine_scaled_reward(100, **kw)(completions, solution, ids) == trl.get_cosine_scaled_reward(
+                100, **kw
+            )(completions, solution, ids)
 
 
 def test_repetition_penalty_reward_by_hand_and_as_trl():
@@ -141,7 +147,11 @@ def test_every_trl_reward_exists_and_the_factories_pickle():
         for group in getattr(module, "_import_structure", {}).values():
             names |= set(group)
         assert names and names <= set(ours.__all__)
-    for f in (ours.get_soft_overlong_punishment(10, 2), ours.get_cosine_scaled_reward(10), ours.get_repetition_penalty_reward()):
+    for f in (
+        ours.get_soft_overlong_punishment(10, 2),
+        ours.get_cosine_scaled_reward(10),
+        ours.get_repetition_penalty_reward(),
+    ):
         assert pickle.loads(pickle.dumps(f)).__name__ == f.__name__
 
 

@@ -7,7 +7,6 @@ module records the engine's construction arguments)."""
 from __future__ import annotations
 
 import importlib
-import math
 import sys
 import types
 from pathlib import Path
@@ -28,34 +27,57 @@ VLLM = dict(use_vllm=True, vllm_importance_sampling_mode="token_truncate")
 
 
 def test_run_management_arguments_map_by_hand():
-    c = to_config(GRPOConfig("o", **VLLM, vllm_importance_sampling_cap=2.5, vllm_max_model_length=1024, save_only_model=True),
-                  num_rows=4)
+    c = to_config(
+        GRPOConfig("o", **VLLM, vllm_importance_sampling_cap=2.5, vllm_max_model_length=1024, save_only_model=True),
+        num_rows=4,
+    )
     # the deprecated cap replaces clip_max (3.0 by default) as in TRL's __post_init__
     assert (c.rollout.tis_cap, c.rollout.vllm_max_model_len, c.train.save_only_model) == (2.5, 1024, True)
     c = to_config(GRPOConfig("o", **VLLM), num_rows=4)
-    assert (c.rollout.tis_cap, c.rollout.vllm_max_model_len, c.train.save_only_model) == (3.0, 0, False)  # 0: the model's length
+    assert (c.rollout.tis_cap, c.rollout.vllm_max_model_len, c.train.save_only_model) == (
+        3.0,
+        0,
+        False,
+    )  # 0: the model's length
     # server mode: the server's own --tensor-parallel-size decides, TRL ignores the argument there
-    assert to_config(GRPOConfig("o", **VLLM, vllm_mode="server", vllm_tensor_parallel_size=2), num_rows=4).rollout.backend == "vllm_server"
+    assert (
+        to_config(GRPOConfig("o", **VLLM, vllm_mode="server", vllm_tensor_parallel_size=2), num_rows=4).rollout.backend
+        == "vllm_server"
+    )
     # colocate: one engine per group of 2 processes, so 2 must divide their number (1 here)
-    with pytest.raises(ConfigError, match=r"vllm_tensor_parallel_size=2 must divide the 1 training processes.*valid: 1$"):
+    with pytest.raises(
+        ConfigError, match=r"vllm_tensor_parallel_size=2 must divide the 1 training processes.*valid: 1$"
+    ):
         to_config(GRPOConfig("o", **VLLM, vllm_tensor_parallel_size=2), num_rows=4, world_size=1)
-    for name, value in [("vllm_tensor_parallel_size", 0), ("vllm_max_model_length", 0), ("vllm_importance_sampling_cap", -1.0),
-                        ("eval_delay", -1), ("data_seed", 1.5), ("metric_for_best_model", "")]:
+    for name, value in [
+        ("vllm_tensor_parallel_size", 0),
+        ("vllm_max_model_length", 0),
+        ("vllm_importance_sampling_cap", -1.0),
+        ("eval_delay", -1),
+        ("data_seed", 1.5),
+        ("metric_for_best_model", ""),
+    ]:
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {name}="):
             GRPOConfig(**{name: value})
     # transformers' defaults: load_best_model_at_end ranks by loss, smaller is better; other names: greater is better
-    a = GRPOConfig(load_best_model_at_end=True, eval_strategy="steps", eval_steps=5, save_steps=10)  # strategies match, as TRL needs
+    a = GRPOConfig(
+        load_best_model_at_end=True, eval_strategy="steps", eval_steps=5, save_steps=10
+    )  # strategies match, as TRL needs
     assert (a.metric_for_best_model, a.greater_is_better) == ("loss", False)
     assert GRPOConfig(metric_for_best_model="reward").greater_is_better is True
     assert GRPOConfig(metric_for_best_model="eval_loss", greater_is_better=True).greater_is_better is True
 
 
 def test_load_best_model_at_end_needs_matching_strategies_in_one_sentence():
-    best.check_args(GRPOConfig(load_best_model_at_end=True, eval_strategy="steps", eval_steps=5, save_steps=10))  # 10 = 2 x 5
+    best.check_args(
+        GRPOConfig(load_best_model_at_end=True, eval_strategy="steps", eval_steps=5, save_steps=10)
+    )  # 10 = 2 x 5
     best.check_args(GRPOConfig(load_best_model_at_end=True, eval_strategy="steps", eval_steps=0.1, save_steps=0.2))
-    for kw, words in [({}, "eval_strategy and save_strategy to match, but they are 'no' and 'steps'"),
-                      ({"eval_strategy": "steps", "eval_steps": 4, "save_steps": 10}, "save_steps=10 and eval_steps=4"),
-                      ({"eval_strategy": "steps", "eval_steps": 0.5, "save_steps": 10}, "save_steps=10 and eval_steps=0.5")]:
+    for kw, words in [
+        ({}, "eval_strategy and save_strategy to match, but they are 'no' and 'steps'"),
+        ({"eval_strategy": "steps", "eval_steps": 4, "save_steps": 10}, "save_steps=10 and eval_steps=4"),
+        ({"eval_strategy": "steps", "eval_steps": 0.5, "save_steps": 10}, "save_steps=10 and eval_steps=0.5"),
+    ]:
         with pytest.raises(ConfigError, match=words) as e:
             best.check_args(GRPOConfig(load_best_model_at_end=True, **kw))
         assert str(e.value).count(". ") == 0
@@ -100,9 +122,22 @@ def test_save_only_model_checkpoint_resumes_with_the_weights_and_a_fresh_optimiz
     opt.step(), sched.step()  # the optimizer now has moments and the schedule a step count
     tok = types.SimpleNamespace(save_pretrained=lambda p: None)
     gen = torch.Generator()
-    path = checkpoint.save(tmp_path, checkpoint.TrainerState(step=3, data_position=12), tiny_model, tok, opt, sched, gen, keep=2,
-                           model_only=True)
-    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model", "trainer_state.json"]  # no optimizer.pt, rng.pt
+    path = checkpoint.save(
+        tmp_path,
+        checkpoint.TrainerState(step=3, data_position=12),
+        tiny_model,
+        tok,
+        opt,
+        sched,
+        gen,
+        keep=2,
+        model_only=True,
+    )
+    assert sorted(p.name for p in path.iterdir()) == [
+        "manifest.json",
+        "model",
+        "trainer_state.json",
+    ]  # no optimizer.pt, rng.pt
     assert checkpoint.verify(path) is None
     saved = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     with torch.no_grad():
@@ -114,7 +149,9 @@ def test_save_only_model_checkpoint_resumes_with_the_weights_and_a_fresh_optimiz
         state = checkpoint.load(path, tiny_model, fresh_opt, fresh_sched, gen)
     assert (state.step, state.data_position) == (3, 12) and "save_only_model" in caplog.text
     assert all(torch.equal(v, saved[k]) for k, v in tiny_model.state_dict().items())  # the weights are back
-    assert fresh_opt.state_dict()["state"] == {} and fresh_sched.last_epoch == 0  # as transformers: fresh optimizer and schedule
+    assert (
+        fresh_opt.state_dict()["state"] == {} and fresh_sched.last_epoch == 0
+    )  # as transformers: fresh optimizer and schedule
 
 
 def test_colocated_engine_gets_max_model_len(tiny_model_dir, monkeypatch):
@@ -132,16 +169,29 @@ def test_colocated_engine_gets_max_model_len(tiny_model_dir, monkeypatch):
         assert built[-1]["max_model_len"] == expected and built[-1]["gpu_memory_utilization"] == 0.3
 
 
-ROWS8 = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh", "ij", "kl", "mn", "op")]
+ROWS8 = [
+    {"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh", "ij", "kl", "mn", "op")
+]
 
 
 def test_data_seed_changes_no_prompt_order_in_trl_or_grpokit(tmp_path):
     trl = pytest.importorskip("trl")
     model = make_chat_model(tmp_path / "model")
-    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=4, num_generations=4, use_cpu=True,
-                          report_to="none", max_steps=1, seed=42)
-    tr = trl.GRPOTrainer(model=str(model), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], args=args,
-                         train_dataset=Dataset.from_list(ROWS8))
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        use_cpu=True,
+        report_to="none",
+        max_steps=1,
+        seed=42,
+    )
+    tr = trl.GRPOTrainer(
+        model=str(model),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=args,
+        train_dataset=Dataset.from_list(ROWS8),
+    )
 
     def order(**kw):
         for k, v in kw.items():
@@ -188,21 +238,53 @@ def test_best_model_eval_delay_and_save_only_model_as_trl(lib, tmp_path):
 
     mod = importlib.import_module(lib)
     model, out = make_chat_model(tmp_path / "model"), tmp_path / "out"
-    args = mod.GRPOConfig(output_dir=str(out), max_steps=4, per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
-                          use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, bf16=False, learning_rate=0.05, logging_steps=1,
-                          eval_strategy="steps", eval_steps=1, save_steps=1, eval_delay=2, load_best_model_at_end=True,
-                          metric_for_best_model="rewards/phase/mean", save_total_limit=1, save_only_model=True,
-                          per_device_eval_batch_size=4, seed=0, report_to="none")
-    tr = mod.GRPOTrainer(model=str(model), reward_funcs=[short, phase], args=args, train_dataset=Dataset.from_list(ROWS8[:4]),
-                         eval_dataset=Dataset.from_list(ROWS8[:1]), callbacks=[Phase()])
+    args = mod.GRPOConfig(
+        output_dir=str(out),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        bf16=False,
+        learning_rate=0.05,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
+        save_steps=1,
+        eval_delay=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="rewards/phase/mean",
+        save_total_limit=1,
+        save_only_model=True,
+        per_device_eval_batch_size=4,
+        seed=0,
+        report_to="none",
+    )
+    tr = mod.GRPOTrainer(
+        model=str(model),
+        reward_funcs=[short, phase],
+        args=args,
+        train_dataset=Dataset.from_list(ROWS8[:4]),
+        eval_dataset=Dataset.from_list(ROWS8[:1]),
+        callbacks=[Phase()],
+    )
     tr.train()
     s = tr.state
-    assert [(e["step"], e["eval_rewards/phase/mean"]) for e in s.log_history if "eval_rewards/phase/mean" in e] == \
-        [(2, 1.0), (3, 3.0), (4, 2.0)]
+    assert [(e["step"], e["eval_rewards/phase/mean"]) for e in s.log_history if "eval_rewards/phase/mean" in e] == [
+        (2, 1.0),
+        (3, 3.0),
+        (4, 2.0),
+    ]
     assert (s.best_metric, s.best_global_step, s.best_model_checkpoint) == (3.0, 3, str(out / "checkpoint-3"))
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]  # limit 1: only the best stays at the end
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == [
+        "checkpoint-3"
+    ]  # limit 1: only the best stays at the end
     folder = (out / "checkpoint-3").resolve()
-    files = {p.name for p in folder.iterdir()} | ({p.name for p in folder.parent.iterdir()} if lib == "grpokit.trl" else set())
+    files = {p.name for p in folder.iterdir()} | (
+        {p.name for p in folder.parent.iterdir()} if lib == "grpokit.trl" else set()
+    )
     assert not files & {"optimizer.pt", "rng.pt", "rng_state.pth", "scheduler.pt"}
     weights = load_file(str(folder / "model.safetensors"))
     final = tr.model.state_dict()
@@ -213,11 +295,18 @@ def test_best_model_eval_delay_and_save_only_model_as_trl(lib, tmp_path):
 def test_script_flags_are_accepted_and_do_eval_follows_eval_strategy_as_trl(tmp_path):
     trl = pytest.importorskip("trl")
     ours = GRPOConfig("o", do_train=True, do_predict=True, eval_strategy="steps")
-    theirs = trl.GRPOConfig(output_dir=str(tmp_path), do_train=True, do_predict=True, eval_strategy="steps", report_to="none",
-                            use_cpu=True)
-    assert (ours.do_train, ours.do_eval, ours.do_predict) == (theirs.do_train, theirs.do_eval, theirs.do_predict) == (True, True, True)
+    theirs = trl.GRPOConfig(
+        output_dir=str(tmp_path), do_train=True, do_predict=True, eval_strategy="steps", report_to="none", use_cpu=True
+    )
+    assert (
+        (ours.do_train, ours.do_eval, ours.do_predict)
+        == (theirs.do_train, theirs.do_eval, theirs.do_predict)
+        == (True, True, True)
+    )
     assert GRPOConfig("o").do_eval is False
-    assert to_config(ours, num_rows=4) == to_config(GRPOConfig("o", eval_strategy="steps"), num_rows=4)  # flags change nothing
+    assert to_config(ours, num_rows=4) == to_config(
+        GRPOConfig("o", eval_strategy="steps"), num_rows=4
+    )  # flags change nothing
 
 
 def test_log_level_sets_transformers_verbosity_on_main_and_replicas():
@@ -256,7 +345,9 @@ def test_project_names_the_trackio_project(monkeypatch):
 # rounds of 1 TRL step begin after 0..5 completed steps: multiples of 2 are 0, 2, 4 (3 empties); rounds of 2 cover
 # steps {0,1} {2,3} {4,5}: every 2 hits each (3), every 3 hits {0,1} and {2,3} but not {4,5} (2); None: never
 @pytest.mark.parametrize("every, per_round, expected", [(2, 1, 3), (2, 2, 3), (3, 2, 2), (None, 1, 0)])
-def test_torch_empty_cache_steps_empties_before_steps_whose_count_is_a_multiple(monkeypatch, every, per_round, expected):
+def test_torch_empty_cache_steps_empties_before_steps_whose_count_is_a_multiple(
+    monkeypatch, every, per_round, expected
+):
     from grpokit.trl.bridge import StepBridge
 
     calls = []
@@ -292,7 +383,9 @@ def test_ddp_timeout_reaches_the_process_group(monkeypatch):
         GRPOConfig(ddp_timeout=0)
 
 
-def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model_checkpoint(tmp_path, monkeypatch, caplog):
+def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model_checkpoint(
+    tmp_path, monkeypatch, caplog
+):
     """Phase rewards 1, 3 at steps 1, 2, then 2 at step 3 after a resume: the best stays step 2's 3.0,
     the record carried over from checkpoint-2's trainer_state.json, and its weights are loaded at the end."""
     from safetensors.torch import load_file
@@ -303,12 +396,33 @@ def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model
     model, out = make_chat_model(tmp_path / "model"), tmp_path / "out"
 
     def run(max_steps, **kw):
-        args = GRPOConfig(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
-                          learning_rate=0.05, eval_strategy="steps", eval_steps=1, save_steps=1, load_best_model_at_end=True,
-                          metric_for_best_model="rewards/phase/mean", save_only_model=True, per_device_eval_batch_size=4, seed=0)
-        tr = GRPOTrainer(model=str(model), reward_funcs=[short, phase], args=args, train_dataset=Dataset.from_list(ROWS8[:4]),
-                         eval_dataset=Dataset.from_list(ROWS8[:1]), callbacks=[Phase()])
+        args = GRPOConfig(
+            output_dir=str(out),
+            max_steps=max_steps,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=4,
+            use_cpu=True,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            learning_rate=0.05,
+            eval_strategy="steps",
+            eval_steps=1,
+            save_steps=1,
+            load_best_model_at_end=True,
+            metric_for_best_model="rewards/phase/mean",
+            save_only_model=True,
+            per_device_eval_batch_size=4,
+            seed=0,
+        )
+        tr = GRPOTrainer(
+            model=str(model),
+            reward_funcs=[short, phase],
+            args=args,
+            train_dataset=Dataset.from_list(ROWS8[:4]),
+            eval_dataset=Dataset.from_list(ROWS8[:1]),
+            callbacks=[Phase()],
+        )
         tr.train(**kw)
         return tr
 
@@ -330,7 +444,9 @@ def test_use_cache_and_average_tokens_across_devices_change_nothing_as_in_trl():
     assert "use_cache" in {f.name for f in __import__("dataclasses").fields(trl.GRPOConfig)}
     assert to_config(GRPOConfig("o", use_cache=True), num_rows=4) == to_config(GRPOConfig("o"), num_rows=4)
     # average_tokens_across_devices: TRL's GRPO loss divides by its own gathered counts, so it changes nothing there
-    assert to_config(GRPOConfig("o", average_tokens_across_devices=False), num_rows=4) == to_config(GRPOConfig("o"), num_rows=4)
+    assert to_config(GRPOConfig("o", average_tokens_across_devices=False), num_rows=4) == to_config(
+        GRPOConfig("o"), num_rows=4
+    )
 
 
 @pytest.mark.parametrize("lib", ["grpokit.trl", "trl"])
@@ -339,12 +455,32 @@ def test_token_counts_in_every_entry_and_the_last_step_evaluated_as_trl(lib, tmp
     include_num_input_tokens_seen every entry carries the running token count (TRL's num_tokens) and the
     training entry also train_runtime and train_tokens_per_second, the final entry not the latter."""
     mod = importlib.import_module(lib)
-    args = mod.GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True, bf16=False,
-                          logging_steps=2, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4, seed=0,
-                          include_num_input_tokens_seen=True, report_to="none", save_strategy="no")
-    tr = mod.GRPOTrainer(model=str(make_chat_model(tmp_path / "model")), reward_funcs=[short], args=args,
-                         train_dataset=Dataset.from_list(ROWS8[:4]), eval_dataset=Dataset.from_list(ROWS8[:1]))
+    args = mod.GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        bf16=False,
+        logging_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        per_device_eval_batch_size=4,
+        seed=0,
+        include_num_input_tokens_seen=True,
+        report_to="none",
+        save_strategy="no",
+    )
+    tr = mod.GRPOTrainer(
+        model=str(make_chat_model(tmp_path / "model")),
+        reward_funcs=[short],
+        args=args,
+        train_dataset=Dataset.from_list(ROWS8[:4]),
+        eval_dataset=Dataset.from_list(ROWS8[:1]),
+    )
     tr.train()
     h = tr.state.log_history
     assert [e["step"] for e in h if "eval_loss" in e] == [2, 3]
@@ -360,8 +496,13 @@ def test_activation_checkpointing_is_transformers_5s_name_and_wins_when_set(tmp_
     # (activation_checkpointing, gradient_checkpointing) -> checkpointing: the new name decides when set, else the old
     cases = [(None, True, True), (None, False, False), (False, True, False), (True, False, True)]
     for new, old, expected in cases:
-        theirs = trl.GRPOConfig(output_dir=str(tmp_path), activation_checkpointing=new, gradient_checkpointing=old,
-                                report_to="none", use_cpu=True)
+        theirs = trl.GRPOConfig(
+            output_dir=str(tmp_path),
+            activation_checkpointing=new,
+            gradient_checkpointing=old,
+            report_to="none",
+            use_cpu=True,
+        )
         assert bool(theirs.activation_checkpointing) is expected  # what transformers' Trainer reads
         ours = to_config(GRPOConfig("o", activation_checkpointing=new, gradient_checkpointing=old), num_rows=4)
         assert ours.model.gradient_checkpointing is expected, (new, old)
@@ -376,13 +517,33 @@ def test_hub_revision_is_the_branch_of_every_push_to_a_fake_hub(tmp_path, monkey
 
     with FakeHub() as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        args = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
-                          push_to_hub=True, hub_model_id="me/tiny", hub_revision="dev", hub_always_push=True, save_steps=1)
-        GRPOTrainer(str(make_chat_model(tmp_path / "model")), reward_funcs=[short], args=args,
-                    train_dataset=Dataset.from_list(ROWS8[:4])).train()
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "run"),
+            max_steps=2,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=4,
+            use_cpu=True,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            push_to_hub=True,
+            hub_model_id="me/tiny",
+            hub_revision="dev",
+            hub_always_push=True,
+            save_steps=1,
+        )
+        GRPOTrainer(
+            str(make_chat_model(tmp_path / "model")),
+            reward_funcs=[short],
+            args=args,
+            train_dataset=Dataset.from_list(ROWS8[:4]),
+        ).train()
     # every_save: checkpoints at steps 1 and 2, then the final model, all on branch dev
-    assert [m for _, m in hub.commits] == ["Training in progress, step 1", "Training in progress, step 2", "End of training"]
+    assert [m for _, m in hub.commits] == [
+        "Training in progress, step 1",
+        "Training in progress, step 2",
+        "End of training",
+    ]
     assert hub.revisions == ["dev", "dev", "dev"]
 
 
@@ -402,10 +563,21 @@ def test_ignore_data_skip_resumes_at_the_start_of_the_epoch(tmp_path, ignore):
     out, model = tmp_path / "out", make_chat_model(tmp_path / "model")
 
     def run(max_steps, **kw):
-        args = GRPOConfig(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=2, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
-                          save_steps=1, ignore_data_skip=ignore)
-        GRPOTrainer(str(model), reward_funcs=[record], args=args, train_dataset=Dataset.from_list(ROWS8[:4])).train(**kw)
+        args = GRPOConfig(
+            output_dir=str(out),
+            max_steps=max_steps,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=2,
+            use_cpu=True,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            save_steps=1,
+            ignore_data_skip=ignore,
+        )
+        GRPOTrainer(str(model), reward_funcs=[record], args=args, train_dataset=Dataset.from_list(ROWS8[:4])).train(
+            **kw
+        )
 
     run(3)
     run(4, resume_from_checkpoint=True)

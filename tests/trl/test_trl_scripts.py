@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.trl_models import make_chat_model, make_qwen2_model
 from helpers.paths import TESTS
+from helpers.trl_models import make_qwen2_model
 
 SCRIPTS = TESTS / "trl_scripts"
 TRL_IMPORT = "from trl import GRPOConfig, GRPOTrainer"
@@ -54,15 +54,24 @@ def run_in_process(script: Path, monkeypatch, **env) -> dict:
 
 def test_quickstart_script_runs_with_the_import_changed(chat_model, tmp_path, monkeypatch):
     out, probe = tmp_path / "run", tmp_path / "probe.json"
-    g = run_in_process(grpokit_variant("quickstart.py", tmp_path), monkeypatch, GRPO_MODEL=chat_model, GRPO_OUT=out,
-                       GRPO_PROBE=probe)
+    g = run_in_process(
+        grpokit_variant("quickstart.py", tmp_path), monkeypatch, GRPO_MODEL=chat_model, GRPO_OUT=out, GRPO_PROBE=probe
+    )
     seen = json.loads(probe.read_text())
     # what TRL passes: conversational completions as one assistant message, prompts as the dataset's messages,
     # every column under its own name (solution is not renamed to answer), trainer_state, log_metric, log_extra
     assert seen["completion"][0]["role"] == "assistant" and isinstance(seen["completion"][0]["content"], str)
     assert seen["prompt"][0]["role"] == "user" and seen["prompt"][0]["content"].startswith("add ")
-    assert {"prompts", "completions", "completion_ids", "solution", "level", "trainer_state", "log_metric",
-            "log_extra"} <= set(seen["keys"])
+    assert {
+        "prompts",
+        "completions",
+        "completion_ids",
+        "solution",
+        "level",
+        "trainer_state",
+        "log_metric",
+        "log_extra",
+    } <= set(seen["keys"])
     assert seen["global_step"] == 0 and seen["completion_ids"] and seen["n"] == 4
     trainer = g["trainer"]
     assert trainer.state.global_step == 2
@@ -99,15 +108,28 @@ def test_lora_script_runs_with_the_import_changed(chat_model, tmp_path, monkeypa
 @pytest.mark.parametrize("name", ["quickstart.py", "lora.py"])
 def test_the_scripts_run_under_trl_itself_and_pass_the_same_reward_inputs(name, chat_model, tmp_path, monkeypatch):
     pytest.importorskip("trl")
-    env = {**os.environ, "GRPO_MODEL": str(chat_model), "GRPO_OUT": str(tmp_path / "trl-run"),
-           "GRPO_PROBE": str(tmp_path / "trl.json"), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    env = {
+        **os.environ,
+        "GRPO_MODEL": str(chat_model),
+        "GRPO_OUT": str(tmp_path / "trl-run"),
+        "GRPO_PROBE": str(tmp_path / "trl.json"),
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+    }
     done = subprocess.run([sys.executable, str(SCRIPTS / name)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     if name != "quickstart.py":
         return
-    run_in_process(grpokit_variant(name, tmp_path), monkeypatch, GRPO_MODEL=chat_model, GRPO_OUT=tmp_path / "gk-run",
-                   GRPO_PROBE=tmp_path / "grpokit.json")
-    trl_seen, ours = json.loads((tmp_path / "trl.json").read_text()), json.loads((tmp_path / "grpokit.json").read_text())
+    run_in_process(
+        grpokit_variant(name, tmp_path),
+        monkeypatch,
+        GRPO_MODEL=chat_model,
+        GRPO_OUT=tmp_path / "gk-run",
+        GRPO_PROBE=tmp_path / "grpokit.json",
+    )
+    trl_seen, ours = (
+        json.loads((tmp_path / "trl.json").read_text()),
+        json.loads((tmp_path / "grpokit.json").read_text()),
+    )
     assert set(ours["keys"]) - set(trl_seen["keys"]) == {"group_size"}  # grpokit adds G, nothing else
     assert set(trl_seen["keys"]) <= set(ours["keys"])
     for key in ("completion", "prompt"):  # the same structure: message lists with the same roles
@@ -126,8 +148,14 @@ TRL_REPORT = SCRIPTS / "features.trl.json"
 
 def run_features(script: Path, model: Path, tmp_path: Path, tag: str) -> dict:
     report = tmp_path / f"{tag}.json"
-    env = {**os.environ, "GRPO_MODEL": str(model), "GRPO_OUT": str(tmp_path / tag), "GRPO_REPORT": str(report),
-           "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "GRPO_MODEL": str(model),
+        "GRPO_OUT": str(tmp_path / tag),
+        "GRPO_REPORT": str(report),
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(report.read_text())
@@ -142,9 +170,23 @@ def assert_same_as_trl(ours: dict, trl: dict) -> None:
             continue
         assert len(got.get("entries", [])) == len(want.get("entries", [])), feature
         for i, (mine, theirs) in enumerate(zip(got.get("entries", []), want.get("entries", []))):
-            assert set(theirs) <= set(mine), (feature, i, sorted(set(theirs) - set(mine)))  # grpokit's extras may ride along
-        for key in ("global_step", "step_ends", "logs", "events", "checkpoints", "state_steps", "last", "popped", "optimizer_saved",
-                    "best"):
+            assert set(theirs) <= set(mine), (
+                feature,
+                i,
+                sorted(set(theirs) - set(mine)),
+            )  # grpokit's extras may ride along
+        for key in (
+            "global_step",
+            "step_ends",
+            "logs",
+            "events",
+            "checkpoints",
+            "state_steps",
+            "last",
+            "popped",
+            "optimizer_saved",
+            "best",
+        ):
             assert got.get(key) == want.get(key), (feature, key)
         if "evaluate" in want:
             assert set(want["evaluate"]) <= set(got["evaluate"]), sorted(set(want["evaluate"]) - set(got["evaluate"]))
@@ -163,8 +205,15 @@ def assert_same_as_trl(ours: dict, trl: dict) -> None:
     # cast_lm_head_to_fp32 leave the first dapo loss at -0.387; cispo with TRL's default cap (epsilon_high None ->
     # epsilon 0.2: every weight 1 is capped to 0.2) is -0.2 (sum A log pi) / 10 tokens, a fifth of vespo's
     # (TRL 0.2 * 1.5135 = 0.3027), so it carries the same log-prob gap and vespo's tolerance
-    for feature, rel in (("luspo", 1e-4), ("vespo", 1e-2), ("delta", 1e-4), ("normalize_then_sum", 1e-4),
-                         ("adaptive_entropy", 1e-4), ("cast_lm_head_to_fp32", 1e-4), ("cispo_default_cap", 1e-2)):
+    for feature, rel in (
+        ("luspo", 1e-4),
+        ("vespo", 1e-2),
+        ("delta", 1e-4),
+        ("normalize_then_sum", 1e-4),
+        ("adaptive_entropy", 1e-4),
+        ("cast_lm_head_to_fp32", 1e-4),
+        ("cispo_default_cap", 1e-2),
+    ):
         for key in ("reward", "loss"):
             assert ours[feature][key] == pytest.approx(trl[feature][key], rel=rel, abs=1e-6), (feature, key)
 

@@ -54,8 +54,16 @@ def named(completions, **kwargs):
 def test_trainer_attributes_trl_scripts_read(tmp_path):
     model = make_chat_model(tmp_path / "m")
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                   max_completion_length=2, use_cpu=True, reward_weights=[0.5], report_to="none")
+    a = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=2,
+        use_cpu=True,
+        reward_weights=[0.5],
+        report_to="none",
+    )
     tr = GRPOTrainer(str(model), reward_funcs=[named], args=a, train_dataset=data)
     assert tr.aux_loss_enabled is False and tr.router_aux_loss_coef == 0.0  # a dense model: no router loss to add
     assert tr.reward_func_names == ["named"] and tr.reward_processing_classes == [None]
@@ -66,21 +74,34 @@ def test_trainer_attributes_trl_scripts_read(tmp_path):
 
 
 def test_a_peft_model_given_as_the_model_trains_its_own_adapters(tmp_path):
+    import pytest
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    import pytest
     from grpokit.config import ConfigError
 
     folder = make_chat_model(tmp_path / "m")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(folder)), LoraConfig(r=4, target_modules=["q_proj"]))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(folder)), LoraConfig(r=4, target_modules=["q_proj"])
+    )
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                   max_completion_length=2, use_cpu=True, learning_rate=0.1, report_to="none")
+    a = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=2,
+        use_cpu=True,
+        learning_rate=0.1,
+        report_to="none",
+    )
     with pytest.raises(ConfigError, match="^model is already a PeftModel and peft_config is set too"):
         GRPOTrainer(model, reward_funcs=[_varied], args=a, train_dataset=data, peft_config=LoraConfig())
     tr = GRPOTrainer(model, reward_funcs=[_varied], args=a, train_dataset=data)
-    assert (tr.cfg.model.lora_rank, tr.cfg.model.lora_target_modules) == (4, ["q_proj"])  # read from the model's adapters
+    assert (tr.cfg.model.lora_rank, tr.cfg.model.lora_target_modules) == (
+        4,
+        ["q_proj"],
+    )  # read from the model's adapters
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     tr.train()
     assert tr.model is model  # trained in place, not wrapped a second time
@@ -97,26 +118,41 @@ def test_a_model_with_its_own_code_is_refused_at_construction_without_trust_remo
     import json
 
     import pytest
+
     from grpokit.config import ConfigError
 
     folder = tmp_path / "remote"
     folder.mkdir()  # a config whose class lives in the folder's own code (auto_map), of no type transformers knows
-    (folder / "config.json").write_text(json.dumps({"model_type": "grpokit_remote_test",
-                                                    "auto_map": {"AutoConfig": "configuration_remote.RemoteConfig"}}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {"model_type": "grpokit_remote_test", "auto_map": {"AutoConfig": "configuration_remote.RemoteConfig"}}
+        )
+    )
     data = Dataset.from_list([{"prompt": "say ab"}])
     a = GRPOConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, num_generations=2, report_to="none")
-    with pytest.raises(ConfigError, match=r"contains custom code; pass trust_remote_code=True"):  # TRL: ValueError "custom code"
+    with pytest.raises(
+        ConfigError, match=r"contains custom code; pass trust_remote_code=True"
+    ):  # TRL: ValueError "custom code"
         GRPOTrainer(str(folder), reward_funcs=[_varied], args=a, train_dataset=data)
 
 
 def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
     model = make_chat_model(tmp_path / "m")
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                   per_device_eval_batch_size=2, num_generations_eval=1, max_completion_length=2, use_cpu=True,
-                   report_to="none")
-    tr = GRPOTrainer(str(model), reward_funcs=[_varied], args=a, train_dataset=data,
-                     eval_dataset=data.to_iterable_dataset())  # a stream: read to its end at each evaluation
+    a = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        per_device_eval_batch_size=2,
+        num_generations_eval=1,
+        max_completion_length=2,
+        use_cpu=True,
+        report_to="none",
+    )
+    tr = GRPOTrainer(
+        str(model), reward_funcs=[_varied], args=a, train_dataset=data, eval_dataset=data.to_iterable_dataset()
+    )  # a stream: read to its end at each evaluation
     ev = tr.evaluate()
     # one completion per prompt is its own group mean: advantage 0, so the on-policy loss is exactly 0 (beta 0),
     # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied gives the single completion 0.0
@@ -132,8 +168,16 @@ def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp
 
     model = make_chat_model(tmp_path / "m")
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    kw = dict(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-              max_completion_length=2, use_cpu=True, report_to="none", importance_sampling_level="sequence")
+    kw = dict(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=2,
+        use_cpu=True,
+        report_to="none",
+        importance_sampling_level="sequence",
+    )
     with caplog.at_level(logging.WARNING):
         GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="grpo"), train_dataset=data)
     assert "weights each sequence by its completion length" not in caplog.text  # grpo: GSPO's own setting
@@ -149,21 +193,42 @@ def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp
 
 
 def test_a_reward_model_object_with_its_own_tokenizer_scores_up_to_that_tokenizers_pad(tmp_path):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        LlamaConfig,
+        LlamaForSequenceClassification,
+    )
 
     chat = make_chat_model(tmp_path / "m")
     tok = AutoTokenizer.from_pretrained(chat)
     torch.manual_seed(1)
-    LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                               num_attention_heads=2, num_key_value_heads=1, num_labels=1,
-                                               pad_token_id=0)).save_pretrained(tmp_path / "rm")
+    LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_labels=1,
+            pad_token_id=0,
+        )
+    ).save_pretrained(tmp_path / "rm")
     tok.save_pretrained(tmp_path / "rm")
     rm = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm")  # an object, as TRL accepts
     rtok = AutoTokenizer.from_pretrained(tmp_path / "rm")
     rtok.pad_token = rtok.convert_ids_to_tokens(3)  # a pad of its own, as TRL's Llama reward test sets
     data = Dataset.from_list([{"prompt": "say ab"}])
-    a = GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
-                   max_completion_length=2, use_cpu=True, report_to="none")
+    a = GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=2,
+        use_cpu=True,
+        report_to="none",
+    )
     tr = GRPOTrainer(str(chat), reward_funcs=rm, args=a, train_dataset=data, reward_processing_classes=rtok)
     assert tr.reward_func_names == ["rm"] and tr.reward_processing_classes == [rtok]
     assert rm.config.pad_token_id == 3  # transformers reads the score at the last token before this pad

@@ -13,7 +13,7 @@ from datasets import Dataset
 from grpokit.config import ConfigError
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from helpers.runs import ROWS, likes_a, tiny_cfg
-from helpers.trl_models import FakeHub, make_chat_model
+from helpers.trl_models import FakeHub
 
 
 def short(completions, **kwargs):
@@ -26,8 +26,16 @@ def tags_lengths(completions, log_extra, **kwargs):
 
 
 def args(out, **kw):
-    base = dict(output_dir=str(out), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-                max_completion_length=4, use_cpu=True, gradient_checkpointing=False, disable_tqdm=True)
+    base = dict(
+        output_dir=str(out),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+    )
     return GRPOConfig(**{**base, **kw})
 
 
@@ -67,11 +75,19 @@ def test_callbacks_are_called_at_their_points_and_can_stop_the_run(tiny_model_di
     cfg = tiny_cfg(tiny_model_dir, tmp_path / "run", **{"train.steps": 3, "train.save_every": 1})
     cfg.data.dataset = ""
     rec = Recorder(stop_at=2)
-    summary = Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:2], quiet=True, callbacks=[rec]).train()
+    summary = Trainer(
+        cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:2], quiet=True, callbacks=[rec]
+    ).train()
     assert rec.events == [
-        ("begin", 0), ("evaluate", 0, ["eval_accuracy"]),
-        ("step_end", 1), ("log", 1, True), ("save", 1, "step-000001"),
-        ("step_end", 2), ("evaluate", 2, ["eval_accuracy"]), ("log", 2, True), ("save", 2, "step-000002"),
+        ("begin", 0),
+        ("evaluate", 0, ["eval_accuracy"]),
+        ("step_end", 1),
+        ("log", 1, True),
+        ("save", 1, "step-000001"),
+        ("step_end", 2),
+        ("evaluate", 2, ["eval_accuracy"]),
+        ("log", 2, True),
+        ("save", 2, "step-000002"),
         ("end", 2, True),
     ]
     assert summary["steps"] == 2  # stopped after step 2 of 3, with its checkpoint and final evaluation
@@ -94,8 +110,12 @@ def test_reward_weights_weight_callables_and_a_wrong_count_is_one_sentence(tiny_
 
 
 def test_log_extra_values_sit_beside_their_completions_in_samples(chat_model, tmp_path):
-    tr = GRPOTrainer(str(chat_model), reward_funcs=[short, tags_lengths], train_dataset=DATA,
-                     args=args(tmp_path / "run", log_completions=True, logging_steps=1))
+    tr = GRPOTrainer(
+        str(chat_model),
+        reward_funcs=[short, tags_lengths],
+        train_dataset=DATA,
+        args=args(tmp_path / "run", log_completions=True, logging_steps=1),
+    )
     tr.train()
     rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     comp = rows[0]["completions"][0]
@@ -107,11 +127,26 @@ def test_reward_model_given_by_folder_scores_the_conversation(chat_model, tmp_pa
 
     tok = AutoTokenizer.from_pretrained(chat_model)
     torch.manual_seed(1)
-    rm = LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                                    num_attention_heads=2, num_key_value_heads=1, num_labels=1, pad_token_id=0))
+    rm = LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_labels=1,
+            pad_token_id=0,
+        )
+    )
     rm.save_pretrained(tmp_path / "rm")
     tok.save_pretrained(tmp_path / "rm")
-    tr = GRPOTrainer(str(chat_model), reward_funcs=[str(tmp_path / "rm")], train_dataset=DATA, args=args(tmp_path / "run", max_steps=1))
+    tr = GRPOTrainer(
+        str(chat_model),
+        reward_funcs=[str(tmp_path / "rm")],
+        train_dataset=DATA,
+        args=args(tmp_path / "run", max_steps=1),
+    )
     fn = tr.reward_funcs[0]
     assert fn.__name__ == "rm"
     prompt, comp = [{"role": "user", "content": "say ab"}], [{"role": "assistant", "content": "ab"}]
@@ -131,9 +166,13 @@ def test_lora_settings_grpokit_cannot_carry_out_are_refused(chat_model, tmp_path
         with pytest.raises(ConfigError, match=f"peft_config.{name}="):
             GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path), peft_config=cfg)
     with pytest.raises(ConfigError, match="reward_weights has 2 entries but there are 1 reward functions"):
-        GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path, reward_weights=[1, 2]))
+        GRPOTrainer(
+            str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path, reward_weights=[1, 2])
+        )
     with pytest.raises(ConfigError, match="no 'prompt' column"):
-        GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=Dataset.from_list([{"q": "x"}]), args=args(tmp_path))
+        GRPOTrainer(
+            str(chat_model), reward_funcs=[short], train_dataset=Dataset.from_list([{"q": "x"}]), args=args(tmp_path)
+        )
 
 
 def test_model_and_tokenizer_objects_are_trained_as_given(chat_model, tmp_path):
@@ -141,8 +180,13 @@ def test_model_and_tokenizer_objects_are_trained_as_given(chat_model, tmp_path):
 
     model, tok = AutoModelForCausalLM.from_pretrained(chat_model), AutoTokenizer.from_pretrained(chat_model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    tr = GRPOTrainer(model, reward_funcs=[short], train_dataset=DATA, processing_class=tok,
-                     args=args(tmp_path / "run", learning_rate=1e-2))
+    tr = GRPOTrainer(
+        model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        processing_class=tok,
+        args=args(tmp_path / "run", learning_rate=1e-2),
+    )
     tr.train()
     assert tr.model is model and tr.processing_class is tok
     assert any(not torch.equal(before[n], p.detach()) for n, p in model.named_parameters())
@@ -151,15 +195,23 @@ def test_model_and_tokenizer_objects_are_trained_as_given(chat_model, tmp_path):
 def test_push_to_hub_uploads_the_model_and_its_card_to_a_fake_hub(chat_model, tmp_path, monkeypatch):
     with FakeHub() as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        tr = GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA,
-                         args=args(tmp_path / "run", push_to_hub=True, hub_model_id="me/tiny-grpo", save_steps=1))
+        tr = GRPOTrainer(
+            str(chat_model),
+            reward_funcs=[short],
+            train_dataset=DATA,
+            args=args(tmp_path / "run", push_to_hub=True, hub_model_id="me/tiny-grpo", save_steps=1),
+        )
         tr.train()
     files = hub.repos["me/tiny-grpo"]
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(files)
     assert files["model.safetensors"] == (tmp_path / "run" / "model.safetensors").read_bytes()
     assert b"grpokit" in files["README.md"]
     # hub_strategy every_save: each checkpoint (steps 1 and 2), then the final model
-    assert [m for _, m in hub.commits] == ["Training in progress, step 1", "Training in progress, step 2", "End of training"]
+    assert [m for _, m in hub.commits] == [
+        "Training in progress, step 1",
+        "Training in progress, step 2",
+        "End of training",
+    ]
 
 
 def test_grpokit_train_reads_a_trl_style_yaml(chat_model, tmp_path, monkeypatch):
@@ -167,12 +219,16 @@ def test_grpokit_train_reads_a_trl_style_yaml(chat_model, tmp_path, monkeypatch)
 
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"{a}+{a}=", "solution": str(2 * a)}) for a in range(6)))
-    (tmp_path / "my_rewards.py").write_text("def exact(completions, solution, **kw):\n"
-                                            "    return [float(c.strip() == s) for c, s in zip(completions, solution)]\n")
+    (tmp_path / "my_rewards.py").write_text(
+        "def exact(completions, solution, **kw):\n"
+        "    return [float(c.strip() == s) for c, s in zip(completions, solution)]\n"
+    )
     cfg = tmp_path / "trl.yaml"
-    cfg.write_text(f"model_name_or_path: {chat_model}\ndataset_name: {data}\nreward_funcs: [my_rewards.exact]\n"
-                   "num_generations: 2\nper_device_train_batch_size: 4\nmax_completion_length: 4\nmax_steps: 1\n"
-                   "use_cpu: true\nuse_peft: true\nlora_r: 2\nlora_target_modules: [q_proj]\n")
+    cfg.write_text(
+        f"model_name_or_path: {chat_model}\ndataset_name: {data}\nreward_funcs: [my_rewards.exact]\n"
+        "num_generations: 2\nper_device_train_batch_size: 4\nmax_completion_length: 4\nmax_steps: 1\n"
+        "use_cpu: true\nuse_peft: true\nlora_r: 2\nlora_target_modules: [q_proj]\n"
+    )
     monkeypatch.chdir(tmp_path)  # the reward module is found in the working directory, as TRL's CLI finds it
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run"), "learning_rate=1e-4"]) == 0
     saved = __import__("yaml").safe_load((tmp_path / "run" / "config.yaml").read_text())
@@ -196,15 +252,21 @@ def test_a_trainer_callback_subclass_gets_step_begin_and_an_event_grpokit_never_
             self.seen.append(("end", state.global_step))
 
     cb = Steps()
-    GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run"), callbacks=[cb]).train()
+    GRPOTrainer(
+        str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run"), callbacks=[cb]
+    ).train()
     assert cb.seen == [("begin", 0), ("end", 1), ("begin", 1), ("end", 2)]  # global_step before and after each step
 
     class PerEpoch(TrainerCallback):
         def on_epoch_end(self, args, state, control, **kw):
             raise AssertionError("never reached")
 
-    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[PerEpoch])
-    with pytest.raises(TypeError, match=r"^callback PerEpoch defines on_epoch_end, which grpokit never calls; move that code"):
+    tr = GRPOTrainer(
+        str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[PerEpoch]
+    )
+    with pytest.raises(
+        TypeError, match=r"^callback PerEpoch defines on_epoch_end, which grpokit never calls; move that code"
+    ):
         tr.train()
 
 
@@ -214,17 +276,32 @@ def test_streamed_train_data_an_eval_datasetdict_and_reward_processing_classes(c
     from datasets import DatasetDict
 
     evals = DatasetDict({"a": Dataset.from_list(rows[:1]), "b": Dataset.from_list(rows[1:2])})
-    tr = GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "run", num_iterations=2, logging_steps=1),
-                     train_dataset=stream, eval_dataset=evals, reward_processing_classes=[None])
+    tr = GRPOTrainer(
+        str(chat_model),
+        reward_funcs=[short],
+        args=args(tmp_path / "run", num_iterations=2, logging_steps=1),
+        train_dataset=stream,
+        eval_dataset=evals,
+        reward_processing_classes=[None],
+    )
     # max_steps=2 at num_iterations=2 is one sampling round of 4 completions / G=4 = 1 prompt: 1 row read
     assert len(tr._kwargs["train_rows"]) == 1
     res = tr.train()
-    assert res.global_step == 2 and [h["step"] for h in tr.state.log_history] == [1, 2, 2]  # two updates, then the final entry
+    assert res.global_step == 2 and [h["step"] for h in tr.state.log_history] == [
+        1,
+        2,
+        2,
+    ]  # two updates, then the final entry
     ev = tr.evaluate()
     assert {"eval_a_loss", "eval_a_reward", "eval_b_loss", "eval_b_rewards/short/mean"} <= set(ev)
     with pytest.raises(ConfigError, match=r"^reward_processing_classes has 2 entries but there are 1 reward functions"):
-        GRPOTrainer(str(chat_model), reward_funcs=[short], args=args(tmp_path / "x"), train_dataset=Dataset.from_list(rows),
-                    reward_processing_classes=[None, None])
+        GRPOTrainer(
+            str(chat_model),
+            reward_funcs=[short],
+            args=args(tmp_path / "x"),
+            train_dataset=Dataset.from_list(rows),
+            reward_processing_classes=[None, None],
+        )
 
 
 def test_max_steps_inside_a_generation_batch_ends_at_trls_step(chat_model, tmp_path):
@@ -236,6 +313,7 @@ def test_max_steps_inside_a_generation_batch_ends_at_trls_step(chat_model, tmp_p
     a = args(tmp_path / "run", num_iterations=2, max_steps=3, logging_steps=1)
     cfg = to_config(a, num_rows=len(DATA))
     assert (cfg.train.steps, cfg.train.max_updates) == (2, 3)
+
     class Ends:
         steps: list[int] = []
 
@@ -257,10 +335,25 @@ def test_the_rolling_window_closes_each_epoch_as_transformers(chat_model, tmp_pa
     from grpokit.trl.mapping import to_config
 
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}], "word": w} for w in "abcdefghijkl"])
-    a = args(tmp_path / "run", max_steps=-1, num_train_epochs=3, per_device_train_batch_size=6, num_generations=4,
-             gradient_accumulation_steps=3, steps_per_generation=4, num_iterations=2, shuffle_dataset=False)
+    a = args(
+        tmp_path / "run",
+        max_steps=-1,
+        num_train_epochs=3,
+        per_device_train_batch_size=6,
+        num_generations=4,
+        gradient_accumulation_steps=3,
+        steps_per_generation=4,
+        num_iterations=2,
+        shuffle_dataset=False,
+    )
     t = to_config(a, num_rows=12).train
-    assert (t.steps, t.updates_per_batch, t.accumulation_slices, t.accumulation_epoch_steps, t.max_updates) == (6, 4, 3, 2, 18)
+    assert (t.steps, t.updates_per_batch, t.accumulation_slices, t.accumulation_epoch_steps, t.max_updates) == (
+        6,
+        4,
+        3,
+        2,
+        18,
+    )
     tr = GRPOTrainer(str(chat_model), reward_funcs=[short], args=a, train_dataset=rows)
     tr.train()
     assert tr.state.global_step == 18 and tr.state.epoch == 3.0

@@ -18,10 +18,24 @@ def _run_script(module: str, tmp_path) -> int:
     trl = importlib.import_module(module)  # the one line a user changes
     path = str(shapes.shapes_model_path())
     ds = Dataset.from_list(shapes.train_rows(8))  # PIL images become a datasets Image column
-    args = trl.GRPOConfig(output_dir=str(tmp_path / module), max_steps=1, per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=8, report_to=[], learning_rate=1e-3, use_cpu=True, save_strategy="no")
-    trainer = trl.GRPOTrainer(model=AutoModelForImageTextToText.from_pretrained(path), reward_funcs=[shapes.shapes_reward],
-                              args=args, train_dataset=ds, processing_class=load_processor(path))
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / module),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        report_to=[],
+        learning_rate=1e-3,
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = trl.GRPOTrainer(
+        model=AutoModelForImageTextToText.from_pretrained(path),
+        reward_funcs=[shapes.shapes_reward],
+        args=args,
+        train_dataset=ds,
+        processing_class=load_processor(path),
+    )
     return trainer.train().global_step
 
 

@@ -4,10 +4,12 @@ length reward, a PEFT LoraConfig.
 tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
 under grpokit (GRPO_MODEL and GRPO_OUT point it at a tiny local model and a run folder).
 """
+
 import os
 
 from datasets import Dataset
 from peft import LoraConfig
+
 from trl import GRPOConfig, GRPOTrainer
 
 MODEL = os.environ.get("GRPO_MODEL", "Qwen/Qwen2-0.5B-Instruct")
@@ -29,7 +31,9 @@ training_args = GRPOConfig(
     logging_steps=1,
     use_cpu=True,
 )
-peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+peft_config = LoraConfig(
+    r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+)
 trainer = GRPOTrainer(
     model=MODEL,
     reward_funcs=reward_len,

@@ -5,27 +5,41 @@ tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only t
 under grpokit. GRPO_MODEL / GRPO_OUT / GRPO_PROBE point it at a tiny local model, a run folder and
 a JSON file that records what the reward functions received.
 """
+
 import json
 import os
 
 from datasets import Dataset
+
 from trl import GRPOConfig, GRPOTrainer
 
 MODEL = os.environ.get("GRPO_MODEL", "Qwen/Qwen2-0.5B-Instruct")
 PROBE = os.environ.get("GRPO_PROBE")
 
-rows = [{"prompt": [{"role": "user", "content": f"add {a} and {b}"}], "solution": str(a + b), "level": a % 3}
-        for a in range(1, 9) for b in range(1, 4)]
+rows = [
+    {"prompt": [{"role": "user", "content": f"add {a} and {b}"}], "solution": str(a + b), "level": a % 3}
+    for a in range(1, 9)
+    for b in range(1, 4)
+]
 dataset = Dataset.from_list(rows)
 
 
 def accuracy(completions, solution, **kwargs):
     if PROBE and not os.path.exists(PROBE):  # record what TRL's convention hands a reward function
         with open(PROBE, "w") as f:
-            json.dump({"keys": sorted(kwargs) + ["completions", "solution"], "completion": completions[0],
-                       "prompt": kwargs["prompts"][0], "solution": solution[0], "level": kwargs["level"][0],
-                       "n": len(completions), "global_step": kwargs["trainer_state"].global_step,
-                       "completion_ids": isinstance(kwargs["completion_ids"][0], list)}, f)
+            json.dump(
+                {
+                    "keys": sorted(kwargs) + ["completions", "solution"],
+                    "completion": completions[0],
+                    "prompt": kwargs["prompts"][0],
+                    "solution": solution[0],
+                    "level": kwargs["level"][0],
+                    "n": len(completions),
+                    "global_step": kwargs["trainer_state"].global_step,
+                    "completion_ids": isinstance(kwargs["completion_ids"][0], list),
+                },
+                f,
+            )
     return [1.0 if c[0]["content"].strip() == s else 0.0 for c, s in zip(completions, solution)]
 
 

@@ -18,8 +18,9 @@ class EchoEnv:
         self.base_url = base_url.rstrip("/")
 
     def _post(self, route: str, body: dict) -> SimpleNamespace:
-        request = urllib.request.Request(self.base_url + route, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.base_url + route, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as reply:
             data = json.loads(reply.read())
         return SimpleNamespace(observation=SimpleNamespace(**data), reward=data["reward"], done=False)

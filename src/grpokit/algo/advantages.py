@@ -60,8 +60,9 @@ def _std(x: torch.Tensor, dim: int | None, kind: str) -> torch.Tensor:
     return x.std(dim=dim, keepdim=True, correction=correction)
 
 
-def flat_groups(rewards_PG: torch.Tensor, flat_rtol: float = 1e-6, valid: torch.Tensor | None = None,
-                keepdim: bool = False) -> torch.Tensor:
+def flat_groups(
+    rewards_PG: torch.Tensor, flat_rtol: float = 1e-6, valid: torch.Tensor | None = None, keepdim: bool = False
+) -> torch.Tensor:
     """Boolean ``(P,)``: True where a group's rewards (dim 1) are all equal up to floating-point noise.
 
     A group is flat when ``max - min <= max(flat_rtol * max|r|, FLAT_ATOL)`` (see the module docstring).
@@ -157,8 +158,9 @@ SCALE_FNS = {  # (centred_PG, rewards_PG, std kind, eps, lengths_PG) -> advantag
 }
 
 
-def token_whiten(centred_PG: torch.Tensor, lengths_PG: torch.Tensor, *, std: StdKind = "unbiased",
-                 eps: float = 1e-8) -> torch.Tensor:
+def token_whiten(
+    centred_PG: torch.Tensor, lengths_PG: torch.Tensor, *, std: StdKind = "unbiased", eps: float = 1e-8
+) -> torch.Tensor:
     """REINFORCE++-baseline's batch whitening as verl computes it (``masked_whiten`` over the
     response mask): every token of completion i carries ``c_i``, and the batch's tokens are whitened.
 
@@ -180,9 +182,13 @@ def token_whiten(centred_PG: torch.Tensor, lengths_PG: torch.Tensor, *, std: Std
 
 def _lengths(lengths_PG: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
     if lengths_PG is None:
-        raise ValueError("scale 'token_whiten' weights completions by their length; pass lengths_PG (P, G) token counts")
+        raise ValueError(
+            "scale 'token_whiten' weights completions by their length; pass lengths_PG (P, G) token counts"
+        )
     if tuple(lengths_PG.shape) != tuple(shape) or bool((lengths_PG < 0).any()):
-        raise ValueError(f"lengths_PG must be non-negative token counts shaped like the rewards {tuple(shape)}, got shape {tuple(lengths_PG.shape)}")
+        raise ValueError(
+            f"lengths_PG must be non-negative token counts shaped like the rewards {tuple(shape)}, got shape {tuple(lengths_PG.shape)}"
+        )
     return lengths_PG
 
 
@@ -235,7 +241,11 @@ def process_advantages(
     adv_NT = (covers_NST * norm_NS[:, :, None]).sum(dim=1)
 
     n_flat = int(flat_P.sum())
-    metrics = {"frac_reward_zero_std": n_flat / P, "num_zero_std_groups": float(n_flat), **_stats("advantages", norm_NS[step_mask_NS.bool()])}
+    metrics = {
+        "frac_reward_zero_std": n_flat / P,
+        "num_zero_std_groups": float(n_flat),
+        **_stats("advantages", norm_NS[step_mask_NS.bool()]),
+    }
     return adv_NT, metrics
 
 
@@ -251,8 +261,14 @@ def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
     }
 
 
-def normalize_components(rewards_PGF: torch.Tensor, weights_F: torch.Tensor, *, std: StdKind = "unbiased",
-                         eps: float = 1e-4, flat_rtol: float = 1e-6) -> torch.Tensor:
+def normalize_components(
+    rewards_PGF: torch.Tensor,
+    weights_F: torch.Tensor,
+    *,
+    std: StdKind = "unbiased",
+    eps: float = 1e-4,
+    flat_rtol: float = 1e-6,
+) -> torch.Tensor:
     """Multi-objective GRPO (MO-GRPO style): normalise each reward component within its group,
     then take the weighted sum, ``r_pg = sum_f w_f (r_pgf - mean_g r_pgf) / (std_g r_pgf + eps)``.
 
@@ -268,9 +284,15 @@ def normalize_components(rewards_PGF: torch.Tensor, weights_F: torch.Tensor, *, 
     return (z * weights_F.view(1, 1, F).to(z.dtype)).sum(dim=2)
 
 
-def kl_penalized_rewards(rewards_N: torch.Tensor, logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor,
-                         mask_NT: torch.Tensor, beta: float, estimator: str = "k1",
-                         clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def kl_penalized_rewards(
+    rewards_N: torch.Tensor,
+    logp_NT: torch.Tensor,
+    ref_logp_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    beta: float,
+    estimator: str = "k1",
+    clamp: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """KL in the reward (PPO / REINFORCE++ style) instead of in the loss:
     ``r_i <- r_i - beta * sum_t KL_k[i, t]``, the per-token estimate ``estimator`` (k1: ``logp -
     ref_logp``; see ``loss.kl_estimate``, also for ``clamp``) summed over the completion, as verl's
@@ -287,8 +309,9 @@ def response_entropy(entropy_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.T
     return (entropy_NT * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
 
 
-def entropy_scaled_advantages(adv: torch.Tensor, entropy_N: torch.Tensor, mean_entropy: torch.Tensor | float,
-                              max_scale: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def entropy_scaled_advantages(
+    adv: torch.Tensor, entropy_N: torch.Tensor, mean_entropy: torch.Tensor | float, max_scale: float | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
     """EDGE-GRPO's entropy-driven advantage (Zhang et al., arXiv 2507.21848, EDA):
     ``A_i <- A_i / P^_i`` with ``P^_i = P_i / mean_j P_j`` (``P_i`` from ``response_entropy``; the
     mean over the batch, as the authors' code takes it). Correctness-aware through the sign of A: a

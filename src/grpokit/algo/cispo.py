@@ -25,7 +25,9 @@ def cispo_clipped(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.T
 
 
 @register_objective("cispo", ObjectiveSpec(min_clip_high=-1.0, clipped=cispo_clipped))
-def cispo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+def cispo_surrogate(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
+) -> torch.Tensor:
     """``sg(r_hat) A log pi_theta`` with ``r_hat = min(rho, 1 + clip_high)``. The weight carries no
     gradient, so every token keeps its gradient ``r_hat A grad log pi`` (PPO's clip zeroes it). The
     paper's ``r_hat`` is ``clip(rho, 1 - eps_low, 1 + eps_high)`` but it sets ``eps_low`` large, i.e. no

@@ -28,8 +28,14 @@ def discounted_returns(step_rewards_NS: torch.Tensor, step_mask_NS: torch.Tensor
     return out
 
 
-def _state_group_stats(values_NS: torch.Tensor, state_ids_NS: torch.Tensor, step_mask_NS: torch.Tensor,
-                       group_size: int, std: str, flat_rtol: float):
+def _state_group_stats(
+    values_NS: torch.Tensor,
+    state_ids_NS: torch.Tensor,
+    step_mask_NS: torch.Tensor,
+    group_size: int,
+    std: str,
+    flat_rtol: float,
+):
     """Per step: mean, std and size of the values of all real steps of its prompt's group that act
     from the same state, and whether those values are all equal. Shapes ``(N, S)``."""
     N, S = values_NS.shape
@@ -90,9 +96,13 @@ def gigpo_advantages(
     adv_S = torch.where(flat.bool() | (count < 2), torch.zeros_like(adv_S), adv_S)
     adv = (adv_E_PG.reshape(-1)[:, None] + step_weight * adv_S) * step_mask_NS  # GiGPO: A = A_E + omega * A_S
     real = step_mask_NS.bool()
-    metrics.update({"gigpo/step_group_size_mean": count[real].mean().item() if real.any() else 0.0,
-                    "gigpo/singleton_step_fraction": (count[real] < 2).float().mean().item() if real.any() else 0.0,
-                    **_stats("gigpo/step_advantages", adv_S[real])})
+    metrics.update(
+        {
+            "gigpo/step_group_size_mean": count[real].mean().item() if real.any() else 0.0,
+            "gigpo/singleton_step_fraction": (count[real] < 2).float().mean().item() if real.any() else 0.0,
+            **_stats("gigpo/step_advantages", adv_S[real]),
+        }
+    )
     return adv, metrics
 
 
@@ -137,8 +147,12 @@ def gagpo_advantages(
     dev, sd, flat = _masked_group_stats(A.reshape(P, -1), m.reshape(P, -1).bool(), std, flat_rtol)
     adv = torch.where(flat, torch.zeros_like(dev), dev / (sd + eps)).reshape(N, S) * m  # GAGPO: group normalisation
     n_flat = int(flat.sum())
-    metrics = {"frac_reward_zero_std": n_flat / P, "num_zero_std_groups": float(n_flat),
-               **_stats("advantages", adv[m.bool()]), **_stats("gagpo/value_proxy", V[m.bool()])}
+    metrics = {
+        "frac_reward_zero_std": n_flat / P,
+        "num_zero_std_groups": float(n_flat),
+        **_stats("advantages", adv[m.bool()]),
+        **_stats("gagpo/value_proxy", V[m.bool()]),
+    }
     return adv, metrics
 
 

@@ -38,9 +38,15 @@ def _split(rewards_PG: torch.Tensor, flat_rtol: float) -> tuple[torch.Tensor, to
     return positive_PG, valid_P
 
 
-def gtpo_token_rewards(rewards_PG: torch.Tensor, entropy_NT: torch.Tensor, mask_NT: torch.Tensor, *,
-                       alpha1: float = 1.0, alpha2: float = 0.1, flat_rtol: float = 1e-6
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gtpo_token_rewards(
+    rewards_PG: torch.Tensor,
+    entropy_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    alpha1: float = 1.0,
+    alpha2: float = 0.1,
+    flat_rtol: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """GTPO's shaped token rewards (arXiv 2508.04349, eq. 3 for O+, eq. 5 for O-).
 
     At position t of a group, with ``d_t`` the O+ completions still running at t (``|o_i| > t``) and
@@ -88,11 +94,19 @@ def _moments(x: torch.Tensor, std: str) -> tuple[torch.Tensor, torch.Tensor]:
     return x.mean(), sd
 
 
-def gtpo_advantages(rewards_PG: torch.Tensor, entropy_NT: torch.Tensor, mask_NT: torch.Tensor, *,
-                    alpha1: float = 1.0, alpha2: float = 0.1, normalization: str = "polarity",
-                    std: str = "unbiased", eps: float = 1e-4, flat_rtol: float = 1e-6,
-                    pools: tuple[torch.Tensor, torch.Tensor] | None = None
-                    ) -> tuple[torch.Tensor, dict[str, float]]:
+def gtpo_advantages(
+    rewards_PG: torch.Tensor,
+    entropy_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    *,
+    alpha1: float = 1.0,
+    alpha2: float = 0.1,
+    normalization: str = "polarity",
+    std: str = "unbiased",
+    eps: float = 1e-4,
+    flat_rtol: float = 1e-6,
+    pools: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """GTPO's per-token advantages ``(N, T)`` from the shaped rewards of ``gtpo_token_rewards``.
 
     ``normalization="polarity"`` is the paper's eq. 6: the batch's O+ tokens and its O- tokens are
@@ -113,8 +127,9 @@ def gtpo_advantages(rewards_PG: torch.Tensor, entropy_NT: torch.Tensor, mask_NT:
     """
     if normalization not in GTPO_NORMALIZATIONS:
         raise ValueError(f"unknown GTPO normalization {normalization!r}; valid: {', '.join(GTPO_NORMALIZATIONS)}")
-    shaped_NT, positive_N, valid_NT = gtpo_token_rewards(rewards_PG, entropy_NT, mask_NT, alpha1=alpha1,
-                                                         alpha2=alpha2, flat_rtol=flat_rtol)
+    shaped_NT, positive_N, valid_NT = gtpo_token_rewards(
+        rewards_PG, entropy_NT, mask_NT, alpha1=alpha1, alpha2=alpha2, flat_rtol=flat_rtol
+    )
     pos_NT = valid_NT & positive_N[:, None]
     neg_NT = valid_NT & ~positive_N[:, None]
     pool_pos, pool_neg = pools if pools is not None else (shaped_NT[pos_NT], shaped_NT[neg_NT])
@@ -128,13 +143,23 @@ def gtpo_advantages(rewards_PG: torch.Tensor, entropy_NT: torch.Tensor, mask_NT:
         adv_NT = torch.where(valid_NT, (shaped_NT - mu) / (sd + eps), adv_NT)
     n_flat = int(flat_groups(rewards_PG.float(), flat_rtol).sum())
     P = rewards_PG.shape[0]
-    metrics = {"frac_reward_zero_std": n_flat / P, "num_zero_std_groups": float(n_flat),
-               **_stats("advantages", adv_NT[valid_NT]), **_stats("gtpo/shaped_reward", shaped_NT[valid_NT])}
+    metrics = {
+        "frac_reward_zero_std": n_flat / P,
+        "num_zero_std_groups": float(n_flat),
+        **_stats("advantages", adv_NT[valid_NT]),
+        **_stats("gtpo/shaped_reward", shaped_NT[valid_NT]),
+    }
     return adv_NT, metrics
 
 
-def grpo_s_rewards(rewards_PG: torch.Tensor, seq_entropy_PG: torch.Tensor, *, beta1: float = 1.0,
-                   beta2: float = 0.1, flat_rtol: float = 1e-6) -> torch.Tensor:
+def grpo_s_rewards(
+    rewards_PG: torch.Tensor,
+    seq_entropy_PG: torch.Tensor,
+    *,
+    beta1: float = 1.0,
+    beta2: float = 0.1,
+    flat_rtol: float = 1e-6,
+) -> torch.Tensor:
     """GRPO-S's shaped sequence rewards (arXiv 2508.04349, sec. 2.3, with eq. 8's mean entropy).
 
     With ``H^_i`` the mean token entropy of completion i (``seq_entropy_PG``), n = |O+| and
@@ -151,14 +176,22 @@ def grpo_s_rewards(rewards_PG: torch.Tensor, seq_entropy_PG: torch.Tensor, *, be
     neg = (~positive_PG).float() * valid_P[:, None].float()
     share_pos = H * pos / (H * pos).sum(dim=1, keepdim=True).clamp(min=1e-30)
     share_neg = neg / H / (neg / H).sum(dim=1, keepdim=True).clamp(min=1e-30)
-    shaped = ((beta1 * rewards_PG.float() + beta2 * share_pos * pos.sum(dim=1, keepdim=True)) * pos  # GRPO-S: O+
-              - (beta1 + beta2 * share_neg * neg.sum(dim=1, keepdim=True)) * neg)  # GRPO-S: O-, inverse entropy
+    shaped = (
+        (beta1 * rewards_PG.float() + beta2 * share_pos * pos.sum(dim=1, keepdim=True)) * pos  # GRPO-S: O+
+        - (beta1 + beta2 * share_neg * neg.sum(dim=1, keepdim=True)) * neg
+    )  # GRPO-S: O-, inverse entropy
     return torch.where(valid_P[:, None], shaped, rewards_PG.float())
 
 
-def grpo_s_advantages(rewards_PG: torch.Tensor, seq_entropy_PG: torch.Tensor, *, beta1: float = 1.0,
-                      beta2: float = 0.1, flat_rtol: float = 1e-6, **group_kwargs
-                      ) -> tuple[torch.Tensor, dict[str, float]]:
+def grpo_s_advantages(
+    rewards_PG: torch.Tensor,
+    seq_entropy_PG: torch.Tensor,
+    *,
+    beta1: float = 1.0,
+    beta2: float = 0.1,
+    flat_rtol: float = 1e-6,
+    **group_kwargs,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO-S's per-completion advantages ``(P, G)``: the shaped rewards of ``grpo_s_rewards``
     normalised within each group by ``group_advantages`` (``group_kwargs``: its baseline, scale,
     std, eps; the paper: group mean and std, GRPO's). Unlike GTPO's eq. 6 the two polarities are
@@ -169,6 +202,12 @@ def grpo_s_advantages(rewards_PG: torch.Tensor, seq_entropy_PG: torch.Tensor, *,
     flat_P = flat_groups(rewards_PG.float(), flat_rtol)
     adv_PG = torch.where(flat_P[:, None], torch.zeros_like(adv_PG), adv_PG)
     n_flat = int(flat_P.sum())
-    metrics.update({"frac_reward_zero_std": n_flat / rewards_PG.shape[0], "num_zero_std_groups": float(n_flat),
-                    **_stats("advantages", adv_PG), **_stats("grpo_s/shaped_reward", shaped_PG[~flat_P])})
+    metrics.update(
+        {
+            "frac_reward_zero_std": n_flat / rewards_PG.shape[0],
+            "num_zero_std_groups": float(n_flat),
+            **_stats("advantages", adv_PG),
+            **_stats("grpo_s/shaped_reward", shaped_PG[~flat_P]),
+        }
+    )
     return adv_PG, metrics

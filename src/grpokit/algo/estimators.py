@@ -26,8 +26,9 @@ def group_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     a, dist, G = ctx.algo, ctx.dist, ctx.group_size
     rewards_all = dist.gather_rows(ctx.rewards_N)  # data parallel: batch-wide statistics see every rank
     lengths = dist.gather_rows(ctx.mask_NT.sum(dim=1).cpu()).view(-1, G) if a.scale == "token_whiten" else None
-    adv_PG, metrics = group_advantages(rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std,
-                                       eps=a.adv_eps, lengths_PG=lengths)  # REINFORCE++-baseline weighs by length
+    adv_PG, metrics = group_advantages(
+        rewards_all.view(-1, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps, lengths_PG=lengths
+    )  # REINFORCE++-baseline weighs by length
     return dist.local_rows(adv_PG).flatten(), metrics
 
 
@@ -40,7 +41,11 @@ def process_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     prompts = [p.text for p in sb.prompts for _ in range(G)]
     steps = ctx.process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
     S = max(1, max(len(s) for s in steps))
-    rewards, ends, mask = torch.zeros(len(steps), S), torch.zeros(len(steps), S, dtype=torch.long), torch.zeros(len(steps), S)
+    rewards, ends, mask = (
+        torch.zeros(len(steps), S),
+        torch.zeros(len(steps), S, dtype=torch.long),
+        torch.zeros(len(steps), S),
+    )
     for i, seq in enumerate(steps):
         for k, (end, value) in enumerate(seq):
             rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
@@ -51,7 +56,7 @@ def turn_ids(ro, width: int) -> torch.Tensor:
     """``(N, width)`` turn index of every completion token (0 for plain completions and padding)."""
     out = torch.zeros(ro.num_sequences, width, dtype=torch.long)
     for i, e in enumerate(ro.episodes or []):
-        out[i, :len(e.turn_ids)] = torch.tensor(e.turn_ids, dtype=torch.long)
+        out[i, : len(e.turn_ids)] = torch.tensor(e.turn_ids, dtype=torch.long)
     return out
 
 
@@ -78,9 +83,17 @@ def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GiGPO: episode-level group advantage plus step-level advantage over equal states, per turn."""
     a = ctx.algo
     rewards, states, mask = _step_tensors(ctx)
-    adv_NS, metrics = gigpo_advantages(ctx.rewards_N.view(-1, ctx.group_size).float(), rewards, states, mask,
-                                       gamma=a.step_gamma, step_weight=a.gigpo_step_weight,
-                                       scale="none" if a.scale == "none" else "group", std=a.std, eps=a.adv_eps)
+    adv_NS, metrics = gigpo_advantages(
+        ctx.rewards_N.view(-1, ctx.group_size).float(),
+        rewards,
+        states,
+        mask,
+        gamma=a.step_gamma,
+        step_weight=a.gigpo_step_weight,
+        scale="none" if a.scale == "none" else "group",
+        std=a.std,
+        eps=a.adv_eps,
+    )
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
@@ -89,8 +102,9 @@ def gagpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GAGPO: group-anchored GAE over the turns of each episode, per turn."""
     a = ctx.algo
     rewards, states, mask = _step_tensors(ctx)
-    adv_NS, metrics = gagpo_advantages(rewards, states, mask, ctx.group_size, gamma=a.step_gamma, lam=a.gae_lambda,
-                                       std=a.std, eps=a.adv_eps)
+    adv_NS, metrics = gagpo_advantages(
+        rewards, states, mask, ctx.group_size, gamma=a.step_gamma, lam=a.gae_lambda, std=a.std, eps=a.adv_eps
+    )
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
@@ -105,9 +119,13 @@ def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     pools = None
     if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
         shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
-        pools = (dist.gather_varlen(shaped[valid & pos_N[:, None]]), dist.gather_varlen(shaped[valid & ~pos_N[:, None]]))
-    return gtpo_advantages(r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=a.gtpo_normalization,
-                           std=a.std, eps=a.adv_eps, pools=pools)
+        pools = (
+            dist.gather_varlen(shaped[valid & pos_N[:, None]]),
+            dist.gather_varlen(shaped[valid & ~pos_N[:, None]]),
+        )
+    return gtpo_advantages(
+        r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=a.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
+    )
 
 
 @register_advantage("grpo_s")
@@ -118,9 +136,17 @@ def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     r_PG = ctx.rewards_N.float().view(-1, G)
     seq_ent = (ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GRPO-S eq. 8: mean token entropy
     lengths = dist.gather_rows(mask.sum(dim=1)).view(-1, G) if a.scale == "token_whiten" else None
-    adv_PG, metrics = grpo_s_advantages(dist.gather_rows(r_PG), dist.gather_rows(seq_ent).view(-1, G),
-                                        beta1=a.shaping_base_weight, beta2=a.shaping_entropy_weight, baseline=a.baseline,
-                                        scale=a.scale, std=a.std, eps=a.adv_eps, lengths_PG=lengths)
+    adv_PG, metrics = grpo_s_advantages(
+        dist.gather_rows(r_PG),
+        dist.gather_rows(seq_ent).view(-1, G),
+        beta1=a.shaping_base_weight,
+        beta2=a.shaping_entropy_weight,
+        baseline=a.baseline,
+        scale=a.scale,
+        std=a.std,
+        eps=a.adv_eps,
+        lengths_PG=lengths,
+    )
     return dist.local_rows(adv_PG).flatten(), metrics
 
 
@@ -132,7 +158,7 @@ def overlong_mask(ctx) -> torch.Tensor:
 
 @register_token_mask("entropy_top")
 def entropy_top_mask(ctx) -> torch.Tensor:
-    """"Beyond the 80/20 rule" (``algo.entropy_top_fraction``): only the highest-entropy tokens, the
+    """ "Beyond the 80/20 rule" (``algo.entropy_top_fraction``): only the highest-entropy tokens, the
     quantile taken over every rank's tokens."""
     pool = ctx.dist.gather_varlen(ctx.entropy_NT[ctx.mask_NT.bool()]) if ctx.dist.active else None  # global quantile
     return entropy_token_mask(ctx.entropy_NT, ctx.mask_NT, ctx.algo.entropy_top_fraction, pool=pool)

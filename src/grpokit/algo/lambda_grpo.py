@@ -23,6 +23,7 @@ class LearnableLambda:
 
     key = "lambda_grpo"
     required = True  # a run resumed without its lambda would restart it at init
+
     def __init__(self, init: float, lr: float, r: float, betas: tuple[float, float] = (0.9, 0.99)):
         self.param = torch.nn.Parameter(torch.tensor(float(init)))
         self.optimizer = torch.optim.Adam([self.param], lr=lr, betas=betas)

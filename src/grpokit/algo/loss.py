@@ -26,26 +26,33 @@ whole batch, and the reduction is a plain sum divided by them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import torch
 
 from .masks import offpolicy_sequences
-import dataclasses
-
 from .registry import ObjectiveSpec, lookup, objective_spec, register_objective, registered
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, LossTensors, Normalisers
 
-Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum", "lambda-grpo"]
-AGGREGATIONS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum",
-                                 "lambda-grpo")
+Aggregation = Literal[
+    "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum", "lambda-grpo"
+]
+AGGREGATIONS: tuple[str, ...] = (
+    "seq-mean-token-mean",
+    "token-mean",
+    "seq-mean-token-sum-norm",
+    "seq-mean-token-sum",
+    "lambda-grpo",
+)
 RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 ENTROPY_AGGREGATIONS: tuple[str, ...] = ("loss", "token-mean")
 
 
-def kl_estimate(logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor, estimator: str = "k3",
-                clamp: float | None = None) -> torch.Tensor:
+def kl_estimate(
+    logp_NT: torch.Tensor, ref_logp_NT: torch.Tensor, estimator: str = "k3", clamp: float | None = None
+) -> torch.Tensor:
     """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled from pi_theta (Schulman 2020).
 
     With ``d = ref_logp - logp`` (log of pi_ref / pi_theta):
@@ -108,19 +115,30 @@ def aggregate(
         return masked_NT.sum() / max(n_tok, 1.0)  # DAPO: token-level loss
     if mode == "seq-mean-token-sum-norm":
         if norm_constant is None or norm_constant <= 0:
-            raise ValueError("aggregation 'seq-mean-token-sum-norm' needs a positive norm_constant (e.g. max completion length)")
+            raise ValueError(
+                "aggregation 'seq-mean-token-sum-norm' needs a positive norm_constant (e.g. max completion length)"
+            )
         return masked_NT.sum() / (n_seq * norm_constant)  # Dr. GRPO: divide by a constant
     if mode == "seq-mean-token-sum":
         return masked_NT.sum() / n_seq
     if mode == "lambda-grpo":
         if seq_weights_N is None:
             raise ValueError("aggregation 'lambda-grpo' needs seq_weights_N, the per-sequence weights f_lambda (N,)")
-        return (masked_NT.sum(dim=1) * seq_weights_N.to(masked_NT.dtype)).sum() / max(n_tok, 1.0)  # lambda-GRPO: f_i weighs o_i's tokens
+        return (masked_NT.sum(dim=1) * seq_weights_N.to(masked_NT.dtype)).sum() / max(
+            n_tok, 1.0
+        )  # lambda-GRPO: f_i weighs o_i's tokens
     raise ValueError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
-def lambda_weights(lengths_N: torch.Tensor, group_size: int, lam: torch.Tensor | float, *, r: float = 1 / 9,
-                   floor: float = 1e-6, eps: float = 1e-8) -> torch.Tensor:
+def lambda_weights(
+    lengths_N: torch.Tensor,
+    group_size: int,
+    lam: torch.Tensor | float,
+    *,
+    r: float = 1 / 9,
+    floor: float = 1e-6,
+    eps: float = 1e-8,
+) -> torch.Tensor:
     """lambda-GRPO's per-completion weights ``f_lambda`` (Wang et al., arXiv 2510.06870), ``(N,)``.
 
     Within each group of G completions (rows grouped consecutively) with lengths ``|o_i|``:
@@ -144,7 +162,10 @@ def lambda_weights(lengths_N: torch.Tensor, group_size: int, lam: torch.Tensor |
 
 
 def log_importance_ratio(
-    logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str = "token",
+    logp_NT: torch.Tensor,
+    old_logp_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    level: str = "token",
     turn_ids_NT: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log of the importance ratio pi_theta / pi_old for every token, ``(N, T)``.
@@ -203,17 +224,25 @@ RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_r
 # the keyword names policy_loss has always taken -> (record, field) of LossSettings / Normalisers / LossTensors
 _KEYWORDS: dict[str, tuple[str, str]] = {
     **{k: ("clip", k) for k in ("clip_low", "clip_high", "dual_clip", "ratio_level", "objective")},
-    "beta": ("kl", "beta"), "kl_estimator": ("kl", "estimator"), "kl_bias_correction": ("kl", "bias_correction"),
-    "kl_clamp": ("kl", "clamp"), "entropy_coef": ("entropy", "coef"), "entropy_aggregation": ("entropy", "aggregation"),
+    "beta": ("kl", "beta"),
+    "kl_estimator": ("kl", "estimator"),
+    "kl_bias_correction": ("kl", "bias_correction"),
+    "kl_clamp": ("kl", "clamp"),
+    "entropy_coef": ("entropy", "coef"),
+    "entropy_aggregation": ("entropy", "aggregation"),
     "offpolicy_delta": ("top", "offpolicy_delta"),
     **{k: ("norms", k) for k in ("aggregation", "num_sequences", "num_tokens", "norm_constant")},
-    "ref_logp_NT": ("tensors", "ref_logp"), "entropy_NT": ("tensors", "entropy"), "turn_ids_NT": ("tensors", "turn_ids"),
-    "seq_weights_N": ("tensors", "seq_weights"), "sampler_log_weight_N": ("tensors", "sampler_log_weight"),
+    "ref_logp_NT": ("tensors", "ref_logp"),
+    "entropy_NT": ("tensors", "entropy"),
+    "turn_ids_NT": ("tensors", "turn_ids"),
+    "seq_weights_N": ("tensors", "seq_weights"),
+    "sampler_log_weight_N": ("tensors", "sampler_log_weight"),
 }
 
 
-def policy_loss(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, advantages: torch.Tensor, mask_NT: torch.Tensor,
-                **options) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, advantages: torch.Tensor, mask_NT: torch.Tensor, **options
+) -> tuple[torch.Tensor, dict[str, float]]:
     """``objective_loss`` with its settings given as keywords (the names in ``_KEYWORDS``: ``clip_low``,
     ``beta``, ``aggregation``, ``ref_logp_NT`` ...) and the objectives' own parameters (``sapo_tau_pos``,
     ``vespo_pos`` ...: the fields of their ``ObjectiveSpec.params``), for tests and one-off calls; the
@@ -222,7 +251,9 @@ def policy_loss(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, advantages: to
     own = _param_fields()
     for key, value in options.items():
         if key not in _KEYWORDS and key not in own:
-            raise TypeError(f"policy_loss() got an unexpected keyword argument {key!r}; valid: {', '.join([*_KEYWORDS, *own])}")
+            raise TypeError(
+                f"policy_loss() got an unexpected keyword argument {key!r}; valid: {', '.join([*_KEYWORDS, *own])}"
+            )
         record, name = _KEYWORDS[key] if key in _KEYWORDS else ("params", key)
         parts[record][name] = value
     params_cls = objective_spec(parts["clip"].get("objective", "clip")).params
@@ -239,8 +270,12 @@ def _fields(cls) -> list[str]:
 
 def _param_fields() -> list[str]:
     """The parameter names of every registered objective that declares some."""
-    return [n for name in registered("objective") if objective_spec(name).params is not None
-            for n in _fields(objective_spec(name).params)]
+    return [
+        n
+        for name in registered("objective")
+        if objective_spec(name).params is not None
+        for n in _fields(objective_spec(name).params)
+    ]
 
 
 def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple[torch.Tensor, dict[str, float]]:
@@ -280,9 +315,15 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     bonus_NT = _entropy_term(t, s.entropy)
     if bonus_NT is not None and s.entropy.aggregation == "loss":
         loss_NT = loss_NT - bonus_NT
-    reduce = lambda x_NT, m_NT: aggregate(x_NT, m_NT, norms.aggregation, num_sequences=norms.num_sequences,  # noqa: E731
-                                          num_tokens=norms.num_tokens, norm_constant=norms.norm_constant,
-                                          seq_weights_N=t.seq_weights)
+    reduce = lambda x_NT, m_NT: aggregate(
+        x_NT,
+        m_NT,
+        norms.aggregation,
+        num_sequences=norms.num_sequences,  # noqa: E731
+        num_tokens=norms.num_tokens,
+        norm_constant=norms.norm_constant,
+        seq_weights_N=t.seq_weights,
+    )
     loss, bonus = reduce(loss_NT, loss_mask_NT), 0.0
     if bonus_NT is not None and s.entropy.aggregation == "token-mean":  # TRL: a plain token mean
         bonus_term = aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
@@ -313,7 +354,9 @@ def _check(s: LossSettings) -> None:
     if c.dual_clip is not None and c.dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
     if s.entropy.aggregation not in ENTROPY_AGGREGATIONS:
-        raise ValueError(f"unknown entropy_aggregation {s.entropy.aggregation!r}; valid: {', '.join(ENTROPY_AGGREGATIONS)}")
+        raise ValueError(
+            f"unknown entropy_aggregation {s.entropy.aggregation!r}; valid: {', '.join(ENTROPY_AGGREGATIONS)}"
+        )
 
 
 def _kl_term(t: LossTensors, s: LossSettings) -> torch.Tensor | None:
@@ -324,8 +367,9 @@ def _kl_term(t: LossTensors, s: LossSettings) -> torch.Tensor | None:
         raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
     kl_NT = kl_estimate(t.logp, t.ref_logp, s.kl.estimator, clamp=s.kl.clamp)
     if s.kl.bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
-        kl_NT = kl_NT * _kl_weight(t.logp, t.old_logp, t.ratio_mask if t.ratio_mask is not None else t.mask,
-                                   s.clip.ratio_level)
+        kl_NT = kl_NT * _kl_weight(
+            t.logp, t.old_logp, t.ratio_mask if t.ratio_mask is not None else t.mask, s.clip.ratio_level
+        )
     return kl_NT
 
 
@@ -339,7 +383,9 @@ def _entropy_term(t: LossTensors, e: EntropyBonus) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def clip_metrics(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings) -> dict[str, float]:
+def clip_metrics(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings
+) -> dict[str, float]:
     """Fractions of the masked tokens whose ratio the objective clipped (low / high / either / dual),
     the mean ratio and the token count."""
     m = mask_NT.bool()
@@ -365,8 +411,9 @@ def ppo_clipped(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Ten
     return (ratio_NT < 1.0 - c.clip_low) & (adv_NT < 0) & m, (ratio_NT > 1.0 + c.clip_high) & (adv_NT > 0) & m, {}
 
 
-def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor,
-              clip: ClipSettings = ClipSettings()) -> torch.Tensor:
+def surrogate(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, clip: ClipSettings = ClipSettings()
+) -> torch.Tensor:
     """The per-token objective to maximise, ``(N, T)``; the loss is its negative. ``clip.objective``
     names a registered objective (``clip_surrogate`` below, cispo.py, sapo.py, vespo.py, or a plugin's,
     registry.py) or is ``module:function``."""
@@ -374,7 +421,9 @@ def surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tenso
 
 
 @register_objective("clip", ObjectiveSpec())
-def clip_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+def clip_surrogate(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
+) -> torch.Tensor:
     """PPO / GRPO: ``min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)``, with the dual-clip bound
     ``max(., dual_clip A)`` for ``A < 0`` when ``dual_clip`` is set."""
     surr_unclipped_NT = ratio_NT * adv_NT

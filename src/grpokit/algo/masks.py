@@ -14,12 +14,15 @@ import torch
 def truncated_sequences_mask(mask_NT: torch.Tensor, finish_reasons: list[str]) -> torch.Tensor:
     """DAPO's overlong filtering: rows whose completion was cut by the length limit ("length") or
     by the episode's turn limit ("turns") leave the loss, ``(N, T)``."""
-    keep_N = torch.tensor([f not in ("length", "turns") for f in finish_reasons], dtype=mask_NT.dtype, device=mask_NT.device)
+    keep_N = torch.tensor(
+        [f not in ("length", "turns") for f in finish_reasons], dtype=mask_NT.dtype, device=mask_NT.device
+    )
     return mask_NT * keep_N[:, None]  # DAPO: overlong filtering
 
 
-def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor,
-                        mask_NT: torch.Tensor, delta: float) -> torch.Tensor:
+def offpolicy_sequences(
+    logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, delta: float
+) -> torch.Tensor:
     """Boolean ``(N,)``: sequences to mask under DeepSeek-V3.2's off-policy sequence masking.
 
     A sequence is masked when its mean advantage is negative and the policy has drifted from the
@@ -34,8 +37,9 @@ def offpolicy_sequences(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT
     return (adv_N < 0) & (drift_N > delta)
 
 
-def entropy_token_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float,
-                       pool: torch.Tensor | None = None) -> torch.Tensor:
+def entropy_token_mask(
+    entropy_NT: torch.Tensor, mask_NT: torch.Tensor, top_fraction: float, pool: torch.Tensor | None = None
+) -> torch.Tensor:
     """Keep only the highest-entropy ``top_fraction`` of the batch's completion tokens.
 
     "Beyond the 80/20 rule" (Wang et al., 2025): the gradient of the few high-entropy "forking"

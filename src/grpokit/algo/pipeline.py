@@ -25,14 +25,15 @@ from typing import Callable, Protocol
 
 import torch
 
-from .estimators import turn_ids  # importing estimators registers the built-in stages
+from grpokit.config.sections import AlgoConfig
+from grpokit.types import Rollout, ScoredBatch, TokenBatch
+
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
+from .estimators import turn_ids  # importing estimators registers the built-in stages
+from .lambda_grpo import LearnableLambda
 from .registry import lookup, objective_spec, register_advantage_stage, register_reward_stage
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
 from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
-from grpokit.config.sections import AlgoConfig
-from grpokit.types import Rollout, ScoredBatch, TokenBatch
-from .lambda_grpo import LearnableLambda
 
 
 class Collectives(Protocol):
@@ -106,8 +107,12 @@ class UpdateInputs:
     metrics: dict[str, float] = field(default_factory=dict)  # what the stages measured
     sampler_logp: torch.Tensor | None = None  # (N, T) the sampler's logprobs: mismatch/* metrics when given
     sampler_mask: torch.Tensor | None = None  # (N, T) tokens whose sampler logprob is real (None: completion_mask)
-    mismatch: MismatchSettings = MismatchSettings()  # its [low, high] is the range counted as matching (mismatch/outside_fraction)
-    sampler_log_weight: torch.Tensor | None = None  # (N,) the sampler's correction inside the objective's ratio (ObjectiveSpec.sampler_weight)
+    mismatch: MismatchSettings = (
+        MismatchSettings()
+    )  # its [low, high] is the range counted as matching (mismatch/outside_fraction)
+    sampler_log_weight: torch.Tensor | None = (
+        None  # (N,) the sampler's correction inside the objective's ratio (ObjectiveSpec.sampler_weight)
+    )
 
 
 @dataclass(frozen=True)
@@ -191,9 +196,17 @@ def loss_settings(a: AlgoConfig) -> tuple[LossSettings, Normalisers]:
     term is in the loss only with ``kl_placement=loss``."""
     beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
     return LossSettings(
-        clip=ClipSettings(objective=a.objective, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip or None,
-                          ratio_level=a.ratio_level, params=objective_params(a)),
-        kl=KLSettings(beta=beta, estimator=a.kl_estimator, bias_correction=a.kl_bias_correction, clamp=a.kl_clamp or None),
+        clip=ClipSettings(
+            objective=a.objective,
+            clip_low=a.clip_low,
+            clip_high=a.clip_high,
+            dual_clip=a.dual_clip or None,
+            ratio_level=a.ratio_level,
+            params=objective_params(a),
+        ),
+        kl=KLSettings(
+            beta=beta, estimator=a.kl_estimator, bias_correction=a.kl_bias_correction, clamp=a.kl_clamp or None
+        ),
         entropy=EntropyBonus(coef=a.entropy_coef, aggregation=a.entropy_aggregation, adaptive=a.entropy_adaptive),
         offpolicy_delta=a.offpolicy_delta or None,
     ), Normalisers(aggregation=a.aggregation)
@@ -222,18 +235,28 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         post_metrics.update(m)
     loss_mask = mask
     for name in mask_names(a):
-        loss_mask = lookup("token mask", name)(MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist))
+        loss_mask = lookup("token mask", name)(
+            MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist)
+        )
     loss, norms = loss_settings(a)
     sampler_log_w, m = objective_sampler_weight(stage_ctx) if _tis_in_objective(s) else (None, {})
     post_metrics.update(m)
     return UpdateInputs(
-        batch=tokens, advantages=advantages.to(mask.device), loss_mask=loss_mask, old_logp=lp.old,
+        batch=tokens,
+        advantages=advantages.to(mask.device),
+        loss_mask=loss_mask,
+        old_logp=lp.old,
         ref_logp=lp.ref if loss.kl.beta else None,
         turn_ids=turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
         seq_weights=s.lam.weight_fn(mask.sum(dim=1), G) if s.lam is not None else None,
-        loss=loss, norms=dataclasses.replace(norms, norm_constant=s.norm_constant),
-        metrics={**adv_metrics, **metrics, **post_metrics}, sampler_logp=sampler[0], sampler_mask=sampler[1],
-        mismatch=s.mismatch, sampler_log_weight=sampler_log_w)
+        loss=loss,
+        norms=dataclasses.replace(norms, norm_constant=s.norm_constant),
+        metrics={**adv_metrics, **metrics, **post_metrics},
+        sampler_logp=sampler[0],
+        sampler_mask=sampler[1],
+        mismatch=s.mismatch,
+        sampler_log_weight=sampler_log_w,
+    )
 
 
 def sampler_record(rollout: Rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,15 +288,19 @@ def _per_token(advantages: torch.Tensor, weight_NT: torch.Tensor) -> torch.Tenso
 def reward_stage_names(s: StepSettings) -> list[str]:
     """The reward stages ``s`` turns on, in order: MO-GRPO's, then the KL in the reward."""
     a = s.algo
-    return ["normalize_components"] * (s.component_weights is not None) + \
-        ["kl_in_reward"] * (KL_PLACEMENTS[a.kl_placement](a.beta)[0] > 0)
+    return ["normalize_components"] * (s.component_weights is not None) + ["kl_in_reward"] * (
+        KL_PLACEMENTS[a.kl_placement](a.beta)[0] > 0
+    )
 
 
 def advantage_stage_names(s: StepSettings) -> list[str]:
     """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, TIS, then IcePop / MIS
     masking."""
-    return ["entropy_advantage"] * bool(s.algo.entropy_advantage) + ["tis"] * (s.tis.cap > 0 and not _tis_in_objective(s)) + \
-        ["mismatch_mask"] * (s.mismatch.mode != "none")
+    return (
+        ["entropy_advantage"] * bool(s.algo.entropy_advantage)
+        + ["tis"] * (s.tis.cap > 0 and not _tis_in_objective(s))
+        + ["mismatch_mask"] * (s.mismatch.mode != "none")
+    )
 
 
 @register_reward_stage("normalize_components")
@@ -288,8 +315,9 @@ def mo_grpo_rewards(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.T
 def kl_in_reward(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO / REINFORCE++ (algo.kl_placement=reward): ``r -= beta * sum_t KL_k(pi_old || pi_ref)``."""
     a, lp, mask = ctx.settings.algo, ctx.logprobs, ctx.tokens.completion_mask.cpu()
-    rewards_N, kl_N = kl_penalized_rewards(rewards_N, lp.old.cpu(), lp.ref.cpu(), mask, a.beta, a.kl_estimator,
-                                           a.kl_clamp or None)
+    rewards_N, kl_N = kl_penalized_rewards(
+        rewards_N, lp.old.cpu(), lp.ref.cpu(), mask, a.beta, a.kl_estimator, a.kl_clamp or None
+    )
     return rewards_N, {"kl": (kl_N.sum() / mask.sum().clamp(min=1)).item()}
 
 
@@ -299,8 +327,9 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
     batch-wide mean entropy."""
     a = ctx.settings.algo
     ent_N = response_entropy(ctx.logprobs.entropy.float().cpu(), ctx.tokens.completion_mask.float().cpu())
-    return entropy_scaled_advantages(advantages, ent_N, ctx.dist.gather_rows(ent_N).mean(),
-                                     a.entropy_advantage_max_scale or None)
+    return entropy_scaled_advantages(
+        advantages, ent_N, ctx.dist.gather_rows(ent_N).mean(), a.entropy_advantage_max_scale or None
+    )
 
 
 @register_advantage_stage("tis")
@@ -310,7 +339,9 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     another of TRL's corrections (tis.py)."""
     old = ctx.logprobs.old
     tis = ctx.settings.tis
-    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor)
+    w_NT, metrics = tis_weights(
+        old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor
+    )
     return _per_token(advantages, w_NT), metrics
 
 
@@ -324,10 +355,13 @@ def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str,
     instead of a weight on the advantages; ``token_*`` modes only."""
     s, old = ctx.settings, ctx.logprobs.old
     if s.tis.mode.startswith("sequence"):
-        raise ValueError(f"objective {s.algo.objective} takes the sampler correction per token; got tis_mode={s.tis.mode!r} "
-                         "(valid: token_truncate, token_mask)")
-    w_NT, metrics = tis_weights(old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis.cap, s.tis.mode,
-                                s.tis.floor)
+        raise ValueError(
+            f"objective {s.algo.objective} takes the sampler correction per token; got tis_mode={s.tis.mode!r} "
+            "(valid: token_truncate, token_mask)"
+        )
+    w_NT, metrics = tis_weights(
+        old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis.cap, s.tis.mode, s.tis.floor
+    )
     return objective_spec(s.algo.objective).sampler_weight(w_NT), metrics
 
 

@@ -27,14 +27,20 @@ OBJECTIVE_FNS: dict[str, Callable] = {}
 TOKEN_MASKS: dict[str, Callable] = {}
 REWARD_STAGES: dict[str, Callable] = {}  # built-in only: (ctx: StageContext, rewards_N) -> (rewards_N, metrics)
 ADVANTAGE_STAGES: dict[str, Callable] = {}  # built-in only: (ctx: StageContext, advantages) -> (advantages, metrics)
-_KINDS = {"advantage": ADVANTAGES, "objective": OBJECTIVE_FNS, "token mask": TOKEN_MASKS,
-          "reward stage": REWARD_STAGES, "advantage stage": ADVANTAGE_STAGES}
+_KINDS = {
+    "advantage": ADVANTAGES,
+    "objective": OBJECTIVE_FNS,
+    "token mask": TOKEN_MASKS,
+    "reward stage": REWARD_STAGES,
+    "advantage stage": ADVANTAGE_STAGES,
+}
 
 
 def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
     def add(fn: Callable) -> Callable:
         table[name] = fn
         return fn
+
     return add
 
 
@@ -53,9 +59,13 @@ class ObjectiveSpec:
     params: Callable[[Any], Any] | None = None  # AlgoConfig -> its own parameters (ClipSettings.params); None: none
     config_errors: Callable[[Any], list[str]] | None = None  # AlgoConfig -> one sentence per wrong field of its own
     min_clip_high: float = 0.0  # the lowest algo.clip_high it accepts
-    clipped: Callable | None = None  # (ratio, adv, mask, clip) -> (low, high, extra metrics): which tokens it clips; None: PPO's
+    clipped: Callable | None = (
+        None  # (ratio, adv, mask, clip) -> (low, high, extra metrics): which tokens it clips; None: PPO's
+    )
     metrics: Callable | None = None  # (ratio, adv, clip) -> extra metrics of its own
-    sampler_weight: Callable | None = None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the advantages)
+    sampler_weight: Callable | None = (
+        None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the advantages)
+    )
 
 
 UNDECLARED = ObjectiveSpec(declared=False)
@@ -104,8 +114,10 @@ def lookup(kind: str, name: str) -> Callable:
         try:
             fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
-            raise ValueError(f"{kind} {name!r} could not be imported ({e}); give a module:function on sys.path "
-                             f"or one of: {', '.join(registered(kind))}") from None
+            raise ValueError(
+                f"{kind} {name!r} could not be imported ({e}); give a module:function on sys.path "
+                f"or one of: {', '.join(registered(kind))}"
+            ) from None
         table[name] = fn
         return fn
     raise ValueError(f"unknown {kind} {name!r}; choose one of: {', '.join(registered(kind))} (or a module:function)")

@@ -29,11 +29,15 @@ def sapo_config_errors(a) -> list[str]:
     """The temperatures must be positive (checked whatever the objective: a typo is caught before it is used)."""
     if a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0:
         return []
-    return [f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)"]
+    return [
+        f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)"
+    ]
 
 
 @register_objective("sapo", ObjectiveSpec(params=SAPOParams, config_errors=sapo_config_errors, clipped=no_clipping))
-def sapo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+def sapo_surrogate(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
+) -> torch.Tensor:
     """The soft gate times the advantage (module docstring); ``c.params`` is a ``SAPOParams``."""
     p = c.params if c.params is not None else SAPOParams()
     if p.sapo_tau_pos <= 0 or p.sapo_tau_neg <= 0:

@@ -76,8 +76,12 @@ class LossTensors:
     entropy: torch.Tensor | None = None  # (N, T) token entropies, read when entropy.coef != 0
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token (ratio_level="turn")
     seq_weights: torch.Tensor | None = None  # (N,) lambda-GRPO weights (aggregation="lambda-grpo")
-    ratio_mask: torch.Tensor | None = None  # (N, T) the completion's tokens a sequence/turn/trajectory ratio spans (None: mask)
-    sampler_log_weight: torch.Tensor | None = None  # (N,) an objective's share of TIS (ObjectiveSpec.sampler_weight), added to its log ratio
+    ratio_mask: torch.Tensor | None = (
+        None  # (N, T) the completion's tokens a sequence/turn/trajectory ratio spans (None: mask)
+    )
+    sampler_log_weight: torch.Tensor | None = (
+        None  # (N,) an objective's share of TIS (ObjectiveSpec.sampler_weight), added to its log ratio
+    )
 
 
 @torch.no_grad()

@@ -33,11 +33,16 @@ def pad_sampling_logprobs(sampling_logprobs: list[list[float]], width: int) -> t
     out = torch.zeros(len(sampling_logprobs), width, dtype=torch.float32)
     for i, row in enumerate(sampling_logprobs):
         if row:
-            out[i, :len(row)] = torch.tensor(row[:width], dtype=torch.float32)
+            out[i, : len(row)] = torch.tensor(row[:width], dtype=torch.float32)
     return out
 
 
-TIS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's vllm_importance_sampling_mode names
+TIS_MODES = (
+    "token_truncate",
+    "token_mask",
+    "sequence_truncate",
+    "sequence_mask",
+)  # TRL's vllm_importance_sampling_mode names
 
 
 def tis_weights(
@@ -102,11 +107,13 @@ def _trl_metrics(raw_NT: torch.Tensor, m: torch.Tensor, w: torch.Tensor) -> dict
     ``w`` (one per real token, or one per row) as TRL reports them (0 when there are none)."""
     delta = raw_NT.abs()[m & ~torch.isnan(raw_NT)]
     stat = lambda x, f: f(x).item() if x.numel() else 0.0  # noqa: E731
-    return {"sampling/sampling_logp_difference/mean": stat(delta, torch.mean),
-            "sampling/sampling_logp_difference/max": stat(delta, torch.max),
-            "sampling/importance_sampling_ratio/min": stat(w, torch.min),
-            "sampling/importance_sampling_ratio/mean": stat(w, torch.mean),
-            "sampling/importance_sampling_ratio/max": stat(w, torch.max)}
+    return {
+        "sampling/sampling_logp_difference/mean": stat(delta, torch.mean),
+        "sampling/sampling_logp_difference/max": stat(delta, torch.max),
+        "sampling/importance_sampling_ratio/min": stat(w, torch.min),
+        "sampling/importance_sampling_ratio/mean": stat(w, torch.mean),
+        "sampling/importance_sampling_ratio/max": stat(w, torch.max),
+    }
 
 
 # ---------------------------------------------------------------- mismatch: measured and masked
@@ -126,8 +133,9 @@ def sampled_rows(sampling_logprobs: list[list[float]]) -> torch.Tensor:
     return torch.tensor([float(any(v != 0.0 for v in row)) for row in sampling_logprobs])
 
 
-def mismatch_sums(train_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask_NT: torch.Tensor,
-                  low: float, high: float) -> dict[str, float]:
+def mismatch_sums(
+    train_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask_NT: torch.Tensor, low: float, high: float
+) -> dict[str, float]:
     """Sums over the masked tokens of one micro-batch, to add up over micro-batches and ranks.
 
     Keys: ``tokens``, ``abs_diff`` (sum |log r|), ``k3`` (sum (r - 1) - log r), ``outside`` (tokens
@@ -136,22 +144,29 @@ def mismatch_sums(train_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, ma
     m = mask_NT.bool()
     d = (train_logp_NT.detach().double() - sampler_logp_NT.double())[m]  # log r, (tokens,)
     r = d.exp()
-    return {"tokens": float(m.sum().item()), "abs_diff": d.abs().sum().item(), "k3": (r - 1 - d).sum().item(),
-            "outside": float(((r < low) | (r > high)).sum().item()),
-            "abs_diff_max": d.abs().max().item() if d.numel() else 0.0}
+    return {
+        "tokens": float(m.sum().item()),
+        "abs_diff": d.abs().sum().item(),
+        "k3": (r - 1 - d).sum().item(),
+        "outside": float(((r < low) | (r > high)).sum().item()),
+        "abs_diff_max": d.abs().max().item() if d.numel() else 0.0,
+    }
 
 
 def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
     """``mismatch/*`` metrics from (added-up) ``mismatch_sums``: means over tokens, the max as is."""
     n = max(sums.get("tokens", 0.0), 1.0)
-    return {"mismatch/logp_abs_diff_mean": sums.get("abs_diff", 0.0) / n,
-            "mismatch/logp_abs_diff_max": sums.get("abs_diff_max", 0.0),
-            "mismatch/k3_kl": sums.get("k3", 0.0) / n,
-            "mismatch/outside_fraction": sums.get("outside", 0.0) / n}
+    return {
+        "mismatch/logp_abs_diff_mean": sums.get("abs_diff", 0.0) / n,
+        "mismatch/logp_abs_diff_max": sums.get("abs_diff_max", 0.0),
+        "mismatch/k3_kl": sums.get("k3", 0.0) / n,
+        "mismatch/outside_fraction": sums.get("outside", 0.0) / n,
+    }
 
 
-def mismatch_mask(old_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask_NT: torch.Tensor, mode: str,
-                  low: float, high: float) -> tuple[torch.Tensor, dict[str, float]]:
+def mismatch_mask(
+    old_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask_NT: torch.Tensor, mode: str, low: float, high: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """``(keep_NT, metrics)``: 1.0 where a token stays in the gradient, 0.0 where the mismatch masks it.
 
     ``mode``: "none" (keep all), "token" (IcePop: drop tokens with r outside [low, high]) or
@@ -175,4 +190,5 @@ def mismatch_mask(old_logp_NT: torch.Tensor, sampler_logp_NT: torch.Tensor, mask
     keep = keep | ~m
     n = m.sum().clamp(min=1).item()
     return keep.to(old_logp_NT.dtype if old_logp_NT.is_floating_point() else torch.float32), {
-        "mismatch/masked_fraction": float((~keep & m).sum().item()) / n}
+        "mismatch/masked_fraction": float((~keep & m).sum().item()) / n
+    }

@@ -49,17 +49,22 @@ def vespo_config_errors(a) -> list[str]:
     """The pairs are checked whatever the objective; the trajectory ratio only when VESPO is chosen."""
     out = []
     if a.objective == "vespo" and a.ratio_level != "trajectory":
-        out.append(f"algo.objective=vespo weighs each completion by its trajectory ratio, but algo.ratio_level={a.ratio_level}; "
-                   "set algo.ratio_level=trajectory")
+        out.append(
+            f"algo.objective=vespo weighs each completion by its trajectory ratio, but algo.ratio_level={a.ratio_level}; "
+            "set algo.ratio_level=trajectory"
+        )
     if not all(len(v) == 2 and v[0] >= 0 and v[1] > 0 for v in (a.vespo_pos, a.vespo_neg)):
-        out.append(f"algo.vespo_pos={a.vespo_pos} and algo.vespo_neg={a.vespo_neg} must each be [k >= 0, lambda > 0] "
-                   "(defaults [2, 3] and [3, 2])")
+        out.append(
+            f"algo.vespo_pos={a.vespo_pos} and algo.vespo_neg={a.vespo_neg} must each be [k >= 0, lambda > 0] "
+            "(defaults [2, 3] and [3, 2])"
+        )
     return out
 
 
 @torch.no_grad()
-def gamma_weight(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, pos: tuple[float, float],
-                 neg: tuple[float, float]) -> torch.Tensor:
+def gamma_weight(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, pos: tuple[float, float], neg: tuple[float, float]
+) -> torch.Tensor:
     """``phi(w)`` per token ``(N, T)`` from the trajectory ratio ``w`` (constant along each sequence)."""
     log_w = torch.log(ratio_NT).clamp(LOG_W_MIN, LOG_W_MAX)  # log(inf) -> 20, log(0) -> log 1e-8
     nonneg = adv_NT >= 0
@@ -88,14 +93,23 @@ def _params(c: ClipSettings) -> VESPOParams:
     return c.params if c.params is not None else VESPOParams()
 
 
-SPEC = ObjectiveSpec(params=VESPOParams, config_errors=vespo_config_errors, clipped=no_clipping, metrics=vespo_metrics,
-                     sampler_weight=sampler_log_weight)
+SPEC = ObjectiveSpec(
+    params=VESPOParams,
+    config_errors=vespo_config_errors,
+    clipped=no_clipping,
+    metrics=vespo_metrics,
+    sampler_weight=sampler_log_weight,
+)
 
 
 @register_objective("vespo", SPEC)
-def vespo_surrogate(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings) -> torch.Tensor:
+def vespo_surrogate(
+    ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
+) -> torch.Tensor:
     """VESPO: ``sg(phi(w)) A log pi_theta`` (see the module docstring); needs ``ratio_level="trajectory"``."""
     if c.ratio_level != "trajectory":
-        raise ValueError(f"objective vespo weighs each sequence by its trajectory ratio; got ratio_level={c.ratio_level!r}")
+        raise ValueError(
+            f"objective vespo weighs each sequence by its trajectory ratio; got ratio_level={c.ratio_level!r}"
+        )
     p = _params(c)
     return gamma_weight(ratio_NT, adv_NT, p.vespo_pos, p.vespo_neg) * adv_NT * logp_NT

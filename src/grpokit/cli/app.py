@@ -30,20 +30,41 @@ and a data.task) the task's demo settings (8 new tokens, lr 3e-4, 60 steps) fill
 
 
 def _train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="grpokit train", description="Train a model with GRPO (default: the embedded demo).",
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=TRAIN_EPILOG + describe_fields())
-    p.add_argument("--preset", help="published recipe to start from (grpokit presets lists them); it fills what "
-                                    "--config and the overrides leave unset, at the run's own scale")
-    p.add_argument("--paper-scale", action="store_true", help="with --preset: also take the paper's batch of prompts, "
-                                                              "generation length and learning rate")
-    p.add_argument("--config", help="YAML file with config sections, or a TRL-style file with GRPOConfig's flat names (docs/TRL.md)")
+    p = argparse.ArgumentParser(
+        prog="grpokit train",
+        description="Train a model with GRPO (default: the embedded demo).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=TRAIN_EPILOG + describe_fields(),
+    )
+    p.add_argument(
+        "--preset",
+        help="published recipe to start from (grpokit presets lists them); it fills what "
+        "--config and the overrides leave unset, at the run's own scale",
+    )
+    p.add_argument(
+        "--paper-scale",
+        action="store_true",
+        help="with --preset: also take the paper's batch of prompts, generation length and learning rate",
+    )
+    p.add_argument(
+        "--config",
+        help="YAML file with config sections, or a TRL-style file with GRPOConfig's flat names (docs/TRL.md)",
+    )
     p.add_argument("--out", help="run folder (default: a new folder under runs/)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint that "
-                                                       "verifies; overrides given here go to RUN_DIR/config_history.yaml")
-    p.add_argument("--overwrite", action="store_true", help="start a new run in --out even when it holds a run "
-                                                            "(its checkpoints and records are deleted)")
-    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-sentence errors (also GRPOKIT_DEBUG=1)")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its newest checkpoint that "
+        "verifies; overrides given here go to RUN_DIR/config_history.yaml",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in --out even when it holds a run (its checkpoints and records are deleted)",
+    )
+    p.add_argument(
+        "--debug", action="store_true", help="show tracebacks instead of one-sentence errors (also GRPOKIT_DEBUG=1)"
+    )
     p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
     return p
 
@@ -119,21 +140,30 @@ def cmd_train(argv: list[str]) -> int:
             return 2
         cause = classify(e, trainer.run_dir if trainer else None)
         if is_storage_fault(e):
-            print(f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
-                  f"{note} once space is free", file=sys.stderr)
+            print(
+                f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
+                f"{note} once space is free",
+                file=sys.stderr,
+            )
         elif cause is not None:  # the user's files or the machine, named by cause and place
             print(f"grpokit: error: {cause.sentence}; {note}", file=sys.stderr)
             return cause.status
         else:
-            print(f"grpokit: error: an internal fault stopped the run ({type(e).__name__}: {_first_line(e)}; --debug shows "
-                  f"the traceback); {note}", file=sys.stderr)
+            print(
+                f"grpokit: error: an internal fault stopped the run ({type(e).__name__}: {_first_line(e)}; --debug shows "
+                f"the traceback); {note}",
+                file=sys.stderr,
+            )
         return 1
     if summary.get("interrupted"):
         return _stopped(summary, cfg.train.steps, trainer.run_dir)
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
     if "accuracy" in before and "accuracy" in after:
         n = int(after.get("n", 0))
-        _say(f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}", flush=True)
+        _say(
+            f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}",
+            flush=True,
+        )
     _say(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {trainer.run_dir}", flush=True)
     return 0
 
@@ -157,16 +187,22 @@ def _train_trl(data: dict, args: argparse.Namespace) -> int:
         data = {**data, "output_dir": args.out or args.resume}
     objects, extra = script.parse(config=data)
     if script.launcher_processes(extra) > 1:
-        raise ConfigError("num_processes > 1 in a TRL-style config: start it with `grpokit trl grpo --config FILE` "
-                          "(which launches the processes) or under torchrun")
+        raise ConfigError(
+            "num_processes > 1 in a TRL-style config: start it with `grpokit trl grpo --config FILE` "
+            "(which launches the processes) or under torchrun"
+        )
     trainer = script.build_trainer(*objects)
     _say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
-    resume = bool(args.resume) and has_checkpoints(Path(args.resume))  # none yet: the run starts there (a job's first start)
+    resume = bool(args.resume) and has_checkpoints(
+        Path(args.resume)
+    )  # none yet: the run starts there (a job's first start)
     result = trainer.train(resume_from_checkpoint=True if resume else None)
     if trainer.summary.get("interrupted"):
         return _stopped(trainer.summary, trainer.cfg.train.steps, Path(trainer.run_dir))
     trainer.save_model()
-    _say(f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True)
+    _say(
+        f"grpokit: {result.global_step} steps; model, metrics, checkpoints and report in {trainer.run_dir}", flush=True
+    )
     return 0
 
 
@@ -174,8 +210,10 @@ def cmd_trl(argv: list[str]) -> int:
     """``grpokit trl grpo ARGS``: TRL's ``trl grpo`` command line (the same flags and --config YAML)."""
     if argv[:1] != ["grpo"]:
         if argv[:1] in ([], ["-h"], ["--help"]):
-            print("usage: grpokit trl grpo [TRL's trl grpo arguments: --model_name_or_path, --dataset_name, "
-                  "--reward_funcs, GRPOConfig's and ModelConfig's flags, --config FILE.yaml] (grpokit trl grpo --help)")
+            print(
+                "usage: grpokit trl grpo [TRL's trl grpo arguments: --model_name_or_path, --dataset_name, "
+                "--reward_funcs, GRPOConfig's and ModelConfig's flags, --config FILE.yaml] (grpokit trl grpo --help)"
+            )
             return 0
         raise ConfigError(f"grpokit trl runs TRL's grpo command only, not {argv[0]!r}; use grpokit trl grpo ...")
     from grpokit.trl import script
@@ -208,12 +246,20 @@ def _check_run_folder(d: str) -> None:
 
 
 def cmd_report(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grpokit report", description="Write an interactive, self-contained HTML report of a run "
-                                "(RUN_DIR/report.html), or of several runs overlaid with their config differences.")
+    p = argparse.ArgumentParser(
+        prog="grpokit report",
+        description="Write an interactive, self-contained HTML report of a run "
+        "(RUN_DIR/report.html), or of several runs overlaid with their config differences.",
+    )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--out", help="HTML file to write (default: RUN_DIR/report.html for one run, comparison.html for several)")
-    p.add_argument("--watch", action="store_true", help="rewrite the file every --interval seconds until the runs finish; "
-                                                        "the open page reloads itself meanwhile")
+    p.add_argument(
+        "--out", help="HTML file to write (default: RUN_DIR/report.html for one run, comparison.html for several)"
+    )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="rewrite the file every --interval seconds until the runs finish; the open page reloads itself meanwhile",
+    )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between rewrites with --watch (default 5)")
     args = p.parse_args(argv)
     for d in args.run_dirs:
@@ -237,22 +283,29 @@ def cmd_report(argv: list[str]) -> int:
 
 
 def cmd_doctor(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grpokit doctor", description="Read a run folder (config, metrics, samples) and print "
-                                "ranked findings: what looks wrong, the evidence, the change to try.")
+    p = argparse.ArgumentParser(
+        prog="grpokit doctor",
+        description="Read a run folder (config, metrics, samples) and print "
+        "ranked findings: what looks wrong, the evidence, the change to try.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = p.parse_args(argv)
     _check_run_folder(args.run_dir)
     if not (Path(args.run_dir) / "metrics.jsonl").is_file():
-        raise ConfigError(f"run folder {args.run_dir!r} has no metrics.jsonl yet (no step has finished); run the doctor "
-                          "once the run has logged a step")
+        raise ConfigError(
+            f"run folder {args.run_dir!r} has no metrics.jsonl yet (no step has finished); run the doctor "
+            "once the run has logged a step"
+        )
     from grpokit.record.doctor import diagnose, format_findings
     from grpokit.record.report_data import load_run
 
     run = load_run(Path(args.run_dir))
     if not run.metrics:  # empty, or no line a step wrote: "nothing to fix" would be a false all-clear
-        raise ConfigError(f"run folder {args.run_dir!r} has no step in metrics.jsonl yet; run the doctor once the run "
-                          "has logged a step")
+        raise ConfigError(
+            f"run folder {args.run_dir!r} has no step in metrics.jsonl yet; run the doctor once the run "
+            "has logged a step"
+        )
     findings = diagnose(run)
     if args.json:
         import dataclasses
@@ -282,8 +335,11 @@ def cmd_presets(argv: list[str]) -> int:
 
 
 def cmd_models(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="grpokit models", description="List the named real models that model.name_or_path "
-                            "accepts: size, source and whether they are installed and converted here.").parse_args(argv)
+    argparse.ArgumentParser(
+        prog="grpokit models",
+        description="List the named real models that model.name_or_path "
+        "accepts: size, source and whether they are installed and converted here.",
+    ).parse_args(argv)
     from grpokit.train.named_models import listing
 
     for row in listing():
@@ -301,8 +357,16 @@ def cmd_vllm_serve(argv: list[str]) -> int:
     return serve_main(argv)
 
 
-COMMANDS = {"train": cmd_train, "eval": lambda argv: cmd_eval(argv), "report": cmd_report, "doctor": cmd_doctor, "presets": cmd_presets,
-            "models": cmd_models, "vllm-serve": cmd_vllm_serve, "trl": lambda argv: cmd_trl(argv)}
+COMMANDS = {
+    "train": cmd_train,
+    "eval": lambda argv: cmd_eval(argv),
+    "report": cmd_report,
+    "doctor": cmd_doctor,
+    "presets": cmd_presets,
+    "models": cmd_models,
+    "vllm-serve": cmd_vllm_serve,
+    "trl": lambda argv: cmd_trl(argv),
+}
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -328,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] not in ("-h", "--help"):
             print(f"grpokit: unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
             return 2
-        print("usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details; grpokit --version)")
+        print(
+            "usage: grpokit {" + ",".join(COMMANDS) + "} ...   (grpokit COMMAND --help for details; grpokit --version)"
+        )
         return 0
     return _run(COMMANDS[argv[0]], argv[1:], debug)
 
@@ -363,14 +429,20 @@ def _run(command, argv: list[str], debug: bool) -> int:
 
         cause = classify(e)
         if is_storage_fault(e):
-            print(f"grpokit: error: writing {e.filename or 'a file'} failed ({e.strerror}); what was written before is "
-                  "intact; free space and run the command again", file=sys.stderr)
+            print(
+                f"grpokit: error: writing {e.filename or 'a file'} failed ({e.strerror}); what was written before is "
+                "intact; free space and run the command again",
+                file=sys.stderr,
+            )
         elif cause is not None:  # the user's files or the machine, named by cause and place
             print(f"grpokit: error: {cause.sentence}", file=sys.stderr)
             return cause.status
         else:
-            print(f"grpokit: error: an internal fault stopped the command ({type(e).__name__}: {_first_line(e)}); "
-                  "run it again with --debug for the traceback", file=sys.stderr)
+            print(
+                f"grpokit: error: an internal fault stopped the command ({type(e).__name__}: {_first_line(e)}); "
+                "run it again with --debug for the traceback",
+                file=sys.stderr,
+            )
         return 1
 
 

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import torch
 
-from grpokit.config.sections import Config, ConfigError
 from grpokit.config.io import apply_overrides
+from grpokit.config.sections import Config, ConfigError
 from grpokit.config.validation import validate
 from grpokit.data.prompts import load_rows, to_prompts
-from grpokit.types import repeat_columns
-from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import reward_inputs
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec, resolve_reward
 from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
+from grpokit.types import repeat_columns
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -46,13 +46,26 @@ def extract_answer(text: str) -> str | None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="grpokit eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="demo", help="model folder, hub id, a run folder (its latest checkpoint), a checkpoint "
-                                                   "or its model/ folder (LoRA adapters included), or demo")
-    p.add_argument("--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)")
+    p = argparse.ArgumentParser(
+        prog="grpokit eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--model",
+        default="demo",
+        help="model folder, hub id, a run folder (its latest checkpoint), a checkpoint "
+        "or its model/ folder (LoRA adapters included), or demo",
+    )
+    p.add_argument(
+        "--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)"
+    )
     p.add_argument("--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (with --reward)")
     p.add_argument("--split", default="test")
-    p.add_argument("--reward", action="append", default=[], help="reward function (built-in name or module:function); the first grades")
+    p.add_argument(
+        "--reward",
+        action="append",
+        default=[],
+        help="reward function (built-in name or module:function); the first grades",
+    )
     p.add_argument("--k", default="1,4,8", help="comma-separated k values")
     p.add_argument("--samples", type=int, default=0, help="completions per prompt (default: the largest k)")
     p.add_argument("--limit", type=int, default=200, help="evaluate at most this many prompts (0 = all)")
@@ -62,7 +75,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON to this file")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of the table")
-    p.add_argument("overrides", nargs="*", metavar="section.field=value", help="data/model config overrides (e.g. data.prompt_column=question)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="section.field=value",
+        help="data/model config overrides (e.g. data.prompt_column=question)",
+    )
     return p.parse_args(argv)
 
 
@@ -95,7 +113,9 @@ def run_eval(args: argparse.Namespace) -> dict:
             raise ConfigError("--dataset needs at least one --reward to grade completions")
         rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
     rows = rows[: args.limit] if args.limit else rows
-    episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))  # tools: episodes, else one turn
+    episodes = episode_setup.episode_runner(
+        cfg, tokenizer, None, None, run_data.task_of(cfg)
+    )  # tools: episodes, else one turn
     prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
     specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
@@ -103,11 +123,23 @@ def run_eval(args: argparse.Namespace) -> dict:
     answers, correct = [], []
     with RewardRunner(specs, num_workers=0) as runner:
         for s in range(0, len(prompts), 32):
-            chunk = prompts[s:s + 32]
-            ro = episodes.run(lambda ctx, G, p, images=None, **kw: generate(model, ctx, G, p, eos_token_ids=eos_ids(tokenizer, model),
-                                                         pad_token_id=tokenizer.pad_token_id, generator=gen, **kw,
-                                                         decode=lambda x: tokenizer.decode(x, skip_special_tokens=True)),
-                              chunk, n, params)
+            chunk = prompts[s : s + 32]
+            ro = episodes.run(
+                lambda ctx, G, p, images=None, **kw: generate(
+                    model,
+                    ctx,
+                    G,
+                    p,
+                    eos_token_ids=eos_ids(tokenizer, model),
+                    pad_token_id=tokenizer.pad_token_id,
+                    generator=gen,
+                    **kw,
+                    decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
+                ),
+                chunk,
+                n,
+                params,
+            )
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             completions, env_columns = reward_inputs(ro, texts)
             columns = {**repeat_columns(chunk, n), **env_columns}
@@ -116,10 +148,15 @@ def run_eval(args: argparse.Namespace) -> dict:
                 texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
             ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
             for i in range(len(chunk)):
-                answers.append([extract_answer(t) for t in texts[i * n:(i + 1) * n]])
-                correct.append(ok[i * n:(i + 1) * n])
-    result = {"model": args.model, "prompts": len(prompts), "samples_per_prompt": n,
-              "temperature": args.temperature, **summarize(answers, correct, ks)}
+                answers.append([extract_answer(t) for t in texts[i * n : (i + 1) * n]])
+                correct.append(ok[i * n : (i + 1) * n])
+    result = {
+        "model": args.model,
+        "prompts": len(prompts),
+        "samples_per_prompt": n,
+        "temperature": args.temperature,
+        **summarize(answers, correct, ks),
+    }
     return result
 
 
@@ -143,11 +180,15 @@ def resolve_model(name: str) -> tuple[str, Path | None]:
         return str(folder), None
     base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if not base:
-        raise ConfigError(f"--model {name!r} is a LoRA adapter whose adapter_config.json names no base_model_name_or_path; "
-                          "set it to the base model's folder or hub id")
+        raise ConfigError(
+            f"--model {name!r} is a LoRA adapter whose adapter_config.json names no base_model_name_or_path; "
+            "set it to the base model's folder or hub id"
+        )
     if not (Path(base).is_dir() or not Path(base).is_absolute()):
-        raise ConfigError(f"--model {name!r} is a LoRA adapter for the base model {base!r}, which does not exist here; "
-                          "edit base_model_name_or_path in its adapter_config.json")
+        raise ConfigError(
+            f"--model {name!r} is a LoRA adapter for the base model {base!r}, which does not exist here; "
+            "edit base_model_name_or_path in its adapter_config.json"
+        )
     return base, folder
 
 
@@ -175,7 +216,10 @@ def main(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="grpokit eval", caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, temperature {result['temperature']}")
+    table = Table(
+        title="grpokit eval",
+        caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, temperature {result['temperature']}",
+    )
     for col in ("k", "pass@k", "maj@k", "mean@k"):
         table.add_column(col, justify="right")
     for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):

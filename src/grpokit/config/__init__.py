@@ -5,12 +5,54 @@ Modules inside grpokit import from the defining module, never from this package,
 circle runs through it.
 """
 
-from grpokit.config.io import (apply_overrides, assigned, describe_fields, field_docs, from_dict, load_yaml, save_yaml,
-                               set_field, to_dict)
-from grpokit.config.sections import (AlgoConfig, Config, ConfigError, DataConfig, EnvConfig, ModelConfig, OptimConfig,
-                                     RecordConfig, RewardConfig, RolloutConfig, TrainConfig, section)
 from grpokit.config.health import HealthConfig
+from grpokit.config.io import (
+    apply_overrides,
+    assigned,
+    describe_fields,
+    field_docs,
+    from_dict,
+    load_yaml,
+    save_yaml,
+    set_field,
+    to_dict,
+)
+from grpokit.config.sections import (
+    AlgoConfig,
+    Config,
+    ConfigError,
+    DataConfig,
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RecordConfig,
+    RewardConfig,
+    RolloutConfig,
+    TrainConfig,
+    section,
+)
 
-__all__ = ["AlgoConfig", "Config", "ConfigError", "DataConfig", "EnvConfig", "HealthConfig", "ModelConfig", "OptimConfig",
-           "RecordConfig", "RewardConfig", "RolloutConfig", "TrainConfig", "apply_overrides", "assigned",
-           "describe_fields", "field_docs", "from_dict", "load_yaml", "save_yaml", "section", "set_field", "to_dict"]
+__all__ = [
+    "AlgoConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "EnvConfig",
+    "HealthConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RecordConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "assigned",
+    "describe_fields",
+    "field_docs",
+    "from_dict",
+    "load_yaml",
+    "save_yaml",
+    "section",
+    "set_field",
+    "to_dict",
+]

@@ -44,8 +44,10 @@ def strict_yaml(text: str, source: str) -> Any:
     if dup is not None:
         key, first, second = dup
         where = f"line {first} and line {second}" if first != second else f"both on line {first}"
-        raise ConfigError(f"{source} gives the key {key!r} twice ({where}); YAML would keep only the last one silently, "
-                          "so remove or merge one of them")
+        raise ConfigError(
+            f"{source} gives the key {key!r} twice ({where}); YAML would keep only the last one silently, "
+            "so remove or merge one of them"
+        )
     return yaml.safe_load(text)
 
 
@@ -104,7 +106,9 @@ def set_field(cfg: Config, dotted: str, value: Any) -> None:
     """Set ``section.field`` with type coercion and a clear error for unknown names or types."""
     parts = dotted.split(".")
     if len(parts) != 2 or parts[0] not in _sections():
-        raise ConfigError(f"unknown config field {dotted!r}; fields look like section.name with section one of {', '.join(_sections())}")
+        raise ConfigError(
+            f"unknown config field {dotted!r}; fields look like section.name with section one of {', '.join(_sections())}"
+        )
     section_obj = getattr(cfg, parts[0])
     types = _field_types(type(section_obj))
     if parts[1] not in types:
@@ -188,4 +192,4 @@ def save_yaml(cfg: Config, path: Path) -> None:
 
 # Last, so that either module may be imported first: config.py re-exports this module's functions
 # (``from grpokit.config import apply_overrides`` is public API) and these functions read its classes.
-from .sections import Config, ConfigError
+from .sections import Config, ConfigError  # noqa: E402

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .health import HealthConfig
 from .base import ConfigError, section  # noqa: F401  (ConfigError: imported from here across grpokit)
+from .health import HealthConfig
 from .optim import OptimConfig
 
 

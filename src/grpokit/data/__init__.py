@@ -1,9 +1,24 @@
 """Stage 1, prompts: rows from a dataset (``prompts.py``: local JSONL/Parquet/CSV or the hub, column
 mapping, chat template, the sampler) or from a built-in verifiable task (``tasks/``)."""
 
-from grpokit.data.prompts import (FILE_BUILDERS, PromptSampler, load_rows, rename_columns, render_prompt, to_prompts,
-                                  with_observation)
+from grpokit.data.prompts import (
+    FILE_BUILDERS,
+    PromptSampler,
+    load_rows,
+    rename_columns,
+    render_prompt,
+    to_prompts,
+    with_observation,
+)
 from grpokit.types import repeat_columns
 
-__all__ = ["FILE_BUILDERS", "PromptSampler", "load_rows", "rename_columns", "render_prompt", "repeat_columns", "to_prompts",
-           "with_observation"]
+__all__ = [
+    "FILE_BUILDERS",
+    "PromptSampler",
+    "load_rows",
+    "rename_columns",
+    "render_prompt",
+    "repeat_columns",
+    "to_prompts",
+    "with_observation",
+]

@@ -27,9 +27,10 @@ def check_file(path: Path, source: str) -> None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise ConfigError(f"data file {source!r} is not UTF-8 text (byte {raw[e.start]:#04x} on line {line}); "
-                          "save it as UTF-8") from None
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"data file {source!r} is not UTF-8 text (byte {raw[e.start]:#04x} on line {line}); save it as UTF-8"
+        ) from None
     if not text.strip():
         raise ConfigError(f"data file {source!r} is empty; it needs at least one row")
     if path.suffix == ".jsonl":
@@ -47,11 +48,15 @@ def _check_jsonl(text: str, source: str) -> None:
         try:
             obj = json.loads(line)
         except ValueError:
-            raise ConfigError(f"line {n} of data file {source!r} is not valid JSON; every line of a .jsonl file "
-                              "must be one JSON object") from None
+            raise ConfigError(
+                f"line {n} of data file {source!r} is not valid JSON; every line of a .jsonl file "
+                "must be one JSON object"
+            ) from None
         if not isinstance(obj, dict):
-            raise ConfigError(f"line {n} of data file {source!r} is a JSON {type(obj).__name__}, not an object; "
-                              "every line of a .jsonl file must be one JSON object (a row)")
+            raise ConfigError(
+                f"line {n} of data file {source!r} is a JSON {type(obj).__name__}, not an object; "
+                "every line of a .jsonl file must be one JSON object (a row)"
+            )
 
 
 def _check_json(text: str, source: str) -> None:
@@ -62,8 +67,10 @@ def _check_json(text: str, source: str) -> None:
     if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
         return  # columns: {"prompt": [...], "answer": [...]}
     if not isinstance(data, list) or not data or not all(isinstance(r, dict) for r in data):
-        raise ConfigError(f"data file {source!r} must hold a non-empty JSON list of objects (rows), a mapping of columns, "
-                          "or one object per line")
+        raise ConfigError(
+            f"data file {source!r} must hold a non-empty JSON list of objects (rows), a mapping of columns, "
+            "or one object per line"
+        )
 
 
 def _check_csv(text: str, source: str) -> None:
@@ -79,5 +86,7 @@ def _check_csv(text: str, source: str) -> None:
         raise ConfigError(f"the header of data file {source!r} has empty or repeated column names: {header}")
     for n, r in rows[1:]:
         if len(r) != len(header):
-            raise ConfigError(f"row {n} of data file {source!r} has {len(r)} fields but the header has {len(header)}; "
-                              "give every row one field per column")
+            raise ConfigError(
+                f"row {n} of data file {source!r} has {len(r)} fields but the header has {len(header)}; "
+                "give every row one field per column"
+            )

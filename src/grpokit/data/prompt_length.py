@@ -13,6 +13,7 @@ is 0, the model's context (``max_position_embeddings``, or vLLM's ``rollout.vllm
 
 Image prompts are never cut (their image tokens would be torn): they can only be refused.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,16 +50,26 @@ def limit_prompts(prompts: list[Prompt], limit: int, why: str, truncate: bool, w
         return prompts, 0
     worst = max(long, key=lambda k: len(prompts[k].ids))
     if not truncate or any(prompts[k].vision is not None for k in long):
-        raise ConfigError(f"{len(long)} of {len(prompts)} {which} prompts are longer than {why} (the longest, row {worst}, "
-                          f"has {len(prompts[worst].ids)} tokens); shorten them, raise rollout.max_prompt_tokens within "
-                          "the model's context, or set rollout.truncate_prompts=true to keep each one's last tokens"
-                          + (" (image prompts cannot be cut)" if prompts[worst].vision is not None else ""))
+        raise ConfigError(
+            f"{len(long)} of {len(prompts)} {which} prompts are longer than {why} (the longest, row {worst}, "
+            f"has {len(prompts[worst].ids)} tokens); shorten them, raise rollout.max_prompt_tokens within "
+            "the model's context, or set rollout.truncate_prompts=true to keep each one's last tokens"
+            + (" (image prompts cannot be cut)" if prompts[worst].vision is not None else "")
+        )
     out = list(prompts)
     for k in long:  # TRL's max_prompt_length: the last tokens stay
         out[k] = dataclasses.replace(prompts[k], ids=list(prompts[k].ids[-limit:]))
-    log.warning("grpokit: warning: %d of %d %s prompts are longer than %s and were cut to their last %d tokens "
-                "(rollout.truncate_prompts=true; the longest, row %d, had %d)", len(long), len(prompts), which, why,
-                limit, worst, len(prompts[worst].ids))
+    log.warning(
+        "grpokit: warning: %d of %d %s prompts are longer than %s and were cut to their last %d tokens "
+        "(rollout.truncate_prompts=true; the longest, row %d, had %d)",
+        len(long),
+        len(prompts),
+        which,
+        why,
+        limit,
+        worst,
+        len(prompts[worst].ids),
+    )
     return out, len(long)
 
 

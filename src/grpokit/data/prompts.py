@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig
-from .files import check_file
 from grpokit.data.vision import encode_prompt, has_images
 from grpokit.types import Prompt
+
+from .files import check_file
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -36,16 +37,22 @@ def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
             raise ConfigError(f"data file {source!r} has an unsupported type; use one of {', '.join(FILE_BUILDERS)}")
         check_file(path, source)  # encoding, emptiness, ragged rows: one sentence naming the line
         try:
-            return rename_columns([dict(r) for r in datasets.load_dataset(builder, data_files=str(path), split="train")], cfg, source)
+            return rename_columns(
+                [dict(r) for r in datasets.load_dataset(builder, data_files=str(path), split="train")], cfg, source
+            )
         except ConfigError:
             raise
         except Exception as e:  # what the checks above cannot see (a damaged parquet, mixed column types)
-            raise ConfigError(f"data file {source!r} could not be read as {builder} ({type(e).__name__}: {_short(e)})") from None
+            raise ConfigError(
+                f"data file {source!r} could not be read as {builder} ({type(e).__name__}: {_short(e)})"
+            ) from None
     else:
         try:
             ds = datasets.load_dataset(source, split=split)
         except Exception as e:  # network, unknown name, unknown split: one sentence for the user
-            raise ConfigError(f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})") from None
+            raise ConfigError(
+                f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})"
+            ) from None
     return rename_columns([dict(r) for r in ds], cfg, source)
 
 
@@ -61,8 +68,10 @@ def _folder_rows(path: Path, source: str) -> list[dict[str, Any]]:
     elif any((path / f).exists() for f in ("metadata.jsonl", "metadata.csv")):
         ds = datasets.load_dataset("imagefolder", data_dir=str(path), split="train")
     else:
-        raise ConfigError(f"data folder {source!r} holds neither a saved dataset nor an image folder's metadata.jsonl/metadata.csv; "
-                          "give a data file, a save_to_disk folder or an image folder with metadata")
+        raise ConfigError(
+            f"data folder {source!r} holds neither a saved dataset nor an image folder's metadata.jsonl/metadata.csv; "
+            "give a data file, a save_to_disk folder or an image folder with metadata"
+        )
     return [dict(r) for r in ds]
 
 
@@ -76,14 +85,20 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
         raise ConfigError(f"dataset {source!r} has no rows")
     cols = list(rows[0])
     if cfg.prompt_column not in cols:
-        raise ConfigError(f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)}")
+        raise ConfigError(
+            f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)}"
+        )
     if cfg.answer_column and cfg.answer_column not in cols:
-        raise ConfigError(f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)} (set data.answer_column= to use none)")
+        raise ConfigError(
+            f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)} (set data.answer_column= to use none)"
+        )
     out = []
     for n, r in enumerate(rows, 1):
         r = dict(r)
         if r.get(cfg.prompt_column) is None:  # ragged rows: datasets fills a missing column with None
-            raise ConfigError(f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; give every row a prompt")
+            raise ConfigError(
+                f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; give every row a prompt"
+            )
         r["prompt"] = r.pop(cfg.prompt_column)
         if cfg.answer_column:
             r["answer"] = r[cfg.answer_column]
@@ -99,8 +114,10 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     if cfg.chat_template == "always" and not has_template:
         raise ConfigError("data.chat_template='always' but the tokenizer has no chat template; use auto or never")
     if cfg.chat_template == "conversational" and use and not has_template:
-        raise ConfigError("the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
-                          "(processing_class) or plain-text prompts")
+        raise ConfigError(
+            "the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
+            "(processing_class) or plain-text prompts"
+        )
     if not use:
         if isinstance(prompt, list):
             return "\n".join(str(m.get("content", "")) for m in prompt)
@@ -112,8 +129,9 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
 
 
-def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | Callable | None = None,
-               processor=None) -> list[Prompt]:
+def to_prompts(
+    rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | Callable | None = None, processor=None
+) -> list[Prompt]:
     """Prompts of the rows; rows with an ``image``/``images`` column go through the model's
     ``processor`` (data/vision.py), which must then be given. ``tools``: the tool schemas every
     prompt shows, or a function row -> schemas (named environments: each row its environment's tools)."""
@@ -125,22 +143,34 @@ def to_prompts(rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: li
         ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg, r["prompt"]))["input_ids"]
         if not ids:
             raise ConfigError(f"a prompt tokenised to nothing: {text!r}")
-        prompts.append(Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"},
-                              raw=r["prompt"]))
+        prompts.append(
+            Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"}, raw=r["prompt"])
+        )
     return prompts
 
 
 def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tools: list | None) -> list[Prompt]:
     if processor is None:
-        raise ConfigError("the data has an image column but the model has no image processor; give a vision-language "
-                          "model (its folder with a processor) or pass its AutoProcessor as processing_class")
+        raise ConfigError(
+            "the data has an image column but the model has no image processor; give a vision-language "
+            "model (its folder with a processor) or pass its AutoProcessor as processing_class"
+        )
     if tools:
-        raise ConfigError("tools and environments with image prompts are not supported yet; drop env.tools or the image column")
+        raise ConfigError(
+            "tools and environments with image prompts are not supported yet; drop env.tools or the image column"
+        )
     out = []
     for i, r in enumerate(rows):
         text, ids, vision = encode_prompt(r, i, processor, cfg.system_prompt)
-        out.append(Prompt(text=text, ids=ids, columns={k: v for k, v in r.items() if k != "prompt"}, raw=r["prompt"],
-                          vision=vision))
+        out.append(
+            Prompt(
+                text=text,
+                ids=ids,
+                columns={k: v for k, v in r.items() if k != "prompt"},
+                raw=r["prompt"],
+                vision=vision,
+            )
+        )
     return out
 
 

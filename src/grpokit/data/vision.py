@@ -49,7 +49,9 @@ def load_image(value: Any, row: int):
         with Image.open(Path(source).expanduser() if isinstance(source, (str, Path)) else source) as img:
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError, TypeError) as e:
-        raise ConfigError(f"row {row}: image {where} could not be read ({type(e).__name__}); give a PNG/JPEG file, bytes or a PIL image") from None
+        raise ConfigError(
+            f"row {row}: image {where} could not be read ({type(e).__name__}); give a PNG/JPEG file, bytes or a PIL image"
+        ) from None
 
 
 def row_images(row: dict[str, Any], index: int) -> list:
@@ -73,7 +75,9 @@ def vision_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list
             placed = placed or m.get("role") == "user"
             messages.append({**m, "content": images + [{"type": "text", "text": str(m.get("content") or "")}]})
     else:
-        messages = [{"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}]
+        messages = [
+            {"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}
+        ]
     if system_prompt and not any(m.get("role") == "system" for m in messages):
         messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}, *messages]
     return messages
@@ -86,12 +90,18 @@ def encode_prompt(row: dict[str, Any], index: int, processor, system_prompt: str
     messages = vision_messages(row["prompt"], len(images), system_prompt)
     parts = sum(1 for m in messages if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "image")
     if parts != len(images):
-        raise ConfigError(f"row {index}: the prompt has {parts} image parts but the row has {len(images)} images; give one image per {{'type': 'image'}} part")
+        raise ConfigError(
+            f"row {index}: the prompt has {parts} image parts but the row has {len(images)} images; give one image per {{'type': 'image'}} part"
+        )
     if not getattr(processor, "chat_template", None):
-        raise ConfigError("the processor has no chat template, so image placeholders cannot be written; give a processor with one")
+        raise ConfigError(
+            "the processor has no chat template, so image placeholders cannot be written; give a processor with one"
+        )
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     enc = processor(text=[text], images=images or None, return_tensors="pt")
-    vision = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")}
+    vision = {
+        k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+    }
     return text, enc["input_ids"][0].tolist(), vision
 
 
@@ -106,7 +116,9 @@ def load_processor(name_or_path: str, given=None, trust_remote_code: bool = Fals
     if given is not None:
         return given if is_processor(given) else None
     folder = Path(name_or_path)
-    if folder.is_dir() and not any((folder / f).exists() for f in ("preprocessor_config.json", "processor_config.json")):
+    if folder.is_dir() and not any(
+        (folder / f).exists() for f in ("preprocessor_config.json", "processor_config.json")
+    ):
         return None
     from transformers import AutoProcessor
 
@@ -125,7 +137,6 @@ def _image_only_processor(path: str):
     import json
 
     import transformers
-
     from transformers.utils import cached_file
 
     # a local folder or a hub name (its cached snapshot, or a download)
@@ -199,7 +210,9 @@ def hide_placeholders(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
     return out
 
 
-def positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
+def positions(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs: dict[str, torch.Tensor]
+) -> torch.Tensor | None:
     """Multimodal RoPE positions ``(3, B, L)`` of a left-padded batch (Qwen2-VL's M-RoPE: image
     tokens get (time, row, column) positions, text after them counts on from the largest), or None
     for models that place positions themselves. Computed by the model's own ``get_rope_index`` for
@@ -208,8 +221,9 @@ def positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, inpu
     if owner is None or img is None or "image_grid_thw" not in inputs:
         return None
     types = (input_ids == img).int()
-    pos, _ = owner.get_rope_index(input_ids, mm_token_type_ids=types, image_grid_thw=inputs["image_grid_thw"],
-                                  attention_mask=attention_mask)
+    pos, _ = owner.get_rope_index(
+        input_ids, mm_token_type_ids=types, image_grid_thw=inputs["image_grid_thw"], attention_mask=attention_mask
+    )
     return pos
 
 

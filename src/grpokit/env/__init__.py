@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
+
 from .builtin import BUILTIN_TOOLS, calculator, make_python_tool
 from .parse import ToolCall, parse_tool_calls
 from .tools import TerminalToolError, ToolResult, call_tool, check_environment, environment_tools, tool_schema
@@ -25,7 +26,9 @@ def _import(path: str, field: str) -> Any:
         raise ConfigError(f"{field}: {e}") from None
 
 
-def resolve_tools(names: list[str], *, wall_s: float = 5.0, allow_unsafe_code_execution: bool = False) -> list[Callable]:
+def resolve_tools(
+    names: list[str], *, wall_s: float = 5.0, allow_unsafe_code_execution: bool = False
+) -> list[Callable]:
     """``env.tools`` entries as callables: built-in names or "module:function" import paths."""
     out = []
     for name in names:
@@ -36,8 +39,10 @@ def resolve_tools(names: list[str], *, wall_s: float = 5.0, allow_unsafe_code_ex
         elif ":" in name:
             out.append(_import(name, "env.tools"))
         else:
-            raise ConfigError(f"env.tools: {name!r} is not a built-in tool ({', '.join(BUILTIN_TOOLS)}) "
-                              "nor an import path module:function")
+            raise ConfigError(
+                f"env.tools: {name!r} is not a built-in tool ({', '.join(BUILTIN_TOOLS)}) "
+                "nor an import path module:function"
+            )
     return out
 
 
@@ -83,6 +88,18 @@ def _class_reward(cls: type) -> Callable | None:
     return reward
 
 
-__all__ = ["ToolCall", "ToolResult", "TerminalToolError", "call_tool", "calculator", "environment_reward", "environment_rewards",
-           "environment_tools", "make_python_tool", "parse_tool_calls", "resolve_environment", "resolve_tools",
-           "tool_schema"]
+__all__ = [
+    "ToolCall",
+    "ToolResult",
+    "TerminalToolError",
+    "call_tool",
+    "calculator",
+    "environment_reward",
+    "environment_rewards",
+    "environment_tools",
+    "make_python_tool",
+    "parse_tool_calls",
+    "resolve_environment",
+    "resolve_tools",
+    "tool_schema",
+]

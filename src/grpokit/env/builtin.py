@@ -16,8 +16,15 @@ import math
 import operator
 from typing import Callable
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 MAX_DIGITS = 60  # operands and results beyond this many digits are refused (no multi-second big-int math)
 
 
@@ -51,14 +58,19 @@ def _eval(node):
     raise ValueError(f"unsupported expression element {type(node).__name__}")
 
 
-def make_python_tool(wall_s: float = 5.0, memory_mb: int = 512, allow_unsafe_code_execution: bool = False,
-                     max_output_bytes: int = 4096) -> Callable[[str], str]:
+def make_python_tool(
+    wall_s: float = 5.0, memory_mb: int = 512, allow_unsafe_code_execution: bool = False, max_output_bytes: int = 4096
+) -> Callable[[str], str]:
     """The ``python`` tool with these limits: runs ``code`` in the sandbox, returns its stdout."""
     from grpokit.rewards.code import HARNESS, require_isolation
     from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
 
-    limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20,
-                    max_output_bytes=max_output_bytes)
+    limits = Limits(
+        wall_s=wall_s,
+        cpu_s=max(1, math.ceil(wall_s)),
+        memory_bytes=memory_mb * 2**20,
+        max_output_bytes=max_output_bytes,
+    )
 
     def python(code: str) -> str:
         """Run a Python program in a sandbox (no network, no files of the host) and return what it printed.
@@ -69,8 +81,9 @@ def make_python_tool(wall_s: float = 5.0, memory_mb: int = 512, allow_unsafe_cod
         isolated = require_isolation(allow_unsafe_code_execution, limits)  # this tool's own budget
         job = {"mode": "stdio", "inputs": [""], "case_timeout_s": wall_s, "max_output_bytes": max_output_bytes}
         files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
-        res = run_sandboxed(files, ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"],
-                            limits, isolated=isolated)
+        res = run_sandboxed(
+            files, ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"], limits, isolated=isolated
+        )
         rec = res.records[0] if res.records else {"status": "timeout" if res.timed_out else "error"}
         if rec.get("status") == "timeout" or res.timed_out:
             raise TimeoutError(f"the program ran past {wall_s:g} s and was killed")

@@ -16,6 +16,7 @@ sleeps forever sat 10 minutes in silence). So:
   further calls fail at once as timeouts instead of starting threads, so a function that hangs on
   every call cannot pile threads up, step after step.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -43,8 +44,10 @@ class EnvironmentFailure(RewardError):
 def check_failures(what: str, failed: int, total: int, max_fraction: float, detail: str = "") -> None:
     """Raise EnvironmentFailure when ``failed`` of a batch's ``total`` episodes is more than ``max_fraction``."""
     if total and failed > max_fraction * total:
-        raise EnvironmentFailure(f"{what} on {failed} of {total} episodes, more than "
-                                 f"env.max_failure_fraction={max_fraction:g}" + (f"; {detail}" if detail else ""))
+        raise EnvironmentFailure(
+            f"{what} on {failed} of {total} episodes, more than "
+            f"env.max_failure_fraction={max_fraction:g}" + (f"; {detail}" if detail else "")
+        )
 
 
 def still_running(key: str) -> int:
@@ -97,8 +100,9 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
             if busy + len(live) >= MAX_ABANDONED:  # every live call may be abandoned too: the bound holds
                 if live:
                     break
-                outcomes[nxt] = Outcome(False, error=f"not run: {busy} earlier calls that timed out are still running",
-                                        timed_out=True)
+                outcomes[nxt] = Outcome(
+                    False, error=f"not run: {busy} earlier calls that timed out are still running", timed_out=True
+                )
             else:
                 t = threading.Thread(target=run, args=(nxt,), name=f"grpokit-{key}", daemon=True)
                 live[nxt] = (t, time.monotonic())

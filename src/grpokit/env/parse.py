@@ -72,7 +72,9 @@ def _parse_body(body: str, tool_names: list[str], max_depth: int = MAX_DEPTH) ->
     if body.startswith("{"):
         depth = nesting_depth(body)
         if max_depth and depth > max_depth:
-            return ToolCall("", body, error=f"the tool call nests {depth} levels deep, more than env.max_tool_nesting={max_depth}")
+            return ToolCall(
+                "", body, error=f"the tool call nests {depth} levels deep, more than env.max_tool_nesting={max_depth}"
+            )
         try:
             obj = json.loads(body)
         except (ValueError, RecursionError):
@@ -104,7 +106,9 @@ def assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:
     """The turn as a chat message in TRL's form (``tool_calls`` only when there are calls)."""
     msg: dict[str, Any] = {"role": "assistant", "content": strip_calls(text) if calls else text}
     if calls:
-        msg["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        msg["tool_calls"] = [
+            {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]
     return msg
 
 
@@ -121,12 +125,17 @@ def template_suffix_ids(tokenizer, tool_messages: list[dict[str, Any]], tools: l
     head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": calls}]
     kw = {"tools": tools} if tools else {}
     prefix = list(tokenizer.apply_chat_template(head, tokenize=True, return_dict=False, **kw))
-    full = list(tokenizer.apply_chat_template(head + tool_messages, tokenize=True, add_generation_prompt=True,
-                                              return_dict=False, **kw))
+    full = list(
+        tokenizer.apply_chat_template(
+            head + tool_messages, tokenize=True, add_generation_prompt=True, return_dict=False, **kw
+        )
+    )
     eos = tokenizer.eos_token_id
     if eos in prefix:  # the sampled turn ends at the end-of-turn token; what the template adds after it is suffix
         prefix = prefix[: len(prefix) - prefix[::-1].index(eos)]
     if full[: len(prefix)] != prefix:
-        raise ValueError("the chat template does not keep the conversation's prefix when tool messages are added; "
-                         "use env.tool_format=tags")
-    return full[len(prefix):]
+        raise ValueError(
+            "the chat template does not keep the conversation's prefix when tool messages are added; "
+            "use env.tool_format=tags"
+        )
+    return full[len(prefix) :]

@@ -69,15 +69,20 @@ def tool_schema(fn: Callable) -> dict[str, Any]:
     try:
         return get_json_schema(fn)
     except Exception as e:  # transformers raises its own error types for missing hints / docstrings
-        raise ConfigError(f"tool {tool_name(fn)!r} cannot be described to the model ({e}); give it type hints "
-                          "and a Google-style docstring with an Args: section") from None
+        raise ConfigError(
+            f"tool {tool_name(fn)!r} cannot be described to the model ({e}); give it type hints "
+            "and a Google-style docstring with an Args: section"
+        ) from None
 
 
 def environment_tools(env: Any) -> list[Callable]:
     """The public methods of an environment instance (its tools), as TRL exposes them: every
     function of its class whose name does not start with "_", except ``reset`` and ``get_reward``."""
-    names = [n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
-             if not n.startswith("_") and n not in ("reset", "get_reward")]
+    names = [
+        n
+        for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ("reset", "get_reward")
+    ]
     return [getattr(env, n) for n in names]
 
 
@@ -85,12 +90,21 @@ def check_environment(factory: Callable) -> None:
     """Build one instance and check it has ``reset`` (one sentence otherwise)."""
     env = factory()
     if not callable(getattr(env, "reset", None)):
-        raise ConfigError(f"the environment {type(env).__name__} has no reset method; an environment needs "
-                          "reset(**row) (returning None or an observation string) and public methods as tools")
+        raise ConfigError(
+            f"the environment {type(env).__name__} has no reset method; an environment needs "
+            "reset(**row) (returning None or an observation string) and public methods as tools"
+        )
 
 
-def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] | str, *, timeout_s: float,
-              max_chars: int, max_depth: int = 20) -> ToolResult:
+def call_tool(
+    tools: dict[str, Callable],
+    name: str,
+    arguments: dict[str, Any] | str,
+    *,
+    timeout_s: float,
+    max_chars: int,
+    max_depth: int = 20,
+) -> ToolResult:
     """Call ``tools[name]`` with ``arguments`` (a dict of keywords, or one string for the tool's
     first parameter) in a daemon thread; never raises. ``max_chars`` caps the returned text."""
     start = time.perf_counter()
@@ -100,8 +114,12 @@ def call_tool(tools: dict[str, Callable], name: str, arguments: dict[str, Any] |
         return _error(name, f"Tool {name} not found (tools: {valid})", max_chars)
     busy = _still_running(name)
     if busy >= MAX_ABANDONED:
-        return _error(name, f"Tool {name} not run: {busy} earlier calls that timed out are still running", max_chars,
-                      timed_out=True)
+        return _error(
+            name,
+            f"Tool {name} not run: {busy} earlier calls that timed out are still running",
+            max_chars,
+            timed_out=True,
+        )
     box: dict[str, Any] = {}
 
     def run() -> None:

@@ -13,11 +13,12 @@ See docs/MONITORING.md for the metric names, the sinks, the monitors and the rep
 """
 
 from grpokit.config.health import HealthConfig
+
 from .health import HealthEvent, HealthMonitor, TrainingHealthError
-from .signatures import group_signatures, solved_signatures
 from .passk import maj_at_k, mean_at_k, pass_at_k, summarize
 from .recorder import NullRecorder, Recorder, make_recorder
 from .samples import sample_rows
+from .signatures import group_signatures, solved_signatures
 
 __all__ = [
     "HealthConfig",

@@ -150,12 +150,18 @@ class ConsoleSink:
         monitor = getattr(event, "monitor", "warning")
         if getattr(event, "level", "warning") == "info":  # e.g. "converged": worth reading, nothing to fix
             if self.is_live:
-                self.console.print(f"step {step} health/{escape(monitor)}: {escape(message)}", markup=True, highlight=False)
+                self.console.print(
+                    f"step {step} health/{escape(monitor)}: {escape(message)}", markup=True, highlight=False
+                )
             else:
                 print(f"note: step {step} health/{monitor}: {message}", file=self.stream, flush=True)
             return
         if self.is_live:
-            self.console.print(f"[yellow]step {step} health/{escape(monitor)}:[/yellow] {escape(message)}", markup=True, highlight=False)
+            self.console.print(
+                f"[yellow]step {step} health/{escape(monitor)}:[/yellow] {escape(message)}",
+                markup=True,
+                highlight=False,
+            )
         else:
             print(f"WARNING step {step} health/{monitor}: {message}", file=self.stream, flush=True)
 

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from grpokit.config.health import HealthConfig
+
 from .signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
 
 
@@ -86,7 +87,7 @@ class _Series:
         return sum(self.early) / len(self.early)
 
     def recent_mean(self) -> float:
-        recent = list(self.last)[-self.window:]
+        recent = list(self.last)[-self.window :]
         return sum(recent) / len(recent)
 
     def previous_mean(self) -> float | None:
@@ -110,11 +111,17 @@ class Reading(NamedTuple):
 
 # A check returns None when it lacks data, else a Reading.
 Check = Callable[[History, HealthConfig], "Reading | None"]
-SOLVED_KEYS = ("completions/reward_max", "completions/reward_min", "completions/frac_groups_solved",
-               "completions/frac_groups_same_text_solved")
+SOLVED_KEYS = (
+    "completions/reward_max",
+    "completions/reward_min",
+    "completions/frac_groups_solved",
+    "completions/frac_groups_same_text_solved",
+)
 _LEVEL = "health/reward_level"  # derived by HealthMonitor per step; see observe
-_UNSOLVED = {"completions/frac_groups_same_text": "health/same_text_unsolved",
-             "frac_reward_zero_std": "health/zero_std_unsolved"}
+_UNSOLVED = {
+    "completions/frac_groups_same_text": "health/same_text_unsolved",
+    "frac_reward_zero_std": "health/zero_std_unsolved",
+}
 
 
 def _level(key: str, cfg: HealthConfig, h: History) -> float | None:
@@ -146,13 +153,20 @@ def check_entropy(h: History, cfg: HealthConfig) -> Reading | None:
     firing = (now < cfg.entropy_min and not rising) or (trend is not None and now < cfg.entropy_drop_ratio * early)
     level = _level(_LEVEL, cfg, h)
     converged = firing and level is not None and level >= cfg.converged_reward_level
-    return Reading(firing and not converged, now, (
-        f"Entropy per token fell to {now:.3g} (early value {early:.3g}): the policy is collapsing onto a few "
-        "answers and will stop exploring; try a lower learning rate, a higher sampling temperature, "
-        "a larger upper clip epsilon (DAPO clip-higher) or an entropy bonus."
-    ), f"Converged: entropy per token fell to {now:.3g} (early value {early:.3g}) with the reward at "
-       f"{level:.0%} of its range, as expected once the task is learned; if accuracy on held-out data still "
-       "improves, nothing to do." if converged else "")
+    return Reading(
+        firing and not converged,
+        now,
+        (
+            f"Entropy per token fell to {now:.3g} (early value {early:.3g}): the policy is collapsing onto a few "
+            "answers and will stop exploring; try a lower learning rate, a higher sampling temperature, "
+            "a larger upper clip epsilon (DAPO clip-higher) or an entropy bonus."
+        ),
+        f"Converged: entropy per token fell to {now:.3g} (early value {early:.3g}) with the reward at "
+        f"{level:.0%} of its range, as expected once the task is learned; if accuracy on held-out data still "
+        "improves, nothing to do."
+        if converged
+        else "",
+    )
 
 
 def _solved_aware(key: str, max_value: float, cfg: HealthConfig, h: History, warn: str, info: str) -> Reading | None:
@@ -162,18 +176,31 @@ def _solved_aware(key: str, max_value: float, cfg: HealthConfig, h: History, war
         return None
     unsolved = _level(_UNSOLVED[key], cfg, h)
     converged = now > max_value and unsolved is not None and unsolved <= max_value
-    return Reading(now > max_value and not converged, now, warn.format(now=now),
-                   info.format(now=now, solved=now - (unsolved or 0.0)) if converged else "")
+    return Reading(
+        now > max_value and not converged,
+        now,
+        warn.format(now=now),
+        info.format(now=now, solved=now - (unsolved or 0.0)) if converged else "",
+    )
 
 
 def check_zero_std(h: History, cfg: HealthConfig) -> Reading | None:
-    return _solved_aware("frac_reward_zero_std", cfg.zero_std_max, cfg, h, (
-        "{now:.0%} of groups give every completion the same reward, so their advantages are zero and they "
-        "teach nothing: the prompts are too easy or too hard for the model; filter them with dynamic "
-        "sampling (DAPO), use a curriculum, or sample more completions per prompt."), (
-        "Converged: {now:.0%} of groups give every completion the same reward, {solved:.0%} because every "
-        "completion earns the best reward; the training prompts are solved, so more steps teach little "
-        "(harder prompts or dynamic sampling would)."))
+    return _solved_aware(
+        "frac_reward_zero_std",
+        cfg.zero_std_max,
+        cfg,
+        h,
+        (
+            "{now:.0%} of groups give every completion the same reward, so their advantages are zero and they "
+            "teach nothing: the prompts are too easy or too hard for the model; filter them with dynamic "
+            "sampling (DAPO), use a curriculum, or sample more completions per prompt."
+        ),
+        (
+            "Converged: {now:.0%} of groups give every completion the same reward, {solved:.0%} because every "
+            "completion earns the best reward; the training prompts are solved, so more steps teach little "
+            "(harder prompts or dynamic sampling would)."
+        ),
+    )
 
 
 def check_length(h: History, cfg: HealthConfig) -> Reading | None:
@@ -182,51 +209,76 @@ def check_length(h: History, cfg: HealthConfig) -> Reading | None:
         return None
     grew = length[1] > cfg.length_growth_ratio * length[0]
     flat = abs(reward[1] - reward[0]) < cfg.reward_flat_tol
-    return Reading(grew and flat, length[1], (
-        f"Mean completion length grew from {length[0]:.0f} to {length[1]:.0f} tokens while reward stayed flat "
-        f"({reward[0]:.3g} -> {reward[1]:.3g}): the model is padding its answers; try a length or overlong "
-        "penalty (DAPO) or a constant loss normaliser (Dr. GRPO) instead of per-sequence normalisation."
-    ))
+    return Reading(
+        grew and flat,
+        length[1],
+        (
+            f"Mean completion length grew from {length[0]:.0f} to {length[1]:.0f} tokens while reward stayed flat "
+            f"({reward[0]:.3g} -> {reward[1]:.3g}): the model is padding its answers; try a length or overlong "
+            "penalty (DAPO) or a constant loss normaliser (Dr. GRPO) instead of per-sequence normalisation."
+        ),
+    )
 
 
 def check_kl(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("kl", cfg, h)
     if now is None:
         return None
-    return Reading(now > cfg.kl_max, now, (
-        f"KL to the reference policy is {now:.3g}, above kl_max={cfg.kl_max:g}: the policy is drifting far "
-        "from where it started; lower the learning rate, raise the KL coefficient beta, or clip gradients harder."
-    ))
+    return Reading(
+        now > cfg.kl_max,
+        now,
+        (
+            f"KL to the reference policy is {now:.3g}, above kl_max={cfg.kl_max:g}: the policy is drifting far "
+            "from where it started; lower the learning rate, raise the KL coefficient beta, or clip gradients harder."
+        ),
+    )
 
 
 def check_clip(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("clip_ratio/region_mean", cfg, h)
     if now is None:
         return None
-    return Reading(now > cfg.clip_ratio_max, now, (
-        f"{now:.0%} of tokens hit the clip range: updates are too large for the trust region; lower the "
-        "learning rate, take fewer updates per batch, or check that sampling and training logprobs agree."
-    ))
+    return Reading(
+        now > cfg.clip_ratio_max,
+        now,
+        (
+            f"{now:.0%} of tokens hit the clip range: updates are too large for the trust region; lower the "
+            "learning rate, take fewer updates per batch, or check that sampling and training logprobs agree."
+        ),
+    )
 
 
 def check_same_length(h: History, cfg: HealthConfig) -> Reading | None:
     now = _level("completions/frac_groups_same_length", cfg, h)
     if now is None:
         return None
-    return Reading(now > cfg.same_length_max, now, (
-        f"In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
-        "signature; read samples.jsonl and look for a shortcut in the reward functions (if they all hit "
-        "the length limit, pass finish_reasons to group_signatures or raise max_new_tokens)."
-    ))
+    return Reading(
+        now > cfg.same_length_max,
+        now,
+        (
+            f"In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
+            "signature; read samples.jsonl and look for a shortcut in the reward functions (if they all hit "
+            "the length limit, pass finish_reasons to group_signatures or raise max_new_tokens)."
+        ),
+    )
 
 
 def check_same_text(h: History, cfg: HealthConfig) -> Reading | None:
-    return _solved_aware("completions/frac_groups_same_text", cfg.same_text_max, cfg, h, (
-        "In {now:.0%} of groups all completions are the identical text: the policy has collapsed to one "
-        "answer per prompt; raise the sampling temperature, lower the learning rate, and check samples.jsonl "
-        "for a reward shortcut."), (
-        "Converged: in {now:.0%} of groups all completions are the identical text, {solved:.0%} of groups "
-        "identical and earning the best reward: the policy answers solved prompts one way, as expected."))
+    return _solved_aware(
+        "completions/frac_groups_same_text",
+        cfg.same_text_max,
+        cfg,
+        h,
+        (
+            "In {now:.0%} of groups all completions are the identical text: the policy has collapsed to one "
+            "answer per prompt; raise the sampling temperature, lower the learning rate, and check samples.jsonl "
+            "for a reward shortcut."
+        ),
+        (
+            "Converged: in {now:.0%} of groups all completions are the identical text, {solved:.0%} of groups "
+            "identical and earning the best reward: the policy answers solved prompts one way, as expected."
+        ),
+    )
 
 
 def check_reward_failures(h: History, cfg: HealthConfig) -> Reading | None:
@@ -234,11 +286,15 @@ def check_reward_failures(h: History, cfg: HealthConfig) -> Reading | None:
     if s is None or not s.count:  # no warmup: failing rewards are not early noise of learning
         return None
     now = s.recent_mean()
-    return Reading(now > cfg.reward_failure_max, now, (
-        f"{now:.0%} of reward items failed recently (exceptions, timeouts, NaN or infinite values) and got "
-        "failure_value instead of a score; read the logged errors, fix the reward function or raise "
-        "reward.timeout_s."
-    ))
+    return Reading(
+        now > cfg.reward_failure_max,
+        now,
+        (
+            f"{now:.0%} of reward items failed recently (exceptions, timeouts, NaN or infinite values) and got "
+            "failure_value instead of a score; read the logged errors, fix the reward function or raise "
+            "reward.timeout_s."
+        ),
+    )
 
 
 MONITORS: dict[str, Check] = {
@@ -284,10 +340,18 @@ class HealthMonitor:
             self.nonfinite_streak += 1
             out["health/nonfinite"] = 1.0
             values = ", ".join(f"{k}={float(metrics[k])}" for k in bad)
-            events.append(HealthEvent(step, "nonfinite", (
-                f"Non-finite {values}: this update was skipped ({self.nonfinite_streak} of at most "
-                f"{cfg.max_nonfinite_steps} in a row); if it repeats, lower the learning rate, enable gradient "
-                "clipping, or check the reward functions for NaN."), float(self.nonfinite_streak)))
+            events.append(
+                HealthEvent(
+                    step,
+                    "nonfinite",
+                    (
+                        f"Non-finite {values}: this update was skipped ({self.nonfinite_streak} of at most "
+                        f"{cfg.max_nonfinite_steps} in a row); if it repeats, lower the learning rate, enable gradient "
+                        "clipping, or check the reward functions for NaN."
+                    ),
+                    float(self.nonfinite_streak),
+                )
+            )
             if self.nonfinite_streak >= cfg.max_nonfinite_steps:
                 self._fatal = (
                     f"Training stopped at step {step}: {values} for {self.nonfinite_streak} steps in a row "
@@ -339,8 +403,10 @@ class HealthMonitor:
         derived = {}
         if _finite(metrics.get("reward")):
             derived[_LEVEL] = (float(metrics["reward"]) - self._floor) / span
-        solved_of = {"completions/frac_groups_same_text": "completions/frac_groups_same_text_solved",
-                     "frac_reward_zero_std": "completions/frac_groups_solved"}
+        solved_of = {
+            "completions/frac_groups_same_text": "completions/frac_groups_same_text_solved",
+            "frac_reward_zero_std": "completions/frac_groups_solved",
+        }
         for key, solved in solved_of.items():
             if _finite(metrics.get(key)):
                 derived[_UNSOLVED[key]] = max(0.0, float(metrics[key]) - (float(metrics[solved]) if at_best else 0.0))

@@ -83,12 +83,16 @@ def summarize(
     first k. Every prompt needs at least max(ks) samples.
     """
     if len(answers_per_prompt) != len(correct_per_prompt):
-        raise ValueError(f"summarize: {len(answers_per_prompt)} prompts of answers but {len(correct_per_prompt)} of grades")
+        raise ValueError(
+            f"summarize: {len(answers_per_prompt)} prompts of answers but {len(correct_per_prompt)} of grades"
+        )
     if not correct_per_prompt:
         raise ValueError("summarize: no prompts to evaluate")
     fewest = min(len(c) for c in correct_per_prompt)
     if max(ks) > fewest:
-        raise ValueError(f"summarize: k={max(ks)} needs at least {max(ks)} samples per prompt, but one prompt has {fewest}")
+        raise ValueError(
+            f"summarize: k={max(ks)} needs at least {max(ks)} samples per prompt, but one prompt has {fewest}"
+        )
     out: dict[str, float] = {}
     p = len(correct_per_prompt)
     for k in ks:

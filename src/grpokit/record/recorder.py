@@ -20,13 +20,13 @@ nothing; it is the trainer's default so that calling the trainer from Python nev
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from .console import ConsoleSink
 from grpokit.config.health import HealthConfig
+
+from .console import ConsoleSink
 from .health import HealthEvent, HealthMonitor
 from .jsonl import JsonlSink
 
@@ -140,17 +140,31 @@ class Recorder(NullRecorder):
                     raise
                 self.sinks.remove(sink)
                 if method != "close":
-                    self._each(step, "warn", step, HealthEvent(step, "sink", (
-                        f"the {getattr(sink, 'name', sink)} sink failed in {method} ({type(e).__name__}: {e}) and was "
-                        "switched off; metrics.jsonl still has every step.")))
+                    self._each(
+                        step,
+                        "warn",
+                        step,
+                        HealthEvent(
+                            step,
+                            "sink",
+                            (
+                                f"the {getattr(sink, 'name', sink)} sink failed in {method} ({type(e).__name__}: {e}) and was "
+                                "switched off; metrics.jsonl still has every step."
+                            ),
+                        ),
+                    )
 
 
-def _console(run_dir: Path | None, total_steps: int, config: Mapping[str, Any], resume_step: int | None, **kw: Any) -> Sink:
+def _console(
+    run_dir: Path | None, total_steps: int, config: Mapping[str, Any], resume_step: int | None, **kw: Any
+) -> Sink:
     return ConsoleSink(total_steps, every=int(kw.get("console_every", 10)), start_step=resume_step or 0)
 
 
 def _tracker(kind: str) -> Callable[..., Sink]:
-    def build(run_dir: Path | None, total_steps: int, config: Mapping[str, Any], resume_step: int | None, **kw: Any) -> Sink:
+    def build(
+        run_dir: Path | None, total_steps: int, config: Mapping[str, Any], resume_step: int | None, **kw: Any
+    ) -> Sink:
         from . import trackers  # lazy: the tracker packages are optional extras
 
         return trackers.make_tracker(kind, run_dir, config, project=kw.get("project"), run_name=kw.get("run_name"))
@@ -202,8 +216,11 @@ def make_recorder(
     built: list[Sink] = []
     if run_dir is not None:
         built.append(JsonlSink(Path(run_dir), resume_step=resume_step))
-    options = {"console_every": console_every, "project": project or "grpokit",
-               "run_name": run_name or (Path(run_dir).name if run_dir is not None else None)}
+    options = {
+        "console_every": console_every,
+        "project": project or "grpokit",
+        "run_name": run_name or (Path(run_dir).name if run_dir is not None else None),
+    }
     try:
         for name in dict.fromkeys(s for s in sinks if s != "jsonl"):  # de-duplicated, order kept
             built.append(SINKS[name](run_dir, total_steps, dict(config or {}), resume_step, **options))

@@ -34,8 +34,19 @@ from typing import Any
 
 from .doctor import Finding, diagnose
 from .jsonl import to_json_value
-from .report_data import (Run, columns, config_diff, heldout, load_run, metric_names, panels, read_json, same_as,
-                          samples_payload, unique_names)
+from .report_data import (
+    Run,
+    columns,
+    config_diff,
+    heldout,
+    load_run,
+    metric_names,
+    panels,
+    read_json,
+    same_as,
+    samples_payload,
+    unique_names,
+)
 
 REPORT_FILE = "report.html"
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
@@ -73,21 +84,36 @@ def headline_html(run: Run) -> str:
     steps = summary.get("steps", max((r.get("step", 0) for r in rows), default=None))
     if steps is not None:
         cards.append(("steps", _fmt(steps) + ("" if run.finished else " (in progress)")))
-    before, after = (summary.get(k, {}) if isinstance(summary.get(k), dict) else {} for k in ("eval_before", "eval_after"))
+    before, after = (
+        summary.get(k, {}) if isinstance(summary.get(k), dict) else {} for k in ("eval_before", "eval_after")
+    )
     if "accuracy" in before or "accuracy" in after:
         cards.append(("eval accuracy", f"{_fmt(before.get('accuracy', '–'))} → {_fmt(after.get('accuracy', '–'))}"))
-    for key in sorted(k for k in {**before, **after} if k.startswith("reward_")):  # per question kind (train/evaluate.py)
+    for key in sorted(
+        k for k in {**before, **after} if k.startswith("reward_")
+    ):  # per question kind (train/evaluate.py)
         cards.append((f"eval reward ({key[7:]})", f"{_fmt(before.get(key, '–'))} → {_fmt(after.get(key, '–'))}"))
-    for label, key in (("reward (last 10)", "reward"), ("entropy (last 10)", "entropy"), ("tokens / s", "tokens_per_second")):
+    for label, key in (
+        ("reward (last 10)", "reward"),
+        ("entropy (last 10)", "entropy"),
+        ("tokens / s", "tokens_per_second"),
+    ):
         value = _last_mean(rows, key)
         if value is not None:
             cards.append((label, _fmt(value)))
-    total = sum(float(r["time/step"]) for r in rows if isinstance(r.get("time/step"), (int, float)) and math.isfinite(r["time/step"]))
+    total = sum(
+        float(r["time/step"])
+        for r in rows
+        if isinstance(r.get("time/step"), (int, float)) and math.isfinite(r["time/step"])
+    )
     if total:
         cards.append(("train time", f"{total / 60:.1f} min" if total >= 120 else f"{total:.1f} s"))
     cards.append(("health warnings", str(len(_warnings(run)))))
-    return '<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v}</div></div>'
-                                          for k, v in cards) + "</div>"
+    return (
+        '<div class="cards">'
+        + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v}</div></div>' for k, v in cards)
+        + "</div>"
+    )
 
 
 def _warnings(run: Run) -> list[dict[str, Any]]:
@@ -96,19 +122,25 @@ def _warnings(run: Run) -> list[dict[str, Any]]:
 
 def health_html(run: Run) -> str:
     warnings, notes = _warnings(run), [e for e in run.events if e.get("level") == "info"]
-    parts = [f'<div class="warn"><b>step {_esc(w.get("step", "?"))} · {_esc(w.get("monitor", "note"))}</b> — {_esc(w.get("message", ""))}</div>'
-             for w in warnings] or ['<div class="ok">No health monitor fired during this run.</div>']
-    parts += [f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — {_esc(n.get("message", ""))}</div>'
-              for n in notes]  # e.g. "converged": information, not a problem
+    parts = [
+        f'<div class="warn"><b>step {_esc(w.get("step", "?"))} · {_esc(w.get("monitor", "note"))}</b> — {_esc(w.get("message", ""))}</div>'
+        for w in warnings
+    ] or ['<div class="ok">No health monitor fired during this run.</div>']
+    parts += [
+        f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — {_esc(n.get("message", ""))}</div>'
+        for n in notes
+    ]  # e.g. "converged": information, not a problem
     return "".join(parts)
 
 
 def doctor_html(findings: Sequence[Finding]) -> str:
     if not findings:
         return '<div class="ok">The doctor found nothing to fix in this run.</div>'
-    return "".join(f'<div class="finding sev{f.severity}"><b>{i}. {_esc(f.title)}</b> <span class="code">{_esc(f.code)}</span>'
-                   f'<div>{_esc(f.evidence)}</div><div class="try">try: {_esc(f.advice)}</div></div>'
-                   for i, f in enumerate(findings, 1))
+    return "".join(
+        f'<div class="finding sev{f.severity}"><b>{i}. {_esc(f.title)}</b> <span class="code">{_esc(f.code)}</span>'
+        f'<div>{_esc(f.evidence)}</div><div class="try">try: {_esc(f.advice)}</div></div>'
+        for i, f in enumerate(findings, 1)
+    )
 
 
 def config_diff_html(runs: Sequence[Run]) -> str:
@@ -116,8 +148,10 @@ def config_diff_html(runs: Sequence[Run]) -> str:
     if not diff:
         return '<p class="muted">The runs\' configs do not differ (or have no config.yaml).</p>'
     head = "".join(f"<th>{_esc(r.name)}</th>" for r in runs)
-    body = "".join(f"<tr><td><code>{_esc(k)}</code></td>" + "".join(f"<td>{_esc(v)}</td>" for v in vals) + "</tr>"
-                   for k, vals in diff)
+    body = "".join(
+        f"<tr><td><code>{_esc(k)}</code></td>" + "".join(f"<td>{_esc(v)}</td>" for v in vals) + "</tr>"
+        for k, vals in diff
+    )
     return f'<table class="diff"><tr><th>field</th>{head}</tr>{body}</table>'
 
 
@@ -130,27 +164,45 @@ def payload(runs: Sequence[Run], live_s: float | None = None) -> dict[str, Any]:
     data = []
     for run in runs:
         steps, cols = columns(run, keys)
-        data.append({"name": run.name, "finished": run.finished, "steps": steps, "heldout": heldout(run),
-                     "series": {k: v for k, v in cols.items() if any(x is not None for x in v)},
-                     "samples": samples_payload(run)})
+        data.append(
+            {
+                "name": run.name,
+                "finished": run.finished,
+                "steps": steps,
+                "heldout": heldout(run),
+                "series": {k: v for k, v in cols.items() if any(x is not None for x in v)},
+                "samples": samples_payload(run),
+            }
+        )
     live = {"refresh_s": live_s} if live_s and not all(r.finished for r in runs) else None
     return {"panels": plots, "runs": data, "live": live}
 
 
 def _run_section(run: Run, many: bool) -> str:
     prefix = f"{_esc(run.name)}: " if many else ""
-    return (f"<h2>{prefix}health warnings ({len(_warnings(run))})</h2>" + health_html(run)
-            + f"<details><summary>{prefix}summary.json</summary>"
-            + (f'<pre class="box">{_esc(json.dumps(run.summary, indent=2, ensure_ascii=False, default=str))}</pre>'
-               if run.summary else '<p class="muted">No summary.json (the run may not have finished).</p>') + "</details>"
-            + f"<details><summary>{prefix}config.yaml</summary>"
-            + (f'<pre class="box">{_esc(run.config_text)}</pre>' if run.config_text else '<p class="muted">No config.yaml.</p>')
-            + "</details>")
+    return (
+        f"<h2>{prefix}health warnings ({len(_warnings(run))})</h2>"
+        + health_html(run)
+        + f"<details><summary>{prefix}summary.json</summary>"
+        + (
+            f'<pre class="box">{_esc(json.dumps(run.summary, indent=2, ensure_ascii=False, default=str))}</pre>'
+            if run.summary
+            else '<p class="muted">No summary.json (the run may not have finished).</p>'
+        )
+        + "</details>"
+        + f"<details><summary>{prefix}config.yaml</summary>"
+        + (
+            f'<pre class="box">{_esc(run.config_text)}</pre>'
+            if run.config_text
+            else '<p class="muted">No config.yaml.</p>'
+        )
+        + "</details>"
+    )
 
 
 def _zeros_html(runs: Sequence[Run]) -> str:
     zeros = metric_names(runs)[1]
-    return (f'<p class="muted zeros">0 at every step (not drawn): {_esc(", ".join(zeros))}</p>' if zeros else "")
+    return f'<p class="muted zeros">0 at every step (not drawn): {_esc(", ".join(zeros))}</p>' if zeros else ""
 
 
 def render(run_dirs: Sequence[Path], live_s: float | None = None) -> str:
@@ -159,28 +211,44 @@ def render(run_dirs: Sequence[Path], live_s: float | None = None) -> str:
     runs = [load_run(p, n) for p, n in zip(paths, unique_names(paths))]
     many = len(runs) > 1
     title = "grpokit comparison · " + " vs ".join(r.name for r in runs) if many else f"grpokit run · {runs[0].name}"
-    sections = [f"<h1>{_esc(title)}</h1><p class=\"sub\">{_esc(' · '.join(str(p) for p in paths))} · "
-                f"{' + '.join(str(len(r.metrics)) for r in runs)} metric records</p>",
-                '<div id="live" class="live" hidden></div>']
+    sections = [
+        f'<h1>{_esc(title)}</h1><p class="sub">{_esc(" · ".join(str(p) for p in paths))} · '
+        f"{' + '.join(str(len(r.metrics)) for r in runs)} metric records</p>",
+        '<div id="live" class="live" hidden></div>',
+    ]
     for run in runs:
         sections.append((f"<h2>{_esc(run.name)}</h2>" if many else "") + headline_html(run))
         sections.append(f"<h2>Doctor{': ' + _esc(run.name) if many else ''}</h2>" + doctor_html(diagnose(run)))
     if many:
         sections.append("<h2>Config differences</h2>" + config_diff_html(runs))
-    sections.append('<h2>Training curves</h2><div id="controls" class="controls"></div>'
-                    + ('<div id="plots" class="grid"></div>' if any(r.metrics for r in runs)
-                       else '<p class="muted">No metrics.jsonl in this run directory.</p>') + _zeros_html(runs))
-    sections.append('<h2>Sample completions</h2><div id="samples">'
-                    + ('' if any(r.samples for r in runs) else '<p class="muted">No samples were logged (samples.jsonl is missing or empty).</p>')
-                    + "</div>")
+    sections.append(
+        '<h2>Training curves</h2><div id="controls" class="controls"></div>'
+        + (
+            '<div id="plots" class="grid"></div>'
+            if any(r.metrics for r in runs)
+            else '<p class="muted">No metrics.jsonl in this run directory.</p>'
+        )
+        + _zeros_html(runs)
+    )
+    sections.append(
+        '<h2>Sample completions</h2><div id="samples">'
+        + (
+            ""
+            if any(r.samples for r in runs)
+            else '<p class="muted">No samples were logged (samples.jsonl is missing or empty).</p>'
+        )
+        + "</div>"
+    )
     sections += [_run_section(r, many) for r in runs]
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>{_esc(title)}</title>'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f'<style>{_asset("uPlot.min.css")}\n{_asset("report.css")}</style></head><body><main>{"".join(sections)}</main>'
-            f'<script type="application/json" id="grpokit-data">{_json_for_script(payload(runs, live_s))}</script>'
-            f'<script>/* uPlot 1.6.32, (c) Leon Sorokin, MIT License (assets/uPlot.LICENSE) */\n{_asset("uPlot.iife.min.js")}</script>'
-            f'<script>{_asset("report.js")}</script></body></html>\n')
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>{_esc(title)}</title>'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<style>{_asset('uPlot.min.css')}\n{_asset('report.css')}</style></head><body><main>{''.join(sections)}</main>"
+        f'<script type="application/json" id="grpokit-data">{_json_for_script(payload(runs, live_s))}</script>'
+        f"<script>/* uPlot 1.6.32, (c) Leon Sorokin, MIT License (assets/uPlot.LICENSE) */\n{_asset('uPlot.iife.min.js')}</script>"
+        f"<script>{_asset('report.js')}</script></body></html>\n"
+    )
 
 
 def render_report(run_dir: Path) -> str:
@@ -190,21 +258,26 @@ def render_report(run_dir: Path) -> str:
 
 def write_report(run_dir: Path) -> Path:
     """Write RUN_DIR/report.html and return its path."""
-    return write_comparison([Path(run_dir)], Path(run_dir) / REPORT_FILE)  # atomic: `report --watch` may read or write it too
+    return write_comparison(
+        [Path(run_dir)], Path(run_dir) / REPORT_FILE
+    )  # atomic: `report --watch` may read or write it too
 
 
 def write_comparison(run_dirs: Sequence[Path], out: Path, live_s: float | None = None) -> Path:
     """Write the report of `run_dirs` (one run, or several overlaid) to `out`, atomically: a page
     reloading while the file is rewritten must never read half of it."""
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # one per process: the trainer and `report --watch` may both write
+    tmp = out.with_name(
+        f".{out.name}.{os.getpid()}.tmp"
+    )  # one per process: the trainer and `report --watch` may both write
     tmp.write_text(render(run_dirs, live_s), encoding="utf-8")
     tmp.replace(out)
     return out
 
 
-def watch(run_dirs: Sequence[Path], out: Path, interval_s: float = 5.0, max_updates: int | None = None,
-          sleep=time.sleep) -> Path:
+def watch(
+    run_dirs: Sequence[Path], out: Path, interval_s: float = 5.0, max_updates: int | None = None, sleep=time.sleep
+) -> Path:
     """Rewrite `out` every `interval_s` seconds until every run has finished (summary.json has "steps"),
     then once more without the reload; the page reloads itself meanwhile (file:// pages cannot fetch
     the run's files, so the file is what changes). `max_updates` bounds the loop (tests)."""

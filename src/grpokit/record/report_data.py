@@ -33,17 +33,43 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("eval", "Held-out evaluation", ("eval/accuracy", "eval/*_rate", "eval/pass@*", "eval/mean@*", "eval/maj@*")),
     ("kl", "KL to reference", ("kl",)),
     ("entropy", "Entropy (nats per token)", ("entropy",)),
-    ("length", "Completion length (tokens)", ("completions/mean_length", "completions/min_length", "completions/max_length")),
+    (
+        "length",
+        "Completion length (tokens)",
+        ("completions/mean_length", "completions/min_length", "completions/max_length"),
+    ),
     ("clip", "Clipped tokens (fraction)", ("clip_ratio/*",)),
-    ("signal", "Groups without signal (fractions)", ("frac_reward_zero_std", "completions/clipped_ratio",
-                                                      "completions/frac_groups_*")),
+    (
+        "signal",
+        "Groups without signal (fractions)",
+        ("frac_reward_zero_std", "completions/clipped_ratio", "completions/frac_groups_*"),
+    ),
     ("reward-std", "Reward spread", ("reward_std", "rewards/*/std")),
-    ("faults", "Faults in untrusted code (docs/FAULTS.md)", ("rewards/failed_fraction", "rewards/*/failures",
-                                                           "rewards/*/timeouts", "rewards/*/nonfinite",
-                                                           "rewards/*/not_applicable", "episodes/tool_errors_mean",
-                                                           "episodes/tool_timeouts_mean", "episodes/reset_failures")),
-    ("episodes", "Episodes (tools)", ("episodes/turns_mean", "episodes/tool_use_rate", "tools/failure_frequency",
-                                      "episodes/truncated_by_turns", "eval/tool_use_rate")),
+    (
+        "faults",
+        "Faults in untrusted code (docs/FAULTS.md)",
+        (
+            "rewards/failed_fraction",
+            "rewards/*/failures",
+            "rewards/*/timeouts",
+            "rewards/*/nonfinite",
+            "rewards/*/not_applicable",
+            "episodes/tool_errors_mean",
+            "episodes/tool_timeouts_mean",
+            "episodes/reset_failures",
+        ),
+    ),
+    (
+        "episodes",
+        "Episodes (tools)",
+        (
+            "episodes/turns_mean",
+            "episodes/tool_use_rate",
+            "tools/failure_frequency",
+            "episodes/truncated_by_turns",
+            "eval/tool_use_rate",
+        ),
+    ),
     ("time", "Time per phase (seconds per step)", ("time/*",)),
     ("throughput", "Throughput (tokens per second)", ("tokens_per_second",)),
     ("loss", "Loss", ("loss",)),
@@ -52,7 +78,13 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 MAX_SAMPLE_CHARS = 4000  # per text; a report is read, not archived: samples.jsonl keeps everything
 MAX_IMAGE_BYTES = 2_000_000
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+IMAGE_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
 
 
 @dataclass
@@ -99,9 +131,16 @@ def _read_config(path: Path) -> tuple[str, dict[str, Any]]:
 def load_run(run_dir: Path, name: str | None = None) -> Run:
     run_dir = Path(run_dir)
     text, cfg = _read_config(run_dir / "config.yaml")
-    return Run(path=run_dir, name=name or run_dir.resolve().name, metrics=read_jsonl(run_dir / METRICS_FILE),
-               samples=read_jsonl(run_dir / SAMPLES_FILE), events=read_jsonl(run_dir / HEALTH_FILE),
-               config_text=text, config=cfg, summary=read_json(run_dir / "summary.json"))
+    return Run(
+        path=run_dir,
+        name=name or run_dir.resolve().name,
+        metrics=read_jsonl(run_dir / METRICS_FILE),
+        samples=read_jsonl(run_dir / SAMPLES_FILE),
+        events=read_jsonl(run_dir / HEALTH_FILE),
+        config_text=text,
+        config=cfg,
+        summary=read_json(run_dir / "summary.json"),
+    )
 
 
 def unique_names(paths: Sequence[Path]) -> list[str]:
@@ -151,8 +190,11 @@ def heldout(run: Run) -> list[list[float]]:
     [[step, accuracy], ...]: drawn as points on the evaluation panel."""
     last = max((r["step"] for r in run.metrics if _finite(r.get("step"))), default=0)
     steps = run.summary.get("steps") if _finite(run.summary.get("steps")) else last
-    return [[x, float(run.summary[k]["accuracy"])] for k, x in (("eval_before", 0), ("eval_after", steps))
-            if isinstance(run.summary.get(k), dict) and _finite(run.summary[k].get("accuracy"))]
+    return [
+        [x, float(run.summary[k]["accuracy"])]
+        for k, x in (("eval_before", 0), ("eval_after", steps))
+        if isinstance(run.summary.get(k), dict) and _finite(run.summary[k].get("accuracy"))
+    ]
 
 
 def columns(run: Run, keys: Sequence[str]) -> tuple[list[float], dict[str, list[float | None]]]:
@@ -242,6 +284,12 @@ def samples_payload(run: Run) -> list[dict[str, Any]]:
             if isinstance(c.get("messages"), list):
                 c["messages"] = [{k: _clip(v) for k, v in m.items()} for m in c["messages"] if isinstance(m, dict)]
             comps.append(c)
-        out.append({"step": row.get("step"), "prompt": _clip(row.get("prompt", "")), "images": _images(run.path, row),
-                    "completions": comps})
+        out.append(
+            {
+                "step": row.get("step"),
+                "prompt": _clip(row.get("prompt", "")),
+                "images": _images(run.path, row),
+                "completions": comps,
+            }
+        )
     return out

@@ -42,22 +42,29 @@ def sample_rows(
     n = len(texts)
     if n != len(prompts) * group_size:
         raise ValueError(f"sample_rows: {len(prompts)} prompts x group_size {group_size} != {n} completions")
-    for name, seq in [("rewards", rewards), ("advantages", advantages), ("lengths", lengths),
-                      ("finish_reasons", finish_reasons), *((f"rewards_per_func[{k!r}]", v) for k, v in rewards_per_func.items())]:
+    for name, seq in [
+        ("rewards", rewards),
+        ("advantages", advantages),
+        ("lengths", lengths),
+        ("finish_reasons", finish_reasons),
+        *((f"rewards_per_func[{k!r}]", v) for k, v in rewards_per_func.items()),
+    ]:
         if len(seq) != n:
             raise ValueError(f"sample_rows: {name} has {len(seq)} entries, expected {n}")
     rows: list[dict[str, Any]] = []
     for p, prompt in enumerate(prompts[:max_prompts]):
         completions = []
         for i in range(p * group_size, (p + 1) * group_size):
-            completions.append({
-                "text": texts[i],
-                "rewards": {name: float(vals[i]) for name, vals in rewards_per_func.items()},
-                "reward": float(rewards[i]),
-                "advantage": float(advantages[i]),
-                "length": int(lengths[i]),
-                "finish_reason": str(finish_reasons[i]),
-            })
+            completions.append(
+                {
+                    "text": texts[i],
+                    "rewards": {name: float(vals[i]) for name, vals in rewards_per_func.items()},
+                    "reward": float(rewards[i]),
+                    "advantage": float(advantages[i]),
+                    "length": int(lengths[i]),
+                    "finish_reason": str(finish_reasons[i]),
+                }
+            )
             if messages is not None:
                 completions[-1]["messages"] = [dict(m) for m in messages[i]]
         rows.append({"prompt": prompt, "completions": completions})

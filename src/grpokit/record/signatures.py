@@ -5,11 +5,15 @@
 - `solved_signatures`: groups whose every completion earns the batch's best reward (a solved prompt),
   so that the monitors can tell convergence from collapse (see grpokit.record.health).
 """
+
 from __future__ import annotations
 
 
 def group_signatures(
-    texts: list[str], lengths: list[int], group_size: int, finish_reasons: list[str] | None = None,
+    texts: list[str],
+    lengths: list[int],
+    group_size: int,
+    finish_reasons: list[str] | None = None,
     min_length: int = 0,
 ) -> dict[str, float]:
     """Fraction of groups whose G completions all share one length, and all share one text.
@@ -29,8 +33,10 @@ def group_signatures(
     """
     n = len(texts)
     if len(lengths) != n or (finish_reasons is not None and len(finish_reasons) != n):
-        raise ValueError(f"group_signatures: got {n} texts but {len(lengths)} lengths"
-                         + ("" if finish_reasons is None else f" and {len(finish_reasons)} finish reasons"))
+        raise ValueError(
+            f"group_signatures: got {n} texts but {len(lengths)} lengths"
+            + ("" if finish_reasons is None else f" and {len(finish_reasons)} finish reasons")
+        )
     if group_size < 1 or n % group_size != 0:
         raise ValueError(f"group_signatures: {n} completions cannot be split into groups of {group_size}")
     groups = n // group_size
@@ -71,5 +77,9 @@ def solved_signatures(texts: list[str], rewards: list[float], group_size: int) -
         if all(r >= top - tol for r in rewards[lo:hi]):
             solved += 1
             same += len(set(texts[lo:hi])) == 1
-    return {"completions/reward_max": float(top), "completions/reward_min": float(min(rewards)),
-            "completions/frac_groups_solved": solved / groups, "completions/frac_groups_same_text_solved": same / groups}
+    return {
+        "completions/reward_max": float(top),
+        "completions/reward_min": float(min(rewards)),
+        "completions/frac_groups_solved": solved / groups,
+        "completions/frac_groups_same_text_solved": same / groups,
+    }

@@ -36,8 +36,10 @@ def missing_package(sink: str) -> str | None:
     (checked when the config is validated, before a run folder exists)."""
     if sink not in _EXTRA or importlib.util.find_spec(_EXTRA[sink]) is not None:
         return None
-    return (f"the '{sink}' recorder sink needs the {_EXTRA[sink]} package, which is not installed: "
-            f"pip install 'grpokit[{_EXTRA[sink]}]' (or remove '{sink}' from record.sinks)")
+    return (
+        f"the '{sink}' recorder sink needs the {_EXTRA[sink]} package, which is not installed: "
+        f"pip install 'grpokit[{_EXTRA[sink]}]' (or remove '{sink}' from record.sinks)"
+    )
 
 
 def trl_name(key: str) -> str:
@@ -120,8 +122,9 @@ class WandbSink:
 
     def __init__(self, run_dir: Path | None, config: Mapping[str, Any], project: str, run_name: str | None) -> None:
         self.wandb = _require("wandb", "wandb")
-        self.run = self.wandb.init(project=project, name=run_name, dir=str(run_dir) if run_dir else None,
-                                   config=dict(config), reinit=True)
+        self.run = self.wandb.init(
+            project=project, name=run_name, dir=str(run_dir) if run_dir else None, config=dict(config), reinit=True
+        )
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log({trl_name(k): v for k, v in finite_scalars(metrics).items()}, step=step)
@@ -179,7 +182,9 @@ class MlflowSink:
         self.mlflow.log_text(samples_text(step, rows), f"samples/step_{step:06d}.md")
 
     def warn(self, step: int, event: Any) -> None:
-        self.mlflow.log_text(getattr(event, "message", str(event)), f"health/step_{step:06d}_{getattr(event, 'monitor', 'note')}.txt")
+        self.mlflow.log_text(
+            getattr(event, "message", str(event)), f"health/step_{step:06d}_{getattr(event, 'monitor', 'note')}.txt"
+        )
 
     def close(self) -> None:
         self.mlflow.end_run()
@@ -205,8 +210,9 @@ class TrackioSink:
         self.trackio.finish()
 
 
-def make_tracker(kind: str, run_dir: Path | None, config: Mapping[str, Any], project: str | None = None,
-                 run_name: str | None = None) -> Any:
+def make_tracker(
+    kind: str, run_dir: Path | None, config: Mapping[str, Any], project: str | None = None, run_name: str | None = None
+) -> Any:
     """Build the tracker sink `kind` ("tensorboard", "wandb", "mlflow" or "trackio")."""
     project = project or "grpokit"
     if kind == "tensorboard":

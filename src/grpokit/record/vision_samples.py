@@ -19,7 +19,9 @@ MIN_SIDE = 256
 """Images are scaled up (nearest neighbour) to at least this many pixels on their short side."""
 
 
-def with_images(rows: list[dict[str, Any]], prompts: Sequence[Any], run_dir: str | Path, step: int) -> list[dict[str, Any]]:
+def with_images(
+    rows: list[dict[str, Any]], prompts: Sequence[Any], run_dir: str | Path, step: int
+) -> list[dict[str, Any]]:
     """``rows`` (sample rows, row k for ``prompts[k]``) with drawn images added where prompts have one."""
     from grpokit.data.vision import row_images
 
@@ -54,6 +56,9 @@ def draw_boxes(image, gold: Sequence[Sequence[float]], predicted: Sequence[Seque
         for x1, y1, x2, y2 in boxes:
             left, top = min(x1, x2) * scale, min(y1, y2) * scale
             # a zero-width or zero-height box (x1 == x2) is drawn as a line, not refused by PIL
-            draw.rectangle([left, top, max(left, max(x1, x2) * scale - 1), max(top, max(y1, y2) * scale - 1)],
-                           outline=colour, width=width)
+            draw.rectangle(
+                [left, top, max(left, max(x1, x2) * scale - 1), max(top, max(y1, y2) * scale - 1)],
+                outline=colour,
+                width=width,
+            )
     return out

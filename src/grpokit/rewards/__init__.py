@@ -12,6 +12,7 @@ rule against hedging), math / format / length (built-ins), code + sandbox/ (code
 (learned rewards).
 See docs/REWARDS.md for every formula.
 """
+
 from typing import Any
 
 from .spec import BUILTINS, RewardError, RewardInfrastructureError, RewardSpec, resolve_reward
@@ -27,5 +28,15 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f"grpokit.rewards.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'grpokit.rewards' has no attribute '{name}'")
 
-__all__ = ["BUILTINS", "GoldReport", "RewardError", "RewardInfrastructureError", "RewardResult", "RewardRunner", "RewardSpec",
-           "resolve_reward", "validate_gold_answers"]
+
+__all__ = [
+    "BUILTINS",
+    "GoldReport",
+    "RewardError",
+    "RewardInfrastructureError",
+    "RewardResult",
+    "RewardRunner",
+    "RewardSpec",
+    "resolve_reward",
+    "validate_gold_answers",
+]

@@ -21,6 +21,7 @@ values than the gold answer does, unless told that the gold answer is itself a s
 Lines copied verbatim from the prompt (10 characters or more) are dropped first: an echo of the
 question, or of an example answer in it, is not the model's answer.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,11 @@ _THOUSANDS = re.compile(r"(?<=\d)(?:,|\\,|\{,\}|\\ |\u2009|\u202f)(?=\d{3}(?!\d)
 _WRAPPERS = re.compile(r"\\left|\\right|\\displaystyle|\\!|\$|\\\(|\\\)|\\\[|\\\]|\*\*")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
 # \\ (a LaTeX line break) and arrows (\to, \Rightarrow ...) join two answers as surely as a comma does.
-_SEPARATORS = re.compile(r"\s*(?:,|;|\n|\\\\|\\quad|\\qquad|\\lor|\\vee|\\cup|\\to\b|\\rightarrow\b|\\Rightarrow\b|"
-                         r"\\longrightarrow\b|\\implies\b|\\mapsto\b|->|→|\band/or\b|\bor\b|\band\b)\s*", re.IGNORECASE)
+_SEPARATORS = re.compile(
+    r"\s*(?:,|;|\n|\\\\|\\quad|\\qquad|\\lor|\\vee|\\cup|\\to\b|\\rightarrow\b|\\Rightarrow\b|"
+    r"\\longrightarrow\b|\\implies\b|\\mapsto\b|->|→|\band/or\b|\bor\b|\band\b)\s*",
+    re.IGNORECASE,
+)
 _EQUALS = re.compile(r"(?<![<>!=\\])=(?!=)")  # "=", not "<=", ">=", "!=", "=="
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _COMMA = re.compile(r"\s*[,;]\s*")
@@ -79,7 +83,7 @@ def boxed_contents(text: str) -> list[str]:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            out.append(text[m.end():i - 1])
+            out.append(text[m.end() : i - 1])
     return out
 
 
@@ -93,8 +97,7 @@ def drop_echoed_lines(completion: str, prompt: str | None) -> str:
     """The completion without lines (stripped, >= 10 characters) that occur verbatim in the prompt."""
     if not prompt:
         return completion
-    kept = [line for line in completion.splitlines()
-            if len(line.strip()) < _MIN_ECHO or line.strip() not in prompt]
+    kept = [line for line in completion.splitlines() if len(line.strip()) < _MIN_ECHO or line.strip() not in prompt]
     return "\n".join(kept)
 
 
@@ -130,7 +133,7 @@ def _split_top(text: str, sep: re.Pattern[str]) -> list[str]:
     depth, pieces, start, i = 0, [], 0, 0
     while i < len(text):
         ch = text[i]
-        if ch == "\\" and text[i + 1:i + 2] in ("{", "}"):  # \{ \} are set braces: still nesting
+        if ch == "\\" and text[i + 1 : i + 2] in ("{", "}"):  # \{ \} are set braces: still nesting
             depth += 1 if text[i + 1] == "{" else -1
             i += 2
             continue

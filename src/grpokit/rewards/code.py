@@ -18,6 +18,7 @@ this host (sandbox/budget.py); without both, code rewards refuse to run unless
 `allow_unsafe_code_execution=True` (then only rlimits, an empty environment and the wall-clock kill
 apply: the program can read your files and use your network).
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -30,10 +31,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from grpokit.rewards.sandbox.isolation import Limits, parse_records, run_sandboxed
+
 from .errors import RewardInfrastructureError
 from .math import completion_text
 from .sandbox import budget
-from grpokit.rewards.sandbox.isolation import Limits, parse_records, run_sandboxed
 
 HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()
 _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
@@ -55,7 +57,7 @@ def extract_code(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-_PROBE = r'''
+_PROBE = r"""
 import json, os, socket
 r = {"uid": os.getuid(), "env": sorted(os.environ), "root": sorted(os.listdir("/")),
      "nets": sorted(n for _, n in socket.if_nameindex())}
@@ -64,14 +66,15 @@ r = {"uid": os.getuid(), "env": sorted(os.environ), "root": sorted(os.listdir("/
 others = {int(p) for p in os.listdir("/proc") if p.isdigit()} - {1, os.getpid()}
 r["sees_parent"] = bool(others)
 os.write(3, (json.dumps({"case": 0, **r}) + "\n").encode())
-'''
+"""
 
 
 @lru_cache(maxsize=1)
 def probe() -> tuple[bool, str]:
     """Check once per process that the sandbox isolates on this host; returns (works, reason)."""
     if not os.path.exists("/usr/bin/bwrap") and not any(
-            os.path.exists(os.path.join(d, "bwrap")) for d in os.environ.get("PATH", "").split(":")):
+        os.path.exists(os.path.join(d, "bwrap")) for d in os.environ.get("PATH", "").split(":")
+    ):
         return False, "bubblewrap (bwrap) is not installed (run scripts/install_sandbox_deps.sh)"
     res = run_sandboxed({"probe.py": _PROBE}, ["{python}", "-I", "-S", "{job}/probe.py"], Limits(wall_s=10))
     if not res.records:
@@ -102,13 +105,16 @@ def require_isolation(allow_unsafe_code_execution: bool, limits: Limits = Limits
         except budget.BudgetError as exc:
             if allow_unsafe_code_execution:
                 return False
-            raise UnsafeCodeExecutionError(f"{str(exc).rstrip('.')}, or set allow_unsafe_code_execution=True "
-                                           "to run untrusted code with rlimits only.") from None
+            raise UnsafeCodeExecutionError(
+                f"{str(exc).rstrip('.')}, or set allow_unsafe_code_execution=True "
+                "to run untrusted code with rlimits only."
+            ) from None
     if allow_unsafe_code_execution:
         return False
     raise UnsafeCodeExecutionError(
         f"Code rewards need a working sandbox, but on this host it {reason}; fix that, or set "
-        "allow_unsafe_code_execution=True to run untrusted code with rlimits only.")
+        "allow_unsafe_code_execution=True to run untrusted code with rlimits only."
+    )
 
 
 def parse_cases(raw: Any) -> tuple[str, list[Any], list[Any]]:
@@ -120,8 +126,10 @@ def parse_cases(raw: Any) -> tuple[str, list[Any], list[Any]]:
         return "stdio", [str(c["input"]) for c in cases], [str(c["output"]) for c in cases]
     if all({"fn", "args", "expected"} <= set(c) and isinstance(c["args"], list) for c in cases):
         return "call", [{"fn": c["fn"], "args": c["args"]} for c in cases], [c["expected"] for c in cases]
-    raise ValueError('each test case must be {"input", "output"} (stdin/stdout) or {"fn", "args": [...], '
-                     '"expected"} (function call), all of one kind.')
+    raise ValueError(
+        'each test case must be {"input", "output"} (stdin/stdout) or {"fn", "args": [...], '
+        '"expected"} (function call), all of one kind.'
+    )
 
 
 def _norm(text: str) -> str:
@@ -143,13 +151,17 @@ def strict_equal(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsafe_code_execution: bool = False,
-              cancel: threading.Event | None = None) -> list[bool]:
+def run_tests(
+    code: str,
+    test_cases: Any,
+    limits: Limits = Limits(),
+    allow_unsafe_code_execution: bool = False,
+    cancel: threading.Event | None = None,
+) -> list[bool]:
     """Run `code` on every case in one sandbox; one pass/fail per case, decided here."""
     isolated = require_isolation(allow_unsafe_code_execution, limits)
     mode, inputs, expected = parse_cases(test_cases)
-    job = {"mode": mode, "inputs": inputs, "case_timeout_s": limits.wall_s,
-           "max_output_bytes": limits.max_output_bytes}
+    job = {"mode": mode, "inputs": inputs, "case_timeout_s": limits.wall_s, "max_output_bytes": limits.max_output_bytes}
     files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
     try:
         result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated, cancel=cancel)
@@ -157,9 +169,11 @@ def run_tests(code: str, test_cases: Any, limits: Limits = Limits(), allow_unsaf
         raise UnsafeCodeExecutionError(str(exc)) from None
     records, tampered = _trusted_records(result.channel, len(expected))
     if mode == "call" and (tampered or result.channel_overflow):  # the program shares the harness's process
-        raise SandboxTampering("the program wrote on the sandbox's result channel (a line the harness did not write"
-                               + (", or more than the parent reads" if result.channel_overflow else "")
-                               + "); tampering forfeits the reward")
+        raise SandboxTampering(
+            "the program wrote on the sandbox's result channel (a line the harness did not write"
+            + (", or more than the parent reads" if result.channel_overflow else "")
+            + "); tampering forfeits the reward"
+        )
     passed = [False] * len(expected)
     for i, rec in records.items():
         try:  # records are bounded in size and depth (sandbox/isolation.py); anything odd fails the case
@@ -192,8 +206,14 @@ def _trusted_records(channel: str, n: int) -> tuple[dict[int, dict], bool]:
     return {i: r for i, r in accepted.items() if r.get("status") == "ok"}, False
 
 
-def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing: bool,
-            limits: Limits, allow_unsafe: bool, max_parallel: int) -> list[float | None]:
+def _scores(
+    completions: list[Any],
+    test_cases: list[Any] | None,
+    all_or_nothing: bool,
+    limits: Limits,
+    allow_unsafe: bool,
+    max_parallel: int,
+) -> list[float | None]:
     if test_cases is None:
         raise ValueError("code rewards need a 'test_cases' column.")
 
@@ -216,17 +236,29 @@ def _scores(completions: list[Any], test_cases: list[Any] | None, all_or_nothing
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-def code_pass_fraction(completions: list[Any], test_cases: list[Any] | None = None, wall_s: float = 2.0,
-                       memory_mb: int = 512, allow_unsafe_code_execution: bool = False,
-                       max_parallel: int = 2, **kwargs: Any) -> list[float | None]:
+def code_pass_fraction(
+    completions: list[Any],
+    test_cases: list[Any] | None = None,
+    wall_s: float = 2.0,
+    memory_mb: int = 512,
+    allow_unsafe_code_execution: bool = False,
+    max_parallel: int = 2,
+    **kwargs: Any,
+) -> list[float | None]:
     """Fraction of test cases the completion's program passes (see the module docstring)."""
     limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
     return _scores(completions, test_cases, False, limits, allow_unsafe_code_execution, max_parallel)
 
 
-def code_all_pass(completions: list[Any], test_cases: list[Any] | None = None, wall_s: float = 2.0,
-                  memory_mb: int = 512, allow_unsafe_code_execution: bool = False,
-                  max_parallel: int = 2, **kwargs: Any) -> list[float | None]:
+def code_all_pass(
+    completions: list[Any],
+    test_cases: list[Any] | None = None,
+    wall_s: float = 2.0,
+    memory_mb: int = 512,
+    allow_unsafe_code_execution: bool = False,
+    max_parallel: int = 2,
+    **kwargs: Any,
+) -> list[float | None]:
     """1.0 iff the completion's program passes every test case, else 0.0."""
     limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
     return _scores(completions, test_cases, True, limits, allow_unsafe_code_execution, max_parallel)

@@ -8,6 +8,7 @@
   it would produce is made up. `RewardInfrastructureError` stops the run at once, before a step trains
   on those scores, with one sentence naming the cause and the fix. A reward function may raise it too.
 """
+
 from __future__ import annotations
 
 

@@ -16,6 +16,7 @@ honestly filled in:
   (ignoring case and spacing) is not counted again. cap = 3 by default (R1-style shaping: three or more
   steps earn the full 1.0).
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,11 @@ from .math import completion_text
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _STRICT = re.compile(r"<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)
-_STEP = re.compile(r"(?m)^\s*(?:step\s*\d+\b[:.)]?|\d+[.)](?=\s)|[-*](?=\s))(?P<line>.*)$"
-                   r"|\b(?:first|second|next|then|finally),(?P<word>[^.\n]*)", re.IGNORECASE)
+_STEP = re.compile(
+    r"(?m)^\s*(?:step\s*\d+\b[:.)]?|\d+[.)](?=\s)|[-*](?=\s))(?P<line>.*)$"
+    r"|\b(?:first|second|next|then|finally),(?P<word>[^.\n]*)",
+    re.IGNORECASE,
+)
 
 
 def strict_format(completions: list[Any], **kwargs: Any) -> list[float]:
@@ -34,8 +38,12 @@ def strict_format(completions: list[Any], **kwargs: Any) -> list[float]:
     out = []
     for c in completions:
         m = _STRICT.fullmatch(completion_text(c))
-        ok = (m is not None and not any(t in m["think"] or t in m["answer"] for t in TAGS)
-              and m["think"].strip() != "" and m["answer"].strip() != "")
+        ok = (
+            m is not None
+            and not any(t in m["think"] or t in m["answer"] for t in TAGS)
+            and m["think"].strip() != ""
+            and m["answer"].strip() != ""
+        )
         out.append(1.0 if ok else 0.0)
     return out
 
@@ -47,7 +55,11 @@ def _tag_score(text: str) -> float:
         return 0.0
     score = 0.25 * len(once)
     for open_tag, close_tag in (TAGS[:2], TAGS[2:]):
-        if open_tag in once and close_tag in once and not text[once[open_tag] + len(open_tag):once[close_tag]].strip():
+        if (
+            open_tag in once
+            and close_tag in once
+            and not text[once[open_tag] + len(open_tag) : once[close_tag]].strip()
+        ):
             score -= 0.5  # an empty pair shows the shape, not the work
     return score
 

@@ -16,7 +16,9 @@ from .math import completion_text
 
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
 _LIST_BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")
-_QWEN_BOX = re.compile(r"<\|box_start\|>\s*\(" + _NUM + "," + _NUM + r"\)\s*,\s*\(" + _NUM + "," + _NUM + r"\)\s*<\|box_end\|>")
+_QWEN_BOX = re.compile(
+    r"<\|box_start\|>\s*\(" + _NUM + "," + _NUM + r"\)\s*,\s*\(" + _NUM + "," + _NUM + r"\)\s*<\|box_end\|>"
+)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _LETTER = re.compile(r"(?<![A-Za-z])\(?([A-Z])\)?(?![A-Za-z])")
 
@@ -45,7 +47,9 @@ def _answer_part(text: str) -> str:
     return tagged[0] if len(tagged) == 1 else text
 
 
-def box_iou_reward(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any) -> list[float]:
+def box_iou_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
     """IoU of the completion's one box with the gold box (``answer``: a box string or 4 numbers).
     No box, or more than one: 0 (hedge-proof); the share without any box is logged."""
     out, missing = [], 0
@@ -66,7 +70,9 @@ def normalize_answer(text: str) -> str:
     return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
 
 
-def vqa_accuracy(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any) -> list[float]:
+def vqa_accuracy(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
     """1 when the normalised answer equals the normalised gold answer (or one of a list of them)."""
     out = []
     for completion, gold in zip(completions, answer):
@@ -76,7 +82,9 @@ def vqa_accuracy(prompts: Sequence[Any], completions: Sequence[Any], answer: Seq
     return out
 
 
-def count_reward(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any) -> list[float]:
+def count_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
     """1 when the completion holds exactly one integer and it is the gold count; several numbers: 0."""
     out = []
     for completion, gold in zip(completions, answer):
@@ -85,7 +93,9 @@ def count_reward(prompts: Sequence[Any], completions: Sequence[Any], answer: Seq
     return out
 
 
-def choice_accuracy(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any) -> list[float]:
+def choice_accuracy(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
     """Multiple choice: 1 when the one capital letter given (``B``, ``(B)``) is the gold letter;
     two different letters ("A or B"): 0."""
     out = []

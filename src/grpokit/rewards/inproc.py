@@ -21,6 +21,7 @@ the function itself) are the call's failure, not the run's; a real Ctrl-C during
 the run, because the SIGINT handler installed for the call marks it as real (and hands it to the
 handler it replaced, such as the training loop's graceful stop, which finishes the step first).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -99,8 +100,9 @@ class InProcessCaller:
         alive = [t for t in self._abandoned.get(key, []) if t.is_alive()]
         self._abandoned[key] = alive
         if len(alive) >= MAX_ABANDONED:
-            return Outcome(False, error=f"not run: {len(alive)} earlier calls that timed out are still running",
-                           timed_out=True)
+            return Outcome(
+                False, error=f"not run: {len(alive)} earlier calls that timed out are still running", timed_out=True
+            )
         box: list[Outcome] = []
 
         def run() -> None:
@@ -118,6 +120,9 @@ class InProcessCaller:
             alive.append(thread)
             if thread.ident is not None:  # CPython: raise CallTimedOut in it at its next instruction (stops loops)
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallTimedOut))
-            return Outcome(False, error=f"timed out after {timeout_s:g} s (soft: the call runs on in a daemon thread)",
-                           timed_out=True)
+            return Outcome(
+                False,
+                error=f"timed out after {timeout_s:g} s (soft: the call runs on in a daemon thread)",
+                timed_out=True,
+            )
         return box[0]

@@ -24,8 +24,9 @@ def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit
     per completion). ``prompts`` holds one ``Prompt`` per completion."""
     if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
         if convention == "trl" and prompts is not None:
-            return [[{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t
-                    for p, t in zip(prompts, texts)], {}
+            return [
+                [{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t for p, t in zip(prompts, texts)
+            ], {}
         return texts, {}
     extra = {}
     if any(e.environment is not None for e in ro.episodes):

@@ -23,6 +23,7 @@
 Correctness for cosine_length and length_penalty comes from a boolean `correct` column when present,
 else from math-verify against the `answer` / `solution` column (see grpokit.rewards.math).
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,17 +42,26 @@ def _lengths(completions: list[Any], completion_ids: list[list[int]] | None) -> 
     return [len(ids) for ids in completion_ids]
 
 
-def cosine_length(completions: list[Any], completion_ids: list[list[int]] | None = None,
-                  max_length: int = 1024, correct_short: float = 1.0, correct_long: float = 0.5,
-                  wrong_short: float = -1.0, wrong_long: float = -0.5, **kwargs: Any) -> list[float | None]:
+def cosine_length(
+    completions: list[Any],
+    completion_ids: list[list[int]] | None = None,
+    max_length: int = 1024,
+    correct_short: float = 1.0,
+    correct_long: float = 0.5,
+    wrong_short: float = -1.0,
+    wrong_long: float = -0.5,
+    **kwargs: Any,
+) -> list[float | None]:
     """Cosine length-scaled correctness; see the module docstring for the formula."""
     if max_length < 1:
         raise ValueError(f"cosine_length: max_length must be >= 1, got {max_length}.")
     values = (correct_short, correct_long, wrong_short, wrong_long)
     if not all(math.isfinite(v) for v in values) or min(correct_short, correct_long) <= wrong_long:
-        raise ValueError(f"cosine_length: need finite values with correct_short and correct_long above wrong_long, "
-                         f"got correct_short={correct_short}, correct_long={correct_long}, "
-                         f"wrong_short={wrong_short}, wrong_long={wrong_long}.")
+        raise ValueError(
+            f"cosine_length: need finite values with correct_short and correct_long above wrong_long, "
+            f"got correct_short={correct_short}, correct_long={correct_long}, "
+            f"wrong_short={wrong_short}, wrong_long={wrong_long}."
+        )
     out: list[float | None] = []
     for L, ok in zip(_lengths(completions, completion_ids), correctness(completions, kwargs)):
         if ok is None or isinstance(ok, ItemFailure):  # not applicable / the verifier failed (counted)
@@ -61,8 +71,6 @@ def cosine_length(completions: list[Any], completion_ids: list[list[int]] | None
         short, long = (correct_short, correct_long) if ok else (wrong_short, wrong_long)
         out.append(long + (short - long) * c)
     return out
-
-
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,42 +88,49 @@ def _words(text: str) -> list[str]:
     return [w for w in (w.strip(_EDGE_PUNCT) for w in text.split()) if w]
 
 
-def repetition_penalty(completions: list[Any], ngram_size: int = 3, max_penalty: float = -1.0,
-                       **kwargs: Any) -> list[float]:
+def repetition_penalty(
+    completions: list[Any], ngram_size: int = 3, max_penalty: float = -1.0, **kwargs: Any
+) -> list[float]:
     """max_penalty * (1 - distinct n-grams / all n-grams) over whitespace-split words."""
     if ngram_size < 1 or max_penalty > 0:
-        raise ValueError(f"repetition_penalty: need ngram_size >= 1 and max_penalty <= 0, got "
-                         f"{ngram_size} and {max_penalty}.")
+        raise ValueError(
+            f"repetition_penalty: need ngram_size >= 1 and max_penalty <= 0, got {ngram_size} and {max_penalty}."
+        )
     out = []
     for c in completions:
         words = _words(completion_text(c))
-        grams = [tuple(words[i:i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
+        grams = [tuple(words[i : i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
         out.append(max_penalty * (1.0 - len(set(grams)) / len(grams)) if grams else 0.0)
     return out
 
 
-def length_penalty(completions: list[Any], completion_ids: list[list[int]] | None = None,
-                   group_size: int | None = None, **kwargs: Any) -> list[float | None]:
+def length_penalty(
+    completions: list[Any], completion_ids: list[list[int]] | None = None, group_size: int | None = None, **kwargs: Any
+) -> list[float | None]:
     """Kimi k1.5 length reward relative to the group's shortest and longest completion."""
     lengths = _lengths(completions, completion_ids)
     correct = correctness(completions, kwargs)
     g = group_size or len(lengths)
     out: list[float | None] = []
     for start in range(0, len(lengths), g):
-        group = lengths[start:start + g]
+        group = lengths[start : start + g]
         lo, hi = min(group), max(group)
-        for L, ok in zip(group, correct[start:start + g]):
+        for L, ok in zip(group, correct[start : start + g]):
             lam = 0.0 if hi == lo else 0.5 - (L - lo) / (hi - lo)
             out.append(ok if ok is None or isinstance(ok, ItemFailure) else (lam if ok else min(0.0, lam)))
     return out
 
 
-def overlong_penalty(completions: list[Any], completion_ids: list[list[int]] | None = None,
-                     max_length: int = 1024, cache_length: int = 256, **kwargs: Any) -> list[float]:
+def overlong_penalty(
+    completions: list[Any],
+    completion_ids: list[list[int]] | None = None,
+    max_length: int = 1024,
+    cache_length: int = 256,
+    **kwargs: Any,
+) -> list[float]:
     """DAPO soft overlong punishment on token counts; see the module docstring for the formula."""
     if not 0 < cache_length <= max_length:
-        raise ValueError(f"overlong_penalty: need 0 < cache_length <= max_length, got {cache_length} "
-                         f"and {max_length}.")
+        raise ValueError(f"overlong_penalty: need 0 < cache_length <= max_length, got {cache_length} and {max_length}.")
     start = max_length - cache_length
     out = []
     for L in _lengths(completions, completion_ids):

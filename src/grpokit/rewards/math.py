@@ -18,6 +18,7 @@ single rule. Workers are warmed (`warm_up`) before their first item, outside its
 Gold answers are checked once, when the data loads, with `validate_gold_answers`: a gold that does not
 parse is reported (index, text, reason) rather than silently scoring every completion 0.
 """
+
 from __future__ import annotations
 
 import logging
@@ -130,7 +131,8 @@ def require_math_verify() -> None:
     except ImportError as exc:
         raise RewardInfrastructureError(
             f"math-verify could not be imported ({exc}), so math rewards cannot be computed: install it "
-            "with `pip install 'math-verify[antlr4_13_2]'`.") from None
+            "with `pip install 'math-verify[antlr4_13_2]'`."
+        ) from None
 
 
 class MathVerifyPool:
@@ -151,8 +153,13 @@ class MathVerifyPool:
         self.errors = 0  # items whose parse or verify raised
         self._count = threading.Lock()
 
-    def verify(self, golds: Sequence[str], predictions: Sequence[str], prompts: Sequence[Any] | None = None,
-               allow_multiple: bool = False) -> list[float | None]:
+    def verify(
+        self,
+        golds: Sequence[str],
+        predictions: Sequence[str],
+        prompts: Sequence[Any] | None = None,
+        allow_multiple: bool = False,
+    ) -> list[float | None]:
         """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse; an ``ItemFailure``
         (counted by the runner as a failure, a NaN to code that reads numbers) on a timeout or error.
 
@@ -160,8 +167,10 @@ class MathVerifyPool:
         off the one-answer rule (see `grpokit.rewards.answers`).
         """
         prompts = [None] * len(golds) if prompts is None else prompts
-        tasks = [(_verify_one, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
-                 for g, p, q in zip(golds, predictions, prompts)]
+        tasks = [
+            (_verify_one, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
+            for g, p, q in zip(golds, predictions, prompts)
+        ]
         scores: list[float | None] = []
         for outcome in self.pool.run(tasks, self.timeout_s):
             if outcome.fatal:
@@ -217,13 +226,18 @@ def correctness(completions: list[Any], kwargs: dict[str, Any]) -> list[float | 
     golds = gold_column(kwargs)
     if golds is None:
         return [None] * len(completions)
-    scores = default_pool().verify([("" if g is None else g) for g in golds], completions,
-                                   prompts=kwargs.get("prompts"), allow_multiple=bool(kwargs.get("allow_multiple")))
+    scores = default_pool().verify(
+        [("" if g is None else g) for g in golds],
+        completions,
+        prompts=kwargs.get("prompts"),
+        allow_multiple=bool(kwargs.get("allow_multiple")),
+    )
     return [None if g is None else s for g, s in zip(golds, scores)]
 
 
-def math_accuracy(completions: list[Any], prompts: list[Any] | None = None, allow_multiple: bool = False,
-                  **kwargs: Any) -> list[float | None]:
+def math_accuracy(
+    completions: list[Any], prompts: list[Any] | None = None, allow_multiple: bool = False, **kwargs: Any
+) -> list[float | None]:
     """1.0 when the completion's one final answer equals the gold (`answer` or `solution` column), else 0.0.
 
     The final answer is the last <answer>...</answer>, else the last \\boxed{}, else the last "answer
@@ -259,8 +273,9 @@ class GoldReport:
         return f"{len(self.invalid)} of {self.num_total} gold answers do not parse and will be skipped: {shown}"
 
 
-def validate_gold_answers(answers: Sequence[Any], timeout_s: float = DEFAULT_TIMEOUT_S,
-                          num_workers: int = 1) -> GoldReport:
+def validate_gold_answers(
+    answers: Sequence[Any], timeout_s: float = DEFAULT_TIMEOUT_S, num_workers: int = 1
+) -> GoldReport:
     """Parse every gold answer once at data-load time (in killable workers) and report the bad ones."""
     report = GoldReport(num_total=len(answers))
     with WorkerPool(num_workers) as pool:

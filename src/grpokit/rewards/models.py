@@ -11,6 +11,7 @@ and that step's reward. The trainer's process-supervision advantage consumes exa
 `NewlineStepReward` is the simple built-in: steps are the lines of the completion, each scored by a
 `verify_step(prompt, previous_steps, step, **row) -> float` callback.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol
@@ -19,15 +20,23 @@ from .math import completion_text
 
 
 class ProcessRewardFunction(Protocol):
-    def __call__(self, prompts: list[str], completions: list[Any], completion_ids: list[list[int]],
-                 **columns: Any) -> list[list[tuple[int, float]]]: ...
+    def __call__(
+        self, prompts: list[str], completions: list[Any], completion_ids: list[list[int]], **columns: Any
+    ) -> list[list[tuple[int, float]]]: ...
 
 
 class SequenceClassifierReward:
     """Reward = classifier logit on `prompt + completion`; batched; from a local model folder."""
 
-    def __init__(self, path: str | None, batch_size: int = 8, max_length: int = 1024, label_index: int = 0,
-                 device: str = "cpu", model: Any = None) -> None:
+    def __init__(
+        self,
+        path: str | None,
+        batch_size: int = 8,
+        max_length: int = 1024,
+        label_index: int = 0,
+        device: str = "cpu",
+        model: Any = None,
+    ) -> None:
         """``model``: an instantiated sequence-classification model instead of ``path`` (its tokenizer is
         loaded from the folder or id it was loaded from)."""
         import torch
@@ -48,8 +57,13 @@ class SequenceClassifierReward:
         scores: list[float] = []
         with self._torch.no_grad():
             for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
-                                       max_length=self.max_length, return_tensors="pt").to(self.device)
+                batch = self.tokenizer(
+                    texts[start : start + self.batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                ).to(self.device)
                 logits_BL = self.model(**batch).logits  # (B, num_labels)
                 scores.extend(logits_BL[:, self.label_index].float().tolist())
         return scores
@@ -67,14 +81,15 @@ class NewlineStepReward:
         self.verify_step = verify_step
         self.decode = decode
 
-    def __call__(self, prompts: list[str], completions: list[Any], completion_ids: list[list[int]],
-                 **columns: Any) -> list[list[tuple[int, float]]]:
+    def __call__(
+        self, prompts: list[str], completions: list[Any], completion_ids: list[list[int]], **columns: Any
+    ) -> list[list[tuple[int, float]]]:
         out = []
         for i, (prompt, completion, ids) in enumerate(zip(prompts, completions, completion_ids)):
             row = {k: v[i] for k, v in columns.items()}
             text = completion_text(completion)
             # character offset where each prefix of tokens ends
-            ends = [len(self.decode(ids[:t + 1])) for t in range(len(ids))]
+            ends = [len(self.decode(ids[: t + 1])) for t in range(len(ids))]
             steps: list[tuple[int, float]] = []
             previous: list[str] = []
             pos = 0

@@ -26,6 +26,7 @@ Design notes:
   Coroutine functions are run to completion with `asyncio.run` inside the worker. A task that raises
   `RewardInfrastructureError` returns an Outcome with `fatal=True`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,7 +46,6 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
 from .errors import RewardInfrastructureError
-
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """Call `fn(*args, **kwargs)`; await the result if the function is a coroutine function."""
     value = fn(*args, **kwargs)
     if inspect.isawaitable(value):
+
         async def _await() -> Any:
             return await value
 
@@ -177,8 +178,9 @@ class _Worker:
         self.kill()
         raise RewardInfrastructureError(
             f"The {name} worker process {why}: it is started with the 'spawn' method, which re-imports "
-            "your main script, so put the script's work under `if __name__ == \"__main__\":` (or, if the "
-            "script is guarded, read the worker's traceback above).")
+            'your main script, so put the script\'s work under `if __name__ == "__main__":` (or, if the '
+            "script is guarded, read the worker's traceback above)."
+        )
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -211,8 +213,14 @@ class WorkerPool:
         imports, caches), within ``start_timeout_s`` and outside every task's deadline.
     """
 
-    def __init__(self, num_workers: int, name: str = "reward", max_deaths_in_a_row: int = 5,
-                 start_timeout_s: float = START_TIMEOUT_S, initializer: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        num_workers: int,
+        name: str = "reward",
+        max_deaths_in_a_row: int = 5,
+        start_timeout_s: float = START_TIMEOUT_S,
+        initializer: Callable[[], Any] | None = None,
+    ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
         if max_deaths_in_a_row < 1:
@@ -279,7 +287,8 @@ class WorkerPool:
             raise RewardInfrastructureError(
                 f"The {self.name} worker processes died on {deaths} tasks in a row (last exit code {code}), so "
                 "every score would be made up: look for an out-of-memory kill (dmesg) or a crashing native "
-                "library, and fix it before training.")
+                "library, and fix it before training."
+            )
 
     # -- running tasks --------------------------------------------------------------------------------
     def run(self, tasks: list[Task], timeout_s: float) -> list[Outcome]:

@@ -25,6 +25,7 @@ Infrastructure failures are not counted: a `RewardInfrastructureError` (a worker
 or keeps dying, a verifier that cannot be imported, a sandbox that does not isolate), raised by the
 machinery or by a reward function, in a worker or in a thread, stops `score` at once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,9 +37,9 @@ from typing import Any, Sequence
 
 import torch
 
+from .errors import ItemFailure
 from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
-from .errors import ItemFailure
 from .spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
@@ -53,7 +54,9 @@ class RewardResult:
     names: list[str]
     weights: list[float]
     metrics: dict[str, float]
-    extra: dict[str, list] = field(default_factory=dict)  # log_extra columns, one entry per completion (None: not logged)
+    extra: dict[str, list] = field(
+        default_factory=dict
+    )  # log_extra columns, one entry per completion (None: not logged)
 
 
 class NonFiniteReward(ValueError):
@@ -166,10 +169,14 @@ class RewardRunner:
             pickle.dumps(spec.fn)
             return False
         except Exception as exc:
-            log.warning("Reward '%s' runs in the trainer process because it cannot be pickled (%s; define it at "
-                        "module level): its %g s timeout is a SIGALRM in the main thread, which cannot stop one long "
-                        "C call, and soft (the call is abandoned) in other threads.",
-                        spec.name, type(exc).__name__, self.timeout_s)
+            log.warning(
+                "Reward '%s' runs in the trainer process because it cannot be pickled (%s; define it at "
+                "module level): its %g s timeout is a SIGALRM in the main thread, which cannot stop one long "
+                "C call, and soft (the call is abandoned) in other threads.",
+                spec.name,
+                type(exc).__name__,
+                self.timeout_s,
+            )
             return True
 
     # -- running calls -------------------------------------------------------------------------------
@@ -185,8 +192,9 @@ class RewardRunner:
                 raise RewardInfrastructureError(f"Reward '{name}' cannot be computed: {out.error}")
         return outcomes
 
-    def _score_function(self, f: int, groups: list[list[int]], kwargs_for, logs: _Logs,
-                        rewards_NF: torch.Tensor) -> _Tally:
+    def _score_function(
+        self, f: int, groups: list[list[int]], kwargs_for, logs: _Logs, rewards_NF: torch.Tensor
+    ) -> _Tally:
         """Fill column f of rewards_NF; a failed group call is retried one completion at a time."""
         tally = _Tally()
         retry: list[int] = []
@@ -221,8 +229,9 @@ class RewardRunner:
             return
         rewards_NF[i, f] = float("nan") if value is None else value
 
-    def _contain(self, f: int, tally: _Tally, rewards_NF: torch.Tensor, failed_NF: torch.Tensor,
-                 completions: list) -> dict[str, float]:
+    def _contain(
+        self, f: int, tally: _Tally, rewards_NF: torch.Tensor, failed_NF: torch.Tensor, completions: list
+    ) -> dict[str, float]:
         """Give failed completions failure_value, log the first few, stop on too many; the metrics."""
         name, n = self.specs[f].name, len(completions)
         for i, message in tally.errors:
@@ -230,13 +239,20 @@ class RewardRunner:
             rewards_NF[i, f] = self.failure_value
             if self._logged[name] < self.max_logged_errors:
                 self._logged[name] += 1
-                log.warning("Reward '%s' failed on completion %d (%s); it gets %g. Completion: %r",
-                            name, i, message, self.failure_value, str(completions[i])[:300])
+                log.warning(
+                    "Reward '%s' failed on completion %d (%s); it gets %g. Completion: %r",
+                    name,
+                    i,
+                    message,
+                    self.failure_value,
+                    str(completions[i])[:300],
+                )
         if len(tally.errors) > self.max_failure_fraction * n:
             row, first = tally.errors[0]
             raise RewardError(
                 f"Reward '{name}' failed on {len(tally.errors)} of {n} completions, more than "
-                f"max_failure_fraction={self.max_failure_fraction:g}; first error, on completion {row}: {first}")
+                f"max_failure_fraction={self.max_failure_fraction:g}; first error, on completion {row}: {first}"
+            )
         scored = rewards_NF[:, f][~failed_NF[:, f] & ~rewards_NF[:, f].isnan()]
         return {
             f"rewards/{name}/mean": scored.mean().item() if len(scored) else float("nan"),
@@ -269,8 +285,13 @@ class RewardRunner:
 
         def kwargs_for(idx: list[int], g: int) -> dict[str, Any]:
             kw: dict[str, Any] = {k: [v[i] for i in idx] for k, v in columns.items()}
-            kw.update(prompts=[prompts[i] for i in idx], completions=[completions[i] for i in idx],
-                      completion_ids=[completion_ids[i] for i in idx], group_size=g, trainer_state=trainer_state)
+            kw.update(
+                prompts=[prompts[i] for i in idx],
+                completions=[completions[i] for i in idx],
+                completion_ids=[completion_ids[i] for i in idx],
+                group_size=g,
+                trainer_state=trainer_state,
+            )
             return kw
 
         groups = [list(range(s, s + group_size)) for s in range(0, n, group_size)]
@@ -319,7 +340,9 @@ def _warn_unscored(rewards_NF: torch.Tensor, failed_NF: torch.Tensor, prompts: l
     unscored = (rewards_NF.isnan() & ~failed_NF).all(dim=1).nonzero()
     if len(unscored):
         i = int(unscored[0, 0])
-        log.warning("All reward functions returned None for the following kwargs: %r; %d completion(s) of this batch "
-                    "have no reward and count as 0, so return a number from at least one function",
-                    {"prompt": prompts[i], "completion": completions[i]}, len(unscored))
-
+        log.warning(
+            "All reward functions returned None for the following kwargs: %r; %d completion(s) of this batch "
+            "have no reward and count as 0, so return a number from at least one function",
+            {"prompt": prompts[i], "completion": completions[i]},
+            len(unscored),
+        )

@@ -11,6 +11,7 @@ values)` (per-completion values kept with the step's samples, as TRL's) and ever
 one entry per completion. A function that does not declare a keyword (and has no `**kwargs`) simply
 does not receive it. `None` means "not applicable to this completion" and is left out of the weighted sum.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,8 +60,10 @@ def _import_path(path: str) -> RewardFn:
             sys.path.append(cwd)
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise RewardError(f"Reward '{path}': module '{module_name}' could not be imported from the working directory "
-                          f"{cwd} or sys.path ({exc}).") from None
+        raise RewardError(
+            f"Reward '{path}': module '{module_name}' could not be imported from the working directory "
+            f"{cwd} or sys.path ({exc})."
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardError(f"Reward '{path}': module '{module_name}' has no callable named '{attr}'.")
@@ -113,8 +116,11 @@ def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> LoggedValues:
     ``log_metric`` and ``log_extra`` are made here, in the process that runs the function (a worker
     or the trainer), and what they collect travels back with the values."""
     out = LoggedValues()
-    kwargs = {**kwargs, "log_metric": lambda name, value: out.metrics.setdefault(str(name), []).append(float(value)),
-              "log_extra": lambda column, values: out.extra.setdefault(str(column), []).extend(list(values))}
+    kwargs = {
+        **kwargs,
+        "log_metric": lambda name, value: out.metrics.setdefault(str(name), []).append(float(value)),
+        "log_extra": lambda column, values: out.extra.setdefault(str(column), []).extend(list(values)),
+    }
     accepted = _accepted_keywords(fn)
     if accepted is not None:
         kwargs = {k: v for k, v in kwargs.items() if k in accepted}
@@ -151,5 +157,7 @@ class RewardSpec:
         elif not callable(self.fn):
             raise RewardError(f"RewardSpec '{self.name}': fn must be callable, got {type(self.fn).__name__}.")
         if not self.name:
-            self.name = getattr(self.fn, "__name__", None) or getattr(getattr(self.fn, "func", None), "__name__", "reward")
+            self.name = getattr(self.fn, "__name__", None) or getattr(
+                getattr(self.fn, "func", None), "__name__", "reward"
+            )
         self.weight = float(self.weight)

@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from grpokit.train.models import frozen_copy
+
 from .engine import HFEngine, TurnSampler
 
 
@@ -33,8 +34,20 @@ class AsyncRollout:
     background thread; anything else (a refill of other prompts) is sampled on the trainer's model by
     ``hf``, the engine the thread samples its snapshot with."""
 
-    def __init__(self, model, step: int, sample: Callable, next_batch: Callable[[int], list], *, hf: HFEngine,
-                 prompts_per_step: int, group_size: int, max_staleness: int, device: torch.device, seed: int):
+    def __init__(
+        self,
+        model,
+        step: int,
+        sample: Callable,
+        next_batch: Callable[[int], list],
+        *,
+        hf: HFEngine,
+        prompts_per_step: int,
+        group_size: int,
+        max_staleness: int,
+        device: torch.device,
+        seed: int,
+    ):
         """``model`` is the policy after ``step`` updates; ``sample(model, generator, prompts)`` runs one
         batch's episodes (the trainer's own episode loop) and ``next_batch(n)`` draws n fresh prompts."""
         self.sample, self.next_batch, self.max_staleness, self.hf = sample, next_batch, max_staleness, hf

@@ -30,20 +30,38 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
     new_G = len(members[0]) if members else G
     rollout = batch.rollout.rows(groups, rows, new_G)  # every per-row field, episodes included
     idx = torch.tensor(rows, dtype=torch.long)
-    return ScoredBatch([batch.prompts[p] for p in groups], rollout, [batch.texts[i] for i in rows],
-                       batch.rewards_NF[idx], batch.total_N[idx], batch.names, dict(batch.metrics),
-                       {k: [v[i] for i in rows] for k, v in batch.extra.items()})
+    return ScoredBatch(
+        [batch.prompts[p] for p in groups],
+        rollout,
+        [batch.texts[i] for i in rows],
+        batch.rewards_NF[idx],
+        batch.total_N[idx],
+        batch.names,
+        dict(batch.metrics),
+        {k: [v[i] for i in rows] for k, v in batch.extra.items()},
+    )
 
 
 def concat(batches: list[ScoredBatch]) -> ScoredBatch:
     first = batches[0]
-    rollout = gather_rows([p for b in batches for p in b.rollout.prompt_ids],
-                          [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)], first.group_size)
-    return ScoredBatch([p for b in batches for p in b.prompts], rollout, [t for b in batches for t in b.texts],
-                       torch.cat([b.rewards_NF for b in batches]), torch.cat([b.total_N for b in batches]),
-                       first.names, _merge_metrics([b.metrics for b in batches]),
-                       {k: [x for b in batches for x in b.extra.get(k, [None] * len(b.texts))]
-                        for k in dict.fromkeys(k for b in batches for k in b.extra)})
+    rollout = gather_rows(
+        [p for b in batches for p in b.rollout.prompt_ids],
+        [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)],
+        first.group_size,
+    )
+    return ScoredBatch(
+        [p for b in batches for p in b.prompts],
+        rollout,
+        [t for b in batches for t in b.texts],
+        torch.cat([b.rewards_NF for b in batches]),
+        torch.cat([b.total_N for b in batches]),
+        first.names,
+        _merge_metrics([b.metrics for b in batches]),
+        {
+            k: [x for b in batches for x in b.extra.get(k, [None] * len(b.texts))]
+            for k in dict.fromkeys(k for b in batches for k in b.extra)
+        },
+    )
 
 
 def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[int] | None = None) -> ScoredBatch:
@@ -68,10 +86,19 @@ def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[i
     return select(batch, list(range(len(batch.prompts))), members)
 
 
-def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch | None], P: int, G: int, *,
-            dynamic_sampling: bool = False, max_rounds: int = 4, sample_group_size: int = 0,
-            gfpo_criterion: str = "length", gfpo_adaptive: bool = False, adaptive_threshold: float = 0.5,
-            dist=None) -> ScoredBatch:
+def collect(
+    sample: Callable[[int | list[Prompt], int], ScoredBatch | None],
+    P: int,
+    G: int,
+    *,
+    dynamic_sampling: bool = False,
+    max_rounds: int = 4,
+    sample_group_size: int = 0,
+    gfpo_criterion: str = "length",
+    gfpo_adaptive: bool = False,
+    adaptive_threshold: float = 0.5,
+    dist=None,
+) -> ScoredBatch:
     """Fill a batch of P groups of G. ``sample(n_or_prompts, group_size)`` samples and scores
     ``group_size`` completions for n fresh prompts from the data, or for the given prompts (an
     empty list may return None).
@@ -115,9 +142,14 @@ def collect(sample: Callable[[int | list[Prompt], int], ScoredBatch | None], P: 
         out.metrics["gfpo/hard_prompts"] = dist.sum_float(out.metrics["gfpo/hard_prompts"])
     if dynamic_sampling:
         k = dist.world_size if many else 1
-        out.metrics.update({"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/dropped_groups": float(dropped),
-                            "dynamic_sampling/kept_groups": float(len(out.prompts) * k),
-                            "dynamic_sampling/sampled_prompts": float(sampled)})
+        out.metrics.update(
+            {
+                "dynamic_sampling/rounds": float(rounds),
+                "dynamic_sampling/dropped_groups": float(dropped),
+                "dynamic_sampling/kept_groups": float(len(out.prompts) * k),
+                "dynamic_sampling/sampled_prompts": float(sampled),
+            }
+        )
     return out
 
 
@@ -144,20 +176,24 @@ def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) 
     out = select(pooled, list(range(dist.rank * share, (dist.rank + 1) * share)))
     out.metrics = _merge_metrics(own)
     if "gfpo/hard_prompts" in out.metrics:  # a count: per round the sum over ranks, as one process counts it
-        per_round = [sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K)) for i in range(len(rounds_kept))
-                     if any(every[r][i].prompts for r in range(K))]
+        per_round = [
+            sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K))
+            for i in range(len(rounds_kept))
+            if any(every[r][i].prompts for r in range(K))
+        ]
         out.metrics["gfpo/hard_prompts"] = sum(per_round) / len(per_round)
     return out
 
 
-def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, threshold: float,
-                    always: bool = False) -> tuple[ScoredBatch, list[int]]:
+def _adaptive_extra(
+    batch: ScoredBatch, sample, sample_group_size: int, G: int, threshold: float, always: bool = False
+) -> tuple[ScoredBatch, list[int]]:
     """GFPO adaptive: prompts whose first G samples score below ``threshold`` on average get
     ``sample_group_size - G`` more samples; the batch becomes uniformly ``sample_group_size`` wide
     (easy prompts are padded with copies that ``gfpo_keep`` never selects). ``always``: call
     ``sample`` even with no hard prompt (several ranks: a sharded model samples in step)."""
     extra_n = sample_group_size - G
-    hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G:(p + 1) * G].mean() < threshold]
+    hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G : (p + 1) * G].mean() < threshold]
     more = sample([batch.prompts[p] for p in hard], extra_n) if hard or always else None
     rewards, totals, texts, sources = [], [], [], []
     for p in range(len(batch.prompts)):
@@ -169,7 +205,9 @@ def _adaptive_extra(batch: ScoredBatch, sample, sample_group_size: int, G: int, 
         else:
             src += [(batch, rows[0])] * extra_n  # placeholders: easy groups keep their first G
         for b, i in src:
-            rewards.append(b.rewards_NF[i]); totals.append(b.total_N[i]); texts.append(b.texts[i])
+            rewards.append(b.rewards_NF[i])
+            totals.append(b.total_N[i])
+            texts.append(b.texts[i])
             sources.append((b.rollout, i))
     ro = gather_rows(batch.rollout.prompt_ids, sources, sample_group_size)
     metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}

@@ -17,6 +17,7 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 
 from grpokit.types import Rollout
+
 from .hf import SamplingParams, generate
 
 TurnSampler = Callable[..., Rollout]
@@ -52,9 +53,17 @@ class RolloutEngine(Protocol):
 class HFEngine:
     """Sampling on the trainer's own model: nothing to prefetch, sync or release."""
 
-    def __init__(self, *, eos_token_ids: set[int], pad_token_id: int, decode: Callable[[list[int]], str],
-                 generator: torch.Generator, decoder: str = "auto", generation_kwargs: dict | None = None,
-                 cuda_graphs: bool = True):
+    def __init__(
+        self,
+        *,
+        eos_token_ids: set[int],
+        pad_token_id: int,
+        decode: Callable[[list[int]], str],
+        generator: torch.Generator,
+        decoder: str = "auto",
+        generation_kwargs: dict | None = None,
+        cuda_graphs: bool = True,
+    ):
         """``decoder``: rollout/hf.py's ``engine`` argument (auto, static, dynamic, generate);
         ``generator``: the trainer's sampling RNG, used when a caller brings none; ``cuda_graphs``:
         whether the static decoder may replay CUDA graphs on the trainer's thread."""
@@ -72,9 +81,20 @@ class HFEngine:
         graphs = self.cuda_graphs and generator is None
 
         def sample(contexts, group_size: int, params: SamplingParams, images=None, **kw) -> Rollout:
-            return generate(model, contexts, group_size, params, eos_token_ids=self.eos_token_ids, decode=self.decode,
-                            pad_token_id=self.pad_token_id, engine=self.decoder, generation_kwargs=self.generation_kwargs,
-                            generator=gen, cuda_graphs=graphs, **kw)
+            return generate(
+                model,
+                contexts,
+                group_size,
+                params,
+                eos_token_ids=self.eos_token_ids,
+                decode=self.decode,
+                pad_token_id=self.pad_token_id,
+                engine=self.decoder,
+                generation_kwargs=self.generation_kwargs,
+                generator=gen,
+                cuda_graphs=graphs,
+                **kw,
+            )
 
         return sample
 
@@ -101,7 +121,8 @@ class SeparateEngine:
 
     def turn_sampler(self, model: torch.nn.Module, generator: torch.Generator | None = None) -> TurnSampler:
         return lambda contexts, group_size, params, images=None, **kw: self.generate(
-            contexts, group_size, params=params, sleep=False, images=images)
+            contexts, group_size, params=params, sleep=False, images=images
+        )
 
     def finish_sampling(self) -> None:
         pass

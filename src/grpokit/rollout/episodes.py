@@ -54,10 +54,19 @@ from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
 from grpokit.data.vision import prompt_images
-from grpokit.env.parse import CALL_CLOSE, MAX_DEPTH, ToolCall, assistant_message, parse_tool_calls, tag_result_text, template_suffix_ids
-from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
 from grpokit.env.calls import call_many, check_failures
+from grpokit.env.parse import (
+    CALL_CLOSE,
+    MAX_DEPTH,
+    ToolCall,
+    assistant_message,
+    parse_tool_calls,
+    tag_result_text,
+    template_suffix_ids,
+)
+from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
 from grpokit.types import Episode, Prompt, Rollout
+
 from .hf import SamplingParams
 
 log = logging.getLogger("grpokit.env")
@@ -105,15 +114,23 @@ Factory = Callable[[], Any]
 class EpisodeRunner:
     """Runs batches of episodes; holds the tools, the environment factories and the tokenizer."""
 
-    def __init__(self, spec: EpisodeSpec, tokenizer, *, tools: list[Callable] | None = None,
-                 environment_factory: Factory | dict[str, Factory] | None = None,
-                 render_prompt: Callable[..., list[int]] | None = None, route_key: str = "environment"):
+    def __init__(
+        self,
+        spec: EpisodeSpec,
+        tokenizer,
+        *,
+        tools: list[Callable] | None = None,
+        environment_factory: Factory | dict[str, Factory] | None = None,
+        render_prompt: Callable[..., list[int]] | None = None,
+        route_key: str = "environment",
+    ):
         self.spec, self.tokenizer = spec, tokenizer
         self.tools = list(tools or [])
         self.factory = environment_factory  # as given: one factory, a dict of named ones, or None
         self.named = isinstance(environment_factory, dict)
-        self.factories: dict[str | None, Factory] = (dict(environment_factory) if self.named else
-                                                     {None: environment_factory} if environment_factory else {})
+        self.factories: dict[str | None, Factory] = (
+            dict(environment_factory) if self.named else {None: environment_factory} if environment_factory else {}
+        )
         self.route_key = route_key
         self.render_prompt = render_prompt  # (raw prompt, observation, schemas) -> ids, for reset() observations
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
@@ -140,8 +157,10 @@ class EpisodeRunner:
             return None
         name = columns.get(self.route_key)
         if name not in self.factories:  # TRL's words: scripts match on them
-            raise ConfigError(f"Example has `{self.route_key}={name!r}`, which is not among the environments passed to "
-                              f"`environment_factory`. Expected one of: {list(self.factories)}.")
+            raise ConfigError(
+                f"Example has `{self.route_key}={name!r}`, which is not among the environments passed to "
+                f"`environment_factory`. Expected one of: {list(self.factories)}."
+            )
         return name
 
     def row_schemas(self, row: dict[str, Any]) -> list[dict] | None:
@@ -156,9 +175,18 @@ class EpisodeRunner:
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
             if prompts and prompts[0].vision is not None:  # image prompts: the hf engines' prefill takes the
                 # processor's tensors, vLLM the PIL images; the training passes read the tensors off the rollout
-                ro = sample([p.ids for p in prompts], G, params, vision=[p.vision for p in prompts],
-                            images=[prompt_images(p) for p in prompts])
-                return ro if ro.vision is not None else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
+                ro = sample(
+                    [p.ids for p in prompts],
+                    G,
+                    params,
+                    vision=[p.vision for p in prompts],
+                    images=[prompt_images(p) for p in prompts],
+                )
+                return (
+                    ro
+                    if ro.vision is not None
+                    else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
+                )
             return sample([p.ids for p in prompts], G, params)
         names = [self.route(p.columns) for p in prompts]
         envs, starts, reset_failed = self._reset_all(prompts, names, G)
@@ -176,12 +204,23 @@ class EpisodeRunner:
                 ro = sample(prompt_ids, G, turn_params)
             else:
                 ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
-            calls = {i: self._turn(rows[i], prompt_ids[i // G], turn, ro.completion_ids[j], ro.sampling_logprobs[j],
-                                   ro.finish_reasons[j]) for j, i in enumerate(active)}
+            calls = {
+                i: self._turn(
+                    rows[i],
+                    prompt_ids[i // G],
+                    turn,
+                    ro.completion_ids[j],
+                    ro.sampling_logprobs[j],
+                    ro.finish_reasons[j],
+                )
+                for j, i in enumerate(active)
+            }
             calling = [i for i in active if calls[i]]
             # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
             with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
-                results = dict(zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling)))
+                results = dict(
+                    zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling))
+                )
             done = self._done_all([envs[i] for i in calling])
             for i, d in zip(calling, done):
                 self._reply(rows[i], envs[i], turn, results[i], d)
@@ -191,20 +230,43 @@ class EpisodeRunner:
         for i in active:  # still calling tools after the last allowed turn
             rows[i].finish = "turns"
         timeouts = sum(r.tool_hung for r in rows)
-        check_failures("tool calls ran past env.tool_timeout_s", timeouts, len(rows), s.max_failure_fraction,
-                       "fix the tool that hangs, or raise env.tool_timeout_s for a slow one")
-        episodes = [Episode(r.mask, r.turn_ids, r.state_keys, r.messages, r.tool_calls, r.tool_errors, env,
-                            r.tool_timeouts, reset_failed[k // G]) for k, (r, env) in enumerate(zip(rows, envs))]
-        return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
+        check_failures(
+            "tool calls ran past env.tool_timeout_s",
+            timeouts,
+            len(rows),
+            s.max_failure_fraction,
+            "fix the tool that hangs, or raise env.tool_timeout_s for a slow one",
+        )
+        episodes = [
+            Episode(
+                r.mask,
+                r.turn_ids,
+                r.state_keys,
+                r.messages,
+                r.tool_calls,
+                r.tool_errors,
+                env,
+                r.tool_timeouts,
+                reset_failed[k // G],
+            )
+            for k, (r, env) in enumerate(zip(rows, envs))
+        ]
+        return Rollout(
+            prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes
+        )
 
     # ------------------------------------------------------------------ one turn of one episode
 
-    def _turn(self, row: _Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str) -> list[ToolCall]:
+    def _turn(
+        self, row: _Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str
+    ) -> list[ToolCall]:
         """Append the model's turn; return its tool calls (none: the episode is over)."""
         row.state_keys.append(_state_key(prompt, row.ids))
         cap = self.spec.max_episode_tokens
         cut = bool(cap) and len(row.ids) + len(ids) > cap
-        if cut:  # a later turn runs past the episode's cap: keep what fits, and the episode ends there (as TRL truncates)
+        if (
+            cut
+        ):  # a later turn runs past the episode's cap: keep what fits, and the episode ends there (as TRL truncates)
             keep = max(0, cap - len(row.ids))
             ids, logps, reason = ids[:keep], logps[:keep], "length"
         row.ids += ids
@@ -212,7 +274,9 @@ class EpisodeRunner:
         row.mask += [1] * len(ids)
         row.turn_ids += [turn] * len(ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        calls = parse_tool_calls(text, self.tool_names, self.spec.max_tool_nesting) if self.tool_names and not cut else []
+        calls = (
+            parse_tool_calls(text, self.tool_names, self.spec.max_tool_nesting) if self.tool_names and not cut else []
+        )
         row.messages.append(assistant_message(text, calls))
         if not calls:
             row.finish = reason  # an answer: "eos", "stop" or "length"
@@ -224,8 +288,9 @@ class EpisodeRunner:
         if not any(e is not None for e in envs):
             return [False] * len(envs)
         kinds = sorted({type(e).__qualname__ for e in envs if e is not None})
-        outs = call_many("environment-done-" + "+".join(kinds), [functools.partial(_done, e) for e in envs],
-                         self.spec.tool_timeout_s)
+        outs = call_many(
+            "environment-done-" + "+".join(kinds), [functools.partial(_done, e) for e in envs], self.spec.tool_timeout_s
+        )
         return [e is not None and (not o.ok or bool(o.value)) for e, o in zip(envs, outs)]
 
     def _reply(self, row: _Row, env, turn: int, results: list[ToolResult], done: bool = False) -> None:
@@ -263,8 +328,14 @@ class EpisodeRunner:
             tools = {tool_name(t): t for t in self.tools}
             if env is not None:
                 tools.update({tool_name(t): t for t in environment_tools(env)})
-            result = call_tool(tools, call.name, call.arguments, timeout_s=min(s.tool_timeout_s, left),
-                               max_chars=s.max_tool_output_chars, max_depth=s.max_tool_nesting)
+            result = call_tool(
+                tools,
+                call.name,
+                call.arguments,
+                timeout_s=min(s.tool_timeout_s, left),
+                max_chars=s.max_tool_output_chars,
+                max_depth=s.max_tool_nesting,
+            )
             row.tool_timeouts += int(result.timed_out)
             row.tool_hung |= result.timed_out and left >= s.tool_timeout_s
         row.tool_seconds += result.seconds
@@ -273,7 +344,9 @@ class EpisodeRunner:
 
     def _reply_ids(self, results: list[ToolResult], env) -> list[int]:
         if self.spec.tool_format == "tags":
-            return list(self.tokenizer(tag_result_text([r.content for r in results]), add_special_tokens=False)["input_ids"])
+            return list(
+                self.tokenizer(tag_result_text([r.content for r in results]), add_special_tokens=False)["input_ids"]
+            )
         messages = [{"role": "tool", "name": r.name, "content": r.content} for r in results]
         return template_suffix_ids(self.tokenizer, messages, self._env_schemas(env))
 
@@ -283,7 +356,9 @@ class EpisodeRunner:
             return self.schemas or None
         return self._schemas(self.tools + environment_tools(env)) or None
 
-    def _reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> tuple[list, list[Start], list[bool]]:
+    def _reset_all(
+        self, prompts: list[Prompt], names: list[str | None], G: int
+    ) -> tuple[list, list[Start], list[bool]]:
         """Build and reset the G environments of every prompt, all at once, each within
         ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
         observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
@@ -293,21 +368,37 @@ class EpisodeRunner:
         if not self.factories:
             return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts)
         rows = [self._reset_row(p) for p in prompts]
-        calls = [functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
-                 for k in range(len(prompts)) for _ in range(G)]
+        calls = [
+            functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
+            for k in range(len(prompts))
+            for _ in range(G)
+        ]
         kinds = sorted({getattr(self.factories[n], "__qualname__", "environment") for n in names})
         outs = call_many("environment-reset-" + "+".join(kinds), calls, self.spec.reset_timeout_s)
         envs = [o.value[0] if o.ok else None for o in outs]
-        failed = [not all(o.ok for o in outs[k * G:(k + 1) * G]) for k in range(len(prompts))]
-        starts = [_bare(p, G) if failed[k] else self._observed(p, rows[k], [o.value[1] for o in outs[k * G:(k + 1) * G]],
-                                                                    names[k], failed, k)
-                      for k, p in enumerate(prompts)]
+        failed = [not all(o.ok for o in outs[k * G : (k + 1) * G]) for k in range(len(prompts))]
+        starts = [
+            _bare(p, G)
+            if failed[k]
+            else self._observed(p, rows[k], [o.value[1] for o in outs[k * G : (k + 1) * G]], names[k], failed, k)
+            for k, p in enumerate(prompts)
+        ]
         errors = [o.error for o in outs if not o.ok]
         if errors:
-            log.warning("grpokit: warning: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
-                        "the bare prompt", len(errors), len(outs), errors[0])
-        check_failures("environment reset() failed", sum(failed) * G, len(outs), self.spec.max_failure_fraction,
-                       f"first error: {errors[0]}" if errors else "")
+            log.warning(
+                "grpokit: warning: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
+                "the bare prompt",
+                len(errors),
+                len(outs),
+                errors[0],
+            )
+        check_failures(
+            "environment reset() failed",
+            sum(failed) * G,
+            len(outs),
+            self.spec.max_failure_fraction,
+            f"first error: {errors[0]}" if errors else "",
+        )
         return envs, starts, failed
 
     def _reset_row(self, prompt: Prompt) -> dict[str, Any]:
@@ -316,8 +407,9 @@ class EpisodeRunner:
             row.pop(self.route_key, None)
         return row
 
-    def _observed(self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool],
-                  k: int) -> Start:
+    def _observed(
+        self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool], k: int
+    ) -> Start:
         """The start of one prompt's G episodes after their resets: the shared context and each episode's own
         rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
         reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
@@ -333,12 +425,14 @@ class EpisodeRunner:
             return bare
         if len(set(texts)) > 1 and not self._warned_random_reset:
             self._warned_random_reset = True
-            warnings.warn("the environment's reset() returned different observations for the episodes of one prompt; each "
-                          "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
-                          stacklevel=2)
+            warnings.warn(
+                "the environment's reset() returned different observations for the episodes of one prompt; each "
+                "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
+                stacklevel=2,
+            )
         contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
         shared = _common_prefix([contexts[t] for t in texts])
-        return shared, [contexts[t][len(shared):] for t in texts]
+        return shared, [contexts[t][len(shared) :] for t in texts]
 
     def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
         """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""

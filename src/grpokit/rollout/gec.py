@@ -25,10 +25,8 @@ from typing import Callable
 
 import torch
 
-from grpokit.types import ScoredBatch
 from grpokit.config.sections import ConfigError
-from grpokit.types import repeat_columns
-from grpokit.types import Rollout
+from grpokit.types import Rollout, ScoredBatch, repeat_columns
 
 MODES: tuple[str, ...] = ("off", "gold", "reflection")
 
@@ -41,8 +39,10 @@ def resolve_renderer(path: str) -> Callable[..., str]:
     except ImportError as e:
         raise ConfigError(f"algo.error_correction_fn={path!r} cannot be imported ({e}); give module:function") from None
     if not callable(fn):
-        raise ConfigError(f"algo.error_correction_fn={path!r} is not a function; give module:function "
-                          f"(e.g. grpokit.data.tasks.arithmetic:format_completion)")
+        raise ConfigError(
+            f"algo.error_correction_fn={path!r} is not a function; give module:function "
+            f"(e.g. grpokit.data.tasks.arithmetic:format_completion)"
+        )
     return fn
 
 
@@ -59,18 +59,34 @@ def all_wrong_groups(total_N: torch.Tensor, group_size: int, max_reward: float) 
     return [p for p, row in enumerate(total_N.view(-1, group_size)) if bool((row <= max_reward).all())]
 
 
-def correct(sb: ScoredBatch, tokenizer, runner, *, mode: str, render: Callable[..., str], reflection: str,
-            max_reward: float, eos_id: int | None) -> ScoredBatch:
+def correct(
+    sb: ScoredBatch,
+    tokenizer,
+    runner,
+    *,
+    mode: str,
+    render: Callable[..., str],
+    reflection: str,
+    max_reward: float,
+    eos_id: int | None,
+) -> ScoredBatch:
     """Replace the last completion of every all-wrong group by a corrected, re-scored one."""
     ro, G = sb.rollout, sb.group_size
     if ro.episodes is not None:
-        raise ConfigError("algo.error_correction works on single-turn completions; turn it off for tool or environment episodes")
+        raise ConfigError(
+            "algo.error_correction works on single-turn completions; turn it off for tool or environment episodes"
+        )
     groups = all_wrong_groups(sb.total_N, G, max_reward)
     metrics = {"gec/corrected_groups": float(len(groups)), "gec/injected_reward_mean": 0.0}
     if not groups:
         sb.metrics.update(metrics)
         return sb
-    ids, logps, reasons, texts = list(ro.completion_ids), list(ro.sampling_logprobs), list(ro.finish_reasons), list(sb.texts)
+    ids, logps, reasons, texts = (
+        list(ro.completion_ids),
+        list(ro.sampling_logprobs),
+        list(ro.finish_reasons),
+        list(sb.texts),
+    )
     rows, new_texts = [], []
     for p in groups:
         i = p * G + G - 1  # the group's last completion makes way for the correction

@@ -27,6 +27,7 @@ import torch
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout
+
 from . import hf_generate, static
 
 
@@ -89,7 +90,8 @@ def generate(
     generator: torch.Generator | None = None,
     decode=None,
     engine: str = "auto",
-    cuda_graphs: bool = True, vision: list[dict] | None = None,  # image prompts: P dicts of image inputs (see _prefill)
+    cuda_graphs: bool = True,
+    vision: list[dict] | None = None,  # image prompts: P dicts of image inputs (see _prefill)
     generation_kwargs: dict | None = None,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt.
@@ -116,15 +118,26 @@ def generate(
     """
     use_static = _uses_static(model, engine, vision, generation_kwargs)
     if use_static is None:  # engine "generate"
-        return hf_generate.generate(model, prompt_ids, group_size, params, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
-                                    generator=generator, decode=decode, generation_kwargs=generation_kwargs)
+        return hf_generate.generate(
+            model,
+            prompt_ids,
+            group_size,
+            params,
+            eos_token_ids=eos_token_ids,
+            pad_token_id=pad_token_id,
+            generator=generator,
+            decode=decode,
+            generation_kwargs=generation_kwargs,
+        )
     d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
     reasons = ["length"] * N
     eos = torch.tensor(sorted(eos_token_ids), device=d.device)
-    seen = _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
+    seen = (
+        _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
+    )
     for step in range(params.max_new_tokens):
         row_ids = d.active if d.live is None else d.active[d.live]  # original row of each live row
         live_logits = d.logits if d.live is None else d.logits[d.live]
@@ -137,8 +150,14 @@ def generate(
         if step == params.max_new_tokens - 1 or not bool((~finished).any()):
             break
         _advance(model, d, tok, ~finished, pad_token_id)
-    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens, sampling_logprobs=logps, finish_reasons=reasons,
-                   group_size=group_size, vision=None if vision is None else [v for v in vision for _ in range(group_size)])
+    return Rollout(
+        prompt_ids=[list(p) for p in prompt_ids],
+        completion_ids=tokens,
+        sampling_logprobs=logps,
+        finish_reasons=reasons,
+        group_size=group_size,
+        vision=None if vision is None else [v for v in vision for _ in range(group_size)],
+    )
 
 
 def _uses_static(model, engine: str, vision, generation_kwargs) -> bool | None:
@@ -174,8 +193,16 @@ class _Decoding:
     hidden: list[int] = field(default_factory=list)  # image placeholder ids never sampled (image prompts)
 
 
-def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams, pad_token_id: int, use_static: bool,
-             cuda_graphs: bool, vision: list[dict] | None = None) -> _Decoding:
+def _prefill(
+    model,
+    prompt_ids: list[list[int]],
+    G: int,
+    params: SamplingParams,
+    pad_token_id: int,
+    use_static: bool,
+    cuda_graphs: bool,
+    vision: list[dict] | None = None,
+) -> _Decoding:
     """Left-pad the P prompts, prefill once per prompt, then share the prompt's cache with its G samples.
     Image prompts (``vision``) enter here only: their images are in the cache the G samples share."""
     device = next(model.parameters()).device
@@ -183,8 +210,8 @@ def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams,
     ids = torch.full((P, width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((P, width), dtype=torch.long)
     for i, p in enumerate(prompt_ids):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
     extra = {}
@@ -209,8 +236,18 @@ def _prefill(model, prompt_ids: list[list[int]], G: int, params: SamplingParams,
     hidden = placeholder_ids(model) if vision is not None else []
     logits = hide_placeholders(out.logits[:, -1], hidden).repeat_interleave(G, dim=0)  # (N, V)
     next_pos = pos[:, -1:].repeat_interleave(G, dim=0) + 1  # (N, 1)
-    return _Decoding(cache, logits, mask.repeat_interleave(G, dim=0), next_pos, torch.arange(P * G, device=device), None,
-                     use_static, device, use_static or rows, hidden)
+    return _Decoding(
+        cache,
+        logits,
+        mask.repeat_interleave(G, dim=0),
+        next_pos,
+        torch.arange(P * G, device=device),
+        None,
+        use_static,
+        device,
+        use_static or rows,
+        hidden,
+    )
 
 
 def _row_ops(cache) -> bool:
@@ -224,7 +261,7 @@ def _seen_tokens(prompt_ids: list[list[int]], G: int, vocab: int, device) -> tor
     """(N, V) tokens of each row's prompt, for the repetition penalty (completion tokens are added as sampled)."""
     seen = torch.zeros((len(prompt_ids) * G, vocab), dtype=torch.bool, device=device)
     for i, p in enumerate(prompt_ids):
-        seen[i * G:(i + 1) * G, torch.tensor(p, dtype=torch.long, device=device)] = True
+        seen[i * G : (i + 1) * G, torch.tensor(p, dtype=torch.long, device=device)] = True
     return seen
 
 
@@ -273,8 +310,13 @@ def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_tok
         d.logits = hide_placeholders(d.cache.step(tok, d.next_pos), d.hidden)
     else:
         d.mask = torch.cat([d.mask, torch.ones_like(d.mask[:, :1])], dim=1)
-        out = model(input_ids=tok[:, None], attention_mask=d.mask, position_ids=d.next_pos, past_key_values=d.cache,
-                    use_cache=True)
+        out = model(
+            input_ids=tok[:, None],
+            attention_mask=d.mask,
+            position_ids=d.next_pos,
+            past_key_values=d.cache,
+            use_cache=True,
+        )
         d.cache, d.logits = out.past_key_values, hide_placeholders(out.logits[:, -1], d.hidden)
     d.next_pos = d.next_pos + 1
 

@@ -30,20 +30,42 @@ def generation_config(params, generation_kwargs: dict, eos_token_ids: set[int], 
     0 / 1.0 mean "off" in grpokit and are left unset here (transformers would otherwise build a warper)."""
     from transformers import GenerationConfig
 
-    kw: dict = {"max_new_tokens": params.max_new_tokens, "eos_token_id": sorted(eos_token_ids),
-                "pad_token_id": pad_token_id, "do_sample": params.temperature > 0, "num_return_sequences": 1,
-                "repetition_penalty": params.repetition_penalty, "top_k": None, "top_p": None, "min_p": None,
-                "temperature": None}
+    kw: dict = {
+        "max_new_tokens": params.max_new_tokens,
+        "eos_token_id": sorted(eos_token_ids),
+        "pad_token_id": pad_token_id,
+        "do_sample": params.temperature > 0,
+        "num_return_sequences": 1,
+        "repetition_penalty": params.repetition_penalty,
+        "top_k": None,
+        "top_p": None,
+        "min_p": None,
+        "temperature": None,
+    }
     if params.temperature > 0:
-        kw.update(temperature=params.temperature, top_k=params.top_k or None,
-                  top_p=params.top_p if params.top_p < 1.0 else None, min_p=params.min_p or None)
+        kw.update(
+            temperature=params.temperature,
+            top_k=params.top_k or None,
+            top_p=params.top_p if params.top_p < 1.0 else None,
+            min_p=params.min_p or None,
+        )
     kw.update(generation_kwargs)
     return GenerationConfig(**kw, disable_compile=True)
 
 
 @torch.no_grad()
-def generate(model, prompt_ids: list[list[int]], group_size: int, params, *, eos_token_ids: set[int], pad_token_id: int,
-             generator: torch.Generator | None = None, decode=None, generation_kwargs: dict | None = None) -> Rollout:
+def generate(
+    model,
+    prompt_ids: list[list[int]],
+    group_size: int,
+    params,
+    *,
+    eos_token_ids: set[int],
+    pad_token_id: int,
+    generator: torch.Generator | None = None,
+    decode=None,
+    generation_kwargs: dict | None = None,
+) -> Rollout:
     """``group_size`` completions per prompt from ``model.generate``: rows p*G .. p*G+G-1 are prompt
     p's. A completion ends after its first EOS token (kept; reason "eos"), after the token that
     completes a stop string (reason "stop"; needs ``decode``), or at ``params.max_new_tokens``
@@ -53,8 +75,8 @@ def generate(model, prompt_ids: list[list[int]], group_size: int, params, *, eos
     ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompt_ids):  # left padding, as hf.py: every completion starts at column `width`
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     ids, mask = ids.repeat_interleave(G, dim=0).to(device), mask.repeat_interleave(G, dim=0).to(device)
     config = generation_config(params, generation_kwargs or {}, eos_token_ids, pad_token_id)
     seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if generator is not None else None
@@ -64,11 +86,18 @@ def generate(model, prompt_ids: list[list[int]], group_size: int, params, *, eos
             torch.manual_seed(seed)
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     tokens, reasons = completions(out[:, width:].tolist(), eos_token_ids, params.stop, decode)
-    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens,
-                   sampling_logprobs=[[0.0] * len(t) for t in tokens], finish_reasons=reasons, group_size=G)
+    return Rollout(
+        prompt_ids=[list(p) for p in prompt_ids],
+        completion_ids=tokens,
+        sampling_logprobs=[[0.0] * len(t) for t in tokens],
+        finish_reasons=reasons,
+        group_size=G,
+    )
 
 
-def completions(rows: list[list[int]], eos_token_ids: set[int], stop: tuple[str, ...], decode) -> tuple[list[list[int]], list[str]]:
+def completions(
+    rows: list[list[int]], eos_token_ids: set[int], stop: tuple[str, ...], decode
+) -> tuple[list[list[int]], list[str]]:
     """Cut each generated row (padded on the right after its end) at its first EOS (kept) or at the
     token completing a stop string; returns the completions and their finish reasons."""
     tokens, reasons = [], []
@@ -77,7 +106,7 @@ def completions(rows: list[list[int]], eos_token_ids: set[int], stop: tuple[str,
         reason = "eos" if end is not None else "length"
         row = row[:end] if end is not None else row
         if stop and decode is not None:
-            hit = next((t + 1 for t in range(len(row)) if any(s in decode(row[:t + 1]) for s in stop)), None)
+            hit = next((t + 1 for t in range(len(row)) if any(s in decode(row[: t + 1]) for s in stop)), None)
             if hit is not None and (reason != "eos" or hit < len(row)):
                 row, reason = row[:hit], "stop"
         tokens.append(row)

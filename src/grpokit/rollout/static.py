@@ -83,7 +83,9 @@ def supports(model: torch.nn.Module) -> bool:
     m = text_model(model)
     if not (hasattr(m, "layers") and hasattr(m, "rotary_emb") and hasattr(model, "lm_head")):
         return False
-    return all(all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in m.layers)
+    return all(
+        all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in m.layers
+    )
 
 
 def _projection(modules):
@@ -118,10 +120,15 @@ class StaticDecoder:
         self.groups = attn.num_key_value_groups
         self.heads = text_config(model).num_attention_heads
         self.kv_heads = text_config(model).num_key_value_heads
-        self.linears = [(_projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
-                         _projection([layer.self_attn.o_proj]),
-                         _projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
-                         _projection([layer.mlp.down_proj])) for layer in self.backbone.layers]
+        self.linears = [
+            (
+                _projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                _projection([layer.self_attn.o_proj]),
+                _projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                _projection([layer.mlp.down_proj]),
+            )
+            for layer in self.backbone.layers
+        ]
         self.head = _projection([model.lm_head])
         self._rotary = None  # (cos, sin) (positions, d), built on first use where the frequencies are static
         self.graphs = graphs and graphable(model, keys[0].device)
@@ -129,8 +136,9 @@ class StaticDecoder:
         self._pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)
 
     @classmethod
-    def from_prefill(cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int,
-                     graphs: bool = False):
+    def from_prefill(
+        cls, model, cache, prompt_mask_PW: torch.Tensor, group_size: int, max_new_tokens: int, graphs: bool = False
+    ):
         """Copy the prefill cache (P rows, width W) into tensors of width ``W + max_new_tokens``,
         each prompt's row repeated ``group_size`` times. ``graphs``: replay the step as CUDA graphs
         where ``graphable`` allows it."""
@@ -158,6 +166,7 @@ class StaticDecoder:
     def select(self, idx: torch.Tensor) -> None:
         """Keep rows ``idx`` only (compute on finished rows stops here). Only the filled columns
         ``< t`` are copied: the rest are written before they are read (zeros when graphed)."""
+
         def pick(cache: torch.Tensor) -> torch.Tensor:
             alloc = cache.new_zeros if self.graphs else cache.new_empty  # see from_prefill
             out = alloc((idx.numel(),) + tuple(cache.shape[1:]))
@@ -213,12 +222,13 @@ class StaticDecoder:
             qk = qkv[:, : (H + kvh) * d].view(n, H + kvh, d)
             qk = qk * cos + self._rotate_half(qk) * sin  # rotary embedding of q and k in one pass
             _write(self.keys[i], col, qk[:, H:])
-            _write(self.values[i], col, qkv[:, (H + kvh) * d:].view(n, kvh, d))
+            _write(self.values[i], col, qkv[:, (H + kvh) * d :].view(n, kvh, d))
             K, V = self.keys[i][:, :, :width], self.values[i][:, :, :width]  # (n, kvh, width, d)
             if ATTENTION == "sdpa":
                 q = qk[:, :H].unsqueeze(2)  # (n, H, 1, d)
                 mixed = torch.nn.functional.scaled_dot_product_attention(
-                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias.to(q.dtype), scale=self.scaling, enable_gqa=True)
+                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias.to(q.dtype), scale=self.scaling, enable_gqa=True
+                )
             else:
                 qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
                 scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, width)

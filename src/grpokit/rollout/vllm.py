@@ -33,6 +33,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
+
 from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm_images import llm_inputs
@@ -73,17 +74,27 @@ def to_rollout(outputs: list[Any], prompt_ids: list[list[int]], group_size: int)
         for c in samples:
             ids = list(c.token_ids)
             comps.append(ids)
-            logps.append([float(step[t].logprob) for t, step in zip(ids, c.logprobs or [])] if c.logprobs else [0.0] * len(ids))
+            logps.append(
+                [float(step[t].logprob) for t, step in zip(ids, c.logprobs or [])] if c.logprobs else [0.0] * len(ids)
+            )
             reasons.append(finish_reason(c.finish_reason, getattr(c, "stop_reason", None)))
     return Rollout([list(p) for p in prompt_ids], comps, logps, reasons, group_size)
 
 
 def vllm_sampling_params(sp_cls, p: SamplingParams, group_size: int):
     """vLLM's ``SamplingParams`` (class ``sp_cls``) for G = ``group_size`` samples with the settings ``p``."""
-    return sp_cls(n=group_size, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
-                  min_p=p.min_p, repetition_penalty=p.repetition_penalty,
-                  max_tokens=p.max_new_tokens, stop=list(p.stop) or None, logprobs=0,
-                  include_stop_str_in_output=True)  # as the hf engine: a tag-format tool call keeps its closing tag
+    return sp_cls(
+        n=group_size,
+        temperature=p.temperature,
+        top_p=p.top_p,
+        top_k=p.top_k if p.top_k > 0 else -1,
+        min_p=p.min_p,
+        repetition_penalty=p.repetition_penalty,
+        max_tokens=p.max_new_tokens,
+        stop=list(p.stop) or None,
+        logprobs=0,
+        include_stop_str_in_output=True,
+    )  # as the hf engine: a tag-format tool call keeps its closing tag
 
 
 class VLLMColocated(SeparateEngine):
@@ -93,8 +104,14 @@ class VLLMColocated(SeparateEngine):
         self.llm, self.sp_cls, self.params, self.sleep = llm, sampling_params_cls, params, sleep
         self.asleep = False
 
-    def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
-                 sleep: bool = True, images: list[list] | None = None) -> Rollout:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        params: SamplingParams | None = None,
+        sleep: bool = True,
+        images: list[list] | None = None,
+    ) -> Rollout:
         """Sample; ``params`` overrides the run's (an episode's turn adds a stop string). The episode
         loop calls this once per turn with ``sleep=False``, then ``finish_sampling``; the trainer calls
         ``sleep_for_update`` once the step's last round is sampled. ``images``:
@@ -132,16 +149,27 @@ def make_colocated_engine(r, m, params: SamplingParams, device, seed: int, **eng
     ``vllm.LLM`` as well (a tensor-parallel group's, rollout/vllm_tp.py). A resumed run's caller
     then sends the policy's weights with ``after_update`` (the engine loads the base checkpoint)."""
     if device.type != "cuda":
-        raise ConfigError(f"rollout.backend=vllm needs a CUDA GPU but the device is {device.type}; use rollout.backend=hf")
+        raise ConfigError(
+            f"rollout.backend=vllm needs a CUDA GPU but the device is {device.type}; use rollout.backend=hf"
+        )
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process: apply_model can load weights
     try:
         import vllm
     except ImportError:
-        raise ConfigError("rollout.backend=vllm needs the vllm package (pip install 'grpokit[vllm]'); or use rollout.backend=hf") from None
+        raise ConfigError(
+            "rollout.backend=vllm needs the vllm package (pip install 'grpokit[vllm]'); or use rollout.backend=hf"
+        ) from None
     from grpokit.train.models import model_path
 
-    llm = vllm.LLM(model=model_path(m.name_or_path), gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-                   enable_sleep_mode=r.vllm_sleep, dtype="bfloat16", seed=seed,
-                   logprobs_mode="processed_logprobs", trust_remote_code=m.trust_remote_code,
-                   max_model_len=r.vllm_max_model_len or None, **engine_args)  # None: vLLM takes the model's own length
+    llm = vllm.LLM(
+        model=model_path(m.name_or_path),
+        gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        enable_sleep_mode=r.vllm_sleep,
+        dtype="bfloat16",
+        seed=seed,
+        logprobs_mode="processed_logprobs",
+        trust_remote_code=m.trust_remote_code,
+        max_model_len=r.vllm_max_model_len or None,
+        **engine_args,
+    )  # None: vLLM takes the model's own length
     return VLLMColocated(llm, vllm.SamplingParams, params, sleep=r.vllm_sleep)

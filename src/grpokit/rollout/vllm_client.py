@@ -40,25 +40,38 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
+
 from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
-from .vllm_http import HTTPAnswer, ServerReplyError, http_call, parse_choices, reply_budget
+from .vllm_http import HTTPAnswer, http_call, parse_choices, reply_budget
 from .vllm_images import GENERATE, RENDER, generate_body, parse_generate, place, render_body
 from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL
 
 IMAGE_REQUESTS = 16  # image prompts in flight at once (one request each, as TRL's client sends them)
-MAX_PROMPTS_PER_REQUEST = 1024  # vLLM 0.33 refuses more prompts per request by default (envs.VLLM_MAX_COMPLETION_PROMPTS)
+MAX_PROMPTS_PER_REQUEST = (
+    1024  # vLLM 0.33 refuses more prompts per request by default (envs.VLLM_MAX_COMPLETION_PROMPTS)
+)
 START_HINT = "start it with `grpokit vllm-serve MODEL` (docs/SCALING.md)"
 
 
 class VLLMServer(SeparateEngine):
     """A vLLM server elsewhere, reached over HTTP (protocol in the module docstring)."""
 
-    def __init__(self, url: str, params: SamplingParams, sync_dir: Path, *, startup_timeout: float = 600.0,
-                 request_timeout: float = 3600.0, is_main: bool = True, barrier: Callable[[], None] = lambda: None,
-                 call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call, gather: bool = False,
-                 image_token_id: int | None = None):
+    def __init__(
+        self,
+        url: str,
+        params: SamplingParams,
+        sync_dir: Path,
+        *,
+        startup_timeout: float = 600.0,
+        request_timeout: float = 3600.0,
+        is_main: bool = True,
+        barrier: Callable[[], None] = lambda: None,
+        call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call,
+        gather: bool = False,
+        image_token_id: int | None = None,
+    ):
         self.url, self.params, self.sync_dir = url.rstrip("/"), params, Path(sync_dir)
         self.image_token_id = image_token_id  # image prompts: where their images sit in the prompt ids
         self.gather = gather  # FSDP2: the policy is sharded; every rank joins the full-weights gather
@@ -78,39 +91,61 @@ class VLLMServer(SeparateEngine):
                 break
             last = f"HTTP {a.status}" if a.status else a.text
             if time.monotonic() >= deadline:
-                raise ConfigError(f"rollout.vllm_url: no vLLM server became ready at {self.url} within "
-                                  f"{self.startup_timeout:g} s ({last}); {START_HINT} on the server node, or fix rollout.vllm_url")
+                raise ConfigError(
+                    f"rollout.vllm_url: no vLLM server became ready at {self.url} within "
+                    f"{self.startup_timeout:g} s ({last}); {START_HINT} on the server node, or fix rollout.vllm_url"
+                )
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         models = self.call("GET", f"{self.url}/v1/models", None, 30.0)
         data = models.body.get("data") if isinstance(models.body, dict) else None
         if models.status != 200 or not data:
-            raise ConfigError(f"rollout.vllm_url: {self.url}/v1/models did not list a model (HTTP {models.status}); is this a vLLM server?")
+            raise ConfigError(
+                f"rollout.vllm_url: {self.url}/v1/models did not list a model (HTTP {models.status}); is this a vLLM server?"
+            )
         infos = self.rpc(INFO_METHOD, [], 60.0)
         for info in infos:
             if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
-                raise ConfigError(f"the vLLM server at {self.url} runs grpokit weight-sync protocol {info.get('protocol') if isinstance(info, dict) else info!r}, "
-                                  f"this trainer speaks {PROTOCOL}; install the same grpokit version on both machines")
+                raise ConfigError(
+                    f"the vLLM server at {self.url} runs grpokit weight-sync protocol {info.get('protocol') if isinstance(info, dict) else info!r}, "
+                    f"this trainer speaks {PROTOCOL}; install the same grpokit version on both machines"
+                )
             if info.get("logprobs_mode") != "processed_logprobs":
-                raise ConfigError(f"the vLLM server at {self.url} returns {info.get('logprobs_mode')!r} logprobs, but TIS needs the "
-                                  "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit vllm-serve sets it)")
+                raise ConfigError(
+                    f"the vLLM server at {self.url} returns {info.get('logprobs_mode')!r} logprobs, but TIS needs the "
+                    "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit vllm-serve sets it)"
+                )
         dtype = getattr(torch, str(infos[0].get("dtype", "")), None)
         if not isinstance(data, list) or not isinstance(data[0], dict) or not isinstance(data[0].get("id"), str):
-            raise ConfigError(f"rollout.vllm_url: {self.url}/v1/models answered without a model id ({models.text[:100]!r}); is this a vLLM server?")
+            raise ConfigError(
+                f"rollout.vllm_url: {self.url}/v1/models answered without a model id ({models.text[:100]!r}); is this a vLLM server?"
+            )
         return data[0]["id"], dtype if isinstance(dtype, torch.dtype) else None
 
     def rpc(self, method: str, args: list[str], timeout: float) -> list[Any]:
         """``POST /collective_rpc``: run ``method(*args)`` on every vLLM worker; one result per worker."""
-        a = self.call("POST", f"{self.url}/collective_rpc", {"method": method, "args": args, "timeout": timeout}, timeout + 60.0)
+        a = self.call(
+            "POST", f"{self.url}/collective_rpc", {"method": method, "args": args, "timeout": timeout}, timeout + 60.0
+        )
         if a.status == 404:
-            raise ConfigError(f"the vLLM server at {self.url} has no /collective_rpc endpoint (it runs without VLLM_SERVER_DEV_MODE=1); {START_HINT}")
+            raise ConfigError(
+                f"the vLLM server at {self.url} has no /collective_rpc endpoint (it runs without VLLM_SERVER_DEV_MODE=1); {START_HINT}"
+            )
         if a.status == 0:
             raise RuntimeError(f"the vLLM server at {self.url} stopped answering during {method} ({a.text})")
         if a.status != 200 and method == INFO_METHOD:
-            raise ConfigError(f"the vLLM server at {self.url} lacks grpokit's worker extension {EXTENSION} "
-                              f"(HTTP {a.status}: {a.message or 'no message'}); {START_HINT}")
+            raise ConfigError(
+                f"the vLLM server at {self.url} lacks grpokit's worker extension {EXTENSION} "
+                f"(HTTP {a.status}: {a.message or 'no message'}); {START_HINT}"
+            )
         if a.status != 200:
-            hint = "; the server must read rollout.vllm_sync_dir at the same path as the trainer" if method == LOAD_METHOD else ""
-            raise RuntimeError(f"the vLLM server at {self.url} failed {method} (HTTP {a.status}: {a.message or 'see its log'}){hint}")
+            hint = (
+                "; the server must read rollout.vllm_sync_dir at the same path as the trainer"
+                if method == LOAD_METHOD
+                else ""
+            )
+            raise RuntimeError(
+                f"the vLLM server at {self.url} failed {method} (HTTP {a.status}: {a.message or 'see its log'}){hint}"
+            )
         results = a.body.get("results") if isinstance(a.body, dict) else None
         if not isinstance(results, list) or not results:
             raise RuntimeError(f"the vLLM server at {self.url} answered {method} without results: {a.text[:200]!r}")
@@ -118,8 +153,14 @@ class VLLMServer(SeparateEngine):
 
     # ------------------------------------------------------------------ sampling
 
-    def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
-                 sleep: bool = True, images: list[list] | None = None) -> Rollout:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        params: SamplingParams | None = None,
+        sleep: bool = True,
+        images: list[list] | None = None,
+    ) -> Rollout:
         """G completions per prompt. ``params``: an episode's turn may add stop strings; ``sleep`` is
         the colocated engine's (a server has nothing to release); ``images``: each prompt's PIL
         images (image prompts go one request each, rollout/vllm_images.py)."""
@@ -127,22 +168,38 @@ class VLLMServer(SeparateEngine):
             return self._generate_images(prompt_ids, images, group_size, params or self.params)
         comps, logps, reasons = [], [], []
         for start in range(0, len(prompt_ids), MAX_PROMPTS_PER_REQUEST):
-            chunk = prompt_ids[start:start + MAX_PROMPTS_PER_REQUEST]
+            chunk = prompt_ids[start : start + MAX_PROMPTS_PER_REQUEST]
             for ids, lps, reason in self._complete(chunk, group_size, params or self.params):
                 comps.append(ids)
                 logps.append(lps)
                 reasons.append(reason)
         return Rollout([list(x) for x in prompt_ids], comps, logps, reasons, group_size)
 
-    def _complete(self, prompt_ids: list[list[int]], group_size: int, p: SamplingParams) -> list[tuple[list[int], list[float], str]]:
-        body = {"model": self.model_name, "prompt": [list(x) for x in prompt_ids], "n": group_size,
-                "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
-                "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": p.repetition_penalty, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "return_tokens_as_token_ids": True,
-                "include_stop_str_in_output": True}  # as the hf engine: a tag-format tool call keeps its closing tag
+    def _complete(
+        self, prompt_ids: list[list[int]], group_size: int, p: SamplingParams
+    ) -> list[tuple[list[int], list[float], str]]:
+        body = {
+            "model": self.model_name,
+            "prompt": [list(x) for x in prompt_ids],
+            "n": group_size,
+            "max_tokens": p.max_new_tokens,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "top_k": p.top_k,
+            "min_p": p.min_p,
+            "repetition_penalty": p.repetition_penalty,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "stop": list(p.stop),
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "include_stop_str_in_output": True,
+        }  # as the hf engine: a tag-format tool call keeps its closing tag
         n = len(prompt_ids) * group_size
         if self.call is http_call:  # a reply is bounded by what was asked for (a 1 GiB answer is refused)
-            a = http_call("POST", f"{self.url}/v1/completions", body, self.request_timeout, reply_budget(n, p.max_new_tokens))
+            a = http_call(
+                "POST", f"{self.url}/v1/completions", body, self.request_timeout, reply_budget(n, p.max_new_tokens)
+            )
         else:
             a = self.call("POST", f"{self.url}/v1/completions", body, self.request_timeout)
         if a.status != 200:
@@ -152,30 +209,49 @@ class VLLMServer(SeparateEngine):
 
     def _generate_images(self, prompt_ids: list[list[int]], images: list[list], G: int, p: SamplingParams) -> Rollout:
         with ThreadPoolExecutor(max_workers=max(1, min(IMAGE_REQUESTS, len(prompt_ids)))) as pool:
-            per_prompt = list(pool.map(lambda k: self._complete_images(prompt_ids[k], images[k], G, p), range(len(prompt_ids))))
+            per_prompt = list(
+                pool.map(lambda k: self._complete_images(prompt_ids[k], images[k], G, p), range(len(prompt_ids)))
+            )
         rows = [row for rows in per_prompt for row in rows]
-        return Rollout([list(x) for x in prompt_ids], [r[0] for r in rows], [r[1] for r in rows],
-                       [finish_reason(r[2], None) for r in rows], G)
+        return Rollout(
+            [list(x) for x in prompt_ids],
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            [finish_reason(r[2], None) for r in rows],
+            G,
+        )
 
-    def _complete_images(self, ids: list[int], images: list, G: int, p: SamplingParams) -> list[tuple[list[int], list[float], Any]]:
+    def _complete_images(
+        self, ids: list[int], images: list, G: int, p: SamplingParams
+    ) -> list[tuple[list[int], list[float], Any]]:
         """One image prompt's G samples: its images rendered by the server, then generated from our ids."""
         if self.image_token_id is None:
-            raise ConfigError("rollout.backend=vllm_server got image prompts but the model's config has no image_token_id; "
-                              "use a vision-language model whose config names it, or rollout.backend=hf")
+            raise ConfigError(
+                "rollout.backend=vllm_server got image prompts but the model's config has no image_token_id; "
+                "use a vision-language model whose config names it, or rollout.backend=hf"
+            )
         a = self.call("POST", f"{self.url}{RENDER}", render_body(self.model_name, images), self.request_timeout)
         if a.status == 404:
-            raise ConfigError(f"the vLLM server at {self.url} has no {RENDER} endpoint, which image prompts need; "
-                              f"run vLLM >= 0.30 with --enable-scale-out ({START_HINT})")
+            raise ConfigError(
+                f"the vLLM server at {self.url} has no {RENDER} endpoint, which image prompts need; "
+                f"run vLLM >= 0.30 with --enable-scale-out ({START_HINT})"
+            )
         if a.status != 200:
-            raise RuntimeError(f"the vLLM server at {self.url} failed to process a prompt's images ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})")
+            raise RuntimeError(
+                f"the vLLM server at {self.url} failed to process a prompt's images ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
+            )
         features = place(a.body.get("features") if isinstance(a.body, dict) else None, ids, self.image_token_id)
         body = generate_body(self.model_name, ids, features, G, p)
         if self.call is http_call:  # a reply is bounded by what was asked for
-            a = http_call("POST", f"{self.url}{GENERATE}", body, self.request_timeout, reply_budget(G, p.max_new_tokens))
+            a = http_call(
+                "POST", f"{self.url}{GENERATE}", body, self.request_timeout, reply_budget(G, p.max_new_tokens)
+            )
         else:
             a = self.call("POST", f"{self.url}{GENERATE}", body, self.request_timeout)
         if a.status != 200:
-            raise RuntimeError(f"the vLLM server at {self.url} failed to sample ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})")
+            raise RuntimeError(
+                f"the vLLM server at {self.url} failed to sample ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
+            )
         return parse_generate(a.body, G)
 
     # ------------------------------------------------------------------ weight sync
@@ -224,11 +300,16 @@ class VLLMServer(SeparateEngine):
         for _ in range(10):
             a = self.call("POST", f"{self.url}/reset_prefix_cache", None, 60.0)
             if a.status != 200:
-                raise RuntimeError(f"the vLLM server at {self.url} failed /reset_prefix_cache (HTTP {a.status}: {a.message})")
+                raise RuntimeError(
+                    f"the vLLM server at {self.url} failed /reset_prefix_cache (HTTP {a.status}: {a.message})"
+                )
             if not isinstance(a.body, dict) or a.body.get("success", True):
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"the vLLM server at {self.url} kept refusing to reset its prefix cache (blocks still in use)")
+        raise RuntimeError(
+            f"the vLLM server at {self.url} kept refusing to reset its prefix cache (blocks still in use)"
+        )
+
 
 def full_weights(model) -> dict[str, torch.Tensor]:
     """An FSDP2-sharded policy's full weights on rank 0's CPU under Hugging Face names (empty on the
@@ -242,16 +323,27 @@ def full_weights(model) -> dict[str, torch.Tensor]:
     return full
 
 
-def make_server_engine(r, params: SamplingParams, run_dir: Path, dist, lora: bool = False,
-                       image_token_id: int | None = None) -> VLLMServer:
+def make_server_engine(
+    r, params: SamplingParams, run_dir: Path, dist, lora: bool = False, image_token_id: int | None = None
+) -> VLLMServer:
     """The ``rollout.backend=vllm_server`` engine from the rollout section ``r``, the run's sampling
     settings, its folder (default home of the weight files), the distributed context ``dist``,
     whether the policy has LoRA adapters and the model's image token (image prompts); the caller
     pushes the policy's weights once with ``after_update``."""
     if dist.fsdp and lora:
-        raise ConfigError("rollout.backend=vllm_server with train.fsdp=true does not support model.lora_rank > 0 yet "
-                          "(sharded adapters are not merged for sync); set model.lora_rank=0 or train.fsdp=false")
+        raise ConfigError(
+            "rollout.backend=vllm_server with train.fsdp=true does not support model.lora_rank > 0 yet "
+            "(sharded adapters are not merged for sync); set model.lora_rank=0 or train.fsdp=false"
+        )
     sync_dir = Path(r.vllm_sync_dir) / run_dir.name if r.vllm_sync_dir else run_dir / "vllm-weights"
-    return VLLMServer(r.vllm_url, params, sync_dir, startup_timeout=r.vllm_startup_timeout,
-                      request_timeout=r.vllm_request_timeout, is_main=dist.is_main, barrier=dist.barrier, gather=dist.fsdp,
-                      image_token_id=image_token_id)
+    return VLLMServer(
+        r.vllm_url,
+        params,
+        sync_dir,
+        startup_timeout=r.vllm_startup_timeout,
+        request_timeout=r.vllm_request_timeout,
+        is_main=dist.is_main,
+        barrier=dist.barrier,
+        gather=dist.fsdp,
+        image_token_id=image_token_id,
+    )

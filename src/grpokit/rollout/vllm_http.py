@@ -146,10 +146,14 @@ def _choice(c: Any, k: int) -> tuple[int, list[int], list[float], Any, Any]:
     for t, v in zip(tokens, values):
         head, _, tail = t.partition(":") if isinstance(t, str) else ("", "", "")
         if head != "token_id" or not tail.isascii() or not tail.isdigit() or len(tail) > 12:
-            raise ServerReplyError(f"the vLLM server returned token {str(t)[:40]!r} in choice {c['index']}, "
-                                   "not 'token_id:<id>' (is it run with return_tokens_as_token_ids?)")
+            raise ServerReplyError(
+                f"the vLLM server returned token {str(t)[:40]!r} in choice {c['index']}, "
+                "not 'token_id:<id>' (is it run with return_tokens_as_token_ids?)"
+            )
         if type(v) not in (int, float) or not math.isfinite(v):
-            raise ServerReplyError(f"the vLLM server returned logprob {str(v)[:40]!r} in choice {c['index']}, not a finite number")
+            raise ServerReplyError(
+                f"the vLLM server returned logprob {str(v)[:40]!r} in choice {c['index']}, not a finite number"
+            )
         ids.append(int(tail))
         lps.append(float(v))
     finish, stop = c.get("finish_reason"), c.get("stop_reason")

@@ -43,8 +43,10 @@ def llm_inputs(prompt_ids: list[list[int]], images: list[list] | None) -> list[d
     """``LLM.generate``'s prompts: token ids, and each image prompt's PIL images beside them."""
     if images is None:
         return [{"prompt_token_ids": ids} for ids in prompt_ids]
-    return [{"prompt_token_ids": ids, **({"multi_modal_data": {"image": list(imgs)}} if imgs else {})}
-            for ids, imgs in zip(prompt_ids, images)]
+    return [
+        {"prompt_token_ids": ids, **({"multi_modal_data": {"image": list(imgs)}} if imgs else {})}
+        for ids, imgs in zip(prompt_ids, images)
+    ]
 
 
 def data_url(image) -> str:
@@ -83,19 +85,37 @@ def place(features: Any, ids: list[int], image_token_id: int) -> dict[str, Any]:
     runs = image_runs(ids, image_token_id)
     if not isinstance(rendered, list) or len(rendered) != len(runs):
         n = len(rendered) if isinstance(rendered, list) else 0
-        raise ServerReplyError(f"the vLLM server processed {n} images but the prompt has {len(runs)} runs of image "
-                               f"token {image_token_id}; give one image per image placeholder")
+        raise ServerReplyError(
+            f"the vLLM server processed {n} images but the prompt has {len(runs)} runs of image "
+            f"token {image_token_id}; give one image per image placeholder"
+        )
     return {**features, "mm_placeholders": {**features["mm_placeholders"], "image": runs}}
 
 
 def generate_body(model: str, ids: list[int], features: dict, group_size: int, p: SamplingParams) -> dict[str, Any]:
     """The generate request for one image prompt: every sampling field sent (as for /v1/completions)."""
-    sampling = {"n": group_size, "max_tokens": p.max_new_tokens, "temperature": p.temperature, "top_p": p.top_p,
-                "top_k": p.top_k, "min_p": p.min_p, "repetition_penalty": p.repetition_penalty, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "stop": list(p.stop), "logprobs": 0, "include_stop_str_in_output": True,
-                "output_kind": FINAL_ONLY}
-    return {"request_id": f"grpokit-{uuid.uuid4().hex}", "model": model, "token_ids": list(ids), "features": features,
-            "sampling_params": sampling}
+    sampling = {
+        "n": group_size,
+        "max_tokens": p.max_new_tokens,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "top_k": p.top_k,
+        "min_p": p.min_p,
+        "repetition_penalty": p.repetition_penalty,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "stop": list(p.stop),
+        "logprobs": 0,
+        "include_stop_str_in_output": True,
+        "output_kind": FINAL_ONLY,
+    }
+    return {
+        "request_id": f"grpokit-{uuid.uuid4().hex}",
+        "model": model,
+        "token_ids": list(ids),
+        "features": features,
+        "sampling_params": sampling,
+    }
 
 
 def parse_generate(body: Any, expected: int) -> list[tuple[list[int], list[float], Any]]:
@@ -124,8 +144,12 @@ def _generated(c: dict) -> tuple[list[int], list[float], Any]:
     lps = [e.get("logprob") if isinstance(e, dict) else None for e in content]
     for v in lps:
         if type(v) not in (int, float) or not math.isfinite(v):
-            raise ServerReplyError(f"the vLLM server returned logprob {str(v)[:40]!r} in generate choice {c['index']}, not a finite number")
+            raise ServerReplyError(
+                f"the vLLM server returned logprob {str(v)[:40]!r} in generate choice {c['index']}, not a finite number"
+            )
     finish = c.get("finish_reason")
     if finish is not None and not isinstance(finish, str):
-        raise ServerReplyError(f"the vLLM server returned finish_reason {str(finish)[:40]!r} in generate choice {c['index']}")
+        raise ServerReplyError(
+            f"the vLLM server returned finish_reason {str(finish)[:40]!r} in generate choice {c['index']}"
+        )
     return list(ids), [float(v) for v in lps], finish

@@ -30,6 +30,7 @@ import socket
 import sys
 
 from grpokit.config.sections import ConfigError
+
 from .vllm_worker import EXTENSION
 
 VLLM_RANGE = ">=0.10.2,<0.34"
@@ -51,12 +52,19 @@ weights to a folder this server must read at the same path (rollout.vllm_sync_di
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="grpokit vllm-serve", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                usage="grpokit vllm-serve [--dry-run] MODEL [vllm serve options ...]")
+    p = argparse.ArgumentParser(
+        prog="grpokit vllm-serve",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="grpokit vllm-serve [--dry-run] MODEL [vllm serve options ...]",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command and environment instead of running them")
-    p.add_argument("model", metavar="MODEL", help="Hugging Face id or local folder of the model (the trainer's model.name_or_path); "
-                   "every option after it goes to `vllm serve` unchanged")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="Hugging Face id or local folder of the model (the trainer's model.name_or_path); "
+        "every option after it goes to `vllm serve` unchanged",
+    )
     return p
 
 
@@ -64,7 +72,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(grpokit's part: its options and MODEL, vLLM's part): everything after MODEL is vLLM's."""
     for i, a in enumerate(argv):
         if not a.startswith("-"):
-            return argv[:i + 1], argv[i + 1:]
+            return argv[: i + 1], argv[i + 1 :]
     return argv, []
 
 
@@ -72,14 +80,26 @@ def has_option(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
 
-def build_command(model: str, vllm_args: list[str], python: str | None = None,
-                  scale_out: bool = False) -> tuple[list[str], dict[str, str]]:
+def build_command(
+    model: str, vllm_args: list[str], python: str | None = None, scale_out: bool = False
+) -> tuple[list[str], dict[str, str]]:
     """The ``vllm serve`` command line (run by ``python``, default this interpreter) and the environment
     it needs; ``scale_out``: the vLLM has ``--enable-scale-out`` (see ``scale_out_supported``)."""
     if has_option(vllm_args, "--worker-extension-cls"):
-        raise ConfigError(f"grpokit vllm-serve sets --worker-extension-cls to {EXTENSION} itself; "
-                          "drop the option (or run `vllm serve` yourself with a class that inherits from it)")
-    cmd = [python or sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, *vllm_args, "--worker-extension-cls", EXTENSION]
+        raise ConfigError(
+            f"grpokit vllm-serve sets --worker-extension-cls to {EXTENSION} itself; "
+            "drop the option (or run `vllm serve` yourself with a class that inherits from it)"
+        )
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        *vllm_args,
+        "--worker-extension-cls",
+        EXTENSION,
+    ]
     if not has_option(vllm_args, "--logprobs-mode"):
         cmd += ["--logprobs-mode", "processed_logprobs"]
     if scale_out and not has_option(vllm_args, "--enable-scale-out"):
@@ -131,7 +151,9 @@ def preflight(model: str, vllm_args: list[str]) -> None:
     """The start-up faults vLLM reports with a long traceback, checked first and said in one sentence:
     a local model folder that is not there, a port that is not a number or is already taken."""
     if model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(model)):
-        raise ConfigError(f"grpokit vllm-serve: the model folder {model} does not exist; give a local folder or a Hugging Face id")
+        raise ConfigError(
+            f"grpokit vllm-serve: the model folder {model} does not exist; give a local folder or a Hugging Face id"
+        )
     port_text, host = option_value(vllm_args, "--port", "8000"), option_value(vllm_args, "--host", "") or "0.0.0.0"
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ConfigError(f"grpokit vllm-serve: --port {port_text} is not a port number (1-65535)")
@@ -141,8 +163,10 @@ def preflight(model: str, vllm_args: list[str]) -> None:
         try:
             probe.bind((host, int(port_text)))
         except OSError as e:
-            raise ConfigError(f"grpokit vllm-serve: cannot listen on {host}:{port_text} ({e.strerror or e}); "
-                              "stop what uses the port or pass another --port") from None
+            raise ConfigError(
+                f"grpokit vllm-serve: cannot listen on {host}:{port_text} ({e.strerror or e}); "
+                "stop what uses the port or pass another --port"
+            ) from None
 
 
 def main(argv: list[str]) -> int:

@@ -37,6 +37,7 @@ import torch.distributed as tdist
 
 from grpokit.config.sections import ConfigError
 from grpokit.types import Rollout
+
 from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm import VLLMColocated, make_colocated_engine, to_rollout, vllm_sampling_params
@@ -56,12 +57,16 @@ class Request:
 def tp_groups(world_size: int, tp: int) -> list[list[int]]:
     """The ranks of each engine, consecutive groups of ``tp``: tp_groups(8, 2) = [[0, 1], [2, 3], [4, 5], [6, 7]]."""
     if tp < 1 or world_size % tp:
-        raise ConfigError(f"rollout.vllm_tensor_parallel_size={tp} must divide the {world_size} ranks; "
-                          f"use one of: {', '.join(str(d) for d in range(1, world_size + 1) if world_size % d == 0)}")
+        raise ConfigError(
+            f"rollout.vllm_tensor_parallel_size={tp} must divide the {world_size} ranks; "
+            f"use one of: {', '.join(str(d) for d in range(1, world_size + 1) if world_size % d == 0)}"
+        )
     return [list(range(g * tp, (g + 1) * tp)) for g in range(world_size // tp)]
 
 
-def merged_inputs(requests: list[Request | None]) -> tuple[list[list[int]], list[list] | None, list[tuple[int, SamplingParams]]]:
+def merged_inputs(
+    requests: list[Request | None],
+) -> tuple[list[list[int]], list[list] | None, list[tuple[int, SamplingParams]]]:
     """The group's prompts in member order (None, a member done sampling, adds none), their images
     (None when no prompt has one) and each prompt's (G, settings)."""
     live = [q for q in requests if q is not None]
@@ -75,7 +80,7 @@ def own_outputs(outputs: list, requests: list[Request | None], member: int) -> l
     """Member ``member``'s outputs: those of its own prompts, in order, from the group's outputs
     (one per prompt, in the order of ``merged_inputs``)."""
     start = sum(len(q.prompt_ids) for q in requests[:member] if q is not None)
-    return outputs[start:start + len(requests[member].prompt_ids)]
+    return outputs[start : start + len(requests[member].prompt_ids)]
 
 
 class TensorParallelEngine(SeparateEngine):
@@ -84,11 +89,21 @@ class TensorParallelEngine(SeparateEngine):
     def __init__(self, inner: VLLMColocated, gather: Callable[[Any], list], member: int):
         self.inner, self.gather, self.member = inner, gather, member
 
-    def generate(self, prompt_ids: list[list[int]], group_size: int, params: SamplingParams | None = None,
-                 sleep: bool = True, images: list[list] | None = None) -> Rollout:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        params: SamplingParams | None = None,
+        sleep: bool = True,
+        images: list[list] | None = None,
+    ) -> Rollout:
         """As ``VLLMColocated.generate``, sampled by the whole group at once (the module docstring)."""
-        mine = Request([list(p) for p in prompt_ids], None if images is None else list(images), group_size,
-                       params or self.inner.params)
+        mine = Request(
+            [list(p) for p in prompt_ids],
+            None if images is None else list(images),
+            group_size,
+            params or self.inner.params,
+        )
         requests = self.gather(mine)
         ro = to_rollout(own_outputs(self._sample(requests), requests, self.member), prompt_ids, group_size)
         if sleep:
@@ -124,10 +139,12 @@ class TensorParallelEngine(SeparateEngine):
 
 def group_gather(group, size: int) -> Callable[[Any], list]:
     """``all_gather_object`` within the process group ``group`` of ``size`` ranks, in member order."""
+
     def gather(obj: Any) -> list:
         out: list = [None] * size
         tdist.all_gather_object(out, obj, group=group)
         return out
+
     return gather
 
 
@@ -139,6 +156,7 @@ def make_tensor_parallel_engine(r, m, params: SamplingParams, device, seed: int,
     group, _ = tdist.new_subgroups_by_enumeration(tp_groups(dist.world_size, tp))
     for key, value in (("RANK", dist.rank), ("LOCAL_RANK", dist.local_rank), ("WORLD_SIZE", dist.world_size)):
         os.environ[key] = str(value)  # vLLM's external launcher reads this rank's place from the environment
-    inner = make_colocated_engine(r, m, params, device, seed, tensor_parallel_size=tp,
-                                  distributed_executor_backend="external_launcher")
+    inner = make_colocated_engine(
+        r, m, params, device, seed, tensor_parallel_size=tp, distributed_executor_backend="external_launcher"
+    )
     return TensorParallelEngine(inner, group_gather(group, tp), tdist.get_rank(group))

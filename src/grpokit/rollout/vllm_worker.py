@@ -41,7 +41,9 @@ def safetensors_items(folder: str | Path) -> Iterator[tuple[str, Any]]:
 
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors file in {folder}: the folder must be on a filesystem this server can read")
+        raise FileNotFoundError(
+            f"no *.safetensors file in {folder}: the folder must be on a filesystem this server can read"
+        )
     for f in files:
         with safe_open(str(f), framework="pt", device="cpu") as fh:
             for name in fh.keys():
@@ -53,8 +55,13 @@ class WeightSyncExtension:
 
     def grpokit_info(self) -> dict[str, Any]:
         mc = self.vllm_config.model_config
-        return {"extension": "grpokit", "protocol": PROTOCOL, "logprobs_mode": str(getattr(mc, "logprobs_mode", "")),
-                "dtype": str(mc.dtype).replace("torch.", ""), "rank": int(getattr(self, "rank", 0))}
+        return {
+            "extension": "grpokit",
+            "protocol": PROTOCOL,
+            "logprobs_mode": str(getattr(mc, "logprobs_mode", "")),
+            "dtype": str(mc.dtype).replace("torch.", ""),
+            "rank": int(getattr(self, "rank", 0)),
+        }
 
     def grpokit_load_weights(self, folder: str) -> dict[str, Any]:
         model = self.model_runner.get_model()  # unwraps vLLM's CUDA-graph wrapper (both model runners)

@@ -35,10 +35,11 @@ from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
+
 from . import distributed, episode_setup, kernels, model_options, models, reward_setup, run_data
 from .distributed import DistContext
-from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .logprobs import compile_backbone
+from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
 from .update import make_optimizer, run_updates
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
@@ -71,18 +72,26 @@ class Inputs:
     eval_prompts: list
 
 
-def build_inputs(cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer=None) -> Inputs:
+def build_inputs(
+    cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer=None
+) -> Inputs:
     """Rows (one's own or the task's), the episode loop, and the rows as chat-templated prompts (rows
     with images through the model's processor: ``given_tokenizer`` when it is one, as TRL passes it)."""
     train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
     run_data.check_gold_answers(cfg, train_rows)
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
     schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
-    processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)  # None: text model
+    processor = load_processor(
+        model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code
+    )  # None: text model
     prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
-    if episodes.multi_turn and prompts and prompts[0].vision is not None:  # tag-format tools and environments show no schema
-        raise ConfigError("tools and environments with image prompts are not supported yet; drop env.tools / the "
-                          "environment or the image column")
+    if (
+        episodes.multi_turn and prompts and prompts[0].vision is not None
+    ):  # tag-format tools and environments show no schema
+        raise ConfigError(
+            "tools and environments with image prompts are not supported yet; drop env.tools / the "
+            "environment or the image column"
+        )
     return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
 
 
@@ -101,8 +110,13 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
     specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
     process_fn = reward_setup.process_function(cfg) if cfg.algo.supervision == "process" else None
     rc = cfg.reward
-    runner = RewardRunner(specs, num_workers=rc.num_workers, timeout_s=rc.timeout_s, failure_value=rc.failure_value,
-                          max_failure_fraction=rc.max_failure_fraction)
+    runner = RewardRunner(
+        specs,
+        num_workers=rc.num_workers,
+        timeout_s=rc.timeout_s,
+        failure_value=rc.failure_value,
+        max_failure_fraction=rc.max_failure_fraction,
+    )
     return Rewards(runner, reward_setup.eval_runner(cfg, runner), [sp.weight for sp in specs], process_fn)
 
 
@@ -136,9 +150,17 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     if t.fsdp:
         distributed.fully_shard_model(model)
     if m.compile and not compile_backbone(model, m.compile_backend, m.compile_mode):
-        raise ConfigError(f"model.compile=true compiles the backbone of grpokit's log-probability passes, but {m.name_or_path!r} "
-                          "has none apart from its head (soft-capped logits or no get_decoder); set model.compile=false")
-    return Policy(model, ref_model, autocast, eos_ids(tokenizer, model), model_options.router_coefficient(model, m.router_aux_loss_coef))
+        raise ConfigError(
+            f"model.compile=true compiles the backbone of grpokit's log-probability passes, but {m.name_or_path!r} "
+            "has none apart from its head (soft-capped logits or no get_decoder); set model.compile=false"
+        )
+    return Policy(
+        model,
+        ref_model,
+        autocast,
+        eos_ids(tokenizer, model),
+        model_options.router_coefficient(model, m.router_aux_loss_coef),
+    )
 
 
 @dataclass(frozen=True)
@@ -163,8 +185,15 @@ def error_correction_renderer(cfg: Config):
 
 def sampling_params(r: RolloutConfig) -> SamplingParams:
     """The run's sampling settings from the rollout section."""
-    return SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                          min_p=r.min_p, stop=tuple(r.stop), repetition_penalty=r.repetition_penalty)
+    return SamplingParams(
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        min_p=r.min_p,
+        stop=tuple(r.stop),
+        repetition_penalty=r.repetition_penalty,
+    )
 
 
 def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, resume_step: int | None):
@@ -172,7 +201,16 @@ def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, r
     if not dist.is_main:
         return NullRecorder()
     r = cfg.record
-    return make_recorder(run_dir, [s for s in r.sinks if not (quiet and s == "console")], cfg.train.steps, to_dict(cfg),
-                         health=cfg.health, resume_step=resume_step, samples_every=r.samples_every,
-                         samples_prompts=r.samples_prompts, console_every=r.console_every, run_name=r.run_name or None,
-                         project=r.project or None)
+    return make_recorder(
+        run_dir,
+        [s for s in r.sinks if not (quiet and s == "console")],
+        cfg.train.steps,
+        to_dict(cfg),
+        health=cfg.health,
+        resume_step=resume_step,
+        samples_every=r.samples_every,
+        samples_prompts=r.samples_prompts,
+        console_every=r.console_every,
+        run_name=r.run_name or None,
+        project=r.project or None,
+    )

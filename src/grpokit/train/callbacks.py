@@ -59,18 +59,31 @@ class Control:
 class Callbacks:
     """Calls every callback's ``on_<event>`` method that exists, in the order given."""
 
-    EVENTS = ("on_train_begin", "on_step_begin", "on_optimizer_step", "on_step_end", "on_evaluate", "on_log", "on_save", "on_train_end")
+    EVENTS = (
+        "on_train_begin",
+        "on_step_begin",
+        "on_optimizer_step",
+        "on_step_end",
+        "on_evaluate",
+        "on_log",
+        "on_save",
+        "on_train_end",
+    )
 
     def __init__(self, callbacks: list | None, args: Any, state: RunState, **objects: Any):
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         for cb in self.callbacks:
             if not any(callable(getattr(cb, e, None)) for e in self.EVENTS):
-                raise TypeError(f"callback {cb!r} has none of the methods {', '.join(self.EVENTS)}; "
-                                "pass a transformers TrainerCallback or an object with some of them")
+                raise TypeError(
+                    f"callback {cb!r} has none of the methods {', '.join(self.EVENTS)}; "
+                    "pass a transformers TrainerCallback or an object with some of them"
+                )
             never = [n for n in dir(type(cb)) if n.startswith("on_") and n not in self.EVENTS and _user_defined(cb, n)]
             if never:  # e.g. on_epoch_end or on_optimizer_step: code there would silently never run
-                raise TypeError(f"callback {type(cb).__name__} defines {', '.join(never)}, which grpokit never calls; "
-                                f"move that code to one of {', '.join(self.EVENTS)}")
+                raise TypeError(
+                    f"callback {type(cb).__name__} defines {', '.join(never)}, which grpokit never calls; "
+                    f"move that code to one of {', '.join(self.EVENTS)}"
+                )
         self.args, self.state, self.control, self.objects = args, state, Control(), objects
 
     def __call__(self, event: str, **kwargs: Any) -> Control:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from grpokit.config.sections import ConfigError
+
 from .faults import storage_error
 
 log = logging.getLogger("grpokit.checkpoint")
@@ -52,10 +53,24 @@ class TrainerState:
     data_position: int
 
 
-def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator: torch.Generator, keep: int,
-         *, write_model=None, sampler_states: list | None = None, optimizer_state: dict | None = None,
-         extra_state: dict | None = None, card: str | None = None, model_only: bool = False,
-         protect: Path | None = None) -> Path:
+def save(
+    ckpt_dir: Path,
+    state: TrainerState,
+    model,
+    tokenizer,
+    optimizer,
+    scheduler,
+    generator: torch.Generator,
+    keep: int,
+    *,
+    write_model=None,
+    sampler_states: list | None = None,
+    optimizer_state: dict | None = None,
+    extra_state: dict | None = None,
+    card: str | None = None,
+    model_only: bool = False,
+    protect: Path | None = None,
+) -> Path:
     """Write a checkpoint. ``write_model(model, folder)`` replaces the plain ``save_pretrained`` into
     ``folder/model`` (LoRA adapters, FSDP gathered weights); ``sampler_states`` holds every rank's
     sampling generator state; ``optimizer_state`` replaces ``optimizer.state_dict()`` (FSDP);
@@ -69,8 +84,20 @@ def save(ckpt_dir: Path, state: TrainerState, model, tokenizer, optimizer, sched
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        _write_files(tmp, state, model, tokenizer, None if model_only else optimizer, scheduler, generator, write_model,
-                     sampler_states, optimizer_state, extra_state, card)
+        _write_files(
+            tmp,
+            state,
+            model,
+            tokenizer,
+            None if model_only else optimizer,
+            scheduler,
+            generator,
+            write_model,
+            sampler_states,
+            optimizer_state,
+            extra_state,
+            card,
+        )
     except BaseException as exc:  # ENOSPC, a failed serialiser, Ctrl-C: no half checkpoint stays behind
         refused = storage_error(exc, final) if isinstance(exc, Exception) else None  # asked before the space is freed
         shutil.rmtree(tmp, ignore_errors=True)
@@ -94,11 +121,23 @@ def rotate(done: list[Path], keep: int, protect: Path | None = None) -> list[Pat
         return done[:-keep]
     order = [p for p in done if p != protect]
     order.insert(max(0, len(order) - 1), protect)
-    return order[:-max(keep, 2 if order[-1] != protect else keep)]
+    return order[: -max(keep, 2 if order[-1] != protect else keep)]
 
 
-def _write_files(tmp: Path, state: TrainerState, model, tokenizer, optimizer, scheduler, generator, write_model,
-                 sampler_states, optimizer_state, extra_state, card) -> None:
+def _write_files(
+    tmp: Path,
+    state: TrainerState,
+    model,
+    tokenizer,
+    optimizer,
+    scheduler,
+    generator,
+    write_model,
+    sampler_states,
+    optimizer_state,
+    extra_state,
+    card,
+) -> None:
     if write_model is not None:
         write_model(model, tmp)
     else:
@@ -107,7 +146,13 @@ def _write_files(tmp: Path, state: TrainerState, model, tokenizer, optimizer, sc
     if card is not None:
         (tmp / "model" / "README.md").write_text(card)
     if optimizer is not None:  # None: save_only_model, the weights alone
-        torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+        torch.save(
+            {
+                "optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+            },
+            tmp / "optimizer.pt",
+        )
         torch.save({**rng_state(generator), "sampler_ranks": sampler_states}, tmp / "rng.pt")
     if extra_state is not None:
         torch.save(extra_state, tmp / "extra_state.pt")
@@ -166,27 +211,44 @@ def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None
 
     m, d, r, a = cfg.model, cfg.data, cfg.rollout, cfg.algo
     base = m.name_or_path
-    meta = {"library_name": "peft" if m.lora_rank and m.lora_save == "adapter" else "transformers",
-            "tags": ["grpokit", "grpo", "reinforcement-learning"]}
+    meta = {
+        "library_name": "peft" if m.lora_rank and m.lora_save == "adapter" else "transformers",
+        "tags": ["grpokit", "grpo", "reinforcement-learning"],
+    }
     if base and not Path(base).exists() and base != "demo":  # a hub id; local paths mean nothing on the Hub
         meta["base_model"] = base
-    data = f"built-in task `{d.task}`" if d.task and not d.dataset else (f"`{d.dataset}`" if d.dataset else "rows passed from Python")
-    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
-             f"# {base.rstrip('/').split('/')[-1] or 'model'} trained with GRPO (grpokit {__version__})", "",
-             f"Checkpoint after step {step} of {cfg.train.steps}, trained with grpokit "
-             "(Group Relative Policy Optimization).", "",
-             f"- base model: `{base}`" + (f" with LoRA adapters (r={m.lora_rank}, alpha={m.lora_alpha:g})" if m.lora_rank else ""),
-             f"- training data: {data}",
-             f"- rewards: {', '.join(f'`{n}`' for n in reward_names)}",
-             f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompt(s) per step, "
-             f"up to {r.max_new_tokens} new tokens, temperature {r.temperature:g}",
-             f"- advantages: baseline {a.baseline}, scale {a.scale}; loss aggregation {a.aggregation}, "
-             f"clip [{1 - a.clip_low:g}, {1 + a.clip_high:g}], beta {a.beta:g}; learning rate {cfg.optim.lr:g}"]
+    data = (
+        f"built-in task `{d.task}`"
+        if d.task and not d.dataset
+        else (f"`{d.dataset}`" if d.dataset else "rows passed from Python")
+    )
+    lines = [
+        "---",
+        yaml.safe_dump(meta, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {base.rstrip('/').split('/')[-1] or 'model'} trained with GRPO (grpokit {__version__})",
+        "",
+        f"Checkpoint after step {step} of {cfg.train.steps}, trained with grpokit "
+        "(Group Relative Policy Optimization).",
+        "",
+        f"- base model: `{base}`"
+        + (f" with LoRA adapters (r={m.lora_rank}, alpha={m.lora_alpha:g})" if m.lora_rank else ""),
+        f"- training data: {data}",
+        f"- rewards: {', '.join(f'`{n}`' for n in reward_names)}",
+        f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompt(s) per step, "
+        f"up to {r.max_new_tokens} new tokens, temperature {r.temperature:g}",
+        f"- advantages: baseline {a.baseline}, scale {a.scale}; loss aggregation {a.aggregation}, "
+        f"clip [{1 - a.clip_low:g}, {1 + a.clip_high:g}], beta {a.beta:g}; learning rate {cfg.optim.lr:g}",
+    ]
     if eval_result:
         lines += ["", "## Held-out evaluation (greedy)", "", "| metric | value |", "| --- | --- |"]
         lines += [f"| {k} | {v:.4g} |" for k, v in eval_result.items()]
-    how = ("PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), PATH)" if meta["library_name"] == "peft"
-           else "AutoModelForCausalLM.from_pretrained(PATH)")
+    how = (
+        "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), PATH)"
+        if meta["library_name"] == "peft"
+        else "AutoModelForCausalLM.from_pretrained(PATH)"
+    )
     lines += ["", "## Use", "", f"Load with `{how}`; the run's full configuration is its `config.yaml`.", ""]
     return "\n".join(lines)
 
@@ -196,8 +258,17 @@ def latest(ckpt_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load(path: Path, model, optimizer, scheduler, generator: torch.Generator, *, read_model=None, rank: int = 0,
-         load_optimizer=None) -> TrainerState:
+def load(
+    path: Path,
+    model,
+    optimizer,
+    scheduler,
+    generator: torch.Generator,
+    *,
+    read_model=None,
+    rank: int = 0,
+    load_optimizer=None,
+) -> TrainerState:
     """Restore a checkpoint; ``read_model(model, path)`` / ``load_optimizer(optimizer, state)`` replace
     the plain loaders (LoRA, FSDP); ``rank`` picks this rank's sampling generator state."""
     load_model(path, model, read_model=read_model)
@@ -222,8 +293,13 @@ def load_model(path: Path, model, *, read_model=None) -> None:
     tied = {k for k in missing if "lm_head" in k or "embed" in k}
     if unexpected or set(missing) - tied:
         extra = set(missing) - tied
-        raise CheckpointMismatch(_mismatch(path, f"{len(extra)} of the model's weights are not in it, e.g. {sorted(extra)[:2]}, "
-                                                 f"and {len(unexpected)} of its weights are not in the model, e.g. {sorted(unexpected)[:2]}"))
+        raise CheckpointMismatch(
+            _mismatch(
+                path,
+                f"{len(extra)} of the model's weights are not in it, e.g. {sorted(extra)[:2]}, "
+                f"and {len(unexpected)} of its weights are not in the model, e.g. {sorted(unexpected)[:2]}",
+            )
+        )
 
 
 class CheckpointMismatch(ConfigError):
@@ -232,8 +308,10 @@ class CheckpointMismatch(ConfigError):
 
 def _mismatch(path: Path, detail: str) -> str:
     run = path.parent.parent
-    return (f"checkpoint {path} holds the weights of another model than the one loaded ({detail}); resume with the "
-            f"model the run was trained with (model.name_or_path in {run / 'config.yaml'}) or start a new run")
+    return (
+        f"checkpoint {path} holds the weights of another model than the one loaded ({detail}); resume with the "
+        f"model the run was trained with (model.name_or_path in {run / 'config.yaml'}) or start a new run"
+    )
 
 
 def load_extra(path: Path) -> dict:
@@ -246,8 +324,10 @@ def pending_state(acc, optimizer) -> dict:
     """An update still accumulating (train/update.py's ``Accumulator``): its metric sums and the
     gradient it has put into every parameter of ``optimizer`` so far (None where a parameter has none)."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    return {"accumulator": dataclasses.asdict(acc) | {"bonus": acc.bonus},
-            "grads": [p.grad.detach().cpu().clone() if p.grad is not None else None for p in params]}
+    return {
+        "accumulator": dataclasses.asdict(acc) | {"bonus": acc.bonus},
+        "grads": [p.grad.detach().cpu().clone() if p.grad is not None else None for p in params],
+    }
 
 
 def load_pending(state: dict, optimizer) -> dict:
@@ -261,8 +341,11 @@ def load_pending(state: dict, optimizer) -> dict:
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:
     state = TrainerState(**json.loads((path / "trainer_state.json").read_text()))
     if not (path / "optimizer.pt").exists():  # save_only_model: as transformers, the weights alone carry over
-        log.warning("checkpoint %s holds no optimizer, schedule or RNG state (save_only_model): resuming with its weights, "
-                    "a fresh optimizer and learning-rate schedule", path)
+        log.warning(
+            "checkpoint %s holds no optimizer, schedule or RNG state (save_only_model): resuming with its weights, "
+            "a fresh optimizer and learning-rate schedule",
+            path,
+        )
         return state
     opt = torch.load(path / "optimizer.pt", weights_only=False)
     if load_optimizer is not None:
@@ -278,9 +361,13 @@ def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, ran
 
 def rng_state(generator: torch.Generator) -> dict:
     """Every random state a run draws from: Python's, NumPy's, torch's (CPU and CUDA) and the sampler's."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "sampler": generator.get_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "sampler": generator.get_state(),
+    }
 
 
 def set_rng_state(rng: dict, generator: torch.Generator) -> None:

@@ -20,12 +20,18 @@ def checkpoint_writers(model, optimizer, generator: torch.Generator, dist: DistC
     if dist.active:
         hooks["sampler_states"] = states
     if dist.fsdp:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         full = get_model_state_dict(model, options=opts)  # collective: every rank gathers, rank 0 keeps
         hooks["optimizer_state"] = get_optimizer_state_dict(model, optimizer, options=opts)
-        hooks["write_model"] = lambda model, out: model.save_pretrained(out / "model", state_dict=full, safe_serialization=True)
+        hooks["write_model"] = lambda model, out: model.save_pretrained(
+            out / "model", state_dict=full, safe_serialization=True
+        )
     elif m.lora_rank:
         hooks["write_model"] = lambda model, out: lora.save_model(model, out, m.lora_save)
     return hooks
@@ -37,8 +43,10 @@ def checkpoint_loaders(model, dist: DistContext, m) -> dict[str, Any]:
     if m.lora_rank:
         return {"read_model": lambda model, path: lora.load_adapter(model, Path(path))}
     if dist.fsdp:
-        return {"read_model": _fsdp_read_model,
-                "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(model, optimizer, state)}
+        return {
+            "read_model": _fsdp_read_model,
+            "load_optimizer": lambda optimizer, state: _fsdp_load_optimizer(model, optimizer, state),
+        }
     return {}
 
 

@@ -25,8 +25,8 @@ compares the final weights.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -81,7 +81,7 @@ class DistContext:
         dist.all_gather(sizes, n)
         lengths = [int(s.item()) for s in sizes]
         src = torch.zeros(max(lengths), dtype=x.dtype, device=dev)
-        src[:x.numel()] = x.detach().reshape(-1).to(dev)
+        src[: x.numel()] = x.detach().reshape(-1).to(dev)
         parts = [torch.empty_like(src) for _ in lengths]
         dist.all_gather(parts, src)
         return torch.cat([part[:k] for part, k in zip(parts, lengths)]).to(x.device)
@@ -95,7 +95,7 @@ class DistContext:
     def local_rows(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's equal share of a global dim-0 tensor (the inverse of ``gather_rows``)."""
         n = x.shape[0] // self.world_size
-        return x[self.rank * n:(self.rank + 1) * n]
+        return x[self.rank * n : (self.rank + 1) * n]
 
     def sync_grads(self, params: list[torch.Tensor]) -> None:
         """Sum gradients over ranks (see the module docstring for why a sum)."""
@@ -112,7 +112,7 @@ class DistContext:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         offset = 0
         for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
     def broadcast_params(self, model: torch.nn.Module) -> None:
@@ -136,7 +136,9 @@ class DistContext:
             dist.barrier()
 
     def _comm_device(self) -> torch.device:
-        return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        return (
+            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        )
 
 
 def setup(fsdp: bool = False, timeout_s: float = 0) -> DistContext:

@@ -14,6 +14,7 @@ import torch
 from grpokit.config.sections import Config
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
+
 from .distributed import DistContext, rank_seed
 
 
@@ -37,20 +38,37 @@ def next_prompts(engine: RolloutEngine, sampler, dist: DistContext, n: int, grou
     if got is not None:
         return got
     k, w = dist.rank, dist.world_size
-    return sampler.next_batch(n * w)[k * n:(k + 1) * n], None  # same draw on every rank
+    return sampler.next_batch(n * w)[k * n : (k + 1) * n], None  # same draw on every rank
 
 
-def hf_engine(cfg: Config, eos_token_ids: set[int], pad_token_id: int, decode: Callable, generator: torch.Generator) -> HFEngine:
+def hf_engine(
+    cfg: Config, eos_token_ids: set[int], pad_token_id: int, decode: Callable, generator: torch.Generator
+) -> HFEngine:
     """The engine sampling on the trainer's own model (rollout.engine picks its decoder). CUDA graphs
     are off with NEFTune: a graph would replay one noise draw."""
     r = cfg.rollout
-    return HFEngine(eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, decode=decode, generator=generator,
-                    decoder=r.engine, generation_kwargs=r.generation_kwargs,
-                    cuda_graphs=r.cuda_graphs and not cfg.model.neftune_noise_alpha)
+    return HFEngine(
+        eos_token_ids=eos_token_ids,
+        pad_token_id=pad_token_id,
+        decode=decode,
+        generator=generator,
+        decoder=r.engine,
+        generation_kwargs=r.generation_kwargs,
+        cuda_graphs=r.cuda_graphs and not cfg.model.neftune_noise_alpha,
+    )
 
 
-def make_engine(cfg: Config, model, step: int, params, device: torch.device, dist: DistContext, run_dir: Path,
-                hf: HFEngine, async_source: tuple[Callable, Callable] | None = None) -> RolloutEngine:
+def make_engine(
+    cfg: Config,
+    model,
+    step: int,
+    params,
+    device: torch.device,
+    dist: DistContext,
+    run_dir: Path,
+    hf: HFEngine,
+    async_source: tuple[Callable, Callable] | None = None,
+) -> RolloutEngine:
     """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (``hf``, sampling on
     the trainer's model, when neither asks for another), holding the policy ``model`` after ``step``
     updates. ``async_source`` is ``(sample, next_batch)`` for the async sampler (rollout/async_.py
@@ -60,7 +78,9 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
         from grpokit.data.vision import image_token_id
         from grpokit.rollout.vllm_client import make_server_engine
 
-        engine = make_server_engine(r, params, run_dir, dist, lora=bool(cfg.model.lora_rank), image_token_id=image_token_id(model))
+        engine = make_server_engine(
+            r, params, run_dir, dist, lora=bool(cfg.model.lora_rank), image_token_id=image_token_id(model)
+        )
         engine.after_update(model, step)  # the server starts from the base checkpoint: push the policy once
         return engine
     if r.backend == "vllm":
@@ -72,8 +92,18 @@ def make_engine(cfg: Config, model, step: int, params, device: torch.device, dis
         from grpokit.rollout.async_ import AsyncRollout
 
         sample, next_batch = async_source
-        return AsyncRollout(model, step, sample, next_batch, hf=hf, prompts_per_step=cfg.train.prompts_per_step,
-                            group_size=r.group_size, max_staleness=r.async_staleness, device=device, seed=cfg.train.seed)
+        return AsyncRollout(
+            model,
+            step,
+            sample,
+            next_batch,
+            hf=hf,
+            prompts_per_step=cfg.train.prompts_per_step,
+            group_size=r.group_size,
+            max_staleness=r.async_staleness,
+            device=device,
+            seed=cfg.train.seed,
+        )
     return hf
 
 

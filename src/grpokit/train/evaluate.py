@@ -18,34 +18,57 @@ from typing import Callable
 
 import torch
 
-from grpokit.types import repeat_columns
 from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.types import Prompt
+from grpokit.types import Prompt, repeat_columns
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens: int, eos_token_ids: set[int],
-             batch_size: int = 256, episodes=None, convention: str = "grpokit",
-             progress: Callable[[str], None] | None = None) -> dict[str, float]:
+def evaluate(
+    model,
+    tokenizer,
+    prompts: list[Prompt],
+    runner,
+    *,
+    max_new_tokens: int,
+    eos_token_ids: set[int],
+    batch_size: int = 256,
+    episodes=None,
+    convention: str = "grpokit",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, float]:
     if not prompts:
         return {}
     start, say = time.perf_counter(), progress or (lambda line: None)
-    say(f"grpokit: held-out evaluation: {len(prompts)} prompts, greedy, up to {max_new_tokens} new tokens, "
-        f"{min(batch_size, len(prompts))} at a time")
+    say(
+        f"grpokit: held-out evaluation: {len(prompts)} prompts, greedy, up to {max_new_tokens} new tokens, "
+        f"{min(batch_size, len(prompts))} at a time"
+    )
     was_training = model.training
     model.eval()
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     texts, lengths, correct, rewards, tool_use, turns = [], [], [], [], [], []
 
     def sample(contexts, group_size, p, vision=None, images=None):  # images: vLLM's; this is the hf engine
-        return generate(model, contexts, group_size, p, eos_token_ids=eos_token_ids, pad_token_id=tokenizer.pad_token_id,
-                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), vision=vision)
+        return generate(
+            model,
+            contexts,
+            group_size,
+            p,
+            eos_token_ids=eos_token_ids,
+            pad_token_id=tokenizer.pad_token_id,
+            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            vision=vision,
+        )
 
     for s in range(0, len(prompts), batch_size):
-        chunk = prompts[s:s + batch_size]
+        chunk = prompts[s : s + batch_size]
         vision = [p.vision for p in chunk] if chunk[0].vision is not None else None
-        ro = episodes.run(sample, chunk, 1, params) if episodes is not None else sample([p.ids for p in chunk], 1, params, vision)
+        ro = (
+            episodes.run(sample, chunk, 1, params)
+            if episodes is not None
+            else sample([p.ids for p in chunk], 1, params, vision)
+        )
         comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
         columns = repeat_columns(chunk)
         scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
@@ -61,8 +84,10 @@ def evaluate(model, tokenizer, prompts: list[Prompt], runner, *, max_new_tokens:
         correct += (first >= 1 - 1e-6).float().tolist()
         texts += comp
         lengths += ro.model_lengths()
-        say(f"grpokit: held-out evaluation: {len(texts)}/{len(prompts)} prompts, accuracy so far "
-            f"{sum(correct) / len(correct):.3f} ({time.perf_counter() - start:.0f}s)")
+        say(
+            f"grpokit: held-out evaluation: {len(texts)}/{len(prompts)} prompts, accuracy so far "
+            f"{sum(correct) / len(correct):.3f} ({time.perf_counter() - start:.0f}s)"
+        )
     if was_training:
         model.train()
     n = len(prompts)

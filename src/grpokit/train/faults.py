@@ -8,6 +8,7 @@ from) and returns the cause as one sentence, or None when it is none of these: o
 "an internal fault" (a bug of grpokit). Where the path is known, the place that reads or writes
 names it (``storage_error`` for checkpoint writes, ``weights_error`` for model loads).
 """
+
 from __future__ import annotations
 
 import errno
@@ -17,12 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
-_STORAGE_WORDS = {errno.ENOSPC: ("no space left on device", "os error 28", "storagefull"),
-                  errno.EDQUOT: ("disk quota exceeded", "os error 122"),
-                  errno.EROFS: ("read-only file system", "os error 30")}
+_STORAGE_WORDS = {
+    errno.ENOSPC: ("no space left on device", "os error 28", "storagefull"),
+    errno.EDQUOT: ("disk quota exceeded", "os error 122"),
+    errno.EROFS: ("read-only file system", "os error 30"),
+}
 _TORCH_WRITE = ("file write failed", "failed writing file", "unexpected pos")
-_DAMAGED = ("deserializing header", "incomplete metadata", "header too large", "invalid header",
-            "metadata incomplete", "error while deserializing")
+_DAMAGED = (
+    "deserializing header",
+    "incomplete metadata",
+    "header too large",
+    "invalid header",
+    "metadata incomplete",
+    "error while deserializing",
+)
 
 
 @dataclass(frozen=True)
@@ -85,18 +94,29 @@ def classify(e: BaseException, where: Path | None = None) -> Cause | None:
         return Cause(f"writing {place} failed because the disk refused it ({os.strerror(code)})", 1)
     if is_damaged_weights(e):
         first = next(x for x in chain(e) if type(x).__name__ == "SafetensorError")
-        return Cause(f"a .safetensors weights file{_under(where)} is damaged or truncated ({_line(first)}); "
-                     "copy or download the model again", 2)
+        return Cause(
+            f"a .safetensors weights file{_under(where)} is damaged or truncated ({_line(first)}); "
+            "copy or download the model again",
+            2,
+        )
     for x in chain(e):
         if isinstance(x, (MemoryError,)) or type(x).__name__ == "OutOfMemoryError":
-            return Cause(f"the machine ran out of memory ({type(x).__name__}: {_line(x)}); use a smaller batch "
-                         "(train.micro_batch_size, train.prompts_per_step) or model, or free memory", 1)
+            return Cause(
+                f"the machine ran out of memory ({type(x).__name__}: {_line(x)}); use a smaller batch "
+                "(train.micro_batch_size, train.prompts_per_step) or model, or free memory",
+                1,
+            )
         if isinstance(x, PermissionError):
-            return Cause(f"permission denied on {x.filename or where or 'a file'}; give a path this user may "
-                         "read and write", 2)
+            return Cause(
+                f"permission denied on {x.filename or where or 'a file'}; give a path this user may read and write", 2
+            )
         if isinstance(x, FileNotFoundError) and x.filename:
             return Cause(f"{x.filename} does not exist; give a path to an existing file or folder", 2)
-        if isinstance(x, OSError) and x.filename and x.errno in (errno.EIO, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG):
+        if (
+            isinstance(x, OSError)
+            and x.filename
+            and x.errno in (errno.EIO, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG)
+        ):
             return Cause(f"{x.filename}: {x.strerror}", 2 if x.errno != errno.EIO else 1)
     return None
 

@@ -50,6 +50,8 @@ def check_reachable(name_or_path: str) -> None:
     try:
         socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as e:
-        raise ConfigError(f"model.name_or_path={name_or_path!r} is not a local folder nor in the local cache, and the "
-                          f"Hugging Face Hub at {url.scheme}://{url.netloc} could not be reached ({e.__class__.__name__}); "
-                          "check the network or HF_ENDPOINT, or give a local model folder") from None
+        raise ConfigError(
+            f"model.name_or_path={name_or_path!r} is not a local folder nor in the local cache, and the "
+            f"Hugging Face Hub at {url.scheme}://{url.netloc} could not be reached ({e.__class__.__name__}); "
+            "check the network or HF_ENDPOINT, or give a local model folder"
+        ) from None

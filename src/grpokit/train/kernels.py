@@ -79,7 +79,9 @@ def wants_onednn(mode: str, device: torch.device) -> bool:
         return False
     if mode == "onednn":
         if not onednn_available():
-            raise ConfigError("model.cpu_matmul='onednn' but this torch build has no oneDNN linear op; use 'auto' or 'torch'")
+            raise ConfigError(
+                "model.cpu_matmul='onednn' but this torch build has no oneDNN linear op; use 'auto' or 'torch'"
+            )
         return True
     # MKL, behind F.linear, dispatches non-Intel x86 CPUs to slower kernels; oneDNN does not. A
     # fixed rule rather than a timing probe, so a resumed run picks the same kernels (bit-exact resume).
@@ -112,7 +114,9 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 def _plain_fp32_cpu(t: torch.Tensor | None) -> bool:
-    return t is None or (type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype == torch.float32 and t.device.type == "cpu")
+    return t is None or (
+        type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype == torch.float32 and t.device.type == "cpu"
+    )
 
 
 # Below this many rows oneDNN over a plain weight gains nothing measurable: it reorders the weight
@@ -123,9 +127,15 @@ MIN_ROWS = 128
 
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # type check: FSDP2 re-classes the modules it shards (FSDPLinear) and hooks their outputs
-    routed = (type(self) is torch.nn.Linear and x.dtype == torch.float32 and x.device.type == "cpu"
-              and _plain_fp32_cpu(self.weight) and _plain_fp32_cpu(self.bias)
-              and not torch.is_autocast_enabled("cpu") and x.numel() >= MIN_ROWS * x.shape[-1])
+    routed = (
+        type(self) is torch.nn.Linear
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and _plain_fp32_cpu(self.weight)
+        and _plain_fp32_cpu(self.bias)
+        and not torch.is_autocast_enabled("cpu")
+        and x.numel() >= MIN_ROWS * x.shape[-1]
+    )
     if routed:  # without gradients (no_grad, frozen inputs) autograd records nothing for it
         return _OneDNNLinear.apply(x, self.weight, self.bias)
     return F.linear(x, self.weight, self.bias)
@@ -145,8 +155,11 @@ def fused_linear(modules: list[torch.nn.Module]):
     FSDP-sharded, oneDNN off) or autocast is on: the caller then calls the modules themselves. The
     reordered copy lives as long as the returned function.
     """
-    if not modules or torch.is_autocast_enabled("cpu") or not all(
-            is_routed(m) and _plain_fp32_cpu(m.weight) and _plain_fp32_cpu(m.bias) for m in modules):
+    if (
+        not modules
+        or torch.is_autocast_enabled("cpu")
+        or not all(is_routed(m) and _plain_fp32_cpu(m.weight) and _plain_fp32_cpu(m.bias) for m in modules)
+    ):
         return None
     weight = torch.cat([m.weight.detach() for m in modules])
     if any(m.bias is not None for m in modules):
@@ -158,9 +171,12 @@ def fused_linear(modules: list[torch.nn.Module]):
     del weight  # only the reordered copy is kept
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):  # entered autocast since: the modules' own path
+        if x.dtype != torch.float32 or torch.is_autocast_enabled(
+            "cpu"
+        ):  # entered autocast since: the modules' own path
             return torch.cat([m(x) for m in modules], dim=-1)
         return _onednn(x.reshape(-1, x.shape[-1]), packed, bias).view(*x.shape[:-1], total)
+
     return run
 
 

@@ -14,10 +14,11 @@ import weakref
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .models import has_sliding_window
-from .packing import can_pack, pack, packed_states, unpack
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.types import Rollout, TokenBatch
+
+from .models import has_sliding_window
+from .packing import can_pack, pack, packed_states, unpack
 
 
 def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
@@ -31,16 +32,29 @@ def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device |
     attn = torch.zeros((N, lp + T), dtype=torch.long)
     comp_mask = torch.zeros((N, T), dtype=torch.float32)
     for i, (p, c) in enumerate(zip(prompts, rollout.completion_ids)):
-        input_ids[i, lp - len(p):lp] = torch.tensor(p, dtype=torch.long)
-        attn[i, lp - len(p):lp] = 1
+        input_ids[i, lp - len(p) : lp] = torch.tensor(p, dtype=torch.long)
+        attn[i, lp - len(p) : lp] = 1
         if c:
-            input_ids[i, lp:lp + len(c)] = torch.tensor(c, dtype=torch.long)
-            attn[i, lp:lp + len(c)] = 1
-            comp_mask[i, :len(c)] = 1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
+            input_ids[i, lp : lp + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, lp : lp + len(c)] = 1
+            comp_mask[i, : len(c)] = (
+                1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
+            )
     pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
     batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
-    return TokenBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.completion_ids, batch.completion_mask)),
-                      vision=rollout.vision)
+    return TokenBatch(
+        *(
+            t.to(device)
+            for t in (
+                batch.input_ids,
+                batch.attention_mask,
+                batch.position_ids,
+                batch.completion_ids,
+                batch.completion_mask,
+            )
+        ),
+        vision=rollout.vision,
+    )
 
 
 def completion_logprobs(
@@ -99,8 +113,14 @@ def logprobs_with_router_loss(model, batch: TokenBatch, temperature: float = 1.0
     (over every attended token, prompt included, as TRL's forward computes it). The model's own
     forward: its logits for the completion positions are kept whole, not chunked."""
     T = batch.width
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                logits_to_keep=T + 1, output_router_logits=True, use_cache=False)
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=T + 1,
+        output_router_logits=True,
+        use_cache=False,
+    )
     logp, ent = _logp_entropy(out.logits[:, :-1], batch.completion_ids, temperature, True, entropy_grad)
     return logp, ent, out.aux_loss
 
@@ -112,7 +132,9 @@ def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
     T = batch.width
     extra = forward_kwargs(model, batch.input_ids, batch.attention_mask, batch.vision)
     extra.setdefault("position_ids", None)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=T + 1, **extra).logits[:, :-1]
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=T + 1, **extra
+    ).logits[:, :-1]
     logits = hide_placeholders(logits, placeholder_ids(model))  # as the rollout: placeholders are never sampled
     return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
 
@@ -120,7 +142,7 @@ def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
 def _completion_lengths(batch: TokenBatch) -> torch.Tensor:
     """Real completion tokens per row ``(N,)``: the attention mask after the prompt (environment
     tokens of an episode count; they are context even where the loss mask is 0)."""
-    return batch.attention_mask[:, batch.input_ids.shape[1] - batch.width:].sum(dim=1).long()
+    return batch.attention_mask[:, batch.input_ids.shape[1] - batch.width :].sum(dim=1).long()
 
 
 def plan_buckets(lengths: list[int], buckets: int | None = None, row_cost: float = 4.0) -> list[torch.Tensor]:
@@ -137,7 +159,7 @@ def plan_buckets(lengths: list[int], buckets: int | None = None, row_cost: float
 
     def split(k):
         k = max(1, min(k, n))
-        return [order[j * n // k:(j + 1) * n // k] for j in range(k)]
+        return [order[j * n // k : (j + 1) * n // k] for j in range(k)]
 
     def cost(groups):
         return sum(len(g) * max(1, max(lengths[i] for i in g)) for g in groups if g) + row_cost * n * len(groups)
@@ -156,8 +178,13 @@ def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
     t_b = max(1, int(_completion_lengths(batch).index_select(0, rows).max().item()))
     cols = slice(first, lp + t_b)
     pick = lambda t: t.index_select(0, rows)
-    sub = TokenBatch(pick(batch.input_ids)[:, cols], attn[:, cols], pick(batch.position_ids)[:, cols],
-                     pick(batch.completion_ids)[:, :t_b], pick(batch.completion_mask)[:, :t_b])
+    sub = TokenBatch(
+        pick(batch.input_ids)[:, cols],
+        attn[:, cols],
+        pick(batch.position_ids)[:, cols],
+        pick(batch.completion_ids)[:, :t_b],
+        pick(batch.completion_mask)[:, :t_b],
+    )
     return sub, t_b
 
 
@@ -165,15 +192,26 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
     T = batch.width
     h = _completion_states(model, batch, share_prompts)
     if h is None:  # models whose logits need more than a linear head: one full forward
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, logits_to_keep=T + 1).logits[:, :-1]
+        logits = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            logits_to_keep=T + 1,
+        ).logits[:, :-1]
         return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
     N = h.shape[0]
     # One 2-D (positions, hidden) matrix, cut into row blocks: each chunk's head is one plain matmul.
     # Column slices of the (N, T, hidden) states are strided 3-D tensors, which the head ran as a
     # batched matmul over rows (an H100 spent 8.3 s of a 24 s step in it for a 512-row reference pass).
-    lp, ent = _head_logprobs(model.get_output_embeddings(), h.reshape(N * T, h.shape[-1]), batch.completion_ids.reshape(N * T),
-                             chunk_size * N, temperature, with_entropy, entropy_grad)
+    lp, ent = _head_logprobs(
+        model.get_output_embeddings(),
+        h.reshape(N * T, h.shape[-1]),
+        batch.completion_ids.reshape(N * T),
+        chunk_size * N,
+        temperature,
+        with_entropy,
+        entropy_grad,
+    )
     return lp.view(N, T), (ent.view(N, T) if ent is not None else None)
 
 
@@ -185,8 +223,9 @@ def _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entrop
         return None
     N, T = batch.completion_ids.shape
     h = packed_states(backbone, packed)  # (K, hidden)
-    lp, ent = _head_logprobs(model.get_output_embeddings(), h, packed.targets, chunk_size * N, temperature,
-                             with_entropy, entropy_grad)
+    lp, ent = _head_logprobs(
+        model.get_output_embeddings(), h, packed.targets, chunk_size * N, temperature, with_entropy, entropy_grad
+    )
     return unpack(lp, packed, N, T), (unpack(ent, packed, N, T) if ent is not None else None)
 
 
@@ -204,13 +243,17 @@ def _head_logprobs(head, flat_h, flat_t, max_chunk, temperature, with_entropy, e
             lp, ent = _logp_entropy(head(h_c), t_c, temperature, with_entropy, entropy_grad)
             return (lp, ent) if ent is not None else (lp,)
 
-        outs = [checkpoint(piece, flat_h[s:s + chunk], flat_t[s:s + chunk], use_reentrant=False)
-                for s in range(0, K, chunk)]
+        outs = [
+            checkpoint(piece, flat_h[s : s + chunk], flat_t[s : s + chunk], use_reentrant=False)
+            for s in range(0, K, chunk)
+        ]
         logps, ents = [o[0] for o in outs], [o[1] for o in outs if len(o) > 1]
     else:
         logps, ents = [], []
         for s in range(0, K, chunk):
-            lp, ent = _logp_entropy(head(flat_h[s:s + chunk]), flat_t[s:s + chunk], temperature, with_entropy, entropy_grad)
+            lp, ent = _logp_entropy(
+                head(flat_h[s : s + chunk]), flat_t[s : s + chunk], temperature, with_entropy, entropy_grad
+            )
             logps.append(lp)
             ents += [ent] if ent is not None else []
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
@@ -277,23 +320,36 @@ def _completion_states(model: torch.nn.Module, batch: TokenBatch, share_prompts:
     T = batch.width
     shared = _shared_prompts(batch) if share_prompts and _can_share_prompts(model, backbone) else None
     if shared is None:
-        out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, use_cache=False)
-        return out.last_hidden_state[:, -T - 1:-1]
+        out = backbone(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+        return out.last_hidden_state[:, -T - 1 : -1]
     # Prompt sharing: the G completions of a prompt share its tokens, so the prompt runs once per
     # distinct prompt and its key/value cache is indexed out to every row that continues it. The
     # index is differentiable (its backward sums the rows' gradients into the shared prompt), so
     # values and gradients equal one forward over the repeated prompts up to float summation order.
     first, inverse = shared
     lp = batch.input_ids.shape[1] - T
-    pre = backbone(input_ids=batch.input_ids[first, :lp], attention_mask=batch.attention_mask[first, :lp],
-                   position_ids=batch.position_ids[first, :lp], use_cache=True)
+    pre = backbone(
+        input_ids=batch.input_ids[first, :lp],
+        attention_mask=batch.attention_mask[first, :lp],
+        position_ids=batch.position_ids[first, :lp],
+        use_cache=True,
+    )
     cache = pre.past_key_values
     cache.batch_select_indices(inverse)
-    out = backbone(input_ids=batch.input_ids[:, lp:], attention_mask=batch.attention_mask,
-                   position_ids=batch.position_ids[:, lp:], past_key_values=cache, use_cache=True)
+    out = backbone(
+        input_ids=batch.input_ids[:, lp:],
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids[:, lp:],
+        past_key_values=cache,
+        use_cache=True,
+    )
     last_prompt_state = pre.last_hidden_state[:, -1:].index_select(0, inverse)  # predicts completion token 0
-    return torch.cat([last_prompt_state, out.last_hidden_state[:, :T - 1]], dim=1)
+    return torch.cat([last_prompt_state, out.last_hidden_state[:, : T - 1]], dim=1)
 
 
 # Decoder families whose forward accepts a plain ``DynamicCache`` that carries gradients (full
@@ -325,7 +381,9 @@ def _shared_prompts(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor] | No
     if uniq.shape[0] == N:
         return None
     rows = torch.arange(N, device=inverse.device)
-    first = torch.full((uniq.shape[0],), N, dtype=torch.long, device=inverse.device).scatter_reduce(0, inverse, rows, "amin")
+    first = torch.full((uniq.shape[0],), N, dtype=torch.long, device=inverse.device).scatter_reduce(
+        0, inverse, rows, "amin"
+    )
     return first, inverse
 
 

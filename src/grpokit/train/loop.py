@@ -23,33 +23,43 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import checkpoint
-from . import resume as run_folder
-from .callbacks import Callbacks, RunState
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
+from grpokit.algo.stage_state import StageState, stage_states
+from grpokit.config.sections import Config, ConfigError
+from grpokit.data.prompt_length import check_prompt_lengths
+from grpokit.data.prompts import PromptSampler
+from grpokit.record.samples import sample_rows
+from grpokit.record.signatures import group_signatures, solved_signatures
+from grpokit.record.vision_samples import with_images
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
 from grpokit.rollout.engine import RolloutEngine
-from grpokit.config.sections import Config, ConfigError
-from grpokit.data.prompts import PromptSampler
-from grpokit.data.prompt_length import check_prompt_lengths
+from grpokit.rollout.episodes import episode_metrics
+from grpokit.types import Prompt, ScoredBatch, repeat_columns
+
+from . import build, checkpoint, checkpoint_hooks, distributed, engines, memory_plan, reference, run_lock, world_check
+from . import resume as run_folder
+from .callbacks import Callbacks, RunState
 from .evaluate import evaluate
 from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
-from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
-from . import build, checkpoint_hooks, distributed, engines, memory_plan, reference, run_lock, world_check
-from .rollout_func import add_logged_columns, call_rollout_func
-from .timer import Timer
-from grpokit.rewards.inputs import reward_inputs, reward_prompts
-from grpokit.rollout import gec
-from grpokit.record.samples import sample_rows
-from grpokit.record.vision_samples import with_images
-from grpokit.record.signatures import group_signatures, solved_signatures
-from grpokit.rollout.episodes import episode_metrics
-from grpokit.types import Prompt, ScoredBatch, repeat_columns
-from .update import Accumulator, Forwards, accumulate, apply_update, run_updates, stale_slices, update_slices, window_at, window_counts
-from grpokit.algo.stage_state import StageState, stage_states
 from .model_options import noise_on
+from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
+from .rollout_func import add_logged_columns, call_rollout_func
 from .stopping import GracefulStop, StepAbandoned, signal_name
+from .timer import Timer
+from .update import (
+    Accumulator,
+    Forwards,
+    accumulate,
+    apply_update,
+    run_updates,
+    stale_slices,
+    update_slices,
+    window_at,
+    window_counts,
+)
 
 
 class Trainer:
@@ -64,24 +74,42 @@ class Trainer:
     ``start_if_no_checkpoint`` (``grpokit train --resume``), a ``resume`` folder without a checkpoint
     starts the run from step 0 there instead of being refused."""
 
-    def __init__(self, cfg: Config, *, reward_funcs: list[Callable] | None = None, train_rows: list[dict] | None = None,
-                 eval_rows: list[dict] | None = None, resume: str | Path | None = None, quiet: bool = False,
-                 tools: list[Callable] | None = None, environment_factory: Callable | dict | None = None,
-                 rollout_func: Callable | None = None, model=None, tokenizer=None, callbacks: list | None = None,
-                 args: Any = None, start_if_no_checkpoint: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        reward_funcs: list[Callable] | None = None,
+        train_rows: list[dict] | None = None,
+        eval_rows: list[dict] | None = None,
+        resume: str | Path | None = None,
+        quiet: bool = False,
+        tools: list[Callable] | None = None,
+        environment_factory: Callable | dict | None = None,
+        rollout_func: Callable | None = None,
+        model=None,
+        tokenizer=None,
+        callbacks: list | None = None,
+        args: Any = None,
+        start_if_no_checkpoint: bool = False,
+    ):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.resume_dir = Path(resume) if resume else None
         self.quiet = quiet
-        self.run_dir = self.resume_dir or Path(cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}"))
-        self.lock, resuming = run_folder.prepare_run_dir(self.run_dir, cfg.train.overwrite, self.resume_dir is not None,
-                                                         start_if_no_checkpoint)  # one writer (run_lock.py)
+        self.run_dir = self.resume_dir or Path(
+            cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}")
+        )
+        self.lock, resuming = run_folder.prepare_run_dir(
+            self.run_dir, cfg.train.overwrite, self.resume_dir is not None, start_if_no_checkpoint
+        )  # one writer (run_lock.py)
         self._release_lock = weakref.finalize(self, self.lock.release)  # once: at the end of train(), or when dropped
         if self.resume_dir and not resuming:  # grpokit train --resume on a folder without a checkpoint: step 0
             self.resume_dir, cfg.train.out = None, str(self.run_dir)
         t = cfg.train
         build.prepare_process(t)
         quiet_transformers()
-        self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)  # torchrun: join the process group (no-op for 1 process)
+        self.dist = distributed.setup(
+            fsdp=t.fsdp, timeout_s=t.dist_timeout_s
+        )  # torchrun: join the process group (no-op for 1 process)
         world_check.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)
@@ -89,38 +117,78 @@ class Trainer:
         self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
         self.rollout_func = rollout_func
         rewards = build.build_rewards(cfg, reward_funcs, self.episodes)
-        self.runner, self.eval_runner, self.runner_weights, self.process_fn = \
-            rewards.runner, rewards.eval_runner, rewards.weights, rewards.process_fn
+        self.runner, self.eval_runner, self.runner_weights, self.process_fn = (
+            rewards.runner,
+            rewards.eval_runner,
+            rewards.weights,
+            rewards.process_fn,
+        )
         policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
-        self.model, self.ref_model, self.autocast, self.eos = policy.model, policy.ref_model, policy.autocast, policy.eos
+        self.model, self.ref_model, self.autocast, self.eos = (
+            policy.model,
+            policy.ref_model,
+            policy.autocast,
+            policy.eos,
+        )
         self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model)
         self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
-        self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))  # lambda-GRPO, adaptive entropy
-        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(cfg, self.model, self.prompts, self.eval_prompts)
-        longest_prompt = max((len(p.ids) for p in self.prompts), default=0)  # checkpointing, reference offload, tokens per micro-batch
-        self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(cfg, self.model, self.ref_model, self.device, self.dist,
-                                                                        longest_prompt)
+        self.stage_states = stage_states(
+            cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)
+        )  # lambda-GRPO, adaptive entropy
+        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(
+            cfg, self.model, self.prompts, self.eval_prompts
+        )
+        longest_prompt = max(
+            (len(p.ids) for p in self.prompts), default=0
+        )  # checkpointing, reference offload, tokens per micro-batch
+        self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(
+            cfg, self.model, self.ref_model, self.device, self.dist, longest_prompt
+        )
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
             self._resume()
-        self.updates = run_updates(self.step, t, cfg.algo.num_iterations)  # optimizer updates applied so far (TRL's global_step)
+        self.updates = run_updates(
+            self.step, t, cfg.algo.num_iterations
+        )  # optimizer updates applied so far (TRL's global_step)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
-            run_folder.write_config(self.run_dir, cfg, self.step if self.resume_dir else None)  # resume: config_history.yaml
-        self.recorder = build.build_recorder(cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None)
+            run_folder.write_config(
+                self.run_dir, cfg, self.step if self.resume_dir else None
+            )  # resume: config_history.yaml
+        self.recorder = build.build_recorder(
+            cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None
+        )
         self.params = build.sampling_params(cfg.rollout)
         # the hf engine first: an async sampler's thread, started by make_engine, samples through it
-        self.engine: RolloutEngine = engines.hf_engine(cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator)
-        self.engine = engines.make_engine(cfg, self.model, self.step, self.params, self.device, self.dist, self.run_dir,
-                                          self.engine, (self._sample_async, self.sampler.next_batch))  # vLLM / async, or hf
+        self.engine: RolloutEngine = engines.hf_engine(
+            cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator
+        )
+        self.engine = engines.make_engine(
+            cfg,
+            self.model,
+            self.step,
+            self.params,
+            self.device,
+            self.dist,
+            self.run_dir,
+            self.engine,
+            (self._sample_async, self.sampler.next_batch),
+        )  # vLLM / async, or hf
         self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
-        self.callbacks = Callbacks(callbacks, cfg if args is None else args, self.state, model=self.model,
-                                   processing_class=self.tokenizer, optimizer=self.optimizer, lr_scheduler=self.scheduler)
+        self.callbacks = Callbacks(
+            callbacks,
+            cfg if args is None else args,
+            self.state,
+            model=self.model,
+            processing_class=self.tokenizer,
+            optimizer=self.optimizer,
+            lr_scheduler=self.scheduler,
+        )
         self._in_step = self._updating = self._evaluating = False  # where the main thread is, for a stop's cut
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
@@ -132,8 +200,15 @@ class Trainer:
         """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
         random states, step, data position and what ``_extra_state`` saved."""
         ckpt = run_folder.checkpoint_to_resume(self.run_dir)
-        state = checkpoint.load(ckpt, self.model, self.optimizer, self.scheduler, self.generator, rank=self.dist.rank,
-                                **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model))
+        state = checkpoint.load(
+            ckpt,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.generator,
+            rank=self.dist.rank,
+            **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
+        )
         self.step, self.sampler.position = state.step, state.data_position
         self.saved_step = state.step
         self._load_extra(ckpt)
@@ -148,8 +223,11 @@ class Trainer:
         summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
         if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
             run_folder.write_summary(self.run_dir, summary)
-        stop = GracefulStop(enabled=not self.dist.active, grace_s=t.stop_grace_s,  # Ctrl-C, preemption (stopping.py)
-                            cuttable=lambda: self._evaluating or (self._in_step and not self._updating))
+        stop = GracefulStop(
+            enabled=not self.dist.active,
+            grace_s=t.stop_grace_s,  # Ctrl-C, preemption (stopping.py)
+            cuttable=lambda: self._evaluating or (self._in_step and not self._updating),
+        )
         try:
             stop.install()
             self.callbacks("on_train_begin")
@@ -213,9 +291,13 @@ class Trainer:
         with timer("update"):  # 5a. the log-probabilities the stages need, before any update
             batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
             need_old, need_ref, want_entropy = needed_logprobs(settings)
-            need_old = need_old or stale_slices(cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices)
+            need_old = need_old or stale_slices(
+                cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices
+            )
             old_logp, entropy = self.logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
-            ref_logp = reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs) if need_ref else None
+            ref_logp = (
+                reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs) if need_ref else None
+            )
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
         extra: dict[str, float] = {}
         upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
@@ -239,17 +321,28 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         for state in self.stage_states:  # e.g. adaptive entropy: this update's coefficient
             part = state.before_update(part)
-        window, ends = window_at(position, t.accumulation_slices,
-                                 t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations)
-        counts = window_counts(batch, part, t.updates_per_batch, window, self.dist) \
-            if t.accumulation_slices > 1 or t.updates_per_batch > 1 else None  # TRL's normalisers of a cut batch
-        forwards = Forwards(temperature=cfg.rollout.temperature, micro_batch_size=t.micro_batch_size,
-                            micro_batch_tokens=self.token_budget, packed=self.packed, router_aux=self.router_aux,
-                            autocast=self.autocast)
+        window, ends = window_at(
+            position, t.accumulation_slices, t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations
+        )
+        counts = (
+            window_counts(batch, part, t.updates_per_batch, window, self.dist)
+            if t.accumulation_slices > 1 or t.updates_per_batch > 1
+            else None
+        )  # TRL's normalisers of a cut batch
+        forwards = Forwards(
+            temperature=cfg.rollout.temperature,
+            micro_batch_size=t.micro_batch_size,
+            micro_batch_tokens=self.token_budget,
+            packed=self.packed,
+            router_aux=self.router_aux,
+            autocast=self.autocast,
+        )
         accumulate(self.model, self.optimizer, part, self.pending, forwards, dist=self.dist, counts=counts)
         if not ends:
             return None
-        upd = apply_update(self.optimizer, self.scheduler, self.pending, cfg.optim, dist=self.dist, router_aux=self.router_aux)
+        upd = apply_update(
+            self.optimizer, self.scheduler, self.pending, cfg.optim, dist=self.dist, router_aux=self.router_aux
+        )
         self.pending, self.updates = Accumulator(), self.updates + 1
         for state in self.stage_states:  # e.g. lambda-GRPO's own step, on the same gradient
             upd = {**upd, **state.after_update(upd, self.dist)}
@@ -296,24 +389,45 @@ class Trainer:
         """Stages 1-3: this rank's prompts, G completions each, scored (dynamic sampling, GFPO and
         EDGE-GRPO's guided error correction decide which groups and members stay)."""
         cfg, a, r = self.cfg, self.cfg.algo, self.cfg.rollout
-        sb = collect(self.sample_and_score, cfg.train.prompts_per_step // self.dist.world_size, r.group_size,
-                     dynamic_sampling=a.dynamic_sampling, max_rounds=a.max_sampling_rounds,
-                     sample_group_size=r.sample_group_size, gfpo_criterion=r.gfpo_criterion,
-                     gfpo_adaptive=r.gfpo_adaptive, adaptive_threshold=r.gfpo_adaptive_threshold, dist=self.dist)
+        sb = collect(
+            self.sample_and_score,
+            cfg.train.prompts_per_step // self.dist.world_size,
+            r.group_size,
+            dynamic_sampling=a.dynamic_sampling,
+            max_rounds=a.max_sampling_rounds,
+            sample_group_size=r.sample_group_size,
+            gfpo_criterion=r.gfpo_criterion,
+            gfpo_adaptive=r.gfpo_adaptive,
+            adaptive_threshold=r.gfpo_adaptive_threshold,
+            dist=self.dist,
+        )
         if a.error_correction != "off":  # EDGE-GRPO guided error correction: all-wrong groups get a corrected member
-            sb = gec.correct(sb, self.tokenizer, self.runner, mode=a.error_correction, render=self.gec_render,
-                             reflection=a.error_correction_prompt, max_reward=a.error_correction_max_reward,
-                             eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos))
+            sb = gec.correct(
+                sb,
+                self.tokenizer,
+                self.runner,
+                mode=a.error_correction,
+                render=self.gec_render,
+                reflection=a.error_correction_prompt,
+                max_reward=a.error_correction_max_reward,
+                eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos),
+            )
         return sb
 
     def _step_settings(self) -> StepSettings:
         """The algorithm settings record of this run for algo/pipeline.py."""
         cfg, a = self.cfg, self.cfg.algo
         r = cfg.rollout
-        return StepSettings(algo=a, component_weights=tuple(self.runner_weights) if cfg.reward.normalize_components else None,
-                            process_fn=self.process_fn, norm_constant=a.norm_constant or r.max_new_tokens, dist=self.dist,
-                            lam=self.stage_state("lambda_grpo"), mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
-                            tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min))
+        return StepSettings(
+            algo=a,
+            component_weights=tuple(self.runner_weights) if cfg.reward.normalize_components else None,
+            process_fn=self.process_fn,
+            norm_constant=a.norm_constant or r.max_new_tokens,
+            dist=self.dist,
+            lam=self.stage_state("lambda_grpo"),
+            mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
+            tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
+        )
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
@@ -325,24 +439,53 @@ class Trainer:
             adv = inputs.advantages.cpu()
             seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
             per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(self.step + 1, with_images(add_logged_columns(sample_rows(
-                [p.text for p in sb.prompts], sb.texts, per_func, sb.total_N.tolist(), seq_adv.tolist(),
-                lengths, ro.finish_reasons, G, max_prompts=cfg.record.samples_prompts,
-                messages=[e.messages for e in ro.episodes] if ro.episodes else None), sb.extra, G),
-                sb.prompts, self.run_dir, self.step + 1))  # image prompts: PNGs with boxes drawn, for the report
-        return distributed.reduce_metrics(self.dist, {
-            **sb.metrics, **episode_metrics(ro), "reward": sb.total_N.mean().item(),
-            "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
-            **inputs.metrics, **update_metrics,
-            "completions/mean_length": float(np.mean(lengths)), "completions/min_length": float(min(lengths)),
-            "completions/max_length": float(max(lengths)),
-            "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
-            **group_signatures(sb.texts, lengths, G, ro.finish_reasons, cfg.health.same_length_min_tokens),
-            **solved_signatures(sb.texts, sb.total_N.tolist(), G),  # lets the monitors tell convergence from collapse
-            **timer.metrics(), "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
-            "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
-            "data/position": float(self.sampler.position),
-        })
+            self.recorder.log_samples(
+                self.step + 1,
+                with_images(
+                    add_logged_columns(
+                        sample_rows(
+                            [p.text for p in sb.prompts],
+                            sb.texts,
+                            per_func,
+                            sb.total_N.tolist(),
+                            seq_adv.tolist(),
+                            lengths,
+                            ro.finish_reasons,
+                            G,
+                            max_prompts=cfg.record.samples_prompts,
+                            messages=[e.messages for e in ro.episodes] if ro.episodes else None,
+                        ),
+                        sb.extra,
+                        G,
+                    ),
+                    sb.prompts,
+                    self.run_dir,
+                    self.step + 1,
+                ),
+            )  # image prompts: PNGs with boxes drawn, for the report
+        return distributed.reduce_metrics(
+            self.dist,
+            {
+                **sb.metrics,
+                **episode_metrics(ro),
+                "reward": sb.total_N.mean().item(),
+                "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
+                **inputs.metrics,
+                **update_metrics,
+                "completions/mean_length": float(np.mean(lengths)),
+                "completions/min_length": float(min(lengths)),
+                "completions/max_length": float(max(lengths)),
+                "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
+                **group_signatures(sb.texts, lengths, G, ro.finish_reasons, cfg.health.same_length_min_tokens),
+                **solved_signatures(
+                    sb.texts, sb.total_N.tolist(), G
+                ),  # lets the monitors tell convergence from collapse
+                **timer.metrics(),
+                "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
+                "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
+                "data/position": float(self.sampler.position),
+            },
+        )
 
     def sample_and_score(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch | None:
         """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them;
@@ -352,7 +495,11 @@ class Trainer:
         if isinstance(prompts, int):  # this rank's slice of the step's prompts, or an async prefetch
             prompts, ro = engines.next_prompts(self.engine, self.sampler, self.dist, prompts, group_size)
         extra: dict[str, list] = {}
-        with self._timer("rollout"), self.autocast(), engines.sampling_model(self.model, self.dist) as model:  # FSDP: ranks in step
+        with (
+            self._timer("rollout"),
+            self.autocast(),
+            engines.sampling_model(self.model, self.dist) as model,
+        ):  # FSDP: ranks in step
             self.model.eval()
             if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
                 ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size)
@@ -366,9 +513,17 @@ class Trainer:
             conv = self.cfg.reward.convention
             completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
             columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
-            scored = self.runner.score(reward_prompts(prompts, group_size, conv), completions, ro.completion_ids,
-                                       group_size, columns, trainer_state=self.state.light())
-        sb = ScoredBatch(prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra)
+            scored = self.runner.score(
+                reward_prompts(prompts, group_size, conv),
+                completions,
+                ro.completion_ids,
+                group_size,
+                columns,
+                trainer_state=self.state.light(),
+            )
+        sb = ScoredBatch(
+            prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra
+        )
         for hook in self.on_sampled:
             hook(sb)
         return sb
@@ -378,7 +533,9 @@ class Trainer:
     def _sample_async(self, model, generator: torch.Generator, prompts) -> Any:
         """One batch's episodes on ``model`` for the async sampler's thread (its own ``generator``)."""
         with self.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
-            return self.episodes.run(self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params)
+            return self.episodes.run(
+                self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params
+            )
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
         """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, by the engine
@@ -402,8 +559,16 @@ class Trainer:
         model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
         with self.autocast():
-            parts = [completion_logprobs(model, batch.rows(slice(s, s + mbs)), temperature=self.cfg.rollout.temperature,
-                                         with_entropy=entropy, packed=self.packed) for s in range(0, batch.input_ids.shape[0], mbs)]
+            parts = [
+                completion_logprobs(
+                    model,
+                    batch.rows(slice(s, s + mbs)),
+                    temperature=self.cfg.rollout.temperature,
+                    with_entropy=entropy,
+                    packed=self.packed,
+                )
+                for s in range(0, batch.input_ids.shape[0], mbs)
+            ]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
     def _decode(self, ids: list[int]) -> str:
@@ -427,26 +592,49 @@ class Trainer:
         if not self.eval_prompts:
             return {}
         say = None if self.quiet or not self.dist.is_main else (lambda line: print(line, flush=True))
-        with engines.sampling_model(self.model, self.dist) as model:  # on CPU in batches of 32: a line every few seconds
-            result = evaluate(model, self.tokenizer, self.eval_prompts, self.eval_runner,
-                              max_new_tokens=self.cfg.rollout.max_new_tokens, eos_token_ids=self.eos, episodes=self.episodes,
-                              convention=self.cfg.reward.convention, batch_size=256 if self.device.type == "cuda" else 32,
-                              progress=say)
+        with engines.sampling_model(
+            self.model, self.dist
+        ) as model:  # on CPU in batches of 32: a line every few seconds
+            result = evaluate(
+                model,
+                self.tokenizer,
+                self.eval_prompts,
+                self.eval_runner,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                eos_token_ids=self.eos,
+                episodes=self.episodes,
+                convention=self.cfg.reward.convention,
+                batch_size=256 if self.device.type == "cuda" else 32,
+                progress=say,
+            )
         self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
         return result
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
-        hooks = checkpoint_hooks.checkpoint_writers(self.model, self.optimizer, self.generator, self.dist, self.cfg.model)  # LoRA adapters, every rank's sampler state, FSDP gather
+        hooks = checkpoint_hooks.checkpoint_writers(
+            self.model, self.optimizer, self.generator, self.dist, self.cfg.model
+        )  # LoRA adapters, every rank's sampler state, FSDP gather
         if self.cfg.train.save_only_model:
             hooks.pop("optimizer_state", None)
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
             card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
-            path = checkpoint.save(self.run_dir / "checkpoints", state, self.model, self.tokenizer, self.optimizer,
-                                   self.scheduler, self.generator, keep=self.cfg.train.keep_checkpoints, card=card,
-                                   extra_state=self._extra_state(), model_only=self.cfg.train.save_only_model,
-                                   protect=self.kept_checkpoint(), **hooks)
+            path = checkpoint.save(
+                self.run_dir / "checkpoints",
+                state,
+                self.model,
+                self.tokenizer,
+                self.optimizer,
+                self.scheduler,
+                self.generator,
+                keep=self.cfg.train.keep_checkpoints,
+                card=card,
+                extra_state=self._extra_state(),
+                model_only=self.cfg.train.save_only_model,
+                protect=self.kept_checkpoint(),
+                **hooks,
+            )
         self.dist.barrier()
         self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)
@@ -457,7 +645,9 @@ class Trainer:
         an update still accumulating (train.accumulation_slices: a window that spans the checkpoint's step),
         its gradient and metric sums, so that the resumed run applies exactly the update this one would."""
         extra = {state.key: state.state_dict() for state in self.stage_states}
-        extra |= {"pending_update": checkpoint.pending_state(self.pending, self.optimizer)} if self.pending.slices else {}
+        extra |= (
+            {"pending_update": checkpoint.pending_state(self.pending, self.optimizer)} if self.pending.slices else {}
+        )
         return extra or None
 
     def _load_extra(self, ckpt: Path) -> None:
@@ -471,8 +661,10 @@ class Trainer:
             if state.key in extra:
                 state.load_state_dict(extra[state.key])
             elif state.required:
-                raise ConfigError(f"checkpoint {str(ckpt)!r} holds no {state.key} state (it was written with another "
-                                  "algo section); resume with the run's own config")
+                raise ConfigError(
+                    f"checkpoint {str(ckpt)!r} holds no {state.key} state (it was written with another "
+                    "algo section); resume with the run's own config"
+                )
 
     def stage_state(self, key: str) -> StageState | None:
         """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""

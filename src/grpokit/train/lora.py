@@ -30,17 +30,25 @@ def quantization_config(cfg: ModelConfig, device: torch.device, compute_dtype: t
     if cfg.quantization == "none":
         return None
     if device.type != "cuda":
-        raise ConfigError(f"model.quantization={cfg.quantization!r} needs a CUDA GPU (bitsandbytes 4-bit kernels), "
-                          f"but the device is {device.type}; use model.quantization=none on this machine")
+        raise ConfigError(
+            f"model.quantization={cfg.quantization!r} needs a CUDA GPU (bitsandbytes 4-bit kernels), "
+            f"but the device is {device.type}; use model.quantization=none on this machine"
+        )
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
-        raise ConfigError(f"model.quantization={cfg.quantization!r} needs the bitsandbytes package; "
-                          "pip install bitsandbytes, or use model.quantization=none") from None
+        raise ConfigError(
+            f"model.quantization={cfg.quantization!r} needs the bitsandbytes package; "
+            "pip install bitsandbytes, or use model.quantization=none"
+        ) from None
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute_dtype)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
 
 
 # Every linear layer of the decoder of a vision-language model (a PEFT regex on module names); the
@@ -62,13 +70,21 @@ def add_adapters(model, cfg: ModelConfig):
     target = "all-linear" if targets == ["all-linear"] else list(targets)
     if target == "all-linear" and getattr(model.config, "vision_config", None) is not None:
         target = LANGUAGE_LINEARS  # vision-language models: adapters on the language model only (VLM-R1)
-    lcfg = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=target, task_type="CAUSAL_LM", bias="none")
+    lcfg = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=target,
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
     try:
         peft_model = get_peft_model(model, lcfg)
     except ValueError as e:
-        raise ConfigError(f"model.lora_target_modules={targets!r} matches no layer of this model ({e}); "
-                          "use [all-linear] or names such as [q_proj, v_proj]") from None
+        raise ConfigError(
+            f"model.lora_target_modules={targets!r} matches no layer of this model ({e}); "
+            "use [all-linear] or names such as [q_proj, v_proj]"
+        ) from None
     if cfg.gradient_checkpointing:
         # The frozen embeddings produce outputs without grad; checkpointed blocks need an input that
         # requires grad, or their adapters receive none.
@@ -101,9 +117,13 @@ def load_adapter(model, ckpt: Path) -> None:
     folder = ckpt / "adapter" if (ckpt / "adapter").is_dir() else ckpt / "model"
     f = folder / "adapter_model.safetensors"
     if not f.exists():
-        raise ConfigError(f"checkpoint {str(ckpt)!r} has no adapter_model.safetensors; it was not written by a LoRA run "
-                          "(resume with the model.lora_rank it was trained with)")
+        raise ConfigError(
+            f"checkpoint {str(ckpt)!r} has no adapter_model.safetensors; it was not written by a LoRA run "
+            "(resume with the model.lora_rank it was trained with)"
+        )
     device = next(model.parameters()).device
     result = set_peft_model_state_dict(model, load_file(str(f), device=str(device)))
     if getattr(result, "unexpected_keys", None):
-        raise RuntimeError(f"checkpoint {ckpt} does not match the adapters: unexpected {sorted(result.unexpected_keys)[:5]}")
+        raise RuntimeError(
+            f"checkpoint {ckpt} does not match the adapters: unexpected {sorted(result.unexpected_keys)[:5]}"
+        )

@@ -38,9 +38,14 @@ def cuda_provider(device: torch.device) -> MemoryProvider | None:
     """The CUDA caching allocator's numbers for ``device``; None off CUDA (no metrics)."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    return MemoryProvider(lambda: (torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device),
-                                   torch.cuda.max_memory_allocated(device)),
-                          lambda: torch.cuda.reset_peak_memory_stats(device))
+    return MemoryProvider(
+        lambda: (
+            torch.cuda.memory_allocated(device),
+            torch.cuda.memory_reserved(device),
+            torch.cuda.max_memory_allocated(device),
+        ),
+        lambda: torch.cuda.reset_peak_memory_stats(device),
+    )
 
 
 class PhasePeaks:
@@ -70,9 +75,12 @@ class PhasePeaks:
     def metrics(self) -> dict[str, float]:
         self._fold()
         allocated, reserved, _ = self.provider.read()
-        return {"gpu/memory_allocated_gb": allocated / GB, "gpu/memory_reserved_gb": reserved / GB,
-                "gpu/memory_peak_gb": self.step_peak / GB,
-                **{f"gpu/{name}/memory_peak_gb": v / GB for name, v in self.peaks.items()}}
+        return {
+            "gpu/memory_allocated_gb": allocated / GB,
+            "gpu/memory_reserved_gb": reserved / GB,
+            "gpu/memory_peak_gb": self.step_peak / GB,
+            **{f"gpu/{name}/memory_peak_gb": v / GB for name, v in self.peaks.items()},
+        }
 
 
 @dataclass
@@ -86,8 +94,18 @@ class MemoryPlan:
         return "grpokit: memory: " + ("; ".join(self.reasons) if self.reasons else "nothing to change")
 
 
-def plan_memory(*, per_token_bytes: int, checkpointed_token_bytes: int, budget_mb: int, rows: int, max_len: int,
-                param_bytes: int, trainable_bytes: int, reference_copy: bool, device_bytes: int) -> MemoryPlan:
+def plan_memory(
+    *,
+    per_token_bytes: int,
+    checkpointed_token_bytes: int,
+    budget_mb: int,
+    rows: int,
+    max_len: int,
+    param_bytes: int,
+    trainable_bytes: int,
+    reference_copy: bool,
+    device_bytes: int,
+) -> MemoryPlan:
     """Decide activation checkpointing and reference offload (module docstring says when).
 
     Example: 512 rows x 640 tokens at 1.36 MB a token (Qwen2.5-0.5B in bf16) need 446 GB against a
@@ -96,13 +114,17 @@ def plan_memory(*, per_token_bytes: int, checkpointed_token_bytes: int, budget_m
     reasons, need = [], rows * max_len * per_token_bytes
     checkpointing = bool(budget_mb) and per_token_bytes > 0 and need > budget_mb * 2**20
     if checkpointing:
-        reasons.append(f"activation checkpointing on ({rows} rows x {max_len} tokens keep ~{need / GB:.1f} GB of "
-                       f"activations, over the {budget_mb / 1024:.1f} GB budget train.activation_memory_mb; "
-                       f"checkpointed ~{rows * max_len * checkpointed_token_bytes / GB:.1f} GB)")
+        reasons.append(
+            f"activation checkpointing on ({rows} rows x {max_len} tokens keep ~{need / GB:.1f} GB of "
+            f"activations, over the {budget_mb / 1024:.1f} GB budget train.activation_memory_mb; "
+            f"checkpointed ~{rows * max_len * checkpointed_token_bytes / GB:.1f} GB)"
+        )
     # weights + the trained part's gradient and two Adam moments (torch keeps them in the weights' dtype)
     state = param_bytes + 3 * trainable_bytes
     offload = reference_copy and device_bytes > 0 and state + param_bytes > device_bytes // 2
     if offload:
-        reasons.append(f"reference model on CPU between its passes (training state ~{state / GB:.1f} GB + reference "
-                       f"{param_bytes / GB:.1f} GB > half of the GPU's {device_bytes / GB:.0f} GB)")
+        reasons.append(
+            f"reference model on CPU between its passes (training state ~{state / GB:.1f} GB + reference "
+            f"{param_bytes / GB:.1f} GB > half of the GPU's {device_bytes / GB:.0f} GB)"
+        )
     return MemoryPlan(checkpointing, offload, reasons)

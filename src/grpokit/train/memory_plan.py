@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from grpokit.config.sections import Config
+
 from .distributed import DistContext
 
 
@@ -20,9 +21,17 @@ def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist:
     from .update import activation_memory_mb, per_token_bytes, token_budget
 
     t = cfg.train
-    budget = lambda plan: 0 if t.fsdp else token_budget(model.config, activation_memory_mb(t.activation_memory_mb, device),
-                                                        next(model.parameters()).element_size(), t.micro_batch_tokens,
-                                                        plan.checkpointing)
+    budget = lambda plan: (
+        0
+        if t.fsdp
+        else token_budget(
+            model.config,
+            activation_memory_mb(t.activation_memory_mb, device),
+            next(model.parameters()).element_size(),
+            t.micro_batch_tokens,
+            plan.checkpointing,
+        )
+    )
     if t.memory_plan == "manual" or t.fsdp:
         plan = MemoryPlan(cfg.model.gradient_checkpointing, False, [])
         return plan, budget(plan)
@@ -31,12 +40,17 @@ def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist:
     rows = t.micro_batch_size or t.prompts_per_step // dist.world_size * cfg.rollout.group_size
     max_len = max_prompt_len + cfg.rollout.max_new_tokens
     device_bytes = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
-    plan = plan_memory(per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),
-                       checkpointed_token_bytes=per_token_bytes(model.config, value, checkpointed=True),
-                       budget_mb=activation_memory_mb(t.activation_memory_mb, device), rows=rows, max_len=max_len,
-                       param_bytes=sum(p.numel() * p.element_size() for p in params),
-                       trainable_bytes=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
-                       reference_copy=ref_model is not None, device_bytes=device_bytes)
+    plan = plan_memory(
+        per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),
+        checkpointed_token_bytes=per_token_bytes(model.config, value, checkpointed=True),
+        budget_mb=activation_memory_mb(t.activation_memory_mb, device),
+        rows=rows,
+        max_len=max_len,
+        param_bytes=sum(p.numel() * p.element_size() for p in params),
+        trainable_bytes=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
+        reference_copy=ref_model is not None,
+        device_bytes=device_bytes,
+    )
     if plan.checkpointing:
         enable_checkpointing(model)
     if plan.offload_reference:

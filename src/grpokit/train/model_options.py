@@ -44,8 +44,10 @@ def head_in_float32(model: torch.nn.Module) -> None:
     The forward is bound to the instance, so ``copy.deepcopy`` (the reference policy) carries it."""
     head = model.get_output_embeddings()
     if head is None or not isinstance(head, torch.nn.Linear) or type(head).__module__.startswith("peft"):
-        raise ConfigError("model.lm_head_fp32 needs a plain linear output layer (lm_head) without a LoRA adapter on it; "
-                          "set model.lm_head_fp32=false or leave lm_head out of model.lora_target_modules")
+        raise ConfigError(
+            "model.lm_head_fp32 needs a plain linear output layer (lm_head) without a LoRA adapter on it; "
+            "set model.lm_head_fp32=false or leave lm_head out of model.lora_target_modules"
+        )
     embeddings = model.get_input_embeddings()
     tied = embeddings is not None and embeddings.weight is head.weight
     dtype = head.weight.dtype
@@ -95,8 +97,10 @@ def router_coefficient(model: torch.nn.Module, setting: float) -> float:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     has_router = hasattr(config, "output_router_logits")
     if setting > 0 and not has_router:
-        raise ConfigError(f"model.router_aux_loss_coef={setting} weighs a Mixture-of-Experts router loss, but "
-                          f"{type(model).__name__} returns none; set model.router_aux_loss_coef=0")
+        raise ConfigError(
+            f"model.router_aux_loss_coef={setting} weighs a Mixture-of-Experts router loss, but "
+            f"{type(model).__name__} returns none; set model.router_aux_loss_coef=0"
+        )
     if not has_router:
         return 0.0
     return float(getattr(config, "router_aux_loss_coef", 0.0) or 0.0) if setting < 0 else float(setting)

@@ -16,12 +16,13 @@ import torch
 
 from grpokit.config.sections import ConfigError, ModelConfig
 from grpokit.data.vision import is_processor, is_vision_config
-from grpokit.train.hub import check_reachable
 from grpokit.train.faults import is_damaged_weights
+from grpokit.train.hub import check_reachable
 from grpokit.train.named_models import is_named, resolve
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
 
 def resolve_device(cfg: ModelConfig) -> torch.device:
     if cfg.device == "auto":
@@ -30,11 +31,13 @@ def resolve_device(cfg: ModelConfig) -> torch.device:
         raise ConfigError(f"model.device={cfg.device!r} but no CUDA device is available; use auto or cpu")
     return torch.device(cfg.device)
 
+
 def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
     """float32 on CPU (bf16 matmuls are slow or missing there), bfloat16 on GPU, unless set."""
     if cfg.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return DTYPES[cfg.dtype]
+
 
 def model_path(name_or_path: str) -> str:
     if name_or_path == "demo":
@@ -46,6 +49,7 @@ def model_path(name_or_path: str) -> str:
     check_reachable(name_or_path)  # an unreachable Hub: one sentence now, not a misleading error after retries
     return name_or_path
 
+
 def load_tokenizer(cfg: ModelConfig, tok=None):
     """The tokenizer of ``model.name_or_path``, or ``tok`` as given (TRL's processing_class); a pad
     token is borrowed from eos when missing."""
@@ -54,26 +58,33 @@ def load_tokenizer(cfg: ModelConfig, tok=None):
     path = model_path(cfg.name_or_path)
     tok = getattr(tok, "tokenizer", tok) if is_processor(tok) else tok  # a processor's text half
     tok_files = ("tokenizer.json", "tokenizer_config.json", "adapter_config.json")
-    if tok is None and not any((Path(path) / f).exists() for f in tok_files):  # a LoRA adapter folder has no config.json
+    if tok is None and not any(
+        (Path(path) / f).exists() for f in tok_files
+    ):  # a LoRA adapter folder has no config.json
         _check_model_folder(cfg.name_or_path, path)
     try:
         tok = tok if tok is not None else AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as e:  # ValueError: a local folder whose tokenizer files are missing or broken
         if isinstance(e, ValueError) and not Path(path).is_dir():
             raise
-        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded from {path} "
-                          f"({e.__class__.__name__}: {_first(e)}); give a model folder or hub id with a tokenizer") from None
+        raise ConfigError(
+            f"model.name_or_path={cfg.name_or_path!r}: no tokenizer could be loaded from {path} "
+            f"({e.__class__.__name__}: {_first(e)}); give a model folder or hub id with a tokenizer"
+        ) from None
     if tok.pad_token_id is None:
         if tok.eos_token_id is None:
             raise ConfigError(f"the tokenizer of {cfg.name_or_path!r} has neither a pad nor an eos token; add one")
         tok.pad_token = tok.eos_token
     return tok
 
+
 def _check_model_folder(name: str, path: str) -> None:
     """A local folder given as the model must be one (config.json): one sentence naming it otherwise."""
     if Path(path).is_dir() and not (Path(path) / "config.json").exists():
-        raise ConfigError(f"model.name_or_path={name!r} is a folder without config.json ({path}), so not a Hugging Face "
-                          "model folder; give a model folder, a checkpoint, a hub id or demo")
+        raise ConfigError(
+            f"model.name_or_path={name!r} is a folder without config.json ({path}), so not a Hugging Face "
+            "model folder; give a model folder, a checkpoint, a hub id or demo"
+        )
 
 
 def _first(e: BaseException) -> str:
@@ -89,10 +100,14 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
 
     if model is not None:
         if cfg.attn_implementation != "auto":
-            raise ConfigError(f"model.attn_implementation={cfg.attn_implementation!r} is chosen when loading; pass the model "
-                              "as a name or path, or build the object with that attn_implementation and leave the field auto")
+            raise ConfigError(
+                f"model.attn_implementation={cfg.attn_implementation!r} is chosen when loading; pass the model "
+                "as a name or path, or build the object with that attn_implementation and leave the field auto"
+            )
         if cfg.quantization != "none":
-            raise ConfigError("model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object")
+            raise ConfigError(
+                "model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object"
+            )
         return _prepare(model.to(device=device, dtype=dtype), cfg)
     path = model_path(cfg.name_or_path)
     _check_model_folder(cfg.name_or_path, path)
@@ -107,15 +122,20 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
         auto = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
         model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra)
     except OSError as e:
-        raise ConfigError(f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id") from None
+        raise ConfigError(
+            f"model.name_or_path={cfg.name_or_path!r} could not be loaded ({e}); give a local model folder or a hub id"
+        ) from None
     except Exception as e:
         if not is_damaged_weights(e):
             raise
-        raise ConfigError(f"the weights of model.name_or_path={cfg.name_or_path!r} in {path} are damaged or truncated "
-                          f"({_first(e)}); copy or download the model again") from None
+        raise ConfigError(
+            f"the weights of model.name_or_path={cfg.name_or_path!r} in {path} are damaged or truncated "
+            f"({_first(e)}); copy or download the model again"
+        ) from None
     if quant is None:
         model.to(device)
     return _prepare(model, cfg)
+
 
 def _prepare(model, cfg: ModelConfig):
     from .lora import add_adapters
@@ -129,6 +149,7 @@ def _prepare(model, cfg: ModelConfig):
         model = add_adapters(model, cfg)
     return model
 
+
 def enable_checkpointing(model) -> None:
     """Recompute each decoder layer's activations in the backward pass (also on a PEFT model)."""
     # transformers 5 renamed it; keep working on both sides of the rename
@@ -138,23 +159,32 @@ def enable_checkpointing(model) -> None:
     if hasattr(model, "peft_config"):  # frozen embeddings: the checkpointed layers' inputs need a gradient
         model.enable_input_require_grads()
 
+
 VISION_TOWERS = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
 """Submodule names of the image side of transformers' image-text-to-text models."""
+
 
 def vision_parameters(model) -> list:
     """Parameters of the model's vision tower (and projector), empty for a text-only model."""
     return [p for name, p in model.named_parameters() if any(part in VISION_TOWERS for part in name.split("."))]
 
+
 def eos_ids(tokenizer, model) -> set[int]:
     ids = set()
-    for src in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None):
+    for src in (
+        tokenizer.eos_token_id,
+        getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None,
+    ):
         if isinstance(src, int):
             ids.add(src)
         elif isinstance(src, (list, tuple)):
             ids.update(int(i) for i in src)
     if not ids:
-        raise ConfigError("the model and tokenizer define no EOS token; completions could never end before max_new_tokens")
+        raise ConfigError(
+            "the model and tokenizer define no EOS token; completions could never end before max_new_tokens"
+        )
     return ids
+
 
 def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
     """True when some attention layer sees only a window of the past (Qwen2's ``use_sliding_window``,
@@ -163,6 +193,7 @@ def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
     if getattr(config, "use_sliding_window", False) or getattr(backbone, "has_sliding_layers", False):
         return True
     return getattr(config, "model_type", None) == "mistral" and bool(getattr(config, "sliding_window", None))
+
 
 @torch.no_grad()
 def refresh_reference(ref: torch.nn.Module, policy: torch.nn.Module, alpha: float = 1.0) -> None:
@@ -185,6 +216,7 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
         p.requires_grad_(False)
     return ref
 
+
 def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch.dtype) -> torch.dtype | None:
     """The autocast dtype for forward passes, or None for none.
 
@@ -198,6 +230,7 @@ def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch
         return torch.bfloat16 if device.type == "cuda" and weight_dtype == torch.float32 else None
     return DTYPES[cfg.autocast]
 
+
 def autocast_context(device: torch.device, dtype: torch.dtype | None):
     """``torch.autocast`` for ``dtype`` on ``device``, or a no-op context when ``dtype`` is None."""
     import contextlib
@@ -205,6 +238,7 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
 
 def quiet_transformers() -> None:
     """Our console shows progress; transformers' per-load progress bars would only add noise."""
@@ -216,8 +250,11 @@ def quiet_transformers() -> None:
 
     # transformers' own renames (past_key_values -> cache, gradient_checkpointing -> activation_checkpointing) warn
     # on every forward of a run that uses them as documented; nothing a grpokit user can act on
-    for what in ("`past_key_values` is deprecated", "`gradient_checkpointing_enable` is deprecated",
-                 "`is_gradient_checkpointing` is deprecated"):
+    for what in (
+        "`past_key_values` is deprecated",
+        "`gradient_checkpointing_enable` is deprecated",
+        "`is_gradient_checkpointing` is deprecated",
+    ):
         warnings.filterwarnings("ignore", message=what, category=FutureWarning)
 
 

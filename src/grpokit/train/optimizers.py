@@ -20,8 +20,12 @@ from grpokit.config.base import ConfigError
 from grpokit.config.optim import OptimConfig
 
 ADAM_FIELDS = ("adam_beta1", "adam_beta2", "adam_eps")
-PACKAGES = {"adamw_8bit": "bitsandbytes", "paged_adamw_8bit": "bitsandbytes", "adamw_torch_4bit": "torchao",
-            "adamw_torch_8bit": "torchao"}  # optimizer -> the package it needs
+PACKAGES = {
+    "adamw_8bit": "bitsandbytes",
+    "paged_adamw_8bit": "bitsandbytes",
+    "adamw_torch_4bit": "torchao",
+    "adamw_torch_8bit": "torchao",
+}  # optimizer -> the package it needs
 
 
 def missing_package(name: str) -> str | None:
@@ -29,17 +33,26 @@ def missing_package(name: str) -> str | None:
     package = PACKAGES.get(name)
     if package is None or importlib.util.find_spec(package) is not None:
         return None
-    return (f"optim.optimizer={name!r} needs the {package} package, which is not installed "
-            f"(a CUDA library: pip install {package} on a GPU machine), or choose adamw")
+    return (
+        f"optim.optimizer={name!r} needs the {package} package, which is not installed "
+        f"(a CUDA library: pip install {package} on a GPU machine), or choose adamw"
+    )
 
 
 def _adamw(params: list, o: OptimConfig) -> torch.optim.Optimizer:
     # fused: one kernel over all parameters (CPU and CUDA); on a 33M-parameter model on CPU the step
     # takes ~26 ms instead of ~120 ms. Sharded (DTensor) parameters keep the default implementation.
-    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() and type(p.data) is torch.Tensor
-                                 for p in params)
-    return torch.optim.AdamW(params, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
-                             weight_decay=o.weight_decay, fused=fused or None)
+    fused = bool(params) and all(
+        p.device.type in ("cpu", "cuda") and p.is_floating_point() and type(p.data) is torch.Tensor for p in params
+    )
+    return torch.optim.AdamW(
+        params,
+        lr=o.lr,
+        betas=(o.adam_beta1, o.adam_beta2),
+        eps=o.adam_eps,
+        weight_decay=o.weight_decay,
+        fused=fused or None,
+    )
 
 
 def _adafactor(params: list, o: OptimConfig) -> torch.optim.Optimizer:
@@ -49,8 +62,9 @@ def _adafactor(params: list, o: OptimConfig) -> torch.optim.Optimizer:
 
 
 def _sgd(params: list, o: OptimConfig) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, dampening=o.dampening, weight_decay=o.weight_decay,
-                           nesterov=o.nesterov)
+    return torch.optim.SGD(
+        params, lr=o.lr, momentum=o.momentum, dampening=o.dampening, weight_decay=o.weight_decay, nesterov=o.nesterov
+    )
 
 
 def _adagrad(params: list, o: OptimConfig) -> torch.optim.Optimizer:
@@ -58,15 +72,29 @@ def _adagrad(params: list, o: OptimConfig) -> torch.optim.Optimizer:
 
 
 def _rmsprop(params: list, o: OptimConfig) -> torch.optim.Optimizer:
-    return torch.optim.RMSprop(params, lr=o.lr, alpha=o.rms_alpha, eps=o.eps or 1e-8, weight_decay=o.weight_decay,
-                               momentum=o.momentum, centered=o.centered)
+    return torch.optim.RMSprop(
+        params,
+        lr=o.lr,
+        alpha=o.rms_alpha,
+        eps=o.eps or 1e-8,
+        weight_decay=o.weight_decay,
+        momentum=o.momentum,
+        centered=o.centered,
+    )
 
 
 def _bitsandbytes(params: list, o: OptimConfig) -> torch.optim.Optimizer:
     from bitsandbytes.optim import AdamW
 
-    return AdamW(params, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, weight_decay=o.weight_decay,
-                 optim_bits=8, is_paged=o.optimizer.startswith("paged_"))
+    return AdamW(
+        params,
+        lr=o.lr,
+        betas=(o.adam_beta1, o.adam_beta2),
+        eps=o.adam_eps,
+        weight_decay=o.weight_decay,
+        optim_bits=8,
+        is_paged=o.optimizer.startswith("paged_"),
+    )
 
 
 def _torchao(params: list, o: OptimConfig) -> torch.optim.Optimizer:
@@ -75,17 +103,35 @@ def _torchao(params: list, o: OptimConfig) -> torch.optim.Optimizer:
     except ImportError:  # torchao before 0.11 kept them here
         from torchao.prototype.low_bit_optim import AdamW4bit, AdamW8bit
     cls = AdamW4bit if o.optimizer == "adamw_torch_4bit" else AdamW8bit
-    return cls(params, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, weight_decay=o.weight_decay,
-               block_size=256, bf16_stochastic_round=False)
+    return cls(
+        params,
+        lr=o.lr,
+        betas=(o.adam_beta1, o.adam_beta2),
+        eps=o.adam_eps,
+        weight_decay=o.weight_decay,
+        block_size=256,
+        bf16_stochastic_round=False,
+    )
 
 
 OPTIMIZERS: dict[str, Callable[[list, OptimConfig], torch.optim.Optimizer]] = {
-    "adamw": _adamw, "adafactor": _adafactor, "sgd": _sgd, "adagrad": _adagrad, "rmsprop": _rmsprop,
-    "adamw_8bit": _bitsandbytes, "paged_adamw_8bit": _bitsandbytes, "adamw_torch_4bit": _torchao, "adamw_torch_8bit": _torchao,
+    "adamw": _adamw,
+    "adafactor": _adafactor,
+    "sgd": _sgd,
+    "adagrad": _adagrad,
+    "rmsprop": _rmsprop,
+    "adamw_8bit": _bitsandbytes,
+    "paged_adamw_8bit": _bitsandbytes,
+    "adamw_torch_4bit": _torchao,
+    "adamw_torch_8bit": _torchao,
 }
 OPTIMIZER_FIELDS: dict[str, tuple[str, ...]] = {  # the optim fields (beyond lr and weight_decay) each optimizer reads
-    "adamw": ADAM_FIELDS, "adafactor": (), "sgd": ("momentum", "dampening", "nesterov"), "adagrad": ("lr_decay", "eps"),
-    "rmsprop": ("momentum", "rms_alpha", "eps", "centered"), **dict.fromkeys(PACKAGES, ADAM_FIELDS),
+    "adamw": ADAM_FIELDS,
+    "adafactor": (),
+    "sgd": ("momentum", "dampening", "nesterov"),
+    "adagrad": ("lr_decay", "eps"),
+    "rmsprop": ("momentum", "rms_alpha", "eps", "centered"),
+    **dict.fromkeys(PACKAGES, ADAM_FIELDS),
 }
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .models import has_sliding_window
 from grpokit.types import TokenBatch
+
+from .models import has_sliding_window
 
 # Decoder families whose attention honours packed position ids (transformers' masking utilities);
 # each is checked against the padded forward in tests/train/test_packing.py for llama and qwen2.
@@ -43,8 +44,11 @@ class Packed:
 
 def can_pack(model: torch.nn.Module, backbone: torch.nn.Module | None) -> bool:
     config = getattr(model, "config", None)
-    return (backbone is not None and getattr(config, "model_type", None) in PACKING_TYPES
-            and not has_sliding_window(config, backbone))
+    return (
+        backbone is not None
+        and getattr(config, "model_type", None) in PACKING_TYPES
+        and not has_sliding_window(config, backbone)
+    )
 
 
 def pack(batch: TokenBatch) -> Packed | None:
@@ -64,8 +68,13 @@ def pack(batch: TokenBatch) -> Packed | None:
     # the state at a sequence's position prompt_len - 1 + t predicts its completion token t
     state_NT = starts[:, None] + prompt_len[:, None] - 1 + t[None, :]
     slot_NT = torch.arange(N * T, device=attn.device).view(N, T)
-    return Packed(batch.input_ids[attn][None], batch.position_ids[attn][None], state_NT[real],
-                  batch.completion_ids[real], slot_NT[real])
+    return Packed(
+        batch.input_ids[attn][None],
+        batch.position_ids[attn][None],
+        state_NT[real],
+        batch.completion_ids[real],
+        slot_NT[real],
+    )
 
 
 def packed_states(backbone: torch.nn.Module, packed: Packed) -> torch.Tensor:

@@ -53,32 +53,42 @@ def new_run_dir(name: str) -> str:
     return out
 
 
-def prepare_run_dir(run_dir: Path, overwrite: bool, resuming: bool, start_if_no_checkpoint: bool = False,
-                    log=print) -> tuple[run_lock.RunLock | run_lock.NullLock, bool]:
+def prepare_run_dir(
+    run_dir: Path, overwrite: bool, resuming: bool, start_if_no_checkpoint: bool = False, log=print
+) -> tuple[run_lock.RunLock | run_lock.NullLock, bool]:
     """Take the folder's lock (one writer: run_lock.py); refuse a folder that is a file or (for a new run)
     holds another run; clean interrupted saves. With ``start_if_no_checkpoint`` (``grpokit train
     --resume``), a folder without any checkpoint (none yet, or a run stopped before its first save)
     starts the run from step 0 there. Returns the lock and whether a checkpoint is to be resumed."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"train.out={str(run_dir)!r} is an existing file, not a folder; give a new or empty folder for the run")
+        raise ConfigError(
+            f"train.out={str(run_dir)!r} is an existing file, not a folder; give a new or empty folder for the run"
+        )
     lock = run_lock.acquire(run_dir, log)  # before anything is deleted: a live writer is refused here
     ckpts = run_dir / "checkpoints"
     if resuming and start_if_no_checkpoint and not has_checkpoints(run_dir):
         restart = (run_dir / CONFIG_FILE).is_file()  # a grpokit run stopped before its first save: its records go
         resuming, overwrite = False, overwrite or restart
         if int(os.environ.get("RANK", "0")) == 0:
-            log(f"grpokit: {run_dir} holds no checkpoint yet, so --resume starts " + (
-                "the run again from step 0 (its records so far are replaced)" if restart else "a new run there"), flush=True)
+            log(
+                f"grpokit: {run_dir} holds no checkpoint yet, so --resume starts "
+                + ("the run again from step 0 (its records so far are replaced)" if restart else "a new run there"),
+                flush=True,
+            )
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone checks and cleans the folder
         return lock, resuming
     for tmp in ckpts.glob(f".tmp-{checkpoint.PREFIX}*") if ckpts.is_dir() else ():
         shutil.rmtree(tmp, ignore_errors=True)  # an interrupted save: never a checkpoint, only disk used
-    held = [n for n in RUN_FILES if (run_dir / n).exists()] + (["checkpoints/"] if ckpts.is_dir() and any(ckpts.iterdir()) else [])
+    held = [n for n in RUN_FILES if (run_dir / n).exists()] + (
+        ["checkpoints/"] if ckpts.is_dir() and any(ckpts.iterdir()) else []
+    )
     if held and not resuming:
         if not overwrite:
             lock.release()
-            raise ConfigError(f"train.out={str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with --resume "
-                              f"{run_dir}, choose another folder, or pass --overwrite (train.overwrite=true) to replace it")
+            raise ConfigError(
+                f"train.out={str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with --resume "
+                f"{run_dir}, choose another folder, or pass --overwrite (train.overwrite=true) to replace it"
+            )
         shutil.rmtree(ckpts, ignore_errors=True)
         for n in RUN_FILES:
             (run_dir / n).unlink(missing_ok=True)
@@ -95,17 +105,23 @@ def load_run_config(run_dir: Path) -> Config:
     """The config a run in ``run_dir`` has now: its config.yaml with every change of its history applied."""
     f = Path(run_dir) / CONFIG_FILE
     if not f.is_file():
-        raise ConfigError(f"--resume {str(run_dir)!r} is not a run folder (no config.yaml); give the folder a run was started with")
+        raise ConfigError(
+            f"--resume {str(run_dir)!r} is not a run folder (no config.yaml); give the folder a run was started with"
+        )
     try:
         data = strict_yaml(f.read_text(encoding="utf-8"), f"the run's {str(f)!r}")
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before resuming") from None
+        raise ConfigError(
+            f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before resuming"
+        ) from None
     sections = [x.name for x in dataclasses.fields(Config)]
     missing = [s for s in sections if not isinstance(data, dict) or s not in data]
     if missing:
         what = "empty" if not data else f"missing the section(s) {', '.join(missing)}"
-        raise ConfigError(f"{str(f)!r} is {what}, so it is torn or was emptied; restore the run's config.yaml "
-                          "(resuming with defaults would silently train another config)")
+        raise ConfigError(
+            f"{str(f)!r} is {what}, so it is torn or was emptied; restore the run's config.yaml "
+            "(resuming with defaults would silently train another config)"
+        )
     cfg = from_dict(data)
     for entry in _history(run_dir):
         for dotted, change in (entry.get("changed") or {}).items():
@@ -146,7 +162,9 @@ def checkpoint_to_resume(run_dir: Path, log=print) -> Path:
     found = newest_verified(run_dir / "checkpoints", log)
     if found is not None:
         return found
-    raise ConfigError(f"--resume {str(run_dir)!r} has no complete checkpoint under checkpoints/ that verifies; nothing to resume")
+    raise ConfigError(
+        f"--resume {str(run_dir)!r} has no complete checkpoint under checkpoints/ that verifies; nothing to resume"
+    )
 
 
 def _history(run_dir: Path) -> list[dict]:
@@ -158,7 +176,9 @@ def _history(run_dir: Path) -> list[dict]:
     except (yaml.YAMLError, UnicodeDecodeError):
         data = None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
-        raise ConfigError(f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with config.yaml alone")
+        raise ConfigError(
+            f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with config.yaml alone"
+        )
     return data
 
 

@@ -10,6 +10,7 @@ from typing import Callable
 from grpokit.config.sections import Config, ConfigError
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
+
 from .run_data import task_of
 
 
@@ -23,10 +24,12 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
     passed = list(extra or [])
     names, weights = cfg.reward.functions, cfg.reward.weights or [1.0] * len(cfg.reward.functions)
     if len(weights) not in (len(names), len(names) + len(passed)):
-        raise ConfigError(f"reward.weights has {len(weights)} entries but there are {len(names) + len(passed)} reward functions "
-                          f"({len(names)} in reward.functions, {len(passed)} passed as callables); give one weight per function "
-                          "(the named ones first, then the callables in order) or none")
-    extra_weights = weights[len(names):] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
+        raise ConfigError(
+            f"reward.weights has {len(weights)} entries but there are {len(names) + len(passed)} reward functions "
+            f"({len(names)} in reward.functions, {len(passed)} passed as callables); give one weight per function "
+            "(the named ones first, then the callables in order) or none"
+        )
+    extra_weights = weights[len(names) :] or [1.0] * len(passed)  # the environment's own reward has weight 1, as TRL
     extra = passed + env_rewards
     extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
     task = task_of(cfg)
@@ -36,8 +39,10 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
             continue  # the "task" reward makes no sense without a task: the passed functions replace it
         if name == "task":
             if task is None:
-                raise ConfigError("reward.functions names 'task' (the built-in task's reward) but the run trains on its own "
-                                  "data; name its reward instead (e.g. reward.functions=[math_accuracy]) or pass reward_funcs")
+                raise ConfigError(
+                    "reward.functions names 'task' (the built-in task's reward) but the run trains on its own "
+                    "data; name its reward instead (e.g. reward.functions=[math_accuracy]) or pass reward_funcs"
+                )
             specs.append(RewardSpec(fn=task.reward_fn, name=getattr(task.reward_fn, "__name__", "task"), weight=w))
         else:
             params = reward_params(cfg, name)
@@ -48,7 +53,10 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
             check_reward_params(name, fn, cfg.reward.params.get(name, {}))
             specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
     if extra:
-        specs += [RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w) for i, (f, w) in enumerate(zip(extra, extra_weights))]
+        specs += [
+            RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w)
+            for i, (f, w) in enumerate(zip(extra, extra_weights))
+        ]
     if not specs:
         raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
     return specs
@@ -82,8 +90,10 @@ def check_reward_params(name: str, fn, given: dict) -> None:
     open_ended = any(p.kind is p.VAR_KEYWORD for p in sig) and ":" in name
     unknown = [k for k in given if k not in named]
     if unknown and not open_ended:
-        raise ConfigError(f"reward.params.{name} has {', '.join(map(repr, unknown))}, which {name} does not take; "
-                          f"its parameters are: {', '.join(n for n in named if n not in ('prompts', 'completions'))}")
+        raise ConfigError(
+            f"reward.params.{name} has {', '.join(map(repr, unknown))}, which {name} does not take; "
+            f"its parameters are: {', '.join(n for n in named if n not in ('prompts', 'completions'))}"
+        )
 
 
 def _import_hint(name: str) -> str:

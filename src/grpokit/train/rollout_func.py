@@ -21,16 +21,27 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
         raise ConfigError(f"rollout_func must return the keys {missing} in its dict (TRL's convention)")
     comps, N = out["completion_ids"], len(prompts) * group_size
     if len(comps) != N:
-        raise ConfigError(f"rollout_func returned {len(comps)} completions for {len(prompts)} prompts; "
-                          f"it must return group_size={group_size} per prompt, grouped")
+        raise ConfigError(
+            f"rollout_func returned {len(comps)} completions for {len(prompts)} prompts; "
+            f"it must return group_size={group_size} per prompt, grouped"
+        )
     pids = out["prompt_ids"]
     pids = pids[::group_size] if len(pids) == N else pids
     mask = out.get("env_mask")
     episodes = [Episode(list(m), [0] * len(m)) for m in mask] if mask is not None else None
-    ro = Rollout([list(p) for p in pids], [list(c) for c in comps], [list(lp) for lp in out["logprobs"]],
-                 list(out.get("finish_reasons") or ["eos"] * N), group_size, episodes)
-    extra = {k: list(v) for k, v in out.items()
-             if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")}
+    ro = Rollout(
+        [list(p) for p in pids],
+        [list(c) for c in comps],
+        [list(lp) for lp in out["logprobs"]],
+        list(out.get("finish_reasons") or ["eos"] * N),
+        group_size,
+        episodes,
+    )
+    extra = {
+        k: list(v)
+        for k, v in out.items()
+        if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")
+    }
     return ro, extra
 
 

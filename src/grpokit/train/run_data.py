@@ -7,7 +7,6 @@ from __future__ import annotations
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows
 
-
 TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
 
 
@@ -47,7 +46,9 @@ def use_task_model(cfg: Config) -> None:
         cfg.model.name_or_path = str(task.model_path())
 
 
-def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None) -> tuple[list[dict], list[dict]]:
+def data_rows(
+    cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] | None
+) -> tuple[list[dict], list[dict]]:
     """Training and held-out rows: given ones, else the built-in task's, else the configured files.
     One's own data is evaluated on data.eval_dataset (or given eval_rows) or not at all, never on the
     task's held-out set."""
@@ -55,7 +56,9 @@ def data_rows(cfg: Config, train_rows: list[dict] | None, eval_rows: list[dict] 
     task = task_of(cfg) if train_rows is None else None
     if train_rows is None:
         if not (task or d.dataset):
-            raise ConfigError("data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)")
+            raise ConfigError(
+                "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)"
+            )
         train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
     if eval_rows is None:
         if d.eval_dataset:
@@ -74,6 +77,8 @@ def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
 
     report = validate_gold_answers([r.get("answer") for r in rows])
     if report.num_valid == 0:
-        raise ConfigError(f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column")
+        raise ConfigError(
+            f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column"
+        )
     if report.invalid:
         print(f"grpokit: warning: {report.message()}", flush=True)

@@ -69,9 +69,15 @@ class Holder:
 
 
 def this_process() -> Holder:
-    return Holder(os.getpid(), socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), _pid_ns(),
-                  _pid_start(os.getpid()) or "", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                  " ".join([_program()] + sys.argv[1:])[:300])
+    return Holder(
+        os.getpid(),
+        socket.gethostname(),
+        _read("/proc/sys/kernel/random/boot_id"),
+        _pid_ns(),
+        _pid_start(os.getpid()) or "",
+        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        " ".join([_program()] + sys.argv[1:])[:300],
+    )
 
 
 def _program() -> str:
@@ -146,8 +152,10 @@ class RunLock:
         if holder is not None and holder != self.me:
             self.lost_to = holder
         if self.lost_to is not None:
-            raise ConfigError(f"run folder {str(self.path.parent)!r} was taken over by {self.lost_to.describe()} (this "
-                              f"process's heartbeat in {LOCK_FILE} was judged stale); this process stops without writing more")
+            raise ConfigError(
+                f"run folder {str(self.path.parent)!r} was taken over by {self.lost_to.describe()} (this "
+                f"process's heartbeat in {LOCK_FILE} was judged stale); this process stops without writing more"
+            )
 
     def release(self) -> None:
         with RunLock._guard:
@@ -221,8 +229,10 @@ def acquire(run_dir: Path, log=print) -> RunLock | NullLock:
         with RunLock._guard:
             RunLock._held[str(path)] = lock
         return lock
-    raise ConfigError(f"the lock {str(path)!r} kept changing while this process tried to take it; another process is "
-                      "starting in the same run folder, so run again once it has started or ended")
+    raise ConfigError(
+        f"the lock {str(path)!r} kept changing while this process tried to take it; another process is "
+        "starting in the same run folder, so run again once it has started or ended"
+    )
 
 
 def _flock(fd: int) -> bool | None:
@@ -248,7 +258,7 @@ def _replaced(fd: int, path: Path) -> bool:
 
 
 def _judge(run_dir: Path, path: Path, fd: int, holder: Holder | None, me: Holder, kernel: bool | None, log) -> str:
-    """"take" (free or stale: this process may write its name in), "replace" (stale but still locked by
+    """ "take" (free or stale: this process may write its name in), "replace" (stale but still locked by
     the kernel elsewhere: a new file), or raise the refusal."""
     if holder is None:  # empty or half-written: free if the kernel says so, else a holder still starting
         if kernel or (kernel is None and _age(run_dir, path) > STALE_S):
@@ -277,8 +287,11 @@ def _watch(run_dir: Path, path: Path, log, holder: Holder) -> float | None:
     if age > STALE_S:
         return age
     first = os.stat(path).st_mtime
-    log(f"grpokit: {path} names {holder.describe()}, on another host, with a heartbeat {max(0.0, age):.0f} s old; "
-        f"waiting up to {STALE_S - age:.0f} s to see whether it is alive", flush=True)
+    log(
+        f"grpokit: {path} names {holder.describe()}, on another host, with a heartbeat {max(0.0, age):.0f} s old; "
+        f"waiting up to {STALE_S - age:.0f} s to see whether it is alive",
+        flush=True,
+    )
     while age <= STALE_S:
         time.sleep(min(1.0, STALE_S / 10))
         if os.stat(path).st_mtime != first:
@@ -333,5 +346,7 @@ def _still_mine(path: Path, me: Holder) -> bool:
 
 def _refusal(run_dir: Path, holder: Holder | None) -> ConfigError:
     who = holder.describe() if holder is not None else "a process that is still starting"
-    return ConfigError(f"run folder {str(run_dir)!r} is in use by another grpokit process ({who}); a second writer would "
-                       f"mix both runs' records and checkpoints, so wait for it to end or stop it, then run this again")
+    return ConfigError(
+        f"run folder {str(run_dir)!r} is in use by another grpokit process ({who}); a second writer would "
+        f"mix both runs' records and checkpoints, so wait for it to end or stop it, then run this again"
+    )

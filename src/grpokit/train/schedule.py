@@ -85,8 +85,10 @@ def _polynomial(step: int, o: OptimConfig, total: int) -> float:
         return _warm(step, o.warmup_steps)
     if step > total:
         return o.lr_end / o.lr
-    remaining = 1 - (step - o.warmup_steps) / max(1, total - o.warmup_steps)  # transformers divides by 0 when total = warmup
-    return ((o.lr - o.lr_end) * remaining ** o.power + o.lr_end) / o.lr
+    remaining = 1 - (step - o.warmup_steps) / max(
+        1, total - o.warmup_steps
+    )  # transformers divides by 0 when total = warmup
+    return ((o.lr - o.lr_end) * remaining**o.power + o.lr_end) / o.lr
 
 
 def _inverse_sqrt(step: int, o: OptimConfig, total: int) -> float:
@@ -96,9 +98,16 @@ def _inverse_sqrt(step: int, o: OptimConfig, total: int) -> float:
     return 1.0 / math.sqrt((step + timescale - o.warmup_steps) / timescale)
 
 
-_RISE = {"linear": lambda p: p, "cosine": lambda p: 0.5 * (1.0 - math.cos(math.pi * p)), "1-sqrt": lambda p: 1.0 - math.sqrt(1.0 - p)}
-_FALL = {"linear": lambda p, cycles: 1.0 - p, "cosine": lambda p, cycles: 0.5 * (1.0 + math.cos(math.pi * float(cycles) * 2.0 * p)),
-         "1-sqrt": lambda p, cycles: 1.0 - math.sqrt(p)}
+_RISE = {
+    "linear": lambda p: p,
+    "cosine": lambda p: 0.5 * (1.0 - math.cos(math.pi * p)),
+    "1-sqrt": lambda p: 1.0 - math.sqrt(1.0 - p),
+}
+_FALL = {
+    "linear": lambda p, cycles: 1.0 - p,
+    "cosine": lambda p, cycles: 0.5 * (1.0 + math.cos(math.pi * float(cycles) * 2.0 * p)),
+    "1-sqrt": lambda p, cycles: 1.0 - math.sqrt(p),
+}
 WSD_SHAPES = tuple(_RISE)
 
 
@@ -117,15 +126,33 @@ def _warmup_stable_decay(step: int, o: OptimConfig, total: int) -> float:
 
 
 SCHEDULES: dict[str, Callable[[int, OptimConfig, int], float]] = {
-    "constant": _constant, "linear": _linear, "cosine": _cosine, "cosine_with_min_lr": _cosine_with_min_lr,
-    "cosine_warmup_with_min_lr": _cosine_warmup_with_min_lr, "cosine_with_restarts": _cosine_with_restarts,
-    "polynomial": _polynomial, "inverse_sqrt": _inverse_sqrt, "warmup_stable_decay": _warmup_stable_decay,
+    "constant": _constant,
+    "linear": _linear,
+    "cosine": _cosine,
+    "cosine_with_min_lr": _cosine_with_min_lr,
+    "cosine_warmup_with_min_lr": _cosine_warmup_with_min_lr,
+    "cosine_with_restarts": _cosine_with_restarts,
+    "polynomial": _polynomial,
+    "inverse_sqrt": _inverse_sqrt,
+    "warmup_stable_decay": _warmup_stable_decay,
 }
 SCHEDULE_FIELDS: dict[str, tuple[str, ...]] = {  # the optim fields (beyond lr and warmup_steps) each schedule reads
-    "constant": (), "linear": (), "cosine": ("num_cycles",), "cosine_with_min_lr": ("num_cycles", "min_lr_rate"),
-    "cosine_warmup_with_min_lr": ("num_cycles", "min_lr_rate", "warmup_lr_rate"), "cosine_with_restarts": ("restart_cycles",),
-    "polynomial": ("power", "lr_end"), "inverse_sqrt": ("timescale",),
-    "warmup_stable_decay": ("num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_rate", "num_cycles"),
+    "constant": (),
+    "linear": (),
+    "cosine": ("num_cycles",),
+    "cosine_with_min_lr": ("num_cycles", "min_lr_rate"),
+    "cosine_warmup_with_min_lr": ("num_cycles", "min_lr_rate", "warmup_lr_rate"),
+    "cosine_with_restarts": ("restart_cycles",),
+    "polynomial": ("power", "lr_end"),
+    "inverse_sqrt": ("timescale",),
+    "warmup_stable_decay": (
+        "num_decay_steps",
+        "num_stable_steps",
+        "warmup_type",
+        "decay_type",
+        "min_lr_rate",
+        "num_cycles",
+    ),
 }
 
 
@@ -134,7 +161,9 @@ def lr_factor(step: int, o: OptimConfig, total: int) -> float:
     return SCHEDULES[o.schedule](step, o, total)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, o: OptimConfig, run_updates: int) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, o: OptimConfig, run_updates: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR over ``optimizer`` stepped once per update; its length is ``o.schedule_steps`` or ``run_updates``."""
     total = o.schedule_steps or run_updates
 

@@ -66,9 +66,12 @@ class GracefulStop:
     def _handle(self, signum, frame) -> None:
         if not self.requested:
             self.requested, self.signum = True, signum
-            print(f"\ngrpokit: {signal_name(signum)}: stopping; the step in progress has {self._grace_s:g} s to finish "
-                  f"(train.stop_grace_s), then a checkpoint of the last finished step is written"
-                  + ("; Ctrl-C again to stop at once without one" if signum == signal.SIGINT else ""), flush=True)
+            print(
+                f"\ngrpokit: {signal_name(signum)}: stopping; the step in progress has {self._grace_s:g} s to finish "
+                f"(train.stop_grace_s), then a checkpoint of the last finished step is written"
+                + ("; Ctrl-C again to stop at once without one" if signum == signal.SIGINT else ""),
+                flush=True,
+            )
             if math.isfinite(self._grace_s):  # inf: the step always finishes
                 self._timer = threading.Timer(self._grace_s, self._grace_over)
                 self._timer.daemon = True
@@ -85,8 +88,11 @@ class GracefulStop:
         self.cut_due = self.cut_due or due
         if self.cut_due and not self._raised and self._cuttable():
             self._raised = True
-            print(f"grpokit: cutting the work in progress short ({self._grace_s:g} s grace over, or a second signal); "
-                  "an unfinished step is trained again at --resume", flush=True)
+            print(
+                f"grpokit: cutting the work in progress short ({self._grace_s:g} s grace over, or a second signal); "
+                "an unfinished step is trained again at --resume",
+                flush=True,
+            )
             raise StepAbandoned()
 
     def _grace_over(self) -> None:

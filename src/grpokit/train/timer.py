@@ -1,5 +1,4 @@
-"""Seconds (and, on CUDA, peak memory) per named phase of one step.
-"""
+"""Seconds (and, on CUDA, peak memory) per named phase of one step."""
 
 from __future__ import annotations
 
@@ -35,5 +34,8 @@ class Timer:
         return time.perf_counter() - self.t0
 
     def metrics(self) -> dict[str, float]:
-        return {**{f"time/{k}": v for k, v in self.spans.items()}, "time/step": self.total(),
-                **(self.memory.metrics() if self.memory is not None else {})}
+        return {
+            **{f"time/{k}": v for k, v in self.spans.items()},
+            "time/step": self.total(),
+            **(self.memory.metrics() if self.memory is not None else {}),
+        }

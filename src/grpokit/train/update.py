@@ -13,22 +13,23 @@ by default; train.accumulation_slices > 1 lets k slices of successive batches sh
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import warnings
-import dataclasses
 from typing import Callable
 
 import torch
 
-from grpokit.config.sections import OptimConfig
-from .logprobs import completion_logprobs, logprobs_with_router_loss
-from .optimizers import build_optimizer
-from .schedule import make_scheduler
-from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs
 from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
+from grpokit.algo.tis import mismatch_metrics, mismatch_sums
+from grpokit.config.sections import OptimConfig
 from grpokit.types import TokenBatch
+
+from .logprobs import completion_logprobs, logprobs_with_router_loss
+from .optimizers import build_optimizer
+from .schedule import make_scheduler
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
@@ -49,6 +50,7 @@ def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0)
     Example: tokens [4] * 6, max_tokens 20 -> two slices are needed; a budget of 12 still gives two,
     11 would give three -> [0:3], [3:6] (12 tokens each) rather than [0:5], [5:6].
     """
+
     def cut(budget: int) -> list[slice]:
         out, start, tokens = [], 0, 0
         for i, n in enumerate(row_tokens):
@@ -120,7 +122,9 @@ def per_token_bytes(model_config, bytes_per_value: int, checkpointed: bool = Fal
     return (hidden * layers + layer if checkpointed else layer * layers) * bytes_per_value
 
 
-def token_budget(model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0, checkpointed: bool = False) -> int:
+def token_budget(
+    model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0, checkpointed: bool = False
+) -> int:
     """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
     ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
 
@@ -149,18 +153,29 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
     cut = lambda t: t[rows] if t is not None else None  # noqa: E731
     weights = inputs.seq_weights
     shifted = (lambda r: weights(slice(r.start + rows.start, r.stop + rows.start))) if weights is not None else None
-    return dataclasses.replace(inputs, batch=inputs.batch.rows(rows), advantages=inputs.advantages[rows],
-                               loss_mask=inputs.loss_mask[rows], old_logp=cut(inputs.old_logp), ref_logp=cut(inputs.ref_logp),
-                               turn_ids=cut(inputs.turn_ids), seq_weights=shifted, sampler_logp=cut(inputs.sampler_logp),
-                               sampler_mask=cut(inputs.sampler_mask), sampler_log_weight=cut(inputs.sampler_log_weight))
+    return dataclasses.replace(
+        inputs,
+        batch=inputs.batch.rows(rows),
+        advantages=inputs.advantages[rows],
+        loss_mask=inputs.loss_mask[rows],
+        old_logp=cut(inputs.old_logp),
+        ref_logp=cut(inputs.ref_logp),
+        turn_ids=cut(inputs.turn_ids),
+        seq_weights=shifted,
+        sampler_logp=cut(inputs.sampler_logp),
+        sampler_mask=cut(inputs.sampler_mask),
+        sampler_log_weight=cut(inputs.sampler_log_weight),
+    )
 
 
 def _objective(inputs: UpdateInputs, dist) -> tuple[LossSettings, Normalisers]:
     """The loss records of this update (``update_inputs`` sets them), with the whole batch's sequence
     and token counts (over every rank)."""
     if inputs.loss is None or inputs.norms is None:
-        raise ValueError("UpdateInputs.loss and .norms are None; build the inputs with algo.pipeline.update_inputs, "
-                         "or give both (algo.pipeline.loss_settings makes them from an AlgoConfig)")
+        raise ValueError(
+            "UpdateInputs.loss and .norms are None; build the inputs with algo.pipeline.update_inputs, "
+            "or give both (algo.pipeline.loss_settings makes them from an AlgoConfig)"
+        )
     num_tokens, num_sequences = float(inputs.loss_mask.sum().item()), float(inputs.batch.input_ids.shape[0])
     if dist is not None:  # data parallel: every rank divides by the whole batch's counts
         num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
@@ -175,7 +190,9 @@ def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: t
         return
     mask = inputs.sampler_mask[rows] if inputs.sampler_mask is not None else mb.completion_mask
     low, high = inputs.mismatch.low, inputs.mismatch.high
-    for k, v in mismatch_sums(old_logp, inputs.sampler_logp[rows].to(old_logp.device), mask.to(old_logp.device), low, high).items():
+    for k, v in mismatch_sums(
+        old_logp, inputs.sampler_logp[rows].to(old_logp.device), mask.to(old_logp.device), low, high
+    ).items():
         acc[k] = max(acc.get(k, 0.0), v) if k.endswith("_max") else acc.get(k, 0.0) + v
 
 
@@ -191,7 +208,9 @@ class Accumulator:
     sums: dict = dataclasses.field(default_factory=dict)  # token-weighted metric sums
     ent_sum: float = 0.0  # entropy over every completion token
     ent_tok: float = 0.0
-    terms: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0))
+    terms: dict = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0)
+    )
     mismatch: dict = dataclasses.field(default_factory=dict)  # sampler/trainer mismatch sums
     bonus: EntropyBonus = dataclasses.field(default_factory=EntropyBonus)  # the update's entropy bonus settings
     sampled: bool = False  # a slice carried sampler log-probabilities (mismatch metrics)
@@ -219,12 +238,22 @@ class Forwards:
     micro_batch_size: int = 0  # rows per micro-batch (0: no limit)
     micro_batch_tokens: int = 0  # tokens per micro-batch (0: no limit)
     packed: bool = False  # padding-free forwards (packing.py; same values as padded)
-    router_aux: float = 0.0  # weight of a Mixture-of-Experts router loss (model_options.py), added per micro-batch by its rows
+    router_aux: float = (
+        0.0  # weight of a Mixture-of-Experts router loss (model_options.py), added per micro-batch by its rows
+    )
     autocast: Callable | None = None  # a context manager factory for the forwards (None: none)
 
 
-def accumulate(model, optimizer, inputs: UpdateInputs, acc: Accumulator, fw: Forwards, *, dist=None,
-               counts: tuple[float, float] | None = None) -> None:
+def accumulate(
+    model,
+    optimizer,
+    inputs: UpdateInputs,
+    acc: Accumulator,
+    fw: Forwards,
+    *,
+    dist=None,
+    counts: tuple[float, float] | None = None,
+) -> None:
     """Backpropagate one slice, micro-batch by micro-batch, into the parameters' ``.grad`` and add its
     metric sums to ``acc`` (a fresh ``acc`` starts from zero gradients). Micro-batches hold at most
     ``fw.micro_batch_size`` rows and ``fw.micro_batch_tokens`` tokens; their gradients add up to the
@@ -239,23 +268,31 @@ def accumulate(model, optimizer, inputs: UpdateInputs, acc: Accumulator, fw: For
     model.train()
     if acc.slices == 0:
         optimizer.zero_grad(set_to_none=True)
-    acc.slices, acc.bonus, acc.sampled = acc.slices + 1, settings.entropy, acc.sampled or inputs.sampler_logp is not None
+    acc.slices, acc.bonus, acc.sampled = (
+        acc.slices + 1,
+        settings.entropy,
+        acc.sampled or inputs.sampler_logp is not None,
+    )
     for rows in micro_batches(row_tokens, fw.micro_batch_size, fw.micro_batch_tokens):
         _micro_step(model, inputs, rows, settings, norms, acc, fw)
 
 
-def _micro_step(model, inputs: UpdateInputs, rows: slice, settings: LossSettings, norms: Normalisers, acc: Accumulator,
-                fw: Forwards) -> None:
+def _micro_step(
+    model, inputs: UpdateInputs, rows: slice, settings: LossSettings, norms: Normalisers, acc: Accumulator, fw: Forwards
+) -> None:
     """Forward and backward one micro-batch; its loss and metric sums go to ``acc``."""
     mb = inputs.batch.rows(rows)
-    with (fw.autocast() if fw.autocast is not None else contextlib.nullcontext()):
+    with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
         logp, entropy, aux = _forward(model, mb, fw.temperature, settings.entropy.coef != 0.0, fw.packed, fw.router_aux)
     tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
     old = tensors.old_logp
     loss, m = objective_loss(tensors, settings, norms)
     if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
         share = (rows.stop - rows.start) / norms.num_sequences
-        loss, acc.terms["aux_loss"] = loss + fw.router_aux * share * aux, acc.terms["aux_loss"] + share * float(aux.detach())
+        loss, acc.terms["aux_loss"] = (
+            loss + fw.router_aux * share * aux,
+            acc.terms["aux_loss"] + share * float(aux.detach()),
+        )
     loss.backward()
     acc.loss += loss.item()
     n_tok = m.pop("num_tokens")
@@ -269,10 +306,19 @@ def _micro_step(model, inputs: UpdateInputs, rows: slice, settings: LossSettings
     _add_mismatch(acc.mismatch, inputs, rows, old, mb)
 
 
-def apply_update(optimizer, scheduler, acc: Accumulator, optim: OptimConfig, *, dist=None, router_aux: float = 0.0) -> dict[str, float]:
+def apply_update(
+    optimizer, scheduler, acc: Accumulator, optim: OptimConfig, *, dist=None, router_aux: float = 0.0
+) -> dict[str, float]:
     """The optimizer step on the gradient ``acc`` holds: sum it over ranks, clip its norm, step (a
     non-finite loss or norm skips the step); returns the update's metrics."""
-    loss_total, ent_sum, ent_tok, terms, sums, mismatch = acc.loss, acc.ent_sum, acc.ent_tok, acc.terms, acc.sums, acc.mismatch
+    loss_total, ent_sum, ent_tok, terms, sums, mismatch = (
+        acc.loss,
+        acc.ent_sum,
+        acc.ent_tok,
+        acc.terms,
+        acc.sums,
+        acc.mismatch,
+    )
     params = [p for g in optimizer.param_groups for p in g["params"]]
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
@@ -283,8 +329,12 @@ def apply_update(optimizer, scheduler, acc: Accumulator, optim: OptimConfig, *, 
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     metrics = {k: (v if k.startswith("offpolicy/") else v / max(acc.tokens, 1.0)) for k, v in sums.items()}
-    metrics.update(loss=loss_total, grad_norm=grad_norm, learning_rate=scheduler.get_last_lr()[0],
-                   entropy=ent_sum / max(ent_tok, 1.0))
+    metrics.update(
+        loss=loss_total,
+        grad_norm=grad_norm,
+        learning_rate=scheduler.get_last_lr()[0],
+        entropy=ent_sum / max(ent_tok, 1.0),
+    )
     metrics.update(_term_metrics(terms, loss_total, acc.bonus, router_aux))
     # the max stays per rank; reduce_metrics takes the max over ranks. No token the sampler scored (the
     # generate engine's placeholder zeros): no figure, rather than a mismatch of 0 nobody measured
@@ -319,8 +369,9 @@ def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0,
 
 def run_updates(rounds: int, t, num_iterations: int) -> int:
     """``total_updates`` after ``rounds`` steps of a run with train section ``t`` and ``num_iterations``."""
-    return total_updates(rounds, t.updates_per_batch * num_iterations, t.accumulation_slices, t.max_updates,
-                         t.accumulation_epoch_steps)
+    return total_updates(
+        rounds, t.updates_per_batch * num_iterations, t.accumulation_slices, t.max_updates, t.accumulation_epoch_steps
+    )
 
 
 def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, bool]:
@@ -334,13 +385,23 @@ def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, b
     return length, s + 1 == start + length
 
 
-def _loss_tensors(inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> LossTensors:
+def _loss_tensors(
+    inputs: UpdateInputs, rows: slice, mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor
+) -> LossTensors:
     """The objective's tensors of one micro-batch (pi_old: this forward's own detached values on-policy)."""
     cut = lambda t: t[rows] if t is not None else None  # noqa: E731
-    return LossTensors(logp, inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach(), inputs.advantages[rows],
-                       inputs.loss_mask[rows], ref_logp=cut(inputs.ref_logp), entropy=entropy, turn_ids=cut(inputs.turn_ids),
-                       seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
-                       ratio_mask=mb.completion_mask, sampler_log_weight=cut(inputs.sampler_log_weight))
+    return LossTensors(
+        logp,
+        inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach(),
+        inputs.advantages[rows],
+        inputs.loss_mask[rows],
+        ref_logp=cut(inputs.ref_logp),
+        entropy=entropy,
+        turn_ids=cut(inputs.turn_ids),
+        seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
+        ratio_mask=mb.completion_mask,
+        sampler_log_weight=cut(inputs.sampler_log_weight),
+    )
 
 
 def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: float) -> dict[str, float]:
@@ -348,8 +409,13 @@ def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: f
     mean entropy while the bonus is on (or adaptive); ``aux_loss`` (row-weighted mean) with a router loss."""
     out = {}
     if bonus.coef != 0.0 or bonus.adaptive:
-        out.update({"policy_loss": loss_total + acc["entropy/bonus"], "entropy_coef": bonus.coef,
-                    "entropy/loss_tokens_mean": acc["sum"] / max(acc["tokens"], 1.0)})
+        out.update(
+            {
+                "policy_loss": loss_total + acc["entropy/bonus"],
+                "entropy_coef": bonus.coef,
+                "entropy/loss_tokens_mean": acc["sum"] / max(acc["tokens"], 1.0),
+            }
+        )
     if router_aux:
         out["aux_loss"] = acc["aux_loss"]
     return out
@@ -360,8 +426,9 @@ def _forward(model, mb: TokenBatch, temperature: float, entropy_grad: bool, pack
     model's own forward (it computes that loss); else grpokit's chunked log-probabilities."""
     if router_aux:
         return logprobs_with_router_loss(model, mb, temperature, entropy_grad)
-    logp, entropy = completion_logprobs(model, mb, temperature=temperature, with_entropy=True, entropy_grad=entropy_grad,
-                                        packed=packed)
+    logp, entropy = completion_logprobs(
+        model, mb, temperature=temperature, with_entropy=True, entropy_grad=entropy_grad, packed=packed
+    )
     return logp, entropy, None
 
 

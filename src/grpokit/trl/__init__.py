@@ -10,12 +10,33 @@ a reward function (docs/TASKS.md); they work with TRL's own GRPOTrainer as well.
 from grpokit.data.tasks.reasoning_gym import dataset as reasoning_gym_dataset
 from grpokit.data.tasks.reasoning_gym import reasoning_gym_accuracy
 from grpokit.trl.config import GRPOConfig
-from grpokit.trl.progress import RichProgressCallback
 from grpokit.trl.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
-from grpokit.trl.scripts import (DatasetConfig, DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset,
-                                 init_zero_verbose)
+from grpokit.trl.progress import RichProgressCallback
+from grpokit.trl.scripts import (
+    DatasetConfig,
+    DatasetMixtureConfig,
+    ScriptArguments,
+    TrlParser,
+    get_dataset,
+    init_zero_verbose,
+)
 from grpokit.trl.trainer import GRPOTrainer, TrainOutput
 
-__all__ = ["DatasetConfig", "DatasetMixtureConfig", "GRPOConfig", "GRPOTrainer", "ModelConfig", "RichProgressCallback",
-           "ScriptArguments", "TrainOutput", "TrlParser", "get_dataset", "get_kbit_device_map", "get_peft_config",
-           "get_quantization_config", "init_zero_verbose", "reasoning_gym_dataset", "reasoning_gym_accuracy"]
+__all__ = [
+    "DatasetConfig",
+    "DatasetMixtureConfig",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "ModelConfig",
+    "RichProgressCallback",
+    "ScriptArguments",
+    "TrainOutput",
+    "TrlParser",
+    "get_dataset",
+    "get_kbit_device_map",
+    "get_peft_config",
+    "get_quantization_config",
+    "init_zero_verbose",
+    "reasoning_gym_dataset",
+    "reasoning_gym_accuracy",
+]

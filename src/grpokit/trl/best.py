@@ -34,12 +34,16 @@ def check_args(a: Any) -> None:
     if not a.load_best_model_at_end:
         return
     if a.eval_strategy != a.save_strategy:
-        raise ConfigError(f"GRPOConfig load_best_model_at_end=True needs eval_strategy and save_strategy to match, but they are "
-                          f"{a.eval_strategy!r} and {a.save_strategy!r}; set both to 'steps' or both to 'epoch'")
+        raise ConfigError(
+            f"GRPOConfig load_best_model_at_end=True needs eval_strategy and save_strategy to match, but they are "
+            f"{a.eval_strategy!r} and {a.save_strategy!r}; set both to 'steps' or both to 'epoch'"
+        )
     every = a.eval_steps or a.logging_steps
     if a.eval_strategy == "steps" and not _multiple(a.save_steps, every):
-        raise ConfigError(f"GRPOConfig load_best_model_at_end=True needs save_steps to be a multiple of eval_steps, but save_steps="
-                          f"{a.save_steps} and eval_steps={every} (both whole steps, or both fractions of the run)")
+        raise ConfigError(
+            f"GRPOConfig load_best_model_at_end=True needs save_steps to be a multiple of eval_steps, but save_steps="
+            f"{a.save_steps} and eval_steps={every} (both whole steps, or both fractions of the run)"
+        )
 
 
 def _multiple(save: float, every: float) -> bool:
@@ -60,8 +64,10 @@ def update_best(state: Any, a: Any, metrics: dict[str, float]) -> bool:
     if key is None:
         return False
     if key not in metrics:
-        raise ConfigError(f"GRPOConfig metric_for_best_model={a.metric_for_best_model!r} names {key!r}, which the evaluation "
-                          f"does not return; use one of {sorted(k for k in metrics if k.startswith('eval_'))}")
+        raise ConfigError(
+            f"GRPOConfig metric_for_best_model={a.metric_for_best_model!r} names {key!r}, which the evaluation "
+            f"does not return; use one of {sorted(k for k in metrics if k.startswith('eval_'))}"
+        )
     greater = a.greater_is_better if a.greater_is_better is not None else not key.endswith("loss")
     value = float(metrics[key])
     if state.best_metric is None:

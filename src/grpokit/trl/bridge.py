@@ -18,9 +18,13 @@ from typing import Any, Callable
 from transformers import TrainerState
 
 from grpokit.train.callbacks import Callbacks
+
 from .best import update_best
 
-def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float) -> dict[str, float]:
+
+def trl_step_metrics(
+    metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float
+) -> dict[str, float]:
     """One TRL step's entry: on the round's first update its sampling metrics, always the update's own
     (loss, grad_norm, clip ratios ...) with TRL's single-process ``clip_ratio/low_min`` and ``/high_max``."""
     out = {**metrics, **update} if first else dict(update)
@@ -38,33 +42,48 @@ def sampling_extras(rollout, lengths: list[int]) -> dict[str, float]:
     G = rollout.group_size
     prompt_tokens = sum(len(rollout.prompt_ids[i // G]) for i in range(len(rollout.completion_ids)))
     done = [n for n, why in zip(lengths, rollout.finish_reasons) if why != "length"]
-    return {"num_tokens": float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)),
-            "completions/mean_terminated_length": sum(done) / len(done) if done else 0.0,
-            "completions/min_terminated_length": float(min(done)) if done else 0.0,
-            "completions/max_terminated_length": float(max(done)) if done else 0.0}
+    return {
+        "num_tokens": float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)),
+        "completions/mean_terminated_length": sum(done) / len(done) if done else 0.0,
+        "completions/min_terminated_length": float(min(done)) if done else 0.0,
+        "completions/max_terminated_length": float(max(done)) if done else 0.0,
+    }
 
 
 def final_entry(steps: int, losses: list[float], runtime: float, completions_per_step: int) -> dict[str, float]:
     """TRL's last log_history entry: throughput over ``runtime`` seconds and the mean loss of every step."""
     seconds = max(runtime, 1e-9)
-    return {"train_runtime": round(runtime, 4),
-            "train_samples_per_second": round(steps * completions_per_step / seconds, 3),
-            "train_steps_per_second": round(steps / seconds, 3),
-            "total_flos": 0.0,  # TRL's GRPO batches carry no input_ids, so transformers counts 0 FLOPs there too
-            "train_loss": sum(losses) / len(losses) if losses else 0.0}
+    return {
+        "train_runtime": round(runtime, 4),
+        "train_samples_per_second": round(steps * completions_per_step / seconds, 3),
+        "train_steps_per_second": round(steps / seconds, 3),
+        "total_flos": 0.0,  # TRL's GRPO batches carry no input_ids, so transformers counts 0 FLOPs there too
+        "train_loss": sum(losses) / len(losses) if losses else 0.0,
+    }
 
 
 class StepBridge:
     """grpokit loop events -> TRL steps, log history and the user's callbacks (see the module docstring).
     ``evaluate()`` is the trainer's evaluation, ``save_link(path, step)`` names a checkpoint as TRL does."""
 
-    def __init__(self, args: Any, callbacks: list, max_steps: int, evaluate: Callable[[], dict],
-                 save_link: Callable[[Path, int], None], objects: dict):
+    def __init__(
+        self,
+        args: Any,
+        callbacks: list,
+        max_steps: int,
+        evaluate: Callable[[], dict],
+        save_link: Callable[[Path, int], None],
+        objects: dict,
+    ):
         self.args = args
-        self.state = TrainerState(max_steps=max_steps, logging_steps=_every(args.logging_steps, max_steps),
-                                  eval_steps=_every(args.eval_steps or args.logging_steps, max_steps),
-                                  save_steps=_every(args.save_steps, max_steps), train_batch_size=args.per_device_train_batch_size,
-                                  num_train_epochs=args.num_train_epochs)
+        self.state = TrainerState(
+            max_steps=max_steps,
+            logging_steps=_every(args.logging_steps, max_steps),
+            eval_steps=_every(args.eval_steps or args.logging_steps, max_steps),
+            save_steps=_every(args.save_steps, max_steps),
+            train_batch_size=args.per_device_train_batch_size,
+            num_train_epochs=args.num_train_epochs,
+        )
         self.user = Callbacks(callbacks, args, self.state, **objects)
         self.evaluate, self.save_link = evaluate, save_link
         self.updates: list[dict[str, float]] = []
@@ -76,7 +95,9 @@ class StepBridge:
         self.tokens_at_start = 0
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
-        self.steps_per_epoch = 0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
+        self.steps_per_epoch = (
+            0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
+        )
         self.rolling = False  # train.accumulation_slices > 1: a round may complete no update (set by the trainer)
         self.begun = False  # the user's on_step_begin of the next TRL step was called
 
@@ -91,7 +112,9 @@ class StepBridge:
     def on_step_begin(self, args, state, control, **kw):
         self.mark, self.sampled = time.perf_counter(), {}
         n, g = self.args.torch_empty_cache_steps, self.state.global_step
-        if n and any(s % n == 0 for s in range(g, g + self.per_round)):  # transformers: before a step whose completed count is a multiple
+        if n and any(
+            s % n == 0 for s in range(g, g + self.per_round)
+        ):  # transformers: before a step whose completed count is a multiple
             empty_device_cache()
         if not self.begun:  # a round that applied no update left its TRL step begun
             self.user("on_step_begin")
@@ -162,7 +185,9 @@ class StepBridge:
                 runtime = time.perf_counter() - self.start
                 entry["train_runtime"] = round(runtime, 4)
                 if runtime > 0:
-                    entry["train_tokens_per_second"] = round((self.state.num_input_tokens_seen - self.tokens_at_start) / runtime, 3)
+                    entry["train_tokens_per_second"] = round(
+                        (self.state.num_input_tokens_seen - self.tokens_at_start) / runtime, 3
+                    )
         self.state.log_history.append({**entry, "step": self.state.global_step})
         self.user("on_log", logs=entry)
 
@@ -177,12 +202,20 @@ class StepBridge:
         """transformers' DefaultFlowCallback: log and evaluate after a step, then, when the step ends an epoch
         (or training, which ends the epoch loop), by the epoch strategies (the save is grpokit's train.save_every)."""
         step, a = self.state.global_step, self.args
-        if (a.logging_strategy == "steps" and step % self.state.logging_steps == 0) or (a.logging_first_step and step == 1):
+        if (a.logging_strategy == "steps" and step % self.state.logging_steps == 0) or (
+            a.logging_first_step and step == 1
+        ):
             self._flush()
         last = step >= self.state.max_steps  # transformers also evaluates the last step when it is not an eval step
         if a.eval_strategy == "steps" and (step % self.state.eval_steps == 0 or last) and a.eval_delay <= step:
-            update_best(self.state, a, self.evaluate())  # metric_for_best_model: only evaluations by eval_strategy count
-        if not (last or self.user.control.should_training_stop or (self.steps_per_epoch and step % self.steps_per_epoch == 0)):
+            update_best(
+                self.state, a, self.evaluate()
+            )  # metric_for_best_model: only evaluations by eval_strategy count
+        if not (
+            last
+            or self.user.control.should_training_stop
+            or (self.steps_per_epoch and step % self.steps_per_epoch == 0)
+        ):
             return
         if a.logging_strategy == "epoch":
             self._flush()
@@ -193,7 +226,7 @@ class StepBridge:
         if self.pending:
             logs = {k: sum(v) / len(v) for k, v in self.pending.items()}
             for key in ("num_tokens", "learning_rate", "grad_norm"):  # a running total, and transformers' values of the
-                if key in logs:                                       # last step: the latest value, not a mean
+                if key in logs:  # last step: the latest value, not a mean
                     logs[key] = self.pending[key][-1]
             self.log(logs, training=True)
         self.pending = {}

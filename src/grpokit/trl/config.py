@@ -27,6 +27,7 @@ from typing import Any
 from transformers import TrainingArguments
 
 from grpokit.config.base import ConfigError
+
 from .checks import check
 
 
@@ -65,7 +66,7 @@ class GRPOConfig(TrainingArguments):
     """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
     shuffle_dataset: bool | None = True
     """Shuffle the training prompts each epoch."""
-    pad_to_multiple_of: int | str | None = 'auto'
+    pad_to_multiple_of: int | str | None = "auto"
     """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
     generation_batch_size: int | None = None
     """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
@@ -89,9 +90,9 @@ class GRPOConfig(TrainingArguments):
     """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic" (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through model.generate with it (engine generate); None: grpokit's choice."""
     use_vllm: bool = False
     """Sample with vLLM."""
-    vllm_mode: str = 'colocate'
+    vllm_mode: str = "colocate"
     """"colocate" (an engine on the trainer's GPU) or "server"."""
-    vllm_model_impl: str = 'vllm'
+    vllm_model_impl: str = "vllm"
     """Which model code vLLM runs ('vllm' or 'transformers'). grpokit's vLLM engine runs vLLM's own: accepted only at TRL's default ('vllm')."""
     vllm_enable_sleep_mode: bool = False
     """Release the colocated engine's memory during the update."""
@@ -99,7 +100,7 @@ class GRPOConfig(TrainingArguments):
     """A regular expression vLLM's guided decoding holds every completion to. Not carried out by grpokit: accepted only at TRL's default (None)."""
     vllm_server_base_url: str | None = None
     """Server URL (None: from vllm_server_host and vllm_server_port)."""
-    vllm_server_host: str = '0.0.0.0'
+    vllm_server_host: str = "0.0.0.0"
     """Server host when vllm_server_base_url is None."""
     vllm_server_port: int = 8000
     """Server port when vllm_server_base_url is None."""
@@ -135,15 +136,15 @@ class GRPOConfig(TrainingArguments):
     """loss_type='vespo': shape k of the gamma weight where the advantage is < 0."""
     vespo_lambda_neg: float = 2.0
     """loss_type='vespo': rate lambda of the gamma weight where the advantage is < 0."""
-    importance_sampling_level: str = 'token'
+    importance_sampling_level: str = "token"
     """"token" (GRPO) or "sequence" (GSPO)."""
     reward_weights: list[float] | None = None
     """One weight per reward function (None: all 1.0)."""
-    multi_objective_aggregation: str = 'sum_then_normalize'
+    multi_objective_aggregation: str = "sum_then_normalize"
     """"sum_then_normalize" (weighted sum, then the group baseline) or "normalize_then_sum" (GDPO: each reward normalised in its group, summed, then whitened over the batch)."""
-    scale_rewards: str = 'group'
+    scale_rewards: str = "group"
     """"group" (or True), "batch" or "none" (or False)."""
-    loss_type: str = 'dapo'
+    loss_type: str = "dapo"
     """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight), "sapo", "luspo" or "vespo"."""
     mask_truncated_completions: bool = False
     """Leave truncated completions out of the loss (DAPO)."""
@@ -171,7 +172,7 @@ class GRPOConfig(TrainingArguments):
     """Most tool-calling rounds per episode (None: grpokit's env.max_turns)."""
     vllm_importance_sampling_correction: bool = True
     """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
-    vllm_importance_sampling_mode: str = 'sequence_mask'
+    vllm_importance_sampling_mode: str = "sequence_mask"
     """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are products of token ratios)."""
     vllm_importance_sampling_clip_max: float | None = 3.0
     """Upper bound of the importance weight: truncated to it or masked above it (None: no bound)."""
@@ -200,10 +201,13 @@ class GRPOConfig(TrainingArguments):
     vllm_importance_sampling_cap: float | None = None
     """Deprecated alias of vllm_importance_sampling_clip_max (TRL 1.16): when set, it replaces it."""
 
-
     # transformers parses these from a JSON string (a command line's --model_init_kwargs '{"dtype": ...}'), as TRL's
     _VALID_DICT_FIELDS = TrainingArguments._VALID_DICT_FIELDS + [
-        "model_init_kwargs", "transformers_continuous_batching_config", "generation_kwargs", "chat_template_kwargs"]
+        "model_init_kwargs",
+        "transformers_continuous_batching_config",
+        "generation_kwargs",
+        "chat_template_kwargs",
+    ]
 
     def __post_init__(self) -> None:
         self.__dict__["_initialising"] = True  # transformers' own attributes (mixed_precision ...) are set in here
@@ -213,10 +217,15 @@ class GRPOConfig(TrainingArguments):
                 try:
                     json.loads(value)
                 except ValueError:
-                    raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
-                                      "valid: None, a dict or a JSON object string") from None
+                    raise ConfigError(
+                        f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
+                        "valid: None, a dict or a JSON object string"
+                    ) from None
         self.__dict__["_checkpointing_kwargs_name"] = (  # the name the user wrote (transformers then copies it over)
-            "activation_checkpointing_kwargs" if self.activation_checkpointing_kwargs is not None else "gradient_checkpointing_kwargs")
+            "activation_checkpointing_kwargs"
+            if self.activation_checkpointing_kwargs is not None
+            else "gradient_checkpointing_kwargs"
+        )
         self._check_choices()
         from .best import check_args  # grpokit's sentences before transformers' own check of the same rule
 
@@ -233,7 +242,7 @@ class GRPOConfig(TrainingArguments):
         if self.pad_to_multiple_of == "auto":  # TRL: 128 on Neuron devices only; it pads nothing here either
             self.pad_to_multiple_of = None
         for name, value in list(self.__dict__.items()):  # named choices as plain strings, equal to transformers'
-            if isinstance(value, enum.Enum):           # str enums (grpokit's Config and messages hold the text)
+            if isinstance(value, enum.Enum):  # str enums (grpokit's Config and messages hold the text)
                 self.__dict__[name] = value.value
         self._fill_generation_batch()
         if self.vllm_importance_sampling_cap is not None:  # TRL 1.16's deprecated alias (warned by the trainer)
@@ -245,9 +254,14 @@ class GRPOConfig(TrainingArguments):
         from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
         from transformers.training_args import OptimizerNames
 
-        for name, kind in (("eval_strategy", IntervalStrategy), ("logging_strategy", IntervalStrategy),
-                           ("save_strategy", SaveStrategy), ("hub_strategy", HubStrategy),
-                           ("lr_scheduler_type", SchedulerType), ("optim", OptimizerNames)):
+        for name, kind in (
+            ("eval_strategy", IntervalStrategy),
+            ("logging_strategy", IntervalStrategy),
+            ("save_strategy", SaveStrategy),
+            ("hub_strategy", HubStrategy),
+            ("lr_scheduler_type", SchedulerType),
+            ("optim", OptimizerNames),
+        ):
             value, valid = getattr(self, name), [m.value for m in kind]
             if value not in valid:
                 raise ConfigError(f"GRPOConfig argument {name}={value!r} is not valid; use one of {', '.join(valid)}")
@@ -256,13 +270,20 @@ class GRPOConfig(TrainingArguments):
         """TRL's resolution of steps_per_generation and generation_batch_size: given one, the other follows."""
         per_pass = self.per_device_train_batch_size * self.world_size
         if self.steps_per_generation is not None and self.generation_batch_size is not None:
-            raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
-        self.__dict__["_derived"] = ("steps_per_generation", None) if self.generation_batch_size is not None else \
-            ("generation_batch_size", None)
+            raise ConfigError(
+                "GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them"
+            )
+        self.__dict__["_derived"] = (
+            ("steps_per_generation", None)
+            if self.generation_batch_size is not None
+            else ("generation_batch_size", None)
+        )
         if self.generation_batch_size is not None:
             if self.generation_batch_size % per_pass:
-                raise ConfigError(f"GRPOConfig argument generation_batch_size={self.generation_batch_size} is not a multiple of "
-                                  f"per_device_train_batch_size * processes = {per_pass}; make it one")
+                raise ConfigError(
+                    f"GRPOConfig argument generation_batch_size={self.generation_batch_size} is not a multiple of "
+                    f"per_device_train_batch_size * processes = {per_pass}; make it one"
+                )
             self.steps_per_generation = self.generation_batch_size // per_pass
         else:
             self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
@@ -289,8 +310,10 @@ class GRPOConfig(TrainingArguments):
                 return
             raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
         if name in UNSUPPORTED and not self.__dict__.get("_initialising") and not _same(value, UNSUPPORTED[name]):
-            raise ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
-                              f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)")
+            raise ConfigError(
+                f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
+                f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)"
+            )
         if name == "scale_rewards":  # TRL takes True / False for "group" / "none"
             value = {True: "group", False: "none", "true": "group", "false": "none"}.get(value, value)
         check(name, value, _ANNOTATIONS.get(name, ""))
@@ -323,7 +346,7 @@ def _field_names(cls: type) -> frozenset[str]:
 
 
 def _kind(hint: Any) -> str:
-    """"bool", "bool | None", "str" or "str | None" for checks.py's type checks; "" for any other type."""
+    """ "bool", "bool | None", "str" or "str | None" for checks.py's type checks; "" for any other type."""
     args = set(typing.get_args(hint))
     for base in (bool, str):
         if hint is base:
@@ -339,34 +362,115 @@ def _default(f: dataclasses.Field) -> Any:
 
 # the TrainingArguments fields grpokit carries out at transformers' own type and default (mapping.py)
 INHERITED = (
-    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
-    "lr_scheduler_type", "warmup_steps", "optim", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
-    "max_grad_norm", "fp16", "disable_tqdm", "report_to", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
-    "save_total_limit", "push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_strategy", "seed",
-    "full_determinism", "use_cpu", "run_name", "per_device_eval_batch_size", "eval_on_start",
-    "gradient_checkpointing_kwargs", "logging_strategy", "logging_first_step", "resume_from_checkpoint", "tf32",
-    "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
-    "use_liger_kernel", "torch_compile", "torch_compile_backend", "torch_compile_mode", "optim_args",
-    "lr_scheduler_kwargs", "accelerator_config", "fsdp", "neftune_noise_alpha", "fsdp_config", "data_seed",
-    "save_only_model", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "eval_delay",
-    "do_train", "do_eval", "do_predict", "torch_empty_cache_steps", "log_level", "log_level_replica", "project",
-    "use_cache", "activation_checkpointing", "activation_checkpointing_kwargs", "hub_revision", "hub_always_push",
-    "average_tokens_across_devices", "ignore_data_skip", "include_num_input_tokens_seen", "ddp_timeout",
+    "output_dir",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_train_epochs",
+    "max_steps",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "optim",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "fp16",
+    "disable_tqdm",
+    "report_to",
+    "eval_strategy",
+    "eval_steps",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+    "push_to_hub",
+    "hub_model_id",
+    "hub_token",
+    "hub_private_repo",
+    "hub_strategy",
+    "seed",
+    "full_determinism",
+    "use_cpu",
+    "run_name",
+    "per_device_eval_batch_size",
+    "eval_on_start",
+    "gradient_checkpointing_kwargs",
+    "logging_strategy",
+    "logging_first_step",
+    "resume_from_checkpoint",
+    "tf32",
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "dataloader_persistent_workers",
+    "dataloader_prefetch_factor",
+    "use_liger_kernel",
+    "torch_compile",
+    "torch_compile_backend",
+    "torch_compile_mode",
+    "optim_args",
+    "lr_scheduler_kwargs",
+    "accelerator_config",
+    "fsdp",
+    "neftune_noise_alpha",
+    "fsdp_config",
+    "data_seed",
+    "save_only_model",
+    "load_best_model_at_end",
+    "metric_for_best_model",
+    "greater_is_better",
+    "eval_delay",
+    "do_train",
+    "do_eval",
+    "do_predict",
+    "torch_empty_cache_steps",
+    "log_level",
+    "log_level_replica",
+    "project",
+    "use_cache",
+    "activation_checkpointing",
+    "activation_checkpointing_kwargs",
+    "hub_revision",
+    "hub_always_push",
+    "average_tokens_across_devices",
+    "ignore_data_skip",
+    "include_num_input_tokens_seen",
+    "ddp_timeout",
     # accepted with TRL's meaning, most of them no-ops in TRL's GRPO too (docs/TRL.md says why for each)
-    "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "label_smoothing_factor", "liger_kernel_config",
-    "prediction_loss_only", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
-    "include_for_metrics", "batch_eval_metrics", "dataloader_drop_last", "dataloader_multiprocessing_context",
-    "label_names", "train_sampling_strategy", "length_column_name", "log_on_each_node", "dataloader_in_order",
-    "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "local_rank",
+    "trackio_space_id",
+    "trackio_bucket_id",
+    "trackio_static_space_id",
+    "label_smoothing_factor",
+    "liger_kernel_config",
+    "prediction_loss_only",
+    "eval_do_concat_batches",
+    "eval_use_gather_object",
+    "eval_accumulation_steps",
+    "include_for_metrics",
+    "batch_eval_metrics",
+    "dataloader_drop_last",
+    "dataloader_multiprocessing_context",
+    "label_names",
+    "train_sampling_strategy",
+    "length_column_name",
+    "log_on_each_node",
+    "dataloader_in_order",
+    "ddp_find_unused_parameters",
+    "ddp_bucket_cap_mb",
+    "ddp_broadcast_buffers",
+    "ddp_static_graph",
+    "local_rank",
 )
 _REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "vllm_group_port", "log_completions_hub_repo")
 _OWN = tuple(n for n in GRPOConfig.__dict__["__annotations__"] if not n.startswith("_"))
 SUPPORTED = frozenset(INHERITED) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
 # every other field (TRL's or transformers', today's or a later version's) only at its default
-UNSUPPORTED: dict[str, Any] = {f.name: _default(f) for f in dataclasses.fields(GRPOConfig)
-                               if f.init and f.name not in SUPPORTED}
+UNSUPPORTED: dict[str, Any] = {
+    f.name: _default(f) for f in dataclasses.fields(GRPOConfig) if f.init and f.name not in SUPPORTED
+}
 _HINTS = typing.get_type_hints(GRPOConfig)
-_ANNOTATIONS = {name: _kind(_HINTS[name]) for name in SUPPORTED - {"fsdp"}}  # fsdp: also True, as before  # "bool", "str | None" ... (checks.py)
+_ANNOTATIONS = {
+    name: _kind(_HINTS[name]) for name in SUPPORTED - {"fsdp"}
+}  # fsdp: also True, as before  # "bool", "str | None" ... (checks.py)
 
 
 def _same(value: Any, default: Any) -> bool:

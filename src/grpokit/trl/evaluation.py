@@ -19,9 +19,16 @@ from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
 from grpokit.train.logprobs import make_token_batch
 from grpokit.types import Prompt
+
 from .bridge import sampling_extras
 
-CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max")
+CLIP_KEYS = (
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "clip_ratio/low_min",
+    "clip_ratio/high_max",
+)
 
 
 def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, float]:
@@ -38,22 +45,46 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
     mask = batch.completion_mask
     ctrl = trainer.stage_state("entropy_control")  # TRL's eval loss carries the bonus the next train step applies
     coef = ctrl.applied() if ctrl is not None else a.entropy_coef
-    loss, m = policy_loss(logp, logp, adv.flatten().to(logp.device), mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                          aggregation=a.aggregation, num_sequences=float(P * G), num_tokens=float(mask.sum().item()),
-                          norm_constant=float(a.norm_constant or cfg.rollout.max_new_tokens), entropy_NT=entropy,
-                          entropy_coef=coef, entropy_aggregation=a.entropy_aggregation)
+    loss, m = policy_loss(
+        logp,
+        logp,
+        adv.flatten().to(logp.device),
+        mask,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        aggregation=a.aggregation,
+        num_sequences=float(P * G),
+        num_tokens=float(mask.sum().item()),
+        norm_constant=float(a.norm_constant or cfg.rollout.max_new_tokens),
+        entropy_NT=entropy,
+        entropy_coef=coef,
+        entropy_aggregation=a.entropy_aggregation,
+    )
     lengths = ro.model_lengths()
     ent = float((entropy * mask).sum().item() / max(mask.sum().item(), 1.0))
     groups = sb.total_N.view(P, G).std(dim=1) if G > 1 else torch.zeros(P)  # TRL: std 0 for one completion
-    out = {"loss": float(loss.item()), **sampling_extras(ro, lengths),
-           "completions/mean_length": sum(lengths) / len(lengths), "completions/min_length": float(min(lengths)),
-           "completions/max_length": float(max(lengths)),
-           "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths)}
+    out = {
+        "loss": float(loss.item()),
+        **sampling_extras(ro, lengths),
+        "completions/mean_length": sum(lengths) / len(lengths),
+        "completions/min_length": float(min(lengths)),
+        "completions/max_length": float(max(lengths)),
+        "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
+    }
     for f, name in enumerate(sb.names):
         column = torch.nan_to_num(sb.rewards_NF[:, f].float(), nan=0.0)
-        out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = column.mean().item(), column.std().item() if len(column) > 1 else 0.0
-    out.update({"reward": sb.total_N.mean().item(), "reward_std": groups.mean().item(),
-                "frac_reward_zero_std": (groups < 1e-6).float().mean().item(), "entropy": ent})
+        out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = (
+            column.mean().item(),
+            column.std().item() if len(column) > 1 else 0.0,
+        )
+    out.update(
+        {
+            "reward": sb.total_N.mean().item(),
+            "reward_std": groups.mean().item(),
+            "frac_reward_zero_std": (groups < 1e-6).float().mean().item(),
+            "entropy": ent,
+        }
+    )
     out.update({k: 0.0 for k in CLIP_KEYS})  # on-policy: the ratio is 1, nothing is clipped
     if a.entropy_coef != 0.0 or a.entropy_adaptive:  # TRL's policy_loss: the loss before the entropy bonus
         out["policy_loss"] = out["loss"] + m.get("entropy/bonus", 0.0)
@@ -63,7 +94,7 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
 def evaluate(trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: str = "eval") -> dict[str, Any]:
     """TRL's evaluation over ``prompts`` (``batch_size`` completions per batch); returns prefixed metrics."""
     start, per_batch, sums = time.perf_counter(), max(1, batch_size // G), {}
-    batches = [prompts[s:s + per_batch] for s in range(0, len(prompts), per_batch)]
+    batches = [prompts[s : s + per_batch] for s in range(0, len(prompts), per_batch)]
     was_training = trainer.model.training
     trainer.runner.reopen()  # evaluate() after train(): the loop closed the runner's workers
     for chunk in batches:
@@ -71,10 +102,12 @@ def evaluate(trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: st
             sums.setdefault(key, []).append(value)
     trainer.model.train(was_training)
     runtime = time.perf_counter() - start
-    out = {f"{prefix}_loss": sum(sums.pop("loss")) / len(batches),
-           f"{prefix}_runtime": round(runtime, 4),
-           f"{prefix}_samples_per_second": round(len(prompts) / max(runtime, 1e-9), 3),
-           f"{prefix}_steps_per_second": round(len(batches) / max(runtime, 1e-9), 3)}
+    out = {
+        f"{prefix}_loss": sum(sums.pop("loss")) / len(batches),
+        f"{prefix}_runtime": round(runtime, 4),
+        f"{prefix}_samples_per_second": round(len(prompts) / max(runtime, 1e-9), 3),
+        f"{prefix}_steps_per_second": round(len(batches) / max(runtime, 1e-9), 3),
+    }
     sums.pop("num_tokens")  # TRL's eval_num_tokens is the training run's token count (the caller adds it)
     out.update({f"{prefix}_{k}": sum(v) / len(v) for k, v in sums.items()})
     return out

@@ -9,23 +9,36 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
+from grpokit.config.sections import ConfigError
 
-LORA_FIELDS = {"r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",
-               "target_modules": "model.lora_target_modules"}
+LORA_FIELDS = {
+    "r": "model.lora_rank",
+    "lora_alpha": "model.lora_alpha",
+    "lora_dropout": "model.lora_dropout",
+    "target_modules": "model.lora_target_modules",
+}
 LORA_COSMETIC = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
 
 
-HUB_TIMEOUT_S = float(os.environ.get("GRPOKIT_HUB_TIMEOUT_S", "900"))  # one push, all files; a silent endpoint hung forever
+HUB_TIMEOUT_S = float(
+    os.environ.get("GRPOKIT_HUB_TIMEOUT_S", "900")
+)  # one push, all files; a silent endpoint hung forever
 
 
 class HubPushError(RuntimeError):
     """An upload to the Hub failed or did not finish in time (one sentence)."""
 
 
-def push_folder(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None,
-                revision: str | None = None, timeout_s: float | None = None) -> str:
+def push_folder(
+    folder: Path,
+    repo_id: str,
+    message: str,
+    token: str | None,
+    private: bool | None,
+    revision: str | None = None,
+    timeout_s: float | None = None,
+) -> str:
     """Upload the files of ``folder`` (not its subfolders: checkpoints and run files stay local) as one
     commit, within ``timeout_s`` seconds (``GRPOKIT_HUB_TIMEOUT_S``, 900 by default); any failure is one
     ``HubPushError`` sentence. The upload runs in a daemon thread, so a silent endpoint costs the deadline,
@@ -44,26 +57,36 @@ def push_folder(folder: Path, repo_id: str, message: str, token: str | None, pri
     thread.join(timeout_s)
     where = os.environ.get("HF_ENDPOINT") or "the Hugging Face Hub"
     if thread.is_alive():
-        raise HubPushError(f"push_to_hub of {folder} to {repo_id} at {where} did not finish within {timeout_s:g} s; "
-                           "check the network or raise GRPOKIT_HUB_TIMEOUT_S (the model is saved locally)")
+        raise HubPushError(
+            f"push_to_hub of {folder} to {repo_id} at {where} did not finish within {timeout_s:g} s; "
+            "check the network or raise GRPOKIT_HUB_TIMEOUT_S (the model is saved locally)"
+        )
     if "error" in box:
         e = box["error"]
         first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise HubPushError(f"push_to_hub of {folder} to {repo_id} at {where} failed ({type(e).__name__}: {first}); "
-                           "the model is saved locally") from None
+        raise HubPushError(
+            f"push_to_hub of {folder} to {repo_id} at {where} failed ({type(e).__name__}: {first}); "
+            "the model is saved locally"
+        ) from None
     return box["url"]
 
 
-def _upload(folder: Path, repo_id: str, message: str, token: str | None, private: bool | None, revision: str | None) -> str:
+def _upload(
+    folder: Path, repo_id: str, message: str, token: str | None, private: bool | None, revision: str | None
+) -> str:
     from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
-    ops = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in sorted(folder.iterdir()) if p.is_file()]
+    ops = [
+        CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in sorted(folder.iterdir()) if p.is_file()
+    ]
     return str(api.create_commit(repo_id, ops, commit_message=message, revision=revision).commit_url)
 
 
-def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None, whole_stream: bool = False) -> list[dict]:
+def rows_of(
+    dataset: Any, what: str, prompt_only: bool, limit: int | None = None, whole_stream: bool = False
+) -> list[dict]:
     """Rows of a ``datasets.Dataset`` (or a list of dicts), every column under its own name. An
     ``IterableDataset`` (streaming) is read up to ``limit`` rows: what ``max_steps`` will use; with
     ``whole_stream`` (an eval set, read once per evaluation) to its end."""
@@ -73,13 +96,17 @@ def rows_of(dataset: Any, what: str, prompt_only: bool, limit: int | None = None
         raise ConfigError(f"{what} is a {type(dataset).__name__}; pass one split, e.g. dataset['train']")
     if type(dataset).__name__ == "IterableDataset":
         if limit is None and not whole_stream:
-            raise ConfigError(f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming")
+            raise ConfigError(
+                f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming"
+            )
         dataset = itertools.islice(dataset, limit)
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ConfigError(f"{what} has no rows")
     if "prompt" not in rows[0]:
-        raise ConfigError(f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to 'prompt' as TRL needs")
+        raise ConfigError(
+            f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to 'prompt' as TRL needs"
+        )
     return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
 
 
@@ -89,11 +116,18 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool
     class not in a list is a list of one, as in TRL (so it fits a single reward function only).
     ``env_reward``: the environment's ``get_reward`` is a reward source, so no function is needed."""
     funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
-    classes = (processing_classes if isinstance(processing_classes, list) else
-               [None] * len(funcs) if processing_classes is None else [processing_classes])
+    classes = (
+        processing_classes
+        if isinstance(processing_classes, list)
+        else [None] * len(funcs)
+        if processing_classes is None
+        else [processing_classes]
+    )
     if len(classes) != len(funcs):
-        raise ConfigError(f"reward_processing_classes has {len(classes)} entries but there are {len(funcs)} reward functions; "
-                          "the two must match: give one per reward function (None for a function)")
+        raise ConfigError(
+            f"reward_processing_classes has {len(classes)} entries but there are {len(funcs)} reward functions; "
+            "the two must match: give one per reward function (None for a function)"
+        )
     out = []
     for f, tok in zip(funcs, classes):
         if isinstance(f, str) or type(f).__name__.endswith("ForSequenceClassification"):
@@ -101,10 +135,14 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool
         elif callable(f) and not hasattr(f, "parameters"):
             out.append(f)
         else:
-            raise ConfigError(f"reward_funcs entry {f!r:.80} is not supported; pass functions or reward models as a folder or hub id")
+            raise ConfigError(
+                f"reward_funcs entry {f!r:.80} is not supported; pass functions or reward models as a folder or hub id"
+            )
     if not out and not env_reward:  # TRL's words first: scripts and TRL's tests match on them
-        raise ConfigError("No reward source provided: reward_funcs is empty; pass at least one reward function or reward model, "
-                          "or an environment_factory whose environment has get_reward()")
+        raise ConfigError(
+            "No reward source provided: reward_funcs is empty; pass at least one reward function or reward model, "
+            "or an environment_factory whose environment has get_reward()"
+        )
     return out
 
 
@@ -117,15 +155,22 @@ def environment_owned_rows(environment_factory: Any, train_dataset: Any, args: A
     if environment_factory is None:
         raise ConfigError("`train_dataset` is required unless an `environment_factory` is provided.")
     if isinstance(environment_factory, dict):
-        raise ConfigError("A `dict` `environment_factory` (multiple environments) requires a `train_dataset` with an "
-                          "`environment` column to route each example to its environment. Provide a dataset, or pass a "
-                          "single environment factory.")
+        raise ConfigError(
+            "A `dict` `environment_factory` (multiple environments) requires a `train_dataset` with an "
+            "`environment` column to route each example to its environment. Provide a dataset, or pass a "
+            "single environment factory."
+        )
     if args.max_steps <= 0:
-        raise ConfigError("When training without a `train_dataset` (the environment owns the data and returns the prompt "
-                          "from `reset()`), `max_steps` must be set to a positive value to define the training length. "
-                          "Set it via `GRPOConfig(max_steps=...)`.")
+        raise ConfigError(
+            "When training without a `train_dataset` (the environment owns the data and returns the prompt "
+            "from `reset()`), `max_steps` must be set to a positive value to define the training length. "
+            "Set it via `GRPOConfig(max_steps=...)`."
+        )
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    batch = args.generation_batch_size or args.per_device_train_batch_size * (args.steps_per_generation or args.gradient_accumulation_steps) * world
+    batch = (
+        args.generation_batch_size
+        or args.per_device_train_batch_size * (args.steps_per_generation or args.gradient_accumulation_steps) * world
+    )
     return [{"prompt": [{"role": "user", "content": ""}]} for _ in range(max(1, batch // args.num_generations))]
 
 
@@ -144,20 +189,34 @@ def apply_lora(cfg, peft_config: Any) -> None:
 
     if not isinstance(peft_config, LoraConfig):
         kind = " (a prompt-learning method)" if getattr(peft_config, "is_prompt_learning", False) else ""
-        raise ConfigError(f"peft_config is a {type(peft_config).__name__}{kind}; grpokit trains LoRA adapters only (peft.LoraConfig)")
+        raise ConfigError(
+            f"peft_config is a {type(peft_config).__name__}{kind}; grpokit trains LoRA adapters only (peft.LoraConfig)"
+        )
     default = LoraConfig()
     for f in dataclasses.fields(peft_config):
         if f.name in LORA_FIELDS or f.name in LORA_COSMETIC:
             continue
         value = getattr(peft_config, f.name)
         if value != getattr(default, f.name):
-            raise ConfigError(f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}")
+            raise ConfigError(
+                f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}"
+            )
     targets = peft_config.target_modules
     if isinstance(targets, str) and targets.isidentifier() and targets != "all-linear":
-        targets = [targets]  # one bare name (TRL's ModelConfig turns a one-item list into it): that module, not a pattern
-    targets = ["all-linear"] if targets is None or targets == "all-linear" else sorted(targets) if not isinstance(targets, str) else None
+        targets = [
+            targets
+        ]  # one bare name (TRL's ModelConfig turns a one-item list into it): that module, not a pattern
+    targets = (
+        ["all-linear"]
+        if targets is None or targets == "all-linear"
+        else sorted(targets)
+        if not isinstance(targets, str)
+        else None
+    )
     if targets is None:
-        raise ConfigError(f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'")
+        raise ConfigError(
+            f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'"
+        )
     set_field(cfg, "model.lora_rank", peft_config.r)
     set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
     set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
@@ -171,8 +230,10 @@ def refuse_liger_head_adapter(use_liger_kernel: bool, peft_config: Any) -> None:
     targets = getattr(peft_config, "target_modules", None) if use_liger_kernel else None
     names = [targets] if isinstance(targets, str) else list(targets or [])
     if "lm_head" in names:
-        raise ConfigError(f"use_liger_kernel=True with peft_config.target_modules={sorted(names)!r} (a LoRA adapter on lm_head) "
-                          "is refused, as TRL refuses it; drop 'lm_head' from target_modules or set use_liger_kernel=False")
+        raise ConfigError(
+            f"use_liger_kernel=True with peft_config.target_modules={sorted(names)!r} (a LoRA adapter on lm_head) "
+            "is refused, as TRL refuses it; drop 'lm_head' from target_modules or set use_liger_kernel=False"
+        )
 
 
 def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
@@ -182,7 +243,9 @@ def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
         raise ConfigError("model is already a PeftModel and peft_config is set too; pass one of them, as TRL requires")
     lora = model.peft_config.get(getattr(model, "active_adapter", "default")) or next(iter(model.peft_config.values()))
     if str(getattr(lora, "peft_type", "")).split(".")[-1] != "LORA":
-        raise ConfigError(f"model is a PeftModel with {type(lora).__name__} adapters; grpokit trains LoRA adapters only")
+        raise ConfigError(
+            f"model is a PeftModel with {type(lora).__name__} adapters; grpokit trains LoRA adapters only"
+        )
     targets = lora.target_modules
     set_field(cfg, "model.lora_rank", lora.r)
     set_field(cfg, "model.lora_alpha", lora.lora_alpha)
@@ -205,8 +268,10 @@ def refuse_custom_code(name: str, trust: bool) -> None:
         return  # not reachable now: the load reports it
     except ValueError as e:
         if "custom code" in str(e) or "trust_remote_code" in str(e):
-            raise ConfigError(f"model={name!r} contains custom code; pass trust_remote_code=True in GRPOConfig "
-                              "(or model_init_kwargs) to run it, as TRL requires") from None
+            raise ConfigError(
+                f"model={name!r} contains custom code; pass trust_remote_code=True in GRPOConfig "
+                "(or model_init_kwargs) to run it, as TRL requires"
+            ) from None
         raise
 
 
@@ -243,8 +308,10 @@ class RewardModel:
         else:
             from grpokit.rewards.math import completion_text
 
-            texts = [("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
-                     for p, c in zip(prompts, completions)]
+            texts = [
+                ("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
+                for p, c in zip(prompts, completions)
+            ]
         return self.scorer([""] * len(texts), texts)
 
 

@@ -23,22 +23,36 @@ def _help(text: str, **extra: Any) -> dict[str, Any]:
 class ModelConfig:
     """The model arguments of TRL's scripts: which model, its dtype and attention, LoRA and k-bit loading."""
 
-    model_name_or_path: str | None = field(default=None, metadata=_help("Hub id or local folder of the model to train."))
+    model_name_or_path: str | None = field(
+        default=None, metadata=_help("Hub id or local folder of the model to train.")
+    )
     model_revision: str = field(default="main", metadata=_help("Branch, tag or commit of the model on the Hub."))
-    dtype: str | None = field(default="float32", metadata=_help(
-        "dtype the weights are loaded in ('auto': the checkpoint's own).", choices=["auto", "bfloat16", "float16", "float32"]))
-    attn_implementation: str | None = field(default=None, metadata=_help(
-        "Attention implementation passed to from_pretrained (e.g. 'eager', 'sdpa'; None: transformers' choice)."))
+    dtype: str | None = field(
+        default="float32",
+        metadata=_help(
+            "dtype the weights are loaded in ('auto': the checkpoint's own).",
+            choices=["auto", "bfloat16", "float16", "float32"],
+        ),
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata=_help(
+            "Attention implementation passed to from_pretrained (e.g. 'eager', 'sdpa'; None: transformers' choice)."
+        ),
+    )
     use_peft: bool = field(default=False, metadata=_help("Train LoRA adapters instead of every weight."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (the update is scaled by alpha / r)."))
     lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA input."))
-    lora_target_modules: list[str] | None = field(default=None, metadata=_help(
-        "Module names that get adapters (None: PEFT's default for the architecture)."))
-    lora_target_parameters: list[str] | None = field(default=None, metadata=_help(
-        "Parameter names that get adapters directly (PEFT's target_parameters)."))
-    lora_modules_to_save: list[str] | None = field(default=None, metadata=_help(
-        "Modules trained in full and saved beside the adapters."))
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata=_help("Module names that get adapters (None: PEFT's default for the architecture).")
+    )
+    lora_target_parameters: list[str] | None = field(
+        default=None, metadata=_help("Parameter names that get adapters directly (PEFT's target_parameters).")
+    )
+    lora_modules_to_save: list[str] | None = field(
+        default=None, metadata=_help("Modules trained in full and saved beside the adapters.")
+    )
     lora_task_type: str = field(default="CAUSAL_LM", metadata=_help("PEFT task type of the adapters."))
     use_rslora: bool = field(default=False, metadata=_help("Rank-stabilised LoRA: scale by alpha / sqrt(r)."))
     use_dora: bool = field(default=False, metadata=_help("Weight-decomposed LoRA (DoRA)."))
@@ -64,11 +78,21 @@ def get_peft_config(model_args: ModelConfig) -> Any:
         from peft import LoraConfig
     except ImportError:
         raise ConfigError("use_peft needs the peft package; install it with `pip install 'grpokit[peft]'`") from None
-    extra = {} if model_args.lora_target_parameters is None else {"target_parameters": model_args.lora_target_parameters}
-    return LoraConfig(task_type=model_args.lora_task_type, r=model_args.lora_r, lora_alpha=model_args.lora_alpha,
-                      lora_dropout=model_args.lora_dropout, target_modules=model_args.lora_target_modules, bias="none",
-                      use_rslora=model_args.use_rslora, use_dora=model_args.use_dora,
-                      modules_to_save=model_args.lora_modules_to_save, **extra)
+    extra = (
+        {} if model_args.lora_target_parameters is None else {"target_parameters": model_args.lora_target_parameters}
+    )
+    return LoraConfig(
+        task_type=model_args.lora_task_type,
+        r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=model_args.lora_target_modules,
+        bias="none",
+        use_rslora=model_args.use_rslora,
+        use_dora=model_args.use_dora,
+        modules_to_save=model_args.lora_modules_to_save,
+        **extra,
+    )
 
 
 def get_quantization_config(model_args: ModelConfig) -> Any:
@@ -79,10 +103,13 @@ def get_quantization_config(model_args: ModelConfig) -> Any:
 
     if model_args.load_in_8bit:
         return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=model_args.dtype,
-                              bnb_4bit_quant_type=model_args.bnb_4bit_quant_type,
-                              bnb_4bit_use_double_quant=model_args.use_bnb_nested_quant,
-                              bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_compute_dtype=model_args.dtype,
+        bnb_4bit_quant_type=model_args.bnb_4bit_quant_type,
+        bnb_4bit_use_double_quant=model_args.use_bnb_nested_quant,
+        bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage,
+    )
 
 
 def get_kbit_device_map() -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from grpokit.config.base import ConfigError
 from grpokit.train.optimizers import PACKAGES, missing_package
+
 from .config import GRPOConfig
 
 
@@ -24,24 +25,47 @@ def _refuse(name: str, value: Any, valid: str) -> ConfigError:
 
 # lr_scheduler_type -> (optim.schedule, {lr_scheduler_kwargs key: optim field})
 SCHEDULE_ARGS: dict[str, tuple[str, dict[str, str]]] = {
-    "linear": ("linear", {}), "constant": ("constant", {}), "constant_with_warmup": ("constant", {}),
+    "linear": ("linear", {}),
+    "constant": ("constant", {}),
+    "constant_with_warmup": ("constant", {}),
     "cosine": ("cosine", {"num_cycles": "num_cycles"}),
-    "cosine_with_min_lr": ("cosine_with_min_lr", {"num_cycles": "num_cycles", "min_lr_rate": "min_lr_rate", "min_lr": "min_lr_rate"}),
-    "cosine_warmup_with_min_lr": ("cosine_warmup_with_min_lr", {"num_cycles": "num_cycles", "min_lr_rate": "min_lr_rate",
-                                                                "min_lr": "min_lr_rate", "warmup_lr_rate": "warmup_lr_rate"}),
+    "cosine_with_min_lr": (
+        "cosine_with_min_lr",
+        {"num_cycles": "num_cycles", "min_lr_rate": "min_lr_rate", "min_lr": "min_lr_rate"},
+    ),
+    "cosine_warmup_with_min_lr": (
+        "cosine_warmup_with_min_lr",
+        {
+            "num_cycles": "num_cycles",
+            "min_lr_rate": "min_lr_rate",
+            "min_lr": "min_lr_rate",
+            "warmup_lr_rate": "warmup_lr_rate",
+        },
+    ),
     "cosine_with_restarts": ("cosine_with_restarts", {"num_cycles": "restart_cycles"}),
     "polynomial": ("polynomial", {"power": "power", "lr_end": "lr_end"}),
     "inverse_sqrt": ("inverse_sqrt", {"timescale": "timescale"}),
-    "warmup_stable_decay": ("warmup_stable_decay", {"num_decay_steps": "num_decay_steps", "num_stable_steps": "num_stable_steps",
-                                                    "min_lr_ratio": "min_lr_rate", "warmup_type": "warmup_type",
-                                                    "decay_type": "decay_type", "num_cycles": "num_cycles"}),
+    "warmup_stable_decay": (
+        "warmup_stable_decay",
+        {
+            "num_decay_steps": "num_decay_steps",
+            "num_stable_steps": "num_stable_steps",
+            "min_lr_ratio": "min_lr_rate",
+            "warmup_type": "warmup_type",
+            "decay_type": "decay_type",
+            "num_cycles": "num_cycles",
+        },
+    ),
 }
-_TAKES_NO_KWARGS = ("constant", "constant_with_warmup")  # get_scheduler passes them no lr_scheduler_kwargs: any key changes nothing
+_TAKES_NO_KWARGS = (
+    "constant",
+    "constant_with_warmup",
+)  # get_scheduler passes them no lr_scheduler_kwargs: any key changes nothing
 REFUSED_SCHEDULES = {  # transformers schedules that cannot mean anything on grpokit's step-indexed schedule
     "reduce_lr_on_plateau": "it lowers the rate from an evaluation metric (metric_for_best_model after each evaluate()), "
-                            "where grpokit's rate is a function of the update count",
+    "where grpokit's rate is a function of the update count",
     "greedy": "it moves the rate up and down from an evaluation metric after each evaluate(), where grpokit's rate is a "
-              "function of the update count",
+    "function of the update count",
 }
 
 
@@ -73,18 +97,28 @@ def schedule_fields(a: GRPOConfig, max_steps: int) -> dict[str, Any]:
     """optim.schedule, its options, the warm-up and the length (max_steps TRL steps, transformers' num_training_steps)."""
     kind = a.lr_scheduler_type
     if kind in REFUSED_SCHEDULES:
-        raise ConfigError(f"GRPOConfig argument lr_scheduler_type={kind!r} is not supported by grpokit: {REFUSED_SCHEDULES[kind]}")
+        raise ConfigError(
+            f"GRPOConfig argument lr_scheduler_type={kind!r} is not supported by grpokit: {REFUSED_SCHEDULES[kind]}"
+        )
     if kind not in SCHEDULE_ARGS:
         raise _refuse("lr_scheduler_type", kind, ", ".join(SCHEDULE_ARGS))
     schedule, keys = SCHEDULE_ARGS[kind]
     kw = scheduler_kwargs(a)
     if kind not in _TAKES_NO_KWARGS and set(kw) - set(keys):  # transformers: a TypeError (unexpected keyword argument)
-        raise _refuse("lr_scheduler_kwargs", a.lr_scheduler_kwargs, f"with {kind} " + (f"the keys {', '.join(keys)}" if keys else "None or {}"))
+        raise _refuse(
+            "lr_scheduler_kwargs",
+            a.lr_scheduler_kwargs,
+            f"with {kind} " + (f"the keys {', '.join(keys)}" if keys else "None or {}"),
+        )
     out = {f"optim.{keys[k]}": v for k, v in kw.items() if k in keys}
     out.update(_schedule_specifics(kind, kw, a.learning_rate))
     warm = int(a.warmup_steps) if a.warmup_steps >= 1 else math.ceil(max_steps * a.warmup_steps)  # get_warmup_steps
-    return {**out, "optim.schedule": schedule, "optim.schedule_steps": max_steps,
-            "optim.warmup_steps": 0 if kind == "constant" else warm}  # transformers' constant has no warm-up
+    return {
+        **out,
+        "optim.schedule": schedule,
+        "optim.schedule_steps": max_steps,
+        "optim.warmup_steps": 0 if kind == "constant" else warm,
+    }  # transformers' constant has no warm-up
 
 
 def _schedule_specifics(kind: str, kw: dict[str, Any], lr: float) -> dict[str, Any]:
@@ -93,22 +127,34 @@ def _schedule_specifics(kind: str, kw: dict[str, Any], lr: float) -> dict[str, A
     out: dict[str, Any] = {}
     if kind in ("cosine_with_min_lr", "cosine_warmup_with_min_lr"):
         if ("min_lr" in kw) == ("min_lr_rate" in kw):  # None-valued keys are gone already
-            raise _refuse("lr_scheduler_kwargs", kw, f"with {kind} exactly one of min_lr and min_lr_rate (as transformers)")
+            raise _refuse(
+                "lr_scheduler_kwargs", kw, f"with {kind} exactly one of min_lr and min_lr_rate (as transformers)"
+            )
         out["optim.min_lr_rate"] = kw["min_lr"] / lr if "min_lr" in kw else kw["min_lr_rate"]
     if kind == "warmup_stable_decay" and "num_decay_steps" not in kw:
-        raise _refuse("lr_scheduler_kwargs", kw, "with warmup_stable_decay a dict with num_decay_steps (transformers requires it)")
+        raise _refuse(
+            "lr_scheduler_kwargs", kw, "with warmup_stable_decay a dict with num_decay_steps (transformers requires it)"
+        )
     return out
 
 
 # optim -> (optim.optimizer, {optim_args key: optim field}); keys transformers reads but that change nothing
 # (the Trainer's parameter groups carry weight_decay, which wins over the optimizer's) map to None
 OPTIM_ARGS: dict[str, tuple[str, dict[str, str | None]]] = {
-    "adamw_torch": ("adamw", {}), "adamw_torch_fused": ("adamw", {}), "adafactor": ("adafactor", {}),
+    "adamw_torch": ("adamw", {}),
+    "adamw_torch_fused": ("adamw", {}),
+    "adafactor": ("adafactor", {}),
     "sgd": ("sgd", {"momentum": "momentum", "dampening": "dampening", "nesterov": "nesterov", "weight_decay": None}),
     "adagrad": ("adagrad", {"lr_decay": "lr_decay", "eps": "eps", "weight_decay": None}),
-    "rmsprop": ("rmsprop", {"momentum": "momentum", "alpha": "rms_alpha", "eps": "eps", "centered": "centered", "weight_decay": None}),
-    "adamw_8bit": ("adamw_8bit", {}), "adamw_bnb_8bit": ("adamw_8bit", {}), "paged_adamw_8bit": ("paged_adamw_8bit", {}),
-    "adamw_torch_4bit": ("adamw_torch_4bit", {}), "adamw_torch_8bit": ("adamw_torch_8bit", {}),
+    "rmsprop": (
+        "rmsprop",
+        {"momentum": "momentum", "alpha": "rms_alpha", "eps": "eps", "centered": "centered", "weight_decay": None},
+    ),
+    "adamw_8bit": ("adamw_8bit", {}),
+    "adamw_bnb_8bit": ("adamw_8bit", {}),
+    "paged_adamw_8bit": ("paged_adamw_8bit", {}),
+    "adamw_torch_4bit": ("adamw_torch_4bit", {}),
+    "adamw_torch_8bit": ("adamw_torch_8bit", {}),
 }
 
 
@@ -128,16 +174,26 @@ def parse_optim_args(text: str | None) -> dict[str, str]:
 def optimizer_fields(a: GRPOConfig) -> dict[str, Any]:
     """optim.optimizer and what optim_args sets, read as transformers does (numbers as float, flags true/1/yes)."""
     if a.optim not in OPTIM_ARGS:
-        raise _refuse("optim", a.optim, ", ".join(OPTIM_ARGS) + " (the others need packages or devices grpokit does not "
-                      "build on: GaLore, APOLLO, LOMO, schedule-free, XLA, NPU ...)")
+        raise _refuse(
+            "optim",
+            a.optim,
+            ", ".join(OPTIM_ARGS) + " (the others need packages or devices grpokit does not "
+            "build on: GaLore, APOLLO, LOMO, schedule-free, XLA, NPU ...)",
+        )
     name, keys = OPTIM_ARGS[a.optim]
     if missing_package(name) is not None:
-        raise ConfigError(f"GRPOConfig argument optim={a.optim!r} needs the {PACKAGES[name]} package, which is not installed; "
-                          f"install it (a CUDA library) or use adamw_torch")
+        raise ConfigError(
+            f"GRPOConfig argument optim={a.optim!r} needs the {PACKAGES[name]} package, which is not installed; "
+            f"install it (a CUDA library) or use adamw_torch"
+        )
     args = parse_optim_args(a.optim_args)
     if a.optim in _TORCHAO and not _torchao_default(args):
-        raise _refuse("optim_args", a.optim_args, f"with optim={a.optim!r} only block_size=256 and bf16_stochastic_round=False "
-                      "(grpokit builds torchao's optimizer with those)")
+        raise _refuse(
+            "optim_args",
+            a.optim_args,
+            f"with optim={a.optim!r} only block_size=256 and bf16_stochastic_round=False "
+            "(grpokit builds torchao's optimizer with those)",
+        )
     if not keys:
         return {"optim.optimizer": name}  # transformers reads no optim_args for these optimizers
     if set(args) - set(keys):

@@ -53,8 +53,9 @@ def _judge(answer: str, gold: str, parse_s: int | None, verify_s: int | None) ->
     gold_parsed = parse(gold, parsing_timeout=parse_s)
     if not gold_parsed:
         return None, "[unparseable]", "[skipped]"
-    latex = LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0,
-                                  try_extract_without_anchor=False)  # a well-formed LaTeX answer, boxed first
+    latex = LatexExtractionConfig(
+        normalization_config=NormalizationConfig(units=True), boxed_match_priority=0, try_extract_without_anchor=False
+    )  # a well-formed LaTeX answer, boxed first
     answer_parsed = parse(answer, extraction_config=[latex], extraction_mode="first_match", parsing_timeout=parse_s)
     reward = float(verify(gold_parsed, answer_parsed, timeout_seconds=verify_s))
     return reward, str(gold_parsed), str(answer_parsed) if answer_parsed else "[unparseable]"
@@ -67,8 +68,9 @@ def _log(log_extra: Callable[[str, list], None] | None, solution: list, judged: 
         log_extra("answer_parsed", [j[2] for j in judged])
 
 
-def accuracy_reward(completions: list, solution: list[str], log_extra: Callable[[str, list], None] | None = None,
-                    **kwargs: Any) -> list[float | None]:
+def accuracy_reward(
+    completions: list, solution: list[str], log_extra: Callable[[str, list], None] | None = None, **kwargs: Any
+) -> list[float | None]:
     """1.0 / 0.0 per completion by math-verify against ``solution``; None where the gold does not parse."""
     parse_s, verify_s = _timeouts()
     judged = [_judge(_text(c), gold, parse_s, verify_s) for c, gold in zip(completions, solution, strict=True)]
@@ -76,8 +78,13 @@ def accuracy_reward(completions: list, solution: list[str], log_extra: Callable[
     return [j[0] for j in judged]
 
 
-def reasoning_accuracy_reward(completions: list, solution: list[str], reasoning_delimiters: list[str] | None = None,
-                              log_extra: Callable[[str, list], None] | None = None, **kwargs: Any) -> list[float | None]:
+def reasoning_accuracy_reward(
+    completions: list,
+    solution: list[str],
+    reasoning_delimiters: list[str] | None = None,
+    log_extra: Callable[[str, list], None] | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
     """accuracy_reward on the text after the last reasoning delimiter (the first of ``reasoning_delimiters``,
     default ``["</think>"]``, that occurs); 0.0 for a completion whose reasoning never ends."""
     delimiters = [_THINK_CLOSE] if reasoning_delimiters is None else reasoning_delimiters
@@ -96,8 +103,9 @@ def reasoning_accuracy_reward(completions: list, solution: list[str], reasoning_
 
 def think_format_reward(completions: list, **kwargs: Any) -> list[float]:
     """1.0 when the completion starts with <think>, has no second <think>, and closes it with </think>."""
+
     def ok(text: str) -> bool:
-        rest = text[len(_THINK_OPEN):]
+        rest = text[len(_THINK_OPEN) :]
         return text.startswith(_THINK_OPEN) and _THINK_OPEN not in rest and _THINK_CLOSE in rest
 
     return [1.0 if ok(_text(c)) else 0.0 for c in completions]
@@ -116,7 +124,9 @@ class _SoftOverlong:
         out = []
         for ids in completion_ids:
             n = len(ids)
-            out.append(0.0 if n <= safe else -1.0 if n > self.max_completion_len else (safe - n) / self.soft_punish_cache)
+            out.append(
+                0.0 if n <= safe else -1.0 if n > self.max_completion_len else (safe - n) / self.soft_punish_cache
+            )
         return out
 
 
@@ -128,14 +138,21 @@ def get_soft_overlong_punishment(max_completion_len: int, soft_punish_cache: int
 class _CosineScaled:
     __name__ = "cosine_scaled_reward"
 
-    def __init__(self, max_len: int, min_value_wrong: float, max_value_wrong: float, min_value_correct: float,
-                 max_value_correct: float):
+    def __init__(
+        self,
+        max_len: int,
+        min_value_wrong: float,
+        max_value_wrong: float,
+        min_value_correct: float,
+        max_value_correct: float,
+    ):
         self.max_len = max_len
         self.wrong = (max_value_wrong, min_value_wrong)  # (value at max_len, value at length 0)
         self.correct = (min_value_correct, max_value_correct)
 
-    def __call__(self, completions: list, solution: list[str], completion_ids: list[list[int]],
-                 **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self, completions: list, solution: list[str], completion_ids: list[list[int]], **kwargs: Any
+    ) -> list[float | None]:
         out: list[float | None] = []
         for right, ids in zip(accuracy_reward(completions, solution), completion_ids, strict=True):
             if right is None:
@@ -147,8 +164,13 @@ class _CosineScaled:
         return out
 
 
-def get_cosine_scaled_reward(max_len: int, min_value_wrong: float = -1.0, max_value_wrong: float = -0.5,
-                             min_value_correct: float = 0.5, max_value_correct: float = 1.0) -> Callable:
+def get_cosine_scaled_reward(
+    max_len: int,
+    min_value_wrong: float = -1.0,
+    max_value_wrong: float = -0.5,
+    min_value_correct: float = 0.5,
+    max_value_correct: float = 1.0,
+) -> Callable:
     """Correctness (as accuracy_reward) scaled by length: correct answers from max_value_correct (empty) down to
     min_value_correct (max_len tokens or more); wrong ones from min_value_wrong up to max_value_wrong."""
     return _CosineScaled(max_len, min_value_wrong, max_value_wrong, min_value_correct, max_value_correct)
@@ -163,7 +185,7 @@ class _Repetition:
     def __call__(self, completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
         n, out = self.ngram_size, []
         for ids in completion_ids:
-            grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+            grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
             repeated = 1 - len(set(grams)) / len(grams) if grams else 0.0
             out.append(repeated * self.max_penalty if repeated else 0.0)
         return out
@@ -176,5 +198,11 @@ def get_repetition_penalty_reward(ngram_size: int = 3, max_penalty: float = -1.0
     return _Repetition(ngram_size, max_penalty)
 
 
-__all__ = ["accuracy_reward", "get_cosine_scaled_reward", "get_repetition_penalty_reward", "get_soft_overlong_punishment",
-           "reasoning_accuracy_reward", "think_format_reward"]
+__all__ = [
+    "accuracy_reward",
+    "get_cosine_scaled_reward",
+    "get_repetition_penalty_reward",
+    "get_soft_overlong_punishment",
+    "reasoning_accuracy_reward",
+    "think_format_reward",
+]

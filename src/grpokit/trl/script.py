@@ -24,25 +24,39 @@ from typing import Any
 
 import yaml
 
-from grpokit.config.sections import ConfigError
 from grpokit.config.io import _sections, strict_yaml
+from grpokit.config.sections import ConfigError
+
 from .config import GRPOConfig
 from .model_config import ModelConfig, get_peft_config, get_quantization_config
 from .scripts import DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset
 
-TRL_REWARD_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
+TRL_REWARD_NAMES = (
+    "accuracy_reward",
+    "reasoning_accuracy_reward",
+    "think_format_reward",
+    "get_soft_overlong_punishment",
+)
 
 
 @dataclass
 class GRPOScriptArguments(ScriptArguments):
     """TRL's GRPO script arguments: the dataset's, plus a reward model and reward functions."""
 
-    reward_model_name_or_path: str | None = field(default=None, metadata={
-        "help": "Hub id or local folder of a sequence-classification reward model (scored before reward_funcs)."})
-    reward_funcs: list[str] | None = field(default=None, metadata={
-        "help": "Reward functions: accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
-                "get_soft_overlong_punishment (max_completion_len=1280, soft_punish_cache=256), or a dotted "
-                "import path (my_module.my_reward) found from the working directory."})
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub id or local folder of a sequence-classification reward model (scored before reward_funcs)."
+        },
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions: accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
+            "get_soft_overlong_punishment (max_completion_len=1280, soft_punish_cache=256), or a dotted "
+            "import path (my_module.my_reward) found from the working directory."
+        },
+    )
 
 
 def make_parser(prog: str | None = None) -> TrlParser:
@@ -74,7 +88,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     out = dict(data)
     for item in overrides:
         if "=" not in item or "." in item.split("=", 1)[0]:
-            raise ConfigError(f"override {item!r} does not fit a TRL-style config; write name=value with a TRL argument name (e.g. learning_rate=1e-6)")
+            raise ConfigError(
+                f"override {item!r} does not fit a TRL-style config; write name=value with a TRL argument name (e.g. learning_rate=1e-6)"
+            )
         key, raw = item.split("=", 1)
         out[key.strip()] = strict_yaml(raw, f"override {item!r}") if raw != "" else None
     return out
@@ -90,8 +106,9 @@ def parse(argv: list[str] | None = None, config: dict[str, Any] | None = None) -
         os.environ[key] = str(value)
     left = parser.set_defaults_with_config(**config) if config else []
     try:
-        *objects, from_file, rest = parser.parse_args_and_config(list(argv or []), return_remaining_strings=True,
-                                                                  separate_remaining_strings=True)
+        *objects, from_file, rest = parser.parse_args_and_config(
+            list(argv or []), return_remaining_strings=True, separate_remaining_strings=True
+        )
     except ValueError as e:  # a value the dataclasses refuse, as transformers words it
         raise ConfigError(" ".join(str(e).split())) from None
     return tuple(objects), left + list(from_file) + list(rest)
@@ -110,34 +127,53 @@ def launcher_processes(extra: list[str]) -> int:
                 raise ConfigError(f"num_processes={value!r} is not valid; use an integer >= 1")
             n = int(value)
         else:
-            raise ConfigError(f"{extra[i]!r} is not an argument of trl grpo's script, GRPOConfig or ModelConfig, and of "
-                              "TRL's launcher arguments grpokit takes only num_processes (for others run torchrun yourself)")
+            raise ConfigError(
+                f"{extra[i]!r} is not an argument of trl grpo's script, GRPOConfig or ModelConfig, and of "
+                "TRL's launcher arguments grpokit takes only num_processes (for others run torchrun yourself)"
+            )
         i += 1
     return n
 
 
-def build_trainer(script_args: Any, training_args: GRPOConfig, model_args: ModelConfig,
-                  dataset_args: DatasetMixtureConfig, callbacks: list | None = None):
+def build_trainer(
+    script_args: Any,
+    training_args: GRPOConfig,
+    model_args: ModelConfig,
+    dataset_args: DatasetMixtureConfig,
+    callbacks: list | None = None,
+):
     """The ``GRPOTrainer`` trl/scripts/grpo.py builds from these arguments."""
     from .trainer import GRPOTrainer
 
     if not model_args.model_name_or_path:
         raise ConfigError("no model_name_or_path; name the model to train")
-    funcs = ([script_args.reward_model_name_or_path] if script_args.reward_model_name_or_path else []) + \
-        [_reward(name) for name in script_args.reward_funcs or []]
-    training_args.model_init_kwargs = {"revision": model_args.model_revision, "trust_remote_code": training_args.trust_remote_code,
-                                       "attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype}
+    funcs = ([script_args.reward_model_name_or_path] if script_args.reward_model_name_or_path else []) + [
+        _reward(name) for name in script_args.reward_funcs or []
+    ]
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
     splits = _datasets(script_args, dataset_args)
     evaluate = training_args.eval_strategy != "no"
     for split in [script_args.dataset_train_split] + ([script_args.dataset_test_split] if evaluate else []):
         if split not in splits:
-            raise ConfigError(f"the dataset has no {split!r} split (it has {', '.join(splits) or 'none'}); set "
-                              f"dataset_train_split / dataset_test_split{', or eval_strategy=no' if evaluate else ''}")
-    return GRPOTrainer(model=model_args.model_name_or_path, reward_funcs=funcs, args=training_args,
-                       train_dataset=splits[script_args.dataset_train_split],
-                       eval_dataset=splits[script_args.dataset_test_split] if evaluate else None,
-                       quantization_config=get_quantization_config(model_args), peft_config=get_peft_config(model_args),
-                       callbacks=callbacks)
+            raise ConfigError(
+                f"the dataset has no {split!r} split (it has {', '.join(splits) or 'none'}); set "
+                f"dataset_train_split / dataset_test_split{', or eval_strategy=no' if evaluate else ''}"
+            )
+    return GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=funcs,
+        args=training_args,
+        train_dataset=splits[script_args.dataset_train_split],
+        eval_dataset=splits[script_args.dataset_test_split] if evaluate else None,
+        quantization_config=get_quantization_config(model_args),
+        peft_config=get_peft_config(model_args),
+        callbacks=callbacks,
+    )
 
 
 def run(objects: tuple, say=print) -> Any:
@@ -163,8 +199,17 @@ def main(argv: list[str], say=print, stopped=None) -> int:
     processes = launcher_processes(extra)
     if processes > 1 and "LOCAL_RANK" not in os.environ:
         kept = _without_launcher(argv)
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}", "-m", "grpokit", "trl",
-               "grpo", *kept]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={processes}",
+            "-m",
+            "grpokit",
+            "trl",
+            "grpo",
+            *kept,
+        ]
         return subprocess.call(cmd)
     trainer = run(objects, say)
     if trainer.summary.get("interrupted") and stopped is not None:
@@ -189,11 +234,15 @@ def _datasets(script_args: Any, dataset_args: DatasetMixtureConfig) -> Any:
 
     if dataset_args.datasets:
         if script_args.dataset_name:
-            logging.getLogger("grpokit.trl").warning("both datasets and dataset_name are given; the datasets mixture is used")
+            logging.getLogger("grpokit.trl").warning(
+                "both datasets and dataset_name are given; the datasets mixture is used"
+            )
         return get_dataset(dataset_args)
     if not script_args.dataset_name:
-        raise ConfigError("no dataset: give dataset_name (a hub id, a local folder or a .jsonl/.json/.parquet/.csv file) "
-                          "or a datasets mixture")
+        raise ConfigError(
+            "no dataset: give dataset_name (a hub id, a local folder or a .jsonl/.json/.parquet/.csv file) "
+            "or a datasets mixture"
+        )
     return _load(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
 
 
@@ -205,13 +254,17 @@ def _load(name: str, config: str | None, streaming: bool) -> Any:
     path = Path(name).expanduser()
     if path.suffix in FILE_BUILDERS:  # one local file: its one split is "train"
         if not path.is_file():
-            raise ConfigError(f"dataset_name={name!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file, "
-                              "a folder or a hub dataset")
+            raise ConfigError(
+                f"dataset_name={name!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file, "
+                "a folder or a hub dataset"
+            )
         return datasets.load_dataset(FILE_BUILDERS[path.suffix], data_files=str(path), streaming=streaming)
     try:
         return datasets.load_dataset(name, name=config, streaming=streaming)
     except Exception as e:  # network, unknown name: one sentence
-        raise ConfigError(f"could not load dataset {name!r} ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
+        raise ConfigError(
+            f"could not load dataset {name!r} ({type(e).__name__}: {' '.join(str(e).split())[:300]})"
+        ) from None
 
 
 def _reward(name: str):
@@ -225,8 +278,10 @@ def _reward(name: str):
 
     if ":" not in name and name not in BUILTINS:
         if "." not in name:
-            raise ConfigError(f"reward_funcs entry {name!r} is not one of {', '.join(TRL_REWARD_NAMES)}, a grpokit "
-                              f"built-in ({', '.join(BUILTINS)}) or a dotted import path")
+            raise ConfigError(
+                f"reward_funcs entry {name!r} is not one of {', '.join(TRL_REWARD_NAMES)}, a grpokit "
+                f"built-in ({', '.join(BUILTINS)}) or a dotted import path"
+            )
         module, _, attr = name.rpartition(".")
         name = f"{module}:{attr}"  # TRL's dotted path
     if os.getcwd() not in sys.path:  # as TRL's script: a reward module beside the run

@@ -34,8 +34,12 @@ class ScriptArguments:
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on."})
     dataset_streaming: bool = field(default=False, metadata={"help": "Stream the dataset instead of downloading it."})
-    ignore_bias_buffers: bool = field(default=False, metadata={
-        "help": "Leave boolean bias buffers out of distributed parameter syncing (a fix for some DDP models)."})
+    ignore_bias_buffers: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave boolean bias buffers out of distributed parameter syncing (a fix for some DDP models)."
+        },
+    )
 
 
 @dataclass
@@ -48,19 +52,23 @@ class DatasetConfig:
     data_files: str | list[str] | dict[str, str] | None = field(default=None, metadata={"help": "Data files to load."})
     split: str = field(default="train", metadata={"help": "Split to load."})
     columns: list[str] | None = field(default=None, metadata={"help": "Columns to keep (None: all)."})
-    fraction: float | None = field(default=None, metadata={
-        "help": "Share of the mixture (normalised over the datasets; set for all or none)."})
+    fraction: float | None = field(
+        default=None, metadata={"help": "Share of the mixture (normalised over the datasets; set for all or none)."}
+    )
 
 
 @dataclass
 class DatasetMixtureConfig:
     """Several datasets loaded and concatenated into one (``get_dataset``)."""
 
-    datasets: list[DatasetConfig] = field(default_factory=list, metadata={
-        "help": "The datasets, each a mapping of DatasetConfig's fields (in a YAML config)."})
+    datasets: list[DatasetConfig] = field(
+        default_factory=list,
+        metadata={"help": "The datasets, each a mapping of DatasetConfig's fields (in a YAML config)."},
+    )
     streaming: bool = field(default=False, metadata={"help": "Stream the datasets."})
-    test_split_size: float | None = field(default=None, metadata={
-        "help": "Split the mixture into train and test with this test size (None: train only)."})
+    test_split_size: float | None = field(
+        default=None, metadata={"help": "Split the mixture into train and test with this test size (None: train only)."}
+    )
 
     def __post_init__(self) -> None:
         self.datasets = [DatasetConfig(**d) if isinstance(d, dict) else d for d in self.datasets]
@@ -74,8 +82,14 @@ def get_dataset(mixture_config: DatasetMixtureConfig) -> Any:
 
     parts = []
     for d in mixture_config.datasets:
-        ds = datasets.load_dataset(path=d.path, name=d.name, data_dir=d.data_dir, data_files=d.data_files,
-                                   split=d.split, streaming=mixture_config.streaming)
+        ds = datasets.load_dataset(
+            path=d.path,
+            name=d.name,
+            data_dir=d.data_dir,
+            data_files=d.data_files,
+            split=d.split,
+            streaming=mixture_config.streaming,
+        )
         parts.append(ds if d.columns is None else ds.select_columns(d.columns))
     if not parts:
         raise ConfigError("the dataset mixture has no datasets; list at least one under datasets")
@@ -116,12 +130,19 @@ class TrlParser(HfArgumentParser):
             dataclass_types = [dataclass_types]
         for cls in dataclass_types:
             if "config" in cls.__dataclass_fields__:
-                raise ConfigError(f"dataclass {cls.__name__} has a field named 'config', which TrlParser keeps for "
-                                  "the --config file; rename the field")
+                raise ConfigError(
+                    f"dataclass {cls.__name__} has a field named 'config', which TrlParser keeps for "
+                    "the --config file; rename the field"
+                )
         super().__init__(dataclass_types=dataclass_types, **kwargs)
 
-    def parse_args_and_config(self, args: Iterable[str] | None = None, return_remaining_strings: bool = False,
-                              fail_with_unknown_args: bool = True, separate_remaining_strings: bool = False) -> tuple:
+    def parse_args_and_config(
+        self,
+        args: Iterable[str] | None = None,
+        return_remaining_strings: bool = False,
+        fail_with_unknown_args: bool = True,
+        separate_remaining_strings: bool = False,
+    ) -> tuple:
         """The dataclasses from the command line over ``--config``'s values over the fields' defaults."""
         args = list(args) if args is not None else sys.argv[1:]
         from_config: list[str] = []
@@ -130,15 +151,17 @@ class TrlParser(HfArgumentParser):
             if at + 1 >= len(args):
                 raise ConfigError("--config needs a YAML file path after it")
             path = args[at + 1]
-            del args[at:at + 2]
+            del args[at : at + 2]
             from_config = self.set_defaults_with_config(**_read_yaml(path))
         out = self.parse_args_into_dataclasses(args=args, return_remaining_strings=return_remaining_strings)
         if return_remaining_strings:
             rest = list(out[-1])
             return out[:-1] + ((from_config, rest) if separate_remaining_strings else (from_config + rest,))
         if fail_with_unknown_args and from_config:
-            raise ConfigError(f"the config file has keys no argument takes: {from_config[::2]}; remove them or "
-                              "parse with fail_with_unknown_args=False")
+            raise ConfigError(
+                f"the config file has keys no argument takes: {from_config[::2]}; remove them or "
+                "parse with fail_with_unknown_args=False"
+            )
         return out
 
     def set_defaults_with_config(self, **kwargs: Any) -> list[str]:

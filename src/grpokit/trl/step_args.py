@@ -15,6 +15,7 @@ from typing import Any
 
 from grpokit.config.base import ConfigError
 from grpokit.train.update import total_updates
+
 from .config import GRPOConfig
 
 
@@ -27,12 +28,16 @@ def generation_steps(a: GRPOConfig, world_size: int) -> int:
     if spg is not None and gbs is not None:
         if gbs == per_pass * spg:
             return spg
-        raise ConfigError("GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them")
+        raise ConfigError(
+            "GRPOConfig arguments steps_per_generation and generation_batch_size are both set; set one of them"
+        )
     if gbs is None:
         return spg or a.gradient_accumulation_steps
     if gbs % per_pass:
-        raise ConfigError(f"GRPOConfig argument generation_batch_size={gbs} is not a multiple of "
-                          f"per_device_train_batch_size * processes = {per_pass}; make it one")
+        raise ConfigError(
+            f"GRPOConfig argument generation_batch_size={gbs} is not a multiple of "
+            f"per_device_train_batch_size * processes = {per_pass}; make it one"
+        )
     return gbs // per_pass
 
 
@@ -76,12 +81,18 @@ def window_epoch(a: GRPOConfig, ctx: dict) -> int:
 def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     per_step = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"]
     if per_step % a.num_generations:
-        raise ConfigError(f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
-                          f"completions is not a multiple of num_generations={a.num_generations}; make it one")
+        raise ConfigError(
+            f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
+            f"completions is not a multiple of num_generations={a.num_generations}; make it one"
+        )
     parts, window = slicing(a, ctx["world_size"])
-    return {"train.prompts_per_step": per_step // a.num_generations, "train.micro_batch_size": a.per_device_train_batch_size,
-            "train.updates_per_batch": parts, "train.accumulation_slices": window,
-            "train.accumulation_epoch_steps": window_epoch(a, ctx)}
+    return {
+        "train.prompts_per_step": per_step // a.num_generations,
+        "train.micro_batch_size": a.per_device_train_batch_size,
+        "train.updates_per_batch": parts,
+        "train.accumulation_slices": window,
+        "train.accumulation_epoch_steps": window_epoch(a, ctx),
+    }
 
 
 def prompts_per_round(a: GRPOConfig, world_size: int) -> int:
@@ -95,7 +106,9 @@ def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
     num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
     of them, the epoch's last one the rest (at least 1 update)."""
     micro_steps = num_rows // prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
-    return max(1, -(-micro_steps // a.gradient_accumulation_steps))  # a shorter last accumulation counts, as transformers
+    return max(
+        1, -(-micro_steps // a.gradient_accumulation_steps)
+    )  # a shorter last accumulation counts, as transformers
 
 
 def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:

@@ -19,9 +19,14 @@ from grpokit.train import distributed
 def new_logs(maxlen: int | None = None) -> dict[str, Any]:
     """TRL's ``_logs``: rolling columns of the latest sampled completions (``prompt``, ``completion``,
     ``rewards`` per function, ``advantages``, ``extra`` per ``log_extra`` column, ``images``)."""
-    return {"prompt": deque(maxlen=maxlen), "completion": deque(maxlen=maxlen), "images": deque(maxlen=maxlen),
-            "rewards": defaultdict(lambda: deque(maxlen=maxlen)), "advantages": deque(maxlen=maxlen),
-            "extra": defaultdict(lambda: deque(maxlen=maxlen))}
+    return {
+        "prompt": deque(maxlen=maxlen),
+        "completion": deque(maxlen=maxlen),
+        "images": deque(maxlen=maxlen),
+        "rewards": defaultdict(lambda: deque(maxlen=maxlen)),
+        "advantages": deque(maxlen=maxlen),
+        "extra": defaultdict(lambda: deque(maxlen=maxlen)),
+    }
 
 
 def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
@@ -93,18 +98,26 @@ def warn_like_trl(args: Any) -> None:
         logging.getLogger("grpokit.trl").warning(
             "importance_sampling_level='sequence' with loss_type=%r: this loss adds up per-token terms, which weights "
             "each sequence by its completion length rather than following GSPO's per-sequence objective; "
-            "loss_type='grpo' is GSPO's setting", args.loss_type)
+            "loss_type='grpo' is GSPO's setting",
+            args.loss_type,
+        )
     if args.use_transformers_paged:  # TRL 1.16's FutureWarning, and the alias takes effect
         import warnings
 
-        warnings.warn("`use_transformers_paged` is deprecated and will be removed in v2.0.0. Use "
-                      "`use_transformers_continuous_batching` instead.", FutureWarning, stacklevel=3)
+        warnings.warn(
+            "`use_transformers_paged` is deprecated and will be removed in v2.0.0. Use "
+            "`use_transformers_continuous_batching` instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
         args.use_transformers_continuous_batching = True
     check_continuous_batching(args.transformers_continuous_batching_config)
     if args.vllm_importance_sampling_cap is not None:  # TRL 1.16 gives a FutureWarning and copies it to clip_max
         logging.getLogger("grpokit.trl").warning(
             "vllm_importance_sampling_cap is deprecated (TRL 1.16); its value %s replaces vllm_importance_sampling_clip_max, "
-            "use that argument instead", args.vllm_importance_sampling_cap)
+            "use that argument instead",
+            args.vllm_importance_sampling_cap,
+        )
 
 
 def check_continuous_batching(config: Any) -> None:
@@ -113,8 +126,10 @@ def check_continuous_batching(config: Any) -> None:
     if config is None:
         return
     if not isinstance(config, dict):
-        raise ConfigError(f"GRPOConfig argument transformers_continuous_batching_config={config!r} is not valid; use None "
-                          "or a dict of transformers' ContinuousBatchingConfig keywords")
+        raise ConfigError(
+            f"GRPOConfig argument transformers_continuous_batching_config={config!r} is not valid; use None "
+            "or a dict of transformers' ContinuousBatchingConfig keywords"
+        )
     try:
         from transformers.generation import ContinuousBatchingConfig
     except ImportError:  # an older transformers: nothing to check against
@@ -122,7 +137,9 @@ def check_continuous_batching(config: Any) -> None:
     try:
         ContinuousBatchingConfig(**config)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"GRPOConfig argument transformers_continuous_batching_config={config!r} is not valid: {e}") from None
+        raise ConfigError(
+            f"GRPOConfig argument transformers_continuous_batching_config={config!r} is not valid: {e}"
+        ) from None
 
 
 def refuse_vision_continuous_batching(args: Any, model: Any, processing_class: Any, trust_remote_code: bool) -> None:
@@ -138,14 +155,15 @@ def refuse_vision_continuous_batching(args: Any, model: Any, processing_class: A
     else:
         multimodal = hasattr(getattr(model, "config", None), "vision_config")
     if multimodal:
-        raise ConfigError("`use_transformers_continuous_batching` does not support multimodal models. Use `use_vllm` instead.")
+        raise ConfigError(
+            "`use_transformers_continuous_batching` does not support multimodal models. Use `use_vllm` instead."
+        )
 
 
 def set_log_level(args: Any, main: bool) -> None:
     """transformers' log_level (main process) and log_level_replica (the others) as its verbosity; passive leaves it."""
-    from transformers.utils import logging as hf_logging
-
     from transformers.training_args import trainer_log_levels
+    from transformers.utils import logging as hf_logging
 
     level = args.log_level if main else args.log_level_replica
     if level != "passive":  # "detail" is transformers' name for DEBUG
@@ -181,8 +199,17 @@ def last_world_entropy(facade: Any) -> float:
     return controller.last_entropy if controller is not None else float("inf")
 
 
-def per_token_logps_and_entropies(facade: Any, model, input_ids, attention_mask, logits_to_keep: int, batch_size=None,
-                                  compute_entropy: bool = False, compute_aux_loss: bool = False, **vision: Any):
+def per_token_logps_and_entropies(
+    facade: Any,
+    model,
+    input_ids,
+    attention_mask,
+    logits_to_keep: int,
+    batch_size=None,
+    compute_entropy: bool = False,
+    compute_aux_loss: bool = False,
+    **vision: Any,
+):
     """TRL's ``_get_per_token_logps_and_entropies`` on text inputs: ``(logps, entropies or None, aux_loss
     or None)`` of the last ``logits_to_keep`` tokens, logits divided by the temperature; the entropies
     carry gradient only while the entropy bonus is on (``_entropy_bonus_enabled``), as TRL's."""
@@ -192,10 +219,14 @@ def per_token_logps_and_entropies(facade: Any, model, input_ids, attention_mask,
     logps, ents, aux = [], [], []
     for s in range(0, input_ids.shape[0], rows):
         extra = {"output_router_logits": True} if compute_aux_loss else {}
-        out = model(input_ids=input_ids[s:s + rows], attention_mask=attention_mask[s:s + rows],
-                    logits_to_keep=logits_to_keep + 1, **extra)
+        out = model(
+            input_ids=input_ids[s : s + rows],
+            attention_mask=attention_mask[s : s + rows],
+            logits_to_keep=logits_to_keep + 1,
+            **extra,
+        )
         logp_all = torch.log_softmax(out.logits[:, :-1].float() / facade.args.temperature, dim=-1)
-        logps.append(logp_all.gather(-1, input_ids[s:s + rows, -logits_to_keep:, None])[..., 0])
+        logps.append(logp_all.gather(-1, input_ids[s : s + rows, -logits_to_keep:, None])[..., 0])
         src = logp_all if facade._entropy_bonus_enabled else logp_all.detach()
         ents.append(-(src.exp() * src).sum(dim=-1))
         aux += [out.aux_loss] if compute_aux_loss else []
@@ -217,13 +248,16 @@ def accelerate_like_trl(args: Any, train_dataset: Any, eval_dataset: Any) -> Non
     evals = eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]  # a DatasetDict is a dict
     if _streamed(train_dataset) or any(_streamed(d) for d in evals):
         if args.accelerator_config.dispatch_batches:  # TRL's words: scripts and TRL's tests match on them
-            raise ConfigError("Iterable datasets require `dispatch_batches=False`, but accelerator_config.dispatch_batches is True; "
-                              "set it to False")
+            raise ConfigError(
+                "Iterable datasets require `dispatch_batches=False`, but accelerator_config.dispatch_batches is True; "
+                "set it to False"
+            )
         args.accelerator_config.dispatch_batches = False
     if _streamed(train_dataset) and args.dataloader_num_workers != 0:
         logging.getLogger("grpokit.trl").warning(
             "Iterable datasets require dataloader_num_workers=0 to keep each prompt's group together; overriding %d, as TRL does",
-            args.dataloader_num_workers)
+            args.dataloader_num_workers,
+        )
         args.dataloader_num_workers = 0
 
 

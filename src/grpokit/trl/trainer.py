@@ -37,21 +37,46 @@ import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from grpokit.train import distributed
-from grpokit.config.sections import ConfigError
 from grpokit.config.io import set_field
+from grpokit.config.sections import ConfigError
 from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
+from grpokit.train import distributed
+
 from . import best
 from .bridge import StepBridge
 from .config import GRPOConfig
-from .inputs import (HubPushError, adopt_peft_model, apply_lora, env_owns_reward, environment_owned_rows, no_dropout, push_folder, refuse_custom_code,
-                     refuse_liger_head_adapter, reward_funcs_of, rows_of, run_folder)
+from .inputs import (
+    HubPushError,
+    adopt_peft_model,
+    apply_lora,
+    env_owns_reward,
+    environment_owned_rows,
+    no_dropout,
+    push_folder,
+    refuse_custom_code,
+    refuse_liger_head_adapter,
+    reward_funcs_of,
+    rows_of,
+    run_folder,
+)
 from .mapping import to_config
 from .step_args import steps_per_epoch
-from .surface import (Accelerator, accelerate_like_trl, add_to_logs, entropy_coef_of, high_entropy_mask, last_world_entropy,
-                      new_logs, per_token_logps_and_entropies, refuse_vision_continuous_batching, reward_names, set_entropy_coef,
-                      set_log_level, warn_like_trl)
+from .surface import (
+    Accelerator,
+    accelerate_like_trl,
+    add_to_logs,
+    entropy_coef_of,
+    high_entropy_mask,
+    last_world_entropy,
+    new_logs,
+    per_token_logps_and_entropies,
+    refuse_vision_continuous_batching,
+    reward_names,
+    set_entropy_coef,
+    set_log_level,
+    warn_like_trl,
+)
 
 log = logging.getLogger("grpokit.trl")
 
@@ -69,40 +94,66 @@ class TrainOutput(NamedTuple):
 class GRPOTrainer:
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None, train_dataset: Any = None,
-                 eval_dataset: Any = None, processing_class: Any = None, reward_processing_classes: Any = None,
-                 callbacks: list | None = None, optimizers: tuple = (None, None), quantization_config: Any = None,
-                 peft_config: Any = None, tools: list[Callable] | None = None, rollout_func: Callable | None = None,
-                 environment_factory: Any = None):
-        name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: GRPOConfig | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        reward_processing_classes: Any = None,
+        callbacks: list | None = None,
+        optimizers: tuple = (None, None),
+        quantization_config: Any = None,
+        peft_config: Any = None,
+        tools: list[Callable] | None = None,
+        rollout_func: Callable | None = None,
+        environment_factory: Any = None,
+    ):
+        name = (
+            model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
+        )
         self.args = args if args is not None else GRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(self.args, GRPOConfig):
-            raise ConfigError(f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments")
+            raise ConfigError(
+                f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments"
+            )
         warn_like_trl(self.args)
         accelerate_like_trl(self.args, train_dataset, eval_dataset)
         best.check_args(self.args)
         if quantization_config is not None:
             raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
         if optimizers != (None, None):
-            raise ConfigError("GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)")
+            raise ConfigError(
+                "GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)"
+            )
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
-        funcs = reward_funcs_of(reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory))
+        funcs = reward_funcs_of(
+            reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory)
+        )
         refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
         cfg = to_config(self.args, num_rows=len(train_rows), streamed=_is_stream(train_dataset))
         set_field(cfg, "model.name_or_path", name)
         if isinstance(model, str):
             refuse_custom_code(model, cfg.model.trust_remote_code)
         refuse_vision_continuous_batching(self.args, model, processing_class, cfg.model.trust_remote_code)
-        if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in ("float32", "bfloat16", "float16"):
+        if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in (
+            "float32",
+            "bfloat16",
+            "float16",
+        ):
             set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
         if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
             adopt_peft_model(cfg, model, peft_config)
         elif peft_config is not None:
             apply_lora(cfg, peft_config)
         if cfg.reward.weights and len(cfg.reward.weights) != len(funcs):
-            raise ConfigError(f"reward_weights has {len(cfg.reward.weights)} entries but there are {len(funcs)} reward functions; "
-                              "give one weight per reward function")
+            raise ConfigError(
+                f"reward_weights has {len(cfg.reward.weights)} entries but there are {len(funcs)} reward functions; "
+                "give one weight per reward function"
+            )
         if self.args.disable_dropout and not isinstance(model, str):
             no_dropout(model)
         if self.args.tf32 is not None:
@@ -112,15 +163,25 @@ class GRPOTrainer:
         self.cfg, self.reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
         self.eval_dataset = eval_dataset
         # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
-        self._kwargs = dict(reward_funcs=funcs, train_rows=train_rows, eval_rows=[], tools=tools,
-                            environment_factory=environment_factory, rollout_func=_trl_rollout_func(rollout_func, self),
-                            model=None if isinstance(model, str) else model, tokenizer=processing_class)
+        self._kwargs = dict(
+            reward_funcs=funcs,
+            train_rows=train_rows,
+            eval_rows=[],
+            tools=tools,
+            environment_factory=environment_factory,
+            rollout_func=_trl_rollout_func(rollout_func, self),
+            model=None if isinstance(model, str) else model,
+            tokenizer=processing_class,
+        )
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator()
         a = self.args  # TRL keeps one generation batch of completions
-        self._logs = new_logs(a.generation_batch_size or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps))
+        self._logs = new_logs(
+            a.generation_batch_size
+            or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps)
+        )
         """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
         self._evaluating = False  # evaluate() runs: its samples are not TRL's training tokens
         self.use_adaptive_entropy = self.args.use_adaptive_entropy
@@ -140,23 +201,40 @@ class GRPOTrainer:
         from grpokit.train.loop import Trainer
 
         t = self.cfg.train
-        slices = self.cfg.algo.num_iterations * t.updates_per_batch  # per grpokit step; accumulation_slices of them a TRL step
-        max_steps = self.cfg.optim.schedule_steps  # TRL's max_steps: the mapping makes it the schedule's length, as transformers
-        self.bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
-        self.bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
-        callbacks = [self.bridge] + ([_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else [])
+        slices = (
+            self.cfg.algo.num_iterations * t.updates_per_batch
+        )  # per grpokit step; accumulation_slices of them a TRL step
+        max_steps = (
+            self.cfg.optim.schedule_steps
+        )  # TRL's max_steps: the mapping makes it the schedule's length, as transformers
+        self.bridge = StepBridge(
+            self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {}
+        )
+        self.bridge.steps_per_epoch = steps_per_epoch(
+            self.args, len(self._kwargs["train_rows"]), distributed.position()[1]
+        )
+        callbacks = [self.bridge] + (
+            [_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
+        )
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         self.bridge.per_round = -(-slices // t.accumulation_slices)  # at most (rolling window: some rounds one fewer)
         self.bridge.rolling = t.accumulation_slices > 1
-        set_log_level(self.args, self.accelerator.is_main_process)  # after grpokit quieted transformers, as Trainer.__init__
-        self.bridge.at_end = lambda: best.finish(trainer, self.bridge.state, self.args, self.accelerator.is_main_process)
+        set_log_level(
+            self.args, self.accelerator.is_main_process
+        )  # after grpokit quieted transformers, as Trainer.__init__
+        self.bridge.at_end = lambda: best.finish(
+            trainer, self.bridge.state, self.args, self.accelerator.is_main_process
+        )
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
         if resume:
             self.bridge.state.global_step = trainer.updates
             best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}")
-            if self.args.ignore_data_skip:  # transformers: the epochs trained count, the batches of this one are not skipped
+            if (
+                self.args.ignore_data_skip
+            ):  # transformers: the epochs trained count, the batches of this one are not skipped
                 trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
+
         def count(sb):  # TRL's num_tokens and terminated lengths of each training sampling call
             if not self._evaluating:
                 self.bridge.add_sampled(sb.rollout, sb.rollout.model_lengths())
@@ -186,7 +264,9 @@ class GRPOTrainer:
     def model(self):
         return self._get().model
 
-    ref_model = property(lambda self: self._get().ref_model, doc="TRL's: the frozen reference (None when beta is 0 or with LoRA).")
+    ref_model = property(
+        lambda self: self._get().ref_model, doc="TRL's: the frozen reference (None when beta is 0 or with LoRA)."
+    )
 
     @model.setter
     def model(self, value) -> None:
@@ -216,8 +296,14 @@ class GRPOTrainer:
         """Remove and return the first callback that is ``callback`` or an instance of that class (None: none)."""
         found = None
         for where in ([self.bridge.user.callbacks] if self.bridge is not None else []) + [self._callbacks]:
-            match = next((cb for cb in where if cb is callback or (isinstance(callback, type) and
-                                                                   (cb is callback or isinstance(cb, callback)))), None)
+            match = next(
+                (
+                    cb
+                    for cb in where
+                    if cb is callback or (isinstance(callback, type) and (cb is callback or isinstance(cb, callback)))
+                ),
+                None,
+            )
             if match is not None:
                 where.remove(match)
                 found = found or match
@@ -234,9 +320,13 @@ class GRPOTrainer:
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:
-                raise ConfigError("resume_from_checkpoint needs the model passed as a name or path (an object cannot be reloaded)")
+                raise ConfigError(
+                    "resume_from_checkpoint needs the model passed as a name or path (an object cannot be reloaded)"
+                )
             if self._trainer is not None:
-                raise ConfigError("resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)")
+                raise ConfigError(
+                    "resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)"
+                )
             self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()
         try:
@@ -250,7 +340,9 @@ class GRPOTrainer:
         final = self.bridge.final
         return TrainOutput(self.state.global_step, final["train_loss"], {**final, "epoch": self.state.epoch})
 
-    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+    def evaluate(
+        self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
         """TRL's evaluation (grpokit/trl/evaluation.py): logged to log_history, passed to on_evaluate, returned.
         A dict of datasets is evaluated one by one, each under ``<prefix>_<name>``, as transformers."""
         from .evaluation import evaluate
@@ -268,8 +360,13 @@ class GRPOTrainer:
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
         self._evaluating = True
         try:
-            metrics = evaluate(trainer, prompts, a.num_generations_eval or a.num_generations, a.per_device_eval_batch_size,
-                               metric_key_prefix)
+            metrics = evaluate(
+                trainer,
+                prompts,
+                a.num_generations_eval or a.num_generations,
+                a.per_device_eval_batch_size,
+                metric_key_prefix,
+            )
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
             self._evaluating = False
@@ -304,13 +401,17 @@ class GRPOTrainer:
         Path(self.cfg.train.out).mkdir(parents=True, exist_ok=True)
         self.state.save_to_json(str(Path(self.cfg.train.out) / "trainer_state.json"))
 
-    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **kwargs: Any) -> Path:
+    def create_model_card(
+        self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **kwargs: Any
+    ) -> Path:
         """Write output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
         from grpokit.train.checkpoint import model_card
 
         out = Path(self.cfg.train.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "README.md").write_text(model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs]))
+        (out / "README.md").write_text(
+            model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
+        )
         return out / "README.md"
 
     def get_high_entropy_mask(self, entropies, mask, threshold: float):
@@ -332,7 +433,9 @@ class GRPOTrainer:
         trainer_state.json in it; links whose checkpoint was rotated away are removed."""
         out = Path(self.cfg.train.out)
         self._saved_steps.add(step)
-        best.note_checkpoint(self.state, out, self._saved_steps)  # every rank (all load the best at the end), before trainer_state.json
+        best.note_checkpoint(
+            self.state, out, self._saved_steps
+        )  # every rank (all load the best at the end), before trainer_state.json
         if not self.accelerator.is_main_process or not (path / "model").is_dir():
             return
         link = out / f"checkpoint-{step}"
@@ -357,15 +460,29 @@ class GRPOTrainer:
         out.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out, safe_serialization=True)
         self.processing_class.save_pretrained(out)
-        (out / "README.md").write_text(model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs]))
+        (out / "README.md").write_text(
+            model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
+        )
         return out
 
-    def push_to_hub(self, commit_message: str = "End of training", blocking: bool = True, token: str | None = None,
-                    revision: str | None = None, **kwargs: Any) -> str:
+    def push_to_hub(
+        self,
+        commit_message: str = "End of training",
+        blocking: bool = True,
+        token: str | None = None,
+        revision: str | None = None,
+        **kwargs: Any,
+    ) -> str:
         """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
-        return push_folder(self.save_model(), self.hub_model_id, commit_message, token or self.args.hub_token,
-                           self.args.hub_private_repo, revision or self.args.hub_revision)
+        return push_folder(
+            self.save_model(),
+            self.hub_model_id,
+            commit_message,
+            token or self.args.hub_token,
+            self.args.hub_private_repo,
+            revision or self.args.hub_revision,
+        )
 
 
 class _HubPush:
@@ -378,13 +495,16 @@ class _HubPush:
     def on_save(self, args, state, control, checkpoint=None, **kwargs):
         if checkpoint is not None and state.is_world_process_zero:
             try:
-                push_folder(Path(checkpoint) / "model", self.trainer.hub_model_id,
-                            f"Training in progress, step {state.global_step}", args.hub_token, args.hub_private_repo,
-                            args.hub_revision)
+                push_folder(
+                    Path(checkpoint) / "model",
+                    self.trainer.hub_model_id,
+                    f"Training in progress, step {state.global_step}",
+                    args.hub_token,
+                    args.hub_private_repo,
+                    args.hub_revision,
+                )
             except HubPushError as e:
                 log.warning("%s", e)
-
-
 
 
 def _trl_rollout_func(fn: Callable | None, facade: GRPOTrainer) -> Callable | None:
@@ -396,6 +516,7 @@ def _trl_rollout_func(fn: Callable | None, facade: GRPOTrainer) -> Callable | No
 
     def call(prompts: list, trainer: Any) -> dict:
         return fn([p for p in prompts for _ in range(G)], facade)
+
     return call
 
 

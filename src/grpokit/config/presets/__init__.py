@@ -62,8 +62,10 @@ def description(name: str) -> str:
 def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A preset's fields as dotted names: (the recipe, the paper-scale fields)."""
     flat = {f"{section}.{key}": v for section, fields in values.items() for key, v in fields.items()}
-    return ({k: v for k, v in flat.items() if k not in PAPER_SCALE},
-            {k: v for k, v in flat.items() if k in PAPER_SCALE})
+    return (
+        {k: v for k, v in flat.items() if k not in PAPER_SCALE},
+        {k: v for k, v in flat.items() if k in PAPER_SCALE},
+    )
 
 
 def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Config:
@@ -76,7 +78,8 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
     own = list(cfg.reward.functions) if "reward.functions" in given else None
     if own is not None and "task" in (values.get("reward.functions") or []):
         values["reward.functions"], values["reward.weights"] = _merge_rewards(
-            values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights))
+            values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights)
+        )
         given = given - {"reward.functions", "reward.weights"}
     for key, value in values.items():
         if key == "reward.params" and key in given:  # per-function mappings: the user's win per function
@@ -86,14 +89,18 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
     return cfg
 
 
-def _merge_rewards(preset: list[str], preset_w: list[float], own: list[str], own_w: list[float]) -> tuple[list[str], list[float]]:
+def _merge_rewards(
+    preset: list[str], preset_w: list[float], own: list[str], own_w: list[float]
+) -> tuple[list[str], list[float]]:
     """The preset's reward list with "task" replaced by the user's functions; a user function's
     weight is its own weight (default 1) times the preset's weight for "task"."""
     preset_w = [float(w) for w in preset_w] or [1.0] * len(preset)
     own_w = [float(w) for w in own_w] or [1.0] * len(own)
     if len(preset_w) != len(preset) or len(own_w) != len(own):
-        raise ConfigError(f"reward.weights must have one entry per reward function; the preset has {preset} with "
-                          f"{preset_w} and the run {own} with {own_w}")
+        raise ConfigError(
+            f"reward.weights must have one entry per reward function; the preset has {preset} with "
+            f"{preset_w} and the run {own} with {own_w}"
+        )
     names, weights = [], []
     for fn, w in zip(preset, preset_w):
         if fn == "task":

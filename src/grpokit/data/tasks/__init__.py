@@ -20,8 +20,8 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from . import arithmetic, calculator, reasoning_gym, shapes
-from .demo_model import demo_model_path, load_demo_model
 from .arithmetic_steps import digit_steps
+from .demo_model import demo_model_path, load_demo_model
 from .evaluate import evaluate_accuracy
 
 
@@ -64,8 +64,16 @@ DEMO = MappingProxyType({"rollout.max_new_tokens": 8, "optim.lr": 3e-4, "train.s
 # one; 150 steps (~80 s of CPU) at lr 2e-4 take the box question's held-out mean IoU from 0.25 to
 # 0.35-0.39 and counting up too; 3e-4 gains more box IoU but collapsed the count answers of one seed
 # into one text per scene (docs/VISION.md).
-SHAPES_DEMO = MappingProxyType({"rollout.max_new_tokens": 16, "optim.lr": 2e-4, "rollout.temperature": 1.2,
-                                "train.steps": 150, "train.save_every": 0, "data.eval_size": 200})
+SHAPES_DEMO = MappingProxyType(
+    {
+        "rollout.max_new_tokens": 16,
+        "optim.lr": 2e-4,
+        "rollout.temperature": 1.2,
+        "train.steps": 150,
+        "train.save_every": 0,
+        "data.eval_size": 200,
+    }
+)
 
 
 TASKS: dict[str, Task] = {
@@ -101,8 +109,17 @@ TASKS: dict[str, Task] = {
         evaluate=calculator.evaluate_with_calculator,
         model_path=calculator.calc_model_path,
         load_model=calculator.load_calc_model,
-        recommended=MappingProxyType({"prompts_per_step": 16, "group_size": 8, "learning_rate": 3e-4,
-                                      "temperature": 1.0, "max_new_tokens": 8, "max_turns": 4, "eval_rows": 500}),
+        recommended=MappingProxyType(
+            {
+                "prompts_per_step": 16,
+                "group_size": 8,
+                "learning_rate": 3e-4,
+                "temperature": 1.0,
+                "max_new_tokens": 8,
+                "max_turns": 4,
+                "eval_rows": 500,
+            }
+        ),
         tools=(calculator.calculator,),
         demo=DEMO,
     ),
@@ -115,8 +132,17 @@ TASKS: dict[str, Task] = {
         model_path=shapes.shapes_model_path,
         load_model=shapes.load_shapes_model,
         # Measured on 2 shared CPU cores (docs/VISION.md): held-out reward rises within the demo's steps.
-        recommended=MappingProxyType({"prompts_per_step": 16, "group_size": 8, "learning_rate": 2e-4,
-                                      "temperature": 1.2, "max_new_tokens": 16, "steps": 150, "eval_rows": 200}),
+        recommended=MappingProxyType(
+            {
+                "prompts_per_step": 16,
+                "group_size": 8,
+                "learning_rate": 2e-4,
+                "temperature": 1.2,
+                "max_new_tokens": 16,
+                "steps": 150,
+                "eval_rows": 200,
+            }
+        ),
         demo=SHAPES_DEMO,
     ),
 }
@@ -130,8 +156,10 @@ def get_task(name: str, params: Mapping[str, Any] | None = None) -> Task:
     if name.startswith(reasoning_gym.PREFIX):
         return _reasoning_gym_task(name, dict(params or {}))
     if name not in TASKS:
-        raise ConfigError(f"data.task={name!r} is not a built-in task; valid: {', '.join(sorted(TASKS))}, or "
-                          "reasoning_gym:<name> (docs/TASKS.md) (or set data.task= and data.dataset=FILE)")
+        raise ConfigError(
+            f"data.task={name!r} is not a built-in task; valid: {', '.join(sorted(TASKS))}, or "
+            "reasoning_gym:<name> (docs/TASKS.md) (or set data.task= and data.dataset=FILE)"
+        )
     if params:
         raise ConfigError(f"data.task_params is for reasoning_gym:<name> tasks; the built-in task {name!r} takes none")
     return TASKS[name]
@@ -145,11 +173,21 @@ def _reasoning_gym_task(name: str, params: dict) -> Task:
     def needs_a_model(*args: Any, **kwargs: Any):
         from grpokit.config.sections import ConfigError
 
-        raise ConfigError(f"data.task={name!r} has no demo model; set model.name_or_path to a real model "
-                          "(e.g. smollm2-135m-instruct, grpokit models lists the named ones)")
+        raise ConfigError(
+            f"data.task={name!r} has no demo model; set model.name_or_path to a real model "
+            "(e.g. smollm2-135m-instruct, grpokit models lists the named ones)"
+        )
 
-    return Task(name=name, train_rows=train_rows, held_out_rows=held_out_rows, reward_fn=reasoning_gym.reasoning_gym_accuracy,
-                evaluate=evaluate_accuracy, model_path=needs_a_model, load_model=needs_a_model, recommended=MappingProxyType({}))
+    return Task(
+        name=name,
+        train_rows=train_rows,
+        held_out_rows=held_out_rows,
+        reward_fn=reasoning_gym.reasoning_gym_accuracy,
+        evaluate=evaluate_accuracy,
+        model_path=needs_a_model,
+        load_model=needs_a_model,
+        recommended=MappingProxyType({}),
+    )
 
 
 __all__ = ["TASKS", "Task", "get_task", "demo_model_path", "load_demo_model", "evaluate_accuracy"]

@@ -23,8 +23,9 @@ def _tokenizer():
     return build_char_tokenizer()
 
 
-def digit_steps(prompts: list[str], completions: list[Any], completion_ids: list[list[int]], answer: list[str],
-                **kwargs: Any) -> list[list[tuple[int, float]]]:
+def digit_steps(
+    prompts: list[str], completions: list[Any], completion_ids: list[list[int]], answer: list[str], **kwargs: Any
+) -> list[list[tuple[int, float]]]:
     tok = _tokenizer()
     out = []
     for ids, gold in zip(completion_ids, answer):
@@ -47,8 +48,9 @@ def digit_steps(prompts: list[str], completions: list[Any], completion_ids: list
     return out
 
 
-def digit_accuracy(prompts: list[str], completions: list[Any], completion_ids: list[list[int]], answer: list[str],
-                   **kwargs: Any) -> list[float]:
+def digit_accuracy(
+    prompts: list[str], completions: list[Any], completion_ids: list[list[int]], answer: list[str], **kwargs: Any
+) -> list[float]:
     """Partial credit: the fraction of answer digits that match the gold answer (0.0 without tags).
 
     A second, denser objective for multi-objective runs: ``digit_steps`` without the final step.

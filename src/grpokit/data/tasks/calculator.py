@@ -31,12 +31,13 @@ from typing import Any
 import torch
 
 from grpokit.env.builtin import calculator
+from grpokit.env.parse import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 from grpokit.train.evaluate import evaluate
 from grpokit.types import Prompt
-from grpokit.env.parse import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
+
 from .arithmetic import ANSWER_CLOSE, ANSWER_OPEN, arithmetic_accuracy, drawn_rows, shuffled_rows, split_operand_pairs
 from .demo_model import load_demo_model
 
@@ -92,8 +93,11 @@ def teacher_episode(a: int, b: int, rng: random.Random, tool_prob: float = TOOL_
     """One warm-up demonstration as ``(text, is_model_text)`` pieces (without EOS): a calculator
     call, its result (the environment's) and the answer; or an estimate from memory."""
     if rng.random() < tool_prob:
-        return [(f"{CALL_OPEN}{a}*{b}{CALL_CLOSE}", True), (f"{RESULT_OPEN}{calculator(f'{a}*{b}')}{RESULT_CLOSE}", False),
-                (f"{ANSWER_OPEN}{a * b}{ANSWER_CLOSE}", True)]
+        return [
+            (f"{CALL_OPEN}{a}*{b}{CALL_CLOSE}", True),
+            (f"{RESULT_OPEN}{calculator(f'{a}*{b}')}{RESULT_CLOSE}", False),
+            (f"{ANSWER_OPEN}{a * b}{ANSWER_CLOSE}", True),
+        ]
     return [(f"{ANSWER_OPEN}{estimate(a, b)}{ANSWER_CLOSE}", True)]
 
 
@@ -105,14 +109,30 @@ def load_calc_model(path: str | Path | None = None) -> tuple[Any, Any]:
     return load_demo_model(path or CALC_MODEL_DIR)
 
 
-def evaluate_with_calculator(model: Any, tokenizer: Any, rows: list[dict[str, str]], *, max_new_tokens: int = 8,
-                             batch_size: int = 256) -> dict[str, Any]:
+def evaluate_with_calculator(
+    model: Any, tokenizer: Any, rows: list[dict[str, str]], *, max_new_tokens: int = 8, batch_size: int = 256
+) -> dict[str, Any]:
     """Greedy held-out accuracy of episodes with the calculator (grpokit's episode loop and evaluator);
     adds ``tool_use_rate`` and ``turns_mean``."""
     runner = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), tokenizer, tools=[calculator])
-    prompts = [Prompt(r["prompt"], list(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]),
-                      {"answer": r["answer"]}, r["prompt"]) for r in rows]
+    prompts = [
+        Prompt(
+            r["prompt"],
+            list(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]),
+            {"answer": r["answer"]},
+            r["prompt"],
+        )
+        for r in rows
+    ]
     eos = {tokenizer.eos_token_id}
     with RewardRunner([RewardSpec(fn=arithmetic_accuracy, name="accuracy")], num_workers=0) as rr, torch.no_grad():
-        return evaluate(model, tokenizer, prompts, rr, max_new_tokens=max_new_tokens, eos_token_ids=eos,
-                        batch_size=batch_size, episodes=runner)
+        return evaluate(
+            model,
+            tokenizer,
+            prompts,
+            rr,
+            max_new_tokens=max_new_tokens,
+            eos_token_ids=eos,
+            batch_size=batch_size,
+            episodes=runner,
+        )

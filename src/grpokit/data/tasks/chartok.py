@@ -35,8 +35,13 @@ MODEL_MAX_LENGTH = 64
 """Longest sequence the demo model is built for (its ``max_position_embeddings``)."""
 
 
-def build_char_tokenizer(alphabet: str = ALPHABET, tags: tuple[str, ...] = TAG_TOKENS, *, padding_side: str = "left",
-                         model_max_length: int | None = MODEL_MAX_LENGTH) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(
+    alphabet: str = ALPHABET,
+    tags: tuple[str, ...] = TAG_TOKENS,
+    *,
+    padding_side: str = "left",
+    model_max_length: int | None = MODEL_MAX_LENGTH,
+) -> PreTrainedTokenizerFast:
     """A fresh tokenizer: ids 0-2 for pad/eos/unk, then ``tags``, then one id per character of
     ``alphabet`` (deterministic: same ids every time). The defaults are the demo model's; tests and
     the benchmark build other small character vocabularies with the same function."""

@@ -45,9 +45,7 @@ def load_demo_model(path: str | Path | None = None) -> tuple[Any, Any]:
 
     folder = Path(path) if path is not None else DEMO_MODEL_DIR
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no demo model at {folder}; run `python scripts/make_demo_model.py` to build it"
-        )
+        raise FileNotFoundError(f"no demo model at {folder}; run `python scripts/make_demo_model.py` to build it")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
     return model, tokenizer

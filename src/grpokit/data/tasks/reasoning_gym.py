@@ -62,8 +62,10 @@ def parse_mix(task: str) -> dict[str, float]:
     for part in task.removeprefix(PREFIX).split(","):
         name, _, weight = part.strip().partition("=")
         if name not in names or name == "composite":
-            raise ConfigError(f"data.task={task!r}: {name!r} is not a reasoning-gym task; valid: "
-                              f"{', '.join(n for n in names if n != 'composite')}")
+            raise ConfigError(
+                f"data.task={task!r}: {name!r} is not a reasoning-gym task; valid: "
+                f"{', '.join(n for n in names if n != 'composite')}"
+            )
         try:
             mix[name] = float(weight) if weight else 1.0
         except ValueError:
@@ -77,8 +79,10 @@ def _registry() -> list[str]:
     try:
         import reasoning_gym
     except ImportError:
-        raise ConfigError("data.task=reasoning_gym:... needs the PyPI package reasoning-gym; install it with: "
-                          "pip install reasoning-gym") from None
+        raise ConfigError(
+            "data.task=reasoning_gym:... needs the PyPI package reasoning-gym; install it with: "
+            "pip install reasoning-gym"
+        ) from None
     return sorted(reasoning_gym.factory.DATASETS)
 
 
@@ -91,8 +95,10 @@ def split_params(mix: dict[str, float], params: dict) -> tuple[dict[str, dict], 
     else:
         stray = [k for k in params if k not in mix]
         if stray:
-            raise ConfigError(f"data.task_params of a mixture maps each task name to its config; {', '.join(stray)} "
-                              f"is not one of {', '.join(mix)}")
+            raise ConfigError(
+                f"data.task_params of a mixture maps each task name to its config; {', '.join(stray)} "
+                f"is not one of {', '.join(mix)}"
+            )
         configs = {name: dict(params.get(name) or {}) for name in mix}
     for name, config in configs.items():
         _dataset(name, json.dumps(config, sort_keys=True), 0, 1)  # a bad field: one sentence now, not in a worker
@@ -113,16 +119,26 @@ def _dataset(name: str, config_json: str, seed: int, size: int = 256):
     try:
         return reasoning_gym.create_dataset(name, seed=seed, size=size, **json.loads(config_json))
     except (TypeError, AssertionError, ValueError) as e:
-        raise ConfigError(f"data.task_params for reasoning-gym's {name!r} is not a valid config ({e}); "
-                          "give fields of its config dataclass") from None
+        raise ConfigError(
+            f"data.task_params for reasoning-gym's {name!r} is not a valid config ({e}); "
+            "give fields of its config dataclass"
+        ) from None
 
 
 def _seed(*parts: Any) -> int:
     return zlib.crc32(json.dumps(parts).encode())
 
 
-def make_rows(mix: dict[str, float], configs: dict[str, dict], instruction: str, n: int, seed: int,
-              exclude: frozenset[str] = frozenset(), distinct: bool = False, short_ok: bool = False) -> list[dict[str, Any]]:
+def make_rows(
+    mix: dict[str, float],
+    configs: dict[str, dict],
+    instruction: str,
+    n: int,
+    seed: int,
+    exclude: frozenset[str] = frozenset(),
+    distinct: bool = False,
+    short_ok: bool = False,
+) -> list[dict[str, Any]]:
     """``n`` rows ``{"prompt", "answer", "rg_task", "rg_source"}``, deterministic in the arguments;
     rows whose question is in ``exclude`` (or, when ``distinct``, already taken) are skipped and
     replaced by later items. ``short_ok``: fewer rows when the task has fewer distinct questions."""
@@ -131,18 +147,30 @@ def make_rows(mix: dict[str, float], configs: dict[str, dict], instruction: str,
     rows, index, taken = [], {name: 0 for name in mix}, set()
     while len(rows) < n:
         name = pick.choices(names, weights)[0] if len(names) > 1 else names[0]
-        row = _next_row(name, configs[name], instruction, _seed(name, seed), index, exclude, taken if distinct else None)
+        row = _next_row(
+            name, configs[name], instruction, _seed(name, seed), index, exclude, taken if distinct else None
+        )
         if row is None:  # this task ran out of questions outside the exclusions
             if short_ok:
                 return rows
-            raise ConfigError(f"reasoning-gym's {name!r} with this config has too few distinct questions outside the "
-                              f"held-out set for {n} rows; widen data.task_params (e.g. more digits or terms)")
+            raise ConfigError(
+                f"reasoning-gym's {name!r} with this config has too few distinct questions outside the "
+                f"held-out set for {n} rows; widen data.task_params (e.g. more digits or terms)"
+            )
         rows.append(row)
     return rows
 
 
-def _next_row(name: str, config: dict, instruction: str, task_seed: int, index: dict[str, int],
-              exclude: frozenset[str], taken: set[str] | None, tries: int = 1000) -> dict[str, Any] | None:
+def _next_row(
+    name: str,
+    config: dict,
+    instruction: str,
+    task_seed: int,
+    index: dict[str, int],
+    exclude: frozenset[str],
+    taken: set[str] | None,
+    tries: int = 1000,
+) -> dict[str, Any] | None:
     """The task's next item whose question is neither excluded nor (``taken`` given) taken already;
     a skipped item is replaced from the same task, so exclusions never change a mixture's shares."""
     config_json = json.dumps(config, sort_keys=True)
@@ -156,8 +184,12 @@ def _next_row(name: str, config: dict, instruction: str, task_seed: int, index: 
         if taken is not None:
             taken.add(question)
         source = {"task": name, "config": config, "seed": task_seed, "size": _size(i), "index": i}
-        return {"prompt": f"{question} {instruction}".strip(), "answer": str(entry["answer"]), "rg_task": name,
-                "rg_source": json.dumps(source, sort_keys=True)}
+        return {
+            "prompt": f"{question} {instruction}".strip(),
+            "answer": str(entry["answer"]),
+            "rg_task": name,
+            "rg_source": json.dumps(source, sort_keys=True),
+        }
     return None
 
 
@@ -182,8 +214,9 @@ def one_answer(text: str, gold: str, prompt: str | None = None) -> str | None:
     return answer
 
 
-def reasoning_gym_accuracy(completions: list, rg_source: list[str], prompts: list | None = None,
-                           answer: list | None = None, **kwargs: Any) -> list[float]:
+def reasoning_gym_accuracy(
+    completions: list, rg_source: list[str], prompts: list | None = None, answer: list | None = None, **kwargs: Any
+) -> list[float]:
     """TRL-convention reward: reasoning-gym's ``score_answer`` on each completion's one answer (0.0
     for none or a hedge). ``rg_source`` is the dataset column every row of this module carries."""
     out = []
@@ -199,8 +232,9 @@ def reasoning_gym_accuracy(completions: list, rg_source: list[str], prompts: lis
     return out
 
 
-def dataset(task: str, n: int, seed: int = 0, params: dict | None = None, split: str = "train",
-            conversational: bool = True):
+def dataset(
+    task: str, n: int, seed: int = 0, params: dict | None = None, split: str = "train", conversational: bool = True
+):
     """A ``datasets.Dataset`` of ``n`` rows for TRL's GRPOTrainer (and grpokit.trl's): ``prompt``
     (chat messages when ``conversational``), ``answer``, ``rg_task``, ``rg_source``; pair it with
     ``reasoning_gym_accuracy`` as the reward function. ``split="held_out"`` gives the held-out rows."""

@@ -31,8 +31,10 @@ def require(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ConfigError(f"this environment needs the {extra} library ({e.name or module} is not installed); "
-                          f"install it with: pip install 'grpokit[{extra}]'") from None
+        raise ConfigError(
+            f"this environment needs the {extra} library ({e.name or module} is not installed); "
+            f"install it with: pip install 'grpokit[{extra}]'"
+        ) from None
 
 
 __all__ = ["EXTRAS", "require"]

@@ -40,8 +40,15 @@ class OpenEnvError(RuntimeError):
     """A reset against the server failed (reported as one sentence; counted as a reset failure)."""
 
 
-def openenv_environment(base_url: str, *, action_field: str = "message", observation_field: str | None = None,
-                        timeout_s: float = 10.0, connect_timeout_s: float = 5.0, name: str = "OpenEnv") -> type:
+def openenv_environment(
+    base_url: str,
+    *,
+    action_field: str = "message",
+    observation_field: str | None = None,
+    timeout_s: float = 10.0,
+    connect_timeout_s: float = 5.0,
+    name: str = "OpenEnv",
+) -> type:
     """The environment class for the OpenEnv server at ``base_url`` (http://host:port).
 
     ``action_field`` is the field of the server's action that carries the model's text;
@@ -51,9 +58,16 @@ def openenv_environment(base_url: str, *, action_field: str = "message", observa
     require("openenv.core", "openenv")
     if not base_url.startswith(("http://", "https://", "ws://", "wss://")):
         raise ValueError(f"openenv_environment: base_url={base_url!r} must be a URL like http://127.0.0.1:8000")
-    settings = dict(base_url=base_url.rstrip("/"), action_field=action_field, observation_field=observation_field,
-                    timeout_s=float(timeout_s), connect_timeout_s=float(connect_timeout_s))
-    return type(name, (_OpenEnvSession,), {"settings": settings, "__doc__": f"An episode on the OpenEnv server at {base_url}."})
+    settings = dict(
+        base_url=base_url.rstrip("/"),
+        action_field=action_field,
+        observation_field=observation_field,
+        timeout_s=float(timeout_s),
+        connect_timeout_s=float(connect_timeout_s),
+    )
+    return type(
+        name, (_OpenEnvSession,), {"settings": settings, "__doc__": f"An episode on the OpenEnv server at {base_url}."}
+    )
 
 
 class _OpenEnvSession:
@@ -73,8 +87,9 @@ class _OpenEnvSession:
 
         self.reward, self.done = 0.0, False
         try:
-            self._client = GenericEnvClient(s["base_url"], connect_timeout_s=s["connect_timeout_s"],
-                                            message_timeout_s=s["timeout_s"]).sync()
+            self._client = GenericEnvClient(
+                s["base_url"], connect_timeout_s=s["connect_timeout_s"], message_timeout_s=s["timeout_s"]
+            ).sync()
             result = self._client.reset()
             text, _, _ = self._read(result, "reset")
         except Exception as e:
@@ -91,7 +106,9 @@ class _OpenEnvSession:
             action: the action, as text.
         """
         if self._client is None:
-            raise TerminalToolError(f"the OpenEnv session at {self.settings['base_url']} is not open (its reset failed)")
+            raise TerminalToolError(
+                f"the OpenEnv session at {self.settings['base_url']} is not open (its reset failed)"
+            )
         if self.done:
             raise TerminalToolError("the episode is over; the environment takes no more actions")
         try:

@@ -34,7 +34,9 @@ def textarena_environment(env_id: str, *, seed_column: str = "seed", name: str |
     try:
         ta.make(env_id=env_id)
     except Exception as e:
-        raise ConfigError(f"textarena has no game {env_id!r} ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})") from None
+        raise ConfigError(
+            f"textarena has no game {env_id!r} ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+        ) from None
     cls_name = name or env_id.split("-v")[0].replace("-", "_")
     settings = {"env_id": env_id, "seed_column": seed_column}
     return type(cls_name, (_Game,), {"settings": settings, "__doc__": f"One game of TextArena's {env_id}."})
@@ -64,7 +66,9 @@ class _Game:
                 try:
                     self._game.reset(num_players=1)
                 except Exception as e:
-                    raise ConfigError(f"{self.settings['env_id']} could not start as a single-player game ({e})") from None
+                    raise ConfigError(
+                        f"{self.settings['env_id']} could not start as a single-player game ({e})"
+                    ) from None
             finally:
                 random.setstate(saved)
         self.done, self.reward, self.outcome = False, 0.0, ""
@@ -95,7 +99,11 @@ class _Game:
     def _new_text(self) -> str:
         """What the game shows now that it had not shown before (its observation repeats the history)."""
         _, obs = self._game.get_observation()
-        text = obs if isinstance(obs, str) else "\n".join(str(m[1]) if isinstance(m, tuple) and len(m) > 1 else str(m) for m in obs)
+        text = (
+            obs
+            if isinstance(obs, str)
+            else "\n".join(str(m[1]) if isinstance(m, tuple) and len(m) > 1 else str(m) for m in obs)
+        )
         new = text.removeprefix(self._seen)
         self._seen = text
         return new.strip()

@@ -44,14 +44,16 @@ def taskset_rows(taskset: Any, n: int | None = None) -> list[dict[str, Any]]:
     if n is None and not taskset.bounded:
         raise ValueError(f"{type(taskset).__name__} is infinite; pass n, the number of tasks to take")
     rows = []
-    for task in (taskset.take(n) if n is not None else taskset):
+    for task in taskset.take(n) if n is not None else taskset:
         d = task.data
         if isinstance(d.prompt, str) and d.system_prompt is None:
             prompt: Any = d.prompt
         else:
-            prompt = ([{"role": "system", "content": d.system_prompt}] if d.system_prompt else []) + \
-                     ([{"role": "user", "content": d.prompt}] if isinstance(d.prompt, str) else
-                      [m.model_dump(mode="json", exclude_none=True) for m in d.prompt or []])
+            prompt = ([{"role": "system", "content": d.system_prompt}] if d.system_prompt else []) + (
+                [{"role": "user", "content": d.prompt}]
+                if isinstance(d.prompt, str)
+                else [m.model_dump(mode="json", exclude_none=True) for m in d.prompt or []]
+            )
         rows.append({"prompt": prompt, TASK_COLUMN: {"type": type(task).__name__, "data": d.model_dump(mode="json")}})
     return rows
 
@@ -81,8 +83,10 @@ class RubricReward:
     def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
         tasks = kwargs.get(TASK_COLUMN)
         if tasks is None:
-            raise ValueError(f"the reward {self.method!r} needs the dataset column {TASK_COLUMN!r}; "
-                             "build the rows with grpokit.env.hubs.verifiers_env.taskset_rows")
+            raise ValueError(
+                f"the reward {self.method!r} needs the dataset column {TASK_COLUMN!r}; "
+                "build the rows with grpokit.env.hubs.verifiers_env.taskset_rows"
+            )
         return [self._one(p, c, t) for p, c, t in zip(prompts, completions, tasks)]
 
     def _one(self, prompt: Any, completion: Any, stored: dict) -> float | None:
@@ -96,7 +100,9 @@ class RubricReward:
         if inspect.isawaitable(value):
             value = asyncio.run(_await(value))
         if isinstance(value, dict):
-            raise ValueError(f"the reward {self.method!r} returned keyed scores; grpokit takes one number per reward method")
+            raise ValueError(
+                f"the reward {self.method!r} returned keyed scores; grpokit takes one number per reward method"
+            )
         return None if value is None else float(value)
 
 
@@ -110,10 +116,18 @@ def build_trace(task: Any, prompt: Any, completion: Any) -> Any:
     turns = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
     nodes, call_ids = [], []
     for m, sampled in [(m, False) for m in msgs] + [(m, True) for m in turns]:
-        nodes.append(vf.MessageNode(parent=len(nodes) - 1 if nodes else None, message=_message(m, call_ids),
-                                    sampled=sampled and m.get("role") == "assistant"))
-    return vf.Trace(task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
-                    agent=AgentInfo(config=vf.AgentConfig()), nodes=nodes)
+        nodes.append(
+            vf.MessageNode(
+                parent=len(nodes) - 1 if nodes else None,
+                message=_message(m, call_ids),
+                sampled=sampled and m.get("role") == "assistant",
+            )
+        )
+    return vf.Trace(
+        task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
+        agent=AgentInfo(config=vf.AgentConfig()),
+        nodes=nodes,
+    )
 
 
 def _message(m: dict, call_ids: list[str]) -> Any:
@@ -127,11 +141,18 @@ def _message(m: dict, call_ids: list[str]) -> Any:
             fn = c.get("function", c)
             args = fn.get("arguments", {})
             call_ids.append(uuid.uuid4().hex[:12])
-            calls.append(vf.ToolCall(id=call_ids[-1], name=fn.get("name", ""),
-                                     arguments=args if isinstance(args, str) else json.dumps(args)))
+            calls.append(
+                vf.ToolCall(
+                    id=call_ids[-1],
+                    name=fn.get("name", ""),
+                    arguments=args if isinstance(args, str) else json.dumps(args),
+                )
+            )
         return vf.AssistantMessage(content=content, tool_calls=calls or None)
     if role == "tool":
-        return vf.ToolMessage(tool_call_id=call_ids.pop(0) if call_ids else "", content=str(content), name=m.get("name"))
+        return vf.ToolMessage(
+            tool_call_id=call_ids.pop(0) if call_ids else "", content=str(content), name=m.get("name")
+        )
     if role == "system":
         return vf.SystemMessage(content=content)
     return vf.UserMessage(content=content)
@@ -167,8 +188,9 @@ def _forward(tool: str, attr: str, bound: Callable) -> Callable:
         return getattr(self.toolset, attr)(*args, **kwargs)
 
     method.__name__ = method.__qualname__ = tool
-    method.__signature__ = sig.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
-                                                   *sig.parameters.values()])
+    method.__signature__ = sig.replace(
+        parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY), *sig.parameters.values()]
+    )
     method.__annotations__ = dict(getattr(bound, "__annotations__", {}))
     summary = (inspect.getdoc(bound) or f"The {tool} tool.").split("\n\nArgs:")[0].strip()
     args = "".join(f"\n    {p}: the {p}." for p in sig.parameters)

@@ -21,6 +21,7 @@ When none of these can hold the budget (non-root on a kernel older than 5.14 wit
 `prlimit` binary, or a memory budget too small to share) `plan()` raises `BudgetError`, one sentence.
 `Limits.budget` = "rlimit" forces the fallback (tests use it to cover both paths on one host).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -73,21 +74,26 @@ def plan(memory_bytes: int, tasks: int, cpus: float, budget: str = "auto", isola
         raise BudgetError(
             f"A sandbox memory budget of {memory_bytes // 2**20} MB cannot be shared by at least {MIN_TASKS} "
             f"processes of {RLIMIT_SHARE_BYTES // 2**20} MB without a cgroup on this host; use memory_mb >= "
-            f"{MIN_TASKS * RLIMIT_SHARE_BYTES // 2**20} or give the trainer a writable cgroup.")
+            f"{MIN_TASKS * RLIMIT_SHARE_BYTES // 2**20} or give the trainer a writable cgroup."
+        )
     if isolated and os.geteuid() != 0:
         if not _kernel_at_least(5, 14):
             raise BudgetError(
                 f"Without root or a writable cgroup, Linux {os.uname().release} charges every sandbox's "
                 "processes to the trainer's uid, so no per-sandbox process budget can hold; run as root, "
-                "set GRPOKIT_SANDBOX_CGROUP to a delegated cgroup v2 folder, or use Linux >= 5.14.")
+                "set GRPOKIT_SANDBOX_CGROUP to a delegated cgroup v2 folder, or use Linux >= 5.14."
+            )
         if not os.path.exists("/usr/bin/prlimit"):
-            raise BudgetError("Without root or a writable cgroup the sandbox sets its process limit with "
-                              "/usr/bin/prlimit, which is missing; install util-linux.")
+            raise BudgetError(
+                "Without root or a writable cgroup the sandbox sets its process limit with "
+                "/usr/bin/prlimit, which is missing; install util-linux."
+            )
     fits = max(fits, 1)
     return Plan("rlimit", fits, memory_bytes, memory_bytes // fits, 0.0)
 
 
 # -- cgroups ----------------------------------------------------------------------------------------
+
 
 def _mounts() -> dict[str, tuple[str, str]]:
     """controller (or "unified") -> (mount point, root inside the hierarchy), from mountinfo."""
@@ -118,7 +124,7 @@ def _own_cgroups() -> dict[str, str]:
         with open("/proc/self/cgroup") as f:
             for line in f.read().splitlines():
                 _, controllers, path = line.split(":", 2)
-                for c in (controllers.split(",") if controllers else ["unified"]):
+                for c in controllers.split(",") if controllers else ["unified"]:
                     own[c] = path
     except (OSError, ValueError):
         pass
@@ -129,7 +135,7 @@ def _join(mount: tuple[str, str], path: str) -> str | None:
     point, root = mount
     if root != "/" and not path.startswith(root):
         return None
-    rel = path[len(root):] if root != "/" else path
+    rel = path[len(root) :] if root != "/" else path
     return os.path.join(point, rel.lstrip("/"))
 
 
@@ -146,8 +152,11 @@ def _parents() -> tuple[str | None, dict[str, str]]:
                     v2 = None
         except OSError:
             v2 = None
-    v1 = {c: p for c in ("memory", "pids", "cpu") if c in mounts and c in own
-          and (p := _join(mounts[c], own[c])) is not None}
+    v1 = {
+        c: p
+        for c in ("memory", "pids", "cpu")
+        if c in mounts and c in own and (p := _join(mounts[c], own[c])) is not None
+    }
     return v2, v1
 
 
@@ -229,8 +238,11 @@ class Cgroup:
 
     def peak_bytes(self) -> int | None:
         """Highest memory use of the tree (v2 memory.peak, v1 memory.max_usage_in_bytes), if known."""
-        folder, file = ((self.folders.get("unified"), "memory.peak") if "unified" in self.folders
-                        else (self.folders.get("memory"), "memory.max_usage_in_bytes"))
+        folder, file = (
+            (self.folders.get("unified"), "memory.peak")
+            if "unified" in self.folders
+            else (self.folders.get("memory"), "memory.max_usage_in_bytes")
+        )
         try:
             with open(os.path.join(folder or "", file)) as f:
                 return int(f.read().split()[0])
@@ -289,6 +301,6 @@ def _mechanism(euid: int) -> str | None:
 
 
 def mechanism() -> str | None:
-    """"cgroup2", "cgroup1" or None (rlimit fallback) for this process's uid on this host (cached)."""
+    """ "cgroup2", "cgroup1" or None (rlimit fallback) for this process's uid on this host (cached)."""
     with _lock:
         return _mechanism(os.geteuid())

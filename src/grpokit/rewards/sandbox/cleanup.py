@@ -9,6 +9,7 @@ Job folders cannot delete themselves when their owner is killed, so each is name
 pid (``grpokit-job-PID-...`` in the temp folder) and the next sandboxed call of any grpokit process on
 the machine removes the folders of owners that are no longer alive (``sweep_stale_jobs``).
 """
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ descriptor 3: {"case": i, "status": "ok" | "error" | "timeout", "stdout": str} (
 so a hostile program that tampers with this file can at most invent its own outputs, which it does not
 know to be right. Standard library only.
 """
+
 import io
 import json
 import os
@@ -48,8 +49,14 @@ def main():
                 f.write(text)
             try:
                 with open(inp) as fin, open(out, "wb") as fout:
-                    proc = subprocess.run([sys.executable, "-I", "-S", solution], stdin=fin, stdout=fout,
-                                          stderr=subprocess.DEVNULL, timeout=job["case_timeout_s"], env={})
+                    proc = subprocess.run(
+                        [sys.executable, "-I", "-S", solution],
+                        stdin=fin,
+                        stdout=fout,
+                        stderr=subprocess.DEVNULL,
+                        timeout=job["case_timeout_s"],
+                        env={},
+                    )
                 with open(out, "rb") as f:
                     stdout = f.read(limit).decode("utf-8", "replace")
                 report({"case": i, "status": "ok" if proc.returncode == 0 else "error", "stdout": stdout})

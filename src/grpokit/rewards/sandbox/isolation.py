@@ -23,6 +23,7 @@ How one run is isolated (Linux, bubblewrap installed):
 `probe()` checks at start-up that this actually works on the host (uid, pids, network, environment,
 filesystem); code rewards refuse to run without it unless the user sets allow_unsafe_code_execution.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,27 +97,75 @@ def _fresh_uid() -> int:
         return uid
 
 
-def bwrap_argv(job_dir: str, limits: Limits, program: list[str], uid: int | None = None,
-               tasks: int | None = None) -> list[str]:
+def bwrap_argv(
+    job_dir: str, limits: Limits, program: list[str], uid: int | None = None, tasks: int | None = None
+) -> list[str]:
     """The bwrap command line; `program` runs inside with the job folder at /work and cwd /tmp.
 
     As root the program runs as `uid`; otherwise in a user namespace, where `tasks` (when given) becomes
     its RLIMIT_NPROC, set inside so that the kernel counts it per namespace, not on the trainer's uid."""
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
     py_bind, _ = _python_in_sandbox()
-    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--info-fd", "4", "--hostname", "sandbox", "--clearenv",
-            "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/bin", "/bin", *py_bind, "--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
-            "--ro-bind", job_dir, "/work", "--chdir", "/tmp"]
+    argv = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--info-fd",
+        "4",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        *py_bind,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        job_dir,
+        "/work",
+        "--chdir",
+        "/tmp",
+    ]
     if seccomp.filter_bytes() is not None:
         argv += ["--seccomp", "5"]  # the launcher puts the filter on descriptor 5
     if os.geteuid() == 0:
         uid = uid if uid is not None else random.randrange(200_000, 260_000)
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "/usr/bin/setpriv",
-                 f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                 "--bounding-set=-all", "--no-new-privs"]
+        argv += [
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "/usr/bin/setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+        ]
     else:
         argv[1:1] = ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
         if tasks is not None:
@@ -124,8 +173,13 @@ def bwrap_argv(job_dir: str, limits: Limits, program: list[str], uid: int | None
     return argv + program
 
 
-def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, isolated: bool = True,
-                  cancel: threading.Event | None = None) -> RunResult:
+def run_sandboxed(
+    files: dict[str, str],
+    program: list[str],
+    limits: Limits,
+    isolated: bool = True,
+    cancel: threading.Event | None = None,
+) -> RunResult:
     """Write `files` into a fresh job folder and run `program` (argv; "{job}"/"{scratch}" are replaced).
 
     isolated=False runs with rlimits and an empty environment only (UNSAFE: no namespaces), and a
@@ -149,8 +203,16 @@ def run_sandboxed(files: dict[str, str], program: list[str], limits: Limits, iso
             _uids_in_use.discard(uid)
 
 
-def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bool, plan: budget.Plan,
-         uid: int | None, cgroup: budget.Cgroup | None, cancel: threading.Event | None = None) -> RunResult:
+def _run(
+    files: dict[str, str],
+    program: list[str],
+    limits: Limits,
+    isolated: bool,
+    plan: budget.Plan,
+    uid: int | None,
+    cgroup: budget.Cgroup | None,
+    cancel: threading.Event | None = None,
+) -> RunResult:
     cleanup.sweep_once()  # job folders of trainers killed mid-call (sandbox/cleanup.py)
     with tempfile.TemporaryDirectory(prefix=cleanup.job_prefix()) as tmp:
         job = os.path.join(tmp, "job")
@@ -170,21 +232,39 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
             program = [a.replace(key, value) for a in program]
         root = os.geteuid() == 0
         argv = bwrap_argv(job, limits, program, uid, None if root else plan.tasks) if isolated else program
-        spec = {"parent_pid": os.getpid(), "argv": argv, "limits": {"cpu_s": limits.cpu_s, "memory_bytes": plan.process_memory_bytes,
-                                         "file_bytes": limits.file_bytes, "open_files": limits.open_files},
-                "cgroup_procs": cgroup.procs_files() if cgroup is not None else []}
+        spec = {
+            "parent_pid": os.getpid(),
+            "argv": argv,
+            "limits": {
+                "cpu_s": limits.cpu_s,
+                "memory_bytes": plan.process_memory_bytes,
+                "file_bytes": limits.file_bytes,
+                "open_files": limits.open_files,
+            },
+            "cgroup_procs": cgroup.procs_files() if cgroup is not None else [],
+        }
         if isolated and root:  # the fresh uid's NPROC; never the trainer's uid (that would count its threads)
             spec["limits"]["processes"] = plan.tasks
         bpf = seccomp.filter_bytes() if isolated else None
         Path(tmp, "seccomp").write_bytes(bpf or b"")
-        with open(os.path.join(tmp, "channel"), "w+b") as channel, open(os.path.join(tmp, "stderr"), "w+b") as err, \
-                open(os.path.join(tmp, "info"), "w+b") as info, open(os.path.join(tmp, "seccomp"), "rb") as flt:
+        with (
+            open(os.path.join(tmp, "channel"), "w+b") as channel,
+            open(os.path.join(tmp, "stderr"), "w+b") as err,
+            open(os.path.join(tmp, "info"), "w+b") as info,
+            open(os.path.join(tmp, "seccomp"), "rb") as flt,
+        ):
             spec["channel_fd"] = channel.fileno()
             spec["info_fd"] = info.fileno() if isolated else None
             spec["seccomp_fd"] = flt.fileno() if bpf is not None else None
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={},
-                                    pass_fds=(channel.fileno(), info.fileno(), flt.fileno()), start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(HERE / "launcher.py"), json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env={},
+                pass_fds=(channel.fileno(), info.fileno(), flt.fileno()),
+                start_new_session=True,
+            )
             timed_out = True
             try:
                 timed_out = not wait_exit(proc, limits.wall_s, cancel)
@@ -197,7 +277,9 @@ def _run(files: dict[str, str], program: list[str], limits: Limits, isolated: bo
             text = raw[:cap].decode("utf-8", "replace")
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
-    return RunResult(text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak, len(raw) > cap)
+    return RunResult(
+        text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak, len(raw) > cap
+    )
 
 
 def _stop(proc: subprocess.Popen, timed_out: bool, cgroup: budget.Cgroup | None, isolated: bool, info) -> None:

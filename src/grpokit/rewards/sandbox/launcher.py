@@ -19,6 +19,7 @@ JSON fields: parent_pid (the trainer's pid), argv (list[str], the command to exe
 becomes descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
 --seccomp).
 """
+
 import json
 import os
 import resource
@@ -69,7 +70,9 @@ def start(spec: dict, launcher_pid: int) -> None:
         os.dup2(spec["seccomp_fd"], 5)  # bwrap --seccomp 5 reads the BPF filter from there
     first_free = 6 if spec.get("seccomp_fd") is not None else 5 if spec.get("info_fd") is not None else 4
     os.closerange(first_free, 1024)  # nothing else of the trainer reaches the sandbox
-    die_with_parent(launcher_pid)  # the command (bwrap, or the program in unsafe mode) dies with this launcher; kept across execv
+    die_with_parent(
+        launcher_pid
+    )  # the command (bwrap, or the program in unsafe mode) dies with this launcher; kept across execv
     os.execv(spec["argv"][0], spec["argv"])
 
 
