@@ -64,18 +64,20 @@ def prepare_run_dir(
         raise ConfigError(
             f"train.out={str(run_dir)!r} is an existing file, not a folder; give a new or empty folder for the run"
         )
+    from grpokit.train.distributed import position
+
     lock = run_lock.acquire(run_dir, log)  # before anything is deleted: a live writer is refused here
     ckpts = run_dir / "checkpoints"
     if resuming and start_if_no_checkpoint and not has_checkpoints(run_dir):
         restart = (run_dir / CONFIG_FILE).is_file()  # a grpokit run stopped before its first save: its records go
         resuming, overwrite = False, overwrite or restart
-        if int(os.environ.get("RANK", "0")) == 0:
+        if position()[0] == 0:
             log(
                 f"grpokit: {run_dir} holds no checkpoint yet, so --resume starts "
                 + ("the run again from step 0 (its records so far are replaced)" if restart else "a new run there"),
                 flush=True,
             )
-    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone checks and cleans the folder
+    if position()[0] != 0:  # torchrun: rank 0 alone checks and cleans the folder
         return lock, resuming
     for tmp in ckpts.glob(f".tmp-{checkpoint.PREFIX}*") if ckpts.is_dir() else ():
         shutil.rmtree(tmp, ignore_errors=True)  # an interrupted save: never a checkpoint, only disk used

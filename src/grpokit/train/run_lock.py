@@ -179,7 +179,7 @@ class RunLock:
 
 
 class NullLock:
-    """Under torchrun the ranks other than 0 hold nothing (rank 0 holds the folder's lock)."""
+    """In a multi-process run the ranks other than 0 hold nothing (rank 0 holds the folder's lock)."""
 
     def check(self) -> None:
         pass
@@ -190,7 +190,9 @@ class NullLock:
 
 def acquire(run_dir: Path, log=print) -> RunLock | NullLock:
     """Take ``run_dir``'s lock (creating the folder), or raise ConfigError naming the live holder."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    from grpokit.train.distributed import position
+
+    if position()[0] != 0:  # torchrun's RANK, or a process group joined before the trainer was built
         return NullLock()
     made_dir = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
