@@ -61,6 +61,14 @@ def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
         cmd = argv[1]
         if cmd == "vllm-serve":  # a GPU and vLLM
             continue
+        if cmd == "trl":  # TRL's command line with placeholder model and dataset names: parsed as TRL would
+            from grpokit.trl.script import parse
+
+            (script_args, _, model_args, _), extra = parse(argv[3:])
+            assert (model_args.model_name_or_path, script_args.dataset_name, extra) == ("M", "D", [])
+            assert script_args.reward_funcs == ["accuracy_reward"]
+            checked.append(argv)
+            continue
         if any(a.startswith("model.name_or_path=") and "/" in a for a in argv):  # a hub model: a download
             cfg = run_data.resolve_run(build_config(_train_parser().parse_args(argv[2:])))
             assert (cfg.rollout.max_new_tokens, cfg.optim.lr, cfg.data.task) == (512, 1e-6, "")
@@ -72,6 +80,6 @@ def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
             rc = e.code
         assert rc == 0, (argv, capsys.readouterr().err[-2000:])
         ran.append(cmd)
-    assert ran.count("train") == 7 and {"eval", "report", "presets", "--version"} <= set(ran) and len(checked) == 1
+    assert ran.count("train") == 7 and {"eval", "report", "presets", "--version"} <= set(ran) and len(checked) == 2
     assert (tmp_path / "runs" / "exp1" / "report.html").exists()
     assert sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()) == ["step-000002"]
