@@ -4,6 +4,7 @@ local hub cache in which every model name the scripts use resolves to a tiny mod
 from __future__ import annotations
 
 import hashlib
+import json
 import string
 from pathlib import Path
 
@@ -128,6 +129,23 @@ def _text_model(path: Path) -> None:
     save_char_tokenizer(tok, path)
 
 
+def _vision_model(shipped: Path, dest: Path) -> Path:
+    """grpokit's tiny Qwen2-VL with the context of the models the scripts name (4096, as the text
+    stand-in): the shipped demo's 256 positions are less than one image prompt of TRL's VLM scripts,
+    which grpokit refuses at start (rollout.max_prompt_tokens). RoPE positions: no weight changes."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in shipped.iterdir():
+        link = dest / f.name
+        if f.is_file() and f.name != "config.json" and not link.exists():
+            link.symlink_to(f)
+    config = json.loads((shipped / "config.json").read_text())
+    for section in (config, config.get("text_config") or {}):
+        if "max_position_embeddings" in section:
+            section["max_position_embeddings"] = 4096
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    return dest
+
+
 def write_hub_cache(work: Path, names: list[str]) -> Path:
     """An offline hub cache (HF_HUB_CACHE) in which each name is a snapshot of links to a stand-in's files."""
     from grpokit.data.tasks import shapes
@@ -135,7 +153,7 @@ def write_hub_cache(work: Path, names: list[str]) -> Path:
     text = work / "models" / "tiny-qwen3"
     if not (text / "config.json").exists():
         _text_model(text)
-    vision = Path(shapes.shapes_model_path())
+    vision = _vision_model(Path(shapes.shapes_model_path()), work / "models" / "tiny-qwen2-vl")
     cache = work / "hub"
     for name in names:
         source = vision if any(h in name for h in VISION_HINTS) else text
