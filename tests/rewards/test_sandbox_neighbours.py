@@ -83,7 +83,8 @@ import os, sys
 from grpokit.rewards.code import code_pass_fraction
 assert os.getpid() == 1 and os.geteuid() == int(sys.argv[1])
 looping = "```python\nimport os\nos.fork()\nwhile True:\n    pass\n```"  # killed at the wall-clock limit
-scores = code_pass_fraction([HONEST] * 20 + [looping] * 10, [CASES] * 30, wall_s=1.0, max_parallel=5)
+# 3 s: an honest program beside five CPU-bound loops must not miss its limit on a loaded machine
+scores = code_pass_fraction([HONEST] * 20 + [looping] * 10, [CASES] * 30, wall_s=3.0, max_parallel=5)
 zombies = 0
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
