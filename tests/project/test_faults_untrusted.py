@@ -289,7 +289,8 @@ class BrokenReset(SlowReset):
 
 @pytest.mark.timeout(120)
 def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
-    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
+    from grpokit.rollout.episode_metrics import episode_metrics
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
     from grpokit.rollout.hf import SamplingParams
 
     # max_failure_fraction=1: contained and counted; the stop past the fraction is tests/project/test_faults_stalls.py

@@ -12,7 +12,8 @@ from grpokit.algo.loss import policy_loss
 from grpokit.config import ConfigError
 from grpokit.env import TerminalToolError, calculator, call_tool, parse_tool_calls, tool_schema
 from grpokit.env.parse import CALL_CLOSE, assistant_message
-from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec, episode_metrics
+from grpokit.rollout.episode_metrics import episode_metrics
+from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.types import Episode, Prompt, Rollout

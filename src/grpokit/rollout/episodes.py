@@ -47,7 +47,6 @@ import dataclasses
 import functools
 import hashlib
 import logging
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -67,6 +66,7 @@ from grpokit.env.parse import (
 from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
 from grpokit.types import Episode, Prompt, Rollout
 
+from .episode_starts import EpisodeStarts, Factory
 from .hf import SamplingParams
 
 log = logging.getLogger("grpokit.env")
@@ -108,9 +108,6 @@ class _Row:
     finish: str | None = None
 
 
-Factory = Callable[[], Any]
-
-
 class EpisodeRunner:
     """Runs batches of episodes; holds the tools, the environment factories and the tokenizer."""
 
@@ -141,7 +138,15 @@ class EpisodeRunner:
             every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
         self.tool_names = [tool_name(t) for t in every]
         self.schemas = self._schemas(every)
-        self._warned_random_reset = False  # one warning per run when reset() observations differ within a group
+        self.starts = EpisodeStarts(
+            spec,
+            tokenizer,
+            self.factories,
+            self.named,
+            route_key,
+            render_prompt,
+            lambda name: self._schemas(self.env_tools[name]) or None,
+        )  # environments built and reset, observations joined to the prompt
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
         return [tool_schema(t) for t in fns] if self.spec.tool_format == "chat_template" else []
@@ -171,88 +176,69 @@ class EpisodeRunner:
 
     def run(self, sample: Sampler, prompts: list[Prompt], group_size: int, params: SamplingParams) -> Rollout:
         """G episodes for each prompt; row p*G + g is episode g of prompt p."""
-        G, s = group_size, self.spec
+        G = group_size
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
-            if prompts and prompts[0].vision is not None:  # image prompts: the hf engines' prefill takes the
-                # processor's tensors, vLLM the PIL images; the training passes read the tensors off the rollout
-                ro = sample(
-                    [p.ids for p in prompts],
-                    G,
-                    params,
-                    vision=[p.vision for p in prompts],
-                    images=[prompt_images(p) for p in prompts],
-                )
-                return (
-                    ro
-                    if ro.vision is not None
-                    else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
-                )
-            return sample([p.ids for p in prompts], G, params)
+            return _one_turn(sample, prompts, G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs, starts, reset_failed = self._reset_all(prompts, names, G)
+        envs, starts, reset_failed = self.starts.reset_all(prompts, names, G)
         prompt_ids = [shared for shared, _ in starts]
         turn_params = params
-        if s.tool_format == "tags":  # a tag-format call ends the model's turn
+        if self.spec.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
-        rows = [_Row() for _ in envs]
-        for i, row in enumerate(rows):  # a random reset: the part of its observation the group does not share
-            own = starts[i // G][1][i % G]
-            row.ids, row.logps, row.mask, row.turn_ids = list(own), [0.0] * len(own), [0] * len(own), [0] * len(own)
+        # a random reset: each row begins with the part of its observation the group does not share
+        rows = [_started_row(starts[i // G][1][i % G]) for i in range(len(envs))]
         active = list(range(len(rows)))
-        for turn in range(s.max_turns):
-            if turn == 0 and not any(row.ids for row in rows):
-                ro = sample(prompt_ids, G, turn_params)
-            else:
-                ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, turn_params)
-            calls = {
-                i: self._turn(
-                    rows[i],
-                    prompt_ids[i // G],
-                    turn,
-                    ro.completion_ids[j],
-                    ro.sampling_logprobs[j],
-                    ro.finish_reasons[j],
-                )
-                for j, i in enumerate(active)
-            }
-            calling = [i for i in active if calls[i]]
-            # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
-            with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
-                results = dict(
-                    zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling))
-                )
-            done = self._done_all([envs[i] for i in calling])
-            for i, d in zip(calling, done):
-                self._reply(rows[i], envs[i], turn, results[i], d)
-            active = [i for i in active if rows[i].finish is None]
+        for turn in range(self.spec.max_turns):
+            active = self._run_turn(sample, turn, rows, envs, prompt_ids, active, G, turn_params)
             if not active:
                 break
         for i in active:  # still calling tools after the last allowed turn
             rows[i].finish = "turns"
-        timeouts = sum(r.tool_hung for r in rows)
+        self._check_hung_tools(rows)
+        return _episodes_rollout(prompt_ids, rows, envs, reset_failed, G)
+
+    def _run_turn(
+        self,
+        sample: Sampler,
+        turn: int,
+        rows: list[_Row],
+        envs: list,
+        prompt_ids: list[list[int]],
+        active: list[int],
+        G: int,
+        params: SamplingParams,
+    ) -> list[int]:
+        """Turn ``turn`` of the ``active`` rows: one batched decode, their tool calls side by side, the
+        environments' replies; returns the rows still running."""
+        if turn == 0 and not any(row.ids for row in rows):
+            ro = sample(prompt_ids, G, params)
+        else:
+            ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, params)
+        calls = {
+            i: self._turn(
+                rows[i], prompt_ids[i // G], turn, ro.completion_ids[j], ro.sampling_logprobs[j], ro.finish_reasons[j]
+            )
+            for j, i in enumerate(active)
+        }
+        calling = [i for i in active if calls[i]]
+        # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
+        with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
+            results = dict(
+                zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling))
+            )
+        done = self._done_all([envs[i] for i in calling])
+        for i, d in zip(calling, done):
+            self._reply(rows[i], envs[i], turn, results[i], d)
+        return [i for i in active if rows[i].finish is None]
+
+    def _check_hung_tools(self, rows: list[_Row]) -> None:
+        """Stop the run when tool calls that ran past env.tool_timeout_s exceed the batch's allowance."""
         check_failures(
             "tool calls ran past env.tool_timeout_s",
-            timeouts,
+            sum(r.tool_hung for r in rows),
             len(rows),
-            s.max_failure_fraction,
+            self.spec.max_failure_fraction,
             "fix the tool that hangs, or raise env.tool_timeout_s for a slow one",
-        )
-        episodes = [
-            Episode(
-                r.mask,
-                r.turn_ids,
-                r.state_keys,
-                r.messages,
-                r.tool_calls,
-                r.tool_errors,
-                env,
-                r.tool_timeouts,
-                reset_failed[k // G],
-            )
-            for k, (r, env) in enumerate(zip(rows, envs))
-        ]
-        return Rollout(
-            prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes
         )
 
     # ------------------------------------------------------------------ one turn of one episode
@@ -356,113 +342,50 @@ class EpisodeRunner:
             return self.schemas or None
         return self._schemas(self.tools + environment_tools(env)) or None
 
-    def _reset_all(
-        self, prompts: list[Prompt], names: list[str | None], G: int
-    ) -> tuple[list, list[Start], list[bool]]:
-        """Build and reset the G environments of every prompt, all at once, each within
-        ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
-        observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
-        each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
-        raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
-        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure)."""
-        if not self.factories:
-            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts)
-        rows = [self._reset_row(p) for p in prompts]
-        calls = [
-            functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
-            for k in range(len(prompts))
-            for _ in range(G)
-        ]
-        kinds = sorted({getattr(self.factories[n], "__qualname__", "environment") for n in names})
-        outs = call_many("environment-reset-" + "+".join(kinds), calls, self.spec.reset_timeout_s)
-        envs = [o.value[0] if o.ok else None for o in outs]
-        failed = [not all(o.ok for o in outs[k * G : (k + 1) * G]) for k in range(len(prompts))]
-        starts = [
-            _bare(p, G)
-            if failed[k]
-            else self._observed(p, rows[k], [o.value[1] for o in outs[k * G : (k + 1) * G]], names[k], failed, k)
-            for k, p in enumerate(prompts)
-        ]
-        errors = [o.error for o in outs if not o.ok]
-        if errors:
-            log.warning(
-                "grpokit: warning: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
-                "the bare prompt",
-                len(errors),
-                len(outs),
-                errors[0],
-            )
-        check_failures(
-            "environment reset() failed",
-            sum(failed) * G,
-            len(outs),
-            self.spec.max_failure_fraction,
-            f"first error: {errors[0]}" if errors else "",
+
+def _one_turn(sample: Sampler, prompts: list[Prompt], G: int, params: SamplingParams) -> Rollout:
+    """The sampler's rollout as it is: G completions of every prompt in one batched decode."""
+    if prompts and prompts[0].vision is not None:  # image prompts: the hf engines' prefill takes the
+        # processor's tensors, vLLM the PIL images; the training passes read the tensors off the rollout
+        ro = sample(
+            [p.ids for p in prompts],
+            G,
+            params,
+            vision=[p.vision for p in prompts],
+            images=[prompt_images(p) for p in prompts],
         )
-        return envs, starts, failed
-
-    def _reset_row(self, prompt: Prompt) -> dict[str, Any]:
-        row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
-        if self.named:  # the routing column chose the environment; it is no row data of it (as TRL)
-            row.pop(self.route_key, None)
-        return row
-
-    def _observed(
-        self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool], k: int
-    ) -> Start:
-        """The start of one prompt's G episodes after their resets: the shared context and each episode's own
-        rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
-        reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
-        the group sharing their common prefix and each episode starting with the rest as environment tokens
-        (never trained on)."""
-        bare = _bare(prompt, len(obs))
-        if all(o is None for o in obs):
-            return bare
-        try:
-            texts = [cap_text(str(o), self.spec.max_observation_chars) for o in obs]
-        except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
-            failed[k] = True
-            return bare
-        if len(set(texts)) > 1 and not self._warned_random_reset:
-            self._warned_random_reset = True
-            warnings.warn(
-                "the environment's reset() returned different observations for the episodes of one prompt; each "
-                "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
-                stacklevel=2,
-            )
-        contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
-        shared = _common_prefix([contexts[t] for t in texts])
-        return shared, [contexts[t][len(shared) :] for t in texts]
-
-    def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
-        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""
-        if self.render_prompt is None:
-            return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self.render_prompt(raw, text, self._schemas(self.env_tools[name]) or None)
+        return (
+            ro
+            if ro.vision is not None
+            else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
+        )
+    return sample([p.ids for p in prompts], G, params)
 
 
-Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
+def _started_row(own: list[int]) -> _Row:
+    """A running episode that begins with ``own`` environment tokens (empty: from the shared context)."""
+    return _Row(ids=list(own), logps=[0.0] * len(own), mask=[0] * len(own), turn_ids=[0] * len(own))
 
 
-def _bare(prompt: Prompt, G: int) -> Start:
-    """The start of G episodes from the bare prompt (no observation, or a reset that failed)."""
-    return list(prompt.ids), [[] for _ in range(G)]
-
-
-def _common_prefix(seqs: list[list[int]]) -> list[int]:
-    """The longest list of ids every sequence starts with."""
-    first = seqs[0]
-    n = min(len(q) for q in seqs)
-    for k in range(n):
-        if any(q[k] != first[k] for q in seqs):
-            return list(first[:k])
-    return list(first[:n])
-
-
-def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:
-    """One episode's environment, built and reset in a call thread (a constructor may hang too)."""
-    env = factory()
-    return env, env.reset(**row)
+def _episodes_rollout(
+    prompt_ids: list[list[int]], rows: list[_Row], envs: list, reset_failed: list[bool], G: int
+) -> Rollout:
+    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment)."""
+    episodes = [
+        Episode(
+            r.mask,
+            r.turn_ids,
+            r.state_keys,
+            r.messages,
+            r.tool_calls,
+            r.tool_errors,
+            env,
+            r.tool_timeouts,
+            reset_failed[k // G],
+        )
+        for k, (r, env) in enumerate(zip(rows, envs))
+    ]
+    return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
 
 
 def _done(env: Any) -> bool:
@@ -481,30 +404,3 @@ def _state_key(prompt: list[int], ids: list[int]) -> str:
     h = hashlib.blake2b(digest_size=12)
     h.update(repr((prompt, ids)).encode())
     return h.hexdigest()
-
-
-def episode_metrics(ro: Rollout) -> dict[str, float]:
-    """Per-step metrics of a batch of episodes (empty for plain completions). Names of the same
-    concept follow TRL: ``tools/call_frequency`` (calls per episode), ``tools/failure_frequency``."""
-    if ro.episodes is None:
-        return {}
-    eps, n = ro.episodes, max(1, len(ro.episodes))
-    calls = sum(e.tool_calls for e in eps)
-    model_tokens = sum(sum(e.model_mask) for e in eps)
-    out = {
-        "episodes/turns_mean": sum(e.turns for e in eps) / n,
-        "episodes/turns_max": float(max(e.turns for e in eps)),
-        "episodes/tool_use_rate": sum(e.tool_calls > 0 for e in eps) / n,
-        "episodes/tool_calls_mean": calls / n,
-        "episodes/tool_errors_mean": sum(e.tool_errors for e in eps) / n,
-        "episodes/model_tokens_mean": model_tokens / n,
-        "episodes/env_tokens_mean": sum(e.env_tokens for e in eps) / n,
-        "episodes/truncated_by_turns": ro.finish_reasons.count("turns") / n,
-        "tools/call_frequency": calls / n,
-        "tools/failure_frequency": sum(e.tool_errors for e in eps) / calls if calls else 0.0,
-        "episodes/tool_timeouts_mean": sum(e.tool_timeouts for e in eps) / n,
-        "episodes/reset_failures": float(sum(e.reset_failed for e in eps)),
-    }
-    for reason in ("done", "tool_error", "timeout"):
-        out[f"episodes/finished_{reason}"] = ro.finish_reasons.count(reason) / n
-    return out

@@ -20,7 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
@@ -28,17 +27,24 @@ from grpokit.algo.stage_state import StageState, stage_states
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompt_length import check_prompt_lengths
 from grpokit.data.prompts import PromptSampler
-from grpokit.record.samples import sample_rows
-from grpokit.record.signatures import group_signatures, solved_signatures
-from grpokit.record.vision_samples import with_images
 from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
 from grpokit.rollout.engine import RolloutEngine
-from grpokit.rollout.episodes import episode_metrics
 from grpokit.types import Prompt, ScoredBatch, repeat_columns
 
-from . import build, checkpoint, checkpoint_hooks, distributed, engines, memory_plan, reference, run_lock, world_check
+from . import (
+    build,
+    checkpoint,
+    checkpoint_hooks,
+    distributed,
+    engines,
+    memory_plan,
+    reference,
+    run_lock,
+    step_metrics,
+    world_check,
+)
 from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from .evaluate import evaluate
@@ -46,7 +52,7 @@ from .logprobs import completion_logprobs, make_token_batch
 from .memory import cuda_provider
 from .model_options import noise_on
 from .models import load_tokenizer, quiet_transformers, refresh_reference, resolve_device
-from .rollout_func import add_logged_columns, call_rollout_func
+from .rollout_func import call_rollout_func
 from .stopping import GracefulStop, StepAbandoned, signal_name
 from .timer import Timer
 from .update import (
@@ -93,36 +99,78 @@ class Trainer:
         start_if_no_checkpoint: bool = False,
     ):
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
-        self.resume_dir = Path(resume) if resume else None
         self.quiet = quiet
+        self._open_run_dir(resume, start_if_no_checkpoint)  # the run folder, locked for one writer
+        self._join_processes()  # threads and seeds, torchrun's process group, the device
+        self.tokenizer = load_tokenizer(cfg.model, tokenizer)
+        self._build_data(train_rows, eval_rows, tools, environment_factory, tokenizer)  # 1-2. episodes, prompts
+        self.rollout_func = rollout_func
+        self._build_rewards(reward_funcs)  # 3
+        self._build_policy(model)  # 5-6. model, reference, optimizer, stage states, memory plan
+        self._place_run()  # the generator, the prompt sampler, the step (resumed: the checkpoint's)
+        self._open_records()  # the saved config, the metrics sinks
+        self._build_engine()  # stage 2's engine: hf, vLLM or async
+        self.state = RunState(global_step=self.step, max_steps=cfg.train.steps, is_world_process_zero=self.dist.is_main)
+        self.callbacks = Callbacks(
+            callbacks,
+            cfg if args is None else args,
+            self.state,
+            model=self.model,
+            processing_class=self.tokenizer,
+            optimizer=self.optimizer,
+            lr_scheduler=self.scheduler,
+        )
+        self._in_step = self._updating = self._evaluating = False  # where the main thread is, for a stop's cut
+        self.kept_checkpoint: Callable[[], Path | None] = lambda: None
+        """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
+        self.on_sampled: list[Callable[[ScoredBatch], None]] = []
+        """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one)."""
+        self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
+
+    # ------------------------------------------------------------------ construction, in order
+
+    def _open_run_dir(self, resume: str | Path | None, start_if_no_checkpoint: bool) -> None:
+        """The run folder (a new dated one, ``train.out`` or the resumed one), locked for one writer
+        (run_lock.py) until the end of ``train()``."""
+        cfg = self.cfg
+        self.resume_dir = Path(resume) if resume else None
         self.run_dir = self.resume_dir or Path(
             cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}")
         )
         self.lock, resuming = run_folder.prepare_run_dir(
             self.run_dir, cfg.train.overwrite, self.resume_dir is not None, start_if_no_checkpoint
-        )  # one writer (run_lock.py)
-        self._release_lock = weakref.finalize(self, self.lock.release)  # once: at the end of train(), or when dropped
+        )
+        # once: at the end of train(), or when dropped
+        self._release_lock = weakref.finalize(self, self.lock.release)
         if self.resume_dir and not resuming:  # grpokit train --resume on a folder without a checkpoint: step 0
             self.resume_dir, cfg.train.out = None, str(self.run_dir)
-        t = cfg.train
+
+    def _join_processes(self) -> None:
+        """Threads and seeds, torchrun's process group (no-op for 1 process), this rank's device."""
+        cfg, t = self.cfg, self.cfg.train
         build.prepare_process(t)
         quiet_transformers()
-        self.dist = distributed.setup(
-            fsdp=t.fsdp, timeout_s=t.dist_timeout_s
-        )  # torchrun: join the process group (no-op for 1 process)
+        self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)
         world_check.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
-        self.tokenizer = load_tokenizer(cfg.model, tokenizer)
-        inputs = build.build_inputs(cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, tokenizer)
-        self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
-        self.rollout_func = rollout_func
-        rewards = build.build_rewards(cfg, reward_funcs, self.episodes)
-        self.runner, self.eval_runner, self.runner_weights, self.process_fn = (
-            rewards.runner,
-            rewards.eval_runner,
-            rewards.weights,
-            rewards.process_fn,
+
+    def _build_data(self, train_rows, eval_rows, tools, environment_factory, given_tokenizer) -> None:
+        """Stages 1-2's inputs: the episode loop (tools, environments), training and held-out prompts."""
+        inputs = build.build_inputs(
+            self.cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer
         )
+        self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
+
+    def _build_rewards(self, reward_funcs: list[Callable] | None) -> None:
+        """Stage 3: the training and evaluation reward runners, the weights, the process reward."""
+        rewards = build.build_rewards(self.cfg, reward_funcs, self.episodes)
+        self.runner, self.eval_runner = rewards.runner, rewards.eval_runner
+        self.runner_weights, self.process_fn = rewards.weights, rewards.process_fn
+
+    def _build_policy(self, model) -> None:
+        """The model and its reference, the optimizer and schedule, the variants' stage states, then
+        the prompts checked against the model's context and the memory plan for the longest one."""
+        cfg = self.cfg
         policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
         self.model, self.ref_model, self.autocast, self.eos = (
             policy.model,
@@ -134,35 +182,40 @@ class Trainer:
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model)
         self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
-        self.stage_states = stage_states(
-            cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2)
-        )  # lambda-GRPO, adaptive entropy
+        # lambda-GRPO, adaptive entropy
+        self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))
         self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(
             cfg, self.model, self.prompts, self.eval_prompts
         )
-        longest_prompt = max(
-            (len(p.ids) for p in self.prompts), default=0
-        )  # checkpointing, reference offload, tokens per micro-batch
+        # checkpointing, reference offload, tokens per micro-batch
+        longest_prompt = max((len(p.ids) for p in self.prompts), default=0)
         self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(
             cfg, self.model, self.ref_model, self.device, self.dist, longest_prompt
         )
+
+    def _place_run(self) -> None:
+        """The rank's generator, the prompt sampler and the step: 0, or the resumed checkpoint's."""
+        cfg, t = self.cfg, self.cfg.train
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
         self.step = self.saved_step = 0
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
             self._resume()
-        self.updates = run_updates(
-            self.step, t, cfg.algo.num_iterations
-        )  # optimizer updates applied so far (TRL's global_step)
+        # optimizer updates applied so far (TRL's global_step)
+        self.updates = run_updates(self.step, t, cfg.algo.num_iterations)
+
+    def _open_records(self) -> None:
+        """The run folder's config (resumed: config_history.yaml too) and the metrics sinks."""
+        resumed_at = self.step if self.resume_dir else None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
-            run_folder.write_config(
-                self.run_dir, cfg, self.step if self.resume_dir else None
-            )  # resume: config_history.yaml
-        self.recorder = build.build_recorder(
-            cfg, self.run_dir, self.dist, quiet, self.step if self.resume_dir else None
-        )
+            run_folder.write_config(self.run_dir, self.cfg, resumed_at)
+        self.recorder = build.build_recorder(self.cfg, self.run_dir, self.dist, self.quiet, resumed_at)
+
+    def _build_engine(self) -> None:
+        """Stage 2's engine: the one sampling on the trainer's model, or vLLM / the async sampler."""
+        cfg = self.cfg
         self.params = build.sampling_params(cfg.rollout)
         # the hf engine first: an async sampler's thread, started by make_engine, samples through it
         self.engine: RolloutEngine = engines.hf_engine(
@@ -179,22 +232,6 @@ class Trainer:
             self.engine,
             (self._sample_async, self.sampler.next_batch),
         )  # vLLM / async, or hf
-        self.state = RunState(global_step=self.step, max_steps=t.steps, is_world_process_zero=self.dist.is_main)
-        self.callbacks = Callbacks(
-            callbacks,
-            cfg if args is None else args,
-            self.state,
-            model=self.model,
-            processing_class=self.tokenizer,
-            optimizer=self.optimizer,
-            lr_scheduler=self.scheduler,
-        )
-        self._in_step = self._updating = self._evaluating = False  # where the main thread is, for a stop's cut
-        self.kept_checkpoint: Callable[[], Path | None] = lambda: None
-        """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
-        self.on_sampled: list[Callable[[ScoredBatch], None]] = []
-        """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one)."""
-        self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
 
     def _resume(self) -> None:
         """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
@@ -432,60 +469,13 @@ class Trainer:
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
         timings), reduced over ranks; sample rows every ``record.samples_every`` steps."""
-        cfg, ro, timer, G = self.cfg, sb.rollout, self._timer, sb.group_size
-        P = len(sb.prompts)
-        lengths = ro.model_lengths()  # an episode's length counts the model's tokens, as TRL
         if self.recorder.wants_samples(self.step + 1):
-            adv = inputs.advantages.cpu()
-            seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
-            per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
-            self.recorder.log_samples(
-                self.step + 1,
-                with_images(
-                    add_logged_columns(
-                        sample_rows(
-                            [p.text for p in sb.prompts],
-                            sb.texts,
-                            per_func,
-                            sb.total_N.tolist(),
-                            seq_adv.tolist(),
-                            lengths,
-                            ro.finish_reasons,
-                            G,
-                            max_prompts=cfg.record.samples_prompts,
-                            messages=[e.messages for e in ro.episodes] if ro.episodes else None,
-                        ),
-                        sb.extra,
-                        G,
-                    ),
-                    sb.prompts,
-                    self.run_dir,
-                    self.step + 1,
-                ),
-            )  # image prompts: PNGs with boxes drawn, for the report
-        return distributed.reduce_metrics(
-            self.dist,
-            {
-                **sb.metrics,
-                **episode_metrics(ro),
-                "reward": sb.total_N.mean().item(),
-                "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
-                **inputs.metrics,
-                **update_metrics,
-                "completions/mean_length": float(np.mean(lengths)),
-                "completions/min_length": float(min(lengths)),
-                "completions/max_length": float(max(lengths)),
-                "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
-                **group_signatures(sb.texts, lengths, G, ro.finish_reasons, cfg.health.same_length_min_tokens),
-                **solved_signatures(
-                    sb.texts, sb.total_N.tolist(), G
-                ),  # lets the monitors tell convergence from collapse
-                **timer.metrics(),
-                "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
-                "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
-                "data/position": float(self.sampler.position),
-            },
+            rows = step_metrics.logged_samples(sb, inputs, self.cfg.record.samples_prompts, self.run_dir, self.step + 1)
+            self.recorder.log_samples(self.step + 1, rows)
+        metrics = step_metrics.step_metrics(
+            sb, inputs, update_metrics, self._timer, self.cfg.health.same_length_min_tokens, self.sampler.position
         )
+        return distributed.reduce_metrics(self.dist, metrics)
 
     def sample_and_score(self, prompts: int | list[Prompt], group_size: int) -> ScoredBatch | None:
         """Sample ``group_size`` completions for n fresh prompts (or the given ones) and score them;

@@ -1,0 +1,158 @@
+"""Where a prompt's G episodes start: their environments built and reset, observations joined.
+
+``EpisodeRunner.run`` (rollout/episodes.py) calls ``EpisodeStarts.reset_all`` once per batch, before
+the first turn. Every environment is built and reset in a call thread within ``reset_timeout_s``
+(env/calls.py); a reset that raises or runs over is contained (that prompt's episodes start from
+the bare prompt) and counted, and past ``max_failure_fraction`` of a batch the run stops.
+
+A start is the context the G episodes of a prompt share and each episode's own rest: empty when the
+observations agree, else (a random reset, which TRL accepts) the part of its own rendered context
+the group does not share, as environment tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+from typing import Any, Callable
+
+from grpokit.env.calls import call_many, check_failures
+from grpokit.env.tools import cap_text
+from grpokit.types import Prompt
+
+log = logging.getLogger("grpokit.env")
+Factory = Callable[[], Any]
+Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
+
+
+class EpisodeStarts:
+    """Builds and resets the environments of a batch's episodes and renders their starts.
+
+    ``factories``: environment name -> factory (None: the single unnamed one; empty: no environment);
+    ``route_key``: the row column that chose a named environment (not passed to ``reset``);
+    ``render_prompt``: (raw prompt, observation, schemas) -> ids, or None to append the observation's
+    tokens; ``schemas_for(name)``: the tool schemas a prompt of environment ``name`` is rendered with.
+    """
+
+    def __init__(
+        self,
+        spec,
+        tokenizer,
+        factories: dict[str | None, Factory],
+        named: bool,
+        route_key: str,
+        render_prompt: Callable[..., list[int]] | None,
+        schemas_for: Callable[[str | None], list[dict] | None],
+    ):
+        self.spec, self.tokenizer = spec, tokenizer
+        self.factories, self.named, self.route_key = factories, named, route_key
+        self.render_prompt, self.schemas_for = render_prompt, schemas_for
+        self.warned_random_reset = False  # one warning per run when reset() observations differ within a group
+
+    def reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> tuple[list, list[Start], list[bool]]:
+        """Build and reset the G environments of every prompt, all at once, each within
+        ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
+        observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
+        each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
+        raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
+        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure)."""
+        if not self.factories:
+            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts)
+        rows = [self._reset_row(p) for p in prompts]
+        calls = [
+            functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
+            for k in range(len(prompts))
+            for _ in range(G)
+        ]
+        kinds = sorted({getattr(self.factories[n], "__qualname__", "environment") for n in names})
+        outs = call_many("environment-reset-" + "+".join(kinds), calls, self.spec.reset_timeout_s)
+        envs = [o.value[0] if o.ok else None for o in outs]
+        failed = [not all(o.ok for o in outs[k * G : (k + 1) * G]) for k in range(len(prompts))]
+        starts = [
+            _bare(p, G)
+            if failed[k]
+            else self._observed(p, rows[k], [o.value[1] for o in outs[k * G : (k + 1) * G]], names[k], failed, k)
+            for k, p in enumerate(prompts)
+        ]
+        self._report_failures(outs, failed, G)
+        return envs, starts, failed
+
+    def _report_failures(self, outs: list, failed: list[bool], G: int) -> None:
+        """Warn about failed resets; stop the run past ``max_failure_fraction`` of the batch's episodes."""
+        errors = [o.error for o in outs if not o.ok]
+        if errors:
+            log.warning(
+                "grpokit: warning: %d of %d environment resets failed (first: %s); their prompts' episodes start from "
+                "the bare prompt",
+                len(errors),
+                len(outs),
+                errors[0],
+            )
+        check_failures(
+            "environment reset() failed",
+            sum(failed) * G,
+            len(outs),
+            self.spec.max_failure_fraction,
+            f"first error: {errors[0]}" if errors else "",
+        )
+
+    def _reset_row(self, prompt: Prompt) -> dict[str, Any]:
+        row = {"prompt": prompt.raw if prompt.raw is not None else prompt.text, **prompt.columns}
+        if self.named:  # the routing column chose the environment; it is no row data of it (as TRL)
+            row.pop(self.route_key, None)
+        return row
+
+    def _observed(
+        self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool], k: int
+    ) -> Start:
+        """The start of one prompt's G episodes after their resets: the shared context and each episode's own
+        rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
+        reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
+        the group sharing their common prefix and each episode starting with the rest as environment tokens
+        (never trained on)."""
+        bare = _bare(prompt, len(obs))
+        if all(o is None for o in obs):
+            return bare
+        try:
+            texts = [cap_text(str(o), self.spec.max_observation_chars) for o in obs]
+        except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
+            failed[k] = True
+            return bare
+        if len(set(texts)) > 1 and not self.warned_random_reset:
+            self.warned_random_reset = True
+            warnings.warn(
+                "the environment's reset() returned different observations for the episodes of one prompt; each "
+                "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
+                stacklevel=2,
+            )
+        contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
+        shared = _common_prefix([contexts[t] for t in texts])
+        return shared, [contexts[t][len(shared) :] for t in texts]
+
+    def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
+        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""
+        if self.render_prompt is None:
+            return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self.render_prompt(raw, text, self.schemas_for(name))
+
+
+def _bare(prompt: Prompt, G: int) -> Start:
+    """The start of G episodes from the bare prompt (no observation, or a reset that failed)."""
+    return list(prompt.ids), [[] for _ in range(G)]
+
+
+def _common_prefix(seqs: list[list[int]]) -> list[int]:
+    """The longest list of ids every sequence starts with."""
+    first = seqs[0]
+    n = min(len(q) for q in seqs)
+    for k in range(n):
+        if any(q[k] != first[k] for q in seqs):
+            return list(first[:k])
+    return list(first[:n])
+
+
+def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:
+    """One episode's environment, built and reset in a call thread (a constructor may hang too)."""
+    env = factory()
+    return env, env.reset(**row)

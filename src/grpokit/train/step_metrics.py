@@ -1,0 +1,79 @@
+"""Stage 7's inputs from one step: the metrics line and the sample rows.
+
+``Trainer._step_metrics`` (train/loop.py) calls these with the step's scored batch, the update's
+inputs and the update's metrics; it reduces the line over ranks and hands both to the recorder.
+Metric names follow TRL's where the concept is the same (``completions/mean_length``, ``reward_std``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from grpokit.record.samples import sample_rows
+from grpokit.record.signatures import group_signatures, solved_signatures
+from grpokit.record.vision_samples import with_images
+from grpokit.rollout.episode_metrics import episode_metrics
+from grpokit.types import ScoredBatch
+
+from .rollout_func import add_logged_columns
+from .timer import Timer
+
+
+def logged_samples(sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, step: int) -> list[dict]:
+    """The sample rows of step ``step``: prompt, completion, each reward, the sequence's advantage
+    (a token-level advantage averaged over the row), length and finish reason; the reward
+    functions' logged values; image prompts as PNGs with boxes drawn, for the report."""
+    ro, G = sb.rollout, sb.group_size
+    adv = inputs.advantages.cpu()
+    seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
+    per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
+    rows = sample_rows(
+        [p.text for p in sb.prompts],
+        sb.texts,
+        per_func,
+        sb.total_N.tolist(),
+        seq_adv.tolist(),
+        ro.model_lengths(),
+        ro.finish_reasons,
+        G,
+        max_prompts=max_prompts,
+        messages=[e.messages for e in ro.episodes] if ro.episodes else None,
+    )
+    return with_images(add_logged_columns(rows, sb.extra, G), sb.prompts, run_dir, step)
+
+
+def step_metrics(
+    sb: ScoredBatch,
+    inputs,
+    update_metrics: dict[str, float],
+    timer: Timer,
+    same_length_min_tokens: int,
+    data_position: int,
+) -> dict[str, float]:
+    """This rank's metrics of a step: sampling and reward metrics, the update's inputs and the update,
+    completion lengths (the model's tokens of an episode, as TRL), the health monitors' group and
+    solved signatures, timings and throughput, and the data position."""
+    ro, G = sb.rollout, sb.group_size
+    P = len(sb.prompts)
+    lengths = ro.model_lengths()  # an episode's length counts the model's tokens, as TRL
+    return {
+        **sb.metrics,
+        **episode_metrics(ro),
+        "reward": sb.total_N.mean().item(),
+        "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
+        **inputs.metrics,
+        **update_metrics,
+        "completions/mean_length": float(np.mean(lengths)),
+        "completions/min_length": float(min(lengths)),
+        "completions/max_length": float(max(lengths)),
+        "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
+        **group_signatures(sb.texts, lengths, G, ro.finish_reasons, same_length_min_tokens),
+        # lets the monitors tell convergence from collapse
+        **solved_signatures(sb.texts, sb.total_N.tolist(), G),
+        **timer.metrics(),
+        "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
+        "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
+        "data/position": float(data_position),
+    }
