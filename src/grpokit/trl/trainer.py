@@ -32,12 +32,10 @@ index and count, ``print``, ``wait_for_everyone``), and ``trainer.end()`` leaves
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from grpokit.config.io import set_field
 from grpokit.config.sections import ConfigError
 from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
@@ -45,40 +43,40 @@ from grpokit.train import distributed
 
 from . import best
 from .bridge import StepBridge
+from .checkpoint_links import HubPush, name_checkpoint
 from .config import GRPOConfig
 from .inputs import (
     HubPushError,
-    adopt_peft_model,
-    apply_lora,
     env_owns_reward,
     environment_owned_rows,
     no_dropout,
     push_folder,
-    refuse_custom_code,
-    refuse_liger_head_adapter,
     reward_funcs_of,
     rows_of,
     run_folder,
 )
-from .mapping import to_config
 from .step_args import steps_per_epoch
 from .surface import (
     Accelerator,
-    accelerate_like_trl,
     add_to_logs,
     entropy_coef_of,
     high_entropy_mask,
     last_world_entropy,
     new_logs,
     per_token_logps_and_entropies,
-    refuse_vision_continuous_batching,
     reward_names,
     set_entropy_coef,
     set_log_level,
-    warn_like_trl,
 )
-
-log = logging.getLogger("grpokit.trl")
+from .trainer_args import (
+    apply_process_settings,
+    checked_args,
+    is_stream,
+    model_name,
+    run_config,
+    stream_rows,
+    trl_rollout_func,
+)
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "HubPushError", "TrainOutput", "push_folder"]
 
@@ -111,55 +109,17 @@ class GRPOTrainer:
         rollout_func: Callable | None = None,
         environment_factory: Any = None,
     ):
-        name = (
-            model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
-        )
-        self.args = args if args is not None else GRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
-        if not isinstance(self.args, GRPOConfig):
-            raise ConfigError(
-                f"args must be a grpokit.trl.GRPOConfig, got {type(self.args).__name__}; build it with the same arguments"
-            )
-        warn_like_trl(self.args)
-        accelerate_like_trl(self.args, train_dataset, eval_dataset)
-        best.check_args(self.args)
-        if quantization_config is not None:
-            raise ConfigError("GRPOTrainer argument quantization_config is not supported by grpokit; leave it None")
-        if optimizers != (None, None):
-            raise ConfigError(
-                "GRPOTrainer argument optimizers is not supported by grpokit (it builds AdamW from the GRPOConfig); leave it (None, None)"
-            )
+        name = model_name(model)
+        self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
-        train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, _stream_rows(self.args))
+        train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
         funcs = reward_funcs_of(
             reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory)
         )
-        refuse_liger_head_adapter(self.args.use_liger_kernel, peft_config)
-        cfg = to_config(self.args, num_rows=len(train_rows), streamed=_is_stream(train_dataset))
-        set_field(cfg, "model.name_or_path", name)
-        if isinstance(model, str):
-            refuse_custom_code(model, cfg.model.trust_remote_code)
-        refuse_vision_continuous_batching(self.args, model, processing_class, cfg.model.trust_remote_code)
-        if not isinstance(model, str) and str(getattr(model, "dtype", "")).replace("torch.", "") in (
-            "float32",
-            "bfloat16",
-            "float16",
-        ):
-            set_field(cfg, "model.dtype", str(model.dtype).replace("torch.", ""))  # an object keeps its dtype
-        if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
-            adopt_peft_model(cfg, model, peft_config)
-        elif peft_config is not None:
-            apply_lora(cfg, peft_config)
-        if cfg.reward.weights and len(cfg.reward.weights) != len(funcs):
-            raise ConfigError(
-                f"reward_weights has {len(cfg.reward.weights)} entries but there are {len(funcs)} reward functions; "
-                "give one weight per reward function"
-            )
-        if self.args.disable_dropout and not isinstance(model, str):
-            no_dropout(model)
-        if self.args.tf32 is not None:
-            import torch
-
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(self.args.tf32)
+        cfg = run_config(
+            self.args, model, name, processing_class, peft_config, len(train_rows), is_stream(train_dataset), len(funcs)
+        )
+        apply_process_settings(self.args, model)
         self.cfg, self.reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
         self.eval_dataset = eval_dataset
         # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
@@ -169,7 +129,7 @@ class GRPOTrainer:
             eval_rows=[],
             tools=tools,
             environment_factory=environment_factory,
-            rollout_func=_trl_rollout_func(rollout_func, self),
+            rollout_func=trl_rollout_func(rollout_func, self),
             model=None if isinstance(model, str) else model,
             tokenizer=processing_class,
         )
@@ -177,6 +137,11 @@ class GRPOTrainer:
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator()
+        self._init_trl_attributes(funcs)
+
+    def _init_trl_attributes(self, funcs: list) -> None:
+        """What TRL's GRPOTrainer holds from construction and scripts read: the rolling completion
+        logs, the entropy bonus switches, the reward functions' names and tokenizers, the summary."""
         a = self.args  # TRL keeps one generation batch of completions
         self._logs = new_logs(
             a.generation_batch_size
@@ -198,35 +163,17 @@ class GRPOTrainer:
         return self._trainer
 
     def _build(self, resume):
+        """grpokit's Trainer (resumed from the run folder ``resume``), with TRL's step bridge as its
+        callback and the hooks that count TRL's tokens and keep its completion logs."""
         from grpokit.train.loop import Trainer
 
-        t = self.cfg.train
-        slices = (
-            self.cfg.algo.num_iterations * t.updates_per_batch
-        )  # per grpokit step; accumulation_slices of them a TRL step
-        max_steps = (
-            self.cfg.optim.schedule_steps
-        )  # TRL's max_steps: the mapping makes it the schedule's length, as transformers
-        self.bridge = StepBridge(
-            self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {}
-        )
-        self.bridge.steps_per_epoch = steps_per_epoch(
-            self.args, len(self._kwargs["train_rows"]), distributed.position()[1]
-        )
+        self.bridge = self._new_bridge()
         callbacks = [self.bridge] + (
-            [_HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
+            [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
         )
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
-        self.bridge.per_round = -(-slices // t.accumulation_slices)  # at most (rolling window: some rounds one fewer)
-        self.bridge.rolling = t.accumulation_slices > 1
-        set_log_level(
-            self.args, self.accelerator.is_main_process
-        )  # after grpokit quieted transformers, as Trainer.__init__
-        self.bridge.at_end = lambda: best.finish(
-            trainer, self.bridge.state, self.args, self.accelerator.is_main_process
-        )
-        self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
+        self._connect_bridge(trainer)
         if resume:
             self.bridge.state.global_step = trainer.updates
             best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}")
@@ -244,6 +191,29 @@ class GRPOTrainer:
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
+
+    def _new_bridge(self) -> StepBridge:
+        """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
+        the steps of an epoch."""
+        # TRL's max_steps: the mapping makes it the schedule's length, as transformers
+        max_steps = self.cfg.optim.schedule_steps
+        bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
+        bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
+        return bridge
+
+    def _connect_bridge(self, trainer) -> None:
+        """What the bridge learns of the built Trainer: TRL steps per sampling round, the end's
+        best-model load, the objects its callbacks receive; transformers' log level set after
+        grpokit quieted transformers, as Trainer.__init__."""
+        t = self.cfg.train
+        slices = self.cfg.algo.num_iterations * t.updates_per_batch  # per grpokit step; accumulation_slices a TRL step
+        self.bridge.per_round = -(-slices // t.accumulation_slices)  # at most (rolling window: some rounds one fewer)
+        self.bridge.rolling = t.accumulation_slices > 1
+        set_log_level(self.args, self.accelerator.is_main_process)
+        self.bridge.at_end = lambda: best.finish(
+            trainer, self.bridge.state, self.args, self.accelerator.is_main_process
+        )
+        self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
 
     # -- what TRL scripts read from the trainer
     entropy_coef = property(entropy_coef_of, set_entropy_coef)
@@ -429,23 +399,10 @@ class GRPOTrainer:
         return (~masked).to(per_token_logps.dtype)[:, None]
 
     def _name_checkpoint(self, path: Path, step: int) -> None:
-        """TRL's ``output_dir/checkpoint-N``: a link to grpokit's checkpoint model folder, with TRL's
-        trainer_state.json in it; links whose checkpoint was rotated away are removed."""
-        out = Path(self.cfg.train.out)
-        self._saved_steps.add(step)
-        best.note_checkpoint(
-            self.state, out, self._saved_steps
-        )  # every rank (all load the best at the end), before trainer_state.json
-        if not self.accelerator.is_main_process or not (path / "model").is_dir():
-            return
-        link = out / f"checkpoint-{step}"
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(path.resolve() / "model", target_is_directory=True)
-        self.state.save_to_json(str(path / "model" / "trainer_state.json"))
-        for old in out.glob("checkpoint-*"):
-            if old.is_symlink() and not old.exists():
-                old.unlink()
+        """TRL's ``output_dir/checkpoint-N`` for grpokit's checkpoint ``path`` (checkpoint_links.py)."""
+        name_checkpoint(
+            path, step, Path(self.cfg.train.out), self.state, self._saved_steps, self.accelerator.is_main_process
+        )
 
     def end(self) -> None:
         """Finish: leave the process group (transformers' ``Trainer.end``); trackers closed when training ended."""
@@ -483,53 +440,3 @@ class GRPOTrainer:
             self.args.hub_private_repo,
             revision or self.args.hub_revision,
         )
-
-
-class _HubPush:
-    """hub_strategy every_save: each checkpoint's model goes to the Hub when it is written. A failed
-    push of a checkpoint is logged and training goes on (the checkpoint is on disk)."""
-
-    def __init__(self, trainer: GRPOTrainer):
-        self.trainer = trainer
-
-    def on_save(self, args, state, control, checkpoint=None, **kwargs):
-        if checkpoint is not None and state.is_world_process_zero:
-            try:
-                push_folder(
-                    Path(checkpoint) / "model",
-                    self.trainer.hub_model_id,
-                    f"Training in progress, step {state.global_step}",
-                    args.hub_token,
-                    args.hub_private_repo,
-                    args.hub_revision,
-                )
-            except HubPushError as e:
-                log.warning("%s", e)
-
-
-def _trl_rollout_func(fn: Callable | None, facade: GRPOTrainer) -> Callable | None:
-    """TRL's contract for ``rollout_func(prompts, trainer)``: every prompt repeated num_generations
-    times (one completion per entry back), and the trainer is the GRPOTrainer (processing_class, args ...)."""
-    if fn is None:
-        return None
-    G = facade.cfg.rollout.group_size
-
-    def call(prompts: list, trainer: Any) -> dict:
-        return fn([p for p in prompts for _ in range(G)], facade)
-
-    return call
-
-
-def _is_stream(dataset) -> bool:
-    """A datasets.IterableDataset: no length, so no epochs (transformers' loop runs on until max_steps)."""
-    return type(dataset).__name__ == "IterableDataset"
-
-
-def _stream_rows(a: GRPOConfig) -> int | None:
-    """Rows a streamed train_dataset must give for max_steps: prompts per sampling round times the rounds."""
-    if a.max_steps <= 0:
-        return None
-    from .step_args import prompts_per_round, rounds_for
-
-    world = distributed.position()[1]
-    return prompts_per_round(a, world) * rounds_for(a.max_steps, a, {"world_size": world, "streamed": True})
