@@ -1,0 +1,41 @@
+"""One row of the TRL mapping (grpokit/trl/mapping.py) and what the rule modules share.
+
+A ``Rule`` names TRL arguments, the grpokit fields they set and how (the text docs/TRL.md shows), and
+``apply(args, ctx)`` returns the fields' values; ``ctx`` holds ``num_rows``, ``world_size``,
+``streamed`` and ``steps``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from grpokit.config.sections import ConfigError
+
+from .config import GRPOConfig
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the mapping: TRL arguments -> grpokit fields, and how."""
+
+    args: tuple[str, ...]
+    fields: tuple[str, ...]
+    how: str
+    apply: Callable[[GRPOConfig, dict], dict[str, Any]]
+
+
+def refuse(name: str, value: Any, valid: str) -> ConfigError:
+    """The one-sentence error of a TRL argument value grpokit cannot carry out."""
+    return ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; valid: {valid}")
+
+
+def copied(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
+    """A plain copy: grpokit field <- TRL argument."""
+    return lambda a, ctx: {f: getattr(a, n) for f, n in pairs.items()}
+
+
+def every_steps(value: float, steps: int) -> int:
+    """A step count, or a fraction of the run's steps (transformers' convention for values below 1)."""
+    return max(1, math.ceil(value * steps)) if 0 < value < 1 else int(value)
