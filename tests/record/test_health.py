@@ -10,13 +10,13 @@ import pytest
 
 from grpokit.config.health import HealthConfig
 from grpokit.record.health import (
-    MONITORS,
     HealthEvent,
     HealthMonitor,
     TrainingHealthError,
     group_signatures,
     solved_signatures,
 )
+from grpokit.record.health_checks import MONITORS
 
 STEPS = 60
 

@@ -32,7 +32,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .doctor import Finding, diagnose
+from .doctor import diagnose
+from .findings import Finding
 from .jsonl import to_json_value
 from .report_data import (
     Run,

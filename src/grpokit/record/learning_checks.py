@@ -1,0 +1,150 @@
+"""The doctor's checks of learning (record/doctor.py): reward against held-out accuracy (reward
+hacking), one reward component rising alone, length growth, entropy collapse, groups without
+signal, truncated completions. Each returns a ``Finding`` or None.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from grpokit.config.health import HealthConfig
+
+from .findings import DoctorConfig, Finding
+from .report_data import Run
+from .run_series import config_value, heldout_gain, recent, top_sample, trend, values, window
+
+
+def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    tr, gain = trend(run, "reward", hc), heldout_gain(run)
+    if tr is None or gain is None or tr[1] - tr[0] <= hc.reward_flat_tol or gain[0] > dc.heldout_min_gain:
+        return None
+    return Finding(
+        "reward_hacking_heldout",
+        "Reward rises but held-out accuracy does not (reward hacking?)",
+        f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}" + top_sample(run),
+        "read the latest samples for a shortcut the reward pays for; make the verifier stricter "
+        "(exact answer parsing, format checks) and evaluate held-out prompts more often (train.eval_every)",
+        0.95,
+    )
+
+
+def check_heldout_drop(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    tr, gain = trend(run, "reward", hc), heldout_gain(run)
+    if gain is None or gain[0] >= -dc.heldout_drop or (tr is not None and tr[1] - tr[0] > hc.reward_flat_tol):
+        return None
+    what = f"; reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]})" if tr else ""
+    return Finding(
+        "heldout_drop",
+        "The policy got worse on held-out prompts",
+        gain[1] + what,
+        f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}) and keep the policy near the reference "
+        "(algo.beta > 0, fewer algo.num_iterations); compare with the checkpoint before the drop",
+        0.9,
+    )
+
+
+def check_component_alone(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    comps = {
+        k: trend(run, k, hc) for r in run.metrics[:1] for k in r if k.startswith("rewards/") and k.endswith("/mean")
+    }
+    comps = {k: t for k, t in comps.items() if t is not None}
+    gain = heldout_gain(run)
+    if len(comps) < 2 or (gain is not None and gain[0] > dc.heldout_min_gain):
+        return None
+    rising = [k for k, t in comps.items() if t[1] - t[0] > hc.reward_flat_tol]
+    if len(rising) != 1 or any(t[1] - t[0] > hc.reward_flat_tol / 2 for k, t in comps.items() if k != rising[0]):
+        return None
+    k, t = rising[0], comps[rising[0]]
+    others = ", ".join(f"{o} {u[0]:.3g} -> {u[1]:.3g}" for o, u in comps.items() if o != k)
+    return Finding(
+        "reward_component_alone",
+        f"Only one reward component rises: {k}",
+        f"{k} {t[0]:.3g} -> {t[1]:.3g} ({t[2]}) while {others}" + (f"; {gain[1]}" if gain else "") + top_sample(run),
+        "the policy may be optimising the easiest term: lower its weight (reward.weights), "
+        "or make the main reward reachable (easier prompts, partial credit)",
+        0.7,
+    )
+
+
+def check_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    ln, rw, gain = trend(run, "completions/mean_length", hc), trend(run, "reward", hc), heldout_gain(run)
+    if (
+        ln is None
+        or ln[0] <= 0
+        or ln[1] < hc.length_growth_ratio * ln[0]
+        or (gain is not None and gain[0] > dc.heldout_min_gain)
+    ):
+        return None
+    up = rw is not None and rw[1] - rw[0] > hc.reward_flat_tol
+    what = f"reward {rw[0]:.3g} -> {rw[1]:.3g}" if rw else "no reward recorded"
+    return Finding(
+        "length_growth",
+        "Completions grow " + ("with the reward" if up else "without reward gain"),
+        f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), {what}"
+        + (f"; {gain[1]}" if gain else "")
+        + top_sample(run),
+        "check samples for padding or repetition the reward pays for; add an overlong / length penalty "
+        "(DAPO), or use a constant normaliser (algo.aggregation, Dr. GRPO)",
+        0.75 if not up else 0.6,
+    )
+
+
+def _reward_level(run: Run, recent: float) -> float | None:
+    """Where the recent reward sits between the run's lowest and highest completion rewards (0..1)."""
+    lows = [v for _, v in values(run, "completions/reward_min")] or [v for _, v in values(run, "reward")]
+    highs = [v for _, v in values(run, "completions/reward_max")] or [v for _, v in values(run, "reward")]
+    lo, hi = (min(lows), max(highs)) if lows and highs else (0.0, 0.0)
+    return (recent - lo) / (hi - lo) if hi > lo else None
+
+
+def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    tr, rw = trend(run, "entropy", hc), recent(run, "reward", hc)
+    if tr is None or not (tr[1] < hc.entropy_drop_ratio * tr[0] or tr[1] < hc.entropy_min):
+        return None
+    level = _reward_level(run, rw[0]) if rw else None
+    if level is not None and level >= hc.converged_reward_level:  # a solved task: low entropy is convergence
+        return None
+    return Finding(
+        "entropy_collapse",
+        "Entropy collapsed before the task was learned",
+        f"entropy {tr[0]:.3g} -> {tr[1]:.3g} nats ({tr[2]})"
+        + (f", reward at {level:.0%} of its range" if level is not None else ""),
+        f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}), raise rollout.temperature, "
+        "use clip-higher (algo.clip_high=0.28, DAPO) or an entropy bonus (algo.entropy_coef)",
+        0.85,
+    )
+
+
+def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    pts = values(run, "frac_reward_zero_std")
+    if len(pts) < 3:
+        return None
+    solved = dict(values(run, "completions/frac_groups_solved"))
+    unsolved = [(s, max(0.0, v - solved.get(s, 0.0))) for s, v in pts]  # solved groups: success, not waste
+    w = window(len(pts), hc)
+    lately, overall = statistics.fmean(v for _, v in unsolved[-w:]), statistics.fmean(v for _, v in unsolved)
+    if lately <= hc.zero_std_max and overall <= dc.zero_std_share:
+        return None
+    return Finding(
+        "zero_std_groups",
+        "Many groups give no learning signal (all completions scored alike)",
+        f"unsolved zero-std groups: {overall:.0%} of groups over the run, {lately:.0%} in steps "
+        f"{unsolved[-w][0]}-{unsolved[-1][0]}",
+        f"use dynamic sampling (algo.dynamic_sampling=true, DAPO) or a larger group "
+        f"(rollout.group_size={config_value(run, 'rollout.group_size')} -> more), or prompts of the right difficulty",
+        0.9 if lately > hc.zero_std_max else 0.55,
+    )
+
+
+def check_truncation(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    r = recent(run, "completions/clipped_ratio", hc)
+    if r is None or r[0] <= dc.truncated_max:
+        return None
+    return Finding(
+        "truncated",
+        "Many completions are cut at the length limit",
+        f"{r[0]:.0%} of completions truncated ({r[1]})",
+        f"raise rollout.max_new_tokens (now {config_value(run, 'rollout.max_new_tokens')}), or shape overlong "
+        "answers (a soft overlong penalty, DAPO) / mask truncated ones (algo.mask_truncated=true)",
+        0.7,
+    )
