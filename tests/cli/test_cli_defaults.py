@@ -4,7 +4,7 @@ scale. Everything here builds configs (and at most a Trainer on the 0.26M demo m
 
 import pytest
 
-from grpokit.cli.app import _train_parser, build_config
+from grpokit.cli.train_command import build_config, train_parser
 from grpokit.config import Config, ConfigError, presets
 from grpokit.config.io import apply_overrides, assigned, load_yaml
 from grpokit.data.tasks import get_task
@@ -14,7 +14,7 @@ from helpers.paths import ROOT
 
 def cli_config(*argv: str) -> Config:
     """What `grpokit train ARGV` trains: the CLI's layers, then the run's own resolution."""
-    return run_data.resolve_run(build_config(_train_parser().parse_args(list(argv))))
+    return run_data.resolve_run(build_config(train_parser().parse_args(list(argv))))
 
 
 def test_config_defaults_are_a_real_run():
@@ -176,7 +176,7 @@ def test_version(capsys):
 
 def test_train_help_shows_the_real_run_defaults(capsys):
     with pytest.raises(SystemExit):
-        _train_parser().parse_args(["--help"])
+        train_parser().parse_args(["--help"])
     out = capsys.readouterr().out
     assert "rollout.max_new_tokens = 512" in out and "optim.lr = 1e-06" in out and "--paper-scale" in out
 

@@ -50,7 +50,7 @@ def readme_commands() -> list[list[str]]:
 
 def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
     from grpokit.cli import main
-    from grpokit.cli.app import _train_parser, build_config
+    from grpokit.cli.train_command import build_config, train_parser
     from grpokit.train import run_data
 
     monkeypatch.chdir(tmp_path)
@@ -70,7 +70,7 @@ def test_every_readme_command_runs_as_printed(tmp_path, monkeypatch, capsys):
             checked.append(argv)
             continue
         if any(a.startswith("model.name_or_path=") and "/" in a for a in argv):  # a hub model: a download
-            cfg = run_data.resolve_run(build_config(_train_parser().parse_args(argv[2:])))
+            cfg = run_data.resolve_run(build_config(train_parser().parse_args(argv[2:])))
             assert (cfg.rollout.max_new_tokens, cfg.optim.lr, cfg.data.task) == (512, 1e-6, "")
             checked.append(argv)
             continue
