@@ -3,13 +3,14 @@
 A value no run can use (``learning_rate=inf``, ``num_generations=0``, ``reward_weights=[nan]``) is
 refused with one sentence naming the argument, the value and what is valid, instead of a silent
 acceptance or a Python error deep in training. Checks that involve two arguments stay in
-mapping.py, where the values are combined.
+the mapping's rules (mapping.py, *_rules.py), where the values are combined.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import typing
 from typing import Any, Callable
 
 from grpokit.algo.tis import TIS_MODES
@@ -145,3 +146,14 @@ def _as_number(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+def kind_of(hint: Any) -> str:
+    """ "bool", "bool | None", "str" or "str | None" for ``check``'s type checks; "" for any other type."""
+    args = set(typing.get_args(hint))
+    for base in (bool, str):
+        if hint is base:
+            return base.__name__
+        if args == {base, type(None)}:
+            return f"{base.__name__} | None"
+    return ""

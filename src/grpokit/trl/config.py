@@ -28,7 +28,9 @@ from transformers import TrainingArguments
 
 from grpokit.config.base import ConfigError
 
-from .checks import check
+from .checks import check, kind_of
+from .field_help import help_from_docstrings
+from .inherited_args import INHERITED
 
 
 @dataclass
@@ -345,121 +347,10 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-def _kind(hint: Any) -> str:
-    """ "bool", "bool | None", "str" or "str | None" for checks.py's type checks; "" for any other type."""
-    args = set(typing.get_args(hint))
-    for base in (bool, str):
-        if hint is base:
-            return base.__name__
-        if args == {base, type(None)}:
-            return f"{base.__name__} | None"
-    return ""
-
-
 def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
-# the TrainingArguments fields grpokit carries out at transformers' own type and default (mapping.py)
-INHERITED = (
-    "output_dir",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "num_train_epochs",
-    "max_steps",
-    "lr_scheduler_type",
-    "warmup_steps",
-    "optim",
-    "weight_decay",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_epsilon",
-    "max_grad_norm",
-    "fp16",
-    "disable_tqdm",
-    "report_to",
-    "eval_strategy",
-    "eval_steps",
-    "save_strategy",
-    "save_steps",
-    "save_total_limit",
-    "push_to_hub",
-    "hub_model_id",
-    "hub_token",
-    "hub_private_repo",
-    "hub_strategy",
-    "seed",
-    "full_determinism",
-    "use_cpu",
-    "run_name",
-    "per_device_eval_batch_size",
-    "eval_on_start",
-    "gradient_checkpointing_kwargs",
-    "logging_strategy",
-    "logging_first_step",
-    "resume_from_checkpoint",
-    "tf32",
-    "dataloader_num_workers",
-    "dataloader_pin_memory",
-    "dataloader_persistent_workers",
-    "dataloader_prefetch_factor",
-    "use_liger_kernel",
-    "torch_compile",
-    "torch_compile_backend",
-    "torch_compile_mode",
-    "optim_args",
-    "lr_scheduler_kwargs",
-    "accelerator_config",
-    "fsdp",
-    "neftune_noise_alpha",
-    "fsdp_config",
-    "data_seed",
-    "save_only_model",
-    "load_best_model_at_end",
-    "metric_for_best_model",
-    "greater_is_better",
-    "eval_delay",
-    "do_train",
-    "do_eval",
-    "do_predict",
-    "torch_empty_cache_steps",
-    "log_level",
-    "log_level_replica",
-    "project",
-    "use_cache",
-    "activation_checkpointing",
-    "activation_checkpointing_kwargs",
-    "hub_revision",
-    "hub_always_push",
-    "average_tokens_across_devices",
-    "ignore_data_skip",
-    "include_num_input_tokens_seen",
-    "ddp_timeout",
-    # accepted with TRL's meaning, most of them no-ops in TRL's GRPO too (docs/TRL.md says why for each)
-    "trackio_space_id",
-    "trackio_bucket_id",
-    "trackio_static_space_id",
-    "label_smoothing_factor",
-    "liger_kernel_config",
-    "prediction_loss_only",
-    "eval_do_concat_batches",
-    "eval_use_gather_object",
-    "eval_accumulation_steps",
-    "include_for_metrics",
-    "batch_eval_metrics",
-    "dataloader_drop_last",
-    "dataloader_multiprocessing_context",
-    "label_names",
-    "train_sampling_strategy",
-    "length_column_name",
-    "log_on_each_node",
-    "dataloader_in_order",
-    "ddp_find_unused_parameters",
-    "ddp_bucket_cap_mb",
-    "ddp_broadcast_buffers",
-    "ddp_static_graph",
-    "local_rank",
-)
 _REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "vllm_group_port", "log_completions_hub_repo")
 _OWN = tuple(n for n in GRPOConfig.__dict__["__annotations__"] if not n.startswith("_"))
 SUPPORTED = frozenset(INHERITED) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
@@ -469,7 +360,7 @@ UNSUPPORTED: dict[str, Any] = {
 }
 _HINTS = typing.get_type_hints(GRPOConfig)
 _ANNOTATIONS = {
-    name: _kind(_HINTS[name]) for name in SUPPORTED - {"fsdp"}
+    name: kind_of(_HINTS[name]) for name in SUPPORTED - {"fsdp"}
 }  # fsdp: also True, as before  # "bool", "str | None" ... (checks.py)
 
 
@@ -480,20 +371,4 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-def _help_from_docstrings(cls: type) -> None:
-    """Each declared field's docstring (the line under it) becomes its ``help``, which ``--help`` shows."""
-    import ast
-    import inspect
-
-    try:
-        body = ast.parse(inspect.getsource(cls)).body[0].body
-    except (OSError, TypeError):  # installed without its sources: the fields keep no help text
-        return
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-            f = fields[node.target.id]
-            f.metadata = {**f.metadata, "help": " ".join(after.value.value.split()).replace("%", "%%")}
-
-
-_help_from_docstrings(GRPOConfig)
+help_from_docstrings(GRPOConfig)
