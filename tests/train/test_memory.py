@@ -169,7 +169,7 @@ def test_smollm2_on_a_24_gb_machine_keeps_its_activations():
     # on a machine with 24 GB free; a quarter of the free memory (6 GB) keeps the activations, 8 GB free (2 GB) does not.
     from types import SimpleNamespace
 
-    from grpokit.train.update import per_token_bytes
+    from grpokit.train.token_budget import per_token_bytes
 
     shape = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30)
     per_token = per_token_bytes(shape, 4)

@@ -19,7 +19,8 @@ from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 from grpokit.train.logprobs import completion_logprobs
-from grpokit.train.update import make_optimizer, stale_slices, total_updates, window_at, window_counts
+from grpokit.train.update import make_optimizer, window_counts
+from grpokit.train.update_windows import stale_slices, total_updates, window_at
 
 ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56", "78", "90")]
 

@@ -87,7 +87,7 @@ def test_micro_batches_give_the_same_update_as_the_whole_batch(tiny_model_dir, t
 
 
 def test_micro_batches_cut_rows_in_order_by_rows_and_tokens():
-    from grpokit.train.update import micro_batches
+    from grpokit.train.token_budget import micro_batches
 
     assert micro_batches([5, 5, 5, 9, 2], max_tokens=10) == [slice(0, 2), slice(2, 3), slice(3, 4), slice(4, 5)]
     assert micro_batches([5, 5, 5, 9, 2], max_tokens=11) == [slice(0, 2), slice(2, 3), slice(3, 5)]
@@ -145,7 +145,7 @@ def test_missing_dataset_column_is_named(tiny_model_dir, tmp_path):
 def test_token_budget_from_activation_memory_hand_example():
     from types import SimpleNamespace
 
-    from grpokit.train.update import token_budget
+    from grpokit.train.token_budget import token_budget
 
     cfg = SimpleNamespace(hidden_size=512, intermediate_size=1536, num_hidden_layers=8)
     # (10 * 512 + 4 * 1536) values x 8 layers x 4 bytes = 360,448 bytes a token; 512 MiB / that = 1489.4
@@ -162,7 +162,7 @@ def test_activation_memory_auto_is_a_quarter_of_the_free_memory_of_the_device(mo
     import psutil
 
     from grpokit.train import update
-    from grpokit.train.update import activation_memory_mb
+    from grpokit.train.token_budget import activation_memory_mb
 
     assert activation_memory_mb(0, torch.device("cpu")) == 0 and activation_memory_mb(300, torch.device("cuda")) == 300
     # CPU: a quarter of what the host has available (24 GB free -> 6 GB), never under 512 MB
@@ -178,6 +178,6 @@ def test_activation_memory_auto_is_a_quarter_of_the_free_memory_of_the_device(mo
 
 
 def test_host_available_bytes_reads_the_real_machine():
-    from grpokit.train.update import host_available_bytes
+    from grpokit.train.token_budget import host_available_bytes
 
     assert 2**28 < host_available_bytes() < 2**50  # between 256 MB and 1 PB: a real reading, not 0

@@ -40,7 +40,8 @@ from . import distributed, episode_setup, kernels, model_options, models, reward
 from .distributed import DistContext
 from .logprobs import compile_backbone
 from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
-from .update import make_optimizer, run_updates
+from .update import make_optimizer
+from .update_windows import run_updates
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
 

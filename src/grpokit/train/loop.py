@@ -55,17 +55,8 @@ from .models import load_tokenizer, quiet_transformers, refresh_reference, resol
 from .rollout_func import call_rollout_func
 from .stopping import GracefulStop, StepAbandoned, signal_name
 from .timer import Timer
-from .update import (
-    Accumulator,
-    Forwards,
-    accumulate,
-    apply_update,
-    run_updates,
-    stale_slices,
-    update_slices,
-    window_at,
-    window_counts,
-)
+from .update import Accumulator, Forwards, accumulate, apply_update, update_slices, window_counts
+from .update_windows import run_updates, stale_slices, window_at
 
 
 class Trainer:

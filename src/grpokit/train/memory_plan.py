@@ -18,7 +18,7 @@ def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist:
     the update)`` (0: no cap; FSDP ranks take none)."""
     from .memory import MemoryPlan, plan_memory
     from .models import enable_checkpointing
-    from .update import activation_memory_mb, per_token_bytes, token_budget
+    from .token_budget import activation_memory_mb, per_token_bytes, token_budget
 
     t = cfg.train
     budget = lambda plan: (

@@ -30,6 +30,7 @@ from grpokit.types import TokenBatch
 from .logprobs import completion_logprobs, logprobs_with_router_loss
 from .optimizers import build_optimizer
 from .schedule import make_scheduler
+from .token_budget import micro_batches
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
@@ -37,107 +38,6 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     and its learning-rate schedule over ``total_steps`` updates (schedule.py), stepped once per update."""
     optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
     return optimizer, make_scheduler(optimizer, cfg, total_steps)
-
-
-def micro_batches(row_tokens: list[int], max_rows: int = 0, max_tokens: int = 0) -> list[slice]:
-    """Cut rows ``0 .. N-1``, in order, into consecutive slices of at most ``max_rows`` rows and at
-    most ``max_tokens`` tokens (``row_tokens[i]``: real tokens of row i; 0 = no limit). A row longer
-    than the budget gets a slice of its own. Rows stay in order, so the G completions of a prompt
-    stay together and share its forward (logprobs.py).
-
-    Balanced: the fewest slices the limits allow, and among those the smallest largest slice, so a
-    batch just over the budget becomes two halves, not a full slice and a sliver.
-    Example: tokens [4] * 6, max_tokens 20 -> two slices are needed; a budget of 12 still gives two,
-    11 would give three -> [0:3], [3:6] (12 tokens each) rather than [0:5], [5:6].
-    """
-
-    def cut(budget: int) -> list[slice]:
-        out, start, tokens = [], 0, 0
-        for i, n in enumerate(row_tokens):
-            if (max_rows and i - start >= max_rows) or (budget and i > start and tokens + n > budget):
-                out.append(slice(start, i))
-                start, tokens = i, 0
-            tokens += n
-        return out + [slice(start, len(row_tokens))] if row_tokens else out
-
-    best = cut(max_tokens)
-    if not max_tokens or len(best) == len(cut(0)):  # the token budget does not bind: rows alone decide
-        return best
-    lo, hi = max(row_tokens), max_tokens  # the slice count only grows as the budget shrinks
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if len(cut(mid)) == len(best) else (mid + 1, hi)
-    return cut(lo)
-
-
-CPU_ACTIVATION_MB = 512  # train.activation_memory_mb=-1 on CPU when the host's free memory cannot be read
-
-
-def host_available_bytes() -> int:
-    """Memory the host can still give (psutil's ``available``, else /proc/meminfo's MemAvailable);
-    0 when neither can be read."""
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def activation_memory_mb(setting: int, device: torch.device) -> int:
-    """Resolve ``train.activation_memory_mb``: -1 (auto) is a quarter of the memory the device has
-    free now (``torch.cuda.mem_get_info`` on CUDA, the host's available memory on CPU: 24 GB free ->
-    6 GB), never less than 512 MB on CPU; other values are returned as they are (0 = no budget).
-    Free memory, not the total: the weights already loaded, a colocated vLLM engine and the other
-    processes of a shared machine are not the activations' to take."""
-    if setting != -1:
-        return setting
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return free // 4 // 2**20
-    return max(CPU_ACTIVATION_MB, host_available_bytes() // 4 // 2**20)
-
-
-def per_token_bytes(model_config, bytes_per_value: int, checkpointed: bool = False) -> int:
-    """Activation bytes one token keeps for backward (0: an unknown shape).
-
-    A Llama-style layer keeps about 10 x hidden + 4 x intermediate values per token (norm inputs and
-    outputs, q/k/v, attention output, residuals, gate, up, activation, product). Checkpointed, each
-    layer keeps only its input (hidden values) and one layer at a time is recomputed in full.
-    """
-    hidden = getattr(model_config, "hidden_size", None) or getattr(model_config, "n_embd", 0)
-    layers = getattr(model_config, "num_hidden_layers", None) or getattr(model_config, "n_layer", 0)
-    if not hidden or not layers:
-        return 0
-    inter = getattr(model_config, "intermediate_size", None) or 4 * hidden
-    layer = 10 * hidden + 4 * inter
-    return (hidden * layers + layer if checkpointed else layer * layers) * bytes_per_value
-
-
-def token_budget(
-    model_config, memory_mb: int, bytes_per_value: int, max_tokens: int = 0, checkpointed: bool = False
-) -> int:
-    """Tokens per micro-batch: ``max_tokens``, lowered so the activations kept for backward fit in
-    ``memory_mb`` (0 for either: no limit from it; 0 returned: no limit at all).
-
-    Example: hidden 512, intermediate 1536, 8 layers, float32 -> 11,264 values x 8 x 4 B = 352 KiB a
-    token, so 512 MB holds 1,489 tokens (``per_token_bytes``; ``checkpointed``: its smaller figure).
-    """
-    if not memory_mb:
-        return max_tokens
-    per_token = per_token_bytes(model_config, bytes_per_value, checkpointed)
-    if not per_token:
-        return max_tokens  # an unknown shape: no estimate
-    fit = max(1, memory_mb * 2**20 // per_token)
-    return min(max_tokens, fit) if max_tokens else fit
 
 
 def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
@@ -342,47 +242,6 @@ def apply_update(
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
-
-
-def stale_slices(parts: int, iterations: int, window: int) -> bool:
-    """Whether an update can fall between a batch's sampling and the use of one of its slices when
-    ``window`` slices of a stream of batches (``parts`` x ``iterations`` slices each) make an update;
-    such slices need pi_old from a pass at sampling time (TRL's condition for old_per_token_logps).
-    Examples: parts 4, window 3: window 2 is A3 B0 B1, so B2 and B3 come after it -> True; parts 2,
-    window 1 (steps_per_generation = 2 x gradient_accumulation_steps): A1 comes after the update of A0
-    -> True; parts 1, one iteration, window 1 (the default) -> False."""
-    return window % (parts * iterations) != 0
-
-
-def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0, epoch: int = 0) -> int:
-    """Optimizer updates after ``rounds`` steps of ``slices_per_round`` slices each (num_iterations x
-    updates_per_batch) when every ``window`` slices make one (train.accumulation_slices), at most
-    ``cap`` (train.max_updates; 0: no cap); ``epoch`` rounds (train.accumulation_epoch_steps, 0: none)
-    end with a shorter window. Examples: 3 rounds of 4 slices, window 3: 12 // 3 = 4; 6 rounds of 8
-    slices, window 3, epochs of 2 rounds: 16 slices an epoch = 6 updates (5 of 3 slices, 1 of 1), 18."""
-    if epoch:
-        done = rounds // epoch * -(-epoch * slices_per_round // window) + rounds % epoch * slices_per_round // window
-    else:
-        done = rounds * slices_per_round // window
-    return min(done, cap) if cap else done
-
-
-def run_updates(rounds: int, t, num_iterations: int) -> int:
-    """``total_updates`` after ``rounds`` steps of a run with train section ``t`` and ``num_iterations``."""
-    return total_updates(
-        rounds, t.updates_per_batch * num_iterations, t.accumulation_slices, t.max_updates, t.accumulation_epoch_steps
-    )
-
-
-def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, bool]:
-    """``(length of the window that holds slice number position, whether that slice ends it)``: windows
-    of ``window`` slices, restarting every ``epoch_slices`` slices (0: never) with a shorter last one.
-    Example: window 3, 16 slices an epoch: slice 15 (the epoch's last) is a window of 1 that it ends;
-    slice 16 starts the next epoch's first window of 3."""
-    s = position % epoch_slices if epoch_slices else position
-    start = s - s % window
-    length = min(window, epoch_slices - start) if epoch_slices else window
-    return length, s + 1 == start + length
 
 
 def _loss_tensors(

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from grpokit.config.base import ConfigError
-from grpokit.train.update import total_updates
+from grpokit.train.update_windows import total_updates
 
 from .config import GRPOConfig
 

@@ -1,0 +1,49 @@
+"""Which slices make an optimizer update: every ``train.accumulation_slices`` slices of the stream
+of batches (TRL's rolling window when steps_per_generation is not a multiple of
+gradient_accumulation_steps), restarting each epoch (train.accumulation_epoch_steps) with a shorter
+last window. Pure arithmetic: the loop (train/loop.py) asks where a slice falls, and how many
+updates a run has made after some steps (TRL's global_step).
+"""
+
+from __future__ import annotations
+
+
+def stale_slices(parts: int, iterations: int, window: int) -> bool:
+    """Whether an update can fall between a batch's sampling and the use of one of its slices when
+    ``window`` slices of a stream of batches (``parts`` x ``iterations`` slices each) make an update;
+    such slices need pi_old from a pass at sampling time (TRL's condition for old_per_token_logps).
+    Examples: parts 4, window 3: window 2 is A3 B0 B1, so B2 and B3 come after it -> True; parts 2,
+    window 1 (steps_per_generation = 2 x gradient_accumulation_steps): A1 comes after the update of A0
+    -> True; parts 1, one iteration, window 1 (the default) -> False."""
+    return window % (parts * iterations) != 0
+
+
+def total_updates(rounds: int, slices_per_round: int, window: int, cap: int = 0, epoch: int = 0) -> int:
+    """Optimizer updates after ``rounds`` steps of ``slices_per_round`` slices each (num_iterations x
+    updates_per_batch) when every ``window`` slices make one (train.accumulation_slices), at most
+    ``cap`` (train.max_updates; 0: no cap); ``epoch`` rounds (train.accumulation_epoch_steps, 0: none)
+    end with a shorter window. Examples: 3 rounds of 4 slices, window 3: 12 // 3 = 4; 6 rounds of 8
+    slices, window 3, epochs of 2 rounds: 16 slices an epoch = 6 updates (5 of 3 slices, 1 of 1), 18."""
+    if epoch:
+        done = rounds // epoch * -(-epoch * slices_per_round // window) + rounds % epoch * slices_per_round // window
+    else:
+        done = rounds * slices_per_round // window
+    return min(done, cap) if cap else done
+
+
+def run_updates(rounds: int, t, num_iterations: int) -> int:
+    """``total_updates`` after ``rounds`` steps of a run with train section ``t`` and ``num_iterations``."""
+    return total_updates(
+        rounds, t.updates_per_batch * num_iterations, t.accumulation_slices, t.max_updates, t.accumulation_epoch_steps
+    )
+
+
+def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, bool]:
+    """``(length of the window that holds slice number position, whether that slice ends it)``: windows
+    of ``window`` slices, restarting every ``epoch_slices`` slices (0: never) with a shorter last one.
+    Example: window 3, 16 slices an epoch: slice 15 (the epoch's last) is a window of 1 that it ends;
+    slice 16 starts the next epoch's first window of 3."""
+    s = position % epoch_slices if epoch_slices else position
+    start = s - s % window
+    length = min(window, epoch_slices - start) if epoch_slices else window
+    return length, s + 1 == start + length
