@@ -1,4 +1,5 @@
-"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve | trl grpo`` and ``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve | trl grpo`` and
+``grpokit --version``.
 
 One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
 an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with

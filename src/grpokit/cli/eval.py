@@ -218,7 +218,8 @@ def main(argv: list[str]) -> int:
 
     table = Table(
         title="grpokit eval",
-        caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, temperature {result['temperature']}",
+        caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, "
+        f"temperature {result['temperature']}",
     )
     for col in ("k", "pass@k", "maj@k", "mean@k"):
         table.add_column(col, justify="right")

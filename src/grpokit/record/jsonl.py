@@ -44,7 +44,8 @@ def to_json_value(value: Any, _depth: int = 0) -> Any:
 
     Tensors and numpy scalars become Python numbers (via `.item()`), non-finite floats become the
     strings "NaN" / "Infinity" / "-Infinity", containers are converted recursively (below
-    MAX_JSON_DEPTH levels; a deeper one becomes a short note), and anything else unknown becomes its `str()`. Examples: `float("nan") -> "NaN"`, `torch.tensor(2.5) -> 2.5`.
+    MAX_JSON_DEPTH levels; a deeper one becomes a short note), and anything else unknown becomes its `str()`.
+    Examples: `float("nan") -> "NaN"`, `torch.tensor(2.5) -> 2.5`.
     """
     if value is None or isinstance(value, (bool, str)):
         return value

@@ -148,7 +148,8 @@ class Recorder(NullRecorder):
                             step,
                             "sink",
                             (
-                                f"the {getattr(sink, 'name', sink)} sink failed in {method} ({type(e).__name__}: {e}) and was "
+                                f"the {getattr(sink, 'name', sink)} sink failed in "
+                                f"{method} ({type(e).__name__}: {e}) and was "
                                 "switched off; metrics.jsonl still has every step."
                             ),
                         ),

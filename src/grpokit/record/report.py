@@ -124,11 +124,13 @@ def _warnings(run: Run) -> list[dict[str, Any]]:
 def health_html(run: Run) -> str:
     warnings, notes = _warnings(run), [e for e in run.events if e.get("level") == "info"]
     parts = [
-        f'<div class="warn"><b>step {_esc(w.get("step", "?"))} · {_esc(w.get("monitor", "note"))}</b> — {_esc(w.get("message", ""))}</div>'
+        f'<div class="warn"><b>step {_esc(w.get("step", "?"))} · {_esc(w.get("monitor", "note"))}</b> — '
+        f"{_esc(w.get('message', ''))}</div>"
         for w in warnings
     ] or ['<div class="ok">No health monitor fired during this run.</div>']
     parts += [
-        f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — {_esc(n.get("message", ""))}</div>'
+        f'<div class="ok"><b>step {_esc(n.get("step", "?"))} · {_esc(n.get("monitor", "note"))}</b> — '
+        f"{_esc(n.get('message', ''))}</div>"
         for n in notes
     ]  # e.g. "converged": information, not a problem
     return "".join(parts)
@@ -247,7 +249,8 @@ def render(run_dirs: Sequence[Path], live_s: float | None = None) -> str:
         f'<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<style>{_asset('uPlot.min.css')}\n{_asset('report.css')}</style></head><body><main>{''.join(sections)}</main>"
         f'<script type="application/json" id="grpokit-data">{_json_for_script(payload(runs, live_s))}</script>'
-        f"<script>/* uPlot 1.6.32, (c) Leon Sorokin, MIT License (assets/uPlot.LICENSE) */\n{_asset('uPlot.iife.min.js')}</script>"
+        "<script>/* uPlot 1.6.32, (c) Leon Sorokin, MIT License (assets/uPlot.LICENSE) "
+        f"*/\n{_asset('uPlot.iife.min.js')}</script>"
         f"<script>{_asset('report.js')}</script></body></html>\n"
     )
 

@@ -92,7 +92,10 @@ def top_sample(run: Run) -> str:
         return ""
     best = max(comps, key=lambda c: c["reward"])
     text = " ".join(str(best.get("text", "")).split())
-    return f'; best sample of step {int(last)} (reward {best["reward"]:.3g}): "{text[:120]}{"..." if len(text) > 120 else ""}"'
+    return (
+        f"; best sample of step {int(last)} (reward {best['reward']:.3g}): "
+        f'"{text[:120]}{"..." if len(text) > 120 else ""}"'
+    )
 
 
 def total(run: Run, key: str) -> float:

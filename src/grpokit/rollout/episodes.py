@@ -11,7 +11,8 @@ An episode ends when the model answers without a tool call (finish reason of tha
 "stop" or "length"), when its environment sets ``done`` ("done"), when a tool raises
 ``TerminalToolError`` ("tool_error"), when ``max_turns`` turns have run and the last one still
 called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` or a model
-turn would (the turn is cut at the cap; "length"), or when its tools have used ``episode_timeout_s`` seconds ("timeout").
+turn would (the turn is cut at the cap; "length"), or when its tools have used ``episode_timeout_s`` seconds
+("timeout").
 
 Environments and tools are untrusted code, and every call into them has a deadline: tools
 ``tool_timeout_s`` (env/tools.py), ``reset`` ``reset_timeout_s`` (the trainer's main thread is
@@ -389,7 +390,8 @@ def _episodes_rollout(
 
 
 def _done(env: Any) -> bool:
-    """The environment's ``done`` (False without one); one that cannot be read (a property that raises) ends the episode."""
+    """The environment's ``done`` (False without one); one that cannot be read (a property that raises) ends
+    the episode."""
     if env is None:
         return False
     try:

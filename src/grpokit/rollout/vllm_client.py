@@ -100,24 +100,28 @@ class VLLMServer(SeparateEngine):
         data = models.body.get("data") if isinstance(models.body, dict) else None
         if models.status != 200 or not data:
             raise ConfigError(
-                f"rollout.vllm_url: {self.url}/v1/models did not list a model (HTTP {models.status}); is this a vLLM server?"
+                f"rollout.vllm_url: {self.url}/v1/models did not list a model (HTTP {models.status}); is this a "
+                "vLLM server?"
             )
         infos = self.rpc(INFO_METHOD, [], 60.0)
         for info in infos:
             if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
                 raise ConfigError(
-                    f"the vLLM server at {self.url} runs grpokit weight-sync protocol {info.get('protocol') if isinstance(info, dict) else info!r}, "
+                    f"the vLLM server at {self.url} runs grpokit weight-sync protocol "
+                    f"{info.get('protocol') if isinstance(info, dict) else info!r}, "
                     f"this trainer speaks {PROTOCOL}; install the same grpokit version on both machines"
                 )
             if info.get("logprobs_mode") != "processed_logprobs":
                 raise ConfigError(
                     f"the vLLM server at {self.url} returns {info.get('logprobs_mode')!r} logprobs, but TIS needs the "
-                    "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit vllm-serve sets it)"
+                    "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit "
+                    "vllm-serve sets it)"
                 )
         dtype = getattr(torch, str(infos[0].get("dtype", "")), None)
         if not isinstance(data, list) or not isinstance(data[0], dict) or not isinstance(data[0].get("id"), str):
             raise ConfigError(
-                f"rollout.vllm_url: {self.url}/v1/models answered without a model id ({models.text[:100]!r}); is this a vLLM server?"
+                f"rollout.vllm_url: {self.url}/v1/models answered without a model id ({models.text[:100]!r}); is "
+                "this a vLLM server?"
             )
         return data[0]["id"], dtype if isinstance(dtype, torch.dtype) else None
 
@@ -128,7 +132,8 @@ class VLLMServer(SeparateEngine):
         )
         if a.status == 404:
             raise ConfigError(
-                f"the vLLM server at {self.url} has no /collective_rpc endpoint (it runs without VLLM_SERVER_DEV_MODE=1); {START_HINT}"
+                f"the vLLM server at {self.url} has no /collective_rpc endpoint (it runs without "
+                f"VLLM_SERVER_DEV_MODE=1); {START_HINT}"
             )
         if a.status == 0:
             raise RuntimeError(f"the vLLM server at {self.url} stopped answering during {method} ({a.text})")
@@ -238,7 +243,8 @@ class VLLMServer(SeparateEngine):
             )
         if a.status != 200:
             raise RuntimeError(
-                f"the vLLM server at {self.url} failed to process a prompt's images ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
+                f"the vLLM server at {self.url} failed to process a prompt's images "
+                f"({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
             )
         features = place(a.body.get("features") if isinstance(a.body, dict) else None, ids, self.image_token_id)
         body = generate_body(self.model_name, ids, features, G, p)
@@ -250,7 +256,8 @@ class VLLMServer(SeparateEngine):
             a = self.call("POST", f"{self.url}{GENERATE}", body, self.request_timeout)
         if a.status != 200:
             raise RuntimeError(
-                f"the vLLM server at {self.url} failed to sample ({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
+                f"the vLLM server at {self.url} failed to sample "
+                f"({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
             )
         return parse_generate(a.body, G)
 

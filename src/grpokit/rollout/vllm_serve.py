@@ -133,7 +133,10 @@ def version_note(version: str) -> str | None:
 
     if version in SpecifierSet(VLLM_RANGE, prereleases=True):
         return None
-    return f"grpokit vllm-serve: warning: vLLM {version} is outside the checked range {VLLM_RANGE}; weight sync may not work"
+    return (
+        f"grpokit vllm-serve: warning: vLLM {version} is outside the checked range {VLLM_RANGE}; weight "
+        "sync may not work"
+    )
 
 
 def option_value(args: list[str], name: str, default: str) -> str:

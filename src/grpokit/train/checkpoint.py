@@ -102,7 +102,8 @@ def save(
         refused = storage_error(exc, final) if isinstance(exc, Exception) else None  # asked before the space is freed
         shutil.rmtree(tmp, ignore_errors=True)
         if refused is not None and not (isinstance(exc, OSError) and exc.errno == refused.errno):
-            raise refused from exc  # a full disk seen through safetensors or torch.save: an OSError naming the checkpoint
+            # a full disk seen through safetensors or torch.save: an OSError naming the checkpoint
+            raise refused from exc
         raise
     if final.exists():  # re-saving the same step (e.g. the final save right after a periodic one)
         shutil.rmtree(final)

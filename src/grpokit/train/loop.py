@@ -2,13 +2,13 @@
 
     for each step:
         prompts   <- sampler.next_batch(P)                    1  data/prompts.py
-        rollout   <- G episodes per prompt (one turn, or tools) 2  rollout/episodes.py, the engine (rollout/engine.py), env/
+        rollout   <- G episodes per prompt (one turn, or tools) 2  rollout/episodes.py, rollout/engine.py, env/
         rewards   <- reward functions, weighted              3  rewards/
         old, ref  <- logprobs the stages need                 5  train/logprobs.py
         adv, mask <- the update's inputs                      4  algo/pipeline.py
-        mu slices: accumulate (loss, backward), apply_update   5-6 algo/loss.py, train/update.py
-                   (clip, step) every k slices, maybe across steps
-        record metrics, samples, checkpoints, evals           7  record/, train/checkpoint.py
+        mu slices: accumulate (loss, backward), apply_update   5-6 algo/loss.py, train/update.py,
+                   (clip, step) every k slices, maybe across steps     train/update_windows.py
+        record metrics, samples, checkpoints, evals           7  train/step_metrics.py, record/, train/checkpoint.py
 
 ``Trainer(cfg).train()`` returns the run summary; ``grpokit train`` is a thin wrapper around it.
 """
@@ -64,7 +64,8 @@ class Trainer:
     configured ones; ``train_rows``/``eval_rows`` replace the configured data. As in TRL's
     GRPOTrainer, ``tools`` (typed, documented functions) and ``environment_factory`` (a class with
     ``reset(**row)`` whose public methods are tools; or a dict name -> class, each row routed by its
-    ``environment`` column) make every sample a multi-turn episode (docs/AGENTS.md), and ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
+    ``environment`` column) make every sample a multi-turn episode (docs/AGENTS.md), and
+    ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
     ``model`` / ``tokenizer`` (instantiated objects) replace loading ``model.name_or_path``;
     ``callbacks`` are called at the points listed in callbacks.py with ``args`` (default: ``cfg``).
     The run folder is locked from here to the end of ``train()`` (train/run_lock.py); with
@@ -486,7 +487,8 @@ class Trainer:
                 ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
-            self.engine.finish_sampling()  # the round's last turn is sampled; with no prompt too: a vLLM TP group waits for every rank
+            # the round's last turn is sampled; with no prompt too: a vLLM TP group waits for every rank
+            self.engine.finish_sampling()
         if not prompts:
             return None
         texts = [self._decode(c) for c in ro.completion_ids]

@@ -106,7 +106,8 @@ def load_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, model
             )
         if cfg.quantization != "none":
             raise ConfigError(
-                "model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name or path, not an object"
+                "model.quantization loads the base in 4 bits from model.name_or_path; pass the model as a name "
+                "or path, not an object"
             )
         return _prepare(model.to(device=device, dtype=dtype), cfg)
     path = model_path(cfg.name_or_path)

@@ -179,7 +179,8 @@ def _history(run_dir: Path) -> list[dict]:
         data = None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
         raise ConfigError(
-            f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with config.yaml alone"
+            f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with "
+            "config.yaml alone"
         )
     return data
 

@@ -57,7 +57,8 @@ def data_rows(
     if train_rows is None:
         if not (task or d.dataset):
             raise ConfigError(
-                "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or data.dataset=train.jsonl)"
+                "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or "
+                "data.dataset=train.jsonl)"
             )
         train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
     if eval_rows is None:

@@ -14,10 +14,10 @@ How a holder is known to be alive:
 * **The same machine** (same host name, boot id and PID namespace) without a working ``flock`` (some
   network or FUSE filesystems): the named pid must exist with the recorded start time; a pid that
   is gone, or reused by another process, is stale.
-* **Another host** (or this one before a restart: another boot id) on a shared filesystem, where ``flock`` may not reach across hosts (Lustre's
-  ``localflock``) or the server keeps a dead client's lock for its lease (NFSv4, about 90 s): the
-  holder touches the file every ``HEARTBEAT_S`` (10 s) from a background thread. A lock whose
-  modification time is ``STALE_S`` (60 s) older than the filesystem's clock (read from a probe file
+* **Another host** (or this one before a restart: another boot id) on a shared filesystem, where ``flock``
+  may not reach across hosts (Lustre's ``localflock``) or the server keeps a dead client's lock for its
+  lease (NFSv4, about 90 s): the holder touches the file every ``HEARTBEAT_S`` (10 s) from a background thread. A lock
+  whose modification time is ``STALE_S`` (60 s) older than the filesystem's clock (read from a probe file
   written beside it, so the hosts' clocks need not agree) is stale and is replaced. A fresh lock
   from another host is watched: if its time moves, the holder is alive and the start is refused;
   if it does not move until it is stale, it is taken over, so a job restarted on another node right

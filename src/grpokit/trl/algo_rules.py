@@ -78,11 +78,13 @@ ALGO_RULES: list[Rule] = [
             "algo.vespo_pos",
             "algo.vespo_neg",
         ),
-        "grpo and sapo: seq-mean-token-mean, dapo, bnpo, cispo and vespo: token-mean, dr_grpo: seq-mean-token-sum-norm, "
+        "grpo and sapo: seq-mean-token-mean, dapo, bnpo, cispo and vespo: token-mean, dr_grpo: "
+        "seq-mean-token-sum-norm, "
         "luspo: seq-mean-token-sum (the clipped surrogate summed over each completion); "
         "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
         "sapo: objective sapo with the two temperatures; vespo: objective vespo at ratio_level trajectory "
-        "(not with beta > 0 and use_bias_correction_kl; vLLM importance sampling in the token modes joins the weight, as TRL)",
+        "(not with beta > 0 and use_bias_correction_kl; vLLM importance sampling in the token modes "
+        "joins the weight, as TRL)",
         loss_fields,
     ),
     Rule(
@@ -106,7 +108,8 @@ ALGO_RULES: list[Rule] = [
     Rule(
         ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"),
         ("algo.ref_refresh_every", "algo.ref_mixup_alpha"),
-        "every ref_model_sync_steps TRL steps (in grpokit steps: divided by the updates per round, at least 1), ref <- alpha * policy + (1 - alpha) * ref (alpha 1: a copy)",
+        "every ref_model_sync_steps TRL steps (in grpokit steps: divided by the updates per round, at "
+        "least 1), ref <- alpha * policy + (1 - alpha) * ref (alpha 1: a copy)",
         _ref_sync,
     ),
     Rule(

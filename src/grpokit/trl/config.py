@@ -45,7 +45,8 @@ class GRPOConfig(TrainingArguments):
     gradient_checkpointing: bool = True
     """Recompute activations in the backward pass."""
     logging_steps: float = 10
-    """Console line (and completion samples, with log_completions) every N steps; a value in (0, 1) is a fraction of the steps."""
+    """Console line (and completion samples, with log_completions) every N steps; a value in (0, 1) is a
+    fraction of the steps."""
     remove_unused_columns: bool | None = False
     """True: reward functions see only the prompt, no other dataset column."""
     model_init_kwargs: dict[str, Any] | str | None = None
@@ -53,7 +54,8 @@ class GRPOConfig(TrainingArguments):
     trust_remote_code: bool = False
     """Allow model code from the Hub."""
     router_aux_loss_coef: float | None = None
-    """Mixture-of-Experts router load-balancing loss weight (None: the model config's own; 0: off); refused for a model without a router."""
+    """Mixture-of-Experts router load-balancing loss weight (None: the model config's own; 0: off); refused for
+    a model without a router."""
     disable_dropout: bool = False
     """Set every dropout probability of the policy to 0."""
     cast_lm_head_to_fp32: bool = False
@@ -65,15 +67,20 @@ class GRPOConfig(TrainingArguments):
     max_completion_length: int | None = 512
     """Most tokens per completion."""
     ds3_gather_for_generation: bool = True
-    """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is refused)."""
+    """Accepted; no effect: TRL reads it under DeepSpeed ZeRO-3 only, which grpokit does not run (deepspeed is
+    refused)."""
     shuffle_dataset: bool | None = True
     """Shuffle the training prompts each epoch."""
     pad_to_multiple_of: int | str | None = "auto"
-    """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or packing)."""
+    """Accepted; no effect: padding changes no log-prob, loss or gradient (grpokit chooses its own padding or
+    packing)."""
     generation_batch_size: int | None = None
-    """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set it or steps_per_generation, not both."""
+    """Completions sampled at once (None: per_device_train_batch_size * steps_per_generation * processes); set
+    it or steps_per_generation, not both."""
     steps_per_generation: int | None = None
-    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps (not a whole number: an optimizer step may span two generation batches, as TRL's loop)."""
+    """Optimizer steps' worth of micro-batches sampled at once (None: gradient_accumulation_steps); one
+    generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps (not a whole
+    number: an optimizer step may span two generation batches, as TRL's loop)."""
     temperature: float = 1.0
     """Sampling temperature."""
     top_p: float = 1.0
@@ -83,23 +90,28 @@ class GRPOConfig(TrainingArguments):
     min_p: float | None = None
     """Min-p sampling (None: off)."""
     generation_kwargs: dict | str | None = None
-    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and repetition_penalty."""
+    """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and
+    repetition_penalty."""
     chat_template_kwargs: dict | str | None = None
     """Extra keyword arguments of apply_chat_template for conversational prompts."""
     repetition_penalty: float = 1.0
     """Penalty on tokens already in the prompt or completion (1.0: off), applied to sampling only."""
     cache_implementation: str | None = None
-    """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic" (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through model.generate with it (engine generate); None: grpokit's choice."""
+    """The KV cache of sampling, as TRL's generation_config: "static" (rollout.engine static), "dynamic"
+    (engine dynamic), another transformers cache ("offloaded", "sliding_window" ...) samples through
+    model.generate with it (engine generate); None: grpokit's choice."""
     use_vllm: bool = False
     """Sample with vLLM."""
     vllm_mode: str = "colocate"
     """"colocate" (an engine on the trainer's GPU) or "server"."""
     vllm_model_impl: str = "vllm"
-    """Which model code vLLM runs ('vllm' or 'transformers'). grpokit's vLLM engine runs vLLM's own: accepted only at TRL's default ('vllm')."""
+    """Which model code vLLM runs ('vllm' or 'transformers'). grpokit's vLLM engine runs vLLM's own: accepted
+    only at TRL's default ('vllm')."""
     vllm_enable_sleep_mode: bool = False
     """Release the colocated engine's memory during the update."""
     vllm_structured_outputs_regex: str | None = None
-    """A regular expression vLLM's guided decoding holds every completion to. Not carried out by grpokit: accepted only at TRL's default (None)."""
+    """A regular expression vLLM's guided decoding holds every completion to. Not carried out by grpokit:
+    accepted only at TRL's default (None)."""
     vllm_server_base_url: str | None = None
     """Server URL (None: from vllm_server_host and vllm_server_port)."""
     vllm_server_host: str = "0.0.0.0"
@@ -109,13 +121,15 @@ class GRPOConfig(TrainingArguments):
     vllm_server_timeout: float = 240.0
     """Seconds to wait for the server."""
     vllm_group_port: int = 51216
-    """Port of TRL's weight-sync process group with a vLLM server. grpokit's server sync uses its own: accepted only at TRL's default (51216)."""
+    """Port of TRL's weight-sync process group with a vLLM server. grpokit's server sync uses its own: accepted
+    only at TRL's default (51216)."""
     vllm_gpu_memory_utilization: float = 0.3
     """GPU memory fraction of the colocated engine."""
     vllm_max_model_length: int | None = None
     """Colocate mode: the engine's max_model_len, prompt plus completion tokens (None: the model's own)."""
     vllm_tensor_parallel_size: int = 1
-    """GPUs per vLLM engine: in colocate mode each group of this many consecutive processes shares one engine (must divide their number); in server mode the server's own --tensor-parallel-size decides (as TRL)."""
+    """GPUs per vLLM engine: in colocate mode each group of this many consecutive processes shares one engine
+    (must divide their number); in server mode the server's own --tensor-parallel-size decides (as TRL)."""
     beta: float = 0.0
     """KL coefficient (0: no reference model)."""
     num_iterations: int = 1
@@ -123,7 +137,8 @@ class GRPOConfig(TrainingArguments):
     epsilon: float = 0.2
     """Lower clip of the ratio (1 - epsilon)."""
     delta: float | None = None
-    """Two-sided clipping: the ratio of a negative-advantage token is capped at delta (must exceed 1 + epsilon_high; None: off)."""
+    """Two-sided clipping: the ratio of a negative-advantage token is capped at delta (must exceed 1 +
+    epsilon_high; None: off)."""
     epsilon_high: float | None = None
     """Upper clip of the ratio (None: epsilon)."""
     sapo_temperature_neg: float = 1.05
@@ -143,11 +158,13 @@ class GRPOConfig(TrainingArguments):
     reward_weights: list[float] | None = None
     """One weight per reward function (None: all 1.0)."""
     multi_objective_aggregation: str = "sum_then_normalize"
-    """"sum_then_normalize" (weighted sum, then the group baseline) or "normalize_then_sum" (GDPO: each reward normalised in its group, summed, then whitened over the batch)."""
+    """"sum_then_normalize" (weighted sum, then the group baseline) or "normalize_then_sum" (GDPO: each reward
+    normalised in its group, summed, then whitened over the batch)."""
     scale_rewards: str = "group"
     """"group" (or True), "batch" or "none" (or False)."""
     loss_type: str = "dapo"
-    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight), "sapo", "luspo" or "vespo"."""
+    """"grpo", "dapo", "bnpo", "dr_grpo", "cispo" (epsilon_high, or epsilon when unset, caps the weight),
+    "sapo", "luspo" or "vespo"."""
     mask_truncated_completions: bool = False
     """Leave truncated completions out of the loss (DAPO)."""
     sync_ref_model: bool = False
@@ -161,7 +178,9 @@ class GRPOConfig(TrainingArguments):
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (TRL's plain token mean); with use_adaptive_entropy the starting coefficient."""
     use_adaptive_entropy: bool = False
-    """Skywork-OR1 adaptive entropy control: after each optimizer step the coefficient rises by entropy_coef_delta when the loss tokens' mean entropy was at or below entropy_target, else falls by it; the next step applies it only while that entropy is at or below the target."""
+    """Skywork-OR1 adaptive entropy control: after each optimizer step the coefficient rises by
+    entropy_coef_delta when the loss tokens' mean entropy was at or below entropy_target, else falls by it; the
+    next step applies it only while that entropy is at or below the target."""
     entropy_coef_min: float = 0.0
     """Adaptive entropy control: lowest coefficient."""
     entropy_coef_max: float = 1.0
@@ -175,7 +194,8 @@ class GRPOConfig(TrainingArguments):
     vllm_importance_sampling_correction: bool = True
     """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
     vllm_importance_sampling_mode: str = "sequence_mask"
-    """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are products of token ratios)."""
+    """token_truncate, token_mask, sequence_truncate or sequence_mask (rollout.tis_mode; sequence ratios are
+    products of token ratios)."""
     vllm_importance_sampling_clip_max: float | None = 3.0
     """Upper bound of the importance weight: truncated to it or masked above it (None: no bound)."""
     vllm_importance_sampling_clip_min: float | None = None
@@ -193,11 +213,14 @@ class GRPOConfig(TrainingArguments):
     log_unique_prompts: bool = False
     """Accepted: grpokit's samples already hold each prompt once, with its group of completions."""
     log_completions_hub_repo: str | None = None
-    """A Hub dataset repository TRL uploads the logged completions to. Not carried out by grpokit: accepted only at TRL's default (None)."""
+    """A Hub dataset repository TRL uploads the logged completions to. Not carried out by grpokit: accepted
+    only at TRL's default (None)."""
     use_transformers_continuous_batching: bool = False
-    """Sample with a continuous-batching engine: grpokit's own decode loop, which already drops finished rows from the batch (the same sampling distribution; TRL refuses it for vision models, and so does grpokit)."""
+    """Sample with a continuous-batching engine: grpokit's own decode loop, which already drops finished rows
+    from the batch (the same sampling distribution; TRL refuses it for vision models, and so does grpokit)."""
     transformers_continuous_batching_config: dict | str | None = None
-    """transformers' ContinuousBatchingConfig keywords (memory and block sizes of its paged cache): checked as transformers checks them; grpokit's decode loop has no paged cache to size."""
+    """transformers' ContinuousBatchingConfig keywords (memory and block sizes of its paged cache): checked as
+    transformers checks them; grpokit's decode loop has no paged cache to size."""
     use_transformers_paged: bool = False
     """Deprecated alias of use_transformers_continuous_batching (TRL 1.16): True sets it, with TRL's FutureWarning."""
     vllm_importance_sampling_cap: float | None = None

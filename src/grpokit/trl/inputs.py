@@ -97,7 +97,8 @@ def rows_of(
     if type(dataset).__name__ == "IterableDataset":
         if limit is None and not whole_stream:
             raise ConfigError(
-                f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without streaming"
+                f"{what} is an IterableDataset; set max_steps (TRL needs it too with a stream) or load it without "
+                "streaming"
             )
         dataset = itertools.islice(dataset, limit)
     rows = [dict(r) for r in dataset]
@@ -105,7 +106,8 @@ def rows_of(
         raise ConfigError(f"{what} has no rows")
     if "prompt" not in rows[0]:
         raise ConfigError(
-            f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to 'prompt' as TRL needs"
+            f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to "
+            "'prompt' as TRL needs"
         )
     return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
 
@@ -199,7 +201,8 @@ def apply_lora(cfg, peft_config: Any) -> None:
         value = getattr(peft_config, f.name)
         if value != getattr(default, f.name):
             raise ConfigError(
-                f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default {getattr(default, f.name)!r}"
+                f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default "
+                f"{getattr(default, f.name)!r}"
             )
     targets = peft_config.target_modules
     if isinstance(targets, str) and targets.isidentifier() and targets != "all-linear":
@@ -215,7 +218,8 @@ def apply_lora(cfg, peft_config: Any) -> None:
     )
     if targets is None:
         raise ConfigError(
-            f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list of module names or 'all-linear'"
+            f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list "
+            "of module names or 'all-linear'"
         )
     set_field(cfg, "model.lora_rank", peft_config.r)
     set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)

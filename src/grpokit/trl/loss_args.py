@@ -39,7 +39,8 @@ def loss_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         "algo.norm_constant": 0.0,
     }  # dr_grpo: 0 = max_completion_length
     if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
-        # unset, TRL's cap is epsilon (0.2 by default): every weight at most 0.2, as TRL's code does (its docs suggest 5.0)
+        # unset, TRL's cap is epsilon (0.2 by default): every weight at most 0.2, as TRL's code does (its
+        # docs suggest 5.0)
         cap = a.epsilon if a.epsilon_high is None else a.epsilon_high
         out |= {"algo.objective": "cispo", "algo.clip_high": cap - 1.0}
     elif a.loss_type == "sapo":

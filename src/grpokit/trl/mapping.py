@@ -55,18 +55,25 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/t
     "accelerator_config": "no effect: it configures accelerate's DataLoader dispatch; grpokit uses neither",
     "use_liger_kernel": "no effect on the math: grpokit computes completion log-probs in chunks, never the full "
     "logits tensor, which is what Liger's fused loss saves (equal losses, tests/project/test_bench_loss_equality.py)",
-    "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or gradient; grpokit pads or packs as it chooses",
+    "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or "
+    "gradient; grpokit pads or packs as it chooses",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
 }
 HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
 HANDLED_ELSEWHERE.update(
     {  # accepted with no effect, as in TRL's GRPO (its trainer overrides what reads them)
-        "use_transformers_continuous_batching": "sampling with continuous batching: grpokit's own decode loop, which drops "
+        "use_transformers_continuous_batching": "sampling with continuous batching: "
+        "grpokit's own decode loop, which drops "
         "finished rows from the batch (same distribution); refused for a vision model, as TRL",
-        "transformers_continuous_batching_config": "checked as transformers' ContinuousBatchingConfig keywords; sizes a paged "
+        "transformers_continuous_batching_config": "checked as transformers' "
+        "ContinuousBatchingConfig keywords; sizes "
+        "a paged "
         "cache grpokit's decode loop does not have",
-        "use_transformers_paged": "deprecated alias: True sets use_transformers_continuous_batching, with TRL's FutureWarning",
-        "label_smoothing_factor": "no effect, as TRL: transformers applies it in Trainer.compute_loss, which GRPOTrainer replaces",
+        "use_transformers_paged": "deprecated alias: True sets "
+        "use_transformers_continuous_batching, with TRL's "
+        "FutureWarning",
+        "label_smoothing_factor": "no effect, as TRL: transformers applies it in "
+        "Trainer.compute_loss, which GRPOTrainer replaces",
         "liger_kernel_config": "no effect, as use_liger_kernel",
         "prediction_loss_only": "no effect, as TRL: GRPO's prediction_step returns the loss only",
         "eval_do_concat_batches": "no effect, as TRL (no predictions)",
@@ -77,14 +84,16 @@ HANDLED_ELSEWHERE.update(
         "dataloader_drop_last": "no effect, as TRL: its RepeatSampler yields whole generation batches only",
         "dataloader_multiprocessing_context": "no effect (no DataLoader workers)",
         "label_names": "no effect, as TRL (GRPO inputs carry no labels)",
-        "train_sampling_strategy": "no effect, as TRL: RepeatSampler replaces transformers' sampler (shuffle_dataset decides)",
+        "train_sampling_strategy": "no effect, as TRL: RepeatSampler replaces "
+        "transformers' sampler (shuffle_dataset decides)",
         "length_column_name": "no effect, as TRL (group_by_length's column; RepeatSampler does not read it)",
         "ds3_gather_for_generation": "no effect: DeepSpeed ZeRO-3 only (deepspeed is refused)",
         "log_multimodal": "no effect: samples.jsonl keeps text, never images",
         "local_rank": "no effect: the rank comes from LOCAL_RANK, as transformers when it is set",
         "log_on_each_node": "grpokit logs on global rank 0 only (log_on_each_node=False); one node: the same",
         "dataloader_in_order": "no effect (no DataLoader workers)",
-        "ddp_find_unused_parameters": "no effect: grpokit all-reduces gradients itself, no DistributedDataParallel wrapper",
+        "ddp_find_unused_parameters": "no effect: grpokit all-reduces gradients "
+        "itself, no DistributedDataParallel wrapper",
         "ddp_bucket_cap_mb": "no effect (no DistributedDataParallel wrapper)",
         "ddp_broadcast_buffers": "no effect (no DistributedDataParallel wrapper)",
         "ddp_static_graph": "no effect (no DistributedDataParallel wrapper)",

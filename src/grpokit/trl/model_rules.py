@@ -193,10 +193,13 @@ MODEL_RULES: list[Rule] = [
         ),
         "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
         "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
-        "any other key (num_beams 2, length_penalty, do_sample False ...) picks rollout.engine=generate, which passes them "
+        "any other key (num_beams 2, length_penalty, do_sample False ...) picks rollout.engine=generate, "
+        "which passes them "
         "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); cache_implementation "
-        "static or dynamic picks grpokit's decode loop of that cache, another (offloaded ...) engine=generate with it, as "
-        "TRL's generation config (ignored with use_vllm, as TRL); with tools the whole episode (tool results included) is capped at max_completion_length, as TRL",
+        "static or dynamic picks grpokit's decode loop of that cache, another (offloaded ...) "
+        "engine=generate with it, as "
+        "TRL's generation config (ignored with use_vllm, as TRL); with tools the whole episode (tool "
+        "results included) is capped at max_completion_length, as TRL",
         _generation,
     ),
     Rule(

@@ -62,9 +62,11 @@ _TAKES_NO_KWARGS = (
     "constant_with_warmup",
 )  # get_scheduler passes them no lr_scheduler_kwargs: any key changes nothing
 REFUSED_SCHEDULES = {  # transformers schedules that cannot mean anything on grpokit's step-indexed schedule
-    "reduce_lr_on_plateau": "it lowers the rate from an evaluation metric (metric_for_best_model after each evaluate()), "
+    "reduce_lr_on_plateau": "it lowers the rate from an evaluation metric "
+    "(metric_for_best_model after each evaluate()), "
     "where grpokit's rate is a function of the update count",
-    "greedy": "it moves the rate up and down from an evaluation metric after each evaluate(), where grpokit's rate is a "
+    "greedy": "it moves the rate up and down from an evaluation metric after each evaluate(), where grpokit's "
+    "rate is a "
     "function of the update count",
 }
 
@@ -94,7 +96,8 @@ def _typed(v: Any) -> Any:
 
 
 def schedule_fields(a: GRPOConfig, max_steps: int) -> dict[str, Any]:
-    """optim.schedule, its options, the warm-up and the length (max_steps TRL steps, transformers' num_training_steps)."""
+    """optim.schedule, its options, the warm-up and the length (max_steps TRL steps, transformers'
+    num_training_steps)."""
     kind = a.lr_scheduler_type
     if kind in REFUSED_SCHEDULES:
         raise ConfigError(

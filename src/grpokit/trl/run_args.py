@@ -6,7 +6,9 @@ RUN_MANAGEMENT: dict[str, str] = {
     "data_seed": "no effect, as in TRL 1.16: its GRPO prompt sampler (RepeatSampler) is seeded by seed, not data_seed "
     "(measured; transformers' documentation says otherwise)",
     "hub_revision": "branch the pushes commit to (None: main; it must exist, as with transformers)",
-    "hub_always_push": "no effect: grpokit pushes each checkpoint synchronously, so none is skipped (what True asks for)",
+    "hub_always_push": "no effect: grpokit pushes each checkpoint "
+    "synchronously, so none is skipped (what True asks "
+    "for)",
     "average_tokens_across_devices": "no effect, as in TRL 1.16's GRPO (read from its code): its loss divides by token "
     "counts it gathers itself and ignores transformers' num_items_in_batch; grpokit "
     "normalises by the whole batch's counts",
@@ -22,11 +24,13 @@ RUN_MANAGEMENT: dict[str, str] = {
     "speed, not the samples' distribution; no loss reads it); grpokit's decode always caches",
     "log_level": "transformers' logging verbosity on the main process (passive: unchanged)",
     "log_level_replica": "transformers' logging verbosity on the other processes (passive: unchanged)",
-    "eval_delay": "no evaluation by eval_strategy before this many TRL steps (eval_on_start and evaluate() calls still run)",
+    "eval_delay": "no evaluation by eval_strategy before this many TRL steps (eval_on_start and evaluate() calls "
+    "still run)",
     "metric_for_best_model": "after each evaluation by eval_strategy, eval_<metric> (the prefix added when missing) is "
     "compared with state.best_metric; best_global_step and, at each save, best_model_checkpoint "
     "(output_dir/checkpoint-N) go to trainer_state.json (None: 'loss' with load_best_model_at_end)",
     "greater_is_better": "direction of metric_for_best_model (None: True unless its name ends with 'loss')",
-    "load_best_model_at_end": "the best checkpoint's weights are loaded after the final log; save_total_limit's rotation "
+    "load_best_model_at_end": "the best checkpoint's weights are loaded after "
+    "the final log; save_total_limit's rotation "
     "keeps it; needs eval_strategy = save_strategy and save_steps a multiple of eval_steps",
 }

@@ -136,9 +136,12 @@ RUN_RULES: list[Rule] = [
         ),
         ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
         "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps; project is "
-        "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); trackio_space_id, "
-        "trackio_bucket_id and trackio_static_space_id are accepted when nothing reports to trackio (transformers reads "
-        "them in its Trackio callback only), refused with it (grpokit's Trackio sink hosts no Space); logging_strategy=epoch "
+        "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); "
+        "trackio_space_id, "
+        "trackio_bucket_id and trackio_static_space_id are accepted when nothing reports to trackio "
+        "(transformers reads "
+        "them in its Trackio callback only), refused with it (grpokit's Trackio sink hosts no Space); "
+        "logging_strategy=epoch "
         "logs at the end of every epoch and of training (logging_first_step still logs step 1, as transformers)",
         _logging,
     ),
@@ -157,14 +160,17 @@ RUN_RULES: list[Rule] = [
     Rule(
         ("fsdp", "fsdp_config"),
         ("train.fsdp",),
-        "full_shard (auto_wrap or not) or True: FSDP2 (grpokit wraps each decoder layer); fsdp_config only fsdp_version 2",
+        "full_shard (auto_wrap or not) or True: FSDP2 (grpokit wraps each decoder layer); fsdp_config "
+        "only fsdp_version 2",
         _fsdp,
     ),
     Rule(
         ("eval_strategy", "eval_steps"),
         ("train.eval_every",),
-        "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps), or with eval_strategy=epoch at the end of "
-        "every epoch and of training (eval_delay counts epochs then, as transformers); grpokit's own greedy evaluation is off",
+        "GRPOTrainer.evaluate() every eval_steps TRL steps (None: logging_steps), or with "
+        "eval_strategy=epoch at the end of "
+        "every epoch and of training (eval_delay counts epochs then, as transformers); grpokit's own "
+        "greedy evaluation is off",
         _eval,
     ),
 ]

@@ -89,7 +89,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for item in overrides:
         if "=" not in item or "." in item.split("=", 1)[0]:
             raise ConfigError(
-                f"override {item!r} does not fit a TRL-style config; write name=value with a TRL argument name (e.g. learning_rate=1e-6)"
+                f"override {item!r} does not fit a TRL-style config; write name=value with a TRL argument name "
+                "(e.g. learning_rate=1e-6)"
             )
         key, raw = item.split("=", 1)
         out[key.strip()] = strict_yaml(raw, f"override {item!r}") if raw != "" else None
@@ -178,7 +179,8 @@ def build_trainer(
 
 def run(objects: tuple, say=print) -> Any:
     """Train as trl/scripts/grpo.py's main(): train, save the model to output_dir, push it when asked.
-    A run a signal stopped (docs/FAULTS.md) keeps its checkpoint and is neither saved nor pushed. Returns the trainer."""
+    A run a signal stopped (docs/FAULTS.md) keeps its checkpoint and is neither saved nor pushed. Returns the
+    trainer."""
     script_args, training_args = objects[0], objects[1]
     trainer = build_trainer(*objects)
     say(f"grpokit: run folder {trainer.run_dir} (TRL arguments)", flush=True)

@@ -3,7 +3,8 @@
 Part of mapping.py's table (its batch and step rules call these); kept apart so each file stays
 readable. A TRL step is one optimizer update; a grpokit step (a round) samples one generation batch and
 makes num_iterations * updates_per_batch updates on it (mapping.py's docstring); when steps_per_generation
-is not a multiple of gradient_accumulation_steps, TRL's rolling window (train.accumulation_slices). An epoch is TRL's: its
+is not a multiple of gradient_accumulation_steps, TRL's rolling window (train.accumulation_slices). An epoch is
+TRL's: its
 RepeatSampler keeps whole generation batches of train_dataset only, and transformers counts the
 optimizer updates they feed (checked against TRL itself in tests/trl/test_trl_scripts.py).
 """

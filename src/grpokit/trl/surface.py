@@ -114,7 +114,8 @@ def warn_like_trl(args: Any) -> None:
     check_continuous_batching(args.transformers_continuous_batching_config)
     if args.vllm_importance_sampling_cap is not None:  # TRL 1.16 gives a FutureWarning and copies it to clip_max
         logging.getLogger("grpokit.trl").warning(
-            "vllm_importance_sampling_cap is deprecated (TRL 1.16); its value %s replaces vllm_importance_sampling_clip_max, "
+            "vllm_importance_sampling_cap is deprecated (TRL 1.16); its value %s replaces "
+            "vllm_importance_sampling_clip_max, "
             "use that argument instead",
             args.vllm_importance_sampling_cap,
         )
@@ -255,7 +256,8 @@ def accelerate_like_trl(args: Any, train_dataset: Any, eval_dataset: Any) -> Non
         args.accelerator_config.dispatch_batches = False
     if _streamed(train_dataset) and args.dataloader_num_workers != 0:
         logging.getLogger("grpokit.trl").warning(
-            "Iterable datasets require dataloader_num_workers=0 to keep each prompt's group together; overriding %d, as TRL does",
+            "Iterable datasets require dataloader_num_workers=0 to keep each prompt's group together; "
+            "overriding %d, as TRL does",
             args.dataloader_num_workers,
         )
         args.dataloader_num_workers = 0

@@ -295,7 +295,8 @@ class GRPOTrainer:
                 )
             if self._trainer is not None:
                 raise ConfigError(
-                    "resume_from_checkpoint must come with the trainer's first use (it was already started as a new run)"
+                    "resume_from_checkpoint must come with the trainer's first use (it was already started as a new "
+                    "run)"
                 )
             self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()

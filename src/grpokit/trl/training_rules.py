@@ -44,15 +44,18 @@ TRAINING_RULES: list[Rule] = [
     Rule(
         ("save_only_model",),
         ("train.save_only_model",),
-        "copied: checkpoints without optimizer, schedule and RNG state; a resume from one loads the weights with a fresh "
+        "copied: checkpoints without optimizer, schedule and RNG state; a resume from one loads the "
+        "weights with a fresh "
         "optimizer and schedule, as transformers",
         copied(**{"train.save_only_model": "save_only_model"}),
     ),
     Rule(
         ("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
         ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite", "train.save_last"),
-        'None output_dir is "trainer_output"; save_strategy=epoch saves at the end of every epoch (steps per epoch as TRL\'s '
-        "dataloader counts them, see max_steps) and of training; save_strategy=no writes no checkpoint (save_last false), as transformers; save_total_limit None keeps all; "
+        'None output_dir is "trainer_output"; save_strategy=epoch saves at the end of every epoch (steps '
+        "per epoch as TRL's "
+        "dataloader counts them, see max_steps) and of training; save_strategy=no writes no checkpoint "
+        "(save_last false), as transformers; save_total_limit None keeps all; "
         "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)",
         _saving,
     ),
@@ -74,16 +77,19 @@ TRAINING_RULES: list[Rule] = [
         ),
         "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
         "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
-        "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes)); not a multiple: "
+        "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes)); "
+        "not a multiple: "
         "updates_per_batch = steps_per_generation and accumulation_slices = gradient_accumulation_steps, TRL's rolling "
         "window (an optimizer step may span two generation batches; one process only), whose last window of an epoch "
-        "is shorter, as transformers' (accumulation_epoch_steps = the generation batches of an epoch; none when streamed)",
+        "is shorter, as transformers' (accumulation_epoch_steps = the generation batches of an epoch; "
+        "none when streamed)",
         lambda a, ctx: {**batch_fields(a, ctx), "rollout.group_size": a.num_generations},
     ),
     Rule(
         ("max_steps", "num_train_epochs"),
         ("train.steps", "train.max_updates"),
-        "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * steps per epoch), an "
+        "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * "
+        "steps per epoch), an "
         "epoch being TRL's: the whole generation batches in train_dataset (its last rows short of one are dropped, as "
         "RepeatSampler does), each num_iterations * steps_per_generation / gradient_accumulation_steps steps; rolling "
         "window: steps = TRL's steps * accumulation_slices / (num_iterations * updates_per_batch) rounded up; "
@@ -130,9 +136,11 @@ TRAINING_RULES: list[Rule] = [
             "optim.warmup_type",
             "optim.decay_type",
         ),
-        "transformers' schedule of that name over max_steps updates (schedule_steps); constant_with_warmup is grpokit's "
+        "transformers' schedule of that name over max_steps updates (schedule_steps); "
+        "constant_with_warmup is grpokit's "
         "constant, transformers' constant has no warm-up; a fractional warmup_steps is a share of max_steps; "
-        "lr_scheduler_kwargs keys set the fields of the same name, except cosine_with_restarts' num_cycles: restart_cycles, "
+        "lr_scheduler_kwargs keys set the fields of the same name, except cosine_with_restarts' "
+        "num_cycles: restart_cycles, "
         "min_lr: min_lr_rate = min_lr / learning_rate, min_lr_ratio: min_lr_rate (constant and constant_with_warmup "
         "ignore them, as transformers); reduce_lr_on_plateau and greedy are refused (they follow an evaluation metric)",
         lambda a, ctx: schedule_fields(a, trl_max_steps(a, ctx)),
@@ -150,8 +158,10 @@ TRAINING_RULES: list[Rule] = [
             "optim.centered",
         ),
         "adamw_torch(_fused): adamw; adafactor, sgd, adagrad, rmsprop: the same, as transformers' Trainer builds them "
-        "(Adafactor on the learning rate and schedule, no relative step or parameter scaling); adamw_8bit (adamw_bnb_8bit), "
-        "paged_adamw_8bit (bitsandbytes), adamw_torch_4bit and adamw_torch_8bit (torchao) when that package is installed; "
+        "(Adafactor on the learning rate and schedule, no relative step or parameter scaling); "
+        "adamw_8bit (adamw_bnb_8bit), "
+        "paged_adamw_8bit (bitsandbytes), adamw_torch_4bit and adamw_torch_8bit (torchao) when that "
+        "package is installed; "
         "optim_args read as transformers: sgd momentum, dampening, nesterov; adagrad lr_decay, eps; rmsprop momentum, "
         "alpha (rms_alpha), eps, centered; their weight_decay key changes nothing, as in transformers (the parameter "
         "groups' weight_decay wins); the other optimizers read no optim_args, as transformers",
