@@ -85,61 +85,93 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run_eval(args: argparse.Namespace) -> dict:
+    """``grpokit eval``: sample ``--samples`` completions of each held-out prompt and report pass@k."""
+    ks, n = _ks_and_samples(args)
+    cfg, adapter = _eval_config(args)
+    torch.manual_seed(args.seed)
+    quiet_transformers()
+    device = resolve_device(cfg.model)
+    model, tokenizer = load_eval_model(cfg.model, adapter, device)
+    rows, fns = _rows_and_rewards(cfg, args)
+    rows = rows[: args.limit] if args.limit else rows
+    from grpokit.train import episode_setup, run_data
+
+    # tools: episodes, else one turn
+    episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
+    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+
+    def sample(ctx, G, p, images=None, **kw):
+        return generate(
+            model,
+            ctx,
+            G,
+            p,
+            eos_token_ids=eos_ids(tokenizer, model),
+            pad_token_id=tokenizer.pad_token_id,
+            generator=gen,
+            **kw,
+            decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
+        )
+
+    answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n)
+    return {
+        "model": args.model,
+        "prompts": len(prompts),
+        "samples_per_prompt": n,
+        "temperature": args.temperature,
+        **summarize(answers, correct, ks),
+    }
+
+
+def _ks_and_samples(args: argparse.Namespace) -> tuple[list[int], int]:
+    """The k of pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k)."""
     ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
     if not ks or ks[0] < 1:
         raise ConfigError(f"--k {args.k!r} must list positive integers, e.g. 1,4,8")
     n = args.samples or ks[-1]
     if n < ks[-1]:
         raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
+    return ks, n
+
+
+def _eval_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
+    """The validated config of the evaluation (model, task or dataset, overrides) and the LoRA adapter
+    folder to merge, if any."""
     cfg = apply_overrides(Config(), args.overrides)
     model_dir, adapter = resolve_model(args.model)
     cfg.model.name_or_path = model_dir
     cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
     validate(cfg)
-    from grpokit.train import episode_setup, run_data
+    from grpokit.train import run_data
 
     run_data.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
-    torch.manual_seed(args.seed)
-    quiet_transformers()
-    device = resolve_device(cfg.model)
-    model, tokenizer = load_eval_model(cfg.model, adapter, device)
+    return cfg, adapter
+
+
+def _rows_and_rewards(cfg: Config, args: argparse.Namespace) -> tuple[list[dict], list]:
+    """The held-out rows (the task's, or ``--dataset``'s split) and the reward functions that grade
+    them (the task's verifier first, then each ``--reward``)."""
     if cfg.data.task:
         from grpokit.data.tasks import get_task
 
         task = get_task(cfg.data.task, cfg.data.task_params)
-        rows, fns = task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
-    else:
-        if not args.reward:
-            raise ConfigError("--dataset needs at least one --reward to grade completions")
-        rows, fns = load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
-    rows = rows[: args.limit] if args.limit else rows
-    episodes = episode_setup.episode_runner(
-        cfg, tokenizer, None, None, run_data.task_of(cfg)
-    )  # tools: episodes, else one turn
-    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
+        return task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
+    if not args.reward:
+        raise ConfigError("--dataset needs at least one --reward to grade completions")
+    return load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
+
+
+def _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n: int) -> tuple[list, list]:
+    """``n`` episodes of every prompt, 32 prompts at a time: each sample's extracted answer, and
+    whether the first reward function gave it full reward."""
     specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
-    gen = torch.Generator(device=device).manual_seed(args.seed)
     answers, correct = [], []
     with RewardRunner(specs, num_workers=0) as runner:
         for s in range(0, len(prompts), 32):
             chunk = prompts[s : s + 32]
-            ro = episodes.run(
-                lambda ctx, G, p, images=None, **kw: generate(
-                    model,
-                    ctx,
-                    G,
-                    p,
-                    eos_token_ids=eos_ids(tokenizer, model),
-                    pad_token_id=tokenizer.pad_token_id,
-                    generator=gen,
-                    **kw,
-                    decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
-                ),
-                chunk,
-                n,
-                params,
-            )
+            ro = episodes.run(sample, chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             completions, env_columns = reward_inputs(ro, texts)
             columns = {**repeat_columns(chunk, n), **env_columns}
@@ -150,14 +182,7 @@ def run_eval(args: argparse.Namespace) -> dict:
             for i in range(len(chunk)):
                 answers.append([extract_answer(t) for t in texts[i * n : (i + 1) * n]])
                 correct.append(ok[i * n : (i + 1) * n])
-    result = {
-        "model": args.model,
-        "prompts": len(prompts),
-        "samples_per_prompt": n,
-        "temperature": args.temperature,
-        **summarize(answers, correct, ks),
-    }
-    return result
+    return answers, correct
 
 
 def resolve_model(name: str) -> tuple[str, Path | None]:

@@ -130,6 +130,32 @@ def generate(
             generation_kwargs=generation_kwargs,
         )
     d = _prefill(model, prompt_ids, group_size, params, pad_token_id, use_static, cuda_graphs, vision)
+    tokens, logps, reasons = _decode_loop(
+        model, d, prompt_ids, group_size, params, eos_token_ids, pad_token_id, generator, decode
+    )
+    return Rollout(
+        prompt_ids=[list(p) for p in prompt_ids],
+        completion_ids=tokens,
+        sampling_logprobs=logps,
+        finish_reasons=reasons,
+        group_size=group_size,
+        vision=None if vision is None else [v for v in vision for _ in range(group_size)],
+    )
+
+
+def _decode_loop(
+    model,
+    d: _Decoding,
+    prompt_ids: list[list[int]],
+    group_size: int,
+    params: SamplingParams,
+    eos_token_ids: set[int],
+    pad_token_id: int,
+    generator: torch.Generator | None,
+    decode,
+) -> tuple[list[list[int]], list[list[float]], list[str]]:
+    """Sample token after token from the prefilled state ``d`` until every row has finished (or
+    ``max_new_tokens``): each row's tokens, their sampling logprobs and its finish reason."""
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
@@ -150,14 +176,7 @@ def generate(
         if step == params.max_new_tokens - 1 or not bool((~finished).any()):
             break
         _advance(model, d, tok, ~finished, pad_token_id)
-    return Rollout(
-        prompt_ids=[list(p) for p in prompt_ids],
-        completion_ids=tokens,
-        sampling_logprobs=logps,
-        finish_reasons=reasons,
-        group_size=group_size,
-        vision=None if vision is None else [v for v in vision for _ in range(group_size)],
-    )
+    return tokens, logps, reasons
 
 
 def _uses_static(model, engine: str, vision, generation_kwargs) -> bool | None:

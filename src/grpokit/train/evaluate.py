@@ -14,6 +14,7 @@ so ``progress`` receives one line before the first batch and one after each batc
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -48,6 +49,27 @@ def evaluate(
     model.eval()
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     texts, lengths, correct, rewards, tool_use, turns = [], [], [], [], [], []
+    sample = _hf_sampler(model, tokenizer, eos_token_ids)
+    for s in range(0, len(prompts), batch_size):
+        chunk = prompts[s : s + batch_size]
+        batch = _score_chunk(chunk, sample, episodes, params, tokenizer, runner, convention)
+        texts += batch.texts
+        rewards += batch.rewards
+        correct += batch.correct
+        lengths += batch.lengths
+        tool_use += batch.tool_use
+        turns += batch.turns
+        say(
+            f"grpokit: held-out evaluation: {len(texts)}/{len(prompts)} prompts, accuracy so far "
+            f"{sum(correct) / len(correct):.3f} ({time.perf_counter() - start:.0f}s)"
+        )
+    if was_training:
+        model.train()
+    return _summary(prompts, rewards, correct, lengths, tool_use, turns)
+
+
+def _hf_sampler(model, tokenizer, eos_token_ids: set[int]) -> Callable:
+    """The episode loop's sampler on ``model`` itself (rollout/hf.py), decoding with ``tokenizer``."""
 
     def sample(contexts, group_size, p, vision=None, images=None):  # images: vLLM's; this is the hf engine
         return generate(
@@ -61,41 +83,56 @@ def evaluate(
             vision=vision,
         )
 
-    for s in range(0, len(prompts), batch_size):
-        chunk = prompts[s : s + batch_size]
-        vision = [p.vision for p in chunk] if chunk[0].vision is not None else None
-        ro = (
-            episodes.run(sample, chunk, 1, params)
-            if episodes is not None
-            else sample([p.ids for p in chunk], 1, params, vision)
-        )
-        comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-        columns = repeat_columns(chunk)
-        scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
-        if ro.episodes is not None:  # episodes are scored on their conversation, as in training
-            scored_comp = [e.messages for e in ro.episodes]
-            tool_use += [float(e.tool_calls > 0) for e in ro.episodes]
-            turns += [float(e.turns) for e in ro.episodes]
-            if any(e.environment is not None for e in ro.episodes):
-                columns["environments"] = [e.environment for e in ro.episodes]
-        result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
-        first = torch.nan_to_num(result.rewards_NF[:, 0], nan=0.0)
-        rewards += first.tolist()
-        correct += (first >= 1 - 1e-6).float().tolist()
-        texts += comp
-        lengths += ro.model_lengths()
-        say(
-            f"grpokit: held-out evaluation: {len(texts)}/{len(prompts)} prompts, accuracy so far "
-            f"{sum(correct) / len(correct):.3f} ({time.perf_counter() - start:.0f}s)"
-        )
-    if was_training:
-        model.train()
+    return sample
+
+
+def _summary(prompts, rewards, correct, lengths, tool_use, turns) -> dict[str, float]:
+    """Accuracy, mean reward, count and mean length; the mean reward of each ``kind``; tool use and
+    turns of episodes."""
     n = len(prompts)
     out = {"accuracy": sum(correct) / n, "reward": sum(rewards) / n, "n": float(n), "mean_length": sum(lengths) / n}
     out.update(_by_kind(prompts, rewards))
     if tool_use:
         out.update(tool_use_rate=sum(tool_use) / n, turns_mean=sum(turns) / n)
     return out
+
+
+@dataclass
+class _Scored:
+    """One chunk of held-out prompts, sampled greedily and scored by the first reward function."""
+
+    texts: list[str]
+    rewards: list[float]
+    correct: list[float]  # 1.0 where the reward is full (>= 1 - 1e-6)
+    lengths: list[int]
+    tool_use: list[float]
+    turns: list[float]
+
+
+def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runner, convention: str) -> _Scored:
+    """Sample one completion (or episode) per prompt of ``chunk`` and score it: the completions, the
+    first function's rewards (NaN counts 0), the model's lengths, and per episode its tool use and turns."""
+    vision = [p.vision for p in chunk] if chunk[0].vision is not None else None
+    ro = (
+        episodes.run(sample, chunk, 1, params)
+        if episodes is not None
+        else sample([p.ids for p in chunk], 1, params, vision)
+    )
+    comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
+    columns = repeat_columns(chunk)
+    scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
+    tool_use: list[float] = []
+    turns: list[float] = []
+    if ro.episodes is not None:  # episodes are scored on their conversation, as in training
+        scored_comp = [e.messages for e in ro.episodes]
+        tool_use = [float(e.tool_calls > 0) for e in ro.episodes]
+        turns = [float(e.turns) for e in ro.episodes]
+        if any(e.environment is not None for e in ro.episodes):
+            columns["environments"] = [e.environment for e in ro.episodes]
+    result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
+    first = torch.nan_to_num(result.rewards_NF[:, 0], nan=0.0)
+    correct = (first >= 1 - 1e-6).float().tolist()
+    return _Scored(comp, first.tolist(), correct, ro.model_lengths(), tool_use, turns)
 
 
 def _by_kind(prompts: list[Prompt], rewards: list[float]) -> dict[str, float]:
