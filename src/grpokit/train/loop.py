@@ -24,7 +24,7 @@ import torch
 
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
 from grpokit.algo.stage_state import StageState, stage_states
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config
 from grpokit.data.prompt_length import check_prompt_lengths
 from grpokit.data.prompts import PromptSampler
 from grpokit.rewards.inputs import reward_inputs, reward_prompts
@@ -35,6 +35,7 @@ from grpokit.types import Prompt, ScoredBatch, repeat_columns
 
 from . import (
     build,
+    carried_state,
     checkpoint,
     checkpoint_hooks,
     distributed,
@@ -227,7 +228,7 @@ class Trainer:
 
     def _resume(self) -> None:
         """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
-        random states, step, data position and what ``_extra_state`` saved."""
+        random states, step, data position, the stage states and a pending update (carried_state.py)."""
         ckpt = run_folder.checkpoint_to_resume(self.run_dir)
         state = checkpoint.load(
             ckpt,
@@ -240,21 +241,20 @@ class Trainer:
         )
         self.step, self.sampler.position = state.step, state.data_position
         self.saved_step = state.step
-        self._load_extra(ckpt)
+        t = self.cfg.train
+        pending = carried_state.restore_extra(ckpt, self.stage_states, self.optimizer, t.accumulation_slices)
+        if pending is not None:  # an update the checkpoint's window left accumulating
+            self.pending = pending
 
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> dict[str, Any]:
-        cfg, t = self.cfg, self.cfg.train
-        if not self._release_lock.alive:  # a second train() of this Trainer: the folder is taken again
-            self.lock = run_lock.acquire(self.run_dir)
-            self._release_lock = weakref.finalize(self, self.lock.release)
-        summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
-        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
-            run_folder.write_summary(self.run_dir, summary)
+        """Evaluate, run the steps until train.steps (or train.max_updates, a callback's stop, a
+        signal), evaluate again; the run summary (summary.json) is returned."""
+        summary = self._reopen_summary()
         stop = GracefulStop(
             enabled=not self.dist.active,
-            grace_s=t.stop_grace_s,  # Ctrl-C, preemption (stopping.py)
+            grace_s=self.cfg.train.stop_grace_s,  # Ctrl-C, preemption (stopping.py)
             cuttable=lambda: self._evaluating or (self._in_step and not self._updating),
         )
         try:
@@ -263,39 +263,8 @@ class Trainer:
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate_unless_cut(stop) or {}
                 run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
-            final_eval = None
-            while not self._finished() and not stop.requested:
-                self.callbacks("on_step_begin")
-                try:
-                    metrics = self._guarded_step()
-                except StepAbandoned:  # a stop's grace ran out before the update: the step is trained again at resume
-                    break
-                self.step = self.state.global_step = self.step + 1
-                self.state.epoch = self.sampler.position / len(self.prompts)
-                last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self._finished()
-                if last or (t.eval_every and self.step % t.eval_every == 0):
-                    result = self._evaluate_unless_cut(stop) or {}
-                    metrics.update({f"eval/{k}": v for k, v in result.items()})
-                    final_eval = result if last and result else None
-                self.lock.check()  # another process took the run folder over (its heartbeat rule): stop, write nothing
-                self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
-                self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
-                self.callbacks("on_log", logs=metrics)
-                if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
-                    self.save(final_eval if last else None)
-                if last:  # the last step, or a callback asked to stop
-                    break
-            interrupted = stop.requested and self.step < t.steps  # a signal: keep what was trained, no final evaluation
-            if interrupted and t.save_last and self.step > self.saved_step:
-                self.save()
-            summary.pop("interrupted", None)
-            summary.pop("stop_signal", None)
-            if interrupted:
-                summary["interrupted"], summary["stop_signal"] = True, signal_name(stop.signum)
-            elif final_eval is not None or not stop.requested:
-                summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
-            summary["steps"] = self.step
-            run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
+            final_eval = self._run_steps(stop)
+            self._finish_summary(summary, stop, final_eval)
             self.callbacks("on_train_end")
         finally:
             stop.uninstall()
@@ -304,9 +273,64 @@ class Trainer:
             self.runner.close()
             self.eval_runner.close()
             self.engine.close()
-        if cfg.record.report and self.dist.is_main:
+        if self.cfg.record.report and self.dist.is_main:
             _write_report(self.run_dir)
         return summary
+
+    def _reopen_summary(self) -> dict[str, Any]:
+        """The run folder taken again (a second train() of this Trainer) and its summary so far: a
+        resumed run is marked in progress again (report --watch)."""
+        if not self._release_lock.alive:  # a second train() of this Trainer: the folder is taken again
+            self.lock = run_lock.acquire(self.run_dir)
+            self._release_lock = weakref.finalize(self, self.lock.release)
+        summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
+        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
+            run_folder.write_summary(self.run_dir, summary)
+        return summary
+
+    def _run_steps(self, stop: GracefulStop) -> dict[str, float] | None:
+        """The steps, each recorded (and evaluated, checkpointed when due); returns the last step's
+        evaluation when it had one."""
+        t = self.cfg.train
+        final_eval = None
+        while not self._finished() and not stop.requested:
+            self.callbacks("on_step_begin")
+            try:
+                metrics = self._guarded_step()
+            except StepAbandoned:  # a stop's grace ran out before the update: the step is trained again at resume
+                break
+            self.step = self.state.global_step = self.step + 1
+            self.state.epoch = self.sampler.position / len(self.prompts)
+            last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self._finished()
+            if last or (t.eval_every and self.step % t.eval_every == 0):
+                result = self._evaluate_unless_cut(stop) or {}
+                metrics.update({f"eval/{k}": v for k, v in result.items()})
+                final_eval = result if last and result else None
+            self.lock.check()  # another process took the run folder over (its heartbeat rule): stop, write nothing
+            self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
+            self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
+            self.callbacks("on_log", logs=metrics)
+            if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
+                self.save(final_eval if last else None)
+            if last:  # the last step, or a callback asked to stop
+                break
+        return final_eval
+
+    def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:
+        """A stopped run keeps what it trained (a checkpoint, no final evaluation) and says which signal
+        stopped it; a finished one gets its final evaluation. The summary is written."""
+        t = self.cfg.train
+        interrupted = stop.requested and self.step < t.steps  # a signal: keep what was trained, no final evaluation
+        if interrupted and t.save_last and self.step > self.saved_step:
+            self.save()
+        summary.pop("interrupted", None)
+        summary.pop("stop_signal", None)
+        if interrupted:
+            summary["interrupted"], summary["stop_signal"] = True, signal_name(stop.signum)
+        elif final_eval is not None or not stop.requested:
+            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
+        summary["steps"] = self.step
+        run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
 
     def train_step(self) -> dict[str, float]:
         """One step through the stages: rollout and rewards, token batch and log-probabilities, the
@@ -613,7 +637,7 @@ class Trainer:
                 self.generator,
                 keep=self.cfg.train.keep_checkpoints,
                 card=card,
-                extra_state=self._extra_state(),
+                extra_state=carried_state.saved_extra(self.stage_states, self.pending, self.optimizer),
                 model_only=self.cfg.train.save_only_model,
                 protect=self.kept_checkpoint(),
                 **hooks,
@@ -622,32 +646,6 @@ class Trainer:
         self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)
         return path
-
-    def _extra_state(self) -> dict[str, Any] | None:
-        """What variants keep between steps: lambda-GRPO's lambda, the adaptive entropy coefficient, and
-        an update still accumulating (train.accumulation_slices: a window that spans the checkpoint's step),
-        its gradient and metric sums, so that the resumed run applies exactly the update this one would."""
-        extra = {state.key: state.state_dict() for state in self.stage_states}
-        extra |= (
-            {"pending_update": checkpoint.pending_state(self.pending, self.optimizer)} if self.pending.slices else {}
-        )
-        return extra or None
-
-    def _load_extra(self, ckpt: Path) -> None:
-        """Resume ``_extra_state``: every stage state (lambda and its Adam moments, the entropy
-        coefficient) and a pending update, where they were."""
-        needed = bool(self.stage_states) or self.cfg.train.accumulation_slices > 1
-        extra = checkpoint.load_extra(ckpt) if needed else {}
-        if "pending_update" in extra:
-            self.pending = Accumulator(**checkpoint.load_pending(extra["pending_update"], self.optimizer))
-        for state in self.stage_states:
-            if state.key in extra:
-                state.load_state_dict(extra[state.key])
-            elif state.required:
-                raise ConfigError(
-                    f"checkpoint {str(ckpt)!r} holds no {state.key} state (it was written with another "
-                    "algo section); resume with the run's own config"
-                )
 
     def stage_state(self, key: str) -> StageState | None:
         """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""

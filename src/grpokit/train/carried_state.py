@@ -1,0 +1,47 @@
+"""What a checkpoint carries besides weights, optimizer, schedule and random states: the state the
+variants keep between steps (lambda-GRPO's lambda and its Adam moments, the adaptive entropy
+coefficient: ``StageState``, algo/stage_state.py) and an update still accumulating
+(train.accumulation_slices: a window that spans the checkpoint's step), its gradient and metric
+sums, so that the resumed run applies exactly the update the uninterrupted one would.
+
+``Trainer.save`` and ``Trainer._resume`` (train/loop.py) call these with the few objects they need.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grpokit.algo.stage_state import StageState
+from grpokit.config.sections import ConfigError
+
+from . import checkpoint
+from .update import Accumulator
+
+
+def saved_extra(stage_states: list[StageState], pending: Accumulator, optimizer) -> dict[str, Any] | None:
+    """Every stage state under its key, and ``pending_update`` while an update holds slices (None: nothing)."""
+    extra = {state.key: state.state_dict() for state in stage_states}
+    extra |= {"pending_update": checkpoint.pending_state(pending, optimizer)} if pending.slices else {}
+    return extra or None
+
+
+def restore_extra(
+    ckpt: Path, stage_states: list[StageState], optimizer, accumulation_slices: int
+) -> Accumulator | None:
+    """Load what ``saved_extra`` wrote into ``stage_states``; return the pending update (None: none
+    was pending). A stage the config has but the checkpoint lacks is refused in one sentence."""
+    needed = bool(stage_states) or accumulation_slices > 1
+    extra = checkpoint.load_extra(ckpt) if needed else {}
+    pending = None
+    if "pending_update" in extra:
+        pending = Accumulator(**checkpoint.load_pending(extra["pending_update"], optimizer))
+    for state in stage_states:
+        if state.key in extra:
+            state.load_state_dict(extra[state.key])
+        elif state.required:
+            raise ConfigError(
+                f"checkpoint {str(ckpt)!r} holds no {state.key} state (it was written with another "
+                "algo section); resume with the run's own config"
+            )
+    return pending
