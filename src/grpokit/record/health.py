@@ -92,6 +92,40 @@ class HealthMonitor:
             return [], {}
         events: list[HealthEvent] = []
         out: dict[str, float] = {}
+        self._watch_nonfinite(metrics, step, events, out)
+        for key, value in [*metrics.items(), *self._derive(metrics).items()]:
+            if _finite(value):
+                self._history.setdefault(key, Series(cfg.window)).add(float(value))
+        converged_now = False
+        for name, check in MONITORS.items():
+            result = check(self._history, cfg)
+            if result is None:
+                continue
+            firing, value, message, converged = result
+            out[f"health/{name}"] = 1.0 if firing else 0.0
+            if converged:
+                converged_now = True
+                if name not in self._informed:  # information once per run: no reminder when it flickers
+                    self._informed.add(name)
+                    events.append(HealthEvent(step, name, converged, value, level="info"))
+            if not firing:
+                self._last_warned.pop(name, None)  # quiet again: the next firing warns at once
+                continue
+            self.counts[name] = self.counts.get(name, 0) + 1
+            last = self._last_warned.get(name)
+            if last is None or step - last >= cfg.repeat_every:
+                self._last_warned[name] = step
+                events.append(HealthEvent(step, name, message, value))
+        if LEVEL_KEY in self._history:
+            out["health/converged"] = 1.0 if converged_now else 0.0
+        return events, out
+
+    def _watch_nonfinite(
+        self, metrics: Mapping[str, float], step: int, events: list[HealthEvent], out: dict[str, float]
+    ) -> None:
+        """The non-finite monitor: count steps whose loss or gradient norm is NaN or inf in a row, warn
+        on each, and mark the run fatal after ``max_nonfinite_steps`` of them."""
+        cfg = self.config
         bad = [k for k in cfg.nonfinite_keys if k in metrics and not _finite(metrics[k])]
         if bad:
             self.nonfinite_streak += 1
@@ -119,32 +153,6 @@ class HealthMonitor:
             self.nonfinite_streak = 0
             if any(k in metrics for k in cfg.nonfinite_keys):
                 out["health/nonfinite"] = 0.0
-        for key, value in [*metrics.items(), *self._derive(metrics).items()]:
-            if _finite(value):
-                self._history.setdefault(key, Series(cfg.window)).add(float(value))
-        converged_now = False
-        for name, check in MONITORS.items():
-            result = check(self._history, cfg)
-            if result is None:
-                continue
-            firing, value, message, converged = result
-            out[f"health/{name}"] = 1.0 if firing else 0.0
-            if converged:
-                converged_now = True
-                if name not in self._informed:  # information once per run: no reminder when it flickers
-                    self._informed.add(name)
-                    events.append(HealthEvent(step, name, converged, value, level="info"))
-            if not firing:
-                self._last_warned.pop(name, None)  # quiet again: the next firing warns at once
-                continue
-            self.counts[name] = self.counts.get(name, 0) + 1
-            last = self._last_warned.get(name)
-            if last is None or step - last >= cfg.repeat_every:
-                self._last_warned[name] = step
-                events.append(HealthEvent(step, name, message, value))
-        if LEVEL_KEY in self._history:
-            out["health/converged"] = 1.0 if converged_now else 0.0
-        return events, out
 
     def _derive(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """This step's reward level and unsolved fractions, from the `solved_signatures` metrics."""
