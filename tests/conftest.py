@@ -1,9 +1,8 @@
 """Shared fixtures: a tiny random causal LM built locally (no downloads)."""
 
 import pytest
-import torch
 
-from helpers.models import char_tokenizer, tiny_llama
+from helpers.models import char_tokenizer, save_tiny_model, tiny_llama
 
 
 @pytest.fixture
@@ -14,27 +13,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny Llama + char tokenizer folder, loadable with AutoModelForCausalLM/AutoTokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    tok = char_tokenizer()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=None,
-        eos_token_id=1,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), char_tokenizer())
 
 
 @pytest.fixture(scope="session")

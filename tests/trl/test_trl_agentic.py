@@ -14,11 +14,11 @@ import json
 import types
 
 import pytest
-import torch
 from datasets import Dataset
 
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from helpers.episodes import chat_tokenizer
+from helpers.models import save_tiny_model
 
 CALLS: list = []
 
@@ -69,27 +69,8 @@ def closes_counter(prompts, completions, environments, target, **kwargs):
 @pytest.fixture(scope="module")
 def tool_model(tmp_path_factory):
     """A tiny Llama whose tokenizer has a Hermes-style tool-calling chat template."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tool-model")
     tok = chat_tokenizer()
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            bos_token_id=None,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=0,
-        )
-    ).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tool-model"), tok, max_positions=512, eos_token_id=tok.eos_token_id)
 
 
 def scripted(tok, reply, contexts=None):

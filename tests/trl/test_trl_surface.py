@@ -8,7 +8,7 @@ from datasets import Dataset
 
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.surface import add_to_logs, high_entropy_mask, new_logs
-from helpers.trl_models import make_chat_model
+from helpers.trl_models import make_chat_model, save_tiny_reward_model
 
 E = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.7, 0.8, 0.9, 1.0, 1.1, 1.2]])
 M = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])  # 10 real tokens: 0.1 .. 1.0
@@ -193,29 +193,11 @@ def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp
 
 
 def test_a_reward_model_object_with_its_own_tokenizer_scores_up_to_that_tokenizers_pad(tmp_path):
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        LlamaConfig,
-        LlamaForSequenceClassification,
-    )
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     chat = make_chat_model(tmp_path / "m")
     tok = AutoTokenizer.from_pretrained(chat)
-    torch.manual_seed(1)
-    LlamaForSequenceClassification(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            num_labels=1,
-            pad_token_id=0,
-        )
-    ).save_pretrained(tmp_path / "rm")
-    tok.save_pretrained(tmp_path / "rm")
+    save_tiny_reward_model(tmp_path / "rm", tok)
     rm = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm")  # an object, as TRL accepts
     rtok = AutoTokenizer.from_pretrained(tmp_path / "rm")
     rtok.pad_token = rtok.convert_ids_to_tokens(3)  # a pad of its own, as TRL's Llama reward test sets

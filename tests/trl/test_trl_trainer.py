@@ -13,7 +13,7 @@ from datasets import Dataset
 from grpokit.config import ConfigError
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from helpers.runs import ROWS, likes_a, tiny_cfg
-from helpers.trl_models import FakeHub
+from helpers.trl_models import FakeHub, save_tiny_reward_model
 
 
 def short(completions, **kwargs):
@@ -123,24 +123,10 @@ def test_log_extra_values_sit_beside_their_completions_in_samples(chat_model, tm
 
 
 def test_reward_model_given_by_folder_scores_the_conversation(chat_model, tmp_path):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(chat_model)
-    torch.manual_seed(1)
-    rm = LlamaForSequenceClassification(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            num_labels=1,
-            pad_token_id=0,
-        )
-    )
-    rm.save_pretrained(tmp_path / "rm")
-    tok.save_pretrained(tmp_path / "rm")
+    rm = save_tiny_reward_model(tmp_path / "rm", tok)
     tr = GRPOTrainer(
         str(chat_model),
         reward_funcs=[str(tmp_path / "rm")],
