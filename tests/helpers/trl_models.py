@@ -185,3 +185,20 @@ def save_tiny_reward_model(path: Path, tok):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return model
+
+
+SMALL_RUN = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=4,
+    use_cpu=True,
+    gradient_checkpointing=False,
+    disable_tqdm=True,
+)
+
+
+def small_args(config_cls, out, **kw):
+    """``config_cls`` (TRL's or grpokit.trl's GRPOConfig) for a short CPU run writing to ``out``: one group
+    of 4 completions of at most 4 tokens a step, no gradient checkpointing, no progress bar; ``kw`` adds
+    or overrides arguments."""
+    return config_cls(**{"output_dir": str(out), **SMALL_RUN, **kw})

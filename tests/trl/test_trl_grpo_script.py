@@ -19,7 +19,7 @@ import pytest
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.bridge import final_entry, trl_step_metrics
 from grpokit.trl.trainer import Accelerator
-from helpers.trl_models import FakeHub
+from helpers.trl_models import FakeHub, small_args
 
 
 def write_split(folder, name, n):
@@ -47,15 +47,10 @@ def test_trls_grpo_script_main_runs_on_grpokits_trainer(chat_model, tmp_path, mo
     script_args = GRPOScriptArguments(
         dataset_name=str(data), reward_funcs=["think_format_reward", "accuracy_reward", "my_rewards_grpo_script.short"]
     )
-    training_args = GRPOConfig(
-        output_dir=str(out),
+    training_args = small_args(
+        GRPOConfig,
+        out,
         max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         eval_strategy="steps",
         eval_steps=1,
         push_to_hub=True,

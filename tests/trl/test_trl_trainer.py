@@ -13,7 +13,7 @@ from datasets import Dataset
 from grpokit.config import ConfigError
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from helpers.runs import ROWS, likes_a, tiny_cfg
-from helpers.trl_models import FakeHub, save_tiny_reward_model
+from helpers.trl_models import FakeHub, save_tiny_reward_model, small_args
 
 
 def short(completions, **kwargs):
@@ -26,17 +26,7 @@ def tags_lengths(completions, log_extra, **kwargs):
 
 
 def args(out, **kw):
-    base = dict(
-        output_dir=str(out),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-    )
-    return GRPOConfig(**{**base, **kw})
+    return small_args(GRPOConfig, out, **{"max_steps": 2, **kw})
 
 
 DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}], "word": w} for w in ("ab", "cd", "ef")])
