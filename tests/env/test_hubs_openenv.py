@@ -26,7 +26,7 @@ from grpokit.env.hubs.openenv_env import OpenEnvError, openenv_environment  # no
 from grpokit.env.tools import TerminalToolError  # noqa: E402
 from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
 from helpers.paths import TESTS  # noqa: E402
-from helpers.trl_models import make_qwen2_tool_model  # noqa: E402
+from helpers.trl_models import make_qwen2_tool_model, small_args  # noqa: E402
 
 
 def free_port() -> int:
@@ -147,18 +147,15 @@ def test_an_openenv_server_trains_through_trl_environment_factory(echo_server, q
     data = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": "Say hello."}]}, {"prompt": [{"role": "user", "content": "Greet."}]}]
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
+    args = small_args(
+        GRPOConfig,
+        tmp_path / "run",
         max_steps=2,
         num_generations=2,
-        per_device_train_batch_size=4,
         max_completion_length=512,
         max_tool_calling_iterations=2,
-        use_cpu=True,
-        disable_tqdm=True,
         logging_steps=1,
         shuffle_dataset=False,
-        gradient_checkpointing=False,
     )
     tr = GRPOTrainer(str(path), args=args, train_dataset=data, environment_factory=Echo)  # the env owns the reward
     inner = tr._get()

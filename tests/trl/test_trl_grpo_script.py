@@ -120,17 +120,7 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
     rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
     from datasets import Dataset
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        logging_steps=1,
-    )
+    args = small_args(GRPOConfig, tmp_path / "run", max_steps=2, num_generations=2, logging_steps=1)
     tr = GRPOTrainer(
         str(chat_model),
         reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
