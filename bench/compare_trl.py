@@ -3,7 +3,7 @@
     python bench/compare_trl.py --quick                 # main comparison, small + large model
     python bench/compare_trl.py --sweep all             # + G, length, width and mixed-length sweeps
     python bench/compare_trl.py --device cuda --dtype bfloat16 --model-dir PATH/Qwen2-0.5B   # on a GPU
-    python bench/compare_trl.py --workload smollm2 --P 2 --T 64 --threads 1   # the real model (issue 36)
+    python bench/compare_trl.py --workload smollm2 --P 2 --T 64 --threads 1   # the real model
 
 ``--workload smollm2`` is the real-model workload: SmolLM2-135M-Instruct (the named model, or
 ``--model-dir`` holding its converted folder), chat prompts through its chat template (a default system

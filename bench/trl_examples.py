@@ -1,4 +1,4 @@
-"""TRL's GRPO example scripts under trl and under grpokit.trl, the import line the only change (issue 34).
+"""TRL's GRPO example scripts under trl and under grpokit.trl, the import line the only change.
 
     PYTHONPATH=src python bench/trl_examples.py --trl /path/to/trl-git [--only gspo.py] [--jobs 2]
 

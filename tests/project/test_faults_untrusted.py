@@ -1,4 +1,4 @@
-"""Fault suite for untrusted code (issue 26): rewards, tools, environments, servers, verifiers.
+"""Fault suite for untrusted code: rewards, tools, environments, servers, verifiers.
 
 Every test here encodes one fault that ended a run (a hang, a crash, a leak) before containment was
 a property of the system: the fault must end in a value, a counted failure or one sentence. Limits and

@@ -211,10 +211,10 @@ def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypa
     ) == [1.0]
 
 
-# --- the trusted parent never raises on what a program writes (issue 19, item 4) ---
+# --- the trusted parent never raises on what a program writes ---
 
 HOSTILE_RECORDS = [
-    "[" * 100_000 + "]" * 100_000,  # RecursionError in json.loads before the fix
+    "[" * 100_000 + "]" * 100_000,  # RecursionError in a plain json.loads
     '{"case": 0, "status": "ok", "value": ' + "[" * 5000 + "]" * 5000 + "}",
     '{"case": 0, "status": "ok", "value": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}",
     '{"case": 0, "status": "ok", "value": ' + "9" * 100_000 + "}",  # int too long to convert
@@ -250,7 +250,7 @@ def test_hostile_result_records_are_failed_cases_not_parent_errors(canary, line)
 
 def test_a_hostile_line_fails_the_case_it_was_written_in(canary):
     # a deeply nested line, then a well-formed record for case 0, both written by the program: the
-    # harness writes one line per case, so the stray line is tampering (issue 26: it earned 1.0 before)
+    # harness writes one line per case, so the stray line is tampering (failing only its case would give 1.0)
     from grpokit.rewards.code import SandboxTampering
 
     code = (
@@ -277,7 +277,7 @@ def test_nesting_and_size_bounds_of_the_parser():
     assert [r["case"] for r in parse_records(text)] == [0, 3]
 
 
-# --- no zombie survives a call, even when the trainer is PID 1 (issue 19, item 3) ---
+# --- no zombie survives a call, even when the trainer is PID 1 ---
 
 PID1_TRAINER = r"""
 import os
@@ -320,7 +320,7 @@ def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
     assert out.stdout.split() == ["0", "20", "10"]
 
 
-# --- seccomp: the kernel's attack surface is closed inside the sandbox (issue 19, item 2) ---
+# --- seccomp: the kernel's attack surface is closed inside the sandbox ---
 
 
 def test_seccomp_denies_namespaces_mounts_io_uring_userfaultfd_keyrings_bpf_ptrace():

@@ -1,4 +1,4 @@
-"""One resource budget per sandbox (issue 19, item 1): memory, tasks and CPU of the whole process tree.
+"""One resource budget per sandbox: memory, tasks and CPU of the whole process tree.
 
 Every test runs once per mechanism this host offers: "auto" (a cgroup, when this process may create
 one) and "rlimit" (the fallback: RLIMIT_NPROC for the sandbox's own uid or user namespace, and an

@@ -1,4 +1,4 @@
-"""Where grpokit.trl used to refuse what TRL 1.16 does (issue 34): image placeholders for rows with
+"""What TRL 1.16 accepts and grpokit.trl handles as TRL does, not refused: image placeholders for rows with
 images, continuous batching, reporting arguments nothing reports with, environments whose reset is
 random, an environment_factory without train_dataset, save_strategy="no", and the arguments TRL's
 GRPO itself ignores. Where a run is cheap the same test body runs under ``trl`` too (the oracle),

@@ -1,4 +1,4 @@
-"""TRL's ``environment_factory`` as a dict (issue 30): the same script under ``trl`` and ``grpokit.trl``,
+"""TRL's ``environment_factory`` as a dict: the same script under ``trl`` and ``grpokit.trl``,
 only the import changed, routes each example to the environment its ``environment`` column names.
 
 Two environments with different tools (``Calc`` owns a reward through ``get_reward``, ``Notes`` does

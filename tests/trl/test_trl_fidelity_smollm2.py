@@ -1,4 +1,4 @@
-"""grpokit.trl equals TRL 1.16 on a real model's first step (issue 36): SmolLM2-135M-Instruct, a fixed batch.
+"""grpokit.trl equals TRL 1.16 on a real model's first step: SmolLM2-135M-Instruct, a fixed batch.
 
 Both libraries run their own GRPOTrainer for one step on the same two chat prompts, with the same fixed
 completions from a ``rollout_func`` (one ends on EOS, two are cut at the token limit, one is shorter and

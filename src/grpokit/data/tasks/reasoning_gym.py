@@ -101,7 +101,7 @@ def split_params(mix: dict[str, float], params: dict) -> tuple[dict[str, dict], 
             )
         configs = {name: dict(params.get(name) or {}) for name in mix}
     for name, config in configs.items():
-        _dataset(name, json.dumps(config, sort_keys=True), 0, 1)  # a bad field: one sentence now, not in a worker
+        _dataset(name, json.dumps(config, sort_keys=True), 0, 1)  # a bad field: one sentence here, not in a worker
     return configs, instruction
 
 
