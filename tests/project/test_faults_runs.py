@@ -334,7 +334,8 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
         (
             RuntimeError("the rollout server went away"),
             1,
-            "an internal fault stopped the run (RuntimeError: the rollout server went away; --debug shows the traceback)",
+            "an internal fault stopped the run "
+            "(RuntimeError: the rollout server went away; --debug shows the traceback)",
         ),
         (
             RewardError("Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5."),

@@ -89,7 +89,8 @@ def test_reading_environment_secrets_and_host_files(canary, monkeypatch):
     code = (
         "import os\nfound = 'GRPOKIT_TEST_SECRET' in os.environ\n"
         "for p in ['/proc/1/environ', '/proc/self/environ', %r, '/etc/passwd', '/root/.bashrc']:\n"
-        "    try:\n        t = open(p, 'rb').read()\n        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
+        "    try:\n        t = open(p, 'rb').read()\n"
+        "        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
         "    except OSError:\n        pass\nif found:\n    print(3)" % str(canary)
     )
     assert score(code) == 0.0
@@ -101,7 +102,8 @@ def test_reading_the_expected_outputs(canary):
         "import os\nfor root, dirs, files in os.walk('/'):\n"
         "    if root.startswith(('/proc', '/sys', '/dev')):\n        continue\n    for f in files:\n"
         "        try:\n            t = open(os.path.join(root, f), errors='ignore').read(10**6)\n"
-        "        except OSError:\n            continue\n        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
+        "        except OSError:\n            continue\n"
+        "        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
         "            i = t.index('EXPECTED-')\n            print(t[i:i + 18])\n            raise SystemExit"
     )
     assert score(code, cases) == 0.0

@@ -363,7 +363,7 @@ def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
     assert "grad_norm" not in first and "grad_norm" in second and "reward" in first
 
 
-# ------------------------------------------------------------------ steps_per_generation a multiple of gradient_accumulation_steps
+# ------------------------------------------- steps_per_generation a multiple of gradient_accumulation_steps
 
 
 @pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])

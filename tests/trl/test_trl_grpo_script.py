@@ -129,7 +129,8 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
         args=args,
     )
     res = tr.train()
-    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2; then TRL's final entry
+    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2;
+    # then TRL's final entry
     assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0), (2, 1.0)]
     assert res.global_step == 2 and res.metrics["epoch"] == 1.0
     losses = [h["loss"] for h in tr.state.log_history if "loss" in h]

@@ -5,9 +5,9 @@ read ``c[0]["content"]``, extra columns, reward weights, trainer_state, log_metr
 (plain-text prompts, peft.LoraConfig); a features script (num_iterations, logging, evaluation,
 checkpoints, a rollout_func, callbacks, a bad value) compares step counts, log_history keys,
 checkpoints and the first loss with TRL's recorded report (also adaptive entropy, cast_lm_head_to_fp32,
-NEFTune, save_only_model, load_best_model_at_end, eval_delay and cispo without epsilon_high). Each runs here as written except for
-``from trl import ...`` -> ``from grpokit.trl import ...``; the slow test also runs the untouched
-file under TRL itself (the oracle) and compares what the reward functions received.
+NEFTune, save_only_model, load_best_model_at_end, eval_delay and cispo without epsilon_high). Each runs here as written
+except for ``from trl import ...`` -> ``from grpokit.trl import ...``; the slow test also runs the untouched file under
+TRL itself (the oracle) and compares what the reward functions received.
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ def assert_same_as_trl(ours: dict, trl: dict) -> None:
             assert set(want["evaluate"]) <= set(got["evaluate"]), sorted(set(want["evaluate"]) - set(got["evaluate"]))
     # the same completions (a rollout_func): the same rewards and first loss (ratio 1: minus the token-mean advantage,
     # here rewards 0.1 .. 0.4 over 1 .. 4 tokens: mean 0.25, unbiased std 0.1291, advantages -+1.161, -+0.387,
-    # loss = -(-1.161*1 - 0.387*2 + 0.387*3 + 1.161*4) / 10 tokens = -0.387); the gradient norms differ (TRL 4.636, grpokit 4.755, not yet explained)
+    # loss = -(-1.161*1 - 0.387*2 + 0.387*3 + 1.161*4) / 10 tokens = -0.387); the gradient norms differ
+    # (TRL 4.636, grpokit 4.755, not yet explained)
     for key in ("reward", "loss"):
         assert ours["rollout"][key] == pytest.approx(trl["rollout"][key], rel=1e-4, abs=1e-6), key
     # TRL's luspo, vespo, delta and normalize_then_sum on the same completions, the same first loss (ratio 1).
