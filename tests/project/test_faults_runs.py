@@ -347,8 +347,8 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
 def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exactly(
     workdir, monkeypatch, capsys, fault, code, sentence
 ):
-    # save_every=10 of 4 steps: before, a fault in step 3's rollout or rewards left no checkpoint at all
-    # ("the run must start again"); now steps 1-2 are saved as they ended, and resuming from there is
+    # save_every=10 of 4 steps: a fault in step 3's rollout or rewards still leaves a checkpoint (not
+    # "the run must start again"): steps 1-2 are saved as they ended, and resuming from there is
     # the uninterrupted run, bit for bit (the step's random draws and data position are put back)
     from grpokit.train.loop import Trainer
 

@@ -214,7 +214,7 @@ def _run_script(tmp_path, body: str, timeout: float = 120):
 
 
 def test_a_script_using_math_accuracy_exits_promptly_with_output_to_a_file(tmp_path):
-    # Before the fix this hung at interpreter exit forever: multiprocessing joined the idle workers.
+    # Without the pool's exit hook this would hang at interpreter exit: multiprocessing joins the idle workers.
     code, out, err = _run_script(
         tmp_path,
         (

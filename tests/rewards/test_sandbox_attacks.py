@@ -300,8 +300,8 @@ print(zombies, scores.count(1.0), scores.count(0.0))
 
 
 def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
-    # Before the launcher became a subreaper, every call left bwrap's namespace init as a zombie of
-    # PID 1 (21 zombies after these 30 calls); now: 0 zombies, the 20 honest programs pass, the 10 loops fail.
+    # Without a subreaper launcher every call would leave bwrap's namespace init as a zombie of PID 1
+    # (21 zombies after these 30 calls). Expected: 0 zombies, the 20 honest programs pass, the 10 loops fail.
     import shutil
     import subprocess
     import sys

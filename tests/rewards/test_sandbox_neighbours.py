@@ -135,15 +135,15 @@ def run_as_uid_1000(body: str, pid1: bool = False) -> list[float]:
 
 
 def test_forty_busy_trainer_threads_do_not_fail_honest_programs_without_root():
-    # Before: [0.0, 0.0, 0.0, 0.0] (bwrap: "Creating new namespace failed: Resource temporarily
-    # unavailable", the trainer's 40 threads counted against the sandbox's process limit of 32).
+    # With the trainer's 40 threads counted against the sandbox's process limit of 32 this would be
+    # [0.0, 0.0, 0.0, 0.0] (bwrap: "Creating new namespace failed: Resource temporarily unavailable").
     assert run_as_uid_1000(BUSY_TRAINER) == [1.0] * 4
 
 
 def test_hostile_neighbours_do_not_fail_honest_programs_without_root():
     # A fork bomb, a memory hog (6 children x 400 MB) and a thread bomb that then spins, beside three
-    # honest programs, six sandboxes at once. Before: the fork bomb's processes counted against the
-    # trainer's uid, so its honest neighbours scored 0 as well.
+    # honest programs, six sandboxes at once. Were the fork bomb's processes counted against the
+    # trainer's uid, its honest neighbours would score 0 as well.
     assert run_as_uid_1000(MIXED_BATCH) == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
 
