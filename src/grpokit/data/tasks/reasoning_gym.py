@@ -51,10 +51,6 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _INT_GOLD = re.compile(r"^-?\d+(?:\.\d+)?$")
 
 
-def is_reasoning_gym(task: str) -> bool:
-    return task.startswith(PREFIX)
-
-
 def parse_mix(task: str) -> dict[str, float]:
     """``reasoning_gym:a=2,b`` -> ``{"a": 2.0, "b": 1.0}``, each name checked against reasoning-gym."""
     names = _registry()
