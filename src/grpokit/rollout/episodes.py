@@ -130,7 +130,6 @@ class EpisodeRunner:
             dict(environment_factory) if self.named else {None: environment_factory} if environment_factory else {}
         )
         self.route_key = route_key
-        self.render_prompt = render_prompt  # (raw prompt, observation, schemas) -> ids, for reset() observations
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
         for name, factory in self.factories.items():
             self.env_tools[name] = self.tools + environment_tools(factory())  # a probe: its tools
@@ -148,6 +147,16 @@ class EpisodeRunner:
             render_prompt,
             lambda name: self._schemas(self.env_tools[name]) or None,
         )  # environments built and reset, observations joined to the prompt
+
+    @property
+    def render_prompt(self) -> Callable[..., list[int]] | None:
+        """(raw prompt, observation, schemas) -> ids, for reset() observations (None: the observation's
+        tokens are appended); held by ``starts``, so that setting it after construction reaches the resets."""
+        return self.starts.render_prompt
+
+    @render_prompt.setter
+    def render_prompt(self, fn: Callable[..., list[int]] | None) -> None:
+        self.starts.render_prompt = fn
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
         return [tool_schema(t) for t in fns] if self.spec.tool_format == "chat_template" else []
