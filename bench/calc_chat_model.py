@@ -22,7 +22,7 @@ tags are, so a call costs 10 tokens: ``<tool_call>`` CALL_HEAD ``57*68`` CALL_TA
 task's teacher (training split; a calculator call on ``TOOL_PROB`` of the problems, an estimate from
 memory otherwise) rendered through this template, the loss on the model's tokens only.
 
-    PYTHONPATH=src python bench/calc_chat_model.py [--out DIR]   # build it (about 5 minutes of one core)
+    PYTHONPATH=src python bench/calc_chat_model.py [--out DIR]   # build it (about 7 minutes of one quiet core)
 """
 
 from __future__ import annotations

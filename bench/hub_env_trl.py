@@ -12,7 +12,7 @@ Each run is its own process (imports and start-up counted in its wall time), in 
 held-out success before and after is measured by one evaluator for both sides (grpokit's greedy
 episode loop, the chat template's tool calls, the rubric's ``correct``).
 
-    PYTHONPATH=src python bench/hub_env_trl.py [--steps 40] [--runs grpokit:0,trl:0,trl:1,grpokit:1]
+    PYTHONPATH=src python bench/hub_env_trl.py [--steps 60] [--runs grpokit:0,trl:0,trl:1,grpokit:1]
 
 Prints one JSON line per run and a summary line, with the load average before and after.
 """
@@ -128,7 +128,7 @@ def one_run(side: str, steps: int, seed: int, folder: Path, n_held_out: int) -> 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--runs", default="grpokit:0,trl:0,trl:1,grpokit:1", help="side:seed, in order")
     p.add_argument("--held-out", type=int, default=500, help="held-out tasks evaluated before and after")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: built by calc_chat_model)")
