@@ -46,7 +46,7 @@ def shared_args(steps: int, seed: int, out: str) -> dict:
         max_tool_calling_iterations=3,
         gradient_checkpointing=False,
         seed=seed,
-        logging_steps=10,
+        logging_steps=5,
         save_strategy="no",
         report_to="none",
         use_cpu=True,
@@ -116,6 +116,11 @@ def one_run(side: str, steps: int, seed: int, folder: Path, n_held_out: int) -> 
     trainer.train()
     train_s = time.time() - start
     after = evaluate(trainer.model, tok, held_out, rewards[0], env_cls)
+    curve = [  # [step, mean reward, tool calls per episode] of the training batches, as each trainer logged them
+        [e["step"], round(e["reward"], 3), round(e.get("tools/call_frequency", float("nan")), 3)]
+        for e in trainer.state.log_history
+        if "reward" in e
+    ]
     return {
         "side": side,
         "seed": seed,
@@ -123,6 +128,7 @@ def one_run(side: str, steps: int, seed: int, folder: Path, n_held_out: int) -> 
         "train_wall_s": round(train_s, 1),
         "before": before,
         "after": after,
+        "train_reward_curve": curve,
     }
 
 
