@@ -1,5 +1,5 @@
 """A tiny chat-template model for the calculator environment, trainable by grpokit and by TRL's
-``environment_factory`` alike (issue 38: bench/hub_env_trl.py compares the two on it).
+``environment_factory`` alike (bench/hub_env_trl.py compares the two on it).
 
 TRL 1.16 runs an environment's tools only for a tokenizer with a chat template that renders tool
 calls and tool messages, and a parser for the model's replies (``tokenizer.response_template``,
