@@ -180,8 +180,8 @@ def test_env_config_section(tag_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="algo.credit='gigpo' normalises within groups"):
         trainer(tag_model_dir, tmp_path / "f2", **{"algo.credit": "gigpo", "algo.scale": "batch"})
     with pytest.raises(ConfigError, match="env.environment"):
-        trainer(tag_model_dir, tmp_path / "g", **{"env.environment": "test_episodes:Nope"})
-    tr = trainer(tag_model_dir, tmp_path / "h", tools=(), **{"env.environment": "test_episodes:Counter"})
+        trainer(tag_model_dir, tmp_path / "g", **{"env.environment": "helpers.episodes:Nope"})
+    tr = trainer(tag_model_dir, tmp_path / "h", tools=(), **{"env.environment": "helpers.episodes:Counter"})
     assert tr.episodes.tool_names == ["add"]
 
 
