@@ -12,7 +12,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "grpo": ("GRPO, outcome supervision (DeepSeekMath)", []),
     "grpo-process": (
         "GRPO, process supervision: per-step rewards (DeepSeekMath PS)",
-        ["algo.supervision=process", "reward.process_function=task"],
+        ["algo.advantage=process", "reward.process_function=task"],
     ),
     "dr-grpo": (
         "Dr. GRPO: no std scaling, token sums / constant",
@@ -88,15 +88,15 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     ),
     "gtpo": (
         "GTPO: per-token rewards shaped by entropy (bonus shares in correct answers, inverse-entropy penalty shares in wrong ones), eq. 6 normalisation, token-mean",
-        ["algo.entropy_shaping=gtpo", "algo.aggregation=token-mean"],
+        ["algo.advantage=gtpo", "algo.aggregation=token-mean"],
     ),
     "gtpo-joint": (
         "GTPO with all shaped token rewards normalised together (keeps the correct/wrong sign), token-mean",
-        ["algo.entropy_shaping=gtpo", "algo.gtpo_normalization=joint", "algo.aggregation=token-mean"],
+        ["algo.advantage=gtpo", "algo.gtpo_normalization=joint", "algo.aggregation=token-mean"],
     ),
     "grpo-s": (
         "GRPO-S: per-completion rewards shaped by mean token entropy, normalised within the group",
-        ["algo.entropy_shaping=grpo_s"],
+        ["algo.advantage=grpo_s"],
     ),
     "lambda-grpo": (
         "lambda-GRPO: token-mean with learnable per-completion length weights G softmax((1 + r z)^lambda), lambda trained (lr 0.01)",

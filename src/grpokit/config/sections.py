@@ -194,13 +194,20 @@ class RewardConfig:
     normalize_components: bool = False
     """Multi-objective (MO-GRPO): normalise each function's reward within its group before the weighted sum."""
     process_function: str = ""
-    """Process reward for algo.supervision=process: "task" or "module:function" returning (end token, reward) steps."""
+    """Process reward for algo.advantage=process: "task" or "module:function" returning (end token, reward) steps."""
     convention: str = "grpokit"
     """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it, completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts each completion as [{"role": "assistant", "content": ...}])."""
 
 
 @section
 class AlgoConfig:
+    advantage: str = "group"
+    """The advantage estimator (stage 4), by registered name or "module:function" (docs/ALGORITHMS.md):
+    "group" (GRPO's family: algo.baseline x algo.scale), "process" (DeepSeekMath process supervision, per-step
+    rewards of reward.process_function), "gigpo" / "gagpo" (step-level credit across the turns of episodes:
+    algo.step_gamma, algo.gigpo_step_weight, algo.gae_lambda), "gtpo" / "grpo_s" (entropy-shaped rewards,
+    Tan et al., arXiv 2508.04349: algo.shaping_*, algo.gtpo_normalization), or one added with
+    @grpokit.algo.register_advantage."""
     baseline: str = "group_mean"
     """Advantage baseline: "group_mean" (GRPO) or "leave_one_out" (RLOO)."""
     scale: str = "group"
@@ -247,8 +254,6 @@ class AlgoConfig:
     """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
     num_iterations: int = 1
     """mu: optimizer updates per generated batch (old logprobs are taken once, before the first)."""
-    supervision: str = "outcome"
-    """"outcome" (one reward per completion) or "process" (per-step rewards, DeepSeekMath PS)."""
     kl_placement: str = "loss"
     """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t KL_k, with KL_k the kl_estimator on pi_old)."""
     mask_truncated: bool = False
@@ -283,14 +288,6 @@ class AlgoConfig:
     """Guided error correction, mode reflection: the cue written between the wrong attempt and the gold answer (the paper's)."""
     error_correction_max_reward: float = 0.0
     """Guided error correction: a group is all wrong when every completion's total reward is at most this (0: binary rewards)."""
-    entropy_shaping: str = "none"
-    """Entropy-shaped rewards (Tan et al., arXiv 2508.04349): "gtpo" (per-token rewards: entropy shares of a bonus in correct completions, inverse-entropy shares of a penalty in wrong ones), "grpo_s" (the same per completion, with its mean token entropy) or "none"."""
-    shaping_base_weight: float = 1.0
-    """GTPO alpha1 / GRPO-S beta1: weight of the outcome reward in the shaped reward (the paper's 1.0)."""
-    shaping_entropy_weight: float = 0.1
-    """GTPO alpha2 / GRPO-S beta2: weight of the entropy-shaped bonus or penalty (the paper's 0.1)."""
-    gtpo_normalization: str = "polarity"
-    """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
     entropy_top_fraction: float = 1.0
     """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
     offpolicy_delta: float = 0.0
@@ -299,19 +296,23 @@ class AlgoConfig:
     """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
     ref_mixup_alpha: float = 1.0
     """At each reference refresh, ref <- alpha * policy + (1 - alpha) * ref (TR-DPO's soft update; 1 = copy the policy)."""
-    advantage: str = ""
-    """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
     token_masks: list[str] = field(default_factory=list)
     """Extra token masks applied after mask_truncated and entropy_top_fraction, by registered name (@grpokit.algo.register_token_mask) or "module:function" (docs/ALGORITHMS.md)."""
-    # -- multi-turn credit: a mode of stage 4 for episodes
-    credit: str = "outcome"
-    """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""
+    # -- the parameters of the estimators (each read only by the estimator algo.advantage names)
+    # GiGPO / GAGPO (algo.advantage=gigpo or gagpo)
     step_gamma: float = 0.95
     """GiGPO / GAGPO: discount per turn of the episode's reward."""
     gigpo_step_weight: float = 1.0
     """GiGPO: weight omega of the step-level advantage added to the episode-level one."""
     gae_lambda: float = 0.95
     """GAGPO: lambda of the GAE-style sum of temporal differences."""
+    # -- GTPO / GRPO-S (algo.advantage=gtpo or grpo_s)
+    shaping_base_weight: float = 1.0
+    """GTPO alpha1 / GRPO-S beta1: weight of the outcome reward in the shaped reward (the paper's 1.0)."""
+    shaping_entropy_weight: float = 0.1
+    """GTPO alpha2 / GRPO-S beta2: weight of the entropy-shaped bonus or penalty (the paper's 0.1)."""
+    gtpo_normalization: str = "polarity"
+    """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
 
 
 @section

@@ -13,10 +13,9 @@ from typing import Any
 
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
-from grpokit.algo.entropy_shaping import GTPO_NORMALIZATIONS, SHAPINGS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS, RATIO_LEVELS
 from grpokit.algo.pipeline import KL_PLACEMENTS
-from grpokit.algo.registry import is_import_path, lookup, objective_spec, registered
+from grpokit.algo.registry import STAGE_SPECS, is_import_path, lookup, objective_spec, registered
 from grpokit.algo.tis import TIS_MODES
 from grpokit.rollout.gec import MODES as GEC_MODES
 from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
@@ -52,35 +51,22 @@ def _registered(field: str, kind: str, name: str) -> None:
 
 
 def _check_stages(cfg: Config) -> None:
-    """The registered stages the config names, and the pairs an advantage estimator would silently
-    ignore (tests/algo/test_combinations.py's table found them)."""
+    """The registered stages the config names, then every registered stage's own checks
+    (``StageSpec.config_errors``, ``ObjectiveSpec.config_errors``): the values it reads, and the pairs
+    it would silently ignore (tests/algo/test_combinations.py's table found them)."""
     a = cfg.algo
+    _registered("algo.advantage", "advantage", a.advantage)
     _registered("algo.objective", "objective", a.objective)
-    if a.advantage:
-        _registered("algo.advantage", "advantage", a.advantage)
     for name in a.token_masks:
         _registered("algo.token_masks", "token mask", name)
-    if a.supervision == "process":  # process_advantages reads the process reward's steps, group-std normalised
-        _check(
-            a.baseline == "group_mean" and a.scale == "group",
-            f"algo.supervision=process normalises step rewards by the group's mean and std; use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})",
-        )
-        _check(
-            a.kl_placement == "loss" or a.beta == 0,
-            "algo.supervision=process scores steps with reward.process_function, so a KL in the outcome reward would be dropped; set algo.kl_placement=loss",
-        )
-        _check(
-            not cfg.reward.normalize_components,
-            "algo.supervision=process scores steps with reward.process_function, so reward.normalize_components would be dropped; set it to false",
-        )
-    _check(
-        a.credit != "gagpo" or a.scale == "group",
-        f"algo.credit=gagpo always normalises its GAE by the group's std; use algo.scale=group (got {a.scale})",
-    )
-    _check(
-        a.entropy_shaping != "gtpo" or (a.baseline == "group_mean" and a.scale == "group"),
-        f"algo.entropy_shaping=gtpo normalises its token rewards itself (algo.gtpo_normalization); use algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})",
-    )
+    for specs in STAGE_SPECS.values():
+        for spec in specs.values():
+            for message in spec.config_errors(cfg) if spec.config_errors is not None else []:
+                _check(False, message)
+    for name in registered("objective"):
+        errors = objective_spec(name).config_errors
+        for message in errors(a) if errors is not None else []:
+            _check(False, message)
 
 
 def validate(cfg: Config) -> Config:
@@ -94,7 +80,6 @@ def validate(cfg: Config) -> Config:
         _algo_limits,
         _optim_train,
         _reward_env,
-        _credit,
         _record_data,
     ):
         check(cfg)
@@ -209,10 +194,6 @@ def _algo_objective(cfg: Config) -> None:
     _one_of("algo.std", a.std, STD_KINDS)
     _one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
     _check_stages(cfg)
-    for name in registered("objective"):  # each objective checks its own fields (registry.ObjectiveSpec)
-        errors = objective_spec(name).config_errors
-        for message in errors(a) if errors is not None else []:
-            _check(False, message)
     _check(
         a.objective == "clip" or a.dual_clip == 0,
         f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with algo.objective={a.objective}",
@@ -227,7 +208,6 @@ def _algo_objective(cfg: Config) -> None:
         a.aggregation != "lambda-grpo" or not t.fsdp,
         "algo.aggregation=lambda-grpo keeps lambda outside the sharded model; set train.fsdp=false",
     )
-    _one_of("algo.supervision", a.supervision, ("outcome", "process"))
     _one_of("algo.kl_placement", a.kl_placement, tuple(KL_PLACEMENTS))
     _one_of("algo.entropy_aggregation", a.entropy_aggregation, ENTROPY_AGGREGATIONS)
     _check(
@@ -243,7 +223,7 @@ def _algo_objective(cfg: Config) -> None:
 
 
 def _sampling_and_shaping(cfg: Config) -> None:
-    """GFPO, dynamic sampling, error correction, entropy shaping and the reference refresh."""
+    """GFPO, dynamic sampling, error correction, EDGE's entropy advantage and the reference refresh."""
     r, a = cfg.rollout, cfg.algo
     _one_of("rollout.gfpo_criterion", r.gfpo_criterion, ("length", "token_efficiency"))
     _check(
@@ -272,17 +252,6 @@ def _sampling_and_shaping(cfg: Config) -> None:
         a.error_correction == "off" or (r.backend == "hf" and r.async_staleness == 0),
         "algo.error_correction injects tokens no sampler drew, which truncated importance sampling cannot weigh; use rollout.backend=hf with rollout.async_staleness=0",
     )
-    _one_of("algo.entropy_shaping", a.entropy_shaping, SHAPINGS)
-    _one_of("algo.gtpo_normalization", a.gtpo_normalization, GTPO_NORMALIZATIONS)
-    _check(
-        a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0,
-        f"algo.shaping_base_weight={a.shaping_base_weight} and algo.shaping_entropy_weight={a.shaping_entropy_weight} must be >= 0 (the paper uses 1.0 and 0.1)",
-    )
-    _check(
-        a.entropy_shaping == "none" or (a.supervision == "outcome" and a.credit == "outcome"),
-        f"algo.entropy_shaping={a.entropy_shaping!r} shapes outcome rewards; use it with algo.supervision=outcome and algo.credit=outcome",
-    )
-    _check(0 < a.entropy_top_fraction <= 1, f"algo.entropy_top_fraction={a.entropy_top_fraction} must be in (0, 1]")
     _check(a.offpolicy_delta >= 0, f"algo.offpolicy_delta={a.offpolicy_delta} must be >= 0 (0 = off)")
     _check(a.ref_refresh_every >= 0, f"algo.ref_refresh_every={a.ref_refresh_every} must be >= 0")
     _check(
@@ -291,10 +260,6 @@ def _sampling_and_shaping(cfg: Config) -> None:
     _check(
         a.ref_refresh_every == 0 or a.beta > 0,
         "algo.ref_refresh_every needs algo.beta > 0 (without a KL term there is no reference model)",
-    )
-    _check(
-        a.supervision != "process" or bool(cfg.reward.process_function),
-        "algo.supervision=process needs reward.process_function (e.g. task, or module:function)",
     )
 
 
@@ -472,25 +437,6 @@ def _reward_env(cfg: Config) -> None:
     )
     _check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
     _check(0 <= e.max_failure_fraction <= 1, f"env.max_failure_fraction={e.max_failure_fraction} must be in [0, 1]")
-
-
-def _credit(cfg: Config) -> None:
-    """algo.credit (GiGPO / GAGPO) and what it combines with."""
-    a = cfg.algo
-    _one_of("algo.credit", a.credit, ("outcome", "gigpo", "gagpo"))
-    _check(
-        0 <= a.step_gamma <= 1 and 0 <= a.gae_lambda <= 1,
-        f"algo.step_gamma={a.step_gamma} and algo.gae_lambda={a.gae_lambda} must be in [0, 1]",
-    )
-    _check(
-        a.credit == "outcome" or (a.scale in ("group", "none") and a.baseline == "group_mean"),
-        f"algo.credit={a.credit!r} normalises within groups: use algo.baseline=group_mean and algo.scale=group or none "
-        f"(got {a.baseline}, {a.scale})",
-    )
-    _check(
-        a.credit == "outcome" or a.supervision == "outcome",
-        f"algo.credit={a.credit!r} gives step-level advantages itself; use it with algo.supervision=outcome",
-    )
 
 
 def _record_data(cfg: Config) -> None:
