@@ -8,7 +8,8 @@ TRL's side trains the same model folder (model.name_or_path=smollm2-135m-instruc
 training rows (the task's train_rows(8192, seed 0) as chat messages), with the same reward
 (reasoning_gym_accuracy) and the preset's settings in TRL's names: 4 prompts x G=8 = 32 completions
 per step, 48 new tokens, temperature 1, lr 5e-6 constant, loss_type dapo (token mean), std scaling,
-eps 0.2, beta 0, gradient checkpointing on (grpokit's memory plan turns it on for this model too).
+eps 0.2, beta 0, gradient checkpointing off (TRL 1.16 turns it on by default; grpokit's memory plan
+leaves it off for this model on a machine with 24 GB, so TRL's side is set to match: equal compute).
 
 Both sides are evaluated by the same function (grpokit.train.evaluate.evaluate: greedy, 48 tokens,
 the task's verifier) on the same 200 held-out prompts before training and every 6 steps. The
@@ -99,7 +100,7 @@ def run_trl(out: Path, steps: int | None) -> None:
         scale_rewards="group",
         num_iterations=1,
         use_cpu=True,
-        gradient_checkpointing=True,
+        gradient_checkpointing=False,  # as grpokit's memory plan chose for this model (config.yaml)
         seed=cfg.train.seed,
         save_strategy="no",
         report_to=[],
@@ -130,16 +131,35 @@ def grpokit_curve(run: Path) -> list[dict]:
     return points
 
 
+def curve_of(run: Path) -> tuple[str, list[dict]]:
+    """("trl" | "grpokit", the run's held-out points)."""
+    curve = run / "curve.jsonl"
+    if curve.exists():
+        return "trl", [json.loads(line) for line in curve.read_text().splitlines() if line.strip()]
+    return "grpokit", grpokit_curve(run)
+
+
+def time_to_reach(points: list[dict], accuracy: float) -> float | None:
+    """Training seconds at the first held-out point at or above ``accuracy`` (None: never)."""
+    return next((p["train_s"] for p in points if p["accuracy"] >= accuracy - 1e-9), None)
+
+
 def show(runs: list[Path]) -> None:
-    for run in runs:
-        curve = run / "curve.jsonl"
-        points = [json.loads(line) for line in curve.read_text().splitlines()] if curve.exists() else grpokit_curve(run)
-        side = "trl" if curve.exists() else "grpokit"
+    curves = [(run, *curve_of(run)) for run in runs]
+    for run, side, points in curves:
         print(f"{side} ({run}):")
         for p in points:
             print(
                 f"    step {p['step']:>3}  train {p['train_s']:>8.1f} s  held-out accuracy {100 * p['accuracy']:.1f}%"
             )
+    for run, side, points in curves:  # when each run reached every other run's final accuracy
+        for other, other_side, other_points in curves:
+            if other == run:
+                continue
+            target = other_points[-1]["accuracy"]
+            t = time_to_reach(points, target)
+            when = "never" if t is None else f"after {t:.1f} s of training"
+            print(f"{side} reached {other_side}'s final {100 * target:.1f}% {when}")
 
 
 def main(argv: list[str] | None = None) -> int:
