@@ -404,6 +404,8 @@ REFUSED_ELSEWHERE = [
     (["algo.credit=gigpo"], ["algo.credit", "algo.advantage=gigpo"]),
     (["algo.supervision=process"], ["algo.supervision", "algo.advantage=process"]),
     (["algo.entropy_shaping=gtpo"], ["algo.entropy_shaping", "algo.advantage=gtpo"]),
+    # a process reward that no estimator but process would read
+    (["reward.process_function=task", "algo.advantage=gigpo"], ["reward.process_function", "algo.advantage"]),
 ]
 
 

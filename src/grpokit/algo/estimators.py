@@ -40,7 +40,10 @@ def process_config_errors(c) -> list[str]:
     """``process_advantages`` reads the process reward's steps, group-std normalised: what it would drop."""
     a = c.algo
     if a.advantage != "process":
-        return []
+        return [
+            f"reward.process_function={c.reward.process_function!r} is read only by algo.advantage=process "
+            f"(got algo.advantage={a.advantage}); set algo.advantage=process or leave it empty"
+        ] * bool(c.reward.process_function)
     checks = (
         (
             a.baseline == "group_mean" and a.scale == "group",

@@ -349,8 +349,9 @@ def _check(s: LossSettings) -> None:
     c = s.clip
     if not (0.0 <= c.clip_low < 1.0):
         raise ValueError(f"clip_low must be in [0, 1), got {c.clip_low}")
-    if c.clip_high < objective_spec(c.objective).min_clip_high:  # CISPO's weight cap 1 + clip_high may be below 1
-        raise ValueError(f"clip_high must be >= 0 (>= -1 with objective cispo), got {c.clip_high}")
+    lowest = objective_spec(c.objective).min_clip_high  # CISPO's weight cap 1 + clip_high may be below 1
+    if c.clip_high < lowest:
+        raise ValueError(f"clip_high must be >= {lowest:g} with objective {c.objective}, got {c.clip_high}")
     if c.dual_clip is not None and c.dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
     if s.entropy.aggregation not in ENTROPY_AGGREGATIONS:
@@ -420,7 +421,17 @@ def surrogate(
     return lookup("objective", clip.objective)(ratio_NT, adv_NT, logp_NT, clip)
 
 
-@register_objective("clip", ObjectiveSpec())
+def clip_config_errors(a) -> list[str]:
+    """The dual clip bounds this objective only: set with another one it would be ignored."""
+    if a.objective == "clip" or a.dual_clip == 0:
+        return []
+    return [
+        f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with "
+        f"algo.objective={a.objective}"
+    ]
+
+
+@register_objective("clip", ObjectiveSpec(config_errors=clip_config_errors))
 def clip_surrogate(
     ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
 ) -> torch.Tensor:

@@ -98,7 +98,8 @@ def build_inputs(
 @dataclass(frozen=True)
 class Rewards:
     """Stage 3's objects: the training runner, the evaluator's runner, each function's weight, and
-    the process reward (``algo.advantage=process``; None otherwise)."""
+    the process reward (``reward.process_function``, which only ``algo.advantage=process`` accepts;
+    None otherwise)."""
 
     runner: RewardRunner
     eval_runner: RewardRunner
@@ -108,7 +109,7 @@ class Rewards:
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
     specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
-    process_fn = reward_setup.process_function(cfg) if cfg.algo.advantage == "process" else None
+    process_fn = reward_setup.process_function(cfg) if cfg.reward.process_function else None
     rc = cfg.reward
     runner = RewardRunner(
         specs,
