@@ -42,7 +42,7 @@ import torch
 
 from grpokit.algo import registry
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
-from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_FNS, objective_loss
+from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, objective_loss
 from grpokit.algo.pipeline import (
     KL_PLACEMENTS,
     LogProbs,
@@ -52,6 +52,7 @@ from grpokit.algo.pipeline import (
     needed_logprobs,
     update_inputs,
 )
+from grpokit.algo.ratio import RATIO_FNS
 from grpokit.algo.settings import LossTensors
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
@@ -322,7 +323,7 @@ def test_cell(cell):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
 
 
-# the estimators that fix their own normalisation (validation.py; docs/ALGORITHMS.md "Differences"):
+# the estimators that fix their own normalisation (their StageSpec.config_errors; docs/ALGORITHMS.md "Differences"):
 # GTPO normalises its token rewards itself (group mean, group std); GiGPO normalises within groups
 # (group mean, group std or none); GAGPO's GAE always by the group's std. GRPO-S takes any.
 ACCEPTED_NORMALISATIONS = {

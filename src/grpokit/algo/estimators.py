@@ -167,7 +167,8 @@ def shaping_config_errors(c) -> list[str]:
     a, out = c.algo, []
     if a.gtpo_normalization not in GTPO_NORMALIZATIONS:
         out.append(
-            f"algo.gtpo_normalization={a.gtpo_normalization!r} is not valid; choose one of: {', '.join(GTPO_NORMALIZATIONS)}"
+            f"algo.gtpo_normalization={a.gtpo_normalization!r} is not valid; choose one of: "
+            f"{', '.join(GTPO_NORMALIZATIONS)}"
         )
     if not (a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0):
         out.append(

@@ -59,7 +59,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     ),
     "ref-refresh": ("KL to a reference refreshed every 10 steps", ["algo.beta=0.04", "algo.ref_refresh_every=10"]),
     "cispo": (
-        "CISPO (MiniMax-M1): REINFORCE weighted by the stop-gradient IS weight capped at 5, token-mean; 2 updates per batch",
+        "CISPO (MiniMax-M1): REINFORCE weighted by the stop-gradient IS weight capped at 5, token-mean; 2 updates "
+        "per batch",
         ["algo.objective=cispo", "algo.clip_high=4.0", "algo.aggregation=token-mean", "algo.num_iterations=2"],
     ),
     "sapo": (
@@ -79,7 +80,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ["algo.entropy_advantage=true"],
     ),
     "edge-grpo": (
-        "EDGE-GRPO: entropy-driven advantage plus guided error correction (all-wrong groups get the gold answer as a member)",
+        "EDGE-GRPO: entropy-driven advantage plus guided error correction (all-wrong groups get the gold answer as "
+        "a member)",
         [
             "algo.entropy_advantage=true",
             "algo.error_correction=gold",
@@ -87,7 +89,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "gtpo": (
-        "GTPO: per-token rewards shaped by entropy (bonus shares in correct answers, inverse-entropy penalty shares in wrong ones), eq. 6 normalisation, token-mean",
+        "GTPO: per-token rewards shaped by entropy (bonus shares in correct answers, inverse-entropy penalty shares "
+        "in wrong ones), eq. 6 normalisation, token-mean",
         ["algo.advantage=gtpo", "algo.aggregation=token-mean"],
     ),
     "gtpo-joint": (
@@ -99,7 +102,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ["algo.advantage=grpo_s"],
     ),
     "lambda-grpo": (
-        "lambda-GRPO: token-mean with learnable per-completion length weights G softmax((1 + r z)^lambda), lambda trained (lr 0.01)",
+        "lambda-GRPO: token-mean with learnable per-completion length weights G softmax((1 + r z)^lambda), lambda "
+        "trained (lr 0.01)",
         ["algo.aggregation=lambda-grpo"],
     ),
     "kl-in-reward": (

@@ -107,7 +107,8 @@ def set_field(cfg: Config, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     if len(parts) != 2 or parts[0] not in _sections():
         raise ConfigError(
-            f"unknown config field {dotted!r}; fields look like section.name with section one of {', '.join(_sections())}"
+            f"unknown config field {dotted!r}; fields look like section.name with section one of "
+            f"{', '.join(_sections())}"
         )
     section_obj = getattr(cfg, parts[0])
     types = _field_types(type(section_obj))
