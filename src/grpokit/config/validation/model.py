@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpokit.config.sections import Config
-from grpokit.train.kernels import MODES as CPU_MATMUL_MODES
+from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 
 from .checks import check, one_of
