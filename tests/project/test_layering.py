@@ -42,7 +42,6 @@ KNOWN: set[tuple[str, str]] = {
     ("data.tasks.calculator", "rollout.episodes"),  # the calculator task's demo model is built with the episode loop
     ("data.tasks.calculator", "train.evaluate"),
     ("data.tasks.shapes", "rollout.hf"),
-    ("rollout.vllm", "train.models"),  # model_path: resolving a model's name lives in train
     ("train.build", "config.validation"),  # the trainer validates the config it settles
 }
 
