@@ -3,7 +3,7 @@
     python bench/compare_trl.py --quick                 # main comparison, small + large model
     python bench/compare_trl.py --sweep all             # + G, length, width and mixed-length sweeps
     python bench/compare_trl.py --device cuda --dtype bfloat16 --model-dir PATH/Qwen2-0.5B   # on a GPU
-    python bench/compare_trl.py --workload smollm2 --P 2 --T 64 --threads 1   # the real model (issue 36)
+    python bench/compare_trl.py --workload smollm2 --P 2 --T 64 --threads 1   # the real model
 
 ``--workload smollm2`` is the real-model workload: SmolLM2-135M-Instruct (the named model, or
 ``--model-dir`` holding its converted folder), chat prompts through its chat template (a default system
@@ -156,7 +156,8 @@ def _row(r) -> str:
     c = r["config"]
     return (
         f"| {r['name']} | h{c['width']} L{c['layers']} G{c['G']} P{c['P']} T{c['T']} "
-        f"| {g['median_s']:.2f} ({g['min_s']:.2f}-{g['max_s']:.2f}) | {t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}) "
+        f"| {g['median_s']:.2f} ({g['min_s']:.2f}-{g['max_s']:.2f}) "
+        f"| {t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}) "
         f"| **{r['speedup']:.2f}x** | {g['gen_tok_s']:.0f} / {t['gen_tok_s']:.0f} "
         f"| {g['train_frac_peak']:.0%} / {t['train_frac_peak']:.0%} | {g['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |"
     )
@@ -266,7 +267,8 @@ def main(argv=None):
         [
             PY,
             "-c",
-            f"import trl_oracle as o\nfor k,(x,y) in o.check_all(device={a.device!r}).items(): print(k, x, y, abs(x-y))",
+            "import trl_oracle as o\n"
+            f"for k,(x,y) in o.check_all(device={a.device!r}).items(): print(k, x, y, abs(x-y))",
         ],
         capture_output=True,
         text=True,

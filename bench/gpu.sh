@@ -10,7 +10,7 @@
 #    bench/gpu/latest.json and, where $OUT is set, to $OUT (with the test log).
 # GPU_STAGES=tests,rollout,step chooses stages; GPU_BENCH_ARGS adds arguments to gpu_bench.py.
 #
-# Presets (issue 28), each one command under ~9 minutes on an H100:
+# Presets, each one command under ~9 minutes on an H100:
 #     bash bench/gpu.sh step05      # the 0.5B workload only: rollout engines + grpokit vs TRL (G16, P32,
 #                                   # T512, bf16, beta 0, 1 warm-up + 3 measured steps) -> latest.json with
 #                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory

@@ -319,7 +319,8 @@ def device_facts(a, shapes) -> dict:
 
 
 def step_summary(cmp: dict, peak_flops: float) -> dict:
-    """The acceptance figures of issue 28 at the top level of latest.json, the detail under ``step``."""
+    """The headline figures (speedup, update MFU, peak memory ratio) at the top level of latest.json, the
+    detail under ``step``."""
     r = cmp["results"][0]
     g, t = r["grpokit"], r["trl"]
     mfu = lambda side: side["train_flops"] / max(side["train_s"], 1e-9) / peak_flops

@@ -1,4 +1,4 @@
-"""Bigger models on one GPU, beside TRL 1.16 on the same shapes (issue 28, item 6): the second command.
+"""Bigger models on one GPU, beside TRL 1.16 on the same shapes: the second command.
 
     python bench/gpu_big.py                       # on the GPU machine (bench/gpu.sh installs the wheels first)
     python bench/gpu_big.py --tiny                # CPU, a 2-layer model: checks the script runs, measures nothing

@@ -1,4 +1,4 @@
-"""Learning on a verifiers environment (issue 38): held-out success before and after GRPO.
+"""Learning on a verifiers environment: held-out success before and after GRPO.
 
 The environment is written the way a verifiers (0.4, ``verifiers.v1``) user writes one: a Taskset of
 two-digit multiplications (the calculator task's disjoint splits), a Task whose ``@vf.reward``

@@ -71,7 +71,8 @@ def main(argv=None):
         print("BENCH_JSON " + json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]), int(a.one[3]))))
         return
     print(
-        "| V | T | N | grpokit peak rise MB | full-logits peak rise MB | (N,T,V) fp32 logits MB |\n|---|---|---|---|---|---|"
+        "| V | T | N | grpokit peak rise MB | full-logits peak rise MB | (N,T,V) fp32 logits MB |\n"
+        "|---|---|---|---|---|---|"
     )
     for V in map(int, a.vocabs.split(",")):
         for T in map(int, a.lengths.split(",")):

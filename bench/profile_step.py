@@ -136,7 +136,8 @@ def main(argv=None):
         print("  parts (synchronised):", {k: round(v, 3) for k, v in spans.s.items()}, flush=True)
         if a.device.startswith("cuda"):
             print(
-                f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GB; micro-batch tokens {self.token_budget}",
+                f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GB; "
+                f"micro-batch tokens {self.token_budget}",
                 flush=True,
             )
         return m

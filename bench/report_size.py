@@ -58,11 +58,12 @@ def main() -> None:
         samples = len(_json_for_script(run["samples"]).encode())
         n_metrics = len({k for r in read_jsonl(Path(tmp) / "metrics.jsonl") for k in r} - {"step"})
         n_samples = sum(len(r["completions"]) for r in run["samples"])
-    kb = 1000
+    kb, size = 1000, len(html.encode())
     print(
-        f"{args.steps} steps, {n_metrics} metrics logged, {len(run['series'])} drawn, {len(run['samples'])} sample rows "
-        f"({n_samples} completions): report.html {len(html.encode()) / kb:.0f} KB: metric values {metrics / kb:.0f} KB, "
-        f"samples {samples / kb:.0f} KB, the rest (library, script, styles, page) {(len(html.encode()) - metrics - samples) / kb:.0f} KB"
+        f"{args.steps} steps, {n_metrics} metrics logged, {len(run['series'])} drawn, "
+        f"{len(run['samples'])} sample rows ({n_samples} completions): report.html {size / kb:.0f} KB: "
+        f"metric values {metrics / kb:.0f} KB, samples {samples / kb:.0f} KB, "
+        f"the rest (library, script, styles, page) {(size - metrics - samples) / kb:.0f} KB"
     )
 
 

@@ -1,9 +1,9 @@
-"""Per-call overhead of the code sandbox (issue 19, item 7): median and p90 over N honest calls.
+"""Per-call overhead of the code sandbox: median and p90 over N honest calls.
 
 Usage: PYTHONPATH=src python bench/sandbox_overhead.py [N] [--polling] [--rlimit]
 Times one honest stdin/stdout program per call, alone (one call at a time) and 4 calls in parallel
 (latency of each call while 3 others run), against a bare `python -I -S` run of the same program.
---polling swaps the pidfd wait for the old Popen.wait(timeout) polling to measure what it cost;
+--polling swaps the pidfd wait for Popen.wait(timeout) polling, to measure what polling costs;
 --rlimit holds the per-sandbox budget with the rlimit fallback instead of a cgroup (what a host
 without a writable cgroup pays). The budget mechanism in use is printed.
 """

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 PRESET = "smollm2-math"
-TRAIN_ROWS = 8192  # what grpokit draws from a task (train/wiring.py TASK_TRAIN_ROWS)
+TRAIN_ROWS = 8192  # what grpokit draws from a task (train/run_data.py TASK_TRAIN_ROWS)
 
 
 def _recipe() -> dict:

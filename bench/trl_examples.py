@@ -1,4 +1,4 @@
-"""TRL's GRPO example scripts under trl and under grpokit.trl, the import line the only change (issue 34).
+"""TRL's GRPO example scripts under trl and under grpokit.trl, the import line the only change.
 
     PYTHONPATH=src python bench/trl_examples.py --trl /path/to/trl-git [--only gspo.py] [--jobs 2]
 
@@ -65,15 +65,18 @@ SCRIPTS = [
     "gspo_vlm.py",
     "openenv/echo.py",
 ]
+BROWSERGYM = "needs the BrowserGym environment (a HF Space / Docker image, not on PyPI) and Playwright"
 NOT_RUN = {  # script -> why it is listed, not run
-    "openenv/browsergym.py": "needs the BrowserGym environment (a HF Space / Docker image, not on PyPI) and Playwright",
-    "openenv/browsergym_llm.py": "needs the BrowserGym environment (a HF Space / Docker image, not on PyPI) and Playwright",
+    "openenv/browsergym.py": BROWSERGYM,
+    "openenv/browsergym_llm.py": BROWSERGYM,
     "openenv/carla.py": "needs a CARLA simulator server (GPU, Docker) behind the carla_env Space client",
     "openenv/carla_vlm.py": "needs a CARLA simulator server (GPU, Docker) behind the carla_env Space client",
     "openenv/carla_vlm_gemma.py": "needs a CARLA simulator server (GPU, Docker) behind the carla_env Space client",
     "openenv/catch.py": "needs the OpenSpiel environment package (a HF Space, not on PyPI) and its server",
     "openenv/multi_env.py": "needs the Wordle and OpenSpiel environment packages (HF Spaces, not on PyPI)",
-    "openenv/opencode.py": "trl.experimental.async_grpo (AsyncGRPOTrainer), not GRPOTrainer; needs the opencode sandbox",
+    "openenv/opencode.py": (
+        "trl.experimental.async_grpo (AsyncGRPOTrainer), not GRPOTrainer; needs the opencode sandbox"
+    ),
     "openenv/sudoku.py": "needs the TextArena Sudoku environment package (a HF Space, not on PyPI) and its server",
     "openenv/wordle.py": "needs the TextArena Wordle environment package (a HF Space, not on PyPI) and its server",
 }

@@ -79,13 +79,9 @@ def trl_loss(
     multiplies into the per-token loss."""
     from trl import GRPOTrainer
 
-    N, T = logp_NT.shape
-    dev = logp_NT.device
-    entropy_NT = torch.ones_like(logp_NT) if entropy_NT is None else entropy_NT
-    fake = SimpleNamespace(
-        aux_loss_enabled=False,
-        top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None,
+    T = logp_NT.shape[1]
+    fake = _stand_in(
+        training=False,
         importance_sampling_level=level,
         beta=beta,
         loss_type=loss_type,
@@ -93,18 +89,13 @@ def trl_loss(
         epsilon_high=epsilon_high,
         use_vllm=is_ratio is not None,
         vllm_importance_sampling_correction=is_ratio is not None,
-        model=SimpleNamespace(training=False),
-        current_gradient_accumulation_steps=1,
         max_completion_length=max_completion_length or T,
-        accelerator=_Accelerator(),
         entropy_coef=entropy_coef,
         use_adaptive_entropy=False,
         _entropy_bonus_enabled=entropy_coef != 0.0,
-        _metrics=defaultdict(lambda: defaultdict(list)),
-        args=SimpleNamespace(
+        args=dict(
             use_bias_correction_kl=bias_correction,
             delta=delta,
-            steps_per_generation=1,
             sapo_temperature_pos=tau_pos,
             sapo_temperature_neg=tau_neg,
             vespo_k_pos=vespo[0],
@@ -112,19 +103,10 @@ def trl_loss(
             vespo_k_neg=vespo[2],
             vespo_lambda_neg=vespo[3],
         ),
-        get_gamma_weights=GRPOTrainer.get_gamma_weights,
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logp_NT, entropy_NT, None),
     )
-    inputs = {
-        "prompt_ids": torch.zeros((N, 1), dtype=torch.long, device=dev),
-        "prompt_mask": torch.ones((N, 1), dtype=torch.long, device=dev),
-        "completion_ids": torch.zeros((N, T), dtype=torch.long, device=dev),
-        "completion_mask": mask_NT,
-        "advantages": advantages_N,
-        "old_per_token_logps": old_logp_NT,
-        "ref_per_token_logps": ref_logp_NT,
-        "num_items_in_batch": mask_NT.sum(),
-    }
+    entropy_NT = torch.ones_like(logp_NT) if entropy_NT is None else entropy_NT
+    fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp_NT, entropy_NT, None)
+    inputs = _loss_inputs(logp_NT, old_logp_NT, advantages_N, mask_NT, ref_per_token_logps=ref_logp_NT)
     if is_ratio is not None:
         inputs["importance_sampling_ratio"] = is_ratio
     loss = GRPOTrainer._compute_loss(fake, None, inputs)
@@ -133,45 +115,73 @@ def trl_loss(
     return loss
 
 
+def _stand_in(*, training: bool, args: dict, **attrs) -> SimpleNamespace:
+    """A stand-in GRPOTrainer holding the attributes ``_compute_loss`` reads: one process, no gradient
+    accumulation, token-level ratios clipped at 0.2 on both sides, no KL; ``attrs`` and ``args`` (its
+    ``self.args``) set the rest."""
+    from trl import GRPOTrainer
+
+    base = dict(
+        aux_loss_enabled=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level="token",
+        beta=0.0,
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        use_vllm=False,
+        vllm_importance_sampling_correction=False,
+        current_gradient_accumulation_steps=1,
+        accelerator=_Accelerator(),
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,
+    )
+    return SimpleNamespace(
+        **{**base, **attrs},
+        model=SimpleNamespace(training=training),
+        args=SimpleNamespace(steps_per_generation=1, **args),
+    )
+
+
+def _loss_inputs(logp_NT, old_logp_NT, advantages_N, mask_NT, **more) -> dict:
+    """The batch ``_compute_loss`` reads: one placeholder prompt token per row, the given tensors."""
+    N, T = logp_NT.shape
+    dev = logp_NT.device
+    return {
+        "prompt_ids": torch.zeros((N, 1), dtype=torch.long, device=dev),
+        "prompt_mask": torch.ones((N, 1), dtype=torch.long, device=dev),
+        "completion_ids": torch.zeros((N, T), dtype=torch.long, device=dev),
+        "completion_mask": mask_NT,
+        "advantages": advantages_N,
+        "old_per_token_logps": old_logp_NT,
+        **more,
+        "num_items_in_batch": mask_NT.sum(),
+    }
+
+
 def trl_adaptive_entropy_stand_in(
     coef: float, target: float, delta: float, lo: float, hi: float, loss_type: str = "dapo"
 ):
     """A stand-in GRPOTrainer in training mode with TRL's adaptive entropy control on (one process,
     gradient_accumulation_steps=1): pass it to ``trl_adaptive_step`` step after step; TRL's own code
     moves its ``entropy_coef`` and ``_last_world_entropy``."""
-    from trl import GRPOTrainer
-
-    return SimpleNamespace(
-        aux_loss_enabled=False,
-        top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None,
-        importance_sampling_level="token",
-        beta=0.0,
+    return _stand_in(
+        training=True,
         loss_type=loss_type,
-        epsilon_low=0.2,
-        epsilon_high=0.2,
-        use_vllm=False,
-        vllm_importance_sampling_correction=False,
-        model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1,
         max_completion_length=None,
-        accelerator=_Accelerator(),
         entropy_coef=coef,
         use_adaptive_entropy=True,
         _entropy_bonus_enabled=True,
         _last_world_entropy=float("inf"),
         _entropy_window_stats=None,
-        _metrics=defaultdict(lambda: defaultdict(list)),
-        args=SimpleNamespace(
+        args=dict(
             use_bias_correction_kl=False,
             delta=None,
-            steps_per_generation=1,
             entropy_target=target,
             entropy_coef_delta=delta,
             entropy_coef_min=lo,
             entropy_coef_max=hi,
         ),
-        get_gamma_weights=GRPOTrainer.get_gamma_weights,
     )
 
 
@@ -179,19 +189,9 @@ def trl_adaptive_step(fake, logp_NT, old_logp_NT, advantages_N, mask_NT, entropy
     """One optimizer step's loss through TRL's ``_compute_loss`` on ``fake`` (which it updates)."""
     from trl import GRPOTrainer
 
-    N, T = logp_NT.shape
-    fake.max_completion_length = T
+    fake.max_completion_length = logp_NT.shape[1]
     fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp_NT, entropy_NT, None)
-    inputs = {
-        "prompt_ids": torch.zeros((N, 1), dtype=torch.long),
-        "prompt_mask": torch.ones((N, 1), dtype=torch.long),
-        "completion_ids": torch.zeros((N, T), dtype=torch.long),
-        "completion_mask": mask_NT,
-        "advantages": advantages_N,
-        "old_per_token_logps": old_logp_NT,
-        "num_items_in_batch": mask_NT.sum(),
-    }
-    return GRPOTrainer._compute_loss(fake, None, inputs)
+    return GRPOTrainer._compute_loss(fake, None, _loss_inputs(logp_NT, old_logp_NT, advantages_N, mask_NT))
 
 
 def grpokit_loss(

@@ -1,4 +1,4 @@
-"""Speed and memory of vision-language GRPO on Qwen2-VL-shaped random weights (issue 27).
+"""Speed and memory of vision-language GRPO on Qwen2-VL-shaped random weights.
 
 Builds a Qwen2-VL-2B-shaped model (28-layer 1536-wide decoder, 32-block 1280-wide vision tower, 14 px
 patches, 151936-token vocabulary) with random weights, no hub access, and trains it for a few GRPO

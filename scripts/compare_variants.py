@@ -92,8 +92,10 @@ def main() -> None:
     lines = [
         "# Variants compared on the built-in task",
         "",
-        f"Produced by `python scripts/compare_variants.py --steps {args.steps} --eval-every {args.eval_every} --seeds {args.seeds}`",
-        f"on {date.today().isoformat()}, {platform.machine()} CPU, {platform.python_version()}; one torch thread per run.",
+        "Produced by `python scripts/compare_variants.py "
+        f"--steps {args.steps} --eval-every {args.eval_every} --seeds {args.seeds}`",
+        f"on {date.today().isoformat()}, {platform.machine()} CPU, {platform.python_version()}; "
+        "one torch thread per run.",
         "Each run: the demo model on two-digit addition, 16 prompts x 8 completions per step, the default",
         "config plus the variant's overrides (`src/grpokit/algo/variants.py`). Accuracy is greedy, on 500 held-out",
         f"problems; it starts at {rows[0]['before']:.1%}. Steps to 90% are checked every {args.eval_every} steps.",

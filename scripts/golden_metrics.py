@@ -1,11 +1,11 @@
 """Record (or check) every variant's metrics for a few deterministic CPU steps on the demo task.
 
-A refactor must not move any number that it did not mean to move. Before the pipeline's redesign
-this script wrote ``tests/golden/variant_metrics.json``; ``tests/project/test_golden_metrics.py``
-re-runs a subset in CI and this script re-runs them all (``--check``). Timing and throughput keys
+A refactor must not move any number that it did not mean to move. This script writes the record,
+``tests/golden/variant_metrics.json``; ``tests/project/test_golden_metrics.py`` re-runs a subset in
+CI and this script re-runs them all (``--check``). Timing and throughput keys
 are left out: they are the only values that differ between two identical runs.
 
-    python scripts/golden_metrics.py --write      # record (done once, before the redesign)
+    python scripts/golden_metrics.py --write      # record (when a change of numbers is meant)
     python scripts/golden_metrics.py --check      # compare every variant against the record
 """
 

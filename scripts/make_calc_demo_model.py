@@ -1,6 +1,6 @@
 """Build the calculator task's checkpoint: char tokenizer with tool tags + tiny Llama, warmed up.
 
-    PYTHONPATH=src python scripts/make_calc_demo_model.py       # writes src/grpokit/tasks/assets/calc-demo-model/
+    PYTHONPATH=src python scripts/make_calc_demo_model.py       # writes src/grpokit/data/tasks/assets/calc-demo-model/
 
 Same recipe as scripts/make_demo_model.py (seeded, one CPU thread, a randomly initialised Llama of
 hidden 64, 4 layers, 4 heads), on demonstrations of *training-split* multiplications from the

@@ -1,6 +1,6 @@
 """Build the shipped demo checkpoint: char tokenizer + tiny Llama, warmed up on a noisy teacher.
 
-    PYTHONPATH=src python scripts/make_demo_model.py            # writes src/grpokit/tasks/assets/demo-model/
+    PYTHONPATH=src python scripts/make_demo_model.py            # writes src/grpokit/data/tasks/assets/demo-model/
 
 Steps (all seeded, one CPU thread, so the same machine gives the same bytes):
 1. build the character tokenizer (grpokit.data.tasks.chartok);

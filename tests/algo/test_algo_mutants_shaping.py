@@ -113,7 +113,8 @@ def test_gtpo_joint_defaults_and_metrics():
 
 def test_gtpo_polarity_defaults():
     # group [1, 0, 0], entropies 1 | 1, 4: O- 1/H = 1, 0.25 (sum 1.25) -> shares 0.8, 0.2, h_t 2:
-    # -1 - 0.1 * 0.8 * 2 = -1.16, -1 - 0.1 * 0.2 * 2 = -1.04; O- pool mean -1.1, unbiased sd sqrt(2 * 0.06^2) = 0.0848528
+    # -1 - 0.1 * 0.8 * 2 = -1.16, -1 - 0.1 * 0.2 * 2 = -1.04;
+    # O- pool mean -1.1, unbiased sd sqrt(2 * 0.06^2) = 0.0848528
     # A = -+0.06 / (0.0848528 + 1e-4) = -+0.706273; the single O+ token is its pool's mean: 0
     adv, _ = gtpo_advantages(torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([[1.0], [1.0], [4.0]]), torch.ones(3, 1))
     assert close(adv, [[0.0], [-0.706274], [0.706274]], 1e-5)  # float32 rounding of -1.16 is ~1e-6

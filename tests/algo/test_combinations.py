@@ -1,4 +1,4 @@
-"""Issue 25 item 5: the combinations of algorithm options, owned and tested.
+"""The combinations of algorithm options, owned and tested.
 
 Every pair of values of two option dimensions (the other dimensions at their defaults), and the
 larger combinations in ``LARGER``, is either refused by config validation with one sentence naming a

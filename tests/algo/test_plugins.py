@@ -2,7 +2,6 @@
 module (written here in tmp_path) run with every other stage, validate, log and resume like built-ins."""
 
 import json
-import shutil
 import sys
 import textwrap
 
@@ -12,7 +11,7 @@ from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate
 from grpokit.train import Trainer
-from helpers.runs import ROWS, likes_a
+from helpers.runs import ROWS, killed_copy, likes_a
 
 PLUGIN = '''
 import torch
@@ -94,11 +93,7 @@ def test_plugin_stages_train_log_and_resume_exactly(plugin, tiny_model_dir, tmp_
     saved = (ref / "config.yaml").read_text()
     assert "my_algo:sign_of_centred" in saved and "my_algo:plain_pg" in saved and "my_algo:first_two_tokens" in saved
     # "kill" after step 2: keep that checkpoint and the first two metric lines, then resume
-    res = tmp_path / "res"
-    shutil.copytree(ref, res)
-    shutil.rmtree(res / "checkpoints" / "step-000004")
-    (res / "metrics.jsonl").write_text("".join((res / "metrics.jsonl").read_text().splitlines(keepends=True)[:2]))
-    (res / "summary.json").unlink()
+    res = killed_copy(ref, tmp_path / "res")
     Trainer(
         _cfg(tiny_model_dir, res), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True, resume=res
     ).train()

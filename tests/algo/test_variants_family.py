@@ -1,4 +1,4 @@
-"""Issue 15: CISPO, SAPO, TIC-GRPO and GRPO at G=2 (on-policy DPO), on hand-made batches.
+"""CISPO, SAPO, TIC-GRPO and GRPO at G=2 (on-policy DPO), on hand-made batches.
 
 Every expected number is worked out in the comments. The equality of CISPO and SAPO with TRL's
 own loss on a random batch is in test_bench_loss_equality.py.

@@ -3,7 +3,6 @@ cases, micro-batching, and resume (lambda continues exactly where it was)."""
 
 import json
 import math
-import shutil
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from grpokit.algo.loss import aggregate, lambda_weights, policy_loss
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
+from helpers.runs import killed_copy
 
 
 def test_lambda_weights_hand_worked():
@@ -162,11 +162,7 @@ def test_lambda_is_logged_checkpointed_and_resumed_exactly(tiny_model_dir, tmp_p
     saved = torch.load(ref / "checkpoints" / "step-000004" / "extra_state.pt", weights_only=False)["lambda_grpo"]
     assert saved["lambda"].item() == pytest.approx(lam_ref[-1], abs=0, rel=0)
     # "kill" after step 2: keep that checkpoint and the first two metric lines, then resume
-    res = tmp_path / "res"
-    shutil.copytree(ref, res)
-    shutil.rmtree(res / "checkpoints" / "step-000004")
-    (res / "metrics.jsonl").write_text("".join((res / "metrics.jsonl").read_text().splitlines(keepends=True)[:2]))
-    (res / "summary.json").unlink()
+    res = killed_copy(ref, tmp_path / "res")
     Trainer(
         _cfg(tiny_model_dir, res), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True, resume=res
     ).train()

@@ -28,7 +28,7 @@ def test_config_defaults_are_a_real_run():
 def test_the_demo_fills_only_what_nobody_set():
     demo = get_task("arithmetic").demo
     assert dict(demo) == {"rollout.max_new_tokens": 8, "optim.lr": 3e-4, "train.steps": 60, "train.save_every": 0}
-    cfg = run_data.resolve_run(Config())  # `grpokit train` with no arguments: the demo, as before
+    cfg = run_data.resolve_run(Config())  # `grpokit train` with no arguments: the demo with its own settings
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr, cfg.train.steps, cfg.train.save_every) == (8, 3e-4, 60, 0)
     cfg = Config()
     cfg.rollout.max_new_tokens = 512  # set explicitly, even to the default value: kept

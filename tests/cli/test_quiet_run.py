@@ -1,4 +1,4 @@
-"""A default `grpokit train` run shows no third-party FutureWarning (issue 30, item 4).
+"""A default `grpokit train` run shows no third-party FutureWarning.
 
 The run is a subprocess with FutureWarnings turned into errors (`-W error::FutureWarning`): a
 FutureWarning from transformers, torch or datasets that grpokit does not silence would end the run

@@ -44,7 +44,10 @@ def test_chat_template_applied_when_the_tokenizer_has_one():
 
     tok = char_tokenizer()
     assert render_prompt("ab", tok, DataConfig()) == "ab"  # no template: raw text
-    tok.chat_template = "{% for m in messages %}<{{ m['role'][0] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+    tok.chat_template = (
+        "{% for m in messages %}<{{ m['role'][0] }}>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<a>{% endif %}"
+    )
     text = render_prompt("ab", tok, DataConfig(system_prompt="hi"))
     assert text == "<s>hi<u>ab<a>"
     assert render_prompt("ab", tok, DataConfig(chat_template="never")) == "ab"

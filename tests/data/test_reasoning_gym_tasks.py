@@ -12,6 +12,7 @@ import pytest
 from grpokit.config import ConfigError
 from grpokit.data.tasks import get_task
 from grpokit.data.tasks import reasoning_gym as rg
+from helpers.trl_models import small_args
 
 ADD = {
     "min_terms": 2,
@@ -174,16 +175,6 @@ def test_the_same_rows_and_reward_through_grpokit_trl(tmp_path):
     ]
     held = reasoning_gym_dataset("reasoning_gym:basic_arithmetic", 4, params=ADD, split="held_out")
     assert held["answer"] == [r["answer"] for r in get_task("reasoning_gym:basic_arithmetic", ADD).held_out_rows(4)]
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=1,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        report_to=[],
-    )
+    args = small_args(GRPOConfig, tmp_path / "run", max_steps=1, num_generations=2, report_to=[])
     trainer = GRPOTrainer("smollm2-135m-instruct", reward_funcs=[reasoning_gym_accuracy], train_dataset=data, args=args)
     assert trainer.train().global_step == 1

@@ -16,6 +16,7 @@ from grpokit.env import calculator
 from grpokit.rollout.hf import SamplingParams
 from grpokit.train import Trainer
 from helpers.episodes import Counter, ScriptedSampler, calc_reply
+from helpers.models import save_tiny_model
 from helpers.paths import ROOT
 
 ROWS = [{"prompt": f"{a}*{b}=", "answer": str(a * b)} for a, b in ((57, 68), (12, 34), (21, 43), (90, 11))]
@@ -24,27 +25,7 @@ SEEN: dict = {}
 
 @pytest.fixture(scope="module")
 def tag_model_dir(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tag-model")
-    tok = build_char_tokenizer(ALPHABET, TAGS)
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            bos_token_id=None,
-            eos_token_id=1,
-            pad_token_id=0,
-        )
-    ).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tag-model"), build_char_tokenizer(ALPHABET, TAGS))
 
 
 def exact_answer(prompts, completions, answer, environments=None, **kwargs):
@@ -384,27 +365,10 @@ def _retok(sampler, tok, contexts, G, params):
 def test_trainer_with_a_chat_template_and_an_environment(tmp_path):
     """The chat-template format through the trainer: tools listed in the prompt, reset()'s observation
     appended to the user's message (re-rendered by the template), JSON calls, template-rendered results."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from helpers.episodes import chat_tokenizer
 
     tok = chat_tokenizer()
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            bos_token_id=None,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=0,
-        )
-    ).save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
+    save_tiny_model(tmp_path / "m", tok, max_positions=512, eos_token_id=tok.eos_token_id)
     rows = [{"prompt": [{"role": "user", "content": "count to"}], "answer": "4"}] * 2
     seen = {}
 

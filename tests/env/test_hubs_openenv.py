@@ -26,6 +26,7 @@ from grpokit.env.hubs.openenv_env import OpenEnvError, openenv_environment  # no
 from grpokit.env.tools import TerminalToolError  # noqa: E402
 from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
 from helpers.paths import TESTS  # noqa: E402
+from helpers.trl_models import make_qwen2_tool_model, small_args  # noqa: E402
 
 
 def free_port() -> int:
@@ -131,48 +132,9 @@ def test_an_openenv_server_trains_two_steps_as_env_environment(echo_server, mode
 def qwen_model(tmp_path_factory):
     """A tiny Qwen2 whose character tokenizer has TRL's copy of Qwen2.5's template (tools, <tool_call>;
     it keeps a conversation's prefix when tool turns are added, as multi-turn training needs)."""
-    import string
-
-    from transformers import Qwen2Config, Qwen2ForCausalLM
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
-
-    path = tmp_path_factory.mktemp("qwen-tools")
-    tok = build_char_tokenizer(
-        string.ascii_letters + string.digits + string.punctuation + " \n",
-        (
-            "<|im_start|>",
-            "<|im_end|>",
-            "<tool_call>",
-            "</tool_call>",
-            "<think>",
-            "</think>",
-            "<tool_response>",
-            "</tool_response>",
-        ),
-        model_max_length=None,
-    )
-    tok.add_special_tokens({"eos_token": "<|im_end|>"})
-    tok.chat_template = qwen2_5_chat_template
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            bos_token_id=None,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=0,
-            tie_word_embeddings=False,
-        )
-    ).save_pretrained(path)
-    save_char_tokenizer(tok, path)
-    return path, tok
+    return make_qwen2_tool_model(tmp_path_factory.mktemp("qwen-tools"), qwen2_5_chat_template, max_positions=4096)
 
 
 def test_an_openenv_server_trains_through_trl_environment_factory(echo_server, qwen_model, tmp_path):
@@ -185,18 +147,15 @@ def test_an_openenv_server_trains_through_trl_environment_factory(echo_server, q
     data = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": "Say hello."}]}, {"prompt": [{"role": "user", "content": "Greet."}]}]
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
+    args = small_args(
+        GRPOConfig,
+        tmp_path / "run",
         max_steps=2,
         num_generations=2,
-        per_device_train_batch_size=4,
         max_completion_length=512,
         max_tool_calling_iterations=2,
-        use_cpu=True,
-        disable_tqdm=True,
         logging_steps=1,
         shuffle_dataset=False,
-        gradient_checkpointing=False,
     )
     tr = GRPOTrainer(str(path), args=args, train_dataset=data, environment_factory=Echo)  # the env owns the reward
     inner = tr._get()
@@ -267,7 +226,7 @@ def test_a_gone_server_is_a_counted_reset_failure_and_the_run_goes_on(echo_serve
     m = tr.train_step()
     assert m["episodes/reset_failures"] == 2.0  # the gone server's prompt: its 2 episodes started from the bare prompt
     assert m["tools/failure_frequency"] == pytest.approx(1 / 3)  # and its one call failed with the sentence, counted
-    assert m["rewards/Echo/mean"] == pytest.approx(0.5 / 2)  # the live server's episodes trained as before
+    assert m["rewards/Echo/mean"] == pytest.approx(0.5 / 2)  # the live server's episodes trained as usual
 
 
 class WrongServer:

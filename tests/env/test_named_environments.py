@@ -86,7 +86,8 @@ def test_each_row_runs_in_the_environment_its_column_names():
     assert [type(e.environment).__name__ for e in ro.episodes] == ["Adder", "Adder", "Doubler", "Doubler"]
     # reset(**row): the prompt and the data columns, not the routing column
     assert sorted(RESETS) == [("Adder", ["answer", "prompt"])] * 2 + [("Doubler", ["answer", "prompt"])] * 2
-    # add exists only in the Adder rows: there it counts to 3, in the Doubler rows it is an unknown tool (an error reply)
+    # add exists only in the Adder rows: there it counts to 3; in the Doubler rows it is an unknown tool
+    # (an error reply)
     assert [e.environment.count for e in ro.episodes[:2]] == [3, 3]
     assert [e.tool_errors for e in ro.episodes] == [0, 0, 1, 1]
     assert "not found" in ro.episodes[2].messages[1]["content"]

@@ -68,7 +68,8 @@ class Counter:
 
 
 HERMES = (
-    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}"
+    "<|im_end|>\n{% endif %}"
     "{% for m in messages %}"
     "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
     "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"

@@ -2,9 +2,9 @@
 
 Every shape below was read in the source of vLLM 0.33.0 (paths under ``vllm/``); 0.10.2 serves the
 same routes from ``entrypoints/openai/api_server.py``, and ``flavor="0.10.2"`` gives its two different
-answers (an empty /reset_prefix_cache, a plain-text 500 when a worker method fails). It samples with a tiny local torch model held
-by fake GPU workers, and its workers are built the way vLLM builds them: grpokit's worker extension
-is appended to the worker class's bases, so ``/collective_rpc`` runs the real extension code.
+answers (an empty /reset_prefix_cache, a plain-text 500 when a worker method fails). It samples with a tiny local torch
+model held by fake GPU workers, and its workers are built the way vLLM builds them: grpokit's worker extension is
+appended to the worker class's bases, so ``/collective_rpc`` runs the real extension code.
 """
 
 from __future__ import annotations
@@ -204,7 +204,10 @@ class FakeVLLMServer:
         if self.flavor == "0.10.2":  # no handler for raw exceptions there: Starlette's plain-text 500
             return 500, "Internal Server Error"
         # 0.33: the raw-Exception handler (serve/exception_handling/error_response.py) -> JSON 500
-        msg = f"Call to collective_rpc method failed: Worker failed with error '{err}', please check the stack trace above for the root cause"
+        msg = (
+            f"Call to collective_rpc method failed: Worker failed with error '{err}', "
+            "please check the stack trace above for the root cause"
+        )
         return 500, error_body(msg, "InternalServerError", 500)
 
     def reset_prefix_cache(self, body):  # serve/dev/cache/api_router.py:20-48 -> {"success": bool}

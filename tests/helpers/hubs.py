@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import string
 
-import torch
-
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config
 from grpokit.data.tasks.calculator import TAGS
@@ -16,29 +14,13 @@ from grpokit.data.tasks.chartok import build_char_tokenizer
 from grpokit.env.parse import CALL_CLOSE
 from grpokit.train import Trainer
 from grpokit.types import Rollout
+from helpers.models import save_tiny_model
 
 TOK = build_char_tokenizer(string.ascii_letters + string.digits + string.punctuation + " \n", TAGS)
 
 
 def save_tag_model(path) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(TOK),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            bos_token_id=None,
-            eos_token_id=1,
-            pad_token_id=0,
-        )
-    ).save_pretrained(path)
-    TOK.save_pretrained(path)
+    save_tiny_model(path, TOK, max_positions=4096)
 
 
 def ids(text: str) -> list[int]:

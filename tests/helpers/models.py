@@ -1,46 +1,68 @@
-"""Tiny random models and a character tokenizer, built locally (no downloads)."""
+"""Tiny random models and a character tokenizer, built locally (no downloads).
+
+Every tiny model of the suite comes from ``tiny_causal_lm``: two layers of width 32 (4 heads, 2 KV
+heads), untied embeddings, pad id 0, weights drawn after ``torch.manual_seed(seed)``; tests choose
+the architecture, vocabulary, context length and special ids. ``save_tiny_model`` writes one with
+its tokenizer to a folder that ``AutoModelForCausalLM`` / ``AutoTokenizer`` load."""
+
+from pathlib import Path
 
 import torch
 
+ARCHITECTURES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
 
-def tiny_llama(vocab_size: int = 32, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
 
+def tiny_causal_lm(
+    vocab_size: int,
+    *,
+    arch: str = "llama",
+    seed: int = 0,
+    max_positions: int = 128,
+    bos_token_id: int | None = None,
+    eos_token_id: int = 1,
+    **extra,
+):
+    """A two-layer random ``arch`` model; ``extra`` goes to its config (e.g. ``head_dim``)."""
+    import transformers
+
+    config_name, model_name = ARCHITECTURES[arch]
     torch.manual_seed(seed)
-    cfg = LlamaConfig(
+    cfg = getattr(transformers, config_name)(
         vocab_size=vocab_size,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=1,
-        eos_token_id=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
         pad_token_id=0,
         tie_word_embeddings=False,
+        **extra,
     )
-    return LlamaForCausalLM(cfg).eval()
+    return getattr(transformers, model_name)(cfg)
+
+
+def save_tiny_model(path, tok, **model) -> Path:
+    """``tiny_causal_lm(len(tok), **model)`` and ``tok`` saved to ``path``; returns ``path``."""
+    from grpokit.data.tasks.chartok import save_char_tokenizer
+
+    tiny_causal_lm(len(tok), **model).save_pretrained(path)
+    save_char_tokenizer(tok, path)
+    return Path(path)
+
+
+def tiny_llama(vocab_size: int = 32, seed: int = 0):
+    return tiny_causal_lm(vocab_size, seed=seed, bos_token_id=1, eos_token_id=2).eval()
 
 
 def tiny_qwen2(seed: int = 0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=32,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    return Qwen2ForCausalLM(cfg).eval()
+    return tiny_causal_lm(32, arch="qwen2", seed=seed, bos_token_id=1, eos_token_id=2).eval()
 
 
 ALPHABET = "abcdefghij0123456789+=<>/ "

@@ -1,4 +1,8 @@
-"""A tiny trainer on a local model: the toy reward, rows and config shared by end-to-end tests."""
+"""A tiny trainer on a local model: the toy reward, rows and config shared by end-to-end tests, and a run
+cut short as if killed (for resume tests)."""
+
+import shutil
+from pathlib import Path
 
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
@@ -41,3 +45,13 @@ def make(model_dir, out, **over):
     cfg = tiny_cfg(model_dir, out, **over)
     cfg.data.dataset = ""  # rows are passed directly
     return Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:4], quiet=True)
+
+
+def killed_copy(run: Path, to: Path, last_step: int = 4, kept_step: int = 2) -> Path:
+    """A copy of the finished ``run`` at ``to`` as if it had been killed after ``kept_step``: the final
+    checkpoint (``last_step``) and summary removed, metrics.jsonl cut to its first ``kept_step`` lines."""
+    shutil.copytree(run, to)
+    shutil.rmtree(to / "checkpoints" / f"step-{last_step:06d}")
+    (to / "metrics.jsonl").write_text("".join((to / "metrics.jsonl").read_text().splitlines(keepends=True)[:kept_step]))
+    (to / "summary.json").unlink()
+    return to

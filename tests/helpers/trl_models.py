@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import torch
+from helpers.models import save_tiny_model
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -16,62 +16,27 @@ CHAT_TEMPLATE = (
 )
 
 
-def make_chat_model(path: Path, seed: int = 0) -> Path:
-    """A tiny Llama with a character tokenizer (letters, digits, a few symbols) and a chat template."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+def _chat_tokenizer():
+    """The character tokenizer of ``make_chat_model`` (letters, digits, a few symbols), left-padded, with
+    ``CHAT_TEMPLATE``."""
+    from grpokit.data.tasks.chartok import build_char_tokenizer
 
     tok = build_char_tokenizer(
         "abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None
     )
     tok.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=None,
-        eos_token_id=1,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    save_char_tokenizer(tok, path)
-    return path
+    return tok
+
+
+def make_chat_model(path: Path, seed: int = 0) -> Path:
+    """A tiny Llama with a character tokenizer (letters, digits, a few symbols) and a chat template."""
+    return save_tiny_model(path, _chat_tokenizer(), seed=seed)
 
 
 def make_qwen2_model(path: Path, seed: int = 0) -> Path:
-    """A tiny Qwen2 (the architecture of TRL's docs' models) with the same character tokenizer and chat template."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
-
-    tok = build_char_tokenizer(
-        "abcdefghijklmnopqrstuvwxyz0123456789+-=<>/ \n", (), padding_side="left", model_max_length=None
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=None,
-        eos_token_id=1,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    save_char_tokenizer(tok, path)
-    return path
+    """A tiny Qwen2 (the architecture of TRL's docs' models) with the same character tokenizer and chat
+    template."""
+    return save_tiny_model(path, _chat_tokenizer(), arch="qwen2", seed=seed)
 
 
 class FakeHub:
@@ -160,29 +125,80 @@ def make_tool_chat_model(path: Path, template: str, seed: int = 0) -> Path:
     template (TRL's bundled qwen3.jinja, which TRL recognises for tool calling); eos is <|im_end|>."""
     import string
 
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+    from grpokit.data.tasks.chartok import build_char_tokenizer
 
     tok = build_char_tokenizer(string.printable, QWEN_TOKENS, padding_side="left", model_max_length=None)
     tok.chat_template = template
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     tok.eos_token = "<|im_end|>"
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=4096,
-        bos_token_id=None,
-        eos_token_id=eos,
-        pad_token_id=0,
-        tie_word_embeddings=False,
+    return save_tiny_model(path, tok, arch="qwen3", seed=seed, max_positions=4096, eos_token_id=eos, head_dim=8)
+
+
+QWEN2_TOOL_TOKENS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "<tool_response>",
+    "</tool_response>",
+)
+
+
+def make_qwen2_tool_model(path: Path, template: str, max_positions: int):
+    """A tiny Qwen2 over letters, digits, punctuation, space and newline with Qwen's tool-calling tokens and
+    ``template`` as its chat template (one of TRL's, which TRL parses tool calls for); eos is <|im_end|>.
+    Returns ``(path, tokenizer)``."""
+    import string
+
+    from grpokit.data.tasks.chartok import build_char_tokenizer
+
+    tok = build_char_tokenizer(
+        string.ascii_letters + string.digits + string.punctuation + " \n", QWEN2_TOOL_TOKENS, model_max_length=None
     )
-    Qwen3ForCausalLM(cfg).save_pretrained(path)
-    save_char_tokenizer(tok, path)
-    return path
+    tok.add_special_tokens({"eos_token": "<|im_end|>"})
+    tok.chat_template = template
+    save_tiny_model(path, tok, arch="qwen2", max_positions=max_positions, eos_token_id=tok.eos_token_id)
+    return path, tok
+
+
+def save_tiny_reward_model(path: Path, tok):
+    """A one-layer random Llama sequence classifier (one label, pad id 0) over ``tok``'s vocabulary, saved
+    with ``tok`` to ``path`` (a reward model given by folder); returns the model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(1)
+    model = LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_labels=1,
+            pad_token_id=0,
+        )
+    )
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return model
+
+
+SMALL_RUN = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=4,
+    use_cpu=True,
+    gradient_checkpointing=False,
+    disable_tqdm=True,
+)
+
+
+def small_args(config_cls, out, **kw):
+    """``config_cls`` (TRL's or grpokit.trl's GRPOConfig) for a short CPU run writing to ``out``: one group
+    of 4 completions of at most 4 tokens a step, no gradient checkpointing, no progress bar; ``kw`` adds
+    or overrides arguments."""
+    return config_cls(**{"output_dir": str(out), **SMALL_RUN, **kw})

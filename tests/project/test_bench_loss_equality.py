@@ -129,7 +129,7 @@ def test_trl_delta_equals_dual_clip(loss_type):
     assert not torch.allclose(res["ours"][0], res["plain"][0], atol=1e-5)
 
 
-# -- issue 15: CISPO and SAPO are TRL loss types too; the same batch, the same numbers
+# -- CISPO and SAPO are TRL loss types too; the same batch, the same numbers
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ def test_sapo_equals_trl(taus, level, beta):
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
 
 
-# -- issue 30: TRL 1.16's loss types luspo and vespo; the same batch, the same numbers
+# -- TRL 1.16's loss types luspo and vespo; the same batch, the same numbers
 
 
 @pytest.mark.parametrize("level", ["sequence", "token"])  # LUSPO's paper setting is sequence; TRL's default token

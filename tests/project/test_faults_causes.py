@@ -1,4 +1,4 @@
-"""Issue 35, item 5: faults of the user's files or the machine are named by cause and place, never
+"""Faults of the user's files or the machine are named by cause and place, never
 "an internal fault". Each case ended with "an internal fault stopped the run (SafetensorError ...)"
 or another library's words before; all run on real files, and the full disk on a real 7 MB tmpfs.
 """

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the user's inputs (issue 26; docs/FAULTS.md): any dotted override of any
+"""Property-based fuzzing of the user's inputs (docs/FAULTS.md): any dotted override of any
 config field, and any JSONL/CSV file given as data, ends in a value or in one sentence
 (ConfigError), never in another exception. The CI run keeps each property to a few dozen examples;
 `make fuzz` runs the same properties as a long soak (GRPOKIT_FUZZ=soak)."""

@@ -1,4 +1,4 @@
-"""Issue 35, item 4: prompts longer than the model can hold are refused at start, or cut as TRL cuts.
+"""Prompts longer than the model can hold are refused at start, or cut as TRL cuts.
 
 Before, 8 prompts of 40,000 characters on the demo model (64 positions) ran over 4 minutes without a step.
 """

@@ -1,4 +1,4 @@
-"""The fault suite, run folders and user mistakes (issue 26; docs/FAULTS.md): every mistake ends in
+"""The fault suite, run folders and user mistakes (docs/FAULTS.md): every mistake ends in
 one sentence and a non-zero exit from `grpokit` (the traceback only with --debug), and a run
 folder is never lost: checkpoints verify against their manifest, resume falls back past a damaged
 one, a torn config is refused, changes at resume go to config_history.yaml, an occupied folder is
@@ -164,8 +164,8 @@ def test_an_internal_fault_is_one_sentence_and_exit_1(workdir, monkeypatch, caps
 
 
 def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(workdir):
-    # issue 26: with num_workers=0 (the default) 2 steps of the demo had not finished after 150 s, and
-    # the process never exited. Now every call is stopped at reward.timeout_s=0.5 and counted; 2 steps of
+    # with num_workers=0 (the default) a call that is not stopped keeps 2 steps of the demo from finishing
+    # and the process from exiting. Every call is stopped at reward.timeout_s=0.5 and counted; 2 steps of
     # 2 prompts x 2 completions = 4 group calls, each then retried one completion at a time (4 x 2 more)
     cmd = [
         sys.executable,
@@ -334,7 +334,8 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
         (
             RuntimeError("the rollout server went away"),
             1,
-            "an internal fault stopped the run (RuntimeError: the rollout server went away; --debug shows the traceback)",
+            "an internal fault stopped the run "
+            "(RuntimeError: the rollout server went away; --debug shows the traceback)",
         ),
         (
             RewardError("Reward 'judge' failed on 4 of 4 completions, more than max_failure_fraction=0.5."),
@@ -346,8 +347,8 @@ def test_a_save_killed_between_files_leaves_the_previous_checkpoint_to_resume_fr
 def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exactly(
     workdir, monkeypatch, capsys, fault, code, sentence
 ):
-    # save_every=10 of 4 steps: before, a fault in step 3's rollout or rewards left no checkpoint at all
-    # ("the run must start again"); now steps 1-2 are saved as they ended, and resuming from there is
+    # save_every=10 of 4 steps: a fault in step 3's rollout or rewards still leaves a checkpoint (not
+    # "the run must start again"): steps 1-2 are saved as they ended, and resuming from there is
     # the uninterrupted run, bit for bit (the step's random draws and data position are put back)
     from grpokit.train.loop import Trainer
 

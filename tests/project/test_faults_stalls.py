@@ -1,4 +1,4 @@
-"""Issue 35, item 3: nothing untrusted can stall training or be silently scored.
+"""Nothing untrusted can stall training or be silently scored.
 
 Each case failed before: a sandboxed program that wrote a deep record on the result channel and then
 defined a correct function earned 0.5; an environment whose reset hung held a run for minutes in
@@ -34,8 +34,8 @@ def _need_sandbox():
 
 
 def test_tampering_with_the_result_channel_forfeits_the_reward_in_process():
-    # the issue's program: a record nested 200,000 deep, then a correct f; 2 cases. Before, the deep
-    # line tainted case 0 only and case 1 passed: 0.5. Now the completion fails as tampering.
+    # a record nested 200,000 deep, then a correct f; 2 cases. Were the deep line to taint case 0 only,
+    # case 1 would pass: 0.5. The completion fails as tampering.
     from grpokit.rewards.code import SandboxTampering, code_pass_fraction
 
     _need_sandbox()
@@ -120,8 +120,8 @@ def test_a_verifier_time_out_is_a_counted_failure_not_a_zero():
 
 
 def test_length_rewards_pass_a_verifier_failure_on():
-    # cosine_length and length_penalty read correctness: a NaN is truthy, so before it would have
-    # counted as a correct answer; now the failure passes through to the runner
+    # cosine_length and length_penalty read correctness: a NaN is truthy, so it would count as a
+    # correct answer; the failure passes through to the runner instead
     from grpokit.rewards import length
     from grpokit.rewards.errors import ItemFailure
 
@@ -213,9 +213,9 @@ def _calls(tool: str):
 
 
 def test_a_hanging_reset_stops_the_rollout_with_one_sentence_and_no_thread_growth():
-    # the issue's environment: every reset hangs. 8 prompts x 2 episodes with reset_timeout_s=0.5:
-    # before, 16 resets of 0.5 s one after another (30 s each by default: 8 minutes) and the batch went
-    # on from bare prompts; now one deadline, then EnvironmentFailure past env.max_failure_fraction
+    # every reset hangs. 8 prompts x 2 episodes with reset_timeout_s=0.5: not 16 resets of 0.5 s one
+    # after another (30 s each by default: 8 minutes) with the batch going on from bare prompts, but one
+    # deadline, then EnvironmentFailure past env.max_failure_fraction
     from grpokit.env.calls import MAX_ABANDONED, EnvironmentFailure
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
     from grpokit.rollout.hf import SamplingParams

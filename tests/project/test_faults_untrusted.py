@@ -1,4 +1,4 @@
-"""Fault suite for untrusted code (issue 26): rewards, tools, environments, servers, verifiers.
+"""Fault suite for untrusted code: rewards, tools, environments, servers, verifiers.
 
 Every test here encodes one fault that ended a run (a hang, a crash, a leak) before containment was
 a property of the system: the fault must end in a value, a counted failure or one sentence. Limits and
@@ -75,7 +75,7 @@ def test_reward_of_1e300_inf_or_nan_is_a_counted_failure_not_a_crash():
 
 @pytest.mark.parametrize("fn", [exits, interrupts, raises_system_exit])
 def test_sys_exit_keyboard_interrupt_and_system_exit_in_a_reward_are_contained(fn):
-    # before: sys.exit(3) ended the run with exit code 3, KeyboardInterrupt killed it; now completion
+    # uncontained, sys.exit(3) would end the run with exit code 3 and KeyboardInterrupt kill it; completion
     # "x" fails (failure_value 0.0) and "y", "z" score 1.0: 1 failure of 3 < max_failure_fraction 0.5
     with _runner(fn, "r") as r:
         res = r.score(**_batch(["x", "y", "z"]))
@@ -90,8 +90,8 @@ def test_sys_exit_in_a_worker_process_is_contained():
 
 
 def test_hanging_reward_in_process_times_out_and_the_process_exits():
-    # the default mode (num_workers=0): before, each call was abandoned in a thread the interpreter
-    # joined at exit, so the process never ended; now the main-thread deadline stops the call.
+    # the default mode (num_workers=0): a call abandoned in a thread would be joined by the interpreter
+    # at exit, so the process would never end; the main-thread deadline stops the call.
     script = textwrap.dedent("""
         import time
         from grpokit.rewards.runner import RewardRunner
@@ -353,8 +353,8 @@ def f(x):
 
 
 def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
-    # end to end, as a model's program would do it: before, it earned 1.0 (the deep line was skipped
-    # and the forged record read as the verdict); now the forger fails (counted), the honest program passes
+    # end to end, as a model's program would do it: skipping the deep line and reading the forged record
+    # as the verdict would give it 1.0; the forger fails (counted), the honest program passes
     import functools
 
     from grpokit.rewards.code import code_pass_fraction, probe

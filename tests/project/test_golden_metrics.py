@@ -1,5 +1,5 @@
-"""Every variant's metrics for 2 deterministic CPU steps equal the record made before the pipeline
-redesign (issue 25, item 7; tests/golden/variant_metrics.json, scripts/golden_metrics.py). A change
+"""Every variant's metrics for 2 deterministic CPU steps equal the record
+(tests/golden/variant_metrics.json, written by scripts/golden_metrics.py). A change
 here is a change of a number: it needs a reason in the commit and a re-record of that variant only
 (``python scripts/golden_metrics.py --write`` re-records all; edit the JSON for one)."""
 

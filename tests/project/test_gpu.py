@@ -247,7 +247,7 @@ def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_engine_samples_with_the_trainers_numerics(dtype):
-    """Issue 28's per-engine mismatch on the GPU: the sampler's logprobs of every engine (static
+    """The per-engine sampler/trainer mismatch on the GPU: the sampler's logprobs of every engine (static
     with and without CUDA graphs, dynamic) against the trainer's no-grad forward of the same tokens.
     fp32 kernels differ in summation order only; bf16 ones round differently (measured values are
     recorded; the bound only catches a sampler that is not the model at all)."""

@@ -69,7 +69,7 @@ def test_colocated_engine_passes_images_as_multi_modal_data():
         {"prompt_token_ids": [3, IMG, IMG, 5, 10], "multi_modal_data": {"image": [b]}},
     ]
     assert ro.completion_ids == [[7, 8], [8, 8], [7, 8], [8, 8]] and ro.sampling_logprobs[0] == [-0.25, -0.25]
-    engine.generate([[9, 9]], 1)  # text prompts: token ids only, as before
+    engine.generate([[9, 9]], 1)  # text prompts: token ids only
     assert llm.prompts[1] == [{"prompt_token_ids": [9, 9]}]
 
 

@@ -145,7 +145,7 @@ def test_every_config_field_the_advice_names_exists() -> None:
     text = Path(doctor.__file__).read_text()
     named = set(re.findall(r"\b(algo|rollout|reward|train|optim|model|env|data)\.([a-z_]+)\b", text))
     assert len(named) > 15
-    # issue 28's mismatch fields, named only to runs whose config has them (test_sampler_trainer_mismatch)
+    # the sampler/trainer mismatch fields, named only to runs whose config has them (test_sampler_trainer_mismatch)
     optional = {("rollout", "mismatch_mask"), ("rollout", "mismatch_low"), ("rollout", "mismatch_high")}
     missing = [f"{sec}.{name}" for sec, name in named - optional if not hasattr(getattr(Config(), sec), name)]
     assert missing == [], missing

@@ -21,7 +21,8 @@ pytestmark = [
 ]
 
 # Non-transparent pixels on each panel's canvas: an empty canvas has none.
-INKED = """grpokitReport.plots().map(function (p) { var c = p.u.ctx, d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, n = 0;
+INKED = """grpokitReport.plots().map(function (p) {
+  var c = p.u.ctx, d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, n = 0;
   for (var i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return [p.id, n]; })"""
 
 
@@ -33,7 +34,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _over_rect(browser: Browser, i: int) -> dict:
-    return browser.js(f"""(function () {{ var o = grpokitReport.plots()[{i}].u.over; o.scrollIntoView({{block: "center"}});
+    return browser.js(f"""(function () {{ var o = grpokitReport.plots()[{i}].u.over;
+        o.scrollIntoView({{block: "center"}});
         var r = o.getBoundingClientRect(); return {{x: r.left, y: r.top, w: r.width, h: r.height}}; }})()""")
 
 
@@ -49,7 +51,8 @@ def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path)
     )
     assert all(n > 500 for n in inked.values()), inked  # every panel drew its lines and axes
     eval_labels = browser.js(
-        "Array.from(document.querySelectorAll('#plot-eval .u-legend .u-label')).map(function (e) { return e.textContent; })"
+        "Array.from(document.querySelectorAll('#plot-eval .u-legend .u-label'))"
+        ".map(function (e) { return e.textContent; })"
     )
     assert eval_labels[1:] == ["eval/accuracy", "held-out accuracy before / after (summary.json)"]
     # Hover the middle of the reward panel: the legend shows the step and that step's reward.
@@ -57,7 +60,8 @@ def test_report_loads_offline_draws_and_hovers(browser: Browser, tmp_path: Path)
     browser.mouse("mouseMoved", r["x"] + r["w"] / 2, r["y"] + r["h"] / 2)
     shown = browser.js("""(function () { var u = grpokitReport.plots()[0].u, i = u.cursor.idx;
         var cells = document.querySelectorAll('#plot-reward .u-legend .u-value');
-        return {idx: i, step: u.data[0][i], value: u.data[1][i], text: [cells[0].textContent, cells[1].textContent]}; })()""")
+        return {idx: i, step: u.data[0][i], value: u.data[1][i],
+                text: [cells[0].textContent, cells[1].textContent]}; })()""")
     assert shown["idx"] is not None and shown["text"][0] == str(shown["step"])
     assert float(shown["text"][1]) == pytest.approx(shown["value"], rel=1e-3) and 40 < shown["step"] < 80
     # every other panel's cursor sits on the same step (synced hover)
@@ -94,7 +98,8 @@ def test_zoom_log_scale_smoothing_and_sample_filters(browser: Browser, tmp_path:
     assert distr["kl"] == 3 and distr["loss"] == 4  # KL > 0: log10; the loss changes sign: asinh
     raw = browser.js("grpokitReport.plots()[0].u.data[1].slice(0, 5)")
     browser.js(
-        "(function () { var s = document.getElementById('smoothing'); s.value = '0.9'; s.dispatchEvent(new Event('change')); })()"
+        "(function () { var s = document.getElementById('smoothing'); s.value = '0.9';"
+        " s.dispatchEvent(new Event('change')); })()"
     )
     smoothed = browser.js("grpokitReport.plots()[0].u.data[1].slice(0, 5)")
     assert smoothed[0] == pytest.approx(raw[0]) and smoothed[1] == pytest.approx(
@@ -102,14 +107,16 @@ def test_zoom_log_scale_smoothing_and_sample_filters(browser: Browser, tmp_path:
     )
     # Samples: the last sampled step is shown first; filtering on finish "length" leaves the one truncated answer.
     assert browser.js("document.getElementById('s-step').value") == "120"
-    n = browser.js("""(function () { var f = document.getElementById('s-finish'); f.value = 'length'; f.dispatchEvent(new Event('change'));
+    n = browser.js("""(function () { var f = document.getElementById('s-finish'); f.value = 'length';
+        f.dispatchEvent(new Event('change'));
         return document.querySelectorAll('#samples table tr').length; })()""")
     assert n == 2  # header + one completion
     assert (
         browser.js("document.querySelectorAll('#samples .turn.tool').length") == 0
     )  # the tool turn was in another group
     browser.js(
-        "(function () { var f = document.getElementById('s-finish'); f.value = ''; f.dispatchEvent(new Event('change')); })()"
+        "(function () { var f = document.getElementById('s-finish'); f.value = '';"
+        " f.dispatchEvent(new Event('change')); })()"
     )
     assert browser.js("document.querySelectorAll('#samples .turn.tool').length") == 1  # step 120's one episode
     assert (
@@ -123,7 +130,8 @@ def test_comparison_overlays_two_runs(browser: Browser, tmp_path: Path) -> None:
     browser.open(write_comparison([a, b], tmp_path / "cmp.html").as_uri())
     assert browser.errors() == []
     labels = browser.js(
-        "Array.from(document.querySelectorAll('#plot-entropy .u-legend .u-label')).map(function (e) { return e.textContent; })"
+        "Array.from(document.querySelectorAll('#plot-entropy .u-legend .u-label'))"
+        ".map(function (e) { return e.textContent; })"
     )
     assert labels[1:] == ["a · entropy", "b · entropy"]
     xs = browser.js("grpokitReport.plots()[0].u.data[0]")
@@ -137,13 +145,15 @@ def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_
     browser.open(page.as_uri())
     assert "reloads every 1 s" in browser.js("document.getElementById('live').textContent")
     browser.js(
-        "(function () { var s = document.getElementById('smoothing'); s.value = '0.5'; s.dispatchEvent(new Event('change')); })()"
+        "(function () { var s = document.getElementById('smoothing'); s.value = '0.5';"
+        " s.dispatchEvent(new Event('change')); })()"
     )
     browser.events.clear()
     browser.wait_event("Page.loadEventFired", timeout=30)  # the page reloaded itself
     assert browser.js("document.getElementById('smoothing').value") == "0.5" and browser.errors() == []
     # Zoomed to 3 steps, the step axis still ticks at whole steps only (uPlot alone would add 3.5, 4.5 ...).
-    ticks = browser.js("""new Promise(function (done) { var u = grpokitReport.plots()[0].u; u.setScale('x', {min: 3, max: 6});
+    ticks = browser.js("""new Promise(function (done) { var u = grpokitReport.plots()[0].u;
+        u.setScale('x', {min: 3, max: 6});
         setTimeout(function () { done(u.axes[0]._splits); }, 100); })""")  # uPlot redraws after the current task
     assert ticks and all(float(x).is_integer() for x in ticks), ticks
 
@@ -166,7 +176,8 @@ def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(
     _set(browser, "s-rmin", "1")
     assert browser.js(metas) == ["step 40 · 1 of 2 completions"] * 2
     cells = browser.js("""Array.from(document.querySelectorAll('#samples table')).map(function (t) {
-        var rows = t.querySelectorAll('tr'), head = Array.from(rows[0].children).map(function (c) { return c.textContent; });
+        var rows = t.querySelectorAll('tr');
+        var head = Array.from(rows[0].children).map(function (c) { return c.textContent; });
         return [head, Array.from(rows[1].children).map(function (c) { return c.textContent; })]; })""")
     head, first = cells[0]
     # columns: #, reward, per-function rewards, advantage, length, finish, log_extra columns, completion
@@ -186,8 +197,9 @@ def test_samples_browser_filters_by_step_and_reward_and_shows_extras_and_turns(
         first[:8] == ["0", "2", "1", "1", "1", "14", "stop", "<i>fine</i>"] and first[8] == "0.75"
     )  # markup shown as text
     # its conversation, turn by turn: the model's turn with its tool call, then the tool's reply
-    turns = browser.js("""Array.from(document.querySelectorAll('#samples table')[0].querySelectorAll('.turn')).map(function (t) {
-        return [t.className, t.querySelector('.who').textContent, (t.querySelector('.call') || {}).textContent || '']; })""")
+    turns = browser.js("""Array.from(document.querySelectorAll('#samples table')[0].querySelectorAll('.turn'))
+        .map(function (t) { return [t.className, t.querySelector('.who').textContent,
+                                    (t.querySelector('.call') || {}).textContent || '']; })""")
     assert turns == [["turn model", "model", 'call calc({"expr":"2+3"})'], ["turn tool", "tool calc →", ""]]
     _set(browser, "s-rmin", "3")
     assert browser.js(metas) == [] and "0 prompt(s) match" in browser.js(
@@ -216,7 +228,8 @@ def test_identical_series_both_stay_visible(browser: Browser, tmp_path: Path) ->
     )
     colors = browser.js("""(function () { var u = grpokitReport.plots()[0].u, c = u.ctx,
         d = c.getImageData(0, 0, c.canvas.width, c.canvas.height).data, seen = {};
-        for (var i = 0; i < d.length; i += 4) if (d[i + 3] === 255) seen[[d[i], d[i + 1], d[i + 2]].join(',')] = (seen[[d[i], d[i + 1], d[i + 2]].join(',')] || 0) + 1;
+        for (var i = 0; i < d.length; i += 4) if (d[i + 3] === 255) {
+            var k = [d[i], d[i + 1], d[i + 2]].join(','); seen[k] = (seen[k] || 0) + 1; }
         return seen; })()""")
 
     def rgb(css: str) -> str:

@@ -79,7 +79,7 @@ def test_math_accuracy_and_power_tower_is_cut_off():
         assert pool.verify(["1/2", "3"], ["so $\\boxed{0.5}$", "<answer>4</answer>"]) == [1.0, 0.0]
         start = time.monotonic()
         # sympy would spend forever on this tower; the hard timeout kills and replaces the worker
-        (out,) = pool.verify(["1"], ["$\\boxed{9^{9^{9^{9^{9}}}}}$"])  # a counted failure, not 0.0 (issue 35)
+        (out,) = pool.verify(["1"], ["$\\boxed{9^{9^{9^{9^{9}}}}}$"])  # a counted failure, not 0.0
         assert out.timed_out and out != out
         assert time.monotonic() - start < 4.0
         assert pool.timeouts == 1 and pool.pool.restarts == 1

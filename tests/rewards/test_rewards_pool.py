@@ -55,7 +55,7 @@ def test_worker_pool_results_go_to_the_caller_that_asked():
 
 
 def test_math_pool_shared_by_threaded_rewards_scores_every_completion_itself():
-    # The bug of issue 19: two unpicklable rewards (lambdas run in the runner's threads) share the
+    # Two unpicklable rewards (lambdas run in the runner's threads) share the
     # process-wide math-verify pool. 24 completions in 12 groups of 2; completion i answers i when i is
     # even (1.0) and i + 100 when odd (0.0), so a reward delivered to the wrong completion shows.
     from grpokit.rewards import RewardRunner, RewardSpec
@@ -214,7 +214,7 @@ def _run_script(tmp_path, body: str, timeout: float = 120):
 
 
 def test_a_script_using_math_accuracy_exits_promptly_with_output_to_a_file(tmp_path):
-    # Before the fix this hung at interpreter exit forever: multiprocessing joined the idle workers.
+    # Without the pool's exit hook this would hang at interpreter exit: multiprocessing joins the idle workers.
     code, out, err = _run_script(
         tmp_path,
         (

@@ -89,7 +89,8 @@ def test_reading_environment_secrets_and_host_files(canary, monkeypatch):
     code = (
         "import os\nfound = 'GRPOKIT_TEST_SECRET' in os.environ\n"
         "for p in ['/proc/1/environ', '/proc/self/environ', %r, '/etc/passwd', '/root/.bashrc']:\n"
-        "    try:\n        t = open(p, 'rb').read()\n        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
+        "    try:\n        t = open(p, 'rb').read()\n"
+        "        found |= b's3cret' in t or b'intact' in t or b'root:' in t\n"
         "    except OSError:\n        pass\nif found:\n    print(3)" % str(canary)
     )
     assert score(code) == 0.0
@@ -101,7 +102,8 @@ def test_reading_the_expected_outputs(canary):
         "import os\nfor root, dirs, files in os.walk('/'):\n"
         "    if root.startswith(('/proc', '/sys', '/dev')):\n        continue\n    for f in files:\n"
         "        try:\n            t = open(os.path.join(root, f), errors='ignore').read(10**6)\n"
-        "        except OSError:\n            continue\n        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
+        "        except OSError:\n            continue\n"
+        "        if 'EXPECTED-' in t and 'EXPECTED-7f3a' not in __file__:\n"
         "            i = t.index('EXPECTED-')\n            print(t[i:i + 18])\n            raise SystemExit"
     )
     assert score(code, cases) == 0.0
@@ -211,10 +213,10 @@ def test_without_isolation_code_rewards_refuse_unless_unsafe_is_allowed(monkeypa
     ) == [1.0]
 
 
-# --- the trusted parent never raises on what a program writes (issue 19, item 4) ---
+# --- the trusted parent never raises on what a program writes ---
 
 HOSTILE_RECORDS = [
-    "[" * 100_000 + "]" * 100_000,  # RecursionError in json.loads before the fix
+    "[" * 100_000 + "]" * 100_000,  # RecursionError in a plain json.loads
     '{"case": 0, "status": "ok", "value": ' + "[" * 5000 + "]" * 5000 + "}",
     '{"case": 0, "status": "ok", "value": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}",
     '{"case": 0, "status": "ok", "value": ' + "9" * 100_000 + "}",  # int too long to convert
@@ -250,7 +252,7 @@ def test_hostile_result_records_are_failed_cases_not_parent_errors(canary, line)
 
 def test_a_hostile_line_fails_the_case_it_was_written_in(canary):
     # a deeply nested line, then a well-formed record for case 0, both written by the program: the
-    # harness writes one line per case, so the stray line is tampering (issue 26: it earned 1.0 before)
+    # harness writes one line per case, so the stray line is tampering (failing only its case would give 1.0)
     from grpokit.rewards.code import SandboxTampering
 
     code = (
@@ -277,7 +279,7 @@ def test_nesting_and_size_bounds_of_the_parser():
     assert [r["case"] for r in parse_records(text)] == [0, 3]
 
 
-# --- no zombie survives a call, even when the trainer is PID 1 (issue 19, item 3) ---
+# --- no zombie survives a call, even when the trainer is PID 1 ---
 
 PID1_TRAINER = r"""
 import os
@@ -298,8 +300,8 @@ print(zombies, scores.count(1.0), scores.count(0.0))
 
 
 def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
-    # Before the launcher became a subreaper, every call left bwrap's namespace init as a zombie of
-    # PID 1 (21 zombies after these 30 calls); now: 0 zombies, the 20 honest programs pass, the 10 loops fail.
+    # Without a subreaper launcher every call would leave bwrap's namespace init as a zombie of PID 1
+    # (21 zombies after these 30 calls). Expected: 0 zombies, the 20 honest programs pass, the 10 loops fail.
     import shutil
     import subprocess
     import sys
@@ -320,7 +322,7 @@ def test_no_zombies_after_30_calls_when_the_trainer_is_pid_1():
     assert out.stdout.split() == ["0", "20", "10"]
 
 
-# --- seccomp: the kernel's attack surface is closed inside the sandbox (issue 19, item 2) ---
+# --- seccomp: the kernel's attack surface is closed inside the sandbox ---
 
 
 def test_seccomp_denies_namespaces_mounts_io_uring_userfaultfd_keyrings_bpf_ptrace():

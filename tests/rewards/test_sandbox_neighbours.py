@@ -1,10 +1,10 @@
-"""Honest programs are never penalised by the trainer's own threads or by a hostile neighbour (issue 19, item 5).
+"""Honest programs are never penalised by the trainer's own threads or by a hostile neighbour.
 
-Without root, RLIMIT_NPROC used to be set before bwrap and so counted every process and thread of the
-trainer's uid: a trainer with 40 threads made honest programs score 0 ("Creating new namespace failed:
-Resource temporarily unavailable"), and a fork bomb in one sandbox made its neighbours in the same batch
-score 0. Now the limit is set inside each sandbox's user namespace (counted per namespace since Linux
-5.14) or held by a cgroup per sandbox. The non-root tests run the trainer side as a real unprivileged
+Without root, an RLIMIT_NPROC set before bwrap would count every process and thread of the trainer's
+uid: a trainer with 40 threads would make honest programs score 0 ("Creating new namespace failed:
+Resource temporarily unavailable"), and a fork bomb in one sandbox its neighbours in the same batch.
+So the limit is set inside each sandbox's user namespace (counted per namespace since Linux 5.14) or
+held by a cgroup per sandbox. The non-root tests run the trainer side as a real unprivileged
 uid (1000), which needs root to set up; they are skipped elsewhere.
 """
 
@@ -135,15 +135,15 @@ def run_as_uid_1000(body: str, pid1: bool = False) -> list[float]:
 
 
 def test_forty_busy_trainer_threads_do_not_fail_honest_programs_without_root():
-    # Before: [0.0, 0.0, 0.0, 0.0] (bwrap: "Creating new namespace failed: Resource temporarily
-    # unavailable", the trainer's 40 threads counted against the sandbox's process limit of 32).
+    # With the trainer's 40 threads counted against the sandbox's process limit of 32 this would be
+    # [0.0, 0.0, 0.0, 0.0] (bwrap: "Creating new namespace failed: Resource temporarily unavailable").
     assert run_as_uid_1000(BUSY_TRAINER) == [1.0] * 4
 
 
 def test_hostile_neighbours_do_not_fail_honest_programs_without_root():
     # A fork bomb, a memory hog (6 children x 400 MB) and a thread bomb that then spins, beside three
-    # honest programs, six sandboxes at once. Before: the fork bomb's processes counted against the
-    # trainer's uid, so its honest neighbours scored 0 as well.
+    # honest programs, six sandboxes at once. Were the fork bomb's processes counted against the
+    # trainer's uid, its honest neighbours would score 0 as well.
     assert run_as_uid_1000(MIXED_BATCH) == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
 
@@ -159,9 +159,8 @@ def test_hostile_neighbours_do_not_fail_honest_programs_as_root():
 
 
 def test_no_zombies_and_no_lost_calls_when_a_non_root_trainer_is_pid_1():
-    # Issue 19: as PID 1 without root, every call left a zombie, and the zombies counted against the
-    # process limit charged to the trainer's uid. On the code before the subreaper (0eb1228, with the
-    # probe fix below) this printed [20 zombies, 12 passed, 18 failed]. Now: 0 zombies, the 20 honest
-    # programs pass and the 10 loops fail. (It also caught the probe refusing any non-root trainer that
-    # is PID 1: it signalled the trainer's pid, 1, and reached bwrap's init inside the sandbox.)
+    # As PID 1 without root, a launcher without a subreaper leaves a zombie per call, and the zombies count
+    # against the process limit charged to the trainer's uid (it printed [20 zombies, 12 passed, 18 failed]).
+    # Expected: 0 zombies, the 20 honest programs pass and the 10 loops fail. The probe must not signal the
+    # trainer's pid (1 here: that would reach bwrap's init inside the sandbox and refuse the trainer).
     assert run_as_uid_1000(PID1_TRAINER, pid1=True) == [0.0, 20.0, 10.0]

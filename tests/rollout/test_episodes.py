@@ -17,6 +17,7 @@ from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.types import Episode, Prompt, Rollout
 from helpers.episodes import TOK, Counter, ScriptedSampler, calc_reply, chat_tokenizer, ids
+from helpers.models import tiny_causal_lm
 
 # ---------------------------------------------------------------- parsing and calling tools
 
@@ -204,32 +205,12 @@ def test_random_reset_starts_each_episode_from_its_own_observation():
 # ---------------------------------------------------------------- stage 5 sees only the mask
 
 
-def tiny_model(vocab):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=vocab,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            bos_token_id=None,
-            eos_token_id=1,
-            pad_token_id=0,
-        )
-    )
-
-
 @pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"])
 def test_environment_tokens_carry_no_gradient(aggregation):
     runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="tags"), TOK, tools=[calculator])
     ro = runner.run(ScriptedSampler(calc_reply), [prompt("57*68=")], 2, SamplingParams())
     batch = make_token_batch(ro, TOK.pad_token_id)
-    model = tiny_model(len(TOK))
+    model = tiny_causal_lm(len(TOK))
     logp, _ = completion_logprobs(model, batch)
     logp.retain_grad()
     loss, m = policy_loss(

@@ -332,7 +332,8 @@ def test_a_trainer_step_with_ranks_sampling_unevenly(tiny_model_dir, tmp_path):
         ({"vllm_tensor_parallel_size": 1.5}, "rollout.vllm_tensor_parallel_size=1.5 must be an integer >= 1"),
         (
             {"vllm_tensor_parallel_size": 2, "backend": "hf"},
-            "rollout.vllm_tensor_parallel_size=2 shards the colocated engine of rollout.backend=vllm, but rollout.backend=hf; set it to 1",
+            "rollout.vllm_tensor_parallel_size=2 shards the colocated engine of rollout.backend=vllm, "
+            "but rollout.backend=hf; set it to 1",
         ),
         (
             {"vllm_tensor_parallel_size": 2, "backend": "vllm_server"},

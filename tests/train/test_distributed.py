@@ -88,7 +88,7 @@ def test_one_process_update_actually_depends_on_the_whole_batch(tiny_model_dir, 
 def test_rank_seed_and_local_rows():
     from grpokit.train.distributed import DistContext, rank_seed
 
-    assert rank_seed(7, 0) == 7  # one process samples as before
+    assert rank_seed(7, 0) == 7  # one process samples with the seed itself
     assert len({rank_seed(7, r) for r in range(4)}) == 4
     ctx = DistContext(rank=1, world_size=2)
     assert ctx.local_rows(torch.arange(8)).tolist() == [4, 5, 6, 7]  # rank 1 holds the second half

@@ -1,4 +1,4 @@
-"""An unreachable Hugging Face Hub fails fast with a sentence that says so (issue 30, item 4).
+"""An unreachable Hugging Face Hub fails fast with a sentence that says so.
 
 The endpoint is a closed port on 127.0.0.1 (nothing listens: the connection is refused at once), the
 cache an empty temporary folder, so nothing here touches the network."""

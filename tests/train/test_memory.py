@@ -164,9 +164,10 @@ def test_trainer_applies_a_reference_offload_plan_with_its_log_line(tiny_model_d
 
 
 def test_smollm2_on_a_24_gb_machine_keeps_its_activations():
-    # issue 36: SmolLM2-135M (hidden 576, intermediate 1536, 30 layers, float32) keeps (10 x 576 + 4 x 1536) x 30 x 4 B
-    # = 1,428,480 B a token; 32 rows x 100 tokens = 4.26 GB. The old fixed 512 MB budget turned checkpointing on
-    # on a machine with 24 GB free; a quarter of the free memory (6 GB) keeps the activations, 8 GB free (2 GB) does not.
+    # SmolLM2-135M (hidden 576, intermediate 1536, 30 layers, float32) keeps (10 x 576 + 4 x 1536) x 30 x 4 B
+    # = 1,428,480 B a token; 32 rows x 100 tokens = 4.26 GB. A fixed 512 MB budget would turn checkpointing on
+    # on a machine with 24 GB free; a quarter of the free memory (6 GB) keeps the activations,
+    # a quarter of 8 GB free (2 GB) does not.
     from types import SimpleNamespace
 
     from grpokit.train.update import per_token_bytes

@@ -17,6 +17,7 @@ from grpokit.cli import main
 from grpokit.config import ConfigError
 from grpokit.train import named_models
 from grpokit.train.models import model_path
+from helpers.trl_models import small_args
 
 NAME = "smollm2-135m-instruct"
 RESOLVE = "from grpokit.train.models import model_path; print('FOLDER=' + model_path('SmolLM2-135M-Instruct'))"
@@ -175,17 +176,7 @@ def test_the_name_through_grpokit_trl_trains_the_real_model(converted, tmp_path,
     cache, _ = converted
     monkeypatch.setenv("GRPOKIT_CACHE", str(cache))
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {a} + 1?"}]} for a in range(4)])
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=1,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        report_to=[],
-    )
+    args = small_args(GRPOConfig, tmp_path / "run", max_steps=1, num_generations=2, report_to=[])
     trainer = GRPOTrainer(
         NAME,
         reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]],

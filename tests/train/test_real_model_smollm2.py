@@ -1,4 +1,4 @@
-"""What the toy models hide, tested on a real one (issue 36): SmolLM2-135M-Instruct.
+"""What the toy models hide, tested on a real one: SmolLM2-135M-Instruct.
 
 Its tokenizer has a chat template that adds a default system prompt, one token that is both EOS and
 padding (``<|im_end|>``, id 2), a BOS (``<|im_start|>``) that the template already writes, right padding

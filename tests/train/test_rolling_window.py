@@ -266,6 +266,25 @@ class Updates:
         self.seen.append(dict(metrics))
 
 
+def train_recording_batches(tr, monkeypatch):
+    """Trains ``tr``; returns a copy of its model before training and every ``UpdateInputs`` it built."""
+    start = copy.deepcopy(tr.model)
+    batches = []
+    real = loop_module.update_inputs
+    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
+    tr.train()
+    return start, batches
+
+
+def assert_updates_equal(tr, updates, ref, norms, losses):
+    """Every update's gradient norm before clipping and loss (which see the normaliser's scale that clipping
+    and Adam hide) equal the loop by hand's, and so do the trained weights."""
+    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
+    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
+    for (n, p), q in zip(tr.model.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n
+
+
 @pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
 def test_rolling_updates_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation):
     # max_updates 3 ends inside the third batch: A0 A1 A2 | A3 B0 B1 | B2 B3 C0 |, C1 .. C3 never used
@@ -276,20 +295,11 @@ def test_rolling_updates_equal_trls_loop_by_hand(tiny_model_dir, tmp_path, monke
         callbacks=[updates],
         **{"algo.aggregation": aggregation, "train.max_updates": 3, "optim.adam_eps": 1e-4},
     )
-    start = copy.deepcopy(tr.model)
-    batches = []
-    real = loop_module.update_inputs
-    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
-    tr.train()
+    start, batches = train_recording_batches(tr, monkeypatch)
     assert len(batches) == 3 and all(b.old_logp is not None for b in batches)  # stale slices: pi_old at sampling
     ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type)
-    # the gradient norm before clipping and the loss see the normaliser's scale (clipping and Adam hide it)
-    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
-    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
-    moved = 0.0
-    for (n, p), q, s in zip(tr.model.named_parameters(), ref.parameters(), start.parameters()):
-        assert torch.allclose(p, q, atol=1e-6), n
-        moved = max(moved, float((p - s).detach().abs().max()))
+    assert_updates_equal(tr, updates, ref, norms, losses)
+    moved = max(float((p - s).detach().abs().max()) for p, s in zip(tr.model.parameters(), start.parameters()))
     assert moved > 1e-3  # the updates did something, so equality means something
     if loss_type == "dapo":  # each micro-step dividing by its own tokens weighs the slices differently: it fails
         _, wrong, _ = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, own_tokens=True)
@@ -353,7 +363,7 @@ def test_a_step_may_apply_no_update(tiny_model_dir, tmp_path, monkeypatch):
     assert "grad_norm" not in first and "grad_norm" in second and "reward" in first
 
 
-# ------------------------------------------------------------------ steps_per_generation a multiple of gradient_accumulation_steps
+# ------------------------------------------- steps_per_generation a multiple of gradient_accumulation_steps
 
 
 @pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
@@ -362,8 +372,8 @@ def test_several_updates_per_batch_equal_trls_loop_by_hand(
 ):
     # TRL steps_per_generation 4, gradient_accumulation_steps 2: grpokit cuts the 8 rows into 2 slices of 4
     # (2 micro-batches of 2), one update each. TRL takes pi_old at sampling (A1 follows the update of A0) and
-    # divides dapo's loss by the batch's tokens x 2 / 4; before, A1 was on-policy (ratio 1) and dapo divided
-    # by the slice's own tokens. max_updates 3 ends inside the second batch: A0 A1 | A2 A3 | B0 B1 |
+    # divides dapo's loss by the batch's tokens x 2 / 4 (not A1 on-policy at ratio 1, nor dapo divided by the
+    # slice's own tokens). max_updates 3 ends inside the second batch: A0 A1 | A2 A3 | B0 B1 |
     updates = Updates()
     tr = rolling(
         tiny_model_dir,
@@ -378,17 +388,10 @@ def test_several_updates_per_batch_equal_trls_loop_by_hand(
             "train.micro_batch_size": 2,
         },
     )
-    start = copy.deepcopy(tr.model)
-    batches = []
-    real = loop_module.update_inputs
-    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
-    tr.train()
+    start, batches = train_recording_batches(tr, monkeypatch)
     assert len(batches) == 2 and all(b.old_logp is not None for b in batches)  # pi_old at sampling
     ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, spg=4, ga=2)
-    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
-    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
-    for (n, p), q in zip(tr.model.named_parameters(), ref.parameters()):
-        assert torch.allclose(p, q, atol=1e-6), n
+    assert_updates_equal(tr, updates, ref, norms, losses)
 
 
 @pytest.mark.parametrize("loss_type, aggregation", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean")])
@@ -396,7 +399,7 @@ def test_an_epochs_shorter_last_window_equals_trls_loop_by_hand(
     tiny_model_dir, tmp_path, monkeypatch, loss_type, aggregation
 ):
     # epochs of one batch (4 slices), 3 slices a window: A0 A1 A2 | A3 | B0 B1 B2 |, the second update a window of
-    # one slice dividing by 1, not 3 (transformers' current_gradient_accumulation_steps); before, A3 waited for B0 B1
+    # one slice dividing by 1, not 3 (transformers' current_gradient_accumulation_steps); A3 does not wait for B0 B1
     updates = Updates()
     tr = rolling(
         tiny_model_dir,
@@ -409,14 +412,7 @@ def test_an_epochs_shorter_last_window_equals_trls_loop_by_hand(
             "train.accumulation_epoch_steps": 1,
         },
     )
-    start = copy.deepcopy(tr.model)
-    batches = []
-    real = loop_module.update_inputs
-    monkeypatch.setattr(loop_module, "update_inputs", lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])
-    tr.train()
+    start, batches = train_recording_batches(tr, monkeypatch)
     assert len(batches) == 2 and tr.updates == 3
     ref, norms, losses = trl_loop_by_hand(copy.deepcopy(start), tr.cfg, batches, loss_type, epoch=4)
-    assert [u["grad_norm"] for u in updates.seen] == pytest.approx(norms, rel=1e-5)
-    assert [u["loss"] for u in updates.seen] == pytest.approx(losses, rel=1e-5, abs=1e-7)
-    for (n, p), q in zip(tr.model.named_parameters(), ref.parameters()):
-        assert torch.allclose(p, q, atol=1e-6), n
+    assert_updates_equal(tr, updates, ref, norms, losses)

@@ -1,4 +1,4 @@
-"""Under torchrun, rank 0 alone prints (issue 30, item 4): two gloo processes on 127.0.0.1 run the
+"""Under torchrun, rank 0 alone prints: two gloo processes on 127.0.0.1 run the
 CLI; each line of the run (the run folder, the step line, the summary) and a user's mistake appear
 once, not once per process."""
 

@@ -170,7 +170,7 @@ def test_activation_memory_auto_is_a_quarter_of_the_free_memory_of_the_device(mo
     assert activation_memory_mb(-1, torch.device("cpu")) == 6 * 1024
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=1 * 2**30))
     assert activation_memory_mb(-1, torch.device("cpu")) == 512
-    monkeypatch.setattr(update, "host_available_bytes", lambda: 0)  # unreadable: the old fixed 512 MB
+    monkeypatch.setattr(update, "host_available_bytes", lambda: 0)  # unreadable: a fixed 512 MB
     assert activation_memory_mb(-1, torch.device("cpu")) == 512
     # CUDA: a quarter of the free memory (an 80 GiB card with 60 GiB free -> 15 GiB), not of the total
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (60 * 2**30, 80 * 2**30))

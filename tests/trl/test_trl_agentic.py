@@ -14,11 +14,12 @@ import json
 import types
 
 import pytest
-import torch
 from datasets import Dataset
 
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from helpers.episodes import chat_tokenizer
+from helpers.models import save_tiny_model
+from helpers.trl_models import small_args
 
 CALLS: list = []
 
@@ -69,27 +70,8 @@ def closes_counter(prompts, completions, environments, target, **kwargs):
 @pytest.fixture(scope="module")
 def tool_model(tmp_path_factory):
     """A tiny Llama whose tokenizer has a Hermes-style tool-calling chat template."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tool-model")
     tok = chat_tokenizer()
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            bos_token_id=None,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=0,
-        )
-    ).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tool-model"), tok, max_positions=512, eos_token_id=tok.eos_token_id)
 
 
 def scripted(tok, reply, contexts=None):
@@ -119,17 +101,14 @@ def test_tools_and_environment_factory_run_through_the_trl_trainer(tool_model, t
             {"prompt": [{"role": "user", "content": "count"}], "target": 6, "tag": "y"},
         ]
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
+    args = small_args(
+        GRPOConfig,
+        tmp_path / "run",
         max_steps=1,
         num_generations=2,
-        per_device_train_batch_size=4,
         max_completion_length=256,
         max_tool_calling_iterations=3,
         reward_weights=[2.0],
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         log_completions=True,
         logging_steps=1,
         shuffle_dataset=False,
@@ -200,15 +179,13 @@ def test_a_tool_episode_is_cut_at_max_completion_length_as_in_trl(tool_model, tm
         return [0.0] * len(completions)
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "count"}], "target": 100}])
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
+    args = small_args(
+        GRPOConfig,
+        tmp_path / "run",
         max_steps=1,
         num_generations=2,
         per_device_train_batch_size=2,
         max_completion_length=100,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
     )
     tr = GRPOTrainer(str(tool_model), reward_funcs=[record], args=args, train_dataset=data, environment_factory=Counter)
     # every turn is the same 41-token call (40 characters and tags, then eos); the tool's reply is about 50

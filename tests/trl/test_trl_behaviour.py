@@ -1,4 +1,4 @@
-"""Where grpokit.trl used to refuse what TRL 1.16 does (issue 34): image placeholders for rows with
+"""What TRL 1.16 accepts and grpokit.trl handles as TRL does, not refused: image placeholders for rows with
 images, continuous batching, reporting arguments nothing reports with, environments whose reset is
 random, an environment_factory without train_dataset, save_strategy="no", and the arguments TRL's
 GRPO itself ignores. Where a run is cheap the same test body runs under ``trl`` too (the oracle),
@@ -18,7 +18,7 @@ from grpokit.config import ConfigError
 from grpokit.data import vision
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.mapping import to_config
-from helpers.trl_models import make_chat_model, make_tool_chat_model
+from helpers.trl_models import make_chat_model, make_tool_chat_model, small_args
 
 BACKENDS = ["grpokit.trl", pytest.param("trl", marks=pytest.mark.slow)]
 
@@ -37,19 +37,8 @@ def tool_model(tmp_path_factory):
 
 
 def small(module, out, **kw):
-    base = dict(
-        output_dir=str(out),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        report_to="none",
-        logging_steps=1,
-    )
-    return module.GRPOConfig(**{**base, **kw})
+    base = dict(max_steps=2, num_generations=2, report_to="none", logging_steps=1)
+    return small_args(module.GRPOConfig, out, **{**base, **kw})
 
 
 def length(completions, **kwargs):

@@ -23,17 +23,19 @@ from grpokit.trl.mapping import to_config
 # TRL's GRPOConfig refuses bf16 on a CPU-only machine unless use_cpu is set (its bf16 default becomes True);
 # grpokit's None is "auto" (bf16 on a GPU only). The comparison runs on CPU, so both get --bf16 False.
 CPU = ["--bf16", "False"]
-COMMAND_LINES = {  # the flags of TRL's example scripts' docstrings (examples/scripts/*.py, docs), model ids kept as text
+# the flags of TRL's example scripts' docstrings (examples/scripts/*.py, docs), model ids kept as text
+COMMAND_LINES = {
     "gspo": "--model_name_or_path Qwen/Qwen3-0.6B --output_dir gspo-Qwen3-0.6B --learning_rate 1e-5 --dtype bfloat16 "
     "--max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj --log_completions "
     "--per_device_train_batch_size 8 --num_generations 8 --importance_sampling_level sequence --epsilon 3e-4 "
     "--epsilon_high 4e-4 --beta 0.0 --loss_type grpo --gradient_accumulation_steps 2 --steps_per_generation 8",
-    "grpo_vlm": "--model_name_or_path Qwen/Qwen2.5-VL-3B-Instruct --output_dir grpo-vl --learning_rate 1e-5 --dtype bfloat16 "
-    "--max_completion_length 1024 --use_vllm --vllm_mode colocate --use_peft --lora_target_modules q_proj, v_proj "
-    "--log_completions",
-    "grpo_vlm_smol": "--model_name_or_path HuggingFaceTB/SmolVLM2-2.2B-Instruct --output_dir grpo-smol --learning_rate 1e-5 "
-    "--dtype bfloat16 --max_completion_length 1024 --use_peft --lora_target_modules q_proj, v_proj "
-    "--log_completions --per_device_train_batch_size 1 --gradient_accumulation_steps 2 --num_generations 2",
+    "grpo_vlm": "--model_name_or_path Qwen/Qwen2.5-VL-3B-Instruct --output_dir grpo-vl --learning_rate 1e-5 "
+    "--dtype bfloat16 --max_completion_length 1024 --use_vllm --vllm_mode colocate --use_peft "
+    "--lora_target_modules q_proj, v_proj --log_completions",
+    "grpo_vlm_smol": "--model_name_or_path HuggingFaceTB/SmolVLM2-2.2B-Instruct --output_dir grpo-smol "
+    "--learning_rate 1e-5 --dtype bfloat16 --max_completion_length 1024 --use_peft "
+    "--lora_target_modules q_proj, v_proj --log_completions --per_device_train_batch_size 1 "
+    "--gradient_accumulation_steps 2 --num_generations 2",
     "grpo_agent": "--model_name_or_path Qwen/Qwen3-1.7B --output_dir grpo_biogrid --push_to_hub True --use_vllm True "
     "--vllm_mode colocate --max_completion_length 1024 --report_to trackio --log_completions True --max_steps 400",
     # on one process (TRL refuses a generation batch of 8 for 32 generations) with a batch that holds a group

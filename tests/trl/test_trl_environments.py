@@ -1,4 +1,4 @@
-"""TRL's ``environment_factory`` as a dict (issue 30): the same script under ``trl`` and ``grpokit.trl``,
+"""TRL's ``environment_factory`` as a dict: the same script under ``trl`` and ``grpokit.trl``,
 only the import changed, routes each example to the environment its ``environment`` column names.
 
 Two environments with different tools (``Calc`` owns a reward through ``get_reward``, ``Notes`` does
@@ -16,8 +16,9 @@ import math
 import re
 
 import pytest
-import torch
 from datasets import Dataset
+
+from helpers.trl_models import make_qwen2_tool_model
 
 RESETS: list = []  # (class name, sorted reset kwargs, prompt text)
 SEEN: list = []  # the environment class of each completion, as the reward function sees it
@@ -88,48 +89,10 @@ def rows():
 @pytest.fixture(scope="module")
 def qwen_model(tmp_path_factory):
     """A tiny Qwen2 whose character tokenizer has TRL's Qwen3 template (tools, <tool_call>)."""
-    import string
-
-    from transformers import Qwen2Config, Qwen2ForCausalLM
     from trl.chat_template_utils import qwen3_chat_template
 
-    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
-
     path = tmp_path_factory.mktemp("qwen-tools")
-    tok = build_char_tokenizer(
-        string.ascii_letters + string.digits + string.punctuation + " \n",
-        (
-            "<|im_start|>",
-            "<|im_end|>",
-            "<tool_call>",
-            "</tool_call>",
-            "<think>",
-            "</think>",
-            "<tool_response>",
-            "</tool_response>",
-        ),
-        model_max_length=None,
-    )
-    tok.add_special_tokens({"eos_token": "<|im_end|>"})
-    tok.chat_template = qwen3_chat_template
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            bos_token_id=None,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=0,
-            tie_word_embeddings=False,
-        )
-    ).save_pretrained(path)
-    save_char_tokenizer(tok, path)
-    return path
+    return make_qwen2_tool_model(path, qwen3_chat_template, max_positions=2048)[0]
 
 
 def recording_tokenizer(path):

@@ -23,7 +23,8 @@ from grpokit.trl.step_args import steps_per_epoch
         (dict(per_device_train_batch_size=8, num_generations=2), 10, 2),
         # each batch feeds num_iterations 3 optimizer steps: 2 batches x 3
         (dict(per_device_train_batch_size=8, num_generations=2, num_iterations=3), 10, 6),
-        # steps_per_generation 2: a generation batch of 16 completions = 8 prompts, feeding 2 steps: 10 // 8 = 1 batch x 2
+        # steps_per_generation 2: a generation batch of 16 completions = 8 prompts, feeding 2 steps:
+        # 10 // 8 = 1 batch x 2
         (dict(per_device_train_batch_size=8, num_generations=2, steps_per_generation=2), 10, 2),
         # gradient_accumulation_steps 2 (steps_per_generation follows it): 16 completions, 8 prompts, 1 step per batch
         (dict(per_device_train_batch_size=8, num_generations=2, gradient_accumulation_steps=2), 16, 2),
@@ -41,7 +42,8 @@ def test_two_processes_share_each_generation_batch():
 
 
 def test_epoch_strategies_map_to_whole_rounds():
-    # 10 rows, 4 prompts a round, num_iterations 2: an epoch is 2 rounds = 4 TRL steps; 1.5 epochs = 6 TRL steps = 3 rounds
+    # 10 rows, 4 prompts a round, num_iterations 2: an epoch is 2 rounds = 4 TRL steps;
+    # 1.5 epochs = 6 TRL steps = 3 rounds
     a = GRPOConfig(
         "o",
         per_device_train_batch_size=8,

@@ -1,4 +1,4 @@
-"""grpokit.trl equals TRL 1.16 on a real model's first step (issue 36): SmolLM2-135M-Instruct, a fixed batch.
+"""grpokit.trl equals TRL 1.16 on a real model's first step: SmolLM2-135M-Instruct, a fixed batch.
 
 Both libraries run their own GRPOTrainer for one step on the same two chat prompts, with the same fixed
 completions from a ``rollout_func`` (one ends on EOS, two are cut at the token limit, one is shorter and
@@ -18,6 +18,8 @@ far more (dapo's token mean against grpo's per-sequence mean differ here by ~10%
 """
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
@@ -78,13 +80,14 @@ def _capture(store):
     return wrap
 
 
-def run_trl(model_dir, tmp_path, variant):
+def one_step_trainer(lib, model_dir, out, variant):
+    """``lib``'s (TRL's or grpokit.trl's) GRPOTrainer for one step of ``variant`` on PROMPTS, its
+    completions given by ``rollout_func``, float32 on the CPU."""
     from datasets import Dataset
 
-    from trl import GRPOConfig, GRPOTrainer
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "trl"),
+    mod = importlib.import_module(lib)
+    args = mod.GRPOConfig(
+        output_dir=str(out),
         per_device_train_batch_size=4,
         num_generations=2,
         max_steps=1,
@@ -100,13 +103,17 @@ def run_trl(model_dir, tmp_path, variant):
         disable_tqdm=True,
         **VARIANTS[variant],
     )
-    t = GRPOTrainer(
+    return mod.GRPOTrainer(
         str(model_dir),
         reward_funcs=length_reward,
         args=args,
         rollout_func=rollout_func,
         train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
     )
+
+
+def run_trl(model_dir, tmp_path, variant):
+    t = one_step_trainer("trl", model_dir, tmp_path / "trl", variant)
     store = {}
 
     def pick(args, kw, out):  # (model, input_ids, attention_mask, logits_to_keep, ...)
@@ -119,35 +126,9 @@ def run_trl(model_dir, tmp_path, variant):
 
 
 def run_grpokit(model_dir, tmp_path, variant):
-    from datasets import Dataset
-
     import grpokit.train.update as update
-    from grpokit.trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "grpokit"),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=1,
-        max_completion_length=MAX_LEN,
-        learning_rate=1e-6,
-        beta=0.0,
-        bf16=False,
-        use_cpu=True,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-        **VARIANTS[variant],
-    )
-    t = GRPOTrainer(
-        str(model_dir),
-        reward_funcs=length_reward,
-        args=args,
-        rollout_func=rollout_func,
-        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
-    )
+    t = one_step_trainer("grpokit.trl", model_dir, tmp_path / "grpokit", variant)
     store = {}
 
     def pick(args, kw, out):  # (model, batch, ...)

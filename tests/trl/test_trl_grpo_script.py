@@ -19,7 +19,7 @@ import pytest
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.bridge import final_entry, trl_step_metrics
 from grpokit.trl.trainer import Accelerator
-from helpers.trl_models import FakeHub
+from helpers.trl_models import FakeHub, small_args
 
 
 def write_split(folder, name, n):
@@ -47,15 +47,10 @@ def test_trls_grpo_script_main_runs_on_grpokits_trainer(chat_model, tmp_path, mo
     script_args = GRPOScriptArguments(
         dataset_name=str(data), reward_funcs=["think_format_reward", "accuracy_reward", "my_rewards_grpo_script.short"]
     )
-    training_args = GRPOConfig(
-        output_dir=str(out),
+    training_args = small_args(
+        GRPOConfig,
+        out,
         max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         eval_strategy="steps",
         eval_steps=1,
         push_to_hub=True,
@@ -125,17 +120,7 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
     rows = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
     from datasets import Dataset
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        logging_steps=1,
-    )
+    args = small_args(GRPOConfig, tmp_path / "run", max_steps=2, num_generations=2, logging_steps=1)
     tr = GRPOTrainer(
         str(chat_model),
         reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
@@ -144,7 +129,8 @@ def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp
         args=args,
     )
     res = tr.train()
-    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2; then TRL's final entry
+    # 4 completions / 2 per prompt = 2 prompts a step over 4 rows: epoch 0.5 after step 1, 1.0 after step 2;
+    # then TRL's final entry
     assert [(h["step"], h["epoch"]) for h in tr.state.log_history] == [(1, 0.5), (2, 1.0), (2, 1.0)]
     assert res.global_step == 2 and res.metrics["epoch"] == 1.0
     losses = [h["loss"] for h in tr.state.log_history if "loss" in h]

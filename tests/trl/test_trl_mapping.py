@@ -364,7 +364,7 @@ def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
     assert update_slices(inputs, 1) == [inputs]
 
 
-# -- issue 30, item 1: arguments TRL scripts set that grpokit now carries out
+# -- arguments TRL scripts set that grpokit carries out
 
 
 def test_new_loss_types_and_two_sided_clipping_by_hand():

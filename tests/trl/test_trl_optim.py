@@ -20,7 +20,7 @@ from grpokit.train.optimizers import build_optimizer
 from grpokit.train.schedule import make_scheduler
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.mapping import to_config
-from helpers.trl_models import make_chat_model
+from helpers.trl_models import make_chat_model, small_args
 
 # one generation batch of 4 prompts x G 2 per step: 10 rows are 2 whole batches per epoch (the last 2 rows are dropped)
 BATCH = dict(per_device_train_batch_size=8, num_generations=2)
@@ -279,15 +279,10 @@ class StopAt:
 def run(out, model, stop_at=None, **kw):
     from grpokit.trl import GRPOTrainer
 
-    args = GRPOConfig(
-        output_dir=str(out),
+    args = small_args(
+        GRPOConfig,
+        out,
         max_steps=3,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         save_steps=1,
         optim="adafactor",
         learning_rate=1e-2,

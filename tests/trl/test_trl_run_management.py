@@ -21,7 +21,7 @@ from grpokit.train import checkpoint
 from grpokit.trl import best
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.mapping import to_config
-from helpers.trl_models import make_chat_model
+from helpers.trl_models import make_chat_model, small_args
 
 VLLM = dict(use_vllm=True, vllm_importance_sampling_mode="token_truncate")
 
@@ -229,6 +229,34 @@ def short(completions, **kw):
     return [-len(c[0]["content"]) / 10 for c in completions]
 
 
+def phase_trainer(mod, model, out, **kw):
+    """``mod``'s (TRL's or grpokit.trl's) GRPOTrainer on 4 prompts, evaluated on 1 after every step and
+    saved at every step, keeping the best by the phase reward (``Phase``), weights only; ``kw`` adds
+    GRPOConfig arguments."""
+    args = small_args(
+        mod.GRPOConfig,
+        out,
+        learning_rate=0.05,
+        eval_strategy="steps",
+        eval_steps=1,
+        save_steps=1,
+        load_best_model_at_end=True,
+        metric_for_best_model="rewards/phase/mean",
+        save_only_model=True,
+        per_device_eval_batch_size=4,
+        seed=0,
+        **kw,
+    )
+    return mod.GRPOTrainer(
+        model=str(model),
+        reward_funcs=[short, phase],
+        args=args,
+        train_dataset=Dataset.from_list(ROWS8[:4]),
+        eval_dataset=Dataset.from_list(ROWS8[:1]),
+        callbacks=[Phase()],
+    )
+
+
 @pytest.mark.parametrize("lib", ["grpokit.trl", "trl"])
 def test_best_model_eval_delay_and_save_only_model_as_trl(lib, tmp_path):
     """The same script under TRL and grpokit.trl: evaluations from step 2 (eval_delay=2), the best by the
@@ -238,37 +266,8 @@ def test_best_model_eval_delay_and_save_only_model_as_trl(lib, tmp_path):
 
     mod = importlib.import_module(lib)
     model, out = make_chat_model(tmp_path / "model"), tmp_path / "out"
-    args = mod.GRPOConfig(
-        output_dir=str(out),
-        max_steps=4,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        bf16=False,
-        learning_rate=0.05,
-        logging_steps=1,
-        eval_strategy="steps",
-        eval_steps=1,
-        save_steps=1,
-        eval_delay=2,
-        load_best_model_at_end=True,
-        metric_for_best_model="rewards/phase/mean",
-        save_total_limit=1,
-        save_only_model=True,
-        per_device_eval_batch_size=4,
-        seed=0,
-        report_to="none",
-    )
-    tr = mod.GRPOTrainer(
-        model=str(model),
-        reward_funcs=[short, phase],
-        args=args,
-        train_dataset=Dataset.from_list(ROWS8[:4]),
-        eval_dataset=Dataset.from_list(ROWS8[:1]),
-        callbacks=[Phase()],
+    tr = phase_trainer(
+        mod, model, out, max_steps=4, bf16=False, logging_steps=1, eval_delay=2, save_total_limit=1, report_to="none"
     )
     tr.train()
     s = tr.state
@@ -390,39 +389,13 @@ def test_a_resumed_run_keeps_its_best_model_record_and_resumes_a_save_only_model
     the record carried over from checkpoint-2's trainer_state.json, and its weights are loaded at the end."""
     from safetensors.torch import load_file
 
-    from grpokit.trl import GRPOTrainer
+    import grpokit.trl as grpokit_trl
 
     monkeypatch.setattr(Phase, "table", {1: 1.0, 2: 3.0, 3: 2.0})
     model, out = make_chat_model(tmp_path / "model"), tmp_path / "out"
 
     def run(max_steps, **kw):
-        args = GRPOConfig(
-            output_dir=str(out),
-            max_steps=max_steps,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=4,
-            use_cpu=True,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
-            learning_rate=0.05,
-            eval_strategy="steps",
-            eval_steps=1,
-            save_steps=1,
-            load_best_model_at_end=True,
-            metric_for_best_model="rewards/phase/mean",
-            save_only_model=True,
-            per_device_eval_batch_size=4,
-            seed=0,
-        )
-        tr = GRPOTrainer(
-            model=str(model),
-            reward_funcs=[short, phase],
-            args=args,
-            train_dataset=Dataset.from_list(ROWS8[:4]),
-            eval_dataset=Dataset.from_list(ROWS8[:1]),
-            callbacks=[Phase()],
-        )
+        tr = phase_trainer(grpokit_trl, model, out, max_steps=max_steps)
         tr.train(**kw)
         return tr
 
@@ -455,15 +428,10 @@ def test_token_counts_in_every_entry_and_the_last_step_evaluated_as_trl(lib, tmp
     include_num_input_tokens_seen every entry carries the running token count (TRL's num_tokens) and the
     training entry also train_runtime and train_tokens_per_second, the final entry not the latter."""
     mod = importlib.import_module(lib)
-    args = mod.GRPOConfig(
-        output_dir=str(tmp_path / "out"),
+    args = small_args(
+        mod.GRPOConfig,
+        tmp_path / "out",
         max_steps=3,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         bf16=False,
         logging_steps=2,
         eval_strategy="steps",
@@ -517,15 +485,10 @@ def test_hub_revision_is_the_branch_of_every_push_to_a_fake_hub(tmp_path, monkey
 
     with FakeHub() as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        args = GRPOConfig(
-            output_dir=str(tmp_path / "run"),
+        args = small_args(
+            GRPOConfig,
+            tmp_path / "run",
             max_steps=2,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=4,
-            use_cpu=True,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
             push_to_hub=True,
             hub_model_id="me/tiny",
             hub_revision="dev",
@@ -563,15 +526,11 @@ def test_ignore_data_skip_resumes_at_the_start_of_the_epoch(tmp_path, ignore):
     out, model = tmp_path / "out", make_chat_model(tmp_path / "model")
 
     def run(max_steps, **kw):
-        args = GRPOConfig(
-            output_dir=str(out),
+        args = small_args(
+            GRPOConfig,
+            out,
             max_steps=max_steps,
-            per_device_train_batch_size=4,
-            num_generations=4,
             max_completion_length=2,
-            use_cpu=True,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
             save_steps=1,
             ignore_data_skip=ignore,
         )

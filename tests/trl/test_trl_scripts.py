@@ -1,13 +1,13 @@
-"""TRL scripts run under grpokit with only the import line changed (issue 18).
+"""TRL scripts run under grpokit with only the import line changed.
 
 tests/trl_scripts/ holds a quickstart-style script (conversational prompts, reward functions that
 read ``c[0]["content"]``, extra columns, reward weights, trainer_state, log_metric) and a LoRA script
 (plain-text prompts, peft.LoraConfig); a features script (num_iterations, logging, evaluation,
 checkpoints, a rollout_func, callbacks, a bad value) compares step counts, log_history keys,
-checkpoints and the first loss with TRL's recorded report (issue 30 adds adaptive entropy, cast_lm_head_to_fp32,
-NEFTune, save_only_model, load_best_model_at_end, eval_delay and cispo without epsilon_high). Each runs here as written except for
-``from trl import ...`` -> ``from grpokit.trl import ...``; the slow test also runs the untouched
-file under TRL itself (the oracle) and compares what the reward functions received.
+checkpoints and the first loss with TRL's recorded report (also adaptive entropy, cast_lm_head_to_fp32,
+NEFTune, save_only_model, load_best_model_at_end, eval_delay and cispo without epsilon_high). Each runs here as written
+except for ``from trl import ...`` -> ``from grpokit.trl import ...``; the slow test also runs the untouched file under
+TRL itself (the oracle) and compares what the reward functions received.
 """
 
 from __future__ import annotations
@@ -192,10 +192,11 @@ def assert_same_as_trl(ours: dict, trl: dict) -> None:
             assert set(want["evaluate"]) <= set(got["evaluate"]), sorted(set(want["evaluate"]) - set(got["evaluate"]))
     # the same completions (a rollout_func): the same rewards and first loss (ratio 1: minus the token-mean advantage,
     # here rewards 0.1 .. 0.4 over 1 .. 4 tokens: mean 0.25, unbiased std 0.1291, advantages -+1.161, -+0.387,
-    # loss = -(-1.161*1 - 0.387*2 + 0.387*3 + 1.161*4) / 10 tokens = -0.387); the gradient norms differ (TRL 4.636, grpokit 4.755, not yet explained)
+    # loss = -(-1.161*1 - 0.387*2 + 0.387*3 + 1.161*4) / 10 tokens = -0.387); the gradient norms differ
+    # (TRL 4.636, grpokit 4.755, not yet explained)
     for key in ("reward", "loss"):
         assert ours["rollout"][key] == pytest.approx(trl["rollout"][key], rel=1e-4, abs=1e-6), key
-    # issue 30: TRL's luspo, vespo, delta and normalize_then_sum on the same completions, the same first loss (ratio 1).
+    # TRL's luspo, vespo, delta and normalize_then_sum on the same completions, the same first loss (ratio 1).
     # luspo sums each completion's tokens: -(-1.161*1 - 0.387*2 + 0.387*3 + 1.161*4) / 4 completions = -0.968;
     # delta changes nothing at ratio 1. vespo's weight is 1 at ratio 1 (both log vespo/phi_seq_mean 1.0), so its loss
     # is -(sum A log pi) / 10 tokens and depends on the model's log-probs themselves, which differ by ~0.3% between

@@ -8,7 +8,7 @@ from datasets import Dataset
 
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.surface import add_to_logs, high_entropy_mask, new_logs
-from helpers.trl_models import make_chat_model
+from helpers.trl_models import make_chat_model, save_tiny_reward_model
 
 E = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.7, 0.8, 0.9, 1.0, 1.1, 1.2]])
 M = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])  # 10 real tokens: 0.1 .. 1.0
@@ -51,19 +51,24 @@ def named(completions, **kwargs):
     return [0.0] * len(completions)
 
 
-def test_trainer_attributes_trl_scripts_read(tmp_path):
-    model = make_chat_model(tmp_path / "m")
-    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    a = GRPOConfig(
+def one_step_args(tmp_path, **kw):
+    """One CPU step of 1 prompt x 2 completions of at most 2 tokens, writing to ``tmp_path / "run"``."""
+    return GRPOConfig(
         output_dir=str(tmp_path / "run"),
         max_steps=1,
         per_device_train_batch_size=2,
         num_generations=2,
         max_completion_length=2,
         use_cpu=True,
-        reward_weights=[0.5],
         report_to="none",
+        **kw,
     )
+
+
+def test_trainer_attributes_trl_scripts_read(tmp_path):
+    model = make_chat_model(tmp_path / "m")
+    data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
+    a = one_step_args(tmp_path, reward_weights=[0.5])
     tr = GRPOTrainer(str(model), reward_funcs=[named], args=a, train_dataset=data)
     assert tr.aux_loss_enabled is False and tr.router_aux_loss_coef == 0.0  # a dense model: no router loss to add
     assert tr.reward_func_names == ["named"] and tr.reward_processing_classes == [None]
@@ -85,16 +90,7 @@ def test_a_peft_model_given_as_the_model_trains_its_own_adapters(tmp_path):
         AutoModelForCausalLM.from_pretrained(str(folder)), LoraConfig(r=4, target_modules=["q_proj"])
     )
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    a = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=2,
-        use_cpu=True,
-        learning_rate=0.1,
-        report_to="none",
-    )
+    a = one_step_args(tmp_path, learning_rate=0.1)
     with pytest.raises(ConfigError, match="^model is already a PeftModel and peft_config is set too"):
         GRPOTrainer(model, reward_funcs=[_varied], args=a, train_dataset=data, peft_config=LoraConfig())
     tr = GRPOTrainer(model, reward_funcs=[_varied], args=a, train_dataset=data)
@@ -139,17 +135,7 @@ def test_a_model_with_its_own_code_is_refused_at_construction_without_trust_remo
 def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
     model = make_chat_model(tmp_path / "m")
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    a = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        per_device_eval_batch_size=2,
-        num_generations_eval=1,
-        max_completion_length=2,
-        use_cpu=True,
-        report_to="none",
-    )
+    a = one_step_args(tmp_path, per_device_eval_batch_size=2, num_generations_eval=1)
     tr = GRPOTrainer(
         str(model), reward_funcs=[_varied], args=a, train_dataset=data, eval_dataset=data.to_iterable_dataset()
     )  # a stream: read to its end at each evaluation
@@ -168,21 +154,13 @@ def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp
 
     model = make_chat_model(tmp_path / "m")
     data = Dataset.from_list([{"prompt": "say ab"}, {"prompt": "say cd"}])
-    kw = dict(
-        output_dir=str(tmp_path / "run"),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=2,
-        use_cpu=True,
-        report_to="none",
-        importance_sampling_level="sequence",
-    )
     with caplog.at_level(logging.WARNING):
-        GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="grpo"), train_dataset=data)
+        a = one_step_args(tmp_path, importance_sampling_level="sequence", loss_type="grpo")
+        GRPOTrainer(str(model), reward_funcs=[_none], args=a, train_dataset=data)
     assert "weights each sequence by its completion length" not in caplog.text  # grpo: GSPO's own setting
     with caplog.at_level(logging.WARNING):
-        tr = GRPOTrainer(str(model), reward_funcs=[_none], args=GRPOConfig(**kw, loss_type="dapo"), train_dataset=data)
+        a = one_step_args(tmp_path, importance_sampling_level="sequence", loss_type="dapo")
+        tr = GRPOTrainer(str(model), reward_funcs=[_none], args=a, train_dataset=data)
     assert "weights each sequence by its completion length" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -193,42 +171,16 @@ def test_trl_warnings_sequence_level_with_a_summed_loss_and_all_rewards_none(tmp
 
 
 def test_a_reward_model_object_with_its_own_tokenizer_scores_up_to_that_tokenizers_pad(tmp_path):
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        LlamaConfig,
-        LlamaForSequenceClassification,
-    )
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     chat = make_chat_model(tmp_path / "m")
     tok = AutoTokenizer.from_pretrained(chat)
-    torch.manual_seed(1)
-    LlamaForSequenceClassification(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            num_labels=1,
-            pad_token_id=0,
-        )
-    ).save_pretrained(tmp_path / "rm")
-    tok.save_pretrained(tmp_path / "rm")
+    save_tiny_reward_model(tmp_path / "rm", tok)
     rm = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm")  # an object, as TRL accepts
     rtok = AutoTokenizer.from_pretrained(tmp_path / "rm")
     rtok.pad_token = rtok.convert_ids_to_tokens(3)  # a pad of its own, as TRL's Llama reward test sets
     data = Dataset.from_list([{"prompt": "say ab"}])
-    a = GRPOConfig(
-        output_dir=str(tmp_path / "run"),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=2,
-        use_cpu=True,
-        report_to="none",
-    )
+    a = one_step_args(tmp_path)
     tr = GRPOTrainer(str(chat), reward_funcs=rm, args=a, train_dataset=data, reward_processing_classes=rtok)
     assert tr.reward_func_names == ["rm"] and tr.reward_processing_classes == [rtok]
     assert rm.config.pad_token_id == 3  # transformers reads the score at the last token before this pad

@@ -13,7 +13,7 @@ from datasets import Dataset
 from grpokit.config import ConfigError
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from helpers.runs import ROWS, likes_a, tiny_cfg
-from helpers.trl_models import FakeHub
+from helpers.trl_models import FakeHub, save_tiny_reward_model, small_args
 
 
 def short(completions, **kwargs):
@@ -26,17 +26,7 @@ def tags_lengths(completions, log_extra, **kwargs):
 
 
 def args(out, **kw):
-    base = dict(
-        output_dir=str(out),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=4,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-    )
-    return GRPOConfig(**{**base, **kw})
+    return small_args(GRPOConfig, out, **{"max_steps": 2, **kw})
 
 
 DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}], "word": w} for w in ("ab", "cd", "ef")])
@@ -123,24 +113,10 @@ def test_log_extra_values_sit_beside_their_completions_in_samples(chat_model, tm
 
 
 def test_reward_model_given_by_folder_scores_the_conversation(chat_model, tmp_path):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(chat_model)
-    torch.manual_seed(1)
-    rm = LlamaForSequenceClassification(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            num_labels=1,
-            pad_token_id=0,
-        )
-    )
-    rm.save_pretrained(tmp_path / "rm")
-    tok.save_pretrained(tmp_path / "rm")
+    rm = save_tiny_reward_model(tmp_path / "rm", tok)
     tr = GRPOTrainer(
         str(chat_model),
         reward_funcs=[str(tmp_path / "rm")],

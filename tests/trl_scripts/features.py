@@ -181,7 +181,8 @@ for name, kwargs in {
     first = t.state.log_history[0]
     report[name] = summary(t, loss=first["loss"], reward=first["reward"])
 
-# 10. issue 30's later arguments: the same steps and log_history keys (the first loss too where the math is shared)
+# 10. more TRL arguments (adaptive entropy, NEFTune, best model, ...): the same steps and log_history keys
+# (the first loss too where the math is shared)
 for name, kwargs in {
     "adaptive_entropy": dict(use_adaptive_entropy=True),
     "cast_lm_head_to_fp32": dict(cast_lm_head_to_fp32=True),

@@ -2,9 +2,8 @@
 
 tests/trl/test_trl_scripts.py runs this file as it is under TRL and, with only the import line changed,
 under grpokit; both write per feature the step count, the log_history keys, the learning rate and
-epoch of every logged step, the evaluated steps and (with a save_strategy) the checkpoints to GRPO_REPORT as JSON, and the
-test compares the two. GRPO_MODEL is a tiny local model with a character tokenizer; GRPO_OUT a
-scratch folder.
+epoch of every logged step, the evaluated steps and (with a save_strategy) the checkpoints to GRPO_REPORT as JSON, and
+the test compares the two. GRPO_MODEL is a tiny local model with a character tokenizer; GRPO_OUT a scratch folder.
 """
 
 import json
@@ -92,8 +91,9 @@ train("iterations_schedule", num_iterations=2, lr_scheduler_type="cosine")  # 4 
 train("adafactor", optim="adafactor", max_steps=2)
 train("sgd", optim="sgd", optim_args="momentum=0.9,nesterov=True", max_steps=2)
 
-# 3. epoch strategies: 5 rows, 2 prompts (x G 2 = 4 completions) a step: 2 whole generation batches an epoch (the 5th row
-# is dropped, as RepeatSampler does), so 1.5 epochs are ceil(1.5 * 2) = 3 steps: epoch ends at steps 2 and 3 (the end)
+# 3. epoch strategies: 5 rows, 2 prompts (x G 2 = 4 completions) a step: 2 whole generation batches an epoch
+# (the 5th row is dropped, as RepeatSampler does), so 1.5 epochs are ceil(1.5 * 2) = 3 steps: epoch ends at
+# steps 2 and 3 (the end)
 small = Dataset.from_list(rows[:5])
 epochs = dict(dataset=small, max_steps=-1, num_train_epochs=1.5, num_generations=2)
 train("save_epoch", save_strategy="epoch", **epochs)

@@ -1,4 +1,4 @@
-"""The longest prompt a run takes, enforced once, at start (issue 35).
+"""The longest prompt a run takes, enforced once, at start.
 
 A prompt longer than the model can hold never ends well: 8 prompts of 40,000 characters on the demo
 model (a 64-position model) ran over 4 minutes without a step. So every prompt (training and

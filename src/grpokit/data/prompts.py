@@ -86,18 +86,21 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
     cols = list(rows[0])
     if cfg.prompt_column not in cols:
         raise ConfigError(
-            f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)}"
+            f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; "
+            f"its columns are: {', '.join(cols)}"
         )
     if cfg.answer_column and cfg.answer_column not in cols:
         raise ConfigError(
-            f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; its columns are: {', '.join(cols)} (set data.answer_column= to use none)"
+            f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; "
+            f"its columns are: {', '.join(cols)} (set data.answer_column= to use none)"
         )
     out = []
     for n, r in enumerate(rows, 1):
         r = dict(r)
         if r.get(cfg.prompt_column) is None:  # ragged rows: datasets fills a missing column with None
             raise ConfigError(
-                f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; give every row a prompt"
+                f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; "
+                "give every row a prompt"
             )
         r["prompt"] = r.pop(cfg.prompt_column)
         if cfg.answer_column:

@@ -50,7 +50,8 @@ def load_image(value: Any, row: int):
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError, TypeError) as e:
         raise ConfigError(
-            f"row {row}: image {where} could not be read ({type(e).__name__}); give a PNG/JPEG file, bytes or a PIL image"
+            f"row {row}: image {where} could not be read ({type(e).__name__}); "
+            "give a PNG/JPEG file, bytes or a PIL image"
         ) from None
 
 
@@ -91,7 +92,8 @@ def encode_prompt(row: dict[str, Any], index: int, processor, system_prompt: str
     parts = sum(1 for m in messages if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "image")
     if parts != len(images):
         raise ConfigError(
-            f"row {index}: the prompt has {parts} image parts but the row has {len(images)} images; give one image per {{'type': 'image'}} part"
+            f"row {index}: the prompt has {parts} image parts but the row has {len(images)} images; "
+            "give one image per {'type': 'image'} part"
         )
     if not getattr(processor, "chat_template", None):
         raise ConfigError(
@@ -200,8 +202,8 @@ def placeholder_ids(model) -> list[int]:
 
 def hide_placeholders(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
     """``logits`` with the placeholder tokens at -1e4 (probability 0 in every dtype; finite, so the
-    entropy and a division by the temperature stay numbers). A sampled placeholder would be taken for an image without pixels by
-    the next forward (measured: M-RoPE positions one image grid too long); the rollout and every
+    entropy and a division by the temperature stay numbers). A sampled placeholder would be taken for an image without
+    pixels by the next forward (measured: M-RoPE positions one image grid too long); the rollout and every
     log-probability pass hide the same ids, so sampling and training describe one distribution."""
     if not ids:
         return logits

@@ -31,7 +31,6 @@ from typing import Any
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESULT_OPEN, RESULT_CLOSE = "<tool_result>", "</tool_result>"
-FORMATS = ("auto", "chat_template", "tags")
 MAX_DEPTH = 20  # default env.max_tool_nesting: real tool arguments are a few levels deep
 _CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 

@@ -236,6 +236,11 @@ def _scores(
         ex.shutdown(wait=True, cancel_futures=True)
 
 
+def _limits(wall_s: float, memory_mb: int) -> Limits:
+    """A program's limits: ``wall_s`` of wall clock, as many whole CPU seconds (at least 1), ``memory_mb``."""
+    return Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
+
+
 def code_pass_fraction(
     completions: list[Any],
     test_cases: list[Any] | None = None,
@@ -246,8 +251,9 @@ def code_pass_fraction(
     **kwargs: Any,
 ) -> list[float | None]:
     """Fraction of test cases the completion's program passes (see the module docstring)."""
-    limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
-    return _scores(completions, test_cases, False, limits, allow_unsafe_code_execution, max_parallel)
+    return _scores(
+        completions, test_cases, False, _limits(wall_s, memory_mb), allow_unsafe_code_execution, max_parallel
+    )
 
 
 def code_all_pass(
@@ -260,5 +266,4 @@ def code_all_pass(
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 iff the completion's program passes every test case, else 0.0."""
-    limits = Limits(wall_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_bytes=memory_mb * 2**20)
-    return _scores(completions, test_cases, True, limits, allow_unsafe_code_execution, max_parallel)
+    return _scores(completions, test_cases, True, _limits(wall_s, memory_mb), allow_unsafe_code_execution, max_parallel)

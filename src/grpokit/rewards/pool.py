@@ -12,8 +12,9 @@ Design notes:
   cannot start workers.
 - Each worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG), so a crashed trainer
   leaves no busy orphans behind (workers are started from one process-long thread, since the signal
-  follows the starting thread); a worker found dead while idle is replaced; every pool still open at interpreter exit is closed by an atexit hook,
-  so a script that never calls `close()` exits promptly instead of waiting on idle workers forever.
+  follows the starting thread); a worker found dead while idle is replaced; every pool still open at interpreter exit is
+  closed by an atexit hook, so a script that never calls `close()` exits promptly instead of waiting on idle workers
+  forever.
 - Many threads may call `run` on one pool at once (the reward runner calls unpicklable reward functions
   from threads, and they share the process-wide math-verify pool). A call checks out idle workers, so
   one worker serves one call at a time, and every request carries an id that the reply must echo: a

@@ -16,9 +16,9 @@ soft but cannot block exit or pile up threads. Define reward functions at module
 Failures. Every failure (exception, `sys.exit`, a `KeyboardInterrupt` the function raises itself, timeout,
 wrong return length, a value that is not a number or None, NaN, infinite or beyond float32 such as 1e300,
 an `ItemFailure` the function returns for one completion it could not score, such as math-verify's time-out)
-is counted per function (`rewards/<name>/failures`, of which `timeouts` and `nonfinite`); the first `max_logged_errors` are logged with the offending
-completion. A failed item gets `failure_value` in the total and is left out of the function's mean and
-std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
+is counted per function (`rewards/<name>/failures`, of which `timeouts` and `nonfinite`); the first `max_logged_errors`
+are logged with the offending completion. A failed item gets `failure_value` in the total and is left out of the
+function's mean and std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
 `RewardError`. `rewards/failed_fraction` (failed items / all items of the step) feeds a health alarm.
 
 Infrastructure failures are not counted: a `RewardInfrastructureError` (a worker pool that cannot start

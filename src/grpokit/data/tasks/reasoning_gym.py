@@ -51,10 +51,6 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _INT_GOLD = re.compile(r"^-?\d+(?:\.\d+)?$")
 
 
-def is_reasoning_gym(task: str) -> bool:
-    return task.startswith(PREFIX)
-
-
 def parse_mix(task: str) -> dict[str, float]:
     """``reasoning_gym:a=2,b`` -> ``{"a": 2.0, "b": 1.0}``, each name checked against reasoning-gym."""
     names = _registry()
@@ -101,7 +97,7 @@ def split_params(mix: dict[str, float], params: dict) -> tuple[dict[str, dict], 
             )
         configs = {name: dict(params.get(name) or {}) for name in mix}
     for name, config in configs.items():
-        _dataset(name, json.dumps(config, sort_keys=True), 0, 1)  # a bad field: one sentence now, not in a worker
+        _dataset(name, json.dumps(config, sort_keys=True), 0, 1)  # a bad field: one sentence here, not in a worker
     return configs, instruction
 
 

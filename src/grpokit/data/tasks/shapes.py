@@ -8,8 +8,9 @@ Two kinds of question, both verifiable without a model (VLM-R1 / R1-V's recipe i
 
 Shapes are 12 px squares and discs, one per 16 px cell of a 4 x 4 grid (2 px from the cell's
 corner), and a cell is exactly one image token of the tiny model (8 px patches merged 2 x 2), so the
-task is about reading the image, not about sub-token precision; a box one cell off scores IoU 0. A scene is described by a short string (``scene_key``); it is held out when
-``crc32(key) % 10 == 0``, so no held-out scene is ever drawn for training (as in arithmetic.py).
+task is about reading the image, not about sub-token precision; a box one cell off scores IoU 0. A scene is described by
+a short string (``scene_key``); it is held out when ``crc32(key) % 10 == 0``, so no held-out scene is ever drawn for
+training (as in arithmetic.py).
 
 Rows follow TRL's vision convention: a conversational ``prompt`` whose user content holds an
 ``{"type": "image"}`` part, the PIL image in the ``image`` column, ``answer``, ``kind`` and ``scene``

@@ -236,19 +236,6 @@ class Cgroup:
             for pid in members:
                 _kill_member(pid, self.folders.get("unified") or self.folders.get("pids") or "")
 
-    def peak_bytes(self) -> int | None:
-        """Highest memory use of the tree (v2 memory.peak, v1 memory.max_usage_in_bytes), if known."""
-        folder, file = (
-            (self.folders.get("unified"), "memory.peak")
-            if "unified" in self.folders
-            else (self.folders.get("memory"), "memory.max_usage_in_bytes")
-        )
-        try:
-            with open(os.path.join(folder or "", file)) as f:
-                return int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def remove(self) -> None:
         """Remove the folders (the launcher reaped every member before exiting); retried while busy."""
         for folder in self.folders.values():

@@ -71,7 +71,6 @@ class RunResult:
     stderr: str = ""
     records: list[dict] = field(default_factory=list)
     budget: str = ""  # how the budget was held: "cgroup2", "cgroup1" or "rlimit"
-    memory_peak_bytes: int | None = None  # the tree's highest memory use (cgroup modes)
     channel_overflow: bool = False  # the channel held more than the parent reads (max_output_bytes * 64)
 
 
@@ -270,7 +269,6 @@ def _run(
                 timed_out = not wait_exit(proc, limits.wall_s, cancel)
             finally:  # also when the wait is interrupted (a reward's deadline): never leave the sandbox running
                 _stop(proc, timed_out, cgroup, isolated, info)
-            peak = cgroup.peak_bytes() if cgroup is not None else None
             channel.seek(0)
             cap = limits.max_output_bytes * 64
             raw = channel.read(cap + 1)
@@ -278,7 +276,7 @@ def _run(
             err.seek(0)
             stderr = err.read(4096).decode("utf-8", "replace")
     return RunResult(
-        text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, peak, len(raw) > cap
+        text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, channel_overflow=len(raw) > cap
     )
 
 

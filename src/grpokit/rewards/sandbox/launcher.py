@@ -13,10 +13,10 @@ It dies with the trainer: PR_SET_PDEATHSIG(SIGKILL), then a check that the train
 did not die before the request; bwrap's --die-with-parent and the PID namespace take the sandbox
 along. In unsafe mode (no bwrap) the command gets the same parent-death signal (sandbox/cleanup.py).
 
-JSON fields: parent_pid (the trainer's pid), argv (list[str], the command to exec), limits (dict name -> int, see LIMITS), cgroup_procs
-(list of cgroup.procs files to join; if one cannot be joined the command is not started), channel_fd
-(an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional,
-becomes descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
+JSON fields: parent_pid (the trainer's pid), argv (list[str], the command to exec), limits (dict name -> int, see
+LIMITS), cgroup_procs (list of cgroup.procs files to join; if one cannot be joined the command is not started),
+channel_fd (an inherited descriptor that becomes descriptor 3, the harness's result channel), info_fd (optional, becomes
+descriptor 4 for bwrap's --info-fd), seccomp_fd (optional, becomes descriptor 5 for bwrap's
 --seccomp).
 """
 
