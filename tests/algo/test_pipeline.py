@@ -121,3 +121,27 @@ def test_mo_grpo_then_edge_stages():
     inp = run(AlgoConfig(entropy_advantage=True), sb, batch, lp, component_weights=(1.0, 0.5))
     assert inp.advantages.tolist() == pytest.approx([2 * a_mo, -a_mo * 2 / 3], rel=1e-5)
     assert inp.metrics["eda/scale/max"] == pytest.approx(2.0)
+
+
+def test_a_stage_with_its_own_switch_runs_with_no_name_list_to_edit():
+    # a token mask registered with its switch (StageSpec.active) runs whenever the switch is on, after the
+    # built-in ones; it declared no needs, so no log-probabilities are taken for it
+    from grpokit.algo import registry
+
+    spec = registry.StageSpec(active=lambda s: s.algo.max_sampling_rounds == 7)
+
+    @registry.register_token_mask("zz_first_token", spec)
+    def first_token(ctx):
+        keep = torch.zeros_like(ctx.mask_NT)
+        keep[:, 0] = 1
+        return ctx.mask_NT * keep
+
+    try:
+        assert mask_names(StepSettings(AlgoConfig())) == []
+        on = AlgoConfig(max_sampling_rounds=7, mask_truncated=True)
+        assert mask_names(StepSettings(on)) == ["overlong", "zz_first_token"]
+        assert needed_logprobs(StepSettings(on)) == (False, False, False)
+        sb, batch = scored([1.0, 0.0], 2, [2, 2])  # both rows end with eos: overlong keeps them
+        assert run(on, sb, batch).loss_mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]
+    finally:
+        del registry.TOKEN_MASKS["zz_first_token"], registry.STAGE_SPECS["token mask"]["zz_first_token"]
