@@ -12,6 +12,8 @@ one sentence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from grpokit.types import repeat_columns
@@ -131,18 +133,34 @@ def credit_config_errors(c) -> list[str]:
     return out
 
 
-@register_advantage("gigpo", StageSpec(config_errors=credit_config_errors))
+@dataclass(frozen=True)
+class GiGPOParams:
+    """GiGPO's own parameters (the config's fields of the same names)."""
+
+    step_gamma: float = 0.95  # discount per turn of the episode's reward
+    gigpo_step_weight: float = 1.0  # omega: weight of the step-level advantage
+
+
+@dataclass(frozen=True)
+class GAGPOParams:
+    """GAGPO's own parameters (the config's fields of the same names)."""
+
+    step_gamma: float = 0.95  # discount per turn of the episode's reward
+    gae_lambda: float = 0.95  # lambda of the GAE-style sum of temporal differences
+
+
+@register_advantage("gigpo", StageSpec(params=GiGPOParams, config_errors=credit_config_errors))
 def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GiGPO: episode-level group advantage plus step-level advantage over equal states, per turn."""
-    a = ctx.algo
+    a, p = ctx.algo, ctx.params
     rewards, states, mask = _step_tensors(ctx)
     adv_NS, metrics = gigpo_advantages(
         ctx.rewards_N.view(-1, ctx.group_size).float(),
         rewards,
         states,
         mask,
-        gamma=a.step_gamma,
-        step_weight=a.gigpo_step_weight,
+        gamma=p.step_gamma,
+        step_weight=p.gigpo_step_weight,
         scale="none" if a.scale == "none" else "group",
         std=a.std,
         eps=a.adv_eps,
@@ -150,13 +168,13 @@ def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
-@register_advantage("gagpo", StageSpec(config_errors=credit_config_errors))
+@register_advantage("gagpo", StageSpec(params=GAGPOParams, config_errors=credit_config_errors))
 def gagpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GAGPO: group-anchored GAE over the turns of each episode, per turn."""
-    a = ctx.algo
+    a, p = ctx.algo, ctx.params
     rewards, states, mask = _step_tensors(ctx)
     adv_NS, metrics = gagpo_advantages(
-        rewards, states, mask, ctx.group_size, gamma=a.step_gamma, lam=a.gae_lambda, std=a.std, eps=a.adv_eps
+        rewards, states, mask, ctx.group_size, gamma=p.step_gamma, lam=p.gae_lambda, std=a.std, eps=a.adv_eps
     )
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
@@ -183,17 +201,26 @@ def shaping_config_errors(c) -> list[str]:
     return out
 
 
-SHAPING = StageSpec(needs_entropy=True, config_errors=shaping_config_errors)
+@dataclass(frozen=True)
+class ShapingParams:
+    """GTPO's and GRPO-S's own parameters (the config's fields of the same names)."""
+
+    shaping_base_weight: float = 1.0  # alpha1 / beta1: weight of the outcome reward
+    shaping_entropy_weight: float = 0.1  # alpha2 / beta2: weight of the entropy-shaped bonus or penalty
+    gtpo_normalization: str = "polarity"  # GTPO: "polarity" (eq. 6) or "joint"
+
+
+SHAPING = StageSpec(needs_entropy=True, params=ShapingParams, config_errors=shaping_config_errors)
 
 
 @register_advantage("gtpo", SHAPING)
 def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GTPO (arXiv 2508.04349): per-token rewards shaped by pi_old's entropies, ``(N, T)``; the token
     statistics run over every rank's tokens."""
-    a, dist = ctx.algo, ctx.dist
+    a, p, dist = ctx.algo, ctx.params, ctx.dist
     ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
     r_PG = ctx.rewards_N.float().view(-1, ctx.group_size)
-    b1, b2 = a.shaping_base_weight, a.shaping_entropy_weight
+    b1, b2 = p.shaping_base_weight, p.shaping_entropy_weight
     pools = None
     if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
         shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
@@ -202,14 +229,14 @@ def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
             dist.gather_varlen(shaped[valid & ~pos_N[:, None]]),
         )
     return gtpo_advantages(
-        r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=a.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
+        r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=p.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
     )
 
 
 @register_advantage("grpo_s", SHAPING)
 def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO-S: per-completion rewards shaped by the mean token entropy, then ``baseline`` / ``scale``."""
-    a, dist, G = ctx.algo, ctx.dist, ctx.group_size
+    a, p, dist, G = ctx.algo, ctx.params, ctx.dist, ctx.group_size
     ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
     r_PG = ctx.rewards_N.float().view(-1, G)
     seq_ent = (ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GRPO-S eq. 8: mean token entropy
@@ -217,8 +244,8 @@ def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     adv_PG, metrics = grpo_s_advantages(
         dist.gather_rows(r_PG),
         dist.gather_rows(seq_ent).view(-1, G),
-        beta1=a.shaping_base_weight,
-        beta2=a.shaping_entropy_weight,
+        beta1=p.shaping_base_weight,
+        beta2=p.shaping_entropy_weight,
         baseline=a.baseline,
         scale=a.scale,
         std=a.std,

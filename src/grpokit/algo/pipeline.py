@@ -139,6 +139,7 @@ class AdvantageContext:
     group_size: int
     dist: Collectives
     process_fn: Callable | None = None
+    params: object | None = None  # the estimator's own parameters (advantage_params: its StageSpec.params record)
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,15 @@ def loss_settings(a: AlgoConfig) -> tuple[LossSettings, Normalisers]:
 
 def objective_params(a: AlgoConfig) -> object | None:
     """The chosen objective's own parameters, read from the config fields its params record names."""
-    cls = objective_spec(a.objective).params
+    return _params_from(objective_spec(a.objective).params, a)
+
+
+def advantage_params(a: AlgoConfig) -> object | None:
+    """The chosen advantage estimator's own parameters, read from the config fields its params record names."""
+    return _params_from(stage_spec("advantage", a.advantage).params, a)
+
+
+def _params_from(cls, a: AlgoConfig) -> object | None:
     return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)}) if cls is not None else None
 
 
@@ -245,7 +254,7 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
     for name in reward_stage_names(s):
         rewards_N, m = lookup("reward stage", name)(stage_ctx, rewards_N)
         metrics.update(m)
-    ctx = AdvantageContext(a, scored, rewards_N, mask, lp.entropy, G, dist, s.process_fn)
+    ctx = AdvantageContext(a, scored, rewards_N, mask, lp.entropy, G, dist, s.process_fn, advantage_params(a))
     advantages, adv_metrics = lookup("advantage", a.advantage)(ctx)
     post_metrics = {}
     for name in advantage_stage_names(s):

@@ -47,6 +47,7 @@ class StageSpec:
     needs_old: bool = False  # it reads pi_old's log-probabilities (LogProbs.old)
     needs_entropy: bool = False  # it reads pi_old's token entropies (LogProbs.entropy); implies needs_old
     active: Callable[[Any], bool] | None = None  # StepSettings -> whether it runs (None: when the config names it)
+    params: Callable[..., Any] | None = None  # its own parameters: a record whose field names are its config fields
     config_errors: Callable[[Any], list[str]] | None = None  # Config -> one sentence per wrong value of its own
 
 
