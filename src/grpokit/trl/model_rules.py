@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpokit.config.sections import ConfigError
-from grpokit.config.validation import GENERATE_OWN_KEYS
+from grpokit.config.validation.rollout import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 
 from .config import GRPOConfig
