@@ -62,7 +62,10 @@ def main() -> None:
             times[name].append(_time(run))
     for name, ms in times.items():
         print(f"{name:>17}: median {statistics.median(ms):7.2f} ms, {min(ms):.2f}-{max(ms):.2f} ms ({len(ms)} batches)")
-    print("threads alive:", {k: sum(t.name == f"grpokit-{k}" for t in threading.enumerate()) for k in ("bench", "bench-before")})
+    print(
+        "threads alive:",
+        {k: sum(t.name == f"grpokit-{k}" for t in threading.enumerate()) for k in ("bench", "bench-before")},
+    )
 
 
 if __name__ == "__main__":

@@ -103,3 +103,16 @@ def test_run_all_keeps_order_bounds_threads_and_raises_the_first_error():
         assert str(e) == "bad row"
     else:
         raise AssertionError("run_all swallowed the error")
+
+
+def test_a_forked_child_starts_its_own_workers():
+    import os
+
+    key = _key("fork")
+    assert call_many(key, [lambda: 1] * 4, timeout_s=5, threads=4)[0].value == 1  # idle workers in the parent
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's idle threads do not exist here
+        outs = call_many(key, [lambda: 5] * 4, timeout_s=5, threads=4)
+        os._exit(0 if [o.value for o in outs] == [5] * 4 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

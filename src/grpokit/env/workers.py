@@ -16,13 +16,15 @@ threads are kept and handed the next call:
   and an abandoned worker never publishes, never returns to the idle list and is never handed
   another task; it ends once its call returns. The stop is sent only while the worker is still on
   that task, so it cannot land in a later call;
-- ``running_abandoned(key)`` counts a key's abandoned workers still running; the callers bound it.
+- ``running_abandoned(key)`` counts a key's abandoned workers still running; the callers bound it;
+- a forked child forgets its parent's workers (they do not exist in it) and starts its own.
 """
 
 from __future__ import annotations
 
 import contextvars
 import ctypes
+import os
 import queue
 import threading
 from typing import Any, Callable
@@ -147,6 +149,17 @@ def started(key: str) -> int:
     """How many threads ``key`` has started so far."""
     with _lock:
         return _started.get(key, 0)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: it forgets their workers and starts its own."""
+    global _lock
+    _lock = threading.Lock()
+    _idle.clear()
+    _abandoned.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_all(key: str, fns: list[Callable[[], Any]], threads: int) -> list[Any]:
