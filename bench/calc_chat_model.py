@@ -1,5 +1,5 @@
 """A tiny chat-template model for the calculator environment, trainable by grpokit and by TRL's
-``environment_factory`` alike (issue 38: bench/hub_env_trl.py compares the two on it).
+``environment_factory`` alike (bench/hub_env_trl.py compares the two on it).
 
 TRL 1.16 runs an environment's tools only for a tokenizer with a chat template that renders tool
 calls and tool messages, and a parser for the model's replies (``tokenizer.response_template``,
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 from grpokit.data.tasks.calculator import TAGS, TOOL_PROB, estimate, format_prompt, train_pairs
 from grpokit.data.tasks.chartok import ALPHABET, build_char_tokenizer, save_char_tokenizer
@@ -134,25 +134,13 @@ def make_batch(tok, pairs, rng: random.Random, batch_size: int, tool_prob: float
 def build(out: Path, steps: int = 1200, batch_size: int = 256, lr: float = 5e-3, tool_prob: float = TOOL_PROB, seed=0):
     """Warm the model up and save it with its tokenizer in ``out`` (deterministic in the arguments)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from make_calc_demo_model import calc_model  # the calculator demo's architecture
     from make_demo_model import warm_up  # the demo models' shared warm-up loop
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     rng, tok = random.Random(seed), build_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    model = LlamaForCausalLM(config)
+    model = calc_model(tok)
     pairs = train_pairs()
     warm_up(model, lambda: make_batch(tok, pairs, rng, batch_size, tool_prob), steps, lr)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""One verifiers environment trained by grpokit and by TRL 1.16's ``environment_factory`` (issue 38).
+"""One verifiers environment trained by grpokit and by TRL 1.16's ``environment_factory``.
 
 The environment is bench/hub_verifiers_calc.py's (a verifiers Taskset of two-digit
 multiplications, its ``@vf.reward`` ``correct``, its ``@vf.tool`` ``calculator`` Toolset), passed the

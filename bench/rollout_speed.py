@@ -36,7 +36,7 @@ def main(argv=None):
     a, plain, tok, ids = micro_bench_setup(argv)
     import copy
 
-    from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.rollout.hf import SamplingParams
     from grpokit.train import kernels
 
     model = copy.deepcopy(plain)
@@ -47,41 +47,15 @@ def main(argv=None):
     params = SamplingParams(max_new_tokens=a.T)
 
     def ours(engine, model=model):
-        def run(seed):
-            ro = generate(
-                model,
-                ids,
-                a.G,
-                params,
-                eos_token_ids={tok.eos_token_id},
-                pad_token_id=tok.pad_token_id,
-                generator=torch.Generator().manual_seed(seed),
-                engine=engine,
-            )
-            return sum(len(c) for c in ro.completion_ids)
-
-        return run
+        return _grpokit_engine(model, ids, a.G, params, tok, engine)
 
     def hf(seed, model=plain):
         torch.manual_seed(seed)
         tok.padding_side = "left"
         enc = tok([tok.decode(x) for x in ids for _ in range(a.G)], return_tensors="pt", padding=True)
         with torch.no_grad():
-            out = model.generate(
-                **enc,
-                do_sample=True,
-                max_new_tokens=a.T,
-                top_k=0,
-                top_p=1.0,
-                temperature=1.0,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
-            )
-        comp = out[:, enc["input_ids"].shape[1] :]
-        n = 0
-        for row in comp.tolist():
-            n += next((k + 1 for k, x in enumerate(row) if x == tok.eos_token_id), len(row))
-        return n
+            out = model.generate(**enc, **_hf_sampling(a.T, tok))
+        return _generated(out[:, enc["input_ids"].shape[1] :], tok.eos_token_id)
 
     engines = {
         "static": ours("static"),
@@ -90,15 +64,7 @@ def main(argv=None):
         "hf_generate": hf,
         "hf_generate_same_kernels": lambda seed: hf(seed, model),
     }
-    for f in engines.values():
-        f(0)  # warm-up
-    res = {k: [] for k in engines}
-    for r in range(a.rounds):
-        for name, f in engines.items():
-            t = time.perf_counter()
-            n = f(100 + r)
-            res[name].append(n / (time.perf_counter() - t))
-    summary = {k: {"median_tok_s": statistics.median(v), "min": min(v), "max": max(v)} for k, v in res.items()}
+    summary = _alternate(engines, a.rounds)
     summary["static_vs_hf"] = summary["static"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
     summary["dynamic_vs_hf"] = summary["dynamic"]["median_tok_s"] / summary["hf_generate"]["median_tok_s"]
     summary["static_vs_hf_same_kernels"] = (
@@ -126,7 +92,7 @@ def vision_main(argv):
     from grpokit.data.prompts import to_prompts
     from grpokit.data.tasks import shapes
     from grpokit.data.vision import placeholder_ids
-    from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.rollout.hf import SamplingParams
 
     p = argparse.ArgumentParser()
     p.add_argument("--vision", action="store_true")
@@ -142,21 +108,7 @@ def vision_main(argv):
     params = SamplingParams(max_new_tokens=a.T)
 
     def ours(engine):
-        def run(seed):
-            ro = generate(
-                model,
-                [q.ids for q in prompts],
-                a.G,
-                params,
-                eos_token_ids={tok.eos_token_id},
-                pad_token_id=tok.pad_token_id,
-                generator=torch.Generator().manual_seed(seed),
-                engine=engine,
-                vision=[q.vision for q in prompts],
-            )
-            return sum(len(c) for c in ro.completion_ids)
-
-        return run
+        return _grpokit_engine(model, [q.ids for q in prompts], a.G, params, tok, engine, [q.vision for q in prompts])
 
     width = max(len(q.ids) for q in prompts)
     ids = torch.tensor([[tok.pad_token_id] * (width - len(q.ids)) + q.ids for q in prompts for _ in range(a.G)])
@@ -169,17 +121,10 @@ def vision_main(argv):
                 input_ids=ids,
                 attention_mask=(ids != tok.pad_token_id).long(),
                 **extra,
-                do_sample=True,
-                max_new_tokens=a.T,
-                top_k=0,
-                top_p=1.0,
-                temperature=1.0,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
+                **_hf_sampling(a.T, tok),
                 suppress_tokens=placeholder_ids(model),
             )
-        rows = out[:, width:].tolist()
-        return sum(next((k + 1 for k, x in enumerate(r) if x == tok.eos_token_id), len(r)) for r in rows)
+        return _generated(out[:, width:], tok.eos_token_id)
 
     engines = {"static": ours("static"), "dynamic": ours("dynamic"), "hf_generate": hf}
     summary = _alternate(engines, a.rounds)
@@ -189,6 +134,45 @@ def vision_main(argv):
         "BENCH_JSON "
         + json.dumps({"vision": True, "G": a.G, "P": a.P, "T": a.T, "threads": torch.get_num_threads(), **summary})
     )
+
+
+def _grpokit_engine(model, ids, group_size, params, tok, engine, vision=None):
+    """``run(seed) -> generated tokens``: grpokit's ``engine`` sampling ``group_size`` completions of each prompt."""
+    from grpokit.rollout.hf import generate
+
+    def run(seed):
+        ro = generate(
+            model,
+            ids,
+            group_size,
+            params,
+            eos_token_ids={tok.eos_token_id},
+            pad_token_id=tok.pad_token_id,
+            generator=torch.Generator().manual_seed(seed),
+            engine=engine,
+            **({"vision": vision} if vision is not None else {}),
+        )
+        return sum(len(c) for c in ro.completion_ids)
+
+    return run
+
+
+def _hf_sampling(max_new_tokens: int, tok) -> dict:
+    """HF ``generate``'s arguments for plain sampling at temperature 1 (no top-k / top-p cut)."""
+    return dict(
+        do_sample=True,
+        max_new_tokens=max_new_tokens,
+        top_k=0,
+        top_p=1.0,
+        temperature=1.0,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+
+
+def _generated(completions: torch.Tensor, eos: int) -> int:
+    """Tokens generated in each row of ``completions`` up to and including its first ``eos``, summed."""
+    return sum(next((k + 1 for k, x in enumerate(row) if x == eos), len(row)) for row in completions.tolist())
 
 
 def _alternate(engines: dict, rounds: int) -> dict:

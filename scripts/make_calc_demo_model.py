@@ -100,12 +100,9 @@ def measure(folder: Path) -> None:
     )
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
-    tokenizer = build_char_tokenizer(ALPHABET, TAGS)
+def calc_model(tokenizer) -> LlamaForCausalLM:
+    """The calculator demo's architecture, randomly initialised (from torch's current seed): a 4-layer,
+    64-wide Llama over ``tokenizer``'s characters with tied embeddings and 64 positions."""
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -119,7 +116,16 @@ def main() -> None:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(config)
+    return LlamaForCausalLM(config)
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    tokenizer = build_char_tokenizer(ALPHABET, TAGS)
+    model = calc_model(tokenizer)
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.3f} M parameters, vocab {len(tokenizer)}")
     pairs = train_pairs()
     warm_up(model, lambda: make_batch(tokenizer, pairs, rng, args.batch_size, args.tool_prob), args.steps, args.lr)

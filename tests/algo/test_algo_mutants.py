@@ -306,30 +306,21 @@ def test_pipeline_plugged_stages_and_tis_below_one():
 
     from grpokit.algo.pipeline import (
         MismatchSettings,
+        StepSettings,
         TISSettings,
-        _plugged,
         advantage_stage_names,
         needed_logprobs,
         sampler_record,
     )
+    from grpokit.config.sections import AlgoConfig
 
-    # built-in objectives with no plugin stage are not "plugged"; any plugin advantage, mask or objective is
-    assert not any(_plugged(NS(advantage="", token_masks=(), objective=o)) for o in ("clip", "cispo", "sapo"))
-    assert _plugged(NS(advantage="", token_masks=("m",), objective="clip"))
-    assert _plugged(NS(advantage="my:fn", token_masks=(), objective="clip"))
+    # built-in objectives and estimators declared their needs; a plugin advantage, mask or objective did not
+    assert not any(needed_logprobs(StepSettings(AlgoConfig(objective=o)))[2] for o in ("clip", "cispo", "sapo"))
+    assert needed_logprobs(StepSettings(AlgoConfig(token_masks=["m:f"])))[2]
+    assert needed_logprobs(StepSettings(AlgoConfig(advantage="my:fn")))[2]
+    assert needed_logprobs(StepSettings(AlgoConfig(objective="my:obj")))[2]
     # a TIS cap is on whenever it is above 0 (0 means off), 0.5 included: it needs pi_old's log-probs
-    algo = NS(
-        entropy_top_fraction=1.0,
-        entropy_advantage=0.0,
-        entropy_shaping="none",
-        advantage="",
-        token_masks=(),
-        objective="clip",
-        num_iterations=1,
-        kl_placement="loss",
-        beta=0.0,
-    )
-    s = NS(algo=algo, tis=TISSettings(cap=0.5), mismatch=MismatchSettings())
+    s = StepSettings(AlgoConfig(), tis=TISSettings(cap=0.5), mismatch=MismatchSettings())
     assert advantage_stage_names(s) == ["tis"] and needed_logprobs(s) == (True, False, False)
     # rows the sampler did not score (all-zero logprobs) leave the sampler mask: 1 * 0, not 1 / 0
     _, m = sampler_record(NS(sampling_logprobs=[[-1.0], [0.0]]), NS(completion_mask=torch.ones(2, 1), width=1))

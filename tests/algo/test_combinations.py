@@ -42,8 +42,7 @@ import torch
 
 from grpokit.algo import registry
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
-from grpokit.algo.entropy_shaping import SHAPINGS
-from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, RATIO_FNS, objective_loss
+from grpokit.algo.loss import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, objective_loss
 from grpokit.algo.pipeline import (
     KL_PLACEMENTS,
     LogProbs,
@@ -53,6 +52,7 @@ from grpokit.algo.pipeline import (
     needed_logprobs,
     update_inputs,
 )
+from grpokit.algo.ratio import RATIO_FNS
 from grpokit.algo.settings import LossTensors
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
@@ -102,10 +102,10 @@ DIMENSIONS: dict[str, dict[str, list[str]]] = {
     },
     "advantage": {
         "group": [],
-        "gtpo": ["algo.entropy_shaping=gtpo"],
-        "grpo_s": ["algo.entropy_shaping=grpo_s"],
-        "gigpo": ["algo.credit=gigpo"],
-        "gagpo": ["algo.credit=gagpo"],
+        "gtpo": ["algo.advantage=gtpo"],
+        "grpo_s": ["algo.advantage=grpo_s"],
+        "gigpo": ["algo.advantage=gigpo"],
+        "gagpo": ["algo.advantage=gagpo"],
     },
     "normalisation": {
         "group": [],
@@ -323,7 +323,7 @@ def test_cell(cell):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
 
 
-# the estimators that fix their own normalisation (validation.py; docs/ALGORITHMS.md "Differences"):
+# the estimators that fix their own normalisation (their StageSpec.config_errors; docs/ALGORITHMS.md "Differences"):
 # GTPO normalises its token rewards itself (group mean, group std); GiGPO normalises within groups
 # (group mean, group std or none); GAGPO's GAE always by the group's std. GRPO-S takes any.
 ACCEPTED_NORMALISATIONS = {
@@ -353,13 +353,13 @@ CONFIG_NAMES = {  # every name a config field accepts for these options -> it mu
     "algo.scale": SCALES,
     "algo.std": STD_KINDS,
     "algo.kl_estimator": KL_ESTIMATORS,
-    "algo.credit": ("outcome", "gigpo", "gagpo"),
-    "algo.entropy_shaping": SHAPINGS,
+    "algo.advantage": ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s"),
     "rollout.mismatch_mask": ("none", "token", "sequence"),
 }
 OWNED_ELSEWHERE = {
     ("algo.aggregation", "lambda-grpo"): "tests/algo/test_variants_lambda.py (the learnable lambda)",
     ("algo.objective", "vespo"): "tests/project/test_bench_loss_equality.py (equal to TRL's loss_type='vespo')",
+    ("algo.advantage", "process"): "tests/algo/test_variants_family.py (it needs a process reward function)",
 }
 
 
@@ -394,18 +394,19 @@ REFUSED_ELSEWHERE = [
         ["algo.kl_placement", "algo.kl_bias_correction"],
     ),
     (
-        ["algo.supervision=process", "reward.process_function=task", "algo.beta=0.1", "algo.kl_placement=reward"],
-        ["algo.supervision", "algo.kl_placement"],
+        ["algo.advantage=process", "reward.process_function=task", "algo.beta=0.1", "algo.kl_placement=reward"],
+        ["algo.advantage=process", "algo.kl_placement"],
     ),  # the outcome reward (and its KL) is not used
-    (["algo.entropy_shaping=gtpo", "algo.credit=gigpo"], ["algo.entropy_shaping", "algo.credit"]),
     (
-        ["algo.entropy_shaping=grpo_s", "algo.supervision=process", "reward.process_function=task"],
-        ["algo.entropy_shaping", "algo.supervision"],
+        ["algo.advantage=process", "reward.process_function=task", "reward.normalize_components=true"],
+        ["algo.advantage=process", "reward.normalize_components"],
     ),
-    (
-        ["algo.credit=gigpo", "algo.supervision=process", "reward.process_function=task"],
-        ["algo.credit", "algo.supervision"],
-    ),
+    # the fields that chose an estimator beside algo.advantage are refused, naming the one spelling
+    (["algo.credit=gigpo"], ["algo.credit", "algo.advantage=gigpo"]),
+    (["algo.supervision=process"], ["algo.supervision", "algo.advantage=process"]),
+    (["algo.entropy_shaping=gtpo"], ["algo.entropy_shaping", "algo.advantage=gtpo"]),
+    # a process reward that no estimator but process would read
+    (["reward.process_function=task", "algo.advantage=gigpo"], ["reward.process_function", "algo.advantage"]),
 ]
 
 

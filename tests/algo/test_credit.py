@@ -8,7 +8,7 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.credit import discounted_returns, gagpo_advantages, gigpo_advantages, steps_to_tokens
-from grpokit.algo.loss import log_importance_ratio
+from grpokit.algo.ratio import log_importance_ratio
 
 # One prompt, G = 3 episodes, gamma = 0.5. Episode 0: states (A, B), reward 1 at its end; episode 1:
 # states (A, B), reward 0; episode 2: one step from A, reward 0.

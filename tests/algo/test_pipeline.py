@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from grpokit.algo.pipeline import LogProbs, StepSettings, TISSettings, advantage_name, mask_names, needed_logprobs
+from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, mask_names, needed_logprobs
 from grpokit.config.sections import AlgoConfig
 from grpokit.types import Episode
 from helpers.pipeline_batches import run, scored
@@ -57,7 +57,7 @@ def test_overlong_and_entropy_masks_compose():
     ent = torch.tensor([[5.0, 5.0], [0.1, 0.9]])
     old = torch.zeros(2, 2)
     a = AlgoConfig(mask_truncated=True, entropy_top_fraction=0.5)
-    assert mask_names(a) == ["overlong", "entropy_top"]
+    assert mask_names(StepSettings(a)) == ["overlong", "entropy_top"]
     inp = run(a, sb, batch, LogProbs(old, None, ent))
     assert inp.loss_mask.tolist() == [[0.0, 0.0], [0.0, 1.0]]
 
@@ -85,12 +85,7 @@ def test_tis_weights_multiply_the_advantages():
     assert inp.advantages.flatten().tolist() == pytest.approx([0.5 * 0.5 / S, -0.5 / S], rel=1e-5)
 
 
-def test_advantage_names_and_needed_logprobs():
-    assert advantage_name(AlgoConfig()) == "group"
-    assert advantage_name(AlgoConfig(supervision="process")) == "process"
-    assert advantage_name(AlgoConfig(credit="gigpo")) == "gigpo"
-    assert advantage_name(AlgoConfig(entropy_shaping="grpo_s")) == "grpo_s"
-    assert advantage_name(AlgoConfig(advantage="mine")) == "mine"
+def test_needed_logprobs_follow_the_declarations_of_the_running_stages():
     # (old, ref, entropy)
     assert needed_logprobs(StepSettings(AlgoConfig())) == (False, False, False)
     assert needed_logprobs(StepSettings(AlgoConfig(num_iterations=2))) == (True, False, False)
@@ -98,6 +93,15 @@ def test_advantage_names_and_needed_logprobs():
     assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1, kl_placement="reward"))) == (True, True, False)
     assert needed_logprobs(StepSettings(AlgoConfig(entropy_advantage=True))) == (True, False, True)
     assert needed_logprobs(StepSettings(AlgoConfig(), tis=TISSettings(cap=2.0))) == (True, False, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(), mismatch=MismatchSettings(mode="token"))) == (True, False, False)
+    # estimators and masks declare what they read (registry.StageSpec); entropies imply pi_old
+    assert needed_logprobs(StepSettings(AlgoConfig(advantage="gigpo"))) == (False, False, False)
+    assert needed_logprobs(StepSettings(AlgoConfig(advantage="gtpo"))) == (True, False, True)
+    assert needed_logprobs(StepSettings(AlgoConfig(entropy_top_fraction=0.5))) == (True, False, True)
+    assert needed_logprobs(StepSettings(AlgoConfig(mask_truncated=True))) == (False, False, False)
+    # a plugin that declared nothing gets every log-probability
+    assert needed_logprobs(StepSettings(AlgoConfig(advantage="my_module:adv"))) == (True, False, True)
+    assert needed_logprobs(StepSettings(AlgoConfig(token_masks=["my_module:mask"]))) == (True, False, True)
 
 
 def test_mo_grpo_then_edge_stages():
@@ -117,3 +121,27 @@ def test_mo_grpo_then_edge_stages():
     inp = run(AlgoConfig(entropy_advantage=True), sb, batch, lp, component_weights=(1.0, 0.5))
     assert inp.advantages.tolist() == pytest.approx([2 * a_mo, -a_mo * 2 / 3], rel=1e-5)
     assert inp.metrics["eda/scale/max"] == pytest.approx(2.0)
+
+
+def test_a_stage_with_its_own_switch_runs_with_no_name_list_to_edit():
+    # a token mask registered with its switch (StageSpec.active) runs whenever the switch is on, after the
+    # built-in ones; it declared no needs, so no log-probabilities are taken for it
+    from grpokit.algo import registry
+
+    spec = registry.StageSpec(active=lambda s: s.algo.max_sampling_rounds == 7)
+
+    @registry.register_token_mask("zz_first_token", spec)
+    def first_token(ctx):
+        keep = torch.zeros_like(ctx.mask_NT)
+        keep[:, 0] = 1
+        return ctx.mask_NT * keep
+
+    try:
+        assert mask_names(StepSettings(AlgoConfig())) == []
+        on = AlgoConfig(max_sampling_rounds=7, mask_truncated=True)
+        assert mask_names(StepSettings(on)) == ["overlong", "zz_first_token"]
+        assert needed_logprobs(StepSettings(on)) == (False, False, False)
+        sb, batch = scored([1.0, 0.0], 2, [2, 2])  # both rows end with eos: overlong keeps them
+        assert run(on, sb, batch).loss_mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]
+    finally:
+        del registry.TOKEN_MASKS["zz_first_token"], registry.STAGE_SPECS["token mask"]["zz_first_token"]

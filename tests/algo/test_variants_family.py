@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grpokit.algo.advantages import group_advantages
-from grpokit.algo.loss import log_importance_ratio, policy_loss
+from grpokit.algo.loss import policy_loss
+from grpokit.algo.ratio import log_importance_ratio
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
 from grpokit.config.validation import validate

@@ -107,7 +107,11 @@ def test_grpo_s_without_entropy_weight_is_grpo_and_flat_groups_stay_zero():
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("algo.entropy_shaping=gtp", "algo.entropy_shaping='gtp' is not valid; choose one of: none, gtpo, grpo_s"),
+        (
+            "algo.advantage=gtp",
+            "algo.advantage='gtp' is not valid; choose one of: group, process, gigpo, gagpo, gtpo, grpo_s",
+        ),
+        ("algo.entropy_shaping=gtpo", "algo.entropy_shaping='gtpo' is no longer a field: algo.advantage alone"),
         (
             "algo.gtpo_normalization=batch",
             "algo.gtpo_normalization='batch' is not valid; choose one of: polarity, joint",
@@ -118,5 +122,6 @@ def test_grpo_s_without_entropy_weight_is_grpo_and_flat_groups_stay_zero():
 def test_shaping_config_errors(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate(apply_overrides(Config(), [override]))
-    with pytest.raises(ConfigError, match="shapes outcome rewards"):
-        validate(apply_overrides(Config(), ["algo.entropy_shaping=gtpo", "algo.credit=gigpo"]))
+    # an estimator is one name, so GTPO with GiGPO's credit cannot be asked for; GTPO refuses a scale it would ignore
+    with pytest.raises(ConfigError, match="algo.advantage=gtpo normalises its token rewards itself"):
+        validate(apply_overrides(Config(), ["algo.advantage=gtpo", "algo.scale=batch"]))

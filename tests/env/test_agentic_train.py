@@ -71,9 +71,9 @@ def scripted(tr, reply=calc_reply):
     return tr
 
 
-@pytest.mark.parametrize("credit,ratio", [("outcome", "token"), ("gigpo", "token"), ("gagpo", "turn")])
-def test_trainer_runs_episodes_with_tools(tag_model_dir, tmp_path, credit, ratio):
-    tr = scripted(trainer(tag_model_dir, tmp_path / "run", **{"algo.credit": credit, "algo.ratio_level": ratio}))
+@pytest.mark.parametrize("advantage,ratio", [("group", "token"), ("gigpo", "token"), ("gagpo", "turn")])
+def test_trainer_runs_episodes_with_tools(tag_model_dir, tmp_path, advantage, ratio):
+    tr = scripted(trainer(tag_model_dir, tmp_path / "run", **{"algo.advantage": advantage, "algo.ratio_level": ratio}))
     before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
     tr.train()
     msgs = SEEN["completions"]  # the last group's (reward functions are called per group)
@@ -175,13 +175,13 @@ def test_env_config_section(tag_model_dir, tmp_path):
         trainer(tag_model_dir, tmp_path / "d", tools=(), **{"env.tools": "[abacus]"})
     with pytest.raises(ConfigError, match="env.max_turns"):
         trainer(tag_model_dir, tmp_path / "e", **{"env.max_turns": 0})
-    with pytest.raises(ConfigError, match="algo.credit"):
-        trainer(tag_model_dir, tmp_path / "f", **{"algo.credit": "ppo"})
-    with pytest.raises(ConfigError, match="algo.credit='gigpo' normalises within groups"):
-        trainer(tag_model_dir, tmp_path / "f2", **{"algo.credit": "gigpo", "algo.scale": "batch"})
+    with pytest.raises(ConfigError, match="algo.advantage='ppo' is not valid"):
+        trainer(tag_model_dir, tmp_path / "f", **{"algo.advantage": "ppo"})
+    with pytest.raises(ConfigError, match="algo.advantage=gigpo normalises within groups"):
+        trainer(tag_model_dir, tmp_path / "f2", **{"algo.advantage": "gigpo", "algo.scale": "batch"})
     with pytest.raises(ConfigError, match="env.environment"):
-        trainer(tag_model_dir, tmp_path / "g", **{"env.environment": "test_episodes:Nope"})
-    tr = trainer(tag_model_dir, tmp_path / "h", tools=(), **{"env.environment": "test_episodes:Counter"})
+        trainer(tag_model_dir, tmp_path / "g", **{"env.environment": "helpers.episodes:Nope"})
+    tr = trainer(tag_model_dir, tmp_path / "h", tools=(), **{"env.environment": "helpers.episodes:Counter"})
     assert tr.episodes.tool_names == ["add"]
 
 

@@ -12,7 +12,7 @@ import math
 import torch
 
 from grpokit.algo import registry
-from grpokit.algo.pipeline import AdvantageContext
+from grpokit.algo.pipeline import AdvantageContext, advantage_params
 
 # ---------------------------------------------------------------- one fixed batch: P = 2 prompts, G = 2, T = 4
 
@@ -97,7 +97,7 @@ def ref_advantages(cell, cfg, r, sb, batch) -> torch.Tensor:
     if cell["advantage"] == "group":
         return ref_group_advantages(cell["normalisation"], r, batch.completion_mask.sum(dim=1).tolist())
     # GTPO / GRPO-S / GiGPO / GAGPO: the estimator alone (hand-worked in its own tests), on these rewards
-    ctx = AdvantageContext(cfg.algo, sb, r, batch.completion_mask, ENT, G, _One())
+    ctx = AdvantageContext(cfg.algo, sb, r, batch.completion_mask, ENT, G, _One(), params=advantage_params(cfg.algo))
     return registry.lookup("advantage", cell["advantage"])(ctx)[0]
 
 

@@ -96,3 +96,16 @@ def final_state(run: Path, step: int = STEPS):
         for line in (run / "metrics.jsonl").read_text().splitlines()
     ]
     return weights, metrics
+
+
+def grpokit_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m grpokit train *args`` run to its end in ``cwd``, which is importable (a reward or
+    environment module written there is found by its dotted name); stdout and stderr captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "grpokit", "train", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), *sys.path])},
+    )

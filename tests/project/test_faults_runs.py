@@ -7,8 +7,6 @@ intact. Tiny runs of the 0.26M demo model, in process (a few seconds each)."""
 
 import errno
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -21,6 +19,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.record import jsonl
 from grpokit.rewards.spec import RewardError
 from grpokit.train import checkpoint
+from helpers.train_processes import grpokit_train
 
 REWARD = """
 import sys, time
@@ -167,11 +166,7 @@ def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(wo
     # with num_workers=0 (the default) a call that is not stopped keeps 2 steps of the demo from finishing
     # and the process from exiting. Every call is stopped at reward.timeout_s=0.5 and counted; 2 steps of
     # 2 prompts x 2 completions = 4 group calls, each then retried one completion at a time (4 x 2 more)
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpokit",
-        "train",
+    args = [
         "data.dataset=train.jsonl",
         *BASE,
         "train.steps=2",
@@ -181,14 +176,7 @@ def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(wo
         "--out",
         "run",
     ]
-    out = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=workdir,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), *sys.path])},
-    )
+    out = grpokit_train(args, workdir)
     assert out.returncode == 0, out.stderr
     rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["rewards/hangs/timeouts"] for r in rows] == [4.0, 4.0]  # every completion, every step

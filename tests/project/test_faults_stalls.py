@@ -14,6 +14,7 @@ import time
 import pytest
 
 from grpokit.rewards.spec import RewardSpec
+from helpers.train_processes import grpokit_train
 
 TAMPER = """
 import os
@@ -285,18 +286,11 @@ class Hang:
 def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_path):
     # the issue's run: 2 steps with env.environment=module:Hang sat 10 minutes without a word
     import json
-    import os
-    import subprocess
-    import sys
 
     rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "hangenv.py").write_text(HANG_ENV)
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpokit",
-        "train",
+    args = [
         "data.dataset=train.jsonl",
         "data.prompt_column=question",
         "data.answer_column=solution",
@@ -314,14 +308,7 @@ def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_pa
         "run",
     ]
     start = time.monotonic()
-    out = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
-    )
+    out = grpokit_train(args, tmp_path)
     assert out.returncode == 2, out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith(

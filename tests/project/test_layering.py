@@ -5,7 +5,8 @@ Layers, bottom to top; a module may import its own layer and the layers below it
     types                records every stage shares (Prompt, Rollout, TokenBatch)
     config               the typed config sections, their I/O and presets
     grpokit              the package root (its version, the lazy public faces)
-    algo                 pure tensor math of stages 4-5, registries of stages
+    algo, nn             pure tensor math of stages 4-5, registries of stages; what the engines and the
+                         trainer both ask of a torch model (CPU kernels, a frozen copy)
     rewards, env         reward functions and their sandbox; tools and environments
     data                 prompts, files, images and the built-in tasks
     rollout              stage 2: engines, episodes, batches
@@ -27,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("types",),
     ("config",),
     ("grpokit",),
-    ("algo",),
+    ("algo", "nn"),
     ("rewards", "env"),
     ("data",),
     ("rollout",),
@@ -41,10 +42,6 @@ KNOWN: set[tuple[str, str]] = {
     ("data.tasks.calculator", "rollout.episodes"),  # the calculator task's demo model is built with the episode loop
     ("data.tasks.calculator", "train.evaluate"),
     ("data.tasks.shapes", "rollout.hf"),
-    ("rollout.async_", "train.models"),  # frozen_copy: model helpers live in train
-    ("rollout.static", "train.kernels"),
-    ("rollout.static", "train.models"),
-    ("rollout.vllm", "train.models"),
     ("train.build", "config.validation"),  # the trainer validates the config it settles
 }
 

@@ -187,7 +187,8 @@ def _lengths(lengths_PG: torch.Tensor | None, shape: torch.Size) -> torch.Tensor
         )
     if tuple(lengths_PG.shape) != tuple(shape) or bool((lengths_PG < 0).any()):
         raise ValueError(
-            f"lengths_PG must be non-negative token counts shaped like the rewards {tuple(shape)}, got shape {tuple(lengths_PG.shape)}"
+            f"lengths_PG must be non-negative token counts shaped like the rewards {tuple(shape)}, got shape "
+            f"{tuple(lengths_PG.shape)}"
         )
     return lengths_PG
 

@@ -25,7 +25,6 @@ import torch
 
 from .advantages import _stats, flat_groups, group_advantages
 
-SHAPINGS: tuple[str, ...] = ("none", "gtpo", "grpo_s")
 GTPO_NORMALIZATIONS: tuple[str, ...] = ("polarity", "joint")
 ENTROPY_EPS = 1e-8  # the paper's Remark 2.1: keeps 1/H finite and H / sum(H) defined at H = 0
 

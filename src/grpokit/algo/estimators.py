@@ -1,12 +1,18 @@
 """The built-in stages of the registry (registry.py), each a small function of a context record.
 
-Advantage estimators read an ``AdvantageContext`` (pipeline.py; not imported here, the pipeline imports this module) and return ``(advantages, metrics)``:
-``(N,)`` per completion or ``(N, T)`` per token. Token masks read a ``MaskContext`` and return the
+Advantage estimators read an ``AdvantageContext`` (pipeline.py; not imported here, the pipeline
+imports this module) and return ``(advantages, metrics)``: ``(N,)`` per completion or ``(N, T)`` per
+token; ``algo.advantage`` names the one a run uses. Token masks read a ``MaskContext`` and return the
 narrowed loss mask ``(N, T)``. The math lives in advantages.py, credit.py, entropy_shaping.py and
-masks.py; these functions only turn a scored batch into those functions' tensors.
+masks.py; these functions only turn a scored batch into those functions' tensors. Beside each, its
+``StageSpec`` (registry.py) declares what it reads and checks its own config values (validation
+runs every registered stage's ``config_errors``), so a pair it would silently ignore is refused in
+one sentence.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -14,12 +20,12 @@ from grpokit.types import repeat_columns
 
 from .advantages import group_advantages, process_advantages
 from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
-from .entropy_shaping import grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
+from .entropy_shaping import GTPO_NORMALIZATIONS, grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
 from .masks import entropy_token_mask, truncated_sequences_mask
-from .registry import register_advantage, register_token_mask
+from .registry import StageSpec, register_advantage, register_token_mask
 
 
-@register_advantage("group")
+@register_advantage("group", StageSpec())
 def group_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO's family: ``algo.baseline`` (group mean, RLOO's leave-one-out) and ``algo.scale``
     (group / batch std, none, REINFORCE++'s whitening), statistics over every rank's groups."""
@@ -32,7 +38,39 @@ def group_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     return dist.local_rows(adv_PG).flatten(), metrics
 
 
-@register_advantage("process")
+def process_config_errors(c) -> list[str]:
+    """``process_advantages`` reads the process reward's steps, group-std normalised: what it would drop."""
+    a = c.algo
+    if a.advantage != "process":
+        return [
+            f"reward.process_function={c.reward.process_function!r} is read only by algo.advantage=process "
+            f"(got algo.advantage={a.advantage}); set algo.advantage=process or leave it empty"
+        ] * bool(c.reward.process_function)
+    checks = (
+        (
+            a.baseline == "group_mean" and a.scale == "group",
+            "algo.advantage=process normalises step rewards by the group's mean and std; use "
+            f"algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})",
+        ),
+        (
+            a.kl_placement == "loss" or a.beta == 0,
+            "algo.advantage=process scores steps with reward.process_function, so a KL in the outcome reward "
+            "would be dropped; set algo.kl_placement=loss",
+        ),
+        (
+            not c.reward.normalize_components,
+            "algo.advantage=process scores steps with reward.process_function, so reward.normalize_components "
+            "would be dropped; set it to false",
+        ),
+        (
+            bool(c.reward.process_function),
+            "algo.advantage=process needs reward.process_function (e.g. task, or module:function)",
+        ),
+    )
+    return [message for ok, message in checks if not ok]
+
+
+@register_advantage("process", StageSpec(config_errors=process_config_errors))
 def process_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """DeepSeekMath process supervision: the process reward's (end token, reward) steps, padded into
     tensors, become per-token advantages ``(N, T)``."""
@@ -78,18 +116,51 @@ def _step_tensors(ctx):
     return rewards, states, mask
 
 
-@register_advantage("gigpo")
+def credit_config_errors(c) -> list[str]:
+    """GiGPO / GAGPO: the discounts are in [0, 1]; both normalise within groups (GAGPO by the group's std)."""
+    a, out = c.algo, []
+    if not (0 <= a.step_gamma <= 1 and 0 <= a.gae_lambda <= 1):
+        out.append(f"algo.step_gamma={a.step_gamma} and algo.gae_lambda={a.gae_lambda} must be in [0, 1]")
+    if a.advantage == "gagpo" and a.scale != "group":
+        out.append(
+            f"algo.advantage=gagpo always normalises its GAE by the group's std; use algo.scale=group (got {a.scale})"
+        )
+    if a.advantage in ("gigpo", "gagpo") and not (a.scale in ("group", "none") and a.baseline == "group_mean"):
+        out.append(
+            f"algo.advantage={a.advantage} normalises within groups: use algo.baseline=group_mean and algo.scale=group "
+            f"or none (got {a.baseline}, {a.scale})"
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class GiGPOParams:
+    """GiGPO's own parameters (the config's fields of the same names)."""
+
+    step_gamma: float = 0.95  # discount per turn of the episode's reward
+    gigpo_step_weight: float = 1.0  # omega: weight of the step-level advantage
+
+
+@dataclass(frozen=True)
+class GAGPOParams:
+    """GAGPO's own parameters (the config's fields of the same names)."""
+
+    step_gamma: float = 0.95  # discount per turn of the episode's reward
+    gae_lambda: float = 0.95  # lambda of the GAE-style sum of temporal differences
+
+
+@register_advantage("gigpo", StageSpec(params=GiGPOParams, config_errors=credit_config_errors))
 def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GiGPO: episode-level group advantage plus step-level advantage over equal states, per turn."""
-    a = ctx.algo
+    a, p = ctx.algo, ctx.params
     rewards, states, mask = _step_tensors(ctx)
     adv_NS, metrics = gigpo_advantages(
         ctx.rewards_N.view(-1, ctx.group_size).float(),
         rewards,
         states,
         mask,
-        gamma=a.step_gamma,
-        step_weight=a.gigpo_step_weight,
+        gamma=p.step_gamma,
+        step_weight=p.gigpo_step_weight,
         scale="none" if a.scale == "none" else "group",
         std=a.std,
         eps=a.adv_eps,
@@ -97,25 +168,59 @@ def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
-@register_advantage("gagpo")
+@register_advantage("gagpo", StageSpec(params=GAGPOParams, config_errors=credit_config_errors))
 def gagpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GAGPO: group-anchored GAE over the turns of each episode, per turn."""
-    a = ctx.algo
+    a, p = ctx.algo, ctx.params
     rewards, states, mask = _step_tensors(ctx)
     adv_NS, metrics = gagpo_advantages(
-        rewards, states, mask, ctx.group_size, gamma=a.step_gamma, lam=a.gae_lambda, std=a.std, eps=a.adv_eps
+        rewards, states, mask, ctx.group_size, gamma=p.step_gamma, lam=p.gae_lambda, std=a.std, eps=a.adv_eps
     )
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
-@register_advantage("gtpo")
+def shaping_config_errors(c) -> list[str]:
+    """GTPO / GRPO-S: the weights are >= 0, the normalisation one GTPO knows; GTPO normalises its token
+    rewards itself, so another baseline or scale would be ignored."""
+    a, out = c.algo, []
+    if a.gtpo_normalization not in GTPO_NORMALIZATIONS:
+        out.append(
+            f"algo.gtpo_normalization={a.gtpo_normalization!r} is not valid; choose one of: "
+            f"{', '.join(GTPO_NORMALIZATIONS)}"
+        )
+    if not (a.shaping_base_weight >= 0 and a.shaping_entropy_weight >= 0):
+        out.append(
+            f"algo.shaping_base_weight={a.shaping_base_weight} and algo.shaping_entropy_weight="
+            f"{a.shaping_entropy_weight} must be >= 0 (the paper uses 1.0 and 0.1)"
+        )
+    if a.advantage == "gtpo" and not (a.baseline == "group_mean" and a.scale == "group"):
+        out.append(
+            "algo.advantage=gtpo normalises its token rewards itself (algo.gtpo_normalization); use "
+            f"algo.baseline=group_mean and algo.scale=group (got {a.baseline}, {a.scale})"
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class ShapingParams:
+    """GTPO's and GRPO-S's own parameters (the config's fields of the same names)."""
+
+    shaping_base_weight: float = 1.0  # alpha1 / beta1: weight of the outcome reward
+    shaping_entropy_weight: float = 0.1  # alpha2 / beta2: weight of the entropy-shaped bonus or penalty
+    gtpo_normalization: str = "polarity"  # GTPO: "polarity" (eq. 6) or "joint"
+
+
+SHAPING = StageSpec(needs_entropy=True, params=ShapingParams, config_errors=shaping_config_errors)
+
+
+@register_advantage("gtpo", SHAPING)
 def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GTPO (arXiv 2508.04349): per-token rewards shaped by pi_old's entropies, ``(N, T)``; the token
     statistics run over every rank's tokens."""
-    a, dist = ctx.algo, ctx.dist
+    a, p, dist = ctx.algo, ctx.params, ctx.dist
     ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
     r_PG = ctx.rewards_N.float().view(-1, ctx.group_size)
-    b1, b2 = a.shaping_base_weight, a.shaping_entropy_weight
+    b1, b2 = p.shaping_base_weight, p.shaping_entropy_weight
     pools = None
     if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
         shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
@@ -124,14 +229,14 @@ def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
             dist.gather_varlen(shaped[valid & ~pos_N[:, None]]),
         )
     return gtpo_advantages(
-        r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=a.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
+        r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=p.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
     )
 
 
-@register_advantage("grpo_s")
+@register_advantage("grpo_s", SHAPING)
 def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO-S: per-completion rewards shaped by the mean token entropy, then ``baseline`` / ``scale``."""
-    a, dist, G = ctx.algo, ctx.dist, ctx.group_size
+    a, p, dist, G = ctx.algo, ctx.params, ctx.dist, ctx.group_size
     ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
     r_PG = ctx.rewards_N.float().view(-1, G)
     seq_ent = (ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GRPO-S eq. 8: mean token entropy
@@ -139,8 +244,8 @@ def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     adv_PG, metrics = grpo_s_advantages(
         dist.gather_rows(r_PG),
         dist.gather_rows(seq_ent).view(-1, G),
-        beta1=a.shaping_base_weight,
-        beta2=a.shaping_entropy_weight,
+        beta1=p.shaping_base_weight,
+        beta2=p.shaping_entropy_weight,
         baseline=a.baseline,
         scale=a.scale,
         std=a.std,
@@ -150,13 +255,23 @@ def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     return dist.local_rows(adv_PG).flatten(), metrics
 
 
-@register_token_mask("overlong")
+@register_token_mask("overlong", StageSpec(active=lambda s: s.algo.mask_truncated))
 def overlong_mask(ctx) -> torch.Tensor:
     """DAPO overlong filtering (``algo.mask_truncated``): truncated completions leave the loss."""
     return truncated_sequences_mask(ctx.mask_NT, ctx.finish_reasons)
 
 
-@register_token_mask("entropy_top")
+def entropy_top_config_errors(c) -> list[str]:
+    f = c.algo.entropy_top_fraction
+    return [] if 0 < f <= 1 else [f"algo.entropy_top_fraction={f} must be in (0, 1]"]
+
+
+@register_token_mask(
+    "entropy_top",
+    StageSpec(
+        needs_entropy=True, active=lambda s: s.algo.entropy_top_fraction < 1, config_errors=entropy_top_config_errors
+    ),
+)
 def entropy_top_mask(ctx) -> torch.Tensor:
     """ "Beyond the 80/20 rule" (``algo.entropy_top_fraction``): only the highest-entropy tokens, the
     quantile taken over every rank's tokens."""

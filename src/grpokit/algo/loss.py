@@ -9,7 +9,8 @@ The loss of token t of sequence i is
                (optionally times the importance weight pi_theta / pi_old: DeepSeek-V3.2, TRL's default)
 
 where ``rho`` is the importance ratio pi_theta / pi_old, per token (GRPO), per sequence (GSPO: a
-geometric mean) or per trajectory (TIC-GRPO: the product), and ``A`` is the advantage, per sequence ``(N,)`` or per token ``(N, T)`` (process supervision).
+geometric mean) or per trajectory (TIC-GRPO: the product; all in ratio.py), and ``A`` is the advantage,
+per sequence ``(N,)`` or per token ``(N, T)`` (process supervision).
 The token losses are then reduced by one of the named ``AGGREGATIONS``. Other registered objectives
 replace the clipped surrogate (same ratio, KL, entropy and aggregation around them), each one file
 that registers its function with an ``ObjectiveSpec`` (registry.py) declaring its parameters:
@@ -32,6 +33,7 @@ from typing import Literal
 import torch
 
 from .masks import offpolicy_sequences
+from .ratio import kl_weight, log_importance_ratio
 from .registry import ObjectiveSpec, lookup, objective_spec, register_objective, registered
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, LossTensors, Normalisers
 
@@ -45,7 +47,6 @@ AGGREGATIONS: tuple[str, ...] = (
     "seq-mean-token-sum",
     "lambda-grpo",
 )
-RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 ENTROPY_AGGREGATIONS: tuple[str, ...] = ("loss", "token-mean")
 
@@ -159,66 +160,6 @@ def lambda_weights(
     lam_t = lam if isinstance(lam, torch.Tensor) else torch.tensor(float(lam))
     g = torch.pow(h, lam_t.to(h.device, h.dtype))  # lambda-GRPO: g_i = h_i ** lambda, learnable lambda
     return (group_size * torch.softmax(g, dim=1)).flatten()  # lambda-GRPO: f_i = G softmax(g)_i
-
-
-def log_importance_ratio(
-    logp_NT: torch.Tensor,
-    old_logp_NT: torch.Tensor,
-    mask_NT: torch.Tensor,
-    level: str = "token",
-    turn_ids_NT: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Log of the importance ratio pi_theta / pi_old for every token, ``(N, T)``.
-
-    ``"token"``: ``logp - old_logp`` per token (PPO / GRPO).
-    ``"sequence"`` (GSPO, Zheng et al. 2025): the length-normalised sequence log-ratio
-    ``s_i = 1/|o_i| sum_t (logp - old_logp)``, one value per sequence, broadcast to its tokens in
-    the GSPO-token form ``sg(s_i) + logp - sg(logp)``: its value is ``s_i`` on every token and its
-    gradient flows through every token's logprob.
-    ``"turn"`` (GAGPO's action-level ratio, arXiv 2605.13217): the same, per turn of a multi-turn
-    episode: the mean log-ratio over the turn's masked tokens (``turn_ids_NT`` names each token's turn).
-    ``"trajectory"`` (TIC-GRPO, Pang et al., arXiv 2508.02833): the log of the whole trajectory's
-    probability ratio ``pi_theta(o_i|q) / pi_old(o_i|q)``, i.e. the *sum* ``S_i = sum_t (logp - old_logp)``
-    (GSPO takes the mean: its ratio is the |o_i|-th root of this one). Broadcast to the tokens with its
-    full gradient ``sum_t grad logp``, not the GSPO-token form, so that ``1/|o_i| sum_t`` of a token
-    loss that is constant over the sequence is exactly the paper's per-trajectory surrogate.
-    """
-    if level not in RATIO_FNS:
-        raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
-    return RATIO_FNS[level](logp_NT, old_logp_NT, mask_NT, turn_ids_NT)
-
-
-def _token_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
-    return logp_NT - old_logp_NT  # PPO / GRPO: one ratio per token
-
-
-def _sequence_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
-    mask = mask_NT.to(logp_NT.dtype)
-    seq_N = ((logp_NT - old_logp_NT) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
-    return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token form
-
-
-def _turn_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
-    if turn_ids_NT is None:
-        raise ValueError("ratio level 'turn' needs turn_ids_NT (the turn of every token)")
-    mask = mask_NT.to(logp_NT.dtype)
-    ids = turn_ids_NT.clamp(min=0).long()
-    K = int(ids.max().item()) + 1 if ids.numel() else 1
-    sums = torch.zeros(logp_NT.shape[0], K, dtype=logp_NT.dtype, device=logp_NT.device)
-    counts = torch.zeros_like(sums)
-    sums.scatter_add_(1, ids, ((logp_NT - old_logp_NT) * mask).detach())
-    counts.scatter_add_(1, ids, mask)
-    turn_NT = (sums / counts.clamp(min=1)).gather(1, ids)  # GAGPO: action-level (per-turn) log-ratio
-    return turn_NT + logp_NT - logp_NT.detach()
-
-
-def _trajectory_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
-    traj_N = ((logp_NT - old_logp_NT) * mask_NT.to(logp_NT.dtype)).sum(dim=1)  # TIC-GRPO: log prod_t rho_t
-    return traj_N[:, None].expand_as(logp_NT)
-
-
-# the ratio levels by config name (algo.ratio_level): (logp, old_logp, mask, turn_ids) -> log ratio (N, T)
-RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_ratio, "trajectory": _trajectory_ratio}
 
 
 # the keyword names policy_loss has always taken -> (record, field) of LossSettings / Normalisers / LossTensors
@@ -349,8 +290,9 @@ def _check(s: LossSettings) -> None:
     c = s.clip
     if not (0.0 <= c.clip_low < 1.0):
         raise ValueError(f"clip_low must be in [0, 1), got {c.clip_low}")
-    if c.clip_high < objective_spec(c.objective).min_clip_high:  # CISPO's weight cap 1 + clip_high may be below 1
-        raise ValueError(f"clip_high must be >= 0 (>= -1 with objective cispo), got {c.clip_high}")
+    lowest = objective_spec(c.objective).min_clip_high  # CISPO's weight cap 1 + clip_high may be below 1
+    if c.clip_high < lowest:
+        raise ValueError(f"clip_high must be >= {lowest:g} with objective {c.objective}, got {c.clip_high}")
     if c.dual_clip is not None and c.dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
     if s.entropy.aggregation not in ENTROPY_AGGREGATIONS:
@@ -367,7 +309,7 @@ def _kl_term(t: LossTensors, s: LossSettings) -> torch.Tensor | None:
         raise ValueError("beta > 0 needs ref_logp_NT (reference-policy logprobs)")
     kl_NT = kl_estimate(t.logp, t.ref_logp, s.kl.estimator, clamp=s.kl.clamp)
     if s.kl.bias_correction:  # DeepSeek-V3.2: unbiased KL gradient from samples of pi_old
-        kl_NT = kl_NT * _kl_weight(
+        kl_NT = kl_NT * kl_weight(
             t.logp, t.old_logp, t.ratio_mask if t.ratio_mask is not None else t.mask, s.clip.ratio_level
         )
     return kl_NT
@@ -420,7 +362,17 @@ def surrogate(
     return lookup("objective", clip.objective)(ratio_NT, adv_NT, logp_NT, clip)
 
 
-@register_objective("clip", ObjectiveSpec())
+def clip_config_errors(a) -> list[str]:
+    """The dual clip bounds this objective only: set with another one it would be ignored."""
+    if a.objective == "clip" or a.dual_clip == 0:
+        return []
+    return [
+        f"algo.dual_clip={a.dual_clip} bounds the clipped surrogate only; set algo.dual_clip=0 with "
+        f"algo.objective={a.objective}"
+    ]
+
+
+@register_objective("clip", ObjectiveSpec(config_errors=clip_config_errors))
 def clip_surrogate(
     ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
 ) -> torch.Tensor:
@@ -434,21 +386,6 @@ def clip_surrogate(
         bounded_NT = torch.maximum(objective_NT, c.dual_clip * adv_NT)
         objective_NT = torch.where(adv_NT < 0, bounded_NT, objective_NT)
     return objective_NT
-
-
-def _kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> torch.Tensor:
-    """The importance weight pi_theta / pi_old that multiplies the KL under ``kl_bias_correction``,
-    with its gradient: per token, or ``exp(1/|o| sum_t log ratio)`` per sequence (a plain sequence
-    weight, as TRL's ``use_bias_correction_kl`` uses it, not the GSPO-token form); at
-    ``"trajectory"`` level the trajectory weight ``exp(sum_t log ratio)``."""
-    log_ratio_NT = logp_NT - old_logp_NT
-    if level == "token":
-        return torch.exp(log_ratio_NT)
-    mask = mask_NT.to(logp_NT.dtype)
-    seq_N = (log_ratio_NT * mask).sum(dim=1)
-    if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
-        seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
-    return torch.exp(seq_N)[:, None].expand_as(logp_NT)
 
 
 from . import cispo, sapo, vespo  # noqa: E402,F401  (each registers its objective after clip, in this order)

@@ -3,14 +3,18 @@
     rewards_N   <- the batch's weighted rewards, then the reward stages in order:
                    MO-GRPO component normalisation (reward.normalize_components),
                    KL in the reward (algo.kl_placement=reward, PPO / REINFORCE++)
-    advantages  <- the registered advantage estimator (``advantage_name``: process supervision,
-                   GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or the group baseline/scale family),
+    advantages  <- the advantage estimator ``algo.advantage`` names (the group baseline/scale family,
+                   process supervision, GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or a plugin),
                    then EDGE's entropy-scaled advantage, TIS's per-token weights and IcePop /
                    MIS masking (a zero advantage, not a loss-mask entry: the masked token keeps
                    its place in the normaliser and the KL term, as in IcePop's objective)
     loss_mask   <- completion_mask narrowed by every active token mask (DAPO overlong, entropy
                    top-fraction, the user's ``algo.token_masks``)
     loss        <- LossSettings (objective, ratio level, clip, KL placement, entropy bonus), Normalisers
+
+Each stage is registered with its ``StageSpec`` (registry.py): the built-in reward, advantage and
+mask stages run while their own switch (``StageSpec.active``) is on, in registration order, and what
+they read (pi_old, the entropies) is declared there, so no list of stage names lives here.
 
 ``update_inputs(settings, scored, tokens, logprobs)`` is a function of its arguments only (the
 learnable lambda of lambda-GRPO and the distributed context ride in ``settings``); the training
@@ -31,7 +35,15 @@ from grpokit.types import Rollout, ScoredBatch, TokenBatch
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .lambda_grpo import LearnableLambda
-from .registry import lookup, objective_spec, register_advantage_stage, register_reward_stage
+from .registry import (
+    StageSpec,
+    active_stages,
+    lookup,
+    objective_spec,
+    register_advantage_stage,
+    register_reward_stage,
+    stage_spec,
+)
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
 from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
 
@@ -74,7 +86,7 @@ class StepSettings:
 
     algo: AlgoConfig
     component_weights: tuple[float, ...] | None = None  # MO-GRPO: each reward function's weight (None: off)
-    process_fn: Callable | None = None  # algo.supervision=process: the process reward
+    process_fn: Callable | None = None  # algo.advantage=process: the process reward
     norm_constant: float = 1.0  # Dr. GRPO's C: algo.norm_constant or rollout.max_new_tokens
     dist: Collectives | None = None  # a distributed.DistContext; None: one process
     lam: LearnableLambda | None = None  # lambda-GRPO's learnable lambda (aggregation=lambda-grpo)
@@ -127,6 +139,7 @@ class AdvantageContext:
     group_size: int
     dist: Collectives
     process_fn: Callable | None = None
+    params: object | None = None  # the estimator's own parameters (advantage_params: its StageSpec.params record)
 
 
 @dataclass(frozen=True)
@@ -159,35 +172,41 @@ KL_PLACEMENTS: dict[str, Callable[[float], tuple[float, float]]] = {
 }
 
 
-def advantage_name(a: AlgoConfig) -> str:
-    """The registered advantage estimator ``algo`` selects: ``algo.advantage`` when set, else the
-    one its older fields name (supervision, credit, entropy_shaping), else the group family."""
-    if a.advantage:
-        return a.advantage
-    if a.supervision == "process":
-        return "process"
-    if a.credit != "outcome":
-        return a.credit
-    return a.entropy_shaping if a.entropy_shaping != "none" else "group"
+def mask_names(s: StepSettings) -> list[str]:
+    """The token masks ``s`` turns on, in the order they apply: the built-in ones whose switch is on,
+    then ``algo.token_masks``."""
+    return active_stages("token mask", s) + list(s.algo.token_masks)
 
 
-def mask_names(a: AlgoConfig) -> list[str]:
-    """The token masks ``algo`` turns on, in the order they apply."""
-    return ["overlong"] * a.mask_truncated + ["entropy_top"] * (a.entropy_top_fraction < 1) + list(a.token_masks)
+def reward_stage_names(s: StepSettings) -> list[str]:
+    """The reward stages ``s`` turns on, in order (MO-GRPO's, then the KL in the reward)."""
+    return active_stages("reward stage", s)
 
 
-def _plugged(a: AlgoConfig) -> bool:
-    """A plugin stage whose needs are unknown: a named advantage or token mask, or an objective that
-    declared none (registry.ObjectiveSpec)."""
-    return bool(a.advantage or a.token_masks or not objective_spec(a.objective).declared)
+def advantage_stage_names(s: StepSettings) -> list[str]:
+    """The advantage stages ``s`` turns on, in order (EDGE's entropy scaling, TIS, IcePop / MIS)."""
+    return active_stages("advantage stage", s)
+
+
+def stage_specs(s: StepSettings) -> list[StageSpec]:
+    """The declarations of every stage ``s`` runs besides the objective: its estimator, masks and
+    reward and advantage stages."""
+    return (
+        [stage_spec("advantage", s.algo.advantage)]
+        + [stage_spec("token mask", n) for n in mask_names(s)]
+        + [stage_spec("reward stage", n) for n in reward_stage_names(s)]
+        + [stage_spec("advantage stage", n) for n in advantage_stage_names(s)]
+    )
 
 
 def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
-    """``(old, ref, entropy)``: which log-probabilities the step must take before the update. A
-    plugin stage gets all of them (its needs are unknown)."""
-    a = s.algo
-    entropy = a.entropy_top_fraction < 1 or a.entropy_advantage or a.entropy_shaping != "none" or _plugged(a)
-    old = a.num_iterations > 1 or entropy or a.kl_placement == "reward" or s.tis.cap > 0 or s.mismatch.mode != "none"
+    """``(old, ref, entropy)``: which log-probabilities the step must take before the update, from what
+    the running stages declare (registry.StageSpec, ObjectiveSpec). A plugin stage that declared
+    nothing gets all of them (its needs are unknown)."""
+    a, specs = s.algo, stage_specs(s)
+    unknown = not objective_spec(a.objective).declared or any(not spec.declared for spec in specs)
+    entropy = unknown or any(spec.needs_entropy for spec in specs)
+    old = a.num_iterations > 1 or entropy or s.tis.cap > 0 or any(spec.needs_old for spec in specs)
     return old, a.beta > 0, entropy
 
 
@@ -214,7 +233,15 @@ def loss_settings(a: AlgoConfig) -> tuple[LossSettings, Normalisers]:
 
 def objective_params(a: AlgoConfig) -> object | None:
     """The chosen objective's own parameters, read from the config fields its params record names."""
-    cls = objective_spec(a.objective).params
+    return _params_from(objective_spec(a.objective).params, a)
+
+
+def advantage_params(a: AlgoConfig) -> object | None:
+    """The chosen advantage estimator's own parameters, read from the config fields its params record names."""
+    return _params_from(stage_spec("advantage", a.advantage).params, a)
+
+
+def _params_from(cls, a: AlgoConfig) -> object | None:
     return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)}) if cls is not None else None
 
 
@@ -227,14 +254,14 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
     for name in reward_stage_names(s):
         rewards_N, m = lookup("reward stage", name)(stage_ctx, rewards_N)
         metrics.update(m)
-    ctx = AdvantageContext(a, scored, rewards_N, mask, lp.entropy, G, dist, s.process_fn)
-    advantages, adv_metrics = lookup("advantage", advantage_name(a))(ctx)
+    ctx = AdvantageContext(a, scored, rewards_N, mask, lp.entropy, G, dist, s.process_fn, advantage_params(a))
+    advantages, adv_metrics = lookup("advantage", a.advantage)(ctx)
     post_metrics = {}
     for name in advantage_stage_names(s):
         advantages, m = lookup("advantage stage", name)(stage_ctx, advantages)
         post_metrics.update(m)
     loss_mask = mask
-    for name in mask_names(a):
+    for name in mask_names(s):
         loss_mask = lookup("token mask", name)(
             MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist)
         )
@@ -285,25 +312,7 @@ def _per_token(advantages: torch.Tensor, weight_NT: torch.Tensor) -> torch.Tenso
     return (advantages[:, None] if advantages.dim() == 1 else advantages).to(weight_NT.device) * weight_NT
 
 
-def reward_stage_names(s: StepSettings) -> list[str]:
-    """The reward stages ``s`` turns on, in order: MO-GRPO's, then the KL in the reward."""
-    a = s.algo
-    return ["normalize_components"] * (s.component_weights is not None) + ["kl_in_reward"] * (
-        KL_PLACEMENTS[a.kl_placement](a.beta)[0] > 0
-    )
-
-
-def advantage_stage_names(s: StepSettings) -> list[str]:
-    """The advantage stages ``s`` turns on, in order: EDGE's entropy scaling, TIS, then IcePop / MIS
-    masking."""
-    return (
-        ["entropy_advantage"] * bool(s.algo.entropy_advantage)
-        + ["tis"] * (s.tis.cap > 0 and not _tis_in_objective(s))
-        + ["mismatch_mask"] * (s.mismatch.mode != "none")
-    )
-
-
-@register_reward_stage("normalize_components")
+@register_reward_stage("normalize_components", StageSpec(active=lambda s: s.component_weights is not None))
 def mo_grpo_rewards(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """MO-GRPO (reward.normalize_components): each reward component normalised within its group,
     then the weighted sum."""
@@ -311,7 +320,9 @@ def mo_grpo_rewards(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.T
     return normalize_components(ctx.scored.rewards_NF.view(-1, G, len(w)), w, std=a.std, eps=a.adv_eps).flatten(), {}
 
 
-@register_reward_stage("kl_in_reward")
+@register_reward_stage(
+    "kl_in_reward", StageSpec(needs_old=True, active=lambda s: KL_PLACEMENTS[s.algo.kl_placement](s.algo.beta)[0] > 0)
+)
 def kl_in_reward(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO / REINFORCE++ (algo.kl_placement=reward): ``r -= beta * sum_t KL_k(pi_old || pi_ref)``."""
     a, lp, mask = ctx.settings.algo, ctx.logprobs, ctx.tokens.completion_mask.cpu()
@@ -321,7 +332,9 @@ def kl_in_reward(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tens
     return rewards_N, {"kl": (kl_N.sum() / mask.sum().clamp(min=1)).item()}
 
 
-@register_advantage_stage("entropy_advantage")
+@register_advantage_stage(
+    "entropy_advantage", StageSpec(needs_entropy=True, active=lambda s: bool(s.algo.entropy_advantage))
+)
 def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """EDGE-GRPO (algo.entropy_advantage): A_i over its completion's entropy relative to the
     batch-wide mean entropy."""
@@ -332,7 +345,7 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
     )
 
 
-@register_advantage_stage("tis")
+@register_advantage_stage("tis", StageSpec(needs_old=True, active=lambda s: s.tis.cap > 0 and not _tis_in_objective(s)))
 def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """TIS (rollout.tis_cap, tis_mode, tis_min): the sampler was not exactly pi_old (vLLM numerics, stale
     weights), so every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)``, or by
@@ -365,7 +378,7 @@ def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str,
     return objective_spec(s.algo.objective).sampler_weight(w_NT), metrics
 
 
-@register_advantage_stage("mismatch_mask")
+@register_advantage_stage("mismatch_mask", StageSpec(needs_old=True, active=lambda s: s.mismatch.mode != "none"))
 def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
     disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""

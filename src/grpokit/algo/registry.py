@@ -25,8 +25,8 @@ from typing import Any, Callable
 ADVANTAGES: dict[str, Callable] = {}
 OBJECTIVE_FNS: dict[str, Callable] = {}
 TOKEN_MASKS: dict[str, Callable] = {}
-REWARD_STAGES: dict[str, Callable] = {}  # built-in only: (ctx: StageContext, rewards_N) -> (rewards_N, metrics)
-ADVANTAGE_STAGES: dict[str, Callable] = {}  # built-in only: (ctx: StageContext, advantages) -> (advantages, metrics)
+REWARD_STAGES: dict[str, Callable] = {}  # (ctx: StageContext, rewards_N) -> (rewards_N, metrics), before the estimator
+ADVANTAGE_STAGES: dict[str, Callable] = {}  # (ctx: StageContext, advantages) -> (advantages, metrics), after it
 _KINDS = {
     "advantage": ADVANTAGES,
     "objective": OBJECTIVE_FNS,
@@ -36,7 +36,30 @@ _KINDS = {
 }
 
 
-def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
+@dataclass(frozen=True)
+class StageSpec:
+    """What an advantage estimator, token mask, reward stage or advantage stage declares beside its
+    function, so that the pipeline and validation read the declaration instead of branching on its
+    name. A plugin registered without one is ``UNDECLARED_STAGE``: the step takes every
+    log-probability for it."""
+
+    declared: bool = True  # False: its needs are unknown, so the step takes pi_old and the entropies for it
+    needs_old: bool = False  # it reads pi_old's log-probabilities (LogProbs.old)
+    needs_entropy: bool = False  # it reads pi_old's token entropies (LogProbs.entropy); implies needs_old
+    active: Callable[[Any], bool] | None = None  # StepSettings -> whether it runs (None: when the config names it)
+    params: Callable[..., Any] | None = None  # its own parameters: a record whose field names are its config fields
+    config_errors: Callable[[Any], list[str]] | None = None  # Config -> one sentence per wrong value of its own
+
+
+UNDECLARED_STAGE = StageSpec(declared=False)
+STAGE_SPECS: dict[str, dict[str, StageSpec]] = {kind: {} for kind in _KINDS if kind != "objective"}
+
+
+def _register(table: dict[str, Callable], name: str, spec: StageSpec | None = None) -> Callable[[Callable], Callable]:
+    kind = next(k for k, t in _KINDS.items() if t is table)
+    if spec is not None:
+        STAGE_SPECS[kind][name] = spec
+
     def add(fn: Callable) -> Callable:
         table[name] = fn
         return fn
@@ -44,9 +67,21 @@ def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Cal
     return add
 
 
-def register_advantage(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn(ctx: AdvantageContext) -> (advantages (N,) or (N, T), metrics)`` under ``name``."""
-    return _register(ADVANTAGES, name)
+def register_advantage(name: str, spec: StageSpec = UNDECLARED_STAGE) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: AdvantageContext) -> (advantages (N,) or (N, T), metrics)`` under ``name``,
+    chosen with ``algo.advantage=name``; ``spec`` declares its needs and its own config checks."""
+    return _register(ADVANTAGES, name, spec)
+
+
+def stage_spec(kind: str, name: str) -> StageSpec:
+    """The declaration of the ``kind`` stage ``name`` (``UNDECLARED_STAGE`` for a plugin that gave none)."""
+    return STAGE_SPECS[kind].get(name, UNDECLARED_STAGE)
+
+
+def active_stages(kind: str, settings: Any) -> list[str]:
+    """The ``kind`` stages whose own switch (``StageSpec.active``) is on for ``settings``, in
+    registration order: the built-in stages turned on by their config fields."""
+    return [n for n, spec in STAGE_SPECS[kind].items() if spec.active is not None and spec.active(settings)]
 
 
 @dataclass(frozen=True)
@@ -84,19 +119,22 @@ def objective_spec(name: str) -> ObjectiveSpec:
     return OBJECTIVE_SPECS.get(name, UNDECLARED)
 
 
-def register_token_mask(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn(ctx: MaskContext) -> mask_NT`` (a narrower loss mask) under ``name``."""
-    return _register(TOKEN_MASKS, name)
+def register_token_mask(name: str, spec: StageSpec = UNDECLARED_STAGE) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: MaskContext) -> mask_NT`` (a narrower loss mask) under ``name``, applied
+    when listed in ``algo.token_masks`` or when ``spec.active`` says so (the built-in ones)."""
+    return _register(TOKEN_MASKS, name, spec)
 
 
-def register_reward_stage(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn(ctx: StageContext, rewards_N) -> (rewards_N, metrics)``, run before the estimator."""
-    return _register(REWARD_STAGES, name)
+def register_reward_stage(name: str, spec: StageSpec = UNDECLARED_STAGE) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: StageContext, rewards_N) -> (rewards_N, metrics)``, run before the estimator
+    while ``spec.active(settings)``."""
+    return _register(REWARD_STAGES, name, spec)
 
 
-def register_advantage_stage(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn(ctx: StageContext, advantages) -> (advantages, metrics)``, run after the estimator."""
-    return _register(ADVANTAGE_STAGES, name)
+def register_advantage_stage(name: str, spec: StageSpec = UNDECLARED_STAGE) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: StageContext, advantages) -> (advantages, metrics)``, run after the estimator
+    while ``spec.active(settings)``."""
+    return _register(ADVANTAGE_STAGES, name, spec)
 
 
 def is_import_path(name: str) -> bool:

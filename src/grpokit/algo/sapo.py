@@ -30,7 +30,8 @@ def sapo_config_errors(a) -> list[str]:
     if a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0:
         return []
     return [
-        f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 and 1.05)"
+        f"algo.sapo_tau_pos={a.sapo_tau_pos} and algo.sapo_tau_neg={a.sapo_tau_neg} must be > 0 (the paper uses 1.0 "
+        "and 1.05)"
     ]
 
 

@@ -12,7 +12,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "grpo": ("GRPO, outcome supervision (DeepSeekMath)", []),
     "grpo-process": (
         "GRPO, process supervision: per-step rewards (DeepSeekMath PS)",
-        ["algo.supervision=process", "reward.process_function=task"],
+        ["algo.advantage=process", "reward.process_function=task"],
     ),
     "dr-grpo": (
         "Dr. GRPO: no std scaling, token sums / constant",
@@ -59,7 +59,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     ),
     "ref-refresh": ("KL to a reference refreshed every 10 steps", ["algo.beta=0.04", "algo.ref_refresh_every=10"]),
     "cispo": (
-        "CISPO (MiniMax-M1): REINFORCE weighted by the stop-gradient IS weight capped at 5, token-mean; 2 updates per batch",
+        "CISPO (MiniMax-M1): REINFORCE weighted by the stop-gradient IS weight capped at 5, token-mean; 2 updates "
+        "per batch",
         ["algo.objective=cispo", "algo.clip_high=4.0", "algo.aggregation=token-mean", "algo.num_iterations=2"],
     ),
     "sapo": (
@@ -79,7 +80,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ["algo.entropy_advantage=true"],
     ),
     "edge-grpo": (
-        "EDGE-GRPO: entropy-driven advantage plus guided error correction (all-wrong groups get the gold answer as a member)",
+        "EDGE-GRPO: entropy-driven advantage plus guided error correction (all-wrong groups get the gold answer as "
+        "a member)",
         [
             "algo.entropy_advantage=true",
             "algo.error_correction=gold",
@@ -87,19 +89,21 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "gtpo": (
-        "GTPO: per-token rewards shaped by entropy (bonus shares in correct answers, inverse-entropy penalty shares in wrong ones), eq. 6 normalisation, token-mean",
-        ["algo.entropy_shaping=gtpo", "algo.aggregation=token-mean"],
+        "GTPO: per-token rewards shaped by entropy (bonus shares in correct answers, inverse-entropy penalty shares "
+        "in wrong ones), eq. 6 normalisation, token-mean",
+        ["algo.advantage=gtpo", "algo.aggregation=token-mean"],
     ),
     "gtpo-joint": (
         "GTPO with all shaped token rewards normalised together (keeps the correct/wrong sign), token-mean",
-        ["algo.entropy_shaping=gtpo", "algo.gtpo_normalization=joint", "algo.aggregation=token-mean"],
+        ["algo.advantage=gtpo", "algo.gtpo_normalization=joint", "algo.aggregation=token-mean"],
     ),
     "grpo-s": (
         "GRPO-S: per-completion rewards shaped by mean token entropy, normalised within the group",
-        ["algo.entropy_shaping=grpo_s"],
+        ["algo.advantage=grpo_s"],
     ),
     "lambda-grpo": (
-        "lambda-GRPO: token-mean with learnable per-completion length weights G softmax((1 + r z)^lambda), lambda trained (lr 0.01)",
+        "lambda-GRPO: token-mean with learnable per-completion length weights G softmax((1 + r z)^lambda), lambda "
+        "trained (lr 0.01)",
         ["algo.aggregation=lambda-grpo"],
     ),
     "kl-in-reward": (

@@ -50,7 +50,8 @@ def vespo_config_errors(a) -> list[str]:
     out = []
     if a.objective == "vespo" and a.ratio_level != "trajectory":
         out.append(
-            f"algo.objective=vespo weighs each completion by its trajectory ratio, but algo.ratio_level={a.ratio_level}; "
+            "algo.objective=vespo weighs each completion by its trajectory ratio, but "
+            f"algo.ratio_level={a.ratio_level}; "
             "set algo.ratio_level=trajectory"
         )
     if not all(len(v) == 2 and v[0] >= 0 and v[1] > 0 for v in (a.vespo_pos, a.vespo_neg)):

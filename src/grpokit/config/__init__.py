@@ -1,5 +1,5 @@
 """Stage 0, configuration: typed sections (``sections.py``), building a config from YAML, dicts and
-dotted overrides (``io.py``), checking it as a whole (``validation.py``) and the published recipes
+dotted overrides (``io.py``), checking it as a whole (``validation/``) and the published recipes
 (``presets/``). ``grpokit.config`` exports every public name of the first two, as it always has.
 Modules inside grpokit import from the defining module, never from this package, so that no import
 circle runs through it.

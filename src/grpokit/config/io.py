@@ -107,10 +107,15 @@ def set_field(cfg: Config, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     if len(parts) != 2 or parts[0] not in _sections():
         raise ConfigError(
-            f"unknown config field {dotted!r}; fields look like section.name with section one of {', '.join(_sections())}"
+            f"unknown config field {dotted!r}; fields look like section.name with section one of "
+            f"{', '.join(_sections())}"
         )
     section_obj = getattr(cfg, parts[0])
     types = _field_types(type(section_obj))
+    if parts[1] not in types and (retired := retired_field(dotted, value)) is not None:
+        if retired:
+            raise ConfigError(retired)
+        return  # a retired field at its neutral value (an older config.yaml): nothing to set
     if parts[1] not in types:
         raise ConfigError(f"unknown config field {dotted!r}; valid fields of {parts[0]}: {', '.join(types)}")
     setattr(section_obj, parts[1], _coerce(dotted, value, types[parts[1]]))
@@ -192,4 +197,5 @@ def save_yaml(cfg: Config, path: Path) -> None:
 
 # Last, so that either module may be imported first: config.py re-exports this module's functions
 # (``from grpokit.config import apply_overrides`` is public API) and these functions read its classes.
+from .retired import retired_field  # noqa: E402
 from .sections import Config, ConfigError  # noqa: E402

@@ -12,7 +12,9 @@ from .base import section
 @section
 class OptimConfig:
     optimizer: str = "adamw"
-    """"adamw" (torch's AdamW, fused where it can be), "adafactor" (transformers' Adafactor driven by `lr` and the schedule, as transformers' Trainer builds it), "sgd", "adagrad", "rmsprop" (torch's), or a low-bit AdamW from a CUDA library: "adamw_8bit", "paged_adamw_8bit" (bitsandbytes), "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
+    """"adamw" (torch's AdamW, fused where it can be), "adafactor" (transformers' Adafactor driven by `lr` and the
+    schedule, as transformers' Trainer builds it), "sgd", "adagrad", "rmsprop" (torch's), or a low-bit AdamW from a CUDA
+    library: "adamw_8bit", "paged_adamw_8bit" (bitsandbytes), "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
     lr: float = 1e-6
     """Peak learning rate (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
     weight_decay: float = 0.0
@@ -36,31 +38,43 @@ class OptimConfig:
     centered: bool = False
     """rmsprop: divide by the gradient's estimated variance instead of its second moment."""
     eps: float = 0.0
-    """adagrad and rmsprop: the epsilon added to the denominator (0: torch's default, 1e-10 for adagrad, 1e-8 for rmsprop)."""
+    """adagrad and rmsprop: the epsilon added to the denominator (0: torch's default, 1e-10 for adagrad, 1e-8 for
+    rmsprop)."""
     warmup_steps: int = 0
-    """Warm-up updates: the rate rises linearly from 0 at the first update to `lr` after this many, as in transformers (warmup_stable_decay: from min_lr_rate * lr, shaped by warmup_type)."""
+    """Warm-up updates: the rate rises linearly from 0 at the first update to `lr` after this many, as in transformers
+    (warmup_stable_decay: from min_lr_rate * lr, shaped by warmup_type)."""
     schedule: str = "constant"
-    """Learning-rate schedule over the updates after warm-up, transformers' of the same name: "constant" (transformers' constant_with_warmup), "linear" and "cosine" (to 0 at the last update), "cosine_with_min_lr" (cosine to min_lr_rate * lr), "cosine_warmup_with_min_lr" (the same with warmup_lr_rate's warm-up), "cosine_with_restarts", "polynomial", "inverse_sqrt" or "warmup_stable_decay"."""
+    """Learning-rate schedule over the updates after warm-up, transformers' of the same name: "constant" (transformers'
+    constant_with_warmup), "linear" and "cosine" (to 0 at the last update), "cosine_with_min_lr" (cosine to min_lr_rate
+    * lr), "cosine_warmup_with_min_lr" (the same with warmup_lr_rate's warm-up), "cosine_with_restarts", "polynomial",
+    "inverse_sqrt" or "warmup_stable_decay"."""
     schedule_steps: int = 0
-    """Updates the schedule spans, transformers' num_training_steps (0: all the run's optimizer updates, train.steps * algo.num_iterations * train.updates_per_batch)."""
+    """Updates the schedule spans, transformers' num_training_steps (0: all the run's optimizer updates, train.steps *
+    algo.num_iterations * train.updates_per_batch)."""
     num_cycles: float = 0.5
-    """cosine, cosine_with_min_lr, cosine_warmup_with_min_lr and warmup_stable_decay's cosine decay: cosine waves over the decay (0.5: half a wave, from lr down to the floor)."""
+    """cosine, cosine_with_min_lr, cosine_warmup_with_min_lr and warmup_stable_decay's cosine decay: cosine waves over
+    the decay (0.5: half a wave, from lr down to the floor)."""
     restart_cycles: float = 1.0
-    """cosine_with_restarts: how many cosine decays from lr to 0 the updates after warm-up hold, each after the first starting again at lr (transformers' num_cycles of that schedule; 1: no restart)."""
+    """cosine_with_restarts: how many cosine decays from lr to 0 the updates after warm-up hold, each after the first
+    starting again at lr (transformers' num_cycles of that schedule; 1: no restart)."""
     min_lr_rate: float = 0.0
-    """The floor as a fraction of lr: where cosine_with_min_lr and cosine_warmup_with_min_lr end, and where warmup_stable_decay starts its warm-up and ends its decay (its min_lr_ratio)."""
+    """The floor as a fraction of lr: where cosine_with_min_lr and cosine_warmup_with_min_lr end, and where
+    warmup_stable_decay starts its warm-up and ends its decay (its min_lr_ratio)."""
     warmup_lr_rate: float = -1.0
-    """cosine_warmup_with_min_lr: the first update's rate as a fraction of lr, rising linearly to lr at the last warm-up update (-1: transformers' None, (step + 1) / warmup_steps)."""
+    """cosine_warmup_with_min_lr: the first update's rate as a fraction of lr, rising linearly to lr at the last warm-up
+    update (-1: transformers' None, (step + 1) / warmup_steps)."""
     power: float = 1.0
     """polynomial: exponent of the decay from lr to lr_end (1: linear)."""
     lr_end: float = 1e-7
     """polynomial: the rate at the last update and after; must be below lr."""
     timescale: int = 0
-    """inverse_sqrt: after warm-up the rate is lr / sqrt((step + timescale - warmup_steps) / timescale) (0: warmup_steps, or 10000 without warm-up, as transformers)."""
+    """inverse_sqrt: after warm-up the rate is lr / sqrt((step + timescale - warmup_steps) / timescale) (0:
+    warmup_steps, or 10000 without warm-up, as transformers)."""
     num_decay_steps: int = 0
     """warmup_stable_decay: updates of the final decay to min_lr_rate * lr."""
     num_stable_steps: int = -1
-    """warmup_stable_decay: updates at lr between warm-up and decay (-1: the rest, schedule steps - warmup_steps - num_decay_steps)."""
+    """warmup_stable_decay: updates at lr between warm-up and decay (-1: the rest, schedule steps - warmup_steps -
+    num_decay_steps)."""
     warmup_type: str = "linear"
     """warmup_stable_decay: shape of the warm-up, "linear", "cosine" or "1-sqrt"."""
     decay_type: str = "cosine"

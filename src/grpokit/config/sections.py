@@ -15,16 +15,19 @@ dotted command-line overrides (``rollout.group_size=16``). The fully resolved co
 ``grpokit.config.validation.validate`` checks every value before any work starts and raises
 ``ConfigError`` with one sentence that names the field, the value and what would be valid.
 ``ConfigError`` and the ``section`` decorator live in base.py; the optim section, with every optimizer's
-and schedule's options, in optim.py.
+and schedule's options, in optim.py; the rollout and algo sections in rollout.py and algo.py (all of
+them importable from here).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .algo import AlgoConfig
 from .base import ConfigError, section  # noqa: F401  (ConfigError: imported from here across grpokit)
 from .health import HealthConfig
 from .optim import OptimConfig
+from .rollout import RolloutConfig
 
 
 @section
@@ -34,7 +37,10 @@ class ModelConfig:
     dtype: str = "auto"
     """Weights and compute dtype: "auto" (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16" or "float16"."""
     attn_implementation: str = "auto"
-    """Attention kernel of the model's forward passes, passed to from_pretrained: "auto" (transformers' choice, sdpa where it can), "eager", "sdpa", "flash_attention_2", "flash_attention_3" or "flex_attention" (the flash ones need their package and a GPU). The static decode engine's one-token attention is its own either way (rollout/static.py)."""
+    """Attention kernel of the model's forward passes, passed to from_pretrained: "auto" (transformers' choice, sdpa
+    where it can), "eager", "sdpa", "flash_attention_2", "flash_attention_3" or "flex_attention" (the flash ones need
+    their package and a GPU). The static decode engine's one-token attention is its own either way
+    (rollout/static.py)."""
     device: str = "auto"
     """Device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N"."""
     trust_remote_code: bool = False
@@ -42,51 +48,69 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     autocast: str = "auto"
-    """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16", "float16" or "off"."""
+    """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16",
+    "float16" or "off"."""
     cpu_matmul: str = "auto"
-    """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is), or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere and with model.compile)."""
+    """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is),
+    or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere and with model.compile)."""
     lora_rank: int = 0
-    """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with adapters disabled."""
+    """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with
+    adapters disabled."""
     lora_alpha: float = 32.0
     """LoRA scaling numerator: the adapter update is (lora_alpha / lora_rank) * B @ A."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA input path (0 keeps training logprobs equal to the old-policy logprobs)."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    """Modules that get adapters: ["all-linear"] (every linear layer but the output head) or module names like [q_proj, v_proj]."""
+    """Modules that get adapters: ["all-linear"] (every linear layer but the output head) or module names like [q_proj,
+    v_proj]."""
     lora_save: str = "adapter"
-    """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with adapters merged; the adapter is kept in adapter/ for resume)."""
+    """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with
+    adapters merged; the adapter is kept in adapter/ for resume)."""
     quantization: str = "none"
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
     freeze_vision: bool = True
-    """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does; false trains it too (docs/VISION.md)."""
+    """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does; false trains
+    it too (docs/VISION.md)."""
     lm_head_fp32: bool = False
-    """ScaleRL (TRL's cast_lm_head_to_fp32): the output layer's weights and logits in float32 while the rest of the model is in model.dtype (a tied head makes the shared embedding weight float32 too); needs lm_head without a LoRA adapter."""
+    """ScaleRL (TRL's cast_lm_head_to_fp32): the output layer's weights and logits in float32 while the rest of the
+    model is in model.dtype (a tied head makes the shared embedding weight float32 too); needs lm_head without a LoRA
+    adapter."""
     neftune_noise_alpha: float = 0.0
-    """NEFTune: uniform noise of size alpha / sqrt(sequence length * hidden size) added to the input embeddings during training steps (sampling with the hf backend, log-probabilities and update, as TRL's GRPO), never in evaluation; 0 = off (the paper uses 5)."""
+    """NEFTune: uniform noise of size alpha / sqrt(sequence length * hidden size) added to the input embeddings during
+    training steps (sampling with the hf backend, log-probabilities and update, as TRL's GRPO), never in evaluation; 0 =
+    off (the paper uses 5)."""
     compile: bool = False
     """torch.compile the model's backbone for the log-probability passes (the policy's old-log-prob pass and the
     update's forward and backward; TRL's torch_compile); sampling and the reference model stay eager, as
     transformers compiles the training model only. The same values, speed only; the first steps pay the compile."""
     compile_backend: str = "inductor"
-    """torch.compile backend with model.compile (TRL's torch_compile_backend): inductor, aot_eager, eager, cudagraphs ..."""
+    """torch.compile backend with model.compile (TRL's torch_compile_backend): inductor, aot_eager, eager, cudagraphs
+    ..."""
     compile_mode: str = "default"
-    """torch.compile mode with model.compile (TRL's torch_compile_mode): default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs."""
+    """torch.compile mode with model.compile (TRL's torch_compile_mode): default, reduce-overhead, max-autotune,
+    max-autotune-no-cudagraphs."""
     router_aux_loss_coef: float = 0.0
-    """Mixture-of-Experts models: weight of the router's load-balancing loss added to the training loss (0 = off; -1 = the model config's own router_aux_loss_coef, TRL's default); refused for a model without a router."""
+    """Mixture-of-Experts models: weight of the router's load-balancing loss added to the training loss (0 = off; -1 =
+    the model config's own router_aux_loss_coef, TRL's default); refused for a model without a router."""
 
 
 @section
 class DataConfig:
     task: str = "arithmetic"
-    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes": images, docs/VISION.md), or reasoning-gym's tasks: "reasoning_gym:<name>", mixed as "reasoning_gym:a=2,b=1" (docs/TASKS.md); unused once `dataset` is set."""
+    """Built-in task that provides prompts, answers, reward and held-out set ("arithmetic", "calculator", "shapes":
+    images, docs/VISION.md), or reasoning-gym's tasks: "reasoning_gym:<name>", mixed as "reasoning_gym:a=2,b=1"
+    (docs/TASKS.md); unused once `dataset` is set."""
     task_params: dict = field(default_factory=dict)
-    """A reasoning_gym task's config (its reasoning-gym config fields; for a mixture one mapping per task name), plus "instruction": the sentence appended to each question."""
+    """A reasoning_gym task's config (its reasoning-gym config fields; for a mixture one mapping per task name), plus
+    "instruction": the sentence appended to each question."""
     dataset: str = ""
-    """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows, reward and held-out set)."""
+    """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows,
+    reward and held-out set)."""
     split: str = "train"
     """Split of a hub dataset to train on."""
     eval_dataset: str = ""
-    """Held-out data for evaluation (file or hub name); empty: the built-in task's held-out split, or none with one's own data."""
+    """Held-out data for evaluation (file or hub name); empty: the built-in task's held-out split, or none with one's
+    own data."""
     eval_split: str = "test"
     """Split of a hub eval dataset."""
     prompt_column: str = "prompt"
@@ -96,83 +120,16 @@ class DataConfig:
     system_prompt: str = ""
     """System message prepended when a chat template is applied."""
     chat_template: str = "auto"
-    """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
+    """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to
+    prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
     chat_template_kwargs: dict = field(default_factory=dict)
-    """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's chat_template_kwargs)."""
+    """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's
+    chat_template_kwargs)."""
     eval_size: int = 500
-    """At most this many held-out prompts (data.eval_dataset's, or the task's) are evaluated before and after training (0 disables evaluation)."""
+    """At most this many held-out prompts (data.eval_dataset's, or the task's) are evaluated before and after training
+    (0 disables evaluation)."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
-
-
-@section
-class RolloutConfig:
-    group_size: int = 8
-    """G: completions sampled per prompt."""
-    max_new_tokens: int = 512
-    """Maximum completion length in tokens; longer completions are cut (finish reason "length"). 512 is TRL's default; the demo task uses 8."""
-    temperature: float = 1.0
-    """Sampling temperature (> 0); training logprobs use the same temperature."""
-    top_p: float = 1.0
-    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p (1.0 = off)."""
-    top_k: int = 0
-    """Keep only the k most likely tokens (0 = off)."""
-    min_p: float = 0.0
-    """Drop tokens whose probability is below min_p times the top token's (0 = off)."""
-    repetition_penalty: float = 1.0
-    """HF's repetition penalty (> 0; 1.0 = off): a token already in the prompt or the completion has its logit divided by it when positive, multiplied when not, before temperature. Sampling only (both hf engines; passed on to vLLM): on the hf engines the recorded sampling logprobs are of the penalised distribution (which ones vLLM reports is not checked here); the trained logprobs are not penalised (as TRL)."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings: a completion ends after the first token that completes one (finish reason "stop")."""
-    max_prompt_tokens: int = 0
-    """Longest prompt in tokens (0 = the model's context: max_position_embeddings, or vllm_max_model_len); every prompt is measured at start, and a longer one is refused in one sentence, or cut with truncate_prompts."""
-    truncate_prompts: bool = False
-    """Cut a prompt longer than max_prompt_tokens to its last max_prompt_tokens tokens (TRL's max_prompt_length, from the left) instead of refusing the run; how many were cut is logged once."""
-    backend: str = "hf"
-    """Rollout engine: "hf" (transformers, CPU or GPU), "vllm" (a vLLM engine on the trainer's GPU) or "vllm_server" (a vLLM server at vllm_url)."""
-    engine: str = "auto"
-    """backend=hf: the decode loop: "auto" (static where the model's shape allows, else dynamic), "static" (pre-allocated cache), "dynamic" (the model's own forward and DynamicCache), or "generate" (transformers' model.generate with rollout.generation_kwargs: beam search and the other GenerationConfig options; records no sampling logprobs, so the old logprobs come from the training pass)."""
-    generation_kwargs: dict = field(default_factory=dict)
-    """engine=generate: extra GenerationConfig settings on top of the sampling fields, e.g. {num_beams: 2, length_penalty: -0.1} (TRL's generation_kwargs); keys with a rollout field of their own (temperature, top_p, top_k, min_p, max_new_tokens, repetition_penalty, stop) are set there."""
-    cuda_graphs: bool = True
-    """backend=hf on CUDA: replay each decode step of the static engine as a CUDA graph (same tokens, far fewer kernel launches); false runs it eagerly."""
-    sample_group_size: int = 0
-    """GFPO: completions sampled per prompt before the best group_size are kept (0 = no oversampling)."""
-    gfpo_criterion: str = "length"
-    """GFPO: which completions to keep: "length" (shortest) or "token_efficiency" (highest reward per token)."""
-    gfpo_adaptive: bool = False
-    """GFPO adaptive: oversample only hard prompts (mean reward of the first group_size below the threshold)."""
-    gfpo_adaptive_threshold: float = 0.5
-    """GFPO adaptive: a prompt is hard when its first group_size samples average below this reward."""
-    vllm_gpu_memory_utilization: float = 0.3
-    """backend=vllm: fraction of the GPU memory the colocated engine may take (the trainer needs the rest)."""
-    vllm_max_model_len: int = 0
-    """backend=vllm: the colocated engine's context length in tokens, prompt plus completion (vLLM's max_model_len; 0 = the model's own)."""
-    vllm_tensor_parallel_size: int = 1
-    """backend=vllm: GPUs per colocated engine (vLLM tensor parallelism, TRL's vllm_tensor_parallel_size): each group of this many consecutive trainer ranks shares one engine sharded over their GPUs, which samples the group's prompts together (1 = one whole engine per rank; must divide the number of ranks)."""
-    vllm_sleep: bool = True
-    """backend=vllm: put the engine to sleep (release its memory) during the update and wake it for sampling."""
-    vllm_url: str = "http://127.0.0.1:8000"
-    """backend=vllm_server: base URL of the server started by `grpokit vllm-serve` (docs/SCALING.md)."""
-    vllm_sync_dir: str = ""
-    """backend=vllm_server: folder on a filesystem the server reads at the same path; weights go to <it>/<run name>/step-N ("" = <run folder>/vllm-weights)."""
-    vllm_startup_timeout: float = 600.0
-    """backend=vllm_server: seconds to wait for the server to become ready (it may still be loading the model)."""
-    vllm_request_timeout: float = 3600.0
-    """backend=vllm_server: seconds one sampling request or weight load may take before the run stops."""
-    tis_cap: float = 2.0
-    """Truncated importance sampling: per-token weight min(pi_old / pi_sampler, tis_cap) on the loss when a separate engine (vllm) or stale samples are used (0 = off)."""
-    tis_mode: str = "token_truncate"
-    """How the TIS weight is formed from r = pi_old / pi_sampler (TRL's vllm_importance_sampling_mode names): "token_truncate" (r_t clamped to [tis_min, tis_cap]), "token_mask" (r_t inside [tis_min, tis_cap], 0 outside), "sequence_truncate" / "sequence_mask" (the same with the completion's product of token ratios, one weight for all its tokens)."""
-    tis_min: float = 0.0
-    """Lower bound of the TIS weight: *_truncate raises a smaller weight to it, *_mask sets it to 0 (0 = no lower bound)."""
-    mismatch_mask: str = "none"
-    """Sampler/trainer mismatch masking: "none", "token" (IcePop: a token whose pi_old / pi_sampler is outside [mismatch_low, mismatch_high] leaves the gradient) or "sequence" (MIS: a completion whose geometric-mean ratio is outside leaves it whole); applies with every engine, on top of TIS where TIS applies."""
-    mismatch_low: float = 0.5
-    """Lower bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (0 < low <= 1)."""
-    mismatch_high: float = 2.0
-    """Upper bound of the ratio pi_old / pi_sampler kept by mismatch_mask, and of the mismatch/outside_fraction metric (>= 1)."""
-    async_staleness: int = 0
-    """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 = synchronous)."""
 
 
 @section
@@ -194,138 +151,29 @@ class RewardConfig:
     normalize_components: bool = False
     """Multi-objective (MO-GRPO): normalise each function's reward within its group before the weighted sum."""
     process_function: str = ""
-    """Process reward for algo.supervision=process: "task" or "module:function" returning (end token, reward) steps."""
+    """Process reward for algo.advantage=process: "task" or "module:function" returning (end token, reward) steps."""
     convention: str = "grpokit"
-    """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it, completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts each completion as [{"role": "assistant", "content": ...}])."""
-
-
-@section
-class AlgoConfig:
-    baseline: str = "group_mean"
-    """Advantage baseline: "group_mean" (GRPO) or "leave_one_out" (RLOO)."""
-    scale: str = "group"
-    """Advantage scaling: "group" std (GRPO), "batch" std, "none" (Dr. GRPO), "token_whiten" (REINFORCE++-baseline as verl computes it: whitened over the batch's tokens, each completion weighted by its length) or "batch_whiten" (whitened over the batch's completions, each weighing one)."""
-    std: str = "unbiased"
-    """Std used for scaling: "unbiased" (Bessel: divides by G-1, or tokens-1 for token_whiten; as TRL and verl) or "population"."""
-    adv_eps: float = 1e-4
-    """Added to the std in the advantage denominator (TRL's 1e-4; verl's GRPO uses 1e-6); for scale=token_whiten added to the variance inside the square root, where verl puts its 1e-8."""
-    clip_low: float = 0.2
-    """Lower clip: the ratio is kept above 1 - clip_low."""
-    clip_high: float = 0.2
-    """Upper clip: the ratio is kept below 1 + clip_high (DAPO clip-higher: 0.28)."""
-    dual_clip: float = 0.0
-    """Dual-clip bound c > 1 for negative advantages (0 = off)."""
-    ratio_level: str = "token"
-    """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios), per "trajectory" (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level ratio)."""
-    objective: str = "clip"
-    """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) "sapo" (a smooth sigmoid gate, no hard clip) or "vespo" (REINFORCE weighted by a stop-gradient gamma function of the trajectory ratio; needs ratio_level=trajectory)."""
-    sapo_tau_pos: float = 1.0
-    """objective=sapo: gate temperature tau for tokens with positive advantage (the paper's 1.0)."""
-    sapo_tau_neg: float = 1.05
-    """objective=sapo: gate temperature for tokens with negative advantage (the paper's 1.05; larger fades off-policy negative updates faster)."""
-    vespo_pos: list[float] = field(default_factory=lambda: [2.0, 3.0])
-    """objective=vespo: (k, lambda) of the gamma weight phi(w) = e^lambda w^k e^(-lambda w) where the advantage is >= 0 (TRL's vespo_k_pos, vespo_lambda_pos)."""
-    vespo_neg: list[float] = field(default_factory=lambda: [3.0, 2.0])
-    """objective=vespo: (k, lambda) where the advantage is < 0 (TRL's vespo_k_neg, vespo_lambda_neg)."""
-    beta: float = 0.0
-    """KL penalty weight; 0 needs no reference model."""
-    kl_estimator: str = "k3"
-    """KL estimator: "k1", "k2" or "k3" (DeepSeekMath); used in the loss and, with kl_placement=reward, summed over tokens in the reward."""
-    kl_bias_correction: bool = False
-    """Multiply the per-token KL in the loss by the importance weight pi/pi_old, gradient included (DeepSeek-V3.2; TRL 1.16's default use_bias_correction_kl=True)."""
-    kl_clamp: float = 0.0
-    """Clamp each token's KL estimate to [-kl_clamp, kl_clamp] (0 = off; verl clamps k3 at 10)."""
-    aggregation: str = "seq-mean-token-mean"
-    """Loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum, or lambda-grpo (token-mean with learnable per-completion length weights, arXiv 2510.06870)."""
-    lambda_init: float = 0.0
-    """lambda-GRPO: lambda at the start of training (0 = DAPO's token-mean; > 0 favours longer completions, < 0 shorter)."""
-    lambda_lr: float = 0.01
-    """lambda-GRPO: learning rate of lambda's own Adam optimizer (constant; no weight decay)."""
-    lambda_r: float = 0.1111
-    """lambda-GRPO: r in the lift h_i = 1 + r * z_i of the standardised length deviations z_i (1/9 keeps h > 0 for |z| < 9)."""
-    norm_constant: float = 0.0
-    """Constant divisor for seq-mean-token-sum-norm (0 = rollout.max_new_tokens)."""
-    num_iterations: int = 1
-    """mu: optimizer updates per generated batch (old logprobs are taken once, before the first)."""
-    supervision: str = "outcome"
-    """"outcome" (one reward per completion) or "process" (per-step rewards, DeepSeekMath PS)."""
-    kl_placement: str = "loss"
-    """Where the beta-weighted KL goes: "loss" (GRPO) or "reward" (PPO / REINFORCE++: r -= beta * sum_t KL_k, with KL_k the kl_estimator on pi_old)."""
-    mask_truncated: bool = False
-    """DAPO overlong filtering: completions cut at max_new_tokens (and episodes cut by env.max_turns) are left out of the loss."""
-    dynamic_sampling: bool = False
-    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
-    max_sampling_rounds: int = 4
-    """Dynamic sampling: at most this many sampling rounds per step (then train on what was collected)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
-    entropy_aggregation: str = "loss"
-    """How the entropy bonus is reduced: "loss" (with the token losses, through algo.aggregation, as verl) or "token-mean" (a plain mean over the batch's tokens, as TRL)."""
-    entropy_adaptive: bool = False
-    """Skywork-OR1 adaptive entropy control (TRL's use_adaptive_entropy): entropy_coef is the starting coefficient; after each optimizer step it rises by entropy_coef_delta when the loss tokens' mean entropy was at or below entropy_target and falls by it otherwise, and the next step applies it only while that entropy is at or below the target (algo/entropy_control.py)."""
-    entropy_target: float = 0.2
-    """Adaptive entropy control: target mean token entropy in nats (TRL's default 0.2 engages only near collapse; set it near the entropy of the first steps)."""
-    entropy_coef_delta: float = 0.005
-    """Adaptive entropy control: the coefficient's change per optimizer step."""
-    entropy_coef_min: float = 0.0
-    """Adaptive entropy control: lowest coefficient a decrease reaches."""
-    entropy_coef_max: float = 1.0
-    """Adaptive entropy control: highest coefficient an increase reaches."""
-    entropy_advantage: bool = False
-    """EDGE-GRPO entropy-driven advantage: divide each completion's advantage by its mean token entropy over the batch's mean (confident answers weigh more, whether right or wrong)."""
-    entropy_advantage_max_scale: float = 0.0
-    """EDGE-GRPO: cap on that factor mean(P) / P_i (0 = no cap, as the paper; 10 keeps a near-deterministic completion from getting an unbounded advantage)."""
-    error_correction: str = "off"
-    """EDGE-GRPO guided error correction: in a group whose completions are all wrong, replace the last one by "gold" (the rendered gold answer) or "reflection" (the wrong completion, error_correction_prompt, then the gold answer), re-scored; "off"."""
-    error_correction_fn: str = ""
-    """Guided error correction: "module:function" rendering the gold answer as a completion text, called with the prompt and the dataset's columns (e.g. grpokit.data.tasks.arithmetic:format_completion)."""
-    error_correction_prompt: str = "Wait! Something is wrong here."
-    """Guided error correction, mode reflection: the cue written between the wrong attempt and the gold answer (the paper's)."""
-    error_correction_max_reward: float = 0.0
-    """Guided error correction: a group is all wrong when every completion's total reward is at most this (0: binary rewards)."""
-    entropy_shaping: str = "none"
-    """Entropy-shaped rewards (Tan et al., arXiv 2508.04349): "gtpo" (per-token rewards: entropy shares of a bonus in correct completions, inverse-entropy shares of a penalty in wrong ones), "grpo_s" (the same per completion, with its mean token entropy) or "none"."""
-    shaping_base_weight: float = 1.0
-    """GTPO alpha1 / GRPO-S beta1: weight of the outcome reward in the shaped reward (the paper's 1.0)."""
-    shaping_entropy_weight: float = 0.1
-    """GTPO alpha2 / GRPO-S beta2: weight of the entropy-shaped bonus or penalty (the paper's 0.1)."""
-    gtpo_normalization: str = "polarity"
-    """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
-    entropy_top_fraction: float = 1.0
-    """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
-    offpolicy_delta: float = 0.0
-    """DeepSeek-V3.2 off-policy masking: drop negative-advantage sequences whose mean log(pi_old/pi) exceeds this (0 = off)."""
-    ref_refresh_every: int = 0
-    """Copy the policy into the reference model every N steps (0 = never; needs beta > 0)."""
-    ref_mixup_alpha: float = 1.0
-    """At each reference refresh, ref <- alpha * policy + (1 - alpha) * ref (TR-DPO's soft update; 1 = copy the policy)."""
-    advantage: str = ""
-    """Advantage estimator by registered name ("group", "process", "gigpo", "gagpo", "gtpo", "grpo_s", or one added with @grpokit.algo.register_advantage) or "module:function"; "" = the one supervision / credit / entropy_shaping select (docs/ALGORITHMS.md)."""
-    token_masks: list[str] = field(default_factory=list)
-    """Extra token masks applied after mask_truncated and entropy_top_fraction, by registered name (@grpokit.algo.register_token_mask) or "module:function" (docs/ALGORITHMS.md)."""
-    # -- multi-turn credit: a mode of stage 4 for episodes
-    credit: str = "outcome"
-    """Credit across the turns of an episode: "outcome" (the episode's advantage on every model token, GRPO), "gigpo" (episode + anchor-state step advantages) or "gagpo" (grouped value proxy + GAE)."""
-    step_gamma: float = 0.95
-    """GiGPO / GAGPO: discount per turn of the episode's reward."""
-    gigpo_step_weight: float = 1.0
-    """GiGPO: weight omega of the step-level advantage added to the episode-level one."""
-    gae_lambda: float = 0.95
-    """GAGPO: lambda of the GAE-style sum of temporal differences."""
+    """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it,
+    completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts
+    each completion as [{"role": "assistant", "content": ...}])."""
 
 
 @section
 class EnvConfig:
     tools: list[str] = field(default_factory=list)
-    """Tools the model may call in multi-turn episodes: built-in "calculator" / "python" (sandboxed code) or "module:function" (typed, with a docstring)."""
+    """Tools the model may call in multi-turn episodes: built-in "calculator" / "python" (sandboxed code) or
+    "module:function" (typed, with a docstring)."""
     environment: str = ""
-    """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are tools, optional get_reward and done)."""
+    """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are
+    tools, optional get_reward and done)."""
     max_turns: int = 4
     """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
     max_episode_tokens: int = 8192
-    """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens caps each turn)."""
+    """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens
+    caps each turn)."""
     tool_format: str = "auto"
-    """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags" (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
+    """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags"
+    (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
     tool_timeout_s: float = 10.0
     """Time limit of one tool call; a call that runs over becomes an error message in the episode."""
     episode_timeout_s: float = 60.0
@@ -333,15 +181,20 @@ class EnvConfig:
     max_tool_output_chars: int = 1000
     """Longest tool result shown to the model (longer ones are cut and marked)."""
     max_tool_nesting: int = 20
-    """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error message (0 = no cap)."""
+    """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error
+    message (0 = no cap)."""
     reset_timeout_s: float = 30.0
-    """Time limit of one environment reset() (with its constructor); a batch's resets run side by side, so hung ones cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare prompt."""
+    """Time limit of one environment reset() (with its constructor); a batch's resets run side by side, so hung ones
+    cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare
+    prompt."""
     max_observation_chars: int = 8000
     """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
     max_failure_fraction: float = 0.5
-    """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than this fraction of a batch's episodes."""
+    """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than
+    this fraction of a batch's episodes."""
     allow_unsafe_code_execution: bool = False
-    """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the network)."""
+    """Let the python tool run where the sandbox cannot isolate (rlimits only; it could read files and use the
+    network)."""
 
 
 @section
@@ -364,7 +217,8 @@ class TrainConfig:
     k consecutive slices make one update, so an update may span two sampled batches, and a batch is sampled
     from the weights of the last finished update (TRL's gradient_accumulation_steps when steps_per_generation
     is not a multiple of it). Each slice divides its loss by its rows x k sequences and by its batch's tokens x
-    k / updates_per_batch tokens, TRL's normalisers. One process only (not with fsdp); no entropy bonus, no lambda-grpo."""
+    k / updates_per_batch tokens, TRL's normalisers. One process only (not with fsdp); no entropy bonus, no
+    lambda-grpo."""
     max_updates: int = 0
     """Stop right after this many optimizer updates, even inside a step's batch (0: train.steps alone
     decides); grpokit.trl sets TRL's max_steps here."""
@@ -383,9 +237,15 @@ class TrainConfig:
     on CUDA), 0 = no budget. Not applied with train.fsdp (ranks must run
     equal numbers of micro-batches)."""
     memory_plan: str = "auto"
-    """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither (model.gradient_checkpointing still applies)."""
+    """"auto": at start, turn activation checkpointing on when one micro-batch's activations (micro_batch_size rows, or
+    the whole batch, at the longest prompt + max_new_tokens) exceed activation_memory_mb, and keep the reference model
+    (beta > 0, full fine-tuning) on CPU between its passes when the training state plus the reference would take over
+    half of the GPU; one log line says what was chosen and why (train/memory.py). "manual": neither
+    (model.gradient_checkpointing still applies)."""
     packing: str = "auto"
-    """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
+    """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to
+    end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded
+    rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""
@@ -395,9 +255,11 @@ class TrainConfig:
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest)."""
     save_last: bool = True
-    """Write a checkpoint at the end of training (and when Ctrl-C stops it); False with save_every 0 writes none at all (TRL's save_strategy="no")."""
+    """Write a checkpoint at the end of training (and when Ctrl-C stops it); False with save_every 0 writes none at all
+    (TRL's save_strategy="no")."""
     save_only_model: bool = False
-    """Checkpoints hold the model and the step only, no optimizer, schedule or RNG state (smaller); a resume from one loads the weights and starts a fresh optimizer and schedule, as transformers' save_only_model."""
+    """Checkpoints hold the model and the step only, no optimizer, schedule or RNG state (smaller); a resume from one
+    loads the weights and starts a fresh optimizer and schedule, as transformers' save_only_model."""
     overwrite: bool = False
     """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
     records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
@@ -413,9 +275,11 @@ class TrainConfig:
     deterministic: bool = False
     """Use deterministic torch algorithms (bit-exact resume on CPU)."""
     fsdp: bool = False
-    """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device); needs torchrun."""
+    """Shard parameters, gradients and optimizer state across ranks with FSDP2 (for models that do not fit one device);
+    needs torchrun."""
     dist_timeout_s: float = 0
-    """Under torchrun: seconds a collective (all-reduce, barrier) may wait for the other ranks before the run fails (0 = torch's default)."""
+    """Under torchrun: seconds a collective (all-reduce, barrier) may wait for the other ranks before the run fails (0 =
+    torch's default)."""
 
 
 @section

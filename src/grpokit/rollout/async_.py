@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from grpokit.train.models import frozen_copy
+from grpokit.nn.models import frozen_copy
 
 from .engine import HFEngine, TurnSampler
 

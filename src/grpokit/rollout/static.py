@@ -16,7 +16,7 @@ the Llama/Qwen2/Mistral MLP) are written here. So the step computes the same fun
 ``model(...)`` (tests/rollout/test_rollout.py compares both paths token for token under greedy and seeded
 sampling).
 
-When the model's linears run on oneDNN (``model.cpu_matmul``, kernels.py), the step's projections
+When the model's linears run on oneDNN (``model.cpu_matmul``, nn/kernels.py), the step's projections
 use ``kernels.fused_linear``: q/k/v and gate/up each become one matmul over weights reordered once
 per rollout (the copy is freed with the decoder). Otherwise each projection module is called as is
 (GPU, LoRA and quantised layers included).
@@ -46,8 +46,8 @@ import importlib
 
 import torch
 
-from grpokit.train import kernels
-from grpokit.train.models import has_sliding_window
+from grpokit.nn import kernels
+from grpokit.nn.models import has_sliding_window
 
 SUPPORTED = ("llama", "qwen2", "mistral", "qwen2_vl", "qwen2_5_vl")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length

@@ -144,7 +144,8 @@ class VLLMColocated(SeparateEngine):
 
 
 def make_colocated_engine(r, m, params: SamplingParams, device, seed: int, **engine_args: Any) -> VLLMColocated:
-    """The ``rollout.backend=vllm`` engine from the rollout section ``r``, the model section ``m``, the run's
+    """The ``rollout.backend=vllm`` engine from the rollout section ``r``, the model section ``m`` (its
+    ``name_or_path`` a folder or hub id: the caller resolves "demo" and named models), the run's
     sampling settings, device and seed (vllm needs CUDA and the vllm package); ``engine_args`` go to
     ``vllm.LLM`` as well (a tensor-parallel group's, rollout/vllm_tp.py). A resumed run's caller
     then sends the policy's weights with ``after_update`` (the engine loads the base checkpoint)."""
@@ -159,10 +160,8 @@ def make_colocated_engine(r, m, params: SamplingParams, device, seed: int, **eng
         raise ConfigError(
             "rollout.backend=vllm needs the vllm package (pip install 'grpokit[vllm]'); or use rollout.backend=hf"
         ) from None
-    from grpokit.train.models import model_path
-
     llm = vllm.LLM(
-        model=model_path(m.name_or_path),
+        model=m.name_or_path,
         gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         enable_sleep_mode=r.vllm_sleep,
         dtype="bfloat16",

@@ -31,15 +31,17 @@ from grpokit.config.sections import Config, ConfigError, RolloutConfig
 from grpokit.config.validation import validate
 from grpokit.data.prompts import to_prompts
 from grpokit.data.vision import load_processor
+from grpokit.nn import kernels
+from grpokit.nn.models import frozen_copy
 from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
 
-from . import distributed, episode_setup, kernels, model_options, models, reward_setup, run_data
+from . import distributed, episode_setup, model_options, models, reward_setup, run_data
 from .distributed import DistContext
 from .logprobs import compile_backbone
-from .models import eos_ids, frozen_copy, load_model, model_path, resolve_dtype
+from .models import eos_ids, load_model, model_path, resolve_dtype
 from .update import make_optimizer, run_updates
 
 SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses one CPU thread
@@ -98,7 +100,8 @@ def build_inputs(
 @dataclass(frozen=True)
 class Rewards:
     """Stage 3's objects: the training runner, the evaluator's runner, each function's weight, and
-    the process reward (``algo.supervision=process``; None otherwise)."""
+    the process reward (``reward.process_function``, which only ``algo.advantage=process`` accepts;
+    None otherwise)."""
 
     runner: RewardRunner
     eval_runner: RewardRunner
@@ -108,7 +111,7 @@ class Rewards:
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
     specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
-    process_fn = reward_setup.process_function(cfg) if cfg.algo.supervision == "process" else None
+    process_fn = reward_setup.process_function(cfg) if cfg.reward.process_function else None
     rc = cfg.reward
     runner = RewardRunner(
         specs,
@@ -137,7 +140,7 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     model = load_model(m, device, resolve_dtype(m, device), model)
     if not t.threads and device.type == "cpu" and sum(p.numel() for p in model.parameters()) < SMALL_MODEL:
         torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
-    if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (kernels.py);
+    if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (nn/kernels.py);
         # not under torch.compile, whose inductor cannot lower those calls (it compiles the plain linears itself)
         kernels.use_onednn_linears(model)
     if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward

@@ -6,6 +6,7 @@ the Trainer, so an engine can be built and tested without one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +17,7 @@ from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
 
 from .distributed import DistContext, rank_seed
+from .models import model_path
 
 
 def uses_tis(cfg: Config) -> bool:
@@ -113,10 +115,11 @@ def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContex
     tokens), mixed as the hf engine's rank seeds: group 0 (and so a one-process run) keeps the plain seed."""
     r = cfg.rollout
     seed = rank_seed(cfg.train.seed, dist.rank // r.vllm_tensor_parallel_size)
+    m = dataclasses.replace(cfg.model, name_or_path=model_path(cfg.model.name_or_path))  # "demo" -> its folder
     if r.vllm_tensor_parallel_size > 1:
         from grpokit.rollout.vllm_tp import make_tensor_parallel_engine
 
-        return make_tensor_parallel_engine(r, cfg.model, params, device, seed, dist)
+        return make_tensor_parallel_engine(r, m, params, device, seed, dist)
     from grpokit.rollout.vllm import make_colocated_engine
 
-    return make_colocated_engine(r, cfg.model, params, device, seed)
+    return make_colocated_engine(r, m, params, device, seed)

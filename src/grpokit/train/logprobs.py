@@ -15,9 +15,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
+from grpokit.nn.models import has_sliding_window
 from grpokit.types import Rollout, TokenBatch
 
-from .models import has_sliding_window
 from .packing import can_pack, pack, packed_states, unpack
 
 

@@ -9,7 +9,6 @@ memory, never a second download.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
@@ -186,15 +185,6 @@ def eos_ids(tokenizer, model) -> set[int]:
     return ids
 
 
-def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
-    """True when some attention layer sees only a window of the past (Qwen2's ``use_sliding_window``,
-    Mistral's ``sliding_window``, transformers' ``has_sliding_layers``): the lean paths that assume
-    full attention everywhere (static decode, prompt sharing) then step aside."""
-    if getattr(config, "use_sliding_window", False) or getattr(backbone, "has_sliding_layers", False):
-        return True
-    return getattr(config, "model_type", None) == "mistral" and bool(getattr(config, "sliding_window", None))
-
-
 @torch.no_grad()
 def refresh_reference(ref: torch.nn.Module, policy: torch.nn.Module, alpha: float = 1.0) -> None:
     """``ref <- alpha * policy + (1 - alpha) * ref`` for every floating-point weight (TR-DPO's soft
@@ -206,15 +196,6 @@ def refresh_reference(ref: torch.nn.Module, policy: torch.nn.Module, alpha: floa
     for name, value in ref.state_dict().items():
         if value.is_floating_point():
             value.mul_(1.0 - alpha).add_(mine[name].to(value.dtype), alpha=alpha)  # TR-DPO: soft reference update
-
-
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """The reference policy: an in-memory copy with gradients off."""
-    ref = copy.deepcopy(model)
-    ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    return ref
 
 
 def resolve_autocast(cfg: ModelConfig, device: torch.device, weight_dtype: torch.dtype) -> torch.dtype | None:

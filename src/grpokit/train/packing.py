@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpokit.nn.models import has_sliding_window
 from grpokit.types import TokenBatch
-
-from .models import has_sliding_window
 
 # Decoder families whose attention honours packed position ids (transformers' masking utilities);
 # each is checked against the padded forward in tests/train/test_packing.py for llama and qwen2.

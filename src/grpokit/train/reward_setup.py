@@ -112,7 +112,7 @@ def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
 
 
 def process_function(cfg: Config):
-    """The process reward for algo.supervision=process: the task's, or a named function."""
+    """The process reward for algo.advantage=process: the task's, or a named function."""
     name = cfg.reward.process_function
     if name == "task":
         from grpokit.data.tasks import get_task

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from grpokit.config.io import set_field
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.validation import GENERATE_OWN_KEYS
+from grpokit.config.validation.rollout import GENERATE_OWN_KEYS
 from grpokit.train.models import ATTN_IMPLEMENTATIONS
 
 from .config import SUPPORTED, UNSUPPORTED, GRPOConfig

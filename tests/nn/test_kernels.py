@@ -1,4 +1,4 @@
-"""oneDNN linears (grpokit.train.kernels): same values and gradients as F.linear, and F.linear wherever
+"""oneDNN linears (grpokit.nn.kernels): same values and gradients as F.linear, and F.linear wherever
 oneDNN does not apply."""
 
 import copy
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpokit.config import ConfigError
-from grpokit.train import kernels
+from grpokit.nn import kernels
 
 needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch build without oneDNN")
 

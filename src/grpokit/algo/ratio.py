@@ -1,0 +1,85 @@
+"""The importance ratio pi_theta / pi_old at each ``algo.ratio_level`` (token: GRPO; sequence: GSPO;
+turn: GAGPO; trajectory: TIC-GRPO), as a log ratio ``(N, T)`` broadcast to the tokens with the
+gradient each paper gives it, and the importance weight that multiplies the KL under
+``kl_bias_correction``. loss.py builds the objectives on these."""
+
+from __future__ import annotations
+
+import torch
+
+RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
+
+
+def log_importance_ratio(
+    logp_NT: torch.Tensor,
+    old_logp_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    level: str = "token",
+    turn_ids_NT: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Log of the importance ratio pi_theta / pi_old for every token, ``(N, T)``.
+
+    ``"token"``: ``logp - old_logp`` per token (PPO / GRPO).
+    ``"sequence"`` (GSPO, Zheng et al. 2025): the length-normalised sequence log-ratio
+    ``s_i = 1/|o_i| sum_t (logp - old_logp)``, one value per sequence, broadcast to its tokens in
+    the GSPO-token form ``sg(s_i) + logp - sg(logp)``: its value is ``s_i`` on every token and its
+    gradient flows through every token's logprob.
+    ``"turn"`` (GAGPO's action-level ratio, arXiv 2605.13217): the same, per turn of a multi-turn
+    episode: the mean log-ratio over the turn's masked tokens (``turn_ids_NT`` names each token's turn).
+    ``"trajectory"`` (TIC-GRPO, Pang et al., arXiv 2508.02833): the log of the whole trajectory's
+    probability ratio ``pi_theta(o_i|q) / pi_old(o_i|q)``, i.e. the *sum* ``S_i = sum_t (logp - old_logp)``
+    (GSPO takes the mean: its ratio is the |o_i|-th root of this one). Broadcast to the tokens with its
+    full gradient ``sum_t grad logp``, not the GSPO-token form, so that ``1/|o_i| sum_t`` of a token
+    loss that is constant over the sequence is exactly the paper's per-trajectory surrogate.
+    """
+    if level not in RATIO_FNS:
+        raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    return RATIO_FNS[level](logp_NT, old_logp_NT, mask_NT, turn_ids_NT)
+
+
+def _token_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    return logp_NT - old_logp_NT  # PPO / GRPO: one ratio per token
+
+
+def _sequence_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    mask = mask_NT.to(logp_NT.dtype)
+    seq_N = ((logp_NT - old_logp_NT) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
+    return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token form
+
+
+def _turn_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    if turn_ids_NT is None:
+        raise ValueError("ratio level 'turn' needs turn_ids_NT (the turn of every token)")
+    mask = mask_NT.to(logp_NT.dtype)
+    ids = turn_ids_NT.clamp(min=0).long()
+    K = int(ids.max().item()) + 1 if ids.numel() else 1
+    sums = torch.zeros(logp_NT.shape[0], K, dtype=logp_NT.dtype, device=logp_NT.device)
+    counts = torch.zeros_like(sums)
+    sums.scatter_add_(1, ids, ((logp_NT - old_logp_NT) * mask).detach())
+    counts.scatter_add_(1, ids, mask)
+    turn_NT = (sums / counts.clamp(min=1)).gather(1, ids)  # GAGPO: action-level (per-turn) log-ratio
+    return turn_NT + logp_NT - logp_NT.detach()
+
+
+def _trajectory_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    traj_N = ((logp_NT - old_logp_NT) * mask_NT.to(logp_NT.dtype)).sum(dim=1)  # TIC-GRPO: log prod_t rho_t
+    return traj_N[:, None].expand_as(logp_NT)
+
+
+# the ratio levels by config name (algo.ratio_level): (logp, old_logp, mask, turn_ids) -> log ratio (N, T)
+RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_ratio, "trajectory": _trajectory_ratio}
+
+
+def kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> torch.Tensor:
+    """The importance weight pi_theta / pi_old that multiplies the KL under ``kl_bias_correction``,
+    with its gradient: per token, or ``exp(1/|o| sum_t log ratio)`` per sequence (a plain sequence
+    weight, as TRL's ``use_bias_correction_kl`` uses it, not the GSPO-token form); at
+    ``"trajectory"`` level the trajectory weight ``exp(sum_t log ratio)``."""
+    log_ratio_NT = logp_NT - old_logp_NT
+    if level == "token":
+        return torch.exp(log_ratio_NT)
+    mask = mask_NT.to(logp_NT.dtype)
+    seq_N = (log_ratio_NT * mask).sum(dim=1)
+    if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
+        seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
+    return torch.exp(seq_N)[:, None].expand_as(logp_NT)

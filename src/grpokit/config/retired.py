@@ -1,0 +1,31 @@
+"""Config fields that were folded into another: an old spelling gets one sentence naming the new one.
+
+``algo.supervision`` (process), ``algo.credit`` (gigpo, gagpo) and ``algo.entropy_shaping`` (gtpo,
+grpo_s) each chose an advantage estimator beside ``algo.advantage``; now ``algo.advantage`` alone
+chooses it. Their neutral values (outcome, none), which every config.yaml saved by earlier versions
+carries, change nothing and are accepted, so those run folders still resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# retired field -> its neutral values (accepted and ignored)
+RETIRED: dict[str, tuple[str, ...]] = {
+    "algo.supervision": ("outcome",),
+    "algo.credit": ("outcome",),
+    "algo.entropy_shaping": ("none",),
+}
+
+
+def retired_field(dotted: str, value: Any) -> str | None:
+    """The sentence refusing ``dotted=value`` when ``dotted`` is a retired field set to choose
+    something; "" when it is retired but neutral (nothing to do); None when it is not retired."""
+    if dotted not in RETIRED:
+        return None
+    if str(value) in RETIRED[dotted]:
+        return ""
+    return (
+        f"{dotted}={value!r} is no longer a field: algo.advantage alone chooses the advantage estimator; "
+        f"write algo.advantage={value} instead (docs/VARIANTS.md)"
+    )

@@ -1,0 +1,103 @@
+"""model.*, record.sinks, data.* and the paths of the dataset and the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpokit.config.sections import Config
+from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
+from grpokit.train.models import ATTN_IMPLEMENTATIONS
+
+from .checks import check, one_of
+
+
+def check_model(cfg: Config) -> None:
+    """model.*: dtype, device, autocast, LoRA and quantization."""
+    a, m = cfg.algo, cfg.model
+    one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16", "float16"))
+    one_of("model.attn_implementation", m.attn_implementation, ATTN_IMPLEMENTATIONS)
+    check(
+        m.device in ("auto", "cpu", "cuda") or m.device.startswith("cuda:"),
+        f"model.device={m.device!r} is not valid; use auto, cpu, cuda or cuda:N",
+    )
+    one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
+    one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
+    one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
+    one_of("model.quantization", m.quantization, ("none", "4bit"))
+    check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    check(
+        m.quantization == "none" or m.lora_rank > 0,
+        f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)",
+    )
+    check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    check(
+        not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
+        "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on "
+        "it; remove lm_head from the targets or set model.lm_head_fp32=false",
+    )
+    check(
+        not (m.compile and m.cpu_matmul == "onednn"),
+        "model.compile=true cannot trace model.cpu_matmul='onednn' linears (torch.compile's inductor does not lower "
+        "them); set model.cpu_matmul=auto (oneDNN off while compiling) or torch",
+    )
+    one_of(
+        "model.compile_mode",
+        m.compile_mode,
+        ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    )
+    check(
+        not m.compile or m.compile_backend in torch_backends(),
+        f"model.compile_backend={m.compile_backend!r} is not a torch.compile backend; use one of: "
+        f"{', '.join(torch_backends())}",
+    )
+    check(
+        m.neftune_noise_alpha >= 0,
+        f"model.neftune_noise_alpha={m.neftune_noise_alpha} must be >= 0 (0 = off; the NEFTune paper uses 5)",
+    )
+    check(
+        m.router_aux_loss_coef >= 0 or m.router_aux_loss_coef == -1,
+        f"model.router_aux_loss_coef={m.router_aux_loss_coef} must be >= 0 (0 = off) or -1 (the model config's own)",
+    )
+    check(
+        m.lora_rank == 0 or a.ref_refresh_every == 0,
+        "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set "
+        "model.lora_rank=0 or algo.ref_refresh_every=0)",
+    )
+
+
+def check_record_data(cfg: Config) -> None:
+    """record.sinks, data.* and the paths of the dataset and model."""
+    m = cfg.model
+    from grpokit.record.recorder import SINKS
+    from grpokit.record.trackers import missing_package
+
+    for sink in cfg.record.sinks:  # before any run folder exists: a missing tracker is one sentence, not a traceback
+        one_of("record.sinks", sink, ["jsonl", *SINKS])
+        hint = missing_package(sink)
+        check(hint is None, f"record.sinks: {hint}")
+    d = cfg.data
+    one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
+    one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
+    check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
+    if d.dataset and _looks_like_path(d.dataset):
+        check(
+            Path(d.dataset).exists(),
+            f"data.dataset={d.dataset!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file or a hub "
+            "dataset name",
+        )
+    if m.name_or_path != "demo" and _looks_like_path(m.name_or_path):
+        check(
+            Path(m.name_or_path).is_dir(),
+            f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo",
+        )
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or s.endswith((".jsonl", ".json", ".parquet", ".csv")) or s.count("/") > 1
+
+
+def torch_backends() -> list[str]:
+    """The torch.compile backends this torch offers (inductor, aot_eager, eager ...)."""
+    import torch
+
+    return sorted(torch.compiler.list_backends(exclude_tags=()))

@@ -1,0 +1,117 @@
+"""rollout.*: group size, sampling, engines, TIS, mismatch masking and async staleness."""
+
+from __future__ import annotations
+
+from grpokit.algo.tis import TIS_MODES
+from grpokit.config.sections import Config
+
+from .checks import check, one_of
+
+
+def check_rollout(cfg: Config) -> None:
+    """rollout.*: group size, sampling settings, engines, TIS and async staleness."""
+    r, a = cfg.rollout, cfg.algo
+    check(r.group_size >= 1, f"rollout.group_size={r.group_size} must be at least 1")
+    check(
+        r.max_prompt_tokens >= 0,
+        f"rollout.max_prompt_tokens={r.max_prompt_tokens} must be >= 0 (0: the model's context)",
+    )
+    check(
+        r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
+        f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2",
+    )
+    check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")
+    check(r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0")
+    check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
+    check(r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
+    check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
+    check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
+    one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
+    check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
+    one_of("rollout.tis_mode", r.tis_mode, TIS_MODES)
+    check(
+        0 <= r.tis_min < float("inf") and (r.tis_cap == 0 or r.tis_min <= r.tis_cap),
+        f"rollout.tis_min={r.tis_min} must be a number >= 0 (0 = no lower bound) and at most "
+        f"rollout.tis_cap={r.tis_cap}",
+    )
+    check_performance(cfg)
+    check_rollout_engine(cfg)
+    check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
+    check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
+    check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
+    check(
+        0 < r.vllm_gpu_memory_utilization <= 1,
+        f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} must be in (0, 1]",
+    )
+    check(
+        r.vllm_max_model_len >= 0,
+        f"rollout.vllm_max_model_len={r.vllm_max_model_len} must be >= 0 (0: the model's own length)",
+    )
+    check(
+        type(r.vllm_tensor_parallel_size) is int and r.vllm_tensor_parallel_size >= 1,
+        f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size!r} must be an integer >= 1 (1: one whole "
+        "engine per rank)",
+    )
+    check(
+        r.vllm_tensor_parallel_size == 1 or r.backend == "vllm",
+        f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size} shards the colocated engine of "
+        "rollout.backend=vllm, "
+        f"but rollout.backend={r.backend}; set it to 1 (a vLLM server takes `grpokit vllm-serve MODEL "
+        "--tensor-parallel-size N`)",
+    )
+
+
+def check_performance(cfg: Config) -> None:
+    """The padding-free, mismatch and memory fields."""
+    r = cfg.rollout
+    one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
+    one_of("train.memory_plan", cfg.train.memory_plan, ("auto", "manual"))
+    one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
+    check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
+    check(r.mismatch_high >= 1, f"rollout.mismatch_high={r.mismatch_high} must be >= 1")
+
+
+# rollout.generation_kwargs keys set elsewhere: by a rollout field of their own, or by the engine
+# itself (one completion per row, EOS and padding from the tokenizer, generate's plain tensor output)
+GENERATE_OWN_KEYS = (
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop_strings",
+    "eos_token_id",
+    "pad_token_id",
+    "num_return_sequences",
+    "return_dict_in_generate",
+    "output_scores",
+    "output_logits",
+)
+
+
+def check_rollout_engine(cfg: Config) -> None:
+    """rollout.engine and rollout.generation_kwargs."""
+    r = cfg.rollout
+    one_of("rollout.engine", r.engine, ("auto", "static", "dynamic", "generate"))
+    check(
+        r.engine == "auto" or r.backend == "hf",
+        f"rollout.engine={r.engine} picks a decode loop of rollout.backend=hf, "
+        f"but rollout.backend={r.backend}; leave rollout.engine at auto",
+    )
+    check(
+        r.engine != "generate" or r.async_staleness == 0,
+        "rollout.engine=generate records no sampling logprobs, which "
+        f"asynchronous sampling's importance weights need, but rollout.async_staleness={r.async_staleness}; use 0",
+    )
+    check(
+        not r.generation_kwargs or r.engine == "generate",
+        f"rollout.generation_kwargs={r.generation_kwargs} is read only "
+        f"by rollout.engine=generate, but rollout.engine={r.engine}; set rollout.engine=generate or leave it empty",
+    )
+    own = [k for k in r.generation_kwargs if k in GENERATE_OWN_KEYS]
+    check(
+        not own,
+        f"rollout.generation_kwargs keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
+        "min_p, max_new_tokens, repetition_penalty and stop, or the engine itself); remove them from generation_kwargs",
+    )

@@ -1,0 +1,174 @@
+"""optim.*, train.* (batches, accumulation, checkpoints), reward.* and env.*."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from grpokit.config.optim import OptimConfig
+from grpokit.config.sections import Config, ConfigError
+from grpokit.train.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
+from grpokit.train.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
+
+from .checks import check, one_of
+
+
+def check_optim_train(cfg: Config) -> None:
+    """optim.* and train.*."""
+    r, t, o = cfg.rollout, cfg.train, cfg.optim
+    check_optim(o)
+    check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
+    check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
+    n = t.prompts_per_step * r.group_size
+    check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
+    check(t.micro_batch_tokens >= 0, f"train.micro_batch_tokens={t.micro_batch_tokens} must be >= 0 (0 = no token cap)")
+    check(
+        t.activation_memory_mb >= -1,
+        f"train.activation_memory_mb={t.activation_memory_mb} must be -1 (auto), 0 (no budget) or a size in MB",
+    )
+    check(
+        t.micro_batch_size == 0 or n % t.micro_batch_size == 0,
+        f"train.micro_batch_size={t.micro_batch_size} does not divide the batch of prompts_per_step * group_size = "
+        f"{n} completions; use a divisor of {n}",
+    )
+    check(
+        t.updates_per_batch >= 1 and n % t.updates_per_batch == 0,
+        f"train.updates_per_batch={t.updates_per_batch} must be at least 1 and divide the batch of {n} completions",
+    )
+    check(
+        t.micro_batch_size == 0 or (n // max(1, t.updates_per_batch)) % t.micro_batch_size == 0,
+        f"train.micro_batch_size={t.micro_batch_size} does not divide an update's slice of "
+        f"{n // max(1, t.updates_per_batch)} "
+        "completions (the batch / train.updates_per_batch); use a divisor of it",
+    )
+    _accumulation(cfg)
+    check(t.dist_timeout_s >= 0, f"train.dist_timeout_s={t.dist_timeout_s} must be >= 0 seconds (0 = torch's default)")
+    check(t.stop_grace_s >= 0, f"train.stop_grace_s={t.stop_grace_s} must be >= 0 seconds (0 = cut the step at once)")
+    check(
+        t.save_every >= 0 and t.eval_every >= 0 and t.keep_checkpoints >= 1,
+        "train.save_every and train.eval_every must be >= 0 and train.keep_checkpoints >= 1",
+    )
+
+
+def check_optim(o: OptimConfig) -> None:
+    """optim.*: the optimizer, the schedule, their ranges, and no option set where nothing reads it."""
+    check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
+    check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
+    one_of("optim.optimizer", o.optimizer, tuple(OPTIMIZERS))
+    problem = missing_package(o.optimizer)
+    check(problem is None, problem or "")
+    one_of("optim.schedule", o.schedule, tuple(SCHEDULES))
+    for name in (
+        "warmup_steps",
+        "schedule_steps",
+        "timescale",
+        "num_decay_steps",
+        "weight_decay",
+        "momentum",
+        "dampening",
+        "lr_decay",
+        "eps",
+        "rms_alpha",
+        "lr_end",
+    ):
+        check(getattr(o, name) >= 0, f"optim.{name}={getattr(o, name)} must be >= 0")
+    for name in ("num_cycles", "restart_cycles", "power"):
+        check(getattr(o, name) > 0, f"optim.{name}={getattr(o, name)} must be > 0")
+    check(0 <= o.min_lr_rate <= 1, f"optim.min_lr_rate={o.min_lr_rate} must be in [0, 1] (a fraction of optim.lr)")
+    check(
+        o.warmup_lr_rate == -1 or 0 <= o.warmup_lr_rate <= 1,
+        f"optim.warmup_lr_rate={o.warmup_lr_rate} must be -1 (1 / warmup_steps) or in [0, 1]",
+    )
+    check(o.num_stable_steps >= -1, f"optim.num_stable_steps={o.num_stable_steps} must be -1 (the rest) or >= 0")
+    one_of("optim.warmup_type", o.warmup_type, WSD_SHAPES)
+    one_of("optim.decay_type", o.decay_type, WSD_SHAPES)
+    check(
+        o.schedule != "polynomial" or o.lr_end < o.lr,
+        f"optim.lr_end={o.lr_end} must be below optim.lr={o.lr} with optim.schedule=polynomial",
+    )
+    check(
+        not o.nesterov or (o.momentum > 0 and o.dampening == 0),
+        f"optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got {o.momentum}, {o.dampening})",
+    )
+    _unread(o, "schedule", SCHEDULE_FIELDS)
+    _unread(o, "optimizer", OPTIMIZER_FIELDS, skip=ADAM_FIELDS)
+
+
+def _unread(o: OptimConfig, kind: str, reads: dict[str, tuple[str, ...]], skip: tuple[str, ...] = ()) -> None:
+    """An option of some optimizers (or schedules) set away from its default where ``o``'s does not read it."""
+    default = OptimConfig()
+    for name in sorted({n for names in reads.values() for n in names} - set(skip)):
+        if getattr(o, name) != getattr(default, name) and name not in reads[getattr(o, kind)]:
+            users = ", ".join(k for k, names in reads.items() if name in names)
+            raise ConfigError(
+                f"optim.{name}={getattr(o, name)!r} has no effect with optim.{kind}={getattr(o, kind)}; "
+                f"it is read by optim.{kind} {users}"
+            )
+
+
+def _accumulation(cfg: Config) -> None:
+    """train.accumulation_slices and train.max_updates: the rolling window leaves out what steps per update."""
+    t, a = cfg.train, cfg.algo
+    check(t.accumulation_slices >= 1, f"train.accumulation_slices={t.accumulation_slices} must be at least 1")
+    check(t.max_updates >= 0, f"train.max_updates={t.max_updates} must be >= 0 (0 = train.steps decides)")
+    check(
+        t.accumulation_epoch_steps >= 0,
+        f"train.accumulation_epoch_steps={t.accumulation_epoch_steps} must be >= 0 (0 = none)",
+    )
+    check(
+        t.accumulation_epoch_steps == 0 or t.accumulation_slices > 1,
+        f"train.accumulation_epoch_steps={t.accumulation_epoch_steps} has no effect with train.accumulation_slices=1 "
+        "(every slice is its own update); leave it 0",
+    )
+    if t.accumulation_slices == 1:
+        return
+    check(
+        a.aggregation != "lambda-grpo" and a.entropy_coef == 0 and not a.entropy_adaptive,
+        f"train.accumulation_slices={t.accumulation_slices} does not support algo.aggregation=lambda-grpo or an "
+        "entropy "
+        "bonus (algo.entropy_coef, algo.entropy_adaptive); set accumulation_slices=1 or turn those off",
+    )
+    check(
+        not t.fsdp,
+        f"train.accumulation_slices={t.accumulation_slices} does not support train.fsdp (a pending update's "
+        "sharded gradient is not saved with a checkpoint); set accumulation_slices=1 or fsdp=false",
+    )
+
+
+def check_reward_env(cfg: Config) -> None:
+    """reward.* and env.*."""
+    c = cfg.reward
+    check(
+        not c.weights or len(c.weights) >= len(c.functions),  # more: the rest weight callables passed to Trainer
+        f"reward.weights has {len(c.weights)} entries but reward.functions has {len(c.functions)}; give one weight "
+        "per function or none",
+    )
+    check(c.timeout_s > 0, f"reward.timeout_s={c.timeout_s} must be > 0")
+    check(0 <= c.max_failure_fraction <= 1, f"reward.max_failure_fraction={c.max_failure_fraction} must be in [0, 1]")
+    for name, params in c.params.items():  # a typo in a function's name would otherwise be ignored
+        check(
+            name in c.functions,
+            f"reward.params names {name!r}, which is not in reward.functions ({', '.join(c.functions) or 'empty'}); "
+            "key reward.params by the name of a configured function",
+        )
+        check(isinstance(params, dict), f"reward.params.{name}={params!r} must be a mapping of keyword arguments")
+    try:  # the health section's own checks (set_field assigns fields one by one, past __post_init__)
+        dataclasses.replace(cfg.health)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    e = cfg.env
+    check(e.max_turns >= 1, f"env.max_turns={e.max_turns} must be at least 1")
+    check(e.max_episode_tokens >= 0, f"env.max_episode_tokens={e.max_episode_tokens} must be >= 0 (0 = no cap)")
+    one_of("env.tool_format", e.tool_format, ("auto", "chat_template", "tags"))
+    check(
+        e.tool_timeout_s > 0 and e.episode_timeout_s > 0,
+        f"env.tool_timeout_s={e.tool_timeout_s} and env.episode_timeout_s={e.episode_timeout_s} must be > 0",
+    )
+    check(
+        e.max_tool_output_chars >= 0, f"env.max_tool_output_chars={e.max_tool_output_chars} must be >= 0 (0 = no cap)"
+    )
+    check(e.max_tool_nesting >= 0, f"env.max_tool_nesting={e.max_tool_nesting} must be >= 0 (0 = no cap)")
+    check(
+        e.max_observation_chars >= 0, f"env.max_observation_chars={e.max_observation_chars} must be >= 0 (0 = no cap)"
+    )
+    check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
+    check(0 <= e.max_failure_fraction <= 1, f"env.max_failure_fraction={e.max_failure_fraction} must be in [0, 1]")

@@ -1,0 +1,3 @@
+"""What the rollout engines and the trainer both ask of a torch model besides loading it: CPU kernels
+for its linear layers (kernels.py), a frozen copy and whether its attention is windowed (models.py).
+Below rollout/ and train/ in the layers (tests/project/test_layering.py), so both import it."""
