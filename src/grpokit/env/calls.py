@@ -8,9 +8,11 @@ sleeps forever sat 10 minutes in silence). So:
 
 - each call runs in a daemon thread (it never blocks the process's exit), at most ``threads`` at
   once, and each has its own deadline of ``timeout_s`` from its start: a batch of hung calls costs
-  one deadline, not one per episode;
+  one deadline, not one per episode. The threads are a key's reused workers (env/workers.py): a
+  thread start per call cost more than the calls themselves on a loaded machine;
 - at its deadline a call is abandoned: it becomes a timed-out ``Outcome``, and its thread is asked
-  to stop (an exception raised at its next Python instruction: a loop stops, a sleep when it returns);
+  to stop (an exception raised at its next Python instruction: a loop stops, a sleep when it returns)
+  and is never handed another call;
 - a key's running calls and abandoned ones still running are at most ``MAX_ABANDONED`` threads
   together: a new call waits for a live one to end, and when all of them are abandoned ones,
   further calls fail at once as timeouts instead of starting threads, so a function that hangs on
@@ -19,7 +21,7 @@ sleeps forever sat 10 minutes in silence). So:
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import threading
 import time
 from typing import Any, Callable
@@ -27,13 +29,10 @@ from typing import Any, Callable
 from grpokit.rewards.errors import RewardError
 from grpokit.rewards.pool import Outcome
 
+from . import workers
+from .workers import CallAbandoned
+
 MAX_ABANDONED = 8  # abandoned calls of one key that may still be running
-_abandoned: dict[str, list[threading.Thread]] = {}
-_lock = threading.Lock()
-
-
-class CallAbandoned(BaseException):
-    """Raised inside an abandoned call's thread (a BaseException: ``except Exception`` cannot keep it)."""
 
 
 class EnvironmentFailure(RewardError):
@@ -52,17 +51,7 @@ def check_failures(what: str, failed: int, total: int, max_fraction: float, deta
 
 def still_running(key: str) -> int:
     """How many abandoned calls of ``key`` are still running."""
-    with _lock:
-        alive = [t for t in _abandoned.get(key, []) if t.is_alive()]
-        _abandoned[key] = alive
-        return len(alive)
-
-
-def _abandon(key: str, thread: threading.Thread) -> None:
-    with _lock:
-        _abandoned.setdefault(key, []).append(thread)
-    if thread.ident is not None:  # CPython: raise CallAbandoned in it at its next Python instruction
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallAbandoned))
+    return workers.running_abandoned(key)
 
 
 def _describe(exc: BaseException) -> str:
@@ -77,21 +66,13 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
     """One Outcome per call, in order; returns within about ``ceil(len(calls) / threads) * timeout_s``
     and, when every call hangs, within one ``timeout_s`` (the rest fail at once, see the docstring)."""
     outcomes: list[Outcome | None] = [None] * len(calls)
-    done: dict[int, Outcome] = {}
     cond = threading.Condition()
-    live: dict[int, tuple[threading.Thread, float]] = {}  # call -> (thread, start)
+    live: dict[int, tuple[workers.Task, float]] = {}  # call -> (task, start)
     queued = iter(range(len(calls)))
     nxt = next(queued, None)
 
-    def run(i: int) -> None:
-        try:
-            out = Outcome(True, calls[i]())
-        except CallAbandoned:
-            return
-        except BaseException as exc:  # SystemExit too: the call's failure, never the run's
-            out = Outcome(False, error=_describe(exc))
+    def wake() -> None:
         with cond:
-            done[i] = out
             cond.notify()
 
     while nxt is not None or live:
@@ -104,24 +85,30 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
                     False, error=f"not run: {busy} earlier calls that timed out are still running", timed_out=True
                 )
             else:
-                t = threading.Thread(target=run, args=(nxt,), name=f"grpokit-{key}", daemon=True)
-                live[nxt] = (t, time.monotonic())
-                t.start()
+                live[nxt] = (workers.submit(key, functools.partial(_contained, calls[nxt]), wake), time.monotonic())
             nxt = next(queued, None)
         if not live:
             continue
         with cond:
-            if not any(i in done for i in live):
+            if not any(t.done.is_set() for t, _ in live.values()):
                 cond.wait(max(0.0, min(s for _, s in live.values()) + timeout_s - time.monotonic()))
         now = time.monotonic()
-        for i, (t, start) in list(live.items()):
-            with cond:
-                finished = done.get(i)
-            if finished is not None:
-                outcomes[i] = finished
-                del live[i]
-            elif now - start >= timeout_s:
-                _abandon(key, t)
+        for i, (task, start) in list(live.items()):
+            if task.done.is_set():
+                outcomes[i] = task.value
+            elif now - start < timeout_s:
+                continue
+            elif task.abandon(CallAbandoned):
                 outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
-                del live[i]
+            else:  # it finished as its deadline passed: its result stands
+                outcomes[i] = task.value
+            del live[i]
     return [o if o is not None else Outcome(False, error="not run") for o in outcomes]
+
+
+def _contained(call: Callable[[], Any]) -> Outcome:
+    """The call's Outcome; what it raises (SystemExit too) is the call's failure, never the run's."""
+    try:
+        return Outcome(True, call())
+    except BaseException as exc:
+        return Outcome(False, error=_describe(exc))

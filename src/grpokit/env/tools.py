@@ -9,10 +9,11 @@ source. One environment instance per episode.
 
 Calls never crash a run. A tool that raises becomes the tool message ``{'error': '...'}`` (TRL's
 convention) and is counted as a tool error; a tool that runs past its time limit becomes an error
-message too. Tools run in a daemon thread of the trainer. At the time limit the episode moves on and
-the thread is asked to stop (an exception raised in it at its next Python instruction: a loop stops,
-a ``time.sleep`` or a blocking read only when it returns); at most ``MAX_ABANDONED`` timed-out calls
-of one tool may still be running, and further calls of that tool fail at once instead of starting
+message too. Tools run in a daemon thread of the trainer, one of the tool's reused workers
+(env/workers.py). At the time limit the episode moves on and the thread is asked to stop (an
+exception raised in it at its next Python instruction: a loop stops, a ``time.sleep`` or a blocking
+read only when it returns) and is never handed another call; at most ``MAX_ABANDONED`` timed-out
+calls of one tool may still be running, and further calls of that tool fail at once instead of starting
 more threads, so a hanging tool cannot leak threads. A tool that must be cut off hard (untrusted
 code) belongs in the sandbox: the built-in ``python`` tool (env/builtin.py) runs code there, like code
 rewards. A tool that raises ``TerminalToolError`` ends its episode (finish reason "tool_error").
@@ -24,18 +25,16 @@ Results are untrusted too: one whose ``str()`` raises, or that nests deeper than
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import inspect
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
 
+from . import workers
+
 MAX_ABANDONED = 4  # timed-out calls of one tool that may still run in the background
-_abandoned: dict[str, list[threading.Thread]] = {}
-_abandoned_lock = threading.Lock()
 
 
 class ToolTimedOut(BaseException):
@@ -120,28 +119,25 @@ def call_tool(
             max_chars,
             timed_out=True,
         )
-    box: dict[str, Any] = {}
 
-    def run() -> None:
+    def run() -> tuple[str, Any]:
         try:
             value = fn(**arguments) if isinstance(arguments, dict) else fn(arguments)
             if inspect.isawaitable(value):
                 value = asyncio.run(_await(value))
-            box["text"] = _result_text(value, max_depth)
+            return "text", _result_text(value, max_depth)
         except BaseException as e:  # contained: reported as the tool's message
-            box["error"] = e
+            return "error", e
 
-    thread = threading.Thread(target=run, name=f"grpokit-tool-{name}", daemon=True)
-    thread.start()
-    thread.join(timeout=max(0.0, timeout_s))
+    task = workers.submit(f"tool-{name}", run)
+    task.done.wait(timeout=max(0.0, timeout_s))
     seconds = time.perf_counter() - start
-    if thread.is_alive():  # the deadline: ask the thread to stop, and count it until it does
-        _abandon(name, thread)
+    if not task.done.is_set() and task.abandon(ToolTimedOut):  # asked to stop, and counted until it does
         return _error(name, f"Tool {name} timed out after {timeout_s:g} s", max_chars, seconds=seconds, timed_out=True)
-    if "error" in box:
-        e = box["error"]
-        return _error(name, _describe(e), max_chars, terminal=isinstance(e, TerminalToolError), seconds=seconds)
-    return ToolResult(name, cap_text(box["text"], max_chars), seconds=seconds)
+    kind, value = task.value
+    if kind == "error":
+        return _error(name, _describe(value), max_chars, terminal=isinstance(value, TerminalToolError), seconds=seconds)
+    return ToolResult(name, cap_text(value, max_chars), seconds=seconds)
 
 
 def _describe(e: BaseException) -> str:
@@ -179,17 +175,7 @@ def _error(name: str, message: str, max_chars: int, **kw: Any) -> ToolResult:
 
 
 def _still_running(name: str) -> int:
-    with _abandoned_lock:
-        alive = [t for t in _abandoned.get(name, []) if t.is_alive()]
-        _abandoned[name] = alive
-        return len(alive)
-
-
-def _abandon(name: str, thread: threading.Thread) -> None:
-    with _abandoned_lock:
-        _abandoned.setdefault(name, []).append(thread)
-    if thread.ident is not None:  # CPython: raise ToolTimedOut in that thread at its next instruction
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(ToolTimedOut))
+    return workers.running_abandoned(f"tool-{name}")
 
 
 async def _await(value):

@@ -48,7 +48,6 @@ import dataclasses
 import functools
 import hashlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -65,6 +64,7 @@ from grpokit.env.parse import (
     template_suffix_ids,
 )
 from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
+from grpokit.env.workers import run_all
 from grpokit.types import Episode, Prompt, Rollout
 
 from .episode_starts import EpisodeStarts, Factory
@@ -232,10 +232,8 @@ class EpisodeRunner:
         }
         calling = [i for i in active if calls[i]]
         # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
-        with ThreadPoolExecutor(max_workers=max(1, min(TOOL_THREADS, len(calling)))) as pool:
-            results = dict(
-                zip(calling, pool.map(lambda i: [self._call(rows[i], envs[i], c) for c in calls[i]], calling))
-            )
+        work = [functools.partial(self._calls, rows[i], envs[i], calls[i]) for i in calling]
+        results = dict(zip(calling, run_all("episode-tools", work, TOOL_THREADS)))
         done = self._done_all([envs[i] for i in calling])
         for i, d in zip(calling, done):
             self._reply(rows[i], envs[i], turn, results[i], d)
@@ -309,6 +307,9 @@ class EpisodeRunner:
             row.finish = "timeout"
         elif done:
             row.finish = "done"
+
+    def _calls(self, row: _Row, env, calls: list[ToolCall]) -> list[ToolResult]:
+        return [self._call(row, env, c) for c in calls]
 
     def _call(self, row: _Row, env, call: ToolCall) -> ToolResult:
         s = self.spec
