@@ -3,7 +3,7 @@
 Each entry is what a user would type on the command line to select the variant on top of any
 run (``grpokit train algo.scale=none ...``). ``scripts/compare_variants.py`` trains each on the
 built-in task and writes docs/VARIANT_COMPARISON.md; tests/project/test_variants_e2e.py runs each for a
-few steps. Presets (published hyperparameters at full scale) live in grpokit/presets/.
+few steps. Presets (published hyperparameters at full scale) live in grpokit/config/presets/.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Faults by cause: the user's files, the machine, or grpokit itself (issue 35, docs/FAULTS.md).
+"""Faults by cause: the user's files, the machine, or grpokit itself (docs/FAULTS.md).
 
 A run that stops must say what is wrong and where. Libraries often hide the cause: a full disk comes
 out of safetensors as ``SafetensorError: ... No space left on device (os error 28)`` and out of

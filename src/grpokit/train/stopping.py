@@ -80,7 +80,7 @@ class GracefulStop:
         if self._nudged:  # the grace timer's wake-up, not a second signal from outside
             self._nudged = False
         elif signum == signal.SIGINT and self.signum == signal.SIGINT:
-            raise KeyboardInterrupt  # Ctrl-C twice: at once, as before
+            raise KeyboardInterrupt  # Ctrl-C twice: stop at once
         self.cut_if_due(True)
 
     def cut_if_due(self, due: bool = False) -> None:

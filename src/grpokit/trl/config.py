@@ -384,7 +384,7 @@ UNSUPPORTED: dict[str, Any] = {
 _HINTS = typing.get_type_hints(GRPOConfig)
 _ANNOTATIONS = {
     name: kind_of(_HINTS[name]) for name in SUPPORTED - {"fsdp"}
-}  # fsdp: also True, as before  # "bool", "str | None" ... (checks.py)
+}  # "bool", "str | None" ... (checks.py); fsdp also accepts True
 
 
 def _same(value: Any, default: Any) -> bool:
