@@ -151,6 +151,31 @@ def test_the_grace_timer_cuts_the_main_thread_when_it_runs_out(handlers):
         stop.uninstall()
 
 
+def test_a_grace_wake_up_still_pending_at_uninstall_is_absorbed_not_a_keyboard_interrupt(handlers, monkeypatch):
+    """The timer's wake-up was sent just before the run's end, and the main thread has not run its
+    handler yet when the handlers are restored: Python's own SIGINT handler must never see it."""
+    import grpokit.train.stopping as stopping
+
+    stop = GracefulStop(grace_s=float("inf"))
+    stop.install()
+    signal.raise_signal(signal.SIGINT)  # Ctrl-C: the stop is requested
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        stop._grace_over()  # the timer's wake-up, held back by the mask: sent, not yet handled
+        assert stop._nudged
+        # the main thread gets to it only while uninstall waits (the mask lifts inside that wait)
+        real_sleep = stopping.time.sleep
+        monkeypatch.setattr(
+            stopping.time,
+            "sleep",
+            lambda s: (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}), real_sleep(s)),
+        )
+        stop.uninstall()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # with the old uninstall: KeyboardInterrupt here
+    assert not stop._nudged and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_path, handlers):
     """grpokit.trl's trainer.train() in this process: SIGTERM during step 2 (save_steps=1000) returns
     with the summary saying so and a checkpoint of step 2; a new trainer resumes to max_steps, each

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
@@ -79,6 +80,8 @@ class GracefulStop:
             return
         if self._nudged:  # the grace timer's wake-up, not a second signal from outside
             self._nudged = False
+            if not self._previous:  # it arrived while uninstalling: the run's work is over, nothing to cut
+                return
         elif signum == signal.SIGINT and self.signum == signal.SIGINT:
             raise KeyboardInterrupt  # Ctrl-C twice: stop at once
         self.cut_if_due(True)
@@ -114,6 +117,9 @@ class GracefulStop:
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
-            previous, self._previous = self._previous, {}
+            previous, self._previous = self._previous, {}  # the timer sends nothing from here on
+        deadline = time.monotonic() + 1.0
+        while self._nudged and time.monotonic() < deadline:  # a wake-up the timer already sent reaches
+            time.sleep(0.001)  # ``_handle`` first: restored, Python's own SIGINT handler would raise KeyboardInterrupt
         for sig, handler in previous.items():
             signal.signal(sig, handler)
