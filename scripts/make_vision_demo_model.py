@@ -34,6 +34,7 @@ import torch
 
 from grpokit.data.tasks import chartok, shapes
 from grpokit.data.vision import encode_prompt, forward_kwargs, image_only
+from grpokit.train.task_evaluation import evaluate_shapes
 
 VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789[](),.?= "
@@ -158,7 +159,7 @@ def _train(
         opt.step()
         if step % 25 == 24:
             model.eval()
-            scores = shapes.evaluate_shapes(model, proc, held)
+            scores = evaluate_shapes(model, proc, held)
             print(
                 json.dumps(
                     {

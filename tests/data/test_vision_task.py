@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grpokit.data.tasks import shapes
+from grpokit.train.task_evaluation import evaluate_shapes
 from grpokit.types import Prompt
 
 
@@ -53,7 +54,7 @@ def test_shipped_model_starts_weak_but_not_at_zero_on_both_questions():
     # the box question must start clearly above chance and far from solved, and counting (chance
     # 1/4 with a constant answer) must not start saturated.
     model, proc = shapes.load_shapes_model()
-    s = shapes.evaluate_shapes(model.eval(), proc, shapes.held_out_rows(200))
+    s = evaluate_shapes(model.eval(), proc, shapes.held_out_rows(200))
     assert 0.12 < s["box_iou"] < 0.4
     assert 0.05 < s["count_accuracy"] < 0.9
     assert sum(t.startswith("[") for t in s["texts"]) > 50  # box answers keep their form

@@ -39,9 +39,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 KNOWN: set[tuple[str, str]] = {
-    ("data.tasks.calculator", "rollout.episodes"),  # the calculator task's demo model is built with the episode loop
-    ("data.tasks.calculator", "train.evaluate"),
-    ("data.tasks.shapes", "rollout.hf"),
     ("train.build", "config.validation"),  # the trainer validates the config it settles
 }
 

@@ -10,6 +10,9 @@ the default; ``calculator`` (two-digit multiplication with a calculator tool) is
     rows = task.train_rows(n=4096, seed=0)
     model, tokenizer = task.load_model()
     print(task.evaluate(model, tokenizer, task.held_out_rows(500))["accuracy"])
+
+(``grpokit.train.task_evaluation.evaluate_task`` scores any task, the calculator's episodes and the
+shapes task's image prompts included.)
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ class Task:
     """``held_out_rows(n=None)``: evaluation rows, disjoint from every training row."""
     reward_fn: Callable[..., list[float]]
     """``reward_fn(prompts, completions, answer, **kwargs) -> list[float]``."""
-    evaluate: Callable[..., dict[str, Any]]
-    """``evaluate(model, tokenizer, rows, ...)``: greedy accuracy dict."""
+    evaluate: Callable[..., dict[str, Any]] | None
+    """``evaluate(model, tokenizer, rows, ...)``: greedy accuracy dict with plain ``model.generate``;
+    None for a task that needs the episode loop or image prompts (``grpokit.train.task_evaluation.
+    evaluate_task`` scores every task)."""
     model_path: Callable[[], Path]
     """Folder of the default starting checkpoint."""
     load_model: Callable[..., tuple[Any, Any]]
@@ -106,7 +111,7 @@ TASKS: dict[str, Task] = {
         train_rows=calculator.train_rows,
         held_out_rows=calculator.held_out_rows,
         reward_fn=arithmetic.arithmetic_accuracy,
-        evaluate=calculator.evaluate_with_calculator,
+        evaluate=None,  # episodes with the calculator: grpokit.train.task_evaluation
         model_path=calculator.calc_model_path,
         load_model=calculator.load_calc_model,
         recommended=MappingProxyType(
@@ -128,7 +133,7 @@ TASKS: dict[str, Task] = {
         train_rows=shapes.train_rows,
         held_out_rows=shapes.held_out_rows,
         reward_fn=shapes.shapes_reward,
-        evaluate=shapes.evaluate_shapes,
+        evaluate=None,  # image prompts: grpokit.train.task_evaluation
         model_path=shapes.shapes_model_path,
         load_model=shapes.load_shapes_model,
         # Measured on 2 shared CPU cores (docs/VISION.md): held-out reward rises within the demo's steps.

@@ -28,17 +28,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from grpokit.env.builtin import calculator
 from grpokit.env.parse import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
-from grpokit.rewards.runner import RewardRunner
-from grpokit.rewards.spec import RewardSpec
-from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
-from grpokit.train.evaluate import evaluate
-from grpokit.types import Prompt
 
-from .arithmetic import ANSWER_CLOSE, ANSWER_OPEN, arithmetic_accuracy, drawn_rows, shuffled_rows, split_operand_pairs
+from .arithmetic import ANSWER_CLOSE, ANSWER_OPEN, drawn_rows, shuffled_rows, split_operand_pairs
 from .demo_model import load_demo_model
 
 OPERAND_MIN, OPERAND_MAX = 10, 99
@@ -107,32 +100,3 @@ def calc_model_path() -> Path:
 
 def load_calc_model(path: str | Path | None = None) -> tuple[Any, Any]:
     return load_demo_model(path or CALC_MODEL_DIR)
-
-
-def evaluate_with_calculator(
-    model: Any, tokenizer: Any, rows: list[dict[str, str]], *, max_new_tokens: int = 8, batch_size: int = 256
-) -> dict[str, Any]:
-    """Greedy held-out accuracy of episodes with the calculator (grpokit's episode loop and evaluator);
-    adds ``tool_use_rate`` and ``turns_mean``."""
-    runner = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), tokenizer, tools=[calculator])
-    prompts = [
-        Prompt(
-            r["prompt"],
-            list(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]),
-            {"answer": r["answer"]},
-            r["prompt"],
-        )
-        for r in rows
-    ]
-    eos = {tokenizer.eos_token_id}
-    with RewardRunner([RewardSpec(fn=arithmetic_accuracy, name="accuracy")], num_workers=0) as rr, torch.no_grad():
-        return evaluate(
-            model,
-            tokenizer,
-            prompts,
-            rr,
-            max_new_tokens=max_new_tokens,
-            eos_token_ids=eos,
-            batch_size=batch_size,
-            episodes=runner,
-        )

@@ -138,40 +138,6 @@ def shapes_reward(
     return out
 
 
-def evaluate_shapes(
-    model, processor, rows: Sequence[dict[str, Any]], *, max_new_tokens: int = 16, **kwargs: Any
-) -> dict[str, Any]:
-    """Greedy held-out scores: ``reward`` (mean of IoU and count exactness), ``accuracy`` (reward 1),
-    ``box_iou`` (mean IoU of the box questions) and ``count_accuracy``."""
-    from grpokit.data.vision import encode_prompt
-    from grpokit.rollout.hf import SamplingParams, generate
-
-    tok = processor.tokenizer
-    enc = [encode_prompt(r, i, processor) for i, r in enumerate(rows)]
-    ro = generate(
-        model,
-        [e[1] for e in enc],
-        1,
-        SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
-        eos_token_ids={tok.eos_token_id},
-        pad_token_id=tok.pad_token_id,
-        vision=[e[2] for e in enc],
-    )
-    texts = [tok.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-    kinds = [r["kind"] for r in rows]
-    rewards = shapes_reward(None, texts, [r["answer"] for r in rows], kinds)
-    box = [x for x, k in zip(rewards, kinds) if k == "box"]
-    count = [x for x, k in zip(rewards, kinds) if k == "count"]
-    return {
-        "reward": sum(rewards) / len(rows),
-        "accuracy": sum(x >= 1 - 1e-6 for x in rewards) / len(rows),
-        "box_iou": sum(box) / max(1, len(box)),
-        "count_accuracy": sum(count) / max(1, len(count)),
-        "n": len(rows),
-        "texts": texts,
-    }
-
-
 def shapes_model_path():
     from pathlib import Path
 
