@@ -3,6 +3,7 @@ deterministic run on the 2-layer test model, started as a subprocess, waited on 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,8 +59,16 @@ record: {{sinks: [], report: false}}
     return cfg
 
 
+def _default_stop_signals() -> None:
+    """In the child before exec: the stop signals at their default action, as a shell starts a command
+    (a suite run under ``nohup`` would otherwise hand every run an ignored SIGHUP, which grpokit keeps)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(args, tmp: Path, env: dict | None = None, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+    kw.setdefault("preexec_fn", _default_stop_signals)
     return subprocess.Popen(
         [sys.executable, "-m", "grpokit.cli", "train", *args],
         env=env,

@@ -156,6 +156,7 @@ def test_a_grace_wake_up_still_pending_at_uninstall_is_absorbed_not_a_keyboard_i
     handler yet when the handlers are restored: Python's own SIGINT handler must never see it."""
     import grpokit.train.stopping as stopping
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts (a background job's is ignored)
     stop = GracefulStop(grace_s=float("inf"))
     stop.install()
     signal.raise_signal(signal.SIGINT)  # Ctrl-C: the stop is requested
