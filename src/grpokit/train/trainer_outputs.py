@@ -1,0 +1,83 @@
+"""What a run leaves besides its metrics: held-out evaluations (which a stop's run-out grace may cut
+short) and checkpoints (rank 0 writes, the others wait). A mixin of ``Trainer`` (train/loop.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import (
+    carried_state,
+    checkpoint,
+    checkpoint_hooks,
+    engines,
+)
+from .evaluate import evaluate
+from .stopping import GracefulStop, StepAbandoned
+
+
+class TrainerOutputs:
+    def _evaluate_unless_cut(self, stop: GracefulStop) -> dict[str, float] | None:
+        """The held-out evaluation, which a stop's run-out grace may cut short (None: cut or not begun;
+        an evaluation changes no training state, so nothing needs putting back)."""
+        if stop.cut_due:
+            return None
+        self._evaluating = True
+        try:
+            result = self._evaluate()
+            self._evaluating = False
+        except StepAbandoned:
+            self._evaluating = False
+            return None
+        return result
+
+    def _evaluate(self) -> dict[str, float]:
+        if not self.eval_prompts:
+            return {}
+        say = None if self.quiet or not self.dist.is_main else (lambda line: print(line, flush=True))
+        with engines.sampling_model(
+            self.model, self.dist
+        ) as model:  # on CPU in batches of 32: a line every few seconds
+            result = evaluate(
+                model,
+                self.tokenizer,
+                self.eval_prompts,
+                self.eval_runner,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                eos_token_ids=self.eos,
+                episodes=self.episodes,
+                convention=self.cfg.reward.convention,
+                batch_size=256 if self.device.type == "cuda" else 32,
+                progress=say,
+            )
+        self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
+        return result
+
+    def save(self, final_eval: dict[str, float] | None = None) -> Path:
+        state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
+        hooks = checkpoint_hooks.checkpoint_writers(
+            self.model, self.optimizer, self.generator, self.dist, self.cfg.model
+        )  # LoRA adapters, every rank's sampler state, FSDP gather
+        if self.cfg.train.save_only_model:
+            hooks.pop("optimizer_state", None)
+        path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
+        if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
+            card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
+            path = checkpoint.save(
+                self.run_dir / "checkpoints",
+                state,
+                self.model,
+                self.tokenizer,
+                self.optimizer,
+                self.scheduler,
+                self.generator,
+                keep=self.cfg.train.keep_checkpoints,
+                card=card,
+                extra_state=carried_state.saved_extra(self.stage_states, self.pending, self.optimizer),
+                model_only=self.cfg.train.save_only_model,
+                protect=self.kept_checkpoint(),
+                **hooks,
+            )
+        self.dist.barrier()
+        self.saved_step = self.step
+        self.callbacks("on_save", checkpoint=path)
+        return path

@@ -1,0 +1,159 @@
+"""The Trainer's construction, step by step in the order ``Trainer.__init__`` calls them: the run
+folder and its lock, the processes, stages 1-3's inputs (data, rewards), the policy with its
+optimizer and memory plan, the starting step (0 or the resumed checkpoint's), the records, and stage
+2's engine. A mixin of ``Trainer`` (train/loop.py): the loop reads what these set on ``self``."""
+
+from __future__ import annotations
+
+import weakref
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from grpokit.algo.stage_state import stage_states
+from grpokit.data.prompt_length import check_prompt_lengths
+from grpokit.data.prompts import PromptSampler
+from grpokit.rollout.engine import RolloutEngine
+
+from . import (
+    build,
+    carried_state,
+    checkpoint,
+    checkpoint_hooks,
+    distributed,
+    engines,
+    memory_plan,
+    world_check,
+)
+from . import resume as run_folder
+from .models import quiet_transformers, resolve_device
+from .update import Accumulator
+from .update_windows import run_updates
+
+
+class TrainerSetup:
+    def _open_run_dir(self, resume: str | Path | None, start_if_no_checkpoint: bool) -> None:
+        """The run folder (a new dated one, ``train.out`` or the resumed one), locked for one writer
+        (run_lock.py) until the end of ``train()``."""
+        cfg = self.cfg
+        self.resume_dir = Path(resume) if resume else None
+        self.run_dir = self.resume_dir or Path(
+            cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}")
+        )
+        self.lock, resuming = run_folder.prepare_run_dir(
+            self.run_dir, cfg.train.overwrite, self.resume_dir is not None, start_if_no_checkpoint
+        )
+        # once: at the end of train(), or when dropped
+        self._release_lock = weakref.finalize(self, self.lock.release)
+        if self.resume_dir and not resuming:  # grpokit train --resume on a folder without a checkpoint: step 0
+            self.resume_dir, cfg.train.out = None, str(self.run_dir)
+
+    def _join_processes(self) -> None:
+        """Threads and seeds, torchrun's process group (no-op for 1 process), this rank's device."""
+        cfg, t = self.cfg, self.cfg.train
+        build.prepare_process(t)
+        quiet_transformers()
+        self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)
+        world_check.check_world(cfg, self.dist)
+        self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
+
+    def _build_data(self, train_rows, eval_rows, tools, environment_factory, given_tokenizer) -> None:
+        """Stages 1-2's inputs: the episode loop (tools, environments), training and held-out prompts."""
+        inputs = build.build_inputs(
+            self.cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer
+        )
+        self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
+
+    def _build_rewards(self, reward_funcs: list[Callable] | None) -> None:
+        """Stage 3: the training and evaluation reward runners, the weights, the process reward."""
+        rewards = build.build_rewards(self.cfg, reward_funcs, self.episodes)
+        self.runner, self.eval_runner = rewards.runner, rewards.eval_runner
+        self.runner_weights, self.process_fn = rewards.weights, rewards.process_fn
+
+    def _build_policy(self, model) -> None:
+        """The model and its reference, the optimizer and schedule, the variants' stage states, then
+        the prompts checked against the model's context and the memory plan for the longest one."""
+        cfg = self.cfg
+        policy = build.build_policy(cfg, self.device, self.dist, self.tokenizer, model)
+        self.model, self.ref_model, self.autocast, self.eos = (
+            policy.model,
+            policy.ref_model,
+            policy.autocast,
+            policy.eos,
+        )
+        self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
+        self.gec_render = build.error_correction_renderer(cfg)
+        opt = build.build_optimizer(cfg, self.model)
+        self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
+        # lambda-GRPO, adaptive entropy
+        self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))
+        self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(
+            cfg, self.model, self.prompts, self.eval_prompts
+        )
+        # checkpointing, reference offload, tokens per micro-batch
+        longest_prompt = max((len(p.ids) for p in self.prompts), default=0)
+        self.memory_plan, self.token_budget = memory_plan.apply_memory_plan(
+            cfg, self.model, self.ref_model, self.device, self.dist, longest_prompt
+        )
+
+    def _place_run(self) -> None:
+        """The rank's generator, the prompt sampler and the step: 0, or the resumed checkpoint's."""
+        cfg, t = self.cfg, self.cfg.train
+        self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
+        self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
+        self.step = self.saved_step = 0
+        self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
+        if self.resume_dir:
+            self._resume()
+        # optimizer updates applied so far (TRL's global_step)
+        self.updates = run_updates(self.step, t, cfg.algo.num_iterations)
+
+    def _open_records(self) -> None:
+        """The run folder's config (resumed: config_history.yaml too) and the metrics sinks."""
+        resumed_at = self.step if self.resume_dir else None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.is_main:
+            run_folder.write_config(self.run_dir, self.cfg, resumed_at)
+        self.recorder = build.build_recorder(self.cfg, self.run_dir, self.dist, self.quiet, resumed_at)
+
+    def _build_engine(self) -> None:
+        """Stage 2's engine: the one sampling on the trainer's model, or vLLM / the async sampler."""
+        cfg = self.cfg
+        self.params = build.sampling_params(cfg.rollout)
+        # the hf engine first: an async sampler's thread, started by make_engine, samples through it
+        self.engine: RolloutEngine = engines.hf_engine(
+            cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator
+        )
+        self.engine = engines.make_engine(
+            cfg,
+            self.model,
+            self.step,
+            self.params,
+            self.device,
+            self.dist,
+            self.run_dir,
+            self.engine,
+            (self._sample_async, self.sampler.next_batch),
+        )  # vLLM / async, or hf
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
+        random states, step, data position, the stage states and a pending update (carried_state.py)."""
+        ckpt = run_folder.checkpoint_to_resume(self.run_dir)
+        state = checkpoint.load(
+            ckpt,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.generator,
+            rank=self.dist.rank,
+            **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
+        )
+        self.step, self.sampler.position = state.step, state.data_position
+        self.saved_step = state.step
+        t = self.cfg.train
+        pending = carried_state.restore_extra(ckpt, self.stage_states, self.optimizer, t.accumulation_slices)
+        if pending is not None:  # an update the checkpoint's window left accumulating
+            self.pending = pending
