@@ -44,7 +44,7 @@ from grpokit.types import Rollout
 from .engine import SeparateEngine
 from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
-from .vllm_http import HTTPAnswer, http_call, parse_choices, reply_budget
+from .vllm_http import HTTPAnswer, http_call, parse_choices, reply_budget, sampling_fields
 from .vllm_images import GENERATE, RENDER, generate_body, parse_generate, place, render_body
 from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL
 
@@ -186,20 +186,9 @@ class VLLMServer(SeparateEngine):
         body = {
             "model": self.model_name,
             "prompt": [list(x) for x in prompt_ids],
-            "n": group_size,
-            "max_tokens": p.max_new_tokens,
-            "temperature": p.temperature,
-            "top_p": p.top_p,
-            "top_k": p.top_k,
-            "min_p": p.min_p,
-            "repetition_penalty": p.repetition_penalty,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
-            "stop": list(p.stop),
-            "logprobs": 0,
+            **sampling_fields(group_size, p),
             "return_tokens_as_token_ids": True,
-            "include_stop_str_in_output": True,
-        }  # as the hf engine: a tag-format tool call keeps its closing tag
+        }
         n = len(prompt_ids) * group_size
         if self.call is http_call:  # a reply is bounded by what was asked for (a 1 GiB answer is refused)
             a = http_call(

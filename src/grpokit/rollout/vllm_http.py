@@ -114,6 +114,25 @@ def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
             pass
 
 
+def sampling_fields(group_size: int, p: Any) -> dict[str, Any]:
+    """vLLM's sampling fields of one request (``p``: rollout/hf.py's SamplingParams), every one sent;
+    the stop string stays in the output, as the hf engine keeps a tag-format tool call's closing tag."""
+    return {
+        "n": group_size,
+        "max_tokens": p.max_new_tokens,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "top_k": p.top_k,
+        "min_p": p.min_p,
+        "repetition_penalty": p.repetition_penalty,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "stop": list(p.stop),
+        "logprobs": 0,
+        "include_stop_str_in_output": True,
+    }
+
+
 def reply_budget(num_choices: int, max_tokens: int) -> int:
     """Most bytes a completions reply for ``num_choices`` samples of ``max_tokens`` tokens may take."""
     return 2**20 + num_choices * max(1, max_tokens) * REPLY_BYTES_PER_TOKEN

@@ -32,7 +32,7 @@ import uuid
 from typing import Any
 
 from .hf import SamplingParams
-from .vllm_http import ServerReplyError
+from .vllm_http import ServerReplyError, sampling_fields
 
 RENDER = "/v1/chat/completions/render"
 GENERATE = "/inference/v1/generate"
@@ -94,21 +94,7 @@ def place(features: Any, ids: list[int], image_token_id: int) -> dict[str, Any]:
 
 def generate_body(model: str, ids: list[int], features: dict, group_size: int, p: SamplingParams) -> dict[str, Any]:
     """The generate request for one image prompt: every sampling field sent (as for /v1/completions)."""
-    sampling = {
-        "n": group_size,
-        "max_tokens": p.max_new_tokens,
-        "temperature": p.temperature,
-        "top_p": p.top_p,
-        "top_k": p.top_k,
-        "min_p": p.min_p,
-        "repetition_penalty": p.repetition_penalty,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-        "stop": list(p.stop),
-        "logprobs": 0,
-        "include_stop_str_in_output": True,
-        "output_kind": FINAL_ONLY,
-    }
+    sampling = {**sampling_fields(group_size, p), "output_kind": FINAL_ONLY}
     return {
         "request_id": f"grpokit-{uuid.uuid4().hex}",
         "model": model,
