@@ -217,7 +217,7 @@ def step_bench(model_dir: Path, a) -> dict:
         str(out),
         "--beta",
         "0",
-    ]
+    ] + [f"--variant={v}" for v in a.variant]
     p = subprocess.run(cmd, text=True, capture_output=True)
     print(p.stdout[-6000:], p.stderr[-3000:], flush=True)
     if p.returncode != 0:
@@ -241,6 +241,13 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=1, help="compare_trl rounds (each: one run per side)")
     p.add_argument("--steps", type=int, default=3, help="measured steps per run after one warm-up step (3: steps 2-4)")
     p.add_argument("--trl-mbs", type=int, default=16)
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an extra grpokit side of the step (compare_trl --variant), e.g. 'mbs16:train.micro_batch_size=16'",
+    )
     p.add_argument("--models", default="/tmp/grpokit-gpu-models")
     p.add_argument("--work", default="/tmp/grpokit-gpu-work")
     p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/project/test_gpu.py to include")
@@ -269,7 +276,7 @@ def main(argv=None):
 
     if "rollout" in stages:
         engines = tuple(a.engines.split(","))
-        key = "rollout" if engines == ENGINES or a.tiny else "rollout_engines"  # extra engines: their own entry
+        key = "rollout" if set(engines) <= set(ENGINES) else "rollout_engines"  # extra engines: their own entry
         res[key] = {s: rollout_bench(dirs[s], a.G, a.P, a.T, a.rollout_rounds, engines) for s in shapes}
         first = res[key][shapes[0]]
         if key == "rollout":
@@ -356,6 +363,20 @@ def step_summary(cmp: dict, peak_flops: float) -> dict:
         },
         loss_equality=cmp["loss_equality"],
         rollout_tokens_per_s_in_step=g["gen_tok_s"],
+        variants={
+            name: dict(
+                s_per_step=v["median_s"],
+                speedup=t["median_s"] / v["median_s"],
+                update_mfu=mfu(v),
+                peak_gpu_mem_gb=v["peak_gpu_mb"] / 1024,
+                peak_memory_ratio=v["peak_gpu_mb"] / t["peak_gpu_mb"] if t["peak_gpu_mb"] else None,
+                first_step_s=v["first_step_s"],
+                phases=v["phases"],
+                memory_by_phase={k: x for k, x in v["metrics"].items() if k.startswith("gpu/")},
+            )
+            for name, v in r.items()
+            if name not in ("grpokit", "trl") and isinstance(v, dict) and "median_s" in v
+        },
     )
 
 
