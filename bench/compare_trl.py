@@ -87,7 +87,13 @@ def run_side(side, model_dir, c, a) -> dict:
         a.reward,
     ] + [f"--set={o}" for o in overrides]
     cmd += ["--chat"] if a.workload == "smollm2" else []
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600)
+    main_side = side in ("grpokit", "trl")
+    try:
+        p = subprocess.run(
+            cmd, capture_output=True, text=True, env=_env(a.threads), timeout=3600 if main_side else a.variant_timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"{side} worker ran past its {exc.timeout:.0f} s (--variant-timeout)") from exc
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return _json_line(p.stdout)
@@ -131,16 +137,24 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
 
 def compare(name, model_dir, c, a, peak) -> dict:
     sides = ["grpokit", "trl", *a.variants]
-    runs = {side: [] for side in sides}
+    runs, failed = {side: [] for side in sides}, {}
     for r in range(a.rounds):
         k = r % len(sides)
         for side in sides[k:] + sides[:k]:  # rotate the order each round: drift hits every side alike
-            runs[side].append(run_side(side, model_dir, c, a))
+            try:
+                runs[side].append(run_side(side, model_dir, c, a))
+            except RuntimeError as exc:  # an extra side that fails is reported; the main two must run
+                if side in ("grpokit", "trl"):
+                    raise
+                print(f"  {side} failed: {str(exc)[-1500:]}", flush=True)
+                failed[side] = str(exc)[-1500:]
+    runs = {side: v for side, v in runs.items() if side not in failed}
     res = {side: summarise(v, peak) for side, v in runs.items()}
+    res["failed"] = failed
     res["speedup"] = res["trl"]["median_s"] / res["grpokit"]["median_s"]
     res["config"], res["name"] = c, name
     print(_row(res), flush=True)
-    for side in a.variants:
+    for side in (s for s in a.variants if s in res):
         v = res[side]
         print(
             f"|   {side}: {' '.join(a.variants[side])} | | {v['median_s']:.2f} ({v['min_s']:.2f}-{v['max_s']:.2f}) | | "
@@ -213,6 +227,7 @@ def main(argv=None):
         metavar="NAME:KEY=VALUE[,KEY=VALUE]",
         help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)",
     )
+    p.add_argument("--variant-timeout", type=int, default=3600, help="seconds an extra side's worker may run")
     p.add_argument(
         "--trl-variant",
         action="append",

@@ -188,36 +188,40 @@ def _compiled(plain):
 
 def step_bench(model_dir: Path, a) -> dict:
     out = Path(a.work) / "compare_trl.json"
-    cmd = [
-        sys.executable,
-        str(HERE / "compare_trl.py"),
-        "--device",
-        DEVICE[0],
-        "--dtype",
-        str(DTYPE[0]).split(".")[-1],
-        "--model-dir",
-        str(model_dir),
-        "--G",
-        str(a.G),
-        "--P",
-        str(a.P),
-        "--T",
-        str(a.T),
-        "--trl-mbs",
-        str(a.trl_mbs),
-        "--reward",
-        "even_ids",
-        "--rounds",
-        str(a.rounds),
-        "--steps",
-        str(a.steps),
-        "--warmup",
-        "1",
-        "--out",
-        str(out),
-        "--beta",
-        "0",
-    ] + [f"--variant={v}" for v in a.variant]
+    cmd = (
+        [
+            sys.executable,
+            str(HERE / "compare_trl.py"),
+            "--device",
+            DEVICE[0],
+            "--dtype",
+            str(DTYPE[0]).split(".")[-1],
+            "--model-dir",
+            str(model_dir),
+            "--G",
+            str(a.G),
+            "--P",
+            str(a.P),
+            "--T",
+            str(a.T),
+            "--trl-mbs",
+            str(a.trl_mbs),
+            "--reward",
+            "even_ids",
+            "--rounds",
+            str(a.rounds),
+            "--steps",
+            str(a.steps),
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--beta",
+            "0",
+        ]
+        + [f"--variant={v}" for v in a.variant]
+        + ["--variant-timeout", str(a.variant_timeout)]
+    )
     p = subprocess.run(cmd, text=True, capture_output=True)
     print(p.stdout[-6000:], p.stderr[-3000:], flush=True)
     if p.returncode != 0:
@@ -248,6 +252,7 @@ def main(argv=None):
         metavar="NAME:KEY=VALUE[,KEY=VALUE]",
         help="an extra grpokit side of the step (compare_trl --variant), e.g. 'mbs16:train.micro_batch_size=16'",
     )
+    p.add_argument("--variant-timeout", type=int, default=3600, help="seconds an extra side's worker may run")
     p.add_argument("--models", default="/tmp/grpokit-gpu-models")
     p.add_argument("--work", default="/tmp/grpokit-gpu-work")
     p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/project/test_gpu.py to include")
@@ -363,6 +368,7 @@ def step_summary(cmp: dict, peak_flops: float) -> dict:
         },
         loss_equality=cmp["loss_equality"],
         rollout_tokens_per_s_in_step=g["gen_tok_s"],
+        variants_failed=r.get("failed", {}),
         variants={
             name: dict(
                 s_per_step=v["median_s"],

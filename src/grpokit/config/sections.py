@@ -245,7 +245,9 @@ class TrainConfig:
     packing: str = "auto"
     """Padding-free log-prob and update passes (train/packing.py): "packed" packs each micro-batch's sequences end to
     end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded
-    rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU (to be confirmed by bench/gpu.sh on a GPU)."""
+    rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU. A packed row of over 4096 tokens stays padded
+    unless model.attn_implementation takes packed rows without a dense mask (flash_attention_2/3, flex_attention):
+    SDPA and eager attention would build and compute an (S, S) mask for it."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

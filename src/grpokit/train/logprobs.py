@@ -18,7 +18,7 @@ from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_i
 from grpokit.nn.models import has_sliding_window
 from grpokit.types import Rollout, TokenBatch
 
-from .packing import can_pack, pack, packed_states, unpack
+from .packing import can_pack, mask_fits, pack, packed_states, unpack
 
 
 def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
@@ -219,7 +219,7 @@ def _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entrop
     """Padding-free logprobs (packing.py), or None when the model or batch cannot be packed."""
     backbone = _backbone(model)
     packed = pack(batch) if can_pack(model, backbone) else None
-    if packed is None:
+    if packed is None or not mask_fits(model, packed):
         return None
     N, T = batch.completion_ids.shape
     h = packed_states(backbone, packed)  # (K, hidden)

@@ -50,6 +50,21 @@ def can_pack(model: torch.nn.Module, backbone: torch.nn.Module | None) -> bool:
     )
 
 
+# Attention kernels that take a packed row's sequence boundaries without an (S, S) mask: variable-length
+# flash kernels and FlexAttention's block-sparse document mask. SDPA and eager attention get a dense
+# block-diagonal (S, S) mask from transformers and compute every block of it, so a packed row is only
+# worth it (and only fits: a whole GRPO batch of 512 x 560 tokens is an 80 GB mask) when S is short.
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention")
+DENSE_MASK_MAX_TOKENS = 4096
+
+
+def mask_fits(model: torch.nn.Module, packed: Packed) -> bool:
+    """Whether ``model``'s attention kernel takes ``packed``'s row: a variable-length kernel takes any
+    length, a dense-mask kernel (SDPA, eager) at most DENSE_MASK_MAX_TOKENS tokens."""
+    kernel = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return kernel in VARLEN_ATTENTION or packed.input_ids.shape[1] <= DENSE_MASK_MAX_TOKENS
+
+
 def pack(batch: TokenBatch) -> Packed | None:
     """The batch's real tokens end to end, or None when a row has no prompt token (no state would
     predict its first completion token)."""
