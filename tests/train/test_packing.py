@@ -102,6 +102,32 @@ def test_packed_forward_computes_no_padding():
     assert seen == [45]  # the real tokens only (6 rows x 13 columns = 78 padded)
 
 
+def test_a_long_row_goes_packed_only_to_an_attention_kernel_without_a_dense_mask(monkeypatch):
+    # SDPA and eager get an (S, S) mask for a packed row (the whole 0.5B GRPO batch asked 16 GiB on an
+    # H100), so a row over DENSE_MASK_MAX_TOKENS stays padded there; FlexAttention / flash take it packed.
+    import grpokit.train.packing as packing
+
+    batch = make_token_batch(_rollout(), pad_token_id=0)
+    model = _models()[0]
+    for limit, kernel, fits in (
+        (45, "sdpa", True),
+        (44, "sdpa", False),
+        (44, "eager", False),
+        (44, "flex_attention", True),
+        (44, "flash_attention_2", True),
+    ):
+        monkeypatch.setattr(packing, "DENSE_MASK_MAX_TOKENS", limit)  # the batch packs into 45 tokens
+        model.config._attn_implementation = kernel
+        assert packing.mask_fits(model, pack(batch)) == fits, (limit, kernel)
+    model.config._attn_implementation = "sdpa"
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda mod, a, o: seen.append(a[0].numel()))
+    with torch.no_grad():
+        completion_logprobs(model, batch, packed=True)
+    hook.remove()
+    assert seen == [12, 54]  # the padded path (prompts once: 3 x 4 columns; completions: 6 x 9), not 45 packed
+
+
 def test_a_model_that_cannot_pack_falls_back_to_the_padded_path():
     from transformers import GPT2Config, GPT2LMHeadModel
 
