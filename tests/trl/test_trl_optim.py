@@ -16,8 +16,8 @@ from datasets import Dataset
 from transformers import Trainer, TrainingArguments, get_scheduler
 
 from grpokit.config import ConfigError
-from grpokit.train.optimizers import build_optimizer
-from grpokit.train.schedule import make_scheduler
+from grpokit.optim.optimizers import build_optimizer
+from grpokit.optim.schedule import make_scheduler
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.mapping import to_config
 from helpers.trl_models import make_chat_model, small_args

@@ -1,6 +1,6 @@
 """The optimizer and learning-rate schedule section (stage 6), in a file of its own because it carries
 every optimizer's and every schedule's options: each is read only by the optimizer or schedule its
-docstring names (train/optimizers.py, train/schedule.py), and validation refuses one set away from its
+docstring names (optim/optimizers.py, optim/schedule.py), and validation refuses one set away from its
 default where nothing reads it. The names and meanings are transformers', so a TRL script's
 ``optim``, ``lr_scheduler_type`` and ``lr_scheduler_kwargs`` map onto them one to one (docs/TRL.md)."""
 

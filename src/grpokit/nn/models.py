@@ -1,11 +1,18 @@
-"""A frozen copy of a model (the reference policy, the async sampler's snapshot) and whether some of
-its attention layers see only a window of the past (the lean decode and packing paths step aside)."""
+"""A frozen copy of a model (the reference policy, the async sampler's snapshot), whether some of its
+attention layers see only a window of the past (the lean decode and packing paths step aside), and
+the attention kernels transformers offers."""
 
 from __future__ import annotations
 
 import copy
 
 import torch
+
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+"""model.attn_implementation's values: "auto" leaves the choice to transformers, the rest are its names."""
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention")
+"""The kernels that take a packed row's sequence boundaries without an (S, S) mask: variable-length
+flash kernels and FlexAttention's block-sparse document mask (train/packing.py)."""
 
 
 def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:

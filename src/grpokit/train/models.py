@@ -20,7 +20,6 @@ from grpokit.train.hub import check_reachable
 from grpokit.train.named_models import is_named, resolve
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 def resolve_device(cfg: ModelConfig) -> torch.device:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpokit.nn.models import has_sliding_window
+from grpokit.nn.models import VARLEN_ATTENTION, has_sliding_window
 from grpokit.types import TokenBatch
 
 # Decoder families whose attention honours packed position ids (transformers' masking utilities);
@@ -50,11 +50,9 @@ def can_pack(model: torch.nn.Module, backbone: torch.nn.Module | None) -> bool:
     )
 
 
-# Attention kernels that take a packed row's sequence boundaries without an (S, S) mask: variable-length
-# flash kernels and FlexAttention's block-sparse document mask. SDPA and eager attention get a dense
-# block-diagonal (S, S) mask from transformers and compute every block of it, so a packed row is only
-# worth it (and only fits: a whole GRPO batch of 512 x 560 tokens is an 80 GB mask) when S is short.
-VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention")
+# SDPA and eager attention get a dense block-diagonal (S, S) mask from transformers and compute every
+# block of it, so a packed row is only worth it for them (and only fits: a whole GRPO batch of 512 x 560
+# tokens is an 80 GB mask) when S is short; VARLEN_ATTENTION's kernels take any length.
 DENSE_MASK_MAX_TOKENS = 4096
 
 

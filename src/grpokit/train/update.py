@@ -25,11 +25,11 @@ from grpokit.algo.pipeline import UpdateInputs
 from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.config.sections import OptimConfig
+from grpokit.optim.optimizers import build_optimizer
+from grpokit.optim.schedule import make_scheduler
 from grpokit.types import TokenBatch
 
 from .logprobs import completion_logprobs, logprobs_with_router_loss
-from .optimizers import build_optimizer
-from .schedule import make_scheduler
 from .token_budget import micro_batches
 
 

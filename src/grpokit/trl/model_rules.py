@@ -10,7 +10,7 @@ from typing import Any
 
 from grpokit.config.sections import ConfigError
 from grpokit.config.validation.rollout import GENERATE_OWN_KEYS
-from grpokit.train.models import ATTN_IMPLEMENTATIONS
+from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 
 from .config import GRPOConfig
 from .rule import Rule, copied, refuse

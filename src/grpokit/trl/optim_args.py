@@ -1,4 +1,4 @@
-"""TRL's optimizer and schedule arguments -> grpokit's optim section (train/optimizers.py, train/schedule.py).
+"""TRL's optimizer and schedule arguments -> grpokit's optim section (optim/optimizers.py, optim/schedule.py).
 
 Part of mapping.py's table (its schedule and optimizer rules call these); kept apart so each file stays
 readable. Each value means what transformers 5's Trainer makes of it: ``lr_scheduler_type`` and
@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from grpokit.config.base import ConfigError
-from grpokit.train.optimizers import PACKAGES, missing_package
+from grpokit.optim.optimizers import PACKAGES, missing_package
 
 from .config import GRPOConfig
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from grpokit.config.sections import Config
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
-from grpokit.train.models import ATTN_IMPLEMENTATIONS
+from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 
 from .checks import check, one_of
 

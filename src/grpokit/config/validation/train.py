@@ -6,8 +6,8 @@ import dataclasses
 
 from grpokit.config.optim import OptimConfig
 from grpokit.config.sections import Config, ConfigError
-from grpokit.train.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
-from grpokit.train.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
+from grpokit.optim.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
+from grpokit.optim.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 
 from .checks import check, one_of
 

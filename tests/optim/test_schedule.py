@@ -1,4 +1,4 @@
-"""grpokit's learning-rate schedules (train/schedule.py): worked by hand, then equal at every update to
+"""grpokit's learning-rate schedules (optim/schedule.py): worked by hand, then equal at every update to
 transformers' schedule of the same name (``transformers.get_scheduler``, a dev-only oracle)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from grpokit.config import Config, ConfigError, OptimConfig
 from grpokit.config.validation import validate
-from grpokit.train.schedule import SCHEDULES, lr_factor, make_scheduler
+from grpokit.optim.schedule import SCHEDULES, lr_factor, make_scheduler
 
 
 def rate(schedule: str, step: int, **options) -> float:
