@@ -99,6 +99,18 @@ def run_side(side, model_dir, c, a) -> dict:
     return _json_line(p.stdout)
 
 
+def add_variant_args(p: argparse.ArgumentParser) -> None:
+    """--variant (an extra grpokit side, alternated with the others) and --variant-timeout."""
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)",
+    )
+    p.add_argument("--variant-timeout", type=int, default=3600, help="seconds an extra side's worker may run")
+
+
 def summarise(runs: list[dict], peak_gflops: float) -> dict:
     steps = [s for r in runs for s in r["steps"]]
     times = [s["step_s"] for s in steps]
@@ -220,14 +232,7 @@ def main(argv=None):
         metavar="KEY=VALUE",
         help="grpokit config override for every grpokit side (repeatable)",
     )
-    p.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
-        help="an extra grpokit side with these overrides, e.g. 'mkl:model.cpu_matmul=torch' (repeatable)",
-    )
-    p.add_argument("--variant-timeout", type=int, default=3600, help="seconds an extra side's worker may run")
+    add_variant_args(p)
     p.add_argument(
         "--trl-variant",
         action="append",

@@ -32,6 +32,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from compare_trl import add_variant_args  # noqa: E402
 from workload import build_model_dir, prompts  # noqa: E402
 
 ENGINES = ("grpokit_graphs", "grpokit_static_eager", "grpokit_dynamic", "hf_generate")
@@ -245,14 +246,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=1, help="compare_trl rounds (each: one run per side)")
     p.add_argument("--steps", type=int, default=3, help="measured steps per run after one warm-up step (3: steps 2-4)")
     p.add_argument("--trl-mbs", type=int, default=16)
-    p.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
-        help="an extra grpokit side of the step (compare_trl --variant), e.g. 'mbs16:train.micro_batch_size=16'",
-    )
-    p.add_argument("--variant-timeout", type=int, default=3600, help="seconds an extra side's worker may run")
+    add_variant_args(p)  # extra grpokit sides of the step, e.g. 'mbs16:train.micro_batch_size=16'
     p.add_argument("--models", default="/tmp/grpokit-gpu-models")
     p.add_argument("--work", default="/tmp/grpokit-gpu-work")
     p.add_argument("--facts", default="", help="JSON lines of measured facts from tests/project/test_gpu.py to include")
