@@ -31,7 +31,6 @@ index and count, ``print``, ``wait_for_everyone``), and ``trainer.end()`` leaves
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -43,7 +42,7 @@ from grpokit.train import distributed
 
 from . import best
 from .bridge import StepBridge
-from .checkpoint_links import HubPush, name_checkpoint
+from .checkpoint_links import HubPush
 from .config import GRPOConfig
 from .inputs import (
     HubPushError,
@@ -77,6 +76,7 @@ from .trainer_args import (
     stream_rows,
     trl_rollout_func,
 )
+from .trainer_files import TrainerFiles
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "HubPushError", "TrainOutput", "push_folder"]
 
@@ -89,7 +89,7 @@ class TrainOutput(NamedTuple):
     metrics: dict[str, Any]
 
 
-class GRPOTrainer:
+class GRPOTrainer(TrainerFiles):
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
 
     def __init__(
@@ -350,41 +350,6 @@ class GRPOTrainer:
         self._get()
         self.bridge.log(dict(logs))
 
-    def log_metrics(self, split: str, metrics: dict[str, float]) -> None:
-        """Print ``metrics`` under ``***** split metrics *****``, as transformers (main process only)."""
-        if self.accelerator.is_main_process:
-            print(f"***** {split} metrics *****")
-            for key in sorted(metrics):
-                print(f"  {key:<{max(map(len, metrics))}} = {metrics[key]}")
-
-    def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
-        """Write ``<output_dir>/<split>_results.json`` (and merge into all_results.json), as transformers."""
-        out = Path(self.cfg.train.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{split}_results.json").write_text(json.dumps(metrics, indent=4, sort_keys=True))
-        if combined:
-            path = out / "all_results.json"
-            merged = {**(json.loads(path.read_text()) if path.exists() else {}), **metrics}
-            path.write_text(json.dumps(merged, indent=4, sort_keys=True))
-
-    def save_state(self) -> None:
-        """Write TRL's ``trainer_state.json`` to output_dir."""
-        Path(self.cfg.train.out).mkdir(parents=True, exist_ok=True)
-        self.state.save_to_json(str(Path(self.cfg.train.out) / "trainer_state.json"))
-
-    def create_model_card(
-        self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **kwargs: Any
-    ) -> Path:
-        """Write output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
-        from grpokit.train.checkpoint import model_card
-
-        out = Path(self.cfg.train.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "README.md").write_text(
-            model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
-        )
-        return out / "README.md"
-
     def get_high_entropy_mask(self, entropies, mask, threshold: float):
         """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""
         return high_entropy_mask(entropies, mask, threshold)
@@ -399,45 +364,6 @@ class GRPOTrainer:
         masked = offpolicy_sequences(per_token_logps, sampling_per_token_logps, adv, mask, off_policy_threshold)
         return (~masked).to(per_token_logps.dtype)[:, None]
 
-    def _name_checkpoint(self, path: Path, step: int) -> None:
-        """TRL's ``output_dir/checkpoint-N`` for grpokit's checkpoint ``path`` (checkpoint_links.py)."""
-        name_checkpoint(
-            path, step, Path(self.cfg.train.out), self.state, self._saved_steps, self.accelerator.is_main_process
-        )
-
     def end(self) -> None:
         """Finish: leave the process group (transformers' ``Trainer.end``); trackers closed when training ended."""
         self.accelerator.end_training()
-
-    def save_model(self, output_dir: str | None = None) -> Path:
-        """Write the policy (the adapter with LoRA), its tokenizer and a model card to ``output_dir``
-        (default: the GRPOConfig's), as TRL's ``save_model``."""
-        from grpokit.train.checkpoint import model_card
-
-        out = Path(output_dir or self.cfg.train.out)
-        out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out, safe_serialization=True)
-        self.processing_class.save_pretrained(out)
-        (out / "README.md").write_text(
-            model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
-        )
-        return out
-
-    def push_to_hub(
-        self,
-        commit_message: str = "End of training",
-        blocking: bool = True,
-        token: str | None = None,
-        revision: str | None = None,
-        **kwargs: Any,
-    ) -> str:
-        """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
-        is ``HF_ENDPOINT`` when set). Returns the commit URL."""
-        return push_folder(
-            self.save_model(),
-            self.hub_model_id,
-            commit_message,
-            token or self.args.hub_token,
-            self.args.hub_private_repo,
-            revision or self.args.hub_revision,
-        )

@@ -1,0 +1,89 @@
+"""What transformers' Trainer writes to output_dir, for grpokit.trl's GRPOTrainer (a mixin of it):
+metrics files, trainer_state.json, the model card, the saved model and its upload, and TRL's
+``checkpoint-N`` names for grpokit's checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .checkpoint_links import name_checkpoint
+from .inputs import push_folder
+
+
+class TrainerFiles:
+    """output_dir's files as transformers writes them; the GRPOTrainer supplies ``cfg``, ``state``,
+    ``args``, ``model``, ``processing_class``, ``accelerator`` and ``_get()``."""
+
+    def log_metrics(self, split: str, metrics: dict[str, float]) -> None:
+        """Print ``metrics`` under ``***** split metrics *****``, as transformers (main process only)."""
+        if self.accelerator.is_main_process:
+            print(f"***** {split} metrics *****")
+            for key in sorted(metrics):
+                print(f"  {key:<{max(map(len, metrics))}} = {metrics[key]}")
+
+    def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
+        """Write ``<output_dir>/<split>_results.json`` (and merge into all_results.json), as transformers."""
+        out = Path(self.cfg.train.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{split}_results.json").write_text(json.dumps(metrics, indent=4, sort_keys=True))
+        if combined:
+            path = out / "all_results.json"
+            merged = {**(json.loads(path.read_text()) if path.exists() else {}), **metrics}
+            path.write_text(json.dumps(merged, indent=4, sort_keys=True))
+
+    def save_state(self) -> None:
+        """Write TRL's ``trainer_state.json`` to output_dir."""
+        Path(self.cfg.train.out).mkdir(parents=True, exist_ok=True)
+        self.state.save_to_json(str(Path(self.cfg.train.out) / "trainer_state.json"))
+
+    def create_model_card(
+        self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **kwargs: Any
+    ) -> Path:
+        """Write output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
+        return self._write_model_card(Path(self.cfg.train.out))
+
+    def _name_checkpoint(self, path: Path, step: int) -> None:
+        """TRL's ``output_dir/checkpoint-N`` for grpokit's checkpoint ``path`` (checkpoint_links.py)."""
+        name_checkpoint(
+            path, step, Path(self.cfg.train.out), self.state, self._saved_steps, self.accelerator.is_main_process
+        )
+
+    def _write_model_card(self, out: Path) -> Path:
+        """output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
+        from grpokit.train.checkpoint import model_card
+
+        out.mkdir(parents=True, exist_ok=True)
+        card = model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
+        (out / "README.md").write_text(card)
+        return out / "README.md"
+
+    def save_model(self, output_dir: str | None = None) -> Path:
+        """Write the policy (the adapter with LoRA), its tokenizer and a model card to ``output_dir``
+        (default: the GRPOConfig's), as TRL's ``save_model``."""
+        out = Path(output_dir or self.cfg.train.out)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out, safe_serialization=True)
+        self.processing_class.save_pretrained(out)
+        self._write_model_card(out)
+        return out
+
+    def push_to_hub(
+        self,
+        commit_message: str = "End of training",
+        blocking: bool = True,
+        token: str | None = None,
+        revision: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
+        is ``HF_ENDPOINT`` when set). Returns the commit URL."""
+        return push_folder(
+            self.save_model(),
+            self.hub_model_id,
+            commit_message,
+            token or self.args.hub_token,
+            self.args.hub_private_repo,
+            revision or self.args.hub_revision,
+        )
