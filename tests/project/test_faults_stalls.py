@@ -14,6 +14,7 @@ import time
 import pytest
 
 from grpokit.rewards.spec import RewardSpec
+from helpers.paths import TESTS
 from helpers.train_processes import grpokit_train
 
 TAMPER = """
@@ -266,30 +267,13 @@ def test_a_tool_that_hangs_on_every_call_stops_the_rollout_and_bounds_its_thread
         assert _threads("grpokit-tool-wait") <= TOOL_THREADS + MAX_ABANDONED
 
 
-HANG_ENV = '''
-import time
-
-class Hang:
-    def reset(self, **row):
-        time.sleep(3600)
-
-    def add(self, n: str) -> str:
-        """Add.
-
-        Args:
-            n: amount.
-        """
-        return n
-'''
-
-
 def test_grpokit_train_with_a_hanging_environment_stops_with_one_sentence(tmp_path):
     # the issue's run: 2 steps with env.environment=module:Hang sat 10 minutes without a word
     import json
 
     rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "hangenv.py").write_text(HANG_ENV)
+    (tmp_path / "hangenv.py").write_text((TESTS / "helpers" / "hanging_env.py").read_text())
     args = [
         "data.dataset=train.jsonl",
         "data.prompt_column=question",

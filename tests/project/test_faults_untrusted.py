@@ -15,6 +15,7 @@ import time
 import pytest
 
 from grpokit.rewards.spec import RewardError, RewardSpec
+from helpers.hanging_env import Hang
 
 # ---------------------------------------------------------------------------------------------- rewards
 
@@ -264,25 +265,12 @@ def test_default_limits_cap_episodes():
     assert (e.max_turns, e.max_tool_output_chars) == (4, 1000)
 
 
-class SlowReset:
-    def reset(self, **row):
-        time.sleep(3600)
-
-    def add(self, n: str) -> str:
-        """Add.
-
-        Args:
-            n: amount.
-        """
-        return n
-
-
-class HugeReset(SlowReset):
+class HugeReset(Hang):
     def reset(self, **row):
         return "1" * 10_000_000
 
 
-class BrokenReset(SlowReset):
+class BrokenReset(Hang):
     def reset(self, **row):
         raise SystemExit(4)
 
@@ -300,7 +288,7 @@ def test_environment_reset_hangs_raises_or_floods_and_training_goes_on():
             max_turns=2, tool_format="tags", reset_timeout_s=0.5, max_observation_chars=100, max_failure_fraction=1.0
         ),
     )
-    for env, failed in [(SlowReset, True), (BrokenReset, True), (HugeReset, False)]:
+    for env, failed in [(Hang, True), (BrokenReset, True), (HugeReset, False)]:
         start = time.monotonic()
         ro = EpisodeRunner(spec, tok, environment_factory=env).run(
             _always("<answer>1</answer>"), [_prompt()], 2, SamplingParams()
