@@ -1,7 +1,7 @@
 """Tiny random models and a character tokenizer, built locally (no downloads).
 
 Every tiny model of the suite comes from ``tiny_causal_lm``: two layers of width 32 (4 heads, 2 KV
-heads), untied embeddings, pad id 0, weights drawn after ``torch.manual_seed(seed)``; tests choose
+heads), untied embeddings unless asked, pad id 0, weights drawn after ``torch.manual_seed(seed)``; tests choose
 the architecture, vocabulary, context length and special ids. ``save_tiny_model`` writes one with
 its tokenizer to a folder that ``AutoModelForCausalLM`` / ``AutoTokenizer`` load."""
 
@@ -24,6 +24,7 @@ def tiny_causal_lm(
     max_positions: int = 128,
     bos_token_id: int | None = None,
     eos_token_id: int = 1,
+    tie_word_embeddings: bool = False,
     **extra,
 ):
     """A two-layer random ``arch`` model; ``extra`` goes to its config (e.g. ``head_dim``)."""
@@ -42,7 +43,7 @@ def tiny_causal_lm(
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
         pad_token_id=0,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         **extra,
     )
     return getattr(transformers, model_name)(cfg)

@@ -4,6 +4,7 @@ import torch
 
 from grpokit.train.logprobs import completion_logprobs, make_token_batch, plan_buckets
 from grpokit.types import Rollout
+from helpers.models import tiny_causal_lm
 
 
 def _rollout():
@@ -106,29 +107,12 @@ def _tokens_through_backbone(model, fn):
     return sum(seen)
 
 
-def _tiny_qwen2():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(1)
-    cfg = Qwen2Config(
-        vocab_size=16,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(cfg)
-
-
 def test_shared_prompts_run_once_per_prompt_with_plain_forward_values_and_grads(tiny_model, monkeypatch):
     import grpokit.train.logprobs as L
 
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
-    for model in (tiny_model, _tiny_qwen2()):
+    for model in (tiny_model, tiny_causal_lm(16, arch="qwen2", seed=1, max_positions=64, tie_word_embeddings=True)):
         grads = {}
         for share in (True, False):
             monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ("llama", "qwen2") if share else ())

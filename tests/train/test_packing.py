@@ -7,6 +7,7 @@ import torch
 from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from grpokit.train.packing import pack
 from grpokit.types import Episode, Rollout
+from helpers.models import tiny_causal_lm
 
 
 def _rollout(episodes=False):
@@ -20,33 +21,9 @@ def _rollout(episodes=False):
 
 
 def _models():
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    llama = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=16,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            tie_word_embeddings=False,
-        )
-    )
-    qwen = Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=16,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            tie_word_embeddings=True,
-        )
-    )
+    # Llama with its own head, Qwen2 with tied embeddings, both in float64
+    llama = tiny_causal_lm(16, max_positions=64)
+    qwen = tiny_causal_lm(16, arch="qwen2", max_positions=64, tie_word_embeddings=True)
     return [m.double() for m in (llama, qwen)]
 
 
