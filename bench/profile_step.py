@@ -105,6 +105,7 @@ def main(argv=None):
     import grpokit.train.loop as gt
     import grpokit.train.update as gu
     from grpokit.train import reference
+    from grpokit.train.memory import peak_allocated_bytes
 
     spans = Spans(a.device)
     spans.wrap(reference, "reference_logprobs", "ref_logprobs")
@@ -136,7 +137,7 @@ def main(argv=None):
         print("  parts (synchronised):", {k: round(v, 3) for k, v in spans.s.items()}, flush=True)
         if a.device.startswith("cuda"):
             print(
-                f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GB; "
+                f"  peak GPU memory {peak_allocated_bytes(a.device) / 2**30:.1f} GB; "
                 f"micro-batch tokens {self.token_budget}",
                 flush=True,
             )

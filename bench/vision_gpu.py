@@ -101,6 +101,8 @@ def build(folder: Path, size: str, image_size: int) -> None:
 
 
 def main() -> None:
+    from grpokit.train.memory import peak_allocated_bytes
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="small model on CPU (smoke test)")
     ap.add_argument("--steps", type=int, default=4)
@@ -159,9 +161,7 @@ def main() -> None:
                     "parameters": sum(p.numel() for p in trainer.model.parameters()),
                     "s_per_step": round(sum(rest) / len(rest), 3),
                     "first_step_s": round(times[0], 3),
-                    "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
-                    if torch.cuda.is_available()
-                    else None,
+                    "peak_memory_gib": round(peak_allocated_bytes() / 2**30, 2) if torch.cuda.is_available() else None,
                 }
             )
         )

@@ -265,17 +265,17 @@ def main(argv=None):
         help="override KEY=VALUE (repeatable): a grpokit config field, or a GRPOConfig field for --side trl",
     )
     a = p.parse_args(argv)
+    from grpokit.train.memory import peak_allocated_bytes
+
     if a.threads:
         torch.set_num_threads(a.threads)
     clock = PhaseClock()
     t0 = time.perf_counter()
     steps = (run_grpokit if a.side == "grpokit" else run_trl)(a, clock)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if a.device.startswith("cuda") else 0.0
-    # grpokit resets the allocator's peak at every phase (its gpu/<phase>/memory_peak_gb metrics), so the
-    # reading above covers only the last phase; its step peaks cover the whole step
-    step_peaks = [s.get("metrics", {}).get("gpu/memory_peak_gb", 0.0) * 1024 for s in steps]
-    gpu_mb = max([gpu_mb, *step_peaks, FIRST.get("first_step_peak_gpu_mb", 0.0)])
+    # grpokit resets the allocator's peak at every phase (its gpu/<phase>/memory_peak_gb metrics), so
+    # torch.cuda.max_memory_allocated() alone would cover only the last phase
+    gpu_mb = peak_allocated_bytes(a.device) / 2**20 if a.device.startswith("cuda") else 0.0
     print(
         "BENCH_JSON "
         + json.dumps(

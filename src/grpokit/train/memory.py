@@ -44,8 +44,28 @@ def cuda_provider(device: torch.device) -> MemoryProvider | None:
             torch.cuda.memory_reserved(device),
             torch.cuda.max_memory_allocated(device),
         ),
-        lambda: torch.cuda.reset_peak_memory_stats(device),
+        lambda: _reset_peak(device),
     )
+
+
+_PEAKS_BEFORE_RESET: dict[str, int] = {}  # device -> the largest peak read before grpokit reset it
+
+
+def _reset_peak(device: torch.device) -> None:
+    key = str(device)
+    _PEAKS_BEFORE_RESET[key] = max(_PEAKS_BEFORE_RESET.get(key, 0), torch.cuda.max_memory_allocated(device))
+    torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_allocated_bytes(device: torch.device | str = "cuda") -> int:
+    """The process's peak allocated memory on ``device`` since it started. grpokit resets the
+    allocator's peak at every phase boundary (for ``gpu/<phase>/memory_peak_gb``), so after a step
+    ``torch.cuda.max_memory_allocated()`` covers only the last phase; this adds what each reset
+    cleared."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return 0
+    return max(torch.cuda.max_memory_allocated(device), _PEAKS_BEFORE_RESET.get(str(device), 0))
 
 
 class PhasePeaks:
