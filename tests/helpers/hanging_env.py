@@ -5,6 +5,8 @@ import time
 
 
 class Hang:
+    """reset() sleeps forever: no SIGALRM, no async exception can stop a sleep in C."""
+
     def reset(self, **row):
         time.sleep(3600)
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from grpokit.rewards.spec import RewardSpec
+from helpers.hanging_env import Hang
 from helpers.paths import TESTS
 from helpers.train_processes import grpokit_train
 
@@ -138,21 +139,6 @@ def test_length_rewards_pass_a_verifier_failure_on():
 
 
 # ------------------------------------------------------------------------------------ environments
-
-
-class Hang:
-    """reset() sleeps forever: no SIGALRM, no async exception can stop a sleep in C."""
-
-    def reset(self, **row):
-        time.sleep(3600)
-
-    def add(self, n: str) -> str:
-        """Add.
-
-        Args:
-            n: amount.
-        """
-        return n
 
 
 def _threads(prefix: str) -> int:
