@@ -51,6 +51,21 @@ def test_eval_rejects_bad_k():
         eval_cli.run_eval(eval_cli.parse_args(["--k", "1,4", "--samples", "2"]))
 
 
+def test_eval_refuses_to_write_over_a_runs_own_files_before_any_work(tmp_path):
+    from grpokit.config import ConfigError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout: {}\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    for name in ("metrics.jsonl", "summary.json", "report.html"):
+        with pytest.raises(ConfigError, match=f"is the run's own {name}, which the evaluation would overwrite"):
+            eval_cli.run_eval(eval_cli.parse_args(["--model", "no-such-model", "--out", str(run / name)]))
+    with pytest.raises(ConfigError, match="is a folder; name a file"):
+        eval_cli.run_eval(eval_cli.parse_args(["--model", "no-such-model", "--out", str(run)]))
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
+
+
 def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(
         eval_cli,

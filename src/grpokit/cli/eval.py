@@ -31,6 +31,7 @@ from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec, resolve_reward
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
+from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -87,6 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run_eval(args: argparse.Namespace) -> dict:
     """``grpokit eval``: sample ``--samples`` completions of each held-out prompt and report pass@k."""
     ks, n = _ks_and_samples(args)
+    _check_out(args.out)
     cfg, adapter = _eval_config(args)
     torch.manual_seed(args.seed)
     quiet_transformers()
@@ -134,6 +136,21 @@ def _ks_and_samples(args: argparse.Namespace) -> tuple[list[int], int]:
     if n < ks[-1]:
         raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
     return ks, n
+
+
+def _check_out(out: str | None) -> None:
+    """Refuse, before any work, an ``--out`` that would overwrite a run's own record or is a folder."""
+    if not out:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"--out {out} is a folder; name a file, e.g. --out {path / 'eval.json'}")
+    in_run = any((path.parent / name).is_file() for name in (CONFIG_FILE, "metrics.jsonl"))
+    if path.name in RUN_FILES and in_run:
+        raise ConfigError(
+            f"--out {out} is the run's own {path.name}, which the evaluation would overwrite; write it beside "
+            f"the run's files, e.g. --out {path.parent / 'eval.json'}"
+        )
 
 
 def _eval_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
