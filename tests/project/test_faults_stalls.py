@@ -224,6 +224,36 @@ def test_a_hanging_reset_stops_the_rollout_with_one_sentence_and_no_thread_growt
         assert _threads("grpokit-environment-reset-Hang") <= MAX_ABANDONED
 
 
+class HangingConstructor(Hang):
+    def __init__(self):
+        time.sleep(3600)
+
+
+class BrokenConstructor(Hang):
+    def __init__(self):
+        raise OSError("no such game server")
+
+
+def test_an_environment_whose_constructor_hangs_or_raises_is_one_sentence_when_the_runner_is_made():
+    # the runner builds one environment to list its tools; that probe sat forever on a constructor that
+    # hangs (and raised a traceback on one that fails): now it is bounded by reset_timeout_s
+    from grpokit.env.calls import EnvironmentFailure
+    from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
+
+    spec = EpisodeSpec(max_turns=2, tool_format="tags", reset_timeout_s=0.5)
+    cases = [
+        (HangingConstructor, "the environment could not be built to list its tools: timed out after 0.5 s"),
+        ({"game": BrokenConstructor}, "environment 'game' could not be built to list its tools: OSError: no such"),
+    ]
+    for factory, message in cases:
+        start = time.monotonic()
+        with pytest.raises(EnvironmentFailure) as err:
+            EpisodeRunner(spec, _Tok(), environment_factory=factory)
+        assert str(err.value).startswith(message), str(err.value)
+        assert "env.reset_timeout_s=0.5" in str(err.value)
+        assert time.monotonic() - start < 5
+
+
 class HangingTool:
     def reset(self, **row):
         return None

@@ -186,7 +186,7 @@ class EnvConfig:
     reset_timeout_s: float = 30.0
     """Time limit of one environment reset() (with its constructor); a batch's resets run side by side, so hung ones
     cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare
-    prompt."""
+    prompt. It also bounds building the one environment that lists the tools at start."""
     max_observation_chars: int = 8000
     """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
     max_failure_fraction: float = 0.5

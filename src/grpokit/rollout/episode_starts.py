@@ -17,13 +17,27 @@ import logging
 import warnings
 from typing import Any, Callable
 
-from grpokit.env.calls import call_many, check_failures
+from grpokit.env.calls import EnvironmentFailure, call_many, check_failures
 from grpokit.env.tools import cap_text
 from grpokit.types import Prompt
 
 log = logging.getLogger("grpokit.env")
 Factory = Callable[[], Any]
 Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
+
+
+def probe_environment(name: str | None, factory: Factory, timeout_s: float) -> Any:
+    """One environment built, when the runner is made, to list its tools: in a call thread within
+    ``timeout_s`` (env.reset_timeout_s), so a constructor that hangs or raises stops the run with
+    one sentence instead of a silent wait or a traceback."""
+    out = call_many("environment-probe", [factory], timeout_s)[0]
+    if not out.ok:
+        label = f"environment {name!r}" if name else "the environment"
+        raise EnvironmentFailure(
+            f"{label} could not be built to list its tools: {out.error} "
+            f"(building it is bounded by env.reset_timeout_s={timeout_s:g})"
+        )
+    return out.value
 
 
 class EpisodeStarts:

@@ -67,7 +67,7 @@ from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools
 from grpokit.env.workers import run_all
 from grpokit.types import Episode, Prompt, Rollout
 
-from .episode_starts import EpisodeStarts, Factory
+from .episode_starts import EpisodeStarts, Factory, probe_environment
 from .hf import SamplingParams
 
 log = logging.getLogger("grpokit.env")
@@ -132,7 +132,8 @@ class EpisodeRunner:
         self.route_key = route_key
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
         for name, factory in self.factories.items():
-            self.env_tools[name] = self.tools + environment_tools(factory())  # a probe: its tools
+            probe = probe_environment(name, factory, spec.reset_timeout_s)  # built once: its tools
+            self.env_tools[name] = self.tools + environment_tools(probe)
         every = list(self.tools)  # the union: whatever any row may call
         for fns in self.env_tools.values():
             every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
