@@ -123,3 +123,26 @@ def test_launcher_arguments_are_trls_num_processes_only():
         launcher_processes(["--num_processes", "x"])
     with pytest.raises(ConfigError, match="'--mixed_precision' is not an argument"):
         launcher_processes(["--mixed_precision", "bf16"])
+
+
+def test_trl_grpo_num_processes_2_runs_two_ranks_under_torchrun(chat_model, tmp_path):
+    # TRL's `trl grpo --num_processes 2` (accelerate launch): grpokit re-runs the command under torchrun,
+    # two CPU processes on gloo; each takes per_device_train_batch_size 4 completions, so a step is
+    # 2 x 4 / num_generations 4 = 2 prompts (1 with one process)
+    data = _folder(tmp_path)
+    run = tmp_path / "two-ranks"
+    args = {k: v for k, v in ARGS.items() if not k.startswith(("eval", "per_device_eval"))}
+    args["reward_funcs"] = ["think_format_reward"]
+    argv = ["--num_processes", "2", "--model_name_or_path", chat_model, "--dataset_name", str(data)]
+    done = subprocess.run(
+        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv, "--output_dir", str(run), *_flags(args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"model saved to {run}" in done.stdout
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["prompts_per_step"] == 2
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "reward" in s] == [1, 2]
