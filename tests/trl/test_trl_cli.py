@@ -52,6 +52,13 @@ def _flags(args: dict) -> list[str]:
     return out
 
 
+def _trl_grpo(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    """``grpokit trl grpo ARGV`` in a process of its own, run from ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv], capture_output=True, text=True, timeout=900, cwd=cwd
+    )
+
+
 def test_trl_grpo_command_line_and_the_same_yaml_make_the_same_run(chat_model, tmp_path, monkeypatch):
     data = _folder(tmp_path)
     monkeypatch.chdir(tmp_path)  # the dotted reward path is found from the working directory, as with trl grpo
@@ -65,13 +72,7 @@ def test_trl_grpo_command_line_and_the_same_yaml_make_the_same_run(chat_model, t
         str(cli),
         *_flags(ARGS),
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
+    done = _trl_grpo(argv, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"model saved to {cli}" in done.stdout
 
@@ -134,13 +135,7 @@ def test_trl_grpo_num_processes_2_runs_two_ranks_under_torchrun(chat_model, tmp_
     args = {k: v for k, v in ARGS.items() if not k.startswith(("eval", "per_device_eval"))}
     args["reward_funcs"] = ["think_format_reward"]
     argv = ["--num_processes", "2", "--model_name_or_path", chat_model, "--dataset_name", str(data)]
-    done = subprocess.run(
-        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv, "--output_dir", str(run), *_flags(args)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
+    done = _trl_grpo([*argv, "--output_dir", str(run), *_flags(args)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"model saved to {run}" in done.stdout
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["prompts_per_step"] == 2
