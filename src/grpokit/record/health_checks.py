@@ -169,44 +169,36 @@ def check_length(h: History, cfg: HealthConfig) -> Reading | None:
     )
 
 
-def _above(key: str, max_value: float, cfg: HealthConfig, h: History, warn: str) -> Reading | None:
-    """Fire on the recent mean of `key` above max_value; `warn` is formatted with it as `now`."""
-    now = _level(key, cfg, h)
-    return None if now is None else Reading(now > max_value, now, warn.format(now=now))
+def _above(key: str, limit_field: str, warn: str) -> Check:
+    """A monitor that fires on the recent mean of `key` above the HealthConfig field `limit_field`;
+    `warn` is formatted with the mean as `now` and the limit as `limit`."""
+
+    def check(h: History, cfg: HealthConfig) -> Reading | None:
+        now, limit = _level(key, cfg, h), getattr(cfg, limit_field)
+        return None if now is None else Reading(now > limit, now, warn.format(now=now, limit=limit))
+
+    return check
 
 
-def check_kl(h: History, cfg: HealthConfig) -> Reading | None:
-    return _above(
-        "kl",
-        cfg.kl_max,
-        cfg,
-        h,
-        f"KL to the reference policy is {{now:.3g}}, above kl_max={cfg.kl_max:g}: the policy is drifting far "
-        "from where it started; lower the learning rate, raise the KL coefficient beta, or clip gradients harder.",
-    )
-
-
-def check_clip(h: History, cfg: HealthConfig) -> Reading | None:
-    return _above(
-        "clip_ratio/region_mean",
-        cfg.clip_ratio_max,
-        cfg,
-        h,
-        "{now:.0%} of tokens hit the clip range: updates are too large for the trust region; lower the "
-        "learning rate, take fewer updates per batch, or check that sampling and training logprobs agree.",
-    )
-
-
-def check_same_length(h: History, cfg: HealthConfig) -> Reading | None:
-    return _above(
-        "completions/frac_groups_same_length",
-        cfg.same_length_max,
-        cfg,
-        h,
-        "In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
-        "signature; read samples.jsonl and look for a shortcut in the reward functions (if they all hit "
-        "the length limit, pass finish_reasons to group_signatures or raise max_new_tokens).",
-    )
+check_kl = _above(
+    "kl",
+    "kl_max",
+    "KL to the reference policy is {now:.3g}, above kl_max={limit:g}: the policy is drifting far from where it "
+    "started; lower the learning rate, raise the KL coefficient beta, or clip gradients harder.",
+)
+check_clip = _above(
+    "clip_ratio/region_mean",
+    "clip_ratio_max",
+    "{now:.0%} of tokens hit the clip range: updates are too large for the trust region; lower the "
+    "learning rate, take fewer updates per batch, or check that sampling and training logprobs agree.",
+)
+check_same_length = _above(
+    "completions/frac_groups_same_length",
+    "same_length_max",
+    "In {now:.0%} of groups every completion has the same length, a reward-hacking or collapse "
+    "signature; read samples.jsonl and look for a shortcut in the reward functions (if they all hit "
+    "the length limit, pass finish_reasons to group_signatures or raise max_new_tokens).",
+)
 
 
 def check_same_text(h: History, cfg: HealthConfig) -> Reading | None:
