@@ -95,7 +95,8 @@ def test_a_long_row_goes_packed_only_to_an_attention_kernel_without_a_dense_mask
     ):
         monkeypatch.setattr(packing, "DENSE_MASK_MAX_TOKENS", limit)  # the batch packs into 45 tokens
         model.config._attn_implementation = kernel
-        assert packing.mask_fits(model, pack(batch)) == fits, (limit, kernel)
+        assert pack(batch).input_ids.shape[1] == 45
+        assert packing.mask_fits(model, batch) == fits, (limit, kernel)
     model.config._attn_implementation = "sdpa"
     seen = []
     hook = model.get_input_embeddings().register_forward_hook(lambda mod, a, o: seen.append(a[0].numel()))

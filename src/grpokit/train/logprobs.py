@@ -218,8 +218,8 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
 def _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entropy_grad):
     """Padding-free logprobs (packing.py), or None when the model or batch cannot be packed."""
     backbone = _backbone(model)
-    packed = pack(batch) if can_pack(model, backbone) else None
-    if packed is None or not mask_fits(model, packed):
+    packed = pack(batch) if can_pack(model, backbone) and mask_fits(model, batch) else None
+    if packed is None:
         return None
     N, T = batch.completion_ids.shape
     h = packed_states(backbone, packed)  # (K, hidden)

@@ -56,11 +56,12 @@ def can_pack(model: torch.nn.Module, backbone: torch.nn.Module | None) -> bool:
 DENSE_MASK_MAX_TOKENS = 4096
 
 
-def mask_fits(model: torch.nn.Module, packed: Packed) -> bool:
-    """Whether ``model``'s attention kernel takes ``packed``'s row: a variable-length kernel takes any
-    length, a dense-mask kernel (SDPA, eager) at most DENSE_MASK_MAX_TOKENS tokens."""
+def mask_fits(model: torch.nn.Module, batch: TokenBatch) -> bool:
+    """Whether ``model``'s attention kernel takes ``batch`` packed into one row (its real tokens), checked
+    before packing: a variable-length kernel takes any length, a dense-mask kernel (SDPA, eager) at
+    most DENSE_MASK_MAX_TOKENS tokens."""
     kernel = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return kernel in VARLEN_ATTENTION or packed.input_ids.shape[1] <= DENSE_MASK_MAX_TOKENS
+    return kernel in VARLEN_ATTENTION or int(batch.attention_mask.sum()) <= DENSE_MASK_MAX_TOKENS
 
 
 def pack(batch: TokenBatch) -> Packed | None:
