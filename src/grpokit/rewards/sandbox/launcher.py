@@ -54,22 +54,47 @@ def die_with_parent(parent_pid: int | None) -> None:
         os._exit(137)
 
 
+def place_descriptors(moves: dict[int, int]) -> None:
+    """Put each inherited descriptor on its fixed number (target -> source), whatever numbers they came on.
+
+    The trainer opens the files in many threads at once, so a source may already sit on another's target
+    (channel on 4, info on 3): a plain dup2 in a row would overwrite one with the other, and bwrap would read
+    its seccomp filter from the result channel (EINVAL) or write its pid into the channel. Every source is
+    first copied above all targets, then onto its target; every other descriptor is closed."""
+    import fcntl
+
+    floor = max(moves) + 1
+    high = {target: fcntl.fcntl(source, fcntl.F_DUPFD, floor) for target, source in moves.items()}
+    for target, copy in high.items():
+        os.dup2(copy, target)  # inheritable by default
+    for fd in range(3, floor):  # nothing else of the trainer reaches the sandbox
+        if fd not in moves:
+            _close(fd)
+    os.closerange(floor, max([1024, *moves.values(), *high.values()]) + 1)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def start(spec: dict, launcher_pid: int) -> None:
-    """In the forked child: join the cgroups, set the limits, wire the descriptors and exec the command."""
+    """In the forked child: join the cgroups, wire the descriptors, set the limits and exec the command."""
     for procs in spec.get("cgroup_procs", []):
         with open(procs, "w") as f:  # "0" = this process; what it starts is born inside
             f.write("0")
+    moves = {3: spec["channel_fd"]}  # the harness's result channel
+    if spec.get("info_fd") is not None:
+        moves[4] = spec["info_fd"]  # bwrap --info-fd 4 writes the sandbox's pid there (closed inside)
+    if spec.get("seccomp_fd") is not None:
+        moves[5] = spec["seccomp_fd"]  # bwrap --seccomp 5 reads the BPF filter from there
+    place_descriptors(moves)  # before RLIMIT_NOFILE, which may be below the numbers the copies need
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name, value in spec["limits"].items():
         hard = value + 1 if name == "cpu_s" else value  # the extra second turns SIGXCPU into SIGKILL
         resource.setrlimit(LIMITS[name], (value, hard))
-    os.dup2(spec["channel_fd"], 3)  # inheritable by default
-    if spec.get("info_fd") is not None:
-        os.dup2(spec["info_fd"], 4)  # bwrap --info-fd 4 writes the sandbox's pid there (closed inside)
-    if spec.get("seccomp_fd") is not None:
-        os.dup2(spec["seccomp_fd"], 5)  # bwrap --seccomp 5 reads the BPF filter from there
-    first_free = 6 if spec.get("seccomp_fd") is not None else 5 if spec.get("info_fd") is not None else 4
-    os.closerange(first_free, 1024)  # nothing else of the trainer reaches the sandbox
     die_with_parent(
         launcher_pid
     )  # the command (bwrap, or the program in unsafe mode) dies with this launcher; kept across execv
@@ -89,7 +114,8 @@ def main() -> None:
             os.write(2, f"launcher: {type(exc).__name__}: {exc}\n".encode())
         finally:
             os._exit(127)
-    os.closerange(3, 1024)  # the channel stays open in the sandbox only
+    inherited = [spec[k] for k in ("channel_fd", "info_fd", "seccomp_fd") if spec.get(k) is not None]
+    os.closerange(3, max([1024, *inherited]) + 1)  # the channel stays open in the sandbox only
     status = 0
     while True:  # reap the sandbox command and every orphan re-parented here, until none is left
         try:
