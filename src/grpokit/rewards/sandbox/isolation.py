@@ -96,6 +96,15 @@ def _fresh_uid() -> int:
         return uid
 
 
+# new PID, network (loopback only, down), IPC, UTS and cgroup namespaces; bwrap's pid on descriptor 4
+NAMESPACES = (
+    "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try --die-with-parent "
+    "--new-session --info-fd 4 --hostname sandbox --clearenv"
+).split()
+DROP_PRIVILEGES = "--clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs".split()
+SYSTEM_FILES = "--ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/bin /bin".split()
+
+
 def bwrap_argv(
     job_dir: str, limits: Limits, program: list[str], uid: int | None = None, tasks: int | None = None
 ) -> list[str]:
@@ -107,64 +116,19 @@ def bwrap_argv(
     py_bind, _ = _python_in_sandbox()
     argv = [
         bwrap,
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-        "--info-fd",
-        "4",
-        "--hostname",
-        "sandbox",
-        "--clearenv",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--symlink",
-        "usr/lib",
-        "/lib",
-        "--symlink",
-        "usr/lib64",
-        "/lib64",
-        "--symlink",
-        "usr/bin",
-        "/bin",
+        *NAMESPACES,
+        *SYSTEM_FILES,
         *py_bind,
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--perms",
-        "1777",
-        "--size",
-        str(limits.tmp_bytes),
-        "--tmpfs",
-        "/tmp",
-        "--ro-bind",
-        job_dir,
-        "/work",
-        "--chdir",
-        "/tmp",
+        *["--proc", "/proc", "--dev", "/dev"],
+        *["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"],  # the only writable place
+        *["--ro-bind", job_dir, "/work", "--chdir", "/tmp"],
     ]
     if seccomp.filter_bytes() is not None:
         argv += ["--seccomp", "5"]  # the launcher puts the filter on descriptor 5
     if os.geteuid() == 0:
         uid = uid if uid is not None else random.randrange(200_000, 260_000)
-        argv += [
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
-            "/usr/bin/setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-        ]
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv alone, which drops them
+        argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", *DROP_PRIVILEGES]
     else:
         argv[1:1] = ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
         if tasks is not None:
@@ -202,6 +166,51 @@ def run_sandboxed(
             _uids_in_use.discard(uid)
 
 
+def _job_folder(tmp: str, files: dict[str, str]) -> str:
+    """``tmp``/job holding ``files``, readable (not writable) by the sandbox's uid."""
+    job = os.path.join(tmp, "job")
+    os.mkdir(job)
+    for name, text in files.items():
+        Path(job, name).write_text(text)
+        os.chmod(os.path.join(job, name), 0o644)
+    os.chmod(job, 0o755)
+    return job
+
+
+def _command(
+    program: list[str], tmp: str, job: str, limits: Limits, isolated: bool, plan: budget.Plan, uid: int | None
+) -> list[str]:
+    """`program` with "{job}", "{scratch}" and "{python}" replaced, inside bwrap when isolated."""
+    if isolated:
+        _, py = _python_in_sandbox()
+        sub = {"{job}": "/work", "{scratch}": "/tmp", "{python}": py}
+    else:
+        scratch = os.path.join(tmp, "scratch")
+        os.mkdir(scratch)
+        sub = {"{job}": job, "{scratch}": scratch, "{python}": sys.executable}
+    for key, value in sub.items():
+        program = [a.replace(key, value) for a in program]
+    if not isolated:
+        return program
+    return bwrap_argv(job, limits, program, uid, None if os.geteuid() == 0 else plan.tasks)
+
+
+def _launcher_spec(
+    argv: list[str], limits: Limits, isolated: bool, plan: budget.Plan, cgroup: budget.Cgroup | None
+) -> dict:
+    """launcher.py's request, less the descriptors: the command, its rlimits and the cgroups to join."""
+    rlimits = {
+        "cpu_s": limits.cpu_s,
+        "memory_bytes": plan.process_memory_bytes,
+        "file_bytes": limits.file_bytes,
+        "open_files": limits.open_files,
+    }
+    if isolated and os.geteuid() == 0:  # the fresh uid's NPROC; never the trainer's uid (it would count its threads)
+        rlimits["processes"] = plan.tasks
+    procs = cgroup.procs_files() if cgroup is not None else []
+    return {"parent_pid": os.getpid(), "argv": argv, "limits": rlimits, "cgroup_procs": procs}
+
+
 def _run(
     files: dict[str, str],
     program: list[str],
@@ -214,36 +223,9 @@ def _run(
 ) -> RunResult:
     cleanup.sweep_once()  # job folders of trainers killed mid-call (sandbox/cleanup.py)
     with tempfile.TemporaryDirectory(prefix=cleanup.job_prefix()) as tmp:
-        job = os.path.join(tmp, "job")
-        os.mkdir(job)
-        for name, text in files.items():
-            Path(job, name).write_text(text)
-            os.chmod(os.path.join(job, name), 0o644)
-        os.chmod(job, 0o755)
-        if isolated:
-            _, py = _python_in_sandbox()
-            sub = {"{job}": "/work", "{scratch}": "/tmp", "{python}": py}
-        else:
-            scratch = os.path.join(tmp, "scratch")
-            os.mkdir(scratch)
-            sub = {"{job}": job, "{scratch}": scratch, "{python}": sys.executable}
-        for key, value in sub.items():
-            program = [a.replace(key, value) for a in program]
-        root = os.geteuid() == 0
-        argv = bwrap_argv(job, limits, program, uid, None if root else plan.tasks) if isolated else program
-        spec = {
-            "parent_pid": os.getpid(),
-            "argv": argv,
-            "limits": {
-                "cpu_s": limits.cpu_s,
-                "memory_bytes": plan.process_memory_bytes,
-                "file_bytes": limits.file_bytes,
-                "open_files": limits.open_files,
-            },
-            "cgroup_procs": cgroup.procs_files() if cgroup is not None else [],
-        }
-        if isolated and root:  # the fresh uid's NPROC; never the trainer's uid (that would count its threads)
-            spec["limits"]["processes"] = plan.tasks
+        job = _job_folder(tmp, files)
+        argv = _command(program, tmp, job, limits, isolated, plan, uid)
+        spec = _launcher_spec(argv, limits, isolated, plan, cgroup)
         bpf = seccomp.filter_bytes() if isolated else None
         Path(tmp, "seccomp").write_bytes(bpf or b"")
         with (
