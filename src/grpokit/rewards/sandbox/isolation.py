@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import select
 import shutil
 import signal
@@ -40,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import budget, cleanup, seccomp
+from . import budget, cleanup, seccomp, uids
 
 HERE = Path(__file__).resolve().parent
 
@@ -83,19 +82,6 @@ def _python_in_sandbox() -> tuple[list[str], str]:
     return ["--perms", "0755", "--dir", "/opt", "--ro-bind", str(prefix), "/opt/python"], f"/opt/python/bin/{exe}"
 
 
-_uids_in_use: set[int] = set()
-_uid_lock = threading.Lock()
-
-
-def _fresh_uid() -> int:
-    """A uid no other sandbox of this process is using (RLIMIT_NPROC and kill() reach only its own)."""
-    with _uid_lock:
-        while (uid := random.randrange(200_000, 260_000)) in _uids_in_use:
-            pass
-        _uids_in_use.add(uid)
-        return uid
-
-
 # new PID, network (loopback only, down), IPC, UTS and cgroup namespaces; bwrap's pid on descriptor 4
 NAMESPACES = (
     "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try --die-with-parent "
@@ -126,7 +112,8 @@ def bwrap_argv(
     if seccomp.filter_bytes() is not None:
         argv += ["--seccomp", "5"]  # the launcher puts the filter on descriptor 5
     if os.geteuid() == 0:
-        uid = uid if uid is not None else random.randrange(200_000, 260_000)
+        if uid is None:
+            raise ValueError("As root a sandbox runs as a uid of its own: pass one from sandbox.uids.take().")
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv alone, which drops them
         argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", *DROP_PRIVILEGES]
     else:
@@ -151,7 +138,7 @@ def run_sandboxed(
     """
     plan = budget.plan(limits.memory_bytes, limits.processes, limits.cpus, limits.budget, isolated)
     root = os.geteuid() == 0
-    uid = _fresh_uid() if isolated and root else None
+    uid = uids.take() if isolated and root else None
     cgroup = None
     try:
         try:
@@ -162,8 +149,7 @@ def run_sandboxed(
     finally:
         if cgroup is not None:
             cgroup.remove()
-        with _uid_lock:
-            _uids_in_use.discard(uid)
+        uids.give_back(uid)
 
 
 def _job_folder(tmp: str, files: dict[str, str]) -> str:
