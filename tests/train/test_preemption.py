@@ -26,16 +26,6 @@ from helpers.train_processes import (
 )
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir, tmp_path_factory):
-    """The uninterrupted run every stopped-and-resumed run must equal."""
-    tmp = tmp_path_factory.mktemp("reference")
-    cfg = write_setup(tmp, tiny_model_dir)
-    rc, _, err = finish(start(["--config", str(cfg), "--out", str(tmp / "run")], tmp))
-    assert rc == 0, err[-2000:]
-    return final_state(tmp / "run")
-
-
 def assert_equal_runs(a, b):
     (w_a, m_a), (w_b, m_b) = a, b
     assert w_a.keys() == w_b.keys()

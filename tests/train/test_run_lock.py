@@ -62,10 +62,8 @@ def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(tiny
 
 
 @pytest.mark.slow
-def test_a_job_that_always_passes_resume_works_on_every_start(tiny_model_dir, tmp_path):
+def test_a_job_that_always_passes_resume_works_on_every_start(tiny_model_dir, tmp_path, reference):
     cfg = write_setup(tmp_path, tiny_model_dir)  # save_every=1000: no checkpoint until the end
-    ref = tmp_path / "ref"
-    assert finish(start(["--config", str(cfg), "--out", str(ref)], tmp_path))[0] == 0
     job = ["--config", str(cfg), "--resume", str(tmp_path / "run")]
     run = tmp_path / "run"
 
@@ -82,7 +80,7 @@ def test_a_job_that_always_passes_resume_works_on_every_start(tiny_model_dir, tm
     assert f"{run} holds no checkpoint yet, so --resume starts the run again from step 0" in out
     assert logged_steps(run) == list(range(1, STEPS + 1))
     w, m = final_state(run)
-    w_ref, m_ref = final_state(ref)
+    w_ref, m_ref = reference
     assert m == m_ref and all((w[k] == w_ref[k]).all() for k in w)
 
     rc, out, err = finish(start(job, tmp_path))  # a start after the run finished: resumes at its end, trains nothing
