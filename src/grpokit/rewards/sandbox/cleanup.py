@@ -5,20 +5,30 @@ started it ends (PR_SET_PDEATHSIG, checked against a trainer that died before th
 with --die-with-parent, and the kernel kills every process of the sandbox's PID namespace when its
 init dies. A reward worker killed at its timeout is such a trainer too.
 
-Job folders cannot delete themselves when their owner is killed, so each is named after its owner's
-pid (``grpokit-job-PID-...`` in the temp folder) and the next sandboxed call of any grpokit process on
-the machine removes the folders of owners that are no longer alive (``sweep_stale_jobs``).
+Job folders cannot delete themselves when their owner is killed, so the next sandboxed call of any
+grpokit process on the machine removes those of owners that are gone (``sweep_stale_jobs``). An owner
+is gone when nobody holds the folder's ``flock`` (its owner takes it before the folder gets its
+``grpokit-job-PID-`` name, and the kernel drops it when the owner dies) and its pid is not alive here.
+The lock is what makes this safe between PID namespaces that share a temp folder (containers, a
+cluster's jobs): a pid names a different process, or none, in each of them, so a live trainer's folder
+was once removed under it by a neighbour that could not see its pid.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 
 JOB_PREFIX = "grpokit-job-"
+STAGING_PREFIX = "grpokit-new-"  # a job folder before it is locked and named; a leftover is removed when old
+STAGING_GRACE_S = 600.0
 _JOB_RE = re.compile(re.escape(JOB_PREFIX) + r"(\d+)-")
 _swept = threading.Event()
 
@@ -26,6 +36,39 @@ _swept = threading.Event()
 def job_prefix() -> str:
     """The prefix of this process's job folders (its pid inside, for ``sweep_stale_jobs``)."""
     return f"{JOB_PREFIX}{os.getpid()}-"
+
+
+@contextlib.contextmanager
+def job_folder() -> Iterator[str]:
+    """A fresh private folder named ``job_prefix()...``, locked for as long as it exists, then removed."""
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX)
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # before the name that sweeps look at: never seen unlocked while alive
+        path = os.path.join(os.path.dirname(staging), job_prefix() + os.path.basename(staging)[len(STAGING_PREFIX) :])
+        os.rename(staging, path)
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # only when the rename never happened
+        os.close(fd)
+
+
+def _unlocked(path: str) -> bool:
+    """Nobody holds ``path``'s flock (its owner is gone); False when it is held or cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -47,16 +90,25 @@ def sweep_stale_jobs(folder: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        m = _JOB_RE.match(name)
         path = os.path.join(folder, name)
-        try:
-            if not m or os.lstat(path).st_uid != os.geteuid() or _alive(int(m.group(1))):
-                continue
-        except OSError:
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
+        if _stale(name, path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
+
+
+def _stale(name: str, path: str) -> bool:
+    """A job folder of ours whose owner is gone, or a staging folder of ours left long ago."""
+    m = _JOB_RE.match(name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if st.st_uid != os.geteuid() or not (m or name.startswith(STAGING_PREFIX)):
+        return False
+    if not m:  # its owner died between creating and naming it, or is in that microsecond now
+        return time.time() - st.st_mtime > STAGING_GRACE_S and _unlocked(path)
+    return _unlocked(path) and not _alive(int(m.group(1)))
 
 
 def sweep_once() -> None:

@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -208,7 +207,7 @@ def _run(
     cancel: threading.Event | None = None,
 ) -> RunResult:
     cleanup.sweep_once()  # job folders of trainers killed mid-call (sandbox/cleanup.py)
-    with tempfile.TemporaryDirectory(prefix=cleanup.job_prefix()) as tmp:
+    with cleanup.job_folder() as tmp:
         job = _job_folder(tmp, files)
         argv = _command(program, tmp, job, limits, isolated, plan, uid)
         spec = _launcher_spec(argv, limits, isolated, plan, cgroup)
