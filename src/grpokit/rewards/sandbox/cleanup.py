@@ -7,11 +7,12 @@ init dies. A reward worker killed at its timeout is such a trainer too.
 
 Job folders cannot delete themselves when their owner is killed, so the next sandboxed call of any
 grpokit process on the machine removes those of owners that are gone (``sweep_stale_jobs``). An owner
-is gone when nobody holds the folder's ``flock`` (its owner takes it before the folder gets its
-``grpokit-job-PID-`` name, and the kernel drops it when the owner dies) and its pid is not alive here.
-The lock is what makes this safe between PID namespaces that share a temp folder (containers, a
-cluster's jobs): a pid names a different process, or none, in each of them, so a live trainer's folder
-was once removed under it by a neighbour that could not see its pid.
+is gone when nobody holds the folder's ``flock``: its owner takes it before the folder gets its
+``grpokit-job-PID-`` name, and the kernel drops it when the owner dies. The pid in the name is for
+people reading the temp folder; it decides nothing. The lock is what makes this safe between PID
+namespaces that share a temp folder (containers, a cluster's jobs): a pid names a different process,
+or none, in each of them, so a live trainer's folder was once removed under it by a neighbour that
+could not see its pid.
 """
 
 from __future__ import annotations
@@ -71,16 +72,6 @@ def _unlocked(path: str) -> bool:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def sweep_stale_jobs(folder: str | None = None) -> list[str]:
     """Remove job folders (ours: same uid) whose owner process is gone; returns the removed paths."""
     folder = folder or tempfile.gettempdir()
@@ -108,7 +99,7 @@ def _stale(name: str, path: str) -> bool:
         return False
     if not m:  # its owner died between creating and naming it, or is in that microsecond now
         return time.time() - st.st_mtime > STAGING_GRACE_S and _unlocked(path)
-    return _unlocked(path) and not _alive(int(m.group(1)))
+    return _unlocked(path)
 
 
 def sweep_once() -> None:

@@ -67,17 +67,9 @@ def place_descriptors(moves: dict[int, int]) -> None:
     high = {target: fcntl.fcntl(source, fcntl.F_DUPFD, floor) for target, source in moves.items()}
     for target, copy in high.items():
         os.dup2(copy, target)  # inheritable by default
-    for fd in range(3, floor):  # nothing else of the trainer reaches the sandbox
-        if fd not in moves:
-            _close(fd)
+    for fd in set(range(3, floor)) - set(moves):  # nothing else of the trainer reaches the sandbox
+        os.closerange(fd, fd + 1)  # closerange ignores a descriptor that is not open
     os.closerange(floor, max([1024, *moves.values(), *high.values()]) + 1)
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 def start(spec: dict, launcher_pid: int) -> None:

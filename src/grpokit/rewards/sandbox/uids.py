@@ -53,10 +53,8 @@ def _folder() -> str | None:
     return None
 
 
-def _try_lock(folder: str | None, uid: int) -> int | None | bool:
-    """The lock file's descriptor (None without a folder) when ``uid`` is free; False when it is taken."""
-    if folder is None:
-        return None
+def _try_lock(folder: str, uid: int) -> int | None:
+    """The descriptor of ``uid``'s lock file, locked by this call; None when another process holds it."""
     path = os.path.join(folder, str(uid))
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -67,7 +65,7 @@ def _try_lock(folder: str | None, uid: int) -> int | None | bool:
     except OSError:
         pass
     os.close(fd)
-    return False
+    return None
 
 
 def take() -> int:
@@ -79,8 +77,8 @@ def take() -> int:
             uid = FIRST + (start + step) % COUNT
             if uid in _held:
                 continue
-            fd = _try_lock(folder, uid)
-            if fd is not False:
+            fd = _try_lock(folder, uid) if folder is not None else None
+            if folder is None or fd is not None:
                 _held[uid] = fd
                 return uid
     raise BudgetError(
