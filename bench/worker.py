@@ -210,9 +210,15 @@ FIRST: dict[str, float] = {}  # the first (warm-up) step's wall time: compile, g
 
 
 def _hook_backbones(clock, policy, ref):
-    clock.hook(policy.model, "policy_fwd", lambda m: torch.is_grad_enabled() and m.training)
+    """Time the decoder stacks; under PEFT (LoRA) the stack of the wrapped model, which grpokit's
+    log-probability passes call directly."""
+
+    def backbone(m):
+        return (m.get_base_model() if hasattr(m, "get_base_model") else m).model
+
+    clock.hook(backbone(policy), "policy_fwd", lambda m: torch.is_grad_enabled() and m.training)
     if ref is not None:
-        clock.hook(ref.model, "ref_fwd")
+        clock.hook(backbone(ref), "ref_fwd")
 
 
 def _step_record(dt, clock, cfg, a) -> dict:

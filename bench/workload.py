@@ -227,7 +227,7 @@ def matmul_peak_gflops(n: int = 1024, reps: int = 10, dtype=None, device: str = 
 
 
 def micro_bench_setup(argv=None):
-    """Shared start of the micro-benchmarks: parse --model/--G/--P/--T/--rounds/--threads, set the
+    """Shared start of the micro-benchmarks: parse --model/--G/--P/--T/--rounds/--threads/--lora, set the
     thread count, load the model folder; returns (args, model, tokenizer, prompt token ids)."""
     import argparse
 
@@ -238,10 +238,16 @@ def micro_bench_setup(argv=None):
     p.add_argument("--model", required=True)
     for name, default in (("G", 8), ("P", 8), ("T", 32), ("rounds", 3), ("threads", 0)):
         p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--lora", type=int, default=0, help="LoRA rank: the model in PEFT with adapters on every linear")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
+    if a.lora:
+        from grpokit.config.sections import ModelConfig
+        from grpokit.train.lora import add_adapters
+
+        model = add_adapters(model, ModelConfig(lora_rank=a.lora)).eval()
     tok = AutoTokenizer.from_pretrained(a.model)
     ids = [tok(r["prompt"])["input_ids"] for r in prompts(a.P, seed=1)]
     return a, model, tok, ids

@@ -245,6 +245,41 @@ def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
         assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
 
 
+def test_a_lora_policy_decodes_with_cuda_graphs_as_the_dynamic_engine_does():
+    """A PEFT model takes the static engine and its CUDA graphs (bench/RESULTS.md: 7B LoRA sampled on
+    the dynamic loop at 54 ms a token); the adapters (B non-zero) must be in what is sampled."""
+    from grpokit.config.sections import ModelConfig
+    from grpokit.rollout import static
+    from grpokit.rollout.hf import SamplingParams, generate
+    from grpokit.train.lora import add_adapters
+
+    model = add_adapters(tiny_qwen(torch.float32), ModelConfig(lora_rank=8)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05, generator=torch.Generator(device=CUDA).manual_seed(1))
+    assert static.supports(model) and static.graphable(model, CUDA)
+    prompts = _prompts(512, n=4, seed=5)
+    outs = []
+    for engine, graphs in (("static", True), ("dynamic", False)):
+        ro = generate(
+            model,
+            prompts,
+            4,
+            SamplingParams(max_new_tokens=100, temperature=1.0),
+            eos_token_ids={1},
+            pad_token_id=0,
+            generator=torch.Generator(device=CUDA).manual_seed(7),
+            engine=engine,
+            cuda_graphs=graphs,
+        )
+        outs.append((ro.completion_ids, ro.sampling_logprobs))
+    assert outs[0][0] == outs[1][0]
+    gap = max(abs(x - y) for a, b in zip(outs[0][1], outs[1][1]) for x, y in zip(a, b))
+    record_fact("lora_graphs_vs_dynamic", max_logprob_gap=gap)
+    assert gap < 1e-3
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_engine_samples_with_the_trainers_numerics(dtype):
     """The per-engine sampler/trainer mismatch on the GPU: the sampler's logprobs of every engine (static

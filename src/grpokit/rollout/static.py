@@ -58,6 +58,13 @@ GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many
 ATTENTION = "matmul"
 
 
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The model under a PEFT wrapper (``get_base_model()``: its linears carry the LoRA adapters, so the
+    decode computes the adapted policy), or ``model`` itself."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
 def text_model(model: torch.nn.Module):
     """The decoder stack (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``): ``model.model``, or
     for a vision-language model its ``language_model``."""
@@ -72,8 +79,12 @@ def text_config(model: torch.nn.Module):
 
 
 def supports(model: torch.nn.Module) -> bool:
-    """True when ``StaticDecoder`` can run ``model``: a supported family, plain causal attention."""
+    """True when ``StaticDecoder`` can run ``model``: a supported family, plain causal attention, full
+    precision or LoRA adapters (a PEFT model: the adapted layers are called as they are)."""
     if not isinstance(model, torch.nn.Module):  # wrappers (e.g. lockstep sampling) must see every forward
+        return False
+    model = unwrapped(model)
+    if quantized(model):  # bitsandbytes' 4/8-bit layers (QLoRA): not run through this loop on a GPU yet
         return False
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
@@ -108,7 +119,7 @@ class StaticDecoder:
     """
 
     def __init__(self, model, keys, values, bias, start: int, graphs: bool = False):
-        self.model = model
+        model = self.model = unwrapped(model)
         self.backbone = text_model(model)  # the decoder stack (a VLM's language model)
         self.keys, self.values = keys, values  # per layer (n, kvh, S, d)
         self.bias = bias  # (n, 1, 1, S): 0 where a column may be attended, -inf on prompt padding
@@ -280,5 +291,10 @@ def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
 
 def graphable(model, device: torch.device) -> bool:
     """CUDA graphs replay fixed kernels: a CUDA device and rotary tables fixed per position."""
-    rope = getattr(getattr(text_model(model), "rotary_emb", None), "rope_type", None)
+    rope = getattr(getattr(text_model(unwrapped(model)), "rotary_emb", None), "rope_type", None)
     return device.type == "cuda" and rope in STATIC_ROPE
+
+
+def quantized(model: torch.nn.Module) -> bool:
+    """Whether transformers loaded ``model`` through a quantizer (bitsandbytes for QLoRA)."""
+    return getattr(model, "hf_quantizer", None) is not None or bool(getattr(model, "is_quantized", False))

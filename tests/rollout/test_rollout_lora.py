@@ -1,0 +1,95 @@
+"""The static decode engine on a LoRA policy (a PEFT wrapper): it must sample what the adapted model
+samples, not fall back to the slow dynamic-cache loop (bench/RESULTS.md: 7B LoRA on the card)."""
+
+import pytest
+import torch
+
+from grpokit.rollout import hf, static
+from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from helpers.models import tiny_qwen2
+
+pytest.importorskip("peft")
+
+
+def lora_policy(seed: int = 2):
+    """A tiny Qwen2 in PEFT with rank-4 adapters whose B is non-zero, so the adapters change the policy."""
+    from grpokit.config.sections import ModelConfig
+    from grpokit.train.lora import add_adapters
+
+    model = add_adapters(tiny_qwen2(seed=seed), ModelConfig(lora_rank=4)).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return model
+
+
+PROMPTS = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+KW = dict(eos_token_ids={2, 3}, pad_token_id=0)
+
+
+def sample(model, engine: str, params=None):
+    params = params or SamplingParams(max_new_tokens=10)
+    return generate(model, PROMPTS, 4, params, engine=engine, generator=torch.Generator().manual_seed(1), **KW)
+
+
+def test_auto_picks_the_static_engine_for_a_peft_model():
+    model = lora_policy()
+    assert static.supports(model)
+    assert hf._uses_static(model, "auto", None, None) is True
+
+
+def test_static_engine_samples_the_adapted_policy_like_the_dynamic_engine():
+    model = lora_policy()
+    for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
+        a, b = sample(model, "static", params), sample(model, "dynamic", params)
+        assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
+        for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
+            torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-5, rtol=0)
+
+
+def test_static_sampling_logprobs_are_the_adapted_models_not_the_bases():
+    model = lora_policy()
+    ro = sample(model, "static")
+    batch = make_token_batch(ro, pad_token_id=0)
+    m = batch.completion_mask
+    sampled = torch.zeros(m.shape)
+    for i, lp in enumerate(ro.sampling_logprobs):
+        sampled[i, : len(lp)] = torch.tensor(lp)
+    with torch.no_grad():
+        adapted, _ = completion_logprobs(model, batch)
+        with model.disable_adapter():
+            base, _ = completion_logprobs(model, batch)
+    torch.testing.assert_close(adapted * m, sampled * m, atol=1e-4, rtol=0)
+    assert ((base - adapted).abs() * m).max() > 0.05  # the adapters matter: a base decode would be caught
+
+
+def test_graphed_step_math_on_a_peft_model_equals_its_eager_step(monkeypatch):
+    """What a CUDA graph of a LoRA policy replays (checked on CPU, where no graph is needed to run it)."""
+    model = lora_policy()
+    ids = torch.tensor([[0, 5, 6, 7], [3, 4, 5, 6]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        caches = [model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True).past_key_values]
+        caches.append(model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True).past_key_values)
+        eager = static.StaticDecoder.from_prefill(model, caches[0], mask, 2, 5)
+        monkeypatch.setattr(static, "graphable", lambda model, device: True)
+        fixed = static.StaticDecoder.from_prefill(model, caches[1], mask, 2, 5, graphs=True)
+        tok, p = torch.tensor([7, 8, 9, 10]), pos[:, -1:].repeat_interleave(2, 0) + 1
+        for _ in range(5):
+            want = eager.step(tok, p)
+            got = fixed._forward(tok, p, torch.tensor([fixed.t]), fixed.keys[0].shape[2])
+            fixed.t += 1
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            tok, p = want.argmax(-1), p + 1
+
+
+def test_a_quantised_base_stays_on_the_dynamic_engine():
+    """QLoRA's bitsandbytes layers have not run through the static loop on a GPU: auto keeps them on
+    the dynamic-cache engine (transformers' own forward), as before LoRA took the static one."""
+    model = lora_policy()
+    model.get_base_model().hf_quantizer = object()  # what transformers sets when bitsandbytes loads the base
+    assert not static.supports(model) and hf._uses_static(model, "auto", None, None) is False
