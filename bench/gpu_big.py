@@ -23,6 +23,8 @@ import sys
 from datetime import date
 from pathlib import Path
 
+import torch
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from compare_trl import _env, _json_line, summarise  # noqa: E402
@@ -86,6 +88,8 @@ def main(argv=None) -> None:
     if a.tiny:
         a.G, a.P, a.T, a.trl_mbs = 2, 2, 8, 0
     res = {
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
+        "torch": torch.__version__,
         "date": date.today().isoformat(),
         "workload": {"G": a.G, "P": a.P, "T": a.T, "beta": 0.0, "steps": "1 warm-up + 2"},
     }

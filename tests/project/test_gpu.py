@@ -247,7 +247,7 @@ def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
 
 def test_a_lora_policy_decodes_with_cuda_graphs_as_the_dynamic_engine_does():
     """A PEFT model takes the static engine and its CUDA graphs (bench/RESULTS.md: 7B LoRA sampled on
-    the dynamic loop at 54 ms a token); the adapters (B non-zero) must be in what is sampled."""
+    the dynamic loop at 54 ms a decode step); the adapters (B non-zero) must be in what is sampled."""
     from grpokit.config.sections import ModelConfig
     from grpokit.rollout import static
     from grpokit.rollout.hf import SamplingParams, generate

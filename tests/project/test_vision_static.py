@@ -203,3 +203,25 @@ def test_a_tiny_random_qwen2_5_vl_decodes_statically_too(tiny):
     logp, _ = completion_logprobs(model, make_token_batch(runs["static"], proc.tokenizer.pad_token_id))
     for i, lps in enumerate(runs["static"].sampling_logprobs):
         assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4), i
+
+
+def test_a_lora_vision_policy_decodes_statically_as_the_dynamic_engine_does():
+    """PEFT wraps the VLM (adapters on the language model's linears only): auto takes the static
+    engine through the wrapper and samples what the dynamic loop samples, adapters included."""
+    pytest.importorskip("peft")
+    from grpokit.config.sections import ModelConfig
+    from grpokit.train.lora import add_adapters
+
+    model, proc = shapes.load_shapes_model()
+    model = add_adapters(model, ModelConfig(lora_rank=4)).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    assert static.supports(model)
+    prompts = _prompts(proc, 4, 11)
+    runs = {e: _generate(model, proc, prompts, 2, SamplingParams(max_new_tokens=8), e) for e in ("static", "dynamic")}
+    assert runs["static"].completion_ids == runs["dynamic"].completion_ids
+    for a, b in zip(runs["static"].sampling_logprobs, runs["dynamic"].sampling_logprobs):
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
