@@ -59,7 +59,8 @@ def process_logits(logits_NV: torch.Tensor, p: SamplingParams, seen_NV: torch.Te
     x = logits_NV.float()
     if p.repetition_penalty != 1.0 and seen_NV is not None:
         x = penalize_repetition(x, seen_NV, p.repetition_penalty)
-    x = x / p.temperature
+    if p.temperature != 1.0:  # at 1 the division is a whole (rows x vocabulary) pass that changes nothing
+        x = x / p.temperature
     if p.top_k > 0 and p.top_k < x.shape[-1]:
         kth = torch.topk(x, p.top_k, dim=-1).values[:, -1:]
         x = x.masked_fill(x < kth, float("-inf"))
