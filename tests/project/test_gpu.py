@@ -160,6 +160,23 @@ def _prompts(vocab, n=5, seed=0):
     return [torch.randint(3, vocab, (int(k),), generator=g).tolist() for k in torch.randint(3, 12, (n,), generator=g)]
 
 
+def _sample(model, prompts, engine, graphs, max_new_tokens, seed, **sampling):
+    """4 seeded samples of each prompt at temperature 1 (plus ``sampling``) by ``engine``, EOS id 1."""
+    from grpokit.rollout.hf import SamplingParams, generate
+
+    return generate(
+        model,
+        prompts,
+        4,
+        SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, **sampling),
+        eos_token_ids={1},
+        pad_token_id=0,
+        generator=torch.Generator(device=CUDA).manual_seed(seed),
+        engine=engine,
+        cuda_graphs=graphs,
+    )
+
+
 def _hf_greedy(model, prompts, T):
     """``model.generate`` greedy, one prompt at a time (no padding), cut after the first EOS."""
     out = []
@@ -221,24 +238,11 @@ def test_static_decode_on_cuda_greedy_equals_hf_generate(dtype):
 
 
 def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
-    from grpokit.rollout.hf import SamplingParams, generate
-
     model = tiny_qwen(torch.float32)
     prompts = _prompts(512, n=4, seed=3)
     outs = []
     for graphs in (True, False):
-        gen = torch.Generator(device=CUDA).manual_seed(7)
-        ro = generate(
-            model,
-            prompts,
-            4,
-            SamplingParams(max_new_tokens=140, temperature=1.0, top_p=0.95),
-            eos_token_ids={1},
-            pad_token_id=0,
-            generator=gen,
-            engine="static",
-            cuda_graphs=graphs,
-        )
+        ro = _sample(model, prompts, "static", graphs, 140, 7, top_p=0.95)
         outs.append((ro.completion_ids, ro.sampling_logprobs))
     assert outs[0][0] == outs[1][0]
     for a, b in zip(outs[0][1], outs[1][1]):
@@ -250,7 +254,6 @@ def test_a_lora_policy_decodes_with_cuda_graphs_as_the_dynamic_engine_does():
     the dynamic loop at 54 ms a decode step); the adapters (B non-zero) must be in what is sampled."""
     from grpokit.config.sections import ModelConfig
     from grpokit.rollout import static
-    from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.train.lora import add_adapters
 
     model = add_adapters(tiny_qwen(torch.float32), ModelConfig(lora_rank=8)).eval()
@@ -262,17 +265,7 @@ def test_a_lora_policy_decodes_with_cuda_graphs_as_the_dynamic_engine_does():
     prompts = _prompts(512, n=4, seed=5)
     outs = []
     for engine, graphs in (("static", True), ("dynamic", False)):
-        ro = generate(
-            model,
-            prompts,
-            4,
-            SamplingParams(max_new_tokens=100, temperature=1.0),
-            eos_token_ids={1},
-            pad_token_id=0,
-            generator=torch.Generator(device=CUDA).manual_seed(7),
-            engine=engine,
-            cuda_graphs=graphs,
-        )
+        ro = _sample(model, prompts, engine, graphs, 100, 7)
         outs.append((ro.completion_ids, ro.sampling_logprobs))
     assert outs[0][0] == outs[1][0]
     gap = max(abs(x - y) for a, b in zip(outs[0][1], outs[1][1]) for x, y in zip(a, b))
@@ -287,22 +280,11 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype):
     fp32 kernels differ in summation order only; bf16 ones round differently (measured values are
     recorded; the bound only catches a sampler that is not the model at all)."""
     from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
-    from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.train.logprobs import completion_logprobs, make_token_batch
 
     model, prompts = tiny_qwen(dtype), _prompts(512, n=4, seed=5)
     for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):
-        ro = generate(
-            model,
-            prompts,
-            4,
-            SamplingParams(max_new_tokens=64, temperature=1.0),
-            eos_token_ids={1},
-            pad_token_id=0,
-            generator=torch.Generator(device=CUDA).manual_seed(11),
-            engine=engine,
-            cuda_graphs=graphs,
-        )
+        ro = _sample(model, prompts, engine, graphs, 64, 11)
         batch = make_token_batch(ro, pad_token_id=0, device=CUDA)
         with torch.no_grad():
             train, _ = completion_logprobs(model, batch)
