@@ -5,9 +5,11 @@
         --G 16 --P 32 --T 512 --reward even_ids          # the GPU step of bench/gpu_bench.py
 
 Prints the trainer's own phase timer (rollout, reward, update) per step, the phases bench/worker.py
-measures, synchronised wall time of the update's parts (reference logprobs, the policy's logprobs
-forward, loss + backward, optimizer) and the profiler's top operators (by self CPU time, and on CUDA
-by self device time) of two windows: the first measured step's update, the last one's rollout.
+measures, synchronised wall time of the rollout's parts (prefill, the static engine's decode steps,
+sampling, recording the tokens) and the update's (reference logprobs, the policy's logprobs forward,
+loss + backward, optimizer), and the profiler's top operators (by self CPU time, and on CUDA by self
+device time) of two windows: the first measured step's update, and 8 decode steps (with their
+sampling) a quarter into the last one's rollout.
 ``--model`` may name a shape of bench/workload.py (built under --models).
 Read with bench/RESULTS.md.
 """
@@ -23,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import worker  # noqa: E402
+from grpokit.rollout import static  # noqa: E402
 from workload import SHAPES, build_model_dir  # noqa: E402
 
 
@@ -106,6 +109,7 @@ def main(argv=None):
     clock = worker.PhaseClock()
     import grpokit.train.loop as gt
     import grpokit.train.update as gu
+    from grpokit.rollout import hf
     from grpokit.train import reference
     from grpokit.train.memory import peak_allocated_bytes
 
@@ -116,16 +120,22 @@ def main(argv=None):
     spans.wrap(torch.optim.AdamW, "step", "optimizer_step")
     spans.wrap(torch.nn.utils, "clip_grad_norm_", "clip_grad_norm")
     spans.wrap_backward()
+    # the rollout's parts: the decode loop already waits for the GPU every step (it reads the sampled
+    # tokens), so synchronising around them moves little
+    spans.wrap(hf, "_prefill", "rollout_prefill")
+    spans.wrap(static.StaticDecoder, "step", "rollout_decode_step")
+    spans.wrap(hf, "_sample_tokens", "rollout_sample")
+    spans.wrap(hf, "_record", "rollout_record")
     # run warm-up + measured steps through the worker's own grpokit runner, with two profiler windows,
-    # each summarised and printed as it closes: the update of the first measured step, then the rollout
-    # (+ rewards) of the last (one window over whole steps took minutes to summarise on a GPU: every
-    # kernel of every CUDA graph replay is an event)
+    # each summarised and printed as it closes: the update of the first measured step, then a few decode
+    # steps of the last step's rollout (a window over whole steps took minutes to summarise on a GPU:
+    # every kernel of every CUDA graph replay is an event)
     orig_step, orig_scored = gt.Trainer.train_step, gt.Trainer._scored_batch
     windows = Windows(a.device, a.rows, enabled=not a.no_profiler)
     count = {"n": 0}
+    decode_window(windows, lambda: count["n"] == 1 + a.steps, a.T)
 
     def scored(self):
-        windows.open("rollout", count["n"] == 1 + a.steps)
         sb = orig_scored(self)
         windows.close()
         windows.open("update", count["n"] == 2)
@@ -155,6 +165,27 @@ def main(argv=None):
     recs = worker.run_grpokit(wa, clock)
     for r in recs:
         print("worker phases:", {k: round(v, 3) for k, v in r["phases"].items()}, "step_s", round(r["step_s"], 3))
+
+
+def decode_window(windows, active, T: int, steps: int = 8) -> None:
+    """Profile ``steps`` decode steps (with the sampling between them) from a quarter of the way into
+    each rollout for which ``active()`` holds; the static engine's steps are counted."""
+    first = max(1, min(64, T // 4))
+    last = min(first + steps, T - 1)
+    inner = static.StaticDecoder.step
+    state = {"i": 0, "decoder": None}
+
+    def step(self, tok, pos):
+        if self is not state["decoder"]:  # a new rollout (one decoder each)
+            state["decoder"], state["i"] = self, 0
+        state["i"] += 1
+        if active() and state["i"] == first:
+            windows.open(f"rollout, decode steps {first}-{last - 1} with their sampling", True)
+        elif state["i"] == last:
+            windows.close()
+        return inner(self, tok, pos)
+
+    static.StaticDecoder.step = step
 
 
 class Windows:
