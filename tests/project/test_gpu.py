@@ -273,6 +273,28 @@ def test_a_lora_policy_decodes_with_cuda_graphs_as_the_dynamic_engine_does():
     assert gap < 1e-3
 
 
+def test_a_qlora_policy_decodes_statically_on_cuda_as_the_dynamic_engine_does(tmp_path):
+    """QLoRA's 4-bit base through the static engine (eagerly: no graphs over bitsandbytes' layers)."""
+    pytest.importorskip("bitsandbytes")
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from grpokit.config.sections import ModelConfig
+    from grpokit.rollout import static
+    from grpokit.train.lora import add_adapters
+
+    tiny_qwen(torch.float32).save_pretrained(tmp_path)
+    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=quant, device_map={"": 0})
+    model = add_adapters(base, ModelConfig(lora_rank=8, quantization="4bit")).eval()
+    assert static.supports(model) and not static.graphable(model, CUDA)
+    prompts = _prompts(512, n=4, seed=5)
+    runs = [_sample(model, prompts, engine, True, 60, 7) for engine in ("static", "dynamic")]
+    assert runs[0].completion_ids == runs[1].completion_ids
+    gap = max(abs(x - y) for a, b in zip(runs[0].sampling_logprobs, runs[1].sampling_logprobs) for x, y in zip(a, b))
+    record_fact("qlora_static_vs_dynamic", max_logprob_gap=gap)
+    assert gap < 1e-3
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_engine_samples_with_the_trainers_numerics(dtype):
     """The per-engine sampler/trainer mismatch on the GPU: the sampler's logprobs of every engine (static

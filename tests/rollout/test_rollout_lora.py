@@ -87,9 +87,62 @@ def test_graphed_step_math_on_a_peft_model_equals_its_eager_step(monkeypatch):
             tok, p = want.argmax(-1), p + 1
 
 
-def test_a_quantised_base_stays_on_the_dynamic_engine():
-    """QLoRA's bitsandbytes layers have not run through the static loop on a GPU: auto keeps them on
-    the dynamic-cache engine (transformers' own forward), as before LoRA took the static one."""
+def qlora_policy(tmp_path, compute_dtype=torch.float32, seed: int = 2):
+    """QLoRA as grpokit builds it, on CPU: a Qwen2 loaded by transformers in 4-bit NF4 through
+    bitsandbytes (its CPU kernels; hidden 128, as the 64-value quantisation blocks need), then PEFT
+    adapters with non-zero B."""
+    import transformers
+
+    from grpokit.config.sections import ModelConfig
+    from grpokit.train.lora import add_adapters
+
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    transformers.Qwen2ForCausalLM(cfg).save_pretrained(tmp_path)
+    quant = transformers.BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=quant, device_map="cpu")
+    model = add_adapters(base, ModelConfig(lora_rank=4, quantization="4bit")).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return model
+
+
+@pytest.mark.parametrize("compute_dtype", [torch.float32, torch.bfloat16])
+def test_a_qlora_policy_decodes_statically_as_the_dynamic_engine_does(tmp_path, compute_dtype):
+    pytest.importorskip("bitsandbytes")
+    model = qlora_policy(tmp_path, compute_dtype)
+    assert type(static.unwrapped(model).model.layers[0].mlp.up_proj.base_layer).__name__ == "Linear4bit"
+    assert static.quantized(model) and static.supports(model)
+    for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
+        a, b = sample(model, "static", params), sample(model, "dynamic", params)
+        assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
+        for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
+            torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=2e-4, rtol=0)
+
+
+def test_a_quantised_base_decodes_without_cuda_graphs():
+    """bitsandbytes' layers have not been captured in a CUDA graph on a GPU here: QLoRA's static
+    decode runs its step eagerly; a full-precision or LoRA policy replays graphs."""
     model = lora_policy()
+    assert static.graphable(model, torch.device("cuda"))
     model.get_base_model().hf_quantizer = object()  # what transformers sets when bitsandbytes loads the base
-    assert not static.supports(model) and hf._uses_static(model, "auto", None, None) is False
+    assert static.supports(model) and not static.graphable(model, torch.device("cuda"))
+    assert not static.graphable(lora_policy(), torch.device("cpu"))

@@ -79,13 +79,11 @@ def text_config(model: torch.nn.Module):
 
 
 def supports(model: torch.nn.Module) -> bool:
-    """True when ``StaticDecoder`` can run ``model``: a supported family, plain causal attention, full
-    precision or LoRA adapters (a PEFT model: the adapted layers are called as they are)."""
+    """True when ``StaticDecoder`` can run ``model``: a supported family, plain causal attention. A PEFT
+    model (LoRA, QLoRA's 4-bit base) qualifies: its adapted and quantised layers are called as they are."""
     if not isinstance(model, torch.nn.Module):  # wrappers (e.g. lockstep sampling) must see every forward
         return False
     model = unwrapped(model)
-    if quantized(model):  # bitsandbytes' 4/8-bit layers (QLoRA): not run through this loop on a GPU yet
-        return False
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
         return False
@@ -290,9 +288,11 @@ def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
 
 
 def graphable(model, device: torch.device) -> bool:
-    """CUDA graphs replay fixed kernels: a CUDA device and rotary tables fixed per position."""
-    rope = getattr(getattr(text_model(unwrapped(model)), "rotary_emb", None), "rope_type", None)
-    return device.type == "cuda" and rope in STATIC_ROPE
+    """CUDA graphs replay fixed kernels: a CUDA device, rotary tables fixed per position, and no
+    quantised base (bitsandbytes' layers have not been captured on a GPU here: QLoRA decodes eagerly)."""
+    model = unwrapped(model)
+    rope = getattr(getattr(text_model(model), "rotary_emb", None), "rope_type", None)
+    return device.type == "cuda" and rope in STATIC_ROPE and not quantized(model)
 
 
 def quantized(model: torch.nn.Module) -> bool:
