@@ -66,7 +66,10 @@ def run(side: str, model_dir: Path, flags: list[str], a) -> dict:
         "--trl-mbs",
         str(a.trl_mbs),
     ] + flags
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(0), timeout=a.timeout)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=_env(0), timeout=a.timeout)
+    except subprocess.TimeoutExpired:  # the case is recorded as failed and the next one still runs
+        return {"failed": f"the {side} side ran past --timeout {a.timeout} s"}
     if p.returncode != 0:
         return {"failed": p.stderr[-2000:]}
     return _json_line(p.stdout)
@@ -81,7 +84,7 @@ def main(argv=None) -> None:
     p.add_argument("--trl-mbs", type=int, default=16)
     p.add_argument("--models", default="/tmp/grpokit-gpu-models")
     p.add_argument("--json", default=str(HERE / "gpu" / "big.json"))
-    p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per side of a case (model load included)")
     p.add_argument("--tiny", action="store_true")
     a = p.parse_args(argv)
     a.device, a.dtype = ("cpu", "float32") if a.tiny else ("cuda", "bfloat16")
