@@ -1,5 +1,8 @@
 """Rollout engine: shared prompt cache + row dropping must sample from exactly the model's distribution."""
 
+import copy
+
+import pytest
 import torch
 
 from grpokit.rollout.hf import SamplingParams, generate, process_logits
@@ -327,3 +330,41 @@ def test_a_hybrid_cache_that_cannot_copy_rows_prefills_each_sample(monkeypatch):
     ]
     # rows p*G .. p*G+G-1 are prompt p's: each equals that prompt's greedy completion decoded alone
     assert both.completion_ids == [alone[0], alone[0], alone[1], alone[1]]
+
+
+def test_one_sample_per_row_draws_what_torch_multinomial_draws():
+    # _sample_tokens' Gumbel-max (argmax of log p - log q, q ~ Exp(1)) takes the same draws from the
+    # generator as torch.multinomial's one-sample path (argmax of p / q), so it picks the same tokens:
+    # on Qwen2.5's 151,936-token vocabulary, and under each filter on a smaller one
+    from grpokit.rollout.hf import _sample_tokens
+
+    g = torch.Generator().manual_seed(0)
+    for rows, vocab, params in (
+        (64, 151_936, SamplingParams()),
+        (512, 2048, SamplingParams(temperature=0.7, top_p=0.9)),
+        (512, 2048, SamplingParams(top_k=50, min_p=0.05)),
+    ):
+        logits = torch.randn(rows, vocab, generator=g) * 3
+        tok, tok_logp = _sample_tokens(logits, params, torch.Generator().manual_seed(5))
+        logp = process_logits(logits, params)
+        want = torch.multinomial(logp.exp(), 1, generator=torch.Generator().manual_seed(5))[:, 0]
+        assert torch.equal(tok, want)
+        assert torch.equal(tok_logp, logp.gather(1, want[:, None])[:, 0])
+        assert torch.isfinite(tok_logp).all()  # filtered tokens (-inf) are never drawn
+
+
+def test_nan_logits_stop_the_rollout_with_one_sentence(tiny_model):
+    broken = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        broken.lm_head.weight[3] = float("nan")
+    for engine in ("static", "dynamic"):
+        with pytest.raises(FloatingPointError, match=r"log-probabilities are NaN \(completion 0, token 0\)"):
+            generate(
+                broken,
+                [[1, 5, 6]],
+                2,
+                SamplingParams(max_new_tokens=4),
+                eos_token_ids={2},
+                pad_token_id=0,
+                engine=engine,
+            )

@@ -291,13 +291,25 @@ def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> t
         tok = logits.argmax(dim=-1)
         return tok, torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
     logp = process_logits(logits, params)  # penalised by the caller: no seen_NV passed, no second penalty
-    tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # generator lives on `device`
+    # Gumbel-max: argmax(log p - log q), q ~ Exp(1), is what torch.multinomial computes for one sample
+    # (argmax of p / q, from the same draws of the same generator), without the probability tensor and
+    # the validity checks it makes first (three more passes over the (rows x vocabulary) tensor and two
+    # host syncs a step). The generator lives on `device`.
+    noise = torch.empty_like(logp).exponential_(1, generator=generator)
+    tok = torch.sub(logp, noise.log_(), out=noise).argmax(dim=-1)
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
 
 def _record(rows: list[int], tok, tok_logp, eos, tokens, logps, reasons, stop: tuple[str, ...], decode) -> torch.Tensor:
     """Append each live row's token and log-probability; returns which rows finished (EOS, or a stop string)."""
     tok_list, lp_list = tok.tolist(), tok_logp.tolist()
+    if any(v != v for v in lp_list):  # NaN: the logits were not numbers
+        j = next(j for j, v in enumerate(lp_list) if v != v)
+        raise FloatingPointError(
+            f"rollout: the model's next-token log-probabilities are NaN (completion {rows[j]}, token "
+            f"{len(tokens[rows[j]])}): its weights or activations hold NaN or inf (a diverged update, float16 "
+            "overflow); resume from an earlier checkpoint with a lower optim.lr, or use model.dtype=bfloat16 or float32"
+        )
     finished = torch.isin(tok, eos)
     fin_list = finished.tolist()
     for j, r in enumerate(rows):
