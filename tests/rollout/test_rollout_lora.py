@@ -15,9 +15,15 @@ pytest.importorskip("peft")
 def lora_policy(seed: int = 2):
     """A tiny Qwen2 in PEFT with rank-4 adapters whose B is non-zero, so the adapters change the policy."""
     from grpokit.config.sections import ModelConfig
+
+    return with_adapters(tiny_qwen2(seed=seed), ModelConfig(lora_rank=4), seed)
+
+
+def with_adapters(base, cfg, seed: int):
+    """``base`` in PEFT with ``cfg``'s adapters, their B drawn non-zero (so they change the policy), in eval mode."""
     from grpokit.train.lora import add_adapters
 
-    model = add_adapters(tiny_qwen2(seed=seed), ModelConfig(lora_rank=4)).eval()
+    model = add_adapters(base, cfg).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -41,13 +47,17 @@ def test_auto_picks_the_static_engine_for_a_peft_model():
     assert hf._uses_static(model, "auto", None, None) is True
 
 
-def test_static_engine_samples_the_adapted_policy_like_the_dynamic_engine():
-    model = lora_policy()
+def assert_engines_agree(model, atol: float) -> None:
+    """Static and dynamic engines sample the same tokens (greedy and seeded), their logprobs within ``atol``."""
     for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
         a, b = sample(model, "static", params), sample(model, "dynamic", params)
         assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
         for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
-            torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-5, rtol=0)
+            torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=atol, rtol=0)
+
+
+def test_static_engine_samples_the_adapted_policy_like_the_dynamic_engine():
+    assert_engines_agree(lora_policy(), atol=1e-5)
 
 
 def test_static_sampling_logprobs_are_the_adapted_models_not_the_bases():
@@ -94,7 +104,6 @@ def qlora_policy(tmp_path, compute_dtype=torch.float32, seed: int = 2):
     import transformers
 
     from grpokit.config.sections import ModelConfig
-    from grpokit.train.lora import add_adapters
 
     torch.manual_seed(seed)
     cfg = transformers.Qwen2Config(
@@ -116,13 +125,7 @@ def qlora_policy(tmp_path, compute_dtype=torch.float32, seed: int = 2):
         bnb_4bit_compute_dtype=compute_dtype,
     )
     base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=quant, device_map="cpu")
-    model = add_adapters(base, ModelConfig(lora_rank=4, quantization="4bit")).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return model
+    return with_adapters(base, ModelConfig(lora_rank=4, quantization="4bit"), seed)
 
 
 @pytest.mark.parametrize("compute_dtype", [torch.float32, torch.bfloat16])
@@ -131,11 +134,7 @@ def test_a_qlora_policy_decodes_statically_as_the_dynamic_engine_does(tmp_path, 
     model = qlora_policy(tmp_path, compute_dtype)
     assert type(static.unwrapped(model).model.layers[0].mlp.up_proj.base_layer).__name__ == "Linear4bit"
     assert static.quantized(model) and static.supports(model)
-    for params in (SamplingParams(max_new_tokens=10, temperature=0), SamplingParams(max_new_tokens=10)):
-        a, b = sample(model, "static", params), sample(model, "dynamic", params)
-        assert a.completion_ids == b.completion_ids and a.finish_reasons == b.finish_reasons
-        for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
-            torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=2e-4, rtol=0)
+    assert_engines_agree(model, atol=2e-4)
 
 
 def test_a_quantised_base_decodes_without_cuda_graphs():
