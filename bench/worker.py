@@ -210,15 +210,11 @@ FIRST: dict[str, float] = {}  # the first (warm-up) step's wall time: compile, g
 
 
 def _hook_backbones(clock, policy, ref):
-    """Time the decoder stacks; under PEFT (LoRA) the stack of the wrapped model, which grpokit's
-    log-probability passes call directly."""
-
-    def backbone(m):
-        return (m.get_base_model() if hasattr(m, "get_base_model") else m).model
-
-    clock.hook(backbone(policy), "policy_fwd", lambda m: torch.is_grad_enabled() and m.training)
+    """Time the decoder stacks (``get_decoder()``, through a PEFT wrapper too: the module grpokit's
+    log-probability passes call directly)."""
+    clock.hook(policy.get_decoder(), "policy_fwd", lambda m: torch.is_grad_enabled() and m.training)
     if ref is not None:
-        clock.hook(backbone(ref), "ref_fwd")
+        clock.hook(ref.get_decoder(), "ref_fwd")
 
 
 def _step_record(dt, clock, cfg, a) -> dict:

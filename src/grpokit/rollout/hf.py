@@ -20,6 +20,7 @@ uninterrupted one would.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,8 +304,8 @@ def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> t
 def _record(rows: list[int], tok, tok_logp, eos, tokens, logps, reasons, stop: tuple[str, ...], decode) -> torch.Tensor:
     """Append each live row's token and log-probability; returns which rows finished (EOS, or a stop string)."""
     tok_list, lp_list = tok.tolist(), tok_logp.tolist()
-    if any(v != v for v in lp_list):  # NaN: the logits were not numbers
-        j = next(j for j, v in enumerate(lp_list) if v != v)
+    if math.isnan(sum(lp_list)):  # one C-level pass; a drawn token's log-probability is finite otherwise
+        j = next(j for j, v in enumerate(lp_list) if math.isnan(v))
         raise FloatingPointError(
             f"rollout: the model's next-token log-probabilities are NaN (completion {rows[j]}, token "
             f"{len(tokens[rows[j]])}): its weights or activations hold NaN or inf (a diverged update, float16 "

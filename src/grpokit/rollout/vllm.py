@@ -36,12 +36,13 @@ from grpokit.types import Rollout
 
 from .engine import SeparateEngine
 from .hf import SamplingParams
+from .static import unwrapped
 from .vllm_images import llm_inputs
 
 
 def policy_weights(model) -> dict[str, torch.Tensor]:
     """The policy's weights under plain Hugging Face names; LoRA adapters merged in (no mutation)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = unwrapped(model)
     out: dict[str, torch.Tensor] = {}
     for key, value in base.state_dict().items():
         if "lora_" in key:
