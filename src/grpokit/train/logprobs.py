@@ -18,6 +18,7 @@ from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_i
 from grpokit.nn.models import has_sliding_window
 from grpokit.types import Rollout, TokenBatch
 
+from . import head as head_fn
 from .packing import can_pack, mask_fits, pack, packed_states, unpack
 
 
@@ -235,6 +236,8 @@ def _head_logprobs(head, flat_h, flat_t, max_chunk, temperature, with_entropy, e
     K, V = flat_h.shape[0], head.weight.shape[0]
     budget = LOGITS_CHUNK_ELEMENTS if flat_h.device.type == "cpu" else GPU_LOGITS_CHUNK_ELEMENTS
     chunk = max(1, min(max_chunk, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
+    if head_fn.fusable(head, flat_h) and not entropy_grad:  # one function, a lighter backward (head.py)
+        return head_fn.head_logprobs(head, flat_h, flat_t, chunk, temperature, with_entropy)
     if torch.is_grad_enabled() and K * V > SMALL_LOGITS_ELEMENTS:
         # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
         # checkpointing), so one (chunk, V) block is alive at a time instead of all of them.

@@ -1,0 +1,100 @@
+"""The output layer, log-softmax and target pick as one autograd function, a chunk of positions at a time.
+
+What ``log_softmax(h W^T + b)[target]`` costs when autograd runs it as written (checkpointed per
+chunk, so it is also recomputed): the logits in float32, the whole (chunk, V) log-softmax written
+out, and in the backward pass a (chunk, V) zero tensor scattered into by the gather's backward,
+then log-softmax's backward over it. With a 151,936-token vocabulary those are ~50 bytes moved per
+logit; an H100 profile of one 0.5B update (bench/RESULTS.md) spent 1.2 of its 4.9 GPU seconds in
+them. The gradient needs none of it: for ``logp = z_t - logsumexp(z)`` with ``z = (h W^T + b) / T``,
+
+    d logp / d z_j = (1[j = t] - p_j) / T,    p = exp(z - logsumexp(z)),
+
+so the forward keeps one float per position (the log-sum-exp) and the backward recomputes each
+chunk's logits and turns them into ``dz`` in place: the same head matmuls as checkpointing does,
+about half the passes over the logits, no full-size log-softmax or scatter target.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# Devices where the fused function is used. On CPU the head is a float32 nn.Linear that
+# grpokit.nn.kernels may route through oneDNN, which this function's plain matmuls would bypass;
+# there the autograd path stays (tests switch CPU on to compare the two).
+FUSED_DEVICES = ("cuda",)
+
+
+def fusable(head: torch.nn.Module, h: torch.Tensor) -> bool:
+    """Whether ``head`` is a plain linear layer this function can stand in for: exactly
+    ``nn.Linear`` (not a quantised or adapter subclass), no hooks (offloading, PEFT), weights
+    that are ordinary tensors (not FSDP shards), on a device of ``FUSED_DEVICES``, autocast off."""
+    if type(head) is not torch.nn.Linear or h.device.type not in FUSED_DEVICES:
+        return False
+    if torch.is_autocast_enabled(h.device.type):  # the backward would recompute outside autocast
+        return False
+    if head._forward_hooks or head._forward_pre_hooks or hasattr(head, "_hf_hook"):
+        return False
+    return type(head.weight) in (torch.Tensor, torch.nn.Parameter)
+
+
+def head_logprobs(
+    head: torch.nn.Linear, h: torch.Tensor, targets: torch.Tensor, chunk: int, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(K,)`` float32 log-probabilities of ``targets`` under ``softmax(head(h) / temperature)`` for
+    ``h`` (K, hidden), ``chunk`` positions at a time; and the entropies (no gradient) when asked."""
+    logp, ent = HeadLogprobs.apply(h, head.weight, head.bias, targets, float(temperature), int(chunk), with_entropy)
+    return logp, (ent if with_entropy else None)
+
+
+def _scaled_logits(h_c, weight, bias, temperature):
+    """``head(h_c) / temperature`` in float32 (float64 stays): a fresh tensor the caller may overwrite."""
+    z = F.linear(h_c, weight, bias)
+    if z.dtype in (torch.float32, torch.float64):
+        return z.div_(temperature) if temperature != 1.0 else z
+    return z.float().div_(temperature) if temperature != 1.0 else z.float()
+
+
+class HeadLogprobs(torch.autograd.Function):
+    """``(logp, entropy)`` of ``F.linear(h, weight, bias) / temperature``; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, temperature, chunk, with_entropy):
+        K = h.shape[0]
+        acc = torch.float64 if h.dtype == torch.float64 else torch.float32
+        logp = torch.empty(K, dtype=acc, device=h.device)
+        lse = torch.empty(K, dtype=acc, device=h.device)
+        ent = torch.empty(K if with_entropy else 0, dtype=acc, device=h.device)
+        for s in range(0, K, chunk):
+            z = _scaled_logits(h[s : s + chunk], weight, bias, temperature)
+            lse_c = torch.logsumexp(z, dim=-1)
+            lse[s : s + chunk] = lse_c
+            logp[s : s + chunk] = z.gather(1, targets[s : s + chunk, None])[:, 0] - lse_c
+            if with_entropy:  # H = lse - sum_j p_j z_j
+                ent[s : s + chunk] = lse_c - torch.linalg.vecdot(z.sub(lse_c[:, None]).exp_(), z)
+        ctx.save_for_backward(h, weight, bias, targets, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_ent):
+        h, weight, bias, targets, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=lse.dtype, device=bias.device) if need_b else None
+        g = grad_logp.to(lse.dtype) / ctx.temperature
+        for s in range(0, h.shape[0], ctx.chunk):
+            h_c, g_c = h[s : s + ctx.chunk], g[s : s + ctx.chunk, None]
+            dz = _scaled_logits(h_c, weight, bias, ctx.temperature)
+            dz.sub_(lse[s : s + ctx.chunk, None]).exp_().mul_(-g_c)  # -g p_j ...
+            dz.scatter_add_(1, targets[s : s + ctx.chunk, None], g_c)  # ... + g at the target
+            if need_b:
+                grad_b += dz.sum(dim=0)
+            dz = dz.to(h.dtype)
+            if need_h:
+                torch.mm(dz, weight, out=grad_h[s : s + ctx.chunk])
+            if need_w:
+                grad_w.addmm_(dz.t(), h_c)
+        return grad_h, grad_w, (grad_b.to(bias.dtype) if need_b else None), None, None, None, None
