@@ -130,6 +130,36 @@ def test_bf16_autocast_and_bf16_weights_match_fp32_loss_and_train_without_nan():
         assert dlogp < 0.1 and dloss < 2e-2, (mode, dlogp, dloss)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_head_on_cuda_equals_the_autograd_path(monkeypatch, dtype):
+    """train/head.py's function (the CUDA default) against autograd's log-softmax path, same model and batch."""
+    import grpokit.train.head as H
+    import grpokit.train.logprobs as L
+    from grpokit.train.logprobs import completion_logprobs
+
+    model = tiny_qwen(dtype).train()
+    batch = fixed_batch()
+    m = batch.completion_mask
+    monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)
+    monkeypatch.setattr(L, "GPU_LOGITS_CHUNK_ELEMENTS", 5 * 512)  # 5 positions a chunk
+
+    def run():
+        model.zero_grad()
+        lp, ent = completion_logprobs(model, batch, temperature=0.9, with_entropy=True)
+        (lp * m).sum().backward()
+        return lp.detach().float() * m, ent.float() * m, [p.grad.float() for p in model.parameters()]
+
+    fused = run()
+    monkeypatch.setattr(H, "FUSED_DEVICES", ())
+    plain = run()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert (fused[0] - plain[0]).abs().max().item() <= tol
+    assert (fused[1] - plain[1]).abs().max().item() <= tol * 10
+    worst = max(((a - b).abs().max() / b.abs().max().clamp(min=1e-6)).item() for a, b in zip(fused[2], plain[2]))
+    record_fact("fused_head", dtype=str(dtype), max_relative_grad_diff=worst)
+    assert worst <= (1e-4 if dtype == torch.float32 else 5e-2)
+
+
 @pytest.mark.parametrize("dtype, autocast", [("bfloat16", "off"), ("float32", "bfloat16")])
 def test_demo_trains_on_gpu_in_bf16_without_nan(tmp_path, dtype, autocast):
     from grpokit import Config, Trainer
