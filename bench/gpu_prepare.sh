@@ -5,6 +5,7 @@
 #   trl, datasets (+ dill, multiprocess)   the TRL side of the comparison and the TRL loss oracle
 #   math-verify (+ latex2sympy2_extended, antlr4-python3-runtime)   grpokit's math reward
 #   gguf                                   the named model smollm2-135m-instruct (gpu.sh smollm2)
+#   liger-kernel                           model.kernels=liger (Triton kernels; the image's torch brings triton)
 #   bitsandbytes                           QLoRA (4-bit) test; ~43 MB, the largest: GPU_NO_BNB=1 skips it
 # Versions are pinned to what this project's CPU venv was tested with. Python 3.12, x86-64 Linux.
 set -euo pipefail
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 mkdir -p .whl .git/info
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
 PKGS=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 math-verify==0.9.0
-      latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 gguf==0.19.0)
+      latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 gguf==0.19.0 liger-kernel==0.8.5)
 [ "${GPU_NO_BNB:-0}" = 1 ] || PKGS+=(bitsandbytes==0.50.2)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \

@@ -325,6 +325,47 @@ def test_a_qlora_policy_decodes_statically_on_cuda_as_the_dynamic_engine_does(tm
     assert gap < 1e-3
 
 
+def test_liger_kernels_train_and_sample_with_the_models_numerics(monkeypatch):
+    """model.kernels=liger with the real liger-kernel (carried by bench/gpu_prepare.sh): log-probs and
+    gradients agree with the model's own layers in bf16, and the static engine captures liger's RMSNorm
+    in its CUDA graphs and samples; how many rows equal the dynamic engine's with the same seed is
+    recorded (bf16 roundings may part them)."""
+    pytest.importorskip("liger_kernel")
+    import copy
+
+    from transformers.models.qwen2 import modeling_qwen2
+
+    from grpokit.train.liger import apply_kernels
+    from grpokit.train.logprobs import completion_logprobs
+
+    for name in ("Qwen2RMSNorm", "Qwen2MLP", "apply_rotary_pos_emb"):  # liger patches these module-wide:
+        monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))  # restored after the test
+    plain = tiny_qwen(torch.bfloat16).train()
+    fused = copy.deepcopy(plain)
+    batch = fixed_batch()
+    m = batch.completion_mask
+    grads, lps = [], []
+    for model in (plain, fused):  # the plain model first: liger's RoPE replaces a module-level function
+        if model is fused:
+            assert apply_kernels("liger", fused, CUDA)
+        lp, _ = completion_logprobs(model, batch)
+        (lp * m).sum().backward()
+        lps.append(lp.detach() * m)
+        grads.append([p.grad.float() for p in model.parameters()])
+    lp_diff = (lps[0] - lps[1]).abs().max().item()
+    worst = max(((a - b).abs().max() / b.abs().max().clamp(min=1e-6)).item() for a, b in zip(*grads))
+    record_fact("liger_bf16", max_abs_logprob_diff=lp_diff, max_relative_grad_diff=worst)
+    assert lp_diff < 0.05 and worst < 0.1
+    fused.eval()
+    prompts = _prompts(512, n=4, seed=5)
+    outs = [
+        _sample(fused, prompts, engine, graphs, 100, 7) for engine, graphs in (("static", True), ("dynamic", False))
+    ]
+    same = sum(a == b for a, b in zip(outs[0].completion_ids, outs[1].completion_ids))
+    record_fact("liger_bf16_decode", same_rows_static_vs_dynamic=same, of=len(outs[0].completion_ids))
+    assert all(len(c) > 0 for c in outs[0].completion_ids)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_engine_samples_with_the_trainers_numerics(dtype):
     """The per-engine sampler/trainer mismatch on the GPU: the sampler's logprobs of every engine (static

@@ -438,6 +438,8 @@ def test_accepted_no_op_and_small_arguments():
         num_rows=4,
     )
     assert c.record.samples_prompts == 2 and c.train.fsdp and c.optim.schedule == "cosine"  # ceil(5 / 4) = 2 groups
+    assert c.model.kernels == "auto"  # use_liger_kernel: liger's kernels where they can run
+    assert to_config(GRPOConfig(num_generations=4, per_device_train_batch_size=4), num_rows=4).model.kernels == "torch"
     for kwargs, words in [
         ({"fsdp": "offload"}, "'cpu_offload': True"),
         ({"fsdp_config": {"cpu_offload": True}}, "fsdp_config="),

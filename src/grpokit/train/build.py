@@ -38,7 +38,7 @@ from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
 
-from . import distributed, episode_setup, model_options, models, reward_setup, run_data
+from . import distributed, episode_setup, liger, model_options, models, reward_setup, run_data
 from .distributed import DistContext
 from .logprobs import compile_backbone
 from .models import eos_ids, load_model, model_path, resolve_dtype
@@ -144,6 +144,7 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (nn/kernels.py);
         # not under torch.compile, whose inductor cannot lower those calls (it compiles the plain linears itself)
         kernels.use_onednn_linears(model)
+    liger.apply_kernels(m.kernels, model, device)  # before the reference copy, so that it has them too
     if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward
         model_options.head_in_float32(model)
     ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None

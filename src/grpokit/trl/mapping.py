@@ -53,8 +53,6 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/t
     "dataloader_persistent_workers": "no effect (no DataLoader)",
     "dataloader_prefetch_factor": "no effect (no DataLoader)",
     "accelerator_config": "no effect: it configures accelerate's DataLoader dispatch; grpokit uses neither",
-    "use_liger_kernel": "no effect on the math: grpokit computes completion log-probs in chunks, never the full "
-    "logits tensor, which is what Liger's fused loss saves (equal losses, tests/project/test_bench_loss_equality.py)",
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or "
     "gradient; grpokit pads or packs as it chooses",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
@@ -74,7 +72,8 @@ HANDLED_ELSEWHERE.update(
         "FutureWarning",
         "label_smoothing_factor": "no effect, as TRL: transformers applies it in "
         "Trainer.compute_loss, which GRPOTrainer replaces",
-        "liger_kernel_config": "no effect, as use_liger_kernel",
+        "liger_kernel_config": "no effect: with use_liger_kernel grpokit applies liger-kernel's RMSNorm, SwiGLU and "
+        "RoPE kernels (model.kernels); its fused loss is never needed (grpokit's output layer is chunked)",
         "prediction_loss_only": "no effect, as TRL: GRPO's prediction_step returns the loss only",
         "eval_do_concat_batches": "no effect, as TRL (no predictions)",
         "eval_use_gather_object": "no effect, as TRL (no predictions)",

@@ -108,6 +108,15 @@ RUN_RULES: list[Rule] = [
         },
     ),
     Rule(
+        ("use_liger_kernel",),
+        ("model.kernels",),
+        "True: auto (liger-kernel's RMSNorm, SwiGLU and RoPE kernels where it is installed and the device is "
+        "CUDA, the model's own code otherwise; the same math up to the model dtype's rounding). Liger's fused "
+        "loss is not needed: grpokit's output layer never holds the full logits (equal losses, "
+        "tests/project/test_bench_loss_equality.py)",
+        lambda a, ctx: {"model.kernels": "auto" if a.use_liger_kernel else "torch"},
+    ),
+    Rule(
         ("off_policy_mask_threshold",),
         ("algo.offpolicy_delta",),
         "None: 0 (off)",

@@ -22,6 +22,7 @@ def check_model(cfg: Config) -> None:
     )
     one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
     one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
+    one_of("model.kernels", m.kernels, ("torch", "liger", "auto"))
     one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
     one_of("model.quantization", m.quantization, ("none", "4bit"))
     check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
