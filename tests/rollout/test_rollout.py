@@ -368,3 +368,68 @@ def test_nan_logits_stop_the_rollout_with_one_sentence(tiny_model):
                 pad_token_id=0,
                 engine=engine,
             )
+
+
+@pytest.mark.parametrize("engine", ["static", "dynamic"])
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 2.0])
+def test_queuing_the_next_step_before_reading_the_tokens_samples_the_same(tiny_model, monkeypatch, engine, fraction):
+    """AHEAD_DEVICES (CUDA by default) queue step t+1 before the host reads step t's tokens; rows that
+    finish leave one step later. Forced on the CPU, every token, log-probability and finish reason
+    equals the in-order loop's: with rows finishing by EOS and by stop string, a repetition penalty,
+    and finished rows dropped at every finish, by quarters, or never."""
+    from grpokit.rollout import hf
+
+    monkeypatch.setattr(hf, "COMPACT_FRACTION", fraction)
+    prompts = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]
+    decode = lambda ids: "".join(chr(97 + i % 26) for i in ids)
+    steps, real = [], hf._feed
+    monkeypatch.setattr(hf, "_feed", lambda *a: steps.append(1) or real(*a))
+    runs = []
+    for ahead in ((), ("cpu",)):
+        monkeypatch.setattr(hf, "AHEAD_DEVICES", ahead)
+        steps.clear()
+        ro = generate(
+            tiny_model,
+            prompts,
+            4,
+            SamplingParams(max_new_tokens=12, temperature=0.8, stop=("qq",), repetition_penalty=1.3),
+            eos_token_ids={2, 3},
+            pad_token_id=0,
+            generator=torch.Generator().manual_seed(2),
+            decode=decode,
+            engine=engine,
+        )
+        runs.append((ro, len(steps)))
+    (inorder, n_in), (ahead_ro, n_ahead) = runs
+    reasons = inorder.finish_reasons
+    assert {"eos", "stop", "length"} <= set(reasons)
+    assert ahead_ro.completion_ids == inorder.completion_ids and ahead_ro.finish_reasons == reasons
+    assert ahead_ro.sampling_logprobs == inorder.sampling_logprobs or all(
+        torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-6)
+        for x, y in zip(ahead_ro.sampling_logprobs, inorder.sampling_logprobs)
+    )
+    # some row ran to the 12-token limit, so neither loop stopped early; the last step is never fed
+    assert n_in == n_ahead == 11
+
+
+def test_running_ahead_feeds_one_step_more_when_every_row_finishes_early(tiny_model, monkeypatch):
+    from grpokit.rollout import hf
+
+    counts = []
+    real = hf._feed
+    for ahead in ((), ("cpu",)):
+        monkeypatch.setattr(hf, "AHEAD_DEVICES", ahead)
+        steps = []
+        monkeypatch.setattr(hf, "_feed", lambda *a, s=steps: s.append(1) or real(*a))
+        ro = generate(
+            tiny_model,
+            [[1, 5, 6]],
+            2,
+            SamplingParams(max_new_tokens=20, temperature=0.0),
+            eos_token_ids=set(range(tiny_model.config.vocab_size)),  # every token ends the row
+            pad_token_id=0,
+            engine="static",
+        )
+        assert [len(c) for c in ro.completion_ids] == [1, 1]
+        counts.append(len(steps))
+    assert counts == [0, 1]  # in order: nothing fed after the first token; ahead: the one queued step

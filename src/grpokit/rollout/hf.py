@@ -157,12 +157,18 @@ def _decode_loop(
     decode,
 ) -> tuple[list[list[int]], list[list[float]], list[str]]:
     """Sample token after token from the prefilled state ``d`` until every row has finished (or
-    ``max_new_tokens``): each row's tokens, their sampling logprobs and its finish reason."""
+    ``max_new_tokens``): each row's tokens, their sampling logprobs and its finish reason.
+
+    On a device of ``AHEAD_DEVICES`` the next step is queued before the host reads the tokens just
+    drawn: the host's bookkeeping (the tokens' copy, finish checks, stop strings) runs while the
+    device computes, not between its steps. Rows that finish are then retired one step later, and
+    the step queued meanwhile decodes them once more, its output unused: the same tokens, at most
+    one extra step of work when the last rows finish."""
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
     reasons = ["length"] * N
-    eos = torch.tensor(sorted(eos_token_ids), device=d.device)
+    ahead = d.device.type in AHEAD_DEVICES
     seen = (
         _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
     )
@@ -174,11 +180,24 @@ def _decode_loop(
         tok, tok_logp = _sample_tokens(live_logits, params, generator)
         if seen is not None:
             seen[row_ids, tok] = True
-        finished = _record(row_ids.tolist(), tok, tok_logp, eos, tokens, logps, reasons, params.stop, decode)
-        if step == params.max_new_tokens - 1 or not bool((~finished).any()):
+        drawn = _Drawn(row_ids, tok, tok_logp)  # their copy to the host starts now
+        last = step == params.max_new_tokens - 1
+        if ahead and not last:
+            _feed(model, d, tok, pad_token_id)
+        finished = _record(drawn, eos_token_ids, tokens, logps, reasons, params.stop, decode)
+        if last or all(finished):
             break
-        _advance(model, d, tok, ~finished, pad_token_id)
+        if any(finished):
+            _retire(d, finished)
+        if not ahead:
+            _feed(model, d, tok[_kept(finished, tok.device)] if any(finished) else tok, pad_token_id)
     return tokens, logps, reasons
+
+
+# Devices whose decode loop queues the next step before reading the last one's tokens (an
+# H100 profile of a 512-row decode: ~1.7 ms of host work between steps of ~6.9 ms of GPU work).
+# On CPU the work is synchronous either way, and running ahead would only add the extra step.
+AHEAD_DEVICES = ("cuda",)
 
 
 def _uses_static(model, engine: str, vision, generation_kwargs) -> bool | None:
@@ -301,9 +320,29 @@ def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> t
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
 
-def _record(rows: list[int], tok, tok_logp, eos, tokens, logps, reasons, stop: tuple[str, ...], decode) -> torch.Tensor:
-    """Append each live row's token and log-probability; returns which rows finished (EOS, or a stop string)."""
-    tok_list, lp_list = tok.tolist(), tok_logp.tolist()
+class _Drawn:
+    """One step's drawn tokens and log-probabilities on their way to the host: on CUDA an
+    asynchronous copy into pinned memory and an event, so that reading them waits for this step's
+    sampling only, not for a next step queued after it."""
+
+    def __init__(self, row_ids: torch.Tensor, tok: torch.Tensor, logp: torch.Tensor):
+        self.event = None
+        if tok.device.type == "cuda":
+            pinned = lambda t: torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+            row_ids, tok, logp = pinned(row_ids), pinned(tok), pinned(logp)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        self.parts = (row_ids, tok, logp)
+
+    def lists(self) -> tuple[list[int], list[int], list[float]]:
+        if self.event is not None:
+            self.event.synchronize()
+        return tuple(t.tolist() for t in self.parts)
+
+
+def _record(drawn: _Drawn, eos: set[int], tokens, logps, reasons, stop: tuple[str, ...], decode) -> list[bool]:
+    """Append each live row's token and log-probability; returns which of them finished (EOS, or a stop string)."""
+    rows, tok_list, lp_list = drawn.lists()
     if math.isnan(sum(lp_list)):  # one C-level pass; a drawn token's log-probability is finite otherwise
         j = next(j for j, v in enumerate(lp_list) if math.isnan(v))
         raise FloatingPointError(
@@ -311,33 +350,42 @@ def _record(rows: list[int], tok, tok_logp, eos, tokens, logps, reasons, stop: t
             f"{len(tokens[rows[j]])}): its weights or activations hold NaN or inf (a diverged update, float16 "
             "overflow); resume from an earlier checkpoint with a lower optim.lr, or use model.dtype=bfloat16 or float32"
         )
-    finished = torch.isin(tok, eos)
-    fin_list = finished.tolist()
+    finished = [t in eos for t in tok_list]
     for j, r in enumerate(rows):
         tokens[r].append(tok_list[j])
         logps[r].append(lp_list[j])
-        if fin_list[j]:
+        if finished[j]:
             reasons[r] = "eos"
     if stop and decode is not None:
         for j, r in enumerate(rows):
-            if not fin_list[j] and _hits_stop(decode(tokens[r]), stop):
+            if not finished[j] and _hits_stop(decode(tokens[r]), stop):
                 reasons[r] = "stop"
-                fin_list[j] = True
-        finished = torch.tensor(fin_list, device=tok.device)
+                finished[j] = True
     return finished
 
 
-def _advance(model, d: _Decoding, tok: torch.Tensor, keep: torch.Tensor, pad_token_id: int) -> None:
-    """Feed the sampled tokens of the rows still live (``keep`` among them) and set ``d.logits`` to the next step's."""
-    if not bool(keep.all()):
-        d.live = keep.nonzero()[:, 0] if d.live is None else d.live[keep]
-        tok = tok[keep]
-    if d.live is not None and d.compactable and compact_due(len(d.active), d.live.numel()):
+def _kept(finished: list[bool], device) -> torch.Tensor:
+    """Indices (among the live rows) of the rows that did not finish."""
+    return torch.tensor([j for j, f in enumerate(finished) if not f], dtype=torch.long, device=device)
+
+
+def _retire(d: _Decoding, finished: list[bool]) -> None:
+    """Take the rows that finished (``finished``, one flag per live row) out of the live set, and drop
+    all finished rows from the cache when enough have gathered (compact_due)."""
+    keep = _kept(finished, d.device)
+    d.live = keep if d.live is None else d.live[keep]
+    if d.compactable and compact_due(len(d.active), d.live.numel()):
         # drop the finished rows from the cache: no compute spent on them from now on
         d.cache.select(d.live) if d.use_static else d.cache.batch_select_indices(d.live)
         d.active, d.mask, d.next_pos = d.active[d.live], d.mask[d.live], d.next_pos[d.live]
+        d.logits = d.logits[d.live]  # a step queued ahead computed the rows before the drop
         d.live = None
-    if d.live is not None:  # finished rows still in the cache are fed padding; their outputs are ignored
+
+
+def _feed(model, d: _Decoding, tok: torch.Tensor, pad_token_id: int) -> None:
+    """Feed one sampled token per live row (finished rows still in the cache get padding; their
+    outputs are ignored) and set ``d.logits`` to the next step's."""
+    if d.live is not None:
         tok = torch.full_like(d.active, pad_token_id).index_put_((d.live,), tok)
     if d.use_static:
         d.logits = hide_placeholders(d.cache.step(tok, d.next_pos), d.hidden)
