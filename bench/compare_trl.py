@@ -155,6 +155,8 @@ def compare(name, model_dir, c, a, peak) -> dict:
         for side in sides[k:] + sides[:k]:  # rotate the order each round: drift hits every side alike
             try:
                 runs[side].append(run_side(side, model_dir, c, a))
+                # each side's raw result as it lands: a caller cut off by a time limit keeps the sides done
+                print(f"SIDE_JSON {side} {json.dumps(runs[side][-1])}", flush=True)
             except RuntimeError as exc:  # an extra side that fails is reported; the main two must run
                 if side in ("grpokit", "trl"):
                     raise

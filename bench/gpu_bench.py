@@ -223,12 +223,17 @@ def step_bench(model_dir: Path, a) -> dict:
         + [f"--variant={v}" for v in a.variant]
         + ["--variant-timeout", str(a.variant_timeout)]
     )
-    p = subprocess.run(cmd, text=True, capture_output=True)
-    print(p.stdout[-6000:], p.stderr[-3000:], flush=True)
-    if p.returncode != 0:
+    # streamed line by line (each side's SIDE_JSON line among them), so a call cut off by its time
+    # limit still has in its log the sides that finished
+    p = subprocess.Popen(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        print(line, end="", flush=True)
+    if p.wait() != 0:
         raise RuntimeError(f"compare_trl failed ({p.returncode})")
     data = json.loads(out.read_text())
-    data["loss_equality"] = [l for l in p.stdout.splitlines() if l.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
+    data["loss_equality"] = [l.rstrip() for l in lines if l.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
     return data
 
 
