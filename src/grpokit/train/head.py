@@ -55,6 +55,14 @@ def _scaled_logits(h_c, weight, bias, temperature):
     return z.float().div_(temperature) if temperature != 1.0 else z.float()
 
 
+def _probs(h_c, weight, bias, temperature, lse_c):
+    """``softmax(head(h_c) / temperature)`` from the saved log-sum-exp, in its float precision: the
+    subtraction reads the half-precision logits and writes float32 in one pass."""
+    z = F.linear(h_c, weight, bias)
+    p = torch.sub(z, lse_c) if temperature == 1.0 else torch.sub(z, lse_c * temperature).div_(temperature)
+    return p.exp_()
+
+
 class HeadLogprobs(torch.autograd.Function):
     """``(logp, entropy)`` of ``F.linear(h, weight, bias) / temperature``; see the module docstring."""
 
@@ -87,8 +95,7 @@ class HeadLogprobs(torch.autograd.Function):
         g = grad_logp.to(lse.dtype) / ctx.temperature
         for s in range(0, h.shape[0], ctx.chunk):
             h_c, g_c = h[s : s + ctx.chunk], g[s : s + ctx.chunk, None]
-            dz = _scaled_logits(h_c, weight, bias, ctx.temperature)
-            dz.sub_(lse[s : s + ctx.chunk, None]).exp_().mul_(-g_c)  # -g p_j ...
+            dz = _probs(h_c, weight, bias, ctx.temperature, lse[s : s + ctx.chunk, None]).mul_(-g_c)  # -g p_j ...
             dz.scatter_add_(1, targets[s : s + ctx.chunk, None], g_c)  # ... + g at the target
             if need_b:
                 grad_b += dz.sum(dim=0)
