@@ -137,9 +137,13 @@ def test_static_decoder_rotary_table_equals_the_models_rotary_embedding(tiny_mod
         pos = torch.tensor([[0], [3], [9], [5], [1], [2]])  # any positions of the rollout, in any order
         x = torch.zeros(6, m.config.hidden_size)
         assert m.model.rotary_emb.rope_type in static.STATIC_ROPE
-        for a, b in zip(dec._rotary_at(x, pos), m.model.rotary_emb(x, pos)):
-            assert a.shape == b.shape == (6, 1, m.config.hidden_size // m.config.num_attention_heads)
-            assert torch.equal(a, b)  # the same numbers, computed once per rollout
+        table = dec._rotary_at(x, pos)
+        assert table.shape == (2, 6, 1, m.config.hidden_size // m.config.num_attention_heads)
+        # the same numbers, computed once per rollout (the sine laid out for static.rotate)
+        assert torch.equal(table, static.rotary_table(*m.model.rotary_emb(x, pos)))
+        cos, sin = m.model.rotary_emb(x, pos)
+        h = sin.shape[-1] // 2
+        assert torch.equal(table[0], cos) and torch.equal(table[1], torch.cat((sin[..., h:], -sin[..., :h]), -1))
 
 
 def test_when_finished_rows_leave_the_cache_does_not_change_what_is_sampled(tiny_model, monkeypatch):

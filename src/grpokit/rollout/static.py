@@ -9,12 +9,19 @@ token, output dataclasses) costs more than the matmuls. Here each layer's cache 
 token's key/value is written in place at column ``t`` and attention reads columns ``< t + 1``.
 Left-padding columns of the prompt are excluded by an additive ``-inf`` bias.
 
-What is *not* ours: the norms, the activation, the rotary tables and ``rotate_half`` are the model's
-own modules and functions, called directly, and the projections are the model's linears.
-Only the single-query attention over the cache and the gated MLP's wiring (``down(act(gate) * up)``,
+What is *not* ours: the norms, the activation and the rotary tables are the model's own modules,
+called directly, and the projections are the model's linears. Only the single-query attention over
+the cache, the rotation of the rotary embedding and the gated MLP's wiring (``down(act(gate) * up)``,
 the Llama/Qwen2/Mistral MLP) are written here. So the step computes the same function as
 ``model(...)`` (tests/rollout/test_rollout.py compares both paths token for token under greedy and seeded
 sampling).
+
+Kernels: on a GPU a decode step's cost is mostly the count of its small kernels, so where one op can
+do the work of two with every rounding unchanged, the step uses it (tests/rollout/test_static_step.py
+checks the step against its plain formulation bit for bit). The rotary embedding ``x * cos +
+rotate_half(x) * sin`` is one broadcast product with a table ``[cos; sine laid out for a roll]``, a roll
+and an add (``rotate``: three kernels, not five); the attention's scale and padding bias are one add
+(``scale_folds``).
 
 When the model's linears run on oneDNN (``model.cpu_matmul``, nn/kernels.py), the step's projections
 use ``kernels.fused_linear``: q/k/v and gate/up each become one matmul over weights reordered once
@@ -41,8 +48,6 @@ passes it in ``pos_n``.
 """
 
 from __future__ import annotations
-
-import importlib
 
 import torch
 
@@ -122,7 +127,6 @@ class StaticDecoder:
         self.keys, self.values = keys, values  # per layer (n, kvh, S, d)
         self.bias = bias  # (n, 1, 1, S): 0 where a column may be attended, -inf on prompt padding
         self.t = start  # next column to write
-        self._rotate_half = importlib.import_module(type(model).__module__).rotate_half
         attn = self.backbone.layers[0].self_attn
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
@@ -139,7 +143,7 @@ class StaticDecoder:
             for layer in self.backbone.layers
         ]
         self.head = _projection([model.lm_head])
-        self._rotary = None  # (cos, sin) (positions, d), built on first use where the frequencies are static
+        self._rotary = None  # rotary_table (2, positions, d), built on first use where the frequencies are static
         self.graphs = graphs and graphable(model, keys[0].device)
         self._graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
         self._pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)
@@ -187,21 +191,21 @@ class StaticDecoder:
         self.bias = self.bias.index_select(0, idx)
         self._graphs, self._pool = {}, None  # captured on the old tensors; a released pool cannot take new graphs
 
-    def _rotary_at(self, x: torch.Tensor, pos_n: torch.Tensor):
-        """The model's rotary tables at positions ``pos_n`` (n, 1): ``(cos, sin)`` each (n, 1, d).
+    def _rotary_at(self, x: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
+        """The model's rotary tables at positions ``pos_n`` (n, 1), as ``rotary_table(cos, sin)`` (2, n, 1, d).
 
-        For rope types whose frequencies do not depend on the sequence length, the tables for every
-        position of the rollout are computed once by the model's own ``rotary_emb`` (elementwise per
-        position, so the values are the same) and indexed per step; others call it every step."""
+        For rope types whose frequencies do not depend on the sequence length, the table for every
+        position of the rollout is computed once from the model's own ``rotary_emb`` (elementwise per
+        position, so the values are the same) and indexed per step (one gather for both rows); others
+        call it every step."""
         rotary = self.backbone.rotary_emb  # M-RoPE (Qwen2-VL): 2-D positions are the 3 axes alike, as text tokens are
         if getattr(rotary, "rope_type", None) not in STATIC_ROPE:
-            return rotary(x, pos_n)
+            return rotary_table(*rotary(x, pos_n))
         if self._rotary is None:
             S = self.keys[0].shape[2]
             cos, sin = rotary(x, torch.arange(S, device=x.device)[None])  # (1, S, d)
-            self._rotary = (cos[0], sin[0])
-        cos, sin = self._rotary
-        return cos[pos_n], sin[pos_n]
+            self._rotary = rotary_table(cos[0], sin[0])  # (2, S, d)
+        return self._rotary[:, pos_n]
 
     def step(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (``tok_n`` (n,), positions ``pos_n`` (n, 1)); return logits (n, V)."""
@@ -221,7 +225,7 @@ class StaticDecoder:
         n = tok_n.shape[0]
         H, kvh, d, g = self.heads, self.kv_heads, self.head_dim, self.groups
         x = m.embed_tokens(tok_n)  # (n, h)
-        cos, sin = self._rotary_at(x, pos_n)  # (n, 1, d)
+        table = self._rotary_at(x, pos_n)  # (2, n, 1, d)
         bias = self.bias[..., :width]  # (n, 1, 1, width)
         if isinstance(col, torch.Tensor):  # graphed: hide the columns not written yet
             cols = torch.arange(width, device=col.device)
@@ -229,7 +233,7 @@ class StaticDecoder:
         for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj)) in enumerate(zip(m.layers, self.linears)):
             qkv = qkv_proj(layer.input_layernorm(x))  # (n, (H + 2 kvh) d): q, k, v side by side
             qk = qkv[:, : (H + kvh) * d].view(n, H + kvh, d)
-            qk = qk * cos + self._rotate_half(qk) * sin  # rotary embedding of q and k in one pass
+            qk = rotate(qk, table)  # rotary embedding of q and k in one pass: qk * cos + rotate_half(qk) * sin
             _write(self.keys[i], col, qk[:, H:])
             _write(self.values[i], col, qkv[:, (H + kvh) * d :].view(n, kvh, d))
             K, V = self.keys[i][:, :, :width], self.values[i][:, :, :width]  # (n, kvh, width, d)
@@ -277,6 +281,35 @@ class StaticDecoder:
         with torch.cuda.graph(graph, pool=self._pool):
             logits = self._forward(tok, pos, col, width)
         return graph, tok, pos, col, logits
+
+
+def rotary_table(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``cos`` and ``sin`` (..., d) stacked as ``(2, ..., d)`` for ``rotate``: ``cos``, then the sine laid
+    out for a roll, ``cat(sin[d/2:], -sin[:d/2])``.
+
+    Why that layout: Llama's ``rotate_half(x) = cat(-x2, x1)`` (x1, x2 the halves of the last dimension)
+    is ``roll(x, d/2)`` with the first half negated, so ``rotate_half(x) * sin`` equals
+    ``roll(x * cat(sin2, -sin1), d/2)``: each output is the same product of one entry of x and one of the
+    sine, with the sign carried by the sine (``-(a * b) == a * (-b)`` exactly in IEEE arithmetic) and
+    moved into place after the product. Example, d = 4, x = [1, 2, 3, 4], sin = [.1, .2, .3, .4]:
+    ``rotate_half(x) * sin = [-3 * .1, -4 * .2, 1 * .3, 2 * .4]``; the table's row is [.3, .4, -.1, -.2],
+    ``x *`` it is [.3, .8, -.3, -.8], rolled by 2: [-.3, -.8, .3, .8]."""
+    h = sin.shape[-1] // 2
+    return torch.stack((cos, torch.cat((sin[..., h:], -sin[..., :h]), dim=-1)))
+
+
+def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding ``x * cos + rotate_half(x) * sin`` of ``x`` (n, heads, d), with
+    ``table = rotary_table(cos, sin)`` (2, n, 1, d): the same products, each rounded in the model's dtype
+    (not one fused multiply-add, which rounds once: the trainer's forward rounds each product), and the
+    same sum, bit for bit.
+
+    Kernels: three (one broadcast product makes both ``x * cos`` and the sine products, a roll, an add)
+    where ``rotate_half`` takes five (mul, neg, cat, mul, add). The roll moves the products, which are
+    contiguous, rather than ``x``, a strided slice of the q/k/v projection that CUDA's roll would first
+    copy (a sixth kernel)."""
+    prod = table * x  # (2, n, heads, d): [0] x * cos, [1] x * the sine laid out for the roll
+    return prod[0] + torch.roll(prod[1], x.shape[-1] // 2, dims=-1)
 
 
 def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
