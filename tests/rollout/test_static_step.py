@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from grpokit.rollout import static
-from grpokit.rollout.static import StaticDecoder, rotary_table, rotate
+from grpokit.rollout.static import StaticDecoder, rotary_table, rotate, scale_folds
 from helpers.models import tiny_causal_lm, tiny_llama, tiny_qwen2
 
 
@@ -129,3 +129,30 @@ def test_each_supported_familys_rotary_equals_the_roll_form(family, dtype):
     cos, sin = (torch.cat((f(angles), f(angles)), dim=-1).to(dtype) for f in (torch.cos, torch.sin))
     sin = sin * torch.linspace(0.5, 1.5, 16).to(dtype)  # unequal halves: the roll must not rely on sin1 == sin2
     assert torch.equal(rotate(qk, rotary_table(cos, sin)), qk * cos + rotate_half(qk) * sin)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [8, 16, 64, 96, 128])
+def test_scale_folds_only_where_the_one_add_equals_mul_then_add(dtype, head_dim):
+    scale = head_dim**-0.5
+    g = torch.Generator().manual_seed(head_dim)
+    scores = (torch.randn(8, 2, 3, 50, generator=g) * torch.rand(8, 1, 1, 1, generator=g) * 100).to(dtype)
+    scores[0, 0, 0, :4] = torch.tensor([0.0, -0.0, float("inf"), float("-inf")]).to(dtype)
+    bias = torch.zeros(8, 1, 1, 50, dtype=dtype).masked_fill(torch.rand(8, 1, 1, 50, generator=g) < 0.3, float("-inf"))
+    plain = scores * scale + bias
+    if scale_folds(dtype, scale):  # equal to the last bit (the inf score meets a -inf bias or a 0: NaN or inf in both)
+        torch.testing.assert_close(torch.add(bias, scores, alpha=scale), plain, rtol=0, atol=0, equal_nan=True)
+    # float32/64: mul and add both multiply by the scale rounded to the dtype; bfloat16/float16 on CPU:
+    # the add rounds alpha to the dtype, the mul does not, so only 2**-k scales (8**-0.5 is not one) fold
+    assert scale_folds(dtype, scale) == (dtype in (torch.float32, torch.float64) or head_dim in (16, 64))
+    # > 1: s * scale could overflow to inf (inf + -inf is NaN) where a fused s * scale + -inf is -inf
+    assert not scale_folds(torch.float32, 2.0)
+
+
+def test_the_folded_scale_and_bias_by_hand():
+    # head_dim 16: scale 0.25; scores [2, -4, 8, 6] over columns [attend, padding, attend, padding]
+    scores = torch.tensor([[[[2.0, -4.0, 8.0, 6.0]]]], dtype=torch.bfloat16)
+    bias = torch.tensor([[[[0.0, float("-inf"), 0.0, float("-inf")]]]], dtype=torch.bfloat16)
+    assert scale_folds(torch.bfloat16, 0.25)
+    # 2 * 0.25 + 0 = 0.5, -4 * 0.25 - inf = -inf, 8 * 0.25 + 0 = 2, 6 * 0.25 - inf = -inf
+    assert torch.add(bias, scores, alpha=0.25).tolist() == [[[[0.5, float("-inf"), 2.0, float("-inf")]]]]

@@ -21,7 +21,8 @@ do the work of two with every rounding unchanged, the step uses it (tests/rollou
 checks the step against its plain formulation bit for bit). The rotary embedding ``x * cos +
 rotate_half(x) * sin`` is one broadcast product with a table ``[cos; sine laid out for a roll]``, a roll
 and an add (``rotate``: three kernels, not five); the attention's scale and padding bias are one add
-(``scale_folds``).
+where that is exact (``scale_folds``); the softmax casts its input with ``dtype=float32`` (one
+kernel for float16 scores on CUDA; bfloat16 scores are still cast by a kernel of their own).
 
 When the model's linears run on oneDNN (``model.cpu_matmul``, nn/kernels.py), the step's projections
 use ``kernels.fused_linear``: q/k/v and gate/up each become one matmul over weights reordered once
@@ -48,6 +49,8 @@ passes it in ``pos_n``.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -127,6 +130,7 @@ class StaticDecoder:
         self.keys, self.values = keys, values  # per layer (n, kvh, S, d)
         self.bias = bias  # (n, 1, 1, S): 0 where a column may be attended, -inf on prompt padding
         self.t = start  # next column to write
+        self._columns = torch.arange(keys[0].shape[2], device=keys[0].device)  # a graphed step's column numbers
         attn = self.backbone.layers[0].self_attn
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
@@ -228,8 +232,7 @@ class StaticDecoder:
         table = self._rotary_at(x, pos_n)  # (2, n, 1, d)
         bias = self.bias[..., :width]  # (n, 1, 1, width)
         if isinstance(col, torch.Tensor):  # graphed: hide the columns not written yet
-            cols = torch.arange(width, device=col.device)
-            bias = bias.masked_fill(cols > col, float("-inf"))
+            bias = bias.masked_fill(self._columns[:width] > col, float("-inf"))  # (no arange kernel in the graph)
         for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj)) in enumerate(zip(m.layers, self.linears)):
             qkv = qkv_proj(layer.input_layernorm(x))  # (n, (H + 2 kvh) d): q, k, v side by side
             qk = qkv[:, : (H + kvh) * d].view(n, H + kvh, d)
@@ -239,13 +242,21 @@ class StaticDecoder:
             K, V = self.keys[i][:, :, :width], self.values[i][:, :, :width]  # (n, kvh, width, d)
             if ATTENTION == "sdpa":
                 q = qk[:, :H].unsqueeze(2)  # (n, H, 1, d)
+                # autocast: cast at the first layer only; no-ops otherwise (as K.to, V.to where the dtypes match)
+                bias = bias.to(q.dtype)
                 mixed = torch.nn.functional.scaled_dot_product_attention(
-                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias.to(q.dtype), scale=self.scaling, enable_gqa=True
+                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias, scale=self.scaling, enable_gqa=True
                 )
             else:
                 qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
-                scores = torch.matmul(qg, K.transpose(2, 3)) * self.scaling + bias  # (n, kvh, g, width)
-                mixed = torch.matmul(torch.softmax(scores.float(), dim=-1).to(qkv.dtype), V)
+                scores = torch.matmul(qg, K.transpose(2, 3))  # (n, kvh, g, width)
+                # autocast: bf16 scores, float32 cache; cast at the first layer only (0 and -inf in any dtype)
+                bias = bias.to(scores.dtype)
+                if scale_folds(scores.dtype, self.scaling):
+                    scores = torch.add(bias, scores, alpha=self.scaling)  # scores * scaling + bias in one kernel
+                else:
+                    scores = scores * self.scaling + bias
+                mixed = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(qkv.dtype), V)
             x = x + o_proj(mixed.reshape(n, H * d))
             gate_up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, 2 I)
             gate, up = gate_up.chunk(2, dim=-1)
@@ -310,6 +321,25 @@ def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     copy (a sixth kernel)."""
     prod = table * x  # (2, n, heads, d): [0] x * cos, [1] x * the sine laid out for the roll
     return prod[0] + torch.roll(prod[1], x.shape[-1] // 2, dims=-1)
+
+
+@functools.lru_cache(maxsize=None)
+def scale_folds(dtype: torch.dtype, scale: float) -> bool:
+    """Whether ``torch.add(bias, s, alpha=scale)`` (one kernel) equals ``s * scale + bias`` (two) bit for
+    bit for scores ``s`` of ``dtype`` and an attention ``bias`` of 0 and -inf.
+
+    Both round the product ``s * scale`` once to the dtype (reduced precision: computed in float32, then
+    rounded); adding 0 then changes nothing, adding -inf gives -inf, or NaN where the product is +inf or
+    NaN, in both. What may differ is the scale: in float32 and float64 both kernels multiply by the scale
+    rounded to the dtype, but in bfloat16 and float16 on CPU the add rounds ``alpha`` to the dtype where
+    the mul keeps a float32 scale, so the scale must be a number of the dtype (2**-k: head_dim 16, 64,
+    256; not 128's 0.0884). A scale above 1 is left alone: its product may overflow to inf, where
+    inf + -inf is NaN but a fused multiply-add of s, scale and -inf is -inf."""
+    if scale > 1:
+        return False
+    if dtype in (torch.float32, torch.float64):
+        return True
+    return torch.tensor(scale, dtype=dtype).item() == scale
 
 
 def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
