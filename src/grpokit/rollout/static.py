@@ -116,6 +116,16 @@ def _projection(modules):
     return lambda x: torch.cat([m(x) for m in modules], dim=-1)
 
 
+def _two_projections(first, second):
+    """``x -> (first(x), second(x))``: the halves of one fused oneDNN matmul where kernels allows it,
+    else each module called. Not joined: the gated MLP reads gate and up apart, so a concatenation
+    would only be a copy (a kernel a layer on a GPU, of the layer's widest activations)."""
+    fused = kernels.fused_linear([first, second])
+    if fused is not None:
+        return lambda x: fused(x).chunk(2, dim=-1)
+    return lambda x: (first(x), second(x))
+
+
 class StaticDecoder:
     """Decode state for ``n`` rows: per-layer ``(n, kvh, S, d)`` key and value tensors, the column
     bias that hides prompt padding, and the next column to write.
@@ -141,7 +151,7 @@ class StaticDecoder:
             (
                 _projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
                 _projection([layer.self_attn.o_proj]),
-                _projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                _two_projections(layer.mlp.gate_proj, layer.mlp.up_proj),
                 _projection([layer.mlp.down_proj]),
             )
             for layer in self.backbone.layers
@@ -258,8 +268,7 @@ class StaticDecoder:
                     scores = scores * self.scaling + bias
                 mixed = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(qkv.dtype), V)
             x = x + o_proj(mixed.reshape(n, H * d))
-            gate_up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, 2 I)
-            gate, up = gate_up.chunk(2, dim=-1)
+            gate, up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, I) each
             x = x + down_proj(layer.mlp.act_fn(gate) * up)
         return self.head(m.norm(x))
 
