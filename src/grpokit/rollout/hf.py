@@ -310,6 +310,9 @@ def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> t
     if params.temperature == 0:
         tok = logits.argmax(dim=-1)
         return tok, torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
+    if not _filtered(params):  # the GRPO default: the model's distribution at a temperature
+        x = logits.float()
+        return _draw_softmax(x / params.temperature if params.temperature != 1.0 else x, generator)
     logp = process_logits(logits, params)  # penalised by the caller: no seen_NV passed, no second penalty
     # Gumbel-max: argmax(log p - log q), q ~ Exp(1), is what torch.multinomial computes for one sample
     # (argmax of p / q, from the same draws of the same generator), without the probability tensor and
@@ -318,6 +321,34 @@ def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> t
     noise = torch.empty_like(logp).exponential_(1, generator=generator)
     tok = torch.sub(logp, noise.log_(), out=noise).argmax(dim=-1)
     return tok, logp.gather(1, tok[:, None])[:, 0]
+
+
+def _filtered(p: SamplingParams) -> bool:
+    """Whether ``p`` changes the distribution beyond the temperature: top-k, top-p, min-p (``process_logits``
+    then removes tokens and renormalises) or a repetition penalty."""
+    return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0 or p.repetition_penalty != 1.0
+
+
+def _draw_softmax(x_NV: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from ``softmax(x_NV)`` (float32 or float64 logits, already divided by the
+    temperature) and its log-probability.
+
+    torch.multinomial's one-sample draw: argmax of p / q, q ~ Exp(1) (the same draws from the same
+    generator as the general path's argmax(log p - log q)); the token's log-probability is log p[token].
+    One kernel over the (rows x vocabulary) tensor fewer than the general path: no log of the noise (a
+    read and a write); the softmax costs what the log_softmax did, the division what the subtraction
+    did. log p = x - logsumexp(x) would not do better: torch.logsumexp is four kernels over the
+    tensor (amax, x - max written out, exp, sum), more work than one softmax.
+
+    Against the general path: the same token unless two candidates' p / q tie to the float rounding
+    (argmax(p / q) and argmax(log p - log q) are one choice in exact arithmetic); log-probabilities
+    equal to the rounding of the dtype (tests/rollout/test_sampling.py). A NaN logit makes its row's
+    probabilities NaN, so the drawn token's log-probability is NaN and ``_record`` stops the rollout;
+    tokens at -inf (or -1e4, hidden placeholders) have p = 0 and are never drawn."""
+    p = torch.softmax(x_NV, dim=-1)  # (N, V)
+    noise = torch.empty_like(p).exponential_(1, generator=generator)
+    tok = torch.div(p, noise, out=noise).argmax(dim=-1)
+    return tok, p.gather(1, tok[:, None])[:, 0].log()
 
 
 class _Drawn:
