@@ -75,10 +75,21 @@ MODELS = {
 
 
 @pytest.mark.parametrize("graphs", [False, True])
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(MODELS) + ["qwen2-f32-autocast", "llama-f32-d16-autocast"])
 def test_the_step_equals_the_plain_step_bit_for_bit(name, graphs, monkeypatch):
-    model = MODELS[name]()
-    (fast, plain), pos = _decoders(model, graphs, monkeypatch)
+    # "-autocast": float32 weights under bfloat16 autocast (model.autocast on a GPU; here the CPU's):
+    # bf16 projections and scores over a float32 cache and bias
+    autocast = name.endswith("-autocast")
+    if autocast:
+        model = tiny_qwen2(seed=4) if name.startswith("qwen2") else tiny_causal_lm(32, seed=5, head_dim=16).eval()
+    else:
+        model = MODELS[name]()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        (fast, plain), pos = _decoders(model, graphs, monkeypatch)
+        _compare_steps(fast, plain, pos, graphs, name, torch.bfloat16 if autocast else model.dtype)
+
+
+def _compare_steps(fast, plain, pos, graphs, name, dtype):
     S = fast.keys[0].shape[2]
     tok = torch.tensor([7, 8, 9, 10])
     with torch.no_grad():
@@ -92,7 +103,7 @@ def test_the_step_equals_the_plain_step_bit_for_bit(name, graphs, monkeypatch):
                 got = fast.step(tok, pos)
                 want = reference_step(plain, tok, pos, plain.t, plain.t + 1)
             plain.t += 1
-            assert got.dtype == want.dtype == model.dtype
+            assert got.dtype == want.dtype == dtype
             assert torch.equal(got, want), (name, graphs, (got - want).abs().max())
             tok, pos = want.argmax(-1), pos + 1
     for a, b in zip(fast.keys + fast.values, plain.keys + plain.values):

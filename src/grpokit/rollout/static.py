@@ -252,19 +252,15 @@ class StaticDecoder:
             K, V = self.keys[i][:, :, :width], self.values[i][:, :, :width]  # (n, kvh, width, d)
             if ATTENTION == "sdpa":
                 q = qk[:, :H].unsqueeze(2)  # (n, H, 1, d)
-                # autocast: cast at the first layer only; no-ops otherwise (as K.to, V.to where the dtypes match)
-                bias = bias.to(q.dtype)
                 mixed = torch.nn.functional.scaled_dot_product_attention(
-                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias, scale=self.scaling, enable_gqa=True
+                    q, K.to(q.dtype), V.to(q.dtype), attn_mask=bias.to(q.dtype), scale=self.scaling, enable_gqa=True
                 )
             else:
                 qg = qk[:, :H].reshape(n, kvh, g, d)  # query heads grouped under their shared kv head
                 scores = torch.matmul(qg, K.transpose(2, 3))  # (n, kvh, g, width)
-                # autocast: bf16 scores, float32 cache; cast at the first layer only (0 and -inf in any dtype)
-                bias = bias.to(scores.dtype)
-                if scale_folds(scores.dtype, self.scaling):
+                if scores.dtype == bias.dtype and scale_folds(scores.dtype, self.scaling):
                     scores = torch.add(bias, scores, alpha=self.scaling)  # scores * scaling + bias in one kernel
-                else:
+                else:  # (autocast: bf16 scores and a float32 bias; their sum is float32, softmax casts nothing)
                     scores = scores * self.scaling + bias
                 mixed = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(qkv.dtype), V)
             x = x + o_proj(mixed.reshape(n, H * d))
