@@ -27,7 +27,8 @@ kernel for float16 scores on CUDA; bfloat16 scores are still cast by a kernel of
 When the model's linears run on oneDNN (``model.cpu_matmul``, nn/kernels.py), the step's projections
 use ``kernels.fused_linear``: q/k/v and gate/up each become one matmul over weights reordered once
 per rollout (the copy is freed with the decoder). Otherwise each projection module is called as is
-(GPU, LoRA and quantised layers included).
+(GPU, LoRA and quantised layers included); q/k/v are joined (the rotary embedding takes q and k in one
+pass), gate and up are not (the MLP reads them apart).
 
 On CUDA the step is replayed as CUDA graphs (``graphs=True``): a decode step of a 0.5B model is a
 few hundred small kernels, and launching them one by one from Python costs more than running them.
