@@ -10,8 +10,15 @@ them. The gradient needs none of it: for ``logp = z_t - logsumexp(z)`` with ``z 
     d logp / d z_j = (1[j = t] - p_j) / T,    p = exp(z - logsumexp(z)),
 
 so the forward keeps one float per position (the log-sum-exp) and the backward recomputes each
-chunk's logits and turns them into ``dz`` in place: the same head matmuls as checkpointing does,
-about half the passes over the logits, no full-size log-softmax or scatter target.
+chunk's logits and turns them into ``dz`` with three passes (a subtraction that reads the bf16
+logits and writes float32, an exp, and a product written in the model's dtype): the same head
+matmuls as checkpointing, no full-size log-softmax backward or scatter target.
+
+Measured (bench/RESULTS.md, H100, 2026-11-27): a first form, whose forward used torch.logsumexp
+(four passes where log_softmax is one kernel) and whose backward cast dz separately, left the 0.5B
+update's time unchanged (5.13 against 5.18 s; by the passes counted, the forward's extra passes
+took what the backward's saved; not profiled). The forward is log_softmax's again since; that form
+is not measured on a card yet.
 """
 
 from __future__ import annotations
@@ -74,12 +81,15 @@ class HeadLogprobs(torch.autograd.Function):
         lse = torch.empty(K, dtype=acc, device=h.device)
         ent = torch.empty(K if with_entropy else 0, dtype=acc, device=h.device)
         for s in range(0, K, chunk):
+            # log_softmax is one kernel (torch.logsumexp would be four passes: amax, a written x - max,
+            # exp, sum); the log-sum-exp the backward needs is z_t - logp_t
             z = _scaled_logits(h[s : s + chunk], weight, bias, temperature)
-            lse_c = torch.logsumexp(z, dim=-1)
-            lse[s : s + chunk] = lse_c
-            logp[s : s + chunk] = z.gather(1, targets[s : s + chunk, None])[:, 0] - lse_c
-            if with_entropy:  # H = lse - sum_j p_j z_j
-                ent[s : s + chunk] = lse_c - torch.linalg.vecdot(z.sub(lse_c[:, None]).exp_(), z)
+            logp_all = torch.log_softmax(z, dim=-1)
+            t = targets[s : s + chunk, None]
+            logp[s : s + chunk] = logp_all.gather(1, t)[:, 0]
+            lse[s : s + chunk] = z.gather(1, t)[:, 0] - logp[s : s + chunk]
+            if with_entropy:  # H = -sum_j p_j log p_j
+                ent[s : s + chunk] = -torch.linalg.vecdot(logp_all.exp(), logp_all)
         ctx.save_for_backward(h, weight, bias, targets, lse)
         ctx.temperature, ctx.chunk = temperature, chunk
         ctx.mark_non_differentiable(ent)
@@ -95,11 +105,16 @@ class HeadLogprobs(torch.autograd.Function):
         g = grad_logp.to(lse.dtype) / ctx.temperature
         for s in range(0, h.shape[0], ctx.chunk):
             h_c, g_c = h[s : s + ctx.chunk], g[s : s + ctx.chunk, None]
-            dz = _probs(h_c, weight, bias, ctx.temperature, lse[s : s + ctx.chunk, None]).mul_(-g_c)  # -g p_j ...
-            dz.scatter_add_(1, targets[s : s + ctx.chunk, None], g_c)  # ... + g at the target
+            p = _probs(h_c, weight, bias, ctx.temperature, lse[s : s + ctx.chunk, None])
+            p.scatter_add_(1, targets[s : s + ctx.chunk, None], torch.full_like(g_c, -1.0))  # p - onehot
             if need_b:
-                grad_b += dz.sum(dim=0)
-            dz = dz.to(h.dtype)
+                p.mul_(-g_c)  # dz = g (onehot - p)
+                grad_b += p.sum(dim=0)
+                dz = p.to(h.dtype)
+            else:  # the product written straight in the model's dtype: one pass, no float32 dz
+                dz = torch.mul(
+                    p, -g_c, out=p if p.dtype == h.dtype else torch.empty(p.shape, dtype=h.dtype, device=p.device)
+                )
             if need_h:
                 torch.mm(dz, weight, out=grad_h[s : s + ctx.chunk])
             if need_w:
