@@ -94,3 +94,23 @@ def test_a_cpu_run_asking_for_liger_stops_before_training(tmp_path):
     )
     with pytest.raises(ConfigError, match="model.kernels='liger' needs a CUDA device"):
         Trainer(cfg, quiet=True)
+
+
+def test_auto_is_the_default_and_keeps_the_models_code_when_a_liger_patch_fails(monkeypatch, capsys):
+    assert Config().model.kernels == "auto"
+
+    def broken(model=None, rms_norm=True):
+        raise AttributeError("no attribute 'rotary_emb'")
+
+    patch = types.ModuleType("liger_kernel.transformers.monkey_patch")
+    patch.MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": broken}
+    for name in ("liger_kernel", "liger_kernel.transformers"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", patch)
+    assert liger.apply_kernels("auto", tiny_llama(), CUDA) is False
+    assert (
+        "liger-kernel could not patch this model (AttributeError(\"no attribute 'rotary_emb'\")); its own code runs"
+        in (capsys.readouterr().out)
+    )
+    with pytest.raises(AttributeError, match="rotary_emb"):  # asked for by name: the failure is the user's to see
+        liger.apply_kernels("liger", tiny_llama(), CUDA)

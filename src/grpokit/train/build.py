@@ -144,7 +144,8 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
     if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (nn/kernels.py);
         # not under torch.compile, whose inductor cannot lower those calls (it compiles the plain linears itself)
         kernels.use_onednn_linears(model)
-    liger.apply_kernels(m.kernels, model, device)  # before the reference copy, so that it has them too
+    if liger.apply_kernels(m.kernels, model, device) and dist.is_main:  # before the reference copy: it has them too
+        print(f"grpokit: kernels: liger-kernel's RMSNorm, SwiGLU and RoPE (model.kernels={m.kernels})", flush=True)
     if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward
         model_options.head_in_float32(model)
     ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None

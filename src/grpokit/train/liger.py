@@ -58,7 +58,13 @@ def apply_kernels(mode: str, model: torch.nn.Module, device: torch.device) -> bo
     base = _base(model)
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN[base.config.model_type]
     accepted = inspect.signature(apply).parameters
-    apply(model=base, **{k: v for k, v in KERNELS.items() if k in accepted})
+    try:
+        apply(model=base, **{k: v for k, v in KERNELS.items() if k in accepted})
+    except Exception as e:  # a liger release that does not fit this transformers: auto keeps the model's code
+        if mode == "liger":
+            raise
+        print(f"grpokit: model.kernels=auto: liger-kernel could not patch this model ({e!r}); its own code runs")
+        return False
     return True
 
 
