@@ -2,6 +2,8 @@
 
     python bench/gpu_bench.py --json bench/gpu/latest.json            # the acceptance workload
     python bench/gpu_bench.py --stages rollout --shapes qwen2.5-0.5b --T 128   # a quick look
+    python bench/gpu_bench.py --merge --from-log LOG --variant ...   # a call cut off by its time limit:
+        # the step figures of the sides that finished, from the log's SIDE_JSON lines (the same --variant list)
 
 Models are the Qwen2.5-0.5B and -1.5B shapes with random bf16 weights, drawn on the GPU and saved
 under --models (nothing is downloaded). A random 151936-token model almost never samples EOS, so
@@ -262,7 +264,21 @@ def main(argv=None):
         action="store_true",
         help="CPU, float32, a 2-layer model, G2 P2 T8: checks the script runs, measures nothing",
     )
+    p.add_argument(
+        "--from-log",
+        default="",
+        metavar="LOG",
+        help="rebuild the step stage's figures from a cut-off call's log (its SIDE_JSON lines) instead of running it",
+    )
     a = p.parse_args(argv)
+    if a.from_log:
+        res = json.loads(Path(a.json).read_text()) if a.merge and Path(a.json).exists() else {}
+        res.update(rebuild_from_log(Path(a.from_log).read_text(), a.variant))
+        if a.facts and Path(a.facts).exists() and Path(a.facts).stat().st_size:
+            res["test_facts"] = [json.loads(line) for line in Path(a.facts).read_text().splitlines() if line.strip()]
+        Path(a.json).write_text(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=1))
+        return
     if a.tiny:
         DEVICE[0], DTYPE[0] = "cpu", torch.float32
         a.shapes, a.G, a.P, a.T, a.steps, a.trl_mbs, a.rollout_rounds = "tiny", 2, 2, 8, 1, 0, 1
@@ -295,6 +311,29 @@ def main(argv=None):
         res["test_facts"] = [json.loads(line) for line in Path(a.facts).read_text().splitlines() if line.strip()]
     save()
     print(json.dumps(res, indent=1))
+
+
+def rebuild_from_log(log: str, variants: list[str]) -> dict:
+    """latest.json's step figures from the log of a call cut off by its time limit: the device facts
+    (the log's first JSON line), the matmul peak, the loss-equality lines and each side that
+    finished (compare_trl's SIDE_JSON lines); sides of ``variants`` with no line are listed as not run."""
+    from compare_trl import summarise
+
+    lines = log.splitlines()
+    facts = json.loads(next(line for line in lines if line.startswith('{"device"')))
+    peak = float(next(line for line in lines if line.startswith("matmul peak:")).split()[2])
+    runs: dict[str, list[dict]] = {}
+    for line in lines:
+        if line.startswith("SIDE_JSON "):
+            side, raw = line[len("SIDE_JSON ") :].split(" ", 1)
+            runs.setdefault(side, []).append(json.loads(raw))
+    row = {side: summarise(v, peak) for side, v in runs.items()}
+    wanted = [f"grpokit[{v.split(':', 1)[0]}]" for v in variants]
+    row["failed"] = {side: "not run: the call reached its time limit first" for side in wanted if side not in runs}
+    row["speedup"] = row["trl"]["median_s"] / row["grpokit"]["median_s"]
+    loss = [line for line in lines if line.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
+    out = facts | step_summary({"results": [row], "loss_equality": loss}, facts["peak_flops"])
+    return out | {"rebuilt_from_log": True}
 
 
 def device_facts(a, shapes) -> dict:

@@ -176,6 +176,24 @@ def test_demo_trains_on_gpu_in_bf16_without_nan(tmp_path, dtype, autocast):
         assert all(math.isfinite(v) for k, v in r.items() if isinstance(v, float)), r
 
 
+def test_gpu_memory_does_not_grow_across_steps(tmp_path):
+    """bench/RESULTS.md (H100, 2026-11-27): the 0.5B step's allocated memory grew 0.16 GB a step in
+    every grpokit run. After the first steps (optimizer state, graphs) the memory held between steps
+    must stay flat: the reward phase's peak (what is allocated while rewards are scored) of steps 3-6."""
+    from grpokit import Config, Trainer
+
+    cfg = Config()
+    cfg.model.device, cfg.model.dtype = "cuda", "bfloat16"
+    cfg.train.steps, cfg.train.out = 6, str(tmp_path / "run")
+    cfg.data.eval_size = 0
+    cfg.record.sinks, cfg.record.report = ["jsonl"], False
+    Trainer(cfg, quiet=True).train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    held = [r["gpu/reward/memory_peak_gb"] for r in rows]
+    record_fact("memory_between_steps_gb", reward_phase_peaks=held)
+    assert max(held[2:]) - min(held[2:]) < 1e-3, held
+
+
 def test_gpu_loss_equals_trls_on_cuda_tensors():
     sys.path.insert(0, str(ROOT / "bench"))
     pytest.importorskip("trl")
