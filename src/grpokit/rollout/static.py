@@ -288,7 +288,7 @@ class StaticDecoder:
     def _capture(self, tok_n, pos_n, width):
         tok, pos = tok_n.clone(), pos_n.clone()
         col = torch.full((1,), self.t, dtype=torch.long, device=tok.device)
-        side = torch.cuda.Stream()
+        side = warmup_stream(tok.device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up off the capture (lazy tables, cuBLAS workspaces); same values
             self._forward(tok, pos, col, width)
@@ -298,6 +298,22 @@ class StaticDecoder:
         with torch.cuda.graph(graph, pool=self._pool):
             logits = self._forward(tok, pos, col, width)
         return graph, tok, pos, col, logits
+
+
+_WARMUP_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def warmup_stream(device: torch.device) -> "torch.cuda.Stream":
+    """One side stream per device for the warm-up run before each capture. torch keeps a cuBLAS
+    workspace (32 MiB on Hopper by default) for every stream cuBLAS has run on, for the life of the
+    process; a new stream for each of a rollout's captures (five windows of 128 columns at 512
+    tokens) would hold another ~160 MiB every step until torch's pool of 32 streams came round again.
+    That is the likely cause of the 0.16 GB a step that bench/RESULTS.md saw on an H100 (5 x 32 MiB;
+    to be confirmed on a card: tests/project/test_gpu.py::test_gpu_memory_does_not_grow_across_steps)."""
+    device = torch.device(device)
+    if device not in _WARMUP_STREAMS:
+        _WARMUP_STREAMS[device] = torch.cuda.Stream(device)
+    return _WARMUP_STREAMS[device]
 
 
 def rotary_table(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
