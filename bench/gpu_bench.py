@@ -235,7 +235,7 @@ def step_bench(model_dir: Path, a) -> dict:
     if p.wait() != 0:
         raise RuntimeError(f"compare_trl failed ({p.returncode})")
     data = json.loads(out.read_text())
-    data["loss_equality"] = [l.rstrip() for l in lines if l.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
+    data["loss_equality"] = loss_lines(lines)
     return data
 
 
@@ -313,6 +313,11 @@ def main(argv=None):
     print(json.dumps(res, indent=1))
 
 
+def loss_lines(lines: list[str]) -> list[str]:
+    """compare_trl's loss-equality lines (``loss_type/bc=... trl grpokit |diff|``) among ``lines``."""
+    return [line.rstrip() for line in lines if line.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
+
+
 def rebuild_from_log(log: str, variants: list[str]) -> dict:
     """latest.json's step figures from the log of a call cut off by its time limit: the device facts
     (the log's first JSON line), the matmul peak, the loss-equality lines and each side that
@@ -331,8 +336,7 @@ def rebuild_from_log(log: str, variants: list[str]) -> dict:
     wanted = [f"grpokit[{v.split(':', 1)[0]}]" for v in variants]
     row["failed"] = {side: "not run: the call reached its time limit first" for side in wanted if side not in runs}
     row["speedup"] = row["trl"]["median_s"] / row["grpokit"]["median_s"]
-    loss = [line for line in lines if line.split("/")[0] in ("grpo", "bnpo", "dapo", "dr_grpo")]
-    out = facts | step_summary({"results": [row], "loss_equality": loss}, facts["peak_flops"])
+    out = facts | step_summary({"results": [row], "loss_equality": loss_lines(lines)}, facts["peak_flops"])
     return out | {"rebuilt_from_log": True}
 
 

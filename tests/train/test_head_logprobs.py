@@ -142,3 +142,20 @@ def test_completion_logprobs_fused_equals_the_autograd_path(tiny_model, monkeypa
     assert torch.allclose(plain[1], fused[1], atol=1e-12, rtol=0)
     for a, b in zip(plain[2], fused[2]):
         assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_an_fsdp2_sharded_head_keeps_the_autograd_path(monkeypatch, tmp_path):
+    """FSDP2 shards a parameter as a DTensor; the fused function's plain matmuls would take the local
+    shard for the weight, so such a head is not fusable (its weight's type is not a plain Parameter)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    monkeypatch.setattr(H, "FUSED_DEVICES", ("cpu",))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
+    try:
+        head = torch.nn.Linear(4, 3)
+        fully_shard(torch.nn.Sequential(head))
+        assert type(head.weight).__name__ == "DTensor"
+        assert not H.fusable(head, torch.zeros(2, 4))
+    finally:
+        dist.destroy_process_group()

@@ -187,10 +187,9 @@ def _decode_loop(
         finished = _record(drawn, eos_token_ids, tokens, logps, reasons, params.stop, decode)
         if last or all(finished):
             break
-        if any(finished):
-            _retire(d, finished)
+        keep = _retire(d, finished, queued=ahead) if any(finished) else None
         if not ahead:
-            _feed(model, d, tok[_kept(finished, tok.device)] if any(finished) else tok, pad_token_id)
+            _feed(model, d, tok if keep is None else tok[keep], pad_token_id)
     return tokens, logps, reasons
 
 
@@ -395,22 +394,21 @@ def _record(drawn: _Drawn, eos: set[int], tokens, logps, reasons, stop: tuple[st
     return finished
 
 
-def _kept(finished: list[bool], device) -> torch.Tensor:
-    """Indices (among the live rows) of the rows that did not finish."""
-    return torch.tensor([j for j, f in enumerate(finished) if not f], dtype=torch.long, device=device)
-
-
-def _retire(d: _Decoding, finished: list[bool]) -> None:
+def _retire(d: _Decoding, finished: list[bool], queued: bool) -> torch.Tensor:
     """Take the rows that finished (``finished``, one flag per live row) out of the live set, and drop
-    all finished rows from the cache when enough have gathered (compact_due)."""
-    keep = _kept(finished, d.device)
+    all finished rows from the cache when enough have gathered (compact_due). ``queued``: a step was
+    queued ahead on the rows as they were, so its logits are re-indexed too. Returns the indices
+    (among the live rows) of those that go on."""
+    keep = torch.tensor([j for j, f in enumerate(finished) if not f], dtype=torch.long, device=d.device)
     d.live = keep if d.live is None else d.live[keep]
     if d.compactable and compact_due(len(d.active), d.live.numel()):
         # drop the finished rows from the cache: no compute spent on them from now on
         d.cache.select(d.live) if d.use_static else d.cache.batch_select_indices(d.live)
         d.active, d.mask, d.next_pos = d.active[d.live], d.mask[d.live], d.next_pos[d.live]
-        d.logits = d.logits[d.live]  # a step queued ahead computed the rows before the drop
+        if queued:
+            d.logits = d.logits[d.live]
         d.live = None
+    return keep
 
 
 def _feed(model, d: _Decoding, tok: torch.Tensor, pad_token_id: int) -> None:

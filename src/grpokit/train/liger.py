@@ -24,6 +24,7 @@ import inspect
 import torch
 
 from grpokit.config.sections import ConfigError
+from grpokit.rollout.static import unwrapped
 
 KERNELS = {"rms_norm": True, "swiglu": True, "rope": True, "cross_entropy": False, "fused_linear_cross_entropy": False}
 
@@ -36,7 +37,7 @@ def unavailable(model: torch.nn.Module, device: torch.device) -> str | None:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError as e:
         return f"needs the liger-kernel package (pip install liger-kernel), which does not import here: {e}"
-    model_type = getattr(getattr(_base(model), "config", None), "model_type", None)
+    model_type = getattr(getattr(unwrapped(model), "config", None), "model_type", None)
     if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
         known = ", ".join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))
         return f"has no kernels for model type {model_type!r} (it patches: {known})"
@@ -55,7 +56,7 @@ def apply_kernels(mode: str, model: torch.nn.Module, device: torch.device) -> bo
         return False
     from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
 
-    base = _base(model)
+    base = unwrapped(model)  # a LoRA policy is patched in its base model
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN[base.config.model_type]
     accepted = inspect.signature(apply).parameters
     try:
@@ -66,8 +67,3 @@ def apply_kernels(mode: str, model: torch.nn.Module, device: torch.device) -> bo
         print(f"grpokit: model.kernels=auto: liger-kernel could not patch this model ({e!r}); its own code runs")
         return False
     return True
-
-
-def _base(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model under a PEFT wrapper (LoRA), or the model itself."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model

@@ -237,7 +237,7 @@ def _head_logprobs(head, flat_h, flat_t, max_chunk, temperature, with_entropy, e
     budget = LOGITS_CHUNK_ELEMENTS if flat_h.device.type == "cpu" else GPU_LOGITS_CHUNK_ELEMENTS
     chunk = max(1, min(max_chunk, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
     # one function with a lighter backward (head.py), where the head is a plain, unsharded linear layer
-    if head_fn.fusable(head, flat_h) and not entropy_grad and not _sharded(head.weight):
+    if head_fn.fusable(head, flat_h) and not entropy_grad:
         return head_fn.head_logprobs(head, flat_h, flat_t, chunk, temperature, with_entropy)
     if torch.is_grad_enabled() and K * V > SMALL_LOGITS_ELEMENTS:
         # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
