@@ -23,6 +23,9 @@
 #                                   # importable, or the GGUF's halves carried: see gpu_prepare.sh) beside
 #                                   # TRL: G16 P32 T128, bf16, beta 0, 1 warm-up + 3 measured steps
 #                                   # -> bench/gpu/smollm2.json
+#     bash bench/gpu.sh vocab       # nn/vocab.py's Triton kernels (sampling's draw, the head's log-softmax
+#                                   # and gradient) against the torch code they replace, at Qwen2.5's
+#                                   # vocabulary: ms and peak memory -> bench/gpu/vocab.json (~1 minute)
 #     bash bench/gpu.sh step05 --tiny   # (or big --tiny) on CPU: a 2-layer model, G2 P2 T8; proves the
 #                                       # scripts run end to end, measures nothing; JSON only under $OUT
 set -uo pipefail
@@ -33,11 +36,12 @@ TINY=""
 OUT=${OUT:-${TINY:+/tmp/grpokit-gpu-tiny}}
 OUT=${OUT:-bench/gpu/out}
 mkdir -p "$OUT" bench/gpu
-LATEST=bench/gpu/latest.json BIG=bench/gpu/big.json SMOL=bench/gpu/smollm2.json
+LATEST=bench/gpu/latest.json BIG=bench/gpu/big.json SMOL=bench/gpu/smollm2.json VOCAB=bench/gpu/vocab.json
+VOCAB_ARGS=""
 SMOL_ARGS="--device cuda --dtype bfloat16 --G 16 --P 32 --T 128 --steps 3 --trl-mbs 16"
 PROFILE_ARGS="--model qwen2.5-0.5b --device cuda --dtype bfloat16 --G 16 --P 32 --T 512 --steps 2 --rows 40 --beta 0"
 if [ -n "$TINY" ]; then  # a CPU run must never stand in for the GPU figures in bench/gpu/
-  LATEST="$OUT/latest.json" BIG="$OUT/big.json" SMOL="$OUT/smollm2.json"
+  LATEST="$OUT/latest.json" BIG="$OUT/big.json" SMOL="$OUT/smollm2.json" VOCAB="$OUT/vocab.json" VOCAB_ARGS="--tiny"
   GPU_BENCH_ARGS="${GPU_BENCH_ARGS:-} --tiny" GPU_BIG_ARGS="${GPU_BIG_ARGS:-} --tiny"
   SMOL_ARGS="--device cpu --dtype float32 --G 2 --P 2 --T 8 --steps 1 --trl-mbs 0"
   PROFILE_ARGS="--model tiny --models $OUT/models --device cpu --dtype float32 --G 2 --P 2 --T 8 --steps 1"
@@ -47,8 +51,9 @@ case "$PRESET" in
   big) GPU_STAGES=big ;;
   smollm2) GPU_STAGES=smollm2 ;;
   profile) GPU_STAGES=profile ;;
+  vocab) GPU_STAGES=vocab ;;
   "") ;;
-  *) echo "gpu.sh: unknown preset $PRESET (step05 | big | smollm2 | profile | none)"; exit 2 ;;
+  *) echo "gpu.sh: unknown preset $PRESET (step05 | big | smollm2 | profile | vocab | none)"; exit 2 ;;
 esac
 STAGES=${GPU_STAGES:-tests,rollout,step}
 export PYTHONUNBUFFERED=1
@@ -75,6 +80,12 @@ rm -f "$FACTS"
 if [[ ",$STAGES," == *",tests,"* && -z "$TINY" ]]; then
   GRPOKIT_GPU_FACTS="$FACTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
+fi
+if [[ ",$STAGES," == *",vocab,"* ]]; then
+  # shellcheck disable=SC2086
+  python3 bench/vocab_kernels.py --json "$VOCAB" $VOCAB_ARGS 2>&1 | tee "$OUT/gpu_vocab.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  [ "$VOCAB" = "$OUT/vocab.json" ] || cp "$VOCAB" "$OUT/vocab.json" 2>/dev/null || true
 fi
 bench=$(echo "$STAGES" | tr ',' '\n' | grep -E '^(rollout|step)$' | paste -sd, -)
 if [ -n "$bench" ]; then

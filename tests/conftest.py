@@ -1,6 +1,15 @@
 """Shared fixtures: a tiny random causal LM built locally (no downloads)."""
 
+import os
+
 import pytest
+import torch
+
+# Without CUDA, Triton kernels (nn/vocab.py) run only in Triton's interpreter, on CPU tensors; it must be on
+# before triton is first imported (its library functions are wrapped at import). The kernels run only where a
+# test asks for them (tests/nn/test_vocab.py): runs on CPU never choose them (vocab.wanted).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from helpers.models import char_tokenizer, save_tiny_model, tiny_llama
 

@@ -160,6 +160,59 @@ def test_fused_head_on_cuda_equals_the_autograd_path(monkeypatch, dtype):
     assert worst <= (1e-4 if dtype == torch.float32 else 5e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vocab_kernels_on_cuda_agree_with_torch(monkeypatch, dtype):
+    """nn/vocab.py's Triton kernels on a card: the draw's log-probabilities at Qwen2.5's vocabulary
+    against log_softmax of the drawn tokens; a marked head's values and gradients against its torch
+    passes; a marked model's sampler against its trainer (the mismatch the kernels add)."""
+    import grpokit.train.logprobs as L
+    from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
+    from grpokit.nn import vocab
+    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+
+    logits = torch.randn(256, 151936, device=CUDA).mul_(3).to(dtype)
+    tok, logp = vocab.sample(logits, 0.9, torch.Generator(device=CUDA).manual_seed(0))
+    want = torch.log_softmax(logits.float() / 0.9, -1).gather(1, tok[:, None])[:, 0]
+    draw_diff = (logp - want).abs().max().item()
+    assert draw_diff < 1e-3
+
+    model = tiny_qwen(dtype).train()
+    batch, m = fixed_batch(), fixed_batch().completion_mask
+    monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)
+    monkeypatch.setattr(L, "GPU_LOGITS_CHUNK_ELEMENTS", 5 * 512)  # 5 positions a chunk
+
+    def run(on):
+        vocab.mark(model, on)
+        model.zero_grad()
+        lp, ent = completion_logprobs(model, batch, temperature=0.9, with_entropy=True)
+        (lp * m).sum().backward()
+        return lp.detach().float() * m, ent.float() * m, [p.grad.float() for p in model.parameters()]
+
+    kern, plain = run(True), run(False)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert (kern[0] - plain[0]).abs().max().item() <= tol
+    assert (kern[1] - plain[1]).abs().max().item() <= tol * 10
+    worst = max(((a - b).abs().max() / b.abs().max().clamp(min=1e-6)).item() for a, b in zip(kern[2], plain[2]))
+    assert worst <= (1e-4 if dtype == torch.float32 else 5e-2)
+
+    vocab.mark(model, True)
+    model.eval()
+    ro = _sample(model, _prompts(512, n=4, seed=5), "static", True, 64, 11)
+    b = make_token_batch(ro, pad_token_id=0, device=CUDA)
+    with torch.no_grad():
+        train, _ = completion_logprobs(model, b)
+    sampler = pad_sampling_logprobs(ro.sampling_logprobs, b.width).to(CUDA)
+    mm = mismatch_metrics(mismatch_sums(train, sampler, b.completion_mask, 0.5, 2.0))
+    record_fact(
+        "vocab_kernels",
+        dtype=str(dtype).removeprefix("torch."),
+        draw_logp_max_abs_diff=draw_diff,
+        head_max_relative_grad_diff=worst,
+        **mm,
+    )
+    assert mm["mismatch/logp_abs_diff_mean"] < (1e-3 if dtype == torch.float32 else 0.25), mm
+
+
 @pytest.mark.parametrize("dtype, autocast", [("bfloat16", "off"), ("float32", "bfloat16")])
 def test_demo_trains_on_gpu_in_bf16_without_nan(tmp_path, dtype, autocast):
     from grpokit import Config, Trainer

@@ -60,7 +60,7 @@ def test_gradcheck():
     w = torch.randn(7, 3, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
     t = torch.randint(0, 7, (5,), generator=g)
-    fn = lambda h, w, b: H.HeadLogprobs.apply(h, w, b, t, 0.8, 2, False)[0]
+    fn = lambda h, w, b: H.HeadLogprobs.apply(h, w, b, t, 0.8, 2, False, False)[0]
     assert torch.autograd.gradcheck(fn, (h, w, b))
 
 

@@ -85,6 +85,12 @@ class ModelConfig:
     Triton kernels, as TRL's use_liger_kernel patches them: one kernel where the model runs several) or "torch" (the
     model's own code). Speed only: values agree with the model's own to the rounding of its dtype; an H100 0.5B GRPO
     step took 7.25 s with them, 8.76 s without (train/liger.py, bench/RESULTS.md)."""
+    vocab_kernels: str = "auto"
+    """The passes over the vocabulary at both ends of a step: sampling's draw from the decode step's logits and the
+    output layer's log-softmax and its gradient in the update. "auto" (grpokit's Triton kernels, one pass over the
+    logits each where torch runs several, on CUDA with Triton importable; torch's ops otherwise), "triton" (require
+    them) or "torch". The same distribution and values to float32 rounding; sampling draws from another random
+    stream than torch's (nn/vocab.py)."""
     compile: bool = False
     """torch.compile the model's backbone for the log-probability passes (the policy's old-log-prob pass and the
     update's forward and backward; TRL's torch_compile); sampling and the reference model stay eager, as

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
+from grpokit.nn import vocab
 from grpokit.types import Rollout
 
 from . import hf_generate, static
@@ -169,6 +170,7 @@ def _decode_loop(
     logps: list[list[float]] = [[] for _ in range(N)]
     reasons = ["length"] * N
     ahead = d.device.type in AHEAD_DEVICES
+    triton = vocab.marked(model)  # model.vocab_kernels: draw with nn/vocab.py's kernel where it can read the logits
     seen = (
         _seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
     )
@@ -177,7 +179,7 @@ def _decode_loop(
         live_logits = d.logits if d.live is None else d.logits[d.live]
         if seen is not None:
             live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
-        tok, tok_logp = _sample_tokens(live_logits, params, generator)
+        tok, tok_logp = _sample_tokens(live_logits, params, generator, triton)
         if seen is not None:
             seen[row_ids, tok] = True
         drawn = _Drawn(row_ids, tok, tok_logp)  # their copy to the host starts now
@@ -304,12 +306,18 @@ def _seen_tokens(prompt_ids: list[list[int]], G: int, vocab: int, device) -> tor
     return seen
 
 
-def _sample_tokens(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row (greedy at temperature 0) and its log-probability under the sampling distribution."""
+def _sample_tokens(
+    logits: torch.Tensor, params: SamplingParams, generator, triton: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row (greedy at temperature 0) and its log-probability under the sampling distribution.
+    ``triton``: the model's distribution at a temperature is drawn by one Triton kernel (nn/vocab.py) where
+    it can read the logits; the same distribution, another random stream than torch's."""
     if params.temperature == 0:
         tok = logits.argmax(dim=-1)
         return tok, torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
     if not _filtered(params):  # the GRPO default: the model's distribution at a temperature
+        if triton and vocab.usable(logits):
+            return vocab.sample(logits, params.temperature, generator)
         x = logits.float()
         return _draw_softmax(x / params.temperature if params.temperature != 1.0 else x, generator)
     logp = process_logits(logits, params)  # penalised by the caller: no seen_NV passed, no second penalty

@@ -31,7 +31,7 @@ from grpokit.config.sections import Config, ConfigError, RolloutConfig
 from grpokit.config.validation import validate
 from grpokit.data.prompts import to_prompts
 from grpokit.data.vision import load_processor
-from grpokit.nn import kernels
+from grpokit.nn import kernels, vocab
 from grpokit.nn.models import frozen_copy
 from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
@@ -148,6 +148,7 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
         print(f"grpokit: kernels: liger-kernel's RMSNorm, SwiGLU and RoPE (model.kernels={m.kernels})", flush=True)
     if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward
         model_options.head_in_float32(model)
+    vocab.mark(model, vocab.wanted(m.vocab_kernels, device))  # before the reference copy: it is marked too
     ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
     if m.neftune_noise_alpha:  # after the copy: a separate reference gets no noise, as TRL's
         model_options.add_neftune(model, m.neftune_noise_alpha)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from grpokit.nn import vocab
+
 # Devices where the fused function is used. On CPU the head is a float32 nn.Linear that
 # grpokit.nn.kernels may route through oneDNN, which this function's plain matmuls would bypass;
 # there the autograd path stays (tests switch CPU on to compare the two).
@@ -49,49 +51,73 @@ def head_logprobs(
     head: torch.nn.Linear, h: torch.Tensor, targets: torch.Tensor, chunk: int, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(K,)`` float32 log-probabilities of ``targets`` under ``softmax(head(h) / temperature)`` for
-    ``h`` (K, hidden), ``chunk`` positions at a time; and the entropies (no gradient) when asked."""
-    logp, ent = HeadLogprobs.apply(h, head.weight, head.bias, targets, float(temperature), int(chunk), with_entropy)
+    ``h`` (K, hidden), ``chunk`` positions at a time; and the entropies (no gradient) when asked. The
+    passes over each chunk's logits are nn/vocab.py's Triton kernels where the head is marked for them
+    (``model.vocab_kernels``) and they can read its dtype, torch's ops otherwise."""
+    triton = getattr(head, vocab.MARK, False) and vocab.usable_for(h.dtype, h.device)
+    logp, ent = HeadLogprobs.apply(
+        h, head.weight, head.bias, targets, float(temperature), int(chunk), with_entropy, triton
+    )
     return logp, (ent if with_entropy else None)
 
 
-def _scaled_logits(h_c, weight, bias, temperature):
-    """``head(h_c) / temperature`` in float32 (float64 stays): a fresh tensor the caller may overwrite."""
-    z = F.linear(h_c, weight, bias)
+def _scaled(z, temperature):
+    """``z / temperature`` in float32 (float64 stays): a fresh tensor the caller may overwrite."""
     if z.dtype in (torch.float32, torch.float64):
         return z.div_(temperature) if temperature != 1.0 else z
     return z.float().div_(temperature) if temperature != 1.0 else z.float()
 
 
-def _probs(h_c, weight, bias, temperature, lse_c):
-    """``softmax(head(h_c) / temperature)`` from the saved log-sum-exp, in its float precision: the
+def _probs(z, temperature, lse_c):
+    """``softmax(z / temperature)`` from the saved log-sum-exp, in its float precision: the
     subtraction reads the half-precision logits and writes float32 in one pass."""
-    z = F.linear(h_c, weight, bias)
     p = torch.sub(z, lse_c) if temperature == 1.0 else torch.sub(z, lse_c * temperature).div_(temperature)
     return p.exp_()
+
+
+def _forward_chunk(z, t, temperature, with_entropy, triton):
+    """``(lse, logp, entropy or None)`` of one chunk's logits ``z`` (before the temperature)."""
+    if triton:  # one kernel reads the logits in their own dtype (nn/vocab.py)
+        return vocab.logsumexp(z, t, temperature, with_entropy)
+    # log_softmax is one kernel (torch.logsumexp would be four passes: amax, a written x - max, exp,
+    # sum); the log-sum-exp the backward needs is z_t - logp_t
+    z = _scaled(z, temperature)
+    logp_all = torch.log_softmax(z, dim=-1)
+    logp = logp_all.gather(1, t[:, None])[:, 0]
+    ent = -torch.linalg.vecdot(logp_all.exp(), logp_all) if with_entropy else None  # H = -sum_j p_j log p_j
+    return z.gather(1, t[:, None])[:, 0] - logp, logp, ent
+
+
+def _logit_grad(z, t, lse_c, grad_c, temperature, triton, dtype):
+    """``dz = g (onehot(t) - p) / T`` of one chunk in ``dtype``, and its float column sum (for a bias)."""
+    if triton:  # written over the logits, in their dtype, by one kernel
+        return vocab.logit_grad_(z, t, lse_c, grad_c, temperature)
+    p = _probs(z, temperature, lse_c[:, None])
+    p.scatter_add_(1, t[:, None], torch.ones_like(lse_c[:, None]).neg_())  # p - onehot
+    g = grad_c.to(p.dtype)[:, None] / temperature
+    # the product written straight in the model's dtype: one pass, no float32 dz
+    return torch.mul(p, -g, out=p if p.dtype == dtype else torch.empty(p.shape, dtype=dtype, device=p.device))
 
 
 class HeadLogprobs(torch.autograd.Function):
     """``(logp, entropy)`` of ``F.linear(h, weight, bias) / temperature``; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature, chunk, with_entropy):
+    def forward(ctx, h, weight, bias, targets, temperature, chunk, with_entropy, triton):
         K = h.shape[0]
         acc = torch.float64 if h.dtype == torch.float64 else torch.float32
         logp = torch.empty(K, dtype=acc, device=h.device)
         lse = torch.empty(K, dtype=acc, device=h.device)
         ent = torch.empty(K if with_entropy else 0, dtype=acc, device=h.device)
         for s in range(0, K, chunk):
-            # log_softmax is one kernel (torch.logsumexp would be four passes: amax, a written x - max,
-            # exp, sum); the log-sum-exp the backward needs is z_t - logp_t
-            z = _scaled_logits(h[s : s + chunk], weight, bias, temperature)
-            logp_all = torch.log_softmax(z, dim=-1)
-            t = targets[s : s + chunk, None]
-            logp[s : s + chunk] = logp_all.gather(1, t)[:, 0]
-            lse[s : s + chunk] = z.gather(1, t)[:, 0] - logp[s : s + chunk]
-            if with_entropy:  # H = -sum_j p_j log p_j
-                ent[s : s + chunk] = -torch.linalg.vecdot(logp_all.exp(), logp_all)
+            z = F.linear(h[s : s + chunk], weight, bias)
+            lse[s : s + chunk], logp[s : s + chunk], e = _forward_chunk(
+                z, targets[s : s + chunk], temperature, with_entropy, triton
+            )
+            if with_entropy:
+                ent[s : s + chunk] = e
         ctx.save_for_backward(h, weight, bias, targets, lse)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.chunk, ctx.triton = temperature, chunk, triton
         ctx.mark_non_differentiable(ent)
         return logp, ent
 
@@ -102,21 +128,14 @@ class HeadLogprobs(torch.autograd.Function):
         grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros(bias.shape, dtype=lse.dtype, device=bias.device) if need_b else None
-        g = grad_logp.to(lse.dtype) / ctx.temperature
         for s in range(0, h.shape[0], ctx.chunk):
-            h_c, g_c = h[s : s + ctx.chunk], g[s : s + ctx.chunk, None]
-            p = _probs(h_c, weight, bias, ctx.temperature, lse[s : s + ctx.chunk, None])
-            p.scatter_add_(1, targets[s : s + ctx.chunk, None], torch.full_like(g_c, -1.0))  # p - onehot
+            h_c, sl = h[s : s + ctx.chunk], slice(s, s + ctx.chunk)
+            z = F.linear(h_c, weight, bias)
+            dz = _logit_grad(z, targets[sl], lse[sl], grad_logp[sl], ctx.temperature, ctx.triton, h.dtype)
             if need_b:
-                p.mul_(-g_c)  # dz = g (onehot - p)
-                grad_b += p.sum(dim=0)
-                dz = p.to(h.dtype)
-            else:  # the product written straight in the model's dtype: one pass, no float32 dz
-                dz = torch.mul(
-                    p, -g_c, out=p if p.dtype == h.dtype else torch.empty(p.shape, dtype=h.dtype, device=p.device)
-                )
+                grad_b += dz.sum(dim=0, dtype=grad_b.dtype)
             if need_h:
-                torch.mm(dz, weight, out=grad_h[s : s + ctx.chunk])
+                torch.mm(dz, weight, out=grad_h[sl])
             if need_w:
                 grad_w.addmm_(dz.t(), h_c)
-        return grad_h, grad_w, (grad_b.to(bias.dtype) if need_b else None), None, None, None, None
+        return grad_h, grad_w, (grad_b.to(bias.dtype) if need_b else None), None, None, None, None, None

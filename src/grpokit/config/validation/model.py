@@ -7,6 +7,7 @@ from pathlib import Path
 from grpokit.config.sections import Config
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
+from grpokit.nn.vocab import MODES as VOCAB_MODES
 
 from .checks import check, one_of
 
@@ -23,6 +24,7 @@ def check_model(cfg: Config) -> None:
     one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
     one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
     one_of("model.kernels", m.kernels, ("torch", "liger", "auto"))
+    one_of("model.vocab_kernels", m.vocab_kernels, VOCAB_MODES)
     one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
     one_of("model.quantization", m.quantization, ("none", "4bit"))
     check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")

@@ -1,0 +1,137 @@
+"""Passes over a (rows, vocabulary) logits tensor as one Triton kernel each, where torch runs several.
+
+Both ends of a GRPO step touch every logit of every token: sampling draws a token from each row of
+the decode step's (N, V) logits, and the update's output layer (train/head.py) turns each chunk of
+(positions, V) logits into log-probabilities forward and their gradient backward. With a 151,936-token
+vocabulary those passes, not the matmuls, set the time. An H100 profile (bench/RESULTS.md,
+2026-11-27) counted 1.46 ms a decode step for sampling, against 5.28 ms for the whole decode graph,
+and about 1.15 s of a 4.9 s update for the output layer's log-softmax and its backward. torch runs each
+as a chain of full-size kernels: for sampling a float32 copy, the division by the temperature, a
+softmax, the exponential noise and the division by it (the argmax reads it once more); for the head a
+float32 copy, the log-softmax, and in the backward a subtraction, an exp and a product.
+
+Each kernel here reads every logit once, in the dtype the matmul wrote (bf16 on a card), and keeps its
+sums in float32 per lane of a block: the online log-sum-exp of Milakov & Gimelshein (arXiv
+1805.02867), rescaling a running sum when its running maximum grows.
+
+- ``sample``: one token per row from ``softmax(x / T)`` by the Gumbel-max trick (argmax of
+  ``x / T + g``, ``g = -log(-log u)``, u uniform: Gumbel 1954; the same draw as torch.multinomial's
+  argmax of p / q in distribution, not in its random stream) and the token's log-probability
+  ``x_t / T - logsumexp(x / T)``. The uniforms come from Philox (Salmon et al., SC 2011) keyed by a
+  seed drawn from the rollout's torch generator on the device (no host sync) plus the row, counted by
+  the column: one generator state gives one set of tokens.
+- ``logsumexp``: per row, ``logsumexp(x / T)``, the target's log-probability and optionally the
+  entropy ``logsumexp - sum p x / T``.
+- ``logit_grad_``: overwrites the logits with ``g (1[j = t] - p_j) / T``, the gradient of ``g logp_t``,
+  in their own dtype.
+
+Where: CUDA tensors, when Triton imports and the model was not asked for torch's own kernels
+(``model.kernels=torch``; ``mark`` records the choice on the output layer). Everywhere else, and for
+float64 or greedy decoding, the callers keep their torch code, which the tests compare these kernels
+with (on CPU through Triton's interpreter, TRITON_INTERPRET=1).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from grpokit.config.sections import ConfigError
+
+# The attribute ``mark`` sets on a model's output layer: whether its logits may use these kernels.
+MARK = "grpokit_vocab_kernels"
+BLOCK = 2048  # logits a program reads at once: 8 KiB of float32 sums per lane set, a few loads in flight
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+SEED_HIGH = 2**31 - 1  # seeds are drawn in [0, SEED_HIGH); adding a row keeps them in int64
+
+
+MODES = ("auto", "triton", "torch")
+
+
+def wanted(mode: str, device: torch.device) -> bool:
+    """Resolve ``model.vocab_kernels`` for a model on ``device``: "triton" refuses, with the reason, where
+    the kernels cannot run."""
+    if mode == "torch":
+        return False
+    ready = device.type == "cuda" and usable_for(torch.float32, device)  # never the interpreter in a run
+    if mode == "triton" and not ready:
+        why = "Triton does not import here" if device.type == "cuda" else f"this run's device is {device.type}"
+        raise ConfigError(
+            f"model.vocab_kernels='triton' needs a CUDA device with Triton (pip install triton); {why}; "
+            "set model.vocab_kernels=auto or torch"
+        )
+    return ready
+
+
+def mark(model: torch.nn.Module, on: bool) -> None:
+    """Record on ``model``'s output layer whether its logits may go through these kernels (copies of the
+    model, the reference and a static decoder's, carry the attribute with the layer)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        setattr(head, MARK, on)
+
+
+def marked(model: torch.nn.Module) -> bool:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return bool(getattr(head, MARK, False))
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether these kernels can read ``x``: rows of contiguous logits in a dtype they keep sums for, on
+    a Triton-capable device (CUDA, or any under the interpreter), with Triton importable."""
+    return x.dim() == 2 and x.stride(1) == 1 and usable_for(x.dtype, x.device)
+
+
+def usable_for(dtype: torch.dtype, device: torch.device) -> bool:
+    """``usable`` for logits of this dtype on this device, before they exist."""
+    if dtype not in DTYPES or (device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1"):
+        return False
+    return _kernels() is not None
+
+
+def sample(x_NV: torch.Tensor, temperature: float, generator: torch.Generator | None):
+    """``(tok (N,) int64, logp (N,) float32)``: one token per row of ``softmax(x_NV / temperature)``
+    and its log-probability. A row holding NaN gets a NaN log-probability (the caller stops on it);
+    logits at -inf are never drawn."""
+    N, V = x_NV.shape
+    seed = torch.randint(0, SEED_HIGH, (1,), generator=generator, device=x_NV.device)
+    tok = torch.empty(N, dtype=torch.int64, device=x_NV.device)
+    logp = torch.empty(N, dtype=torch.float32, device=x_NV.device)
+    _kernels().sample[(N,)](x_NV, x_NV.stride(0), V, 1.0 / temperature, seed, tok, logp, BLOCK=BLOCK)
+    return tok, logp
+
+
+def logsumexp(z_KV: torch.Tensor, targets_K: torch.Tensor, temperature: float, with_entropy: bool):
+    """``(lse, logp, entropy or None)``, each (K,) float32, of ``z_KV / temperature``: the
+    log-sum-exp, the log-probability of ``targets_K``, the entropy."""
+    K, V = z_KV.shape
+    lse = torch.empty(K, dtype=torch.float32, device=z_KV.device)
+    logp = torch.empty_like(lse)
+    ent = torch.empty_like(lse) if with_entropy else lse  # not written without the flag
+    k = _kernels().logsumexp
+    k[(K,)](z_KV, z_KV.stride(0), V, 1.0 / temperature, targets_K, lse, logp, ent, WITH_ENT=with_entropy, BLOCK=BLOCK)
+    return lse, logp, (ent if with_entropy else None)
+
+
+def logit_grad_(z_KV: torch.Tensor, targets_K: torch.Tensor, lse_K: torch.Tensor, g_K: torch.Tensor, temperature):
+    """Overwrite ``z_KV`` (the logits before the temperature) with ``d(g_k logp_k) / dz``:
+    ``g (1[j = t] - softmax(z / T)_j) / T``, in ``z_KV``'s dtype. ``lse_K`` from ``logsumexp``."""
+    K, V = z_KV.shape
+    k = _kernels().logit_grad
+    k[(K,)](z_KV, z_KV.stride(0), V, 1.0 / temperature, targets_K, lse_K, g_K.float().contiguous(), BLOCK=BLOCK)
+    return z_KV
+
+
+@functools.cache
+def _kernels():
+    """The jitted kernels, or None without Triton. Built on first use, so that TRITON_INTERPRET set
+    by then (tests on CPU) takes effect; ``_kernels.cache_clear()`` rebuilds them."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    from grpokit.nn import vocab_kernels
+
+    return vocab_kernels.build()
