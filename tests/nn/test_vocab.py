@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,10 @@ def interpret(monkeypatch):
     sys.modules.pop("grpokit.nn.vocab_kernels", None)
     vocab._kernels.cache_clear()
     yield
+    monkeypatch.undo()  # a test's own patches of vocab first
     sys.modules.pop("grpokit.nn.vocab_kernels", None)
     vocab._kernels.cache_clear()
+    vocab.probe.cache_clear()
 
 
 def test_draws_follow_softmax_at_the_temperature_and_log_probabilities_are_exact(interpret, monkeypatch):
@@ -172,6 +175,31 @@ def test_model_vocab_kernels_resolves_and_refuses_with_the_reason():
         vocab.wanted("triton", cpu)
     model = torch.nn.Module()
     assert not vocab.marked(model)  # no output layer: nothing to mark
+
+
+def test_kernels_that_fail_to_build_leave_auto_on_torch_and_refuse_triton(interpret, monkeypatch, capsys):
+    cpu = torch.device("cpu")
+    vocab.probe.cache_clear()
+    assert vocab.probe(cpu) is None  # the real kernels build and run (here in the interpreter)
+
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("PassManager::run failed")
+
+            return launch
+
+    monkeypatch.setattr(vocab, "_kernels", lambda: types.SimpleNamespace(sample=Broken(), logsumexp=Broken()))
+    vocab.probe.cache_clear()
+    why = vocab.probe(cpu)
+    assert why == "Triton could not build or run grpokit's kernels (RuntimeError: PassManager::run failed)"
+    cuda = torch.device("cuda")  # as a card would see it: Triton imports, the probe fails
+    monkeypatch.setattr(vocab, "usable_for", lambda dtype, device: True)
+    monkeypatch.setattr(vocab, "probe", lambda device: why)
+    assert vocab.wanted("auto", cuda) is False
+    assert capsys.readouterr().out == f"grpokit: model.vocab_kernels=auto: {why}; torch's ops run\n"
+    with pytest.raises(ConfigError, match=r"PassManager::run failed\); set model.vocab_kernels=auto or torch"):
+        vocab.wanted("triton", cuda)
 
 
 COMPILE = """

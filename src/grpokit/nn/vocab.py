@@ -51,18 +51,41 @@ MODES = ("auto", "triton", "torch")
 
 
 def wanted(mode: str, device: torch.device) -> bool:
-    """Resolve ``model.vocab_kernels`` for a model on ``device``: "triton" refuses, with the reason, where
-    the kernels cannot run."""
+    """Resolve ``model.vocab_kernels`` for a model on ``device``. The kernels are compiled and run once
+    on a few logits first: "auto" keeps torch's ops, with a printed line, where that fails (a Triton
+    release that does not build them); "triton" refuses with the reason."""
     if mode == "torch":
         return False
-    ready = device.type == "cuda" and usable_for(torch.float32, device)  # never the interpreter in a run
-    if mode == "triton" and not ready:
+    if device.type != "cuda" or not usable_for(torch.float32, device):  # never the interpreter in a run
         why = "Triton does not import here" if device.type == "cuda" else f"this run's device is {device.type}"
+    else:
+        why = probe(device)
+    if why is None:
+        return True
+    if mode == "triton":
         raise ConfigError(
             f"model.vocab_kernels='triton' needs a CUDA device with Triton (pip install triton); {why}; "
             "set model.vocab_kernels=auto or torch"
         )
-    return ready
+    if device.type == "cuda":
+        print(f"grpokit: model.vocab_kernels=auto: {why}; torch's ops run", flush=True)
+    return False
+
+
+@functools.cache
+def probe(device: torch.device) -> str | None:
+    """Compile and run each kernel once on a few logits of ``device``: None, or why they failed."""
+    try:
+        x = torch.tensor([[0.0, 1.0, -1.0], [2.0, 0.0, float("-inf")]], device=device)
+        t = torch.tensor([1, 0], device=device)
+        sample(x.to(torch.bfloat16), 1.0, torch.Generator(device=device).manual_seed(0))
+        lse, _, _ = logsumexp(x, t, 1.0, with_entropy=True)
+        logit_grad_(x, t, lse, torch.ones(2, device=device), 1.0)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as e:  # a compile or launch failure: the caller keeps torch's ops
+        return f"Triton could not build or run grpokit's kernels ({type(e).__name__}: {str(e)[:300]})"
+    return None
 
 
 def mark(model: torch.nn.Module, on: bool) -> None:
