@@ -83,7 +83,9 @@ if [[ ",$STAGES," == *",tests,"* && -z "$TINY" ]]; then
 fi
 if [[ ",$STAGES," == *",vocab,"* ]]; then
   # shellcheck disable=SC2086
-  python3 bench/vocab_kernels.py --json "$VOCAB" $VOCAB_ARGS 2>&1 | tee "$OUT/gpu_vocab.log"
+  # --tiny: Triton's interpreter, from the dev venv's test-site (scripts/setup.sh) where the venv has no triton
+  PYTHONPATH="$PYTHONPATH${TINY:+:$PWD/.venv/test-site}" python3 bench/vocab_kernels.py --json "$VOCAB" $VOCAB_ARGS 2>&1 \
+    | tee "$OUT/gpu_vocab.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   [ "$VOCAB" = "$OUT/vocab.json" ] || cp "$VOCAB" "$OUT/vocab.json" 2>/dev/null || true
 fi

@@ -1,15 +1,20 @@
 """Shared fixtures: a tiny random causal LM built locally (no downloads)."""
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 # Without CUDA, Triton kernels (nn/vocab.py) run only in Triton's interpreter, on CPU tensors; it must be on
 # before triton is first imported (its library functions are wrapped at import). The kernels run only where a
-# test asks for them (tests/nn/test_vocab.py): runs on CPU never choose them (vocab.wanted).
+# test asks for them (tests/nn/test_vocab.py): runs on CPU never choose them (vocab.wanted). scripts/setup.sh
+# keeps triton in the venv's test-site, on this process's path only: the tests' subprocesses do not see it.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    if (Path(sys.prefix) / "test-site" / "triton").is_dir():
+        sys.path.append(str(Path(sys.prefix) / "test-site"))
 
 from helpers.models import char_tokenizer, save_tiny_model, tiny_llama
 

@@ -235,7 +235,8 @@ def test_the_kernels_compile_for_ampere_and_hopper():
     compiler, not only in the interpreter (which is lenient about them). Its own process: the
     interpreter, on in this one, replaces the functions the compiler inlines."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(vocab.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    paths = [str(Path(vocab.__file__).parents[2]), str(Path(triton.__file__).parents[1])]  # src, triton's site
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     out = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
