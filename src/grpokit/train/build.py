@@ -148,7 +148,12 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
         print(f"grpokit: kernels: liger-kernel's RMSNorm, SwiGLU and RoPE (model.kernels={m.kernels})", flush=True)
     if m.lm_head_fp32:  # ScaleRL: after oneDNN, whose binding would replace the head's float32 forward
         model_options.head_in_float32(model)
-    vocab.mark(model, vocab.wanted(m.vocab_kernels, device))  # before the reference copy: it is marked too
+    on = vocab.wanted(m.vocab_kernels, device)
+    vocab.mark(model, on)  # before the reference copy: it is marked too
+    if on and dist.is_main:
+        print(
+            f"grpokit: kernels: grpokit's Triton draw and output-layer passes (model.vocab_kernels={m.vocab_kernels})"
+        )
     ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
     if m.neftune_noise_alpha:  # after the copy: a separate reference gets no noise, as TRL's
         model_options.add_neftune(model, m.neftune_noise_alpha)
