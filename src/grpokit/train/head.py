@@ -19,6 +19,10 @@ Measured (bench/RESULTS.md, H100, 2026-11-27): a first form, whose forward used 
 update's time unchanged (5.13 against 5.18 s; by the passes counted, the forward's extra passes
 took what the backward's saved; not profiled). The forward is log_softmax's again since; that form
 is not measured on a card yet.
+
+Where the head is marked for nn/vocab.py's kernels (``model.vocab_kernels``), each of those chains
+is one Triton kernel instead: the forward reads the chunk's logits once (log-sum-exp, the target's
+log-probability, the entropy), the backward writes ``dz`` over the logits in their dtype.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def _forward_chunk(z, t, temperature, with_entropy, triton):
 
 
 def _logit_grad(z, t, lse_c, grad_c, temperature, triton, dtype):
-    """``dz = g (onehot(t) - p) / T`` of one chunk in ``dtype``, and its float column sum (for a bias)."""
+    """``dz = g (onehot(t) - p) / T`` of one chunk, in ``dtype``."""
     if triton:  # written over the logits, in their dtype, by one kernel
         return vocab.logit_grad_(z, t, lse_c, grad_c, temperature)
     p = _probs(z, temperature, lse_c[:, None])
