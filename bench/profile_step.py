@@ -124,7 +124,7 @@ def main(argv=None):
     # tokens), so synchronising around them moves little
     spans.wrap(hf, "_prefill", "rollout_prefill")
     spans.wrap(static.StaticDecoder, "step", "rollout_decode_step")
-    spans.wrap(hf, "_sample_tokens", "rollout_sample")
+    spans.wrap(hf, "sample_tokens", "rollout_sample")
     spans.wrap(hf, "_record", "rollout_record")
     # run warm-up + measured steps through the worker's own grpokit runner, with two profiler windows,
     # each summarised and printed as it closes: the update of the first measured step, then a few decode

@@ -3,7 +3,7 @@
 Two measurements, each as the step runs it, with CUDA events (median of --reps after --warmup):
 
 - sampling: one decode step's draw from (--rows, --vocab) logits at temperature --temperature
-  (rollout/hf.py ``_sample_tokens`` with and without the kernel);
+  (rollout/sampling.py ``sample_tokens`` with and without the kernel);
 - head: the update's output layer, forward and backward of train/head.py's function over --positions
   positions of hidden size --hidden (torch's passes, then the kernels), with the peak memory above
   what the inputs hold.
@@ -20,6 +20,10 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from worker import _sync  # noqa: E402  (imports torch, not triton: --tiny sets the interpreter in time)
 
 
 def _args(argv=None):
@@ -43,7 +47,6 @@ def main(argv=None) -> int:
         a.rows, a.vocab, a.positions, a.hidden, a.reps, a.warmup = 4, 96, 8, 16, 2, 1
     import torch
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
     from grpokit.nn import vocab
 
     device = torch.device("cpu" if a.tiny else "cuda")
@@ -62,40 +65,32 @@ def main(argv=None) -> int:
 
 
 def _timed(fn, a, device) -> float:
-    """Median milliseconds of ``fn()``."""
-    import torch
-
+    """Median milliseconds of ``fn()``, the device synchronised before and after each call."""
     for _ in range(a.warmup):
         fn()
     times = []
     for _ in range(a.reps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
+        _sync(device.type)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device.type)
+        times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 
 def _sampling(a, device, dtype) -> dict:
     import torch
 
-    from grpokit.rollout.hf import SamplingParams, _sample_tokens
+    from grpokit.rollout.sampling import SamplingParams, sample_tokens
 
     logits = torch.randn(a.rows, a.vocab, device=device).mul_(3).to(dtype)
     params = SamplingParams(temperature=a.temperature)
     gen = torch.Generator(device=device).manual_seed(0)
     res = {}
     for name, on in (("torch_ms", False), ("triton_ms", True)):
-        res[name] = _timed(lambda: _sample_tokens(logits, params, gen, on), a, device)
+        res[name] = _timed(lambda: sample_tokens(logits, params, gen, on), a, device)
     # the kernel's log-probabilities against log_softmax of the tokens it drew
-    tok, logp = _sample_tokens(logits, params, gen, True)
+    tok, logp = sample_tokens(logits, params, gen, True)
     ref = torch.log_softmax(logits.float() / a.temperature, -1).gather(1, tok[:, None])[:, 0]
     res["max_abs_logp_diff"] = (logp - ref).abs().max().item()
     res["speedup"] = res["torch_ms"] / res["triton_ms"]

@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from grpokit.rollout.hf import SamplingParams, generate, process_logits
+from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.rollout.sampling import process_logits
 from grpokit.train.logprobs import completion_logprobs, make_token_batch
 from helpers.models import tiny_qwen2
 
@@ -226,7 +227,7 @@ def test_sdpa_attention_in_the_static_step_samples_what_the_matmul_attention_doe
 def test_repetition_penalty_is_transformers_on_fixed_tensors():
     from transformers import RepetitionPenaltyLogitsProcessor
 
-    from grpokit.rollout.hf import penalize_repetition
+    from grpokit.rollout.sampling import penalize_repetition
 
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [-2.0, 4.0, 1.0, 0.0]])
     seen = torch.tensor([[True, True, False, False], [True, False, False, True]])
@@ -337,11 +338,11 @@ def test_a_hybrid_cache_that_cannot_copy_rows_prefills_each_sample(monkeypatch):
 
 
 def test_one_sample_per_row_draws_what_torch_multinomial_draws():
-    # _sample_tokens' Gumbel-max (argmax of log p - log q, q ~ Exp(1); argmax of p / q itself without
+    # sample_tokens' Gumbel-max (argmax of log p - log q, q ~ Exp(1); argmax of p / q itself without
     # filters) takes the same draws from the generator as torch.multinomial's one-sample path (argmax
     # of p / q), so it picks the same tokens: on Qwen2.5's 151,936-token vocabulary, and under each
     # filter on a smaller one
-    from grpokit.rollout.hf import _sample_tokens
+    from grpokit.rollout.sampling import sample_tokens
 
     g = torch.Generator().manual_seed(0)
     for rows, vocab, params in (
@@ -350,7 +351,7 @@ def test_one_sample_per_row_draws_what_torch_multinomial_draws():
         (512, 2048, SamplingParams(top_k=50, min_p=0.05)),
     ):
         logits = torch.randn(rows, vocab, generator=g) * 3
-        tok, tok_logp = _sample_tokens(logits, params, torch.Generator().manual_seed(5))
+        tok, tok_logp = sample_tokens(logits, params, torch.Generator().manual_seed(5))
         logp = process_logits(logits, params)
         want = torch.multinomial(logp.exp(), 1, generator=torch.Generator().manual_seed(5))[:, 0]
         assert torch.equal(tok, want)

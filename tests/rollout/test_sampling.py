@@ -1,4 +1,4 @@
-"""Sampling one token per row (rollout/hf.py ``_sample_tokens``).
+"""Sampling one token per row (rollout/sampling.py ``sample_tokens``).
 
 Without top-k, top-p, min-p or a repetition penalty (the GRPO default) a draw is argmax(p / q) over
 p = softmax(logits / T) and q ~ Exp(1), torch.multinomial's one-sample draw; with them, the general
@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from grpokit.rollout.hf import SamplingParams, _draw_softmax, _filtered, _sample_tokens, process_logits
+from grpokit.rollout.sampling import SamplingParams, draw_softmax, filtered, process_logits, sample_tokens
 
 
 def general_draw(x_NV: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -30,7 +30,7 @@ def test_a_draw_by_hand():
     # its log-probability log p[token]: log 0.5 = -0.693, log 0.3 = -1.204 or log 0.2 = -1.609
     x = torch.log(torch.tensor([[0.5, 0.3, 0.2]] * 4))
     q = torch.empty_like(x).exponential_(1, generator=torch.Generator().manual_seed(7))
-    tok, logp = _draw_softmax(x, torch.Generator().manual_seed(7))
+    tok, logp = draw_softmax(x, torch.Generator().manual_seed(7))
     assert tok.tolist() == (torch.tensor([0.5, 0.3, 0.2]) / q).argmax(-1).tolist()
     for t, lp in zip(tok.tolist(), logp.tolist()):
         assert lp == pytest.approx(math.log([0.5, 0.3, 0.2][t]), abs=1e-6)
@@ -44,7 +44,7 @@ def test_the_softmax_draw_chooses_what_the_general_path_chooses(dtype, tol, temp
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(64, 5000, generator=g, dtype=dtype) * (1 + 4 * torch.rand(64, 1, generator=g, dtype=dtype))
     x = logits / temperature
-    tok, logp = _draw_softmax(x, torch.Generator().manual_seed(100 + seed))
+    tok, logp = draw_softmax(x, torch.Generator().manual_seed(100 + seed))
     want_tok, want_logp = general_draw(x, torch.Generator().manual_seed(100 + seed))
     assert torch.equal(tok, want_tok)
     assert logp.dtype == dtype and (logp - want_logp).abs().max() < tol
@@ -57,8 +57,8 @@ def test_the_softmax_draw_chooses_what_the_general_path_chooses(dtype, tol, temp
 def test_sample_tokens_takes_the_softmax_draw_only_without_filters(dtype):
     logits = (torch.randn(32, 3000, generator=torch.Generator().manual_seed(3)) * 3).to(dtype)
     for params in (SamplingParams(), SamplingParams(temperature=0.7)):
-        assert not _filtered(params)
-        tok, logp = _sample_tokens(logits, params, torch.Generator().manual_seed(9))
+        assert not filtered(params)
+        tok, logp = sample_tokens(logits, params, torch.Generator().manual_seed(9))
         x = logits.float() / params.temperature
         want_tok, want_logp = general_draw(x, torch.Generator().manual_seed(9))
         assert torch.equal(tok, want_tok) and torch.allclose(logp, want_logp, atol=1e-5)
@@ -68,8 +68,8 @@ def test_sample_tokens_takes_the_softmax_draw_only_without_filters(dtype):
         SamplingParams(min_p=0.05),
         SamplingParams(repetition_penalty=1.2),  # penalised by the caller; the general path as before
     ):
-        assert _filtered(params)
-        tok, logp = _sample_tokens(logits, params, torch.Generator().manual_seed(9))
+        assert filtered(params)
+        tok, logp = sample_tokens(logits, params, torch.Generator().manual_seed(9))
         want = process_logits(logits, params)
         noise = torch.empty_like(want).exponential_(1, generator=torch.Generator().manual_seed(9))
         assert torch.equal(tok, (want - noise.log()).argmax(-1))
@@ -82,7 +82,7 @@ def test_a_nan_logit_gives_a_nan_log_probability_and_hidden_tokens_are_never_dra
     logits[:, :2] = -1e4  # hidden placeholders (data/vision.hide_placeholders): p = 0
     logits[2, 3] = float("-inf")
     for _ in range(20):
-        tok, logp = _sample_tokens(logits, SamplingParams(), torch.Generator().manual_seed(_))
+        tok, logp = sample_tokens(logits, SamplingParams(), torch.Generator().manual_seed(_))
         assert math.isnan(logp[1].item()) and math.isnan(sum(logp.tolist()))  # what _record checks
         assert tok[0] >= 2 and tok[2] >= 2 and tok[2] != 3
         assert logp[0].item() == pytest.approx(math.log(1 / 4)) and logp[2].item() == pytest.approx(math.log(1 / 3))

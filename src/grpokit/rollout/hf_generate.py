@@ -26,7 +26,7 @@ from grpokit.types import Rollout
 
 
 def generation_config(params, generation_kwargs: dict, eos_token_ids: set[int], pad_token_id: int):
-    """transformers' ``GenerationConfig`` for ``params`` (hf.SamplingParams): temperature 0 is greedy;
+    """transformers' ``GenerationConfig`` for ``params`` (sampling.SamplingParams): temperature 0 is greedy;
     0 / 1.0 mean "off" in grpokit and are left unset here (transformers would otherwise build a warper)."""
     from transformers import GenerationConfig
 

@@ -1,0 +1,125 @@
+"""How one token per row is drawn from a decode step's logits (stage 2), for every engine of hf.py.
+
+The controls (``SamplingParams``, TRL's and vLLM's names), transformers' order of the repetition
+penalty, temperature, top-k, top-p and min-p (``process_logits``), and the draw itself: the
+model's distribution at a temperature by ``draw_softmax`` (or nn/vocab.py's Triton kernel where
+``model.vocab_kernels`` marked the model), a filtered one by Gumbel-max over the processed
+log-probabilities. Each draw returns the token and its log-probability under the distribution it
+was drawn from: what the sampler/trainer mismatch metrics and TIS compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from grpokit.nn import vocab
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling controls; temperature 0 means greedy decoding."""
+
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0
+
+
+def penalize_repetition(logits_NV: torch.Tensor, seen_NV: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty (Keskar et al., 2019) as transformers' RepetitionPenaltyLogitsProcessor:
+    a token already seen (``seen_NV`` True: in the prompt or the completion so far) has its logit
+    divided by ``penalty`` when positive, multiplied by it when not. ``penalty`` 1 changes nothing."""
+    x = logits_NV.float()
+    penalised = torch.where(x > 0, x / penalty, x * penalty)
+    return torch.where(seen_NV, penalised, x)
+
+
+def process_logits(logits_NV: torch.Tensor, p: SamplingParams, seen_NV: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-probabilities after the repetition penalty (needs ``seen_NV``, the tokens of prompt and
+    completion so far), then temperature, top-k, top-p and min-p (removed tokens get -inf): HF's order."""
+    x = logits_NV.float()
+    if p.repetition_penalty != 1.0 and seen_NV is not None:
+        x = penalize_repetition(x, seen_NV, p.repetition_penalty)
+    if p.temperature != 1.0:  # at 1 the division is a whole (rows x vocabulary) pass that changes nothing
+        x = x / p.temperature
+    if p.top_k > 0 and p.top_k < x.shape[-1]:
+        kth = torch.topk(x, p.top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    logp = torch.log_softmax(x, dim=-1)
+    if p.min_p > 0:
+        cut = logp.max(dim=-1, keepdim=True).values + torch.log(torch.tensor(p.min_p))
+        logp = logp.masked_fill(logp < cut, float("-inf"))
+    if p.top_p < 1.0:
+        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
+        cum = sorted_logp.exp().cumsum(dim=-1)
+        drop_sorted = (cum - sorted_logp.exp()) >= p.top_p  # keep tokens until the mass reaches top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = logp.masked_fill(drop, float("-inf"))
+    if p.top_k > 0 or p.min_p > 0 or p.top_p < 1.0:
+        logp = torch.log_softmax(logp, dim=-1)  # renormalise over the kept tokens
+    return logp
+
+
+def seen_tokens(prompt_ids: list[list[int]], G: int, vocab: int, device) -> torch.Tensor:
+    """(N, V) tokens of each row's prompt, for the repetition penalty (completion tokens are added as sampled)."""
+    seen = torch.zeros((len(prompt_ids) * G, vocab), dtype=torch.bool, device=device)
+    for i, p in enumerate(prompt_ids):
+        seen[i * G : (i + 1) * G, torch.tensor(p, dtype=torch.long, device=device)] = True
+    return seen
+
+
+def sample_tokens(
+    logits: torch.Tensor, params: SamplingParams, generator, triton: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row (greedy at temperature 0) and its log-probability under the sampling distribution.
+    ``triton``: the model's distribution at a temperature is drawn by one Triton kernel (nn/vocab.py) where
+    it can read the logits; the same distribution, another random stream than torch's."""
+    if params.temperature == 0:
+        tok = logits.argmax(dim=-1)
+        return tok, torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
+    if not filtered(params):  # the GRPO default: the model's distribution at a temperature
+        if triton and vocab.usable(logits):
+            return vocab.sample(logits, params.temperature, generator)
+        x = logits.float()
+        return draw_softmax(x / params.temperature if params.temperature != 1.0 else x, generator)
+    logp = process_logits(logits, params)  # penalised by the caller: no seen_NV passed, no second penalty
+    # Gumbel-max: argmax(log p - log q), q ~ Exp(1), is what torch.multinomial computes for one sample
+    # (argmax of p / q, from the same draws of the same generator), without the probability tensor and
+    # the validity checks it makes first (three more passes over the (rows x vocabulary) tensor and two
+    # host syncs a step). The generator lives on `device`.
+    noise = torch.empty_like(logp).exponential_(1, generator=generator)
+    tok = torch.sub(logp, noise.log_(), out=noise).argmax(dim=-1)
+    return tok, logp.gather(1, tok[:, None])[:, 0]
+
+
+def filtered(p: SamplingParams) -> bool:
+    """Whether ``p`` changes the distribution beyond the temperature: top-k, top-p, min-p (``process_logits``
+    then removes tokens and renormalises) or a repetition penalty."""
+    return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0 or p.repetition_penalty != 1.0
+
+
+def draw_softmax(x_NV: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from ``softmax(x_NV)`` (float32 or float64 logits, already divided by the
+    temperature) and its log-probability.
+
+    torch.multinomial's one-sample draw: argmax of p / q, q ~ Exp(1) (the same draws from the same
+    generator as the general path's argmax(log p - log q)); the token's log-probability is log p[token].
+    One kernel over the (rows x vocabulary) tensor fewer than the general path: no log of the noise (a
+    read and a write); the softmax costs what the log_softmax did, the division what the subtraction
+    did. log p = x - logsumexp(x) would not do better: torch.logsumexp is four kernels over the
+    tensor (amax, x - max written out, exp, sum), more work than one softmax.
+
+    Against the general path: the same token unless two candidates' p / q tie to the float rounding
+    (argmax(p / q) and argmax(log p - log q) are one choice in exact arithmetic); log-probabilities
+    equal to the rounding of the dtype (tests/rollout/test_sampling.py). A NaN logit makes its row's
+    probabilities NaN, so the drawn token's log-probability is NaN and hf.py's ``_record`` stops the rollout;
+    tokens at -inf (or -1e4, hidden placeholders) have p = 0 and are never drawn."""
+    p = torch.softmax(x_NV, dim=-1)  # (N, V)
+    noise = torch.empty_like(p).exponential_(1, generator=generator)
+    tok = torch.div(p, noise, out=noise).argmax(dim=-1)
+    return tok, p.gather(1, tok[:, None])[:, 0].log()
