@@ -6,6 +6,7 @@ timeouts are short so the whole file stays fast; docs/FAULTS.md lists the guaran
 """
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -686,7 +687,20 @@ def _descendants(pid):
         return []
 
 
-def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp_path):
+def _orphan_cgroups_swept(monkeypatch, owner_prefix: str) -> None:
+    """The next sweep (grace 0) removes the sandbox cgroups of dead owners; only held ones remain."""
+    from grpokit.rewards.sandbox import budget, cleanup
+
+    monkeypatch.setattr(cleanup, "CGROUP_GRACE_S", 0.0)
+    left = [
+        f for _, f in cleanup.sandbox_cgroups() if os.path.basename(f).startswith(owner_prefix) and cleanup._unlocked(f)
+    ]
+    assert bool(left) == (budget.mechanism() is not None)  # a cgroup budget leaves folders to sweep
+    assert set(left) <= set(cleanup.sweep_stale_cgroups())
+    assert [f for _, f in cleanup.sandbox_cgroups() if cleanup._unlocked(f)] == []
+
+
+def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp_path, monkeypatch):
     import os
     import signal
 
@@ -719,6 +733,7 @@ def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp
     removed = sweep_stale_jobs(str(tmp_path))
     assert [os.path.basename(p).startswith(f"grpokit-job-{proc.pid}-") for p in removed] == [True]
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
+    _orphan_cgroups_swept(monkeypatch, f"grpokit-sandbox-{proc.pid}-")  # and its cgroups
 
 
 def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
@@ -786,6 +801,7 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
         res = r.score(prompts=["p"], completions=[echo], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [1.0]  # the replacement worker scores, and sweeps first
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
+    _orphan_cgroups_swept(monkeypatch, "grpokit-sandbox-")  # the killed worker's (younger than the grace before)
 
 
 def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):

@@ -1,4 +1,5 @@
-"""Job folders of trainers that died are swept; a live trainer's folder never is, in any PID namespace.
+"""Job folders and sandbox cgroups of trainers that died are swept; a live trainer's never are, in any
+PID namespace.
 
 Before: a folder's owner counted as gone when its pid was not alive *here*. A trainer in another PID
 namespace that shares the temp folder (a container, a cluster job) has pids that mean nothing here, so
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from grpokit.rewards.sandbox import cleanup
+from grpokit.rewards.sandbox import budget, cleanup
 
 # Holds a job folder named for a pid that is alive nowhere (above any pid_max), until stdin closes.
 HOLDER = r"""
@@ -97,3 +98,78 @@ def test_job_folders_are_named_only_once_locked_and_leftover_staging_folders_go_
     old = time.time() - cleanup.STAGING_GRACE_S - 1
     os.utime(left, (old, old))
     assert cleanup.sweep_stale_jobs(str(tmp_path)) == [str(left)]
+
+
+# Creates a sandbox cgroup with the host's mechanism and holds it (and its flock), until stdin closes.
+CGROUP_HOLDER = r"""
+import sys
+from grpokit.rewards.sandbox import budget
+cg = budget.Cgroup.create(budget.Plan(budget.mechanism(), 8, 64 << 20, 64 << 20, 1.0))
+print(" ".join(cg.folders.values()), flush=True)
+sys.stdin.read()
+cg.remove()
+"""
+
+
+def _need_cgroup():
+    if budget.mechanism() is None:
+        pytest.skip("no writable cgroup on this host: sandboxes hold their budget with rlimits, and leave no folder")
+
+
+def test_a_held_cgroup_is_kept_and_swept_with_its_leftover_process_once_its_creator_is_killed(tmp_path, monkeypatch):
+    # Before: nothing removed the cgroups of a trainer killed mid-call; 124 gathered on one host, and a
+    # later process given the same pid stopped at "File exists" creating a name it had used
+    _need_cgroup()
+    monkeypatch.setattr(cleanup, "CGROUP_GRACE_S", 0.0)
+    proc, line = _start([sys.executable, "-c", CGROUP_HOLDER], tmp_path)
+    folders = line.split()
+    left = subprocess.Popen(["sleep", "300"])  # a process the killed trainer's sandbox left running
+    try:
+        assert folders and all(os.path.basename(f).startswith(f"grpokit-sandbox-{proc.pid}-") for f in folders)
+        for folder in folders:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+                f.write(str(left.pid))
+        assert not set(folders) & set(cleanup.sweep_stale_cgroups())  # held: kept, with what runs in it
+        assert all(os.path.isdir(f) for f in folders) and left.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert set(folders) <= set(cleanup.sweep_stale_cgroups())
+        assert not any(os.path.exists(f) for f in folders)
+        assert left.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for p in (proc, left):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_young_cgroup_is_never_swept_and_a_released_one_is_gone(tmp_path, monkeypatch):
+    _need_cgroup()
+    proc, line = _start([sys.executable, "-c", CGROUP_HOLDER], tmp_path)
+    folders = line.split()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not set(folders) & set(cleanup.sweep_stale_cgroups())  # unlocked, but younger than the grace
+    monkeypatch.setattr(cleanup, "CGROUP_GRACE_S", 0.0)
+    assert set(folders) <= set(cleanup.sweep_stale_cgroups())
+    proc, line = _start([sys.executable, "-c", CGROUP_HOLDER], tmp_path)
+    folders = line.split()
+    proc.stdin.close()  # its owner removes it on the way out
+    assert proc.wait(timeout=30) == 0
+    assert not any(os.path.exists(f) for f in folders)
+
+
+def test_sandbox_cgroup_names_are_never_reused_by_a_process_of_the_same_pid():
+    # the name is the pid (for people) and 64 random bits: a leftover of a dead process of the same pid
+    # can no longer be the name a new sandbox asks for
+    _need_cgroup()
+    plan = budget.Plan(budget.mechanism(), 8, 64 << 20, 64 << 20, 1.0)
+    made = [budget.Cgroup.create(plan) for _ in range(3)]
+    try:
+        names = {os.path.basename(f) for cg in made for f in cg.folders.values()}
+        assert len(names) == 3 and all(n.startswith(f"grpokit-sandbox-{os.getpid()}-") for n in names)
+        assert all(len(n.rsplit("-", 1)[1]) == 16 for n in names)
+    finally:
+        for cg in made:
+            cg.remove()
+    assert not any(os.path.exists(f) for cg in made for f in cg.folders.values())

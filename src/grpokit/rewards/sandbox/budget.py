@@ -24,8 +24,9 @@ When none of these can hold the budget (non-root on a kernel older than 5.14 wit
 
 from __future__ import annotations
 
-import itertools
+import fcntl
 import os
+import secrets
 import signal
 import threading
 import time
@@ -35,7 +36,7 @@ from functools import lru_cache
 RLIMIT_SHARE_BYTES = 64 * 2**20  # smallest address space per task in rlimit mode (Python + a thread needs ~24 MB)
 MIN_TASKS = 4  # bwrap's init, the harness, the solution and one more
 CPU_PERIOD_US = 100_000
-_names = itertools.count()
+PREFIX = "grpokit-sandbox-"  # + the creator's pid (for people reading the tree) + 16 random hex digits
 _lock = threading.Lock()
 
 
@@ -161,19 +162,35 @@ def _parents() -> tuple[str | None, dict[str, str]]:
 
 
 class Cgroup:
-    """The cgroup(s) of one sandbox: created with its limits, joined by the launcher, killed, removed."""
+    """The cgroup(s) of one sandbox: created with its limits, joined by the launcher, killed, removed.
+
+    Each folder is ``flock``ed by its creator from its ``mkdir`` to its removal. The kernel drops the
+    lock when the creator dies, so the folders of a trainer killed mid-call (SIGKILL, the OOM killer, a
+    reward worker ended at its timeout) are known to be orphans and swept (sandbox/cleanup.py), in any
+    PID namespace. The random part of the name keeps a new folder clear of any such orphan: a pid
+    alone is reused, and a leftover of that name stopped every later sandbox with "File exists".
+    """
 
     def __init__(self, mechanism: str, folders: dict[str, str]):
         self.mechanism, self.folders = mechanism, folders  # controller ("unified" for v2) -> folder
+        self._locks: list[int] = []  # descriptors holding each created folder's flock
+
+    def _make(self, controller: str, parent: str, name: str) -> None:
+        folder = os.path.join(parent, name)
+        os.mkdir(folder)
+        self.folders[controller] = folder
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._locks.append(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # nobody else has a reason to hold it: a blocking call returns at once
 
     @classmethod
     def create(cls, p: Plan) -> "Cgroup":
         v2, v1 = _parents()
-        name = f"grpokit-sandbox-{os.getpid()}-{next(_names)}"
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         if p.mechanism == "cgroup2":
-            cg = cls("cgroup2", {"unified": os.path.join(v2 or "", name)})
-            os.mkdir(cg.folders["unified"])
+            cg = cls("cgroup2", {})
             try:
+                cg._make("unified", v2 or "", name)
                 cg._write("unified", "memory.max", p.memory_bytes)
                 cg._write("unified", "memory.swap.max", 0, optional=True)
                 cg._write("unified", "pids.max", p.tasks)
@@ -186,9 +203,7 @@ class Cgroup:
         try:
             for controller in ("memory", "pids", "cpu"):
                 if controller in v1:
-                    folder = os.path.join(v1[controller], name)
-                    os.mkdir(folder)
-                    cg.folders[controller] = folder
+                    cg._make(controller, v1[controller], name)
             cg._write("memory", "memory.limit_in_bytes", p.memory_bytes)
             cg._write("memory", "memory.memsw.limit_in_bytes", p.memory_bytes, optional=True)  # no swap
             cg._write("pids", "pids.max", p.tasks)
@@ -212,10 +227,13 @@ class Cgroup:
         """The cgroup.procs files the launcher writes "0" to (joining every controller) before exec."""
         return [os.path.join(folder, "cgroup.procs") for folder in self.folders.values()]
 
+    def _tree(self) -> str:
+        """The folder whose cgroup.procs lists the tree ("" when only a cpu folder is known)."""
+        return self.folders.get("unified") or self.folders.get("pids") or self.folders.get("memory") or ""
+
     def _members(self) -> list[int]:
-        folder = self.folders.get("unified") or self.folders.get("pids") or self.folders.get("memory")
         try:
-            with open(os.path.join(folder, "cgroup.procs")) as f:
+            with open(os.path.join(self._tree(), "cgroup.procs")) as f:
                 return [int(x) for x in f.read().split()]
         except (OSError, ValueError, TypeError):
             return []
@@ -234,10 +252,11 @@ class Cgroup:
             if not members:
                 return
             for pid in members:
-                _kill_member(pid, self.folders.get("unified") or self.folders.get("pids") or "")
+                _kill_member(pid, self._tree())
 
     def remove(self) -> None:
-        """Remove the folders (the launcher reaped every member before exiting); retried while busy."""
+        """Remove the folders (the launcher reaped every member before exiting); retried while busy, and
+        what is still inside after 20 tries (an orphan's leftovers) is killed."""
         for folder in self.folders.values():
             for attempt in range(100):
                 try:
@@ -249,6 +268,9 @@ class Cgroup:
                     if attempt == 20:
                         self.kill()
                     time.sleep(0.005)
+        for fd in self._locks:  # after the rmdir: a sweep never sees one of ours unlocked
+            os.close(fd)
+        self._locks.clear()
 
 
 def _kill_member(pid: int, folder: str) -> None:

@@ -5,14 +5,17 @@ started it ends (PR_SET_PDEATHSIG, checked against a trainer that died before th
 with --die-with-parent, and the kernel kills every process of the sandbox's PID namespace when its
 init dies. A reward worker killed at its timeout is such a trainer too.
 
-Job folders cannot delete themselves when their owner is killed, so the next sandboxed call of any
-grpokit process on the machine removes those of owners that are gone (``sweep_stale_jobs``). An owner
-is gone when nobody holds the folder's ``flock``: its owner takes it before the folder gets its
-``grpokit-job-PID-`` name, and the kernel drops it when the owner dies. The pid in the name is for
-people reading the temp folder; it decides nothing. The lock is what makes this safe between PID
-namespaces that share a temp folder (containers, a cluster's jobs): a pid names a different process,
-or none, in each of them, so a live trainer's folder was once removed under it by a neighbour that
-could not see its pid.
+Job folders and sandbox cgroups cannot delete themselves when their owner is killed, so the first
+sandboxed call of any grpokit process on the machine removes those of owners that are gone
+(``sweep_stale_jobs``, ``sweep_stale_cgroups``). An owner is gone when nobody holds the folder's
+``flock``: its owner takes it before the folder gets its ``grpokit-job-PID-`` name (a cgroup: right
+after its ``mkdir``, so one is swept only once it is older than ``CGROUP_GRACE_S``), and the kernel
+drops it when the owner dies. The pid in a name is for people reading the folder; it decides nothing.
+The lock is what makes this safe between PID namespaces that share a temp folder or a cgroup tree
+(containers, a cluster's jobs): a pid names a different process, or none, in each of them, so a live
+trainer's folder was once removed under it by a neighbour that could not see its pid. Orphan cgroups
+also held a name a later process of the same pid would choose: once 124 had gathered on one host, a
+reused pid stopped a run's code reward with "File exists".
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ import threading
 import time
 from collections.abc import Iterator
 
+from . import budget
+
 JOB_PREFIX = "grpokit-job-"
 STAGING_PREFIX = "grpokit-new-"  # a job folder before it is locked and named; a leftover is removed when old
 STAGING_GRACE_S = 600.0
+CGROUP_GRACE_S = 60.0  # a sandbox cgroup younger than this is never swept: its creator may be between mkdir and flock
 _JOB_RE = re.compile(re.escape(JOB_PREFIX) + r"(\d+)-")
 _swept = threading.Event()
 
@@ -102,8 +108,42 @@ def _stale(name: str, path: str) -> bool:
     return _unlocked(path)
 
 
+def sandbox_cgroups() -> list[tuple[str, str]]:
+    """(controller, folder) of every sandbox cgroup below this process's own, trees first (a cpu folder
+    lists no members): the unified (v2) folder, else the v1 pids, memory and cpu folders."""
+    v2, v1 = budget._parents()
+    parents = [("unified", v2)] if v2 else []
+    parents += [(c, v1[c]) for c in ("pids", "memory", "cpu") if c in v1]
+    found = []
+    for controller, parent in parents:
+        try:
+            found += [(controller, os.path.join(parent, n)) for n in os.listdir(parent) if n.startswith(budget.PREFIX)]
+        except OSError:
+            continue
+    return found
+
+
+def sweep_stale_cgroups() -> list[str]:
+    """Kill what is left in, and remove, the sandbox cgroups whose creator is gone (nobody holds their
+    flock, and they are older than ``CGROUP_GRACE_S``); returns the removed folders."""
+    removed = []
+    for controller, path in sandbox_cgroups():
+        try:
+            young = time.time() - os.stat(path).st_ctime < CGROUP_GRACE_S
+        except OSError:
+            continue
+        if young or not _unlocked(path):
+            continue
+        orphan = budget.Cgroup("cgroup2" if controller == "unified" else "cgroup1", {controller: path})
+        orphan.remove()  # kills what is left in it first (a trainer's death may not have taken everything along)
+        if not os.path.exists(path):
+            removed.append(path)
+    return removed
+
+
 def sweep_once() -> None:
-    """``sweep_stale_jobs`` at this process's first sandboxed call."""
+    """``sweep_stale_jobs`` and ``sweep_stale_cgroups`` at this process's first sandboxed call."""
     if not _swept.is_set():
         _swept.set()
         sweep_stale_jobs()
+        sweep_stale_cgroups()
