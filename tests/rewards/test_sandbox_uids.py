@@ -102,3 +102,22 @@ def test_a_folder_others_can_write_to_is_not_trusted(folder, monkeypatch):
     assert other != uid  # still apart within the process
     uids.give_back(uid)
     uids.give_back(other)
+
+
+def test_lock_files_of_killed_holders_are_swept_and_held_ones_kept(folder):
+    # a trainer killed with uids taken leaves their empty lock files (79 had gathered on this host)
+    killed, left = hold(folder, 3)
+    alive, held = hold(folder, 2)
+    mine = uids.take()
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert sorted(uids.sweep_stale()) == sorted(left)
+        assert sorted(int(n) for n in os.listdir(folder)) == sorted([*held, mine])
+        assert uids.sweep_stale() == []
+    finally:
+        alive.stdin.close()
+        alive.wait(timeout=30)
+        uids.give_back(mine)
+    assert sorted(uids.sweep_stale()) == sorted(held)  # it exited without giving them back
+    assert os.listdir(folder) == []

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from . import budget
+from . import budget, uids
 
 JOB_PREFIX = "grpokit-job-"
 STAGING_PREFIX = "grpokit-new-"  # a job folder before it is locked and named; a leftover is removed when old
@@ -142,8 +142,11 @@ def sweep_stale_cgroups() -> list[str]:
 
 
 def sweep_once() -> None:
-    """``sweep_stale_jobs`` and ``sweep_stale_cgroups`` at this process's first sandboxed call."""
+    """``sweep_stale_jobs``, ``sweep_stale_cgroups`` and ``uids.sweep_stale`` at this process's first
+    sandboxed call."""
     if not _swept.is_set():
         _swept.set()
         sweep_stale_jobs()
         sweep_stale_cgroups()
+        if os.geteuid() == 0:  # only root's sandboxes take uids
+            uids.sweep_stale()

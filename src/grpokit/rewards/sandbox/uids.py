@@ -5,7 +5,8 @@ sandbox's processes: a fork bomb stops at its own limit, never at a neighbour's.
 no two running sandboxes share a uid, and the neighbours may be in other processes: two torchrun ranks
 on one node, or two runs on one machine. So a uid is taken by an exclusive ``flock`` on a file named
 after it in a root-only folder (``FOLDER``), held for the sandbox's life and removed with it; the
-kernel lets the lock go when the process dies, so a killed trainer never keeps a uid. Where that
+kernel lets the lock go when the process dies, so a killed trainer never keeps a uid (its empty lock
+file stays until ``sweep_stale``, at a process's first sandboxed call, removes it). Where that
 folder cannot be trusted (not this user's, or writable by others), only this process's own
 sandboxes are kept apart, and a warning says so.
 
@@ -98,3 +99,25 @@ def give_back(uid: int | None) -> None:
             pass
         fcntl.flock(fd, fcntl.LOCK_UN)  # for a forked copy of the descriptor too
         os.close(fd)
+
+
+def sweep_stale() -> list[int]:
+    """Remove the lock files nobody holds (left by trainers killed with a uid taken); returns their uids.
+
+    Each is locked before it is unlinked, so a live holder's is never touched, and a taker that opened the
+    file just before finds, after locking, that the name no longer leads to it and tries the next uid."""
+    folder = os.path.isdir(FOLDER) and _folder()
+    removed = []
+    for name in os.listdir(folder) if folder else []:
+        with _lock:
+            if not name.isdigit() or int(name) in _held:
+                continue
+            fd = _try_lock(folder, int(name))
+        if fd is not None:
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(int(name))
+            except OSError:
+                pass
+            os.close(fd)
+    return removed
