@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -92,22 +95,93 @@ def test_missing_tracker_package_stops_the_cli_before_the_run_folder(
     assert not run.exists()
 
 
-def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    _log_a_bit(make_recorder(tmp_path, ["wandb"], total_steps=2, config=CONFIG))
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline run directory written"
+# The real packages live in $VENV/tracker-site (scripts/install_test_deps.sh), off every other process's path:
+# each test logs a little through grpokit's recorder in a subprocess that has them, then reads back what the
+# package itself stored.
+TRACKER_SITE = Path(sys.prefix) / "tracker-site"
+LOG_A_BIT = """
+import json, math, sys
+from pathlib import Path
+from grpokit.record import make_recorder
+run, sink = Path(sys.argv[1]), sys.argv[2]
+rec = make_recorder(run, [sink], total_steps=2, config=json.loads(sys.argv[3]))
+rec.log({"reward": 0.5, "kl": 0.01, "loss": math.nan}, 1)
+rec.log({"reward": 0.7, "kl": 0.02, "loss": 0.1}, 2)
+rec.log_samples(10, [{"prompt": "p", "completions": [{"text": "t", "reward": 1.0, "advantage": 0.5}]}])
+rec.warn(2, "something to look at")
+rec.close()
+"""
 
 
-def test_mlflow_local_file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mlflow = pytest.importorskip("mlflow")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    _log_a_bit(make_recorder(tmp_path, ["mlflow"], total_steps=2, config=CONFIG))
-    from grpokit.record.trackers import local_mlflow_uri
+def _log_with_the_real_package(package: str, sink: str, run: Path, env: dict[str, str | None]) -> dict[str, str]:
+    """Log a little through `sink` in a subprocess that has the real package; env values of None are unset."""
+    if not (TRACKER_SITE / package).is_dir():
+        pytest.skip(f"{package} is not in {TRACKER_SITE} (bash scripts/install_test_deps.sh installs it)")
+    merged = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([*sys.path, str(TRACKER_SITE)])}
+    env = {k: v for k, v in merged.items() if v is not None}
+    done = subprocess.run(
+        [sys.executable, "-c", LOG_A_BIT, str(run), sink, json.dumps(CONFIG)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return env
 
-    client = mlflow.tracking.MlflowClient(tracking_uri=local_mlflow_uri(tmp_path))
-    (run,) = client.search_runs([client.get_experiment_by_name("grpokit").experiment_id])
-    assert run.data.params["loss.beta"] == "0.04"
-    assert [m.value for m in client.get_metric_history(run.info.run_id, "reward")] == [0.5, 0.7]
+
+def test_wandb_offline(tmp_path: Path) -> None:
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
+    env = _log_with_the_real_package("wandb", "wandb", tmp_path, env)
+    (offline,) = (tmp_path / "wandb").glob("offline-run-*")
+    # The run's history as wandb stored it: a ".wandb" file is a 7-byte header (":W&B", magic, version)
+    # then LevelDB-log records (32 KiB blocks; 7-byte record header: crc, length, type 1 full / 2 first /
+    # 3 middle / 4 last) holding wandb's own protobuf Records.
+    read = """
+import json, struct, sys
+from wandb.proto import wandb_internal_pb2
+data, pos, rows, part = open(sys.argv[1], "rb").read(), 7, [], b""
+assert data[:4] == b":W&B", data[:7]
+while pos + 7 <= len(data):
+    if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+        pos += 32768 - pos % 32768
+        continue
+    length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+    part, pos = part + data[pos + 7 : pos + 7 + length], pos + 7 + length
+    if kind in (1, 4):
+        rec = wandb_internal_pb2.Record()
+        rec.ParseFromString(part)
+        part = b""
+        if rec.WhichOneof("record_type") == "history":
+            rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+print(json.dumps(rows))
+"""
+    (log,) = offline.glob("*.wandb")
+    done = subprocess.run([sys.executable, "-c", read, str(log)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    steps = {r["_step"]: r for r in rows if "train/reward" in r}  # TRL's names (transformers' wandb callback)
+    assert {s: r["train/reward"] for s, r in steps.items()} == {1: 0.5, 2: 0.7}
+    assert "train/loss" not in steps[1] and steps[2]["train/loss"] == 0.1  # a NaN is dropped for the tracker
+    assert steps[1]["train/health/nonfinite"] == 1  # and the health monitor's flag says so
+    (table,) = offline.glob("files/media/table/samples_*.table.json")
+    assert json.loads(table.read_text())["data"] == [[10, "p", "t", 1.0, 0.5]]
+
+
+def test_mlflow_local_file_store(tmp_path: Path) -> None:
+    env = _log_with_the_real_package("mlflow", "mlflow", tmp_path, {"MLFLOW_TRACKING_URI": None})
+    read = """
+import json, sys
+from pathlib import Path
+import mlflow
+from grpokit.record.trackers import local_mlflow_uri
+client = mlflow.tracking.MlflowClient(tracking_uri=local_mlflow_uri(Path(sys.argv[1])))
+(run,) = client.search_runs([client.get_experiment_by_name("grpokit").experiment_id])
+reward = [m.value for m in client.get_metric_history(run.info.run_id, "reward")]
+print(json.dumps({"beta": run.data.params["loss.beta"], "reward": reward}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", read, str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {"beta": "0.04", "reward": [0.5, 0.7]}
