@@ -12,8 +12,10 @@ the same way on both sides.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -57,6 +59,13 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _scratch(prefix: str) -> str:
+    """A temporary run folder, removed when this worker exits (one was left in /tmp per run before)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     import grpokit.rollout.engine as ge  # the hf engine's module: its generate is the one a step calls
     import grpokit.train.loop as gt
@@ -75,7 +84,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.train.prompts_per_step, cfg.train.steps, cfg.train.seed = a.P, a.warmup + a.steps, a.seed
     cfg.train.micro_batch_size = a.mbs  # 0: the whole batch in one forward/backward (default)
     cfg.train.threads = a.threads  # grpokit's own default is 1 thread: without this, --threads 2 ran ours on 1
-    cfg.train.out = tempfile.mkdtemp(prefix="grpokit-bench-")
+    cfg.train.out = _scratch("grpokit-bench-")
     cfg.record.sinks, cfg.record.report = [], False
     cfg = apply_overrides(cfg, a.set)  # e.g. model.cpu_matmul=torch for a "without oneDNN" column
     tr = gt.Trainer(cfg, reward_funcs=[REWARDS[a.reward]], train_rows=_rows(a), eval_rows=[], quiet=True)
@@ -134,7 +143,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     tok = AutoTokenizer.from_pretrained(a.model)
     N = a.P * a.G
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
+        output_dir=_scratch("trl-bench-"),
         per_device_train_batch_size=a.trl_mbs or N,
         num_generations=a.G,
         max_completion_length=a.T,
