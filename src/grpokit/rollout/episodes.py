@@ -46,9 +46,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
@@ -65,8 +64,9 @@ from grpokit.env.parse import (
 )
 from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
 from grpokit.env.workers import run_all
-from grpokit.types import Episode, Prompt, Rollout
+from grpokit.types import Prompt, Rollout
 
+from .episode_rows import Row, env_done, episodes_rollout, started_row, state_key
 from .episode_starts import EpisodeStarts, Factory, probe_environment
 from .hf import SamplingParams
 
@@ -89,24 +89,6 @@ class EpisodeSpec:
     reset_timeout_s: float = 30.0  # time limit of one environment reset()
     max_observation_chars: int = 8000  # longest reset() observation joined to the prompt (0 = no cap)
     max_failure_fraction: float = 0.5  # stop the run when resets or tool time-outs fail more of a batch's episodes
-
-
-@dataclass
-class _Row:
-    """One running episode."""
-
-    ids: list[int] = field(default_factory=list)
-    logps: list[float] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    turn_ids: list[int] = field(default_factory=list)
-    state_keys: list[str] = field(default_factory=list)
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tool_calls: int = 0
-    tool_errors: int = 0
-    tool_seconds: float = 0.0
-    tool_timeouts: int = 0
-    tool_hung: bool = False  # a call ran past env.tool_timeout_s itself (not the episode's remaining budget)
-    finish: str | None = None
 
 
 class EpisodeRunner:
@@ -197,7 +179,7 @@ class EpisodeRunner:
         if self.spec.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
         # a random reset: each row begins with the part of its observation the group does not share
-        rows = [_started_row(starts[i // G][1][i % G]) for i in range(len(envs))]
+        rows = [started_row(starts[i // G][1][i % G]) for i in range(len(envs))]
         active = list(range(len(rows)))
         for turn in range(self.spec.max_turns):
             active = self._run_turn(sample, turn, rows, envs, prompt_ids, active, G, turn_params)
@@ -206,13 +188,13 @@ class EpisodeRunner:
         for i in active:  # still calling tools after the last allowed turn
             rows[i].finish = "turns"
         self._check_hung_tools(rows)
-        return _episodes_rollout(prompt_ids, rows, envs, reset_failed, G)
+        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G)
 
     def _run_turn(
         self,
         sample: Sampler,
         turn: int,
-        rows: list[_Row],
+        rows: list[Row],
         envs: list,
         prompt_ids: list[list[int]],
         active: list[int],
@@ -240,7 +222,7 @@ class EpisodeRunner:
             self._reply(rows[i], envs[i], turn, results[i], d)
         return [i for i in active if rows[i].finish is None]
 
-    def _check_hung_tools(self, rows: list[_Row]) -> None:
+    def _check_hung_tools(self, rows: list[Row]) -> None:
         """Stop the run when tool calls that ran past env.tool_timeout_s exceed the batch's allowance."""
         check_failures(
             "tool calls ran past env.tool_timeout_s",
@@ -253,10 +235,10 @@ class EpisodeRunner:
     # ------------------------------------------------------------------ one turn of one episode
 
     def _turn(
-        self, row: _Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str
+        self, row: Row, prompt: list[int], turn: int, ids: list[int], logps: list[float], reason: str
     ) -> list[ToolCall]:
         """Append the model's turn; return its tool calls (none: the episode is over)."""
-        row.state_keys.append(_state_key(prompt, row.ids))
+        row.state_keys.append(state_key(prompt, row.ids))
         cap = self.spec.max_episode_tokens
         cut = bool(cap) and len(row.ids) + len(ids) > cap
         if (
@@ -284,11 +266,13 @@ class EpisodeRunner:
             return [False] * len(envs)
         kinds = sorted({type(e).__qualname__ for e in envs if e is not None})
         outs = call_many(
-            "environment-done-" + "+".join(kinds), [functools.partial(_done, e) for e in envs], self.spec.tool_timeout_s
+            "environment-done-" + "+".join(kinds),
+            [functools.partial(env_done, e) for e in envs],
+            self.spec.tool_timeout_s,
         )
         return [e is not None and (not o.ok or bool(o.value)) for e, o in zip(envs, outs)]
 
-    def _reply(self, row: _Row, env, turn: int, results: list[ToolResult], done: bool = False) -> None:
+    def _reply(self, row: Row, env, turn: int, results: list[ToolResult], done: bool = False) -> None:
         """Append the environment's reply to the turn's calls, and see whether the episode goes on."""
         s = self.spec
         for r in results:
@@ -309,10 +293,10 @@ class EpisodeRunner:
         elif done:
             row.finish = "done"
 
-    def _calls(self, row: _Row, env, calls: list[ToolCall]) -> list[ToolResult]:
+    def _calls(self, row: Row, env, calls: list[ToolCall]) -> list[ToolResult]:
         return [self._call(row, env, c) for c in calls]
 
-    def _call(self, row: _Row, env, call: ToolCall) -> ToolResult:
+    def _call(self, row: Row, env, call: ToolCall) -> ToolResult:
         s = self.spec
         row.tool_calls += 1
         left = s.episode_timeout_s - row.tool_seconds
@@ -372,48 +356,3 @@ def _one_turn(sample: Sampler, prompts: list[Prompt], G: int, params: SamplingPa
             else dataclasses.replace(ro, vision=[p.vision for p in prompts for _ in range(G)])
         )
     return sample([p.ids for p in prompts], G, params)
-
-
-def _started_row(own: list[int]) -> _Row:
-    """A running episode that begins with ``own`` environment tokens (empty: from the shared context)."""
-    return _Row(ids=list(own), logps=[0.0] * len(own), mask=[0] * len(own), turn_ids=[0] * len(own))
-
-
-def _episodes_rollout(
-    prompt_ids: list[list[int]], rows: list[_Row], envs: list, reset_failed: list[bool], G: int
-) -> Rollout:
-    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment)."""
-    episodes = [
-        Episode(
-            r.mask,
-            r.turn_ids,
-            r.state_keys,
-            r.messages,
-            r.tool_calls,
-            r.tool_errors,
-            env,
-            r.tool_timeouts,
-            reset_failed[k // G],
-        )
-        for k, (r, env) in enumerate(zip(rows, envs))
-    ]
-    return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
-
-
-def _done(env: Any) -> bool:
-    """The environment's ``done`` (False without one); one that cannot be read (a property that raises) ends
-    the episode."""
-    if env is None:
-        return False
-    try:
-        return bool(getattr(env, "done", False))
-    except Exception:
-        return True
-
-
-def _state_key(prompt: list[int], ids: list[int]) -> str:
-    """The state a turn starts from: a digest of the whole context (prompt + episode so far), so two
-    episodes share a key exactly when the model saw the same tokens (GiGPO's identical states)."""
-    h = hashlib.blake2b(digest_size=12)
-    h.update(repr((prompt, ids)).encode())
-    return h.hexdigest()
