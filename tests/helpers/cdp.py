@@ -10,6 +10,7 @@ nothing, so a page that tried to reach the network would fail and show it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -43,6 +44,7 @@ class Browser:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(profile)},  # its own temp folders go with the profile, not /tmp
         )
         port_file = Path(profile) / "DevToolsActivePort"
         deadline = time.monotonic() + 60
