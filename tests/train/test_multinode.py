@@ -28,6 +28,7 @@ def test_two_nodes_of_two_processes_equal_one_process(tiny_model_dir, tmp_path):
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "TMPDIR": str(tmp_path),  # torchrun's log folders (torchelastic_*) stay out of /tmp
     }
     nodes = [
         subprocess.Popen(

@@ -4,6 +4,7 @@ flat YAML: end to end on the tiny local chat model and a local dataset folder (t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -54,8 +55,14 @@ def _flags(args: dict) -> list[str]:
 
 def _trl_grpo(argv: list[str], cwd) -> subprocess.CompletedProcess:
     """``grpokit trl grpo ARGV`` in a process of its own, run from ``cwd``."""
+    env = {**os.environ, "TMPDIR": str(cwd)}  # torchrun's log folders (torchelastic_*) stay out of /tmp
     return subprocess.run(
-        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv], capture_output=True, text=True, timeout=900, cwd=cwd
+        [sys.executable, "-m", "grpokit", "trl", "grpo", *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env=env,
     )
 
 
