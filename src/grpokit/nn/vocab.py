@@ -25,8 +25,8 @@ sums in float32 per lane of a block: the online log-sum-exp of Milakov & Gimelsh
 - ``logit_grad_``: overwrites the logits with ``g (1[j = t] - p_j) / T``, the gradient of ``g logp_t``,
   in their own dtype.
 
-Where: CUDA tensors, when Triton imports and the model was not asked for torch's own kernels
-(``model.kernels=torch``; ``mark`` records the choice on the output layer). Everywhere else, and for
+Where: CUDA tensors, when Triton imports and ``model.vocab_kernels`` is not "torch" (``mark`` records
+the choice on the output layer). Everywhere else, and for
 float64 or greedy decoding, the callers keep their torch code, which the tests compare these kernels
 with (on CPU through Triton's interpreter, TRITON_INTERPRET=1).
 """
@@ -91,14 +91,20 @@ def probe(device: torch.device) -> str | None:
 def mark(model: torch.nn.Module, on: bool) -> None:
     """Record on ``model``'s output layer whether its logits may go through these kernels (copies of the
     model, the reference and a static decoder's, carry the attribute with the layer)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = _output_layer(model)
     if head is not None:
         setattr(head, MARK, on)
 
 
-def marked(model: torch.nn.Module) -> bool:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+def marked(model_or_head: torch.nn.Module) -> bool:
+    """Whether ``mark`` allowed these kernels for this model (or this output layer itself)."""
+    head = _output_layer(model_or_head)
+    head = model_or_head if head is None else head
     return bool(getattr(head, MARK, False))
+
+
+def _output_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    return model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
 
 
 def usable(x: torch.Tensor) -> bool:

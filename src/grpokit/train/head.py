@@ -58,7 +58,7 @@ def head_logprobs(
     ``h`` (K, hidden), ``chunk`` positions at a time; and the entropies (no gradient) when asked. The
     passes over each chunk's logits are nn/vocab.py's Triton kernels where the head is marked for them
     (``model.vocab_kernels``) and they can read its dtype, torch's ops otherwise."""
-    triton = getattr(head, vocab.MARK, False) and vocab.usable_for(h.dtype, h.device)
+    triton = vocab.marked(head) and vocab.usable_for(h.dtype, h.device)
     logp, ent = HeadLogprobs.apply(
         h, head.weight, head.bias, targets, float(temperature), int(chunk), with_entropy, triton
     )
