@@ -173,3 +173,24 @@ def test_sandbox_cgroup_names_are_never_reused_by_a_process_of_the_same_pid():
         for cg in made:
             cg.remove()
     assert not any(os.path.exists(f) for cg in made for f in cg.folders.values())
+
+
+def test_sweeps_run_at_the_first_sandboxed_call_and_again_once_due(monkeypatch):
+    # a trainer restarted within seconds of a kill (a cluster's requeue) finds the dead one's cgroups still
+    # inside their grace at its first call: a run that sweeps only once would keep them for its whole life
+    calls = []
+    monkeypatch.setattr(cleanup, "sweep_stale_jobs", lambda: calls.append("jobs"))
+    monkeypatch.setattr(cleanup, "sweep_stale_cgroups", lambda: calls.append("cgroups"))
+    monkeypatch.setattr(cleanup.uids, "sweep_stale", lambda: calls.append("uids"))
+    now = [1000.0]
+    monkeypatch.setattr(cleanup.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(cleanup, "_next_sweep", [0.0])
+    cleanup.sweep_when_due()
+    every = ["jobs", "cgroups"] + (["uids"] if os.geteuid() == 0 else [])
+    assert calls == every
+    now[0] += cleanup.SWEEP_EVERY_S - 1
+    cleanup.sweep_when_due()
+    assert calls == every  # not due yet
+    now[0] += 1
+    cleanup.sweep_when_due()
+    assert calls == every * 2

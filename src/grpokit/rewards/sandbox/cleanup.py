@@ -6,16 +6,16 @@ with --die-with-parent, and the kernel kills every process of the sandbox's PID 
 init dies. A reward worker killed at its timeout is such a trainer too.
 
 Job folders and sandbox cgroups cannot delete themselves when their owner is killed, so the first
-sandboxed call of any grpokit process on the machine removes those of owners that are gone
-(``sweep_stale_jobs``, ``sweep_stale_cgroups``). An owner is gone when nobody holds the folder's
-``flock``: its owner takes it before the folder gets its ``grpokit-job-PID-`` name (a cgroup: right
-after its ``mkdir``, so one is swept only once it is older than ``CGROUP_GRACE_S``), and the kernel
-drops it when the owner dies. The pid in a name is for people reading the folder; it decides nothing.
-The lock is what makes this safe between PID namespaces that share a temp folder or a cgroup tree
-(containers, a cluster's jobs): a pid names a different process, or none, in each of them, so a live
-trainer's folder was once removed under it by a neighbour that could not see its pid. Orphan cgroups
-also held a name a later process of the same pid would choose: once 124 had gathered on one host, a
-reused pid stopped a run's code reward with "File exists".
+sandboxed call of any grpokit process on the machine, and one every ``SWEEP_EVERY_S`` after, removes
+those of owners that are gone (``sweep_stale_jobs``, ``sweep_stale_cgroups``; ``sweep_when_due``). An
+owner is gone when nobody holds the folder's ``flock``: its owner takes it before the folder gets its
+``grpokit-job-PID-`` name (a cgroup: right after its ``mkdir``, so one is swept only once it is older
+than ``CGROUP_GRACE_S``), and the kernel drops it when the owner dies. The pid in a name is for people
+reading the folder; it decides nothing. The lock is what makes this safe between PID namespaces that
+share a temp folder or a cgroup tree (containers, a cluster's jobs): a pid names a different process, or
+none, in each of them, so a live trainer's folder was once removed under it by a neighbour that could
+not see its pid. Orphan cgroups also held a name a later process of the same pid would choose: once 124
+had gathered on one host, a reused pid stopped a run's code reward with "File exists".
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ STAGING_PREFIX = "grpokit-new-"  # a job folder before it is locked and named; a
 STAGING_GRACE_S = 600.0
 CGROUP_GRACE_S = 60.0  # a sandbox cgroup younger than this is never swept: its creator may be between mkdir and flock
 _JOB_RE = re.compile(re.escape(JOB_PREFIX) + r"(\d+)-")
-_swept = threading.Event()
+SWEEP_EVERY_S = 600.0  # a long run sweeps again this often: a trainer killed just before it started left
+# cgroups still inside their grace at its first call (a cluster's requeue restarts within seconds)
+_sweep_lock = threading.Lock()
+_next_sweep: list[float] = [0.0]  # time.monotonic() from which the next sandboxed call sweeps
 
 
 def job_prefix() -> str:
@@ -141,12 +144,15 @@ def sweep_stale_cgroups() -> list[str]:
     return removed
 
 
-def sweep_once() -> None:
+def sweep_when_due() -> None:
     """``sweep_stale_jobs``, ``sweep_stale_cgroups`` and ``uids.sweep_stale`` at this process's first
-    sandboxed call."""
-    if not _swept.is_set():
-        _swept.set()
-        sweep_stale_jobs()
-        sweep_stale_cgroups()
-        if os.geteuid() == 0:  # only root's sandboxes take uids
-            uids.sweep_stale()
+    sandboxed call, and again at the first one ``SWEEP_EVERY_S`` after the last sweep."""
+    with _sweep_lock:
+        now = time.monotonic()
+        if now < _next_sweep[0]:
+            return
+        _next_sweep[0] = now + SWEEP_EVERY_S
+    sweep_stale_jobs()
+    sweep_stale_cgroups()
+    if os.geteuid() == 0:  # only root's sandboxes take uids
+        uids.sweep_stale()

@@ -206,7 +206,7 @@ def _run(
     cgroup: budget.Cgroup | None,
     cancel: threading.Event | None = None,
 ) -> RunResult:
-    cleanup.sweep_once()  # job folders of trainers killed mid-call (sandbox/cleanup.py)
+    cleanup.sweep_when_due()  # what trainers killed mid-call left behind (sandbox/cleanup.py)
     with cleanup.job_folder() as tmp:
         job = _job_folder(tmp, files)
         argv = _command(program, tmp, job, limits, isolated, plan, uid)

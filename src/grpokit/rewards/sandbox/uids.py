@@ -6,7 +6,7 @@ no two running sandboxes share a uid, and the neighbours may be in other process
 on one node, or two runs on one machine. So a uid is taken by an exclusive ``flock`` on a file named
 after it in a root-only folder (``FOLDER``), held for the sandbox's life and removed with it; the
 kernel lets the lock go when the process dies, so a killed trainer never keeps a uid (its empty lock
-file stays until ``sweep_stale``, at a process's first sandboxed call, removes it). Where that
+file stays until ``sweep_stale``, run by cleanup.sweep_when_due, removes it). Where that
 folder cannot be trusted (not this user's, or writable by others), only this process's own
 sandboxes are kept apart, and a warning says so.
 
