@@ -183,7 +183,7 @@ def test_sweeps_run_at_the_first_sandboxed_call_and_again_once_due(monkeypatch):
     monkeypatch.setattr(cleanup, "sweep_stale_cgroups", lambda: calls.append("cgroups"))
     monkeypatch.setattr(cleanup.uids, "sweep_stale", lambda: calls.append("uids"))
     now = [1000.0]
-    monkeypatch.setattr(cleanup.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(cleanup, "_clock", lambda: now[0])  # only the sweep's clock: no other thread's
     monkeypatch.setattr(cleanup, "_next_sweep", [0.0])
     cleanup.sweep_when_due()
     every = ["jobs", "cgroups"] + (["uids"] if os.geteuid() == 0 else [])

@@ -41,6 +41,7 @@ SWEEP_EVERY_S = 600.0  # a long run sweeps again this often: a trainer killed ju
 # cgroups still inside their grace at its first call (a cluster's requeue restarts within seconds)
 _sweep_lock = threading.Lock()
 _next_sweep: list[float] = [0.0]  # time.monotonic() from which the next sandboxed call sweeps
+_clock = time.monotonic  # the clock of _next_sweep (tests move their own)
 
 
 def job_prefix() -> str:
@@ -148,7 +149,7 @@ def sweep_when_due() -> None:
     """``sweep_stale_jobs``, ``sweep_stale_cgroups`` and ``uids.sweep_stale`` at this process's first
     sandboxed call, and again at the first one ``SWEEP_EVERY_S`` after the last sweep."""
     with _sweep_lock:
-        now = time.monotonic()
+        now = _clock()
         if now < _next_sweep[0]:
             return
         _next_sweep[0] = now + SWEEP_EVERY_S
