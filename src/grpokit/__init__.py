@@ -9,7 +9,8 @@ prompts (data) -> rollout -> rewards -> advantages -> loss -> update (train) -> 
 
 from typing import Any
 
-__version__ = "0.1.0"
+from grpokit.version import __version__
+
 __all__ = ["Config", "Trainer", "__version__"]
 
 
@@ -19,7 +20,7 @@ def __getattr__(name: str) -> Any:  # lazy: `import grpokit` stays cheap (no tor
 
         return Config
     if name == "Trainer":
-        import importlib
+        from grpokit.train.loop import Trainer
 
-        return getattr(importlib.import_module("grpokit.train"), name)
+        return Trainer
     raise AttributeError(f"module 'grpokit' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from grpokit.algo.advantages import group_advantages, kl_penalized_rewards
 from grpokit.algo.loss import kl_estimate, policy_loss
 from grpokit.config import Config, ConfigError, presets
 from grpokit.config.io import apply_overrides
-from grpokit.config.validation import validate
+from grpokit.validation import validate
 from helpers.paths import ROOT
 
 # ---------------------------------------------------------------- verl, written out

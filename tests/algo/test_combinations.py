@@ -56,9 +56,9 @@ from grpokit.algo.ratio import RATIO_FNS
 from grpokit.algo.settings import LossTensors
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.validation import validate
 from grpokit.train.engines import uses_tis
 from grpokit.types import Episode, Prompt, Rollout, ScoredBatch, TokenBatch
+from grpokit.validation import validate
 from helpers.combination_reference import (
     ENT,
     FINISH,

@@ -11,7 +11,7 @@ import torch
 from grpokit.algo.entropy_control import EntropyController, applied_coef, next_coef
 from grpokit.algo.loss import policy_loss
 from grpokit.config import Config, ConfigError, apply_overrides
-from grpokit.config.validation import validate
+from grpokit.validation import validate
 from helpers.paths import ROOT
 
 

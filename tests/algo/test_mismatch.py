@@ -100,7 +100,7 @@ def test_every_step_logs_mismatch_and_masking_runs(tmp_path):
 
 
 def test_mismatch_fields_are_checked():
-    from grpokit.config.validation import validate
+    from grpokit.validation import validate
 
     for over, word in (
         (["rollout.mismatch_mask=tokens"], "rollout.mismatch_mask"),

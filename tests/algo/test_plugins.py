@@ -9,8 +9,8 @@ import pytest
 
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
-from grpokit.config.validation import validate
 from grpokit.train import Trainer
+from grpokit.validation import validate
 from helpers.runs import ROWS, killed_copy, likes_a
 
 PLUGIN = '''

@@ -14,7 +14,7 @@ from grpokit.algo.loss import policy_loss
 from grpokit.algo.ratio import log_importance_ratio
 from grpokit.config import Config
 from grpokit.config.io import apply_overrides
-from grpokit.config.validation import validate
+from grpokit.validation import validate
 
 
 def _grad(adv, logp, old, mask=None, **kw):

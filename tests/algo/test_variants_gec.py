@@ -5,11 +5,11 @@ import torch
 
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
-from grpokit.config.validation import validate
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.rollout import gec
 from grpokit.types import Prompt, Rollout, ScoredBatch
+from grpokit.validation import validate
 from helpers.models import char_tokenizer
 
 

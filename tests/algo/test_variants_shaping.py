@@ -7,7 +7,7 @@ from grpokit.algo.advantages import group_advantages
 from grpokit.algo.entropy_shaping import grpo_s_advantages, grpo_s_rewards, gtpo_advantages, gtpo_token_rewards
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
-from grpokit.config.validation import validate
+from grpokit.validation import validate
 
 # one group of G = 4 with rewards 1, 1, 0, 0 (O+ = rows 0, 1; O- = rows 2, 3), two tokens each
 R = torch.tensor([[1.0, 1.0, 0.0, 0.0]])

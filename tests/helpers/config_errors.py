@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grpokit.config import Config, ConfigError
-from grpokit.config.validation import validate
+from grpokit.validation import validate
 
 
 def optim_error(overrides: dict) -> str:

@@ -2,7 +2,8 @@
 shared by tests/project/test_structure.py (no circles, no re-exported names) and tests/project/test_layering.py.
 
 An edge ``a -> b`` means module ``a`` names module ``b`` in an import, lazy ones and those under
-``if TYPE_CHECKING`` included. ``from pkg import sub`` is an edge to ``pkg.sub`` when ``sub`` is a
+``if TYPE_CHECKING`` included, and ``importlib.import_module("b")`` with the name written out (a name
+computed at run time, a plugin's, is not an edge). ``from pkg import sub`` is an edge to ``pkg.sub`` when ``sub`` is a
 submodule, and to ``pkg`` (its ``__init__``) otherwise.
 """
 
@@ -40,7 +41,16 @@ def imported(mod: str, path: Path, mods: dict[str, Path]) -> list[tuple[str, str
             for a in n.names:
                 sub = f"{base}.{a.name}"
                 out.append((sub, None, n.lineno) if sub in mods else (base, a.name, n.lineno))
+        elif isinstance(n, ast.Call) and _names_import_module(n.func) and n.args:
+            if isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                out.append((n.args[0].value, None, n.lineno))
     return out
+
+
+def _names_import_module(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+        isinstance(func, ast.Name) and func.id == "import_module"
+    )
 
 
 def import_graph(root: Path = ROOT) -> dict[str, set[str]]:

@@ -93,7 +93,7 @@ def test_cpu_matmul_modes(monkeypatch):
 
 def test_bad_cpu_matmul_is_a_config_error():
     from grpokit.config import Config
-    from grpokit.config.validation import validate
+    from grpokit.validation import validate
 
     cfg = Config()
     cfg.model.cpu_matmul = "mkl"

@@ -17,8 +17,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from grpokit.config.io import apply_overrides, from_dict  # noqa: E402
 from grpokit.config.sections import Config, ConfigError, DataConfig  # noqa: E402
-from grpokit.config.validation import validate  # noqa: E402
 from grpokit.data.prompts import load_rows  # noqa: E402
+from grpokit.validation import validate  # noqa: E402
 
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(

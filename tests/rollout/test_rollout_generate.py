@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from grpokit.config import Config, ConfigError
-from grpokit.config.validation import validate
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.rollout.hf_generate import completions, generation_config
+from grpokit.validation import validate
 
 
 def test_greedy_generate_engine_equals_the_dynamic_loop(tiny_model):

@@ -23,12 +23,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from grpokit.config import Config, ConfigError
-from grpokit.config.validation import validate
 from grpokit.rollout.hf import SamplingParams
 from grpokit.rollout.vllm import VLLMColocated
 from grpokit.rollout.vllm_tp import Request, TensorParallelEngine, merged_inputs, own_outputs, tp_groups
 from grpokit.train import engines, world_check
 from grpokit.train.distributed import DistContext, rank_seed
+from grpokit.validation import validate
 
 
 def completion(index, ids):

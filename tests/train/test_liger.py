@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from grpokit.config import Config, ConfigError, apply_overrides
-from grpokit.config.validation import validate
 from grpokit.train import liger
+from grpokit.validation import validate
 from helpers.models import tiny_llama
 
 CUDA = torch.device("cuda")  # a device object only: nothing here runs on it

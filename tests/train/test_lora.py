@@ -10,8 +10,8 @@ import torch
 
 from grpokit.config import Config, ConfigError, ModelConfig
 from grpokit.config.io import apply_overrides
-from grpokit.config.validation import validate
 from grpokit.train.models import resolve_autocast
+from grpokit.validation import validate
 from helpers.runs import ROWS, likes_a, make
 
 LORA = {"model.lora_rank": 4, "model.lora_alpha": 8, "train.deterministic": True}

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from grpokit.config import Config, ConfigError, apply_overrides
-from grpokit.config.validation import validate
 from grpokit.train.model_options import add_neftune, head_in_float32, noise_on, router_coefficient
+from grpokit.validation import validate
 
 
 def _qwen2(tied: bool, dtype=torch.bfloat16):

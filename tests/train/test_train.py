@@ -123,7 +123,7 @@ def test_num_iterations_takes_old_logprobs_once(tiny_model_dir, tmp_path):
     ],
 )
 def test_bad_config_gives_one_sentence(override, message, tmp_path):
-    from grpokit.config.validation import validate
+    from grpokit.validation import validate
 
     with pytest.raises(ConfigError) as e:
         cfg = apply_overrides(Config(), [override])

@@ -176,8 +176,8 @@ def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(c
 
     from grpokit.config import Config, ConfigError
     from grpokit.config.io import set_field
-    from grpokit.config.validation import validate
     from grpokit.train.models import load_model
+    from grpokit.validation import validate
 
     cfg = Config()
     set_field(cfg, "model.attn_implementation", "eager")

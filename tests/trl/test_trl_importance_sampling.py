@@ -117,7 +117,7 @@ def test_the_pipeline_stage_applies_the_mode():
 def test_tis_fields_are_checked():
     from grpokit.config.io import apply_overrides
     from grpokit.config.sections import Config
-    from grpokit.config.validation import validate
+    from grpokit.validation import validate
 
     validate(
         apply_overrides(Config(), ["rollout.tis_mode=sequence_mask", "rollout.tis_min=0.5", "rollout.tis_cap=.inf"])

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from grpokit.config import ConfigError
-from grpokit.config.validation import validate
 from grpokit.trl.config import SUPPORTED, UNSUPPORTED, GRPOConfig
 from grpokit.trl.mapping import to_config
+from grpokit.validation import validate
 from helpers.paths import ROOT
 
 
@@ -206,7 +206,7 @@ def test_tool_episodes_are_capped_at_max_completion_length():
 
 
 def test_a_repetition_penalty_that_is_not_positive_is_refused():
-    from grpokit.config.validation import validate
+    from grpokit.validation import validate
 
     with pytest.raises(ConfigError, match=r"^rollout.repetition_penalty=0.0 must be > 0 \(1.0 = off\)$"):
         validate(to_config(GRPOConfig(generation_kwargs={"repetition_penalty": 0.0}), num_rows=4))

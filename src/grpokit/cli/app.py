@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     errors.DEBUG = debug  # for the commands that catch a fault themselves (set on every call, never inherited)
     if argv[:1] == ["--version"]:
-        from grpokit import __version__
+        from grpokit.version import __version__
 
         print(f"grpokit {__version__}")
         return 0

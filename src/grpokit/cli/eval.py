@@ -23,7 +23,6 @@ import torch
 
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.validation import validate
 from grpokit.data.prompts import load_rows, to_prompts
 from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import reward_inputs
@@ -33,6 +32,7 @@ from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
+from grpokit.validation import validate
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")

@@ -1,6 +1,7 @@
 """Stage 0, configuration: typed sections (``sections.py``), building a config from YAML, dicts and
-dotted overrides (``io.py``), checking it as a whole (``validation/``) and the published recipes
-(``presets/``). ``grpokit.config`` exports every public name of the first two, as it always has.
+dotted overrides (``io.py``) and the published recipes (``presets/``). ``grpokit.config`` exports every
+public name of the first two, as it always has. Checking a config as a whole reads the registries of the
+packages that import this one, so it lives above them, in ``grpokit.validation`` (``validate``).
 Modules inside grpokit import from the defining module, never from this package, so that no import
 circle runs through it.
 """

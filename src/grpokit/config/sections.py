@@ -12,7 +12,7 @@ A run's config is built in layers, each overriding the last: the defaults, an op
 dotted command-line overrides (``rollout.group_size=16``). The fully resolved config is saved as
 ``config.yaml`` in the run folder. Building a config from dicts, YAML and overrides is in io.py.
 
-``grpokit.config.validation.validate`` checks every value before any work starts and raises
+``grpokit.validation.validate`` checks every value before any work starts and raises
 ``ConfigError`` with one sentence that names the field, the value and what would be valid.
 ``ConfigError`` and the ``section`` decorator live in base.py; the optim section, with every optimizer's
 and schedule's options, in optim.py; the rollout and algo sections in rollout.py and algo.py (all of

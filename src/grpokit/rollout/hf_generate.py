@@ -11,7 +11,7 @@ No sampling log-probabilities are recorded: under beam search a token has no sam
 and ``output_scores`` would hold (rows, vocabulary) floats for every step. The rows carry zeros,
 which tis.sampled_rows reads as "not scored by a sampler", so mismatch masking and its metrics leave
 them out, and the old log-probabilities come from the training pass (as TRL, whose logprobs are None
-on this path). config/validation/rollout.py keeps this engine off the paths that would weigh by sampler
+on this path). validation/rollout.py keeps this engine off the paths that would weigh by sampler
 log-probabilities (vLLM, asynchronous sampling).
 
 ``generate`` draws from torch's global RNG; it is seeded from the run's generator inside

@@ -28,7 +28,6 @@ import torch
 
 from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, ConfigError, RolloutConfig
-from grpokit.config.validation import validate
 from grpokit.data.prompts import to_prompts
 from grpokit.data.vision import load_processor
 from grpokit.nn import kernels, vocab
@@ -37,6 +36,7 @@ from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
+from grpokit.validation import validate
 
 from . import distributed, episode_setup, liger, model_options, models, reward_setup, run_data
 from .distributed import DistContext

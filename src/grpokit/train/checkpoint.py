@@ -208,7 +208,7 @@ def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None
     matter, then what was trained how, and the held-out results when the step was evaluated."""
     import yaml
 
-    from grpokit import __version__
+    from grpokit.version import __version__
 
     m, d, r, a = cfg.model, cfg.data, cfg.rollout, cfg.algo
     base = m.name_or_path

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from grpokit.config.sections import ConfigError
-from grpokit.config.validation.rollout import GENERATE_OWN_KEYS
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
+from grpokit.validation.rollout import GENERATE_OWN_KEYS
 
 from .config import GRPOConfig
 from .rule import Rule, copied, refuse
