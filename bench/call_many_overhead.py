@@ -6,7 +6,7 @@
 
 Each try builds and resets ``--calls`` instances of a class whose ``reset`` does nothing, through a
 plain loop and through ``call_many`` (8 threads, as the episode runner), and with ``--before`` also
-through another version of calls.py loaded from that file; the versions alternate within each try.
+through another version of calls.py loaded from that file; the versions alternate (bench/alternate.py).
 Prints the median and the range of each in milliseconds, and the threads each version left running.
 """
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import threading
-import time
+
+from alternate import turns
+from timing import seconds, spread
 
 
 class Trivial:
@@ -36,12 +37,6 @@ def _load(path: str):
     return module
 
 
-def _time(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=128, help="resets a batch (default 128: 16 prompts x G=8)")
@@ -57,11 +52,11 @@ def main() -> None:
         old = _load(args.before)
         versions["call_many before"] = lambda: old.call_many("bench-before", batch, 30)
     times: dict[str, list[float]] = {k: [] for k in versions}
-    for _ in range(args.tries):
-        for name, run in versions.items():
-            times[name].append(_time(run))
+    for _, name in turns(list(versions), args.tries):
+        times[name].append(seconds(versions[name])[0] * 1e3)
     for name, ms in times.items():
-        print(f"{name:>17}: median {statistics.median(ms):7.2f} ms, {min(ms):.2f}-{max(ms):.2f} ms ({len(ms)} batches)")
+        s = spread(ms)
+        print(f"{name:>17}: median {s['median']:7.2f} ms, {s['min']:.2f}-{s['max']:.2f} ms ({s['n']} batches)")
     print(
         "threads alive:",
         {k: sum(t.name == f"grpokit-{k}" for t in threading.enumerate()) for k in ("bench", "bench-before")},

@@ -30,6 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from alternate import turns  # noqa: E402
 from workload import build_model_dir, matmul_peak_gflops, smollm2_dir  # noqa: E402
 
 PY = sys.executable
@@ -150,18 +151,16 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
 def compare(name, model_dir, c, a, peak) -> dict:
     sides = ["grpokit", "trl", *a.variants]
     runs, failed = {side: [] for side in sides}, {}
-    for r in range(a.rounds):
-        k = r % len(sides)
-        for side in sides[k:] + sides[:k]:  # rotate the order each round: drift hits every side alike
-            try:
-                runs[side].append(run_side(side, model_dir, c, a))
-                # each side's raw result as it lands: a caller cut off by a time limit keeps the sides done
-                print(f"SIDE_JSON {side} {json.dumps(runs[side][-1])}", flush=True)
-            except RuntimeError as exc:  # an extra side that fails is reported; the main two must run
-                if side in ("grpokit", "trl"):
-                    raise
-                print(f"  {side} failed: {str(exc)[-1500:]}", flush=True)
-                failed[side] = str(exc)[-1500:]
+    for _, side in turns(sides, a.rounds):  # the order rotates each round: drift hits every side alike
+        try:
+            runs[side].append(run_side(side, model_dir, c, a))
+            # each side's raw result as it lands: a caller cut off by a time limit keeps the sides done
+            print(f"SIDE_JSON {side} {json.dumps(runs[side][-1])}", flush=True)
+        except RuntimeError as exc:  # an extra side that fails is reported; the main two must run
+            if side in ("grpokit", "trl"):
+                raise
+            print(f"  {side} failed: {str(exc)[-1500:]}", flush=True)
+            failed[side] = str(exc)[-1500:]
     runs = {side: v for side, v in runs.items() if side not in failed}
     res = {side: summarise(v, peak) for side, v in runs.items()}
     res["failed"] = failed

@@ -34,7 +34,9 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from alternate import turns  # noqa: E402
 from compare_trl import add_variant_args  # noqa: E402
+from timing import seconds  # noqa: E402
 from workload import build_model_dir, prompts  # noqa: E402
 
 ENGINES = ("grpokit_graphs", "grpokit_static_eager", "grpokit_dynamic", "hf_generate")
@@ -132,20 +134,12 @@ def rollout_bench(model_dir: Path, G: int, P: int, T: int, rounds: int, engines=
                 failed[e] = f"{type(exc).__name__}: {str(exc)[:500]}"
                 print(f"  rollout {model_dir.name} {e} failed: {failed[e]}", flush=True)
         engines = tuple(e for e in engines if e not in failed)
-        for r in range(rounds):
-            order = list(engines[r % len(engines) :]) + list(engines[: r % len(engines)])
-            for e in order:
-                _cuda("synchronize")
-                _cuda("reset_peak_memory_stats")
-                t = time.perf_counter()
-                tokens[e] = fns[e]()
-                _cuda("synchronize")
-                times[e].append(time.perf_counter() - t)
-                peak[e] = max(peak.get(e, 0.0), (_cuda("max_memory_allocated") or 0) / 2**30)
-                print(
-                    f"  rollout {model_dir.name} {e}: {times[e][-1]:.2f}s {tokens[e] / times[e][-1]:.0f} tok/s",
-                    flush=True,
-                )
+        for _, e in turns(engines, rounds):
+            _cuda("reset_peak_memory_stats")
+            dt, tokens[e] = seconds(fns[e], DEVICE[0])
+            times[e].append(dt)
+            peak[e] = max(peak.get(e, 0.0), (_cuda("max_memory_allocated") or 0) / 2**30)
+            print(f"  rollout {model_dir.name} {e}: {dt:.2f}s {tokens[e] / dt:.0f} tok/s", flush=True)
     res = {
         e: {
             "median_s": statistics.median(times[e]),

@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import worker  # noqa: E402
 from grpokit.rollout import static  # noqa: E402
+from timing import sync  # noqa: E402
 from workload import SHAPES, build_model_dir  # noqa: E402
 
 
@@ -39,11 +40,11 @@ class Spans:
         inner = getattr(owner, name)
 
         def timed(*args, **kw):
-            worker._sync(self.device)
+            sync(self.device)
             t = time.perf_counter()
             with torch.profiler.record_function(label):
                 out = inner(*args, **kw)
-            worker._sync(self.device)
+            sync(self.device)
             self.s[label] = self.s.get(label, 0.0) + time.perf_counter() - t
             return out
 
@@ -53,10 +54,10 @@ class Spans:
         inner = torch.Tensor.backward
 
         def timed(t, *args, **kw):
-            worker._sync(self.device)
+            sync(self.device)
             t0 = time.perf_counter()
             out = inner(t, *args, **kw)
-            worker._sync(self.device)
+            sync(self.device)
             self.s["backward"] = self.s.get("backward", 0.0) + time.perf_counter() - t0
             return out
 
@@ -200,14 +201,14 @@ class Windows:
 
     def open(self, label: str) -> None:
         if self.enabled:
-            worker._sync(self.device)
+            sync(self.device)
             self.prof, self.label = torch.profiler.profile(activities=self.acts), label
             self.prof.__enter__()
 
     def close(self) -> None:
         if self.prof is None:
             return
-        worker._sync(self.device)
+        sync(self.device)
         t = time.perf_counter()
         self.prof.__exit__(None, None, None)
         avg = self.prof.key_averages()

@@ -21,14 +21,14 @@ placeholder tokens suppressed, as grpokit hides them).
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alternate import turns  # noqa: E402
+from timing import seconds, spread  # noqa: E402
 from workload import micro_bench_setup  # noqa: E402
 
 
@@ -180,12 +180,11 @@ def _alternate(engines: dict, rounds: int) -> dict:
     for f in engines.values():
         f(0)
     res = {k: [] for k in engines}
-    for r in range(rounds):
-        for name, f in engines.items():
-            t = time.perf_counter()
-            n = f(100 + r)
-            res[name].append(n / (time.perf_counter() - t))
-    return {k: {"median_tok_s": statistics.median(v), "min": min(v), "max": max(v)} for k, v in res.items()}
+    for r, name in turns(list(engines), rounds):
+        dt, n = seconds(lambda: engines[name](100 + r))
+        res[name].append(n / dt)
+    spreads = {k: spread(v) for k, v in res.items()}
+    return {k: {"median_tok_s": s["median"], "min": s["min"], "max": s["max"]} for k, s in spreads.items()}
 
 
 if __name__ == "__main__":

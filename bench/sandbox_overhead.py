@@ -9,14 +9,13 @@ without a writable cgroup pays). The budget mechanism in use is printed.
 """
 
 import concurrent.futures as cf
-import statistics
 import subprocess
 import sys
-import time
 
 import grpokit.rewards.sandbox.isolation as iso
 from grpokit.rewards.code import probe, run_tests
 from grpokit.rewards.sandbox import budget
+from timing import seconds, spread
 
 CODE = "a, b = map(int, input().split())\nprint(a + b)"
 CASES = [{"input": "1 2\n", "output": "3\n"}]
@@ -30,15 +29,13 @@ def polling_wait(proc, timeout):
         return False
 
 
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000
+def timed(fn) -> float:
+    return seconds(fn)[0] * 1e3
 
 
-def stats(ms):
-    ms = sorted(ms)
-    return f"median {statistics.median(ms):6.1f} ms  p90 {ms[int(0.9 * (len(ms) - 1))]:6.1f} ms  (n={len(ms)})"
+def stats(ms) -> str:
+    s = spread(ms)
+    return f"median {s['median']:6.1f} ms  p90 {s['p90']:6.1f} ms  (n={s['n']})"
 
 
 def main():
@@ -66,7 +63,7 @@ def main():
     print("bare python      ", stats(bare))
     print("sandbox, alone   ", stats(alone))
     print("sandbox, 4 at once", stats(parallel))
-    print("overhead (median, alone): %.1f ms" % (statistics.median(alone) - statistics.median(bare)))
+    print("overhead (median, alone): %.1f ms" % (spread(alone)["median"] - spread(bare)["median"]))
 
 
 if __name__ == "__main__":

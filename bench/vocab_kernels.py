@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from worker import _sync  # noqa: E402  (imports torch, not triton: --tiny sets the interpreter in time)
+from timing import median_ms  # noqa: E402  (imports no torch: --tiny sets the interpreter in time)
 
 
 def _args(argv=None):
@@ -66,16 +64,7 @@ def main(argv=None) -> int:
 
 def _timed(fn, a, device) -> float:
     """Median milliseconds of ``fn()``, the device synchronised before and after each call."""
-    for _ in range(a.warmup):
-        fn()
-    times = []
-    for _ in range(a.reps):
-        _sync(device.type)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device.type)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return median_ms(fn, a.warmup, a.reps, device.type)
 
 
 def _sampling(a, device, dtype) -> dict:

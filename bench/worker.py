@@ -25,6 +25,7 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import sync  # noqa: E402
 from workload import chat_prompts, model_flops, prompts, reward_even_ids, reward_vowels  # noqa: E402
 
 REWARDS = {"vowels": reward_vowels, "even_ids": reward_even_ids}
@@ -52,11 +53,6 @@ class PhaseClock:
 
     def reset(self):
         self.spans, self.lengths = {}, []
-
-
-def _sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _scratch(prefix: str) -> str:
@@ -93,7 +89,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     def timed_generate(model, prompt_ids, G, *args, **kw):
         t = time.perf_counter()
         ro = inner(model, prompt_ids, G, *args, **kw)
-        _sync(a.device)
+        sync(a.device)
         clock.add("rollout", time.perf_counter() - t)
         clock.lengths += [(len(ro.prompt_ids[i // G]), len(c)) for i, c in enumerate(ro.completion_ids)]
         return ro
@@ -105,7 +101,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         clock.reset()
         t = time.perf_counter()
         m = tr.train_step()
-        _sync(a.device)
+        sync(a.device)
         dt = time.perf_counter() - t
         FIRST.setdefault("first_step_s", dt)
         if step >= a.warmup:  # the sampler/trainer mismatch and memory grpokit measured itself
@@ -175,7 +171,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
             self.t = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            _sync(a.device)
+            sync(a.device)
             dt = time.perf_counter() - self.t
             FIRST.setdefault("first_step_s", dt)
             if state.global_step > a.warmup:
@@ -195,7 +191,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
     def timed_generate(*args, **kw):
         t = time.perf_counter()
         out = inner(*args, **kw)
-        _sync(a.device)
+        sync(a.device)
         clock.add("rollout", time.perf_counter() - t)
         plen = kw["input_ids"].shape[1]
         mask = kw.get("attention_mask")

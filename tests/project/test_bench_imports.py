@@ -45,3 +45,25 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     found = list(grpokit_imports(f))
     assert found == [(2, "grpokit.train", "kernels"), (3, "grpokit.nn.kernels", None)]
     assert not resolves("grpokit.train", "kernels") and resolves("grpokit.nn", "kernels")
+
+
+SHARED = {"workload.py", "timing.py", "alternate.py", "worker.py", "trl_oracle.py", "trl_examples_data.py"}
+"""The pieces the scripts share, each named once in RESULTS.md's opening as what it is (not a measurement)."""
+
+
+def test_every_bench_script_is_cited_by_results_or_is_a_shared_piece():
+    results = (ROOT / "bench" / "RESULTS.md").read_text()
+    uncited = [p.name for p in SCRIPTS if p.name not in SHARED and f"bench/{p.name}" not in results]
+    assert not uncited, f"bench/ keeps only scripts bench/RESULTS.md cites for a figure: {uncited}"
+    assert all(name in results for name in SHARED)
+
+
+def test_timing_and_alternation_are_shared_not_repeated():
+    # the one timer (device synchronised) and the one rotation of sides live in timing.py and alternate.py
+    repeated = [
+        p.name
+        for p in SCRIPTS
+        if p.name not in {"timing.py", "alternate.py"}
+        and ("def _sync(" in p.read_text() or "r % len(" in p.read_text() or "def _time(" in p.read_text())
+    ]
+    assert not repeated, f"use bench/timing.py and bench/alternate.py: {repeated}"
