@@ -237,7 +237,7 @@ def test_resume_falls_back_past_a_truncated_latest_checkpoint(workdir, capsys):
     "damage, expected",
     [
         ("", "is empty, so it is torn or was emptied"),
-        ("half", "is missing the section(s)"),
+        ("half", "does not match the sha256 on its first line, so it is torn or damaged"),
     ],
 )
 def test_a_torn_config_yaml_is_refused_at_resume(workdir, capsys, damage, expected):
