@@ -82,6 +82,7 @@ def test_the_only_checkpoint_without_its_manifest_is_refused_not_completed(workd
     _drop(workdir / "run" / "checkpoints" / "step-000001", "manifest.json")
     assert main(["train", "--resume", "run", "train.steps=2"]) == 2
     assert "has no complete checkpoint under checkpoints/ that verifies" in last_error(capsys)
+    assert (workdir / "run" / "checkpoints" / "step-000001" / "optimizer.pt").is_file()  # nothing deleted
 
 
 def _as_before_manifests(ckpt):
