@@ -19,6 +19,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.record import jsonl
 from grpokit.rewards.spec import RewardError
 from grpokit.train import checkpoint
+from helpers.faults_runs import raise_as_grpokit
 from helpers.train_processes import grpokit_train
 
 REWARD = """
@@ -147,7 +148,7 @@ def test_debug_shows_the_traceback(workdir, monkeypatch, capsys):
 
 def test_an_internal_fault_is_one_sentence_and_exit_1(workdir, monkeypatch, capsys):
     def broken(argv):
-        raise RuntimeError("the bug\nsecond line")
+        raise_as_grpokit(RuntimeError("the bug\nsecond line"))
 
     monkeypatch.setitem(COMMANDS, "presets", broken)
     assert main(["presets"]) == 1
@@ -237,7 +238,7 @@ def test_resume_falls_back_past_a_truncated_latest_checkpoint(workdir, capsys):
     "damage, expected",
     [
         ("", "is empty, so it is torn or was emptied"),
-        ("half", "is missing the section(s)"),
+        ("half", "does not match the sha256 on its first line, so it is torn or damaged"),
     ],
 )
 def test_a_torn_config_yaml_is_refused_at_resume(workdir, capsys, damage, expected):
@@ -293,7 +294,7 @@ def _fail_on(monkeypatch, name: str, step: int, exc: BaseException):
 
     def save(obj, f, *a, **kw):
         if str(f).endswith(f"step-{step:06d}-{__import__('os').getpid()}/{name}"):
-            raise exc
+            raise_as_grpokit(exc)
         return real(obj, f, *a, **kw)
 
     monkeypatch.setattr(torch, "save", save)
@@ -348,7 +349,7 @@ def test_a_fault_before_the_update_saves_the_last_finished_step_and_resumes_exac
     def scored_batch(self):
         batch = real(self)  # the step's sampling happened: its random draws must not leak into the save
         if self.step == 2:
-            raise fault
+            raise_as_grpokit(fault)
         return batch
 
     monkeypatch.setattr(Trainer, "_scored_batch", scored_batch)

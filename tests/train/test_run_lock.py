@@ -210,3 +210,32 @@ def test_resume_never_deletes_what_is_not_a_grpokit_run(tiny_model_dir, tmp_path
     err = capsys.readouterr().err
     assert f"train.out={str(other)!r} already holds a run (checkpoints/)" in err
     assert (other / "checkpoints" / "epoch_1.pt").read_bytes() == b"weights" and not (other / "run.lock").exists()
+
+
+def test_clocks_that_disagree_neither_stall_a_start_nor_take_a_live_holders_lock(tmp_path, monkeypatch):
+    """Issue 48: a heartbeat an hour in the future made a start "wait up to 3655 s"; it is watched
+    STALE_S by this process's own clock and then taken over, with one line saying why. A heartbeat that
+    looks old because its host's clock is behind is still watched, and a live holder is refused."""
+    monkeypatch.setattr(run_lock, "STALE_S", 1.5)
+    other = {"host": "node-17", "boot_id": "another-boot", "pid": 4242}
+    write_lock(tmp_path / "ahead", age_s=-3600.0, **other)
+    said = []
+    t0 = time.monotonic()
+    run_lock.acquire(tmp_path / "ahead", log=lambda *a, **k: said.append(a[0])).release()
+    assert 1.0 <= time.monotonic() - t0 < 10
+    assert "with a heartbeat 3600 s in the future (the hosts' clocks disagree); waiting up to 2 s" in said[0]
+    assert said[-1].endswith("whose heartbeat did not move for 2 s (its time is 3600 s ahead of this filesystem's)")
+
+    lock = tmp_path / "behind" / "run.lock"
+    write_lock(tmp_path / "behind", age_s=3600.0, **other)  # alive, but its host's clock is an hour behind
+    beat = (
+        "import os, sys, time\nfor _ in range(40):\n"
+        "    time.sleep(0.1); t = time.time() - 3600; os.utime(sys.argv[1], (t, t))"
+    )
+    beating = subprocess.Popen([sys.executable, "-c", beat, str(lock)])
+    try:
+        with pytest.raises(ConfigError, match="pid 4242 on host node-17"):
+            run_lock.acquire(tmp_path / "behind", log=lambda *a, **k: None)
+    finally:
+        beating.kill()
+        beating.wait()

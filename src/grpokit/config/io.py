@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import inspect
 import textwrap
 import typing
@@ -193,6 +194,32 @@ def describe_fields(cfg: Config | None = None) -> str:
 
 def save_yaml(cfg: Config, path: Path) -> None:
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# A run's config.yaml and config_history.yaml carry the sha256 of the rest of the file on their first
+# line, a YAML comment: a resume reads them back and must tell a file cut short (its last line becoming
+# `- grad_`, which is still YAML) from the file the run wrote. The first line survives a cut from the
+# end; a file without it was written before checksums (it can only be read as it is).
+SEAL = "# grpokit sha256 of the lines below: "
+
+
+def sealed(text: str) -> str:
+    """``text`` with its checksum line in front (see SEAL)."""
+    return f"{SEAL}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n{text}"
+
+
+def unsealed(text: str, source: str) -> tuple[str, bool]:
+    """The text after the checksum line, and whether it had one; ConfigError naming ``source`` when the
+    text does not match its checksum (torn, damaged, or edited by hand)."""
+    if not text.startswith(SEAL):
+        return text, False
+    first, _, body = text.partition("\n")
+    if hashlib.sha256(body.encode("utf-8")).hexdigest() != first[len(SEAL) :].strip():
+        raise ConfigError(
+            f"{source} does not match the sha256 on its first line, so it is torn or damaged (or was edited by "
+            "hand); restore it from a copy (to keep a deliberate edit, delete that first line) before resuming"
+        )
+    return body, True
 
 
 # Last, so that either module may be imported first: config.py re-exports this module's functions

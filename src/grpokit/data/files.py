@@ -1,7 +1,8 @@
 """Checks of a local data file before ``datasets`` reads it, so that a malformed file ends in one
 sentence naming the file, the line and what would be valid, not in a pyarrow traceback.
 
-Text formats (.jsonl, .json, .csv) must be UTF-8 and hold at least one row; every line of a
+Text formats (.jsonl, .json, .csv) must be UTF-8 (a leading byte-order mark, which Windows editors
+write, is allowed: ``datasets`` reads past it too) and hold at least one row; every line of a
 .jsonl file must be one JSON object; every row of a .csv file must have the header's number of
 fields. Parquet is binary and checked by its reader (its errors are turned into a sentence by
 ``prompts.load_rows``).
@@ -9,6 +10,7 @@ fields. Parquet is binary and checked by its reader (its errors are turned into 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -24,6 +26,7 @@ def check_file(path: Path, source: str) -> None:
     if path.suffix not in TEXT_SUFFIXES:
         return
     raw = path.read_bytes()
+    raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte-order mark: read past (line 1 was "not valid JSON")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -102,11 +102,24 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
                 f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; "
                 "give every row a prompt"
             )
+        if _is_empty(r[cfg.prompt_column]):
+            raise ConfigError(
+                f"row {n} of {source!r} has an empty prompt (column {cfg.prompt_column!r}); give every row a prompt"
+            )
         r["prompt"] = r.pop(cfg.prompt_column)
         if cfg.answer_column:
             r["answer"] = r[cfg.answer_column]
         out.append(r)
     return out
+
+
+def _is_empty(prompt: Any) -> bool:
+    """An empty or blank text, or a conversation with no message or only empty contents."""
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        return all(isinstance(m, dict) and not str(m.get("content") or "").strip() for m in prompt)
+    return False
 
 
 def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = None) -> str:
@@ -141,11 +154,11 @@ def to_prompts(
     if has_images(rows):
         return _vision_prompts(rows, processor, cfg, tools(rows[0]) if callable(tools) else tools)
     prompts = []
-    for r in rows:
+    for n, r in enumerate(rows, 1):
         text = render_prompt(r["prompt"], tokenizer, cfg, tools(r) if callable(tools) else tools)
         ids = tokenizer(text, add_special_tokens=not _templated(tokenizer, cfg, r["prompt"]))["input_ids"]
         if not ids:
-            raise ConfigError(f"a prompt tokenised to nothing: {text!r}")
+            raise ConfigError(f"the prompt of row {n} tokenised to nothing: {text!r}; give every row a prompt")
         prompts.append(
             Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"}, raw=r["prompt"])
         )

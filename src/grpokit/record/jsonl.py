@@ -16,17 +16,25 @@ Design choices, each for a failure we want to survive:
   "-Infinity"; `read_jsonl` turns them back into floats. The file stays valid JSON lines.
 - A resumed run calls `truncate_jsonl` to drop lines with a step beyond the checkpoint it resumes
   from, so its files end up equal to those of an uninterrupted run. A torn last line (the process
-  died mid-write) is dropped too instead of breaking every later reader.
+  died mid-write) is dropped too instead of breaking every later reader. Steps before the
+  checkpoint that have no row (the file was removed or cut while the run wrote it) are named in one
+  line: nothing is rebuilt from a file that lost rows without saying so.
+- A file removed or renamed while the run writes it (a cleanup job, log rotation) is noticed after
+  each line (the open file's device and inode against the path's: one stat): a new file is opened
+  at the path, the line is written again there, and one line says where the earlier rows went (the
+  renamed file, or nowhere: removed). A line the disk refuses (ENOSPC) is cut back off, so no
+  partial line stays behind, and the OSError names the file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
@@ -150,8 +158,81 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
     return dropped
 
 
+def steps_missing(path: Path, max_step: int) -> list[int]:
+    """The steps 1..``max_step`` that have no row in the JSON-lines file at ``path``."""
+    have = {r.get("step") for r in iter_jsonl(path)}
+    return [s for s in range(1, max_step + 1) if s not in have]
+
+
+def spans(steps: list[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    out: list[list[int]] = []
+    for s in steps:
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+class AppendFile:
+    """One append-only file of a run, written through a file descriptor (no Python buffer that could
+    write half a line later), that notices when its path stops naming the file it writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = -1
+        self._ident = (0, 0)
+
+    def open(self) -> None:
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        st = os.fstat(self._fd)
+        self._ident = (st.st_dev, st.st_ino)
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` whole and return where it starts, or raise the OSError (naming the file) with
+        nothing of it left behind."""
+        if self._fd < 0:
+            self.open()
+        start = os.fstat(self._fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as e:
+            try:
+                os.ftruncate(self._fd, start)  # a partial line never stays behind (a full disk, a quota)
+            except OSError:
+                pass
+            raise OSError(e.errno, e.strerror or os.strerror(e.errno or errno.EIO), str(self.path)) from None
+        return start
+
+    def take_back(self, start: int) -> None:
+        """Cut the open file back to ``start`` (a line written to a file that was renamed meanwhile)."""
+        try:
+            os.ftruncate(self._fd, start)
+        except OSError:
+            pass
+
+    def gone(self) -> str | None:
+        """None while the path names the open file; else "renamed" (the file lives on under another name)
+        or "removed"."""
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._ident:
+                return None
+        except FileNotFoundError:
+            pass
+        return "renamed" if os.fstat(self._fd).st_nlink > 0 else "removed"
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
 class JsonlSink:
-    """Writes metrics.jsonl, samples.jsonl and health.jsonl into `run_dir`, one flushed line each.
+    """Writes metrics.jsonl, samples.jsonl and health.jsonl into `run_dir`, one whole line each.
 
     `resume_step=None` starts fresh files (a new run owns its directory); an integer keeps the
     existing files, drops their lines with step > resume_step and appends after them.
@@ -159,22 +240,53 @@ class JsonlSink:
 
     name = "jsonl"
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, resume_step: int | None = None, say=print) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._say = say
         for fname in (METRICS_FILE, SAMPLES_FILE, HEALTH_FILE):
             if resume_step is None:
                 (self.run_dir / fname).unlink(missing_ok=True)  # a fresh run owns its files
             else:
                 truncate_jsonl(self.run_dir / fname, resume_step)
-        self._files: dict[str, TextIO] = {}
+        if resume_step:
+            lost = steps_missing(self.run_dir / METRICS_FILE, resume_step)
+            if lost:
+                self._say(
+                    f"grpokit: warning: {self.run_dir / METRICS_FILE} has no rows for step(s) {spans(lost)} of the "
+                    f"{resume_step} before the checkpoint (the file was removed, renamed or cut while the run "
+                    "wrote it); the health checks and the report go on from the rows it has",
+                    flush=True,
+                )
+        self._files: dict[str, AppendFile] = {}
+        self._last_step: dict[str, int] = {}
 
     def _write(self, fname: str, record: Mapping[str, Any]) -> None:
         f = self._files.get(fname)
         if f is None:  # opened lazily: a run without samples leaves no empty samples.jsonl behind
-            f = self._files[fname] = (self.run_dir / fname).open("a", encoding="utf-8")
-        f.write(dumps_line(record) + "\n")
-        f.flush()
+            f = self._files[fname] = AppendFile(self.run_dir / fname)
+        data = (dumps_line(record) + "\n").encode("utf-8")
+        start = f.append(data)
+        how = f.gone()
+        if how is not None:  # the line just written went to a file no longer at the path: a new one takes it
+            f.take_back(start)  # (a renamed file keeps only the rows written before it was renamed)
+            f.close()
+            f.open()
+            f.append(data)
+            self._moved(fname, how, record.get("step"))
+        self._last_step[fname] = record.get("step", -1)
+
+    def _moved(self, fname: str, how: str, step: Any) -> None:
+        before = self._last_step.get(fname)
+        rows = f"its rows up to step {before} are " if before is not None else "its earlier rows are "
+        where = rows + ("in the renamed file" if how == "renamed" else "lost with it")
+        message = (
+            f"{self.run_dir / fname} was {how} while the run wrote it; a new {fname} continues from step {step} "
+            f"({where})"
+        )
+        self._say(f"grpokit: warning: {message}", flush=True)
+        if fname != HEALTH_FILE:
+            self._write(HEALTH_FILE, {"step": step, "monitor": "record", "message": message, "level": "warning"})
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self._write(METRICS_FILE, {"step": step, **metrics})

@@ -17,10 +17,16 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 It is written under a temporary name and renamed into place only when complete (a rename is atomic
 on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
 one. ``latest`` ignores temporary folders. The last file written is ``manifest.json`` (every other
-file's size and sha256): ``verify`` checks a checkpoint against it, so a checkpoint damaged after
-the fact (a truncated file, a disk fault, a copy cut short) is recognised and resume falls back to
-the newest one that verifies (train/resume.py). A failed write (ENOSPC) removes the temporary
-folder and leaves every earlier checkpoint as it was.
+file's size and sha256, and whether the save was model-only): ``verify`` checks a checkpoint against
+it, so a checkpoint damaged after the fact (a truncated or deleted file, a disk fault, a copy cut short)
+is recognised and resume falls back to the newest one that verifies (train/resume.py). A failed write
+(ENOSPC) removes the temporary folder and leaves every earlier checkpoint as it was.
+
+A checkpoint without ``manifest.json`` is trusted only as one written before manifests existed
+(``legacy_ok``): its ``trainer_state.json`` does not say it has a manifest, it holds every file a
+save writes (optimizer.pt and rng.pt too, unless the run asked for model-only saves), and no older
+checkpoint of the run has a manifest. Otherwise it is damaged: a partial checkpoint is never
+completed with a fresh optimizer.
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ def save(
             optimizer_state,
             extra_state,
             card,
+            model_only,
         )
     except BaseException as exc:  # ENOSPC, a failed serialiser, Ctrl-C: no half checkpoint stays behind
         refused = storage_error(exc, final) if isinstance(exc, Exception) else None  # asked before the space is freed
@@ -138,6 +145,7 @@ def _write_files(
     optimizer_state,
     extra_state,
     card,
+    model_only: bool = False,
 ) -> None:
     if write_model is not None:
         write_model(model, tmp)
@@ -157,10 +165,11 @@ def _write_files(
         torch.save({**rng_state(generator), "sampler_ranks": sampler_states}, tmp / "rng.pt")
     if extra_state is not None:
         torch.save(extra_state, tmp / "extra_state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps(state.__dict__))
+    # "manifest": a checkpoint whose manifest.json went missing is known damaged, not taken for an old one
+    (tmp / "trainer_state.json").write_text(json.dumps({**state.__dict__, "manifest": True}))
     _fsync_tree(tmp)
     with open(tmp / MANIFEST, "w") as f:  # last: its presence means every other file is complete
-        f.write(json.dumps(manifest(tmp), indent=1))
+        f.write(json.dumps({**manifest(tmp), "model_only": optimizer is None}, indent=1))
         f.flush()
         os.fsync(f.fileno())
 
@@ -174,25 +183,56 @@ def manifest(folder: Path) -> dict[str, dict]:
     return {"files": files}
 
 
-def verify(path: Path) -> str | None:
+def verify(path: Path, *, model_only_ok: bool = False, legacy_ok: bool = True) -> str | None:
     """None when the checkpoint at ``path`` matches its manifest, else why not (one phrase).
-    A checkpoint from before manifests existed verifies when its trainer_state.json is there."""
+    Without a manifest it verifies only as a checkpoint from before manifests (``legacy_ok``, see the
+    module docstring); ``model_only_ok``: the run asked for model-only saves (train.save_only_model)."""
     m = path / MANIFEST
     if not m.exists():
-        return None if (path / "trainer_state.json").exists() else "it has no manifest.json and no trainer_state.json"
+        return _verify_unlisted(path, model_only_ok, legacy_ok)
     try:
-        files = json.loads(m.read_text())["files"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        data = json.loads(m.read_text())
+        files = data["files"]
+        listed = {rel: (int(w["size"]), str(w["sha256"])) for rel, w in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         return "its manifest.json is unreadable"
-    for rel, want in files.items():
+    for rel, (size, sha) in listed.items():
         f = path / rel
         if not f.is_file():
             return f"{rel} is missing"
-        if f.stat().st_size != want["size"]:
-            return f"{rel} has {f.stat().st_size} bytes, the manifest says {want['size']}"
-        if _sha256(f) != want["sha256"]:
+        if f.stat().st_size != size:
+            return f"{rel} has {f.stat().st_size} bytes, the manifest says {size}"
+        if _sha256(f) != sha:
             return f"{rel} does not match its sha256 in the manifest"
+    need = ["trainer_state.json"] + ([] if data.get("model_only", True) else ["optimizer.pt", "rng.pt"])
+    absent = [n for n in need if n not in listed]
+    return f"its manifest does not list {', '.join(absent)}" if absent else None
+
+
+def _verify_unlisted(path: Path, model_only_ok: bool, legacy_ok: bool) -> str | None:
+    """A checkpoint without manifest.json: one from before manifests existed, whole, or a damaged one."""
+    state = path / "trainer_state.json"
+    if not state.is_file():
+        return "it has no manifest.json and no trainer_state.json"
+    try:
+        written_with_manifest = bool(json.loads(state.read_text()).get("manifest"))
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return "it has no manifest.json and its trainer_state.json is unreadable"
+    if written_with_manifest or not legacy_ok:
+        return "its manifest.json is missing (every save writes it last), so its files cannot be trusted"
+    if not any((path / "model").glob("*.safetensors")):
+        return "it has no manifest.json and no weights under model/"
+    missing = [n for n in ("optimizer.pt", "rng.pt") if not (path / n).is_file()]
+    if missing and not model_only_ok:
+        return (
+            f"it has no manifest.json and {', '.join(missing)} is missing, though the run did not ask for "
+            "model-only saves (train.save_only_model)"
+        )
     return None
+
+
+def has_manifest(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
 
 
 def _sha256(p: Path) -> str:
@@ -340,8 +380,10 @@ def load_pending(state: dict, optimizer) -> dict:
 
 
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:
-    state = TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+    saved = json.loads((path / "trainer_state.json").read_text())
+    state = TrainerState(**{f.name: saved[f.name] for f in dataclasses.fields(TrainerState)})
     if not (path / "optimizer.pt").exists():  # save_only_model: as transformers, the weights alone carry over
+        # (``verify`` let it through only as a model-only save: the manifest's, or the run's setting)
         log.warning(
             "checkpoint %s holds no optimizer, schedule or RNG state (save_only_model): resuming with its weights, "
             "a fresh optimizer and learning-rate schedule",

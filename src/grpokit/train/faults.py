@@ -1,4 +1,4 @@
-"""Faults by cause: the user's files, the machine, or grpokit itself (docs/FAULTS.md).
+"""Faults by cause: the disk, the user's files, the model, the user's code, or grpokit itself (docs/FAULTS.md).
 
 A run that stops must say what is wrong and where. Libraries often hide the cause: a full disk comes
 out of safetensors as ``SafetensorError: ... No space left on device (os error 28)`` and out of
@@ -7,6 +7,12 @@ out of safetensors as ``SafetensorError: ... No space left on device (os error 2
 from) and returns the cause as one sentence, or None when it is none of these: only then is it
 "an internal fault" (a bug of grpokit). Where the path is known, the place that reads or writes
 names it (``storage_error`` for checkpoint writes, ``weights_error`` for model loads).
+
+The model's fault is numbers that are not finite (NaN weights or activations: the rollout's
+``FloatingPointError``, torch's sampler refusing a NaN distribution). The user's code is told from
+grpokit's by the traceback: the innermost frame that is neither the standard library nor an
+installed package is the code that raised; outside grpokit's own folder it is the user's (a plugin
+advantage, an environment class, a callback), and it is named with its file and line.
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sysconfig
+import traceback
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -99,6 +108,9 @@ def classify(e: BaseException, where: Path | None = None) -> Cause | None:
             "copy or download the model again",
             2,
         )
+    model = _model_fault(e)
+    if model is not None:
+        return model
     for x in chain(e):
         if isinstance(x, (MemoryError,)) or type(x).__name__ == "OutOfMemoryError":
             return Cause(
@@ -118,7 +130,71 @@ def classify(e: BaseException, where: Path | None = None) -> Cause | None:
             and x.errno in (errno.EIO, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG)
         ):
             return Cause(f"{x.filename}: {x.strerror}", 2 if x.errno != errno.EIO else 1)
+    return _user_code_fault(e)
+
+
+_NAN_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
+
+
+def _model_fault(e: BaseException) -> Cause | None:
+    """NaN or inf in the model's weights or activations: the model's fault, not grpokit's."""
+    for x in chain(e):
+        if isinstance(x, FloatingPointError):
+            return Cause(_line(x).removeprefix("rollout: "), 2)
+        if isinstance(x, RuntimeError) and _NAN_SAMPLING in str(x):
+            return Cause(
+                "the model's next-token probabilities are NaN or inf (torch: "
+                f"{_NAN_SAMPLING}): its weights or activations hold NaN or inf (a diverged update, float16 overflow); "
+                "resume from an earlier checkpoint with a lower optim.lr, or use model.dtype=bfloat16 or float32",
+                2,
+            )
     return None
+
+
+def _user_code_fault(e: BaseException) -> Cause | None:
+    """An exception raised by the user's code (see the module docstring), named with its place."""
+    x: BaseException | None = e
+    seen = 0
+    while x is not None and seen < 20:  # raised from (``__cause__``): a wrapper's reason
+        frame = raising_frame(x)
+        if frame is not None and _origin(frame.filename) == "user":
+            return Cause(
+                f"your code raised {type(x).__name__}: {_line(x)} ({frame.filename}, line {frame.lineno}, in "
+                f"{frame.name}); fix it and run again (--debug shows the traceback)",
+                2,
+            )
+        x, seen = x.__cause__, seen + 1
+    return None
+
+
+def raising_frame(e: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``e``'s traceback that is neither the standard library nor a package."""
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if _origin(frame.filename) != "library":
+            return frame
+    return None
+
+
+def _origin(filename: str) -> str:
+    """ "grpokit", "library" (the standard library, installed packages, code without a file) or "user"."""
+    if not filename or filename.startswith("<"):
+        return "library"
+    real = os.path.realpath(filename)
+    grpokit_dir, libraries = _roots()
+    if real.startswith(grpokit_dir):
+        return "grpokit"
+    if real.startswith(libraries) or "site-packages" in real or "dist-packages" in real:
+        return "library"
+    return "user"
+
+
+@cache
+def _roots() -> tuple[str, tuple[str, ...]]:
+    import grpokit
+
+    paths = sysconfig.get_paths()
+    libs = {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return os.path.realpath(os.path.dirname(grpokit.__file__)) + os.sep, tuple(sorted(libs))
 
 
 def _under(where: Path | None) -> str:

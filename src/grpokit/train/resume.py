@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from grpokit.config.io import from_dict, set_field, strict_yaml, to_dict
+from grpokit.config.io import from_dict, sealed, set_field, strict_yaml, to_dict, unsealed
 from grpokit.config.sections import Config, ConfigError
 
 from . import checkpoint, run_lock
@@ -111,7 +111,7 @@ def load_run_config(run_dir: Path) -> Config:
             f"--resume {str(run_dir)!r} is not a run folder (no config.yaml); give the folder a run was started with"
         )
     try:
-        data = strict_yaml(f.read_text(encoding="utf-8"), f"the run's {str(f)!r}")
+        data = strict_yaml(_read_sealed(f), f"the run's {str(f)!r}")
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(
             f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before resuming"
@@ -134,12 +134,12 @@ def load_run_config(run_dir: Path) -> Config:
 def write_config(run_dir: Path, cfg: Config, resume_step: int | None) -> None:
     """A new run writes config.yaml; a resume appends what changed to config_history.yaml."""
     if resume_step is None or not (run_dir / CONFIG_FILE).is_file():
-        _atomic_write(run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        _atomic_write(run_dir / CONFIG_FILE, sealed(yaml.safe_dump(to_dict(cfg), sort_keys=False)))
         return
     changed = config_changes(load_run_config(run_dir), cfg)
     if changed:
         history = _history(run_dir) + [{"step": resume_step, "changed": changed}]
-        _atomic_write(run_dir / HISTORY_FILE, yaml.safe_dump(history, sort_keys=False))
+        _atomic_write(run_dir / HISTORY_FILE, sealed(yaml.safe_dump(history, sort_keys=False)))
 
 
 def config_changes(before: Config, after: Config) -> dict[str, dict[str, Any]]:
@@ -148,20 +148,37 @@ def config_changes(before: Config, after: Config) -> dict[str, dict[str, Any]]:
     return {f"{s}.{k}": {"from": a[s].get(k), "to": v} for s in b for k, v in b[s].items() if a.get(s, {}).get(k) != v}
 
 
-def newest_verified(ckpt_dir: Path, log=None) -> Path | None:
-    """The newest checkpoint under ``ckpt_dir`` that verifies (``log`` hears of each one skipped)."""
-    for p in sorted((p for p in ckpt_dir.glob(f"{checkpoint.PREFIX}*") if p.is_dir()), reverse=True):
-        fault = checkpoint.verify(p)
+def newest_verified(ckpt_dir: Path, log=None, *, model_only_ok: bool = False) -> Path | None:
+    """The newest checkpoint under ``ckpt_dir`` that verifies (``log`` hears of each one skipped, and
+    which one is used then). A checkpoint without a manifest is taken for one written before manifests
+    existed only when no older checkpoint has one (checkpoint.verify); ``model_only_ok``: the run asked
+    for model-only saves, so a checkpoint may lack its optimizer and random states."""
+    found = sorted(p for p in ckpt_dir.glob(f"{checkpoint.PREFIX}*") if p.is_dir())
+    # a save writes its manifest since issue 26: a checkpoint after one that has it must have it too
+    first_listed = next((i for i, p in enumerate(found) if checkpoint.has_manifest(p)), len(found))
+    skipped = 0
+    for i in range(len(found) - 1, -1, -1):
+        p = found[i]
+        fault = checkpoint.verify(p, model_only_ok=model_only_ok, legacy_ok=i < first_listed)
         if fault is None:
+            if log is not None and skipped:
+                log(f"grpokit: resuming from {p}, the newest checkpoint that verifies whole", flush=True)
+            if log is not None and not checkpoint.has_manifest(p):
+                log(
+                    f"grpokit: warning: checkpoint {p} has no manifest.json (written by a grpokit from before "
+                    "checkpoint manifests); its files are complete but cannot be verified, so it is used as it is",
+                    flush=True,
+                )
             return p
+        skipped += 1
         if log is not None:
             log(f"grpokit: warning: skipping checkpoint {p} because {fault}; trying the one before it", flush=True)
     return None
 
 
-def checkpoint_to_resume(run_dir: Path, log=print) -> Path:
+def checkpoint_to_resume(run_dir: Path, log=print, *, model_only_ok: bool = False) -> Path:
     """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault."""
-    found = newest_verified(run_dir / "checkpoints", log)
+    found = newest_verified(run_dir / "checkpoints", log, model_only_ok=model_only_ok)
     if found is not None:
         return found
     raise ConfigError(
@@ -174,7 +191,7 @@ def _history(run_dir: Path) -> list[dict]:
     if not f.is_file():
         return []
     try:
-        data = strict_yaml(f.read_text(encoding="utf-8"), f"the run's {str(f)!r}") or []
+        data = strict_yaml(_read_sealed(f), f"the run's {str(f)!r}") or []
     except (yaml.YAMLError, UnicodeDecodeError):
         data = None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
@@ -185,10 +202,38 @@ def _history(run_dir: Path) -> list[dict]:
     return data
 
 
+_UNSEALED_SAID: set[str] = set()
+
+
+def _read_sealed(f: Path) -> str:
+    """The text of a run's config.yaml or config_history.yaml after its checksum line, verified
+    (config.io.unsealed). One written before checksums is read as it is, and said so once."""
+    text, checked = unsealed(f.read_text(encoding="utf-8"), repr(str(f)))
+    if not checked and str(f) not in _UNSEALED_SAID and os.environ.get("RANK", "0") == "0":
+        _UNSEALED_SAID.add(str(f))
+        print(
+            f"grpokit: warning: {f} has no checksum line (written by a grpokit from before run-file checksums), "
+            "so damage to it cannot be detected; it is read as it is",
+            flush=True,
+        )
+    return text
+
+
 def read_summary(run_dir: Path, resuming: bool) -> dict[str, Any]:
     """A resumed run's summary.json so far ({} for a new run or none yet)."""
     p = run_dir / "summary.json"
-    return json.loads(p.read_text()) if resuming and p.exists() else {}
+    if not (resuming and p.exists()):
+        return {}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{str(p)!r} is torn or damaged (not a JSON object); restore it, or remove it to resume with the "
+            "summary started afresh"
+        )
+    return data
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -197,10 +242,23 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    """``path`` replaced whole by ``text``: written and fsynced under a temporary name, then renamed
+    (and the folder fsynced), so a kill or a power cut leaves the old file or the new one."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # a filesystem that cannot fsync a folder: the rename itself is still atomic
+        pass

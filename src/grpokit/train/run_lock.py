@@ -16,12 +16,14 @@ How a holder is known to be alive:
   is gone, or reused by another process, is stale.
 * **Another host** (or this one before a restart: another boot id) on a shared filesystem, where ``flock``
   may not reach across hosts (Lustre's ``localflock``) or the server keeps a dead client's lock for its
-  lease (NFSv4, about 90 s): the holder touches the file every ``HEARTBEAT_S`` (10 s) from a background thread. A lock
-  whose modification time is ``STALE_S`` (60 s) older than the filesystem's clock (read from a probe file
-  written beside it, so the hosts' clocks need not agree) is stale and is replaced. A fresh lock
-  from another host is watched: if its time moves, the holder is alive and the start is refused;
-  if it does not move until it is stale, it is taken over, so a job restarted on another node right
-  after its old node died waits at most ``STALE_S`` seconds.
+  lease (NFSv4, about 90 s): the holder touches the file every ``HEARTBEAT_S`` (10 s) from a background thread.
+  Another host's lock is watched, timed by this process's own clock: if its time moves, the holder is
+  alive and the start is refused; if it does not, it is taken over. Its time, compared with the
+  filesystem's (a probe file written beside it), only sets how long to watch: what is left of
+  ``STALE_S`` (60 s) for a fresh heartbeat, ``STALE_S`` for one from the future (its host's clock is
+  ahead), a heartbeat interval and a half for one older than ``STALE_S`` (in case its host's clock is
+  behind). A job restarted on another node right after its old node died thus waits at most ``STALE_S``
+  seconds, whatever the clocks say.
 
 A holder that finds the file no longer names it (a process elsewhere judged it stale, e.g. a frozen
 VM that came back) stops at the end of its step with one sentence, writing nothing more. Within one
@@ -276,30 +278,46 @@ def _judge(run_dir: Path, path: Path, fd: int, holder: Holder | None, me: Holder
             raise _refusal(run_dir, holder)
         log(f"grpokit: taking over {path} from {holder.describe()}, which is no longer running", flush=True)
         return "take"
-    age = _watch(run_dir, path, log, holder)
-    if age is None:
+    why = _watch(run_dir, path, log, holder)
+    if why is None:
         raise _refusal(run_dir, holder)
-    log(f"grpokit: taking over {path} from {holder.describe()}, whose heartbeat stopped {age:.0f} s ago", flush=True)
+    log(f"grpokit: taking over {path} from {holder.describe()}, {why}", flush=True)
     return "take" if kernel is not False else "replace"
 
 
-def _watch(run_dir: Path, path: Path, log, holder: Holder) -> float | None:
-    """Another host's lock: its age once stale, or None when its heartbeat moved (alive)."""
+def _watch(run_dir: Path, path: Path, log, holder: Holder) -> str | None:
+    """Another host's lock: why it is stale (a phrase), or None when its heartbeat moved (alive).
+    The verdict is this process's own observation, timed by its own monotonic clock: the lock's time
+    only says how long to watch, so hosts whose clocks disagree cannot stall a start or judge a live
+    holder dead. A heartbeat from the future (its host's clock ahead) is watched ``STALE_S`` at most;
+    one older than ``STALE_S`` for a heartbeat interval and a half, in case its host's clock is behind."""
     age = _age(run_dir, path)
-    if age > STALE_S:
-        return age
     first = os.stat(path).st_mtime
-    log(
-        f"grpokit: {path} names {holder.describe()}, on another host, with a heartbeat {max(0.0, age):.0f} s old; "
-        f"waiting up to {STALE_S - age:.0f} s to see whether it is alive",
-        flush=True,
-    )
-    while age <= STALE_S:
-        time.sleep(min(1.0, STALE_S / 10))
+    if age > STALE_S:
+        window = min(STALE_S, 1.5 * HEARTBEAT_S)
+        why = f"whose heartbeat stopped {age:.0f} s ago"
+    elif age < -1.0:  # (a second's grace: filesystems round times)
+        window = STALE_S
+        why = f"whose heartbeat did not move for {window:.0f} s (its time is {-age:.0f} s ahead of this filesystem's)"
+        log(
+            f"grpokit: {path} names {holder.describe()}, on another host, with a heartbeat {-age:.0f} s in the "
+            f"future (the hosts' clocks disagree); waiting up to {window:.0f} s to see whether it is alive",
+            flush=True,
+        )
+    else:
+        window = STALE_S - max(0.0, age)
+        why = f"whose heartbeat stopped {STALE_S:.0f} s ago"
+        log(
+            f"grpokit: {path} names {holder.describe()}, on another host, with a heartbeat {max(0.0, age):.0f} s "
+            f"old; waiting up to {window:.0f} s to see whether it is alive",
+            flush=True,
+        )
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline:
+        time.sleep(max(0.0, min(1.0, STALE_S / 10, deadline - time.monotonic())))
         if os.stat(path).st_mtime != first:
             return None
-        age = _age(run_dir, path)
-    return age
+    return why
 
 
 def _age(run_dir: Path, path: Path) -> float:

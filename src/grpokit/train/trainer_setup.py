@@ -141,7 +141,7 @@ class TrainerSetup:
     def _resume(self) -> None:
         """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
         random states, step, data position, the stage states and a pending update (carried_state.py)."""
-        ckpt = run_folder.checkpoint_to_resume(self.run_dir)
+        ckpt = run_folder.checkpoint_to_resume(self.run_dir, model_only_ok=self.cfg.train.save_only_model)
         state = checkpoint.load(
             ckpt,
             self.model,
