@@ -37,6 +37,10 @@ def healthy_rows(n: int = STEPS) -> list[dict]:
                 "completions/clipped_ratio": 0.01,
                 "kl": 0.01 + 0.02 * f,
                 "clip_ratio/region_mean": 0.02,
+                "clip_ratio/low_mean": 0.008,
+                "clip_ratio/high_mean": 0.012,
+                "reward_std": 0.3 + 0.02 * (step % 3 - 1),  # no rng: the other values stay as they were
+                "completions/frac_groups_same_length": 0.05,
                 "grad_norm": 1.0 + rng.uniform(-0.2, 0.2),
                 "loss": rng.gauss(0, 0.01),
                 "time/reward": 0.1,
