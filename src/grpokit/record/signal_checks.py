@@ -105,7 +105,7 @@ def check_kl_pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | N
     return Finding(
         "kl_pinned",
         "KL is pinned at a ceiling",
-        f"kl stays at {top:.3g} (within {dc.kl_pinned_tol:.0%}) at {len(at)} of {len(pts)} steps, "
+        f"kl stays at {top:.3g} (within {dc.kl_pinned_tol:.1%}) at {len(at)} of {len(pts)} steps, "
         f"from step {at[0]} to the end",
         "the KL estimate is clamped or saturated: the policy moved as far as the cap allows; lower "
         f"optim.lr ({config_value(run, 'optim.lr')}), raise algo.beta, or compare with a run without the cap",
