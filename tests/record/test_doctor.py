@@ -63,7 +63,9 @@ def test_a_real_short_demo_run_says_nothing(tmp_path: Path, capsys: pytest.Captu
     assert read <= logged, read - logged
     capsys.readouterr()
     assert main(["doctor", str(run)]) == 0
-    assert capsys.readouterr().out.strip() == f"grpokit doctor: {run}: nothing to fix found."
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"grpokit doctor: {run}: nothing to fix found."
+    assert "ran after the last held-out improvement" in out and "not checked: held-out" not in out
     assert "The doctor found nothing to fix" in (run / "report.html").read_text()
 
 
@@ -80,11 +82,14 @@ def test_the_report_shows_the_findings_first(tmp_path: Path) -> None:
 
 def test_every_config_field_the_advice_names_exists() -> None:
     """A change to try must be one the user can make: every `section.field` in the doctor's advice is a config field."""
+    import grpokit.record.cost as cost
+    import grpokit.record.hacking_checks as hacking
     import grpokit.record.learning_checks as learning
+    import grpokit.record.signal_checks as signal
     import grpokit.record.stability_checks as stability
     from grpokit.config.sections import Config
 
-    text = Path(learning.__file__).read_text() + Path(stability.__file__).read_text()
+    text = "".join(Path(m.__file__).read_text() for m in (learning, stability, signal, hacking, cost))
     named = set(re.findall(r"\b(algo|rollout|reward|train|optim|model|env|data)\.([a-z_]+)\b", text))
     assert len(named) > 15
     # the sampler/trainer mismatch fields, named only to runs whose config has them (test_sampler_trainer_mismatch)

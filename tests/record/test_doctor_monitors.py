@@ -38,6 +38,15 @@ def test_kl_pinned_at_a_ceiling(tmp_path: Path) -> None:
     found = diagnose(load_run(sick(tmp_path, kl=lambda s, r: min(0.01 * 1.2 ** (s - 20), 0.5))))
     assert [f.code for f in found] == ["kl_pinned"] and "kl stays at 0.5" in found[0].evidence
     assert "from step 42 to the end" in found[0].evidence  # 0.01 x 1.2^22 = 0.55 > 0.5, 1.2^21 = 0.46
+    # a KL flat from the first step is no clamp
+    assert codes(write_run(tmp_path / "flat", [r | {"kl": 0.5} for r in healthy_rows()])) == []
+    # the run's own clamp (algo.kl_clamp=0.2): a recent KL of 0.19 (>= 90% of it) is pinned at it
+    run = sick(tmp_path / "clamp", kl=lambda s, r: min(0.01 * 1.2 ** (s - 20), 0.19))
+    (run / "config.yaml").write_text("algo:\n  kl_clamp: 0.2\n")
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["kl_pinned"] and "recent kl 0.19 at algo.kl_clamp=0.2 (steps 51-60)" in found[
+        0
+    ].evidence
 
 
 def test_plateau(tmp_path: Path) -> None:

@@ -91,6 +91,9 @@ class DoctorConfig:
     kl_pinned_tol: float = 0.001
     """KL values within this fraction of the run's highest KL count as pinned at that ceiling."""
 
+    kl_pinned_clamp_share: float = 0.1
+    """With algo.kl_clamp set, a recent mean KL within this fraction of the clamp counts as pinned at it."""
+
     clip_asymmetry_ratio: float = 5.0
     """Flag when one side's recent clip fraction is this many times the other's ..."""
 

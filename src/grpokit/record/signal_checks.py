@@ -20,26 +20,32 @@ EPS = 1e-9
 
 
 def check_reward_constant(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """Every completion of the run scored the same: the advantages are all zero, no step can learn."""
-    span = reward_span(run)
-    if span is None or span[1] - span[0] > EPS:
+    """Every completion of the run scored the same: the advantages are all zero, no step can learn.
+    Read from the completions' lowest and highest rewards where logged, else from a zero `reward_std`
+    at every step with a constant mean; a constant mean alone says nothing of the completions."""
+    lows, highs = values(run, "completions/reward_min"), values(run, "completions/reward_max")
+    stds, means = values(run, "reward_std"), values(run, "reward")
+    if lows and highs:
+        level, spread = min(v for _, v in lows), max(v for _, v in highs) - min(v for _, v in lows)
+    elif stds and means:
+        level = min(v for _, v in means)
+        spread = max(max(v for _, v in stds), max(v for _, v in means) - level)
+    else:
         return None
-    stds = [v for _, v in values(run, "reward_std")]
-    if any(v > EPS for v in stds):
+    if spread > EPS or any(v > EPS for _, v in stds):
         return None
-    steps = values(run, "reward")
-    where = f"steps {steps[0][0]}-{steps[-1][0]}" if steps else "every step"
+    steps = means or lows
     return Finding(
         "reward_constant",
-        f"The reward is always {span[0]:.3g}: no completion ever scored differently, nothing can be learned",
-        f"every completion reward in {where} is {span[0]:.3g}"
+        f"The reward is always {level:.3g}: no completion ever scored differently, nothing can be learned",
+        f"every completion reward in steps {steps[0][0]}-{steps[-1][0]} is {level:.3g}"
         + (f" (reward_std 0 at all {len(stds)} steps)" if stds else ""),
         "score a few completions by hand with the reward functions: a broken verifier (wrong answer "
         "column, a parser that never matches, a format the model never writes) or prompts far too hard "
-        f"(or too easy, all 1) for the model; check reward.funcs ({config_value(run, 'reward.funcs')})",
+        f"(or too easy, all 1) for the model; check reward.functions ({config_value(run, 'reward.functions')})",
         0.98,
         panel="reward",
-        steps=(steps[0][0], steps[-1][0]) if steps else None,
+        steps=(steps[0][0], steps[-1][0]),
     )
 
 
@@ -90,28 +96,48 @@ def check_zero_grad(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | N
 
 
 def check_kl_pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """KL sitting at one ceiling value for many steps: a clamp or a KL-capped controller is holding the
-    policy back (or the estimate saturated), so the reported KL no longer measures the drift."""
+    """KL sitting at its ceiling: at the run's own clamp (algo.kl_clamp), or at one value it rose to
+    and never left (a clamp or a KL-capped controller elsewhere): the reported KL no longer measures the
+    drift, and the penalty no longer grows with it."""
     pts = values(run, "kl")
     if len(pts) < 6:
         return None
+    w = window(len(pts), hc)
+    clamp = config_value(run, "algo.kl_clamp", 0.0)
+    rec = statistics.fmean(v for _, v in pts[-w:])
+    if isinstance(clamp, (int, float)) and clamp > 0 and rec >= (1 - dc.kl_pinned_clamp_share) * clamp:
+        return _kl_pinned(
+            run,
+            f"recent kl {rec:.3g} at algo.kl_clamp={clamp:g} (steps {pts[-w][0]}-{pts[-1][0]})",
+            pts[-w][0],
+            pts[-1][0],
+        )
     top = max(v for _, v in pts)
     if top <= EPS or top > hc.kl_max:  # above kl_max the runaway finding (stability_checks) names it
         return None
     at = [s for s, v in pts if v >= top * (1 - dc.kl_pinned_tol)]
-    tail = [s for s, v in pts[-window(len(pts), hc) :] if v >= top * (1 - dc.kl_pinned_tol)]
-    if len(at) < max(3, len(pts) // 4) or len(tail) < window(len(pts), hc):
-        return None
+    tail = [s for s, v in pts[-w:] if v >= top * (1 - dc.kl_pinned_tol)]
+    first = statistics.fmean(v for _, v in pts[:w])
+    if len(at) < max(3, len(pts) // 4) or len(tail) < w or first > 0.5 * top:
+        return None  # a ceiling is reached from below: a KL flat from the start is no clamp
+    ev = (
+        f"kl stays at {top:.3g} (within {dc.kl_pinned_tol:.1%}) at {len(at)} of {len(pts)} steps, "
+        f"from step {at[0]} to the end"
+    )
+    return _kl_pinned(run, ev, at[0], pts[-1][0])
+
+
+def _kl_pinned(run: Run, evidence: str, first: int, last: int) -> Finding:
     return Finding(
         "kl_pinned",
-        "KL is pinned at a ceiling",
-        f"kl stays at {top:.3g} (within {dc.kl_pinned_tol:.1%}) at {len(at)} of {len(pts)} steps, "
-        f"from step {at[0]} to the end",
-        "the KL estimate is clamped or saturated: the policy moved as far as the cap allows; lower "
-        f"optim.lr ({config_value(run, 'optim.lr')}), raise algo.beta, or compare with a run without the cap",
+        "KL is pinned at its clip",
+        evidence,
+        "the KL estimate is clamped or saturated: the policy moved as far as the cap allows and the penalty "
+        f"stopped growing with it; lower optim.lr ({config_value(run, 'optim.lr')}), raise algo.beta, or "
+        f"raise / drop the clamp (algo.kl_clamp={config_value(run, 'algo.kl_clamp')})",
         0.7,
         panel="kl",
-        steps=(at[0], pts[-1][0]),
+        steps=(first, last),
     )
 
 
