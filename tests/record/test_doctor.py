@@ -4,7 +4,6 @@ healthy runs (a synthetic one and the real default demo run recorded in tests/go
 from __future__ import annotations
 
 import json
-import random
 import re
 from pathlib import Path
 
@@ -14,68 +13,10 @@ from grpokit.cli import main
 from grpokit.record.doctor import DoctorConfig, diagnose
 from grpokit.record.report import render_report
 from grpokit.record.report_data import load_run
+from helpers.doctor_runs import STEPS, codes, healthy_rows, sick, write_run
 from helpers.paths import TESTS
 
 GOLDEN = TESTS / "golden" / "default_run_metrics.json"
-STEPS = 60
-
-
-def healthy_rows(n: int = STEPS) -> list[dict]:
-    """A run that learns: reward 0.2 -> 0.8 with both components, held-out accuracy rising, steady
-    entropy, some zero-std groups, short untruncated completions, small KL and clipping."""
-    rng = random.Random(0)
-    rows = []
-    for step in range(1, n + 1):
-        f = step / n
-        rows.append(
-            {
-                "step": step,
-                "reward": 0.2 + 0.6 * f + rng.gauss(0, 0.02),
-                "rewards/math/mean": 0.1 + 0.6 * f,
-                "rewards/format/mean": 0.5 + 0.4 * f,
-                "rewards/failed_fraction": 0.0,
-                "rewards/math/failures": 0.0,
-                "completions/reward_min": 0.0,
-                "completions/reward_max": 1.0,
-                "completions/frac_groups_solved": 0.1 * f,
-                "frac_reward_zero_std": 0.3 + rng.uniform(-0.05, 0.05),
-                "entropy": 0.5 - 0.1 * f,
-                "completions/mean_length": 50 + rng.uniform(-3, 3),
-                "completions/max_length": 64.0,
-                "completions/clipped_ratio": 0.01,
-                "kl": 0.01 + 0.02 * f,
-                "clip_ratio/region_mean": 0.02,
-                "grad_norm": 1.0 + rng.uniform(-0.2, 0.2),
-                "loss": rng.gauss(0, 0.01),
-                "time/reward": 0.1,
-                "time/step": 2.0,
-            }
-            | ({"eval/accuracy": 0.2 + 0.6 * f} if step % 10 == 0 else {})
-        )
-    return rows
-
-
-def write_run(path: Path, rows: list[dict], config: str = "rollout:\n  group_size: 8\n  max_new_tokens: 64\n") -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (path / "config.yaml").write_text(config)
-    return path
-
-
-def codes(path: Path) -> list[str]:
-    return [f.code for f in diagnose(load_run(path))]
-
-
-def sick(tmp_path: Path, **changes) -> Path:
-    """The healthy run with some metrics replaced from step 21 on: {key: value or f(step, row)}, None drops a key."""
-    rows = healthy_rows()
-    for r in rows:
-        for key, value in changes.items():
-            if value is None:
-                r.pop(key, None)
-            elif r["step"] > 20 or key.startswith("eval"):
-                r[key] = value(r["step"], r) if callable(value) else value
-    return write_run(tmp_path / "run", rows)
 
 
 def test_healthy_synthetic_run_says_nothing(tmp_path: Path) -> None:
@@ -122,7 +63,9 @@ def test_a_real_short_demo_run_says_nothing(tmp_path: Path, capsys: pytest.Captu
     assert read <= logged, read - logged
     capsys.readouterr()
     assert main(["doctor", str(run)]) == 0
-    assert capsys.readouterr().out.strip() == f"grpokit doctor: {run}: nothing to fix found."
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"grpokit doctor: {run}: nothing to fix found."
+    assert "ran after the last held-out improvement" in out and "not checked: held-out" not in out
     assert "The doctor found nothing to fix" in (run / "report.html").read_text()
 
 
@@ -139,11 +82,14 @@ def test_the_report_shows_the_findings_first(tmp_path: Path) -> None:
 
 def test_every_config_field_the_advice_names_exists() -> None:
     """A change to try must be one the user can make: every `section.field` in the doctor's advice is a config field."""
+    import grpokit.record.cost as cost
+    import grpokit.record.hacking_checks as hacking
     import grpokit.record.learning_checks as learning
+    import grpokit.record.signal_checks as signal
     import grpokit.record.stability_checks as stability
     from grpokit.config.sections import Config
 
-    text = Path(learning.__file__).read_text() + Path(stability.__file__).read_text()
+    text = "".join(Path(m.__file__).read_text() for m in (learning, stability, signal, hacking, cost))
     named = set(re.findall(r"\b(algo|rollout|reward|train|optim|model|env|data)\.([a-z_]+)\b", text))
     assert len(named) > 15
     # the sampler/trainer mismatch fields, named only to runs whose config has them (test_sampler_trainer_mismatch)
@@ -182,7 +128,7 @@ def test_heldout_from_summary(tmp_path: Path) -> None:
     (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.5}, "eval_after": {"accuracy": 0.45}}))
     findings = diagnose(load_run(run))
     assert [f.code for f in findings] == ["reward_hacking_heldout"]
-    assert "0.5 before -> 0.45 after" in findings[0].evidence
+    assert "held-out accuracy 0.5 (step 0) -> 0.45 (step 60)" in findings[0].evidence
 
 
 def test_heldout_accuracy_falls(tmp_path: Path) -> None:
@@ -208,6 +154,10 @@ def test_one_component_rising_alone(tmp_path: Path) -> None:
     rows = json.loads("[" + ",".join((run / "metrics.jsonl").read_text().split("\n")[:-1]) + "]")
     for r in rows[:20]:
         r["rewards/math/mean"], r["rewards/format/mean"] = 0.1, r["step"] / STEPS
+    write_run(run, rows)
+    assert codes(run) == ["format_over_accuracy"]  # a shaping term (by its name) rising alone: named as such
+    for r in rows:  # the same rise by a term whose name says nothing of format: one component rising alone
+        r["rewards/brevity/mean"] = r.pop("rewards/format/mean")
     write_run(run, rows)
     assert codes(run) == ["reward_component_alone"]
 
@@ -297,8 +247,16 @@ def test_sampler_trainer_mismatch(tmp_path: Path) -> None:
 
 def test_reward_failures_and_timeouts(tmp_path: Path) -> None:
     found = diagnose(load_run(sick(tmp_path, **{"rewards/failed_fraction": 0.3, "rewards/math/failures": 5.0})))
-    assert [f.code for f in found] == ["reward_failures"] and "math: 200 failures" in found[0].evidence  # 40 steps x 5
-    assert found[0].severity == 3  # run mean 40/60 x 0.3 = 20% > reward_failure_max 10%
+    # 0% in steps 1-10, 30% in 51-60: a failure rate that rose with training (the policy breaking the verifier?)
+    assert [f.code for f in found] == ["verifier_failures_rising"] and "math: 200 failures" in found[0].evidence
+    assert "rewards/failed_fraction 0.0% -> 30.0% (steps 1-10 vs 51-60)" in found[0].evidence
+    assert found[0].severity == 3
+    rows = healthy_rows()  # the same failures from the first step on: a failing function, not a rising rate
+    for r in rows:
+        r["rewards/failed_fraction"], r["rewards/math/failures"] = 0.3, 5.0
+    found = diagnose(load_run(write_run(tmp_path / "flat", rows)))
+    assert [f.code for f in found] == ["reward_failures"] and "math: 300 failures" in found[0].evidence
+    assert found[0].severity == 3  # run mean 30% > reward_failure_max 10%
 
 
 def test_reward_time_outs(tmp_path: Path) -> None:
@@ -385,7 +343,7 @@ def test_doctor_and_health_alarms_share_their_thresholds(tmp_path: Path) -> None
     from grpokit.config.health import HealthConfig
 
     assert {f.name for f in fields(DoctorConfig)} & {f.name for f in fields(HealthConfig)} == set()
-    run = sick(tmp_path, kl=2.0)  # recent KL 2.0 > health.kl_max 1.0
+    run = sick(tmp_path, kl=lambda s, r: 2.0 + 0.01 * (s % 3))  # recent KL ~2.0 > health.kl_max 1.0
     assert codes(run) == ["kl_clip_runaway"]
     (run / "config.yaml").write_text("health:\n  kl_max: 5.0\n")
     assert codes(run) == []
@@ -400,6 +358,9 @@ def test_doctor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         and "evidence: 40% of completions truncated" in out
     )
     assert main(["doctor", str(run), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["code"] == "truncated"
+    out = json.loads(capsys.readouterr().out)
+    assert out["findings"][0]["code"] == "truncated" and out["findings"][0]["level"] == "warning"
+    assert out["source"] == "grpokit run" and out["steps"] == 60
+    assert out["findings"][0]["panel"] == "signal" and out["findings"][0]["steps"] == [51, 60]
     assert main(["doctor", str(tmp_path / "nope")]) == 2
-    assert "does not exist; give the folder a grpokit train run wrote" in capsys.readouterr().err
+    assert "does not exist; give a grpokit run folder, a TRL/transformers output_dir" in capsys.readouterr().err

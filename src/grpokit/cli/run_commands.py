@@ -64,33 +64,47 @@ def cmd_report(argv: list[str]) -> int:
 def cmd_doctor(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="grpokit doctor",
-        description="Read a run folder (config, metrics, samples) and print "
-        "ranked findings: what looks wrong, the evidence, the change to try.",
+        description="Read a run (a grpokit run folder, a TRL/transformers output_dir, TensorBoard event files, "
+        "a .jsonl/.csv metrics export) and print ranked findings: what looks wrong, the evidence, the change to "
+        "try; then what the run cost and what could not be checked.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON (findings, notes, steps)")
+    p.add_argument(
+        "--fail-on",
+        choices=("warning", "error"),
+        help="exit with status 1 when a finding of this level or worse is found (for CI)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a threshold: a DoctorConfig field (e.g. truncated_max=0.3) or a health one (health.kl_max=2)",
+    )
+    p.add_argument("--config", help="a YAML file whose `doctor:` and `health:` sections set thresholds")
     args = p.parse_args(argv)
-    check_run_folder(args.run_dir)
-    if not (Path(args.run_dir) / "metrics.jsonl").is_file():
+    from grpokit.record.doctor import examine, format_findings
+    from grpokit.record.doctor_settings import thresholds
+    from grpokit.record.run_readers import load_any
+
+    dc, health = thresholds(args.config, args.set)
+    run, source = load_any(Path(args.run_dir))
+    if source == "grpokit run" and not (run.path / "metrics.jsonl").is_file():
         raise ConfigError(
             f"run folder {args.run_dir!r} has no metrics.jsonl yet (no step has finished); run the doctor "
             "once the run has logged a step"
         )
-    from grpokit.record.doctor import diagnose, format_findings
-    from grpokit.record.report_data import load_run
-
-    run = load_run(Path(args.run_dir))
     if not run.metrics:  # empty, or no line a step wrote: "nothing to fix" would be a false all-clear
-        raise ConfigError(
-            f"run folder {args.run_dir!r} has no step in metrics.jsonl yet; run the doctor once the run "
-            "has logged a step"
-        )
-    findings = diagnose(run)
+        where = "metrics.jsonl" if source == "grpokit run" else source
+        raise ConfigError(f"{args.run_dir!r} has no step in {where} yet; run the doctor once the run has logged a step")
+    diag = examine(run, dc, health)
     if args.json:
-        import dataclasses
         import json
 
-        print(json.dumps([dataclasses.asdict(f) | {"severity": f.severity} for f in findings], indent=2))
+        print(json.dumps({"run": str(args.run_dir), "source": source} | diag.to_dict(), indent=2, default=str))
     else:
-        print(format_findings(findings, str(args.run_dir)))
-    return 0
+        print(format_findings(diag, str(args.run_dir)))
+    levels = ("info", "warning", "error")
+    worst = diag.worst()
+    return 1 if args.fail_on and worst and levels.index(worst) >= levels.index(args.fail_on) else 0

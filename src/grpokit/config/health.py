@@ -63,9 +63,15 @@ class HealthConfig:
     nonfinite_keys: list[str] = field(default_factory=lambda: ["loss", "grad_norm"])
     """The metrics whose non-finite values mean the update had to be skipped."""
 
+    doctor_every: int = 10
+    """Every this many steps, also run `grpokit doctor`'s checks on the run so far and warn once per new
+    finding (those the monitors above do not already warn about); 0 turns this off."""
+
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "window", "repeat_every", "max_nonfinite_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"health.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.doctor_every, int) or isinstance(self.doctor_every, bool) or self.doctor_every < 0:
+            raise ValueError(f"health.doctor_every must be 0 (off) or a positive integer, got {self.doctor_every!r}")
         self.nonfinite_keys = list(self.nonfinite_keys)

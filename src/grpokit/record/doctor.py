@@ -19,12 +19,17 @@ window shrunk to a third of the run for short runs; trend checks need at least 6
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from grpokit.config.health import HealthConfig
 
+from .cost import Note, cost_notes
 from .findings import DoctorConfig, Finding
+from .hacking_checks import check_components_diverge, check_format_over_accuracy, check_repetition, check_same_length
 from .learning_checks import (
     check_component_alone,
     check_entropy,
@@ -35,6 +40,15 @@ from .learning_checks import (
     check_zero_std,
 )
 from .report_data import Run
+from .run_series import heldout_series, last_step
+from .signal_checks import (
+    check_clip_asymmetry,
+    check_kl_pinned,
+    check_plateau,
+    check_reward_constant,
+    check_reward_std_death,
+    check_zero_grad,
+)
 from .stability_checks import (
     check_env_failures,
     check_grad_spikes,
@@ -44,44 +58,178 @@ from .stability_checks import (
     check_throughput,
 )
 
-__all__ = ["CHECKS", "DoctorConfig", "Finding", "diagnose", "format_findings", "health_config"]
+__all__ = ["CHECKS", "Diagnosis", "DoctorConfig", "Finding", "diagnose", "examine", "format_findings", "health_config"]
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
+    check_reward_constant,
     check_heldout,
     check_heldout_drop,
+    check_format_over_accuracy,
     check_component_alone,
+    check_components_diverge,
+    check_same_length,
+    check_repetition,
     check_length,
     check_entropy,
+    check_reward_std_death,
     check_zero_std,
+    check_zero_grad,
+    check_plateau,
     check_truncation,
     check_runaway,
+    check_kl_pinned,
+    check_clip_asymmetry,
     check_grad_spikes,
     check_mismatch,
     check_reward_failures,
     check_env_failures,
     check_throughput,
 )
+# The report panel (report_data.GROUPS id) of the checks that do not name theirs.
+PANELS = {
+    "reward_hacking_heldout": "eval",
+    "heldout_drop": "eval",
+    "reward_component_alone": "reward",
+    "length_growth": "length",
+    "entropy_collapse": "entropy",
+    "zero_std_groups": "signal",
+    "truncated": "signal",
+    "kl_clip_runaway": "kl",
+    "grad_spikes": "grad-norm",
+    "reward_failures": "faults",
+    "env_failures": "faults",
+    "throughput": "time",
+}
+# What each family of checks reads; a family none of whose metrics the run has was not checked, and the
+# doctor says so (a TRL run without held-out evaluation, a run that logs no entropy).
+COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the reward (constant reward, plateau, hacking)", ("reward", "completions/reward_max")),
+    ("held-out accuracy (reward hacking against it, drops)", ("@heldout",)),
+    ("groups without signal", ("frac_reward_zero_std", "reward_std")),
+    ("entropy collapse", ("entropy",)),
+    ("completion length (growth, truncation, same-length groups)", ("completions/mean_length",)),
+    ("KL to the reference", ("kl",)),
+    ("clipping", ("clip_ratio/region_mean", "clip_ratio/low_mean")),
+    ("gradients (spikes, zero-gradient steps)", ("grad_norm",)),
+    ("reward-function failures", ("rewards/failed_fraction",)),
+)
+# Findings that only restate another one's symptom: dropped when that one is found (the cause is named).
+SUBSUMED_BY = {
+    "reward_component_alone": ("format_over_accuracy", "reward_components_diverge"),
+    "zero_std_groups": ("reward_constant",),
+    "zero_grad_steps": ("reward_constant",),
+}
+TREND_STEPS = 6  # run_series.trend needs this many values
 
 
-def health_config(run: Run) -> HealthConfig:
-    """The run's own health thresholds (its config's `health` section), defaults for the rest."""
+@dataclass
+class Diagnosis:
+    """The doctor's answer: findings (most important first) and notes (cost, where to resume, how
+    the run ended, what could not be checked for want of a metric)."""
+
+    findings: list[Finding]
+    notes: list[Note] = field(default_factory=list)
+    steps: int = 0
+
+    def worst(self) -> str | None:
+        """The highest level among the findings ("error", "warning", "info"), None without any."""
+        order = ("info", "warning", "error")
+        return max((f.level for f in self.findings), key=order.index, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": [n.to_dict() for n in self.notes],
+        }
+
+
+def health_config(run: Run, overrides: dict[str, Any] | None = None) -> HealthConfig:
+    """The run's own health thresholds (its config's `health` section) with `overrides` on top,
+    defaults for the rest."""
     section = run.config.get("health") if isinstance(run.config.get("health"), dict) else {}
     names = {f.name for f in fields(HealthConfig)}
     try:
-        return HealthConfig(**{k: v for k, v in section.items() if k in names})
+        return HealthConfig(**{k: v for k, v in (section | (overrides or {})).items() if k in names})
     except (TypeError, ValueError):
         return HealthConfig()
 
 
-def diagnose(run: Run, dc: DoctorConfig = DoctorConfig()) -> list[Finding]:
+def _located(f: Finding) -> Finding:
+    """The finding with its report panel and evidence steps filled in where the check left them out."""
+    if f.panel and f.steps:
+        return f
+    nums = [int(x) for x in re.findall(r"\bsteps? (\d+)(?:-(\d+))?", f.evidence) for x in x if x]
+    return dataclasses.replace(
+        f, panel=f.panel or PANELS.get(f.code, ""), steps=f.steps or ((min(nums), max(nums)) if nums else None)
+    )
+
+
+def diagnose(run: Run, dc: DoctorConfig = DoctorConfig(), hc: HealthConfig | None = None) -> list[Finding]:
     """Every finding for `run`, most important first."""
-    hc = health_config(run)
-    return sorted((f for check in CHECKS if (f := check(run, hc, dc)) is not None), key=lambda f: -f.score)
+    hc = hc or health_config(run)
+    found = [_located(f) for check in CHECKS if (f := check(run, hc, dc)) is not None]
+    codes = {f.code for f in found}
+    found = [f for f in found if not codes & set(SUBSUMED_BY.get(f.code, ()))]
+    # a plateau is a symptom: when a likelier cause is named, that is the finding
+    if any(f.code != "plateau" and f.score >= 0.6 for f in found):
+        found = [f for f in found if f.code != "plateau"]
+    return sorted(found, key=lambda f: -f.score)
 
 
-def format_findings(findings: Sequence[Finding], name: str) -> str:
-    if not findings:
-        return f"grpokit doctor: {name}: nothing to fix found."
-    lines = [f"grpokit doctor: {name}: {len(findings)} finding(s), most important first"]
-    for i, f in enumerate(findings, 1):
+def run_notes(run: Run) -> list[Note]:
+    """How the run ended and what could not be checked: a doctor silent for want of data must say so."""
+    notes = []
+    n = len(run.metrics)
+    if run.summary.get("interrupted"):
+        sig = run.summary.get("stop_signal", "a signal")
+        notes.append(
+            Note("stopped", f"the run was stopped by {sig} at step {last_step(run)}, before its final evaluation")
+        )
+    elif run.summary and not run.finished:
+        notes.append(
+            Note("in_progress", f"the run has not finished (summary.json has no steps): read at step {last_step(run)}")
+        )
+    if n < TREND_STEPS:
+        notes.append(
+            Note(
+                "too_short",
+                f"{n} step(s) logged: the trend checks (entropy, length, KL growth, plateau ...) need "
+                f"{TREND_STEPS}; only the level checks ran",
+            )
+        )
+    keys = {k for r in run.metrics for k in r}
+    for topic, needs in COVERAGE:
+        have = bool(heldout_series(run)) if needs == ("@heldout",) else any(k in keys for k in needs)
+        if not have:
+            want = (
+                "a held-out evaluation (eval/accuracy or summary.json)"
+                if needs == ("@heldout",)
+                else " or ".join(needs)
+            )
+            notes.append(Note("not_checked", f"not checked: {topic}, for want of {want}"))
+    return notes
+
+
+def examine(run: Run, dc: DoctorConfig = DoctorConfig(), health: dict[str, Any] | None = None) -> Diagnosis:
+    """The whole answer for `run`: findings, cost, where to resume, what was not checked."""
+    hc = health_config(run, health)
+    findings = diagnose(run, dc, hc)
+    cost = cost_notes(run, hc, dc)
+    if not any(f.level == "error" for f in findings):
+        cost = [c for c in cost if c.code != "resume_from"]  # only a run that went bad needs a way back
+    steps = len({int(r["step"]) for r in run.metrics if isinstance(r.get("step"), (int, float))})
+    return Diagnosis(findings, cost + run_notes(run), steps)
+
+
+def format_findings(findings: Sequence[Finding] | Diagnosis, name: str) -> str:
+    diag = findings if isinstance(findings, Diagnosis) else Diagnosis(list(findings))
+    if not diag.findings:
+        lines = [f"grpokit doctor: {name}: nothing to fix found."]
+    else:
+        lines = [f"grpokit doctor: {name}: {len(diag.findings)} finding(s), most important first"]
+    for i, f in enumerate(diag.findings, 1):
         lines += [f"{i}. [{f.code}] {f.title}", f"   evidence: {f.evidence}", f"   try: {f.advice}"]
+    if diag.notes:
+        lines.append("notes:")
+        lines += [f"- {n.text}" + (f" ({n.evidence})" if n.evidence else "") for n in diag.notes]
     return "\n".join(lines)

@@ -6,23 +6,39 @@ thresholds of the checks the health monitors (health.py) do not have.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LEVELS = ("info", "warning", "error")
 
 
 @dataclass(frozen=True)
 class Finding:
     """One diagnosis: a stable `code`, a one-line `title`, the `evidence`, the `advice`; `score` ranks
-    findings (0..1) and `severity` (1 = look at it, 2 = likely hurting, 3 = the run is not learning)."""
+    findings (0..1) and `severity` (1 = look at it, 2 = likely hurting, 3 = the run is not learning).
+    `panel` names the report's plot that shows the evidence (report_data.GROUPS ids) and `steps` the
+    first and last step of it, so the report can link a finding to what the doctor saw."""
 
     code: str
     title: str
     evidence: str
     advice: str
     score: float
+    panel: str = ""
+    steps: tuple[int, int] | None = None
 
     @property
     def severity(self) -> int:
         return 3 if self.score >= 0.8 else 2 if self.score >= 0.5 else 1
+
+    @property
+    def level(self) -> str:
+        """ "error" (the run is not learning, or learning the wrong thing), "warning" (worth a change)
+        or "info" (a note: what could not be checked, how the run ended): `--fail-on` reads this."""
+        return "error" if self.score >= 0.8 else "warning" if self.score >= 0.3 else "info"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"severity": self.severity, "level": self.level}
 
 
 @dataclass(frozen=True)
@@ -64,3 +80,37 @@ class DoctorConfig:
 
     padding_share: float = 0.6
     """Flag when this share of the completion tokens a batch holds is padding (1 - mean / max length)."""
+
+    reward_std_dead: float = 0.1
+    """Flag when the recent within-group reward spread (`reward_std`) fell below this fraction of its
+    early value while the reward is below health.converged_reward_level of its range."""
+
+    zero_grad_share: float = 0.1
+    """Flag when at least this share of steps (and 2 or more) had a gradient norm of exactly 0."""
+
+    kl_pinned_tol: float = 0.001
+    """KL values within this fraction of the run's highest KL count as pinned at that ceiling."""
+
+    kl_pinned_clamp_share: float = 0.1
+    """With algo.kl_clamp set, a recent mean KL within this fraction of the clamp counts as pinned at it."""
+
+    clip_asymmetry_ratio: float = 5.0
+    """Flag when one side's recent clip fraction is this many times the other's ..."""
+
+    clip_asymmetry_min: float = 0.05
+    """... and both sides together clip more than this fraction of tokens."""
+
+    format_names: tuple[str, ...] = ("format", "tag", "style", "think", "length", "xml")
+    """Reward functions whose name contains one of these count as shaping terms (format, length, style)
+    for the check "a shaping term rises while accuracy stays flat"; the others count as accuracy."""
+
+    repetition_max: float = 0.5
+    """Flag when recent sampled completions repeat more than this share of their word 4-grams
+    (1 - distinct / all), and at least 0.2 more than the run's first samples."""
+
+    failure_rise: float = 0.05
+    """Reward failures (rewards/failed_fraction) "rise with training" when their recent mean exceeds the
+    early one by more than this (absolute) and at least doubles."""
+
+    diverge_min: float = 0.1
+    """Two reward components diverge when one rises and another falls, each by more than this."""

@@ -76,6 +76,9 @@ class HealthMonitor:
     """
 
     config: HealthConfig = field(default_factory=HealthConfig)
+    run_config: dict[str, Any] = field(
+        default_factory=dict
+    )  # the run's resolved config: the doctor's advice names its values
     nonfinite_streak: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     _history: dict[str, Series] = field(default_factory=dict)
@@ -84,6 +87,7 @@ class HealthMonitor:
     _best: float = -math.inf  # highest completion reward seen in the run
     _floor: float = math.inf  # lowest completion reward seen in the run
     _fatal: str | None = None
+    _doctor: Any = None  # doctor_live.DoctorWatch, made at the first step (health.doctor_every > 0)
 
     def observe(self, metrics: Mapping[str, float], step: int) -> tuple[list[HealthEvent], dict[str, float]]:
         """Update the history with one step; return new warnings and the `health/*` metrics of this step."""
@@ -118,7 +122,30 @@ class HealthMonitor:
                 events.append(HealthEvent(step, name, message, value))
         if LEVEL_KEY in self._history:
             out["health/converged"] = 1.0 if converged_now else 0.0
+        events += self._doctor_events(metrics, step)
         return events, out
+
+    def _doctor_events(self, metrics: Mapping[str, float], step: int) -> list[HealthEvent]:
+        """The doctor's findings on the run so far (every `doctor_every` steps), each warned once: one
+        set of checks for `grpokit doctor` and the live run (doctor_live.py)."""
+        if not self.config.doctor_every:
+            return []
+        if self._doctor is None:
+            from dataclasses import asdict
+
+            from .doctor_live import LIVE_MONITORED, DoctorWatch
+
+            self._doctor = DoctorWatch(every=self.config.doctor_every, health=asdict(self.config), skip=LIVE_MONITORED)
+        return [
+            HealthEvent(
+                step,
+                f"doctor/{f.code}",
+                f"{f.title}: {f.evidence}; try: {f.advice}",
+                f.score,
+                level="info" if f.level == "info" else "warning",
+            )
+            for f in self._doctor.add({"step": step, **metrics})
+        ]
 
     def _watch_nonfinite(
         self, metrics: Mapping[str, float], step: int, events: list[HealthEvent], out: dict[str, float]

@@ -11,7 +11,16 @@ from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
 from .report_data import Run
-from .run_series import config_value, heldout_gain, recent, top_sample, trend, values, window
+from .run_series import (
+    config_value,
+    heldout_gain,
+    recent,
+    reward_span,
+    top_sample,
+    trend,
+    unsolved_zero_std,
+    window,
+)
 
 
 def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -91,9 +100,7 @@ def check_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None
 
 def _reward_level(run: Run, recent: float) -> float | None:
     """Where the recent reward sits between the run's lowest and highest completion rewards (0..1)."""
-    lows = [v for _, v in values(run, "completions/reward_min")] or [v for _, v in values(run, "reward")]
-    highs = [v for _, v in values(run, "completions/reward_max")] or [v for _, v in values(run, "reward")]
-    lo, hi = (min(lows), max(highs)) if lows and highs else (0.0, 0.0)
+    lo, hi = reward_span(run) or (0.0, 0.0)
     return (recent - lo) / (hi - lo) if hi > lo else None
 
 
@@ -116,12 +123,10 @@ def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
 
 
 def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    pts = values(run, "frac_reward_zero_std")
-    if len(pts) < 3:
+    unsolved = unsolved_zero_std(run)  # solved groups: success, not waste (only in a run whose reward varies)
+    if len(unsolved) < 3:
         return None
-    solved = dict(values(run, "completions/frac_groups_solved"))
-    unsolved = [(s, max(0.0, v - solved.get(s, 0.0))) for s, v in pts]  # solved groups: success, not waste
-    w = window(len(pts), hc)
+    w = window(len(unsolved), hc)
     lately, overall = statistics.fmean(v for _, v in unsolved[-w:]), statistics.fmean(v for _, v in unsolved)
     if lately <= hc.zero_std_max and overall <= dc.zero_std_share:
         return None

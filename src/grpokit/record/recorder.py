@@ -229,7 +229,7 @@ def make_recorder(
         for sink in built:  # don't leave a live progress bar or open files behind
             sink.close()
         raise
-    monitor = HealthMonitor(health or HealthConfig())
+    monitor = HealthMonitor(health or HealthConfig(), run_config=dict(config or {}))
     if run_dir is not None and resume_step is not None:  # the monitors continue as if never stopped
         replay_history(monitor, Path(run_dir) / "metrics.jsonl")
     return Recorder(built, monitor, samples_every, samples_prompts)

@@ -50,20 +50,57 @@ def recent(run: Run, key: str, hc: HealthConfig) -> tuple[float, str] | None:
     return statistics.fmean(v for _, v in last), f"steps {last[0][0]}-{last[-1][0]}"
 
 
+def heldout_series(run: Run) -> list[tuple[int, float]]:
+    """Held-out accuracy over the run, oldest first: summary.json's before-training score at step 0,
+    every periodic `eval/accuracy`, then summary.json's after-training score at the last step (each
+    step once: a logged value wins over the summary's at the same step). The before-training score
+    is the baseline whenever it exists, also when `train.eval_every` logged periodic evaluations."""
+    pts = dict(values(run, "eval/accuracy"))
+    for key, step in (("eval_before", 0), ("eval_after", last_step(run))):
+        acc = run.summary.get(key, {}).get("accuracy") if isinstance(run.summary.get(key), dict) else None
+        if isinstance(acc, (int, float)) and not isinstance(acc, bool) and math.isfinite(acc) and step not in pts:
+            pts[step] = float(acc)
+    return sorted(pts.items())
+
+
+def last_step(run: Run) -> int:
+    steps = run.summary.get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        return steps
+    return max((int(r["step"]) for r in run.metrics if isinstance(r.get("step"), (int, float))), default=0)
+
+
 def heldout_gain(run: Run) -> tuple[float, str] | None:
-    """Held-out accuracy change over the run: eval/accuracy's first and last values, else summary.json."""
-    pts = values(run, "eval/accuracy")
-    if len(pts) >= 2:
-        return pts[-1][1] - pts[0][
-            1
-        ], f"eval/accuracy {pts[0][1]:.3g} (step {pts[0][0]}) -> {pts[-1][1]:.3g} (step {pts[-1][0]})"
-    acc = [
-        run.summary.get(k, {}).get("accuracy") if isinstance(run.summary.get(k), dict) else None
-        for k in ("eval_before", "eval_after")
-    ]
-    if all(isinstance(a, (int, float)) for a in acc):
-        return acc[1] - acc[0], f"held-out accuracy {acc[0]:.3g} before -> {acc[1]:.3g} after training"
-    return None
+    """Held-out accuracy change over the run, from its baseline (the before-training score where it
+    exists) to its latest evaluation (`heldout_series`), with the evidence; None with fewer than 2."""
+    pts = heldout_series(run)
+    if len(pts) < 2:
+        return None
+    (s0, a0), (s1, a1) = pts[0], pts[-1]
+    return a1 - a0, f"held-out accuracy {a0:.3g} (step {s0}) -> {a1:.3g} (step {s1})"
+
+
+def reward_span(run: Run) -> tuple[float, float] | None:
+    """(lowest, highest) completion reward seen in the run (`completions/reward_min` / `_max`, else the
+    step means `reward`), or None without either."""
+    lows = [v for _, v in values(run, "completions/reward_min")] or [v for _, v in values(run, "reward")]
+    highs = [v for _, v in values(run, "completions/reward_max")] or [v for _, v in values(run, "reward")]
+    return (min(lows), max(highs)) if lows and highs else None
+
+
+def unsolved_zero_std(run: Run) -> list[tuple[int, float]]:
+    """Per step, the share of groups without signal that are not solved. A group counts as solved only
+    when its step's best completion earns the best reward of the whole run and some completion of the
+    run ever scored differently (the live monitor's rule, health.py): in a run whose reward is always 0
+    (or always 1) every all-equal group is waste, not success."""
+    pts = values(run, "frac_reward_zero_std")
+    top = dict(values(run, "completions/reward_max"))
+    span = reward_span(run) if top else None
+    if span is None or span[1] - span[0] <= 1e-6:
+        return pts
+    best = span[1] - 1e-6 * max(1.0, abs(span[1]))
+    solved = dict(values(run, "completions/frac_groups_solved"))
+    return [(s, max(0.0, v - (solved.get(s, 0.0) if top.get(s, -math.inf) >= best else 0.0))) for s, v in pts]
 
 
 def config_value(run: Run, dotted: str, default: Any = "?") -> Any:
@@ -100,3 +137,9 @@ def top_sample(run: Run) -> str:
 
 def total(run: Run, key: str) -> float:
     return sum(v for _, v in values(run, key))
+
+
+def span_steps(span: str) -> tuple[int, int] | None:
+    """(first, last) step of an evidence span "steps a-b" or "steps a-b vs c-d"."""
+    nums = [int(x) for x in span.replace("steps ", "").replace(" vs ", "-").split("-") if x.strip().isdigit()]
+    return (nums[0], nums[-1]) if nums else None

@@ -12,7 +12,7 @@ from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
 from .report_data import Run
-from .run_series import config_value, recent, total, values
+from .run_series import config_value, recent, span_steps, total, trend, values
 
 
 def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -125,18 +125,29 @@ def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findi
         for n, c in per.items()
     )
     timed_out, nonfinite = any(c[1] for c in per.values()), any(c[2] for c in per.values())
+    tr = trend(run, "rewards/failed_fraction", hc)
+    # a failure rate that grows with training is the policy learning to break (or stall) the verifier
+    rising = tr is not None and tr[1] - tr[0] > dc.failure_rise and tr[1] >= 2 * tr[0]
     return Finding(
-        "reward_failures",
-        "Reward functions " + ("time out" if timed_out else "fail"),
-        f"{mean:.1%} of reward items failed over the run" + counts,
+        "verifier_failures_rising" if rising else "reward_failures",
+        ("The verifier fails more and more as training goes on (is the policy breaking it?)" if rising else "")
+        or "Reward functions " + ("time out" if timed_out else "fail"),
+        (f"rewards/failed_fraction {tr[0]:.1%} -> {tr[1]:.1%} ({tr[2]}); " if rising and tr else "")
+        + f"{mean:.1%} of reward items failed over the run"
+        + counts,
         (
             f"raise reward.timeout_s (now {config_value(run, 'reward.timeout_s')}) or make the slow verifier cheaper; "
             if timed_out
             else ""
         )
         + ("make the function return finite numbers (NaN/inf score as failures); " if nonfinite else "")
-        + "read the logged errors (the first few per function are in the log) and fix the function",
-        0.85 if mean > hc.reward_failure_max else 0.4,
+        + "read the logged errors (the first few per function are in the log) and fix the function"
+        + (
+            "; read the samples of the failing steps for answers built to stall or crash the verifier" if rising else ""
+        ),
+        0.85 if mean > hc.reward_failure_max or rising else 0.4,
+        panel="faults",
+        steps=span_steps(tr[2]) if rising and tr else None,
     )
 
 

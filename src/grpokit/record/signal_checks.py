@@ -1,0 +1,195 @@
+"""The doctor's checks of the learning signal itself (record/doctor.py): a reward that never varies,
+a reward spread that died, steps whose gradient was exactly zero, a KL pinned at a ceiling, a reward
+plateau, clipping on one side only. Each returns a ``Finding`` or None.
+
+A run whose every reward is 0 (or every reward 1) looks calm on every other check: no KL, no
+clipping, no length change; only these say that nothing was learned, because nothing could be.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from grpokit.config.health import HealthConfig
+
+from .findings import DoctorConfig, Finding
+from .report_data import Run
+from .run_series import config_value, recent, reward_span, span_steps, trend, values, window
+
+EPS = 1e-9
+
+
+def check_reward_constant(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Every completion of the run scored the same: the advantages are all zero, no step can learn.
+    Read from the completions' lowest and highest rewards where logged, else from a zero `reward_std`
+    at every step with a constant mean; a constant mean alone says nothing of the completions."""
+    lows, highs = values(run, "completions/reward_min"), values(run, "completions/reward_max")
+    stds, means = values(run, "reward_std"), values(run, "reward")
+    if lows and highs:
+        level, spread = min(v for _, v in lows), max(v for _, v in highs) - min(v for _, v in lows)
+    elif stds and means:
+        level = min(v for _, v in means)
+        spread = max(max(v for _, v in stds), max(v for _, v in means) - level)
+    else:
+        return None
+    if spread > EPS or any(v > EPS for _, v in stds):
+        return None
+    steps = means or lows
+    return Finding(
+        "reward_constant",
+        f"The reward is always {level:.3g}: no completion ever scored differently, nothing can be learned",
+        f"every completion reward in steps {steps[0][0]}-{steps[-1][0]} is {level:.3g}"
+        + (f" (reward_std 0 at all {len(stds)} steps)" if stds else ""),
+        "score a few completions by hand with the reward functions: a broken verifier (wrong answer "
+        "column, a parser that never matches, a format the model never writes) or prompts far too hard "
+        f"(or too easy, all 1) for the model; check reward.functions ({config_value(run, 'reward.functions')})",
+        0.98,
+        panel="reward",
+        steps=(steps[0][0], steps[-1][0]),
+    )
+
+
+def check_reward_std_death(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """The spread of rewards within groups died out while the reward is not at its best: every group
+    scores alike, so the advantages and the gradient vanish (the policy collapsed, or a reward broke)."""
+    pts = values(run, "reward_std")
+    tr, span = trend(run, "reward_std", hc), reward_span(run)
+    if tr is None or tr[0] <= EPS or tr[1] > dc.reward_std_dead * tr[0] or span is None:
+        return None
+    rw = recent(run, "reward", hc)
+    level = (rw[0] - span[0]) / (span[1] - span[0]) if rw and span[1] - span[0] > EPS else None
+    if level is not None and level >= hc.converged_reward_level:  # solved: all groups earn the best reward
+        return None
+    w = window(len(pts), hc)
+    return Finding(
+        "reward_std_death",
+        "The reward spread within groups died out before the task was learned",
+        f"reward_std {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]})"
+        + (f", reward at {level:.0%} of its range" if level is not None else ""),
+        "read the latest samples: identical completions mean a collapsed policy (raise rollout.temperature, "
+        "lower optim.lr); varied completions that score alike mean a reward that stopped distinguishing "
+        "them (a broken or saturated reward function)",
+        0.85,
+        panel="reward-std",
+        steps=(pts[-w][0], pts[-1][0]),
+    )
+
+
+def check_zero_grad(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Steps whose gradient norm is exactly 0: every group of the step had zero advantage (and no KL
+    term), so the step cost a rollout and taught nothing."""
+    pts = values(run, "grad_norm")
+    zero = [s for s, v in pts if v == 0.0]
+    if len(pts) < 3 or len(zero) < 2 or len(zero) / len(pts) < dc.zero_grad_share:
+        return None
+    shown = ", ".join(map(str, zero[:8])) + (f" (+{len(zero) - 8} more)" if len(zero) > 8 else "")
+    return Finding(
+        "zero_grad_steps",
+        "Steps with exactly zero gradient (nothing learned at those steps)",
+        f"grad_norm is exactly 0 at {len(zero)} of {len(pts)} steps ({len(zero) / len(pts):.0%}): steps {shown}",
+        "every group of those steps scored alike: use dynamic sampling (algo.dynamic_sampling=true, DAPO), "
+        "a larger group (rollout.group_size) or prompts of the right difficulty",
+        0.8 if len(zero) / len(pts) > 0.5 else 0.5,
+        panel="grad-norm",
+        steps=(zero[0], zero[-1]),
+    )
+
+
+def check_kl_pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """KL sitting at its ceiling: at the run's own clamp (algo.kl_clamp), or at one value it rose to
+    and never left (a clamp or a KL-capped controller elsewhere): the reported KL no longer measures the
+    drift, and the penalty no longer grows with it."""
+    pts = values(run, "kl")
+    if len(pts) < 6:
+        return None
+    w = window(len(pts), hc)
+    clamp = config_value(run, "algo.kl_clamp", 0.0)
+    rec = statistics.fmean(v for _, v in pts[-w:])
+    if isinstance(clamp, (int, float)) and clamp > 0 and rec >= (1 - dc.kl_pinned_clamp_share) * clamp:
+        return _kl_pinned(
+            run,
+            f"recent kl {rec:.3g} at algo.kl_clamp={clamp:g} (steps {pts[-w][0]}-{pts[-1][0]})",
+            pts[-w][0],
+            pts[-1][0],
+        )
+    top = max(v for _, v in pts)
+    if top <= EPS or top > hc.kl_max:  # above kl_max the runaway finding (stability_checks) names it
+        return None
+    at = [s for s, v in pts if v >= top * (1 - dc.kl_pinned_tol)]
+    tail = [s for s, v in pts[-w:] if v >= top * (1 - dc.kl_pinned_tol)]
+    first = statistics.fmean(v for _, v in pts[:w])
+    if len(at) < max(3, len(pts) // 4) or len(tail) < w or first > 0.5 * top:
+        return None  # a ceiling is reached from below: a KL flat from the start is no clamp
+    ev = (
+        f"kl stays at {top:.3g} (within {dc.kl_pinned_tol:.1%}) at {len(at)} of {len(pts)} steps, "
+        f"from step {at[0]} to the end"
+    )
+    return _kl_pinned(run, ev, at[0], pts[-1][0])
+
+
+def _kl_pinned(run: Run, evidence: str, first: int, last: int) -> Finding:
+    return Finding(
+        "kl_pinned",
+        "KL is pinned at its clip",
+        evidence,
+        "the KL estimate is clamped or saturated: the policy moved as far as the cap allows and the penalty "
+        f"stopped growing with it; lower optim.lr ({config_value(run, 'optim.lr')}), raise algo.beta, or "
+        f"raise / drop the clamp (algo.kl_clamp={config_value(run, 'algo.kl_clamp')})",
+        0.7,
+        panel="kl",
+        steps=(first, last),
+    )
+
+
+def check_plateau(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """The reward stopped moving for the second half of the run, well below its best level."""
+    pts = values(run, "reward")
+    w = window(len(pts), hc)
+    if len(pts) < 4 * w or len(pts) < 12:
+        return None
+    half = pts[len(pts) // 2 :]
+    means = [statistics.fmean(v for _, v in half[i : i + w]) for i in range(0, len(half) - w + 1, w)]
+    span = reward_span(run)
+    if len(means) < 2 or max(means) - min(means) > hc.reward_flat_tol or span is None or span[1] - span[0] <= EPS:
+        return None
+    level = (means[-1] - span[0]) / (span[1] - span[0])
+    first = statistics.fmean(v for _, v in pts[:w])
+    if level >= hc.converged_reward_level or means[-1] - first > hc.reward_flat_tol:
+        return None  # converged, or learned in the first half and then held: neither is a plateau to fix
+    return Finding(
+        "plateau",
+        "The reward has not moved for the second half of the run",
+        f"reward stays within {max(means) - min(means):.3g} of {means[-1]:.3g} over steps {half[0][0]}-{half[-1][0]} "
+        f"(first steps {first:.3g}), {level:.0%} of its range",
+        "the run is not learning: raise optim.lr, or make the reward reachable (easier prompts, "
+        "partial credit), or a larger group (rollout.group_size) to find rare successes",
+        0.6,
+        panel="reward",
+        steps=(half[0][0], half[-1][0]),
+    )
+
+
+def check_clip_asymmetry(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Clipping almost only on one side of the trust region: the upper side (probabilities of
+    rewarded tokens capped, exploration choked: DAPO's clip-higher) or the lower one."""
+    lo, hi = recent(run, "clip_ratio/low_mean", hc), recent(run, "clip_ratio/high_mean", hc)
+    if lo is None or hi is None or lo[0] + hi[0] < dc.clip_asymmetry_min:
+        return None
+    big, small, side = (hi[0], lo[0], "upper") if hi[0] >= lo[0] else (lo[0], hi[0], "lower")
+    if big < dc.clip_asymmetry_ratio * max(small, EPS):
+        return None
+    advice = (
+        "the upper clip caps the tokens that earned reward: raise algo.clip_high (clip-higher, DAPO 0.28)"
+        if side == "upper"
+        else "the lower clip cuts what the policy unlearns: lower optim.lr or take fewer updates per batch "
+        f"(algo.num_iterations={config_value(run, 'algo.num_iterations')})"
+    )
+    return Finding(
+        "clip_asymmetry",
+        f"Tokens are clipped almost only on the {side} side",
+        f"clip_ratio/high_mean {hi[0]:.3g} vs clip_ratio/low_mean {lo[0]:.3g} ({hi[1]})",
+        advice,
+        0.45,
+        panel="clip",
+        steps=span_steps(hi[1]),
+    )

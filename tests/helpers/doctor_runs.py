@@ -1,0 +1,74 @@
+"""Planted runs for the doctor's tests: a healthy 60-step run's metrics and ways to make it sick."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from grpokit.record.doctor import diagnose
+from grpokit.record.report_data import load_run
+
+STEPS = 60
+
+
+def healthy_rows(n: int = STEPS) -> list[dict]:
+    """A run that learns: reward 0.2 -> 0.8 with both components, held-out accuracy rising, steady
+    entropy, some zero-std groups, short untruncated completions, small KL and clipping."""
+    rng = random.Random(0)
+    rows = []
+    for step in range(1, n + 1):
+        f = step / n
+        rows.append(
+            {
+                "step": step,
+                "reward": 0.2 + 0.6 * f + rng.gauss(0, 0.02),
+                "rewards/math/mean": 0.1 + 0.6 * f,
+                "rewards/format/mean": 0.5 + 0.4 * f,
+                "rewards/failed_fraction": 0.0,
+                "rewards/math/failures": 0.0,
+                "completions/reward_min": 0.0,
+                "completions/reward_max": 1.0,
+                "completions/frac_groups_solved": 0.1 * f,
+                "frac_reward_zero_std": 0.3 + rng.uniform(-0.05, 0.05),
+                "entropy": 0.5 - 0.1 * f,
+                "completions/mean_length": 50 + rng.uniform(-3, 3),
+                "completions/max_length": 64.0,
+                "completions/clipped_ratio": 0.01,
+                "kl": 0.01 + 0.02 * f,
+                "clip_ratio/region_mean": 0.02,
+                "clip_ratio/low_mean": 0.008,
+                "clip_ratio/high_mean": 0.012,
+                "reward_std": 0.3 + 0.02 * (step % 3 - 1),  # no rng: the other values stay as they were
+                "completions/frac_groups_same_length": 0.05,
+                "grad_norm": 1.0 + rng.uniform(-0.2, 0.2),
+                "loss": rng.gauss(0, 0.01),
+                "time/reward": 0.1,
+                "time/step": 2.0,
+            }
+            | ({"eval/accuracy": 0.2 + 0.6 * f} if step % 10 == 0 else {})
+        )
+    return rows
+
+
+def write_run(path: Path, rows: list[dict], config: str = "rollout:\n  group_size: 8\n  max_new_tokens: 64\n") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "config.yaml").write_text(config)
+    return path
+
+
+def codes(path: Path) -> list[str]:
+    return [f.code for f in diagnose(load_run(path))]
+
+
+def sick(tmp_path: Path, **changes) -> Path:
+    """The healthy run with some metrics replaced from step 21 on: {key: value or f(step, row)}, None drops a key."""
+    rows = healthy_rows()
+    for r in rows:
+        for key, value in changes.items():
+            if value is None:
+                r.pop(key, None)
+            elif r["step"] > 20 or key.startswith("eval"):
+                r[key] = value(r["step"], r) if callable(value) else value
+    return write_run(tmp_path / "run", rows)

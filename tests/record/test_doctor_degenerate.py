@@ -1,0 +1,146 @@
+"""No silent healthy verdict: the doctor on degenerate runs (a reward always 0 or always 1, periodic
+held-out evaluations after a before-training score, no held-out set, one step, a run stopped by a
+signal), each planted run next to the healthy one that must stay silent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grpokit.record.doctor import diagnose, examine, format_findings
+from grpokit.record.health import HealthMonitor
+from grpokit.record.report_data import load_run
+from helpers.doctor_runs import codes, healthy_rows, write_run
+
+
+def constant_rows(value: float, n: int = 60) -> list[dict]:
+    """A run whose every completion scores `value`: every group has zero spread, and every group is
+    "solved" in the sense of the step (all completions earn the step's best), the trap of issue 47."""
+    rows = [{k: v for k, v in r.items() if k != "eval/accuracy"} for r in healthy_rows(n)]
+    return [
+        r
+        | {
+            "reward": value,
+            "reward_std": 0.0,
+            "rewards/math/mean": value,
+            "rewards/format/mean": value,
+            "completions/reward_min": value,
+            "completions/reward_max": value,
+            "completions/frac_groups_solved": 1.0,
+            "frac_reward_zero_std": 1.0,
+            "grad_norm": 0.0,
+            "loss": 0.0,
+        }
+        for r in rows
+    ]
+
+
+def test_a_reward_always_0_or_always_1_is_an_error_not_nothing_to_fix(tmp_path: Path) -> None:
+    for value in (0.0, 1.0):
+        run = load_run(write_run(tmp_path / str(value), constant_rows(value)))
+        found = diagnose(run)
+        assert found[0].code == "reward_constant" and found[0].level == "error"
+        assert f"always {value:g}" in found[0].title and "steps 1-60" in found[0].evidence
+        # the zero-std and zero-gradient findings restate it: one finding names the cause
+        assert "zero_std_groups" not in [f.code for f in found] and "zero_grad_steps" not in [f.code for f in found]
+        assert "nothing to fix" not in format_findings(examine(run), "r")
+    assert "reward_constant" not in codes(write_run(tmp_path / "healthy", healthy_rows()))
+
+
+def test_zero_std_groups_of_a_constant_run_are_waste_not_solved(tmp_path: Path) -> None:
+    """The same all-zero-std rows with the reward varying elsewhere in the run: solved groups are discounted
+    only at steps whose best completion earns the run's best reward, as the live monitor does."""
+    rows = constant_rows(0.0)
+    rows[0] |= {"completions/reward_max": 1.0, "reward": 0.1, "reward_std": 0.2}  # one completion once scored 1
+    found = diagnose(load_run(write_run(tmp_path / "run", rows)))
+    assert "zero_std_groups" in [f.code for f in found]  # steps 2-60: at 0, below the run's best: not solved
+    # the live health monitor warns on the same run: doctor and monitor agree
+    mon = HealthMonitor()
+    warned = {e.monitor for i, r in enumerate(rows, 1) for e in mon.observe(r, i)[0] if e.level == "warning"}
+    assert "zero_std_groups" in warned
+
+
+def test_the_before_training_score_is_the_baseline_with_periodic_evaluations(tmp_path: Path) -> None:
+    # eval_every=10: accuracy 0.05 at steps 10-60 after 0.6 before training, reward rising: the policy
+    # collapsed on held-out prompts. Judged from the first periodic evaluation this looked flat (no finding).
+    rows = [r | ({"eval/accuracy": 0.05} if "eval/accuracy" in r else {}) for r in healthy_rows()]
+    run = write_run(tmp_path / "collapse", rows)
+    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.6}, "steps": 60}))
+    found = diagnose(load_run(run))
+    assert found[0].code == "reward_hacking_heldout"
+    assert "held-out accuracy 0.6 (step 0) -> 0.05 (step 60)" in found[0].evidence
+    # a run that learned before its first periodic evaluation (0.3 -> 0.55 by step 10, 0.56 at the end):
+    # from the first periodic point this looked like reward hacking; from the baseline it is learning
+    rows = [
+        r | ({"eval/accuracy": 0.55 + 0.01 * (r["step"] == 60)} if "eval/accuracy" in r else {}) for r in healthy_rows()
+    ]
+    run = write_run(tmp_path / "early", rows)
+    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.3}, "steps": 60}))
+    assert codes(run) == []
+    (run / "summary.json").unlink()
+    assert codes(run) == ["reward_hacking_heldout"]  # without the baseline the doctor cannot know better
+
+
+def test_no_heldout_set_is_said_not_silent(tmp_path: Path) -> None:
+    rows = [{k: v for k, v in r.items() if k != "eval/accuracy"} for r in healthy_rows()]
+    diag = examine(load_run(write_run(tmp_path / "run", rows)))
+    assert diag.findings == []
+    text = format_findings(diag, "run")
+    assert (
+        "not checked: held-out accuracy (reward hacking against it, drops), for want of a held-out evaluation" in text
+    )
+    assert "1.4 rollouts paid per useful one: 29% of groups carried no signal" in text  # 1 / (1 - 0.29)
+    # the healthy run with its evaluations: no such note
+    assert "not checked: held-out" not in format_findings(
+        examine(load_run(write_run(tmp_path / "h", healthy_rows()))), "h"
+    )
+
+
+def test_one_step_runs(tmp_path: Path) -> None:
+    healthy = examine(load_run(write_run(tmp_path / "one", healthy_rows()[:1])))
+    assert healthy.findings == [] and [n.code for n in healthy.notes if n.code == "too_short"] == ["too_short"]
+    assert "1 step(s) logged: the trend checks" in format_findings(healthy, "one")
+    dead = diagnose(load_run(write_run(tmp_path / "dead", constant_rows(0.0, n=1))))
+    assert [f.code for f in dead] == ["reward_constant"]  # a level check: one step is enough to see it
+
+
+def test_a_run_stopped_by_a_signal(tmp_path: Path) -> None:
+    # stopped at step 30 by SIGTERM: no final evaluation; the baseline is still the before-training score
+    rows = [r | ({"eval/accuracy": 0.1} if "eval/accuracy" in r else {}) for r in healthy_rows()[:30]]
+    run = write_run(tmp_path / "run", rows)
+    (run / "summary.json").write_text(
+        json.dumps({"eval_before": {"accuracy": 0.5}, "interrupted": True, "stop_signal": "SIGTERM", "steps": 30})
+    )
+    diag = examine(load_run(run))
+    assert (
+        diag.findings[0].code == "reward_hacking_heldout"
+        and "0.5 (step 0) -> 0.1 (step 30)" in diag.findings[0].evidence
+    )
+    assert "the run was stopped by SIGTERM at step 30, before its final evaluation" in format_findings(diag, "run")
+    rows = healthy_rows()[:30]
+    run = write_run(tmp_path / "healthy", rows)
+    (run / "summary.json").write_text(
+        json.dumps({"eval_before": {"accuracy": 0.2}, "interrupted": True, "stop_signal": "SIGINT", "steps": 30})
+    )
+    diag = examine(load_run(run))
+    assert diag.findings == [] and any(n.code == "stopped" for n in diag.notes)
+
+
+def test_the_live_monitor_runs_the_doctors_checks(tmp_path: Path) -> None:
+    """One set of checks: `grpokit train`'s health monitor warns the doctor's findings as they appear
+    (every health.doctor_every steps), once each, and not those its own monitors already warn about."""
+    from grpokit.config.health import HealthConfig
+
+    rows = constant_rows(0.0, n=30)
+    mon = HealthMonitor(HealthConfig(doctor_every=10))
+    events = [e for i, r in enumerate(rows, 1) for e in mon.observe({k: v for k, v in r.items() if k != "step"}, i)[0]]
+    doctor = [(e.step, e.monitor) for e in events if e.monitor.startswith("doctor/")]
+    assert doctor == [(10, "doctor/reward_constant")]  # at the first check, then never again
+    assert "zero_std_groups" in {e.monitor for e in events}  # the live alarm itself, not a doctor copy
+    mon = HealthMonitor(HealthConfig(doctor_every=0))
+    assert not any(e.monitor.startswith("doctor/") for i, r in enumerate(rows, 1) for e in mon.observe(r, i)[0])
+    # the healthy run: no doctor warning at all
+    mon = HealthMonitor()
+    assert not [
+        e for i, r in enumerate(healthy_rows(), 1) for e in mon.observe(r, i)[0] if e.monitor.startswith("doctor/")
+    ]
