@@ -40,7 +40,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import best
+from . import best, hooks
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
@@ -54,6 +54,7 @@ from .inputs import (
     rows_of,
     run_folder,
 )
+from .methods import TrlMethods
 from .step_args import steps_per_epoch
 from .surface import (
     Accelerator,
@@ -89,7 +90,7 @@ class TrainOutput(NamedTuple):
     metrics: dict[str, Any]
 
 
-class GRPOTrainer(TrainerFiles):
+class GRPOTrainer(TrlMethods, TrainerFiles):
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
 
     def __init__(
@@ -109,6 +110,7 @@ class GRPOTrainer(TrainerFiles):
         rollout_func: Callable | None = None,
         environment_factory: Any = None,
     ):
+        self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         name = model_name(model)
         self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
@@ -152,6 +154,7 @@ class GRPOTrainer(TrainerFiles):
         self.use_adaptive_entropy = self.args.use_adaptive_entropy
         self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
         """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
+        self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
@@ -214,6 +217,8 @@ class GRPOTrainer(TrainerFiles):
             trainer, self.bridge.state, self.args, self.accelerator.is_main_process
         )
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
+        # every entry goes through self.log, as transformers' loop calls it: a subclass's log sees each one
+        self.bridge.emit = lambda logs, training=False: self.log(logs, self.bridge.start if training else None)
 
     # -- what TRL scripts read from the trainer
     entropy_coef = property(entropy_coef_of, set_entropy_coef)
@@ -341,14 +346,15 @@ class GRPOTrainer(TrainerFiles):
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
             self._evaluating = False
-        self.bridge.log(metrics)
+        self.log(metrics)
         self.bridge.user("on_evaluate", metrics=metrics)
         return {**metrics, "epoch": self.state.epoch}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log."""
+        """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log;
+        ``start_time`` given (a training entry) adds transformers' speed metrics."""
         self._get()
-        self.bridge.log(dict(logs))
+        self.bridge.log(dict(logs), training=start_time is not None)
 
     def get_high_entropy_mask(self, entropies, mask, threshold: float):
         """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""

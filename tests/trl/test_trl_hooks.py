@@ -1,0 +1,93 @@
+"""TRL's extension contract (grpokit/trl/hooks.py): every method of TRL's GRPOTrainer exists on grpokit.trl's
+with TRL's parameters, and a subclass's override of any of them (or of transformers' Trainer methods) is
+honoured where TRL calls it, or refused at construction in one sentence naming it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from datasets import Dataset
+
+from grpokit.config import ConfigError
+from grpokit.trl import GRPOConfig, GRPOTrainer, hooks
+from helpers.trl_models import small_args
+
+DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef")])
+
+
+def short(completions, **kwargs):
+    return [-len(c[0]["content"]) / 10 for c in completions]
+
+
+def test_every_method_of_trls_grpotrainer_exists_with_trls_parameters():
+    trl = pytest.importorskip("trl")
+    for name, value in vars(trl.GRPOTrainer).items():
+        if not callable(value) and not isinstance(value, staticmethod):
+            continue
+        ours = inspect.getattr_static(GRPOTrainer, name, None)
+        assert ours is not None, f"grpokit.trl.GRPOTrainer lacks TRL's {name}"
+        theirs_params = list(inspect.signature(getattr(trl.GRPOTrainer, name)).parameters)
+        our_params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+        if name == "_get_per_token_logps_and_entropies":  # TRL's vision keywords arrive as **vision
+            theirs_params = theirs_params[: len(our_params) - 1]
+            our_params = our_params[:-1]
+        if not isinstance(value, staticmethod):  # the instance's own name (self)
+            theirs_params, our_params = theirs_params[1:], our_params[1:]
+        assert our_params == theirs_params, name
+
+
+def test_every_trl_and_transformers_method_is_honoured_or_refused_naming_it():
+    names = hooks.trl_method_names()
+    assert {"_calculate_rewards", "compute_loss", "training_step", "create_optimizer", "_inner_training_loop"} <= set(
+        names
+    )
+    for name in names:
+        sub = type("Sub", (GRPOTrainer,), {name: lambda self, *a, **k: None})
+        if name in hooks.HONOURED:
+            assert hooks.check(sub, GRPOTrainer) == [name]
+        else:
+            with pytest.raises(ConfigError, match=rf"^GRPOTrainer subclass overrides {name}, which grpokit.trl cannot"):
+                hooks.check(sub, GRPOTrainer)
+
+
+def test_a_refused_override_stops_construction_before_any_work(tmp_path):
+    class Wraps(GRPOTrainer):
+        def _generate_single_turn(self, *args, **kwargs):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    with pytest.raises(ConfigError, match=r"overrides _generate_single_turn, .*rollout_func="):
+        Wraps("no-such-model", reward_funcs=[short], train_dataset=DATA)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trl_machinery_method_called_directly_stops_in_one_sentence(chat_model, tmp_path):
+    tr = GRPOTrainer(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "run")
+    )
+    with pytest.raises(ConfigError, match=r"^GRPOTrainer.get_train_dataloader is TRL's own machinery"):
+        tr.get_train_dataloader()
+    ids, images, fields = tr._tokenize_prompts([[{"role": "user", "content": "say ab"}]])
+    assert tr.processing_class.decode(ids[0]) == "<user>say ab\n<assistant>" and images is None and fields == {}
+
+
+def test_a_subclass_log_sees_every_entry_and_super_writes_it(chat_model, tmp_path):
+    class Tagged(GRPOTrainer):
+        seen: list = []
+
+        def log(self, logs, start_time=None):
+            self.seen.append((dict(logs), start_time is not None))
+            super().log({**logs, "mine": 1.0}, start_time)
+
+    tr = Tagged(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=small_args(GRPOConfig, tmp_path / "run", max_steps=2, logging_steps=1),
+    )
+    tr.train()
+    history = tr.state.log_history
+    assert len(tr.seen) == len(history) == 3  # two steps' entries and the final one
+    assert all(entry["mine"] == 1.0 for entry in history)
+    assert [training for _, training in tr.seen] == [True, True, False]  # a step's entry carries start_time
+    assert "reward" in tr.seen[0][0] and "train_loss" in tr.seen[-1][0]
