@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import torch
 from datasets import Dataset
 
 from grpokit.config import ConfigError
@@ -91,3 +92,71 @@ def test_a_subclass_log_sees_every_entry_and_super_writes_it(chat_model, tmp_pat
     assert all(entry["mine"] == 1.0 for entry in history)
     assert [training for _, training in tr.seen] == [True, True, False]  # a step's entry carries start_time
     assert "reward" in tr.seen[0][0] and "train_loss" in tr.seen[-1][0]
+
+
+# ---------------------------------------------------------------- stage 3: rewards
+
+
+def sizes_of(calls):
+    def recorded(completions, **kwargs):
+        calls.append((len(completions), sorted(k for k in kwargs if k not in ("trainer_state",))))
+        return [float(len(c[0]["content"])) for c in completions]
+
+    return recorded
+
+
+def test_reward_functions_are_called_once_per_generation_batch_as_trl_calls_them(chat_model, tmp_path):
+    """Two prompts of G=2 a step: TRL calls each function once with the 4 completions, not once per group."""
+    trl = pytest.importorskip("trl")
+    seen = {}
+    for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
+        calls = seen[name] = []
+        args = small_args(module.GRPOConfig, tmp_path / name, max_steps=2, num_generations=2, report_to="none")
+        module.GRPOTrainer(chat_model, reward_funcs=[sizes_of(calls)], train_dataset=DATA, args=args).train()
+    assert [n for n, _ in seen["grpokit"]] == [n for n, _ in seen["trl"]] == [4, 4]
+    assert {"completion_ids", "prompts", "log_extra", "log_metric"} <= set(seen["grpokit"][0][1])
+
+
+class Ranked(GRPOTrainer):
+    """Replaces every completion's reward by its rank in the batch (0, 1, 2, 3)."""
+
+    calls: list = []
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        base = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.calls.append((len(inputs), inputs[0]["prompt"], base.shape))
+        return torch.arange(len(prompts), dtype=torch.float32)[:, None]
+
+
+class Flat(GRPOTrainer):
+    """Every completion the same reward: no advantage, so no update moves a weight."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        return torch.ones(len(prompts), len(self.reward_funcs))
+
+
+def test_calculate_rewards_override_is_the_reward_stage_and_reaches_the_advantages(chat_model, tmp_path):
+    args = small_args(GRPOConfig, tmp_path / "ranked", max_steps=2, num_generations=4, logging_steps=1)
+    tr = Ranked(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    tr.train()
+    assert len(Ranked.calls) == 2  # once per generation batch, with TRL's inputs; super() gave (N, 1)
+    assert Ranked.calls[0] == (4, [{"role": "user", "content": "say ab"}], (4, 1))
+    rewards = [e["reward"] for e in tr.state.log_history if "reward" in e]
+    assert rewards == [1.5, 1.5]  # the mean of 0, 1, 2, 3: the override's rewards, not short()'s
+    # TRL's logged advantage (reward - group mean) of ranks 0..3 in one group of 4: -1.5, -0.5, 0.5, 1.5
+    assert list(tr._logs["advantages"])[-4:] == [-1.5, -0.5, 0.5, 1.5]
+
+    flat = Flat(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "flat"))
+    before = {k: v.clone() for k, v in flat.model.state_dict().items()}
+    flat.train()
+    assert all(torch.equal(before[k], v) for k, v in flat.model.state_dict().items())  # zero advantage: no step
+
+
+def test_a_calculate_rewards_override_of_the_wrong_shape_stops_in_one_sentence(chat_model, tmp_path):
+    class Wrong(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            return [1.0] * len(prompts)
+
+    tr = Wrong(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w"))
+    with pytest.raises(ConfigError, match=r"^_calculate_rewards returned list; TRL's contract is a tensor of shape"):
+        tr.train()

@@ -34,6 +34,8 @@ HONOURED: dict[str, str] = {
     "train": "called by the script; grpokit's loop runs inside it",
     "evaluate": "called at TRL's eval steps (eval_strategy, eval_on_start) and by the script",
     "log": "every log entry of training and evaluation goes through it (super().log writes log_history, on_log)",
+    "_calculate_rewards": "the reward stage (3): called once per generation batch with TRL's inputs; its "
+    "(N, num_reward_funcs) tensor is the rewards, weighted into the advantages (train and evaluate)",
     "push_to_hub": "called by the script and at the end of train() (push_to_hub=True)",
     "log_metrics": "called by the script",
     "save_metrics": "called by the script",
@@ -48,12 +50,12 @@ HONOURED: dict[str, str] = {
 
 _LOOP = "grpokit's loop, which does not call it"
 REFUSED: dict[str, str] = {
-    "_calculate_rewards": "not yet carried out by grpokit.trl",
+    "_log_metric": "reward functions get grpokit's reward runner's log_metric, whose values reach the logs",
+    "_log_completion_extra": "reward functions get grpokit's reward runner's log_extra, whose columns reach the "
+    "completions table",
     "compute_loss": "not yet carried out by grpokit.trl",
     "_compute_loss": "not yet carried out by grpokit.trl",
     "_get_per_token_logps_and_entropies": "grpokit's loss computes its log-probabilities itself",
-    "_log_metric": "reward functions' log_metric is grpokit's reward runner's",
-    "_log_completion_extra": "reward functions' log_extra is grpokit's reward runner's",
     "save_model": "transformers calls it for every checkpoint; grpokit's checkpoints are its own run state",
     "_generate_and_score_completions": "stages 2-4 (sampling, rewards, advantages) are grpokit's loop; override "
     "_calculate_rewards to change the rewards or compute_loss to change how the batch is used",

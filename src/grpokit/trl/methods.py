@@ -118,7 +118,11 @@ class TrlMethods:
         raise unavailable("_load_optimizer_and_scheduler")
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        raise unavailable("_calculate_rewards")
+        """TRL's: the ``(N, num_reward_funcs)`` rewards of N completions, each reward function called once
+        over the batch with TRL's keywords (NaN where it returned None); grpokit/trl/stages.py."""
+        from .stages import calculate_rewards
+
+        return calculate_rewards(self, inputs, prompts, completions, completion_ids_list)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         raise unavailable("compute_loss")

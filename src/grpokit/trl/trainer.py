@@ -18,9 +18,14 @@ steps, and ``log_history`` holds TRL's keys (grpokit's own metrics beside them) 
 ``eval_loss``, ``eval_reward``, ``eval_rewards/<func>/mean`` ... ``train()`` returns transformers'
 ``TrainOutput``; grpokit's run summary (summary.json) is ``trainer.summary``.
 
-Departures from TRL, each deliberate: reward functions are called once per group of G completions
-(not once per batch); a reward function's failure on one completion is contained and counted, not a
-crash; a checkpoint is grpokit's ``output_dir/checkpoints/step-N`` (the whole run state) and
+Reward functions are called once per generation batch, as TRL calls them. A subclass of
+``GRPOTrainer`` keeps TRL's extension contract (grpokit/trl/hooks.py, docs/TRL.md): an override of
+one of TRL's methods is called where TRL calls it, with TRL's inputs, and its result is used (the
+override becomes the stage it replaces, grpokit/trl/stages.py), or it is refused at construction in
+one sentence naming it; the log says once which stages follow the subclass.
+
+Departures from TRL, each deliberate: a reward function's failure on one completion is contained and
+counted, not a crash; a checkpoint is grpokit's ``output_dir/checkpoints/step-N`` (the whole run state) and
 ``output_dir/checkpoint-N`` (N counted in TRL's steps) links to its model folder, which holds TRL's
 ``trainer_state.json``; checkpoints fall at the end of a sampling round (with num_iterations > 1
 every ``save_steps // num_iterations`` rounds). grpokit's run files (metrics.jsonl, report.html) sit
@@ -55,6 +60,7 @@ from .inputs import (
     run_folder,
 )
 from .methods import TrlMethods
+from .stages import TrlRewards
 from .step_args import steps_per_epoch
 from .surface import (
     Accelerator,
@@ -155,6 +161,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
         """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
+        self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
@@ -191,9 +198,18 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                 add_to_logs(self._logs, sb)
 
         trainer.on_sampled.append(count)
+        self._as_stages(trainer)
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
+
+    def _as_stages(self, trainer) -> None:
+        """Reward functions called once per batch, as TRL; a subclass's honoured overrides put in the
+        slots of the stages they replace (stages.py), so grpokit's loop calls them where TRL does."""
+        for runner in {id(r): r for r in (trainer.runner, trainer.eval_runner)}.values():
+            runner.whole_batch = True
+        if "_calculate_rewards" in self._overrides:
+            trainer.runner = TrlRewards(self, trainer.runner)
 
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
