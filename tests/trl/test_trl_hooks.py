@@ -160,3 +160,62 @@ def test_a_calculate_rewards_override_of_the_wrong_shape_stops_in_one_sentence(c
     tr = Wrong(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w"))
     with pytest.raises(ConfigError, match=r"^_calculate_rewards returned list; TRL's contract is a tensor of shape"):
         tr.train()
+
+
+# ---------------------------------------------------------------- stage 5: the loss
+
+TRL_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch"}
+
+
+class Zeroed(GRPOTrainer):
+    """The loss scaled by 0: if it is the one back-propagated, no weight moves."""
+
+    batches: list = []
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.batches.append({k: tuple(v.shape) for k, v in inputs.items()})
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch) * 0.0
+
+
+class Through(GRPOTrainer):
+    """The log-probabilities overridden, only calling super(): TRL's loss path, grpokit's math."""
+
+    logp_calls = 0
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        type(self).logp_calls += 1
+        return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
+
+def loss_args(out, **kw):
+    return small_args(GRPOConfig, out, max_steps=2, num_generations=4, per_device_train_batch_size=2, **kw)
+
+
+def test_the_loss_compute_loss_returns_is_the_one_back_propagated(chat_model, tmp_path):
+    args = loss_args(tmp_path / "zero", gradient_accumulation_steps=2, learning_rate=1e-2)
+    tr = Zeroed(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.train()
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    # two steps of one update each, cut into TRL's micro-batches of 2 rows: 4 calls with TRL's keys and shapes
+    assert len(Zeroed.batches) == 4 and TRL_KEYS <= set(Zeroed.batches[0])
+    b = Zeroed.batches[0]
+    assert b["advantages"] == (2,) and b["completion_ids"] == b["completion_mask"] and b["completion_ids"][0] == 2
+    assert b["prompt_ids"] == b["prompt_mask"] and b["num_items_in_batch"] == ()
+
+
+def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_path):
+    """The TRL-order path (micro-batches through compute_loss and _get_per_token_logps_and_entropies) gives
+    the update grpokit's own loss gives: same seed, same completions, the same weights after two steps."""
+    args = dict(gradient_accumulation_steps=2, learning_rate=1e-2, seed=3, logging_steps=1)
+    plain = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=loss_args(tmp_path / "a", **args))
+    before = [v.clone() for v in plain.model.state_dict().values()]
+    plain.train()
+    through = Through(chat_model, reward_funcs=[short], train_dataset=DATA, args=loss_args(tmp_path / "b", **args))
+    through.train()
+    assert Through.logp_calls == 4  # every micro-batch's log-probabilities came from the (overridden) method
+    for (name, a), b in zip(plain.model.state_dict().items(), through.model.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
+    assert any(not torch.equal(a, b) for a, b in zip(before, plain.model.state_dict().values()))  # they moved
+    losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (plain, through)]
+    assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], abs=1e-5)

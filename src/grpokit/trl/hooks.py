@@ -36,6 +36,10 @@ HONOURED: dict[str, str] = {
     "log": "every log entry of training and evaluation goes through it (super().log writes log_history, on_log)",
     "_calculate_rewards": "the reward stage (3): called once per generation batch with TRL's inputs; its "
     "(N, num_reward_funcs) tensor is the rewards, weighted into the advantages (train and evaluate)",
+    "compute_loss": "the loss stage (5): called per micro-batch of per_device_train_batch_size rows with TRL's "
+    "batch dict; the loss it returns (scaled for gradient accumulation, as TRL's) is the one back-propagated",
+    "_compute_loss": "the loss stage (5), through compute_loss",
+    "_get_per_token_logps_and_entropies": "the loss stage's log-probabilities (5), through _compute_loss",
     "push_to_hub": "called by the script and at the end of train() (push_to_hub=True)",
     "log_metrics": "called by the script",
     "save_metrics": "called by the script",
@@ -53,9 +57,6 @@ REFUSED: dict[str, str] = {
     "_log_metric": "reward functions get grpokit's reward runner's log_metric, whose values reach the logs",
     "_log_completion_extra": "reward functions get grpokit's reward runner's log_extra, whose columns reach the "
     "completions table",
-    "compute_loss": "not yet carried out by grpokit.trl",
-    "_compute_loss": "not yet carried out by grpokit.trl",
-    "_get_per_token_logps_and_entropies": "grpokit's loss computes its log-probabilities itself",
     "save_model": "transformers calls it for every checkpoint; grpokit's checkpoints are its own run state",
     "_generate_and_score_completions": "stages 2-4 (sampling, rewards, advantages) are grpokit's loop; override "
     "_calculate_rewards to change the rewards or compute_loss to change how the batch is used",

@@ -125,7 +125,13 @@ class TrlMethods:
         return calculate_rewards(self, inputs, prompts, completions, completion_ids_list)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        raise unavailable("compute_loss")
+        """TRL's: the loss of one micro-batch (TRL's batch dict), already scaled for gradient accumulation."""
+        if return_outputs:
+            raise ValueError("The GRPOTrainer does not support returning outputs")  # TRL's words
+        return self._compute_loss(model, inputs)
 
     def _compute_loss(self, model, inputs):
-        raise unavailable("_compute_loss")
+        """TRL's: the policy loss of TRL's batch dict, by grpokit's objective (grpokit/trl/stages.py)."""
+        from .stages import compute_loss
+
+        return compute_loss(self, model, inputs)

@@ -92,3 +92,107 @@ def calculate_rewards(facade: Any, inputs: list[dict], prompts: list, completion
     result = runner.score(prompts, completions, completion_ids, group, columns, trainer_state=state)
     facade._last_scored = result
     return result.rewards_NF.clone()
+
+
+def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
+    """Rows ``rows`` of a slice's ``UpdateInputs`` as the batch dict TRL's ``compute_loss`` receives:
+    ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` / ``completion_mask`` (the real
+    completion tokens), ``advantages``, ``num_items_in_batch`` (the update's loss tokens), and when the
+    step has them ``old_per_token_logps``, ``ref_per_token_logps``, ``sampling_per_token_logps``;
+    ``tool_mask`` where the loss trains on fewer tokens than the completion holds (environment tokens,
+    masked completions), as TRL's ``completion_mask * tool_mask``."""
+    b = inputs.batch.rows(rows)
+    Lp = b.input_ids.shape[1] - b.completion_ids.shape[1]
+    completion_mask = b.attention_mask[:, Lp:]
+    out = {
+        "prompt_ids": b.input_ids[:, :Lp],
+        "prompt_mask": b.attention_mask[:, :Lp],
+        "completion_ids": b.completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": inputs.advantages[rows].to(b.input_ids.device),
+        "num_items_in_batch": torch.tensor(float(num_items)),
+    }
+    loss_mask = inputs.loss_mask[rows].to(completion_mask.device)
+    if not torch.equal(loss_mask.to(completion_mask.dtype), completion_mask):
+        out["tool_mask"] = loss_mask.to(completion_mask.dtype)
+    for key, value in (
+        ("old_per_token_logps", inputs.old_logp),
+        ("ref_per_token_logps", inputs.ref_logp),
+        ("sampling_per_token_logps", inputs.sampler_logp),
+    ):
+        if value is not None:
+            out[key] = value[rows]
+    return out
+
+
+class TrlLoss:
+    """Stage 5 as TRL's training step: ``__call__`` has ``train/update.accumulate``'s signature; it cuts
+    the slice into TRL's micro-batches of ``per_device_train_batch_size`` rows, passes each as TRL's
+    batch dict to ``trainer.compute_loss`` (the subclass's) and back-propagates the loss it returns,
+    which TRL scales for gradient accumulation itself (``current_gradient_accumulation_steps`` is the
+    number of micro-batches of the update)."""
+
+    def __init__(self, facade: Any):
+        self.facade = facade
+
+    def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
+        import contextlib
+
+        from grpokit.train.update import begin_slice
+
+        f = self.facade
+        settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
+        N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
+        f.current_gradient_accumulation_steps = -(-int(norms.num_sequences or N) // rows_each)
+        f._loss_call = (settings, norms, acc, fw.temperature)
+        try:
+            for start in range(0, N, rows_each):
+                batch = trl_batch(inputs, slice(start, min(start + rows_each, N)), norms.num_tokens or 0.0)
+                with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
+                    loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
+                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                    raise ConfigError(
+                        f"compute_loss returned {type(loss).__name__}; TRL's contract is a scalar tensor (the loss)"
+                    )
+                loss.backward()
+                acc.loss += loss.item()
+        finally:
+            f._loss_call = None
+
+
+def compute_loss(facade: Any, model, inputs: dict[str, Any]):
+    """grpokit.trl's own ``_compute_loss`` (what ``super()._compute_loss`` runs): the log-probabilities of
+    the completion tokens by ``facade._get_per_token_logps_and_entropies`` (the subclass's when it
+    overrides it), then grpokit's objective (algo/loss.py) with the update's loss settings and
+    normalisers, so the micro-batches' losses add up to the update's (called directly: this batch's own)."""
+    from grpokit.algo.loss import objective_loss
+    from grpokit.algo.pipeline import loss_settings
+    from grpokit.algo.settings import LossTensors
+
+    prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+    completion_mask = inputs["completion_mask"]
+    logps, entropies, _ = facade._get_per_token_logps_and_entropies(
+        model,
+        torch.cat([prompt_ids, completion_ids], dim=1),
+        torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+        completion_ids.size(1),
+        compute_entropy=True,
+    )
+    mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+    call = facade._loss_call
+    settings, norms, acc = call[:3] if call is not None else (*loss_settings(facade._get().cfg.algo), None)
+    old = inputs.get("old_per_token_logps")
+    tensors = LossTensors(
+        logps,
+        old if old is not None else logps.detach(),
+        inputs["advantages"],
+        mask.to(logps.dtype),
+        ref_logp=inputs.get("ref_per_token_logps"),
+        entropy=entropies,
+        ratio_mask=completion_mask.to(logps.dtype),
+    )
+    loss, _ = objective_loss(tensors, settings, norms)
+    if acc is not None:  # the update's entropy metric, over every completion token
+        acc.ent_sum += float((entropies.detach() * completion_mask).sum().item())
+        acc.ent_tok += float(completion_mask.sum().item())
+    return loss

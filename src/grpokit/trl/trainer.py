@@ -60,7 +60,7 @@ from .inputs import (
     run_folder,
 )
 from .methods import TrlMethods
-from .stages import TrlRewards
+from .stages import TrlLoss, TrlRewards
 from .step_args import steps_per_epoch
 from .surface import (
     Accelerator,
@@ -162,6 +162,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
+        self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
+        self.current_gradient_accumulation_steps = self.args.gradient_accumulation_steps
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
@@ -210,6 +212,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             runner.whole_batch = True
         if "_calculate_rewards" in self._overrides:
             trainer.runner = TrlRewards(self, trainer.runner)
+        if set(self._overrides) & {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}:
+            trainer.loss_stage = TrlLoss(self)
 
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
