@@ -141,13 +141,19 @@ class TrlLoss:
         from grpokit.train.update import begin_slice
 
         f = self.facade
+        if inputs.batch.vision is not None:
+            raise ConfigError(
+                "a GRPOTrainer subclass's compute_loss / _get_per_token_logps_and_entropies cannot be called with "
+                "image inputs under grpokit.trl (TRL's pixel_values are not rebuilt); override them for text models"
+            )
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
         f.current_gradient_accumulation_steps = -(-int(norms.num_sequences or N) // rows_each)
-        f._loss_call = (settings, norms, acc, fw.temperature)
         try:
             for start in range(0, N, rows_each):
-                batch = trl_batch(inputs, slice(start, min(start + rows_each, N)), norms.num_tokens or 0.0)
+                rows = slice(start, min(start + rows_each, N))
+                f._loss_call = (settings, norms, acc, inputs, rows)
+                batch = trl_batch(inputs, rows, norms.num_tokens or 0.0)
                 with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
                     loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
                 if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
@@ -171,16 +177,21 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
 
     prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
     completion_mask = inputs["completion_mask"]
-    logps, entropies, _ = facade._get_per_token_logps_and_entropies(
+    logps, entropies, aux = facade._get_per_token_logps_and_entropies(
         model,
         torch.cat([prompt_ids, completion_ids], dim=1),
         torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
         completion_ids.size(1),
         compute_entropy=True,
+        compute_aux_loss=facade.aux_loss_enabled,
     )
     mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
     call = facade._loss_call
-    settings, norms, acc = call[:3] if call is not None else (*loss_settings(facade._get().cfg.algo), None)
+    if call is None:  # called directly: the configured objective over this batch alone
+        (settings, norms), acc, update, rows = loss_settings(facade._get().cfg.algo), None, None, None
+    else:
+        settings, norms, acc, update, rows = call
+    cut = (lambda t: t[rows] if t is not None else None) if update is not None else (lambda t: None)  # noqa: E731
     old = inputs.get("old_per_token_logps")
     tensors = LossTensors(
         logps,
@@ -190,8 +201,14 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
         ref_logp=inputs.get("ref_per_token_logps"),
         entropy=entropies,
         ratio_mask=completion_mask.to(logps.dtype),
+        turn_ids=cut(getattr(update, "turn_ids", None)),
+        seq_weights=update.seq_weights(rows) if update is not None and update.seq_weights is not None else None,
+        sampler_log_weight=cut(getattr(update, "sampler_log_weight", None)),
     )
     loss, _ = objective_loss(tensors, settings, norms)
+    if aux is not None:  # a Mixture-of-Experts router loss, each micro-batch weighed by its rows (as grpokit's loss)
+        share = completion_ids.size(0) / (norms.num_sequences or completion_ids.size(0))
+        loss = loss + facade.router_aux_loss_coef * share * aux
     if acc is not None:  # the update's entropy metric, over every completion token
         acc.ent_sum += float((entropies.detach() * completion_mask).sum().item())
         acc.ent_tok += float(completion_mask.sum().item())
