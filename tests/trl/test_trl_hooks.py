@@ -219,3 +219,43 @@ def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_
     assert any(not torch.equal(a, b) for a, b in zip(before, plain.model.state_dict().values()))  # they moved
     losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (plain, through)]
     assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+# ---------------------------------------------------------------- stages 1-4: _generate_and_score_completions
+
+
+class NoAdvantage(GRPOTrainer):
+    """Zeroes the advantages of the batch super() returns: if its dict is what trains, no weight moves."""
+
+    seen: list = []
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.seen.append((len(inputs), inputs[0]["prompt"], sorted(out)))
+        return {**out, "advantages": torch.zeros_like(out["advantages"])}
+
+
+def test_generate_and_score_completions_override_gives_the_batch_the_update_trains_on(chat_model, tmp_path):
+    args = loss_args(tmp_path / "gen", learning_rate=1e-2, logging_steps=1, gradient_accumulation_steps=2)
+    tr = NoAdvantage(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.train()
+    assert len(NoAdvantage.seen) == 2  # once per generation batch (a step: one prompt, G=4)
+    n, prompt, keys = NoAdvantage.seen[0]
+    assert n == 4 and prompt == [{"role": "user", "content": "say ab"}] and TRL_KEYS <= set(keys)
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    assert len(tr._buffered_inputs) == 2 and tr._buffered_inputs[0]["completion_ids"].shape[0] == 2
+    assert [e["reward"] for e in tr.state.log_history if "reward" in e]  # the step is recorded from super()'s scoring
+
+
+def test_generate_and_score_completions_called_directly_returns_trls_batch(chat_model, tmp_path):
+    tr = GRPOTrainer(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=loss_args(tmp_path / "direct", gradient_accumulation_steps=2),
+    )
+    rows = [{"prompt": [{"role": "user", "content": "say cd"}]}] * 4
+    out = tr._generate_and_score_completions(rows)
+    assert TRL_KEYS <= set(out) and out["completion_ids"].shape[0] == 4 and out["advantages"].shape == (4,)
+    assert out["num_items_in_batch"] == out["completion_mask"].sum()

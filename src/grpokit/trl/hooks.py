@@ -40,6 +40,8 @@ HONOURED: dict[str, str] = {
     "batch dict; the loss it returns (scaled for gradient accumulation, as TRL's) is the one back-propagated",
     "_compute_loss": "the loss stage (5), through compute_loss",
     "_get_per_token_logps_and_entropies": "the loss stage's log-probabilities (5), through _compute_loss",
+    "_generate_and_score_completions": "stages 1-4 (once per generation batch, with TRL's rows): super() samples "
+    "and scores through grpokit's stages; the dict it returns is what the loss stage trains on",
     "push_to_hub": "called by the script and at the end of train() (push_to_hub=True)",
     "log_metrics": "called by the script",
     "save_metrics": "called by the script",
@@ -58,8 +60,6 @@ REFUSED: dict[str, str] = {
     "_log_completion_extra": "reward functions get grpokit's reward runner's log_extra, whose columns reach the "
     "completions table",
     "save_model": "transformers calls it for every checkpoint; grpokit's checkpoints are its own run state",
-    "_generate_and_score_completions": "stages 2-4 (sampling, rewards, advantages) are grpokit's loop; override "
-    "_calculate_rewards to change the rewards or compute_loss to change how the batch is used",
     "_generate": "sampling (stage 2) is grpokit's engine; pass rollout_func= to replace it",
     "_generate_single_turn": "sampling (stage 2) is grpokit's engine; pass rollout_func= to replace it",
     "_tool_call_loop": "grpokit's episode loop runs tools= and environment_factory=, not TRL's tool loop",

@@ -106,7 +106,12 @@ class TrlMethods:
         raise unavailable("_generate")
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        raise unavailable("_generate_and_score_completions")
+        """TRL's: sample the rows' prompts (each repeated num_generations times), score them, and return
+        TRL's batch dict (prompt_ids, completion_ids, their masks, advantages, num_items_in_batch and the
+        log-probabilities the loss needs); grpokit/trl/generation.py."""
+        from .generation import generate_and_score
+
+        return generate_and_score(self, inputs)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys: list[str] | None = None):
         raise unavailable("prediction_step")

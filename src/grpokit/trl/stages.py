@@ -134,6 +134,23 @@ class TrlLoss:
 
     def __init__(self, facade: Any):
         self.facade = facade
+        self.source: Any = None  # the subclass's generation batch being trained on (generation.TrlGenerate)
+        self.offset = 0  # its first row not yet trained on in this pass
+
+    def _rows(self, inputs: Any, N: int) -> Any:
+        """``rows -> TRL's batch dict`` of this slice: from the subclass's generation batch when
+        _generate_and_score_completions is overridden (slices follow one another through it, once per
+        iteration), else from grpokit's update inputs."""
+        gen = self.facade._generation_batch
+        if gen is None:
+            return None
+        from .generation import rows_of
+
+        if gen is not self.source:
+            self.source, self.offset = gen, 0
+        total, first = gen["completion_ids"].shape[0], self.offset
+        self.offset = (first + N) % total
+        return lambda rows: rows_of(gen, slice(first + rows.start, first + rows.stop), total)
 
     def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
         import contextlib
@@ -148,12 +165,17 @@ class TrlLoss:
             )
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
+        from_generation = self._rows(inputs, N)
         f.current_gradient_accumulation_steps = -(-int(norms.num_sequences or N) // rows_each)
         try:
             for start in range(0, N, rows_each):
                 rows = slice(start, min(start + rows_each, N))
                 f._loss_call = (settings, norms, acc, inputs, rows)
-                batch = trl_batch(inputs, rows, norms.num_tokens or 0.0)
+                batch = (
+                    from_generation(rows)
+                    if from_generation is not None
+                    else trl_batch(inputs, rows, norms.num_tokens or 0.0)
+                )
                 with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
                     loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
                 if not isinstance(loss, torch.Tensor) or loss.dim() != 0:

@@ -49,6 +49,7 @@ from . import best, hooks
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
+from .generation import TrlGenerate
 from .inputs import (
     HubPushError,
     env_owns_reward,
@@ -163,6 +164,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
         self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
+        self._gen_call = self._gen_scored = None  # generation.TrlGenerate's prompts while the subclass's method runs
+        self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
+        self._buffered_inputs: list | None = None
+        """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
         self.current_gradient_accumulation_steps = self.args.gradient_accumulation_steps
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
@@ -212,7 +217,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             runner.whole_batch = True
         if "_calculate_rewards" in self._overrides:
             trainer.runner = TrlRewards(self, trainer.runner)
-        if set(self._overrides) & {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}:
+        if "_generate_and_score_completions" in self._overrides:
+            trainer.sample_and_score = TrlGenerate(self, trainer)
+        loss_hooks = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}
+        if set(self._overrides) & (loss_hooks | {"_generate_and_score_completions"}):
             trainer.loss_stage = TrlLoss(self)
 
     def _new_bridge(self) -> StepBridge:
