@@ -97,6 +97,21 @@ def test_exception_is_contained_to_the_offending_completion(caplog):
     assert "cannot score a bad completion" in caplog.text and "'bad'" in caplog.text
 
 
+def batch_sizes(completions, group_size, **kwargs):
+    return [float(len(completions) * 10 + group_size)] * len(completions)
+
+
+def test_whole_batch_calls_each_function_once_with_every_completion_and_retries_one_by_one():
+    from grpokit.rewards import RewardRunner
+
+    with RewardRunner([RewardSpec(batch_sizes, "n"), RewardSpec(fails_on_bad, "f")], num_workers=0) as runner:
+        runner.whole_batch = True  # TRL's unit (grpokit.trl): one call of 4 completions, group_size still 2
+        res = runner.score(**_batch(["ok", "bad", "ok", "ok"], group_size=2))
+    assert res.rewards_NF[:, 0].tolist() == [42.0] * 4
+    # the batch call of fails_on_bad raised; retried one completion at a time, only "bad" fails
+    assert res.rewards_NF[:, 1].tolist() == [1.0, 0.0, 1.0, 1.0] and res.metrics["rewards/f/failures"] == 1.0
+
+
 def test_hard_timeout_kills_the_worker_and_later_groups_still_score():
     from grpokit.rewards import RewardRunner
 

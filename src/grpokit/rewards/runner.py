@@ -2,9 +2,11 @@
 
 Unit of work. Each reward function is called once per *group* (the G completions of one prompt), so
 group-relative rewards (e.g. the Kimi length penalty) see their whole group, and groups run in parallel
-in worker processes. If a group call raises, each completion of that group is retried alone (with
-`group_size=1`) so that only the offending completions get `failure_value`. A group call that times out
-is not retried: all of its completions get `failure_value` (retrying would cost G more timeouts).
+in worker processes; with ``whole_batch`` (grpokit.trl, as TRL) once per batch, so a function that looks
+across completions sees every completion TRL would show it. If a group call raises, each completion of
+that group is retried alone (with `group_size=1`) so that only the offending completions get
+`failure_value`. A group call that times out is not retried: all of its completions get `failure_value`
+(retrying would cost G more timeouts).
 
 Timeouts. Every call has a deadline that holds in every mode. In worker processes it is a SIGKILL:
 the worker is killed and replaced. In the trainer's process (`num_workers=0`, the default, or a function
@@ -156,6 +158,8 @@ class RewardRunner:
         self._pool: WorkerPool | None = None
         self.reopen()
         self._caller = InProcessCaller()
+        self.whole_batch = False
+        """Call each function once per batch (TRL's unit; grpokit.trl sets it), not once per group."""
 
     def reopen(self) -> None:
         """Start the worker processes again after ``close()`` (TRL's ``evaluate()`` after ``train()``)."""
@@ -193,18 +197,18 @@ class RewardRunner:
         return outcomes
 
     def _score_function(
-        self, f: int, groups: list[list[int]], kwargs_for, logs: _Logs, rewards_NF: torch.Tensor
+        self, f: int, groups: list[list[int]], kwargs_for, logs: _Logs, rewards_NF: torch.Tensor, group_size: int
     ) -> _Tally:
-        """Fill column f of rewards_NF; a failed group call is retried one completion at a time."""
+        """Fill column f of rewards_NF; a failed call (of a group, or of the whole batch) is retried one
+        completion at a time."""
         tally = _Tally()
         retry: list[int] = []
-        group_size = len(groups[0])
         for idx, out in zip(groups, self._run(f, [kwargs_for(idx, group_size) for idx in groups])):
             if out.ok:
                 logs.keep(idx, out.value)
                 for i, v in zip(idx, out.value):
                     self._store(rewards_NF, i, f, v, tally)
-            elif out.timed_out or group_size == 1:  # a timed-out group is not retried (G more timeouts)
+            elif out.timed_out or len(idx) == 1:  # a timed-out group is not retried (G more timeouts)
                 tally.fail(idx, out.error or "failed", timed_out=out.timed_out)
             else:
                 retry.extend(idx)
@@ -295,13 +299,15 @@ class RewardRunner:
             return kw
 
         groups = [list(range(s, s + group_size)) for s in range(0, n, group_size)]
+        if self.whole_batch and n:  # one call for the batch (TRL's unit), group_size still G
+            groups = [list(range(n))]
         num_f = len(self.specs)
         rewards_NF = torch.full((n, num_f), float("nan"))
         failed_NF = torch.zeros((n, num_f), dtype=torch.bool)
         logs = _Logs(n)
         metrics: dict[str, float] = {}
         for f in range(num_f):
-            tally = self._score_function(f, groups, kwargs_for, logs, rewards_NF) if groups else _Tally()
+            tally = self._score_function(f, groups, kwargs_for, logs, rewards_NF, group_size) if groups else _Tally()
             metrics.update(self._contain(f, tally, rewards_NF, failed_NF, completions))
         weights = torch.tensor([s.weight for s in self.specs])
         total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero

@@ -108,6 +108,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         self._in_step = self._updating = self._evaluating = False  # where the main thread is, for a stop's cut
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
+        self.loss_stage: Callable[..., None] = accumulate
+        """Stage 5: backpropagate one slice into the pending update (update.accumulate's signature);
+        grpokit.trl puts a GRPOTrainer subclass's compute_loss here (trl/stages.py)."""
         self.on_sampled: list[Callable[[ScoredBatch], None]] = []
         """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one)."""
         self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
@@ -256,7 +259,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
             router_aux=self.router_aux,
             autocast=self.autocast,
         )
-        accumulate(self.model, self.optimizer, part, self.pending, forwards, dist=self.dist, counts=counts)
+        self.loss_stage(self.model, self.optimizer, part, self.pending, forwards, dist=self.dist, counts=counts)
         if not ends:
             return None
         upd = apply_update(

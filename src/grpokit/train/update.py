@@ -161,6 +161,17 @@ def accumulate(
     of ``dist``, a ``distributed.DistContext``), or ``counts`` (``window_counts``) when slices share an update."""
     N = inputs.batch.input_ids.shape[0]
     row_tokens = inputs.batch.attention_mask.sum(dim=1).tolist() if fw.micro_batch_tokens else [0] * N
+    settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
+    for rows in micro_batches(row_tokens, fw.micro_batch_size, fw.micro_batch_tokens):
+        _micro_step(model, inputs, rows, settings, norms, acc, fw)
+
+
+def begin_slice(
+    model, optimizer, inputs: UpdateInputs, acc: Accumulator, *, dist=None, counts: tuple[float, float] | None = None
+) -> tuple[LossSettings, Normalisers]:
+    """What every loss stage does before its micro-batches: the slice's loss records and normalisers
+    (``counts`` replacing its own when slices share an update), the model in training mode, the
+    gradient zeroed on an update's first slice, ``acc`` told of the slice."""
     settings, norms = _objective(inputs, dist)
     acc.tokens += norms.num_tokens
     if counts is not None:
@@ -173,8 +184,7 @@ def accumulate(
         settings.entropy,
         acc.sampled or inputs.sampler_logp is not None,
     )
-    for rows in micro_batches(row_tokens, fw.micro_batch_size, fw.micro_batch_tokens):
-        _micro_step(model, inputs, rows, settings, norms, acc, fw)
+    return settings, norms
 
 
 def _micro_step(

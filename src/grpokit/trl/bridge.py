@@ -100,6 +100,7 @@ class StepBridge:
         )
         self.rolling = False  # train.accumulation_slices > 1: a round may complete no update (set by the trainer)
         self.begun = False  # the user's on_step_begin of the next TRL step was called
+        self.emit: Callable[..., None] = self.log  # (logs, training): the trainer's log(), which may be a subclass's
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -162,7 +163,7 @@ class StepBridge:
         self.pending = {}
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
-        self.log({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
+        self.emit({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
         self.at_end()  # as transformers: after the final log, before on_train_end
         self.user("on_train_end")
 
@@ -228,7 +229,7 @@ class StepBridge:
             for key in ("num_tokens", "learning_rate", "grad_norm"):  # a running total, and transformers' values of the
                 if key in logs:  # last step: the latest value, not a mean
                     logs[key] = self.pending[key][-1]
-            self.log(logs, training=True)
+            self.emit(logs, training=True)
         self.pending = {}
 
 

@@ -220,9 +220,11 @@ def per_token_logps_and_entropies(
     logps, ents, aux = [], [], []
     for s in range(0, input_ids.shape[0], rows):
         extra = {"output_router_logits": True} if compute_aux_loss else {}
-        out = model(
+        mask = attention_mask[s : s + rows]
+        out = model(  # positions counted from each row's first real token, as the sampler and pi_old saw them
             input_ids=input_ids[s : s + rows],
-            attention_mask=attention_mask[s : s + rows],
+            attention_mask=mask,
+            position_ids=(mask.long().cumsum(dim=1) - 1).clamp(min=0),
             logits_to_keep=logits_to_keep + 1,
             **extra,
         )

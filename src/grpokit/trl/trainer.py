@@ -18,9 +18,14 @@ steps, and ``log_history`` holds TRL's keys (grpokit's own metrics beside them) 
 ``eval_loss``, ``eval_reward``, ``eval_rewards/<func>/mean`` ... ``train()`` returns transformers'
 ``TrainOutput``; grpokit's run summary (summary.json) is ``trainer.summary``.
 
-Departures from TRL, each deliberate: reward functions are called once per group of G completions
-(not once per batch); a reward function's failure on one completion is contained and counted, not a
-crash; a checkpoint is grpokit's ``output_dir/checkpoints/step-N`` (the whole run state) and
+Reward functions are called once per generation batch, as TRL calls them. A subclass of
+``GRPOTrainer`` keeps TRL's extension contract (grpokit/trl/hooks.py, docs/TRL.md): an override of
+one of TRL's methods is called where TRL calls it, with TRL's inputs, and its result is used (the
+override becomes the stage it replaces, grpokit/trl/stages.py), or it is refused at construction in
+one sentence naming it; the log says once which stages follow the subclass.
+
+Departures from TRL, each deliberate: a reward function's failure on one completion is contained and
+counted, not a crash; a checkpoint is grpokit's ``output_dir/checkpoints/step-N`` (the whole run state) and
 ``output_dir/checkpoint-N`` (N counted in TRL's steps) links to its model folder, which holds TRL's
 ``trainer_state.json``; checkpoints fall at the end of a sampling round (with num_iterations > 1
 every ``save_steps // num_iterations`` rounds). grpokit's run files (metrics.jsonl, report.html) sit
@@ -40,10 +45,11 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import best
+from . import best, hooks
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
+from .generation import TrlGenerate
 from .inputs import (
     HubPushError,
     env_owns_reward,
@@ -54,6 +60,8 @@ from .inputs import (
     rows_of,
     run_folder,
 )
+from .methods import TrlMethods
+from .stages import TrlLoss, TrlRewards
 from .step_args import steps_per_epoch
 from .surface import (
     Accelerator,
@@ -89,7 +97,7 @@ class TrainOutput(NamedTuple):
     metrics: dict[str, Any]
 
 
-class GRPOTrainer(TrainerFiles):
+class GRPOTrainer(TrlMethods, TrainerFiles):
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
 
     def __init__(
@@ -109,6 +117,7 @@ class GRPOTrainer(TrainerFiles):
         rollout_func: Callable | None = None,
         environment_factory: Any = None,
     ):
+        self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         name = model_name(model)
         self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
@@ -152,6 +161,14 @@ class GRPOTrainer(TrainerFiles):
         self.use_adaptive_entropy = self.args.use_adaptive_entropy
         self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
         """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
+        self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
+        self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
+        self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
+        self._gen_call = self._gen_scored = None  # generation.TrlGenerate's prompts while the subclass's method runs
+        self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
+        self._buffered_inputs: list | None = None
+        """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
+        self.current_gradient_accumulation_steps = self.args.gradient_accumulation_steps
         self.reward_func_names = reward_names(funcs)
         self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
         self.summary: dict[str, Any] = {}
@@ -188,9 +205,23 @@ class GRPOTrainer(TrainerFiles):
                 add_to_logs(self._logs, sb)
 
         trainer.on_sampled.append(count)
+        self._as_stages(trainer)
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
+
+    def _as_stages(self, trainer) -> None:
+        """Reward functions called once per batch, as TRL; a subclass's honoured overrides put in the
+        slots of the stages they replace (stages.py), so grpokit's loop calls them where TRL does."""
+        for runner in {id(r): r for r in (trainer.runner, trainer.eval_runner)}.values():
+            runner.whole_batch = True
+        if "_calculate_rewards" in self._overrides:
+            trainer.runner = TrlRewards(self, trainer.runner)
+        if "_generate_and_score_completions" in self._overrides:
+            trainer.sample_and_score = TrlGenerate(self, trainer)
+        loss_hooks = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}
+        if set(self._overrides) & (loss_hooks | {"_generate_and_score_completions"}):
+            trainer.loss_stage = TrlLoss(self)
 
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
@@ -214,6 +245,8 @@ class GRPOTrainer(TrainerFiles):
             trainer, self.bridge.state, self.args, self.accelerator.is_main_process
         )
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
+        # every entry goes through self.log, as transformers' loop calls it: a subclass's log sees each one
+        self.bridge.emit = lambda logs, training=False: self.log(logs, self.bridge.start if training else None)
 
     # -- what TRL scripts read from the trainer
     entropy_coef = property(entropy_coef_of, set_entropy_coef)
@@ -341,14 +374,15 @@ class GRPOTrainer(TrainerFiles):
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
             self._evaluating = False
-        self.bridge.log(metrics)
+        self.log(metrics)
         self.bridge.user("on_evaluate", metrics=metrics)
         return {**metrics, "epoch": self.state.epoch}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log."""
+        """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log;
+        ``start_time`` given (a training entry) adds transformers' speed metrics."""
         self._get()
-        self.bridge.log(dict(logs))
+        self.bridge.log(dict(logs), training=start_time is not None)
 
     def get_high_entropy_mask(self, entropies, mask, threshold: float):
         """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""

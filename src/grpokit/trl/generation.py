@@ -1,0 +1,113 @@
+"""A subclass's ``_generate_and_score_completions`` as grpokit's stages 1-4 (hooks.py says when).
+
+TRL calls it once per generation batch with the batch's rows (each prompt repeated G times) and
+trains on the dict it returns. ``TrlGenerate`` sits in the Trainer's ``sample_and_score`` slot: it
+draws the step's prompts, passes them as TRL's rows to the trainer's method and keeps the dict the
+subclass returned as the generation batch the loss stage (stages.TrlLoss) trains on.
+grpokit.trl's own method (``super()``) samples and scores through grpokit's stages and returns TRL's
+dict; its scored batch is what the step records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from grpokit.config.sections import ConfigError
+
+from .stages import trl_batch
+
+TRL_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+
+
+def trl_rows(prompts: list, G: int) -> list[dict[str, Any]]:
+    """TRL's ``inputs``: one row per completion, the prompt as the dataset holds it and its other columns."""
+    return [{"prompt": p.raw if p.raw is not None else p.text, **p.columns} for p in prompts for _ in range(G)]
+
+
+class TrlGenerate:
+    """The Trainer's ``sample_and_score`` through the trainer's ``_generate_and_score_completions``."""
+
+    def __init__(self, facade: Any, trainer: Any):
+        self.facade, self.trainer, self.sample_and_score = facade, trainer, trainer.sample_and_score
+
+    def __call__(self, prompts: Any, group_size: int):
+        from grpokit.train import engines
+
+        f, t = self.facade, self.trainer
+        if isinstance(prompts, int):  # this rank's slice of the step's prompts
+            prompts, _ = engines.next_prompts(t.engine, t.sampler, t.dist, prompts, group_size)
+        if not prompts:
+            return self.sample_and_score(prompts, group_size)
+        f._gen_call, f._gen_scored = (self.sample_and_score, prompts, group_size), None
+        try:
+            out = f._generate_and_score_completions(trl_rows(prompts, group_size))
+        finally:
+            f._gen_call = None
+        sb = f._gen_scored
+        if sb is None:
+            raise ConfigError(
+                "_generate_and_score_completions must call super()._generate_and_score_completions under "
+                "grpokit.trl (grpokit samples and scores there); change its result instead"
+            )
+        _check(out, len(sb.texts))
+        if not f._evaluating:
+            f._generation_batch = out  # the loss stage trains on the subclass's dict
+            k = f.args.steps_per_generation or f.args.gradient_accumulation_steps
+            f._buffered_inputs = split_rows(out, k)
+        return sb
+
+
+def _check(out: Any, n: int) -> None:
+    if not isinstance(out, dict) or any(k not in out for k in TRL_KEYS):
+        raise ConfigError(
+            f"_generate_and_score_completions returned {type(out).__name__} without TRL's keys; TRL's contract is "
+            f"a dict with {', '.join(TRL_KEYS)}"
+        )
+    if out["completion_ids"].shape[0] != n:
+        raise ConfigError(
+            f"_generate_and_score_completions returned {out['completion_ids'].shape[0]} rows for {n} completions; "
+            "the update trains on one row per sampled completion"
+        )
+
+
+def rows_of(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
+    """Rows ``rows`` of TRL's batch dict: every tensor with ``n`` rows cut, the rest (num_items_in_batch) kept."""
+    return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
+
+
+def split_rows(batch: dict[str, Any], k: int) -> list[dict[str, Any]]:
+    """TRL's ``_buffered_inputs``: the generation batch cut into ``k`` equal dicts of rows."""
+    n = batch["completion_ids"].shape[0]
+    each = max(1, n // max(1, k))
+    return [rows_of(batch, slice(s, s + each), n) for s in range(0, n, each)]
+
+
+def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """grpokit.trl's own ``_generate_and_score_completions``: the rows' prompts sampled G times and
+    scored by grpokit's stages, the step's log-probabilities and advantages; TRL's batch dict back."""
+    from grpokit.algo.pipeline import LogProbs, needed_logprobs, update_inputs
+    from grpokit.data.prompts import to_prompts
+    from grpokit.train import reference
+    from grpokit.train.logprobs import make_token_batch
+
+    t = facade._get()
+    if facade._gen_call is None:  # called directly: TRL's rows, each prompt repeated num_generations times
+        G = facade.args.num_generations
+        rows = [{k: v for k, v in r.items()} for r in inputs[::G]]
+        prompts = to_prompts(rows, t.tokenizer, t.cfg.data, t.episodes.row_schemas)
+        call = (getattr(t.sample_and_score, "sample_and_score", t.sample_and_score), prompts, G)
+    else:
+        call = facade._gen_call
+    sample, prompts, G = call
+    sb = sample(prompts, G)
+    settings = t._step_settings()
+    batch = make_token_batch(sb.rollout, t.tokenizer.pad_token_id, t.device)
+    need_old, need_ref, want_entropy = needed_logprobs(settings)
+    with torch.no_grad():
+        old, ent = t.logprobs(t.model, batch, entropy=want_entropy) if need_old else (None, None)
+        ref = reference.reference_logprobs(t.model, t.ref_model, batch, t.logprobs) if need_ref else None
+    upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent))
+    facade._gen_scored = sb
+    return trl_batch(upd, slice(None), float(upd.loss_mask.sum().item()))

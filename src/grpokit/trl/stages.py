@@ -1,0 +1,237 @@
+"""A GRPOTrainer subclass's overrides as the grpokit stages they replace (hooks.py says which).
+
+grpokit's loop calls its stages through the Trainer's slots (``runner.score`` for stage 3, the loss
+stage for 5), so an override is honoured by putting an adapter in the slot: the adapter turns
+grpokit's records into what TRL passes at that point, calls the trainer's method (the subclass's,
+which may call ``super()``: grpokit.trl's own, computing what TRL's computes) and turns the result back.
+The loop itself does not change, and a run without overrides keeps grpokit's faster stages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from grpokit.config.sections import ConfigError
+from grpokit.rewards.runner import RewardResult
+
+
+class TrlRewards:
+    """Stage 3 as TRL's ``_calculate_rewards``: ``score`` builds TRL's arguments for the whole batch
+    (``inputs``: one dict per completion with ``prompt`` and the dataset's columns; ``prompts``,
+    ``completions``, ``completion_ids_list``), calls ``trainer._calculate_rewards`` and weights its
+    ``(N, num_reward_funcs)`` tensor into the total, as TRL does (a NaN is a function that does not apply).
+    Everything else (``specs``, ``close`` ...) is the wrapped runner's."""
+
+    def __init__(self, facade: Any, runner: Any):
+        self.facade, self.runner = facade, runner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
+
+    def score(
+        self,
+        prompts: list,
+        completions: list,
+        completion_ids: list[list[int]],
+        group_size: int,
+        columns: dict[str, list] | None = None,
+        trainer_state: Any = None,
+    ) -> RewardResult:
+        f = self.facade
+        columns = columns or {}
+        inputs = [{"prompt": p, **{k: v[i] for k, v in columns.items()}} for i, p in enumerate(prompts)]
+        f._reward_call, f._last_scored = (self.runner, group_size, columns, trainer_state), None
+        try:
+            rewards_NF = f._calculate_rewards(inputs, prompts, completions, completion_ids)
+        finally:
+            f._reward_call = None
+        names = [s.name for s in self.runner.specs]
+        rewards_NF = _checked(rewards_NF, len(completions), len(names))
+        weights = torch.tensor([s.weight for s in self.runner.specs], dtype=torch.float32)
+        total_N = (rewards_NF * weights).nansum(dim=1)
+        last = f._last_scored  # what super()._calculate_rewards measured (failures ...), when it was called
+        metrics = dict(last.metrics) if last is not None else {}
+        for j, name in enumerate(names):
+            col = rewards_NF[:, j][~rewards_NF[:, j].isnan()]
+            metrics[f"rewards/{name}/mean"] = col.mean().item() if len(col) else float("nan")
+            metrics[f"rewards/{name}/std"] = col.std(unbiased=False).item() if len(col) else float("nan")
+        metrics.update(reward=total_N.mean().item(), reward_std=total_N.std(unbiased=False).item())
+        pending, f._pending_metrics = f._pending_metrics, {}
+        metrics.update({k: sum(v) / len(v) for k, v in pending.items() if v})  # log_metric's values
+        extra = dict(last.extra) if last is not None else {}
+        return RewardResult(rewards_NF, total_N, names, weights.tolist(), metrics, extra)
+
+
+def _checked(rewards: Any, n: int, num_funcs: int) -> torch.Tensor:
+    """The override's result as a CPU float tensor (N, F), or one sentence saying what it returned."""
+    if not isinstance(rewards, torch.Tensor) or tuple(rewards.shape) != (n, num_funcs):
+        shape = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
+        raise ConfigError(
+            f"_calculate_rewards returned {shape}; TRL's contract is a tensor of shape ({n}, {num_funcs}): one row "
+            "per completion, one column per reward function"
+        )
+    return rewards.detach().float().cpu()
+
+
+def calculate_rewards(facade: Any, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> Any:
+    """grpokit.trl's own ``_calculate_rewards`` (what ``super()._calculate_rewards`` runs): every reward
+    function once over the batch through grpokit's reward runner (failures contained and counted),
+    keywords as TRL passes them; returns the ``(N, num_reward_funcs)`` tensor, NaN where a function
+    returned None."""
+    call = facade._reward_call
+    if call is None:  # called directly, outside a training or evaluation batch
+        trainer = facade._get()
+        runner = trainer.runner.runner if isinstance(trainer.runner, TrlRewards) else trainer.runner
+        G = facade.args.num_generations
+        group = G if len(prompts) % G == 0 else 1
+        keys = [k for k in (inputs[0] if inputs else {}) if k not in ("prompt", "completion", "completion_ids")]
+        call = (runner, group, {k: [x[k] for x in inputs] for k in keys}, facade.state)
+    runner, group, columns, state = call
+    result = runner.score(prompts, completions, completion_ids, group, columns, trainer_state=state)
+    facade._last_scored = result
+    return result.rewards_NF.clone()
+
+
+def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
+    """Rows ``rows`` of a slice's ``UpdateInputs`` as the batch dict TRL's ``compute_loss`` receives:
+    ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` / ``completion_mask`` (the real
+    completion tokens), ``advantages``, ``num_items_in_batch`` (the update's loss tokens), and when the
+    step has them ``old_per_token_logps``, ``ref_per_token_logps``, ``sampling_per_token_logps``;
+    ``tool_mask`` where the loss trains on fewer tokens than the completion holds (environment tokens,
+    masked completions), as TRL's ``completion_mask * tool_mask``."""
+    b = inputs.batch.rows(rows)
+    Lp = b.input_ids.shape[1] - b.completion_ids.shape[1]
+    completion_mask = b.attention_mask[:, Lp:]
+    out = {
+        "prompt_ids": b.input_ids[:, :Lp],
+        "prompt_mask": b.attention_mask[:, :Lp],
+        "completion_ids": b.completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": inputs.advantages[rows].to(b.input_ids.device),
+        "num_items_in_batch": torch.tensor(float(num_items)),
+    }
+    loss_mask = inputs.loss_mask[rows].to(completion_mask.device)
+    if not torch.equal(loss_mask.to(completion_mask.dtype), completion_mask):
+        out["tool_mask"] = loss_mask.to(completion_mask.dtype)
+    for key, value in (
+        ("old_per_token_logps", inputs.old_logp),
+        ("ref_per_token_logps", inputs.ref_logp),
+        ("sampling_per_token_logps", inputs.sampler_logp),
+    ):
+        if value is not None:
+            out[key] = value[rows]
+    return out
+
+
+class TrlLoss:
+    """Stage 5 as TRL's training step: ``__call__`` has ``train/update.accumulate``'s signature; it cuts
+    the slice into TRL's micro-batches of ``per_device_train_batch_size`` rows, passes each as TRL's
+    batch dict to ``trainer.compute_loss`` (the subclass's) and back-propagates the loss it returns,
+    which TRL scales for gradient accumulation itself (``current_gradient_accumulation_steps`` is the
+    number of micro-batches of the update)."""
+
+    def __init__(self, facade: Any):
+        self.facade = facade
+        self.source: Any = None  # the subclass's generation batch being trained on (generation.TrlGenerate)
+        self.offset = 0  # its first row not yet trained on in this pass
+
+    def _rows(self, inputs: Any, N: int) -> Any:
+        """``rows -> TRL's batch dict`` of this slice: from the subclass's generation batch when
+        _generate_and_score_completions is overridden (slices follow one another through it, once per
+        iteration), else from grpokit's update inputs."""
+        gen = self.facade._generation_batch
+        if gen is None:
+            return None
+        from .generation import rows_of
+
+        if gen is not self.source:
+            self.source, self.offset = gen, 0
+        total, first = gen["completion_ids"].shape[0], self.offset
+        self.offset = (first + N) % total
+        return lambda rows: rows_of(gen, slice(first + rows.start, first + rows.stop), total)
+
+    def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
+        import contextlib
+
+        from grpokit.train.update import begin_slice
+
+        f = self.facade
+        if inputs.batch.vision is not None:
+            raise ConfigError(
+                "a GRPOTrainer subclass's compute_loss / _get_per_token_logps_and_entropies cannot be called with "
+                "image inputs under grpokit.trl (TRL's pixel_values are not rebuilt); override them for text models"
+            )
+        settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
+        N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
+        from_generation = self._rows(inputs, N)
+        f.current_gradient_accumulation_steps = -(-int(norms.num_sequences or N) // rows_each)
+        try:
+            for start in range(0, N, rows_each):
+                rows = slice(start, min(start + rows_each, N))
+                f._loss_call = (settings, norms, acc, inputs, rows)
+                batch = (
+                    from_generation(rows)
+                    if from_generation is not None
+                    else trl_batch(inputs, rows, norms.num_tokens or 0.0)
+                )
+                with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
+                    loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
+                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                    raise ConfigError(
+                        f"compute_loss returned {type(loss).__name__}; TRL's contract is a scalar tensor (the loss)"
+                    )
+                loss.backward()
+                acc.loss += loss.item()
+        finally:
+            f._loss_call = None
+
+
+def compute_loss(facade: Any, model, inputs: dict[str, Any]):
+    """grpokit.trl's own ``_compute_loss`` (what ``super()._compute_loss`` runs): the log-probabilities of
+    the completion tokens by ``facade._get_per_token_logps_and_entropies`` (the subclass's when it
+    overrides it), then grpokit's objective (algo/loss.py) with the update's loss settings and
+    normalisers, so the micro-batches' losses add up to the update's (called directly: this batch's own)."""
+    from grpokit.algo.loss import objective_loss
+    from grpokit.algo.pipeline import loss_settings
+    from grpokit.algo.settings import LossTensors
+
+    prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+    completion_mask = inputs["completion_mask"]
+    logps, entropies, aux = facade._get_per_token_logps_and_entropies(
+        model,
+        torch.cat([prompt_ids, completion_ids], dim=1),
+        torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+        completion_ids.size(1),
+        compute_entropy=True,
+        compute_aux_loss=facade.aux_loss_enabled,
+    )
+    mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+    call = facade._loss_call
+    if call is None:  # called directly: the configured objective over this batch alone
+        (settings, norms), acc, update, rows = loss_settings(facade._get().cfg.algo), None, None, None
+    else:
+        settings, norms, acc, update, rows = call
+    cut = (lambda t: t[rows] if t is not None else None) if update is not None else (lambda t: None)  # noqa: E731
+    old = inputs.get("old_per_token_logps")
+    tensors = LossTensors(
+        logps,
+        old if old is not None else logps.detach(),
+        inputs["advantages"],
+        mask.to(logps.dtype),
+        ref_logp=inputs.get("ref_per_token_logps"),
+        entropy=entropies,
+        ratio_mask=completion_mask.to(logps.dtype),
+        turn_ids=cut(getattr(update, "turn_ids", None)),
+        seq_weights=update.seq_weights(rows) if update is not None and update.seq_weights is not None else None,
+        sampler_log_weight=cut(getattr(update, "sampler_log_weight", None)),
+    )
+    loss, _ = objective_loss(tensors, settings, norms)
+    if aux is not None:  # a Mixture-of-Experts router loss, each micro-batch weighed by its rows (as grpokit's loss)
+        share = completion_ids.size(0) / (norms.num_sequences or completion_ids.size(0))
+        loss = loss + facade.router_aux_loss_coef * share * aux
+    if acc is not None:  # the update's entropy metric, over every completion token
+        acc.ent_sum += float((entropies.detach() * completion_mask).sum().item())
+        acc.ent_tok += float(completion_mask.sum().item())
+    return loss

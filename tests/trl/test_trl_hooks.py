@@ -1,0 +1,261 @@
+"""TRL's extension contract (grpokit/trl/hooks.py): every method of TRL's GRPOTrainer exists on grpokit.trl's
+with TRL's parameters, and a subclass's override of any of them (or of transformers' Trainer methods) is
+honoured where TRL calls it, or refused at construction in one sentence naming it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from datasets import Dataset
+
+from grpokit.config import ConfigError
+from grpokit.trl import GRPOConfig, GRPOTrainer, hooks
+from helpers.trl_models import small_args
+
+DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef")])
+
+
+def short(completions, **kwargs):
+    return [-len(c[0]["content"]) / 10 for c in completions]
+
+
+def test_every_method_of_trls_grpotrainer_exists_with_trls_parameters():
+    trl = pytest.importorskip("trl")
+    for name, value in vars(trl.GRPOTrainer).items():
+        if not callable(value) and not isinstance(value, staticmethod):
+            continue
+        ours = inspect.getattr_static(GRPOTrainer, name, None)
+        assert ours is not None, f"grpokit.trl.GRPOTrainer lacks TRL's {name}"
+        theirs_params = list(inspect.signature(getattr(trl.GRPOTrainer, name)).parameters)
+        our_params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+        if name == "_get_per_token_logps_and_entropies":  # TRL's vision keywords arrive as **vision
+            theirs_params = theirs_params[: len(our_params) - 1]
+            our_params = our_params[:-1]
+        if not isinstance(value, staticmethod):  # the instance's own name (self)
+            theirs_params, our_params = theirs_params[1:], our_params[1:]
+        assert our_params == theirs_params, name
+
+
+def test_every_trl_and_transformers_method_is_honoured_or_refused_naming_it():
+    names = hooks.trl_method_names()
+    assert {"_calculate_rewards", "compute_loss", "training_step", "create_optimizer", "_inner_training_loop"} <= set(
+        names
+    )
+    for name in names:
+        sub = type("Sub", (GRPOTrainer,), {name: lambda self, *a, **k: None})
+        if name in hooks.HONOURED:
+            assert hooks.check(sub, GRPOTrainer) == [name]
+        else:
+            with pytest.raises(ConfigError, match=rf"^GRPOTrainer subclass overrides {name}, which grpokit.trl cannot"):
+                hooks.check(sub, GRPOTrainer)
+
+
+def test_a_refused_override_stops_construction_before_any_work(tmp_path):
+    class Wraps(GRPOTrainer):
+        def _generate_single_turn(self, *args, **kwargs):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    with pytest.raises(ConfigError, match=r"overrides _generate_single_turn, .*rollout_func="):
+        Wraps("no-such-model", reward_funcs=[short], train_dataset=DATA)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trl_machinery_method_called_directly_stops_in_one_sentence(chat_model, tmp_path):
+    tr = GRPOTrainer(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "run")
+    )
+    with pytest.raises(ConfigError, match=r"^GRPOTrainer.get_train_dataloader is TRL's own machinery"):
+        tr.get_train_dataloader()
+    ids, images, fields = tr._tokenize_prompts([[{"role": "user", "content": "say ab"}]])
+    assert tr.processing_class.decode(ids[0]) == "<user>say ab\n<assistant>" and images is None and fields == {}
+
+
+def test_a_subclass_log_sees_every_entry_and_super_writes_it(chat_model, tmp_path):
+    class Tagged(GRPOTrainer):
+        seen: list = []
+
+        def log(self, logs, start_time=None):
+            self.seen.append((dict(logs), start_time is not None))
+            super().log({**logs, "mine": 1.0}, start_time)
+
+    tr = Tagged(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=small_args(GRPOConfig, tmp_path / "run", max_steps=2, logging_steps=1),
+    )
+    tr.train()
+    history = tr.state.log_history
+    assert len(tr.seen) == len(history) == 3  # two steps' entries and the final one
+    assert all(entry["mine"] == 1.0 for entry in history)
+    assert [training for _, training in tr.seen] == [True, True, False]  # a step's entry carries start_time
+    assert "reward" in tr.seen[0][0] and "train_loss" in tr.seen[-1][0]
+
+
+# ---------------------------------------------------------------- stage 3: rewards
+
+
+def sizes_of(calls):
+    def recorded(completions, **kwargs):
+        calls.append((len(completions), sorted(k for k in kwargs if k not in ("trainer_state",))))
+        return [float(len(c[0]["content"])) for c in completions]
+
+    return recorded
+
+
+def test_reward_functions_are_called_once_per_generation_batch_as_trl_calls_them(chat_model, tmp_path):
+    """Two prompts of G=2 a step: TRL calls each function once with the 4 completions, not once per group."""
+    trl = pytest.importorskip("trl")
+    seen = {}
+    for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
+        calls = seen[name] = []
+        args = small_args(module.GRPOConfig, tmp_path / name, max_steps=2, num_generations=2, report_to="none")
+        module.GRPOTrainer(chat_model, reward_funcs=[sizes_of(calls)], train_dataset=DATA, args=args).train()
+    assert [n for n, _ in seen["grpokit"]] == [n for n, _ in seen["trl"]] == [4, 4]
+    assert {"completion_ids", "prompts", "log_extra", "log_metric"} <= set(seen["grpokit"][0][1])
+
+
+class Ranked(GRPOTrainer):
+    """Replaces every completion's reward by its rank in the batch (0, 1, 2, 3)."""
+
+    calls: list = []
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        base = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.calls.append((len(inputs), inputs[0]["prompt"], base.shape))
+        return torch.arange(len(prompts), dtype=torch.float32)[:, None]
+
+
+class Flat(GRPOTrainer):
+    """Every completion the same reward: no advantage, so no update moves a weight."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        return torch.ones(len(prompts), len(self.reward_funcs))
+
+
+def test_calculate_rewards_override_is_the_reward_stage_and_reaches_the_advantages(chat_model, tmp_path):
+    args = small_args(GRPOConfig, tmp_path / "ranked", max_steps=2, num_generations=4, logging_steps=1)
+    tr = Ranked(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    tr.train()
+    assert len(Ranked.calls) == 2  # once per generation batch, with TRL's inputs; super() gave (N, 1)
+    assert Ranked.calls[0] == (4, [{"role": "user", "content": "say ab"}], (4, 1))
+    rewards = [e["reward"] for e in tr.state.log_history if "reward" in e]
+    assert rewards == [1.5, 1.5]  # the mean of 0, 1, 2, 3: the override's rewards, not short()'s
+    # TRL's logged advantage (reward - group mean) of ranks 0..3 in one group of 4: -1.5, -0.5, 0.5, 1.5
+    assert list(tr._logs["advantages"])[-4:] == [-1.5, -0.5, 0.5, 1.5]
+
+    flat = Flat(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "flat"))
+    before = {k: v.clone() for k, v in flat.model.state_dict().items()}
+    flat.train()
+    assert all(torch.equal(before[k], v) for k, v in flat.model.state_dict().items())  # zero advantage: no step
+
+
+def test_a_calculate_rewards_override_of_the_wrong_shape_stops_in_one_sentence(chat_model, tmp_path):
+    class Wrong(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            return [1.0] * len(prompts)
+
+    tr = Wrong(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w"))
+    with pytest.raises(ConfigError, match=r"^_calculate_rewards returned list; TRL's contract is a tensor of shape"):
+        tr.train()
+
+
+# ---------------------------------------------------------------- stage 5: the loss
+
+TRL_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch"}
+
+
+class Zeroed(GRPOTrainer):
+    """The loss scaled by 0: if it is the one back-propagated, no weight moves."""
+
+    batches: list = []
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.batches.append({k: tuple(v.shape) for k, v in inputs.items()})
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch) * 0.0
+
+
+class Through(GRPOTrainer):
+    """The log-probabilities overridden, only calling super(): TRL's loss path, grpokit's math."""
+
+    logp_calls = 0
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        type(self).logp_calls += 1
+        return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
+
+def loss_args(out, **kw):
+    return small_args(GRPOConfig, out, max_steps=2, num_generations=4, per_device_train_batch_size=2, **kw)
+
+
+def test_the_loss_compute_loss_returns_is_the_one_back_propagated(chat_model, tmp_path):
+    args = loss_args(tmp_path / "zero", gradient_accumulation_steps=2, learning_rate=1e-2)
+    tr = Zeroed(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.train()
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    # two steps of one update each, cut into TRL's micro-batches of 2 rows: 4 calls with TRL's keys and shapes
+    assert len(Zeroed.batches) == 4 and TRL_KEYS <= set(Zeroed.batches[0])
+    b = Zeroed.batches[0]
+    assert b["advantages"] == (2,) and b["completion_ids"] == b["completion_mask"] and b["completion_ids"][0] == 2
+    assert b["prompt_ids"] == b["prompt_mask"] and b["num_items_in_batch"] == ()
+
+
+def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_path):
+    """The TRL-order path (micro-batches through compute_loss and _get_per_token_logps_and_entropies) gives
+    the update grpokit's own loss gives: same seed, same completions, the same weights after two steps."""
+    args = dict(gradient_accumulation_steps=2, learning_rate=1e-2, seed=3, logging_steps=1)
+    plain = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=loss_args(tmp_path / "a", **args))
+    before = [v.clone() for v in plain.model.state_dict().values()]
+    plain.train()
+    through = Through(chat_model, reward_funcs=[short], train_dataset=DATA, args=loss_args(tmp_path / "b", **args))
+    through.train()
+    assert Through.logp_calls == 4  # every micro-batch's log-probabilities came from the (overridden) method
+    for (name, a), b in zip(plain.model.state_dict().items(), through.model.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
+    assert any(not torch.equal(a, b) for a, b in zip(before, plain.model.state_dict().values()))  # they moved
+    losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (plain, through)]
+    assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+# ---------------------------------------------------------------- stages 1-4: _generate_and_score_completions
+
+
+class NoAdvantage(GRPOTrainer):
+    """Zeroes the advantages of the batch super() returns: if its dict is what trains, no weight moves."""
+
+    seen: list = []
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.seen.append((len(inputs), inputs[0]["prompt"], sorted(out)))
+        return {**out, "advantages": torch.zeros_like(out["advantages"])}
+
+
+def test_generate_and_score_completions_override_gives_the_batch_the_update_trains_on(chat_model, tmp_path):
+    args = loss_args(tmp_path / "gen", learning_rate=1e-2, logging_steps=1, gradient_accumulation_steps=2)
+    tr = NoAdvantage(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.train()
+    assert len(NoAdvantage.seen) == 2  # once per generation batch (a step: one prompt, G=4)
+    n, prompt, keys = NoAdvantage.seen[0]
+    assert n == 4 and prompt == [{"role": "user", "content": "say ab"}] and TRL_KEYS <= set(keys)
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    assert len(tr._buffered_inputs) == 2 and tr._buffered_inputs[0]["completion_ids"].shape[0] == 2
+    assert [e["reward"] for e in tr.state.log_history if "reward" in e]  # the step is recorded from super()'s scoring
+
+
+def test_generate_and_score_completions_called_directly_returns_trls_batch(chat_model, tmp_path):
+    tr = GRPOTrainer(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=loss_args(tmp_path / "direct", gradient_accumulation_steps=2),
+    )
+    rows = [{"prompt": [{"role": "user", "content": "say cd"}]}] * 4
+    out = tr._generate_and_score_completions(rows)
+    assert TRL_KEYS <= set(out) and out["completion_ids"].shape[0] == 4 and out["advantages"].shape == (4,)
+    assert out["num_items_in_batch"] == out["completion_mask"].sum()
