@@ -38,7 +38,18 @@ from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
 
-from . import distributed, domain_setup, episode_setup, liger, model_options, models, reward_setup, run_data, stages
+from . import (
+    distributed,
+    domain_setup,
+    episode_setup,
+    liger,
+    model_options,
+    models,
+    reward_setup,
+    run_data,
+    stages,
+    teacher,
+)
 from .distributed import DistContext
 from .logprobs import compile_backbone
 from .models import eos_ids, load_model, model_path, resolve_dtype
@@ -168,7 +179,10 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
         print(
             f"grpokit: kernels: grpokit's Triton draw and output-layer passes (model.vocab_kernels={m.vocab_kernels})"
         )
-    ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
+    if cfg.algo.distill_teacher:  # on-policy distillation: the teacher holds the reference's place (train/teacher.py)
+        ref_model = teacher.load_teacher(cfg, device, resolve_dtype(m, device), tokenizer)
+    else:
+        ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
     if m.neftune_noise_alpha:  # after the copy: a separate reference gets no noise, as TRL's
         model_options.add_neftune(model, m.neftune_noise_alpha)
     autocast = models.autocast_factory(m, device, model)
