@@ -175,4 +175,5 @@ def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list
     what reward functions receive as keyword arguments."""
     if not prompts:
         return {}
-    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in prompts[0].columns}
+    keys = dict.fromkeys(k for p in prompts for k in p.columns)  # every prompt's (domains differ in columns)
+    return {k: [p.columns.get(k) for p in prompts for _ in range(group_size)] for k in keys}

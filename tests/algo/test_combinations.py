@@ -149,8 +149,13 @@ REGISTERED_ROWS = {
         "kl_in_reward": ("kl", "reward"),
         "normalize_components": None,
     },  # MO-GRPO needs several reward functions: tests/algo/test_pipeline.py
-    "advantage stage": {"tis": ("mask", "tis"), "mismatch_mask": ("mask", "icepop"), "entropy_advantage": None},
-}  # entropy_advantage (EDGE-GRPO): tests/algo/test_pipeline.py::test_mo_grpo_then_edge_stages
+    "advantage stage": {
+        "tis": ("mask", "tis"),
+        "mismatch_mask": ("mask", "icepop"),
+        "entropy_advantage": None,
+        "distill": None,
+    },
+}  # entropy_advantage (EDGE-GRPO): tests/algo/test_pipeline.py::test_mo_grpo_then_edge_stages; distill: test_distill.py
 
 
 def cells() -> list[dict[str, str]]:

@@ -207,7 +207,7 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
     unknown = not objective_spec(a.objective).declared or any(not spec.declared for spec in specs)
     entropy = unknown or any(spec.needs_entropy for spec in specs)
     old = a.num_iterations > 1 or entropy or s.tis.cap > 0 or any(spec.needs_old for spec in specs)
-    return old, a.beta > 0, entropy
+    return old, a.beta > 0 or a.distill_coef > 0, entropy  # the teacher's logprobs are the reference's
 
 
 def loss_settings(a: AlgoConfig) -> tuple[LossSettings, Normalisers]:
@@ -385,3 +385,6 @@ def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> t
     m = ctx.settings.mismatch
     keep_NT, metrics = mismatch_mask(ctx.logprobs.old, ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high)
     return _per_token(advantages, keep_NT), metrics
+
+
+from . import distill  # noqa: E402,F401  (registers on-policy distillation's advantage stage, last)

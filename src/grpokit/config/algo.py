@@ -56,6 +56,17 @@ class AlgoConfig:
     """objective=vespo: (k, lambda) where the advantage is < 0 (TRL's vespo_k_neg, vespo_lambda_neg)."""
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
+    distill_teacher: str = ""
+    """On-policy distillation (docs/DOMAINS.md): the teacher that scores the student's sampled tokens, a model
+    folder (a checkpoint's model/), a named model (grpokit models) or a LoRA adapter folder; it takes the reference
+    model's place, so algo.beta is then the KL to the teacher in the loss. It must share the student's tokenizer."""
+    distill_coef: float = 0.0
+    """With distill_teacher: weight of the per-token reward -KL(student || teacher) added to every token's advantage
+    (0: none; the teacher then serves algo.beta's KL term only)."""
+    distill_estimator: str = "k1"
+    """The per-token KL estimate of that reward on the sampled tokens: "k1" (log student - log teacher) or "k3"."""
+    distill_top_k: int = 0
+    """Forward KL on the teacher's top-k tokens (not supported yet: must be 0)."""
     kl_estimator: str = "k3"
     """KL estimator: "k1", "k2" or "k3" (DeepSeekMath); used in the loss and, with kl_placement=reward, summed over
     tokens in the reward."""

@@ -106,6 +106,8 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
 def set_field(cfg: Config, dotted: str, value: Any) -> None:
     """Set ``section.field`` with type coercion and a clear error for unknown names or types."""
     parts = dotted.split(".")
+    if len(parts) > 2 and parts[0] in _sections() and _field_types(type(getattr(cfg, parts[0]))).get(parts[1]) is dict:
+        return _set_inside(cfg, parts, value)
     if len(parts) != 2 or parts[0] not in _sections():
         raise ConfigError(
             f"unknown config field {dotted!r}; fields look like section.name with section one of "
@@ -120,6 +122,22 @@ def set_field(cfg: Config, dotted: str, value: Any) -> None:
     if parts[1] not in types:
         raise ConfigError(f"unknown config field {dotted!r}; valid fields of {parts[0]}: {', '.join(types)}")
     setattr(section_obj, parts[1], _coerce(dotted, value, types[parts[1]]))
+
+
+def _set_inside(cfg: Config, parts: list[str], value: Any) -> None:
+    """``section.mapping.key[.key...]=value`` for a mapping field (data.domains.math.share=2): the key is set
+    inside a copy of the mapping (created on the way where missing), which is then assigned."""
+    section_obj = getattr(cfg, parts[0])
+    top = dict(getattr(section_obj, parts[1]) or {})
+    node = top
+    for i, key in enumerate(parts[2:-1], start=2):
+        inner = node.get(key)
+        if inner is not None and not isinstance(inner, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"{where} is {inner!r}, not a mapping, so {'.'.join(parts)} cannot be set")
+        node[key] = node = dict(inner or {})
+    node[parts[-1]] = value
+    setattr(section_obj, parts[1], top)
 
 
 def _coerce(name: str, value: Any, tp: Any) -> Any:

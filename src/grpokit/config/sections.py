@@ -142,6 +142,25 @@ class DataConfig:
     (0 disables evaluation)."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
+    domains: dict = field(default_factory=dict)
+    """Several named domains in one run (docs/DOMAINS.md): {name: {task | dataset, share, reward_functions,
+    reward_weights, reward_params, eval_size, ...}}; each brings its own rows, rewards and held-out set, mixed into
+    every batch by share; replaces data.task and data.dataset. Empty: one task or dataset, as above."""
+    curriculum: str = "off"
+    """Prompt sampling (docs/DOMAINS.md): "off" (each prompt once per epoch) or "frontier" (prompts drawn with
+    weight 1 - p^G - (1-p)^G, the chance that a group of G has two different outcomes, from each prompt's recent
+    pass rate p)."""
+    curriculum_key: str = ""
+    """With curriculum=frontier: the column whose value buckets prompts for the pass rate (e.g. a difficulty
+    column); empty: every prompt is its own bucket."""
+    curriculum_threshold: float = 1.0
+    """With curriculum=frontier: a completion passes when its total reward is at least this."""
+    curriculum_decay: float = 0.5
+    """With curriculum=frontier: how much of a bucket's earlier counts each new group keeps (0 = only the last
+    group; 1 = all history, equally)."""
+    curriculum_floor: float = 0.05
+    """With curriculum=frontier: the smallest weight of a bucket (a solved or hopeless prompt is still drawn now
+    and then, so its pass rate can move)."""
 
 
 @section
@@ -294,6 +313,10 @@ class TrainConfig:
     dist_timeout_s: float = 0
     """Under torchrun: seconds a collective (all-reduce, barrier) may wait for the other ranks before the run fails (0 =
     torch's default)."""
+    stages: list[dict] = field(default_factory=list)
+    """Rounds (docs/DOMAINS.md): [{domain: name (or a list), steps: n, lr, group_size, max_new_tokens, temperature,
+    reward_weights}, ...], run in order; every key but steps is optional (a stage without domain samples every
+    domain by share; an override left out is the run's own value). train.steps becomes their sum. Empty: one stage."""
 
 
 @section

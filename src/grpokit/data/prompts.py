@@ -237,3 +237,17 @@ class PromptSampler:
             out.append(self.prompts[self._order(epoch)[k]])
             self.position += 1
         return out
+
+    # What every sampler offers the loop (data/domain_sampler.py, data/curriculum.py keep more state):
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = int(state["position"])
+
+    def observe(self, prompts: list[Prompt], rewards_N, group_size: int) -> None:
+        """A scored batch of its prompts (a curriculum learns from it; the plain order does not)."""
+
+    def metrics(self) -> dict[str, float]:
+        """The sampler's own metrics of the step (none for the plain order)."""
+        return {}

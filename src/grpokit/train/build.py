@@ -38,7 +38,18 @@ from grpokit.rollout import gec
 from grpokit.rollout.hf import SamplingParams
 from grpokit.validation import validate
 
-from . import distributed, episode_setup, liger, model_options, models, reward_setup, run_data
+from . import (
+    distributed,
+    domain_setup,
+    episode_setup,
+    liger,
+    model_options,
+    models,
+    reward_setup,
+    run_data,
+    stages,
+    teacher,
+)
 from .distributed import DistContext
 from .logprobs import compile_backbone
 from .models import eos_ids, load_model, model_path, resolve_dtype
@@ -51,7 +62,8 @@ SMALL_MODEL = 20_000_000  # parameters; below this, train.threads=0 (auto) uses 
 def settle_config(cfg: Config, own_rows: bool) -> Config:
     """One's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's
     checkpoint; then every section is validated."""
-    return validate(run_data.resolve_run(cfg, own_rows=own_rows))
+    cfg = stages.settle_stages(cfg)  # train.steps: the stages' sum (before the demo would fill it)
+    return validate(domain_setup.settle_domains(run_data.resolve_run(cfg, own_rows=own_rows), own_rows))
 
 
 def prepare_process(t) -> None:
@@ -80,8 +92,11 @@ def build_inputs(
 ) -> Inputs:
     """Rows (one's own or the task's), the episode loop, and the rows as chat-templated prompts (rows
     with images through the model's processor: ``given_tokenizer`` when it is one, as TRL passes it)."""
-    train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
-    run_data.check_gold_answers(cfg, train_rows)
+    if cfg.data.domains:  # every domain's rows, tagged (train/domain_setup.py)
+        train_rows, eval_rows = domain_setup.domain_rows(cfg)
+    else:
+        train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
+        run_data.check_gold_answers(cfg, train_rows)
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
     schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
     processor = load_processor(
@@ -108,10 +123,14 @@ class Rewards:
     eval_runner: RewardRunner
     weights: list[float]
     process_fn: Callable | None
+    domain_eval: dict[str, RewardRunner]  # each domain's held-out verifier (data.domains; {} without)
 
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
-    specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
+    if cfg.data.domains:  # each domain's functions, scoring only its own groups
+        specs = domain_setup.domain_reward_specs(cfg, reward_funcs)
+    else:
+        specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
     process_fn = reward_setup.process_function(cfg) if cfg.reward.process_function else None
     rc = cfg.reward
     runner = RewardRunner(
@@ -121,7 +140,13 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
         failure_value=rc.failure_value,
         max_failure_fraction=rc.max_failure_fraction,
     )
-    return Rewards(runner, reward_setup.eval_runner(cfg, runner), [sp.weight for sp in specs], process_fn)
+    return Rewards(
+        runner,
+        reward_setup.eval_runner(cfg, runner),
+        [sp.weight for sp in specs],
+        process_fn,
+        domain_setup.domain_eval_runners(cfg),
+    )
 
 
 @dataclass(frozen=True)
@@ -154,7 +179,10 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
         print(
             f"grpokit: kernels: grpokit's Triton draw and output-layer passes (model.vocab_kernels={m.vocab_kernels})"
         )
-    ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
+    if cfg.algo.distill_teacher:  # on-policy distillation: the teacher holds the reference's place (train/teacher.py)
+        ref_model = teacher.load_teacher(cfg, device, resolve_dtype(m, device), tokenizer)
+    else:
+        ref_model = frozen_copy(model) if cfg.algo.beta > 0 and not m.lora_rank else None
     if m.neftune_noise_alpha:  # after the copy: a separate reference gets no noise, as TRL's
         model_options.add_neftune(model, m.neftune_noise_alpha)
     autocast = models.autocast_factory(m, device, model)

@@ -19,11 +19,27 @@ from . import checkpoint
 from .update import Accumulator
 
 
-def saved_extra(stage_states: list[StageState], pending: Accumulator, optimizer) -> dict[str, Any] | None:
-    """Every stage state under its key, and ``pending_update`` while an update holds slices (None: nothing)."""
+def saved_extra(stage_states: list[StageState], pending: Accumulator, optimizer, sampler=None) -> dict[str, Any] | None:
+    """Every stage state under its key, ``pending_update`` while an update holds slices, and ``sampler``
+    when the prompt sampler keeps more than its position (domains, a curriculum) (None: nothing)."""
     extra = {state.key: state.state_dict() for state in stage_states}
     extra |= {"pending_update": checkpoint.pending_state(pending, optimizer)} if pending.slices else {}
+    sampled = sampler.state_dict() if sampler is not None else {}
+    extra |= {"sampler": sampled} if set(sampled) - {"position"} else {}
     return extra or None
+
+
+def restore_sampler(ckpt: Path, sampler) -> None:
+    """The sampler's state as ``saved_extra`` wrote it (nothing to do for a plain sampler: the checkpoint's
+    data position is all of it)."""
+    if set(sampler.state_dict()) - {"position"}:
+        state = checkpoint.load_extra(ckpt).get("sampler")
+        if state is None:
+            raise ConfigError(
+                f"checkpoint {str(ckpt)!r} holds no prompt sampler state (it was written without data.domains "
+                "or data.curriculum); resume with the run's own config"
+            )
+        sampler.load_state_dict(state)
 
 
 def restore_extra(

@@ -24,6 +24,7 @@ import torch
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
 from grpokit.algo.stage_state import StageState
 from grpokit.config.sections import Config
+from grpokit.record.domain_metrics import domain_metrics
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
 from grpokit.types import ScoredBatch
@@ -48,11 +49,12 @@ from .timer import Timer
 from .trainer_outputs import TrainerOutputs
 from .trainer_sampling import TrainerSampling
 from .trainer_setup import TrainerSetup
+from .trainer_stages import TrainerStages
 from .update import Accumulator, Forwards, accumulate, apply_update, update_slices, window_counts
 from .update_windows import stale_slices, window_at
 
 
-class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
+class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
     """One GRPO run. ``reward_funcs`` (Python callables in TRL's convention) extend or replace the
     configured ones; ``train_rows``/``eval_rows`` replace the configured data. As in TRL's
     GRPOTrainer, ``tools`` (typed, documented functions) and ``environment_factory`` (a class with
@@ -92,6 +94,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         self.rollout_func = rollout_func
         self._build_rewards(reward_funcs)  # 3
         self._build_policy(model)  # 5-6. model, reference, optimizer, stage states, memory plan
+        self._setup_stages()  # train.stages (trainer_stages.py): based on the fresh optimizer, before a resume
         self._place_run()  # the generator, the prompt sampler, the step (resumed: the checkpoint's)
         self._open_records()  # the saved config, the metrics sinks
         self._build_engine()  # stage 2's engine: hf, vLLM or async
@@ -111,8 +114,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         self.loss_stage: Callable[..., None] = accumulate
         """Stage 5: backpropagate one slice into the pending update (update.accumulate's signature);
         grpokit.trl puts a GRPOTrainer subclass's compute_loss here (trl/stages.py)."""
-        self.on_sampled: list[Callable[[ScoredBatch], None]] = []
-        """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one)."""
+        self.on_sampled: list[Callable[[ScoredBatch], None]] = [self._observe_sampled]
+        """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one; the
+        prompt sampler's curriculum learns pass rates from the first)."""
         self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
 
     # ------------------------------------------------------------------ the loop
@@ -207,6 +211,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         train.accumulation_slices of them, an update then possibly spanning steps), metrics."""
         cfg, a = self.cfg, self.cfg.algo
         self._timer = timer = Timer(cuda_provider(self.device))
+        stage = self._enter_stage()  # train.stages: the step's domains, lr, group size ... in force
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
         self.engine.sleep_for_update()  # colocated vLLM frees its memory once every round is sampled
         settings = self._step_settings()
@@ -234,7 +239,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
-        return self._step_metrics(sb, inputs, {**upd, **extra})  # 7. record
+        return self._step_metrics(sb, inputs, {**upd, **extra, **stage})  # 7. record
 
     def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
         """Backpropagate slice ``part`` of ``batch`` (slice number ``position`` of the run) into the pending
@@ -285,20 +290,20 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         the run stops with a checkpoint to resume from, not only the last ``save_every`` one. The
         random states and data position go back to where the step began: resuming from that
         checkpoint is the uninterrupted run. One process only (other ranks may not have failed)."""
-        begun = checkpoint.rng_state(self.generator), self.sampler.position
+        begun = checkpoint.rng_state(self.generator), self.sampler.state_dict()
         self._updating, self._in_step = False, True
         try:
             with noise_on(self.model):  # NEFTune (model.neftune_noise_alpha): the whole training step, as TRL
                 return self.train_step()
         except StepAbandoned:  # a stop cut the step before its update: as if it never began
             checkpoint.set_rng_state(begun[0], self.generator)
-            self.sampler.position = begun[1]
+            self.sampler.load_state_dict(begun[1])
             raise
         except Exception:
             self._in_step = False  # the save below is not the step: a stop must not cut it
             if not self._updating and self.step > self.saved_step and not self.dist.active:
                 checkpoint.set_rng_state(begun[0], self.generator)
-                self.sampler.position = begun[1]
+                self.sampler.load_state_dict(begun[1])
                 try:
                     self.save()
                 except Exception:  # noqa: BLE001 - a full disk now must not hide the fault being reported
@@ -360,9 +365,14 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         metrics = step_metrics.step_metrics(
             sb, inputs, update_metrics, self._timer, self.cfg.health.same_length_min_tokens, self.sampler.position
         )
+        metrics.update({**domain_metrics(sb), **self.sampler.metrics()})  # per domain; a curriculum's own
         return distributed.reduce_metrics(self.dist, metrics)
 
     # ------------------------------------------------------------------ helpers
+
+    def _observe_sampled(self, sb: ScoredBatch) -> None:
+        """The prompt sampler sees every scored batch (a curriculum learns its pass rates from them)."""
+        self.sampler.observe(sb.prompts, sb.total_N.tolist(), sb.group_size)
 
     @property
     def packed(self) -> bool:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpokit.data.domains import COLUMN
+from grpokit.record.domain_metrics import domain_summary
+
 from . import (
     carried_state,
     checkpoint,
@@ -31,17 +34,30 @@ class TrainerOutputs:
         return result
 
     def _evaluate(self) -> dict[str, float]:
+        """The held-out evaluation: one set, or with data.domains each domain's set by its own verifier
+        (``domain/<name>/accuracy`` ...) and ``accuracy`` / ``reward`` over all of them."""
         if not self.eval_prompts:
             return {}
+        if not self.domain_eval:
+            result = self._evaluate_set(self.eval_prompts, self.eval_runner)
+        else:
+            sets = {d: [p for p in self.eval_prompts if p.columns.get(COLUMN) == d] for d in self.domain_eval}
+            result = domain_summary(
+                {d: self._evaluate_set(prompts, self.domain_eval[d]) for d, prompts in sets.items() if prompts}
+            )
+        self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
+        return result
+
+    def _evaluate_set(self, prompts: list, runner) -> dict[str, float]:
         say = None if self.quiet or not self.dist.is_main else (lambda line: print(line, flush=True))
         with engines.sampling_model(
             self.model, self.dist
         ) as model:  # on CPU in batches of 32: a line every few seconds
-            result = evaluate(
+            return evaluate(
                 model,
                 self.tokenizer,
-                self.eval_prompts,
-                self.eval_runner,
+                prompts,
+                runner,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
                 eos_token_ids=self.eos,
                 episodes=self.episodes,
@@ -49,8 +65,6 @@ class TrainerOutputs:
                 batch_size=256 if self.device.type == "cuda" else 32,
                 progress=say,
             )
-        self.callbacks("on_evaluate", metrics={f"eval_{k}": v for k, v in result.items()})
-        return result
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
         state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
@@ -72,7 +86,7 @@ class TrainerOutputs:
                 self.generator,
                 keep=self.cfg.train.keep_checkpoints,
                 card=card,
-                extra_state=carried_state.saved_extra(self.stage_states, self.pending, self.optimizer),
+                extra_state=carried_state.saved_extra(self.stage_states, self.pending, self.optimizer, self.sampler),
                 model_only=self.cfg.train.save_only_model,
                 protect=self.kept_checkpoint(),
                 **hooks,

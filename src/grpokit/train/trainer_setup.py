@@ -14,7 +14,6 @@ import torch
 
 from grpokit.algo.stage_state import stage_states
 from grpokit.data.prompt_length import check_prompt_lengths
-from grpokit.data.prompts import PromptSampler
 from grpokit.rollout.engine import RolloutEngine
 
 from . import (
@@ -23,6 +22,7 @@ from . import (
     checkpoint,
     checkpoint_hooks,
     distributed,
+    domain_setup,
     engines,
     memory_plan,
     world_check,
@@ -71,6 +71,7 @@ class TrainerSetup:
         rewards = build.build_rewards(self.cfg, reward_funcs, self.episodes)
         self.runner, self.eval_runner = rewards.runner, rewards.eval_runner
         self.runner_weights, self.process_fn = rewards.weights, rewards.process_fn
+        self.domain_eval = rewards.domain_eval  # data.domains: each domain's held-out verifier
 
     def _build_policy(self, model) -> None:
         """The model and its reference, the optimizer and schedule, the variants' stage states, then
@@ -102,7 +103,8 @@ class TrainerSetup:
         """The rank's generator, the prompt sampler and the step: 0, or the resumed checkpoint's."""
         cfg, t = self.cfg, self.cfg.train
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
-        self.sampler = PromptSampler(self.prompts, t.seed, cfg.data.shuffle)
+        # the plain seeded order, the frontier curriculum, or domains mixed by share (train/domain_setup.py)
+        self.sampler = domain_setup.make_sampler(cfg, self.prompts, cfg.rollout.group_size)
         self.step = self.saved_step = 0
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
@@ -152,6 +154,7 @@ class TrainerSetup:
             **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
         )
         self.step, self.sampler.position = state.step, state.data_position
+        carried_state.restore_sampler(ckpt, self.sampler)  # domains' credits, a curriculum's pass rates
         self.saved_step = state.step
         t = self.cfg.train
         pending = carried_state.restore_extra(ckpt, self.stage_states, self.optimizer, t.accumulation_slices)

@@ -1,0 +1,80 @@
+"""On-policy distillation (docs/DOMAINS.md): the student samples, a teacher scores the student's own
+tokens, and the per-token reverse KL joins the objective in one of two places.
+
+* As a loss term: the teacher takes the reference model's place (algo.distill_teacher), so algo.beta with
+  algo.kl_estimator (k1 or k3 on the sampled tokens) is ``beta * KL(pi_student || pi_teacher)`` in the
+  loss, the KL term GRPO already has (algo/loss.py's kl_estimate). Nothing new runs for it.
+* As a per-token reward (algo.distill_coef > 0, this file): every model token's advantage gains
+  ``-coef * KL_k(t)``, with KL_k the k1 or k3 estimate at that token (algo.distill_estimator), i.e. for
+  k1 ``coef * (log pi_teacher - log pi_old)``: tokens the teacher finds likelier than the student are
+  pushed up (Agarwal et al. 2024, "On-Policy Distillation of Language Models"; Thinking Machines'
+  per-token reverse-KL reward, with no discount). It is added after the group normalisation, so the
+  GRPO part of the advantage is unchanged and the KL reward is not normalised away.
+
+Forward KL on the teacher's top-k needs the teacher's distribution at every position, not only the
+sampled token's log-probability; it is refused (algo.distill_top_k) until it is written.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .registry import StageSpec, register_advantage_stage
+
+DISTILL_ESTIMATORS = ("k1", "k3")
+
+
+def distill_token_rewards(
+    old_logp_NT: torch.Tensor, teacher_logp_NT: torch.Tensor, mask_NT: torch.Tensor, estimator: str
+) -> torch.Tensor:
+    """``(N, T)`` per-token rewards ``-KL_k(pi_old || pi_teacher)`` at the sampled tokens, 0 off the mask.
+    With ``d = log pi_teacher - log pi_old``: k1 = -d (reward d), k3 = exp(d) - d - 1 (reward its negative)."""
+    d = teacher_logp_NT.float() - old_logp_NT.float()
+    if estimator == "k1":
+        kl = -d
+    elif estimator == "k3":
+        kl = torch.exp(d) - d - 1.0
+    else:
+        raise ValueError(f"unknown distill estimator {estimator!r}; valid: {', '.join(DISTILL_ESTIMATORS)}")
+    return -kl * mask_NT.to(kl.dtype)
+
+
+def distill_config_errors(cfg) -> list[str]:
+    """One sentence per distillation setting that cannot run as given."""
+    a = cfg.algo
+    errors = []
+    if a.distill_estimator not in DISTILL_ESTIMATORS:
+        errors.append(f"algo.distill_estimator={a.distill_estimator!r} is not valid; valid: k1, k3")
+    if a.distill_coef < 0:
+        errors.append(f"algo.distill_coef={a.distill_coef} must be >= 0 (0: no per-token distillation reward)")
+    if a.distill_top_k:
+        errors.append(
+            f"algo.distill_top_k={a.distill_top_k}: forward KL on the teacher's top-k is not supported yet; use the "
+            "reverse KL on the sampled tokens (algo.beta or algo.distill_coef) and set algo.distill_top_k=0"
+        )
+    if a.distill_coef > 0 and not a.distill_teacher:
+        errors.append(f"algo.distill_coef={a.distill_coef} needs a teacher; set algo.distill_teacher")
+    if a.distill_teacher and a.beta <= 0 and a.distill_coef <= 0:
+        errors.append(
+            f"algo.distill_teacher={a.distill_teacher!r} is set but unused; set algo.distill_coef > 0 (a per-token "
+            "reward) or algo.beta > 0 (the KL to the teacher in the loss)"
+        )
+    if a.distill_teacher and a.ref_refresh_every:
+        errors.append(
+            "algo.ref_refresh_every would overwrite the teacher (it holds the reference's place); set it to 0"
+        )
+    return errors
+
+
+@register_advantage_stage(
+    "distill",
+    StageSpec(needs_old=True, active=lambda s: s.algo.distill_coef > 0, config_errors=distill_config_errors),
+)
+def distill_advantages(ctx, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The advantages, per token, plus ``distill_coef`` times the teacher's per-token reward."""
+    a, lp, mask = ctx.settings.algo, ctx.logprobs, ctx.tokens.completion_mask
+    r_NT = distill_token_rewards(lp.old, lp.ref.to(lp.old.device), mask.to(lp.old.device), a.distill_estimator)
+    adv_NT = advantages[:, None] if advantages.dim() == 1 else advantages
+    out = adv_NT.to(r_NT.device) * mask.to(r_NT.device) + a.distill_coef * r_NT
+    n = mask.sum().clamp(min=1)
+    return out, {"distill/reverse_kl": (-(r_NT).sum() / n).item(), "distill/coef": float(a.distill_coef)}

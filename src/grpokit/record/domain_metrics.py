@@ -1,0 +1,67 @@
+"""Per-domain metrics (data.domains, docs/DOMAINS.md): a step's rewards split by the prompts' ``domain``
+column, and a held-out evaluation's per-domain results joined into one summary.
+
+A step's metrics, per domain d (its groups only):
+
+    domain/<d>/reward        mean total reward of its completions
+    domain/<d>/reward_std    mean over its groups of the within-group standard deviation
+    domain/<d>/accuracy      share of its completions with full reward (>= 1 - 1e-6) from d's first reward
+                             function (its verifier; the held-out evaluation's rule)
+    domain/<d>/zero_std      share of its groups whose rewards are all equal (no gradient: TRL's
+                             frac_reward_zero_std, per domain)
+    domain/<d>/prompts       its prompts in the batch
+    domain/<d>/completion_length  mean completion length (the model's tokens)
+
+Batches without the column (a run without domains) get none of these.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpokit.types import ScoredBatch
+
+COLUMN = "domain"  # data/domains.py's column (record/ sits below data/ in the layers, so it is named here too)
+FULL = 1 - 1e-6
+
+
+def domain_metrics(sb: ScoredBatch) -> dict[str, float]:
+    """The step's metrics of every domain present in ``sb`` (``{}`` without a domain column)."""
+    G = sb.group_size
+    tags = [p.columns.get(COLUMN) for p in sb.prompts]
+    if not any(isinstance(t, str) for t in tags):
+        return {}
+    totals_PG = sb.total_N.view(len(sb.prompts), G)
+    lengths = sb.rollout.model_lengths()
+    out: dict[str, float] = {}
+    for d in sorted({t for t in tags if isinstance(t, str)}):
+        groups = [g for g, t in enumerate(tags) if t == d]
+        rows = [g * G + j for g in groups for j in range(G)]
+        r_PG = totals_PG[groups]
+        first = next((f for f, name in enumerate(sb.names) if name.startswith(f"{d}/")), None)
+        verifier = sb.rewards_NF[rows, first] if first is not None else sb.total_N[rows]
+        out.update(
+            {
+                f"domain/{d}/reward": r_PG.mean().item(),
+                f"domain/{d}/reward_std": r_PG.std(dim=1, unbiased=False).mean().item(),
+                f"domain/{d}/accuracy": (torch.nan_to_num(verifier, nan=0.0) >= FULL).float().mean().item(),
+                f"domain/{d}/zero_std": (r_PG.max(dim=1).values == r_PG.min(dim=1).values).float().mean().item(),
+                f"domain/{d}/prompts": float(len(groups)),
+                f"domain/{d}/completion_length": sum(lengths[i] for i in rows) / len(rows),
+            }
+        )
+    return out
+
+
+def domain_summary(results: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Held-out results per domain as ``domain/<name>/<key>``, plus ``accuracy``, ``reward`` and
+    ``mean_length`` over every domain's prompts (weighted by their counts) and ``n``, their number."""
+    out: dict[str, float] = {}
+    n = sum(r.get("n", 0.0) for r in results.values())
+    for d, r in results.items():
+        out.update({f"domain/{d}/{k}": v for k, v in r.items()})
+    if n:
+        for key in ("accuracy", "reward", "mean_length"):
+            out[key] = sum(r.get(key, 0.0) * r.get("n", 0.0) for r in results.values()) / n
+        out["n"] = n
+    return out

@@ -1,0 +1,130 @@
+"""A run's domains (data.domains, docs/DOMAINS.md) become its rows, rewards, held-out runners and sampler.
+
+Each domain is read as if it were a run of its own: a copy of the config whose data and reward sections
+are the domain's, passed through the same functions a one-task run uses (run_data.data_rows,
+reward_setup.reward_specs, reward_setup.eval_runner). Its rows are tagged with the ``domain`` column, its
+reward functions wrapped to score only that domain (data/domains.py). Without domains, ``make_sampler``
+is the plain PromptSampler (or the frontier curriculum's), and nothing here runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.data.curriculum import FrontierSampler
+from grpokit.data.domain_sampler import DomainSampler
+from grpokit.data.domains import COLUMN, Domain, DomainReward, parse_domains
+from grpokit.data.prompts import PromptSampler
+from grpokit.rewards.runner import RewardRunner
+from grpokit.rewards.spec import RewardSpec
+
+from . import reward_setup, run_data
+
+
+def domains_of(cfg: Config) -> list[Domain]:
+    """The run's domains ([] without data.domains)."""
+    return parse_domains(cfg.data.domains, cfg.data, cfg.reward) if cfg.data.domains else []
+
+
+def settle_domains(cfg: Config, own_rows: bool) -> Config:
+    """Refuse what data.domains cannot be combined with, and check every domain's task and rewards by
+    name (before any model is loaded); data.task becomes "" (the domains replace it)."""
+    if cfg.data.curriculum not in ("off", "frontier"):
+        raise ConfigError(f"data.curriculum={cfg.data.curriculum!r} is not a curriculum; valid: off, frontier")
+    if not cfg.data.domains:
+        return cfg
+    if own_rows or cfg.data.dataset:
+        raise ConfigError(
+            "data.domains replaces data.dataset and rows passed to the Trainer; give each dataset as a domain "
+            "(data.domains.<name>.dataset=FILE) instead"
+        )
+    if cfg.env.tools or cfg.env.environment:
+        raise ConfigError("data.domains with env.tools or env.environment is not supported yet; drop one of them")
+    for d in domains_of(cfg):
+        sub = domain_config(cfg, d)
+        task = run_data.task_of(sub)
+        if task is not None and (task.evaluate is None or task.tools):
+            raise ConfigError(
+                f"data.domains.{d.name}: task {d.task!r} needs the episode loop or image prompts, which a domain "
+                "does not support yet; train it on its own (data.task)"
+            )
+    cfg.data.task = ""
+    return cfg
+
+
+def domain_config(cfg: Config, d: Domain) -> Config:
+    """A copy of ``cfg`` whose data and reward sections are domain ``d``'s alone."""
+    sub = copy.deepcopy(cfg)
+    data, rew = sub.data, sub.reward
+    data.domains, data.task, data.task_params, data.dataset = {}, d.task, dict(d.task_params), d.dataset
+    data.split, data.eval_dataset, data.eval_split, data.eval_size = d.split, d.eval_dataset, d.eval_split, d.eval_size
+    data.prompt_column, data.answer_column = d.prompt_column, d.answer_column
+    rew.functions, rew.weights, rew.params = list(d.reward_functions), list(d.reward_weights), dict(d.reward_params)
+    return sub
+
+
+def domain_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
+    """Every domain's training and held-out rows, each tagged with its domain's name (``domain`` column)."""
+    train, held_out = [], []
+    for d in domains_of(cfg):
+        sub = domain_config(cfg, d)
+        rows, eval_rows = run_data.data_rows(sub, None, None)
+        run_data.check_gold_answers(sub, rows)
+        train += [{**r, COLUMN: d.name} for r in rows]
+        held_out += [{**r, COLUMN: d.name} for r in eval_rows]
+    return train, held_out
+
+
+def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[RewardSpec]:
+    """Each domain's reward functions, scoring its own groups only, named ``<domain>/<function>`` (so every
+    per-reward metric is per domain: rewards/<domain>/<function>/mean ...); passed callables score every
+    domain (weight 1)."""
+    specs = []
+    for d in domains_of(cfg):
+        for sp in reward_setup.reward_specs(domain_config(cfg, d), None, None):
+            specs.append(RewardSpec(fn=DomainReward(sp.fn, d.name), name=f"{d.name}/{sp.name}", weight=sp.weight))
+    for i, f in enumerate(extra or []):
+        specs.append(RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0))
+    return specs
+
+
+def domain_eval_runners(cfg: Config) -> dict[str, RewardRunner]:
+    """The verifier of each domain's held-out set: its task's, else its first reward function."""
+    runners = {}
+    for d in domains_of(cfg):
+        sub = domain_config(cfg, d)
+        own = RewardRunner(reward_setup.reward_specs(sub, None, None)[:1], num_workers=0)
+        runners[d.name] = reward_setup.eval_runner(sub, own)
+    return runners
+
+
+def make_sampler(cfg: Config, prompts: list, group_size: int):
+    """The run's prompt sampler: per domain (by share) when there are domains, each domain's (or the
+    run's) order plain or at the frontier (data.curriculum)."""
+    d = cfg.data
+
+    def pool(rows: list, seed: int):
+        if d.curriculum == "off":
+            return PromptSampler(rows, seed, d.shuffle)
+        return FrontierSampler(
+            rows,
+            seed,
+            key=d.curriculum_key,
+            threshold=d.curriculum_threshold,
+            decay=d.curriculum_decay,
+            floor=d.curriculum_floor,
+            group_size=group_size,
+        )
+
+    domains = domains_of(cfg)
+    if not domains:
+        return pool(prompts, cfg.train.seed)
+    by_name = {dm.name: [p for p in prompts if p.columns.get(COLUMN) == dm.name] for dm in domains}
+    for name, rows in by_name.items():
+        if not rows:
+            raise ConfigError(f"data.domains.{name} has no training prompts; check its task or dataset")
+    seeds = {dm.name: cfg.train.seed * 7919 + i for i, dm in enumerate(domains)}  # distinct orders per domain
+    pools = {n: pool(rows, seeds[n]) for n, rows in by_name.items()}
+    return DomainSampler(pools, {dm.name: dm.share for dm in domains})

@@ -1,0 +1,71 @@
+"""Entering a stage of train.stages (train/stages.py): a mixin of ``Trainer`` (train/loop.py).
+
+Each step asks ``_enter_stage`` first. When the step's stage differs from the one in force (the first
+step, a stage boundary, the first step of a resumed run), the stage's settings are put in place: the
+sampled domains, the rollout's group size, length and temperature, the learning rate (the schedule's
+base rates scaled, so warm-up and decay go on over the whole run) and the reward weights; a setting the
+stage leaves out is the run's own. Nothing that is already in force is touched, so a resumed run's
+optimizer keeps exactly the learning rate its checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+from grpokit.config.io import set_field
+from grpokit.data.domain_sampler import DomainSampler
+from grpokit.data.domains import DomainReward
+
+from . import build
+from .stages import OVERRIDES, Stage, parse_stages, stage_at, stage_weights
+
+
+class TrainerStages:
+    def _setup_stages(self) -> None:
+        """The stages, the run's own values they override, and every stage's reward weights checked."""
+        self.stages: list[Stage] = parse_stages(self.cfg)
+        self._stage_index: int | None = None
+        self._stage_base = copy.deepcopy(self.cfg)
+        self._base_lrs = list(self.scheduler.base_lrs)
+        self._base_weights = [s.weight for s in self.runner.specs]
+        self._spec_domains = [s.fn.domain if isinstance(s.fn, DomainReward) else None for s in self.runner.specs]
+        for stage in self.stages:
+            stage_weights(stage, self._spec_domains, self._base_weights)
+
+    def _enter_stage(self) -> dict[str, float]:
+        """The step's stage in force; ``{"stage": i, "stage/step": k}`` ({} without stages)."""
+        if not self.stages:
+            return {}
+        i, k = stage_at(self.stages, self.step)
+        if i != self._stage_index:
+            self._apply_stage(self.stages[i])
+            self._stage_index = i
+        return {"stage": float(i), "stage/step": float(k)}
+
+    def _apply_stage(self, stage: Stage) -> None:
+        base, cfg = self._stage_base, self.cfg
+        for name in OVERRIDES.values():  # the run's own value, then the stage's
+            section, field = name.split(".")
+            setattr(getattr(cfg, section), field, getattr(getattr(base, section), field))
+        for name, value in stage.overrides:
+            set_field(cfg, name, value)
+        self.params = build.sampling_params(cfg.rollout)
+        if isinstance(self.sampler, DomainSampler):
+            self.sampler.set_domains(list(stage.domains) if stage.domains is not None else None)
+        weights = stage_weights(stage, self._spec_domains, self._base_weights)
+        self.runner.specs = [replace(s, weight=w) for s, w in zip(self.runner.specs, weights)]
+        self.runner_weights = weights
+        self._set_lr(cfg.optim.lr / base.optim.lr if base.optim.lr else 1.0)
+
+    def _set_lr(self, scale: float) -> None:
+        """The schedule's base rates become the run's times ``scale``; the rate in force moves with them
+        (the schedule's factor at this step kept). Rates already in force are left as they are."""
+        sched = self.scheduler
+        new = [b * scale for b in self._base_lrs]
+        if new == list(sched.base_lrs):
+            return
+        for group, old, lr in zip(self.optimizer.param_groups, sched.base_lrs, new):
+            group["lr"] = lr * (group["lr"] / old) if old else lr
+            group["initial_lr"] = lr
+        sched.base_lrs = new

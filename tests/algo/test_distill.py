@@ -1,0 +1,75 @@
+"""On-policy distillation (algo/distill.py, train/teacher.py): the per-token reward by hand, a teacher equal
+to the student scoring zero KL in a real run, another teacher a positive one, and what is refused."""
+
+import math
+
+import pytest
+import torch
+
+from grpokit.algo.distill import distill_token_rewards
+from grpokit.config import Config
+from grpokit.config.io import apply_overrides
+from grpokit.config.sections import ConfigError
+from grpokit.data.tasks.chartok import build_char_tokenizer
+from grpokit.train import Trainer
+from helpers.models import ALPHABET, char_tokenizer, save_tiny_model
+from helpers.runs import ROWS, likes_a, tiny_cfg
+
+
+def test_token_rewards_by_hand():
+    old = torch.tensor([[math.log(0.5), math.log(0.25), 0.0]])
+    teacher = torch.tensor([[math.log(0.25), math.log(0.5), 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    # k1: reward = log teacher - log old = [-ln 2, +ln 2, masked 0]
+    assert torch.allclose(
+        distill_token_rewards(old, teacher, mask, "k1"), torch.tensor([[-math.log(2), math.log(2), 0.0]])
+    )
+    # k3: -(e^d - d - 1), d = -ln 2 -> -(0.5 + ln 2 - 1); d = ln 2 -> -(2 - ln 2 - 1)
+    want = torch.tensor([[-(0.5 + math.log(2) - 1), -(1 - math.log(2)), 0.0]])
+    assert torch.allclose(distill_token_rewards(old, teacher, mask, "k3"), want)
+
+
+def run(model_dir, out, teacher, **over):
+    cfg = tiny_cfg(model_dir, out, **{"algo.distill_teacher": teacher, "algo.distill_coef": 0.5, **over})
+    cfg.data.dataset = ""
+    trainer = Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True)
+    return trainer, trainer.train_step()
+
+
+def test_a_teacher_equal_to_the_student_adds_nothing(tiny_model_dir, tmp_path):
+    _, m = run(tiny_model_dir, tmp_path / "run", str(tiny_model_dir))
+    assert m["distill/reverse_kl"] == 0.0 and m["distill/coef"] == 0.5
+
+
+def test_another_teacher_scores_a_positive_k3(tiny_model_dir, tmp_path):
+    other = save_tiny_model(tmp_path / "teacher", char_tokenizer(), seed=1)
+    _, m = run(tiny_model_dir, tmp_path / "run", str(other), **{"algo.distill_estimator": "k3"})
+    assert m["distill/reverse_kl"] > 0
+
+
+def test_a_teacher_with_another_tokenizer_is_refused(tiny_model_dir, tmp_path):
+    tok = build_char_tokenizer(ALPHABET[::-1], (), padding_side="right", model_max_length=None)
+    other = save_tiny_model(tmp_path / "teacher", tok)
+    with pytest.raises(ConfigError, match="has a different tokenizer .* a teacher must share the student's tokenizer"):
+        run(tiny_model_dir, tmp_path / "run", str(other))
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"algo.distill_top_k": 5}, "forward KL on the teacher's top-k is not supported yet"),
+        ({"algo.distill_coef": 0.0}, "is set but unused"),
+        ({"algo.distill_estimator": "k2"}, "algo.distill_estimator='k2' is not valid; valid: k1, k3"),
+        ({"algo.distill_teacher": "", "algo.distill_coef": 1.0}, "algo.distill_coef=1.0 needs a teacher"),
+    ],
+)
+def test_bad_settings_are_one_sentence(tiny_model_dir, tmp_path, over, message):
+    cfg = Config()
+    apply_overrides(
+        cfg, [f"model.name_or_path={tiny_model_dir}", f"algo.distill_teacher={tiny_model_dir}", "algo.distill_coef=0.5"]
+    )
+    apply_overrides(cfg, [f"{k}={v}" for k, v in over.items()])
+    from grpokit.train.build import settle_config
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        settle_config(cfg, own_rows=False)

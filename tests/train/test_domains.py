@@ -1,0 +1,170 @@
+"""Domains in one run, rounds and the frontier curriculum on the tiny model (docs/DOMAINS.md): the
+per-domain metrics recomputed by hand from the logged samples, held-out sets scored per domain, a run
+resumed in the middle of a stage equal to the uninterrupted one, and bad input refused in one sentence."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grpokit.config import Config
+from grpokit.config.io import apply_overrides
+from grpokit.config.sections import ConfigError
+from grpokit.data.tasks.arithmetic import arithmetic_accuracy
+from grpokit.train import Trainer
+from grpokit.train.build import settle_config
+from helpers.runs import likes_a
+
+OWN = ("ab", "cd", "ef", "gh", "ij", "12")
+
+
+def domain_cfg(model_dir, tmp_path, *extra):
+    data = tmp_path / "own.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "answer": "a"}) + "\n" for p in OWN))
+    cfg = Config()
+    apply_overrides(
+        cfg,
+        [
+            f"model.name_or_path={model_dir}",
+            "data.domains.add.task=arithmetic",
+            "data.domains.add.share=2",
+            "data.domains.add.eval_size=5",
+            f"data.domains.own.dataset={data}",
+            f"data.domains.own.eval_dataset={data}",
+            "data.domains.own.eval_size=3",
+            "data.domains.own.reward_functions=[helpers.runs:likes_a]",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "train.prompts_per_step=3",
+            "train.steps=2",
+            "optim.lr=1e-2",
+            f"train.out={tmp_path / 'run'}",
+            "record.sinks=[]",
+            "record.report=false",
+            "record.samples_every=1",
+            "record.samples_prompts=3",
+            "train.threads=1",
+            *extra,
+        ],
+    )
+    return cfg
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_domain_is_scored_by_its_own_rewards_and_logged_apart(tiny_model_dir, tmp_path):
+    summary = Trainer(domain_cfg(tiny_model_dir, tmp_path), quiet=True).train()
+    metrics = rows(tmp_path / "run" / "metrics.jsonl")
+    samples = rows(tmp_path / "run" / "samples.jsonl")
+    assert len(metrics) == 2
+    for m in metrics:
+        step_samples = [s for s in samples if s["step"] == m["step"]]
+        by_domain = {"add": [], "own": []}
+        for s in step_samples:
+            by_domain["own" if s["prompt"] in OWN else "add"].append(s)
+        assert m["domain/add/prompts"] == 2 and m["domain/own/prompts"] == 1  # shares 2:1 of 3 prompts
+        # the own domain: likes_a on its completions, by hand; the arithmetic verifier never sees them
+        own = [c["text"] for s in by_domain["own"] for c in s["completions"]]
+        own_r = likes_a(None, own)
+        assert m["domain/own/reward"] == pytest.approx(sum(own_r) / len(own_r))
+        assert m["domain/own/accuracy"] == pytest.approx(sum(r >= 1 - 1e-6 for r in own_r) / len(own_r))
+        add_groups = [
+            arithmetic_accuracy(None, [c["text"] for c in s["completions"]], [str(eval(s["prompt"][:-1]))] * 4)
+            for s in by_domain["add"]
+        ]
+        flat = [float(max(g) == min(g)) for g in add_groups]
+        assert m["domain/add/zero_std"] == pytest.approx(sum(flat) / len(flat))
+        assert m["rewards/add/arithmetic_accuracy/not_applicable"] == 4  # the own group's 4 completions
+        assert m["rewards/own/likes_a/not_applicable"] == 8
+    for when in ("eval_before", "eval_after"):
+        ev = summary[when]
+        assert ev["domain/add/n"] == 5 and ev["domain/own/n"] == 3 and ev["n"] == 8
+        weighted = (5 * ev["domain/add/accuracy"] + 3 * ev["domain/own/accuracy"]) / 8
+        assert ev["accuracy"] == pytest.approx(weighted)
+
+
+def final(run):
+    ckpts = sorted((run / "checkpoints").glob("step-*"))
+    weights = load_file(str(ckpts[-1] / "model" / "model.safetensors"))
+    keep = [
+        {k: v for k, v in m.items() if not k.startswith(("time/", "tokens_per_second", "rollout/tokens"))}
+        for m in rows(run / "metrics.jsonl")
+    ]
+    return weights, keep
+
+
+def test_rounds_resume_mid_stage_exactly(tiny_model_dir, tmp_path):
+    """Stages (arithmetic alone, then both domains at another lr and group size) with the frontier
+    curriculum: killed after step 3 (the second stage's step 1) and resumed, the run ends where the
+    uninterrupted one does, bit for bit, metrics included."""
+    stages = (
+        "train.stages=[{domain: add, steps: 2}, {steps: 3, lr: 0.003, group_size: 2, reward_weights: {own: [0.5]}}]"
+    )
+    over = (
+        stages,
+        "train.steps=5",
+        "data.curriculum=frontier",
+        "train.save_every=1",
+        "train.keep_checkpoints=10",
+        "train.deterministic=true",
+        "record.samples_every=0",
+    )
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    Trainer(domain_cfg(tiny_model_dir, ref, *over), quiet=True).train()
+    w_ref, m_ref = final(ref / "run")
+    assert [(m["stage"], m["stage/step"]) for m in m_ref] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    assert "domain/own/prompts" not in m_ref[1] and m_ref[2]["domain/own/prompts"] == 1
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(ref / "run", killed / "run")
+    for step in (4, 5):
+        shutil.rmtree(killed / "run" / "checkpoints" / f"step-{step:06d}")
+    metrics = killed / "run" / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:3]))
+    (killed / "run" / "summary.json").unlink()
+    Trainer(domain_cfg(tiny_model_dir, killed, *over), resume=killed / "run", quiet=True).train()
+    w_res, m_res = final(killed / "run")
+    for k in w_ref:
+        assert torch.equal(w_ref[k], w_res[k]), k
+    assert m_res == m_ref
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["train.stages=[{domain: maths, steps: 2}]"],
+            "train.stages[0].domain names the domain 'maths', which data.domains does not define; defined: add, own",
+        ),
+        (["data.domains.add.share=0", "data.domains.own.share=0"], "the shares (add=0, own=0) sum to 0"),
+        (["data.domains.add.weight=2"], "data.domains.add has the unknown key 'weight'"),
+        (["data.domains.add.share=-1"], "data.domains.add.share must be a number >= 0"),
+        (
+            ["train.stages=[{steps: 2}, {steps: 1}]", "train.steps=4"],
+            "train.stages add up to 3 steps but train.steps=4",
+        ),
+        (["train.stages=[{steps: 2, group_size: 1}]"], "train.stages[0]: rollout.group_size=1 is too small"),
+        (["train.stages=[{steps: 0}]"], "train.stages[0].steps must be an integer >= 1"),
+        (["data.dataset=x.jsonl"], "data.domains replaces data.dataset"),
+        (["data.domains.calc.task=calculator"], "task 'calculator' needs the episode loop"),
+        (["data.curriculum=easy"], "data.curriculum='easy' is not a curriculum; valid: off, frontier"),
+    ],
+)
+def test_bad_input_is_one_sentence(tiny_model_dir, tmp_path, overrides, message):
+    cfg = domain_cfg(tiny_model_dir, tmp_path)
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(cfg, overrides)
+        settle_config(cfg, own_rows=False)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_stage_without_domains_in_a_run_without_domains_is_refused(tiny_model_dir, tmp_path):
+    cfg = Config()
+    apply_overrides(cfg, [f"model.name_or_path={tiny_model_dir}", "train.stages=[{domain: math, steps: 2}]"])
+    with pytest.raises(ConfigError, match="names the domain 'math', which data.domains does not define; defined: none"):
+        settle_config(cfg, own_rows=False)
