@@ -347,7 +347,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
             lam=self.stage_state("lambda_grpo"),
             mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
             tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
-            sampler_truncates=truncates(self.params),
+            sampler_truncates=self.replays_support,
         )
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
@@ -387,11 +387,17 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
             ]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
 
+    @property
+    def replays_support(self) -> bool:
+        """Whether the sampler records logprobs of a truncated distribution (top-k, top-p, min-p), which
+        the trainer's side of the sampler ratio replays (transformers' generate() records none)."""
+        return truncates(self.params) and self.cfg.rollout.engine != "generate"
+
     @torch.no_grad()
     def old_logprobs(self, batch, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``logprobs`` of the policy before the update, plus the log of its mass on the sampler's truncated
         support (top-k / top-p / min-p replayed; None when sampling truncates nothing)."""
-        if not truncates(self.params):
+        if not self.replays_support:
             return (*self.logprobs(self.model, batch, entropy), None)
         self.model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
