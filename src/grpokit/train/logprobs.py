@@ -22,6 +22,7 @@ from grpokit.types import Rollout, TokenBatch
 
 from . import head as head_fn
 from .packing import can_pack, mask_fits, pack, packed_states, unpack
+from .prefix_tree import build_tree, tree_states
 
 
 def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
@@ -70,6 +71,7 @@ def completion_logprobs(
     entropy_grad: bool = False,
     buckets: int | None = None,
     packed: bool = False,
+    prefix_tree: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
     entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
@@ -80,10 +82,15 @@ def completion_logprobs(
     its own longest prompt and completion. Positions are explicit, so trimming changes no value.
     Values at padded completion positions are 0 here and meaningless; callers mask them.
     ``packed``: one padding-free forward over the rows packed end to end (packing.py), where the
-    model supports it; the values equal the padded path's.
+    model supports it; the values equal the padded path's. ``prefix_tree``: one forward over the rows'
+    prefix tree, each shared prefix once (prefix_tree.py; train.packing=prefix_tree), same values.
     """
     lp, ent, _ = _completion_logprobs(
-        model, batch, _Pass(temperature, chunk_size, with_entropy, entropy_grad), buckets, packed
+        model,
+        batch,
+        _Pass(temperature, chunk_size, with_entropy, entropy_grad, prefix_tree=prefix_tree),
+        buckets,
+        packed,
     )
     return lp, ent
 
@@ -96,6 +103,7 @@ def completion_logprobs_on_support(
     chunk_size: int = 64,
     with_entropy: bool = False,
     packed: bool = False,
+    prefix_tree: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``completion_logprobs`` at ``support.temperature`` (no gradient) plus ``(N, T)`` the log of the
     mass each position's distribution puts on the tokens ``support``'s top-k / top-p / min-p keep
@@ -104,20 +112,22 @@ def completion_logprobs_on_support(
     the trainer's side of TIS and the mismatch metrics, while the loss keeps ``logp``."""
     if torch.is_grad_enabled():
         raise ValueError("completion_logprobs_on_support runs without gradient (wrap it in torch.no_grad())")
-    fw = _Pass(support.temperature, chunk_size, with_entropy, False, support if truncates(support) else None)
+    cut = support if truncates(support) else None
+    fw = _Pass(support.temperature, chunk_size, with_entropy, False, cut, prefix_tree)
     return _completion_logprobs(model, batch, fw, None, packed)
 
 
 @dataclass(frozen=True)
 class _Pass:
     """How one log-probability pass runs: the temperature, positions per head chunk, entropies (with their
-    gradient or not) and the sampler's truncation to replay (None: none)."""
+    gradient or not), the sampler's truncation to replay (None: none) and whether rows share prefixes."""
 
     temperature: float
     chunk_size: int
     with_entropy: bool
     entropy_grad: bool
     support: SamplingParams | None = None
+    prefix_tree: bool = False
 
 
 def _completion_logprobs(model, batch: TokenBatch, fw: _Pass, buckets: int | None, packed: bool):
@@ -125,7 +135,7 @@ def _completion_logprobs(model, batch: TokenBatch, fw: _Pass, buckets: int | Non
     N, T = batch.completion_ids.shape
     if batch.vision is not None:  # image prompts: one whole multimodal forward (no trimming, no prompt sharing)
         return _vision_logprobs(model, batch, fw)
-    if packed:
+    if packed or fw.prefix_tree:
         out = _packed_logprobs(model, batch, fw)
         if out is not None:
             return out
@@ -254,13 +264,20 @@ def _logprobs_block(model, batch, fw: _Pass, share_prompts=True):
 
 
 def _packed_logprobs(model, batch, fw: _Pass):
-    """Padding-free logprobs (packing.py), or None when the model or batch cannot be packed."""
+    """Padding-free logprobs (packing.py; prefix_tree.py with ``fw.prefix_tree``), or None when the
+    model or batch cannot be packed."""
     backbone = _backbone(model)
-    packed = pack(batch) if can_pack(model, backbone) and mask_fits(model, batch) else None
-    if packed is None:
-        return None
+    if fw.prefix_tree:
+        tree = build_tree(batch) if backbone is not None else None
+        if tree is None:
+            return None
+        packed, h = tree.packed, tree_states(backbone, tree, getattr(model.config, "_attn_implementation", None))
+    else:
+        packed = pack(batch) if can_pack(model, backbone) and mask_fits(model, batch) else None
+        if packed is None:
+            return None
+        h = packed_states(backbone, packed)  # (K, hidden)
     N, T = batch.completion_ids.shape
-    h = packed_states(backbone, packed)  # (K, hidden)
     out = _head_logprobs(model.get_output_embeddings(), h, packed.targets, N, fw)
     return tuple(unpack(v, packed, N, T) if v is not None else None for v in out)
 
