@@ -92,6 +92,8 @@ class StepSettings:
     lam: LearnableLambda | None = None  # lambda-GRPO's learnable lambda (aggregation=lambda-grpo)
     mismatch: MismatchSettings = MismatchSettings()
     tis: TISSettings = TISSettings()
+    sampler_truncates: bool = False  # rollout top-k / top-p / min-p: the sampler's logprobs are renormalised
+    # over a truncated support, so pi_old is taken before the update with its mass on that support (LogProbs)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,21 @@ class LogProbs:
     old: torch.Tensor | None = None  # pi_old (None: on-policy, mu = 1, the update's own forward is pi_old)
     ref: torch.Tensor | None = None  # pi_ref (beta > 0)
     entropy: torch.Tensor | None = None  # pi_old's token entropies
+    support_mass: torch.Tensor | None = None  # log of pi_old's mass on the sampler's truncated support
+    # (top-k / top-p / min-p replayed on pi_old's logits; None: untruncated sampling)
+
+    def on_support(self) -> torch.Tensor | None:
+        """``(N, T)`` log pi_old renormalised over the sampler's support: what TIS, IcePop / MIS and the
+        mismatch metrics compare with the sampler's logprobs (``old`` itself when sampling truncates nothing)."""
+        return on_support(self.old, self.support_mass)
+
+
+def on_support(old_logp: torch.Tensor | None, support_mass: torch.Tensor | None) -> torch.Tensor | None:
+    """``log pi_old - log mass``: pi_old renormalised over the tokens the sampler's truncation kept
+    (rollout/sampling.py ``support_log_mass``), the trainer's side of the sampler ratio."""
+    if old_logp is None or support_mass is None:
+        return old_logp
+    return old_logp - support_mass.to(old_logp)
 
 
 @dataclass
@@ -125,6 +142,7 @@ class UpdateInputs:
     sampler_log_weight: torch.Tensor | None = (
         None  # (N,) the sampler's correction inside the objective's ratio (ObjectiveSpec.sampler_weight)
     )
+    support_mass: torch.Tensor | None = None  # (N, T) LogProbs.support_mass: the mismatch metrics' pi_old on support
 
 
 @dataclass(frozen=True)
@@ -207,6 +225,7 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
     unknown = not objective_spec(a.objective).declared or any(not spec.declared for spec in specs)
     entropy = unknown or any(spec.needs_entropy for spec in specs)
     old = a.num_iterations > 1 or entropy or s.tis.cap > 0 or any(spec.needs_old for spec in specs)
+    old = old or s.sampler_truncates  # the sampler ratio needs pi_old's mass on the truncated support
     return old, a.beta > 0 or a.distill_coef > 0, entropy  # the teacher's logprobs are the reference's
 
 
@@ -283,6 +302,7 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         sampler_mask=sampler[1],
         mismatch=s.mismatch,
         sampler_log_weight=sampler_log_w,
+        support_mass=lp.support_mass,
     )
 
 
@@ -350,7 +370,7 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     """TIS (rollout.tis_cap, tis_mode, tis_min): the sampler was not exactly pi_old (vLLM numerics, stale
     weights), so every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)``, or by
     another of TRL's corrections (tis.py)."""
-    old = ctx.logprobs.old
+    old = ctx.logprobs.on_support()
     tis = ctx.settings.tis
     w_NT, metrics = tis_weights(
         old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor
@@ -366,7 +386,7 @@ def _tis_in_objective(s: StepSettings) -> bool:
 def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str, float]]:
     """The sampler's correction as the objective's own log weight ``(N,)`` (ObjectiveSpec.sampler_weight)
     instead of a weight on the advantages; ``token_*`` modes only."""
-    s, old = ctx.settings, ctx.logprobs.old
+    s, old = ctx.settings, ctx.logprobs.on_support()
     if s.tis.mode.startswith("sequence"):
         raise ValueError(
             f"objective {s.algo.objective} takes the sampler correction per token; got tis_mode={s.tis.mode!r} "
@@ -383,7 +403,9 @@ def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> t
     """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
     disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""
     m = ctx.settings.mismatch
-    keep_NT, metrics = mismatch_mask(ctx.logprobs.old, ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high)
+    keep_NT, metrics = mismatch_mask(
+        ctx.logprobs.on_support(), ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high
+    )
     return _per_token(advantages, keep_NT), metrics
 
 

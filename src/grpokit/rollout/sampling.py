@@ -5,7 +5,10 @@ penalty, temperature, top-k, top-p and min-p (``process_logits``), and the draw 
 model's distribution at a temperature by ``draw_softmax`` (or nn/vocab.py's Triton kernel where
 ``model.vocab_kernels`` marked the model), a filtered one by Gumbel-max over the processed
 log-probabilities. Each draw returns the token and its log-probability under the distribution it
-was drawn from: what the sampler/trainer mismatch metrics and TIS compare.
+was drawn from (with top-k, top-p or min-p: the truncated distribution, renormalised over the kept
+tokens): what the sampler/trainer mismatch metrics and TIS compare. ``support_log_mass`` replays the
+truncation on the trainer's logits, so that the trainer's side of that ratio is renormalised over the
+same kind of support (train/logprobs.py).
 """
 
 from __future__ import annotations
@@ -95,6 +98,30 @@ def sample_tokens(
     noise = torch.empty_like(logp).exponential_(1, generator=generator)
     tok = torch.sub(logp, noise.log_(), out=noise).argmax(dim=-1)
     return tok, logp.gather(1, tok[:, None])[:, 0]
+
+
+def truncates(p: SamplingParams) -> bool:
+    """Whether ``p`` samples from a truncated support: top-k, top-p or min-p remove tokens (the repetition
+    penalty and the temperature reshape the distribution but keep every token)."""
+    return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0
+
+
+def support_log_mass(logits_KV: torch.Tensor, targets_K: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+    """``(K,)`` log of the probability mass, under ``softmax(logits / temperature)``, of the tokens that
+    ``p``'s top-k, top-p and min-p keep from these logits (``process_logits``' support), the target token
+    always counted in (a token the sampler drew is on its support even where the trainer's logits rank it
+    just outside). ``log p(target) - support_log_mass`` is the target's log-probability under the truncated,
+    renormalised distribution: what the sampler recorded (Keep Sampling Mask, DeepSeek-V3.2, arXiv:2512.02556
+    section 3.1; TRL 1.17 renormalises the trainer's side the same way). 0 where ``p`` truncates nothing.
+    The repetition penalty is not replayed (it needs each position's seen tokens)."""
+    x = logits_KV.double() if logits_KV.dtype == torch.float64 else logits_KV.float()
+    if not truncates(p) or p.temperature == 0:  # greedy records the untruncated distribution (sample_tokens)
+        return torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    cut = SamplingParams(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p)  # no penalty
+    kept = torch.isfinite(process_logits(x, cut))  # (K, V)
+    kept[torch.arange(x.shape[0], device=x.device), targets_K] = True
+    logp = torch.log_softmax(x / p.temperature if p.temperature != 1.0 else x, dim=-1)
+    return torch.logsumexp(logp.masked_fill(~kept, float("-inf")), dim=-1)
 
 
 def filtered(p: SamplingParams) -> bool:

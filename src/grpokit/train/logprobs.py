@@ -10,16 +10,19 @@ the sampling temperature, so training log-probabilities describe the distributio
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
 from grpokit.nn.models import has_sliding_window
+from grpokit.rollout.sampling import SamplingParams, support_log_mass, truncates
 from grpokit.types import Rollout, TokenBatch
 
 from . import head as head_fn
 from .packing import can_pack, mask_fits, pack, packed_states, unpack
+from .prefix_tree import build_tree, tree_states
 
 
 def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
@@ -68,44 +71,94 @@ def completion_logprobs(
     entropy_grad: bool = False,
     buckets: int | None = None,
     packed: bool = False,
+    prefix_tree: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``(N, T)`` of the completion tokens under ``model`` and, optionally, the
     entropy ``(N, T)`` of each position's distribution (no gradient unless ``entropy_grad``).
+    ``completion_logprobs_on_support`` adds the sampler's truncation, replayed.
 
     No compute on padding: rows are sorted by real length and split into up to ``buckets``
     contiguous groups (``None``: chosen by ``plan_buckets``); each group's columns are trimmed to
     its own longest prompt and completion. Positions are explicit, so trimming changes no value.
     Values at padded completion positions are 0 here and meaningless; callers mask them.
     ``packed``: one padding-free forward over the rows packed end to end (packing.py), where the
-    model supports it; the values equal the padded path's.
+    model supports it; the values equal the padded path's. ``prefix_tree``: one forward over the rows'
+    prefix tree, each shared prefix once (prefix_tree.py; train.packing=prefix_tree), same values.
     """
+    lp, ent, _ = _completion_logprobs(
+        model,
+        batch,
+        _Pass(temperature, chunk_size, with_entropy, entropy_grad, prefix_tree=prefix_tree),
+        buckets,
+        packed,
+    )
+    return lp, ent
+
+
+def completion_logprobs_on_support(
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    support: SamplingParams,
+    *,
+    chunk_size: int = 64,
+    with_entropy: bool = False,
+    packed: bool = False,
+    prefix_tree: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``completion_logprobs`` at ``support.temperature`` (no gradient) plus ``(N, T)`` the log of the
+    mass each position's distribution puts on the tokens ``support``'s top-k / top-p / min-p keep
+    (rollout/sampling.py ``support_log_mass``; None where ``support`` truncates nothing). ``logp - mass``
+    is the trainer's log-probability of the truncated, renormalised distribution the sampler drew from:
+    the trainer's side of TIS and the mismatch metrics, while the loss keeps ``logp``."""
+    if torch.is_grad_enabled():
+        raise ValueError("completion_logprobs_on_support runs without gradient (wrap it in torch.no_grad())")
+    cut = support if truncates(support) else None
+    fw = _Pass(support.temperature, chunk_size, with_entropy, False, cut, prefix_tree)
+    return _completion_logprobs(model, batch, fw, None, packed)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """How one log-probability pass runs: the temperature, positions per head chunk, entropies (with their
+    gradient or not), the sampler's truncation to replay (None: none) and whether rows share prefixes."""
+
+    temperature: float
+    chunk_size: int
+    with_entropy: bool
+    entropy_grad: bool
+    support: SamplingParams | None = None
+    prefix_tree: bool = False
+
+
+def _completion_logprobs(model, batch: TokenBatch, fw: _Pass, buckets: int | None, packed: bool):
+    """``(logp, entropy, support mass)`` ``(N, T)`` each (the last two None unless asked for)."""
     N, T = batch.completion_ids.shape
     if batch.vision is not None:  # image prompts: one whole multimodal forward (no trimming, no prompt sharing)
-        return _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad)
-    if packed:
-        out = _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
+        return _vision_logprobs(model, batch, fw)
+    if packed or fw.prefix_tree:
+        out = _packed_logprobs(model, batch, fw)
         if out is not None:
             return out
     # FSDP2: length buckets would run each sharded unit several times before one backward; that is
     # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
     if _sharded(next(model.parameters())):
-        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=False)
+        return _logprobs_block(model, batch, fw, share_prompts=False)
     lengths = _completion_lengths(batch)  # (N,)
     groups = plan_buckets(lengths.tolist(), buckets)
     if len(groups) == 1 and groups[0].numel() == N and int(lengths.max().item()) == T:
-        return _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad)
-    lp_parts, ent_parts = [], []
+        return _logprobs_block(model, batch, fw)
+    parts: list[list[torch.Tensor]] = [[], [], []]
     order = torch.cat(groups)
     for rows in groups:
         sub, t_b = _trim(batch, rows.to(batch.input_ids.device))
-        lp, ent = _logprobs_block(model, sub, temperature, chunk_size, with_entropy, entropy_grad)
-        lp_parts.append(torch.nn.functional.pad(lp, (0, T - t_b)))
-        if ent is not None:
-            ent_parts.append(torch.nn.functional.pad(ent, (0, T - t_b)))
+        for kept, value in zip(parts, _logprobs_block(model, sub, fw)):
+            if value is not None:
+                kept.append(torch.nn.functional.pad(value, (0, T - t_b)))
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(N)
-    inverse = inverse.to(lp_parts[0].device)
-    return torch.cat(lp_parts)[inverse], (torch.cat(ent_parts)[inverse] if ent_parts else None)
+    inverse = inverse.to(parts[0][0].device)
+    lp, ent, mass = (torch.cat(kept)[inverse] if kept else None for kept in parts)
+    return lp, ent, mass
 
 
 def logprobs_with_router_loss(model, batch: TokenBatch, temperature: float = 1.0, entropy_grad: bool = False):
@@ -122,11 +175,11 @@ def logprobs_with_router_loss(model, batch: TokenBatch, temperature: float = 1.0
         output_router_logits=True,
         use_cache=False,
     )
-    logp, ent = _logp_entropy(out.logits[:, :-1], batch.completion_ids, temperature, True, entropy_grad)
+    logp, ent, _ = _logp_entropy(out.logits[:, :-1], batch.completion_ids, _Pass(temperature, 0, True, entropy_grad))
     return logp, ent, out.aux_loss
 
 
-def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
+def _vision_logprobs(model, batch, fw: _Pass):
     """Completion log-probabilities with the prompts' images in the forward (positions from the
     model's multimodal RoPE, as in the rollout's prefill); image tokens are prompt tokens, so they
     never reach the (N, T) result."""
@@ -137,7 +190,7 @@ def _vision_logprobs(model, batch, temperature, with_entropy, entropy_grad):
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=T + 1, **extra
     ).logits[:, :-1]
     logits = hide_placeholders(logits, placeholder_ids(model))  # as the rollout: placeholders are never sampled
-    return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
+    return _logp_entropy(logits, batch.completion_ids, fw)
 
 
 def _completion_lengths(batch: TokenBatch) -> torch.Tensor:
@@ -189,7 +242,7 @@ def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
     return sub, t_b
 
 
-def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy_grad, share_prompts=True):
+def _logprobs_block(model, batch, fw: _Pass, share_prompts=True):
     T = batch.width
     h = _completion_states(model, batch, share_prompts)
     if h is None:  # models whose logits need more than a linear head: one full forward
@@ -199,52 +252,55 @@ def _logprobs_block(model, batch, temperature, chunk_size, with_entropy, entropy
             position_ids=batch.position_ids,
             logits_to_keep=T + 1,
         ).logits[:, :-1]
-        return _logp_entropy(logits, batch.completion_ids, temperature, with_entropy, entropy_grad)
+        return _logp_entropy(logits, batch.completion_ids, fw)
     N = h.shape[0]
     # One 2-D (positions, hidden) matrix, cut into row blocks: each chunk's head is one plain matmul.
     # Column slices of the (N, T, hidden) states are strided 3-D tensors, which the head ran as a
     # batched matmul over rows (an H100 spent 8.3 s of a 24 s step in it for a 512-row reference pass).
-    lp, ent = _head_logprobs(
-        model.get_output_embeddings(),
-        h.reshape(N * T, h.shape[-1]),
-        batch.completion_ids.reshape(N * T),
-        chunk_size * N,
-        temperature,
-        with_entropy,
-        entropy_grad,
+    out = _head_logprobs(
+        model.get_output_embeddings(), h.reshape(N * T, h.shape[-1]), batch.completion_ids.reshape(N * T), N, fw
     )
-    return lp.view(N, T), (ent.view(N, T) if ent is not None else None)
+    return tuple(v.view(N, T) if v is not None else None for v in out)
 
 
-def _packed_logprobs(model, batch, temperature, chunk_size, with_entropy, entropy_grad):
-    """Padding-free logprobs (packing.py), or None when the model or batch cannot be packed."""
+def _packed_logprobs(model, batch, fw: _Pass):
+    """Padding-free logprobs (packing.py; prefix_tree.py with ``fw.prefix_tree``), or None when the
+    model or batch cannot be packed."""
     backbone = _backbone(model)
-    packed = pack(batch) if can_pack(model, backbone) and mask_fits(model, batch) else None
-    if packed is None:
-        return None
+    if fw.prefix_tree:
+        tree = build_tree(batch) if backbone is not None else None
+        if tree is None:
+            return None
+        packed, h = tree.packed, tree_states(backbone, tree, getattr(model.config, "_attn_implementation", None))
+    else:
+        packed = pack(batch) if can_pack(model, backbone) and mask_fits(model, batch) else None
+        if packed is None:
+            return None
+        h = packed_states(backbone, packed)  # (K, hidden)
     N, T = batch.completion_ids.shape
-    h = packed_states(backbone, packed)  # (K, hidden)
-    lp, ent = _head_logprobs(
-        model.get_output_embeddings(), h, packed.targets, chunk_size * N, temperature, with_entropy, entropy_grad
-    )
-    return unpack(lp, packed, N, T), (unpack(ent, packed, N, T) if ent is not None else None)
+    out = _head_logprobs(model.get_output_embeddings(), h, packed.targets, N, fw)
+    return tuple(unpack(v, packed, N, T) if v is not None else None for v in out)
 
 
-def _head_logprobs(head, flat_h, flat_t, max_chunk, temperature, with_entropy, entropy_grad):
-    """``(K,)`` logprobs of ``flat_t`` under ``head(flat_h)`` (and entropies), at most a bounded
-    (chunk, V) block of logits alive at a time."""
+def _head_logprobs(head, flat_h, flat_t, rows: int, fw: _Pass):
+    """``(K,)`` logprobs of ``flat_t`` under ``head(flat_h)`` (and entropies, support masses), at most a
+    bounded (chunk, V) block of logits alive at a time (``fw.chunk_size`` positions of each of ``rows``)."""
     K, V = flat_h.shape[0], head.weight.shape[0]
+    temperature, with_entropy, entropy_grad = fw.temperature, fw.with_entropy, fw.entropy_grad
     budget = LOGITS_CHUNK_ELEMENTS if flat_h.device.type == "cpu" else GPU_LOGITS_CHUNK_ELEMENTS
-    chunk = max(1, min(max_chunk, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
+    chunk = max(1, min(fw.chunk_size * rows, budget // V))  # positions per chunk: a bounded (chunk, V) logits block
     # one function with a lighter backward (head.py), where the head is a plain, unsharded linear layer
-    if head_fn.fusable(head, flat_h) and not entropy_grad:
-        return head_fn.head_logprobs(head, flat_h, flat_t, chunk, temperature, with_entropy)
+    if head_fn.fusable(head, flat_h) and not entropy_grad and fw.support is None:
+        return (*head_fn.head_logprobs(head, flat_h, flat_t, chunk, temperature, with_entropy), None)
+    if fw.support is not None:  # the replay pass runs without gradient (completion_logprobs_on_support)
+        outs = [_logp_entropy(head(flat_h[s : s + chunk]), flat_t[s : s + chunk], fw) for s in range(0, K, chunk)]
+        return tuple(torch.cat([o[i] for o in outs]) if outs[0][i] is not None else None for i in range(3))
     if torch.is_grad_enabled() and K * V > SMALL_LOGITS_ELEMENTS:
         # Memory-flat: every chunk's logits are recomputed in the backward pass (activation
         # checkpointing), so one (chunk, V) block is alive at a time instead of all of them.
         # The same ops run as without it, so values and gradients are bit-identical, also under FSDP.
         def piece(h_c, t_c):
-            lp, ent = _logp_entropy(head(h_c), t_c, temperature, with_entropy, entropy_grad)
+            lp, ent, _ = _logp_entropy(head(h_c), t_c, fw)
             return (lp, ent) if ent is not None else (lp,)
 
         outs = [
@@ -255,12 +311,10 @@ def _head_logprobs(head, flat_h, flat_t, max_chunk, temperature, with_entropy, e
     else:
         logps, ents = [], []
         for s in range(0, K, chunk):
-            lp, ent = _logp_entropy(
-                head(flat_h[s : s + chunk]), flat_t[s : s + chunk], temperature, with_entropy, entropy_grad
-            )
+            lp, ent, _ = _logp_entropy(head(flat_h[s : s + chunk]), flat_t[s : s + chunk], fw)
             logps.append(lp)
             ents += [ent] if ent is not None else []
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+    return torch.cat(logps), (torch.cat(ents) if with_entropy else None), None
 
 
 LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk (CPU: cache-sized blocks)
@@ -273,15 +327,20 @@ GPU_LOGITS_CHUNK_ELEMENTS = 1 << 28
 SMALL_LOGITS_ELEMENTS = 1 << 20
 
 
-def _logp_entropy(logits, targets, temperature, with_entropy, entropy_grad):
+def _logp_entropy(logits, targets, fw: _Pass):
+    """``(logp, entropy, support mass)`` of ``targets`` under ``logits`` (..., V) at ``fw.temperature``."""
     z = logits if logits.dtype == torch.float64 else logits.float()  # half precision: log-softmax in float32
-    logp_all = torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
+    t = fw.temperature
+    logp_all = torch.log_softmax(z / t if t != 1.0 else z, dim=-1)
     logp = logp_all.gather(-1, targets[..., None])[..., 0]
-    ent = None
-    if with_entropy:
-        src = logp_all if entropy_grad else logp_all.detach()
+    ent = mass = None
+    if fw.with_entropy:
+        src = logp_all if fw.entropy_grad else logp_all.detach()
         ent = -(src.exp() * src).sum(dim=-1)
-    return logp, ent
+    if fw.support is not None:
+        flat = z.detach().reshape(-1, z.shape[-1])
+        mass = support_log_mass(flat, targets.reshape(-1), fw.support).view(targets.shape)
+    return logp, ent, mass
 
 
 _COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()

@@ -27,6 +27,7 @@ from grpokit.config.sections import Config
 from grpokit.record.domain_metrics import domain_metrics
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
+from grpokit.rollout.sampling import truncates
 from grpokit.types import ScoredBatch
 
 from . import (
@@ -40,7 +41,7 @@ from . import (
 )
 from . import resume as run_folder
 from .callbacks import Callbacks, RunState
-from .logprobs import completion_logprobs, make_token_batch
+from .logprobs import completion_logprobs, completion_logprobs_on_support, make_token_batch
 from .memory import cuda_provider
 from .model_options import noise_on
 from .models import load_tokenizer, refresh_reference
@@ -221,11 +222,11 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
             need_old = need_old or stale_slices(
                 cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices
             )
-            old_logp, entropy = self.logprobs(self.model, batch, entropy=want_entropy) if need_old else (None, None)
+            old_logp, entropy, support = self.old_logprobs(batch, want_entropy) if need_old else (None, None, None)
             ref_logp = (
                 reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs) if need_ref else None
             )
-        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy))  # 4. advantages, masks
+        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support))  # 4. advantages
         extra: dict[str, float] = {}
         upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
         self._updating = True  # from here on the model is no longer the last finished step's
@@ -354,6 +355,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
             lam=self.stage_state("lambda_grpo"),
             mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
             tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
+            sampler_truncates=self.replays_support,
         )
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
@@ -397,6 +399,29 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
                 for s in range(0, batch.input_ids.shape[0], mbs)
             ]
         return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
+
+    @property
+    def replays_support(self) -> bool:
+        """Whether the sampler records logprobs of a truncated distribution (top-k, top-p, min-p), which
+        the trainer's side of the sampler ratio replays (transformers' generate() records none)."""
+        return truncates(self.params) and self.cfg.rollout.engine != "generate"
+
+    @torch.no_grad()
+    def old_logprobs(self, batch, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``logprobs`` of the policy before the update, plus the log of its mass on the sampler's truncated
+        support (top-k / top-p / min-p replayed; None when sampling truncates nothing)."""
+        if not self.replays_support:
+            return (*self.logprobs(self.model, batch, entropy), None)
+        self.model.eval()
+        mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
+        with self.autocast():
+            parts = [
+                completion_logprobs_on_support(
+                    self.model, batch.rows(slice(s, s + mbs)), self.params, with_entropy=entropy, packed=self.packed
+                )
+                for s in range(0, batch.input_ids.shape[0], mbs)
+            ]
+        return tuple(torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(3))
 
     def stage_state(self, key: str) -> StageState | None:
         """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from grpokit.algo.loss import objective_loss
-from grpokit.algo.pipeline import UpdateInputs
+from grpokit.algo.pipeline import UpdateInputs, on_support
 from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.config.sections import OptimConfig
@@ -65,6 +65,7 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
         sampler_logp=cut(inputs.sampler_logp),
         sampler_mask=cut(inputs.sampler_mask),
         sampler_log_weight=cut(inputs.sampler_log_weight),
+        support_mass=cut(inputs.support_mass),
     )
 
 
@@ -88,6 +89,8 @@ def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: t
     values when no separate pass ran), so measuring costs no extra forward."""
     if inputs.sampler_logp is None:
         return
+    if inputs.support_mass is not None:  # truncated sampling: pi_old renormalised over the sampler's support
+        old_logp = on_support(old_logp, inputs.support_mass[rows])
     mask = inputs.sampler_mask[rows] if inputs.sampler_mask is not None else mb.completion_mask
     low, high = inputs.mismatch.low, inputs.mismatch.high
     for k, v in mismatch_sums(
