@@ -190,11 +190,10 @@ def _origin(filename: str) -> str:
 
 @cache
 def _roots() -> tuple[str, tuple[str, ...]]:
-    import grpokit
-
+    package = Path(__file__).resolve().parents[1]  # src/grpokit (not `import grpokit`: the root imports train)
     paths = sysconfig.get_paths()
     libs = {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    return os.path.realpath(os.path.dirname(grpokit.__file__)) + os.sep, tuple(sorted(libs))
+    return str(package) + os.sep, tuple(sorted(libs))
 
 
 def _under(where: Path | None) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from grpokit.config.io import assigned, set_field
 from grpokit.config.sections import Config, ConfigError
-from grpokit.config.validation import validate
+from grpokit.validation import validate
 from grpokit.data.domains import check_domain_names
 
 from .domain_setup import domains_of
