@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Test-only packages, installed by `make test` after `make setup`. Idempotent and never fatal: without them
+# Test-only packages, installed by `make test` (`scripts/setup.sh test` runs this last). Idempotent and never fatal: without them
 # the tests that need them are skipped.
 #
 # 1. The real tracker packages for tests/record/test_record_trackers.py (a wandb offline run, an MLflow

@@ -203,7 +203,10 @@ def test_make_test_installs_chromium_before_the_tests() -> None:
     root = ROOT
     make = (root / "Makefile").read_text()
     recipe = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert recipe.startswith(" setup") and recipe.index("scripts/install_test_deps.sh") < recipe.index("pytest")
+    assert recipe.startswith(" setup-test") and "pytest" in recipe  # the set-up runs before the recipe
+    assert "scripts/setup.sh test" in make.split("\nsetup-test:", 1)[1].split("\n\n", 1)[0]
+    setup = (root / "scripts" / "setup.sh").read_text()
+    assert setup.index('[ "$JOB" = train ] && exit 0') < setup.index("bash scripts/install_test_deps.sh")
     script = (root / "scripts" / "install_test_deps.sh").read_text()
     assert "apt-get install" in script and "chromium" in script
 
