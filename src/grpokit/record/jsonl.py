@@ -151,6 +151,8 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
     try:
         with tmp.open("w", encoding="utf-8") as f:
             f.writelines(kept)
+            f.flush()
+            os.fsync(f.fileno())  # the records replaced by a copy that is on disk, not only in the page cache
         os.replace(tmp, path)
     except BaseException:  # ENOSPC mid-write: the original file stays whole, the partial copy goes
         tmp.unlink(missing_ok=True)

@@ -183,9 +183,13 @@ def _origin(filename: str) -> str:
     grpokit_dir, libraries = _roots()
     if real.startswith(grpokit_dir):
         return "grpokit"
-    if real.startswith(libraries) or "site-packages" in real or "dist-packages" in real:
+    if real.startswith(libraries) or any(m in real for m in _LIBRARY_MARKS):
         return "library"
     return "user"
+
+
+# installed packages anywhere, and code that libraries generate into files (torch.compile's kernels)
+_LIBRARY_MARKS = ("site-packages", "dist-packages", "torchinductor_", f"{os.sep}triton{os.sep}")
 
 
 @cache
