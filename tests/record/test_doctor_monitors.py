@@ -95,6 +95,17 @@ def test_components_diverge(tmp_path: Path) -> None:
     ].title
 
 
+def test_a_constant_reward_component(tmp_path: Path) -> None:
+    # format scores 1.0 for every completion at every step (std 0) while math varies: a term that teaches nothing
+    rows = [
+        r | {"rewards/format/mean": 1.0, "rewards/format/std": 0.0, "rewards/math/std": 0.3} for r in healthy_rows()
+    ]
+    found = diagnose(load_run(write_run(tmp_path / "run", rows)))
+    assert [f.code for f in found] == ["constant_component"] and "format scores every completion 1" in found[0].title
+    rows = [r | {"rewards/format/std": 0.2, "rewards/math/std": 0.3} for r in healthy_rows()]  # both vary: quiet
+    assert codes(write_run(tmp_path / "ok", rows)) == []
+
+
 def test_cost_notes(tmp_path: Path) -> None:
     # held-out accuracy best at step 20 (0.8), flat after; time/step 2 s: 40 steps, 80 s after it
     run = sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.8 if "eval/accuracy" in r else None})

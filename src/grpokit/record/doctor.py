@@ -43,6 +43,7 @@ from .report_data import Run
 from .run_series import heldout_series, last_step
 from .signal_checks import (
     check_clip_asymmetry,
+    check_constant_component,
     check_kl_pinned,
     check_plateau,
     check_reward_constant,
@@ -66,6 +67,7 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_format_over_accuracy,
     check_component_alone,
     check_components_diverge,
+    check_constant_component,
     check_same_length,
     check_repetition,
     check_length,
