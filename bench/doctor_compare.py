@@ -70,7 +70,9 @@ def rows(run: Path) -> list[dict]:
 
 def grpokit_doctor(run: Path, tools: Path) -> list[tuple[str, str]]:
     env = os.environ | {"PYTHONPATH": str(ROOT / "src")}
-    out = subprocess.run([sys.executable, "-m", "grpokit", "doctor", str(run), "--json"], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "grpokit", "doctor", str(run), "--json"], env=env, capture_output=True, text=True
+    )
     return [(f["code"], f["level"]) for f in json.loads(out.stdout)["findings"]]
 
 
@@ -87,7 +89,10 @@ def rldoctor(run: Path, tools: Path) -> list[tuple[str, str]]:
     except json.JSONDecodeError:
         return [("(did not run: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80] + ")", "error")]
     found = report.get("findings", report) if isinstance(report, dict) else report
-    return [(str(f.get("detector") or f.get("id") or f.get("title")), str(f.get("severity", "warning")).lower()) for f in found]
+    return [
+        (str(f.get("detector") or f.get("id") or f.get("title")), str(f.get("severity", "warning")).lower())
+        for f in found
+    ]
 
 
 # Run inside the tools' folder (their dependencies are not grpokit's): fill rlprobe's recording and
@@ -133,7 +138,9 @@ else:
 
 def _converted(tool: str, run: Path, tools: Path, dst: Path) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": str(tools)}
-    return subprocess.run([sys.executable, "-c", CONVERT, tool, str(run), str(dst)], env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-c", CONVERT, tool, str(run), str(dst)], env=env, capture_output=True, text=True
+    )
 
 
 def rlprobe(run: Path, tools: Path) -> list[tuple[str, str]]:
@@ -143,13 +150,24 @@ def rlprobe(run: Path, tools: Path) -> list[tuple[str, str]]:
         if conv.returncode:
             return [("(conversion failed: " + conv.stderr.strip().splitlines()[-1][:80] + ")", "error")]
     env = os.environ | {"PYTHONPATH": str(tools)}
-    out = subprocess.run([sys.executable, str(tools / "bin" / "rlprobe"), "doctor", str(dst), "--json"], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(tools / "bin" / "rlprobe"), "doctor", str(dst), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     try:
         found = json.loads(out.stdout)
     except json.JSONDecodeError:
         return [("(did not run: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80] + ")", "error")]
     found = found.get("findings", found) if isinstance(found, dict) else found
-    return [(str(f.get("detector") or f.get("signature") or f.get("id") or f.get("title")), str(f.get("severity", "warning")).lower()) for f in found]
+    return [
+        (
+            str(f.get("detector") or f.get("signature") or f.get("id") or f.get("title")),
+            str(f.get("severity", "warning")).lower(),
+        )
+        for f in found
+    ]
 
 
 def rlwatch(run: Path, tools: Path) -> list[tuple[str, str]]:
@@ -159,7 +177,17 @@ def rlwatch(run: Path, tools: Path) -> list[tuple[str, str]]:
         return [("(conversion failed: " + conv.stderr.strip().splitlines()[-1][:80] + ")", "error")]
     env = os.environ | {"PYTHONPATH": str(tools)}
     out = subprocess.run(
-        [sys.executable, str(tools / "bin" / "rlwatch"), "diagnose", "--log-dir", str(dst), "--run-id", run.name, "--format", "json"],
+        [
+            sys.executable,
+            str(tools / "bin" / "rlwatch"),
+            "diagnose",
+            "--log-dir",
+            str(dst),
+            "--run-id",
+            run.name,
+            "--format",
+            "json",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -208,16 +236,27 @@ def main() -> None:
             print(f"{name}: no run (training failed?)", flush=True)
             continue
         found = {tool: fn(run, args.tools) for tool, fn in TOOLS.items()}
-        table.append({"run": name, "heldout": heldout(run), "found": found, "verdict": {t: verdict(f, cause) for t, f in found.items()}})
-        print(f"{name:22} {heldout(run):12} " + " | ".join(f"{t}: {table[-1]['verdict'][t]}" for t in TOOLS), flush=True)
+        table.append(
+            {
+                "run": name,
+                "heldout": heldout(run),
+                "found": found,
+                "verdict": {t: verdict(f, cause) for t, f in found.items()},
+            }
+        )
+        print(
+            f"{name:22} {heldout(run):12} " + " | ".join(f"{t}: {table[-1]['verdict'][t]}" for t in TOOLS), flush=True
+        )
     (args.out / "table.json").write_text(json.dumps(table, indent=1))
     print("\n| run | held-out | " + " | ".join(TOOLS) + " |\n|---|---|" + "---|" * len(TOOLS))
     for row in table:
         print(f"| {row['run']} | {row['heldout']} | " + " | ".join(row["verdict"][t] for t in TOOLS) + " |")
     for t in TOOLS:
         v = [row["verdict"][t] for row in table]
-        print(f"{t}: named {v.count('named')}, caught {v.count('caught')}, silent {v.count('silent')}, "
-              f"false alarms {v.count('false alarm')}, quiet {v.count('quiet')}")
+        print(
+            f"{t}: named {v.count('named')}, caught {v.count('caught')}, silent {v.count('silent')}, "
+            f"false alarms {v.count('false alarm')}, quiet {v.count('quiet')}"
+        )
 
 
 if __name__ == "__main__":
