@@ -3,8 +3,8 @@
     python bench/doctor_compare.py --out /tmp/doctor_bench              # train the runs, then compare
     python bench/doctor_compare.py --out /tmp/doctor_bench --no-train   # compare runs already there
 
-Each planted run is a real `grpokit train` of the built-in arithmetic task (40 steps, held-out
-evaluation every 10 steps) with one fault planted by a config change or a reward function of
+Each planted run is a real `grpokit train` of the built-in arithmetic task (--steps, 40 by default,
+held-out evaluation every quarter of them) with one fault planted by a config change or a reward function of
 bench/doctor/planted_rewards.py; two runs are healthy. Every tool reads the same run, converted to
 what it reads: rldoctor the run's metrics.jsonl (TRL names, which it maps), rlprobe a recording made
 with its own Recorder, rlwatch its metrics store filled through its own `log_step`; each then runs its
@@ -30,8 +30,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "doctor"
-STEPS, EVAL_EVERY = 40, 10
-BASE = [f"train.steps={STEPS}", f"train.eval_every={EVAL_EVERY}", "data.eval_size=200"]
 RW = "planted_rewards"
 # (name, overrides, the planted cause as words a finding may name: grpokit codes and the others' terms);
 # no cause: a healthy run
@@ -51,17 +49,25 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
-def train(out: Path) -> None:
+def train(out: Path, steps: int, jobs: int) -> None:
+    """Train every planted run not already finished in `out`, `jobs` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(HERE)])}
-    for name, overrides, _ in RUNS:
+    base = [f"train.steps={steps}", f"train.eval_every={max(1, steps // 4)}", "data.eval_size=200"]
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one(name: str, overrides: list[str]) -> None:
         run = out / name
         if (run / "summary.json").is_file() and "steps" in json.loads((run / "summary.json").read_text()):
-            continue
-        cmd = [sys.executable, "-m", "grpokit", "train", "--out", str(run), *BASE, *overrides]
+            return
         print(f"training {name}: {' '.join(overrides) or '(defaults)'}", flush=True)
-        out.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "grpokit", "train", "--out", str(run), "--overwrite", *base, *overrides]
         with (out / f"{name}.log").open("w") as log:
             subprocess.run(cmd, env=env, check=False, stdout=log, stderr=subprocess.STDOUT)
+
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda r: one(r[0], r[1]), RUNS))
 
 
 def rows(run: Path) -> list[dict]:
@@ -226,9 +232,11 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="folder of the planted runs")
     p.add_argument("--tools", type=Path, default=Path("/tmp/doctors"), help="pip --target folder of the other tools")
     p.add_argument("--no-train", action="store_true", help="compare the runs already in --out")
+    p.add_argument("--steps", type=int, default=40, help="steps per run (held-out evaluation every quarter)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once")
     args = p.parse_args()
     if not args.no_train:
-        train(args.out)
+        train(args.out, args.steps, args.jobs)
     table = []
     for name, _, cause in RUNS:
         run = args.out / name

@@ -160,7 +160,8 @@ def _located(f: Finding) -> Finding:
     """The finding with its report panel and evidence steps filled in where the check left them out."""
     if f.panel and f.steps:
         return f
-    nums = [int(x) for x in re.findall(r"\bsteps? (\d+)(?:-(\d+))?", f.evidence) for x in x if x]
+    spans = re.findall(r"\bsteps? (\d+)(?:-(\d+))?(?: vs (\d+)-(\d+))?", f.evidence)
+    nums = [int(x) for span in spans for x in span if x]
     return dataclasses.replace(
         f, panel=f.panel or PANELS.get(f.code, ""), steps=f.steps or ((min(nums), max(nums)) if nums else None)
     )
