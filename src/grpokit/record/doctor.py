@@ -48,6 +48,7 @@ from .signal_checks import (
     check_plateau,
     check_reward_constant,
     check_reward_std_death,
+    check_small_group,
     check_zero_grad,
 )
 from .stability_checks import (
@@ -74,6 +75,7 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_entropy,
     check_reward_std_death,
     check_zero_std,
+    check_small_group,
     check_zero_grad,
     check_plateau,
     check_truncation,
@@ -118,6 +120,7 @@ COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBSUMED_BY = {
     "reward_component_alone": ("format_over_accuracy", "reward_components_diverge"),
     "zero_std_groups": ("reward_constant",),
+    "small_group": ("reward_constant",),
     "zero_grad_steps": ("reward_constant",),
 }
 TREND_STEPS = 6  # run_series.trend needs this many values

@@ -228,3 +228,26 @@ def check_constant_component(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Fi
         panel="reward",
         steps=(std[0][0], std[-1][0]),
     )
+
+
+def check_small_group(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Groups too small to carry signal: with G completions per prompt a group teaches only when they
+    score differently; at G = 2 that needs exactly one right of two, and most groups are wasted."""
+    g = config_value(run, "rollout.group_size", None)
+    pts = values(run, "frac_reward_zero_std")
+    if not isinstance(g, int) or g > dc.small_group_max or len(pts) < 3:
+        return None
+    z = statistics.fmean(v for _, v in pts)
+    if z < dc.zero_std_share:
+        return None
+    return Finding(
+        "small_group",
+        f"Groups of {g} completions are too small: most carry no signal",
+        f"rollout.group_size={g}; {z:.0%} of groups scored all alike over steps {pts[0][0]}-{pts[-1][0]} "
+        f"({1 / max(1e-9, 1 - z):.2g} rollouts paid per useful one)",
+        "sample more completions per prompt (rollout.group_size=8 or more) with fewer prompts per step, "
+        "so each step costs the same and more groups carry a signal",
+        0.45,
+        panel="signal",
+        steps=(pts[0][0], pts[-1][0]),
+    )
