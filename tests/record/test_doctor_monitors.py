@@ -95,6 +95,26 @@ def test_components_diverge(tmp_path: Path) -> None:
     ].title
 
 
+def test_a_constant_reward_component(tmp_path: Path) -> None:
+    # format scores 1.0 for every completion at every step (std 0) while math varies: a term that teaches nothing
+    rows = [
+        r | {"rewards/format/mean": 1.0, "rewards/format/std": 0.0, "rewards/math/std": 0.3} for r in healthy_rows()
+    ]
+    found = diagnose(load_run(write_run(tmp_path / "run", rows)))
+    assert [f.code for f in found] == ["constant_component"] and "format scores every completion 1" in found[0].title
+    rows = [r | {"rewards/format/std": 0.2, "rewards/math/std": 0.3} for r in healthy_rows()]  # both vary: quiet
+    assert codes(write_run(tmp_path / "ok", rows)) == []
+
+
+def test_groups_too_small(tmp_path: Path) -> None:
+    # G=2 with 60% of groups all alike over the run (>= zero_std_share 0.5), most of them solved
+    rows = [r | {"frac_reward_zero_std": 0.6, "completions/frac_groups_solved": 0.5} for r in healthy_rows()]
+    run = write_run(tmp_path / "g2", rows, config="rollout:\n  group_size: 2\n")
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["small_group"] and "2.5 rollouts paid per useful one" in found[0].evidence
+    assert codes(write_run(tmp_path / "g8", rows)) == []  # the same shares at G=8: no finding of group size
+
+
 def test_cost_notes(tmp_path: Path) -> None:
     # held-out accuracy best at step 20 (0.8), flat after; time/step 2 s: 40 steps, 80 s after it
     run = sick(tmp_path, **{"eval/accuracy": lambda s, r: 0.8 if "eval/accuracy" in r else None})
@@ -118,6 +138,13 @@ def test_resume_from_the_last_checkpoint_before_the_onset(tmp_path: Path) -> Non
     )
     assert notes["resume_from"].evidence.startswith("kl 1.14 > health.kl_max 1")
     assert "resume_from" not in {n.code for n in examine(load_run(write_run(tmp_path / "h", healthy_rows()))).notes}
+    # bad from the start (held-out 0.8 before training, 0.1 at the first evaluation): restart, not resume
+    rows = [r | ({"eval/accuracy": 0.1} if "eval/accuracy" in r else {}) for r in healthy_rows()]
+    rows = [r | {"reward": 0.3, "rewards/math/mean": 0.2, "rewards/format/mean": 0.5} for r in rows]
+    run = write_run(tmp_path / "start", rows)
+    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.8}, "steps": 60}))
+    notes = {n.code: n for n in examine(load_run(run)).notes}
+    assert notes["resume_from"].text.startswith("the run went bad at step 1: nothing before it is worth keeping")
 
 
 def json_rows(run: Path) -> list[dict]:

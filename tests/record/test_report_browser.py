@@ -241,3 +241,66 @@ def test_identical_series_both_stay_visible(browser: Browser, tmp_path: Path) ->
         sorted(colors.items(), key=lambda kv: -kv[1])[:6],
     )
     assert browser.errors() == []
+
+
+def _doctor_run(tmp_path: Path) -> Path:
+    """A 60-step run with zero gradients at steps 21-30, a learning rate of 5.4e-6 and held-out accuracy
+    0.68 before training (step 0), 0.76 -> 0.87 at its periodic evaluations."""
+    import json
+
+    from helpers.doctor_runs import healthy_rows, write_run
+
+    rows = []
+    for r in healthy_rows():
+        r |= {"learning_rate": 5.4e-6 - 1e-8 * r["step"], "grad_norm": 0.0 if 21 <= r["step"] <= 30 else r["grad_norm"]}
+        r |= {"eval/accuracy": 0.76 + 0.11 * (r["step"] - 10) / 50} if "eval/accuracy" in r else {}
+        rows.append(r)
+    run = write_run(tmp_path / "run", rows)
+    (run / "summary.json").write_text(
+        json.dumps({"eval_before": {"accuracy": 0.68}, "eval_after": {"accuracy": 0.87}, "steps": 60})
+    )
+    return run
+
+
+def test_heldout_panel_draws_the_before_training_point(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(_doctor_run(tmp_path)).as_uri())
+    assert browser.errors() == []
+    box = browser.js("""(function () {
+        var p = grpokitReport.plots().filter(function (p) { return p.id === "eval"; })[0].u;
+        return {xmin: p.scales.x.min, xmax: p.scales.x.max, ymin: p.scales.y.min, ymax: p.scales.y.max,
+                x: p.valToPos(0, "x"), y: p.valToPos(0.68, "y"), w: p.bbox.width / devicePixelRatio,
+                h: p.bbox.height / devicePixelRatio}; })()""")
+    assert box["xmin"] <= 0 and box["xmax"] >= 60 and box["ymin"] <= 0.68 <= box["ymax"], box
+    assert 0 <= box["x"] <= box["w"] and 0 <= box["y"] <= box["h"], box  # the 0.68 of step 0 is on the chart
+    # every panel spans the same steps, from 0 (not only the one with a point there)
+    spans = browser.js("grpokitReport.plots().map(function (p) { return [p.u.scales.x.min, p.u.scales.x.max]; })")
+    assert all(s == spans[0] for s in spans), spans
+
+
+def test_tick_labels_fit_their_axis(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(_doctor_run(tmp_path)).as_uri())
+    fit = browser.js("""grpokitReport.plots().map(function (p) { var u = p.u, a = u.axes[1], vs = a._values || [];
+        u.ctx.font = a.font[0];
+        var w = Math.max.apply(null, vs.map(function (t) {
+            return u.ctx.measureText(String(t)).width / devicePixelRatio; }));
+        return [p.id, a._size, w, vs]; })""")
+    lr = [f for f in fit if f[0] == "lr"][0]
+    assert any(str(v).startswith("5.") and "e-6" in str(v) for v in lr[3]), lr  # the whole label, not ".400e-6"
+    assert not any(str(v).endswith("0e-6") or "00e" in str(v) for v in lr[3]), lr
+    # the axis holds its widest label beside its ticks (uPlot: 10 px ticks, a 5 px gap; 64 px cut 5.400e-6)
+    assert all(size >= width + 15 for _, size, width, _ in fit), fit
+
+
+def test_a_finding_link_zooms_to_its_steps(browser: Browser, tmp_path: Path) -> None:
+    browser.open(write_report(_doctor_run(tmp_path)).as_uri())
+    link = browser.js("""(function () { var a = document.querySelector('a.evidence[data-panel="grad-norm"]');
+        a.scrollIntoView({block: "center"}); var r = a.getBoundingClientRect();
+        return {x: r.left + r.width / 2, y: r.top + r.height / 2, steps: a.getAttribute("data-steps")}; })()""")
+    assert link["steps"] == "21,30"
+    browser.mouse("mousePressed", link["x"], link["y"], button="left", clickCount=1)
+    browser.mouse("mouseReleased", link["x"], link["y"], button="left", clickCount=1)
+    spans = browser.js("grpokitReport.plots().map(function (p) { return [p.id, p.u.scales.x.min, p.u.scales.x.max]; })")
+    assert all(lo == 20 and hi == 31 for _, lo, hi in spans), spans  # steps 21-30, padded by 1
+    seen = browser.js("""(function () { var r = document.getElementById("plot-grad-norm").getBoundingClientRect();
+        return r.top >= 0 && r.bottom <= window.innerHeight; })()""")
+    assert seen and browser.errors() == []

@@ -64,8 +64,9 @@ class HealthConfig:
     """The metrics whose non-finite values mean the update had to be skipped."""
 
     doctor_every: int = 10
-    """Every this many steps, also run `grpokit doctor`'s checks on the run so far and warn once per new
-    finding (those the monitors above do not already warn about); 0 turns this off."""
+    """Every this many steps (every tenth of the run so far once that is longer), also run `grpokit
+    doctor`'s checks on the run so far and warn once per new finding (those the monitors above do not
+    already warn about); 0 turns this off."""
 
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "window", "repeat_every", "max_nonfinite_steps"):

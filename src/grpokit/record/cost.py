@@ -122,11 +122,12 @@ def resume_from(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Note | None:
         return None
     step, why = bad
     before = [c for c in checkpoints(run) if c < step]
-    where = (
-        f"resume from the checkpoint of step {before[-1]}, the last saved before the onset"
-        if before
-        else f"no checkpoint before the onset in {run.path}: restart, or resume from the last step before {step}"
-    )
+    if before:
+        where = f"resume from the checkpoint of step {before[-1]}, the last saved before the onset"
+    elif step <= 1:
+        where = "nothing before it is worth keeping: restart with the change the findings suggest"
+    else:
+        where = f"no checkpoint before the onset in {run.path}: restart, saving checkpoints more often"
     return Note("resume_from", f"the run went bad at step {step}: {where}", why)
 
 

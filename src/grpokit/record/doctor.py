@@ -43,10 +43,12 @@ from .report_data import Run
 from .run_series import heldout_series, last_step
 from .signal_checks import (
     check_clip_asymmetry,
+    check_constant_component,
     check_kl_pinned,
     check_plateau,
     check_reward_constant,
     check_reward_std_death,
+    check_small_group,
     check_zero_grad,
 )
 from .stability_checks import (
@@ -66,12 +68,14 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_format_over_accuracy,
     check_component_alone,
     check_components_diverge,
+    check_constant_component,
     check_same_length,
     check_repetition,
     check_length,
     check_entropy,
     check_reward_std_death,
     check_zero_std,
+    check_small_group,
     check_zero_grad,
     check_plateau,
     check_truncation,
@@ -116,6 +120,7 @@ COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBSUMED_BY = {
     "reward_component_alone": ("format_over_accuracy", "reward_components_diverge"),
     "zero_std_groups": ("reward_constant",),
+    "small_group": ("reward_constant",),
     "zero_grad_steps": ("reward_constant",),
 }
 TREND_STEPS = 6  # run_series.trend needs this many values
@@ -158,7 +163,8 @@ def _located(f: Finding) -> Finding:
     """The finding with its report panel and evidence steps filled in where the check left them out."""
     if f.panel and f.steps:
         return f
-    nums = [int(x) for x in re.findall(r"\bsteps? (\d+)(?:-(\d+))?", f.evidence) for x in x if x]
+    spans = re.findall(r"\bsteps? (\d+)(?:-(\d+))?(?: vs (\d+)-(\d+))?", f.evidence)
+    nums = [int(x) for span in spans for x in span if x]
     return dataclasses.replace(
         f, panel=f.panel or PANELS.get(f.code, ""), steps=f.steps or ((min(nums), max(nums)) if nums else None)
     )

@@ -112,5 +112,9 @@ class DoctorConfig:
     """Reward failures (rewards/failed_fraction) "rise with training" when their recent mean exceeds the
     early one by more than this (absolute) and at least doubles."""
 
+    small_group_max: int = 3
+    """Flag groups of at most this many completions when, over the run, at least `zero_std_share` of
+    them had no signal."""
+
     diverge_min: float = 0.1
     """Two reward components diverge when one rises and another falls, each by more than this."""

@@ -32,8 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .doctor import diagnose
-from .findings import Finding
+from .doctor import Diagnosis, examine
 from .jsonl import to_json_value
 from .report_data import (
     Run,
@@ -136,14 +135,27 @@ def health_html(run: Run) -> str:
     return "".join(parts)
 
 
-def doctor_html(findings: Sequence[Finding]) -> str:
-    if not findings:
-        return '<div class="ok">The doctor found nothing to fix in this run.</div>'
-    return "".join(
-        f'<div class="finding sev{f.severity}"><b>{i}. {_esc(f.title)}</b> <span class="code">{_esc(f.code)}</span>'
-        f'<div>{_esc(f.evidence)}</div><div class="try">try: {_esc(f.advice)}</div></div>'
-        for i, f in enumerate(findings, 1)
-    )
+def doctor_html(diag: Diagnosis, drawn: dict[str, str] | None = None) -> str:
+    """The doctor's findings, each linked to the panel (`drawn`: panel id -> title) and the steps of its
+    evidence (the page's script zooms every panel to them), then its notes (cost, what was not checked)."""
+    drawn = drawn or {}
+    parts = [] if diag.findings else ['<div class="ok">The doctor found nothing to fix in this run.</div>']
+    for i, f in enumerate(diag.findings, 1):
+        link = ""
+        if f.panel in drawn:
+            steps = f" (steps {f.steps[0]}-{f.steps[1]})" if f.steps else ""
+            data = f' data-steps="{f.steps[0]},{f.steps[1]}"' if f.steps else ""
+            link = (
+                f' <a class="evidence" href="#plot-{_esc(f.panel)}" data-panel="{_esc(f.panel)}"{data}>'
+                f"see {_esc(drawn[f.panel])}{_esc(steps)}</a>"
+            )
+        parts.append(
+            f'<div class="finding sev{f.severity}"><b>{i}. {_esc(f.title)}</b> <span class="code">{_esc(f.code)}</span>'
+            f'<div>{_esc(f.evidence)}{link}</div><div class="try">try: {_esc(f.advice)}</div></div>'
+        )
+    if diag.notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{_esc(n.text)}</li>" for n in diag.notes) + "</ul>")
+    return "".join(parts)
 
 
 def config_diff_html(runs: Sequence[Run]) -> str:
@@ -219,9 +231,10 @@ def render(run_dirs: Sequence[Path], live_s: float | None = None) -> str:
         f"{' + '.join(str(len(r.metrics)) for r in runs)} metric records</p>",
         '<div id="live" class="live" hidden></div>',
     ]
+    drawn = {p["id"]: p["title"] for p in panels(runs)}
     for run in runs:
         sections.append((f"<h2>{_esc(run.name)}</h2>" if many else "") + headline_html(run))
-        sections.append(f"<h2>Doctor{': ' + _esc(run.name) if many else ''}</h2>" + doctor_html(diagnose(run)))
+        sections.append(f"<h2>Doctor{': ' + _esc(run.name) if many else ''}</h2>" + doctor_html(examine(run), drawn))
     if many:
         sections.append("<h2>Config differences</h2>" + config_diff_html(runs))
     sections.append(

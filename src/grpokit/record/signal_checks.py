@@ -193,3 +193,61 @@ def check_clip_asymmetry(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findin
         panel="clip",
         steps=span_steps(hi[1]),
     )
+
+
+def check_constant_component(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """One reward function of several scores every completion the same at every step: it adds the same
+    to every member of a group, so it moves the reward curve and teaches nothing (a format term every
+    completion earns, a checker that never fires)."""
+    names = dict.fromkeys(
+        k.split("/")[1] for r in run.metrics for k in r if k.startswith("rewards/") and k.endswith("/std")
+    )
+    if len(names) < 2:
+        return None  # a single function always scoring alike is the constant reward (check_reward_constant)
+    dead = []
+    for n in names:
+        std, mean = values(run, f"rewards/{n}/std"), values(run, f"rewards/{n}/mean")
+        if (
+            len(std) >= 3
+            and mean
+            and all(v <= EPS for _, v in std)
+            and max(v for _, v in mean) - min(v for _, v in mean) <= EPS
+        ):
+            dead.append((n, mean[0][1], std))
+    if not dead or len(dead) == len(names):
+        return None  # every function constant: check_reward_constant names it
+    n, level, std = dead[0]
+    return Finding(
+        "constant_component",
+        f"The reward function {n} scores every completion {level:.3g} at every step: it teaches nothing",
+        f"rewards/{n}/std is 0 and rewards/{n}/mean {level:.3g} at all {len(std)} steps"
+        + (f" (also: {', '.join(d[0] for d in dead[1:])})" if len(dead) > 1 else ""),
+        f"a term every completion earns only shifts the reward: drop {n} from reward.functions, or check that it "
+        "can tell completions apart (a format the model always writes, a checker that never fires)",
+        0.4,
+        panel="reward",
+        steps=(std[0][0], std[-1][0]),
+    )
+
+
+def check_small_group(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Groups too small to carry signal: with G completions per prompt a group teaches only when they
+    score differently; at G = 2 that needs exactly one right of two, and most groups are wasted."""
+    g = config_value(run, "rollout.group_size", None)
+    pts = values(run, "frac_reward_zero_std")
+    if not isinstance(g, int) or g > dc.small_group_max or len(pts) < 3:
+        return None
+    z = statistics.fmean(v for _, v in pts)
+    if z < dc.zero_std_share:
+        return None
+    return Finding(
+        "small_group",
+        f"Groups of {g} completions are too small: most carry no signal",
+        f"rollout.group_size={g}; {z:.0%} of groups scored all alike over steps {pts[0][0]}-{pts[-1][0]} "
+        f"({1 / max(1e-9, 1 - z):.2g} rollouts paid per useful one)",
+        "sample more completions per prompt (rollout.group_size=8 or more) with fewer prompts per step, "
+        "so each step costs the same and more groups carry a signal",
+        0.45,
+        panel="signal",
+        steps=(pts[0][0], pts[-1][0]),
+    )

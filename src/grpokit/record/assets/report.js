@@ -31,6 +31,17 @@
     if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
     return String(+v.toPrecision(4));
   }
+  /* Tick labels: fmt without the trailing zeros of an exponent's mantissa (5.400e-6 -> 5.4e-6). */
+  function tickFmt(v) {
+    return fmt(v).replace(/\.?0+e/, "e");
+  }
+  /* The y axis as wide as its longest tick label (a fixed width cut 5.400e-6 to .400e-6). */
+  function axisSize(u, values) {
+    if (!values || !values.length) return 40;
+    u.ctx.font = u.axes[1].font[0];
+    var widest = Math.max.apply(null, values.map(function (t) { return u.ctx.measureText(String(t)).width; }));
+    return Math.ceil(widest / (window.devicePixelRatio || 1)) + 24;  // + tick and gap
+  }
 
   /* TensorBoard's smoothing: a debiased exponential moving average over the finite points. */
   function smooth(vals, w) {
@@ -138,14 +149,14 @@
       width: width, height: 230,
       scales: { x: { time: false }, y: yScale(pd.series) },
       axes: [{ incrs: INT_INCRS, values: function (u, vs) { return vs.map(function (v) { return Number.isInteger(v) ? String(v) : ""; }); } },
-             { size: 64, values: function (u, vs) { return vs.map(fmt); } }],
+             { size: axisSize, values: function (u, vs) { return vs.map(tickFmt); } }],
       series: [{ label: "step", value: function (u, v) { return v === null || v === undefined ? "--" : String(Math.round(v)); } }]
         .concat(pd.series.map(function (s) { return seriesOpts(panel, s, many); })),
       cursor: { sync: { key: "grpokit" }, drag: { x: true, y: false } },
       hooks: { setScale: [onScale], ready: [addWheel] },
     };
     var u = new uPlot(opts, data, card);
-    u.__full = [pd.xs[0], pd.xs[pd.xs.length - 1]];
+    u.__full = fullX();
     plots.push({ id: panel.id, u: u, series: pd.series.length });
   }
 
@@ -157,7 +168,41 @@
     box.textContent = "";
     var width = Math.max(300, (box.clientWidth >= 1150 ? box.clientWidth / 2 - 6 : box.clientWidth) - 22);
     DATA.panels.forEach(function (panel) { buildPanel(panel, box, Math.floor(width)); });
-    if (state.x) { var r = state.x; plots.forEach(function (p) { syncing = true; p.u.setScale("x", { min: r[0], max: r[1] }); syncing = false; }); }
+    // every panel spans the same steps, step 0 (the evaluation before training) included, so no panel
+    // clips a point another one draws; a saved zoom wins
+    var r = state.x || fullX();
+    plots.forEach(function (p) { syncing = true; p.u.setScale("x", { min: r[0], max: r[1] }); syncing = false; });
+  }
+
+  /* [first, last] step over every run's metrics and held-out points. */
+  function fullX() {
+    var lo = Infinity, hi = -Infinity;
+    DATA.runs.forEach(function (run) {
+      run.steps.concat((run.heldout || []).map(function (p) { return p[0]; })).forEach(function (s) {
+        if (s < lo) lo = s; if (s > hi) hi = s;
+      });
+    });
+    return lo === Infinity ? [0, 1] : lo === hi ? [lo - 1, hi + 1] : [lo, hi];
+  }
+
+  /* A doctor finding's link: scroll to its panel and zoom every panel to the steps of its evidence. */
+  function linkFindings() {
+    Array.prototype.forEach.call(document.querySelectorAll("a.evidence"), function (a) {
+      a.addEventListener("click", function (e) {
+        var card = document.getElementById("plot-" + a.getAttribute("data-panel"));
+        if (!card) return;
+        e.preventDefault();
+        var steps = (a.getAttribute("data-steps") || "").split(",").map(Number);
+        if (steps.length === 2 && !isNaN(steps[0]) && !isNaN(steps[1])) {
+          var pad = Math.max(1, Math.round((steps[1] - steps[0]) * 0.1));
+          state.x = [steps[0] - pad, steps[1] + pad];
+          plots.forEach(function (p) { syncing = true; p.u.setScale("x", { min: state.x[0], max: state.x[1] }); syncing = false; });
+        }
+        card.scrollIntoView({ block: "center" });
+        card.classList.add("flash");
+        setTimeout(function () { card.classList.remove("flash"); }, 1500);
+      });
+    });
   }
 
   function buildControls() {
@@ -287,6 +332,7 @@
 
   buildControls();
   buildAll();
+  linkFindings();
   buildSamples();
   if (state.scrollY) window.scrollTo(0, state.scrollY);
   live();
