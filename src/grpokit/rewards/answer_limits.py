@@ -23,6 +23,7 @@ MAX_CHARS = 1000
 MAX_DEPTH = 24
 MAX_DIGITS = 10_000  # 10^{10000} is still checked; 10^{10001} is not
 _NUM = re.compile(r"\s*(\d+(?:\.\d+)?|e(?![a-zA-Z]))")
+_BANG = re.compile(r"\s*!")
 _FACT = re.compile(r"(\d+)\s*!|\(([^()]*)\)\s*!|\{([^{}]*)\}\s*!")
 
 
@@ -44,9 +45,12 @@ def _log10_of(text: str, pos: int) -> tuple[float | None, int]:
         return None, pos
     base = math.e if m.group(1) == "e" else float(m.group(1))
     end = m.end()
+    while (bang := _BANG.match(text, end)) is not None:  # n! (and (n!)! through _FACT): its size, by lgamma
+        base = math.inf if base > 1e15 else 10 ** min(300.0, math.lgamma(base + 1) / math.log(10))
+        end = bang.end()
     hat = re.compile(r"\s*\^\s*").match(text, end)
     if hat is None:
-        return (math.log10(base) if base > 0 else 0.0), end
+        return (math.log10(base) if 0 < base < math.inf else 0.0 if base <= 0 else math.inf), end
     exp_pos = hat.end()
     braced = exp_pos < len(text) and text[exp_pos] == "{"
     exp_log, exp_end = _log10_of(text, exp_pos + braced)
@@ -60,7 +64,7 @@ def _log10_of(text: str, pos: int) -> tuple[float | None, int]:
     exponent = math.inf if exp_log > 300 else 10**exp_log
     if base <= 1:
         return 0.0, exp_end
-    return exponent * math.log10(base), exp_end
+    return (math.inf if base == math.inf else exponent * math.log10(base)), exp_end
 
 
 def _digits(text: str) -> float:

@@ -7,7 +7,10 @@ None) and still tells the runner more:
 - **Start-up is not the call's work.** ``startup()`` marks a stretch of a call as start-up (a verifier
   pool being spawned and warmed, the sandbox's host probe): the call's deadline stops while it runs.
   Start-up has its own budget (``pool.START_TIMEOUT_S``, 120 s), enforced by whoever runs the call.
-  Outside a deadline-bound call it does nothing.
+  ``timed_elsewhere()`` marks a wait on work that holds deadlines of its own (the verifier's budget
+  per answer): the call's deadline stops too, without a budget, so answers that each spend their own
+  budget cannot together run the calling reward out of time and fail its honest answers with them.
+  Outside a deadline-bound call both do nothing.
 - **What a completion caused is counted by kind and scored 0.** ``report_fault(i, kind, reason)``
   says that completion ``i`` of the call was scored 0 for something it did itself (its verification
   ran out of budget, its program tampered with the sandbox's result channel, it crashed the verifier,
@@ -35,7 +38,7 @@ _local = threading.local()
 class Clock(Protocol):
     """A call's deadline clock: ``pause`` stops it (start-up begins), ``resume`` starts it again."""
 
-    def pause(self) -> None: ...
+    def pause(self, budgeted: bool = True) -> None: ...
 
     def resume(self) -> None: ...
 
@@ -47,10 +50,11 @@ class ThreadClock:
         self.lock = threading.Lock()
         self.paused_at: float | None = None
         self.paused_s = 0.0
+        self.budgeted = True
 
-    def pause(self) -> None:
+    def pause(self, budgeted: bool = True) -> None:
         with self.lock:
-            self.paused_at = time.monotonic()
+            self.paused_at, self.budgeted = time.monotonic(), budgeted
 
     def resume(self) -> None:
         with self.lock:
@@ -64,7 +68,7 @@ class ThreadClock:
         now = time.monotonic()
         with self.lock:
             if self.paused_at is not None:
-                return min(1.0, self.paused_at + startup_budget_s - now)
+                return min(1.0, self.paused_at + startup_budget_s - now) if self.budgeted else 1.0
             return start + self.paused_s + timeout_s - now
 
 
@@ -80,19 +84,28 @@ def deadline_clock(clock: Clock | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def startup() -> Iterator[None]:
-    """Run the body as start-up: it does not count against the current call's deadline (nesting is fine)."""
+def _paused(budgeted: bool) -> Iterator[None]:
     clock = getattr(_local, "clock", None)
-    depth = getattr(_local, "startup_depth", 0)
-    _local.startup_depth = depth + 1
-    if clock is not None and depth == 0:
-        clock.pause()
+    depth = getattr(_local, "pause_depth", 0)
+    _local.pause_depth = depth + 1
+    if clock is not None and depth == 0:  # nested pauses: the outermost one decides
+        clock.pause(budgeted)
     try:
         yield
     finally:
-        _local.startup_depth = depth
+        _local.pause_depth = depth
         if clock is not None and depth == 0:
             clock.resume()
+
+
+def startup() -> contextlib.AbstractContextManager[None]:
+    """Run the body as start-up: not counted against the current call's deadline, within its own budget."""
+    return _paused(True)
+
+
+def timed_elsewhere() -> contextlib.AbstractContextManager[None]:
+    """Run the body (a wait on work with deadlines of its own) outside the current call's deadline."""
+    return _paused(False)
 
 
 def report_fault(index: int, kind: str, reason: str) -> None:

@@ -56,7 +56,7 @@ class _AlarmClock:
     def __init__(self) -> None:
         self.left = 0.0
 
-    def pause(self) -> None:
+    def pause(self, budgeted: bool = True) -> None:
         self.left = signal.setitimer(signal.ITIMER_REAL, 0)[0]
 
     def resume(self) -> None:

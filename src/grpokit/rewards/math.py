@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from .answer_limits import over_limit
 from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
-from .calls import MACHINE, report_fault, startup
+from .calls import MACHINE, report_fault, startup, timed_elsewhere
 from .errors import RewardInfrastructureError
 from .pool import WorkerPool
 
@@ -171,8 +171,8 @@ class MathVerifyPool:
     """
 
     def __init__(self, num_workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        require_math_verify()  # fail here, in one sentence, not with one 0.0 per item in the workers
-        with startup():
+        with startup():  # the import and the pool's spawn and warm-up: not the calling reward's deadline
+            require_math_verify()  # fail here, in one sentence, not with one 0.0 per item in the workers
             self.pool = WorkerPool(num_workers, name="math-verify", initializer=warm_up, cpu_budget=True, spares=1)
         self.timeout_s = timeout_s
         self.timeouts = 0  # items cut off so far
@@ -199,7 +199,9 @@ class MathVerifyPool:
             (_verify_item, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
             for g, p, q in zip(golds, predictions, prompts)
         ]
-        return [self._score(i, outcome) for i, outcome in enumerate(self.pool.run(tasks, self.timeout_s))]
+        with timed_elsewhere():  # each answer holds its own budget: not the calling reward's deadline
+            outcomes = self.pool.run(tasks, self.timeout_s)
+        return [self._score(i, outcome) for i, outcome in enumerate(outcomes)]
 
     def _score(self, i: int, outcome: Any) -> float | None:
         if outcome.fatal:

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from .calls import startup
 from .errors import RewardInfrastructureError
-from .pool_worker import PAUSED, READY, RESUMED, STARTED, sched_times, worker_main
+from .pool_worker import PAUSED, PAUSED_UNBUDGETED, READY, RESUMED, STARTED, sched_times, worker_main
 
 
 @dataclass(frozen=True)
@@ -357,7 +357,7 @@ class WorkerPool:
 
     def _next_check(self, b: "_Busy", timeout_s: float, now: float) -> float:
         if b.started is None or b.paused_at is not None:
-            return (b.paused_at or b.sent) + self.start_timeout_s
+            return (b.paused_at or b.sent) + self.start_timeout_s if b.budgeted else now + 1.0
         if self.cpu_budget and b.times0 is not None:
             return now + _POLL_S
         return b.started + b.paused_s + timeout_s
@@ -365,7 +365,8 @@ class WorkerPool:
     def _verdict(self, b: "_Busy", timeout_s: float, now: float) -> str | None:
         """None (still within its time), "timeout" (its own work ran out), "slow" or "start" (the machine's)."""
         if b.started is None or b.paused_at is not None:
-            return "start" if now - (b.paused_at or b.sent) > self.start_timeout_s else None
+            late = b.budgeted and now - (b.paused_at or b.sent) > self.start_timeout_s
+            return "start" if late else None
         elapsed = now - b.started - b.paused_s
         times = sched_times(b.worker.proc.pid) if b.times0 is not None else None
         ran, waited = (times[0] - b.times0[0], times[1] - b.times0[1]) if times and b.times0 else (0.0, 0.0)
@@ -412,17 +413,18 @@ class _Busy:
     started: float | None = None  # when the worker said it began (its imports done)
     paused_at: float | None = None  # start-up under way inside the task (calls.startup)
     paused_s: float = 0.0
+    budgeted: bool = True  # the pause is start-up (START_TIMEOUT_S), not a wait timed elsewhere
     times0: tuple[float, float] | None = None  # the worker's (run, wait) seconds when it began
 
     def note(self, what: str) -> None:
         now = time.monotonic()
         if what == STARTED:
             self.started, self.times0 = now, sched_times(self.worker.proc.pid)
-        elif what == PAUSED and self.paused_at is None:
-            self.paused_at = now
+        elif what in (PAUSED, PAUSED_UNBUDGETED) and self.paused_at is None:
+            self.paused_at, self.budgeted = now, what == PAUSED
         elif what == RESUMED and self.paused_at is not None:
             self.paused_s += now - self.paused_at
-            self.paused_at = None
+            self.paused_at, self.budgeted = None, True
             if self.times0 is not None:  # start-up's CPU time is not the task's either
                 self.times0 = sched_times(self.worker.proc.pid) or self.times0
 

@@ -7,7 +7,9 @@ id it belongs to:
 - ``(id, STARTED)`` once the item is unpickled (the reward module imported): the item's deadline
   starts here, not when it was sent, so imports and a cold start never count against it;
 - ``(id, PAUSED)`` / ``(id, RESUMED)`` around start-up inside the item (``grpokit.rewards.calls.startup``:
-  a verifier pool spawned and warmed, the sandbox probed): the deadline stops meanwhile;
+  a verifier pool spawned and warmed, the sandbox probed): the deadline stops meanwhile, and the
+  start-up budget runs; ``PAUSED_UNBUDGETED`` instead around a wait on work timed elsewhere
+  (``calls.timed_elsewhere``: the verifier's own budget per answer);
 - ``(id, ok, value, error, fatal)``: the item's result.
 """
 
@@ -25,7 +27,7 @@ from .calls import deadline_clock
 from .errors import RewardInfrastructureError
 
 READY = -1  # request id of the hello a worker sends once it can take tasks
-STARTED, PAUSED, RESUMED = "started", "paused", "resumed"
+STARTED, PAUSED, PAUSED_UNBUDGETED, RESUMED = "started", "paused", "paused, timed elsewhere", "resumed"
 
 
 def die_with_parent() -> None:
@@ -67,8 +69,8 @@ class _PipeClock:
     def __init__(self, conn: Connection, request_id: int) -> None:
         self.conn, self.request_id = conn, request_id
 
-    def pause(self) -> None:
-        self.conn.send_bytes(pickle.dumps((self.request_id, PAUSED)))
+    def pause(self, budgeted: bool = True) -> None:
+        self.conn.send_bytes(pickle.dumps((self.request_id, PAUSED if budgeted else PAUSED_UNBUDGETED)))
 
     def resume(self) -> None:
         self.conn.send_bytes(pickle.dumps((self.request_id, RESUMED)))
