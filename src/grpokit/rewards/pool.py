@@ -113,6 +113,7 @@ class _Worker:
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=worker_main, args=(child, initializer), daemon=False)
         _in_spawner_thread(self.proc.start)
+        _LIVE_PIDS.add(self.proc.pid)
         child.close()
         self.ready = False
 
@@ -140,9 +141,17 @@ class _Worker:
             self.proc.kill()
         self.proc.join(timeout=5)
         self.conn.close()
+        _LIVE_PIDS.discard(self.proc.pid)
 
 
 _OPEN_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_LIVE_PIDS: set[int] = set()  # pids of pool workers not yet ended (a run's reaper keeps them)
+
+
+def live_worker_pids() -> set[int]:
+    """The pids of this process's pool workers still running (kept by train/reaper.py at a run's end:
+    the process-wide verifier pool serves the next run; the processes they started are not kept)."""
+    return set(_LIVE_PIDS)
 
 
 @atexit.register
@@ -394,6 +403,7 @@ class WorkerPool:
             if worker.proc.is_alive():
                 worker.proc.kill()
                 worker.proc.join(timeout=2)
+            _LIVE_PIDS.discard(worker.proc.pid)
 
     def __enter__(self) -> "WorkerPool":
         return self
