@@ -38,13 +38,16 @@ def _need_sandbox():
 
 def test_tampering_with_the_result_channel_forfeits_the_reward_in_process():
     # a record nested 200,000 deep, then a correct f; 2 cases. Were the deep line to taint case 0 only,
-    # case 1 would pass: 0.5. The completion fails as tampering.
-    from grpokit.rewards.code import SandboxTampering, code_pass_fraction
+    # case 1 would pass: 0.5. The completion scores 0.0 as tampering (a plain float to a direct caller,
+    # as TRL's convention asks: an exception would drop it from its group), reported by kind.
+    from grpokit.rewards.calls import collecting_faults
+    from grpokit.rewards.code import code_pass_fraction
 
     _need_sandbox()
-    with pytest.raises(SandboxTampering, match="result channel"):
-        code_pass_fraction([f"```python\n{TAMPER}```"], [CASES], wall_s=10)
-    assert code_pass_fraction([f"```python\n{HONEST}```"], [CASES], wall_s=10) == [1.0]
+    with collecting_faults() as faults:
+        out = code_pass_fraction([f"```python\n{TAMPER}```", f"```python\n{HONEST}```"], [CASES, CASES], wall_s=10)
+    assert out == [0.0, 1.0] and type(out[0]) is float
+    assert list(faults) == [0] and faults[0][0] == "tampering" and "result channel" in faults[0][1]
 
 
 @pytest.mark.parametrize("workers", [0, 1])
@@ -64,7 +67,9 @@ def test_tampering_is_a_counted_failure_through_the_runner(workers):
             {"test_cases": [CASES, CASES]},
         )
     assert res.total_N.tolist() == [0.0, 1.0]
-    assert res.metrics["rewards/code/failures"] == 1.0
+    m = res.metrics
+    assert m["rewards/code/tampering"] == 1.0 and m["rewards/code/zeroed"] == 1.0 and m["rewards/code/failures"] == 0.0
+    assert m["rewards/code/mean"] == 0.5  # the tamperer's 0 is a score like any other
 
 
 @pytest.mark.parametrize(
@@ -78,11 +83,13 @@ def test_tampering_is_a_counted_failure_through_the_runner(workers):
     ],
 )
 def test_channel_tampering_neighbours_forfeit(program):
-    from grpokit.rewards.code import SandboxTampering, code_pass_fraction
+    from grpokit.rewards.calls import collecting_faults
+    from grpokit.rewards.code import code_pass_fraction
 
     _need_sandbox()
-    with pytest.raises(SandboxTampering):
-        code_pass_fraction([f"```python\n{program}```"], [CASES], wall_s=10, memory_mb=512)
+    with collecting_faults() as faults:
+        assert code_pass_fraction([f"```python\n{program}```"], [CASES], wall_s=10, memory_mb=512) == [0.0]
+    assert faults[0][0] == "tampering"
 
 
 # ------------------------------------------------------------------------------------------ verifier
@@ -104,22 +111,23 @@ def test_the_verifier_is_warm_before_the_first_deadline_runs():
         assert pool.timeouts == 0
 
 
-def test_a_verifier_time_out_is_a_counted_failure_not_a_zero():
-    # a power tower keeps sympy busy past the deadline: the item is an ItemFailure (NaN to numeric
-    # code), and RewardRunner counts it as a failure and a timeout of math_accuracy
-    from grpokit.rewards.errors import ItemFailure
+def test_a_verifier_time_out_scores_zero_and_is_counted():
+    # an answer that keeps sympy busy past its CPU budget (a deep sum of powers: under every text
+    # limit, answer_limits.py) scores 0.0 like a wrong answer (a NaN would drop it from its group, so a
+    # policy unsure of its answer would be paid for stalling the checker) and is counted as a timeout
+    from grpokit.rewards.calls import collecting_faults
     from grpokit.rewards.math import MathVerifyPool, math_accuracy
     from grpokit.rewards.runner import RewardRunner
 
-    tower = r"\boxed{9^{9^{9^{9^{9}}}}}"
-    with MathVerifyPool(timeout_s=1.0) as pool:
-        out = pool.verify(["6", "5"], [tower, r"\boxed{5}"])
-    assert isinstance(out[0], ItemFailure) and out[0].timed_out and out[0] != out[0] and out[1] == 1.0
+    slow = r"\boxed{" + "".join(f"(x+{k})" for k in range(100)) + "}"  # 5 CPU seconds of sympy
+    with MathVerifyPool(timeout_s=0.5) as pool, collecting_faults() as faults:
+        out = pool.verify(["6", "5"], [slow, r"\boxed{5}"])
+    assert out == [0.0, 1.0] and pool.timeouts == 1 and faults[0][0] == "timeouts"
     with RewardRunner([RewardSpec(math_accuracy, "math_accuracy")], num_workers=0, timeout_s=60) as runner:
-        res = runner.score(["p"] * 2, [tower, r"\boxed{5}"], [[1], [1]], 2, {"answer": ["6", "5"]})
+        res = runner.score(["p"] * 2, [slow, r"\boxed{5}"], [[1], [1]], 2, {"answer": ["6", "5"]})
     m = res.metrics
     assert res.total_N.tolist() == [0.0, 1.0]
-    assert m["rewards/math_accuracy/failures"] == 1.0 and m["rewards/math_accuracy/timeouts"] == 1.0
+    assert m["rewards/math_accuracy/failures"] == 0.0 and m["rewards/math_accuracy/zeroed"] == 1.0
 
 
 def test_length_rewards_pass_a_verifier_failure_on():
@@ -367,7 +375,9 @@ def test_a_reward_server_that_never_answers_is_timed_out_counted_and_stops_the_r
         ) as runner:
             start = time.monotonic()
             res = runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 2, {"url": [server.url] * 4})
-            assert time.monotonic() - start < 20  # 2 group calls of 0.5 s (timed-out groups are not retried)
+            # 2 group calls of 0.5 s (timed-out groups are not retried), plus, with a worker, two worker
+            # start-ups (each imports this module, torch with it: start-up, outside every deadline)
+            assert time.monotonic() - start < 60
             assert res.metrics["rewards/rm/timeouts"] == 4.0 and res.total_N.tolist() == [0.0] * 4
             runner.max_failure_fraction = 0.5
             with pytest.raises(RewardError, match=r"Reward 'rm' failed on 4 of 4 completions.*timed out after 0.5 s"):

@@ -344,7 +344,7 @@ def f(x):
 
 def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
     # end to end, as a model's program would do it: skipping the deep line and reading the forged record
-    # as the verdict would give it 1.0; the forger fails (counted), the honest program passes
+    # as the verdict would give it 1.0; the forger scores 0 (counted as tampering), the honest program passes
     import functools
 
     from grpokit.rewards.code import code_pass_fraction, probe
@@ -361,7 +361,7 @@ def test_a_program_forging_its_verdict_in_the_sandbox_earns_nothing():
     res = runner.score(
         ["p", "p"], [f"```python\n{FORGER}```", f"```python\n{honest}```"], [[1], [1]], 1, {"test_cases": cases}
     )
-    assert res.total_N.tolist() == [0.0, 1.0] and res.metrics["rewards/code/failures"] == 1.0
+    assert res.total_N.tolist() == [0.0, 1.0] and res.metrics["rewards/code/tampering"] == 1.0
 
 
 # -------------------------------------------------------------------------------------------- servers

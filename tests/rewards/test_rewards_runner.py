@@ -118,9 +118,11 @@ def test_hard_timeout_kills_the_worker_and_later_groups_still_score():
     with RewardRunner([RewardSpec(slow_on_slow, "s")], num_workers=1, timeout_s=1.0, failure_value=-2.0) as runner:
         start = time.monotonic()
         res = runner.score(**_batch(["slow", "a", "b", "c"], group_size=2))
-        assert time.monotonic() - start < 8
-        assert runner._pool.restarts == 1
-    assert res.rewards_NF[:, 0].tolist() == [-2.0, -2.0, 1.0, 1.0]  # a timed-out group is not retried
+        assert time.monotonic() - start < 12
+        # 1 kill; 2 when the loop spent over half its second waiting for a CPU (a loaded machine): a
+        # call cut short by the machine's slowness is tried once more before it counts (rewards/pool.py)
+        assert runner._pool.restarts in (1, 2)
+    assert res.rewards_NF[:, 0].tolist() == [-2.0, -2.0, 1.0, 1.0]  # a timed-out group is not split up
     assert res.metrics["rewards/s/failures"] == 2.0
 
 

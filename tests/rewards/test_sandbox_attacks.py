@@ -183,10 +183,11 @@ def test_printing_fake_passed_lines(canary):
         " 'value': 'ok'})]:\n    print(line)\n    os.write(3, (line + '\\n').encode())\n"
         "def add(a, b):\n    return None"
     )
-    from grpokit.rewards.code import SandboxTampering
+    from grpokit.rewards.calls import collecting_faults
 
-    with pytest.raises(SandboxTampering):  # call mode: a line the harness did not write forfeits the reward
-        score(code, CALL)
+    with collecting_faults() as faults:  # call mode: a line the harness did not write forfeits the reward
+        assert score(code, CALL) == 0.0
+    assert faults[0][0] == "tampering"
     assert score(code.replace("def add", "def _unused")) == 0.0
 
 
@@ -237,30 +238,26 @@ HOSTILE_RECORDS = [
 def test_hostile_result_records_are_failed_cases_not_parent_errors(canary, line):
     # The program writes the hostile line on the result channel, then exits; add(1, 2) is never
     # reported honestly. In call mode (the program shares the harness's process) any line the harness
-    # did not write is tampering: the completion fails (SandboxTampering; the runner counts it and
-    # gives failure_value); a well-formed record of case 0 in its place is read as the program's own
-    # (wrong) output: 0.0. In stdio mode the program cannot reach the channel: 0.0.
-    from grpokit.rewards.code import SandboxTampering
-
+    # did not write is tampering: the completion scores 0.0, counted as tampering; a well-formed record
+    # of case 0 in its place is read as the program's own (wrong) output: 0.0. In stdio mode the
+    # program cannot reach the channel: 0.0.
     code = f"import os\nos.write(3, ({line!r} + '\\n').encode('utf-8', 'surrogatepass'))\nos._exit(0)"
-    try:
-        assert score(code, CALL) == 0.0
-    except SandboxTampering:
-        pass
+    assert score(code, CALL) == 0.0
     assert score(code) == 0.0
 
 
 def test_a_hostile_line_fails_the_case_it_was_written_in(canary):
     # a deeply nested line, then a well-formed record for case 0, both written by the program: the
     # harness writes one line per case, so the stray line is tampering (failing only its case would give 1.0)
-    from grpokit.rewards.code import SandboxTampering
+    from grpokit.rewards.calls import collecting_faults
 
     code = (
         "import os\nos.write(3, b'[' * 100000 + b'\\n')\n"
         'os.write(3, b\'{"case": 0, "status": "ok", "value": 3}\\n\')\nos._exit(0)'
     )
-    with pytest.raises(SandboxTampering):
-        score(code, CALL)
+    with collecting_faults() as faults:
+        assert score(code, CALL) == 0.0
+    assert faults[0][0] == "tampering"
 
 
 def test_nesting_and_size_bounds_of_the_parser():

@@ -62,6 +62,7 @@ def make_python_tool(
     wall_s: float = 5.0, memory_mb: int = 512, allow_unsafe_code_execution: bool = False, max_output_bytes: int = 4096
 ) -> Callable[[str], str]:
     """The ``python`` tool with these limits: runs ``code`` in the sandbox, returns its stdout."""
+    from grpokit.rewards.calls import startup
     from grpokit.rewards.code import HARNESS, require_isolation
     from grpokit.rewards.sandbox.isolation import Limits, run_sandboxed
 
@@ -78,7 +79,8 @@ def make_python_tool(
         Args:
             code: the program; use print() to show results.
         """
-        isolated = require_isolation(allow_unsafe_code_execution, limits)  # this tool's own budget
+        with startup():  # the host's isolation probe (once per process): start-up, not the call's deadline
+            isolated = require_isolation(allow_unsafe_code_execution, limits)  # this tool's own budget
         job = {"mode": "stdio", "inputs": [""], "case_timeout_s": wall_s, "max_output_bytes": max_output_bytes}
         files = {"solution.py": code, "job.json": json.dumps(job), "harness.py": HARNESS}
         res = run_sandboxed(

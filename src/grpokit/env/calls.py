@@ -7,7 +7,8 @@ another, a batch of hung resets cost ``reset_timeout_s`` per episode (a 2-step r
 sleeps forever sat 10 minutes in silence). So:
 
 - each call runs in a daemon thread (it never blocks the process's exit), at most ``threads`` at
-  once, and each has its own deadline of ``timeout_s`` from its start: a batch of hung calls costs
+  once, and each has its own deadline of ``timeout_s`` from its start (when its thread began it,
+  start-up it marks left out: ``Task.left``): a batch of hung calls costs
   one deadline, not one per episode. The threads are a key's reused workers (env/workers.py): a
   thread start per call cost more than the calls themselves on a loaded machine;
 - at its deadline a call is abandoned: it becomes a timed-out ``Outcome``, and its thread is asked
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from typing import Any, Callable
 
 from grpokit.rewards.errors import RewardError
@@ -67,7 +67,7 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
     and, when every call hangs, within one ``timeout_s`` (the rest fail at once, see the docstring)."""
     outcomes: list[Outcome | None] = [None] * len(calls)
     cond = threading.Condition()
-    live: dict[int, tuple[workers.Task, float]] = {}  # call -> (task, start)
+    live: dict[int, workers.Task] = {}
     queued = iter(range(len(calls)))
     nxt = next(queued, None)
 
@@ -85,18 +85,17 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
                     False, error=f"not run: {busy} earlier calls that timed out are still running", timed_out=True
                 )
             else:
-                live[nxt] = (workers.submit(key, functools.partial(_contained, calls[nxt]), wake), time.monotonic())
+                live[nxt] = workers.submit(key, functools.partial(_contained, calls[nxt]), wake)
             nxt = next(queued, None)
         if not live:
             continue
         with cond:
-            if not any(t.done.is_set() for t, _ in live.values()):
-                cond.wait(max(0.0, min(s for _, s in live.values()) + timeout_s - time.monotonic()))
-        now = time.monotonic()
-        for i, (task, start) in list(live.items()):
+            if not any(t.done.is_set() for t in live.values()):
+                cond.wait(max(0.0, min(t.left(timeout_s) for t in live.values())))
+        for i, task in list(live.items()):
             if task.done.is_set():
                 outcomes[i] = task.value
-            elif now - start < timeout_s:
+            elif task.left(timeout_s) > 0:
                 continue
             elif task.abandon(CallAbandoned):
                 outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)

@@ -130,7 +130,7 @@ def call_tool(
             return "error", e
 
     task = workers.submit(f"tool-{name}", run)
-    task.done.wait(timeout=max(0.0, timeout_s))
+    task.wait(max(0.0, timeout_s))  # from when the call began: a thread slow to start is not the tool's time
     seconds = time.perf_counter() - start
     if not task.done.is_set() and task.abandon(ToolTimedOut):  # asked to stop, and counted until it does
         return _error(name, f"Tool {name} timed out after {timeout_s:g} s", max_chars, seconds=seconds, timed_out=True)

@@ -16,6 +16,9 @@ threads are kept and handed the next call:
   and an abandoned worker never publishes, never returns to the idle list and is never handed
   another task; it ends once its call returns. The stop is sent only while the worker is still on
   that task, so it cannot land in a later call;
+- a call's deadline measures the call: ``Task.left`` counts from when its worker began it (not from
+  the submit, which may wait for a thread to start on a loaded machine) and leaves out start-up the
+  call marks itself (``grpokit.rewards.calls.startup``), which has its own ``STARTUP_BUDGET_S``;
 - ``running_abandoned(key)`` counts a key's abandoned workers still running; the callers bound it;
 - a forked child forgets its parent's workers (they do not exist in it) and starts its own.
 """
@@ -27,8 +30,12 @@ import ctypes
 import os
 import queue
 import threading
+import time
 from typing import Any, Callable
 
+from grpokit.rewards.calls import ThreadClock, deadline_clock
+
+STARTUP_BUDGET_S = 120.0  # a call not begun, or in start-up, this long: its deadline has passed
 IDLE_S = 60.0  # an idle worker ends after this long without work
 MAX_IDLE = 16  # idle workers kept per key; one finishing while as many wait ends
 _lock = threading.Lock()  # guards _idle, _abandoned and _started
@@ -54,6 +61,21 @@ class Task:
         self.error: BaseException | None = None
         self._worker: _Worker | None = None
         self._abandoned = False
+        self.submitted = time.monotonic()
+        self.started: float | None = None  # when its worker began it
+        self.clock = ThreadClock()
+
+    def left(self, timeout_s: float) -> float:
+        """Seconds left of a ``timeout_s`` deadline from the call's start, start-up left out (<= 0: passed)."""
+        if self.started is None:
+            return min(1.0, self.submitted + STARTUP_BUDGET_S - time.monotonic())
+        return self.clock.left(self.started, timeout_s, STARTUP_BUDGET_S)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for the result until the call's own deadline (``left``) passes; True when it is there."""
+        while not self.done.is_set() and (left := self.left(timeout_s)) > 0:
+            self.done.wait(left)
+        return self.done.is_set()
 
     def abandon(self, exc: type[BaseException] = CallAbandoned) -> bool:
         """Give up on the task: True when it was still running (its worker is now abandoned and asked
@@ -84,7 +106,8 @@ class _Worker:
         try:
             while (task := self._next()) is not None:
                 try:
-                    value, error = contextvars.Context().run(task.fn), None
+                    task.started = time.monotonic()
+                    value, error = contextvars.Context().run(_bound, task), None
                 except BaseException as e:  # the stop, or a function that does not catch its own errors
                     value, error = None, e
                 with self.lock:
@@ -116,6 +139,11 @@ class _Worker:
                         idle.remove(self)
                         return None
                 # taken off the idle list by submit(): its task is on the way
+
+
+def _bound(task: Task) -> Any:
+    with deadline_clock(task.clock):
+        return task.fn()
 
 
 def submit(key: str, fn: Callable[[], Any], notify: Callable[[], None] | None = None) -> Task:

@@ -9,7 +9,9 @@ The program is the last ```python (or ```py) fenced block of the completion. Tes
   compares strictly: same types (True is not 1, 1 is not 1.0), floats within 1e-9 (relative or absolute).
 
 Rewards: code_pass_fraction = passed / number of cases; code_all_pass = 1.0 iff every case passes.
-No code block -> 0.0; no `test_cases` for a row -> None (not applicable).
+No code block -> 0.0; no `test_cases` for a row -> None (not applicable). A program that tampers with the
+result channel scores 0.0 whatever its cases returned, reported as ``tampering`` (grpokit.rewards.calls):
+to a direct caller (TRL) it is a plain 0.0, never an exception that would drop it from its group.
 
 Verdicts are made here, by the trusted parent: expected outputs never enter the sandbox and a program
 can only report its own outputs (see sandbox/harness.py). Before the first run we `probe()` the host's
@@ -33,6 +35,7 @@ from typing import Any
 
 from grpokit.rewards.sandbox.isolation import Limits, parse_records, run_sandboxed
 
+from .calls import report_fault, startup
 from .errors import RewardInfrastructureError
 from .math import completion_text
 from .sandbox import budget
@@ -43,8 +46,8 @@ _PROGRAM = ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"]
 
 
 class SandboxTampering(ValueError):
-    """A program wrote on the sandbox's result channel itself: the completion fails (counted in the
-    reward's failures, ``reward.failure_value``), whatever its cases returned."""
+    """A program wrote on the sandbox's result channel itself (raised by ``run_tests``): the code rewards
+    score the completion 0.0 whatever its cases returned, and report it as ``tampering``."""
 
 
 class UnsafeCodeExecutionError(RewardInfrastructureError):
@@ -217,23 +220,31 @@ def _scores(
     if test_cases is None:
         raise ValueError("code rewards need a 'test_cases' column.")
 
-    def one(c: Any, cases: Any) -> float | None:
+    def one(c: Any, cases: Any) -> tuple[float | None, str]:
         if cases is None:
-            return None
+            return None, ""
         code = extract_code(completion_text(c))
         if code is None:
-            return 0.0
-        passed = run_tests(code, cases, limits, allow_unsafe, cancel)
-        return float(all(passed)) if all_or_nothing else sum(passed) / len(passed)
+            return 0.0, ""
+        try:
+            passed = run_tests(code, cases, limits, allow_unsafe, cancel)
+        except SandboxTampering as exc:  # the completion's own doing: 0, as a wrong program, and counted
+            return 0.0, str(exc)
+        return (float(all(passed)) if all_or_nothing else sum(passed) / len(passed)), ""
 
-    require_isolation(allow_unsafe, limits)  # refuse before running anything
+    with startup():  # the host's isolation probe (once per process) is start-up, not this call's work
+        require_isolation(allow_unsafe, limits)  # refuse before running anything
     cancel = threading.Event()
     ex = cf.ThreadPoolExecutor(max_workers=max_parallel)  # threads only wait on sandboxes
     try:
-        return list(ex.map(one, completions, test_cases))
+        results = list(ex.map(one, completions, test_cases))
     finally:  # interrupted (the reward call's deadline): stop the sandboxes now, not at their wall-clock limit
         cancel.set()
         ex.shutdown(wait=True, cancel_futures=True)
+    for i, (_, tampered) in enumerate(results):  # reported from the calling thread, where the call's record is
+        if tampered:
+            report_fault(i, "tampering", tampered)
+    return [score for score, _ in results]
 
 
 def _limits(wall_s: float, memory_mb: int) -> Limits:

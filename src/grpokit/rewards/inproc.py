@@ -16,6 +16,10 @@ interpreter waits for it forever (the run "finishes" but the process never exits
   most ``MAX_ABANDONED`` abandoned calls of one function may still be running: further calls fail at
   once as timeouts instead of starting more threads (no thread leak).
 
+Start-up inside a call (``grpokit.rewards.calls.startup``: the verifier pool spawned and warmed on
+the first math reward, the sandbox probed on the first code reward) stops the deadline in both modes:
+the alarm is suspended and set again with what was left, and the daemon-thread wait does not count it.
+
 Exceptions that would end a process (``SystemExit`` from ``sys.exit(3)``, ``KeyboardInterrupt`` raised by
 the function itself) are the call's failure, not the run's; a real Ctrl-C during the call still stops
 the run, because the SIGINT handler installed for the call marks it as real (and hands it to the
@@ -30,8 +34,9 @@ import threading
 import time
 from typing import Any, Callable
 
+from .calls import ThreadClock, deadline_clock
 from .errors import RewardInfrastructureError
-from .pool import Outcome
+from .pool import START_TIMEOUT_S, Outcome
 
 MAX_ABANDONED = 4  # timed-out daemon-thread calls of one function that may still be running
 
@@ -43,6 +48,20 @@ class CallTimedOut(BaseException):
 
 def _failure(exc: BaseException) -> Outcome:
     return Outcome(False, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+class _AlarmClock:
+    """The main thread's deadline: pausing takes the interval timer down and keeps what was left of it."""
+
+    def __init__(self) -> None:
+        self.left = 0.0
+
+    def pause(self, budgeted: bool = True) -> None:
+        self.left = signal.setitimer(signal.ITIMER_REAL, 0)[0]
+
+    def resume(self) -> None:
+        if self.left > 0:
+            signal.setitimer(signal.ITIMER_REAL, self.left)
 
 
 def _call_in_main_thread(fn: Callable[..., Any], args: tuple, timeout_s: float) -> Outcome:
@@ -63,7 +82,8 @@ def _call_in_main_thread(fn: Callable[..., Any], args: tuple, timeout_s: float) 
     start = time.monotonic()
     previous = signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        return Outcome(True, fn(*args))
+        with deadline_clock(_AlarmClock()):
+            return Outcome(True, fn(*args))
     except CallTimedOut:
         return Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
     except RewardInfrastructureError as exc:  # the machinery, not the completion: the caller stops
@@ -104,18 +124,22 @@ class InProcessCaller:
                 False, error=f"not run: {len(alive)} earlier calls that timed out are still running", timed_out=True
             )
         box: list[Outcome] = []
+        clock = ThreadClock()
 
         def run() -> None:
             try:
-                box.append(Outcome(True, fn(*args)))
+                with deadline_clock(clock):
+                    box.append(Outcome(True, fn(*args)))
             except RewardInfrastructureError as exc:
                 box.append(Outcome(False, error=str(exc), fatal=True))
             except BaseException as exc:  # contained: SystemExit, KeyboardInterrupt of the function
                 box.append(_failure(exc))
 
         thread = threading.Thread(target=run, name=f"grpokit-reward-{key}", daemon=True)
+        start = time.monotonic()
         thread.start()
-        thread.join(timeout_s)
+        while thread.is_alive() and (left := clock.left(start, timeout_s, START_TIMEOUT_S)) > 0:
+            thread.join(left)
         if thread.is_alive():
             alive.append(thread)
             if thread.ident is not None:  # CPython: raise CallTimedOut in it at its next instruction (stops loops)

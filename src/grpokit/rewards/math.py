@@ -9,11 +9,17 @@ candidates that disagree or more values than the gold has, scores 0.0. Thousands
 
 Why a pool: sympy can spend minutes (or all memory) on an innocent-looking answer such as the power tower
 9^9^9^9^9, and math-verify's own signal-based timeout cannot interrupt a long computation inside C code.
-Every parse+verify therefore runs in a `WorkerPool` process with a hard per-item timeout: when it passes,
-the worker is killed and replaced, and the item is an `ItemFailure`: RewardRunner counts it
-(`rewards/<name>/failures`, `timeouts`) and gives it `failure_value`; it is never a silent 0.0.
-math-verify's internal (signal-based) timeouts are switched off so that the hard timeout is the
-single rule. Workers are warmed (`warm_up`) before their first item, outside its deadline.
+Every parse+verify therefore runs in a `WorkerPool` process with a hard per-item budget of CPU seconds
+(the item's own work: a loaded machine stretches its wall time, not its budget); when it is spent, the
+worker is killed and replaced. math-verify's internal (signal-based) timeouts are switched off so that
+this budget is the single rule. Workers are warmed (`warm_up`) before their first item, outside its
+budget, and one spare is kept warm, so a killed worker's place is taken at once.
+
+No escape from zero: whatever the answer itself causes scores 0.0, as a wrong answer does, and is
+reported by kind to the runner (grpokit.rewards.calls.report_fault): ``limits`` (too big to check,
+grpokit.rewards.answer_limits, decided from the text in microseconds), ``timeouts`` (its budget spent),
+``crashes`` (the verifier raised on it, or its worker died on it twice). Only the machine's failure
+(no worker began the item within the start-up budget, twice) is no score: None, counted ``machine``.
 
 Gold answers are checked once, when the data loads, with `validate_gold_answers`: a gold that does not
 parse is reported (index, text, reason) rather than silently scoring every completion 0.
@@ -26,8 +32,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .answer_limits import over_limit
 from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
-from .errors import ItemFailure, RewardInfrastructureError
+from .calls import MACHINE, report_fault, startup, timed_elsewhere
+from .errors import RewardInfrastructureError
 from .pool import WorkerPool
 
 log = logging.getLogger("grpokit.rewards")
@@ -99,6 +107,18 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     return bool(a) and bool(b) and verify(a, b, timeout_seconds=None)
 
 
+class AnswerOverLimit(ValueError):
+    """The final answer is too big to check (grpokit.rewards.answer_limits): it scores 0, as ``limits``."""
+
+
+def _verify_item(gold: str, prediction: str, prompt: str | None, allow_multiple: bool) -> tuple[float | None, str]:
+    """(score, why it is over a limit or ""): `_verify_one` in a pool worker."""
+    try:
+        return _verify_one(gold, prediction, prompt, allow_multiple), ""
+    except AnswerOverLimit as exc:
+        return 0.0, str(exc)
+
+
 def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_multiple: bool = False) -> float | None:
     """1.0 / 0.0 for one completion; None when the gold does not parse. Runs in a pool worker."""
     gold_parsed = _parse(_as_math(gold), extraction_mode="first_match")
@@ -107,6 +127,9 @@ def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_mul
     found = final_answer(prediction, prompt)
     if found.text is None:
         return 0.0
+    too_big = over_limit(found.text) or next(filter(None, map(over_limit, found.others)), None)
+    if too_big:
+        raise AnswerOverLimit(too_big)
     if allow_multiple and found.kind != "answer_tag":  # a set gold: let math-verify gather every box
         found = FinalAnswer(drop_echoed_lines(prediction, prompt), "text")
     # Tag contents are bare answers ("1/2"); boxes are re-boxed; phrases and lines go to math-verify as
@@ -138,20 +161,24 @@ def require_math_verify() -> None:
 class MathVerifyPool:
     """Parse and verify in `num_workers` killable processes with a hard per-item `timeout_s`.
 
-    Safe to share between threads (see WorkerPool). Items that time out or raise are an ``ItemFailure``
-    (never 0.0) and are counted in `timeouts` / `errors`; a broken pool or verifier raises
-    RewardInfrastructureError. Each worker is warmed before it takes items (``warm_up``: math-verify
-    and sympy imported, the LaTeX parser built), inside the pool's start deadline
-    (``START_TIMEOUT_S``), so a cold start never eats the first answers' ``timeout_s``.
+    Safe to share between threads (see WorkerPool). ``timeout_s`` is CPU seconds per item. What an
+    answer causes (too big, out of budget, crashing the verifier) scores 0.0 and is reported by kind
+    (module docstring) and counted here in `timeouts` / `errors` / `limits`; a broken pool or verifier
+    raises RewardInfrastructureError. Each worker is warmed before it takes items (``warm_up``:
+    math-verify and sympy imported, the LaTeX parser built), as start-up
+    (``grpokit.rewards.calls.startup``, within ``START_TIMEOUT_S``), so a cold start never eats the
+    first answers' ``timeout_s`` nor the deadline of the reward call that uses the pool.
     """
 
     def __init__(self, num_workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        require_math_verify()  # fail here, in one sentence, not with one 0.0 per item in the workers
-        self.pool = WorkerPool(num_workers, name="math-verify", initializer=warm_up)
+        with startup():  # the import and the pool's spawn and warm-up: not the calling reward's deadline
+            require_math_verify()  # fail here, in one sentence, not with one 0.0 per item in the workers
+            self.pool = WorkerPool(num_workers, name="math-verify", initializer=warm_up, cpu_budget=True, spares=1)
         self.timeout_s = timeout_s
         self.timeouts = 0  # items cut off so far
-        self.errors = 0  # items whose parse or verify raised
-        self._count = threading.Lock()
+        self.errors = 0  # items whose parse or verify raised (or whose worker died on them twice)
+        self.limits = 0  # items too big to check
+        self._count_lock = threading.Lock()
 
     def verify(
         self,
@@ -160,30 +187,43 @@ class MathVerifyPool:
         prompts: Sequence[Any] | None = None,
         allow_multiple: bool = False,
     ) -> list[float | None]:
-        """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse; an ``ItemFailure``
-        (counted by the runner as a failure, a NaN to code that reads numbers) on a timeout or error.
+        """1.0 / 0.0 per (gold, prediction) pair; None when the gold does not parse, or when the machine
+        failed on the item (no worker began it, twice). What the answer causes is 0.0 and reported by kind
+        to the calling reward (``report_fault``, with the pair's position), never an exclusion.
 
         `prompts` (one per pair) lets lines copied from the prompt be ignored; `allow_multiple` turns
         off the one-answer rule (see `grpokit.rewards.answers`).
         """
         prompts = [None] * len(golds) if prompts is None else prompts
         tasks = [
-            (_verify_one, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
+            (_verify_item, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
             for g, p, q in zip(golds, predictions, prompts)
         ]
-        scores: list[float | None] = []
-        for outcome in self.pool.run(tasks, self.timeout_s):
-            if outcome.fatal:
-                raise RewardInfrastructureError(f"math verification cannot run: {outcome.error}")
-            if outcome.ok:
-                scores.append(outcome.value)
-            else:  # never a silent 0.0: the runner counts it as this completion's failure (or timeout)
-                with self._count:
-                    self.timeouts += outcome.timed_out
-                    self.errors += not outcome.timed_out
-                what = "ran past its deadline" if outcome.timed_out else "failed"
-                scores.append(ItemFailure(f"math verification {what} ({outcome.error})", outcome.timed_out))
-        return scores
+        with timed_elsewhere():  # each answer holds its own budget: not the calling reward's deadline
+            outcomes = self.pool.run(tasks, self.timeout_s)
+        return [self._score(i, outcome) for i, outcome in enumerate(outcomes)]
+
+    def _score(self, i: int, outcome: Any) -> float | None:
+        if outcome.fatal:
+            raise RewardInfrastructureError(f"math verification cannot run: {outcome.error}")
+        if outcome.ok:
+            score, too_big = outcome.value
+            if too_big:
+                self._count("limits")
+                report_fault(i, "limits", too_big)
+            return score
+        if outcome.kind == MACHINE:  # nobody's answer: no score, counted by the runner
+            report_fault(i, MACHINE, f"math verification could not run ({outcome.error})")
+            return None
+        kind = "timeouts" if outcome.timed_out else "crashes"
+        self._count("timeouts" if outcome.timed_out else "errors")
+        what = f"spent its {self.timeout_s:g} CPU-second budget" if outcome.timed_out else f"failed ({outcome.error})"
+        report_fault(i, kind, f"math verification of this answer {what}")
+        return 0.0
+
+    def _count(self, what: str) -> None:
+        with self._count_lock:
+            setattr(self, what, getattr(self, what) + 1)
 
     def close(self) -> None:
         self.pool.close()
@@ -204,7 +244,7 @@ def default_pool() -> MathVerifyPool:
     global _default
     with _default_lock:
         if _default is None:
-            _default = MathVerifyPool()
+            _default = MathVerifyPool()  # its start-up stops the calling reward's deadline (calls.startup)
         return _default
 
 

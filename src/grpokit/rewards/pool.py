@@ -30,15 +30,12 @@ Design notes:
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import ctypes
-import inspect
 import itertools
 import multiprocessing as mp
+import os
 import pickle
 import queue
-import signal
 import threading
 import time
 import weakref
@@ -46,7 +43,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
+from .calls import startup
 from .errors import RewardInfrastructureError
+from .pool_worker import PAUSED, PAUSED_UNBUDGETED, READY, RESUMED, STARTED, sched_times, worker_main
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,9 @@ class Outcome:
     """What happened to one task: `ok` with a `value`, or an `error` text (`timed_out` when cut off).
 
     `fatal` marks a task that raised `RewardInfrastructureError`: its caller must stop, not count it.
+    `kind` names a failure that is not the function's own exception: "timeouts" (the task's own work ran
+    past its deadline), "crashes" (its worker died on it twice) or "machine" (no worker began it within
+    the start-up budget, twice); see `grpokit.rewards.calls` for what each scores.
     """
 
     ok: bool
@@ -61,63 +63,13 @@ class Outcome:
     error: str | None = None
     timed_out: bool = False
     fatal: bool = False
+    kind: str | None = None
 
 
 Task = tuple[Callable[..., Any], tuple, dict]
 START_TIMEOUT_S = 120.0  # a spawned worker re-imports the main script (maybe torch): allow for a slow disk
-_READY = -1  # request id of the hello a worker sends once it can take tasks
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent exits (no-op elsewhere)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Call `fn(*args, **kwargs)`; await the result if the function is a coroutine function."""
-    value = fn(*args, **kwargs)
-    if inspect.isawaitable(value):
-
-        async def _await() -> Any:
-            return await value
-
-        value = asyncio.run(_await())
-    return value
-
-
-def _worker_main(conn: Connection, initializer: Callable[[], Any] | None = None) -> None:
-    _die_with_parent()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # Ctrl-C and a cluster's stop reach the
-        signal.signal(sig, lambda signum, frame: None)  # whole process group: the trainer decides (train/stopping.py);
-        # a no-op handler, not SIG_IGN, so that programs a reward starts get the default back at exec
-    if initializer is not None:  # warm-up (imports, parser set-up) before the first task's deadline runs
-        try:
-            initializer()
-        except BaseException:  # noqa: BLE001 - the tasks meet the same fault and report it
-            pass
-    try:
-        conn.send_bytes(pickle.dumps((_READY, True, None, None, False)))
-    except OSError:  # the pool closed while this worker warmed up
-        return
-    while True:
-        try:
-            request_id, payload = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
-        try:
-            fn, args, kwargs = pickle.loads(payload)
-            reply = (request_id, True, run_task(fn, args, kwargs), None, False)
-        except BaseException as exc:  # contained: the parent decides what a failure means
-            fatal = isinstance(exc, RewardInfrastructureError)
-            reply = (request_id, False, None, f"{type(exc).__name__}: {exc}", fatal)
-        try:
-            conn.send_bytes(pickle.dumps(reply))
-        except Exception as exc:  # e.g. an unpicklable return value
-            conn.send_bytes(pickle.dumps((request_id, False, None, f"result could not be sent back: {exc}", False)))
+WALL_FACTOR = 10.0  # a CPU-budgeted task starved this many times its budget in wall time: the machine is slow
+_POLL_S = 0.05  # how often a CPU-budgeted task's CPU time is read
 
 
 _spawner: "queue.Queue[tuple[Callable[[], Any], list, threading.Event]] | None" = None
@@ -159,8 +111,9 @@ def _in_spawner_thread(fn: Callable[[], Any]) -> Any:
 class _Worker:
     def __init__(self, ctx: Any, initializer: Callable[[], Any] | None = None) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, initializer), daemon=False)
+        self.proc = ctx.Process(target=worker_main, args=(child, initializer), daemon=False)
         _in_spawner_thread(self.proc.start)
+        _LIVE_PIDS.add(self.proc.pid)
         child.close()
         self.ready = False
 
@@ -169,7 +122,7 @@ class _Worker:
         if self.ready:
             return
         try:
-            if self.conn.poll(timeout_s) and pickle.loads(self.conn.recv_bytes())[0] == _READY:
+            if self.conn.poll(timeout_s) and pickle.loads(self.conn.recv_bytes())[0] == READY:
                 self.ready = True
                 return
             why = f"was not ready after {timeout_s:g} s"
@@ -188,9 +141,17 @@ class _Worker:
             self.proc.kill()
         self.proc.join(timeout=5)
         self.conn.close()
+        _LIVE_PIDS.discard(self.proc.pid)
 
 
 _OPEN_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_LIVE_PIDS: set[int] = set()  # pids of pool workers not yet ended (a run's reaper keeps them)
+
+
+def live_worker_pids() -> set[int]:
+    """The pids of this process's pool workers still running (kept by train/reaper.py at a run's end:
+    the process-wide verifier pool serves the next run; the processes they started are not kept)."""
+    return set(_LIVE_PIDS)
 
 
 @atexit.register
@@ -212,6 +173,12 @@ class WorkerPool:
         whole pool, no task finishing in between) end with their worker dead.
     initializer: a picklable function each worker runs once before it says it is ready (a warm-up:
         imports, caches), within ``start_timeout_s`` and outside every task's deadline.
+    cpu_budget: the deadline is CPU seconds of the worker, not wall time (a verifier: its work is CPU
+        alone); a task still short of it after ``WALL_FACTOR`` times as long in wall time was starved by
+        the machine and is retried once. Without it, a task past its wall-clock deadline that spent more
+        than half of it waiting for a CPU (/proc/PID/schedstat) is the one retried.
+    spares: workers kept started and warm beside the ``num_workers``: a worker killed at a deadline is
+        replaced by a spare at once (its warm-up is not waited for in the batch's path).
     """
 
     def __init__(
@@ -221,6 +188,8 @@ class WorkerPool:
         max_deaths_in_a_row: int = 5,
         start_timeout_s: float = START_TIMEOUT_S,
         initializer: Callable[[], Any] | None = None,
+        cpu_budget: bool = False,
+        spares: int = 0,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
@@ -229,10 +198,13 @@ class WorkerPool:
         self.name = name
         self.max_deaths_in_a_row = max_deaths_in_a_row
         self.start_timeout_s = start_timeout_s
+        self.cpu_budget = cpu_budget and sched_times(os.getpid()) is not None
         self._ctx = mp.get_context("spawn")
         self._initializer = initializer
         self._cond = threading.Condition()
-        self._idle = [_Worker(self._ctx, initializer) for _ in range(num_workers)]
+        with startup():
+            self._idle = [_Worker(self._ctx, initializer) for _ in range(num_workers)]
+            self._spares = [_Worker(self._ctx, initializer) for _ in range(spares)]
         self._size = num_workers
         self._ids = itertools.count()
         self._deaths_in_a_row = 0
@@ -255,10 +227,15 @@ class WorkerPool:
             if self._closed:
                 raise RuntimeError(f"the {self.name} worker pool is closed.")
             worker = self._idle.pop()
+            if not block and not worker.ready and not worker.conn.poll(0):  # still starting: keep waiting on
+                self._idle.insert(0, worker)  # the tasks in flight instead of blocking their deadlines
+                return None
         if worker.ready and not worker.proc.is_alive():  # died while idle (OOM killer, a stray signal)
             worker = self._replace(worker)
         try:
-            worker.wait_ready(self.start_timeout_s, self.name)
+            if not worker.ready:  # start-up: not part of the deadline of the call that waits for it
+                with startup():
+                    worker.wait_ready(self.start_timeout_s, self.name)
         except RewardInfrastructureError as exc:
             with self._cond:
                 self._broken = str(exc)
@@ -278,7 +255,14 @@ class WorkerPool:
         worker.kill()
         with self._cond:
             self.restarts += 1
-        return _Worker(self._ctx, self._initializer)
+            spare = self._spares.pop(0) if self._spares else None
+        with startup():
+            fresh = _Worker(self._ctx, self._initializer)
+        if spare is None:
+            return fresh
+        with self._cond:
+            self._spares.append(fresh)
+        return spare
 
     def _died(self, code: int | None) -> None:
         with self._cond:
@@ -293,70 +277,123 @@ class WorkerPool:
 
     # -- running tasks --------------------------------------------------------------------------------
     def run(self, tasks: list[Task], timeout_s: float) -> list[Outcome]:
-        """One Outcome per task, in order; raises RewardInfrastructureError when the pool itself fails."""
-        outcomes: list[Outcome | None] = [None] * len(tasks)
-        pending = list(range(len(tasks)))[::-1]
-        busy: dict[Connection, tuple[_Worker, int, int, float]] = {}  # conn -> (worker, task, id, deadline)
+        """One Outcome per task, in order; raises RewardInfrastructureError when the pool itself fails.
+
+        A task's deadline starts when its worker says it began it (its module imported) and stops
+        while the task runs start-up (``grpokit.rewards.calls.startup``). A task whose worker died,
+        never began it within ``start_timeout_s``, or that ran out of time only because the machine
+        was slow (see ``cpu_budget``) is retried once, after the batch's other tasks, on a ready worker."""
+        call = _Call(self, tasks, timeout_s)
         try:
-            while pending or busy:
-                while pending:  # hand out tasks: wait for a worker only when this call holds none
-                    worker = self._checkout(block=not busy)
-                    if worker is None:
-                        break
-                    i = pending.pop()
-                    try:
-                        payload = pickle.dumps(tasks[i])
-                    except Exception as exc:
-                        outcomes[i] = Outcome(False, error=f"task could not be pickled: {exc}")
-                        self._checkin(worker)
-                        continue
-                    request_id = next(self._ids)
-                    try:
-                        worker.conn.send_bytes(pickle.dumps((request_id, payload)))
-                    except OSError:  # it died after checkout: this task's failure, the pool keeps a worker
-                        worker.proc.join(timeout=5)
-                        outcomes[i] = Outcome(False, error=f"worker process died (exit code {worker.proc.exitcode})")
-                        self._checkin(self._replace(worker))
-                        continue
-                    busy[worker.conn] = (worker, i, request_id, time.monotonic() + timeout_s)
-                if not busy:
-                    continue
-                next_deadline = min(d for _, _, _, d in busy.values())
-                for conn in wait(list(busy), timeout=max(0.0, next_deadline - time.monotonic())):
-                    worker, i, request_id, _ = busy.pop(conn)  # type: ignore[index]
-                    try:
-                        reply_id, ok, value, error, fatal = pickle.loads(worker.conn.recv_bytes())
-                    except (EOFError, OSError):
-                        worker.proc.join(timeout=5)  # EOF comes as it exits, maybe before it is reaped
-                        code = worker.proc.exitcode
-                        outcomes[i] = Outcome(False, error=f"worker process died (exit code {code})")
-                        self._checkin(self._replace(worker))
-                        self._died(code)
-                        continue
-                    if reply_id != request_id:  # cannot happen with one caller per worker; never trust it
-                        outcomes[i] = Outcome(False, error=f"reply {reply_id} arrived for request {request_id}")
-                        self._checkin(self._replace(worker))
-                        continue
-                    with self._cond:
-                        self._deaths_in_a_row = 0
-                    outcomes[i] = Outcome(ok, value, error, fatal=fatal)
-                    self._checkin(worker)
-                now = time.monotonic()
-                for conn, (worker, i, _, deadline) in list(busy.items()):
-                    if now >= deadline:
-                        busy.pop(conn)
-                        outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
-                        self._checkin(self._replace(worker))
+            while call.pending or call.busy:
+                self._dispatch(call)
+                if call.busy:
+                    self._collect(call)
         finally:  # an exception (or KeyboardInterrupt) leaves no worker with a reply nobody will read
-            for worker, _, _, _ in busy.values():
+            for b in call.busy.values():
+                self._checkin(self._replace(b.worker))
+        return [o if o is not None else Outcome(False, error="not run") for o in call.outcomes]
+
+    def _dispatch(self, call: "_Call") -> None:
+        """Hand out pending tasks: wait for a worker only when this call holds none."""
+        while call.pending:
+            worker = self._checkout(block=not call.busy)
+            if worker is None:
+                return
+            i = call.pending.pop()
+            try:
+                payload = pickle.dumps(call.tasks[i])
+            except Exception as exc:
+                call.outcomes[i] = Outcome(False, error=f"task could not be pickled: {exc}")
+                self._checkin(worker)
+                continue
+            request_id = next(self._ids)
+            try:
+                worker.conn.send_bytes(pickle.dumps((request_id, payload)))
+            except OSError:  # it died after checkout: the machine's failure, retried once
+                worker.proc.join(timeout=5)
+                call.retry_or(i, Outcome(False, error=f"worker process died (exit code {worker.proc.exitcode})"))
                 self._checkin(self._replace(worker))
-        return [o if o is not None else Outcome(False, error="not run") for o in outcomes]
+                continue
+            call.busy[worker.conn] = _Busy(worker, i, request_id, time.monotonic())
+
+    def _collect(self, call: "_Call") -> None:
+        """Read what arrived (or wait until the next deadline), then cut off tasks past theirs."""
+        now = time.monotonic()
+        wake = min(self._next_check(b, call.timeout_s, now) for b in call.busy.values())
+        for conn in wait(list(call.busy), timeout=max(0.0, wake - now)):
+            b = call.busy[conn]  # type: ignore[index]
+            try:
+                message = pickle.loads(b.worker.conn.recv_bytes())
+            except (EOFError, OSError):
+                del call.busy[conn]  # type: ignore[arg-type]
+                b.worker.proc.join(timeout=5)  # EOF comes as it exits, maybe before it is reaped
+                code = b.worker.proc.exitcode
+                self._checkin(self._replace(b.worker))
+                call.retry_or(
+                    b.index, Outcome(False, error=f"worker process died (exit code {code}) twice", kind="crashes")
+                )
+                self._died(code)
+                continue
+            if len(message) == 2:  # STARTED / PAUSED / RESUMED of the task in flight
+                b.note(message[1])
+                continue
+            del call.busy[conn]  # type: ignore[arg-type]
+            reply_id, ok, value, error, fatal = message
+            if reply_id != b.request_id:  # cannot happen with one caller per worker; never trust it
+                call.outcomes[b.index] = Outcome(False, error=f"reply {reply_id} arrived for request {b.request_id}")
+                self._checkin(self._replace(b.worker))
+                continue
+            with self._cond:
+                self._deaths_in_a_row = 0
+            call.outcomes[b.index] = Outcome(ok, value, error, fatal=fatal)
+            self._checkin(b.worker)
+        now = time.monotonic()
+        for conn, b in list(call.busy.items()):
+            verdict = self._verdict(b, call.timeout_s, now)
+            if verdict is None:
+                continue
+            del call.busy[conn]
+            self._checkin(self._replace(b.worker))
+            cut = Outcome(False, error=f"timed out after {call.timeout_s:g} s", timed_out=True, kind="timeouts")
+            if verdict == "timeout":
+                call.outcomes[b.index] = cut
+            elif verdict == "slow":  # the machine was slow, not the task: once more, then it counts
+                call.retry_or(b.index, cut)
+            else:
+                why = f"no {self.name} worker began the task within {self.start_timeout_s:g} s, twice"
+                call.retry_or(b.index, Outcome(False, error=why, kind="machine"))
+
+    def _next_check(self, b: "_Busy", timeout_s: float, now: float) -> float:
+        if b.started is None or b.paused_at is not None:
+            return (b.paused_at or b.sent) + self.start_timeout_s if b.budgeted else now + 1.0
+        if self.cpu_budget and b.times0 is not None:
+            return now + _POLL_S
+        return b.started + b.paused_s + timeout_s
+
+    def _verdict(self, b: "_Busy", timeout_s: float, now: float) -> str | None:
+        """None (still within its time), "timeout" (its own work ran out), "slow" or "start" (the machine's)."""
+        if b.started is None or b.paused_at is not None:
+            late = b.budgeted and now - (b.paused_at or b.sent) > self.start_timeout_s
+            return "start" if late else None
+        elapsed = now - b.started - b.paused_s
+        times = sched_times(b.worker.proc.pid) if b.times0 is not None else None
+        ran, waited = (times[0] - b.times0[0], times[1] - b.times0[1]) if times and b.times0 else (0.0, 0.0)
+        if self.cpu_budget and times is not None:
+            if ran >= timeout_s:
+                return "timeout"
+            return "slow" if elapsed >= timeout_s * WALL_FACTOR else None
+        if elapsed < timeout_s:
+            return None
+        # it waited for a CPU more than half its time: the machine was slow, not the task
+        return "slow" if waited >= 0.5 * elapsed else "timeout"
 
     def close(self) -> None:
         """Stop the workers (idle ones exit on EOF; busy ones are killed when their call returns)."""
         with self._cond:
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle, self._idle = self._idle + self._spares, []
+            self._spares = []
             self._cond.notify_all()
         _OPEN_POOLS.discard(self)
         for worker in idle:
@@ -366,9 +403,56 @@ class WorkerPool:
             if worker.proc.is_alive():
                 worker.proc.kill()
                 worker.proc.join(timeout=2)
+            _LIVE_PIDS.discard(worker.proc.pid)
 
     def __enter__(self) -> "WorkerPool":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class _Busy:
+    """A task in flight: its worker, its place in the call, and its clock (see WorkerPool.run)."""
+
+    worker: _Worker
+    index: int
+    request_id: int
+    sent: float
+    started: float | None = None  # when the worker said it began (its imports done)
+    paused_at: float | None = None  # start-up under way inside the task (calls.startup)
+    paused_s: float = 0.0
+    budgeted: bool = True  # the pause is start-up (START_TIMEOUT_S), not a wait timed elsewhere
+    times0: tuple[float, float] | None = None  # the worker's (run, wait) seconds when it began
+
+    def note(self, what: str) -> None:
+        now = time.monotonic()
+        if what == STARTED:
+            self.started, self.times0 = now, sched_times(self.worker.proc.pid)
+        elif what in (PAUSED, PAUSED_UNBUDGETED) and self.paused_at is None:
+            self.paused_at, self.budgeted = now, what == PAUSED
+        elif what == RESUMED and self.paused_at is not None:
+            self.paused_s += now - self.paused_at
+            self.paused_at, self.budgeted = None, True
+            if self.times0 is not None:  # start-up's CPU time is not the task's either
+                self.times0 = sched_times(self.worker.proc.pid) or self.times0
+
+
+class _Call:
+    """The state of one `WorkerPool.run`: outcomes, tasks still to hand out, tasks in flight, retries."""
+
+    def __init__(self, pool: WorkerPool, tasks: list[Task], timeout_s: float) -> None:
+        self.tasks, self.timeout_s = tasks, timeout_s
+        self.outcomes: list[Outcome | None] = [None] * len(tasks)
+        self.pending = list(range(len(tasks)))[::-1]  # popped from the end: in order
+        self.busy: dict[Connection, _Busy] = {}
+        self.retried: set[int] = set()
+
+    def retry_or(self, i: int, final: Outcome) -> None:
+        """Task i failed for the machine's reason: queue it once more, after the others; else ``final``."""
+        if i in self.retried:
+            self.outcomes[i] = final
+        else:
+            self.retried.add(i)
+            self.pending.insert(0, i)

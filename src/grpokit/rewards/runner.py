@@ -8,17 +8,26 @@ that group is retried alone (with `group_size=1`) so that only the offending com
 `failure_value`. A group call that times out is not retried: all of its completions get `failure_value`
 (retrying would cost G more timeouts).
 
-Timeouts. Every call has a deadline that holds in every mode. In worker processes it is a SIGKILL:
-the worker is killed and replaced. In the trainer's process (`num_workers=0`, the default, or a function
-that cannot be pickled: a lambda, a closure) the call runs in the main thread under a SIGALRM deadline,
-which stops Python code but not one long C call (rewards/inproc.py); called from another thread it is
-soft but cannot block exit or pile up threads. Define reward functions at module level and set
-`num_workers >= 1` for a deadline that nothing can outlast.
+Timeouts. Every call has a deadline that holds in every mode and measures the call's own work: it starts
+when the call begins (a worker's start-up and the reward module's imports are not in it) and stops while
+the call runs start-up (`grpokit.rewards.calls.startup`: a verifier pool warming, the sandbox probe). In
+worker processes it is a SIGKILL: the worker is killed and replaced; a call that ran out of time only
+because the machine was slow, or whose worker died, is retried once (rewards/pool.py).
+In the trainer's process (`num_workers=0`, the default, or a function that cannot be pickled: a lambda, a
+closure) the call runs in the main thread under a SIGALRM deadline, which stops Python code but not one
+long C call (rewards/inproc.py); called from another thread it is soft but cannot block exit or pile up
+threads. Define reward functions at module level and set `num_workers >= 1` for a deadline that nothing can outlast.
 
-Failures. Every failure (exception, `sys.exit`, a `KeyboardInterrupt` the function raises itself, timeout,
-wrong return length, a value that is not a number or None, NaN, infinite or beyond float32 such as 1e300,
-an `ItemFailure` the function returns for one completion it could not score, such as math-verify's time-out)
-is counted per function (`rewards/<name>/failures`, of which `timeouts` and `nonfinite`); the first `max_logged_errors`
+Zeros. What a completion itself causes (its verification out of budget, its program tampering with the
+sandbox, crashing the verifier, passing a size limit) is scored 0 by the function and reported by kind
+(grpokit.rewards.calls): counted in `rewards/<name>/timeouts`, `tampering`, `crashes`, `limits` (and their
+sum, `zeroed`), never a failure: a completion cannot escape its 0 by stalling or breaking the checker.
+
+Failures. Every failure of the function (exception, `sys.exit`, a `KeyboardInterrupt` the function raises
+itself, timeout, wrong return length, a value that is not a number or None, NaN, infinite or beyond float32
+such as 1e300, an `ItemFailure` the function returns for one completion it could not score) or of the machine
+(a worker that died twice or never began the call, `machine_failures`) is counted per function
+(`rewards/<name>/failures`, with `timeouts` and `nonfinite` among the kinds); the first `max_logged_errors`
 are logged with the offending completion. A failed item gets `failure_value` in the total and is left out of the
 function's mean and std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
 `RewardError`. `rewards/failed_fraction` (failed items / all items of the step) feeds a health alarm.
@@ -39,6 +48,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .calls import COMPLETION_KINDS, MACHINE
 from .errors import ItemFailure
 from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
@@ -89,16 +99,30 @@ def _check_value(value: Any) -> float | None:
 
 @dataclass
 class _Tally:
-    """What one function did on one batch: (row, message) per failed completion, and their kinds."""
+    """What one function did on one batch: (row, message) per failed completion, and counts by kind.
+
+    ``kinds`` counts ``timeouts``, ``tampering``, ``crashes``, ``limits`` (grpokit.rewards.calls) and
+    ``machine``, whatever the item scored: a completion's own fault keeps the 0 its function gave it,
+    a failure of the function or the machine gets ``failure_value``."""
 
     errors: list[tuple[int, str]] = field(default_factory=list)
     nonfinite: int = 0
-    timeouts: int = 0
+    zeroed: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
 
-    def fail(self, rows: list[int], message: str, *, timed_out: bool = False, nonfinite: bool = False) -> None:
+    def fail(self, rows: list[int], message: str, *, kind: str | None = None, nonfinite: bool = False) -> None:
         self.errors.extend((i, message) for i in rows)
-        self.timeouts += len(rows) * timed_out
         self.nonfinite += len(rows) * nonfinite
+        if kind is not None:
+            self.kinds[kind] = self.kinds.get(kind, 0) + len(rows)
+
+    def scored_zero(self, kind: str) -> None:
+        self.zeroed += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+
+def _kind(out: Outcome) -> str | None:
+    return out.kind or ("timeouts" if out.timed_out else None)
 
 
 class _Logs:
@@ -206,25 +230,37 @@ class RewardRunner:
         for idx, out in zip(groups, self._run(f, [kwargs_for(idx, group_size) for idx in groups])):
             if out.ok:
                 logs.keep(idx, out.value)
-                for i, v in zip(idx, out.value):
-                    self._store(rewards_NF, i, f, v, tally)
+                self._store_all(rewards_NF, idx, f, out.value, tally)
             elif out.timed_out or len(idx) == 1:  # a timed-out group is not retried (G more timeouts)
-                tally.fail(idx, out.error or "failed", timed_out=out.timed_out)
+                tally.fail(idx, out.error or "failed", kind=_kind(out))
             else:
                 retry.extend(idx)
         if retry:  # find which completions of the failing groups are at fault
             for i, out in zip(retry, self._run(f, [kwargs_for([i], 1) for i in retry])):
                 if not out.ok:
-                    tally.fail([i], out.error or "failed", timed_out=out.timed_out)
+                    tally.fail([i], out.error or "failed", kind=_kind(out))
                     continue
                 logs.keep([i], out.value)
-                self._store(rewards_NF, i, f, out.value[0], tally)
+                self._store_all(rewards_NF, [i], f, out.value, tally)
         return tally
+
+    def _store_all(self, rewards_NF: torch.Tensor, idx: list[int], f: int, values: Any, tally: _Tally) -> None:
+        """Store one call's values; the faults it reported (rewards/calls.py) are counted by kind: a
+        completion's own keeps its score (0), the machine's is a failure (``failure_value``)."""
+        faults = getattr(values, "faults", {})
+        for j, (i, v) in enumerate(zip(idx, values)):
+            kind, reason = faults.get(j, (None, ""))
+            if kind == MACHINE:
+                tally.fail([i], reason, kind=MACHINE)
+                continue
+            if kind is not None:
+                tally.scored_zero(kind)
+            self._store(rewards_NF, i, f, v, tally)
 
     @staticmethod
     def _store(rewards_NF: torch.Tensor, i: int, f: int, v: Any, tally: _Tally) -> None:
-        if isinstance(v, ItemFailure):  # the function could not score this one (a verifier's time-out)
-            tally.fail([i], v.reason, timed_out=v.timed_out)
+        if isinstance(v, ItemFailure):  # the function could not score this one (a user's verifier's time-out)
+            tally.fail([i], v.reason, kind="timeouts" if v.timed_out else None)
             return
         try:
             value = _check_value(v)
@@ -262,9 +298,11 @@ class RewardRunner:
             f"rewards/{name}/mean": scored.mean().item() if len(scored) else float("nan"),
             f"rewards/{name}/std": scored.std(unbiased=False).item() if len(scored) else float("nan"),
             f"rewards/{name}/failures": float(len(tally.errors)),
-            f"rewards/{name}/timeouts": float(tally.timeouts),
             f"rewards/{name}/nonfinite": float(tally.nonfinite),
             f"rewards/{name}/not_applicable": float(rewards_NF[:, f].isnan().sum().item()),
+            f"rewards/{name}/zeroed": float(tally.zeroed),
+            **{f"rewards/{name}/{k}": float(tally.kinds.get(k, 0)) for k in COMPLETION_KINDS},
+            f"rewards/{name}/machine_failures": float(tally.kinds.get(MACHINE, 0)),
         }
 
     def score(

@@ -23,8 +23,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .calls import collecting_faults
 from .errors import RewardError, RewardInfrastructureError
-from .pool import run_task
+from .pool_worker import run_task
 
 RewardFn = Callable[..., Any]
 __all__ = ["BUILTINS", "RewardError", "RewardInfrastructureError", "RewardSpec", "call_reward", "resolve_reward"]
@@ -108,13 +109,15 @@ class LoggedValues(list):
         super().__init__(values)
         self.metrics: dict[str, list[float]] = metrics or {}
         self.extra: dict[str, list[Any]] = extra or {}
+        self.faults: dict[int, tuple[str, str]] = {}  # completion -> (kind, reason), see rewards/calls.py
 
 
 def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> LoggedValues:
     """Call one reward function with the keywords it accepts; check it returned one value per completion.
 
     ``log_metric`` and ``log_extra`` are made here, in the process that runs the function (a worker
-    or the trainer), and what they collect travels back with the values."""
+    or the trainer), and what they collect travels back with the values, as do the faults the function
+    reported for its completions (``grpokit.rewards.calls.report_fault``)."""
     out = LoggedValues()
     kwargs = {
         **kwargs,
@@ -124,7 +127,9 @@ def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> LoggedValues:
     accepted = _accepted_keywords(fn)
     if accepted is not None:
         kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    values = run_task(fn, (), kwargs)
+    with collecting_faults() as faults:
+        values = run_task(fn, (), kwargs)
+    out.faults = faults
     n = len(kwargs.get("completions", ())) if "completions" in kwargs else None
     if not isinstance(values, (list, tuple)):
         raise TypeError(f"a reward function must return a list, got {type(values).__name__}")

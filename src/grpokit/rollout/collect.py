@@ -214,9 +214,13 @@ def _adaptive_extra(
     return ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics), hard
 
 
+# Per-batch counts (rewards/runner.py) add up over batches; everything else is averaged.
+_COUNTS = ("failures", "not_applicable", "timeouts", "nonfinite", "tampering", "crashes", "limits", "zeroed")
+
+
 def _merge_metrics(ms: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for k in ms[0]:
         vals = [m[k] for m in ms if k in m]
-        out[k] = sum(vals) if k.endswith(("failures", "not_applicable")) else sum(vals) / len(vals)
+        out[k] = sum(vals) if k.endswith(_COUNTS) else sum(vals) / len(vals)
     return out

@@ -45,6 +45,7 @@ from .logprobs import completion_logprobs, completion_logprobs_on_support, make_
 from .memory import cuda_provider
 from .model_options import noise_on
 from .models import load_tokenizer, refresh_reference
+from .reaper import RunReaper
 from .stopping import GracefulStop, StepAbandoned, signal_name
 from .timer import Timer
 from .trainer_outputs import TrainerOutputs
@@ -126,6 +127,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
         """Evaluate, run the steps until train.steps (or train.max_updates, a callback's stop, a
         signal), evaluate again; the run summary (summary.json) is returned."""
         summary = self._reopen_summary()
+        reaper = RunReaper()  # what rewards, tools and sandboxes start ends with the run (train/reaper.py)
         stop = GracefulStop(
             enabled=not self.dist.active,
             grace_s=self.cfg.train.stop_grace_s,  # Ctrl-C, preemption (stopping.py)
@@ -147,6 +149,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
             self.runner.close()
             self.eval_runner.close()
             self.engine.close()
+            reaper.end()
         if self.cfg.record.report and self.dist.is_main:
             _write_report(self.run_dir)
         return summary
