@@ -54,10 +54,10 @@ def test_every_trl_and_transformers_method_is_honoured_or_refused_naming_it():
 
 def test_a_refused_override_stops_construction_before_any_work(tmp_path):
     class Wraps(GRPOTrainer):
-        def _generate_single_turn(self, *args, **kwargs):
-            return super()._generate_single_turn(*args, **kwargs)
+        def _generate(self, prompts):
+            return super()._generate(prompts)
 
-    with pytest.raises(ConfigError, match=r"overrides _generate_single_turn, .*rollout_func="):
+    with pytest.raises(ConfigError, match=r"overrides _generate, .*rollout_func="):
         Wraps("no-such-model", reward_funcs=[short], train_dataset=DATA)
     assert not (tmp_path / "run").exists()
 
@@ -146,7 +146,12 @@ def test_calculate_rewards_override_is_the_reward_stage_and_reaches_the_advantag
     # TRL's logged advantage (reward - group mean) of ranks 0..3 in one group of 4: -1.5, -0.5, 0.5, 1.5
     assert list(tr._logs["advantages"])[-4:] == [-1.5, -0.5, 0.5, 1.5]
 
-    flat = Flat(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "flat"))
+    flat = Flat(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=small_args(GRPOConfig, tmp_path / "flat", max_steps=2),
+    )
     before = {k: v.clone() for k, v in flat.model.state_dict().items()}
     flat.train()
     assert all(torch.equal(before[k], v) for k, v in flat.model.state_dict().items())  # zero advantage: no step
@@ -157,7 +162,9 @@ def test_a_calculate_rewards_override_of_the_wrong_shape_stops_in_one_sentence(c
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             return [1.0] * len(prompts)
 
-    tr = Wrong(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w"))
+    tr = Wrong(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w", max_steps=1)
+    )
     with pytest.raises(ConfigError, match=r"^_calculate_rewards returned list; TRL's contract is a tensor of shape"):
         tr.train()
 
@@ -259,3 +266,33 @@ def test_generate_and_score_completions_called_directly_returns_trls_batch(chat_
     out = tr._generate_and_score_completions(rows)
     assert TRL_KEYS <= set(out) and out["completion_ids"].shape[0] == 4 and out["advantages"].shape == (4,)
     assert out["num_items_in_batch"] == out["completion_mask"].sum()
+
+
+# ---------------------------------------------------------------- stage 2: _generate_single_turn
+
+
+class Fixed(GRPOTrainer):
+    """Wraps _generate_single_turn: keeps super()'s call, replaces every completion by "zz"."""
+
+    calls: list = []
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations)
+        self.calls.append((len(prompt_ids), num_generations, len(completion_ids)))
+        zz = self.processing_class.encode("zz", add_special_tokens=False)
+        return [zz] * len(completion_ids), None
+
+
+def test_generate_single_turn_override_is_the_sampling_stage(chat_model, tmp_path):
+    tr = Fixed(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "zz", max_steps=2)
+    )
+    tr.train()
+    assert Fixed.calls == [(4, 4, 4), (4, 4, 4)]  # TRL's rows: one per completion, once per generation batch
+    assert set(tr._logs["completion"]) == {"zz"}  # the completions trained on are the override's
+
+    class WithTools(Fixed):
+        pass
+
+    with pytest.raises(ConfigError, match=r"overrides _generate_single_turn / _tokenize_prompts with tools"):
+        WithTools(chat_model, reward_funcs=[short], train_dataset=DATA, tools=[short])

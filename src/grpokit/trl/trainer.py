@@ -49,7 +49,7 @@ from . import best, hooks
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
-from .generation import TrlGenerate
+from .generation import TrlGenerate, TrlSingleTurn
 from .inputs import (
     HubPushError,
     env_owns_reward,
@@ -142,6 +142,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             model=None if isinstance(model, str) else model,
             tokenizer=processing_class,
         )
+        self._overrides_sampling()  # an override of stage 2 that cannot be honoured stops here
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
@@ -164,7 +165,9 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
         self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
-        self._gen_call = self._gen_scored = None  # generation.TrlGenerate's prompts while the subclass's method runs
+        self._gen_call = self._gen_scored = self._turn_finish = (
+            None  # generation.TrlGenerate's prompts while the subclass's method runs
+        )
         self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
         self._buffered_inputs: list | None = None
         """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
@@ -217,11 +220,26 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             runner.whole_batch = True
         if "_calculate_rewards" in self._overrides:
             trainer.runner = TrlRewards(self, trainer.runner)
+        if self._overrides_sampling():
+            trainer.rollout_func = TrlSingleTurn(self)
         if "_generate_and_score_completions" in self._overrides:
             trainer.sample_and_score = TrlGenerate(self, trainer)
         loss_hooks = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}
         if set(self._overrides) & (loss_hooks | {"_generate_and_score_completions"}):
             trainer.loss_stage = TrlLoss(self)
+
+    def _overrides_sampling(self) -> bool:
+        """The subclass's _generate_single_turn (or _tokenize_prompts) is stage 2: refused where TRL's own
+        path would not call it either way grpokit can (tools, environments, TRL's rollout_func wins)."""
+        if not {"_generate_single_turn", "_tokenize_prompts"} & set(self._overrides):
+            return False
+        k = self._kwargs
+        if k["tools"] or k["environment_factory"]:
+            raise ConfigError(
+                "GRPOTrainer subclass overrides _generate_single_turn / _tokenize_prompts with tools or an "
+                "environment_factory: grpokit's episode loop samples multi-turn episodes and cannot call them per turn"
+            )
+        return k["rollout_func"] is None  # TRL: a rollout_func replaces _generate_single_turn
 
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
