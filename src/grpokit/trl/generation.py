@@ -16,7 +16,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 
-from .stages import trl_batch
+from .stages import batch_rows, trl_batch
 
 TRL_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
 
@@ -72,16 +72,11 @@ def _check(out: Any, n: int) -> None:
         )
 
 
-def rows_of(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
-    """Rows ``rows`` of TRL's batch dict: every tensor with ``n`` rows cut, the rest (num_items_in_batch) kept."""
-    return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
-
-
 def split_rows(batch: dict[str, Any], k: int) -> list[dict[str, Any]]:
     """TRL's ``_buffered_inputs``: the generation batch cut into ``k`` equal dicts of rows."""
     n = batch["completion_ids"].shape[0]
     each = max(1, n // max(1, k))
-    return [rows_of(batch, slice(s, s + each), n) for s in range(0, n, each)]
+    return [batch_rows(batch, slice(s, s + each), n) for s in range(0, n, each)]
 
 
 def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
