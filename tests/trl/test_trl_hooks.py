@@ -54,10 +54,10 @@ def test_every_trl_and_transformers_method_is_honoured_or_refused_naming_it():
 
 def test_a_refused_override_stops_construction_before_any_work(tmp_path):
     class Wraps(GRPOTrainer):
-        def _generate_single_turn(self, *args, **kwargs):
-            return super()._generate_single_turn(*args, **kwargs)
+        def _generate(self, prompts):
+            return super()._generate(prompts)
 
-    with pytest.raises(ConfigError, match=r"overrides _generate_single_turn, .*rollout_func="):
+    with pytest.raises(ConfigError, match=r"overrides _generate, .*rollout_func="):
         Wraps("no-such-model", reward_funcs=[short], train_dataset=DATA)
     assert not (tmp_path / "run").exists()
 
@@ -146,7 +146,12 @@ def test_calculate_rewards_override_is_the_reward_stage_and_reaches_the_advantag
     # TRL's logged advantage (reward - group mean) of ranks 0..3 in one group of 4: -1.5, -0.5, 0.5, 1.5
     assert list(tr._logs["advantages"])[-4:] == [-1.5, -0.5, 0.5, 1.5]
 
-    flat = Flat(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "flat"))
+    flat = Flat(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=small_args(GRPOConfig, tmp_path / "flat", max_steps=2),
+    )
     before = {k: v.clone() for k, v in flat.model.state_dict().items()}
     flat.train()
     assert all(torch.equal(before[k], v) for k, v in flat.model.state_dict().items())  # zero advantage: no step
@@ -157,7 +162,9 @@ def test_a_calculate_rewards_override_of_the_wrong_shape_stops_in_one_sentence(c
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             return [1.0] * len(prompts)
 
-    tr = Wrong(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w"))
+    tr = Wrong(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "w", max_steps=1)
+    )
     with pytest.raises(ConfigError, match=r"^_calculate_rewards returned list; TRL's contract is a tensor of shape"):
         tr.train()
 
@@ -259,3 +266,149 @@ def test_generate_and_score_completions_called_directly_returns_trls_batch(chat_
     out = tr._generate_and_score_completions(rows)
     assert TRL_KEYS <= set(out) and out["completion_ids"].shape[0] == 4 and out["advantages"].shape == (4,)
     assert out["num_items_in_batch"] == out["completion_mask"].sum()
+
+
+# ---------------------------------------------------------------- stage 2: _generate_single_turn
+
+
+class Fixed(GRPOTrainer):
+    """Wraps _generate_single_turn: keeps super()'s call, replaces every completion by "zz"."""
+
+    calls: list = []
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations)
+        self.calls.append((len(prompt_ids), num_generations, len(completion_ids)))
+        zz = self.processing_class.encode("zz", add_special_tokens=False)
+        return [zz] * len(completion_ids), None
+
+
+def test_generate_single_turn_override_is_the_sampling_stage(chat_model, tmp_path):
+    tr = Fixed(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path / "zz", max_steps=2)
+    )
+    tr.train()
+    assert Fixed.calls == [(4, 4, 4), (4, 4, 4)]  # TRL's rows: one per completion, once per generation batch
+    assert set(tr._logs["completion"]) == {"zz"}  # the completions trained on are the override's
+
+    class WithTools(Fixed):
+        pass
+
+    with pytest.raises(ConfigError, match=r"overrides _generate_single_turn / _tokenize_prompts with tools"):
+        WithTools(chat_model, reward_funcs=[short], train_dataset=DATA, tools=[short])
+
+
+# ---------------------------------------------------------------- TRL's attributes and accelerator
+
+
+def trl_init_attributes(trl_module) -> set[str]:
+    """Every ``self.<name> = ...`` in TRL's GRPOTrainer.__init__ (read from its source)."""
+    import ast
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(trl_module.GRPOTrainer.__init__)))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for e in ast.walk(target):
+                    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                        names.add(e.attr)
+    return names
+
+
+def test_trls_init_attributes_exist_with_trls_values(chat_model, tmp_path):
+    trl = pytest.importorskip("trl")
+    names = trl_init_attributes(trl)
+    assert len(names) > 70
+    kw = dict(max_steps=2, num_generations=4, beta=0.04, epsilon=0.3, top_k=5, report_to="none")
+    ours = GRPOTrainer(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path, **kw)
+    )
+    theirs = trl.GRPOTrainer(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(trl.GRPOConfig, tmp_path / "t", **kw)
+    )
+    assert sorted(n for n in names if not hasattr(ours, n)) == []
+    plain = (bool, int, float, str, type(None), list, dict)
+    same = [  # the values TRL set on this run (some only under conditions); tools: TRL normalises them apart
+        n for n in sorted(names) if hasattr(theirs, n) and isinstance(getattr(theirs, n), plain) and n != "tools"
+    ]
+    assert {"beta", "epsilon_low", "epsilon_high", "num_generations", "_step", "_is_vlm", "use_vllm"} <= set(same)
+    assert {n: getattr(ours, n) for n in same} == {n: getattr(theirs, n) for n in same}
+    assert ours.accelerator.device == theirs.accelerator.device
+    t = torch.tensor([1.0, 2.0])
+    assert torch.equal(ours.accelerator.gather(t), theirs.accelerator.gather(t))
+    assert ours.accelerator.state.num_processes == theirs.accelerator.state.num_processes == 1
+    with pytest.raises(ConfigError, match=r"^GRPOTrainer.beta is read from GRPOConfig.beta"):
+        ours.beta = 0.5
+
+
+class Metered(GRPOTrainer):
+    def log(self, logs, start_time=None):
+        if start_time is not None:  # a training entry: TRL's subclasses add to _metrics before it is averaged
+            self._metrics["train"]["mine"].append(2.0)
+        super().log(logs, start_time)
+
+
+def test_trls_state_stays_current_and_metrics_added_to_metrics_are_logged(chat_model, tmp_path):
+    args = small_args(GRPOConfig, tmp_path / "m", max_steps=2, logging_steps=1)
+    tr = Metered(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    assert tr._step == 0 and tr._total_train_tokens == 0
+    tr.train()
+    assert tr._step == 2 and tr._total_train_tokens == tr.state.num_input_tokens_seen > 0
+    assert tr.model_wrapped is tr.model and tr.generation_config.max_new_tokens == 4
+    assert [e.get("mine") for e in tr.state.log_history if "reward" in e] == [2.0, 2.0]  # in the entry, as TRL
+
+
+# ---------------------------------------------------------------- callbacks: TRL's events with TRL's keywords
+
+
+def recorder(trl_events):
+    from transformers import TrainerCallback
+
+    class Everything(TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+    def make(event):
+        def handler(self, args, state, control, **kw):
+            present = sorted(k for k, v in kw.items() if v is not None)
+            self.seen.append((event, state.global_step, tuple(present)))
+
+        return handler
+
+    for event in trl_events:
+        setattr(Everything, event, make(event))
+    return Everything()
+
+
+def test_callback_events_fire_at_trls_points_with_trls_keywords(chat_model, tmp_path):
+    """One run of 2 steps (2 micro-batches each, an evaluation every step) under TRL and grpokit.trl: the same
+    events in the same order, with the same keyword arguments given (model, processing_class, optimizer,
+    lr_scheduler, train_dataloader, eval_dataloader once an evaluation ran, metrics, logs)."""
+    trl = pytest.importorskip("trl")
+    from grpokit.trl.bridge import TRL_EVENTS
+
+    seen = {}
+    for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
+        cb = recorder(TRL_EVENTS)
+        args = small_args(
+            module.GRPOConfig,
+            tmp_path / name,
+            max_steps=2,
+            num_generations=2,
+            per_device_train_batch_size=2,
+            gradient_accumulation_steps=2,
+            per_device_eval_batch_size=2,
+            eval_strategy="steps",
+            eval_steps=1,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+        )
+        tr = module.GRPOTrainer(
+            chat_model, reward_funcs=[short], train_dataset=DATA, eval_dataset=DATA, args=args, callbacks=[cb]
+        )
+        tr.train()
+        seen[name] = cb.seen
+    assert seen["grpokit"] == seen["trl"]

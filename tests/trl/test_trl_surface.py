@@ -141,8 +141,9 @@ def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
     )  # a stream: read to its end at each evaluation
     ev = tr.evaluate()
     # one completion per prompt is its own group mean: advantage 0, so the on-policy loss is exactly 0 (beta 0),
-    # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied gives the single completion 0.0
-    assert (ev["eval_loss"], ev["eval_reward_std"], ev["eval_reward"]) == (0.0, 0.0, 0.0)
+    # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied is called once for the eval batch
+    # of two completions, as TRL calls it, and gives them 0.0 and 1.0
+    assert (ev["eval_loss"], ev["eval_reward_std"], ev["eval_reward"]) == (0.0, 0.0, 0.5)
 
 
 def _none(completions, **kwargs):

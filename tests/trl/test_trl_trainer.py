@@ -233,15 +233,15 @@ def test_a_trainer_callback_subclass_gets_step_begin_and_an_event_grpokit_never_
     ).train()
     assert cb.seen == [("begin", 0), ("end", 1), ("begin", 1), ("end", 2)]  # global_step before and after each step
 
-    class PerEpoch(TrainerCallback):
-        def on_epoch_end(self, args, state, control, **kw):
+    class Predicts(TrainerCallback):  # on_predict: transformers' predict(), which grpokit.trl does not have
+        def on_predict(self, args, state, control, metrics, **kw):
             raise AssertionError("never reached")
 
     tr = GRPOTrainer(
-        str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[PerEpoch]
+        str(chat_model), reward_funcs=[short], train_dataset=DATA, args=args(tmp_path / "run2"), callbacks=[Predicts]
     )
     with pytest.raises(
-        TypeError, match=r"^callback PerEpoch defines on_epoch_end, which grpokit never calls; move that code"
+        TypeError, match=r"^callback Predicts defines on_predict, which grpokit never calls; move that code"
     ):
         tr.train()
 

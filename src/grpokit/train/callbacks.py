@@ -5,6 +5,7 @@ a class is instantiated, as transformers does):
 
     on_train_begin(args, state, control, **kw)      before anything else (before the evaluation before training)
     on_step_begin(args, state, control, **kw)       before each step's sampling; state.global_step is the previous step
+    on_pre_optimizer_step(args, state, control, **kw) before each update's optimizer step (gradients complete)
     on_optimizer_step(args, state, control, metrics, **kw) after each of the step's num_iterations updates
     on_step_end(args, state, control, metrics, **kw) after each step's update; state.global_step is that step
     on_evaluate(args, state, control, metrics, **kw) after each held-out evaluation (before, during, after)
@@ -62,6 +63,7 @@ class Callbacks:
     EVENTS = (
         "on_train_begin",
         "on_step_begin",
+        "on_pre_optimizer_step",
         "on_optimizer_step",
         "on_step_end",
         "on_evaluate",
@@ -70,19 +72,22 @@ class Callbacks:
         "on_train_end",
     )
 
-    def __init__(self, callbacks: list | None, args: Any, state: RunState, **objects: Any):
+    def __init__(
+        self, callbacks: list | None, args: Any, state: RunState, events: tuple[str, ...] | None = None, **objects: Any
+    ):
+        self.events = events or self.EVENTS  # the events this loop fires (grpokit.trl fires transformers' set)
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         for cb in self.callbacks:
-            if not any(callable(getattr(cb, e, None)) for e in self.EVENTS):
+            if not any(callable(getattr(cb, e, None)) for e in self.events):
                 raise TypeError(
-                    f"callback {cb!r} has none of the methods {', '.join(self.EVENTS)}; "
+                    f"callback {cb!r} has none of the methods {', '.join(self.events)}; "
                     "pass a transformers TrainerCallback or an object with some of them"
                 )
-            never = [n for n in dir(type(cb)) if n.startswith("on_") and n not in self.EVENTS and _user_defined(cb, n)]
-            if never:  # e.g. on_epoch_end or on_optimizer_step: code there would silently never run
+            never = [n for n in dir(type(cb)) if n.startswith("on_") and n not in self.events and _user_defined(cb, n)]
+            if never:  # e.g. on_epoch_end: code there would silently never run
                 raise TypeError(
                     f"callback {type(cb).__name__} defines {', '.join(never)}, which grpokit never calls; "
-                    f"move that code to one of {', '.join(self.EVENTS)}"
+                    f"move that code to one of {', '.join(self.events)}"
                 )
         self.args, self.state, self.control, self.objects = args, state, Control(), objects
 

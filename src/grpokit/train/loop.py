@@ -271,6 +271,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
         self.loss_stage(self.model, self.optimizer, part, self.pending, forwards, dist=self.dist, counts=counts)
         if not ends:
             return None
+        self.callbacks("on_pre_optimizer_step")  # the update's gradient is complete; the step follows
         upd = apply_update(
             self.optimizer, self.scheduler, self.pending, cfg.optim, dist=self.dist, router_aux=self.router_aux
         )

@@ -12,6 +12,7 @@ step's sampling metrics ride on its first update, as TRL logs them), then TRL's 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +21,25 @@ from transformers import TrainerState
 from grpokit.train.callbacks import Callbacks
 
 from .best import update_best
+
+TRL_EVENTS = (
+    "on_init_end",
+    "on_train_begin",
+    "on_epoch_begin",
+    "on_step_begin",
+    "on_substep_end",
+    "on_pre_optimizer_step",
+    "on_optimizer_step",
+    "on_step_end",
+    "on_epoch_end",
+    "on_evaluate",
+    "on_prediction_step",
+    "on_log",
+    "on_save",
+    "on_push_begin",
+    "on_train_end",
+)
+"""transformers' TrainerCallback events the bridge fires at TRL's points (on_predict has no predict() here)."""
 
 
 def trl_step_metrics(
@@ -84,11 +104,11 @@ class StepBridge:
             train_batch_size=args.per_device_train_batch_size,
             num_train_epochs=args.num_train_epochs,
         )
-        self.user = Callbacks(callbacks, args, self.state, **objects)
+        self.user = Callbacks(callbacks, args, self.state, events=TRL_EVENTS, **objects)
         self.evaluate, self.save_link = evaluate, save_link
         self.updates: list[dict[str, float]] = []
         self.sampled: dict[str, list[float]] = {}  # this round's num_tokens / terminated lengths (add_sampled)
-        self.pending: dict[str, list[float]] = {}
+        self.pending: dict[str, list[float]] = defaultdict(list)  # TRL's _metrics["train"] (cleared, never replaced)
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.step_times: list[float] = []
@@ -100,6 +120,7 @@ class StepBridge:
         )
         self.rolling = False  # train.accumulation_slices > 1: a round may complete no update (set by the trainer)
         self.begun = False  # the user's on_step_begin of the next TRL step was called
+        self.in_epoch = False  # the user's on_epoch_begin of the running epoch was called
         self.emit: Callable[..., None] = self.log  # (logs, training): the trainer's log(), which may be a subclass's
 
     # ---- grpokit loop events
@@ -118,8 +139,22 @@ class StepBridge:
         ):  # transformers: before a step whose completed count is a multiple
             empty_device_cache()
         if not self.begun:  # a round that applied no update left its TRL step begun
-            self.user("on_step_begin")
+            self._begin_step()
         self.begun = True
+
+    def _begin_step(self) -> None:
+        """A TRL step begins: the epoch first when none is running (transformers' epoch loop)."""
+        if not self.in_epoch:
+            self.in_epoch = True
+            self.user("on_epoch_begin")
+        self.user("on_step_begin")
+
+    def on_pre_optimizer_step(self, args, state, control, **kw):
+        """Before the update's optimizer step: transformers' on_substep_end after each micro-batch but the
+        last (gradient_accumulation_steps of them make a TRL step), then on_pre_optimizer_step."""
+        for _ in range(max(0, self.args.gradient_accumulation_steps - 1)):
+            self.user("on_substep_end")
+        self.user("on_pre_optimizer_step")
 
     def on_optimizer_step(self, args, state, control, metrics=None, **kw):
         now = time.perf_counter()
@@ -139,7 +174,7 @@ class StepBridge:
             return control
         for k, (update, seconds) in enumerate(zip(updates, times)):
             if k:
-                self.user("on_step_begin")
+                self._begin_step()
             self.state.global_step += 1
             self.state.epoch = self.state.global_step / self.steps_per_epoch if self.steps_per_epoch else state.epoch
             sampled = {key: sum(v) / len(v) for key, v in self.sampled.items()} if k == 0 else {}
@@ -157,10 +192,12 @@ class StepBridge:
         self.user("on_save")
 
     def on_train_end(self, args, state, control, **kw):
-        rest = {k: sum(v) / len(v) for k, v in self.pending.items() if k not in ("loss", "grad_norm", "learning_rate")}
+        rest = {
+            k: sum(v) / len(v) for k, v in self.pending.items() if v and k not in ("loss", "grad_norm", "learning_rate")
+        }
         if "num_tokens" in rest:
             rest["num_tokens"] = self.pending["num_tokens"][-1]
-        self.pending = {}
+        self.pending.clear()
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
         self.emit({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
@@ -218,19 +255,23 @@ class StepBridge:
             or (self.steps_per_epoch and step % self.steps_per_epoch == 0)
         ):
             return
+        if self.in_epoch:  # transformers: the epoch loop ends (a callback's stop and the last step end it too)
+            self.in_epoch = False
+            self.user("on_epoch_end")
         if a.logging_strategy == "epoch":
             self._flush()
         if a.eval_strategy == "epoch" and a.eval_delay <= self.state.epoch:
             update_best(self.state, a, self.evaluate())
 
     def _flush(self) -> None:
-        if self.pending:
-            logs = {k: sum(v) / len(v) for k, v in self.pending.items()}
+        if any(self.pending.values()):
+            logs = {k: sum(v) / len(v) for k, v in self.pending.items() if v}
             for key in ("num_tokens", "learning_rate", "grad_norm"):  # a running total, and transformers' values of the
                 if key in logs:  # last step: the latest value, not a mean
                     logs[key] = self.pending[key][-1]
+            self.pending.clear()  # before the trainer's log: what a subclass adds there joins this entry, as TRL's
             self.emit(logs, training=True)
-        self.pending = {}
+        self.pending.clear()
 
 
 def empty_device_cache() -> None:

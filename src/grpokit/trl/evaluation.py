@@ -91,8 +91,11 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
     return out
 
 
-def evaluate(trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: str = "eval") -> dict[str, Any]:
-    """TRL's evaluation over ``prompts`` (``batch_size`` completions per batch); returns prefixed metrics."""
+def evaluate(
+    trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: str = "eval", on_batch=lambda: None
+) -> dict[str, Any]:
+    """TRL's evaluation over ``prompts`` (``batch_size`` completions per batch); returns prefixed metrics.
+    ``on_batch()`` runs after each batch (transformers' on_prediction_step)."""
     start, per_batch, sums = time.perf_counter(), max(1, batch_size // G), {}
     batches = [prompts[s : s + per_batch] for s in range(0, len(prompts), per_batch)]
     was_training = trainer.model.training
@@ -100,6 +103,7 @@ def evaluate(trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: st
     for chunk in batches:
         for key, value in eval_batch_metrics(trainer, chunk, G).items():
             sums.setdefault(key, []).append(value)
+        on_batch()
     trainer.model.train(was_training)
     runtime = time.perf_counter() - start
     out = {

@@ -16,7 +16,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 
-from .stages import trl_batch
+from .stages import batch_rows, trl_batch
 
 TRL_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
 
@@ -72,16 +72,11 @@ def _check(out: Any, n: int) -> None:
         )
 
 
-def rows_of(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
-    """Rows ``rows`` of TRL's batch dict: every tensor with ``n`` rows cut, the rest (num_items_in_batch) kept."""
-    return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
-
-
 def split_rows(batch: dict[str, Any], k: int) -> list[dict[str, Any]]:
     """TRL's ``_buffered_inputs``: the generation batch cut into ``k`` equal dicts of rows."""
     n = batch["completion_ids"].shape[0]
     each = max(1, n // max(1, k))
-    return [rows_of(batch, slice(s, s + each), n) for s in range(0, n, each)]
+    return [batch_rows(batch, slice(s, s + each), n) for s in range(0, n, each)]
 
 
 def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,3 +106,43 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent))
     facade._gen_scored = sb
     return trl_batch(upd, slice(None), float(upd.loss_mask.sum().item()))
+
+
+class TrlSingleTurn:
+    """Stage 2 through the trainer's ``_generate_single_turn`` (a ``rollout_func`` in grpokit's slot for
+    TRL's): the rows' prompts tokenized by ``_tokenize_prompts``, one row per completion as TRL passes
+    them, the subclass's ``(completion_ids, logprobs)`` the rollout."""
+
+    def __init__(self, facade: Any):
+        self.facade = facade
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
+        f = self.facade
+        G = (f.args.num_generations_eval or f.args.num_generations) if f._evaluating else f.args.num_generations
+        rows = [p for p in prompts for _ in range(G)]
+        prompt_ids, images, fields = f._tokenize_prompts(rows)
+        f._turn_finish = None
+        completion_ids, logprobs = f._generate_single_turn(prompt_ids, images, fields, G)
+        cap = f.args.max_completion_length
+        reasons = f._turn_finish
+        if reasons is None or len(reasons) != len(completion_ids):  # the subclass made its own completions
+            reasons = ["length" if cap and len(c) >= cap else "eos" for c in completion_ids]
+        if logprobs is None:  # TRL's transformers path: no sampling log-probabilities (grpokit's placeholder zeros)
+            logprobs = [[0.0] * len(c) for c in completion_ids]
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": [list(c) for c in completion_ids],
+            "logprobs": [list(lp) for lp in logprobs],
+            "finish_reasons": reasons,
+        }
+
+
+def generate_single_turn(facade: Any, prompt_ids: list, num_generations: int):
+    """grpokit.trl's own ``_generate_single_turn``: one completion per row of ``prompt_ids`` (TRL repeats
+    each prompt num_generations times before), sampled by grpokit's engine on the policy;
+    ``(completion_ids, logprobs)`` as TRL returns them."""
+    t = facade._get()
+    with torch.no_grad():
+        ro = t.turn_sampler(t.model)([list(p) for p in prompt_ids], 1, t.params)
+    facade._turn_finish = list(ro.finish_reasons)
+    return ro.completion_ids, ro.sampling_logprobs

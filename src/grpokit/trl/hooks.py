@@ -42,6 +42,9 @@ HONOURED: dict[str, str] = {
     "_get_per_token_logps_and_entropies": "the loss stage's log-probabilities (5), through _compute_loss",
     "_generate_and_score_completions": "stages 1-4 (once per generation batch, with TRL's rows): super() samples "
     "and scores through grpokit's stages; the dict it returns is what the loss stage trains on",
+    "_generate_single_turn": "the sampling stage (2) of one-turn runs: called once per generation batch with "
+    "TRL's prompt_ids (one row per completion, from _tokenize_prompts); its completions are the rollout",
+    "_tokenize_prompts": "the prompts' tokens _generate_single_turn receives (when that is overridden)",
     "push_to_hub": "called by the script and at the end of train() (push_to_hub=True)",
     "log_metrics": "called by the script",
     "save_metrics": "called by the script",
@@ -61,10 +64,8 @@ REFUSED: dict[str, str] = {
     "completions table",
     "save_model": "transformers calls it for every checkpoint; grpokit's checkpoints are its own run state",
     "_generate": "sampling (stage 2) is grpokit's engine; pass rollout_func= to replace it",
-    "_generate_single_turn": "sampling (stage 2) is grpokit's engine; pass rollout_func= to replace it",
     "_tool_call_loop": "grpokit's episode loop runs tools= and environment_factory=, not TRL's tool loop",
     "_get_tool_suffix_ids": "grpokit's episode loop runs tools= and environment_factory=, not TRL's tool loop",
-    "_tokenize_prompts": "prompts are tokenized by grpokit's data stage (the chat template of processing_class)",
     "_prepare_inputs": "grpokit's loop samples and slices each generation batch itself; override compute_loss "
     "to see each micro-batch",
     "training_step": "the update is grpokit's (accumulation, clipping, the optimizer step); override compute_loss "

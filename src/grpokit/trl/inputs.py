@@ -329,3 +329,16 @@ def run_folder(output_dir: str, resume: str | bool) -> str:
     elif folder.name.startswith("step-"):
         folder = folder.parent.parent
     return str(folder)
+
+
+def row_loader(rows: list[dict], batch_size: int, repeats: int) -> Any:
+    """A ``torch`` DataLoader of ``rows`` as TRL's GRPO loaders yield them to callbacks: lists of row
+    dicts (TRL's identity collator), each row ``repeats`` times in a row (its G completions)."""
+    from torch.utils.data import DataLoader
+
+    order = [i for i in range(len(rows)) for _ in range(max(1, repeats))]
+    return DataLoader(rows, batch_size=max(1, batch_size), sampler=order, collate_fn=_as_list)
+
+
+def _as_list(batch: list) -> list:
+    return batch

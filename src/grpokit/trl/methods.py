@@ -94,7 +94,13 @@ class TrlMethods:
         raise unavailable("_prepare_inputs")
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        raise unavailable("_generate_single_turn")
+        """TRL's: ``(completion_ids, logprobs)``, one completion per row of ``prompt_ids``, sampled by
+        grpokit's engine (text prompts; grpokit/trl/generation.py)."""
+        if images is not None or multimodal_fields:
+            raise unavailable("_generate_single_turn")
+        from .generation import generate_single_turn
+
+        return generate_single_turn(self, prompt_ids, num_generations)
 
     def _get_tool_suffix_ids(self, tool_messages):
         raise unavailable("_get_tool_suffix_ids")

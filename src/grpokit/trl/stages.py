@@ -94,6 +94,11 @@ def calculate_rewards(facade: Any, inputs: list[dict], prompts: list, completion
     return result.rewards_NF.clone()
 
 
+def batch_rows(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
+    """Rows ``rows`` of TRL's batch dict: every tensor with ``n`` rows cut, the rest (num_items_in_batch) kept."""
+    return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
+
+
 def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
     """Rows ``rows`` of a slice's ``UpdateInputs`` as the batch dict TRL's ``compute_loss`` receives:
     ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` / ``completion_mask`` (the real
@@ -144,13 +149,11 @@ class TrlLoss:
         gen = self.facade._generation_batch
         if gen is None:
             return None
-        from .generation import rows_of
-
         if gen is not self.source:
             self.source, self.offset = gen, 0
         total, first = gen["completion_ids"].shape[0], self.offset
         self.offset = (first + N) % total
-        return lambda rows: rows_of(gen, slice(first + rows.start, first + rows.stop), total)
+        return lambda rows: batch_rows(gen, slice(first + rows.start, first + rows.stop), total)
 
     def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
         import contextlib

@@ -60,9 +60,72 @@ def reward_names(funcs: list) -> list[str]:
 
 
 class Accelerator:
-    """The part of accelerate's ``Accelerator`` TRL scripts use: where this process stands in the job
-    (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), a print on
-    the main process only, a barrier, and the end of the process group."""
+    """What TRL's code and its helpers ask of accelerate's ``Accelerator``: where this process stands in
+    the job (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), the
+    device, ``gather`` / ``gather_for_metrics`` / ``reduce`` over processes, ``state``, ``autocast``,
+    ``backward``, a print on the main process only, a barrier, and the end of the process group.
+    ``device_of()`` is the run's device (the trainer's, once built)."""
+
+    def __init__(self, device_of: Any = None):
+        self._device_of = device_of or (lambda: torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+    device = property(lambda self: torch.device(self._device_of()))
+    sync_gradients = True  # grpokit applies each update whole: every loss call ends in a synced gradient
+    gradient_accumulation_steps = 1
+
+    @property
+    def distributed_type(self) -> Any:
+        from accelerate.utils import DistributedType
+
+        return DistributedType.MULTI_GPU if self.num_processes > 1 else DistributedType.NO
+
+    @property
+    def state(self) -> Any:
+        """accelerate's state as TRL's helpers read it (no DeepSpeed, no FSDP plugin)."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(
+            process_index=self.process_index,
+            local_process_index=self.local_process_index,
+            num_processes=self.num_processes,
+            is_main_process=self.is_main_process,
+            device=self.device,
+            distributed_type=self.distributed_type,
+            deepspeed_plugin=None,
+            fsdp_plugin=None,
+            mixed_precision="no",
+        )
+
+    def gather(self, tensor: Any) -> Any:
+        """Every process's ``tensor`` concatenated along dim 0 (a 0-d tensor becomes one row each)."""
+        import torch.distributed as dist
+
+        t = tensor if tensor.dim() else tensor[None]
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return t
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts)
+
+    gather_for_metrics = gather
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        import torch.distributed as dist
+
+        out = tensor.clone() * scale
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(out)
+            if reduction == "mean":
+                out /= dist.get_world_size()
+        return out
+
+    def autocast(self, *args: Any, **kwargs: Any) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def backward(self, loss: Any, **kwargs: Any) -> None:
+        loss.backward(**kwargs)
 
     process_index = property(lambda self: distributed.position()[0])
     num_processes = property(lambda self: distributed.position()[1])

@@ -30,8 +30,10 @@ counted, not a crash; a checkpoint is grpokit's ``output_dir/checkpoints/step-N`
 ``trainer_state.json``; checkpoints fall at the end of a sampling round (with num_iterations > 1
 every ``save_steps // num_iterations`` rounds). grpokit's run files (metrics.jsonl, report.html) sit
 in output_dir. An argument grpokit cannot carry out is refused with one sentence.
-``trainer.accelerator`` answers what TRL's scripts ask of accelerate's ``Accelerator`` (process
-index and count, ``print``, ``wait_for_everyone``), and ``trainer.end()`` leaves the process group.
+``trainer.accelerator`` answers what TRL's code asks of accelerate's ``Accelerator`` (``device``,
+``gather``, ``reduce``, ``state``, process index and count, ``print`` ...), every attribute TRL's
+``__init__`` sets exists with TRL's value (attributes.py), callbacks get every transformers event at
+TRL's point with TRL's keywords (bridge.py), and ``trainer.end()`` leaves the process group.
 """
 
 from __future__ import annotations
@@ -45,11 +47,11 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import best, hooks
+from . import attributes, best, hooks
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
-from .generation import TrlGenerate
+from .generation import TrlGenerate, TrlSingleTurn
 from .inputs import (
     HubPushError,
     env_owns_reward,
@@ -57,6 +59,7 @@ from .inputs import (
     no_dropout,
     push_folder,
     reward_funcs_of,
+    row_loader,
     rows_of,
     run_folder,
 )
@@ -97,6 +100,7 @@ class TrainOutput(NamedTuple):
     metrics: dict[str, Any]
 
 
+@attributes.install  # TRL's attributes: its settings as GRPOConfig's, its state as the run's (attributes.py)
 class GRPOTrainer(TrlMethods, TrainerFiles):
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
 
@@ -142,11 +146,19 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             model=None if isinstance(model, str) else model,
             tokenizer=processing_class,
         )
+        self._overrides_sampling()  # an override of stage 2 that cannot be honoured stops here
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
-        self.accelerator = Accelerator()
+        self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
         self._init_trl_attributes(funcs)
+        attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
+
+    def _device(self) -> str:
+        """The run's device before the run is built: the CPU with use_cpu, else CUDA when there is one."""
+        import torch
+
+        return "cpu" if self.args.use_cpu or not torch.cuda.is_available() else "cuda"
 
     def _init_trl_attributes(self, funcs: list) -> None:
         """What TRL's GRPOTrainer holds from construction and scripts read: the rolling completion
@@ -164,7 +176,9 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
         self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
-        self._gen_call = self._gen_scored = None  # generation.TrlGenerate's prompts while the subclass's method runs
+        self._gen_call = self._gen_scored = self._turn_finish = (
+            None  # generation.TrlGenerate's prompts while the subclass's method runs
+        )
         self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
         self._buffered_inputs: list | None = None
         """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
@@ -206,6 +220,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
 
         trainer.on_sampled.append(count)
         self._as_stages(trainer)
+        self._init_end()
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
@@ -217,11 +232,35 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             runner.whole_batch = True
         if "_calculate_rewards" in self._overrides:
             trainer.runner = TrlRewards(self, trainer.runner)
+        if self._overrides_sampling():
+            trainer.rollout_func = TrlSingleTurn(self)
         if "_generate_and_score_completions" in self._overrides:
             trainer.sample_and_score = TrlGenerate(self, trainer)
         loss_hooks = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}
         if set(self._overrides) & (loss_hooks | {"_generate_and_score_completions"}):
             trainer.loss_stage = TrlLoss(self)
+
+    def _init_end(self) -> None:
+        """transformers' on_init_end, at the end of building: with the model and processing_class (the
+        optimizer, schedule and loaders come with train(), as under transformers)."""
+        objects = self.bridge.user.objects
+        later = {k: objects.get(k) for k in ("optimizer", "lr_scheduler", "train_dataloader")}
+        objects.update(dict.fromkeys(later))
+        self.bridge.user("on_init_end")
+        objects.update(later)
+
+    def _overrides_sampling(self) -> bool:
+        """The subclass's _generate_single_turn (or _tokenize_prompts) is stage 2: refused where TRL's own
+        path would not call it either way grpokit can (tools, environments, TRL's rollout_func wins)."""
+        if not {"_generate_single_turn", "_tokenize_prompts"} & set(self._overrides):
+            return False
+        k = self._kwargs
+        if k["tools"] or k["environment_factory"]:
+            raise ConfigError(
+                "GRPOTrainer subclass overrides _generate_single_turn / _tokenize_prompts with tools or an "
+                "environment_factory: grpokit's episode loop samples multi-turn episodes and cannot call them per turn"
+            )
+        return k["rollout_func"] is None  # TRL: a rollout_func replaces _generate_single_turn
 
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
@@ -245,6 +284,12 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             trainer, self.bridge.state, self.args, self.accelerator.is_main_process
         )
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
+        a = self.args  # transformers' loaders: the training one from the start, the eval one once evaluate() runs
+        per_step = a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps)
+        self.bridge.user.objects.update(
+            train_dataloader=row_loader(self._kwargs["train_rows"], per_step, a.num_generations),
+            eval_dataloader=None,
+        )
         # every entry goes through self.log, as transformers' loop calls it: a subclass's log sees each one
         self.bridge.emit = lambda logs, training=False: self.log(logs, self.bridge.start if training else None)
 
@@ -362,6 +407,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
+        G_eval = (
+            a.num_generations_eval or a.num_generations
+        )  # transformers hands callbacks the eval loader from here on
+        self.bridge.user.objects["eval_dataloader"] = row_loader(rows, a.per_device_eval_batch_size, G_eval)
         self._evaluating = True
         try:
             metrics = evaluate(
@@ -370,6 +419,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                 a.num_generations_eval or a.num_generations,
                 a.per_device_eval_batch_size,
                 metric_key_prefix,
+                on_batch=lambda: self.bridge.user("on_prediction_step"),
             )
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
@@ -382,7 +432,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log;
         ``start_time`` given (a training entry) adds transformers' speed metrics."""
         self._get()
-        self.bridge.log(dict(logs), training=start_time is not None)
+        mode = "train" if start_time is not None else "eval"  # TRL's: the mode's _metrics since the last entry join it
+        added = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
+        self._metrics[mode].clear()
+        self.bridge.log({**dict(logs), **added}, training=start_time is not None)
 
     def get_high_entropy_mask(self, entropies, mask, threshold: float):
         """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""

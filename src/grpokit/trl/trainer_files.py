@@ -79,6 +79,8 @@ class TrainerFiles:
     ) -> str:
         """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
         is ``HF_ENDPOINT`` when set). Returns the commit URL."""
+        if getattr(self, "bridge", None) is not None:  # transformers' on_push_begin, before the upload
+            self.bridge.user("on_push_begin")
         return push_folder(
             self.save_model(),
             self.hub_model_id,

@@ -1,0 +1,175 @@
+"""The attributes TRL's GRPOTrainer.__init__ sets, on grpokit.trl's GRPOTrainer, with TRL's meaning.
+
+Three kinds. Settings TRL copies from its GRPOConfig (``beta``, ``num_generations``, ``epsilon_low`` ...)
+are read from the arguments: grpokit's stages read the config built from them, so setting one on
+the trainer would change nothing and is refused in one sentence (``entropy_coef``, which TRL's
+adaptive control moves, is the settable one). State TRL keeps current during training (``_metrics``,
+``_step``, ``_total_train_tokens``, ``model_wrapped``, ``generation_config`` ...) is read from grpokit's
+run as it goes. What TRL holds for machinery grpokit does not run (its vLLM client, its async loop,
+its tool registry, its Hub commit scheduler) is None, as on a TRL run that does not use it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from typing import Any
+
+from grpokit.config.sections import ConfigError
+
+# TRL's attribute -> the GRPOConfig field it copies (TRL's __init__: self.<name> = args.<field>)
+FROM_ARGS = {
+    name: name
+    for name in (
+        "beta num_generations num_generations_eval num_iterations loss_type scale_rewards importance_sampling_level "
+        "mask_truncated_completions max_completion_length temperature top_p top_k min_p repetition_penalty use_vllm "
+        "vllm_mode vllm_gpu_memory_utilization vllm_tensor_parallel_size vllm_importance_sampling_correction "
+        "vllm_importance_sampling_mode vllm_importance_sampling_clip_min vllm_importance_sampling_clip_max "
+        "top_entropy_quantile off_policy_mask_threshold shuffle_dataset log_completions num_completions_to_print "
+        "log_unique_prompts multi_objective_aggregation chat_template_kwargs pad_to_multiple_of "
+        "max_tool_calling_iterations use_transformers_continuous_batching log_multimodal"
+    ).split()
+}
+FROM_ARGS["epsilon_low"] = "epsilon"
+
+# what TRL holds for machinery grpokit does not run: None (or empty), as on a TRL run without it
+INERT = (
+    "vllm_generation async_loop async_loop_thread async_loop_ready_event commit_scheduler continuous_batching_config "
+    "_dist _image_pad_token_id _video_pad_token_id _entropy_window_stats environments chat_template"
+).split()
+
+
+# TRL's defaults where it holds a field's None as something else
+_NONE_AS = {
+    "num_generations_eval": lambda a: a.num_generations,
+    "max_tool_calling_iterations": lambda a: sys.maxsize,
+    "chat_template_kwargs": lambda a: {},
+}
+
+
+def _from_args(name: str, field: str) -> property:
+    def get(self) -> Any:
+        value = getattr(self.args, field, None)
+        return _NONE_AS[name](self.args) if value is None and name in _NONE_AS else value
+
+    def refuse(self, value: Any) -> None:
+        raise ConfigError(
+            f"GRPOTrainer.{name} is read from GRPOConfig.{field}, which grpokit's stages read at construction; "
+            f"set {field}={value!r} in the GRPOConfig instead"
+        )
+
+    return property(get, refuse, doc=f"TRL's: GRPOConfig.{field}.")
+
+
+def _epsilon_high(self) -> float:
+    """TRL's: epsilon_high, or epsilon when it is None."""
+    a = self.args
+    return a.epsilon_high if a.epsilon_high is not None else a.epsilon
+
+
+def _generation_kwargs(self) -> dict[str, Any]:
+    """TRL's keywords of its transformers sampling path, from the sampling arguments and generation_kwargs."""
+    a, tok = self.args, self._tokenizer
+    kwargs = dict(
+        max_new_tokens=a.max_completion_length,
+        do_sample=True,
+        pad_token_id=getattr(tok, "pad_token_id", None),
+        bos_token_id=getattr(tok, "bos_token_id", None),
+        eos_token_id=self.eos_token_ids,
+        temperature=a.temperature,
+        top_p=a.top_p,
+        top_k=a.top_k,
+        min_p=a.min_p,
+        repetition_penalty=a.repetition_penalty,
+        cache_implementation=a.cache_implementation,
+    )
+    return {**kwargs, **(a.generation_kwargs or {})}
+
+
+def _generation_config(self) -> Any:
+    """TRL's GenerationConfig of its transformers sampling path (``generation_kwargs``)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**self.generation_kwargs, disable_compile=True)
+
+
+def _eos_token_ids(self) -> list[int]:
+    """TRL's: the tokenizer's end-of-sequence id(s)."""
+    eos = getattr(self._tokenizer, "eos_token_id", None)
+    return [] if eos is None else (list(eos) if isinstance(eos, (list, tuple)) else [eos])
+
+
+def _tokenizer(self) -> Any:
+    """TRL's: the tokenizer (a processor's own for a vision-language model)."""
+    tok = self.processing_class
+    return getattr(tok, "tokenizer", tok)
+
+
+def _is_vlm(self) -> bool:
+    """TRL's: the processing class is a multimodal processor."""
+    from grpokit.data.vision import is_processor
+
+    return is_processor(self.processing_class)
+
+
+def _step(self) -> int:
+    """TRL's micro-step count: training_step calls, per_device_train_batch_size rows each."""
+    return self.state.global_step * self.args.gradient_accumulation_steps
+
+
+def _metrics(self) -> dict[str, Any]:
+    """TRL's ``_metrics``: per mode, each metric's values since the last log entry; the next entry logs
+    their mean (a subclass appending to ``_metrics["train"][name]`` gets ``name`` logged, as under TRL)."""
+    if self.bridge is None:
+        return self._early_metrics
+    return {"train": self.bridge.pending, "eval": self._early_metrics["eval"]}
+
+
+STATE = {
+    "epsilon_high": property(_epsilon_high),
+    "generation_config": property(_generation_config),
+    "generation_kwargs": property(_generation_kwargs),
+    "eos_token_ids": property(_eos_token_ids),
+    "_tokenizer": property(_tokenizer),
+    "_is_vlm": property(_is_vlm),
+    "_step": property(_step),
+    "_metrics": property(_metrics),
+    "_total_train_tokens": property(lambda self: self.state.num_input_tokens_seen, doc="TRL's: tokens trained on."),
+    "_last_loaded_step": property(
+        lambda self: self.state.global_step, doc="TRL's: the step whose weights the sampler holds (every step's)."
+    ),
+    "model_wrapped": property(lambda self: self.model, doc="transformers': the model as the loop runs it."),
+}
+
+
+def install(cls: type) -> type:
+    """Add TRL's attributes to ``cls`` (grpokit.trl's GRPOTrainer) as properties."""
+    for name, field in FROM_ARGS.items():
+        setattr(cls, name, _from_args(name, field))
+    for name, prop in STATE.items():
+        setattr(cls, name, prop)
+    return cls
+
+
+def init_state(facade: Any, funcs: list, tools: Any, environment_factory: Any, rollout_func: Any) -> None:
+    """The attributes TRL sets once at construction: the inert ones None, the inputs as TRL holds them."""
+    import asyncio
+
+    for name in INERT:
+        setattr(facade, name, None)
+    facade._early_metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    facade._pending_extra_logs = defaultdict(list)
+    facade._current_train_step_time = 0.0
+    facade.tools = list(tools or [])
+    facade._standalone_tools = list(tools or [])
+    facade._multi_environment = isinstance(environment_factory, dict)
+    facade.environment_factories = (
+        None
+        if environment_factory is None
+        else environment_factory
+        if isinstance(environment_factory, dict)
+        else {None: environment_factory}
+    )
+    facade._env_tools, facade._environment_pool = {}, {}
+    facade.rollout_func = rollout_func
+    facade._has_async_funcs = any(asyncio.iscoroutinefunction(f) for f in list(funcs) + facade.tools)
