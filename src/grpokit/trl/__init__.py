@@ -1,11 +1,15 @@
 """The TRL-compatible layer: ``from grpokit.trl import GRPOConfig, GRPOTrainer`` instead of
 ``from trl import GRPOConfig, GRPOTrainer``, with the names TRL's scripts import beside them
 (``ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config`` ...) and
-``grpokit.trl.rewards`` for ``trl.rewards``; none needs TRL installed. ``config.py`` holds TRL's
+``grpokit.trl.rewards`` for ``trl.rewards``; none needs TRL installed. Every other public name and module
+of trl is trl's own (``grpokit.trl.SFTConfig``, ``grpokit.trl.trainer.sft_trainer``, upstream.py), so a
+project changes ``import trl`` once. ``config.py`` holds TRL's
 arguments, ``mapping.py`` turns them into a grpokit Config, ``trainer.py`` is the trainer,
 ``scripts.py`` and ``model_config.py`` the script helpers, ``script.py`` runs TRL's YAML and command line.
 ``reasoning_gym_dataset`` and ``reasoning_gym_accuracy`` give reasoning-gym's tasks as a dataset and
 a reward function (docs/TASKS.md); they work with TRL's own GRPOTrainer as well."""
+
+import sys
 
 from grpokit.data.tasks.reasoning_gym import dataset as reasoning_gym_dataset
 from grpokit.data.tasks.reasoning_gym import reasoning_gym_accuracy
@@ -21,6 +25,7 @@ from grpokit.trl.scripts import (
     init_zero_verbose,
 )
 from grpokit.trl.trainer import GRPOTrainer, TrainOutput
+from grpokit.trl.upstream import install as _install_upstream
 
 __all__ = [
     "DatasetConfig",
@@ -40,3 +45,5 @@ __all__ = [
     "reasoning_gym_dataset",
     "reasoning_gym_accuracy",
 ]
+
+_install_upstream(sys.modules[__name__])  # trl's other names and modules, found when first used
