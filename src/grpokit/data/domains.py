@@ -103,8 +103,16 @@ def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Dom
     functions = spec.get("reward_functions", reward.functions)
     if isinstance(functions, str):
         functions = [functions]
+    if not isinstance(functions, (list, tuple)) or not all(isinstance(f, str) and f for f in functions):
+        raise ConfigError(f"{where}.reward_functions must be a list of reward names, got {functions!r}")
+    for key in ("task_params", "reward_params"):
+        if not isinstance(spec.get(key) or {}, dict):
+            raise ConfigError(f"{where}.{key} must be a mapping, got {spec[key]!r}")
+    for key in ("task", "dataset", "split", "eval_dataset", "eval_split", "prompt_column", "answer_column"):
+        if not isinstance(spec.get(key, ""), (str, type(None))):
+            raise ConfigError(f"{where}.{key} must be a string, got {spec[key]!r}")
     weights = spec.get("reward_weights", reward.weights if "reward_functions" not in spec else [])
-    if not isinstance(weights, (list, tuple)) or any(not isinstance(w, (int, float)) for w in weights):
+    if not isinstance(weights, (list, tuple)) or not all(_finite(w) for w in weights):
         raise ConfigError(f"{where}.reward_weights must be a list of numbers, got {weights!r}")
     if weights and len(weights) != len(functions):
         raise ConfigError(
@@ -130,6 +138,10 @@ def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Dom
         prompt_column=str(spec.get("prompt_column", data.prompt_column)),
         answer_column=str(spec.get("answer_column", data.answer_column)),
     )
+
+
+def _finite(w: Any) -> bool:
+    return isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
 
 
 def check_domain_names(names: list[str] | tuple[str, ...], domains: list[Domain], where: str) -> None:
