@@ -45,18 +45,20 @@ class TrainerStages:
 
     def _apply_stage(self, stage: Stage) -> None:
         base, cfg = self._stage_base, self.cfg
-        for name in OVERRIDES.values():  # the run's own value, then the stage's
-            section, field = name.split(".")
-            setattr(getattr(cfg, section), field, getattr(getattr(base, section), field))
-        for name, value in stage.overrides:
-            set_field(cfg, name, value)
+        given = dict(stage.overrides)
+        for name in (n for n in OVERRIDES.values() if n.startswith("rollout.")):  # the run's own, then the stage's
+            field = name.split(".")[1]
+            setattr(cfg.rollout, field, getattr(base.rollout, field))
+            if name in given:
+                set_field(cfg, name, given[name])
         self.params = build.sampling_params(cfg.rollout)
         if isinstance(self.sampler, DomainSampler):
             self.sampler.set_domains(list(stage.domains) if stage.domains is not None else None)
         weights = stage_weights(stage, self._spec_domains, self._base_weights)
         self.runner.specs = [replace(s, weight=w) for s, w in zip(self.runner.specs, weights)]
         self.runner_weights = weights
-        self._set_lr(cfg.optim.lr / base.optim.lr if base.optim.lr else 1.0)
+        lr = float(given.get("optim.lr", base.optim.lr))  # optim.lr itself stays: schedules read it (polynomial)
+        self._set_lr(lr / base.optim.lr if base.optim.lr else 1.0)
 
     def _set_lr(self, scale: float) -> None:
         """The schedule's base rates become the run's times ``scale``; the rate in force moves with them
@@ -69,3 +71,4 @@ class TrainerStages:
             group["lr"] = lr * (group["lr"] / old) if old else lr
             group["initial_lr"] = lr
         sched.base_lrs = new
+        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # what get_last_lr() logs
