@@ -62,3 +62,25 @@ def test_dotted_overrides_reach_inside_the_mapping():
         ("b", "", "x.jsonl", 1.0),
     ]
     assert d[0].reward_functions == ("task",)  # the run's reward section, unless the domain gives its own
+
+
+def test_a_domain_reward_scores_its_own_rows_and_passes_its_logs_on():
+    from grpokit.data.domains import DomainReward
+
+    def graded(prompts, completions, log_metric, log_extra, **kw):
+        log_metric("seen", len(completions))
+        log_extra("why", [f"len {len(c)}" for c in completions])
+        return [float(len(c)) for c in completions]
+
+    metrics, extra = [], []
+    fn = DomainReward(graded, "m")
+    out = fn(
+        prompts=["p", "q", "r"],
+        completions=["a", "bb", "ccc"],
+        domain=["m", "c", "m"],
+        log_metric=lambda k, v: metrics.append((k, v)),
+        log_extra=lambda k, v: extra.append((k, v)),
+    )
+    assert out == [1.0, None, 3.0]  # the other domain's completion: not applicable
+    assert metrics == [("seen", 2.0)] and extra == [("why", ["len 1", None, "len 3"])]
+    assert fn(prompts=["p"], completions=["a"], domain=["c"]) == [None]

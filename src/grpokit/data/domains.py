@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig, RewardConfig
+from grpokit.rewards.spec import call_reward
 
 COLUMN = "domain"  # the column every domain row carries (reward functions may read it as ``domain``)
 
@@ -163,8 +164,6 @@ class DomainReward:
         self.__name__ = getattr(fn, "__name__", "reward")
 
     def __call__(self, **kwargs: Any) -> list:
-        from grpokit.rewards.spec import call_reward
-
         tags = kwargs.get(COLUMN)
         n = len(kwargs["completions"])
         if tags is None:  # rows without a domain column (passed rows): nothing here is this domain's
@@ -176,11 +175,18 @@ class DomainReward:
         if len(mine) < n:  # the runner calls one group at a time, so this is a retried completion or a mix
             inner = {k: ([v[i] for i in mine] if isinstance(v, list) and len(v) == n else v) for k, v in inner.items()}
         values = call_reward(self.fn, inner)
-        log = kwargs.get("log_metric")
+        log, extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         for name, vals in values.metrics.items() if log is not None else ():
             for v in vals:
                 log(name, v)
-        out: list = [None] * n
-        for i, v in zip(mine, values):
-            out[i] = v
-        return out
+        for column, vals in values.extra.items() if extra is not None else ():
+            extra(column, _spread(vals, mine, n))  # one entry per completion of the call, None off the domain
+        return _spread(values, mine, n)
+
+
+def _spread(values: list, rows: list[int], n: int) -> list:
+    """``values`` of ``rows`` placed in a list of ``n`` (None elsewhere)."""
+    out: list = [None] * n
+    for i, v in zip(rows, values):
+        out[i] = v
+    return out
