@@ -45,12 +45,12 @@ DOMAINS = {
 }
 
 
-def base_overrides(out: Path, seed: int, eval_size: int) -> list[str]:
+def base_overrides(out: Path, seed: int, eval_size: int, size: argparse.Namespace) -> list[str]:
     return [
         "model.name_or_path=smollm2-135m-instruct",
-        "rollout.group_size=8",
-        "rollout.max_new_tokens=48",
-        "train.prompts_per_step=4",
+        f"rollout.group_size={size.group_size}",
+        f"rollout.max_new_tokens={size.max_new_tokens}",
+        f"train.prompts_per_step={size.prompts}",
         "optim.lr=5e-6",
         "optim.schedule=constant",
         "algo.aggregation=token-mean",
@@ -81,11 +81,11 @@ def final_model(run: Path) -> str:
     return str(sorted((run / "checkpoints").glob("step-*"))[-1] / "model")
 
 
-def arms(out: Path, steps: int, seed: int, eval_size: int) -> dict[str, dict]:
+def arms(out: Path, steps: int, seed: int, eval_size: int, size: argparse.Namespace) -> dict[str, dict]:
     """Every arm of one seed; each returns its run summary (held-out per domain before and after)."""
     a, b = list(DOMAINS)
     half = max(1, steps // 2)
-    base = lambda name: base_overrides(out / f"seed{seed}" / name, seed, eval_size)  # noqa: E731
+    base = lambda name: base_overrides(out / f"seed{seed}" / name, seed, eval_size, size)  # noqa: E731
     both = domains_override([a, b])
     res = {
         "mixed": train([*base("mixed"), both, f"train.steps={2 * steps}"]),
@@ -163,10 +163,13 @@ def main() -> None:
     ap.add_argument("--eval-size", type=int, default=64)
     ap.add_argument("--out", type=Path, default=Path("runs/domains"))
     ap.add_argument("--show", type=Path, default=None)
+    ap.add_argument("--group-size", type=int, default=8, help="G (the recipe's 8)")
+    ap.add_argument("--max-new-tokens", type=int, default=48, help="the recipe's 48")
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per step (the recipe's 4)")
     args = ap.parse_args()
     if args.show is None:
         for seed in args.seeds:
-            arms(args.out, args.steps, seed, args.eval_size)
+            arms(args.out, args.steps, seed, args.eval_size, args)
     print(show(args.show or args.out))
 
 
