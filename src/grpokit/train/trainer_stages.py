@@ -17,7 +17,8 @@ from grpokit.config.io import set_field
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import DomainReward
 
-from . import build
+from . import build, teacher
+from .models import resolve_dtype
 from .stages import OVERRIDES, Stage, parse_stages, stage_at, stage_weights
 
 
@@ -32,6 +33,14 @@ class TrainerStages:
         self._spec_domains = [s.fn.domain if isinstance(s.fn, DomainReward) else None for s in self.runner.specs]
         for stage in self.stages:
             stage_weights(stage, self._spec_domains, self._base_weights)
+        # a teacher per stage (a domain's expert): each loaded once, checked like algo.distill_teacher
+        self._teachers = {self.cfg.algo.distill_teacher: self.ref_model} if self.cfg.algo.distill_teacher else {}
+        for name in dict.fromkeys(s.teacher for s in self.stages if s.teacher and s.teacher not in self._teachers):
+            each = copy.deepcopy(self.cfg)
+            each.algo.distill_teacher = name
+            self._teachers[name] = teacher.load_teacher(
+                each, self.device, resolve_dtype(each.model, self.device), self.tokenizer
+            )
 
     def _enter_stage(self) -> dict[str, float]:
         """The step's stage in force; ``{"stage": i, "stage/step": k}`` ({} without stages)."""
@@ -57,6 +66,8 @@ class TrainerStages:
         weights = stage_weights(stage, self._spec_domains, self._base_weights)
         self.runner.specs = [replace(s, weight=w) for s, w in zip(self.runner.specs, weights)]
         self.runner_weights = weights
+        if self._teachers:
+            self.ref_model = self._teachers[stage.teacher or cfg.algo.distill_teacher]
         lr = float(given.get("optim.lr", base.optim.lr))  # optim.lr itself stays: schedules read it (polynomial)
         self._set_lr(lr / base.optim.lr if base.optim.lr else 1.0)
 
