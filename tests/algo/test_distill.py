@@ -1,6 +1,7 @@
 """On-policy distillation (algo/distill.py, train/teacher.py): the per-token reward by hand, a teacher equal
 to the student scoring zero KL in a real run, another teacher a positive one, and what is refused."""
 
+import json
 import math
 
 import pytest
@@ -73,3 +74,30 @@ def test_bad_settings_are_one_sentence(tiny_model_dir, tmp_path, over, message):
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         settle_config(cfg, own_rows=False)
+
+
+def test_each_stage_distils_its_own_teacher(tiny_model_dir, tmp_path):
+    """Rounds with a teacher each (the domain experts): the student's own weights first (zero KL), then
+    another model (a positive k3); a stage teacher without algo.distill_teacher is refused."""
+    other = save_tiny_model(tmp_path / "teacher", char_tokenizer(), seed=1)
+    stages = f"[{{steps: 1}}, {{steps: 1, teacher: '{other}'}}]"
+    cfg = tiny_cfg(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{
+            "algo.distill_teacher": str(tiny_model_dir),
+            "algo.distill_coef": 0.5,
+            "algo.distill_estimator": "k3",
+            "train.stages": stages,
+        },
+    )
+    cfg.data.dataset = ""
+    Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True).train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["distill/reverse_kl"] == 0.0 and rows[1]["distill/reverse_kl"] > 0
+    bad = Config()
+    apply_overrides(bad, [f"model.name_or_path={tiny_model_dir}", f"train.stages={stages}"])
+    from grpokit.train.build import settle_config
+
+    with pytest.raises(ConfigError, match=r"train.stages\[1\].teacher=.* needs distillation on"):
+        settle_config(bad, own_rows=False)

@@ -119,6 +119,9 @@ def test_rounds_resume_mid_stage_exactly(tiny_model_dir, tmp_path):
     w_ref, m_ref = final(ref / "run")
     assert [(m["stage"], m["stage/step"]) for m in m_ref] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
     assert "domain/own/prompts" not in m_ref[1] and m_ref[2]["domain/own/prompts"] == 1
+    assert [m["learning_rate"] for m in m_ref] == pytest.approx([0.01, 0.01, 0.003, 0.003, 0.003])
+    # the own reward skips the add domain's completions: 3 prompts x G=4, then 2 x G=2 (the stage's group size)
+    assert [m["rewards/own/likes_a/not_applicable"] for m in m_ref] == [12, 12, 4, 4, 4]
     killed = tmp_path / "killed"
     killed.mkdir()
     shutil.copytree(ref / "run", killed / "run")

@@ -17,6 +17,8 @@ sampled token's log-probability; it is refused (algo.distill_top_k) until it is 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .registry import StageSpec, register_advantage_stage
@@ -45,7 +47,7 @@ def distill_config_errors(cfg) -> list[str]:
     errors = []
     if a.distill_estimator not in DISTILL_ESTIMATORS:
         errors.append(f"algo.distill_estimator={a.distill_estimator!r} is not valid; valid: k1, k3")
-    if a.distill_coef < 0:
+    if not math.isfinite(a.distill_coef) or a.distill_coef < 0:
         errors.append(f"algo.distill_coef={a.distill_coef} must be >= 0 (0: no per-token distillation reward)")
     if a.distill_top_k:
         errors.append(

@@ -315,7 +315,7 @@ class TrainConfig:
     torch's default)."""
     stages: list[dict] = field(default_factory=list)
     """Rounds (docs/DOMAINS.md): [{domain: name (or a list), steps: n, lr, group_size, max_new_tokens, temperature,
-    reward_weights}, ...], run in order; every key but steps is optional (a stage without domain samples every
+    reward_weights, teacher}, ...], run in order; every key but steps is optional (a stage without domain samples every
     domain by share; an override left out is the run's own value). train.steps becomes their sum. Empty: one stage."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig, RewardConfig
+from grpokit.rewards.spec import call_reward
 
 COLUMN = "domain"  # the column every domain row carries (reward functions may read it as ``domain``)
 
@@ -103,8 +104,16 @@ def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Dom
     functions = spec.get("reward_functions", reward.functions)
     if isinstance(functions, str):
         functions = [functions]
+    if not isinstance(functions, (list, tuple)) or not all(isinstance(f, str) and f for f in functions):
+        raise ConfigError(f"{where}.reward_functions must be a list of reward names, got {functions!r}")
+    for key in ("task_params", "reward_params"):
+        if not isinstance(spec.get(key) or {}, dict):
+            raise ConfigError(f"{where}.{key} must be a mapping, got {spec[key]!r}")
+    for key in ("task", "dataset", "split", "eval_dataset", "eval_split", "prompt_column", "answer_column"):
+        if not isinstance(spec.get(key, ""), (str, type(None))):
+            raise ConfigError(f"{where}.{key} must be a string, got {spec[key]!r}")
     weights = spec.get("reward_weights", reward.weights if "reward_functions" not in spec else [])
-    if not isinstance(weights, (list, tuple)) or any(not isinstance(w, (int, float)) for w in weights):
+    if not isinstance(weights, (list, tuple)) or not all(_finite(w) for w in weights):
         raise ConfigError(f"{where}.reward_weights must be a list of numbers, got {weights!r}")
     if weights and len(weights) != len(functions):
         raise ConfigError(
@@ -132,6 +141,10 @@ def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Dom
     )
 
 
+def _finite(w: Any) -> bool:
+    return isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
+
+
 def check_domain_names(names: list[str] | tuple[str, ...], domains: list[Domain], where: str) -> None:
     """Refuse a name in ``names`` that is not a configured domain (a stage's domain, say)."""
     known = [d.name for d in domains]
@@ -151,8 +164,6 @@ class DomainReward:
         self.__name__ = getattr(fn, "__name__", "reward")
 
     def __call__(self, **kwargs: Any) -> list:
-        from grpokit.rewards.spec import call_reward
-
         tags = kwargs.get(COLUMN)
         n = len(kwargs["completions"])
         if tags is None:  # rows without a domain column (passed rows): nothing here is this domain's
@@ -164,11 +175,18 @@ class DomainReward:
         if len(mine) < n:  # the runner calls one group at a time, so this is a retried completion or a mix
             inner = {k: ([v[i] for i in mine] if isinstance(v, list) and len(v) == n else v) for k, v in inner.items()}
         values = call_reward(self.fn, inner)
-        log = kwargs.get("log_metric")
+        log, extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         for name, vals in values.metrics.items() if log is not None else ():
             for v in vals:
                 log(name, v)
-        out: list = [None] * n
-        for i, v in zip(mine, values):
-            out[i] = v
-        return out
+        for column, vals in values.extra.items() if extra is not None else ():
+            extra(column, _spread(vals, mine, n))  # one entry per completion of the call, None off the domain
+        return _spread(values, mine, n)
+
+
+def _spread(values: list, rows: list[int], n: int) -> list:
+    """``values`` of ``rows`` placed in a list of ``n`` (None elsewhere)."""
+    out: list = [None] * n
+    for i, v in zip(rows, values):
+        out[i] = v
+    return out

@@ -100,10 +100,15 @@ def domain_eval_runners(cfg: Config) -> dict[str, RewardRunner]:
     return runners
 
 
-def make_sampler(cfg: Config, prompts: list, group_size: int):
+def make_sampler(cfg: Config, prompts: list, group_size: int, world_size: int = 1):
     """The run's prompt sampler: per domain (by share) when there are domains, each domain's (or the
     run's) order plain or at the frontier (data.curriculum)."""
     d = cfg.data
+    if d.curriculum == "frontier" and world_size > 1:  # each rank would learn pass rates from its own slice
+        raise ConfigError(
+            "data.curriculum=frontier runs in one process only for now (each rank would count its own groups and "
+            "draw other prompts); set data.curriculum=off under torchrun"
+        )
 
     def pool(rows: list, seed: int):
         if d.curriculum == "off":

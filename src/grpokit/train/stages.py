@@ -29,7 +29,7 @@ OVERRIDES = {
     "max_new_tokens": "rollout.max_new_tokens",
     "temperature": "rollout.temperature",
 }
-KEYS = ("name", "domain", "steps", *OVERRIDES, "reward_weights")
+KEYS = ("name", "domain", "steps", *OVERRIDES, "reward_weights", "teacher")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class Stage:
     reward_weights: dict | list | None = None
     """A list (the stage's one domain's functions, or the run's without domains) or {domain: list}."""
     name: str = ""
+    teacher: str = ""
+    """On-policy distillation's teacher during this stage (a domain's expert); empty: algo.distill_teacher."""
 
 
 def parse_stages(cfg: Config) -> list[Stage]:
@@ -71,7 +73,13 @@ def parse_stages(cfg: Config) -> list[Stage]:
             overrides=tuple((OVERRIDES[k], spec[k]) for k in OVERRIDES if k in spec),
             reward_weights=spec.get("reward_weights"),
             name=str(spec.get("name", "")),
+            teacher=str(spec.get("teacher") or ""),
         )
+        if stage.teacher and not cfg.algo.distill_teacher:
+            raise ConfigError(
+                f"{where}.teacher={stage.teacher!r} needs distillation on: set algo.distill_teacher (the teacher of "
+                "stages without one) and algo.distill_coef > 0 or algo.beta > 0"
+            )
         _check_overrides(cfg, stage, where)
         stages.append(stage)
     return stages

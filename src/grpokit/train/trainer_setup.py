@@ -104,7 +104,7 @@ class TrainerSetup:
         cfg, t = self.cfg, self.cfg.train
         self.generator = torch.Generator(device=self.device).manual_seed(distributed.rank_seed(t.seed, self.dist.rank))
         # the plain seeded order, the frontier curriculum, or domains mixed by share (train/domain_setup.py)
-        self.sampler = domain_setup.make_sampler(cfg, self.prompts, cfg.rollout.group_size)
+        self.sampler = domain_setup.make_sampler(cfg, self.prompts, cfg.rollout.group_size, self.dist.world_size)
         self.step = self.saved_step = 0
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:

@@ -17,7 +17,8 @@ from grpokit.config.io import set_field
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import DomainReward
 
-from . import build
+from . import build, teacher
+from .models import resolve_dtype
 from .stages import OVERRIDES, Stage, parse_stages, stage_at, stage_weights
 
 
@@ -32,6 +33,14 @@ class TrainerStages:
         self._spec_domains = [s.fn.domain if isinstance(s.fn, DomainReward) else None for s in self.runner.specs]
         for stage in self.stages:
             stage_weights(stage, self._spec_domains, self._base_weights)
+        # a teacher per stage (a domain's expert): each loaded once, checked like algo.distill_teacher
+        self._teachers = {self.cfg.algo.distill_teacher: self.ref_model} if self.cfg.algo.distill_teacher else {}
+        for name in dict.fromkeys(s.teacher for s in self.stages if s.teacher and s.teacher not in self._teachers):
+            each = copy.deepcopy(self.cfg)
+            each.algo.distill_teacher = name
+            self._teachers[name] = teacher.load_teacher(
+                each, self.device, resolve_dtype(each.model, self.device), self.tokenizer
+            )
 
     def _enter_stage(self) -> dict[str, float]:
         """The step's stage in force; ``{"stage": i, "stage/step": k}`` ({} without stages)."""
@@ -45,18 +54,22 @@ class TrainerStages:
 
     def _apply_stage(self, stage: Stage) -> None:
         base, cfg = self._stage_base, self.cfg
-        for name in OVERRIDES.values():  # the run's own value, then the stage's
-            section, field = name.split(".")
-            setattr(getattr(cfg, section), field, getattr(getattr(base, section), field))
-        for name, value in stage.overrides:
-            set_field(cfg, name, value)
+        given = dict(stage.overrides)
+        for name in (n for n in OVERRIDES.values() if n.startswith("rollout.")):  # the run's own, then the stage's
+            field = name.split(".")[1]
+            setattr(cfg.rollout, field, getattr(base.rollout, field))
+            if name in given:
+                set_field(cfg, name, given[name])
         self.params = build.sampling_params(cfg.rollout)
         if isinstance(self.sampler, DomainSampler):
             self.sampler.set_domains(list(stage.domains) if stage.domains is not None else None)
         weights = stage_weights(stage, self._spec_domains, self._base_weights)
         self.runner.specs = [replace(s, weight=w) for s, w in zip(self.runner.specs, weights)]
         self.runner_weights = weights
-        self._set_lr(cfg.optim.lr / base.optim.lr if base.optim.lr else 1.0)
+        if self._teachers:
+            self.ref_model = self._teachers[stage.teacher or cfg.algo.distill_teacher]
+        lr = float(given.get("optim.lr", base.optim.lr))  # optim.lr itself stays: schedules read it (polynomial)
+        self._set_lr(lr / base.optim.lr if base.optim.lr else 1.0)
 
     def _set_lr(self, scale: float) -> None:
         """The schedule's base rates become the run's times ``scale``; the rate in force moves with them
@@ -69,3 +82,4 @@ class TrainerStages:
             group["lr"] = lr * (group["lr"] / old) if old else lr
             group["initial_lr"] = lr
         sched.base_lrs = new
+        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # what get_last_lr() logs

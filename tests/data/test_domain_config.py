@@ -1,0 +1,86 @@
+"""data.domains and train.stages: any value is domains and stages or one sentence (never a traceback),
+and the dotted spelling of the command line reaches inside the mapping."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpokit.config import Config
+from grpokit.config.io import apply_overrides
+from grpokit.config.sections import ConfigError
+from grpokit.data.domains import parse_domains
+from grpokit.train.stages import parse_stages
+
+SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=True) | st.text(max_size=6)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+KEYS = st.sampled_from(
+    ["task", "dataset", "share", "reward_functions", "reward_weights", "eval_size", "task_params", "x"]
+)
+SPECS = st.dictionaries(st.text(max_size=6), st.dictionaries(KEYS, VALUES, max_size=4) | VALUES, max_size=3)
+
+
+def sentence_or_value(fn):
+    try:
+        return fn()
+    except ConfigError as e:
+        assert str(e) and "\n" not in str(e)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=SPECS | VALUES)
+def test_any_domains_value_is_domains_or_one_sentence(raw):
+    cfg = Config()
+    sentence_or_value(lambda: parse_domains(raw, cfg.data, cfg.reward))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    raw=st.lists(
+        st.dictionaries(
+            st.sampled_from(["steps", "domain", "lr", "group_size", "reward_weights", "y"]), VALUES, max_size=3
+        ),
+        max_size=3,
+    )
+)
+def test_any_stages_value_is_stages_or_one_sentence(raw):
+    cfg = Config()
+    cfg.train.stages = raw
+    sentence_or_value(lambda: parse_stages(cfg))
+
+
+def test_dotted_overrides_reach_inside_the_mapping():
+    cfg = apply_overrides(
+        Config(), ["data.domains.math.task=arithmetic", "data.domains.math.share=2", "data.domains.b.dataset=x.jsonl"]
+    )
+    assert cfg.data.domains == {"math": {"task": "arithmetic", "share": 2}, "b": {"dataset": "x.jsonl"}}
+    d = parse_domains(cfg.data.domains, cfg.data, cfg.reward)
+    assert [(x.name, x.task, x.dataset, x.share) for x in d] == [
+        ("math", "arithmetic", "", 2.0),
+        ("b", "", "x.jsonl", 1.0),
+    ]
+    assert d[0].reward_functions == ("task",)  # the run's reward section, unless the domain gives its own
+
+
+def test_a_domain_reward_scores_its_own_rows_and_passes_its_logs_on():
+    from grpokit.data.domains import DomainReward
+
+    def graded(prompts, completions, log_metric, log_extra, **kw):
+        log_metric("seen", len(completions))
+        log_extra("why", [f"len {len(c)}" for c in completions])
+        return [float(len(c)) for c in completions]
+
+    metrics, extra = [], []
+    fn = DomainReward(graded, "m")
+    out = fn(
+        prompts=["p", "q", "r"],
+        completions=["a", "bb", "ccc"],
+        domain=["m", "c", "m"],
+        log_metric=lambda k, v: metrics.append((k, v)),
+        log_extra=lambda k, v: extra.append((k, v)),
+    )
+    assert out == [1.0, None, 3.0]  # the other domain's completion: not applicable
+    assert metrics == [("seen", 2.0)] and extra == [("why", ["len 1", None, "len 3"])]
+    assert fn(prompts=["p"], completions=["a"], domain=["c"]) == [None]
