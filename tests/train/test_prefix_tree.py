@@ -132,3 +132,17 @@ def test_a_mask_that_does_not_follow_the_tree_would_show(monkeypatch):
         bad, _ = completion_logprobs(model, batch, prefix_tree=True)
     m = batch.completion_mask.bool()
     assert (good - bad)[m].abs().max() > 1e-3
+
+
+def test_a_training_step_with_shared_prefixes_equals_the_padded_step(tmp_path):
+    # the demo task: G = 4 completions share each prompt; the same seed samples the same batch
+    from helpers.mismatch import mismatch_trainer
+
+    steps = {}
+    for packing in ("padded", "prefix_tree"):
+        tr = mismatch_trainer(tmp_path / packing, **{"train.packing": packing})
+        steps[packing] = tr.train_step()
+    pad, tree = steps["padded"], steps["prefix_tree"]
+    assert tree["loss"] == pytest.approx(pad["loss"], rel=1e-4, abs=1e-6)
+    assert tree["grad_norm"] == pytest.approx(pad["grad_norm"], rel=1e-4)
+    assert tree["train/shared_prefix_tokens_saved"] > 0 and "train/shared_prefix_tokens_saved" not in pad

@@ -254,6 +254,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=self.token_budget,
             packed=self.packed,
+            prefix_tree=self.prefix_tree,
             router_aux=self.router_aux,
             autocast=self.autocast,
         )
@@ -369,6 +370,11 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         for the model's attention kernel stays padded, train/packing.py)."""
         return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
 
+    @property
+    def prefix_tree(self) -> bool:
+        """Shared-prefix passes (train.packing=prefix_tree, train/prefix_tree.py)."""
+        return self.cfg.train.packing == "prefix_tree"
+
     @torch.no_grad()
     def logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
@@ -382,6 +388,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
                     temperature=self.cfg.rollout.temperature,
                     with_entropy=entropy,
                     packed=self.packed,
+                    prefix_tree=self.prefix_tree,
                 )
                 for s in range(0, batch.input_ids.shape[0], mbs)
             ]
@@ -404,7 +411,12 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs):
         with self.autocast():
             parts = [
                 completion_logprobs_on_support(
-                    self.model, batch.rows(slice(s, s + mbs)), self.params, with_entropy=entropy, packed=self.packed
+                    self.model,
+                    batch.rows(slice(s, s + mbs)),
+                    self.params,
+                    with_entropy=entropy,
+                    packed=self.packed,
+                    prefix_tree=self.prefix_tree,
                 )
                 for s in range(0, batch.input_ids.shape[0], mbs)
             ]
