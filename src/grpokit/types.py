@@ -27,7 +27,7 @@ class Rollout:
 
     ``completion_ids[i]`` has no padding; it ends with the EOS token when ``finish_reasons[i]`` is
     "eos". ``sampling_logprobs[i][t]`` is the log-probability the sampler gave token t (after
-    temperature, top-k/p, min-p).
+    temperature, top-k/p, min-p: with truncation, renormalised over the tokens it kept).
 
     Multi-turn episodes (rollout/episodes.py) put everything after the prompt in ``completion_ids``:
     the model's turns and the environment's replies in between. ``episodes[i].model_mask`` says

@@ -132,3 +132,42 @@ def test_a_mask_that_does_not_follow_the_tree_would_show(monkeypatch):
         bad, _ = completion_logprobs(model, batch, prefix_tree=True)
     m = batch.completion_mask.bool()
     assert (good - bad)[m].abs().max() > 1e-3
+
+
+def test_a_training_step_with_shared_prefixes_equals_the_padded_step(tmp_path):
+    # the demo task: G = 4 completions share each prompt; the same seed samples the same batch
+    from helpers.mismatch import mismatch_trainer
+
+    steps = {}
+    for packing in ("padded", "prefix_tree"):
+        tr = mismatch_trainer(tmp_path / packing, **{"train.packing": packing})
+        steps[packing] = tr.train_step()
+    pad, tree = steps["padded"], steps["prefix_tree"]
+    assert tree["loss"] == pytest.approx(pad["loss"], rel=1e-4, abs=1e-6)
+    assert tree["grad_norm"] == pytest.approx(pad["grad_norm"], rel=1e-4)
+    assert tree["train/shared_prefix_tokens_saved"] > 0 and "train/shared_prefix_tokens_saved" not in pad
+
+
+def test_with_the_norm_in_float64_the_gradients_agree_to_float64_rounding(monkeypatch):
+    # the tolerance above is transformers' float32 RMSNorm alone: with the norm in the model's dtype the
+    # shared-prefix gradients equal the unshared ones to float64 rounding
+    import transformers.models.llama.modeling_llama as llama
+
+    import grpokit.train.logprobs as L
+
+    def norm(self, h):
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    monkeypatch.setattr(llama.LlamaRMSNorm, "forward", norm)
+    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    batch = make_token_batch(_rollout(True), pad_token_id=0)
+    m = batch.completion_mask.double()
+    model = _models()[0]
+    grads = []
+    for tree in (False, True):
+        model.zero_grad()
+        lp, _ = completion_logprobs(model, batch, prefix_tree=tree, temperature=0.7)
+        (lp * m * torch.linspace(-1, 1, m.numel(), dtype=torch.float64).view_as(m)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-12 * max(1.0, float(b.abs().max())), rtol=0)

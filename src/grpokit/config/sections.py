@@ -278,7 +278,11 @@ class TrainConfig:
     end in one row with per-sequence positions (Llama/Qwen2/Qwen3/Mistral; others stay padded), "padded" keeps padded
     rows (with prompt sharing), "auto" = packed with CUDA, padded on CPU. A packed row of over 4096 tokens stays padded
     unless model.attn_implementation takes packed rows without a dense mask (flash_attention_2/3, flex_attention):
-    SDPA and eager attention would build and compute an (S, S) mask for it."""
+    SDPA and eager attention would build and compute an (S, S) mask for it. "prefix_tree" packs each micro-batch's
+    sequences as a prefix tree (train/prefix_tree.py): a prefix several sequences share (the prompt, an episode's
+    first turns) is computed once, with a 4-D mask that follows the tree, for the same values and gradients; it needs
+    model.attn_implementation sdpa or eager and a Llama/Qwen2/Qwen3/Mistral model (refused otherwise), logs
+    train/shared_prefix_tokens_saved, and a micro-batch of over 4096 distinct tokens runs padded."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     out: str = ""

@@ -24,6 +24,25 @@ def has_sliding_window(config, backbone: torch.nn.Module | None = None) -> bool:
     return getattr(config, "model_type", None) == "mistral" and bool(getattr(config, "sliding_window", None))
 
 
+def sampling_snapshot(model: torch.nn.Module) -> tuple[torch.nn.Module, int]:
+    """``(snapshot, bytes copied)``: a frozen copy of ``model`` to sample with while the live model trains
+    (rollout/async_.py), which shares the live model's frozen parameters instead of copying them. Those
+    never change during training, so with LoRA only the adapter tensors (and ``modules_to_save``, every
+    trainable tensor) travel, plus the small buffers; a fully trained model is copied whole, as
+    ``frozen_copy``. Sharing is read-only: the snapshot's copied tensors are its own, and nothing writes
+    the shared ones. The bytes are what the sync moved (``rollout/weight_sync_bytes``)."""
+    frozen = {id(p): p for p in model.parameters() if not p.requires_grad}
+    snap = copy.deepcopy(model, memo=dict(frozen))  # deepcopy returns a memo entry as is: shared, not copied
+    snap.eval()
+    copied = 0
+    for p in snap.parameters():  # each tensor once, tied weights included
+        if id(p) not in frozen:
+            p.requires_grad_(False)
+            copied += p.numel() * p.element_size()
+    copied += sum(b.numel() * b.element_size() for b in snap.buffers())
+    return snap, copied
+
+
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """The reference policy: an in-memory copy with gradients off."""
     ref = copy.deepcopy(model)

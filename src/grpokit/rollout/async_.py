@@ -11,7 +11,9 @@ update of step k, the classic one-step-off pipeline.
 
 Stale samples are off-policy: the trainer applies truncated importance sampling (pi_old / pi_sampler,
 tis.py, ``rollout.tis_cap``) and, if set, off-policy sequence masking (``algo.offpolicy_delta``).
-The staleness of every consumed batch is reported as ``rollout/staleness``.
+The staleness of every consumed batch is reported as ``rollout/staleness``. A snapshot shares the live
+model's frozen parameters (nn/models.py ``sampling_snapshot``): with LoRA only the adapters are copied, and
+``rollout/weight_sync_bytes`` says how many bytes each sync moved.
 
 Limits: the producer has its own sampling generator and consumes prompts ahead of the trainer, so a
 resumed run does not reproduce an uninterrupted one bit for bit; single process only.
@@ -24,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from grpokit.nn.models import frozen_copy
+from grpokit.nn.models import sampling_snapshot
 
 from .engine import HFEngine, TurnSampler
 
@@ -55,7 +57,7 @@ class AsyncRollout:
         self.generator = torch.Generator(device=device).manual_seed(seed + 1)
         self.trainer_step = step  # updates the trainer has made (after_update tells it each new one)
         self.cond = threading.Condition()
-        self.version, self.snapshot = step, frozen_copy(model)
+        self.version, (self.snapshot, self.sync_bytes) = step, sampling_snapshot(model)
         self.ready: dict[int, tuple] = {}  # batch index -> (prompts, rollout, version)
         self.consumed = step  # index of the next batch the trainer takes
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
@@ -101,12 +103,13 @@ class AsyncRollout:
         return prompts, ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
-        snap = frozen_copy(model)  # copied outside the lock: the producer keeps sampling meanwhile
+        # copied outside the lock: the producer keeps sampling meanwhile; with LoRA only the adapters travel
+        snap, self.sync_bytes = sampling_snapshot(model)
         with self.cond:
             self.snapshot, self.version = snap, step
             self.cond.notify_all()
         self.trainer_step = step
-        return {"rollout/staleness": float(self.last_staleness)}
+        return {"rollout/staleness": float(self.last_staleness), "rollout/weight_sync_bytes": float(self.sync_bytes)}
 
     def turn_sampler(self, model, generator: torch.Generator | None = None) -> TurnSampler:
         return self.hf.turn_sampler(model, generator)  # explicit prompts (GFPO refills): the trainer's own model

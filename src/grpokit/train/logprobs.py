@@ -293,6 +293,7 @@ def _head_logprobs(head, flat_h, flat_t, rows: int, fw: _Pass):
     if head_fn.fusable(head, flat_h) and not entropy_grad and fw.support is None:
         return (*head_fn.head_logprobs(head, flat_h, flat_t, chunk, temperature, with_entropy), None)
     if fw.support is not None:  # the replay pass runs without gradient (completion_logprobs_on_support)
+        chunk = max(1, min(chunk, REPLAY_CHUNK_ELEMENTS // V))  # top-p's sort holds ~8 (chunk, V) tensors at once
         outs = [_logp_entropy(head(flat_h[s : s + chunk]), flat_t[s : s + chunk], fw) for s in range(0, K, chunk)]
         return tuple(torch.cat([o[i] for o in outs]) if outs[0][i] is not None else None for i in range(3))
     if torch.is_grad_enabled() and K * V > SMALL_LOGITS_ELEMENTS:
@@ -322,6 +323,9 @@ LOGITS_CHUNK_ELEMENTS = 1 << 23  # 8M floats = 32 MB per logits chunk (CPU: cach
 # head's weight, so with a 151936-token vocabulary the CPU budget meant one column per chunk and
 # thousands of full-size weight-gradient GEMMs per step (measured on an H100: 43 s of a 49 s step).
 GPU_LOGITS_CHUNK_ELEMENTS = 1 << 28
+# The truncation replay (support_log_mass) keeps several (chunk, V) tensors alive (sort values and indices,
+# masks, the log-softmax): 64M elements (256 MB each in float32) bound its chunks on every device.
+REPLAY_CHUNK_ELEMENTS = 1 << 26
 # Below this many (N, T, V) logits (4 MB of fp32) recomputing them in the backward pass saves nothing
 # worth its cost (one more head matmul and log-softmax per chunk): autograd keeps them instead.
 SMALL_LOGITS_ELEMENTS = 1 << 20

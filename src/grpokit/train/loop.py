@@ -265,6 +265,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=self.token_budget,
             packed=self.packed,
+            prefix_tree=self.prefix_tree,
             router_aux=self.router_aux,
             autocast=self.autocast,
         )
@@ -386,23 +387,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
         for the model's attention kernel stays padded, train/packing.py)."""
         return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
 
-    @torch.no_grad()
-    def logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
-        model.eval()
-        mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
-        with self.autocast():
-            parts = [
-                completion_logprobs(
-                    model,
-                    batch.rows(slice(s, s + mbs)),
-                    temperature=self.cfg.rollout.temperature,
-                    with_entropy=entropy,
-                    packed=self.packed,
-                )
-                for s in range(0, batch.input_ids.shape[0], mbs)
-            ]
-        return torch.cat([p[0] for p in parts]), (torch.cat([p[1] for p in parts]) if entropy else None)
+    @property
+    def prefix_tree(self) -> bool:
+        """Shared-prefix passes (train.packing=prefix_tree, train/prefix_tree.py)."""
+        return self.cfg.train.packing == "prefix_tree"
 
     @property
     def replays_support(self) -> bool:
@@ -410,20 +398,26 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
         the trainer's side of the sampler ratio replays (transformers' generate() records none)."""
         return truncates(self.params) and self.cfg.rollout.engine != "generate"
 
-    @torch.no_grad()
+    def logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
+        return self._no_grad_pass(model, batch, entropy, replay=False)[:2]
+
     def old_logprobs(self, batch, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``logprobs`` of the policy before the update, plus the log of its mass on the sampler's truncated
         support (top-k / top-p / min-p replayed; None when sampling truncates nothing)."""
-        if not self.replays_support:
-            return (*self.logprobs(self.model, batch, entropy), None)
-        self.model.eval()
+        return self._no_grad_pass(self.model, batch, entropy, replay=self.replays_support)
+
+    @torch.no_grad()
+    def _no_grad_pass(self, model, batch, entropy: bool, replay: bool):
+        model.eval()
         mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
+        kw = dict(with_entropy=entropy, packed=self.packed, prefix_tree=self.prefix_tree)
         with self.autocast():
             parts = [
-                completion_logprobs_on_support(
-                    self.model, batch.rows(slice(s, s + mbs)), self.params, with_entropy=entropy, packed=self.packed
-                )
-                for s in range(0, batch.input_ids.shape[0], mbs)
+                completion_logprobs_on_support(model, rows, self.params, **kw)
+                if replay
+                else (*completion_logprobs(model, rows, temperature=self.cfg.rollout.temperature, **kw), None)
+                for rows in (batch.rows(slice(s, s + mbs)) for s in range(0, batch.input_ids.shape[0], mbs))
             ]
         return tuple(torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(3))
 

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from grpokit.algo.stage_state import stage_states
+from grpokit.config.base import ConfigError
 from grpokit.data.prompt_length import check_prompt_lengths
 from grpokit.rollout.engine import RolloutEngine
 
@@ -29,6 +30,7 @@ from . import (
 )
 from . import resume as run_folder
 from .models import quiet_transformers, resolve_device
+from .prefix_tree import refusal as prefix_tree_refusal
 from .update import Accumulator
 from .update_windows import run_updates
 
@@ -85,6 +87,9 @@ class TrainerSetup:
             policy.eos,
         )
         self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
+        why = prefix_tree_refusal(self.model) if cfg.train.packing == "prefix_tree" else None
+        if why is not None:
+            raise ConfigError(why)
         self.gec_render = build.error_correction_renderer(cfg)
         opt = build.build_optimizer(cfg, self.model)
         self.optimizer, self.scheduler = opt.optimizer, opt.scheduler

@@ -30,6 +30,7 @@ from grpokit.optim.schedule import make_scheduler
 from grpokit.types import TokenBatch
 
 from .logprobs import completion_logprobs, logprobs_with_router_loss
+from .prefix_tree import tokens_saved
 from .token_budget import micro_batches
 
 
@@ -141,6 +142,7 @@ class Forwards:
     micro_batch_size: int = 0  # rows per micro-batch (0: no limit)
     micro_batch_tokens: int = 0  # tokens per micro-batch (0: no limit)
     packed: bool = False  # padding-free forwards (packing.py; same values as padded)
+    prefix_tree: bool = False  # shared-prefix forwards (prefix_tree.py; same values as unshared)
     router_aux: float = (
         0.0  # weight of a Mixture-of-Experts router loss (model_options.py), added per micro-batch by its rows
     )
@@ -196,7 +198,9 @@ def _micro_step(
     """Forward and backward one micro-batch; its loss and metric sums go to ``acc``."""
     mb = inputs.batch.rows(rows)
     with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
-        logp, entropy, aux = _forward(model, mb, fw.temperature, settings.entropy.coef != 0.0, fw.packed, fw.router_aux)
+        logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0)
+    if fw.prefix_tree and not fw.router_aux and mb.vision is None:  # what the tree's row did not compute again
+        acc.terms["shared_prefix_saved"] = acc.terms.get("shared_prefix_saved", 0.0) + tokens_saved(mb)
     tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
     old = tensors.old_logp
     loss, m = objective_loss(tensors, settings, norms)
@@ -290,16 +294,24 @@ def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: f
         )
     if router_aux:
         out["aux_loss"] = acc["aux_loss"]
+    if "shared_prefix_saved" in acc:  # train.packing=prefix_tree: tokens the update's forwards shared
+        out["train/shared_prefix_tokens_saved"] = acc["shared_prefix_saved"]
     return out
 
 
-def _forward(model, mb: TokenBatch, temperature: float, entropy_grad: bool, packed: bool, router_aux: float):
+def _forward(model, mb: TokenBatch, fw: Forwards, entropy_grad: bool):
     """``(logp, entropy, router loss or None)`` of one micro-batch: with a router loss to add, the
     model's own forward (it computes that loss); else grpokit's chunked log-probabilities."""
-    if router_aux:
-        return logprobs_with_router_loss(model, mb, temperature, entropy_grad)
+    if fw.router_aux:
+        return logprobs_with_router_loss(model, mb, fw.temperature, entropy_grad)
     logp, entropy = completion_logprobs(
-        model, mb, temperature=temperature, with_entropy=True, entropy_grad=entropy_grad, packed=packed
+        model,
+        mb,
+        temperature=fw.temperature,
+        with_entropy=True,
+        entropy_grad=entropy_grad,
+        packed=fw.packed,
+        prefix_tree=fw.prefix_tree,
     )
     return logp, entropy, None
 

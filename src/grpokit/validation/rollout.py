@@ -64,7 +64,7 @@ def check_rollout(cfg: Config) -> None:
 def check_performance(cfg: Config) -> None:
     """The padding-free, mismatch and memory fields."""
     r = cfg.rollout
-    one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded"))
+    one_of("train.packing", cfg.train.packing, ("auto", "packed", "padded", "prefix_tree"))
     one_of("train.memory_plan", cfg.train.memory_plan, ("auto", "manual"))
     one_of("rollout.mismatch_mask", r.mismatch_mask, ("none", "token", "sequence"))
     check(0 < r.mismatch_low <= 1, f"rollout.mismatch_low={r.mismatch_low} must be in (0, 1]")
