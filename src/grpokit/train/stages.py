@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from grpokit.config.io import assigned, set_field
 from grpokit.config.sections import Config, ConfigError
-from grpokit.validation import validate
 from grpokit.data.domains import check_domain_names
+from grpokit.validation import validate
 
 from .domain_setup import domains_of
 
