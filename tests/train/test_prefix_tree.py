@@ -171,3 +171,11 @@ def test_with_the_norm_in_float64_the_gradients_agree_to_float64_rounding(monkey
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-12 * max(1.0, float(b.abs().max())), rtol=0)
+
+
+def test_a_trainer_refuses_shared_prefixes_on_a_kernel_without_4d_masks(tmp_path):
+    from grpokit.config import ConfigError
+    from helpers.mismatch import mismatch_trainer
+
+    with pytest.raises(ConfigError, match="sdpa or eager.*'flex_attention'"):
+        mismatch_trainer(tmp_path, **{"train.packing": "prefix_tree", "model.attn_implementation": "flex_attention"})
