@@ -59,7 +59,7 @@ def test_prefix_tree_equals_unshared_values_and_gradients_float64(monkeypatch, k
     import grpokit.train.logprobs as L
 
     monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())  # the reference: every row computes its own prompt
-    for episodes in (False, True):
+    for episodes in (False, True) if kernel == "sdpa" else (True,):  # eager: the multi-turn case, Llama and Qwen2
         batch = make_token_batch(_rollout(episodes), pad_token_id=0)
         m = batch.completion_mask.double()
         adv = torch.linspace(-1, 1, m.numel(), dtype=torch.float64).view_as(m)
@@ -171,3 +171,11 @@ def test_with_the_norm_in_float64_the_gradients_agree_to_float64_rounding(monkey
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-12 * max(1.0, float(b.abs().max())), rtol=0)
+
+
+def test_a_trainer_refuses_shared_prefixes_on_a_kernel_without_4d_masks(tmp_path):
+    from grpokit.config import ConfigError
+    from helpers.mismatch import mismatch_trainer
+
+    with pytest.raises(ConfigError, match="sdpa or eager.*'flex_attention'"):
+        mismatch_trainer(tmp_path, **{"train.packing": "prefix_tree", "model.attn_implementation": "flex_attention"})

@@ -70,13 +70,16 @@ def test_tis_and_mismatch_compare_pi_old_on_the_samplers_support_worked_by_hand(
     assert math.isclose(sums["abs_diff"], abs(math.log(0.4 * 7 / 3)), rel_tol=1e-5)
 
 
-def test_on_the_own_engine_pi_old_on_support_equals_the_samplers_record(tiny_model):
+@pytest.mark.parametrize("engine", ["static", "dynamic"])
+def test_on_the_own_engine_pi_old_on_support_equals_the_samplers_record(tiny_model, engine):
     # The HF engine samples with top-k 5, top-p 0.9 at temperature 0.7 from the same weights the trainer
     # scores with: renormalised over the replayed support, the ratio is 1 to float rounding; the full
     # distribution's log-probability is lower by the kept mass's log (the bias this replay removes).
     params = SamplingParams(max_new_tokens=8, temperature=0.7, top_k=5, top_p=0.9)
     g = torch.Generator().manual_seed(0)
-    ro = generate(tiny_model, [[1, 5, 6, 7], [1, 9]], 3, params, eos_token_ids={2}, pad_token_id=0, generator=g)
+    ro = generate(
+        tiny_model, [[1, 5, 6, 7], [1, 9]], 3, params, eos_token_ids={2}, pad_token_id=0, generator=g, engine=engine
+    )
     batch = make_token_batch(ro, pad_token_id=0)
     with torch.no_grad():
         old, _, mass = completion_logprobs_on_support(tiny_model, batch, params, chunk_size=3)
