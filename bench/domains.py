@@ -131,7 +131,16 @@ def zero_std_share(run: Path) -> float:
     return statistics.fmean(vals)
 
 
-def demo_curriculum(out: Path, seeds: list[int]) -> str:
+DEMO_VARIANTS = {
+    "plain": [],
+    "frontier": ["data.curriculum=frontier"],
+    # buckets by the gold sum: a bucket is seen again within a run, a single prompt of 7,278 hardly ever
+    "frontier-by-answer": ["data.curriculum=frontier", "data.curriculum_key=answer"],
+    "dynamic": ["algo.dynamic_sampling=true"],
+}
+
+
+def demo_curriculum(out: Path, seeds: list[int], variants: list[str]) -> str:
     """The curriculum on the built-in arithmetic task and its demo model (seconds a run): 60 steps of the
     demo's settings (16 prompts x G=8, lr 3e-4) plain, at the frontier and with dynamic sampling; the
     zero-variance share of the groups sampled over the run, the groups sampled, held-out accuracy after."""
@@ -139,12 +148,8 @@ def demo_curriculum(out: Path, seeds: list[int]) -> str:
         "| sampler | zero-variance share | groups sampled | held-out accuracy after | seeds |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for name, extra in (
-        ("plain", []),
-        ("frontier", ["data.curriculum=frontier"]),
-        ("dynamic", ["algo.dynamic_sampling=true"]),
-    ):
-        shares, sampled, acc = [], [], []
+    for name in variants:
+        extra, shares, sampled, acc = DEMO_VARIANTS[name], [], [], []
         for seed in seeds:
             run = out / f"demo-{name}-seed{seed}"
             common = [
@@ -203,9 +208,10 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48, help="the recipe's 48")
     ap.add_argument("--prompts", type=int, default=4, help="prompts per step (the recipe's 4)")
     ap.add_argument("--demo-curriculum", action="store_true", help="only the curriculum on the arithmetic demo")
+    ap.add_argument("--variants", nargs="+", default=list(DEMO_VARIANTS), choices=list(DEMO_VARIANTS))
     args = ap.parse_args()
     if args.demo_curriculum:
-        print(demo_curriculum(args.out, args.seeds))
+        print(demo_curriculum(args.out, args.seeds, args.variants))
         return
     if args.show is None:
         for seed in args.seeds:
