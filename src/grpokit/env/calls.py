@@ -68,6 +68,7 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
     outcomes: list[Outcome | None] = [None] * len(calls)
     cond = threading.Condition()
     live: dict[int, workers.Task] = {}
+    retried: set[int] = set()
     queued = iter(range(len(calls)))
     nxt = next(queued, None)
 
@@ -98,6 +99,10 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
             elif task.left(timeout_s) > 0:
                 continue
             elif task.abandon(CallAbandoned):
+                if task.starved() and i not in retried:  # the machine's slowness, not the call's: once more
+                    retried.add(i)
+                    live[i] = workers.submit(key, functools.partial(_contained, calls[i]), wake)
+                    continue
                 outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
             else:  # it finished as its deadline passed: its result stands
                 outcomes[i] = task.value
