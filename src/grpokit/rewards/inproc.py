@@ -40,6 +40,7 @@ from typing import Any, Callable
 from .calls import ThreadClock, deadline_clock
 from .errors import RewardInfrastructureError
 from .pool import START_TIMEOUT_S, Outcome
+from .process_tree import watching
 
 MAX_ABANDONED = 4  # timed-out daemon-thread calls of one function that may still be running
 
@@ -129,7 +130,12 @@ class InProcessCaller:
         self._abandoned: dict[str, list[threading.Thread]] = {}
 
     def call(self, key: str, fn: Callable[..., Any], args: tuple, timeout_s: float) -> Outcome:
-        """One Outcome for ``fn(*args)``; ``key`` names the function for the abandoned-thread limit."""
+        """One Outcome for ``fn(*args)``; ``key`` names the function for the abandoned-thread limit.
+        The processes the call starts are noted, to end with the run (process_tree.watching)."""
+        with watching():
+            return self._call(key, fn, args, timeout_s)
+
+    def _call(self, key: str, fn: Callable[..., Any], args: tuple, timeout_s: float) -> Outcome:
         if threading.current_thread() is threading.main_thread():
             for attempt in (1, 2):
                 before, start = _thread_times(), time.monotonic()

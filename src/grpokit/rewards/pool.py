@@ -51,6 +51,7 @@ from typing import Any, Callable
 from .calls import startup
 from .errors import RewardInfrastructureError
 from .pool_worker import PAUSED, PAUSED_UNBUDGETED, READY, RESUMED, STARTED, sched_times, worker_main
+from .process_tree import end_below
 from .spawner import in_spawner_thread
 
 
@@ -108,6 +109,7 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc.is_alive():
+            end_below(self.proc.pid)  # what its calls started, before they lose their place below it
             self.proc.kill()
         self.proc.join(timeout=5)
         self.conn.close()
@@ -367,6 +369,7 @@ class WorkerPool:
             self._cond.notify_all()
         _OPEN_POOLS.discard(self)
         for worker in idle:
+            end_below(worker.proc.pid)  # what its calls started and left running ends with the pool
             worker.conn.close()  # the worker sees EOF and exits
         for worker in idle:
             worker.proc.join(timeout=2)
