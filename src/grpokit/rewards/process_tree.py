@@ -109,6 +109,9 @@ def children() -> set[Ident]:
         tids = os.listdir("/proc/self/task")
     except OSError:
         return set()
+    if not os.path.exists(f"/proc/self/task/{tids[0]}/children"):  # a kernel without CONFIG_PROC_CHILDREN
+        me = os.getpid()
+        return {(pid, start) for pid, (ppid, start) in _table().items() if ppid == me}
     for tid in tids:
         try:
             with open(f"/proc/self/task/{tid}/children", "rb") as f:
