@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from grpokit.rewards.errors import RewardError
 from grpokit.rewards.pool import Outcome
+from grpokit.rewards.process_tree import watching
 
 from . import workers
 from .workers import CallAbandoned
@@ -64,10 +65,17 @@ def _describe(exc: BaseException) -> str:
 
 def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, threads: int = 8) -> list[Outcome]:
     """One Outcome per call, in order; returns within about ``ceil(len(calls) / threads) * timeout_s``
-    and, when every call hangs, within one ``timeout_s`` (the rest fail at once, see the docstring)."""
+    and, when every call hangs, within one ``timeout_s`` (the rest fail at once, see the docstring).
+    The processes the calls start are noted, to end with the run (process_tree.watching)."""
+    with watching():
+        return _call_many(key, calls, timeout_s, threads)
+
+
+def _call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, threads: int) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(calls)
     cond = threading.Condition()
     live: dict[int, workers.Task] = {}
+    retried: set[int] = set()
     queued = iter(range(len(calls)))
     nxt = next(queued, None)
 
@@ -98,6 +106,10 @@ def call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, thread
             elif task.left(timeout_s) > 0:
                 continue
             elif task.abandon(CallAbandoned):
+                if task.starved() and i not in retried:  # the machine's slowness, not the call's: once more
+                    retried.add(i)
+                    live[i] = workers.submit(key, functools.partial(_contained, calls[i]), wake)
+                    continue
                 outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
             else:  # it finished as its deadline passed: its result stands
                 outcomes[i] = task.value

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
+from grpokit.rewards.process_tree import watching
 
 from . import workers
 
@@ -129,8 +130,11 @@ def call_tool(
         except BaseException as e:  # contained: reported as the tool's message
             return "error", e
 
-    task = workers.submit(f"tool-{name}", run)
-    task.wait(max(0.0, timeout_s))  # from when the call began: a thread slow to start is not the tool's time
+    with watching():  # what the tool starts is noted, to end with the run (rewards/process_tree.py)
+        task = workers.submit(f"tool-{name}", run)
+        if not task.wait(max(0.0, timeout_s)) and task.starved() and task.abandon(ToolTimedOut):
+            task = workers.submit(f"tool-{name}", run)  # cut by the machine's slowness, not its own: once more
+            task.wait(max(0.0, timeout_s))  # each from when the call began (env/workers.py)
     seconds = time.perf_counter() - start
     if not task.done.is_set() and task.abandon(ToolTimedOut):  # asked to stop, and counted until it does
         return _error(name, f"Tool {name} timed out after {timeout_s:g} s", max_chars, seconds=seconds, timed_out=True)

@@ -19,6 +19,8 @@ threads are kept and handed the next call:
 - a call's deadline measures the call: ``Task.left`` counts from when its worker began it (not from
   the submit, which may wait for a thread to start on a loaded machine) and leaves out start-up the
   call marks itself (``grpokit.rewards.calls.startup``), which has its own ``STARTUP_BUDGET_S``;
+  one past its deadline that spent more than half of it waiting for a CPU (``Task.starved``) was cut
+  by the machine's slowness, and its caller tries it once more before the time-out counts;
 - ``running_abandoned(key)`` counts a key's abandoned workers still running; the callers bound it;
 - a forked child forgets its parent's workers (they do not exist in it) and starts its own.
 """
@@ -64,6 +66,17 @@ class Task:
         self.submitted = time.monotonic()
         self.started: float | None = None  # when its worker began it
         self.clock = ThreadClock()
+        self.tid: int | None = None  # its worker thread's native id, and that thread's (run, wait) then
+        self.times0: tuple[float, float] | None = None
+
+    def starved(self) -> bool:
+        """True when the call, still running, spent more than half its time so far waiting for a CPU:
+        past its deadline, it is the machine's slowness, not the call's (its caller retries it once)."""
+        if self.started is None or self.times0 is None or self.tid is None:
+            return False
+        now = _thread_times(self.tid)
+        elapsed = time.monotonic() - self.started - self.clock.paused_s
+        return now is not None and now[1] - self.times0[1] >= 0.5 * elapsed
 
     def left(self, timeout_s: float) -> float:
         """Seconds left of a ``timeout_s`` deadline from the call's start, start-up left out (<= 0: passed)."""
@@ -106,6 +119,8 @@ class _Worker:
         try:
             while (task := self._next()) is not None:
                 try:
+                    task.tid = threading.get_native_id()
+                    task.times0 = _thread_times(task.tid)
                     task.started = time.monotonic()
                     value, error = contextvars.Context().run(_bound, task), None
                 except BaseException as e:  # the stop, or a function that does not catch its own errors
@@ -139,6 +154,16 @@ class _Worker:
                         idle.remove(self)
                         return None
                 # taken off the idle list by submit(): its task is on the way
+
+
+def _thread_times(tid: int) -> tuple[float, float] | None:
+    """(run, wait-for-a-CPU) seconds of thread ``tid`` of this process (/proc schedstat), or None."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+            run_ns, wait_ns = f.read().split()[:2]
+        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 def _bound(task: Task) -> Any:

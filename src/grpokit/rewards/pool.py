@@ -19,6 +19,12 @@ Design notes:
   from threads, and they share the process-wide math-verify pool). A call checks out idle workers, so
   one worker serves one call at a time, and every request carries an id that the reply must echo: a
   reply can only reach the call, and the position, that asked for it.
+- Deadlines measure the task (docs/FAULTS.md, "Deadlines measure the call"): a task's clock starts
+  when its worker says it began it (rewards/pool_worker.py), stops while the task runs start-up
+  (grpokit.rewards.calls), and, with ``cpu_budget``, counts the worker's CPU seconds. A task whose
+  worker died, that no worker began within ``start_timeout_s``, or that ran out of time only because
+  the machine was slow, is retried once after the call's other tasks; ``Outcome.kind`` says what the
+  final failure was.
 - Failures of the pool itself are not items' failures: a worker that exits before it is ready, or
   workers that die on `max_deaths_in_a_row` tasks in a row, raise `RewardInfrastructureError` with the
   cause and the fix, instead of scoring every item 0.0. A timeout or an exception inside a task is
@@ -35,7 +41,6 @@ import itertools
 import multiprocessing as mp
 import os
 import pickle
-import queue
 import threading
 import time
 import weakref
@@ -46,6 +51,8 @@ from typing import Any, Callable
 from .calls import startup
 from .errors import RewardInfrastructureError
 from .pool_worker import PAUSED, PAUSED_UNBUDGETED, READY, RESUMED, STARTED, sched_times, worker_main
+from .process_tree import end_below
+from .spawner import in_spawner_thread
 
 
 @dataclass(frozen=True)
@@ -72,47 +79,11 @@ WALL_FACTOR = 10.0  # a CPU-budgeted task starved this many times its budget in 
 _POLL_S = 0.05  # how often a CPU-budgeted task's CPU time is read
 
 
-_spawner: "queue.Queue[tuple[Callable[[], Any], list, threading.Event]] | None" = None
-_spawner_lock = threading.Lock()
-
-
-def _spawner_loop(requests: "queue.Queue[tuple[Callable[[], Any], list, threading.Event]]") -> None:
-    while True:
-        fn, box, done = requests.get()
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # handed back to the caller
-            box.append((False, exc))
-        done.set()
-
-
-def _in_spawner_thread(fn: Callable[[], Any]) -> Any:
-    """Run `fn` in one thread that lives as long as the process.
-
-    PR_SET_PDEATHSIG fires when the *thread* that started the child ends, not the process: a worker
-    started from a short-lived thread (a reward runner's thread pool) would be killed with it. Starting
-    every worker from this thread ties the workers' lives to the process, as intended.
-    """
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = queue.Queue()
-            threading.Thread(target=_spawner_loop, args=(_spawner,), name="grpokit-pool-spawner", daemon=True).start()
-    box: list = []
-    done = threading.Event()
-    _spawner.put((fn, box, done))
-    done.wait()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
-
-
 class _Worker:
     def __init__(self, ctx: Any, initializer: Callable[[], Any] | None = None) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=worker_main, args=(child, initializer), daemon=False)
-        _in_spawner_thread(self.proc.start)
+        in_spawner_thread(self.proc.start)
         _LIVE_PIDS.add(self.proc.pid)
         child.close()
         self.ready = False
@@ -138,6 +109,7 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc.is_alive():
+            end_below(self.proc.pid)  # what its calls started, before they lose their place below it
             self.proc.kill()
         self.proc.join(timeout=5)
         self.conn.close()
@@ -397,6 +369,7 @@ class WorkerPool:
             self._cond.notify_all()
         _OPEN_POOLS.discard(self)
         for worker in idle:
+            end_below(worker.proc.pid)  # what its calls started and left running ends with the pool
             worker.conn.close()  # the worker sees EOF and exits
         for worker in idle:
             worker.proc.join(timeout=2)

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from .calls import deadline_clock
 from .errors import RewardInfrastructureError
+from .process_tree import become_subreaper
 
 READY = -1  # request id of the hello a worker sends once it can take tasks
 STARTED, PAUSED, PAUSED_UNBUDGETED, RESUMED = "started", "paused", "paused, timed elsewhere", "resumed"
@@ -78,6 +79,7 @@ class _PipeClock:
 
 def worker_main(conn: Connection, initializer: Callable[[], Any] | None = None) -> None:
     die_with_parent()
+    become_subreaper()  # what its calls start stays below it, detached or not: its pool ends it (process_tree.py)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):  # Ctrl-C and a cluster's stop reach the
         signal.signal(sig, lambda signum, frame: None)  # whole process group: the trainer decides (train/stopping.py);
         # a no-op handler, not SIG_IGN, so that programs a reward starts get the default back at exec

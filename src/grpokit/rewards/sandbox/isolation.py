@@ -13,10 +13,11 @@ How one run is isolated (Linux, bubblewrap installed):
 - as root, the program then drops to a fresh unprivileged uid/gid (setpriv, all capabilities and the
   bounding set dropped, no_new_privs) whose RLIMIT_NPROC counts only this sandbox; without root, bwrap's
   user namespace does the same job and `prlimit` sets RLIMIT_NPROC inside it (counted per namespace);
-- the trusted parent kills the whole tree at the wall-clock limit: through the cgroup when there is
-  one, else SIGKILL to the namespace's init (pid from bwrap's --info-fd), and the kernel kills every
-  process of that PID namespace; the launcher,
-  a child subreaper, reaps bwrap and any orphan, so no zombie is left even when the trainer is PID 1;
+- the trusted parent kills the whole tree at the wall-clock limit, counted from when bwrap reports
+  the sandbox started (its start-up, within ``START_BUDGET_S``, is not the program's time): through
+  the cgroup when there is one, else SIGKILL to the namespace's init (pid from bwrap's --info-fd),
+  and the kernel kills every process of that PID namespace; the launcher, a child subreaper, reaps
+  bwrap and any orphan, so no zombie is left even when the trainer is PID 1;
 - the parent waits on a pidfd (no polling) and parses the result channel with bounded line length
   and nesting: whatever the program writes, a malformed record only fails its case.
 
@@ -233,6 +234,8 @@ def _run(
             )
             timed_out = True
             try:
+                if isolated:  # the launcher's and bwrap's start-up are not the program's wall time
+                    _wait_begun(proc, info, cancel)
                 timed_out = not wait_exit(proc, limits.wall_s, cancel)
             finally:  # also when the wait is interrupted (a reward's deadline): never leave the sandbox running
                 _stop(proc, timed_out, cgroup, isolated, info)
@@ -245,6 +248,19 @@ def _run(
     return RunResult(
         text, proc.returncode, timed_out, stderr, parse_records(text), plan.mechanism, channel_overflow=len(raw) > cap
     )
+
+
+START_BUDGET_S = 30.0  # the launcher and bwrap setting up the namespaces, on a loaded machine
+
+
+def _wait_begun(proc: subprocess.Popen, info, cancel: threading.Event | None) -> None:
+    """Wait until bwrap reports the sandbox's init started (its --info-fd JSON), the launcher exits,
+    the call is cancelled or START_BUDGET_S passes: the program's wall clock starts then."""
+    deadline = time.monotonic() + START_BUDGET_S
+    while os.fstat(info.fileno()).st_size == 0 and proc.poll() is None and time.monotonic() < deadline:
+        if cancel is not None and cancel.is_set():
+            return
+        time.sleep(0.002)
 
 
 def _stop(proc: subprocess.Popen, timed_out: bool, cgroup: budget.Cgroup | None, isolated: bool, info) -> None:
