@@ -82,12 +82,10 @@ REFUSED: dict[str, str] = {
     "_get_train_sampler": "grpokit samples prompts without a DataLoader (seed and shuffle_dataset set the order)",
     "_get_eval_sampler": "grpokit samples prompts without a DataLoader",
     "_set_signature_columns_if_needed": "grpokit passes every dataset column to the reward functions",
-    "create_optimizer": "the optimizer is built from GRPOConfig (optim, learning_rate ...); pass "
-    "optimizers=(optimizer, scheduler) to give your own",
-    "create_scheduler": "the schedule is built from GRPOConfig (lr_scheduler_type ...); pass "
-    "optimizers=(optimizer, scheduler) to give your own",
-    "create_optimizer_and_scheduler": "the optimizer and schedule are built from GRPOConfig; pass "
-    "optimizers=(optimizer, scheduler) to give your own",
+    "create_optimizer": "the optimizer is built from GRPOConfig (optim, learning_rate, weight_decay, adam_* ...); "
+    "set them there",
+    "create_scheduler": "the schedule is built from GRPOConfig (lr_scheduler_type, warmup_* ...); set them there",
+    "create_optimizer_and_scheduler": "the optimizer and schedule are built from GRPOConfig; set them there",
 }
 """Overridable methods grpokit cannot call where TRL does, with the reason and what to do instead."""
 

@@ -174,9 +174,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
         self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
-        self._gen_call = self._gen_scored = self._turn_finish = (
-            None  # generation.TrlGenerate's prompts while the subclass's method runs
-        )
+        # generation.py's prompts while the subclass's method runs, and what super() sampled
+        self._gen_call = self._gen_scored = self._turn_finish = None
         self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
         self._buffered_inputs: list | None = None
         """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
@@ -368,9 +367,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
-        G_eval = (
-            a.num_generations_eval or a.num_generations
-        )  # transformers hands callbacks the eval loader from here on
+        # transformers hands callbacks the eval loader from the first evaluation on
+        G_eval = a.num_generations_eval or a.num_generations
         self.bridge.user.objects["eval_dataloader"] = row_loader(rows, a.per_device_eval_batch_size, G_eval)
         self._evaluating = True
         try:
