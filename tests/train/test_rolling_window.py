@@ -113,7 +113,7 @@ def record_schedule(monkeypatch, trainer) -> list[str]:
     pass of num_iterations 2) when it is backpropagated, "|" when an update is applied."""
     events, labels, calls = [], {}, [0]
     iterations = trainer.cfg.algo.num_iterations
-    real_slices, real_acc, real_apply = loop_module.update_slices, loop_module.accumulate, loop_module.apply_update
+    real_slices, real_acc, real_apply = loop_module.update_slices, trainer.loss_stage, loop_module.apply_update
     real_scored = trainer._scored_batch
 
     def slices(inputs, parts):
@@ -129,8 +129,8 @@ def record_schedule(monkeypatch, trainer) -> list[str]:
 
     monkeypatch.setattr(loop_module, "update_slices", slices)
     monkeypatch.setattr(
-        loop_module,
-        "accumulate",
+        trainer,
+        "loss_stage",  # stage 5's slot (update.accumulate)
         lambda m, o, part, *a, **k: events.append(labels[id(part)]) or real_acc(m, o, part, *a, **k),
     )
     monkeypatch.setattr(loop_module, "apply_update", lambda *a, **k: events.append("|") or real_apply(*a, **k))

@@ -143,15 +143,16 @@ def test_tools_and_environment_factory_run_through_the_trl_trainer(tool_model, t
     assert "<|im_start|>user\ncount to 6<|im_end|>" in contexts[1]
     # the tools were really called: one multiply per prompt, and the adders' calls (4: 3, 6 -> done; 6: 3, 6 -> done)
     assert sorted(CALLS) == sorted([("multiply", 2, 3)] * 2 + [("add", 3)] * 4)
-    # what the reward function got for the last group (target 6), as TRL passes it for environments
-    assert SEEN["target"] == [6, 6] and {"trainer_state", "log_metric", "log_extra", "completion_ids"} <= set(
+    # what the reward function got: the whole batch in one call, as TRL passes it for environments
+    assert SEEN["target"] == [4, 4, 6, 6] and {"trainer_state", "log_metric", "log_extra", "completion_ids"} <= set(
         SEEN["keys"]
     )
-    envs = SEEN["environments"]
+    assert len(SEEN["environments"]) == 4
+    envs = SEEN["environments"][2:]  # the target-6 group
     assert len(envs) == 2 and all(isinstance(e, Counter) for e in envs) and envs[0] is not envs[1]
     assert envs[0].row == {"prompt": [{"role": "user", "content": "count"}], "target": 6, "tag": "y"}  # the whole row
     assert [e.count for e in envs] == [0, 6]
-    conv0, conv1 = SEEN["completions"]
+    conv0, conv1 = SEEN["completions"][2:]
     assert conv0[0]["tool_calls"][0]["function"]["name"] == "multiply"
     assert conv0[1] == {"role": "tool", "name": "multiply", "content": "6"}
     assert conv0[2] == {"role": "assistant", "content": "six"}

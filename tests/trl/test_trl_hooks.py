@@ -211,10 +211,13 @@ def test_the_loss_compute_loss_returns_is_the_one_back_propagated(chat_model, tm
     assert b["prompt_ids"] == b["prompt_mask"] and b["num_items_in_batch"] == ()
 
 
-def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_path):
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_path, iterations):
     """The TRL-order path (micro-batches through compute_loss and _get_per_token_logps_and_entropies) gives
-    the update grpokit's own loss gives: same seed, same completions, the same weights after two steps."""
-    args = dict(gradient_accumulation_steps=2, learning_rate=1e-2, seed=3, logging_steps=1)
+    the update grpokit's own loss gives: same seed, same completions, the same weights after two steps
+    (with num_iterations=2 the second update's ratio reads pi_old, as TRL's)."""
+    Through.logp_calls = 0
+    args = dict(gradient_accumulation_steps=2, learning_rate=1e-2, seed=3, logging_steps=1, num_iterations=iterations)
     plain = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=loss_args(tmp_path / "a", **args))
     before = [v.clone() for v in plain.model.state_dict().values()]
     plain.train()

@@ -11,6 +11,7 @@ refused too. ``HONOURED`` says where each honoured one runs; ``REFUSED`` why the
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from typing import Any
@@ -81,17 +82,16 @@ REFUSED: dict[str, str] = {
     "_get_train_sampler": "grpokit samples prompts without a DataLoader (seed and shuffle_dataset set the order)",
     "_get_eval_sampler": "grpokit samples prompts without a DataLoader",
     "_set_signature_columns_if_needed": "grpokit passes every dataset column to the reward functions",
-    "create_optimizer": "the optimizer is built from GRPOConfig (optim, learning_rate ...); pass "
-    "optimizers=(optimizer, scheduler) to give your own",
-    "create_scheduler": "the schedule is built from GRPOConfig (lr_scheduler_type ...); pass "
-    "optimizers=(optimizer, scheduler) to give your own",
-    "create_optimizer_and_scheduler": "the optimizer and schedule are built from GRPOConfig; pass "
-    "optimizers=(optimizer, scheduler) to give your own",
+    "create_optimizer": "the optimizer is built from GRPOConfig (optim, learning_rate, weight_decay, adam_* ...); "
+    "set them there",
+    "create_scheduler": "the schedule is built from GRPOConfig (lr_scheduler_type, warmup_* ...); set them there",
+    "create_optimizer_and_scheduler": "the optimizer and schedule are built from GRPOConfig; set them there",
 }
 """Overridable methods grpokit cannot call where TRL does, with the reason and what to do instead."""
 
 
-def trl_method_names() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def trl_method_names() -> tuple[str, ...]:
     """Every method of TRL's GRPOTrainer, with those it inherits from transformers' Trainer (public ones
     and the underscored ones subclasses override), or TRL 1.16's own list when trl is not installed."""
     names = set(TRL_METHODS)
@@ -106,12 +106,14 @@ def trl_method_names() -> list[str]:
             inspect.getattr_static(Trl, name, None), (staticmethod, classmethod)
         ):
             names.add(name)
-    return sorted(names)
+    return tuple(sorted(names))
 
 
 def overridden(cls: type, base: type) -> list[str]:
     """The TRL / transformers methods that ``cls`` (a subclass of ``base``, grpokit's GRPOTrainer) defines
     itself, in TRL's order where TRL has one."""
+    if cls is base:  # grpokit.trl's own class: nothing to look up (and trl is not imported for it)
+        return []
     found = []
     for name in trl_method_names():
         mine, theirs = inspect.getattr_static(cls, name, None), inspect.getattr_static(base, name, None)

@@ -47,11 +47,10 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import attributes, best, hooks
+from . import attributes, best, hooks, overrides
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
-from .generation import TrlGenerate, TrlSingleTurn
 from .inputs import (
     HubPushError,
     env_owns_reward,
@@ -64,7 +63,6 @@ from .inputs import (
     run_folder,
 )
 from .methods import TrlMethods
-from .stages import TrlLoss, TrlRewards
 from .step_args import steps_per_epoch
 from .surface import (
     Accelerator,
@@ -146,7 +144,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             model=None if isinstance(model, str) else model,
             tokenizer=processing_class,
         )
-        self._overrides_sampling()  # an override of stage 2 that cannot be honoured stops here
+        overrides.samples(self)  # an override of stage 2 that cannot be honoured stops here
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
@@ -176,9 +174,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
         self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
         self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
-        self._gen_call = self._gen_scored = self._turn_finish = (
-            None  # generation.TrlGenerate's prompts while the subclass's method runs
-        )
+        # generation.py's prompts while the subclass's method runs, and what super() sampled
+        self._gen_call = self._gen_scored = self._turn_finish = None
         self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
         self._buffered_inputs: list | None = None
         """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
@@ -219,48 +216,11 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                 add_to_logs(self._logs, sb)
 
         trainer.on_sampled.append(count)
-        self._as_stages(trainer)
-        self._init_end()
+        overrides.into_slots(self, trainer)  # reward calls per batch; the subclass's overrides as the stages
+        overrides.init_end(self.bridge.user)
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
-
-    def _as_stages(self, trainer) -> None:
-        """Reward functions called once per batch, as TRL; a subclass's honoured overrides put in the
-        slots of the stages they replace (stages.py), so grpokit's loop calls them where TRL does."""
-        for runner in {id(r): r for r in (trainer.runner, trainer.eval_runner)}.values():
-            runner.whole_batch = True
-        if "_calculate_rewards" in self._overrides:
-            trainer.runner = TrlRewards(self, trainer.runner)
-        if self._overrides_sampling():
-            trainer.rollout_func = TrlSingleTurn(self)
-        if "_generate_and_score_completions" in self._overrides:
-            trainer.sample_and_score = TrlGenerate(self, trainer)
-        loss_hooks = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies"}
-        if set(self._overrides) & (loss_hooks | {"_generate_and_score_completions"}):
-            trainer.loss_stage = TrlLoss(self)
-
-    def _init_end(self) -> None:
-        """transformers' on_init_end, at the end of building: with the model and processing_class (the
-        optimizer, schedule and loaders come with train(), as under transformers)."""
-        objects = self.bridge.user.objects
-        later = {k: objects.get(k) for k in ("optimizer", "lr_scheduler", "train_dataloader")}
-        objects.update(dict.fromkeys(later))
-        self.bridge.user("on_init_end")
-        objects.update(later)
-
-    def _overrides_sampling(self) -> bool:
-        """The subclass's _generate_single_turn (or _tokenize_prompts) is stage 2: refused where TRL's own
-        path would not call it either way grpokit can (tools, environments, TRL's rollout_func wins)."""
-        if not {"_generate_single_turn", "_tokenize_prompts"} & set(self._overrides):
-            return False
-        k = self._kwargs
-        if k["tools"] or k["environment_factory"]:
-            raise ConfigError(
-                "GRPOTrainer subclass overrides _generate_single_turn / _tokenize_prompts with tools or an "
-                "environment_factory: grpokit's episode loop samples multi-turn episodes and cannot call them per turn"
-            )
-        return k["rollout_func"] is None  # TRL: a rollout_func replaces _generate_single_turn
 
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
@@ -407,9 +367,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
-        G_eval = (
-            a.num_generations_eval or a.num_generations
-        )  # transformers hands callbacks the eval loader from here on
+        # transformers hands callbacks the eval loader from the first evaluation on
+        G_eval = a.num_generations_eval or a.num_generations
         self.bridge.user.objects["eval_dataloader"] = row_loader(rows, a.per_device_eval_batch_size, G_eval)
         self._evaluating = True
         try:

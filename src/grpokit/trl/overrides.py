@@ -1,0 +1,57 @@
+"""A GRPOTrainer subclass's honoured overrides put in the slots of the stages they replace.
+
+hooks.py decides which overrides are honoured; this module puts their adapters (stages.py,
+generation.py) in grpokit's Trainer: ``runner`` (stage 3), ``rollout_func`` (stage 2),
+``sample_and_score`` (stages 1-4) and ``loss_stage`` (stage 5). grpokit's loop then calls them where it
+calls its own stages, with no branch of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpokit.config.sections import ConfigError
+
+from .generation import TrlGenerate, TrlSingleTurn
+from .stages import TrlLoss, TrlRewards
+
+LOSS_HOOKS = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies", "_generate_and_score_completions"}
+
+
+def into_slots(facade: Any, trainer: Any) -> None:
+    """Reward functions called once per batch, as TRL; each honoured override in its stage's slot."""
+    names = set(facade._overrides)
+    for runner in {id(r): r for r in (trainer.runner, trainer.eval_runner)}.values():
+        runner.whole_batch = True
+    if "_calculate_rewards" in names:
+        trainer.runner = TrlRewards(facade, trainer.runner)
+    if samples(facade):
+        trainer.rollout_func = TrlSingleTurn(facade)
+    if "_generate_and_score_completions" in names:
+        trainer.sample_and_score = TrlGenerate(facade, trainer)
+    if names & LOSS_HOOKS:  # the subclass's generation batch is trained on through TRL's loss path too
+        trainer.loss_stage = TrlLoss(facade)
+
+
+def samples(facade: Any) -> bool:
+    """Whether the subclass's _generate_single_turn (or _tokenize_prompts) is stage 2; refused in one
+    sentence where grpokit cannot call it as TRL would (tools, environments); a rollout_func wins, as in TRL."""
+    if not {"_generate_single_turn", "_tokenize_prompts"} & set(facade._overrides):
+        return False
+    k = facade._kwargs
+    if k["tools"] or k["environment_factory"]:
+        raise ConfigError(
+            "GRPOTrainer subclass overrides _generate_single_turn / _tokenize_prompts with tools or an "
+            "environment_factory: grpokit's episode loop samples multi-turn episodes and cannot call them per turn"
+        )
+    return k["rollout_func"] is None
+
+
+def init_end(callbacks: Any) -> None:
+    """transformers' on_init_end, at the end of building: with the model and processing_class (the
+    optimizer, schedule and loaders come with train(), as under transformers)."""
+    objects = callbacks.objects
+    later = {k: objects.get(k) for k in ("optimizer", "lr_scheduler", "train_dataloader")}
+    objects.update(dict.fromkeys(later))
+    callbacks("on_init_end")
+    objects.update(later)
