@@ -169,7 +169,7 @@ def rlprobe(run: Path, tools: Path) -> list[tuple[str, str]]:
     found = found.get("findings", found) if isinstance(found, dict) else found
     return [
         (
-            str(f.get("detector") or f.get("signature") or f.get("id") or f.get("title")),
+            str(f.get("signature_id") or f.get("detector") or f.get("id") or f.get("title")),
             str(f.get("severity", "warning")).lower(),
         )
         for f in found
@@ -207,7 +207,7 @@ def rlwatch(run: Path, tools: Path) -> list[tuple[str, str]]:
 
 
 TOOLS = {"grpokit doctor": grpokit_doctor, "rldoctor": rldoctor, "rlprobe": rlprobe, "rlwatch": rlwatch}
-QUIET_LEVELS = {"info", "ok", "none", "note"}
+QUIET_LEVELS = {"info", "ok", "none", "note", "skipped"}  # rldoctor lists every detector, quiet ones as ok/skipped
 
 
 def verdict(found: list[tuple[str, str]], cause: list[str]) -> str:

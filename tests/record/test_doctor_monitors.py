@@ -106,6 +106,20 @@ def test_a_constant_reward_component(tmp_path: Path) -> None:
     assert codes(write_run(tmp_path / "ok", rows)) == []
 
 
+def test_entropy_near_zero_from_the_start(tmp_path: Path) -> None:
+    # a near-greedy sampler: entropy 0.01 from step 1 (below entropy_min 0.05), reward flat at 0.3
+    rows = [
+        r | {"entropy": 0.01, "reward": 0.3, "rewards/math/mean": 0.2, "rewards/format/mean": 0.5}
+        for r in healthy_rows()
+    ]
+    run = write_run(tmp_path / "run", rows, config="rollout:\n  temperature: 0.05\n")
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["entropy_collapse"] and found[0].title.startswith(
+        "Entropy is near zero from the first"
+    )
+    assert "raise rollout.temperature (now 0.05)" in found[0].advice
+
+
 def test_groups_too_small(tmp_path: Path) -> None:
     # G=2 with 60% of groups all alike over the run (>= zero_std_share 0.5), most of them solved
     rows = [r | {"frac_reward_zero_std": 0.6, "completions/frac_groups_solved": 0.5} for r in healthy_rows()]

@@ -111,6 +111,16 @@ def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
     level = _reward_level(run, rw[0]) if rw else None
     if level is not None and level >= hc.converged_reward_level:  # a solved task: low entropy is convergence
         return None
+    if tr[0] < hc.entropy_min:  # never high: sampling was near-greedy from the first step, not a collapse
+        return Finding(
+            "entropy_collapse",
+            "Entropy is near zero from the first steps: the samples barely differ",
+            f"entropy {tr[0]:.3g} -> {tr[1]:.3g} nats ({tr[2]}), below health.entropy_min {hc.entropy_min:g} "
+            "from the start" + (f", reward at {level:.0%} of its range" if level is not None else ""),
+            f"raise rollout.temperature (now {config_value(run, 'rollout.temperature')}) so a group's completions "
+            "differ and some score better than others",
+            0.85,
+        )
     return Finding(
         "entropy_collapse",
         "Entropy collapsed before the task was learned",
