@@ -100,6 +100,10 @@ class DoctorConfig:
     clip_asymmetry_min: float = 0.05
     """... and both sides together clip more than this fraction of tokens."""
 
+    clip_eps_min: float = 0.05
+    """A clip epsilon (algo.clip_low / clip_high) below this, with more than `clip_asymmetry_min` of
+    tokens clipped recently, is a trust region too narrow to learn at the configured pace."""
+
     format_names: tuple[str, ...] = ("format", "tag", "style", "think", "length", "xml")
     """Reward functions whose name contains one of these count as shaping terms (format, length, style)
     for the check "a shaping term rises while accuracy stays flat"; the others count as accuracy."""
