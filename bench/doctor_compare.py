@@ -38,7 +38,11 @@ RUNS: list[tuple[str, list[str], list[str]]] = [
     ("healthy_seed1", ["train.seed=1"], []),
     ("lr_too_high", ["optim.lr=0.02"], ["entropy", "collapse", "grad", "kl", "heldout_drop", "spread", "same_text"]),
     ("reward_always_0", [f"reward.functions=[{RW}:always_zero]"], ["reward_constant", "zero", "variance", "constant"]),
-    ("group_size_2", ["rollout.group_size=2"], ["zero_std", "zero_grad", "variance", "signal", "advantage"]),
+    (
+        "group_size_2",
+        ["rollout.group_size=2"],
+        ["zero_std", "zero_grad", "small_group", "variance", "signal", "advantage"],
+    ),
     ("low_temperature", ["rollout.temperature=0.05"], ["zero_std", "entropy", "same_text", "variance", "advantage"]),
     ("kl_blowup", ["algo.beta=0.5", "optim.lr=0.01", "algo.num_iterations=4"], ["kl"]),
     ("clip_too_tight", ["algo.clip_low=0.0005", "algo.clip_high=0.0005", "algo.num_iterations=4"], ["clip"]),
@@ -169,7 +173,7 @@ def rlprobe(run: Path, tools: Path) -> list[tuple[str, str]]:
     found = found.get("findings", found) if isinstance(found, dict) else found
     return [
         (
-            str(f.get("detector") or f.get("signature") or f.get("id") or f.get("title")),
+            str(f.get("signature_id") or f.get("detector") or f.get("id") or f.get("title")),
             str(f.get("severity", "warning")).lower(),
         )
         for f in found
@@ -207,7 +211,7 @@ def rlwatch(run: Path, tools: Path) -> list[tuple[str, str]]:
 
 
 TOOLS = {"grpokit doctor": grpokit_doctor, "rldoctor": rldoctor, "rlprobe": rlprobe, "rlwatch": rlwatch}
-QUIET_LEVELS = {"info", "ok", "none", "note"}
+QUIET_LEVELS = {"info", "ok", "none", "note", "skipped"}  # rldoctor lists every detector, quiet ones as ok/skipped
 
 
 def verdict(found: list[tuple[str, str]], cause: list[str]) -> str:
@@ -224,7 +228,9 @@ def verdict(found: list[tuple[str, str]], cause: list[str]) -> str:
 def heldout(run: Path) -> str:
     s = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
     a, b = (s.get(k, {}).get("accuracy") for k in ("eval_before", "eval_after"))
-    return f"{a:.0%} -> {b:.0%}" if isinstance(a, float) and isinstance(b, float) else "?"
+    if isinstance(a, float) and isinstance(b, float):
+        return f"{a:.0%} -> {b:.0%}"
+    return f"{a:.0%} -> stopped" if isinstance(a, float) else "?"
 
 
 def main() -> None:

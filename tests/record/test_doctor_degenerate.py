@@ -144,3 +144,27 @@ def test_the_live_monitor_runs_the_doctors_checks(tmp_path: Path) -> None:
     assert not [
         e for i, r in enumerate(healthy_rows(), 1) for e in mon.observe(r, i)[0] if e.monitor.startswith("doctor/")
     ]
+
+
+def test_heldout_accuracy_that_rose_then_fell(tmp_path: Path) -> None:
+    # held-out 0.2 before, 0.8 at step 20, back to 0.4 at step 60: above the baseline (+0.2), yet 0.4 below
+    # its best (> heldout_peak_drop 0.1). With the reward rising: reward hacking; flat: the policy got worse.
+    acc = {10: 0.6, 20: 0.8, 30: 0.7, 40: 0.6, 50: 0.5, 60: 0.4}
+    rows = [r | ({"eval/accuracy": acc[r["step"]]} if "eval/accuracy" in r else {}) for r in healthy_rows()]
+    run = write_run(tmp_path / "rising", rows)
+    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.2}, "steps": 60}))
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["reward_hacking_heldout"] and "falls from its best" in found[0].title
+    assert "held-out accuracy 0.8 at its best (step 20) -> 0.4 (step 60)" in found[0].evidence
+    flat = [r | {"reward": 0.3, "rewards/math/mean": 0.2, "rewards/format/mean": 0.5} for r in rows]
+    run = write_run(tmp_path / "flat", flat)
+    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.2}, "steps": 60}))
+    assert [f.code for f in diagnose(load_run(run))] == ["heldout_drop"]
+    # a wobble of 0.05 below the best is noise of one evaluation, not a fall
+    rows = [
+        r | ({"eval/accuracy": 0.75 if r["step"] == 60 else acc[r["step"]]} if "eval/accuracy" in r else {})
+        for r in healthy_rows()
+    ]
+    run = write_run(tmp_path / "wobble", rows)
+    (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.2}, "steps": 60}))
+    assert codes(run) == []

@@ -66,6 +66,16 @@ def test_clip_asymmetry(tmp_path: Path) -> None:
     assert [f.code for f in found] == ["clip_asymmetry"] and "lower side" in found[0].title
 
 
+def test_a_clip_range_too_narrow(tmp_path: Path) -> None:
+    # epsilon 0.0005 and 15% of tokens clipped (> clip_asymmetry_min 0.05, both sides alike): a narrow trust region
+    run = sick(tmp_path, **{"clip_ratio/region_mean": 0.15, "clip_ratio/low_mean": 0.07, "clip_ratio/high_mean": 0.08})
+    (run / "config.yaml").write_text("algo:\n  clip_low: 0.0005\n  clip_high: 0.0005\n")
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["tight_clip"] and "15% of tokens clipped (steps 51-60)" in found[0].evidence
+    (run / "config.yaml").write_text("algo:\n  clip_low: 0.2\n  clip_high: 0.2\n")  # the usual range: no finding
+    assert codes(run) == []
+
+
 def test_same_length_groups_from_filler(tmp_path: Path) -> None:
     # a length reward gamed: 90% of groups have one length for all completions (same_length_max 0.5)
     found = diagnose(load_run(sick(tmp_path, **{"completions/frac_groups_same_length": 0.9})))
@@ -104,6 +114,20 @@ def test_a_constant_reward_component(tmp_path: Path) -> None:
     assert [f.code for f in found] == ["constant_component"] and "format scores every completion 1" in found[0].title
     rows = [r | {"rewards/format/std": 0.2, "rewards/math/std": 0.3} for r in healthy_rows()]  # both vary: quiet
     assert codes(write_run(tmp_path / "ok", rows)) == []
+
+
+def test_entropy_near_zero_from_the_start(tmp_path: Path) -> None:
+    # a near-greedy sampler: entropy 0.01 from step 1 (below entropy_min 0.05), reward flat at 0.3
+    rows = [
+        r | {"entropy": 0.01, "reward": 0.3, "rewards/math/mean": 0.2, "rewards/format/mean": 0.5}
+        for r in healthy_rows()
+    ]
+    run = write_run(tmp_path / "run", rows, config="rollout:\n  temperature: 0.05\n")
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["entropy_collapse"] and found[0].title.startswith(
+        "Entropy is near zero from the first"
+    )
+    assert "raise rollout.temperature (now 0.05)" in found[0].advice
 
 
 def test_groups_too_small(tmp_path: Path) -> None:

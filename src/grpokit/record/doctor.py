@@ -49,6 +49,7 @@ from .signal_checks import (
     check_reward_constant,
     check_reward_std_death,
     check_small_group,
+    check_tight_clip,
     check_zero_grad,
 )
 from .stability_checks import (
@@ -82,6 +83,7 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_runaway,
     check_kl_pinned,
     check_clip_asymmetry,
+    check_tight_clip,
     check_grad_spikes,
     check_mismatch,
     check_reward_failures,
@@ -112,7 +114,7 @@ COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entropy collapse", ("entropy",)),
     ("completion length (growth, truncation, same-length groups)", ("completions/mean_length",)),
     ("KL to the reference", ("kl",)),
-    ("clipping", ("clip_ratio/region_mean", "clip_ratio/low_mean")),
+    ("clipping (runaway, asymmetry, a narrow clip range)", ("clip_ratio/region_mean", "clip_ratio/low_mean")),
     ("gradients (spikes, zero-gradient steps)", ("grad_norm",)),
     ("reward-function failures", ("rewards/failed_fraction",)),
 )

@@ -51,6 +51,11 @@ class DoctorConfig:
     heldout_drop: float = 0.05
     """Flag a run whose held-out accuracy fell by more than this (reward not rising: else see above)."""
 
+    heldout_peak_drop: float = 0.1
+    """Also flag a run whose latest held-out accuracy lies more than this below its best evaluation
+    (a run that learned, then unlearned); twice heldout_drop, since one evaluation of 200 prompts
+    already wanders by a few points."""
+
     truncated_max: float = 0.2
     """Flag when more than this fraction of recent completions hit the length limit."""
 
@@ -99,6 +104,10 @@ class DoctorConfig:
 
     clip_asymmetry_min: float = 0.05
     """... and both sides together clip more than this fraction of tokens."""
+
+    clip_eps_min: float = 0.05
+    """A clip epsilon (algo.clip_low / clip_high) below this, with more than `clip_asymmetry_min` of
+    tokens clipped recently, is a trust region too narrow to learn at the configured pace."""
 
     format_names: tuple[str, ...] = ("format", "tag", "style", "think", "length", "xml")
     """Reward functions whose name contains one of these count as shaping terms (format, length, style)

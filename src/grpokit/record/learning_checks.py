@@ -13,6 +13,7 @@ from .findings import DoctorConfig, Finding
 from .report_data import Run
 from .run_series import (
     config_value,
+    heldout_fall,
     heldout_gain,
     recent,
     reward_span,
@@ -24,13 +25,16 @@ from .run_series import (
 
 
 def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    tr, gain = trend(run, "reward", hc), heldout_gain(run)
-    if tr is None or gain is None or tr[1] - tr[0] <= hc.reward_flat_tol or gain[0] > dc.heldout_min_gain:
+    tr, gain, fall = trend(run, "reward", hc), heldout_gain(run), heldout_fall(run)
+    if tr is None or gain is None or tr[1] - tr[0] <= hc.reward_flat_tol:
+        return None
+    fell = fall is not None and fall[0] > dc.heldout_peak_drop  # it rose, then the policy unlearned it
+    if gain[0] > dc.heldout_min_gain and not fell:
         return None
     return Finding(
         "reward_hacking_heldout",
-        "Reward rises but held-out accuracy does not (reward hacking?)",
-        f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {gain[1]}" + top_sample(run),
+        "Reward rises but held-out accuracy " + ("falls from its best" if fell else "does not") + " (reward hacking?)",
+        f"reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]}) while {(fall if fell else gain)[1]}" + top_sample(run),
         "read the latest samples for a shortcut the reward pays for; make the verifier stricter "
         "(exact answer parsing, format checks) and evaluate held-out prompts more often (train.eval_every)",
         0.95,
@@ -38,14 +42,18 @@ def check_heldout(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
 
 
 def check_heldout_drop(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    tr, gain = trend(run, "reward", hc), heldout_gain(run)
-    if gain is None or gain[0] >= -dc.heldout_drop or (tr is not None and tr[1] - tr[0] > hc.reward_flat_tol):
+    tr, gain, fall = trend(run, "reward", hc), heldout_gain(run), heldout_fall(run)
+    if gain is None or (tr is not None and tr[1] - tr[0] > hc.reward_flat_tol):
+        return None
+    below = gain[0] < -dc.heldout_drop  # below the baseline
+    fell = fall is not None and fall[0] > dc.heldout_peak_drop  # or far below its own best
+    if not below and not fell:
         return None
     what = f"; reward {tr[0]:.3g} -> {tr[1]:.3g} ({tr[2]})" if tr else ""
     return Finding(
         "heldout_drop",
         "The policy got worse on held-out prompts",
-        gain[1] + what,
+        (gain if below else fall)[1] + what,
         f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}) and keep the policy near the reference "
         "(algo.beta > 0, fewer algo.num_iterations); compare with the checkpoint before the drop",
         0.9,
@@ -111,6 +119,16 @@ def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
     level = _reward_level(run, rw[0]) if rw else None
     if level is not None and level >= hc.converged_reward_level:  # a solved task: low entropy is convergence
         return None
+    if tr[0] < hc.entropy_min:  # never high: sampling was near-greedy from the first step, not a collapse
+        return Finding(
+            "entropy_collapse",
+            "Entropy is near zero from the first steps: the samples barely differ",
+            f"entropy {tr[0]:.3g} -> {tr[1]:.3g} nats ({tr[2]}), below health.entropy_min {hc.entropy_min:g} "
+            "from the start" + (f", reward at {level:.0%} of its range" if level is not None else ""),
+            f"raise rollout.temperature (now {config_value(run, 'rollout.temperature')}) so a group's completions "
+            "differ and some score better than others",
+            0.85,
+        )
     return Finding(
         "entropy_collapse",
         "Entropy collapsed before the task was learned",

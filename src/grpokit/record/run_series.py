@@ -103,6 +103,20 @@ def unsolved_zero_std(run: Run) -> list[tuple[int, float]]:
     return [(s, max(0.0, v - (solved.get(s, 0.0) if top.get(s, -math.inf) >= best else 0.0))) for s, v in pts]
 
 
+def heldout_fall(run: Run) -> tuple[float, str] | None:
+    """How far the latest held-out accuracy lies below the best one before it (peak - latest), with the
+    evidence; None with fewer than 3 evaluations, or when it never rose above its baseline (a fall
+    needs a rise first: heldout_gain measures the rest)."""
+    pts = heldout_series(run)
+    if len(pts) < 3:
+        return None
+    peak = max(pts[1:-1], key=lambda p: p[1])
+    fall = peak[1] - pts[-1][1]
+    if fall <= 0 or peak[1] <= pts[0][1]:  # never above its baseline: heldout_gain tells that story
+        return None
+    return fall, f"held-out accuracy {peak[1]:.3g} at its best (step {peak[0]}) -> {pts[-1][1]:.3g} (step {pts[-1][0]})"
+
+
 def config_value(run: Run, dotted: str, default: Any = "?") -> Any:
     node: Any = run.config
     for part in dotted.split("."):

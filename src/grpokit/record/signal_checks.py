@@ -251,3 +251,25 @@ def check_small_group(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding |
         panel="signal",
         steps=(pts[0][0], pts[-1][0]),
     )
+
+
+def check_tight_clip(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """A trust region far narrower than GRPO's usual 0.2 that clips many tokens: each update is cut
+    short, so the run learns slower than its learning rate says (and its gradient norm jumps between
+    clipped and unclipped steps)."""
+    eps = [config_value(run, f"algo.{k}", None) for k in ("clip_low", "clip_high")]
+    eps = [e for e in eps if isinstance(e, (int, float)) and not isinstance(e, bool) and e > 0]
+    clip = recent(run, "clip_ratio/region_mean", hc)
+    if not eps or min(eps) >= dc.clip_eps_min or clip is None or clip[0] <= dc.clip_asymmetry_min:
+        return None
+    return Finding(
+        "tight_clip",
+        f"The clip range is very narrow (epsilon {min(eps):g}) and clips many tokens",
+        f"algo.clip_low={config_value(run, 'algo.clip_low')}, algo.clip_high={config_value(run, 'algo.clip_high')}; "
+        f"{clip[0]:.0%} of tokens clipped ({clip[1]})",
+        f"widen the clip range (algo.clip_low=0.2, algo.clip_high=0.2 or 0.28, DAPO) and keep the step small with "
+        f"optim.lr instead (now {config_value(run, 'optim.lr')})",
+        0.5,
+        panel="clip",
+        steps=span_steps(clip[1]),
+    )
