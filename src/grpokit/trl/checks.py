@@ -40,7 +40,7 @@ def _in(lo: float, hi: float, none: bool = False) -> Callable[[Any], bool]:
 LOG_LEVELS = ("passive", "detail", "debug", "info", "warning", "error", "critical")  # transformers' log_level values
 
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "learning_rate": (_at_least(0), "a finite number >= 0 (0: no update, as TRL)"),
+    "learning_rate": (_above(0), "a finite number > 0"),
     "delta": (
         _above(1, none=True),
         "None or a finite number > 1 (TRL runs a delta <= 1 too, but it caps the on-policy ratio 1: no gradient)",
