@@ -217,7 +217,6 @@ def test_a_repetition_penalty_that_is_not_positive_is_refused():
     [
         ("learning_rate", float("inf")),
         ("reward_weights", [1.0, float("nan")]),
-        ("save_total_limit", 0),
         ("num_generations", 0),
         ("num_generations", 1),
         ("per_device_train_batch_size", 0),

@@ -13,7 +13,7 @@ from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 from grpokit.validation.rollout import GENERATE_OWN_KEYS
 
 from .config import GRPOConfig
-from .rule import Rule, copied, refuse
+from .rule import Rule, refuse
 from .sampling_args import vllm_fields
 
 
@@ -56,8 +56,8 @@ def _model_init(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 def _generation(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     out = {
         "rollout.temperature": a.temperature,
-        "rollout.top_p": a.top_p,
-        "rollout.top_k": a.top_k,
+        "rollout.top_p": min(a.top_p, 1.0),  # above 1: off, as transformers (no nucleus filter)
+        "rollout.top_k": max(a.top_k, 0),  # -1: off, as vLLM (TRL passes it to vLLM)
         "rollout.min_p": a.min_p or 0.0,
         "rollout.max_new_tokens": a.max_completion_length,
         "rollout.repetition_penalty": a.repetition_penalty,
@@ -165,8 +165,12 @@ MODEL_RULES: list[Rule] = [
     Rule(
         ("seed", "full_determinism", "shuffle_dataset"),
         ("train.seed", "train.deterministic", "data.shuffle"),
-        "copied",
-        copied(**{"train.seed": "seed", "train.deterministic": "full_determinism", "data.shuffle": "shuffle_dataset"}),
+        "copied; shuffle_dataset None: no shuffle, as TRL",
+        lambda a, ctx: {
+            "train.seed": a.seed,
+            "train.deterministic": a.full_determinism,
+            "data.shuffle": bool(a.shuffle_dataset),  # None: no shuffle, as TRL's sampler (it tests the value)
+        },
     ),
     Rule(
         (

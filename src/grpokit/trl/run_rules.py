@@ -81,7 +81,8 @@ def _fsdp(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 
 def _samples(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     n = a.num_completions_to_print
-    return {} if n is None else {"record.samples_prompts": math.ceil(n / a.num_generations)}
+    # <= 0: TRL prints none; grpokit prints no completions anyway and keeps its samples.jsonl
+    return {} if n is None or n <= 0 else {"record.samples_prompts": math.ceil(n / a.num_generations)}
 
 
 RUN_RULES: list[Rule] = [
@@ -157,7 +158,8 @@ RUN_RULES: list[Rule] = [
     Rule(
         ("num_completions_to_print",),
         ("record.samples_prompts",),
-        "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None: grpokit's 2)",
+        "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None or <= 0: "
+        "grpokit's 2; TRL prints none at <= 0, grpokit prints no completions to the console)",
         _samples,
     ),
     Rule(

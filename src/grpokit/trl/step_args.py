@@ -115,7 +115,12 @@ def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
 def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
     """TRL's run length in its steps: max_steps, or ceil(num_train_epochs * steps per epoch) (transformers)."""
     if a.max_steps > 0:
-        return a.max_steps
+        return a.max_steps  # num_train_epochs is not read then, whatever its value (transformers)
+    if a.num_train_epochs <= 0:
+        raise ConfigError(
+            f"GRPOConfig argument num_train_epochs={a.num_train_epochs} with max_steps={a.max_steps} trains no step "
+            "(TRL would train none either); set num_train_epochs > 0 or max_steps > 0"
+        )
     return math.ceil(a.num_train_epochs * steps_per_epoch(a, ctx["num_rows"], ctx["world_size"]))
 
 

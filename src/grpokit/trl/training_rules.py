@@ -22,7 +22,8 @@ def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         every_steps(a.save_steps, trl_steps_in(ctx["steps"], a, ctx)), a, ctx["world_size"]
     )  # save_steps
     every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]  # counts TRL's steps
-    keep = a.save_total_limit if a.save_total_limit else (ctx["steps"] // every + 1 if every else 1)
+    limit = a.save_total_limit if a.save_total_limit and a.save_total_limit > 0 else None  # <= 0: all, as transformers
+    keep = limit or (ctx["steps"] // every + 1 if every else 1)
     if a.hub_strategy not in ("every_save", "end"):  # checkpoint, all_checkpoints: pushed for resuming from the Hub
         raise refuse(
             "hub_strategy",
@@ -55,7 +56,7 @@ TRAINING_RULES: list[Rule] = [
         'None output_dir is "trainer_output"; save_strategy=epoch saves at the end of every epoch (steps '
         "per epoch as TRL's "
         "dataloader counts them, see max_steps) and of training; save_strategy=no writes no checkpoint "
-        "(save_last false), as transformers; save_total_limit None keeps all; "
+        "(save_last false), as transformers; save_total_limit None (or <= 0, as transformers) keeps all; "
         "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)",
         _saving,
     ),
@@ -106,17 +107,15 @@ TRAINING_RULES: list[Rule] = [
             "optim.adam_eps",
             "optim.max_grad_norm",
         ),
-        "copied",
-        copied(
-            **{
-                "optim.lr": "learning_rate",
-                "optim.weight_decay": "weight_decay",
-                "optim.adam_beta1": "adam_beta1",
-                "optim.adam_beta2": "adam_beta2",
-                "optim.adam_eps": "adam_epsilon",
-                "optim.max_grad_norm": "max_grad_norm",
-            }
-        ),
+        "copied; max_grad_norm <= 0: no clipping (0), as transformers",
+        lambda a, ctx: {
+            "optim.lr": a.learning_rate,
+            "optim.weight_decay": a.weight_decay,
+            "optim.adam_beta1": a.adam_beta1,
+            "optim.adam_beta2": a.adam_beta2,
+            "optim.adam_eps": a.adam_epsilon,
+            "optim.max_grad_norm": max(a.max_grad_norm, 0.0),
+        },
     ),
     Rule(
         ("lr_scheduler_type", "warmup_steps", "lr_scheduler_kwargs"),
