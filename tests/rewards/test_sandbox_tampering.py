@@ -57,3 +57,10 @@ def test_tampering_is_counted_by_kind_through_the_runner(workers):
     assert m["rewards/code/tampering"] == 4.0 and m["rewards/code/zeroed"] == 4.0
     assert m["rewards/code/failures"] == 0.0 and m["rewards/failed_fraction"] == 0.0
     assert m["rewards/code/mean"] == 0.5  # the tamperers' zeros are scores, in the mean as a wrong answer's
+
+
+def test_a_program_past_its_limits_is_counted_as_limits():
+    slow = "import time\ndef f(x):\n    time.sleep(60)\n"
+    with collecting_faults() as faults:
+        assert code_pass_fraction([_fenced(slow), _fenced(HONEST)], [CASES] * 2, wall_s=1) == [0.0, 1.0]
+    assert list(faults) == [0] and faults[0][0] == "limits" and "wall_s=1" in faults[0][1]

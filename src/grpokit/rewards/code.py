@@ -11,7 +11,8 @@ The program is the last ```python (or ```py) fenced block of the completion. Tes
 Rewards: code_pass_fraction = passed / number of cases; code_all_pass = 1.0 iff every case passes.
 No code block -> 0.0; no `test_cases` for a row -> None (not applicable). A program that tampers with the
 result channel scores 0.0 whatever its cases returned, reported as ``tampering`` (grpokit.rewards.calls):
-to a direct caller (TRL) it is a plain 0.0, never an exception that would drop it from its group.
+to a direct caller (TRL) it is a plain 0.0, never an exception that would drop it from its group. A
+program that runs past its limits fails the cases it did not finish, and is counted as ``limits``.
 
 Verdicts are made here, by the trusted parent: expected outputs never enter the sandbox and a program
 can only report its own outputs (see sandbox/harness.py). Before the first run we `probe()` the host's
@@ -160,8 +161,10 @@ def run_tests(
     limits: Limits = Limits(),
     allow_unsafe_code_execution: bool = False,
     cancel: threading.Event | None = None,
+    notes: list[str] | None = None,
 ) -> list[bool]:
-    """Run `code` on every case in one sandbox; one pass/fail per case, decided here."""
+    """Run `code` on every case in one sandbox; one pass/fail per case, decided here. ``notes``, when
+    given, gets one line when the program ran past its limits (killed at ``wall_s``, or a case timed out)."""
     isolated = require_isolation(allow_unsafe_code_execution, limits)
     mode, inputs, expected = parse_cases(test_cases)
     job = {"mode": mode, "inputs": inputs, "case_timeout_s": limits.wall_s, "max_output_bytes": limits.max_output_bytes}
@@ -170,6 +173,8 @@ def run_tests(
         result = run_sandboxed(files, _PROGRAM, limits, isolated=isolated, cancel=cancel)
     except budget.BudgetError as exc:  # e.g. a cgroup that could not be created: stop, never score 0
         raise UnsafeCodeExecutionError(str(exc)) from None
+    if notes is not None and (result.timed_out or any(r.get("status") == "timeout" for r in result.records)):
+        notes.append(f"the program ran past its limits (wall_s={limits.wall_s:g} s)")
     records, tampered = _trusted_records(result.channel, len(expected))
     if mode == "call" and (tampered or result.channel_overflow):  # the program shares the harness's process
         raise SandboxTampering(
@@ -220,17 +225,19 @@ def _scores(
     if test_cases is None:
         raise ValueError("code rewards need a 'test_cases' column.")
 
-    def one(c: Any, cases: Any) -> tuple[float | None, str]:
+    def one(c: Any, cases: Any) -> tuple[float | None, tuple[str, str] | None]:
         if cases is None:
-            return None, ""
+            return None, None
         code = extract_code(completion_text(c))
         if code is None:
-            return 0.0, ""
+            return 0.0, None
+        notes: list[str] = []
         try:
-            passed = run_tests(code, cases, limits, allow_unsafe, cancel)
+            passed = run_tests(code, cases, limits, allow_unsafe, cancel, notes)
         except SandboxTampering as exc:  # the completion's own doing: 0, as a wrong program, and counted
-            return 0.0, str(exc)
-        return (float(all(passed)) if all_or_nothing else sum(passed) / len(passed)), ""
+            return 0.0, ("tampering", str(exc))
+        score = float(all(passed)) if all_or_nothing else sum(passed) / len(passed)
+        return score, ("limits", notes[0]) if notes else None  # its timed-out cases failed; counted
 
     with startup():  # the host's isolation probe (once per process) is start-up, not this call's work
         require_isolation(allow_unsafe, limits)  # refuse before running anything
@@ -241,9 +248,9 @@ def _scores(
     finally:  # interrupted (the reward call's deadline): stop the sandboxes now, not at their wall-clock limit
         cancel.set()
         ex.shutdown(wait=True, cancel_futures=True)
-    for i, (_, tampered) in enumerate(results):  # reported from the calling thread, where the call's record is
-        if tampered:
-            report_fault(i, "tampering", tampered)
+    for i, (_, fault) in enumerate(results):  # reported from the calling thread, where the call's record is
+        if fault is not None:
+            report_fault(i, *fault)
     return [score for score, _ in results]
 
 

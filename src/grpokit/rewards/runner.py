@@ -116,8 +116,9 @@ class _Tally:
         if kind is not None:
             self.kinds[kind] = self.kinds.get(kind, 0) + len(rows)
 
-    def scored_zero(self, kind: str) -> None:
-        self.zeroed += 1
+    def noted(self, kind: str, value: Any) -> None:
+        """A completion's own fault: counted by kind, and in ``zeroed`` when it scored 0 for it."""
+        self.zeroed += value == 0
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
 
@@ -254,7 +255,7 @@ class RewardRunner:
                 tally.fail([i], reason, kind=MACHINE)
                 continue
             if kind is not None:
-                tally.scored_zero(kind)
+                tally.noted(kind, v)
             self._store(rewards_NF, i, f, v, tally)
 
     @staticmethod
