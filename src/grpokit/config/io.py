@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import inspect
 import textwrap
@@ -180,6 +181,7 @@ def _sections() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
+@functools.cache  # a section's annotations never change; get_type_hints costs ~5 ms a call (set_field runs often)
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}

@@ -19,6 +19,7 @@ INHERITED = (
     "adam_beta2",
     "adam_epsilon",
     "max_grad_norm",
+    "save_on_each_node",
     "fp16",
     "disable_tqdm",
     "report_to",

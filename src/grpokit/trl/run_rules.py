@@ -7,6 +7,7 @@ Rows of ``MAPPING`` (grpokit/trl/mapping.py), in the order docs/TRL.md shows the
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from .config import GRPOConfig
@@ -85,7 +86,26 @@ def _samples(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     return {} if n is None or n <= 0 else {"record.samples_prompts": math.ceil(n / a.num_generations)}
 
 
+def _save_on_each_node(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+    # one node: its main process is global rank 0, where grpokit saves, so True and False write the same files
+    if a.save_on_each_node and ctx["world_size"] > int(os.environ.get("LOCAL_WORLD_SIZE", ctx["world_size"])):
+        raise refuse(
+            "save_on_each_node",
+            True,
+            "False on several nodes (grpokit saves on global rank 0, for a filesystem every node reads); "
+            "on one node either value",
+        )
+    return {}
+
+
 RUN_RULES: list[Rule] = [
+    Rule(
+        ("save_on_each_node",),
+        (),
+        "one node: the same as False (the node's main process is rank 0, where grpokit saves); on several "
+        "nodes True is refused",
+        _save_on_each_node,
+    ),
     Rule(
         ("cast_lm_head_to_fp32", "neftune_noise_alpha", "router_aux_loss_coef"),
         ("model.lm_head_fp32", "model.neftune_noise_alpha", "model.router_aux_loss_coef"),
