@@ -70,11 +70,12 @@ def make_engine(
     run_dir: Path,
     hf: HFEngine,
     async_source: tuple[Callable, Callable] | None = None,
+    async_state: dict | None = None,
 ) -> RolloutEngine:
     """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (``hf``, sampling on
     the trainer's model, when neither asks for another), holding the policy ``model`` after ``step``
     updates. ``async_source`` is ``(sample, next_batch)`` for the async sampler (rollout/async_.py
-    says what each does)."""
+    says what each does); ``async_state`` is what a resumed checkpoint kept of the async sampler."""
     r = cfg.rollout
     if r.backend == "vllm_server":
         from grpokit.data.vision import image_token_id
@@ -105,6 +106,7 @@ def make_engine(
             max_staleness=r.async_staleness,
             device=device,
             seed=cfg.train.seed,
+            resume_state=async_state,
         )
     return hf
 
