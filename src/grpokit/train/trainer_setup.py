@@ -130,6 +130,11 @@ class TrainerSetup:
         """Stage 2's engine: the one sampling on the trainer's model, or vLLM / the async sampler."""
         cfg = self.cfg
         self.params = build.sampling_params(cfg.rollout)
+        if cfg.rollout.async_workers and (self.episodes.multi_turn or any(p.vision for p in self.prompts[:1])):
+            raise ConfigError(
+                "rollout.async_workers samples one-turn text completions, not episodes with tools or environments "
+                "or image prompts; set rollout.async_workers=0 (the thread samples them)"
+            )
         # the hf engine first: an async sampler's thread, started by make_engine, samples through it
         self.engine: RolloutEngine = engines.hf_engine(
             cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator
@@ -145,6 +150,7 @@ class TrainerSetup:
             self.engine,
             (self._sample_async, self.sampler.next_batch),
             self._async_state(),
+            self.tokenizer,
         )  # vLLM / async, or hf
         # what a checkpoint keeps of the engine: the async sampler's in-flight batches (rollout/async_plan.py)
         self.engine_state = self.engine.state_dict if cfg.rollout.async_staleness > 0 else (lambda: None)
