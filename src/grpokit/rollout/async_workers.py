@@ -1,7 +1,8 @@
 """Rollout worker processes with deadlines: the pool behind ``rollout.async_workers`` (rollout/async_process.py).
 
-Each worker is a spawned process holding its own sampling copy of the policy. The frozen tensors of that
-copy are the trainer's, shared once through torch.multiprocessing's shared memory; a job names a batch,
+Each worker is a process forked from a clean forkserver, holding its own sampling copy of the policy.
+The frozen tensors of that copy are the trainer's, shared once through torch.multiprocessing's shared memory;
+a job names a batch,
 its weights version and the trainable tensors of that version (shared-memory tensors of the trainer's
 snapshot, passed as handles, not bytes), and the worker copies them into its own parameters only when the
 version changed. A worker answers each job twice: ``synced`` once its weights are that version, then the
@@ -101,7 +102,10 @@ class WorkerPool:
 
     def __init__(self, n: int, init: dict, *, timeout_s: float, on_fault: str, check: Callable[[Job, Any], str]):
         self.timeout_s, self.on_fault, self.check = timeout_s, on_fault, check
-        self.ctx = mp.get_context("spawn")
+        # forkserver: one clean server process imports torch and grpokit's sampler once, and forks each worker
+        # from it (a plain fork would copy the trainer's threads and locks; spawn re-imports everything)
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["grpokit.rollout.async_process", type(init["model"]).__module__])
         self.stats = PoolStats()
         self.queue: list[Job] = []
         self.results: dict[int, Any] = {}
@@ -133,14 +137,18 @@ class WorkerPool:
         return self.results.pop(index), straggling
 
     def _dispatch(self) -> None:
-        for w in self.workers:
+        for w in list(self.workers):
             if w.phase == "idle" and self.queue:
                 w.job = self.queue.pop(0)
                 w.phase, w.deadline = "sync", time.monotonic() + self.timeout_s
-                w.conn.send(w.job)
+                try:
+                    w.conn.send(w.job)
+                except OSError as e:  # it died while idle: its end of the pipe is closed
+                    self._fault(w, f"could not be sent batch {w.job.index} ({type(e).__name__}: it died while idle)")
 
     def _pump(self) -> None:
         """Handle what one wait brings: a message, a death, or a missed deadline."""
+        self._dispatch()
         if not self.workers:
             raise RolloutWorkerError(
                 "no rollout worker is left (rollout.async_workers): " + "; ".join(self.stats.dropped)

@@ -1,0 +1,69 @@
+"""Rollout worker processes (rollout.async_workers): real spawned workers sample the async schedule; a worker
+killed with SIGKILL, stopped with SIGSTOP or returning garbage is a counted fault with its own sentence, which
+stops the run or (async_worker_fault=drop) drops the worker while another one redoes its batch, equal to it."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+from grpokit.rollout.async_workers import RolloutWorkerError
+from helpers.rollout_workers import expected_batch, garbage_sample, process_engine
+
+
+def _steps(engine, model, n: int):
+    """n steps of the trainer's side: take the step's batch, check it, publish the next weights."""
+    for k in range(n):
+        want = expected_batch(engine, k)
+        prompts, ro = engine.prefetched(2, 3)
+        assert (ro.completion_ids, ro.sampling_logprobs) == want, k
+        with torch.no_grad():  # an update: the next version differs
+            next(model.parameters()).add_(0.01)
+        metrics = engine.after_update(model, k + 1)
+    return metrics
+
+
+def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
+    engine, model = process_engine(2, on_fault="drop")
+    try:
+        victim = engine.pool.workers[0].proc.pid
+        os.kill(victim, signal.SIGKILL)
+        metrics = _steps(engine, model, 3)  # every batch still equals the schedule's, the victim's redone
+        assert metrics["rollout/worker_faults"] == 1 and metrics["rollout/workers"] == 1
+        assert metrics["rollout/staleness"] == 1 and metrics["time/weight_sync"] > 0
+        assert f"rollout worker 0 (pid {victim})" in capsys.readouterr().out
+    finally:
+        engine.close()
+    assert not engine.pool.workers
+
+
+def test_a_stopped_worker_misses_its_deadline_and_stops_the_run():
+    engine, model = process_engine(1, on_fault="stop", timeout_s=2.0)
+    pid = engine.pool.workers[0].proc.pid
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(
+            RolloutWorkerError,
+            match=rf"rollout worker 0 \(pid {pid}\) did not .* within "
+            r"rollout.async_timeout_s=2 s \(hung or stopped\)",
+        ):
+            _steps(engine, model, 3)
+        assert engine.pool.stats.faults == 1
+    finally:
+        engine.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed, not left stopped
+
+
+def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
+    engine, model = process_engine(1, on_fault="stop", sample=garbage_sample)
+    try:
+        with pytest.raises(
+            RolloutWorkerError,
+            match=r"rollout worker 0 \(pid \d+\) returned a malformed batch 0: "
+            r"a token id outside the vocabulary",
+        ):
+            engine.prefetched(2, 3)
+    finally:
+        engine.close()
