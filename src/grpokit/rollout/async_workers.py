@@ -1,11 +1,10 @@
 """Rollout worker processes with deadlines: the pool behind ``rollout.async_workers`` (rollout/async_process.py).
 
 Each worker is a process forked from a clean forkserver, holding its own sampling copy of the policy.
-The frozen tensors of that copy are the trainer's, shared once through torch.multiprocessing's shared memory;
-a job names a batch,
-its weights version and the trainable tensors of that version (shared-memory tensors of the trainer's
-snapshot, passed as handles, not bytes), and the worker copies them into its own parameters only when the
-version changed. A worker answers each job twice: ``synced`` once its weights are that version, then the
+The frozen tensors of that copy are the trainer's, shared once through torch.multiprocessing's shared
+memory; a job names a batch, its weights version and the trainable tensors of that version (shared-memory
+tensors of the trainer's snapshot, passed as handles, not bytes), and the worker copies them into its own
+parameters only when the version changed. A worker answers each job twice: ``synced`` once its weights are that version, then the
 batch. Both answers have a deadline (``rollout.async_timeout_s``), and so does the start.
 
 A fault is a worker that dies (its process sentinel fires), misses a deadline (it is killed: a hang,
