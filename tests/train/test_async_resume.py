@@ -47,3 +47,29 @@ def test_async_sigkill_then_resume_is_bit_exact(
         assert torch.equal(w_ref[k], w_res[k]), k
     assert m_res == m_ref
     assert [m["rollout/staleness"] for m in m_ref] == [0, 1, 2, 2, 2, 2]  # the rule: min(j, s) updates old
+
+
+@pytest.mark.slow
+def test_worker_processes_killed_and_resumed_equal_the_threads_run(tiny_model_dir, tmp_path, async_reference):
+    """rollout.async_workers=1: the same schedule sampled in a worker process; the trainer killed inside
+    step 3, resumed (new workers, the checkpoint's in-flight batches redone), ends where the thread's
+    uninterrupted run ends."""
+    cfg = write_setup(tmp_path, tiny_model_dir, rollout={**ASYNC, "async_workers": 1}, save_every=1)
+    victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path)
+    marker = tmp_path / "killed" / "checkpoints" / "step-000003"
+    deadline = time.time() + 400
+    while not marker.exists() and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.2)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed; kill earlier"
+    rc, _, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path), timeout=600)
+    assert rc == 0, err[-2000:]
+    w_ref, m_ref = async_reference
+    w_res, m_res = final_state(tmp_path / "killed")
+    for k in w_ref:
+        assert torch.equal(w_ref[k], w_res[k]), k
+    workers_only = ("rollout/worker_faults", "rollout/workers")
+    assert [{k: v for k, v in m.items() if k not in workers_only} for m in m_res] == m_ref
+    assert all(m["rollout/worker_faults"] == 0 for m in m_res)

@@ -4,8 +4,9 @@ Each worker is a process forked from a clean forkserver, holding its own samplin
 The frozen tensors of that copy are the trainer's, shared once through torch.multiprocessing's shared
 memory; a job names a batch, its weights version and the trainable tensors of that version (shared-memory
 tensors of the trainer's snapshot, passed as handles, not bytes), and the worker copies them into its own
-parameters only when the version changed. A worker answers each job twice: ``synced`` once its weights are that version, then the
-batch. Both answers have a deadline (``rollout.async_timeout_s``), and so does the start.
+parameters only when the version changed. A worker answers each job twice: ``synced`` once its weights
+are that version, then the batch. Both answers have a deadline (``rollout.async_timeout_s``), and so
+does the start.
 
 A fault is a worker that dies (its process sentinel fires), misses a deadline (it is killed: a hang,
 SIGSTOP, a sync that does not finish), raises, or returns a batch that fails ``check`` (garbage). Each is
@@ -78,7 +79,10 @@ def _worker_main(conn, init: dict) -> None:
     from .async_plan import batch_generator
 
     while True:
-        job = conn.recv()
+        try:
+            job = conn.recv()
+        except EOFError:  # the trainer is gone (killed): nothing left to sample for
+            return
         if job is None:
             return
         try:
