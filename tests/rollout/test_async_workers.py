@@ -67,3 +67,35 @@ def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
             engine.prefetched(2, 3)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    "rollout, env, message",
+    [
+        ({"async_workers": 2}, {}, r"^rollout.async_workers=2 needs rollout.async_staleness >= 1$"),
+        ({"async_workers": -1}, {}, r"^rollout.async_workers=-1 must be >= 0"),
+        ({"async_staleness": 1, "async_timeout_s": 0}, {}, r"^rollout.async_timeout_s=0 must be > 0 seconds$"),
+        ({"async_staleness": 1, "async_worker_fault": "retry"}, {}, r"^rollout.async_worker_fault='?retry'? "),
+        (
+            {"async_staleness": 1, "async_workers": 1, "backend": "vllm"},
+            {},
+            r"^rollout.async_workers runs the hf engines, not rollout.backend=vllm",
+        ),
+        (
+            {"async_staleness": 1, "async_workers": 1},
+            {"tools": ["python"]},
+            r"^rollout.async_workers samples one-turn completions, not episodes",
+        ),
+    ],
+)
+def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
+    from grpokit.config import Config, ConfigError
+    from grpokit.validation import validate
+
+    cfg = Config()
+    for k, v in rollout.items():
+        setattr(cfg.rollout, k, v)
+    for k, v in env.items():
+        setattr(cfg.env, k, v)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
