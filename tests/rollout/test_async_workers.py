@@ -74,7 +74,11 @@ def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
     [
         ({"async_workers": 2}, {}, r"^rollout.async_workers=2 needs rollout.async_staleness >= 1$"),
         ({"async_workers": -1}, {}, r"^rollout.async_workers=-1 must be >= 0"),
-        ({"async_staleness": 1, "async_timeout_s": 0}, {}, r"^rollout.async_timeout_s=0 must be > 0 seconds$"),
+        (
+            {"async_staleness": 1, "async_timeout_s": 0},
+            {},
+            r"^rollout.async_timeout_s=0 must be a finite number > 0 of seconds$",
+        ),
         ({"async_staleness": 1, "async_worker_fault": "retry"}, {}, r"^rollout.async_worker_fault='?retry'? "),
         (
             {"async_staleness": 1, "async_workers": 1, "backend": "vllm"},

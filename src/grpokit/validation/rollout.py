@@ -122,7 +122,10 @@ def check_async_workers(cfg: Config) -> None:
     """rollout.async_workers and its deadline and fault policy; what worker processes cannot do is refused."""
     r = cfg.rollout
     check(r.async_workers >= 0, f"rollout.async_workers={r.async_workers} must be >= 0 (0 = a thread)")
-    check(r.async_timeout_s > 0, f"rollout.async_timeout_s={r.async_timeout_s} must be > 0 seconds")
+    check(
+        0 < r.async_timeout_s < float("inf"),
+        f"rollout.async_timeout_s={r.async_timeout_s} must be a finite number > 0 of seconds",
+    )
     one_of("rollout.async_worker_fault", r.async_worker_fault, ("stop", "drop"))
     if not r.async_workers:
         return
