@@ -31,9 +31,10 @@ def garbage_sample(ctx, model, generator, prompts):
     return dataclasses.replace(ro, completion_ids=ids)
 
 
-def process_engine(workers: int, on_fault: str = "stop", timeout_s: float = 60.0, sample=sample_one_turn):
-    """``(engine, model)``: a tiny policy's ProcessRollout (staleness 1, 2 prompts of 3 samples a step)."""
-    model = tiny_qwen2(seed=1)
+def process_engine(workers: int, on_fault: str = "stop", timeout_s: float = 60.0, sample=sample_one_turn, model=None):
+    """``(engine, model)``: a tiny policy's (or ``model``'s) ProcessRollout (staleness 1, 2 prompts of 3
+    samples a step)."""
+    model = model if model is not None else tiny_qwen2(seed=1)
     counter = iter(range(10**6))
 
     def next_batch(n):

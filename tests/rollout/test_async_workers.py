@@ -19,7 +19,7 @@ def _steps(engine, model, n: int):
         prompts, ro = engine.prefetched(2, 3)
         assert (ro.completion_ids, ro.sampling_logprobs) == want, k
         with torch.no_grad():  # an update: the next version differs
-            next(model.parameters()).add_(0.01)
+            next(p for p in model.parameters() if p.requires_grad).add_(0.01)
         metrics = engine.after_update(model, k + 1)
     return metrics
 
@@ -36,6 +36,22 @@ def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
     finally:
         engine.close()
     assert not engine.pool.workers
+
+
+def test_a_lora_policy_sends_only_its_adapters_to_the_worker():
+    pytest.importorskip("peft")
+    from grpokit.config.sections import ModelConfig
+    from grpokit.train.lora import add_adapters
+    from helpers.models import tiny_qwen2
+
+    engine, model = process_engine(1, model=add_adapters(tiny_qwen2(seed=1), ModelConfig(lora_rank=4)))
+    try:
+        metrics = _steps(engine, model, 3)  # the worker samples every version's adapters as the schedule says
+    finally:
+        engine.close()
+    adapters = sum(p.numel() * 4 for n, p in model.named_parameters() if p.requires_grad)
+    assert adapters < metrics["rollout/weight_sync_bytes"] < adapters + 4096  # the adapters and small buffers
+    assert all("lora_" in name for name in engine.plan.trainable)
 
 
 def test_a_stopped_worker_misses_its_deadline_and_stops_the_run():
