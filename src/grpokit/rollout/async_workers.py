@@ -121,8 +121,12 @@ class WorkerPool:
             child.close()
             # starting imports torch in a fresh interpreter: its own, longer deadline
             self.workers.append(Worker(k, proc, parent, deadline=time.monotonic() + max(timeout_s, START_S)))
-        while any(w.phase == "start" for w in self.workers):
-            self._pump()
+        try:
+            while any(w.phase == "start" for w in self.workers):
+                self._pump()
+        except BaseException:  # a worker that cannot start: the others end with it, none is left behind
+            self.close()
+            raise
 
     def submit(self, job: Job) -> None:
         self.queue.append(job)
