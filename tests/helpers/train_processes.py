@@ -29,8 +29,9 @@ VOLATILE = ("time/", "tokens_per_second", "rollout/tokens_per_second")
 STEPS = 6
 
 
-def write_setup(tmp: Path, model_dir: Path, **train) -> Path:
-    """A config for a 6-step deterministic run (one reward call per step) that saves only at its end."""
+def write_setup(tmp: Path, model_dir: Path, rollout: dict | None = None, **train) -> Path:
+    """A config for a 6-step deterministic run (one reward call per step) that saves only at its end;
+    ``rollout`` adds fields to its rollout section (e.g. ``{"async_staleness": 1}``)."""
     (tmp / "myrewards.py").write_text(REWARD)
     data = tmp / "train.jsonl"
     data.write_text(
@@ -50,7 +51,7 @@ def write_setup(tmp: Path, model_dir: Path, **train) -> Path:
 model: {{name_or_path: "{model_dir}"}}
 data: {{task: "", dataset: "{data}", eval_size: 0}}
 reward: {{functions: ["myrewards:likes_a"], timeout_s: 300}}
-rollout: {{group_size: 4, max_new_tokens: 6}}
+rollout: {json.dumps({"group_size": 4, "max_new_tokens": 6, **(rollout or {})})}
 algo: {{beta: 0.04, num_iterations: 2}}
 optim: {{lr: 0.01, warmup_steps: 2, schedule: cosine}}
 train: {json.dumps(opts)}

@@ -19,18 +19,38 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness):
     tr.train()
     eng = tr.engine
     assert eng.log, "the background thread produced nothing"
-    for index, version in eng.log:  # the invariant the producer enforces
-        assert 0 <= index - version <= staleness, (index, version)
+    for index, version in eng.log:  # the one rule (rollout/async_plan.py): batch j is sampled by version j - s
+        assert version == max(0, index - staleness), (index, version)
     assert not eng.thread.is_alive()  # closed at the end of train()
     steps = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
     assert len(steps) == 4
     for s in steps:
         assert 0 <= s["rollout/staleness"] <= staleness
         assert "tis/ratio_max" in s and "tis/logp_abs_diff_mean" in s
-    assert steps[0]["rollout/staleness"] == 0  # the first batch comes from the initial policy
+    assert [s["rollout/staleness"] for s in steps] == [min(j, staleness) for j in range(4)]
 
 
 def test_synchronous_by_default(tiny_model_dir, tmp_path):
     tr = make(tiny_model_dir, tmp_path / "sync", **{"train.steps": 1})
     assert isinstance(tr.engine, HFEngine)  # sampling on the trainer's own model
     assert "rollout/staleness" not in tr.train_step()
+
+
+def test_a_checkpoint_keeps_the_in_flight_batches_and_refuses_another_staleness(tiny_model_dir, tmp_path):
+    from grpokit.config import ConfigError
+    from grpokit.train import Trainer
+    from grpokit.train.checkpoint import load_extra
+    from helpers.runs import ROWS, likes_a, tiny_cfg
+
+    over = {"rollout.async_staleness": 2, "train.steps": 3, "train.save_every": 3, "data.eval_size": 0}
+    make(tiny_model_dir, tmp_path / "run", **over).train()
+    state = load_extra(tmp_path / "run" / "checkpoints" / "step-000003")["async_rollout"]
+    assert state["step"] == 3 and state["staleness"] == 2
+    assert sorted(state["prompts"]) == [3, 4, 5]  # batches 3 .. 3 + s, drawn before the checkpoint
+    assert sorted(state["snapshots"]) == [1, 2]  # the weights batches 3 and 4 are sampled with
+    assert state["snapshots"][1].keys() == {n for n, p in make(tiny_model_dir, tmp_path / "x").model.named_parameters()}
+
+    cfg = tiny_cfg(tiny_model_dir, tmp_path / "run", **{**over, "rollout.async_staleness": 1, "train.steps": 4})
+    cfg.data.dataset = ""
+    with pytest.raises(ConfigError, match=r"saved with rollout.async_staleness=2 at step 3, not 1 at step 3"):
+        Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, resume=tmp_path / "run", quiet=True)

@@ -101,4 +101,15 @@ class RolloutConfig:
     (>= 1)."""
     async_staleness: int = 0
     """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 =
-    synchronous)."""
+    synchronous). Batch j is sampled by the policy after exactly max(0, j - async_staleness) updates
+    (rollout/async_plan.py), so an asynchronous run is deterministic and resumes exactly."""
+    async_workers: int = 0
+    """With async_staleness > 0: 0 samples in a thread of the trainer's process; N >= 1 in N worker processes
+    (rollout/async_process.py; one turn, CPU, one trainer rank), weights passed as shared-memory tensors."""
+    async_timeout_s: float = 600.0
+    """Deadline, in seconds, of a rollout worker's start, of each weight sync and of each batch it samples; a
+    worker that misses one is a fault (async_worker_fault)."""
+    async_worker_fault: str = "stop"
+    """What a rollout worker's fault (it died, hung, failed or returned a malformed batch) does: stop (the run
+    ends with one sentence naming the worker) or drop (the worker is removed, another one samples its batch;
+    the run stops when none is left)."""

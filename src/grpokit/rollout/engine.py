@@ -7,7 +7,8 @@ asks which engine it holds:
   (``rollout.engine`` auto, static or dynamic) or transformers' ``generate()`` (``generate``);
 * ``VLLMColocated`` (rollout/vllm.py), ``TensorParallelEngine`` (rollout/vllm_tp.py) and
   ``VLLMServer`` (rollout/vllm_client.py): a vLLM engine holding its own copy of the weights;
-* ``AsyncRollout`` (rollout/async_.py): a background thread sampling the next batch on a snapshot.
+* ``AsyncRollout`` (rollout/async_.py): a background thread sampling the next batch on a snapshot;
+  ``ProcessRollout`` (rollout/async_process.py): the same schedule in worker processes.
 """
 
 from __future__ import annotations

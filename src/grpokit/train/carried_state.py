@@ -19,13 +19,17 @@ from . import checkpoint
 from .update import Accumulator
 
 
-def saved_extra(stage_states: list[StageState], pending: Accumulator, optimizer, sampler=None) -> dict[str, Any] | None:
-    """Every stage state under its key, ``pending_update`` while an update holds slices, and ``sampler``
-    when the prompt sampler keeps more than its position (domains, a curriculum) (None: nothing)."""
+def saved_extra(
+    stage_states: list[StageState], pending: Accumulator, optimizer, sampler=None, engine_state: dict | None = None
+) -> dict[str, Any] | None:
+    """Every stage state under its key, ``pending_update`` while an update holds slices, ``sampler``
+    when the prompt sampler keeps more than its position (domains, a curriculum) and ``async_rollout``
+    for the async sampler's in-flight batches (rollout/async_plan.py) (None: nothing)."""
     extra = {state.key: state.state_dict() for state in stage_states}
     extra |= {"pending_update": checkpoint.pending_state(pending, optimizer)} if pending.slices else {}
     sampled = sampler.state_dict() if sampler is not None else {}
     extra |= {"sampler": sampled} if set(sampled) - {"position"} else {}
+    extra |= {"async_rollout": engine_state} if engine_state is not None else {}
     return extra or None
 
 

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from grpokit.config.base import ConfigError
 from grpokit.config.sections import Config
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
@@ -70,11 +71,14 @@ def make_engine(
     run_dir: Path,
     hf: HFEngine,
     async_source: tuple[Callable, Callable] | None = None,
+    async_state: dict | None = None,
+    tokenizer=None,
 ) -> RolloutEngine:
     """The rollout engine for ``rollout.backend`` / ``rollout.async_staleness`` (``hf``, sampling on
     the trainer's model, when neither asks for another), holding the policy ``model`` after ``step``
     updates. ``async_source`` is ``(sample, next_batch)`` for the async sampler (rollout/async_.py
-    says what each does)."""
+    says what each does); ``async_state`` is what a resumed checkpoint kept of the async sampler;
+    ``tokenizer`` decodes stop strings in rollout worker processes."""
     r = cfg.rollout
     if r.backend == "vllm_server":
         from grpokit.data.vision import image_token_id
@@ -90,6 +94,10 @@ def make_engine(
         if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
             engine.after_update(model, step)
         return engine
+    if r.async_staleness > 0 and r.async_workers > 0:
+        if device.type != "cpu":
+            raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
+        return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer)
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout
 
@@ -105,8 +113,38 @@ def make_engine(
             max_staleness=r.async_staleness,
             device=device,
             seed=cfg.train.seed,
+            resume_state=async_state,
         )
     return hf
+
+
+def process_engine(cfg: Config, model, step: int, params, hf: HFEngine, next_batch, state, tokenizer):
+    """``rollout.async_workers`` worker processes sampling the async schedule (rollout/async_process.py)."""
+    from grpokit.rollout.async_process import ProcessRollout, SampleContext
+
+    r = cfg.rollout
+    context = SampleContext(
+        group_size=r.group_size,
+        params=params,
+        eos_token_ids=frozenset(hf.eos_token_ids),
+        pad_token_id=hf.pad_token_id,
+        decoder=r.engine,
+        tokenizer=tokenizer if params.stop else None,
+    )
+    return ProcessRollout(
+        model,
+        step,
+        next_batch,
+        hf=hf,
+        context=context,
+        workers=r.async_workers,
+        timeout_s=r.async_timeout_s,
+        on_fault=r.async_worker_fault,
+        prompts_per_step=cfg.train.prompts_per_step,
+        max_staleness=r.async_staleness,
+        seed=cfg.train.seed,
+        resume_state=state,
+    )
 
 
 def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContext):

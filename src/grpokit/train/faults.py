@@ -112,6 +112,9 @@ def classify(e: BaseException, where: Path | None = None) -> Cause | None:
     if model is not None:
         return model
     for x in chain(e):
+        if type(x).__name__ == "RolloutWorkerError":  # rollout/async_workers.py: its message names the worker
+            return Cause(f"{_line(x)}; grpokit train --resume continues from the last checkpoint", 1)
+    for x in chain(e):
         if isinstance(x, (MemoryError,)) or type(x).__name__ == "OutOfMemoryError":
             return Cause(
                 f"the machine ran out of memory ({type(x).__name__}: {_line(x)}); use a smaller batch "

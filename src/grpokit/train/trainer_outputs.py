@@ -86,7 +86,9 @@ class TrainerOutputs:
                 self.generator,
                 keep=self.cfg.train.keep_checkpoints,
                 card=card,
-                extra_state=carried_state.saved_extra(self.stage_states, self.pending, self.optimizer, self.sampler),
+                extra_state=carried_state.saved_extra(
+                    self.stage_states, self.pending, self.optimizer, self.sampler, self.engine_state()
+                ),
                 model_only=self.cfg.train.save_only_model,
                 protect=self.kept_checkpoint(),
                 **hooks,

@@ -111,6 +111,7 @@ class TrainerSetup:
         # the plain seeded order, the frontier curriculum, or domains mixed by share (train/domain_setup.py)
         self.sampler = domain_setup.make_sampler(cfg, self.prompts, cfg.rollout.group_size, self.dist.world_size)
         self.step = self.saved_step = 0
+        self.resumed_from: Path | None = None  # the checkpoint folder a resumed run started from
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         if self.resume_dir:
             self._resume()
@@ -129,6 +130,11 @@ class TrainerSetup:
         """Stage 2's engine: the one sampling on the trainer's model, or vLLM / the async sampler."""
         cfg = self.cfg
         self.params = build.sampling_params(cfg.rollout)
+        if cfg.rollout.async_workers and (self.episodes.multi_turn or any(p.vision for p in self.prompts[:1])):
+            raise ConfigError(
+                "rollout.async_workers samples one-turn text completions, not episodes with tools or environments "
+                "or image prompts; set rollout.async_workers=0 (the thread samples them)"
+            )
         # the hf engine first: an async sampler's thread, started by make_engine, samples through it
         self.engine: RolloutEngine = engines.hf_engine(
             cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator
@@ -143,12 +149,24 @@ class TrainerSetup:
             self.run_dir,
             self.engine,
             (self._sample_async, self.sampler.next_batch),
+            self._async_state(),
+            self.tokenizer,
         )  # vLLM / async, or hf
+        # what a checkpoint keeps of the engine: the async sampler's in-flight batches (rollout/async_plan.py)
+        self.engine_state = self.engine.state_dict if cfg.rollout.async_staleness > 0 else (lambda: None)
+
+    def _async_state(self) -> dict | None:
+        """The async sampler's state in the checkpoint resumed from (None: a fresh run, or none saved)."""
+        if not (self.resumed_from and self.cfg.rollout.async_staleness > 0):
+            return None
+        return checkpoint.load_extra(self.resumed_from).get("async_rollout")
 
     def _resume(self) -> None:
         """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
         random states, step, data position, the stage states and a pending update (carried_state.py)."""
-        ckpt = run_folder.checkpoint_to_resume(self.run_dir, model_only_ok=self.cfg.train.save_only_model)
+        ckpt = self.resumed_from = run_folder.checkpoint_to_resume(
+            self.run_dir, model_only_ok=self.cfg.train.save_only_model
+        )
         state = checkpoint.load(
             ckpt,
             self.model,

@@ -37,6 +37,7 @@ def check_rollout(cfg: Config) -> None:
     check_performance(cfg)
     check_rollout_engine(cfg)
     check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
+    check_async_workers(cfg)
     check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
     check(
@@ -114,4 +115,29 @@ def check_rollout_engine(cfg: Config) -> None:
         not own,
         f"rollout.generation_kwargs keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
         "min_p, max_new_tokens, repetition_penalty and stop, or the engine itself); remove them from generation_kwargs",
+    )
+
+
+def check_async_workers(cfg: Config) -> None:
+    """rollout.async_workers and its deadline and fault policy; what worker processes cannot do is refused."""
+    r = cfg.rollout
+    check(r.async_workers >= 0, f"rollout.async_workers={r.async_workers} must be >= 0 (0 = a thread)")
+    check(
+        0 < r.async_timeout_s < float("inf"),
+        f"rollout.async_timeout_s={r.async_timeout_s} must be a finite number > 0 of seconds",
+    )
+    one_of("rollout.async_worker_fault", r.async_worker_fault, ("stop", "drop"))
+    if not r.async_workers:
+        return
+    check(r.async_staleness > 0, f"rollout.async_workers={r.async_workers} needs rollout.async_staleness >= 1")
+    check(r.backend == "hf", f"rollout.async_workers runs the hf engines, not rollout.backend={r.backend}; set it to 0")
+    e = cfg.env
+    check(
+        not (e.tools or e.environment),
+        "rollout.async_workers samples one-turn completions, not episodes with env.tools or env.environment; "
+        "set rollout.async_workers=0 (the thread runs episodes)",
+    )
+    check(
+        cfg.model.device in ("cpu", "auto"),
+        f"rollout.async_workers runs on CPU only, not model.device={cfg.model.device}; set rollout.async_workers=0",
     )

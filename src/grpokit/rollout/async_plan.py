@@ -1,0 +1,117 @@
+"""Which prompts and which weights each asynchronous batch is sampled with, and what a checkpoint keeps.
+
+The one rule. Batch j is trained by step j (the step after j updates) and is sampled by the policy after
+exactly ``max(base, j - s)`` updates, s = ``rollout.async_staleness`` (base = 0, or the resumed step of a
+checkpoint written without this state). It is drawn with its own generator, seeded by (seed, j), and with
+prompts drawn by the trainer's thread when version ``j - s`` is published (at the start for the first s + 1
+batches). Nothing depends on when the sampler runs, how many workers there are or which one took the batch,
+so an asynchronous run is as deterministic as a synchronous one, and its staleness is ``min(j - base, s)``.
+
+What a checkpoint after k updates keeps (``state_dict``): the prompts already drawn for batches k .. k + s
+(the data position has passed them) and the trainable tensors of the snapshots k - s .. k - 1 those batches
+are sampled with (version k is the checkpoint's own weights). On resume the in-flight batches are sampled
+again from them, which is what the uninterrupted run sampled: a resumed run equals it bit for bit on CPU.
+The cost is s copies of the trainable tensors in the checkpoint (with LoRA, s copies of the adapters).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from grpokit.config.base import ConfigError
+from grpokit.nn.models import sampling_snapshot
+
+
+def batch_generator(seed: int, index: int, device: torch.device) -> torch.Generator:
+    """Batch ``index``'s own sampling generator: a function of (seed, index) only."""
+    mixed = int(np.random.SeedSequence([seed, index, 0xA5]).generate_state(1, np.uint64)[0] >> 1)
+    return torch.Generator(device=device).manual_seed(mixed)
+
+
+class AsyncPlan:
+    """The schedule of an asynchronous run: the snapshots (version -> frozen model), the prompts drawn
+    ahead (batch index -> prompts), and the versions each batch takes. Called from the trainer's thread
+    only (``publish``, ``state_dict``); the sampler reads ``job`` under its engine's lock."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        step: int,
+        next_batch: Callable[[int], list],
+        *,
+        prompts_per_step: int,
+        max_staleness: int,
+        seed: int,
+        state: dict | None = None,
+    ):
+        self.n, self.s, self.seed, self.next_batch = prompts_per_step, max_staleness, seed, next_batch
+        self.step = step  # updates the trainer has made
+        self.trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+        snap, self.sync_bytes = sampling_snapshot(model)
+        self.snapshots: dict[int, torch.nn.Module] = {step: snap}
+        self.prompts: dict[int, list] = {}
+        if state is None:  # a fresh run, or a checkpoint written without asynchronous sampling
+            self.base = step
+            for j in range(step, step + self.s + 1):
+                self.prompts[j] = next_batch(self.n)
+        else:
+            self._load(model, state)
+
+    def version_for(self, index: int) -> int:
+        return max(self.base, index - self.s)
+
+    def has_job(self, index: int) -> bool:
+        return index in self.prompts and self.version_for(index) in self.snapshots
+
+    def job(self, index: int) -> tuple[torch.nn.Module, int, list]:
+        """``(snapshot, its version, prompts)`` of batch ``index`` (``has_job`` must be true)."""
+        v = self.version_for(index)
+        return self.snapshots[v], v, self.prompts[index]
+
+    def publish(self, model: torch.nn.Module, step: int) -> None:
+        """The policy after ``step`` updates: its snapshot, the prompts of batch ``step + s`` (the first it
+        samples), and what no batch still needs dropped."""
+        snap, self.sync_bytes = sampling_snapshot(model)
+        self.snapshots[step] = snap
+        self.step = step
+        self.prompts[step + self.s] = self.next_batch(self.n)
+        for v in [v for v in self.snapshots if v < self.version_for(step)]:
+            del self.snapshots[v]
+        for j in [j for j in self.prompts if j < step]:
+            del self.prompts[j]
+
+    def state_dict(self) -> dict:
+        """The in-flight batches' prompts and the trainable tensors of the older snapshots they use."""
+        k = self.step
+        olds = range(self.version_for(k), k)
+        return {
+            "staleness": self.s,
+            "step": k,
+            "base": self.base,
+            "prompts": {j: p for j, p in self.prompts.items() if j >= k},
+            "snapshots": {v: self._trainable_tensors(self.snapshots[v]) for v in olds},
+        }
+
+    def _trainable_tensors(self, snap: torch.nn.Module) -> dict[str, torch.Tensor]:
+        params = dict(snap.named_parameters())
+        return {name: params[name].detach().clone() for name in self.trainable}
+
+    def _load(self, model: torch.nn.Module, state: dict) -> None:
+        if state["staleness"] != self.s or state["step"] != self.step:
+            raise ConfigError(
+                f"the checkpoint's asynchronous sampler was saved with rollout.async_staleness={state['staleness']} "
+                f"at step {state['step']}, not {self.s} at step {self.step}; resume with its own "
+                "rollout.async_staleness"
+            )
+        self.base = int(state["base"])
+        self.prompts = dict(state["prompts"])
+        for v, tensors in state["snapshots"].items():
+            snap, _ = sampling_snapshot(model)
+            params = dict(snap.named_parameters())
+            with torch.no_grad():
+                for name, t in tensors.items():
+                    params[name].copy_(t)
+            self.snapshots[v] = snap

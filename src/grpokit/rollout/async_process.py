@@ -1,0 +1,213 @@
+"""Asynchronous rollout in worker processes (``rollout.async_workers = N``): rollout/async_.py's schedule,
+sampled by N spawned processes (rollout/async_workers.py) instead of a thread of the trainer.
+
+The schedule is rollout/async_plan.py's, unchanged: batch j is sampled by version ``max(0, j - s)`` with
+the generator of (seed, j) on prompts the trainer drew, whichever worker takes it, so N workers, one
+worker or the thread give the same batches, a dropped worker's batch redone elsewhere is the same batch,
+and a checkpoint resumes exactly. Weights travel as shared-memory tensors: each published snapshot's
+trainable tensors are moved to shared memory once (``share_memory_``) and each job carries their handles;
+with LoRA those are the adapters. The frozen tensors are shared once, at the workers' start.
+
+What it does not do (refused in one sentence by validation): multi-turn episodes (tools, environments),
+image prompts, a GPU, several trainer ranks, the vLLM backends (they have their own engine processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from grpokit.config.base import ConfigError
+from grpokit.nn import kernels
+from grpokit.types import Rollout
+
+from .async_plan import AsyncPlan
+from .async_workers import Job, WorkerPool
+from .engine import HFEngine, TurnSampler
+from .hf import SamplingParams, generate
+
+
+@dataclass(frozen=True)
+class SampleContext:
+    """What a worker needs to sample a batch as the trainer's hf engine would (one turn, no tools)."""
+
+    group_size: int
+    params: SamplingParams
+    eos_token_ids: frozenset
+    pad_token_id: int
+    decoder: str
+    tokenizer: object  # for stop strings' decoding
+
+
+def sample_one_turn(ctx: SampleContext, model, generator: torch.Generator, prompts: list) -> Rollout:
+    """A worker's batch: G completions per prompt in one batched decode, the trainer's own call."""
+    with torch.no_grad():
+        return generate(
+            model,
+            [p.ids for p in prompts],
+            ctx.group_size,
+            ctx.params,
+            eos_token_ids=set(ctx.eos_token_ids),
+            decode=lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True),
+            pad_token_id=ctx.pad_token_id,
+            engine=ctx.decoder,
+            generator=generator,
+            cuda_graphs=False,
+        )
+
+
+@contextlib.contextmanager
+def sendable(model: torch.nn.Module):
+    """``model`` without the per-module ``forward`` that oneDNN routing sets (a bound method pickle cannot
+    name); yields whether there were any, for the worker to route its copy the same way. Any other replaced
+    forward is refused: the worker could not rebuild it."""
+    replaced = [m for m in model.modules() if "forward" in vars(m)]
+    other = [type(m).__name__ for m in replaced if not kernels.is_routed(m)]
+    if other:
+        raise ConfigError(
+            f"rollout.async_workers cannot send a model whose {other[0]} has a replaced forward "
+            "(model.lm_head_fp32, NEFTune, ...); set rollout.async_workers=0"
+        )
+    saved = [(m, vars(m).pop("forward")) for m in replaced]
+    try:
+        yield bool(saved)
+    finally:
+        for m, fwd in saved:
+            m.forward = fwd
+
+
+def check_rollout(job: Job, ro, group_size: int, vocab_size: int) -> str:
+    """Why a worker's answer is not a batch of this job (empty: it is): the rows, the prompts, the
+    token ids, the sampling log-probabilities."""
+    if not isinstance(ro, Rollout):
+        return f"a {type(ro).__name__}, not a Rollout"
+    n = len(job.prompts) * group_size
+    if not (len(ro.completion_ids) == len(ro.sampling_logprobs) == len(ro.finish_reasons) == n):
+        return f"{len(ro.completion_ids)} completions where {n} were asked"
+    if [list(p) for p in ro.prompt_ids] != [list(p.ids) for p in job.prompts]:
+        return "prompts other than the job's"
+    for ids, lps in zip(ro.completion_ids, ro.sampling_logprobs):
+        if len(ids) != len(lps):
+            return "a completion whose log-probabilities do not match its tokens"
+        if any(not isinstance(t, int) or not 0 <= t < vocab_size for t in ids):
+            return f"a token id outside the vocabulary [0, {vocab_size})"
+        if any(not (math.isfinite(x) and x <= 1e-6) for x in lps):
+            return "a sampling log-probability that is not a finite number <= 0"
+    return ""
+
+
+class ProcessRollout:
+    """The RolloutEngine of ``rollout.async_workers``: AsyncRollout's schedule and checkpoint state, its
+    batches sampled by a WorkerPool; refills (a second batch in a step) are sampled on the trainer's model."""
+
+    def __init__(
+        self,
+        model,
+        step: int,
+        next_batch: Callable[[int], list],
+        *,
+        hf: HFEngine,
+        context: SampleContext,
+        workers: int,
+        timeout_s: float,
+        on_fault: str,
+        prompts_per_step: int,
+        max_staleness: int,
+        seed: int,
+        resume_state: dict | None = None,
+        sample: Callable = sample_one_turn,
+    ):
+        """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
+        function: the workers import it)."""
+        self.hf, self.n, self.G = hf, prompts_per_step, context.group_size
+        self.plan = AsyncPlan(
+            model,
+            step,
+            next_batch,
+            prompts_per_step=prompts_per_step,
+            max_staleness=max_staleness,
+            seed=seed,
+            state=resume_state,
+        )
+        self.trainer_step, self.taken, self.last_staleness = step, -1, 0
+        self.waited = self.straggled = 0.0
+        vocab = model.get_input_embeddings().num_embeddings
+        base = self.plan.snapshots[min(self.plan.snapshots)]
+        init = {
+            "model": base,
+            "sample": sample,
+            "context": context,
+            "trainable": self.plan.trainable,
+            "seed": seed,
+            "threads": torch.get_num_threads(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+        }
+        with sendable(base) as init["onednn"]:  # the workers pickle it at their start
+            self.pool = WorkerPool(
+                workers,
+                init,
+                timeout_s=timeout_s,
+                on_fault=on_fault,
+                check=lambda job, ro: check_rollout(job, ro, self.G, vocab),
+            )
+        self.submitted: set[int] = set()
+        self._submit_ready()
+
+    def _submit_ready(self) -> None:
+        """Every batch whose prompts and weights exist goes to the pool (at most s + 1 at a time)."""
+        for j in sorted(self.plan.prompts):
+            if j not in self.submitted and self.plan.has_job(j):
+                snap, v, prompts = self.plan.job(j)
+                params = dict(snap.named_parameters())
+                tensors = {name: params[name].data.share_memory_() for name in self.plan.trainable}
+                self.pool.submit(Job(j, v, tensors, prompts))
+                self.submitted.add(j)
+
+    def prefetched(self, n: int, group_size: int):
+        k = self.trainer_step
+        if n != self.n or group_size != self.G or self.taken == k:
+            return None
+        t0 = time.perf_counter()
+        ro, self.straggled = self.pool.result(k)
+        self.taken, self.waited = k, time.perf_counter() - t0
+        self.last_staleness = k - self.plan.version_for(k)
+        return self.plan.prompts[k], ro
+
+    def after_update(self, model, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        self.plan.publish(model, step)
+        self.trainer_step = step
+        self._submit_ready()
+        sync = time.perf_counter() - t0 + self.pool.sync_s
+        self.pool.sync_s = 0.0
+        self.submitted = {j for j in self.submitted if j >= step}
+        return {
+            "rollout/staleness": float(self.last_staleness),
+            "rollout/staleness_max": float(self.last_staleness),
+            "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
+            "rollout/worker_faults": float(self.pool.stats.faults),
+            "rollout/workers": float(len(self.pool.workers)),
+            "time/weight_sync": sync,
+            "time/waiting_for_rollout": self.waited,
+            "time/waiting_for_stragglers": self.straggled,
+        }
+
+    def state_dict(self) -> dict:
+        return self.plan.state_dict()
+
+    def turn_sampler(self, model, generator: torch.Generator | None = None) -> TurnSampler:
+        return self.hf.turn_sampler(model, generator)
+
+    def finish_sampling(self) -> None:
+        pass
+
+    def sleep_for_update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,65 @@
+"""Rollout worker processes for tests (rollout/async_process.py): a tiny policy's ProcessRollout, the batch a
+worker must return, and a worker's sample function that returns garbage (module-level: the workers import it)."""
+
+import dataclasses
+
+import torch
+
+from grpokit.rollout.async_plan import batch_generator
+from grpokit.rollout.async_process import ProcessRollout, SampleContext, sample_one_turn
+from grpokit.rollout.engine import HFEngine
+from grpokit.rollout.hf import SamplingParams
+from grpokit.types import Prompt
+from helpers.models import tiny_qwen2
+
+SEED = 7
+CONTEXT = SampleContext(
+    group_size=3,
+    params=SamplingParams(max_new_tokens=8),
+    eos_token_ids=frozenset({2}),
+    pad_token_id=0,
+    decoder="auto",
+    tokenizer=None,
+)
+
+
+def garbage_sample(ctx, model, generator, prompts):
+    """A batch of the right shape whose first token lies outside any vocabulary."""
+    ro = sample_one_turn(ctx, model, generator, prompts)
+    ids = [list(c) for c in ro.completion_ids]
+    ids[0][0] = 10**6
+    return dataclasses.replace(ro, completion_ids=ids)
+
+
+def process_engine(workers: int, on_fault: str = "stop", timeout_s: float = 60.0, sample=sample_one_turn, model=None):
+    """``(engine, model)``: a tiny policy's (or ``model``'s) ProcessRollout (staleness 1, 2 prompts of 3
+    samples a step)."""
+    model = model if model is not None else tiny_qwen2(seed=1)
+    counter = iter(range(10**6))
+
+    def next_batch(n):
+        return [Prompt(text="", ids=[1, 5 + next(counter) % 20, 6]) for _ in range(n)]
+
+    hf = HFEngine(eos_token_ids={2}, pad_token_id=0, decode=None, generator=torch.Generator().manual_seed(0))
+    engine = ProcessRollout(
+        model,
+        0,
+        next_batch,
+        hf=hf,
+        context=CONTEXT,
+        workers=workers,
+        timeout_s=timeout_s,
+        on_fault=on_fault,
+        prompts_per_step=2,
+        max_staleness=1,
+        seed=SEED,
+        sample=sample,
+    )
+    return engine, model
+
+
+def expected_batch(engine, index: int):
+    """What any worker must return for batch ``index``: the schedule's snapshot, prompts and generator."""
+    snap, _, prompts = engine.plan.job(index)
+    ro = sample_one_turn(CONTEXT, snap, batch_generator(SEED, index, torch.device("cpu")), prompts)
+    return ro.completion_ids, ro.sampling_logprobs

@@ -1,0 +1,121 @@
+"""Rollout worker processes (rollout.async_workers): real spawned workers sample the async schedule; a worker
+killed with SIGKILL, stopped with SIGSTOP or returning garbage is a counted fault with its own sentence, which
+stops the run or (async_worker_fault=drop) drops the worker while another one redoes its batch, equal to it."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+from grpokit.rollout.async_workers import RolloutWorkerError
+from helpers.rollout_workers import expected_batch, garbage_sample, process_engine
+
+
+def _steps(engine, model, n: int):
+    """n steps of the trainer's side: take the step's batch, check it, publish the next weights."""
+    for k in range(n):
+        want = expected_batch(engine, k)
+        prompts, ro = engine.prefetched(2, 3)
+        assert (ro.completion_ids, ro.sampling_logprobs) == want, k
+        with torch.no_grad():  # an update: the next version differs
+            next(p for p in model.parameters() if p.requires_grad).add_(0.01)
+        metrics = engine.after_update(model, k + 1)
+    return metrics
+
+
+def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
+    engine, model = process_engine(2, on_fault="drop")
+    try:
+        victim = engine.pool.workers[0].proc.pid
+        os.kill(victim, signal.SIGKILL)
+        metrics = _steps(engine, model, 3)  # every batch still equals the schedule's, the victim's redone
+        assert metrics["rollout/worker_faults"] == 1 and metrics["rollout/workers"] == 1
+        assert metrics["rollout/staleness"] == 1 and metrics["time/weight_sync"] > 0
+        assert f"rollout worker 0 (pid {victim})" in capsys.readouterr().out
+    finally:
+        engine.close()
+    assert not engine.pool.workers
+
+
+def test_a_lora_policy_sends_only_its_adapters_to_the_worker():
+    pytest.importorskip("peft")
+    from grpokit.config.sections import ModelConfig
+    from grpokit.train.lora import add_adapters
+    from helpers.models import tiny_qwen2
+
+    engine, model = process_engine(1, model=add_adapters(tiny_qwen2(seed=1), ModelConfig(lora_rank=4)))
+    try:
+        metrics = _steps(engine, model, 3)  # the worker samples every version's adapters as the schedule says
+    finally:
+        engine.close()
+    adapters = sum(p.numel() * 4 for n, p in model.named_parameters() if p.requires_grad)
+    assert adapters < metrics["rollout/weight_sync_bytes"] < adapters + 4096  # the adapters and small buffers
+    assert all("lora_" in name for name in engine.plan.trainable)
+
+
+def test_a_stopped_worker_misses_its_deadline_and_stops_the_run():
+    engine, model = process_engine(1, on_fault="stop", timeout_s=2.0)
+    pid = engine.pool.workers[0].proc.pid
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(
+            RolloutWorkerError,
+            match=rf"rollout worker 0 \(pid {pid}\) did not .* within "
+            r"rollout.async_timeout_s=2 s \(hung or stopped\)",
+        ):
+            _steps(engine, model, 3)
+        assert engine.pool.stats.faults == 1
+    finally:
+        engine.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed, not left stopped
+
+
+def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
+    engine, model = process_engine(1, on_fault="stop", sample=garbage_sample)
+    try:
+        with pytest.raises(
+            RolloutWorkerError,
+            match=r"rollout worker 0 \(pid \d+\) returned a malformed batch 0: "
+            r"a token id outside the vocabulary",
+        ):
+            engine.prefetched(2, 3)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "rollout, env, message",
+    [
+        ({"async_workers": 2}, {}, r"^rollout.async_workers=2 needs rollout.async_staleness >= 1$"),
+        ({"async_workers": -1}, {}, r"^rollout.async_workers=-1 must be >= 0"),
+        (
+            {"async_staleness": 1, "async_timeout_s": 0},
+            {},
+            r"^rollout.async_timeout_s=0 must be a finite number > 0 of seconds$",
+        ),
+        ({"async_staleness": 1, "async_worker_fault": "retry"}, {}, r"^rollout.async_worker_fault='?retry'? "),
+        (
+            {"async_staleness": 1, "async_workers": 1, "backend": "vllm"},
+            {},
+            r"^rollout.async_workers runs the hf engines, not rollout.backend=vllm",
+        ),
+        (
+            {"async_staleness": 1, "async_workers": 1},
+            {"tools": ["python"]},
+            r"^rollout.async_workers samples one-turn completions, not episodes",
+        ),
+    ],
+)
+def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
+    from grpokit.config import Config, ConfigError
+    from grpokit.validation import validate
+
+    cfg = Config()
+    for k, v in rollout.items():
+        setattr(cfg.rollout, k, v)
+    for k, v in env.items():
+        setattr(cfg.env, k, v)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
