@@ -219,18 +219,46 @@ def check_same_text(h: History, cfg: HealthConfig) -> Reading | None:
     )
 
 
+ZEROED_KEY = "health/zeroed_fraction"  # derived by HealthMonitor per step from rewards/*/zeroed; see zeroed_share
+
+
+def batch_items(config: Mapping[str, object]) -> int | None:
+    """Completions per step (train.prompts_per_step x rollout.group_size) from a run's resolved config,
+    None when it does not say (a run read from TRL or TensorBoard files)."""
+    train, rollout = config.get("train"), config.get("rollout")
+    p = train.get("prompts_per_step") if isinstance(train, Mapping) else None
+    g = rollout.get("group_size") if isinstance(rollout, Mapping) else None
+    ok = all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (p, g))
+    return p * g if ok else None  # type: ignore[operator]
+
+
+def zeroed_share(row: Mapping[str, object], items: int | None) -> float | None:
+    """The share of a step's reward items scored 0 for the completion's own fault (its verification out
+    of budget, tampering, crashing the verifier, past a limit: rewards/runner.py's `zeroed`): the sum of
+    `rewards/<name>/zeroed` over `items` completions x the functions that report it. None without them."""
+    z = [v for k, v in row.items() if k.startswith("rewards/") and k.endswith("/zeroed") and k.count("/") == 2]
+    if not items or not z or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in z):
+        return None
+    return sum(z) / (items * len(z))  # type: ignore[arg-type]
+
+
 def check_reward_failures(h: History, cfg: HealthConfig) -> Reading | None:
     s = h.get("rewards/failed_fraction")
     if s is None or not s.count:  # no warmup: failing rewards are not early noise of learning
         return None
-    now = s.recent_mean()
+    zeroed = h.get(ZEROED_KEY)
+    failed, zero = s.recent_mean(), zeroed.recent_mean() if zeroed is not None and zeroed.count else 0.0
+    now = failed + zero
     return Reading(
         now > cfg.reward_failure_max,
         now,
         (
-            f"{now:.0%} of reward items failed recently (exceptions, timeouts, NaN or infinite values) and got "
-            "failure_value instead of a score; read the logged errors, fix the reward function or raise "
-            "reward.timeout_s."
+            f"{now:.0%} of reward items failed, or scored 0 for their own fault, recently "
+            f"({failed:.0%} got failure_value: "
+            "exceptions, calls cut at reward.timeout_s, NaN or infinite values, workers that died; "
+            f"{zero:.0%} scored 0 for what the completion did: stalling, crashing or tampering with the "
+            "verifier); read the logged errors and fix the function, raise reward.timeout_s only for slow "
+            "calls, and read the zeroed completions' samples for a reward hack."
         ),
     )
 

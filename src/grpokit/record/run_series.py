@@ -33,7 +33,11 @@ def window(n: int, hc: HealthConfig) -> int:
 
 def trend(run: Run, key: str, hc: HealthConfig) -> tuple[float, float, str] | None:
     """(early mean, recent mean, "steps a-b vs c-d") of a metric, or None with fewer than 6 values."""
-    pts = values(run, key)
+    return trend_of(values(run, key), hc)
+
+
+def trend_of(pts: list[tuple[int, float]], hc: HealthConfig) -> tuple[float, float, str] | None:
+    """`trend` of a series of (step, value), oldest first."""
     if len(pts) < 6:
         return None
     w = window(len(pts), hc)
