@@ -73,6 +73,28 @@ UNSOLVED_KEYS = {
 }
 
 
+# The rules below are the live monitors' and the doctor's both (one implementation): HealthMonitor
+# applies them to the run so far, step by step (health.py); the doctor to the whole run (run_series.py,
+# learning_checks.py, signal_checks.py), with the lowest and highest completion reward of the whole run.
+SAME_REWARD = 1e-6  # a run whose completion rewards never differed by more than this has no "best"
+
+
+def reward_level(reward: float, floor: float, best: float) -> float | None:
+    """Where `reward` sits between the lowest and highest completion reward seen (0..1); None when no
+    completion ever scored differently (an always-0 run is not "at its best")."""
+    return (reward - floor) / (best - floor) if best - floor > SAME_REWARD else None
+
+
+def unsolved_share(frac: float, solved: float, top: float, best: float, floor: float) -> float:
+    """Of a step's share `frac` of groups without signal (or of identical text), the part not solved:
+    a group counts as solved (`solved`: the share of groups whose every completion earned the step's
+    best) only when the step's best `top` is the best completion reward seen (`best`) and some
+    completion ever scored differently; in a run whose reward is always 0 every such group is waste."""
+    if best - floor <= SAME_REWARD or top < best - SAME_REWARD * max(1.0, abs(best)):
+        return frac
+    return max(0.0, frac - solved)
+
+
 def _level(key: str, cfg: HealthConfig, h: History) -> float | None:
     s = h.get(key)
     return s.recent_mean() if s is not None and s.count >= cfg.warmup_steps else None

@@ -14,21 +14,25 @@ from grpokit.rewards.calls import COMPLETION_KINDS
 from .findings import DoctorConfig, Finding
 from .health_checks import batch_items, zeroed_share
 from .report_data import Run
-from .run_series import config_value, recent, span_steps, total, trend_of, values
+from .run_series import config_value, live_alarm, recent, span_steps, total, trend_of, values
 
 
 def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    kl, clip = recent(run, "kl", hc), recent(run, "clip_ratio/region_mean", hc)
+    # decided by the live alarms kl_runaway and clip_runaway (health_checks.MONITORS) on the whole run
+    kl_on = live_alarm(run, "kl_runaway", ("kl",), hc)
+    clip_on = live_alarm(run, "clip_runaway", ("clip_ratio/region_mean",), hc)
+    kl = recent(run, "kl", hc) if kl_on and kl_on.firing else None
+    clip = recent(run, "clip_ratio/region_mean", hc) if clip_on and clip_on.firing else None
     found = []
-    if kl and kl[0] > hc.kl_max:
+    if kl:
         found.append(f"kl {kl[0]:.3g} > {hc.kl_max:g} ({kl[1]})")
-    if clip and clip[0] > hc.clip_ratio_max:
+    if clip:
         found.append(f"clipped tokens {clip[0]:.0%} > {hc.clip_ratio_max:.0%} ({clip[1]})")
     if not found:
         return None
     return Finding(
         "kl_clip_runaway",
-        "Updates run away from the " + ("reference" if kl and kl[0] > hc.kl_max else "trust region"),
+        "Updates run away from the " + ("reference" if kl else "trust region"),
         "; ".join(found),
         f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}), fewer updates per batch "
         f"(algo.num_iterations={config_value(run, 'algo.num_iterations')}), raise algo.beta, clip gradients "
