@@ -72,3 +72,21 @@ def sick(tmp_path: Path, **changes) -> Path:
             elif r["step"] > 20 or key.startswith("eval"):
                 r[key] = value(r["step"], r) if callable(value) else value
     return write_run(tmp_path / "run", rows)
+
+
+def two_domain_run(path: Path, math_acc: list[float], calc_acc: list[float]) -> Path:
+    """The healthy run with two domains (data.domains: math, calc) and train.stages (math for steps
+    1-30, calc for 31-60): per-domain training metrics every step and held-out accuracy per domain
+    before training (summary.json) and at steps 20, 40, 60 (`math_acc` / `calc_acc`: 4 values each)."""
+    rows = healthy_rows()
+    for r in rows:
+        s = r["step"]
+        r |= {"stage": 0 if s <= 30 else 1, "domain/math/reward": 0.2 + 0.005 * s, "domain/calc/reward": 0.3}
+        r |= {"domain/math/zero_std": 0.3, "domain/calc/zero_std": 0.4}
+        if s % 20 == 0:
+            i = s // 20
+            r |= {"eval/domain/math/accuracy": math_acc[i], "eval/domain/calc/accuracy": calc_acc[i]}
+    write_run(path, rows)
+    before = {"domain/math/accuracy": math_acc[0], "domain/calc/accuracy": calc_acc[0]}
+    (path / "summary.json").write_text(json.dumps({"steps": STEPS, "eval_before": before}))
+    return path

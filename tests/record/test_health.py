@@ -270,6 +270,23 @@ def test_reward_failures_fire_without_warmup() -> None:
     assert "50% of reward items failed" in events[0].message
 
 
+def test_reward_failures_count_zeroed_completions() -> None:
+    # 4 prompts x G=8 = 32 items, one function: 3 failed (3/32) and 2 zeroed time-outs (2/32) per step,
+    # 5/32 = 15.6% > reward_failure_max 10% from the first step; either alone (9.4%, 6.2%) stays quiet
+    run_config = {"train": {"prompts_per_step": 4}, "rollout": {"group_size": 8}}
+    row = {"rewards/failed_fraction": 3 / 32, "rewards/math/zeroed": 2.0, "rewards/math/timeouts": 2.0}
+    events, hm = HealthMonitor(HealthConfig(), run_config=run_config).observe(row, 1)
+    assert [e.monitor for e in events] == ["reward_failures"] and hm["health/reward_failures"] == 1.0
+    assert "16% of reward items failed, or scored 0 for their own fault" in events[0].message
+    assert (
+        "(9% got failure_value" in events[0].message and "6% scored 0 for what the completion did" in events[0].message
+    )
+    for only in ({**row, "rewards/math/zeroed": 0.0}, {**row, "rewards/failed_fraction": 0.0}):
+        assert HealthMonitor(HealthConfig(), run_config=run_config).observe(only, 1)[0] == []
+    # without the batch size (a run_config that lacks it) the zeroed items cannot be a share: failures only
+    assert HealthMonitor(HealthConfig()).observe(row, 1)[0] == []
+
+
 def test_solved_signatures_hand_worked() -> None:
     # G = 2: group 0 ("a","a") rewards (1,1): solved, one text; group 1 (1,0): not solved;
     # group 2 ("d","d") (0,0): one text, not solved (0 is not the best, 1). -> 1/3 and 1/3.

@@ -28,6 +28,7 @@ from typing import Any
 from grpokit.config.health import HealthConfig
 
 from .cost import Note, cost_notes
+from .domain_checks import check_interference
 from .findings import DoctorConfig, Finding
 from .hacking_checks import check_components_diverge, check_format_over_accuracy, check_repetition, check_same_length
 from .learning_checks import (
@@ -66,6 +67,7 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_reward_constant,
     check_heldout,
     check_heldout_drop,
+    check_interference,
     check_format_over_accuracy,
     check_component_alone,
     check_components_diverge,

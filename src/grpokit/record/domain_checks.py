@@ -5,27 +5,18 @@ two held-out evaluations (summary.json's before, then every ``eval/domain/<d>/ac
 metrics.jsonl, then summary.json's after), it flags a domain whose accuracy fell by more than
 ``DoctorConfig.heldout_drop`` while another's rose by more than ``heldout_min_gain``: the gain of
 one domain paid for by another (interference), with the steps and, under train.stages, the stage
-that trained in between. ``domain_panels`` are the report's panels per domain (record/report_data.py's
-``panels`` format), to be placed before its one-panel-per-namespace fallback.
+that trained in between; record/doctor.py's CHECKS runs it. The report's panels per domain are
+domain_panels.py's (re-exported here).
 """
 
 from __future__ import annotations
 
-import fnmatch
-from typing import Any
-
 from grpokit.config.health import HealthConfig
 
+from .domain_panels import domain_names, domain_panels  # noqa: F401  (domain_panels re-exported)
 from .findings import DoctorConfig, Finding
 from .report_data import Run
 from .run_series import values
-
-
-def domain_names(names: list[str] | set[str]) -> list[str]:
-    """The domains a run logged (from its ``domain/<d>/reward`` or ``eval/domain/<d>/accuracy`` names)."""
-    found = [n.split("/")[1] for n in names if fnmatch.fnmatch(n, "domain/*/reward")]
-    found += [n.split("/")[2] for n in names if fnmatch.fnmatch(n, "eval/domain/*/accuracy")]
-    return list(dict.fromkeys(found))
 
 
 def heldout_series(run: Run, domain: str) -> list[tuple[int, float]]:
@@ -44,6 +35,12 @@ def heldout_series(run: Run, domain: str) -> list[tuple[int, float]]:
 def _stage_between(run: Run, a: int, b: int) -> str:
     stages = {int(v) for s, v in values(run, "stage") if a < s <= b}
     return f" (train.stages {', '.join(map(str, sorted(stages)))})" if stages else ""
+
+
+def _panel(run: Run, domain: str) -> str:
+    """The report's panel of a domain's reward and accuracy (domain_panels' id: domains in logged order)."""
+    ordered = domain_names(list(dict.fromkeys(k for r in run.metrics for k in r)))
+    return f"domain-{ordered.index(domain)}-0" if domain in ordered else ""
 
 
 def check_interference(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -67,23 +64,7 @@ def check_interference(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding 
                 f"train the domains in rounds (train.stages) or give {lost!r} a larger share "
                 f"(data.domains.{lost}.share); evaluate more often (train.eval_every) to see when it starts",
                 0.7,
+                panel=_panel(run, lost),
+                steps=(a, b),
             )
     return None
-
-
-def domain_panels(names: list[str]) -> list[dict[str, Any]]:
-    """Per domain: its reward and accuracy (training and held-out), and its groups without signal."""
-    out = []
-    for i, d in enumerate(domain_names(names)):
-        pick = [
-            (
-                f"Domain {d}: reward and accuracy",
-                (f"domain/{d}/reward", f"domain/{d}/accuracy", f"eval/domain/{d}/accuracy", f"rewards/{d}/*/mean"),
-            ),
-            (f"Domain {d}: groups without signal (fractions)", (f"domain/{d}/zero_std", f"domain/{d}/curriculum/*")),
-        ]
-        for j, (title, patterns) in enumerate(pick):
-            keys = list(dict.fromkeys(n for p in patterns for n in fnmatch.filter(names, p)))
-            if keys:
-                out.append({"id": f"domain-{i}-{j}", "title": title, "keys": keys})
-    return out

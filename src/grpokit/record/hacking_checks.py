@@ -18,7 +18,7 @@ from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
 from .report_data import Run
-from .run_series import heldout_gain, recent, span_steps, top_sample, trend
+from .run_series import heldout_gain, live_alarm, recent, span_steps, top_sample, trend
 
 
 def components(run: Run, hc: HealthConfig) -> dict[str, tuple[float, float, str]]:
@@ -61,8 +61,10 @@ def check_format_over_accuracy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> 
 
 
 def check_same_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    # decided by the live alarm same_length (health_checks.MONITORS) on the whole run
+    alarm = live_alarm(run, "same_length", ("completions/frac_groups_same_length",), hc)
     r = recent(run, "completions/frac_groups_same_length", hc)
-    if r is None or r[0] <= hc.same_length_max:
+    if alarm is None or not alarm.firing or r is None:
         return None
     ln = recent(run, "completions/mean_length", hc)
     return Finding(

@@ -14,7 +14,9 @@ whether its failure is present, and if so produces one sentence saying what is w
     clip_runaway     clip_ratio/region_mean                    recent > clip_ratio_max
     same_length      completions/frac_groups_same_length       recent > same_length_max
     same_text        completions/frac_groups_same_text         recent > same_text_max
-    reward_failures  rewards/failed_fraction                   recent > reward_failure_max (no warmup)
+    reward_failures  rewards/failed_fraction, rewards/*/zeroed recent failed + zeroed share > reward_failure_max
+                                                               (no warmup; zeroed over train.prompts_per_step x
+                                                               rollout.group_size items)
     nonfinite        loss, grad_norm                           non-finite; fatal after max_nonfinite_steps in a row
 
 Convergence is not a failure. Three signals are also what a run that has learned its task looks like:
@@ -45,7 +47,19 @@ from typing import Any
 
 from grpokit.config.health import HealthConfig
 
-from .health_checks import LEVEL_KEY, MONITORS, SOLVED_KEYS, UNSOLVED_KEYS, Series
+from .health_checks import (
+    LEVEL_KEY,
+    MONITORS,
+    SAME_REWARD,
+    SOLVED_KEYS,
+    UNSOLVED_KEYS,
+    ZEROED_KEY,
+    Series,
+    batch_items,
+    reward_level,
+    unsolved_share,
+    zeroed_share,
+)
 from .signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
 
 
@@ -182,27 +196,29 @@ class HealthMonitor:
                 out["health/nonfinite"] = 0.0
 
     def _derive(self, metrics: Mapping[str, float]) -> dict[str, float]:
-        """This step's reward level and unsolved fractions, from the `solved_signatures` metrics."""
+        """This step's zeroed reward share, reward level and unsolved fractions (`solved_signatures`)."""
+        zeroed = zeroed_share(metrics, batch_items(self.run_config))
+        return ({ZEROED_KEY: zeroed} if zeroed is not None else {}) | self._derive_solved(metrics)
+
+    def _derive_solved(self, metrics: Mapping[str, float]) -> dict[str, float]:
         if not all(_finite(metrics.get(k)) for k in SOLVED_KEYS):
             return {}
         top, bottom = float(metrics["completions/reward_max"]), float(metrics["completions/reward_min"])
         self._best, self._floor = max(self._best, top), min(self._floor, bottom)
-        span = self._best - self._floor
-        if span <= 1e-6:  # no completion has ever scored differently: nothing counts as solved
+        if self._best - self._floor <= SAME_REWARD:  # no completion has ever scored differently: nothing is solved
             return {}
-        # this step's best is "solved" only if it is the run's best: a batch that is all wrong is not solved
-        at_best = top >= self._best - 1e-6 * max(1.0, abs(self._best))
         derived = {}
         if _finite(metrics.get("reward")):
-            derived[LEVEL_KEY] = (float(metrics["reward"]) - self._floor) / span
+            derived[LEVEL_KEY] = reward_level(float(metrics["reward"]), self._floor, self._best)
         solved_of = {
             "completions/frac_groups_same_text": "completions/frac_groups_same_text_solved",
             "frac_reward_zero_std": "completions/frac_groups_solved",
         }
         for key, solved in solved_of.items():
             if _finite(metrics.get(key)):
-                derived[UNSOLVED_KEYS[key]] = max(
-                    0.0, float(metrics[key]) - (float(metrics[solved]) if at_best else 0.0)
+                # this step's groups are "solved" only if its best is the run's best (an all-wrong batch is not)
+                derived[UNSOLVED_KEYS[key]] = unsolved_share(
+                    float(metrics[key]), float(metrics[solved]), top, self._best, self._floor
                 )
         return derived
 

@@ -73,6 +73,28 @@ UNSOLVED_KEYS = {
 }
 
 
+# The rules below are the live monitors' and the doctor's both (one implementation): HealthMonitor
+# applies them to the run so far, step by step (health.py); the doctor to the whole run (run_series.py,
+# learning_checks.py, signal_checks.py), with the lowest and highest completion reward of the whole run.
+SAME_REWARD = 1e-6  # a run whose completion rewards never differed by more than this has no "best"
+
+
+def reward_level(reward: float, floor: float, best: float) -> float | None:
+    """Where `reward` sits between the lowest and highest completion reward seen (0..1); None when no
+    completion ever scored differently (an always-0 run is not "at its best")."""
+    return (reward - floor) / (best - floor) if best - floor > SAME_REWARD else None
+
+
+def unsolved_share(frac: float, solved: float, top: float, best: float, floor: float) -> float:
+    """Of a step's share `frac` of groups without signal (or of identical text), the part not solved:
+    a group counts as solved (`solved`: the share of groups whose every completion earned the step's
+    best) only when the step's best `top` is the best completion reward seen (`best`) and some
+    completion ever scored differently; in a run whose reward is always 0 every such group is waste."""
+    if best - floor <= SAME_REWARD or top < best - SAME_REWARD * max(1.0, abs(best)):
+        return frac
+    return max(0.0, frac - solved)
+
+
 def _level(key: str, cfg: HealthConfig, h: History) -> float | None:
     s = h.get(key)
     return s.recent_mean() if s is not None and s.count >= cfg.warmup_steps else None
@@ -219,18 +241,46 @@ def check_same_text(h: History, cfg: HealthConfig) -> Reading | None:
     )
 
 
+ZEROED_KEY = "health/zeroed_fraction"  # derived by HealthMonitor per step from rewards/*/zeroed; see zeroed_share
+
+
+def batch_items(config: Mapping[str, object]) -> int | None:
+    """Completions per step (train.prompts_per_step x rollout.group_size) from a run's resolved config,
+    None when it does not say (a run read from TRL or TensorBoard files)."""
+    train, rollout = config.get("train"), config.get("rollout")
+    p = train.get("prompts_per_step") if isinstance(train, Mapping) else None
+    g = rollout.get("group_size") if isinstance(rollout, Mapping) else None
+    ok = all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (p, g))
+    return p * g if ok else None  # type: ignore[operator]
+
+
+def zeroed_share(row: Mapping[str, object], items: int | None) -> float | None:
+    """The share of a step's reward items scored 0 for the completion's own fault (its verification out
+    of budget, tampering, crashing the verifier, past a limit: rewards/runner.py's `zeroed`): the sum of
+    `rewards/<name>/zeroed` over `items` completions x the functions that report it. None without them."""
+    z = [v for k, v in row.items() if k.startswith("rewards/") and k.endswith("/zeroed") and k.count("/") == 2]
+    if not items or not z or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in z):
+        return None
+    return sum(z) / (items * len(z))  # type: ignore[arg-type]
+
+
 def check_reward_failures(h: History, cfg: HealthConfig) -> Reading | None:
     s = h.get("rewards/failed_fraction")
     if s is None or not s.count:  # no warmup: failing rewards are not early noise of learning
         return None
-    now = s.recent_mean()
+    zeroed = h.get(ZEROED_KEY)
+    failed, zero = s.recent_mean(), zeroed.recent_mean() if zeroed is not None and zeroed.count else 0.0
+    now = failed + zero
     return Reading(
         now > cfg.reward_failure_max,
         now,
         (
-            f"{now:.0%} of reward items failed recently (exceptions, timeouts, NaN or infinite values) and got "
-            "failure_value instead of a score; read the logged errors, fix the reward function or raise "
-            "reward.timeout_s."
+            f"{now:.0%} of reward items failed, or scored 0 for their own fault, recently "
+            f"({failed:.0%} got failure_value: "
+            "exceptions, calls cut at reward.timeout_s, NaN or infinite values, workers that died; "
+            f"{zero:.0%} scored 0 for what the completion did: stalling, crashing or tampering with the "
+            "verifier); read the logged errors and fix the function, raise reward.timeout_s only for slow "
+            "calls, and read the zeroed completions' samples for a reward hack."
         ),
     )
 

@@ -10,6 +10,7 @@ import statistics
 from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
+from .health_checks import reward_level
 from .report_data import Run
 from .run_series import (
     config_value,
@@ -109,7 +110,7 @@ def check_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None
 def _reward_level(run: Run, recent: float) -> float | None:
     """Where the recent reward sits between the run's lowest and highest completion rewards (0..1)."""
     lo, hi = reward_span(run) or (0.0, 0.0)
-    return (recent - lo) / (hi - lo) if hi > lo else None
+    return reward_level(recent, lo, hi)  # the live monitors' rule (health_checks.py)
 
 
 def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:

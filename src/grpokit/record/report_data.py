@@ -6,7 +6,8 @@ script draws from. Keeping this in Python (not in the page) lets tests check the
 
 - every metric any run logged gets a panel, known ones grouped (reward with each reward function's
   mean, completion lengths, clip fractions, time per phase); metrics a reward function logs with
-  `log_metric` and anything else namespaced get panels of their own namespace;
+  `log_metric` and anything else namespaced get panels of their own namespace, after the panels per
+  domain of a run with data.domains (domain_panels.py);
 - a panel exists only when some run has a finite value for it (at beta 0 there is no KL panel);
 - a series equal to an earlier one in the same panel (the total reward and its only component) is
   marked `same_as`, so the page draws it dashed on top instead of hiding it;
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .domain_panels import domain_panels
 from .jsonl import HEALTH_FILE, METRICS_FILE, SAMPLES_FILE, read_jsonl
 
 # (id, title, metric patterns): known metrics grouped on one panel; * matches within a name (fnmatch).
@@ -51,8 +53,13 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (
             "rewards/failed_fraction",
             "rewards/*/failures",
-            "rewards/*/timeouts",
+            "rewards/*/machine_failures",
             "rewards/*/nonfinite",
+            "rewards/*/zeroed",
+            "rewards/*/timeouts",
+            "rewards/*/tampering",
+            "rewards/*/crashes",
+            "rewards/*/limits",
             "rewards/*/not_applicable",
             "episodes/tool_errors_mean",
             "episodes/tool_timeouts_mean",
@@ -177,6 +184,9 @@ def panels(runs: Sequence[Run]) -> list[dict[str, Any]]:
         if keys or (pid == "eval" and any(heldout(r) for r in runs)):  # summary.json alone also makes the panel
             taken.update(keys)
             out.append({"id": pid, "title": title, "keys": keys})
+    for p in domain_panels([n for n in names if n not in taken]):  # before the per-namespace fallback
+        taken.update(p["keys"])
+        out.append(p)
     rest: dict[str, list[str]] = {}
     for n in names:
         if n not in taken:

@@ -7,12 +7,14 @@ and non-numeric values are skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from typing import Any
 
 from grpokit.config.health import HealthConfig
 
+from .health_checks import MONITORS, Reading, Series, unsolved_share
 from .report_data import Run
 
 
@@ -33,7 +35,11 @@ def window(n: int, hc: HealthConfig) -> int:
 
 def trend(run: Run, key: str, hc: HealthConfig) -> tuple[float, float, str] | None:
     """(early mean, recent mean, "steps a-b vs c-d") of a metric, or None with fewer than 6 values."""
-    pts = values(run, key)
+    return trend_of(values(run, key), hc)
+
+
+def trend_of(pts: list[tuple[int, float]], hc: HealthConfig) -> tuple[float, float, str] | None:
+    """`trend` of a series of (step, value), oldest first."""
     if len(pts) < 6:
         return None
     w = window(len(pts), hc)
@@ -48,6 +54,20 @@ def recent(run: Run, key: str, hc: HealthConfig) -> tuple[float, str] | None:
         return None
     last = pts[-window(len(pts), hc) :]
     return statistics.fmean(v for _, v in last), f"steps {last[0][0]}-{last[-1][0]}"
+
+
+def live_alarm(run: Run, name: str, keys: tuple[str, ...], hc: HealthConfig) -> Reading | None:
+    """The live monitor `name` (health_checks.MONITORS, what `grpokit train` warns with) read on the whole
+    run: its history built from the run's values of `keys`, each with the doctor's window (`window`: shrunk
+    to a third of a short run) and a warm-up of at most 3 values (as `recent`), so that the doctor and the
+    live alarm decide with one rule. None while the monitor lacks data."""
+    history = {}
+    for key in keys:
+        pts = values(run, key)
+        history[key] = Series(window(len(pts), hc))
+        for _, v in pts:
+            history[key].add(v)
+    return MONITORS[name](history, dataclasses.replace(hc, warmup_steps=min(hc.warmup_steps, 3)))
 
 
 def heldout_series(run: Run) -> list[tuple[int, float]]:
@@ -96,11 +116,11 @@ def unsolved_zero_std(run: Run) -> list[tuple[int, float]]:
     pts = values(run, "frac_reward_zero_std")
     top = dict(values(run, "completions/reward_max"))
     span = reward_span(run) if top else None
-    if span is None or span[1] - span[0] <= 1e-6:
+    if span is None:
         return pts
-    best = span[1] - 1e-6 * max(1.0, abs(span[1]))
     solved = dict(values(run, "completions/frac_groups_solved"))
-    return [(s, max(0.0, v - (solved.get(s, 0.0) if top.get(s, -math.inf) >= best else 0.0))) for s, v in pts]
+    # the live monitor's rule (health_checks.unsolved_share) with the whole run's lowest and best reward
+    return [(s, unsolved_share(v, solved.get(s, 0.0), top.get(s, -math.inf), span[1], span[0])) for s, v in pts]
 
 
 def heldout_fall(run: Run) -> tuple[float, str] | None:

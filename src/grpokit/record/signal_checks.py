@@ -13,6 +13,7 @@ import statistics
 from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
+from .health_checks import reward_level
 from .report_data import Run
 from .run_series import config_value, recent, reward_span, span_steps, trend, values, window
 
@@ -57,7 +58,7 @@ def check_reward_std_death(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Find
     if tr is None or tr[0] <= EPS or tr[1] > dc.reward_std_dead * tr[0] or span is None:
         return None
     rw = recent(run, "reward", hc)
-    level = (rw[0] - span[0]) / (span[1] - span[0]) if rw and span[1] - span[0] > EPS else None
+    level = reward_level(rw[0], *span) if rw else None
     if level is not None and level >= hc.converged_reward_level:  # solved: all groups earn the best reward
         return None
     w = window(len(pts), hc)

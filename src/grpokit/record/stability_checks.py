@@ -9,24 +9,30 @@ import math
 import statistics
 
 from grpokit.config.health import HealthConfig
+from grpokit.rewards.calls import COMPLETION_KINDS
 
 from .findings import DoctorConfig, Finding
+from .health_checks import batch_items, zeroed_share
 from .report_data import Run
-from .run_series import config_value, recent, span_steps, total, trend, values
+from .run_series import config_value, live_alarm, recent, span_steps, total, trend_of, values
 
 
 def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    kl, clip = recent(run, "kl", hc), recent(run, "clip_ratio/region_mean", hc)
+    # decided by the live alarms kl_runaway and clip_runaway (health_checks.MONITORS) on the whole run
+    kl_on = live_alarm(run, "kl_runaway", ("kl",), hc)
+    clip_on = live_alarm(run, "clip_runaway", ("clip_ratio/region_mean",), hc)
+    kl = recent(run, "kl", hc) if kl_on and kl_on.firing else None
+    clip = recent(run, "clip_ratio/region_mean", hc) if clip_on and clip_on.firing else None
     found = []
-    if kl and kl[0] > hc.kl_max:
+    if kl:
         found.append(f"kl {kl[0]:.3g} > {hc.kl_max:g} ({kl[1]})")
-    if clip and clip[0] > hc.clip_ratio_max:
+    if clip:
         found.append(f"clipped tokens {clip[0]:.0%} > {hc.clip_ratio_max:.0%} ({clip[1]})")
     if not found:
         return None
     return Finding(
         "kl_clip_runaway",
-        "Updates run away from the " + ("reference" if kl and kl[0] > hc.kl_max else "trust region"),
+        "Updates run away from the " + ("reference" if kl else "trust region"),
         "; ".join(found),
         f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}), fewer updates per batch "
         f"(algo.num_iterations={config_value(run, 'algo.num_iterations')}), raise algo.beta, clip gradients "
@@ -104,48 +110,148 @@ def check_mismatch(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
     )
 
 
-def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    frac = [v for _, v in values(run, "rewards/failed_fraction")]
-    kinds = ("failures", "timeouts", "nonfinite")
+# What a reward function's items can be counted as (rewards/runner.py): `failures` got failure_value
+# (`nonfinite`, `machine_failures` and the time-outs of calls cut at reward.timeout_s among them);
+# `zeroed` scored 0 for what the completion itself caused, each also counted by kind (COMPLETION_KINDS).
+FAULT_COUNTS = ("failures", "nonfinite", "machine_failures", "zeroed", *COMPLETION_KINDS)
+
+
+def fault_counts(run: Run) -> dict[str, dict[str, float]]:
+    """Per reward function with any fault, its totals over the run of FAULT_COUNTS, plus
+    `zeroed_timeouts` / `failed_timeouts`: `timeouts` counts both the completions whose verification ran
+    out of budget (zeroed) and calls cut at reward.timeout_s (failures); the zeroed ones are what
+    `zeroed` holds beyond the other kinds (tampering, crashes and limits score 0 too)."""
     names = dict.fromkeys(
         k.split("/")[1]
         for r in run.metrics
         for k in r
-        if k.startswith("rewards/") and k.endswith(tuple("/" + x for x in kinds))
+        if k.startswith("rewards/") and k.count("/") == 2 and k.rsplit("/", 1)[1] in FAULT_COUNTS
     )
-    per = {n: [total(run, f"rewards/{n}/{x}") for x in kinds] for n in names}
-    per = {n: c for n, c in per.items() if any(c)}
+    out = {}
+    for n in names:
+        c = {x: total(run, f"rewards/{n}/{x}") for x in FAULT_COUNTS}
+        if any(c.values()):
+            other = c["tampering"] + c["crashes"] + c["limits"]
+            c["zeroed_timeouts"] = min(c["timeouts"], max(0.0, c["zeroed"] - other))
+            c["failed_timeouts"] = c["timeouts"] - c["zeroed_timeouts"]
+            out[n] = c
+    return out
+
+
+def zeroed_fraction(run: Run) -> list[tuple[int, float]]:
+    """Per step, the share of reward items scored 0 for the completion's own fault (health_checks.
+    zeroed_share, as the live alarm reads it), [] when the run's config does not say the batch size."""
+    items = batch_items(run.config)
+    pts = [(r.get("step"), zeroed_share(r, items)) for r in run.metrics]
+    return [(int(s), z) for s, z in pts if z is not None and isinstance(s, (int, float))]
+
+
+def verifier_fault_rate(run: Run) -> tuple[list[tuple[int, float]], str]:
+    """Per step, the verifier's own failure and time-out rate: failed items plus zeroed ones (the
+    completions that stalled, crashed or tampered with it), with the series' name for evidence."""
+    failed, zeroed = dict(values(run, "rewards/failed_fraction")), dict(zeroed_fraction(run))
+    if not zeroed:
+        return sorted(failed.items()), "rewards/failed_fraction"
+    steps = sorted(set(failed) | set(zeroed))
+    return [(s, failed.get(s, 0.0) + zeroed.get(s, 0.0)) for s in steps], "failed + zeroed reward items"
+
+
+def _fault_evidence(per: dict[str, dict[str, float]]) -> str:
+    parts = []
+    for n, c in per.items():
+        bits = []
+        if c["failures"]:
+            bits.append(
+                f"{c['failures']:.0f} failures"
+                + "".join(
+                    f", {v:.0f} {what}"
+                    for v, what in (
+                        (c["failed_timeouts"], "of them time-outs"),
+                        (c["nonfinite"], "non-finite"),
+                        (c["machine_failures"], "the machine's (a worker that died or never began)"),
+                    )
+                    if v
+                )
+            )
+        if c["zeroed"] or any(c[k] for k in ("tampering", "crashes", "limits")) or c["zeroed_timeouts"]:
+            kinds = (
+                ("zeroed_timeouts", "verification out of budget"),
+                ("tampering", "tampering"),
+                ("crashes", "crashes"),
+                ("limits", "past a limit"),
+            )
+            bits.append(
+                f"{c['zeroed']:.0f} scored 0 for their own fault ("
+                + ", ".join(f"{c[k]:.0f} {what}" for k, what in kinds if c[k])
+                + ")"
+            )
+        parts.append(f"{n}: " + "; ".join(bits))
+    return "".join("; " + p for p in parts)
+
+
+def _fault_advice(per: dict[str, dict[str, float]], run: Run, rising: bool) -> str:
+    def some(k: str) -> bool:
+        return any(c[k] for c in per.values())
+
+    advice = [
+        "completions time out the verifier and score 0: the policy writes answers it cannot check within "
+        "its budget (huge numbers, deep nesting, power towers), possibly a reward hack; read the samples of "
+        "those steps before raising the budget"
+        if some("zeroed_timeouts")
+        else "",
+        "programs tamper with the sandbox's result channel: a reward hack, read them" if some("tampering") else "",
+        "completions crash the verifier or pass its size limits (scored 0): read them"
+        if some("crashes") or some("limits")
+        else "",
+        f"raise reward.timeout_s (now {config_value(run, 'reward.timeout_s')}) or make the slow verifier cheaper"
+        if some("failed_timeouts")
+        else "",
+        "make the function return finite numbers (NaN/inf score as failures)" if some("nonfinite") else "",
+        "machine failures are the machine's, not the function's: check memory and the worker count "
+        "(reward.num_workers) for killed or slow-starting workers"
+        if some("machine_failures")
+        else "",
+        "read the logged errors (the first few per function are in the log) and fix the function"
+        if some("failures") and (some("failed_timeouts") or some("nonfinite") or not some("machine_failures"))
+        else "",
+        "read the samples of the failing steps for answers built to stall, crash or tamper with the verifier"
+        if rising
+        else "",
+    ]
+    return "; ".join(a for a in advice if a)
+
+
+def _fault_title(per: dict[str, dict[str, float]], frac: list[float], rising: bool) -> str:
+    if rising:
+        return "The verifier fails or is stalled more and more as training goes on (is the policy breaking it?)"
+    failed = any(c["failures"] for c in per.values()) or any(frac)
+    if not failed:
+        hack = any(c["tampering"] for c in per.values())
+        return "Completions " + ("tamper with the sandbox" if hack else "stall or break the verifier") + " (scored 0)"
+    return "Reward functions " + ("time out" if any(c["failed_timeouts"] for c in per.values()) else "fail")
+
+
+def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    frac = [v for _, v in values(run, "rewards/failed_fraction")]
+    per = fault_counts(run)
     if not per and not any(frac):
         return None
     mean = statistics.fmean(frac) if frac else 0.0
-    # `failures` counts every failed item, time-outs and non-finite values among them (rewards/runner.py)
-    counts = "".join(
-        f"; {n}: {max(c):.0f} failures"
-        + "".join(f", {v:.0f} {what}" for v, what in zip(c[1:], ("of them time-outs", "non-finite")) if v)
-        for n, c in per.items()
-    )
-    timed_out, nonfinite = any(c[1] for c in per.values()), any(c[2] for c in per.values())
-    tr = trend(run, "rewards/failed_fraction", hc)
-    # a failure rate that grows with training is the policy learning to break (or stall) the verifier
+    zeroed = [v for _, v in zeroed_fraction(run)]
+    zmean = statistics.fmean(zeroed) if zeroed else 0.0
+    rate, label = verifier_fault_rate(run)
+    tr = trend_of(rate, hc)
+    # a failure (or zeroed) rate that grows with training is the policy learning to break or stall the verifier
     rising = tr is not None and tr[1] - tr[0] > dc.failure_rise and tr[1] >= 2 * tr[0]
+    zero_share = f"; {zmean:.1%} scored 0 for the completion's own fault" if zmean else ""
     return Finding(
         "verifier_failures_rising" if rising else "reward_failures",
-        ("The verifier fails more and more as training goes on (is the policy breaking it?)" if rising else "")
-        or "Reward functions " + ("time out" if timed_out else "fail"),
-        (f"rewards/failed_fraction {tr[0]:.1%} -> {tr[1]:.1%} ({tr[2]}); " if rising and tr else "")
-        + f"{mean:.1%} of reward items failed over the run"
-        + counts,
-        (
-            f"raise reward.timeout_s (now {config_value(run, 'reward.timeout_s')}) or make the slow verifier cheaper; "
-            if timed_out
-            else ""
-        )
-        + ("make the function return finite numbers (NaN/inf score as failures); " if nonfinite else "")
-        + "read the logged errors (the first few per function are in the log) and fix the function"
-        + (
-            "; read the samples of the failing steps for answers built to stall or crash the verifier" if rising else ""
-        ),
-        0.85 if mean > hc.reward_failure_max or rising else 0.4,
+        _fault_title(per, frac, rising),
+        (f"{label} {tr[0]:.1%} -> {tr[1]:.1%} ({tr[2]}); " if rising and tr else "")
+        + f"{mean:.1%} of reward items failed over the run{zero_share}"
+        + _fault_evidence(per),
+        _fault_advice(per, run, rising),
+        0.85 if mean > hc.reward_failure_max or zmean > hc.reward_failure_max or rising else 0.4,
         panel="faults",
         steps=span_steps(tr[2]) if rising and tr else None,
     )
