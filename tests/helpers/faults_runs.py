@@ -9,8 +9,19 @@ import pytest
 from grpokit.cli import main
 
 REWARD = """
+import sys, time
+
 def likes_short(completions, **kwargs):
     return [1.0 / (1 + len(c)) for c in completions]
+
+def hangs(completions, **kwargs):
+    time.sleep(3600)
+
+def exits(completions, **kwargs):
+    sys.exit(3)
+
+def interrupts(completions, **kwargs):
+    raise KeyboardInterrupt
 """
 
 BASE = [

@@ -7,7 +7,6 @@ intact. Tiny runs of the 0.26M demo model, in process (a few seconds each)."""
 
 import errno
 import json
-import sys
 
 import pytest
 import torch
@@ -19,67 +18,11 @@ from grpokit.config.sections import ConfigError
 from grpokit.record import jsonl
 from grpokit.rewards.spec import RewardError
 from grpokit.train import checkpoint
-from helpers.faults_runs import raise_as_grpokit
+from helpers import faults_runs
+from helpers.faults_runs import BASE, last_error, raise_as_grpokit, steps_in, train
 from helpers.train_processes import grpokit_train
 
-REWARD = """
-import sys, time
-
-def likes_short(completions, **kwargs):
-    return [1.0 / (1 + len(c)) for c in completions]
-
-def hangs(completions, **kwargs):
-    time.sleep(3600)
-
-def exits(completions, **kwargs):
-    sys.exit(3)
-
-def interrupts(completions, **kwargs):
-    raise KeyboardInterrupt
-"""
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    rows = [{"question": f"{a}+{a}=", "solution": str(2 * a)} for a in range(10, 16)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "shortrew.py").write_text(REWARD)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv("GRPOKIT_DEBUG", raising=False)
-    sys.modules.pop("shortrew", None)
-    return tmp_path
-
-
-BASE = [
-    "data.prompt_column=question",
-    "data.answer_column=solution",
-    "rollout.group_size=2",
-    "train.prompts_per_step=2",
-    "rollout.max_new_tokens=4",
-    "train.steps=3",
-    "train.save_every=1",
-    "record.sinks=[]",
-    "train.threads=1",
-    "record.report=false",
-    "reward.functions=[shortrew:likes_short]",
-]
-
-
-def train(*extra, data="train.jsonl"):
-    return main(["train", f"data.dataset={data}", *BASE, *extra])
-
-
-def last_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.startswith("grpokit:")]
-    assert "Traceback" not in err, err
-    return lines[-1]
-
-
-def steps_in(run) -> list[int]:
-    return [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
-
+workdir = faults_runs.workdir  # the fixture
 
 # ------------------------------------------------------------------ user mistakes: one sentence, no traceback
 
@@ -171,7 +114,7 @@ def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(wo
         "data.dataset=train.jsonl",
         *BASE,
         "train.steps=2",
-        "reward.functions=[shortrew:hangs]",
+        "reward.functions=[faultrew:hangs]",
         "reward.timeout_s=0.5",
         "reward.max_failure_fraction=1.0",
         "--out",
@@ -187,7 +130,7 @@ def test_a_hanging_reward_in_the_default_mode_times_out_and_the_command_exits(wo
 @pytest.mark.parametrize("fn", ["exits", "interrupts"])
 def test_a_reward_that_exits_or_interrupts_is_a_counted_failure_not_the_end_of_the_run(workdir, capsys, fn):
     # before: sys.exit(3) ended the run with exit code 3 and no message, KeyboardInterrupt killed it
-    assert train(f"reward.functions=[shortrew:{fn}]", "reward.max_failure_fraction=1.0", "--out", "run") == 0
+    assert train(f"reward.functions=[faultrew:{fn}]", "reward.max_failure_fraction=1.0", "--out", "run") == 0
     rows = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r[f"rewards/{fn}/failures"] for r in rows] == [4.0, 4.0, 4.0]
     assert "Traceback" not in capsys.readouterr().err
