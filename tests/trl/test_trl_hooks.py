@@ -361,6 +361,7 @@ def test_what_trl_lets_a_subclass_assign_is_assigned_with_trls_meaning_or_refuse
     teacher = copy.deepcopy(tr.model)
     tr.ref_model = teacher  # TRL's: the KL term's reference (a subclass's teacher, as sdpo-rl sets it)
     assert tr.ref_model is teacher and tr._get().ref_model is teacher  # the one the loop's KL pass reads
+    assert tr.accelerator.prepare(teacher) is teacher and tr.accelerator.prepare(1, teacher) == (1, teacher)
     with pytest.raises(ConfigError, match=r"^GRPOTrainer.reward_funcs can be replaced before training starts"):
         tr.reward_funcs = [short]  # the run is built: its reward stage already holds the functions
     fresh = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path))
