@@ -33,7 +33,10 @@ PROJECTS = {
         "sdpo-rl==0.0.3",
         "GRPOTrainer subclass: _generate_and_score_completions, _calculate_rewards, compute_loss; a callback",
     ),
-    "erl": ("erl-trainer==0.4.1", "GRPOTrainer subclass: _generate_and_score_completions, compute_loss"),
+    "erl": (
+        "erl-trainer==0.4.1",
+        "GRPOTrainer subclass: _generate_and_score_completions, compute_loss (reward 0: reflection every step)",
+    ),
     "alignrl": ("alignrl==0.3.0", "multi-trainer: SFT then GRPO (trl.SFTConfig/SFTTrainer beside GRPO)"),
     "trainsafe": ("trainsafe==0.1.0", "callback: behavioural health checks on_evaluate"),
     "rldoctor": ("rldoctor==0.2.0", "callback: on_train_begin, on_log, on_train_end; an HTML report"),

@@ -124,15 +124,22 @@ def run_sdpo(side: str, out: Path):
     )
 
 
+def zero_reward(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
 def run_erl(side: str, out: Path):
+    """Every first attempt scores 0, below the gate, so both sides take the project's reflection and retry
+    path on every step (a length reward gates by chance); erl_rl_coef=0 because the project's log-prob
+    helper unpacks two of the three values TRL 1.16's _get_per_token_logps_and_entropies returns."""
     import erl.trainer as m
     from erl.config import ERLConfig
 
     instrument("erl")
     return m.ERLTrainer(
         model=str(tiny(out)),
-        reward_funcs=length_reward,
-        args=ERLConfig(output_dir=str(out / "run"), **SMALL),
+        reward_funcs=zero_reward,
+        args=ERLConfig(output_dir=str(out / "run"), **SMALL, erl_rl_coef=0.0),
         train_dataset=prompts(),
     )
 

@@ -346,6 +346,50 @@ def test_trls_init_attributes_exist_with_trls_values(chat_model, tmp_path):
         ours.beta = 0.5
 
 
+def test_what_trl_lets_a_subclass_assign_is_assigned_with_trls_meaning_or_refused_in_one_sentence(chat_model, tmp_path):
+    import copy
+
+    trl = pytest.importorskip("trl")
+    tr = GRPOTrainer(
+        chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path, beta=0.04)
+    )
+    for name in sorted(trl_init_attributes(trl)):
+        try:
+            setattr(tr, name, getattr(tr, name))  # never "property has no setter": kept, or one sentence
+        except ConfigError as e:
+            assert str(e).startswith(f"GRPOTrainer.{name} ") and "\n" not in str(e), name
+    teacher = copy.deepcopy(tr.model)
+    tr.ref_model = teacher  # TRL's: the KL term's reference (a subclass's teacher, as sdpo-rl sets it)
+    assert tr.ref_model is teacher and tr._get().ref_model is teacher  # the one the loop's KL pass reads
+    assert tr.accelerator.prepare(teacher) is teacher and tr.accelerator.prepare(1, teacher) == (1, teacher)
+    with pytest.raises(ConfigError, match=r"^GRPOTrainer.reward_funcs can be replaced before training starts"):
+        tr.reward_funcs = [short]  # the run is built: its reward stage already holds the functions
+    fresh = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path))
+
+    def longer(completions, **kwargs):
+        return [len(c[0]["content"]) / 10 for c in completions]
+
+    fresh.reward_funcs = [longer]
+    assert fresh.reward_funcs == [longer] and fresh.reward_func_names == ["longer"]
+    assert fresh._get().runner is not None and fresh._kwargs["reward_funcs"] == [longer]
+
+
+def test_a_config_subclass_may_fill_a_none_in_its_post_init_before_grpokits_checks(tmp_path):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Budgeted(GRPOConfig):  # as trl-cgrpo's CGRPOConfig: num_generations=None means max(budget_grid)
+        budget_grid: list = dataclasses.field(default_factory=lambda: [2, 4])
+
+        def __post_init__(self):
+            self.num_generations = self.num_generations or max(self.budget_grid)
+            super().__post_init__()
+
+    assert small_args(Budgeted, tmp_path, num_generations=None).num_generations == 4
+    with pytest.raises(ConfigError, match=r"num_generations=None is not valid"):
+        small_args(GRPOConfig, tmp_path, num_generations=None)  # left None, it is checked as before
+
+
 class Metered(GRPOTrainer):
     def log(self, logs, start_time=None):
         if start_time is not None:  # a training entry: TRL's subclasses add to _metrics before it is averaged

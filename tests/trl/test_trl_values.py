@@ -69,3 +69,27 @@ def test_trl_side_of_the_table_is_trls():
     assert [(r["field"], r["value"]) for r in ROWS] == [(f, v) for f, v in pairs], "TRL's fields changed: rerun"
     wrong = [(r["field"], r["value"]) for r in ROWS if trl_verdict(r["field"], r["value"])[0] != r["trl_config"]]
     assert not wrong, wrong
+
+
+def test_a_negative_logging_steps_logs_at_trls_steps(chat_model, tmp_path):
+    """transformers: logging_steps below 1 is ceil(max_steps * value); -1 on a 3-step run is the period -3,
+    so ``step % -3 == 0`` logs step 3 only. grpokit's run logs the same steps (TRL's run, when installed)."""
+    from datasets import Dataset
+
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from helpers.trl_models import small_args
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
+
+    def reward(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    def logged(config_cls, trainer_cls, out):
+        args = small_args(config_cls, out, max_steps=3, logging_steps=-1, report_to="none", save_strategy="no")
+        tr = trainer_cls(chat_model, reward_funcs=[reward], train_dataset=data, args=args)
+        tr.train()
+        return [e["step"] for e in tr.state.log_history if "loss" in e]
+
+    assert logged(GRPOConfig, GRPOTrainer, tmp_path / "g") == [3]
+    trl = pytest.importorskip("trl")
+    assert logged(trl.GRPOConfig, trl.GRPOTrainer, tmp_path / "t") == [3]

@@ -5,12 +5,14 @@ are read from the arguments: grpokit's stages read the config built from them, s
 the trainer would change nothing and is refused in one sentence (``entropy_coef``, which TRL's
 adaptive control moves, is the settable one). State TRL keeps current during training (``_metrics``,
 ``_step``, ``_total_train_tokens``, ``model_wrapped``, ``generation_config`` ...) is read from grpokit's
-run as it goes. What TRL holds for machinery grpokit does not run (its vLLM client, its async loop,
+run as it goes; assigning one is refused in one sentence (``ref_model``, ``model`` and ``entropy_coef``
+are assignable with TRL's meaning). What TRL holds for machinery grpokit does not run (its vLLM client, its async loop,
 its tool registry, its Hub commit scheduler) is None, as on a TRL run that does not use it.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections import defaultdict
 from typing import Any
@@ -148,7 +150,21 @@ def install(cls: type) -> type:
         setattr(cls, name, _from_args(name, field))
     for name, prop in STATE.items():
         setattr(cls, name, prop)
+    for name in dir(cls):  # the rest of what the run holds: assigning it is refused in one sentence
+        prop = inspect.getattr_static(cls, name)
+        if isinstance(prop, property) and prop.fset is None:
+            setattr(cls, name, property(prop.fget, _read_only(name), doc=prop.__doc__))
     return cls
+
+
+def _read_only(name: str) -> Any:
+    def refuse(self, value: Any) -> None:
+        raise ConfigError(
+            f"GRPOTrainer.{name} is read from grpokit's run as it goes (TRL's meaning); it cannot be assigned "
+            f"(a subclass can read it, or keep its own value under another name)"
+        )
+
+    return refuse
 
 
 def init_state(facade: Any, funcs: list, tools: Any, environment_factory: Any, rollout_func: Any) -> None:

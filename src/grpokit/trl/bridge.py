@@ -286,5 +286,9 @@ def _every(value: float | None, steps: int) -> int:
     """transformers' convention: a value below 1 is a fraction of the run's steps."""
     import math
 
+    from .rule import negative_period
+
     value = 500 if value is None else value
+    if value < 0:  # TRL's state holds the negative period; ``step % period == 0`` reads it the same
+        return negative_period(value, steps)
     return max(1, math.ceil(value * steps)) if 0 < value < 1 else max(1, int(value))

@@ -95,7 +95,10 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "entropy_coef_delta": (_at_least(0), "a finite number >= 0"),
     "entropy_target": (_at_least(0), "a finite number >= 0 (nats)"),
     "off_policy_mask_threshold": (_at_least(0, none=True), "None or a finite number >= 0"),
-    "logging_steps": (_above(0), "a number > 0 (below 1: a fraction of the steps)"),
+    "logging_steps": (  # transformers: below 1 is ceil(steps * value), a negative period read as its size
+        lambda x: _num(x) and x != 0,
+        "a number other than 0 (below 1: a fraction of the steps)",
+    ),
     "save_steps": (_above(0), "a number > 0 (below 1: a fraction of the steps)"),
     "eval_steps": (_above(0, none=True), "None or a number > 0"),
     "save_total_limit": (

@@ -235,6 +235,10 @@ class GRPOConfig(TrainingArguments):
     ]
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # the constructor's values as a subclass's __post_init__ left them
+            if f.name in self.__dict__:
+                self.__dict__[f.name] = self._checked_value(f.name, self.__dict__[f.name])
+        self.__dict__["_checked"] = True
         self.__dict__["_initialising"] = True  # transformers' own attributes (mixed_precision ...) are set in here
         for name in self._VALID_DICT_FIELDS:  # a JSON string transformers would fail on with a parser's traceback
             value = getattr(self, name)
@@ -334,6 +338,12 @@ class GRPOConfig(TrainingArguments):
                 object.__setattr__(self, name, value)  # transformers' and TRL's own attributes
                 return
             raise ConfigError(f"GRPOConfig got {name!r}, which is not an argument of TRL 1.16's GRPOConfig")
+        if "_checked" not in self.__dict__:  # the constructor's values, and a subclass's __post_init__ filling them in
+            object.__setattr__(self, name, value)  # before ours (as TRL lets it): checked as they end, in __post_init__
+            return
+        object.__setattr__(self, name, self._checked_value(name, value))
+
+    def _checked_value(self, name: str, value: Any) -> Any:
         if name in UNSUPPORTED and not self.__dict__.get("_initialising") and not _same(value, UNSUPPORTED[name]):
             raise ConfigError(
                 f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
@@ -342,7 +352,7 @@ class GRPOConfig(TrainingArguments):
         if name == "scale_rewards":  # TRL takes True / False for "group" / "none"
             value = {True: "group", False: "none", "true": "group", "false": "none"}.get(value, value)
         check(name, value, _ANNOTATIONS.get(name, ""))
-        object.__setattr__(self, name, value)
+        return value
 
 
 def _bf16_device() -> bool:

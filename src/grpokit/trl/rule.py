@@ -38,4 +38,18 @@ def copied(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
 
 def every_steps(value: float, steps: int) -> int:
     """A step count, or a fraction of the run's steps (transformers' convention for values below 1)."""
+    if value < 0:
+        return -negative_period(value, steps)
     return max(1, math.ceil(value * steps)) if 0 < value < 1 else int(value)
+
+
+def negative_period(value: float, steps: int) -> int:
+    """transformers' period of a negative step setting (below 1, so ``ceil(steps * value)``, negative: a
+    step logs when the step count is a multiple of it); refused where that is 0, on which transformers fails."""
+    every = math.ceil(value * steps)
+    if every == 0:
+        raise ConfigError(
+            f"GRPOConfig step setting {value} on a {steps}-step run gives transformers' period ceil({steps} * {value}) "
+            "= 0, on which TRL fails (modulo by zero); use a number > 0"
+        )
+    return every

@@ -63,7 +63,8 @@ class Accelerator:
     """What TRL's code and its helpers ask of accelerate's ``Accelerator``: where this process stands in
     the job (from torch.distributed once joined, else torchrun's RANK / LOCAL_RANK / WORLD_SIZE), the
     device, ``gather`` / ``gather_for_metrics`` / ``reduce`` over processes, ``state``, ``autocast``,
-    ``backward``, a print on the main process only, a barrier, and the end of the process group.
+    ``backward``, ``prepare`` (an extra model to the device), a print on the main process only, a
+    barrier, and the end of the process group.
     ``device_of()`` is the run's device (the trainer's, once built)."""
 
     def __init__(self, device_of: Any = None):
@@ -151,6 +152,13 @@ class Accelerator:
 
     def unwrap_model(self, model: Any, **kwargs: Any) -> Any:
         return model
+
+    def prepare(self, *objects: Any, device_placement: Any = None) -> Any:
+        """accelerate's ``prepare`` as a subclass uses it on an extra model (a teacher, a reference): a module
+        moved to the run's device (grpokit runs the policy's distribution itself; an extra model is
+        evaluated, not trained, so it needs no wrapper); anything else returned as given."""
+        out = tuple(o.to(self.device) if isinstance(o, torch.nn.Module) else o for o in objects)
+        return out[0] if len(out) == 1 else out
 
 
 def warn_like_trl(args: Any) -> None:

@@ -131,7 +131,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             self.args, model, name, processing_class, peft_config, len(train_rows), is_stream(train_dataset), len(funcs)
         )
         apply_process_settings(self.args, model)
-        self.cfg, self.reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
+        self.cfg, self._reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
+        self._reward_classes = reward_processing_classes
         self.eval_dataset = eval_dataset
         # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
         self._kwargs = dict(
@@ -272,9 +273,16 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     def model(self):
         return self._get().model
 
-    ref_model = property(
-        lambda self: self._get().ref_model, doc="TRL's: the frozen reference (None when beta is 0 or with LoRA)."
-    )
+    @property
+    def ref_model(self):
+        """TRL's: the reference model of the KL term (None when beta is 0 or with LoRA: the adapters off)."""
+        return self._get().ref_model
+
+    @ref_model.setter
+    def ref_model(self, value) -> None:
+        # TRL's meaning: the model whose log-probabilities the KL term (beta > 0) is taken against; with
+        # beta 0 TRL only holds it (a subclass's teacher, say), and so does grpokit
+        self._get().ref_model = value
 
     @model.setter
     def model(self, value) -> None:
@@ -282,6 +290,24 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             self._kwargs["model"] = value
         else:
             self._trainer.model = value
+
+    @property
+    def reward_funcs(self) -> list:
+        """TRL's: the reward functions (a string given is a reward model), in the order of the rewards' columns."""
+        return self._reward_funcs
+
+    @reward_funcs.setter
+    def reward_funcs(self, value) -> None:
+        value = value if isinstance(value, list) else [value]
+        funcs = reward_funcs_of(value, self._reward_classes if len(value) == len(self._reward_funcs) else None)
+        if self._trainer is not None or len(funcs) != len(self._reward_funcs):
+            raise ConfigError(
+                f"GRPOTrainer.reward_funcs can be replaced before training starts by as many functions "
+                f"({len(self._reward_funcs)}, one per reward weight); got {len(funcs)}"
+                + (" after the run was built" if self._trainer is not None else "")
+            )
+        self._reward_funcs[:] = funcs  # the list grpokit's run is built from
+        self.reward_func_names[:] = reward_names(funcs)
 
     @property
     def reward_weights(self):
