@@ -134,7 +134,9 @@ def test_a_qlora_policy_decodes_statically_as_the_dynamic_engine_does(tmp_path, 
     model = qlora_policy(tmp_path, compute_dtype)
     assert type(static.unwrapped(model).model.layers[0].mlp.up_proj.base_layer).__name__ == "Linear4bit"
     assert static.quantized(model) and static.supports(model)
-    assert_engines_agree(model, atol=2e-4)
+    # the same tokens on both engines; their logprobs within 2e-4 in float32, 1e-3 in bfloat16, whose 4-bit layers
+    # round to 8 bits of mantissa in an order each engine's cache layout sets (2.4e-4 seen at -4.12: a relative 6e-5)
+    assert_engines_agree(model, atol=2e-4 if compute_dtype == torch.float32 else 1e-3)
 
 
 def test_a_quantised_base_decodes_without_cuda_graphs():
