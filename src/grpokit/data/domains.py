@@ -61,7 +61,7 @@ KEYS = (
     "prompt_column",
     "answer_column",
 )
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # fullmatch: "$" would let a trailing newline through
 
 
 def parse_domains(raw: dict, data: DataConfig, reward: RewardConfig) -> list[Domain]:
@@ -82,7 +82,7 @@ def parse_domains(raw: dict, data: DataConfig, reward: RewardConfig) -> list[Dom
 
 def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Domain:
     where = f"data.domains.{name}"
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(
             f"data.domains has the name {name!r}; a domain's name starts with a letter and holds only letters, "
             "digits, '_' and '-' (it names metrics: domain/<name>/reward)"
