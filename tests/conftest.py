@@ -55,3 +55,16 @@ def smollm2_dir():
     from grpokit.train.named_models import resolve
 
     return Path(resolve("smollm2-135m-instruct"))
+
+
+@pytest.fixture
+def fresh_math_pool(monkeypatch):
+    """``math_accuracy``'s process-wide verifier pool, new for this test: a worker that already verified an
+    answer has it in sympy's cache and answers at once, so a test counting verifier time-outs must not
+    meet the pool an earlier test warmed on the same answer. The earlier pool comes back afterwards."""
+    from grpokit.rewards import math as math_rewards
+
+    monkeypatch.setattr(math_rewards, "_default", None)
+    yield
+    if math_rewards._default is not None:
+        math_rewards._default.close()
