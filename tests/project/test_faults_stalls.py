@@ -17,6 +17,7 @@ from grpokit.rewards.spec import RewardSpec
 from helpers.hanging_env import Hang
 from helpers.paths import TESTS
 from helpers.train_processes import grpokit_train
+from helpers.verifier_answers import SLOW_ANSWER
 
 TAMPER = """
 import os
@@ -111,11 +112,6 @@ def test_the_verifier_is_warm_before_the_first_deadline_runs():
         assert pool.timeouts == 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (2026-11-29 closing note): in a process whose earlier verifier pools have closed, "
-    "a new pool's CPU budget is not enforced, so the slow answer runs to its end and scores 0 uncounted",
-)
 def test_a_verifier_time_out_scores_zero_and_is_counted(fresh_math_pool):
     # an answer that keeps sympy busy past its CPU budget (a deep sum of powers: under every text
     # limit, answer_limits.py) scores 0.0 like a wrong answer (a NaN would drop it from its group, so a
@@ -124,7 +120,7 @@ def test_a_verifier_time_out_scores_zero_and_is_counted(fresh_math_pool):
     from grpokit.rewards.math import MathVerifyPool, math_accuracy
     from grpokit.rewards.runner import RewardRunner
 
-    slow = r"\boxed{" + "".join(f"(x+{k})" for k in range(100)) + "}"  # 5 CPU seconds of sympy
+    slow = SLOW_ANSWER  # 28 CPU seconds of sympy
     with MathVerifyPool(timeout_s=0.5) as pool, collecting_faults() as faults:
         out = pool.verify(["6", "5"], [slow, r"\boxed{5}"])
     assert out == [0.0, 1.0] and pool.timeouts == 1 and faults[0][0] == "timeouts"

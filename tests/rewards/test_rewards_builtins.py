@@ -6,6 +6,7 @@ import pytest
 
 from grpokit.rewards.format import reasoning_steps, strict_format, tag_count
 from grpokit.rewards.length import cosine_length, length_penalty, overlong_penalty, repetition_penalty
+from helpers.verifier_answers import SLOW_ANSWER
 
 
 def test_strict_format():
@@ -82,8 +83,8 @@ def test_math_accuracy_and_power_tower_is_cut_off():
         # counted 0.0 at once, no worker killed
         assert pool.verify(["1"], ["$\\boxed{9^{9^{9^{9^{9}}}}}$"]) == [0.0] and pool.limits == 1
         assert time.monotonic() - start < 4.0
-        # 5 CPU seconds of sympy under every text limit: the budget kills and replaces the worker
-        (out,) = pool.verify(["1"], ["$\\boxed{" + "".join(f"(x+{k})" for k in range(100)) + "}$"])
+        # 28 CPU seconds of sympy under every text limit: the budget kills and replaces the worker
+        (out,) = pool.verify(["1"], [SLOW_ANSWER])
         assert out == 0.0 and type(out) is float
         assert pool.timeouts == 1 and pool.pool.restarts == 1
         assert pool.verify(["2"], ["<answer>2</answer>"]) == [1.0]  # later items still verify

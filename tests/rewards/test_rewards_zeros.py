@@ -19,6 +19,7 @@ from grpokit.rewards.calls import collecting_faults
 from grpokit.rewards.math import MathVerifyPool, math_accuracy
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
+from helpers.verifier_answers import SLOW_ANSWER
 
 FRAC = "1"
 for _ in range(300):
@@ -35,7 +36,6 @@ PATHOLOGICAL = [
     (r"\boxed{10^{100000000}}", "limits"),
     (r"\boxed{" + "(" * 500 + "1" + ")" * 500 + "}", "limits"),
 ]
-SLOW = r"\boxed{" + "".join(f"(x+{k})" for k in range(100)) + "}"  # under every limit; 5 s of sympy
 CORRECT = [(r"\boxed{6}", 1.0), ("<answer>6</answer>", 1.0), (r"so \boxed{\frac{12}{2}}", 1.0)]
 
 
@@ -51,19 +51,14 @@ def test_pathological_answers_score_zero_directly_and_correct_ones_one(fresh_mat
 
 def test_a_verification_out_of_budget_is_a_counted_zero_and_the_budget_is_cpu_time():
     with MathVerifyPool(timeout_s=0.5) as pool, collecting_faults() as faults:
-        assert pool.verify(["6", "6"], [SLOW, r"\boxed{6}"]) == [0.0, 1.0]
+        assert pool.verify(["6", "6"], [SLOW_ANSWER, r"\boxed{6}"]) == [0.0, 1.0]
     assert pool.timeouts == 1 and faults[0][0] == "timeouts" and "CPU-second" in faults[0][1]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (2026-11-29 closing note): in a process whose earlier verifier pools have closed, "
-    "a new pool's CPU budget is not enforced, so the slow answer runs to its end and scores 0 uncounted",
-)
 def test_sixteen_pathological_answers_do_not_hold_up_the_correct_one(fresh_math_pool):
     # one verifier worker, one group of 17: 16 pathological answers then a correct one (34 s before;
     # a group call past reward.timeout_s would have failed the correct answer with the rest)
-    patho = [PATHOLOGICAL[i % len(PATHOLOGICAL)][0] for i in range(15)] + [SLOW]
+    patho = [PATHOLOGICAL[i % len(PATHOLOGICAL)][0] for i in range(15)] + [SLOW_ANSWER]
     completions = patho + [r"\boxed{6}"]
     with RewardRunner([RewardSpec(math_accuracy, "math_accuracy")], num_workers=0, timeout_s=30) as runner:
         start = time.monotonic()
