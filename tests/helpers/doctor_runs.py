@@ -90,3 +90,16 @@ def two_domain_run(path: Path, math_acc: list[float], calc_acc: list[float]) -> 
     before = {"domain/math/accuracy": math_acc[0], "domain/calc/accuracy": calc_acc[0]}
     (path / "summary.json").write_text(json.dumps({"steps": STEPS, "eval_before": before}))
     return path
+
+
+def first_live_step(rows: list[dict], monitor: str) -> int | None:
+    """The step at which the live health monitor `monitor` of `grpokit train` first warns on `rows`."""
+    from grpokit.config.health import HealthConfig
+    from grpokit.record.health import HealthMonitor
+
+    hm = HealthMonitor(HealthConfig())
+    for r in rows:
+        events, _ = hm.observe({k: v for k, v in r.items() if k != "step"}, r["step"])
+        if any(e.monitor == monitor for e in events):
+            return r["step"]
+    return None

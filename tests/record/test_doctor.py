@@ -13,7 +13,7 @@ from grpokit.cli import main
 from grpokit.record.doctor import DoctorConfig, diagnose
 from grpokit.record.report import render_report
 from grpokit.record.report_data import load_run
-from helpers.doctor_runs import STEPS, codes, healthy_rows, sick, write_run
+from helpers.doctor_runs import STEPS, codes, first_live_step, healthy_rows, sick, write_run
 from helpers.paths import TESTS
 
 GOLDEN = TESTS / "golden" / "default_run_metrics.json"
@@ -168,8 +168,19 @@ def test_length_rising_with_reward_but_not_with_heldout_accuracy(tmp_path: Path)
         "completions/mean_length": lambda s, r: 50 + 3 * (s - 20),
         "completions/max_length": lambda s, r: 64 + 3 * (s - 20),
     }
-    assert codes(sick(tmp_path, **grow, **{"eval/accuracy": None})) == ["length_growth"]
+    # the reward rises with it (0.2 -> 0.8): the live alarm is quiet; with no held-out evaluation to show
+    # that longer answers pay, the doctor's own check asks for one
+    assert codes(sick(tmp_path, **grow, **{"eval/accuracy": None})) == ["length_with_reward"]
     assert codes(sick(tmp_path / "b", **grow)) == []  # held-out accuracy rises too: longer reasoning that pays
+    # the reward flat at 0.5 over the whole run while the length grows from step 21
+    rows = [r | {"reward": 0.5} for r in healthy_rows()]
+    for r in rows:
+        r.pop("rewards/math/mean"), r.pop("rewards/format/mean")
+        if r["step"] > 20:
+            r |= {k: f(r["step"], r) for k, f in grow.items()}
+    run = write_run(tmp_path / "c", rows)
+    # the live length_inflation alarm's rule (length x3.2 > 1.5, reward moved 0 < 0.05), whatever held-out says
+    assert codes(run) == ["length_growth"] and first_live_step(rows, "length_inflation") is not None
 
 
 def test_entropy_collapse_before_learning(tmp_path: Path) -> None:

@@ -130,17 +130,18 @@ def test_the_live_monitor_runs_the_doctors_checks(tmp_path: Path) -> None:
     """One set of checks: `grpokit train`'s health monitor warns the doctor's findings as they appear
     (every health.doctor_every steps), once each, and not those its own monitors already warn about."""
     from grpokit.config.health import HealthConfig
+    from grpokit.record.recorder import health_monitor
 
     rows = constant_rows(0.0, n=30)
-    mon = HealthMonitor(HealthConfig(doctor_every=10))
+    mon = health_monitor(HealthConfig(doctor_every=10), {}, None)
     events = [e for i, r in enumerate(rows, 1) for e in mon.observe({k: v for k, v in r.items() if k != "step"}, i)[0]]
     doctor = [(e.step, e.monitor) for e in events if e.monitor.startswith("doctor/")]
     assert doctor == [(10, "doctor/reward_constant")]  # at the first check, then never again
     assert "zero_std_groups" in {e.monitor for e in events}  # the live alarm itself, not a doctor copy
-    mon = HealthMonitor(HealthConfig(doctor_every=0))
+    mon = health_monitor(HealthConfig(doctor_every=0), {}, None)
     assert not any(e.monitor.startswith("doctor/") for i, r in enumerate(rows, 1) for e in mon.observe(r, i)[0])
     # the healthy run: no doctor warning at all
-    mon = HealthMonitor()
+    mon = health_monitor(HealthConfig(), {}, None)
     assert not [
         e for i, r in enumerate(healthy_rows(), 1) for e in mon.observe(r, i)[0] if e.monitor.startswith("doctor/")
     ]

@@ -8,23 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.config.health import HealthConfig
 from grpokit.record import health_checks
 from grpokit.record.doctor import diagnose
-from grpokit.record.health import HealthMonitor
 from grpokit.record.health_checks import Reading, unsolved_share
 from grpokit.record.report_data import load_run
 from grpokit.record.run_series import unsolved_zero_std
-from helpers.doctor_runs import healthy_rows, sick, write_run
-
-
-def first_live_step(rows: list[dict], monitor: str) -> int | None:
-    hm = HealthMonitor(HealthConfig())
-    for r in rows:
-        events, _ = hm.observe({k: v for k, v in r.items() if k != "step"}, r["step"])
-        if any(e.monitor == monitor for e in events):
-            return r["step"]
-    return None
+from helpers.doctor_runs import first_live_step, healthy_rows, sick, write_run
 
 
 def first_doctor_step(tmp_path: Path, rows: list[dict], code: str) -> int | None:
@@ -43,6 +32,12 @@ def first_doctor_step(tmp_path: Path, rows: list[dict], code: str) -> int | None
         ("kl", 5.0, "kl_runaway", "kl_clip_runaway", 32),
         ("clip_ratio/region_mean", 0.9, "clip_runaway", "kl_clip_runaway", 34),
         ("completions/frac_groups_same_length", 0.9, "same_length", "same_length_groups", 36),
+        # entropy 0.01 against an early mean ~0.49 (limit 0.2 x 0.49 = 0.098), the rest ~0.45:
+        # 0.01 k + 0.45 (10 - k) < 0.98 at k = 8; the reward level ~0.58 is no convergence
+        ("entropy", 0.01, "entropy_collapse", "entropy_collapse", 38),
+        # zero-std 0.95, none solved, against ~0.25 unsolved before (0.3 minus ~5% solved at the run's
+        # best): 0.95 k + 0.25 (10 - k) > 8 at k = 8
+        ("frac_reward_zero_std", 0.95, "zero_std_groups", "zero_std_groups", 38),
     ],
 )
 def test_the_doctor_on_the_run_so_far_finds_it_at_the_step_the_live_alarm_fires(

@@ -98,6 +98,7 @@ PANELS = {
     "heldout_drop": "eval",
     "reward_component_alone": "reward",
     "length_growth": "length",
+    "length_with_reward": "length",
     "entropy_collapse": "entropy",
     "zero_std_groups": "signal",
     "truncated": "signal",

@@ -5,8 +5,10 @@ monitor of `grpokit train` (health.py) and DoctorCallback in someone else's Trai
 so far once that is longer: a check reads the whole run), runs the doctor's ``CHECKS`` (doctor.py) on
 them; each finding is returned once, the first time it appears. Codes in
 ``skip`` are left to whoever already watches them (the live monitors' own alarms for zero-std
-groups, entropy, length, KL and clipping, same-length groups and reward failures), so a run is
-warned once per problem, not twice under two names.
+groups, entropy, length, KL and clipping, same-length groups and reward failures: the doctor decides
+those with the live monitor's own rule, run_series.live_alarm), so a run is warned once per problem,
+not twice under two names. What only the doctor reads (held-out accuracy, a failure rate rising over
+the run, hacking signatures) it warns as it appears.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ LIVE_MONITORED = frozenset(
         "kl_clip_runaway",
         "same_length_groups",
         "reward_failures",
-        "verifier_failures_rising",
     }
 )
 

@@ -54,6 +54,7 @@ from .health_checks import (
     SOLVED_KEYS,
     UNSOLVED_KEYS,
     ZEROED_KEY,
+    Reading,
     Series,
     batch_items,
     reward_level,
@@ -100,8 +101,9 @@ class HealthMonitor:
     _informed: set[str] = field(default_factory=set)
     _best: float = -math.inf  # highest completion reward seen in the run
     _floor: float = math.inf  # lowest completion reward seen in the run
+    doctor: Any = None
+    """A doctor_live.DoctorWatch fed every step: its findings on the run so far become events (None: off)."""
     _fatal: str | None = None
-    _doctor: Any = None  # doctor_live.DoctorWatch, made at the first step (health.doctor_every > 0)
 
     def observe(self, metrics: Mapping[str, float], step: int) -> tuple[list[HealthEvent], dict[str, float]]:
         """Update the history with one step; return new warnings and the `health/*` metrics of this step."""
@@ -140,16 +142,10 @@ class HealthMonitor:
         return events, out
 
     def _doctor_events(self, metrics: Mapping[str, float], step: int) -> list[HealthEvent]:
-        """The doctor's findings on the run so far (every `doctor_every` steps), each warned once: one
-        set of checks for `grpokit doctor` and the live run (doctor_live.py)."""
-        if not self.config.doctor_every:
+        """The doctor's findings on the run so far (``doctor``, every `doctor_every` steps), each warned
+        once: one set of checks for `grpokit doctor` and the live run (doctor_live.py)."""
+        if self.doctor is None:
             return []
-        if self._doctor is None:
-            from dataclasses import asdict
-
-            from .doctor_live import LIVE_MONITORED, DoctorWatch
-
-            self._doctor = DoctorWatch(every=self.config.doctor_every, health=asdict(self.config), skip=LIVE_MONITORED)
         return [
             HealthEvent(
                 step,
@@ -158,8 +154,12 @@ class HealthMonitor:
                 f.score,
                 level="info" if f.level == "info" else "warning",
             )
-            for f in self._doctor.add({"step": step, **metrics})
+            for f in self.doctor.add({"step": step, **metrics})
         ]
+
+    def reading(self, name: str) -> Reading | None:
+        """Monitor `name`'s verdict on the run observed so far (None while it lacks data)."""
+        return MONITORS[name](self._history, self.config)
 
     def _watch_nonfinite(
         self, metrics: Mapping[str, float], step: int, events: list[HealthEvent], out: dict[str, float]

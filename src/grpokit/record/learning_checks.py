@@ -16,6 +16,7 @@ from .run_series import (
     config_value,
     heldout_fall,
     heldout_gain,
+    live_alarm,
     recent,
     reward_span,
     top_sample,
@@ -85,25 +86,32 @@ def check_component_alone(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findi
 
 
 def check_length(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Completions grow without reward gain (the live `length_inflation` alarm's rule), or grow with the
+    reward while no held-out gain shows that the longer answers pay (the doctor's own: it reads held-out)."""
     ln, rw, gain = trend(run, "completions/mean_length", hc), trend(run, "reward", hc), heldout_gain(run)
-    if (
-        ln is None
-        or ln[0] <= 0
-        or ln[1] < hc.length_growth_ratio * ln[0]
-        or (gain is not None and gain[0] > dc.heldout_min_gain)
-    ):
+    alarm = live_alarm(run, "length_inflation", ("completions/mean_length",), hc)
+    if ln is None or rw is None:
         return None
-    up = rw is not None and rw[1] - rw[0] > hc.reward_flat_tol
-    what = f"reward {rw[0]:.3g} -> {rw[1]:.3g}" if rw else "no reward recorded"
-    return Finding(
-        "length_growth",
-        "Completions grow " + ("with the reward" if up else "without reward gain"),
-        f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), {what}"
-        + (f"; {gain[1]}" if gain else "")
-        + top_sample(run),
+    evidence = f"mean length {ln[0]:.4g} -> {ln[1]:.4g} tokens ({ln[2]}), reward {rw[0]:.3g} -> {rw[1]:.3g}" + (
+        f"; {gain[1]}" if gain else ""
+    )
+    advice = (
         "check samples for padding or repetition the reward pays for; add an overlong / length penalty "
-        "(DAPO), or use a constant normaliser (algo.aggregation, Dr. GRPO)",
-        0.75 if not up else 0.6,
+        "(DAPO), or use a constant normaliser (algo.aggregation, Dr. GRPO)"
+    )
+    if alarm is not None and alarm.firing:
+        return Finding(
+            "length_growth", "Completions grow without reward gain", evidence + top_sample(run), advice, 0.75
+        )
+    grew = ln[0] > 0 and ln[1] >= hc.length_growth_ratio * ln[0]
+    if not grew or rw[1] - rw[0] <= hc.reward_flat_tol or (gain is not None and gain[0] > dc.heldout_min_gain):
+        return None
+    return Finding(
+        "length_with_reward",
+        "Completions grow with the reward, and no held-out gain shows that longer answers pay",
+        evidence + top_sample(run),
+        advice + "; evaluate held-out prompts (train.eval_every) to tell longer reasoning from padding",
+        0.6,
     )
 
 
@@ -114,18 +122,21 @@ def _reward_level(run: Run, recent: float) -> float | None:
 
 
 def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """The live `entropy_collapse` alarm's rule on the whole run (converged runs are not collapses)."""
+    alarm = live_alarm(run, "entropy_collapse", ("entropy",), hc)
+    if alarm is None or not alarm.firing:
+        return None
     tr, rw = trend(run, "entropy", hc), recent(run, "reward", hc)
-    if tr is None or not (tr[1] < hc.entropy_drop_ratio * tr[0] or tr[1] < hc.entropy_min):
-        return None
     level = _reward_level(run, rw[0]) if rw else None
-    if level is not None and level >= hc.converged_reward_level:  # a solved task: low entropy is convergence
-        return None
-    if tr[0] < hc.entropy_min:  # never high: sampling was near-greedy from the first step, not a collapse
+    at = f", reward at {level:.0%} of its range" if level is not None else ""
+    first = tr[0] if tr else alarm.value
+    span = f" ({tr[2]})" if tr else ""
+    if first < hc.entropy_min:  # never high: sampling was near-greedy from the first step, not a collapse
         return Finding(
             "entropy_collapse",
             "Entropy is near zero from the first steps: the samples barely differ",
-            f"entropy {tr[0]:.3g} -> {tr[1]:.3g} nats ({tr[2]}), below health.entropy_min {hc.entropy_min:g} "
-            "from the start" + (f", reward at {level:.0%} of its range" if level is not None else ""),
+            f"entropy {first:.3g} -> {alarm.value:.3g} nats{span}, below health.entropy_min {hc.entropy_min:g} "
+            "from the start" + at,
             f"raise rollout.temperature (now {config_value(run, 'rollout.temperature')}) so a group's completions "
             "differ and some score better than others",
             0.85,
@@ -133,8 +144,7 @@ def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
     return Finding(
         "entropy_collapse",
         "Entropy collapsed before the task was learned",
-        f"entropy {tr[0]:.3g} -> {tr[1]:.3g} nats ({tr[2]})"
-        + (f", reward at {level:.0%} of its range" if level is not None else ""),
+        f"entropy {first:.3g} -> {alarm.value:.3g} nats{span}" + at,
         f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}), raise rollout.temperature, "
         "use clip-higher (algo.clip_high=0.28, DAPO) or an entropy bonus (algo.entropy_coef)",
         0.85,
@@ -142,13 +152,14 @@ def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
 
 
 def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    unsolved = unsolved_zero_std(run)  # solved groups: success, not waste (only in a run whose reward varies)
-    if len(unsolved) < 3:
+    """The live `zero_std_groups` alarm's rule on the whole run: solved groups are success, not waste (only
+    in a run whose reward varies). The run's overall waste is the `rollouts_per_useful` note (cost.py)."""
+    alarm = live_alarm(run, "zero_std_groups", ("frac_reward_zero_std",), hc)
+    unsolved = unsolved_zero_std(run)
+    if alarm is None or not alarm.firing or not unsolved:
         return None
     w = window(len(unsolved), hc)
     lately, overall = statistics.fmean(v for _, v in unsolved[-w:]), statistics.fmean(v for _, v in unsolved)
-    if lately <= hc.zero_std_max and overall <= dc.zero_std_share:
-        return None
     return Finding(
         "zero_std_groups",
         "Many groups give no learning signal (all completions scored alike)",
@@ -156,7 +167,7 @@ def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
         f"{unsolved[-w][0]}-{unsolved[-1][0]}",
         f"use dynamic sampling (algo.dynamic_sampling=true, DAPO) or a larger group "
         f"(rollout.group_size={config_value(run, 'rollout.group_size')} -> more), or prompts of the right difficulty",
-        0.9 if lately > hc.zero_std_max else 0.55,
+        0.9,
     )
 
 

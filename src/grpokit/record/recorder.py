@@ -19,6 +19,7 @@ nothing; it is the trainer's default so that calling the trainer from Python nev
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 from grpokit.config.health import HealthConfig
 
 from .console import ConsoleSink
+from .doctor_live import LIVE_MONITORED, DoctorWatch
 from .health import HealthEvent, HealthMonitor
 from .jsonl import JsonlSink
 
@@ -229,10 +231,25 @@ def make_recorder(
         for sink in built:  # don't leave a live progress bar or open files behind
             sink.close()
         raise
-    monitor = HealthMonitor(health or HealthConfig(), run_config=dict(config or {}))
+    monitor = health_monitor(health or HealthConfig(), dict(config or {}), run_dir)
     if run_dir is not None and resume_step is not None:  # the monitors continue as if never stopped
         replay_history(monitor, Path(run_dir) / "metrics.jsonl")
     return Recorder(built, monitor, samples_every, samples_prompts)
+
+
+def health_monitor(health: HealthConfig, config: dict[str, Any], run_dir: Path | None) -> HealthMonitor:
+    """The live monitors of a run, with the doctor's checks on the run so far every `health.doctor_every`
+    steps (its findings warned once; those a live monitor already watches are left to it)."""
+    watch = None
+    if health.enabled and health.doctor_every:
+        watch = DoctorWatch(
+            every=health.doctor_every,
+            health=dataclasses.asdict(health),
+            run_config=config,
+            path=Path(run_dir) if run_dir is not None else Path("."),
+            skip=LIVE_MONITORED,
+        )
+    return HealthMonitor(health, run_config=config, doctor=watch)
 
 
 def replay_history(monitor: HealthMonitor, metrics_file: Path) -> None:

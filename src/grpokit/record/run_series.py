@@ -14,7 +14,8 @@ from typing import Any
 
 from grpokit.config.health import HealthConfig
 
-from .health_checks import MONITORS, Reading, Series, unsolved_share
+from .health import HealthMonitor
+from .health_checks import Reading, unsolved_share
 from .report_data import Run
 
 
@@ -58,16 +59,17 @@ def recent(run: Run, key: str, hc: HealthConfig) -> tuple[float, str] | None:
 
 def live_alarm(run: Run, name: str, keys: tuple[str, ...], hc: HealthConfig) -> Reading | None:
     """The live monitor `name` (health_checks.MONITORS, what `grpokit train` warns with) read on the whole
-    run: its history built from the run's values of `keys`, each with the doctor's window (`window`: shrunk
-    to a third of a short run) and a warm-up of at most 3 values (as `recent`), so that the doctor and the
-    live alarm decide with one rule. None while the monitor lacks data."""
-    history = {}
-    for key in keys:
-        pts = values(run, key)
-        history[key] = Series(window(len(pts), hc))
-        for _, v in pts:
-            history[key].add(v)
-    return MONITORS[name](history, dataclasses.replace(hc, warmup_steps=min(hc.warmup_steps, 3)))
+    run: the run's rows replayed through the live HealthMonitor itself (its derived reward level and
+    solved-group shares included), with the doctor's window (`window`, on the count of `keys[0]`: shrunk
+    to a third of a short run) and a warm-up of at most 3 values (as `recent`), so that the doctor and
+    the live alarm decide with one rule. None while the monitor lacks data."""
+    n = len(values(run, keys[0]))
+    cfg = dataclasses.replace(hc, window=window(n, hc), warmup_steps=min(hc.warmup_steps, 3), enabled=True)
+    monitor = HealthMonitor(cfg, run_config=run.config if isinstance(run.config, dict) else {})
+    for r in run.metrics:
+        if isinstance(r.get("step"), (int, float)) and not isinstance(r.get("step"), bool):
+            monitor.observe({k: v for k, v in r.items() if k != "step" and not k.startswith("health/")}, int(r["step"]))
+    return monitor.reading(name)
 
 
 def heldout_series(run: Run) -> list[tuple[int, float]]:

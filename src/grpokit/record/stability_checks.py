@@ -231,6 +231,12 @@ def _fault_title(per: dict[str, dict[str, float]], frac: list[float], rising: bo
     return "Reward functions " + ("time out" if any(c["failed_timeouts"] for c in per.values()) else "fail")
 
 
+def _failures_alarm(run: Run, hc: HealthConfig) -> bool:
+    """The live `reward_failures` alarm's rule (recent failed + zeroed share) on the whole run."""
+    alarm = live_alarm(run, "reward_failures", ("rewards/failed_fraction",), hc)
+    return alarm is not None and alarm.firing
+
+
 def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     frac = [v for _, v in values(run, "rewards/failed_fraction")]
     per = fault_counts(run)
@@ -251,7 +257,7 @@ def check_reward_failures(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findi
         + f"{mean:.1%} of reward items failed over the run{zero_share}"
         + _fault_evidence(per),
         _fault_advice(per, run, rising),
-        0.85 if mean > hc.reward_failure_max or zmean > hc.reward_failure_max or rising else 0.4,
+        0.85 if rising or _failures_alarm(run, hc) else 0.4,
         panel="faults",
         steps=span_steps(tr[2]) if rising and tr else None,
     )
