@@ -459,3 +459,42 @@ def test_callback_events_fire_at_trls_points_with_trls_keywords(chat_model, tmp_
         tr.train()
         seen[name] = cb.seen
     assert seen["grpokit"] == seen["trl"]
+
+
+@pytest.mark.parametrize(
+    "rounds",
+    [
+        dict(num_iterations=2, gradient_accumulation_steps=1, max_steps=4),  # a round: 2 updates on one batch
+        dict(steps_per_generation=2, gradient_accumulation_steps=1, max_steps=3),  # a round: 2 updates, 2 slices
+    ],
+    ids=["num_iterations", "steps_per_generation"],
+)
+def test_callbacks_fire_around_each_optimizer_update_of_a_round_as_trl(chat_model, tmp_path, rounds):
+    """When one sampling round makes several optimizer updates, TRL fires on_step_begin .. on_step_end and
+    on_log around each update with global_step advanced per update: grpokit.trl's loop fires them from each
+    update (the last step's round cut short by max_steps, as TRL's)."""
+    trl = pytest.importorskip("trl")
+    from grpokit.trl.bridge import TRL_EVENTS
+
+    seen, history = {}, {}
+    for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
+        cb = recorder(TRL_EVENTS)
+        args = small_args(
+            module.GRPOConfig,
+            tmp_path / name,
+            num_generations=2,
+            per_device_train_batch_size=2,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            **rounds,
+        )
+        tr = module.GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args, callbacks=[cb])
+        tr.train()
+        seen[name], history[name] = cb.seen, tr.state.log_history
+    assert [e for e, *_ in seen["trl"]].count("on_optimizer_step") == rounds["max_steps"]
+    assert seen["grpokit"] == seen["trl"]
+    # each entry holds TRL's keys: the round's sampling metrics (reward ...) on its first step only
+    assert [e["step"] for e in history["grpokit"]] == [e["step"] for e in history["trl"]]
+    assert [sorted(set(t) - set(g)) for t, g in zip(history["trl"], history["grpokit"])] == [[]] * len(history["trl"])
+    assert ["reward" in e for e in history["grpokit"]] == ["reward" in e for e in history["trl"]]

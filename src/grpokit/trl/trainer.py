@@ -239,7 +239,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         t = self.cfg.train
         slices = self.cfg.algo.num_iterations * t.updates_per_batch  # per grpokit step; accumulation_slices a TRL step
         self.bridge.per_round = -(-slices // t.accumulation_slices)  # at most (rolling window: some rounds one fewer)
-        self.bridge.rolling = t.accumulation_slices > 1
+        self.bridge.attach(trainer)  # the round's sampling metrics before its first update, grpokit's epoch
         set_log_level(self.args, self.accelerator.is_main_process)
         self.bridge.at_end = lambda: best.finish(
             trainer, self.bridge.state, self.args, self.accelerator.is_main_process
