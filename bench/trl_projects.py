@@ -38,6 +38,10 @@ PROJECTS = {
         "GRPOTrainer subclass: _generate_and_score_completions, compute_loss (reward 0: reflection every step)",
     ),
     "alignrl": ("alignrl==0.3.0", "multi-trainer: SFT then GRPO (trl.SFTConfig/SFTTrainer beside GRPO)"),
+    "sft_grpo": (
+        "local:bench/projects/sft_then_grpo.py",
+        "multi-trainer: `import trl`, trl.SFTTrainer then trl.GRPOTrainer from the SFT output dir (written here)",
+    ),
     "trainsafe": ("trainsafe==0.1.0", "callback: behavioural health checks on_evaluate"),
     "rldoctor": ("rldoctor==0.2.0", "callback: on_train_begin, on_log, on_train_end; an HTML report"),
 }
@@ -53,6 +57,13 @@ def to_grpokit(source: str) -> str:
 
 def prepare(requirement: str, work: Path) -> tuple[Path, Path]:
     """The project unpacked as published and with its imports changed: (trl side, grpokit side)."""
+    if requirement.startswith("local:"):  # a project module written here, not downloaded
+        source = ROOT / requirement.removeprefix("local:")
+        sides = work / source.stem / "trl", work / source.stem / "grpokit"
+        for side, text in zip(sides, (source.read_text(), to_grpokit(source.read_text()))):
+            side.mkdir(parents=True, exist_ok=True)
+            (side / source.name).write_text(text)
+        return sides
     wheels = work / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(

@@ -215,6 +215,21 @@ def run_alignrl(side: str, out: Path):
     return None
 
 
+def run_sft_grpo(side: str, out: Path):
+    """The two-stage project (bench/projects/sft_then_grpo.py): SFT on the tiny model's chat text, then GRPO
+    from the SFT output folder; the project's callback records each stage's losses in stages.json."""
+    import sft_then_grpo as m
+    from datasets import Dataset
+
+    instrument("sft_then_grpo")
+    sft_data = Dataset.from_dict({"text": [f"<user>add {i} and {i + 1}\n<assistant>{2 * i + 1}\n" for i in range(4)]})
+    grpo = m.run(str(tiny(out)), sft_data, prompts(answer=True), out / "run")
+    stages = out / "run" / "grpo" / "stages.json"
+    OUTPUT["stages"] = json.loads(stages.read_text()) if stages.exists() else None
+    OUTPUT["grpo_from_sft"] = Path(grpo.model.config._name_or_path).resolve() == (out / "run" / "sft").resolve()
+    return grpo
+
+
 def main() -> None:
     project, side, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     out.mkdir(parents=True, exist_ok=True)
@@ -222,7 +237,7 @@ def main() -> None:
     trainer = None
     try:
         trainer = globals()[f"run_{project}"](side, out)
-        if trainer is not None:
+        if trainer is not None and project != "sft_grpo":  # the two-stage project trains its stages itself
             trainer.train()
     finally:
         state = getattr(trainer, "state", None) or getattr(getattr(trainer, "bridge", None), "state", None)

@@ -91,10 +91,11 @@ def test_load_best_model_at_end_takes_epoch_strategies():
 
 
 def drive(bridge: StepBridge, rounds: int, per_round: int) -> None:
-    """grpokit's loop: per round the optimizer updates, then the round's end."""
+    """grpokit's loop: per round the optimizer updates (each begun, then applied), then the round's end."""
     state, control = types.SimpleNamespace(epoch=0.0), types.SimpleNamespace(should_training_stop=False)
     for _ in range(rounds):
         for k in range(per_round):
+            bridge.on_update_begin(None, state, control)
             bridge.on_optimizer_step(None, None, None, metrics={"loss": 1.0, "learning_rate": 0.1 * (k + 1)})
         bridge.on_step_end(None, state, control, metrics={"reward": 0.5})
 

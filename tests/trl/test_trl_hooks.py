@@ -362,8 +362,6 @@ def test_what_trl_lets_a_subclass_assign_is_assigned_with_trls_meaning_or_refuse
     tr.ref_model = teacher  # TRL's: the KL term's reference (a subclass's teacher, as sdpo-rl sets it)
     assert tr.ref_model is teacher and tr._get().ref_model is teacher  # the one the loop's KL pass reads
     assert tr.accelerator.prepare(teacher) is teacher and tr.accelerator.prepare(1, teacher) == (1, teacher)
-    with pytest.raises(ConfigError, match=r"^GRPOTrainer.reward_funcs can be replaced before training starts"):
-        tr.reward_funcs = [short]  # the run is built: its reward stage already holds the functions
     fresh = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=small_args(GRPOConfig, tmp_path))
 
     def longer(completions, **kwargs):
@@ -459,3 +457,88 @@ def test_callback_events_fire_at_trls_points_with_trls_keywords(chat_model, tmp_
         tr.train()
         seen[name] = cb.seen
     assert seen["grpokit"] == seen["trl"]
+
+
+@pytest.mark.parametrize(
+    "rounds",
+    [
+        dict(num_iterations=2, gradient_accumulation_steps=1, max_steps=4),  # a round: 2 updates on one batch
+        dict(steps_per_generation=2, gradient_accumulation_steps=1, max_steps=3),  # a round: 2 updates, 2 slices
+    ],
+    ids=["num_iterations", "steps_per_generation"],
+)
+def test_callbacks_fire_around_each_optimizer_update_of_a_round_as_trl(chat_model, tmp_path, rounds):
+    """When one sampling round makes several optimizer updates, TRL fires on_step_begin .. on_step_end and
+    on_log around each update with global_step advanced per update: grpokit.trl's loop fires them from each
+    update (the last step's round cut short by max_steps, as TRL's)."""
+    trl = pytest.importorskip("trl")
+    from grpokit.trl.bridge import TRL_EVENTS
+
+    seen, history = {}, {}
+    for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
+        cb = recorder(TRL_EVENTS)
+        args = small_args(
+            module.GRPOConfig,
+            tmp_path / name,
+            num_generations=2,
+            per_device_train_batch_size=2,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            **rounds,
+        )
+        tr = module.GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args, callbacks=[cb])
+        tr.train()
+        seen[name], history[name] = cb.seen, tr.state.log_history
+    assert [e for e, *_ in seen["trl"]].count("on_optimizer_step") == rounds["max_steps"]
+    assert seen["grpokit"] == seen["trl"]
+    # each entry holds TRL's keys: the round's sampling metrics (reward ...) on its first step only
+    assert [e["step"] for e in history["grpokit"]] == [e["step"] for e in history["trl"]]
+    assert [sorted(set(t) - set(g)) for t, g in zip(history["trl"], history["grpokit"])] == [[]] * len(history["trl"])
+    assert ["reward" in e for e in history["grpokit"]] == ["reward" in e for e in history["trl"]]
+
+
+def counting(obj, names):
+    """``obj`` with its methods ``names`` counting their calls in ``obj.calls``."""
+    obj.calls = 0
+    for name in names:
+        method = getattr(obj, name)
+
+        def counted(*a, _method=method, **k):
+            obj.calls += 1
+            return _method(*a, **k)
+
+        setattr(obj, name, counted)
+    return obj
+
+
+@pytest.mark.parametrize("built", [False, True], ids=["in_init", "after_build"])
+def test_a_model_tokenizer_rewards_and_reference_assigned_before_train_are_the_ones_trained(
+    chat_model, tmp_path, built
+):
+    """TRL holds model, processing_class, reward_funcs and ref_model as plain attributes: assigned after
+    construction (in a subclass's __init__, or after the run was built by reading one), the new object is
+    the one trained (its parameters change), sampled with, called; once train() started, one sentence."""
+    import copy
+
+    calls = []
+
+    def longer(completions, **kwargs):
+        calls.append(len(completions))
+        return [len(c[0]["content"]) / 10 for c in completions]
+
+    args = small_args(GRPOConfig, tmp_path / "run", max_steps=1, beta=0.04, learning_rate=1e-2)
+    tr = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    if built:
+        assert tr.model is not None and tr._trainer is not None  # reading builds the run
+    model, tok, ref = copy.deepcopy(tr.model), copy.deepcopy(tr.processing_class), copy.deepcopy(tr.model)
+    before = [p.detach().clone() for p in model.parameters()]
+    tr.model, tr.ref_model, tr.reward_funcs = model, ref, [longer]
+    tr.processing_class = counting(tok, ["__call__", "decode", "batch_decode", "apply_chat_template"])
+    tr.train()
+    assert tr.model is model and tr._trainer.model is model and tr.ref_model is ref
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))  # the one trained
+    assert calls and tok.calls > 0 and tr.processing_class is tok
+    for name, value in (("model", model), ("processing_class", tok), ("reward_funcs", [short])):
+        with pytest.raises(ConfigError, match=rf"^GRPOTrainer.{name} can be replaced until train\(\) starts"):
+            setattr(tr, name, value)

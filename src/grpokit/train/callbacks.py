@@ -5,6 +5,8 @@ a class is instantiated, as transformers does):
 
     on_train_begin(args, state, control, **kw)      before anything else (before the evaluation before training)
     on_step_begin(args, state, control, **kw)       before each step's sampling; state.global_step is the previous step
+    on_update_begin(args, state, control, **kw)     before each optimizer update's first slice (a step makes
+                                                    num_iterations x updates_per_batch of them)
     on_pre_optimizer_step(args, state, control, **kw) before each update's optimizer step (gradients complete)
     on_optimizer_step(args, state, control, metrics, **kw) after each of the step's num_iterations updates
     on_step_end(args, state, control, metrics, **kw) after each step's update; state.global_step is that step
@@ -16,7 +18,8 @@ a class is instantiated, as transformers does):
 ``args`` is what the run was configured with (a grpokit ``Config``, or the ``GRPOConfig`` of the
 TRL-compatible layer); the keywords are ``model``, ``processing_class``, ``optimizer``,
 ``lr_scheduler`` (and ``metrics`` / ``logs``). Setting ``control.should_training_stop = True``
-ends the run after the current step (checkpoint, evaluation and report still happen).
+ends the run after the current step (checkpoint, evaluation and report still happen); set after one of
+a step's updates, the step makes no further update.
 
 ``RunState`` is also what reward functions receive as ``trainer_state`` (TRL passes the
 transformers ``TrainerState``; the fields here carry the same names).
@@ -63,6 +66,7 @@ class Callbacks:
     EVENTS = (
         "on_train_begin",
         "on_step_begin",
+        "on_update_begin",
         "on_pre_optimizer_step",
         "on_optimizer_step",
         "on_step_end",

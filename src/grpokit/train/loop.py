@@ -117,6 +117,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
         """Stage 5: backpropagate one slice into the pending update (update.accumulate's signature);
         grpokit.trl puts a GRPOTrainer subclass's compute_loss here (trl/stages.py)."""
         self.on_sampled: list[Callable[[ScoredBatch], None]] = [self._observe_sampled]
+        self.on_inputs: list[Callable[[ScoredBatch, Any], None]] = []
+        """Called with the step's last scored batch and its update inputs (advantages), before the step's first
+        update (grpokit.trl logs TRL's sampling metrics with the round's first optimizer step)."""
         """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one; the
         prompt sampler's curriculum learns pass rates from the first)."""
         self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
@@ -230,16 +233,18 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
                 reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs) if need_ref else None
             )
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support))  # 4. advantages
+        for hook in self.on_inputs:
+            hook(sb, inputs)
         extra: dict[str, float] = {}
         upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
         self._updating = True  # from here on the model is no longer the last finished step's
         with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
-            parts = cfg.train.updates_per_batch
-            for i in range(a.num_iterations):
-                for j, part in enumerate(update_slices(inputs, parts)):  # TRL's steps_per_generation
-                    if self._updates_done():  # TRL's max_steps: the run ends right after its last update
-                        break
-                    upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j) or upd
+            parts, applied = cfg.train.updates_per_batch, self.updates
+            slices = ((i, j, p) for i in range(a.num_iterations) for j, p in enumerate(update_slices(inputs, parts)))
+            for i, j, part in slices:  # num_iterations passes over TRL's steps_per_generation slices
+                if self._updates_done() or self._stop_before_update(applied):  # TRL's max_steps, a callback's stop
+                    break
+                upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j) or upd
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
@@ -281,6 +286,14 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
             upd = {**upd, **state.after_update(upd, self.dist)}
         self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
         return upd
+
+    def _stop_before_update(self, applied: int) -> bool:
+        """Before an update's first slice: the callbacks' ``on_update_begin``; True when a callback asked to
+        stop after one of this step's updates (``applied`` updates were done before the step), so the run
+        ends between two updates, where TRL's ends (grpokit.trl closes a TRL step there)."""
+        if self.pending.slices:  # the update began with an earlier slice
+            return False
+        return self.callbacks("on_update_begin").should_training_stop and self.updates > applied
 
     def _updates_done(self) -> bool:
         """train.max_updates reached (TRL's max_steps, which may fall inside a step's batch)."""

@@ -44,6 +44,29 @@ def logged_samples(sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, ste
     return with_images(add_logged_columns(rows, sb.extra, G), sb.prompts, run_dir, step)
 
 
+def sampling_metrics(sb: ScoredBatch, inputs, same_length_min_tokens: int) -> dict[str, float]:
+    """This rank's metrics of a step known once it is sampled, scored and its advantages taken: rewards,
+    the update's inputs, completion lengths (the model's tokens of an episode, as TRL) and the health
+    monitors' group and solved signatures."""
+    ro, G = sb.rollout, sb.group_size
+    P = len(sb.prompts)
+    lengths = ro.model_lengths()
+    return {
+        **sb.metrics,
+        **episode_metrics(ro),
+        "reward": sb.total_N.mean().item(),
+        "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
+        **inputs.metrics,
+        "completions/mean_length": float(np.mean(lengths)),
+        "completions/min_length": float(min(lengths)),
+        "completions/max_length": float(max(lengths)),
+        "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
+        **group_signatures(sb.texts, lengths, G, ro.finish_reasons, same_length_min_tokens),
+        # lets the monitors tell convergence from collapse
+        **solved_signatures(sb.texts, sb.total_N.tolist(), G),
+    }
+
+
 def step_metrics(
     sb: ScoredBatch,
     inputs,
@@ -52,26 +75,12 @@ def step_metrics(
     same_length_min_tokens: int,
     data_position: int,
 ) -> dict[str, float]:
-    """This rank's metrics of a step: sampling and reward metrics, the update's inputs and the update,
-    completion lengths (the model's tokens of an episode, as TRL), the health monitors' group and
-    solved signatures, timings and throughput, and the data position."""
-    ro, G = sb.rollout, sb.group_size
-    P = len(sb.prompts)
-    lengths = ro.model_lengths()  # an episode's length counts the model's tokens, as TRL
+    """This rank's metrics of a step: ``sampling_metrics``, the update's, timings and throughput, and the
+    data position."""
+    lengths = sb.rollout.model_lengths()
     return {
-        **sb.metrics,
-        **episode_metrics(ro),
-        "reward": sb.total_N.mean().item(),
-        "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
-        **inputs.metrics,
+        **sampling_metrics(sb, inputs, same_length_min_tokens),
         **update_metrics,
-        "completions/mean_length": float(np.mean(lengths)),
-        "completions/min_length": float(min(lengths)),
-        "completions/max_length": float(max(lengths)),
-        "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
-        **group_signatures(sb.texts, lengths, G, ro.finish_reasons, same_length_min_tokens),
-        # lets the monitors tell convergence from collapse
-        **solved_signatures(sb.texts, sb.total_N.tolist(), G),
         **timer.metrics(),
         "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
         "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),

@@ -1,9 +1,10 @@
 """TRL's step count and log history on grpokit's loop.
 
-A grpokit step samples once and makes ``num_iterations`` updates; a TRL step is one optimizer
-update. ``StepBridge`` is the one callback grpokit's loop calls under ``grpokit.trl``: it turns each
-grpokit step into its ``num_iterations`` TRL steps, so ``state.global_step``, ``logging_steps``,
-``eval_steps``, ``save_steps`` and the user's callbacks run at TRL's steps, and it writes
+A grpokit step samples once and makes ``num_iterations`` x ``steps_per_generation`` updates; a TRL
+step is one optimizer update. ``StepBridge`` is the one callback grpokit's loop calls under
+``grpokit.trl``: the loop calls it around each update (``on_update_begin``, ``on_optimizer_step``), so a
+TRL step begins, ends and logs around its own update, with ``state.global_step`` advanced per update, as
+TRL's callbacks see it; ``logging_steps``, ``eval_steps``, ``save_steps`` run at TRL's steps, and it writes
 ``log_history`` as TRL does: per logged step the mean of every metric since the last log (the
 step's sampling metrics ride on its first update, as TRL logs them), then TRL's final entry
 (``train_runtime`` ...). grpokit's own metrics stay in the entries beside TRL's.
@@ -106,22 +107,39 @@ class StepBridge:
         )
         self.user = Callbacks(callbacks, args, self.state, events=TRL_EVENTS, **objects)
         self.evaluate, self.save_link = evaluate, save_link
-        self.updates: list[dict[str, float]] = []
         self.sampled: dict[str, list[float]] = {}  # this round's num_tokens / terminated lengths (add_sampled)
         self.pending: dict[str, list[float]] = defaultdict(list)  # TRL's _metrics["train"] (cleared, never replaced)
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
-        self.step_times: list[float] = []
         self.tokens_at_start = 0
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
         self.steps_per_epoch = (
             0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
         )
-        self.rolling = False  # train.accumulation_slices > 1: a round may complete no update (set by the trainer)
         self.begun = False  # the user's on_step_begin of the next TRL step was called
+        self.open: tuple[dict, float] | None = None  # the applied update whose TRL step has not ended, its seconds
+        self.round: dict[str, float] | None = None  # the round's sampling metrics until a TRL step takes them
+        self.round_keys: set[str] = set()
+        self.epoch_now: Callable[[], float] = lambda: (
+            0.0
+        )  # grpokit's epoch (prompts served / prompts), set by the trainer
         self.in_epoch = False  # the user's on_epoch_begin of the running epoch was called
         self.emit: Callable[..., None] = self.log  # (logs, training): the trainer's log(), which may be a subclass's
+
+    def attach(self, trainer) -> None:
+        """Told by grpokit's ``trainer`` of each round's sampling metrics (reduced over ranks) before its first
+        update, and of grpokit's epoch."""
+        from grpokit.train import distributed
+        from grpokit.train.step_metrics import sampling_metrics
+
+        min_tokens = trainer.cfg.health.same_length_min_tokens
+        trainer.on_inputs.append(
+            lambda sb, inputs: self.sampled_round(
+                distributed.reduce_metrics(trainer.dist, sampling_metrics(sb, inputs, min_tokens))
+            )
+        )
+        self.epoch_now = lambda: trainer.sampler.position / len(trainer.prompts)
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -132,7 +150,7 @@ class StepBridge:
             self.evaluate()
 
     def on_step_begin(self, args, state, control, **kw):
-        self.mark, self.sampled = time.perf_counter(), {}
+        self.mark, self.sampled, self.round, self.round_keys = time.perf_counter(), {}, None, set()
         n, g = self.args.torch_empty_cache_steps, self.state.global_step
         if n and any(
             s % n == 0 for s in range(g, g + self.per_round)
@@ -140,7 +158,27 @@ class StepBridge:
             empty_device_cache()
         if not self.begun:  # a round that applied no update left its TRL step begun
             self._begin_step()
-        self.begun = True
+
+    def sampled_round(self, metrics: dict[str, float]) -> None:
+        """The round is sampled and scored (its metrics, reduced over ranks): TRL logs them with the round's
+        first optimizer step; ``num_tokens`` becomes TRL's running total."""
+        if "num_tokens" in self.sampled:
+            self.state.num_input_tokens_seen += int(sum(self.sampled["num_tokens"]))
+            self.sampled["num_tokens"] = [float(self.state.num_input_tokens_seen)]
+        self.round = {**metrics, **{key: sum(v) / len(v) for key, v in self.sampled.items()}}
+        self.round_keys = set(self.round)
+
+    def on_update_begin(self, args, state, control, **kw):
+        """An optimizer update begins: the TRL step of the round's previous update ends here (TRL's on_step_end
+        and log come before the next step's micro-batches), and the next TRL step begins, unless that one
+        stopped the run."""
+        if self.open is not None:
+            self._end_step({}, control)
+            if control.should_training_stop:
+                return control
+        if not self.begun:
+            self._begin_step()
+        return control
 
     def _begin_step(self) -> None:
         """A TRL step begins: the epoch first when none is running (transformers' epoch loop)."""
@@ -148,6 +186,7 @@ class StepBridge:
             self.in_epoch = True
             self.user("on_epoch_begin")
         self.user("on_step_begin")
+        self.begun = True
 
     def on_pre_optimizer_step(self, args, state, control, **kw):
         """Before the update's optimizer step: transformers' on_substep_end after each micro-batch but the
@@ -157,34 +196,40 @@ class StepBridge:
         self.user("on_pre_optimizer_step")
 
     def on_optimizer_step(self, args, state, control, metrics=None, **kw):
+        """The update is applied: its TRL step stays open until the next update begins or the round ends
+        (whichever comes first ends it, with TRL's on_step_end and log), so the round's last step's entry
+        also gets the round's own metrics (timings ...)."""
         now = time.perf_counter()
-        self.step_times.append(now - self.mark)
-        self.mark = now
-        self.updates.append(dict(metrics or {}))
+        self.open, self.mark = (dict(metrics or {}), now - self.mark), now
         self.user("on_optimizer_step")
 
     def on_step_end(self, args, state, control, metrics=None, **kw):
-        updates, times = self.updates or [{}], self.step_times or [0.0]
-        self.updates, self.step_times = [], []
-        if "num_tokens" in self.sampled:  # TRL's num_tokens is the running total
-            self.state.num_input_tokens_seen += int(sum(self.sampled["num_tokens"]))
-            self.sampled["num_tokens"] = [float(self.state.num_input_tokens_seen)]
-        if self.rolling and updates == [{}]:  # every slice waits for a later update: TRL logs this sampling with it
-            self._accumulate({**(metrics or {}), **{key: sum(v) / len(v) for key, v in self.sampled.items()}})
-            return control
-        for k, (update, seconds) in enumerate(zip(updates, times)):
-            if k:
-                self._begin_step()
-            self.state.global_step += 1
-            self.state.epoch = self.state.global_step / self.steps_per_epoch if self.steps_per_epoch else state.epoch
-            sampled = {key: sum(v) / len(v) for key, v in self.sampled.items()} if k == 0 else {}
-            self._accumulate(trl_step_metrics({**(metrics or {}), **sampled}, update, k == 0, seconds))
-            self.user("on_step_end")
-            self._maybe_log_and_evaluate()
-            if self.user.control.should_training_stop or self.state.global_step >= self.state.max_steps:
-                control.should_training_stop = True
-        self.begun = False
+        """The round ends: its last TRL step ends with the round's metrics; a round that applied no update
+        (a rolling window) leaves its metrics to the step of the update that follows."""
+        if self.round is None:  # not told of the round's sampling (grpokit's loop always tells)
+            self.sampled_round({})
+        rest = {k: v for k, v in (metrics or {}).items() if k not in self.round_keys}  # timings, the update ...
+        if self.open is not None:
+            self._end_step(rest, control)
+        else:  # the round's sampling metrics too, unless one of its steps took them
+            self._accumulate({**rest, **(self.round or {})})
+            self.round = {}
         return control
+
+    def _end_step(self, rest: dict[str, float], control) -> None:
+        """The open TRL step ends: global_step advances, its entry (the round's sampling metrics on the round's
+        first step, ``rest`` on its last) is kept for the next log, on_step_end, log and evaluate when due;
+        the loop is told to stop at TRL's max_steps or when a callback asked."""
+        update, seconds = self.open
+        self.open, self.begun = None, False
+        self.state.global_step += 1
+        self.state.epoch = self.state.global_step / self.steps_per_epoch if self.steps_per_epoch else self.epoch_now()
+        first, self.round = self.round or {}, {}  # taken: the round's later steps log their update only
+        self._accumulate(trl_step_metrics({**first, **rest}, update, True, seconds))
+        self.user("on_step_end")
+        self._maybe_log_and_evaluate()
+        if self.user.control.should_training_stop or self.state.global_step >= self.state.max_steps:
+            control.should_training_stop = True
 
     def on_save(self, args, state, control, checkpoint=None, **kw):
         if checkpoint is not None:

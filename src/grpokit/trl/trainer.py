@@ -47,7 +47,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import attributes, best, hooks, overrides
+from . import assignable, attributes, best, hooks, overrides
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
@@ -147,6 +147,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         )
         overrides.samples(self)  # an override of stage 2 that cannot be honoured stops here
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
+        self._started = self._init_ended = False  # train() began; on_init_end fired (once, a rebuilt run too)
+        self._assigned_ref: list = []  # a ref_model assigned (assignable.py): a rebuilt run keeps it
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
@@ -218,7 +220,11 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
 
         trainer.on_sampled.append(count)
         overrides.into_slots(self, trainer)  # reward calls per batch; the subclass's overrides as the stages
-        overrides.init_end(self.bridge.user)
+        if self._assigned_ref:
+            trainer.ref_model = self._assigned_ref[-1]
+        if not self._init_ended:
+            self._init_ended = True
+            overrides.init_end(self.bridge.user)
         if self.args.disable_dropout:
             no_dropout(trainer.model)
         return trainer
@@ -239,7 +245,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         t = self.cfg.train
         slices = self.cfg.algo.num_iterations * t.updates_per_batch  # per grpokit step; accumulation_slices a TRL step
         self.bridge.per_round = -(-slices // t.accumulation_slices)  # at most (rolling window: some rounds one fewer)
-        self.bridge.rolling = t.accumulation_slices > 1
+        self.bridge.attach(trainer)  # the round's sampling metrics before its first update, grpokit's epoch
         set_log_level(self.args, self.accelerator.is_main_process)
         self.bridge.at_end = lambda: best.finish(
             trainer, self.bridge.state, self.args, self.accelerator.is_main_process
@@ -260,7 +266,9 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     _get_per_token_logps_and_entropies = per_token_logps_and_entropies
     router_aux_loss_coef = property(lambda self: self._get().router_aux)
     aux_loss_enabled = property(lambda self: self._get().router_aux != 0.0)  # a Mixture-of-Experts router loss is added
-    processing_class = property(lambda self: self._get().tokenizer)
+    processing_class = property(
+        lambda self: self._get().tokenizer, lambda self, v: assignable.assign(self, "processing_class", v)
+    )
     run_dir = property(lambda self: Path(self.cfg.train.out))
     callback_handler = property(lambda self: self._get() and self.bridge.user)
 
@@ -281,15 +289,13 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     @ref_model.setter
     def ref_model(self, value) -> None:
         # TRL's meaning: the model whose log-probabilities the KL term (beta > 0) is taken against; with
-        # beta 0 TRL only holds it (a subclass's teacher, say), and so does grpokit
+        # beta 0 TRL only holds it (a subclass's teacher, say), and so does grpokit; the loop reads it every step
+        self._assigned_ref[:] = [value]
         self._get().ref_model = value
 
     @model.setter
     def model(self, value) -> None:
-        if self._trainer is None:
-            self._kwargs["model"] = value
-        else:
-            self._trainer.model = value
+        assignable.assign(self, "model", value)  # the run is built from it (optimizer, sampler), or refused
 
     @property
     def reward_funcs(self) -> list:
@@ -300,12 +306,12 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     def reward_funcs(self, value) -> None:
         value = value if isinstance(value, list) else [value]
         funcs = reward_funcs_of(value, self._reward_classes if len(value) == len(self._reward_funcs) else None)
-        if self._trainer is not None or len(funcs) != len(self._reward_funcs):
+        if len(funcs) != len(self._reward_funcs):
             raise ConfigError(
-                f"GRPOTrainer.reward_funcs can be replaced before training starts by as many functions "
+                f"GRPOTrainer.reward_funcs can be replaced by as many functions "
                 f"({len(self._reward_funcs)}, one per reward weight); got {len(funcs)}"
-                + (" after the run was built" if self._trainer is not None else "")
             )
+        assignable.assign(self, "reward_funcs", self._reward_funcs)  # a built, untrained run is built anew
         self._reward_funcs[:] = funcs  # the list grpokit's run is built from
         self.reward_func_names[:] = reward_names(funcs)
 
@@ -364,6 +370,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                 )
             self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
         trainer = self._get()
+        self._started = True  # from here the run's optimizer and sampler hold model, tokenizer, rewards
         try:
             self.summary = trainer.train()
         except RewardError as exc:  # one sentence naming the function and the row; GRPOKIT_DEBUG=1 keeps the traceback
