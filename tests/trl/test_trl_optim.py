@@ -243,8 +243,8 @@ def test_bitsandbytes_adamw_gets_transformers_arguments(monkeypatch):
     "kwargs, words",
     [
         (
-            dict(optim="lion_8bit"),
-            "optim='lion_8bit' is not supported by grpokit; valid: adamw_torch, adamw_torch_fused, adafactor",
+            dict(optim="galore_adamw"),
+            "optim='galore_adamw' is not supported by grpokit; valid: adamw_torch, adamw_torch_fused, adafactor",
         ),
         (
             dict(optim="sgd", optim_args="momentum=0.9,foo=1"),
