@@ -164,3 +164,70 @@ def test_a_negative_logging_steps_logs_at_trls_steps(chat_model, tmp_path):
     assert logged(GRPOConfig, GRPOTrainer, tmp_path / "g") == [3]
     trl = pytest.importorskip("trl")
     assert logged(trl.GRPOConfig, trl.GRPOTrainer, tmp_path / "t") == [3]
+
+
+def test_values_carried_out_with_trls_meaning_train_a_step(chat_model, tmp_path):
+    """One grpokit step with values TRL's run trains with and grpokit now carries out: bitsandbytes' Lion
+    (8-bit state, as transformers builds lion_8bit), save_steps=0 (transformers: no step checkpoint),
+    entropy_coef=-1 (an entropy penalty), top_entropy_quantile=2 (every token); then
+    evaluate() reads per_device_eval_batch_size=0, which TRL's DataLoader fails on, and refuses it."""
+    pytest.importorskip("bitsandbytes")
+    from datasets import Dataset
+
+    from grpokit.config.sections import ConfigError
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from helpers.trl_models import small_args
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
+
+    def reward(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    values = dict(optim="lion_8bit", save_steps=0, entropy_coef=-1.0, top_entropy_quantile=2.0)
+    args = small_args(GRPOConfig, tmp_path, max_steps=1, logging_steps=1, report_to="none", **values)
+    args.per_device_eval_batch_size = 0  # inert while nothing evaluates (eval_strategy "no")
+    tr = GRPOTrainer(chat_model, reward_funcs=[reward], train_dataset=data, args=args)
+    cfg = tr._get().cfg
+    assert (cfg.optim.optimizer, cfg.algo.entropy_coef, cfg.algo.entropy_top_fraction) == ("lion_8bit", -1.0, 1.0)
+    assert (cfg.train.save_every, cfg.train.save_last) == (0, False)
+    tr.train()
+    assert [e["step"] for e in tr.state.log_history if "loss" in e] == [1]
+    opt = tr._get().callbacks.objects["optimizer"]  # the one grpokit's run built from optim.optimizer
+    assert type(opt).__module__.startswith("bitsandbytes") and type(opt).__name__ == "Lion", opt
+    assert not list(tmp_path.glob("checkpoint-*"))
+    with pytest.raises(ConfigError, match=r"per_device_eval_batch_size=0 .*\(read by this call\)"):
+        tr.evaluate(data)
+
+
+def test_enable_jit_checkpoint_checkpoints_the_last_step_on_sigterm(chat_model, tmp_path):
+    """transformers' enable_jit_checkpoint: on SIGTERM, a checkpoint at the step reached, then stop; grpokit's
+    loop does that on SIGTERM (train/stopping.py), named as TRL names it. With save_strategy "no" transformers
+    still writes it and grpokit would not: refused."""
+    import os
+    import signal
+
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from grpokit.config.sections import ConfigError
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from grpokit.trl.mapping import to_config
+    from helpers.trl_models import small_args
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
+
+    class Preempt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def reward(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    args = small_args(GRPOConfig, tmp_path, max_steps=40, save_steps=100, report_to="none", enable_jit_checkpoint=True)
+    tr = GRPOTrainer(chat_model, reward_funcs=[reward], train_dataset=data, args=args, callbacks=[Preempt()])
+    tr.train()
+    assert tr.state.global_step == 2
+    assert [p.name for p in tmp_path.glob("checkpoint-*")] == ["checkpoint-2"]
+    with pytest.raises(ConfigError, match="enable_jit_checkpoint=True is not supported by grpokit; valid: False with"):
+        to_config(GRPOConfig("o", save_strategy="no", enable_jit_checkpoint=True), num_rows=4)

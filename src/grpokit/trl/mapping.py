@@ -58,7 +58,8 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/t
     "gradient; grpokit pads or packs as it chooses",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
     "enable_jit_checkpoint": "True: what grpokit's loop always does on SIGTERM: the step in progress finishes "
-    "(train.stop_grace_s) and a checkpoint of the last finished step is written (train/stopping.py)",
+    "(train.stop_grace_s) and a checkpoint of the last finished step is written (train/stopping.py); refused with "
+    "save_strategy no or save_steps <= 0, where transformers still writes one and grpokit does not",
     "vllm_group_port": "not read (as TRL without use_vllm and vllm_mode server); with them only TRL's default "
     "51216: grpokit's server client has no NCCL group",
 }

@@ -24,6 +24,13 @@ def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         else 0
     )
     every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]  # counts TRL's steps
+    if a.enable_jit_checkpoint and every == 0:  # grpokit's SIGTERM checkpoint comes with a run that checkpoints
+        raise refuse(
+            "enable_jit_checkpoint",
+            True,
+            f"False with save_strategy={a.save_strategy!r} and save_steps={a.save_steps!r}: transformers writes its "
+            "SIGTERM checkpoint even then, grpokit's loop only in a run that writes checkpoints",
+        )
     limit = a.save_total_limit if a.save_total_limit and a.save_total_limit > 0 else None  # <= 0: all, as transformers
     keep = limit or (ctx["steps"] // every + 1 if every else 1)
     # hub_strategy checkpoint / all_checkpoints: refused with push_to_hub (checks.GATES), inert without, as in TRL
