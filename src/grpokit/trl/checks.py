@@ -206,7 +206,6 @@ class Gate:
         return " and ".join(f"{n}={getattr(a, n)!r}" for n in names)
 
 
-_VLLM = Gate(("use_vllm",), lambda a: a.use_vllm)
 _VLLM_COLOCATE = Gate(("use_vllm", "vllm_mode"), lambda a: a.use_vllm and a.vllm_mode == "colocate")
 _VLLM_SERVER = Gate(("use_vllm", "vllm_mode"), lambda a: a.use_vllm and a.vllm_mode == "server")
 _VLLM_IS = Gate(
@@ -230,7 +229,7 @@ _PUSH = Gate(("push_to_hub",), lambda a: a.push_to_hub)
 # the mapping); with the gate off the value is inert, in TRL and in grpokit (the mapping sets no field from it).
 GATES: dict[str, Gate] = {
     "vllm_tensor_parallel_size": _VLLM_COLOCATE,
-    "vllm_max_model_length": _VLLM,
+    "vllm_max_model_length": _VLLM_COLOCATE,
     "vllm_group_port": _VLLM_SERVER,
     "vllm_importance_sampling_cap": _VLLM_IS,
     "vespo_k_pos": _VESPO,
