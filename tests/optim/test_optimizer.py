@@ -75,7 +75,9 @@ def test_a_grpokit_run_takes_any_optimizer_and_schedule_from_overrides(tmp_path)
         (
             {"optimizer": "lion"},
             "optim.optimizer='lion' is not valid; choose one of: adamw, adafactor, sgd, adagrad, rmsprop, adamw_8bit, "
-            "paged_adamw_8bit, adamw_torch_4bit, adamw_torch_8bit",
+            "paged_adamw_8bit, paged_adamw_32bit, ademamix, ademamix_8bit, paged_ademamix_32bit, paged_ademamix_8bit, "
+            "lion_32bit, lion_8bit, paged_lion_32bit, paged_lion_8bit, rmsprop_bnb, rmsprop_bnb_8bit, "
+            "rmsprop_bnb_32bit, adamw_torch_4bit, adamw_torch_8bit",
         ),
         (
             {"optimizer": "adamw", "momentum": 0.9},

@@ -456,8 +456,9 @@ def test_sync_ref_model_mixes_at_trls_steps():
     a = to_config(GRPOConfig(beta=0.04, sync_ref_model=True, ref_model_sync_steps=8, num_iterations=2), num_rows=4).algo
     assert (a.ref_refresh_every, a.ref_mixup_alpha) == (4, 0.6)  # TRL's default alpha 0.6 mixes, not copies
     assert to_config(GRPOConfig(), num_rows=4).algo.ref_refresh_every == 0
-    with pytest.raises(ConfigError, match="ref_model_mixup_alpha"):
-        GRPOConfig(ref_model_mixup_alpha=1.5)
+    GRPOConfig(ref_model_mixup_alpha=1.5)  # TRL reads it only with sync_ref_model (checks.GATES): inert here
+    with pytest.raises(ConfigError, match=r"ref_model_mixup_alpha=1.5 .*read because sync_ref_model=True"):
+        GRPOConfig(ref_model_mixup_alpha=1.5, sync_ref_model=True)
 
 
 def test_refresh_reference_mixes_by_hand():
@@ -504,7 +505,11 @@ def test_entropy_and_model_forward_arguments_map_onto_grpokit_fields():
         GRPOConfig(cast_lm_head_to_fp32=True, neftune_noise_alpha=5.0, router_aux_loss_coef=0.0), num_rows=4
     ).model
     assert (m.lm_head_fp32, m.neftune_noise_alpha, m.router_aux_loss_coef) == (True, 5.0, 0.0)
-    for bad in ({"neftune_noise_alpha": -1.0}, {"router_aux_loss_coef": -0.5}, {"entropy_coef_delta": float("nan")}):
+    for bad in (
+        {"neftune_noise_alpha": -1.0},
+        {"router_aux_loss_coef": -0.5},
+        {"entropy_coef_delta": float("nan"), "use_adaptive_entropy": True},
+    ):
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {next(iter(bad))}="):
             GRPOConfig(**bad)
 

@@ -243,8 +243,8 @@ def test_bitsandbytes_adamw_gets_transformers_arguments(monkeypatch):
     "kwargs, words",
     [
         (
-            dict(optim="lion_8bit"),
-            "optim='lion_8bit' is not supported by grpokit; valid: adamw_torch, adamw_torch_fused, adafactor",
+            dict(optim="galore_adamw"),
+            "optim='galore_adamw' is not supported by grpokit; valid: adamw_torch, adamw_torch_fused, adafactor",
         ),
         (
             dict(optim="sgd", optim_args="momentum=0.9,foo=1"),
@@ -326,3 +326,39 @@ def make_chat_model_weights(path):
     from safetensors.torch import load_file
 
     return load_file(str(path / "model.safetensors")).items()
+
+
+BNB_MORE = [
+    "paged_adamw_32bit",
+    "ademamix",
+    "ademamix_8bit",
+    "paged_ademamix_32bit",
+    "paged_ademamix_8bit",
+    "lion_32bit",
+    "lion_8bit",
+    "paged_lion_32bit",
+    "paged_lion_8bit",
+    "rmsprop_bnb",
+    "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit",
+]
+
+
+@pytest.mark.parametrize("optim", BNB_MORE)
+def test_bitsandbytes_optimizers_are_the_ones_transformers_builds(optim):
+    """The class, the hyperparameters of the group and bitsandbytes' own options (8- or 32-bit state, paged)
+    of each bitsandbytes optimizer, against transformers' Trainer.get_optimizer_cls_and_kwargs itself."""
+    pytest.importorskip("bitsandbytes")
+    kwargs = dict(
+        optim=optim, learning_rate=3e-4, weight_decay=0.01, adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6
+    )
+    targs = TrainingArguments("unused", use_cpu=True, report_to="none", **kwargs)
+    cls, options = Trainer.get_optimizer_cls_and_kwargs(targs)
+    theirs = cls([{"params": [torch.nn.Parameter(torch.zeros(2))], "weight_decay": targs.weight_decay}], **options)
+    ours = build_optimizer(
+        [torch.nn.Parameter(torch.zeros(2))], to_config(GRPOConfig("o", **kwargs), num_rows=10).optim
+    )
+    assert type(ours) is cls
+    mine, want = ({k: v for k, v in o.param_groups[0].items() if k not in IMPLEMENTATION} for o in (ours, theirs))
+    assert mine == want
+    assert (ours.args.optim_bits, ours.is_paged) == (theirs.args.optim_bits, theirs.is_paged)

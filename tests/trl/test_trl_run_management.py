@@ -49,16 +49,16 @@ def test_run_management_arguments_map_by_hand():
         ConfigError, match=r"vllm_tensor_parallel_size=2 must divide the 1 training processes.*valid: 1$"
     ):
         to_config(GRPOConfig("o", **VLLM, vllm_tensor_parallel_size=2), num_rows=4, world_size=1)
-    for name, value in [
-        ("vllm_tensor_parallel_size", 0),
-        ("vllm_max_model_length", 0),
-        ("vllm_importance_sampling_cap", -1.0),
-        ("eval_delay", -1),
-        ("data_seed", 1.5),
-        ("metric_for_best_model", ""),
+    for name, value, gate in [
+        ("vllm_tensor_parallel_size", 0, VLLM),  # read with use_vllm only (checks.GATES)
+        ("vllm_max_model_length", 0, VLLM),
+        ("vllm_importance_sampling_cap", -1.0, VLLM),
+        ("eval_delay", float("nan"), {}),  # negative: no delay, as transformers
+        ("data_seed", 1.5, {}),
+        ("metric_for_best_model", "", {}),
     ]:
         with pytest.raises(ConfigError, match=f"GRPOConfig argument {name}="):
-            GRPOConfig(**{name: value})
+            GRPOConfig(**{name: value}, **gate)
     # transformers' defaults: load_best_model_at_end ranks by loss, smaller is better; other names: greater is better
     a = GRPOConfig(
         load_best_model_at_end=True, eval_strategy="steps", eval_steps=5, save_steps=10
@@ -368,8 +368,12 @@ def test_ddp_timeout_reaches_the_process_group(monkeypatch):
 
     from grpokit.train import distributed
 
-    assert to_config(GRPOConfig("o"), num_rows=4).train.dist_timeout_s == 1800  # transformers' default
-    assert to_config(GRPOConfig("o", ddp_timeout=7200), num_rows=4).train.dist_timeout_s == 7200
+    def timeout(**kw):
+        return to_config(GRPOConfig("o", **kw), num_rows=4, world_size=2).train.dist_timeout_s
+
+    assert timeout() == 1800  # transformers' default
+    assert timeout(ddp_timeout=7200) == 7200
+    assert to_config(GRPOConfig("o", ddp_timeout=0), num_rows=4).train.dist_timeout_s == 0  # one process: unread
     joined = []
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
@@ -378,7 +382,8 @@ def test_ddp_timeout_reaches_the_process_group(monkeypatch):
     distributed.setup(timeout_s=7200)
     distributed.setup()  # 0: torch's own default, no timeout passed
     assert joined == [{"backend": "gloo", "timeout": datetime.timedelta(seconds=7200)}, {"backend": "gloo"}]
-    with pytest.raises(ConfigError, match="ddp_timeout=0 is not valid"):
+    monkeypatch.setattr(GRPOConfig, "world_size", property(lambda self: 2))
+    with pytest.raises(ConfigError, match=r"ddp_timeout=0 is not valid.*\(read because world_size=2\)"):
         GRPOConfig(ddp_timeout=0)
 
 

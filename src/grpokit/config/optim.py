@@ -14,7 +14,9 @@ class OptimConfig:
     optimizer: str = "adamw"
     """"adamw" (torch's AdamW, fused where it can be), "adafactor" (transformers' Adafactor driven by `lr` and the
     schedule, as transformers' Trainer builds it), "sgd", "adagrad", "rmsprop" (torch's), or a low-bit AdamW from a CUDA
-    library: "adamw_8bit", "paged_adamw_8bit" (bitsandbytes), "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
+    library: "adamw_8bit", "paged_adamw_8bit" and bitsandbytes' others under transformers' optim names
+    ("paged_adamw_32bit", "ademamix", "lion_8bit", "rmsprop_bnb" ...: optim/optimizers.py BNB_FIELDS),
+    "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
     lr: float = 1e-6
     """Peak learning rate (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
     weight_decay: float = 0.0

@@ -20,9 +20,24 @@ from grpokit.config.base import ConfigError
 from grpokit.config.optim import OptimConfig
 
 ADAM_FIELDS = ("adam_beta1", "adam_beta2", "adam_eps")
+BNB_FIELDS = {  # bitsandbytes optimizer -> the optim fields it reads beyond lr and weight_decay
+    "adamw_8bit": ADAM_FIELDS,
+    "paged_adamw_8bit": ADAM_FIELDS,
+    "paged_adamw_32bit": ADAM_FIELDS,
+    "ademamix": ADAM_FIELDS,
+    "ademamix_8bit": ADAM_FIELDS,
+    "paged_ademamix_32bit": ADAM_FIELDS,
+    "paged_ademamix_8bit": ADAM_FIELDS,
+    "lion_32bit": ("adam_beta1", "adam_beta2"),
+    "lion_8bit": ("adam_beta1", "adam_beta2"),
+    "paged_lion_32bit": ("adam_beta1", "adam_beta2"),
+    "paged_lion_8bit": ("adam_beta1", "adam_beta2"),
+    "rmsprop_bnb": (),
+    "rmsprop_bnb_8bit": (),
+    "rmsprop_bnb_32bit": (),
+}
 PACKAGES = {
-    "adamw_8bit": "bitsandbytes",
-    "paged_adamw_8bit": "bitsandbytes",
+    **dict.fromkeys(BNB_FIELDS, "bitsandbytes"),
     "adamw_torch_4bit": "torchao",
     "adamw_torch_8bit": "torchao",
 }  # optimizer -> the package it needs
@@ -86,13 +101,25 @@ def _rmsprop(params: list, o: OptimConfig) -> torch.optim.Optimizer:
 
 
 def _bitsandbytes(params: list, o: OptimConfig) -> torch.optim.Optimizer:
-    from bitsandbytes.optim import AdamW
+    """bitsandbytes' AdamW, AdEMAMix, Lion or RMSprop as transformers builds each optim of that name: 8-bit
+    state where the name says 8bit (else 32), paged where it starts with paged_ (RMSprop never)."""
+    import bitsandbytes.optim as bnb  # classes looked up by name: only the one asked for must exist
 
-    return AdamW(
-        params,
-        **_adam_args(o),
-        optim_bits=8,
-        is_paged=o.optimizer.startswith("paged_"),
+    name = o.optimizer
+    betas = (o.adam_beta1, o.adam_beta2)
+    kind = next(k for k in ("ademamix", "lion", "rmsprop", "adamw") if k in name)
+    cls, kw = {
+        "adamw": ("AdamW", dict(betas=betas, eps=o.adam_eps)),
+        "ademamix": (
+            "AdEMAMix",
+            dict(betas=(*betas, 0.9999), alpha=5.0, eps=o.adam_eps),
+        ),  # transformers' beta3, alpha
+        "lion": ("Lion", dict(betas=betas)),
+        "rmsprop": ("RMSprop", {}),  # bitsandbytes' own alpha, eps, momentum (transformers passes none)
+    }[kind]
+    paged = {} if kind == "rmsprop" else {"is_paged": name.startswith("paged_")}
+    return getattr(bnb, cls)(
+        params, lr=o.lr, weight_decay=o.weight_decay, optim_bits=8 if "8bit" in name else 32, **kw, **paged
     )
 
 
@@ -116,8 +143,7 @@ OPTIMIZERS: dict[str, Callable[[list, OptimConfig], torch.optim.Optimizer]] = {
     "sgd": _sgd,
     "adagrad": _adagrad,
     "rmsprop": _rmsprop,
-    "adamw_8bit": _bitsandbytes,
-    "paged_adamw_8bit": _bitsandbytes,
+    **dict.fromkeys(BNB_FIELDS, _bitsandbytes),
     "adamw_torch_4bit": _torchao,
     "adamw_torch_8bit": _torchao,
 }
@@ -127,7 +153,9 @@ OPTIMIZER_FIELDS: dict[str, tuple[str, ...]] = {  # the optim fields (beyond lr 
     "sgd": ("momentum", "dampening", "nesterov"),
     "adagrad": ("lr_decay", "eps"),
     "rmsprop": ("momentum", "rms_alpha", "eps", "centered"),
-    **dict.fromkeys(PACKAGES, ADAM_FIELDS),
+    **BNB_FIELDS,
+    "adamw_torch_4bit": ADAM_FIELDS,
+    "adamw_torch_8bit": ADAM_FIELDS,
 }
 
 

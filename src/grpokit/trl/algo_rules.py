@@ -115,8 +115,8 @@ ALGO_RULES: list[Rule] = [
     Rule(
         ("top_entropy_quantile",),
         ("algo.entropy_top_fraction",),
-        "copied",
-        copied(**{"algo.entropy_top_fraction": "top_entropy_quantile"}),
+        "copied; above 1 is 1 (every token: TRL masks only below 1)",
+        lambda a, ctx: {"algo.entropy_top_fraction": min(a.top_entropy_quantile, 1.0)},
     ),
     Rule(
         (

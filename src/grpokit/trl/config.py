@@ -28,7 +28,7 @@ from transformers import TrainingArguments
 
 from grpokit.config.base import ConfigError
 
-from .checks import check, kind_of
+from .checks import GATES, REFUSED_WHY, check, check_gated, kind_of
 from .field_help import help_from_docstrings
 from .inherited_args import INHERITED
 
@@ -277,6 +277,8 @@ class GRPOConfig(TrainingArguments):
         if self.vllm_importance_sampling_cap is not None:  # TRL 1.16's deprecated alias (warned by the trainer)
             self.vllm_importance_sampling_clip_max = self.vllm_importance_sampling_cap
         del self.__dict__["_initialising"]
+        check_gated(self)  # the fields TRL reads only with another argument on, now that all are set
+        self.__dict__["_complete"] = True
 
     def _check_choices(self) -> None:
         """A named choice transformers does not know (``eval_strategy="best"``), refused in grpokit's words."""
@@ -345,13 +347,16 @@ class GRPOConfig(TrainingArguments):
 
     def _checked_value(self, name: str, value: Any) -> Any:
         if name in UNSUPPORTED and not self.__dict__.get("_initialising") and not _same(value, UNSUPPORTED[name]):
+            why = f" ({REFUSED_WHY[name]})" if name in REFUSED_WHY else " (docs/TRL.md lists what is supported)"
             raise ConfigError(
                 f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
-                f"leave it at TRL's default {UNSUPPORTED[name]!r} (docs/TRL.md lists what is supported)"
+                f"leave it at TRL's default {UNSUPPORTED[name]!r}{why}"
             )
         if name == "scale_rewards":  # TRL takes True / False for "group" / "none"
             value = {True: "group", False: "none", "true": "group", "false": "none"}.get(value, value)
         check(name, value, _ANNOTATIONS.get(name, ""))
+        if name in GATES and self.__dict__.get("_complete"):  # set after construction: checked if read now
+            check_gated(self, (name,), value=value)
         return value
 
 
@@ -384,7 +389,7 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
-_REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "vllm_group_port", "log_completions_hub_repo")
+_REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "log_completions_hub_repo")
 _OWN = tuple(n for n in GRPOConfig.__dict__["__annotations__"] if not n.startswith("_"))
 SUPPORTED = frozenset(INHERITED) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
 # every other field (TRL's or transformers', today's or a later version's) only at its default

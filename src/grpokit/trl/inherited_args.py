@@ -7,6 +7,7 @@ the ones named here join TRL's own GRPO fields in ``SUPPORTED`` (mapping.py maps
 
 INHERITED = (
     "output_dir",
+    "enable_jit_checkpoint",
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
     "num_train_epochs",

@@ -114,10 +114,14 @@ def objectives_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
 def entropy_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     """TRL's entropy bonus is a plain token mean; use_adaptive_entropy moves its coefficient each
     optimizer step (grpokit/algo/entropy_control.py follows TRL's code)."""
-    return {
+    out = {
         "algo.entropy_coef": a.entropy_coef,
         "algo.entropy_aggregation": "token-mean",
         "algo.entropy_adaptive": a.use_adaptive_entropy,
+    }
+    if not a.use_adaptive_entropy:  # TRL reads the controller's settings only with it (checks.GATES)
+        return out
+    return out | {
         "algo.entropy_coef_min": a.entropy_coef_min,
         "algo.entropy_coef_max": a.entropy_coef_max,
         "algo.entropy_coef_delta": a.entropy_coef_delta,

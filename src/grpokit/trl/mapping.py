@@ -26,6 +26,7 @@ from grpokit.config.io import set_field
 from grpokit.config.sections import Config
 
 from .algo_rules import ALGO_RULES
+from .checks import check_gated
 from .config import SUPPORTED, UNSUPPORTED, GRPOConfig
 from .model_rules import MODEL_RULES
 from .rule import Rule
@@ -56,6 +57,11 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/t
     "pad_to_multiple_of": "no effect: padding changes no log-prob, loss or "
     "gradient; grpokit pads or packs as it chooses",
     "log_unique_prompts": "no effect: samples.jsonl already holds each prompt once with its group",
+    "enable_jit_checkpoint": "True: what grpokit's loop always does on SIGTERM: the step in progress finishes "
+    "(train.stop_grace_s) and a checkpoint of the last finished step is written (train/stopping.py); refused with "
+    "save_strategy no or save_steps <= 0, where transformers still writes one and grpokit does not",
+    "vllm_group_port": "not read (as TRL without use_vllm and vllm_mode server); with them only TRL's default "
+    "51216: grpokit's server client has no NCCL group",
 }
 HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
 HANDLED_ELSEWHERE.update(
@@ -116,6 +122,7 @@ def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None,
         "world_size": world_size or int(os.environ.get("WORLD_SIZE", "1")),
         "streamed": streamed,
     }
+    check_gated(args)  # arguments set after construction may have turned a gate on
     cfg = Config()
     for name, value in FIXED.items():
         set_field(cfg, name, value)

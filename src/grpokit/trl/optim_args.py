@@ -141,6 +141,20 @@ def _schedule_specifics(kind: str, kw: dict[str, Any], lr: float) -> dict[str, A
     return out
 
 
+_BNB_MORE = (  # bitsandbytes' other optimizers, built as transformers builds them with no optim_args
+    "paged_adamw_32bit",
+    "ademamix",
+    "ademamix_8bit",
+    "paged_ademamix_32bit",
+    "paged_ademamix_8bit",
+    "lion_32bit",
+    "lion_8bit",
+    "paged_lion_32bit",
+    "paged_lion_8bit",
+    "rmsprop_bnb",
+    "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit",
+)
 # optim -> (optim.optimizer, {optim_args key: optim field}); keys transformers reads but that change nothing
 # (the Trainer's parameter groups carry weight_decay, which wins over the optimizer's) map to None
 OPTIM_ARGS: dict[str, tuple[str, dict[str, str | None]]] = {
@@ -156,6 +170,7 @@ OPTIM_ARGS: dict[str, tuple[str, dict[str, str | None]]] = {
     "adamw_8bit": ("adamw_8bit", {}),
     "adamw_bnb_8bit": ("adamw_8bit", {}),
     "paged_adamw_8bit": ("paged_adamw_8bit", {}),
+    **{n: (n, {}) for n in _BNB_MORE},
     "adamw_torch_4bit": ("adamw_torch_4bit", {}),
     "adamw_torch_8bit": ("adamw_torch_8bit", {}),
 }
@@ -197,6 +212,8 @@ def optimizer_fields(a: GRPOConfig) -> dict[str, Any]:
             f"with optim={a.optim!r} only block_size=256 and bf16_stochastic_round=False "
             "(grpokit builds torchao's optimizer with those)",
         )
+    if a.optim in _BNB_MORE and args:  # transformers passes AdEMAMix's and RMSprop's optim_args on to bitsandbytes
+        raise _refuse("optim_args", a.optim_args, f"None with optim={a.optim!r} (grpokit builds it with its defaults)")
     if not keys:
         return {"optim.optimizer": name}  # transformers reads no optim_args for these optimizers
     if set(args) - set(keys):

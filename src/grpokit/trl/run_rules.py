@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from .config import GRPOConfig
-from .rule import Rule, copied, every_steps, refuse
+from .rule import Rule, every_steps, refuse
 from .step_args import epoch_rounds
 
 
@@ -185,8 +185,8 @@ RUN_RULES: list[Rule] = [
     Rule(
         ("ddp_timeout",),
         ("train.dist_timeout_s",),
-        "copied: the process group's timeout under torchrun, as transformers",
-        copied(**{"train.dist_timeout_s": "ddp_timeout"}),
+        "copied: the process group's timeout under torchrun, as transformers (one process: not read, as transformers)",
+        lambda a, ctx: {"train.dist_timeout_s": a.ddp_timeout} if ctx["world_size"] > 1 else {},
     ),
     Rule(
         ("fsdp", "fsdp_config"),

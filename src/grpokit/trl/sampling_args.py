@@ -45,7 +45,8 @@ def vllm_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
         **importance_sampling_fields(a),
         "rollout.vllm_gpu_memory_utilization": a.vllm_gpu_memory_utilization,
         "rollout.vllm_sleep": a.vllm_enable_sleep_mode,
-        "rollout.vllm_max_model_len": a.vllm_max_model_length or 0,
+        # TRL hands it to the colocated engine only (checks.GATES); a server sets its own
+        "rollout.vllm_max_model_len": (a.vllm_max_model_length or 0) if a.vllm_mode == "colocate" else 0,
         "rollout.vllm_tensor_parallel_size": tp,
     }
 

@@ -50,6 +50,7 @@ from grpokit.train import distributed
 from . import assignable, attributes, best, hooks, overrides
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
+from .checks import check_gated
 from .config import GRPOConfig
 from .inputs import (
     HubPushError,
@@ -398,6 +399,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
         trainer, a = self._get(), self.args
+        check_gated(a, ("per_device_eval_batch_size", "num_generations_eval"), read=True)  # read whatever eval_strategy
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
         # transformers hands callbacks the eval loader from the first evaluation on

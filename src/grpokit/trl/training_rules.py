@@ -18,26 +18,29 @@ from .step_args import batch_fields, epoch_rounds, rounds_per, steps_fields, trl
 def _saving(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     if a.save_strategy not in ("steps", "epoch", "no"):
         raise refuse("save_strategy", a.save_strategy, "steps, epoch, no")
-    steps_every = rounds_per(
-        every_steps(a.save_steps, trl_steps_in(ctx["steps"], a, ctx)), a, ctx["world_size"]
-    )  # save_steps
+    steps_every = (  # transformers: save_steps <= 0 is a period ceil(max_steps * save_steps) <= 0, saving at no step
+        rounds_per(every_steps(a.save_steps, trl_steps_in(ctx["steps"], a, ctx)), a, ctx["world_size"])
+        if a.save_steps > 0
+        else 0
+    )
     every = {"steps": steps_every, "epoch": epoch_rounds(a, ctx), "no": 0}[a.save_strategy]  # counts TRL's steps
+    if a.enable_jit_checkpoint and every == 0:  # grpokit's SIGTERM checkpoint comes with a run that checkpoints
+        raise refuse(
+            "enable_jit_checkpoint",
+            True,
+            f"False with save_strategy={a.save_strategy!r} and save_steps={a.save_steps!r}: transformers writes its "
+            "SIGTERM checkpoint even then, grpokit's loop only in a run that writes checkpoints",
+        )
     limit = a.save_total_limit if a.save_total_limit and a.save_total_limit > 0 else None  # <= 0: all, as transformers
     keep = limit or (ctx["steps"] // every + 1 if every else 1)
-    if a.hub_strategy not in ("every_save", "end"):  # checkpoint, all_checkpoints: pushed for resuming from the Hub
-        raise refuse(
-            "hub_strategy",
-            a.hub_strategy,
-            "every_save, end (a grpokit checkpoint resumes only inside its run "
-            "folder, so one pushed alone could not be resumed from as transformers' last-checkpoint is)",
-        )
+    # hub_strategy checkpoint / all_checkpoints: refused with push_to_hub (checks.GATES), inert without, as in TRL
     # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
     return {
         "train.save_every": every,
         "train.keep_checkpoints": keep,
         "train.out": a.output_dir or "trainer_output",
         "train.overwrite": True,
-        "train.save_last": a.save_strategy != "no",
+        "train.save_last": a.save_strategy != "no" and every != 0,
     }  # transformers: "no" writes no checkpoint
 
 
@@ -159,7 +162,9 @@ TRAINING_RULES: list[Rule] = [
         "adamw_torch(_fused): adamw; adafactor, sgd, adagrad, rmsprop: the same, as transformers' Trainer builds them "
         "(Adafactor on the learning rate and schedule, no relative step or parameter scaling); "
         "adamw_8bit (adamw_bnb_8bit), "
-        "paged_adamw_8bit (bitsandbytes), adamw_torch_4bit and adamw_torch_8bit (torchao) when that "
+        "paged_adamw_8bit and bitsandbytes' others (paged_adamw_32bit, ademamix(_8bit), paged_ademamix_32bit/_8bit, "
+        "lion_32bit/_8bit, paged_lion_32bit/_8bit, rmsprop_bnb(_8bit/_32bit): transformers' classes and defaults, no "
+        "optim_args), adamw_torch_4bit and adamw_torch_8bit (torchao) when that "
         "package is installed; "
         "optim_args read as transformers: sgd momentum, dampening, nesterov; adagrad lr_decay, eps; rmsprop momentum, "
         "alpha (rms_alpha), eps, centered; their weight_decay key changes nothing, as in transformers (the parameter "
