@@ -20,8 +20,9 @@ import torch
 def main(argv=None):
     import transformers
 
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
     from grpokit.train.prefix_tree import tokens_saved
+    from grpokit.train.token_batch import make_token_batch
     from grpokit.types import Rollout
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -11,7 +11,8 @@ from grpokit.algo.tis import mismatch_mask, mismatch_metrics, mismatch_sums, pad
 from grpokit.config import Config, ConfigError, apply_overrides
 from grpokit.data.tasks.demo_model import load_demo_model
 from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.logprobs import completion_logprobs
+from grpokit.train.token_batch import make_token_batch
 from helpers.mismatch import RecordingLLM, mismatch_trainer
 
 

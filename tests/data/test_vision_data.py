@@ -104,7 +104,8 @@ def test_hide_placeholders_by_hand():
 
 def test_placeholder_tokens_are_never_sampled_and_training_agrees():
     from grpokit.rollout.hf import SamplingParams, generate
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     model, proc = shapes.load_shapes_model()
     model.eval()

@@ -144,7 +144,8 @@ def test_the_marked_head_equals_its_torch_path(interpret, monkeypatch, dtype, bi
 
 def test_a_marked_model_samples_with_the_kernel_and_the_trainer_agrees(interpret, tiny_model, monkeypatch):
     from grpokit.rollout.hf import SamplingParams, generate
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     drawn = []
     real = vocab.sample

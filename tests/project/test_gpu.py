@@ -55,7 +55,7 @@ def tiny_qwen(dtype=torch.float32, vocab=512, hidden=256, layers=4, seed=0):
 
 def fixed_batch(vocab=512, P=4, G=2, seed=0):
     """P prompts (2-8 tokens) x G completions (4-24 tokens), random ids, as a CUDA TokenBatch."""
-    from grpokit.train.logprobs import make_token_batch
+    from grpokit.train.token_batch import make_token_batch
     from grpokit.types import Rollout
 
     g = torch.Generator().manual_seed(seed)
@@ -168,7 +168,8 @@ def test_vocab_kernels_on_cuda_agree_with_torch(monkeypatch, dtype):
     import grpokit.train.logprobs as L
     from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
     from grpokit.nn import vocab
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     logits = torch.randn(256, 151936, device=CUDA).mul_(3).to(dtype)
     tok, logp = vocab.sample(logits, 0.9, torch.Generator(device=CUDA).manual_seed(0))
@@ -444,7 +445,8 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype):
     fp32 kernels differ in summation order only; bf16 ones round differently (measured values are
     recorded; the bound only catches a sampler that is not the model at all)."""
     from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     model, prompts = tiny_qwen(dtype), _prompts(512, n=4, seed=5)
     for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):

@@ -129,7 +129,8 @@ def test_processor_prompt_expands_the_image(tiny):
 
 def test_sampling_and_training_logprobs_agree_and_images_matter(tiny):
     from grpokit.rollout.hf import SamplingParams, generate
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     model, proc = tiny
     prompts = to_prompts(shapes.train_rows(3, seed=5), proc.tokenizer, DataConfig(), processor=proc)

@@ -59,7 +59,8 @@ def _spy(init, built):
 
 
 def test_static_sampling_logprobs_agree_with_the_training_pass_token_by_token(tiny):
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     model, proc = tiny
     prompts = _prompts(proc, 4, 5)  # count prompts (35 tokens) and a box prompt (43): left padding in the prefill
@@ -153,7 +154,8 @@ def test_a_tiny_random_qwen2_5_vl_decodes_statically_too(tiny):
     engines and agrees with the training pass."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from grpokit.train.logprobs import completion_logprobs, make_token_batch
+    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.train.token_batch import make_token_batch
 
     _, proc = tiny
     text = dict(

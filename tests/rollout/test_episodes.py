@@ -15,7 +15,8 @@ from grpokit.env.parse import CALL_CLOSE, assistant_message
 from grpokit.rollout.episode_metrics import episode_metrics
 from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.logprobs import completion_logprobs
+from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Episode, Prompt, Rollout
 from helpers.episodes import TOK, Counter, ScriptedSampler, calc_reply, chat_tokenizer, ids
 from helpers.models import tiny_causal_lm

@@ -7,7 +7,8 @@ import torch
 
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.rollout.sampling import process_logits
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.logprobs import completion_logprobs
+from grpokit.train.token_batch import make_token_batch
 from helpers.models import tiny_qwen2
 
 

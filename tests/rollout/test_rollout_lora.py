@@ -6,7 +6,8 @@ import torch
 
 from grpokit.rollout import hf, static
 from grpokit.rollout.hf import SamplingParams, generate
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.logprobs import completion_logprobs
+from grpokit.train.token_batch import make_token_batch
 from helpers.models import tiny_qwen2
 
 pytest.importorskip("peft")

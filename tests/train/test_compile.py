@@ -4,8 +4,8 @@ with the same values as eager; sampling and the reference stay eager."""
 import pytest
 import torch
 
+import grpokit.train.hidden_states as hidden_states
 from grpokit.config import ConfigError
-from grpokit.train import logprobs
 from helpers.runs import make
 
 GRAPHS = []
@@ -29,8 +29,8 @@ def test_compiled_log_probability_passes_equal_eager(tiny_model_dir, tmp_path):
         **over,
         **{"model.compile": True, "model.compile_backend": "grpokit_test_counting"},
     )
-    assert compiled.model in logprobs._COMPILED and eager.model not in logprobs._COMPILED
-    assert compiled.ref_model is None or compiled.ref_model not in logprobs._COMPILED  # the reference stays eager
+    assert compiled.model in hidden_states._COMPILED and eager.model not in hidden_states._COMPILED
+    assert compiled.ref_model is None or compiled.ref_model not in hidden_states._COMPILED  # the reference stays eager
     GRAPHS.clear()
     a, b = [eager.train_step() for _ in range(2)], [compiled.train_step() for _ in range(2)]
     assert GRAPHS  # dynamo traced the backbone: the passes went through the compiled module

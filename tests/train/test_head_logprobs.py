@@ -7,7 +7,8 @@ import torch
 
 import grpokit.train.head as H
 import grpokit.train.logprobs as L
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+from grpokit.train.logprobs import completion_logprobs
+from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Rollout
 
 

@@ -2,7 +2,9 @@
 
 import torch
 
-from grpokit.train.logprobs import completion_logprobs, make_token_batch, plan_buckets
+import grpokit.train.hidden_states as hidden_states
+from grpokit.train.logprobs import completion_logprobs, plan_buckets
+from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Rollout
 from helpers.models import tiny_causal_lm
 
@@ -108,14 +110,13 @@ def _tokens_through_backbone(model, fn):
 
 
 def test_shared_prompts_run_once_per_prompt_with_plain_forward_values_and_grads(tiny_model, monkeypatch):
-    import grpokit.train.logprobs as L
 
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask
     for model in (tiny_model, tiny_causal_lm(16, arch="qwen2", seed=1, max_positions=64, tie_word_embeddings=True)):
         grads = {}
         for share in (True, False):
-            monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ("llama", "qwen2") if share else ())
+            monkeypatch.setattr(hidden_states, "PROMPT_SHARING_TYPES", ("llama", "qwen2") if share else ())
             model.zero_grad()
             box = {}
             n = _tokens_through_backbone(model, lambda: box.update(lp=completion_logprobs(model, batch, buckets=1)[0]))
@@ -130,18 +131,18 @@ def test_shared_prompts_run_once_per_prompt_with_plain_forward_values_and_grads(
 
 
 def test_prompt_sharing_is_skipped_when_no_prompt_repeats_or_under_activation_checkpointing(tiny_model):
-    from grpokit.train.logprobs import _can_share_prompts, _shared_prompts
+    from grpokit.train.hidden_states import can_share_prompts, shared_prompts
 
     distinct = Rollout([[1, 5], [1, 6, 7]], [[3, 4], [5]], [[0.0, 0.0], [0.0]], ["length"] * 2, 1)
-    assert _shared_prompts(make_token_batch(distinct, pad_token_id=0)) is None
-    first, inverse = _shared_prompts(make_token_batch(_rollout(), pad_token_id=0))
+    assert shared_prompts(make_token_batch(distinct, pad_token_id=0)) is None
+    first, inverse = shared_prompts(make_token_batch(_rollout(), pad_token_id=0))
     assert sorted(first.tolist()) == [0, 2, 4] and inverse[first].tolist() == [0, 1, 2]  # one first row each
     assert inverse.tolist()[0::2] == inverse.tolist()[1::2]  # G = 2 rows per prompt share one entry
-    assert _can_share_prompts(tiny_model, tiny_model.get_decoder())
+    assert can_share_prompts(tiny_model, tiny_model.get_decoder())
     on = getattr(tiny_model, "activation_checkpointing_enable", None) or tiny_model.gradient_checkpointing_enable
     off = getattr(tiny_model, "activation_checkpointing_disable", None) or tiny_model.gradient_checkpointing_disable
     on()
     try:
-        assert not _can_share_prompts(tiny_model, tiny_model.get_decoder())
+        assert not can_share_prompts(tiny_model, tiny_model.get_decoder())
     finally:
         off()

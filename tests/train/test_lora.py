@@ -38,7 +38,7 @@ def test_reference_logprobs_are_the_base_models(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from grpokit.train import reference
-    from grpokit.train.logprobs import make_token_batch
+    from grpokit.train.token_batch import make_token_batch
 
     tr = make(tiny_model_dir, tmp_path / "run", **LORA, **{"algo.beta": 0.04})
     with torch.no_grad():  # move the adapters away from zero so policy != base

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+import grpokit.train.hidden_states as hidden_states
+from grpokit.train.logprobs import completion_logprobs
 from grpokit.train.packing import pack
+from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Episode, Rollout
 from helpers.models import tiny_causal_lm
 
@@ -45,10 +47,9 @@ def _grads(model):
 
 
 def test_packed_equals_padded_values_and_gradients_float64(monkeypatch):
-    import grpokit.train.logprobs as L
 
     # the padded path without prompt sharing (which adds its own ~1e-8 relative summation differences)
-    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    monkeypatch.setattr(hidden_states, "PROMPT_SHARING_TYPES", ())
     for episodes in (False, True):
         batch = make_token_batch(_rollout(episodes), pad_token_id=0)
         m = batch.completion_mask.double()
@@ -148,7 +149,7 @@ def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float
     # force the memory-flat head: every chunk of 4 positions recomputed in backward, never (K, V) at once
     monkeypatch.setattr(L, "SMALL_LOGITS_ELEMENTS", 0)
     monkeypatch.setattr(L, "LOGITS_CHUNK_ELEMENTS", 4 * 16)  # V = 16: 4 positions per chunk
-    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    monkeypatch.setattr(hidden_states, "PROMPT_SHARING_TYPES", ())
     batch = make_token_batch(_rollout(), pad_token_id=0)
     m = batch.completion_mask.double()
     model = _models()[0]
@@ -179,8 +180,6 @@ def test_no_pass_holds_tokens_by_vocab_logits_and_chunks_equal_full_logits_float
 def test_a_softcapped_head_falls_back_to_full_logits_with_equal_values_and_gradients():
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    import grpokit.train.logprobs as L
-
     # Gemma-2 soft-caps its logits (tanh after the head), so the chunked linear head cannot stand in
     # for it: both the packed and the padded request take one full forward, equal to the model's logits.
     torch.manual_seed(0)
@@ -198,7 +197,7 @@ def test_a_softcapped_head_falls_back_to_full_logits_with_equal_values_and_gradi
             attn_implementation="eager",
         )
     ).double()
-    assert L._backbone(gemma) is None
+    assert hidden_states.decoder_stack(gemma) is None
     # prompts of one length: Gemma-2's eager attention turns a left-padded row into NaN (its fully
     # masked padding rows), in the model's own forward too; right-padded completions are fine
     prompts, comps = [[1, 5, 6], [1, 9, 4]], [[5] * 6, [6, 2], [7, 8, 9, 2], [3]]

@@ -8,8 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpokit.train.logprobs import completion_logprobs, make_token_batch
+import grpokit.train.hidden_states as hidden_states
+from grpokit.train.logprobs import completion_logprobs
 from grpokit.train.prefix_tree import build_tree, refusal, tokens_saved
+from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Episode, Rollout
 from helpers.models import tiny_causal_lm
 
@@ -56,9 +58,8 @@ def _models():
 
 @pytest.mark.parametrize("kernel", ["sdpa", "eager"])
 def test_prefix_tree_equals_unshared_values_and_gradients_float64(monkeypatch, kernel):
-    import grpokit.train.logprobs as L
 
-    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())  # the reference: every row computes its own prompt
+    monkeypatch.setattr(hidden_states, "PROMPT_SHARING_TYPES", ())  # the reference: every row computes its own prompt
     for episodes in (False, True) if kernel == "sdpa" else (True,):  # eager: the multi-turn case, Llama and Qwen2
         batch = make_token_batch(_rollout(episodes), pad_token_id=0)
         m = batch.completion_mask.double()
@@ -153,13 +154,11 @@ def test_with_the_norm_in_float64_the_gradients_agree_to_float64_rounding(monkey
     # shared-prefix gradients equal the unshared ones to float64 rounding
     import transformers.models.llama.modeling_llama as llama
 
-    import grpokit.train.logprobs as L
-
     def norm(self, h):
         return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
     monkeypatch.setattr(llama.LlamaRMSNorm, "forward", norm)
-    monkeypatch.setattr(L, "PROMPT_SHARING_TYPES", ())
+    monkeypatch.setattr(hidden_states, "PROMPT_SHARING_TYPES", ())
     batch = make_token_batch(_rollout(True), pad_token_id=0)
     m = batch.completion_mask.double()
     model = _models()[0]

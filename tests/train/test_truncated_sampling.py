@@ -11,7 +11,8 @@ from grpokit.algo.pipeline import LogProbs
 from grpokit.algo.tis import mismatch_sums, tis_weights
 from grpokit.rollout.hf import generate
 from grpokit.rollout.sampling import SamplingParams, sample_tokens, support_log_mass
-from grpokit.train.logprobs import completion_logprobs_on_support, make_token_batch
+from grpokit.train.logprobs import completion_logprobs_on_support
+from grpokit.train.token_batch import make_token_batch
 
 P4 = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)  # a 4-token vocabulary's probabilities
 

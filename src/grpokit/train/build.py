@@ -51,7 +51,7 @@ from . import (
     teacher,
 )
 from .distributed import DistContext
-from .logprobs import compile_backbone
+from .hidden_states import compile_backbone
 from .models import eos_ids, load_model, model_path, resolve_dtype
 from .update import make_optimizer
 from .update_windows import run_updates

@@ -9,56 +9,19 @@ the sampling temperature, so training log-probabilities describe the distributio
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from grpokit.data.vision import forward_kwargs, hide_placeholders, placeholder_ids
-from grpokit.nn.models import has_sliding_window
 from grpokit.rollout.sampling import SamplingParams, support_log_mass, truncates
-from grpokit.types import Rollout, TokenBatch
+from grpokit.types import TokenBatch
 
 from . import head as head_fn
+from .hidden_states import completion_states, decoder_stack, sharded
 from .packing import can_pack, mask_fits, pack, packed_states, unpack
 from .prefix_tree import build_tree, tree_states
-
-
-def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
-    """Left-pad the prompts (each repeated G times) and right-pad the completions into tensors.
-    Environment tokens of multi-turn episodes are attended to but get completion_mask 0."""
-    G, N = rollout.group_size, rollout.num_sequences
-    prompts = [rollout.prompt_ids[i // G] for i in range(N)]
-    lp = max(len(p) for p in prompts)
-    T = max(1, max(len(c) for c in rollout.completion_ids))
-    input_ids = torch.full((N, lp + T), pad_token_id, dtype=torch.long)
-    attn = torch.zeros((N, lp + T), dtype=torch.long)
-    comp_mask = torch.zeros((N, T), dtype=torch.float32)
-    for i, (p, c) in enumerate(zip(prompts, rollout.completion_ids)):
-        input_ids[i, lp - len(p) : lp] = torch.tensor(p, dtype=torch.long)
-        attn[i, lp - len(p) : lp] = 1
-        if c:
-            input_ids[i, lp : lp + len(c)] = torch.tensor(c, dtype=torch.long)
-            attn[i, lp : lp + len(c)] = 1
-            comp_mask[i, : len(c)] = (
-                1.0 if rollout.episodes is None else torch.tensor(rollout.model_mask(i), dtype=torch.float32)
-            )
-    pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    batch = TokenBatch(input_ids, attn, pos, input_ids[:, lp:].clone(), comp_mask)
-    return TokenBatch(
-        *(
-            t.to(device)
-            for t in (
-                batch.input_ids,
-                batch.attention_mask,
-                batch.position_ids,
-                batch.completion_ids,
-                batch.completion_mask,
-            )
-        ),
-        vision=rollout.vision,
-    )
 
 
 def completion_logprobs(
@@ -141,7 +104,7 @@ def _completion_logprobs(model, batch: TokenBatch, fw: _Pass, buckets: int | Non
             return out
     # FSDP2: length buckets would run each sharded unit several times before one backward; that is
     # not covered by our 2-rank tests, so sharded models keep one plain forward per micro-batch.
-    if _sharded(next(model.parameters())):
+    if sharded(next(model.parameters())):
         return _logprobs_block(model, batch, fw, share_prompts=False)
     lengths = _completion_lengths(batch)  # (N,)
     groups = plan_buckets(lengths.tolist(), buckets)
@@ -244,7 +207,7 @@ def _trim(batch: TokenBatch, rows: torch.Tensor) -> tuple[TokenBatch, int]:
 
 def _logprobs_block(model, batch, fw: _Pass, share_prompts=True):
     T = batch.width
-    h = _completion_states(model, batch, share_prompts)
+    h = completion_states(model, batch, share_prompts)
     if h is None:  # models whose logits need more than a linear head: one full forward
         logits = model(
             input_ids=batch.input_ids,
@@ -266,7 +229,7 @@ def _logprobs_block(model, batch, fw: _Pass, share_prompts=True):
 def _packed_logprobs(model, batch, fw: _Pass):
     """Padding-free logprobs (packing.py; prefix_tree.py with ``fw.prefix_tree``), or None when the
     model or batch cannot be packed."""
-    backbone = _backbone(model)
+    backbone = decoder_stack(model)
     if fw.prefix_tree:
         tree = build_tree(batch) if backbone is not None else None
         if tree is None:
@@ -345,119 +308,3 @@ def _logp_entropy(logits, targets, fw: _Pass):
         flat = z.detach().reshape(-1, z.shape[-1])
         mass = support_log_mass(flat, targets.reshape(-1), fw.support).view(targets.shape)
     return logp, ent, mass
-
-
-_COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
-
-
-def compile_backbone(model: torch.nn.Module, backend: str = "inductor", mode: str = "default") -> bool:
-    """model.compile (TRL's torch_compile): this model's log-probability passes run its backbone through
-    ``torch.compile`` (the same parameters; dynamic shapes). Sampling and other models stay eager.
-    Returns False when the model has no backbone grpokit runs apart (see ``_backbone``)."""
-    backbone = _backbone(model)
-    if backbone is None:
-        return False
-    _COMPILED[model] = torch.compile(backbone, backend=backend, mode=None if mode == "default" else mode, dynamic=True)
-    return True
-
-
-def _backbone(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The decoder stack whose last hidden state feeds a plain linear head, or None (soft-capped
-    logits, models without ``get_decoder``); compiled with model.compile."""
-    if model in _COMPILED:
-        return _COMPILED[model]
-    config = getattr(model, "config", None)
-    if getattr(config, "final_logit_softcapping", None) or not hasattr(model, "get_decoder"):
-        return None
-    try:
-        backbone = model.get_decoder()
-    except (AttributeError, NotImplementedError):
-        return None
-    if backbone is None or backbone is model or model.get_output_embeddings() is None:
-        return None
-    return backbone
-
-
-def _completion_states(model: torch.nn.Module, batch: TokenBatch, share_prompts: bool) -> torch.Tensor | None:
-    """Final hidden states ``(N, T, hidden)`` that predict the completion tokens (the state at
-    position k predicts token k + 1), or None when the model has no plain linear head."""
-    backbone = _backbone(model)
-    if backbone is None:
-        return None
-    T = batch.width
-    shared = _shared_prompts(batch) if share_prompts and _can_share_prompts(model, backbone) else None
-    if shared is None:
-        out = backbone(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        )
-        return out.last_hidden_state[:, -T - 1 : -1]
-    # Prompt sharing: the G completions of a prompt share its tokens, so the prompt runs once per
-    # distinct prompt and its key/value cache is indexed out to every row that continues it. The
-    # index is differentiable (its backward sums the rows' gradients into the shared prompt), so
-    # values and gradients equal one forward over the repeated prompts up to float summation order.
-    first, inverse = shared
-    lp = batch.input_ids.shape[1] - T
-    pre = backbone(
-        input_ids=batch.input_ids[first, :lp],
-        attention_mask=batch.attention_mask[first, :lp],
-        position_ids=batch.position_ids[first, :lp],
-        use_cache=True,
-    )
-    cache = pre.past_key_values
-    cache.batch_select_indices(inverse)
-    out = backbone(
-        input_ids=batch.input_ids[:, lp:],
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids[:, lp:],
-        past_key_values=cache,
-        use_cache=True,
-    )
-    last_prompt_state = pre.last_hidden_state[:, -1:].index_select(0, inverse)  # predicts completion token 0
-    return torch.cat([last_prompt_state, out.last_hidden_state[:, : T - 1]], dim=1)
-
-
-# Decoder families whose forward accepts a plain ``DynamicCache`` that carries gradients (full
-# attention in every layer); prompt sharing is checked against one whole forward in tests/train/test_logprobs.py.
-PROMPT_SHARING_TYPES = ("llama", "qwen2", "qwen3", "mistral")
-
-
-def _can_share_prompts(model: torch.nn.Module, backbone: torch.nn.Module) -> bool:
-    config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) not in PROMPT_SHARING_TYPES:
-        return False
-    if has_sliding_window(config, backbone):
-        return False
-    # transformers turns the cache off inside activation-checkpointed layers
-    on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5 (PEFT forwards it)
-    return not (on if on is not None else getattr(model, "is_gradient_checkpointing", False))
-
-
-def _shared_prompts(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(first, inverse)`` when rows repeat a prompt: ``first`` (U,) is one row per distinct prompt
-    (tokens and padding), ``inverse`` (N,) the distinct prompt of each row. None when no prompt
-    repeats (nothing to save) or there is no prompt part."""
-    N, T = batch.completion_ids.shape
-    lp = batch.input_ids.shape[1] - T
-    if lp == 0 or N < 2:
-        return None
-    key = torch.cat([batch.input_ids[:, :lp], batch.attention_mask[:, :lp]], dim=1)
-    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
-    if uniq.shape[0] == N:
-        return None
-    rows = torch.arange(N, device=inverse.device)
-    first = torch.full((uniq.shape[0],), N, dtype=torch.long, device=inverse.device).scatter_reduce(
-        0, inverse, rows, "amin"
-    )
-    return first, inverse
-
-
-def _sharded(weight: torch.Tensor) -> bool:
-    """True for an FSDP2 (DTensor) parameter: the model is sharded."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch without distributed tensors
-        return False
-    return isinstance(weight, DTensor)

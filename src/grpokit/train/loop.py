@@ -41,13 +41,14 @@ from . import (
 )
 from . import resume as run_folder
 from .callbacks import Callbacks, RunState
-from .logprobs import completion_logprobs, completion_logprobs_on_support, make_token_batch
+from .logprobs import completion_logprobs, completion_logprobs_on_support
 from .memory import cuda_provider
 from .model_options import noise_on
 from .models import load_tokenizer, refresh_reference
 from .reaper import RunReaper
 from .stopping import GracefulStop, StepAbandoned, signal_name
 from .timer import Timer
+from .token_batch import make_token_batch
 from .trainer_outputs import TrainerOutputs
 from .trainer_sampling import TrainerSampling
 from .trainer_setup import TrainerSetup

@@ -17,7 +17,7 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
-from grpokit.train.logprobs import make_token_batch
+from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
 
 from .bridge import sampling_extras

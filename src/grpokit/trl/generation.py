@@ -85,7 +85,7 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     from grpokit.algo.pipeline import LogProbs, needed_logprobs, update_inputs
     from grpokit.data.prompts import to_prompts
     from grpokit.train import reference
-    from grpokit.train.logprobs import make_token_batch
+    from grpokit.train.token_batch import make_token_batch
 
     t = facade._get()
     if facade._gen_call is None:  # called directly: TRL's rows, each prompt repeated num_generations times
