@@ -154,3 +154,33 @@ def test_kept_cache_against_recomputed_cache_measured():
         f"the update itself: mean {update.mean():.2e} max {update.max():.2e}"
     )
     assert 0 < diff.mean().item() < update.mean().item()
+
+
+@pytest.mark.parametrize(
+    "rollout, env, message",
+    [
+        ({"async_partial_tokens": -1, "async_staleness": 1}, {}, r"^rollout.async_partial_tokens=-1 must be >= 0"),
+        ({"async_partial_tokens": 2}, {}, r"^rollout.async_partial_tokens=2 needs rollout.async_staleness >= 1$"),
+        (
+            {"async_partial_tokens": 2, "async_staleness": 1, "async_workers": 1},
+            {},
+            r"^rollout.async_partial_tokens runs in the sampler thread, not in rollout.async_workers=1",
+        ),
+        (
+            {"async_partial_tokens": 2, "async_staleness": 1},
+            {"tools": ["python"]},
+            r"^rollout.async_partial_tokens samples one-turn completions, not episodes",
+        ),
+    ],
+)
+def test_what_partial_rollouts_cannot_do_is_one_sentence(rollout, env, message):
+    from grpokit.config import Config, ConfigError
+    from grpokit.validation import validate
+
+    cfg = Config()
+    for k, v in rollout.items():
+        setattr(cfg.rollout, k, v)
+    for k, v in env.items():
+        setattr(cfg.env, k, v)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
