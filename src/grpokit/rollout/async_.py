@@ -16,7 +16,8 @@ tis.py, ``rollout.tis_cap``) and, if set, off-policy sequence masking (``algo.of
 The staleness of every consumed batch is reported as ``rollout/staleness``. A snapshot shares the live
 model's frozen parameters (nn/models.py ``sampling_snapshot``): with LoRA only the adapters are copied, and
 ``rollout/weight_sync_bytes`` says how many bytes each sync moved. rollout/async_process.py runs the same
-schedule in worker processes (``rollout.async_workers``).
+schedule in worker processes (``rollout.async_workers``). With ``partial_tokens`` > 0 a batch's decode picks
+up newer versions every that many tokens (rollout/partial.py's rule); staleness is then logged per token.
 """
 
 from __future__ import annotations
@@ -29,6 +30,27 @@ import torch
 
 from .async_plan import AsyncPlan, batch_generator
 from .engine import HFEngine, TurnSampler
+from .partial import check_staleness, generate_partial, segment_version
+
+
+class _Stopped(Exception):
+    """The run closed the sampler while a partial batch waited for a version."""
+
+
+class _PartialJob:
+    """The "model" of a partial batch: ``turn_sampler`` decodes it in segments, each on its version's snapshot."""
+
+    def __init__(self, owner: "AsyncRollout", index: int, start: int):
+        self.owner, self.index, self.start = owner, index, start
+
+    def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
+        """Segment ``segment``'s snapshot and version, waiting until the trainer has published it."""
+        v, own = segment_version(self.index, segment, self.start), self.owner
+        with own.cond:
+            own.cond.wait_for(lambda: own.stopped or v in own.plan.snapshots)
+            if own.stopped:
+                raise _Stopped
+            return own.plan.snapshots[v], v
 
 
 class AsyncRollout:
@@ -50,11 +72,14 @@ class AsyncRollout:
         device: torch.device,
         seed: int,
         resume_state: dict | None = None,
+        partial_tokens: int = 0,
     ):
-        """``model`` is the policy after ``step`` updates; ``sample(model, generator, prompts)`` runs one
-        batch's episodes (the trainer's own episode loop) and ``next_batch(n)`` draws n fresh prompts;
-        ``resume_state`` is a checkpoint's ``state_dict()``."""
+        """``model`` is the policy after ``step`` updates; ``sample(turn_sampler, prompts)`` runs one
+        batch's episodes (the trainer's own episode loop) with this engine's turn sampler, ``next_batch(n)``
+        draws n fresh prompts, ``resume_state`` is a checkpoint's ``state_dict()`` and ``partial_tokens``
+        is rollout.async_partial_tokens."""
         self.sample, self.hf, self.device, self.seed = sample, hf, device, seed
+        self.partial_tokens = partial_tokens
         self.n, self.G, self.max_staleness = prompts_per_step, group_size, max_staleness
         self.cond = threading.Condition()
         self.plan = AsyncPlan(
@@ -70,7 +95,7 @@ class AsyncRollout:
         self.taken = -1  # the last step whose batch prefetched handed out
         self.ready: dict[int, tuple] = {}  # batch index -> (rollout, version)
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
-        self.last_staleness, self.waited = 0, 0.0
+        self.last_staleness, self.waited = (0.0, 0), 0.0  # (mean, max) over the last batch's tokens
         self.error: BaseException | None = None
         self.stopped = False
         self.thread = threading.Thread(target=self._produce, name="grpokit-async-rollout", daemon=True)
@@ -85,12 +110,16 @@ class AsyncRollout:
                     if self.stopped:
                         return
                     model, version, prompts = self.plan.job(i)
-                ro = self.sample(model, batch_generator(self.seed, i, self.device), prompts)
+                if self.partial_tokens:  # turn_sampler decodes it in segments
+                    model = _PartialJob(self, i, version)
+                ro = self.sample(self.turn_sampler(model, batch_generator(self.seed, i, self.device)), prompts)
                 with self.cond:
                     self.ready[i] = (ro, version)
                     self.log.append((i, version))
                     self.cond.notify_all()
                 i += 1
+        except _Stopped:
+            return
         except BaseException as e:  # surfaced in the trainer's thread by prefetched
             with self.cond:
                 self.error = e
@@ -110,7 +139,8 @@ class AsyncRollout:
             ro, version = self.ready.pop(k)
             prompts = self.plan.prompts[k]
         self.taken, self.waited = k, time.perf_counter() - t0
-        self.last_staleness = k - version
+        ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
+        self.last_staleness = (sum(ages) / len(ages), max(ages)) if ages else (float(k - version), k - version)
         return prompts, ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
@@ -120,8 +150,8 @@ class AsyncRollout:
             self.cond.notify_all()
         self.trainer_step = step
         return {
-            "rollout/staleness": float(self.last_staleness),
-            "rollout/staleness_max": float(self.last_staleness),
+            "rollout/staleness": float(self.last_staleness[0]),
+            "rollout/staleness_max": float(self.last_staleness[1]),
             "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
             "time/weight_sync": time.perf_counter() - t0,
             "time/waiting_for_rollout": self.waited,
@@ -133,7 +163,30 @@ class AsyncRollout:
             return self.plan.state_dict()
 
     def turn_sampler(self, model, generator: torch.Generator | None = None) -> TurnSampler:
+        if isinstance(model, _PartialJob):
+            return self._partial_sampler(model, generator)
         return self.hf.turn_sampler(model, generator)  # explicit prompts (GFPO refills): the trainer's own model
+
+    def _partial_sampler(self, job: _PartialJob, generator: torch.Generator) -> TurnSampler:
+        hf = self.hf
+
+        def sample(contexts, group_size: int, params, images=None, **kw):
+            if images is not None or kw:  # validation refuses these configurations; a caller's bug otherwise
+                raise ValueError("rollout.async_partial_tokens decodes text prompts only, not image prompts")
+            return generate_partial(
+                job.version_model,
+                contexts,
+                group_size,
+                params,
+                self.partial_tokens,
+                eos_token_ids=hf.eos_token_ids,
+                pad_token_id=hf.pad_token_id,
+                generator=generator,
+                decode=hf.decode,
+                engine=hf.decoder,
+            )
+
+        return sample
 
     def finish_sampling(self) -> None:
         pass

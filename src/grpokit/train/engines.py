@@ -114,6 +114,7 @@ def make_engine(
             device=device,
             seed=cfg.train.seed,
             resume_state=async_state,
+            partial_tokens=r.async_partial_tokens,
         )
     return hf
 

@@ -61,12 +61,11 @@ class TrainerSampling:
             hook(sb)
         return sb
 
-    def _sample_async(self, model, generator: torch.Generator, prompts) -> Any:
-        """One batch's episodes on ``model`` for the async sampler's thread (its own ``generator``)."""
+    def _sample_async(self, sample, prompts) -> Any:
+        """One batch's episodes for the async sampler's thread, each turn decoded by ``sample`` (the async
+        engine's turn sampler on its snapshot, with the batch's own generator)."""
         with self.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
-            return self.episodes.run(
-                self.turn_sampler(model, generator), prompts, self.cfg.rollout.group_size, self.params
-            )
+            return self.episodes.run(sample, prompts, self.cfg.rollout.group_size, self.params)
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
         """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, by the engine

@@ -38,6 +38,7 @@ def check_rollout(cfg: Config) -> None:
     check_rollout_engine(cfg)
     check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     check_async_workers(cfg)
+    check_partial_rollouts(cfg)
     check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
     check(
@@ -115,6 +116,26 @@ def check_rollout_engine(cfg: Config) -> None:
         not own,
         f"rollout.generation_kwargs keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
         "min_p, max_new_tokens, repetition_penalty and stop, or the engine itself); remove them from generation_kwargs",
+    )
+
+
+def check_partial_rollouts(cfg: Config) -> None:
+    """rollout.async_partial_tokens: partial rollouts run in the async sampler thread, on one-turn episodes."""
+    r, p = cfg.rollout, cfg.rollout.async_partial_tokens
+    check(p >= 0, f"rollout.async_partial_tokens={p} must be >= 0 (0 = off)")
+    if not p:
+        return
+    check(r.async_staleness > 0, f"rollout.async_partial_tokens={p} needs rollout.async_staleness >= 1")
+    check(r.backend == "hf", f"rollout.async_partial_tokens runs the hf engines, not rollout.backend={r.backend}")
+    check(
+        r.async_workers == 0,
+        f"rollout.async_partial_tokens runs in the sampler thread, not in rollout.async_workers={r.async_workers} "
+        "worker processes; set one of them to 0",
+    )
+    check(
+        not (cfg.env.tools or cfg.env.environment),
+        "rollout.async_partial_tokens samples one-turn completions, not episodes with env.tools or env.environment; "
+        "set it to 0",
     )
 
 
