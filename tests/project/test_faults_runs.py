@@ -46,6 +46,16 @@ def test_a_typo_in_reward_params_is_refused(workdir, capsys):
     "name, content, expected",
     [
         ("latin1.jsonl", b'{"question": "caf\xe9", "solution": "1"}\n', "is not UTF-8 text (byte 0xe9 on line 1)"),
+        (  # Notepad's "Unicode": UTF-16 with its byte-order mark, named
+            "utf16.jsonl",
+            '{"question": "1+1=", "solution": "2"}\n'.encode("utf-16"),
+            "'utf16.jsonl' is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8; save it as UTF-8",
+        ),
+        (
+            "utf32.csv",
+            "question,solution\n1+1=,2\n".encode("utf-32"),
+            "'utf32.csv' is UTF-32 text (it starts with a UTF-32 byte-order mark), not UTF-8",
+        ),
         ("empty.jsonl", b"", "is empty; it needs at least one row"),
         (
             "ragged.csv",

@@ -19,6 +19,13 @@ from pathlib import Path
 from grpokit.config.sections import ConfigError
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv")
+# longest first: the UTF-32 little-endian mark begins with the UTF-16 one
+_OTHER_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
 
 
 def check_file(path: Path, source: str) -> None:
@@ -30,6 +37,12 @@ def check_file(path: Path, source: str) -> None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
+        bom = next((name for mark, name in _OTHER_BOMS if raw.startswith(mark)), None)
+        if bom is not None:  # a Windows "Unicode" save: the mark names the encoding, say so
+            raise ConfigError(
+                f"data file {source!r} is {bom} text (it starts with a {bom} byte-order mark), not UTF-8; "
+                "save it as UTF-8"
+            ) from None
         line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(
             f"data file {source!r} is not UTF-8 text (byte {raw[e.start]:#04x} on line {line}); save it as UTF-8"
