@@ -115,6 +115,20 @@ def test_history_with_a_key_twice_is_refused(tmp_path):
         load_run_config(tmp_path)
 
 
+def test_a_history_entry_without_its_new_value_is_refused_not_set_to_none(tmp_path):
+    # an unsealed history (no checksum line: an old file, or one whose line was removed) cut in an entry
+    from grpokit.config.sections import Config
+    from grpokit.train.resume import load_run_config, write_config
+
+    write_config(tmp_path, Config(), None)
+    (tmp_path / "config_history.yaml").write_text("- step: 2\n  changed:\n    train.steps:\n      from: 3\n")
+    with pytest.raises(ConfigError, match=r"changes train.steps at step 2 without its new value \('to:'\)"):
+        load_run_config(tmp_path)
+    (tmp_path / "config_history.yaml").write_text("- step: 2\n  changed:\n    train.steps: {from: 3, to: zero}\n")
+    with pytest.raises(ConfigError, match=r"config_history.yaml', the change of train.steps at step 2: "):
+        load_run_config(tmp_path)
+
+
 def test_a_preset_file_with_a_key_twice_is_refused(tmp_path, monkeypatch):
     (tmp_path / "twice.yaml").write_text("# a preset\nalgo:\n  beta: 0.0\n  beta: 0.04\n")
     monkeypatch.setattr(presets, "HERE", tmp_path)

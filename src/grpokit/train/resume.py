@@ -127,8 +127,22 @@ def load_run_config(run_dir: Path) -> Config:
     cfg = from_dict(data)
     for entry in _history(run_dir):
         for dotted, change in (entry.get("changed") or {}).items():
-            set_field(cfg, dotted, change.get("to") if isinstance(change, dict) else change)
+            _apply_change(cfg, run_dir / HISTORY_FILE, entry.get("step"), dotted, change)
     return cfg
+
+
+def _apply_change(cfg: Config, f: Path, step: Any, dotted: str, change: Any) -> None:
+    """One change of config_history.yaml; a change without its new value (a torn entry that no
+    checksum guards: an old file, or one whose checksum line was removed) is refused, not set to None."""
+    if isinstance(change, dict) and "to" not in change:
+        raise ConfigError(
+            f"{str(f)!r} changes {dotted} at step {step} without its new value ('to:'), so the file is torn or "
+            "damaged; restore it from a copy, or give the entry its 'to:' value, before resuming"
+        )
+    try:
+        set_field(cfg, dotted, change["to"] if isinstance(change, dict) else change)
+    except (ConfigError, ValueError, TypeError) as e:
+        raise ConfigError(f"{str(f)!r}, the change of {dotted} at step {step}: {e}") from None
 
 
 def write_config(run_dir: Path, cfg: Config, resume_step: int | None) -> None:
