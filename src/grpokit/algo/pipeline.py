@@ -272,6 +272,11 @@ def _params_from(cls, a: AlgoConfig) -> object | None:
 def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: LogProbs) -> UpdateInputs:
     """The update's inputs for one step's ``scored`` batch (see the module docstring for the order)."""
     a, dist = s.algo, s.dist or _OneProcess()
+    if a.distill_top_k > 0 and lp.teacher_top_k is None:  # never train without the term the config asks for
+        raise ValueError(
+            f"algo.distill_top_k={a.distill_top_k} needs the teacher's top-k (train/distill_pass.py's teacher_top_k), "
+            "which this path did not compute; set algo.distill_top_k=0 here"
+        )
     G, mask = scored.group_size, tokens.completion_mask
     sampler = sampler_record(scored.rollout, tokens)  # padded once: TIS, IcePop / MIS and the mismatch metrics read it
     stage_ctx, rewards_N, metrics = StageContext(s, scored, tokens, lp, dist, *sampler), scored.total_N, {}
