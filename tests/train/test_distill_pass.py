@@ -2,6 +2,7 @@
 teacher's top-k and sampled-token log-probabilities, the student's log-probabilities of those ids and
 their gradients, with blocks of a few positions (the chunking must change nothing)."""
 
+import pytest
 import torch
 
 from grpokit.train import distill_pass
@@ -48,3 +49,37 @@ def test_passes_equal_a_plain_forward(monkeypatch):
     assert torch.allclose(ent[m], -(full_s.exp() * full_s).sum(-1)[m].detach(), atol=1e-5)
     for a, b in zip(ours, (p.grad for p in student.parameters())):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_the_forward_kl_term_adds_up_over_micro_batches():
+    """One update with the top-k term: micro-batches of one row give the whole batch's gradient and
+    loss, and with zero advantages the loss is the term alone, coef * the token mean of the KL."""
+    import copy
+
+    from grpokit.algo.distill import forward_kl_top_k
+    from grpokit.algo.pipeline import UpdateInputs, loss_settings
+    from grpokit.config.sections import AlgoConfig, OptimConfig
+    from grpokit.train.update import Accumulator, Forwards, accumulate, make_optimizer
+
+    torch.manual_seed(0)
+    teacher, student, batch = tiny_llama(), tiny_llama(seed=3), _batch()
+    _, top = distill_pass.teacher_top_k(teacher, batch, 4, 1.0, coef=0.5)
+    with torch.no_grad():
+        kl = forward_kl_top_k(top.logp, _plain(student, batch, 1.0).gather(-1, top.ids))
+    m = batch.completion_mask
+    want = 0.5 * float((kl * m).sum() / m.sum())  # token-mean: coef * sum KL / loss tokens
+    assert want > 1e-3  # two different models
+    losses, grads = [], []
+    for rows in (0, 1):
+        model = copy.deepcopy(student)
+        opt, _ = make_optimizer(model, OptimConfig(lr=0.0), 1)
+        loss, norms = loss_settings(AlgoConfig(aggregation="token-mean"))
+        inputs = UpdateInputs(batch, torch.zeros(4), m, None, None, loss=loss, norms=norms, teacher_top_k=top)
+        acc = Accumulator()
+        accumulate(model, opt, inputs, acc, Forwards(micro_batch_size=rows))
+        losses.append(acc.loss)
+        grads.append([p.grad.clone() for p in model.parameters()])
+        assert acc.sums["distill/forward_kl"] / acc.tokens == pytest.approx(float((kl * m).sum() / m.sum()), rel=1e-4)
+    assert losses[0] == pytest.approx(want, rel=1e-4) and losses[1] == pytest.approx(want, rel=1e-4)
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-6)

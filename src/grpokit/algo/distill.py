@@ -1,5 +1,5 @@
 """On-policy distillation (docs/DOMAINS.md): the student samples, a teacher scores the student's own
-tokens, and the per-token reverse KL joins the objective in one of two places.
+tokens, and a KL to the teacher joins the objective in one of three places.
 
 * As a loss term: the teacher takes the reference model's place (algo.distill_teacher), so algo.beta with
   algo.kl_estimator (k1 or k3 on the sampled tokens) is ``beta * KL(pi_student || pi_teacher)`` in the
