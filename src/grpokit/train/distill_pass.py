@@ -64,10 +64,6 @@ def student_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logp (N, T), entropy (N, T), top_logp (N, T, K))``: the student's log-probabilities of the sampled
     tokens, its entropies (gradient only with ``entropy_grad``) and its log-probabilities of ``ids_NTK``."""
-    if batch.vision is not None:
-        raise ValueError(
-            "algo.distill_top_k does not run on image prompts (the top-k pass has no multimodal forward); set it to 0"
-        )
     x, head = _final_states(model, batch)
     N, T = batch.completion_ids.shape
     K = ids_NTK.shape[-1]
@@ -87,6 +83,10 @@ def student_logprobs(
 def _final_states(model, batch: TokenBatch) -> tuple[torch.Tensor, Callable]:
     """``(x (N*T, D), head)``: the hidden states that predict the completion tokens and the output layer,
     or (models whose logits need more than a linear head) the completion positions' logits and identity."""
+    if batch.vision is not None:
+        raise ValueError(
+            "algo.distill_top_k does not run on image prompts (the top-k pass has no multimodal forward); set it to 0"
+        )
     N, T = batch.completion_ids.shape
     share = not _sharded(next(model.parameters()))
     h = _completion_states(model, batch, share)
