@@ -58,7 +58,8 @@ def test_a_teacher_with_another_tokenizer_is_refused(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize(
     "over, message",
     [
-        ({"algo.distill_top_k": 5}, "forward KL on the teacher's top-k is not supported yet"),
+        ({"algo.distill_top_k": -1}, "algo.distill_top_k=-1 must be >= 0"),
+        ({"algo.distill_top_k": 5, "algo.distill_coef": 0.0}, "algo.distill_top_k=5 needs algo.distill_coef > 0"),
         ({"algo.distill_coef": 0.0}, "is set but unused"),
         ({"algo.distill_estimator": "k2"}, "algo.distill_estimator='k2' is not valid; valid: k1, k3"),
         ({"algo.distill_teacher": "", "algo.distill_coef": 1.0}, "algo.distill_coef=1.0 needs a teacher"),
@@ -101,3 +102,23 @@ def test_each_stage_distils_its_own_teacher(tiny_model_dir, tmp_path):
 
     with pytest.raises(ConfigError, match=r"train.stages\[1\].teacher=.* needs distillation on"):
         settle_config(bad, own_rows=False)
+
+
+def test_forward_kl_on_the_teachers_top_k_trains_two_steps(tiny_model_dir, tmp_path):
+    """algo.distill_top_k: a teacher equal to the student gives a zero forward KL (the teacher's top-k
+    log-probabilities are the student's own), another a positive one that joins the loss; both train."""
+    for name, teacher, positive in [("same", str(tiny_model_dir), False), ("other", None, True)]:
+        if teacher is None:
+            teacher = str(save_tiny_model(tmp_path / "teacher", char_tokenizer(), seed=1))
+        cfg = tiny_cfg(
+            tiny_model_dir,
+            tmp_path / name,
+            **{"algo.distill_teacher": teacher, "algo.distill_coef": 0.5, "algo.distill_top_k": 4, "train.steps": 2},
+        )
+        cfg.data.dataset = ""
+        Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True).train()
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        assert len(rows) == 2 and "distill/reverse_kl" not in rows[0]  # the reward stage is off with top-k
+        kl = [r["distill/forward_kl"] for r in rows]
+        assert all(0 < r["distill/top_k_mass"] <= 1 + 1e-6 for r in rows)
+        assert all(v > 1e-3 for v in kl) if positive else kl[0] == pytest.approx(0.0, abs=1e-6)

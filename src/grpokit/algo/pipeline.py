@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
@@ -46,6 +46,9 @@ from .registry import (
 )
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, Normalisers
 from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
+
+if TYPE_CHECKING:  # distill.py registers its stage last (the bottom of this file)
+    from .distill import TeacherTopK
 
 
 class Collectives(Protocol):
@@ -105,6 +108,7 @@ class LogProbs:
     entropy: torch.Tensor | None = None  # pi_old's token entropies
     support_mass: torch.Tensor | None = None  # log of pi_old's mass on the sampler's truncated support
     # (top-k / top-p / min-p replayed on pi_old's logits; None: untruncated sampling)
+    teacher_top_k: TeacherTopK | None = None  # algo.distill_top_k: the teacher's k likeliest tokens, (N, T, K)
 
     def on_support(self) -> torch.Tensor | None:
         """``(N, T)`` log pi_old renormalised over the sampler's support: what TIS, IcePop / MIS and the
@@ -143,6 +147,7 @@ class UpdateInputs:
         None  # (N,) the sampler's correction inside the objective's ratio (ObjectiveSpec.sampler_weight)
     )
     support_mass: torch.Tensor | None = None  # (N, T) LogProbs.support_mass: the mismatch metrics' pi_old on support
+    teacher_top_k: TeacherTopK | None = None  # algo.distill_top_k: the forward-KL term's teacher side (distill.py)
 
 
 @dataclass(frozen=True)
@@ -267,6 +272,11 @@ def _params_from(cls, a: AlgoConfig) -> object | None:
 def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: LogProbs) -> UpdateInputs:
     """The update's inputs for one step's ``scored`` batch (see the module docstring for the order)."""
     a, dist = s.algo, s.dist or _OneProcess()
+    if a.distill_top_k > 0 and lp.teacher_top_k is None:  # never train without the term the config asks for
+        raise ValueError(
+            f"algo.distill_top_k={a.distill_top_k} needs the teacher's top-k (train/distill_pass.py's teacher_top_k), "
+            "which this path did not compute; set algo.distill_top_k=0 here"
+        )
     G, mask = scored.group_size, tokens.completion_mask
     sampler = sampler_record(scored.rollout, tokens)  # padded once: TIS, IcePop / MIS and the mismatch metrics read it
     stage_ctx, rewards_N, metrics = StageContext(s, scored, tokens, lp, dist, *sampler), scored.total_N, {}
@@ -303,6 +313,7 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         mismatch=s.mismatch,
         sampler_log_weight=sampler_log_w,
         support_mass=lp.support_mass,
+        teacher_top_k=lp.teacher_top_k,
     )
 
 

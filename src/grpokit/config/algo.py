@@ -62,11 +62,16 @@ class AlgoConfig:
     model's place, so algo.beta is then the KL to the teacher in the loss. It must share the student's tokenizer."""
     distill_coef: float = 0.0
     """With distill_teacher: weight of the per-token reward -KL(student || teacher) added to every token's advantage
-    (0: none; the teacher then serves algo.beta's KL term only)."""
+    (0: none; the teacher then serves algo.beta's KL term only). With distill_top_k > 0 it weighs the forward-KL
+    loss term instead (the per-token reward is then off)."""
     distill_estimator: str = "k1"
     """The per-token KL estimate of that reward on the sampled tokens: "k1" (log student - log teacher) or "k3"."""
     distill_top_k: int = 0
-    """Forward KL on the teacher's top-k tokens (not supported yet: must be 0)."""
+    """k > 0: a forward-KL loss term on the teacher's k likeliest tokens at every completion position,
+    distill_coef * sum_v p_T(v) (log p_T(v) - log p_S(v)), reduced like the policy loss (algo.aggregation). p_T is
+    the teacher's full-vocabulary probability, not renormalised over the k, so each term is the full forward KL's
+    own and k = vocabulary size is TRL's full-vocabulary forward KL (DistillationTrainer / GKD, beta=0); the teacher's
+    mass outside its top-k is logged as 1 - distill/top_k_mass. 0: off."""
     kl_estimator: str = "k3"
     """KL estimator: "k1", "k2" or "k3" (DeepSeekMath); used in the loss and, with kl_placement=reward, summed over
     tokens in the reward."""

@@ -33,6 +33,7 @@ from grpokit.types import ScoredBatch
 from . import (
     build,
     checkpoint,
+    distill_pass,
     distributed,
     engines,
     reference,
@@ -230,10 +231,16 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
                 cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices
             )
             old_logp, entropy, support = self.old_logprobs(batch, want_entropy) if need_old else (None, None, None)
-            ref_logp = (
-                reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs) if need_ref else None
-            )
-        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support))  # 4. advantages
+            ref_logp, top = None, None
+            if a.distill_top_k:  # the teacher's top-k and its log pi_ref, one pass (train/distill_pass.py)
+                k, temperature, rows = a.distill_top_k, cfg.rollout.temperature, cfg.train.micro_batch_size
+                with self.autocast():
+                    ref_logp, top = distill_pass.teacher_top_k(
+                        self.ref_model, batch, k, temperature, a.distill_coef, rows
+                    )
+            elif need_ref:
+                ref_logp = reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs)
+        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support, top))  # 4.
         for hook in self.on_inputs:
             hook(sb, inputs)
         extra: dict[str, float] = {}

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from grpokit.algo.distill import forward_kl_loss
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, on_support
 from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
@@ -29,6 +30,7 @@ from grpokit.optim.optimizers import build_optimizer
 from grpokit.optim.schedule import make_scheduler
 from grpokit.types import TokenBatch
 
+from . import distill_pass
 from .logprobs import completion_logprobs, logprobs_with_router_loss
 from .prefix_tree import tokens_saved
 from .token_budget import micro_batches
@@ -67,6 +69,7 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
         sampler_mask=cut(inputs.sampler_mask),
         sampler_log_weight=cut(inputs.sampler_log_weight),
         support_mass=cut(inputs.support_mass),
+        teacher_top_k=inputs.teacher_top_k.rows(rows) if inputs.teacher_top_k is not None else None,
     )
 
 
@@ -197,13 +200,19 @@ def _micro_step(
 ) -> None:
     """Forward and backward one micro-batch; its loss and metric sums go to ``acc``."""
     mb = inputs.batch.rows(rows)
+    top = inputs.teacher_top_k.rows(rows) if inputs.teacher_top_k is not None else None
     with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
-        logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0)
+        logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0, top)
     if fw.prefix_tree and not fw.router_aux and mb.vision is None:  # what the tree's row did not compute again
         acc.terms["shared_prefix_saved"] = acc.terms.get("shared_prefix_saved", 0.0) + tokens_saved(mb)
     tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
     old = tensors.old_logp
     loss, m = objective_loss(tensors, settings, norms)
+    if top is not None:  # algo.distill_top_k: the forward KL to the teacher, reduced as the policy loss
+        term, sums = forward_kl_loss(top, aux, tensors.mask, norms, tensors.seq_weights)
+        loss, aux = loss + term, None
+        for k, v in sums.items():  # token sums; apply_update divides by the loss tokens
+            acc.sums[k] = acc.sums.get(k, 0.0) + v
     if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
         share = (rows.stop - rows.start) / norms.num_sequences
         loss, acc.terms["aux_loss"] = (
@@ -299,9 +308,17 @@ def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: f
     return out
 
 
-def _forward(model, mb: TokenBatch, fw: Forwards, entropy_grad: bool):
+def _forward(model, mb: TokenBatch, fw: Forwards, entropy_grad: bool, top=None):
     """``(logp, entropy, router loss or None)`` of one micro-batch: with a router loss to add, the
-    model's own forward (it computes that loss); else grpokit's chunked log-probabilities."""
+    model's own forward (it computes that loss); else grpokit's chunked log-probabilities. With the
+    teacher's top-k (``top``), the third value is the student's ``(n, T, K)`` log-probabilities of its ids."""
+    if top is not None:
+        if fw.router_aux:
+            raise ValueError(
+                "algo.distill_top_k cannot run with a Mixture-of-Experts router loss (model.router_aux_loss_coef); "
+                "set one of them to 0"
+            )
+        return distill_pass.student_logprobs(model, mb, top.ids, fw.temperature, entropy_grad)
     if fw.router_aux:
         return logprobs_with_router_loss(model, mb, fw.temperature, entropy_grad)
     logp, entropy = completion_logprobs(

@@ -14,6 +14,7 @@ import sys
 from grpokit.data.tasks.reasoning_gym import dataset as reasoning_gym_dataset
 from grpokit.data.tasks.reasoning_gym import reasoning_gym_accuracy
 from grpokit.trl.config import GRPOConfig
+from grpokit.trl.distillation import DistillationConfig, DistillationTrainer
 from grpokit.trl.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
 from grpokit.trl.progress import RichProgressCallback
 from grpokit.trl.scripts import (
@@ -30,6 +31,8 @@ from grpokit.trl.upstream import install as _install_upstream
 __all__ = [
     "DatasetConfig",
     "DatasetMixtureConfig",
+    "DistillationConfig",
+    "DistillationTrainer",
     "GRPOConfig",
     "GRPOTrainer",
     "ModelConfig",

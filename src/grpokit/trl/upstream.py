@@ -27,6 +27,8 @@ PREFIX = "grpokit.trl"
 IMPLEMENTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "trl.trainer.grpo_trainer": ("grpokit.trl", ("GRPOTrainer",)),
     "trl.trainer.grpo_config": ("grpokit.trl", ("GRPOConfig",)),
+    "trl.trainer.distillation_trainer": ("grpokit.trl", ("DistillationTrainer",)),
+    "trl.trainer.distillation_config": ("grpokit.trl", ("DistillationConfig",)),
     "trl.trainer.model_config": ("grpokit.trl", ("ModelConfig",)),
     "trl.trainer.callbacks": ("grpokit.trl", ("RichProgressCallback",)),
     "trl.trainer.utils": ("grpokit.trl", ("get_peft_config", "get_quantization_config")),
