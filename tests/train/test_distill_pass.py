@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpokit.train import distill_pass
-from grpokit.train.logprobs import make_token_batch
+from grpokit.train.token_batch import make_token_batch
 from helpers.models import tiny_llama
 
 

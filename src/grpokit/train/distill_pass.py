@@ -23,7 +23,8 @@ from torch.utils.checkpoint import checkpoint
 from grpokit.algo.distill import TeacherTopK
 from grpokit.types import TokenBatch
 
-from .logprobs import GPU_LOGITS_CHUNK_ELEMENTS, LOGITS_CHUNK_ELEMENTS, _completion_states, _sharded
+from .hidden_states import completion_states, sharded
+from .logprobs import GPU_LOGITS_CHUNK_ELEMENTS, LOGITS_CHUNK_ELEMENTS
 
 
 def teacher_top_k(
@@ -88,8 +89,8 @@ def _final_states(model, batch: TokenBatch) -> tuple[torch.Tensor, Callable]:
             "algo.distill_top_k does not run on image prompts (the top-k pass has no multimodal forward); set it to 0"
         )
     N, T = batch.completion_ids.shape
-    share = not _sharded(next(model.parameters()))
-    h = _completion_states(model, batch, share)
+    share = not sharded(next(model.parameters()))
+    h = completion_states(model, batch, share)
     if h is not None:
         return h.reshape(N * T, h.shape[-1]), model.get_output_embeddings()
     logits = model(
