@@ -93,13 +93,14 @@ def two_domain_run(path: Path, math_acc: list[float], calc_acc: list[float]) -> 
 
 
 def first_live_step(rows: list[dict], monitor: str) -> int | None:
-    """The step at which the live health monitor `monitor` of `grpokit train` first warns on `rows`."""
+    """The step at which the live health monitor `monitor` of `grpokit train` first warns on `rows` (its
+    information that a run converged does not count)."""
     from grpokit.config.health import HealthConfig
     from grpokit.record.health import HealthMonitor
 
     hm = HealthMonitor(HealthConfig())
     for r in rows:
         events, _ = hm.observe({k: v for k, v in r.items() if k != "step"}, r["step"])
-        if any(e.monitor == monitor for e in events):
+        if any(e.monitor == monitor and e.level == "warning" for e in events):  # not a "converged" note
             return r["step"]
     return None

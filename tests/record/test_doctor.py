@@ -342,8 +342,11 @@ def test_findings_are_ranked_and_thresholds_follow_the_runs_health_config(tmp_pa
         },
     )
     assert codes(run) == ["reward_hacking_heldout", "zero_std_groups", "truncated"]  # scores 0.95, 0.9, 0.7
-    (run / "config.yaml").write_text("health:\n  zero_std_max: 0.99\n")  # the run's own alarm threshold is used
-    assert "zero_std_groups" not in [f.code for f in diagnose(load_run(run), DoctorConfig(zero_std_share=0.99))]
+    # the run's own alarm thresholds are used (recent share 0.95; over the run (20 x 0.3 + 40 x 0.95) / 60 ~ 0.73)
+    (run / "config.yaml").write_text("health:\n  zero_std_max: 0.99\n")
+    assert "zero_std_groups" in [f.code for f in diagnose(load_run(run))]  # the run's share is still > 0.5
+    (run / "config.yaml").write_text("health:\n  zero_std_max: 0.99\n  zero_std_run_max: 0.8\n")
+    assert "zero_std_groups" not in [f.code for f in diagnose(load_run(run))]
 
 
 def test_doctor_and_health_alarms_share_their_thresholds(tmp_path: Path) -> None:

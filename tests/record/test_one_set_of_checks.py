@@ -35,9 +35,10 @@ def first_doctor_step(tmp_path: Path, rows: list[dict], code: str) -> int | None
         # entropy 0.01 against an early mean ~0.49 (limit 0.2 x 0.49 = 0.098), the rest ~0.45:
         # 0.01 k + 0.45 (10 - k) < 0.98 at k = 8; the reward level ~0.58 is no convergence
         ("entropy", 0.01, "entropy_collapse", "entropy_collapse", 38),
-        # zero-std 0.95, none solved, against ~0.25 unsolved before (0.3 minus ~5% solved at the run's
-        # best): 0.95 k + 0.25 (10 - k) > 8 at k = 8
-        ("frac_reward_zero_std", 0.95, "zero_std_groups", "zero_std_groups", 38),
+        # zero-std 0.95 with ~6% of groups solved (0.1 x step / 60; each step's best is the run's): ~0.89
+        # unsolved against ~0.25 before: 0.89 k + 0.25 (10 - k) > 8 at k = 9 (at k = 8 the raw share 0.82
+        # is over 0.8 but the unsolved one is not: the monitor says "converged", no warning)
+        ("frac_reward_zero_std", 0.95, "zero_std_groups", "zero_std_groups", 39),
     ],
 )
 def test_the_doctor_on_the_run_so_far_finds_it_at_the_step_the_live_alarm_fires(

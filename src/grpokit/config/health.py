@@ -28,7 +28,11 @@ class HealthConfig:
     """Also a collapse when recent entropy falls below this fraction of its early value."""
 
     zero_std_max: float = 0.8
-    """Fire when more than this fraction of groups have all-equal rewards (no learning signal)."""
+    """Fire when more than this fraction of groups have all-equal rewards (no learning signal), recently."""
+
+    zero_std_run_max: float = 0.5
+    """Also fire when, over the run so far, more than this fraction of groups had all-equal rewards without
+    being solved: over half the rollouts paid for nothing, even if no recent window crossed `zero_std_max`."""
 
     length_growth_ratio: float = 1.5
     """Fire when recent mean completion length exceeds this multiple of the early one ..."""
@@ -75,4 +79,8 @@ class HealthConfig:
                 raise ValueError(f"health.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.doctor_every, int) or isinstance(self.doctor_every, bool) or self.doctor_every < 0:
             raise ValueError(f"health.doctor_every must be 0 (off) or a positive integer, got {self.doctor_every!r}")
+        for name in ("zero_std_max", "zero_std_run_max"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
+                raise ValueError(f"health.{name} must be a fraction in [0, 1], got {value!r}")
         self.nonfinite_keys = list(self.nonfinite_keys)

@@ -8,7 +8,8 @@ whether its failure is present, and if so produces one sentence saying what is w
     entropy_collapse entropy, reward                           recent < entropy_drop_ratio x early, or recent <
                                                                entropy_min while the reward no longer rises (recent
                                                                window < reward_flat_tol above the one before)
-    zero_std_groups  frac_reward_zero_std                      recent > zero_std_max
+    zero_std_groups  frac_reward_zero_std                      recent > zero_std_max, or the run so far's mean
+                                                               share (solved groups discounted) > zero_std_run_max
     length_inflation completions/mean_length, reward           length grew x length_growth_ratio, reward flat
     kl_runaway       kl                                        recent > kl_max
     clip_runaway     clip_ratio/region_mean                    recent > clip_ratio_max
@@ -201,7 +202,7 @@ class HealthMonitor:
         return ({ZEROED_KEY: zeroed} if zeroed is not None else {}) | self._derive_solved(metrics)
 
     def _derive_solved(self, metrics: Mapping[str, float]) -> dict[str, float]:
-        if not all(_finite(metrics.get(k)) for k in SOLVED_KEYS):
+        if not all(_finite(metrics.get(k)) for k in SOLVED_KEYS[:2]):  # the step's best and worst reward
             return {}
         top, bottom = float(metrics["completions/reward_max"]), float(metrics["completions/reward_min"])
         self._best, self._floor = max(self._best, top), min(self._floor, bottom)
@@ -215,7 +216,7 @@ class HealthMonitor:
             "frac_reward_zero_std": "completions/frac_groups_solved",
         }
         for key, solved in solved_of.items():
-            if _finite(metrics.get(key)):
+            if _finite(metrics.get(key)) and _finite(metrics.get(solved)):
                 # this step's groups are "solved" only if its best is the run's best (an all-wrong batch is not)
                 derived[UNSOLVED_KEYS[key]] = unsolved_share(
                     float(metrics[key]), float(metrics[solved]), top, self._best, self._floor

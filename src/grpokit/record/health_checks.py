@@ -23,14 +23,20 @@ class Series:
     def __init__(self, window: int) -> None:
         self.window = window
         self.count = 0
+        self.total = 0.0
         self.early: list[float] = []
         self.last: deque[float] = deque(maxlen=2 * window)
 
     def add(self, value: float) -> None:
         self.count += 1
+        self.total += value
         if len(self.early) < self.window:
             self.early.append(value)
         self.last.append(value)
+
+    def mean(self) -> float:
+        """Mean of every value so far."""
+        return self.total / self.count
 
     def early_mean(self) -> float:
         return sum(self.early) / len(self.early)
@@ -156,7 +162,7 @@ def _solved_aware(key: str, max_value: float, cfg: HealthConfig, h: History, war
 
 
 def check_zero_std(h: History, cfg: HealthConfig) -> Reading | None:
-    return _solved_aware(
+    recent = _solved_aware(
         "frac_reward_zero_std",
         cfg.zero_std_max,
         cfg,
@@ -171,6 +177,19 @@ def check_zero_std(h: History, cfg: HealthConfig) -> Reading | None:
             "completion earns the best reward; the training prompts are solved, so more steps teach little "
             "(harder prompts or dynamic sampling would)."
         ),
+    )
+    if recent is None or recent.firing:
+        return recent
+    # the run so far: over half its groups unsolved and without signal is waste, whatever the last window says
+    s = h.get(UNSOLVED_KEYS["frac_reward_zero_std"]) or h.get("frac_reward_zero_std")
+    if s is None or s.count < max(cfg.warmup_steps, cfg.window) or s.mean() <= cfg.zero_std_run_max:
+        return recent
+    return Reading(
+        True,
+        s.mean(),
+        f"Over the run so far {s.mean():.0%} of groups gave every completion the same reward without being "
+        "solved: most rollouts are paid for and teach nothing; filter them with dynamic sampling (DAPO), use a "
+        "curriculum (data.curriculum=frontier) or sample more completions per prompt.",
     )
 
 

@@ -152,8 +152,8 @@ def check_entropy(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
 
 
 def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """The live `zero_std_groups` alarm's rule on the whole run: solved groups are success, not waste (only
-    in a run whose reward varies). The run's overall waste is the `rollouts_per_useful` note (cost.py)."""
+    """The live `zero_std_groups` alarm's rule on the whole run (recently above `zero_std_max`, or over the
+    run above `zero_std_run_max`): solved groups are success, not waste (only in a run whose reward varies)."""
     alarm = live_alarm(run, "zero_std_groups", ("frac_reward_zero_std",), hc)
     unsolved = unsolved_zero_std(run)
     if alarm is None or not alarm.firing or not unsolved:
@@ -167,7 +167,7 @@ def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
         f"{unsolved[-w][0]}-{unsolved[-1][0]}",
         f"use dynamic sampling (algo.dynamic_sampling=true, DAPO) or a larger group "
         f"(rollout.group_size={config_value(run, 'rollout.group_size')} -> more), or prompts of the right difficulty",
-        0.9,
+        0.9 if lately > hc.zero_std_max else 0.55,  # lately, or only over the run (`zero_std_run_max`)
     )
 
 
