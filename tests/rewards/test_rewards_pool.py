@@ -241,6 +241,18 @@ def test_a_script_without_main_guard_gets_one_clear_error_not_zeros(tmp_path):
     assert 'if __name__ == "__main__":' in err
 
 
+def test_a_worker_that_does_not_start_once_is_replaced_and_the_call_runs(tmp_path, monkeypatch):
+    # the machine's failure (a worker stalled in its start-up) costs one fresh worker, not the run
+    from grpokit.rewards.pool import WorkerPool
+    from helpers.pool_workers import stall_the_first_start
+
+    monkeypatch.setenv("GRPOKIT_TEST_STALL_FLAG", str(tmp_path / "stalled"))
+    with WorkerPool(1, initializer=stall_the_first_start, start_timeout_s=3.0) as pool:
+        (out,) = pool.run([(abs, (-2,), {})], timeout_s=5.0)
+        assert out.ok and out.value == 2 and pool.restarts == 1
+    assert (tmp_path / "stalled").exists()
+
+
 def test_a_sandbox_without_isolation_stops_the_runner_instead_of_scoring_zeros(monkeypatch):
     import grpokit.rewards.code as code
     from grpokit.rewards import RewardRunner, RewardSpec

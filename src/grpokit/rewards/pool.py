@@ -207,13 +207,30 @@ class WorkerPool:
         try:
             if not worker.ready:  # start-up: not part of the deadline of the call that waits for it
                 with startup():
-                    worker.wait_ready(self.start_timeout_s, self.name)
+                    worker = self._ready_or_once_more(worker)
         except RewardInfrastructureError as exc:
             with self._cond:
                 self._broken = str(exc)
                 self._cond.notify_all()
             raise
         return worker
+
+    def _ready_or_once_more(self, worker: _Worker) -> _Worker:
+        """``worker`` once it is ready; one that does not start (a slow disk, a stray kill: the machine's
+        fault) is replaced by a fresh one with a budget of its own. A second failure raises: workers that
+        cannot start twice in a row will not start the next time either (an unguarded main script)."""
+        try:
+            worker.wait_ready(self.start_timeout_s, self.name)
+            return worker
+        except RewardInfrastructureError:
+            fresh = _Worker(self._ctx, self._initializer)
+            with self._cond:
+                self.restarts += 1
+            try:
+                fresh.wait_ready(self.start_timeout_s, self.name)
+            except RewardInfrastructureError as second:
+                raise RewardInfrastructureError(f"{second} (Two workers in a row failed to start.)") from None
+            return fresh
 
     def _checkin(self, worker: _Worker) -> None:
         with self._cond:
