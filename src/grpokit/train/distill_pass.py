@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from grpokit.algo.distill import TeacherTopK
 from grpokit.types import TokenBatch
 
-from .hidden_states import completion_states, sharded
+from .hidden_states import completion_logits, completion_states, sharded
 from .logprobs import GPU_LOGITS_CHUNK_ELEMENTS, LOGITS_CHUNK_ELEMENTS
 
 
@@ -93,12 +93,7 @@ def _final_states(model, batch: TokenBatch) -> tuple[torch.Tensor, Callable]:
     h = completion_states(model, batch, share)
     if h is not None:
         return h.reshape(N * T, h.shape[-1]), model.get_output_embeddings()
-    logits = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=T + 1,
-    ).logits[:, :-1]
+    logits = completion_logits(model, batch)
     return logits.reshape(N * T, logits.shape[-1]), lambda z: z
 
 

@@ -129,3 +129,14 @@ def sharded(weight: torch.Tensor) -> bool:
     except ImportError:  # torch without distributed tensors
         return False
     return isinstance(weight, DTensor)
+
+
+def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """``(N, T, V)`` logits that predict the completion tokens from one whole forward: the way for
+    models whose logits need more than a linear head on ``completion_states`` (soft-capped logits)."""
+    return model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=batch.width + 1,
+    ).logits[:, :-1]

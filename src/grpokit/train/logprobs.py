@@ -19,7 +19,7 @@ from grpokit.rollout.sampling import SamplingParams, support_log_mass, truncates
 from grpokit.types import TokenBatch
 
 from . import head as head_fn
-from .hidden_states import completion_states, decoder_stack, sharded
+from .hidden_states import completion_logits, completion_states, decoder_stack, sharded
 from .packing import can_pack, mask_fits, pack, packed_states, unpack
 from .prefix_tree import build_tree, tree_states
 
@@ -209,13 +209,7 @@ def _logprobs_block(model, batch, fw: _Pass, share_prompts=True):
     T = batch.width
     h = completion_states(model, batch, share_prompts)
     if h is None:  # models whose logits need more than a linear head: one full forward
-        logits = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            logits_to_keep=T + 1,
-        ).logits[:, :-1]
-        return _logp_entropy(logits, batch.completion_ids, fw)
+        return _logp_entropy(completion_logits(model, batch), batch.completion_ids, fw)
     N = h.shape[0]
     # One 2-D (positions, hidden) matrix, cut into row blocks: each chunk's head is one plain matmul.
     # Column slices of the (N, T, hidden) states are strided 3-D tensors, which the head ran as a
