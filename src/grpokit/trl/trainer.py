@@ -47,7 +47,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import assignable, attributes, best, hooks, overrides
+from . import assignable, attributes, best, callback_states, hooks, memory, overrides
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .checks import check_gated
@@ -123,6 +123,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         name = model_name(model)
         self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
+        self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
+        self._memory_tracker.start()  # from __init__: the tracker's "init" stage (memory.py)
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
         funcs = reward_funcs_of(
@@ -155,6 +157,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
         self._init_trl_attributes(funcs)
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
+        memory.stop(self._memory_tracker, "init")
 
     def _device(self) -> str:
         """The run's device before the run is built: the CPU with use_cpu, else CUDA when there is one."""
@@ -208,7 +211,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._connect_bridge(trainer)
         if resume:
             self.bridge.state.global_step = trainer.updates
-            best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}")
+            link = Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}"
+            best.restore(self.bridge.state, link)
+            if self.args.restore_callback_states_from_checkpoint:
+                callback_states.restore(self.bridge.state, self.bridge.user.callbacks, link)
             if (
                 self.args.ignore_data_skip
             ):  # transformers: the epochs trained count, the batches of this one are not skipped
@@ -237,6 +243,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         max_steps = self.cfg.optim.schedule_steps
         bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
+        callback_states.at_init(bridge.state, bridge.user.callbacks)
         return bridge
 
     def _connect_bridge(self, trainer) -> None:
@@ -258,6 +265,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             train_dataloader=row_loader(self._kwargs["train_rows"], per_step, a.num_generations),
             eval_dataloader=None,
         )
+        self.bridge.add_final = lambda metrics: memory.stop(self._memory_tracker, "train", metrics)
         # every entry goes through self.log, as transformers' loop calls it: a subclass's log sees each one
         self.bridge.emit = lambda logs, training=False: self.log(logs, self.bridge.start if training else None)
 
@@ -358,6 +366,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it.
         SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
         (docs/FAULTS.md); then ``summary["interrupted"]`` is True and nothing is pushed to the Hub."""
+        self._memory_tracker.start()  # from train(): the tracker's "train" stage, stopped into the final entry
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:
@@ -398,6 +407,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             for name, split in data.items():
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
+        self._memory_tracker.start()  # from evaluate(): the "eval" stage (inside train() it is train's)
         trainer, a = self._get(), self.args
         check_gated(a, ("per_device_eval_batch_size", "num_generations_eval"), read=True)  # read whatever eval_strategy
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
@@ -418,6 +428,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
             self._evaluating = False
+        memory.stop(self._memory_tracker, "eval", metrics)
         self.log(metrics)
         self.bridge.user("on_evaluate", metrics=metrics)
         return {**metrics, "epoch": self.state.epoch}
