@@ -141,3 +141,32 @@ def test_without_restore_a_resumed_run_keeps_its_callbacks_as_passed(tmp_path):
     (cb,) = [c for c in resumed.callback_handler.callbacks if isinstance(c, Counter)]
     assert (cb.every, cb.steps) == (1, 1)
 
+
+def test_off_policy_mask_threshold_keeps_trls_meaning_at_zero():
+    """TRL's 0 is a threshold (drift > 0 drops a negative-advantage completion), grpokit's 0 is off: the mapping
+    hands grpokit 5e-324. Four completions, mean log-ratio (sampler - policy) 0, 1e-6, 0.75 and 0.75, advantages
+    -1, -1, +1, -1: threshold 0 drops the 2nd and 4th, 0.5 the 4th (the 3rd has a positive advantage), 1 none;
+    None masks nothing."""
+    import torch
+
+    from grpokit.algo.masks import offpolicy_sequences
+    from grpokit.trl.mapping import to_config
+
+    logp = torch.zeros(4, 2)
+    sampler = torch.tensor([[0.0, 0.0], [2e-6, 0.0], [0.5, 1.0], [1.5, 0.0]])
+    mask, adv = torch.ones(4, 2), torch.tensor([-1.0, -1.0, 1.0, -1.0])
+    expected = {0: [False, True, False, True], 0.5: [False, False, False, True], 1: [False] * 4}
+
+    def dropped(threshold):
+        delta = to_config(GRPOConfig("o", off_policy_mask_threshold=threshold), num_rows=4).algo.offpolicy_delta
+        if delta == 0:  # grpokit's off (algo/pipeline.py: 0 -> no mask)
+            return [False] * 4
+        return offpolicy_sequences(logp, sampler, adv[:, None].expand(4, 2), mask, delta).tolist()
+
+    for threshold, drops in expected.items():
+        assert dropped(threshold) == drops, threshold
+    assert dropped(None) == [False] * 4
+    trl = pytest.importorskip("trl")  # TRL's own mask on the same tensors: 0.0 where it drops
+    for threshold, drops in expected.items():
+        keep = trl.GRPOTrainer.get_off_policy_mask(adv[:, None], logp, sampler, mask, threshold)
+        assert (keep[:, 0] == 0).tolist() == drops, threshold
