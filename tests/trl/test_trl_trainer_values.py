@@ -170,3 +170,11 @@ def test_off_policy_mask_threshold_keeps_trls_meaning_at_zero():
     for threshold, drops in expected.items():
         keep = trl.GRPOTrainer.get_off_policy_mask(adv[:, None], logp, sampler, mask, threshold)
         assert (keep[:, 0] == 0).tolist() == drops, threshold
+
+
+@pytest.mark.parametrize("save_steps, shown", [(0, 0), (-1, -4), (0.5, 2), (3, 3)])
+def test_state_save_steps_is_transformers(save_steps, shown):
+    """transformers' state.save_steps: ceil(max_steps * value) below 1 (0 stays 0: no step checkpoint), else
+    the value; callbacks read it. 4 steps."""
+    bridge = StepBridge(GRPOConfig("o", save_steps=save_steps, max_steps=4), [], 4, dict, lambda p, s: None, {})
+    assert bridge.state.save_steps == shown

@@ -10,6 +10,7 @@ import math
 import os
 from typing import Any
 
+from .checks import GATES
 from .config import GRPOConfig
 from .rule import Rule, every_steps, refuse
 from .step_args import epoch_rounds
@@ -186,8 +187,9 @@ RUN_RULES: list[Rule] = [
     Rule(
         ("ddp_timeout",),
         ("train.dist_timeout_s",),
-        "copied: the process group's timeout under torchrun, as transformers (one process: not read, as transformers)",
-        lambda a, ctx: {"train.dist_timeout_s": a.ddp_timeout} if ctx["world_size"] > 1 else {},
+        "copied: the process group's timeout under torchrun, as transformers (one process: not read, as transformers); "
+        "several processes as its range check reads them (checks.GATES: the GRPOConfig's world_size)",
+        lambda a, ctx: {"train.dist_timeout_s": a.ddp_timeout} if GATES["ddp_timeout"].on(a) else {},
     ),
     Rule(
         ("fsdp", "fsdp_config"),
