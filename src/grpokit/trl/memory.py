@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformers.trainer_utils import TrainerMemoryTracker
 
-__all__ = ["TrainerMemoryTracker", "stop"]
+__all__ = ["TrainerMemoryTracker", "abandon", "stop"]
 
 
 def stop(tracker: TrainerMemoryTracker, stage: str, metrics: dict | None = None) -> None:
@@ -24,3 +24,10 @@ def stop(tracker: TrainerMemoryTracker, stage: str, metrics: dict | None = None)
     tracker.stop(stage)
     if metrics is not None:
         tracker.update_metrics(stage, metrics)
+
+
+def abandon(tracker: TrainerMemoryTracker, stage: str) -> None:
+    """``stage`` ended by an exception: its measurement stops (the tracker's peak-sampling thread spins until
+    then), with no metrics."""
+    if not tracker.skip_memory_metrics and tracker.cur_stage == stage:
+        tracker.stop(stage)

@@ -123,8 +123,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         name = model_name(model)
         self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
-        self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
-        self._memory_tracker.start()  # from __init__: the tracker's "init" stage (memory.py)
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
         funcs = reward_funcs_of(
@@ -134,6 +132,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             self.args, model, name, processing_class, peft_config, len(train_rows), is_stream(train_dataset), len(funcs)
         )
         apply_process_settings(self.args, model)
+        self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
+        self._memory_tracker.start()  # from __init__: the "init" stage (memory.py), once the arguments are checked
         self.cfg, self._reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
         self._reward_classes = reward_processing_classes
         self.eval_dataset = eval_dataset
@@ -366,7 +366,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it.
         SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
         (docs/FAULTS.md); then ``summary["interrupted"]`` is True and nothing is pushed to the Hub."""
-        self._memory_tracker.start()  # from train(): the tracker's "train" stage, stopped into the final entry
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:
@@ -379,14 +378,17 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                     "run)"
                 )
             self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
-        trainer = self._get()
-        self._started = True  # from here the run's optimizer and sampler hold model, tokenizer, rewards
+        self._memory_tracker.start()  # from train(): the tracker's "train" stage, stopped into the final entry
         try:
+            trainer = self._get()
+            self._started = True  # from here the run's optimizer and sampler hold model, tokenizer, rewards
             self.summary = trainer.train()
         except RewardError as exc:  # one sentence naming the function and the row; GRPOKIT_DEBUG=1 keeps the traceback
             if os.environ.get("GRPOKIT_DEBUG"):
                 raise
             raise RewardError(str(exc)) from None
+        finally:
+            memory.abandon(self._memory_tracker, "train")  # stopped already unless train() failed
         if self.args.push_to_hub and not self.summary.get("interrupted"):  # a signal stopped it: a checkpoint, no push
             self.push_to_hub()
         final = self.bridge.final
@@ -397,8 +399,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     ) -> dict[str, float]:
         """TRL's evaluation (grpokit/trl/evaluation.py): logged to log_history, passed to on_evaluate, returned.
         A dict of datasets is evaluated one by one, each under ``<prefix>_<name>``, as transformers."""
-        from .evaluation import evaluate
-
         data = self.eval_dataset if eval_dataset is None else eval_dataset
         if data is None:
             raise ConfigError("evaluate() needs an eval_dataset (pass one to GRPOTrainer or to evaluate())")
@@ -407,9 +407,20 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             for name, split in data.items():
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
-        self._memory_tracker.start()  # from evaluate(): the "eval" stage (inside train() it is train's)
-        trainer, a = self._get(), self.args
+        a = self.args
         check_gated(a, ("per_device_eval_batch_size", "num_generations_eval"), read=True)  # read whatever eval_strategy
+        self._memory_tracker.start()  # from evaluate(): the "eval" stage (inside train() it is train's)
+        try:
+            return self._evaluate_rows(data, metric_key_prefix)
+        except BaseException:
+            memory.abandon(self._memory_tracker, "eval")
+            raise
+
+    def _evaluate_rows(self, data: Any, metric_key_prefix: str) -> dict[str, float]:
+        """evaluate() on one dataset (its memory stage started): the metrics logged, on_evaluate, returned."""
+        from .evaluation import evaluate
+
+        trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
         # transformers hands callbacks the eval loader from the first evaluation on
