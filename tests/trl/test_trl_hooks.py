@@ -462,10 +462,12 @@ def test_callback_events_fire_at_trls_points_with_trls_keywords(chat_model, tmp_
 @pytest.mark.parametrize(
     "rounds",
     [
-        dict(num_iterations=2, gradient_accumulation_steps=1, max_steps=4),  # a round: 2 updates on one batch
-        dict(steps_per_generation=2, gradient_accumulation_steps=1, max_steps=3),  # a round: 2 updates, 2 slices
+        dict(num_iterations=2, gradient_accumulation_steps=1, max_steps=4, prompts=3),  # a round: 2 updates, 1 batch
+        dict(steps_per_generation=2, gradient_accumulation_steps=1, max_steps=3, prompts=3),  # 2 updates, 2 slices
+        # a round of 4 slices, 2 micro-batches an update: 2 updates, each with an on_substep_end between its two
+        dict(steps_per_generation=4, gradient_accumulation_steps=2, max_steps=3, prompts=8),
     ],
-    ids=["num_iterations", "steps_per_generation"],
+    ids=["num_iterations", "steps_per_generation", "accumulation"],
 )
 def test_callbacks_fire_around_each_optimizer_update_of_a_round_as_trl(chat_model, tmp_path, rounds):
     """When one sampling round makes several optimizer updates, TRL fires on_step_begin .. on_step_end and
@@ -475,6 +477,10 @@ def test_callbacks_fire_around_each_optimizer_update_of_a_round_as_trl(chat_mode
     from grpokit.trl.bridge import TRL_EVENTS
 
     seen, history = {}, {}
+    rounds = dict(rounds)  # a generation batch of 4 slices of 2 completions needs 4 prompts
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"say {i}"}]} for i in range(rounds.pop("prompts"))]
+    )
     for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
         cb = recorder(TRL_EVENTS)
         args = small_args(
@@ -487,10 +493,12 @@ def test_callbacks_fire_around_each_optimizer_update_of_a_round_as_trl(chat_mode
             report_to="none",
             **rounds,
         )
-        tr = module.GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args, callbacks=[cb])
+        tr = module.GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=data, args=args, callbacks=[cb])
         tr.train()
         seen[name], history[name] = cb.seen, tr.state.log_history
     assert [e for e, *_ in seen["trl"]].count("on_optimizer_step") == rounds["max_steps"]
+    substeps = [e for e, *_ in seen["trl"]].count("on_substep_end")  # one between each update's 2 micro-batches
+    assert substeps == (rounds["max_steps"] if rounds["gradient_accumulation_steps"] == 2 else 0)
     assert seen["grpokit"] == seen["trl"]
     # each entry holds TRL's keys: the round's sampling metrics (reward ...) on its first step only
     assert [e["step"] for e in history["grpokit"]] == [e["step"] for e in history["trl"]]
@@ -542,3 +550,24 @@ def test_a_model_tokenizer_rewards_and_reference_assigned_before_train_are_the_o
     for name, value in (("model", model), ("processing_class", tok), ("reward_funcs", [short])):
         with pytest.raises(ConfigError, match=rf"^GRPOTrainer.{name} can be replaced until train\(\) starts"):
             setattr(tr, name, value)
+
+
+def test_a_reference_assigned_after_construction_is_the_one_the_kl_term_reads(chat_model, tmp_path):
+    """beta > 0, one step: the reference is the policy's copy, so step 1's logged kl is 0 (the policy has not
+    moved yet); a reference assigned after construction whose weights differ makes that kl > 0."""
+    import copy
+
+    def first_kl(assign):
+        args = small_args(GRPOConfig, tmp_path / str(assign), max_steps=1, beta=0.04, logging_steps=1, seed=1)
+        tr = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+        if assign:
+            ref = copy.deepcopy(tr.model)
+            with torch.no_grad():
+                for p in ref.parameters():
+                    p.add_(0.5 * torch.randn_like(p))
+            tr.ref_model = ref
+        tr.train()
+        return next(e["kl"] for e in tr.state.log_history if "kl" in e)
+
+    assert first_kl(False) == pytest.approx(0.0, abs=1e-6)
+    assert first_kl(True) > 1e-3

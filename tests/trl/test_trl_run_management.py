@@ -368,12 +368,14 @@ def test_ddp_timeout_reaches_the_process_group(monkeypatch):
 
     from grpokit.train import distributed
 
-    def timeout(**kw):
-        return to_config(GRPOConfig("o", **kw), num_rows=4, world_size=2).train.dist_timeout_s
+    def timeout(processes, **kw):  # the gate and the mapping read one thing: the GRPOConfig's world_size
+        with monkeypatch.context() as m:
+            m.setattr(GRPOConfig, "world_size", property(lambda self: processes))
+            return to_config(GRPOConfig("o", **kw), num_rows=4, world_size=processes).train.dist_timeout_s
 
-    assert timeout() == 1800  # transformers' default
-    assert timeout(ddp_timeout=7200) == 7200
-    assert to_config(GRPOConfig("o", ddp_timeout=0), num_rows=4).train.dist_timeout_s == 0  # one process: unread
+    assert timeout(2) == 1800  # transformers' default
+    assert timeout(2, ddp_timeout=7200) == 7200
+    assert timeout(1, ddp_timeout=0) == 0  # one process: unread
     joined = []
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(dist, "is_initialized", lambda: False)

@@ -12,6 +12,7 @@ step's sampling metrics ride on its first update, as TRL logs them), then TRL's 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -101,7 +102,7 @@ class StepBridge:
             max_steps=max_steps,
             logging_steps=_every(args.logging_steps, max_steps),
             eval_steps=_every(args.eval_steps or args.logging_steps, max_steps),
-            save_steps=_every(args.save_steps, max_steps),
+            save_steps=_save_period(args.save_steps, max_steps),
             train_batch_size=args.per_device_train_batch_size,
             num_train_epochs=args.num_train_epochs,
         )
@@ -125,6 +126,7 @@ class StepBridge:
             0.0
         )  # grpokit's epoch (prompts served / prompts), set by the trainer
         self.in_epoch = False  # the user's on_epoch_begin of the running epoch was called
+        self.add_final: Callable[[dict], None] = lambda metrics: None  # the memory metrics (trainer.py) join the end
         self.emit: Callable[..., None] = self.log  # (logs, training): the trainer's log(), which may be a subclass's
 
     def attach(self, trainer) -> None:
@@ -245,6 +247,7 @@ class StepBridge:
         self.pending.clear()
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
+        self.add_final(self.final)
         self.emit({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
         self.at_end()  # as transformers: after the final log, before on_train_end
         self.user("on_train_end")
@@ -276,10 +279,20 @@ class StepBridge:
 
     def _accumulate(self, metrics: dict[str, float]) -> None:
         if "loss" in metrics:
+            metrics = {**metrics, "loss": self._filtered(metrics["loss"])}
             self.losses.append(metrics["loss"])
         for key, value in metrics.items():
             if isinstance(value, (int, float)):
                 self.pending.setdefault(key, []).append(float(value))
+
+    def _filtered(self, loss: float) -> float:
+        """transformers' logging_nan_inf_filter: a NaN or inf step loss counts, in the logged mean and in
+        train_loss, as the sum of the log window's earlier losses over their count plus one (its running
+        total over the steps since the last log, this one included); False keeps it as is."""
+        if math.isfinite(loss) or not self.args.logging_nan_inf_filter:
+            return loss
+        window = self.pending.get("loss", [])
+        return sum(window) / (len(window) + 1)
 
     def _maybe_log_and_evaluate(self) -> None:
         """transformers' DefaultFlowCallback: log and evaluate after a step, then, when the step ends an epoch
@@ -327,10 +340,14 @@ def empty_device_cache() -> None:
         torch.cuda.empty_cache()
 
 
+def _save_period(value: float | None, steps: int) -> int:
+    """transformers' ``state.save_steps``: below 1, ceil(steps * value), so 0 (no step checkpoint) shows 0."""
+    value = 500 if value is None else value
+    return math.ceil(value * steps) if value < 1 else int(value)
+
+
 def _every(value: float | None, steps: int) -> int:
     """transformers' convention: a value below 1 is a fraction of the run's steps."""
-    import math
-
     from .rule import negative_period
 
     value = 500 if value is None else value

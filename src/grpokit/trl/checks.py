@@ -182,14 +182,6 @@ REFUSED_WHY = {
     "outside train(), and a later train() goes on from the cast weights; grpokit evaluates in the training dtype",
     "fp16_full_eval": "TRL runs True: transformers casts the whole model to float16 in place at an evaluate() "
     "outside train(), and a later train() goes on from the cast weights; grpokit evaluates in the training dtype",
-    "logging_nan_inf_filter": "TRL runs False: transformers then logs a NaN or inf step loss as is, after applying "
-    "that step's update; grpokit never applies a non-finite step (train/update.py skips it), so a loss it logs "
-    "is finite",
-    "skip_memory_metrics": "TRL runs False: transformers adds memory deltas (train_mem_cpu_alloc_delta ...) to "
-    "train()'s and evaluate()'s metrics; grpokit does not measure them (not carried out yet)",
-    "restore_callback_states_from_checkpoint": "TRL runs True: on a resume transformers restores its stateful "
-    "callbacks (EarlyStoppingCallback ...) from trainer_state.json; grpokit's checkpoints do not hold their "
-    "states (not carried out yet)",
 }
 
 

@@ -105,4 +105,7 @@ INHERITED = (
     "ddp_broadcast_buffers",
     "ddp_static_graph",
     "local_rank",
+    "logging_nan_inf_filter",
+    "skip_memory_metrics",
+    "restore_callback_states_from_checkpoint",
 )

@@ -65,6 +65,17 @@ HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/t
 }
 HANDLED_ELSEWHERE.update(RUN_MANAGEMENT)
 HANDLED_ELSEWHERE.update(
+    {  # transformers' Trainer behaviours, carried out by GRPOTrainer with transformers' meaning
+        "logging_nan_inf_filter": "True: a NaN or inf step loss is logged (and counted in train_loss) as the log "
+        "window's running loss, as transformers; False: as is (grpokit skips the update of a non-finite step, "
+        "where transformers applies it)",
+        "skip_memory_metrics": "False: transformers' TrainerMemoryTracker adds init_/train_/eval_mem_* deltas to "
+        "train()'s and evaluate()'s metrics (the model load counts in the first of them: grpokit loads it then)",
+        "restore_callback_states_from_checkpoint": "checkpoints hold the ExportableState callbacks' states "
+        "(stateful_callbacks); True: a resumed run rebuilds those callbacks from them, as transformers",
+    }
+)
+HANDLED_ELSEWHERE.update(
     {  # accepted with no effect, as in TRL's GRPO (its trainer overrides what reads them)
         "use_transformers_continuous_batching": "sampling with continuous batching: "
         "grpokit's own decode loop, which drops "

@@ -10,6 +10,7 @@ import math
 import os
 from typing import Any
 
+from .checks import GATES
 from .config import GRPOConfig
 from .rule import Rule, every_steps, refuse
 from .step_args import epoch_rounds
@@ -140,8 +141,9 @@ RUN_RULES: list[Rule] = [
     Rule(
         ("off_policy_mask_threshold",),
         ("algo.offpolicy_delta",),
-        "None: 0 (off)",
-        lambda a, ctx: {"algo.offpolicy_delta": a.off_policy_mask_threshold or 0.0},
+        "None: 0 (off); TRL's 0 is a threshold (negative-advantage completions whose mean log-ratio is above 0 "
+        "leave the loss): the smallest positive float (no log-ratio lies between it and 0)",
+        lambda a, ctx: {"algo.offpolicy_delta": offpolicy_delta(a.off_policy_mask_threshold)},
     ),
     Rule(
         ("max_tool_calling_iterations",),
@@ -185,8 +187,9 @@ RUN_RULES: list[Rule] = [
     Rule(
         ("ddp_timeout",),
         ("train.dist_timeout_s",),
-        "copied: the process group's timeout under torchrun, as transformers (one process: not read, as transformers)",
-        lambda a, ctx: {"train.dist_timeout_s": a.ddp_timeout} if ctx["world_size"] > 1 else {},
+        "copied: the process group's timeout under torchrun, as transformers (one process: not read, as transformers); "
+        "several processes as its range check reads them (checks.GATES: the GRPOConfig's world_size)",
+        lambda a, ctx: {"train.dist_timeout_s": a.ddp_timeout} if GATES["ddp_timeout"].on(a) else {},
     ),
     Rule(
         ("fsdp", "fsdp_config"),
@@ -205,3 +208,13 @@ RUN_RULES: list[Rule] = [
         _eval,
     ),
 ]
+
+
+def offpolicy_delta(threshold: float | None) -> float:
+    """grpokit's ``algo.offpolicy_delta`` for TRL's off_policy_mask_threshold. grpokit reads 0 as "off", TRL
+    as an active threshold (a sequence is dropped when its mean log-ratio is > 0): TRL's 0 becomes the smallest
+    positive float, 5e-324, as no float32 or bfloat16 log-ratio lies in (0, 5e-324] (and a float64 one only at
+    5e-324 itself), so ``drift > 5e-324`` drops exactly what ``drift > 0`` drops; None is off."""
+    if threshold is None:
+        return 0.0
+    return math.ulp(0.0) if threshold == 0 else float(threshold)

@@ -47,7 +47,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import assignable, attributes, best, hooks, overrides
+from . import assignable, attributes, best, callback_states, hooks, memory, overrides
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .checks import check_gated
@@ -132,6 +132,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             self.args, model, name, processing_class, peft_config, len(train_rows), is_stream(train_dataset), len(funcs)
         )
         apply_process_settings(self.args, model)
+        self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
+        self._memory_tracker.start()  # from __init__: the "init" stage (memory.py), once the arguments are checked
         self.cfg, self._reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
         self._reward_classes = reward_processing_classes
         self.eval_dataset = eval_dataset
@@ -155,6 +157,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
         self._init_trl_attributes(funcs)
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
+        memory.stop(self._memory_tracker, "init")
 
     def _device(self) -> str:
         """The run's device before the run is built: the CPU with use_cpu, else CUDA when there is one."""
@@ -208,7 +211,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._connect_bridge(trainer)
         if resume:
             self.bridge.state.global_step = trainer.updates
-            best.restore(self.bridge.state, Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}")
+            link = Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}"
+            best.restore(self.bridge.state, link)
+            if self.args.restore_callback_states_from_checkpoint:
+                callback_states.restore(self.bridge.state, self.bridge.user.callbacks, link)
             if (
                 self.args.ignore_data_skip
             ):  # transformers: the epochs trained count, the batches of this one are not skipped
@@ -237,6 +243,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         max_steps = self.cfg.optim.schedule_steps
         bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
+        callback_states.at_init(bridge.state, bridge.user.callbacks)
         return bridge
 
     def _connect_bridge(self, trainer) -> None:
@@ -258,6 +265,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             train_dataloader=row_loader(self._kwargs["train_rows"], per_step, a.num_generations),
             eval_dataloader=None,
         )
+        self.bridge.add_final = lambda metrics: memory.stop(self._memory_tracker, "train", metrics)
         # every entry goes through self.log, as transformers' loop calls it: a subclass's log sees each one
         self.bridge.emit = lambda logs, training=False: self.log(logs, self.bridge.start if training else None)
 
@@ -370,14 +378,17 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                     "run)"
                 )
             self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
-        trainer = self._get()
-        self._started = True  # from here the run's optimizer and sampler hold model, tokenizer, rewards
+        self._memory_tracker.start()  # from train(): the tracker's "train" stage, stopped into the final entry
         try:
+            trainer = self._get()
+            self._started = True  # from here the run's optimizer and sampler hold model, tokenizer, rewards
             self.summary = trainer.train()
         except RewardError as exc:  # one sentence naming the function and the row; GRPOKIT_DEBUG=1 keeps the traceback
             if os.environ.get("GRPOKIT_DEBUG"):
                 raise
             raise RewardError(str(exc)) from None
+        finally:
+            memory.abandon(self._memory_tracker, "train")  # stopped already unless train() failed
         if self.args.push_to_hub and not self.summary.get("interrupted"):  # a signal stopped it: a checkpoint, no push
             self.push_to_hub()
         final = self.bridge.final
@@ -388,8 +399,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     ) -> dict[str, float]:
         """TRL's evaluation (grpokit/trl/evaluation.py): logged to log_history, passed to on_evaluate, returned.
         A dict of datasets is evaluated one by one, each under ``<prefix>_<name>``, as transformers."""
-        from .evaluation import evaluate
-
         data = self.eval_dataset if eval_dataset is None else eval_dataset
         if data is None:
             raise ConfigError("evaluate() needs an eval_dataset (pass one to GRPOTrainer or to evaluate())")
@@ -398,8 +407,20 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             for name, split in data.items():
                 out.update(self.evaluate(split, ignore_keys, f"{metric_key_prefix}_{name}"))
             return out
-        trainer, a = self._get(), self.args
+        a = self.args
         check_gated(a, ("per_device_eval_batch_size", "num_generations_eval"), read=True)  # read whatever eval_strategy
+        self._memory_tracker.start()  # from evaluate(): the "eval" stage (inside train() it is train's)
+        try:
+            return self._evaluate_rows(data, metric_key_prefix)
+        except BaseException:
+            memory.abandon(self._memory_tracker, "eval")
+            raise
+
+    def _evaluate_rows(self, data: Any, metric_key_prefix: str) -> dict[str, float]:
+        """evaluate() on one dataset (its memory stage started): the metrics logged, on_evaluate, returned."""
+        from .evaluation import evaluate
+
+        trainer, a = self._get(), self.args
         rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
         prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
         # transformers hands callbacks the eval loader from the first evaluation on
@@ -418,6 +439,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
         finally:
             self._evaluating = False
+        memory.stop(self._memory_tracker, "eval", metrics)
         self.log(metrics)
         self.bridge.user("on_evaluate", metrics=metrics)
         return {**metrics, "epoch": self.state.epoch}

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import callback_states
 from .checkpoint_links import name_checkpoint
 from .inputs import push_folder
 
@@ -45,7 +46,10 @@ class TrainerFiles:
         return self._write_model_card(Path(self.cfg.train.out))
 
     def _name_checkpoint(self, path: Path, step: int) -> None:
-        """TRL's ``output_dir/checkpoint-N`` for grpokit's checkpoint ``path`` (checkpoint_links.py)."""
+        """TRL's ``output_dir/checkpoint-N`` for grpokit's checkpoint ``path`` (checkpoint_links.py), its
+        trainer_state.json with the callbacks' states (callback_states.py)."""
+        stop = self.bridge.user.control.should_training_stop or step >= self.state.max_steps
+        callback_states.at_save(self.state, self.bridge.user.callbacks, stop)
         name_checkpoint(
             path, step, Path(self.cfg.train.out), self.state, self._saved_steps, self.accelerator.is_main_process
         )
