@@ -27,6 +27,18 @@ def test_offpolicy_masking_deepseek_v32():
     assert m["offpolicy/masked_sequences"] == 1.0
 
 
+def test_offpolicy_masking_reads_a_nan_log_ratio_as_no_drift_and_ignores_padding():
+    # seq 0: drifts (1.0 - 0) and (nan -> 0): mean 0.5 > 0.1 -> masked (a NaN poisoned the sum before: kept)
+    # seq 1: a NaN on a padded position only: drift 0.0 (its one real token) -> kept
+    logp = torch.zeros(2, 2)
+    old = torch.tensor([[1.0, float("nan")], [0.0, float("nan")]])
+    adv = torch.full((2, 2), -1.0)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    assert offpolicy_sequences(logp, old, adv, mask, 0.1).tolist() == [True, False]
+    old[1, 0] = 0.3  # 0.3 > 0.1 on its real token: the padded NaN does not hide it
+    assert offpolicy_sequences(logp, old, adv, mask, 0.1).tolist() == [True, True]
+
+
 def test_entropy_token_mask_keeps_top_fraction_of_real_tokens():
     # real entropies 0.1 0.5 0.9 | 0.3 0.7 (the 5.0 is padding and must not count)
     # sorted [0.1, 0.3, 0.5, 0.7, 0.9]; the 0.6 quantile sits at index 2.4 -> 0.5 + 0.4 * 0.2 = 0.58

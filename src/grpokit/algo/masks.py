@@ -32,7 +32,9 @@ def offpolicy_sequences(
     """
     mask = mask_NT.to(logp_NT.dtype)
     n_N = mask.sum(dim=1).clamp(min=1)
-    drift_N = ((old_logp_NT - logp_NT) * mask).sum(dim=1) / n_N
+    # a NaN log-ratio (a position nobody scored) counts as no drift, as TRL's mask does; padding never counts
+    diff = torch.nan_to_num(old_logp_NT - logp_NT, nan=0.0, posinf=torch.inf, neginf=-torch.inf)
+    drift_N = torch.where(mask > 0, diff, torch.zeros_like(diff)).sum(dim=1) / n_N
     adv_N = (adv_NT * mask).sum(dim=1) / n_N
     return (adv_N < 0) & (drift_N > delta)
 
