@@ -86,27 +86,6 @@ def grpokit_doctor(run: Path, tools: Path) -> list[tuple[str, str]]:
     return [(f["code"], f["level"]) for f in json.loads(out.stdout)["findings"]]
 
 
-def rldoctor(run: Path, tools: Path) -> list[tuple[str, str]]:
-    env = os.environ | {"PYTHONPATH": str(tools)}
-    out = subprocess.run(
-        [sys.executable, str(tools / "bin" / "rldoctor"), "diagnose", str(run / "metrics.jsonl"), "-f", "json"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    try:
-        report = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return [("(did not run: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80] + ")", "error")]
-    found = report.get("findings", report) if isinstance(report, dict) else report
-    return [
-        (str(f.get("detector") or f.get("id") or f.get("title")), str(f.get("severity", "warning")).lower())
-        for f in found
-    ]
-
-
-# Run inside the tools' folder (their dependencies are not grpokit's): fill rlprobe's recording and
-# rlwatch's store from a grpokit metrics.jsonl, the way each one's own API is fed.
 CONVERT = r"""
 import json, sys
 from pathlib import Path
@@ -146,68 +125,66 @@ else:
 """
 
 
-def _converted(tool: str, run: Path, tools: Path, dst: Path) -> subprocess.CompletedProcess:
+class ToolFailed(Exception):
+    """A tool that did not run, or whose input could not be converted: its one line for the table."""
+
+
+def _tool_json(tools: Path, argv: list[str]) -> object:
+    """Run one of the other tools' command lines (installed under ``tools``) and read its JSON answer."""
     env = os.environ | {"PYTHONPATH": str(tools)}
-    return subprocess.run(
-        [sys.executable, "-c", CONVERT, tool, str(run), str(dst)], env=env, capture_output=True, text=True
+    out = subprocess.run(
+        [sys.executable, str(tools / "bin" / argv[0]), *argv[1:]], env=env, capture_output=True, text=True
     )
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        raise ToolFailed("(did not run: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80] + ")") from None
+
+
+def _convert(kind: str, run: Path, tools: Path, dst: Path) -> None:
+    """Write the run as the tool ``kind`` reads it (CONVERT, in the tools' own environment) into ``dst``."""
+    env = os.environ | {"PYTHONPATH": str(tools)}
+    cmd = [sys.executable, "-c", CONVERT, kind, str(run), str(dst)]
+    conv = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if conv.returncode:
+        raise ToolFailed("(conversion failed: " + conv.stderr.strip().splitlines()[-1][:80] + ")")
+
+
+def _found(found: object, key: str, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(name, level) of each finding of a tool's JSON (a list, or a dict holding the list at ``key``)."""
+    found = found.get(key, []) if isinstance(found, dict) else found
+    return [
+        (str(next((f.get(n) for n in names if f.get(n)), None)), str(f.get("severity", "warning")).lower())
+        for f in found
+    ]
+
+
+def rldoctor(run: Path, tools: Path) -> list[tuple[str, str]]:
+    report = _tool_json(tools, ["rldoctor", "diagnose", str(run / "metrics.jsonl"), "-f", "json"])
+    return _found(report, "findings", ("detector", "id", "title"))
 
 
 def rlprobe(run: Path, tools: Path) -> list[tuple[str, str]]:
     dst = run.parent / "_converted" / "rlprobe" / run.name
     if not dst.exists():
-        conv = _converted("rlprobe", run, tools, dst)
-        if conv.returncode:
-            return [("(conversion failed: " + conv.stderr.strip().splitlines()[-1][:80] + ")", "error")]
-    env = os.environ | {"PYTHONPATH": str(tools)}
-    out = subprocess.run(
-        [sys.executable, str(tools / "bin" / "rlprobe"), "doctor", str(dst), "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    try:
-        found = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return [("(did not run: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80] + ")", "error")]
-    found = found.get("findings", found) if isinstance(found, dict) else found
-    return [
-        (
-            str(f.get("signature_id") or f.get("detector") or f.get("id") or f.get("title")),
-            str(f.get("severity", "warning")).lower(),
-        )
-        for f in found
-    ]
+        _convert("rlprobe", run, tools, dst)
+    found = _tool_json(tools, ["rlprobe", "doctor", str(dst), "--json"])
+    return _found(found, "findings", ("signature_id", "detector", "id", "title"))
 
 
 def rlwatch(run: Path, tools: Path) -> list[tuple[str, str]]:
     dst = run.parent / "_converted" / "rlwatch"
-    conv = _converted("rlwatch", run, tools, dst)
-    if conv.returncode:
-        return [("(conversion failed: " + conv.stderr.strip().splitlines()[-1][:80] + ")", "error")]
-    env = os.environ | {"PYTHONPATH": str(tools)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(tools / "bin" / "rlwatch"),
-            "diagnose",
-            "--log-dir",
-            str(dst),
-            "--run-id",
-            run.name,
-            "--format",
-            "json",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    _convert("rlwatch", run, tools, dst)
+    argv = ["rlwatch", "diagnose", "--log-dir", str(dst), "--run-id", run.name, "--format", "json"]
+    report = _tool_json(tools, argv)
+    return _found(report if isinstance(report, dict) else {"alerts": report}, "alerts", ("detector",))
+
+
+def _findings(tool, run: Path, tools: Path) -> list[tuple[str, str]]:
     try:
-        report = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return [("(did not run: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80] + ")", "error")]
-    alerts = report.get("alerts", []) if isinstance(report, dict) else report
-    return [(str(a.get("detector")), str(a.get("severity", "warning")).lower()) for a in alerts]
+        return tool(run, tools)
+    except ToolFailed as e:
+        return [(str(e), "error")]
 
 
 TOOLS = {"grpokit doctor": grpokit_doctor, "rldoctor": rldoctor, "rlprobe": rlprobe, "rlwatch": rlwatch}
@@ -249,7 +226,7 @@ def main() -> None:
         if not (run / "metrics.jsonl").is_file():
             print(f"{name}: no run (training failed?)", flush=True)
             continue
-        found = {tool: fn(run, args.tools) for tool, fn in TOOLS.items()}
+        found = {tool: _findings(fn, run, args.tools) for tool, fn in TOOLS.items()}
         table.append(
             {
                 "run": name,
