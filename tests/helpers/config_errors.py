@@ -16,3 +16,15 @@ def optim_error(overrides: dict) -> str:
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     return str(e.value)
+
+
+def section_error(**sections: dict) -> str:
+    """The message of validating a default Config with fields of several sections set:
+    ``section_error(rollout={"async_staleness": 1}, env={"tools": ["python"]})``."""
+    cfg = Config()
+    for section, fields in sections.items():
+        for name, value in fields.items():
+            setattr(getattr(cfg, section), name, value)
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    return str(e.value)
