@@ -211,12 +211,20 @@ def test_make_test_installs_chromium_before_the_tests() -> None:
     assert "apt-get install" in script and "chromium" in script
 
 
-SLOW_REWARD = """import time
+SLOW_REWARD = """import os, pathlib, time
+
+DEADLINE = time.monotonic() + 120
+
 
 def slow(completions, **kwargs):
-    time.sleep(0.03)  # a slow verifier (called per group): the run lasts long enough to be watched
+    # a verifier that waits, once the run has logged a step, until the test has seen the watcher's live
+    # page (120 s at most in all): the run is watched in progress however slowly the watcher starts
+    logged, seen = pathlib.Path(os.environ["RUN_METRICS"]), pathlib.Path(os.environ["SEEN_LIVE"])
+    while logged.exists() and not seen.exists() and time.monotonic() < DEADLINE:
+        time.sleep(0.05)
     return [0.0] * len(completions)
 """
+WATCHED_STEPS = 6
 
 
 def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
@@ -224,10 +232,12 @@ def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
     reload and fewer steps than the end; once the run writes summary.json the watcher writes the whole
     run without the reload and exits on its own."""
     (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    run, out, seen = tmp_path / "run", tmp_path / "live.html", tmp_path / "seen-live"
     env = os.environ | {
-        "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+        "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p),
+        "RUN_METRICS": str(run / "metrics.jsonl"),
+        "SEEN_LIVE": str(seen),
     }
-    run, out = tmp_path / "run", tmp_path / "live.html"
     grpokit = [sys.executable, "-m", "grpokit"]
     log = tmp_path / "train.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and a full one blocks it
     with open(log, "w") as sink:
@@ -237,7 +247,7 @@ def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
                 "train",
                 "--out",
                 str(run),
-                "train.steps=25",
+                f"train.steps={WATCHED_STEPS}",
                 "data.eval_size=8",
                 "reward.functions=[task,slow_reward:slow]",
             ],
@@ -263,14 +273,15 @@ def test_watch_follows_a_real_run_until_it_ends(tmp_path: Path) -> None:
                 data = _data(out.read_text())
                 if data["live"] == {"refresh_s": 0.5}:
                     live_steps.append(len(data["runs"][0]["steps"]))
+                    seen.touch()  # the run may go on to its end
             time.sleep(0.3)
         assert train.wait(timeout=60) == 0, log.read_text()
         assert watcher.wait(timeout=60) == 0, watcher.communicate()  # stops by itself once the run has ended
     finally:
         train.kill()
-    assert live_steps and min(live_steps) < 25, live_steps  # seen in progress
+    assert live_steps and min(live_steps) < WATCHED_STEPS, live_steps  # seen in progress
     final = _data(out.read_text())
-    assert final["live"] is None and final["runs"][0]["steps"] == list(range(1, 26))
+    assert final["live"] is None and final["runs"][0]["steps"] == list(range(1, WATCHED_STEPS + 1))
 
 
 def test_a_resumed_run_reads_in_progress_until_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,8 @@ train are marked slow. Each runs torch on one thread (on a shared 2-core machine
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -129,15 +131,29 @@ def train(model_dir, out, *overrides, quiet=True):
     return tr, tr.train()
 
 
+@pytest.fixture(scope="module")
+def static_run(smollm2_dir, tmp_path_factory):
+    """(trainer, run folder, console output) of one run with the static engine, shared by the tests that
+    only read it: the static case of the log-prob agreement, and the checkpoint and evaluation checks."""
+    out, printed = tmp_path_factory.mktemp("static") / "run", io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        tr, _ = train(smollm2_dir, out, "rollout.engine=static", quiet=False)
+    return tr, out, printed.getvalue()
+
+
 def _step(out):
     return next(json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in line)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["static", "dynamic"])
-def test_sampler_and_trainer_logprobs_agree_and_truncation_is_counted(smollm2_dir, tmp_path, engine):
-    train(smollm2_dir, tmp_path / "run", f"rollout.engine={engine}")
-    m = _step(tmp_path / "run")
+def test_sampler_and_trainer_logprobs_agree_and_truncation_is_counted(smollm2_dir, tmp_path, engine, request):
+    if engine == "static":
+        run = request.getfixturevalue("static_run")[1]
+    else:
+        run = tmp_path / "run"
+        train(smollm2_dir, run, f"rollout.engine={engine}")
+    m = _step(run)
     # the decode loop's log-probs (a KV cache, one position at a time) against the update's full forward
     # (chunked, 49,152-way softmax), float32: equal to ~1e-5 per token
     assert m["mismatch/logp_abs_diff_max"] < 1e-3 and m["mismatch/k3_kl"] < 1e-6, m
@@ -155,15 +171,14 @@ def test_generate_engine_has_no_sampling_logprobs_to_compare(smollm2_dir, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_checkpoint_loads_in_transformers_and_evaluation_shows_progress(smollm2_dir, tmp_path, capsys):
+def test_a_checkpoint_loads_in_transformers_and_evaluation_shows_progress(smollm2_dir, static_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tr, _ = train(smollm2_dir, tmp_path / "run", quiet=False)
-    out = capsys.readouterr().out
+    tr, run, out = static_run
     # the held-out evaluation before the first step (and after the last) says what it does and how far it is
     assert "grpokit: held-out evaluation: 2 prompts, greedy, up to 6 new tokens" in out
     assert out.count("grpokit: held-out evaluation: 2/2 prompts, accuracy so far") == 2
-    ckpt = next((tmp_path / "run" / "checkpoints").iterdir()) / "model"
+    ckpt = next((run / "checkpoints").iterdir()) / "model"
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(ckpt)
     assert tok.chat_template and (tok.eos_token_id, tok.pad_token_id) == (EOS, EOS)

@@ -3,7 +3,8 @@
 Both libraries run their own GRPOTrainer for one step on the same two chat prompts, with the same fixed
 completions from a ``rollout_func`` (one ends on EOS, two are cut at the token limit, one is shorter and
 padded with the pad token, which is also the EOS token) and
-the same reward (the completion's length in tokens), in float32 (each run loads the model afresh). Compared:
+the same reward (the completion's length in tokens), in float32 (each run loads the model afresh; gradient
+checkpointing, TRL's default, in the grpo run only). Compared:
 
 * the per-token log-probabilities of the completion tokens in the update's forward (grpokit's chunked,
   prompt-sharing ``completion_logprobs`` against TRL's ``_get_per_token_logps_and_entropies``),
@@ -36,11 +37,14 @@ COMPLETIONS = {
 }
 MAX_LEN = 10  # "13" + EOS is 3 tokens; the first of prompt 0 (+ EOS) and the second of prompt 1 are cut at 10; "Let me
 # think ..." is 9 tokens without EOS, so TRL pads it with the pad id, which is SmolLM2's EOS id
+# grpo runs with TRL's default gradient checkpointing; the others without it (the same values, a third less
+# work: the recomputed forward of every layer)
+NO_CHECKPOINTING = dict(gradient_checkpointing=False)
 VARIANTS = {
     "grpo": dict(loss_type="grpo"),
-    "dapo": dict(loss_type="dapo"),
-    "dr_grpo": dict(loss_type="dr_grpo"),
-    "gspo": dict(loss_type="grpo", importance_sampling_level="sequence"),
+    "dapo": dict(loss_type="dapo", **NO_CHECKPOINTING),
+    "dr_grpo": dict(loss_type="dr_grpo", **NO_CHECKPOINTING),
+    "gspo": dict(loss_type="grpo", importance_sampling_level="sequence", **NO_CHECKPOINTING),
 }
 
 

@@ -11,7 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from grpokit.config.io import apply_overrides, describe_fields, load_yaml
+import yaml
+
+from grpokit.config.io import _sections, apply_overrides, describe_fields, load_yaml, strict_yaml
 from grpokit.config.sections import Config, ConfigError
 
 from . import errors
@@ -89,6 +91,20 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
+def has_grpokit_sections(path: str) -> bool:
+    """The config file is a mapping with one of grpokit's sections at its top, so not TRL-style: the TRL
+    layer need not be imported to tell (its imports, transformers' Trainer and peft, take seconds at every
+    start). A key given twice is refused here with the sentence the TRL-style reader would give."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        data = strict_yaml(p.read_text(), f"config file {str(p)!r}")
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and any(k in _sections() for k in data)
+
+
 def holds_run(run_dir: Path) -> bool:
     """A run was started in ``run_dir`` (its config.yaml, or checkpoints: then a missing config.yaml is refused)."""
     from grpokit.train.resume import CONFIG_FILE, has_checkpoints
@@ -99,7 +115,7 @@ def holds_run(run_dir: Path) -> bool:
 def cmd_train(argv: list[str]) -> int:
     """``grpokit train``: a grpokit config (or a TRL-style YAML) becomes a run; its outcome in one line."""
     args = train_parser().parse_args(argv)
-    if args.config and not args.preset:
+    if args.config and not args.preset and not has_grpokit_sections(args.config):
         from grpokit.trl import script as trl_yaml
 
         data = trl_yaml.read(args.config)
