@@ -1,0 +1,94 @@
+"""Asynchronous rollout (rollout.async_staleness=1, the sampler thread) on two gloo ranks equals one process.
+
+Each rank samples its slice of the step's prompts with its own snapshots, as rollout/async_plan.py says. The
+rollout is scripted as in tests/train/test_distributed.py (completions that depend only on the prompt and the
+sample index: the ranks' generators differ by design), but its sampling log-probabilities are the snapshot's
+own log-probabilities of those tokens: the importance weights (TIS) then depend on which weights version
+sampled the batch, so a rank sampling with another version than the schedule's gives another update.
+"""
+
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from helpers.distributed import OVER, scripted_generate
+
+ASYNC = {**OVER, "train.steps": 3, "rollout.async_staleness": 1}
+KEYS = ("loss", "grad_norm", "kl", "reward", "advantages/std", "tis/ratio_max", "rollout/staleness")
+
+
+def versioned_generate(model, prompt_ids, group_size, params, **kw):
+    """``scripted_generate``'s tokens, with ``model``'s log-probabilities of them (one sequence at a time:
+    the same numbers whatever the batch)."""
+    ro = scripted_generate(model, prompt_ids, group_size, params, **kw)
+    with torch.no_grad():
+        for i, toks in enumerate(ro.completion_ids):
+            prompt = list(prompt_ids[i // group_size])
+            logits = model(torch.tensor([prompt + toks])).logits[0, len(prompt) - 1 : -1].float()
+            lp = torch.log_softmax(logits / params.temperature, -1).gather(1, torch.tensor(toks)[:, None])
+            ro.sampling_logprobs[i] = lp[:, 0].tolist()
+    return ro
+
+
+def run(model_dir, out, over):
+    import grpokit.rollout.engine as engine_mod  # the hf engine (and the async thread) sample with it
+    from helpers.runs import make
+
+    real, engine_mod.generate = engine_mod.generate, versioned_generate
+    try:
+        tr = make(model_dir, out, **over)
+        tr.train()
+    finally:
+        engine_mod.generate = real
+    return {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+
+
+def _worker(rank, world, init_file, model_dir, out, result_file, over):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )  # a collective mismatch fails instead of hanging
+    try:
+        weights = run(model_dir, out, over)
+        if rank == 0:
+            torch.save(weights, result_file)
+    finally:
+        dist.destroy_process_group()
+
+
+def steps(run_dir):
+    import json
+
+    return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+
+
+def test_async_on_two_gloo_ranks_equals_one_process(tiny_model_dir, tmp_path):
+    result = tmp_path / "rank0.pt"
+    mp.spawn(
+        _worker,
+        args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), ASYNC),
+        nprocs=2,
+        join=True,
+    )
+    two = torch.load(result)
+    one = run(tiny_model_dir, tmp_path / "one", ASYNC)
+    for n in one:  # the ranks sum their gradients in another order than one process: float noise only
+        assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())
+    m1, m2 = steps(tmp_path / "one"), steps(tmp_path / "two")
+    assert len(m1) == len(m2) == 3
+    for a, b in zip(m1, m2):
+        for key in KEYS:
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+        # a token mean per rank, averaged over the ranks (train/distributed.py reduce_metrics): near, not equal
+        assert a["tis/logp_abs_diff_mean"] == pytest.approx(b["tis/logp_abs_diff_mean"], rel=1e-2, abs=1e-6)
+        assert b["time/waiting_for_stragglers"] >= 0
+    assert [m["rollout/staleness"] for m in m2] == [0, 1, 1]  # the rule: min(j, s) updates old
+    assert m2[2]["tis/logp_abs_diff_mean"] > 1e-2  # a stale batch: the weights version shows in the ratio
+
+    # guard: sampled synchronously (every batch by the newest weights) the same run ends elsewhere, so the
+    # equality above checks that each rank samples with the schedule's version
+    sync = run(tiny_model_dir, tmp_path / "sync", {**ASYNC, "rollout.async_staleness": 0})
+    assert max((sync[n] - one[n]).abs().max().item() for n in one) > 1e-4
