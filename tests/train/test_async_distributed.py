@@ -1,4 +1,5 @@
-"""Asynchronous rollout (rollout.async_staleness=1, the sampler thread) on two gloo ranks equals one process.
+"""Asynchronous rollout (rollout.async_staleness=1, the sampler thread) on two gloo ranks equals one process,
+and a 2-rank async run interrupted after a checkpoint and resumed equals the uninterrupted one bit for bit.
 
 Each rank samples its slice of the step's prompts with its own snapshots, as rollout/async_plan.py says. The
 rollout is scripted as in tests/train/test_distributed.py (completions that depend only on the prompt and the
@@ -33,13 +34,33 @@ def versioned_generate(model, prompt_ids, group_size, params, **kw):
     return ro
 
 
-def run(model_dir, out, over):
+class Stop(Exception):
+    pass
+
+
+def run(model_dir, out, over, resume=None, stop_at=0):
+    """Train with the versioned scripted rollout; ``stop_at`` > 0 stops right after that step's checkpoint
+    (an interruption on every rank), ``resume`` continues a run folder."""
     import grpokit.rollout.engine as engine_mod  # the hf engine (and the async thread) sample with it
-    from helpers.runs import make
+    from grpokit.train import Trainer
+    from helpers.runs import ROWS, likes_a, tiny_cfg
 
     real, engine_mod.generate = engine_mod.generate, versioned_generate
     try:
-        tr = make(model_dir, out, **over)
+        cfg = tiny_cfg(model_dir, out, **over)
+        cfg.data.dataset = ""  # rows are passed directly
+        tr = Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:4], resume=resume, quiet=True)
+        if stop_at:
+            save = tr.save
+
+            def save_then_stop(*args):
+                path = save(*args)
+                if tr.step == stop_at:
+                    tr.engine.close()
+                    raise Stop
+                return path
+
+            tr.save = save_then_stop
         tr.train()
     finally:
         engine_mod.generate = real
@@ -52,9 +73,17 @@ def _worker(rank, world, init_file, model_dir, out, result_file, over):
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
     )  # a collective mismatch fails instead of hanging
     try:
-        weights = run(model_dir, out, over)
+        weights = run(model_dir, out / "two", over)
+        # interrupted right after the step-1 checkpoint (batch 1 in flight, sampled by snapshot 0, which the
+        # checkpoint keeps; batch 2 by the checkpoint's own weights), then resumed on 2 ranks
+        cut = {**over, "train.save_every": 1}
+        try:
+            run(model_dir, out / "cut", cut, stop_at=1)
+        except Stop:
+            pass
+        resumed = run(model_dir, out / "cut", cut, resume=out / "cut")
         if rank == 0:
-            torch.save(weights, result_file)
+            torch.save({"two": weights, "resumed": resumed}, result_file)
     finally:
         dist.destroy_process_group()
 
@@ -65,15 +94,23 @@ def steps(run_dir):
     return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
 
 
-def test_async_on_two_gloo_ranks_equals_one_process(tiny_model_dir, tmp_path):
+@pytest.mark.slow
+def test_async_on_two_gloo_ranks_equals_one_process_and_resumes_exactly(tiny_model_dir, tmp_path):
     result = tmp_path / "rank0.pt"
     mp.spawn(
         _worker,
-        args=(2, str(tmp_path / "init"), str(tiny_model_dir), str(tmp_path / "two"), str(result), ASYNC),
+        args=(2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path, str(result), ASYNC),
         nprocs=2,
         join=True,
     )
-    two = torch.load(result)
+    saved = torch.load(result)
+    two = saved["two"]
+    for n in two:  # the exact resume of the async path on 2 ranks: bit for bit
+        assert torch.equal(two[n], saved["resumed"][n]), n
+    volatile = ("time/", "tokens_per_second", "rollout/tokens_per_second")
+    assert [{k: v for k, v in m.items() if not k.startswith(volatile)} for m in steps(tmp_path / "cut")] == [
+        {k: v for k, v in m.items() if not k.startswith(volatile)} for m in steps(tmp_path / "two")
+    ]
     one = run(tiny_model_dir, tmp_path / "one", ASYNC)
     for n in one:  # the ranks sum their gradients in another order than one process: float noise only
         assert torch.allclose(one[n], two[n], atol=1e-6, rtol=1e-5), (n, (one[n] - two[n]).abs().max().item())
