@@ -129,3 +129,71 @@ def test_async_on_two_gloo_ranks_equals_one_process_and_resumes_exactly(tiny_mod
     # equality above checks that each rank samples with the schedule's version
     sync = run(tiny_model_dir, tmp_path / "sync", {**ASYNC, "rollout.async_staleness": 0})
     assert max((sync[n] - one[n]).abs().max().item() for n in one) > 1e-4
+
+
+# ------------------------------------------------------------------ a rank's sampler that dies or hangs
+
+
+def _hanging_worker(rank, world, init_file, model_dir, out):
+    """Rank 1's sampler hangs on its second batch (a sleep no deadline of its own ends)."""
+    import time
+
+    import grpokit.rollout.engine as engine_mod
+
+    calls = []
+
+    def hang_on_rank_1(model, prompt_ids, group_size, params, **kw):
+        calls.append(1)
+        if rank == 1 and len(calls) > 1:
+            time.sleep(600)
+        return scripted_generate(model, prompt_ids, group_size, params, **kw)
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+    )
+    engine_mod.generate = hang_on_rank_1
+    from helpers.runs import make
+
+    try:
+        make(model_dir, out / f"r{rank}", **{**ASYNC, "rollout.async_timeout_s": 2}).train()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_rank_whose_sampler_hangs_stops_the_run_in_one_sentence_naming_it(tiny_model_dir, tmp_path):
+    """Rank 1 misses rollout.async_timeout_s and stops with a sentence naming it, long before the
+    collective's own timeout (120 s): the other rank is not left waiting in its barrier."""
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(mp.ProcessRaisedException) as info:
+        mp.spawn(_hanging_worker, args=(2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path), nprocs=2, join=True)
+    assert time.monotonic() - t0 < 100
+    msg = str(info.value)
+    assert "RolloutWorkerError: the background rollout thread of rank 1 did not finish batch 1" in msg, msg[-800:]
+    assert "rollout.async_timeout_s=2 s" in msg
+
+
+def test_a_dead_sampler_thread_names_its_rank(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from grpokit.rollout.async_ import AsyncRollout
+    from grpokit.rollout.engine import HFEngine
+
+    def dies(sampler, prompts):
+        raise ValueError("boom")
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    hf = HFEngine(eos_token_ids={0}, pad_token_id=0, decode=str, generator=torch.Generator())
+    eng = AsyncRollout(
+        model, 0, dies, lambda n: list(range(n)), hf=hf, prompts_per_step=4, group_size=2, max_staleness=1,
+        device=torch.device("cpu"), seed=1, timeout_s=30, rank=1, world_size=2,
+    )  # fmt: skip
+    try:
+        with pytest.raises(RuntimeError, match=r"the background rollout thread of rank 1 failed: ValueError\('boom'\)"):
+            eng.prefetched(2, 2)
+        assert eng.plan.local(0) == [2, 3]  # rank 1 of 2: the second half of the global prompts
+    finally:
+        eng.close()

@@ -114,7 +114,7 @@ class AsyncRollout:
         self.last_staleness, self.waited = (0.0, 0), 0.0  # (mean, max) over the last batch's tokens
         self.straggled = 0.0  # seconds the last take waited for the other ranks' batches
         self.error: BaseException | None = None
-        self.stopped = False
+        self.stopped = self.hung = False
         self.thread = threading.Thread(target=self._produce, name="grpokit-async-rollout", daemon=True)
         self.thread.start()
 
@@ -154,6 +154,7 @@ class AsyncRollout:
             if self.error is not None:
                 raise RuntimeError(f"{self._who()} failed: {self.error!r}") from self.error
             if not got:
+                self.hung = True
                 raise RolloutWorkerError(
                     f"{self._who()} did not finish batch {k} within rollout.async_timeout_s={self.timeout_s:g} s "
                     "(hung or too slow; raise rollout.async_timeout_s if it is only slow)"
@@ -226,4 +227,4 @@ class AsyncRollout:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self.thread.join(timeout=60)
+        self.thread.join(timeout=0 if self.hung else 60)  # a hung thread (a daemon) is left to the exit
