@@ -197,3 +197,37 @@ def test_a_dead_sampler_thread_names_its_rank(tiny_model_dir):
         assert eng.plan.local(0) == [2, 3]  # rank 1 of 2: the second half of the global prompts
     finally:
         eng.close()
+
+
+# ------------------------------------------------------------------ worker processes on several ranks
+
+
+def _thread_and_workers(rank, world, init_file, model_dir, out):
+    """Real sampling: each rank's thread, then each rank's rollout worker process, on the same schedule."""
+    from helpers.runs import make
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+    )
+    try:
+        got = {}
+        for name, extra in (("thread", {}), ("workers", {"rollout.async_workers": 1})):
+            tr = make(model_dir, out / name, **{**ASYNC, "train.steps": 2, **extra})
+            tr.train()
+            got[name] = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+        if rank == 0:
+            torch.save(got, out / "rank0.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_rollout_workers_on_two_ranks_sample_what_the_threads_sample(tiny_model_dir, tmp_path):
+    """rollout.async_workers=1 on each of 2 ranks: a worker process per rank samples that rank's slice with
+    that rank's seed, so the run equals the 2-rank thread run bit for bit (real sampling, no script)."""
+    mp.spawn(_thread_and_workers, args=(2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path), nprocs=2, join=True)
+    got = torch.load(tmp_path / "rank0.pt")
+    for n in got["thread"]:
+        assert torch.equal(got["thread"][n], got["workers"][n]), n
+    assert steps(tmp_path / "workers")[1]["rollout/staleness"] == 1
