@@ -231,3 +231,18 @@ def test_rollout_workers_on_two_ranks_sample_what_the_threads_sample(tiny_model_
     for n in got["thread"]:
         assert torch.equal(got["thread"][n], got["workers"][n]), n
     assert steps(tmp_path / "workers")[1]["rollout/staleness"] == 1
+
+
+def test_fsdp_with_async_is_refused_in_one_sentence(monkeypatch):
+    from grpokit.config import Config, ConfigError
+    from grpokit.train.distributed import DistContext
+    from grpokit.train.world_check import check_world
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # as under torchrun
+    cfg = Config()
+    cfg.train.fsdp, cfg.train.prompts_per_step, cfg.rollout.async_staleness = True, 4, 1
+    for k in (1, 2):
+        with pytest.raises(ConfigError, match=r"rollout.async_staleness=1 does not run with train.fsdp=true"):
+            check_world(cfg, DistContext(world_size=k, fsdp=True))
+    cfg.train.fsdp = False
+    check_world(cfg, DistContext(world_size=2))  # async on 2 data-parallel ranks: accepted
