@@ -111,10 +111,12 @@ class RolloutConfig:
     and the run stays deterministic."""
     async_workers: int = 0
     """With async_staleness > 0: 0 samples in a thread of the trainer's process; N >= 1 in N worker processes
-    (rollout/async_process.py; one turn, CPU, one trainer rank), weights passed as shared-memory tensors."""
+    (rollout/async_process.py; one turn, CPU; with several trainer ranks, N per rank), weights passed as
+    shared-memory tensors."""
     async_timeout_s: float = 600.0
     """Deadline, in seconds, of a rollout worker's start, of each weight sync and of each batch it samples; a
-    worker that misses one is a fault (async_worker_fault)."""
+    worker that misses one is a fault (async_worker_fault). The sampler thread's: the trainer waits at most this
+    long for a step's batch, then stops the run in one sentence (naming the rank under torchrun)."""
     async_worker_fault: str = "stop"
     """What a rollout worker's fault (it died, hung, failed or returned a malformed batch) does: stop (the run
     ends with one sentence naming the worker) or drop (the worker is removed, another one samples its batch;

@@ -18,6 +18,12 @@ model's frozen parameters (nn/models.py ``sampling_snapshot``): with LoRA only t
 ``rollout/weight_sync_bytes`` says how many bytes each sync moved. rollout/async_process.py runs the same
 schedule in worker processes (``rollout.async_workers``). With ``partial_tokens`` > 0 a batch's decode picks
 up newer versions every that many tokens (rollout/partial.py's rule); staleness is then logged per token.
+
+Several trainer ranks: each rank runs its own thread on its own snapshots and samples its slice of the
+global prompts (async_plan.py). The thread never calls a collective; the trainer's thread waits for its
+batch with a deadline (``timeout_s``: a dead or hung sampler stops the run in one sentence naming the rank,
+before the other ranks' collectives could time out) and then for the other ranks (``wait_ranks``, a
+barrier: ``time/waiting_for_stragglers``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Callable
 import torch
 
 from .async_plan import AsyncPlan, batch_generator
+from .async_workers import RolloutWorkerError
 from .engine import HFEngine, TurnSampler
 from .partial import check_staleness, generate_partial, segment_version
 
@@ -73,14 +80,21 @@ class AsyncRollout:
         seed: int,
         resume_state: dict | None = None,
         partial_tokens: int = 0,
+        timeout_s: float = 0.0,
+        rank: int = 0,
+        world_size: int = 1,
+        wait_ranks: Callable[[], None] = lambda: None,
     ):
         """``model`` is the policy after ``step`` updates; ``sample(turn_sampler, prompts)`` runs one
         batch's episodes (the trainer's own episode loop) with this engine's turn sampler, ``next_batch(n)``
-        draws n fresh prompts, ``resume_state`` is a checkpoint's ``state_dict()`` and ``partial_tokens``
-        is rollout.async_partial_tokens."""
+        draws n fresh global prompts (``prompts_per_step``: every rank's), ``seed`` is this rank's,
+        ``resume_state`` is a checkpoint's ``state_dict()``, ``partial_tokens`` is rollout.async_partial_tokens,
+        ``timeout_s`` (rollout.async_timeout_s; 0: none) bounds the wait for a batch and ``wait_ranks``
+        returns once every rank has its batch."""
         self.sample, self.hf, self.device, self.seed = sample, hf, device, seed
-        self.partial_tokens = partial_tokens
-        self.n, self.G, self.max_staleness = prompts_per_step, group_size, max_staleness
+        self.partial_tokens, self.timeout_s, self.rank, self.wait_ranks = partial_tokens, timeout_s, rank, wait_ranks
+        self.world_size = world_size
+        self.n, self.G, self.max_staleness = prompts_per_step // world_size, group_size, max_staleness
         self.cond = threading.Condition()
         self.plan = AsyncPlan(
             model,
@@ -90,14 +104,17 @@ class AsyncRollout:
             max_staleness=max_staleness,
             seed=seed,
             state=resume_state,
+            rank=rank,
+            world_size=world_size,
         )
         self.trainer_step = step  # updates the trainer has made (after_update tells it each new one)
         self.taken = -1  # the last step whose batch prefetched handed out
         self.ready: dict[int, tuple] = {}  # batch index -> (rollout, version)
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
         self.last_staleness, self.waited = (0.0, 0), 0.0  # (mean, max) over the last batch's tokens
+        self.straggled = 0.0  # seconds the last take waited for the other ranks' batches
         self.error: BaseException | None = None
-        self.stopped = False
+        self.stopped = self.hung = False
         self.thread = threading.Thread(target=self._produce, name="grpokit-async-rollout", daemon=True)
         self.thread.start()
 
@@ -133,12 +150,20 @@ class AsyncRollout:
             return None
         t0 = time.perf_counter()
         with self.cond:
-            self.cond.wait_for(lambda: k in self.ready or self.error is not None)
+            got = self.cond.wait_for(lambda: k in self.ready or self.error is not None, self.timeout_s or None)
             if self.error is not None:
-                raise RuntimeError(f"the background rollout thread failed: {self.error!r}") from self.error
+                raise RuntimeError(f"{self._who()} failed: {self.error!r}") from self.error
+            if not got:
+                self.hung = True
+                raise RolloutWorkerError(
+                    f"{self._who()} did not finish batch {k} within rollout.async_timeout_s={self.timeout_s:g} s "
+                    "(hung or too slow; raise rollout.async_timeout_s if it is only slow)"
+                )
             ro, version = self.ready.pop(k)
-            prompts = self.plan.prompts[k]
-        self.taken, self.waited = k, time.perf_counter() - t0
+            prompts = self.plan.local(k)
+        t1 = time.perf_counter()
+        self.wait_ranks()  # every rank has its batch: the step's collectives cannot wait on a missing sampler
+        self.taken, self.waited, self.straggled = k, t1 - t0, time.perf_counter() - t1
         ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
         self.last_staleness = (sum(ages) / len(ages), max(ages)) if ages else (float(k - version), k - version)
         return prompts, ro
@@ -155,6 +180,7 @@ class AsyncRollout:
             "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
             "time/weight_sync": time.perf_counter() - t0,
             "time/waiting_for_rollout": self.waited,
+            "time/waiting_for_stragglers": self.straggled,
         }
 
     def state_dict(self) -> dict:
@@ -188,6 +214,9 @@ class AsyncRollout:
 
         return sample
 
+    def _who(self) -> str:
+        return "the background rollout thread" + (f" of rank {self.rank}" if self.world_size > 1 else "")
+
     def finish_sampling(self) -> None:
         pass
 
@@ -198,4 +227,4 @@ class AsyncRollout:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self.thread.join(timeout=60)
+        self.thread.join(timeout=0 if self.hung else 60)  # a hung thread (a daemon) is left to the exit

@@ -7,6 +7,13 @@ prompts drawn by the trainer's thread when version ``j - s`` is published (at th
 batches). Nothing depends on when the sampler runs, how many workers there are or which one took the batch,
 so an asynchronous run is as deterministic as a synchronous one, and its staleness is ``min(j - base, s)``.
 
+Several trainer ranks (torchrun, data parallel). Each rank holds the whole model and its own plan: every rank
+draws the same global prompts (the same seeded sampler) and samples its slice of them, as the synchronous path
+splits them (``local``), with its own generator (the seed is the rank's: train/distributed.py ``rank_seed``).
+The weights are equal on every rank after each update, so every rank publishes the same version at the same
+point of the schedule and the ranks' plans differ only in the slice. The checkpoint keeps the global prompts,
+so rank 0's state resumes every rank.
+
 What a checkpoint after k updates keeps (``state_dict``): the prompts already drawn for batches k .. k + s
 (the data position has passed them) and the trainable tensors of the snapshots k - s .. k - 1 those batches
 are sampled with (version k is the checkpoint's own weights). On resume the in-flight batches are sampled
@@ -46,8 +53,13 @@ class AsyncPlan:
         max_staleness: int,
         seed: int,
         state: dict | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ):
+        """``prompts_per_step`` is the global batch (every rank's prompts), ``next_batch(n)`` draws n global
+        prompts (the same on every rank), ``rank`` of ``world_size`` samples its slice of each."""
         self.n, self.s, self.seed, self.next_batch = prompts_per_step, max_staleness, seed, next_batch
+        self.rank, self.world_size = rank, world_size
         self.step = step  # updates the trainer has made
         self.trainable = [name for name, p in model.named_parameters() if p.requires_grad]
         snap, self.sync_bytes = sampling_snapshot(model)
@@ -67,9 +79,14 @@ class AsyncPlan:
         return index in self.prompts and self.version_for(index) in self.snapshots
 
     def job(self, index: int) -> tuple[torch.nn.Module, int, list]:
-        """``(snapshot, its version, prompts)`` of batch ``index`` (``has_job`` must be true)."""
+        """``(snapshot, its version, this rank's prompts)`` of batch ``index`` (``has_job`` must be true)."""
         v = self.version_for(index)
-        return self.snapshots[v], v, self.prompts[index]
+        return self.snapshots[v], v, self.local(index)
+
+    def local(self, index: int) -> list:
+        """This rank's slice of batch ``index``'s global prompts (all of them with one rank)."""
+        k = self.n // self.world_size
+        return self.prompts[index][self.rank * k : (self.rank + 1) * k]
 
     def publish(self, model: torch.nn.Module, step: int) -> None:
         """The policy after ``step`` updates: its snapshot, the prompts of batch ``step + s`` (the first it

@@ -8,8 +8,11 @@ and a checkpoint resumes exactly. Weights travel as shared-memory tensors: each 
 trainable tensors are moved to shared memory once (``share_memory_``) and each job carries their handles;
 with LoRA those are the adapters. The frozen tensors are shared once, at the workers' start.
 
+Several trainer ranks: each rank has its own pool sampling its slice of the global prompts with its own
+seed (async_plan.py); ``time/waiting_for_stragglers`` adds the wait for the other ranks' batches.
+
 What it does not do (refused in one sentence by validation): multi-turn episodes (tools, environments),
-image prompts, a GPU, several trainer ranks, the vLLM backends (they have their own engine processes).
+image prompts, a GPU, the vLLM backends (they have their own engine processes).
 """
 
 from __future__ import annotations
@@ -121,10 +124,15 @@ class ProcessRollout:
         seed: int,
         resume_state: dict | None = None,
         sample: Callable = sample_one_turn,
+        rank: int = 0,
+        world_size: int = 1,
+        wait_ranks: Callable[[], None] = lambda: None,
     ):
         """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
-        function: the workers import it)."""
-        self.hf, self.n, self.G = hf, prompts_per_step, context.group_size
+        function: the workers import it); ``prompts_per_step`` is the global batch, ``seed`` this rank's,
+        ``wait_ranks`` returns once every rank has its batch (async_.py)."""
+        self.hf, self.n, self.G = hf, prompts_per_step // world_size, context.group_size
+        self.wait_ranks = wait_ranks
         self.plan = AsyncPlan(
             model,
             step,
@@ -133,6 +141,8 @@ class ProcessRollout:
             max_staleness=max_staleness,
             seed=seed,
             state=resume_state,
+            rank=rank,
+            world_size=world_size,
         )
         self.trainer_step, self.taken, self.last_staleness = step, -1, 0
         self.waited = self.straggled = 0.0
@@ -174,9 +184,12 @@ class ProcessRollout:
             return None
         t0 = time.perf_counter()
         ro, self.straggled = self.pool.result(k)
-        self.taken, self.waited = k, time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.wait_ranks()
+        self.taken, self.waited = k, t1 - t0
+        self.straggled += time.perf_counter() - t1
         self.last_staleness = k - self.plan.version_for(k)
-        return self.plan.prompts[k], ro
+        return self.plan.local(k), ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
         t0 = time.perf_counter()

@@ -97,7 +97,7 @@ def make_engine(
     if r.async_staleness > 0 and r.async_workers > 0:
         if device.type != "cpu":
             raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
-        return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer)
+        return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer, dist)
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout
 
@@ -112,14 +112,25 @@ def make_engine(
             group_size=r.group_size,
             max_staleness=r.async_staleness,
             device=device,
-            seed=cfg.train.seed,
             resume_state=async_state,
             partial_tokens=r.async_partial_tokens,
+            timeout_s=r.async_timeout_s,
+            **async_ranks(cfg, dist),
         )
     return hf
 
 
-def process_engine(cfg: Config, model, step: int, params, hf: HFEngine, next_batch, state, tokenizer):
+def async_ranks(cfg: Config, dist: DistContext) -> dict:
+    """What an async sampler needs of this rank: its seed (as its synchronous sampling generator's), its
+    slice of the global prompts, and a wait for the other ranks' batches."""
+    return dict(
+        seed=rank_seed(cfg.train.seed, dist.rank), rank=dist.rank, world_size=dist.world_size, wait_ranks=dist.barrier
+    )
+
+
+def process_engine(
+    cfg: Config, model, step: int, params, hf: HFEngine, next_batch, state, tokenizer, dist: DistContext
+):
     """``rollout.async_workers`` worker processes sampling the async schedule (rollout/async_process.py)."""
     from grpokit.rollout.async_process import ProcessRollout, SampleContext
 
@@ -143,8 +154,8 @@ def process_engine(cfg: Config, model, step: int, params, hf: HFEngine, next_bat
         on_fault=r.async_worker_fault,
         prompts_per_step=cfg.train.prompts_per_step,
         max_staleness=r.async_staleness,
-        seed=cfg.train.seed,
         resume_state=state,
+        **async_ranks(cfg, dist),
     )
 
 

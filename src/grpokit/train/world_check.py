@@ -23,6 +23,11 @@ def check_world(cfg: Config, ctx: DistContext) -> None:
             f"rollout.vllm_tensor_parallel_size={tp} must divide the {k} ranks (one engine per group of {tp} "
             f"consecutive ranks); use one of: {', '.join(str(d) for d in range(1, k + 1) if k % d == 0)}"
         )
+    if t.fsdp and cfg.rollout.async_staleness:  # the sampler's snapshot would need the gathered weights
+        raise ConfigError(
+            f"rollout.async_staleness={cfg.rollout.async_staleness} does not run with train.fsdp=true (a sharded "
+            "model has no whole copy to sample with); set rollout.async_staleness=0 or train.fsdp=false"
+        )
     if k == 1:
         return
     if t.accumulation_slices > 1:  # a pending update's gradient is per rank until it is applied
@@ -34,5 +39,3 @@ def check_world(cfg: Config, ctx: DistContext) -> None:
             f"train.prompts_per_step={t.prompts_per_step} must be divisible by the {k} ranks "
             f"(each rank keeps whole groups); use a multiple of {k}"
         )
-    if cfg.rollout.async_staleness:
-        raise ConfigError("rollout.async_staleness > 0 is not supported with several ranks yet; set it to 0")
