@@ -11,7 +11,8 @@ import torch
 from datasets import Dataset
 
 from grpokit.config import ConfigError
-from grpokit.trl import GRPOConfig, GRPOTrainer, hooks
+from grpokit.trl import GRPOConfig, GRPOTrainer
+from grpokit.trl.contract import hooks
 from helpers.trl_models import small_args
 
 DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef")])

@@ -47,25 +47,14 @@ from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import assignable, attributes, best, callback_states, hooks, memory, overrides
+from . import best, callback_states, memory
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .checks import check_gated
 from .config import GRPOConfig
-from .inputs import (
-    HubPushError,
-    env_owns_reward,
-    environment_owned_rows,
-    no_dropout,
-    push_folder,
-    reward_funcs_of,
-    row_loader,
-    rows_of,
-    run_folder,
-)
-from .methods import TrlMethods
-from .step_args import steps_per_epoch
-from .surface import (
+from .contract import assignable, attributes, hooks, overrides
+from .contract.methods import TrlMethods
+from .contract.surface import (
     Accelerator,
     add_to_logs,
     entropy_coef_of,
@@ -77,6 +66,18 @@ from .surface import (
     set_entropy_coef,
     set_log_level,
 )
+from .inputs import (
+    HubPushError,
+    env_owns_reward,
+    environment_owned_rows,
+    no_dropout,
+    push_folder,
+    reward_funcs_of,
+    row_loader,
+    rows_of,
+    run_folder,
+)
+from .step_args import steps_per_epoch
 from .trainer_args import (
     apply_process_settings,
     checked_args,
