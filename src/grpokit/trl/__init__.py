@@ -15,9 +15,8 @@ from grpokit.data.tasks.reasoning_gym import dataset as reasoning_gym_dataset
 from grpokit.data.tasks.reasoning_gym import reasoning_gym_accuracy
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.distillation import DistillationConfig, DistillationTrainer
-from grpokit.trl.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
-from grpokit.trl.progress import RichProgressCallback
-from grpokit.trl.scripts import (
+from grpokit.trl.scripts.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
+from grpokit.trl.scripts.parser import (
     DatasetConfig,
     DatasetMixtureConfig,
     ScriptArguments,
@@ -25,6 +24,7 @@ from grpokit.trl.scripts import (
     get_dataset,
     init_zero_verbose,
 )
+from grpokit.trl.scripts.progress import RichProgressCallback
 from grpokit.trl.trainer import GRPOTrainer, TrainOutput
 from grpokit.trl.upstream import install as _install_upstream
 
