@@ -28,9 +28,9 @@ from transformers import TrainingArguments
 
 from grpokit.config.base import ConfigError
 
-from .checks import GATES, REFUSED_WHY, check, check_gated, kind_of
+from .args.checks import GATES, REFUSED_WHY, check, check_gated, kind_of
+from .args.inherited import INHERITED
 from .scripts.field_help import help_from_docstrings
-from .inherited_args import INHERITED
 
 
 @dataclass

@@ -48,9 +48,10 @@ from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
 from . import best, callback_states, memory
+from .args.batch import steps_per_epoch
+from .args.checks import check_gated
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
-from .checks import check_gated
 from .config import GRPOConfig
 from .contract import assignable, attributes, hooks, overrides
 from .contract.methods import TrlMethods
@@ -77,7 +78,6 @@ from .inputs import (
     rows_of,
     run_folder,
 )
-from .step_args import steps_per_epoch
 from .trainer_args import (
     apply_process_settings,
     checked_args,

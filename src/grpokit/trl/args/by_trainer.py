@@ -1,42 +1,44 @@
-"""TRL 1.16 GRPOConfig -> grpokit Config: the mapping, in one table that the code runs and the docs show.
-
-``MAPPING`` is the one place that says which grpokit field each TRL argument sets; ``to_config``
-runs it and ``mapping_table`` renders it for docs/TRL.md (tests/trl/test_trl_mapping.py checks the
-committed table equals the generated one, so the documentation cannot drift from the code).
-
-Step semantics. A TRL step is one optimizer update over ``per_device_train_batch_size *
-gradient_accumulation_steps * processes`` completions; one generation batch of
-``per_device_train_batch_size * steps_per_generation * processes`` completions feeds
-``steps_per_generation / gradient_accumulation_steps`` of them, ``num_iterations`` times. A grpokit
-step samples ``prompts_per_step * group_size`` completions and makes ``num_iterations *
-updates_per_batch`` updates on them. So ``prompts_per_step = generation batch / num_generations``,
-``micro_batch_size = per_device_train_batch_size``, ``updates_per_batch = steps_per_generation /
-gradient_accumulation_steps`` and ``train.steps = max_steps / (num_iterations * updates_per_batch)``.
-When steps_per_generation is not a multiple of gradient_accumulation_steps, an optimizer step spans
-generation batches (TRL's rolling window): ``updates_per_batch = steps_per_generation`` slices, of which
-``accumulation_slices = gradient_accumulation_steps`` make one update, and ``max_updates = max_steps``.
+"""The GRPOConfig arguments GRPOTrainer carries out itself, or accepts as TRL and transformers do, and
+no Config field holds: how each is carried out, as docs/TRL.md's table shows it (``HANDLED_ELSEWHERE``,
+rendered by mapping.py after the rules). The run-management ones (``RUN_MANAGEMENT``) are carried out in
+grpokit/trl/best.py, bridge.py and trainer.py; their single-value checks are in their groups (run.py,
+reporting.py, batch.py).
 """
 
-from __future__ import annotations
+RUN_MANAGEMENT: dict[str, str] = {
+    "data_seed": "no effect, as in TRL 1.16: its GRPO prompt sampler (RepeatSampler) is seeded by seed, not data_seed "
+    "(measured; transformers' documentation says otherwise)",
+    "hub_revision": "branch the pushes commit to (None: main; it must exist, as with transformers)",
+    "hub_always_push": "no effect: grpokit pushes each checkpoint "
+    "synchronously, so none is skipped (what True asks "
+    "for)",
+    "average_tokens_across_devices": "no effect, as in TRL 1.16's GRPO (read from its code): its loss divides by token "
+    "counts it gathers itself and ignores transformers' num_items_in_batch; grpokit "
+    "normalises by the whole batch's counts",
+    "ignore_data_skip": "a resume starts the prompts at the beginning of the checkpoint's epoch, as transformers",
+    "do_train": "no effect, as in transformers (a flag for scripts)",
+    "do_eval": "no effect, as in transformers (True when eval_strategy is not 'no')",
+    "do_predict": "no effect, as in transformers (a flag for scripts)",
+    "torch_empty_cache_steps": "torch.cuda.empty_cache() when a TRL step begins whose count of completed steps is a "
+    "multiple of it (transformers: in each of that step's micro-batches)",
+    "include_num_input_tokens_seen": "not 'no': log entries get num_input_tokens_seen (TRL's running num_tokens), "
+    "training entries train_runtime and train_tokens_per_second, as transformers under TRL",
+    "use_cache": "no effect on any number: TRL only sets model.config.use_cache (a KV cache while sampling changes "
+    "speed, not the samples' distribution; no loss reads it); grpokit's decode always caches",
+    "log_level": "transformers' logging verbosity on the main process (passive: unchanged)",
+    "log_level_replica": "transformers' logging verbosity on the other processes (passive: unchanged)",
+    "eval_delay": "no evaluation by eval_strategy before this many TRL steps (eval_on_start and evaluate() calls "
+    "still run)",
+    "metric_for_best_model": "after each evaluation by eval_strategy, eval_<metric> (the prefix added when missing) is "
+    "compared with state.best_metric; best_global_step and, at each save, best_model_checkpoint "
+    "(output_dir/checkpoint-N) go to trainer_state.json (None: 'loss' with load_best_model_at_end)",
+    "greater_is_better": "direction of metric_for_best_model (None: True unless its name ends with 'loss')",
+    "load_best_model_at_end": "the best checkpoint's weights are loaded after "
+    "the final log; save_total_limit's rotation "
+    "keeps it; needs eval_strategy = save_strategy and save_steps a multiple of eval_steps",
+}
 
-import dataclasses
-import os
-
-from grpokit.config.io import set_field
-from grpokit.config.sections import Config
-
-from .algo_rules import ALGO_RULES
-from .checks import check_gated
-from .config import SUPPORTED, UNSUPPORTED, GRPOConfig
-from .model_rules import MODEL_RULES
-from .rule import Rule
-from .run_args import RUN_MANAGEMENT
-from .run_rules import RUN_RULES
-from .step_args import steps_fields
-from .training_rules import TRAINING_RULES
-
-MAPPING: list[Rule] = [*TRAINING_RULES, *MODEL_RULES, *ALGO_RULES, *RUN_RULES]
-HANDLED_ELSEWHERE = {  # arguments the trainer itself carries out (grpokit/trl/trainer.py)
+HANDLED_ELSEWHERE: dict[str, str] = {  # arguments the trainer itself carries out (grpokit/trl/trainer.py)
     "push_to_hub": "GRPOTrainer pushes the final model (and, with hub_strategy every_save, each checkpoint)",
     "hub_model_id": "repository of push_to_hub (None: output_dir's name)",
     "hub_token": "token of push_to_hub",
@@ -115,64 +117,3 @@ HANDLED_ELSEWHERE.update(
         "ddp_static_graph": "no effect (no DistributedDataParallel wrapper)",
     }
 )
-FIXED = {
-    "data.task": "",
-    "data.dataset": "",
-    "data.eval_dataset": "",
-    "reward.functions": [],
-    "reward.convention": "trl",
-    "reward.num_workers": 0,
-}  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
-
-
-def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None, streamed: bool = False) -> Config:
-    """The grpokit ``Config`` of a TRL ``GRPOConfig`` (``num_rows``: training prompts, for epochs;
-    ``streamed``: an IterableDataset, which has no epochs)."""
-    ctx = {
-        "num_rows": num_rows,
-        "world_size": world_size or int(os.environ.get("WORLD_SIZE", "1")),
-        "streamed": streamed,
-    }
-    check_gated(args)  # arguments set after construction may have turned a gate on
-    cfg = Config()
-    for name, value in FIXED.items():
-        set_field(cfg, name, value)
-    ctx["steps"] = steps_fields(args, ctx)["train.steps"]
-    for rule in MAPPING:
-        for name, value in rule.apply(args, ctx).items():
-            set_field(cfg, name, value)
-    return cfg
-
-
-def mapping_table() -> str:
-    """docs/TRL.md's tables, rendered from MAPPING, HANDLED_ELSEWHERE, FIXED and UNSUPPORTED."""
-    defaults = {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        for f in dataclasses.fields(GRPOConfig)
-        if f.name in SUPPORTED
-    }
-    lines = ["| TRL argument (default) | grpokit field | how |", "| --- | --- | --- |"]
-    for rule in MAPPING:
-        args = "<br>".join(f"`{n}` ({defaults[n]!r})" for n in rule.args)
-        lines.append(f"| {args} | {'<br>'.join(f'`{f}`' for f in rule.fields)} | {rule.how} |")
-    for name, how in HANDLED_ELSEWHERE.items():
-        lines.append(f"| `{name}` ({defaults[name]!r}) | (GRPOTrainer) | {how} |")
-    covered = {n for r in MAPPING for n in r.args} | set(HANDLED_ELSEWHERE)
-    missing = [n for n in defaults if n not in covered]
-    if missing:  # every declared argument must be mapped somewhere
-        raise AssertionError(f"GRPOConfig arguments without a mapping rule: {missing}")
-    fixed = ", ".join(f"`{k}={v!r}`" for k, v in FIXED.items())
-    lines += [
-        "",
-        f"Always set by the TRL layer: {fixed}. {' '.join(FIXED_DOC.split())}",
-        "",
-        "Accepted only at TRL's default (any other value is refused with one sentence naming the argument):",
-        "",
-        ", ".join(f"`{k}`" for k in UNSUPPORTED) + ".",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-FIXED_DOC = """The data and reward functions come from GRPOTrainer's arguments; reward functions receive TRL's
-convention and run in the trainer's process."""
