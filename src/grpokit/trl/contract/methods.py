@@ -17,6 +17,7 @@ import torch
 from grpokit.config.sections import ConfigError
 
 from .hooks import REFUSED
+from .surface import high_entropy_mask
 
 
 def unavailable(name: str) -> ConfigError:
@@ -146,3 +147,46 @@ class TrlMethods:
         from .stages import compute_loss
 
         return compute_loss(self, model, inputs)
+
+    # ---- transformers' callback list (TRL's GRPOTrainer inherits it)
+    def add_callback(self, callback: Any) -> None:
+        """Add a callback (an object or a class), as transformers' ``Trainer.add_callback``."""
+        self._callbacks.append(callback)
+        if self.bridge is not None:
+            self.bridge.user.callbacks.append(callback() if isinstance(callback, type) else callback)
+
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove and return the first callback that is ``callback`` or an instance of that class (None: none)."""
+        found = None
+        for where in ([self.bridge.user.callbacks] if self.bridge is not None else []) + [self._callbacks]:
+            match = next(
+                (
+                    cb
+                    for cb in where
+                    if cb is callback or (isinstance(callback, type) and (cb is callback or isinstance(cb, callback)))
+                ),
+                None,
+            )
+            if match is not None:
+                where.remove(match)
+                found = found or match
+        return found
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove a callback (an object or a class), as transformers' ``Trainer.remove_callback``."""
+        self.pop_callback(callback)
+
+    # ---- TRL's masks, for a script or a compute_loss override that calls them
+    def get_high_entropy_mask(self, entropies, mask, threshold: float):
+        """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""
+        return high_entropy_mask(entropies, mask, threshold)
+
+    @staticmethod
+    def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float):
+        """TRL's: (N, 1) float, 0 for sequences with negative advantage whose mean log-ratio to the sampler
+        exceeds the threshold (DeepSeek-V3.2), else 1."""
+        from grpokit.algo.masks import offpolicy_sequences
+
+        adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(per_token_logps)
+        masked = offpolicy_sequences(per_token_logps, sampling_per_token_logps, adv, mask, off_policy_threshold)
+        return (~masked).to(per_token_logps.dtype)[:, None]
