@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from grpokit.trl.args.mapping import mapping_table
+from grpokit.trl.mapping import mapping_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "TRL.md"
 BEGIN = "<!-- BEGIN GENERATED: scripts/make_trl_docs.py -->"

@@ -66,7 +66,7 @@ def test_compile_settings_are_checked(tiny_model_dir, tmp_path):
 
 def test_trl_torch_compile_arguments_map_as_transformers():
     from grpokit.trl import GRPOConfig
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
 
     m = to_config(GRPOConfig("o"), num_rows=8).model
     assert (m.compile, m.compile_backend, m.compile_mode) == (False, "inductor", "default")

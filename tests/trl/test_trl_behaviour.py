@@ -17,7 +17,7 @@ from datasets import Dataset
 from grpokit.config import ConfigError
 from grpokit.data import vision
 from grpokit.trl import GRPOConfig, GRPOTrainer
-from grpokit.trl.args.mapping import to_config
+from grpokit.trl.mapping import to_config
 from helpers.trl_models import make_chat_model, make_tool_chat_model, small_args
 
 BACKENDS = ["grpokit.trl", pytest.param("trl", marks=pytest.mark.slow)]

@@ -18,7 +18,7 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from grpokit.config.base import ConfigError
 from grpokit.trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
-from grpokit.trl.args.mapping import to_config
+from grpokit.trl.mapping import to_config
 
 # TRL's GRPOConfig refuses bf16 on a CPU-only machine unless use_cpu is set (its bf16 default becomes True);
 # grpokit's None is "auto" (bf16 on a GPU only). The comparison runs on CPU, so both get --bf16 False.

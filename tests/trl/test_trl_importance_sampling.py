@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from grpokit.algo.pipeline import LogProbs, TISSettings  # noqa: E402
 from grpokit.algo.tis import TIS_MODES, tis_weights  # noqa: E402
 from grpokit.config.sections import AlgoConfig, ConfigError  # noqa: E402
-from grpokit.trl.args.mapping import to_config  # noqa: E402
 from grpokit.trl.config import GRPOConfig  # noqa: E402
+from grpokit.trl.mapping import to_config  # noqa: E402
 from helpers.pipeline_batches import run, scored  # noqa: E402
 from trl_oracle import fixed_batch, grpokit_loss, trl_is_ratio, trl_loss  # noqa: E402
 

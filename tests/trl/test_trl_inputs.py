@@ -163,7 +163,7 @@ def test_ref_model_is_the_frozen_reference_or_none(chat_model, tmp_path):
 
 
 def test_generation_kwargs_that_change_nothing_keep_grpokits_own_loop():
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
 
     # do_sample True and num_beams 1 are how grpokit samples; length_penalty alone weighs beams only: top_k alone lands
     c = to_config(
@@ -175,7 +175,7 @@ def test_generation_kwargs_that_change_nothing_keep_grpokits_own_loop():
 
 
 def test_beam_search_and_other_generate_options_pick_the_generate_engine():
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
 
     # TRL's test_train_with_generation_kwargs: top_k is a rollout field, the rest goes to generate() as TRL passes it
     c = to_config(

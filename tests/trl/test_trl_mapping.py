@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from grpokit.config import ConfigError
-from grpokit.trl.args.mapping import to_config
 from grpokit.trl.config import SUPPORTED, UNSUPPORTED, GRPOConfig
+from grpokit.trl.mapping import to_config
 from grpokit.validation import validate
 from helpers.paths import ROOT
 

@@ -18,8 +18,8 @@ from transformers import Trainer, TrainingArguments, get_scheduler
 from grpokit.config import ConfigError
 from grpokit.optim.optimizers import build_optimizer
 from grpokit.optim.schedule import make_scheduler
-from grpokit.trl.args.mapping import to_config
 from grpokit.trl.config import GRPOConfig
+from grpokit.trl.mapping import to_config
 from helpers.trl_models import make_chat_model, small_args
 
 # one generation batch of 4 prompts x G 2 per step: 10 rows are 2 whole batches per epoch (the last 2 rows are dropped)

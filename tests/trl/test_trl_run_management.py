@@ -19,8 +19,8 @@ from transformers import TrainerCallback
 from grpokit.config import ConfigError
 from grpokit.train import checkpoint
 from grpokit.trl import best
-from grpokit.trl.args.mapping import to_config
 from grpokit.trl.config import GRPOConfig
+from grpokit.trl.mapping import to_config
 from helpers.trl_models import make_chat_model, small_args
 
 VLLM = dict(use_vllm=True, vllm_importance_sampling_mode="token_truncate")

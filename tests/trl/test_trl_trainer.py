@@ -284,7 +284,7 @@ def test_max_steps_inside_a_generation_batch_ends_at_trls_step(chat_model, tmp_p
     # num_iterations 2: each generation batch feeds 2 steps, so max_steps 3 ends after the second batch's
     # first update, as TRL's loop does (it stops at global_step == max_steps); grpokit used to finish the
     # batch and end at step 4
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
 
     a = args(tmp_path / "run", num_iterations=2, max_steps=3, logging_steps=1)
     cfg = to_config(a, num_rows=len(DATA))
@@ -308,7 +308,7 @@ def test_the_rolling_window_closes_each_epoch_as_transformers(chat_model, tmp_pa
     # x 4 = 24 completions cut into 4 slices, 2 iterations: 16 micro-steps an epoch, 3 a step, so transformers
     # makes ceil(16 / 3) = 6 steps an epoch (the 6th of 1 micro-step), 18 in 3 epochs. Measured under trl 1.16 with
     # that test: global_step 18. grpokit carried the window across epochs before: 15.
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
 
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}], "word": w} for w in "abcdefghijkl"])
     a = args(

@@ -150,7 +150,7 @@ def test_off_policy_mask_threshold_keeps_trls_meaning_at_zero():
     import torch
 
     from grpokit.algo.masks import offpolicy_sequences
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
 
     logp = torch.zeros(4, 2)
     sampler = torch.tensor([[0.0, 0.0], [2e-6, 0.0], [0.5, 1.0], [1.5, 0.0]])

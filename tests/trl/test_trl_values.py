@@ -55,8 +55,8 @@ def test_every_value_trl_runs_with_is_accepted_or_has_a_reason():
 def _mapped(**kw) -> dict:
     import dataclasses
 
-    from grpokit.trl.args.mapping import to_config
     from grpokit.trl.config import GRPOConfig
+    from grpokit.trl.mapping import to_config
 
     args = GRPOConfig(**{**base_args("o", "report_to", "none"), **kw})  # nothing is written to "o"
     return dataclasses.asdict(to_config(args, num_rows=64))
@@ -93,8 +93,8 @@ def test_a_gated_value_is_checked_once_its_gate_is_on(bad, gate):
     """The same value is refused, in one sentence naming the gate, when the config turns the gate on: at
     construction, when the value is set afterwards, and at the mapping when the gate is set afterwards."""
     from grpokit.config.sections import ConfigError
-    from grpokit.trl.args.mapping import to_config
     from grpokit.trl.config import GRPOConfig
+    from grpokit.trl.mapping import to_config
 
     (name, value), gate_arg = next(iter(bad.items())), next(iter(gate))
     words = rf"GRPOConfig argument {name}={value!r} is not valid; use .*\(read because {gate_arg}="
@@ -112,8 +112,8 @@ def test_a_gated_value_is_checked_once_its_gate_is_on(bad, gate):
 
 def test_hub_strategy_is_read_with_push_to_hub_only():
     from grpokit.config.sections import ConfigError
-    from grpokit.trl.args.mapping import to_config
     from grpokit.trl.config import GRPOConfig
+    from grpokit.trl.mapping import to_config
 
     args = GRPOConfig("o", report_to="none", hub_strategy="checkpoint")
     to_config(args, num_rows=64)
@@ -211,7 +211,7 @@ def test_enable_jit_checkpoint_checkpoints_the_last_step_on_sigterm(chat_model, 
 
     from grpokit.config.sections import ConfigError
     from grpokit.trl import GRPOConfig, GRPOTrainer
-    from grpokit.trl.args.mapping import to_config
+    from grpokit.trl.mapping import to_config
     from helpers.trl_models import small_args
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])

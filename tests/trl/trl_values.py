@@ -105,8 +105,8 @@ def trl_verdict(name: str, value: Any) -> tuple[str, str]:
 def grpokit_verdict(name: str, value: Any) -> tuple[str, str]:
     """grpokit.trl's GRPOConfig constructed with ``name=value``, checked and mapped as GRPOTrainer does
     before it loads a model."""
-    from grpokit.trl.args.mapping import to_config
     from grpokit.trl.config import GRPOConfig
+    from grpokit.trl.mapping import to_config
     from grpokit.trl.trainer_args import checked_args
 
     def build():

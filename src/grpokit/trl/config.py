@@ -30,7 +30,7 @@ from grpokit.config.base import ConfigError
 
 from .args.checks import GATES, REFUSED_WHY, check, check_gated, kind_of
 from .args.inherited import INHERITED
-from .scripts.field_help import help_from_docstrings
+from .field_help import help_from_docstrings
 
 
 @dataclass

@@ -13,8 +13,9 @@ grpokit's Config, their arithmetic and their single-value checks together:
     run.py          seeds, data order, processes (DDP, FSDP), the evaluation schedule
     by_trainer.py   the arguments GRPOTrainer carries out itself (no Config field)
 
-``mapping.py`` joins the groups' rules into ``MAPPING`` (docs/TRL.md's table, in its order) and runs it;
-``checks.py`` joins their ``CHECKS`` and ``GATES`` and runs them (``predicates.py``: what they are written
+grpokit/trl/mapping.py joins the groups' rules into ``MAPPING`` (docs/TRL.md's table, in its order) and
+runs it; ``checks.py`` joins their ``CHECKS`` and ``GATES`` and runs them (``predicates.py``: what they are written
 with); ``rule.py`` is one row of the table; ``inherited.py`` names transformers' fields grpokit carries out.
-GRPOConfig's field declarations stay in grpokit/trl/config.py, in TRL's order (its API).
+GRPOConfig's field declarations stay in grpokit/trl/config.py, in TRL's order (its API); config.py runs
+the checks here, so nothing here imports it (``rule.TrlArgs`` names its type) and mapping.py sits above both.
 """

@@ -1,4 +1,4 @@
-"""One row of the TRL mapping (grpokit/trl/args/mapping.py) and what the group modules share.
+"""One row of the TRL mapping (grpokit/trl/mapping.py) and what the group modules share.
 
 A ``Rule`` names TRL arguments, the grpokit fields they set and how (the text docs/TRL.md shows), and
 ``apply(args, ctx)`` returns the fields' values; ``ctx`` holds ``num_rows``, ``world_size``,

@@ -4,8 +4,8 @@
 ``grpokit.trl.scripts.utils`` ...), so no module here is named as one of trl's: ``parser``
 (``ScriptArguments``, the dataset mixture, ``TrlParser``; re-exported here, as ``trl.scripts`` does),
 ``model_config`` (``ModelConfig`` and the PEFT / quantization helpers), ``trl_grpo`` (``grpokit trl
-grpo`` and a TRL YAML under ``grpokit train``), ``field_help`` (``--help`` from the field docstrings)
-and ``progress`` (``RichProgressCallback``).
+grpo`` and a TRL YAML under ``grpokit train``) and ``progress`` (``RichProgressCallback``). GRPOConfig's
+``--help`` text comes from grpokit/trl/field_help.py, beside config.py, which alone uses it.
 """
 
 from .parser import (

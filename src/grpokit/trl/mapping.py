@@ -25,12 +25,12 @@ import os
 from grpokit.config.io import set_field
 from grpokit.config.sections import Config
 
-from ..config import SUPPORTED, UNSUPPORTED, GRPOConfig
-from . import batch, checkpoints, loss, model, optimizer, reporting, run, sampling
-from .batch import steps_fields
-from .by_trainer import HANDLED_ELSEWHERE
-from .checks import check_gated
-from .rule import Rule
+from .args import batch, checkpoints, loss, model, optimizer, reporting, run, sampling
+from .args.batch import steps_fields
+from .args.by_trainer import HANDLED_ELSEWHERE
+from .args.checks import check_gated
+from .args.rule import Rule
+from .config import SUPPORTED, UNSUPPORTED, GRPOConfig
 
 # The table's rows, in docs/TRL.md's order; a later row's field wins over an earlier one's
 # (model.trust_remote_code, algo.scale, algo.ratio_level), so the order is part of the mapping.
