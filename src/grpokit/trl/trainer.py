@@ -19,9 +19,9 @@ steps, and ``log_history`` holds TRL's keys (grpokit's own metrics beside them) 
 ``TrainOutput``; grpokit's run summary (summary.json) is ``trainer.summary``.
 
 Reward functions are called once per generation batch, as TRL calls them. A subclass of
-``GRPOTrainer`` keeps TRL's extension contract (grpokit/trl/hooks.py, docs/TRL.md): an override of
+``GRPOTrainer`` keeps TRL's extension contract (grpokit/trl/contract/hooks.py, docs/TRL.md): an override of
 one of TRL's methods is called where TRL calls it, with TRL's inputs, and its result is used (the
-override becomes the stage it replaces, grpokit/trl/stages.py), or it is refused at construction in
+override becomes the stage it replaces, grpokit/trl/contract/stages.py), or it is refused at construction in
 one sentence naming it; the log says once which stages follow the subclass.
 
 Departures from TRL, each deliberate: a reward function's failure on one completion is contained and

@@ -96,7 +96,7 @@ class TrlMethods:
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """TRL's: ``(completion_ids, logprobs)``, one completion per row of ``prompt_ids``, sampled by
-        grpokit's engine (text prompts; grpokit/trl/generation.py)."""
+        grpokit's engine (text prompts; grpokit/trl/contract/generation.py)."""
         if images is not None or multimodal_fields:
             raise unavailable("_generate_single_turn")
         from .generation import generate_single_turn
@@ -115,7 +115,7 @@ class TrlMethods:
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's: sample the rows' prompts (each repeated num_generations times), score them, and return
         TRL's batch dict (prompt_ids, completion_ids, their masks, advantages, num_items_in_batch and the
-        log-probabilities the loss needs); grpokit/trl/generation.py."""
+        log-probabilities the loss needs); grpokit/trl/contract/generation.py."""
         from .generation import generate_and_score
 
         return generate_and_score(self, inputs)
@@ -131,7 +131,7 @@ class TrlMethods:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's: the ``(N, num_reward_funcs)`` rewards of N completions, each reward function called once
-        over the batch with TRL's keywords (NaN where it returned None); grpokit/trl/stages.py."""
+        over the batch with TRL's keywords (NaN where it returned None); grpokit/trl/contract/stages.py."""
         from .stages import calculate_rewards
 
         return calculate_rewards(self, inputs, prompts, completions, completion_ids_list)
@@ -143,7 +143,7 @@ class TrlMethods:
         return self._compute_loss(model, inputs)
 
     def _compute_loss(self, model, inputs):
-        """TRL's: the policy loss of TRL's batch dict, by grpokit's objective (grpokit/trl/stages.py)."""
+        """TRL's: the policy loss of TRL's batch dict, by grpokit's objective (grpokit/trl/contract/stages.py)."""
         from .stages import compute_loss
 
         return compute_loss(self, model, inputs)
