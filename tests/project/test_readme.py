@@ -87,7 +87,7 @@ def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
         if cmd == "vllm-serve":  # a GPU and vLLM
             continue
         if cmd == "trl":  # TRL's command line with placeholder model and dataset names: parsed as TRL would
-            from grpokit.trl.script import parse
+            from grpokit.trl.scripts.trl_grpo import parse
 
             (script_args, _, model_args, _), extra = parse(argv[3:])
             assert (model_args.model_name_or_path, script_args.dataset_name, extra) == ("M", "D", [])

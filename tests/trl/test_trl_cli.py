@@ -13,7 +13,7 @@ import yaml
 
 from grpokit.cli import main
 from grpokit.config.base import ConfigError
-from grpokit.trl.script import launcher_processes
+from grpokit.trl.scripts.trl_grpo import launcher_processes
 
 
 def _folder(tmp_path):

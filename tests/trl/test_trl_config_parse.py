@@ -127,7 +127,7 @@ def test_trl_yaml_recipes_parse_as_with_trl(name, tmp_path, monkeypatch):
     _trl()  # skips without trl
     from trl.scripts.grpo import make_parser as trl_parser
 
-    from grpokit.trl.script import make_parser
+    from grpokit.trl.scripts.trl_grpo import make_parser
 
     monkeypatch.delenv("GRPOKIT_TEST_RECIPE_ENV", raising=False)
     path = tmp_path / "recipe.yaml"
@@ -146,7 +146,7 @@ def test_trl_yaml_recipes_parse_as_with_trl(name, tmp_path, monkeypatch):
 
 
 def test_help_lists_every_field(capsys):
-    from grpokit.trl.script import make_parser
+    from grpokit.trl.scripts.trl_grpo import make_parser
 
     parser = make_parser()
     text = parser.format_help()

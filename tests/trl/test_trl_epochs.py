@@ -10,10 +10,10 @@ import pytest
 
 from grpokit.config import ConfigError
 from grpokit.trl import best
+from grpokit.trl.args.batch import steps_per_epoch
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.mapping import to_config
-from grpokit.trl.step_args import steps_per_epoch
 
 
 @pytest.mark.parametrize(

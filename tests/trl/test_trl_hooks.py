@@ -1,4 +1,4 @@
-"""TRL's extension contract (grpokit/trl/hooks.py): every method of TRL's GRPOTrainer exists on grpokit.trl's
+"""TRL's extension contract (grpokit/trl/contract/hooks.py): every method of TRL's GRPOTrainer exists on grpokit.trl's
 with TRL's parameters, and a subclass's override of any of them (or of transformers' Trainer methods) is
 honoured where TRL calls it, or refused at construction in one sentence naming it."""
 
@@ -11,7 +11,8 @@ import torch
 from datasets import Dataset
 
 from grpokit.config import ConfigError
-from grpokit.trl import GRPOConfig, GRPOTrainer, hooks
+from grpokit.trl import GRPOConfig, GRPOTrainer
+from grpokit.trl.contract import hooks
 from helpers.trl_models import small_args
 
 DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef")])

@@ -311,7 +311,7 @@ def test_script_flags_are_accepted_and_do_eval_follows_eval_strategy_as_trl(tmp_
 def test_log_level_sets_transformers_verbosity_on_main_and_replicas():
     from transformers.utils import logging as hf_logging
 
-    from grpokit.trl.surface import set_log_level
+    from grpokit.trl.contract.surface import set_log_level
 
     before = hf_logging.get_verbosity()
     try:

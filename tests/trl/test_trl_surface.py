@@ -1,4 +1,4 @@
-"""GRPOTrainer's attributes and helpers that TRL's own tests read (grpokit/trl/surface.py)."""
+"""GRPOTrainer's attributes and helpers that TRL's own tests read (grpokit/trl/contract/surface.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from datasets import Dataset
 
 from grpokit.trl import GRPOConfig, GRPOTrainer
-from grpokit.trl.surface import add_to_logs, high_entropy_mask, new_logs
+from grpokit.trl.contract.surface import add_to_logs, high_entropy_mask, new_logs
 from helpers.trl_models import make_chat_model, save_tiny_reward_model
 
 E = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.7, 0.8, 0.9, 1.0, 1.1, 1.2]])

@@ -65,7 +65,7 @@ def _mapped(**kw) -> dict:
 def test_a_gated_value_is_inert_while_its_gate_is_off():
     """Every boundary value of a field TRL reads only behind another argument (checks.GATES), with that gate
     off (trl_values.BASE), maps onto the same grpokit Config as the field's default: it reaches no field."""
-    from grpokit.trl.checks import GATES
+    from grpokit.trl.args.checks import GATES
 
     base = _mapped()
     tried = 0

@@ -116,7 +116,7 @@ def cmd_train(argv: list[str]) -> int:
     """``grpokit train``: a grpokit config (or a TRL-style YAML) becomes a run; its outcome in one line."""
     args = train_parser().parse_args(argv)
     if args.config and not args.preset and not has_grpokit_sections(args.config):
-        from grpokit.trl import script as trl_yaml
+        from grpokit.trl.scripts import trl_grpo as trl_yaml
 
         data = trl_yaml.read(args.config)
         if data is not None:  # TRL-style flat names: the same GRPOTrainer a TRL script builds
@@ -196,7 +196,7 @@ def stopped(summary: dict, steps: int, run_dir: Path) -> int:
 
 def train_trl(data: dict, args: argparse.Namespace) -> int:
     from grpokit.train.resume import has_checkpoints
-    from grpokit.trl import script
+    from grpokit.trl.scripts import trl_grpo as script
 
     if args.out or args.resume:
         data = {**data, "output_dir": args.out or args.resume}
@@ -229,7 +229,7 @@ def cmd_trl(argv: list[str]) -> int:
             )
             return 0
         raise ConfigError(f"grpokit trl runs TRL's grpo command only, not {argv[0]!r}; use grpokit trl grpo ...")
-    from grpokit.trl import script
+    from grpokit.trl.scripts import trl_grpo as script
 
     return script.main(argv[1:], say=say, stopped=stopped)
 

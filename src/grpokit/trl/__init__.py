@@ -3,9 +3,10 @@
 (``ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config`` ...) and
 ``grpokit.trl.rewards`` for ``trl.rewards``; none needs TRL installed. Every other public name and module
 of trl is trl's own (``grpokit.trl.SFTConfig``, ``grpokit.trl.trainer.sft_trainer``, upstream.py), so a
-project changes ``import trl`` once. ``config.py`` holds TRL's
-arguments, ``mapping.py`` turns them into a grpokit Config, ``trainer.py`` is the trainer,
-``scripts.py`` and ``model_config.py`` the script helpers, ``script.py`` runs TRL's YAML and command line.
+project changes ``import trl`` once. ``config.py`` declares TRL's
+arguments, ``args/`` holds each group's mapping and checks, ``mapping.py`` turns them into a grpokit
+Config, ``trainer.py`` is the trainer, ``contract/`` TRL's extension contract, ``scripts/`` the script
+helpers and ``trl grpo``.
 ``reasoning_gym_dataset`` and ``reasoning_gym_accuracy`` give reasoning-gym's tasks as a dataset and
 a reward function (docs/TASKS.md); they work with TRL's own GRPOTrainer as well."""
 
@@ -15,9 +16,8 @@ from grpokit.data.tasks.reasoning_gym import dataset as reasoning_gym_dataset
 from grpokit.data.tasks.reasoning_gym import reasoning_gym_accuracy
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.distillation import DistillationConfig, DistillationTrainer
-from grpokit.trl.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
-from grpokit.trl.progress import RichProgressCallback
-from grpokit.trl.scripts import (
+from grpokit.trl.scripts.model_config import ModelConfig, get_kbit_device_map, get_peft_config, get_quantization_config
+from grpokit.trl.scripts.parser import (
     DatasetConfig,
     DatasetMixtureConfig,
     ScriptArguments,
@@ -25,6 +25,7 @@ from grpokit.trl.scripts import (
     get_dataset,
     init_zero_verbose,
 )
+from grpokit.trl.scripts.progress import RichProgressCallback
 from grpokit.trl.trainer import GRPOTrainer, TrainOutput
 from grpokit.trl.upstream import install as _install_upstream
 

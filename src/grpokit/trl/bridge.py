@@ -348,7 +348,7 @@ def _save_period(value: float | None, steps: int) -> int:
 
 def _every(value: float | None, steps: int) -> int:
     """transformers' convention: a value below 1 is a fraction of the run's steps."""
-    from .rule import negative_period
+    from .args.rule import negative_period
 
     value = 500 if value is None else value
     if value < 0:  # TRL's state holds the negative period; ``step % period == 0`` reads it the same

@@ -9,7 +9,10 @@ subclasses it with its own fields, and scripts read ``process_index``, ``world_s
 ``GRPOConfig`` takes 24 ms to build the first time, 1.2 ms after, so subclassing adds nothing
 noticeable.
 
-grpokit carries out the arguments in ``SUPPORTED`` (mapping.py maps them onto ``Config``). Every other
+grpokit carries out the arguments in ``SUPPORTED`` (mapping.py maps them onto ``Config`` with the rules of
+args/, one module per group of arguments; each group also holds its arguments' checks, which this class runs).
+The fields are declared here in TRL's order, which is TRL's API: positional arguments and
+``HfArgumentParser``'s ``--help`` follow it. Every other
 field, TRL's or transformers', is accepted only at its default (``UNSUPPORTED``): any other value is
 refused with one sentence naming it, never silently ignored. A name neither has is refused too.
 """
@@ -28,9 +31,9 @@ from transformers import TrainingArguments
 
 from grpokit.config.base import ConfigError
 
-from .checks import GATES, REFUSED_WHY, check, check_gated, kind_of
+from .args.checks import GATES, REFUSED_WHY, check, check_gated, kind_of
+from .args.inherited import INHERITED
 from .field_help import help_from_docstrings
-from .inherited_args import INHERITED
 
 
 @dataclass
@@ -319,7 +322,7 @@ class GRPOConfig(TrainingArguments):
         else:
             self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
             self.generation_batch_size = per_pass * self.steps_per_generation
-        name = self.__dict__["_derived"][0]  # step_args.py re-derives it when the process count differs at run time
+        name = self.__dict__["_derived"][0]  # args/batch.py re-derives it when the process count differs at run time
         self.__dict__["_derived"] = (name, getattr(self, name))
 
     def _validate_args(self) -> None:
@@ -399,7 +402,7 @@ UNSUPPORTED: dict[str, Any] = {
 _HINTS = typing.get_type_hints(GRPOConfig)
 _ANNOTATIONS = {
     name: kind_of(_HINTS[name]) for name in SUPPORTED - {"fsdp"}
-}  # "bool", "str | None" ... (checks.py); fsdp also accepts True
+}  # "bool", "str | None" ... (args/checks.py); fsdp also accepts True
 
 
 def _same(value: Any, default: Any) -> bool:

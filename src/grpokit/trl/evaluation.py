@@ -17,10 +17,13 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
+from grpokit.data.prompts import to_prompts
 from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
 
+from . import memory
 from .bridge import sampling_extras
+from .inputs import row_loader, rows_of
 
 CLIP_KEYS = (
     "clip_ratio/low_mean",
@@ -115,3 +118,30 @@ def evaluate(
     sums.pop("num_tokens")  # TRL's eval_num_tokens is the training run's token count (the caller adds it)
     out.update({f"{prefix}_{k}": sum(v) / len(v) for k, v in sums.items()})
     return out
+
+
+def evaluate_rows(facade: Any, data: Any, metric_key_prefix: str) -> dict[str, float]:
+    """GRPOTrainer.evaluate() on one dataset (its memory stage started): the metrics logged, on_evaluate, returned."""
+    trainer, a = facade._get(), facade.args
+    rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
+    prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
+    # transformers hands callbacks the eval loader from the first evaluation on
+    G_eval = a.num_generations_eval or a.num_generations
+    facade.bridge.user.objects["eval_dataloader"] = row_loader(rows, a.per_device_eval_batch_size, G_eval)
+    facade._evaluating = True
+    try:
+        metrics = evaluate(
+            trainer,
+            prompts,
+            a.num_generations_eval or a.num_generations,
+            a.per_device_eval_batch_size,
+            metric_key_prefix,
+            on_batch=lambda: facade.bridge.user("on_prediction_step"),
+        )
+        metrics[f"{metric_key_prefix}_num_tokens"] = float(facade.state.num_input_tokens_seen)
+    finally:
+        facade._evaluating = False
+    memory.stop(facade._memory_tracker, "eval", metrics)
+    facade.log(metrics)
+    facade.bridge.user("on_evaluate", metrics=metrics)
+    return {**metrics, "epoch": facade.state.epoch}

@@ -19,9 +19,9 @@ steps, and ``log_history`` holds TRL's keys (grpokit's own metrics beside them) 
 ``TrainOutput``; grpokit's run summary (summary.json) is ``trainer.summary``.
 
 Reward functions are called once per generation batch, as TRL calls them. A subclass of
-``GRPOTrainer`` keeps TRL's extension contract (grpokit/trl/hooks.py, docs/TRL.md): an override of
+``GRPOTrainer`` keeps TRL's extension contract (grpokit/trl/contract/hooks.py, docs/TRL.md): an override of
 one of TRL's methods is called where TRL calls it, with TRL's inputs, and its result is used (the
-override becomes the stage it replaces, grpokit/trl/stages.py), or it is refused at construction in
+override becomes the stage it replaces, grpokit/trl/contract/stages.py), or it is refused at construction in
 one sentence naming it; the log says once which stages follow the subclass.
 
 Departures from TRL, each deliberate: a reward function's failure on one completion is contained and
@@ -43,15 +43,27 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from grpokit.config.sections import ConfigError
-from grpokit.data.prompts import to_prompts
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import assignable, attributes, best, callback_states, hooks, memory, overrides
+from . import best, callback_states, memory
+from .args.batch import steps_per_epoch
+from .args.checks import check_gated
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
-from .checks import check_gated
 from .config import GRPOConfig
+from .contract import assignable, attributes, hooks, overrides
+from .contract.methods import TrlMethods
+from .contract.surface import (
+    Accelerator,
+    add_to_logs,
+    entropy_coef_of,
+    last_world_entropy,
+    per_token_logps_and_entropies,
+    reward_names,
+    set_entropy_coef,
+    set_log_level,
+)
 from .inputs import (
     HubPushError,
     env_owns_reward,
@@ -62,20 +74,6 @@ from .inputs import (
     row_loader,
     rows_of,
     run_folder,
-)
-from .methods import TrlMethods
-from .step_args import steps_per_epoch
-from .surface import (
-    Accelerator,
-    add_to_logs,
-    entropy_coef_of,
-    high_entropy_mask,
-    last_world_entropy,
-    new_logs,
-    per_token_logps_and_entropies,
-    reward_names,
-    set_entropy_coef,
-    set_log_level,
 )
 from .trainer_args import (
     apply_process_settings,
@@ -155,7 +153,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
-        self._init_trl_attributes(funcs)
+        attributes.init_trl_attributes(self, funcs)
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
         memory.stop(self._memory_tracker, "init")
 
@@ -164,33 +162,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         import torch
 
         return "cpu" if self.args.use_cpu or not torch.cuda.is_available() else "cuda"
-
-    def _init_trl_attributes(self, funcs: list) -> None:
-        """What TRL's GRPOTrainer holds from construction and scripts read: the rolling completion
-        logs, the entropy bonus switches, the reward functions' names and tokenizers, the summary."""
-        a = self.args  # TRL keeps one generation batch of completions
-        self._logs = new_logs(
-            a.generation_batch_size
-            or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps)
-        )
-        """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
-        self._evaluating = False  # evaluate() runs: its samples are not TRL's training tokens
-        self.use_adaptive_entropy = self.args.use_adaptive_entropy
-        self._entropy_bonus_enabled = self.args.entropy_coef != 0.0 or self.use_adaptive_entropy
-        """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
-        self._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
-        self._reward_call = self._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
-        self._loss_call = None  # stages.TrlLoss' update while compute_loss runs
-        # generation.py's prompts while the subclass's method runs, and what super() sampled
-        self._gen_call = self._gen_scored = self._turn_finish = None
-        self._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
-        self._buffered_inputs: list | None = None
-        """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
-        self.current_gradient_accumulation_steps = self.args.gradient_accumulation_steps
-        self.reward_func_names = reward_names(funcs)
-        self.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
-        self.summary: dict[str, Any] = {}
-        """grpokit's run summary (steps ...), set by ``train()``."""
 
     def _get(self):
         if self._trainer is None:
@@ -335,33 +306,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     def hub_model_id(self) -> str:
         return self.args.hub_model_id or Path(self.cfg.train.out).name
 
-    def add_callback(self, callback: Any) -> None:
-        """Add a callback (an object or a class), as transformers' ``Trainer.add_callback``."""
-        self._callbacks.append(callback)
-        if self.bridge is not None:
-            self.bridge.user.callbacks.append(callback() if isinstance(callback, type) else callback)
-
-    def pop_callback(self, callback: Any) -> Any:
-        """Remove and return the first callback that is ``callback`` or an instance of that class (None: none)."""
-        found = None
-        for where in ([self.bridge.user.callbacks] if self.bridge is not None else []) + [self._callbacks]:
-            match = next(
-                (
-                    cb
-                    for cb in where
-                    if cb is callback or (isinstance(callback, type) and (cb is callback or isinstance(cb, callback)))
-                ),
-                None,
-            )
-            if match is not None:
-                where.remove(match)
-                found = found or match
-        return found
-
-    def remove_callback(self, callback: Any) -> None:
-        """Remove a callback (an object or a class), as transformers' ``Trainer.remove_callback``."""
-        self.pop_callback(callback)
-
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
         """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it.
         SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
@@ -409,40 +353,14 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             return out
         a = self.args
         check_gated(a, ("per_device_eval_batch_size", "num_generations_eval"), read=True)  # read whatever eval_strategy
+        from .evaluation import evaluate_rows  # torch and the loss, on first use
+
         self._memory_tracker.start()  # from evaluate(): the "eval" stage (inside train() it is train's)
         try:
-            return self._evaluate_rows(data, metric_key_prefix)
+            return evaluate_rows(self, data, metric_key_prefix)
         except BaseException:
             memory.abandon(self._memory_tracker, "eval")
             raise
-
-    def _evaluate_rows(self, data: Any, metric_key_prefix: str) -> dict[str, float]:
-        """evaluate() on one dataset (its memory stage started): the metrics logged, on_evaluate, returned."""
-        from .evaluation import evaluate
-
-        trainer, a = self._get(), self.args
-        rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
-        prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
-        # transformers hands callbacks the eval loader from the first evaluation on
-        G_eval = a.num_generations_eval or a.num_generations
-        self.bridge.user.objects["eval_dataloader"] = row_loader(rows, a.per_device_eval_batch_size, G_eval)
-        self._evaluating = True
-        try:
-            metrics = evaluate(
-                trainer,
-                prompts,
-                a.num_generations_eval or a.num_generations,
-                a.per_device_eval_batch_size,
-                metric_key_prefix,
-                on_batch=lambda: self.bridge.user("on_prediction_step"),
-            )
-            metrics[f"{metric_key_prefix}_num_tokens"] = float(self.state.num_input_tokens_seen)
-        finally:
-            self._evaluating = False
-        memory.stop(self._memory_tracker, "eval", metrics)
-        self.log(metrics)
-        self.bridge.user("on_evaluate", metrics=metrics)
-        return {**metrics, "epoch": self.state.epoch}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """transformers' ``Trainer.log``: appended to log_history with the epoch and step, passed to on_log;
@@ -452,20 +370,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         added = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
         self._metrics[mode].clear()
         self.bridge.log({**dict(logs), **added}, training=start_time is not None)
-
-    def get_high_entropy_mask(self, entropies, mask, threshold: float):
-        """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""
-        return high_entropy_mask(entropies, mask, threshold)
-
-    @staticmethod
-    def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float):
-        """TRL's: (N, 1) float, 0 for sequences with negative advantage whose mean log-ratio to the sampler
-        exceeds the threshold (DeepSeek-V3.2), else 1."""
-        from grpokit.algo.masks import offpolicy_sequences
-
-        adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(per_token_logps)
-        masked = offpolicy_sequences(per_token_logps, sampling_per_token_logps, adv, mask, off_policy_threshold)
-        return (~masked).to(per_token_logps.dtype)[:, None]
 
     def end(self) -> None:
         """Finish: leave the process group (transformers' ``Trainer.end``); trackers closed when training ended."""

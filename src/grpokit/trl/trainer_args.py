@@ -16,11 +16,11 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.train import distributed
 
 from . import best
+from .args.batch import prompts_per_round, rounds_for
 from .config import GRPOConfig
+from .contract.surface import accelerate_like_trl, refuse_vision_continuous_batching, warn_like_trl
 from .inputs import adopt_peft_model, apply_lora, no_dropout, refuse_custom_code, refuse_liger_head_adapter
 from .mapping import to_config
-from .step_args import prompts_per_round, rounds_for
-from .surface import accelerate_like_trl, refuse_vision_continuous_batching, warn_like_trl
 
 
 def model_name(model: Any) -> str:

@@ -33,7 +33,7 @@ IMPLEMENTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "trl.trainer.callbacks": ("grpokit.trl", ("RichProgressCallback",)),
     "trl.trainer.utils": ("grpokit.trl", ("get_peft_config", "get_quantization_config")),
     "trl.scripts.utils": (
-        "grpokit.trl.scripts",
+        "grpokit.trl.scripts.parser",
         ("DatasetConfig", "DatasetMixtureConfig", "ScriptArguments", "TrlParser", "get_dataset", "init_zero_verbose"),
     ),
     "trl.rewards.accuracy_rewards": (

@@ -17,6 +17,7 @@ import torch
 from grpokit.config.sections import ConfigError
 
 from .hooks import REFUSED
+from .surface import high_entropy_mask
 
 
 def unavailable(name: str) -> ConfigError:
@@ -95,7 +96,7 @@ class TrlMethods:
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """TRL's: ``(completion_ids, logprobs)``, one completion per row of ``prompt_ids``, sampled by
-        grpokit's engine (text prompts; grpokit/trl/generation.py)."""
+        grpokit's engine (text prompts; grpokit/trl/contract/generation.py)."""
         if images is not None or multimodal_fields:
             raise unavailable("_generate_single_turn")
         from .generation import generate_single_turn
@@ -114,7 +115,7 @@ class TrlMethods:
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's: sample the rows' prompts (each repeated num_generations times), score them, and return
         TRL's batch dict (prompt_ids, completion_ids, their masks, advantages, num_items_in_batch and the
-        log-probabilities the loss needs); grpokit/trl/generation.py."""
+        log-probabilities the loss needs); grpokit/trl/contract/generation.py."""
         from .generation import generate_and_score
 
         return generate_and_score(self, inputs)
@@ -130,7 +131,7 @@ class TrlMethods:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's: the ``(N, num_reward_funcs)`` rewards of N completions, each reward function called once
-        over the batch with TRL's keywords (NaN where it returned None); grpokit/trl/stages.py."""
+        over the batch with TRL's keywords (NaN where it returned None); grpokit/trl/contract/stages.py."""
         from .stages import calculate_rewards
 
         return calculate_rewards(self, inputs, prompts, completions, completion_ids_list)
@@ -142,7 +143,50 @@ class TrlMethods:
         return self._compute_loss(model, inputs)
 
     def _compute_loss(self, model, inputs):
-        """TRL's: the policy loss of TRL's batch dict, by grpokit's objective (grpokit/trl/stages.py)."""
+        """TRL's: the policy loss of TRL's batch dict, by grpokit's objective (grpokit/trl/contract/stages.py)."""
         from .stages import compute_loss
 
         return compute_loss(self, model, inputs)
+
+    # ---- transformers' callback list (TRL's GRPOTrainer inherits it)
+    def add_callback(self, callback: Any) -> None:
+        """Add a callback (an object or a class), as transformers' ``Trainer.add_callback``."""
+        self._callbacks.append(callback)
+        if self.bridge is not None:
+            self.bridge.user.callbacks.append(callback() if isinstance(callback, type) else callback)
+
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove and return the first callback that is ``callback`` or an instance of that class (None: none)."""
+        found = None
+        for where in ([self.bridge.user.callbacks] if self.bridge is not None else []) + [self._callbacks]:
+            match = next(
+                (
+                    cb
+                    for cb in where
+                    if cb is callback or (isinstance(callback, type) and (cb is callback or isinstance(cb, callback)))
+                ),
+                None,
+            )
+            if match is not None:
+                where.remove(match)
+                found = found or match
+        return found
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove a callback (an object or a class), as transformers' ``Trainer.remove_callback``."""
+        self.pop_callback(callback)
+
+    # ---- TRL's masks, for a script or a compute_loss override that calls them
+    def get_high_entropy_mask(self, entropies, mask, threshold: float):
+        """TRL's: True where a real token's entropy is at or above the ``threshold`` quantile of the real tokens."""
+        return high_entropy_mask(entropies, mask, threshold)
+
+    @staticmethod
+    def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float):
+        """TRL's: (N, 1) float, 0 for sequences with negative advantage whose mean log-ratio to the sampler
+        exceeds the threshold (DeepSeek-V3.2), else 1."""
+        from grpokit.algo.masks import offpolicy_sequences
+
+        adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(per_token_logps)
+        masked = offpolicy_sequences(per_token_logps, sampling_per_token_logps, adv, mask, off_policy_threshold)
+        return (~masked).to(per_token_logps.dtype)[:, None]

@@ -1,26 +1,28 @@
-"""TRL's batch and step arguments -> grpokit's batch, step count and epochs.
+"""TRL's batch and step arguments -> grpokit's batch, step count and epochs: per_device_train_batch_size,
+gradient_accumulation_steps, num_generations, steps_per_generation, generation_batch_size, max_steps,
+num_train_epochs (and pad_to_multiple_of's check).
 
-Part of mapping.py's table (its batch and step rules call these); kept apart so each file stays
-readable. A TRL step is one optimizer update; a grpokit step (a round) samples one generation batch and
+A TRL step is one optimizer update; a grpokit step (a round) samples one generation batch and
 makes num_iterations * updates_per_batch updates on it (mapping.py's docstring); when steps_per_generation
 is not a multiple of gradient_accumulation_steps, TRL's rolling window (train.accumulation_slices). An epoch is
-TRL's: its
-RepeatSampler keeps whole generation batches of train_dataset only, and transformers counts the
-optimizer updates they feed (checked against TRL itself in tests/trl/test_trl_scripts.py).
+TRL's: its RepeatSampler keeps whole generation batches of train_dataset only, and transformers counts the
+optimizer updates they feed (checked against TRL itself in tests/trl/test_trl_scripts.py). The other groups
+count their step settings in TRL's steps through ``rounds_per`` and ``epoch_rounds``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from grpokit.config.base import ConfigError
 from grpokit.train.update_windows import total_updates
 
-from .config import GRPOConfig
+from .predicates import at_least, is_int, is_number
+from .rule import Rule, TrlArgs
 
 
-def generation_steps(a: GRPOConfig, world_size: int) -> int:
+def generation_steps(a: TrlArgs, world_size: int) -> int:
     """TRL's steps_per_generation: given, or from generation_batch_size, or gradient_accumulation_steps."""
     per_pass = a.per_device_train_batch_size * world_size
     derived = a.__dict__.get("_derived", (None, None))  # the one GRPOConfig.__post_init__ filled in, as TRL's
@@ -42,7 +44,7 @@ def generation_steps(a: GRPOConfig, world_size: int) -> int:
     return gbs // per_pass
 
 
-def slicing(a: GRPOConfig, world_size: int) -> tuple[int, int]:
+def slicing(a: TrlArgs, world_size: int) -> tuple[int, int]:
     """``(train.updates_per_batch, train.accumulation_slices)``: steps_per_generation / gradient_accumulation_steps
     slices of one update each when it is a multiple of it; else steps_per_generation slices, of which every
     gradient_accumulation_steps consecutive ones (across generation batches) make one update, as TRL's loop."""
@@ -50,7 +52,7 @@ def slicing(a: GRPOConfig, world_size: int) -> tuple[int, int]:
     return (spg // ga, 1) if spg % ga == 0 else (spg, ga)
 
 
-def rounds_for(trl_steps: int, a: GRPOConfig, ctx: dict) -> int:
+def rounds_for(trl_steps: int, a: TrlArgs, ctx: dict) -> int:
     """grpokit steps (generation batches) whose updates reach ``trl_steps`` TRL steps."""
     parts, window = slicing(a, ctx["world_size"])
     rounds = math.ceil(trl_steps * window / (a.num_iterations * parts))  # whole windows only: an upper bound
@@ -59,27 +61,27 @@ def rounds_for(trl_steps: int, a: GRPOConfig, ctx: dict) -> int:
     return rounds
 
 
-def rounds_per(trl_steps: int, a: GRPOConfig, world_size: int) -> int:
+def rounds_per(trl_steps: int, a: TrlArgs, world_size: int) -> int:
     """A period of ``trl_steps`` TRL steps in whole grpokit steps (rounded down, at least 1): the
     grpokit period of TRL's save_steps and ref_model_sync_steps, since grpokit saves and syncs per round."""
     parts, window = slicing(a, world_size)
     return max(1, trl_steps * window // (a.num_iterations * parts))
 
 
-def trl_steps_in(rounds: int, a: GRPOConfig, ctx: dict) -> int:
+def trl_steps_in(rounds: int, a: TrlArgs, ctx: dict) -> int:
     """TRL steps (optimizer updates) in ``rounds`` grpokit steps: whole windows of the slices (an epoch's
     last one shorter), capped at max_steps."""
     parts, window = slicing(a, ctx["world_size"])
     return total_updates(rounds, a.num_iterations * parts, window, max(a.max_steps, 0), window_epoch(a, ctx))
 
 
-def window_epoch(a: GRPOConfig, ctx: dict) -> int:
+def window_epoch(a: TrlArgs, ctx: dict) -> int:
     """train.accumulation_epoch_steps: in the rolling window over a dataset with a length, the rounds of an
     epoch, whose last accumulation transformers closes early; else 0."""
     return epoch_rounds(a, ctx) if slicing(a, ctx["world_size"])[1] > 1 and not ctx.get("streamed") else 0
 
 
-def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+def batch_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     per_step = a.per_device_train_batch_size * generation_steps(a, ctx["world_size"]) * ctx["world_size"]
     if per_step % a.num_generations:
         raise ConfigError(
@@ -96,12 +98,12 @@ def batch_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     }
 
 
-def prompts_per_round(a: GRPOConfig, world_size: int) -> int:
+def prompts_per_round(a: TrlArgs, world_size: int) -> int:
     """Prompts of one generation batch over every process (at least 1)."""
     return max(1, a.per_device_train_batch_size * generation_steps(a, world_size) * world_size // a.num_generations)
 
 
-def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
+def steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int) -> int:
     """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: its
     RepeatSampler keeps whole generation batches only (num_rows // prompts per batch of them), each feeding
     num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
@@ -112,7 +114,7 @@ def steps_per_epoch(a: GRPOConfig, num_rows: int, world_size: int) -> int:
     )  # a shorter last accumulation counts, as transformers
 
 
-def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
+def trl_max_steps(a: TrlArgs, ctx: dict) -> int:
     """TRL's run length in its steps: max_steps, or ceil(num_train_epochs * steps per epoch) (transformers)."""
     if a.max_steps > 0:
         return a.max_steps  # num_train_epochs is not read then, whatever its value (transformers)
@@ -124,7 +126,7 @@ def trl_max_steps(a: GRPOConfig, ctx: dict) -> int:
     return math.ceil(a.num_train_epochs * steps_per_epoch(a, ctx["num_rows"], ctx["world_size"]))
 
 
-def steps_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
+def steps_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     """train.steps: the rounds that reach TRL's run length, and max_updates = that length, so the run ends
     right after TRL's last step even inside a generation batch (max_steps 3 with num_iterations 2: the
     second batch's first update; the rolling window: wherever the window falls)."""
@@ -132,6 +134,61 @@ def steps_fields(a: GRPOConfig, ctx: dict) -> dict[str, Any]:
     return {"train.steps": rounds_for(trl_steps, a, ctx), "train.max_updates": trl_steps}
 
 
-def epoch_rounds(a: GRPOConfig, ctx: dict) -> int:
+def epoch_rounds(a: TrlArgs, ctx: dict) -> int:
     """grpokit steps (sampling rounds) in one of TRL's epochs: its whole generation batches."""
     return max(1, ctx["num_rows"] // prompts_per_round(a, ctx["world_size"]))
+
+
+BATCH = Rule(
+    (
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "num_generations",
+        "steps_per_generation",
+        "generation_batch_size",
+    ),
+    (
+        "train.prompts_per_step",
+        "train.micro_batch_size",
+        "rollout.group_size",
+        "train.updates_per_batch",
+        "train.accumulation_slices",
+        "train.accumulation_epoch_steps",
+    ),
+    "prompts_per_step = per_device_train_batch_size * steps_per_generation (None: gradient_accumulation_steps) * "
+    "processes / num_generations; updates_per_batch = steps_per_generation / gradient_accumulation_steps "
+    "(generation_batch_size: steps_per_generation = it / (per_device_train_batch_size * processes)); "
+    "not a multiple: "
+    "updates_per_batch = steps_per_generation and accumulation_slices = gradient_accumulation_steps, TRL's rolling "
+    "window (an optimizer step may span two generation batches; one process only), whose last window of an epoch "
+    "is shorter, as transformers' (accumulation_epoch_steps = the generation batches of an epoch; "
+    "none when streamed)",
+    lambda a, ctx: {**batch_fields(a, ctx), "rollout.group_size": a.num_generations},
+)
+
+STEPS = Rule(
+    ("max_steps", "num_train_epochs"),
+    ("train.steps", "train.max_updates"),
+    "steps = max_steps / (num_iterations * updates_per_batch); max_steps -1: ceil(num_train_epochs * "
+    "steps per epoch), an "
+    "epoch being TRL's: the whole generation batches in train_dataset (its last rows short of one are dropped, as "
+    "RepeatSampler does), each num_iterations * steps_per_generation / gradient_accumulation_steps steps; rolling "
+    "window: steps = TRL's steps * accumulation_slices / (num_iterations * updates_per_batch) rounded up; "
+    "max_updates = TRL's steps, so the run ends right after TRL's last step, even inside a generation batch",
+    steps_fields,
+)
+
+
+CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {  # single-value checks (checks.py runs them)
+    "per_device_train_batch_size": (at_least(1, integer=True), "an integer >= 1"),
+    "gradient_accumulation_steps": (at_least(1, integer=True), "an integer >= 1"),
+    "num_generations": (at_least(2, integer=True), "an integer >= 2 (a group needs two completions to compare)"),
+    "steps_per_generation": (at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "generation_batch_size": (at_least(1, integer=True, none=True), "None or an integer >= 1"),
+    "max_steps": (is_int, "an integer (<= 0: use num_train_epochs, as transformers)"),
+    "num_train_epochs": (is_number, "a finite number (read when max_steps <= 0, where it must be > 0)"),
+    "pad_to_multiple_of": (
+        lambda x: x in (None, "auto") or (is_int(x) and x != 0),
+        "None, 'auto' or a non-zero integer (0 divides by zero in TRL)",
+    ),
+}

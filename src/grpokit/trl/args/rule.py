@@ -1,4 +1,4 @@
-"""One row of the TRL mapping (grpokit/trl/mapping.py) and what the rule modules share.
+"""One row of the TRL mapping (grpokit/trl/mapping.py) and what the group modules share.
 
 A ``Rule`` names TRL arguments, the grpokit fields they set and how (the text docs/TRL.md shows), and
 ``apply(args, ctx)`` returns the fields' values; ``ctx`` holds ``num_rows``, ``world_size``,
@@ -13,7 +13,9 @@ from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
 
-from .config import GRPOConfig
+# The GRPOConfig a rule or a check reads. config.py runs the checks the group modules hold, so they name
+# its type by this alias instead of importing config.py (which would close an import circle).
+TrlArgs = Any
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Rule:
     args: tuple[str, ...]
     fields: tuple[str, ...]
     how: str
-    apply: Callable[[GRPOConfig, dict], dict[str, Any]]
+    apply: Callable[[TrlArgs, dict], dict[str, Any]]
 
 
 def refuse(name: str, value: Any, valid: str) -> ConfigError:
@@ -31,7 +33,7 @@ def refuse(name: str, value: Any, valid: str) -> ConfigError:
     return ConfigError(f"GRPOConfig argument {name}={value!r} is not supported by grpokit; valid: {valid}")
 
 
-def copied(**pairs: str) -> Callable[[GRPOConfig, dict], dict[str, Any]]:
+def copied(**pairs: str) -> Callable[[TrlArgs, dict], dict[str, Any]]:
     """A plain copy: grpokit field <- TRL argument."""
     return lambda a, ctx: {f: getattr(a, n) for f, n in pairs.items()}
 

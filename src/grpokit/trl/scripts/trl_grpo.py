@@ -27,9 +27,9 @@ import yaml
 from grpokit.config.io import _sections, strict_yaml
 from grpokit.config.sections import ConfigError
 
-from .config import GRPOConfig
+from ..config import GRPOConfig
 from .model_config import ModelConfig, get_peft_config, get_quantization_config
-from .scripts import DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset
+from .parser import DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset
 
 TRL_REWARD_NAMES = (
     "accuracy_reward",
@@ -144,7 +144,7 @@ def build_trainer(
     callbacks: list | None = None,
 ):
     """The ``GRPOTrainer`` trl/scripts/grpo.py builds from these arguments."""
-    from .trainer import GRPOTrainer
+    from ..trainer import GRPOTrainer
 
     if not model_args.model_name_or_path:
         raise ConfigError("no model_name_or_path; name the model to train")
@@ -270,7 +270,7 @@ def _load(name: str, config: str | None, streaming: bool) -> Any:
 
 
 def _reward(name: str):
-    from . import rewards
+    from .. import rewards
 
     if name in TRL_REWARD_NAMES:  # TRL's registry, with its fixed overlong settings
         if name == "get_soft_overlong_punishment":

@@ -19,6 +19,8 @@ from typing import Any
 
 from grpokit.config.sections import ConfigError
 
+from .surface import new_logs, reward_names
+
 # TRL's attribute -> the GRPOConfig field it copies (TRL's __init__: self.<name> = args.<field>)
 FROM_ARGS = {
     name: name
@@ -189,3 +191,31 @@ def init_state(facade: Any, funcs: list, tools: Any, environment_factory: Any, r
     facade._env_tools, facade._environment_pool = {}, {}
     facade.rollout_func = rollout_func
     facade._has_async_funcs = any(asyncio.iscoroutinefunction(f) for f in list(funcs) + facade.tools)
+
+
+def init_trl_attributes(facade: Any, funcs: list) -> None:
+    """What TRL's GRPOTrainer holds from construction and scripts read: the rolling completion
+    logs, the entropy bonus switches, the reward functions' names and tokenizers, the summary."""
+    a = facade.args  # TRL keeps one generation batch of completions
+    facade._logs = new_logs(
+        a.generation_batch_size
+        or a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps)
+    )
+    """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
+    facade._evaluating = False  # evaluate() runs: its samples are not TRL's training tokens
+    facade.use_adaptive_entropy = facade.args.use_adaptive_entropy
+    facade._entropy_bonus_enabled = facade.args.entropy_coef != 0.0 or facade.use_adaptive_entropy
+    """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
+    facade._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
+    facade._reward_call = facade._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
+    facade._loss_call = None  # stages.TrlLoss' update while compute_loss runs
+    # generation.py's prompts while the subclass's method runs, and what super() sampled
+    facade._gen_call = facade._gen_scored = facade._turn_finish = None
+    facade._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)
+    facade._buffered_inputs: list | None = None
+    """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
+    facade.current_gradient_accumulation_steps = facade.args.gradient_accumulation_steps
+    facade.reward_func_names = reward_names(funcs)
+    facade.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
+    facade.summary: dict[str, Any] = {}
+    """grpokit's run summary (steps ...), set by ``train()``."""
