@@ -14,13 +14,11 @@ import signal
 import subprocess
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
 
 from grpokit.train import Trainer
-from helpers import at_once
 from helpers.runs import ROWS, tiny_cfg
 from helpers.train_processes import finish, start, wait_for, write_setup
 
@@ -115,25 +113,8 @@ def reward(completions, **kwargs):
 )
 
 
-HOW = ["sigterm", "error"]
-STOPPED = "test_a_grpokit_train_stopped_by_a_signal_or_an_error_leaves_no_process"
-
-
-@pytest.fixture(scope="module")
-def runs(request, tiny_model_dir, tmp_path_factory):
-    """The two stopped runs, started at once (helpers.at_once): each waits on its own processes."""
-    scenarios = {
-        f"{STOPPED}[{how}]": partial(stopped_run, tiny_model_dir, tmp_path_factory.mktemp(how), how) for how in HOW
-    }
-    yield from at_once.started(request, scenarios)
-
-
-@pytest.mark.parametrize("how", HOW)
-def test_a_grpokit_train_stopped_by_a_signal_or_an_error_leaves_no_process(runs, request, how):
-    at_once.outcome(runs, request)
-
-
-def stopped_run(tiny_model_dir, tmp_path, how):
+@pytest.mark.parametrize("how", ["sigterm", "error"])
+def test_a_grpokit_train_stopped_by_a_signal_or_an_error_leaves_no_process(tiny_model_dir, tmp_path, how):
     cfg = write_setup(tmp_path, tiny_model_dir, stop_grace_s=1)
     (tmp_path / "myrewards.py").write_text(REWARD)
     cfg.write_text(cfg.read_text().replace("myrewards:likes_a", "myrewards:reward"))
