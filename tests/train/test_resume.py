@@ -2,36 +2,16 @@
 
 import signal
 import time
-from functools import partial
 
 import pytest
 import torch
 
-from helpers import at_once
 from helpers.train_processes import final_state, finish, start, write_setup
-
-KILLS = [(2, 0.0), (4, 0.35)]
-
-
-@pytest.fixture(scope="module")
-def runs(request, tiny_model_dir, reference, tmp_path_factory):
-    """The two killed runs, started at once (helpers.at_once): each waits on its own processes."""
-    scenarios = {
-        f"test_sigkill_then_resume_is_bit_exact[{step}-{delay}]": partial(
-            killed_run, tiny_model_dir, tmp_path_factory.mktemp("killed"), reference, step, delay
-        )
-        for step, delay in KILLS
-    }
-    yield from at_once.started(request, scenarios)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_after_step, extra_delay", KILLS)
-def test_sigkill_then_resume_is_bit_exact(runs, request, kill_after_step, extra_delay):
-    at_once.outcome(runs, request)
-
-
-def killed_run(tiny_model_dir, tmp_path, reference, kill_after_step, extra_delay):
+@pytest.mark.parametrize("kill_after_step, extra_delay", [(2, 0.0), (4, 0.35)])
+def test_sigkill_then_resume_is_bit_exact(tiny_model_dir, tmp_path, reference, kill_after_step, extra_delay):
     cfg = write_setup(tmp_path, tiny_model_dir, save_every=1)  # the reference saves only at its end
     victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path)
     marker = tmp_path / "killed" / "checkpoints" / f"step-{kill_after_step:06d}"
