@@ -4,53 +4,28 @@ a checkpoint keeps the in-flight batches' prompts and older snapshots)."""
 
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 import pytest
 import torch
 
-from helpers import at_once
 from helpers.train_processes import final_state, finish, start, write_setup
 
 ASYNC = {"async_staleness": 2}
 
 
-def reference_run(tiny_model_dir, tmp):
+@pytest.fixture(scope="module")
+def async_reference(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("async_reference")
     cfg = write_setup(tmp, tiny_model_dir, rollout=ASYNC)
     rc, _, err = finish(start(["--config", str(cfg), "--out", str(tmp / "run")], tmp))
     assert rc == 0, err[-2000:]
     return final_state(tmp / "run")
 
 
-KILLED = "test_async_sigkill_then_resume_is_bit_exact"
-KILLS = [(3, 0.3), pytest.param(1, 0.0, marks=pytest.mark.slow)]
-
-
-@pytest.fixture(scope="module")
-def runs(request, tiny_model_dir, tmp_path_factory):
-    """The uninterrupted asynchronous run and the killed ones below, started at once (helpers.at_once);
-    each killed run waits for the uninterrupted one only to compare its end."""
-    with ThreadPoolExecutor(max_workers=1) as one:
-        reference = one.submit(reference_run, tiny_model_dir, tmp_path_factory.mktemp("async_reference"))
-        scenarios = {
-            f"{KILLED}[{step}-{delay}]": partial(
-                killed_run, tiny_model_dir, tmp_path_factory.mktemp("killed"), reference, step, delay
-            )
-            for step, delay in ((3, 0.3), (1, 0.0))
-        }
-        scenarios["test_worker_processes_killed_and_resumed_equal_the_threads_run"] = partial(
-            workers_run, tiny_model_dir, tmp_path_factory.mktemp("workers"), reference
-        )
-        yield from at_once.started(request, scenarios)
-
-
-@pytest.mark.parametrize("kill_after_step, extra_delay", KILLS)
-def test_async_sigkill_then_resume_is_bit_exact(runs, request, kill_after_step, extra_delay):
-    at_once.outcome(runs, request)
-
-
-def killed_run(tiny_model_dir, tmp_path, async_reference, kill_after_step, extra_delay):
+@pytest.mark.parametrize("kill_after_step, extra_delay", [(3, 0.3), pytest.param(1, 0.0, marks=pytest.mark.slow)])
+def test_async_sigkill_then_resume_is_bit_exact(
+    tiny_model_dir, tmp_path, async_reference, kill_after_step, extra_delay
+):
     cfg = write_setup(tmp_path, tiny_model_dir, rollout=ASYNC, save_every=1)
     victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path)
     marker = tmp_path / "killed" / "checkpoints" / f"step-{kill_after_step:06d}"
@@ -65,7 +40,7 @@ def killed_run(tiny_model_dir, tmp_path, async_reference, kill_after_step, extra
     rc, _, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path))
     assert rc == 0, err[-2000:]
 
-    w_ref, m_ref = async_reference.result()
+    w_ref, m_ref = async_reference
     w_res, m_res = final_state(tmp_path / "killed")
     assert w_ref.keys() == w_res.keys()
     for k in w_ref:
@@ -75,11 +50,7 @@ def killed_run(tiny_model_dir, tmp_path, async_reference, kill_after_step, extra
 
 
 @pytest.mark.slow
-def test_worker_processes_killed_and_resumed_equal_the_threads_run(runs, request):
-    at_once.outcome(runs, request)
-
-
-def workers_run(tiny_model_dir, tmp_path, async_reference):
+def test_worker_processes_killed_and_resumed_equal_the_threads_run(tiny_model_dir, tmp_path, async_reference):
     """rollout.async_workers=1: the same schedule sampled in a worker process; the trainer killed inside
     step 3, resumed (new workers, the checkpoint's in-flight batches redone), ends where the thread's
     uninterrupted run ends."""
@@ -95,7 +66,7 @@ def workers_run(tiny_model_dir, tmp_path, async_reference):
     assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed; kill earlier"
     rc, _, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path), timeout=600)
     assert rc == 0, err[-2000:]
-    w_ref, m_ref = async_reference.result()
+    w_ref, m_ref = async_reference
     w_res, m_res = final_state(tmp_path / "killed")
     for k in w_ref:
         assert torch.equal(w_ref[k], w_res[k]), k
