@@ -15,8 +15,6 @@ REWARD = """
 import os, pathlib, time
 
 def likes_a(prompts, completions, **kwargs):
-    # a run kept alive while a test works beside it: slow steps leave the CPU to that work
-    time.sleep(float(os.environ.get("CALL_SLEEP_S", "0")))
     hang = os.environ.get("HANG_AT_CALL")  # a rollout that hangs: the victim of a preemption test
     if hang:
         marker = pathlib.Path("calls")

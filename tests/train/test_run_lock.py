@@ -12,13 +12,11 @@ import socket
 import subprocess
 import sys
 import time
-from functools import partial
 
 import pytest
 
 from grpokit.config.sections import ConfigError
 from grpokit.train import run_lock
-from helpers import at_once
 from helpers.train_processes import (
     STEPS,
     final_state,
@@ -30,30 +28,11 @@ from helpers.train_processes import (
 )
 
 
-@pytest.fixture(scope="module")
-def runs(request, tiny_model_dir, reference, tmp_path_factory):
-    """The real-process tests below, started at once (helpers.at_once): each waits on its own runs."""
-    scenarios = {
-        "test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over": second_writer_run,
-        "test_a_job_that_always_passes_resume_works_on_every_start": partial(always_resume_run, reference=reference),
-        "test_resume_on_a_new_folder_starts_a_new_run_there": new_folder_run,
-    }
-    scenarios = {
-        name: partial(run, tiny_model_dir, tmp_path_factory.mktemp(name[5:40])) for name, run in scenarios.items()
-    }
-    yield from at_once.started(request, scenarios)
-
-
 @pytest.mark.slow
-def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(runs, request):
-    at_once.outcome(runs, request)
-
-
-def second_writer_run(tiny_model_dir, tmp_path):
+def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(tiny_model_dir, tmp_path):
     cfg = write_setup(tmp_path, tiny_model_dir, steps=400, save_every=2)
     run = tmp_path / "run"
-    # alive and training while the second writers try (slowly: the CPU is theirs)
-    first = start(["--config", str(cfg), "--out", str(run)], tmp_path, env={"CALL_SLEEP_S": "0.3"})
+    first = start(["--config", str(cfg), "--out", str(run)], tmp_path)
     try:
         wait_for(lambda: len(logged_steps(run)) >= 2, first)
         holder = json.loads((run / "run.lock").read_text())
@@ -83,11 +62,7 @@ def second_writer_run(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_job_that_always_passes_resume_works_on_every_start(runs, request):
-    at_once.outcome(runs, request)
-
-
-def always_resume_run(tiny_model_dir, tmp_path, reference):
+def test_a_job_that_always_passes_resume_works_on_every_start(tiny_model_dir, tmp_path, reference):
     cfg = write_setup(tmp_path, tiny_model_dir)  # save_every=1000: no checkpoint until the end
     job = ["--config", str(cfg), "--resume", str(tmp_path / "run")]
     run = tmp_path / "run"
@@ -112,11 +87,7 @@ def always_resume_run(tiny_model_dir, tmp_path, reference):
     assert rc == 0 and logged_steps(run) == list(range(1, STEPS + 1)), err[-2000:]
 
 
-def test_resume_on_a_new_folder_starts_a_new_run_there(runs, request):
-    at_once.outcome(runs, request)
-
-
-def new_folder_run(tiny_model_dir, tmp_path):
+def test_resume_on_a_new_folder_starts_a_new_run_there(tiny_model_dir, tmp_path):
     cfg = write_setup(tmp_path, tiny_model_dir, steps=1)
     rc, out, err = finish(start(["--config", str(cfg), "--resume", str(tmp_path / "new")], tmp_path))
     assert rc == 0, err[-2000:]
