@@ -10,13 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from functools import partial
 
 import pytest
 import torch
 
 from grpokit.train.stopping import GracefulStop, StepAbandoned, exit_status
-from helpers import at_once
 from helpers.train_processes import (
     STEPS,
     final_state,
@@ -36,42 +34,11 @@ def assert_equal_runs(a, b):
     assert m_a == m_b
 
 
-SIGNALS = [signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP]
-STOPPED = "test_a_stop_signal_checkpoints_the_last_finished_step_and_resume_continues_exactly"
-
-
-@pytest.fixture(scope="module")
-def runs(request, tiny_model_dir, chat_model, reference, tmp_path_factory):
-    """The real-process tests below, started at once (helpers.at_once): each waits on its own runs."""
-
-    def folder(name):
-        return tmp_path_factory.mktemp(name.split("[")[0][:40])
-
-    scenarios = {
-        **{
-            f"{STOPPED}[{sig.name}]": partial(stop_signal_run, tiny_model_dir, folder(STOPPED), reference, sig)
-            for sig in SIGNALS
-        },
-        "test_a_step_that_hangs_is_cut_after_the_grace_and_trained_again_at_resume": partial(
-            hanging_step_run, tiny_model_dir, folder("hangs"), reference
-        ),
-        "test_a_stop_sent_to_the_whole_process_group_spares_the_reward_workers": partial(
-            process_group_run, tiny_model_dir, folder("group")
-        ),
-        "test_grpokit_trl_grpo_stops_on_sigterm_with_128_plus_n_a_checkpoint_and_no_final_model": partial(
-            trl_grpo_run, chat_model, folder("trl-grpo")
-        ),
-    }
-    yield from at_once.started(request, scenarios)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
-def test_a_stop_signal_checkpoints_the_last_finished_step_and_resume_continues_exactly(runs, request, sig):
-    at_once.outcome(runs, request)
-
-
-def stop_signal_run(tiny_model_dir, tmp_path, reference, sig):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP])
+def test_a_stop_signal_checkpoints_the_last_finished_step_and_resume_continues_exactly(
+    tiny_model_dir, tmp_path, reference, sig
+):
     cfg = write_setup(tmp_path, tiny_model_dir)  # save_every=1000: without the signal's checkpoint, nothing is kept
     run = tmp_path / "run"
     victim = start(["--config", str(cfg), "--out", str(run)], tmp_path)
@@ -96,11 +63,7 @@ def stop_signal_run(tiny_model_dir, tmp_path, reference, sig):
 
 
 @pytest.mark.slow
-def test_a_step_that_hangs_is_cut_after_the_grace_and_trained_again_at_resume(runs, request):
-    at_once.outcome(runs, request)
-
-
-def hanging_step_run(tiny_model_dir, tmp_path, reference):
+def test_a_step_that_hangs_is_cut_after_the_grace_and_trained_again_at_resume(tiny_model_dir, tmp_path, reference):
     cfg = write_setup(tmp_path, tiny_model_dir, stop_grace_s=1.0)
     run = tmp_path / "run"
     # reward call 5 is step 3's first: it sleeps 600 s (its timeout is 300 s), so the step cannot finish
@@ -254,11 +217,7 @@ def test_grpotrainer_train_stops_on_sigterm_with_a_checkpoint_and_resumes(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_stop_sent_to_the_whole_process_group_spares_the_reward_workers(runs, request):
-    at_once.outcome(runs, request)
-
-
-def process_group_run(tiny_model_dir, tmp_path):
+def test_a_stop_sent_to_the_whole_process_group_spares_the_reward_workers(tiny_model_dir, tmp_path):
     """Ctrl-C in a terminal and Slurm's signals reach every process of the job, reward workers included:
     they leave the decision to the trainer. Step 3's reward call hangs in the worker; the signal must not
     kill the worker (which would end the call as a counted failure, or retry it), but the trainer cuts
@@ -282,11 +241,7 @@ def process_group_run(tiny_model_dir, tmp_path):
     assert (tmp_path / "calls").read_text() == "5"  # the hung call was not retried in a new worker
 
 
-def test_grpokit_trl_grpo_stops_on_sigterm_with_128_plus_n_a_checkpoint_and_no_final_model(runs, request):
-    at_once.outcome(runs, request)
-
-
-def trl_grpo_run(chat_model, tmp_path):
+def test_grpokit_trl_grpo_stops_on_sigterm_with_128_plus_n_a_checkpoint_and_no_final_model(chat_model, tmp_path):
     """TRL's command line, `grpokit trl grpo ...`, under a cluster's SIGTERM while step 3's reward runs
     (save_steps=1000): exit 128 + 15, a checkpoint of step 2, and no final model saved as if it finished."""
     from helpers.train_processes import REWARD
