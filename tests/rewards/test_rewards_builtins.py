@@ -86,7 +86,9 @@ def test_math_accuracy_and_power_tower_is_cut_off():
         # 28 CPU seconds of sympy under every text limit: the budget kills and replaces the worker
         (out,) = pool.verify(["1"], [SLOW_ANSWER])
         assert out == 0.0 and type(out) is float
-        assert pool.timeouts == 1 and pool.pool.restarts == 1
+        # one worker killed at the budget; two when a loaded machine starved the first try past WALL_FACTOR
+        # budgets of wall time (the machine's fault: retried once, pool.py)
+        assert pool.timeouts == 1 and pool.pool.restarts in (1, 2)
         assert pool.verify(["2"], ["<answer>2</answer>"]) == [1.0]  # later items still verify
 
 
