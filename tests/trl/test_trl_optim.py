@@ -14,6 +14,7 @@ import pytest
 import torch
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments, get_scheduler
+from transformers.training_args import OptimizerNames
 
 from grpokit.config import ConfigError
 from grpokit.optim.optimizers import build_optimizer
@@ -328,19 +329,13 @@ def make_chat_model_weights(path):
     return load_file(str(path / "model.safetensors")).items()
 
 
+# every optimizer transformers builds from bitsandbytes, read from transformers' own list of names (not a copy of
+# grpokit's table): GaLore and torchao's 8-bit AdamW are other libraries
 BNB_MORE = [
-    "paged_adamw_32bit",
-    "ademamix",
-    "ademamix_8bit",
-    "paged_ademamix_32bit",
-    "paged_ademamix_8bit",
-    "lion_32bit",
-    "lion_8bit",
-    "paged_lion_32bit",
-    "paged_lion_8bit",
-    "rmsprop_bnb",
-    "rmsprop_bnb_8bit",
-    "rmsprop_bnb_32bit",
+    o.value
+    for o in OptimizerNames
+    if any(k in o.value for k in ("bnb", "8bit", "32bit", "paged", "ademamix", "lion"))
+    and not o.value.startswith(("galore", "adamw_torch"))
 ]
 
 
