@@ -19,15 +19,12 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
 from grpokit.algo.stage_state import StageState
 from grpokit.config.sections import Config
 from grpokit.record.domain_metrics import domain_metrics
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
-from grpokit.rollout.sampling import truncates
 from grpokit.types import ScoredBatch
 
 from . import (
@@ -42,7 +39,6 @@ from . import (
 )
 from . import resume as run_folder
 from .callbacks import Callbacks, RunState
-from .logprobs import completion_logprobs, completion_logprobs_on_support
 from .memory import cuda_provider
 from .model_options import noise_on
 from .models import load_tokenizer, refresh_reference
@@ -50,6 +46,7 @@ from .reaper import RunReaper
 from .stopping import GracefulStop, StepAbandoned, signal_name
 from .timer import Timer
 from .token_batch import make_token_batch
+from .trainer_forwards import TrainerForwards
 from .trainer_outputs import TrainerOutputs
 from .trainer_sampling import TrainerSampling
 from .trainer_setup import TrainerSetup
@@ -58,7 +55,7 @@ from .update import Accumulator, Forwards, accumulate, apply_update, update_slic
 from .update_windows import stale_slices, window_at
 
 
-class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
+class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, TrainerStages):
     """One GRPO run. ``reward_funcs`` (Python callables in TRL's convention) extend or replace the
     configured ones; ``train_rows``/``eval_rows`` replace the configured data. As in TRL's
     GRPOTrainer, ``tools`` (typed, documented functions) and ``environment_factory`` (a class with
@@ -401,46 +398,6 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerOutputs, TrainerStages):
     def _observe_sampled(self, sb: ScoredBatch) -> None:
         """The prompt sampler sees every scored batch (a curriculum learns its pass rates from them)."""
         self.sampler.observe(sb.prompts, sb.total_N.tolist(), sb.group_size)
-
-    @property
-    def packed(self) -> bool:
-        """Padding-free passes (train.packing; auto: on CUDA, where padding costs the most; a row too long
-        for the model's attention kernel stays padded, train/packing.py)."""
-        return self.cfg.train.packing == "packed" or (self.cfg.train.packing == "auto" and self.device.type == "cuda")
-
-    @property
-    def prefix_tree(self) -> bool:
-        """Shared-prefix passes (train.packing=prefix_tree, train/prefix_tree.py)."""
-        return self.cfg.train.packing == "prefix_tree"
-
-    @property
-    def replays_support(self) -> bool:
-        """Whether the sampler records logprobs of a truncated distribution (top-k, top-p, min-p), which
-        the trainer's side of the sampler ratio replays (transformers' generate() records none)."""
-        return truncates(self.params) and self.cfg.rollout.engine != "generate"
-
-    def logprobs(self, model, batch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """No-grad logprobs (and entropies) of the whole batch, micro-batch by micro-batch."""
-        return self._no_grad_pass(model, batch, entropy, replay=False)[:2]
-
-    def old_logprobs(self, batch, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``logprobs`` of the policy before the update, plus the log of its mass on the sampler's truncated
-        support (top-k / top-p / min-p replayed; None when sampling truncates nothing)."""
-        return self._no_grad_pass(self.model, batch, entropy, replay=self.replays_support)
-
-    @torch.no_grad()
-    def _no_grad_pass(self, model, batch, entropy: bool, replay: bool):
-        model.eval()
-        mbs = self.cfg.train.micro_batch_size or batch.input_ids.shape[0]
-        kw = dict(with_entropy=entropy, packed=self.packed, prefix_tree=self.prefix_tree)
-        with self.autocast():
-            parts = [
-                completion_logprobs_on_support(model, rows, self.params, **kw)
-                if replay
-                else (*completion_logprobs(model, rows, temperature=self.cfg.rollout.temperature, **kw), None)
-                for rows in (batch.rows(slice(s, s + mbs)) for s in range(0, batch.input_ids.shape[0], mbs))
-            ]
-        return tuple(torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(3))
 
     def stage_state(self, key: str) -> StageState | None:
         """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""
