@@ -19,6 +19,8 @@ from types import SimpleNamespace
 
 import torch
 
+from .fake_vllm_lora import FakeLoRA, runtime_lora_enabled
+
 
 class FakeVLLMModel:
     """What ``model_runner.get_model()`` returns: an nn.Module with vLLM's ``load_weights(iterable)``."""
@@ -43,10 +45,10 @@ class FakeVLLMModel:
 class FakeWorkerBase:
     """The attributes of vLLM's GPU ``Worker`` (``v1/worker/gpu_worker.py``) the extension uses."""
 
-    def __init__(self, hf_model, rank: int, logprobs_mode: str):
+    def __init__(self, hf_model, rank: int, logprobs_mode: str, lora_config=None):
         self.rank = rank
         self.vllm_config = SimpleNamespace(
-            model_config=SimpleNamespace(logprobs_mode=logprobs_mode, dtype=hf_model.dtype)
+            model_config=SimpleNamespace(logprobs_mode=logprobs_mode, dtype=hf_model.dtype), lora_config=lora_config
         )
         self.model_runner = SimpleNamespace(model=FakeVLLMModel(hf_model))
         self.model_runner.get_model = lambda: self.model_runner.model
@@ -88,6 +90,7 @@ class FakeVLLMServer:
         busy_prefix_cache: int = 0,
         seed: int = 0,
         flavor: str = "0.33.0",
+        max_lora_rank: int | None = None,
     ):
         from grpokit.rollout.vllm_worker import WeightSyncExtension
 
@@ -99,11 +102,16 @@ class FakeVLLMServer:
         )
         self.busy_prefix_cache = busy_prefix_cache  # answer {"success": false} this many times first
         self.flavor = flavor  # "0.33.0" or "0.10.2": the two differ in the answers marked below
+        # --enable-lora --max-lora-rank (None: without); the routes need VLLM_ALLOW_RUNTIME_LORA_UPDATING at start
+        self.lora, self.runtime_lora = FakeLoRA(max_lora_rank, flavor=flavor), runtime_lora_enabled()
         cls = make_worker_class(WeightSyncExtension if extension else None)
         # tensor-parallel ranks: each worker gets the full model here (vLLM's would hold a shard)
         import copy
 
-        self.workers = [cls(hf_model if r == 0 else copy.deepcopy(hf_model), r, logprobs_mode) for r in range(workers)]
+        self.workers = [
+            cls(hf_model if r == 0 else copy.deepcopy(hf_model), r, logprobs_mode, self.lora.config())
+            for r in range(workers)
+        ]
         self.model = hf_model.eval()
         self.eos = hf_model.config.eos_token_id
         self.generator = torch.Generator().manual_seed(seed)
@@ -158,6 +166,9 @@ class FakeVLLMServer:
                     ("POST", "/reset_prefix_cache"): self.reset_prefix_cache,
                 }
             )
+        if self.runtime_lora:  # serve/lora/api_router.py attach_router
+            routes[("POST", "/v1/load_lora_adapter")] = lambda b: self.lora.load(b, error_body)
+            routes[("POST", "/v1/unload_lora_adapter")] = lambda b: self.lora.unload(b, error_body)
         if (method, path) not in routes:
             known = any(p == path for _, p in routes)
             code, phrase = (405, "Method Not Allowed") if known else (404, "Not Found")
@@ -180,7 +191,7 @@ class FakeVLLMServer:
             "max_model_len": 128,
             "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission"}],
         }
-        return 200, {"object": "list", "data": [card]}
+        return 200, {"object": "list", "data": [card, *self.lora.cards(self.served_name)]}
 
     def collective_rpc(self, body):  # serve/dev/rpc/api_router.py:23-59
         method = body.get("method")
@@ -222,7 +233,10 @@ class FakeVLLMServer:
         """``openai/completion/protocol.py:49`` request, ``:668-720`` response; ``serving.py:560-700``."""
         if self.completion_delay:
             time.sleep(self.completion_delay)
-        if body.get("model") not in (None, self.served_name):  # serve/engine/serving.py:75-84
+        model = self.model if body.get("model") in (None, self.served_name) else None
+        if model is None:  # an adapter's name: base + adapter (fake_vllm_lora.py)
+            model = self.lora.model_for(body["model"], self.model)
+        if model is None:  # serve/engine/serving.py:75-84
             return 404, error_body(
                 f"The model `{body['model']}` does not exist. Valid aliases: {self.served_name}.",
                 "NotFoundError",
@@ -243,7 +257,7 @@ class FakeVLLMServer:
         choices, n_prompt, n_gen = [], 0, 0
         for ids in prompts:
             for _ in range(body.get("n", 1)):
-                out, lps, reason = self.sample(ids, body.get("max_tokens", 16), body.get("temperature", 1.0))
+                out, lps, reason = self.sample(model, ids, body.get("max_tokens", 16), body.get("temperature", 1.0))
                 self.sampled.append((out, lps, reason))
                 # token strings: generate/base/serving.py:322 format_token_id_placeholder -> "token_id:<id>"
                 toks = [f"token_id:{t}" if as_ids else f"<{t}>" for t in out]
@@ -284,12 +298,13 @@ class FakeVLLMServer:
         }
 
     @torch.no_grad()
-    def sample(self, prompt: list[int], max_tokens: int, temperature: float):
-        """Ancestral sampling with rank 0's weights; logprobs after temperature ("processed_logprobs")."""
+    def sample(self, model, prompt: list[int], max_tokens: int, temperature: float):
+        """Ancestral sampling with ``model`` (rank 0's weights, with an adapter or not); logprobs after
+        temperature ("processed_logprobs")."""
         with self.lock:
             ids, out, lps = list(prompt), [], []
             for _ in range(max_tokens):
-                logits = self.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+                logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float()
                 logp = torch.log_softmax(logits / temperature, dim=-1)
                 t = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
                 ids.append(t), out.append(t), lps.append(float(logp[t]))

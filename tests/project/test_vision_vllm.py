@@ -22,6 +22,7 @@ from grpokit.rollout.hf import SamplingParams
 from grpokit.rollout.vllm import VLLMColocated
 from grpokit.rollout.vllm_client import VLLMServer
 from grpokit.rollout.vllm_http import ServerReplyError
+from grpokit.rollout.vllm_worker import PROTOCOL
 
 IMG = 4  # the demo model's <|image_pad|>
 
@@ -156,7 +157,7 @@ class ImageServer:
         if path == "/v1/models":
             return 200, {"object": "list", "data": [{"id": "tiny"}]}
         if path == "/collective_rpc":
-            return 200, {"results": [{"protocol": 1, "logprobs_mode": "processed_logprobs", "dtype": "float32"}]}
+            return 200, {"results": [{"protocol": PROTOCOL, "logprobs_mode": "processed_logprobs", "dtype": "float32"}]}
         if path == vi.RENDER and self.render:
             n = len(body["messages"][0]["content"])  # where the images sat in the server's own conversation
             return 200, {

@@ -47,6 +47,7 @@ def test_worker_extension_loads_a_safetensors_folder_into_the_live_model(tmp_pat
         "logprobs_mode": "processed_logprobs",
         "dtype": "float32",
         "rank": 0,
+        "lora": None,  # started without --enable-lora
     }
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors file in"):
         worker.grpokit_load_weights(str(tmp_path / "missing"))

@@ -40,8 +40,9 @@ from .static import unwrapped
 from .vllm_images import llm_inputs
 
 
-def policy_weights(model) -> dict[str, torch.Tensor]:
-    """The policy's weights under plain Hugging Face names; LoRA adapters merged in (no mutation)."""
+def policy_weights(model, merge: bool = True) -> dict[str, torch.Tensor]:
+    """The policy's weights under plain Hugging Face names; LoRA adapters merged in (no mutation), or
+    with ``merge=False`` the base weights alone (the adapters are synced on their own)."""
     base = unwrapped(model)
     out: dict[str, torch.Tensor] = {}
     for key, value in base.state_dict().items():
@@ -49,7 +50,7 @@ def policy_weights(model) -> dict[str, torch.Tensor]:
             continue
         if ".base_layer." in key:
             path, leaf = key.split(".base_layer.")
-            if leaf == "weight":
+            if leaf == "weight" and merge:
                 layer = base.get_submodule(path)
                 for name in layer.active_adapters:
                     value = value + layer.get_delta_weight(name).to(value.dtype)

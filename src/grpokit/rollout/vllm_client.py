@@ -24,7 +24,10 @@ source of vLLM 0.10.2 and 0.33.0):
    then ``POST /reset_prefix_cache`` (cached prefixes hold the old weights' keys and values) and
    deletes the previous step's folder; other ranks wait at a barrier. Under FSDP2 every rank
    first takes part in gathering the full weights to rank 0's CPU (a collective). There is no NCCL
-   path: the shared filesystem costs one write and one read of the weights per step.
+   path: the shared filesystem costs one write and one read of the weights per step. With LoRA
+   (``model.lora_rank`` > 0) the first sync writes the *base* weights (adapters not merged) and
+   every sync then writes only the adapter, which vLLM's own LoRA loading serves by name
+   (rollout/vllm_lora.py says how and why). ``rollout/weight_sync_bytes`` logs the bytes written.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -46,6 +50,7 @@ from .hf import SamplingParams
 from .vllm import finish_reason, policy_weights
 from .vllm_http import HTTPAnswer, http_call, parse_choices, reply_budget, sampling_fields
 from .vllm_images import GENERATE, RENDER, generate_body, parse_generate, place, render_body
+from .vllm_lora import LOAD, UNLOAD, adapter_rank, check_rank, check_server_lora, lora_call, peft_of, write_adapter
 from .vllm_worker import EXTENSION, INFO_METHOD, LOAD_METHOD, PROTOCOL
 
 IMAGE_REQUESTS = 16  # image prompts in flight at once (one request each, as TRL's client sends them)
@@ -71,6 +76,7 @@ class VLLMServer(SeparateEngine):
         call: Callable[[str, str, dict | None, float], HTTPAnswer] = http_call,
         gather: bool = False,
         image_token_id: int | None = None,
+        lora: bool = False,
     ):
         self.url, self.params, self.sync_dir = url.rstrip("/"), params, Path(sync_dir)
         self.image_token_id = image_token_id  # image prompts: where their images sit in the prompt ids
@@ -78,7 +84,13 @@ class VLLMServer(SeparateEngine):
         self.startup_timeout, self.request_timeout = startup_timeout, request_timeout
         self.is_main, self.barrier, self.call = is_main, barrier, call
         self.last_folder: Path | None = None
+        self.infos: list[dict] = []  # the workers' grpokit_info answers
         self.model_name, self.dtype = self.connect()
+        # LoRA: adapter-only sync (rollout/vllm_lora.py); each adapter's name is new, this session's
+        self.lora, self.adapter, self.session = lora, None, uuid.uuid4().hex[:8]
+        self.base_synced = False
+        if lora:
+            check_server_lora(self.url, self.infos)
 
     # ------------------------------------------------------------------ readiness
 
@@ -117,6 +129,7 @@ class VLLMServer(SeparateEngine):
                     "sampler's processed_logprobs; restart it with --logprobs-mode processed_logprobs (grpokit "
                     "vllm-serve sets it)"
                 )
+        self.infos = infos
         dtype = getattr(torch, str(infos[0].get("dtype", "")), None)
         if not isinstance(data, list) or not isinstance(data[0], dict) or not isinstance(data[0].get("id"), str):
             raise ConfigError(
@@ -158,6 +171,11 @@ class VLLMServer(SeparateEngine):
 
     # ------------------------------------------------------------------ sampling
 
+    @property
+    def served(self) -> str:
+        """What requests name as ``model``: the current adapter once one is loaded, else the base."""
+        return self.adapter or self.model_name
+
     def generate(
         self,
         prompt_ids: list[list[int]],
@@ -184,7 +202,7 @@ class VLLMServer(SeparateEngine):
         self, prompt_ids: list[list[int]], group_size: int, p: SamplingParams
     ) -> list[tuple[list[int], list[float], str]]:
         body = {
-            "model": self.model_name,
+            "model": self.served,
             "prompt": [list(x) for x in prompt_ids],
             **sampling_fields(group_size, p),
             "return_tokens_as_token_ids": True,
@@ -236,7 +254,7 @@ class VLLMServer(SeparateEngine):
                 f"({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
             )
         features = place(a.body.get("features") if isinstance(a.body, dict) else None, ids, self.image_token_id)
-        body = generate_body(self.model_name, ids, features, G, p)
+        body = generate_body(self.served, ids, features, G, p)
         if self.call is http_call:  # a reply is bounded by what was asked for
             a = http_call(
                 "POST", f"{self.url}{GENERATE}", body, self.request_timeout, reply_budget(G, p.max_new_tokens)
@@ -257,28 +275,55 @@ class VLLMServer(SeparateEngine):
         t0 = time.perf_counter()
         full = full_weights(model) if self.gather else None  # collective: every rank, before rank 0 writes
         if self.is_main:
-            folder, n_written = self.write_weights(model, step, full)
-            for r in self.rpc(LOAD_METHOD, [str(folder)], self.request_timeout):
-                if not isinstance(r, dict) or r.get("tensors") != n_written:
-                    raise RuntimeError(f"the vLLM server loaded {r!r} from {folder}, expected {n_written} tensors")
+            folder, nbytes = (self.sync_dir / f"step-{step:06d}").resolve(), 0
+            if not self.lora or not self.base_synced:  # LoRA: the base once, unmerged
+                nbytes += self.load_full(model, step, full)
+                self.base_synced = True
+            if self.lora:
+                nbytes += self.load_adapter(model, step, folder)
             self.reset_prefix_cache()
             if self.last_folder is not None and self.last_folder != folder:
                 shutil.rmtree(self.last_folder, ignore_errors=True)
             self.last_folder = folder
             metrics["time/weight_sync"] = time.perf_counter() - t0
+            metrics["rollout/weight_sync_bytes"] = float(nbytes)
         self.barrier()  # no rank samples before the server holds the new weights
         return metrics
 
-    def write_weights(self, model, step: int, full: dict[str, torch.Tensor] | None = None) -> tuple[Path, int]:
-        """Write the policy (``full``: its gathered weights, else ``model``'s own) to
-        ``{sync_dir}/step-N/model.safetensors`` (atomically: temp name, then rename); returns the
-        folder and the number of tensors written."""
+    def load_full(self, model, step: int, full: dict[str, torch.Tensor] | None) -> int:
+        """Write the policy's full weights (LoRA: the base, adapters not merged) and have every vLLM
+        worker load them; returns the bytes written."""
+        folder, n_written, nbytes = self.write_weights(model, step, full)
+        for r in self.rpc(LOAD_METHOD, [str(folder)], self.request_timeout):
+            if not isinstance(r, dict) or r.get("tensors") != n_written:
+                raise RuntimeError(f"the vLLM server loaded {r!r} from {folder}, expected {n_written} tensors")
+        return nbytes
+
+    def load_adapter(self, model, step: int, folder: Path) -> int:
+        """Write the policy's LoRA adapter in PEFT's format, unload the previous one, load this one
+        under a new name that sampling requests then name; returns the bytes written."""
+        peft = peft_of(model)
+        name, rank = adapter_rank(peft)
+        check_rank(self.url, self.infos, rank)
+        path, nbytes = write_adapter(peft, name, folder, self.dtype)
+        if self.adapter is not None:  # first: vLLM's LRU keeps max_cpu_loras (1) adapters (vllm_lora.py)
+            lora_call(self.call, self.url, UNLOAD, {"lora_name": self.adapter}, self.request_timeout)
+            self.adapter = None
+        new = f"grpokit-{self.session}-step-{step:06d}"
+        lora_call(self.call, self.url, LOAD, {"lora_name": new, "lora_path": str(path)}, self.request_timeout)
+        self.adapter = new
+        return nbytes
+
+    def write_weights(self, model, step: int, full: dict[str, torch.Tensor] | None = None) -> tuple[Path, int, int]:
+        """Write the policy (``full``: its gathered weights, else ``model``'s own; LoRA adapters merged
+        unless they are synced on their own) to ``{sync_dir}/step-N/model.safetensors`` (atomically:
+        temp name, then rename); returns the folder, the number of tensors and their bytes."""
         from safetensors.torch import save_file
 
         folder = (self.sync_dir / f"step-{step:06d}").resolve()
         folder.mkdir(parents=True, exist_ok=True)
-        weights, seen = {}, set()
-        for name, t in (full if full is not None else policy_weights(model)).items():
+        weights, seen, nbytes = {}, set(), 0
+        for name, t in (full if full is not None else policy_weights(model, merge=not self.lora)).items():
             key = (t.data_ptr(), tuple(t.shape))
             if key in seen:  # tied weights (lm_head = embed_tokens): vLLM skips the alias
                 continue
@@ -286,10 +331,11 @@ class VLLMServer(SeparateEngine):
             if self.dtype is not None and t.is_floating_point():
                 t = t.to(self.dtype)  # the server casts anyway; this halves the bytes of fp32 masters
             weights[name] = t.contiguous().cpu()
+            nbytes += t.numel() * t.element_size()
         tmp = folder / "model.safetensors.partial"
         save_file(weights, str(tmp))
         os.replace(tmp, folder / "model.safetensors")
-        return folder, len(weights)
+        return folder, len(weights), nbytes
 
     def reset_prefix_cache(self) -> None:
         # vLLM 0.33 answers {"success": false} while blocks are still held (serve/dev/cache/api_router.py): retry
@@ -324,8 +370,9 @@ def make_server_engine(
 ) -> VLLMServer:
     """The ``rollout.backend=vllm_server`` engine from the rollout section ``r``, the run's sampling
     settings, its folder (default home of the weight files), the distributed context ``dist``,
-    whether the policy has LoRA adapters and the model's image token (image prompts); the caller
-    pushes the policy's weights once with ``after_update``."""
+    whether the policy has LoRA adapters (then only they are synced after the first sync, and the
+    server must have LoRA enabled) and the model's image token (image prompts); the caller pushes the
+    policy's weights once with ``after_update``."""
     if dist.fsdp and lora:
         raise ConfigError(
             "rollout.backend=vllm_server with train.fsdp=true does not support model.lora_rank > 0 yet "
@@ -342,4 +389,5 @@ def make_server_engine(
         barrier=dist.barrier,
         gather=dist.fsdp,
         image_token_id=image_token_id,
+        lora=lora,
     )

@@ -11,7 +11,10 @@ and adds what ``rollout.backend=vllm_server`` needs (protocol: rollout/vllm_clie
 * ``--logprobs-mode processed_logprobs`` (unless given): logprobs of the distribution that sampled;
 * ``--enable-scale-out`` on vLLM >= 0.30 (``SCALE_OUT_FROM``): it serves ``/v1/chat/completions/render``
   and ``/inference/v1/generate``, which image prompts go through (rollout/vllm_images.py), as
-  TRL's ``trl vllm-serve`` adds it.
+  TRL's ``trl vllm-serve`` adds it;
+* with ``--lora-rank R`` (a trainer with ``model.lora_rank=R``): ``--enable-lora``, ``--max-lora-rank``
+  (the smallest value vLLM accepts that holds R) and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, so
+  that only the adapters are synced (rollout/vllm_lora.py).
 
 Everything after MODEL goes to ``vllm serve`` unchanged (``--port``, ``--tensor-parallel-size``, ...).
 The vLLM versions whose source this was checked against are ``VLLM_RANGE``; grpokit must be installed
@@ -31,6 +34,7 @@ import sys
 
 from grpokit.config.sections import ConfigError
 
+from .vllm_lora import RUNTIME_FLAG, serve_rank
 from .vllm_worker import EXTENSION
 
 VLLM_RANGE = ">=0.10.2,<0.34"
@@ -43,7 +47,9 @@ DESCRIPTION = f"""\
 Start vLLM's OpenAI-compatible server for rollout.backend=vllm_server: runs `vllm serve MODEL ...`
 with VLLM_SERVER_DEV_MODE=1, --worker-extension-cls {EXTENSION}
 and --logprobs-mode processed_logprobs (and --enable-scale-out on vLLM >= 0.30, for image
-prompts). Options after MODEL go to `vllm serve` unchanged
+prompts). --lora-rank R (a trainer with model.lora_rank=R, whose adapters alone are then synced)
+adds --enable-lora --max-lora-rank and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True. Options after MODEL go
+to `vllm serve` unchanged
 (see `vllm serve --help`). Needs vLLM: {INSTALL}.
 
 The development endpoints it enables have no authentication: expose the port only to the trainer.
@@ -56,9 +62,17 @@ def parser() -> argparse.ArgumentParser:
         prog="grpokit vllm-serve",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="grpokit vllm-serve [--dry-run] MODEL [vllm serve options ...]",
+        usage="grpokit vllm-serve [--dry-run] [--lora-rank R] MODEL [vllm serve options ...]",
     )
     p.add_argument("--dry-run", action="store_true", help="print the command and environment instead of running them")
+    p.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        metavar="R",
+        help="the trainer's model.lora_rank: enable vLLM's runtime LoRA loading so that only the adapters are "
+        "synced (0, the default: full weights)",
+    )
     p.add_argument(
         "model",
         metavar="MODEL",
@@ -70,8 +84,13 @@ def parser() -> argparse.ArgumentParser:
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(grpokit's part: its options and MODEL, vLLM's part): everything after MODEL is vLLM's."""
+    skip = False
     for i, a in enumerate(argv):
-        if not a.startswith("-"):
+        if skip:  # the value of --lora-rank R
+            skip = False
+        elif a == "--lora-rank":
+            skip = True
+        elif not a.startswith("-"):
             return argv[: i + 1], argv[i + 1 :]
     return argv, []
 
@@ -81,10 +100,12 @@ def has_option(args: list[str], name: str) -> bool:
 
 
 def build_command(
-    model: str, vllm_args: list[str], python: str | None = None, scale_out: bool = False
+    model: str, vllm_args: list[str], python: str | None = None, scale_out: bool = False, lora_rank: int = 0
 ) -> tuple[list[str], dict[str, str]]:
     """The ``vllm serve`` command line (run by ``python``, default this interpreter) and the environment
-    it needs; ``scale_out``: the vLLM has ``--enable-scale-out`` (see ``scale_out_supported``)."""
+    it needs; ``scale_out``: the vLLM has ``--enable-scale-out`` (see ``scale_out_supported``);
+    ``lora_rank`` > 0: runtime LoRA loading for adapters of that rank (the user's own
+    ``--max-lora-rank`` is kept)."""
     if has_option(vllm_args, "--worker-extension-cls"):
         raise ConfigError(
             f"grpokit vllm-serve sets --worker-extension-cls to {EXTENSION} itself; "
@@ -104,7 +125,16 @@ def build_command(
         cmd += ["--logprobs-mode", "processed_logprobs"]
     if scale_out and not has_option(vllm_args, "--enable-scale-out"):
         cmd += ["--enable-scale-out"]
-    return cmd, {"VLLM_SERVER_DEV_MODE": "1"}
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if lora_rank < 0:
+        raise ConfigError(f"grpokit vllm-serve --lora-rank {lora_rank} must be >= 0 (the trainer's model.lora_rank)")
+    if lora_rank:
+        if not has_option(vllm_args, "--enable-lora"):
+            cmd += ["--enable-lora"]
+        if not has_option(vllm_args, "--max-lora-rank"):
+            cmd += ["--max-lora-rank", str(serve_rank(lora_rank))]
+        env[RUNTIME_FLAG] = "True"
+    return cmd, env
 
 
 def scale_out_supported(version: str | None) -> bool:
@@ -176,7 +206,7 @@ def main(argv: list[str]) -> int:
     ours, theirs = split_argv(argv)
     args = parser().parse_args(ours)
     version = installed_vllm()
-    cmd, env = build_command(args.model, theirs, scale_out=scale_out_supported(version))
+    cmd, env = build_command(args.model, theirs, scale_out=scale_out_supported(version), lora_rank=args.lora_rank)
     if args.dry_run:
         print(" ".join(f"{k}={v}" for k, v in env.items()), shlex.join(cmd))
         return 0
@@ -186,6 +216,7 @@ def main(argv: list[str]) -> int:
     note = version_note(version)
     if note:
         print(note, file=sys.stderr)
-    print(f"grpokit vllm-serve: running VLLM_SERVER_DEV_MODE=1 {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    shown = " ".join(f"{k}={v}" for k, v in env.items())
+    print(f"grpokit vllm-serve: running {shown} {shlex.join(cmd)}", file=sys.stderr, flush=True)
     os.execve(cmd[0], cmd, {**os.environ, **env})  # replaced by vLLM: its signals and exit status are the user's
     return 0  # not reached

@@ -12,7 +12,9 @@ exposes ``POST /collective_rpc {"method": NAME, "args": [...], "timeout": s}``, 
 Two methods, called by the trainer (rollout/vllm_client.py):
 
 * ``grpokit_info()``: what the trainer must know about the engine before it trusts it (protocol
-  version, logprobs mode, the dtype the weights live in);
+  version, logprobs mode, the dtype the weights live in, and whether vLLM's LoRA is on: ``--enable-lora``
+  gives the worker a ``vllm_config.lora_config``, ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` the load endpoints;
+  a LoRA policy's adapter-only sync needs both, rollout/vllm_lora.py);
 * ``grpokit_load_weights(folder)``: stream every tensor of ``folder/*.safetensors`` (Hugging Face names)
   into the live model through the model's own ``load_weights`` -- the same entry vLLM's loader uses,
   so name mapping (fused qkv / gate-up) and tensor-parallel sharding are vLLM's, not ours.
@@ -24,11 +26,13 @@ need vLLM's post-load processing, which ``load_weights`` alone does not run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
-PROTOCOL = 1
-"""Bumped when the trainer/extension contract changes; the trainer refuses a server speaking another."""
+PROTOCOL = 2
+"""Bumped when the trainer/extension contract changes; the trainer refuses a server speaking another
+(2: ``grpokit_info`` reports ``lora``, for adapter-only sync)."""
 EXTENSION = "grpokit.rollout.vllm_worker.WeightSyncExtension"
 """The qualified name ``grpokit vllm-serve`` passes to ``--worker-extension-cls``."""
 INFO_METHOD = "grpokit_info"
@@ -61,6 +65,7 @@ class WeightSyncExtension:
             "logprobs_mode": str(getattr(mc, "logprobs_mode", "")),
             "dtype": str(mc.dtype).replace("torch.", ""),
             "rank": int(getattr(self, "rank", 0)),
+            "lora": lora_info(getattr(self.vllm_config, "lora_config", None)),
         }
 
     def grpokit_load_weights(self, folder: str) -> dict[str, Any]:
@@ -75,3 +80,17 @@ class WeightSyncExtension:
 
         model.load_weights(items())  # copies each tensor into its (sharded) parameter on the GPU
         return {"tensors": counted[0], "bytes": counted[1], "rank": int(getattr(self, "rank", 0))}
+
+
+def lora_info(lora_config: Any) -> dict[str, Any] | None:
+    """vLLM's LoRA settings as the trainer needs them, or None without ``--enable-lora``. The runtime
+    flag is read as vLLM's envs.py reads it ("1" or "true", any case); the workers inherit the
+    server's environment."""
+    if lora_config is None:
+        return None
+    flag = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower()
+    return {
+        "max_lora_rank": int(lora_config.max_lora_rank),
+        "max_loras": int(lora_config.max_loras),
+        "runtime_updating": flag in ("1", "true"),
+    }
