@@ -334,7 +334,7 @@ def test_vllm_serve_help_works_without_vllm(capsys):
         cli.main(["vllm-serve", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert "grpokit vllm-serve [--dry-run] MODEL" in out and "pip install 'grpokit[vllm]'" in out
+    assert "grpokit vllm-serve [--dry-run] [--lora-rank R] MODEL" in out and "pip install 'grpokit[vllm]'" in out
 
 
 def test_vllm_serve_without_vllm_says_how_to_install(monkeypatch, capsys):

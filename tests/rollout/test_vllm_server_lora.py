@@ -222,3 +222,22 @@ def test_vllm_serve_lora_rank_enables_runtime_lora(monkeypatch, capsys):
     assert [serve_rank(r) for r in (1, 2, 8, 9, 300, 512)] == [1, 8, 8, 16, 320, 512]
     with pytest.raises(ConfigError, match="vLLM serves LoRA ranks up to 512"):
         serve_rank(600)
+
+
+def test_adapter_sync_samples_what_a_merged_full_sync_samples_under_the_same_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv(FLAG, "True")
+    policy, rollouts = lora_policy(seed=5), []
+    for lora in (True, False):  # the same fake seed; adapters applied by the server, or merged by the trainer
+        with FakeVLLMServer(tiny_llama(seed=1), max_lora_rank=8, seed=7) as srv:
+            eng = client(srv, tmp_path / str(lora), lora=lora)
+            eng.after_update(policy, 0)
+            rollouts.append(eng.generate([[3, 4], [5], [6, 7, 8]], 4))
+    adapter, merged = rollouts
+    assert adapter.completion_ids == merged.completion_ids
+    for a, b in zip(adapter.sampling_logprobs, merged.sampling_logprobs):
+        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5  # W x + s B A x against (W + s B A) x: rounding
+    # the control: the base alone (the policy without its adapters) samples other tokens under the same seed
+    with FakeVLLMServer(tiny_llama(seed=1), seed=7) as srv:
+        eng = client(srv, tmp_path / "base")
+        eng.after_update(tiny_llama(seed=5), 0)
+        assert eng.generate([[3, 4], [5], [6, 7, 8]], 4).completion_ids != adapter.completion_ids

@@ -18,8 +18,8 @@ source of vLLM 0.10.2 and 0.33.0):
    and ``/inference/v1/generate`` (our token ids with the rendered image features), as TRL 1.16's
    client does; rollout/vllm_images.py has the details.
 3. Weight sync after every update (and once at start, so the server samples from exactly the
-   trainer's weights from the first step on): rank 0 writes the policy (Hugging Face names, LoRA
-   merged, cast to the server's dtype) to ``{sync_dir}/step-N/model.safetensors`` on a filesystem
+   trainer's weights from the first step on): rank 0 writes the policy (Hugging Face names, cast
+   to the server's dtype) to ``{sync_dir}/step-N/model.safetensors`` on a filesystem
    both machines see, ``POST /collective_rpc {"method": "grpokit_load_weights", "args": [folder]}``,
    then ``POST /reset_prefix_cache`` (cached prefixes hold the old weights' keys and values) and
    deletes the previous step's folder; other ranks wait at a barrier. Under FSDP2 every rank
