@@ -6,7 +6,10 @@ in PEFT's own format (``adapter_config.json`` and ``adapter_model.safetensors``,
 ``get_peft_model_state_dict`` and ``LoraConfig.save_pretrained``, cast to the server's dtype) to
 ``{sync_dir}/step-N/adapter/``, and the server samples with base + adapter.
 
-Two ways were read in vLLM's source (0.10.2 and 0.33.0) and the first is used:
+Two ways were weighed against vLLM's source (read for this module in a code index, not checked out at
+the 0.10.2 and 0.33.0 tags: the runtime-LoRA routes, ``OpenAIServingModels``, ``LoRAConfig``, from the
+releases whose ``LoadLoRAAdapterRequest`` has only ``lora_name``/``lora_path`` to 0.3x's with
+``load_inplace``); the first is used:
 
 * vLLM's stock runtime LoRA loading (chosen): ``POST /v1/unload_lora_adapter {"lora_name": previous}``,
   ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}`` (served when the server runs with
@@ -14,10 +17,11 @@ Two ways were read in vLLM's source (0.10.2 and 0.33.0) and the first is used:
   request names the adapter as its ``model``. vLLM reads the PEFT folder itself (its own name
   mapping, tensor-parallel slicing and ``lora_dtype`` cast), which is why this is the one chosen:
   grpokit ships no LoRA code inside vLLM. Each step's adapter gets a new name
-  (``grpokit-<session>-step-N``) rather than ``load_inplace``, which 0.10.2 lacks: one request shape
+  (``grpokit-<session>-step-N``) rather than ``load_inplace``, which older releases lack: one request shape
   serves the whole version range, and a new name is a new ``lora_int_id``, so no cached prefix of an
   older adapter can ever match. The previous adapter is unloaded *before* the new one is loaded: vLLM
-  keeps ``max_cpu_loras`` (default ``max_loras`` = 1) adapters and 0.33's unload fails on one its cache
+  keeps ``max_cpu_loras`` (default ``max_loras`` = 1) adapters, and newer releases' unload (an engine
+  ``remove_lora``) fails on one its cache
   already evicted. The prefix cache is still reset (blocks of the old adapter are freed at once).
 * An in-place swap through grpokit's worker extension (``/collective_rpc`` writing into vLLM's LoRA
   layers, or merging ``W + s B A`` into the base): it would sample at merged-weight speed (vLLM's
