@@ -21,7 +21,8 @@ releases whose ``LoadLoRAAdapterRequest`` has only ``lora_name``/``lora_path`` t
   serves the whole version range, and a new name is a new ``lora_int_id``, so no cached prefix of an
   older adapter can ever match. The previous adapter is unloaded *before* the new one is loaded: vLLM
   keeps ``max_cpu_loras`` (default ``max_loras`` = 1) adapters, and newer releases' unload (an engine
-  ``remove_lora``) fails on one its cache already evicted. The prefix cache is still reset (blocks of the old adapter are freed at once).
+  ``remove_lora``) fails on one its cache already evicted. The prefix cache is still reset (blocks of
+  the old adapter are freed at once).
 * An in-place swap through grpokit's worker extension (``/collective_rpc`` writing into vLLM's LoRA
   layers, or merging ``W + s B A`` into the base): it would sample at merged-weight speed (vLLM's
   punica LoRA kernels cost extra time per decode step, not measured here), but would have to
