@@ -132,6 +132,14 @@ def test_qlora_on_cpu_is_one_clear_sentence(tiny_model_dir, tmp_path):
     "over, message",
     [
         ({"model.quantization": "4bit"}, "set model.lora_rank > 0"),
+        (
+            {"model.quantization": "4bit", "model.lora_rank": 4, "rollout.backend": "vllm_server"},
+            "with rollout.backend=vllm_server is not supported: vLLM would be sent the 4-bit packed base",
+        ),
+        (
+            {"model.quantization": "4bit", "model.lora_rank": 4, "rollout.backend": "vllm"},
+            "with rollout.backend=vllm is not supported",
+        ),
         ({"model.lora_save": "both"}, "model.lora_save='both' is not valid"),
         ({"model.lora_rank": -1}, "model.lora_rank=-1 must be >= 0"),
         (

@@ -32,6 +32,12 @@ def check_model(cfg: Config) -> None:
         m.quantization == "none" or m.lora_rank > 0,
         f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)",
     )
+    check(
+        m.quantization == "none" or cfg.rollout.backend == "hf",
+        f"model.quantization={m.quantization!r} with rollout.backend={cfg.rollout.backend} is not supported: vLLM "
+        "would be sent the 4-bit packed base weights, which it cannot load; set model.quantization=none or "
+        "rollout.backend=hf",
+    )
     check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
     check(
         not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
