@@ -144,8 +144,7 @@ class ProcessRollout:
         function: the workers import it); ``prompts_per_step`` is the global batch, ``seed`` this rank's,
         ``wait_ranks`` returns once every rank has its batch (async_.py)."""
         self.hf, self.n, self.G, self.context = hf, prompts_per_step // world_size, context.group_size, context
-        self.max_staleness = max_staleness
-        self.wait_ranks = wait_ranks
+        self.max_staleness, self.wait_ranks = max_staleness, wait_ranks
         self.plan = AsyncPlan(
             model,
             step,
@@ -157,8 +156,7 @@ class ProcessRollout:
             rank=rank,
             world_size=world_size,
         )
-        self.trainer_step, self.taken, self.last_staleness = step, -1, (0.0, 0)
-        self.waited = self.straggled = 0.0
+        self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
         vocab = model.get_input_embeddings().num_embeddings
         base = self.plan.snapshots[min(self.plan.snapshots)]
         init = {
