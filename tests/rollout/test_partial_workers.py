@@ -121,7 +121,7 @@ def test_a_worker_killed_while_waiting_mid_batch_is_dropped_and_its_batch_redone
         os.kill(w.proc.pid, signal.SIGKILL)
         w.proc.join(10)
         _update(model)
-        engine.after_update(model, 1)  # version 1 cannot reach it: a fault, batch 1 goes to worker 0
+        engine.after_update(model, 1)  # version 1 cannot reach it: the next wait sees it dead, batch 1 goes to worker 0
         for k in (1, 2):
             batch, metrics = _take(engine, model, k)
             got.append(batch)

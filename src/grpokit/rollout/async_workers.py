@@ -118,8 +118,8 @@ class WorkerPool:
                 w.phase, w.deadline = "sample", time.monotonic() + self.timeout_s
             try:
                 w.conn.send(("version", version, tensors))
-            except OSError as e:  # it died: its end of the pipe is closed
-                self._fault(w, f"could not be sent version {version} for batch {w.job.index} ({type(e).__name__})")
+            except OSError:  # it died: its sentinel says so at the next wait, before the next update
+                pass
 
     def result(self, index: int) -> tuple[Any, float]:
         """Batch ``index``'s rollout and the seconds waited on a straggler: while other workers sat idle
@@ -159,6 +159,7 @@ class WorkerPool:
             if w.phase == "idle" and self.queue:
                 w.job = self.queue.pop(0)
                 w.phase, w.deadline = "sync", time.monotonic() + self.timeout_s
+                w.segment, w.at, w.waiting = 0, w.job.version, None
                 try:
                     w.conn.send(w.job)
                 except OSError as e:  # it died while idle: its end of the pipe is closed
@@ -241,8 +242,9 @@ class WorkerPool:
             return "while giving a batch back"
         if w.job is None:
             return "while starting"
-        if w.phase == "wait":
-            return f"while waiting for version {w.waiting} for segment {w.segment + 1} of batch {w.job.index}"
+        if w.waiting is not None:  # once the version is pushed, the trainer cannot tell waiting from loading
+            how = "waiting for" if w.phase == "wait" else "waiting for or loading"
+            return f"while {how} version {w.waiting} for segment {w.segment + 1} of batch {w.job.index}"
         if w.job.needs and w.phase == "sample":
             return f"while sampling segment {w.segment} of batch {w.job.index} (version {w.at})"
         return f"while working on batch {w.job.index}"
