@@ -31,27 +31,39 @@ def garbage_sample(ctx, model, generator, prompts):
     return dataclasses.replace(ro, completion_ids=ids)
 
 
-def process_engine(workers: int, on_fault: str = "stop", timeout_s: float = 60.0, sample=sample_one_turn, model=None):
-    """``(engine, model)``: a tiny policy's (or ``model``'s) ProcessRollout (staleness 1, 2 prompts of 3
-    samples a step)."""
-    model = model if model is not None else tiny_qwen2(seed=1)
+def prompt_source():
+    """``next_batch(n)``: n prompts of a fixed sequence (a fresh source starts it again)."""
     counter = iter(range(10**6))
+    return lambda n: [Prompt(text="", ids=[1, 5 + next(counter) % 20, 6]) for _ in range(n)]
 
-    def next_batch(n):
-        return [Prompt(text="", ids=[1, 5 + next(counter) % 20, 6]) for _ in range(n)]
 
-    hf = HFEngine(eos_token_ids={2}, pad_token_id=0, decode=None, generator=torch.Generator().manual_seed(0))
+def tiny_hf_engine() -> HFEngine:
+    return HFEngine(eos_token_ids={2}, pad_token_id=0, decode=None, generator=torch.Generator().manual_seed(0))
+
+
+def process_engine(
+    workers: int,
+    on_fault: str = "stop",
+    timeout_s: float = 60.0,
+    sample=sample_one_turn,
+    model=None,
+    staleness: int = 1,
+    partial_tokens: int = 0,
+):
+    """``(engine, model)``: a tiny policy's (or ``model``'s) ProcessRollout (2 prompts of 3 samples a step;
+    ``partial_tokens``: rollout.async_partial_tokens)."""
+    model = model if model is not None else tiny_qwen2(seed=1)
     engine = ProcessRollout(
         model,
         0,
-        next_batch,
-        hf=hf,
-        context=CONTEXT,
+        prompt_source(),
+        hf=tiny_hf_engine(),
+        context=dataclasses.replace(CONTEXT, partial_tokens=partial_tokens),
         workers=workers,
         timeout_s=timeout_s,
         on_fault=on_fault,
         prompts_per_step=2,
-        max_staleness=1,
+        max_staleness=staleness,
         seed=SEED,
         sample=sample,
     )

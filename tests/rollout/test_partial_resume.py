@@ -1,11 +1,12 @@
 """Exact resume with partial rollouts on: an asynchronous run whose batches mix two weight versions
 (rollout.async_partial_tokens), killed with SIGKILL inside a step and resumed, ends bit-exactly where the
 uninterrupted run ends (rollout/partial.py: each segment's version is fixed by the batch and segment, not
-by when an update finishes)."""
+by when an update finishes), with the sampler thread and with a worker process (rollout.async_workers)."""
 
 import signal
 import time
 
+import pytest
 import torch
 
 from helpers.train_processes import final_state, finish, start, write_setup
@@ -13,13 +14,15 @@ from helpers.train_processes import final_state, finish, start, write_setup
 PARTIAL = {"async_staleness": 2, "async_partial_tokens": 2}
 
 
-def test_partial_rollouts_sigkill_then_resume_is_bit_exact(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [0, 1], ids=["thread", "worker_process"])
+def test_partial_rollouts_sigkill_then_resume_is_bit_exact(workers, tiny_model_dir, tmp_path):
+    rollout = {**PARTIAL, "async_workers": workers}
     ref = tmp_path / "ref"
     ref.mkdir()
-    cfg = write_setup(ref, tiny_model_dir, rollout=PARTIAL)
+    cfg = write_setup(ref, tiny_model_dir, rollout=rollout)
     uninterrupted = start(["--config", str(cfg), "--out", str(ref / "run")], ref)
 
-    cfg = write_setup(tmp_path, tiny_model_dir, rollout=PARTIAL, save_every=1)
+    cfg = write_setup(tmp_path, tiny_model_dir, rollout=rollout, save_every=1)
     victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path)
     marker = tmp_path / "killed" / "checkpoints" / "step-000003"
     deadline = time.time() + 240

@@ -164,11 +164,6 @@ def test_kept_cache_against_recomputed_cache_measured():
         ({"async_partial_tokens": -1, "async_staleness": 1}, {}, r"^rollout.async_partial_tokens=-1 must be >= 0"),
         ({"async_partial_tokens": 2}, {}, r"^rollout.async_partial_tokens=2 needs rollout.async_staleness >= 1$"),
         (
-            {"async_partial_tokens": 2, "async_staleness": 1, "async_workers": 1},
-            {},
-            r"^rollout.async_partial_tokens runs in the sampler thread, not in rollout.async_workers=1",
-        ),
-        (
             {"async_partial_tokens": 2, "async_staleness": 1},
             {"tools": ["python"]},
             r"^rollout.async_partial_tokens samples one-turn completions, not episodes",

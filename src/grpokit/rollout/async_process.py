@@ -8,6 +8,11 @@ and a checkpoint resumes exactly. Weights travel as shared-memory tensors: each 
 trainable tensors are moved to shared memory once (``share_memory_``) and each job carries their handles;
 with LoRA those are the adapters. The frozen tensors are shared once, at the workers' start.
 
+Partial rollouts (``rollout.async_partial_tokens`` = K): a worker decodes batch j in segments of K tokens,
+segment m drawn by version ``min(j - s + m, j)`` (rollout/partial.py's rule, the thread's ``generate_partial``
+call), so its batches equal the thread's bit for bit. A job carries the versions it needs that are published;
+each later one is pushed to the workers that need it when the trainer publishes it (async_workers.py).
+
 Several trainer ranks: each rank has its own pool sampling its slice of the global prompts with its own
 seed (async_plan.py); ``time/waiting_for_stragglers`` adds the wait for the other ranks' batches.
 
@@ -33,6 +38,7 @@ from .async_plan import AsyncPlan
 from .async_workers import Job, WorkerPool
 from .engine import HFEngine, TurnSampler
 from .hf import SamplingParams, generate
+from .partial import check_staleness, generate_partial, segment_version
 
 
 @dataclass(frozen=True)
@@ -45,23 +51,29 @@ class SampleContext:
     pad_token_id: int
     decoder: str
     tokenizer: object  # for stop strings' decoding
+    partial_tokens: int = 0  # rollout.async_partial_tokens (0: whole batches by one version)
+
+    def needs(self, index: int, start: int) -> tuple[int, ...]:
+        """The versions after ``start`` that batch ``index``'s segments are drawn by (partial rollouts)."""
+        if not self.partial_tokens:
+            return ()
+        segments = -(-self.params.max_new_tokens // self.partial_tokens)
+        return tuple(sorted({segment_version(index, m, start) for m in range(segments)} - {start}))
 
 
 def sample_one_turn(ctx: SampleContext, model, generator: torch.Generator, prompts: list) -> Rollout:
-    """A worker's batch: G completions per prompt in one batched decode, the trainer's own call."""
+    """A worker's batch: G completions per prompt in one batched decode, the trainer's own call. With
+    ``ctx.partial_tokens`` > 0 ``model`` is a function ``segment -> (policy, version)`` and the batch is
+    decoded in segments, as the sampler thread decodes it (rollout/async_.py)."""
+    ids = [p.ids for p in prompts]
+    decode = None if ctx.tokenizer is None else lambda t: ctx.tokenizer.decode(t, skip_special_tokens=True)
+    kw = dict(eos_token_ids=set(ctx.eos_token_ids), pad_token_id=ctx.pad_token_id, generator=generator, decode=decode)
     with torch.no_grad():
-        return generate(
-            model,
-            [p.ids for p in prompts],
-            ctx.group_size,
-            ctx.params,
-            eos_token_ids=set(ctx.eos_token_ids),
-            decode=lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True),
-            pad_token_id=ctx.pad_token_id,
-            engine=ctx.decoder,
-            generator=generator,
-            cuda_graphs=False,
-        )
+        if ctx.partial_tokens:
+            return generate_partial(
+                model, ids, ctx.group_size, ctx.params, ctx.partial_tokens, engine=ctx.decoder, **kw
+            )
+        return generate(model, ids, ctx.group_size, ctx.params, engine=ctx.decoder, cuda_graphs=False, **kw)
 
 
 @contextlib.contextmanager
@@ -131,8 +143,8 @@ class ProcessRollout:
         """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
         function: the workers import it); ``prompts_per_step`` is the global batch, ``seed`` this rank's,
         ``wait_ranks`` returns once every rank has its batch (async_.py)."""
-        self.hf, self.n, self.G = hf, prompts_per_step // world_size, context.group_size
-        self.wait_ranks = wait_ranks
+        self.hf, self.n, self.G, self.context = hf, prompts_per_step // world_size, context.group_size, context
+        self.max_staleness, self.wait_ranks = max_staleness, wait_ranks
         self.plan = AsyncPlan(
             model,
             step,
@@ -144,8 +156,7 @@ class ProcessRollout:
             rank=rank,
             world_size=world_size,
         )
-        self.trainer_step, self.taken, self.last_staleness = step, -1, 0
-        self.waited = self.straggled = 0.0
+        self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
         vocab = model.get_input_embeddings().num_embeddings
         base = self.plan.snapshots[min(self.plan.snapshots)]
         init = {
@@ -156,6 +167,7 @@ class ProcessRollout:
             "seed": seed,
             "threads": torch.get_num_threads(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "partial": bool(context.partial_tokens),
         }
         with sendable(base) as init["onednn"]:  # the workers pickle it at their start
             self.pool = WorkerPool(
@@ -172,11 +184,16 @@ class ProcessRollout:
         """Every batch whose prompts and weights exist goes to the pool (at most s + 1 at a time)."""
         for j in sorted(self.plan.prompts):
             if j not in self.submitted and self.plan.has_job(j):
-                snap, v, prompts = self.plan.job(j)
-                params = dict(snap.named_parameters())
-                tensors = {name: params[name].data.share_memory_() for name in self.plan.trainable}
-                self.pool.submit(Job(j, v, tensors, prompts))
+                _, v, prompts = self.plan.job(j)
+                needs = self.context.needs(j, v)
+                later = {u: self._tensors(u) for u in needs if u in self.plan.snapshots}
+                self.pool.submit(Job(j, v, self._tensors(v), prompts, needs, later))
                 self.submitted.add(j)
+
+    def _tensors(self, version: int) -> dict[str, torch.Tensor]:
+        """Version ``version``'s trainable tensors in shared memory (moved there once): the workers get handles."""
+        params = dict(self.plan.snapshots[version].named_parameters())
+        return {name: params[name].data.share_memory_() for name in self.plan.trainable}
 
     def prefetched(self, n: int, group_size: int):
         k = self.trainer_step
@@ -188,20 +205,24 @@ class ProcessRollout:
         self.wait_ranks()
         self.taken, self.waited = k, t1 - t0
         self.straggled += time.perf_counter() - t1
-        self.last_staleness = k - self.plan.version_for(k)
+        ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
+        age = k - self.plan.version_for(k)
+        self.last_staleness = (sum(ages) / len(ages), max(ages)) if ages else (float(age), age)
         return self.plan.local(k), ro
 
     def after_update(self, model, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
         self.plan.publish(model, step)
         self.trainer_step = step
+        if self.context.partial_tokens:  # batches in flight may wait for it at a segment boundary
+            self.pool.push(step, self._tensors(step))
         self._submit_ready()
         sync = time.perf_counter() - t0 + self.pool.sync_s
         self.pool.sync_s = 0.0
         self.submitted = {j for j in self.submitted if j >= step}
         return {
-            "rollout/staleness": float(self.last_staleness),
-            "rollout/staleness_max": float(self.last_staleness),
+            "rollout/staleness": float(self.last_staleness[0]),
+            "rollout/staleness_max": float(self.last_staleness[1]),
             "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
             "rollout/worker_faults": float(self.pool.stats.faults),
             "rollout/workers": float(len(self.pool.workers)),

@@ -6,27 +6,32 @@ memory; a job names a batch, its weights version and the trainable tensors of th
 tensors of the trainer's snapshot, passed as handles, not bytes), and the worker copies them into its own
 parameters only when the version changed. A worker answers each job twice: ``synced`` once its weights
 are that version, then the batch. Both answers have a deadline (``rollout.async_timeout_s``), and so
-does the start.
+does the start. With partial rollouts a job also needs later versions: ``push`` sends each one as it is
+published, the worker answers ``synced`` at every segment, and a worker waiting for a version not yet
+published has no deadline until it is pushed (the wait is the trainer's; rollout/async_worker.py).
 
 A fault is a worker that dies (its process sentinel fires), misses a deadline (it is killed: a hang,
 SIGSTOP, a sync that does not finish), raises, or returns a batch that fails ``check`` (garbage). Each is
 counted and named in one sentence; ``rollout.async_worker_fault=stop`` ends the run with it, ``drop``
-removes the worker and gives its batch to another one (a batch's result does not depend on the worker:
-rollout/async_plan.py), and stops only when no worker is left. Nothing waits without a deadline.
+removes the worker and gives its batch to another one, redone from its start (a batch's result does not
+depend on the worker: rollout/async_plan.py), and stops only when no worker is left. Nothing waits without
+a deadline: if the trainer needs a batch whose worker died while every other worker waits for a version
+only that batch's update will publish, one of them gives its own batch back (``abandon``) and takes it.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
+
+from .async_worker import worker_main
 
 START_S = 300.0
 """The least deadline of a worker's start (a spawned interpreter importing torch on a busy machine)."""
@@ -39,9 +44,11 @@ class RolloutWorkerError(RuntimeError):
 @dataclass
 class Job:
     index: int  # the batch
-    version: int  # the weights version it is sampled with
+    version: int  # the weights version it is sampled with (with partial rollouts: its first segment's)
     tensors: dict[str, torch.Tensor]  # that version's trainable tensors (shared memory)
     prompts: list
+    needs: tuple[int, ...] = ()  # the later versions its segments are drawn by (partial rollouts)
+    later: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # those published: their tensors
 
 
 @dataclass
@@ -51,52 +58,17 @@ class Worker:
     conn: Any
     job: Job | None = None
     deadline: float = 0.0
-    phase: str = "start"  # start, sync, sample, idle
-    sync_s: float = 0.0
+    phase: str = "start"  # start, sync, sample, wait (for a version not yet published), abandon, idle
+    segment: int = 0  # the segment it samples (partial rollouts)
+    at: int = 0  # that segment's version
+    waiting: int | None = None  # the version it said it waits for, until it has loaded it
 
 
 @dataclass
 class PoolStats:
     faults: int = 0
     dropped: list[str] = field(default_factory=list)  # one sentence per dropped worker
-
-
-def _worker_main(conn, init: dict) -> None:
-    """A worker's life: load the init record, then answer jobs until told to stop (None)."""
-    torch.set_num_threads(init["threads"])
-    torch.use_deterministic_algorithms(init["deterministic"])
-    model, sample, ctx = init["model"], init["sample"], init["context"]
-    if init["onednn"]:  # the trainer's linears run through oneDNN: the same kernels, the same numbers
-        from grpokit.nn.kernels import use_onednn_linears
-
-        use_onednn_linears(model)
-    params = dict(model.named_parameters())
-    with torch.no_grad():  # the trainable tensors become this worker's own; the frozen ones stay shared
-        for name in init["trainable"]:
-            params[name].data = params[name].data.clone()
-    version = None
-    conn.send(("ready", os.getpid()))
-    from .async_plan import batch_generator
-
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:  # the trainer is gone (killed): nothing left to sample for
-            return
-        if job is None:
-            return
-        try:
-            t0 = time.perf_counter()
-            if job.version != version:
-                with torch.no_grad():
-                    for name, t in job.tensors.items():
-                        params[name].copy_(t)
-                version = job.version
-            conn.send(("synced", job.index, time.perf_counter() - t0))
-            ro = sample(ctx, model, batch_generator(init["seed"], job.index, torch.device("cpu")), job.prompts)
-            conn.send(("batch", job.index, ro))
-        except Exception as e:  # noqa: BLE001 - reported to the trainer as this worker's fault
-            conn.send(("error", job.index, f"{type(e).__name__}: {e}", traceback.format_exc(limit=3)))
+    given_back: int = 0  # batches a waiting worker gave back for an earlier one (``WorkerPool._unblock``)
 
 
 class WorkerPool:
@@ -116,7 +88,7 @@ class WorkerPool:
         self.workers: list[Worker] = []
         for k in range(n):
             parent, child = self.ctx.Pipe()
-            proc = self.ctx.Process(target=_worker_main, args=(child, init), name=f"grpokit-rollout-{k}", daemon=True)
+            proc = self.ctx.Process(target=worker_main, args=(child, init), name=f"grpokit-rollout-{k}", daemon=True)
             proc.start()
             child.close()
             # starting imports torch in a fresh interpreter: its own, longer deadline
@@ -132,22 +104,62 @@ class WorkerPool:
         self.queue.append(job)
         self._dispatch()
 
+    def push(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        """A version just published: to each busy worker whose batch needs it (it may wait for it at a
+        segment boundary), and into the queued jobs that need it."""
+        for job in self.queue:
+            if version in job.needs:
+                job.later[version] = tensors
+        for w in list(self.workers):
+            if w.job is None or version not in w.job.needs or version in w.job.later:
+                continue
+            w.job.later[version] = tensors  # a redo elsewhere carries it in its job
+            if w.phase == "wait":  # its wait is over: its own deadline again
+                w.phase, w.deadline = "sample", time.monotonic() + self.timeout_s
+            try:
+                w.conn.send(("version", version, tensors))
+            except OSError:  # it died: its sentinel says so at the next wait, before the next update
+                pass
+
     def result(self, index: int) -> tuple[Any, float]:
         """Batch ``index``'s rollout and the seconds waited on a straggler: while other workers sat idle
         with later batches done."""
         straggling = 0.0
         while index not in self.results:
+            self._unblock(index)
             t0 = time.monotonic()
             later_done = any(j > index for j in self.results)
             self._pump()
             straggling += (time.monotonic() - t0) if later_done else 0.0
         return self.results.pop(index), straggling
 
+    def _unblock(self, index: int) -> None:
+        """Batch ``index`` queued (its worker died) while no worker is idle: a worker waiting for a version
+        that only the trainer's next update publishes gives its later batch back and takes this one (else
+        both would wait for each other)."""
+        if all(j.index != index for j in self.queue) or any(w.phase == "idle" for w in self.workers):
+            return
+        w = next((w for w in self.workers if w.phase == "wait"), None)
+        if w is None:
+            return
+        try:
+            w.conn.send(("abandon", w.job.index))
+        except OSError as e:  # it died while waiting: its end of the pipe is closed
+            return self._fault(w, f"could not be told to give batch {w.job.index} back ({type(e).__name__})")
+        self._requeue(w.job)
+        self.stats.given_back += 1
+        w.job, w.phase, w.deadline = None, "abandon", time.monotonic() + self.timeout_s
+
+    def _requeue(self, job: Job) -> None:
+        self.queue.append(job)
+        self.queue.sort(key=lambda j: j.index)
+
     def _dispatch(self) -> None:
         for w in list(self.workers):
             if w.phase == "idle" and self.queue:
                 w.job = self.queue.pop(0)
                 w.phase, w.deadline = "sync", time.monotonic() + self.timeout_s
+                w.segment, w.at, w.waiting = 0, w.job.version, None
                 try:
                     w.conn.send(w.job)
                 except OSError as e:  # it died while idle: its end of the pipe is closed
@@ -164,6 +176,10 @@ class WorkerPool:
         if not busy:
             raise RolloutWorkerError("the rollout workers have no batch to sample (grpokit's own fault)")
         timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
+        if math.isinf(timeout):
+            raise RolloutWorkerError(
+                "every busy rollout worker waits for weights the trainer has not published (grpokit's own fault)"
+            )
         ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout)
         for w in busy:
             if w.conn in ready:
@@ -185,9 +201,16 @@ class WorkerPool:
         kind = msg[0] if isinstance(msg, tuple) and msg else None
         if kind == "ready" and w.phase == "start":
             w.phase = "idle"
-        elif kind == "synced" and w.phase == "sync" and msg[1] == w.job.index:
-            self.sync_s += float(msg[2])
+        elif kind == "synced" and w.phase in ("sync", "sample", "wait") and msg[1] == w.job.index:
+            self.sync_s += float(msg[4])
+            w.segment, w.at, w.waiting = msg[2], msg[3], None
             w.phase, w.deadline = "sample", time.monotonic() + self.timeout_s
+        elif kind == "waiting" and w.phase == "sample" and msg[1] == w.job.index:
+            if msg[2] not in w.job.later:  # not published yet: the wait is the trainer's, no deadline
+                w.phase, w.deadline = "wait", math.inf
+            w.waiting = msg[2]
+        elif kind == "abandoned" and w.phase == "abandon":
+            w.phase = "idle"
         elif kind == "batch" and w.phase == "sample" and msg[1] == w.job.index:
             problem = self.check(w.job, msg[2])
             if problem:
@@ -202,12 +225,29 @@ class WorkerPool:
     def _task(self, w: Worker) -> str:
         if w.phase == "start":
             return f"start ({max(self.timeout_s, START_S):g} s)"
+        if w.phase == "abandon":
+            return "give back the batch it was told to"
         if w.phase == "sync":
             return f"load the weights of version {w.job.version} for batch {w.job.index}"
+        if w.waiting is not None:
+            return f"load version {w.waiting} for segment {w.segment + 1} of batch {w.job.index}"
+        if w.job.needs:
+            return (
+                f"finish segment {w.segment} of batch {w.job.index} (version {w.at}) or load the next segment's weights"
+            )
         return f"finish sampling batch {w.job.index}"
 
     def _doing(self, w: Worker) -> str:
-        return "while starting" if w.job is None else f"while working on batch {w.job.index}"
+        if w.phase == "abandon":
+            return "while giving a batch back"
+        if w.job is None:
+            return "while starting"
+        if w.waiting is not None:  # once the version is pushed, the trainer cannot tell waiting from loading
+            how = "waiting for" if w.phase == "wait" else "waiting for or loading"
+            return f"while {how} version {w.waiting} for segment {w.segment + 1} of batch {w.job.index}"
+        if w.job.needs and w.phase == "sample":
+            return f"while sampling segment {w.segment} of batch {w.job.index} (version {w.at})"
+        return f"while working on batch {w.job.index}"
 
     def _fault(self, w: Worker, what: str) -> None:
         self.stats.faults += 1
@@ -215,7 +255,7 @@ class WorkerPool:
         self._end(w)
         self.workers.remove(w)
         if w.job is not None:
-            self.queue.insert(0, w.job)  # another worker samples it: the result does not depend on which
+            self._requeue(w.job)  # another worker samples it from its start: the result does not depend on which
         if self.on_fault == "stop" or not self.workers:
             raise RolloutWorkerError(sentence + (" (rollout.async_worker_fault=stop)" if self.workers else ""))
         self.stats.dropped.append(sentence)

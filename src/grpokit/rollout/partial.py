@@ -1,6 +1,7 @@
 """Partial rollouts: a generation in flight when newer weights arrive goes on under them.
 
-The rule (``rollout.async_partial_tokens`` = K > 0, the asynchronous thread's hf engines). Batch j's
+The rule (``rollout.async_partial_tokens`` = K > 0, the asynchronous sampler's hf engines: its thread or its
+worker processes, rollout/async_worker.py). Batch j's
 decode runs in segments of K tokens; segment m (tokens m*K .. m*K + K - 1 of every completion) is
 drawn by version ``min(v0 + m, j)`` of the policy, v0 = ``max(base, j - s)`` the version the batch
 starts with (rollout/async_plan.py). A completion's first tokens can thus come from version v and the

@@ -142,6 +142,7 @@ def process_engine(
         pad_token_id=hf.pad_token_id,
         decoder=r.engine,
         tokenizer=tokenizer if params.stop else None,
+        partial_tokens=r.async_partial_tokens,
     )
     return ProcessRollout(
         model,

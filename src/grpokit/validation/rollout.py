@@ -120,18 +120,13 @@ def check_rollout_engine(cfg: Config) -> None:
 
 
 def check_partial_rollouts(cfg: Config) -> None:
-    """rollout.async_partial_tokens: partial rollouts run in the async sampler thread, on one-turn episodes."""
+    """rollout.async_partial_tokens: partial rollouts in the async sampler (thread or workers), one-turn episodes."""
     r, p = cfg.rollout, cfg.rollout.async_partial_tokens
     check(p >= 0, f"rollout.async_partial_tokens={p} must be >= 0 (0 = off)")
     if not p:
         return
     check(r.async_staleness > 0, f"rollout.async_partial_tokens={p} needs rollout.async_staleness >= 1")
     check(r.backend == "hf", f"rollout.async_partial_tokens runs the hf engines, not rollout.backend={r.backend}")
-    check(
-        r.async_workers == 0,
-        f"rollout.async_partial_tokens runs in the sampler thread, not in rollout.async_workers={r.async_workers} "
-        "worker processes; set one of them to 0",
-    )
     check(
         not (cfg.env.tools or cfg.env.environment),
         "rollout.async_partial_tokens samples one-turn completions, not episodes with env.tools or env.environment; "

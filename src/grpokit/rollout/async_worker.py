@@ -1,0 +1,115 @@
+"""A rollout worker process's side of the pool (rollout/async_workers.py): load the init record, then answer jobs.
+
+A job names a batch, the version it starts with and the shared-memory handles of the versions it needs that
+the trainer has already published. With partial rollouts (``rollout.async_partial_tokens``) segment m of batch
+j is drawn by version ``min(j - s + m, j)`` (rollout/partial.py), which may not be published yet when the job
+starts: the trainer then pushes that version's handles (``("version", v, tensors)``) when its update ends, and
+the worker, at the segment boundary, waits for them, as the sampler thread waits for the snapshot. Before it
+blocks it says so (``("waiting", j, v)``), so that the trainer suspends its deadline (the wait is the
+trainer's, not the worker's) and, if the trainer needs another batch first, can take this one back
+(``("abandon", j)``; the batch is redone from its start later, equal by construction).
+
+Messages to the trainer: ``ready``; per segment ``synced`` (its version is loaded); ``waiting``; ``batch``;
+``abandoned``; ``error``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+
+import torch
+
+from .partial import segment_version
+
+
+class _Abandoned(Exception):
+    """The trainer took the batch back while it waited for a version."""
+
+
+class _Stop(Exception):
+    """The trainer told the worker to stop (None) while it waited for a version."""
+
+
+class _Weights:
+    """A worker's policy and the versions its current job may use (the job's and those pushed since)."""
+
+    def __init__(self, conn, model: torch.nn.Module, trainable: list[str]):
+        self.conn, self.model = conn, model
+        self.params = dict(model.named_parameters())
+        with torch.no_grad():  # the trainable tensors become this worker's own; the frozen ones stay shared
+            for name in trainable:
+                self.params[name].data = self.params[name].data.clone()
+        self.loaded: int | None = None
+        self.job = None
+        self.known: dict[int, dict] = {}
+
+    def start(self, job) -> None:
+        self.job, self.known = job, {job.version: job.tensors, **job.later}
+
+    def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
+        """Segment ``segment``'s policy and version, waiting for the trainer to push a version not yet
+        published; tells the trainer each segment it starts (``synced``: its deadline restarts)."""
+        j = self.job.index
+        v = segment_version(j, segment, self.job.version)
+        while self.conn.poll():  # versions pushed while the last segment decoded
+            self._take(self.conn.recv())
+        if v not in self.known:
+            self.conn.send(("waiting", j, v))
+            while v not in self.known:
+                self._take(self.conn.recv())
+        t0 = time.perf_counter()
+        if v != self.loaded:
+            with torch.no_grad():
+                for name, t in self.known[v].items():
+                    self.params[name].copy_(t)
+            self.loaded = v
+        self.conn.send(("synced", j, segment, v, time.perf_counter() - t0))
+        return self.model, v
+
+    def _take(self, msg) -> None:
+        if msg is None:
+            raise _Stop
+        if msg[0] == "version":
+            self.known[msg[1]] = msg[2]
+        elif msg[0] == "abandon" and msg[1] == self.job.index:
+            raise _Abandoned
+
+
+def worker_main(conn, init: dict) -> None:
+    """A worker's life: load the init record, then answer jobs until told to stop (None)."""
+    torch.set_num_threads(init["threads"])
+    torch.use_deterministic_algorithms(init["deterministic"])
+    model, sample, ctx = init["model"], init["sample"], init["context"]
+    if init["onednn"]:  # the trainer's linears run through oneDNN: the same kernels, the same numbers
+        from grpokit.nn.kernels import use_onednn_linears
+
+        use_onednn_linears(model)
+    weights = _Weights(conn, model, init["trainable"])
+    conn.send(("ready", os.getpid()))
+    from .async_plan import batch_generator
+
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the trainer is gone (killed): nothing left to sample for
+            return
+        if job is None:
+            return
+        if isinstance(job, tuple):  # a version pushed for a batch already finished: nothing to do
+            continue
+        try:
+            weights.start(job)
+            generator = batch_generator(init["seed"], job.index, torch.device("cpu"))
+            if init["partial"]:  # the sample function asks for each segment's version itself
+                ro = sample(ctx, weights.version_model, generator, job.prompts)
+            else:
+                ro = sample(ctx, weights.version_model(0)[0], generator, job.prompts)
+            conn.send(("batch", job.index, ro))
+        except (_Stop, EOFError):
+            return
+        except _Abandoned:
+            conn.send(("abandoned", job.index))
+        except Exception as e:  # noqa: BLE001 - reported to the trainer as this worker's fault
+            conn.send(("error", job.index, f"{type(e).__name__}: {e}", traceback.format_exc(limit=3)))
