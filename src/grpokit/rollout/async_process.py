@@ -157,6 +157,7 @@ class ProcessRollout:
             world_size=world_size,
         )
         self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
+        self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
         base = self.plan.snapshots[min(self.plan.snapshots)]
         init = {
@@ -204,6 +205,7 @@ class ProcessRollout:
         t1 = time.perf_counter()
         self.wait_ranks()
         self.taken, self.waited = k, t1 - t0
+        self.sampled = self.pool.sampled_s.pop(k, math.nan)
         self.straggled += time.perf_counter() - t1
         ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
         age = k - self.plan.version_for(k)
@@ -227,6 +229,7 @@ class ProcessRollout:
             "rollout/worker_faults": float(self.pool.stats.faults),
             "rollout/workers": float(len(self.pool.workers)),
             "time/weight_sync": sync,
+            "time/sampling": self.sampled,
             "time/waiting_for_rollout": self.waited,
             "time/waiting_for_stragglers": self.straggled,
         }

@@ -85,6 +85,7 @@ class WorkerPool:
         self.queue: list[Job] = []
         self.results: dict[int, Any] = {}
         self.sync_s = 0.0  # weight-sync seconds the workers reported since the last take
+        self.sampled_s: dict[int, float] = {}  # batch index -> seconds its worker spent sampling it
         self.workers: list[Worker] = []
         for k in range(n):
             parent, child = self.ctx.Pipe()
@@ -216,6 +217,7 @@ class WorkerPool:
             if problem:
                 return self._fault(w, f"returned a malformed batch {w.job.index}: {problem}")
             self.results[w.job.index] = msg[2]
+            self.sampled_s[w.job.index] = float(msg[3]) if len(msg) > 3 else math.nan
             w.job, w.phase = None, "idle"
         elif kind == "error":
             self._fault(w, f"failed on batch {msg[1]}: {msg[2]}")
