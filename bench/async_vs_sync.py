@@ -113,6 +113,8 @@ def overrides(arm: str, seed: int, s: dict) -> list[str]:
         "train.save_every": 0,
         "train.save_last": False,
         "record.report": False,
+        "train.memory_plan": "manual",  # no activation checkpointing, one micro-batch: what the plan picks
+        "train.activation_memory_mb": 0,  # on a quiet 24 GB machine, pinned so free memory cannot differ by arm
     }
     own = {k: (s["partial_tokens"] if v == "K" else v) for k, v in ARMS[arm].items()}
     return [f"{k}={v}" for k, v in {**shared, **own}.items()]

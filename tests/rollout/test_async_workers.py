@@ -112,3 +112,21 @@ def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
 )
 def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
     assert re.search(message, section_error(rollout=rollout, env=env))
+
+
+def test_a_checkpointed_policy_reaches_the_worker():
+    # gradient checkpointing (or the memory plan turning it on) hooks the input embeddings with a local function
+    # pickle cannot name: the worker's copy goes without it (a no-op under no_grad) and samples the schedule
+    from grpokit.train.models import enable_checkpointing
+    from helpers.models import tiny_qwen2
+
+    model = tiny_qwen2(seed=1)
+    enable_checkpointing(model)
+    hooked = [m for m in model.modules() if m._forward_hooks]
+    assert hooked, "transformers no longer hooks the embeddings: this test checks nothing"
+    engine, model = process_engine(1, model=model)
+    try:
+        _steps(engine, model, 2)
+    finally:
+        engine.close()
+    assert all(m._forward_hooks for m in hooked)  # the trainer's model keeps its hook
