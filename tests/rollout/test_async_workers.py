@@ -130,3 +130,22 @@ def test_a_checkpointed_policy_reaches_the_worker():
     finally:
         engine.close()
     assert all(m._forward_hooks for m in hooked)  # the trainer's model keeps its hook
+
+
+def test_a_policy_of_more_tensors_than_a_process_start_can_carry_reaches_the_worker():
+    # a forkserver child's arguments carry at most ~250 file descriptors, one per shared tensor: SmolLM2-135M's
+    # 272 stopped every worker run at its start ("too many fds"); the init record now goes through the pipe
+    import transformers
+
+    torch.manual_seed(1)
+    cfg = transformers.Qwen2Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=24, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    assert len(list(model.parameters())) > 256
+    engine, model = process_engine(1, model=model)
+    try:
+        _steps(engine, model, 1)
+    finally:
+        engine.close()

@@ -80,8 +80,12 @@ class _Weights:
             raise _Abandoned
 
 
-def worker_main(conn, init: dict) -> None:
-    """A worker's life: load the init record, then answer jobs until told to stop (None)."""
+def worker_main(conn) -> None:
+    """A worker's life: receive the init record, then answer jobs until told to stop (None)."""
+    try:  # through the pipe, not the process's arguments: a forkserver child takes at most ~250 descriptors
+        init = conn.recv()  # there, one per shared tensor; the pipe hands each over on its own
+    except EOFError:
+        return
     torch.set_num_threads(init["threads"])
     torch.use_deterministic_algorithms(init["deterministic"])
     model, sample, ctx = init["model"], init["sample"], init["context"]
