@@ -163,8 +163,9 @@ def arm_figures(folders: list[Path], arm: str, s: dict) -> dict:
     rows = [r for f in folders for r in counted(rows_of(f / "run"), staleness)]
     all_rows = [r for f in folders for r in rows_of(f / "run")]
     samples = {len(rows_of(f / "run")) * s["prompts_per_step"] * s["group_size"] for f in folders}
-    if not rows:
-        return {"arm": arm, "seeds": len(folders), "samples": samples}
+    curves = [grpokit_curve(f / "run") for f in folders]
+    if not rows:  # too few steps for a timing; the curve still counts
+        return {"arm": arm, "seeds": len(folders), "samples": samples, "curves": curves}
 
     def med(key: str) -> float:
         vals = [float(r[key]) for r in rows if key in r]
@@ -184,7 +185,7 @@ def arm_figures(folders: list[Path], arm: str, s: dict) -> dict:
         "staleness": statistics.mean(float(r.get("rollout/staleness", 0.0)) for r in all_rows),
         "staleness_max": max(float(r.get("rollout/staleness_max", 0.0)) for r in all_rows),
         "wall_s": statistics.median(json.loads((f / "arm.json").read_text())["wall_s"] for f in folders),
-        "curves": [grpokit_curve(f / "run") for f in folders],
+        "curves": curves,
     }
 
 
@@ -203,7 +204,8 @@ def show(out: Path) -> None:
     )
     for f in figs:
         if "step" not in f:
-            print(f"{f['arm']:<15} {f['seeds']:>5}  (no counted step: run more steps)")
+            samples = "/".join(map(str, sorted(f["samples"])))
+            print(f"{f['arm']:<15} {f['seeds']:>5} {samples:>8}  (no step timed: every one followed an evaluation)")
             continue
         st, samples = f["step"], "/".join(map(str, sorted(f["samples"])))
         step = f"{st['median']:.2f} [{st['min']:.2f}, {st['max']:.2f}]"
