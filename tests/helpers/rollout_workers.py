@@ -75,3 +75,14 @@ def expected_batch(engine, index: int):
     snap, _, prompts = engine.plan.job(index)
     ro = sample_one_turn(CONTEXT, snap, batch_generator(SEED, index, torch.device("cpu")), prompts)
     return ro.completion_ids, ro.sampling_logprobs
+
+
+SLOW_S = 0.4  # what slow_sample adds to a batch's sampling
+
+
+def slow_sample(ctx, model, generator, prompts):
+    """sample_one_turn after SLOW_S seconds of "decoding" (time/sampling must count them)."""
+    import time
+
+    time.sleep(SLOW_S)
+    return sample_one_turn(ctx, model, generator, prompts)

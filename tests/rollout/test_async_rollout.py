@@ -27,6 +27,8 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness):
     for s in steps:
         assert 0 <= s["rollout/staleness"] <= staleness
         assert "tis/ratio_max" in s and "tis/logp_abs_diff_mean" in s
+        tokens = s["tokens_per_second"] * s["time/step"]  # the sampler's speed, not the trainer's take of the batch
+        assert s["rollout/tokens_per_second"] == pytest.approx(tokens / s["time/sampling"], rel=1e-2)
     assert [s["rollout/staleness"] for s in steps] == [min(j, staleness) for j in range(4)]
 
 

@@ -112,3 +112,40 @@ def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
 )
 def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
     assert re.search(message, section_error(rollout=rollout, env=env))
+
+
+def test_a_checkpointed_policy_reaches_the_worker():
+    # gradient checkpointing (or the memory plan turning it on) hooks the input embeddings with a local function
+    # pickle cannot name: the worker's copy goes without it (a no-op under no_grad) and samples the schedule
+    from grpokit.train.models import enable_checkpointing
+    from helpers.models import tiny_qwen2
+
+    model = tiny_qwen2(seed=1)
+    enable_checkpointing(model)
+    hooked = [m for m in model.modules() if m._forward_hooks]
+    assert hooked, "transformers no longer hooks the embeddings: this test checks nothing"
+    engine, model = process_engine(1, model=model)
+    try:
+        _steps(engine, model, 2)
+    finally:
+        engine.close()
+    assert all(m._forward_hooks for m in hooked)  # the trainer's model keeps its hook
+
+
+def test_a_policy_of_more_tensors_than_a_process_start_can_carry_reaches_the_worker():
+    # a forkserver child's arguments carry at most ~250 file descriptors, one per shared tensor: SmolLM2-135M's
+    # 272 stopped every worker run at its start ("too many fds"); the init record now goes through the pipe
+    import transformers
+
+    torch.manual_seed(1)
+    cfg = transformers.Qwen2Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=24, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    assert len(list(model.parameters())) > 256
+    engine, model = process_engine(1, model=model)
+    try:
+        _steps(engine, model, 1)
+    finally:
+        engine.close()

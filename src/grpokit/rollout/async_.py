@@ -49,12 +49,15 @@ class _PartialJob:
 
     def __init__(self, owner: "AsyncRollout", index: int, start: int):
         self.owner, self.index, self.start = owner, index, start
+        self.waited = 0.0  # seconds spent waiting for unpublished versions: not sampling (time/sampling)
 
     def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
         """Segment ``segment``'s snapshot and version, waiting until the trainer has published it."""
         v, own = segment_version(self.index, segment, self.start), self.owner
+        t0 = time.perf_counter()
         with own.cond:
             own.cond.wait_for(lambda: own.stopped or v in own.plan.snapshots)
+            self.waited += time.perf_counter() - t0
             if own.stopped:
                 raise _Stopped
             return own.plan.snapshots[v], v
@@ -109,9 +112,10 @@ class AsyncRollout:
         )
         self.trainer_step = step  # updates the trainer has made (after_update tells it each new one)
         self.taken = -1  # the last step whose batch prefetched handed out
-        self.ready: dict[int, tuple] = {}  # batch index -> (rollout, version)
+        self.ready: dict[int, tuple] = {}  # batch index -> (rollout, version, seconds spent sampling it)
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
         self.last_staleness, self.waited = (0.0, 0), 0.0  # (mean, max) over the last batch's tokens
+        self.sampled = 0.0  # seconds the sampler spent on the last taken batch (time/sampling)
         self.straggled = 0.0  # seconds the last take waited for the other ranks' batches
         self.error: BaseException | None = None
         self.stopped = self.hung = False
@@ -129,9 +133,11 @@ class AsyncRollout:
                     model, version, prompts = self.plan.job(i)
                 if self.partial_tokens:  # turn_sampler decodes it in segments
                     model = _PartialJob(self, i, version)
+                t0 = time.perf_counter()
                 ro = self.sample(self.turn_sampler(model, batch_generator(self.seed, i, self.device)), prompts)
+                busy = time.perf_counter() - t0 - (model.waited if isinstance(model, _PartialJob) else 0.0)
                 with self.cond:
-                    self.ready[i] = (ro, version)
+                    self.ready[i] = (ro, version, busy)
                     self.log.append((i, version))
                     self.cond.notify_all()
                 i += 1
@@ -159,7 +165,7 @@ class AsyncRollout:
                     f"{self._who()} did not finish batch {k} within rollout.async_timeout_s={self.timeout_s:g} s "
                     "(hung or too slow; raise rollout.async_timeout_s if it is only slow)"
                 )
-            ro, version = self.ready.pop(k)
+            ro, version, self.sampled = self.ready.pop(k)
             prompts = self.plan.local(k)
         t1 = time.perf_counter()
         self.wait_ranks()  # every rank has its batch: the step's collectives cannot wait on a missing sampler
@@ -179,6 +185,7 @@ class AsyncRollout:
             "rollout/staleness_max": float(self.last_staleness[1]),
             "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
             "time/weight_sync": time.perf_counter() - t0,
+            "time/sampling": self.sampled,
             "time/waiting_for_rollout": self.waited,
             "time/waiting_for_stragglers": self.straggled,
         }

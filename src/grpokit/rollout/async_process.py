@@ -79,8 +79,8 @@ def sample_one_turn(ctx: SampleContext, model, generator: torch.Generator, promp
 @contextlib.contextmanager
 def sendable(model: torch.nn.Module):
     """``model`` without the per-module ``forward`` that oneDNN routing sets (a bound method pickle cannot
-    name); yields whether there were any, for the worker to route its copy the same way. Any other replaced
-    forward is refused: the worker could not rebuild it."""
+    name) and without the INERT_HOOKS; yields whether there were any such forwards, for the worker to route its
+    copy the same way. Any other replaced forward is refused: the worker could not rebuild it."""
     replaced = [m for m in model.modules() if "forward" in vars(m)]
     other = [type(m).__name__ for m in replaced if not kernels.is_routed(m)]
     if other:
@@ -89,11 +89,21 @@ def sendable(model: torch.nn.Module):
             "(model.lm_head_fp32, NEFTune, ...); set rollout.async_workers=0"
         )
     saved = [(m, vars(m).pop("forward")) for m in replaced]
+    inert = [(m, k, m._forward_hooks.pop(k)) for m in model.modules() for k, h in list(m._forward_hooks.items())
+             if getattr(h, "__qualname__", "").startswith(INERT_HOOKS)]  # fmt: skip
     try:
         yield bool(saved)
     finally:
         for m, fwd in saved:
             m.forward = fwd
+        for m, k, h in inert:
+            m._forward_hooks[k] = h
+
+
+INERT_HOOKS = ("PreTrainedModel.enable_input_require_grads.",)
+"""Forward hooks a worker's copy goes without: transformers' gradient checkpointing (model.gradient_checkpointing, or
+train.memory_plan turning it on) hooks the input embeddings to make their output require a gradient, a local
+function pickle cannot name and a no-op under the sampler's no_grad."""
 
 
 def check_rollout(job: Job, ro, group_size: int, vocab_size: int) -> str:
@@ -157,6 +167,7 @@ class ProcessRollout:
             world_size=world_size,
         )
         self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
+        self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
         base = self.plan.snapshots[min(self.plan.snapshots)]
         init = {
@@ -204,6 +215,7 @@ class ProcessRollout:
         t1 = time.perf_counter()
         self.wait_ranks()
         self.taken, self.waited = k, t1 - t0
+        self.sampled = self.pool.sampled_s.pop(k, math.nan)
         self.straggled += time.perf_counter() - t1
         ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
         age = k - self.plan.version_for(k)
@@ -227,6 +239,7 @@ class ProcessRollout:
             "rollout/worker_faults": float(self.pool.stats.faults),
             "rollout/workers": float(len(self.pool.workers)),
             "time/weight_sync": sync,
+            "time/sampling": self.sampled,
             "time/waiting_for_rollout": self.waited,
             "time/waiting_for_stragglers": self.straggled,
         }

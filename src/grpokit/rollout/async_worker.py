@@ -47,6 +47,7 @@ class _Weights:
 
     def start(self, job) -> None:
         self.job, self.known = job, {job.version: job.tensors, **job.later}
+        self.waited = 0.0
 
     def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
         """Segment ``segment``'s policy and version, waiting for the trainer to push a version not yet
@@ -57,8 +58,10 @@ class _Weights:
             self._take(self.conn.recv())
         if v not in self.known:
             self.conn.send(("waiting", j, v))
+            t0 = time.perf_counter()
             while v not in self.known:
                 self._take(self.conn.recv())
+            self.waited += time.perf_counter() - t0  # not sampling: time/sampling leaves it out
         t0 = time.perf_counter()
         if v != self.loaded:
             with torch.no_grad():
@@ -77,8 +80,12 @@ class _Weights:
             raise _Abandoned
 
 
-def worker_main(conn, init: dict) -> None:
-    """A worker's life: load the init record, then answer jobs until told to stop (None)."""
+def worker_main(conn) -> None:
+    """A worker's life: receive the init record, then answer jobs until told to stop (None)."""
+    try:  # through the pipe, not the process's arguments: a forkserver child takes at most ~250 descriptors
+        init = conn.recv()  # there, one per shared tensor; the pipe hands each over on its own
+    except EOFError:
+        return
     torch.set_num_threads(init["threads"])
     torch.use_deterministic_algorithms(init["deterministic"])
     model, sample, ctx = init["model"], init["sample"], init["context"]
@@ -100,13 +107,14 @@ def worker_main(conn, init: dict) -> None:
         if isinstance(job, tuple):  # a version pushed for a batch already finished: nothing to do
             continue
         try:
+            t0 = time.perf_counter()
             weights.start(job)
             generator = batch_generator(init["seed"], job.index, torch.device("cpu"))
             if init["partial"]:  # the sample function asks for each segment's version itself
                 ro = sample(ctx, weights.version_model, generator, job.prompts)
             else:
                 ro = sample(ctx, weights.version_model(0)[0], generator, job.prompts)
-            conn.send(("batch", job.index, ro))
+            conn.send(("batch", job.index, ro, time.perf_counter() - t0 - weights.waited))
         except (_Stop, EOFError):
             return
         except _Abandoned:

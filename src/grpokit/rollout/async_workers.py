@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -71,6 +72,15 @@ class PoolStats:
     given_back: int = 0  # batches a waiting worker gave back for an earlier one (``WorkerPool._unblock``)
 
 
+def _send_init(conns: list, init: dict) -> None:
+    """``init`` down each pipe; a worker that died before reading it is found by its sentinel."""
+    for conn in conns:
+        try:
+            conn.send(init)
+        except (OSError, ValueError):
+            pass
+
+
 class WorkerPool:
     """``n`` worker processes sampling whole batches; ``submit`` queues a job, ``result(index)`` waits
     (with deadlines) for that batch, dispatching queued jobs as workers free up."""
@@ -85,14 +95,18 @@ class WorkerPool:
         self.queue: list[Job] = []
         self.results: dict[int, Any] = {}
         self.sync_s = 0.0  # weight-sync seconds the workers reported since the last take
+        self.sampled_s: dict[int, float] = {}  # batch index -> seconds its worker spent sampling it
         self.workers: list[Worker] = []
         for k in range(n):
             parent, child = self.ctx.Pipe()
-            proc = self.ctx.Process(target=worker_main, args=(child, init), name=f"grpokit-rollout-{k}", daemon=True)
+            proc = self.ctx.Process(target=worker_main, args=(child,), name=f"grpokit-rollout-{k}", daemon=True)
             proc.start()
             child.close()
             # starting imports torch in a fresh interpreter: its own, longer deadline
             self.workers.append(Worker(k, proc, parent, deadline=time.monotonic() + max(timeout_s, START_S)))
+        # the init record goes through the pipes from a thread, so a worker that never reads it meets its start
+        # deadline instead of blocking the trainer; every worker has read it once all are ready (below)
+        threading.Thread(target=_send_init, args=([w.conn for w in self.workers], init), daemon=True).start()
         try:
             while any(w.phase == "start" for w in self.workers):
                 self._pump()
@@ -216,6 +230,7 @@ class WorkerPool:
             if problem:
                 return self._fault(w, f"returned a malformed batch {w.job.index}: {problem}")
             self.results[w.job.index] = msg[2]
+            self.sampled_s[w.job.index] = float(msg[3]) if len(msg) > 3 else math.nan
             w.job, w.phase = None, "idle"
         elif kind == "error":
             self._fault(w, f"failed on batch {msg[1]}: {msg[2]}")

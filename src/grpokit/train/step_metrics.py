@@ -78,11 +78,13 @@ def step_metrics(
     """This rank's metrics of a step: ``sampling_metrics``, the update's, timings and throughput, and the
     data position."""
     lengths = sb.rollout.model_lengths()
+    # asynchronous rollout: the sampler's own seconds on this batch; the trainer's rollout span only took it
+    rollout_s = update_metrics.get("time/sampling", timer.spans.get("rollout", 0.0))
     return {
         **sampling_metrics(sb, inputs, same_length_min_tokens),
         **update_metrics,
         **timer.metrics(),
         "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
-        "rollout/tokens_per_second": sum(lengths) / max(timer.spans.get("rollout", 0.0), 1e-9),
+        "rollout/tokens_per_second": sum(lengths) / max(rollout_s, 1e-9),
         "data/position": float(data_position),
     }
