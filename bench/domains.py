@@ -1,19 +1,22 @@
 """Many domains, one policy, on SmolLM2-135M-Instruct on a CPU (docs/DOMAINS.md): held-out accuracy per
 domain for (a) one mixed run, (b) per-domain rounds, (c) one expert per domain then on-policy
 distillation of the experts into one student, at equal training steps, each from the same start; and
-the frontier curriculum's zero-variance share against a plain run and dynamic sampling.
+the frontier curriculum's zero-variance share against a plain run.
 
-    python bench/domains.py --steps 8 --seeds 0 1 --eval-size 64 --out runs/domains   # each arm, each seed
+    python bench/domains.py --steps 6 --seeds 0 1 --eval-size 48 --out runs/domains   # each seed's pieces
     python bench/domains.py --show runs/domains                                       # the tables again
 
 S = --steps. (a) trains 2S steps on both domains mixed 1:1; (b) S steps on the first domain then S on
 the second (train.stages); (c) an expert per domain (S/2 steps each, alone), then the student, from the
 same start, distils each expert on its own domain in turn (S/2 steps each: the GRPO advantage plus
 algo.distill_coef times the per-token reverse KL to that expert); 2S steps in all, though (c)'s
-distillation steps also run the teacher's forward pass. The curriculum runs S steps on the first domain
-three times: plain, data.curriculum=frontier, algo.dynamic_sampling=true (which samples more groups per
-step: its share is of the groups it sampled). The recipe is the smollm2-math preset's (G=8, 4 prompts a
-step, 48 new tokens, lr 5e-6 constant); every run of a seed starts from the same model and seed.
+distillation steps also run the teacher's forward pass. Every final model (and the start, once) is then
+scored by one evaluator: greedy, each domain's first --eval-size held-out prompts. The curriculum runs
+--curriculum-steps steps twice on a pool of the first domain's first --pool training rows (small enough
+that prompts recur, so a per-prompt pass rate can steer sampling): plain, then data.curriculum=frontier.
+The recipe is the smollm2-math preset's (G=8, 4 prompts a step, 48 new tokens, lr 5e-6 constant); every
+run of a seed starts from the same model and seed. Each finished piece is kept in seed<N>/results.json: a
+stopped measurement goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -40,12 +43,20 @@ DOMAINS = {
     },
     "chain": {
         "task": "reasoning_gym:chain_sum",
-        "task_params": {"min_terms": 2, "max_terms": 2, "instruction": "Give the final answer as a number."},
+        "task_params": {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 2,
+            "instruction": "Give the final answer as a number.",
+        },
     },
 }
 
 
-def base_overrides(out: Path, seed: int, eval_size: int, size: argparse.Namespace) -> list[str]:
+def base_overrides(out: Path, seed: int, size: argparse.Namespace) -> list[str]:
+    """The recipe's settings; no held-out evaluation inside a run (every model is evaluated afterwards by one
+    evaluator, `evaluate`, so that the shared start is evaluated once, not once per arm)."""
     return [
         "model.name_or_path=smollm2-135m-instruct",
         f"rollout.group_size={size.group_size}",
@@ -55,7 +66,7 @@ def base_overrides(out: Path, seed: int, eval_size: int, size: argparse.Namespac
         "optim.schedule=constant",
         "algo.aggregation=token-mean",
         f"train.seed={seed}",
-        f"data.eval_size={eval_size}",
+        "data.eval_size=0",
         f"train.out={out}",
         "train.overwrite=true",
         "train.save_every=0",
@@ -68,54 +79,77 @@ def domains_override(names: list[str]) -> str:
     return "data.domains=" + json.dumps({n: DOMAINS[n] for n in names})
 
 
-def train(overrides: list[str]) -> dict:
+def build(overrides: list[str]):
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
     from grpokit.train import Trainer
 
-    cfg = apply_overrides(Config(), overrides)
-    return Trainer(cfg, quiet=True).train()
+    return Trainer(apply_overrides(Config(), overrides), quiet=True)
+
+
+def train(overrides: list[str]) -> dict:
+    return build(overrides).train()
 
 
 def final_model(run: Path) -> str:
     return str(sorted((run / "checkpoints").glob("step-*"))[-1] / "model")
 
 
-def arms(out: Path, steps: int, seed: int, eval_size: int, size: argparse.Namespace) -> dict[str, dict]:
-    """Every arm of one seed; each returns its run summary (held-out per domain before and after)."""
+def evaluate(model: str, out: Path, eval_size: int, size: argparse.Namespace) -> dict[str, float]:
+    """Greedy held-out accuracy of ``model`` on every domain's first ``eval_size`` held-out prompts (the run's
+    own per-domain evaluator, built without training)."""
+    over = [*base_overrides(out, 0, size), domains_override(list(DOMAINS)), f"model.name_or_path={model}"]
+    return build([*over, f"data.eval_size={eval_size}", "train.steps=0"])._evaluate()
+
+
+def arms(out: Path, steps: int, seed: int, size: argparse.Namespace) -> dict[str, str]:
+    """Every arm of one seed, trained from the same start; returns each arm's final model."""
     a, b = list(DOMAINS)
     half = max(1, steps // 2)
-    base = lambda name: base_overrides(out / f"seed{seed}" / name, seed, eval_size, size)  # noqa: E731
+    run = lambda name: out / f"seed{seed}" / name  # noqa: E731
+    base = lambda name: base_overrides(run(name), seed, size)  # noqa: E731
     both = domains_override([a, b])
-    res = {
-        "mixed": train([*base("mixed"), both, f"train.steps={2 * steps}"]),
-        "rounds": train(
-            [*base("rounds"), both, f"train.stages=[{{domain: {a}, steps: {steps}}}, {{domain: {b}, steps: {steps}}}]"]
-        ),
-    }
-    experts = {d: out / f"seed{seed}" / f"expert-{d}" for d in (a, b)}
-    for d, run in experts.items():
-        train([*base(f"expert-{d}"), domains_override([d]), f"train.steps={half}", "data.eval_size=0"])
+    train([*base("mixed"), both, f"train.steps={2 * steps}"])
+    train([*base("rounds"), both, f"train.stages=[{{domain: {a}, steps: {steps}}}, {{domain: {b}, steps: {steps}}}]"])
+    models = {"mixed": final_model(run("mixed")), "rounds": final_model(run("rounds"))}
+    for d in (a, b):
+        train([*base(f"expert-{d}"), domains_override([d]), f"train.steps={half}"])
     student = None
     for i, d in enumerate((a, b)):
         over = [*base(f"distill-{i}"), both, f"train.stages=[{{domain: {d}, steps: {half}}}]"]
-        over += [f"algo.distill_teacher={final_model(experts[d])}", "algo.distill_coef=1.0"]
+        over += [f"algo.distill_teacher={final_model(run(f'expert-{d}'))}", "algo.distill_coef=1.0"]
         over += [f"model.name_or_path={student}"] if student else []
-        res[f"distill-{i}"] = train(over)
-        student = final_model(out / f"seed{seed}" / f"distill-{i}")
-    res["experts+distill"] = {
-        "eval_before": res["distill-0"]["eval_before"],
-        "eval_after": res.pop("distill-1")["eval_after"],
-    }
-    res.pop("distill-0")
-    for name, extra in (
-        ("plain", []),
-        ("frontier", ["data.curriculum=frontier"]),
-        ("dynamic", ["algo.dynamic_sampling=true"]),
-    ):
-        train([*base(f"curriculum-{name}"), domains_override([a]), f"train.steps={steps}", "data.eval_size=0", *extra])
-        res[f"curriculum-{name}"] = {"zero_std_share": zero_std_share(out / f"seed{seed}" / f"curriculum-{name}")}
-    (out / f"seed{seed}" / "results.json").write_text(json.dumps(res, indent=1))
+        train(over)
+        student = final_model(run(f"distill-{i}"))
+    models["experts+distill"] = student
+    return models
+
+
+def curriculum_pool(out: Path, n: int) -> Path:
+    """The first domain's first ``n`` training rows as a JSONL file: a pool small enough that prompts recur
+    within a short run, so a per-prompt pass rate can steer sampling."""
+    from grpokit.data.tasks.reasoning_gym import rows_for
+
+    first = DOMAINS[list(DOMAINS)[0]]
+    rows = rows_for(first["task"], first["task_params"])[0](n, 0)
+    path = out / f"pool-{n}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def curriculum(out: Path, steps: int, seed: int, pool: int, size: argparse.Namespace) -> dict[str, float]:
+    """Plain sampling against the frontier curriculum on the pool: the zero-variance share of sampled groups."""
+    data = [
+        f"data.dataset={curriculum_pool(out, pool)}",
+        "reward.functions=[grpokit.data.tasks.reasoning_gym:reasoning_gym_accuracy]",
+        f"train.steps={steps}",
+    ]
+    res = {}
+    for name, extra in (("plain", []), ("frontier", ["data.curriculum=frontier"])):
+        run = out / f"seed{seed}" / f"curriculum-{name}"
+        train([*base_overrides(run, seed, size), *data, *extra])
+        res[name] = zero_std_share(run)
     return res
 
 
@@ -172,36 +206,62 @@ def demo_curriculum(out: Path, seeds: list[int], variants: list[str]) -> str:
     return "\n".join(lines)
 
 
+def run_seed(out: Path, seed: int, a: argparse.Namespace) -> dict:
+    """One seed's arms, the curriculum, then every model evaluated by one evaluator; each finished piece is kept in
+    ``seed<N>/results.json``, so a stopped measurement goes on where it stopped."""
+    path = out / f"seed{seed}" / "results.json"
+    res = json.loads(path.read_text()) if path.exists() else {}
+    save = lambda: path.write_text(json.dumps(res, indent=1))  # noqa: E731
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if "models" not in res:
+        res["models"] = arms(out, a.steps, seed, a)
+        save()
+    if "curriculum" not in res and a.curriculum_steps:
+        res["curriculum"] = curriculum(out, a.curriculum_steps, seed, a.pool, a)
+        save()
+    start = out / "start.json"  # every seed starts from the same model: evaluated once
+    if not start.exists():
+        start.write_text(json.dumps(evaluate("smollm2-135m-instruct", out / "eval", a.eval_size, a)))
+    res.setdefault("eval", {"start": json.loads(start.read_text())})
+    for arm, model in res["models"].items():
+        if arm not in res["eval"]:
+            res["eval"][arm] = evaluate(model, out / "eval", a.eval_size, a)
+            save()
+    return res
+
+
 def show(out: Path) -> str:
-    seeds = sorted(out.glob("seed*/results.json"))
-    runs = [json.loads(p.read_text()) for p in seeds]
+    paths = sorted(out.glob("seed*/results.json"))
+    runs = [json.loads(p.read_text()) for p in paths]
+    runs = [r for r in runs if "eval" in r and all(arm in r["eval"] for arm in r.get("models", {}))]
     lines = [
-        f"seeds: {', '.join(p.parent.name for p in seeds)}",
+        f"seeds: {len(runs)}; greedy held-out accuracy per domain, mean over seeds (each seed)",
         "",
-        "| arm | " + " | ".join(f"{d} before -> after" for d in DOMAINS) + " |",
+        "| model | " + " | ".join(DOMAINS) + " | all |",
+        "| --- |" + " --- |" * (len(DOMAINS) + 1),
     ]
-    lines.append("| --- |" + " --- |" * len(DOMAINS))
-    for arm in ("mixed", "rounds", "experts+distill"):
+    for arm in ("start", "mixed", "rounds", "experts+distill"):
         cells = []
-        for d in DOMAINS:
-            key = f"domain/{d}/accuracy"
-            before = [r[arm]["eval_before"].get(key, float("nan")) for r in runs]
-            after = [r[arm]["eval_after"].get(key, float("nan")) for r in runs]
-            each = ", ".join(f"{x:.3f}" for x in after)
-            cells.append(f"{statistics.fmean(before):.3f} -> {statistics.fmean(after):.3f} ({each})")
+        for key in [f"domain/{d}/accuracy" for d in DOMAINS] + ["accuracy"]:
+            vals = [r["eval"][arm][key] for r in runs if arm in r["eval"]]
+            cells.append(f"{statistics.fmean(vals):.3f} ({', '.join(f'{v:.3f}' for v in vals)})" if vals else "-")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    lines += ["", "| sampler | zero-variance share of sampled groups |", "| --- | --- |"]
-    for name in ("plain", "frontier", "dynamic"):
-        vals = [r[f"curriculum-{name}"]["zero_std_share"] for r in runs]
-        lines.append(f"| {name} | {statistics.fmean(vals):.3f} ({', '.join(f'{v:.3f}' for v in vals)}) |")
+    cur = [r["curriculum"] for r in runs if "curriculum" in r]
+    if cur:
+        lines += ["", "| sampler | zero-variance share of sampled groups |", "| --- | --- |"]
+        for name in ("plain", "frontier"):
+            vals = [c[name] for c in cur]
+            lines.append(f"| {name} | {statistics.fmean(vals):.3f} ({', '.join(f'{v:.3f}' for v in vals)}) |")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=6, help="S: each arm trains 2S steps")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--eval-size", type=int, default=64)
+    ap.add_argument("--eval-size", type=int, default=64, help="held-out prompts per domain")
+    ap.add_argument("--curriculum-steps", type=int, default=8, help="0: no curriculum runs")
+    ap.add_argument("--pool", type=int, default=16, help="training rows of the curriculum runs")
     ap.add_argument("--out", type=Path, default=Path("runs/domains"))
     ap.add_argument("--show", type=Path, default=None)
     ap.add_argument("--group-size", type=int, default=8, help="G (the recipe's 8)")
@@ -215,7 +275,7 @@ def main() -> None:
         return
     if args.show is None:
         for seed in args.seeds:
-            arms(args.out, args.steps, seed, args.eval_size, args)
+            run_seed(args.out, seed, args)
     print(show(args.show or args.out))
 
 
