@@ -9,8 +9,8 @@ from the layers').
 ``--no-eos`` decodes all T steps on every row (a fixed amount of work per rollout, for comparing
 two versions of the step); without it rows end at EOS as in training. ``--set NAME=VALUE`` sets a
 module attribute of grpokit before the rollouts (e.g. ``grpokit.rollout.hf.COMPACT_FRACTION=0.5``),
-and ``--ab NAME=VALUE`` adds a side with that setting, its rounds alternated with the default's
-(bench/alternate.py) in one process: e.g. ``--ab grpokit.rollout.hf.NOISE_AHEAD=false``.
+and ``--ab NAME=VALUE[;NAME=VALUE]`` adds a side with those settings, its rounds alternated with the
+default's (bench/alternate.py) in one process: e.g. ``--ab grpokit.rollout.hf.NOISE_AHEAD=false``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,10 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=30, help="profiler table rows")
     p.add_argument("--set", action="append", default=[])
     p.add_argument(
-        "--ab", action="append", default=[], help="NAME=VALUE: a second side with this setting, rounds alternated"
+        "--ab",
+        action="append",
+        default=[],
+        help="NAME=VALUE[;NAME=VALUE]: one more side with these settings, rounds alternated (repeatable)",
     )
     a = p.parse_args(argv)
     for s in a.set:
@@ -126,12 +129,15 @@ def main(argv=None):
         return hf.generate(model, ids, a.G, params, eos_token_ids=eos, pad_token_id=tok.pad_token_id, generator=gen)
 
     rollout(0)  # warm-up: oneDNN kernels for each row count
-    sides = {"default": []} | ({f"ab {x}": [x] for x in a.ab})
-    defaults = {x: _current(x) for x in a.ab}
+    sides = {"default": []} | {f"ab {x}": x.split(";") for x in a.ab}
+    settings = [x for side in sides.values() for x in side]
+    defaults = {x: _current(x) for x in settings}
     rounds = {k: [] for k in sides}
     for r, side in turns(list(sides), a.rounds):
-        for x in a.ab:
-            _setting(x if x in sides[side] else defaults[x])
+        for x in settings:
+            _setting(defaults[x])
+        for x in sides[side]:
+            _setting(x)
         spans.s, spans.n = {}, {}
         t = time.perf_counter()
         ro = rollout(100 + r)
@@ -150,7 +156,7 @@ def main(argv=None):
         "sides": {k: _summary(v) for k, v in rounds.items()},
     }
     print("BENCH_JSON " + json.dumps(rec), flush=True)
-    for x in a.ab:
+    for x in settings:
         _setting(defaults[x])
     if a.profile_steps:
         profile(model, rollout, a)
