@@ -10,7 +10,7 @@ from the layers').
 two versions of the step); without it rows end at EOS as in training. ``--set NAME=VALUE`` sets a
 module attribute of grpokit before the rollouts (e.g. ``grpokit.rollout.hf.COMPACT_FRACTION=0.5``),
 and ``--ab NAME=VALUE[;NAME=VALUE]`` adds a side with those settings, its rounds alternated with the
-default's (bench/alternate.py) in one process: e.g. ``--ab grpokit.rollout.hf.NOISE_AHEAD=false``.
+default's (bench/alternate.py) in one process: e.g. ``--ab grpokit.nn.kernels.RMS_NORMS=[]``.
 """
 
 from __future__ import annotations

@@ -443,31 +443,3 @@ def test_running_ahead_feeds_one_step_more_when_every_row_finishes_early(tiny_mo
         assert [len(c) for c in ro.completion_ids] == [1, 1]
         counts.append(len(steps))
     assert counts == [0, 1]  # in order: nothing fed after the first token; ahead: the one queued step
-
-
-@pytest.mark.parametrize(
-    "params",
-    [
-        SamplingParams(max_new_tokens=10),
-        SamplingParams(max_new_tokens=10, temperature=0.7, top_k=5, repetition_penalty=1.2),
-    ],
-)
-def test_noise_drawn_ahead_on_a_helper_thread_samples_what_drawing_in_line_does(tiny_model, monkeypatch, params):
-    """On CPU the next step's Exp(1) draws are made on a helper thread during the decode step
-    (sampling.NoiseAhead). With rows finishing at different steps (the live count changes), on the
-    plain and the filtered draw: the same tokens, log-probabilities, reasons and generator state
-    as drawing in line, and the helper was used."""
-    from grpokit.rollout import hf
-
-    prompts, used, real = [[1, 5, 6, 7], [1, 9], [1, 3, 4]], [], hf._noise_ahead
-    runs = []
-    for ahead in (False, True):
-        monkeypatch.setattr(hf, "_noise_ahead", lambda *a: (used.append(1) or real(*a)) if ahead else None)
-        g = torch.Generator().manual_seed(4)
-        ro = generate(tiny_model, prompts, 4, params, eos_token_ids={2, 3}, pad_token_id=0, generator=g)
-        runs.append((ro, g.get_state()))
-    (inline, s_in), (ahead_ro, s_ahead) = runs
-    assert used and len({len(c) for c in inline.completion_ids}) > 1  # rows finished at different steps
-    assert ahead_ro.completion_ids == inline.completion_ids and ahead_ro.finish_reasons == inline.finish_reasons
-    assert ahead_ro.sampling_logprobs == inline.sampling_logprobs
-    assert torch.equal(s_in, s_ahead)

@@ -86,19 +86,3 @@ def test_a_nan_logit_gives_a_nan_log_probability_and_hidden_tokens_are_never_dra
         assert math.isnan(logp[1].item()) and math.isnan(sum(logp.tolist()))  # what _record checks
         assert tok[0] >= 2 and tok[2] >= 2 and tok[2] != 3
         assert logp[0].item() == pytest.approx(math.log(1 / 4)) and logp[2].item() == pytest.approx(math.log(1 / 3))
-
-
-def test_noise_drawn_ahead_is_the_draw_the_step_would_make():
-    # exponential_noise(rows, V, g) takes from g exactly what sample_tokens takes itself: same token,
-    # same log-probability, same generator state after; a wrongly shaped draw is refused
-    from grpokit.rollout.sampling import exponential_noise
-
-    logits = torch.randn(3, 11, generator=torch.Generator().manual_seed(1))
-    for params in (SamplingParams(), SamplingParams(top_p=0.8)):
-        g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-        want = sample_tokens(logits, params, g1)
-        got = sample_tokens(logits, params, None, noise=exponential_noise(3, 11, g2))
-        assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
-        assert torch.equal(g1.get_state(), g2.get_state())
-    with pytest.raises(ValueError, match=r"noise drawn ahead is \(2, 11\)"):
-        sample_tokens(logits, SamplingParams(), None, noise=exponential_noise(2, 11, torch.Generator()))

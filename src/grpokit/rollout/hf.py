@@ -31,7 +31,7 @@ from grpokit.nn import vocab
 from grpokit.types import Rollout
 
 from . import hf_generate, static
-from .sampling import NoiseAhead, SamplingParams, penalize_repetition, sample_tokens, seen_tokens
+from .sampling import SamplingParams, penalize_repetition, sample_tokens, seen_tokens
 
 
 @torch.no_grad()
@@ -117,46 +117,22 @@ def _decode_loop(
     drawn: the host's bookkeeping (the tokens' copy, finish checks, stop strings) runs while the
     device computes, not between its steps. Rows that finish are then retired one step later, and
     the step queued meanwhile decodes them once more, its output unused: the same tokens, at most
-    one extra step of work when the last rows finish. On CPU the next step's random draws are made
-    on a helper thread while the step computes (sampling.NoiseAhead): the same draws."""
+    one extra step of work when the last rows finish."""
     N = len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
     reasons = ["length"] * N
+    ahead = d.device.type in AHEAD_DEVICES
     triton = vocab.marked(model)  # model.vocab_kernels: draw with nn/vocab.py's kernel where it can read the logits
     seen = (
         seen_tokens(prompt_ids, group_size, d.logits.shape[-1], d.device) if params.repetition_penalty != 1.0 else None
     )
-    noise = _noise_ahead(d, params, generator, triton)
-    try:
-        return _steps(
-            model, d, params, eos_token_ids, pad_token_id, generator, decode, (tokens, logps, reasons), seen, noise
-        )
-    finally:
-        if noise is not None:
-            noise.close()
-
-
-def _noise_ahead(d: _Decoding, params: SamplingParams, generator, triton: bool) -> NoiseAhead | None:
-    """A ``NoiseAhead`` where the draws can overlap the decode step: on CPU, sampling (not greedy),
-    torch's own draw (not the Triton kernel), a caller's generator (the default one may be used elsewhere)."""
-    if not NOISE_AHEAD or d.device.type != "cpu" or params.temperature == 0 or triton or generator is None:
-        return None
-    return NoiseAhead(generator, d.logits.shape[-1])
-
-
-def _steps(model, d: _Decoding, params, eos_token_ids, pad_token_id, generator, decode, out, seen, noise):
-    """``_decode_loop``'s steps; ``out`` the (tokens, logps, reasons) lists it fills."""
-    tokens, logps, reasons = out
-    ahead = d.device.type in AHEAD_DEVICES
-    triton = vocab.marked(model)  # model.vocab_kernels: draw with nn/vocab.py's kernel where it can read the logits
     for step in range(params.max_new_tokens):
         row_ids = d.active if d.live is None else d.active[d.live]  # original row of each live row
         live_logits = d.logits if d.live is None else d.logits[d.live]
         if seen is not None:
             live_logits = penalize_repetition(live_logits, seen[row_ids], params.repetition_penalty)
-        drawn_ahead = noise.take() if noise is not None else None
-        tok, tok_logp = sample_tokens(live_logits, params, generator, triton, drawn_ahead)
+        tok, tok_logp = sample_tokens(live_logits, params, generator, triton)
         if seen is not None:
             seen[row_ids, tok] = True
         drawn = _Drawn(row_ids, tok, tok_logp)  # their copy to the host starts now
@@ -167,16 +143,10 @@ def _steps(model, d: _Decoding, params, eos_token_ids, pad_token_id, generator, 
         if last or all(finished):
             break
         keep = _retire(d, finished, queued=ahead) if any(finished) else None
-        if noise is not None:  # the next step's live rows are known: draw its noise during the step
-            noise.start(len(d.active) if d.live is None else d.live.numel())
         if not ahead:
             _feed(model, d, tok if keep is None else tok[keep], pad_token_id)
     return tokens, logps, reasons
 
-
-# Draw the next step's noise on a helper thread during the step (CPU; sampling.NoiseAhead). The same
-# draws either way; off only to measure what it buys (bench/decode_profile.py --ab).
-NOISE_AHEAD = True
 
 # Devices whose decode loop queues the next step before reading the last one's tokens (an
 # H100 profile of a 512-row decode: ~1.7 ms of host work between steps of ~6.9 ms of GPU work).

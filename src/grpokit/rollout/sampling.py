@@ -77,13 +77,11 @@ def seen_tokens(prompt_ids: list[list[int]], G: int, vocab: int, device) -> torc
 
 
 def sample_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator, triton: bool = False, noise: torch.Tensor | None = None
+    logits: torch.Tensor, params: SamplingParams, generator, triton: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row (greedy at temperature 0) and its log-probability under the sampling distribution.
     ``triton``: the model's distribution at a temperature is drawn by one Triton kernel (nn/vocab.py) where
-    it can read the logits; the same distribution, another random stream than torch's. ``noise``: the
-    float32 (rows x vocabulary) Exp(1) draws of ``exponential_noise``, drawn ahead (``NoiseAhead``); the
-    draw is then the one ``generator`` would have made here (None: drawn here)."""
+    it can read the logits; the same distribution, another random stream than torch's."""
     if params.temperature == 0:
         tok = logits.argmax(dim=-1)
         return tok, torch.log_softmax(logits.float(), dim=-1).gather(1, tok[:, None])[:, 0]
@@ -91,13 +89,13 @@ def sample_tokens(
         if triton and vocab.usable(logits):
             return vocab.sample(logits, params.temperature, generator)
         x = logits.float()
-        return draw_softmax(x / params.temperature if params.temperature != 1.0 else x, generator, noise)
+        return draw_softmax(x / params.temperature if params.temperature != 1.0 else x, generator)
     logp = process_logits(logits, params)  # penalised by the caller: no seen_NV passed, no second penalty
     # Gumbel-max: argmax(log p - log q), q ~ Exp(1), is what torch.multinomial computes for one sample
     # (argmax of p / q, from the same draws of the same generator), without the probability tensor and
     # the validity checks it makes first (three more passes over the (rows x vocabulary) tensor and two
     # host syncs a step). The generator lives on `device`.
-    noise = _noise(logp, generator, noise)
+    noise = torch.empty_like(logp).exponential_(1, generator=generator)
     tok = torch.sub(logp, noise.log_(), out=noise).argmax(dim=-1)
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
@@ -132,7 +130,7 @@ def filtered(p: SamplingParams) -> bool:
     return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0 or p.repetition_penalty != 1.0
 
 
-def draw_softmax(x_NV: torch.Tensor, generator, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_softmax(x_NV: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row from ``softmax(x_NV)`` (float32 or float64 logits, already divided by the
     temperature) and its log-probability.
 
@@ -149,53 +147,6 @@ def draw_softmax(x_NV: torch.Tensor, generator, noise: torch.Tensor | None = Non
     probabilities NaN, so the drawn token's log-probability is NaN and hf.py's ``_record`` stops the rollout;
     tokens at -inf (or -1e4, hidden placeholders) have p = 0 and are never drawn."""
     p = torch.softmax(x_NV, dim=-1)  # (N, V)
-    noise = _noise(p, generator, noise)
+    noise = torch.empty_like(p).exponential_(1, generator=generator)
     tok = torch.div(p, noise, out=noise).argmax(dim=-1)
     return tok, p.gather(1, tok[:, None])[:, 0].log()
-
-
-def exponential_noise(rows: int, vocab_size: int, generator, device="cpu") -> torch.Tensor:
-    """The (rows x vocabulary) float32 Exp(1) draws a CPU sampling step takes from ``generator``: what
-    ``sample_tokens`` draws itself when given none (its probabilities are float32 whatever the model's dtype)."""
-    return torch.empty((rows, vocab_size), dtype=torch.float32, device=device).exponential_(1, generator=generator)
-
-
-def _noise(like: torch.Tensor, generator, noise: torch.Tensor | None) -> torch.Tensor:
-    """``noise`` (drawn ahead for exactly this step) or Exp(1) draws made now, shaped as ``like``."""
-    if noise is None:
-        return torch.empty_like(like).exponential_(1, generator=generator)
-    if noise.shape != like.shape or noise.dtype != like.dtype:
-        raise ValueError(
-            f"noise drawn ahead is {tuple(noise.shape)} {noise.dtype}, the step needs {tuple(like.shape)} {like.dtype}"
-        )
-    return noise
-
-
-class NoiseAhead:
-    """The next step's Exp(1) draws, made on a helper thread while the decode step computes the logits.
-
-    Why: on CPU, torch draws ``exponential_`` one number at a time on one core (18 ms of a 100 ms
-    SmolLM2 decode step of 16 rows x 49,152 tokens, bench/RESULTS.md), while the step's many small
-    operators leave a core idle for much of the time. The draws do not depend on the logits, only on
-    how many rows are live, known before the step starts; the generator is used by this thread alone
-    meanwhile, in the same order, so every draw, token and log-probability is the one drawing in line
-    would give (tests/rollout/test_sampling.py)."""
-
-    def __init__(self, generator, vocab_size: int):
-        import concurrent.futures
-
-        self.generator, self.vocab_size = generator, vocab_size
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpokit-noise")
-        self._next = None
-
-    def start(self, rows: int) -> None:
-        """Begin drawing the noise of a step of ``rows`` live rows (the next ``take``)."""
-        self._next = self._pool.submit(exponential_noise, rows, self.vocab_size, self.generator)
-
-    def take(self) -> torch.Tensor | None:
-        """The draws begun by ``start`` (waiting for them), or None when none were begun."""
-        fut, self._next = self._next, None
-        return None if fut is None else fut.result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
