@@ -21,6 +21,9 @@ read the same input, q/k/v and gate/up, into one matmul). Reordering per call is
 oneDNN no faster than MKL for a decode step's few rows; with the weights reordered, one matmul of
 1-16 rows runs 1.4-3.7x faster than ``F.linear`` (bench/RESULTS.md, round 4).
 
+The decode step's RMSNorms are one ``torch.rms_norm`` call each where that equals the model's module
+bit for bit (``rms_norm_of``): fewer operator calls on a step's few rows, on any device.
+
 ``cpu_matmul="auto"`` uses oneDNN on x86 CPUs that are not Intel's (where MKL's dispatch is the
 problem) and leaves Intel and Arm CPUs to ``F.linear``. It is a fixed rule, not a timing probe, so
 every process of a run, and a resumed one, computes with the same kernels.
