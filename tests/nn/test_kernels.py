@@ -234,3 +234,30 @@ def test_static_decode_with_fused_biases_and_no_grouping_matches_the_model():
             assert a.completion_ids == b.completion_ids
             for x, y in zip(a.sampling_logprobs, b.sampling_logprobs):
                 assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
+
+
+def test_rms_norm_of_is_the_models_norm_bit_for_bit_and_keeps_the_module_elsewhere():
+    # a float32 Llama/Qwen2 RMSNorm becomes torch.rms_norm with the module's values to the last bit (and
+    # follows the live weight, which the optimizer updates in place); float64 (the module computes in
+    # float32 and casts back), other norms and bfloat16 inputs keep the module
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    from grpokit.nn.kernels import rms_norm_of
+
+    g = torch.Generator().manual_seed(0)
+    for cls in (LlamaRMSNorm, Qwen2RMSNorm):
+        norm = cls(48, eps=1e-5)
+        norm.weight.data = torch.randn(48, generator=g)
+        fn = rms_norm_of(norm)
+        assert fn is not norm
+        x = torch.randn(16, 48, generator=g) * 5
+        assert torch.equal(fn(x), norm(x))
+        with torch.no_grad():
+            norm.weight.mul_(2)
+        assert torch.equal(fn(x), norm(x))
+        assert torch.equal(fn(x.bfloat16()), norm(x.bfloat16()))  # the module's path
+    f64 = LlamaRMSNorm(8).double()
+    assert rms_norm_of(f64) is f64
+    other = torch.nn.LayerNorm(8)
+    assert rms_norm_of(other) is other

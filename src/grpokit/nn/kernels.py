@@ -21,6 +21,9 @@ read the same input, q/k/v and gate/up, into one matmul). Reordering per call is
 oneDNN no faster than MKL for a decode step's few rows; with the weights reordered, one matmul of
 1-16 rows runs 1.4-3.7x faster than ``F.linear`` (bench/RESULTS.md, round 4).
 
+The decode step's RMSNorms are one ``torch.rms_norm`` call each where that equals the model's module
+bit for bit (``rms_norm_of``): fewer operator calls on a step's few rows, on any device.
+
 ``cpu_matmul="auto"`` uses oneDNN on x86 CPUs that are not Intel's (where MKL's dispatch is the
 problem) and leaves Intel and Arm CPUs to ``F.linear``. It is a fixed rule, not a timing probe, so
 every process of a run, and a resumed one, computes with the same kernels.
@@ -191,3 +194,36 @@ def use_onednn_linears(model: torch.nn.Module) -> int:
             module.forward = types.MethodType(_linear_forward, module)
             n += 1
     return n
+
+
+# The families' RMSNorm modules: x.float() * rsqrt(mean(x^2) + eps), cast back, times the weight.
+RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Qwen2VLRMSNorm", "Qwen2_5_VLRMSNorm")
+
+
+def rms_norm_of(module):
+    """``x -> module(x)`` for a decode step: torch's ``rms_norm`` (one operator call where the module
+    makes seven, each a few microseconds on a CPU decode step's few rows) where that gives the module's
+    float32 values bit for bit, checked here on a fixed input (torch's rms_norm runs the same operations
+    in the same order: tests/rollout/test_static_step.py); the module itself otherwise (other dtypes,
+    which the module casts through float32; autocast; other norms, such as liger's kernels)."""
+    weight, eps = getattr(module, "weight", None), getattr(module, "variance_epsilon", None)
+    if (
+        type(module).__name__ not in RMS_NORMS
+        or not isinstance(eps, float)
+        or not isinstance(weight, torch.Tensor)
+        or weight.dtype != torch.float32
+        or weight.dim() != 1
+    ):
+        return module
+    shape = (weight.shape[0],)
+    probe = torch.linspace(-4.0, 3.0, 3 * shape[0], device=weight.device).view(3, -1) ** 3
+    with torch.no_grad():
+        if not torch.equal(torch.rms_norm(probe, shape, weight, eps), module(probe)):
+            return module
+
+    def fused(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or torch.is_autocast_enabled(x.device.type):
+            return module(x)
+        return torch.rms_norm(x, shape, weight, eps)
+
+    return fused

@@ -158,6 +158,11 @@ class StaticDecoder:
             for layer in self.backbone.layers
         ]
         self.head = _projection([model.lm_head])
+        self.norms = [
+            (kernels.rms_norm_of(layer.input_layernorm), kernels.rms_norm_of(layer.post_attention_layernorm))
+            for layer in self.backbone.layers
+        ]
+        self.final_norm = kernels.rms_norm_of(self.backbone.norm)
         self._rotary = None  # rotary_table (2, positions, d), built on first use where the frequencies are static
         self.graphs = graphs and graphable(model, keys[0].device)
         self._graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
@@ -244,8 +249,10 @@ class StaticDecoder:
         bias = self.bias[..., :width]  # (n, 1, 1, width)
         if isinstance(col, torch.Tensor):  # graphed: hide the columns not written yet
             bias = bias.masked_fill(self._columns[:width] > col, float("-inf"))  # (no arange kernel in the graph)
-        for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj)) in enumerate(zip(m.layers, self.linears)):
-            qkv = qkv_proj(layer.input_layernorm(x))  # (n, (H + 2 kvh) d): q, k, v side by side
+        for i, (layer, (qkv_proj, o_proj, gate_up_proj, down_proj), (norm1, norm2)) in enumerate(
+            zip(m.layers, self.linears, self.norms)
+        ):
+            qkv = qkv_proj(norm1(x))  # (n, (H + 2 kvh) d): q, k, v side by side
             qk = qkv[:, : (H + kvh) * d].view(n, H + kvh, d)
             qk = rotate(qk, table)  # rotary embedding of q and k in one pass: qk * cos + rotate_half(qk) * sin
             _write(self.keys[i], col, qk[:, H:])
@@ -265,9 +272,9 @@ class StaticDecoder:
                     scores = scores * self.scaling + bias
                 mixed = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(qkv.dtype), V)
             x = x + o_proj(mixed.reshape(n, H * d))
-            gate, up = gate_up_proj(layer.post_attention_layernorm(x))  # (n, I) each
+            gate, up = gate_up_proj(norm2(x))  # (n, I) each
             x = x + down_proj(layer.mlp.act_fn(gate) * up)
-        return self.head(m.norm(x))
+        return self.head(self.final_norm(x))
 
     def _replay(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
         """The step as a CUDA graph for (rows, window), captured on first use; inputs are copied
