@@ -35,6 +35,12 @@ def _take(engine, model, k: int):
     return _batch(ro), engine.after_update(model, k + 1)
 
 
+def _take_four(engine, model) -> tuple[list, dict]:
+    """Steps 0-3 on the trainer's side: the four batches, and the last step's metrics."""
+    got = [_take(engine, model, k) for k in range(4)]
+    return [batch for batch, _ in got], got[-1][1]
+
+
 def _thread_batches(staleness: int, steps: int) -> list:
     """The sampler thread's partial batches (rollout/async_.py), the reference the workers must equal."""
     model = tiny_qwen2(seed=1)
@@ -71,10 +77,7 @@ def thread_s2():
 def test_workers_sample_the_threads_partial_batches_bit_for_bit(workers, thread_s2):
     engine, model = process_engine(workers, staleness=2, partial_tokens=K)
     try:
-        got = []
-        for k in range(4):
-            batch, metrics = _take(engine, model, k)
-            got.append(batch)
+        got, metrics = _take_four(engine, model)
     finally:
         engine.close()
     assert [v for v in got[3][2][0]][:3] == [1, 1, 1]  # batch 3 starts at version 3 - 2 = 1 ...
@@ -91,10 +94,7 @@ def test_a_worker_killed_at_the_start_is_dropped_and_a_waiting_one_gives_its_bat
     try:
         victim = engine.pool.workers[0].proc.pid
         os.kill(victim, signal.SIGKILL)
-        got = []
-        for k in range(4):
-            batch, metrics = _take(engine, model, k)
-            got.append(batch)
+        got, metrics = _take_four(engine, model)
     finally:
         engine.close()
     assert got == thread_s2
