@@ -88,7 +88,12 @@ def build(overrides: list[str]):
 
 
 def train(overrides: list[str]) -> dict:
-    return build(overrides).train()
+    """One run; a run stopped by a signal (Ctrl-C, SIGTERM: the trainer checkpoints and returns) stops the
+    measurement too, instead of going on to the next piece with a short run."""
+    summary = build(overrides).train()
+    if summary.get("interrupted"):
+        raise SystemExit(f"bench/domains.py: stopped by {summary.get('stop_signal')}; run it again to go on")
+    return summary
 
 
 def final_model(run: Path) -> str:
