@@ -74,3 +74,16 @@ def char_tokenizer():
     from grpokit.data.tasks.chartok import build_char_tokenizer
 
     return build_char_tokenizer(ALPHABET, (), padding_side="right", model_max_length=None)
+
+
+def perturb_lora_b(model, seed: int, scale: float = 0.5):
+    """Give every LoRA B matrix seeded noise (PEFT starts them at zero, which would make the adapters a no-op);
+    returns the model."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return model

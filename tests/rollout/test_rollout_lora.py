@@ -8,7 +8,7 @@ from grpokit.rollout import hf, static
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.train.logprobs import completion_logprobs
 from grpokit.train.token_batch import make_token_batch
-from helpers.models import tiny_qwen2
+from helpers.models import perturb_lora_b, tiny_qwen2
 
 pytest.importorskip("peft")
 
@@ -24,13 +24,7 @@ def with_adapters(base, cfg, seed: int):
     """``base`` in PEFT with ``cfg``'s adapters, their B drawn non-zero (so they change the policy), in eval mode."""
     from grpokit.train.lora import add_adapters
 
-    model = add_adapters(base, cfg).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return model
+    return perturb_lora_b(add_adapters(base, cfg).eval(), seed)
 
 
 PROMPTS = [[1, 5, 6, 7, 8], [1, 9], [1, 3, 4]]

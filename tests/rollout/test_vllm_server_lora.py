@@ -16,7 +16,7 @@ from grpokit.rollout.vllm_client import VLLMServer
 from grpokit.rollout.vllm_http import HTTPAnswer
 from grpokit.rollout.vllm_lora import lora_call, serve_rank, write_adapter
 from helpers.fake_vllm import FakeVLLMServer
-from helpers.models import tiny_llama
+from helpers.models import perturb_lora_b, tiny_llama
 from helpers.runs import make
 
 FLAG = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
@@ -29,12 +29,7 @@ def lora_policy(seed=2, r=4):
     pm = get_peft_model(
         tiny_llama(seed=seed), LoraConfig(r=r, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
     )
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return pm
+    return perturb_lora_b(pm, seed)
 
 
 def client(srv, tmp_path, **kw) -> VLLMServer:
