@@ -88,10 +88,20 @@ class Browser:
             self.events.append(json.loads(self.ws.recv()))
         raise TimeoutError(method)
 
-    def open(self, url: str) -> None:
+    def open(self, url: str, timeout: float = 60) -> None:
+        """Navigate to ``url`` and return once its document has loaded (its scripts ran).
+
+        A load event alone is not that: the page being left may have begun a reload of its own (a live
+        report reloads itself every second) whose event arrives after the navigation was asked for."""
         self.events.clear()
         self.send("Page.navigate", url=url)
-        self.wait_event("Page.loadEventFired")
+        self.wait_event("Page.loadEventFired", timeout)
+        loaded = f"document.readyState === 'complete' && location.href === new URL({json.dumps(url)}).href"
+        deadline = time.monotonic() + timeout
+        while not self.js(loaded):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not load within {timeout:g} s")
+            time.sleep(0.05)
 
     def js(self, expression: str) -> Any:
         res = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)

@@ -687,17 +687,22 @@ def _descendants(pid):
         return []
 
 
-def _orphan_cgroups_swept(monkeypatch, owner_prefix: str) -> None:
-    """The next sweep (grace 0) removes the sandbox cgroups of dead owners; only held ones remain."""
+def _orphan_cgroups_swept(monkeypatch, owner_prefixes: tuple[str, ...]) -> None:
+    """The next sweep (grace 0) removes the sandbox cgroups of the test's dead owners.
+
+    The sweep sees only those owners' folders: the cgroup tree is shared with every other process of the
+    host (other tests running at once under xdist), and a grace of 0 would take a neighbour's folder
+    between its mkdir and its flock."""
     from grpokit.rewards.sandbox import budget, cleanup
 
+    everyone = cleanup.sandbox_cgroups
+    mine = lambda: [(c, f) for c, f in everyone() if os.path.basename(f).startswith(owner_prefixes)]  # noqa: E731
     monkeypatch.setattr(cleanup, "CGROUP_GRACE_S", 0.0)
-    left = [
-        f for _, f in cleanup.sandbox_cgroups() if os.path.basename(f).startswith(owner_prefix) and cleanup._unlocked(f)
-    ]
+    monkeypatch.setattr(cleanup, "sandbox_cgroups", mine)
+    left = [f for _, f in mine() if cleanup._unlocked(f)]
     assert bool(left) == (budget.mechanism() is not None)  # a cgroup budget leaves folders to sweep
     assert set(left) <= set(cleanup.sweep_stale_cgroups())
-    assert [f for _, f in cleanup.sandbox_cgroups() if cleanup._unlocked(f)] == []
+    assert [f for _, f in mine() if cleanup._unlocked(f)] == []
 
 
 def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp_path, monkeypatch):
@@ -733,7 +738,7 @@ def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp
     removed = sweep_stale_jobs(str(tmp_path))
     assert [os.path.basename(p).startswith(f"grpokit-job-{proc.pid}-") for p in removed] == [True]
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
-    _orphan_cgroups_swept(monkeypatch, f"grpokit-sandbox-{proc.pid}-")  # and its cgroups
+    _orphan_cgroups_swept(monkeypatch, (f"grpokit-sandbox-{proc.pid}-",))  # and its cgroups
 
 
 def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
@@ -789,6 +794,7 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
     echo = "```python\nprint(input())\n```"
     with _runner(fn, "code", num_workers=1, timeout_s=3.0, max_failure_fraction=1.0) as r:
         me = psutil.Process(os.getpid())
+        before = {p.pid for p in me.children(recursive=True)}
         res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [0.0]  # timed out: failure_value
         _, alive = psutil.wait_procs(
@@ -800,8 +806,10 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
         assert len(stale) <= 1  # the killed worker's own folder, until the next sandboxed call
         res = r.score(prompts=["p"], completions=[echo], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [1.0]  # the replacement worker scores, and sweeps first
+        workers = before | {p.pid for p in me.children(recursive=True)}  # the killed worker and its replacement
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
-    _orphan_cgroups_swept(monkeypatch, "grpokit-sandbox-")  # the killed worker's (younger than the grace before)
+    owners = tuple(f"grpokit-sandbox-{pid}-" for pid in workers)
+    _orphan_cgroups_swept(monkeypatch, owners)  # the killed worker's (younger than the grace before)
 
 
 def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):

@@ -318,7 +318,9 @@ def validate_gold_answers(
 ) -> GoldReport:
     """Parse every gold answer once at data-load time (in killable workers) and report the bad ones."""
     report = GoldReport(num_total=len(answers))
-    with WorkerPool(num_workers) as pool:
+    with startup():  # warmed like MathVerifyPool's workers: a cold import is not a gold's deadline
+        pool = WorkerPool(num_workers, name="math-verify", initializer=warm_up, cpu_budget=True)
+    with pool:
         tasks = [(_parse_gold, (str(a),), {}) for a in answers]
         for i, (answer, outcome) in enumerate(zip(answers, pool.run(tasks, timeout_s))):
             if answer is None or str(answer).strip() == "":
