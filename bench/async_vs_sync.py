@@ -157,6 +157,13 @@ def hidden_share(r: dict) -> float:
     return min(1.0, max(0.0, 1.0 - r.get("time/waiting_for_rollout", 0.0) / sampled))
 
 
+def tokens_per_second(rows: list[dict], s: dict) -> float:
+    """Completion tokens trained per second of step over ``rows``: the arms' completions differ in length
+    (a stale policy's are longer while the fresh one shortens them), which seconds per step do not see."""
+    tokens = sum(float(r["completions/mean_length"]) * s["prompts_per_step"] * s["group_size"] for r in rows)
+    return tokens / sum(float(r["time/step"]) for r in rows)
+
+
 def arm_figures(folders: list[Path], arm: str, s: dict) -> dict:
     """One arm's figures over its finished seeds' runs."""
     staleness = int(ARMS[arm].get("rollout.async_staleness", 0))
@@ -177,6 +184,7 @@ def arm_figures(folders: list[Path], arm: str, s: dict) -> dict:
         "samples": samples,
         "counted": len(rows),
         "step": spread([float(r["time/step"]) for r in rows]),
+        "tokens_per_s": tokens_per_second(rows, s),
         "rollout": med("time/sampling") if staleness else med("time/rollout"),
         "update": med("time/update"),
         "wait": med("time/waiting_for_rollout") if staleness else med("time/rollout"),
@@ -200,7 +208,7 @@ def show(out: Path) -> None:
     )
     print(
         f"{'arm':<15} {'seeds':>5} {'samples':>8} {'s/step med [min, max]':>24} {'rollout':>8} {'update':>7} "
-        f"{'wait':>6} {'sync':>6} {'hidden':>7} {'stale':>6} {'max':>4} {'wall s':>7}"
+        f"{'wait':>6} {'sync':>6} {'hidden':>7} {'stale':>6} {'max':>4} {'tok/s':>6} {'wall s':>7}"
     )
     for f in figs:
         if "step" not in f:
@@ -212,12 +220,15 @@ def show(out: Path) -> None:
         print(
             f"{f['arm']:<15} {f['seeds']:>5} {samples:>8} {step:>24} {f['rollout']:>8.2f} {f['update']:>7.2f} "
             f"{f['wait']:>6.2f} {f['sync']:>6.3f} {100 * f['hidden']:>6.0f}% {f['staleness']:>6.2f} "
-            f"{f['staleness_max']:>4.0f} {f['wall_s']:>7.0f}"
+            f"{f['staleness_max']:>4.0f} {f['tokens_per_s']:>6.1f} {f['wall_s']:>7.0f}"
         )
     sync = next((f for f in figs if f["arm"] == "sync" and "step" in f), None)
     for f in figs:
         if sync is not None and f is not sync and "step" in f:
-            print(f"{f['arm']}: {sync['step']['median'] / f['step']['median']:.2f}x sync's seconds per step")
+            print(
+                f"{f['arm']}: {sync['step']['median'] / f['step']['median']:.2f}x sync's speed in seconds per step, "
+                f"{f['tokens_per_s'] / sync['tokens_per_s']:.2f}x in completion tokens trained per second"
+            )
     print("\nheld-out greedy accuracy (%), mean over seeds, by step (equal samples per step on every arm):")
     steps = sorted({p["step"] for f in figs for c in f.get("curves", []) for p in c})
     print(f"{'step':>5} " + " ".join(f"{f['arm']:>15}" for f in figs))

@@ -10,7 +10,7 @@ from helpers.runs import make
 
 
 @pytest.mark.parametrize("staleness", [1, 2])
-def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness):
+def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness, caplog):
     tr = make(
         tiny_model_dir,
         tmp_path / "run",
@@ -30,6 +30,14 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness):
         tokens = s["tokens_per_second"] * s["time/step"]  # the sampler's speed, not the trainer's take of the batch
         assert s["rollout/tokens_per_second"] == pytest.approx(tokens / s["time/sampling"], rel=1e-2)
     assert [s["rollout/staleness"] for s in steps] == [min(j, staleness) for j in range(4)]
+    # on the CPU the sampler and the update share the cores: said once, as a warning, never silently slower
+    slower = [r for r in caplog.records if r.levelname == "WARNING" and "slower than synchronous" in r.getMessage()]
+    assert len(slower) == 1 and f"rollout.async_staleness={staleness} samples on the same CPU" in slower[0].getMessage()
+
+
+def test_synchronous_on_the_cpu_is_not_warned_about(tiny_model_dir, tmp_path, caplog):
+    make(tiny_model_dir, tmp_path / "sync", **{"train.steps": 1})
+    assert not [r for r in caplog.records if "slower than synchronous" in r.getMessage()]
 
 
 def test_synchronous_by_default(tiny_model_dir, tmp_path):
