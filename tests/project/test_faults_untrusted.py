@@ -687,8 +687,9 @@ def _descendants(pid):
         return []
 
 
-def _orphan_cgroups_swept(monkeypatch, owner_prefixes: tuple[str, ...]) -> None:
-    """The next sweep (grace 0) removes the sandbox cgroups of the test's dead owners.
+def _orphan_cgroups_swept(monkeypatch, owner_prefixes: tuple[str, ...], surely_left: bool = True) -> None:
+    """The next sweep (grace 0) removes the sandbox cgroups of the test's dead owners (``surely_left``: the
+    owner died inside its sandbox, so a cgroup budget left it a folder; else it may have died before making one).
 
     The sweep sees only those owners' folders: the cgroup tree is shared with every other process of the
     host (other tests running at once under xdist), and a grace of 0 would take a neighbour's folder
@@ -700,7 +701,7 @@ def _orphan_cgroups_swept(monkeypatch, owner_prefixes: tuple[str, ...]) -> None:
     monkeypatch.setattr(cleanup, "CGROUP_GRACE_S", 0.0)
     monkeypatch.setattr(cleanup, "sandbox_cgroups", mine)
     left = [f for _, f in mine() if cleanup._unlocked(f)]
-    assert bool(left) == (budget.mechanism() is not None)  # a cgroup budget leaves folders to sweep
+    assert bool(left) == (budget.mechanism() is not None) or not (surely_left or left)  # folders to sweep
     assert set(left) <= set(cleanup.sweep_stale_cgroups())
     assert [f for _, f in mine() if cleanup._unlocked(f)] == []
 
@@ -809,7 +810,9 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
         workers = before | {p.pid for p in me.children(recursive=True)}  # the killed worker and its replacement
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
     owners = tuple(f"grpokit-sandbox-{pid}-" for pid in workers)
-    _orphan_cgroups_swept(monkeypatch, owners)  # the killed worker's (younger than the grace before)
+    # the killed worker's (younger than the grace before); on a loaded machine its 3 s may end before its
+    # sandbox made one (the trainer's SIGKILL test waits for the sandbox, so there one is surely left)
+    _orphan_cgroups_swept(monkeypatch, owners, surely_left=False)
 
 
 def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):

@@ -158,6 +158,27 @@ def test_live_page_reloads_and_keeps_the_readers_settings(browser: Browser, tmp_
     assert ticks and all(float(x).is_integer() for x in ticks), ticks
 
 
+def test_a_zoom_stays_with_its_own_report_file(browser: Browser, tmp_path: Path) -> None:
+    # a live page keeps the reader's zoom over its reloads; keyed by the title alone, that zoom was
+    # restored in every other report of a run so named, which then drew steps 3-6 of 12 unasked
+    live = write_comparison(
+        [make_run_dir(tmp_path / "a" / "run", steps=12, finished=False)], tmp_path / "live.html", live_s=1
+    )
+    other = write_report(make_run_dir(tmp_path / "b" / "run", steps=12))
+    span = "grpokitReport.plots().map(function (p) { return [p.u.scales.x.min, p.u.scales.x.max]; })"
+    browser.open(other.as_uri())
+    full, title = browser.js(span), browser.js("document.title")
+    browser.open(live.as_uri())
+    assert browser.js("document.title") == title  # one run name, one title
+    browser.js("grpokitReport.plots()[0].u.setScale('x', {min: 3, max: 6})")
+    browser.events.clear()
+    browser.wait_event("Page.loadEventFired", timeout=30)  # the page saved its settings and reloaded itself
+    browser.open(live.as_uri())
+    assert all(s == [3, 6] for s in browser.js(span))  # kept for this page
+    browser.open(other.as_uri())
+    assert browser.js(span) == full  # and for this page only
+
+
 def _set(browser: Browser, id_: str, value: str) -> None:
     browser.js(f"""(function () {{ var f = document.getElementById({id_!r}); f.value = {value!r};
         f.dispatchEvent(new Event('change')); }})()""")

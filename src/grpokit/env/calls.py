@@ -15,9 +15,9 @@ sleeps forever sat 10 minutes in silence). So:
   to stop (an exception raised at its next Python instruction: a loop stops, a sleep when it returns)
   and is never handed another call;
 - a key's running calls and abandoned ones still running are at most ``MAX_ABANDONED`` threads
-  together: a new call waits for a live one to end, and when all of them are abandoned ones,
-  further calls fail at once as timeouts instead of starting threads, so a function that hangs on
-  every call cannot pile threads up, step after step.
+  together, a call retried because the machine starved it included: a new call waits for a live one
+  to end, and when all of them are abandoned ones, further calls fail at once as timeouts instead of
+  starting threads, so a function that hangs on every call cannot pile threads up, step after step.
 """
 
 from __future__ import annotations
@@ -106,7 +106,10 @@ def _call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, threa
             elif task.left(timeout_s) > 0:
                 continue
             elif task.abandon(CallAbandoned):
-                if task.starved() and i not in retried:  # the machine's slowness, not the call's: once more
+                # the machine's slowness, not the call's: once more, within the bound (the abandoned call
+                # still runs and counts; a loaded machine starves many calls at once)
+                room = still_running(key) + len(live) - 1 < MAX_ABANDONED
+                if room and task.starved() and i not in retried:
                     retried.add(i)
                     live[i] = workers.submit(key, functools.partial(_contained, calls[i]), wake)
                     continue

@@ -6,7 +6,9 @@
   var PALETTE = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563", "#65a30d", "#9333ea"];
   var DASHES = [[], [8, 4], [2, 3], [10, 3, 2, 3]];
   var INT_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
-  var STATE_KEY = "grpokit-report:" + document.title;
+  // the reader's settings (zoom, smoothing, scroll) outlive a live page's reload, and belong to this file only:
+  // keyed by the title alone, a zoom made in one report was restored in every other report of a run so named
+  var STATE_KEY = "grpokit-report:" + location.pathname + ":" + document.title;
   var state = loadState();
   var plots = [];
   var syncing = false;
