@@ -79,17 +79,28 @@ def domains_override(names: list[str]) -> str:
     return "data.domains=" + json.dumps({n: DOMAINS[n] for n in names})
 
 
-def build(overrides: list[str]):
+def build_config(overrides: list[str]):
     from grpokit.config import Config
     from grpokit.config.io import apply_overrides
+    from grpokit.train.stages import settle_stages
+
+    return settle_stages(apply_overrides(Config(), overrides))
+
+
+def build(overrides: list[str]):
     from grpokit.train import Trainer
 
-    return Trainer(apply_overrides(Config(), overrides), quiet=True)
+    return Trainer(build_config(overrides), quiet=True)
 
 
 def train(overrides: list[str]) -> dict:
     """One run; a run stopped by a signal (Ctrl-C, SIGTERM: the trainer checkpoints and returns) stops the
-    measurement too, instead of going on to the next piece with a short run."""
+    measurement too, instead of going on to the next piece with a short run. A run whose last step's checkpoint
+    is already in its folder (a measurement stopped after it) is not run again."""
+    cfg = build_config(overrides)
+    out = Path(cfg.train.out)
+    if cfg.train.steps and (out / "checkpoints" / f"step-{cfg.train.steps:06d}" / "model").is_dir():
+        return json.loads((out / "summary.json").read_text())
     summary = build(overrides).train()
     if summary.get("interrupted"):
         raise SystemExit(f"bench/domains.py: stopped by {summary.get('stop_signal')}; run it again to go on")

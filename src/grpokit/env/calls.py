@@ -105,17 +105,16 @@ def _call_many(key: str, calls: list[Callable[[], Any]], timeout_s: float, threa
                 outcomes[i] = task.value
             elif task.left(timeout_s) > 0:
                 continue
-            elif task.abandon(CallAbandoned):
-                # the machine's slowness, not the call's: once more, within the bound (the abandoned call
-                # still runs and counts; a loaded machine starves many calls at once)
-                room = still_running(key) + len(live) - 1 < MAX_ABANDONED
-                if room and task.starved() and i not in retried:
-                    retried.add(i)
+            else:
+                starved = task.starved()  # read before the stop: a thread that has ended has no CPU times
+                if not task.abandon(CallAbandoned):  # it finished as its deadline passed: its result stands
+                    outcomes[i] = task.value
+                elif starved and i not in retried and workers.retry_fits(key, MAX_ABANDONED, len(live) - 1):
+                    retried.add(i)  # the machine's slowness, not the call's: once more, within the bound
                     live[i] = workers.submit(key, functools.partial(_contained, calls[i]), wake)
                     continue
-                outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
-            else:  # it finished as its deadline passed: its result stands
-                outcomes[i] = task.value
+                else:
+                    outcomes[i] = Outcome(False, error=f"timed out after {timeout_s:g} s", timed_out=True)
             del live[i]
     return [o if o is not None else Outcome(False, error="not run") for o in outcomes]
 

@@ -133,7 +133,7 @@ def call_tool(
     with watching():  # what the tool starts is noted, to end with the run (rewards/process_tree.py)
         task = workers.submit(f"tool-{name}", run)
         if not task.wait(max(0.0, timeout_s)) and task.starved() and task.abandon(ToolTimedOut):
-            if _still_running(name) < MAX_ABANDONED:  # the abandoned call counts: retries keep to the bound
+            if workers.retry_fits(f"tool-{name}", MAX_ABANDONED):  # the abandoned call counts: within the bound
                 task = workers.submit(f"tool-{name}", run)  # cut by the machine's slowness, not its own: once more
                 task.wait(max(0.0, timeout_s))  # each from when the call began (env/workers.py)
     seconds = time.perf_counter() - start

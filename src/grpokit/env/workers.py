@@ -21,7 +21,8 @@ threads are kept and handed the next call:
   call marks itself (``grpokit.rewards.calls.startup``), which has its own ``STARTUP_BUDGET_S``;
   one past its deadline that spent more than half of it waiting for a CPU (``Task.starved``) was cut
   by the machine's slowness, and its caller tries it once more before the time-out counts;
-- ``running_abandoned(key)`` counts a key's abandoned workers still running; the callers bound it;
+- ``running_abandoned(key)`` counts a key's abandoned workers still running; the callers bound it, and
+  ``retry_fits`` holds a starved call's retry to the same bound;
 - a forked child forgets its parent's workers (they do not exist in it) and starts its own.
 """
 
@@ -196,6 +197,13 @@ def running_abandoned(key: str) -> int:
         alive = [t for t in _abandoned.get(key, []) if t.is_alive()]
         _abandoned[key] = alive
         return len(alive)
+
+
+def retry_fits(key: str, bound: int, others: int = 0) -> bool:
+    """The rule for trying once more a call cut because the machine starved it (``Task.starved``): only
+    while ``key``'s abandoned calls still running (the cut one among them) and ``others`` calls running
+    now, each of which may be abandoned too, stay under ``bound``; past it, the cut stands as a time-out."""
+    return running_abandoned(key) + others < bound
 
 
 def started(key: str) -> int:
