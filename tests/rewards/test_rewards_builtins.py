@@ -99,3 +99,25 @@ def test_validate_gold_answers_reports_bad_golds():
     assert not report.ok and report.num_valid == 2
     assert [i for i, _, _ in report.invalid] == [2, 3]
     assert "2 of 4 gold answers do not parse" in report.message()
+
+
+@pytest.mark.parametrize("failure", ["machine", "fatal"])
+def test_validate_gold_answers_raises_when_a_gold_could_not_be_checked(monkeypatch, failure):
+    """A gold no worker began (the machine's failure) or a broken math-verify is nobody's bad gold: calling
+    it invalid would drop a good row from the run's scoring without a word about why."""
+    from grpokit.rewards import math as rmath
+    from grpokit.rewards.errors import RewardInfrastructureError
+    from grpokit.rewards.pool import Outcome, WorkerPool
+
+    real_run = WorkerPool.run
+
+    def second_not_begun(self, tasks, timeout_s):
+        outcomes = real_run(self, tasks, timeout_s)
+        bad = Outcome(False, error="no math-verify worker began the task within 120 s, twice", kind="machine")
+        if failure == "fatal":
+            bad = Outcome(False, error="math-verify could not be imported", fatal=True)
+        return [outcomes[0], bad, *outcomes[2:]]
+
+    monkeypatch.setattr(WorkerPool, "run", second_not_begun)
+    with pytest.raises(RewardInfrastructureError, match=r"gold answer 1 \('7'\) could not be checked: .*no gold"):
+        rmath.validate_gold_answers(["42", "7", "x+1"])

@@ -316,13 +316,20 @@ class GoldReport:
 def validate_gold_answers(
     answers: Sequence[Any], timeout_s: float = DEFAULT_TIMEOUT_S, num_workers: int = 1
 ) -> GoldReport:
-    """Parse every gold answer once at data-load time (in killable workers) and report the bad ones."""
+    """Parse every gold answer once at data-load time (in killable workers) and report the bad ones. A gold
+    that could not be checked at all (no worker began it: the machine's failure, or math-verify broken)
+    raises RewardInfrastructureError instead of being reported invalid."""
     report = GoldReport(num_total=len(answers))
     with startup():  # warmed like MathVerifyPool's workers: a cold import is not a gold's deadline
         pool = WorkerPool(num_workers, name="math-verify", initializer=warm_up, cpu_budget=True)
     with pool:
         tasks = [(_parse_gold, (str(a),), {}) for a in answers]
         for i, (answer, outcome) in enumerate(zip(answers, pool.run(tasks, timeout_s))):
+            if outcome.fatal or outcome.kind == MACHINE:  # nobody's gold: the check itself could not run
+                raise RewardInfrastructureError(
+                    f"gold answer {i} ({str(answer)[:60]!r}) could not be checked: {outcome.error}; "
+                    "no gold was judged, so none is called invalid (rerun when the machine is less loaded)"
+                )
             if answer is None or str(answer).strip() == "":
                 report.invalid.append((i, "" if answer is None else str(answer), "empty"))
             elif not outcome.ok:
