@@ -5,6 +5,7 @@ a property of the system: the fault must end in a value, a counted failure or on
 timeouts are short so the whole file stays fast; docs/FAULTS.md lists the guarantees.
 """
 
+import contextlib
 import math
 import os
 import subprocess
@@ -687,23 +688,22 @@ def _descendants(pid):
         return []
 
 
-def _orphan_cgroups_swept(monkeypatch, owner_prefixes: tuple[str, ...], surely_left: bool = True) -> None:
-    """The next sweep (grace 0) removes the sandbox cgroups of the test's dead owners (``surely_left``: the
-    owner died inside its sandbox, so a cgroup budget left it a folder; else it may have died before making one).
+def _orphan_cgroups_swept(monkeypatch, owner_prefixes: tuple[str, ...]) -> list[str]:
+    """The next sweep (grace 0) removes the sandbox cgroups the test's dead owners left; returns them.
 
     The sweep sees only those owners' folders: the cgroup tree is shared with every other process of the
     host (other tests running at once under xdist), and a grace of 0 would take a neighbour's folder
     between its mkdir and its flock."""
-    from grpokit.rewards.sandbox import budget, cleanup
+    from grpokit.rewards.sandbox import cleanup
 
     everyone = cleanup.sandbox_cgroups
     mine = lambda: [(c, f) for c, f in everyone() if os.path.basename(f).startswith(owner_prefixes)]  # noqa: E731
     monkeypatch.setattr(cleanup, "CGROUP_GRACE_S", 0.0)
     monkeypatch.setattr(cleanup, "sandbox_cgroups", mine)
     left = [f for _, f in mine() if cleanup._unlocked(f)]
-    assert bool(left) == (budget.mechanism() is not None) or not (surely_left or left)  # folders to sweep
     assert set(left) <= set(cleanup.sweep_stale_cgroups())
     assert [f for _, f in mine() if cleanup._unlocked(f)] == []
+    return left
 
 
 def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp_path, monkeypatch):
@@ -713,6 +713,7 @@ def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp
     import psutil
 
     from grpokit.rewards.code import probe
+    from grpokit.rewards.sandbox import budget
     from grpokit.rewards.sandbox.cleanup import sweep_stale_jobs
 
     ok, why = probe()
@@ -739,7 +740,8 @@ def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp
     removed = sweep_stale_jobs(str(tmp_path))
     assert [os.path.basename(p).startswith(f"grpokit-job-{proc.pid}-") for p in removed] == [True]
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
-    _orphan_cgroups_swept(monkeypatch, (f"grpokit-sandbox-{proc.pid}-",))  # and its cgroups
+    left = _orphan_cgroups_swept(monkeypatch, (f"grpokit-sandbox-{proc.pid}-",))  # and its cgroups
+    assert bool(left) == (budget.mechanism() is not None)  # a cgroup budget leaves folders to sweep
 
 
 def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
@@ -793,11 +795,15 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
     cases = {"test_cases": [[{"input": "1\n", "output": "1\n"}]]}
     sleeper = "```python\nimport os, time\nfor _ in range(2):\n    os.fork()\ntime.sleep(60)\n```"
     echo = "```python\nprint(input())\n```"
-    with _runner(fn, "code", num_workers=1, timeout_s=3.0, max_failure_fraction=1.0) as r:
+    # 8 s: the kill lands in the sandbox's sleep (its launcher, started after its cgroup is made, is seen
+    # first), not in its start-up, however loaded the machine; the test sees that it did
+    with _runner(fn, "code", num_workers=1, timeout_s=8.0, max_failure_fraction=1.0) as r:
         me = psutil.Process(os.getpid())
         before = {p.pid for p in me.children(recursive=True)}
-        res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
+        with _launcher_seen(me) as seen:
+            res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [0.0]  # timed out: failure_value
+        assert seen, "the worker was killed before its sandbox's launcher started: the test exercised no sweep"
         _, alive = psutil.wait_procs(
             [p for p in me.children(recursive=True) if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())],
             timeout=15,
@@ -807,12 +813,42 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
         assert len(stale) <= 1  # the killed worker's own folder, until the next sandboxed call
         res = r.score(prompts=["p"], completions=[echo], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [1.0]  # the replacement worker scores, and sweeps first
-        workers = before | {p.pid for p in me.children(recursive=True)}  # the killed worker and its replacement
+        # the killed worker (spawned while the first call waited, on a loaded machine) and its replacement
+        workers = before | set(seen) | {p.pid for p in me.children(recursive=True)}
     assert not any(p.name.startswith("grpokit-job-") for p in tmp_path.iterdir())
-    owners = tuple(f"grpokit-sandbox-{pid}-" for pid in workers)
-    # the killed worker's (younger than the grace before); on a loaded machine its 3 s may end before its
-    # sandbox made one (the trainer's SIGKILL test waits for the sandbox, so there one is surely left)
-    _orphan_cgroups_swept(monkeypatch, owners, surely_left=False)
+    # the killed worker's, if it left one (younger than the grace before). It may not: at a deadline the pool
+    # kills the worker's sandbox tree before the worker, and the worker's own clean-up can remove its folder in
+    # between (seen with strace on a loaded machine); the trainer's SIGKILL above surely leaves one
+    _orphan_cgroups_swept(monkeypatch, tuple(f"grpokit-sandbox-{pid}-" for pid in workers))
+
+
+@contextlib.contextmanager
+def _launcher_seen(me):
+    """A list that gets the pid of the process that started a sandbox launcher under ``me`` while the block
+    ran (polled; the launcher starts once its cgroup is made)."""
+    import threading
+
+    import psutil
+
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set() and not seen:
+            for p in me.children(recursive=True):
+                try:
+                    if any("launcher.py" in a for a in p.cmdline()):
+                        seen.append(p.ppid())  # the worker that made the sandbox (and its cgroup)
+                except psutil.Error:
+                    pass
+            stop.wait(0.05)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        t.join()
 
 
 def test_the_report_shows_faults_only_when_one_was_counted(tmp_path):
