@@ -119,5 +119,7 @@ def test_validate_gold_answers_raises_when_a_gold_could_not_be_checked(monkeypat
         return [outcomes[0], bad, *outcomes[2:]]
 
     monkeypatch.setattr(WorkerPool, "run", second_not_begun)
-    with pytest.raises(RewardInfrastructureError, match=r"gold answer 1 \('7'\) could not be checked: .*no gold"):
+    with pytest.raises(
+        RewardInfrastructureError, match=r"gold answer 1 \('7'\) could not be checked: .*nobody judged invalid"
+    ):
         rmath.validate_gold_answers(["42", "7", "x+1"])

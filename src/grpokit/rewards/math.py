@@ -326,9 +326,10 @@ def validate_gold_answers(
         tasks = [(_parse_gold, (str(a),), {}) for a in answers]
         for i, (answer, outcome) in enumerate(zip(answers, pool.run(tasks, timeout_s))):
             if outcome.fatal or outcome.kind == MACHINE:  # nobody's gold: the check itself could not run
+                fix = "rerun when the machine is less loaded" if outcome.kind == MACHINE else "fix the install"
                 raise RewardInfrastructureError(
-                    f"gold answer {i} ({str(answer)[:60]!r}) could not be checked: {outcome.error}; "
-                    "no gold was judged, so none is called invalid (rerun when the machine is less loaded)"
+                    f"gold answer {i} ({str(answer)[:60]!r}) could not be checked: {outcome.error}; the run stops "
+                    f"rather than call a gold nobody judged invalid ({fix})"
                 )
             if answer is None or str(answer).strip() == "":
                 report.invalid.append((i, "" if answer is None else str(answer), "empty"))
