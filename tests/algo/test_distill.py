@@ -55,6 +55,20 @@ def test_a_teacher_with_another_tokenizer_is_refused(tiny_model_dir, tmp_path):
         run(tiny_model_dir, tmp_path / "run", str(other))
 
 
+def test_a_teacher_that_cannot_be_loaded_is_named_by_its_own_setting(tiny_model_dir, tmp_path):
+    """The teacher is loaded through the student's loader; its errors name algo.distill_teacher or the stage's
+    teacher, never model.name_or_path (the student, which loaded fine)."""
+    missing, empty = tmp_path / "no-such-model", tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=rf"^algo.distill_teacher='{missing}' is a path that does not exist"):
+        run(tiny_model_dir, tmp_path / "run", str(missing))
+    with pytest.raises(ConfigError, match=rf"^algo.distill_teacher='{empty}' is a folder without config.json"):
+        run(tiny_model_dir, tmp_path / "run", str(empty))
+    stages = f"[{{steps: 1}}, {{steps: 1, teacher: '{missing}'}}]"
+    with pytest.raises(ConfigError, match=rf"^train.stages\[1\].teacher='{missing}' is a path that does not exist"):
+        run(tiny_model_dir, tmp_path / "run", str(tiny_model_dir), **{"train.stages": stages})
+
+
 @pytest.mark.parametrize(
     "over, message",
     [

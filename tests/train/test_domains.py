@@ -166,6 +166,27 @@ def test_bad_input_is_one_sentence(tiny_model_dir, tmp_path, overrides, message)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("data.domains.own.answer_column=gold", "data.domains.own.answer_column='gold' is not a column of"),
+        ("data.domains.own.prompt_column=question", "data.domains.own.prompt_column='question' is not a column of"),
+        ("data.domains.own.reward_functions=[no_such_reward]", "data.domains.own.reward_functions: Unknown reward"),
+        ("data.domains.add.task_params={digits: -3}", "data.domains.add.task_params"),
+    ],
+)
+def test_an_error_in_a_domains_data_or_rewards_names_that_domains_setting(tiny_model_dir, tmp_path, setting, message):
+    """A domain is read as a run of its own (train/domain_setup.py); its errors name the field the user set
+    (data.domains.<name>.*), not the run's data.* or reward.* field that was left as it was."""
+    cfg = domain_cfg(tiny_model_dir, tmp_path, setting)
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg, quiet=True)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert not any(
+        f" {run}" in f" {e.value}" for run in ("data.answer_column", "data.prompt_column", "reward.functions")
+    )
+
+
 def test_a_stage_without_domains_in_a_run_without_domains_is_refused(tiny_model_dir, tmp_path):
     cfg = Config()
     apply_overrides(cfg, [f"model.name_or_path={tiny_model_dir}", "train.stages=[{domain: math, steps: 2}]"])

@@ -4,13 +4,28 @@ that a section may live in its own file (optim.py) while sections.py gathers the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 
 class ConfigError(ValueError):
     """A user's configuration mistake; its message is one sentence meant for the console."""
+
+
+@contextlib.contextmanager
+def named_as(fields: dict[str, str]) -> Iterator[None]:
+    """A ConfigError raised in the block names the field the user set, not the run's own field that a
+    derived config (a domain's, a teacher's) passed the value through: each ``fields`` key (a dotted
+    name, e.g. ``data.answer_column``) becomes its value (``data.domains.mine.answer_column``)."""
+    try:
+        yield
+    except ConfigError as e:
+        names = sorted(fields, key=len, reverse=True)  # data.task_params before data.task
+        pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")(?![\w])")
+        raise ConfigError(pattern.sub(lambda m: fields[m.group(1)], str(e))) from None
 
 
 def section(cls: type) -> type:

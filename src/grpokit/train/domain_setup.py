@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Callable
 
+from grpokit.config.base import named_as
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.curriculum import FrontierSampler
 from grpokit.data.domain_sampler import DomainSampler
@@ -43,8 +44,8 @@ def settle_domains(cfg: Config, own_rows: bool) -> Config:
     if cfg.env.tools or cfg.env.environment:
         raise ConfigError("data.domains with env.tools or env.environment is not supported yet; drop one of them")
     for d in domains_of(cfg):
-        sub = domain_config(cfg, d)
-        task = run_data.task_of(sub)
+        with as_domain(d.name):
+            task = run_data.task_of(domain_config(cfg, d))
         if task is not None and (task.evaluate is None or task.tools):
             raise ConfigError(
                 f"data.domains.{d.name}: task {d.task!r} needs the episode loop or image prompts, which a domain "
@@ -52,6 +53,19 @@ def settle_domains(cfg: Config, own_rows: bool) -> Config:
             )
     cfg.data.task = ""
     return cfg
+
+
+# the run's fields a domain's copy of the config carries its own values in (domain_config)
+_CARRIED = {
+    **{f"data.{k}": k for k in ("task", "task_params", "dataset", "split", "eval_dataset", "eval_split")},
+    **{f"data.{k}": k for k in ("eval_size", "prompt_column", "answer_column")},
+    **{f"reward.{k}": f"reward_{k}" for k in ("functions", "weights", "params")},
+}
+
+
+def as_domain(name: str):
+    """Errors raised while a domain is read as a run name that domain's own fields (data.domains.<name>.*)."""
+    return named_as({run: f"data.domains.{name}.{own}" for run, own in _CARRIED.items()})
 
 
 def domain_config(cfg: Config, d: Domain) -> Config:
@@ -69,9 +83,10 @@ def domain_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
     """Every domain's training and held-out rows, each tagged with its domain's name (``domain`` column)."""
     train, held_out = [], []
     for d in domains_of(cfg):
-        sub = domain_config(cfg, d)
-        rows, eval_rows = run_data.data_rows(sub, None, None)
-        run_data.check_gold_answers(sub, rows)
+        with as_domain(d.name):
+            sub = domain_config(cfg, d)
+            rows, eval_rows = run_data.data_rows(sub, None, None)
+            run_data.check_gold_answers(sub, rows)
         train += [{**r, COLUMN: d.name} for r in rows]
         held_out += [{**r, COLUMN: d.name} for r in eval_rows]
     return train, held_out
@@ -83,7 +98,9 @@ def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[Rewar
     domain (weight 1)."""
     specs = []
     for d in domains_of(cfg):
-        for sp in reward_setup.reward_specs(domain_config(cfg, d), None, None):
+        with as_domain(d.name):
+            own = reward_setup.reward_specs(domain_config(cfg, d), None, None)
+        for sp in own:
             specs.append(RewardSpec(fn=DomainReward(sp.fn, d.name), name=f"{d.name}/{sp.name}", weight=sp.weight))
     for i, f in enumerate(extra or []):
         specs.append(RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0))
@@ -94,9 +111,10 @@ def domain_eval_runners(cfg: Config) -> dict[str, RewardRunner]:
     """The verifier of each domain's held-out set: its task's, else its first reward function."""
     runners = {}
     for d in domains_of(cfg):
-        sub = domain_config(cfg, d)
-        own = RewardRunner(reward_setup.reward_specs(sub, None, None)[:1], num_workers=0)
-        runners[d.name] = reward_setup.eval_runner(sub, own)
+        with as_domain(d.name):
+            sub = domain_config(cfg, d)
+            own = RewardRunner(reward_setup.reward_specs(sub, None, None)[:1], num_workers=0)
+            runners[d.name] = reward_setup.eval_runner(sub, own)
     return runners
 
 

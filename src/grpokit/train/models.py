@@ -44,6 +44,11 @@ def model_path(name_or_path: str) -> str:
         return str(demo_model_path())
     if is_named(name_or_path):  # smollm2-135m-instruct ...: a package's weights, converted once (train/named_models.py)
         return resolve(name_or_path)
+    if name_or_path.startswith(("/", "./", "../", "~")) and not Path(name_or_path).expanduser().exists():
+        raise ConfigError(
+            f"model.name_or_path={name_or_path!r} is a path that does not exist; give a model folder that exists "
+            "or a hub id (namespace/name)"
+        )
     check_reachable(name_or_path)  # an unreachable Hub: one sentence now, not a misleading error after retries
     return name_or_path
 

@@ -35,12 +35,13 @@ class TrainerStages:
             stage_weights(stage, self._spec_domains, self._base_weights)
         # a teacher per stage (a domain's expert): each loaded once, checked like algo.distill_teacher
         self._teachers = {self.cfg.algo.distill_teacher: self.ref_model} if self.cfg.algo.distill_teacher else {}
-        for name in dict.fromkeys(s.teacher for s in self.stages if s.teacher and s.teacher not in self._teachers):
-            each = copy.deepcopy(self.cfg)
-            each.algo.distill_teacher = name
-            self._teachers[name] = teacher.load_teacher(
-                each, self.device, resolve_dtype(each.model, self.device), self.tokenizer
-            )
+        for i, stage in enumerate(self.stages):
+            if stage.teacher and stage.teacher not in self._teachers:
+                each = copy.deepcopy(self.cfg)
+                each.algo.distill_teacher = stage.teacher
+                dtype = resolve_dtype(each.model, self.device)
+                field = f"train.stages[{i}].teacher"
+                self._teachers[stage.teacher] = teacher.load_teacher(each, self.device, dtype, self.tokenizer, field)
 
     def _enter_stage(self) -> dict[str, float]:
         """The step's stage in force; ``{"stage": i, "stage/step": k}`` ({} without stages)."""
