@@ -149,3 +149,36 @@ def test_a_policy_of_more_tensors_than_a_process_start_can_carry_reaches_the_wor
         _steps(engine, model, 1)
     finally:
         engine.close()
+
+
+def test_cpu_threads_split_between_the_trainer_and_its_workers(tiny_model_dir, tmp_path):
+    """rollout.async_workers on the CPU: the trainer's train.threads split evenly (at least one each), so the
+    processes do not run twice the threads between them; rollout.async_worker_threads sets the workers' own."""
+    from grpokit.train import Trainer
+    from grpokit.train.engines import split_cpu_threads
+    from helpers.runs import ROWS, likes_a, tiny_cfg
+
+    # (threads, workers) -> (trainer's, each worker's), by hand: an even share, at least one
+    assert [split_cpu_threads(t, w) for t, w in [(2, 1), (16, 1), (16, 3), (2, 2), (1, 1), (5, 1)]] == [
+        (1, 1),
+        (8, 8),
+        (4, 4),
+        (1, 1),
+        (1, 1),
+        (3, 2),
+    ]
+    before = torch.get_num_threads()
+    try:
+        for over, want in [({}, (2, 2)), ({"rollout.async_worker_threads": 3}, (4, 3))]:
+            cfg = tiny_cfg(tiny_model_dir, tmp_path / f"run{len(over)}", **{"train.threads": 4, "train.steps": 1})
+            for k, v in {"rollout.async_staleness": 1, "rollout.async_workers": 1, **over}.items():
+                setattr(cfg.rollout, k.split(".")[1], v)
+            cfg.data.dataset = ""
+            trainer = Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True)
+            try:
+                trainer.train_step()  # the worker has said it is ready, with its threads
+                assert (torch.get_num_threads(), trainer.engine.pool.workers[0].threads) == want
+            finally:
+                trainer.engine.close()
+    finally:
+        torch.set_num_threads(before)

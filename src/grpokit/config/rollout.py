@@ -113,6 +113,11 @@ class RolloutConfig:
     """With async_staleness > 0: 0 samples in a thread of the trainer's process; N >= 1 in N worker processes
     (rollout/async_process.py; one turn, CPU; with several trainer ranks, N per rank), weights passed as
     shared-memory tensors."""
+    async_worker_threads: int = 0
+    """Intra-op CPU threads of each rollout worker process (async_workers). 0: the trainer's threads (train.threads)
+    split evenly between the trainer and its workers, at least one each, so that the processes together run no
+    more threads than the trainer alone (on 2 cores, 2 threads in the trainer and 2 in a worker made a SmolLM2 step
+    4-7x slower); N > 0: N per worker, the trainer keeping all of its own."""
     async_timeout_s: float = 600.0
     """Deadline, in seconds, of a rollout worker's start, of each weight sync and of each batch it samples; a
     worker that misses one is a fault (async_worker_fault). The sampler thread's: the trainer waits at most this

@@ -139,6 +139,7 @@ class ProcessRollout:
         hf: HFEngine,
         context: SampleContext,
         workers: int,
+        threads: int = 0,
         timeout_s: float,
         on_fault: str,
         prompts_per_step: int,
@@ -151,7 +152,8 @@ class ProcessRollout:
         wait_ranks: Callable[[], None] = lambda: None,
     ):
         """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
-        function: the workers import it); ``prompts_per_step`` is the global batch, ``seed`` this rank's,
+        function: the workers import it); ``threads`` each worker's intra-op threads (0: the trainer's);
+        ``prompts_per_step`` is the global batch, ``seed`` this rank's,
         ``wait_ranks`` returns once every rank has its batch (async_.py)."""
         self.hf, self.n, self.G, self.context = hf, prompts_per_step // world_size, context.group_size, context
         self.max_staleness, self.wait_ranks = max_staleness, wait_ranks
@@ -176,7 +178,7 @@ class ProcessRollout:
             "context": context,
             "trainable": self.plan.trainable,
             "seed": seed,
-            "threads": torch.get_num_threads(),
+            "threads": threads or torch.get_num_threads(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "partial": bool(context.partial_tokens),
         }

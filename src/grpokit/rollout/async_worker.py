@@ -94,7 +94,7 @@ def worker_main(conn) -> None:
 
         use_onednn_linears(model)
     weights = _Weights(conn, model, init["trainable"])
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), torch.get_num_threads()))
     from .async_plan import batch_generator
 
     while True:

@@ -63,6 +63,7 @@ class Worker:
     segment: int = 0  # the segment it samples (partial rollouts)
     at: int = 0  # that segment's version
     waiting: int | None = None  # the version it said it waits for, until it has loaded it
+    threads: int = 0  # its intra-op CPU threads, as it said when ready
 
 
 @dataclass
@@ -214,7 +215,7 @@ class WorkerPool:
             return self._fault(w, f"closed its pipe {self._doing(w)} ({type(e).__name__})")
         kind = msg[0] if isinstance(msg, tuple) and msg else None
         if kind == "ready" and w.phase == "start":
-            w.phase = "idle"
+            w.phase, w.threads = "idle", int(msg[2])
         elif kind == "synced" and w.phase in ("sync", "sample", "wait") and msg[1] == w.job.index:
             self.sync_s += float(msg[4])
             w.segment, w.at, w.waiting = msg[2], msg[3], None

@@ -125,6 +125,14 @@ def make_engine(
     return hf
 
 
+def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
+    """(the trainer's, each worker's) intra-op threads when ``workers`` rollout processes share the trainer's
+    ``threads``: an even share each, at least one, so that together they run no more threads than ``threads``
+    where the share allows (rollout.async_worker_threads)."""
+    each = max(1, threads // (workers + 1))
+    return max(1, threads - workers * each), each
+
+
 def warn_cpu_async(staleness: int) -> None:
     """Asynchronous sampling on the CPU runs, but is not faster: say so once, with the measurement."""
     log.warning(
@@ -151,6 +159,19 @@ def process_engine(
     from grpokit.rollout.async_process import ProcessRollout, SampleContext
 
     r = cfg.rollout
+    trainer_threads, worker_threads = split_cpu_threads(torch.get_num_threads(), r.async_workers)
+    if r.async_worker_threads:
+        trainer_threads, worker_threads = torch.get_num_threads(), r.async_worker_threads
+    if trainer_threads != torch.get_num_threads():
+        log.info(
+            "rollout.async_workers=%d: the trainer's %d CPU threads split, %d for the trainer and %d per worker "
+            "(rollout.async_worker_threads)",
+            r.async_workers,
+            torch.get_num_threads(),
+            trainer_threads,
+            worker_threads,
+        )
+        torch.set_num_threads(trainer_threads)
     context = SampleContext(
         group_size=r.group_size,
         params=params,
@@ -167,6 +188,7 @@ def process_engine(
         hf=hf,
         context=context,
         workers=r.async_workers,
+        threads=worker_threads,
         timeout_s=r.async_timeout_s,
         on_fault=r.async_worker_fault,
         prompts_per_step=cfg.train.prompts_per_step,

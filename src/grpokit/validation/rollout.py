@@ -139,6 +139,10 @@ def check_async_workers(cfg: Config) -> None:
     r = cfg.rollout
     check(r.async_workers >= 0, f"rollout.async_workers={r.async_workers} must be >= 0 (0 = a thread)")
     check(
+        r.async_worker_threads >= 0,
+        f"rollout.async_worker_threads={r.async_worker_threads} must be >= 0 (0 = the trainer's threads split evenly)",
+    )
+    check(
         0 < r.async_timeout_s < float("inf"),
         f"rollout.async_timeout_s={r.async_timeout_s} must be a finite number > 0 of seconds",
     )
