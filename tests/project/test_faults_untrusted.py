@@ -795,15 +795,15 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
     cases = {"test_cases": [[{"input": "1\n", "output": "1\n"}]]}
     sleeper = "```python\nimport os, time\nfor _ in range(2):\n    os.fork()\ntime.sleep(60)\n```"
     echo = "```python\nprint(input())\n```"
-    # 8 s: the kill lands in the sandbox's sleep (its launcher, started after its cgroup is made, is seen
-    # first), not in its start-up, however loaded the machine; the test sees that it did
+    # 8 s: time for the sandbox to start on a loaded machine, so that the kill lands in its sleep, not in its
+    # start-up; the test checks that it did (the sandbox's launcher was seen)
     with _runner(fn, "code", num_workers=1, timeout_s=8.0, max_failure_fraction=1.0) as r:
         me = psutil.Process(os.getpid())
         before = {p.pid for p in me.children(recursive=True)}
         with _launcher_seen(me) as seen:
             res = r.score(prompts=["p"], completions=[sleeper], completion_ids=[[1]], group_size=1, columns=cases)
         assert res.rewards_NF[:, 0].tolist() == [0.0]  # timed out: failure_value
-        assert seen, "the worker was killed before its sandbox's launcher started: the test exercised no sweep"
+        assert seen, "the worker was killed before its sandbox's launcher started: the kill did not land in a sandbox"
         _, alive = psutil.wait_procs(
             [p for p in me.children(recursive=True) if any("launcher.py" in a or "bwrap" in a for a in p.cmdline())],
             timeout=15,
@@ -826,8 +826,6 @@ def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_fold
 def _launcher_seen(me):
     """A list that gets the pid of the process that started a sandbox launcher under ``me`` while the block
     ran (polled; the launcher starts once its cgroup is made)."""
-    import threading
-
     import psutil
 
     seen, stop = [], threading.Event()
