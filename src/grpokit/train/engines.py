@@ -137,8 +137,8 @@ def warn_cpu_async(staleness: int) -> None:
     """Asynchronous sampling on the CPU runs, but is not faster: say so once, with the measurement."""
     log.warning(
         "rollout.async_staleness=%d samples on the same CPU cores the update uses: the two take turns on them, "
-        "so a step is slower than synchronous, not faster (SmolLM2 on 2 cores: 0.92x sync's trained tokens "
-        "per second at staleness 1, 0.83x at 2; bench/RESULTS.md); asynchronous rollout pays when the sampler "
+        "so a step is slower than synchronous, not faster (SmolLM2 on 2 cores, two seeds: 0.90x sync's trained tokens "
+        "per second at staleness 1, 0.85x at 2; bench/RESULTS.md); asynchronous rollout pays when the sampler "
         "has its own device (rollout.backend=vllm_server, a GPU); rollout.async_staleness=0 is the faster choice here",
         staleness,
     )
