@@ -87,10 +87,10 @@ def build_config(overrides: list[str]):
     return settle_stages(apply_overrides(Config(), overrides))
 
 
-def build(overrides: list[str]):
+def build(overrides: list[str], cfg=None):
     from grpokit.train import Trainer
 
-    return Trainer(build_config(overrides), quiet=True)
+    return Trainer(cfg or build_config(overrides), quiet=True)
 
 
 def train(overrides: list[str]) -> dict:
@@ -101,7 +101,7 @@ def train(overrides: list[str]) -> dict:
     out = Path(cfg.train.out)
     if cfg.train.steps and (out / "checkpoints" / f"step-{cfg.train.steps:06d}" / "model").is_dir():
         return json.loads((out / "summary.json").read_text())
-    summary = build(overrides).train()
+    summary = build(overrides, cfg).train()
     if summary.get("interrupted"):
         raise SystemExit(f"bench/domains.py: stopped by {summary.get('stop_signal')}; run it again to go on")
     return summary

@@ -159,15 +159,16 @@ def process_engine(
     from grpokit.rollout.async_process import ProcessRollout, SampleContext
 
     r = cfg.rollout
-    trainer_threads, worker_threads = split_cpu_threads(torch.get_num_threads(), r.async_workers)
-    if r.async_worker_threads:
-        trainer_threads, worker_threads = torch.get_num_threads(), r.async_worker_threads
-    if trainer_threads != torch.get_num_threads():
+    n = torch.get_num_threads()
+    trainer_threads, worker_threads = (
+        (n, r.async_worker_threads) if r.async_worker_threads else split_cpu_threads(n, r.async_workers)
+    )
+    if trainer_threads != n:
         log.info(
             "rollout.async_workers=%d: the trainer's %d CPU threads split, %d for the trainer and %d per worker "
             "(rollout.async_worker_threads)",
             r.async_workers,
-            torch.get_num_threads(),
+            n,
             trainer_threads,
             worker_threads,
         )

@@ -20,13 +20,13 @@ from grpokit.config.sections import Config, ConfigError
 from .models import load_model, load_tokenizer, model_path
 
 
-def check_same_tokenizer(teacher_tok, student_tok, name: str, field: str = "algo.distill_teacher") -> None:
+def check_same_tokenizer(teacher_tok, student_tok, name: str) -> None:
     """Refuse a teacher whose vocabulary (token -> id) differs from the student's."""
     t, s = teacher_tok.get_vocab(), student_tok.get_vocab()
     if t != s:
         differ = sum(1 for k, v in s.items() if t.get(k) != v) + sum(1 for k in t if k not in s)
         raise ConfigError(
-            f"{field}={name!r} has a different tokenizer ({len(t)} tokens against the student's "
+            f"algo.distill_teacher={name!r} has a different tokenizer ({len(t)} tokens against the student's "
             f"{len(s)}, {differ} differing); a teacher must share the student's tokenizer"
         )
 
@@ -40,8 +40,8 @@ def load_teacher(
     m = dataclasses.replace(
         cfg.model, name_or_path=name, lora_rank=0, gradient_checkpointing=False, quantization="none", compile=False
     )
-    with named_as({"model.name_or_path": field}):
-        check_same_tokenizer(load_tokenizer(m), student_tok, name, field)
+    with named_as({"model.name_or_path": field, "algo.distill_teacher": field}):  # the loaders speak of the student
+        check_same_tokenizer(load_tokenizer(m), student_tok, name)
         path = Path(model_path(name))
         if (path / "adapter_config.json").is_file():
             from peft import AutoPeftModelForCausalLM
