@@ -8,7 +8,8 @@
 #    torch/transformers; 2. runs the GPU tests (pytest -m gpu); 3. runs the GPU benchmark
 #    (bench/gpu_bench.py: rollout engines vs HF generate, one GRPO step vs TRL). Results go to
 #    bench/gpu/latest.json and, where $OUT is set, to $OUT (with the test log).
-# GPU_STAGES=tests,rollout,step chooses stages; GPU_BENCH_ARGS adds arguments to gpu_bench.py.
+# GPU_STAGES=tests,rollout,step chooses stages; GPU_BENCH_ARGS adds arguments to gpu_bench.py;
+# GPU_TESTS_K selects GPU tests (pytest -k) where a call has no time for all of them.
 #
 # Presets, each one command under ~9 minutes on an H100:
 #     bash bench/gpu.sh step05      # the 0.5B workload only: rollout engines + grpokit vs TRL (G16, P32,
@@ -78,7 +79,7 @@ rc=0
 FACTS="$OUT/gpu_facts.jsonl"
 rm -f "$FACTS"
 if [[ ",$STAGES," == *",tests,"* && -z "$TINY" ]]; then
-  GRPOKIT_GPU_FACTS="$FACTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.log"
+  GRPOKIT_GPU_FACTS="$FACTS" python3 -m pytest -m gpu -q -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} tests/ 2>&1 | tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
 fi
 if [[ ",$STAGES," == *",vocab,"* ]]; then

@@ -438,26 +438,46 @@ def test_liger_kernels_train_and_sample_with_the_models_numerics(monkeypatch):
     assert all(len(c) > 0 for c in outs[0].completion_ids)
 
 
+TRUNCATED = {"top_k": 50, "top_p": 0.9, "min_p": 0.02}
+
+
+@pytest.mark.parametrize("cut", [{}, TRUNCATED], ids=["full", "truncated"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_each_engine_samples_with_the_trainers_numerics(dtype):
+def test_each_engine_samples_with_the_trainers_numerics(dtype, cut):
     """The per-engine sampler/trainer mismatch on the GPU: the sampler's logprobs of every engine (static
     with and without CUDA graphs, dynamic) against the trainer's no-grad forward of the same tokens.
     fp32 kernels differ in summation order only; bf16 ones round differently (measured values are
-    recorded; the bound only catches a sampler that is not the model at all)."""
+    recorded; the bound only catches a sampler that is not the model at all). With top-k, top-p and
+    min-p the trainer's side is renormalised over the replayed support (truncation-aware importance
+    sampling, train/logprobs.py ``completion_logprobs_on_support``); the untruncated ratio is recorded
+    beside it, and it must be further off: the log of the kept mass at every truncated position."""
     from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
-    from grpokit.train.logprobs import completion_logprobs
+    from grpokit.rollout.sampling import SamplingParams
+    from grpokit.train.logprobs import completion_logprobs_on_support
     from grpokit.train.token_batch import make_token_batch
 
     model, prompts = tiny_qwen(dtype), _prompts(512, n=4, seed=5)
     for engine, graphs in (("static", True), ("static", False), ("dynamic", False)):
-        ro = _sample(model, prompts, engine, graphs, 64, 11)
+        ro = _sample(model, prompts, engine, graphs, 64, 11, **cut)
         batch = make_token_batch(ro, pad_token_id=0, device=CUDA)
         with torch.no_grad():
-            train, _ = completion_logprobs(model, batch)
+            full, _, mass = completion_logprobs_on_support(model, batch, SamplingParams(temperature=1.0, **cut))
+        train = full if mass is None else full - mass
         sampler = pad_sampling_logprobs(ro.sampling_logprobs, batch.width).to(CUDA)
         m = mismatch_metrics(mismatch_sums(train, sampler, batch.completion_mask, 0.5, 2.0))
-        record_fact("engine_mismatch", dtype=str(dtype).removeprefix("torch."), engine=engine, graphs=graphs, **m)
+        uncorrected = mismatch_metrics(mismatch_sums(full, sampler, batch.completion_mask, 0.5, 2.0))
+        record_fact(
+            "engine_mismatch",
+            dtype=str(dtype).removeprefix("torch."),
+            engine=engine,
+            graphs=graphs,
+            sampling=cut or "full",
+            **m,
+            uncorrected_logp_abs_diff_mean=uncorrected["mismatch/logp_abs_diff_mean"],
+        )
         assert m["mismatch/logp_abs_diff_mean"] < (1e-3 if dtype == torch.float32 else 0.25), (engine, graphs, m)
+        if cut:
+            assert uncorrected["mismatch/logp_abs_diff_mean"] > m["mismatch/logp_abs_diff_mean"], (m, uncorrected)
 
 
 def _cli(args, cwd, env_extra=None, launcher=None, timeout=600):

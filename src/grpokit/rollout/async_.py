@@ -28,8 +28,10 @@ barrier: ``time/waiting_for_stragglers``).
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 from typing import Callable
 
 import torch
@@ -38,6 +40,20 @@ from .async_plan import AsyncPlan, batch_generator
 from .async_workers import RolloutWorkerError
 from .engine import HFEngine, TurnSampler
 from .partial import check_staleness, generate_partial, segment_version
+
+
+def _closer(ref: weakref.ref) -> Callable[[], None]:
+    """An exit hook that closes the sampler ``ref`` points to, if it still lives. A process that ends with
+    the sampler thread inside a decode (a script calling ``train_step`` and returning without ``close``)
+    was aborted by the C++ runtime ("terminate called without an active exception"); closed first, the
+    thread finishes its batch and ends."""
+
+    def close_at_exit() -> None:
+        engine = ref()
+        if engine is not None:
+            engine.close()
+
+    return close_at_exit
 
 
 class _Stopped(Exception):
@@ -121,6 +137,8 @@ class AsyncRollout:
         self.stopped = self.hung = False
         self.thread = threading.Thread(target=self._produce, name="grpokit-async-rollout", daemon=True)
         self.thread.start()
+        self._at_exit = _closer(weakref.ref(self))
+        atexit.register(self._at_exit)
 
     def _produce(self) -> None:
         i = self.trainer_step
@@ -231,6 +249,7 @@ class AsyncRollout:
         pass
 
     def close(self) -> None:
+        atexit.unregister(self._at_exit)
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
