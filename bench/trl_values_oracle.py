@@ -78,6 +78,7 @@ def one_step(model_dir: Path, name: str, value, seconds: int = 180) -> tuple[str
 
 
 def main() -> None:
+    import transformers
     import trl
 
     p = argparse.ArgumentParser()
@@ -119,7 +120,8 @@ def main() -> None:
                 reason=prev.get("reason", ""),
             )
         )
-    TABLE.write_text(json.dumps({"trl": trl.__version__, "rows": rows}, indent=1) + "\n")
+    versions = {"trl": trl.__version__, "transformers": transformers.__version__}
+    TABLE.write_text(json.dumps({**versions, "rows": rows}, indent=1) + "\n")
     print(f"{len(rows)} pairs written to {TABLE}")
 
 

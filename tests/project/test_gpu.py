@@ -517,20 +517,20 @@ def test_resume_on_gpu_continues_as_far_as_cuda_determinism_allows(tmp_path):
     ma = [json.loads(line) for line in (tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()]
     mb = [json.loads(line) for line in (tmp_path / "res" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in ma] == [r["step"] for r in mb]
-    dm = max(
-        (
-            abs(a[k] - b[k])
-            for a, b in zip(ma, mb)
-            for k in a
-            if isinstance(a.get(k), float)
-            and isinstance(b.get(k), float)
-            and not k.startswith(("time/", "rollout/tokens_per"))
-            and "per_second" not in k
-        ),
-        default=0.0,
-    )
-    record_fact("resume_on_gpu", max_abs_weight_diff=dw, max_abs_metric_diff=dm)
-    assert dw < 1e-3 and dm < 1e-2, (dw, dm)
+    # gpu/memory_*: what a fresh process's allocator measures, not what the run trained (the 2026-11-29
+    # lease: weights equal to 0.0, a memory figure 0.032 GB apart)
+    diffs = [
+        (abs(a[k] - b[k]), k)
+        for a, b in zip(ma, mb)
+        for k in a
+        if isinstance(a.get(k), float)
+        and isinstance(b.get(k), float)
+        and not k.startswith(("time/", "rollout/tokens_per", "gpu/"))
+        and "per_second" not in k
+    ]
+    dm, worst = max(diffs, default=(0.0, ""))
+    record_fact("resume_on_gpu", max_abs_weight_diff=dw, max_abs_metric_diff=dm, metric=worst)
+    assert dw < 1e-3 and dm < 1e-2, (dw, dm, worst)
 
 
 def test_fsdp2_one_process_on_nccl_runs(tmp_path):

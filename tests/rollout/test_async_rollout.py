@@ -35,6 +35,23 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness, 
     assert len(slower) == 1 and f"rollout.async_staleness={staleness} samples on the same CPU" in slower[0].getMessage()
 
 
+def test_async_on_the_trainers_gpu_is_warned_about_with_its_measurement(caplog):
+    """A sampler thread on the trainer's own GPU decodes eagerly beside the update: measured 3.1x slower than
+    synchronous on an H200 (bench/RESULTS.md, 2026-11-29), so it is said once, as on the CPU."""
+    import logging
+
+    import torch
+
+    from grpokit.train.engines import warn_shared_device_async
+
+    with caplog.at_level(logging.WARNING):
+        warn_shared_device_async(1, torch.device("cuda", 0))
+    (msg,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert msg.startswith("rollout.async_staleness=1 samples in a thread on the trainer's own cuda device")
+    assert "16.2 s a step against 5.2" in msg and "slower than synchronous" in msg
+    assert "rollout.backend=vllm_server" in msg and "rollout.async_staleness=0 is the faster choice" in msg
+
+
 def test_synchronous_on_the_cpu_is_not_warned_about(tiny_model_dir, tmp_path, caplog):
     make(tiny_model_dir, tmp_path / "sync", **{"train.steps": 1})
     assert not [r for r in caplog.records if "slower than synchronous" in r.getMessage()]
@@ -64,3 +81,31 @@ def test_a_checkpoint_keeps_the_in_flight_batches_and_refuses_another_staleness(
     cfg.data.dataset = ""
     with pytest.raises(ConfigError, match=r"saved with rollout.async_staleness=2 at step 3, not 1 at step 3"):
         Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, resume=tmp_path / "run", quiet=True)
+
+
+def test_a_process_that_ends_after_train_step_without_close_exits_cleanly(tiny_model_dir, tmp_path):
+    """A script that drives the trainer by ``train_step`` and returns without ``close`` (bench/worker.py
+    did) ended with the sampler thread inside a decode: the C++ runtime aborted the process ("terminate
+    called without an active exception", exit -6), after the script's work was done. The sampler is
+    closed at interpreter exit: the thread finishes its batch and the process exits 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[3])\n"
+        "from helpers.runs import make\n"
+        "tr = make(sys.argv[1], sys.argv[2], **{'rollout.async_staleness': 2, 'rollout.max_new_tokens': 48,\n"
+        "          'train.steps': 50, 'data.eval_size': 0, 'train.threads': 2})\n"
+        "tr.train_step()\n"
+        "print('stepped', flush=True)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script, str(tiny_model_dir), str(tmp_path / "run"), str(tests)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "stepped" in p.stdout, p.stderr[-2000:]
+    assert p.returncode == 0 and "terminate called" not in p.stderr, (p.returncode, p.stderr[-2000:])

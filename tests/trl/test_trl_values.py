@@ -13,12 +13,14 @@ import collections
 import json
 
 import pytest
-from trl_values import base_args, boundary_values, grpokit_verdict, load_table, trl_verdict
+from trl_values import base_args, boundary_values, grpokit_verdict, load_table, other_versions, trl_verdict
 
 ROWS = load_table()
 
 
 def test_grpokit_verdicts_are_the_tables():
+    if why := other_versions():
+        pytest.skip(why)
     changed = []
     for r in ROWS:
         verdict, why = grpokit_verdict(r["field"], r["value"])
@@ -136,6 +138,8 @@ def test_values_named_by_the_issue_are_accepted():
 
 def test_trl_side_of_the_table_is_trls():
     trl = pytest.importorskip("trl")
+    if why := other_versions():
+        pytest.skip(why)
     pairs = boundary_values(trl.GRPOConfig)
     assert [(r["field"], r["value"]) for r in ROWS] == [(f, v) for f, v in pairs], "TRL's fields changed: rerun"
     wrong = [(r["field"], r["value"]) for r in ROWS if trl_verdict(r["field"], r["value"])[0] != r["trl_config"]]

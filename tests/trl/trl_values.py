@@ -120,3 +120,28 @@ def grpokit_verdict(name: str, value: Any) -> tuple[str, str]:
 
 def load_table() -> list[dict]:
     return json.loads(TABLE.read_text())["rows"]
+
+
+def recorded_transformers() -> str:
+    """The transformers version values_table.json and docs/TRL.md's tables were made with."""
+    return json.loads(TABLE.read_text())["transformers"]
+
+
+def other_versions() -> str:
+    """Why the table cannot be compared here ("" where it can): it lists the fields and verdicts of the trl
+    and transformers it was recorded with, and another transformers has other fields (5.17 has no
+    activation_checkpointing); bench/trl_values_oracle.py records it again for the installed ones."""
+    import transformers
+
+    recorded = json.loads(TABLE.read_text())
+    here = {"trl": _installed_trl(), "transformers": transformers.__version__}
+    differ = [f"{k} {recorded.get(k)} (installed: {v})" for k, v in here.items() if v and recorded.get(k) != v]
+    return "values_table.json was recorded with " + ", ".join(differ) if differ else ""
+
+
+def _installed_trl() -> str | None:
+    try:
+        import trl
+    except ImportError:
+        return None
+    return trl.__version__

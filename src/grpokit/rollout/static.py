@@ -101,9 +101,28 @@ def supports(model: torch.nn.Module) -> bool:
     m = text_model(model)
     if not (hasattr(m, "layers") and hasattr(m, "rotary_emb") and hasattr(model, "lm_head")):
         return False
+    if not plain_rotary(m.rotary_emb):
+        return False
     return all(
         all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in m.layers
     )
+
+
+def plain_rotary(rotary: torch.nn.Module) -> bool:
+    """Whether ``rotary`` gives one (batch, positions, head dim) table for 2-D positions, the table the
+    static step applies. transformers 5.17's Qwen2-VL takes only M-RoPE's 3-D positions and returns its
+    three axes (3, batch, positions, d) for its own attention to mix (later versions mix them in the
+    rotary): such a model decodes on the dynamic engine. Probed with one position."""
+    inv_freq = getattr(rotary, "inv_freq", None)
+    device = inv_freq.device if isinstance(inv_freq, torch.Tensor) else torch.device("cpu")
+    if device.type == "meta":
+        return True  # not materialised: nothing to probe (the weights' own load decides later)
+    x = torch.zeros(1, 1, 1, device=device)
+    try:
+        cos, _ = rotary(x, torch.zeros(1, 1, dtype=torch.long, device=device))
+    except (IndexError, RuntimeError):
+        return False
+    return cos.dim() == 3
 
 
 def _projection(modules):

@@ -97,8 +97,8 @@ def make_engine(
         if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
             engine.after_update(model, step)
         return engine
-    if r.async_staleness > 0 and device.type == "cpu":
-        warn_cpu_async(r.async_staleness)
+    if r.async_staleness > 0:  # the own engines: the sampler shares the trainer's device
+        warn_shared_device_async(r.async_staleness, device)
     if r.async_staleness > 0 and r.async_workers > 0:
         if device.type != "cpu":
             raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
@@ -133,14 +133,26 @@ def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
     return max(1, threads - workers * each), each
 
 
-def warn_cpu_async(staleness: int) -> None:
-    """Asynchronous sampling on the CPU runs, but is not faster: say so once, with the measurement."""
+def warn_shared_device_async(staleness: int, device: torch.device) -> None:
+    """Asynchronous sampling on the trainer's own device runs, but is not faster: say so once, with the
+    measurement (bench/RESULTS.md)."""
+    if device.type == "cpu":
+        why = (
+            "samples on the same CPU cores the update uses: the two take turns on them, so a step is slower than "
+            "synchronous, not faster (SmolLM2 on 2 cores, two seeds: 0.90x sync's trained tokens per second at "
+            "staleness 1, 0.85x at 2"
+        )
+    else:
+        why = (
+            f"samples in a thread on the trainer's own {device.type} device: the thread decodes without CUDA graphs, "
+            "beside the update on the same card, so a step is slower than synchronous, not faster (a Qwen2.5-0.5B "
+            "shape on an H200, staleness 1: 16.2 s a step against 5.2"
+        )
     log.warning(
-        "rollout.async_staleness=%d samples on the same CPU cores the update uses: the two take turns on them, "
-        "so a step is slower than synchronous, not faster (SmolLM2 on 2 cores, two seeds: 0.90x sync's trained tokens "
-        "per second at staleness 1, 0.85x at 2; bench/RESULTS.md); asynchronous rollout pays when the sampler "
-        "has its own device (rollout.backend=vllm_server, a GPU); rollout.async_staleness=0 is the faster choice here",
+        "rollout.async_staleness=%d %s; bench/RESULTS.md); asynchronous rollout pays when the sampler has its own "
+        "device (rollout.backend=vllm_server); rollout.async_staleness=0 is the faster choice here",
         staleness,
+        why,
     )
 
 

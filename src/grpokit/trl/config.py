@@ -255,7 +255,8 @@ class GRPOConfig(TrainingArguments):
                     ) from None
         self.__dict__["_checkpointing_kwargs_name"] = (  # the name the user wrote (transformers then copies it over)
             "activation_checkpointing_kwargs"
-            if self.activation_checkpointing_kwargs is not None
+            if getattr(self, "activation_checkpointing_kwargs", None)
+            is not None  # a transformers that has the new names
             else "gradient_checkpointing_kwargs"
         )
         self._check_choices()
@@ -394,7 +395,9 @@ def _default(f: dataclasses.Field) -> Any:
 
 _REFUSED_OWN = ("vllm_model_impl", "vllm_structured_outputs_regex", "log_completions_hub_repo")
 _OWN = tuple(n for n in GRPOConfig.__dict__["__annotations__"] if not n.startswith("_"))
-SUPPORTED = frozenset(INHERITED) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
+# INHERITED names the newest transformers' fields; an older one lacks some (transformers 5.17 has no
+# activation_checkpointing*): only the fields this version's TrainingArguments has are carried out
+SUPPORTED = (frozenset(INHERITED) & _field_names(TrainingArguments)) | (frozenset(_OWN) - frozenset(_REFUSED_OWN))
 # every other field (TRL's or transformers', today's or a later version's) only at its default
 UNSUPPORTED: dict[str, Any] = {
     f.name: _default(f) for f in dataclasses.fields(GRPOConfig) if f.init and f.name not in SUPPORTED

@@ -53,20 +53,19 @@ def _model_init(a: TrlArgs, ctx: dict) -> dict[str, Any]:
 
 
 def _checkpointing(a: TrlArgs, ctx: dict) -> dict[str, Any]:
-    # transformers 5: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is None
-    # (its __post_init__ then copies one onto the other: the refusal names the one the user wrote)
-    if a.activation_checkpointing_kwargs != a.gradient_checkpointing_kwargs:  # one set after construction
-        name = (
-            "activation_checkpointing_kwargs"
-            if a.activation_checkpointing_kwargs is not None
-            else "gradient_checkpointing_kwargs"
-        )
+    # newer transformers: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is
+    # None (its __post_init__ then copies one onto the other: the refusal names the one the user wrote); an older
+    # transformers has the old names only
+    new_kwargs = getattr(a, "activation_checkpointing_kwargs", None)
+    if new_kwargs != a.gradient_checkpointing_kwargs and hasattr(a, "activation_checkpointing_kwargs"):
+        name = "activation_checkpointing_kwargs" if new_kwargs is not None else "gradient_checkpointing_kwargs"
     else:
         name = a.__dict__.get("_checkpointing_kwargs_name", "gradient_checkpointing_kwargs")
     kwargs = dict(getattr(a, name) or {})
     if kwargs.pop("use_reentrant", False) or kwargs:
         raise refuse(name, getattr(a, name), "None or {'use_reentrant': False}")
-    on = a.gradient_checkpointing if a.activation_checkpointing is None else a.activation_checkpointing
+    new_on = getattr(a, "activation_checkpointing", None)
+    on = a.gradient_checkpointing if new_on is None else new_on
     return {"model.gradient_checkpointing": bool(on), "model.trust_remote_code": a.trust_remote_code}
 
 
