@@ -79,6 +79,7 @@ def one_step(model_dir: Path, name: str, value, seconds: int = 180) -> tuple[str
 
 def main() -> None:
     import transformers
+
     import trl
 
     p = argparse.ArgumentParser()
