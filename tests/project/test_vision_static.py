@@ -227,3 +227,31 @@ def test_a_lora_vision_policy_decodes_statically_as_the_dynamic_engine_does():
     assert runs["static"].completion_ids == runs["dynamic"].completion_ids
     for a, b in zip(runs["static"].sampling_logprobs, runs["dynamic"].sampling_logprobs):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
+
+
+class _AxesOnly(torch.nn.Module):
+    """transformers 5.17's Qwen2-VL rotary: M-RoPE's (3, batch, positions) positions only (2-D ones fail
+    with the IndexError it raised), one mixed (batch, positions, d) table out."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.inv_freq = inner, inner.inv_freq
+
+    def forward(self, x, position_ids):
+        if position_ids.dim() != 3:
+            raise IndexError("too many indices for tensor of dimension 2")
+        return self.inner(x, position_ids)
+
+
+def test_a_rotary_that_takes_only_mrope_positions_gets_them_and_gives_the_same_tables(tiny):
+    model, _ = tiny
+    real = static.text_model(model).rotary_emb
+    axes_only = _AxesOnly(real)
+    axes = static.rotary_axes(real)  # 0 from transformers 5.24 (it broadcasts 2-D positions), 3 in 5.17
+    assert axes in (0, 3) and static.rotary_axes(axes_only) == 3
+    x, pos = torch.zeros(1, 1, 1), torch.arange(7)[None]
+    for got, want in zip(static.text_rotary(axes_only, 3, x, pos), static.text_rotary(real, axes, x, pos)):
+        assert torch.equal(got, want)  # a text position is the same number on all three axes
+    neither = _AxesOnly(real)
+    neither.forward = lambda x, position_ids: (_ for _ in ()).throw(RuntimeError("no table"))
+    assert static.rotary_axes(neither) is None

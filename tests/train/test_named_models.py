@@ -69,6 +69,7 @@ def test_the_folder_is_a_plain_transformers_model_with_its_chat_template(convert
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert getattr(model, "hf_quantizer", None) is None
     assert (tok.eos_token, tok.convert_tokens_to_ids("<|im_end|>")) == ("<|im_end|>", 2)
+    assert (tok.pad_token_id, json.loads((Path(folder) / "manifest.json").read_text())["format"]) == (2, 2)
     text = tok.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
     )
@@ -95,7 +96,8 @@ def test_cached_folder_is_reused_and_a_damaged_one_converted_again(tmp_path, mon
         target.mkdir(parents=True, exist_ok=True)
         (target / "config.json").write_text("{}")
         entry = {"size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}
-        (target / "manifest.json").write_text(json.dumps({"files": {"config.json": entry}}))
+        manifest = {"format": named_models.FORMAT, "files": {"config.json": entry}}
+        (target / "manifest.json").write_text(json.dumps(manifest))
 
     monkeypatch.setattr(named_models, "_convert", fake_convert)
     first = model_path(NAME)
@@ -111,8 +113,13 @@ def test_verification_compares_every_listed_file(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"abc")
     # sha256("abc") is the FIPS 180-2 example digest
     digest = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    (tmp_path / "manifest.json").write_text(json.dumps({"files": {"a.txt": {"size": 3, "sha256": digest}}}))
+    manifest = {"format": named_models.FORMAT, "files": {"a.txt": {"size": 3, "sha256": digest}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert named_models._verified(tmp_path)
+    # a folder of an older conversion (before its eos was named from the file's ids) is converted again
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "format": named_models.FORMAT - 1}))
+    assert not named_models._verified(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     (tmp_path / "a.txt").write_bytes(b"abd")
     assert not named_models._verified(tmp_path)
     (tmp_path / "a.txt").unlink()

@@ -43,7 +43,8 @@ tokens. One graph is captured per (rows, window) pair seen in a rollout and drop
 Vision-language models (Qwen2-VL, Qwen2.5-VL): the images only enter the prefill, which is the model's
 own forward (rollout/hf.py); its cache, images included, is copied here once per group. Decoding is
 then text only, and for a text token M-RoPE's three axes (time, row, column) hold the same position,
-so the model's rotary module gives the plain 1-D tables: the step is the text decoder's. What differs
+so the model's rotary module gives the plain 1-D tables (transformers 5.17's takes the three axes'
+positions, equal: ``rotary_axes``): the step is the text decoder's. What differs
 is the position: it continues from the prompt's largest M-RoPE position + 1 (an image's tokens share
 positions, so that is smaller than the token count; Qwen2-VL's ``rope_deltas``), and the caller
 passes it in ``pos_n``.
@@ -101,28 +102,37 @@ def supports(model: torch.nn.Module) -> bool:
     m = text_model(model)
     if not (hasattr(m, "layers") and hasattr(m, "rotary_emb") and hasattr(model, "lm_head")):
         return False
-    if not plain_rotary(m.rotary_emb):
+    if rotary_axes(m.rotary_emb) is None:
         return False
     return all(
         all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")) for layer in m.layers
     )
 
 
-def plain_rotary(rotary: torch.nn.Module) -> bool:
-    """Whether ``rotary`` gives one (batch, positions, head dim) table for 2-D positions, the table the
-    static step applies. transformers 5.17's Qwen2-VL takes only M-RoPE's 3-D positions and returns its
-    three axes (3, batch, positions, d) for its own attention to mix (later versions mix them in the
-    rotary): such a model decodes on the dynamic engine. Probed with one position."""
+def rotary_axes(rotary: torch.nn.Module) -> int | None:
+    """How ``rotary`` takes text positions for its one (batch, positions, d) table: 0 where it takes 2-D
+    positions (every family here, and M-RoPE in later transformers, which broadcasts them over its three
+    axes), 3 where M-RoPE takes only its (3, batch, positions) positions (transformers 5.17's Qwen2-VL):
+    at a text position the three axes hold the same number. None: neither (the dynamic engine runs the
+    model). Probed with one position."""
     inv_freq = getattr(rotary, "inv_freq", None)
     device = inv_freq.device if isinstance(inv_freq, torch.Tensor) else torch.device("cpu")
     if device.type == "meta":
-        return True  # not materialised: nothing to probe (the weights' own load decides later)
-    x = torch.zeros(1, 1, 1, device=device)
-    try:
-        cos, _ = rotary(x, torch.zeros(1, 1, dtype=torch.long, device=device))
-    except (IndexError, RuntimeError):
-        return False
-    return cos.dim() == 3
+        return 0  # not materialised: nothing to probe
+    x, pos = torch.zeros(1, 1, 1, device=device), torch.zeros(1, 1, dtype=torch.long, device=device)
+    for axes in (0, 3):
+        try:
+            cos, _ = rotary(x, pos[None].expand(axes, 1, 1) if axes else pos)
+        except (IndexError, RuntimeError):
+            continue
+        if cos.dim() == 3:
+            return axes
+    return None
+
+
+def text_rotary(rotary: torch.nn.Module, axes: int, x: torch.Tensor, pos: torch.Tensor):
+    """``rotary``'s (cos, sin) at 2-D text positions ``pos``, each (batch, positions, d) (``rotary_axes``)."""
+    return rotary(x, pos[None].expand(axes, *pos.shape) if axes else pos)
 
 
 def _projection(modules):
@@ -183,6 +193,7 @@ class StaticDecoder:
         ]
         self.final_norm = kernels.rms_norm_of(self.backbone.norm)
         self._rotary = None  # rotary_table (2, positions, d), built on first use where the frequencies are static
+        self._axes = rotary_axes(self.backbone.rotary_emb) or 0  # probed here, eagerly: never inside a graph capture
         self.graphs = graphs and graphable(model, keys[0].device)
         self._graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
         self._pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)
@@ -239,10 +250,10 @@ class StaticDecoder:
         call it every step."""
         rotary = self.backbone.rotary_emb  # M-RoPE (Qwen2-VL): 2-D positions are the 3 axes alike, as text tokens are
         if getattr(rotary, "rope_type", None) not in STATIC_ROPE:
-            return rotary_table(*rotary(x, pos_n))
+            return rotary_table(*text_rotary(rotary, self._axes, x, pos_n))
         if self._rotary is None:
             S = self.keys[0].shape[2]
-            cos, sin = rotary(x, torch.arange(S, device=x.device)[None])  # (1, S, d)
+            cos, sin = text_rotary(rotary, self._axes, x, torch.arange(S, device=x.device)[None])  # (1, S, d)
             self._rotary = rotary_table(cos[0], sin[0])  # (2, S, d)
         return self._rotary[:, pos_n]
 

@@ -155,11 +155,16 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+FORMAT = 2
+"""The conversion's version, in the manifest: a folder of an older conversion is converted again (2: the
+tokenizer's eos and pad named from the file's declared ids, see ``_special_tokens_as_config``)."""
+
+
 def _verified(folder: Path) -> bool:
-    """True when ``folder`` holds exactly what its manifest lists, byte for byte."""
+    """True when ``folder`` holds exactly what its manifest lists, byte for byte, from this conversion."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-        return all(
+        return manifest.get("format") == FORMAT and all(
             (folder / name).stat().st_size == entry["size"] and sha256(folder / name) == entry["sha256"]
             for name, entry in manifest["files"].items()
         )
@@ -186,10 +191,12 @@ def _convert(m: NamedModel, src: Path, target: Path) -> None:
         with contextlib.suppress(AttributeError):
             del model.config.quantization_config
         model.config.name_or_path = m.name
+        _special_tokens_as_config(tokenizer, model.config)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         files = {p.name: {"size": p.stat().st_size, "sha256": sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
         manifest = {
+            "format": FORMAT,
             "name": m.name,
             "source": f"{m.package}/{m.gguf_file}",
             "source_sha256": m.gguf_sha256,
@@ -204,6 +211,16 @@ def _convert(m: NamedModel, src: Path, target: Path) -> None:
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _special_tokens_as_config(tokenizer, config) -> None:
+    """Name the tokenizer's eos and pad tokens by the ids the file declares (the model config's). transformers
+    5.17's GGUF reader named SmolLM2's bos, <|im_start|>, as its eos (the file says id 2, <|im_end|>) and left
+    pad unset, so a completion would have ended at the wrong token; 5.24's reads them right."""
+    for name in ("eos", "pad"):
+        want = getattr(config, f"{name}_token_id", None)
+        if isinstance(want, int) and getattr(tokenizer, f"{name}_token_id", None) != want:
+            setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(want))
 
 
 def listing() -> list[dict]:
