@@ -166,7 +166,6 @@ def test_vocab_kernels_on_cuda_agree_with_torch(monkeypatch, dtype):
     against log_softmax of the drawn tokens; a marked head's values and gradients against its torch
     passes; a marked model's sampler against its trainer (the mismatch the kernels add)."""
     import grpokit.train.logprobs as L
-    from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
     from grpokit.nn import vocab
     from grpokit.train.logprobs import completion_logprobs
     from grpokit.train.token_batch import make_token_batch
@@ -202,8 +201,7 @@ def test_vocab_kernels_on_cuda_agree_with_torch(monkeypatch, dtype):
     b = make_token_batch(ro, pad_token_id=0, device=CUDA)
     with torch.no_grad():
         train, _ = completion_logprobs(model, b)
-    sampler = pad_sampling_logprobs(ro.sampling_logprobs, b.width).to(CUDA)
-    mm = mismatch_metrics(mismatch_sums(train, sampler, b.completion_mask, 0.5, 2.0))
+    mm = _mismatch(train, ro, b)
     record_fact(
         "vocab_kernels",
         dtype=str(dtype).removeprefix("torch."),
@@ -441,6 +439,15 @@ def test_liger_kernels_train_and_sample_with_the_models_numerics(monkeypatch):
 TRUNCATED = {"top_k": 50, "top_p": 0.9, "min_p": 0.02}
 
 
+def _mismatch(train, ro, batch) -> dict:
+    """The mismatch metrics (inside [0.5, 2]) of the trainer's log-probabilities ``train`` against the
+    sampler's of rollout ``ro``."""
+    from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
+
+    sampler = pad_sampling_logprobs(ro.sampling_logprobs, batch.width).to(CUDA)
+    return mismatch_metrics(mismatch_sums(train, sampler, batch.completion_mask, 0.5, 2.0))
+
+
 @pytest.mark.parametrize("cut", [{}, TRUNCATED], ids=["full", "truncated"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_engine_samples_with_the_trainers_numerics(dtype, cut):
@@ -451,7 +458,6 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype, cut):
     min-p the trainer's side is renormalised over the replayed support (truncation-aware importance
     sampling, train/logprobs.py ``completion_logprobs_on_support``); the untruncated ratio is recorded
     beside it, and it must be further off: the log of the kept mass at every truncated position."""
-    from grpokit.algo.tis import mismatch_metrics, mismatch_sums, pad_sampling_logprobs
     from grpokit.rollout.sampling import SamplingParams
     from grpokit.train.logprobs import completion_logprobs_on_support
     from grpokit.train.token_batch import make_token_batch
@@ -463,9 +469,7 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype, cut):
         with torch.no_grad():
             full, _, mass = completion_logprobs_on_support(model, batch, SamplingParams(temperature=1.0, **cut))
         train = full if mass is None else full - mass
-        sampler = pad_sampling_logprobs(ro.sampling_logprobs, batch.width).to(CUDA)
-        m = mismatch_metrics(mismatch_sums(train, sampler, batch.completion_mask, 0.5, 2.0))
-        uncorrected = mismatch_metrics(mismatch_sums(full, sampler, batch.completion_mask, 0.5, 2.0))
+        m, uncorrected = _mismatch(train, ro, batch), _mismatch(full, ro, batch)
         record_fact(
             "engine_mismatch",
             dtype=str(dtype).removeprefix("torch."),
