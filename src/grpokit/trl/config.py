@@ -253,10 +253,10 @@ class GRPOConfig(TrainingArguments):
                         f"GRPOConfig argument {name}={value!r} is not supported by grpokit; "
                         "valid: None, a dict or a JSON object string"
                     ) from None
-        self.__dict__["_checkpointing_kwargs_name"] = (  # the name the user wrote (transformers then copies it over)
+        # the name the user wrote (transformers then copies it over); getattr: an older transformers lacks the new one
+        self.__dict__["_checkpointing_kwargs_name"] = (
             "activation_checkpointing_kwargs"
-            if getattr(self, "activation_checkpointing_kwargs", None)
-            is not None  # a transformers that has the new names
+            if getattr(self, "activation_checkpointing_kwargs", None) is not None
             else "gradient_checkpointing_kwargs"
         )
         self._check_choices()
