@@ -109,3 +109,21 @@ def test_a_process_that_ends_after_train_step_without_close_exits_cleanly(tiny_m
     )
     assert "stepped" in p.stdout, p.stderr[-2000:]
     assert p.returncode == 0 and "terminate called" not in p.stderr, (p.returncode, p.stderr[-2000:])
+
+
+def test_async_workers_on_a_gpu_are_refused_in_one_sentence_and_nothing_else_said(caplog):
+    """Worker processes sample on the CPU only: on a CUDA device the request is refused in one sentence before
+    anything else is built or said (the shared-device warning would speak of a thread that never runs)."""
+    import logging
+
+    import torch
+
+    from grpokit.config import Config, ConfigError
+    from grpokit.train.engines import make_engine
+
+    cfg = Config()
+    cfg.rollout.async_staleness, cfg.rollout.async_workers = 1, 2
+    with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
+        make_engine(cfg, None, 0, None, torch.device("cuda", 0), None, None, None)
+    assert str(e.value) == "rollout.async_workers runs on CPU only, not on cuda:0; set rollout.async_workers=0"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

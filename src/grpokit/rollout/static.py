@@ -53,6 +53,7 @@ passes it in ``pos_n``.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 
@@ -114,11 +115,18 @@ def rotary_axes(rotary: torch.nn.Module) -> int | None:
     positions (every family here, and M-RoPE in later transformers, which broadcasts them over its three
     axes), 3 where M-RoPE takes only its (3, batch, positions) positions (transformers 5.17's Qwen2-VL):
     at a text position the three axes hold the same number. None: neither (the dynamic engine runs the
-    model). Probed with one position."""
+    model). Probed with one position, once per module (``supports`` asks at every rollout)."""
+    if rotary not in _ROTARY_AXES:
+        _ROTARY_AXES[rotary] = _probe_rotary(rotary)
+    return _ROTARY_AXES[rotary]
+
+
+_ROTARY_AXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _probe_rotary(rotary: torch.nn.Module) -> int | None:
     inv_freq = getattr(rotary, "inv_freq", None)
     device = inv_freq.device if isinstance(inv_freq, torch.Tensor) else torch.device("cpu")
-    if device.type == "meta":
-        return 0  # not materialised: nothing to probe
     x, pos = torch.zeros(1, 1, 1, device=device), torch.zeros(1, 1, dtype=torch.long, device=device)
     for axes in (0, 3):
         try:
@@ -193,7 +201,9 @@ class StaticDecoder:
         ]
         self.final_norm = kernels.rms_norm_of(self.backbone.norm)
         self._rotary = None  # rotary_table (2, positions, d), built on first use where the frequencies are static
-        self._axes = rotary_axes(self.backbone.rotary_emb) or 0  # probed here, eagerly: never inside a graph capture
+        self._axes = (
+            rotary_axes(self.backbone.rotary_emb) or 0
+        )  # known here, eagerly: never probed inside a graph capture
         self.graphs = graphs and graphable(model, keys[0].device)
         self._graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
         self._pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)

@@ -97,11 +97,11 @@ def make_engine(
         if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
             engine.after_update(model, step)
         return engine
+    if r.async_staleness > 0 and r.async_workers > 0 and device.type != "cpu":
+        raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
     if r.async_staleness > 0:  # the own engines: the sampler shares the trainer's device
         warn_shared_device_async(r.async_staleness, device)
     if r.async_staleness > 0 and r.async_workers > 0:
-        if device.type != "cpu":
-            raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
         return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer, dist)
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout

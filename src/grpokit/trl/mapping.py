@@ -112,9 +112,8 @@ def mapping_table() -> str:
     }
     lines = ["| TRL argument (default) | grpokit field | how |", "| --- | --- | --- |"]
     for rule in MAPPING:
-        args = "<br>".join(
-            f"`{n}` ({defaults[n]!r})" for n in rule.args if n in defaults
-        )  # an older transformers lacks some
+        # `if n in defaults`: an older transformers lacks some of a rule's arguments
+        args = "<br>".join(f"`{n}` ({defaults[n]!r})" for n in rule.args if n in defaults)
         lines.append(f"| {args} | {'<br>'.join(f'`{f}`' for f in rule.fields)} | {rule.how} |")
     for name, how in HANDLED_ELSEWHERE.items():
         lines.append(f"| `{name}` ({defaults[name]!r}) | (GRPOTrainer) | {how} |")

@@ -56,8 +56,8 @@ def _checkpointing(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     # newer transformers: gradient_checkpointing* are aliases of activation_checkpointing*, used when the new name is
     # None (its __post_init__ then copies one onto the other: the refusal names the one the user wrote); an older
     # transformers has the old names only
-    new_kwargs = getattr(a, "activation_checkpointing_kwargs", None)
-    if new_kwargs != a.gradient_checkpointing_kwargs and hasattr(a, "activation_checkpointing_kwargs"):
+    new_kwargs = getattr(a, "activation_checkpointing_kwargs", a.gradient_checkpointing_kwargs)
+    if new_kwargs != a.gradient_checkpointing_kwargs:  # one set after construction
         name = "activation_checkpointing_kwargs" if new_kwargs is not None else "gradient_checkpointing_kwargs"
     else:
         name = a.__dict__.get("_checkpointing_kwargs_name", "gradient_checkpointing_kwargs")
