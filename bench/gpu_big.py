@@ -20,6 +20,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from datetime import date
 from pathlib import Path
 
@@ -68,8 +69,10 @@ def run(side: str, model_dir: Path, flags: list[str], a) -> dict:
     ] + flags
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=_env(0), timeout=a.timeout)
-    except subprocess.TimeoutExpired:  # the case is recorded as failed and the next one still runs
-        return {"failed": f"the {side} side ran past --timeout {a.timeout} s"}
+    except subprocess.TimeoutExpired as exc:  # the case is recorded as failed and the next one still runs
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        seen = [ln for ln in err.splitlines() if ln.startswith("worker ")]
+        return {"failed": f"the {side} side ran past --timeout {a.timeout} s", "progress": seen[-12:]}
     if p.returncode != 0:
         return {"failed": p.stderr[-2000:]}
     return _json_line(p.stdout)
@@ -100,9 +103,11 @@ def main(argv=None) -> None:
         shape, sets, trl_flags = CASES[name]
         if a.tiny and "4bit" in " ".join(sets):
             continue  # bitsandbytes needs CUDA
+        t = time.perf_counter()
         model_dir = build_model_dir(
             Path(a.models) / ("tiny" if a.tiny else shape), shape="tiny" if a.tiny else shape, device=a.device
         )
+        print(f"{name}: model folder ready in {time.perf_counter() - t:.1f} s", flush=True)
         runs = {
             "grpokit": run("grpokit", model_dir, [f"--set={s}" for s in sets], a),
             "trl": run("trl", model_dir, trl_flags, a),

@@ -84,6 +84,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
     cfg.record.sinks, cfg.record.report = [], False
     cfg = apply_overrides(cfg, a.set)  # e.g. model.cpu_matmul=torch for a "without oneDNN" column
     tr = gt.Trainer(cfg, reward_funcs=[REWARDS[a.reward]], train_rows=_rows(a), eval_rows=[], quiet=True)
+    progress("grpokit: trainer ready")
     inner = ge.generate
 
     def timed_generate(model, prompt_ids, G, *args, **kw):
@@ -104,6 +105,7 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         sync(a.device)
         dt = time.perf_counter() - t
         FIRST.setdefault("first_step_s", dt)
+        progress(f"grpokit: step {step + 1} took {dt:.2f} s (rollout {clock.spans.get('rollout', 0.0):.2f} s)")
         if step >= a.warmup:  # the sampler/trainer mismatch and memory grpokit measured itself
             out.append(
                 {
@@ -137,6 +139,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
         )
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype, **extra)
     tok = AutoTokenizer.from_pretrained(a.model)
+    progress("trl: model loaded")
     N = a.P * a.G
     args = GRPOConfig(
         output_dir=_scratch("trl-bench-"),
@@ -174,6 +177,7 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
             sync(a.device)
             dt = time.perf_counter() - self.t
             FIRST.setdefault("first_step_s", dt)
+            progress(f"trl: step {state.global_step} took {dt:.2f} s (rollout {clock.spans.get('rollout', 0.0):.2f} s)")
             if state.global_step > a.warmup:
                 steps.append(_step_record(dt, clock, trainer.model.config, a))
 
@@ -209,6 +213,15 @@ def run_trl(a, clock: PhaseClock) -> list[dict]:
 def _rows(a) -> list[dict]:
     """The workload's prompts: chat messages for ``--chat`` (a real instruct model), else short text."""
     return chat_prompts() if getattr(a, "chat", False) else prompts()
+
+
+T0 = time.perf_counter()
+
+
+def progress(what: str) -> None:
+    """One line on stderr as the side goes, with seconds since the worker started: a caller that cuts
+    the worker off at its time limit still learns where the time went."""
+    print(f"worker {time.perf_counter() - T0:7.1f} s: {what}", file=sys.stderr, flush=True)
 
 
 FIRST: dict[str, float] = {}  # the first (warm-up) step's wall time: compile, graph capture, allocator growth

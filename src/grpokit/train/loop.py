@@ -290,6 +290,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         for state in self.stage_states:  # e.g. lambda-GRPO's own step, on the same gradient
             upd = {**upd, **state.after_update(upd, self.dist)}
         self.callbacks("on_optimizer_step", metrics=upd)  # once per update: grpokit.trl counts TRL's steps
+        # transformers' order: the gradient is released after on_optimizer_step, so the next rollout and
+        # reward phases do not hold a parameter-sized buffer (0.9 GB of a 0.5B model's rollout peak)
+        self.optimizer.zero_grad(set_to_none=True)
         return upd
 
     def _stop_before_update(self, applied: int) -> bool:
