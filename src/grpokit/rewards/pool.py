@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
+from grpokit.config.main_guard import GUARD
+
 from .calls import startup
 from .errors import RewardInfrastructureError
 from .pool_worker import PAUSED, PAUSED_UNBUDGETED, READY, RESUMED, STARTED, sched_times, worker_main
@@ -103,8 +105,7 @@ class _Worker:
         self.kill()
         raise RewardInfrastructureError(
             f"The {name} worker process {why}: it is started with the 'spawn' method, which re-imports "
-            'your main script, so put the script\'s work under `if __name__ == "__main__":` (or, if the '
-            "script is guarded, read the worker's traceback above)."
+            f"your main script, so {GUARD} (or, if the script is guarded, read the worker's traceback above)."
         )
 
     def kill(self) -> None:

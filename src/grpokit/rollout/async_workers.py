@@ -32,6 +32,8 @@ from typing import Any, Callable
 import torch
 import torch.multiprocessing as mp
 
+from grpokit.config.main_guard import GUARD
+
 from .async_worker import worker_main
 
 START_S = 300.0
@@ -268,6 +270,8 @@ class WorkerPool:
     def _fault(self, w: Worker, what: str) -> None:
         self.stats.faults += 1
         sentence = f"rollout worker {w.number} (pid {w.proc.pid}) {what}"
+        if w.phase == "start":  # a worker's start runs the main script again (forkserver): the usual cause
+            sentence += f"; each worker runs the main script again as it starts: if it trains at its top level, {GUARD}"
         self._end(w)
         self.workers.remove(w)
         if w.job is not None:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
 from grpokit.algo.stage_state import StageState
+from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import Config
 from grpokit.record.domain_metrics import domain_metrics
 from grpokit.rollout import gec
@@ -86,6 +87,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         args: Any = None,
         start_if_no_checkpoint: bool = False,
     ):
+        refuse_in_worker_start("a grpokit Trainer")  # before any file or model: a worker re-running the script
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         self.quiet = quiet
         self._open_run_dir(resume, start_if_no_checkpoint)  # the run folder, locked for one writer

@@ -42,6 +42,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
@@ -118,6 +119,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         rollout_func: Callable | None = None,
         environment_factory: Any = None,
     ):
+        refuse_in_worker_start("GRPOTrainer")  # a worker re-running the script: before anything is built
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         name = model_name(model)
         self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
