@@ -8,7 +8,7 @@
 # switching from test to train installs nothing; from train to test it adds only the test packages.
 #
 # Torch: on a machine without an NVIDIA GPU we install the CPU build first (GRPOKIT_TORCH, default
-# torch==2.13.0), so that resolving grpokit's own `torch>=2.4` never pulls CUDA wheels. With a GPU,
+# torch==2.13.0), so that resolving grpokit's own `torch>=2.6` never pulls CUDA wheels. With a GPU,
 # pip's default (CUDA) build is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +47,7 @@ if ! done_already train "$train_want"; then
   # refuse to run with a clear message instead).
   bash scripts/install_sandbox_deps.sh || true
   echo "setup: installing grpokit into $VENV"
-  # one resolution for torch and grpokit's dependencies; the pinned CPU torch satisfies `torch>=2.4`
+  # one resolution for torch and grpokit's dependencies; the pinned CPU torch satisfies `torch>=2.6`
   pip install -q --no-compile "${torch_spec[@]}" -e .
   echo "$train_want" > "$(stamp train)"
 fi

@@ -395,6 +395,33 @@ def test_a_qlora_policy_decodes_statically_on_cuda_as_the_dynamic_engine_does(tm
     assert gap < 1e-3
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="bitsandbytes' 4-bit layers have not been captured in a CUDA graph on a card yet: QLoRA decodes eagerly "
+    "(78 ms a 7B decode step, bench/RESULTS.md 2026-11-30). An XPASS here fails on purpose: it says the graphed "
+    "decode equals the eager one, so static.graphable may take quantised bases; lift its rule and this mark",
+)
+def test_bitsandbytes_4bit_layers_capture_in_cuda_graphs_as_they_decode_eagerly(tmp_path, monkeypatch):
+    pytest.importorskip("bitsandbytes")
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from grpokit.config.sections import ModelConfig
+    from grpokit.rollout import static
+    from grpokit.train.lora import add_adapters
+
+    tiny_qwen(torch.float32).save_pretrained(tmp_path)
+    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=quant, device_map={"": 0})
+    model = add_adapters(base, ModelConfig(lora_rank=8, quantization="4bit")).eval()
+    prompts = _prompts(512, n=4, seed=5)
+    eager = _sample(model, prompts, "static", False, 60, 7)
+    monkeypatch.setattr(static, "graphable", lambda model, device: device.type == "cuda")  # graphs over bnb
+    graphed = _sample(model, prompts, "static", True, 60, 7)
+    gap = max(abs(x - y) for a, b in zip(graphed.sampling_logprobs, eager.sampling_logprobs) for x, y in zip(a, b))
+    record_fact("qlora_graphs_vs_eager", same_tokens=graphed.completion_ids == eager.completion_ids, max_gap=gap)
+    assert graphed.completion_ids == eager.completion_ids and gap < 1e-4
+
+
 def test_liger_kernels_train_and_sample_with_the_models_numerics(monkeypatch):
     """model.kernels=liger with the real liger-kernel (carried by bench/gpu_prepare.sh): log-probs and
     gradients agree with the model's own layers in bf16, and the static engine captures liger's RMSNorm
