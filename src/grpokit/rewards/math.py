@@ -27,9 +27,12 @@ parse is reported (index, text, reason) rather than silently scoring every compl
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import threading
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 
 from .answer_limits import over_limit
@@ -81,8 +84,32 @@ def _parse(text: str, **kw: Any) -> list[Any]:
         from math_verify import parse
     except ImportError as exc:  # in a worker: fatal for the whole run, not a 0.0 for this item
         raise RewardInfrastructureError(f"math-verify could not be imported in a worker process ({exc}).") from None
+    problem = math_verify_version_problem()
+    if problem:  # fatal too: an older math-verify fails every item or grades some differently
+        raise RewardInfrastructureError(problem)
     _quiet()
     return parse(normalize_number_text(text), parsing_timeout=None, **kw)  # type: ignore[arg-type]
+
+
+MIN_MATH_VERIFY = (0, 9)  # pyproject.toml's floor: what the tests' grading tables were run with
+
+
+@functools.cache
+def math_verify_version_problem() -> str:
+    """What is wrong with the installed math-verify's version ("" when nothing is, or it has no metadata).
+    Under 0.7 every call fails (``parsing_timeout=None``, which switches its signal timeouts off, is
+    0.8's); under 0.8 a percentage gold no longer equals the bare number (tests/rewards/test_rewards_exploits.py)."""
+    try:
+        installed = version("math-verify")
+    except PackageNotFoundError:
+        return ""
+    numbers = tuple(int(n) for n in re.findall(r"\d+", installed)[:2])
+    if numbers >= MIN_MATH_VERIFY:
+        return ""
+    return (
+        f"math-verify {installed} is installed, and grpokit's math rewards need math-verify >= 0.9 (0.7 fails on "
+        "every answer, 0.8 grades some differently): pip install 'math-verify>=0.9'"
+    )
 
 
 def _parse_gold(gold: str) -> tuple[bool, str]:
