@@ -194,3 +194,29 @@ def test_the_name_through_grpokit_trl_trains_the_real_model(converted, tmp_path,
     assert out.global_step == 1
     assert trainer.args.output_dir.endswith("run")
     assert Path(trainer.model.config._name_or_path) == cache / "models" / f"{NAME}-b179c9523d0e"
+
+
+@pytest.mark.parametrize(
+    ("gguf", "numpy", "refused"),
+    [("0.11.0", "2.4.6", True), ("0.10.0", "2.0.0", True), ("0.13.0", "2.4.6", False), ("0.19.0", "2.0.0", False)]
+    + [("0.10.0", "1.26.4", False)],
+)
+def test_a_gguf_that_cannot_read_the_file_under_this_numpy_is_one_sentence(tmp_path, monkeypatch, gguf, numpy, refused):
+    # run with the real packages on 2026-11-30: gguf 0.10 and 0.11 stopped the conversion with numpy 2's
+    # "'memmap' object has no attribute 'newbyteorder'" (a traceback from the converting process); 0.13 converts
+    import numpy as np
+
+    monkeypatch.setenv("GRPOKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(named_models, "_VERIFIED", set())
+    monkeypatch.setattr(named_models.importlib.metadata, "version", lambda name: gguf)
+    monkeypatch.setattr(np, "__version__", numpy)
+    if not refused:
+        assert named_models.gguf_version_problem() == ""
+        return
+    with pytest.raises(ConfigError) as e:
+        model_path(NAME)
+    assert str(e.value) == (
+        f"model.name_or_path={NAME!r} is converted from a GGUF file, but gguf {gguf} cannot read one under numpy "
+        f"{numpy}: pip install 'gguf>=0.13'"
+    )
+    assert not list(tmp_path.glob("models/*"))  # refused before any conversion began

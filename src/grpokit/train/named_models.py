@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -133,6 +135,24 @@ def _require_gguf(m: NamedModel) -> None:
             f"model.name_or_path={m.name!r} is converted from a GGUF file, which needs the PyPI package gguf; "
             "install it with: pip install gguf"
         )
+    problem = gguf_version_problem()
+    if problem:
+        raise ConfigError(f"model.name_or_path={m.name!r} is converted from a GGUF file, but {problem}")
+
+
+def gguf_version_problem() -> str:
+    """Why the installed gguf cannot read the file ("" when it can): gguf before 0.13 calls numpy's
+    ``ndarray.newbyteorder``, which numpy 2 removed (run 2026-11-30: 0.10 and 0.11 fail, 0.13-0.19 pass)."""
+    import numpy
+
+    installed = importlib.metadata.version("gguf")
+    if _major_minor(numpy.__version__) < (2, 0) or _major_minor(installed) >= (0, 13):
+        return ""
+    return f"gguf {installed} cannot read one under numpy {numpy.__version__}: pip install 'gguf>=0.13'"
+
+
+def _major_minor(v: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", v)[:2])
 
 
 @contextlib.contextmanager
