@@ -90,6 +90,13 @@ def test_rank_seed_and_local_rows():
 
     assert rank_seed(7, 0) == 7  # one process samples with the seed itself
     assert len({rank_seed(7, r) for r in range(4)}) == 4
+    # the values every multi-rank run and checkpoint was made with: the first 64-bit word of
+    # SeedSequence([seed, rank]) halved, under numpy 1.x too (where uint64 >> 1 raised a TypeError, so
+    # every run with a second rank, or with asynchronous batches, failed; run 2026-11-30 under numpy 1.26)
+    assert rank_seed(0, 1) == 2918264622725855778 and rank_seed(7, 3) == 2530781778362038830
+    from grpokit.rollout.async_plan import batch_generator
+
+    assert batch_generator(0, 5, torch.device("cpu")).initial_seed() == 4410266987714732303
     ctx = DistContext(rank=1, world_size=2)
     assert ctx.local_rows(torch.arange(8)).tolist() == [4, 5, 6, 7]  # rank 1 holds the second half
 

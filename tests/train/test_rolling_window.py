@@ -437,8 +437,10 @@ def test_the_gradient_is_released_after_each_update_and_kept_while_one_accumulat
 
         def on_step_end(self, args, state, control, metrics=None, **kw):
             seen["at_step_end"].append((tr.pending.slices, any(has_grad())))
+            held = [n for n, p in tr.model.named_parameters() if p.grad is not None]
+            seen.setdefault("held", []).append((state.global_step, tr.updates, held[:3], len(held)))
 
     tr = rolling(tiny_model_dir, tmp_path / "run", callbacks=[Watch()])
     tr.train()
     assert seen["at_update"] == [True] * 4
-    assert seen["at_step_end"] == [(1, True), (2, True), (0, False)]
+    assert seen["at_step_end"] == [(1, True), (2, True), (0, False)], seen["held"]

@@ -34,7 +34,9 @@ from grpokit.nn.models import sampling_snapshot
 
 def batch_generator(seed: int, index: int, device: torch.device) -> torch.Generator:
     """Batch ``index``'s own sampling generator: a function of (seed, index) only."""
-    mixed = int(np.random.SeedSequence([seed, index, 0xA5]).generate_state(1, np.uint64)[0] >> 1)
+    mixed = (
+        int(np.random.SeedSequence([seed, index, 0xA5]).generate_state(1, np.uint64)[0]) >> 1
+    )  # int first: numpy 1.x refuses uint64 >> int
     return torch.Generator(device=device).manual_seed(mixed)
 
 
