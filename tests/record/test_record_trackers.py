@@ -39,6 +39,28 @@ def test_missing_package_is_one_clear_sentence(sink: str, tmp_path: Path, monkey
         make_recorder(tmp_path, [sink], total_steps=2)
 
 
+def test_an_installed_tracker_that_fails_to_import_is_named_as_installed(tmp_path: Path, monkeypatch) -> None:
+    # seen 2026-11-30 with wandb 0.19-0.22 beside protobuf 7 (no protos for it): the sink said wandb was not
+    # installed and told the user to install what they had; it now names the installed version and its error
+    site = tmp_path / "site"
+    (site / "wandb").mkdir(parents=True)
+    (site / "wandb" / "__init__.py").write_text("from wandb.proto import Imports\n")
+    (site / "wandb" / "proto.py").write_text("")
+    (site / "wandb-0.22.0.dist-info").mkdir()
+    (site / "wandb-0.22.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: wandb\nVersion: 0.22.0\n")
+    monkeypatch.syspath_prepend(str(site))
+    for name in [m for m in sys.modules if m == "wandb" or m.startswith("wandb.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ImportError) as e:
+        make_recorder(tmp_path / "run", ["wandb"], total_steps=2)
+    assert str(e.value) == (
+        "the 'wandb' recorder sink could not import the installed wandb 0.22.0 (ImportError: cannot import name "
+        "'Imports' from 'wandb.proto' (" + str(site / "wandb" / "proto.py") + ")); a version that does not fit this "
+        "environment's other packages (such as protobuf) is the usual cause: pip install -U 'grpokit[wandb]' (or "
+        "remove 'wandb' from the sink list)"
+    )
+
+
 def test_trackio_wiring_with_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Any]] = []
     fake = types.ModuleType("trackio")

@@ -22,6 +22,7 @@ as a text table where the tracker has one.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import math
 from collections.abc import Mapping
@@ -51,10 +52,24 @@ def _require(module: str, sink: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
+        if importlib.util.find_spec(module) is not None:  # installed: the error is from inside the package
+            raise ImportError(
+                f"the '{sink}' recorder sink could not import the installed {_EXTRA[sink]}{_version(_EXTRA[sink])} "
+                f"({type(e).__name__}: {e}); a version that does not fit this environment's other packages (such "
+                f"as protobuf) is the usual cause: pip install -U 'grpokit[{_EXTRA[sink]}]' (or remove '{sink}' from "
+                "the sink list)"
+            ) from e
         raise ImportError(
             f"the '{sink}' recorder sink needs the {_EXTRA[sink]} package: pip install 'grpokit[{_EXTRA[sink]}]' "
             f"(or remove '{sink}' from the sink list)"
         ) from e
+
+
+def _version(dist: str) -> str:
+    try:
+        return " " + importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def finite_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
