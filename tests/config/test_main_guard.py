@@ -60,7 +60,10 @@ def test_a_trainer_is_refused_only_while_a_worker_runs_the_main_script_again(tmp
     # sweep may build trainers) and the parent are never refused
     p = _run(tmp_path, PROBE)
     assert p.returncode == 0, p.stderr[-3000:]
-    refused = " | ConfigError: a grpokit Trainer was created while a | ConfigError: GRPOTrainer was created while a worker process"
+    refused = (
+        " | ConfigError: a grpokit Trainer was created while a"
+        " | ConfigError: GRPOTrainer was created while a worker process"
+    )
     assert p.stdout.splitlines() == [
         "parent | False | False",
         "importing main | True | True" + refused,
