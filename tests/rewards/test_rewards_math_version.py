@@ -16,7 +16,7 @@ from grpokit.rewards.errors import RewardInfrastructureError
 def installed(monkeypatch):
     def use(v):
         m.math_verify_version_problem.cache_clear()
-        monkeypatch.setattr(m, "version", lambda name: v if name == "math-verify" else "0")
+        monkeypatch.setattr(m, "installed", lambda name: v if name == "math-verify" else None)
 
     yield use
     m.math_verify_version_problem.cache_clear()

@@ -208,7 +208,7 @@ def test_a_gguf_that_cannot_read_the_file_under_this_numpy_is_one_sentence(tmp_p
 
     monkeypatch.setenv("GRPOKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(named_models, "_VERIFIED", set())
-    monkeypatch.setattr(named_models.importlib.metadata, "version", lambda name: gguf)
+    monkeypatch.setattr(named_models, "installed", lambda name: gguf if name == "gguf" else None)
     monkeypatch.setattr(np, "__version__", numpy)
     if not refused:
         assert named_models.gguf_version_problem() == ""

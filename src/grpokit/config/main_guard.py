@@ -31,7 +31,9 @@ def _preparing_on_stack() -> bool:
     """The same, read from the call stack: multiprocessing/spawn.py's preparation is a caller (the
     fallback for a Python whose private flag is gone)."""
     spawn = os.path.join("multiprocessing", "spawn.py")
-    return any(f.filename.endswith(spawn) and f.name in _PREPARE for f in traceback.extract_stack())
+    return any(
+        f.f_code.co_filename.endswith(spawn) and f.f_code.co_name in _PREPARE for f, _ in traceback.walk_stack(None)
+    )  # the frames' code objects only: no source line is read
 
 
 def refuse_in_worker_start(what: str) -> None:

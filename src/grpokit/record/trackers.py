@@ -22,12 +22,13 @@ as a text table where the tracker has one.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from grpokit.version import installed
 
 _EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
 
@@ -53,23 +54,16 @@ def _require(module: str, sink: str) -> Any:
         return importlib.import_module(module)
     except ImportError as e:
         if importlib.util.find_spec(module) is not None:  # installed: the error is from inside the package
+            package = " ".join(filter(None, (_EXTRA[sink], installed(_EXTRA[sink]))))  # "wandb 0.22.0"
             raise ImportError(
-                f"the '{sink}' recorder sink could not import the installed {_EXTRA[sink]}{_version(_EXTRA[sink])} "
-                f"({type(e).__name__}: {e}); a version that does not fit this environment's other packages (such "
-                f"as protobuf) is the usual cause: pip install -U 'grpokit[{_EXTRA[sink]}]' (or remove '{sink}' from "
-                "the sink list)"
+                f"the '{sink}' recorder sink could not import the installed {package} ({type(e).__name__}: {e}); a "
+                "version that does not fit this environment's other packages (such as protobuf) is the usual "
+                f"cause: pip install -U 'grpokit[{_EXTRA[sink]}]' (or remove '{sink}' from the sink list)"
             ) from e
         raise ImportError(
             f"the '{sink}' recorder sink needs the {_EXTRA[sink]} package: pip install 'grpokit[{_EXTRA[sink]}]' "
             f"(or remove '{sink}' from the sink list)"
         ) from e
-
-
-def _version(dist: str) -> str:
-    try:
-        return " " + importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
 
 
 def finite_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:

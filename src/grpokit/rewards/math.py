@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
+
+from grpokit.version import installed, older_than
 
 from .answer_limits import over_limit
 from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
@@ -91,7 +91,7 @@ def _parse(text: str, **kw: Any) -> list[Any]:
     return parse(normalize_number_text(text), parsing_timeout=None, **kw)  # type: ignore[arg-type]
 
 
-MIN_MATH_VERIFY = (0, 9)  # pyproject.toml's floor: what the tests' grading tables were run with
+MIN_MATH_VERIFY = "0.9"  # pyproject.toml's floor: what the tests' grading tables were run with
 
 
 @functools.cache
@@ -99,15 +99,11 @@ def math_verify_version_problem() -> str:
     """What is wrong with the installed math-verify's version ("" when nothing is, or it has no metadata).
     Under 0.7 every call fails (``parsing_timeout=None``, which switches its signal timeouts off, is
     0.8's); under 0.8 a percentage gold no longer equals the bare number (tests/rewards/test_rewards_exploits.py)."""
-    try:
-        installed = version("math-verify")
-    except PackageNotFoundError:
-        return ""
-    numbers = tuple(int(n) for n in re.findall(r"\d+", installed)[:2])
-    if numbers >= MIN_MATH_VERIFY:
+    v = installed("math-verify")
+    if v is None or not older_than(v, MIN_MATH_VERIFY):
         return ""
     return (
-        f"math-verify {installed} is installed, and grpokit's math rewards need math-verify >= 0.9 (0.7 fails on "
+        f"math-verify {v} is installed, and grpokit's math rewards need math-verify >= 0.9 (0.7 fails on "
         "every answer, 0.8 grades some differently): pip install 'math-verify>=0.9'"
     )
 

@@ -34,9 +34,8 @@ from grpokit.nn.models import sampling_snapshot
 
 def batch_generator(seed: int, index: int, device: torch.device) -> torch.Generator:
     """Batch ``index``'s own sampling generator: a function of (seed, index) only."""
-    mixed = (
-        int(np.random.SeedSequence([seed, index, 0xA5]).generate_state(1, np.uint64)[0]) >> 1
-    )  # int first: numpy 1.x refuses uint64 >> int
+    # int before the shift: numpy 1.x refuses uint64 >> int (numpy 2 promotes it)
+    mixed = int(np.random.SeedSequence([seed, index, 0xA5]).generate_state(1, np.uint64)[0]) >> 1
     return torch.Generator(device=device).manual_seed(mixed)
 
 

@@ -33,6 +33,7 @@ import socket
 import sys
 
 from grpokit.config.sections import ConfigError
+from grpokit.version import installed
 
 from .vllm_lora import RUNTIME_FLAG, serve_rank
 from .vllm_worker import EXTENSION
@@ -149,12 +150,7 @@ def scale_out_supported(version: str | None) -> bool:
 
 def installed_vllm() -> str | None:
     """The installed vLLM's version, or None; the package is not imported (that takes seconds)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
+    return installed("vllm")
 
 
 def version_note(version: str) -> str | None:

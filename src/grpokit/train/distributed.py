@@ -184,7 +184,8 @@ def rank_seed(seed: int, rank: int) -> int:
     """The sampling seed of a rank: the plain seed on rank 0, a well-mixed (seed, rank) elsewhere."""
     if rank == 0:
         return seed
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1, dtype=np.uint64)[0]) >> 1  # int first (numpy 1.x)
+    # int before the shift: numpy 1.x refuses uint64 >> int (numpy 2 promotes it)
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
 def reduce_metrics(ctx: DistContext, metrics: dict[str, float]) -> dict[str, float]:

@@ -24,16 +24,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from grpokit.config.sections import ConfigError
+from grpokit.version import installed, older_than
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,14 +144,10 @@ def gguf_version_problem() -> str:
     ``ndarray.newbyteorder``, which numpy 2 removed (run 2026-11-30: 0.10 and 0.11 fail, 0.13-0.19 pass)."""
     import numpy
 
-    installed = importlib.metadata.version("gguf")
-    if _major_minor(numpy.__version__) < (2, 0) or _major_minor(installed) >= (0, 13):
+    v = installed("gguf")
+    if v is None or older_than(numpy.__version__, "2") or not older_than(v, "0.13"):
         return ""
-    return f"gguf {installed} cannot read one under numpy {numpy.__version__}: pip install 'gguf>=0.13'"
-
-
-def _major_minor(v: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", v)[:2])
+    return f"gguf {v} cannot read one under numpy {numpy.__version__}: pip install 'gguf>=0.13'"
 
 
 @contextlib.contextmanager
