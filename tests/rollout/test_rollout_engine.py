@@ -44,6 +44,22 @@ def test_hf_engine_samples_what_generate_samples(tiny_model):
     assert eng.prefetched(2, 2) is None and eng.after_update(tiny_model, 1) == {}
 
 
+def test_cuda_graphs_follow_the_setting_whoever_brings_the_generator(tiny_model, monkeypatch):
+    """The async sampler's thread brings its own generator and still asks for CUDA graphs: rollout/static.py
+    captures on any thread (thread_local mode, on the thread's own stream). Only rollout.cuda_graphs turns
+    them off."""
+    from grpokit.rollout import engine as engine_module
+
+    asked = []
+    monkeypatch.setattr(engine_module, "generate", lambda *a, cuda_graphs, **kw: asked.append(cuda_graphs))
+    params = SamplingParams(max_new_tokens=2)
+    for graphs in (True, False):
+        eng = HFEngine(eos_token_ids={2}, pad_token_id=0, decode=str, generator=torch.Generator(), cuda_graphs=graphs)
+        eng.turn_sampler(tiny_model)([[3]], 1, params)
+        eng.turn_sampler(tiny_model, torch.Generator().manual_seed(1))([[3]], 1, params)
+    assert asked == [True, True, False, False]
+
+
 class _Recording(HFEngine):
     def __init__(self, inner: HFEngine):
         self.__dict__.update(inner.__dict__)

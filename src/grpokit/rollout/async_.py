@@ -24,11 +24,19 @@ global prompts (async_plan.py). The thread never calls a collective; the trainer
 batch with a deadline (``timeout_s``: a dead or hung sampler stops the run in one sentence naming the rank,
 before the other ranks' collectives could time out) and then for the other ranks (``wait_ranks``, a
 barrier: ``time/waiting_for_stragglers``).
+
+On CUDA the thread decodes on a stream of its own, so its kernels run beside the update's instead of
+queueing behind them on the default stream, and the static engine replays CUDA graphs captured on that
+stream (rollout/static.py ``_capture``: ``thread_local`` capture, no device-wide synchronisation). Each
+snapshot is copied on the trainer's stream; the sampler's stream waits for an event recorded after the
+copy (``_Published``) and is synchronised before it lets go of a snapshot, whose memory the trainer's
+stream may then reuse.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
 import weakref
@@ -56,6 +64,39 @@ def _closer(ref: weakref.ref) -> Callable[[], None]:
     return close_at_exit
 
 
+class _Published:
+    """Where the sampler's CUDA stream meets the trainer's: ``mark()`` (trainer's thread, after a snapshot's
+    copy is queued) records an event on the trainer's stream; ``take(event)`` (sampler's thread, before it
+    samples with a snapshot) finishes its own stream's queued work (``finish``), so the snapshot it drops
+    next is no longer read, and makes its stream wait for that mark. Nothing on a CPU, where work is
+    synchronous."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.event = None
+        self.mark()
+
+    def mark(self) -> None:
+        if self.cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def finish(self) -> None:
+        """Wait for the sampler stream's queued kernels (a decode may queue a step ahead of its last read)."""
+        if self.cuda:
+            self.stream.synchronize()
+
+    def take(self, event) -> None:
+        self.finish()
+        if self.cuda:
+            self.stream.wait_event(event)
+
+    def on_stream(self):
+        """The sampler thread's stream as its current one (CUDA), or nothing."""
+        return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+
+
 class _Stopped(Exception):
     """The run closed the sampler while a partial batch waited for a version."""
 
@@ -66,6 +107,7 @@ class _PartialJob:
     def __init__(self, owner: "AsyncRollout", index: int, start: int):
         self.owner, self.index, self.start = owner, index, start
         self.waited = 0.0  # seconds spent waiting for unpublished versions: not sampling (time/sampling)
+        self.held = None  # the last snapshot handed out, kept until the batch's kernels are done
 
     def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
         """Segment ``segment``'s snapshot and version, waiting until the trainer has published it."""
@@ -76,7 +118,10 @@ class _PartialJob:
             self.waited += time.perf_counter() - t0
             if own.stopped:
                 raise _Stopped
-            return own.plan.snapshots[v], v
+            snapshot, event = own.plan.snapshots[v], own.published.event
+        own.published.take(event)
+        self.held = snapshot
+        return snapshot, v
 
 
 class AsyncRollout:
@@ -135,12 +180,17 @@ class AsyncRollout:
         self.straggled = 0.0  # seconds the last take waited for the other ranks' batches
         self.error: BaseException | None = None
         self.stopped = self.hung = False
+        self.published = _Published(device)  # after the first snapshot's copy
         self.thread = threading.Thread(target=self._produce, name="grpokit-async-rollout", daemon=True)
         self.thread.start()
         self._at_exit = _closer(weakref.ref(self))
         atexit.register(self._at_exit)
 
     def _produce(self) -> None:
+        with self.published.on_stream():
+            self._produce_batches()
+
+    def _produce_batches(self) -> None:
         i = self.trainer_step
         try:
             while True:
@@ -149,10 +199,13 @@ class AsyncRollout:
                     if self.stopped:
                         return
                     model, version, prompts = self.plan.job(i)
+                    event = self.published.event
+                self.published.take(event)
                 if self.partial_tokens:  # turn_sampler decodes it in segments
                     model = _PartialJob(self, i, version)
                 t0 = time.perf_counter()
                 ro = self.sample(self.turn_sampler(model, batch_generator(self.seed, i, self.device)), prompts)
+                self.published.finish()  # before the loop lets go of this batch's snapshot
                 busy = time.perf_counter() - t0 - (model.waited if isinstance(model, _PartialJob) else 0.0)
                 with self.cond:
                     self.ready[i] = (ro, version, busy)
@@ -196,6 +249,7 @@ class AsyncRollout:
         t0 = time.perf_counter()
         with self.cond:  # the snapshot is copied under the lock: the plan's dicts are the producer's too
             self.plan.publish(model, step)
+            self.published.mark()
             self.cond.notify_all()
         self.trainer_step = step
         return {

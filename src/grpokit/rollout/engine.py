@@ -67,7 +67,7 @@ class HFEngine:
     ):
         """``decoder``: rollout/hf.py's ``engine`` argument (auto, static, dynamic, generate);
         ``generator``: the trainer's sampling RNG, used when a caller brings none; ``cuda_graphs``:
-        whether the static decoder may replay CUDA graphs on the trainer's thread."""
+        whether the static decoder may replay CUDA graphs."""
         self.eos_token_ids, self.pad_token_id, self.decode = eos_token_ids, pad_token_id, decode
         self.generator, self.decoder = generator, decoder
         self.generation_kwargs, self.cuda_graphs = generation_kwargs or None, cuda_graphs
@@ -76,10 +76,11 @@ class HFEngine:
         return None
 
     def turn_sampler(self, model: torch.nn.Module, generator: torch.Generator | None = None) -> TurnSampler:
-        """CUDA graphs only without a caller's ``generator``: the async sampler's thread runs beside
-        the update, where a graph capture must not happen."""
+        """Sampling with ``generator`` (a caller's, e.g. the async sampler's per batch) or the trainer's.
+        CUDA graphs on any thread: rollout/static.py captures them in ``thread_local`` mode, on the
+        asynchronous sampler's own stream beside the update (rollout/async_.py)."""
         gen = generator if generator is not None else self.generator
-        graphs = self.cuda_graphs and generator is None
+        graphs = self.cuda_graphs
 
         def sample(contexts, group_size: int, params: SamplingParams, images=None, **kw) -> Rollout:
             return generate(

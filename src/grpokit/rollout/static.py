@@ -39,6 +39,7 @@ columns not yet written hidden by the bias. Masked columns weigh exactly 0 (thei
 zero, so no uninitialised NaN can leak in as 0 * NaN), so both compute the same
 function; tests/project/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
 tokens. One graph is captured per (rows, window) pair seen in a rollout and dropped with the decoder.
+Graphs are captured on whichever thread decodes, the asynchronous sampler's included (``_capture``).
 
 Vision-language models (Qwen2-VL, Qwen2.5-VL): the images only enter the prefill, which is the model's
 own forward (rollout/hf.py); its cache, images included, is copied here once per group. Decoding is
@@ -333,17 +334,35 @@ class StaticDecoder:
         return logits
 
     def _capture(self, tok_n, pos_n, width):
+        """Capture the step for (rows, window). Always in ``thread_local`` mode: another thread's CUDA calls
+        during the capture (the update beside an asynchronous sampler, or that sampler beside a refill
+        captured here) are its own business; in the default ``global`` mode they would break the capture.
+
+        On the default stream (the trainer's thread) the step is warmed up on a side stream and captured
+        by ``torch.cuda.graph``, which first synchronises the device and empties torch's cache. On any other
+        stream (rollout/async_.py's sampler thread, beside the update) the step is warmed up and captured
+        on that stream itself, with no device-wide synchronisation and no emptied cache: those would wait
+        for the update's queued kernels and hand its cached memory back to CUDA at every capture."""
         tok, pos = tok_n.clone(), pos_n.clone()
         col = torch.full((1,), self.t, dtype=torch.long, device=tok.device)
-        side = warmup_stream(tok.device)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture (lazy tables, cuBLAS workspaces); same values
-            self._forward(tok, pos, col, width)
-        torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         self._pool = self._pool or torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool):
+        stream = torch.cuda.current_stream()
+        if stream == torch.cuda.default_stream(stream.device):
+            side = warmup_stream(tok.device)
+            side.wait_stream(stream)
+            with torch.cuda.stream(side):  # warm-up off the capture (lazy tables, cuBLAS workspaces); same values
+                self._forward(tok, pos, col, width)
+            stream.wait_stream(side)
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                logits = self._forward(tok, pos, col, width)
+            return graph, tok, pos, col, logits
+        self._forward(tok, pos, col, width)  # warm-up on the stream the capture records
+        graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+        try:
             logits = self._forward(tok, pos, col, width)
+        finally:
+            graph.capture_end()
         return graph, tok, pos, col, logits
 
 

@@ -134,25 +134,26 @@ def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
 
 
 def warn_shared_device_async(staleness: int, device: torch.device) -> None:
-    """Asynchronous sampling on the trainer's own device runs, but is not faster: say so once, with the
-    measurement (bench/RESULTS.md)."""
+    """Asynchronous sampling on the trainer's own device runs, but was measured slower than synchronous
+    there: say so once, with the measurement (bench/RESULTS.md)."""
     if device.type == "cpu":
-        why = (
-            "samples on the same CPU cores the update uses: the two take turns on them, so a step is slower than "
-            "synchronous, not faster (SmolLM2 on 2 cores, two seeds: 0.90x sync's trained tokens per second at "
-            "staleness 1, 0.85x at 2"
+        log.warning(
+            "rollout.async_staleness=%d samples on the same CPU cores the update uses: the two take turns on them, "
+            "so a step is slower than synchronous, not faster (SmolLM2 on 2 cores, two seeds: 0.90x sync's trained "
+            "tokens per second at staleness 1, 0.85x at 2; bench/RESULTS.md); asynchronous rollout pays when the "
+            "sampler has its own device (rollout.backend=vllm_server); rollout.async_staleness=0 is the faster "
+            "choice here",
+            staleness,
         )
-    else:
-        why = (
-            f"samples in a thread on the trainer's own {device.type} device: the thread decodes without CUDA graphs, "
-            "beside the update on the same card, so a step is slower than synchronous, not faster (a Qwen2.5-0.5B "
-            "shape on an H200, staleness 1: 16.2 s a step against 5.2"
-        )
+        return
     log.warning(
-        "rollout.async_staleness=%d %s; bench/RESULTS.md); asynchronous rollout pays when the sampler has its own "
-        "device (rollout.backend=vllm_server); rollout.async_staleness=0 is the faster choice here",
+        "rollout.async_staleness=%d samples in a thread on the trainer's own %s device, beside the update on the "
+        "same card: measured slower than synchronous while the thread decoded eagerly (a Qwen2.5-0.5B shape on an "
+        "H200, staleness 1: 16.2 s a step against 5.2; bench/RESULTS.md). The thread now replays CUDA graphs on a "
+        "stream of its own, which no card has measured yet: compare it with rollout.async_staleness=0 on your "
+        "workload, or give the sampler its own device (rollout.backend=vllm_server)",
         staleness,
-        why,
+        device.type,
     )
 
 
