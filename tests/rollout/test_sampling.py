@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 
+from grpokit.rollout import sampling
 from grpokit.rollout.sampling import SamplingParams, draw_softmax, filtered, process_logits, sample_tokens
 
 
@@ -35,6 +36,26 @@ def test_a_draw_by_hand():
     for t, lp in zip(tok.tolist(), logp.tolist()):
         assert lp == pytest.approx(math.log([0.5, 0.3, 0.2][t]), abs=1e-6)
     assert len(set(tok.tolist())) > 1  # four rows, more than one token drawn: the noise decides
+
+
+@pytest.mark.parametrize("shape", [(16, 49152), (3, 7), (1, 151936)])
+def test_the_draws_noise_is_torchs_exponential_to_the_bit_and_leaves_the_generator_where_it_would(shape):
+    """sampling.exponential_noise: on a CPU in float32, uniform float64 draws and a vectorised logarithm in
+    place of torch's one-number-at-a-time exponential_ kernel: the same numbers, the same generator state."""
+    assert sampling._same_as_exponential()  # this torch: the fast path is taken, and checked here
+    for seed in range(4):
+        a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        want = torch.empty(shape).exponential_(1, generator=a)
+        got = sampling.exponential_noise(torch.empty(shape), b)
+        assert got.dtype == torch.float32 and torch.equal(got, want), seed
+        assert torch.equal(a.get_state(), b.get_state())
+
+
+def test_the_draws_noise_falls_back_to_exponential_where_the_probe_disagrees(monkeypatch):
+    monkeypatch.setattr(sampling, "_same_as_exponential", lambda: False)
+    monkeypatch.setattr(sampling, "_vectorised_exponential", lambda *a: pytest.fail("the probe said no"))
+    want = torch.empty(4, 100).exponential_(1, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(sampling.exponential_noise(torch.empty(4, 100), torch.Generator().manual_seed(1)), want)
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])

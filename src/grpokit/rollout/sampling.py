@@ -13,6 +13,7 @@ same kind of support (train/logprobs.py).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -95,7 +96,7 @@ def sample_tokens(
     # (argmax of p / q, from the same draws of the same generator), without the probability tensor and
     # the validity checks it makes first (three more passes over the (rows x vocabulary) tensor and two
     # host syncs a step). The generator lives on `device`.
-    noise = torch.empty_like(logp).exponential_(1, generator=generator)
+    noise = exponential_noise(logp, generator)
     tok = torch.sub(logp, noise.log_(), out=noise).argmax(dim=-1)
     return tok, logp.gather(1, tok[:, None])[:, 0]
 
@@ -147,6 +148,45 @@ def draw_softmax(x_NV: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Ten
     probabilities NaN, so the drawn token's log-probability is NaN and hf.py's ``_record`` stops the rollout;
     tokens at -inf (or -1e4, hidden placeholders) have p = 0 and are never drawn."""
     p = torch.softmax(x_NV, dim=-1)  # (N, V)
-    noise = torch.empty_like(p).exponential_(1, generator=generator)
+    noise = exponential_noise(p, generator)
     tok = torch.div(p, noise, out=noise).argmax(dim=-1)
     return tok, p.gather(1, tok[:, None])[:, 0].log()
+
+
+VECTORISED_NOISE = True  # False: exponential_ everywhere (bench/decode_profile.py --ab compares the two)
+
+
+def exponential_noise(like: torch.Tensor, generator) -> torch.Tensor:
+    """Exp(1) draws shaped like ``like``: ``torch.empty_like(like).exponential_(1, generator=generator)``,
+    the same float32 numbers and the same generator state after them.
+
+    Why not that call on a CPU: torch's CPU kernel draws each number and takes its logarithm one at a
+    time on one core (17 ms for 16 rows of SmolLM2's 49,152 tokens, a sixth of a decode step; bench/RESULTS.md).
+    It computes ``-log1p(-u)`` in float64 for a uniform ``u`` made of 53 bits of one 64-bit draw, and rounds
+    that to float32. ``torch.rand`` in float64 makes the same uniforms from the same draws, one at a time
+    too but without the logarithm, which then runs vectorised on every thread (5 + 5 ms on one thread).
+
+    The vectorised float64 logarithm is not the C library's: 8.4 % of its results differ in the last
+    place. Rounded to float32 they agree: none of 63 million draws differed (20 seeds of 64 x 49,152; a
+    last-place difference changes the float32 only where the float64 lies within it of a rounding
+    boundary, about 1 draw in 6 x 10^9). So float32 on a CPU takes this path where a probe agrees
+    (``_same_as_exponential``: once per process, 4,096 draws from two copies of one generator, values and
+    generator state); float64, other dtypes, CUDA and a torch whose kernel differs call ``exponential_``.
+    """
+    if VECTORISED_NOISE and like.device.type == "cpu" and like.dtype == torch.float32 and _same_as_exponential():
+        return _vectorised_exponential(like.shape, generator)
+    return torch.empty_like(like).exponential_(1, generator=generator)
+
+
+def _vectorised_exponential(shape, generator) -> torch.Tensor:
+    u = torch.rand(shape, dtype=torch.float64, generator=generator)
+    return torch.log1p(u.neg_(), out=u).neg_().float()
+
+
+@functools.lru_cache(maxsize=1)
+def _same_as_exponential() -> bool:
+    """Whether ``_vectorised_exponential`` equals torch's CPU ``exponential_`` in this torch on a probe."""
+    a, b = torch.Generator().manual_seed(20261130), torch.Generator().manual_seed(20261130)
+    want = torch.empty(2, 2048).exponential_(1, generator=a)
+    got = _vectorised_exponential((2, 2048), b)
+    return torch.equal(want, got) and torch.equal(a.get_state(), b.get_state())
