@@ -35,6 +35,26 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness, 
     assert len(slower) == 1 and f"rollout.async_staleness={staleness} samples on the same CPU" in slower[0].getMessage()
 
 
+def test_gfpo_oversampling_trains_on_the_prefetched_batches(tiny_model_dir, tmp_path):
+    """GFPO samples rollout.sample_group_size completions a prompt in a step's first batch: the sampler must
+    prefetch batches of that size, or the trainer never takes one (it sampled every step itself while the
+    thread's batches piled up and their prompts were skipped)."""
+    tr = make(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{
+            "rollout.async_staleness": 1,
+            "rollout.sample_group_size": 6,
+            "train.steps": 3,
+            "data.eval_size": 0,
+        },
+    )
+    tr.train()
+    assert tr.engine.G == 6 and tr.engine.taken == 2  # every step's batch came from the sampler
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
+    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+
+
 def test_async_on_the_trainers_gpu_is_warned_about_with_its_measurement(caplog):
     """A sampler thread on the trainer's own GPU shares the card with the update: measured 3.1x slower than
     synchronous on an H200 while it decoded eagerly (bench/RESULTS.md, 2026-11-29), and not measured since

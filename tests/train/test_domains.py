@@ -15,6 +15,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.data.tasks.arithmetic import arithmetic_accuracy
 from grpokit.train import Trainer
 from grpokit.train.build import settle_config
+from grpokit.train.stages import parse_stages
 from helpers.runs import likes_a
 
 OWN = ("ab", "cd", "ef", "gh", "ij", "12")
@@ -156,6 +157,17 @@ def test_rounds_resume_mid_stage_exactly(tiny_model_dir, tmp_path):
         (["data.dataset=x.jsonl"], "data.domains replaces data.dataset"),
         (["data.domains.calc.task=calculator"], "task 'calculator' needs the episode loop"),
         (["data.curriculum=easy"], "data.curriculum='easy' is not a curriculum; valid: off, frontier"),
+        (  # an asynchronous sampler draws batch j before step j: a stage's sampling settings would come late
+            ["rollout.async_staleness=1", "train.stages=[{steps: 2, lr: 0.001}, {steps: 2, temperature: 0.5}]"],
+            "train.stages[1].temperature changes what is sampled, which the asynchronous sampler would apply late "
+            "(rollout.async_staleness=1 draws each batch up to 1 step(s) before the step whose stage it belongs to)",
+        ),
+        (
+            ["rollout.async_staleness=2", "train.stages=[{domain: add, steps: 2}, {steps: 2}]"],
+            "train.stages[0].domain changes what is sampled",
+        ),
+        (["rollout.async_staleness=1", "train.stages=[{steps: 2, group_size: 8}]"], "train.stages[0].group_size"),
+        (["rollout.async_staleness=1", "train.stages=[{steps: 2, max_new_tokens: 4}]"], "stages[0].max_new_tokens"),
     ],
 )
 def test_bad_input_is_one_sentence(tiny_model_dir, tmp_path, overrides, message):
@@ -185,6 +197,18 @@ def test_an_error_in_a_domains_data_or_rewards_names_that_domains_setting(tiny_m
     assert not any(
         f" {run}" in f" {e.value}" for run in ("data.answer_column", "data.prompt_column", "reward.functions")
     )
+
+
+def test_async_stages_may_change_what_acts_at_the_update(tiny_model_dir, tmp_path):
+    """lr, reward_weights and teacher act at the update, after the sampler: an async run may stage them."""
+    cfg = domain_cfg(
+        tiny_model_dir,
+        tmp_path,
+        "rollout.async_staleness=1",
+        "train.stages=[{steps: 1, lr: 0.001}, {steps: 1, reward_weights: {own: [2.0]}}]",
+    )
+    settle_config(cfg, own_rows=False)
+    assert [s.overrides for s in parse_stages(cfg)] == [(("optim.lr", 0.001),), ()]
 
 
 def test_a_stage_without_domains_in_a_run_without_domains_is_refused(tiny_model_dir, tmp_path):

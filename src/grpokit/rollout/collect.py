@@ -86,6 +86,12 @@ def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[i
     return select(batch, list(range(len(batch.prompts))), members)
 
 
+def first_group_size(G: int, sample_group_size: int, gfpo_adaptive: bool) -> int:
+    """Completions per prompt in a step's first batch, the one an asynchronous sampler prefetches: GFPO's
+    ``sample_group_size`` where it oversamples every prompt (not adaptive), else ``G``."""
+    return sample_group_size if sample_group_size > G and not gfpo_adaptive else G
+
+
 def collect(
     sample: Callable[[int | list[Prompt], int], ScoredBatch | None],
     P: int,
@@ -112,7 +118,7 @@ def collect(
     n_kept, rounds, dropped, sampled = 0, 0, 0, 0
     while True:
         rounds += 1
-        batch = sample(P, sample_group_size if oversample and not gfpo_adaptive else G)
+        batch = sample(P, first_group_size(G, sample_group_size, gfpo_adaptive))
         sampled += len(batch.prompts)
         if oversample and gfpo_adaptive:
             batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, adaptive_threshold, always=many)

@@ -15,6 +15,7 @@ import torch
 
 from grpokit.config.base import ConfigError
 from grpokit.config.sections import Config
+from grpokit.rollout.collect import first_group_size
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
 
@@ -114,7 +115,7 @@ def make_engine(
             next_batch,
             hf=hf,
             prompts_per_step=cfg.train.prompts_per_step,
-            group_size=r.group_size,
+            group_size=prefetch_group_size(r),
             max_staleness=r.async_staleness,
             device=device,
             resume_state=async_state,
@@ -123,6 +124,12 @@ def make_engine(
             **async_ranks(cfg, dist),
         )
     return hf
+
+
+def prefetch_group_size(r) -> int:
+    """Completions per prompt of the batches an asynchronous sampler prefetches: those of a step's first
+    batch (rollout/collect.py), or the trainer would never take them and sample every step itself."""
+    return first_group_size(r.group_size, r.sample_group_size, r.gfpo_adaptive)
 
 
 def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
@@ -187,7 +194,7 @@ def process_engine(
         )
         torch.set_num_threads(trainer_threads)
     context = SampleContext(
-        group_size=r.group_size,
+        group_size=prefetch_group_size(r),
         params=params,
         eos_token_ids=frozenset(hf.eos_token_ids),
         pad_token_id=hf.pad_token_id,

@@ -81,8 +81,26 @@ def parse_stages(cfg: Config) -> list[Stage]:
                 "stages without one) and algo.distill_coef > 0 or algo.beta > 0"
             )
         _check_overrides(cfg, stage, where)
+        _check_async(cfg, spec, where)
         stages.append(stage)
     return stages
+
+
+SAMPLED = ("domain", "group_size", "max_new_tokens", "temperature")  # stage keys that change what is sampled
+
+
+def _check_async(cfg: Config, spec: dict, where: str) -> None:
+    """An asynchronous sampler draws batch j's prompts and completions before step j (rollout/async_plan.py),
+    so a stage's domains or sampling settings would reach its first batches late, or never reach rollout
+    worker processes: refused. The learning rate, reward weights and teacher act at the update."""
+    s = cfg.rollout.async_staleness
+    key = next((k for k in SAMPLED if k in spec), None)
+    if s > 0 and key is not None:
+        raise ConfigError(
+            f"{where}.{key} changes what is sampled, which the asynchronous sampler would apply late "
+            f"(rollout.async_staleness={s} draws each batch up to {s} step(s) before the step whose stage it "
+            "belongs to); use rollout.async_staleness=0, or stages that change only lr, reward_weights or teacher"
+        )
 
 
 def _check_overrides(cfg: Config, stage: Stage, where: str) -> None:

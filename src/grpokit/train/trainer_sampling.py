@@ -65,7 +65,7 @@ class TrainerSampling:
         """One batch's episodes for the async sampler's thread, each turn decoded by ``sample`` (the async
         engine's turn sampler on its snapshot, with the batch's own generator)."""
         with self.autocast():  # the same episode loop as synchronous sampling (one turn without tools)
-            return self.episodes.run(sample, prompts, self.cfg.rollout.group_size, self.params)
+            return self.episodes.run(sample, prompts, engines.prefetch_group_size(self.cfg.rollout), self.params)
 
     def turn_sampler(self, model, generator: torch.Generator | None = None):
         """``(contexts, group_size, params) -> Rollout``: one batched decode of a turn, by the engine
