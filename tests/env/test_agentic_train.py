@@ -167,6 +167,29 @@ def test_rollout_func_and_env_mask(tag_model_dir, tmp_path):
     assert m["completions/mean_length"] == 2.0  # the environment's token is not the model's
 
 
+def test_a_rollout_func_with_an_asynchronous_sampler_is_refused_before_the_run_folder(tag_model_dir, tmp_path):
+    """The async sampler's prefetched batches would be trained in the function's place (it would be called only
+    for refills): refused in one sentence, before the run folder exists."""
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"model.name_or_path={tag_model_dir}",
+            "data.task=",
+            "reward.functions=[]",
+            "rollout.async_staleness=1",
+            f"train.out={tmp_path / 'r'}",
+            "record.sinks=[]",
+        ],
+    )
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg, train_rows=ROWS, eval_rows=[], quiet=True, rollout_func=lambda prompts, trainer: {})
+    assert str(e.value) == (
+        "a rollout_func samples every batch itself, so rollout.async_staleness=1 would train the asynchronous "
+        "sampler's batches instead and call it only for refills; set rollout.async_staleness=0"
+    )
+    assert not (tmp_path / "r").exists()
+
+
 def test_env_config_section(tag_model_dir, tmp_path):
     tr = trainer(tag_model_dir, tmp_path / "c", tools=(), **{"env.tools": "[calculator]", "env.max_turns": 2})
     assert tr.episodes.tool_names == ["calculator"] and tr.episodes.spec.max_turns == 2

@@ -66,6 +66,17 @@ def settle_config(cfg: Config, own_rows: bool) -> Config:
     return validate(domain_setup.settle_domains(run_data.resolve_run(cfg, own_rows=own_rows), own_rows))
 
 
+def check_rollout_func(cfg: Config, rollout_func: Callable | None) -> None:
+    """TRL's ``rollout_func`` samples each step's batch itself: an asynchronous sampler's prefetched batches
+    would be trained in its place (the function called only for refills), so the pair is refused."""
+    s = cfg.rollout.async_staleness
+    if rollout_func is not None and s > 0:
+        raise ConfigError(
+            f"a rollout_func samples every batch itself, so rollout.async_staleness={s} would train the "
+            "asynchronous sampler's batches instead and call it only for refills; set rollout.async_staleness=0"
+        )
+
+
 def prepare_process(t) -> None:
     """Threads, deterministic algorithms and every seed of the process (``t``: the train section)."""
     if t.threads:
