@@ -187,37 +187,37 @@ class AsyncRollout:
         atexit.register(self._at_exit)
 
     def _produce(self) -> None:
-        with self.published.on_stream():
-            self._produce_batches()
-
-    def _produce_batches(self) -> None:
-        i = self.trainer_step
         try:
-            while True:
-                with self.cond:
-                    self.cond.wait_for(lambda: self.stopped or self.plan.has_job(i))
-                    if self.stopped:
-                        return
-                    model, version, prompts = self.plan.job(i)
-                    event = self.published.event
-                self.published.take(event)
-                if self.partial_tokens:  # turn_sampler decodes it in segments
-                    model = _PartialJob(self, i, version)
-                t0 = time.perf_counter()
-                ro = self.sample(self.turn_sampler(model, batch_generator(self.seed, i, self.device)), prompts)
-                self.published.finish()  # before the loop lets go of this batch's snapshot
-                busy = time.perf_counter() - t0 - (model.waited if isinstance(model, _PartialJob) else 0.0)
-                with self.cond:
-                    self.ready[i] = (ro, version, busy)
-                    self.log.append((i, version))
-                    self.cond.notify_all()
-                i += 1
+            with self.published.on_stream():
+                self._produce_batches()
         except _Stopped:
             return
         except BaseException as e:  # surfaced in the trainer's thread by prefetched
             with self.cond:
                 self.error = e
                 self.cond.notify_all()
+
+    def _produce_batches(self) -> None:
+        i = self.trainer_step
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.stopped or self.plan.has_job(i))
+                if self.stopped:
+                    return
+                model, version, prompts = self.plan.job(i)
+                event = self.published.event
+            self.published.take(event)
+            if self.partial_tokens:  # turn_sampler decodes it in segments
+                model = _PartialJob(self, i, version)
+            t0 = time.perf_counter()
+            ro = self.sample(self.turn_sampler(model, batch_generator(self.seed, i, self.device)), prompts)
+            self.published.finish()  # before the loop lets go of this batch's snapshot
+            busy = time.perf_counter() - t0 - (model.waited if isinstance(model, _PartialJob) else 0.0)
+            with self.cond:
+                self.ready[i] = (ro, version, busy)
+                self.log.append((i, version))
+                self.cond.notify_all()
+            i += 1
 
     def prefetched(self, n: int, group_size: int):
         """``(prompts, rollout)`` of this step's batch, waiting for the producer if needed; None for a
