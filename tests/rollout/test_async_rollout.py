@@ -35,15 +35,17 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness, 
     assert len(slower) == 1 and f"rollout.async_staleness={staleness} samples on the same CPU" in slower[0].getMessage()
 
 
-def test_gfpo_oversampling_trains_on_the_prefetched_batches(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("workers", [0, 1], ids=["thread", "worker process"])
+def test_gfpo_oversampling_trains_on_the_prefetched_batches(tiny_model_dir, tmp_path, workers):
     """GFPO samples rollout.sample_group_size completions a prompt in a step's first batch: the sampler must
     prefetch batches of that size, or the trainer never takes one (it sampled every step itself while the
-    thread's batches piled up and their prompts were skipped)."""
+    sampler's batches piled up and their prompts were skipped)."""
     tr = make(
         tiny_model_dir,
         tmp_path / "run",
         **{
             "rollout.async_staleness": 1,
+            "rollout.async_workers": workers,
             "rollout.sample_group_size": 6,
             "train.steps": 3,
             "data.eval_size": 0,
