@@ -146,8 +146,8 @@ def warn_shared_device_async(staleness: int, device: torch.device) -> None:
     if device.type == "cpu":
         log.warning(
             "rollout.async_staleness=%d samples on the same CPU cores the update uses: the two take turns on them, "
-            "so a step is slower than synchronous, not faster (SmolLM2 on 2 cores, two seeds: 0.90x sync's trained "
-            "tokens per second at staleness 1, 0.85x at 2; bench/RESULTS.md); asynchronous rollout pays when the "
+            "so a step is slower than synchronous, not faster (SmolLM2 on 2 cores, three seeds: 0.91x sync's trained "
+            "tokens per second at staleness 1, 0.87x at 2; bench/RESULTS.md); asynchronous rollout pays when the "
             "sampler has its own device (rollout.backend=vllm_server); rollout.async_staleness=0 is the faster "
             "choice here",
             staleness,
