@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from grpokit.config.base import ConfigError
-from grpokit.config.sections import Config
+from grpokit.config.sections import Config, RolloutConfig
 from grpokit.rollout.collect import first_group_size
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
@@ -126,7 +126,7 @@ def make_engine(
     return hf
 
 
-def prefetch_group_size(r) -> int:
+def prefetch_group_size(r: RolloutConfig) -> int:
     """Completions per prompt of the batches an asynchronous sampler prefetches: those of a step's first
     batch (rollout/collect.py), or the trainer would never take them and sample every step itself."""
     return first_group_size(r.group_size, r.sample_group_size, r.gfpo_adaptive)
