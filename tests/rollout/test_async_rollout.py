@@ -30,6 +30,8 @@ def test_staleness_is_bounded_and_reported(tiny_model_dir, tmp_path, staleness, 
         tokens = s["tokens_per_second"] * s["time/step"]  # the sampler's speed, not the trainer's take of the batch
         assert s["rollout/tokens_per_second"] == pytest.approx(tokens / s["time/sampling"], rel=1e-2)
     assert [s["rollout/staleness"] for s in steps] == [min(j, staleness) for j in range(4)]
+    # every step trained the batch the sampler prefetched for it (none sampled by the trainer instead)
+    assert not [r for r in caplog.records if "did not prefetch" in r.getMessage()]
     # on the CPU the sampler and the update share the cores: said once, as a warning, never silently slower
     slower = [r for r in caplog.records if r.levelname == "WARNING" and "slower than synchronous" in r.getMessage()]
     assert len(slower) == 1 and f"rollout.async_staleness={staleness} samples on the same CPU" in slower[0].getMessage()
@@ -55,6 +57,24 @@ def test_gfpo_oversampling_trains_on_the_prefetched_batches(tiny_model_dir, tmp_
     assert tr.engine.G == 6 and tr.engine.taken == 2  # every step's batch came from the sampler
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
     assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+
+
+def test_a_step_that_did_not_train_its_prefetched_batch_is_warned_about_once(tiny_model_dir, tmp_path, caplog):
+    """A path that bypasses the prefetch (as GFPO's first batch size once did) must not go unsaid: the
+    sampler's batch and its prompts would go unused while the trainer samples every step itself."""
+    import logging
+
+    tr = make(tiny_model_dir, tmp_path / "run", **{"rollout.async_staleness": 1, "data.eval_size": 0})
+    with caplog.at_level(logging.WARNING):
+        for step in (1, 2):  # two updates published with no batch taken
+            tr.engine.after_update(tr.model, step)
+    tr.engine.close()
+    said = [r.getMessage() for r in caplog.records if "did not prefetch" in r.getMessage()]
+    assert said == [
+        "step 0 trained a batch the asynchronous sampler did not prefetch (rollout.async_staleness=1): the trainer "
+        "sampled it itself, and the sampler's batch 0 and its prompts went unused; this is grpokit's fault, please "
+        "report it with the run's config.yaml"
+    ]
 
 
 def test_async_on_the_trainers_gpu_is_warned_about_with_its_measurement(caplog):

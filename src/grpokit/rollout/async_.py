@@ -248,6 +248,7 @@ class AsyncRollout:
     def after_update(self, model, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
         with self.cond:  # the snapshot is copied under the lock: the plan's dicts are the producer's too
+            self.plan.check_taken(self.taken, step)
             self.plan.publish(model, step)
             self.published.mark()
             self.cond.notify_all()

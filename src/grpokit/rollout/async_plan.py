@@ -23,6 +23,7 @@ The cost is s copies of the trainable tensors in the checkpoint (with LoRA, s co
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import numpy as np
@@ -37,6 +38,9 @@ def batch_generator(seed: int, index: int, device: torch.device) -> torch.Genera
     # int before the shift: numpy 1.x refuses uint64 >> int (numpy 2 promotes it)
     mixed = int(np.random.SeedSequence([seed, index, 0xA5]).generate_state(1, np.uint64)[0]) >> 1
     return torch.Generator(device=device).manual_seed(mixed)
+
+
+log = logging.getLogger("grpokit.rollout")
 
 
 class AsyncPlan:
@@ -62,6 +66,7 @@ class AsyncPlan:
         self.n, self.s, self.seed, self.next_batch = prompts_per_step, max_staleness, seed, next_batch
         self.rank, self.world_size = rank, world_size
         self.step = step  # updates the trainer has made
+        self.warned_untaken = False
         self.trainable = [name for name, p in model.named_parameters() if p.requires_grad]
         snap, self.sync_bytes = sampling_snapshot(model)
         self.snapshots: dict[int, torch.nn.Module] = {step: snap}
@@ -88,6 +93,21 @@ class AsyncPlan:
         """This rank's slice of batch ``index``'s global prompts (all of them with one rank)."""
         k = self.n // self.world_size
         return self.prompts[index][self.rank * k : (self.rank + 1) * k]
+
+    def check_taken(self, taken: int, step: int) -> None:
+        """Before the publish of ``step``: warn once if step ``step - 1`` did not train its prefetched batch
+        (``taken``, the last batch handed out). The trainer then sampled that step itself, and the sampler's
+        batch and its prompts went unused: a path that bypasses the prefetch (grpokit's fault, not the user's)."""
+        if taken != step - 1 and not self.warned_untaken:
+            self.warned_untaken = True
+            log.warning(
+                "step %d trained a batch the asynchronous sampler did not prefetch (rollout.async_staleness=%d): "
+                "the trainer sampled it itself, and the sampler's batch %d and its prompts went unused; this is "
+                "grpokit's fault, please report it with the run's config.yaml",
+                step - 1,
+                self.s,
+                step - 1,
+            )
 
     def publish(self, model: torch.nn.Module, step: int) -> None:
         """The policy after ``step`` updates: its snapshot, the prompts of batch ``step + s`` (the first it

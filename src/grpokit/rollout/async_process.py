@@ -226,6 +226,7 @@ class ProcessRollout:
 
     def after_update(self, model, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
+        self.plan.check_taken(self.taken, step)
         self.plan.publish(model, step)
         self.trainer_step = step
         if self.context.partial_tokens:  # batches in flight may wait for it at a segment boundary
