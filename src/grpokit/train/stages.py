@@ -86,7 +86,7 @@ def parse_stages(cfg: Config) -> list[Stage]:
     return stages
 
 
-SAMPLED = ("domain", "group_size", "max_new_tokens", "temperature")  # stage keys that change what is sampled
+SAMPLED = ("domain", *(k for k, f in OVERRIDES.items() if f.startswith("rollout.")))  # keys that change sampling
 
 
 def _check_async(cfg: Config, spec: dict, where: str) -> None:
