@@ -367,25 +367,25 @@ def _busy_training(stop, errors):
 
 
 def _spy_captures(monkeypatch):
-    """Record (thread name, captured on the default stream) for every StaticDecoder graph capture."""
+    """Record (thread name, captured on the default stream) for every graph capture of the static step."""
     import threading
 
-    from grpokit.rollout import static
+    from grpokit.rollout import step_graphs
 
-    seen, real = [], static.StaticDecoder._capture
+    seen, real = [], step_graphs.StepGraphs.capture
 
-    def spy(self, tok_n, pos_n, width):
+    def spy(self, tok_n, pos_n, t, width):
         s = torch.cuda.current_stream()
         seen.append((threading.current_thread().name, s == torch.cuda.default_stream(s.device)))
-        return real(self, tok_n, pos_n, width)
+        return real(self, tok_n, pos_n, t, width)
 
-    monkeypatch.setattr(static.StaticDecoder, "_capture", spy)
+    monkeypatch.setattr(step_graphs.StepGraphs, "capture", spy)
     return seen
 
 
 @pytest.mark.parametrize("where", ["sampler thread", "trainer thread"])
 def test_graphs_are_captured_beside_another_thread_busy_on_the_card(monkeypatch, where):
-    """rollout/static.py captures in thread_local mode: the asynchronous sampler's thread captures on its own
+    """rollout/step_graphs.py captures in thread_local mode: the asynchronous sampler's thread captures on its own
     stream while the update runs on the default one ("sampler thread"), and the trainer's thread captures (a
     refill) while a sampler thread decodes eagerly beside it ("trainer thread"). In the default global mode the
     other thread's cudaMalloc would break the capture. The graphed tokens equal the eager decode's."""

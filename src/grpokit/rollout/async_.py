@@ -27,7 +27,7 @@ barrier: ``time/waiting_for_stragglers``).
 
 On CUDA the thread decodes on a stream of its own, so its kernels run beside the update's instead of
 queueing behind them on the default stream, and the static engine replays CUDA graphs captured on that
-stream (rollout/static.py ``_capture``: ``thread_local`` capture, no device-wide synchronisation). Each
+stream (rollout/step_graphs.py: ``thread_local`` capture, no device-wide synchronisation). Each
 snapshot is copied on the trainer's stream; the sampler's stream waits for an event recorded after the
 copy (``_Published``) and is synchronised before it lets go of a snapshot, whose memory the trainer's
 stream may then reuse.

@@ -77,7 +77,7 @@ class HFEngine:
 
     def turn_sampler(self, model: torch.nn.Module, generator: torch.Generator | None = None) -> TurnSampler:
         """Sampling with ``generator`` (a caller's, e.g. the async sampler's per batch) or the trainer's.
-        CUDA graphs on any thread: rollout/static.py captures them in ``thread_local`` mode, on the
+        CUDA graphs on any thread: rollout/step_graphs.py captures them in ``thread_local`` mode, on the
         asynchronous sampler's own stream beside the update (rollout/async_.py)."""
         gen = generator if generator is not None else self.generator
         graphs = self.cuda_graphs

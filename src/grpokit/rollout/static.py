@@ -34,12 +34,13 @@ On CUDA the step is replayed as CUDA graphs (``graphs=True``): a decode step of 
 few hundred small kernels, and launching them one by one from Python costs more than running them.
 A graph needs fixed shapes and addresses, so the graphed step differs from the eager one in two
 places only: the new key/value is written at a column held in a device tensor (``index_copy_``), and
-attention reads a fixed-width window of the cache (the next multiple of ``GRAPH_COLUMNS``) with the
+attention reads a fixed-width window of the cache (the next multiple of step_graphs' ``GRAPH_COLUMNS``) with the
 columns not yet written hidden by the bias. Masked columns weigh exactly 0 (their cache starts at
 zero, so no uninitialised NaN can leak in as 0 * NaN), so both compute the same
 function; tests/project/test_gpu.py checks the graphed, eager and ``model.generate`` paths sample the same
 tokens. One graph is captured per (rows, window) pair seen in a rollout and dropped with the decoder.
-Graphs are captured on whichever thread decodes, the asynchronous sampler's included (``_capture``).
+The graphs themselves (capture, replay, streams) are rollout/step_graphs.py's; they are captured on
+whichever thread decodes, the asynchronous sampler's included.
 
 Vision-language models (Qwen2-VL, Qwen2.5-VL): the images only enter the prefill, which is the model's
 own forward (rollout/hf.py); its cache, images included, is copied here once per group. Decoding is
@@ -61,9 +62,10 @@ import torch
 from grpokit.nn import kernels
 from grpokit.nn.models import has_sliding_window
 
+from .step_graphs import StepGraphs
+
 SUPPORTED = ("llama", "qwen2", "mistral", "qwen2_vl", "qwen2_5_vl")
 STATIC_ROPE = ("default", "linear", "llama3")  # frequencies fixed, whatever the sequence length
-GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
 # The single-query attention: "matmul" (two batched matmuls and a float32 softmax) or "sdpa"
 # (torch's scaled_dot_product_attention with grouped-query heads). Both compute the same function
 # (tests/rollout/test_rollout.py); bench/gpu_bench.py measures each (bench/RESULTS.md).
@@ -206,8 +208,7 @@ class StaticDecoder:
             rotary_axes(self.backbone.rotary_emb) or 0
         )  # known here, eagerly: never probed inside a graph capture
         self.graphs = graphs and graphable(model, keys[0].device)
-        self._graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
-        self._pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)
+        self._step_graphs = StepGraphs(self._forward)  # the step's CUDA graphs, captured on first use
 
     @classmethod
     def from_prefill(
@@ -250,7 +251,7 @@ class StaticDecoder:
         self.keys = [pick(k) for k in self.keys]
         self.values = [pick(v) for v in self.values]
         self.bias = self.bias.index_select(0, idx)
-        self._graphs, self._pool = {}, None  # captured on the old tensors; a released pool cannot take new graphs
+        self._step_graphs.reset()  # captured on the old tensors
 
     def _rotary_at(self, x: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
         """The model's rotary tables at positions ``pos_n`` (n, 1), as ``rotary_table(cos, sin)`` (2, n, 1, d).
@@ -271,7 +272,7 @@ class StaticDecoder:
     def step(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (``tok_n`` (n,), positions ``pos_n`` (n, 1)); return logits (n, V)."""
         if self.graphs:
-            logits = self._replay(tok_n, pos_n)
+            logits = self._step_graphs.replay(tok_n, pos_n, self.t, self.keys[0].shape[2])
         else:
             logits = self._forward(tok_n, pos_n, self.t, self.t + 1)
         self.t += 1
@@ -316,70 +317,6 @@ class StaticDecoder:
             gate, up = gate_up_proj(norm2(x))  # (n, I) each
             x = x + down_proj(layer.mlp.act_fn(gate) * up)
         return self.head(self.final_norm(x))
-
-    def _replay(self, tok_n: torch.Tensor, pos_n: torch.Tensor) -> torch.Tensor:
-        """The step as a CUDA graph for (rows, window), captured on first use; inputs are copied
-        into the graph's own tensors. The returned logits are overwritten by the next replay."""
-        n, S = tok_n.shape[0], self.keys[0].shape[2]
-        width = min(S, -(-(self.t + 1) // GRAPH_COLUMNS) * GRAPH_COLUMNS)
-        entry = self._graphs.get((n, width))
-        if entry is None:
-            entry = self._capture(tok_n, pos_n, width)
-            self._graphs[(n, width)] = entry
-        graph, tok, pos, col, logits = entry
-        tok.copy_(tok_n)
-        pos.copy_(pos_n)
-        col.fill_(self.t)
-        graph.replay()
-        return logits
-
-    def _capture(self, tok_n, pos_n, width):
-        """Capture the step for (rows, window). Always in ``thread_local`` mode: another thread's CUDA calls
-        during the capture (the update beside an asynchronous sampler, or that sampler beside a refill
-        captured here) are its own business; in the default ``global`` mode they would break the capture.
-
-        On the default stream (the trainer's thread) the step is warmed up on a side stream and captured
-        by ``torch.cuda.graph``, which first synchronises the device and empties torch's cache. On any other
-        stream (rollout/async_.py's sampler thread, beside the update) the step is warmed up and captured
-        on that stream itself, with no device-wide synchronisation and no emptied cache: those would wait
-        for the update's queued kernels and hand its cached memory back to CUDA at every capture."""
-        tok, pos = tok_n.clone(), pos_n.clone()
-        col = torch.full((1,), self.t, dtype=torch.long, device=tok.device)
-        graph = torch.cuda.CUDAGraph()
-        self._pool = self._pool or torch.cuda.graph_pool_handle()
-        stream = torch.cuda.current_stream()
-        if stream == torch.cuda.default_stream(stream.device):
-            side = warmup_stream(tok.device)
-            side.wait_stream(stream)
-            with torch.cuda.stream(side):  # warm-up off the capture (lazy tables, cuBLAS workspaces); same values
-                self._forward(tok, pos, col, width)
-            stream.wait_stream(side)
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                logits = self._forward(tok, pos, col, width)
-            return graph, tok, pos, col, logits
-        self._forward(tok, pos, col, width)  # warm-up on the stream the capture records
-        graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
-        try:
-            logits = self._forward(tok, pos, col, width)
-        finally:
-            graph.capture_end()
-        return graph, tok, pos, col, logits
-
-
-_WARMUP_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-
-
-def warmup_stream(device: torch.device) -> "torch.cuda.Stream":
-    """One side stream per device for the warm-up run before each capture. torch keeps a cuBLAS
-    workspace (32 MiB on Hopper by default) for every stream cuBLAS has run on, for the life of the
-    process; a new stream for each of a rollout's captures (five windows of 128 columns at 512
-    tokens) would hold another ~160 MiB every step until torch's pool of 32 streams came round again.
-    That is the likely cause of the 0.16 GB a step that bench/RESULTS.md saw on an H100 (5 x 32 MiB;
-    to be confirmed on a card: tests/project/test_gpu.py::test_gpu_memory_does_not_grow_across_steps)."""
-    device = torch.device(device)
-    if device not in _WARMUP_STREAMS:
-        _WARMUP_STREAMS[device] = torch.cuda.Stream(device)
-    return _WARMUP_STREAMS[device]
 
 
 def rotary_table(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
