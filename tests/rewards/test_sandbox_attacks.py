@@ -13,6 +13,7 @@ import time
 import pytest
 
 from grpokit.rewards.code import code_pass_fraction, probe, run_tests
+from grpokit.rewards.sandbox import uids
 from grpokit.rewards.sandbox.isolation import Limits
 from helpers.paths import TESTS
 from helpers.sandbox_probes import SYSCALL_PROBE
@@ -29,12 +30,12 @@ def score(code: str, cases=STDIO) -> float:
     return code_pass_fraction([f"```python\n{code}\n```"], [cases], wall_s=1.5, memory_mb=256)[0]
 
 
-def sandbox_processes() -> list[str]:
-    """Processes on the host owned by the sandbox uid range (should be none after a run)."""
+def sandbox_processes(owners) -> list[str]:
+    """Processes on the host running as one of the uids ``owners`` (should be none after a run)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if 200_000 <= os.stat(f"/proc/{pid}").st_uid < 260_000:
+            if os.stat(f"/proc/{pid}").st_uid in owners:
                 found.append(pid)
         except FileNotFoundError:
             pass
@@ -42,13 +43,17 @@ def sandbox_processes() -> list[str]:
 
 
 @pytest.fixture
-def canary(tmp_path):
+def canary(tmp_path, monkeypatch):
+    """After the test: the host's file untouched, and no process left running as any uid this test's
+    sandboxes ran as. Only those uids: other pytest workers' sandboxes run beside this test (as uids of
+    their own, sandbox/uids.py) and come and go while it runs."""
     path = tmp_path / "canary.txt"
     path.write_text("intact")
-    before = set(sandbox_processes())  # another run's sandboxes on this host (a parallel test run) are not ours
+    taken, take = [], uids.take
+    monkeypatch.setattr(uids, "take", lambda: taken.append(take()) or taken[-1])
     yield path
     assert path.read_text() == "intact"  # every attack leaves the host's files alone
-    assert sorted(set(sandbox_processes()) - before) == []  # and leaves no process behind
+    assert sorted(sandbox_processes(set(taken))) == []  # and leaves no process behind
 
 
 def test_honest_programs_pass():
@@ -363,6 +368,7 @@ NON_ROOT_SECCOMP = r"""
 import os, platform
 from grpokit.rewards.code import probe, run_tests
 from grpokit.rewards.sandbox import seccomp
+from grpokit.rewards.sandbox import uids
 from grpokit.rewards.sandbox.isolation import Limits
 from helpers.sandbox_probes import SYSCALL_PROBE
 assert os.geteuid() != 0 and probe()[0], probe()
