@@ -2,6 +2,10 @@
 worker must return, and a worker's sample function that returns garbage (module-level: the workers import it)."""
 
 import dataclasses
+import os
+import socket
+import subprocess
+import sys
 
 import torch
 
@@ -49,9 +53,12 @@ def process_engine(
     model=None,
     staleness: int = 1,
     partial_tokens: int = 0,
+    remote: int = 0,
+    port: int = 0,
 ):
     """``(engine, model)``: a tiny policy's (or ``model``'s) ProcessRollout (2 prompts of 3 samples a step;
-    ``partial_tokens``: rollout.async_partial_tokens)."""
+    ``partial_tokens``: rollout.async_partial_tokens); ``remote`` workers join at 127.0.0.1:``port`` with KEY
+    (start them with ``remote_worker``)."""
     model = model if model is not None else tiny_qwen2(seed=1)
     engine = ProcessRollout(
         model,
@@ -66,8 +73,30 @@ def process_engine(
         max_staleness=staleness,
         seed=SEED,
         sample=sample,
+        remote=remote,
+        listen=("127.0.0.1", port),
+        key=KEY.encode(),
     )
     return engine, model
+
+
+KEY = "test-rollout-key-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def remote_worker(port: int, key: str = KEY, *args: str, threads: int = 0) -> subprocess.Popen:
+    """A real ``grpokit rollout-worker`` process connecting to 127.0.0.1:``port`` (stderr piped), with
+    ``threads`` intra-op threads (0: this process's): a worker's batches equal the trainer's own only under the
+    trainer's thread count."""
+    env = {**os.environ, "GRPOKIT_ROLLOUT_KEY": key}
+    cmd = [sys.executable, "-m", "grpokit", "rollout-worker", "--connect", f"127.0.0.1:{port}"]
+    cmd += ["--threads", str(threads or torch.get_num_threads()), *args]
+    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
 
 
 def expected_batch(engine, index: int):

@@ -73,3 +73,42 @@ def test_worker_processes_killed_and_resumed_equal_the_threads_run(tiny_model_di
     workers_only = ("rollout/worker_faults", "rollout/workers")
     assert [{k: v for k, v in m.items() if k not in workers_only} for m in m_res] == m_ref
     assert all(m["rollout/worker_faults"] == 0 for m in m_res)
+
+
+@pytest.mark.slow
+def test_a_persistent_remote_worker_serves_a_killed_trainer_and_its_resumed_run(
+    tiny_model_dir, tmp_path, async_reference
+):
+    """rollout.async_remote_workers=1: a real ``grpokit rollout-worker --persist`` on loopback samples every
+    batch (the weights through its gloo pair); the trainer killed with SIGKILL inside step 3 and resumed, the
+    same worker joins the resumed run, which ends where the thread's uninterrupted run ends, bit for bit."""
+    from helpers.rollout_workers import KEY, free_port, remote_worker
+
+    port = free_port()
+    rollout = {**ASYNC, "async_remote_workers": 1, "async_listen": f"127.0.0.1:{port}"}
+    cfg = write_setup(tmp_path, tiny_model_dir, rollout=rollout, save_every=1)
+    worker = remote_worker(port, KEY, "--persist", threads=1)  # the trainer's train.threads (write_setup)
+    env = {"GRPOKIT_ROLLOUT_KEY": KEY}
+    try:
+        victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path, env=env)
+        marker = tmp_path / "killed" / "checkpoints" / "step-000003"
+        deadline = time.time() + 400
+        while not marker.exists() and victim.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.2)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed; kill earlier"
+        rc, out, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path, env=env), timeout=600)
+        assert rc == 0, err[-2000:]
+        assert worker.poll() is None  # it served the resumed run and waits for the next
+    finally:
+        worker.kill()
+    said = worker.communicate()[1]
+    assert "the trainer at 127.0.0.1" in said and "closed the connection without telling this worker" in said, said
+    w_ref, m_ref = async_reference
+    w_res, m_res = final_state(tmp_path / "killed")
+    for k in w_ref:
+        assert torch.equal(w_ref[k], w_res[k]), k
+    workers_only = ("rollout/worker_faults", "rollout/workers")
+    assert [{k: v for k, v in m.items() if k not in workers_only} for m in m_res] == m_ref

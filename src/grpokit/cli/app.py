@@ -1,5 +1,5 @@
-"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve | trl grpo`` and
-``grpokit --version``.
+"""The command line: ``grpokit train | eval | report | doctor | presets | models | vllm-serve | rollout-worker |
+trl grpo`` and ``grpokit --version``.
 
 One error model (docs/FAULTS.md): a user's mistake (bad config value, missing or malformed file,
 an occupied run folder) prints one sentence and exits with status 2; a full disk stops the run with
@@ -23,6 +23,14 @@ from .run_commands import cmd_doctor, cmd_report
 from .train_command import cmd_train, cmd_trl
 
 
+def cmd_rollout_worker(argv: list[str]) -> int:
+    from grpokit.rollout.async_remote_worker import main as worker_main
+    from grpokit.train.models import quiet_transformers
+
+    quiet_transformers()  # as the trainer: its warnings name nothing the user can act on
+    return worker_main(argv)
+
+
 def cmd_vllm_serve(argv: list[str]) -> int:
     from grpokit.rollout.vllm_serve import (
         main as serve_main,  # imports no vLLM: --help works without it
@@ -39,6 +47,7 @@ COMMANDS = {
     "presets": cmd_presets,
     "models": cmd_models,
     "vllm-serve": cmd_vllm_serve,
+    "rollout-worker": cmd_rollout_worker,
     "trl": lambda argv: cmd_trl(argv),
 }
 

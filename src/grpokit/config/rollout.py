@@ -113,6 +113,14 @@ class RolloutConfig:
     """With async_staleness > 0: 0 samples in a thread of the trainer's process; N >= 1 in N worker processes
     (rollout/async_process.py; one turn, CPU; with several trainer ranks, N per rank), weights passed as
     shared-memory tensors."""
+    async_remote_workers: int = 0
+    """With async_staleness > 0: this many more rollout workers, each ``grpokit rollout-worker --connect HOST:PORT``
+    on any host that reaches the trainer (rollout/async_remote.py); the run waits for them at its start. They
+    prove the secret in GRPOKIT_ROLLOUT_KEY, get the policy by value and each version's weights through a gloo
+    pair of torch.distributed, with the same deadlines and faults as async_workers (one turn, CPU)."""
+    async_listen: str = "127.0.0.1:29710"
+    """HOST:PORT where the trainer accepts its remote rollout workers (async_remote_workers); 0.0.0.0:PORT for
+    every interface. Under torchrun rank r listens on PORT + r."""
     async_worker_threads: int = 0
     """Intra-op CPU threads of each rollout worker process (async_workers). 0: the trainer's threads (train.threads)
     split evenly between the trainer and its workers, at least one each, so that the processes together run no

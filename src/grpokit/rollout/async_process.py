@@ -35,7 +35,7 @@ from grpokit.nn import kernels
 from grpokit.types import Rollout
 
 from .async_plan import AsyncPlan
-from .async_workers import Job, WorkerPool
+from .async_workers import START_S, Job, WorkerPool
 from .engine import HFEngine, TurnSampler
 from .hf import SamplingParams, generate
 from .partial import check_staleness, generate_partial, segment_version
@@ -150,11 +150,15 @@ class ProcessRollout:
         rank: int = 0,
         world_size: int = 1,
         wait_ranks: Callable[[], None] = lambda: None,
+        remote: int = 0,
+        listen: tuple[str, int] = ("127.0.0.1", 29710),
+        key: bytes = b"",
     ):
         """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
         function: the workers import it); ``threads`` each worker's intra-op threads (0: the trainer's);
         ``prompts_per_step`` is the global batch, ``seed`` this rank's,
-        ``wait_ranks`` returns once every rank has its batch (async_.py)."""
+        ``wait_ranks`` returns once every rank has its batch (async_.py); ``remote`` workers on other hosts
+        join at ``listen`` with ``key`` (rollout/async_remote.py)."""
         self.hf, self.n, self.G, self.context = hf, prompts_per_step // world_size, context.group_size, context
         self.max_staleness, self.wait_ranks = max_staleness, wait_ranks
         self.plan = AsyncPlan(
@@ -182,6 +186,7 @@ class ProcessRollout:
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "partial": bool(context.partial_tokens),
         }
+        joined = self._join_remote(remote, listen, key, workers, timeout_s)
         with sendable(base) as init["onednn"]:  # the workers pickle it at their start
             self.pool = WorkerPool(
                 workers,
@@ -189,9 +194,28 @@ class ProcessRollout:
                 timeout_s=timeout_s,
                 on_fault=on_fault,
                 check=lambda job, ro: check_rollout(job, ro, self.G, vocab),
+                remote=joined,
             )
         self.submitted: set[int] = set()
         self._submit_ready()
+
+    @staticmethod
+    def _join_remote(n: int, listen: tuple[str, int], key: bytes, first: int, timeout_s: float) -> list:
+        """The ``n`` remote workers, once connected to ``listen`` (the listener closes: no late joiner)."""
+        if not n:
+            return []
+        from .async_remote import RemoteListener
+
+        listener = RemoteListener(listen, key, timeout_s)
+        print(
+            f"grpokit: waiting for {n} rollout worker(s) at {listen[0]}:{listen[1]} "
+            f"(grpokit rollout-worker --connect HOST:{listen[1]})",
+            flush=True,
+        )
+        try:
+            return listener.take(n, first, max(timeout_s, START_S))
+        finally:
+            listener.close()
 
     def _submit_ready(self) -> None:
         """Every batch whose prompts and weights exist goes to the pool (at most s + 1 at a time)."""

@@ -35,8 +35,10 @@ class _Stop(Exception):
 class _Weights:
     """A worker's policy and the versions its current job may use (the job's and those pushed since)."""
 
-    def __init__(self, conn, model: torch.nn.Module, trainable: list[str]):
-        self.conn, self.model = conn, model
+    def __init__(self, conn, model: torch.nn.Module, trainable: list[str], receive=None):
+        """``receive(version)``: a version's tensors when a message carries None for them (a remote worker's
+        weights come through its gloo pair: rollout/async_remote_worker.py)."""
+        self.conn, self.model, self.receive = conn, model, receive
         self.params = dict(model.named_parameters())
         with torch.no_grad():  # the trainable tensors become this worker's own; the frozen ones stay shared
             for name in trainable:
@@ -46,8 +48,11 @@ class _Weights:
         self.known: dict[int, dict] = {}
 
     def start(self, job) -> None:
-        self.job, self.known = job, {job.version: job.tensors, **job.later}
-        self.waited = 0.0
+        self.job, self.waited = job, 0.0
+        self.known = {v: self._tensors(v, t) for v, t in {job.version: job.tensors, **job.later}.items()}
+
+    def _tensors(self, version: int, tensors):
+        return self.receive(version) if tensors is None else tensors
 
     def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
         """Segment ``segment``'s policy and version, waiting for the trainer to push a version not yet
@@ -75,17 +80,19 @@ class _Weights:
         if msg is None:
             raise _Stop
         if msg[0] == "version":
-            self.known[msg[1]] = msg[2]
+            self.known[msg[1]] = self._tensors(msg[1], msg[2])
         elif msg[0] == "abandon" and msg[1] == self.job.index:
             raise _Abandoned
 
 
-def worker_main(conn) -> None:
-    """A worker's life: receive the init record, then answer jobs until told to stop (None)."""
-    try:  # through the pipe, not the process's arguments: a forkserver child takes at most ~250 descriptors
-        init = conn.recv()  # there, one per shared tensor; the pipe hands each over on its own
-    except EOFError:
-        return
+def worker_main(conn, init: dict | None = None, receive=None) -> bool:
+    """A worker's life: receive the init record (unless given), then answer jobs until told to stop (None).
+    True when told to stop, False when the trainer went away (its end closed)."""
+    if init is None:
+        try:  # through the pipe, not the process's arguments: a forkserver child takes at most ~250 descriptors
+            init = conn.recv()  # there, one per shared tensor; the pipe hands each over on its own
+        except EOFError:
+            return False
     torch.set_num_threads(init["threads"])
     torch.use_deterministic_algorithms(init["deterministic"])
     model, sample, ctx = init["model"], init["sample"], init["context"]
@@ -93,20 +100,20 @@ def worker_main(conn) -> None:
         from grpokit.nn.kernels import use_onednn_linears
 
         use_onednn_linears(model)
-    weights = _Weights(conn, model, init["trainable"])
+    weights = _Weights(conn, model, init["trainable"], receive)
     conn.send(("ready", os.getpid(), torch.get_num_threads()))
     from .async_plan import batch_generator
 
     while True:
+        job = None
         try:
             job = conn.recv()
-        except EOFError:  # the trainer is gone (killed): nothing left to sample for
-            return
-        if job is None:
-            return
-        if isinstance(job, tuple):  # a version pushed for a batch already finished: nothing to do
-            continue
-        try:
+            if job is None:
+                return True
+            if isinstance(job, tuple):  # a version pushed for a batch already finished: received, not used
+                if receive is not None and job[0] == "version" and job[2] is None:
+                    receive(job[1])  # its bytes come through the pair all the same
+                continue
             t0 = time.perf_counter()
             weights.start(job)
             generator = batch_generator(init["seed"], job.index, torch.device("cpu"))
@@ -114,10 +121,17 @@ def worker_main(conn) -> None:
                 ro = sample(ctx, weights.version_model, generator, job.prompts)
             else:
                 ro = sample(ctx, weights.version_model(0)[0], generator, job.prompts)
-            conn.send(("batch", job.index, ro, time.perf_counter() - t0 - weights.waited))
-        except (_Stop, EOFError):
-            return
+            answer = ("batch", job.index, ro, time.perf_counter() - t0 - weights.waited)
+        except _Stop:
+            return True
+        except (EOFError, OSError):  # the trainer is gone (killed): nothing left to sample for
+            return False
         except _Abandoned:
-            conn.send(("abandoned", job.index))
+            answer = ("abandoned", job.index)
         except Exception as e:  # noqa: BLE001 - reported to the trainer as this worker's fault
-            conn.send(("error", job.index, f"{type(e).__name__}: {e}", traceback.format_exc(limit=3)))
+            index = getattr(job, "index", None)
+            answer = ("error", index, f"{type(e).__name__}: {e}", traceback.format_exc(limit=3))
+        try:
+            conn.send(answer)
+        except OSError:  # gone while this worker sampled
+            return False

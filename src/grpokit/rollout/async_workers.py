@@ -66,6 +66,11 @@ class Worker:
     at: int = 0  # that segment's version
     waiting: int | None = None  # the version it said it waits for, until it has loaded it
     threads: int = 0  # its intra-op CPU threads, as it said when ready
+    pid: int | None = None  # a local worker's from its start, a remote one's as it said when ready
+    host: str = ""  # a remote worker's (rollout/async_remote.py); "" for a local one
+
+    def label(self) -> str:
+        return f"rollout worker {self.number} (pid {self.pid}{f' on {self.host}' if self.host else ''})"
 
 
 @dataclass
@@ -88,7 +93,18 @@ class WorkerPool:
     """``n`` worker processes sampling whole batches; ``submit`` queues a job, ``result(index)`` waits
     (with deadlines) for that batch, dispatching queued jobs as workers free up."""
 
-    def __init__(self, n: int, init: dict, *, timeout_s: float, on_fault: str, check: Callable[[Job, Any], str]):
+    def __init__(
+        self,
+        n: int,
+        init: dict,
+        *,
+        timeout_s: float,
+        on_fault: str,
+        check: Callable[[Job, Any], str],
+        remote: list = (),
+    ):
+        """``n`` local workers, and the ``remote`` ones, ``(conn, proc)`` pairs already connected
+        (rollout/async_remote.py), numbered after them."""
         self.timeout_s, self.on_fault, self.check = timeout_s, on_fault, check
         # forkserver: one clean server process imports torch and grpokit's sampler once, and forks each worker
         # from it (a plain fork would copy the trainer's threads and locks; spawn re-imports everything)
@@ -106,7 +122,12 @@ class WorkerPool:
             proc.start()
             child.close()
             # starting imports torch in a fresh interpreter: its own, longer deadline
-            self.workers.append(Worker(k, proc, parent, deadline=time.monotonic() + max(timeout_s, START_S)))
+            self.workers.append(
+                Worker(k, proc, parent, deadline=time.monotonic() + max(timeout_s, START_S), pid=proc.pid)
+            )
+        for conn, proc in remote:  # receiving the policy by value over the network: the same start deadline
+            start = time.monotonic() + max(timeout_s, START_S)
+            self.workers.append(Worker(len(self.workers), proc, conn, deadline=start, host=proc.host))
         # the init record goes through the pipes from a thread, so a worker that never reads it meets its start
         # deadline instead of blocking the trainer; every worker has read it once all are ready (below)
         threading.Thread(target=_send_init, args=([w.conn for w in self.workers], init), daemon=True).start()
@@ -197,11 +218,12 @@ class WorkerPool:
             raise RolloutWorkerError(
                 "every busy rollout worker waits for weights the trainer has not published (grpokit's own fault)"
             )
-        ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout)
+        sentinels = [w.proc.sentinel for w in busy if w.proc.sentinel is not None]  # a remote worker has none
+        ready = wait([w.conn for w in busy] + sentinels, timeout=timeout)
         for w in busy:
             if w.conn in ready:
                 self._receive(w)
-            elif w.proc.sentinel in ready:
+            elif w.proc.sentinel is not None and w.proc.sentinel in ready:
                 code = w.proc.exitcode
                 how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
                 self._fault(w, f"{how} {self._doing(w)}")
@@ -214,10 +236,10 @@ class WorkerPool:
         try:
             msg = w.conn.recv()
         except (EOFError, OSError) as e:
-            return self._fault(w, f"closed its pipe {self._doing(w)} ({type(e).__name__})")
+            return self._fault(w, f"closed its connection {self._doing(w)} ({type(e).__name__})")
         kind = msg[0] if isinstance(msg, tuple) and msg else None
         if kind == "ready" and w.phase == "start":
-            w.phase, w.threads = "idle", int(msg[2])
+            w.phase, w.threads, w.pid = "idle", int(msg[2]), w.pid or int(msg[1])
         elif kind == "synced" and w.phase in ("sync", "sample", "wait") and msg[1] == w.job.index:
             self.sync_s += float(msg[4])
             w.segment, w.at, w.waiting = msg[2], msg[3], None
@@ -269,8 +291,8 @@ class WorkerPool:
 
     def _fault(self, w: Worker, what: str) -> None:
         self.stats.faults += 1
-        sentence = f"rollout worker {w.number} (pid {w.proc.pid}) {what}"
-        if w.phase == "start":  # a worker's start runs the main script again (forkserver): the usual cause
+        sentence = f"{w.label()} {what}"
+        if w.phase == "start" and not w.host:  # a local worker's start runs the main script again (forkserver)
             sentence += f"; each worker runs the main script again as it starts: if it trains at its top level, {GUARD}"
         self._end(w)
         self.workers.remove(w)

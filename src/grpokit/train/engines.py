@@ -98,11 +98,12 @@ def make_engine(
         if step:  # resumed: the engine loaded the base checkpoint, the policy has moved on
             engine.after_update(model, step)
         return engine
-    if r.async_staleness > 0 and r.async_workers > 0 and device.type != "cpu":
+    workers = r.async_workers + r.async_remote_workers
+    if r.async_staleness > 0 and workers > 0 and device.type != "cpu":
         raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
-    if r.async_staleness > 0:  # the own engines: the sampler shares the trainer's device
+    if r.async_staleness > 0 and not (r.async_remote_workers and not r.async_workers):  # shares the trainer's device
         warn_shared_device_async(r.async_staleness, device)
-    if r.async_staleness > 0 and r.async_workers > 0:
+    if r.async_staleness > 0 and workers > 0:
         return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer, dist)
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout
@@ -183,7 +184,7 @@ def process_engine(
     trainer_threads, worker_threads = (
         (n, r.async_worker_threads) if r.async_worker_threads else split_cpu_threads(n, r.async_workers)
     )
-    if trainer_threads != n:
+    if trainer_threads != n and r.async_workers:
         log.info(
             "rollout.async_workers=%d: the trainer's %d CPU threads split, %d for the trainer and %d per worker "
             "(rollout.async_worker_threads)",
@@ -215,8 +216,20 @@ def process_engine(
         prompts_per_step=cfg.train.prompts_per_step,
         max_staleness=r.async_staleness,
         resume_state=state,
+        **remote_workers(r, dist.rank),
         **async_ranks(cfg, dist),
     )
+
+
+def remote_workers(r: RolloutConfig, rank: int) -> dict:
+    """ProcessRollout's remote workers (rollout.async_remote_workers): how many, where this rank listens
+    (rollout.async_listen's port + rank) and the key."""
+    if not r.async_remote_workers:
+        return {}
+    from grpokit.rollout.async_remote import parse_address, rollout_key
+
+    host, port = parse_address(r.async_listen, "rollout.async_listen")
+    return dict(remote=r.async_remote_workers, listen=(host, port + rank), key=rollout_key())
 
 
 def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContext):

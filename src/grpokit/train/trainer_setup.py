@@ -130,7 +130,10 @@ class TrainerSetup:
         """Stage 2's engine: the one sampling on the trainer's model, or vLLM / the async sampler."""
         cfg = self.cfg
         self.params = build.sampling_params(cfg.rollout)
-        if cfg.rollout.async_workers and (self.episodes.multi_turn or any(p.vision for p in self.prompts[:1])):
+        r = cfg.rollout
+        if (r.async_workers or r.async_remote_workers) and (
+            self.episodes.multi_turn or any(p.vision for p in self.prompts[:1])
+        ):
             raise ConfigError(
                 "rollout.async_workers samples one-turn text completions, not episodes with tools or environments "
                 "or image prompts; set rollout.async_workers=0 (the thread samples them)"

@@ -147,17 +147,28 @@ def check_async_workers(cfg: Config) -> None:
         f"rollout.async_timeout_s={r.async_timeout_s} must be a finite number > 0 of seconds",
     )
     one_of("rollout.async_worker_fault", r.async_worker_fault, ("stop", "drop"))
-    if not r.async_workers:
+    check(
+        r.async_remote_workers >= 0,
+        f"rollout.async_remote_workers={r.async_remote_workers} must be >= 0 (workers on other hosts)",
+    )
+    if not (r.async_workers or r.async_remote_workers):
         return
-    check(r.async_staleness > 0, f"rollout.async_workers={r.async_workers} needs rollout.async_staleness >= 1")
-    check(r.backend == "hf", f"rollout.async_workers runs the hf engines, not rollout.backend={r.backend}; set it to 0")
+    name = "rollout.async_workers" if r.async_workers else "rollout.async_remote_workers"
+    n = r.async_workers or r.async_remote_workers
+    check(r.async_staleness > 0, f"{name}={n} needs rollout.async_staleness >= 1")
+    check(r.backend == "hf", f"{name} runs the hf engines, not rollout.backend={r.backend}; set it to 0")
     e = cfg.env
     check(
         not (e.tools or e.environment),
-        "rollout.async_workers samples one-turn completions, not episodes with env.tools or env.environment; "
-        "set rollout.async_workers=0 (the thread runs episodes)",
+        f"{name} samples one-turn completions, not episodes with env.tools or env.environment; "
+        f"set {name}=0 (the thread runs episodes)",
     )
     check(
         cfg.model.device in ("cpu", "auto"),
-        f"rollout.async_workers runs on CPU only, not model.device={cfg.model.device}; set rollout.async_workers=0",
+        f"{name} runs on CPU only, not model.device={cfg.model.device}; set {name}=0",
     )
+    if r.async_remote_workers:
+        from grpokit.rollout.async_remote import parse_address, rollout_key
+
+        parse_address(r.async_listen, "rollout.async_listen")
+        rollout_key()

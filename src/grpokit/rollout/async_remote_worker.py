@@ -1,0 +1,115 @@
+"""A rollout worker on another host: ``grpokit rollout-worker --connect HOST:PORT`` (rollout/async_remote.py is
+the trainer's side).
+
+It connects to a trainer's ``rollout.async_listen`` (retrying until ``--wait`` seconds have passed: it may start
+before the trainer), proves the key in GRPOKIT_ROLLOUT_KEY, receives the init record (the policy, by value),
+joins its gloo pair with the trainer (rollout/weight_wire.py) and answers jobs as a local worker does
+(rollout/async_worker.py), its weights received through the pair. It exits 0 when the trainer tells it to stop
+and 1 with one sentence when the trainer goes away, refuses its key, or cannot be reached in time; with
+``--persist`` it waits for the next trainer instead (a run resumed after a kill), until one is not reached in
+time or refuses its key.
+
+This host needs the trainer's Python packages (grpokit, torch, transformers: the same versions, or the pickled
+policy may not load, and the batches equal a local worker's only under the same torch build and thread count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client
+
+import torch
+import torch.distributed as dist
+
+from .async_remote import KEY_ENV, PlainConn, parse_address, rollout_key
+from .async_worker import worker_main
+from .weight_wire import Layout, pair_group, recv_version
+
+
+class WorkerExit(Exception):
+    """The worker's end, in one sentence (exit status 1); ``final`` when waiting for another trainer cannot
+    help (a refused key, no trainer within ``--wait``)."""
+
+    def __init__(self, sentence: str, final: bool = False):
+        super().__init__(sentence)
+        self.final = final
+
+
+def connect(address: tuple[str, int], key: bytes, wait_s: float) -> PlainConn:
+    """The authenticated connection to the trainer, retried every second while it refuses (not listening yet)."""
+    deadline = time.monotonic() + wait_s
+    where = f"{address[0]}:{address[1]}"
+    while True:
+        try:
+            return PlainConn(Client(address, family="AF_INET", authkey=key))
+        except AuthenticationError as e:
+            raise WorkerExit(
+                f"the trainer at {where} refused this worker's key ({KEY_ENV} differs from its)", final=True
+            ) from e
+        except (ConnectionRefusedError, ConnectionResetError, EOFError) as e:
+            if time.monotonic() >= deadline:
+                raise WorkerExit(
+                    f"no trainer accepted a connection at {where} within {wait_s:g} s ({type(e).__name__}); is "
+                    "rollout.async_listen that address and the run started?",
+                    final=True,
+                ) from e
+            time.sleep(1.0)
+        except OSError as e:
+            raise WorkerExit(f"cannot connect to the trainer at {where}: {e.strerror or e}", final=True) from e
+
+
+def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: float = 600.0) -> None:
+    """Work for the trainer at ``address`` until it says stop; raises WorkerExit otherwise."""
+    conn = connect(address, key, wait_s)
+    where = f"{address[0]}:{address[1]}"
+    try:
+        init = conn.recv()
+        pair = init.pop("pair")
+        init["threads"] = threads or torch.get_num_threads()  # this host's cores, not the trainer's share
+        store = dist.TCPStore(address[0], pair["store_port"], is_master=False)
+        group = pair_group(store, pair["name"], 1, pair["join_s"])
+    except (EOFError, OSError, RuntimeError) as e:  # RuntimeError: the pair's rendezvous failed
+        conn.close()
+        raise WorkerExit(f"the trainer at {where} went away while this worker started ({type(e).__name__})") from e
+    params = dict(init["model"].named_parameters())
+    layout = Layout.of({name: params[name].data for name in init["trainable"]}, init["trainable"])
+    try:
+        told = worker_main(conn, init, receive=lambda version: recv_version(group, layout, version, pair["timeout_s"]))
+    finally:
+        conn.close()
+    if not told:
+        raise WorkerExit(
+            f"the trainer at {where} closed the connection without telling this worker to stop (it ended or was killed)"
+        )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="grpokit rollout-worker",
+        description="Sample rollouts for a grpokit trainer on another host (rollout.async_remote_workers). "
+        f"The secret key comes from {KEY_ENV}, the same as the trainer's.",
+    )
+    parser.add_argument("--connect", required=True, metavar="HOST:PORT", help="the trainer's rollout.async_listen")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: torch's default here)")
+    parser.add_argument(
+        "--wait", type=float, default=600.0, metavar="S", help="seconds to keep retrying while no trainer listens"
+    )
+    parser.add_argument(
+        "--persist",
+        action="store_true",
+        help="after a trainer stops or goes away, wait (--wait) for the next one, e.g. the run resumed",
+    )
+    args = parser.parse_args(argv)
+    address, key = parse_address(args.connect, "--connect"), rollout_key()
+    while True:
+        try:
+            serve(address, key, threads=args.threads, wait_s=args.wait)
+        except WorkerExit as e:
+            print(f"grpokit rollout-worker: {e}", file=sys.stderr, flush=True)
+            if e.final or not args.persist:
+                return 1
+        if not args.persist:
+            return 0

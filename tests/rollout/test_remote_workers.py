@@ -1,0 +1,216 @@
+"""Rollout workers on other hosts (rollout.async_remote_workers), tested on loopback with real
+``grpokit rollout-worker`` processes: they join the trainer's listener with the shared key, sample the async
+schedule bit for bit as a local worker does (their weights through gloo pairs, partial rollouts' later
+versions pushed), and a remote worker that dies, stops, holds the wrong key or never comes is a fault named in
+one sentence, never a hang."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from grpokit.rollout import async_process
+from grpokit.rollout.async_workers import RolloutWorkerError
+from grpokit.rollout.weight_wire import ALIGN, Layout
+from helpers.config_errors import section_error
+from helpers.rollout_workers import expected_batch, free_port, process_engine, remote_worker
+
+
+def _update(model) -> None:
+    with torch.no_grad():  # an update: the next version differs
+        next(p for p in model.parameters() if p.requires_grad).add_(0.01)
+
+
+def _steps(engine, model, n: int, check: bool = True):
+    """n steps of the trainer's side; each batch equal to the schedule's (``check``); the batches, the metrics."""
+    got = []
+    for k in range(n):
+        want = expected_batch(engine, k) if check else None
+        _, ro = engine.prefetched(2, 3)
+        got.append((ro.completion_ids, ro.sampling_logprobs, ro.sampling_versions))
+        assert not check or (ro.completion_ids, ro.sampling_logprobs) == want, k
+        _update(model)
+        metrics = engine.after_update(model, k + 1)
+    return got, metrics
+
+
+def _ended(worker: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
+    return worker.wait(timeout), worker.stderr.read()
+
+
+def test_a_remote_worker_beside_a_local_one_samples_the_schedule_and_stops_when_told():
+    port = free_port()
+    worker = remote_worker(port)  # started before the trainer listens: it retries until it does
+    engine, model = process_engine(1, remote=1, port=port)
+    try:
+        assert [w.label() for w in engine.pool.workers] == [
+            f"rollout worker 0 (pid {engine.pool.workers[0].proc.pid})",
+            f"rollout worker 1 (pid {worker.pid} on 127.0.0.1)",
+        ]
+        _, metrics = _steps(engine, model, 4)  # every batch equals the schedule's, whichever worker drew it
+        assert metrics["rollout/workers"] == 2 and metrics["rollout/worker_faults"] == 0
+    finally:
+        engine.close()
+    assert _ended(worker) == (0, "")  # told to stop: exit 0, nothing said
+
+
+def test_partial_rollouts_reach_a_remote_worker_as_a_local_one():
+    """Staleness 2, segments of 3 tokens: the remote worker waits mid-batch for versions the trainer publishes
+    later, pushed to it through its gloo pair; its batches (tokens, versions, log-probabilities) equal a local
+    worker's bit for bit."""
+    local, model = process_engine(1, staleness=2, partial_tokens=3)
+    try:
+        want, _ = _steps(local, model, 4, check=False)
+    finally:
+        local.close()
+    port = free_port()
+    worker = remote_worker(port)
+    engine, model = process_engine(0, staleness=2, partial_tokens=3, remote=1, port=port)
+    try:
+        got, metrics = _steps(engine, model, 4, check=False)
+    finally:
+        engine.close()
+    assert any(3 in vs for vs in got[3][2])  # batch 3 ends under version 3, published while it was drawn
+    assert got == want
+    assert metrics["rollout/staleness_max"] == 2
+    code, err = _ended(worker)
+    assert code == 0, err
+
+
+def test_a_killed_remote_worker_is_dropped_and_its_batch_redone(capsys):
+    port = free_port()
+    worker = remote_worker(port)
+    engine, model = process_engine(1, on_fault="drop", remote=1, port=port)
+    try:
+        os.kill(worker.pid, signal.SIGKILL)
+        _, metrics = _steps(engine, model, 3)
+    finally:
+        engine.close()
+    assert metrics["rollout/worker_faults"] == 1 and metrics["rollout/workers"] == 1
+    out = capsys.readouterr().out
+    assert re.search(
+        rf"rollout worker 1 \(pid {worker.pid} on 127.0.0.1\) closed its connection while .*; dropped it, 1 left", out
+    ), out
+
+
+def test_a_stopped_remote_worker_misses_its_deadline_and_exits_once_it_runs_again():
+    port = free_port()
+    worker = remote_worker(port)
+    engine, model = process_engine(0, on_fault="stop", timeout_s=3.0, remote=1, port=port)
+    try:
+        os.kill(worker.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(
+            RolloutWorkerError,
+            match=rf"^rollout worker 0 \(pid {worker.pid} on 127.0.0.1\) did not .* within "
+            r"rollout.async_timeout_s=3 s \(hung or stopped\)$",
+        ):
+            _steps(engine, model, 3)
+        assert time.monotonic() - t0 < 30
+    finally:
+        engine.close()
+        os.kill(worker.pid, signal.SIGCONT)
+    code, err = _ended(worker)  # it finds its connection closed: one sentence, status 1
+    assert code == 1 and "closed the connection without telling this worker to stop" in err, err
+
+
+def test_a_wrong_key_is_refused_on_both_sides_and_a_missing_worker_ends_the_start(monkeypatch):
+    monkeypatch.setattr(async_process, "START_S", 4.0)
+    port = free_port()
+    intruder = remote_worker(port, "another-key-of-enough-length")
+    with pytest.raises(
+        RolloutWorkerError,
+        match=rf"^0 of the 1 remote rollout workers \(rollout.async_remote_workers\) connected to 127.0.0.1:{port} "
+        r"within 4 s; refused 1: 127.0.0.1:\d+ \(AuthenticationError\); start each with `grpokit rollout-worker",
+    ):
+        process_engine(0, timeout_s=1.0, remote=1, port=port)
+    code, err = _ended(intruder)
+    assert code == 1 and "refused this worker's key (GRPOKIT_ROLLOUT_KEY differs" in err, err
+
+
+def test_a_worker_whose_trainer_never_listens_gives_up_in_one_sentence():
+    port = free_port()
+    code, err = _ended(remote_worker(port, "test-rollout-key-0123456789", "--wait", "1"))
+    assert code == 1
+    assert f"no trainer accepted a connection at 127.0.0.1:{port} within 1 s" in err, err
+
+
+def test_a_worker_whose_trainer_is_killed_exits_in_one_sentence(tmp_path):
+    """The trainer's process killed with SIGKILL mid-run: its worker finds the connection closed and ends."""
+    port = free_port()
+    worker = remote_worker(port)
+    script = (
+        "import sys, time; sys.path.insert(0, 'tests')\n"
+        "from helpers.rollout_workers import process_engine\n"
+        f"engine, model = process_engine(0, remote=1, port={port})\n"
+        "engine.prefetched(2, 3); print('ready', flush=True); time.sleep(600)\n"
+    )
+    trainer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline().startswith("grpokit: waiting for 1 rollout worker")
+        assert trainer.stdout.readline() == "ready\n"
+    finally:
+        trainer.kill()
+        trainer.wait()
+    code, err = _ended(worker)
+    assert code == 1 and f"the trainer at 127.0.0.1:{port} closed the connection without telling" in err, err
+
+
+def test_the_weights_buffer_lays_each_tensor_at_an_aligned_offset_and_views_it_back():
+    a = torch.arange(3, dtype=torch.float32)  # 12 bytes at 0
+    b = torch.tensor([[1.5, -2.0, 3.25, 0.5, 8.0]], dtype=torch.bfloat16)  # 10 bytes at 64
+    c = torch.tensor(7.0, dtype=torch.float64)  # 8 bytes at 128, a 0-d tensor
+    tensors = {"a": a, "b": b, "c": c}
+    layout = Layout.of(tensors, ["a", "b", "c"])
+    assert ALIGN == 64 and layout.nbytes == 192
+    assert [(e[0], e[3], e[4]) for e in layout.entries] == [("a", 0, 12), ("b", 64, 10), ("c", 128, 8)]
+    buf = layout.pack(tensors)
+    assert buf[:12].view(torch.float32).tolist() == [0.0, 1.0, 2.0]
+    back = layout.unpack(buf)
+    assert all(torch.equal(back[k], tensors[k]) and back[k].dtype == tensors[k].dtype for k in tensors)
+    assert back["b"].shape == (1, 5) and back["c"].shape == ()
+    with pytest.raises(ValueError, match=r"tensor a is torch.float64 \(3,\), the layout's torch.float32 \(3,\)"):
+        layout.pack({**tensors, "a": a.double()})
+
+
+@pytest.mark.parametrize(
+    "rollout, key, message",
+    [
+        ({"async_remote_workers": 1}, "k" * 20, r"^rollout.async_remote_workers=1 needs rollout.async_staleness >= 1"),
+        (
+            {"async_staleness": 1, "async_remote_workers": 1},
+            "",
+            r"^remote rollout workers need a secret key of at least 16 characters in GRPOKIT_ROLLOUT_KEY .*it is "
+            r"not set\)",
+        ),
+        (
+            {"async_staleness": 1, "async_remote_workers": 1},
+            "short",
+            r"^remote rollout workers need a secret key .*it has 5 characters\)",
+        ),
+        (
+            {"async_staleness": 1, "async_remote_workers": 1, "async_listen": "[::1]:29710"},
+            "k" * 20,
+            r"^rollout.async_listen='\[::1\]:29710' is not HOST:PORT with an IPv4 address",
+        ),
+        (
+            {"async_staleness": 1, "async_remote_workers": 1, "async_listen": "127.0.0.1:0"},
+            "k" * 20,
+            r"^rollout.async_listen='127.0.0.1:0' is not HOST:PORT .* a port in 1..65535",
+        ),
+        (
+            {"async_staleness": 1, "async_remote_workers": 1, "backend": "vllm"},
+            "k" * 20,
+            r"^rollout.async_remote_workers runs the hf engines, not rollout.backend=vllm",
+        ),
+        ({"async_remote_workers": -1}, "k" * 20, r"^rollout.async_remote_workers=-1 must be >= 0"),
+    ],
+)
+def test_what_remote_workers_need_is_one_sentence(monkeypatch, rollout, key, message):
+    monkeypatch.setenv("GRPOKIT_ROLLOUT_KEY", key)
+    assert re.search(message, section_error(rollout=rollout))
