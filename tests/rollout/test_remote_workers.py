@@ -59,15 +59,21 @@ def test_a_remote_worker_beside_a_local_one_samples_the_schedule_and_stops_when_
     assert _ended(worker) == (0, "")  # told to stop: exit 0, nothing said
 
 
-def test_partial_rollouts_reach_a_remote_worker_as_a_local_one():
+@pytest.fixture(scope="module")
+def local_partial():
+    """A local worker's partial batches (staleness 2, segments of 3 tokens), steps 0-3."""
+    local, model = process_engine(1, staleness=2, partial_tokens=3)
+    try:
+        return _steps(local, model, 4, check=False)[0]
+    finally:
+        local.close()
+
+
+def test_partial_rollouts_reach_a_remote_worker_as_a_local_one(local_partial):
     """Staleness 2, segments of 3 tokens: the remote worker waits mid-batch for versions the trainer publishes
     later, pushed to it through its gloo pair; its batches (tokens, versions, log-probabilities) equal a local
     worker's bit for bit."""
-    local, model = process_engine(1, staleness=2, partial_tokens=3)
-    try:
-        want, _ = _steps(local, model, 4, check=False)
-    finally:
-        local.close()
+    want = local_partial
     port = free_port()
     worker = remote_worker(port)
     engine, model = process_engine(0, staleness=2, partial_tokens=3, remote=1, port=port)
@@ -80,6 +86,25 @@ def test_partial_rollouts_reach_a_remote_worker_as_a_local_one():
     assert metrics["rollout/staleness_max"] == 2
     code, err = _ended(worker)
     assert code == 0, err
+
+
+def test_a_waiting_remote_worker_gives_its_batch_back_for_a_dead_workers_and_redoes_it(capsys, local_partial):
+    """Local worker 0 dies on batch 0 while remote worker 1 waits, mid-batch 1, for version 1, which only batch
+    0's update publishes: the remote worker gives batch 1 back, takes batch 0, then redoes batch 1 from its
+    start; the versions it held for the batch it gave back are released and their buffers reused, and every
+    batch still equals a local worker's."""
+    port = free_port()
+    worker = remote_worker(port)
+    engine, model = process_engine(1, on_fault="drop", staleness=2, partial_tokens=3, remote=1, port=port)
+    try:
+        os.kill(engine.pool.workers[0].proc.pid, signal.SIGKILL)
+        got, metrics = _steps(engine, model, 4, check=False)
+    finally:
+        engine.close()
+    assert got == local_partial
+    assert metrics["rollout/worker_faults"] == 1 and engine.pool.stats.given_back == 1
+    assert "rollout worker 0 (pid" in capsys.readouterr().out
+    assert _ended(worker)[0] == 0
 
 
 def test_a_killed_remote_worker_is_dropped_and_its_batch_redone(capsys):

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from grpokit.config.base import ConfigError
 
 from .async_workers import Job, RolloutWorkerError
-from .weight_wire import Layout, pair_group, send_version
+from .weight_wire import Layout, Sender, pair_group
 
 log = logging.getLogger("grpokit")
 
@@ -107,7 +107,6 @@ class RemoteConn(PlainConn):
         # the worker reaches the store at the host it connected to, on the store's port
         self.pair = {"store_port": store.port, "name": name, "timeout_s": timeout_s, "join_s": join_s}
         self.store, self.timeout_s = store, timeout_s
-        self.layout: Layout | None = None
         self.names: list[str] = []
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None  # the sender's; the pool finds the fault by its deadline or EOF
@@ -132,10 +131,11 @@ class RemoteConn(PlainConn):
     def _send_weights(self) -> None:
         try:
             group = pair_group(self.store, self.pair["name"], 0, self.pair["join_s"])
+            sender = None
             while (item := self.outbox.get()) is not None:
                 version, tensors = item
-                self.layout = self.layout or Layout.of(tensors, self.names)
-                send_version(group, self.layout, version, tensors, self.timeout_s)
+                sender = sender or Sender(group, Layout.of(tensors, self.names), self.timeout_s)
+                sender.send(version, tensors)
         except Exception as e:  # noqa: BLE001 - the worker's fault: the pool meets it as a deadline or its EOF
             self.error = e
 

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from .async_remote import KEY_ENV, PlainConn, parse_address, rollout_key
 from .async_worker import worker_main
-from .weight_wire import Layout, pair_group, recv_version
+from .weight_wire import Layout, Receiver, pair_group
 
 
 class WorkerExit(Exception):
@@ -77,7 +77,8 @@ def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: flo
     params = dict(init["model"].named_parameters())
     layout = Layout.of({name: params[name].data for name in init["trainable"]}, init["trainable"])
     try:
-        told = worker_main(conn, init, receive=lambda version: recv_version(group, layout, version, pair["timeout_s"]))
+        receiver = Receiver(group, layout, pair["timeout_s"])
+        told = worker_main(conn, init, receive=receiver.receive, release=receiver.release)
     finally:
         conn.close()
     if not told:

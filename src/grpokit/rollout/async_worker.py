@@ -35,10 +35,12 @@ class _Stop(Exception):
 class _Weights:
     """A worker's policy and the versions its current job may use (the job's and those pushed since)."""
 
-    def __init__(self, conn, model: torch.nn.Module, trainable: list[str], receive=None):
+    def __init__(self, conn, model: torch.nn.Module, trainable: list[str], receive=None, release=None):
         """``receive(version)``: a version's tensors when a message carries None for them (a remote worker's
-        weights come through its gloo pair: rollout/async_remote_worker.py)."""
+        weights come through its gloo pair: rollout/async_remote_worker.py); ``release(version)``: they are
+        no longer read (copied into the policy, or their batch is over), their buffer free for the next."""
         self.conn, self.model, self.receive = conn, model, receive
+        self.release = release or (lambda version: None)
         self.params = dict(model.named_parameters())
         with torch.no_grad():  # the trainable tensors become this worker's own; the frozen ones stay shared
             for name in trainable:
@@ -48,6 +50,8 @@ class _Weights:
         self.known: dict[int, dict] = {}
 
     def start(self, job) -> None:
+        for v in self.known:  # the last batch's versions it never loaded (given back, or pushed late)
+            self.release(v)
         self.job, self.waited = job, 0.0
         self.known = {v: self._tensors(v, t) for v, t in {job.version: job.tensors, **job.later}.items()}
 
@@ -69,10 +73,14 @@ class _Weights:
             self.waited += time.perf_counter() - t0  # not sampling: time/sampling leaves it out
         t0 = time.perf_counter()
         if v != self.loaded:
+            if self.known[v] is None:
+                raise RuntimeError(f"version {v} was released before it was loaded again (grpokit's own fault)")
             with torch.no_grad():
                 for name, t in self.known[v].items():
                     self.params[name].copy_(t)
             self.loaded = v
+            self.release(v)  # a batch's segments never go back to an older version: not read again
+            self.known[v] = None
         self.conn.send(("synced", j, segment, v, time.perf_counter() - t0))
         return self.model, v
 
@@ -85,7 +93,7 @@ class _Weights:
             raise _Abandoned
 
 
-def worker_main(conn, init: dict | None = None, receive=None) -> bool:
+def worker_main(conn, init: dict | None = None, receive=None, release=None) -> bool:
     """A worker's life: receive the init record (unless given), then answer jobs until told to stop (None).
     True when told to stop, False when the trainer went away (its end closed)."""
     if init is None:
@@ -100,7 +108,7 @@ def worker_main(conn, init: dict | None = None, receive=None) -> bool:
         from grpokit.nn.kernels import use_onednn_linears
 
         use_onednn_linears(model)
-    weights = _Weights(conn, model, init["trainable"], receive)
+    weights = _Weights(conn, model, init["trainable"], receive, release)
     conn.send(("ready", os.getpid(), torch.get_num_threads()))
     from .async_plan import batch_generator
 
@@ -113,6 +121,7 @@ def worker_main(conn, init: dict | None = None, receive=None) -> bool:
             if isinstance(job, tuple):  # a version pushed for a batch already finished: received, not used
                 if receive is not None and job[0] == "version" and job[2] is None:
                     receive(job[1])  # its bytes come through the pair all the same
+                    weights.release(job[1])
                 continue
             t0 = time.perf_counter()
             weights.start(job)

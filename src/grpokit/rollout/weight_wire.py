@@ -3,8 +3,10 @@ a two-rank gloo process group of torch.distributed (rollout/async_remote.py).
 
 torch.distributed is the anchors' own machinery for weights across hosts (verl, OpenRLHF and TRL's vLLM sync
 build their groups the same way, outside the training group); gloo runs on any CPU host and sends a buffer
-straight from memory. On loopback it moved SmolLM2-135M's 540 MB at ~4 GB/s against ~1 GB/s for the same
-tensors pickled down the worker's control connection (bench/weight_sync.py, bench/RESULTS.md).
+straight from memory into a buffer, both reused from version to version. Chosen by measurement
+(bench/weight_sync.py, bench/RESULTS.md): on loopback a version of SmolLM2-135M (540 MB) reached a worker's
+policy in 0.17 s this way, against 1.41 s pickled down the worker's control connection (fresh bytes objects
+at every version, their pages touched each time) and 0.41 s through the local workers' shared memory.
 
 Each remote worker has its own pair with the trainer (rank 0 the trainer, rank 1 the worker), so a worker that
 dies or hangs breaks only its own pair: a broadcast group of all workers would stall every worker on one. The
@@ -46,9 +48,9 @@ class Layout:
             offset += -(-size // ALIGN) * ALIGN
         return cls(tuple(entries), offset)
 
-    def pack(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The tensors' bytes in one uint8 buffer (a copy)."""
-        buf = torch.empty(self.nbytes, dtype=torch.uint8)
+    def pack(self, tensors: dict[str, torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+        """The tensors' bytes in one uint8 buffer (a copy; into ``out`` when given)."""
+        buf = torch.empty(self.nbytes, dtype=torch.uint8) if out is None else out
         for name, dtype, shape, offset, size in self.entries:
             t = tensors[name]
             if t.dtype != dtype or tuple(t.shape) != shape:
@@ -71,15 +73,37 @@ def pair_group(store: dist.Store, name: str, rank: int, join_s: float) -> dist.P
     return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, 2, datetime.timedelta(seconds=join_s))
 
 
-def send_version(
-    group: dist.ProcessGroup, layout: Layout, version: int, tensors: dict[str, torch.Tensor], timeout_s: float
-) -> None:
-    """Send one version's tensors to the worker (tagged with the version); raises past ``timeout_s``."""
-    group.send([layout.pack(tensors)], 1, version).wait(datetime.timedelta(seconds=timeout_s))
+class Sender:
+    """The trainer's end of a pair: each version packed into the same buffer (the send before has completed),
+    so its pages are touched once, not at every version (a fresh 540 MB buffer cost more than the transfer)."""
+
+    def __init__(self, group: dist.ProcessGroup, layout: Layout, timeout_s: float):
+        self.group, self.layout, self.timeout_s = group, layout, timeout_s
+        self.buf = torch.empty(layout.nbytes, dtype=torch.uint8)
+
+    def send(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        """Send one version's tensors to the worker (tagged with the version); raises past ``timeout_s``."""
+        self.layout.pack(tensors, out=self.buf)
+        self.group.send([self.buf], 1, version).wait(datetime.timedelta(seconds=self.timeout_s))
 
 
-def recv_version(group: dist.ProcessGroup, layout: Layout, version: int, timeout_s: float) -> dict[str, torch.Tensor]:
-    """Receive the trainer's version ``version``; raises past ``timeout_s``."""
-    buf = torch.empty(layout.nbytes, dtype=torch.uint8)
-    group.recv([buf], 0, version).wait(datetime.timedelta(seconds=timeout_s))
-    return layout.unpack(buf)
+class Receiver:
+    """The worker's end of a pair: each version received into a buffer of its own, reused once the worker
+    releases the version (it copied it into its policy, or its batch is over)."""
+
+    def __init__(self, group: dist.ProcessGroup, layout: Layout, timeout_s: float):
+        self.group, self.layout, self.timeout_s = group, layout, timeout_s
+        self.free: list[torch.Tensor] = []
+        self.held: dict[int, torch.Tensor] = {}
+
+    def receive(self, version: int) -> dict[str, torch.Tensor]:
+        """The trainer's version ``version``, as views of its buffer; raises past ``timeout_s``."""
+        buf = self.free.pop() if self.free else torch.empty(self.layout.nbytes, dtype=torch.uint8)
+        self.group.recv([buf], 0, version).wait(datetime.timedelta(seconds=self.timeout_s))
+        self.held[version] = buf
+        return self.layout.unpack(buf)
+
+    def release(self, version: int) -> None:
+        buf = self.held.pop(version, None)
+        if buf is not None:
+            self.free.append(buf)
