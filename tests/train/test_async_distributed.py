@@ -202,8 +202,9 @@ def test_a_dead_sampler_thread_names_its_rank(tiny_model_dir):
 # ------------------------------------------------------------------ worker processes on several ranks
 
 
-def _thread_and_workers(rank, world, init_file, model_dir, out):
-    """Real sampling: each rank's thread, then each rank's rollout worker process, on the same schedule."""
+def _thread_and_workers(rank, world, init_file, model_dir, out, port):
+    """Real sampling: each rank's thread, then each rank's rollout worker process, then each rank's remote
+    worker (listening on ``port`` + rank), on the same schedule."""
     from helpers.runs import make
 
     torch.set_num_threads(1)
@@ -212,7 +213,8 @@ def _thread_and_workers(rank, world, init_file, model_dir, out):
     )
     try:
         got = {}
-        for name, extra in (("thread", {}), ("workers", {"rollout.async_workers": 1})):
+        remote = {"rollout.async_remote_workers": 1, "rollout.async_listen": f"127.0.0.1:{port}"}
+        for name, extra in (("thread", {}), ("workers", {"rollout.async_workers": 1}), ("remote", remote)):
             tr = make(model_dir, out / name, **{**ASYNC, "train.steps": 2, **extra})
             tr.train()
             got[name] = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
@@ -223,14 +225,28 @@ def _thread_and_workers(rank, world, init_file, model_dir, out):
 
 
 @pytest.mark.slow
-def test_rollout_workers_on_two_ranks_sample_what_the_threads_sample(tiny_model_dir, tmp_path):
+def test_rollout_workers_on_two_ranks_sample_what_the_threads_sample(tiny_model_dir, tmp_path, monkeypatch):
     """rollout.async_workers=1 on each of 2 ranks: a worker process per rank samples that rank's slice with
-    that rank's seed, so the run equals the 2-rank thread run bit for bit (real sampling, no script)."""
-    mp.spawn(_thread_and_workers, args=(2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path), nprocs=2, join=True)
+    that rank's seed, so the run equals the 2-rank thread run bit for bit (real sampling, no script); so does
+    a remote worker per rank (rollout.async_remote_workers=1, rank r listening on the port + r)."""
+    from helpers.rollout_workers import KEY, free_port, remote_worker
+
+    monkeypatch.setenv("GRPOKIT_ROLLOUT_KEY", KEY)
+    port = free_port()
+    workers = [remote_worker(port + r, KEY, threads=1) for r in range(2)]
+    try:
+        args = (2, str(tmp_path / "init"), str(tiny_model_dir), tmp_path, port)
+        mp.spawn(_thread_and_workers, args=args, nprocs=2, join=True)
+        codes = [w.wait(60) for w in workers]
+    finally:
+        for w in workers:
+            w.kill()  # a no-op for one that ended
     got = torch.load(tmp_path / "rank0.pt")
     for n in got["thread"]:
         assert torch.equal(got["thread"][n], got["workers"][n]), n
+        assert torch.equal(got["thread"][n], got["remote"][n]), n
     assert steps(tmp_path / "workers")[1]["rollout/staleness"] == 1
+    assert codes == [0, 0]  # each served its rank and was told to stop
 
 
 def test_fsdp_with_async_is_refused_in_one_sentence(monkeypatch):
