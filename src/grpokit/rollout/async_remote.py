@@ -110,6 +110,7 @@ class RemoteConn(PlainConn):
         self.names: list[str] = []
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None  # the sender's; the pool finds the fault by its deadline or EOF
+        self.closed = False
         self.sender = threading.Thread(target=self._send_weights, name=f"grpokit-{name}-weights", daemon=True)
         self.sender.start()
 
@@ -140,6 +141,9 @@ class RemoteConn(PlainConn):
             self.error = e
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self.outbox.put(None)
         super().close()
         # the pair ends on the sender's thread before the process exits: a gloo group still being destroyed there
