@@ -11,6 +11,7 @@ import torch
 
 from grpokit.rollout.async_plan import batch_generator
 from grpokit.rollout.async_process import ProcessRollout, SampleContext, sample_one_turn
+from grpokit.rollout.async_remote import RemoteWorkers
 from grpokit.rollout.engine import HFEngine
 from grpokit.rollout.hf import SamplingParams
 from grpokit.types import Prompt
@@ -73,9 +74,7 @@ def process_engine(
         max_staleness=staleness,
         seed=SEED,
         sample=sample,
-        remote=remote,
-        listen=("127.0.0.1", port),
-        key=KEY.encode(),
+        remote=RemoteWorkers(remote, ("127.0.0.1", port), KEY.encode()) if remote else None,
     )
     return engine, model
 

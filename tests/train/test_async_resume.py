@@ -49,13 +49,9 @@ def test_async_sigkill_then_resume_is_bit_exact(
     assert [m["rollout/staleness"] for m in m_ref] == [0, 1, 2, 2, 2, 2]  # the rule: min(j, s) updates old
 
 
-@pytest.mark.slow
-def test_worker_processes_killed_and_resumed_equal_the_threads_run(tiny_model_dir, tmp_path, async_reference):
-    """rollout.async_workers=1: the same schedule sampled in a worker process; the trainer killed inside
-    step 3, resumed (new workers, the checkpoint's in-flight batches redone), ends where the thread's
-    uninterrupted run ends."""
-    cfg = write_setup(tmp_path, tiny_model_dir, rollout={**ASYNC, "async_workers": 1}, save_every=1)
-    victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path)
+def _killed_in_step_3_and_resumed(cfg, tmp_path, env=None) -> None:
+    """Run ``cfg`` into tmp_path/killed, SIGKILL it just after its step-3 checkpoint, ``--resume`` it to the end."""
+    victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path, env=env)
     marker = tmp_path / "killed" / "checkpoints" / "step-000003"
     deadline = time.time() + 400
     while not marker.exists() and victim.poll() is None and time.time() < deadline:
@@ -64,14 +60,29 @@ def test_worker_processes_killed_and_resumed_equal_the_threads_run(tiny_model_di
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed; kill earlier"
-    rc, _, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path), timeout=600)
+    rc, _, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path, env=env), timeout=600)
     assert rc == 0, err[-2000:]
+
+
+def _equals_the_threads_run(run, async_reference) -> list[dict]:
+    """The run's final weights and metrics are the thread's run's (but for the worker counts); its metrics."""
     w_ref, m_ref = async_reference
-    w_res, m_res = final_state(tmp_path / "killed")
+    w_res, m_res = final_state(run)
     for k in w_ref:
         assert torch.equal(w_ref[k], w_res[k]), k
     workers_only = ("rollout/worker_faults", "rollout/workers")
     assert [{k: v for k, v in m.items() if k not in workers_only} for m in m_res] == m_ref
+    return m_res
+
+
+@pytest.mark.slow
+def test_worker_processes_killed_and_resumed_equal_the_threads_run(tiny_model_dir, tmp_path, async_reference):
+    """rollout.async_workers=1: the same schedule sampled in a worker process; the trainer killed inside
+    step 3, resumed (new workers, the checkpoint's in-flight batches redone), ends where the thread's
+    uninterrupted run ends."""
+    cfg = write_setup(tmp_path, tiny_model_dir, rollout={**ASYNC, "async_workers": 1}, save_every=1)
+    _killed_in_step_3_and_resumed(cfg, tmp_path)
+    m_res = _equals_the_threads_run(tmp_path / "killed", async_reference)
     assert all(m["rollout/worker_faults"] == 0 for m in m_res)
 
 
@@ -88,27 +99,11 @@ def test_a_persistent_remote_worker_serves_a_killed_trainer_and_its_resumed_run(
     rollout = {**ASYNC, "async_remote_workers": 1, "async_listen": f"127.0.0.1:{port}"}
     cfg = write_setup(tmp_path, tiny_model_dir, rollout=rollout, save_every=1)
     worker = remote_worker(port, KEY, "--persist", threads=1)  # the trainer's train.threads (write_setup)
-    env = {"GRPOKIT_ROLLOUT_KEY": KEY}
     try:
-        victim = start(["--config", str(cfg), "--out", str(tmp_path / "killed")], tmp_path, env=env)
-        marker = tmp_path / "killed" / "checkpoints" / "step-000003"
-        deadline = time.time() + 400
-        while not marker.exists() and victim.poll() is None and time.time() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.2)
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed; kill earlier"
-        rc, out, err = finish(start(["--resume", str(tmp_path / "killed")], tmp_path, env=env), timeout=600)
-        assert rc == 0, err[-2000:]
+        _killed_in_step_3_and_resumed(cfg, tmp_path, env={"GRPOKIT_ROLLOUT_KEY": KEY})
         assert worker.poll() is None  # it served the resumed run and waits for the next
     finally:
         worker.kill()
     said = worker.communicate()[1]
     assert "the trainer at 127.0.0.1" in said and "closed the connection without telling this worker" in said, said
-    w_ref, m_ref = async_reference
-    w_res, m_res = final_state(tmp_path / "killed")
-    for k in w_ref:
-        assert torch.equal(w_ref[k], w_res[k]), k
-    workers_only = ("rollout/worker_faults", "rollout/workers")
-    assert [{k: v for k, v in m.items() if k not in workers_only} for m in m_res] == m_ref
+    _equals_the_threads_run(tmp_path / "killed", async_reference)

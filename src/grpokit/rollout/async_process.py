@@ -150,15 +150,13 @@ class ProcessRollout:
         rank: int = 0,
         world_size: int = 1,
         wait_ranks: Callable[[], None] = lambda: None,
-        remote: int = 0,
-        listen: tuple[str, int] = ("127.0.0.1", 29710),
-        key: bytes = b"",
+        remote=None,
     ):
         """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
         function: the workers import it); ``threads`` each worker's intra-op threads (0: the trainer's);
         ``prompts_per_step`` is the global batch, ``seed`` this rank's,
-        ``wait_ranks`` returns once every rank has its batch (async_.py); ``remote`` workers on other hosts
-        join at ``listen`` with ``key`` (rollout/async_remote.py)."""
+        ``wait_ranks`` returns once every rank has its batch (async_.py); ``remote``: the workers on other
+        hosts to wait for (rollout/async_remote.py RemoteWorkers), numbered after the local ones."""
         self.hf, self.n, self.G, self.context = hf, prompts_per_step // world_size, context.group_size, context
         self.max_staleness, self.wait_ranks = max_staleness, wait_ranks
         self.plan = AsyncPlan(
@@ -175,19 +173,9 @@ class ProcessRollout:
         self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
         self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
-        base = self.plan.snapshots[min(self.plan.snapshots)]
-        init = {
-            "model": base,
-            "sample": sample,
-            "context": context,
-            "trainable": self.plan.trainable,
-            "seed": seed,
-            "threads": threads or torch.get_num_threads(),
-            "deterministic": torch.are_deterministic_algorithms_enabled(),
-            "partial": bool(context.partial_tokens),
-        }
-        joined = self._join_remote(remote, listen, key, workers, timeout_s)
-        with sendable(base) as init["onednn"]:  # the workers pickle it at their start
+        init = self._init_record(sample, seed, threads)
+        joined = remote.join(workers, max(timeout_s, START_S), timeout_s) if remote else []
+        with sendable(init["model"]) as init["onednn"]:  # the workers pickle it at their start
             self.pool = WorkerPool(
                 workers,
                 init,
@@ -199,23 +187,18 @@ class ProcessRollout:
         self.submitted: set[int] = set()
         self._submit_ready()
 
-    @staticmethod
-    def _join_remote(n: int, listen: tuple[str, int], key: bytes, first: int, timeout_s: float) -> list:
-        """The ``n`` remote workers, once connected to ``listen`` (the listener closes: no late joiner)."""
-        if not n:
-            return []
-        from .async_remote import RemoteListener
-
-        listener = RemoteListener(listen, key, timeout_s)
-        print(
-            f"grpokit: waiting for {n} rollout worker(s) at {listen[0]}:{listen[1]} "
-            f"(grpokit rollout-worker --connect HOST:{listen[1]})",
-            flush=True,
-        )
-        try:
-            return listener.take(n, first, max(timeout_s, START_S))
-        finally:
-            listener.close()
+    def _init_record(self, sample: Callable, seed: int, threads: int) -> dict:
+        """What every worker receives at its start (rollout/async_worker.py worker_main)."""
+        return {
+            "model": self.plan.snapshots[min(self.plan.snapshots)],
+            "sample": sample,
+            "context": self.context,
+            "trainable": self.plan.trainable,
+            "seed": seed,
+            "threads": threads or torch.get_num_threads(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "partial": bool(self.context.partial_tokens),
+        }
 
     def _submit_ready(self) -> None:
         """Every batch whose prompts and weights exist goes to the pool (at most s + 1 at a time)."""

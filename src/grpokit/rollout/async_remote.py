@@ -29,6 +29,7 @@ import queue
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 import torch.distributed as dist
@@ -257,3 +258,27 @@ class RemoteListener:
         except OSError:
             pass
         self.server.close()
+
+
+@dataclass(frozen=True)
+class RemoteWorkers:
+    """The remote workers a rank's pool waits for: how many, where it listens, the key."""
+
+    count: int
+    listen: tuple[str, int]
+    key: bytes
+
+    def join(self, first: int, start_s: float, timeout_s: float) -> list[tuple[RemoteConn, RemoteProc]]:
+        """The workers, numbered from ``first``, once connected within ``start_s`` (then the listener closes:
+        no late joiner); their operations with ``timeout_s``."""
+        listener = RemoteListener(self.listen, self.key, timeout_s)
+        host, port = self.listen
+        print(
+            f"grpokit: waiting for {self.count} rollout worker(s) at {host}:{port} "
+            f"(grpokit rollout-worker --connect HOST:{port})",
+            flush=True,
+        )
+        try:
+            return listener.take(self.count, first, start_s)
+        finally:
+            listener.close()

@@ -226,10 +226,10 @@ def remote_workers(r: RolloutConfig, rank: int) -> dict:
     (rollout.async_listen's port + rank) and the key."""
     if not r.async_remote_workers:
         return {}
-    from grpokit.rollout.async_remote import parse_address, rollout_key
+    from grpokit.rollout.async_remote import RemoteWorkers, parse_address, rollout_key
 
     host, port = parse_address(r.async_listen, "rollout.async_listen")
-    return dict(remote=r.async_remote_workers, listen=(host, port + rank), key=rollout_key())
+    return dict(remote=RemoteWorkers(r.async_remote_workers, (host, port + rank), rollout_key()))
 
 
 def colocated_engine(cfg: Config, params, device: torch.device, dist: DistContext):
