@@ -158,6 +158,73 @@ def test_a_wrong_key_is_refused_on_both_sides_and_a_missing_worker_ends_the_star
     assert code == 1 and "refused this worker's key (GRPOKIT_ROLLOUT_KEY differs" in err, err
 
 
+def test_a_connection_that_never_answers_the_challenge_is_cut_off_and_holds_up_no_worker(monkeypatch, caplog):
+    import socket
+    import threading
+
+    from grpokit.rollout import async_remote
+
+    monkeypatch.setattr(async_remote, "CHALLENGE_S", 1.0)
+    port = free_port()
+    silent = socket.socket()
+
+    def connect_and_say_nothing():
+        for _ in range(600):  # the listener starts with the engine
+            try:
+                return silent.connect(("127.0.0.1", port))
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+
+    connector = threading.Thread(target=connect_and_say_nothing)
+    connector.start()
+    time.sleep(0.5)
+    worker = remote_worker(port)
+    with caplog.at_level("WARNING", logger="grpokit"):
+        engine, model = process_engine(0, remote=1, port=port)  # the worker joins beside the silent connection
+        try:
+            _steps(engine, model, 1)
+            connector.join()
+            silent.settimeout(30)
+            while silent.recv(4096):  # the challenge, then the end: cut off after CHALLENGE_S
+                pass
+        finally:
+            engine.close()
+            silent.close()
+        deadline = time.monotonic() + 10
+        while "no answer within 1 s" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert re.search(
+        r"refused a connection to rollout.async_listen from 127.0.0.1:\d+: .*no answer within 1 s", caplog.text
+    )
+    assert _ended(worker)[0] == 0
+
+
+def test_a_failed_weights_send_is_a_fault_at_once_not_at_the_deadline(monkeypatch):
+    """The trainer's sender thread fails (here: packing raises): the pool says so within a second or two,
+    naming the worker and the cause, not after rollout.async_timeout_s as if the worker hung."""
+    from grpokit.rollout import weight_wire
+
+    def broken(self, tensors, out=None):
+        raise ValueError("tensor x is torch.float64 (3,), the layout's torch.float32 (3,)")
+
+    monkeypatch.setattr(weight_wire.Layout, "pack", broken)
+    port = free_port()
+    worker = remote_worker(port)
+    engine, model = process_engine(0, timeout_s=60.0, remote=1, port=port)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(
+            RolloutWorkerError,
+            match=rf"^rollout worker 0 \(pid {worker.pid} on 127.0.0.1\) could not be sent weights through its gloo "
+            r"pair while working on batch 0 \(ValueError: tensor x is torch.float64",
+        ):
+            engine.prefetched(2, 3)
+        assert time.monotonic() - t0 < 10
+    finally:
+        engine.close()
+    assert _ended(worker)[0] == 1  # its connection closed by the fault
+
+
 def test_a_worker_whose_trainer_never_listens_gives_up_in_one_sentence():
     port = free_port()
     code, err = _ended(remote_worker(port, "test-rollout-key-0123456789", "--wait", "1"))

@@ -47,6 +47,9 @@ KEY_ENV = "GRPOKIT_ROLLOUT_KEY"
 CLOSE_S = 5.0
 """The longest a closed remote worker's sender thread is waited for (a send in flight to a stopped worker)."""
 
+CHALLENGE_S = 10.0
+"""How long a new connection has to prove the key before it is cut off."""
+
 MIN_KEY = 16
 """The fewest characters a key may have: it is all that stands between the network and an unpickling."""
 
@@ -138,8 +141,10 @@ class RemoteConn(PlainConn):
                 version, tensors = item
                 sender = sender or Sender(group, Layout.of(tensors, self.names), self.timeout_s)
                 sender.send(version, tensors)
-        except Exception as e:  # noqa: BLE001 - the worker's fault: the pool meets it as a deadline or its EOF
-            self.error = e
+        except Exception as e:  # noqa: BLE001 - the worker's fault: the pool names it (async_workers.py _pump)
+            # without its traceback, whose frames would keep the pair alive: ending it here (the thread's locals
+            # go) ends the worker's receive at once, instead of at its deadline
+            self.error = e.with_traceback(None)
 
     def close(self) -> None:
         if self.closed:
@@ -183,6 +188,15 @@ class RemoteProc:
                 self.alive = False
 
 
+def _cut_off(sock: socket.socket, cut: threading.Event) -> None:
+    """End a connection that has not answered the challenge in time (wakes the thread blocked reading it)."""
+    cut.set()
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # closed meanwhile
+        pass
+
+
 class RemoteListener:
     """The trainer's listener: accepts connections on ``address``, each checked by the key's challenge on its
     own thread (a connection that never answers holds up no other), and hands out the accepted ones."""
@@ -209,25 +223,36 @@ class RemoteListener:
                 sock, peer = self.server.accept()
             except OSError:  # shut down (close)
                 return
-            conn = Connection(sock.detach())  # what multiprocessing's Listener makes of it
-            threading.Thread(target=self._challenge, args=(conn, peer), daemon=True).start()
+            threading.Thread(target=self._challenge, args=(sock, peer), daemon=True).start()
 
-    def _challenge(self, conn, peer) -> None:
+    def _challenge(self, sock: socket.socket, peer) -> None:
+        conn = Connection(os.dup(sock.fileno()))  # what multiprocessing's Listener makes of a socket
+        # a peer that never answers is cut off (shutdown wakes the blocked read, closing would not)
+        cut = threading.Event()
+        timer = threading.Timer(CHALLENGE_S, _cut_off, args=(sock, cut))
+        timer.start()
         try:
             deliver_challenge(conn, self.key)
             answer_challenge(conn, self.key)
-        except Exception as e:  # noqa: BLE001 - a wrong key, or not a rollout worker: refused, counted
-            conn.close()
-            self.refused.append(f"{peer[0]}:{peer[1]} ({type(e).__name__})")
-            log.warning(
-                "refused a connection to rollout.async_listen from %s:%s: it did not prove the key in %s (%s)",
-                peer[0],
-                peer[1],
-                KEY_ENV,
-                type(e).__name__,
-            )
+            error = None
+        except Exception as e:  # noqa: BLE001 - a wrong key, silence, or not a rollout worker: refused, counted
+            error = e
+        timer.cancel()
+        timer.join()  # it cut the connection, or never will
+        sock.close()  # an accepted connection lives on in conn's own descriptor
+        if error is None and not cut.is_set():
+            self.accepted.put((conn, peer[0]))
             return
-        self.accepted.put((conn, peer[0]))
+        conn.close()
+        why = f"no answer within {CHALLENGE_S:g} s" if cut.is_set() else type(error).__name__
+        self.refused.append(f"{peer[0]}:{peer[1]} ({why})")
+        log.warning(
+            "refused a connection to rollout.async_listen from %s:%s: it did not prove the key in %s (%s)",
+            peer[0],
+            peer[1],
+            KEY_ENV,
+            why,
+        )
 
     def take(self, n: int, first: int, start_s: float) -> list[tuple[RemoteConn, RemoteProc]]:
         """The first ``n`` workers to connect (numbered from ``first``), waiting at most ``start_s`` seconds."""

@@ -40,6 +40,10 @@ START_S = 300.0
 """The least deadline of a worker's start (a spawned interpreter importing torch on a busy machine)."""
 
 
+SENDER_POLL_S = 1.0
+"""How often the pool looks at its remote workers' weight senders (rollout/async_remote.py) for a failure."""
+
+
 class RolloutWorkerError(RuntimeError):
     """A rollout worker's fault that stops the run (its message is one sentence naming the worker)."""
 
@@ -218,10 +222,13 @@ class WorkerPool:
             raise RolloutWorkerError(
                 "every busy rollout worker waits for weights the trainer has not published (grpokit's own fault)"
             )
+        if any(w.host for w in busy):  # a remote worker's weights go from a thread, which may fail between messages
+            timeout = min(timeout, SENDER_POLL_S)
         sentinels = [w.proc.sentinel for w in busy if w.proc.sentinel is not None]  # a remote worker has none
         ready = wait([w.conn for w in busy] + sentinels, timeout=timeout)
         for w in busy:
-            if w.conn in ready:
+            sender_failed = w.host and w.conn.error is not None
+            if w.conn in ready or (sender_failed and w.conn.poll(0)):  # a death closes both: its EOF says it
                 self._receive(w)
             elif w.proc.sentinel is not None and w.proc.sentinel in ready:
                 code = w.proc.exitcode
@@ -230,7 +237,15 @@ class WorkerPool:
             elif time.monotonic() >= w.deadline:
                 limit = f"rollout.async_timeout_s={self.timeout_s:g} s" if w.phase != "start" else "its start deadline"
                 self._fault(w, f"did not {self._task(w)} within {limit} (hung or stopped)")
+            elif sender_failed:
+                self._sender_fault(w)
         self._dispatch()
+
+    def _sender_fault(self, w: Worker) -> None:
+        """A remote worker's weights could not be sent (rollout/async_remote.py RemoteConn's thread failed)."""
+        e = w.conn.error
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        self._fault(w, f"could not be sent weights through its gloo pair {self._doing(w)} ({why})")
 
     def _receive(self, w: Worker) -> None:
         try:
@@ -257,6 +272,8 @@ class WorkerPool:
             self.results[w.job.index] = msg[2]
             self.sampled_s[w.job.index] = float(msg[3]) if len(msg) > 3 else math.nan
             w.job, w.phase = None, "idle"
+        elif kind == "error" and w.host and w.conn.error is not None:  # its receive failed: the sender's cause
+            self._sender_fault(w)
         elif kind == "error":
             self._fault(w, f"failed on batch {msg[1]}: {msg[2]}")
         else:
