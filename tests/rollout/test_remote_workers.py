@@ -306,3 +306,29 @@ def test_the_weights_buffer_lays_each_tensor_at_an_aligned_offset_and_views_it_b
 def test_what_remote_workers_need_is_one_sentence(monkeypatch, rollout, key, message):
     monkeypatch.setenv("GRPOKIT_ROLLOUT_KEY", key)
     assert re.search(message, section_error(rollout=rollout))
+
+
+def test_a_remote_workers_receive_counts_as_weight_sync_not_sampling():
+    """The seconds a remote worker spends receiving a version through its pair are reported with the next
+    ``synced`` (the trainer's time/weight_sync) and left out of the batch's sampling seconds (time/sampling)."""
+    import multiprocessing
+
+    from grpokit.rollout.async_worker import _Weights
+    from grpokit.rollout.async_workers import Job
+    from helpers.models import tiny_qwen2
+
+    model = tiny_qwen2(seed=1)
+    name, param = next(iter(model.named_parameters()))
+
+    def slow_receive(version):
+        time.sleep(0.3)
+        return {name: torch.full_like(param, float(version))}
+
+    trainer, worker = multiprocessing.Pipe()
+    weights = _Weights(worker, model, [name], slow_receive)
+    weights.start(Job(index=4, version=3, tensors=None, prompts=[]))
+    _, version = weights.version_model(0)
+    kind, index, segment, at, seconds = trainer.recv()
+    assert (kind, index, segment, at, version) == ("synced", 4, 0, 3, 3) and seconds >= 0.3
+    assert weights.received >= 0.3 and weights.waited == 0
+    assert torch.equal(dict(model.named_parameters())[name], torch.full_like(param, 3.0))

@@ -48,15 +48,24 @@ class _Weights:
         self.loaded: int | None = None
         self.job = None
         self.known: dict[int, dict] = {}
+        self.waited = self.received = self.unreported = 0.0  # this batch's seconds not sampling
 
     def start(self, job) -> None:
         for v in self.known:  # the last batch's versions it never loaded (given back, or pushed late)
             self.release(v)
-        self.job, self.waited = job, 0.0
+        self.job, self.waited, self.received, self.unreported = job, 0.0, 0.0, 0.0
         self.known = {v: self._tensors(v, t) for v, t in {job.version: job.tensors, **job.later}.items()}
 
     def _tensors(self, version: int, tensors):
-        return self.receive(version) if tensors is None else tensors
+        """The message's tensors, or (None) the version received through the pair, its seconds counted as weight
+        sync (reported with the next ``synced``), not sampling."""
+        if tensors is not None:
+            return tensors
+        t0 = time.perf_counter()
+        tensors = self.receive(version)
+        self.received += time.perf_counter() - t0
+        self.unreported += time.perf_counter() - t0
+        return tensors
 
     def version_model(self, segment: int) -> tuple[torch.nn.Module, int]:
         """Segment ``segment``'s policy and version, waiting for the trainer to push a version not yet
@@ -67,10 +76,10 @@ class _Weights:
             self._take(self.conn.recv())
         if v not in self.known:
             self.conn.send(("waiting", j, v))
-            t0 = time.perf_counter()
+            t0, r0 = time.perf_counter(), self.received
             while v not in self.known:
                 self._take(self.conn.recv())
-            self.waited += time.perf_counter() - t0  # not sampling: time/sampling leaves it out
+            self.waited += time.perf_counter() - t0 - (self.received - r0)  # not sampling, nor its receive
         t0 = time.perf_counter()
         if v != self.loaded:
             if self.known[v] is None:
@@ -81,7 +90,8 @@ class _Weights:
             self.loaded = v
             self.release(v)  # a batch's segments never go back to an older version: not read again
             self.known[v] = None
-        self.conn.send(("synced", j, segment, v, time.perf_counter() - t0))
+        self.conn.send(("synced", j, segment, v, time.perf_counter() - t0 + self.unreported))
+        self.unreported = 0.0
         return self.model, v
 
     def _take(self, msg) -> None:
@@ -130,7 +140,7 @@ def worker_main(conn, init: dict | None = None, receive=None, release=None) -> b
                 ro = sample(ctx, weights.version_model, generator, job.prompts)
             else:
                 ro = sample(ctx, weights.version_model(0)[0], generator, job.prompts)
-            answer = ("batch", job.index, ro, time.perf_counter() - t0 - weights.waited)
+            answer = ("batch", job.index, ro, time.perf_counter() - t0 - weights.waited - weights.received)
         except _Stop:
             return True
         except (EOFError, OSError):  # the trainer is gone (killed): nothing left to sample for
