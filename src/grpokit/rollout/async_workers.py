@@ -212,7 +212,8 @@ class WorkerPool:
         self._dispatch()
         if not self.workers:
             raise RolloutWorkerError(
-                "no rollout worker is left (rollout.async_workers): " + "; ".join(self.stats.dropped)
+                "no rollout worker is left (rollout.async_workers, rollout.async_remote_workers): "
+                + "; ".join(self.stats.dropped)
             )
         busy = [w for w in self.workers if w.phase != "idle"]
         if not busy:
