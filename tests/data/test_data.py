@@ -62,3 +62,15 @@ def test_sampler_is_seeded_and_resumable():
     assert sorted(first[:5]) == ["0", "1", "2", "3", "4"]
     b = PromptSampler(prompts, seed=3, position=4)
     assert [p.text for p in b.next_batch(3)] == first[4:7]
+
+
+def test_a_missing_columns_message_stays_on_one_line_whatever_the_header_holds():
+    # found by the CSV fuzz test: a quoted CSV header may name a column with a line break, or nothing
+    from grpokit.data.prompts import rename_columns
+
+    rows = [{"a": 1, '1,"\n': 2, "": 3, " b": 4, "c d": 5}]
+    with pytest.raises(ConfigError) as e:
+        rename_columns(rows, DataConfig(), "data.csv")
+    assert str(e.value) == (
+        "data.prompt_column='prompt' is not a column of 'data.csv'; its columns are: a, '1,\"\\n', '', ' b', c d"
+    )

@@ -86,6 +86,13 @@ def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
         cmd = argv[1]
         if cmd == "vllm-serve":  # a GPU and vLLM
             continue
+        if cmd == "rollout-worker":  # it would wait for a trainer on another host: parsed as it would be
+            from grpokit.rollout.async_remote_worker import parser
+
+            args = parser().parse_args(argv[2:])
+            assert (args.connect, args.persist, args.threads, args.wait) == ("trainer:29710", True, 0, 600.0)
+            checked.append(argv)
+            continue
         if cmd == "trl":  # TRL's command line with placeholder model and dataset names: parsed as TRL would
             from grpokit.trl.scripts.trl_grpo import parse
 
@@ -114,6 +121,6 @@ def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
         assert rc == 0, (argv, capsys.readouterr().err[-2000:])
         ran.append(cmd)
     assert ran.count("train") == 7 and {"eval", "report", "doctor", "presets", "--version"} <= set(ran)
-    assert len(checked) == 3
+    assert len(checked) == 4
     assert (tmp_path / "runs" / "exp1" / "report.html").exists()
     assert sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()) == ["step-000002"]

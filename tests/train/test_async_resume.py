@@ -100,10 +100,10 @@ def test_a_persistent_remote_worker_serves_a_killed_trainer_and_its_resumed_run(
     cfg = write_setup(tmp_path, tiny_model_dir, rollout=rollout, save_every=1)
     worker = remote_worker(port, KEY, "--persist", threads=1)  # the trainer's train.threads (write_setup)
     try:
+        # neither run can start without a worker: the one worker served the killed run, then the resumed one
         _killed_in_step_3_and_resumed(cfg, tmp_path, env={"GRPOKIT_ROLLOUT_KEY": KEY})
-        assert worker.poll() is None  # it served the resumed run and waits for the next
+        assert worker.poll() is None  # and waits for the next
     finally:
         worker.kill()
-    said = worker.communicate()[1]
-    assert "the trainer at 127.0.0.1" in said and "closed the connection without telling this worker" in said, said
+        worker.communicate()
     _equals_the_threads_run(tmp_path / "killed", async_reference)

@@ -30,7 +30,7 @@ from helpers.train_processes import (
 
 @pytest.mark.slow
 def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(tiny_model_dir, tmp_path):
-    cfg = write_setup(tmp_path, tiny_model_dir, steps=400, save_every=2)
+    cfg = write_setup(tmp_path, tiny_model_dir, steps=100_000, save_every=2)  # never ends before the kill
     run = tmp_path / "run"
     first = start(["--config", str(cfg), "--out", str(run)], tmp_path)
     try:

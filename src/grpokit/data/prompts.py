@@ -80,6 +80,12 @@ def _short(e: BaseException) -> str:
     return lines[0][:200] if lines else "no message"
 
 
+def column_names(cols: list) -> str:
+    """The columns, comma-separated on one line: a name with a line break, a control character, surrounding
+    spaces or nothing at all (a CSV header can hold any of them) is quoted, escapes shown."""
+    return ", ".join(c if isinstance(c, str) and c and c.isprintable() and c.strip() == c else repr(c) for c in cols)
+
+
 def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> list[dict[str, Any]]:
     if not rows:
         raise ConfigError(f"dataset {source!r} has no rows")
@@ -87,12 +93,12 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
     if cfg.prompt_column not in cols:
         raise ConfigError(
             f"data.prompt_column={cfg.prompt_column!r} is not a column of {source!r}; "
-            f"its columns are: {', '.join(cols)}"
+            f"its columns are: {column_names(cols)}"
         )
     if cfg.answer_column and cfg.answer_column not in cols:
         raise ConfigError(
             f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; "
-            f"its columns are: {', '.join(cols)} (set data.answer_column= to use none)"
+            f"its columns are: {column_names(cols)} (set data.answer_column= to use none)"
         )
     out = []
     for n, r in enumerate(rows, 1):

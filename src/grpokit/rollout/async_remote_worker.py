@@ -88,6 +88,21 @@ def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: flo
 
 
 def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    address, key = parse_address(args.connect, "--connect"), rollout_key()
+    while True:
+        try:
+            serve(address, key, threads=args.threads, wait_s=args.wait)
+        except WorkerExit as e:
+            print(f"grpokit rollout-worker: {e}", file=sys.stderr, flush=True)
+            if e.final or not args.persist:
+                return 1
+        if not args.persist:
+            return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """``grpokit rollout-worker``'s arguments."""
     parser = argparse.ArgumentParser(
         prog="grpokit rollout-worker",
         description="Sample rollouts for a grpokit trainer on another host (rollout.async_remote_workers). "
@@ -103,14 +118,4 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="after a trainer stops or goes away, wait (--wait) for the next one, e.g. the run resumed",
     )
-    args = parser.parse_args(argv)
-    address, key = parse_address(args.connect, "--connect"), rollout_key()
-    while True:
-        try:
-            serve(address, key, threads=args.threads, wait_s=args.wait)
-        except WorkerExit as e:
-            print(f"grpokit rollout-worker: {e}", file=sys.stderr, flush=True)
-            if e.final or not args.persist:
-                return 1
-        if not args.persist:
-            return 0
+    return parser
