@@ -113,7 +113,7 @@ class RemoteConn(PlainConn):
         self.store, self.timeout_s = store, timeout_s
         self.names: list[str] = []
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.error: BaseException | None = None  # the sender's; the pool finds the fault by its deadline or EOF
+        self.error: BaseException | None = None  # the sender's failure: the pool names it (async_workers.py _pump)
         self.closed = False
         self.sender = threading.Thread(target=self._send_weights, name=f"grpokit-{name}-weights", daemon=True)
         self.sender.start()
