@@ -331,6 +331,18 @@ def test_throughput_lost_to_rewards(tmp_path: Path) -> None:
     assert codes(run) == ["throughput"]
 
 
+def test_a_short_runs_few_seconds_of_rewards_are_not_time_lost(tmp_path: Path) -> None:
+    # the 20-step demo on a loaded machine: 0.043 s of rewards in each 0.158 s step, 27% > 25%, but 60 x 0.043 =
+    # 2.6 s in all, under reward_time_min_s = 10 s; ten times the seconds (25.8 s) is a finding
+    def run(name: str, scale: float) -> Path:
+        rows = [r | {"time/reward": 0.043 * scale, "time/step": 0.158 * scale} for r in healthy_rows()]
+        return write_run(tmp_path / name, rows)
+
+    assert "throughput" not in codes(run("short", 1.0))
+    found = [f for f in diagnose(load_run(run("long", 10.0))) if f.code == "throughput"]
+    assert found and found[0].evidence == "reward functions took 27% of step time (25.8 of 94.8 s)"
+
+
 def test_findings_are_ranked_and_thresholds_follow_the_runs_health_config(tmp_path: Path) -> None:
     run = sick(
         tmp_path,

@@ -83,6 +83,11 @@ class DoctorConfig:
     reward_time_share: float = 0.25
     """Flag when reward functions take more than this share of step time."""
 
+    reward_time_min_s: float = 10.0
+    """...and took at least this many seconds in all: a short run's few seconds of rewards are nothing to win,
+    and their share there follows the machine's load (a 20-step demo's 0.9 s read 27% on a loaded machine, 5%
+    on a quiet one)."""
+
     padding_share: float = 0.6
     """Flag when this share of the completion tokens a batch holds is padding (1 - mean / max length)."""
 

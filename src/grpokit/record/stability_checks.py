@@ -294,7 +294,8 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
     ln, mx = values(run, "completions/mean_length"), values(run, "completions/max_length")
     pad = 1 - sum(v for _, v in ln) / sum(v for _, v in mx) if ln and mx and sum(v for _, v in mx) > 0 else 0.0
     found = []
-    if step_t > 0 and reward_t / step_t > dc.reward_time_share:
+    rewards_slow = step_t > 0 and reward_t / step_t > dc.reward_time_share and reward_t >= dc.reward_time_min_s
+    if rewards_slow:
         found.append(f"reward functions took {reward_t / step_t:.0%} of step time ({reward_t:.1f} of {step_t:.1f} s)")
     if pad > dc.padding_share:
         found.append(f"{pad:.0%} of completion token slots are padding (mean length / max length over the run)")
@@ -302,7 +303,7 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
         return None
     return Finding(
         "throughput",
-        "Time lost to " + ("rewards" if step_t and reward_t / step_t > dc.reward_time_share else "padding"),
+        "Time lost to " + ("rewards" if rewards_slow else "padding"),
         "; ".join(found),
         "run reward functions in worker processes (reward.num_workers) and make them cheaper; "
         "against padding, pack micro-batches by tokens (train.micro_batch_tokens)",
