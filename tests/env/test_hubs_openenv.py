@@ -9,7 +9,6 @@ reset) with one counted sentence, never the run."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -25,14 +24,9 @@ pytest.importorskip("openenv.core")
 from grpokit.env.hubs.openenv_env import OpenEnvError, openenv_environment  # noqa: E402
 from grpokit.env.tools import TerminalToolError  # noqa: E402
 from helpers.hubs import hub_trainer, save_tag_model, scripted  # noqa: E402
+from helpers.net import free_port  # noqa: E402
 from helpers.paths import TESTS  # noqa: E402
 from helpers.trl_models import make_qwen2_tool_model, small_args  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ worker must return, and a worker's sample function that returns garbage (module-
 
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
 
@@ -80,12 +79,6 @@ def process_engine(
 
 
 KEY = "test-rollout-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def remote_worker(port: int, key: str = KEY, *args: str, threads: int = 0) -> subprocess.Popen:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import types
 from datetime import timedelta
@@ -29,6 +28,7 @@ from grpokit.rollout.vllm_tp import Request, TensorParallelEngine, merged_inputs
 from grpokit.train import engines, world_check
 from grpokit.train.distributed import DistContext, rank_seed
 from grpokit.validation import validate
+from helpers.net import free_port
 
 
 def completion(index, ids):
@@ -177,12 +177,6 @@ def test_weights_go_to_every_ranks_engine_as_before(tiny_model):
 # ---------------------------------------------------------------- 2. real processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tp_config(model_dir: str) -> Config:
     cfg = Config()
     cfg.model.name_or_path = model_dir
@@ -267,7 +261,7 @@ def _worker(rank, world, port, model_dir, tmp, part):
 
 
 def spawn(world: int, part: str, model_dir, tmp: Path) -> list[dict]:
-    mp.spawn(_worker, args=(world, _free_port(), str(model_dir), str(tmp), part), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, free_port(), str(model_dir), str(tmp), part), nprocs=world, join=True)
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
 
 

@@ -229,7 +229,8 @@ def test_rollout_workers_on_two_ranks_sample_what_the_threads_sample(tiny_model_
     """rollout.async_workers=1 on each of 2 ranks: a worker process per rank samples that rank's slice with
     that rank's seed, so the run equals the 2-rank thread run bit for bit (real sampling, no script); so does
     a remote worker per rank (rollout.async_remote_workers=1, rank r listening on the port + r)."""
-    from helpers.rollout_workers import KEY, free_port, remote_worker
+    from helpers.net import free_port
+    from helpers.rollout_workers import KEY, remote_worker
 
     monkeypatch.setenv("GRPOKIT_ROLLOUT_KEY", KEY)
     port = free_port()

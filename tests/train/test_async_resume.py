@@ -93,7 +93,8 @@ def test_a_persistent_remote_worker_serves_a_killed_trainer_and_its_resumed_run(
     """rollout.async_remote_workers=1: a real ``grpokit rollout-worker --persist`` on loopback samples every
     batch (the weights through its gloo pair); the trainer killed with SIGKILL inside step 3 and resumed, the
     same worker joins the resumed run, which ends where the thread's uninterrupted run ends, bit for bit."""
-    from helpers.rollout_workers import KEY, free_port, remote_worker
+    from helpers.net import free_port
+    from helpers.rollout_workers import KEY, remote_worker
 
     port = free_port()
     rollout = {**ASYNC, "async_remote_workers": 1, "async_listen": f"127.0.0.1:{port}"}

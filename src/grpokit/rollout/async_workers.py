@@ -70,11 +70,14 @@ class Worker:
     at: int = 0  # that segment's version
     waiting: int | None = None  # the version it said it waits for, until it has loaded it
     threads: int = 0  # its intra-op CPU threads, as it said when ready
-    pid: int | None = None  # a local worker's from its start, a remote one's as it said when ready
-    host: str = ""  # a remote worker's (rollout/async_remote.py); "" for a local one
+
+    @property
+    def host(self) -> str:
+        """A remote worker's host (rollout/async_remote.py RemoteProc); "" for a local one."""
+        return getattr(self.proc, "host", "")
 
     def label(self) -> str:
-        return f"rollout worker {self.number} (pid {self.pid}{f' on {self.host}' if self.host else ''})"
+        return f"rollout worker {self.number} (pid {self.proc.pid}{f' on {self.host}' if self.host else ''})"
 
 
 @dataclass
@@ -126,12 +129,10 @@ class WorkerPool:
             proc.start()
             child.close()
             # starting imports torch in a fresh interpreter: its own, longer deadline
-            self.workers.append(
-                Worker(k, proc, parent, deadline=time.monotonic() + max(timeout_s, START_S), pid=proc.pid)
-            )
+            self.workers.append(Worker(k, proc, parent, deadline=time.monotonic() + max(timeout_s, START_S)))
         for conn, proc in remote:  # receiving the policy by value over the network: the same start deadline
             start = time.monotonic() + max(timeout_s, START_S)
-            self.workers.append(Worker(len(self.workers), proc, conn, deadline=start, host=proc.host))
+            self.workers.append(Worker(len(self.workers), proc, conn, deadline=start))
         # the init record goes through the pipes from a thread, so a worker that never reads it meets its start
         # deadline instead of blocking the trainer; every worker has read it once all are ready (below)
         threading.Thread(target=_send_init, args=([w.conn for w in self.workers], init), daemon=True).start()
@@ -255,7 +256,9 @@ class WorkerPool:
             return self._fault(w, f"closed its connection {self._doing(w)} ({type(e).__name__})")
         kind = msg[0] if isinstance(msg, tuple) and msg else None
         if kind == "ready" and w.phase == "start":
-            w.phase, w.threads, w.pid = "idle", int(msg[2]), w.pid or int(msg[1])
+            w.phase, w.threads = "idle", int(msg[2])
+            if w.host:  # a remote process's pid is known only from what it says
+                w.proc.pid = int(msg[1])
         elif kind == "synced" and w.phase in ("sync", "sample", "wait") and msg[1] == w.job.index:
             self.sync_s += float(msg[4])
             w.segment, w.at, w.waiting = msg[2], msg[3], None
