@@ -232,6 +232,36 @@ def test_a_failed_weights_send_is_a_fault_at_once_not_at_the_deadline(monkeypatc
     assert _ended(worker)[0] == 1  # its connection closed by the fault
 
 
+def test_a_policy_whose_sample_function_does_not_import_on_the_workers_host_is_one_sentence_each_side(
+    tmp_path, monkeypatch
+):
+    # the trainer samples with a function from a module only its own process can import (tmp_path on its path,
+    # not on the worker's): the worker says what did not load and what its host needs; the trainer names it
+    (tmp_path / "only_here.py").write_text(
+        "from grpokit.rollout.async_process import sample_one_turn\n\n"
+        "def sample(ctx, model, generator, prompts):\n    return sample_one_turn(ctx, model, generator, prompts)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_here
+
+    port = free_port()
+    worker = remote_worker(port)
+    with pytest.raises(
+        RolloutWorkerError,
+        match=r"^rollout worker 0 \(on 127.0.0.1\) closed its connection while starting \(EOFError\)$",
+    ):
+        process_engine(0, remote=1, port=port, sample=only_here.sample)
+    code, err = _ended(worker)
+    assert (
+        code == 1
+        and (
+            f"grpokit rollout-worker: the trainer's policy from 127.0.0.1:{port} does not load here "
+            "(ModuleNotFoundError: No module named 'only_here'); this host needs the trainer's grpokit"
+        )
+        in err
+    ), err
+
+
 def test_a_worker_whose_trainer_never_listens_gives_up_in_one_sentence():
     port = free_port()
     code, err = _ended(remote_worker(port, "test-rollout-key-0123456789", "--wait", "1"))

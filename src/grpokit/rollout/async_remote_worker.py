@@ -61,12 +61,25 @@ def connect(address: tuple[str, int], key: bytes, wait_s: float) -> PlainConn:
             raise WorkerExit(f"cannot connect to the trainer at {where}: {e.strerror or e}", final=True) from e
 
 
+def _init_record(conn: PlainConn, where: str) -> dict:
+    """The trainer's init record; WorkerExit when it does not unpickle here (EOFError/OSError: the trainer went)."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the policy or its sample function does not load on this host
+        raise WorkerExit(
+            f"the trainer's policy from {where} does not load here ({type(e).__name__}: {e}); this host needs the "
+            "trainer's grpokit, torch and transformers, and the module of any sample function it uses"
+        ) from e
+
+
 def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: float = 600.0) -> None:
     """Work for the trainer at ``address`` until it says stop; raises WorkerExit otherwise."""
     conn = connect(address, key, wait_s)
     where = f"{address[0]}:{address[1]}"
     try:
-        init = conn.recv()
+        init = _init_record(conn, where)
         pair = init.pop("pair")
         init["threads"] = threads or torch.get_num_threads()  # this host's cores, not the trainer's share
         store = dist.TCPStore(address[0], pair["store_port"], is_master=False)
@@ -74,6 +87,9 @@ def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: flo
     except (EOFError, OSError, RuntimeError) as e:  # RuntimeError: the pair's rendezvous failed
         conn.close()
         raise WorkerExit(f"the trainer at {where} went away while this worker started ({type(e).__name__})") from e
+    except WorkerExit:
+        conn.close()
+        raise
     params = dict(init["model"].named_parameters())
     layout = Layout.of({name: params[name].data for name in init["trainable"]}, init["trainable"])
     try:

@@ -77,7 +77,9 @@ class Worker:
         return getattr(self.proc, "host", "")
 
     def label(self) -> str:
-        return f"rollout worker {self.number} (pid {self.proc.pid}{f' on {self.host}' if self.host else ''})"
+        pid = "" if self.proc.pid is None else f"pid {self.proc.pid}"  # a remote one's, once it said it
+        where = f"on {self.host}" if self.host else ""
+        return f"rollout worker {self.number} ({' '.join(filter(None, (pid, where)))})"
 
 
 @dataclass
