@@ -170,4 +170,10 @@ def test_async_workers_on_a_gpu_are_refused_in_one_sentence_and_nothing_else_sai
     with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
         make_engine(cfg, None, 0, None, torch.device("cuda", 0), None, None, None)
     assert str(e.value) == "rollout.async_workers runs on CPU only, not on cuda:0; set rollout.async_workers=0"
+    cfg.rollout.async_workers, cfg.rollout.async_remote_workers = 0, 1  # workers on other hosts: the same rule
+    with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
+        make_engine(cfg, None, 0, None, torch.device("cuda", 0), None, None, None)
+    assert str(e.value) == (
+        "rollout.async_remote_workers runs on CPU only, not on cuda:0; set rollout.async_remote_workers=0"
+    )
     assert not [r for r in caplog.records if r.levelname == "WARNING"]

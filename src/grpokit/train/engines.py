@@ -100,7 +100,8 @@ def make_engine(
         return engine
     workers = r.async_workers + r.async_remote_workers
     if r.async_staleness > 0 and workers > 0 and device.type != "cpu":
-        raise ConfigError(f"rollout.async_workers runs on CPU only, not on {device}; set rollout.async_workers=0")
+        name = "rollout.async_workers" if r.async_workers else "rollout.async_remote_workers"
+        raise ConfigError(f"{name} runs on CPU only, not on {device}; set {name}=0")
     if r.async_staleness > 0 and not (r.async_remote_workers and not r.async_workers):  # shares the trainer's device
         warn_shared_device_async(r.async_staleness, device)
     if r.async_staleness > 0 and workers > 0:
