@@ -1,6 +1,7 @@
 """Rollout worker processes for tests (rollout/async_process.py): a tiny policy's ProcessRollout, the batch a
 worker must return, and a worker's sample function that returns garbage (module-level: the workers import it)."""
 
+import copy
 import dataclasses
 import os
 import subprocess
@@ -55,18 +56,22 @@ def process_engine(
     partial_tokens: int = 0,
     remote: int = 0,
     port: int = 0,
+    device: torch.device = torch.device("cpu"),
+    cuda_graphs: bool = False,
 ):
     """``(engine, model)``: a tiny policy's (or ``model``'s) ProcessRollout (2 prompts of 3 samples a step;
     ``partial_tokens``: rollout.async_partial_tokens); ``remote`` workers join at 127.0.0.1:``port`` with KEY
-    (start them with ``remote_worker``)."""
+    (start them with ``remote_worker``); the local workers sample on ``device``, replaying CUDA graphs there
+    where ``cuda_graphs``."""
     model = model if model is not None else tiny_qwen2(seed=1)
     engine = ProcessRollout(
         model,
         0,
         prompt_source(),
         hf=tiny_hf_engine(),
-        context=dataclasses.replace(CONTEXT, partial_tokens=partial_tokens),
+        context=dataclasses.replace(CONTEXT, partial_tokens=partial_tokens, cuda_graphs=cuda_graphs),
         workers=workers,
+        device=device,
         timeout_s=timeout_s,
         on_fault=on_fault,
         prompts_per_step=2,
@@ -91,10 +96,13 @@ def remote_worker(port: int, key: str = KEY, *args: str, threads: int = 0) -> su
     return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
 
 
-def expected_batch(engine, index: int):
-    """What any worker must return for batch ``index``: the schedule's snapshot, prompts and generator."""
+def expected_batch(engine, index: int, device: torch.device = torch.device("cpu")):
+    """What any worker on ``device`` must return for batch ``index``: the schedule's snapshot (a copy on
+    ``device``), prompts and generator."""
     snap, _, prompts = engine.plan.job(index)
-    ro = sample_one_turn(CONTEXT, snap, batch_generator(SEED, index, torch.device("cpu")), prompts)
+    if next(snap.parameters()).device != device:
+        snap = copy.deepcopy(snap).to(device)
+    ro = sample_one_turn(CONTEXT, snap, batch_generator(SEED, index, device), prompts)
     return ro.completion_ids, ro.sampling_logprobs
 
 
@@ -107,3 +115,51 @@ def slow_sample(ctx, model, generator, prompts):
 
     time.sleep(SLOW_S)
     return sample_one_turn(ctx, model, generator, prompts)
+
+
+def bump(model) -> None:
+    """An update: the first trainable tensor moves, so the next version differs."""
+    with torch.no_grad():
+        next(p for p in model.parameters() if p.requires_grad).add_(0.01)
+
+
+def run_steps(engine, model, n: int, check: bool = True, device: torch.device = torch.device("cpu")):
+    """n steps of the trainer's side: take the step's batch (where ``check``, equal to the schedule's on
+    ``device``), update, publish; ``(batches, last metrics)``, each batch its tokens, log-probabilities and
+    versions."""
+    got, metrics = [], None
+    for k in range(n):
+        want = expected_batch(engine, k, device) if check else None
+        _, ro = engine.prefetched(2, 3)
+        got.append((ro.completion_ids, ro.sampling_logprobs, ro.sampling_versions))
+        assert not check or (ro.completion_ids, ro.sampling_logprobs) == want, k
+        bump(model)
+        metrics = engine.after_update(model, k + 1)
+    return got, metrics
+
+
+def thread_batches(
+    staleness: int, steps: int, partial_tokens: int = 0, device: torch.device = torch.device("cpu")
+) -> list:
+    """The sampler thread's batches (rollout/async_.py) of process_engine's policy and prompts on ``device``, steps
+    0 to ``steps`` - 1: the reference worker processes must equal."""
+    from grpokit.rollout.async_ import AsyncRollout
+
+    model = tiny_qwen2(seed=1).to(device)
+    engine = AsyncRollout(
+        model,
+        0,
+        lambda sampler, prompts: sampler([p.ids for p in prompts], 3, CONTEXT.params),
+        prompt_source(),
+        hf=tiny_hf_engine(),
+        prompts_per_step=2,
+        group_size=3,
+        max_staleness=staleness,
+        device=device,
+        seed=SEED,
+        partial_tokens=partial_tokens,
+    )
+    try:
+        return run_steps(engine, model, steps, check=False)[0]
+    finally:
+        engine.close()

@@ -155,25 +155,31 @@ def test_a_process_that_ends_after_train_step_without_close_exits_cleanly(tiny_m
     assert p.returncode == 0 and "terminate called" not in p.stderr, (p.returncode, p.stderr[-2000:])
 
 
-def test_async_workers_on_a_gpu_are_refused_in_one_sentence_and_nothing_else_said(caplog):
-    """Worker processes sample on the CPU only: on a CUDA device the request is refused in one sentence before
-    anything else is built or said (the shared-device warning would speak of a thread that never runs)."""
+def test_a_worker_device_this_process_cannot_use_is_refused_in_one_sentence_and_nothing_else_said(caplog):
+    """rollout.async_worker_device names a card: without CUDA, or one fixed card for several ranks, the run is
+    refused in one sentence saying what would do, before anything is built or warned about."""
     import logging
 
     import torch
 
     from grpokit.config import Config, ConfigError
+    from grpokit.train.distributed import DistContext
     from grpokit.train.engines import make_engine
 
     cfg = Config()
-    cfg.rollout.async_staleness, cfg.rollout.async_workers = 1, 2
+    cfg.rollout.async_staleness, cfg.rollout.async_workers, cfg.rollout.async_worker_device = 1, 2, "cuda:1"
     with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
-        make_engine(cfg, None, 0, None, torch.device("cuda", 0), None, None, None)
-    assert str(e.value) == "rollout.async_workers runs on CPU only, not on cuda:0; set rollout.async_workers=0"
-    cfg.rollout.async_workers, cfg.rollout.async_remote_workers = 0, 1  # workers on other hosts: the same rule
-    with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
-        make_engine(cfg, None, 0, None, torch.device("cuda", 0), None, None, None)
+        make_engine(cfg, None, 0, None, torch.device("cpu"), DistContext(world_size=2), None, None)
     assert str(e.value) == (
-        "rollout.async_remote_workers runs on CPU only, not on cuda:0; set rollout.async_remote_workers=0"
+        'rollout.async_worker_device=cuda:1 would put every one of the 2 ranks\' workers on that card; leave it "" '
+        "(each rank's own card), or start `grpokit rollout-worker --device cuda:1` workers "
+        "(rollout.async_remote_workers)"
     )
+    if not torch.cuda.is_available():
+        cfg.rollout.async_worker_device = "cuda"
+        with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
+            make_engine(cfg, None, 0, None, torch.device("cpu"), DistContext(), None, None)
+        assert str(e.value) == (
+            'rollout.async_worker_device=cuda but torch sees no CUDA device here; use cpu or "" (the trainer\'s device)'
+        )
     assert not [r for r in caplog.records if r.levelname == "WARNING"]

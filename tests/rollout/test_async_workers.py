@@ -11,19 +11,7 @@ import torch
 
 from grpokit.rollout.async_workers import RolloutWorkerError
 from helpers.config_errors import section_error
-from helpers.rollout_workers import expected_batch, garbage_sample, process_engine
-
-
-def _steps(engine, model, n: int):
-    """n steps of the trainer's side: take the step's batch, check it, publish the next weights."""
-    for k in range(n):
-        want = expected_batch(engine, k)
-        prompts, ro = engine.prefetched(2, 3)
-        assert (ro.completion_ids, ro.sampling_logprobs) == want, k
-        with torch.no_grad():  # an update: the next version differs
-            next(p for p in model.parameters() if p.requires_grad).add_(0.01)
-        metrics = engine.after_update(model, k + 1)
-    return metrics
+from helpers.rollout_workers import garbage_sample, process_engine, run_steps
 
 
 def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
@@ -31,7 +19,7 @@ def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
     try:
         victim = engine.pool.workers[0].proc.pid
         os.kill(victim, signal.SIGKILL)
-        metrics = _steps(engine, model, 3)  # every batch still equals the schedule's, the victim's redone
+        _, metrics = run_steps(engine, model, 3)  # every batch still equals the schedule's, the victim's redone
         assert metrics["rollout/worker_faults"] == 1 and metrics["rollout/workers"] == 1
         assert metrics["rollout/staleness"] == 1 and metrics["time/weight_sync"] > 0
         assert f"rollout worker 0 (pid {victim})" in capsys.readouterr().out
@@ -48,7 +36,7 @@ def test_a_lora_policy_sends_only_its_adapters_to_the_worker():
 
     engine, model = process_engine(1, model=add_adapters(tiny_qwen2(seed=1), ModelConfig(lora_rank=4)))
     try:
-        metrics = _steps(engine, model, 3)  # the worker samples every version's adapters as the schedule says
+        _, metrics = run_steps(engine, model, 3)  # the worker samples every version's adapters as the schedule says
     finally:
         engine.close()
     adapters = sum(p.numel() * 4 for n, p in model.named_parameters() if p.requires_grad)
@@ -66,7 +54,7 @@ def test_a_stopped_worker_misses_its_deadline_and_stops_the_run():
             match=rf"rollout worker 0 \(pid {pid}\) did not .* within "
             r"rollout.async_timeout_s=2 s \(hung or stopped\)",
         ):
-            _steps(engine, model, 3)
+            run_steps(engine, model, 3)
         assert engine.pool.stats.faults == 1
     finally:
         engine.close()
@@ -108,6 +96,17 @@ def test_a_worker_returning_garbage_is_a_fault_named_by_what_is_wrong():
             {"tools": ["python"]},
             r"^rollout.async_workers samples one-turn completions, not episodes",
         ),
+        (
+            {"async_staleness": 1, "async_workers": 1, "async_worker_device": "gpu1"},
+            {},
+            r"^rollout.async_worker_device='gpu1' is not valid; use \"\" \(the trainer's device\), cpu, cuda or "
+            r"cuda:N$",
+        ),
+        (
+            {"async_staleness": 1, "async_workers": 1, "async_worker_device": "cuda:x"},
+            {},
+            r"^rollout.async_worker_device='cuda:x' is not valid",
+        ),
     ],
 )
 def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
@@ -126,7 +125,7 @@ def test_a_checkpointed_policy_reaches_the_worker():
     assert hooked, "transformers no longer hooks the embeddings: this test checks nothing"
     engine, model = process_engine(1, model=model)
     try:
-        _steps(engine, model, 2)
+        run_steps(engine, model, 2)
     finally:
         engine.close()
     assert all(m._forward_hooks for m in hooked)  # the trainer's model keeps its hook
@@ -146,7 +145,7 @@ def test_a_policy_of_more_tensors_than_a_process_start_can_carry_reaches_the_wor
     assert len(list(model.parameters())) > 256
     engine, model = process_engine(1, model=model)
     try:
-        _steps(engine, model, 1)
+        run_steps(engine, model, 1)
     finally:
         engine.close()
 

@@ -9,19 +9,11 @@ import re
 import signal
 
 import pytest
-import torch
 
-from grpokit.rollout.async_ import AsyncRollout
 from grpokit.rollout.async_workers import RolloutWorkerError
-from helpers.models import tiny_qwen2
-from helpers.rollout_workers import CONTEXT, SEED, process_engine, prompt_source, tiny_hf_engine
+from helpers.rollout_workers import bump, process_engine, run_steps, thread_batches
 
 K = 3  # segments of 3 tokens of max_new_tokens 8: versions j - s, j - s + 1, j - s + 2 (capped at j)
-
-
-def _update(model) -> None:
-    with torch.no_grad():  # an update: the next version differs
-        next(p for p in model.parameters() if p.requires_grad).add_(0.01)
 
 
 def _batch(ro):
@@ -31,36 +23,13 @@ def _batch(ro):
 def _take(engine, model, k: int):
     """The trainer's side of step k: take its batch, then publish the weights after k + 1 updates."""
     _, ro = engine.prefetched(2, 3)
-    _update(model)
+    bump(model)
     return _batch(ro), engine.after_update(model, k + 1)
-
-
-def _take_four(engine, model) -> tuple[list, dict]:
-    """Steps 0-3 on the trainer's side: the four batches, and the last step's metrics."""
-    got = [_take(engine, model, k) for k in range(4)]
-    return [batch for batch, _ in got], got[-1][1]
 
 
 def _thread_batches(staleness: int, steps: int) -> list:
     """The sampler thread's partial batches (rollout/async_.py), the reference the workers must equal."""
-    model = tiny_qwen2(seed=1)
-    engine = AsyncRollout(
-        model,
-        0,
-        lambda sampler, prompts: sampler([p.ids for p in prompts], 3, CONTEXT.params),
-        prompt_source(),
-        hf=tiny_hf_engine(),
-        prompts_per_step=2,
-        group_size=3,
-        max_staleness=staleness,
-        device=torch.device("cpu"),
-        seed=SEED,
-        partial_tokens=K,
-    )
-    try:
-        return [_take(engine, model, k)[0] for k in range(steps)]
-    finally:
-        engine.close()
+    return thread_batches(staleness, steps, K)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +46,7 @@ def thread_s2():
 def test_workers_sample_the_threads_partial_batches_bit_for_bit(workers, thread_s2):
     engine, model = process_engine(workers, staleness=2, partial_tokens=K)
     try:
-        got, metrics = _take_four(engine, model)
+        got, metrics = run_steps(engine, model, 4, check=False)
     finally:
         engine.close()
     assert [v for v in got[3][2][0]][:3] == [1, 1, 1]  # batch 3 starts at version 3 - 2 = 1 ...
@@ -94,7 +63,7 @@ def test_a_worker_killed_at_the_start_is_dropped_and_a_waiting_one_gives_its_bat
     try:
         victim = engine.pool.workers[0].proc.pid
         os.kill(victim, signal.SIGKILL)
-        got, metrics = _take_four(engine, model)
+        got, metrics = run_steps(engine, model, 4, check=False)
     finally:
         engine.close()
     assert got == thread_s2
@@ -120,7 +89,7 @@ def test_a_worker_killed_while_waiting_mid_batch_is_dropped_and_its_batch_redone
         assert (w.job.index, w.segment, w.waiting) == (1, 0, 1)
         os.kill(w.proc.pid, signal.SIGKILL)
         w.proc.join(10)
-        _update(model)
+        bump(model)
         engine.after_update(model, 1)  # version 1 cannot reach it: the next wait sees it dead, batch 1 goes to worker 0
         for k in (1, 2):
             batch, metrics = _take(engine, model, k)
@@ -139,7 +108,7 @@ def test_a_worker_stopped_while_waiting_mid_batch_misses_its_deadline_once_the_v
         engine.prefetched(2, 3)
         w = _wait_mid_batch(engine, 0)
         os.kill(w.proc.pid, signal.SIGSTOP)
-        _update(model)
+        bump(model)
         engine.after_update(model, 1)  # the wait was the trainer's; from now on the deadline is the worker's
         with pytest.raises(
             RolloutWorkerError,

@@ -18,25 +18,7 @@ from grpokit.rollout.async_workers import RolloutWorkerError
 from grpokit.rollout.weight_wire import ALIGN, Layout
 from helpers.config_errors import section_error
 from helpers.net import free_port
-from helpers.rollout_workers import expected_batch, process_engine, remote_worker
-
-
-def _update(model) -> None:
-    with torch.no_grad():  # an update: the next version differs
-        next(p for p in model.parameters() if p.requires_grad).add_(0.01)
-
-
-def _steps(engine, model, n: int, check: bool = True):
-    """n steps of the trainer's side; each batch equal to the schedule's (``check``); the batches, the metrics."""
-    got = []
-    for k in range(n):
-        want = expected_batch(engine, k) if check else None
-        _, ro = engine.prefetched(2, 3)
-        got.append((ro.completion_ids, ro.sampling_logprobs, ro.sampling_versions))
-        assert not check or (ro.completion_ids, ro.sampling_logprobs) == want, k
-        _update(model)
-        metrics = engine.after_update(model, k + 1)
-    return got, metrics
+from helpers.rollout_workers import process_engine, remote_worker, run_steps
 
 
 def _ended(worker: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
@@ -52,7 +34,7 @@ def test_a_remote_worker_beside_a_local_one_samples_the_schedule_and_stops_when_
             f"rollout worker 0 (pid {engine.pool.workers[0].proc.pid})",
             f"rollout worker 1 (pid {worker.pid} on 127.0.0.1)",
         ]
-        _, metrics = _steps(engine, model, 4)  # every batch equals the schedule's, whichever worker drew it
+        _, metrics = run_steps(engine, model, 4)  # every batch equals the schedule's, whichever worker drew it
         assert metrics["rollout/workers"] == 2 and metrics["rollout/worker_faults"] == 0
     finally:
         engine.close()
@@ -64,7 +46,7 @@ def local_partial():
     """A local worker's partial batches (staleness 2, segments of 3 tokens), steps 0-3."""
     local, model = process_engine(1, staleness=2, partial_tokens=3)
     try:
-        return _steps(local, model, 4, check=False)[0]
+        return run_steps(local, model, 4, check=False)[0]
     finally:
         local.close()
 
@@ -78,7 +60,7 @@ def test_partial_rollouts_reach_a_remote_worker_as_a_local_one(local_partial):
     worker = remote_worker(port)
     engine, model = process_engine(0, staleness=2, partial_tokens=3, remote=1, port=port)
     try:
-        got, metrics = _steps(engine, model, 4, check=False)
+        got, metrics = run_steps(engine, model, 4, check=False)
     finally:
         engine.close()
     assert any(3 in vs for vs in got[3][2])  # batch 3 ends under version 3, published while it was drawn
@@ -98,7 +80,7 @@ def test_a_waiting_remote_worker_gives_its_batch_back_for_a_dead_workers_and_red
     engine, model = process_engine(1, on_fault="drop", staleness=2, partial_tokens=3, remote=1, port=port)
     try:
         os.kill(engine.pool.workers[0].proc.pid, signal.SIGKILL)
-        got, metrics = _steps(engine, model, 4, check=False)
+        got, metrics = run_steps(engine, model, 4, check=False)
     finally:
         engine.close()
     assert got == local_partial
@@ -113,7 +95,7 @@ def test_a_killed_remote_worker_is_dropped_and_its_batch_redone(capsys):
     engine, model = process_engine(1, on_fault="drop", remote=1, port=port)
     try:
         os.kill(worker.pid, signal.SIGKILL)
-        _, metrics = _steps(engine, model, 3)
+        _, metrics = run_steps(engine, model, 3)
     finally:
         engine.close()
     assert metrics["rollout/worker_faults"] == 1 and metrics["rollout/workers"] == 1
@@ -135,7 +117,7 @@ def test_a_stopped_remote_worker_misses_its_deadline_and_exits_once_it_runs_agai
             match=rf"^rollout worker 0 \(pid {worker.pid} on 127.0.0.1\) did not .* within "
             r"rollout.async_timeout_s=3 s \(hung or stopped\)$",
         ):
-            _steps(engine, model, 3)
+            run_steps(engine, model, 3)
         assert time.monotonic() - t0 < 30
     finally:
         engine.close()
@@ -189,7 +171,7 @@ def test_a_connection_that_never_answers_the_challenge_is_cut_off_and_holds_up_n
     with caplog.at_level("WARNING", logger="grpokit"):
         engine, model = process_engine(0, remote=1, port=port)  # the worker joins beside the silent connection
         try:
-            _steps(engine, model, 1)
+            run_steps(engine, model, 1)
             connector.join()
             silent.settimeout(30)
             while silent.recv(4096):  # the challenge, then the end: cut off after CHALLENGE_S
@@ -267,6 +249,23 @@ def test_a_worker_whose_trainer_never_listens_gives_up_in_one_sentence():
     code, err = _ended(remote_worker(port, "test-rollout-key-0123456789", "--wait", "1"))
     assert code == 1
     assert f"no trainer accepted a connection at 127.0.0.1:{port} within 1 s" in err, err
+
+
+def test_a_device_this_host_lacks_ends_the_worker_in_one_sentence_before_it_connects():
+    """``--device`` is checked before the worker connects: a name that is no device, or a card this host does not
+    have, ends it at once (exit 1, one sentence saying what would do), not after a trainer sent it the policy."""
+    port = free_port()  # nobody listens: a worker that tried to connect would wait --wait seconds first
+    card = "cuda:99" if torch.cuda.is_available() else "cuda"
+    lacks = (
+        f"--device cuda:99: this host has {torch.cuda.device_count()} CUDA device(s)"
+        if torch.cuda.is_available()
+        else "--device cuda: torch sees no CUDA device on this host; use --device cpu"
+    )
+    for device, said in [("gpu0", "--device 'gpu0' is not valid; use cpu, cuda or cuda:N"), (card, lacks)]:
+        t0 = time.monotonic()
+        code, err = _ended(remote_worker(port, "test-rollout-key-0123456789", "--device", device, "--wait", "60"))
+        assert code == 1 and err.startswith(f"grpokit rollout-worker: {said}") and err.count("\n") == 1, err
+        assert time.monotonic() - t0 < 50  # it did not wait for a trainer
 
 
 def test_a_worker_whose_trainer_is_killed_exits_in_one_sentence(tmp_path):

@@ -111,21 +111,28 @@ class RolloutConfig:
     more than async_staleness updates old and the run stays deterministic."""
     async_workers: int = 0
     """With async_staleness > 0: 0 samples in a thread of the trainer's process; N >= 1 in N worker processes
-    (rollout/async_process.py; one turn, CPU; with several trainer ranks, N per rank), weights passed as
-    shared-memory tensors."""
+    (rollout/async_process.py; one turn; with several trainer ranks, N per rank), on async_worker_device, weights
+    passed as shared-memory tensors (CUDA IPC handles when the trainer's snapshot is on a card)."""
+    async_worker_device: str = ""
+    """Where the async_workers sample: "" (the trainer's own device: its CPU cores, or its card), cpu, cuda or
+    cuda:N (e.g. a second card of the trainer's host, so that sampling and the update do not share one; with
+    several trainer ranks only "", each rank's own card). Workers on other hosts pick theirs with
+    ``grpokit rollout-worker --device``."""
     async_remote_workers: int = 0
     """With async_staleness > 0: this many more rollout workers, each ``grpokit rollout-worker --connect HOST:PORT``
     on any host that reaches the trainer (rollout/async_remote.py); the run waits for them at its start. They
     prove the secret in GRPOKIT_ROLLOUT_KEY, get the policy by value and each version's weights through a gloo
-    pair of torch.distributed, with the same deadlines and faults as async_workers (one turn, CPU)."""
+    pair of torch.distributed, with the same deadlines and faults as async_workers (one turn; each on the device
+    of its ``--device``)."""
     async_listen: str = "127.0.0.1:29710"
     """HOST:PORT where the trainer accepts its remote rollout workers (async_remote_workers); 0.0.0.0:PORT for
     every interface. Under torchrun rank r listens on PORT + r."""
     async_worker_threads: int = 0
-    """Intra-op CPU threads of each rollout worker process (async_workers). 0: the trainer's threads (train.threads)
-    split evenly between the trainer and its workers, at least one each, so that the processes together run no
-    more threads than the trainer alone (on 2 cores, 2 threads in the trainer and 2 in a worker made a SmolLM2 step
-    4-7x slower); N > 0: N per worker, the trainer keeping all of its own."""
+    """Intra-op CPU threads of each rollout worker process (async_workers). 0: for workers on a card one each (the
+    card samples); for workers on the CPU the trainer's threads (train.threads) split evenly between the trainer
+    and its workers, at least one each, so that the processes together run no more threads than the trainer alone
+    (on 2 cores, 2 threads in the trainer and 2 in a worker made a SmolLM2 step 4-7x slower); N > 0: N per worker,
+    the trainer keeping all of its own."""
     async_timeout_s: float = 600.0
     """Deadline, in seconds, of a rollout worker's start, of each weight sync and of each batch it samples; a
     worker that misses one is a fault (async_worker_fault). The sampler thread's: the trainer waits at most this

@@ -16,8 +16,16 @@ each later one is pushed to the workers that need it when the trainer publishes 
 Several trainer ranks: each rank has its own pool sampling its slice of the global prompts with its own
 seed (async_plan.py); ``time/waiting_for_stragglers`` adds the wait for the other ranks' batches.
 
+Devices (``rollout.async_worker_device``): the workers sample on the trainer's own device by default, or on
+another (the CPU, or a second card). The snapshots stay on the trainer's device: on a card the pipe carries their
+CUDA IPC handles instead of shared-memory ones (torch.multiprocessing's reductions), the frozen tensors too, and
+a worker on another device copies each version across into its own parameters (its policy moved there at its
+start). Its generator lives on its own device (async_plan.batch_generator), as the thread's on the trainer's, so
+a worker on the trainer's device draws the thread's batches; on a card it replays its decode's CUDA graphs
+(``rollout.cuda_graphs``; partial rollouts decode eagerly).
+
 What it does not do (refused in one sentence by validation): multi-turn episodes (tools, environments),
-image prompts, a GPU, the vLLM backends (they have their own engine processes).
+image prompts, the vLLM backends (they have their own engine processes).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from grpokit.nn import kernels
 from grpokit.types import Rollout
 
 from .async_plan import AsyncPlan
+from .async_remote import host_record
 from .async_workers import START_S, Job, WorkerPool
 from .engine import HFEngine, TurnSampler
 from .hf import SamplingParams, generate
@@ -52,6 +61,7 @@ class SampleContext:
     decoder: str
     tokenizer: object  # for stop strings' decoding
     partial_tokens: int = 0  # rollout.async_partial_tokens (0: whole batches by one version)
+    cuda_graphs: bool = False  # rollout.cuda_graphs: a worker on a card replays its whole-batch decode's graphs
 
     def needs(self, index: int, start: int) -> tuple[int, ...]:
         """The versions after ``start`` that batch ``index``'s segments are drawn by (partial rollouts)."""
@@ -73,7 +83,8 @@ def sample_one_turn(ctx: SampleContext, model, generator: torch.Generator, promp
             return generate_partial(
                 model, ids, ctx.group_size, ctx.params, ctx.partial_tokens, engine=ctx.decoder, **kw
             )
-        return generate(model, ids, ctx.group_size, ctx.params, engine=ctx.decoder, cuda_graphs=False, **kw)
+        graphs = ctx.cuda_graphs and next(model.parameters()).is_cuda
+        return generate(model, ids, ctx.group_size, ctx.params, engine=ctx.decoder, cuda_graphs=graphs, **kw)
 
 
 @contextlib.contextmanager
@@ -139,6 +150,7 @@ class ProcessRollout:
         hf: HFEngine,
         context: SampleContext,
         workers: int,
+        device: torch.device = torch.device("cpu"),
         threads: int = 0,
         timeout_s: float,
         on_fault: str,
@@ -153,7 +165,9 @@ class ProcessRollout:
         remote=None,
     ):
         """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
-        function: the workers import it); ``threads`` each worker's intra-op threads (0: the trainer's);
+        function: the workers import it); ``device`` where the local workers sample (the snapshots, on the
+        trainer's device, reach them as shared memory or CUDA IPC handles); ``threads`` each worker's intra-op
+        threads (0: the trainer's);
         ``prompts_per_step`` is the global batch, ``seed`` this rank's,
         ``wait_ranks`` returns once every rank has its batch (async_.py); ``remote``: the workers on other
         hosts to wait for (rollout/async_remote.py RemoteWorkers), numbered after the local ones."""
@@ -173,7 +187,7 @@ class ProcessRollout:
         self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
         self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
-        init = self._init_record(sample, seed, threads)
+        init = self._init_record(sample, seed, threads, device)
         joined = remote.join(workers, max(timeout_s, START_S), timeout_s) if remote else []
         with sendable(init["model"]) as init["onednn"]:  # the workers pickle it at their start
             self.pool = WorkerPool(
@@ -183,14 +197,17 @@ class ProcessRollout:
                 on_fault=on_fault,
                 check=lambda job, ro: check_rollout(job, ro, self.G, vocab),
                 remote=joined,
+                remote_init=host_record(init) if joined else None,
             )
         self.local_workers = workers
         self.submitted: set[int] = set()
         self._submit_ready()
 
-    def _init_record(self, sample: Callable, seed: int, threads: int) -> dict:
-        """What every worker receives at its start (rollout/async_worker.py worker_main)."""
+    def _init_record(self, sample: Callable, seed: int, threads: int, device: torch.device) -> dict:
+        """What every worker receives at its start (rollout/async_worker.py worker_main); a remote worker's is a copy
+        with the policy on the CPU and its own device (rollout/async_remote.py)."""
         return {
+            "device": str(device),
             "model": self.plan.snapshots[min(self.plan.snapshots)],
             "sample": sample,
             "context": self.context,

@@ -20,6 +20,7 @@ connections refused.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -32,6 +33,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
+import torch
 import torch.distributed as dist
 
 from grpokit.config.base import ConfigError
@@ -139,7 +141,8 @@ class RemoteConn(PlainConn):
             sender = None
             while (item := self.outbox.get()) is not None:
                 version, tensors = item
-                sender = sender or Sender(group, Layout.of(tensors, self.names), self.timeout_s)
+                pinned = any(t.is_cuda for t in tensors.values())  # staged from a card
+                sender = sender or Sender(group, Layout.of(tensors, self.names), self.timeout_s, pinned)
                 sender.send(version, tensors)
         except Exception as e:  # noqa: BLE001 - the worker's fault: the pool names it (async_workers.py _pump)
             # without its traceback, whose frames would keep the pair alive: ending it here (the thread's locals
@@ -283,6 +286,21 @@ class RemoteListener:
         except OSError:
             pass
         self.server.close()
+
+
+def host_record(init: dict) -> dict:
+    """The init record as a worker on another host gets it: the policy copied to the CPU where it is on a card.
+    Pickled by value, a tensor is rebuilt on the device it left, which that host may not have; the worker moves
+    the copy to its own ``--device``."""
+    model = init["model"]
+    tensors = [*model.parameters(), *model.buffers()]
+    if all(t.device.type == "cpu" for t in tensors):
+        return init
+    memo = {}  # each tensor's CPU copy, which the deep copy takes in its place: the card holds no second copy
+    for t in tensors:
+        cpu = t.detach().to("cpu")
+        memo[id(t)] = torch.nn.Parameter(cpu, t.requires_grad) if isinstance(t, torch.nn.Parameter) else cpu
+    return {**init, "model": copy.deepcopy(model, memo)}
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ the trainer's side).
 It connects to a trainer's ``rollout.async_listen`` (retrying until ``--wait`` seconds have passed: it may start
 before the trainer), proves the key in GRPOKIT_ROLLOUT_KEY, receives the init record (the policy, by value),
 joins its gloo pair with the trainer (rollout/weight_wire.py) and answers jobs as a local worker does
-(rollout/async_worker.py), its weights received through the pair. It exits 0 when the trainer tells it to stop
-and 1 with one sentence when the trainer goes away, refuses its key, or cannot be reached in time; with
-``--persist`` it waits for the next trainer instead (a run resumed after a kill), until one is not reached in
-time or refuses its key.
+(rollout/async_worker.py) on its ``--device`` (a card of this host's, or its CPU), its weights received
+through the pair into host memory (page-locked for a card) and copied into its policy. It exits 0 when the
+trainer tells it to stop and 1 with one sentence when the trainer goes away, refuses its key, or cannot be
+reached in time; with ``--persist`` it waits for the next trainer instead (a run resumed after a kill), until
+one is not reached in time or refuses its key; a ``--device`` this host lacks ends it at once.
 
 This host needs the trainer's Python packages (grpokit, torch, transformers: the same versions, or the pickled
 policy may not load, and the batches equal a local worker's only under the same torch build and thread count).
@@ -74,14 +75,17 @@ def _init_record(conn: PlainConn, where: str) -> dict:
         ) from e
 
 
-def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: float = 600.0) -> None:
-    """Work for the trainer at ``address`` until it says stop; raises WorkerExit otherwise."""
+def serve(
+    address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: float = 600.0, device: str = "cpu"
+) -> None:
+    """Work for the trainer at ``address`` on ``device`` until it says stop; raises WorkerExit otherwise."""
     conn = connect(address, key, wait_s)
     where = f"{address[0]}:{address[1]}"
     try:
         init = _init_record(conn, where)
         pair = init.pop("pair")
         init["threads"] = threads or torch.get_num_threads()  # this host's cores, not the trainer's share
+        init["device"] = device  # this host's, not the trainer's
         store = dist.TCPStore(address[0], pair["store_port"], is_master=False)
         group = pair_group(store, pair["name"], 1, pair["join_s"])
     except (EOFError, OSError, RuntimeError) as e:  # RuntimeError: the pair's rendezvous failed
@@ -93,7 +97,7 @@ def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: flo
     params = dict(init["model"].named_parameters())
     layout = Layout.of({name: params[name].data for name in init["trainable"]}, init["trainable"])
     try:
-        receiver = Receiver(group, layout, pair["timeout_s"])
+        receiver = Receiver(group, layout, pair["timeout_s"], pinned=device.startswith("cuda"))
         told = worker_main(conn, init, receive=receiver.receive, release=receiver.release)
     finally:
         conn.close()
@@ -103,12 +107,30 @@ def serve(address: tuple[str, int], key: bytes, *, threads: int = 0, wait_s: flo
         )
 
 
+def check_device(device: str) -> None:
+    """WorkerExit (final) when ``device`` is not one this host can sample on, before anything connects."""
+    if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise WorkerExit(f"--device {device!r} is not valid; use cpu, cuda or cuda:N", final=True)
+    if device == "cpu":
+        return
+    if not torch.cuda.is_available():
+        raise WorkerExit(f"--device {device}: torch sees no CUDA device on this host; use --device cpu", final=True)
+    n = torch.cuda.device_count()
+    if ":" in device and int(device[5:]) >= n:
+        raise WorkerExit(f"--device {device}: this host has {n} CUDA device(s), cuda:0 to cuda:{n - 1}", final=True)
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     address, key = parse_address(args.connect, "--connect"), rollout_key()
+    try:
+        check_device(args.device)
+    except WorkerExit as e:
+        print(f"grpokit rollout-worker: {e}", file=sys.stderr, flush=True)
+        return 1
     while True:
         try:
-            serve(address, key, threads=args.threads, wait_s=args.wait)
+            serve(address, key, threads=args.threads, wait_s=args.wait, device=args.device)
         except WorkerExit as e:
             print(f"grpokit rollout-worker: {e}", file=sys.stderr, flush=True)
             if e.final or not args.persist:
@@ -126,6 +148,9 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--connect", required=True, metavar="HOST:PORT", help="the trainer's rollout.async_listen")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: torch's default here)")
+    parser.add_argument(
+        "--device", default="cpu", help="where to sample: cpu, cuda (the current card) or cuda:N (default: cpu)"
+    )
     parser.add_argument(
         "--wait", type=float, default=600.0, metavar="S", help="seconds to keep retrying while no trainer listens"
     )

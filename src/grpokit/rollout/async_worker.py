@@ -1,5 +1,9 @@
 """A rollout worker process's side of the pool (rollout/async_workers.py): load the init record, then answer jobs.
 
+The worker samples on the init record's device (``rollout.async_worker_device``, a remote worker's ``--device``):
+its policy moves there at its start unless it is there already (the trainer's own tensors, shared), and each
+version's tensors, wherever they arrive, are copied into its parameters there.
+
 A job names a batch, the version it starts with and the shared-memory handles of the versions it needs that
 the trainer has already published. With partial rollouts (``rollout.async_partial_tokens``) segment m of batch
 j is drawn by version ``min(j - s + m, j)`` (rollout/partial.py), which may not be published yet when the job
@@ -35,15 +39,16 @@ class _Stop(Exception):
 class _Weights:
     """A worker's policy and the versions its current job may use (the job's and those pushed since)."""
 
-    def __init__(self, conn, model: torch.nn.Module, trainable: list[str], receive=None, release=None):
+    def __init__(self, conn, model: torch.nn.Module, trainable: list[str], receive=None, release=None, own=False):
         """``receive(version)``: a version's tensors when a message carries None for them (a remote worker's
         weights come through its gloo pair: rollout/async_remote_worker.py); ``release(version)``: they are
-        no longer read (copied into the policy, or their batch is over), their buffer free for the next."""
+        no longer read (copied into the policy, or their batch is over), their buffer free for the next;
+        ``own``: the model's tensors are already this worker's (moved to its device), none shared."""
         self.conn, self.model, self.receive = conn, model, receive
         self.release = release or (lambda version: None)
         self.params = dict(model.named_parameters())
         with torch.no_grad():  # the trainable tensors become this worker's own; the frozen ones stay shared
-            for name in trainable:
+            for name in [] if own else trainable:
                 self.params[name].data = self.params[name].data.clone()
         self.loaded: int | None = None
         self.job = None
@@ -103,6 +108,17 @@ class _Weights:
             raise _Abandoned
 
 
+def on_device(model: torch.nn.Module, device: torch.device) -> bool:
+    """``model`` on the worker's ``device`` (its card current); True when it moved there (each tensor a copy of
+    the worker's own), False when it was there already (the trainer's shared tensors, or a CPU copy)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if all(t.device == device for t in [*model.parameters(), *model.buffers()]):
+        return False
+    model.to(device)
+    return True
+
+
 def worker_main(conn, init: dict | None = None, receive=None, release=None) -> bool:
     """A worker's life: receive the init record (unless given), then answer jobs until told to stop (None).
     True when told to stop, False when the trainer went away (its end closed)."""
@@ -112,13 +128,19 @@ def worker_main(conn, init: dict | None = None, receive=None, release=None) -> b
         except EOFError:
             return False
     torch.set_num_threads(init["threads"])
+    device = torch.device(init["device"])
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cuda" and init["deterministic"]:  # cuBLAS refuses deterministic mode without it
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(init["deterministic"])
     model, sample, ctx = init["model"], init["sample"], init["context"]
-    if init["onednn"]:  # the trainer's linears run through oneDNN: the same kernels, the same numbers
+    moved = on_device(model, device)
+    if init["onednn"] and device.type == "cpu":  # the trainer's linears run through oneDNN: the same kernels
         from grpokit.nn.kernels import use_onednn_linears
 
         use_onednn_linears(model)
-    weights = _Weights(conn, model, init["trainable"], receive, release)
+    weights = _Weights(conn, model, init["trainable"], receive, release, own=moved)
     conn.send(("ready", os.getpid(), torch.get_num_threads()))
     from .async_plan import batch_generator
 
@@ -135,7 +157,7 @@ def worker_main(conn, init: dict | None = None, receive=None, release=None) -> b
                 continue
             t0 = time.perf_counter()
             weights.start(job)
-            generator = batch_generator(init["seed"], job.index, torch.device("cpu"))
+            generator = batch_generator(init["seed"], job.index, device)
             if init["partial"]:  # the sample function asks for each segment's version itself
                 ro = sample(ctx, weights.version_model, generator, job.prompts)
             else:

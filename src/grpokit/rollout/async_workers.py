@@ -89,9 +89,10 @@ class PoolStats:
     given_back: int = 0  # batches a waiting worker gave back for an earlier one (``WorkerPool._unblock``)
 
 
-def _send_init(conns: list, init: dict) -> None:
-    """``init`` down each pipe; a worker that died before reading it is found by its sentinel."""
-    for conn in conns:
+def _send_init(sends: list[tuple[Any, dict]]) -> None:
+    """Each ``(conn, init record)``: the record down the pipe; a worker that died before reading it is found by its
+    sentinel."""
+    for conn, init in sends:
         try:
             conn.send(init)
         except (OSError, ValueError):
@@ -111,9 +112,10 @@ class WorkerPool:
         on_fault: str,
         check: Callable[[Job, Any], str],
         remote: list = (),
+        remote_init: dict | None = None,
     ):
         """``n`` local workers, and the ``remote`` ones, ``(conn, proc)`` pairs already connected
-        (rollout/async_remote.py), numbered after them."""
+        (rollout/async_remote.py), numbered after them, which receive ``remote_init`` (default ``init``)."""
         self.timeout_s, self.on_fault, self.check = timeout_s, on_fault, check
         # forkserver: one clean server process imports torch and grpokit's sampler once, and forks each worker
         # from it (a plain fork would copy the trainer's threads and locks; spawn re-imports everything)
@@ -137,7 +139,8 @@ class WorkerPool:
             self.workers.append(Worker(len(self.workers), proc, conn, deadline=start))
         # the init record goes through the pipes from a thread, so a worker that never reads it meets its start
         # deadline instead of blocking the trainer; every worker has read it once all are ready (below)
-        threading.Thread(target=_send_init, args=([w.conn for w in self.workers], init), daemon=True).start()
+        sends = [(w.conn, init if k < n else remote_init or init) for k, w in enumerate(self.workers)]
+        threading.Thread(target=_send_init, args=(sends,), daemon=True).start()
         try:
             while any(w.phase == "start" for w in self.workers):
                 self._pump()

@@ -73,13 +73,20 @@ def pair_group(store: dist.Store, name: str, rank: int, join_s: float) -> dist.P
     return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, 2, datetime.timedelta(seconds=join_s))
 
 
+def host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
+    """A uint8 buffer in host memory, page-locked where ``pinned`` (the copies to or from a card run at the bus's
+    full speed, and gloo reads it as any host memory)."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+
+
 class Sender:
     """The trainer's end of a pair: each version packed into the same buffer (the send before has completed),
-    so its pages are touched once, not at every version (a fresh 540 MB buffer cost more than the transfer)."""
+    so its pages are touched once, not at every version (a fresh 540 MB buffer cost more than the transfer). A
+    trainer on a card stages each version through it (gloo sends host memory), page-locked where ``pinned``."""
 
-    def __init__(self, group: dist.ProcessGroup, layout: Layout, timeout_s: float):
+    def __init__(self, group: dist.ProcessGroup, layout: Layout, timeout_s: float, pinned: bool = False):
         self.group, self.layout, self.timeout_s = group, layout, timeout_s
-        self.buf = torch.empty(layout.nbytes, dtype=torch.uint8)
+        self.buf = host_buffer(layout.nbytes, pinned)
 
     def send(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
         """Send one version's tensors to the worker (tagged with the version); raises past ``timeout_s``."""
@@ -89,16 +96,17 @@ class Sender:
 
 class Receiver:
     """The worker's end of a pair: each version received into a buffer of its own, reused once the worker
-    releases the version (it copied it into its policy, or its batch is over)."""
+    releases the version (it copied it into its policy, or its batch is over); page-locked where ``pinned`` (a
+    worker on a card copies it there)."""
 
-    def __init__(self, group: dist.ProcessGroup, layout: Layout, timeout_s: float):
-        self.group, self.layout, self.timeout_s = group, layout, timeout_s
+    def __init__(self, group: dist.ProcessGroup, layout: Layout, timeout_s: float, pinned: bool = False):
+        self.group, self.layout, self.timeout_s, self.pinned = group, layout, timeout_s, pinned
         self.free: list[torch.Tensor] = []
         self.held: dict[int, torch.Tensor] = {}
 
     def receive(self, version: int) -> dict[str, torch.Tensor]:
         """The trainer's version ``version``, as views of its buffer; raises past ``timeout_s``."""
-        buf = self.free.pop() if self.free else torch.empty(self.layout.nbytes, dtype=torch.uint8)
+        buf = self.free.pop() if self.free else host_buffer(self.layout.nbytes, self.pinned)
         self.group.recv([buf], 0, version).wait(datetime.timedelta(seconds=self.timeout_s))
         self.held[version] = buf
         return self.layout.unpack(buf)

@@ -99,13 +99,13 @@ def make_engine(
             engine.after_update(model, step)
         return engine
     workers = r.async_workers + r.async_remote_workers
-    if r.async_staleness > 0 and workers > 0 and device.type != "cpu":
-        name = "rollout.async_workers" if r.async_workers else "rollout.async_remote_workers"
-        raise ConfigError(f"{name} runs on CPU only, not on {device}; set {name}=0")
-    if r.async_staleness > 0 and not (r.async_remote_workers and not r.async_workers):  # shares the trainer's device
-        warn_shared_device_async(r.async_staleness, device)
     if r.async_staleness > 0 and workers > 0:
-        return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer, dist)
+        local = worker_device(r, device, dist.world_size) if r.async_workers else None
+        if local == device:  # the local workers share the trainer's cores or card
+            warn_shared_device_async(r.async_staleness, device, workers=True)
+        return process_engine(cfg, model, step, params, hf, async_source[1], async_state, tokenizer, dist, local)
+    if r.async_staleness > 0:  # the sampler thread shares the trainer's device
+        warn_shared_device_async(r.async_staleness, device)
     if r.async_staleness > 0:
         from grpokit.rollout.async_ import AsyncRollout
 
@@ -134,6 +134,30 @@ def prefetch_group_size(r: RolloutConfig) -> int:
     return first_group_size(r.group_size, r.sample_group_size, r.gfpo_adaptive)
 
 
+def worker_device(r: RolloutConfig, device: torch.device, world_size: int) -> torch.device:
+    """Where the local rollout workers sample (rollout.async_worker_device): the trainer's ``device`` when unset;
+    a card this process cannot see is refused in one sentence, as is a fixed card shared by several ranks."""
+    d = r.async_worker_device
+    if not d:
+        return device
+    if not d.startswith("cuda"):
+        return torch.device(d)
+    name = f"rollout.async_worker_device={d}"
+    if world_size > 1 and ":" in d:
+        raise ConfigError(
+            f'{name} would put every one of the {world_size} ranks\' workers on that card; leave it "" (each '
+            f"rank's own card), or start `grpokit rollout-worker --device {d}` workers (rollout.async_remote_workers)"
+        )
+    if not torch.cuda.is_available():
+        raise ConfigError(f'{name} but torch sees no CUDA device here; use cpu or "" (the trainer\'s device)')
+    if ":" not in d:
+        return torch.device("cuda", torch.cuda.current_device())
+    n = torch.cuda.device_count()
+    if int(d[5:]) >= n:
+        raise ConfigError(f"{name} but this host has {n} CUDA device(s), cuda:0 to cuda:{n - 1}")
+    return torch.device(d)
+
+
 def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
     """(the trainer's, each worker's) intra-op threads when ``workers`` rollout processes share the trainer's
     ``threads``: an even share each, at least one, so that together they run no more threads than ``threads``
@@ -142,9 +166,18 @@ def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
     return max(1, threads - workers * each), each
 
 
-def warn_shared_device_async(staleness: int, device: torch.device) -> None:
+def warn_shared_device_async(staleness: int, device: torch.device, workers: bool = False) -> None:
     """Asynchronous sampling on the trainer's own device runs, but was measured slower than synchronous
-    there: say so once, with the measurement (bench/RESULTS.md)."""
+    there: say so once, with the measurement (bench/RESULTS.md). ``workers``: worker processes sample there,
+    not the thread."""
+    if device.type == "cuda" and workers:
+        log.warning(
+            "rollout.async_workers sample on the trainer's own %s beside the update: the processes take turns on "
+            "the card, which no card has measured against synchronous rollout (bench/RESULTS.md); give them a card "
+            "of their own (rollout.async_worker_device=cuda:N), or compare with rollout.async_staleness=0",
+            device,
+        )
+        return
     if device.type == "cpu":
         log.warning(
             "rollout.async_staleness=%d samples on the same CPU cores the update uses: the two take turns on them, "
@@ -175,16 +208,27 @@ def async_ranks(cfg: Config, dist: DistContext) -> dict:
 
 
 def process_engine(
-    cfg: Config, model, step: int, params, hf: HFEngine, next_batch, state, tokenizer, dist: DistContext
+    cfg: Config,
+    model,
+    step: int,
+    params,
+    hf: HFEngine,
+    next_batch,
+    state,
+    tokenizer,
+    dist: DistContext,
+    device: torch.device | None,
 ):
-    """``rollout.async_workers`` worker processes sampling the async schedule (rollout/async_process.py)."""
+    """``rollout.async_workers`` worker processes on ``device`` (None: only remote ones) sampling the async
+    schedule (rollout/async_process.py)."""
     from grpokit.rollout.async_process import ProcessRollout, SampleContext
 
     r = cfg.rollout
     n = torch.get_num_threads()
-    trainer_threads, worker_threads = (
-        (n, r.async_worker_threads) if r.async_worker_threads else split_cpu_threads(n, r.async_workers)
-    )
+    if r.async_worker_threads or device is None or device.type != "cpu":  # a card samples: one thread each
+        trainer_threads, worker_threads = n, r.async_worker_threads or 1
+    else:
+        trainer_threads, worker_threads = split_cpu_threads(n, r.async_workers)
     if trainer_threads != n and r.async_workers:
         log.info(
             "rollout.async_workers=%d: the trainer's %d CPU threads split, %d for the trainer and %d per worker "
@@ -203,6 +247,7 @@ def process_engine(
         decoder=r.engine,
         tokenizer=tokenizer if params.stop else None,
         partial_tokens=r.async_partial_tokens,
+        cuda_graphs=hf.cuda_graphs,
     )
     return ProcessRollout(
         model,
@@ -211,6 +256,7 @@ def process_engine(
         hf=hf,
         context=context,
         workers=r.async_workers,
+        device=device or torch.device("cpu"),
         threads=worker_threads,
         timeout_s=r.async_timeout_s,
         on_fault=r.async_worker_fault,

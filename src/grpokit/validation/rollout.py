@@ -163,9 +163,10 @@ def check_async_workers(cfg: Config) -> None:
         f"{name} samples one-turn completions, not episodes with env.tools or env.environment; "
         f"set {name}=0 (the thread runs episodes)",
     )
+    d = r.async_worker_device
     check(
-        cfg.model.device in ("cpu", "auto"),
-        f"{name} runs on CPU only, not model.device={cfg.model.device}; set {name}=0",
+        d in ("", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit()),
+        f'rollout.async_worker_device={d!r} is not valid; use "" (the trainer\'s device), cpu, cuda or cuda:N',
     )
     if r.async_remote_workers:
         from grpokit.rollout.async_remote import parse_address, rollout_key
