@@ -120,9 +120,14 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
         for k, v in s["phases"].items():
             ph.setdefault(k, []).append(v)
     phases = {k: statistics.median(v) for k, v in ph.items()}
-    tok_s = statistics.median(s["gen_tokens"] / max(s["phases"].get("rollout", 1e-9), 1e-9) for s in steps)
+    # an asynchronous side samples outside the step (its phase is the wait, "rollout_wait"): no tokens/s of its own
+    sampled = [s["gen_tokens"] / s["phases"]["rollout"] for s in steps if s["phases"].get("rollout", 0) > 0]
+    tok_s = statistics.median(sampled) if sampled else None
+    background = [s["sampler_tok_s"] for s in steps if s.get("sampler_tok_s")]
     train_fl = statistics.median(s["flops"]["ref"] + s["flops"]["train"] for s in steps)
-    train_t = statistics.median(sum(v for k, v in s["phases"].items() if k != "rollout") for s in steps)
+    train_t = statistics.median(
+        sum(v for k, v in s["phases"].items() if k not in ("rollout", "rollout_wait")) for s in steps
+    )
     tot_fl = statistics.median(sum(s["flops"].values()) for s in steps)
     return {
         "median_s": statistics.median(times),
@@ -131,6 +136,7 @@ def summarise(runs: list[dict], peak_gflops: float) -> dict:
         "n_steps": len(times),
         "phases": phases,
         "gen_tok_s": tok_s,
+        "sampler_tok_s": statistics.median(background) if background else None,
         "mean_len": statistics.median(s["gen_tokens"] / (s["prompts"] or 1) for s in steps),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "peak_gpu_mb": max(r.get("peak_gpu_mb", 0.0) for r in runs),
@@ -171,11 +177,19 @@ def compare(name, model_dir, c, a, peak) -> dict:
         v = res[side]
         print(
             f"|   {side}: {' '.join(a.variants[side])} | | {v['median_s']:.2f} ({v['min_s']:.2f}-{v['max_s']:.2f}) | | "
-            f"**{res['trl']['median_s'] / v['median_s']:.2f}x** | {v['gen_tok_s']:.0f} | {v['train_frac_peak']:.0%} "
+            f"**{res['trl']['median_s'] / v['median_s']:.2f}x** | {_tok(v)} | {v['train_frac_peak']:.0%} "
             f"| {v['peak_rss_mb']:.0f} |",
             flush=True,
         )
     return res
+
+
+def _tok(side: dict) -> str:
+    """A side's rollout tokens/s in the step, or "async" where it sampled in the background (with its sampler
+    thread's tokens/s there, where it had one: worker processes are not timed)."""
+    if side["gen_tok_s"] is not None:
+        return f"{side['gen_tok_s']:.0f}"
+    return "async" if side.get("sampler_tok_s") is None else f"async ({side['sampler_tok_s']:.0f})"
 
 
 def _row(r) -> str:
@@ -185,7 +199,7 @@ def _row(r) -> str:
         f"| {r['name']} | h{c['width']} L{c['layers']} G{c['G']} P{c['P']} T{c['T']} "
         f"| {g['median_s']:.2f} ({g['min_s']:.2f}-{g['max_s']:.2f}) "
         f"| {t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}) "
-        f"| **{r['speedup']:.2f}x** | {g['gen_tok_s']:.0f} / {t['gen_tok_s']:.0f} "
+        f"| **{r['speedup']:.2f}x** | {_tok(g)} / {_tok(t)} "
         f"| {g['train_frac_peak']:.0%} / {t['train_frac_peak']:.0%} | {g['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |"
     )
 
@@ -194,7 +208,8 @@ def _phase_row(r) -> str:
     cells = []
     for side in ("grpokit", "trl", *(k for k in r if k.startswith(("grpokit[", "trl[")))):
         p = r[side]["phases"]
-        cells.append(" ".join(f"{k}={p.get(k, 0):.2f}" for k in ("rollout", "ref_fwd", "policy_fwd", "update_rest")))
+        first = "rollout_wait" if "rollout_wait" in p else "rollout"  # an async side waited for its batch
+        cells.append(" ".join(f"{k}={p.get(k, 0):.2f}" for k in (first, "ref_fwd", "policy_fwd", "update_rest")))
     return f"| {r['name']} | " + " | ".join(cells) + " |"
 
 

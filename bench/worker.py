@@ -3,8 +3,9 @@
     python bench/worker.py --side grpokit|trl --model DIR --G 8 --P 8 --T 32 --steps 3 --warmup 1
 
 Prints one JSON line: per measured step its wall time and phases (rollout, ref forward, policy
-backbone forward, the rest = loss + backward + optimizer), generated tokens, useful FLOPs, and the
-process's peak RSS. Phases come from forward hooks on the *backbones* of the policy and the
+backbone forward, the rest = loss + backward + optimizer; an asynchronous side's wait for its prefetched batch
+is ``rollout_wait``, and its sampler thread's decode speed ``sampler_tok_s``), generated tokens, useful FLOPs,
+and the process's peak RSS. Phases come from forward hooks on the *backbones* of the policy and the
 reference (both trainers call them), and from wrapping the rollout call, so the split is measured
 the same way on both sides.
 """
@@ -18,6 +19,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +39,7 @@ class PhaseClock:
     def __init__(self):
         self.spans: dict[str, float] = {}
         self.lengths: list[tuple[int, int]] = []  # (prompt_len, completion_len) of each rollout row
+        self.background: list[tuple[float, int]] = []  # (seconds, tokens) of the async sampler thread's generate calls
 
     def add(self, name, dt):
         self.spans[name] = self.spans.get(name, 0.0) + dt
@@ -52,7 +55,7 @@ class PhaseClock:
         module.register_forward_hook(post)
 
     def reset(self):
-        self.spans, self.lengths = {}, []
+        self.spans, self.lengths, self.background = {}, [], []
 
 
 def _scratch(prefix: str) -> str:
@@ -91,11 +94,15 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
         t = time.perf_counter()
         ro = inner(model, prompt_ids, G, *args, **kw)
         sync(a.device)
+        if threading.current_thread() is not threading.main_thread():  # the async sampler thread: no phase of the
+            clock.background.append((time.perf_counter() - t, sum(map(len, ro.completion_ids))))  # step's own
+            return ro
         clock.add("rollout", time.perf_counter() - t)
         clock.lengths += [(len(ro.prompt_ids[i // G]), len(c)) for i, c in enumerate(ro.completion_ids)]
         return ro
 
     ge.generate = timed_generate
+    _time_prefetch(tr.engine, clock, a)
     _hook_backbones(clock, tr.model, tr.ref_model)
     out = []
     for step in range(a.warmup + a.steps):
@@ -115,6 +122,25 @@ def run_grpokit(a, clock: PhaseClock) -> list[dict]:
             )
         tr.step += 1
     return out
+
+
+def _time_prefetch(engine, clock: PhaseClock, a) -> None:
+    """An asynchronous sampler (rollout.async_staleness > 0) samples a step's batch outside the step: the step's
+    wait for it is its "rollout_wait" phase, and the batch's lengths count as the step's tokens and FLOPs."""
+    inner = getattr(engine, "prefetched", None)
+    if inner is None:
+        return
+
+    def timed_prefetched(n, group_size):
+        t = time.perf_counter()
+        got = inner(n, group_size)
+        if got is not None:
+            clock.add("rollout_wait", time.perf_counter() - t)
+            ro = got[1]
+            clock.lengths += [(len(ro.prompt_ids[i // a.G]), len(c)) for i, c in enumerate(ro.completion_ids)]
+        return got
+
+    engine.prefetched = timed_prefetched
 
 
 def run_trl(a, clock: PhaseClock) -> list[dict]:
@@ -247,7 +273,15 @@ def _step_record(dt, clock, cfg, a) -> dict:
         fl["train"] += 3 * f["seq"]  # forward + backward (2x)
     spans = dict(clock.spans)
     spans["update_rest"] = dt - sum(spans.values())
-    return {"step_s": dt, "phases": spans, "gen_tokens": sum(lc for _, lc in clock.lengths), "prompts": P, "flops": fl}
+    bg_s, bg_tokens = sum(s for s, _ in clock.background), sum(n for _, n in clock.background)
+    return {
+        "step_s": dt,
+        "phases": spans,
+        "gen_tokens": sum(lc for _, lc in clock.lengths),
+        "prompts": P,
+        "flops": fl,
+        "sampler_tok_s": bg_tokens / bg_s if bg_s else None,  # the async sampler thread's decode, in the background
+    }
 
 
 def main(argv=None):

@@ -155,6 +155,18 @@ def test_a_process_that_ends_after_train_step_without_close_exits_cleanly(tiny_m
     assert p.returncode == 0 and "terminate called" not in p.stderr, (p.returncode, p.stderr[-2000:])
 
 
+def test_the_workers_device_is_the_trainers_unless_set():
+    import torch
+
+    from grpokit.config.sections import RolloutConfig
+    from grpokit.train.engines import worker_device
+
+    card = torch.device("cuda", 1)  # a device object needs no card to exist
+    assert worker_device(RolloutConfig(), card, 1) == card
+    assert worker_device(RolloutConfig(async_worker_device="cpu"), card, 1) == torch.device("cpu")
+    assert worker_device(RolloutConfig(), torch.device("cpu"), 2) == torch.device("cpu")
+
+
 def test_a_worker_device_this_process_cannot_use_is_refused_in_one_sentence_and_nothing_else_said(caplog):
     """rollout.async_worker_device names a card: without CUDA, or one fixed card for several ranks, the run is
     refused in one sentence saying what would do, before anything is built or warned about."""
