@@ -113,6 +113,15 @@ def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
     assert re.search(message, section_error(rollout=rollout, env=env))
 
 
+@pytest.mark.parametrize("workers", ["async_workers", "async_remote_workers"])
+def test_a_quantised_base_is_not_sent_to_workers(workers):
+    said = section_error(rollout={"async_staleness": 1, workers: 1}, model={"quantization": "4bit", "lora_rank": 4})
+    assert said == (
+        f"rollout.{workers} cannot send a 4bit quantised base to a worker process (bitsandbytes' packed weights and "
+        f"their quantisation state are not plain tensors); set rollout.{workers}=0"
+    )
+
+
 def test_a_checkpointed_policy_reaches_the_worker():
     # gradient checkpointing (or the memory plan turning it on) hooks the input embeddings with a local function
     # pickle cannot name: the worker's copy goes without it (a no-op under no_grad) and samples the schedule

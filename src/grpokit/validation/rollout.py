@@ -163,6 +163,11 @@ def check_async_workers(cfg: Config) -> None:
         f"{name} samples one-turn completions, not episodes with env.tools or env.environment; "
         f"set {name}=0 (the thread runs episodes)",
     )
+    check(
+        cfg.model.quantization == "none",
+        f"{name} cannot send a {cfg.model.quantization} quantised base to a worker process (bitsandbytes' packed "
+        f"weights and their quantisation state are not plain tensors); set {name}=0",
+    )
     d = r.async_worker_device
     check(
         d in ("", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit()),
