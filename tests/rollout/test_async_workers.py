@@ -122,6 +122,49 @@ def test_a_quantised_base_is_not_sent_to_workers(workers):
     )
 
 
+def test_liger_kernels_methods_stay_with_the_trainer_and_the_worker_draws_the_schedule():
+    """model.kernels binds liger-kernel's forward and name to the policy's modules, bound methods pickle cannot
+    name: the copy sent to a worker goes without them (a worker on a card binds its own; on the CPU its layers
+    run their own code), and the trainer's model keeps them. Stand-ins here: liger-kernel runs on CUDA only
+    (tests/rollout/test_gpu_workers.py trains with the real one on a card)."""
+    from helpers.models import tiny_qwen2
+
+    ns = {"__name__": "liger_kernel.transformers.rms_norm"}  # the functions' module, as liger-kernel's own
+    exec("def forward(self, x):\n    return type(self).forward(self, x)\n\nname = lambda self: 'LigerRMSNorm'", ns)
+    model = tiny_qwen2(seed=1)
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    for m in norms:
+        vars(m)["forward"], vars(m)["_get_name"] = ns["forward"].__get__(m), ns["name"].__get__(m)
+    engine, model = process_engine(1, model=model)
+    try:
+        run_steps(engine, model, 2)
+    finally:
+        engine.close()
+    assert norms and all(vars(m)["forward"].__func__ is ns["forward"] and "_get_name" in vars(m) for m in norms)
+
+
+def test_a_forward_the_worker_could_not_rebuild_is_refused_naming_the_setting():
+    """A module whose forward was replaced by anything but oneDNN routing or liger-kernel (NEFTune's noise, a
+    user's patch) cannot reach a worker: one sentence naming the workers' setting, the trainer's model as it was."""
+    from grpokit.config import ConfigError
+    from grpokit.rollout.async_process import sendable
+    from helpers.models import tiny_qwen2
+
+    model = tiny_qwen2(seed=1)
+    embed = model.get_input_embeddings()
+    embed.forward = lambda ids: torch.nn.Embedding.forward(embed, ids) + 0.1  # a patch of the user's
+    with pytest.raises(ConfigError) as e:
+        process_engine(1, model=model)
+    assert str(e.value) == (
+        "rollout.async_workers cannot send a model whose Embedding has a replaced forward (model.lm_head_fp32, "
+        "NEFTune, ...); set rollout.async_workers=0"
+    )
+    with pytest.raises(ConfigError, match=r"^rollout.async_remote_workers cannot send .*async_remote_workers=0$"):
+        with sendable(model, "rollout.async_remote_workers"):
+            pass
+    assert "forward" in vars(embed)
+
+
 def test_a_checkpointed_policy_reaches_the_worker():
     # gradient checkpointing (or the memory plan turning it on) hooks the input embeddings with a local function
     # pickle cannot name: the worker's copy goes without it (a no-op under no_grad) and samples the schedule

@@ -88,27 +88,35 @@ def sample_one_turn(ctx: SampleContext, model, generator: torch.Generator, promp
 
 
 @contextlib.contextmanager
-def sendable(model: torch.nn.Module):
-    """``model`` without the per-module ``forward`` that oneDNN routing sets (a bound method pickle cannot
-    name) and without the INERT_HOOKS; yields whether there were any such forwards, for the worker to route its
-    copy the same way. Any other replaced forward is refused: the worker could not rebuild it."""
-    replaced = [m for m in model.modules() if "forward" in vars(m)]
+def sendable(model: torch.nn.Module, setting: str = "rollout.async_workers"):
+    """``model`` without what pickle cannot name and the worker sets again on its copy: the per-module ``forward``
+    of oneDNN routing, the methods liger-kernel binds to its modules (model.kernels), and the INERT_HOOKS; yields
+    ``{"onednn": ..., "liger": ...}``, whether there were any, for the worker to patch its copy the same way. Any
+    other replaced forward is refused in one sentence naming ``setting``: the worker could not rebuild it."""
+    bound = [(m, k) for m in model.modules() for k, v in vars(m).items() if _liger_method(v)]
+    liger = {id(m) for m, k in bound if k == "forward"}
+    replaced = [m for m in model.modules() if "forward" in vars(m) and id(m) not in liger]
     other = [type(m).__name__ for m in replaced if not kernels.is_routed(m)]
     if other:
         raise ConfigError(
-            f"rollout.async_workers cannot send a model whose {other[0]} has a replaced forward "
-            "(model.lm_head_fp32, NEFTune, ...); set rollout.async_workers=0"
+            f"{setting} cannot send a model whose {other[0]} has a replaced forward "
+            f"(model.lm_head_fp32, NEFTune, ...); set {setting}=0"
         )
-    saved = [(m, vars(m).pop("forward")) for m in replaced]
+    saved = [(m, "forward", vars(m).pop("forward")) for m in replaced] + [(m, k, vars(m).pop(k)) for m, k in bound]
     inert = [(m, k, m._forward_hooks.pop(k)) for m in model.modules() for k, h in list(m._forward_hooks.items())
              if getattr(h, "__qualname__", "").startswith(INERT_HOOKS)]  # fmt: skip
     try:
-        yield bool(saved)
+        yield {"onednn": bool(replaced), "liger": bool(bound)}
     finally:
-        for m, fwd in saved:
-            m.forward = fwd
+        for m, k, method in saved:
+            vars(m)[k] = method
         for m, k, h in inert:
             m._forward_hooks[k] = h
+
+
+def _liger_method(value) -> bool:
+    """Whether an instance attribute is a method liger-kernel bound to its module (its forward, its name)."""
+    return getattr(getattr(value, "__func__", None), "__module__", "").startswith("liger_kernel.")
 
 
 INERT_HOOKS = ("PreTrainedModel.enable_input_require_grads.",)
@@ -189,7 +197,9 @@ class ProcessRollout:
         vocab = model.get_input_embeddings().num_embeddings
         init = self._init_record(sample, seed, threads, device)
         joined = remote.join(workers, max(timeout_s, START_S), timeout_s) if remote else []
-        with sendable(init["model"]) as init["onednn"]:  # the workers pickle it at their start
+        setting = "rollout.async_workers" if workers else "rollout.async_remote_workers"
+        with sendable(init["model"], setting) as patched:  # the workers pickle it at their start
+            init.update(patched)
             self.pool = WorkerPool(
                 workers,
                 init,
