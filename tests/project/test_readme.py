@@ -90,7 +90,8 @@ def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
             from grpokit.rollout.async_remote_worker import parser
 
             args = parser().parse_args(argv[2:])
-            assert (args.connect, args.persist, args.threads, args.wait) == ("trainer:29710", True, 0, 600.0)
+            assert (args.connect, args.threads, args.wait) == ("trainer:29710", 0, 600.0)
+            assert (args.persist, args.device) in [(True, "cpu"), (False, "cuda:0")], argv
             checked.append(argv)
             continue
         if cmd == "trl":  # TRL's command line with placeholder model and dataset names: parsed as TRL would
@@ -121,6 +122,6 @@ def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
         assert rc == 0, (argv, capsys.readouterr().err[-2000:])
         ran.append(cmd)
     assert ran.count("train") == 7 and {"eval", "report", "doctor", "presets", "--version"} <= set(ran)
-    assert len(checked) == 4
+    assert len(checked) == 5
     assert (tmp_path / "runs" / "exp1" / "report.html").exists()
     assert sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()) == ["step-000002"]
