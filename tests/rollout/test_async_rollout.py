@@ -155,6 +155,19 @@ def test_a_process_that_ends_after_train_step_without_close_exits_cleanly(tiny_m
     assert p.returncode == 0 and "terminate called" not in p.stderr, (p.returncode, p.stderr[-2000:])
 
 
+def test_a_worker_card_this_host_lacks_is_refused_before_the_run_folder_exists(tiny_model_dir, tmp_path):
+    import torch
+
+    from grpokit.config import ConfigError
+
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this host has a cuda:7")
+    over = {"rollout.async_staleness": 1, "rollout.async_workers": 1, "rollout.async_worker_device": "cuda:7"}
+    with pytest.raises(ConfigError, match=r"^rollout.async_worker_device=cuda:7 but "):
+        make(tiny_model_dir, tmp_path / "run", **over)
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_workers_device_is_the_trainers_unless_set():
     import torch
 

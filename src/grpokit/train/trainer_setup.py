@@ -60,6 +60,9 @@ class TrainerSetup:
         self.dist = distributed.setup(fsdp=t.fsdp, timeout_s=t.dist_timeout_s)
         world_check.check_world(cfg, self.dist)
         self.device = distributed.rank_device(self.dist, resolve_device(cfg.model))
+        r = cfg.rollout
+        if r.async_staleness > 0 and r.async_workers > 0:  # a card this process lacks: refused before the folder
+            engines.worker_device(r, self.device, self.dist.world_size)
 
     def _build_data(self, train_rows, eval_rows, tools, environment_factory, given_tokenizer) -> None:
         """Stages 1-2's inputs: the episode loop (tools, environments), training and held-out prompts."""
