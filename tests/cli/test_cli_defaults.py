@@ -4,7 +4,7 @@ scale. Everything here builds configs (and at most a Trainer on the 0.26M demo m
 
 import pytest
 
-from grpokit.cli.train_command import build_config, train_parser
+from grpokit.cli.train_command import build_config, parse_train_args, train_parser
 from grpokit.config import Config, ConfigError, presets
 from grpokit.config.io import apply_overrides, assigned, load_yaml
 from grpokit.data.tasks import get_task
@@ -14,7 +14,7 @@ from helpers.paths import ROOT
 
 def cli_config(*argv: str) -> Config:
     """What `grpokit train ARGV` trains: the CLI's layers, then the run's own resolution."""
-    return run_data.resolve_run(build_config(train_parser().parse_args(list(argv))))
+    return run_data.resolve_run(build_config(parse_train_args(list(argv))))
 
 
 def test_config_defaults_are_a_real_run():
@@ -23,6 +23,12 @@ def test_config_defaults_are_a_real_run():
     assert (cfg.rollout.max_new_tokens, cfg.optim.lr) == (512, 1e-6)
     assert (cfg.train.steps, cfg.train.save_every, cfg.train.eval_every) == (500, 100, 0)
     assert cfg.data.eval_dataset == "" and assigned(cfg) == set()
+
+
+def test_overrides_may_stand_before_and_after_the_options():
+    """``grpokit train a=1 --out R b=2``: both overrides count (a plain parse stopped at b=2)."""
+    cfg = cli_config("train.steps=3", "--out", "somewhere", "rollout.group_size=4")
+    assert (cfg.train.steps, cfg.rollout.group_size, cfg.train.out) == (3, 4, "somewhere")
 
 
 def test_the_demo_fills_only_what_nobody_set():

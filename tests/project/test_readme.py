@@ -75,7 +75,7 @@ REDUCED = {"train": ["train.steps=2", "data.eval_size=8"], "eval": ["--limit", "
 
 def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
     from grpokit.cli import main
-    from grpokit.cli.train_command import build_config, train_parser
+    from grpokit.cli.train_command import build_config, parse_train_args
     from grpokit.train import run_data
 
     monkeypatch.chdir(tmp_path)
@@ -103,12 +103,12 @@ def test_every_reference_command_runs_as_printed(tmp_path, monkeypatch, capsys):
             checked.append(argv)
             continue
         if any(a.startswith("model.name_or_path=") and "/" in a for a in argv):  # a hub model: a download
-            cfg = run_data.resolve_run(build_config(train_parser().parse_args(argv[2:])))
+            cfg = run_data.resolve_run(build_config(parse_train_args(argv[2:])))
             assert (cfg.rollout.max_new_tokens, cfg.optim.lr, cfg.data.task) == (512, 1e-6, "")
             checked.append(argv)
             continue
         if "smollm2-math" in argv:  # a 135M model converted on first use: minutes of CPU for two steps
-            cfg = run_data.resolve_run(build_config(train_parser().parse_args(argv[2:])))
+            cfg = run_data.resolve_run(build_config(parse_train_args(argv[2:])))
             assert (cfg.model.name_or_path, cfg.data.task) == (
                 "smollm2-135m-instruct",
                 "reasoning_gym:basic_arithmetic",

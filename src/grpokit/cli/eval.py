@@ -82,7 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="section.field=value",
         help="data/model config overrides (e.g. data.prompt_column=question)",
     )
-    return p.parse_args(argv)
+    return p.parse_intermixed_args(argv)
 
 
 def run_eval(args: argparse.Namespace) -> dict:

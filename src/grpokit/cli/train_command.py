@@ -112,9 +112,15 @@ def holds_run(run_dir: Path) -> bool:
     return (run_dir / CONFIG_FILE).is_file() or has_checkpoints(run_dir)
 
 
+def parse_train_args(argv: list[str]) -> argparse.Namespace:
+    """``grpokit train``'s arguments, overrides before and after the options alike (``grpokit train a=1 --out R
+    b=2``: a plain parse stopped at ``b=2`` with "unrecognized arguments")."""
+    return train_parser().parse_intermixed_args(argv)
+
+
 def cmd_train(argv: list[str]) -> int:
     """``grpokit train``: a grpokit config (or a TRL-style YAML) becomes a run; its outcome in one line."""
-    args = train_parser().parse_args(argv)
+    args = parse_train_args(argv)
     if args.config and not args.preset and not has_grpokit_sections(args.config):
         from grpokit.trl.scripts import trl_grpo as trl_yaml
 
