@@ -171,14 +171,16 @@ class ProcessRollout:
         world_size: int = 1,
         wait_ranks: Callable[[], None] = lambda: None,
         remote=None,
+        kernels: Callable | None = None,
     ):
-        """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level
-        function: the workers import it); ``device`` where the local workers sample (the snapshots, on the
-        trainer's device, reach them as shared memory or CUDA IPC handles); ``threads`` each worker's intra-op
-        threads (0: the trainer's);
-        ``prompts_per_step`` is the global batch, ``seed`` this rank's,
-        ``wait_ranks`` returns once every rank has its batch (async_.py); ``remote``: the workers on other
-        hosts to wait for (rollout/async_remote.py RemoteWorkers), numbered after the local ones."""
+        """``sample(context, model, generator, prompts) -> Rollout`` runs in each worker (a module-level function:
+        the workers import it); ``device`` where the local workers sample (the snapshots, on the trainer's device,
+        reach them as shared memory or CUDA IPC handles); ``threads`` each worker's intra-op threads (0: the
+        trainer's); ``prompts_per_step`` is the global batch, ``seed`` this rank's, ``wait_ranks`` returns once
+        every rank has its batch (async_.py); ``remote``: the workers on other hosts to wait for
+        (rollout/async_remote.py RemoteWorkers), numbered after the local ones; ``kernels(model, device)``
+        patches a worker's copy on a card with liger-kernel's kernels where the trainer's model has them
+        (train/liger.py; a module-level function the workers import)."""
         self.hf, self.n, self.G, self.context = hf, prompts_per_step // world_size, context.group_size, context
         self.max_staleness, self.wait_ranks = max_staleness, wait_ranks
         self.plan = AsyncPlan(
@@ -195,7 +197,7 @@ class ProcessRollout:
         self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
         self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
-        init = self._init_record(sample, seed, threads, device)
+        init = self._init_record(sample, seed, threads, device, kernels)
         joined = remote.join(workers, max(timeout_s, START_S), timeout_s) if remote else []
         setting = "rollout.async_workers" if workers else "rollout.async_remote_workers"
         with sendable(init["model"], setting) as patched:  # the workers pickle it at their start
@@ -213,11 +215,12 @@ class ProcessRollout:
         self.submitted: set[int] = set()
         self._submit_ready()
 
-    def _init_record(self, sample: Callable, seed: int, threads: int, device: torch.device) -> dict:
+    def _init_record(self, sample: Callable, seed: int, threads: int, device: torch.device, kernels) -> dict:
         """What every worker receives at its start (rollout/async_worker.py worker_main); a remote worker's is a copy
         with the policy on the CPU and its own device (rollout/async_remote.py)."""
         return {
             "device": str(device),
+            "kernels": kernels,
             "model": self.plan.snapshots[min(self.plan.snapshots)],
             "sample": sample,
             "context": self.context,

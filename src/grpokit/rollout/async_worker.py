@@ -140,10 +140,8 @@ def worker_main(conn, init: dict | None = None, receive=None, release=None) -> b
         from grpokit.nn.kernels import use_onednn_linears
 
         use_onednn_linears(model)
-    if init["liger"] and device.type == "cuda":  # the trainer's layers run liger-kernel's (model.kernels)
-        from grpokit.train.liger import apply_kernels
-
-        apply_kernels("auto", model, device)
+    if init["liger"] and init["kernels"] is not None and device.type == "cuda":  # the trainer's layers run
+        init["kernels"](model, device)  # liger-kernel's (model.kernels): patch this copy the same way
     weights = _Weights(conn, model, init["trainable"], receive, release, own=moved)
     conn.send(("ready", os.getpid(), torch.get_num_threads()))
     from .async_plan import batch_generator

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import Callable
@@ -20,6 +21,7 @@ from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
 
 from .distributed import DistContext, rank_seed
+from .liger import apply_kernels
 from .models import model_path
 
 log = logging.getLogger("grpokit.train")
@@ -257,6 +259,7 @@ def process_engine(
         context=context,
         workers=r.async_workers,
         device=device or torch.device("cpu"),
+        kernels=functools.partial(apply_kernels, "auto"),
         threads=worker_threads,
         timeout_s=r.async_timeout_s,
         on_fault=r.async_worker_fault,
