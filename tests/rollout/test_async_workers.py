@@ -113,6 +113,35 @@ def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
     assert re.search(message, section_error(rollout=rollout, env=env))
 
 
+@pytest.mark.parametrize(
+    "rollout, message",
+    [
+        (
+            {"async_staleness": 1, "async_worker_device": "cuda:1"},
+            "rollout.async_worker_device='cuda:1' has no effect with rollout.async_workers=0; set "
+            "rollout.async_workers >= 1, or leave it ''",
+        ),
+        (
+            {"async_staleness": 1, "async_remote_workers": 1, "async_worker_threads": 4},
+            "rollout.async_worker_threads=4 has no effect with rollout.async_workers=0; set "
+            "rollout.async_workers >= 1, or leave it 0",
+        ),
+        (
+            {"async_staleness": 1, "async_workers": 1, "async_listen": "0.0.0.0:29710"},
+            "rollout.async_listen='0.0.0.0:29710' has no effect with rollout.async_remote_workers=0; set "
+            "rollout.async_remote_workers >= 1, or leave it '127.0.0.1:29710'",
+        ),
+        (
+            {"async_staleness": 1, "async_worker_fault": "drop"},
+            "rollout.async_worker_fault='drop' has no effect with no rollout worker processes; set "
+            "rollout.async_workers >= 1 or rollout.async_remote_workers >= 1, or leave it 'stop'",
+        ),
+    ],
+)
+def test_a_worker_setting_no_worker_reads_is_refused_not_ignored(rollout, message):
+    assert section_error(rollout=rollout) == message
+
+
 @pytest.mark.parametrize("workers", ["async_workers", "async_remote_workers"])
 def test_a_quantised_base_is_not_sent_to_workers(workers):
     said = section_error(rollout={"async_staleness": 1, workers: 1}, model={"quantization": "4bit", "lora_rank": 4})

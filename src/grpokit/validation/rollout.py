@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from grpokit.algo.tis import TIS_MODES
-from grpokit.config.sections import Config
+from grpokit.config.sections import Config, RolloutConfig
 
 from .checks import check, one_of
 
@@ -151,6 +151,7 @@ def check_async_workers(cfg: Config) -> None:
         r.async_remote_workers >= 0,
         f"rollout.async_remote_workers={r.async_remote_workers} must be >= 0 (workers on other hosts)",
     )
+    _unread_worker_settings(r)
     if not (r.async_workers or r.async_remote_workers):
         return
     name = "rollout.async_workers" if r.async_workers else "rollout.async_remote_workers"
@@ -178,3 +179,21 @@ def check_async_workers(cfg: Config) -> None:
 
         parse_address(r.async_listen, "rollout.async_listen")
         rollout_key()
+
+
+def _unread_worker_settings(r: RolloutConfig) -> None:
+    """A worker setting away from its default where no worker reads it is refused, not ignored (the sampler
+    thread samples on the trainer's device with its threads, and stops the run at its fault)."""
+    local, remote = "rollout.async_workers >= 1", "rollout.async_remote_workers >= 1"
+    unread = []
+    if not r.async_workers:
+        unread += [("async_worker_device", "rollout.async_workers=0", local)]
+        unread += [("async_worker_threads", "rollout.async_workers=0", local)]
+    if not r.async_remote_workers:
+        unread += [("async_listen", "rollout.async_remote_workers=0", remote)]
+    if not (r.async_workers or r.async_remote_workers):
+        unread += [("async_worker_fault", "no rollout worker processes", f"{local} or {remote}")]
+    default = RolloutConfig()
+    for name, why, needs in unread:
+        value, was = getattr(r, name), getattr(default, name)
+        check(value == was, f"rollout.{name}={value!r} has no effect with {why}; set {needs}, or leave it {was!r}")
