@@ -132,6 +132,11 @@ def test_what_workers_cannot_do_is_one_sentence(rollout, env, message):
             "rollout.async_remote_workers >= 1, or leave it '127.0.0.1:29710'",
         ),
         (
+            {"async_timeout_s": 30.0},
+            "rollout.async_timeout_s=30.0 has no effect with rollout.async_staleness=0; set "
+            "rollout.async_staleness >= 1, or leave it 600.0",
+        ),
+        (
             {"async_staleness": 1, "async_worker_fault": "drop"},
             "rollout.async_worker_fault='drop' has no effect with no rollout worker processes; set "
             "rollout.async_workers >= 1 or rollout.async_remote_workers >= 1, or leave it 'stop'",

@@ -183,7 +183,8 @@ def check_async_workers(cfg: Config) -> None:
 
 def _unread_worker_settings(r: RolloutConfig) -> None:
     """A worker setting away from its default where no worker reads it is refused, not ignored (the sampler
-    thread samples on the trainer's device with its threads, and stops the run at its fault)."""
+    thread samples on the trainer's device with its threads, and stops the run at its fault; a synchronous run
+    has no deadline of the sampler's)."""
     local, remote = "rollout.async_workers >= 1", "rollout.async_remote_workers >= 1"
     unread = []
     if not r.async_workers:
@@ -193,6 +194,8 @@ def _unread_worker_settings(r: RolloutConfig) -> None:
         unread += [("async_listen", "rollout.async_remote_workers=0", remote)]
     if not (r.async_workers or r.async_remote_workers):
         unread += [("async_worker_fault", "no rollout worker processes", f"{local} or {remote}")]
+    if not r.async_staleness:  # the deadline of the thread's batches and of the workers'
+        unread += [("async_timeout_s", "rollout.async_staleness=0", "rollout.async_staleness >= 1")]
     default = RolloutConfig()
     for name, why, needs in unread:
         value, was = getattr(r, name), getattr(default, name)
