@@ -157,3 +157,22 @@ def test_dynamic_sampling_rounds_all_sample_before_the_engine_sleeps(tiny_model_
     kinds = [c[0] for c in llm.calls]
     # 3 rounds, then one more batch to train on since every round was flat (rollout/collect.py)
     assert kinds == ["generate"] * 4 + ["sleep", "wake_up", "apply_model", "wake_up", "reset_prefix_cache"]
+
+
+@pytest.mark.parametrize(
+    "field, value, backend, was",
+    [
+        ("vllm_gpu_memory_utilization", 0.5, "vllm", "0.3"),
+        ("vllm_sleep", False, "vllm", "True"),
+        ("vllm_url", "http://10.0.0.7:8000", "vllm_server", "'http://127.0.0.1:8000'"),
+        ("vllm_request_timeout", 60.0, "vllm_server", "3600.0"),
+    ],
+)
+def test_a_vllm_setting_the_hf_engines_never_read_is_refused_naming_the_backend_that_does(field, value, backend, was):
+    """Set without rollout.backend, a vLLM setting would leave the run on the hf engines with exit 0."""
+    from helpers.config_errors import section_error
+
+    assert section_error(rollout={field: value}) == (
+        f"rollout.{field}={value!r} has no effect with rollout.backend=hf; set rollout.backend={backend} (which "
+        f"reads it), or leave it {was}"
+    )

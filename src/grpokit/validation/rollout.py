@@ -38,6 +38,7 @@ def check_rollout(cfg: Config) -> None:
     check_rollout_engine(cfg)
     check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
     check_async_workers(cfg)
+    _unread_vllm_settings(r)
     check_partial_rollouts(cfg)
     check(r.vllm_startup_timeout > 0, f"rollout.vllm_startup_timeout={r.vllm_startup_timeout} must be > 0 seconds")
     check(r.vllm_request_timeout > 0, f"rollout.vllm_request_timeout={r.vllm_request_timeout} must be > 0 seconds")
@@ -200,3 +201,30 @@ def _unread_worker_settings(r: RolloutConfig) -> None:
     for name, why, needs in unread:
         value, was = getattr(r, name), getattr(default, name)
         check(value == was, f"rollout.{name}={value!r} has no effect with {why}; set {needs}, or leave it {was!r}")
+
+
+VLLM_READERS = {
+    "vllm_gpu_memory_utilization": "vllm",
+    "vllm_max_model_len": "vllm",
+    "vllm_sleep": "vllm",
+    "vllm_url": "vllm_server",
+    "vllm_sync_dir": "vllm_server",
+    "vllm_startup_timeout": "vllm_server",
+    "vllm_request_timeout": "vllm_server",
+}
+"""The vLLM settings and the rollout.backend that reads each (the colocated engine's, or the server client's)."""
+
+
+def _unread_vllm_settings(r: RolloutConfig) -> None:
+    """A vLLM setting away from its default while the hf engines sample is refused, not ignored: most likely
+    rollout.backend was meant to be set too."""
+    if r.backend != "hf":
+        return
+    default = RolloutConfig()
+    for name, backend in VLLM_READERS.items():
+        value, was = getattr(r, name), getattr(default, name)
+        check(
+            value == was,
+            f"rollout.{name}={value!r} has no effect with rollout.backend=hf; set rollout.backend={backend} (which "
+            f"reads it), or leave it {was!r}",
+        )
