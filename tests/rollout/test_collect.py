@@ -1,5 +1,6 @@
 """Batch collection: DAPO dynamic sampling and GFPO filtering with a scripted fake sampler."""
 
+import pytest
 import torch
 
 from grpokit.rollout.collect import collect, gfpo_keep
@@ -92,3 +93,26 @@ def test_gfpo_adaptive_gives_only_hard_prompts_more_samples():
     # kept in sample order: 2, 3, 6, 7 -> lengths 7 6 7 6
     assert [len(c) for c in out.rollout.completion_ids[:4]] == [9, 8, 7, 6]
     assert [len(c) for c in out.rollout.completion_ids[4:]] == [7, 6, 7, 6]
+
+
+@pytest.mark.parametrize(
+    "rollout, message",
+    [
+        ({"sample_group_size": 4}, "rollout.sample_group_size=4 must be 0 (off) or larger than rollout.group_size=8"),
+        ({"gfpo_adaptive": True}, "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size"),
+        (
+            {"gfpo_criterion": "token_efficiency"},
+            "rollout.gfpo_criterion='token_efficiency' has no effect with rollout.sample_group_size=0 (GFPO off); "
+            "set rollout.sample_group_size > group_size, or leave it 'length'",
+        ),
+        (
+            {"sample_group_size": 16, "gfpo_adaptive_threshold": 0.3},
+            "rollout.gfpo_adaptive_threshold=0.3 has no effect with rollout.gfpo_adaptive=false; set "
+            "rollout.gfpo_adaptive=true, or leave it 0.5",
+        ),
+    ],
+)
+def test_gfpo_settings_it_cannot_use_are_refused_in_one_sentence(rollout, message):
+    from helpers.config_errors import section_error
+
+    assert section_error(rollout=rollout) == message

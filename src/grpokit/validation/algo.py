@@ -96,6 +96,16 @@ def check_sampling_and_shaping(cfg: Config) -> None:
         not r.gfpo_adaptive or r.sample_group_size > 0,
         "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size",
     )
+    check(  # GFPO's other settings, read only with it: refused rather than ignored
+        r.sample_group_size > 0 or r.gfpo_criterion == "length",
+        f"rollout.gfpo_criterion={r.gfpo_criterion!r} has no effect with rollout.sample_group_size=0 (GFPO off); set "
+        "rollout.sample_group_size > group_size, or leave it 'length'",
+    )
+    check(
+        r.gfpo_adaptive or r.gfpo_adaptive_threshold == 0.5,
+        f"rollout.gfpo_adaptive_threshold={r.gfpo_adaptive_threshold} has no effect with rollout.gfpo_adaptive=false; "
+        "set rollout.gfpo_adaptive=true, or leave it 0.5",
+    )
     check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
     check(
         a.entropy_advantage_max_scale >= 0,
