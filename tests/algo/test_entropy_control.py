@@ -55,7 +55,8 @@ def test_config_refuses_bounds_that_cannot_hold(overrides):
     cfg = apply_overrides(Config(), ["algo.entropy_adaptive=true"] + overrides)
     with pytest.raises(ConfigError, match="algo.entropy_coef"):
         validate(cfg)
-    validate(apply_overrides(Config(), overrides))  # without adaptive control they are unused
+    with pytest.raises(ConfigError, match=r"has no effect unless algo.entropy_adaptive=true"):
+        validate(apply_overrides(Config(), overrides))  # without adaptive control nothing reads them: said
 
 
 def _batch(scale: float, seed: int):

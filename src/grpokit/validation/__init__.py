@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grpokit.config.sections import Config
 
-from .algo import check_algo_limits, check_algo_objective, check_sampling_and_shaping
+from .algo import check_algo_limits, check_algo_objective, check_sampling_and_shaping, check_unread_algo
 from .model import check_model, check_record_data
 from .rollout import check_rollout
 from .train import check_optim_train, check_reward_env
@@ -24,6 +24,7 @@ def validate(cfg: Config) -> Config:
         check_algo_objective,
         check_sampling_and_shaping,
         check_algo_limits,
+        check_unread_algo,
         check_optim_train,
         check_reward_env,
         check_record_data,

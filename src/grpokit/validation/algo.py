@@ -10,7 +10,7 @@ from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.ratio import RATIO_LEVELS
 from grpokit.algo.registry import STAGE_SPECS, is_import_path, lookup, objective_spec, registered
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import AlgoConfig, Config, ConfigError
 from grpokit.rollout.gec import MODES as GEC_MODES
 
 from .checks import check, one_of
@@ -151,3 +151,41 @@ def check_algo_limits(cfg: Config) -> None:
     check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")
     check(a.num_iterations >= 1, f"algo.num_iterations={a.num_iterations} must be at least 1")
     check(a.norm_constant >= 0, f"algo.norm_constant={a.norm_constant} must be >= 0 (0 = max_new_tokens)")
+
+
+UNREAD_UNLESS = (
+    (("sapo_tau_pos", "sapo_tau_neg"), "algo.objective=sapo", lambda a: a.objective == "sapo"),
+    (
+        ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
+        "algo.entropy_adaptive=true",
+        lambda a: a.entropy_adaptive,
+    ),
+    (("ref_mixup_alpha",), "algo.ref_refresh_every > 0", lambda a: a.ref_refresh_every > 0),
+    (
+        ("lambda_init", "lambda_lr", "lambda_r"),
+        "algo.aggregation=lambda-grpo",
+        lambda a: a.aggregation == "lambda-grpo",
+    ),
+    (("max_sampling_rounds",), "algo.dynamic_sampling=true", lambda a: a.dynamic_sampling),
+    (("entropy_advantage_max_scale",), "algo.entropy_advantage=true", lambda a: a.entropy_advantage),
+    (
+        ("error_correction_max_reward", "error_correction_prompt", "error_correction_fn"),
+        "algo.error_correction is on",
+        lambda a: a.error_correction != "off",
+    ),
+    (("kl_clamp",), "algo.beta > 0 (a KL term)", lambda a: a.beta > 0),
+)
+"""Settings read only by one feature: ``(fields, the feature, whether it is on)``. The TRL layer sets each of
+them only where TRL reads it (trl/args/loss.py), so a TRL script never meets these sentences."""
+
+
+def check_unread_algo(cfg: Config) -> None:
+    """A setting of a feature that is off, changed from its default, is refused, not ignored: the run would
+    train without what the setting asks for and exit 0."""
+    a, default = cfg.algo, AlgoConfig()
+    for fields, feature, on in UNREAD_UNLESS:
+        if on(a):
+            continue
+        for name in fields:
+            value, was = getattr(a, name), getattr(default, name)
+            check(value == was, f"algo.{name}={value!r} has no effect unless {feature}; set that, or leave it {was!r}")

@@ -1,0 +1,61 @@
+"""A setting of a feature that is off is refused in one sentence naming the feature (the run would train
+without what it asks for and exit 0); with the feature on, the same value is accepted."""
+
+import pytest
+
+from grpokit.config import Config, ConfigError, apply_overrides
+from grpokit.validation import validate
+
+GOLD = "algo.error_correction_fn=grpokit.data.tasks.arithmetic:format_completion"
+CASES = [  # (the setting, the feature that reads it, the sentence)
+    (
+        "algo.sapo_tau_neg=2.0",
+        ["algo.objective=sapo"],
+        "algo.sapo_tau_neg=2.0 has no effect unless algo.objective=sapo; set that, or leave it 1.05",
+    ),
+    (
+        "algo.entropy_target=0.1",
+        ["algo.entropy_adaptive=true"],
+        "algo.entropy_target=0.1 has no effect unless algo.entropy_adaptive=true; set that, or leave it 0.2",
+    ),
+    (
+        "algo.ref_mixup_alpha=0.6",
+        ["algo.beta=0.04", "algo.ref_refresh_every=8"],
+        "algo.ref_mixup_alpha=0.6 has no effect unless algo.ref_refresh_every > 0; set that, or leave it 1.0",
+    ),
+    (
+        "algo.lambda_lr=0.1",
+        ["algo.aggregation=lambda-grpo"],
+        "algo.lambda_lr=0.1 has no effect unless algo.aggregation=lambda-grpo; set that, or leave it 0.01",
+    ),
+    (
+        "algo.max_sampling_rounds=8",
+        ["algo.dynamic_sampling=true"],
+        "algo.max_sampling_rounds=8 has no effect unless algo.dynamic_sampling=true; set that, or leave it 4",
+    ),
+    (
+        "algo.entropy_advantage_max_scale=2.0",
+        ["algo.entropy_advantage=true"],
+        "algo.entropy_advantage_max_scale=2.0 has no effect unless algo.entropy_advantage=true; set that, or leave "
+        "it 0.0",
+    ),
+    (
+        GOLD,
+        ["algo.error_correction=gold"],
+        "algo.error_correction_fn='grpokit.data.tasks.arithmetic:format_completion' has no effect unless "
+        "algo.error_correction is on; set that, or leave it ''",
+    ),
+    (
+        "algo.kl_clamp=10.0",
+        ["algo.beta=0.04"],
+        "algo.kl_clamp=10.0 has no effect unless algo.beta > 0 (a KL term); set that, or leave it 0.0",
+    ),
+]
+
+
+@pytest.mark.parametrize("setting, feature, sentence", CASES, ids=[c[0].split("=")[0] for c in CASES])
+def test_a_setting_of_a_feature_that_is_off_is_refused_and_accepted_with_it_on(setting, feature, sentence):
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), [setting]))
+    assert str(e.value) == sentence
+    validate(apply_overrides(Config(), [*feature, setting]))
