@@ -205,6 +205,7 @@ def test_a_worker_device_this_process_cannot_use_is_refused_in_one_sentence_and_
         with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as e:
             make_engine(cfg, None, 0, None, torch.device("cpu"), DistContext(), None, None)
         assert str(e.value) == (
-            'rollout.async_worker_device=cuda but torch sees no CUDA device here; use cpu or "" (the trainer\'s device)'
+            'rollout.async_worker_device=cuda but torch sees no CUDA device on this host; use cpu or "" (the '
+            "trainer's device)"
         )
     assert not [r for r in caplog.records if r.levelname == "WARNING"]

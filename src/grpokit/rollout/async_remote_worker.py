@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from .async_remote import KEY_ENV, PlainConn, parse_address, rollout_key
 from .async_worker import worker_main
+from .cards import is_device_name, missing_card
 from .weight_wire import Layout, Receiver, pair_group
 
 
@@ -109,15 +110,11 @@ def serve(
 
 def check_device(device: str) -> None:
     """WorkerExit (final) when ``device`` is not one this host can sample on, before anything connects."""
-    if not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+    if not is_device_name(device):
         raise WorkerExit(f"--device {device!r} is not valid; use cpu, cuda or cuda:N", final=True)
-    if device == "cpu":
-        return
-    if not torch.cuda.is_available():
-        raise WorkerExit(f"--device {device}: torch sees no CUDA device on this host; use --device cpu", final=True)
-    n = torch.cuda.device_count()
-    if ":" in device and int(device[5:]) >= n:
-        raise WorkerExit(f"--device {device}: this host has {n} CUDA device(s), cuda:0 to cuda:{n - 1}", final=True)
+    why = missing_card(device)
+    if why:
+        raise WorkerExit(f"--device {device}: {why}; use --device cpu", final=True)
 
 
 def main(argv: list[str]) -> int:

@@ -16,6 +16,7 @@ import torch
 
 from grpokit.config.base import ConfigError
 from grpokit.config.sections import Config, RolloutConfig
+from grpokit.rollout.cards import missing_card
 from grpokit.rollout.collect import first_group_size
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
@@ -138,26 +139,20 @@ def prefetch_group_size(r: RolloutConfig) -> int:
 
 def worker_device(r: RolloutConfig, device: torch.device, world_size: int) -> torch.device:
     """Where the local rollout workers sample (rollout.async_worker_device): the trainer's ``device`` when unset;
-    a card this process cannot see is refused in one sentence, as is a fixed card shared by several ranks."""
+    a card this process cannot use is refused in one sentence, as is a fixed card shared by several ranks."""
     d = r.async_worker_device
     if not d:
         return device
-    if not d.startswith("cuda"):
-        return torch.device(d)
     name = f"rollout.async_worker_device={d}"
     if world_size > 1 and ":" in d:
         raise ConfigError(
             f'{name} would put every one of the {world_size} ranks\' workers on that card; leave it "" (each '
             f"rank's own card), or start `grpokit rollout-worker --device {d}` workers (rollout.async_remote_workers)"
         )
-    if not torch.cuda.is_available():
-        raise ConfigError(f'{name} but torch sees no CUDA device here; use cpu or "" (the trainer\'s device)')
-    if ":" not in d:
-        return torch.device("cuda", torch.cuda.current_device())
-    n = torch.cuda.device_count()
-    if int(d[5:]) >= n:
-        raise ConfigError(f"{name} but this host has {n} CUDA device(s), cuda:0 to cuda:{n - 1}")
-    return torch.device(d)
+    why = missing_card(d)
+    if why:
+        raise ConfigError(f'{name} but {why}; use cpu or "" (the trainer\'s device)')
+    return torch.device("cuda", torch.cuda.current_device()) if d == "cuda" else torch.device(d)
 
 
 def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:

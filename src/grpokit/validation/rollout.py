@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grpokit.algo.tis import TIS_MODES
 from grpokit.config.sections import Config, RolloutConfig
+from grpokit.rollout.cards import is_device_name
 
 from .checks import check, one_of
 
@@ -172,7 +173,7 @@ def check_async_workers(cfg: Config) -> None:
     )
     d = r.async_worker_device
     check(
-        d in ("", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit()),
+        d == "" or is_device_name(d),
         f'rollout.async_worker_device={d!r} is not valid; use "" (the trainer\'s device), cpu, cuda or cuda:N',
     )
     if r.async_remote_workers:
