@@ -10,10 +10,10 @@ from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.ratio import RATIO_LEVELS
 from grpokit.algo.registry import STAGE_SPECS, is_import_path, lookup, objective_spec, registered
-from grpokit.config.sections import AlgoConfig, Config, ConfigError
+from grpokit.config.sections import AlgoConfig, Config, ConfigError, RolloutConfig
 from grpokit.rollout.gec import MODES as GEC_MODES
 
-from .checks import check, one_of
+from .checks import check, one_of, unread
 
 
 def registered_stage(field: str, kind: str, name: str) -> None:
@@ -96,16 +96,13 @@ def check_sampling_and_shaping(cfg: Config) -> None:
         not r.gfpo_adaptive or r.sample_group_size > 0,
         "rollout.gfpo_adaptive needs rollout.sample_group_size > group_size",
     )
-    check(  # GFPO's other settings, read only with it: refused rather than ignored
-        r.sample_group_size > 0 or r.gfpo_criterion == "length",
-        f"rollout.gfpo_criterion={r.gfpo_criterion!r} has no effect with rollout.sample_group_size=0 (GFPO off); set "
-        "rollout.sample_group_size > group_size, or leave it 'length'",
-    )
-    check(
-        r.gfpo_adaptive or r.gfpo_adaptive_threshold == 0.5,
-        f"rollout.gfpo_adaptive_threshold={r.gfpo_adaptive_threshold} has no effect with rollout.gfpo_adaptive=false; "
-        "set rollout.gfpo_adaptive=true, or leave it 0.5",
-    )
+    default = RolloutConfig()  # GFPO's other settings, read only with it: refused rather than ignored
+    if not r.sample_group_size:
+        why = "with rollout.sample_group_size=0 (GFPO off)"
+        unread("rollout", r, default, ("gfpo_criterion",), why, "set rollout.sample_group_size > group_size")
+    if not r.gfpo_adaptive:
+        why = "with rollout.gfpo_adaptive=false"
+        unread("rollout", r, default, ("gfpo_adaptive_threshold",), why, "set rollout.gfpo_adaptive=true")
     check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
     check(
         a.entropy_advantage_max_scale >= 0,
@@ -182,10 +179,6 @@ them only where TRL reads it (trl/args/loss.py), so a TRL script never meets the
 def check_unread_algo(cfg: Config) -> None:
     """A setting of a feature that is off, changed from its default, is refused, not ignored: the run would
     train without what the setting asks for and exit 0."""
-    a, default = cfg.algo, AlgoConfig()
     for fields, feature, on in UNREAD_UNLESS:
-        if on(a):
-            continue
-        for name in fields:
-            value, was = getattr(a, name), getattr(default, name)
-            check(value == was, f"algo.{name}={value!r} has no effect unless {feature}; set that, or leave it {was!r}")
+        if not on(cfg.algo):
+            unread("algo", cfg.algo, AlgoConfig(), fields, f"unless {feature}", "set that")

@@ -6,7 +6,7 @@ from grpokit.algo.tis import TIS_MODES
 from grpokit.config.sections import Config, RolloutConfig
 from grpokit.rollout.cards import is_device_name
 
-from .checks import check, one_of
+from .checks import check, one_of, unread
 
 
 def check_rollout(cfg: Config) -> None:
@@ -187,33 +187,25 @@ def _unread_worker_settings(r: RolloutConfig) -> None:
     """A worker setting away from its default where no worker reads it is refused, not ignored (the sampler
     thread samples on the trainer's device with its threads, and stops the run at its fault; a synchronous run
     has no deadline of the sampler's)."""
-    local, remote = "rollout.async_workers >= 1", "rollout.async_remote_workers >= 1"
-    unread = []
+    local, remote, d = "rollout.async_workers >= 1", "rollout.async_remote_workers >= 1", RolloutConfig()
     if not r.async_workers:
-        unread += [("async_worker_device", "rollout.async_workers=0", local)]
-        unread += [("async_worker_threads", "rollout.async_workers=0", local)]
+        names = ("async_worker_device", "async_worker_threads")
+        unread("rollout", r, d, names, "with rollout.async_workers=0", f"set {local}")
     if not r.async_remote_workers:
-        unread += [("async_listen", "rollout.async_remote_workers=0", remote)]
+        unread("rollout", r, d, ("async_listen",), "with rollout.async_remote_workers=0", f"set {remote}")
     if not (r.async_workers or r.async_remote_workers):
-        unread += [("async_worker_fault", "no rollout worker processes", f"{local} or {remote}")]
+        unread("rollout", r, d, ("async_worker_fault",), "with no rollout worker processes", f"set {local} or {remote}")
     if not r.async_staleness:  # the deadline of the thread's batches and of the workers'
-        unread += [("async_timeout_s", "rollout.async_staleness=0", "rollout.async_staleness >= 1")]
-    default = RolloutConfig()
-    for name, why, needs in unread:
-        value, was = getattr(r, name), getattr(default, name)
-        check(value == was, f"rollout.{name}={value!r} has no effect with {why}; set {needs}, or leave it {was!r}")
+        unread(
+            "rollout", r, d, ("async_timeout_s",), "with rollout.async_staleness=0", "set rollout.async_staleness >= 1"
+        )
 
 
 VLLM_READERS = {
-    "vllm_gpu_memory_utilization": "vllm",
-    "vllm_max_model_len": "vllm",
-    "vllm_sleep": "vllm",
-    "vllm_url": "vllm_server",
-    "vllm_sync_dir": "vllm_server",
-    "vllm_startup_timeout": "vllm_server",
-    "vllm_request_timeout": "vllm_server",
+    "vllm": ("vllm_gpu_memory_utilization", "vllm_max_model_len", "vllm_sleep"),
+    "vllm_server": ("vllm_url", "vllm_sync_dir", "vllm_startup_timeout", "vllm_request_timeout"),
 }
-"""The vLLM settings and the rollout.backend that reads each (the colocated engine's, or the server client's)."""
+"""The vLLM settings each rollout.backend reads (the colocated engine, the server's client)."""
 
 
 def _unread_vllm_settings(r: RolloutConfig) -> None:
@@ -221,11 +213,12 @@ def _unread_vllm_settings(r: RolloutConfig) -> None:
     rollout.backend was meant to be set too."""
     if r.backend != "hf":
         return
-    default = RolloutConfig()
-    for name, backend in VLLM_READERS.items():
-        value, was = getattr(r, name), getattr(default, name)
-        check(
-            value == was,
-            f"rollout.{name}={value!r} has no effect with rollout.backend=hf; set rollout.backend={backend} (which "
-            f"reads it), or leave it {was!r}",
+    for backend, names in VLLM_READERS.items():
+        unread(
+            "rollout",
+            r,
+            RolloutConfig(),
+            names,
+            "with rollout.backend=hf",
+            f"set rollout.backend={backend} (which reads it)",
         )
