@@ -197,11 +197,11 @@ class ProcessRollout:
         self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
         self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
-        init = self._init_record(sample, seed, threads, device, kernels)
+        init = self._init_record(sample, seed, threads, device)
         joined = remote.join(workers, max(timeout_s, START_S), timeout_s) if remote else []
         setting = "rollout.async_workers" if workers else "rollout.async_remote_workers"
         with sendable(init["model"], setting) as patched:  # the workers pickle it at their start
-            init.update(patched)
+            init.update(onednn=patched["onednn"], kernels=kernels if patched["liger"] else None)
             self.pool = WorkerPool(
                 workers,
                 init,
@@ -215,12 +215,11 @@ class ProcessRollout:
         self.submitted: set[int] = set()
         self._submit_ready()
 
-    def _init_record(self, sample: Callable, seed: int, threads: int, device: torch.device, kernels) -> dict:
+    def _init_record(self, sample: Callable, seed: int, threads: int, device: torch.device) -> dict:
         """What every worker receives at its start (rollout/async_worker.py worker_main); a remote worker's is a copy
         with the policy on the CPU and its own device (rollout/async_remote.py)."""
         return {
             "device": str(device),
-            "kernels": kernels,
             "model": self.plan.snapshots[min(self.plan.snapshots)],
             "sample": sample,
             "context": self.context,

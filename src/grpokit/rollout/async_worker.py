@@ -108,15 +108,29 @@ class _Weights:
             raise _Abandoned
 
 
-def on_device(model: torch.nn.Module, device: torch.device) -> bool:
-    """``model`` on the worker's ``device`` (its card current); True when it moved there (each tensor a copy of
-    the worker's own), False when it was there already (the trainer's shared tensors, or a CPU copy)."""
+def _policy(init: dict) -> tuple[torch.nn.Module, torch.device, bool]:
+    """The init record's policy, made ready on the worker's device: ``(model, device, moved)``; ``moved`` when it
+    moved there (each tensor a copy of the worker's own), not when it was there already (the trainer's shared
+    tensors, or a remote worker's CPU copy on a CPU). Patched as the trainer's is: oneDNN linears on a CPU,
+    liger-kernel's layers (``init["kernels"]``, set when the trainer's had them) on a card."""
+    torch.set_num_threads(init["threads"])
+    device, model = torch.device(init["device"]), init["model"]
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if all(t.device == device for t in [*model.parameters(), *model.buffers()]):
-        return False
-    model.to(device)
-    return True
+        device = torch.device("cuda", torch.cuda.current_device())  # "cuda": this process's current card
+        if init["deterministic"]:  # cuBLAS refuses deterministic mode without it
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(init["deterministic"])
+    moved = not all(t.device == device for t in [*model.parameters(), *model.buffers()])
+    if moved:
+        model.to(device)
+    if init["onednn"] and device.type == "cpu":  # the trainer's linears run through oneDNN: the same kernels
+        from grpokit.nn.kernels import use_onednn_linears
+
+        use_onednn_linears(model)
+    if init["kernels"] is not None and device.type == "cuda":
+        init["kernels"](model, device)
+    return model, device, moved
 
 
 def worker_main(conn, init: dict | None = None, receive=None, release=None) -> bool:
@@ -127,21 +141,8 @@ def worker_main(conn, init: dict | None = None, receive=None, release=None) -> b
             init = conn.recv()  # there, one per shared tensor; the pipe hands each over on its own
         except EOFError:
             return False
-    torch.set_num_threads(init["threads"])
-    device = torch.device(init["device"])
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device.type == "cuda" and init["deterministic"]:  # cuBLAS refuses deterministic mode without it
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(init["deterministic"])
-    model, sample, ctx = init["model"], init["sample"], init["context"]
-    moved = on_device(model, device)
-    if init["onednn"] and device.type == "cpu":  # the trainer's linears run through oneDNN: the same kernels
-        from grpokit.nn.kernels import use_onednn_linears
-
-        use_onednn_linears(model)
-    if init["liger"] and init["kernels"] is not None and device.type == "cuda":  # the trainer's layers run
-        init["kernels"](model, device)  # liger-kernel's (model.kernels): patch this copy the same way
+    model, device, moved = _policy(init)
+    sample, ctx = init["sample"], init["context"]
     weights = _Weights(conn, model, init["trainable"], receive, release, own=moved)
     conn.send(("ready", os.getpid(), torch.get_num_threads()))
     from .async_plan import batch_generator
