@@ -46,6 +46,38 @@ CASES = [  # (the setting, the feature that reads it, the sentence)
         "algo.error_correction is on; set that, or leave it ''",
     ),
     (
+        "algo.step_gamma=0.9",
+        ["algo.advantage=gigpo"],
+        "algo.step_gamma=0.9 has no effect unless algo.advantage=gigpo or algo.advantage=gagpo; set that, or leave "
+        "it 0.95",
+    ),
+    (
+        "algo.gae_lambda=0.5",
+        ["algo.advantage=gagpo"],
+        "algo.gae_lambda=0.5 has no effect unless algo.advantage=gagpo; set that, or leave it 0.95",
+    ),
+    (
+        "algo.gigpo_step_weight=0.5",
+        ["algo.advantage=gigpo"],
+        "algo.gigpo_step_weight=0.5 has no effect unless algo.advantage=gigpo; set that, or leave it 1.0",
+    ),
+    (
+        "algo.shaping_entropy_weight=0.2",
+        ["algo.advantage=grpo_s"],
+        "algo.shaping_entropy_weight=0.2 has no effect unless algo.advantage=gtpo or algo.advantage=grpo_s; set "
+        "that, or leave it 0.1",
+    ),
+    (
+        "algo.gtpo_normalization=joint",
+        ["algo.advantage=gtpo", "algo.aggregation=token-mean"],
+        "algo.gtpo_normalization='joint' has no effect unless algo.advantage=gtpo; set that, or leave it 'polarity'",
+    ),
+    (
+        "algo.vespo_neg=[2.0,2.0]",
+        ["algo.objective=vespo", "algo.ratio_level=trajectory"],
+        "algo.vespo_neg=[2.0, 2.0] has no effect unless algo.objective=vespo; set that, or leave it [3.0, 2.0]",
+    ),
+    (
         "algo.kl_clamp=10.0",
         ["algo.beta=0.04"],
         "algo.kl_clamp=10.0 has no effect unless algo.beta > 0 (a KL term); set that, or leave it 0.0",
@@ -59,3 +91,30 @@ def test_a_setting_of_a_feature_that_is_off_is_refused_and_accepted_with_it_on(s
         validate(apply_overrides(Config(), [setting]))
     assert str(e.value) == sentence
     validate(apply_overrides(Config(), [*feature, setting]))
+
+
+def test_grpo_s_does_not_read_gtpo_normalisation():
+    """GRPO-S shares GTPO's shaping weights, not its token normalisation."""
+    with pytest.raises(
+        ConfigError, match=r"^algo.gtpo_normalization='joint' has no effect unless algo.advantage=gtpo;"
+    ):
+        validate(apply_overrides(Config(), ["algo.advantage=grpo_s", "algo.gtpo_normalization=joint"]))
+
+
+def test_a_plugin_estimators_own_parameters_are_refused_under_another_estimator(monkeypatch):
+    """The table is read from the registry's declarations, so a user's estimator with a params record that names a
+    config field joins it: here one reading ``algo.step_gamma`` makes it read under that estimator too."""
+    from dataclasses import dataclass
+
+    from grpokit.algo import registry
+
+    @dataclass(frozen=True)
+    class Mine:
+        step_gamma: float = 0.95
+
+    monkeypatch.setitem(registry.STAGE_SPECS["advantage"], "mine", registry.StageSpec(params=Mine))
+    monkeypatch.setitem(registry.ADVANTAGES, "mine", lambda ctx: (ctx.rewards_N, {}))
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), ["algo.step_gamma=0.9"]))
+    assert "unless algo.advantage=gigpo or algo.advantage=gagpo or algo.advantage=mine;" in str(e.value)
+    validate(apply_overrides(Config(), ["algo.advantage=mine", "algo.step_gamma=0.9"]))

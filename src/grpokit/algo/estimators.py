@@ -203,17 +203,20 @@ def shaping_config_errors(c) -> list[str]:
 
 @dataclass(frozen=True)
 class ShapingParams:
-    """GTPO's and GRPO-S's own parameters (the config's fields of the same names)."""
+    """GRPO-S's own parameters, and GTPO's but its normalisation (the config's fields of the same names)."""
 
     shaping_base_weight: float = 1.0  # alpha1 / beta1: weight of the outcome reward
     shaping_entropy_weight: float = 0.1  # alpha2 / beta2: weight of the entropy-shaped bonus or penalty
-    gtpo_normalization: str = "polarity"  # GTPO: "polarity" (eq. 6) or "joint"
 
 
-SHAPING = StageSpec(needs_entropy=True, params=ShapingParams, config_errors=shaping_config_errors)
+@dataclass(frozen=True)
+class GTPOParams(ShapingParams):
+    """GTPO's own parameters: the shaping weights and how its token rewards are normalised."""
+
+    gtpo_normalization: str = "polarity"  # "polarity" (eq. 6) or "joint"
 
 
-@register_advantage("gtpo", SHAPING)
+@register_advantage("gtpo", StageSpec(needs_entropy=True, params=GTPOParams, config_errors=shaping_config_errors))
 def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GTPO (arXiv 2508.04349): per-token rewards shaped by pi_old's entropies, ``(N, T)``; the token
     statistics run over every rank's tokens."""
@@ -233,7 +236,7 @@ def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     )
 
 
-@register_advantage("grpo_s", SHAPING)
+@register_advantage("grpo_s", StageSpec(needs_entropy=True, params=ShapingParams))
 def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO-S: per-completion rewards shaped by the mean token entropy, then ``baseline`` / ``scale``."""
     a, p, dist, G = ctx.algo, ctx.params, ctx.dist, ctx.group_size

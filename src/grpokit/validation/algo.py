@@ -4,6 +4,8 @@ KL, the aggregation and the numeric ranges of clipping.
 
 from __future__ import annotations
 
+import dataclasses
+
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS
@@ -151,7 +153,6 @@ def check_algo_limits(cfg: Config) -> None:
 
 
 UNREAD_UNLESS = (
-    (("sapo_tau_pos", "sapo_tau_neg"), "algo.objective=sapo", lambda a: a.objective == "sapo"),
     (
         ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
         "algo.entropy_adaptive=true",
@@ -173,7 +174,21 @@ UNREAD_UNLESS = (
     (("kl_clamp",), "algo.beta > 0 (a KL term)", lambda a: a.beta > 0),
 )
 """Settings read only by one feature: ``(fields, the feature, whether it is on)``. The TRL layer sets each of
-them only where TRL reads it (trl/args/loss.py), so a TRL script never meets these sentences."""
+them only where TRL reads it (trl/args/loss.py), so a TRL script never meets these sentences. The estimators'
+and objectives' own parameters are found from their declarations instead (``stage_owners``)."""
+
+
+def stage_owners() -> dict[str, list[str]]:
+    """Each config field some registered advantage estimator or objective declares as its own parameter
+    (``params``), mapped to the choices that read it: ``{"step_gamma": ["algo.advantage=gigpo", ...]}``. A
+    plugin registered with a params record joins the table the same way."""
+    owners: dict[str, list[str]] = {}
+    declared = [("advantage", name, spec.params) for name, spec in STAGE_SPECS["advantage"].items()]
+    declared += [("objective", name, objective_spec(name).params) for name in registered("objective")]
+    for kind, name, params in declared:
+        for f in dataclasses.fields(params) if params is not None else ():
+            owners.setdefault(f.name, []).append(f"algo.{kind}={name}")
+    return owners
 
 
 def check_unread_algo(cfg: Config) -> None:
@@ -182,3 +197,8 @@ def check_unread_algo(cfg: Config) -> None:
     for fields, feature, on in UNREAD_UNLESS:
         if not on(cfg.algo):
             unread("algo", cfg.algo, AlgoConfig(), fields, f"unless {feature}", "set that")
+    a, defaults = cfg.algo, AlgoConfig()
+    chosen = {f"algo.advantage={a.advantage}", f"algo.objective={a.objective}"}
+    for name, readers in stage_owners().items():
+        if hasattr(defaults, name) and not chosen.intersection(readers):
+            unread("algo", a, defaults, [name], f"unless {' or '.join(readers)}", "set that")
