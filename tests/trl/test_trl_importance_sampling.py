@@ -22,9 +22,11 @@ from helpers.paths import ROOT
 sys.path.insert(0, str(ROOT / "bench"))
 from grpokit.algo.pipeline import LogProbs, TISSettings  # noqa: E402
 from grpokit.algo.tis import TIS_MODES, tis_weights  # noqa: E402
-from grpokit.config.sections import AlgoConfig, ConfigError  # noqa: E402
+from grpokit.config.io import apply_overrides  # noqa: E402
+from grpokit.config.sections import AlgoConfig, Config, ConfigError  # noqa: E402
 from grpokit.trl.config import GRPOConfig  # noqa: E402
 from grpokit.trl.mapping import to_config  # noqa: E402
+from grpokit.validation import validate  # noqa: E402
 from helpers.pipeline_batches import run, scored  # noqa: E402
 from trl_oracle import fixed_batch, grpokit_loss, trl_is_ratio, trl_loss  # noqa: E402
 
@@ -115,12 +117,11 @@ def test_the_pipeline_stage_applies_the_mode():
 
 
 def test_tis_fields_are_checked():
-    from grpokit.config.io import apply_overrides
-    from grpokit.config.sections import Config
-    from grpokit.validation import validate
-
+    stale = "rollout.async_staleness=1"  # a sampler TIS reads: the synchronous hf engine samples with pi_old itself
     validate(
-        apply_overrides(Config(), ["rollout.tis_mode=sequence_mask", "rollout.tis_min=0.5", "rollout.tis_cap=.inf"])
+        apply_overrides(
+            Config(), [stale, "rollout.tis_mode=sequence_mask", "rollout.tis_min=0.5", "rollout.tis_cap=.inf"]
+        )
     )
     for over, word in (
         (["rollout.tis_mode=sequence"], r"rollout.tis_mode='sequence' is not valid"),
@@ -128,7 +129,25 @@ def test_tis_fields_are_checked():
         (["rollout.tis_min=3", "rollout.tis_cap=2"], r"rollout.tis_min=3.0 must be .* at most rollout.tis_cap=2.0"),
     ):
         with pytest.raises(ConfigError, match=word):
-            validate(apply_overrides(Config(), over))
+            validate(apply_overrides(Config(), [stale, *over]))
+
+
+@pytest.mark.parametrize("setting", ["rollout.tis_mode=token_mask", "rollout.tis_min=0.5", "rollout.tis_cap=3"])
+def test_tis_settings_with_the_synchronous_hf_sampler_are_refused(setting):
+    """The hf engine samples with pi_old's own weights, so TIS has no ratio to correct: a changed setting would
+    change nothing. Turning TIS off (tis_cap=0) is accepted; the same setting with a stale sampler is read."""
+    name, value = setting.split("=")
+    default = {"tis_mode": "'token_truncate'", "tis_min": "0.0", "tis_cap": "2.0"}[name.split(".")[1]]
+    shown = {"token_mask": "'token_mask'", "0.5": "0.5", "3": "3.0"}[value]
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), [setting]))
+    assert str(e.value) == (
+        f"{name}={shown} has no effect with rollout.backend=hf and rollout.async_staleness=0 (the sampler is pi_old "
+        "itself: there is no mismatch to correct); set rollout.backend=vllm or vllm_server, or "
+        f"rollout.async_staleness >= 1, or leave it {default}"
+    )
+    validate(apply_overrides(Config(), ["rollout.tis_cap=0"]))
+    validate(apply_overrides(Config(), ["rollout.async_staleness=1", setting]))
 
 
 def test_a_vllm_step_logs_trl_metrics_and_masks_by_the_sequence_product(tmp_path):
@@ -138,9 +157,9 @@ def test_a_vllm_step_logs_trl_metrics_and_masks_by_the_sequence_product(tmp_path
 
     from grpokit.rollout.vllm import VLLMColocated
 
-    tr = mismatch_trainer(tmp_path, **{"rollout.tis_mode": "sequence_mask", "rollout.tis_cap": 3.0})
+    tr = mismatch_trainer(tmp_path)  # built on the hf engine, which TIS does not read: its settings come after
     tr.use_engine(VLLMColocated(RecordingLLM(tr, -0.8), lambda **kw: NS(**kw), tr.params, sleep=True))
-    tr.cfg.rollout.backend = "vllm"
+    tr.cfg.rollout.backend, tr.cfg.rollout.tis_mode, tr.cfg.rollout.tis_cap = "vllm", "sequence_mask", 3.0
     m = tr.train_step()
     assert m["sampling/sampling_logp_difference/mean"] == pytest.approx(0.8, abs=1e-3)
     # one weight per completion; every completion here has two or more tokens: e^(0.8 L) >= e^1.6 = 4.95 > 3,

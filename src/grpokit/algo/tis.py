@@ -37,6 +37,13 @@ def pad_sampling_logprobs(sampling_logprobs: list[list[float]], width: int) -> t
     return out
 
 
+def has_sampler_mismatch(backend: str, async_staleness: int) -> bool:
+    """Whether the samples come from something other than the trainer's own forward on pi_old's weights: a
+    vLLM engine (``rollout.backend``) or a sampler some versions behind (``rollout.async_staleness``). Only
+    then does TIS have a ratio to correct; the synchronous hf engine samples with pi_old itself."""
+    return backend != "hf" or async_staleness > 0
+
+
 TIS_MODES = (
     "token_truncate",
     "token_mask",

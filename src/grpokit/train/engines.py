@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from grpokit.algo.tis import has_sampler_mismatch
 from grpokit.config.base import ConfigError
 from grpokit.config.sections import Config, RolloutConfig
 from grpokit.rollout.cards import missing_card
@@ -31,7 +32,7 @@ log = logging.getLogger("grpokit.train")
 def uses_tis(cfg: Config) -> bool:
     """TIS applies when the sampler is not the trainer's own forward: vLLM, or stale async samples."""
     r = cfg.rollout
-    return r.tis_cap > 0 and (r.backend != "hf" or r.async_staleness > 0)
+    return r.tis_cap > 0 and has_sampler_mismatch(r.backend, r.async_staleness)
 
 
 def sampling_model(model, dist: DistContext):

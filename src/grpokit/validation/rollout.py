@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpokit.algo.tis import TIS_MODES
+from grpokit.algo.tis import TIS_MODES, has_sampler_mismatch
 from grpokit.config.sections import Config, RolloutConfig
 from grpokit.rollout.cards import is_device_name
 
@@ -35,6 +35,7 @@ def check_rollout(cfg: Config) -> None:
         f"rollout.tis_min={r.tis_min} must be a number >= 0 (0 = no lower bound) and at most "
         f"rollout.tis_cap={r.tis_cap}",
     )
+    _unread_tis_settings(r)
     check_performance(cfg)
     check_rollout_engine(cfg)
     check(r.async_staleness >= 0, f"rollout.async_staleness={r.async_staleness} must be >= 0 (0 = synchronous)")
@@ -62,6 +63,21 @@ def check_rollout(cfg: Config) -> None:
         "rollout.backend=vllm, "
         f"but rollout.backend={r.backend}; set it to 1 (a vLLM server takes `grpokit vllm-serve MODEL "
         "--tensor-parallel-size N`)",
+    )
+
+
+def _unread_tis_settings(r: RolloutConfig) -> None:
+    """TIS's bounds and mode are read only where the sampler is not pi_old itself; turning it off is no change."""
+    if has_sampler_mismatch(r.backend, r.async_staleness):
+        return
+    unread(
+        "rollout",
+        r,
+        RolloutConfig(),
+        ["tis_mode", "tis_min", *["tis_cap"] * (r.tis_cap != 0)],
+        "with rollout.backend=hf and rollout.async_staleness=0 (the sampler is pi_old itself: there is no "
+        "mismatch to correct)",
+        "set rollout.backend=vllm or vllm_server, or rollout.async_staleness >= 1",
     )
 
 
