@@ -78,10 +78,13 @@ from .inputs import (
 )
 from .trainer_args import (
     apply_process_settings,
+    changed_fields,
     checked_args,
     is_stream,
     model_name,
+    refuse_late_changes,
     run_config,
+    snapshot,
     stream_rows,
     trl_rollout_func,
 )
@@ -121,17 +124,24 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     ):
         refuse_in_worker_start("GRPOTrainer")  # a worker re-running the script: before anything is built
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
-        name = model_name(model)
-        self.args = checked_args(args, name, train_dataset, eval_dataset, quantization_config, optimizers)
-        train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
-        train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
+        self._given = dict(
+            model=model,
+            name=model_name(model),
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            quantization_config=quantization_config,
+            optimizers=optimizers,
+            environment_factory=environment_factory,
+        )  # what the GRPOConfig is read with, again at train() when a script changed trainer.args (_reread_args)
+        self.args = args
+        self._check_args()
+        train_rows = self._train_rows()
         funcs = reward_funcs_of(
             reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory)
         )
-        cfg = run_config(
-            self.args, model, name, processing_class, peft_config, len(train_rows), is_stream(train_dataset), len(funcs)
-        )
-        apply_process_settings(self.args, model)
+        cfg = self._run_config(train_rows, len(funcs))
         self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
         self._memory_tracker.start()  # from __init__: the "init" stage (memory.py), once the arguments are checked
         self.cfg, self._reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
@@ -149,6 +159,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             tokenizer=processing_class,
         )
         overrides.samples(self)  # an override of stage 2 that cannot be honoured stops here
+        self._args_seen = snapshot(self.args)
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self._started = self._init_ended = False  # train() began; on_init_end fired (once, a rebuilt run too)
         self._assigned_ref: list = []  # a ref_model assigned (assignable.py): a rebuilt run keeps it
@@ -158,6 +169,50 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         attributes.init_trl_attributes(self, funcs)
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
         memory.stop(self._memory_tracker, "init")
+
+    def _check_args(self) -> None:
+        g = self._given
+        self.args = checked_args(
+            self.args, g["name"], g["train_dataset"], g["eval_dataset"], g["quantization_config"], g["optimizers"]
+        )
+
+    def _train_rows(self) -> list:
+        data = environment_owned_rows(self._given["environment_factory"], self._given["train_dataset"], self.args)
+        return rows_of(data, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
+
+    def _run_config(self, train_rows: list, num_funcs: int):
+        """grpokit's Config of ``self.args`` (trainer_args.run_config), and the process-wide settings TRL applies."""
+        g = self._given
+        streamed = is_stream(g["train_dataset"])
+        cfg = run_config(
+            self.args,
+            g["model"],
+            g["name"],
+            g["processing_class"],
+            g["peft_config"],
+            len(train_rows),
+            streamed,
+            num_funcs,
+        )
+        apply_process_settings(self.args, g["model"])
+        return cfg
+
+    def _reread_args(self) -> None:
+        """transformers reads its arguments when train() starts, so a script may change ``trainer.args`` between
+        construction and train(): the changed GRPOConfig is read again here, before the run is built, and every
+        field takes its new value (TRL itself keeps the construction's value of its own GRPO fields). A change
+        after the build, or of a field that acted at construction, is refused in one sentence."""
+        changed = changed_fields(self.args, self._args_seen)
+        if not changed:
+            return
+        refuse_late_changes(changed, built=self._trainer is not None)
+        self._check_args()
+        train_rows = self._train_rows()
+        self.cfg = self._run_config(train_rows, len(self._reward_funcs))
+        self._kwargs["train_rows"] = train_rows
+        attributes.init_trl_attributes(self, self._reward_funcs)
+        overrides.samples(self)
+        self._args_seen = snapshot(self.args)
 
     def _device(self) -> str:
         """The run's device before the run is built: the CPU with use_cpu, else CUDA when there is one."""
@@ -175,6 +230,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         callback and the hooks that count TRL's tokens and keep its completion logs."""
         from grpokit.train.loop import Trainer
 
+        self._reread_args()
         self.bridge = self._new_bridge()
         callbacks = [self.bridge] + (
             [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
@@ -312,6 +368,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         """Train; ``resume_from_checkpoint`` True (or the output_dir, or a checkpoint-N folder) continues from it.
         SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
         (docs/FAULTS.md); then ``summary["interrupted"]`` is True and nothing is pushed to the Hub."""
+        self._reread_args()
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:

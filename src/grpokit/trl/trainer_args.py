@@ -9,6 +9,8 @@ helpers give TRL's contracts their grpokit form.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any, Callable
 
 from grpokit.config.io import set_field
@@ -121,3 +123,52 @@ def stream_rows(a: GRPOConfig) -> int | None:
         return None
     world = distributed.position()[1]
     return prompts_per_round(a, world) * rounds_for(a.max_steps, a, {"world_size": world, "streamed": True})
+
+
+READ_AT_CONSTRUCTION = ("skip_memory_metrics", "disable_dropout")
+"""GRPOConfig fields whose effect happened at construction and cannot be redone at train(): the memory tracker
+of the "init" stage, and a given model's dropout already switched off."""
+
+
+def snapshot(args: GRPOConfig) -> dict[str, Any]:
+    """Every field's value, copied, to tell later which ones a script changed (a value that cannot be copied is
+    kept as the object, so replacing it still shows)."""
+    out = {}
+    for f in dataclasses.fields(args):
+        value = getattr(args, f.name)
+        try:
+            out[f.name] = copy.deepcopy(value)
+        except Exception:
+            out[f.name] = value
+    return out
+
+
+def changed_fields(args: GRPOConfig, seen: dict[str, Any]) -> list[str]:
+    """The fields of ``args`` whose value differs from ``seen`` (``snapshot``'s record), in declaration order."""
+    out = []
+    for name, was in seen.items():
+        try:
+            same = bool(getattr(args, name) == was)
+        except Exception:  # a value without a plain == (an array): replaced or not
+            same = getattr(args, name) is was
+        if not same:
+            out.append(name)
+    return out
+
+
+def refuse_late_changes(changed: list[str], built: bool) -> None:
+    """One sentence for the changes to ``trainer.args`` that cannot be read: any once the run is built (train() or
+    a first use of the trainer began it), and those ``READ_AT_CONSTRUCTION`` at any time."""
+    names = ", ".join(changed)
+    if built:
+        raise ConfigError(
+            f"GRPOConfig fields changed after the run was built ({names}): grpokit reads trainer.args once, when "
+            "train() (or the first use of trainer.state, evaluate() ...) builds the run; set them before that, or "
+            "build a new GRPOTrainer"
+        )
+    fixed = [n for n in changed if n in READ_AT_CONSTRUCTION]
+    if fixed:
+        raise ConfigError(
+            f"GRPOConfig fields changed after GRPOTrainer(...) was constructed ({', '.join(fixed)}): they take effect "
+            "at construction; pass them in the GRPOConfig given to GRPOTrainer"
+        )
