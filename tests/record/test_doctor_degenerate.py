@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from grpokit.record.doctor import diagnose, examine, format_findings
 from grpokit.record.health import HealthMonitor
 from grpokit.record.report_data import load_run
@@ -169,3 +171,66 @@ def test_heldout_accuracy_that_rose_then_fell(tmp_path: Path) -> None:
     run = write_run(tmp_path / "wobble", rows)
     (run / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.2}, "steps": 60}))
     assert codes(run) == []
+
+
+def test_a_run_whose_every_update_was_non_finite_is_named_not_nothing_to_fix(tmp_path: Path) -> None:
+    """Three steps, all grad_norm inf (every update skipped): no finite value to take a median of, and the
+    non-finite steps are still the finding; the live alarms of health.jsonl are the doctor's notes."""
+    rows = [r | {"grad_norm": float("inf")} for r in healthy_rows(3)]
+    path = write_run(tmp_path / "run", rows, config="health:\n  nonfinite_keys: [loss, grad_norm]\n")
+    said = "Non-finite grad_norm=inf: this update was skipped"
+    events = [
+        {"step": s, "monitor": "nonfinite", "message": f"{said} ({s} of 3)", "level": "warning"} for s in (1, 2, 3)
+    ]
+    (path / "health.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    diag = examine(load_run(path))
+    assert [f.code for f in diag.findings] == ["grad_spikes"]
+    assert diag.findings[0].evidence == "non-finite loss or grad_norm at steps [1, 2, 3]"
+    alarm = [n for n in diag.notes if n.code == "live_alarm"]
+    assert [(n.text, n.evidence) for n in alarm] == [
+        ("the live nonfinite alarm fired 3 time(s) (step(s) 1, 2, 3)", f"{said} (3 of 3)")
+    ]
+    assert "nothing to fix" not in format_findings(diag, "r")
+
+
+def test_a_run_that_stopped_with_an_error_is_an_error_finding(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run", healthy_rows(2))
+    failed = {"step": 2, "error": "RewardError: reward function 'math' failed on 9 of 16 completions"}
+    (path / "summary.json").write_text(json.dumps({"eval_before": {"accuracy": 0.1}, "failed": failed}))
+    diag = examine(load_run(path))
+    assert diag.findings[0].code == "run_failed" and diag.findings[0].level == "error"
+    assert diag.findings[0].evidence == f"after step 2 (the last one recorded): {failed['error']}"
+    assert diag.findings[0].advice.endswith("then start the run again (it wrote no checkpoint to resume from)")
+    assert "in_progress" not in [n.code for n in diag.notes]  # it is not running: it failed
+    (path / "checkpoints" / "step-000002").mkdir(parents=True)
+    advice = diagnose(load_run(path))[0].advice
+    assert advice.endswith(f"continue with `grpokit train --resume {path}` (from its last checkpoint, step-000002)")
+
+
+def test_the_trainer_writes_why_it_stopped_and_a_resume_clears_it(tiny_model_dir, tmp_path: Path) -> None:
+    """A real run ended by an error after its second step: summary.json says so, and the same run resumed and
+    finished no longer does."""
+    from grpokit.train import Trainer
+    from helpers.runs import ROWS, likes_a, tiny_cfg
+
+    class Fails:
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 2:
+                raise RuntimeError("the callback's disk is full")
+
+    def config():
+        cfg = tiny_cfg(tiny_model_dir, tmp_path / "run", **{"train.steps": 3, "train.save_every": 1})
+        cfg.data.dataset = ""  # rows are passed directly
+        return cfg
+
+    tr = Trainer(config(), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], callbacks=[Fails()], quiet=True)
+    with pytest.raises(RuntimeError, match="disk is full"):
+        tr.train()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failed"] == {"step": 1, "error": "RuntimeError: the callback's disk is full"}
+    assert diagnose(load_run(tmp_path / "run"))[0].code == "run_failed"
+    Trainer(
+        config(), reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], resume=tmp_path / "run", quiet=True
+    ).train()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert "failed" not in summary and summary["steps"] == 3

@@ -58,12 +58,14 @@ from .stability_checks import (
     check_grad_spikes,
     check_mismatch,
     check_reward_failures,
+    check_run_failed,
     check_runaway,
     check_throughput,
 )
 
 __all__ = ["CHECKS", "Diagnosis", "DoctorConfig", "Finding", "diagnose", "examine", "format_findings", "health_config"]
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
+    check_run_failed,
     check_reward_constant,
     check_heldout,
     check_heldout_drop,
@@ -196,10 +198,11 @@ def run_notes(run: Run) -> list[Note]:
         notes.append(
             Note("stopped", f"the run was stopped by {sig} at step {last_step(run)}, before its final evaluation")
         )
-    elif run.summary and not run.finished:
+    elif run.summary and not run.finished and "failed" not in run.summary:  # a failed run is a finding
         notes.append(
             Note("in_progress", f"the run has not finished (summary.json has no steps): read at step {last_step(run)}")
         )
+    notes += alarm_notes(run)
     if n < TREND_STEPS:
         notes.append(
             Note(
@@ -218,6 +221,27 @@ def run_notes(run: Run) -> list[Note]:
                 else " or ".join(needs)
             )
             notes.append(Note("not_checked", f"not checked: {topic}, for want of {want}"))
+    return notes
+
+
+def alarm_notes(run: Run) -> list[Note]:
+    """The live health monitor's warnings (health.jsonl), one note per monitor: what the run said while it ran is
+    part of the doctor's answer, also where no check of the doctor's restates it."""
+    fired: dict[str, list[dict[str, Any]]] = {}
+    for e in run.events:
+        if e.get("level", "warning") == "warning" and isinstance(e.get("monitor"), str):
+            fired.setdefault(e["monitor"], []).append(e)
+    notes = []
+    for monitor, events in fired.items():
+        steps = sorted({int(e["step"]) for e in events if isinstance(e.get("step"), (int, float))})
+        shown = ", ".join(map(str, steps[:8])) + (f" (+{len(steps) - 8} more)" if len(steps) > 8 else "")
+        notes.append(
+            Note(
+                "live_alarm",
+                f"the live {monitor} alarm fired {len(events)} time(s) (step(s) {shown})",
+                str(events[-1].get("message", "")),
+            )
+        )
     return notes
 
 

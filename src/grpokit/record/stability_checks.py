@@ -41,11 +41,30 @@ def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
     )
 
 
+def check_run_failed(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """An error ended the run (summary.json's ``failed``, written by the trainer as it stopped): whatever its
+    metrics show, it did not finish, and the sentence says why."""
+    failed = run.summary.get("failed")
+    if not isinstance(failed, dict):
+        return None
+    saved = sorted(p.name for p in (run.path / "checkpoints").glob("step-*") if p.is_dir())
+    again = (
+        f"continue with `grpokit train --resume {run.path}` (from its last checkpoint, {saved[-1]})"
+        if saved
+        else "start the run again (it wrote no checkpoint to resume from)"
+    )
+    return Finding(
+        "run_failed",
+        "The run stopped with an error",
+        f"after step {failed.get('step', '?')} (the last one recorded): {failed.get('error', 'an error')}",
+        f"fix what the error names, then {again}",
+        0.95,
+    )
+
+
 def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     pts = values(run, "grad_norm")
-    if len(pts) < 6:
-        return None
-    med = statistics.median(v for _, v in pts)
+    med = statistics.median(v for _, v in pts) if len(pts) >= 6 else 0.0  # a median of fewer is no baseline
     spikes = [(s, v) for s, v in pts if med > 0 and v > dc.grad_spike_ratio * med]
     bad = [
         int(r["step"])

@@ -144,7 +144,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             if "eval_before" not in summary:
                 summary["eval_before"] = self._evaluate_unless_cut(stop) or {}
                 run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
-            final_eval = self._run_steps(stop)
+            final_eval = self._run_with_failures_recorded(summary, stop)
             self._finish_summary(summary, stop, final_eval)
             self.callbacks("on_train_end")
         finally:
@@ -190,6 +190,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 final_eval = result if last and result else None
             self.lock.check()  # another process took the run folder over (its heartbeat rule): stop, write nothing
             self.recorder.log(metrics, self.step)  # one line per step, written before its checkpoint
+            self._recorded = self.step
             self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
             self.callbacks("on_log", logs=metrics)
             if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
@@ -197,6 +198,19 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             if last:  # the last step, or a callback asked to stop
                 break
         return final_eval
+
+    def _run_with_failures_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> dict[str, float] | None:
+        """The steps; an error that ends them is written to summary.json (``failed``: the step it stopped after and
+        its sentence) before it propagates, so the run folder says how the run ended (the doctor, the report)."""
+        summary.pop("failed", None)  # a resumed run is no longer the failed one
+        self._recorded = self.step  # the last step whose metrics line is written (_run_steps moves it)
+        try:
+            return self._run_steps(stop)
+        except Exception as exc:
+            if self.dist.is_main and self.lock.lost_to is None:  # a folder taken over is not ours to write
+                summary["failed"] = {"step": self._recorded, "error": f"{type(exc).__name__}: {exc}"}
+                run_folder.write_summary(self.run_dir, summary)
+            raise
 
     def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:
         """A stopped run keeps what it trained (a checkpoint, no final evaluation) and says which signal
