@@ -195,3 +195,40 @@ def test_presets_command_marks_the_paper_scale(capsys):
     assert "    algo.clip_high = 0.28\n" in out
     assert "    train.prompts_per_step = 512   (paper scale: only with --paper-scale)\n" in out
     assert "overlong_penalty: {" not in out  # no fixed window: it follows max_new_tokens
+
+
+def test_a_preset_with_resume_is_accepted_where_it_changes_nothing_and_refused_otherwise(tmp_path):
+    """A job that passes the same line on every start (--preset dapo, its own reward, --resume RUN) resumes with
+    the config it started with: the preset is not applied a second time (the reward list was once doubled). A
+    preset the run did not start from, or whose fields the start's line changed, is refused in one sentence:
+    applied to a resumed config it used to fill only what config.yaml lacked, half a recipe."""
+    from grpokit.config.io import save_yaml
+
+    def start(run, *line):
+        run.mkdir()
+        cfg = cli_config(*line, "--out", str(run))
+        save_yaml(cfg, run / "config.yaml")  # what the run's start saved
+        return cfg
+
+    line = ("--preset", "dapo", "reward.functions=[math_accuracy]")
+    first = start(tmp_path / "job", *line)
+    again = cli_config(*line, "--resume", str(tmp_path / "job"))
+    assert again.reward.functions == first.reward.functions == ["math_accuracy", "overlong_penalty"]
+    assert again.reward.weights == first.reward.weights and again.algo.clip_high == 0.28
+
+    start(tmp_path / "plain")
+    with pytest.raises(ConfigError) as e:
+        cli_config("--resume", str(tmp_path / "plain"), "--preset", "dapo")
+    assert str(e.value).startswith(
+        "--preset dapo with --resume of a run whose config differs from it: rollout.group_size=8 (the preset: 16), "
+        "algo.clip_high=0.2 (the preset: 0.28), "
+    )
+    assert str(e.value).endswith(
+        "...; a preset applies at a run's start, so drop --preset (the run keeps its own config), give the fields "
+        "to change as overrides (kept in config_history.yaml), or start a new run"
+    )
+
+    start(tmp_path / "own", *line, "algo.clip_high=0.3")  # the start's line changed one of the preset's fields
+    with pytest.raises(ConfigError, match=r"differs from it: algo.clip_high=0.3 \(the preset: 0.28\); a preset"):
+        cli_config(*line, "--resume", str(tmp_path / "own"))
+    assert cli_config(*line, "algo.clip_high=0.3", "--resume", str(tmp_path / "own")).algo.clip_high == 0.3

@@ -69,7 +69,8 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    if args.resume and holds_run(Path(args.resume)):
+    resumed = bool(args.resume) and holds_run(Path(args.resume))
+    if resumed:
         from grpokit.train.resume import load_run_config
 
         cfg = load_run_config(Path(args.resume))  # refuses a torn config.yaml; applies config_history.yaml
@@ -77,6 +78,19 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg = Config()
     if args.paper_scale and not args.preset:
         raise ConfigError("--paper-scale applies a preset's paper-scale settings; name the preset with --preset")
+    cfg = _command_line(args, cfg)
+    if args.preset:  # below --config and the overrides: it fills only the fields they left unset
+        from grpokit.config import presets
+
+        if resumed:  # the run's config holds its preset already: accepted where it changes nothing
+            cfg = presets.resumed(args.preset, cfg, _command_line(args, Config()), paper_scale=args.paper_scale)
+        else:
+            cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
+    return cfg
+
+
+def _command_line(args: argparse.Namespace, cfg: Config) -> Config:
+    """``cfg`` with this command line's --config file, overrides, --out and --overwrite."""
     if args.config:
         cfg = load_yaml(args.config, cfg)
     cfg = apply_overrides(cfg, args.overrides)
@@ -84,10 +98,6 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.train.out = args.out
     if args.overwrite:
         cfg.train.overwrite = True
-    if args.preset:  # below --config and the overrides: it fills only the fields they left unset
-        from grpokit.config import presets
-
-        cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
     return cfg
 
 

@@ -89,6 +89,38 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
     return cfg
 
 
+def resumed(name: str, run: Config, fresh: Config, paper_scale: bool = False) -> Config:
+    """``run`` (a resumed run's config) under ``--preset name`` and this command line: a preset fills a run's
+    fields at its start, so here it is accepted only where it changes nothing. ``fresh`` is the config this
+    command line would start a new run with before the preset (its ``--config`` and overrides); every field the
+    preset would then fill must already hold that value in ``run``, as it does when the job that started the
+    run passes the same line on every start. Otherwise one sentence: applying the preset now would change the
+    run's recipe in the middle (or half of it, as the fields the run's config.yaml holds). The fields the line
+    gives take the values a start would give them (the user's reward functions beside the preset's)."""
+    given = assigned(fresh)
+    started = apply(name, fresh, paper_scale=paper_scale)
+    recipe, paper = split(load(name))
+    keys = [k for k in {**recipe, **(paper if paper_scale or own_scale(name) else {})} if k not in given]
+    keys += ["reward.weights"] * ("reward.functions" in keys and "reward.weights" not in keys)
+    differ = [k for k in keys if _value(run, k) != _value(started, k)]
+    if differ:
+        shown = ", ".join(f"{k}={_value(run, k)!r} (the preset: {_value(started, k)!r})" for k in differ[:4])
+        raise ConfigError(
+            f"--preset {name} with --resume of a run whose config differs from it: {shown}"
+            f"{' ...' if len(differ) > 4 else ''}; a preset applies at a run's start, so drop --preset (the run "
+            "keeps its own config), give the fields to change as overrides (kept in config_history.yaml), or start "
+            "a new run"
+        )
+    for k in given | ({"reward.weights"} if "reward.functions" in given else set()):
+        set_field(run, k, _value(started, k))
+    return run
+
+
+def _value(cfg: Config, dotted: str) -> Any:
+    section, field = dotted.split(".", 1)
+    return getattr(getattr(cfg, section), field)
+
+
 def _merge_rewards(
     preset: list[str], preset_w: list[float], own: list[str], own_w: list[float]
 ) -> tuple[list[str], list[float]]:
