@@ -80,3 +80,24 @@ def test_one_grpokit_trl_step_logs_trls_reward_std(tmp_path):
     entry = trainer.state.log_history[0]
     want = torch.tensor(got).std().item()  # torch's default is Bessel-corrected
     assert entry["reward_std"] == pytest.approx(want) and entry["rewards/lenr/std"] == pytest.approx(want)
+
+
+def test_reward_functions_get_trls_trainer_state(tmp_path):
+    """num_iterations=2, max_steps=4, logging_steps=1: TRL samples before step 1 (global_step 0, nothing
+    logged) and again before step 3 (two optimizer steps done, each logged); trainer_state is TRL's
+    TrainerState (optimizer steps, max_steps 4), not grpokit's sampling rounds (0 then 1, of 2)."""
+    from datasets import Dataset
+
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from helpers.trl_models import make_chat_model, small_args
+
+    calls = []
+
+    def sched(completions, trainer_state, **kw):
+        calls.append((trainer_state.global_step, trainer_state.max_steps, len(trainer_state.log_history)))
+        return [float(len(c[0]["content"])) for c in completions]
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
+    args = small_args(GRPOConfig, tmp_path / "out", max_steps=4, num_iterations=2, logging_steps=1, report_to="none")
+    GRPOTrainer(str(make_chat_model(tmp_path / "m")), reward_funcs=[sched], train_dataset=data, args=args).train()
+    assert calls == [(0, 4, 0), (2, 4, 2)]

@@ -181,6 +181,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         )
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
+        trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
         self._connect_bridge(trainer)
         if resume:
             self.bridge.state.global_step = trainer.updates
