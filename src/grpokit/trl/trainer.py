@@ -126,7 +126,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         train_dataset = environment_owned_rows(environment_factory, train_dataset, self.args)
         train_rows = rows_of(train_dataset, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
         funcs = reward_funcs_of(
-            reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory)
+            reward_funcs,
+            reward_processing_classes,
+            env_owns_reward(reward_funcs, environment_factory),
+            self.args.chat_template_kwargs,
         )
         cfg = run_config(
             self.args, model, name, processing_class, peft_config, len(train_rows), is_stream(train_dataset), len(funcs)
@@ -288,7 +291,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     @reward_funcs.setter
     def reward_funcs(self, value) -> None:
         value = value if isinstance(value, list) else [value]
-        funcs = reward_funcs_of(value, self._reward_classes if len(value) == len(self._reward_funcs) else None)
+        classes = self._reward_classes if len(value) == len(self._reward_funcs) else None
+        funcs = reward_funcs_of(value, classes, chat_template_kwargs=self.args.chat_template_kwargs)
         if len(funcs) != len(self._reward_funcs):
             raise ConfigError(
                 f"GRPOTrainer.reward_funcs can be replaced by as many functions "
