@@ -87,3 +87,36 @@ def perturb_lora_b(model, seed: int, scale: float = 0.5):
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
     return model
+
+
+def char_reward_model(tmp_path, n_positions=64, bos=False, chat_template=None):
+    """A tiny GPT-2 classifier over a character tokenizer (one token per character, "<s>" before every
+    text when ``bos`` and special tokens are added; ``chat_template`` its template), saved to ``tmp_path``."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(["<pad>", "<unk>", "<s>"] + list("abcdefghijklmnopqrstuvwxyz ?!"))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 2)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>")
+    fast.chat_template = chat_template
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2, n_positions=n_positions, num_labels=1, pad_token_id=0
+    )
+    model = GPT2ForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    return model, fast
+
+
+def reward_logit(model, tok, text, add_special_tokens=False):
+    """``model``'s first logit on ``text`` alone, tokenized by ``tok``."""
+    import torch
+
+    ids = tok(text, add_special_tokens=add_special_tokens, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0, 0].item()

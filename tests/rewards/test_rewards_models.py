@@ -3,6 +3,7 @@
 import pytest
 
 from grpokit.rewards.models import NewlineStepReward, SequenceClassifierReward
+from helpers.models import char_reward_model, reward_logit
 
 
 def _char_decode(ids):
@@ -41,3 +42,25 @@ def test_newline_step_reward_positions_and_scores():
     # "ab" ends at char 2 -> token 1; "cd" ends at char 5 -> token 4; the empty line is skipped;
     # "ef" ends at char 9 -> token 8 (the last token)
     assert steps == [[(1, 0.0), (4, 1.0), (8, 0.0)]]
+
+
+def test_a_text_beyond_the_models_length_keeps_its_end_and_says_so_once(tmp_path, caplog):
+    """n_positions 64: the limit is 64 tokens (one per character). A 90-character prompt + completion is
+    scored on its last 64 characters, the completion's end, so two completions that differ only at the end
+    score differently; the warning comes once for the two calls."""
+    model, tok = char_reward_model(tmp_path)
+    rm = SequenceClassifierReward(str(tmp_path))
+    assert rm.max_length == 64
+    prompt = "ab " * 29  # 87 characters
+    with caplog.at_level("WARNING"):
+        a, b = rm([prompt, prompt], ["yes", "no!"])
+        rm([prompt], ["yes"])
+    assert a == pytest.approx(reward_logit(model, tok, (prompt + "yes")[-64:]), abs=1e-5)
+    assert b == pytest.approx(reward_logit(model, tok, (prompt + "no!")[-64:]), abs=1e-5)
+    assert a != pytest.approx(b)
+    warned = [r for r in caplog.records if "longer than its max_length 64" in r.getMessage()]
+    assert len(warned) == 1 and "90 tokens" in warned[0].getMessage()
+    # a text within the limit is scored whole, with the tokenizer's special tokens as before
+    assert rm(["hi "], ["yes"])[0] == pytest.approx(
+        reward_logit(model, tok, "hi yes", add_special_tokens=True), abs=1e-5
+    )

@@ -357,3 +357,9 @@ def test_bitsandbytes_optimizers_are_the_ones_transformers_builds(optim):
     mine, want = ({k: v for k, v in o.param_groups[0].items() if k not in IMPLEMENTATION} for o in (ours, theirs))
     assert mine == want
     assert (ours.args.optim_bits, ours.is_paged) == (theirs.args.optim_bits, theirs.is_paged)
+
+
+def test_weight_decay_leaves_biases_and_norms_out_as_transformers():
+    # transformers' Trainer builds two parameter groups (optim/decay.py; tests/optim/test_decay.py checks them)
+    cfg = to_config(GRPOConfig("o", weight_decay=0.1), num_rows=10)
+    assert (cfg.optim.weight_decay, cfg.optim.decay_norms_and_biases) == (0.1, False)

@@ -141,9 +141,11 @@ def test_evaluate_a_streamed_eval_set_with_one_generation_per_prompt(tmp_path):
     )  # a stream: read to its end at each evaluation
     ev = tr.evaluate()
     # one completion per prompt is its own group mean: advantage 0, so the on-policy loss is exactly 0 (beta 0),
-    # and the group std is 0 (TRL's rule for num_generations_eval=1); _varied is called once for the eval batch
-    # of two completions, as TRL calls it, and gives them 0.0 and 1.0
-    assert (ev["eval_loss"], ev["eval_reward_std"], ev["eval_reward"]) == (0.0, 0.0, 0.5)
+    # and the group std is 0 (TRL's rule for num_generations_eval=1: every completion counts in
+    # frac_reward_zero_std); _varied is called once for the eval batch of two completions, as TRL calls it, and
+    # gives them 0.0 and 1.0, whose batch std (TRL's reward_std, Bessel-corrected) is sqrt(0.5)
+    assert (ev["eval_loss"], ev["eval_reward"], ev["eval_frac_reward_zero_std"]) == (0.0, 0.5, 1.0)
+    assert ev["eval_reward_std"] == pytest.approx(0.5**0.5)
 
 
 def _none(completions, **kwargs):

@@ -21,6 +21,10 @@ class OptimConfig:
     """Peak learning rate (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
     weight_decay: float = 0.0
     """Weight decay (AdamW and Adafactor: decoupled; sgd, adagrad, rmsprop: added to the gradient)."""
+    decay_norms_and_biases: bool = True
+    """Whether weight_decay reaches biases and norm weights too (true: one group of every parameter). false:
+    transformers' Trainer's two groups, parameters inside a LayerNorm or named bias / norm (RMSNorm weights)
+    undecayed (optim/decay.py); grpokit.trl sets false, as TRL."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.99

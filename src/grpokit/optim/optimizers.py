@@ -2,8 +2,9 @@
 Trainer gives it for the ``optim`` of the same name (transformers/trainer_optimizer.py; checked against
 ``Trainer.get_optimizer_cls_and_kwargs`` in tests/train/test_optimizer.py).
 
-All parameters form one group whose weight decay is ``optim.weight_decay`` (transformers leaves biases
-and norms out of the decay; with the default weight decay 0 that makes no difference). Adafactor runs
+The parameters come in one group whose weight decay is ``optim.weight_decay`` (grpokit's default), or in
+transformers' two groups, biases and norm weights undecayed (``optim.decay_norms_and_biases=false``, what
+grpokit.trl sets; decay.py). Adafactor runs
 on the external learning rate and the schedule, as the Trainer sets it up (no relative step, no
 parameter scaling). The low-bit AdamW variants live in CUDA libraries that grpokit does not depend
 on; naming one without its library installed is one sentence, before any work starts (validation).
@@ -62,8 +63,9 @@ def _adam_args(o: OptimConfig) -> dict:
 def _adamw(params: list, o: OptimConfig) -> torch.optim.Optimizer:
     # fused: one kernel over all parameters (CPU and CUDA); on a 33M-parameter model on CPU the step
     # takes ~26 ms instead of ~120 ms. Sharded (DTensor) parameters keep the default implementation.
-    fused = bool(params) and all(
-        p.device.type in ("cpu", "cuda") and p.is_floating_point() and type(p.data) is torch.Tensor for p in params
+    flat = [p for g in params for p in g["params"]] if params and isinstance(params[0], dict) else params
+    fused = bool(flat) and all(
+        p.device.type in ("cpu", "cuda") and p.is_floating_point() and type(p.data) is torch.Tensor for p in flat
     )
     return torch.optim.AdamW(
         params,
@@ -160,7 +162,8 @@ OPTIMIZER_FIELDS: dict[str, tuple[str, ...]] = {  # the optim fields (beyond lr 
 
 
 def build_optimizer(params: list, o: OptimConfig) -> Any:
-    """``o.optimizer`` over ``params`` (one group); a missing library is one sentence, not an ImportError."""
+    """``o.optimizer`` over ``params`` (tensors, or parameter groups: decay.py's ``param_groups``, whose
+    weight decay wins over ``o.weight_decay``); a missing library is one sentence, not an ImportError."""
     problem = missing_package(o.optimizer)
     if problem is not None:
         raise ConfigError(problem)

@@ -2,7 +2,8 @@
 
 SequenceClassifierReward: a Hugging Face `AutoModelForSequenceClassification` loaded from a local folder,
 scoring `prompt + completion` in batches; the reward is the logit of `label_index` (num_labels == 1 for
-a standard reward model). It is a plain callable with the reward contract; it holds a model, so run it
+a standard reward model). A text beyond the model's length keeps its end (the completion's), warned
+once. It is a plain callable with the reward contract; it holds a model, so run it
 with num_workers=0 (in process) or let each worker load its own copy.
 
 Process supervision: a `ProcessRewardFunction` returns, per completion, a list of
@@ -14,9 +15,12 @@ and that step's reward. The trainer's process-supervision advantage consumes exa
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Protocol
 
 from .math import completion_text
+
+log = logging.getLogger(__name__)
 
 
 class ProcessRewardFunction(Protocol):
@@ -26,19 +30,25 @@ class ProcessRewardFunction(Protocol):
 
 
 class SequenceClassifierReward:
-    """Reward = classifier logit on `prompt + completion`; batched; from a local model folder."""
+    """Reward = classifier logit on `prompt + completion`; batched; from a local model folder.
+
+    A text longer than `max_length` tokens loses its start, not its end: the completion's last tokens are
+    what a reward model reads its score from, so cutting the end would give every long completion the
+    score of the same prefix. That is said once (a warning) per reward model."""
 
     def __init__(
         self,
         path: str | None,
         batch_size: int = 8,
-        max_length: int = 1024,
+        max_length: int | None = None,
         label_index: int = 0,
         device: str = "cpu",
         model: Any = None,
     ) -> None:
         """``model``: an instantiated sequence-classification model instead of ``path`` (its tokenizer is
-        loaded from the folder or id it was loaded from)."""
+        loaded from the folder or id it was loaded from). ``max_length``: the most tokens a text is scored
+        on (None: the model's own limit, its config's max_position_embeddings or n_positions; no limit
+        when it has none)."""
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -49,24 +59,50 @@ class SequenceClassifierReward:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.batch_size, self.max_length, self.label_index, self.device = batch_size, max_length, label_index, device
+        self.batch_size, self.label_index, self.device = batch_size, label_index, device
+        self.max_length = max_length if max_length is not None else model_max_length(self.model.config)
+        self._warned = False
         self._torch = torch
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        texts = [completion_text(p) + completion_text(c) for p, c in zip(prompts, completions)]
+        return self.score_texts([completion_text(p) + completion_text(c) for p, c in zip(prompts, completions)])
+
+    def score_texts(self, texts: list[str], add_special_tokens: bool = True, cut: bool = True) -> list[float]:
+        """The logit of ``label_index`` for each text, in batches of ``batch_size`` padded on the right.
+        ``cut``: a text over ``max_length`` tokens keeps its last ``max_length`` (warned once); without it
+        every token is scored, as TRL scores them."""
         scores: list[float] = []
         with self._torch.no_grad():
             for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(
-                    texts[start : start + self.batch_size],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                ).to(self.device)
-                logits_BL = self.model(**batch).logits  # (B, num_labels)
+                ids = self.tokenizer(texts[start : start + self.batch_size], add_special_tokens=add_special_tokens)
+                ids = ids["input_ids"]
+                if cut and self.max_length:
+                    ids = self._cut(ids)
+                batch = self.tokenizer.pad({"input_ids": ids}, padding_side="right", return_tensors="pt")
+                logits_BL = self.model(**batch.to(self.device)).logits  # (B, num_labels)
                 scores.extend(logits_BL[:, self.label_index].float().tolist())
         return scores
+
+    def _cut(self, ids: list[list[int]]) -> list[list[int]]:
+        """Each token list's last ``max_length`` tokens; the first time one is longer, a warning."""
+        long = [len(x) for x in ids if len(x) > self.max_length]
+        if long and not self._warned:
+            self._warned = True
+            log.warning(
+                "Reward model %s: a prompt + completion of %d tokens is longer than its max_length %d; its "
+                "start is cut and the last %d tokens (the completion's end) are scored (said once)",
+                self.model.config._name_or_path,
+                max(long),
+                self.max_length,
+                self.max_length,
+            )
+        return [x[-self.max_length :] for x in ids]
+
+
+def model_max_length(config: Any) -> int | None:
+    """The most positions a model's config allows (max_position_embeddings, or GPT-2's n_positions)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
 
 
 class NewlineStepReward:

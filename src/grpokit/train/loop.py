@@ -103,6 +103,8 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         self._open_records()  # the saved config, the metrics sinks
         self._build_engine()  # stage 2's engine: hf, vLLM or async
         self.state = RunState(global_step=self.step, max_steps=cfg.train.steps, is_world_process_zero=self.dist.is_main)
+        # what reward functions get as trainer_state: the run's state without its log history (grpokit.trl: TRL's)
+        self.reward_state: Callable[[], Any] = lambda: self.state.light()
         self.callbacks = Callbacks(
             callbacks,
             cfg if args is None else args,

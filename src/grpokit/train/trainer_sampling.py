@@ -52,7 +52,7 @@ class TrainerSampling:
                 ro.completion_ids,
                 group_size,
                 columns,
-                trainer_state=self.state.light(),
+                trainer_state=self.reward_state(),
             )
         sb = ScoredBatch(
             prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra

@@ -26,6 +26,7 @@ from grpokit.algo.pipeline import UpdateInputs, on_support
 from grpokit.algo.settings import EntropyBonus, LossSettings, LossTensors, Normalisers
 from grpokit.algo.tis import mismatch_metrics, mismatch_sums
 from grpokit.config.sections import OptimConfig
+from grpokit.optim.decay import param_groups
 from grpokit.optim.optimizers import build_optimizer
 from grpokit.optim.schedule import make_scheduler
 from grpokit.types import TokenBatch
@@ -38,8 +39,9 @@ from .token_budget import micro_batches
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     """``(optimizer, scheduler)`` of the model's trainable parameters: ``optim.optimizer`` (optimizers.py)
-    and its learning-rate schedule over ``total_steps`` updates (schedule.py), stepped once per update."""
-    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
+    and its learning-rate schedule over ``total_steps`` updates (schedule.py), stepped once per update;
+    weight decay on every parameter or transformers' groups (``optim.decay_norms_and_biases``, decay.py)."""
+    optimizer = build_optimizer(param_groups(model, cfg.weight_decay, cfg.decay_norms_and_biases), cfg)
     return optimizer, make_scheduler(optimizer, cfg, total_steps)
 
 

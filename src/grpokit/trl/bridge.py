@@ -23,6 +23,7 @@ from transformers import TrainerState
 from grpokit.train.callbacks import Callbacks
 
 from .best import update_best
+from .reward_stats import trl_reward_metrics
 
 TRL_EVENTS = (
     "on_init_end",
@@ -136,12 +137,21 @@ class StepBridge:
         from grpokit.train.step_metrics import sampling_metrics
 
         min_tokens = trainer.cfg.health.same_length_min_tokens
-        trainer.on_inputs.append(
-            lambda sb, inputs: self.sampled_round(
-                distributed.reduce_metrics(trainer.dist, sampling_metrics(sb, inputs, min_tokens))
-            )
-        )
+
+        def sampled(sb, inputs) -> None:
+            metrics = distributed.reduce_metrics(trainer.dist, sampling_metrics(sb, inputs, min_tokens))
+            weights = [s.weight for s in trainer.runner.specs]
+            every = trainer.dist.gather_rows(sb.rewards_NF)  # TRL's reward metrics see every process's rows
+            metrics.update(trl_reward_metrics(every, weights, sb.names, sb.group_size, *self.reward_scaling()))
+            self.sampled_round(metrics)
+
+        trainer.on_inputs.append(sampled)
         self.epoch_now = lambda: trainer.sampler.position / len(trainer.prompts)
+
+    def reward_scaling(self) -> tuple[str, str]:
+        """TRL's scale_rewards (True: group, False: none) and multi_objective_aggregation."""
+        scale = {True: "group", False: "none"}.get(self.args.scale_rewards, self.args.scale_rewards)
+        return scale, self.args.multi_objective_aggregation
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):

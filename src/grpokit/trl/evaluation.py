@@ -24,6 +24,7 @@ from grpokit.types import Prompt
 from . import memory
 from .bridge import sampling_extras
 from .inputs import row_loader, rows_of
+from .reward_stats import trl_reward_metrics
 
 CLIP_KEYS = (
     "clip_ratio/low_mean",
@@ -34,8 +35,11 @@ CLIP_KEYS = (
 )
 
 
-def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, float]:
-    """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss; TRL's keys, no prefix."""
+def eval_batch_metrics(
+    trainer, prompts: list[Prompt], G: int, scaling: tuple[str, str] = ("group", "sum_then_normalize")
+) -> dict[str, float]:
+    """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss; TRL's keys, no prefix.
+    ``scaling`` is TRL's (scale_rewards, multi_objective_aggregation), read by ``frac_reward_zero_std``."""
     cfg, a = trainer.cfg, trainer.cfg.algo
     sb = trainer.sample_and_score(prompts, G)
     ro, P = sb.rollout, len(prompts)
@@ -65,7 +69,6 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
     )
     lengths = ro.model_lengths()
     ent = float((entropy * mask).sum().item() / max(mask.sum().item(), 1.0))
-    groups = sb.total_N.view(P, G).std(dim=1) if G > 1 else torch.zeros(P)  # TRL: std 0 for one completion
     out = {
         "loss": float(loss.item()),
         **sampling_extras(ro, lengths),
@@ -74,20 +77,9 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
         "completions/max_length": float(max(lengths)),
         "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
     }
-    for f, name in enumerate(sb.names):
-        column = torch.nan_to_num(sb.rewards_NF[:, f].float(), nan=0.0)
-        out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = (
-            column.mean().item(),
-            column.std().item() if len(column) > 1 else 0.0,
-        )
-    out.update(
-        {
-            "reward": sb.total_N.mean().item(),
-            "reward_std": groups.mean().item(),
-            "frac_reward_zero_std": (groups < 1e-6).float().mean().item(),
-            "entropy": ent,
-        }
-    )
+    weights = [spec.weight for spec in trainer.runner.specs]
+    out.update(trl_reward_metrics(sb.rewards_NF, weights, sb.names, G, *scaling))  # TRL's, as in training
+    out["entropy"] = ent
     out.update({k: 0.0 for k in CLIP_KEYS})  # on-policy: the ratio is 1, nothing is clipped
     if a.entropy_coef != 0.0 or a.entropy_adaptive:  # TRL's policy_loss: the loss before the entropy bonus
         out["policy_loss"] = out["loss"] + m.get("entropy/bonus", 0.0)
@@ -95,7 +87,13 @@ def eval_batch_metrics(trainer, prompts: list[Prompt], G: int) -> dict[str, floa
 
 
 def evaluate(
-    trainer, prompts: list[Prompt], G: int, batch_size: int, prefix: str = "eval", on_batch=lambda: None
+    trainer,
+    prompts: list[Prompt],
+    G: int,
+    batch_size: int,
+    prefix: str = "eval",
+    on_batch=lambda: None,
+    scaling: tuple[str, str] = ("group", "sum_then_normalize"),
 ) -> dict[str, Any]:
     """TRL's evaluation over ``prompts`` (``batch_size`` completions per batch); returns prefixed metrics.
     ``on_batch()`` runs after each batch (transformers' on_prediction_step)."""
@@ -104,7 +102,7 @@ def evaluate(
     was_training = trainer.model.training
     trainer.runner.reopen()  # evaluate() after train(): the loop closed the runner's workers
     for chunk in batches:
-        for key, value in eval_batch_metrics(trainer, chunk, G).items():
+        for key, value in eval_batch_metrics(trainer, chunk, G, scaling).items():
             sums.setdefault(key, []).append(value)
         on_batch()
     trainer.model.train(was_training)
@@ -137,6 +135,7 @@ def evaluate_rows(facade: Any, data: Any, metric_key_prefix: str) -> dict[str, f
             a.per_device_eval_batch_size,
             metric_key_prefix,
             on_batch=lambda: facade.bridge.user("on_prediction_step"),
+            scaling=facade.bridge.reward_scaling(),
         )
         metrics[f"{metric_key_prefix}_num_tokens"] = float(facade.state.num_input_tokens_seen)
     finally:

@@ -112,7 +112,9 @@ def rows_of(
     return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
 
 
-def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool = False) -> list[Callable]:
+def reward_funcs_of(
+    funcs: Any, processing_classes: Any = None, env_reward: bool = False, chat_template_kwargs: dict | None = None
+) -> list[Callable]:
     """Callables as given; a string is a reward model (local folder or hub id), as TRL, scored with
     its entry of ``processing_classes`` when one is given (else its own tokenizer). One processing
     class not in a list is a list of one, as in TRL (so it fits a single reward function only).
@@ -133,7 +135,7 @@ def reward_funcs_of(funcs: Any, processing_classes: Any = None, env_reward: bool
     out = []
     for f, tok in zip(funcs, classes):
         if isinstance(f, str) or type(f).__name__.endswith("ForSequenceClassification"):
-            out.append(RewardModel(f, tok))
+            out.append(RewardModel(f, tok, chat_template_kwargs))
         elif callable(f) and not hasattr(f, "parameters"):
             out.append(f)
         else:
@@ -289,10 +291,11 @@ def no_dropout(model) -> None:
 
 class RewardModel:
     """A sequence-classification reward model given by folder or hub id, scoring as TRL does: the
-    reward tokenizer's chat template over prompt + completion messages for conversational data,
-    ``prompt + completion`` otherwise; the reward is the first logit."""
+    reward tokenizer's chat template (with ``chat_template_kwargs``) over prompt + completion messages for
+    conversational data, ``prompt + completion`` otherwise, tokenized without special tokens and without
+    truncation; the reward is the first logit."""
 
-    def __init__(self, path: Any, tokenizer: Any = None):
+    def __init__(self, path: Any, tokenizer: Any = None, chat_template_kwargs: dict | None = None):
         from grpokit.rewards.models import SequenceClassifierReward
 
         given = not isinstance(path, str)  # an instantiated model (TRL takes one too)
@@ -304,11 +307,13 @@ class RewardModel:
             self.scorer.model.config.pad_token_id = tokenizer.pad_token_id  # the score is read before the first pad
         name = path.config._name_or_path if given else path
         self.__name__ = name.rstrip("/").split("/")[-1]
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
         tok = self.scorer.tokenizer
         if prompts and isinstance(prompts[0], list) and getattr(tok, "chat_template", None):
-            texts = [tok.apply_chat_template(p + c, tokenize=False) for p, c in zip(prompts, completions)]
+            kw = self.chat_template_kwargs
+            texts = [tok.apply_chat_template(p + c, tokenize=False, **kw) for p, c in zip(prompts, completions)]
         else:
             from grpokit.rewards.math import completion_text
 
@@ -316,7 +321,8 @@ class RewardModel:
                 ("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
                 for p, c in zip(prompts, completions)
             ]
-        return self.scorer([""] * len(texts), texts)
+        # TRL: the texts as they are, no special tokens added (the template wrote them) and no truncation
+        return self.scorer.score_texts(texts, add_special_tokens=False, cut=False)
 
 
 def run_folder(output_dir: str, resume: str | bool) -> str:

@@ -139,7 +139,10 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self._check_args()
         train_rows = self._train_rows()
         funcs = reward_funcs_of(
-            reward_funcs, reward_processing_classes, env_owns_reward(reward_funcs, environment_factory)
+            reward_funcs,
+            reward_processing_classes,
+            env_owns_reward(reward_funcs, environment_factory),
+            self.args.chat_template_kwargs,
         )
         cfg = self._run_config(train_rows, len(funcs))
         self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
@@ -237,6 +240,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         )
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
+        trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
         self._connect_bridge(trainer)
         if resume:
             self.bridge.state.global_step = trainer.updates
@@ -343,7 +347,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     @reward_funcs.setter
     def reward_funcs(self, value) -> None:
         value = value if isinstance(value, list) else [value]
-        funcs = reward_funcs_of(value, self._reward_classes if len(value) == len(self._reward_funcs) else None)
+        classes = self._reward_classes if len(value) == len(self._reward_funcs) else None
+        funcs = reward_funcs_of(value, classes, chat_template_kwargs=self.args.chat_template_kwargs)
         if len(funcs) != len(self._reward_funcs):
             raise ConfigError(
                 f"GRPOTrainer.reward_funcs can be replaced by as many functions "

@@ -1,0 +1,65 @@
+"""TRL 1.16's reward metrics of one generation batch, as ``GRPOTrainer._generate_and_score_completions``
+computes them (training and evaluation alike), over the rewards of every process:
+
+* ``rewards/<f>/mean``, ``rewards/<f>/std``: the NaN-skipping mean and Bessel-corrected std of function
+  ``f``'s column (a function returning None for a completion leaves it out);
+* ``reward``, ``reward_std``: the same over the weighted sum, leaving out the completions every function
+  returned None for (TRL marks them NaN);
+* ``frac_reward_zero_std``: the share of completions whose scaling std is 0 (``torch.isclose``, so <= 1e-8):
+  each group's std with ``scale_rewards`` group or none, the batch's with batch; with
+  ``multi_objective_aggregation="normalize_then_sum"`` the batch std of the summed per-function z-scores.
+
+grpokit's own ``reward_std`` is another statistic (the mean of the within-group stds, docs/MONITORING.md);
+under grpokit.trl the log entries carry these, TRL's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """Bessel-corrected standard deviation of the non-NaN values (NaN where fewer than two), TRL's."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True) if dim is not None else torch.nanmean(x)
+    count = (~x.isnan()).sum(dim=dim, keepdim=True) if dim is not None else (~x.isnan()).sum()
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True) if dim is not None else torch.nanmean((x - mean) ** 2)
+    var = torch.where(count > 1, var * count / (count - 1), torch.full_like(var, float("nan")))
+    out = var.sqrt()
+    return out if keepdim or dim is None else out.squeeze(dim)
+
+
+def trl_reward_metrics(
+    rewards_NF: torch.Tensor,
+    weights: list[float],
+    names: list[str],
+    group_size: int,
+    scale_rewards: str = "group",
+    aggregation: str = "sum_then_normalize",
+) -> dict[str, float]:
+    """TRL's reward metrics of ``rewards_NF`` (N, F), every process's rows in order (groups of
+    ``group_size`` contiguous), NaN where a function returned None; ``weights`` are reward_weights."""
+    r = rewards_NF.float()
+    w = torch.tensor(weights, dtype=torch.float32)
+    unscorable_N = r.isnan().all(dim=1)
+    out: dict[str, float] = {}
+    for f, name in enumerate(names):
+        out[f"rewards/{name}/mean"] = torch.nanmean(r[:, f]).item()
+        out[f"rewards/{name}/std"] = nanstd(r[:, f]).item()
+    total_N = (r * w).nansum(dim=1)
+    total_N[unscorable_N] = float("nan")
+    if aggregation == "normalize_then_sum":
+        grouped = r.view(-1, group_size, r.shape[1])
+        z = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+        summed = (z.view(-1, r.shape[1]) * w).nansum(dim=1)
+        summed[unscorable_N] = float("nan")
+        std_N = nanstd(summed).expand_as(summed) if summed.numel() > 1 else torch.zeros_like(summed)
+    elif scale_rewards == "batch":
+        std_N = nanstd(total_N).expand_as(total_N) if total_N.numel() > 1 else torch.zeros_like(total_N)
+    elif group_size > 1:
+        std_N = nanstd(total_N.view(-1, group_size), dim=1).repeat_interleave(group_size)
+    else:
+        std_N = torch.zeros_like(total_N)
+    out["reward"] = torch.nanmean(total_N).item()
+    out["reward_std"] = nanstd(total_N).item()
+    out["frac_reward_zero_std"] = torch.isclose(std_N, torch.zeros_like(std_N)).float().mean().item()
+    return out
