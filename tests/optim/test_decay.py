@@ -100,3 +100,10 @@ def test_norm_weights_and_biases_keep_their_value_under_decay():
     opt.step()
     for n, p in model.named_parameters():
         assert torch.allclose(p, before[n] * (0.95 if n in DECAYED else 1.0)), n
+
+
+def test_without_weight_decay_one_group_is_the_same_update():
+    """weight_decay 0 decays nothing in either group: one group, as checkpoints saved before the split hold."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
+    (group,) = param_groups(model, 0.0, decay_norms_and_biases=False)
+    assert group["weight_decay"] == 0.0 and len(group["params"]) == 4

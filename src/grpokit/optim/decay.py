@@ -31,10 +31,11 @@ def decays(model: torch.nn.Module, name: str) -> bool:
 
 def param_groups(model: torch.nn.Module, weight_decay: float, decay_norms_and_biases: bool) -> list[dict]:
     """The optimizer's parameter groups over ``model``'s trainable parameters: one group at
-    ``weight_decay`` when ``decay_norms_and_biases``, else transformers' two (decayed at ``weight_decay``,
-    the others at 0)."""
+    ``weight_decay`` when ``decay_norms_and_biases`` (or when ``weight_decay`` is 0), else transformers' two
+    (decayed at ``weight_decay``, the others at 0)."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if decay_norms_and_biases:
+    if decay_norms_and_biases or weight_decay == 0:  # no decay anywhere: one group is the same update (and it
+        # keeps the optimizer state of a checkpoint saved with one group loadable)
         return [{"params": [p for _, p in named], "weight_decay": weight_decay}]
     decayed = [decays(model, n) for n, _ in named]
     return [
