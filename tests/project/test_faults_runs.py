@@ -160,6 +160,66 @@ def test_a_new_run_in_an_occupied_folder_is_refused_unless_overwrite(workdir, ca
     assert steps_in(workdir / "run") == [1]
 
 
+def test_a_new_run_with_move_earlier_run_keeps_the_folders_run_whole_beside_it(workdir, capsys):
+    assert train("--out", "run") == 0  # steps 1-3, keeping step-2 and step-3 (keep_checkpoints 2)
+    capsys.readouterr()
+    assert train("train.steps=1", "--out", "run", "train.move_earlier_run=true") == 0
+    run = workdir / "run"
+    (earlier,) = (run / "earlier-runs").iterdir()
+    assert (
+        f"grpokit: run held an earlier run (config.yaml, summary.json, metrics.jsonl, checkpoints/); it was "
+        f"moved whole to {earlier.relative_to(workdir)} (nothing deleted)" in capsys.readouterr().out
+    )
+    assert sorted(p.name for p in (earlier / "checkpoints").iterdir()) == ["step-000002", "step-000003"]
+    assert steps_in(earlier) == [1, 2, 3] and (earlier / "config.yaml").is_file()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001"]
+    assert steps_in(run) == [1]
+
+
+def test_resume_from_a_named_earlier_checkpoint_continues_from_it_exactly(workdir, capsys):
+    """Steps 1-3 kept; ``--resume run/checkpoints/step-000001`` trains steps 2 and 3 again from step 1's state,
+    which reproduces them bit for bit (the checkpoint holds the RNG); the first run's step-2 and step-3 and
+    its records move to earlier-runs/ (nothing lost), the run's records hold one history: 1, 2, 3."""
+    assert train("--out", "run", "train.keep_checkpoints=3") == 0
+    run = workdir / "run"
+    first = {n: _weights(run / "checkpoints" / n) for n in ("step-000002", "step-000003")}
+    capsys.readouterr()
+    assert main(["train", "--resume", "run/checkpoints/step-000001"]) == 0
+    (earlier,) = (run / "earlier-runs").iterdir()
+    out = capsys.readouterr().out
+    assert (
+        "grpokit: resuming from step-000001, earlier than the run's newest checkpoint; the later ones "
+        f"(step-000002, step-000003) and a copy of the run's records as they were are moved to {earlier}" in out
+    )
+    assert sorted(p.name for p in (earlier / "checkpoints").iterdir()) == ["step-000002", "step-000003"]
+    assert steps_in(earlier) == [1, 2, 3]  # the copy as it was
+    assert steps_in(run) == [1, 2, 3]  # step 1 kept, 2 and 3 trained again
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001", "step-000002", "step-000003"]
+    for n, weights in first.items():
+        again = _weights(run / "checkpoints" / n)
+        assert all(torch.equal(again[k], v) for k, v in weights.items())
+
+
+def _weights(ckpt):
+    from safetensors.torch import load_file
+
+    return load_file(str(ckpt / "model" / "model.safetensors"))
+
+
+def test_a_damaged_named_checkpoint_is_refused_not_replaced_by_another(workdir, capsys):
+    assert train("--out", "run", "train.keep_checkpoints=3") == 0
+    run = workdir / "run"
+    opt = run / "checkpoints" / "step-000001" / "optimizer.pt"
+    opt.write_bytes(opt.read_bytes()[:-10])
+    assert main(["train", "--resume", "run/checkpoints/step-000001"]) == 2
+    err = last_error(capsys)
+    assert (
+        err.startswith("grpokit: error: the checkpoint to resume from, ")
+        and "step-000001', is damaged (optimizer.pt" in err
+    )
+    assert not (run / "earlier-runs").exists() and steps_in(run) == [1, 2, 3]  # nothing moved, nothing trained
+
+
 def test_every_checkpoint_has_a_manifest_that_catches_a_truncated_file(workdir):
     assert train("--out", "run") == 0
     ckpt = workdir / "run" / "checkpoints" / "step-000003"

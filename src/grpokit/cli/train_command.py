@@ -53,8 +53,9 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume",
         metavar="RUN_DIR",
-        help="continue the run in RUN_DIR from its newest checkpoint that "
-        "verifies; overrides given here go to RUN_DIR/config_history.yaml",
+        help="continue the run in RUN_DIR from its newest checkpoint that verifies, or from exactly the "
+        "checkpoint RUN_DIR/checkpoints/step-N given (later ones move to RUN_DIR/earlier-runs/); overrides "
+        "given here go to RUN_DIR/config_history.yaml",
     )
     p.add_argument(
         "--overwrite",
@@ -69,11 +70,11 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    resumed = bool(args.resume) and holds_run(Path(args.resume))
+    resumed = bool(args.resume) and holds_run(resume_run(args.resume))
     if resumed:
         from grpokit.train.resume import load_run_config
 
-        cfg = load_run_config(Path(args.resume))  # refuses a torn config.yaml; applies config_history.yaml
+        cfg = load_run_config(resume_run(args.resume))  # refuses a torn config.yaml; applies config_history.yaml
     else:  # a new run, or --resume on a folder with no run yet: it starts there (a job script's first start)
         cfg = Config()
     if args.paper_scale and not args.preset:
@@ -115,6 +116,15 @@ def has_grpokit_sections(path: str) -> bool:
     return isinstance(data, dict) and any(k in _sections() for k in data)
 
 
+def resume_run(resume: str) -> Path:
+    """The run folder of ``--resume``: the folder given, or the run of a checkpoint folder given
+    (``RUN/checkpoints/step-N``: resumed from exactly that one, train/resume.py)."""
+    from grpokit.train.resume import checkpoint_folder
+
+    named = checkpoint_folder(Path(resume))
+    return named[0] if named else Path(resume)
+
+
 def holds_run(run_dir: Path) -> bool:
     """A run was started in ``run_dir`` (its config.yaml, or checkpoints: then a missing config.yaml is refused)."""
     from grpokit.train.resume import CONFIG_FILE, has_checkpoints
@@ -151,7 +161,9 @@ def cmd_train(argv: list[str]) -> int:
     except Exception as e:  # a full disk or a fault of grpokit itself: one sentence and what can be resumed
         if errors.DEBUG or (isinstance(e, user_errors()) and trainer is None):
             raise
-        return _run_fault(e, trainer.run_dir if trainer else None, args.resume)
+        return _run_fault(
+            e, trainer.run_dir if trainer else None, str(resume_run(args.resume)) if args.resume else None
+        )
     if summary.get("interrupted"):
         return stopped(summary, cfg.train.steps, trainer.run_dir)
     _say_finished(summary, trainer.run_dir)
@@ -215,7 +227,7 @@ def train_trl(data: dict, args: argparse.Namespace) -> int:
     from grpokit.trl.scripts import trl_grpo as script
 
     if args.out or args.resume:
-        data = {**data, "output_dir": args.out or args.resume}
+        data = {**data, "output_dir": args.out or str(resume_run(args.resume))}
     objects, extra = script.parse(config=data)
     if script.launcher_processes(extra) > 1:
         raise ConfigError(
@@ -224,10 +236,9 @@ def train_trl(data: dict, args: argparse.Namespace) -> int:
         )
     trainer = script.build_trainer(*objects)
     say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
-    resume = bool(args.resume) and has_checkpoints(
-        Path(args.resume)
-    )  # none yet: the run starts there (a job's first start)
-    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    named = bool(args.resume) and resume_run(args.resume) != Path(args.resume)  # a checkpoint folder: that one
+    resume = bool(args.resume) and has_checkpoints(resume_run(args.resume))  # none yet: the run starts there
+    result = trainer.train(resume_from_checkpoint=args.resume if named else True if resume else None)
     if trainer.summary.get("interrupted"):
         return stopped(trainer.summary, trainer.cfg.train.steps, Path(trainer.run_dir))
     trainer.save_model()

@@ -300,6 +300,10 @@ class TrainConfig:
     overwrite: bool = False
     """Start a new run in a folder that already holds one (train.out), deleting its checkpoints and
     records; without it such a start is refused (``grpokit train --overwrite`` sets it)."""
+    move_earlier_run: bool = False
+    """Start a new run in a folder that already holds one (train.out) by moving that run whole (its checkpoints,
+    their links and its records) into ``<train.out>/earlier-runs/<time>/``, said in one printed line; nothing is
+    deleted. The TRL layer sets it: TRL scripts reuse output_dir run after run (train.overwrite wins when set)."""
     stop_grace_s: float = 10.0
     """After SIGINT, SIGTERM, SIGUSR1 or SIGHUP (Ctrl-C, a cluster's preemption): how long the step in
     progress may still run before it is cut short (its sampling and scoring; an update under way always

@@ -65,6 +65,8 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
     ``rollout_func(prompts, trainer) -> dict`` replaces stage 2 altogether.
     ``model`` / ``tokenizer`` (instantiated objects) replace loading ``model.name_or_path``;
     ``callbacks`` are called at the points listed in callbacks.py with ``args`` (default: ``cfg``).
+    ``resume`` is a run folder (its newest checkpoint that verifies) or one of its checkpoint folders
+    (``RUN/checkpoints/step-N``: exactly that one; the later ones move to ``RUN/earlier-runs/``, resume.py).
     The run folder is locked from here to the end of ``train()`` (train/run_lock.py); with
     ``start_if_no_checkpoint`` (``grpokit train --resume``), a ``resume`` folder without a checkpoint
     starts the run from step 0 there instead of being refused."""

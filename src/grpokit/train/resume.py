@@ -5,12 +5,16 @@ A run folder holds ``config.yaml`` (the config the run started with, written ato
 records. The rules, each for a way a run was lost before:
 
 * a new run never starts in a folder that holds another run (its retention would delete the older
-  run's checkpoints) unless ``train.overwrite`` says so; ``train.out`` naming a file is refused;
+  run's checkpoints) unless ``train.overwrite`` says so (the older run is deleted) or
+  ``train.move_earlier_run`` does (the older run moves whole to ``earlier-runs/<time>/``, said in one
+  line); ``train.out`` naming a file is refused;
 * folders of an interrupted save (``checkpoints/.tmp-step-*``) are removed at the next start;
 * a resume reads ``config.yaml`` plus its history and refuses a torn or emptied file with one
   sentence instead of training on the defaults;
 * a resume continues from the newest checkpoint that verifies against its manifest, saying which
-  newer ones it skipped and why;
+  newer ones it skipped and why; a resume from a named checkpoint (``checkpoints/step-N``) continues
+  from exactly that one or is refused, and the checkpoints after it move to ``earlier-runs/<time>/``
+  with a copy of the records as they were (the run's own records then continue from step N);
 * a resume that changes the config (overrides, ``--out``) appends the changed fields to
   ``config_history.yaml`` instead of rewriting ``config.yaml``.
 """
@@ -22,6 +26,7 @@ import errno
 import json
 import os
 import shutil
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from . import checkpoint, run_lock
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "config_history.yaml"
 RUN_FILES = (CONFIG_FILE, HISTORY_FILE, "summary.json", "metrics.jsonl", "samples.jsonl", "health.jsonl", "report.html")
+EARLIER = "earlier-runs"  # inside a run folder: runs (or a run's later checkpoints) set aside, never deleted
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
@@ -54,10 +60,16 @@ def new_run_dir(name: str) -> str:
 
 
 def prepare_run_dir(
-    run_dir: Path, overwrite: bool, resuming: bool, start_if_no_checkpoint: bool = False, log=print
+    run_dir: Path,
+    overwrite: bool,
+    resuming: bool,
+    start_if_no_checkpoint: bool = False,
+    log=print,
+    move_earlier: bool = False,
 ) -> tuple[run_lock.RunLock | run_lock.NullLock, bool]:
     """Take the folder's lock (one writer: run_lock.py); refuse a folder that is a file or (for a new run)
-    holds another run; clean interrupted saves. With ``start_if_no_checkpoint`` (``grpokit train
+    holds another run, unless ``overwrite`` (it is deleted) or ``move_earlier`` (it moves to
+    ``earlier-runs/<time>/``); clean interrupted saves. With ``start_if_no_checkpoint`` (``grpokit train
     --resume``), a folder without any checkpoint (none yet, or a run stopped before its first save)
     starts the run from step 0 there. Returns the lock and whether a checkpoint is to be resumed."""
     if run_dir.exists() and not run_dir.is_dir():
@@ -85,6 +97,14 @@ def prepare_run_dir(
         ["checkpoints/"] if ckpts.is_dir() and any(ckpts.iterdir()) else []
     )
     if held and not resuming:
+        if move_earlier and not overwrite:
+            moved = set_aside(run_dir, sorted(ckpts.glob(f"{checkpoint.PREFIX}*")), move_files=True)
+            log(
+                f"grpokit: {run_dir} held an earlier run ({', '.join(held)}); it was moved whole to {moved} "
+                "(nothing deleted) and the new run starts in an empty folder",
+                flush=True,
+            )
+            return lock, resuming
         if not overwrite:
             lock.release()
             raise ConfigError(
@@ -95,6 +115,47 @@ def prepare_run_dir(
         for n in RUN_FILES:
             (run_dir / n).unlink(missing_ok=True)
     return lock, resuming
+
+
+def set_aside(run_dir: Path, checkpoints: list[Path], move_files: bool) -> Path:
+    """Move ``checkpoints`` (folders of ``run_dir/checkpoints``) into a new ``run_dir/earlier-runs/<time>/``
+    with the links of ``run_dir`` that point into them (TRL's ``checkpoint-N``, made relative there), and
+    the run's records (RUN_FILES, tensorboard/): moved with ``move_files`` (a new run starts), else copied
+    as they are (a resume from an earlier checkpoint, whose own records are then cut back to its step).
+    Returns the new folder; nothing is deleted."""
+    dest = Path(new_run_dir(str(run_dir / EARLIER / f"{datetime.now():%Y%m%d-%H%M%S}")))
+    (dest / "checkpoints").mkdir(parents=True)
+    moved = {c.resolve(): dest / "checkpoints" / c.name for c in checkpoints}
+    for link in sorted(run_dir.iterdir()):
+        if not link.is_symlink():
+            continue
+        target = (run_dir / os.readlink(link)).resolve() if not link.exists() else link.resolve()
+        for old, new in moved.items():
+            if target == old or old in target.parents:
+                (dest / link.name).symlink_to(os.path.relpath(new / target.relative_to(old), dest))
+                link.unlink()
+    for old, new in moved.items():
+        os.replace(old, new)
+    for name in (*RUN_FILES, "tensorboard"):
+        src = run_dir / name
+        if not src.exists():
+            continue
+        if move_files:
+            os.replace(src, dest / name)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+        else:
+            shutil.copytree(src, dest / name)
+    return dest
+
+
+def checkpoint_folder(path: Path) -> tuple[Path, Path] | None:
+    """``(run folder, checkpoint)`` when ``path`` is a grpokit checkpoint folder ``<run>/checkpoints/step-N``
+    (a link to one resolved first), else None."""
+    p = Path(path).resolve()
+    if p.name.startswith(checkpoint.PREFIX) and p.parent.name == "checkpoints":
+        return p.parent.parent, p
+    return None
 
 
 def has_checkpoints(run_dir: Path) -> bool:
@@ -190,14 +251,59 @@ def newest_verified(ckpt_dir: Path, log=None, *, model_only_ok: bool = False) ->
     return None
 
 
-def checkpoint_to_resume(run_dir: Path, log=print, *, model_only_ok: bool = False) -> Path:
-    """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault."""
+def checkpoint_to_resume(run_dir: Path, log=print, *, model_only_ok: bool = False, at: Path | None = None) -> Path:
+    """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault.
+    ``at`` (a checkpoint named by the user): that one, refused in one sentence if it does not verify, never
+    another in its place."""
+    if at is not None:
+        found = sorted(p for p in (run_dir / "checkpoints").glob(f"{checkpoint.PREFIX}*") if p.is_dir())
+        if not Path(at).is_dir():
+            raise ConfigError(
+                f"the checkpoint to resume from, {str(at)!r}, does not exist; name one of "
+                f"{[p.name for p in found] or 'the run checkpoints (it has none)'} or the run folder for its newest"
+            )
+        index = [p.name for p in found].index(Path(at).name) if Path(at).name in {p.name for p in found} else 0
+        first_listed = next((i for i, p in enumerate(found) if checkpoint.has_manifest(p)), len(found))
+        fault = checkpoint.verify(at, model_only_ok=model_only_ok, legacy_ok=index < first_listed)
+        if fault is not None:
+            raise ConfigError(
+                f"the checkpoint to resume from, {str(at)!r}, is damaged ({fault}); name another checkpoint, "
+                "or the run folder to resume from its newest one that verifies"
+            )
+        return Path(at)
     found = newest_verified(run_dir / "checkpoints", log, model_only_ok=model_only_ok)
     if found is not None:
         return found
     raise ConfigError(
         f"--resume {str(run_dir)!r} has no complete checkpoint under checkpoints/ that verifies; nothing to resume"
     )
+
+
+def set_aside_later(run_dir: Path, resumed: Path, log=print) -> Path | None:
+    """A resume from ``resumed``, an earlier checkpoint than the run's newest: the later checkpoints (another
+    continuation of the run) move to ``earlier-runs/<time>/`` with a copy of the run's records as they are
+    (set_aside), so the run folder holds one history and nothing is lost. Returns that folder (None: no later one)."""
+    later = [
+        p
+        for p in sorted((run_dir / "checkpoints").glob(f"{checkpoint.PREFIX}*"))
+        if p.is_dir() and _step(p) > _step(resumed)
+    ]
+    if not later:
+        return None
+    dest = set_aside(run_dir, later, move_files=False)
+    log(
+        f"grpokit: resuming from {resumed.name}, earlier than the run's newest checkpoint; the later ones "
+        f"({', '.join(p.name for p in later)}) and a copy of the run's records as they were are moved to {dest}, "
+        f"and the run's records continue from {resumed.name}",
+        flush=True,
+    )
+    return dest
+
+
+def _step(folder: Path) -> int:
+    """The step of a checkpoint folder ``step-000123`` (-1 for a name that holds none)."""
+    digits = folder.name[len(checkpoint.PREFIX) :]
+    return int(digits) if digits.isdigit() else -1
 
 
 def _history(run_dir: Path) -> list[dict]:

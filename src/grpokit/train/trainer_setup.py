@@ -40,12 +40,18 @@ class TrainerSetup:
         """The run folder (a new dated one, ``train.out`` or the resumed one), locked for one writer
         (run_lock.py) until the end of ``train()``."""
         cfg = self.cfg
-        self.resume_dir = Path(resume) if resume else None
+        named = run_folder.checkpoint_folder(Path(resume)) if resume else None  # <run>/checkpoints/step-N
+        self.resume_dir = named[0] if named else Path(resume) if resume else None
+        self.resume_at = named[1] if named else None  # that checkpoint exactly, not the newest
         self.run_dir = self.resume_dir or Path(
             cfg.train.out or run_folder.new_run_dir(f"runs/{datetime.now():%Y%m%d-%H%M%S}")
         )
         self.lock, resuming = run_folder.prepare_run_dir(
-            self.run_dir, cfg.train.overwrite, self.resume_dir is not None, start_if_no_checkpoint
+            self.run_dir,
+            cfg.train.overwrite,
+            self.resume_dir is not None,
+            start_if_no_checkpoint and named is None,
+            move_earlier=cfg.train.move_earlier_run,
         )
         # once: at the end of train(), or when dropped
         self._release_lock = weakref.finalize(self, self.lock.release)
@@ -168,10 +174,11 @@ class TrainerSetup:
         return checkpoint.load_extra(self.resumed_from).get("async_rollout")
 
     def _resume(self) -> None:
-        """Load the newest checkpoint that verifies against its manifest: weights, optimizer, schedule,
-        random states, step, data position, the stage states and a pending update (carried_state.py)."""
+        """Load the newest checkpoint that verifies against its manifest (or the one named, ``resume_at``):
+        weights, optimizer, schedule, random states, step, data position, the stage states and a pending
+        update (carried_state.py). Checkpoints after a named one are set aside (resume.set_aside_later)."""
         ckpt = self.resumed_from = run_folder.checkpoint_to_resume(
-            self.run_dir, model_only_ok=self.cfg.train.save_only_model
+            self.run_dir, model_only_ok=self.cfg.train.save_only_model, at=self.resume_at
         )
         state = checkpoint.load(
             ckpt,
@@ -183,6 +190,8 @@ class TrainerSetup:
             **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
         )
         self.step, self.sampler.position = state.step, state.data_position
+        if self.resume_at is not None and self.dist.is_main:  # once loaded: the later checkpoints kept aside
+            run_folder.set_aside_later(self.run_dir, ckpt)
         carried_state.restore_sampler(ckpt, self.sampler)  # domains' credits, a curriculum's pass rates
         self.saved_step = state.step
         t = self.cfg.train

@@ -17,7 +17,6 @@ tests/trl/test_trl_run_management.py), and what this module repeats on grpokit's
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -123,12 +122,3 @@ def load_best(trainer: Any, state: Any) -> None:
     folder = Path(state.best_model_checkpoint).resolve().parent
     loaders = checkpoint_hooks.checkpoint_loaders(trainer.model, trainer.dist, trainer.cfg.model)
     checkpoint.load_model(folder, trainer.model, read_model=loaders.get("read_model"))
-
-
-def restore(state: Any, link: Path) -> None:
-    """A resumed run continues the best-model record of its checkpoint's trainer_state.json, as transformers."""
-    saved = link / "trainer_state.json"
-    if saved.exists():
-        old = json.loads(saved.read_text())
-        for key in ("best_metric", "best_global_step", "best_model_checkpoint"):
-            setattr(state, key, old.get(key))

@@ -73,14 +73,18 @@ def sampling_extras(rollout, lengths: list[int]) -> dict[str, float]:
     }
 
 
-def final_entry(steps: int, losses: list[float], runtime: float, completions_per_step: int) -> dict[str, float]:
-    """TRL's last log_history entry: throughput over ``runtime`` seconds and the mean loss of every step."""
+def final_entry(
+    steps: int, losses: list[float], runtime: float, completions_per_step: int, total_flos: float = 0.0
+) -> dict[str, float]:
+    """TRL's last log_history entry: throughput of the ``steps`` trained in this call (a resumed run's
+    own, as transformers) over ``runtime`` seconds, the mean loss of those steps, the run's ``total_flos``."""
     seconds = max(runtime, 1e-9)
     return {
         "train_runtime": round(runtime, 4),
         "train_samples_per_second": round(steps * completions_per_step / seconds, 3),
         "train_steps_per_second": round(steps / seconds, 3),
-        "total_flos": 0.0,  # TRL's GRPO batches carry no input_ids, so transformers counts 0 FLOPs there too
+        # TRL's GRPO batches carry no input_ids, so transformers adds 0 FLOPs a step: a resumed run's stored total
+        "total_flos": float(total_flos),
         "train_loss": sum(losses) / len(losses) if losses else 0.0,
     }
 
@@ -114,6 +118,7 @@ class StepBridge:
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.tokens_at_start = 0
+        self.step_at_start = 0
         self.at_end: Callable[[], None] = lambda: None  # best model loaded, checkpoints rotated (best.finish)
         self.per_round = 1  # TRL steps per grpokit step (num_iterations * updates per batch), set by the trainer
         self.steps_per_epoch = (
@@ -157,6 +162,7 @@ class StepBridge:
     def on_train_begin(self, args, state, control, **kw):
         self.mark = self.start = time.perf_counter()
         self.tokens_at_start = self.state.num_input_tokens_seen  # a resumed run's speed counts this session's tokens
+        self.step_at_start = self.state.global_step  # and its final entry this session's steps
         self.user("on_train_begin")
         if self.args.eval_on_start:
             self.evaluate()
@@ -256,7 +262,13 @@ class StepBridge:
             rest["num_tokens"] = self.pending["num_tokens"][-1]
         self.pending.clear()
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
-        self.final = final_entry(self.state.global_step, self.losses, time.perf_counter() - self.start, completions)
+        self.final = final_entry(
+            self.state.global_step - self.step_at_start,
+            self.losses,
+            time.perf_counter() - self.start,
+            completions,
+            self.state.total_flos,
+        )
         self.add_final(self.final)
         self.emit({**self.final, **rest})  # TRL merges the metrics of steps after the last log into its final entry
         self.at_end()  # as transformers: after the final log, before on_train_end

@@ -325,16 +325,35 @@ class RewardModel:
         return self.scorer.score_texts(texts, add_special_tokens=False, cut=False)
 
 
-def run_folder(output_dir: str, resume: str | bool) -> str:
-    """The grpokit run folder of ``resume_from_checkpoint``: True (output_dir), a run folder, a
-    ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder."""
-    folder = Path(output_dir if resume is True else str(resume))
-    if folder.name.startswith("checkpoint-"):
-        target = folder.resolve()  # checkpoint-N -> <run>/checkpoints/step-N/model
-        folder = target.parent.parent.parent if target.name == "model" else folder.parent
-    elif folder.name.startswith("step-"):
-        folder = folder.parent.parent
-    return str(folder)
+def resume_source(output_dir: str, resume: str | bool) -> str:
+    """What grpokit's Trainer resumes from for ``resume_from_checkpoint``: the run folder output_dir (True,
+    or that folder: its newest checkpoint that verifies, as transformers' last checkpoint), or exactly the
+    checkpoint named (a ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder of output_dir's
+    run). Anything else is refused in one sentence, never resumed from another checkpoint in its place."""
+    from grpokit.train.resume import checkpoint_folder
+
+    if resume is True:
+        return output_dir
+    given = Path(str(resume))
+    if not given.exists():  # transformers' words
+        raise ConfigError(
+            f"Can't find a valid checkpoint at {str(resume)}: resume_from_checkpoint names no folder; give True, "
+            f"output_dir, or one of its checkpoint-N folders"
+        )
+    named = checkpoint_folder(given.resolve().parent if given.resolve().name == "model" else given)
+    if given.name.startswith("checkpoint-") and named is None:
+        raise ConfigError(
+            f"resume_from_checkpoint={str(resume)!r} is not a grpokit checkpoint (a checkpoint-N link to "
+            "<output_dir>/checkpoints/step-N/model); grpokit resumes only its own checkpoints, which hold the "
+            "whole run state: give True or one of output_dir's checkpoint-N links"
+        )
+    run = named[0] if named else given
+    if run.resolve() != Path(output_dir).resolve():
+        raise ConfigError(
+            f"resume_from_checkpoint={str(resume)!r} is of the run in {str(run)!r}, but output_dir is "
+            f"{output_dir!r}; grpokit continues a run in its own folder: set output_dir={str(run)!r}"
+        )
+    return str(named[1]) if named else output_dir
 
 
 def row_loader(rows: list[dict], batch_size: int, repeats: int) -> Any:

@@ -47,7 +47,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import best, callback_states, memory
+from . import best, callback_states, memory, resumed_state
 from .args.batch import steps_per_epoch
 from .args.checks import check_gated
 from .bridge import StepBridge
@@ -71,10 +71,10 @@ from .inputs import (
     environment_owned_rows,
     no_dropout,
     push_folder,
+    resume_source,
     reward_funcs_of,
     row_loader,
     rows_of,
-    run_folder,
 )
 from .trainer_args import (
     apply_process_settings,
@@ -245,7 +245,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         if resume:
             self.bridge.state.global_step = trainer.updates
             link = Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}"
-            best.restore(self.bridge.state, link)
+            resumed_state.restore(self.bridge.state, link)  # log_history, token count, best record ...
             if self.args.restore_callback_states_from_checkpoint:
                 callback_states.restore(self.bridge.state, self.bridge.user.callbacks, link)
             if (
@@ -385,7 +385,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
                     "resume_from_checkpoint must come with the trainer's first use (it was already started as a new "
                     "run)"
                 )
-            self._trainer = self._build(resume=run_folder(self.cfg.train.out, resume_from_checkpoint))
+            self._trainer = self._build(resume=resume_source(self.cfg.train.out, resume_from_checkpoint))
         self._memory_tracker.start()  # from train(): the tracker's "train" stage, stopped into the final entry
         try:
             trainer = self._get()

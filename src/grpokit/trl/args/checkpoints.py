@@ -34,12 +34,14 @@ def _saving(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     limit = a.save_total_limit if a.save_total_limit and a.save_total_limit > 0 else None  # <= 0: all, as transformers
     keep = limit or (ctx["steps"] // every + 1 if every else 1)
     # hub_strategy checkpoint / all_checkpoints: refused with push_to_hub (checks.GATES), inert without, as in TRL
-    # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts
+    # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts, and
+    # deleting the earlier run would lose it (TRL keeps the checkpoints the new run does not overwrite): it moves
+    # whole to output_dir/earlier-runs/<time>/, so the folder's records and checkpoint-N links are one run's
     return {
         "train.save_every": every,
         "train.keep_checkpoints": keep,
         "train.out": a.output_dir or "trainer_output",
-        "train.overwrite": True,
+        "train.move_earlier_run": True,
         "train.save_last": a.save_strategy != "no" and every != 0,
     }  # transformers: "no" writes no checkpoint
 
@@ -67,12 +69,14 @@ SAVE_ONLY_MODEL = Rule(
 
 SAVING = Rule(
     ("output_dir", "save_strategy", "save_steps", "save_total_limit", "hub_strategy"),
-    ("train.out", "train.save_every", "train.keep_checkpoints", "train.overwrite", "train.save_last"),
+    ("train.out", "train.save_every", "train.keep_checkpoints", "train.move_earlier_run", "train.save_last"),
     'None output_dir is "trainer_output"; save_strategy=epoch saves at the end of every epoch (steps '
     "per epoch as TRL's "
     "dataloader counts them, see max_steps) and of training; save_strategy=no writes no checkpoint "
     "(save_last false), as transformers; save_total_limit None (or <= 0, as transformers) keeps all; "
-    "output_dir is reused as in TRL (train.overwrite=true: a new run replaces the folder's run)",
+    "output_dir is reused as in TRL, and the folder's earlier run is kept: it moves whole (checkpoints, "
+    "checkpoint-N links, records) to output_dir/earlier-runs/<time>/ with a printed line "
+    "(train.move_earlier_run=true)",
     _saving,
 )
 

@@ -1,0 +1,164 @@
+"""Resuming and re-running a TRL script's output_dir under grpokit.trl, worked out by hand and measured against
+TRL 1.16 itself on the tiny chat model: a named checkpoint is resumed from exactly (never the newest in its
+place), a re-run keeps the folder's earlier run (moved whole to earlier-runs/, where TRL keeps the checkpoints
+the new run does not overwrite), and a resume continues log_history and the token count from the checkpoint's
+trainer_state.json, as transformers.
+
+The tiny run: 4 rows, one prompt of 4 completions a step, so 4 steps an epoch; a prompt is
+``<user>say ab\\n<assistant>`` = 6 + 6 + 1 + 11 = 24 tokens of the character tokenizer and every completion
+is cut at 4 tokens, so a step samples 4 * 24 + 4 * completions/mean_length tokens, 112 when every completion
+runs to the cap (TRL's num_tokens counts both, a running total).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from grpokit.config import ConfigError
+from helpers.trl_models import make_chat_model, small_args
+
+ROWS = [{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")]
+LIBS = ["grpokit.trl", "trl"]
+
+
+def short(completions, **kwargs):
+    return [-len(c[0]["content"]) / 10 for c in completions]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return str(make_chat_model(tmp_path_factory.mktemp("m") / "model"))
+
+
+def _trainer(lib, model, out, max_steps, **kw):
+    if lib == "trl":
+        pytest.importorskip("trl")
+    mod = importlib.import_module(lib)
+    args = small_args(
+        mod.GRPOConfig, out, max_steps=max_steps, save_steps=1, logging_steps=1, report_to="none", seed=0, **kw
+    )
+    return mod.GRPOTrainer(model, reward_funcs=[short], train_dataset=Dataset.from_list(ROWS), args=args)
+
+
+def _steps(trainer) -> list[int]:
+    """The logged training steps, after checking that num_tokens is the running total of 4 * 24 prompt tokens
+    and 4 * completions/mean_length completion tokens a step."""
+    entries = [e for e in trainer.state.log_history if "loss" in e]
+    total = 0.0
+    for e in entries:
+        total += 4 * 24 + 4 * e["completions/mean_length"]
+        assert e["num_tokens"] == total, (e["step"], e["num_tokens"], total)
+    return [e["step"] for e in entries]
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_named_checkpoint_is_resumed_from_exactly(lib, model, tmp_path):
+    """3 steps saved at every step, then a resume from checkpoint-1 (not the newest): steps 2 and 3 are trained
+    again, after step 1's entry from the checkpoint; both libraries log steps 1, 2, 3, the token count running on."""
+    out = tmp_path / "out"
+    _trainer(lib, model, out, 3).train()
+    again = _trainer(lib, model, out, 3)
+    result = again.train(resume_from_checkpoint=str(out / "checkpoint-1"))
+    assert _steps(again) == [1, 2, 3]
+    assert result.global_step == 3 and again.state.num_input_tokens_seen == again.state.log_history[-2]["num_tokens"]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    if lib == "trl":
+        return
+    # grpokit: the first run's step-2 and step-3 are kept aside with their links and a copy of its records
+    (earlier,) = (out / "earlier-runs").iterdir()
+    assert sorted(p.name for p in earlier.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    assert all((link / "config.json").is_file() for link in earlier.glob("checkpoint-*"))  # the links still resolve
+    assert sorted(p.name for p in (earlier / "checkpoints").iterdir()) == ["step-000002", "step-000003"]
+    assert (earlier / "metrics.jsonl").read_text().count("\n") == 3  # the first run's steps 1-3, as they were
+    assert (out / "metrics.jsonl").read_text().count("\n") == 3  # the run's: step 1, then 2 and 3 again
+    assert all((out / f"checkpoint-{n}" / "config.json").is_file() for n in (1, 2, 3))
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_resume_continues_the_log_history_and_the_token_count(lib, model, tmp_path):
+    """2 steps, then a resume of output_dir to max_steps=3: the history holds steps 1 and 2 from checkpoint-2's
+    trainer_state.json and step 3 after them; num_tokens goes on from step 2's total (112 per step at the cap, not
+    from 0 again); epoch 3/4;
+    the final entry counts the one step this call trained (train_steps_per_second x train_runtime = 1)."""
+    out = tmp_path / "out"
+    first = _trainer(lib, model, out, 2)
+    first.train()
+    assert _steps(first) == [1, 2]
+    resumed = _trainer(lib, model, out, 3)
+    resumed.train(resume_from_checkpoint=True)
+    s = resumed.state
+    assert _steps(resumed) == [1, 2, 3] and s.log_history[:2] == first.state.log_history[:2]
+    assert s.num_input_tokens_seen == s.log_history[-2]["num_tokens"] >= 2 * 112 + 4 * 24 + 4
+    assert (s.total_flos, s.epoch, s.global_step) == (0.0, 0.75, 3)
+    final = s.log_history[-1]
+    assert "train_loss" in final and final["total_flos"] == 0.0
+    assert final["train_steps_per_second"] * final["train_runtime"] == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_rerun_into_the_same_output_dir_keeps_the_earlier_runs_checkpoints(lib, model, tmp_path):
+    """A 3-step run, then a 1-step run of the same script (no resume). TRL overwrites checkpoint-1 and keeps
+    checkpoint-2 and -3 of the first run beside it; grpokit keeps the first run whole in earlier-runs/<time>/
+    (its checkpoint-1..3 and records), so output_dir holds the new run alone: nothing of either is lost."""
+    out = tmp_path / "out"
+    _trainer(lib, model, out, 3).train()
+    _trainer(lib, model, out, 1).train()
+    links = sorted(p.name for p in out.glob("checkpoint-*"))
+    if lib == "trl":
+        assert links == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+        return
+    assert links == ["checkpoint-1"] and (out / "metrics.jsonl").read_text().count("\n") == 1
+    (earlier,) = (out / "earlier-runs").iterdir()
+    assert sorted(p.name for p in earlier.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    assert all((link / "config.json").is_file() for link in earlier.glob("checkpoint-*"))
+    assert (earlier / "metrics.jsonl").read_text().count("\n") == 3
+
+
+def test_what_cannot_be_resumed_as_named_is_refused_in_one_sentence(model, tmp_path):
+    """A path that does not exist, a checkpoint-N folder that is not grpokit's, another output_dir's checkpoint:
+    each refused before anything is built, never resumed from the newest checkpoint instead."""
+    out, other = tmp_path / "out", tmp_path / "other"
+    (other / "checkpoints" / "step-000001" / "model").mkdir(parents=True)
+    (other / "checkpoint-1").symlink_to(other / "checkpoints" / "step-000001" / "model")
+    (tmp_path / "checkpoint-5").mkdir()  # a folder another trainer wrote
+    cases = [
+        (tmp_path / "nowhere", r"^Can't find a valid checkpoint at .*nowhere: resume_from_checkpoint names no folder"),
+        (tmp_path / "checkpoint-5", r"checkpoint-5' is not a grpokit checkpoint \(a checkpoint-N link to "),
+        (other / "checkpoint-1", r"is of the run in '.*other', but output_dir is '.*out'; .* set output_dir="),
+    ]
+    for given, expected in cases:
+        with pytest.raises(ConfigError, match=expected):
+            _trainer("grpokit.trl", model, out, 1).train(resume_from_checkpoint=str(given))
+    assert not Path(out).exists()
+
+
+def test_restored_state_is_the_checkpoints_but_for_what_the_running_run_sets():
+    """transformers loads the checkpoint's state whole, then sets max_steps, num_train_epochs and the process
+    flags again; grpokit also keeps its own periods (it schedules by them) and leaves stateful_callbacks to
+    callback_states.py. A field the running state lacks is not added."""
+    from grpokit.trl.resumed_state import restored
+
+    now = dict(
+        global_step=0, log_history=[], num_input_tokens_seen=0, total_flos=0.0, epoch=0.0, max_steps=5,
+        num_train_epochs=1, is_world_process_zero=True, is_local_process_zero=True, logging_steps=2, eval_steps=2,
+        save_steps=1, train_batch_size=4, best_metric=None, stateful_callbacks={"A": 1},
+    )  # fmt: skip
+    saved = dict(
+        global_step=2, log_history=[{"step": 1}, {"step": 2}], num_input_tokens_seen=224, total_flos=3.0,
+        epoch=0.5, max_steps=3, num_train_epochs=2, is_world_process_zero=False, is_local_process_zero=False,
+        logging_steps=1, eval_steps=1, save_steps=2, train_batch_size=8, best_metric=0.5,
+        stateful_callbacks={"B": 2}, unknown="x",
+    )  # fmt: skip
+    assert restored(saved, now) == {
+        **now,
+        "global_step": 2,
+        "log_history": [{"step": 1}, {"step": 2}],
+        "num_input_tokens_seen": 224,
+        "total_flos": 3.0,
+        "epoch": 0.5,
+        "best_metric": 0.5,
+    }
