@@ -9,10 +9,12 @@ import types
 import pytest
 
 from grpokit.config import ConfigError
+from grpokit.train.callbacks import Control
 from grpokit.trl import best
 from grpokit.trl.args.batch import steps_per_epoch
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.config import GRPOConfig
+from grpokit.trl.default_callbacks import DefaultFlowCallback
 from grpokit.trl.mapping import to_config
 
 
@@ -60,8 +62,8 @@ def test_epoch_strategies_map_to_whole_rounds():
     assert (c.record.console_every, c.record.samples_every, c.train.keep_checkpoints) == (
         2,
         2,
-        2,
-    )  # keep all: 3 // 2 + 1
+        3,
+    )  # keep all: one per grpokit step at most (a callback's should_save may ask for any), 3
 
 
 def test_the_rows_short_of_a_generation_batch_are_not_an_epoch():
@@ -92,7 +94,7 @@ def test_load_best_model_at_end_takes_epoch_strategies():
 
 def drive(bridge: StepBridge, rounds: int, per_round: int) -> None:
     """grpokit's loop: per round the optimizer updates (each begun, then applied), then the round's end."""
-    state, control = types.SimpleNamespace(epoch=0.0), types.SimpleNamespace(should_training_stop=False)
+    state, control = types.SimpleNamespace(epoch=0.0), Control()
     for _ in range(rounds):
         for k in range(per_round):
             bridge.on_update_begin(None, state, control)
@@ -104,7 +106,9 @@ def test_epoch_ends_log_and_evaluate_as_transformers():
     # 2 TRL steps an epoch, 5 steps in all: epochs end at steps 2 and 4, and the run's end (step 5) ends the last one
     evaluations = []
     a = GRPOConfig("o", logging_strategy="epoch", eval_strategy="epoch", eval_delay=1.5, max_steps=5)
-    bridge = StepBridge(a, [], 5, lambda: evaluations.append(bridge.state.global_step) or {}, lambda p, s: None, {})
+    bridge = StepBridge(
+        a, [DefaultFlowCallback()], 5, lambda: evaluations.append(bridge.state.global_step) or {}, lambda p, s: None, {}
+    )
     bridge.steps_per_epoch = 2
     drive(bridge, 5, 1)
     logged = [(h["step"], h["epoch"]) for h in bridge.state.log_history]
@@ -115,7 +119,7 @@ def test_epoch_ends_log_and_evaluate_as_transformers():
 def test_an_epoch_log_holds_the_last_steps_rate_and_the_mean_loss():
     # one round of 2 updates at rates 0.1 and 0.2: transformers logs the last step's rate, the losses' mean
     a = GRPOConfig("o", logging_strategy="epoch", max_steps=2)
-    bridge = StepBridge(a, [], 2, dict, lambda p, s: None, {})
+    bridge = StepBridge(a, [DefaultFlowCallback()], 2, dict, lambda p, s: None, {})
     bridge.steps_per_epoch = 2
     drive(bridge, 1, 2)
     (entry,) = bridge.state.log_history
@@ -124,7 +128,12 @@ def test_an_epoch_log_holds_the_last_steps_rate_and_the_mean_loss():
 
 def test_logging_first_step_logs_whatever_the_strategy_as_transformers():
     bridge = StepBridge(
-        GRPOConfig("o", logging_strategy="no", logging_first_step=True, max_steps=3), [], 3, dict, lambda p, s: None, {}
+        GRPOConfig("o", logging_strategy="no", logging_first_step=True, max_steps=3),
+        [DefaultFlowCallback()],
+        3,
+        dict,
+        lambda p, s: None,
+        {},
     )
     drive(bridge, 3, 1)
     assert [h["step"] for h in bridge.state.log_history] == [1]

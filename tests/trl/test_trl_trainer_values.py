@@ -13,8 +13,10 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from grpokit.train.callbacks import Control
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.config import GRPOConfig
+from grpokit.trl.default_callbacks import DefaultFlowCallback
 from helpers.trl_models import small_args
 
 DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd")])
@@ -27,8 +29,8 @@ def reward(completions, **kwargs):
 def _logged_losses(losses, **kw):
     """The bridge's log_history losses and train_loss for one update a round with these step losses."""
     a = GRPOConfig("o", max_steps=len(losses), logging_steps=2, **kw)
-    bridge = StepBridge(a, [], len(losses), dict, lambda p, s: None, {})
-    state, control = types.SimpleNamespace(epoch=0.0), types.SimpleNamespace(should_training_stop=False)
+    bridge = StepBridge(a, [DefaultFlowCallback()], len(losses), dict, lambda p, s: None, {})
+    state, control = types.SimpleNamespace(epoch=0.0), Control()
     for loss in losses:
         bridge.on_update_begin(None, state, control)
         bridge.on_optimizer_step(None, None, None, metrics={"loss": loss})

@@ -17,6 +17,12 @@ reject or mis-plot them, and metrics.jsonl keeps them anyway). TensorBoard and W
 TRL's runs do there (transformers' callbacks prefix training logs with "train/"): "reward" becomes
 "train/reward", "eval/accuracy" stays, so dashboards built for TRL runs find them. Samples are sent
 as a text table where the tracker has one.
+
+Under grpokit.trl the trackers are fed transformers' log entries instead (``log_entry``: each entry of
+``trainer.state.log_history`` at TRL's step), named as transformers' integration callbacks name them:
+TensorBoard, W&B and Trackio through ``rewrite_logs`` ("eval_loss" -> "eval/loss", "loss" ->
+"train/loss"), W&B and Trackio with "train/global_step" and without the one-off totals of the final
+entry (W&B keeps those in the run summary), MLflow under the entry's own keys.
 """
 
 from __future__ import annotations
@@ -47,6 +53,36 @@ def missing_package(sink: str) -> str | None:
 def trl_name(key: str) -> str:
     """The tag TRL's TensorBoard and W&B logs use: "eval/..." as is, everything else under "train/"."""
     return key if key.startswith(("train/", "eval/")) else f"train/{key}"
+
+
+def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
+    """transformers' names for a log entry: "eval_x" -> "eval/x", "test_x" -> "test/x", anything else "train/x"."""
+    out = {}
+    for key, value in logs.items():
+        if key.startswith("eval_"):
+            out["eval/" + key[len("eval_") :]] = value
+        elif key.startswith("test_"):
+            out["test/" + key[len("test_") :]] = value
+        else:
+            out["train/" + key] = value
+    return out
+
+
+SINGLE_VALUE_SCALARS = (
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "total_flos",
+)
+"""The final entry's totals, which transformers' W&B callback puts in the run summary and Trackio's leaves out."""
+
+
+def _series(logs: Mapping[str, Any], step: int) -> dict[str, float]:
+    """W&B's and Trackio's row of a log entry: the totals left out, transformers' names, the step as
+    "train/global_step"."""
+    rest = {k: v for k, v in logs.items() if k not in SINGLE_VALUE_SCALARS}
+    return {**finite_scalars(rewrite_logs(rest)), "train/global_step": float(step)}
 
 
 def _require(module: str, sink: str) -> Any:
@@ -116,6 +152,12 @@ class TensorBoardSink:
         for key, value in finite_scalars(metrics).items():
             self.writer.add_scalar(trl_name(key), value, step)
 
+    def log_entry(self, logs: Mapping[str, Any], step: int) -> None:
+        """A transformers log entry at ``step``, as its TensorBoardCallback writes it."""
+        for key, value in finite_scalars(rewrite_logs(logs)).items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         self.writer.add_text("train/samples", samples_text(step, rows), step)
 
@@ -137,6 +179,13 @@ class WandbSink:
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log({trl_name(k): v for k, v in finite_scalars(metrics).items()}, step=step)
+
+    def log_entry(self, logs: Mapping[str, Any], step: int) -> None:
+        """A transformers log entry at ``step``, as its WandbCallback logs it (the totals in the summary)."""
+        for key in SINGLE_VALUE_SCALARS:
+            if key in logs:
+                self.run.summary[key] = logs[key]
+        self.run.log(_series(logs, step), step=step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         table = self.wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
@@ -187,6 +236,13 @@ class MlflowSink:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.mlflow.log_metrics(finite_scalars(metrics), step=step)
 
+    def log_entry(self, logs: Mapping[str, Any], step: int) -> None:
+        """A transformers log entry at ``step``, as its MLflowCallback logs it (characters MLflow refuses as _)."""
+        import re
+
+        metrics = {re.sub(r"[^0-9A-Za-z_\-\.\ :/]", "_", k): v for k, v in finite_scalars(logs).items()}
+        self.mlflow.log_metrics(metrics, step=step)
+
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         self.mlflow.log_text(samples_text(step, rows), f"samples/step_{step:06d}.md")
 
@@ -208,6 +264,10 @@ class TrackioSink:
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.trackio.log(finite_scalars(metrics), step=step)
+
+    def log_entry(self, logs: Mapping[str, Any], step: int) -> None:
+        """A transformers log entry at ``step``, as its TrackioCallback logs it."""
+        self.trackio.log(_series(logs, step), step=step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         pass  # kept in samples.jsonl; Trackio's tables are not needed for reading them

@@ -19,7 +19,12 @@ a class is instantiated, as transformers does):
 TRL-compatible layer); the keywords are ``model``, ``processing_class``, ``optimizer``,
 ``lr_scheduler`` (and ``metrics`` / ``logs``). Setting ``control.should_training_stop = True``
 ends the run after the current step (checkpoint, evaluation and report still happen); set after one of
-a step's updates, the step makes no further update.
+a step's updates, the step makes no further update. ``control.should_save`` and
+``control.should_evaluate`` are what the step will do after ``on_step_end``, as in transformers: the loop
+clears them at ``on_step_begin`` and sets them before ``on_step_end`` when ``train.save_every`` /
+``train.eval_every`` (or the last step) asks; a callback may set them either way (the final evaluation of
+the run summary happens anyway). Any other attribute (transformers' ``should_log``, ``should_epoch_stop``)
+is refused in one sentence: grpokit records every step and has no epoch loop to stop.
 
 ``RunState`` is also what reward functions receive as ``trainer_state`` (TRL passes the
 transformers ``TrainerState``; the fields here carry the same names).
@@ -54,10 +59,29 @@ class RunState:
 
 @dataclass
 class Control:
-    """What callbacks may ask of the loop (transformers' ``TrainerControl`` names)."""
+    """What callbacks may ask of the loop (transformers' ``TrainerControl`` names); other names are refused."""
 
     should_training_stop: bool = False
     """End the run after the current step."""
+    should_save: bool = False
+    """Write a checkpoint after the current step."""
+    should_evaluate: bool = False
+    """Evaluate on the held-out prompts after the current step."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _CONTROL_FLAGS:
+            why = _NOT_READ.get(name, "grpokit's loop reads no such flag")
+            raise AttributeError(
+                f"control.{name} is not a flag of grpokit's Control ({why}); its flags are {', '.join(_CONTROL_FLAGS)}"
+            )
+        object.__setattr__(self, name, value)
+
+
+_CONTROL_FLAGS = ("should_training_stop", "should_save", "should_evaluate")
+_NOT_READ = {
+    "should_log": "grpokit writes every step's metrics, so there is no log to ask for or skip",
+    "should_epoch_stop": "grpokit's loop has no epoch loop to cut short; should_training_stop ends the run",
+}
 
 
 class Callbacks:
@@ -76,10 +100,21 @@ class Callbacks:
         "on_train_end",
     )
 
+    RESETS: dict[str, tuple[str, ...]] = {"on_step_begin": ("should_save", "should_evaluate")}
+    """Flags cleared before an event's callbacks run (transformers' CallbackHandler clears them so)."""
+
     def __init__(
-        self, callbacks: list | None, args: Any, state: RunState, events: tuple[str, ...] | None = None, **objects: Any
+        self,
+        callbacks: list | None,
+        args: Any,
+        state: RunState,
+        events: tuple[str, ...] | None = None,
+        control: Any = None,
+        resets: dict[str, tuple[str, ...]] | None = None,
+        **objects: Any,
     ):
         self.events = events or self.EVENTS  # the events this loop fires (grpokit.trl fires transformers' set)
+        self.resets = self.RESETS if resets is None else resets
         self.callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         for cb in self.callbacks:
             if not any(callable(getattr(cb, e, None)) for e in self.events):
@@ -93,15 +128,20 @@ class Callbacks:
                     f"callback {type(cb).__name__} defines {', '.join(never)}, which grpokit never calls; "
                     f"move that code to one of {', '.join(self.events)}"
                 )
-        self.args, self.state, self.control, self.objects = args, state, Control(), objects
+        self.args, self.state, self.objects = args, state, objects
+        self.control = Control() if control is None else control
 
     def __call__(self, event: str, **kwargs: Any) -> Control:
+        for flag in self.resets.get(event, ()):
+            setattr(self.control, flag, False)
         for cb in self.callbacks:
             method = getattr(cb, event, None)
             if callable(method):
                 out = method(self.args, self.state, self.control, **self.objects, **kwargs)
-                if out is not None and hasattr(out, "should_training_stop"):  # transformers returns control
-                    self.control.should_training_stop = bool(out.should_training_stop)
+                if out is not None and out is not self.control:  # transformers: a returned control replaces it
+                    for flag in (f.name for f in dataclasses.fields(self.control)):
+                        if hasattr(out, flag):
+                            setattr(self.control, flag, bool(getattr(out, flag)))
         return self.control
 
 

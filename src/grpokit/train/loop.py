@@ -187,8 +187,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 break
             self.step = self.state.global_step = self.step + 1
             self.state.epoch = self.sampler.position / len(self.prompts)
-            last = self.callbacks("on_step_end", metrics=metrics).should_training_stop or self._finished()
-            if last or (t.eval_every and self.step % t.eval_every == 0):
+            control = self._step_end(metrics)
+            stopped = control.should_training_stop and not self._finished()  # a callback's stop: saved, evaluated
+            last = control.should_training_stop or self._finished()
+            if control.should_evaluate or stopped:
                 result = self._evaluate_unless_cut(stop) or {}
                 metrics.update({f"eval/{k}": v for k, v in result.items()})
                 final_eval = result if last and result else None
@@ -197,7 +199,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             self._recorded = self.step
             self.state.log_history.append({**metrics, "step": self.step, "epoch": self.state.epoch})
             self.callbacks("on_log", logs=metrics)
-            if (last and t.save_last) or (t.save_every and self.step % t.save_every == 0):
+            if control.should_save or (stopped and t.save_last):
                 self.save(final_eval if last else None)
             if last:  # the last step, or a callback asked to stop
                 break
@@ -215,6 +217,18 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 summary["failed"] = {"step": self._recorded, "error": f"{type(exc).__name__}: {exc}"}
                 run_folder.write_summary(self.run_dir, summary)
             raise
+
+    def _step_end(self, metrics: dict[str, float]):
+        """The callbacks' ``on_step_end``, with ``control.should_evaluate`` / ``should_save`` first set when
+        train.eval_every / train.save_every (or the last step) asks, as transformers' DefaultFlowCallback sets
+        them before the user's callbacks: what they leave there is what the step does."""
+        t, c = self.cfg.train, self.callbacks.control
+        finished = self._finished()
+        c.should_evaluate = c.should_evaluate or finished or bool(t.eval_every and self.step % t.eval_every == 0)
+        c.should_save = (
+            c.should_save or (finished and t.save_last) or bool(t.save_every and self.step % t.save_every == 0)
+        )
+        return self.callbacks("on_step_end", metrics=metrics)
 
     def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:
         """A stopped run keeps what it trained (a checkpoint, no final evaluation) and says which signal

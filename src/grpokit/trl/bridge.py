@@ -12,6 +12,7 @@ step's sampling metrics ride on its first update, as TRL logs them), then TRL's 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import defaultdict
@@ -20,10 +21,14 @@ from typing import Any, Callable
 
 from transformers import TrainerState
 
+from grpokit.config.sections import ConfigError
 from grpokit.train.callbacks import Callbacks
 
 from .best import update_best
+from .default_callbacks import RESETS, DefaultFlowCallback, TrlControl
 from .reward_stats import trl_reward_metrics
+
+log = logging.getLogger("grpokit.trl")
 
 TRL_EVENTS = (
     "on_init_end",
@@ -111,7 +116,17 @@ class StepBridge:
             train_batch_size=args.per_device_train_batch_size,
             num_train_epochs=args.num_train_epochs,
         )
-        self.user = Callbacks(callbacks, args, self.state, events=TRL_EVENTS, **objects)
+        self.user = Callbacks(
+            callbacks, args, self.state, events=TRL_EVENTS, control=TrlControl(), resets=RESETS, **objects
+        )
+        for cb in self.user.callbacks:  # DefaultFlowCallback's should_save: grpokit's schedule, at a round's end
+            if isinstance(cb, DefaultFlowCallback):
+                cb.save_due = self._save_due
+        self.round_save = False  # grpokit's loop checkpoints after the round this TRL step ends (on_step_end)
+        self.save_asked: int | None = None  # the TRL step whose should_save waits for the round's end
+        self.save_moved_warned = False
+        self.last_logged = 0  # transformers' _globalstep_last_logged
+        self.save_last = True  # train.save_last: the run's last TRL step is checkpointed (set by the trainer)
         self.evaluate, self.save_link = evaluate, save_link
         self.sampled: dict[str, list[float]] = {}  # this round's num_tokens / terminated lengths (add_sampled)
         self.pending: dict[str, list[float]] = defaultdict(list)  # TRL's _metrics["train"] (cleared, never replaced)
@@ -228,11 +243,33 @@ class StepBridge:
             self.sampled_round({})
         rest = {k: v for k, v in (metrics or {}).items() if k not in self.round_keys}  # timings, the update ...
         if self.open is not None:
+            self.round_save = control.should_save  # grpokit's schedule (train.save_every, the last step)
             self._end_step(rest, control)
+            self.round_save = False
         else:  # the round's sampling metrics too, unless one of its steps took them
             self._accumulate({**rest, **(self.round or {})})
             self.round = {}
+        control.should_save = self._take_save()
         return control
+
+    def _save_due(self) -> bool:
+        """grpokit's checkpoint schedule at this TRL step: the round's end when train.save_every falls there, and
+        the run's last step."""
+        return self.round_save or (self.state.global_step >= self.state.max_steps and self.save_last)
+
+    def _take_save(self) -> bool:
+        """At a round's end: whether grpokit's loop checkpoints now, as the callbacks' should_save asked at one
+        of the round's TRL steps; a step before the round's last is saved here, with a warning (once)."""
+        asked, self.save_asked = self.save_asked, None
+        if asked is not None and asked != self.state.global_step and not self.save_moved_warned:
+            self.save_moved_warned = True
+            log.warning(
+                "control.should_save at TRL step %d is carried out at step %d: grpokit writes checkpoints between "
+                "sampling rounds (each round makes num_iterations x steps_per_generation TRL steps)",
+                asked,
+                self.state.global_step,
+            )
+        return asked is not None
 
     def _end_step(self, rest: dict[str, float], control) -> None:
         """The open TRL step ends: global_step advances, its entry (the round's sampling metrics on the round's
@@ -245,11 +282,13 @@ class StepBridge:
         first, self.round = self.round or {}, {}  # taken: the round's later steps log their update only
         self._accumulate(trl_step_metrics({**first, **rest}, update, True, seconds))
         self.user("on_step_end")
-        self._maybe_log_and_evaluate()
+        self._log_save_evaluate()
+        self._maybe_end_epoch()
         if self.user.control.should_training_stop or self.state.global_step >= self.state.max_steps:
             control.should_training_stop = True
 
     def on_save(self, args, state, control, checkpoint=None, **kw):
+        self.save_asked = None
         if checkpoint is not None:
             self.save_link(Path(checkpoint), self.state.global_step)
         self.user("on_save")
@@ -316,32 +355,47 @@ class StepBridge:
         window = self.pending.get("loss", [])
         return sum(window) / (len(window) + 1)
 
-    def _maybe_log_and_evaluate(self) -> None:
-        """transformers' DefaultFlowCallback: log and evaluate after a step, then, when the step ends an epoch
-        (or training, which ends the epoch loop), by the epoch strategies (the save is grpokit's train.save_every)."""
-        step, a = self.state.global_step, self.args
-        if (a.logging_strategy == "steps" and step % self.state.logging_steps == 0) or (
-            a.logging_first_step and step == 1
-        ):
+    def _log_save_evaluate(self) -> None:
+        """transformers' ``_maybe_log_save_evaluate``: what the callbacks' control asks after a TRL step (the
+        flow callback, DefaultFlowCallback, sets it by logging_steps, eval_steps ...): log, evaluate
+        (metric_for_best_model ranks it), and a checkpoint, written when the sampling round ends."""
+        c, step = self.user.control, self.state.global_step
+        if c.should_log and step > self.last_logged:
+            self.last_logged = step
             self._flush()
-        last = step >= self.state.max_steps  # transformers also evaluates the last step when it is not an eval step
-        if a.eval_strategy == "steps" and (step % self.state.eval_steps == 0 or last) and a.eval_delay <= step:
-            update_best(
-                self.state, a, self.evaluate()
-            )  # metric_for_best_model: only evaluations by eval_strategy count
-        if not (
-            last
-            or self.user.control.should_training_stop
-            or (self.steps_per_epoch and step % self.steps_per_epoch == 0)
-        ):
+        if c.should_evaluate:
+            update_best(self.state, self.args, self.evaluate())
+        if c.should_save and self.save_asked is None:
+            self.save_asked = step
+
+    def _maybe_end_epoch(self) -> None:
+        """transformers' epoch loop: it ends at the epoch's last step, at the run's last, when a callback asks to
+        stop, or (the run's last epoch only, see below) when one asks to stop the epoch; on_epoch_end, then
+        what the control asks."""
+        step, c = self.state.global_step, self.user.control
+        if c.should_epoch_stop:
+            self._stop_epoch()
+        last = step >= self.state.max_steps
+        if not (last or c.should_training_stop or (self.steps_per_epoch and step % self.steps_per_epoch == 0)):
             return
-        if self.in_epoch:  # transformers: the epoch loop ends (a callback's stop and the last step end it too)
+        if self.in_epoch:
             self.in_epoch = False
             self.user("on_epoch_end")
-        if a.logging_strategy == "epoch":
-            self._flush()
-        if a.eval_strategy == "epoch" and a.eval_delay <= self.state.epoch:
-            update_best(self.state, a, self.evaluate())
+            self._log_save_evaluate()
+
+    def _stop_epoch(self) -> None:
+        """control.should_epoch_stop: in the run's last epoch it ends the run, as transformers' epoch loop
+        ends there; an earlier epoch cannot be cut short (grpokit's prompt sampler serves the epoch's
+        remaining prompts next), so it is refused in one sentence."""
+        spe, step, total = self.steps_per_epoch, self.state.global_step, self.state.max_steps
+        if spe and (step - 1) // spe == (total - 1) // spe:
+            self.user.control.should_training_stop = True  # transformers: no epoch follows the last one
+            return
+        raise ConfigError(
+            f"control.should_epoch_stop=True at TRL step {step}: grpokit.trl cannot end an epoch before the run's "
+            "last one early (its prompt sampler would serve that epoch's remaining prompts next); set "
+            "should_training_stop to end the run"
+        )
 
     def _flush(self) -> None:
         if any(self.pending.values()):

@@ -47,7 +47,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
-from . import best, callback_states, memory, resumed_state
+from . import best, callback_states, default_callbacks, memory, resumed_state
 from .args.batch import steps_per_epoch
 from .args.checks import check_gated
 from .bridge import StepBridge
@@ -147,7 +147,8 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         cfg = self._run_config(train_rows, len(funcs))
         self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
         self._memory_tracker.start()  # from __init__: the "init" stage (memory.py), once the arguments are checked
-        self.cfg, self._reward_funcs, self._callbacks = cfg, funcs, list(callbacks or [])
+        self.cfg, self._reward_funcs = cfg, funcs
+        self._callbacks = default_callbacks.with_defaults(self.args, callbacks)  # transformers' list (flow, trackers)
         self._reward_classes = reward_processing_classes
         self.eval_dataset = eval_dataset
         # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
@@ -238,6 +239,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         callbacks = [self.bridge] + (
             [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
         )
+        self.cfg.record.sinks = self._kept_sinks()
         trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
@@ -269,12 +271,20 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             no_dropout(trainer.model)
         return trainer
 
+    def _kept_sinks(self) -> list[str]:
+        """record.sinks less the console and trackers whose default callback (ProgressCallback, TensorBoardCallback
+        ...) the script removed before the run was built: they are not opened."""
+        present = {default_callbacks.sink_of(cb) for cb in self._callbacks}
+        stands_for = {"console", *default_callbacks.TRACKERS}
+        return [s for s in self.cfg.record.sinks if s not in stands_for or s in present]
+
     def _new_bridge(self) -> StepBridge:
         """TRL's step counting (bridge.py): max_steps, the evaluation and checkpoint naming it calls,
         the steps of an epoch."""
         # TRL's max_steps: the mapping makes it the schedule's length, as transformers
         max_steps = self.cfg.optim.schedule_steps
         bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
+        bridge.save_last = self.cfg.train.save_last
         bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
         callback_states.at_init(bridge.state, bridge.user.callbacks)
         return bridge
@@ -292,6 +302,7 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
             trainer, self.bridge.state, self.args, self.accelerator.is_main_process
         )
         self.bridge.user.objects.update(trainer.callbacks.objects)  # model, processing_class, optimizer, lr_scheduler
+        self._feed_trackers(trainer.recorder)
         a = self.args  # transformers' loaders: the training one from the start, the eval one once evaluate() runs
         per_step = a.per_device_train_batch_size * (a.steps_per_generation or a.gradient_accumulation_steps)
         self.bridge.user.objects.update(
@@ -301,6 +312,25 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self.bridge.add_final = lambda metrics: memory.stop(self._memory_tracker, "train", metrics)
         # every entry goes through self.log, as transformers' loop calls it: a subclass's log sees each one
         self.bridge.emit = lambda logs, training=False: self.log(logs, self.bridge.start if training else None)
+
+    def _feed_trackers(self, recorder) -> None:
+        """Each tracker sink gets log_history's entries from its callback (default_callbacks.py), not grpokit's
+        per-round metrics."""
+        sinks = getattr(recorder, "sinks", [])  # rank 0's recorder; the others' have none
+        for cb in self.bridge.user.callbacks:
+            name = default_callbacks.sink_of(cb)
+            if name in default_callbacks.TRACKERS:
+                for i, sink in enumerate(sinks):
+                    if getattr(sink, "name", None) == name:
+                        cb.sink, sinks[i] = sink, default_callbacks.RoundsMuted(sink)
+
+    def _drop_sink(self, callback) -> None:
+        """A default callback removed once the run is built: the sink it stands for is closed and dropped."""
+        name = default_callbacks.sink_of(callback)
+        sinks = getattr(self._trainer.recorder, "sinks", []) if name and self._trainer is not None else []
+        for sink in [s for s in sinks if getattr(s, "name", None) == name]:
+            sinks.remove(sink)
+            sink.close()
 
     # -- what TRL scripts read from the trainer
     entropy_coef = property(entropy_coef_of, set_entropy_coef)

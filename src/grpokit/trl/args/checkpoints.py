@@ -32,7 +32,7 @@ def _saving(a: TrlArgs, ctx: dict) -> dict[str, Any]:
             "SIGTERM checkpoint even then, grpokit's loop only in a run that writes checkpoints",
         )
     limit = a.save_total_limit if a.save_total_limit and a.save_total_limit > 0 else None  # <= 0: all, as transformers
-    keep = limit or (ctx["steps"] // every + 1 if every else 1)
+    keep = limit or max(1, ctx["steps"])  # all: a callback's should_save may checkpoint any round, not only these
     # hub_strategy checkpoint / all_checkpoints: refused with push_to_hub (checks.GATES), inert without, as in TRL
     # TRL reuses output_dir run after run; grpokit's refusal of an occupied folder would break its scripts, and
     # deleting the earlier run would lose it (TRL keeps the checkpoints the new run does not overwrite): it moves

@@ -66,7 +66,8 @@ LOGGING = Rule(
         "trackio_static_space_id",
     ),
     ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
-    "report_to trackers join the console; log_completions writes samples.jsonl every logging_steps; project is "
+    "report_to trackers join the console, fed log_history's entries at TRL's steps (see Callbacks); "
+    "log_completions writes samples.jsonl every logging_steps; project is "
     "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); "
     "trackio_space_id, "
     "trackio_bucket_id and trackio_static_space_id are accepted when nothing reports to trackio "

@@ -156,7 +156,9 @@ class TrlMethods:
             self.bridge.user.callbacks.append(callback() if isinstance(callback, type) else callback)
 
     def pop_callback(self, callback: Any) -> Any:
-        """Remove and return the first callback that is ``callback`` or an instance of that class (None: none)."""
+        """Remove and return the first callback that is ``callback`` or an instance of that class (None: none),
+        transformers' defaults too (DefaultFlowCallback, TensorBoardCallback ..., PrinterCallback or
+        ProgressCallback: default_callbacks.py): what a removed one stands for stops with it."""
         found = None
         for where in ([self.bridge.user.callbacks] if self.bridge is not None else []) + [self._callbacks]:
             match = next(
@@ -170,6 +172,8 @@ class TrlMethods:
             if match is not None:
                 where.remove(match)
                 found = found or match
+        if found is not None:
+            self._drop_sink(found)  # the tracker or console it stood for, once the run is built
         return found
 
     def remove_callback(self, callback: Any) -> None:
