@@ -72,9 +72,15 @@ def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, 
         "run_eval",
         lambda args: {
             "model": "m",
+            "task": "arithmetic",
+            "dataset": None,
+            "split": None,
+            "reward": "task",
             "prompts": 2,
             "samples_per_prompt": 2,
             "temperature": 1.0,
+            "top_p": 1.0,
+            "max_new_tokens": 16,
             "pass@1": 0.5,
             "maj@1": 0.5,
             "mean@1": 0.5,
@@ -83,6 +89,7 @@ def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, 
     assert eval_cli.main(["--out", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "pass@k" in out and "{" not in out  # the table, no JSON mixed in
+    assert "m on task arithmetic (its held-out rows), graded by task: 2 prompts x 2 samples, temperature 1.0" in out
     assert json.loads((tmp_path / "r.json").read_text())["pass@1"] == 0.5
     assert eval_cli.main(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["maj@1"] == 0.5  # stdout is exactly the JSON

@@ -1,14 +1,17 @@
 """``grpokit eval``: pass@k, maj@k and mean@k of a model or checkpoint on a dataset.
 
 For every prompt, n completions are sampled (``--samples``, default the largest k) and graded by
-the first reward function: a completion is correct when it earns that function's full reward
-(>= 1 - 1e-6). maj@k votes over the extracted answers (the text inside <answer> tags, else a
-\\boxed{...}, else the stripped completion). The estimators are in ``grpokit.record.passk``.
+one function: ``--reward`` when given, else the task's verifier, else the run's first reward
+function. A completion is correct when it earns that function's full reward (>= 1 - 1e-6). maj@k
+votes over the extracted answers (the text inside <answer> tags, else a \\boxed{...}, else the
+stripped completion). The estimators are in ``grpokit.record.passk``.
 
 ``--model`` takes a model folder or hub id, a run folder (its latest checkpoint), a checkpoint folder,
 or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
-model its adapter_config.json names and merged; a merged checkpoint is a plain model folder. The
-table goes to stdout; the JSON goes to ``--out FILE`` or, with ``--json``, to stdout instead.
+model its adapter_config.json names and merged; a merged checkpoint is a plain model folder. A run's
+checkpoint is evaluated as trained: its task or data, chat settings, grader and sampling settings
+are the defaults, each flag overriding one (``eval_settings``). The table goes to stdout; the JSON goes
+to ``--out FILE`` or, with ``--json``, to stdout instead; both name what was evaluated and how.
 """
 
 from __future__ import annotations
@@ -21,18 +24,18 @@ from pathlib import Path
 
 import torch
 
-from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows, to_prompts
 from grpokit.record.passk import summarize
-from grpokit.rewards.inputs import reward_inputs
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rewards.runner import RewardRunner
-from grpokit.rewards.spec import RewardSpec, resolve_reward
-from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.rewards.spec import RewardSpec
+from grpokit.rollout.hf import generate
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
-from grpokit.validation import validate
+
+from .eval_settings import Target, check_flags, eval_config, grader, run_of
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -57,22 +60,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "or its model/ folder (LoRA adapters included), or demo",
     )
     p.add_argument(
-        "--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)"
+        "--task",
+        help="built-in task giving prompts, answers and verifier (default: the run's, else arithmetic; "
+        "empty: use --dataset)",
     )
-    p.add_argument("--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (with --reward)")
-    p.add_argument("--split", default="test")
+    p.add_argument(
+        "--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (default: the run's)"
+    )
+    p.add_argument("--split", help="the hub dataset's split (default: the run's, else test)")
     p.add_argument(
         "--reward",
         action="append",
         default=[],
-        help="reward function (built-in name or module:function); the first grades",
+        help="the function that grades (built-in name or module:function), on a task's prompts too "
+        "(default: the task's verifier, else the run's first reward function)",
     )
     p.add_argument("--k", default="1,4,8", help="comma-separated k values")
     p.add_argument("--samples", type=int, default=0, help="completions per prompt (default: the largest k)")
     p.add_argument("--limit", type=int, default=200, help="evaluate at most this many prompts (0 = all)")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, help="(default: the run's rollout.max_new_tokens, else 16)")
+    p.add_argument("--temperature", type=float, help="0 = greedy (default: the run's, else 1.0)")
+    p.add_argument("--top-p", type=float, help="(default: the run's, else 1.0 = off)")
+    p.add_argument("--top-k", type=int, help="(default: the run's, else 0 = off)")
+    p.add_argument("--min-p", type=float, help="(default: the run's, else 0 = off)")
+    p.add_argument("--repetition-penalty", type=float, help="(default: the run's, else 1.0 = off)")
+    p.add_argument("--stop", action="append", help="a text that ends a completion, repeatable (default: the run's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON to this file")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of the table")
@@ -80,28 +92,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "overrides",
         nargs="*",
         metavar="section.field=value",
-        help="data/model config overrides (e.g. data.prompt_column=question)",
+        help="overrides of the fields eval reads: data columns and chat settings, env.*, model loading, "
+        "reward.params (e.g. data.prompt_column=question)",
     )
     return p.parse_intermixed_args(argv)
 
 
 def run_eval(args: argparse.Namespace) -> dict:
     """``grpokit eval``: sample ``--samples`` completions of each held-out prompt and report pass@k."""
+    check_flags(args)
     ks, n = _ks_and_samples(args)
     _check_out(args.out)
-    cfg, adapter = _eval_config(args)
+    model_dir, adapter = resolve_model(args.model)
+    cfg, sampling, target = eval_config(args, model_dir, run_of(adapter or model_dir))
     torch.manual_seed(args.seed)
     quiet_transformers()
     device = resolve_device(cfg.model)
     model, tokenizer = load_eval_model(cfg.model, adapter, device)
-    rows, fns = _rows_and_rewards(cfg, args)
+    rows = _rows(cfg, target)
     rows = rows[: args.limit] if args.limit else rows
-    from grpokit.train import episode_setup, run_data
+    fn = grader(cfg, explicit=bool(args.reward))
+    from grpokit.train import build, episode_setup, run_data
 
     # tools: episodes, else one turn
     episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
     prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     gen = torch.Generator(device=device).manual_seed(args.seed)
 
     def sample(ctx, G, p, images=None, **kw):
@@ -117,19 +132,26 @@ def run_eval(args: argparse.Namespace) -> dict:
             decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
         )
 
-    answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n)
+    params = build.sampling_params(sampling)
+    answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n, cfg.reward.convention)
     return {
         "model": args.model,
+        **dataclasses.asdict(target),
         "prompts": len(prompts),
         "samples_per_prompt": n,
-        "temperature": args.temperature,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_new_tokens": sampling.max_new_tokens,
         **summarize(answers, correct, ks),
     }
 
 
 def _ks_and_samples(args: argparse.Namespace) -> tuple[list[int], int]:
     """The k of pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k)."""
-    ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+    try:
+        ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+    except ValueError:
+        ks = []
     if not ks or ks[0] < 1:
         raise ConfigError(f"--k {args.k!r} must list positive integers, e.g. 1,4,8")
     n = args.samples or ks[-1]
@@ -153,46 +175,28 @@ def _check_out(out: str | None) -> None:
         )
 
 
-def _eval_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
-    """The validated config of the evaluation (model, task or dataset, overrides) and the LoRA adapter
-    folder to merge, if any."""
-    cfg = apply_overrides(Config(), args.overrides)
-    model_dir, adapter = resolve_model(args.model)
-    cfg.model.name_or_path = model_dir
-    cfg.data.task, cfg.data.dataset = (args.task, "") if not args.dataset else ("", args.dataset)
-    validate(cfg)
-    from grpokit.train import run_data
+def _rows(cfg: Config, target: Target) -> list[dict]:
+    """The rows evaluated: the dataset's (its split), else the task's held-out rows."""
+    if target.dataset:
+        return load_rows(target.dataset, target.split or "test", cfg.data)
+    from grpokit.data.tasks import get_task
 
-    run_data.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
-    return cfg, adapter
+    return get_task(cfg.data.task, cfg.data.task_params).held_out_rows()
 
 
-def _rows_and_rewards(cfg: Config, args: argparse.Namespace) -> tuple[list[dict], list]:
-    """The held-out rows (the task's, or ``--dataset``'s split) and the reward functions that grade
-    them (the task's verifier first, then each ``--reward``)."""
-    if cfg.data.task:
-        from grpokit.data.tasks import get_task
-
-        task = get_task(cfg.data.task, cfg.data.task_params)
-        return task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
-    if not args.reward:
-        raise ConfigError("--dataset needs at least one --reward to grade completions")
-    return load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
-
-
-def _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n: int) -> tuple[list, list]:
+def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, convention: str) -> tuple[list, list]:
     """``n`` episodes of every prompt, 32 prompts at a time: each sample's extracted answer, and
-    whether the first reward function gave it full reward."""
-    specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
+    whether the grading function ``fn`` gave it full reward."""
+    specs = [RewardSpec(fn=fn, name=getattr(fn, "__name__", "grader"), weight=1.0)]
     answers, correct = [], []
     with RewardRunner(specs, num_workers=0) as runner:
         for s in range(0, len(prompts), 32):
             chunk = prompts[s : s + 32]
             ro = episodes.run(sample, chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-            completions, env_columns = reward_inputs(ro, texts)
+            completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], convention)
             columns = {**repeat_columns(chunk, n), **env_columns}
-            res = runner.score([p.text for p in chunk for _ in range(n)], completions, ro.completion_ids, n, columns)
+            res = runner.score(reward_prompts(chunk, n, convention), completions, ro.completion_ids, n, columns)
             if ro.episodes is not None:  # an episode's answer is in its last message
                 texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
             ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
@@ -246,6 +250,19 @@ def load_eval_model(mcfg, adapter: Path | None, device: torch.device):
     return model.eval(), tokenizer
 
 
+def describe(result: dict) -> str:
+    """The line under the table: what was evaluated, graded by what, sampled how."""
+    rows = (
+        f"task {result['task']} (its held-out rows)" if result["task"] and not result["dataset"] else result["dataset"]
+    )
+    split = f" split {result['split']}" if result.get("split") else ""
+    return (
+        f"{result['model']} on {rows}{split}, graded by {result['reward']}: {result['prompts']} prompts x "
+        f"{result['samples_per_prompt']} samples, temperature {result['temperature']}, top-p {result['top_p']}, "
+        f"up to {result['max_new_tokens']} new tokens"
+    )
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     result = run_eval(args)
@@ -258,16 +275,13 @@ def main(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(
-        title="grpokit eval",
-        caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, "
-        f"temperature {result['temperature']}",
-    )
+    table = Table(title="grpokit eval")
     for col in ("k", "pass@k", "maj@k", "mean@k"):
         table.add_column(col, justify="right")
     for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):
         table.add_row(str(k), *(f"{result[f'{m}@{k}']:.3f}" for m in ("pass", "maj", "mean")))
     Console().print(table)
+    print(describe(result))
     if args.out:
         print(f"results written to {args.out}")
     return 0

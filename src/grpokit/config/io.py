@@ -228,16 +228,16 @@ def sealed(text: str) -> str:
     return f"{SEAL}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n{text}"
 
 
-def unsealed(text: str, source: str) -> tuple[str, bool]:
+def unsealed(text: str, source: str, doing: str = "resuming") -> tuple[str, bool]:
     """The text after the checksum line, and whether it had one; ConfigError naming ``source`` when the
-    text does not match its checksum (torn, damaged, or edited by hand)."""
+    text does not match its checksum (torn, damaged, or edited by hand), to be restored before ``doing``."""
     if not text.startswith(SEAL):
         return text, False
     first, _, body = text.partition("\n")
     if hashlib.sha256(body.encode("utf-8")).hexdigest() != first[len(SEAL) :].strip():
         raise ConfigError(
             f"{source} does not match the sha256 on its first line, so it is torn or damaged (or was edited by "
-            "hand); restore it from a copy (to keep a deliberate edit, delete that first line) before resuming"
+            f"hand); restore it from a copy (to keep a deliberate edit, delete that first line) before {doing}"
         )
     return body, True
 

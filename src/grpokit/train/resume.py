@@ -164,18 +164,19 @@ def has_checkpoints(run_dir: Path) -> bool:
     return ckpts.is_dir() and any(p.is_dir() for p in ckpts.glob(f"{checkpoint.PREFIX}*"))
 
 
-def load_run_config(run_dir: Path) -> Config:
-    """The config a run in ``run_dir`` has now: its config.yaml with every change of its history applied."""
+def load_run_config(run_dir: Path, doing: str = "resuming") -> Config:
+    """The config a run in ``run_dir`` has now: its config.yaml with every change of its history applied.
+    ``doing`` ("resuming", "evaluating it") ends the sentence that refuses a torn file."""
     f = Path(run_dir) / CONFIG_FILE
     if not f.is_file():
         raise ConfigError(
             f"--resume {str(run_dir)!r} is not a run folder (no config.yaml); give the folder a run was started with"
         )
     try:
-        data = strict_yaml(_read_sealed(f), f"the run's {str(f)!r}")
+        data = strict_yaml(_read_sealed(f, doing), f"the run's {str(f)!r}")
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(
-            f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before resuming"
+            f"{str(f)!r} is torn or damaged ({type(e).__name__}); restore the run's config.yaml before {doing}"
         ) from None
     sections = [x.name for x in dataclasses.fields(Config)]
     missing = [s for s in sections if not isinstance(data, dict) or s not in data]
@@ -183,22 +184,22 @@ def load_run_config(run_dir: Path) -> Config:
         what = "empty" if not data else f"missing the section(s) {', '.join(missing)}"
         raise ConfigError(
             f"{str(f)!r} is {what}, so it is torn or was emptied; restore the run's config.yaml "
-            "(resuming with defaults would silently train another config)"
+            f"({doing} with defaults would silently use another config)"
         )
     cfg = from_dict(data)
-    for entry in _history(run_dir):
+    for entry in _history(run_dir, doing):
         for dotted, change in (entry.get("changed") or {}).items():
-            _apply_change(cfg, run_dir / HISTORY_FILE, entry.get("step"), dotted, change)
+            _apply_change(cfg, run_dir / HISTORY_FILE, entry.get("step"), dotted, change, doing)
     return cfg
 
 
-def _apply_change(cfg: Config, f: Path, step: Any, dotted: str, change: Any) -> None:
+def _apply_change(cfg: Config, f: Path, step: Any, dotted: str, change: Any, doing: str = "resuming") -> None:
     """One change of config_history.yaml; a change without its new value (a torn entry that no
     checksum guards: an old file, or one whose checksum line was removed) is refused, not set to None."""
     if isinstance(change, dict) and "to" not in change:
         raise ConfigError(
             f"{str(f)!r} changes {dotted} at step {step} without its new value ('to:'), so the file is torn or "
-            "damaged; restore it from a copy, or give the entry its 'to:' value, before resuming"
+            f"damaged; restore it from a copy, or give the entry its 'to:' value, before {doing}"
         )
     try:
         set_field(cfg, dotted, change["to"] if isinstance(change, dict) else change)
@@ -306,18 +307,18 @@ def _step(folder: Path) -> int:
     return int(digits) if digits.isdigit() else -1
 
 
-def _history(run_dir: Path) -> list[dict]:
+def _history(run_dir: Path, doing: str = "resuming") -> list[dict]:
     f = Path(run_dir) / HISTORY_FILE
     if not f.is_file():
         return []
     try:
-        data = strict_yaml(_read_sealed(f), f"the run's {str(f)!r}") or []
+        data = strict_yaml(_read_sealed(f, doing), f"the run's {str(f)!r}") or []
     except (yaml.YAMLError, UnicodeDecodeError):
         data = None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
         raise ConfigError(
-            f"{str(f)!r} is torn or damaged (not a list of changes); restore it or remove it to resume with "
-            "config.yaml alone"
+            f"{str(f)!r} is torn or damaged (not a list of changes); restore it, or remove it to use config.yaml "
+            f"alone, before {doing}"
         )
     return data
 
@@ -325,10 +326,10 @@ def _history(run_dir: Path) -> list[dict]:
 _UNSEALED_SAID: set[str] = set()
 
 
-def _read_sealed(f: Path) -> str:
+def _read_sealed(f: Path, doing: str = "resuming") -> str:
     """The text of a run's config.yaml or config_history.yaml after its checksum line, verified
     (config.io.unsealed). One written before checksums is read as it is, and said so once."""
-    text, checked = unsealed(f.read_text(encoding="utf-8"), repr(str(f)))
+    text, checked = unsealed(f.read_text(encoding="utf-8"), repr(str(f)), doing)
     if not checked and str(f) not in _UNSEALED_SAID and os.environ.get("RANK", "0") == "0":
         _UNSEALED_SAID.add(str(f))
         print(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from grpokit.algo.tis import TIS_MODES, has_sampler_mismatch
 from grpokit.config.sections import Config, RolloutConfig
 from grpokit.rollout.cards import is_device_name
@@ -21,12 +23,7 @@ def check_rollout(cfg: Config) -> None:
         r.group_size >= 2 or a.scale == "none" and a.baseline == "group_mean",
         f"rollout.group_size={r.group_size} is too small for group-relative advantages; use at least 2",
     )
-    check(r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be at least 1")
-    check(r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0")
-    check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]")
-    check(r.top_k >= 0, f"rollout.top_k={r.top_k} must be >= 0 (0 = off)")
-    check(0 <= r.min_p < 1, f"rollout.min_p={r.min_p} must be in [0, 1)")
-    check(r.repetition_penalty > 0, f"rollout.repetition_penalty={r.repetition_penalty} must be > 0 (1.0 = off)")
+    check_sampling(r)
     one_of("rollout.backend", r.backend, ("hf", "vllm", "vllm_server"))
     check(r.tis_cap == 0 or r.tis_cap >= 1, f"rollout.tis_cap={r.tis_cap} must be 0 (off) or >= 1")
     one_of("rollout.tis_mode", r.tis_mode, TIS_MODES)
@@ -64,6 +61,27 @@ def check_rollout(cfg: Config) -> None:
         f"but rollout.backend={r.backend}; set it to 1 (a vLLM server takes `grpokit vllm-serve MODEL "
         "--tensor-parallel-size N`)",
     )
+
+
+def rollout_field(name: str, value: Any) -> str:
+    """How a rollout field is named in a sentence: ``rollout.temperature=0.0``."""
+    return f"rollout.{name}={value}"
+
+
+def check_sampling(r: RolloutConfig, said: Callable[[str, Any], str] = rollout_field, greedy: bool = False) -> None:
+    """The sampling settings: generation length, temperature, top-p, top-k, min-p and repetition penalty. Training
+    checks its rollout section with them, ``grpokit eval`` its flags (``said(name, value)`` names a setting as the
+    user gave it, ``--temperature -1.0``); ``greedy``: temperature 0, greedy decoding, is valid (evaluation may
+    decode greedily; training samples, and its importance ratios need a temperature above 0)."""
+    check(r.max_new_tokens >= 1, f"{said('max_new_tokens', r.max_new_tokens)} must be at least 1")
+    if greedy:
+        check(r.temperature >= 0, f"{said('temperature', r.temperature)} must be >= 0 (0 = greedy)")
+    else:
+        check(r.temperature > 0, f"{said('temperature', r.temperature)} must be > 0")
+    check(0 < r.top_p <= 1, f"{said('top_p', r.top_p)} must be in (0, 1]")
+    check(r.top_k >= 0, f"{said('top_k', r.top_k)} must be >= 0 (0 = off)")
+    check(0 <= r.min_p < 1, f"{said('min_p', r.min_p)} must be in [0, 1)")
+    check(r.repetition_penalty > 0, f"{said('repetition_penalty', r.repetition_penalty)} must be > 0 (1.0 = off)")
 
 
 def _unread_tis_settings(r: RolloutConfig) -> None:

@@ -1,0 +1,241 @@
+"""What ``grpokit eval`` evaluates, how it grades and how it samples, each flag checked.
+
+A run's checkpoint (``--model`` a run folder, one of its checkpoints or their model/ folder) is
+evaluated as it was trained: the run's config.yaml (with its config_history.yaml) gives the data
+section (task, dataset, prompt and answer columns, system prompt, chat template), the env section
+(tools, environment), the grader and the sampling settings. The rows are those of the run's held-out
+evaluation (data.eval_dataset, else the task's held-out set; a run on its own data without
+data.eval_dataset gets its training data, with a warning), and so is the grader: the task's
+verifier, else the first of reward.functions. A flag changes one of them: ``--task``, ``--dataset``,
+``--split``, ``--reward`` (which then grades, on a task's rows too), ``--temperature`` ... Without a
+run, the built-in arithmetic task and 16 new tokens at temperature 1.
+
+The model section is not the run's: the checkpoint is the model, and how to load it (model.dtype,
+model.device, model.trust_remote_code, model.attn_implementation) is eval's to choose. An override
+(``section.field=value``) of a field eval does not read is refused in one sentence, naming the flag
+that sets it where there is one (``rollout.temperature`` -> ``--temperature``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from grpokit.config.io import apply_overrides
+from grpokit.config.sections import Config, ConfigError, EnvConfig, RolloutConfig
+from grpokit.train.resume import CONFIG_FILE
+from grpokit.validation import validate
+from grpokit.validation.rollout import check_sampling
+
+# a rollout field and eval's flag that sets it
+SAMPLING_FLAGS = {
+    "max_new_tokens": "--max-new-tokens",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "top_k": "--top-k",
+    "min_p": "--min-p",
+    "repetition_penalty": "--repetition-penalty",
+    "stop": "--stop",
+}
+# fields eval sets by a flag of its own: an override of one is refused, naming the flag
+FLAG_OF = {
+    "model.name_or_path": "--model",
+    "data.task": "--task",
+    "data.dataset": "--dataset",
+    "data.eval_dataset": "--dataset",
+    "data.split": "--split",
+    "data.eval_split": "--split",
+    "data.eval_size": "--limit",
+    "reward.functions": "--reward",
+    "train.seed": "--seed",
+    **{f"rollout.{name}": flag for name, flag in SAMPLING_FLAGS.items()},
+}
+# the fields eval reads from overrides (and, but for the model's, from the run)
+READ = {
+    "model": ("dtype", "device", "trust_remote_code", "attn_implementation"),
+    "data": ("task_params", "prompt_column", "answer_column", "system_prompt", "chat_template", "chat_template_kwargs"),
+    "env": tuple(f.name for f in dataclasses.fields(EnvConfig)),
+    "reward": ("params", "convention"),
+}
+EVAL_DEFAULTS = {"max_new_tokens": 16}  # without a run: a short answer, the rest as training's defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What is evaluated, for the output: a task's held-out rows or a dataset's (split: None where a
+    local file or folder has none), and the grader's name ("task": the task's verifier)."""
+
+    task: str | None
+    dataset: str | None
+    split: str | None
+    reward: str
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """The counts and the choice of rows: one sentence for the first flag that is wrong."""
+    if args.limit < 0:
+        raise ConfigError(f"--limit {args.limit} must be >= 0 (0 = all prompts)")
+    if args.samples < 0:
+        raise ConfigError(f"--samples {args.samples} must be >= 1, or 0 for the largest k")
+    if args.task is not None and args.dataset:
+        raise ConfigError(
+            f"--task {args.task!r} and --dataset {args.dataset!r} both name the prompts to evaluate; give one"
+        )
+    if args.task == "" and not args.dataset:
+        raise ConfigError("--task '' evaluates --dataset instead of a task, but no --dataset is given; give one")
+    if len(args.reward) > 1:
+        raise ConfigError(
+            f"--reward is given {len(args.reward)} times ({', '.join(args.reward)}); one function grades, so give one"
+        )
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Refuse an override of a field eval does not read (after the usual checks of its name and value)."""
+    apply_overrides(Config(), overrides)  # unknown names, wrong types: the config's own sentences
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        section, field = (key.split(".") + [""])[:2]
+        if key in FLAG_OF or f"{section}.{field}" in FLAG_OF:
+            flag = FLAG_OF.get(key) or FLAG_OF[f"{section}.{field}"]
+            raise ConfigError(f"grpokit eval sets {section}.{field} with {flag}, not an override; give {flag} instead")
+        if field not in READ.get(section, ()):
+            reads = "; ".join(f"{s}.{{{', '.join(f for f in fs)}}}" for s, fs in READ.items() if s != "env")
+            raise ConfigError(
+                f"grpokit eval does not read {section}.{field} (it reads {reads}; env.*; and its own flags, see "
+                "grpokit eval --help); leave the override out"
+            )
+
+
+def run_of(model_dir: str | Path) -> Path | None:
+    """The run folder whose checkpoint ``model_dir`` is (``run/checkpoints/step-N`` or its model/), or None."""
+    for folder in Path(model_dir).parents[:2]:
+        if folder.name == "checkpoints" and (folder.parent / CONFIG_FILE).is_file():
+            return folder.parent
+    return None
+
+
+def eval_config(args: argparse.Namespace, model: str, run: Path | None) -> tuple[Config, RolloutConfig, Target]:
+    """The validated config of evaluating ``model`` (the run's data, env and reward sections, or the
+    defaults; flags, then overrides, on top), eval's sampling settings and what is evaluated."""
+    from grpokit.train.resume import load_run_config
+
+    check_overrides(args.overrides)
+    trained = load_run_config(run, doing="evaluating it") if run is not None else Config()
+    cfg = Config()
+    cfg.data, cfg.env, cfg.reward = trained.data, trained.env, trained.reward
+    source, split = _choose_rows(cfg, args, run)
+    _check_row_overrides(args.overrides, source)
+    if args.reward:  # the given function grades (on a task's rows too), with its reward.params if any
+        name = args.reward[0]
+        cfg.reward.functions, cfg.reward.weights = [name], []
+        cfg.reward.params = {name: cfg.reward.params[name]} if name in cfg.reward.params else {}
+    apply_overrides(cfg, args.overrides)
+    cfg.model.name_or_path = model
+    validate(cfg)
+    from grpokit.train import run_data
+
+    run_data.use_task_model(cfg)  # --task calculator --model demo: the task's own checkpoint
+    sampling = sampling_settings(args, trained.rollout if run is not None else None)
+    cfg.rollout = sampling  # overlong_penalty's window follows the generation length, as in training
+    task = run_data.task_of(cfg)
+    grader = "task" if task is not None and not args.reward else (cfg.reward.functions or [""])[0]
+    if grader == "task" and any(o.startswith("reward.params") for o in args.overrides):
+        raise ConfigError("reward.params is not read: the task's verifier grades; leave it out, or give --reward")
+    shown_split = split if source and not Path(source).expanduser().exists() else None
+    return cfg, sampling, Target(task=task.name if task else None, dataset=source, split=shown_split, reward=grader)
+
+
+def _choose_rows(cfg: Config, args: argparse.Namespace, run: Path | None) -> tuple[str | None, str]:
+    """Set cfg.data.task / cfg.data.dataset for the rows evaluated: (the dataset read, its split), or
+    (None, "") for a task's held-out rows. As training's held-out evaluation: data.eval_dataset, else
+    the task's held-out set; eval adds --task, --dataset and the run's own training data."""
+    d = cfg.data
+    if args.task is not None and args.task != d.task:
+        d.task_params = {}  # another task's parameters
+    if args.task:
+        d.task, d.dataset, d.eval_dataset = args.task, "", ""
+    source, split = None, args.split
+    if args.dataset:
+        d.task, d.dataset, source, split = "", args.dataset, args.dataset, args.split or "test"
+    elif args.task is None and d.eval_dataset:
+        d.task, d.dataset, source, split = "", d.eval_dataset, d.eval_dataset, args.split or d.eval_split
+    elif args.task is None and d.dataset:
+        source, split = d.dataset, args.split or d.split
+        print(
+            f"grpokit: warning: the run {run} has no held-out set (data.eval_dataset is empty), so its training data "
+            f"{source} is evaluated; give --dataset FILE to evaluate other rows",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif not d.task:
+        raise ConfigError(
+            f"the run {run} trained on data.domains, which grpokit eval does not evaluate as one; give --task NAME, "
+            "or --dataset FILE with --reward, for each domain"
+        )
+    if source is None and args.split is not None:
+        raise ConfigError(
+            f"--split {args.split!r} picks a split of --dataset, but the task {d.task!r} is evaluated on its own "
+            "held-out rows; leave --split out"
+        )
+    if args.split is not None and Path(source).expanduser().exists():
+        raise ConfigError(
+            f"--split {args.split!r} has no effect on {source}, a local file or folder, which is read whole; "
+            "leave --split out"
+        )
+    return source, split
+
+
+def _check_row_overrides(overrides: list[str], source: str | None) -> None:
+    """data.task_params is read for a task's rows only, the column names for a dataset's only."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if source is None and key.startswith(("data.prompt_column", "data.answer_column")):
+            raise ConfigError(f"{key} names a column of a dataset, but a task's rows are evaluated; leave it out")
+        if source is not None and key.startswith("data.task_params"):
+            raise ConfigError(f"{key} is a task's parameter, but the dataset {source} is evaluated; leave it out")
+
+
+def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -> RolloutConfig:
+    """The sampling settings: each flag given, else the run's (as trained), else eval's defaults;
+    checked with training's rules, except that temperature 0 (greedy) is valid."""
+    base = trained if trained is not None else RolloutConfig(**EVAL_DEFAULTS)
+    values = {name: getattr(base, name) for name in SAMPLING_FLAGS}
+    given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name) is not None}
+    r = RolloutConfig(**{**values, **given})
+
+    def said(name: str, value: Any) -> str:
+        if name in given:
+            return f"{SAMPLING_FLAGS[name]} {value}"
+        return f"the run's rollout.{name}={value}" if trained is not None else f"{SAMPLING_FLAGS[name]} {value}"
+
+    check_sampling(r, said, greedy=True)
+    if any(not s for s in r.stop):
+        raise ConfigError("--stop '' is empty, so every completion would stop at once; give the text that ends one")
+    return r
+
+
+def grader(cfg: Config, explicit: bool) -> Callable:
+    """The function that grades: the task's verifier (unless ``--reward`` was given), else the first of
+    reward.functions with its reward.params, as training's held-out evaluation grades."""
+    from grpokit.rewards.spec import RewardError, resolve_reward
+    from grpokit.train import run_data
+    from grpokit.train.reward_setup import check_reward_params, reward_params
+
+    task = run_data.task_of(cfg)
+    name = cfg.reward.functions[0] if cfg.reward.functions else "task"
+    if task is not None and (name == "task" or not explicit):
+        return task.reward_fn
+    if name == "task":
+        raise ConfigError(
+            f"--dataset {cfg.data.dataset} needs a --reward to grade its completions (a built-in name such as "
+            "math_accuracy, or module:function)"
+        )
+    try:
+        fn = resolve_reward(name, **reward_params(cfg, name))
+    except RewardError as e:
+        raise ConfigError(f"the grading function: {e}") from None
+    check_reward_params(name, fn, cfg.reward.params.get(name, {}))
+    return fn
