@@ -164,15 +164,19 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         )
         overrides.samples(self)  # an override of stage 2 that cannot be honoured stops here
         self._args_seen = snapshot(self.args)
+        self._init_run_state()
+        attributes.init_trl_attributes(self, funcs)
+        attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
+        memory.stop(self._memory_tracker, "init")
+
+    def _init_run_state(self) -> None:
+        """What the run is before it is built: none yet, nothing started, no assigned reference or checkpoint."""
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
         self._started = self._init_ended = False  # train() began; on_init_end fired (once, a rebuilt run too)
         self._assigned_ref: list = []  # a ref_model assigned (assignable.py): a rebuilt run keeps it
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
-        attributes.init_trl_attributes(self, funcs)
-        attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
-        memory.stop(self._memory_tracker, "init")
 
     def _check_args(self) -> None:
         g = self._given
