@@ -34,6 +34,7 @@ from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
 from grpokit.validation import validate
 
+SPLIT_DEFAULT = "test"
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -60,7 +61,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--task", default="arithmetic", help="built-in task giving prompts, answers and reward (empty: use --dataset)"
     )
     p.add_argument("--dataset", default="", help="a .jsonl/.json/.parquet/.csv file or hub dataset (with --reward)")
-    p.add_argument("--split", default="test")
+    p.add_argument(
+        "--split",
+        default=SPLIT_DEFAULT,
+        help="split of a hub dataset or save_to_disk folder (a single file has none: leave the default)",
+    )
     p.add_argument(
         "--reward",
         action="append",
@@ -177,7 +182,9 @@ def _rows_and_rewards(cfg: Config, args: argparse.Namespace) -> tuple[list[dict]
         return task.held_out_rows(), [task.reward_fn] + [resolve_reward(r) for r in args.reward]
     if not args.reward:
         raise ConfigError("--dataset needs at least one --reward to grade completions")
-    return load_rows(args.dataset, args.split, cfg.data), [resolve_reward(r) for r in args.reward]
+    return load_rows(args.dataset, args.split, cfg.data, "--split", SPLIT_DEFAULT), [
+        resolve_reward(r) for r in args.reward
+    ]
 
 
 def _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n: int) -> tuple[list, list]:

@@ -4,7 +4,7 @@ the training and held-out rows, and the gold answers checked at load time.
 
 from __future__ import annotations
 
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config, ConfigError, DataConfig
 from grpokit.data.prompts import load_rows
 
 TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
@@ -60,10 +60,14 @@ def data_rows(
                 "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or "
                 "data.dataset=train.jsonl)"
             )
-        train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
+        train_rows = (
+            task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed)
+            if task
+            else load_rows(d.dataset, d.split, d, "data.split", DataConfig().split)
+        )
     if eval_rows is None:
         if d.eval_dataset:
-            eval_rows = load_rows(d.eval_dataset, d.eval_split, d)
+            eval_rows = load_rows(d.eval_dataset, d.eval_split, d, "data.eval_split", DataConfig().eval_split)
         else:
             eval_rows = task.held_out_rows(d.eval_size) if task else []
     return train_rows, eval_rows[: d.eval_size]
