@@ -194,6 +194,19 @@ def test_a_domain_with_share_0_is_warned_about_once_when_it_is_only_evaluated(ti
     assert capsys.readouterr().out == ""  # a stage trains on it
 
 
+def test_a_domains_own_domain_column_is_refused(tiny_model_dir, tmp_path):
+    from grpokit.train.domain_setup import domain_rows
+
+    cfg = domain_cfg(tiny_model_dir, tmp_path)
+    (tmp_path / "own.jsonl").write_text(json.dumps({"prompt": "ab", "answer": "a", "domain": "x"}) + "\n")
+    with pytest.raises(ConfigError) as e:
+        domain_rows(cfg)
+    assert str(e.value) == (
+        "data.domains.own: its data has a column 'domain', which grpokit sets to the domain's name and so would "
+        "replace; rename that column"
+    )
+
+
 @pytest.mark.parametrize(
     "setting, message",
     [

@@ -3,7 +3,9 @@
 For every prompt, n completions are sampled (``--samples``, default the largest k) and graded by
 the first reward function: a completion is correct when it earns that function's full reward
 (>= 1 - 1e-6). maj@k votes over the extracted answers (the text inside <answer> tags, else a
-\\boxed{...}, else the stripped completion). The estimators are in ``grpokit.record.passk``.
+\\boxed{...}, else the stripped completion). The estimators are in ``grpokit.record.passk``. A prompt
+the function cannot grade on some sample (it answers None: math_accuracy for a gold that does not
+parse) is left out of every estimate, not counted wrong; ``ungraded`` says how many.
 
 ``--model`` takes a model folder or hub id, a run folder (its latest checkpoint), a checkpoint folder,
 or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -123,12 +126,19 @@ def run_eval(args: argparse.Namespace) -> dict:
         )
 
     answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n)
+    graded = [i for i, c in enumerate(correct) if None not in c]  # None: the first function could not grade it
+    if not graded:
+        raise ConfigError(
+            f"the first reward function graded none of the {len(prompts)} prompts (it answered None for each, "
+            "e.g. math_accuracy for gold answers that do not parse); check the answer column and --reward"
+        )
     return {
         "model": args.model,
         "prompts": len(prompts),
+        "ungraded": len(prompts) - len(graded),
         "samples_per_prompt": n,
         "temperature": args.temperature,
-        **summarize(answers, correct, ks),
+        **summarize([answers[i] for i in graded], [correct[i] for i in graded], ks),
     }
 
 
@@ -189,7 +199,7 @@ def _rows_and_rewards(cfg: Config, args: argparse.Namespace) -> tuple[list[dict]
 
 def _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n: int) -> tuple[list, list]:
     """``n`` episodes of every prompt, 32 prompts at a time: each sample's extracted answer, and
-    whether the first reward function gave it full reward."""
+    whether the first reward function gave it full reward (None where it answered None: ungraded)."""
     specs = [RewardSpec(fn=f, name=f"r{i}_{getattr(f, '__name__', 'reward')}", weight=1.0) for i, f in enumerate(fns)]
     answers, correct = [], []
     with RewardRunner(specs, num_workers=0) as runner:
@@ -202,7 +212,8 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, fns, params, n: int)
             res = runner.score([p.text for p in chunk for _ in range(n)], completions, ro.completion_ids, n, columns)
             if ro.episodes is not None:  # an episode's answer is in its last message
                 texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
-            ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
+            first = res.rewards_NF[:, 0]
+            ok = [None if math.isnan(r) else r >= 1 - 1e-6 for r in first.tolist()]  # None: ungraded
             for i in range(len(chunk)):
                 answers.append([extract_answer(t) for t in texts[i * n : (i + 1) * n]])
                 correct.append(ok[i * n : (i + 1) * n])
@@ -268,7 +279,8 @@ def main(argv: list[str]) -> int:
     table = Table(
         title="grpokit eval",
         caption=f"{result['model']}: {result['prompts']} prompts x {result['samples_per_prompt']} samples, "
-        f"temperature {result['temperature']}",
+        f"temperature {result['temperature']}"
+        + (f"; {result['ungraded']} ungraded prompts left out" if result.get("ungraded") else ""),
     )
     for col in ("k", "pass@k", "maj@k", "mean@k"):
         table.add_column(col, justify="right")

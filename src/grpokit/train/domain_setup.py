@@ -111,6 +111,12 @@ def domain_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
             sub = domain_config(cfg, d)
             rows, eval_rows = run_data.data_rows(sub, None, None)
             run_data.check_gold_answers(sub, rows)
+            run_data.check_gold_answers(sub, eval_rows, held_out=True)
+        if any(COLUMN in r for r in rows[:1] + eval_rows[:1]):  # loaded rows: the first has every column
+            raise ConfigError(
+                f"data.domains.{d.name}: its data has a column {COLUMN!r}, which grpokit sets to the domain's name "
+                f"and so would replace; rename that column"
+            )
         train += [{**r, COLUMN: d.name} for r in rows]
         held_out += [{**r, COLUMN: d.name} for r in eval_rows]
     return train, held_out

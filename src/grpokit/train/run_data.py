@@ -73,17 +73,22 @@ def data_rows(
     return train_rows, eval_rows[: d.eval_size]
 
 
-def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
-    """With math_accuracy, parse every gold answer at load time: a gold that does not parse is
-    reported (math_accuracy skips it), never silently scored."""
-    if "math_accuracy" not in cfg.reward.functions:
+def check_gold_answers(cfg: Config, rows: list[dict], held_out: bool = False) -> None:
+    """With math_accuracy, parse every gold answer at load time, training and held-out (``held_out``)
+    alike: a gold that does not parse is reported (math_accuracy answers None for it: training skips
+    it, held-out accuracy leaves its prompt out and counts it as ``ungraded``), never silently scored;
+    a set with no gold that parses is refused."""
+    if "math_accuracy" not in cfg.reward.functions or not rows:
         return
     from grpokit.rewards.math import validate_gold_answers  # lazy: sympy only for math_accuracy runs
 
     report = validate_gold_answers([r.get("answer") for r in rows])
+    which = "held-out " if held_out else ""
     if report.num_valid == 0:
         raise ConfigError(
-            f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column"
+            f"math_accuracy: none of the {len(rows)} {which}gold answers parses ({report.message()}); "
+            "check data.answer_column" + (" and data.eval_dataset" if held_out else "")
         )
     if report.invalid:
-        print(f"grpokit: warning: {report.message()}", flush=True)
+        where = "held-out data: " if held_out else ""
+        print(f"grpokit: warning: {where}{report.message()}", flush=True)
