@@ -44,6 +44,41 @@ def test_eval_matches_hand_computed_values(monkeypatch, tmp_path, capsys):
     assert "pass@k" in capsys.readouterr().out
 
 
+def test_eval_reads_the_split_asked_for_and_leaves_ungraded_prompts_out(monkeypatch, tmp_path, capsys):
+    """--dataset FOLDER --split test reads the test rows (before: the train rows, whatever the split), and a
+    prompt whose gold does not parse (math_accuracy answers None) is left out, not scored wrong."""
+    import datasets
+
+    datasets.DatasetDict(
+        train=datasets.Dataset.from_list([{"prompt": "0+1=", "answer": "1"}]),
+        test=datasets.Dataset.from_list(
+            [{"prompt": p, "answer": a} for p, a in (("2+3=", "5"), ("9+9=", "???"), ("3+4=", "7"))]
+        ),
+    ).save_to_disk(str(tmp_path / "dd"))
+    script = [["5", "6"], ["5", "5"], ["7", "7"]]  # per test prompt, its two samples' answers
+    seen = []
+
+    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+        from grpokit.config import ModelConfig
+        from grpokit.train.models import load_tokenizer
+
+        tok = load_tokenizer(ModelConfig())
+        seen.extend(tok.decode(p) for p in prompt_ids)
+        texts = [f"<answer>{a}</answer>" for p in range(len(prompt_ids)) for a in script[p]]
+        ids = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
+        return Rollout(prompt_ids, ids, [[0.0] * len(i) for i in ids], ["eos"] * len(ids), n)
+
+    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    argv = ["--task", "", "--dataset", str(tmp_path / "dd"), "--reward", "math_accuracy", "--k", "1", "--json"]
+    assert eval_cli.main([*argv, "--split", "test", "--samples", "2"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert seen == ["2+3=", "9+9=", "3+4="] and (res["prompts"], res["ungraded"]) == (3, 1)
+    # graded: 2+3= (1 of 2 right) and 3+4= (2 of 2): pass@1 = (0.5 + 1) / 2 = 0.75; before, 9+9= counted 0: 0.5
+    assert res["pass@1"] == pytest.approx(0.75)
+    with pytest.raises(eval_cli.ConfigError, match="--split='dev' is not a split of the saved dataset"):
+        eval_cli.main([*argv, "--split", "dev"])
+
+
 def test_eval_rejects_bad_k():
     from grpokit.config import ConfigError
 

@@ -86,3 +86,24 @@ def test_a_restored_mix_serves_what_the_original_does():
     b = make()
     b.load_state_dict(a.state_dict())
     assert [p.text for p in b.next_batch(7)] == [p.text for p in a.next_batch(7)]
+
+
+@pytest.mark.parametrize(
+    "name, value, shown",
+    [("curriculum_key", "level", "'level'"), ("curriculum_threshold", 0.5, "0.5"), ("curriculum_floor", 0.1, "0.1")],
+)
+def test_a_curriculum_setting_with_the_curriculum_off_is_refused(name, value, shown):
+    from grpokit.config import Config, ConfigError
+    from grpokit.validation import validate
+
+    cfg = Config()
+    setattr(cfg.data, name, value)
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    default = {"curriculum_key": "''", "curriculum_threshold": "1.0", "curriculum_floor": "0.05"}[name]
+    assert str(e.value) == (
+        f"data.{name}={shown} has no effect with data.curriculum=off; set data.curriculum=frontier, "
+        f"or leave it {default}"
+    )
+    cfg.data.curriculum = "frontier"
+    validate(cfg)  # read by the frontier sampler

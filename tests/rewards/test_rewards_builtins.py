@@ -101,6 +101,21 @@ def test_validate_gold_answers_reports_bad_golds():
     assert "2 of 4 gold answers do not parse" in report.message()
 
 
+def test_a_gold_that_parses_to_its_text_alone_is_no_gold():
+    """math-verify parses "???" to the string "???" and nothing else: only the same punctuation could match,
+    so every answer scored 0. It is now reported at load and answers None (not applicable), as "" does."""
+    from grpokit.rewards import validate_gold_answers
+    from grpokit.rewards.math import math_accuracy
+
+    report = validate_gold_answers(["???", "-", "x", "70"])
+    assert [(i, why) for i, _, why in report.invalid] == [
+        (0, "math-verify found no mathematical value in it"),
+        (1, "math-verify found no mathematical value in it"),
+    ]
+    answer = ["???", "70"]
+    assert math_accuracy(prompts=["p", "p"], completions=["<answer>70</answer>"] * 2, answer=answer) == [None, 1.0]
+
+
 @pytest.mark.parametrize("failure", ["machine", "fatal"])
 def test_validate_gold_answers_raises_when_a_gold_could_not_be_checked(monkeypatch, failure):
     """A gold no worker began (the machine's failure) or a broken math-verify is nobody's bad gold: calling

@@ -148,6 +148,30 @@ def test_too_many_failures_stop_the_run_with_a_clear_message():
             runner.score(**_batch(["a", "b", "c", "d"], group_size=2))
 
 
+_SEEN: list[set] = []
+
+
+def records_keywords(completions, **kwargs):
+    _SEEN.append({"completions", *kwargs})
+    return [0.0] * len(completions)
+
+
+def test_the_reserved_keywords_are_exactly_what_the_runner_passes_beside_the_columns():
+    """data/prompts.py refuses a column named like RESERVED_KEYWORDS; this pins the list to what a function
+    receives, so a keyword added to the runner or call_reward without listing it fails here."""
+    from grpokit.rewards import RewardRunner
+    from grpokit.rewards.spec import EPISODE_KEYWORDS, LOGGING_KEYWORDS, RESERVED_KEYWORDS, RUNNER_KEYWORDS
+
+    _SEEN.clear()
+    with RewardRunner([RewardSpec(records_keywords, "k")], num_workers=0) as runner:
+        runner.score(**_batch(["a", "b"], group_size=2), columns={"answer": ["x", "x"]})
+    assert _SEEN == [{"answer", *RUNNER_KEYWORDS, *LOGGING_KEYWORDS}]
+    assert set(RESERVED_KEYWORDS) == {*RUNNER_KEYWORDS, *LOGGING_KEYWORDS, *EPISODE_KEYWORDS}
+    with RewardRunner([RewardSpec(half, "h")], num_workers=0) as runner:  # columns from outside the loaders
+        with pytest.raises(ValueError, match="the column 'log_metric' has the name of a keyword grpokit passes"):
+            runner.score(**_batch(["a", "b"], group_size=2), columns={"log_metric": ["x", "x"]})
+
+
 def test_input_mistakes_get_one_sentence():
     from grpokit.rewards import RewardRunner
 

@@ -157,6 +157,11 @@ def test_rounds_resume_mid_stage_exactly(tiny_model_dir, tmp_path):
         (["data.dataset=x.jsonl"], "data.domains replaces data.dataset"),
         (["data.domains.calc.task=calculator"], "task 'calculator' needs the episode loop"),
         (["data.curriculum=easy"], "data.curriculum='easy' is not a curriculum; valid: off, frontier"),
+        (  # neither sampled nor evaluated: before, the run went on without a word
+            ["data.domains.own.share=0", "data.domains.own.eval_dataset="],
+            "data.domains.own.share=0 and no train.stages entry names it, and it has no held-out set, so it would be "
+            "neither trained on nor evaluated; give it a positive share, name it in a stage's domain, or remove it",
+        ),
         (  # an asynchronous sampler draws batch j before step j: a stage's sampling settings would come late
             ["rollout.async_staleness=1", "train.stages=[{steps: 2, lr: 0.001}, {steps: 2, temperature: 0.5}]"],
             "train.stages[1].temperature changes what is sampled, which the asynchronous sampler would apply late "
@@ -176,6 +181,30 @@ def test_bad_input_is_one_sentence(tiny_model_dir, tmp_path, overrides, message)
         apply_overrides(cfg, overrides)
         settle_config(cfg, own_rows=False)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_domain_with_share_0_is_warned_about_once_when_it_is_only_evaluated(tiny_model_dir, tmp_path, capsys):
+    settle_config(domain_cfg(tiny_model_dir, tmp_path, "data.domains.own.share=0"), own_rows=False)
+    assert capsys.readouterr().out == (
+        "grpokit: warning: data.domains.own has share 0 and no train.stages entry names it: it is evaluated on "
+        "its held-out set but never trained on\n"
+    )
+    named = ("data.domains.own.eval_dataset=", "train.stages=[{domain: own, steps: 1}, {steps: 1}]")
+    settle_config(domain_cfg(tiny_model_dir, tmp_path, "data.domains.own.share=0", *named), own_rows=False)
+    assert capsys.readouterr().out == ""  # a stage trains on it
+
+
+def test_a_domains_own_domain_column_is_refused(tiny_model_dir, tmp_path):
+    from grpokit.train.domain_setup import domain_rows
+
+    cfg = domain_cfg(tiny_model_dir, tmp_path)
+    (tmp_path / "own.jsonl").write_text(json.dumps({"prompt": "ab", "answer": "a", "domain": "x"}) + "\n")
+    with pytest.raises(ConfigError) as e:
+        domain_rows(cfg)
+    assert str(e.value) == (
+        "data.domains.own: its data has a column 'domain', which grpokit sets to the domain's name and so would "
+        "replace; rename that column"
+    )
 
 
 @pytest.mark.parametrize(

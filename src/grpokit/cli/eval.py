@@ -4,7 +4,9 @@ For every prompt, n completions are sampled (``--samples``, default the largest 
 one function: ``--reward`` when given, else the task's verifier, else the run's first reward
 function. A completion is correct when it earns that function's full reward (>= 1 - 1e-6). maj@k
 votes over the extracted answers (the text inside <answer> tags, else a \\boxed{...}, else the
-stripped completion). The estimators are in ``grpokit.record.passk``.
+stripped completion). The estimators are in ``grpokit.record.passk``. A prompt
+the function cannot grade on some sample (it answers None: math_accuracy for a gold that does not
+parse) is left out of every estimate, not counted wrong; ``ungraded`` says how many.
 
 ``--model`` takes a model folder or hub id, a run folder (its latest checkpoint), a checkpoint folder,
 or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -37,6 +40,7 @@ from grpokit.types import repeat_columns
 
 from .eval_settings import Target, check_flags, eval_config, grader, run_of
 
+SPLIT_DEFAULT = "test"
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -134,15 +138,22 @@ def run_eval(args: argparse.Namespace) -> dict:
 
     params = build.sampling_params(sampling)
     answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n, cfg.reward.convention)
+    graded = [i for i, c in enumerate(correct) if None not in c]  # None: the grader could not grade it
+    if not graded:
+        raise ConfigError(
+            f"the grading function graded none of the {len(prompts)} prompts (it answered None for each, "
+            "e.g. math_accuracy for gold answers that do not parse); check the answer column and --reward"
+        )
     return {
         "model": args.model,
         **dataclasses.asdict(target),
         "prompts": len(prompts),
+        "ungraded": len(prompts) - len(graded),
         "samples_per_prompt": n,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_new_tokens": sampling.max_new_tokens,
-        **summarize(answers, correct, ks),
+        **summarize([answers[i] for i in graded], [correct[i] for i in graded], ks),
     }
 
 
@@ -178,7 +189,7 @@ def _check_out(out: str | None) -> None:
 def _rows(cfg: Config, target: Target) -> list[dict]:
     """The rows evaluated: the dataset's (its split), else the task's held-out rows."""
     if target.dataset:
-        return load_rows(target.dataset, target.split or "test", cfg.data)
+        return load_rows(target.dataset, target.split or SPLIT_DEFAULT, cfg.data, "--split", SPLIT_DEFAULT)
     from grpokit.data.tasks import get_task
 
     return get_task(cfg.data.task, cfg.data.task_params).held_out_rows()
@@ -199,7 +210,8 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, 
             res = runner.score(reward_prompts(chunk, n, convention), completions, ro.completion_ids, n, columns)
             if ro.episodes is not None:  # an episode's answer is in its last message
                 texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
-            ok = (torch.nan_to_num(res.rewards_NF[:, 0], nan=0.0) >= 1 - 1e-6).tolist()
+            first = res.rewards_NF[:, 0]
+            ok = [None if math.isnan(r) else r >= 1 - 1e-6 for r in first.tolist()]  # None: ungraded
             for i in range(len(chunk)):
                 answers.append([extract_answer(t) for t in texts[i * n : (i + 1) * n]])
                 correct.append(ok[i * n : (i + 1) * n])
@@ -260,6 +272,7 @@ def describe(result: dict) -> str:
         f"{result['model']} on {rows}{split}, graded by {result['reward']}: {result['prompts']} prompts x "
         f"{result['samples_per_prompt']} samples, temperature {result['temperature']}, top-p {result['top_p']}, "
         f"up to {result['max_new_tokens']} new tokens"
+        + (f"; {result['ungraded']} ungraded prompts left out" if result.get("ungraded") else "")
     )
 
 

@@ -203,9 +203,11 @@ def _say_finished(summary: dict, run_dir: Path) -> None:
     """The finished run's held-out accuracy before and after, and where its files are."""
     before, after = summary.get("eval_before", {}), summary.get("eval_after", {})
     if "accuracy" in before and "accuracy" in after:
-        n = int(after.get("n", 0))
+        n, ungraded = int(after.get("n", 0)), int(after.get("ungraded", 0))
+        left_out = f"; {ungraded} ungraded, left out" if ungraded else ""
         say(
-            f"held-out accuracy ({n} prompts): before {before['accuracy']:.1%} -> after {after['accuracy']:.1%}",
+            f"held-out accuracy ({n - ungraded} prompts{left_out}): before {before['accuracy']:.1%} -> "
+            f"after {after['accuracy']:.1%}",
             flush=True,
         )
     say(f"grpokit: {summary.get('steps', 0)} steps; metrics, checkpoints and report in {run_dir}", flush=True)

@@ -119,24 +119,26 @@ class DataConfig:
     """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows,
     reward and held-out set)."""
     split: str = "train"
-    """Split of a hub dataset to train on."""
+    """Split to train on, of a hub dataset or a save_to_disk DatasetDict folder (one the folder lacks is refused); a
+    single file, image folder or saved Dataset has no splits, so only the default is accepted for it."""
     eval_dataset: str = ""
     """Held-out data for evaluation (file or hub name); empty: the built-in task's held-out split, or none with one's
     own data."""
     eval_split: str = "test"
-    """Split of a hub eval dataset."""
+    """Split of eval_dataset, as `split` is of dataset (a single file: only the default is accepted)."""
     prompt_column: str = "prompt"
     """Column holding the prompt text (or a list of chat messages)."""
     answer_column: str = "answer"
     """Column holding the gold answer; reward functions receive it as `answer` and under its own name (empty: none)."""
     system_prompt: str = ""
-    """System message prepended when a chat template is applied."""
+    """System message prepended when a chat template is applied; refused when a prompt would not go through one
+    (no template, chat_template=never, a plain-text prompt with conversational), where it would be dropped."""
     chat_template: str = "auto"
     """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to
     prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
     chat_template_kwargs: dict = field(default_factory=dict)
     """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's
-    chat_template_kwargs)."""
+    chat_template_kwargs); refused when no prompt goes through the template."""
     eval_size: int = 500
     """At most this many held-out prompts (data.eval_dataset's, or the task's) are evaluated before and after training
     (0 disables evaluation)."""

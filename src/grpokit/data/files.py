@@ -1,5 +1,12 @@
-"""Checks of a local data file before ``datasets`` reads it, so that a malformed file ends in one
-sentence naming the file, the line and what would be valid, not in a pyarrow traceback.
+"""Reading a local text data file (.jsonl, .json, .csv) into rows, after checks that make a malformed
+file end in one sentence naming the file, the line and what would be valid, not in a traceback.
+
+Values arrive as written, never re-typed: a CSV cell is the string in the file ("007", "NA", "" and
+"12345678901234567891" stay those strings; ``datasets``' pandas reader guessed types column by column,
+so one decimal made every answer a float and "NA" became None), and a JSON value is what JSON says (7 is
+an int, "007" a string, 1.5 a float; ``datasets``' pyarrow reader unified a column's types, turning 7
+into 7.0 beside a 1.5 and "007" into 7 beside an int). A row lacking a column gets None for it, as
+``datasets`` gives. Parquet carries its own column types and is read by ``datasets``.
 
 Text formats (.jsonl, .json, .csv) must be UTF-8 (a leading byte-order mark, which Windows editors
 write, is allowed: ``datasets`` reads past it too) and hold at least one row; every line of a
@@ -28,10 +35,46 @@ _OTHER_BOMS = (
 )
 
 
-def check_file(path: Path, source: str) -> None:
-    """Raise ConfigError (one sentence) when the text file at ``path`` cannot give rows."""
+def read_rows(path: Path, source: str) -> list[dict]:
+    """The rows of the text file at ``path`` (.jsonl, .json or .csv), values as written; ConfigError (one
+    sentence) when it cannot give rows."""
+    text = check_file(path, source)
+    if path.suffix == ".csv":
+        rows = list(csv.DictReader(io.StringIO(text)))
+    elif path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        rows = _json_rows(text, source)
+    return _rectangular(rows)
+
+
+def _json_rows(text: str, source: str) -> list[dict]:
+    try:
+        data = json.loads(text)
+    except ValueError:  # JSON lines in a .json file (checked by check_file)
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(data, list):
+        return data
+    lengths = {len(v) for v in data.values()}
+    if len(lengths) > 1:
+        raise ConfigError(
+            f"data file {source!r} is a mapping of columns of different lengths "
+            f"({', '.join(f'{k}: {len(v)}' for k, v in data.items())}); give every column one value per row"
+        )
+    return [dict(zip(data, values)) for values in zip(*data.values())]
+
+
+def _rectangular(rows: list[dict]) -> list[dict]:
+    """Every row with every column (in first-seen order): a column a row lacks is None there."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return [{k: r.get(k) for k in columns} for r in rows]
+
+
+def check_file(path: Path, source: str) -> str:
+    """The text of the file at ``path``; ConfigError (one sentence) when it cannot give rows. A binary
+    file (parquet) is left to its reader: ""."""
     if path.suffix not in TEXT_SUFFIXES:
-        return
+        return ""
     raw = path.read_bytes()
     raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte-order mark: read past (line 1 was "not valid JSON")
     try:
@@ -55,6 +98,7 @@ def check_file(path: Path, source: str) -> None:
         _check_csv(text, source)
     else:
         _check_json(text, source)
+    return text
 
 
 def _check_jsonl(text: str, source: str) -> None:

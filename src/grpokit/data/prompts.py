@@ -14,58 +14,87 @@ from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig
 from grpokit.data.vision import encode_prompt, has_images
+from grpokit.rewards.spec import RESERVED_KEYWORDS
 from grpokit.types import Prompt
 
-from .files import check_file
+from .files import read_rows
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-def load_rows(source: str, split: str, cfg: DataConfig) -> list[dict[str, Any]]:
-    """Rows of a file or hub dataset, the prompt column as ``prompt`` and the answer column as ``answer``
-    (and still under its own name, for reward functions that ask for it, e.g. ``solution``)."""
-    import datasets
+def load_rows(
+    source: str, split: str, cfg: DataConfig, split_field: str = "data.split", default_split: str = "train"
+) -> list[dict[str, Any]]:
+    """Rows of a file, folder or hub dataset, the prompt column as ``prompt`` and the answer column as
+    ``answer`` (and still under its own name, for reward functions that ask for it, e.g. ``solution``).
 
+    ``split`` is the split read, given as the setting ``split_field`` whose default is ``default_split``:
+    a hub dataset and a ``save_to_disk`` DatasetDict folder are read at that split (one the folder lacks
+    is refused, naming those it has); a single file, an image folder or a saved single Dataset has no
+    splits, so any split but the default is refused rather than ignored."""
     path = Path(source).expanduser()
     if path.is_dir():
-        return rename_columns(_folder_rows(path, source), cfg, source)
+        return rename_columns(_folder_rows(path, source, split, split_field, default_split), cfg, source)
     if path.suffix in FILE_BUILDERS or path.exists():
         if not path.exists():
             raise ConfigError(f"data file {source!r} does not exist; give an existing .jsonl/.json/.parquet/.csv file")
-        builder = FILE_BUILDERS.get(path.suffix)
-        if builder is None:
+        if path.suffix not in FILE_BUILDERS:
             raise ConfigError(f"data file {source!r} has an unsupported type; use one of {', '.join(FILE_BUILDERS)}")
-        check_file(path, source)  # encoding, emptiness, ragged rows: one sentence naming the line
-        try:
-            return rename_columns(
-                [dict(r) for r in datasets.load_dataset(builder, data_files=str(path), split="train")], cfg, source
-            )
-        except ConfigError:
-            raise
-        except Exception as e:  # what the checks above cannot see (a damaged parquet, mixed column types)
-            raise ConfigError(
-                f"data file {source!r} could not be read as {builder} ({type(e).__name__}: {_short(e)})"
-            ) from None
-    else:
-        try:
-            ds = datasets.load_dataset(source, split=split)
-        except Exception as e:  # network, unknown name, unknown split: one sentence for the user
-            raise ConfigError(
-                f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})"
-            ) from None
+        _no_split(split, split_field, default_split, f"{source!r} is a single file")
+        return rename_columns(_file_rows(path, source), cfg, source)
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(source, split=split)
+    except Exception as e:  # network, unknown name, unknown split: one sentence for the user
+        raise ConfigError(
+            f"could not load dataset {source!r} split {split!r} from the hub ({type(e).__name__}: {e})"
+        ) from None
     return rename_columns([dict(r) for r in ds], cfg, source)
 
 
-def _folder_rows(path: Path, source: str) -> list[dict[str, Any]]:
-    """A local folder: a dataset saved with ``save_to_disk``, or an image folder whose
-    ``metadata.jsonl`` / ``metadata.csv`` names each image (``file_name``) and its prompt and answer
-    columns (datasets' ``imagefolder``: the images arrive in an ``image`` column)."""
+def _no_split(split: str, split_field: str, default_split: str, what: str) -> None:
+    """Refuse a split other than the default for a source without splits (it would be ignored)."""
+    if split != default_split:
+        raise ConfigError(
+            f"{split_field}={split!r} names a split, but {what} with no splits; leave {split_field} at "
+            f"{default_split!r} for it, or give a save_to_disk folder or hub dataset that has a {split!r} split"
+        )
+
+
+def _file_rows(path: Path, source: str) -> list[dict[str, Any]]:
+    """A local file's rows: text formats as written (data/files.py), parquet through ``datasets``."""
+    if path.suffix != ".parquet":
+        return read_rows(path, source)  # encoding, emptiness, ragged rows: one sentence naming the line
+    import datasets
+
+    try:
+        return [dict(r) for r in datasets.load_dataset("parquet", data_files=str(path), split="train")]
+    except Exception as e:  # a damaged parquet file
+        raise ConfigError(
+            f"data file {source!r} could not be read as parquet ({type(e).__name__}: {_short(e)})"
+        ) from None
+
+
+def _folder_rows(path: Path, source: str, split: str, split_field: str, default_split: str) -> list[dict[str, Any]]:
+    """A local folder: a dataset saved with ``save_to_disk`` (a DatasetDict at ``split``), or an image
+    folder whose ``metadata.jsonl`` / ``metadata.csv`` names each image (``file_name``) and its prompt and
+    answer columns (datasets' ``imagefolder``: the images arrive in an ``image`` column)."""
     import datasets
 
     if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
         ds = datasets.load_from_disk(str(path))
-        ds = ds["train"] if isinstance(ds, datasets.DatasetDict) else ds
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise ConfigError(
+                    f"{split_field}={split!r} is not a split of the saved dataset {source!r}; "
+                    f"its splits are: {', '.join(ds)}"
+                )
+            ds = ds[split]
+        else:
+            _no_split(split, split_field, default_split, f"{source!r} is a saved single Dataset")
     elif any((path / f).exists() for f in ("metadata.jsonl", "metadata.csv")):
+        _no_split(split, split_field, default_split, f"{source!r} is an image folder")
         ds = datasets.load_dataset("imagefolder", data_dir=str(path), split="train")
     else:
         raise ConfigError(
@@ -100,6 +129,14 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
             f"data.answer_column={cfg.answer_column!r} is not a column of {source!r}; "
             f"its columns are: {column_names(cols)} (set data.answer_column= to use none)"
         )
+    check_columns(cols, source)
+    for own, setting in (("prompt", "prompt_column"), ("answer", "answer_column")):
+        given = getattr(cfg, setting)
+        if given and given != own and own in cols:  # r[own] = r[given] below would replace the dataset's column
+            raise ConfigError(
+                f"{source!r} has a column {own!r} besides data.{setting}={given!r}, which grpokit passes on as "
+                f"{own!r} and so would replace it; rename the dataset's {own!r} column or set data.{setting}={own}"
+            )
     out = []
     for n, r in enumerate(rows, 1):
         r = dict(r)
@@ -117,6 +154,17 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
             r["answer"] = r[cfg.answer_column]
         out.append(r)
     return out
+
+
+def check_columns(columns, source: str) -> None:
+    """Refuse a column named like a keyword grpokit passes reward functions itself (rewards/spec.py
+    RESERVED_KEYWORDS): grpokit's value would replace the column's, and the function never see the data."""
+    clash = [c for c in columns if c in RESERVED_KEYWORDS]
+    if clash:
+        raise ConfigError(
+            f"{source!r} has a column named {clash[0]!r}, a keyword grpokit passes reward functions itself, so its "
+            f"values would never reach them; rename the column (reserved names: {', '.join(RESERVED_KEYWORDS)})"
+        )
 
 
 def _is_empty(prompt: Any) -> bool:
@@ -157,8 +205,10 @@ def to_prompts(
     """Prompts of the rows; rows with an ``image``/``images`` column go through the model's
     ``processor`` (data/vision.py), which must then be given. ``tools``: the tool schemas every
     prompt shows, or a function row -> schemas (named environments: each row its environment's tools)."""
+    check_columns(dict.fromkeys(k for r in rows for k in r), "the data")  # rows passed in, not loaded here
     if has_images(rows):
         return _vision_prompts(rows, processor, cfg, tools(rows[0]) if callable(tools) else tools)
+    check_template_settings([r["prompt"] for r in rows], tokenizer, cfg)
     prompts = []
     for n, r in enumerate(rows, 1):
         text = render_prompt(r["prompt"], tokenizer, cfg, tools(r) if callable(tools) else tools)
@@ -194,6 +244,29 @@ def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tool
             )
         )
     return out
+
+
+def check_template_settings(prompts: list, tokenizer, cfg: DataConfig) -> None:
+    """Refuse data.system_prompt when a prompt would not go through the chat template (it is added there
+    only), and data.chat_template_kwargs when none would: either would be dropped without a word."""
+    plain = [n for n, p in enumerate(prompts, 1) if not _templated(tokenizer, cfg, p)]
+    if cfg.system_prompt and plain:
+        name = "data.system_prompt"
+    elif cfg.chat_template_kwargs and plain and len(plain) == len(prompts):
+        name = "data.chat_template_kwargs"
+    else:
+        return
+    if cfg.chat_template == "never":
+        why, fix = "data.chat_template=never", "set data.chat_template=auto with a tokenizer that has a chat template"
+    elif cfg.chat_template == "conversational":
+        why = f"the prompt of row {plain[0]} is plain text, which data.chat_template=conversational sends as written"
+        fix = "give the prompts as chat messages or set data.chat_template=auto"
+    else:
+        why, fix = "the tokenizer has no chat template", "give a tokenizer (model) with a chat template"
+    raise ConfigError(
+        f"{name} is set but {why}, so it would never reach the model; {fix}, write it into the prompts, "
+        f"or leave {name} empty"
+    )
 
 
 def with_observation(prompt: Any, observation: str) -> Any:

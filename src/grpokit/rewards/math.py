@@ -108,9 +108,16 @@ def math_verify_version_problem() -> str:
     )
 
 
-def _parse_gold(gold: str) -> tuple[bool, str]:
+def _gold(gold: str) -> list:
+    """math-verify's parse of a gold answer, or [] when it holds no mathematical value: "???" or "-" parse
+    to their text alone, which no answer but the same punctuation could match, so such a gold is not one."""
     parsed = _parse(_as_math(gold), extraction_mode="first_match")
-    return (bool(parsed), "" if parsed else "math-verify found no answer in it")
+    return parsed if any(not isinstance(p, str) for p in parsed) else []
+
+
+def _parse_gold(gold: str) -> tuple[bool, str]:
+    parsed = _gold(gold)
+    return (bool(parsed), "" if parsed else "math-verify found no mathematical value in it")
 
 
 def warm_up() -> None:
@@ -144,7 +151,7 @@ def _verify_item(gold: str, prediction: str, prompt: str | None, allow_multiple:
 
 def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_multiple: bool = False) -> float | None:
     """1.0 / 0.0 for one completion; None when the gold does not parse. Runs in a pool worker."""
-    gold_parsed = _parse(_as_math(gold), extraction_mode="first_match")
+    gold_parsed = _gold(gold)
     if not gold_parsed:
         return None
     found = final_answer(prediction, prompt)

@@ -52,7 +52,7 @@ from .calls import COMPLETION_KINDS, MACHINE
 from .errors import ItemFailure
 from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
-from .spec import RewardError, RewardInfrastructureError, RewardSpec, call_reward
+from .spec import LOGGING_KEYWORDS, RUNNER_KEYWORDS, RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
 
@@ -374,6 +374,11 @@ class RewardRunner:
 def _check_batch(n: int, group_size: int, prompts: list, completion_ids: list, columns: dict[str, list]) -> None:
     if group_size < 1 or n % group_size:
         raise ValueError(f"group_size must divide the number of completions ({n}), got {group_size}.")
+    clash = [k for k in columns if k in RUNNER_KEYWORDS or k in LOGGING_KEYWORDS]
+    if clash:  # the runner's own value would replace the column's (rows are checked at load: data/prompts.py)
+        raise ValueError(
+            f"the column {clash[0]!r} has the name of a keyword grpokit passes reward functions itself; rename it"
+        )
     for what, seq in [("prompts", prompts), ("completion_ids", completion_ids), *columns.items()]:
         if len(seq) != n:
             raise ValueError(f"'{what}' has {len(seq)} entries but there are {n} completions; give one per completion.")

@@ -28,6 +28,15 @@ from .errors import RewardError, RewardInfrastructureError
 from .pool_worker import run_task
 
 RewardFn = Callable[..., Any]
+
+# The keywords grpokit itself passes reward functions; a dataset column of one of these names would be
+# replaced by grpokit's value, so it is refused where rows are read (data/prompts.py check_columns) and
+# where the runner merges columns with its own (RewardRunner.score). TRL raises on the same collision.
+RUNNER_KEYWORDS = ("prompts", "completions", "completion_ids", "group_size", "trainer_state")  # RewardRunner.score
+LOGGING_KEYWORDS = ("log_metric", "log_extra")  # call_reward, in the process that runs the function
+EPISODE_KEYWORDS = ("environments",)  # rewards/inputs.py: one environment per episode
+RESERVED_KEYWORDS = (*RUNNER_KEYWORDS, *LOGGING_KEYWORDS, *EPISODE_KEYWORDS)
+
 __all__ = ["BUILTINS", "RewardError", "RewardInfrastructureError", "RewardSpec", "call_reward", "resolve_reward"]
 
 

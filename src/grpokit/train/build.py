@@ -108,6 +108,7 @@ def build_inputs(
     else:
         train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
         run_data.check_gold_answers(cfg, train_rows)
+        run_data.check_gold_answers(cfg, eval_rows, held_out=True)  # after eval_size: the rows evaluated
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
     schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
     processor = load_processor(

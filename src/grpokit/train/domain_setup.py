@@ -51,8 +51,32 @@ def settle_domains(cfg: Config, own_rows: bool) -> Config:
                 f"data.domains.{d.name}: task {d.task!r} needs the episode loop or image prompts, which a domain "
                 "does not support yet; train it on its own (data.task)"
             )
+    _check_unsampled(cfg)
     cfg.data.task = ""
     return cfg
+
+
+def _check_unsampled(cfg: Config) -> None:
+    """A domain with share 0 is sampled only by a stage that names it: without one it is refused when it
+    has no held-out set (nothing would read it), and warned about once when it is only evaluated."""
+    named = set()
+    for spec in cfg.train.stages:
+        names = spec.get("domain") if isinstance(spec, dict) else None
+        named.update([names] if isinstance(names, str) else names or ())
+    for d in domains_of(cfg):
+        if d.share > 0 or d.name in named:
+            continue
+        if not (d.eval_size > 0 and (d.eval_dataset or (d.task and not d.dataset))):
+            raise ConfigError(
+                f"data.domains.{d.name}.share=0 and no train.stages entry names it, and it has no held-out set, so "
+                "it would be neither trained on nor evaluated; give it a positive share, name it in a stage's "
+                "domain, or remove it"
+            )
+        print(
+            f"grpokit: warning: data.domains.{d.name} has share 0 and no train.stages entry names it: it is "
+            "evaluated on its held-out set but never trained on",
+            flush=True,
+        )
 
 
 # the run's fields a domain's copy of the config carries its own values in (domain_config)
@@ -87,6 +111,12 @@ def domain_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
             sub = domain_config(cfg, d)
             rows, eval_rows = run_data.data_rows(sub, None, None)
             run_data.check_gold_answers(sub, rows)
+            run_data.check_gold_answers(sub, eval_rows, held_out=True)
+        if any(COLUMN in r for r in rows[:1] + eval_rows[:1]):  # loaded rows: the first has every column
+            raise ConfigError(
+                f"data.domains.{d.name}: its data has a column {COLUMN!r}, which grpokit sets to the domain's name "
+                f"and so would replace; rename that column"
+            )
         train += [{**r, COLUMN: d.name} for r in rows]
         held_out += [{**r, COLUMN: d.name} for r in eval_rows]
     return train, held_out

@@ -1,7 +1,10 @@
 """Held-out evaluation: greedy completions scored by the run's first reward function.
 
 ``accuracy`` is the fraction of prompts whose completion earns that function's full reward
-(>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. With tools
+(>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. A prompt the
+function cannot grade (it answers None: math_accuracy for a gold that does not parse, which the run
+reported when the data loaded) is left out of both, not counted wrong; ``ungraded`` says how many
+(``n`` counts every prompt). With none graded, accuracy and reward are NaN. With tools
 or an environment, every prompt is a greedy episode (the same loop as training), scored on its
 conversation, and ``tool_use_rate`` / ``turns_mean`` say how the episodes went. Prompts with a
 ``kind`` column (the shapes task's ``box`` / ``count`` questions) also get ``reward_<kind>``, the mean
@@ -61,7 +64,7 @@ def evaluate(
         turns += batch.turns
         say(
             f"grpokit: held-out evaluation: {len(texts)}/{len(prompts)} prompts, accuracy so far "
-            f"{sum(correct) / len(correct):.3f} ({time.perf_counter() - start:.0f}s)"
+            f"{_mean(correct):.3f} ({time.perf_counter() - start:.0f}s)"
         )
     if was_training:
         model.train()
@@ -86,11 +89,23 @@ def _hf_sampler(model, tokenizer, eos_token_ids: set[int]) -> Callable:
     return sample
 
 
+def _mean(values: list[float]) -> float:
+    """The mean of the graded values (NaN: ungraded, left out); NaN when none is graded."""
+    graded = [v for v in values if v == v]
+    return sum(graded) / len(graded) if graded else float("nan")
+
+
 def _summary(prompts, rewards, correct, lengths, tool_use, turns) -> dict[str, float]:
-    """Accuracy, mean reward, count and mean length; the mean reward of each ``kind``; tool use and
-    turns of episodes."""
+    """Accuracy and mean reward over the graded prompts, how many are ungraded, count and mean length;
+    the mean reward of each ``kind``; tool use and turns of episodes."""
     n = len(prompts)
-    out = {"accuracy": sum(correct) / n, "reward": sum(rewards) / n, "n": float(n), "mean_length": sum(lengths) / n}
+    out = {
+        "accuracy": _mean(correct),
+        "reward": _mean(rewards),
+        "n": float(n),
+        "ungraded": float(sum(r != r for r in rewards)),
+        "mean_length": sum(lengths) / n,
+    }
     out.update(_by_kind(prompts, rewards))
     if tool_use:
         out.update(tool_use_rate=sum(tool_use) / n, turns_mean=sum(turns) / n)
@@ -102,8 +117,8 @@ class _Scored:
     """One chunk of held-out prompts, sampled greedily and scored by the first reward function."""
 
     texts: list[str]
-    rewards: list[float]
-    correct: list[float]  # 1.0 where the reward is full (>= 1 - 1e-6)
+    rewards: list[float]  # NaN where the function could not grade (answered None)
+    correct: list[float]  # 1.0 where the reward is full (>= 1 - 1e-6), NaN where ungraded
     lengths: list[int]
     tool_use: list[float]
     turns: list[float]
@@ -111,7 +126,8 @@ class _Scored:
 
 def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runner, convention: str) -> _Scored:
     """Sample one completion (or episode) per prompt of ``chunk`` and score it: the completions, the
-    first function's rewards (NaN counts 0), the model's lengths, and per episode its tool use and turns."""
+    first function's rewards (NaN where it answered None: ungraded), the model's lengths, and per episode
+    its tool use and turns."""
     vision = [p.vision for p in chunk] if chunk[0].vision is not None else None
     ro = (
         episodes.run(sample, chunk, 1, params)
@@ -130,16 +146,17 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
         if any(e.environment is not None for e in ro.episodes):
             columns["environments"] = [e.environment for e in ro.episodes]
     result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
-    first = torch.nan_to_num(result.rewards_NF[:, 0], nan=0.0)
-    correct = (first >= 1 - 1e-6).float().tolist()
+    first = result.rewards_NF[:, 0]
+    correct = (first >= 1 - 1e-6).float().masked_fill(first.isnan(), float("nan")).tolist()
     return _Scored(comp, first.tolist(), correct, ro.model_lengths(), tool_use, turns)
 
 
 def _by_kind(prompts: list[Prompt], rewards: list[float]) -> dict[str, float]:
-    """``{"reward_<kind>": mean reward}`` per value of a string ``kind`` column (none without one)."""
+    """``{"reward_<kind>": mean reward}`` per value of a string ``kind`` column (none without one); ungraded
+    prompts are left out."""
     groups: dict[str, list[float]] = {}
     for p, r in zip(prompts, rewards):
         kind = p.columns.get("kind")
         if isinstance(kind, str) and kind.isidentifier():
             groups.setdefault(kind, []).append(r)
-    return {f"reward_{k}": sum(v) / len(v) for k, v in sorted(groups.items())}
+    return {f"reward_{k}": _mean(v) for k, v in sorted(groups.items())}

@@ -4,7 +4,7 @@ the training and held-out rows, and the gold answers checked at load time.
 
 from __future__ import annotations
 
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config, ConfigError, DataConfig
 from grpokit.data.prompts import load_rows
 
 TASK_TRAIN_ROWS = 8192  # rows drawn from a built-in task's training split (the sampler cycles them)
@@ -60,26 +60,35 @@ def data_rows(
                 "data.task and data.dataset are both empty; set one (e.g. data.task=arithmetic or "
                 "data.dataset=train.jsonl)"
             )
-        train_rows = task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed) if task else load_rows(d.dataset, d.split, d)
+        train_rows = (
+            task.train_rows(TASK_TRAIN_ROWS, seed=cfg.train.seed)
+            if task
+            else load_rows(d.dataset, d.split, d, "data.split", DataConfig().split)
+        )
     if eval_rows is None:
         if d.eval_dataset:
-            eval_rows = load_rows(d.eval_dataset, d.eval_split, d)
+            eval_rows = load_rows(d.eval_dataset, d.eval_split, d, "data.eval_split", DataConfig().eval_split)
         else:
             eval_rows = task.held_out_rows(d.eval_size) if task else []
     return train_rows, eval_rows[: d.eval_size]
 
 
-def check_gold_answers(cfg: Config, rows: list[dict]) -> None:
-    """With math_accuracy, parse every gold answer at load time: a gold that does not parse is
-    reported (math_accuracy skips it), never silently scored."""
-    if "math_accuracy" not in cfg.reward.functions:
+def check_gold_answers(cfg: Config, rows: list[dict], held_out: bool = False) -> None:
+    """With math_accuracy, parse every gold answer at load time, training and held-out (``held_out``)
+    alike: a gold that does not parse is reported (math_accuracy answers None for it: training skips
+    it, held-out accuracy leaves its prompt out and counts it as ``ungraded``), never silently scored;
+    a set with no gold that parses is refused."""
+    if "math_accuracy" not in cfg.reward.functions or not rows:
         return
     from grpokit.rewards.math import validate_gold_answers  # lazy: sympy only for math_accuracy runs
 
     report = validate_gold_answers([r.get("answer") for r in rows])
+    which = "held-out " if held_out else ""
     if report.num_valid == 0:
         raise ConfigError(
-            f"math_accuracy: none of the {len(rows)} gold answers parses ({report.message()}); check data.answer_column"
+            f"math_accuracy: none of the {len(rows)} {which}gold answers parses ({report.message()}); "
+            "check data.answer_column" + (" and data.eval_dataset" if held_out else "")
         )
     if report.invalid:
-        print(f"grpokit: warning: {report.message()}", flush=True)
+        where = "held-out data: " if held_out else ""
+        print(f"grpokit: warning: {where}{report.message()}", flush=True)

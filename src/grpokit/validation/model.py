@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit.config.sections import Config
+from grpokit.config.sections import Config, DataConfig
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 from grpokit.nn.vocab import MODES as VOCAB_MODES
 
-from .checks import check, one_of
+from .checks import check, one_of, unread
 
 
 def check_model(cfg: Config) -> None:
@@ -88,6 +88,9 @@ def check_record_data(cfg: Config) -> None:
     one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
     one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
     check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
+    if d.curriculum == "off":  # train/domain_setup.make_sampler reads them for the frontier sampler only
+        names = ("curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor")
+        unread("data", d, DataConfig(), names, "with data.curriculum=off", "set data.curriculum=frontier")
     if d.dataset and _looks_like_path(d.dataset):
         check(
             Path(d.dataset).exists(),
