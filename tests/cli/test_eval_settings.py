@@ -56,8 +56,8 @@ def test_a_checkpoint_knows_its_run(tmp_path):
 def test_a_run_is_evaluated_on_its_own_data_grader_and_sampling(tmp_path, capsys):
     run, data = _run(tmp_path)
     cfg, sampling, target = _settings(["--model", str(run)], run)
-    # the run's own CSV (no splits: none shown), its prompt column, its first reward, its sampling settings
-    assert target == Target(task=None, dataset=str(data), split=None, reward="evalmod:always_one")
+    # the run's own CSV (read whole, at the run's own data.split), its prompt column, its first reward, its sampling
+    assert target == Target(task=None, dataset=str(data), split="train", reward="evalmod:always_one")
     assert cfg.data.prompt_column == "question" and cfg.data.task == ""
     assert (sampling.max_new_tokens, sampling.temperature, sampling.top_k, sampling.top_p) == (7, 0.5, 5, 1.0)
     assert "has no held-out set (data.eval_dataset is empty), so its training data" in capsys.readouterr().err
@@ -72,7 +72,7 @@ def test_a_runs_held_out_set_is_what_it_evaluated(tmp_path):
     held.write_text('{"question": "What is 2+2?", "answer": "4"}\n')
     run, _ = _run(tmp_path, f"data.eval_dataset={held}")
     _, _, target = _settings(["--model", str(run)], run)
-    assert target == Target(task=None, dataset=str(held), split=None, reward="evalmod:always_one")
+    assert target == Target(task=None, dataset=str(held), split="test", reward="evalmod:always_one")
 
 
 def test_without_a_run_the_defaults_stay(tmp_path):
@@ -182,8 +182,9 @@ def test_each_flag_is_checked_before_any_work(argv, message):
 
 def test_a_split_of_a_local_file_is_refused(tmp_path):
     (tmp_path / "d.csv").write_text(CSV)
-    with pytest.raises(ConfigError, match=r"--split 'train' has no effect on .*d\.csv, a local file or folder"):
-        _settings(["--dataset", str(tmp_path / "d.csv"), "--split", "train"], None)
+    cfg, _, target = _settings(["--dataset", str(tmp_path / "d.csv"), "--split", "train"], None)
+    with pytest.raises(ConfigError, match=r"^--split='train' names a split, but '.*d\.csv' is a single file with no "):
+        eval_cli._rows(cfg, target, "train")  # a file has no splits: only the default is read (data/prompts.py)
 
 
 def test_eval_and_training_share_the_sampling_rules():

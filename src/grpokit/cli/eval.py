@@ -113,7 +113,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     quiet_transformers()
     device = resolve_device(cfg.model)
     model, tokenizer = load_eval_model(cfg.model, adapter, device)
-    rows = _rows(cfg, target)
+    rows = _rows(cfg, target, args.split)
     rows = rows[: args.limit] if args.limit else rows
     fn = grader(cfg, explicit=bool(args.reward))
     from grpokit.train import build, episode_setup, run_data
@@ -186,10 +186,13 @@ def _check_out(out: str | None) -> None:
         )
 
 
-def _rows(cfg: Config, target: Target) -> list[dict]:
-    """The rows evaluated: the dataset's (its split), else the task's held-out rows."""
+def _rows(cfg: Config, target: Target, flag: str | None) -> list[dict]:
+    """The rows evaluated: the dataset's (its split), else the task's held-out rows. A split given as ``--split``
+    is refused on a file without splits unless it is the default; the run's own split was accepted by its
+    training already."""
     if target.dataset:
-        return load_rows(target.dataset, target.split or SPLIT_DEFAULT, cfg.data, "--split", SPLIT_DEFAULT)
+        field, default = ("--split", SPLIT_DEFAULT) if flag is not None else ("the run's split", target.split)
+        return load_rows(target.dataset, target.split or SPLIT_DEFAULT, cfg.data, field, default or SPLIT_DEFAULT)
     from grpokit.data.tasks import get_task
 
     return get_task(cfg.data.task, cfg.data.task_params).held_out_rows()

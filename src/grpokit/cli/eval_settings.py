@@ -80,7 +80,7 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--limit {args.limit} must be >= 0 (0 = all prompts)")
     if args.samples < 0:
         raise ConfigError(f"--samples {args.samples} must be >= 1, or 0 for the largest k")
-    if args.task is not None and args.dataset:
+    if args.task and args.dataset:  # --task '' --dataset F: the old spelling of the dataset alone
         raise ConfigError(
             f"--task {args.task!r} and --dataset {args.dataset!r} both name the prompts to evaluate; give one"
         )
@@ -144,8 +144,7 @@ def eval_config(args: argparse.Namespace, model: str, run: Path | None) -> tuple
     grader = "task" if task is not None and not args.reward else (cfg.reward.functions or [""])[0]
     if grader == "task" and any(o.startswith("reward.params") for o in args.overrides):
         raise ConfigError("reward.params is not read: the task's verifier grades; leave it out, or give --reward")
-    shown_split = split if source and not Path(source).expanduser().exists() else None
-    return cfg, sampling, Target(task=task.name if task else None, dataset=source, split=shown_split, reward=grader)
+    return cfg, sampling, Target(task=task.name if task else None, dataset=source, split=split or None, reward=grader)
 
 
 def _choose_rows(cfg: Config, args: argparse.Namespace, run: Path | None) -> tuple[str | None, str]:
@@ -179,11 +178,6 @@ def _choose_rows(cfg: Config, args: argparse.Namespace, run: Path | None) -> tup
         raise ConfigError(
             f"--split {args.split!r} picks a split of --dataset, but the task {d.task!r} is evaluated on its own "
             "held-out rows; leave --split out"
-        )
-    if args.split is not None and Path(source).expanduser().exists():
-        raise ConfigError(
-            f"--split {args.split!r} has no effect on {source}, a local file or folder, which is read whole; "
-            "leave --split out"
         )
     return source, split
 
