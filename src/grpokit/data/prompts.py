@@ -8,6 +8,8 @@ argument, as in TRL. Sources: a built-in task, a local .jsonl/.json/.parquet/.cs
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -286,6 +288,42 @@ def _templated(tokenizer, cfg: DataConfig, prompt: Any = None) -> bool:
     if cfg.chat_template == "always":
         return True
     return cfg.chat_template != "never" and bool(getattr(tokenizer, "chat_template", None))
+
+
+def fingerprint(prompts: list[Prompt]) -> dict[str, Any]:
+    """The training prompts' identity, as a checkpoint keeps it: how many, and a sha256 of each one's prompt as
+    the dataset gave it and its other columns, in order. A resume compares it: the data position means the same
+    prompts only over the same rows."""
+    h = hashlib.sha256()
+    for p in prompts:
+        row = [p.raw if p.raw is not None else p.text, p.columns]
+        h.update(json.dumps(row, sort_keys=True, default=_stable).encode())
+        h.update(b"\n")
+    return {"prompts": len(prompts), "sha256": h.hexdigest()}
+
+
+def _stable(value: Any) -> str:
+    """A value JSON has no type for, as the same text in every process: an image or array by its bytes (its
+    repr would carry a memory address), anything else by its type."""
+    data = value.tobytes() if hasattr(value, "tobytes") else None
+    if data is None and hasattr(value, "numpy"):
+        data = value.detach().cpu().numpy().tobytes()
+    kind = type(value).__name__
+    return f"{kind}:{hashlib.sha256(data).hexdigest()}" if isinstance(data, bytes) else kind
+
+
+def check_same_data(saved: dict | None, now: dict[str, Any], checkpoint: str) -> None:
+    """One sentence when the training prompts differ from those the checkpoint was trained on (None: a checkpoint
+    older than the fingerprint, not checked)."""
+    if saved is None or saved == now:
+        return
+    raise ConfigError(
+        f"the training data changed since checkpoint {checkpoint}: it was trained on {saved['prompts']} prompts "
+        f"(sha256 {saved['sha256'][:12]}), the run now has {now['prompts']} (sha256 {now['sha256'][:12]}); its "
+        "data position counts through the same prompts, so the resumed run would not continue the same "
+        f"experiment: restore the data and its data.* settings, or start a new run from its weights "
+        f"(model.name_or_path={checkpoint}/model)"
+    )
 
 
 class PromptSampler:

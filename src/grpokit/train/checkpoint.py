@@ -8,7 +8,7 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 * ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator
   (neither of these two with ``train.save_only_model``: such a checkpoint resumes with the weights,
   a fresh optimizer and schedule and the current random state, as transformers' save_only_model);
-* ``trainer_state.json``: the step and the data position;
+* ``trainer_state.json``: the step, the data position and the training prompts' fingerprint;
 * ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda, or an
   optimizer update still accumulating when the step ended (train.accumulation_slices).
 * ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
@@ -57,6 +57,7 @@ MANIFEST = "manifest.json"
 class TrainerState:
     step: int
     data_position: int
+    data: dict | None = None  # the training prompts' identity (data/prompts.py fingerprint); None: an older checkpoint
 
 
 def save(
@@ -381,7 +382,7 @@ def load_pending(state: dict, optimizer) -> dict:
 
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:
     saved = json.loads((path / "trainer_state.json").read_text())
-    state = TrainerState(**{f.name: saved[f.name] for f in dataclasses.fields(TrainerState)})
+    state = TrainerState(**{f.name: saved[f.name] for f in dataclasses.fields(TrainerState) if f.name in saved})
     if not (path / "optimizer.pt").exists():  # save_only_model: as transformers, the weights alone carry over
         # (``verify`` let it through only as a model-only save: the manifest's, or the run's setting)
         log.warning(

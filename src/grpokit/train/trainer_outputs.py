@@ -67,7 +67,7 @@ class TrainerOutputs:
             )
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
-        state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position)
+        state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position, data=self.data_identity)
         hooks = checkpoint_hooks.checkpoint_writers(
             self.model, self.optimizer, self.generator, self.dist, self.cfg.model
         )  # LoRA adapters, every rank's sampler state, FSDP gather

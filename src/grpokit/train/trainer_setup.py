@@ -5,6 +5,7 @@ optimizer and memory plan, the starting step (0 or the resumed checkpoint's), th
 
 from __future__ import annotations
 
+import functools
 import weakref
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from grpokit.algo.stage_state import stage_states
 from grpokit.config.base import ConfigError
 from grpokit.data.prompt_length import check_prompt_lengths
+from grpokit.data.prompts import check_same_data, fingerprint
 from grpokit.rollout.engine import RolloutEngine
 
 from . import (
@@ -36,6 +38,11 @@ from .update_windows import run_updates
 
 
 class TrainerSetup:
+    @functools.cached_property
+    def data_identity(self) -> dict:
+        """The training prompts' fingerprint (data/prompts.py), once: each checkpoint keeps it, a resume compares."""
+        return fingerprint(self.prompts)
+
     def _open_run_dir(self, resume: str | Path | None, start_if_no_checkpoint: bool) -> None:
         """The run folder (a new dated one, ``train.out`` or the resumed one), locked for one writer
         (run_lock.py) until the end of ``train()``."""
@@ -189,6 +196,7 @@ class TrainerSetup:
             rank=self.dist.rank,
             **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
         )
+        check_same_data(state.data, self.data_identity, str(ckpt))  # before anything is set aside
         self.step, self.sampler.position = state.step, state.data_position
         if self.resume_at is not None and self.dist.is_main:  # once loaded: the later checkpoints kept aside
             run_folder.set_aside_later(self.run_dir, ckpt)
