@@ -44,13 +44,20 @@ def domain_metrics(sb: ScoredBatch) -> dict[str, float]:
             {
                 f"domain/{d}/reward": r_PG.mean().item(),
                 f"domain/{d}/reward_std": r_PG.std(dim=1, unbiased=False).mean().item(),
-                f"domain/{d}/accuracy": (torch.nan_to_num(verifier, nan=0.0) >= FULL).float().mean().item(),
+                f"domain/{d}/accuracy": _graded_accuracy(verifier),
                 f"domain/{d}/zero_std": (r_PG.max(dim=1).values == r_PG.min(dim=1).values).float().mean().item(),
                 f"domain/{d}/prompts": float(len(groups)),
                 f"domain/{d}/completion_length": sum(lengths[i] for i in rows) / len(rows),
             }
         )
     return out
+
+
+def _graded_accuracy(verifier: torch.Tensor) -> float:
+    """The share of full rewards among the completions the verifier graded (NaN: it answered None, e.g. a gold
+    that does not parse: left out, as held-out accuracy leaves such prompts out); NaN when it graded none."""
+    graded = ~torch.isnan(verifier)
+    return (verifier[graded] >= FULL).float().mean().item() if graded.any() else float("nan")
 
 
 def domain_summary(results: dict[str, dict[str, float]]) -> dict[str, float]:

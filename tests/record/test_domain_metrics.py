@@ -1,0 +1,33 @@
+"""The per-step metrics of each domain (record/domain_metrics.py), on a hand-made scored batch."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import torch
+
+from grpokit.record.domain_metrics import domain_metrics
+from grpokit.types import Prompt
+
+
+def test_a_domains_accuracy_leaves_out_what_its_verifier_could_not_grade():
+    """Two math prompts of G=2: the verifier gave 1 and 0 on the first, None (NaN: a gold that does not parse) on
+    both completions of the second. Accuracy is over the graded: 1 of 2 = 0.5 (before: 1 of 4 = 0.25, the
+    ungraded counted wrong). A domain whose verifier graded nothing has no accuracy (NaN), not 0."""
+    prompts = [Prompt("a", [1], {"domain": "math"}), Prompt("b", [1], {"domain": "math"})]
+    prompts += [Prompt("c", [1], {"domain": "code"})]
+    nan = float("nan")
+    # columns: math/accuracy, then code/tests (the code domain's first function: its verifier)
+    rewards = torch.tensor([[1.0, nan], [0.0, nan], [nan, nan], [nan, nan], [nan, nan], [nan, nan]])
+    sb = SimpleNamespace(
+        prompts=prompts,
+        group_size=2,
+        total_N=torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        rewards_NF=rewards,
+        names=["math/accuracy", "code/tests"],
+        rollout=SimpleNamespace(model_lengths=lambda: [3, 4, 5, 6, 7, 8]),
+    )
+    m = domain_metrics(sb)
+    assert m["domain/math/accuracy"] == 0.5 and m["domain/math/prompts"] == 2.0
+    assert math.isnan(m["domain/code/accuracy"]) and m["domain/code/completion_length"] == 7.5
