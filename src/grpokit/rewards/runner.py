@@ -392,7 +392,8 @@ def _warn_unscored(rewards_NF: torch.Tensor, failed_NF: torch.Tensor, prompts: l
         i = int(unscored[0, 0])
         log.warning(
             "All reward functions returned None for the following kwargs: %r; %d completion(s) of this batch "
-            "have no reward and count as 0, so return a number from at least one function",
+            "have no reward: a training step counts them as 0, a held-out evaluation leaves such prompts out (its "
+            "ungraded count); return a number from at least one function",
             {"prompt": prompts[i], "completion": completions[i]},
             len(unscored),
         )
