@@ -289,6 +289,8 @@ def test_best_model_eval_delay_and_save_only_model_as_trl(lib, tmp_path):
     final = tr.model.state_dict()
     assert all(torch.equal(final[k], v) for k, v in weights.items())  # the best checkpoint's weights are the model's
     assert any(not torch.equal(final[k], Phase.last[k]) for k in weights)  # ... and not those of the last step
+    out.rename(tmp_path / "moved")  # a run folder moved whole: its checkpoint-N still holds the checkpoint
+    assert (tmp_path / "moved" / "checkpoint-3" / "trainer_state.json").is_file()
 
 
 def test_script_flags_are_accepted_and_do_eval_follows_eval_strategy_as_trl(tmp_path):

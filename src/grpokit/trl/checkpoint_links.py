@@ -9,6 +9,7 @@ of ``hub_strategy="every_save"``.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ def name_checkpoint(path: Path, step: int, out: Path, state, saved_steps: set[in
     link = out / f"checkpoint-{step}"
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(path.resolve() / "model", target_is_directory=True)
+    # relative (checkpoints/step-N/model): the links still lead to their checkpoints when output_dir is moved
+    link.symlink_to(os.path.relpath(path.resolve() / "model", out.resolve()), target_is_directory=True)
     state.save_to_json(str(path / "model" / "trainer_state.json"))
     for old in out.glob("checkpoint-*"):
         if old.is_symlink() and not old.exists():
