@@ -118,3 +118,25 @@ def test_a_plugin_estimators_own_parameters_are_refused_under_another_estimator(
         validate(apply_overrides(Config(), ["algo.step_gamma=0.9"]))
     assert "unless algo.advantage=gigpo or algo.advantage=gagpo or algo.advantage=mine;" in str(e.value)
     validate(apply_overrides(Config(), ["algo.advantage=mine", "algo.step_gamma=0.9"]))
+
+
+@pytest.mark.parametrize("setting", ["model.lora_alpha=64", "model.lora_dropout=0.1", "model.lora_save=merged"])
+def test_lora_settings_without_an_adapter_are_refused(setting):
+    """model.lora_rank=0 trains every weight: no adapter reads the LoRA settings."""
+    name, value = setting.split("=")
+    default = {"lora_alpha": "32.0", "lora_dropout": "0.0", "lora_save": "'adapter'"}[name.split(".")[1]]
+    shown = {"64": "64.0", "0.1": "0.1", "merged": "'merged'"}[value]
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), [setting]))
+    assert str(e.value) == (
+        f"{name}={shown} has no effect with model.lora_rank=0 (full fine-tuning); set model.lora_rank > 0, or leave "
+        f"it {default}"
+    )
+    validate(apply_overrides(Config(), ["model.lora_rank=8", setting]))
+
+
+def test_a_seed_outside_numpys_range_is_one_sentence():
+    for seed in (-1, 2**32):
+        with pytest.raises(ConfigError, match=rf"^train.seed={seed} must be an integer in \[0, 2\*\*32 - 1\]"):
+            validate(apply_overrides(Config(), [f"train.seed={seed}"]))
+    validate(apply_overrides(Config(), [f"train.seed={2**32 - 1}"]))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from grpokit.config.io import unique_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows, to_prompts
 from grpokit.record.passk import summarize
@@ -99,7 +100,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="overrides of the fields eval reads: data columns and chat settings, env.*, model loading, "
         "reward.params (e.g. data.prompt_column=question)",
     )
-    return p.parse_intermixed_args(argv)
+    args = p.parse_intermixed_args(argv)
+    unique_overrides(args.overrides)
+    return args
 
 
 def run_eval(args: argparse.Namespace) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit.config.sections import Config, DataConfig
+from grpokit.config.sections import Config, DataConfig, ModelConfig
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 from grpokit.nn.vocab import MODES as VOCAB_MODES
@@ -28,6 +28,9 @@ def check_model(cfg: Config) -> None:
     one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
     one_of("model.quantization", m.quantization, ("none", "4bit"))
     check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    if m.lora_rank == 0:  # full fine-tuning: no adapter reads them
+        lora = ["lora_alpha", "lora_dropout", "lora_target_modules", "lora_save"]
+        unread("model", m, ModelConfig(), lora, "with model.lora_rank=0 (full fine-tuning)", "set model.lora_rank > 0")
     check(
         m.quantization == "none" or m.lora_rank > 0,
         f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)",

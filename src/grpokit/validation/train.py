@@ -17,6 +17,7 @@ def check_optim_train(cfg: Config) -> None:
     r, t, o = cfg.rollout, cfg.train, cfg.optim
     check_optim(o)
     check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
+    check(0 <= t.seed < 2**32, f"train.seed={t.seed} must be an integer in [0, 2**32 - 1] (NumPy's seed range)")
     check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
     n = t.prompts_per_step * r.group_size
     check(t.micro_batch_size >= 0, f"train.micro_batch_size={t.micro_batch_size} must be >= 0")
