@@ -392,15 +392,36 @@ def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, ran
         )
         return state
     opt = torch.load(path / "optimizer.pt", weights_only=False)
+    configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups], scheduler.base_lrs
     if load_optimizer is not None:
         load_optimizer(optimizer, opt["optimizer"])
     else:
         optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
+    keep_configured(optimizer, scheduler, *configured)
     rng = torch.load(path / "rng.pt", weights_only=False)
     ranks = rng.get("sampler_ranks")
     set_rng_state({**rng, "sampler": ranks[rank] if ranks and rank < len(ranks) else rng["sampler"]}, generator)
     return state
+
+
+def keep_configured(optimizer, scheduler, groups: list[dict], base_lrs: list[float]) -> None:
+    """After a checkpoint's optimizer and schedule are loaded, the hyperparameters the run's config gives now
+    (``groups``, ``base_lrs``: the freshly built optimizer's and schedule's) replace the checkpoint's where they
+    differ: a resume with ``optim.lr`` or ``optim.weight_decay`` changed (recorded in config_history.yaml) trains
+    with the new values from the checkpoint's step on, the schedule's multiplier at that step applied to the new
+    rate. The moments and the step count stay the checkpoint's; unchanged values leave the resume bit-exact (the
+    same rate by the same formula)."""
+    for group, fresh in zip(optimizer.param_groups, groups):
+        for key, value in fresh.items():
+            if key not in ("lr", "initial_lr") and group.get(key) != value:
+                group[key] = value
+    scheduler.base_lrs = list(base_lrs)  # the rate at the checkpoint's step by today's schedule: a run extended
+    # (train.steps, optim.schedule_steps) has a longer schedule than the one whose last rate the checkpoint holds
+    lrs = [base * fn(scheduler.last_epoch) for base, fn in zip(base_lrs, scheduler.lr_lambdas)]
+    for group, base, lr in zip(optimizer.param_groups, base_lrs, lrs):
+        group["initial_lr"], group["lr"] = base, lr
+    scheduler._last_lr = lrs  # what get_last_lr() reads (torch keeps it there, a private name)
 
 
 def rng_state(generator: torch.Generator) -> dict:
