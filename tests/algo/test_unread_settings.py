@@ -140,3 +140,32 @@ def test_a_seed_outside_numpys_range_is_one_sentence():
         with pytest.raises(ConfigError, match=rf"^train.seed={seed} must be an integer in \[0, 2\*\*32 - 1\]"):
             validate(apply_overrides(Config(), [f"train.seed={seed}"]))
     validate(apply_overrides(Config(), [f"train.seed={2**32 - 1}"]))
+
+
+def test_the_ratios_settings_at_one_update_per_batch_are_named_once(caplog):
+    """One update per sampled batch computes pi_old by the weights it updates: the ratio is 1 at every update, so
+    GSPO's sequence ratio and its clip range give GRPO's gradient. Warned (TRL runs such configs too), not refused."""
+    import logging
+
+    from grpokit.algo.ratio import inert_at_ratio_one
+    from grpokit.config import presets
+    from grpokit.train.engines import warn_ratio_one
+
+    gspo = presets.apply("gspo", Config())
+    assert inert_at_ratio_one(gspo.algo, 1) == [
+        "algo.clip_low=0.0003",
+        "algo.clip_high=0.0004",
+        "algo.ratio_level=sequence",
+    ]
+    assert inert_at_ratio_one(gspo.algo, 4) == [] and inert_at_ratio_one(Config().algo, 1) == []
+    sapo = apply_overrides(Config(), ["algo.objective=sapo"])
+    assert inert_at_ratio_one(sapo.algo, 1) == ["algo.objective=sapo"]
+    assert inert_at_ratio_one(apply_overrides(sapo, ["algo.num_iterations=2"]).algo, 1) == []
+    with caplog.at_level(logging.WARNING, logger="grpokit.train"):
+        warn_ratio_one(gspo)
+    assert caplog.messages == [
+        "algo.clip_low=0.0003, algo.clip_high=0.0004, algo.ratio_level=sequence change nothing in this run: with one "
+        "update per sampled batch (algo.num_iterations=1, train.updates_per_batch=1) the importance ratio is exactly 1 "
+        "at every update; set train.updates_per_batch > 1 (several updates per sampled batch, as PPO trains) or "
+        "algo.num_iterations > 1 for them to act"
+    ]

@@ -83,3 +83,23 @@ def kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.T
     if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
         seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
     return torch.exp(seq_N)[:, None].expand_as(logp_NT)
+
+
+def inert_at_ratio_one(a, updates_per_batch: int) -> list[str]:
+    """The settings of ``a`` (AlgoConfig) that read the importance ratio, changed from GRPO's defaults, where the
+    ratio is exactly 1 at every update: one update per sampled batch (``num_iterations`` 1, ``updates_per_batch``
+    1) computes pi_old by the same weights it updates, so the clip range, the dual clip, a sequence-level ratio
+    and SAPO's or CISPO's weighting give GRPO's gradient. Empty where several updates per batch let them act."""
+    if a.num_iterations > 1 or updates_per_batch > 1:
+        return []
+    from grpokit.config.algo import AlgoConfig
+
+    plain = AlgoConfig()
+    changed = [
+        f"algo.{f}={getattr(a, f)}"
+        for f in ("clip_low", "clip_high", "dual_clip")
+        if getattr(a, f) != getattr(plain, f)
+    ]
+    changed += [f"algo.ratio_level={a.ratio_level}"] * (a.ratio_level != plain.ratio_level)
+    changed += [f"algo.objective={a.objective}"] * (a.objective in ("sapo", "cispo"))
+    return changed

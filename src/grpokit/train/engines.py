@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from grpokit.algo.ratio import inert_at_ratio_one
 from grpokit.algo.tis import has_sampler_mismatch
 from grpokit.config.base import ConfigError
 from grpokit.config.sections import Config, RolloutConfig
@@ -162,6 +163,19 @@ def split_cpu_threads(threads: int, workers: int) -> tuple[int, int]:
     where the share allows (rollout.async_worker_threads)."""
     each = max(1, threads // (workers + 1))
     return max(1, threads - workers * each), each
+
+
+def warn_ratio_one(cfg: Config) -> None:
+    """Once at the start: the ratio's settings a run gives that cannot act with one update per sampled batch."""
+    inert = inert_at_ratio_one(cfg.algo, cfg.train.updates_per_batch)
+    if inert:
+        log.warning(
+            "%s change nothing in this run: with one update per sampled batch (algo.num_iterations=1, "
+            "train.updates_per_batch=1) the importance ratio is exactly 1 at every update; set "
+            "train.updates_per_batch > 1 (several updates per sampled batch, as PPO trains) or "
+            "algo.num_iterations > 1 for them to act",
+            ", ".join(inert),
+        )
 
 
 def warn_shared_device_async(staleness: int, device: torch.device, workers: bool = False) -> None:

@@ -154,6 +154,8 @@ class TrainerSetup:
                 "rollout.async_workers samples one-turn text completions, not episodes with tools or environments "
                 "or image prompts; set rollout.async_workers=0 (the thread samples them)"
             )
+        if self.dist.is_main:
+            engines.warn_ratio_one(cfg)  # clip, GSPO, SAPO ... settings that one update per batch leaves inert
         # the hf engine first: an async sampler's thread, started by make_engine, samples through it
         self.engine: RolloutEngine = engines.hf_engine(
             cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator
