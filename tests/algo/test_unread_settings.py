@@ -78,6 +78,12 @@ CASES = [  # (the setting, the feature that reads it, the sentence)
         "algo.vespo_neg=[2.0, 2.0] has no effect unless algo.objective=vespo; set that, or leave it [3.0, 2.0]",
     ),
     (
+        "algo.norm_constant=100",
+        ["algo.aggregation=seq-mean-token-sum-norm"],
+        "algo.norm_constant=100.0 has no effect unless algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant); "
+        "set that, or leave it 0.0",
+    ),
+    (
         "algo.kl_clamp=10.0",
         ["algo.beta=0.04"],
         "algo.kl_clamp=10.0 has no effect unless algo.beta > 0 (a KL term); set that, or leave it 0.0",
@@ -169,3 +175,30 @@ def test_the_ratios_settings_at_one_update_per_batch_are_named_once(caplog):
         "at every update; set train.updates_per_batch > 1 (several updates per sampled batch, as PPO trains) or "
         "algo.num_iterations > 1 for them to act"
     ]
+
+
+def test_a_clip_range_the_objective_does_not_read_is_refused():
+    """SAPO's soft gate clips nothing; CISPO caps its weight at 1 + clip_high only (its clip_low unread)."""
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), ["algo.objective=sapo", "algo.clip_high=0.28"]))
+    assert str(e.value) == (
+        "algo.clip_high=0.28 has no effect with algo.objective=sapo (its soft gate clips nothing); use "
+        "algo.objective=clip for a clip range, or leave it 0.2"
+    )
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), ["algo.objective=cispo", "algo.clip_low=0.1", "algo.clip_high=4.0"]))
+    assert str(e.value) == (
+        "algo.clip_low=0.1 has no effect with algo.objective=cispo (it caps the weight at 1 + clip_high only); use "
+        "algo.objective=clip for a clip range, or leave it 0.2"
+    )
+    validate(apply_overrides(Config(), ["algo.objective=cispo", "algo.clip_high=4.0"]))
+
+
+def test_trl_maps_no_epsilon_its_sapo_or_cispo_does_not_read():
+    from grpokit.trl.config import GRPOConfig
+    from grpokit.trl.mapping import to_config
+
+    sapo = to_config(GRPOConfig("o", loss_type="sapo", epsilon=0.1, epsilon_high=0.3), num_rows=4)
+    assert (sapo.algo.objective, sapo.algo.clip_low, sapo.algo.clip_high) == ("sapo", 0.2, 0.2)
+    cispo = to_config(GRPOConfig("o", loss_type="cispo", epsilon=0.1, epsilon_high=5.0), num_rows=4)
+    assert (cispo.algo.objective, cispo.algo.clip_low, cispo.algo.clip_high) == ("cispo", 0.2, 4.0)

@@ -172,6 +172,11 @@ UNREAD_UNLESS = (
         lambda a: a.error_correction != "off",
     ),
     (("kl_clamp",), "algo.beta > 0 (a KL term)", lambda a: a.beta > 0),
+    (
+        ("norm_constant",),
+        "algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
+        lambda a: a.aggregation == "seq-mean-token-sum-norm",
+    ),
 )
 """Settings read only by one feature: ``(fields, the feature, whether it is on)``. The TRL layer sets each of
 them only where TRL reads it (trl/args/loss.py), so a TRL script never meets these sentences. The estimators'
@@ -198,6 +203,17 @@ def check_unread_algo(cfg: Config) -> None:
         if not on(cfg.algo):
             unread("algo", cfg.algo, AlgoConfig(), fields, f"unless {feature}", "set that")
     a, defaults = cfg.algo, AlgoConfig()
+    clip_free = {"sapo": ("clip_low", "clip_high"), "cispo": ("clip_low",)}.get(a.objective, ())
+    why = {"sapo": "(its soft gate clips nothing)", "cispo": "(it caps the weight at 1 + clip_high only)"}
+    if clip_free:
+        unread(
+            "algo",
+            a,
+            defaults,
+            clip_free,
+            f"with algo.objective={a.objective} {why[a.objective]}",
+            "use algo.objective=clip for a clip range",
+        )
     chosen = {f"algo.advantage={a.advantage}", f"algo.objective={a.objective}"}
     for name, readers in stage_owners().items():
         if hasattr(defaults, name) and not chosen.intersection(readers):

@@ -83,6 +83,10 @@ def _vespo(a: TrlArgs) -> dict[str, Any]:
 def clip_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     high = a.epsilon if a.epsilon_high is None else a.epsilon_high
     out = {"algo.clip_low": a.epsilon, "algo.clip_high": high, "algo.dual_clip": 0.0}
+    if a.loss_type == "sapo":  # TRL's SAPO reads neither epsilon (its soft gate clips nothing): inert, as there
+        out = {"algo.dual_clip": 0.0}
+    elif a.loss_type == "cispo":  # TRL's CISPO caps its weight at epsilon_high only: epsilon is inert there
+        del out["algo.clip_low"]
     if a.delta is not None:  # TRL's two-sided clipping caps the ratio at delta: dual-clip PPO's bound for A < 0
         if a.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
             raise ConfigError(
@@ -170,7 +174,8 @@ CLIPPING = Rule(
     ("epsilon", "epsilon_high", "delta"),
     ("algo.clip_low", "algo.clip_high", "algo.dual_clip"),
     "epsilon_high None: epsilon; delta (two-sided clipping, capping the ratio where A < 0) is dual_clip, "
-    "only above 1 + epsilon_high (below it TRL's cap also clips A > 0)",
+    "only above 1 + epsilon_high (below it TRL's cap also clips A > 0); with loss_type sapo neither epsilon is "
+    "read, with cispo epsilon is not (inert, as in TRL)",
     clip_fields,
 )
 
