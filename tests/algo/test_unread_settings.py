@@ -167,6 +167,8 @@ def test_the_ratios_settings_at_one_update_per_batch_are_named_once(caplog):
     sapo = apply_overrides(Config(), ["algo.objective=sapo"])
     assert inert_at_ratio_one(sapo.algo, 1) == ["algo.objective=sapo"]
     assert inert_at_ratio_one(apply_overrides(sapo, ["algo.num_iterations=2"]).algo, 1) == []
+    masked = apply_overrides(Config(), ["algo.offpolicy_delta=0.001"])
+    assert inert_at_ratio_one(masked.algo, 1) == ["algo.offpolicy_delta=0.001"]
     with caplog.at_level(logging.WARNING, logger="grpokit.train"):
         warn_ratio_one(gspo)
     assert caplog.messages == [

@@ -89,17 +89,15 @@ def inert_at_ratio_one(a, updates_per_batch: int) -> list[str]:
     """The settings of ``a`` (AlgoConfig) that read the importance ratio, changed from GRPO's defaults, where the
     ratio is exactly 1 at every update: one update per sampled batch (``num_iterations`` 1, ``updates_per_batch``
     1) computes pi_old by the same weights it updates, so the clip range, the dual clip, a sequence-level ratio
-    and SAPO's or CISPO's weighting give GRPO's gradient. Empty where several updates per batch let them act."""
+    and SAPO's or CISPO's weighting give GRPO's gradient, and the off-policy mask's drift from pi_old is 0 (a stale
+    sampler's drift is TIS's to correct, rollout.tis_cap). Empty where several updates per batch let them act."""
     if a.num_iterations > 1 or updates_per_batch > 1:
         return []
     from grpokit.config.algo import AlgoConfig
 
     plain = AlgoConfig()
-    changed = [
-        f"algo.{f}={getattr(a, f)}"
-        for f in ("clip_low", "clip_high", "dual_clip")
-        if getattr(a, f) != getattr(plain, f)
-    ]
+    fields = ("clip_low", "clip_high", "dual_clip", "offpolicy_delta")  # the last: a drift from pi_old, 0 here
+    changed = [f"algo.{f}={getattr(a, f)}" for f in fields if getattr(a, f) != getattr(plain, f)]
     changed += [f"algo.ratio_level={a.ratio_level}"] * (a.ratio_level != plain.ratio_level)
     changed += [f"algo.objective={a.objective}"] * (a.objective in ("sapo", "cispo"))
     return changed
