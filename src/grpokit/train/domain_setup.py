@@ -137,15 +137,38 @@ def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[Rewar
     return specs
 
 
-def domain_eval_runners(cfg: Config) -> dict[str, RewardRunner]:
-    """The verifier of each domain's held-out set: its task's, else its first reward function."""
-    runners = {}
+def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:
+    """Each domain's grader (reward_setup.grader on the domain's own config: its task's verifier, else its
+    first reward function) and the name of its column among the training rewards (``<domain>/<function>``,
+    as domain_reward_specs names them; None when the task's verifier is not among the domain's functions).
+    The held-out evaluation and the per-step ``domain/<d>/accuracy`` both read it, so they grade alike."""
+    graders = {}
     for d in domains_of(cfg):
         with as_domain(d.name):
             sub = domain_config(cfg, d)
-            own = RewardRunner(reward_setup.reward_specs(sub, None, None)[:1], num_workers=0)
-            runners[d.name] = reward_setup.eval_runner(sub, own)
-    return runners
+            own = reward_setup.reward_specs(sub, None, None)
+            spec, at = reward_setup.grader(sub, own)
+        graders[d.name] = (spec, None if at is None else f"{d.name}/{own[at].name}")
+    return graders
+
+
+def domain_eval_runners(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, RewardRunner]:
+    """The runner of each domain's held-out set: its grader alone (``domain_graders``)."""
+    return {d: RewardRunner([spec], num_workers=0) for d, (spec, _) in graders.items()}
+
+
+def training_graders(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, str]:
+    """Each domain's grader column among the training rewards, for ``domain/<d>/accuracy``; a domain whose
+    task verifier is not among its reward functions is warned about once and gets no per-step accuracy."""
+    for d, (_, column) in graders.items():
+        if column is None:
+            print(
+                f"grpokit: warning: data.domains.{d}: its task's verifier is not among its reward_functions, so "
+                f"domain/{d}/accuracy is not logged per step (the held-out eval/domain/{d}/accuracy grades with "
+                "it); add 'task' to its reward_functions (weight 0 leaves its reward unchanged) to log it",
+                flush=True,
+            )
+    return {d: column for d, (_, column) in graders.items() if column is not None}
 
 
 def make_sampler(cfg: Config, prompts: list, group_size: int, world_size: int = 1):

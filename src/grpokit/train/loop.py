@@ -428,7 +428,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         metrics = step_metrics.step_metrics(
             sb, inputs, update_metrics, self._timer, self.cfg.health.same_length_min_tokens, self.sampler.position
         )
-        metrics.update({**domain_metrics(sb), **self.sampler.metrics()})  # per domain; a curriculum's own
+        metrics.update(
+            {**domain_metrics(sb, self.domain_graders), **self.sampler.metrics()}
+        )  # per domain; a curriculum's own
         return distributed.reduce_metrics(self.dist, metrics)
 
     # ------------------------------------------------------------------ helpers
