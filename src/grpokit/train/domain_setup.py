@@ -58,11 +58,22 @@ def settle_domains(cfg: Config, own_rows: bool) -> Config:
 
 def _check_unsampled(cfg: Config) -> None:
     """A domain with share 0 is sampled only by a stage that names it: without one it is refused when it
-    has no held-out set (nothing would read it), and warned about once when it is only evaluated."""
+    has no held-out set (nothing would read it), and warned about once when it is only evaluated. A stage
+    naming it beside domains with a share mixes its domains equally (DomainSampler), warned about once."""
     named = set()
-    for spec in cfg.train.stages:
+    shares = {d.name: d.share for d in domains_of(cfg)}
+    for i, spec in enumerate(cfg.train.stages):
         names = spec.get("domain") if isinstance(spec, dict) else None
-        named.update([names] if isinstance(names, str) else names or ())
+        names = [names] if isinstance(names, str) else list(names or ())
+        named.update(names)
+        zero = [n for n in names if shares.get(n) == 0]
+        if zero and len(zero) < len(names):
+            print(
+                f"grpokit: warning: train.stages[{i}] names {', '.join(zero)} with share 0 beside domains with a "
+                f"share, so its domains {', '.join(names)} share its batches equally (shares cannot mix a share-0 "
+                "domain); give every one of them a positive share to mix them by share",
+                flush=True,
+            )
     for d in domains_of(cfg):
         if d.share > 0 or d.name in named:
             continue
