@@ -80,7 +80,11 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("time", "Time per phase (seconds per step)", ("time/*",)),
     ("throughput", "Throughput (tokens per second)", ("tokens_per_second",)),
     ("loss", "Loss", ("loss",)),
-    ("grad-norm", "Gradient norm (before clipping)", ("grad_norm",)),
+    (
+        "grad-norm",
+        "Gradient norm (before clipping; the step's mean and largest update)",
+        ("grad_norm", "grad_norm/max"),
+    ),
     ("lr", "Learning rate", ("learning_rate",)),
 )
 MAX_SAMPLE_CHARS = 4000  # per text; a report is read, not archived: samples.jsonl keeps everything
