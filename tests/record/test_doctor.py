@@ -397,6 +397,6 @@ def test_doctor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     out = json.loads(capsys.readouterr().out)
     assert out["findings"][0]["code"] == "truncated" and out["findings"][0]["level"] == "warning"
     assert out["source"] == "grpokit run" and out["steps"] == 60
-    assert out["findings"][0]["panel"] == "signal" and out["findings"][0]["steps"] == [51, 60]
+    assert out["findings"][0]["panel"] == "truncated" and out["findings"][0]["steps"] == [51, 60]
     assert main(["doctor", str(tmp_path / "nope")]) == 2
     assert "does not exist; give a grpokit run folder, a TRL/transformers output_dir" in capsys.readouterr().err

@@ -103,7 +103,7 @@ PANELS = {
     "length_with_reward": "length",
     "entropy_collapse": "entropy",
     "zero_std_groups": "signal",
-    "truncated": "signal",
+    "truncated": "truncated",
     "kl_clip_runaway": "kl",
     "grad_spikes": "grad-norm",
     "reward_failures": "faults",

@@ -96,7 +96,7 @@ def headline_html(run: Run) -> str:
     for label, key in (
         ("reward (last 10)", "reward"),
         ("entropy (last 10)", "entropy"),
-        ("tokens / s", "tokens_per_second"),
+        ("tokens / s (last 10)", "tokens_per_second"),
     ):
         value = _last_mean(rows, key)
         if value is not None:

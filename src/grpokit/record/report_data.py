@@ -44,8 +44,9 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "signal",
         "Groups without signal (fractions)",
-        ("frac_reward_zero_std", "completions/clipped_ratio", "completions/frac_groups_*"),
+        ("frac_reward_zero_std", "completions/frac_groups_*"),
     ),
+    ("truncated", "Truncated completions (fraction of completions)", ("completions/clipped_ratio",)),
     ("reward-std", "Reward spread", ("reward_std", "rewards/*/std")),
     (
         "faults",

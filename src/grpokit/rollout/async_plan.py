@@ -4,7 +4,7 @@ The one rule. Batch j is trained by step j (the one after j steps) and is sample
 exactly ``max(base, j - s)`` steps, s = ``rollout.async_staleness`` (base = 0, or the resumed step of a
 checkpoint written without this state). Steps are sampling rounds, not optimizer updates (a step makes
 algo.num_iterations x train.updates_per_batch of them): staleness counts steps.
-It is drawn with its own generator, seeded by (seed, j), and with
+Batch j is drawn with its own generator, seeded by (seed, j), and with
 prompts drawn by the trainer's thread when version ``j - s`` is published (at the start for the first s + 1
 batches). Nothing depends on when the sampler runs, how many workers there are or which one took the batch,
 so an asynchronous run is as deterministic as a synchronous one, and its staleness is ``min(j - base, s)``.
