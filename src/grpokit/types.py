@@ -169,6 +169,7 @@ class ScoredBatch:
     names: list[str]
     metrics: dict[str, float] = field(default_factory=dict)
     extra: dict[str, list] = field(default_factory=dict)  # reward functions' log_extra columns, one entry per row
+    failed_NF: torch.Tensor | None = None  # (N, F) bool: that function failed on that row (None: unknown, none)
 
     @property
     def group_size(self) -> int:

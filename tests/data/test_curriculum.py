@@ -76,6 +76,20 @@ def test_shares_fill_batches_to_the_prompt():
     assert {p.columns["domain"] for p in mix.next_batch(4)} == {"c"}
 
 
+def test_a_stage_naming_a_share_0_domain_beside_a_shared_one_mixes_them_equally():
+    """Shares m 2, x 0; a stage names [m, x]. A share-0 domain has no share to mix by, so the stage's domains
+    weigh 1 each (total 2). Credits (m, x) before each pick: (1, 1) -> m pays 2: (-1, 1); (0, 2) -> x: (0, 0);
+    (1, 1) -> m; (0, 2) -> x. So m, x, m, x: half each (before: x weighed 0 and was never sampled). Outside
+    the stage (None) only m, share 2 of 2."""
+    pools = {d: PromptSampler(prompts([f"{d}{i}" for i in range(5)], domain=d), 0) for d in ("m", "x")}
+    mix = DomainSampler(pools, {"m": 2.0, "x": 0.0})
+    assert mix.schedule(2) == ["m", "m"]
+    mix.set_domains(["m", "x"])
+    assert mix.schedule(4) == ["m", "x", "m", "x"]
+    mix.set_domains(None)
+    assert mix.schedule(2) == ["m", "m"]
+
+
 def test_a_restored_mix_serves_what_the_original_does():
     def make():
         pools = {d: PromptSampler(prompts([f"{d}{i}" for i in range(5)], domain=d), i) for i, d in enumerate("mc")}

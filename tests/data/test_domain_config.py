@@ -64,7 +64,7 @@ def test_dotted_overrides_reach_inside_the_mapping():
     assert d[0].reward_functions == ("task",)  # the run's reward section, unless the domain gives its own
 
 
-def test_a_domain_reward_scores_its_own_rows_and_passes_its_logs_on():
+def test_a_domain_reward_scores_its_own_rows_and_passes_its_logs_on_under_its_name():
     from grpokit.data.domains import DomainReward
 
     def graded(prompts, completions, log_metric, log_extra, **kw):
@@ -82,5 +82,14 @@ def test_a_domain_reward_scores_its_own_rows_and_passes_its_logs_on():
         log_extra=lambda k, v: extra.append((k, v)),
     )
     assert out == [1.0, None, 3.0]  # the other domain's completion: not applicable
-    assert metrics == [("seen", 2.0)] and extra == [("why", ["len 1", None, "len 3"])]
+    # log_metric's name gains the domain (before: "seen", pooled with every other domain's "seen")
+    assert metrics == [("m/seen", 2.0)] and extra == [("why", ["len 1", None, "len 3"])]
+    DomainReward(graded, "c")(
+        prompts=["p", "q", "r"],
+        completions=["a", "bb", "ccc"],
+        domain=["m", "c", "m"],
+        log_metric=lambda k, v: metrics.append((k, v)),
+        log_extra=lambda k, v: extra.append((k, v)),
+    )
+    assert metrics[1:] == [("c/seen", 1.0)]  # the same function in domain c: its own metric, 1 completion
     assert fn(prompts=["p"], completions=["a"], domain=["c"]) == [None]

@@ -219,6 +219,16 @@ def test_grad_norm_spikes(tmp_path: Path) -> None:
     )
 
 
+def test_a_spike_in_one_of_a_steps_updates_is_read_from_grad_norm_max(tmp_path: Path) -> None:
+    """Two updates a step: at step 30 one update's norm is 50 and the other's 1.0, so grad_norm (their mean)
+    is 25.5 and grad_norm/max 50. Both are spikes over the median ~1; the doctor quotes the max (50)."""
+    mean = lambda s, r: 25.5 if s == 30 else r["grad_norm"]  # noqa: E731
+    largest = lambda s, r: 50.0 if s == 30 else r["grad_norm"]  # noqa: E731
+    run = sick(tmp_path, **{"grad_norm": mean, "grad_norm/max": largest})
+    found = diagnose(load_run(run))
+    assert [f.code for f in found] == ["grad_spikes"] and "step 30: 50" in found[0].evidence
+
+
 def test_non_finite_steps(tmp_path: Path) -> None:
     rows = healthy_rows()
     rows[32]["loss"] = float("nan")  # step 33; the trainer skipped that update
@@ -387,6 +397,6 @@ def test_doctor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     out = json.loads(capsys.readouterr().out)
     assert out["findings"][0]["code"] == "truncated" and out["findings"][0]["level"] == "warning"
     assert out["source"] == "grpokit run" and out["steps"] == 60
-    assert out["findings"][0]["panel"] == "signal" and out["findings"][0]["steps"] == [51, 60]
+    assert out["findings"][0]["panel"] == "truncated" and out["findings"][0]["steps"] == [51, 60]
     assert main(["doctor", str(tmp_path / "nope")]) == 2
     assert "does not exist; give a grpokit run folder, a TRL/transformers output_dir" in capsys.readouterr().err

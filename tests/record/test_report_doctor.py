@@ -19,7 +19,8 @@ def test_each_finding_links_to_its_panel_and_steps(tmp_path: Path) -> None:
         r'<a class="evidence" href="#plot-([\w-]+)" data-panel="[\w-]+" data-steps="(\d+),(\d+)">see ([^<]+)</a>', html
     )
     assert ("grad-norm", "21", "30", "Gradient norm (before clipping) (steps 21-30)") in links
-    assert ("signal", "51", "60", "Groups without signal (fractions) (steps 51-60)") in links
+    # completions/clipped_ratio is a fraction of completions, drawn apart from the fractions of groups
+    assert ("truncated", "51", "60", "Truncated completions (fraction of completions) (steps 51-60)") in links
     assert '<ul class="notes"><li>1.4 rollouts paid per useful one' in html
 
 

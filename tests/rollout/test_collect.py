@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from grpokit.rollout.collect import collect, gfpo_keep
+from grpokit.rollout.collect import collect, gfpo_keep, kept_reward_metrics
 from grpokit.types import Prompt, Rollout, ScoredBatch
 
 
@@ -29,9 +29,8 @@ class FakeSampler:
         N = len(comps)
         ro = Rollout([p.ids for p in prompts], comps, [[0.0] * len(c) for c in comps], ["eos"] * N, G)
         total = torch.tensor(rewards)
-        return ScoredBatch(
-            prompts, ro, [f"t{i}" for i in range(N)], total[:, None], total, ["r"], {"rewards/r/failures": 0.0}
-        )
+        runner = {"rewards/r/failures": 0.0, "rewards/r/mean": total.mean().item(), "reward": total.mean().item()}
+        return ScoredBatch(prompts, ro, [f"t{i}" for i in range(N)], total[:, None], total, ["r"], runner)
 
 
 def test_dynamic_sampling_refills_with_informative_groups():
@@ -41,6 +40,32 @@ def test_dynamic_sampling_refills_with_informative_groups():
     assert len(out.prompts) == 4 and all(p.columns["i"] % 2 == 1 for p in out.prompts)
     assert out.metrics["dynamic_sampling/rounds"] == 2 and out.metrics["dynamic_sampling/dropped_groups"] == 4
     assert out.rewards_NF.shape == (16, 1) and out.rollout.group_size == 4
+
+
+def test_dynamic_sampling_logs_each_functions_mean_over_the_kept_rows_as_the_reward_is():
+    """P=2, G=2, one function of weight 1. Round 1: prompts 0 (1, 1: flat, dropped) and 1 (1, 0); round 2:
+    prompts 2 (1, 1: dropped) and 3 (1, 0). Kept rows 1, 0, 1, 0: rewards/r/mean 0.5 and std 0.5, the kept
+    reward's 0.5. Every completion sampled: each round's mean is 3/4, so sampled/rewards/r/mean and
+    sampled/reward are 0.75 (before: 0.75 was logged as rewards/r/mean beside a reward of 0.5)."""
+    fake = FakeSampler(lambda i, g: [1.0, 1.0] if i % 2 == 0 else [1.0, 0.0])
+    out = collect(fake, 2, 2, dynamic_sampling=True, max_rounds=4)
+    m = out.metrics
+    assert out.total_N.tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert (m["rewards/r/mean"], m["rewards/r/std"]) == (0.5, 0.5)
+    assert m["sampled/rewards/r/mean"] == 0.75 and m["sampled/reward"] == 0.75 and "reward" not in m
+    assert m["rewards/r/failures"] == 0.0  # counts stay over every completion scored
+
+
+def test_kept_reward_metrics_leave_out_failed_and_not_applicable_rows():
+    """One prompt of G=4 with values 1, 0 (the function failed: failure_value), 1, None (NaN). Scored rows: 1
+    and 1, so mean 1 and std 0, as the runner counts them; without a failure mask the 0 would count."""
+    batch = FakeSampler(lambda i, g: [1.0, 0.0, 1.0, 0.0])(1, 4)
+    batch.rewards_NF[3, 0] = float("nan")
+    batch.failed_NF = torch.tensor([[False], [True], [False], [False]])
+    m = kept_reward_metrics(batch)
+    assert (m["rewards/r/mean"], m["rewards/r/std"]) == (1.0, 0.0)
+    batch.failed_NF = None
+    assert kept_reward_metrics(batch)["rewards/r/mean"] == pytest.approx(2 / 3)
 
 
 def test_dynamic_sampling_keeps_small_scaled_rewards():

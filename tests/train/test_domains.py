@@ -194,6 +194,16 @@ def test_a_domain_with_share_0_is_warned_about_once_when_it_is_only_evaluated(ti
     assert capsys.readouterr().out == ""  # a stage trains on it
 
 
+def test_a_stage_naming_a_share_0_domain_beside_a_shared_one_says_they_mix_equally(tiny_model_dir, tmp_path, capsys):
+    stages = "train.stages=[{domain: [add, own], steps: 1}, {domain: own, steps: 1}]"
+    settle_config(domain_cfg(tiny_model_dir, tmp_path, "data.domains.own.share=0", stages), own_rows=False)
+    assert capsys.readouterr().out == (
+        "grpokit: warning: train.stages[0] names own with share 0 beside domains with a share, so its domains "
+        "add, own share its batches equally (shares cannot mix a share-0 domain); give every one of them a "
+        "positive share to mix them by share\n"
+    )
+
+
 def test_a_domains_own_domain_column_is_refused(tiny_model_dir, tmp_path):
     from grpokit.train.domain_setup import domain_rows
 

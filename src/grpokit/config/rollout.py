@@ -101,14 +101,15 @@ class RolloutConfig:
     (>= 1)."""
     async_staleness: int = 0
     """Asynchronous rollout: sample the next batches in the background with a policy at most this many steps old (0 =
-    synchronous). Batch j is sampled by the policy after exactly max(0, j - async_staleness) updates
-    (rollout/async_plan.py), so an asynchronous run is deterministic and resumes exactly."""
+    synchronous). Batch j is sampled by the policy after exactly max(0, j - async_staleness) steps
+    (rollout/async_plan.py; steps are sampling rounds, each of algo.num_iterations x train.updates_per_batch
+    updates), so an asynchronous run is deterministic and resumes exactly."""
     async_partial_tokens: int = 0
     """Partial rollouts (with async_staleness > 0, the sampler thread or async_workers, one-turn text prompts): a
     batch's decode picks up the newer weights every this many tokens, its KV cache recomputed under them, each token
     keeping the version and the sampler logprob it was drawn with (0 = off: a batch is drawn by one version).
     Segment m of batch j is drawn by version min(j - async_staleness + m, j) (rollout/partial.py), so no token is
-    more than async_staleness updates old and the run stays deterministic."""
+    more than async_staleness steps old and the run stays deterministic."""
     async_workers: int = 0
     """With async_staleness > 0: 0 samples in a thread of the trainer's process; N >= 1 in N worker processes
     (rollout/async_process.py; one turn; with several trainer ranks, N per rank), on async_worker_device, weights

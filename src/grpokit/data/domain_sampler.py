@@ -5,7 +5,8 @@ The schedule is smooth weighted round-robin: before each slot every active domai
 credit, the domain with the most credit (the first on a tie) fills the slot and pays back the total.
 Over any run of slots each domain gets its share to within one prompt, batch after batch, with no
 random draw; shares 2:1 over a batch of 6 give 4 and 2 prompts. A stage that trains on some domains
-only (train.stages) narrows the active set; the credits start again from zero when the set changes.
+only (train.stages) narrows the active set; the credits start again from zero when the set changes. A
+stage naming a domain with share 0 mixes its domains equally (a share-0 domain has no share to mix by).
 
 The state (credits, active set, each domain's sampler) is in every checkpoint, so a resumed run serves
 the prompts the uninterrupted one would, also in the middle of a stage.
@@ -35,8 +36,9 @@ class DomainSampler:
             self.active, self.credit = active, {d: 0.0 for d in self.pools}
 
     def _weight(self, d: str) -> float:
-        # a stage's own domain with share 0 still trains (the stage named it): equal weights then
-        return self.shares[d] if any(self.shares[a] > 0 for a in self.active) else 1.0
+        # a stage naming a domain with share 0 trains it (the stage named it) but has no shares to mix it by:
+        # the stage's domains then share equally (before: weight 0 beside a positive share, never sampled)
+        return self.shares[d] if all(self.shares[a] > 0 for a in self.active) else 1.0
 
     def schedule(self, n: int) -> list[str]:
         """The domain of each of the next ``n`` slots (advances the credits)."""

@@ -156,8 +156,9 @@ def check_domain_names(names: list[str] | tuple[str, ...], domains: list[Domain]
 
 class DomainReward:
     """A reward function that scores only its domain's completions and answers None (not applicable) for
-    the others, so that the weighted sum of a completion is its own domain's. A class, not a closure, so
-    that it pickles into the reward workers when the function it wraps does."""
+    the others, so that the weighted sum of a completion is its own domain's. What it logs with
+    ``log_metric(name, ...)`` becomes ``<domain>/<name>`` (a function two domains share is not pooled).
+    A class, not a closure, so that it pickles into the reward workers when the function it wraps does."""
 
     def __init__(self, fn: Callable, domain: str):
         self.fn, self.domain = fn, domain
@@ -178,7 +179,7 @@ class DomainReward:
         log, extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         for name, vals in values.metrics.items() if log is not None else ():
             for v in vals:
-                log(name, v)
+                log(f"{self.domain}/{name}", v)  # per domain, as its functions' rewards/<domain>/... metrics
         for column, vals in values.extra.items() if extra is not None else ():
             extra(column, _spread(vals, mine, n))  # one entry per completion of the call, None off the domain
         return _spread(values, mine, n)

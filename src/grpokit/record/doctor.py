@@ -103,7 +103,7 @@ PANELS = {
     "length_with_reward": "length",
     "entropy_collapse": "entropy",
     "zero_std_groups": "signal",
-    "truncated": "signal",
+    "truncated": "truncated",
     "kl_clip_runaway": "kl",
     "grad_spikes": "grad-norm",
     "reward_failures": "faults",
@@ -120,7 +120,7 @@ COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("completion length (growth, truncation, same-length groups)", ("completions/mean_length",)),
     ("KL to the reference", ("kl",)),
     ("clipping (runaway, asymmetry, a narrow clip range)", ("clip_ratio/region_mean", "clip_ratio/low_mean")),
-    ("gradients (spikes, zero-gradient steps)", ("grad_norm",)),
+    ("gradients (spikes, zero-gradient steps)", ("grad_norm", "grad_norm/max")),
     ("reward-function failures", ("rewards/failed_fraction",)),
 )
 # Findings that only restate another one's symptom: dropped when that one is found (the cause is named).

@@ -5,8 +5,10 @@ A step's metrics, per domain d (its groups only):
 
     domain/<d>/reward        mean total reward of its completions
     domain/<d>/reward_std    mean over its groups of the within-group standard deviation
-    domain/<d>/accuracy      share of its completions with full reward (>= 1 - 1e-6) from d's first reward
-                             function (its verifier; the held-out evaluation's rule)
+    domain/<d>/accuracy      share of its completions with full reward (>= 1 - 1e-6) from d's grader: the
+                             column ``graders[d]`` names (train/domain_setup.py:domain_graders: its task's
+                             verifier, else its first reward function; the held-out evaluation's grader);
+                             not logged for a domain without one among its training rewards
     domain/<d>/zero_std      share of its groups whose rewards are all equal (no gradient: TRL's
                              frac_reward_zero_std, per domain)
     domain/<d>/prompts       its prompts in the batch
@@ -25,8 +27,9 @@ COLUMN = "domain"  # data/domains.py's column (record/ sits below data/ in the l
 FULL = 1 - 1e-6
 
 
-def domain_metrics(sb: ScoredBatch) -> dict[str, float]:
-    """The step's metrics of every domain present in ``sb`` (``{}`` without a domain column)."""
+def domain_metrics(sb: ScoredBatch, graders: dict[str, str]) -> dict[str, float]:
+    """The step's metrics of every domain present in ``sb`` (``{}`` without a domain column). ``graders``: each
+    domain's grader column among ``sb.names``; a domain not in it gets no ``accuracy``."""
     G = sb.group_size
     tags = [p.columns.get(COLUMN) for p in sb.prompts]
     if not any(isinstance(t, str) for t in tags):
@@ -38,13 +41,12 @@ def domain_metrics(sb: ScoredBatch) -> dict[str, float]:
         groups = [g for g, t in enumerate(tags) if t == d]
         rows = [g * G + j for g in groups for j in range(G)]
         r_PG = totals_PG[groups]
-        first = next((f for f, name in enumerate(sb.names) if name.startswith(f"{d}/")), None)
-        verifier = sb.rewards_NF[rows, first] if first is not None else sb.total_N[rows]
+        if graders.get(d) in sb.names:
+            out[f"domain/{d}/accuracy"] = _graded_accuracy(sb.rewards_NF[rows, sb.names.index(graders[d])])
         out.update(
             {
                 f"domain/{d}/reward": r_PG.mean().item(),
                 f"domain/{d}/reward_std": r_PG.std(dim=1, unbiased=False).mean().item(),
-                f"domain/{d}/accuracy": _graded_accuracy(verifier),
                 f"domain/{d}/zero_std": (r_PG.max(dim=1).values == r_PG.min(dim=1).values).float().mean().item(),
                 f"domain/{d}/prompts": float(len(groups)),
                 f"domain/{d}/completion_length": sum(lengths[i] for i in rows) / len(rows),

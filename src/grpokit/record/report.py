@@ -96,7 +96,7 @@ def headline_html(run: Run) -> str:
     for label, key in (
         ("reward (last 10)", "reward"),
         ("entropy (last 10)", "entropy"),
-        ("tokens / s", "tokens_per_second"),
+        ("tokens / s (last 10)", "tokens_per_second"),
     ):
         value = _last_mean(rows, key)
         if value is not None:
@@ -160,14 +160,15 @@ def doctor_html(diag: Diagnosis, drawn: dict[str, str] | None = None) -> str:
 
 def config_diff_html(runs: Sequence[Run]) -> str:
     diff = config_diff(runs)
+    notes = "".join(f'<p class="muted">{_esc(r.name)}: {_esc(r.config_note)}</p>' for r in runs if r.config_note)
     if not diff:
-        return '<p class="muted">The runs\' configs do not differ (or have no config.yaml).</p>'
+        return notes + '<p class="muted">The runs\' configs do not differ (or have no config.yaml).</p>'
     head = "".join(f"<th>{_esc(r.name)}</th>" for r in runs)
     body = "".join(
         f"<tr><td><code>{_esc(k)}</code></td>" + "".join(f"<td>{_esc(v)}</td>" for v in vals) + "</tr>"
         for k, vals in diff
     )
-    return f'<table class="diff"><tr><th>field</th>{head}</tr>{body}</table>'
+    return notes + f'<table class="diff"><tr><th>field</th>{head}</tr>{body}</table>'
 
 
 def payload(runs: Sequence[Run], live_s: float | None = None) -> dict[str, Any]:
@@ -205,7 +206,9 @@ def _run_section(run: Run, many: bool) -> str:
             else '<p class="muted">No summary.json (the run may not have finished).</p>'
         )
         + "</details>"
-        + f"<details><summary>{prefix}config.yaml</summary>"
+        + f"<details><summary>{prefix}config.yaml (as the run started; --resume's changes: config_history.yaml)"
+        + "</summary>"
+        + (f'<p class="muted">{_esc(run.config_note)}</p>' if run.config_note else "")
         + (
             f'<pre class="box">{_esc(run.config_text)}</pre>'
             if run.config_text

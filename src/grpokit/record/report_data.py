@@ -44,8 +44,9 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "signal",
         "Groups without signal (fractions)",
-        ("frac_reward_zero_std", "completions/clipped_ratio", "completions/frac_groups_*"),
+        ("frac_reward_zero_std", "completions/frac_groups_*"),
     ),
+    ("truncated", "Truncated completions (fraction of completions)", ("completions/clipped_ratio",)),
     ("reward-std", "Reward spread", ("reward_std", "rewards/*/std")),
     (
         "faults",
@@ -80,7 +81,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("time", "Time per phase (seconds per step)", ("time/*",)),
     ("throughput", "Throughput (tokens per second)", ("tokens_per_second",)),
     ("loss", "Loss", ("loss",)),
-    ("grad-norm", "Gradient norm (before clipping)", ("grad_norm",)),
+    ("grad-norm", "Gradient norm (before clipping)", ("grad_norm", "grad_norm/max")),  # a step's mean, largest
     ("lr", "Learning rate", ("learning_rate",)),
 )
 MAX_SAMPLE_CHARS = 4000  # per text; a report is read, not archived: samples.jsonl keeps everything
@@ -104,7 +105,9 @@ class Run:
     samples: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     config_text: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # config.yaml with config_history.yaml applied (the run now)
+    changes: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)  # field -> [(first step, new value)]
+    config_note: str = ""  # what of config_history.yaml could not be read (the report says so)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -125,19 +128,64 @@ def read_json(path: Path) -> dict[str, Any]:
 def _read_config(path: Path) -> tuple[str, dict[str, Any]]:
     if not path.is_file():
         return "", {}
-    text = path.read_text(encoding="utf-8", errors="replace")
+    return _read_config_text(path.read_text(encoding="utf-8", errors="replace"))
+
+
+HISTORY_FILE = "config_history.yaml"  # train/resume.py writes it (record/ sits below train/: named here too)
+
+
+def read_history(path: Path) -> tuple[list[tuple[int, str, Any]], str]:
+    """The changes config_history.yaml records, as (first step they took effect, dotted field, new value): an
+    entry's ``step`` is the checkpoint a --resume started from, so its values hold from the next step. A torn
+    file (checksum, YAML, shape) or entry is left out and said in the returned note, not raised: a report shows
+    what it can."""
+    if not path.is_file():
+        return [], ""
+    from grpokit.config.io import unsealed
+    from grpokit.config.sections import ConfigError
+
     try:
+        body, _ = unsealed(path.read_text(encoding="utf-8", errors="replace"), repr(str(path)), "reading it")
         import yaml
 
-        data = yaml.safe_load(text)
-    except Exception:  # a torn or hand-edited file: show the text, compare nothing
+        data = yaml.safe_load(body) or []
+    except (ConfigError, Exception):  # a torn or hand-edited file
         data = None
-    return text, data if isinstance(data, dict) else {}
+    if not isinstance(data, list):
+        return [], f"{path.name} is torn or damaged: the config shown is config.yaml as the run started"
+    out, bad = [], 0
+    for entry in data:
+        step = entry.get("step") if isinstance(entry, dict) else None
+        changed = entry.get("changed") if isinstance(entry, dict) else None
+        if not isinstance(step, int) or not isinstance(changed, dict):
+            bad += 1
+            continue
+        for dotted, change in changed.items():
+            if isinstance(change, dict) and "to" not in change:
+                bad += 1
+                continue
+            out.append((step + 1, str(dotted), change["to"] if isinstance(change, dict) else change))
+    note = f"{path.name} has {bad} torn entr{'y' if bad == 1 else 'ies'}, left out" if bad else ""
+    return out, note
+
+
+def _apply(cfg: dict[str, Any], dotted: str, value: Any) -> None:
+    node = cfg
+    *parents, last = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+    node[last] = value
 
 
 def load_run(run_dir: Path, name: str | None = None) -> Run:
     run_dir = Path(run_dir)
     text, cfg = _read_config(run_dir / "config.yaml")
+    history, note = read_history(run_dir / HISTORY_FILE)
+    changes: dict[str, list[tuple[int, Any]]] = {}
+    for step, dotted, value in history:  # as --resume reads the run (train/resume.py:load_run_config)
+        if cfg:
+            _apply(cfg, dotted, value)
+        changes.setdefault(dotted, []).append((step, value))
     return Run(
         path=run_dir,
         name=name or run_dir.resolve().name,
@@ -146,6 +194,8 @@ def load_run(run_dir: Path, name: str | None = None) -> Run:
         events=read_jsonl(run_dir / HEALTH_FILE),
         config_text=text,
         config=cfg,
+        changes=changes,
+        config_note=note,
         summary=read_json(run_dir / "summary.json"),
     )
 
@@ -242,17 +292,49 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_diff(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
-    """[(dotted field, [value in each run])] for the fields whose values differ between runs
-    (train.out excluded: every run has its own folder)."""
+    """[(dotted field, [value in each run])] for the fields whose values differ between runs (train.out
+    excluded: every run has its own folder). A value a --resume changed (config_history.yaml) shows the
+    start's value and each change with the step it took effect: ``1.0, then 0.5 from step 3``."""
     flat = [flatten(r.config) for r in runs]
     keys = list(dict.fromkeys(k for f in flat for k in f))
-    missing = object()
     diff = []
     for k in keys:
-        vals = [f.get(k, missing) for f in flat]
+        vals = [_shown(r, f, k) for r, f in zip(runs, flat)]
         if k != "train.out" and any(v != vals[0] for v in vals):
-            diff.append((k, ["(absent)" if v is missing else json.dumps(v, default=str) for v in vals]))
+            diff.append((k, vals))
     return diff
+
+
+def _shown(run: Run, flat: dict[str, Any], key: str) -> str:
+    """One run's value of ``key`` in the comparison: the value now, or with its history where it changed."""
+    if key not in flat:
+        return "(absent)"
+    changes = run.changes.get(key)
+    if not changes:
+        return json.dumps(flat[key], default=str)
+    shown = [f"{json.dumps(v, default=str)} from step {s}" for s, v in changes]
+    start = _start_value(run, key)
+    return ", then ".join(([json.dumps(start, default=str)] if start is not _NONE else []) + shown)
+
+
+_NONE = object()
+
+
+def _start_value(run: Run, key: str) -> Any:
+    """``key``'s value in config.yaml as the run started (before config_history.yaml), or _NONE."""
+    _, start = _read_config_text(run.config_text)
+    return flatten(start).get(key, _NONE)
+
+
+def _read_config_text(text: str) -> tuple[str, dict[str, Any]]:
+    """The text and its mapping ({} for a torn or hand-edited file: show the text, compare nothing)."""
+    try:
+        import yaml
+
+        data = yaml.safe_load(text) if text else None
+    except Exception:
+        data = None
+    return text, data if isinstance(data, dict) else {}
 
 
 def _clip(text: Any) -> Any:

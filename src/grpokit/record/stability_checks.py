@@ -63,7 +63,8 @@ def check_run_failed(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
 
 
 def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    pts = values(run, "grad_norm")
+    # a step of several updates logs their mean as grad_norm and the largest as grad_norm/max: a spike is the max
+    pts = values(run, "grad_norm/max") or values(run, "grad_norm")
     med = statistics.median(v for _, v in pts) if len(pts) >= 6 else 0.0  # a median of fewer is no baseline
     spikes = [(s, v) for s, v in pts if med > 0 and v > dc.grad_spike_ratio * med]
     bad = [

@@ -69,6 +69,7 @@ class RewardResult:
     extra: dict[str, list] = field(
         default_factory=dict
     )  # log_extra columns, one entry per completion (None: not logged)
+    failed_NF: torch.Tensor | None = None  # (N, F) bool: the function failed there (it holds failure_value)
 
 
 class NonFiniteReward(ValueError):
@@ -294,10 +295,8 @@ class RewardRunner:
                 f"Reward '{name}' failed on {len(tally.errors)} of {n} completions, more than "
                 f"max_failure_fraction={self.max_failure_fraction:g}; first error, on completion {row}: {first}"
             )
-        scored = rewards_NF[:, f][~failed_NF[:, f] & ~rewards_NF[:, f].isnan()]
         return {
-            f"rewards/{name}/mean": scored.mean().item() if len(scored) else float("nan"),
-            f"rewards/{name}/std": scored.std(unbiased=False).item() if len(scored) else float("nan"),
+            **value_stats(rewards_NF[:, f], failed_NF[:, f], name),
             f"rewards/{name}/failures": float(len(tally.errors)),
             f"rewards/{name}/nonfinite": float(tally.nonfinite),
             f"rewards/{name}/not_applicable": float(rewards_NF[:, f].isnan().sum().item()),
@@ -356,7 +355,8 @@ class RewardRunner:
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start
         metrics.update({k: sum(v) / len(v) for k, v in logs.metrics.items() if v and k not in metrics})
-        return RewardResult(rewards_NF, total_N, [s.name for s in self.specs], weights.tolist(), metrics, logs.extra)
+        names = [s.name for s in self.specs]
+        return RewardResult(rewards_NF, total_N, names, weights.tolist(), metrics, logs.extra, failed_NF)
 
     def close(self) -> None:
         """Stop worker processes (abandoned soft-timeout daemon threads are not waited for)."""
@@ -397,3 +397,15 @@ def _warn_unscored(rewards_NF: torch.Tensor, failed_NF: torch.Tensor, prompts: l
             {"prompt": prompts[i], "completion": completions[i]},
             len(unscored),
         )
+
+
+def value_stats(values_N: torch.Tensor, failed_N: torch.Tensor | None, name: str) -> dict[str, float]:
+    """``rewards/<name>/mean`` and ``/std`` (population) of one function's values over the completions it
+    scored: neither failed (``failed_N``; None: none did) nor not applicable (NaN); NaN when it scored none.
+    The runner's metrics, and rollout/collect.py's over the rows a step keeps (dynamic sampling, GFPO)."""
+    ok = ~values_N.isnan() if failed_N is None else ~failed_N & ~values_N.isnan()
+    scored = values_N[ok]
+    return {
+        f"rewards/{name}/mean": scored.mean().item() if len(scored) else float("nan"),
+        f"rewards/{name}/std": scored.std(unbiased=False).item() if len(scored) else float("nan"),
+    }

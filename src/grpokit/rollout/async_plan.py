@@ -1,8 +1,10 @@
 """Which prompts and which weights each asynchronous batch is sampled with, and what a checkpoint keeps.
 
-The one rule. Batch j is trained by step j (the step after j updates) and is sampled by the policy after
-exactly ``max(base, j - s)`` updates, s = ``rollout.async_staleness`` (base = 0, or the resumed step of a
-checkpoint written without this state). It is drawn with its own generator, seeded by (seed, j), and with
+The one rule. Batch j is trained by step j (the one after j steps) and is sampled by the policy after
+exactly ``max(base, j - s)`` steps, s = ``rollout.async_staleness`` (base = 0, or the resumed step of a
+checkpoint written without this state). Steps are sampling rounds, not optimizer updates (a step makes
+algo.num_iterations x train.updates_per_batch of them): staleness counts steps.
+Batch j is drawn with its own generator, seeded by (seed, j), and with
 prompts drawn by the trainer's thread when version ``j - s`` is published (at the start for the first s + 1
 batches). Nothing depends on when the sampler runs, how many workers there are or which one took the batch,
 so an asynchronous run is as deterministic as a synchronous one, and its staleness is ``min(j - base, s)``.
@@ -65,7 +67,7 @@ class AsyncPlan:
         prompts (the same on every rank), ``rank`` of ``world_size`` samples its slice of each."""
         self.n, self.s, self.seed, self.next_batch = prompts_per_step, max_staleness, seed, next_batch
         self.rank, self.world_size = rank, world_size
-        self.step = step  # updates the trainer has made
+        self.step = step  # steps the trainer has made (a step may make several optimizer updates)
         self.warned_untaken = False
         self.trainable = [name for name, p in model.named_parameters() if p.requires_grad]
         snap, self.sync_bytes = sampling_snapshot(model)
@@ -110,7 +112,7 @@ class AsyncPlan:
             )
 
     def publish(self, model: torch.nn.Module, step: int) -> None:
-        """The policy after ``step`` updates: its snapshot, the prompts of batch ``step + s`` (the first it
+        """The policy after ``step`` steps: its snapshot, the prompts of batch ``step + s`` (the first it
         samples), and what no batch still needs dropped."""
         snap, self.sync_bytes = sampling_snapshot(model)
         self.snapshots[step] = snap

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from grpokit.algo.advantages import flat_groups
+from grpokit.rewards.runner import value_stats
 from grpokit.types import Prompt, ScoredBatch, gather_rows
 
 
@@ -39,6 +40,7 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
         batch.names,
         dict(batch.metrics),
         {k: [v[i] for i in rows] for k, v in batch.extra.items()},
+        None if batch.failed_NF is None else batch.failed_NF[idx],
     )
 
 
@@ -61,6 +63,16 @@ def concat(batches: list[ScoredBatch]) -> ScoredBatch:
             k: [x for b in batches for x in b.extra.get(k, [None] * len(b.texts))]
             for k in dict.fromkeys(k for b in batches for k in b.extra)
         },
+        _cat_failed(batches),
+    )
+
+
+def _cat_failed(batches: list[ScoredBatch]) -> torch.Tensor | None:
+    """The batches' failure masks one after the other (a batch without one: no failure)."""
+    if all(b.failed_NF is None for b in batches):
+        return None
+    return torch.cat(
+        [torch.zeros_like(b.rewards_NF, dtype=torch.bool) if b.failed_NF is None else b.failed_NF for b in batches]
     )
 
 
@@ -146,6 +158,8 @@ def collect(
             out = select(out, list(range(P)))
     if many and oversample and gfpo_adaptive and not dynamic_sampling:  # a count: sum over ranks, not the mean
         out.metrics["gfpo/hard_prompts"] = dist.sum_float(out.metrics["gfpo/hard_prompts"])
+    if dynamic_sampling or oversample:
+        out.metrics = kept_reward_metrics(out)
     if dynamic_sampling:
         k = dist.world_size if many else 1
         out.metrics.update(
@@ -201,7 +215,7 @@ def _adaptive_extra(
     extra_n = sample_group_size - G
     hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G : (p + 1) * G].mean() < threshold]
     more = sample([batch.prompts[p] for p in hard], extra_n) if hard or always else None
-    rewards, totals, texts, sources = [], [], [], []
+    rewards, totals, texts, sources, failed = [], [], [], [], []
     for p in range(len(batch.prompts)):
         rows = list(range(p * G, (p + 1) * G))
         src = [(batch, i) for i in rows]
@@ -211,13 +225,33 @@ def _adaptive_extra(
         else:
             src += [(batch, rows[0])] * extra_n  # placeholders: easy groups keep their first G
         for b, i in src:
+            failed.append(
+                torch.zeros_like(b.rewards_NF[i], dtype=torch.bool) if b.failed_NF is None else b.failed_NF[i]
+            )
             rewards.append(b.rewards_NF[i])
             totals.append(b.total_N[i])
             texts.append(b.texts[i])
             sources.append((b.rollout, i))
     ro = gather_rows(batch.rollout.prompt_ids, sources, sample_group_size)
     metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}
-    return ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics), hard
+    out = ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics)
+    out.failed_NF = torch.stack(failed)
+    return out, hard
+
+
+def kept_reward_metrics(batch: ScoredBatch) -> dict[str, float]:
+    """``batch.metrics`` with every ``rewards/<f>/mean`` and ``/std`` taken over the rows ``batch`` keeps (what
+    trains, the rows the step's ``reward`` is the mean of); the runner's values over every completion sampled
+    (averaged over the sampling rounds), and its ``reward``, move to ``sampled/<name>``. Dynamic sampling and
+    GFPO drop rows after scoring: before, the two views were logged side by side as if they were one."""
+    out = dict(batch.metrics)
+    out.pop("reward_std", None)  # the runner's (over all rows, not per group); step_metrics logs the kept one's
+    names = ["reward"] + [f"rewards/{n}/{s}" for n in batch.names for s in ("mean", "std")]
+    out.update({f"sampled/{k}": out.pop(k) for k in names if k in out})
+    for f, name in enumerate(batch.names):
+        failed = None if batch.failed_NF is None else batch.failed_NF[:, f]
+        out.update(value_stats(batch.rewards_NF[:, f], failed, name))
+    return out
 
 
 # Per-batch counts (rewards/runner.py) add up over batches; everything else is averaged.

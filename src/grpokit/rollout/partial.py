@@ -13,7 +13,7 @@ version not yet published, and the run stays deterministic and resumes exactly a
 rollouts (a checkpoint's in-flight batches are redone from their start, with their generator).
 
 The staleness bound per token: a token of batch j is drawn by a version >= v0 = j - s, so it is at
-most s = ``rollout.async_staleness`` updates old when step j trains it. The bound holds by
+most s = ``rollout.async_staleness`` steps old when step j trains it. The bound holds by
 construction; ``check_staleness`` verifies it on every batch handed to the trainer and stops the run
 in one sentence if a token were older (no token is masked or dropped, because none can be).
 
@@ -115,7 +115,7 @@ def token_staleness(ro: Rollout, step: int) -> list[int]:
 
 
 def check_staleness(ro: Rollout, step: int, max_staleness: int) -> list[int]:
-    """``token_staleness``, after checking the bound: no token more than ``max_staleness`` updates old."""
+    """``token_staleness``, after checking the bound: no token more than ``max_staleness`` steps old."""
     ages = token_staleness(ro, step)
     if ages and max(ages) > max_staleness:
         raise RuntimeError(

@@ -136,6 +136,7 @@ class Rewards:
     weights: list[float]
     process_fn: Callable | None
     domain_eval: dict[str, RewardRunner]  # each domain's held-out verifier (data.domains; {} without)
+    domain_graders: dict[str, str]  # each domain's grader column among the training rewards (domain/<d>/accuracy)
 
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
@@ -152,12 +153,14 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
         failure_value=rc.failure_value,
         max_failure_fraction=rc.max_failure_fraction,
     )
+    graders = domain_setup.domain_graders(cfg)  # one grader per domain, for the held-out set and each step
     return Rewards(
         runner,
         reward_setup.eval_runner(cfg, runner),
         [sp.weight for sp in specs],
         process_fn,
-        domain_setup.domain_eval_runners(cfg),
+        domain_setup.domain_eval_runners(graders),
+        domain_setup.training_graders(graders),
     )
 
 

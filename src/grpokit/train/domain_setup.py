@@ -58,11 +58,22 @@ def settle_domains(cfg: Config, own_rows: bool) -> Config:
 
 def _check_unsampled(cfg: Config) -> None:
     """A domain with share 0 is sampled only by a stage that names it: without one it is refused when it
-    has no held-out set (nothing would read it), and warned about once when it is only evaluated."""
+    has no held-out set (nothing would read it), and warned about once when it is only evaluated. A stage
+    naming it beside domains with a share mixes its domains equally (DomainSampler), warned about once."""
     named = set()
-    for spec in cfg.train.stages:
+    shares = {d.name: d.share for d in domains_of(cfg)}
+    for i, spec in enumerate(cfg.train.stages):
         names = spec.get("domain") if isinstance(spec, dict) else None
-        named.update([names] if isinstance(names, str) else names or ())
+        names = [names] if isinstance(names, str) else list(names or ())
+        named.update(names)
+        zero = [n for n in names if shares.get(n) == 0]
+        if zero and len(zero) < len(names):
+            print(
+                f"grpokit: warning: train.stages[{i}] names {', '.join(zero)} with share 0 beside domains with a "
+                f"share, so its domains {', '.join(names)} share its batches equally (shares cannot mix a share-0 "
+                "domain); give every one of them a positive share to mix them by share",
+                flush=True,
+            )
     for d in domains_of(cfg):
         if d.share > 0 or d.name in named:
             continue
@@ -137,15 +148,38 @@ def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[Rewar
     return specs
 
 
-def domain_eval_runners(cfg: Config) -> dict[str, RewardRunner]:
-    """The verifier of each domain's held-out set: its task's, else its first reward function."""
-    runners = {}
+def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:
+    """Each domain's grader (reward_setup.grader on the domain's own config: its task's verifier, else its
+    first reward function) and the name of its column among the training rewards (``<domain>/<function>``,
+    as domain_reward_specs names them; None when the task's verifier is not among the domain's functions).
+    The held-out evaluation and the per-step ``domain/<d>/accuracy`` both read it, so they grade alike."""
+    graders = {}
     for d in domains_of(cfg):
         with as_domain(d.name):
             sub = domain_config(cfg, d)
-            own = RewardRunner(reward_setup.reward_specs(sub, None, None)[:1], num_workers=0)
-            runners[d.name] = reward_setup.eval_runner(sub, own)
-    return runners
+            own = reward_setup.reward_specs(sub, None, None)
+            spec, at = reward_setup.grader(sub, own)
+        graders[d.name] = (spec, None if at is None else f"{d.name}/{own[at].name}")
+    return graders
+
+
+def domain_eval_runners(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, RewardRunner]:
+    """The runner of each domain's held-out set: its grader alone (``domain_graders``)."""
+    return {d: RewardRunner([spec], num_workers=0) for d, (spec, _) in graders.items()}
+
+
+def training_graders(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, str]:
+    """Each domain's grader column among the training rewards, for ``domain/<d>/accuracy``; a domain whose
+    task verifier is not among its reward functions is warned about once and gets no per-step accuracy."""
+    for d, (_, column) in graders.items():
+        if column is None:
+            print(
+                f"grpokit: warning: data.domains.{d}: its task's verifier is not among its reward_functions, so "
+                f"domain/{d}/accuracy is not logged per step (the held-out eval/domain/{d}/accuracy grades with "
+                "it); add 'task' to its reward_functions (weight 0 leaves its reward unchanged) to log it",
+                flush=True,
+            )
+    return {d: column for d, (_, column) in graders.items() if column is not None}
 
 
 def make_sampler(cfg: Config, prompts: list, group_size: int, world_size: int = 1):

@@ -276,7 +276,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         for hook in self.on_inputs:
             hook(sb, inputs)
         extra: dict[str, float] = {}
-        upd: dict[str, float] = {}  # the step's last update (none yet while its first is still accumulating)
+        updates: list[dict[str, float]] = []  # the step's applied updates (none while its first accumulates)
         self._updating = True  # from here on the model is no longer the last finished step's
         with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
             parts, applied = cfg.train.updates_per_batch, self.updates
@@ -284,10 +284,12 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             for i, j, part in slices:  # num_iterations passes over TRL's steps_per_generation slices
                 if self._updates_done() or self._stop_before_update(applied):  # TRL's max_steps, a callback's stop
                     break
-                upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j) or upd
+                upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j)
+                updates += [upd] if upd is not None else []
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
+        upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
         return self._step_metrics(sb, inputs, {**upd, **extra, **stage})  # 7. record
 
     def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
@@ -428,7 +430,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         metrics = step_metrics.step_metrics(
             sb, inputs, update_metrics, self._timer, self.cfg.health.same_length_min_tokens, self.sampler.position
         )
-        metrics.update({**domain_metrics(sb), **self.sampler.metrics()})  # per domain; a curriculum's own
+        metrics.update(
+            {**domain_metrics(sb, self.domain_graders), **self.sampler.metrics()}
+        )  # per domain; a curriculum's own
         return distributed.reduce_metrics(self.dist, metrics)
 
     # ------------------------------------------------------------------ helpers

@@ -103,12 +103,24 @@ def _import_hint(name: str) -> str:
     return f" (looked in the working directory {os.getcwd()} and on sys.path)" if ":" in name else ""
 
 
-def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
-    """Evaluation grades with the task's own verifier when there is a task, else the first reward."""
+def grader(cfg: Config, specs: list[RewardSpec]) -> tuple[RewardSpec, int | None]:
+    """The run's grader, the one place that decides it: the task's own verifier when there is a task,
+    else the first of ``specs`` (the run's reward functions, as reward_specs gives them); and its index
+    among ``specs``, None when the task's verifier is not one of them (reward.functions without "task")."""
     task = task_of(cfg)
     if task is None:
+        return specs[0], 0
+    names = cfg.reward.functions
+    at = names.index("task") if "task" in names else None  # with a task no "task" entry is skipped
+    return RewardSpec(fn=task.reward_fn, name="accuracy", weight=1.0), at
+
+
+def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
+    """Evaluation grades with the run's grader (``grader``): the task's verifier when there is a task,
+    else the first reward (the whole runner, whose first column the evaluator reads)."""
+    if task_of(cfg) is None:
         return runner
-    return RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy", weight=1.0)], num_workers=0)
+    return RewardRunner([grader(cfg, runner.specs)[0]], num_workers=0)
 
 
 def process_function(cfg: Config):

@@ -20,6 +20,35 @@ from grpokit.types import ScoredBatch
 from .rollout_func import add_logged_columns
 from .timer import Timer
 
+# How a step's several optimizer updates (algo.num_iterations x train.updates_per_batch) become one line:
+LAST_OF_UPDATES = ("learning_rate", "entropy_coef", "lambda_grpo/lambda")  # states: the one in force at the end
+SUM_OF_UPDATES = ("skipped_nonfinite", "train/shared_prefix_tokens_saved")  # counts over the step
+STEP_ONLY = ("grad_norm/max",)  # the step's own (not one update's): grpokit.trl's per-update entries leave it out
+
+
+def step_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
+    """One line of the metrics of the optimizer updates a step applied, in order: a key in LAST_OF_UPDATES is
+    the last update's, in SUM_OF_UPDATES summed, a ``..._max`` key the max; every other (``loss``,
+    ``grad_norm``, ``clip_ratio/*``, ``entropy``, ``ratio/mean`` ...) the mean over the updates that report it;
+    plus ``grad_norm/max``, the largest update's norm (a spike the mean would halve). ``{}`` for none (an
+    update spanning steps, train.accumulation_slices, still accumulating). One update: its own metrics, and
+    ``grad_norm/max`` = ``grad_norm``."""
+    out: dict[str, float] = {}
+    for k in dict.fromkeys(k for u in updates for k in u):
+        vals = [u[k] for u in updates if k in u]
+        if k in LAST_OF_UPDATES:
+            out[k] = vals[-1]
+        elif k in SUM_OF_UPDATES:
+            out[k] = sum(vals)
+        elif k.endswith("_max"):
+            out[k] = max(vals)
+        else:
+            out[k] = sum(vals) / len(vals)
+    norms = [u["grad_norm"] for u in updates if "grad_norm" in u]
+    if norms:
+        out["grad_norm/max"] = max(norms, key=lambda v: v if v == v else float("inf"))  # a NaN norm is the worst
+    return out
+
 
 def logged_samples(sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, step: int) -> list[dict]:
     """The sample rows of step ``step``: prompt, completion, each reward, the sequence's advantage

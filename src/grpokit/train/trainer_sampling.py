@@ -55,7 +55,15 @@ class TrainerSampling:
                 trainer_state=self.reward_state(),
             )
         sb = ScoredBatch(
-            prompts, ro, texts, scored.rewards_NF, scored.total_N, scored.names, scored.metrics, scored.extra
+            prompts,
+            ro,
+            texts,
+            scored.rewards_NF,
+            scored.total_N,
+            scored.names,
+            scored.metrics,
+            scored.extra,
+            scored.failed_NF,
         )
         for hook in self.on_sampled:
             hook(sb)

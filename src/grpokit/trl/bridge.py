@@ -23,6 +23,7 @@ from transformers import TrainerState
 
 from grpokit.config.sections import ConfigError
 from grpokit.train.callbacks import Callbacks
+from grpokit.train.step_metrics import STEP_ONLY
 
 from .best import update_best
 from .default_callbacks import RESETS, DefaultFlowCallback, TrlControl
@@ -241,7 +242,8 @@ class StepBridge:
         (a rolling window) leaves its metrics to the step of the update that follows."""
         if self.round is None:  # not told of the round's sampling (grpokit's loop always tells)
             self.sampled_round({})
-        rest = {k: v for k, v in (metrics or {}).items() if k not in self.round_keys}  # timings, the update ...
+        # timings, the update ... (not the step's own summary of its updates: each TRL step logs its update's)
+        rest = {k: v for k, v in (metrics or {}).items() if k not in self.round_keys and k not in STEP_ONLY}
         if self.open is not None:
             self.round_save = control.should_save  # grpokit's schedule (train.save_every, the last step)
             self._end_step(rest, control)
