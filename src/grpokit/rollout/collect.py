@@ -161,16 +161,20 @@ def collect(
     if dynamic_sampling or oversample:
         out.metrics = kept_reward_metrics(out)
     if dynamic_sampling:
-        k = dist.world_size if many else 1
         out.metrics.update(
-            {
-                "dynamic_sampling/rounds": float(rounds),
-                "dynamic_sampling/dropped_groups": float(dropped),
-                "dynamic_sampling/kept_groups": float(len(out.prompts) * k),
-                "dynamic_sampling/sampled_prompts": float(sampled),
-            }
+            _dynamic_metrics(rounds, dropped, len(out.prompts) * (dist.world_size if many else 1), sampled)
         )
     return out
+
+
+def _dynamic_metrics(rounds: int, dropped: int, kept: int, sampled: int) -> dict[str, float]:
+    """DAPO's dynamic sampling of one step: its rounds, the flat groups dropped, the groups kept, the prompts sampled."""
+    return {
+        "dynamic_sampling/rounds": float(rounds),
+        "dynamic_sampling/dropped_groups": float(dropped),
+        "dynamic_sampling/kept_groups": float(kept),
+        "dynamic_sampling/sampled_prompts": float(sampled),
+    }
 
 
 def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) -> ScoredBatch:
