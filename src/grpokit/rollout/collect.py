@@ -168,7 +168,7 @@ def collect(
 
 
 def _dynamic_metrics(rounds: int, dropped: int, kept: int, sampled: int) -> dict[str, float]:
-    """DAPO's dynamic sampling of one step: its rounds, the flat groups dropped, the groups kept, the prompts sampled."""
+    """DAPO's dynamic sampling in one step: its rounds, flat groups dropped, groups kept, prompts sampled."""
     return {
         "dynamic_sampling/rounds": float(rounds),
         "dynamic_sampling/dropped_groups": float(dropped),
