@@ -30,3 +30,16 @@ def test_a_non_finite_norm_is_the_max():
     """A skipped update's NaN norm: the mean is NaN (the live non-finite alarm reads grad_norm) and so is the max."""
     m = step_update_metrics([{"grad_norm": 1.0}, {"grad_norm": float("nan")}])
     assert math.isnan(m["grad_norm"]) and math.isnan(m["grad_norm/max"])
+
+
+def test_reward_std_is_the_mean_of_the_groups_population_std():
+    """Two groups of 2: rewards [0, 1] (population std 0.5; Bessel's would be 0.707) and [1, 1] (0): mean 0.25, as
+    docs/MONITORING.md defines reward_std (and domain/<d>/reward_std is computed)."""
+    from types import SimpleNamespace
+
+    from grpokit.train.step_metrics import sampling_metrics
+    from helpers.pipeline_batches import scored
+
+    sb, _ = scored([0.0, 1.0, 1.0, 1.0], 2, [2, 2, 2, 2])
+    m = sampling_metrics(sb, SimpleNamespace(metrics={}), same_length_min_tokens=8)
+    assert (m["reward"], m["reward_std"]) == (0.75, 0.25)

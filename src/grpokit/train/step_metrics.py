@@ -84,7 +84,7 @@ def sampling_metrics(sb: ScoredBatch, inputs, same_length_min_tokens: int) -> di
         **sb.metrics,
         **episode_metrics(ro),
         "reward": sb.total_N.mean().item(),
-        "reward_std": sb.total_N.view(P, G).std(dim=1).mean().item(),
+        "reward_std": sb.total_N.view(P, G).std(dim=1, unbiased=False).mean().item(),  # population, as documented
         **inputs.metrics,
         "completions/mean_length": float(np.mean(lengths)),
         "completions/min_length": float(min(lengths)),
