@@ -141,3 +141,20 @@ def test_gfpo_settings_it_cannot_use_are_refused_in_one_sentence(rollout, messag
     from helpers.config_errors import section_error
 
     assert section_error(rollout=rollout) == message
+
+
+def test_a_steps_zeroed_share_is_over_every_completion_it_scored():
+    """Dynamic sampling scores 2 rounds of P=2 x G=2 = 8 completions; 2 of them were zeroed (their own fault). The
+    live alarm's share is 2 / 8 = 0.25 over the rows scored (the runner's rewards/scored, summed over rounds), not
+    2 / 4 over the kept batch of prompts_per_step x group_size (before: 0.5, twice the real share)."""
+    from grpokit.record.health_checks import zeroed_share
+
+    def with_counts(prompts, G):
+        sb = FakeSampler(lambda i, g: [1.0, 1.0] if i % 2 == 0 else [1.0, 0.0])(prompts, G)
+        sb.metrics.update({"rewards/r/zeroed": 1.0, "rewards/scored": float(len(sb.texts))})
+        return sb
+
+    out = collect(with_counts, 2, 2, dynamic_sampling=True, max_rounds=4)
+    assert out.metrics["rewards/scored"] == 8.0 and out.metrics["rewards/r/zeroed"] == 2.0
+    assert zeroed_share(out.metrics, 2 * 2) == 0.25
+    assert zeroed_share({"rewards/r/zeroed": 2.0}, 4) == 0.5  # a run that logs no rewards/scored: the config's batch

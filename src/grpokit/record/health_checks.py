@@ -278,6 +278,9 @@ def zeroed_share(row: Mapping[str, object], items: int | None) -> float | None:
     of budget, tampering, crashing the verifier, past a limit: rewards/runner.py's `zeroed`): the sum of
     `rewards/<name>/zeroed` over `items` completions x the functions that report it. None without them."""
     z = [v for k, v in row.items() if k.startswith("rewards/") and k.endswith("/zeroed") and k.count("/") == 2]
+    scored = row.get("rewards/scored")  # every completion scored in the step: dynamic sampling's rounds, GFPO's extra
+    if isinstance(scored, (int, float)) and math.isfinite(scored) and scored > 0:
+        items = int(scored)
     if not items or not z or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in z):
         return None
     return sum(z) / (items * len(z))  # type: ignore[arg-type]

@@ -351,6 +351,7 @@ class RewardRunner:
         total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero
         _warn_unscored(rewards_NF, failed_NF, prompts, completions)
         metrics["rewards/failed_fraction"] = failed_NF.sum().item() / (n * num_f) if n else 0.0
+        metrics["rewards/scored"] = float(n)  # the completions these counts are of (summed over a step's rounds)
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start

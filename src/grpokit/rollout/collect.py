@@ -259,7 +259,7 @@ def kept_reward_metrics(batch: ScoredBatch) -> dict[str, float]:
 
 
 # Per-batch counts (rewards/runner.py) add up over batches; everything else is averaged.
-_COUNTS = ("failures", "not_applicable", "timeouts", "nonfinite", "tampering", "crashes", "limits", "zeroed")
+_COUNTS = ("failures", "not_applicable", "timeouts", "nonfinite", "tampering", "crashes", "limits", "zeroed", "scored")
 
 
 def _merge_metrics(ms: list[dict[str, float]]) -> dict[str, float]:
