@@ -200,7 +200,10 @@ class EnvConfig:
     """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are
     tools, optional get_reward and done)."""
     max_turns: int = 4
-    """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
+    """Most model turns per episode when tools or an environment are set (without either an episode is one turn); the
+    last allowed turn's tool calls are not run (finish reason "turns", as TRL's max_tool_calling_iterations). 0 = no
+    turn limit: an episode runs until the model answers or max_episode_tokens is reached (TRL's
+    max_tool_calling_iterations=None)."""
     max_episode_tokens: int = 8192
     """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens
     caps each turn)."""

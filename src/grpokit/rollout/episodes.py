@@ -10,9 +10,10 @@
 An episode ends when the model answers without a tool call (finish reason of that turn: "eos",
 "stop" or "length"), when its environment sets ``done`` ("done"), when a tool raises
 ``TerminalToolError`` ("tool_error"), when ``max_turns`` turns have run and the last one still
-called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` or a model
-turn would (the turn is cut at the cap; "length"), or when its tools have used ``episode_timeout_s`` seconds
-("timeout").
+called a tool ("turns": that turn's calls are not run, as TRL leaves the calls of its last
+generation after ``max_tool_calling_iterations`` rounds; ``max_turns`` 0 is no turn limit), when the
+environment's reply would pass ``max_episode_tokens`` or a model turn would (the turn is cut at the cap;
+"length"), or when its tools have used ``episode_timeout_s`` seconds ("timeout").
 
 Environments and tools are untrusted code, and every call into them has a deadline: tools
 ``tool_timeout_s`` (env/tools.py), ``reset`` ``reset_timeout_s`` (the trainer's main thread is
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -79,7 +81,7 @@ TOOL_THREADS = 8  # rows whose tool calls run at once (tools mostly wait: on a s
 class EpisodeSpec:
     """Budgets and format of episodes (the ``env`` config section, resolved)."""
 
-    max_turns: int = 1
+    max_turns: int = 1  # 0 = no turn limit (max_episode_tokens bounds the episode)
     max_episode_tokens: int = 8192  # model + environment tokens after the prompt (0 = no cap)
     tool_timeout_s: float = 10.0
     episode_timeout_s: float = 60.0
@@ -181,12 +183,11 @@ class EpisodeRunner:
         # a random reset: each row begins with the part of its observation the group does not share
         rows = [started_row(starts[i // G][1][i % G]) for i in range(len(envs))]
         active = list(range(len(rows)))
-        for turn in range(self.spec.max_turns):
+        # max_turns 0: no turn limit; each turn that calls a tool adds tokens, so max_episode_tokens ends it
+        for turn in range(self.spec.max_turns) if self.spec.max_turns else itertools.count():
             active = self._run_turn(sample, turn, rows, envs, prompt_ids, active, G, turn_params)
             if not active:
                 break
-        for i in active:  # still calling tools after the last allowed turn
-            rows[i].finish = "turns"
         self._check_hung_tools(rows)
         return episodes_rollout(prompt_ids, rows, envs, reset_failed, G)
 
@@ -214,6 +215,10 @@ class EpisodeRunner:
             for j, i in enumerate(active)
         }
         calling = [i for i in active if calls[i]]
+        if turn == self.spec.max_turns - 1:  # the last allowed turn: its calls are not run (as TRL's last
+            for i in calling:  # max_tool_calling_iterations), so the episode ends on the model's turn, not a result
+                rows[i].finish = "turns"
+            return []
         # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
         work = [functools.partial(self._calls, rows[i], envs[i], calls[i]) for i in calling]
         results = dict(zip(calling, run_all("episode-tools", work, TOOL_THREADS)))
