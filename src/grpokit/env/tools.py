@@ -75,15 +75,47 @@ def tool_schema(fn: Callable) -> dict[str, Any]:
         ) from None
 
 
-def environment_tools(env: Any) -> list[Callable]:
+def environment_tools(env: Any, tools: list[Callable] = ()) -> list[Callable]:
     """The public methods of an environment instance (its tools), as TRL exposes them: every
-    function of its class whose name does not start with "_", except ``reset`` and ``get_reward``."""
+    function of its class whose name does not start with "_", except ``reset`` and ``get_reward``.
+
+    Refused in one sentence (ConfigError): a ``done`` method (grpokit reads ``done`` after each turn as a
+    flag: a bound method is always true, so every episode ended after its first tool call, and ``done`` was
+    offered as a tool), and a method named as one of the standalone ``tools`` (which one a call ran was
+    decided silently by the order of a dict)."""
+    cls = type(env)
+    if callable(getattr(cls, "done", None)):
+        raise ConfigError(
+            f"the environment {cls.__name__} defines done as a method; done must be an attribute or property, "
+            "not a method (set self.done = True when the episode is over, or decorate it with @property)"
+        )
     names = [
         n
-        for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
         if not n.startswith("_") and n not in ("reset", "get_reward")
     ]
+    taken = {tool_name(t) for t in tools}
+    for n in names:
+        if n in taken:
+            raise ConfigError(
+                f"the environment {cls.__name__}'s method {n!r} has the same name as a tool passed in tools; "
+                "tool names must be unique, so rename one of them"
+            )
     return [getattr(env, n) for n in names]
+
+
+def check_tool_names(tools: list[Callable]) -> None:
+    """Refuse two tools with the same name in one sentence: the model calls a tool by name, so one of
+    them could never be called (before: the second made every call of that name unreadable)."""
+    seen: set[str] = set()
+    for t in tools:
+        name = tool_name(t)
+        if name in seen:
+            raise ConfigError(
+                f"two tools are named {name!r}; tool names must be unique (a tool's name is its __name__), "
+                "so rename one of them"
+            )
+        seen.add(name)
 
 
 def check_environment(factory: Callable) -> None:

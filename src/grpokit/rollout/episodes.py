@@ -64,7 +64,15 @@ from grpokit.env.parse import (
     tag_result_text,
     template_suffix_ids,
 )
-from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
+from grpokit.env.tools import (
+    ToolResult,
+    call_tool,
+    cap_text,
+    check_tool_names,
+    environment_tools,
+    tool_name,
+    tool_schema,
+)
 from grpokit.env.workers import run_all
 from grpokit.types import Prompt, Rollout
 
@@ -114,10 +122,11 @@ class EpisodeRunner:
             dict(environment_factory) if self.named else {None: environment_factory} if environment_factory else {}
         )
         self.route_key = route_key
+        check_tool_names(self.tools)
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
         for name, factory in self.factories.items():
             probe = probe_environment(name, factory, spec.reset_timeout_s)  # built once: its tools
-            self.env_tools[name] = self.tools + environment_tools(probe)
+            self.env_tools[name] = self.tools + environment_tools(probe, self.tools)
         every = list(self.tools)  # the union: whatever any row may call
         for fns in self.env_tools.values():
             every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
