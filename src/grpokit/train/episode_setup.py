@@ -16,7 +16,9 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 
     e = cfg.env
-    fns = resolve_tools(e.tools, wall_s=e.tool_timeout_s, allow_unsafe_code_execution=e.allow_unsafe_code_execution)
+    fns = resolve_tools(
+        e.tools, tool_timeout_s=e.tool_timeout_s, allow_unsafe_code_execution=e.allow_unsafe_code_execution
+    )
     fns += list(tools or [])
     if task is not None and not fns:
         fns = list(task.tools)
