@@ -209,7 +209,9 @@ class EnvConfig:
     caps each turn)."""
     tool_format: str = "auto"
     """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags"
-    (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
+    (<tool_call>..</tool_call>, <tool_result>..</tool_result>; the prompt does not list the tools) or "auto"
+    (chat_template when the tokenizer's template shows tools; one that ignores them falls back to tags with a
+    warning, and is refused with chat_template)."""
     tool_timeout_s: float = 10.0
     """Time limit of one tool call; a call that runs over becomes an error message in the episode."""
     episode_timeout_s: float = 60.0
