@@ -448,3 +448,47 @@ def test_max_turns_0_runs_until_the_episode_token_cap():
     ro = EpisodeRunner(spec, TOK, tools=[calculator]).run(always_call, [prompt("1+1=")], 1, SamplingParams())
     assert ro.finish_reasons == ["length"] and ro.episodes[0].turns == 3 and ro.episodes[0].tool_calls == 3
     assert len(ro.completion_ids[0]) == 21 and episode_metrics(ro)["episodes/no_answer_fraction"] == 1.0
+
+
+def test_cut_tool_results_and_observations_are_counted_and_warned_about_once(caplog):
+    """max_tool_output_chars=4: "123456" (6 > 4) is cut to "1234...[truncated]", "12" is not; 1 of the 2 calls
+    cut -> tools/truncated_frequency 0.5. max_observation_chars=3: " go" (3) is not cut, " gone" (5) is; the
+    two runs below warn once per kind (before: cut in silence)."""
+    import logging
+
+    def echo(expression: str) -> str:
+        """Echo.
+
+        Args:
+            expression: what to echo.
+        """
+        return expression
+
+    class Obs(Counter):
+        text = " go"
+
+        def reset(self, prompt, answer, **kwargs):
+            self.target, self.count, self.done = 9, 0, False
+            return Obs.text
+
+    turns = {"123456=": "<tool_call>echo: 123456</tool_call>", "12=": "<tool_call>echo: 12</tool_call>"}
+    sampler = ScriptedSampler(lambda ctx, g: "<answer>1</answer><eos>" if "<tool_result>" in ctx else turns[ctx])
+    runner = EpisodeRunner(EpisodeSpec(max_turns=2, max_tool_output_chars=4, tool_format="tags"), TOK, tools=[echo])
+    with caplog.at_level(logging.WARNING, logger="grpokit.env"):
+        for _ in range(2):
+            ro = runner.run(sampler, [prompt("123456="), prompt("12=")], 1, SamplingParams())
+    assert [e.messages[1]["content"] for e in ro.episodes] == ["1234...[truncated]", "12"]
+    assert episode_metrics(ro)["tools/truncated_frequency"] == 0.5
+    spec = EpisodeSpec(max_turns=1, max_observation_chars=3, tool_format="tags")
+    answer = ScriptedSampler(lambda ctx, g: "<answer>1</answer><eos>")
+    with caplog.at_level(logging.WARNING, logger="grpokit.env"):
+        runner = EpisodeRunner(spec, TOK, environment_factory=Obs)
+        ro = runner.run(answer, [prompt("4=", answer="4")], 1, SamplingParams())
+        assert episode_metrics(ro)["episodes/observations_truncated"] == 0.0 and ro.prompt_ids == [ids("4= go")]
+        Obs.text = " gone"
+        for _ in range(2):
+            ro = runner.run(answer, [prompt("4=", answer="4")], 1, SamplingParams())
+    assert episode_metrics(ro)["episodes/observations_truncated"] == 1.0
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("tool results were longer than env.max_tool_output_chars=4" in m for m in said) == 1
+    assert sum("observations were longer than env.max_observation_chars=3" in m for m in said) == 1

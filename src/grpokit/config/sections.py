@@ -217,7 +217,8 @@ class EnvConfig:
     episode_timeout_s: float = 60.0
     """Total tool time of one episode; when used up the episode ends (finish reason "timeout")."""
     max_tool_output_chars: int = 1000
-    """Longest tool result shown to the model (longer ones are cut and marked)."""
+    """Longest tool result shown to the model in characters (longer ones are cut and marked, counted in
+    tools/truncated_frequency and warned about once; 0 = no cap, as TRL, which cuts none)."""
     max_tool_nesting: int = 20
     """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error
     message (0 = no cap)."""
@@ -226,7 +227,8 @@ class EnvConfig:
     cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare
     prompt. It also bounds building the one environment that lists the tools at start."""
     max_observation_chars: int = 8000
-    """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
+    """Longest reset() observation joined to the prompt in characters (longer ones are cut and marked, counted in
+    episodes/observations_truncated and warned about once; 0 = no cap)."""
     max_failure_fraction: float = 0.5
     """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than
     this fraction of a batch's episodes."""

@@ -19,7 +19,8 @@ code) belongs in the sandbox: the built-in ``python`` tool (env/builtin.py) runs
 rewards. A tool that raises ``TerminalToolError`` ends its episode (finish reason "tool_error").
 
 Results are untrusted too: one whose ``str()`` raises, or that nests deeper than ``max_depth``
-(``env.max_tool_nesting``), becomes an error message; every text is cut at ``max_chars``.
+(``env.max_tool_nesting``), becomes an error message; every text is cut at ``max_chars`` and marked, and
+the result says so (``ToolResult.truncated``: counted in ``tools/truncated_frequency``, warned about once).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class ToolResult:
     terminal: bool = False
     seconds: float = 0.0
     timed_out: bool = False  # ran past its deadline, or not run while earlier timed-out calls still run
+    truncated: bool = False  # its text was cut at max_chars
 
 
 def tool_name(fn: Callable) -> str:
@@ -174,7 +176,7 @@ def call_tool(
     kind, value = task.value
     if kind == "error":
         return _error(name, _describe(value), max_chars, terminal=isinstance(value, TerminalToolError), seconds=seconds)
-    return ToolResult(name, cap_text(value, max_chars), seconds=seconds)
+    return ToolResult(name, cap_text(value, max_chars), seconds=seconds, truncated=is_cut(value, max_chars))
 
 
 def _describe(e: BaseException) -> str:
@@ -208,7 +210,8 @@ def _depth(value: Any, limit: int) -> int:
 
 
 def _error(name: str, message: str, max_chars: int, **kw: Any) -> ToolResult:
-    return ToolResult(name, cap_text(str({"error": message}), max_chars), error=True, **kw)
+    text = str({"error": message})
+    return ToolResult(name, cap_text(text, max_chars), error=True, truncated=is_cut(text, max_chars), **kw)
 
 
 def _still_running(name: str) -> int:
@@ -219,8 +222,13 @@ async def _await(value):
     return await value
 
 
+def is_cut(text: str, max_chars: int) -> bool:
+    """Whether ``cap_text`` cuts ``text`` at ``max_chars`` (0 = no cap)."""
+    return bool(max_chars) and len(text) > max_chars
+
+
 def cap_text(text: str, max_chars: int) -> str:
     """``text`` cut at ``max_chars`` characters (0 = no cap), marked when cut."""
-    if max_chars and len(text) > max_chars:
+    if is_cut(text, max_chars):
         return text[:max_chars] + "...[truncated]"
     return text

@@ -20,7 +20,9 @@ Environments and tools are untrusted code, and every call into them has a deadli
 interrupted with SIGALRM, as for in-process rewards: rewards/inproc.py). A ``reset`` that raises or
 runs over is contained: that prompt's episodes start from the bare prompt, counted in
 ``episodes/reset_failures``; its observation is cut at ``max_observation_chars`` characters (10 MB
-would have been a 10-million-token prompt). Limits and defaults: docs/FAULTS.md.
+would have been a 10-million-token prompt) and a tool's result at ``max_tool_output_chars``, each cut
+marked in the text, counted (``episodes/observations_truncated``, ``tools/truncated_frequency``) and
+warned about once per run. Limits and defaults: docs/FAULTS.md.
 
 The single-turn rollout is this loop with no tools and no environment: one turn, no parsing, and
 the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a function
@@ -70,6 +72,7 @@ from grpokit.env.tools import (
     cap_text,
     check_tool_names,
     environment_tools,
+    is_cut,
     tool_name,
     tool_schema,
 )
@@ -122,6 +125,7 @@ class EpisodeRunner:
             dict(environment_factory) if self.named else {None: environment_factory} if environment_factory else {}
         )
         self.route_key = route_key
+        self.warned_cut = False  # one warning per run when tool results are cut at max_tool_output_chars
         check_tool_names(self.tools)
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
         for name, factory in self.factories.items():
@@ -184,7 +188,7 @@ class EpisodeRunner:
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
             return _one_turn(sample, prompts, G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs, starts, reset_failed = self.starts.reset_all(prompts, names, G)
+        envs, starts, reset_failed, cut = self.starts.reset_all(prompts, names, G)
         prompt_ids = [shared for shared, _ in starts]
         turn_params = params
         if self.spec.tool_format == "tags":  # a tag-format call ends the model's turn
@@ -198,7 +202,8 @@ class EpisodeRunner:
             if not active:
                 break
         self._check_hung_tools(rows)
-        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G)
+        self._warn_cut_results(rows)
+        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G, cut)
 
     def _run_turn(
         self,
@@ -235,6 +240,20 @@ class EpisodeRunner:
         for i, d in zip(calling, done):
             self._reply(rows[i], envs[i], turn, results[i], d)
         return [i for i in active if rows[i].finish is None]
+
+    def _warn_cut_results(self, rows: list[Row]) -> None:
+        """One warning per run when tool results were cut (each counted in tools/truncated_frequency)."""
+        cut = sum(r.tool_truncated for r in rows)
+        if cut and not self.warned_cut:
+            self.warned_cut = True
+            log.warning(
+                "grpokit: warning: %d of %d tool results were longer than env.max_tool_output_chars=%d and were cut "
+                "(the model sees the start and a ...[truncated] mark; TRL does not cut them; counted in "
+                "tools/truncated_frequency); raise env.max_tool_output_chars to show more (0 = no cap)",
+                cut,
+                sum(r.tool_calls for r in rows),
+                self.spec.max_tool_output_chars,
+            )
 
     def _check_hung_tools(self, rows: list[Row]) -> None:
         """Stop the run when tool calls that ran past env.tool_timeout_s exceed the batch's allowance."""
@@ -317,7 +336,9 @@ class EpisodeRunner:
         if not call.name:
             why = f" ({call.error})" if call.error else ""
             text = str({"error": f"could not read the tool call{why}: {str(call.arguments)[:200]!r}"})
-            result = ToolResult("", cap_text(text, s.max_tool_output_chars), error=True)
+            result = ToolResult(
+                "", cap_text(text, s.max_tool_output_chars), error=True, truncated=is_cut(text, s.max_tool_output_chars)
+            )
         elif left <= 0:
             result = ToolResult(call.name, str({"error": "the episode's tool time is used up"}), error=True)
         else:
@@ -336,6 +357,7 @@ class EpisodeRunner:
             row.tool_hung |= result.timed_out and left >= s.tool_timeout_s
         row.tool_seconds += result.seconds
         row.tool_errors += int(result.error)
+        row.tool_truncated += int(result.truncated)
         return result
 
     def _reply_ids(self, results: list[ToolResult], env) -> list[int]:
