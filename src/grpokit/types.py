@@ -106,6 +106,8 @@ class Episode:
     reset_failed: bool = (
         False  # reset() raised or ran past env.reset_timeout_s: the episode started from the bare prompt
     )
+    tool_results_truncated: int = 0  # tool results cut at env.max_tool_output_chars
+    observation_truncated: bool = False  # its reset() observation was cut at env.max_observation_chars
 
     @property
     def turns(self) -> int:

@@ -196,8 +196,11 @@ def test_env_config_section(tag_model_dir, tmp_path):
     assert tr.episodes.spec.tool_format == "tags"  # this tokenizer has no chat template
     with pytest.raises(ConfigError, match="env.tools"):
         trainer(tag_model_dir, tmp_path / "d", tools=(), **{"env.tools": "[abacus]"})
-    with pytest.raises(ConfigError, match="env.max_turns"):
-        trainer(tag_model_dir, tmp_path / "e", **{"env.max_turns": 0})
+    with pytest.raises(ConfigError, match=r"env.max_turns=-1 must be at least 1, or 0 for no turn limit"):
+        trainer(tag_model_dir, tmp_path / "e", **{"env.max_turns": -1})
+    with pytest.raises(ConfigError, match=r"env.max_turns=0 \(no turn limit\) needs env.max_episode_tokens > 0"):
+        trainer(tag_model_dir, tmp_path / "e", **{"env.max_turns": 0, "env.max_episode_tokens": 0})
+    assert trainer(tag_model_dir, tmp_path / "e0", **{"env.max_turns": 0}).episodes.spec.max_turns == 0
     with pytest.raises(ConfigError, match="algo.advantage='ppo' is not valid"):
         trainer(tag_model_dir, tmp_path / "f", **{"algo.advantage": "ppo"})
     with pytest.raises(ConfigError, match="algo.advantage=gigpo normalises within groups"):

@@ -138,3 +138,23 @@ def test_validate_gold_answers_raises_when_a_gold_could_not_be_checked(monkeypat
         RewardInfrastructureError, match=r"gold answer 1 \('7'\) could not be checked: .*nobody judged invalid"
     ):
         rmath.validate_gold_answers(["42", "7", "x+1"])
+
+
+def test_conversations_are_graded_on_the_models_own_last_message():
+    """An episode's conversation: only the model's last message is its answer. One that ends on a tool's
+    message (ended by env.max_turns / done / a terminal tool error / the tool time) or on a turn that calls a
+    tool has none: "" for the graders, 0.0 for math_accuracy even when the tool's result equals the gold."""
+    from grpokit.rewards.inputs import model_answer
+    from grpokit.rewards.math import completion_text, math_accuracy
+
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "c"}}]}
+    tool = {"role": "tool", "name": "c", "content": "3876"}
+    final = {"role": "assistant", "content": "<answer>3876</answer>"}
+    assert completion_text("<answer>3876</answer>") == "<answer>3876</answer>"  # plain text as it is
+    assert completion_text([call, tool, final]) == "<answer>3876</answer>"
+    assert completion_text([call, tool]) == "" and model_answer([call, tool]) is None  # ends on the tool's message
+    assert completion_text([call, tool, {**call, "content": "3876"}]) == ""  # a turn that calls a tool: no answer
+    assert completion_text([{"content": "3876"}]) == "3876"  # no role: the model's (a user's own list)
+    assert model_answer([]) is None
+    assert math_accuracy(completions=[[call, tool], [call, tool, final]], answer=["3876", "3876"]) == [0.0, 1.0]
+    assert strict_format([[call, {"role": "tool", "content": "<think>a</think>\n<answer>4</answer>\n"}]]) == [0.0]

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from grpokit.rewards import RewardRunner, RewardSpec
-from grpokit.rewards.code import code_all_pass, code_pass_fraction, strict_equal
+from grpokit.rewards.code import code_all_pass, code_pass_fraction, extract_code, strict_equal
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -47,6 +47,31 @@ def test_code_reward_through_the_runner_in_worker_processes():
     with RewardRunner(specs, num_workers=1, timeout_s=30) as runner:
         res = runner.score(["p", "p"], comps, [[1], [1]], 2, {"test_cases": [STDIO, STDIO]})
     assert res.total_N.tolist() == [1.0, 0.0] and res.metrics["rewards/code/failures"] == 0
+
+
+def test_fences_tagged_python_in_any_common_spelling_hold_the_program():
+    """```Python, ```python3, ```py3, ``` python and CRLF line ends scored 0 as "no code block" before."""
+    prog = "print(int(input())*2)"
+    for fence in ("```python\n", "```Python\n", "```PYTHON3\n", "```py\n", "```py3\n", "``` python\n", "```python \n"):
+        assert extract_code(f"{fence}{prog}\n```") == prog + "\n", fence
+    assert extract_code(f"```python\r\n{prog}\r\nx = 1\r\n```") == prog + "\nx = 1\n"  # CRLF made LF
+    assert extract_code(f"```python\n{prog}\n```\nRun:\n```bash\npython sol.py\n```") == prog + "\n"  # last python
+    for other in (f"```\n{prog}\n```", f"```text\n{prog}\n```", f"```pyx\n{prog}\n```", prog):
+        assert extract_code(other) is None, other  # untagged or another language: no program
+
+
+@needs_bwrap
+def test_completions_without_a_code_block_are_counted():
+    """Rows with test cases are graded: the right program (```Python, CRLF) and a completion without a code
+    block; the third row has no cases (None, not graded). rewards/no_code_fraction = 1 / 2 = 0.5."""
+    logged = {}
+    right = "```Python\r\na, b = map(int, input().split())\r\nprint(a + b)\r\n```"
+    scores = code_pass_fraction(
+        [right, "the answer is 3", "no code"],
+        test_cases=[STDIO, STDIO, None],
+        log_metric=lambda name, value: logged.setdefault(name, value),
+    )
+    assert scores == [1.0, 0.0, None] and logged == {"rewards/no_code_fraction": 0.5}
 
 
 def test_math_accuracy_through_the_runner():

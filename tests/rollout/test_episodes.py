@@ -143,6 +143,11 @@ def test_turn_budget_token_budget_and_tool_errors_end_episodes():
     )
     assert ro.finish_reasons == ["turns", "turns"] and ro.episodes[0].turns == 2
     assert episode_metrics(ro)["episodes/truncated_by_turns"] == 1.0
+    # the last allowed turn's call is not run (as TRL): one call ran, and the episode ends on the model's turn
+    call, reply = ids("<tool_call>1+1</tool_call>"), ids("<tool_result>2</tool_result>")
+    assert ro.episodes[0].tool_calls == 1 and ro.completion_ids[0] == call + reply + call
+    assert [m["role"] for m in ro.episodes[0].messages] == ["assistant", "tool", "assistant"]
+    assert "tool_calls" in ro.episodes[0].messages[-1]
     # the call is 5 tokens, its reply <tool_result>2</tool_result> 3: 8 > 7, so the reply is not appended
     ro = EpisodeRunner(EpisodeSpec(max_turns=4, max_episode_tokens=7, tool_format="tags"), TOK, tools=[calculator]).run(
         always_call, [prompt("1+1=")], 1, SamplingParams()
@@ -410,3 +415,80 @@ def test_rows_tool_calls_run_side_by_side():
         sampler, [prompt("1="), prompt("2=")], 2, SamplingParams()
     )
     assert [e.messages[1]["content"] for e in ro.episodes] == ["met"] * 4 and ro.finish_reasons == ["eos"] * 4
+
+
+def test_an_episode_that_ends_on_a_tool_message_has_no_answer():
+    """The tool's result "2" equals the gold "2", but the model never answered: the built-in graders read
+    only the model's own last message, and the episode counts in episodes/no_answer_fraction. Before, the
+    last message (the tool's) was graded: 1.0 for an episode whose model only called a tool."""
+    from grpokit.data.tasks.arithmetic import arithmetic_accuracy
+    from grpokit.rewards.inputs import reward_inputs
+
+    class Two(Counter):
+        def reset(self, prompt, answer, **kwargs):
+            self.target, self.count, self.done = 2, 0, False
+
+    calls_add = ScriptedSampler(lambda ctx, g: "<tool_call>add: 2</tool_call>" if g == 0 else "<answer>2</answer><eos>")
+    runner = EpisodeRunner(EpisodeSpec(max_turns=4, tool_format="tags"), TOK, environment_factory=Two)
+    ro = runner.run(calls_add, [prompt("1+1=", answer="2")], 2, SamplingParams())
+    assert ro.finish_reasons == ["done", "eos"]  # row 0: add 2 reaches the target, done after the tool
+    assert ro.episodes[0].messages[-1] == {"role": "tool", "name": "add", "content": "2"}
+    texts = [TOK.decode(c) for c in ro.completion_ids]
+    completions, _ = reward_inputs(ro, texts)
+    assert arithmetic_accuracy(["1+1="] * 2, completions, ["2", "2"]) == [0.0, 1.0]
+    assert episode_metrics(ro)["episodes/no_answer_fraction"] == 0.5  # 1 of 2 episodes
+
+
+def test_max_turns_0_runs_until_the_episode_token_cap():
+    """env.max_turns=0 (TRL's max_tool_calling_iterations=None): no turn limit. Each turn is a 5-token call
+    and a 3-token reply: 8, 16, then the third call brings 21 = the cap and its reply (24 > 21) does not fit,
+    so the episode ends "length" after 3 turns and 3 calls, on the model's call (no answer)."""
+    always_call = ScriptedSampler(lambda ctx, g: "<tool_call>1+1</tool_call>")
+    spec = EpisodeSpec(max_turns=0, max_episode_tokens=21, tool_format="tags")
+    ro = EpisodeRunner(spec, TOK, tools=[calculator]).run(always_call, [prompt("1+1=")], 1, SamplingParams())
+    assert ro.finish_reasons == ["length"] and ro.episodes[0].turns == 3 and ro.episodes[0].tool_calls == 3
+    assert len(ro.completion_ids[0]) == 21 and episode_metrics(ro)["episodes/no_answer_fraction"] == 1.0
+
+
+def test_cut_tool_results_and_observations_are_counted_and_warned_about_once(caplog):
+    """max_tool_output_chars=4: "123456" (6 > 4) is cut to "1234...[truncated]", "12" is not; 1 of the 2 calls
+    cut -> tools/truncated_frequency 0.5. max_observation_chars=3: " go" (3) is not cut, " gone" (5) is; the
+    two runs below warn once per kind (before: cut in silence)."""
+    import logging
+
+    def echo(expression: str) -> str:
+        """Echo.
+
+        Args:
+            expression: what to echo.
+        """
+        return expression
+
+    class Obs(Counter):
+        text = " go"
+
+        def reset(self, prompt, answer, **kwargs):
+            self.target, self.count, self.done = 9, 0, False
+            return Obs.text
+
+    turns = {"123456=": "<tool_call>echo: 123456</tool_call>", "12=": "<tool_call>echo: 12</tool_call>"}
+    sampler = ScriptedSampler(lambda ctx, g: "<answer>1</answer><eos>" if "<tool_result>" in ctx else turns[ctx])
+    runner = EpisodeRunner(EpisodeSpec(max_turns=2, max_tool_output_chars=4, tool_format="tags"), TOK, tools=[echo])
+    with caplog.at_level(logging.WARNING, logger="grpokit.env"):
+        for _ in range(2):
+            ro = runner.run(sampler, [prompt("123456="), prompt("12=")], 1, SamplingParams())
+    assert [e.messages[1]["content"] for e in ro.episodes] == ["1234...[truncated]", "12"]
+    assert episode_metrics(ro)["tools/truncated_frequency"] == 0.5
+    spec = EpisodeSpec(max_turns=1, max_observation_chars=3, tool_format="tags")
+    answer = ScriptedSampler(lambda ctx, g: "<answer>1</answer><eos>")
+    with caplog.at_level(logging.WARNING, logger="grpokit.env"):
+        runner = EpisodeRunner(spec, TOK, environment_factory=Obs)
+        ro = runner.run(answer, [prompt("4=", answer="4")], 1, SamplingParams())
+        assert episode_metrics(ro)["episodes/observations_truncated"] == 0.0 and ro.prompt_ids == [ids("4= go")]
+        Obs.text = " gone"
+        for _ in range(2):
+            ro = runner.run(answer, [prompt("4=", answer="4")], 1, SamplingParams())
+    assert episode_metrics(ro)["episodes/observations_truncated"] == 1.0
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("tool results were longer than env.max_tool_output_chars=4" in m for m in said) == 1
+    assert sum("observations were longer than env.max_observation_chars=3" in m for m in said) == 1

@@ -157,6 +157,8 @@ def test_a_dict_of_environments_routes_each_example_as_trl_does(lib, qwen_model,
     # each example's prompt lists the standalone tool and its own environment's methods only
     by_prompt: dict = {}  # every rendering of a prompt (a library may render it more than once) lists the same tools
     for text in RENDERED:
+        if '"name": "probe_tool"' in text:  # grpokit's check that the template shows tools (env/parse.py)
+            continue
         by_prompt.setdefault("sum" if "<|im_start|>user\nsum" in text else "write", set()).add(
             tuple(listed_tools(text))
         )

@@ -537,3 +537,15 @@ def test_colocated_vllm_tensor_parallel_size_maps_to_the_rollout_field():
         "GRPOConfig argument vllm_tensor_parallel_size=2 must divide the 3 training processes with "
         "vllm_mode='colocate' (each group of 2 shares one vLLM engine); valid: 1, 3"
     )
+
+
+def test_max_tool_calling_iterations_maps_to_model_turns():
+    """TRL runs at most N tool rounds, each followed by a model turn (``while ... iteration_num < N``): N + 1
+    model turns; a negative N runs no round, as 0; None is no limit in TRL, env.max_turns=0 here (the episode
+    bounded by max_completion_length = env.max_episode_tokens), where it was 4 turns before."""
+    turns = {
+        n: to_config(GRPOConfig(max_tool_calling_iterations=n, max_completion_length=64), num_rows=8).env
+        for n in (None, -1, 0, 2)
+    }
+    assert {n: e.max_turns for n, e in turns.items()} == {None: 0, -1: 1, 0: 1, 2: 3}
+    assert turns[None].max_episode_tokens == 64

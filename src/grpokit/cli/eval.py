@@ -31,7 +31,7 @@ from grpokit.config.io import unique_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows, to_prompts
 from grpokit.record.passk import summarize
-from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.rollout.hf import generate
@@ -214,8 +214,8 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, 
             completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], convention)
             columns = {**repeat_columns(chunk, n), **env_columns}
             res = runner.score(reward_prompts(chunk, n, convention), completions, ro.completion_ids, n, columns)
-            if ro.episodes is not None:  # an episode's answer is in its last message
-                texts = [str(e.messages[-1].get("content", "")) if e.messages else "" for e in ro.episodes]
+            if ro.episodes is not None:  # an episode's answer is its last message when the model's (none: "")
+                texts = [model_answer(e.messages) or "" if e.messages else t for e, t in zip(ro.episodes, texts)]
             first = res.rewards_NF[:, 0]
             ok = [None if math.isnan(r) else r >= 1 - 1e-6 for r in first.tolist()]  # None: ungraded
             for i in range(len(chunk)):

@@ -200,19 +200,25 @@ class EnvConfig:
     """Environment class for episodes, "module:Class" (TRL's environment_factory: reset(**row), public methods are
     tools, optional get_reward and done)."""
     max_turns: int = 4
-    """Most model turns per episode when tools or an environment are set (without either an episode is one turn)."""
+    """Most model turns per episode when tools or an environment are set (without either an episode is one turn); the
+    last allowed turn's tool calls are not run (finish reason "turns", as TRL's max_tool_calling_iterations). 0 = no
+    turn limit: an episode runs until the model answers or max_episode_tokens is reached (TRL's
+    max_tool_calling_iterations=None)."""
     max_episode_tokens: int = 8192
     """Cap on an episode's tokens after the prompt, model and environment together (0 = none; rollout.max_new_tokens
     caps each turn)."""
     tool_format: str = "auto"
     """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags"
-    (<tool_call>..</tool_call>, <tool_result>..</tool_result>) or "auto" (chat_template when the tokenizer has one)."""
+    (<tool_call>..</tool_call>, <tool_result>..</tool_result>; the prompt does not list the tools) or "auto"
+    (chat_template when the tokenizer's template shows tools; one that ignores them falls back to tags with a
+    warning, and is refused with chat_template)."""
     tool_timeout_s: float = 10.0
     """Time limit of one tool call; a call that runs over becomes an error message in the episode."""
     episode_timeout_s: float = 60.0
     """Total tool time of one episode; when used up the episode ends (finish reason "timeout")."""
     max_tool_output_chars: int = 1000
-    """Longest tool result shown to the model (longer ones are cut and marked)."""
+    """Longest tool result shown to the model in characters (longer ones are cut and marked, counted in
+    tools/truncated_frequency and warned about once; 0 = no cap, as TRL, which cuts none)."""
     max_tool_nesting: int = 20
     """Deepest bracket nesting of a tool call's JSON arguments and of a tool's result; deeper ones become an error
     message (0 = no cap)."""
@@ -221,7 +227,8 @@ class EnvConfig:
     cost one limit, not one each; a reset that raises or runs over starts that prompt's episodes from the bare
     prompt. It also bounds building the one environment that lists the tools at start."""
     max_observation_chars: int = 8000
-    """Longest reset() observation joined to the prompt (longer ones are cut and marked; 0 = no cap)."""
+    """Longest reset() observation joined to the prompt in characters (longer ones are cut and marked, counted in
+    episodes/observations_truncated and warned about once; 0 = no cap)."""
     max_failure_fraction: float = 0.5
     """Stop the run (one sentence) when environment resets fail, or tool calls run past env.tool_timeout_s, in more than
     this fraction of a batch's episodes."""

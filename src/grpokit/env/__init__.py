@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError
 
-from .builtin import BUILTIN_TOOLS, calculator, make_python_tool
+from .builtin import BUILTIN_TOOLS, calculator, make_python_tool, sandbox_wall_s
 from .parse import ToolCall, parse_tool_calls
 from .tools import TerminalToolError, ToolResult, call_tool, check_environment, environment_tools, tool_schema
 
@@ -27,14 +27,17 @@ def _import(path: str, field: str) -> Any:
 
 
 def resolve_tools(
-    names: list[str], *, wall_s: float = 5.0, allow_unsafe_code_execution: bool = False
+    names: list[str], *, tool_timeout_s: float = 10.0, allow_unsafe_code_execution: bool = False
 ) -> list[Callable]:
-    """``env.tools`` entries as callables: built-in names or "module:function" import paths."""
+    """``env.tools`` entries as callables: built-in names or "module:function" import paths. ``tool_timeout_s``
+    is a call's deadline (env.tool_timeout_s): the python tool's sandbox stops a program before it
+    (``sandbox_wall_s``)."""
     out = []
     for name in names:
         if name == "calculator":
             out.append(calculator)
         elif name == "python":
+            wall_s = sandbox_wall_s(tool_timeout_s)
             out.append(make_python_tool(wall_s=wall_s, allow_unsafe_code_execution=allow_unsafe_code_execution))
         elif ":" in name:
             out.append(_import(name, "env.tools"))

@@ -138,3 +138,32 @@ def template_suffix_ids(tokenizer, tool_messages: list[dict[str, Any]], tools: l
             "use env.tool_format=tags"
         )
     return full[len(prefix) :]
+
+
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "probe_tool",
+        "description": "A stand-in tool.",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"type": "string", "description": "x"}},
+            "required": ["x"],
+        },
+    },
+}
+
+
+def template_shows_tools(tokenizer, **template_kwargs) -> bool:
+    """Whether the tokenizer's chat template shows the tools it is given: a one-message prompt rendered with a
+    stand-in tool's schema differs from the same prompt without it. Templates that ignore ``tools``
+    (SmolLM2-Instruct's, for one) render both alike, and a model prompted through them never sees its tools;
+    a template that raises with ``tools`` shows none either."""
+    messages = [{"role": "user", "content": "x"}]
+    kw = {"tokenize": False, "add_generation_prompt": True, **template_kwargs}
+    try:
+        bare = tokenizer.apply_chat_template(messages, **kw)
+        shown = tokenizer.apply_chat_template(messages, tools=[_PROBE_TOOL], **kw)
+    except Exception:
+        return False
+    return shown != bare

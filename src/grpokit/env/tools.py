@@ -19,7 +19,8 @@ code) belongs in the sandbox: the built-in ``python`` tool (env/builtin.py) runs
 rewards. A tool that raises ``TerminalToolError`` ends its episode (finish reason "tool_error").
 
 Results are untrusted too: one whose ``str()`` raises, or that nests deeper than ``max_depth``
-(``env.max_tool_nesting``), becomes an error message; every text is cut at ``max_chars``.
+(``env.max_tool_nesting``), becomes an error message; every text is cut at ``max_chars`` and marked, and
+the result says so (``ToolResult.truncated``: counted in ``tools/truncated_frequency``, warned about once).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class ToolResult:
     terminal: bool = False
     seconds: float = 0.0
     timed_out: bool = False  # ran past its deadline, or not run while earlier timed-out calls still run
+    truncated: bool = False  # its text was cut at max_chars
 
 
 def tool_name(fn: Callable) -> str:
@@ -75,15 +77,47 @@ def tool_schema(fn: Callable) -> dict[str, Any]:
         ) from None
 
 
-def environment_tools(env: Any) -> list[Callable]:
+def environment_tools(env: Any, tools: list[Callable] = ()) -> list[Callable]:
     """The public methods of an environment instance (its tools), as TRL exposes them: every
-    function of its class whose name does not start with "_", except ``reset`` and ``get_reward``."""
+    function of its class whose name does not start with "_", except ``reset`` and ``get_reward``.
+
+    Refused in one sentence (ConfigError): a ``done`` method (grpokit reads ``done`` after each turn as a
+    flag: a bound method is always true, so every episode ended after its first tool call, and ``done`` was
+    offered as a tool), and a method named as one of the standalone ``tools`` (which one a call ran was
+    decided silently by the order of a dict)."""
+    cls = type(env)
+    if callable(getattr(cls, "done", None)):
+        raise ConfigError(
+            f"the environment {cls.__name__} defines done as a method; done must be an attribute or property, "
+            "not a method (set self.done = True when the episode is over, or decorate it with @property)"
+        )
     names = [
         n
-        for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
         if not n.startswith("_") and n not in ("reset", "get_reward")
     ]
+    taken = {tool_name(t) for t in tools}
+    for n in names:
+        if n in taken:
+            raise ConfigError(
+                f"the environment {cls.__name__}'s method {n!r} has the same name as a tool passed in tools; "
+                "tool names must be unique, so rename one of them"
+            )
     return [getattr(env, n) for n in names]
+
+
+def check_tool_names(tools: list[Callable]) -> None:
+    """Refuse two tools with the same name in one sentence: the model calls a tool by name, so one of
+    them could never be called (before: the second made every call of that name unreadable)."""
+    seen: set[str] = set()
+    for t in tools:
+        name = tool_name(t)
+        if name in seen:
+            raise ConfigError(
+                f"two tools are named {name!r}; tool names must be unique (a tool's name is its __name__), "
+                "so rename one of them"
+            )
+        seen.add(name)
 
 
 def check_environment(factory: Callable) -> None:
@@ -142,7 +176,7 @@ def call_tool(
     kind, value = task.value
     if kind == "error":
         return _error(name, _describe(value), max_chars, terminal=isinstance(value, TerminalToolError), seconds=seconds)
-    return ToolResult(name, cap_text(value, max_chars), seconds=seconds)
+    return ToolResult(name, cap_text(value, max_chars), seconds=seconds, truncated=is_cut(value, max_chars))
 
 
 def _describe(e: BaseException) -> str:
@@ -176,7 +210,8 @@ def _depth(value: Any, limit: int) -> int:
 
 
 def _error(name: str, message: str, max_chars: int, **kw: Any) -> ToolResult:
-    return ToolResult(name, cap_text(str({"error": message}), max_chars), error=True, **kw)
+    text = str({"error": message})
+    return ToolResult(name, cap_text(text, max_chars), error=True, truncated=is_cut(text, max_chars), **kw)
 
 
 def _still_running(name: str) -> int:
@@ -187,8 +222,13 @@ async def _await(value):
     return await value
 
 
+def is_cut(text: str, max_chars: int) -> bool:
+    """Whether ``cap_text`` cuts ``text`` at ``max_chars`` (0 = no cap)."""
+    return bool(max_chars) and len(text) > max_chars
+
+
 def cap_text(text: str, max_chars: int) -> str:
     """``text`` cut at ``max_chars`` characters (0 = no cap), marked when cut."""
-    if max_chars and len(text) > max_chars:
+    if is_cut(text, max_chars):
         return text[:max_chars] + "...[truncated]"
     return text

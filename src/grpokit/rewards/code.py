@@ -1,6 +1,8 @@
 """Code-execution rewards: run the model's Python against test cases in the sandbox.
 
-The program is the last ```python (or ```py) fenced block of the completion. Test cases come from a
+The program is the last fenced block of the completion tagged python, python3, py or py3 (any case,
+spaces allowed after the backticks, CRLF line ends too: ```Python and ```python3 programs scored 0 as "no
+code block" before). Test cases come from a
 `test_cases` column (a list of dicts, or a JSON string of one), all of one kind:
 - stdin/stdout: {"input": "1 2\\n", "output": "3\\n"}; outputs match when equal after removing trailing
   whitespace on every line and trailing blank lines;
@@ -9,7 +11,8 @@ The program is the last ```python (or ```py) fenced block of the completion. Tes
   compares strictly: same types (True is not 1, 1 is not 1.0), floats within 1e-9 (relative or absolute).
 
 Rewards: code_pass_fraction = passed / number of cases; code_all_pass = 1.0 iff every case passes.
-No code block -> 0.0; no `test_cases` for a row -> None (not applicable). A program that tampers with the
+No code block -> 0.0, and the share of such completions is logged as ``rewards/no_code_fraction`` (through
+``log_metric``); no `test_cases` for a row -> None (not applicable). A program that tampers with the
 result channel scores 0.0 whatever its cases returned, reported as ``tampering`` (grpokit.rewards.calls):
 to a direct caller (TRL) it is a plain 0.0, never an exception that would drop it from its group. A
 program that runs past its limits fails the cases it did not finish, and is counted as ``limits``.
@@ -42,7 +45,7 @@ from .math import completion_text
 from .sandbox import budget
 
 HARNESS = (Path(__file__).parent / "sandbox" / "harness.py").read_text()
-_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py3?)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _PROGRAM = ["{python}", "-I", "-S", "{job}/harness.py", "{job}", "{scratch}"]
 
 
@@ -56,9 +59,10 @@ class UnsafeCodeExecutionError(RewardInfrastructureError):
 
 
 def extract_code(text: str) -> str | None:
-    """The last ```python fenced block, or None when there is none."""
+    """The last fenced block tagged python / python3 / py / py3 (any case), with CRLF line ends made LF, or
+    None when there is none (an untagged or other-language block is not the program)."""
     blocks = _FENCE.findall(text)
-    return blocks[-1] if blocks else None
+    return blocks[-1].replace("\r\n", "\n") if blocks else None
 
 
 _PROBE = r"""
@@ -221,6 +225,7 @@ def _scores(
     limits: Limits,
     allow_unsafe: bool,
     max_parallel: int,
+    log_metric: Any = None,
 ) -> list[float | None]:
     if test_cases is None:
         raise ValueError("code rewards need a 'test_cases' column.")
@@ -251,6 +256,11 @@ def _scores(
     for i, (_, fault) in enumerate(results):  # reported from the calling thread, where the call's record is
         if fault is not None:
             report_fault(i, *fault)
+    graded = [c for c, cases in zip(completions, test_cases) if cases is not None]
+    if log_metric is not None and graded:  # scored 0 for want of a program, not for a wrong one
+        log_metric(
+            "rewards/no_code_fraction", sum(extract_code(completion_text(c)) is None for c in graded) / len(graded)
+        )
     return [score for score, _ in results]
 
 
@@ -269,9 +279,9 @@ def code_pass_fraction(
     **kwargs: Any,
 ) -> list[float | None]:
     """Fraction of test cases the completion's program passes (see the module docstring)."""
-    return _scores(
-        completions, test_cases, False, _limits(wall_s, memory_mb), allow_unsafe_code_execution, max_parallel
-    )
+    limits = _limits(wall_s, memory_mb)
+    log = kwargs.get("log_metric")
+    return _scores(completions, test_cases, False, limits, allow_unsafe_code_execution, max_parallel, log)
 
 
 def code_all_pass(
@@ -284,4 +294,6 @@ def code_all_pass(
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 iff the completion's program passes every test case, else 0.0."""
-    return _scores(completions, test_cases, True, _limits(wall_s, memory_mb), allow_unsafe_code_execution, max_parallel)
+    limits = _limits(wall_s, memory_mb)
+    log = kwargs.get("log_metric")
+    return _scores(completions, test_cases, True, limits, allow_unsafe_code_execution, max_parallel, log)

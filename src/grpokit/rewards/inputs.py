@@ -7,6 +7,8 @@ the rewards stage (it reads a Rollout's fields, imports nothing of grpokit).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def reward_prompts(prompts, group_size: int, convention: str = "grpokit") -> list:
     """The ``prompts`` reward functions receive, one per completion: the text the model saw
@@ -32,3 +34,23 @@ def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit
     if any(e.environment is not None for e in ro.episodes):
         extra["environments"] = [e.environment for e in ro.episodes]
     return [e.messages for e in ro.episodes], extra
+
+
+def model_answer(messages: list[Any]) -> str | None:
+    """The model's answer in a conversation after the prompt (TRL's message form): the content of its last
+    message when that message is the model's own (role "assistant", or no role) and calls no tool; None when
+    the conversation ends otherwise: on a tool's or an environment's message (the episode ended by
+    env.max_turns, ``done``, a terminal tool error or its tool time before the model answered), on a turn that
+    called a tool, or with no message. A tool's result is never read as the model's answer."""
+    if not messages or not isinstance(messages[-1], dict):
+        return None
+    last = messages[-1]
+    if last.get("role", "assistant") != "assistant" or last.get("tool_calls"):
+        return None
+    return str(last.get("content", ""))
+
+
+def unanswered(episodes) -> int:
+    """How many of ``episodes`` (Episode records) end without the model's answer (``model_answer`` None);
+    episodes without messages (a ``rollout_func``'s token masks) are the model's text, so answered."""
+    return sum(bool(e.messages) and model_answer(e.messages) is None for e in episodes or [])

@@ -39,6 +39,7 @@ from .answer_limits import over_limit
 from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
 from .calls import MACHINE, report_fault, startup, timed_elsewhere
 from .errors import RewardInfrastructureError
+from .inputs import model_answer
 from .pool import WorkerPool
 
 log = logging.getLogger("grpokit.rewards")
@@ -48,11 +49,14 @@ MAX_CANDIDATES = 8  # more distinct candidate answers than this is a hedge witho
 
 
 def completion_text(completion: Any) -> str:
-    """The text of a completion: a string, or TRL's conversational form [{"role": ..., "content": ...}]."""
+    """The text the built-in rewards grade: a string as it is; for TRL's conversational form (a list of
+    {"role": ..., "content": ...} messages, a whole episode's conversation too) the model's own answer, the
+    content of the last message when it is the model's (rewards/inputs.py model_answer), and "" (no answer,
+    which scores as one) when the conversation ends on a tool's message or on a turn that called a tool."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
+        return model_answer(completion) or ""
     return str(completion)
 
 

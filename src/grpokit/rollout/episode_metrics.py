@@ -4,6 +4,7 @@ model and environment tokens, and why episodes ended. Plain completions have non
 
 from __future__ import annotations
 
+from grpokit.rewards.inputs import unanswered
 from grpokit.types import Rollout
 
 
@@ -26,8 +27,13 @@ def episode_metrics(ro: Rollout) -> dict[str, float]:
         "episodes/truncated_by_turns": ro.finish_reasons.count("turns") / n,
         "tools/call_frequency": calls / n,
         "tools/failure_frequency": sum(e.tool_errors for e in eps) / calls if calls else 0.0,
+        # results cut at env.max_tool_output_chars, per call; observations cut at env.max_observation_chars
+        "tools/truncated_frequency": sum(e.tool_results_truncated for e in eps) / calls if calls else 0.0,
+        "episodes/observations_truncated": sum(e.observation_truncated for e in eps) / n,
         "episodes/tool_timeouts_mean": sum(e.tool_timeouts for e in eps) / n,
         "episodes/reset_failures": float(sum(e.reset_failed for e in eps)),
+        # ended on a tool's message or a tool-calling turn: no answer to grade (rewards/inputs.py model_answer)
+        "episodes/no_answer_fraction": unanswered(eps) / n,
     }
     for reason in ("done", "tool_error", "timeout"):
         out[f"episodes/finished_{reason}"] = ro.finish_reasons.count(reason) / n

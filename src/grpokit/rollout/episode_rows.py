@@ -28,6 +28,7 @@ class Row:
     tool_errors: int = 0
     tool_seconds: float = 0.0
     tool_timeouts: int = 0
+    tool_truncated: int = 0  # results cut at env.max_tool_output_chars
     tool_hung: bool = False  # a call ran past env.tool_timeout_s itself (not the episode's remaining budget)
     finish: str | None = None
 
@@ -38,20 +39,23 @@ def started_row(own: list[int]) -> Row:
 
 
 def episodes_rollout(
-    prompt_ids: list[list[int]], rows: list[Row], envs: list, reset_failed: list[bool], G: int
+    prompt_ids: list[list[int]], rows: list[Row], envs: list, reset_failed: list[bool], G: int, cut: list[bool]
 ) -> Rollout:
-    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment)."""
+    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment);
+    ``cut[i]``: episode i's reset() observation was cut at env.max_observation_chars."""
     episodes = [
         Episode(
-            r.mask,
-            r.turn_ids,
-            r.state_keys,
-            r.messages,
-            r.tool_calls,
-            r.tool_errors,
-            env,
-            r.tool_timeouts,
-            reset_failed[k // G],
+            model_mask=r.mask,
+            turn_ids=r.turn_ids,
+            state_keys=r.state_keys,
+            messages=r.messages,
+            tool_calls=r.tool_calls,
+            tool_errors=r.tool_errors,
+            environment=env,
+            tool_timeouts=r.tool_timeouts,
+            reset_failed=reset_failed[k // G],
+            tool_results_truncated=r.tool_truncated,
+            observation_truncated=cut[k],
         )
         for k, (r, env) in enumerate(zip(rows, envs))
     ]

@@ -18,7 +18,7 @@ import warnings
 from typing import Any, Callable
 
 from grpokit.env.calls import EnvironmentFailure, call_many, check_failures
-from grpokit.env.tools import cap_text
+from grpokit.env.tools import cap_text, is_cut
 from grpokit.types import Prompt
 
 log = logging.getLogger("grpokit.env")
@@ -63,16 +63,21 @@ class EpisodeStarts:
         self.factories, self.named, self.route_key = factories, named, route_key
         self.render_prompt, self.schemas_for = render_prompt, schemas_for
         self.warned_random_reset = False  # one warning per run when reset() observations differ within a group
+        self.warned_cut = False  # one warning per run when observations are cut at max_observation_chars
 
-    def reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> tuple[list, list[Start], list[bool]]:
+    def reset_all(
+        self, prompts: list[Prompt], names: list[str | None], G: int
+    ) -> tuple[list, list[Start], list[bool], list[bool]]:
         """Build and reset the G environments of every prompt, all at once, each within
         ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
         observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
         each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
         raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
-        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure)."""
+        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure). The last list
+        says, per episode, whether its observation was cut at ``max_observation_chars`` (warned about once)."""
+        cut = [False] * (len(prompts) * G)  # per episode: its observation was cut at max_observation_chars
         if not self.factories:
-            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts)
+            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts), cut
         rows = [self._reset_row(p) for p in prompts]
         calls = [
             functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
@@ -86,11 +91,25 @@ class EpisodeStarts:
         starts = [
             _bare(p, G)
             if failed[k]
-            else self._observed(p, rows[k], [o.value[1] for o in outs[k * G : (k + 1) * G]], names[k], failed, k)
+            else self._observed(p, rows[k], [o.value[1] for o in outs[k * G : (k + 1) * G]], names[k], failed, k, cut)
             for k, p in enumerate(prompts)
         ]
         self._report_failures(outs, failed, G)
-        return envs, starts, failed
+        self._warn_cut(cut)
+        return envs, starts, failed, cut
+
+    def _warn_cut(self, cut: list[bool]) -> None:
+        """One warning per run when observations were cut (each counted in episodes/observations_truncated)."""
+        if any(cut) and not self.warned_cut:
+            self.warned_cut = True
+            log.warning(
+                "grpokit: warning: %d of %d reset() observations were longer than env.max_observation_chars=%d "
+                "and were cut (the model sees the start and a ...[truncated] mark; counted in "
+                "episodes/observations_truncated); raise env.max_observation_chars to show more (0 = no cap)",
+                sum(cut),
+                len(cut),
+                self.spec.max_observation_chars,
+            )
 
     def _report_failures(self, outs: list, failed: list[bool], G: int) -> None:
         """Warn about failed resets; stop the run past ``max_failure_fraction`` of the batch's episodes."""
@@ -118,21 +137,32 @@ class EpisodeStarts:
         return row
 
     def _observed(
-        self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, failed: list[bool], k: int
+        self,
+        prompt: Prompt,
+        row: dict[str, Any],
+        obs: list,
+        name: str | None,
+        failed: list[bool],
+        k: int,
+        cut: list[bool],
     ) -> Start:
         """The start of one prompt's G episodes after their resets: the shared context and each episode's own
         rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
         reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
         the group sharing their common prefix and each episode starting with the rest as environment tokens
-        (never trained on)."""
+        (never trained on). Marks ``cut`` for each of its episodes whose observation was cut."""
         bare = _bare(prompt, len(obs))
         if all(o is None for o in obs):
             return bare
+        cap = self.spec.max_observation_chars
         try:
-            texts = [cap_text(str(o), self.spec.max_observation_chars) for o in obs]
+            raw = [str(o) for o in obs]
         except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
             failed[k] = True
             return bare
+        texts = [cap_text(t, cap) for t in raw]
+        for g, t in enumerate(raw):
+            cut[k * len(obs) + g] = is_cut(t, cap)
         if len(set(texts)) > 1 and not self.warned_random_reset:
             self.warned_random_reset = True
             warnings.warn(

@@ -10,16 +10,19 @@
 An episode ends when the model answers without a tool call (finish reason of that turn: "eos",
 "stop" or "length"), when its environment sets ``done`` ("done"), when a tool raises
 ``TerminalToolError`` ("tool_error"), when ``max_turns`` turns have run and the last one still
-called a tool ("turns"), when the environment's reply would pass ``max_episode_tokens`` or a model
-turn would (the turn is cut at the cap; "length"), or when its tools have used ``episode_timeout_s`` seconds
-("timeout").
+called a tool ("turns": that turn's calls are not run, as TRL leaves the calls of its last
+generation after ``max_tool_calling_iterations`` rounds; ``max_turns`` 0 is no turn limit), when the
+environment's reply would pass ``max_episode_tokens`` or a model turn would (the turn is cut at the cap;
+"length"), or when its tools have used ``episode_timeout_s`` seconds ("timeout").
 
 Environments and tools are untrusted code, and every call into them has a deadline: tools
 ``tool_timeout_s`` (env/tools.py), ``reset`` ``reset_timeout_s`` (the trainer's main thread is
 interrupted with SIGALRM, as for in-process rewards: rewards/inproc.py). A ``reset`` that raises or
 runs over is contained: that prompt's episodes start from the bare prompt, counted in
 ``episodes/reset_failures``; its observation is cut at ``max_observation_chars`` characters (10 MB
-would have been a 10-million-token prompt). Limits and defaults: docs/FAULTS.md.
+would have been a 10-million-token prompt) and a tool's result at ``max_tool_output_chars``, each cut
+marked in the text, counted (``episodes/observations_truncated``, ``tools/truncated_frequency``) and
+warned about once per run. Limits and defaults: docs/FAULTS.md.
 
 The single-turn rollout is this loop with no tools and no environment: one turn, no parsing, and
 the sampler's Rollout comes back unchanged (``episodes`` None). The sampler is a function
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -62,7 +66,16 @@ from grpokit.env.parse import (
     tag_result_text,
     template_suffix_ids,
 )
-from grpokit.env.tools import ToolResult, call_tool, cap_text, environment_tools, tool_name, tool_schema
+from grpokit.env.tools import (
+    ToolResult,
+    call_tool,
+    cap_text,
+    check_tool_names,
+    environment_tools,
+    is_cut,
+    tool_name,
+    tool_schema,
+)
 from grpokit.env.workers import run_all
 from grpokit.types import Prompt, Rollout
 
@@ -79,7 +92,7 @@ TOOL_THREADS = 8  # rows whose tool calls run at once (tools mostly wait: on a s
 class EpisodeSpec:
     """Budgets and format of episodes (the ``env`` config section, resolved)."""
 
-    max_turns: int = 1
+    max_turns: int = 1  # 0 = no turn limit (max_episode_tokens bounds the episode)
     max_episode_tokens: int = 8192  # model + environment tokens after the prompt (0 = no cap)
     tool_timeout_s: float = 10.0
     episode_timeout_s: float = 60.0
@@ -112,10 +125,12 @@ class EpisodeRunner:
             dict(environment_factory) if self.named else {None: environment_factory} if environment_factory else {}
         )
         self.route_key = route_key
+        self.warned_cut = False  # one warning per run when tool results are cut at max_tool_output_chars
+        check_tool_names(self.tools)
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
         for name, factory in self.factories.items():
             probe = probe_environment(name, factory, spec.reset_timeout_s)  # built once: its tools
-            self.env_tools[name] = self.tools + environment_tools(probe)
+            self.env_tools[name] = self.tools + environment_tools(probe, self.tools)
         every = list(self.tools)  # the union: whatever any row may call
         for fns in self.env_tools.values():
             every += [t for t in fns if tool_name(t) not in {tool_name(u) for u in every}]
@@ -173,7 +188,7 @@ class EpisodeRunner:
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
             return _one_turn(sample, prompts, G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs, starts, reset_failed = self.starts.reset_all(prompts, names, G)
+        envs, starts, reset_failed, cut = self.starts.reset_all(prompts, names, G)
         prompt_ids = [shared for shared, _ in starts]
         turn_params = params
         if self.spec.tool_format == "tags":  # a tag-format call ends the model's turn
@@ -181,14 +196,14 @@ class EpisodeRunner:
         # a random reset: each row begins with the part of its observation the group does not share
         rows = [started_row(starts[i // G][1][i % G]) for i in range(len(envs))]
         active = list(range(len(rows)))
-        for turn in range(self.spec.max_turns):
+        # max_turns 0: no turn limit; each turn that calls a tool adds tokens, so max_episode_tokens ends it
+        for turn in range(self.spec.max_turns) if self.spec.max_turns else itertools.count():
             active = self._run_turn(sample, turn, rows, envs, prompt_ids, active, G, turn_params)
             if not active:
                 break
-        for i in active:  # still calling tools after the last allowed turn
-            rows[i].finish = "turns"
         self._check_hung_tools(rows)
-        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G)
+        self._warn_cut_results(rows)
+        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G, cut)
 
     def _run_turn(
         self,
@@ -214,6 +229,10 @@ class EpisodeRunner:
             for j, i in enumerate(active)
         }
         calling = [i for i in active if calls[i]]
+        if turn == self.spec.max_turns - 1:  # the last allowed turn: its calls are not run (as TRL's last
+            for i in calling:  # max_tool_calling_iterations), so the episode ends on the model's turn, not a result
+                rows[i].finish = "turns"
+            return []
         # the rows' tool calls run side by side (a row's own calls in order, on its own environment)
         work = [functools.partial(self._calls, rows[i], envs[i], calls[i]) for i in calling]
         results = dict(zip(calling, run_all("episode-tools", work, TOOL_THREADS)))
@@ -221,6 +240,20 @@ class EpisodeRunner:
         for i, d in zip(calling, done):
             self._reply(rows[i], envs[i], turn, results[i], d)
         return [i for i in active if rows[i].finish is None]
+
+    def _warn_cut_results(self, rows: list[Row]) -> None:
+        """One warning per run when tool results were cut (each counted in tools/truncated_frequency)."""
+        cut = sum(r.tool_truncated for r in rows)
+        if cut and not self.warned_cut:
+            self.warned_cut = True
+            log.warning(
+                "grpokit: warning: %d of %d tool results were longer than env.max_tool_output_chars=%d and were cut "
+                "(the model sees the start and a ...[truncated] mark; TRL does not cut them; counted in "
+                "tools/truncated_frequency); raise env.max_tool_output_chars to show more (0 = no cap)",
+                cut,
+                sum(r.tool_calls for r in rows),
+                self.spec.max_tool_output_chars,
+            )
 
     def _check_hung_tools(self, rows: list[Row]) -> None:
         """Stop the run when tool calls that ran past env.tool_timeout_s exceed the batch's allowance."""
@@ -303,7 +336,9 @@ class EpisodeRunner:
         if not call.name:
             why = f" ({call.error})" if call.error else ""
             text = str({"error": f"could not read the tool call{why}: {str(call.arguments)[:200]!r}"})
-            result = ToolResult("", cap_text(text, s.max_tool_output_chars), error=True)
+            result = ToolResult(
+                "", cap_text(text, s.max_tool_output_chars), error=True, truncated=is_cut(text, s.max_tool_output_chars)
+            )
         elif left <= 0:
             result = ToolResult(call.name, str({"error": "the episode's tool time is used up"}), error=True)
         else:
@@ -322,6 +357,7 @@ class EpisodeRunner:
             row.tool_hung |= result.timed_out and left >= s.tool_timeout_s
         row.tool_seconds += result.seconds
         row.tool_errors += int(result.error)
+        row.tool_truncated += int(result.truncated)
         return result
 
     def _reply_ids(self, results: list[ToolResult], env) -> list[int]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from grpokit.config.sections import Config, ConfigError
+
+log = logging.getLogger("grpokit.env")
 
 
 def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environment_factory, task=None):
@@ -16,21 +19,15 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 
     e = cfg.env
-    fns = resolve_tools(e.tools, wall_s=e.tool_timeout_s, allow_unsafe_code_execution=e.allow_unsafe_code_execution)
+    fns = resolve_tools(
+        e.tools, tool_timeout_s=e.tool_timeout_s, allow_unsafe_code_execution=e.allow_unsafe_code_execution
+    )
     fns += list(tools or [])
     if task is not None and not fns:
         fns = list(task.tools)
     factory = environment_factory or resolve_environment(e.environment)
-    fmt = e.tool_format
-    if fmt == "auto":
-        fmt = (
-            "chat_template"
-            if getattr(tokenizer, "chat_template", None) and cfg.data.chat_template != "never"
-            else "tags"
-        )
-    if fmt == "chat_template" and not getattr(tokenizer, "chat_template", None):
-        raise ConfigError("env.tool_format=chat_template but the tokenizer has no chat template; use tags or auto")
     multi = bool(fns) or bool(factory)
+    fmt = tool_format(cfg, tokenizer, multi)
     spec = EpisodeSpec(
         max_turns=e.max_turns if multi else 1,
         max_episode_tokens=e.max_episode_tokens,
@@ -51,3 +48,34 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
             )["input_ids"]
         )
     return runner
+
+
+def tool_format(cfg: Config, tokenizer, multi: bool) -> str:
+    """env.tool_format resolved: "auto" is chat_template when the tokenizer has a chat template that shows
+    tools, else tags; a template that ignores ``tools`` (the prompt rendered with them is identical to the
+    one without: SmolLM2-Instruct's) falls back to tags with one warning under auto and is refused with
+    chat_template set (before: chosen, and the model never saw its tools). Only checked for episodes with
+    tools or an environment (``multi``)."""
+    from grpokit.env.parse import template_shows_tools
+
+    fmt, has_template = cfg.env.tool_format, bool(getattr(tokenizer, "chat_template", None))
+    if fmt == "chat_template" and not has_template:
+        raise ConfigError("env.tool_format=chat_template but the tokenizer has no chat template; use tags or auto")
+    auto = fmt == "auto"
+    if auto:
+        fmt = "chat_template" if has_template and cfg.data.chat_template != "never" else "tags"
+    if fmt == "tags" or not multi or template_shows_tools(tokenizer, **cfg.data.chat_template_kwargs):
+        return fmt
+    if not auto:
+        raise ConfigError(
+            "env.tool_format=chat_template but this tokenizer's chat template does not show tools (a prompt rendered "
+            "with tools is identical to one without), so the model would never see them; use env.tool_format=tags "
+            "and describe the tools in the prompts, or a model whose template renders tools"
+        )
+    log.warning(
+        "grpokit: warning: env.tool_format=auto: this tokenizer's chat template does not show tools (a prompt "
+        "rendered with tools is identical to one without), so episodes use the tags format "
+        "(<tool_call>NAME: ARGS</tool_call>), which does not list the tools in the prompt either: describe them "
+        "and that format in your prompts"
+    )
+    return "tags"

@@ -6,7 +6,9 @@ function cannot grade (it answers None: math_accuracy for a gold that does not p
 reported when the data loaded) is left out of both, not counted wrong; ``ungraded`` says how many
 (``n`` counts every prompt). With none graded, accuracy and reward are NaN. With tools
 or an environment, every prompt is a greedy episode (the same loop as training), scored on its
-conversation, and ``tool_use_rate`` / ``turns_mean`` say how the episodes went. Prompts with a
+conversation (the model's last message is its answer: an episode that ends on a tool's message has none and
+scores as none), and ``tool_use_rate`` / ``turns_mean`` / ``no_answer_rate`` (episodes that ended before the
+model answered) say how the episodes went. Prompts with a
 ``kind`` column (the shapes task's ``box`` / ``count`` questions) also get ``reward_<kind>``, the mean
 reward of each kind, so a run's summary and report show which question moved.
 
@@ -22,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
 from grpokit.rollout.hf import SamplingParams, generate
 from grpokit.types import Prompt, repeat_columns
 
@@ -51,7 +53,7 @@ def evaluate(
     was_training = model.training
     model.eval()
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-    texts, lengths, correct, rewards, tool_use, turns = [], [], [], [], [], []
+    texts, lengths, correct, rewards, tool_use, turns, no_answer = [], [], [], [], [], [], []
     sample = _hf_sampler(model, tokenizer, eos_token_ids)
     for s in range(0, len(prompts), batch_size):
         chunk = prompts[s : s + batch_size]
@@ -62,13 +64,14 @@ def evaluate(
         lengths += batch.lengths
         tool_use += batch.tool_use
         turns += batch.turns
+        no_answer += batch.no_answer
         say(
             f"grpokit: held-out evaluation: {len(texts)}/{len(prompts)} prompts, accuracy so far "
             f"{_mean(correct):.3f} ({time.perf_counter() - start:.0f}s)"
         )
     if was_training:
         model.train()
-    return _summary(prompts, rewards, correct, lengths, tool_use, turns)
+    return _summary(prompts, rewards, correct, lengths, tool_use, turns, no_answer)
 
 
 def _hf_sampler(model, tokenizer, eos_token_ids: set[int]) -> Callable:
@@ -95,7 +98,7 @@ def _mean(values: list[float]) -> float:
     return sum(graded) / len(graded) if graded else float("nan")
 
 
-def _summary(prompts, rewards, correct, lengths, tool_use, turns) -> dict[str, float]:
+def _summary(prompts, rewards, correct, lengths, tool_use, turns, no_answer=()) -> dict[str, float]:
     """Accuracy and mean reward over the graded prompts, how many are ungraded, count and mean length;
     the mean reward of each ``kind``; tool use and turns of episodes."""
     n = len(prompts)
@@ -108,7 +111,7 @@ def _summary(prompts, rewards, correct, lengths, tool_use, turns) -> dict[str, f
     }
     out.update(_by_kind(prompts, rewards))
     if tool_use:
-        out.update(tool_use_rate=sum(tool_use) / n, turns_mean=sum(turns) / n)
+        out.update(tool_use_rate=sum(tool_use) / n, turns_mean=sum(turns) / n, no_answer_rate=sum(no_answer) / n)
     return out
 
 
@@ -122,6 +125,7 @@ class _Scored:
     lengths: list[int]
     tool_use: list[float]
     turns: list[float]
+    no_answer: list[float]  # 1.0 for an episode that ended before the model answered (on a tool's message)
 
 
 def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runner, convention: str) -> _Scored:
@@ -139,16 +143,18 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
     scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
     tool_use: list[float] = []
     turns: list[float] = []
+    no_answer: list[float] = []
     if ro.episodes is not None:  # episodes are scored on their conversation, as in training
         scored_comp = [e.messages for e in ro.episodes]
         tool_use = [float(e.tool_calls > 0) for e in ro.episodes]
         turns = [float(e.turns) for e in ro.episodes]
+        no_answer = [float(bool(e.messages) and model_answer(e.messages) is None) for e in ro.episodes]
         if any(e.environment is not None for e in ro.episodes):
             columns["environments"] = [e.environment for e in ro.episodes]
     result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
     first = result.rewards_NF[:, 0]
     correct = (first >= 1 - 1e-6).float().masked_fill(first.isnan(), float("nan")).tolist()
-    return _Scored(comp, first.tolist(), correct, ro.model_lengths(), tool_use, turns)
+    return _Scored(comp, first.tolist(), correct, ro.model_lengths(), tool_use, turns, no_answer)
 
 
 def _by_kind(prompts: list[Prompt], rewards: list[float]) -> dict[str, float]:

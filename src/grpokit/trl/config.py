@@ -193,7 +193,7 @@ class GRPOConfig(TrainingArguments):
     entropy_target: float = 0.2
     """Adaptive entropy control: target mean token entropy (nats)."""
     max_tool_calling_iterations: int | None = None
-    """Most tool-calling rounds per episode (None: grpokit's env.max_turns)."""
+    """Most tool-calling rounds per episode (None: no limit, as TRL; max_completion_length bounds the episode)."""
     vllm_importance_sampling_correction: bool = True
     """Correct for the vLLM/trainer mismatch with importance weights (only with use_vllm)."""
     vllm_importance_sampling_mode: str = "sequence_mask"

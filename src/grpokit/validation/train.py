@@ -157,7 +157,11 @@ def check_reward_env(cfg: Config) -> None:
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
     e = cfg.env
-    check(e.max_turns >= 1, f"env.max_turns={e.max_turns} must be at least 1")
+    check(e.max_turns >= 0, f"env.max_turns={e.max_turns} must be at least 1, or 0 for no turn limit")
+    check(
+        e.max_turns or e.max_episode_tokens,
+        "env.max_turns=0 (no turn limit) needs env.max_episode_tokens > 0 to bound an episode; set one of them",
+    )
     check(e.max_episode_tokens >= 0, f"env.max_episode_tokens={e.max_episode_tokens} must be >= 0 (0 = no cap)")
     one_of("env.tool_format", e.tool_format, ("auto", "chat_template", "tags"))
     check(

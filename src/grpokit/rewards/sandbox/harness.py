@@ -1,9 +1,11 @@
 """Runs inside the sandbox: executes the untrusted solution and reports raw outputs, never verdicts.
 
 Usage: python -I -S harness.py JOB_DIR SCRATCH_DIR. JOB_DIR holds solution.py and job.json
-({"mode": "stdio" | "call", "inputs": [...], "case_timeout_s": float, "max_output_bytes": int});
+({"mode": "stdio" | "call", "inputs": [...], "case_timeout_s": float, "max_output_bytes": int, and
+optionally "stderr_bytes": int, how much of the end of a stdio case's stderr to report, 0 = none});
 expected outputs are never given to the sandbox. One JSON line per case is written to file
-descriptor 3: {"case": i, "status": "ok" | "error" | "timeout", "stdout": str} (stdio) or
+descriptor 3: {"case": i, "status": "ok" | "error" | "timeout", "stdout": str, "stdout_bytes": int (all
+it printed), "returncode": int, "stderr": str (its last stderr_bytes, with stderr_bytes)} (stdio) or
 {"case": i, "status": ..., "value": plain JSON value} (call). The trusted parent decides pass or fail,
 so a hostile program that tampers with this file can at most invent its own outputs, which it does not
 know to be right. Standard library only.
@@ -38,28 +40,35 @@ def main():
         job = json.load(f)
     solution = os.path.join(JOB_DIR, "solution.py")
     limit = job["max_output_bytes"]
+    err_limit = job.get("stderr_bytes", 0)
 
     def report(record):
         channel.write(json.dumps(record) + "\n")
 
     if job["mode"] == "stdio":
         for i, text in enumerate(job["inputs"]):
-            inp, out = os.path.join(SCRATCH, f"in{i}"), os.path.join(SCRATCH, f"out{i}")
+            inp, out, err = (os.path.join(SCRATCH, f"{kind}{i}") for kind in ("in", "out", "err"))
             with open(inp, "w") as f:
                 f.write(text)
             try:
-                with open(inp) as fin, open(out, "wb") as fout:
+                with open(inp) as fin, open(out, "wb") as fout, open(err if err_limit else os.devnull, "wb") as ferr:
                     proc = subprocess.run(
                         [sys.executable, "-I", "-S", solution],
                         stdin=fin,
                         stdout=fout,
-                        stderr=subprocess.DEVNULL,
+                        stderr=ferr,
                         timeout=job["case_timeout_s"],
                         env={},
                     )
                 with open(out, "rb") as f:
                     stdout = f.read(limit).decode("utf-8", "replace")
-                report({"case": i, "status": "ok" if proc.returncode == 0 else "error", "stdout": stdout})
+                record = {"case": i, "status": "ok" if proc.returncode == 0 else "error", "stdout": stdout}
+                record.update(stdout_bytes=os.path.getsize(out), returncode=proc.returncode)
+                if err_limit:
+                    with open(err, "rb") as f:
+                        f.seek(max(0, os.path.getsize(err) - err_limit))
+                        record["stderr"] = f.read(err_limit).decode("utf-8", "replace")
+                report(record)
             except subprocess.TimeoutExpired:
                 report({"case": i, "status": "timeout"})
             except OSError as exc:

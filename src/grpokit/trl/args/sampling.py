@@ -186,9 +186,11 @@ CHAT_TEMPLATE = Rule(
 TOOL_TURNS = Rule(
     ("max_tool_calling_iterations",),
     ("env.max_turns",),
-    "model turns = iterations + 1; None keeps env.max_turns",
+    "model turns = iterations + 1 (a negative count as 0); None (TRL: no limit) is env.max_turns=0, no turn "
+    "limit, the episode bounded by max_completion_length as TRL's is",
     lambda a, ctx: (
-        {} if a.max_tool_calling_iterations is None else {"env.max_turns": a.max_tool_calling_iterations + 1}
+        # a negative count runs no tool round in TRL (``iteration_num < max``), as 0 does: one model turn
+        {"env.max_turns": 0 if a.max_tool_calling_iterations is None else max(0, a.max_tool_calling_iterations) + 1}
     ),
 )
 

@@ -46,7 +46,7 @@ INERT = (
 # TRL's defaults where it holds a field's None as something else
 _NONE_AS = {
     "num_generations_eval": lambda a: a.num_generations,
-    "max_tool_calling_iterations": lambda a: sys.maxsize,
+    "max_tool_calling_iterations": lambda a: sys.maxsize,  # no limit: the run's env.max_turns=0 (args/sampling.py)
     "chat_template_kwargs": lambda a: {},
 }
 
