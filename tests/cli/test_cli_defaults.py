@@ -232,11 +232,3 @@ def test_a_preset_with_resume_is_accepted_where_it_changes_nothing_and_refused_o
     with pytest.raises(ConfigError, match=r"differs from it: algo.clip_high=0.3 \(the preset: 0.28\); a preset"):
         cli_config(*line, "--resume", str(tmp_path / "own"))
     assert cli_config(*line, "algo.clip_high=0.3", "--resume", str(tmp_path / "own")).algo.clip_high == 0.3
-
-
-def test_an_override_given_twice_with_two_values_is_refused():
-    """As a key given twice in a YAML file: which value was meant cannot be told (before: the last, silently)."""
-    with pytest.raises(ConfigError) as e:
-        parse_train_args(["optim.lr=1e-3", "--out", "r", "optim.lr=5e-4"])
-    assert str(e.value) == "override optim.lr is given twice (optim.lr=1e-3 and optim.lr=5e-4); give it once"
-    assert parse_train_args(["optim.lr=1e-3", "optim.lr=1e-3"]).overrides == ["optim.lr=1e-3", "optim.lr=1e-3"]

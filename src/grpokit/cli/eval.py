@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from grpokit.config.io import unique_overrides
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows, to_prompts
 from grpokit.record.passk import summarize
@@ -100,9 +99,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="overrides of the fields eval reads: data columns and chat settings, env.*, model loading, "
         "reward.params (e.g. data.prompt_column=question)",
     )
-    args = p.parse_intermixed_args(argv)
-    unique_overrides(args.overrides)
-    return args
+    return p.parse_intermixed_args(argv)
 
 
 def run_eval(args: argparse.Namespace) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from grpokit.config.io import _sections, apply_overrides, describe_fields, load_yaml, strict_yaml, unique_overrides
+from grpokit.config.io import _sections, apply_overrides, describe_fields, load_yaml, strict_yaml
 from grpokit.config.sections import Config, ConfigError
 
 from . import errors
@@ -135,9 +135,7 @@ def holds_run(run_dir: Path) -> bool:
 def parse_train_args(argv: list[str]) -> argparse.Namespace:
     """``grpokit train``'s arguments, overrides before and after the options alike (``grpokit train a=1 --out R
     b=2``: a plain parse stopped at ``b=2`` with "unrecognized arguments")."""
-    args = train_parser().parse_intermixed_args(argv)
-    unique_overrides(args.overrides)
-    return args
+    return train_parser().parse_intermixed_args(argv)
 
 
 def cmd_train(argv: list[str]) -> int:

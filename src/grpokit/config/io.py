@@ -104,19 +104,6 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     return cfg
 
 
-def unique_overrides(overrides: list[str]) -> list[str]:
-    """A command line's overrides, each field given once: a field given twice with two values is refused in one
-    sentence, as a key given twice in a YAML file is (which one was meant cannot be told)."""
-    seen: dict[str, str] = {}
-    for item in overrides:
-        key, _, raw = item.partition("=")
-        key = key.strip()
-        if key in seen and seen[key] != raw:
-            raise ConfigError(f"override {key} is given twice ({key}={seen[key]} and {key}={raw}); give it once")
-        seen[key] = raw
-    return overrides
-
-
 def set_field(cfg: Config, dotted: str, value: Any) -> None:
     """Set ``section.field`` with type coercion and a clear error for unknown names or types."""
     parts = dotted.split(".")
