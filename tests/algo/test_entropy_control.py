@@ -142,7 +142,13 @@ def test_run_raises_the_coefficient_once_per_optimizer_step(tmp_path):
             f"train.out={tmp_path}/run",
         ],
     )
-    trainer = Trainer(cfg, quiet=True)
+    updates = []
+
+    class EachUpdate:  # the step's line is the mean over its updates: each update's own metrics, here
+        def on_optimizer_step(self, args, state, control, metrics=None, **kw):
+            updates.append(dict(metrics))
+
+    trainer = Trainer(cfg, callbacks=[EachUpdate()], quiet=True)
     trainer.train()
     assert trainer.stage_state("entropy_control").coef == pytest.approx(0.03)
     ckpt = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]
@@ -151,10 +157,12 @@ def test_run_raises_the_coefficient_once_per_optimizer_step(tmp_path):
 
     last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["entropy_coef"] == pytest.approx(0.03)
-    # step 2 applied 0.02 then 0.025: the loss is the policy loss minus coef * entropy of the loss tokens
-    assert last["policy_loss"] - last["loss"] == pytest.approx(
-        0.025 * last["entropy/loss_tokens_mean"], rel=1e-4, abs=1e-7
-    )
+    # the updates applied 0 (no measured entropy yet: TRL's first step has no bonus), 0.015, 0.02 then 0.025, the
+    # coefficient after the update before: each update's loss is its policy loss minus that coef * the entropy of
+    # its loss tokens
+    assert len(updates) == 4
+    for coef, m in zip((0.0, 0.015, 0.02, 0.025), updates):
+        assert m["policy_loss"] - m["loss"] == pytest.approx(coef * m["entropy/loss_tokens_mean"], rel=1e-4, abs=1e-7)
 
 
 def test_trl_evaluate_subtracts_the_bonus_the_next_step_would_apply(tmp_path):

@@ -29,7 +29,7 @@ import torch
 from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, ConfigError, RolloutConfig
 from grpokit.data.prompts import to_prompts
-from grpokit.data.vision import load_processor
+from grpokit.data.vision import has_images, load_processor
 from grpokit.nn import kernels, vocab
 from grpokit.nn.models import frozen_copy
 from grpokit.record.recorder import NullRecorder, make_recorder
@@ -98,6 +98,12 @@ class Inputs:
     eval_prompts: list
 
 
+IMAGE_EPISODES = (
+    "tools and environments with image prompts are not supported yet; drop env.tools / the environment or the image "
+    "column"
+)
+
+
 def build_inputs(
     cfg: Config, tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer=None
 ) -> Inputs:
@@ -109,6 +115,8 @@ def build_inputs(
         train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
         run_data.check_gold_answers(cfg, train_rows)
         run_data.check_gold_answers(cfg, eval_rows, held_out=True)  # after eval_size: the rows evaluated
+    if (tools or environment_factory or cfg.env.tools or cfg.env.environment) and has_images(train_rows):
+        raise ConfigError(IMAGE_EPISODES)  # before the episodes' own checks (a tool format): none would help
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
     schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
     processor = load_processor(
@@ -118,10 +126,7 @@ def build_inputs(
     if (
         episodes.multi_turn and prompts and prompts[0].vision is not None
     ):  # tag-format tools and environments show no schema
-        raise ConfigError(
-            "tools and environments with image prompts are not supported yet; drop env.tools / the "
-            "environment or the image column"
-        )
+        raise ConfigError(IMAGE_EPISODES)
     return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
 
 
