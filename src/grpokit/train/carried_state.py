@@ -9,6 +9,7 @@ sums, so that the resumed run applies exactly the update the uninterrupted one w
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def saved_extra(
     when the prompt sampler keeps more than its position (domains, a curriculum) and ``async_rollout``
     for the async sampler's in-flight batches (rollout/async_plan.py) (None: nothing)."""
     extra = {state.key: state.state_dict() for state in stage_states}
-    extra |= {"pending_update": checkpoint.pending_state(pending, optimizer)} if pending.slices else {}
+    extra |= {"pending_update": pending_state(pending, optimizer)} if pending.slices else {}
     sampled = sampler.state_dict() if sampler is not None else {}
     extra |= {"sampler": sampled} if set(sampled) - {"position"} else {}
     extra |= {"async_rollout": engine_state} if engine_state is not None else {}
@@ -55,7 +56,7 @@ def restore_extra(
     extra = checkpoint.load_extra(ckpt) if needed else {}
     pending = None
     if "pending_update" in extra:
-        pending = Accumulator(**checkpoint.load_pending(extra["pending_update"], optimizer))
+        pending = Accumulator(**load_pending(extra["pending_update"], optimizer))
     for state in stage_states:
         if state.key in extra:
             state.load_state_dict(extra[state.key])
@@ -65,3 +66,21 @@ def restore_extra(
                 "algo section); resume with the run's own config"
             )
     return pending
+
+
+def pending_state(acc, optimizer) -> dict:
+    """An update still accumulating (train/update.py's ``Accumulator``): its metric sums and the
+    gradient it has put into every parameter of ``optimizer`` so far (None where a parameter has none)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    return {
+        "accumulator": dataclasses.asdict(acc) | {"bonus": acc.bonus},
+        "grads": [p.grad.detach().cpu().clone() if p.grad is not None else None for p in params],
+    }
+
+
+def load_pending(state: dict, optimizer) -> dict:
+    """Put ``pending_state``'s gradient back into the parameters; returns the ``Accumulator``'s fields."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for p, g in zip(params, state["grads"], strict=True):
+        p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype)
+    return state["accumulator"]

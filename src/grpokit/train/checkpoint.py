@@ -12,7 +12,7 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 * ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda, or an
   optimizer update still accumulating when the step ended (train.accumulation_slices).
 * ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
-  held-out results of the final checkpoint), as the Hub shows it.
+  held-out results of the final checkpoint), as the Hub shows it (train/model_card.py).
 
 It is written under a temporary name and renamed into place only when complete (a rename is atomic
 on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
@@ -244,57 +244,6 @@ def _sha256(p: Path) -> str:
     return h.hexdigest()
 
 
-def model_card(cfg, step: int, reward_names: list[str], eval_result: dict | None = None) -> str:
-    """The model card of a checkpoint: Hub metadata (base model, library, tags) in YAML front
-    matter, then what was trained how, and the held-out results when the step was evaluated."""
-    import yaml
-
-    from grpokit.version import __version__
-
-    m, d, r, a = cfg.model, cfg.data, cfg.rollout, cfg.algo
-    base = m.name_or_path
-    meta = {
-        "library_name": "peft" if m.lora_rank and m.lora_save == "adapter" else "transformers",
-        "tags": ["grpokit", "grpo", "reinforcement-learning"],
-    }
-    if base and not Path(base).exists() and base != "demo":  # a hub id; local paths mean nothing on the Hub
-        meta["base_model"] = base
-    data = (
-        f"built-in task `{d.task}`"
-        if d.task and not d.dataset
-        else (f"`{d.dataset}`" if d.dataset else "rows passed from Python")
-    )
-    lines = [
-        "---",
-        yaml.safe_dump(meta, sort_keys=False).strip(),
-        "---",
-        "",
-        f"# {base.rstrip('/').split('/')[-1] or 'model'} trained with GRPO (grpokit {__version__})",
-        "",
-        f"Checkpoint after step {step} of {cfg.train.steps}, trained with grpokit "
-        "(Group Relative Policy Optimization).",
-        "",
-        f"- base model: `{base}`"
-        + (f" with LoRA adapters (r={m.lora_rank}, alpha={m.lora_alpha:g})" if m.lora_rank else ""),
-        f"- training data: {data}",
-        f"- rewards: {', '.join(f'`{n}`' for n in reward_names)}",
-        f"- {r.group_size} completions per prompt, {cfg.train.prompts_per_step} prompt(s) per step, "
-        f"up to {r.max_new_tokens} new tokens, temperature {r.temperature:g}",
-        f"- advantages: baseline {a.baseline}, scale {a.scale}; loss aggregation {a.aggregation}, "
-        f"clip [{1 - a.clip_low:g}, {1 + a.clip_high:g}], beta {a.beta:g}; learning rate {cfg.optim.lr:g}",
-    ]
-    if eval_result:
-        lines += ["", "## Held-out evaluation (greedy)", "", "| metric | value |", "| --- | --- |"]
-        lines += [f"| {k} | {v:.4g} |" for k, v in eval_result.items()]
-    how = (
-        "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), PATH)"
-        if meta["library_name"] == "peft"
-        else "AutoModelForCausalLM.from_pretrained(PATH)"
-    )
-    lines += ["", "## Use", "", f"Load with `{how}`; the run's full configuration is its `config.yaml`.", ""]
-    return "\n".join(lines)
-
-
 def latest(ckpt_dir: Path) -> Path | None:
     done = sorted(p for p in ckpt_dir.glob(f"{PREFIX}*") if (p / "trainer_state.json").exists())
     return done[-1] if done else None
@@ -360,24 +309,6 @@ def load_extra(path: Path) -> dict:
     """The ``extra_state`` a checkpoint was saved with ({} when it has none)."""
     f = path / "extra_state.pt"
     return torch.load(f, weights_only=False) if f.exists() else {}
-
-
-def pending_state(acc, optimizer) -> dict:
-    """An update still accumulating (train/update.py's ``Accumulator``): its metric sums and the
-    gradient it has put into every parameter of ``optimizer`` so far (None where a parameter has none)."""
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    return {
-        "accumulator": dataclasses.asdict(acc) | {"bonus": acc.bonus},
-        "grads": [p.grad.detach().cpu().clone() if p.grad is not None else None for p in params],
-    }
-
-
-def load_pending(state: dict, optimizer) -> dict:
-    """Put ``pending_state``'s gradient back into the parameters; returns the ``Accumulator``'s fields."""
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    for p, g in zip(params, state["grads"], strict=True):
-        p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype)
-    return state["accumulator"]
 
 
 def _load_rest(path: Path, optimizer, scheduler, generator: torch.Generator, rank: int, load_optimizer) -> TrainerState:

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,7 +34,6 @@ from . import (
     distributed,
     engines,
     reference,
-    run_lock,
     step_metrics,
 )
 from . import resume as run_folder
@@ -44,7 +42,7 @@ from .memory import cuda_provider
 from .model_options import noise_on
 from .models import load_tokenizer, refresh_reference
 from .reaper import RunReaper
-from .stopping import GracefulStop, StepAbandoned, signal_name
+from .stopping import GracefulStop, StepAbandoned
 from .timer import Timer
 from .token_batch import make_token_batch
 from .trainer_forwards import TrainerForwards
@@ -163,17 +161,6 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             _write_report(self.run_dir)
         return summary
 
-    def _reopen_summary(self) -> dict[str, Any]:
-        """The run folder taken again (a second train() of this Trainer) and its summary so far: a
-        resumed run is marked in progress again (report --watch)."""
-        if not self._release_lock.alive:  # a second train() of this Trainer: the folder is taken again
-            self.lock = run_lock.acquire(self.run_dir)
-            self._release_lock = weakref.finalize(self, self.lock.release)
-        summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
-        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
-            run_folder.write_summary(self.run_dir, summary)
-        return summary
-
     def _run_steps(self, stop: GracefulStop) -> dict[str, float] | None:
         """The steps, each recorded (and evaluated, checkpointed when due); returns the last step's
         evaluation when it had one."""
@@ -205,19 +192,6 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 break
         return final_eval
 
-    def _run_with_failures_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> dict[str, float] | None:
-        """The steps; an error that ends them is written to summary.json (``failed``: the step it stopped after and
-        its sentence) before it propagates, so the run folder says how the run ended (the doctor, the report)."""
-        summary.pop("failed", None)  # a resumed run is no longer the failed one
-        self._recorded = self.step  # the last step whose metrics line is written (_run_steps moves it)
-        try:
-            return self._run_steps(stop)
-        except Exception as exc:
-            if self.dist.is_main and self.lock.lost_to is None:  # a folder taken over is not ours to write
-                summary["failed"] = {"step": self._recorded, "error": f"{type(exc).__name__}: {exc}"}
-                run_folder.write_summary(self.run_dir, summary)
-            raise
-
     def _step_end(self, metrics: dict[str, float]):
         """The callbacks' ``on_step_end``, with ``control.should_evaluate`` / ``should_save`` first set when
         train.eval_every / train.save_every (or the last step) asks, as transformers' DefaultFlowCallback sets
@@ -229,22 +203,6 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             c.should_save or (finished and t.save_last) or bool(t.save_every and self.step % t.save_every == 0)
         )
         return self.callbacks("on_step_end", metrics=metrics)
-
-    def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:
-        """A stopped run keeps what it trained (a checkpoint, no final evaluation) and says which signal
-        stopped it; a finished one gets its final evaluation. The summary is written."""
-        t = self.cfg.train
-        interrupted = stop.requested and self.step < t.steps  # a signal: keep what was trained, no final evaluation
-        if interrupted and t.save_last and self.step > self.saved_step:
-            self.save()
-        summary.pop("interrupted", None)
-        summary.pop("stop_signal", None)
-        if interrupted:
-            summary["interrupted"], summary["stop_signal"] = True, signal_name(stop.signum)
-        elif final_eval is not None or not stop.requested:
-            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
-        summary["steps"] = self.step
-        run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
 
     def train_step(self) -> dict[str, float]:
         """One step through the stages: rollout and rewards, token batch and log-probabilities, the

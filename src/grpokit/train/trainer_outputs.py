@@ -1,9 +1,12 @@
 """What a run leaves besides its metrics: held-out evaluations (which a stop's run-out grace may cut
-short) and checkpoints (rank 0 writes, the others wait). A mixin of ``Trainer`` (train/loop.py)."""
+short), checkpoints (rank 0 writes, the others wait) and summary.json (how the run ended: finished, stopped by
+a signal, or failed). A mixin of ``Trainer`` (train/loop.py)."""
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
+from typing import Any
 
 from grpokit.data.domains import COLUMN
 from grpokit.record.domain_metrics import domain_summary
@@ -13,9 +16,12 @@ from . import (
     checkpoint,
     checkpoint_hooks,
     engines,
+    run_lock,
 )
+from . import resume as run_folder
 from .evaluate import evaluate
-from .stopping import GracefulStop, StepAbandoned
+from .model_card import model_card
+from .stopping import GracefulStop, StepAbandoned, signal_name
 
 
 class TrainerOutputs:
@@ -75,7 +81,7 @@ class TrainerOutputs:
             hooks.pop("optimizer_state", None)
         path = self.run_dir / "checkpoints" / f"{checkpoint.PREFIX}{self.step:06d}"
         if self.dist.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
-            card = checkpoint.model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
+            card = model_card(self.cfg, self.step, [s.name for s in self.runner.specs], final_eval)
             path = checkpoint.save(
                 self.run_dir / "checkpoints",
                 state,
@@ -97,3 +103,43 @@ class TrainerOutputs:
         self.saved_step = self.step
         self.callbacks("on_save", checkpoint=path)
         return path
+
+    def _reopen_summary(self) -> dict[str, Any]:
+        """The run folder taken again (a second train() of this Trainer) and its summary so far: a
+        resumed run is marked in progress again (report --watch)."""
+        if not self._release_lock.alive:  # a second train() of this Trainer: the folder is taken again
+            self.lock = run_lock.acquire(self.run_dir)
+            self._release_lock = weakref.finalize(self, self.lock.release)
+        summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
+        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
+            run_folder.write_summary(self.run_dir, summary)
+        return summary
+
+    def _run_with_failures_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> dict[str, float] | None:
+        """The steps; an error that ends them is written to summary.json (``failed``: the step it stopped after and
+        its sentence) before it propagates, so the run folder says how the run ended (the doctor, the report)."""
+        summary.pop("failed", None)  # a resumed run is no longer the failed one
+        self._recorded = self.step  # the last step whose metrics line is written (_run_steps moves it)
+        try:
+            return self._run_steps(stop)
+        except Exception as exc:
+            if self.dist.is_main and self.lock.lost_to is None:  # a folder taken over is not ours to write
+                summary["failed"] = {"step": self._recorded, "error": f"{type(exc).__name__}: {exc}"}
+                run_folder.write_summary(self.run_dir, summary)
+            raise
+
+    def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:
+        """A stopped run keeps what it trained (a checkpoint, no final evaluation) and says which signal
+        stopped it; a finished one gets its final evaluation. The summary is written."""
+        t = self.cfg.train
+        interrupted = stop.requested and self.step < t.steps  # a signal: keep what was trained, no final evaluation
+        if interrupted and t.save_last and self.step > self.saved_step:
+            self.save()
+        summary.pop("interrupted", None)
+        summary.pop("stop_signal", None)
+        if interrupted:
+            summary["interrupted"], summary["stop_signal"] = True, signal_name(stop.signum)
+        elif final_eval is not None or not stop.requested:
+            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
+        summary["steps"] = self.step
+        run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None

@@ -56,7 +56,7 @@ class TrainerFiles:
 
     def _write_model_card(self, out: Path) -> Path:
         """output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
-        from grpokit.train.checkpoint import model_card
+        from grpokit.train.model_card import model_card
 
         out.mkdir(parents=True, exist_ok=True)
         card = model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
