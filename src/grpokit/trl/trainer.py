@@ -50,6 +50,7 @@ from grpokit.train import distributed
 from . import best, callback_states, default_callbacks, memory, resumed_state
 from .args.batch import steps_per_epoch
 from .args.checks import check_gated
+from .args_reading import ArgsReading, Given
 from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
@@ -68,24 +69,15 @@ from .contract.surface import (
 from .inputs import (
     HubPushError,
     env_owns_reward,
-    environment_owned_rows,
     no_dropout,
     push_folder,
     resume_source,
     reward_funcs_of,
     row_loader,
-    rows_of,
 )
 from .trainer_args import (
-    apply_process_settings,
-    changed_fields,
-    checked_args,
-    is_stream,
     model_name,
-    refuse_late_changes,
-    run_config,
     snapshot,
-    stream_rows,
     trl_rollout_func,
 )
 from .trainer_files import TrainerFiles
@@ -102,7 +94,7 @@ class TrainOutput(NamedTuple):
 
 
 @attributes.install  # TRL's attributes: its settings as GRPOConfig's, its state as the run's (attributes.py)
-class GRPOTrainer(TrlMethods, TrainerFiles):
+class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
 
     def __init__(
@@ -124,17 +116,17 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
     ):
         refuse_in_worker_start("GRPOTrainer")  # a worker re-running the script: before anything is built
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
-        self._given = dict(
-            model=model,
-            name=model_name(model),
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            peft_config=peft_config,
-            quantization_config=quantization_config,
-            optimizers=optimizers,
-            environment_factory=environment_factory,
-        )  # what the GRPOConfig is read with, again at train() when a script changed trainer.args (_reread_args)
+        self._given = Given(
+            model,
+            model_name(model),
+            train_dataset,
+            eval_dataset,
+            processing_class,
+            peft_config,
+            quantization_config,
+            optimizers,
+            environment_factory,
+        )  # what the GRPOConfig is read with, again at train() when a script changed trainer.args (ArgsReading)
         self.args = args
         self._check_args()
         train_rows = self._train_rows()
@@ -177,50 +169,6 @@ class GRPOTrainer(TrlMethods, TrainerFiles):
         self.bridge: StepBridge | None = None
         self._saved_steps: set[int] = set()  # TRL steps with a checkpoint (best_model_checkpoint points at one of them)
         self.accelerator = Accelerator(lambda: self._trainer.device if self._trainer is not None else self._device())
-
-    def _check_args(self) -> None:
-        g = self._given
-        self.args = checked_args(
-            self.args, g["name"], g["train_dataset"], g["eval_dataset"], g["quantization_config"], g["optimizers"]
-        )
-
-    def _train_rows(self) -> list:
-        data = environment_owned_rows(self._given["environment_factory"], self._given["train_dataset"], self.args)
-        return rows_of(data, "train_dataset", self.args.remove_unused_columns, stream_rows(self.args))
-
-    def _run_config(self, train_rows: list, num_funcs: int):
-        """grpokit's Config of ``self.args`` (trainer_args.run_config), and the process-wide settings TRL applies."""
-        g = self._given
-        streamed = is_stream(g["train_dataset"])
-        cfg = run_config(
-            self.args,
-            g["model"],
-            g["name"],
-            g["processing_class"],
-            g["peft_config"],
-            len(train_rows),
-            streamed,
-            num_funcs,
-        )
-        apply_process_settings(self.args, g["model"])
-        return cfg
-
-    def _reread_args(self) -> None:
-        """transformers reads its arguments when train() starts, so a script may change ``trainer.args`` between
-        construction and train(): the changed GRPOConfig is read again here, before the run is built, and every
-        field takes its new value (TRL itself keeps the construction's value of its own GRPO fields). A change
-        after the build, or of a field that acted at construction, is refused in one sentence."""
-        changed = changed_fields(self.args, self._args_seen)
-        if not changed:
-            return
-        refuse_late_changes(changed, built=self._trainer is not None)
-        self._check_args()
-        train_rows = self._train_rows()
-        self.cfg = self._run_config(train_rows, len(self._reward_funcs))
-        self._kwargs["train_rows"] = train_rows
-        attributes.init_trl_attributes(self, self._reward_funcs)
-        overrides.samples(self)
-        self._args_seen = snapshot(self.args)
 
     def _device(self) -> str:
         """The run's device before the run is built: the CPU with use_cpu, else CUDA when there is one."""
