@@ -202,6 +202,14 @@ def test_lora_adapters_sit_on_the_language_model_only():
     trained = [n for n, p in m.named_parameters() if p.requires_grad]
     assert trained and all("lora_" in n and "language_model" in n for n in trained)
     assert any("q_proj" in n for n in trained) and not any("visual" in n for n in trained)
+    # [all-linear, lm_head]: the language model's linear layers and the head; the vision tower still none
+    cfg = ModelConfig(
+        name_or_path=str(shapes.shapes_model_path()), lora_rank=2, lora_target_modules=["all-linear", "lm_head"]
+    )
+    m = load_model(cfg, torch.device("cpu"), torch.float32)
+    adapted = {n.split(".lora_")[0] for n, p in m.named_parameters() if p.requires_grad}
+    assert {a for a in adapted if "language_model" not in a} == {"base_model.model.lm_head"}
+    assert len(adapted) == len(trained) // 2 + 1  # each layer's A and B before, one more layer now
 
 
 @pytest.mark.parametrize("tool_format", ["tags", "chat_template"])

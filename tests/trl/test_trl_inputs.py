@@ -79,29 +79,10 @@ def test_an_environment_with_get_reward_is_a_reward_source(chat_model, tmp_path)
         GRPOTrainer(chat_model, args=args(tmp_path), train_dataset=DATA, environment_factory=Unscored)
 
 
-def test_liger_with_a_lora_head_is_refused_as_trl_refuses_it(chat_model, tmp_path):
-    from peft import LoraConfig, PromptTuningConfig, TaskType
+def test_a_peft_config_other_than_lora_is_refused(chat_model, tmp_path):
+    """An adapter on lm_head, which TRL 1.16 refuses and grpokit trains, is tests/trl/test_trl_peft.py's."""
+    from peft import PromptTuningConfig, TaskType
 
-    head = LoraConfig(target_modules=["q_proj", "v_proj", "lm_head"])
-    with pytest.raises(
-        ConfigError, match=r"use_liger_kernel=True with peft_config.target_modules=\['lm_head', 'q_proj', 'v_proj'\]"
-    ):
-        GRPOTrainer(
-            chat_model,
-            reward_funcs=zero,
-            args=args(tmp_path, use_liger_kernel=True),
-            train_dataset=DATA,
-            peft_config=head,
-        )
-    # the same adapter without Liger, and Liger with an adapter off the head, are accepted
-    GRPOTrainer(chat_model, reward_funcs=zero, args=args(tmp_path), train_dataset=DATA, peft_config=head)
-    GRPOTrainer(
-        chat_model,
-        reward_funcs=zero,
-        args=args(tmp_path, use_liger_kernel=True),
-        train_dataset=DATA,
-        peft_config=LoraConfig(target_modules=["q_proj"]),
-    )
     with pytest.raises(ConfigError, match=r"^peft_config is a PromptTuningConfig \(a prompt-learning method\)"):
         GRPOTrainer(
             chat_model,

@@ -254,14 +254,17 @@ def resolve_model(name: str) -> tuple[str, Path | None]:
 
 
 def load_eval_model(mcfg, adapter: Path | None, device: torch.device):
-    """(model in eval mode, tokenizer); a LoRA adapter is merged into the base it was trained on."""
+    """(model in eval mode, tokenizer); a LoRA adapter is merged into the base it was trained on (the merged
+    model computes what the adapter's run trained, a tied output layer included: train/lora.py)."""
     with_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").exists()
     tokenizer = load_tokenizer(dataclasses.replace(mcfg, name_or_path=str(adapter)) if with_tokenizer else mcfg)
     model = load_model(mcfg, device, resolve_dtype(mcfg, device))
     if adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        from grpokit.train.lora import merge_adapters
+
+        model = merge_adapters(PeftModel.from_pretrained(model, str(adapter)))  # a tied head untied first
     return model.eval(), tokenizer
 
 

@@ -55,14 +55,14 @@ class ModelConfig:
     or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere and with model.compile)."""
     lora_rank: int = 0
     """LoRA rank r (0 = full fine-tuning); with r > 0 only the adapters train and the reference policy is the base with
-    adapters disabled."""
+    adapters disabled (or, for a model given with a trained adapter, that adapter as given)."""
     lora_alpha: float = 32.0
     """LoRA scaling numerator: the adapter update is (lora_alpha / lora_rank) * B @ A."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA input path (0 keeps training logprobs equal to the old-policy logprobs)."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    """Modules that get adapters: ["all-linear"] (every linear layer but the output head) or module names like [q_proj,
-    v_proj]."""
+    """Modules that get adapters: ["all-linear"] (every linear layer but the output head), module names like [q_proj,
+    v_proj], or both ([all-linear, lm_head]); a name that matches no module of the model is refused."""
     lora_save: str = "adapter"
     """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with
     adapters merged; the adapter is kept in adapter/ for resume)."""

@@ -43,6 +43,7 @@ from . import (
     domain_setup,
     episode_setup,
     liger,
+    lora,
     model_options,
     models,
     reward_setup,
@@ -172,13 +173,15 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
 @dataclass(frozen=True)
 class Policy:
     """The model side of the run: policy, frozen reference (None without KL, or under LoRA where
-    the reference is the base with adapters disabled), the forward's autocast and the EOS ids."""
+    the reference is the base with adapters disabled, or the adapter the run started from:
+    ``ref_adapter``), the forward's autocast and the EOS ids."""
 
     model: Any
     ref_model: Any
     autocast: Callable
     eos: set[int]
     router_aux: float = 0.0  # weight of a Mixture-of-Experts router loss in the update (0: none; model_options.py)
+    ref_adapter: lora.StartingAdapter | None = None  # LoRA from a trained adapter: the KL reference (lora.py)
 
 
 def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer, model=None) -> Policy:
@@ -214,12 +217,15 @@ def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer
             f"model.compile=true compiles the backbone of grpokit's log-probability passes, but {m.name_or_path!r} "
             "has none apart from its head (soft-capped logits or no get_decoder); set model.compile=false"
         )
+    # LoRA from a trained adapter (a PeftModel given as the model): the KL reference is that adapter, not the base
+    keep_start = ref_model is None and cfg.algo.beta > 0 and m.lora_rank > 0 and not lora.at_base(model)
     return Policy(
         model,
         ref_model,
         autocast,
         eos_ids(tokenizer, model),
         model_options.router_coefficient(model, m.router_aux_loss_coef),
+        lora.StartingAdapter(model) if keep_start else None,
     )
 
 

@@ -41,7 +41,7 @@ def checkpoint_loaders(model, dist: DistContext, m) -> dict[str, Any]:
     """Keyword arguments for ``checkpoint.load`` (``m``: the model section): every rank reads the whole
     checkpoint and keeps its part."""
     if m.lora_rank:
-        return {"read_model": lambda model, path: lora.load_adapter(model, Path(path))}
+        return {"read_model": lambda model, path: lora.load_adapter(model, Path(path), m.lora_target_modules)}
     if dist.fsdp:
         return {
             "read_model": _fsdp_read_model,

@@ -23,6 +23,7 @@ from grpokit.rollout.collect import first_group_size
 from grpokit.rollout.engine import HFEngine, RolloutEngine
 from grpokit.rollout.lockstep import lockstep
 
+from . import lora
 from .distributed import DistContext, rank_seed
 from .liger import apply_kernels
 from .models import model_path
@@ -70,6 +71,19 @@ def hf_engine(
     )
 
 
+def refuse_vllm_tied_adapter(cfg: Config, model) -> None:
+    """vLLM computes a tied model's head from its embedding weight (it loads no lm_head of its own), so a LoRA
+    adapter on either end, which makes the trained policy's two ends differ, cannot be sampled there."""
+    backend = cfg.rollout.backend
+    if backend in ("vllm", "vllm_server") and cfg.model.lora_rank and lora.tied_and_adapted(model):
+        raise ConfigError(
+            f"rollout.backend={backend} with tied embeddings (tie_word_embeddings) and a LoRA adapter on lm_head "
+            "or embed_tokens is not supported: vLLM computes the head from the embedding weight, so it would sample "
+            "from another policy than the one trained; leave lm_head and embed_tokens out of "
+            "model.lora_target_modules or use rollout.backend=hf"
+        )
+
+
 def make_engine(
     cfg: Config,
     model,
@@ -89,6 +103,7 @@ def make_engine(
     says what each does); ``async_state`` is what a resumed checkpoint kept of the async sampler;
     ``tokenizer`` decodes stop strings in rollout worker processes."""
     r = cfg.rollout
+    refuse_vllm_tied_adapter(cfg, model)
     if r.backend == "vllm_server":
         from grpokit.data.vision import image_token_id
         from grpokit.rollout.vllm_client import make_server_engine

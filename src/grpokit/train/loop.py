@@ -229,7 +229,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                         self.ref_model, batch, k, temperature, a.distill_coef, rows
                     )
             elif need_ref:
-                ref_logp = reference.reference_logprobs(self.model, self.ref_model, batch, self.logprobs)
+                ref_logp = reference.reference_logprobs(
+                    self.model, self.ref_model, batch, self.logprobs, self.ref_adapter
+                )
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support, top))  # 4.
         for hook in self.on_inputs:
             hook(sb, inputs)

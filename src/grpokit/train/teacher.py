@@ -17,6 +17,7 @@ import torch
 from grpokit.config.base import named_as
 from grpokit.config.sections import Config, ConfigError
 
+from .lora import merge_adapters
 from .models import load_model, load_tokenizer, model_path
 
 
@@ -46,7 +47,7 @@ def load_teacher(
         if (path / "adapter_config.json").is_file():
             from peft import AutoPeftModelForCausalLM
 
-            model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype).merge_and_unload().to(device)
+            model = merge_adapters(AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype)).to(device)
         else:
             model = load_model(m, device, dtype)
     model.eval()

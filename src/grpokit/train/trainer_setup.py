@@ -104,6 +104,7 @@ class TrainerSetup:
             policy.eos,
         )
         self.router_aux = policy.router_aux  # MoE router loss weight in the update (0: none)
+        self.ref_adapter = policy.ref_adapter  # LoRA from a trained adapter: that adapter is the reference
         why = prefix_tree_refusal(self.model) if cfg.train.packing == "prefix_tree" else None
         if why is not None:
             raise ConfigError(why)

@@ -187,8 +187,10 @@ def env_owns_reward(reward_funcs: Any, environment_factory: Any) -> bool:
     return bool(environment_rewards(environment_factory))
 
 
-def apply_lora(cfg, peft_config: Any) -> None:
-    """A ``peft.LoraConfig`` onto model.lora_*; any other PEFT setting away from its default is refused."""
+def apply_lora(cfg, peft_config: Any, model: Any) -> None:
+    """A ``peft.LoraConfig`` onto model.lora_*; any other PEFT setting away from its default is refused. No
+    ``target_modules`` means, as in PEFT, the default layers PEFT lists for the model's type (``model``: the
+    model object or its name)."""
     from peft import LoraConfig
 
     if not isinstance(peft_config, LoraConfig):
@@ -206,45 +208,49 @@ def apply_lora(cfg, peft_config: Any) -> None:
                 f"peft_config.{f.name}={value!r} is not supported by grpokit; leave it at PEFT's default "
                 f"{getattr(default, f.name)!r}"
             )
-    targets = peft_config.target_modules
-    if isinstance(targets, str) and targets.isidentifier() and targets != "all-linear":
-        targets = [
-            targets
-        ]  # one bare name (TRL's ModelConfig turns a one-item list into it): that module, not a pattern
-    targets = (
-        ["all-linear"]
-        if targets is None or targets == "all-linear"
-        else sorted(targets)
-        if not isinstance(targets, str)
-        else None
-    )
-    if targets is None:
-        raise ConfigError(
-            f"peft_config.target_modules={peft_config.target_modules!r} is a regular expression; give a list "
-            "of module names or 'all-linear'"
-        )
     set_field(cfg, "model.lora_rank", peft_config.r)
     set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
     set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
-    set_field(cfg, "model.lora_target_modules", targets)
+    set_field(
+        cfg, "model.lora_target_modules", lora_targets(peft_config.target_modules, model, cfg.model.trust_remote_code)
+    )
 
 
-def refuse_liger_head_adapter(use_liger_kernel: bool, peft_config: Any) -> None:
-    """TRL refuses ``use_liger_kernel`` with a LoRA adapter on ``lm_head`` (Liger's fused loss reads the
-    head's weight and would leave the adapter untrained); grpokit refuses the same script, so a script
-    behaves alike under both, although grpokit's chunked loss would train that adapter."""
-    targets = getattr(peft_config, "target_modules", None) if use_liger_kernel else None
-    names = [targets] if isinstance(targets, str) else list(targets or [])
-    if "lm_head" in names:
+def lora_targets(targets: Any, model: Any, trust_remote_code: bool) -> list[str]:
+    """model.lora_target_modules for ``peft_config.target_modules``: a list or 'all-linear' as given, None
+    as PEFT's default layers for the model's type; a regular expression is refused."""
+    if targets is None:
+        from grpokit.train.lora_targets import default_targets
+
+        return default_targets(model_type(model, trust_remote_code))
+    if isinstance(targets, str) and targets.isidentifier() and targets != "all-linear":
+        return [targets]  # one bare name (TRL's ModelConfig turns a one-item list into it): that module, not a pattern
+    if targets == "all-linear":
+        return ["all-linear"]
+    if isinstance(targets, str):
         raise ConfigError(
-            f"use_liger_kernel=True with peft_config.target_modules={sorted(names)!r} (a LoRA adapter on lm_head) "
-            "is refused, as TRL refuses it; drop 'lm_head' from target_modules or set use_liger_kernel=False"
+            f"peft_config.target_modules={targets!r} is a regular expression; give a list of module names or "
+            "'all-linear'"
         )
+    return sorted(targets)
+
+
+def model_type(model: Any, trust_remote_code: bool) -> str:
+    """The ``model_type`` of a model object or of the model a name or folder holds (its config alone is read)."""
+    if not isinstance(model, str):
+        return model.config.model_type
+    from transformers import AutoConfig
+
+    from grpokit.train.models import model_path
+
+    return AutoConfig.from_pretrained(model_path(model), trust_remote_code=trust_remote_code).model_type
 
 
 def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
-    """A ``PeftModel`` given as the model trains its own LoRA adapters as they are (TRL does the same):
-    model.lora_* records their settings, and the base with the adapters off is the reference."""
+    """A ``PeftModel`` given as the model trains its own LoRA adapters as they are, as in TRL: model.lora_*
+    records their settings, and the reference of the KL term is the adapter as given (TRL copies it into a
+    frozen second adapter "ref"; grpokit keeps a copy of its tensors, train/lora.py ``StartingAdapter``), or
+    the base with the adapters off while they are PEFT's fresh zero adapters (the two are equal then)."""
     if peft_config is not None:
         raise ConfigError("model is already a PeftModel and peft_config is set too; pass one of them, as TRL requires")
     lora = model.peft_config.get(getattr(model, "active_adapter", "default")) or next(iter(model.peft_config.values()))

@@ -38,10 +38,12 @@ TRL's point with TRL's keywords (bridge.py), and ``trainer.end()`` leaves the pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from grpokit.config.base import named_as
 from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.spec import RewardError
@@ -67,6 +69,7 @@ from .contract.surface import (
     set_log_level,
 )
 from .inputs import (
+    LORA_FIELDS,
     HubPushError,
     env_owns_reward,
     no_dropout,
@@ -192,7 +195,10 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
         )
         self.cfg.record.sinks = self._kept_sinks()
-        trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
+        # errors about the adapters name the peft_config fields that set them
+        peft_names = named_as({f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()})
+        with peft_names if self._given.peft_config is not None else contextlib.nullcontext():
+            trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
         self._connect_bridge(trainer)

@@ -21,7 +21,7 @@ from . import best
 from .args.batch import prompts_per_round, rounds_for
 from .config import GRPOConfig
 from .contract.surface import accelerate_like_trl, refuse_vision_continuous_batching, warn_like_trl
-from .inputs import adopt_peft_model, apply_lora, no_dropout, refuse_custom_code, refuse_liger_head_adapter
+from .inputs import adopt_peft_model, apply_lora, no_dropout, refuse_custom_code
 from .mapping import to_config
 
 
@@ -68,7 +68,6 @@ def run_config(
     """grpokit's Config for ``args`` (the mapping), the model's name, an object's dtype and adapter
     (or ``peft_config``'s LoRA); a model grpokit cannot run and a weight count that does not match
     the reward functions are refused."""
-    refuse_liger_head_adapter(args.use_liger_kernel, peft_config)
     cfg = to_config(args, num_rows=num_rows, streamed=streamed)
     set_field(cfg, "model.name_or_path", name)
     if isinstance(model, str):
@@ -80,7 +79,7 @@ def run_config(
     if getattr(model, "peft_config", None) is not None and not isinstance(model, str):
         adopt_peft_model(cfg, model, peft_config)
     elif peft_config is not None:
-        apply_lora(cfg, peft_config)
+        apply_lora(cfg, peft_config, model)
     if cfg.reward.weights and len(cfg.reward.weights) != num_funcs:
         raise ConfigError(
             f"reward_weights has {len(cfg.reward.weights)} entries but there are {num_funcs} reward functions; "

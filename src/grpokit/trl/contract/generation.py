@@ -102,7 +102,7 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     need_old, need_ref, want_entropy = needed_logprobs(settings)
     with torch.no_grad():
         old, ent = t.logprobs(t.model, batch, entropy=want_entropy) if need_old else (None, None)
-        ref = reference.reference_logprobs(t.model, t.ref_model, batch, t.logprobs) if need_ref else None
+        ref = reference.reference_logprobs(t.model, t.ref_model, batch, t.logprobs, t.ref_adapter) if need_ref else None
     upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent))
     facade._gen_scored = sb
     return trl_batch(upd, slice(None), float(upd.loss_mask.sum().item()))
