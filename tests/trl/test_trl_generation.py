@@ -1,7 +1,7 @@
 """What TRL's generation decides and grpokit.trl must decide alike: which completions were truncated
 when the sampler did not say (a ``rollout_func`` without ``finish_reasons``, a subclass's own
-``_generate_single_turn``: TRL's rule is the last token, not the length). The tests run under
-``trl`` too (the oracle)."""
+``_generate_single_turn``: TRL's rule is the last token, not the length), and which sampling
+settings transformers' ``generate`` runs with. The run tests run under ``trl`` too (the oracle)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,35 @@ def test_a_subclass_completion_ending_on_eos_at_the_cap_is_not_truncated(backend
     assert h["completions/clipped_ratio"] == 0.5 and h["completions/mean_terminated_length"] == 6.0
     # rows 0 and 2 of each group stay (a length rule had masked all 8: loss 0): 6 tokens each
     assert h["loss"] == pytest.approx(-6 * (1.4997 - 0.4999) * 2 / 24, abs=1e-3)  # -0.4999
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"no_repeat_ngram_size": 3}, {"num_beams": 2}, {"do_sample": False}, {"typical_p": 0.9}]
+)
+def test_generate_runs_with_trls_sampling_settings(kwargs, chat_model, tmp_path):
+    """generation_kwargs that pick rollout.engine=generate: transformers gets TRL's settings (top_k 0, top_p 1.0
+    when off, not None, which generate would fill from the model's generation_config.json or its top_k 50)."""
+    trl = pytest.importorskip("trl")
+    from grpokit.rollout.hf_generate import generation_config
+    from grpokit.rollout.sampling import sampling_params
+    from grpokit.trl import GRPOConfig
+    from grpokit.trl.mapping import to_config
+
+    theirs = trl.GRPOTrainer(
+        model=chat_model,
+        reward_funcs=[first_of_four],
+        args=small_args(trl.GRPOConfig, tmp_path / "t", generation_kwargs=kwargs, report_to=[]),
+        train_dataset=DATA,
+    ).generation_config
+    cfg = to_config(small_args(GRPOConfig, tmp_path / "g", generation_kwargs=kwargs, report_to=[]), num_rows=2)
+    assert cfg.rollout.engine == "generate"
+    ours = generation_config(sampling_params(cfg.rollout), cfg.rollout.generation_kwargs, {1}, 0)
+    assert ours.do_sample == theirs.do_sample and ours.max_new_tokens == theirs.max_new_tokens
+    names = ["num_beams", "repetition_penalty", *kwargs]
+    if theirs.do_sample:  # greedy reads no warper setting (grpokit then passes none)
+        names += ["temperature", "top_k", "top_p", "min_p"]
+    # TRL leaves num_beams None: transformers' default 1 for a model whose generation_config.json has none
+    defaults = theirs._get_default_generation_params()
+    assert {n: getattr(ours, n) for n in names} == {
+        n: defaults.get(n) if getattr(theirs, n) is None else getattr(theirs, n) for n in names
+    }
