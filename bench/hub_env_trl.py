@@ -77,6 +77,7 @@ def evaluate(model, tok, rows, reward, env_cls) -> dict:
     from grpokit.config.sections import Config
     from grpokit.data import to_prompts
     from grpokit.rewards import RewardRunner, RewardSpec
+    from grpokit.rollout.sampling import SamplingParams
     from grpokit.train import episode_setup
     from grpokit.train.evaluate import evaluate as run_eval
 
@@ -86,7 +87,15 @@ def evaluate(model, tok, rows, reward, env_cls) -> dict:
     runner = episode_setup.episode_runner(cfg, tok, None, env_cls)
     prompts = to_prompts(rows, tok, cfg.data)
     with RewardRunner([RewardSpec(fn=reward, name="correct")], num_workers=0) as rr, torch.no_grad():
-        res = run_eval(model, tok, prompts, rr, max_new_tokens=32, eos_token_ids={tok.eos_token_id}, episodes=runner)
+        res = run_eval(
+            model,
+            tok,
+            prompts,
+            rr,
+            params=SamplingParams(max_new_tokens=32, temperature=0.0),
+            eos_token_ids={tok.eos_token_id},
+            episodes=runner,
+        )
     return {k: round(res[k], 3) for k in ("accuracy", "tool_use_rate", "turns_mean")}
 
 

@@ -20,6 +20,7 @@ from grpokit.data.prompts import to_prompts
 from grpokit.data.tasks import get_task
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
+from grpokit.rollout.sampling import SamplingParams
 from grpokit.train.evaluate import evaluate
 from grpokit.train.models import eos_ids, load_model, load_tokenizer
 
@@ -44,7 +45,12 @@ def main() -> None:
         runner = RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy", weight=1.0)], num_workers=0)
         t = time.time()
         res = evaluate(
-            model, tok, prompts, runner, max_new_tokens=args.max_new_tokens, eos_token_ids=eos_ids(tok, model)
+            model,
+            tok,
+            prompts,
+            runner,
+            params=SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0),
+            eos_token_ids=eos_ids(tok, model),
         )
         print(
             json.dumps(

@@ -44,7 +44,7 @@ def run_trl(out: Path, steps: int | None) -> None:
     from grpokit.data.tasks import get_task
     from grpokit.rewards.runner import RewardRunner
     from grpokit.rewards.spec import RewardSpec
-    from grpokit.train.evaluate import evaluate
+    from grpokit.train.evaluate import evaluate, held_out_params
     from grpokit.train.models import eos_ids, model_path
     from grpokit.trl import reasoning_gym_accuracy, reasoning_gym_dataset
 
@@ -64,7 +64,7 @@ def run_trl(out: Path, steps: int | None) -> None:
         train_s, t0 = 0.0, 0.0
 
         def _eval(self, step: int, model) -> None:
-            res = evaluate(model, tok, held, runner, max_new_tokens=r.max_new_tokens, eos_token_ids=eos_ids(tok, model))
+            res = evaluate(model, tok, held, runner, params=held_out_params(r), eos_token_ids=eos_ids(tok, model))
             row = {"step": step, "train_s": round(self.train_s, 1), "wall_s": round(time.time() - start, 1), **res}
             curve.write(json.dumps(row) + "\n")
             curve.flush()

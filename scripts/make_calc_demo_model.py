@@ -80,7 +80,15 @@ def measure(folder: Path) -> None:
     runner = episode_setup.episode_runner(cfg, tok, None, None, task)
     prompts = to_prompts(task.held_out_rows(500), tok, cfg.data)
     with RewardRunner([RewardSpec(fn=task.reward_fn, name="accuracy")], num_workers=0) as rr:
-        res = evaluate(model, tok, prompts, rr, max_new_tokens=8, eos_token_ids=eos_ids(tok, model), episodes=runner)
+        res = evaluate(
+            model,
+            tok,
+            prompts,
+            rr,
+            params=SamplingParams(max_new_tokens=8, temperature=0.0),
+            eos_token_ids=eos_ids(tok, model),
+            episodes=runner,
+        )
     gen = torch.Generator().manual_seed(0)
     sample = lambda ctx, G, p: generate(
         model,

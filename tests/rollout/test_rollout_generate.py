@@ -44,15 +44,84 @@ def test_completions_cut_at_eos_or_stop_string_as_the_other_engines():
     assert tokens == [[4, 2, 3]] and reasons == ["stop"]
 
 
-def test_generation_config_leaves_grpokits_off_values_unset_and_adds_the_kwargs():
+def test_generation_config_passes_every_sampling_setting_explicitly_and_adds_the_kwargs():
     cfg = generation_config(
         SamplingParams(max_new_tokens=7, temperature=0.7, top_k=0, top_p=1.0), {"num_beams": 2}, {2, 3}, 0
     )
     assert cfg.do_sample and cfg.temperature == 0.7 and cfg.num_beams == 2 and cfg.max_new_tokens == 7
-    assert cfg.top_k is None and cfg.top_p is None and cfg.min_p is None  # 0 / 1.0 are "off": no warper built
+    # off, said in transformers' own words: left None, generate would take the model's generation_config.json
+    # values, else its default top_k 50 (the hunter's repro drew 50 distinct tokens of 500 where 270 were due)
+    assert cfg.top_k == 0 and cfg.top_p == 1.0 and cfg.repetition_penalty == 1.0
+    assert cfg.min_p is None  # transformers has no other "off" for min-p: only_given_settings keeps it unfilled
     assert cfg.eos_token_id == [2, 3] and cfg.num_return_sequences == 1
+    on = generation_config(SamplingParams(top_k=20, top_p=0.8, min_p=0.05, repetition_penalty=1.1), {}, {2}, 0)
+    assert (on.top_k, on.top_p, on.min_p, on.repetition_penalty, on.num_beams) == (20, 0.8, 0.05, 1.1, 1)
     greedy = generation_config(SamplingParams(temperature=0), {}, {2}, 0)
-    assert not greedy.do_sample
+    assert not greedy.do_sample and greedy.num_beams == 1  # a model's num_beams cannot turn greedy into beam search
+    # TRL users' greedy: do_sample False in generation_kwargs at temperature 0.7; no warper setting is passed
+    trl_greedy = generation_config(SamplingParams(temperature=0.7), {"do_sample": False}, {2}, 0)
+    assert not trl_greedy.do_sample and trl_greedy.top_k is None
+
+
+def near_uniform_model():
+    """A 500-token model whose next-token distribution is almost flat, with a generation_config.json as a chat
+    model's authors write one (Qwen2.5-Instruct's top_k 20, top_p 0.8, repetition_penalty 1.05), plus the
+    None-default settings transformers would also fill from it (suppressed tokens, beams)."""
+    from helpers.models import tiny_causal_lm
+
+    m = tiny_causal_lm(500, seed=3, eos_token_id=1).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(0.01)
+    gc = m.generation_config
+    gc.do_sample, gc.temperature, gc.top_k, gc.top_p, gc.repetition_penalty = True, 0.7, 20, 0.8, 1.05
+    gc.num_beams, gc.suppress_tokens = 4, list(range(2, 250))
+    return m
+
+
+def test_the_models_generation_config_does_not_change_what_generate_samples():
+    m = near_uniform_model()
+    own = m.generation_config
+    g = torch.Generator().manual_seed(0)
+    params = SamplingParams(max_new_tokens=1, temperature=1.0, top_k=0)
+    ro = generate(
+        m,
+        [[5, 6, 7]],
+        400,
+        params,
+        eos_token_ids={1},
+        pad_token_id=0,
+        engine="generate",
+        generator=g,
+        generation_kwargs={"no_repeat_ngram_size": 3},
+    )
+    first = [c[0] for c in ro.completion_ids]
+    # 400 draws from ~500 equally likely tokens: about 500 * (1 - exp(-400/500)) = 275 distinct ones are due.
+    # The model's top_k 20 would allow 20 at most (transformers' default top_k 50: 50 at most)
+    assert len(set(first)) > 200
+    # its suppress_tokens (ids 2-249, about half the vocabulary) are not applied: about 200 draws land there
+    assert sum(2 <= t < 250 for t in first) > 100
+    assert m.generation_config is own and own.top_k == 20  # put back after the call
+
+
+def test_a_lora_models_own_generation_config_is_set_aside_too():
+    from peft import LoraConfig, get_peft_model
+
+    m = get_peft_model(near_uniform_model(), LoraConfig(r=2, target_modules=["q_proj"]))
+    base = m.get_base_model().generation_config
+    g = torch.Generator().manual_seed(0)
+    ro = generate(
+        m,
+        [[5, 6, 7]],
+        200,
+        SamplingParams(max_new_tokens=1, top_k=0),
+        eos_token_ids={1},
+        pad_token_id=0,
+        engine="generate",
+        generator=g,
+    )
+    # 200 draws of ~500 tokens: about 500 * (1 - exp(-200/500)) = 165 distinct; the model's top_k 20 allows 20
+    assert len({c[0] for c in ro.completion_ids}) > 100
+    assert m.get_base_model().generation_config is base
 
 
 def test_seeded_sampling_repeats_and_leaves_the_global_rng_alone(tiny_model):

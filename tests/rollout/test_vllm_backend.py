@@ -62,6 +62,8 @@ def test_finish_reasons_map_to_grpokit():
     assert finish_reason("stop", None) == "eos"  # vLLM: stopped on the EOS token
     assert finish_reason("stop", "</answer>") == "stop"  # a stop string
     assert finish_reason("stop", 7) == "eos"  # a stop token id
+    # an aborted request or none given did not end by itself: cut, as a completion without EOS last in TRL
+    assert finish_reason("abort", None) == "length" and finish_reason(None, None) == "length"
 
 
 def test_outputs_become_a_rollout_in_sample_order():

@@ -42,3 +42,43 @@ def test_held_out_golds_are_checked_at_load_like_the_training_ones(capsys):
     assert str(e.value).startswith("math_accuracy: none of the 2 held-out gold answers parses (")
     assert str(e.value).endswith("check data.answer_column and data.eval_dataset")
     check_gold_answers(_math_cfg(), [], held_out=True)  # no held-out set: nothing to check
+
+
+def test_held_out_sampling_is_the_runs_own_at_temperature_0():
+    from grpokit.rollout.sampling import SamplingParams
+    from grpokit.train.evaluate import held_out_params
+
+    cfg = Config()
+    r = cfg.rollout
+    r.max_new_tokens, r.stop, r.repetition_penalty, r.temperature, r.top_k = 24, ["</answer>"], 1.1, 0.7, 20
+    # everything the rollout section says, but greedy (top-k is moot at temperature 0)
+    assert held_out_params(r) == SamplingParams(
+        max_new_tokens=24, temperature=0.0, top_k=20, stop=("</answer>",), repetition_penalty=1.1
+    )
+
+
+def test_the_held_out_evaluation_ends_completions_at_the_runs_stop_strings(tiny_model_dir, tmp_path):
+    from grpokit.train import Trainer
+    from helpers.runs import ROWS, tiny_cfg
+
+    seen: list[str] = []
+
+    def record(completions, **kw):
+        seen.extend(completions)
+        return [0.0] * len(completions)
+
+    def held_out_completions(stop: str, out: str) -> list[str]:
+        over = {"rollout.max_new_tokens": 12, "rollout.stop": f"[{stop!r}]" if stop else "[]"}
+        cfg = tiny_cfg(tiny_model_dir, tmp_path / out, **over)
+        cfg.data.dataset = ""
+        tr = Trainer(cfg, reward_funcs=[record], train_rows=ROWS, eval_rows=ROWS[:4], quiet=True)
+        seen.clear()
+        tr._evaluate()  # the evaluation train() runs before the first step and after the last
+        return list(seen)
+
+    free = held_out_completions("", "free")
+    stop = next(c[1] for c in free if len(c) > 2)  # the second character of a greedy completion
+    # greedy is deterministic: with the stop string, each completion is the free one cut after its first stop
+    # (kept, as training keeps it); before, the evaluation ignored rollout.stop and returned `free` again
+    want = [c[: c.index(stop) + len(stop)] if stop in c else c for c in free]
+    assert held_out_completions(stop, "stopped") == want != free

@@ -27,6 +27,7 @@ def test_trainer_evaluator_equals_the_hf_generate_reference():
     from grpokit.data import to_prompts
     from grpokit.data.tasks import get_task
     from grpokit.rewards import RewardRunner, RewardSpec
+    from grpokit.rollout.sampling import SamplingParams
     from grpokit.train.evaluate import evaluate
     from grpokit.train.models import eos_ids, load_model, load_tokenizer
 
@@ -41,7 +42,7 @@ def test_trainer_evaluator_equals_the_hf_generate_reference():
             tok,
             to_prompts(rows, tok, Config().data),
             runner,
-            max_new_tokens=8,
+            params=SamplingParams(max_new_tokens=8, temperature=0.0),
             eos_token_ids=eos_ids(tok, model),
             batch_size=64,
         )

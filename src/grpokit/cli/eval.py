@@ -34,6 +34,7 @@ from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.rollout.hf import generate
+from grpokit.rollout.sampling import sampling_params
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
@@ -116,7 +117,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     rows = _rows(cfg, target, args.split)
     rows = rows[: args.limit] if args.limit else rows
     fn = grader(cfg, explicit=bool(args.reward))
-    from grpokit.train import build, episode_setup, run_data
+    from grpokit.train import episode_setup, run_data
 
     # tools: episodes, else one turn
     episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
@@ -136,7 +137,7 @@ def run_eval(args: argparse.Namespace) -> dict:
             decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
         )
 
-    params = build.sampling_params(sampling)
+    params = sampling_params(sampling)
     answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n, cfg.reward.convention)
     graded = [i for i, c in enumerate(correct) if None not in c]  # None: the grader could not grade it
     if not graded:

@@ -141,7 +141,8 @@ class DataConfig:
     chat_template_kwargs); refused when no prompt goes through the template."""
     eval_size: int = 500
     """At most this many held-out prompts (data.eval_dataset's, or the task's) are evaluated before and after training
-    (0 disables evaluation)."""
+    (0 disables evaluation): greedy, with the rollout section's other settings (max_new_tokens, stop,
+    repetition_penalty), as `grpokit eval` reads them from the run."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
     domains: dict = field(default_factory=dict)

@@ -5,7 +5,10 @@ else. This engine exists for the decoding strategies only ``generate`` has: beam
 (``num_beams``, ``length_penalty``), ``no_repeat_ngram_size``, ``typical_p`` and the rest of
 ``GenerationConfig``. It does what TRL's transformers path does: each prompt is repeated G times
 (one completion per row, ``num_return_sequences`` 1), and a ``GenerationConfig`` is built from the
-sampling settings with ``rollout.generation_kwargs`` on top.
+sampling settings with ``rollout.generation_kwargs`` on top. Every setting grpokit has is passed
+explicitly (top_k 0, top_p 1.0 when off), and the model's generation_config.json is set aside for
+the call, so what the model's authors chose for chat (Qwen's top_p 0.8, top_k 20) does not creep
+in: the engines sample alike, as the vLLM ones send every field.
 
 No sampling log-probabilities are recorded: under beam search a token has no sampling probability,
 and ``output_scores`` would hold (rows, vocabulary) floats for every step. The rows carry zeros,
@@ -20,37 +23,59 @@ log-probabilities (vLLM, asynchronous sampling).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from grpokit.types import Rollout
 
 
 def generation_config(params, generation_kwargs: dict, eos_token_ids: set[int], pad_token_id: int):
-    """transformers' ``GenerationConfig`` for ``params`` (sampling.SamplingParams): temperature 0 is greedy;
-    0 / 1.0 mean "off" in grpokit and are left unset here (transformers would otherwise build a warper)."""
+    """transformers' ``GenerationConfig`` for ``params`` (sampling.SamplingParams) with ``generation_kwargs``
+    on top. When it samples, every sampling setting is explicit, as TRL passes them: transformers fills a
+    setting left None from the model's generation_config.json, then from its own defaults (top_k 50), so
+    None would not mean "off"; top_k 0, top_p 1.0 and repetition_penalty 1.0 are transformers' own "off"
+    values. Temperature 0 (or ``do_sample`` False in ``generation_kwargs``) is greedy: no warper runs."""
     from transformers import GenerationConfig
 
+    sampled = bool(generation_kwargs.get("do_sample", params.temperature > 0))
     kw: dict = {
         "max_new_tokens": params.max_new_tokens,
         "eos_token_id": sorted(eos_token_ids),
         "pad_token_id": pad_token_id,
-        "do_sample": params.temperature > 0,
+        "do_sample": sampled,
+        "num_beams": 1,
         "num_return_sequences": 1,
         "repetition_penalty": params.repetition_penalty,
-        "top_k": None,
-        "top_p": None,
-        "min_p": None,
-        "temperature": None,
     }
-    if params.temperature > 0:
+    if sampled:
         kw.update(
             temperature=params.temperature,
-            top_k=params.top_k or None,
-            top_p=params.top_p if params.top_p < 1.0 else None,
-            min_p=params.min_p or None,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            min_p=params.min_p or None,  # None is transformers' only "off" for min-p (only_given_settings keeps it)
         )
     kw.update(generation_kwargs)
     return GenerationConfig(**kw, disable_compile=True)
+
+
+@contextlib.contextmanager
+def only_given_settings(model):
+    """While ``generate`` runs, the model's own generation_config is transformers' defaults: what a
+    config leaves None (min-p, suppressed or bad words, n-gram blocking ...) is not filled from the
+    model's generation_config.json, which grpokit's other engines never read either. Put back after."""
+    from transformers import GenerationConfig
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: the wrapped model's
+    own = getattr(base, "generation_config", None)
+    if own is None:
+        yield
+        return
+    base.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        base.generation_config = own
 
 
 @torch.no_grad()
@@ -84,7 +109,8 @@ def generate(
     with torch.random.fork_rng(devices=devices, enabled=seed is not None):
         if seed is not None:
             torch.manual_seed(seed)
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        with only_given_settings(model):
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     tokens, reasons = completions(out[:, width:].tolist(), eos_token_ids, params.stop, decode)
     return Rollout(
         prompt_ids=[list(p) for p in prompt_ids],

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from grpokit.nn import vocab
+
+if TYPE_CHECKING:
+    from grpokit.config.rollout import RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,20 @@ class SamplingParams:
     min_p: float = 0.0
     stop: tuple[str, ...] = ()
     repetition_penalty: float = 1.0
+
+
+def sampling_params(r: "RolloutConfig") -> SamplingParams:
+    """The sampling settings of a rollout section: the one construction training, the held-out evaluation
+    (train/evaluate.py, greedy) and ``grpokit eval`` share."""
+    return SamplingParams(
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        min_p=r.min_p,
+        stop=tuple(r.stop),
+        repetition_penalty=r.repetition_penalty,
+    )
 
 
 def penalize_repetition(logits_NV: torch.Tensor, seen_NV: torch.Tensor, penalty: float) -> torch.Tensor:

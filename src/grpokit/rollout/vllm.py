@@ -60,8 +60,10 @@ def policy_weights(model, merge: bool = True) -> dict[str, torch.Tensor]:
 
 
 def finish_reason(reason: str | None, stop_reason: Any) -> str:
-    """vLLM's (finish_reason, stop_reason) as grpokit's "eos" | "stop" | "length"."""
-    if reason == "length":
+    """vLLM's (finish_reason, stop_reason) as grpokit's "eos" | "stop" | "length". Only vLLM's "stop" ended
+    by itself; what else came back ("length", "abort", none) was cut before its end, as TRL's last-token rule
+    (rollout/finish.py) counts a completion without EOS last."""
+    if reason != "stop":
         return "length"
     return "stop" if isinstance(stop_reason, str) else "eos"
 

@@ -8,7 +8,7 @@
     build_rewards   the reward runner (training), the evaluator's runner, weights, process reward
     build_policy    model, reference model, autocast, data-parallel / FSDP placement, EOS ids
     build_optimizer optimizer, schedule, lambda-GRPO's learnable lambda, micro-batch token budget
-    sampling_params the run's SamplingParams
+    (the run's SamplingParams: rollout/sampling.py's sampling_params, shared with the evaluations)
     build_recorder  the metrics sinks (rank 0 only)
 
 Each builder takes config sections and the objects built before it and returns records or plain
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from grpokit.config.io import to_dict
-from grpokit.config.sections import Config, ConfigError, RolloutConfig
+from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import to_prompts
 from grpokit.data.vision import has_images, load_processor
 from grpokit.nn import kernels, vocab
@@ -35,7 +35,6 @@ from grpokit.nn.models import frozen_copy
 from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rollout import gec
-from grpokit.rollout.hf import SamplingParams
 from grpokit.validation import validate
 
 from . import (
@@ -247,19 +246,6 @@ def build_optimizer(cfg: Config, model) -> Optimization:
 def error_correction_renderer(cfg: Config):
     """EDGE-GRPO's guided error correction renderer (None when algo.error_correction=off)."""
     return gec.resolve_renderer(cfg.algo.error_correction_fn) if cfg.algo.error_correction != "off" else None
-
-
-def sampling_params(r: RolloutConfig) -> SamplingParams:
-    """The run's sampling settings from the rollout section."""
-    return SamplingParams(
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
-        min_p=r.min_p,
-        stop=tuple(r.stop),
-        repetition_penalty=r.repetition_penalty,
-    )
 
 
 def build_recorder(cfg: Config, run_dir: Path, dist: DistContext, quiet: bool, resume_step: int | None):

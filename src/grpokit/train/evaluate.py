@@ -1,5 +1,9 @@
 """Held-out evaluation: greedy completions scored by the run's first reward function.
 
+The completions are sampled with the run's own settings at temperature 0 (``held_out_params``): its
+length, stop strings and repetition penalty, built by the same function as training's and ``grpokit
+eval``'s (rollout/sampling.py), so a stop string that ends a training completion ends a held-out one.
+
 ``accuracy`` is the fraction of prompts whose completion earns that function's full reward
 (>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. A prompt the
 function cannot grade (it answers None: math_accuracy for a gold that does not parse, which the run
@@ -18,14 +22,17 @@ so ``progress`` receives one line before the first batch and one after each batc
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from grpokit.config.rollout import RolloutConfig
 from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
-from grpokit.rollout.hf import SamplingParams, generate
+from grpokit.rollout.hf import generate
+from grpokit.rollout.sampling import SamplingParams, sampling_params
 from grpokit.types import Prompt, repeat_columns
 
 
@@ -36,7 +43,7 @@ def evaluate(
     prompts: list[Prompt],
     runner,
     *,
-    max_new_tokens: int,
+    params: SamplingParams,
     eos_token_ids: set[int],
     batch_size: int = 256,
     episodes=None,
@@ -47,12 +54,11 @@ def evaluate(
         return {}
     start, say = time.perf_counter(), progress or (lambda line: None)
     say(
-        f"grpokit: held-out evaluation: {len(prompts)} prompts, greedy, up to {max_new_tokens} new tokens, "
+        f"grpokit: held-out evaluation: {len(prompts)} prompts, greedy, up to {params.max_new_tokens} new tokens, "
         f"{min(batch_size, len(prompts))} at a time"
     )
     was_training = model.training
     model.eval()
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     texts, lengths, correct, rewards, tool_use, turns, no_answer = [], [], [], [], [], [], []
     sample = _hf_sampler(model, tokenizer, eos_token_ids)
     for s in range(0, len(prompts), batch_size):
@@ -72,6 +78,12 @@ def evaluate(
     if was_training:
         model.train()
     return _summary(prompts, rewards, correct, lengths, tool_use, turns, no_answer)
+
+
+def held_out_params(rollout: RolloutConfig) -> SamplingParams:
+    """The held-out evaluation's sampling: the rollout section's settings (rollout/sampling.py, as training
+    and ``grpokit eval`` build them) at temperature 0, greedy."""
+    return dataclasses.replace(sampling_params(rollout), temperature=0.0)
 
 
 def _hf_sampler(model, tokenizer, eos_token_ids: set[int]) -> Callable:

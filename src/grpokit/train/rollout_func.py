@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Callable
 
 from grpokit.config.sections import ConfigError
+from grpokit.rollout.finish import FINISH_REASONS, finish_by_last_token
 
 
-def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
+def call_rollout_func(fn: Callable, trainer, prompts, group_size: int, ends: frozenset[int]):
     """TRL's ``rollout_func(prompts, trainer) -> dict``: ``prompt_ids`` (one per prompt or per
     completion), ``completion_ids`` and ``logprobs`` (G per prompt, grouped), optional ``env_mask``
-    (1 on the model's tokens, 0 on the environment's); other keys go to the reward functions."""
+    (1 on the model's tokens, 0 on the environment's) and ``finish_reasons`` (grpokit's, one per
+    completion; without it, TRL's rule: cut unless the last token is one of ``ends``, rollout/finish.py);
+    other keys go to the reward functions."""
     from grpokit.types import Episode, Rollout
 
     out = fn([p.raw if p.raw is not None else p.text for p in prompts], trainer)
@@ -33,7 +36,7 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
         [list(p) for p in pids],
         [list(c) for c in comps],
         [list(lp) for lp in out["logprobs"]],
-        list(out.get("finish_reasons") or ["eos"] * N),
+        _finish_reasons(out, comps, ends),
         group_size,
         episodes,
     )
@@ -43,6 +46,27 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int):
         if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")
     }
     return ro, extra
+
+
+def _finish_reasons(out: dict, comps: list, ends: frozenset[int]) -> list[str]:
+    """The dict's ``finish_reasons`` (checked: one known reason per completion), else each completion's
+    by its last token, as TRL decides which completions were truncated."""
+    reasons = out.get("finish_reasons")
+    if reasons is None:
+        return finish_by_last_token(comps, ends)
+    reasons = list(reasons)
+    if len(reasons) != len(comps):
+        raise ConfigError(
+            f"rollout_func returned {len(reasons)} finish_reasons for {len(comps)} completions; give one per "
+            "completion, or leave the key out (a completion then ended when its last token is EOS or pad)"
+        )
+    unknown = sorted({str(r) for r in reasons} - set(FINISH_REASONS))
+    if unknown:
+        raise ConfigError(
+            f"rollout_func returned finish_reasons {unknown[:3]}; each must be one of {', '.join(FINISH_REASONS)} "
+            '("length": cut by the length limit)'
+        )
+    return reasons
 
 
 def add_logged_columns(rows: list[dict], extra: dict[str, list], group_size: int) -> list[dict]:

@@ -60,7 +60,7 @@ def evaluate_with_calculator(
             tokenizer,
             prompts,
             rr,
-            max_new_tokens=max_new_tokens,
+            params=SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
             eos_token_ids=eos,
             batch_size=batch_size,
             episodes=runner,

@@ -19,7 +19,7 @@ from . import (
     run_lock,
 )
 from . import resume as run_folder
-from .evaluate import evaluate
+from .evaluate import evaluate, held_out_params
 from .model_card import model_card
 from .stopping import GracefulStop, StepAbandoned, signal_name
 
@@ -64,7 +64,7 @@ class TrainerOutputs:
                 self.tokenizer,
                 prompts,
                 runner,
-                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                params=held_out_params(self.cfg.rollout),
                 eos_token_ids=self.eos,
                 episodes=self.episodes,
                 convention=self.cfg.reward.convention,

@@ -9,6 +9,7 @@ import torch
 
 from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rollout.engine import RolloutEngine
+from grpokit.rollout.finish import end_ids
 from grpokit.types import Prompt, ScoredBatch, repeat_columns
 
 from . import engines
@@ -34,7 +35,8 @@ class TrainerSampling:
         ):  # FSDP: ranks in step
             self.model.eval()
             if ro is None and self.rollout_func is not None and prompts:  # TRL's rollout_func replaces stage 2
-                ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size)
+                ends = end_ids(self.eos, self.tokenizer.pad_token_id)
+                ro, extra = call_rollout_func(self.rollout_func, self, prompts, group_size, ends)
             if ro is None and prompts:  # the episode loop on vLLM (colocated or server) or on the model itself
                 ro = self.episodes.run(self.turn_sampler(model), prompts, group_size, self.params)
             # the round's last turn is sampled; with no prompt too: a vLLM TP group waits for every rank

@@ -18,6 +18,7 @@ from grpokit.config.base import ConfigError
 from grpokit.data.prompt_length import check_prompt_lengths
 from grpokit.data.prompts import check_same_data, fingerprint
 from grpokit.rollout.engine import RolloutEngine
+from grpokit.rollout.sampling import sampling_params
 
 from . import (
     build,
@@ -147,7 +148,7 @@ class TrainerSetup:
     def _build_engine(self) -> None:
         """Stage 2's engine: the one sampling on the trainer's model, or vLLM / the async sampler."""
         cfg = self.cfg
-        self.params = build.sampling_params(cfg.rollout)
+        self.params = sampling_params(cfg.rollout)
         r = cfg.rollout
         if (r.async_workers or r.async_remote_workers) and (
             self.episodes.multi_turn or any(p.vision for p in self.prompts[:1])

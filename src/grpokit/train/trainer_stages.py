@@ -16,8 +16,9 @@ from dataclasses import replace
 from grpokit.config.io import set_field
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import DomainReward
+from grpokit.rollout.sampling import sampling_params
 
-from . import build, teacher
+from . import teacher
 from .models import resolve_dtype
 from .stages import OVERRIDES, Stage, parse_stages, stage_at, stage_weights
 
@@ -61,7 +62,7 @@ class TrainerStages:
             setattr(cfg.rollout, field, getattr(base.rollout, field))
             if name in given:
                 set_field(cfg, name, given[name])
-        self.params = build.sampling_params(cfg.rollout)
+        self.params = sampling_params(cfg.rollout)
         if isinstance(self.sampler, DomainSampler):
             self.sampler.set_domains(list(stage.domains) if stage.domains is not None else None)
         weights = stage_weights(stage, self._spec_domains, self._base_weights)

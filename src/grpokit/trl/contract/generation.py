@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from grpokit.config.sections import ConfigError
+from grpokit.rollout.finish import end_ids, finish_by_last_token
 
 from .stages import batch_rows, trl_batch
 
@@ -123,10 +124,9 @@ class TrlSingleTurn:
         prompt_ids, images, fields = f._tokenize_prompts(rows)
         f._turn_finish = None
         completion_ids, logprobs = f._generate_single_turn(prompt_ids, images, fields, G)
-        cap = f.args.max_completion_length
-        reasons = f._turn_finish
-        if reasons is None or len(reasons) != len(completion_ids):  # the subclass made its own completions
-            reasons = ["length" if cap and len(c) >= cap else "eos" for c in completion_ids]
+        reasons = turn_finish_reasons(
+            completion_ids, f._turn_finish, end_ids(trainer.eos, trainer.tokenizer.pad_token_id)
+        )
         if logprobs is None:  # TRL's transformers path: no sampling log-probabilities (grpokit's placeholder zeros)
             logprobs = [[0.0] * len(c) for c in completion_ids]
         return {
@@ -137,6 +137,18 @@ class TrlSingleTurn:
         }
 
 
+def turn_finish_reasons(
+    completion_ids: list, sampled: tuple[list, list[str]] | None, ends: frozenset[int]
+) -> list[str]:
+    """The finish reason of each completion a ``_generate_single_turn`` returned: the engine's where the
+    completion is the one ``super()`` sampled (``sampled``: its completions and reasons), else TRL's
+    last-token rule (rollout/finish.py), for completions the subclass made or changed."""
+    by_rule = finish_by_last_token(completion_ids, ends)
+    if sampled is None or len(sampled[0]) != len(completion_ids):
+        return by_rule
+    return [r if list(c) == list(s) else rule for c, s, r, rule in zip(completion_ids, *sampled, by_rule)]
+
+
 def generate_single_turn(facade: Any, prompt_ids: list, num_generations: int):
     """grpokit.trl's own ``_generate_single_turn``: one completion per row of ``prompt_ids`` (TRL repeats
     each prompt num_generations times before), sampled by grpokit's engine on the policy;
@@ -144,5 +156,5 @@ def generate_single_turn(facade: Any, prompt_ids: list, num_generations: int):
     t = facade._get()
     with torch.no_grad():
         ro = t.turn_sampler(t.model)([list(p) for p in prompt_ids], 1, t.params)
-    facade._turn_finish = list(ro.finish_reasons)
+    facade._turn_finish = ([list(c) for c in ro.completion_ids], list(ro.finish_reasons))
     return ro.completion_ids, ro.sampling_logprobs
