@@ -49,6 +49,9 @@ class _Accelerator:
     def reduce(self, x, reduction="sum"):
         return x
 
+    def pad_across_processes(self, x, dim=0, pad_index=0):
+        return x
+
 
 def trl_loss(
     logp_NT,
@@ -72,11 +75,15 @@ def trl_loss(
     tau_neg: float = 1.05,
     vespo: tuple = (2.0, 3.0, 3.0, 2.0),
     is_ratio=None,
+    top_entropy_quantile: float = 1.0,
+    off_policy_threshold: float | None = None,
 ) -> torch.Tensor:
     """TRL's scalar GRPO loss (evaluation mode: no gradient-accumulation scaling) on fixed tensors.
     ``delta``: TRL's two-sided clipping bound. ``metrics``: receives TRL's logged metrics (``kl`` ...).
     ``is_ratio``: TRL's vLLM importance sampling ratio ((N, T) or (N, 1), ``trl_is_ratio``), which TRL
-    multiplies into the per-token loss."""
+    multiplies into the per-token loss. ``top_entropy_quantile`` < 1: TRL's entropy mask over ``entropy_NT``
+    (its ``get_high_entropy_mask``); ``off_policy_threshold``: TRL's off-policy sequence mask (drift from
+    ``old_logp_NT``, TRL's choice without vLLM)."""
     from trl import GRPOTrainer
 
     T = logp_NT.shape[1]
@@ -93,6 +100,9 @@ def trl_loss(
         entropy_coef=entropy_coef,
         use_adaptive_entropy=False,
         _entropy_bonus_enabled=entropy_coef != 0.0,
+        top_entropy_quantile=top_entropy_quantile,
+        off_policy_mask_threshold=off_policy_threshold,
+        get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
         args=dict(
             use_bias_correction_kl=bias_correction,
             delta=delta,
@@ -105,6 +115,7 @@ def trl_loss(
         ),
     )
     entropy_NT = torch.ones_like(logp_NT) if entropy_NT is None else entropy_NT
+    fake.get_high_entropy_mask = lambda e, m, t: GRPOTrainer.get_high_entropy_mask(fake, e, m, t)
     fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp_NT, entropy_NT, None)
     inputs = _loss_inputs(logp_NT, old_logp_NT, advantages_N, mask_NT, ref_per_token_logps=ref_logp_NT)
     if is_ratio is not None:
@@ -216,10 +227,15 @@ def grpokit_loss(
     tau_neg: float = 1.05,
     vespo: tuple = (2.0, 3.0, 3.0, 2.0),
     is_weights=None,
+    top_entropy_quantile: float = 1.0,
+    off_policy_threshold: float | None = None,
 ) -> torch.Tensor:
     """grpokit's loss; ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``),
-    applied as the TIS pipeline stage does, on the advantages."""
+    applied as the TIS pipeline stage does, on the advantages. ``top_entropy_quantile`` < 1: the entropy
+    top-fraction's policy mask (``masks.entropy_token_mask`` over ``entropy_NT``, as the pipeline's
+    ``entropy_top`` stage); ``off_policy_threshold``: ``algo.offpolicy_delta``."""
     from grpokit.algo.loss import policy_loss
+    from grpokit.algo.masks import entropy_token_mask
 
     extra = {}
     if is_weights is not None and loss_type == "vespo":  # the pipeline's vespo_sampler_weight: into VESPO's log w
@@ -234,6 +250,8 @@ def grpokit_loss(
     if objective == "cispo":  # TRL caps the weight at epsilon_high itself; grpokit at 1 + clip_high
         epsilon_high = epsilon_high - 1.0
     # TRL's delta caps the ratio; with delta > 1 + epsilon_high that is dual-clip PPO's bound for A < 0
+    if top_entropy_quantile < 1.0:  # the entropy_top stage's policy mask (pipeline.token_masks)
+        extra["policy_mask_NT"] = entropy_token_mask(entropy_NT, mask_NT, top_entropy_quantile)
 
     loss, m = policy_loss(
         logp_NT,
@@ -258,6 +276,7 @@ def grpokit_loss(
         entropy_NT=entropy_NT,
         entropy_coef=entropy_coef,
         entropy_aggregation="token-mean",
+        offpolicy_delta=off_policy_threshold,
         **extra,
     )
     if metrics is not None:
@@ -277,6 +296,24 @@ def _trl_block(start: str, end: str) -> str:
     i = next(k for k, line in enumerate(lines) if start in line)
     j = next(k for k in range(i + 1, len(lines)) if end in lines[k])
     return textwrap.dedent("\n".join(lines[i:j]))
+
+
+def trl_advantages(rewards_NF, weights, group_size: int, scale_rewards: str, aggregation: str):
+    """TRL's advantages of ``rewards_NF`` (N, F; NaN where a function returned None), by running the block of
+    TRL's sampling method that computes them (unscorable rows, both multi_objective_aggregation modes, every
+    scale_rewards) unchanged on these tensors, one process."""
+    import trl.trainer.grpo_trainer as module
+
+    fake = SimpleNamespace(
+        multi_objective_aggregation=aggregation,
+        scale_rewards=scale_rewards,
+        reward_weights=torch.tensor(weights, dtype=torch.float32),
+        num_generations=group_size,
+        reward_funcs=[None] * rewards_NF.shape[1],
+    )
+    scope = {"self": fake, "rewards_per_func": rewards_NF.clone(), "num_generations": group_size, "device": "cpu"}
+    exec(_trl_block("unscorable_mask = torch.isnan", "# Slice to keep only the local part"), dict(vars(module)), scope)  # noqa: S102
+    return scope["advantages"]
 
 
 def trl_is_ratio(old_logp_NT, sampler_logp_NT, mask_NT, mode: str, clip_min, clip_max):

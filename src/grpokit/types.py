@@ -177,6 +177,15 @@ class ScoredBatch:
     def group_size(self) -> int:
         return self.rollout.group_size
 
+    @property
+    def scored_N(self) -> torch.Tensor:
+        """Boolean ``(N,)``: the completions at least one reward function scored. False marks an unscorable
+        completion (every function returned None): its ``total_N`` is 0, the sum of nothing, but the advantage
+        stage leaves it out of every statistic and gives it advantage 0 (algo/pipeline.py)."""
+        if self.rewards_NF.dim() != 2 or self.rewards_NF.shape[1] == 0:  # no reward function: nothing to miss
+            return torch.ones(self.total_N.shape[0], dtype=torch.bool)
+        return ~self.rewards_NF.isnan().all(dim=1)
+
 
 def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
     """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):

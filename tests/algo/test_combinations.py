@@ -261,6 +261,7 @@ def run_pipeline(cell: dict[str, str], cfg: Config):
         ENT,
         inputs.turn_ids,
         ratio_mask=batch.completion_mask,
+        policy_mask=inputs.policy_mask,
     )  # as accumulate passes it
     loss, _ = objective_loss(tensors, inputs.loss, norms)
     return inputs, loss, sb, batch, old

@@ -59,7 +59,11 @@ def test_overlong_and_entropy_masks_compose():
     a = AlgoConfig(mask_truncated=True, entropy_top_fraction=0.5)
     assert mask_names(StepSettings(a)) == ["overlong", "entropy_top"]
     inp = run(a, sb, batch, LogProbs(old, None, ent))
-    assert inp.loss_mask.tolist() == [[0.0, 0.0], [0.0, 1.0]]
+    # the overlong mask narrows the loss mask (row 0 leaves the normalisers and the KL); the entropy mask is
+    # policy-only: row 1's low-entropy token keeps its place in the loss mask, out of the policy mask only
+    assert inp.loss_mask.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    assert inp.policy_mask.tolist() == [[0.0, 0.0], [0.0, 1.0]]
+    assert run(AlgoConfig(mask_truncated=True), sb, batch, LogProbs(old, None, ent)).policy_mask is None
 
 
 def test_turn_ids_and_lambda_weights_ride_along():
@@ -145,3 +149,23 @@ def test_a_stage_with_its_own_switch_runs_with_no_name_list_to_edit():
         assert run(on, sb, batch).loss_mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]
     finally:
         del registry.TOKEN_MASKS["zz_first_token"], registry.STAGE_SPECS["token mask"]["zz_first_token"]
+
+
+def test_a_policy_only_plugin_mask_narrows_the_policy_term_alone():
+    # StageSpec(policy_only=True): the mask's tokens leave the policy term only (UpdateInputs.policy_mask);
+    # the loss mask, which the normalisers and the KL read, keeps them
+    from grpokit.algo import registry
+
+    @registry.register_token_mask("zz_last_token_only", registry.StageSpec(policy_only=True))
+    def last_token(ctx):
+        keep = torch.zeros_like(ctx.mask_NT)
+        keep[:, -1] = 1
+        return ctx.mask_NT * keep
+
+    try:
+        sb, batch = scored([1.0, 0.0], 2, [2, 2])
+        inp = run(AlgoConfig(token_masks=["zz_last_token_only"]), sb, batch)
+        assert inp.loss_mask.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+        assert inp.policy_mask.tolist() == [[0.0, 1.0], [0.0, 1.0]]
+    finally:
+        del registry.TOKEN_MASKS["zz_last_token_only"], registry.STAGE_SPECS["token mask"]["zz_last_token_only"]

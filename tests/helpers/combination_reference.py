@@ -12,7 +12,8 @@ import math
 import torch
 
 from grpokit.algo import registry
-from grpokit.algo.pipeline import AdvantageContext, advantage_params
+from grpokit.algo.contexts import AdvantageContext
+from grpokit.algo.pipeline import advantage_params
 
 # ---------------------------------------------------------------- one fixed batch: P = 2 prompts, G = 2, T = 4
 
@@ -120,14 +121,16 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def ref_masks(cell, mask, old):
-    """(loss mask, per-token advantage weights) after the masks and the advantage stages."""
+    """(loss mask, policy mask, per-token advantage weights) after the masks and the advantage stages: the
+    loss mask is every token that counts (normalisers, KL), the policy mask the tokens of the policy term."""
     loss_mask, weight = mask.clone(), torch.ones_like(mask)
+    policy_mask = loss_mask
     ratio = torch.exp(SAMPLER_OFFSET)  # pi_old / pi_sampler on each token
     real = mask > 0
     if cell["mask"] == "overlong":  # DAPO: truncated rows leave the loss
         loss_mask[2] = 0
-    elif cell["mask"] == "entropy_top":  # keep tokens at or above the median entropy of the real tokens
-        loss_mask = mask * (ENT >= quantile(ENT[real].tolist(), 0.5)).float()
+    elif cell["mask"] == "entropy_top":  # the policy term keeps tokens at or above the real tokens' median entropy
+        policy_mask = mask * (ENT >= quantile(ENT[real].tolist(), 0.5)).float()
     elif cell["mask"] == "tis":  # TIS: A times min(pi_old / pi_sampler, cap)
         weight = torch.where(real, ratio.clamp(max=TIS_CAP), torch.ones_like(ratio))
     elif cell["mask"] == "icepop":  # IcePop: tokens with ratio outside [low, high] leave the gradient
@@ -135,7 +138,7 @@ def ref_masks(cell, mask, old):
     elif cell["mask"] == "mis":  # MIS: rows whose geometric-mean ratio is outside [low, high]
         geo = torch.exp((SAMPLER_OFFSET * mask).sum(dim=1) / mask.sum(dim=1))
         weight = torch.where(real & ((geo < LOW) | (geo > HIGH))[:, None], 0.0, 1.0)
-    return loss_mask, weight
+    return loss_mask, policy_mask * loss_mask, weight
 
 
 def ref_log_ratio(cell, logp, old, mask, turns) -> torch.Tensor:
@@ -181,30 +184,17 @@ def reference(cell, cfg, sb, batch, old):
     r = ref_rewards(cell, old, mask)
     adv = ref_advantages(cell, cfg, r, sb, batch)
     adv_NT = (adv[:, None] if adv.dim() == 1 else adv).expand(4, T).clone()
-    loss_mask, weight = ref_masks(cell, mask, old)
+    loss_mask, policy_mask, weight = ref_masks(cell, mask, old)
     adv_NT = adv_NT * weight
     turns = [row + [0] * (T - len(row)) for row in (MULTI["turns"] if cell["turns"] == "multi" else [[0] * T] * 4)]
     rho = torch.exp(ref_log_ratio(cell, LOGP, old, mask, turns))
-    loss = ref_objective(cell, rho, adv_NT, LOGP)
-    if cell["kl"].startswith("loss"):  # GRPO: beta * KL_k(pi_theta || pi_ref) per token
-        loss = loss + BETA * kl(cell, LOGP, REF)
-    if cell["mask"] == "offpolicy":  # DeepSeek-V3.2: negative rows drifted by more than delta leave the loss
+    if cell["mask"] == "offpolicy":  # DeepSeek-V3.2: the policy term of negative rows drifted by more than delta
         n = loss_mask.sum(dim=1)
         drift = ((old - LOGP) * loss_mask).sum(dim=1) / n
         mean_adv = (adv_NT * loss_mask).sum(dim=1) / n
-        dropped = (mean_adv < 0) & (drift > DELTA)
-        return adv_NT, loss_mask, ref_aggregate_with(cell, loss, loss_mask * (~dropped)[:, None], loss_mask)
+        policy_mask = policy_mask * (~((mean_adv < 0) & (drift > DELTA)))[:, None]
+    # the policy term on its own tokens; the KL on every token of the loss mask (the papers' objectives, TRL)
+    loss = ref_objective(cell, rho, adv_NT, LOGP) * policy_mask
+    if cell["kl"].startswith("loss"):  # GRPO: beta * KL_k(pi_theta || pi_ref) per token
+        loss = loss + BETA * kl(cell, LOGP, REF)
     return adv_NT, loss_mask, ref_aggregate(cell, loss, loss_mask)
-
-
-def ref_aggregate_with(cell, loss, loss_mask, count_mask) -> torch.Tensor:
-    """Dropped sequences still count in the normalisers (the token count is the loss mask's)."""
-    n_tok = count_mask.sum()
-    masked = loss * loss_mask
-    if cell["aggregation"] == "token-mean":
-        return masked.sum() / n_tok
-    if cell["aggregation"] == "seq-mean-token-sum-norm":
-        return masked.sum() / (4 * C)
-    if cell["aggregation"] == "seq-mean-token-sum":
-        return masked.sum() / 4
-    return (masked.sum(dim=1) / loss_mask.sum(dim=1).clamp(min=1)).sum() / 4

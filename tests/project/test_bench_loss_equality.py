@@ -3,7 +3,9 @@
 The batch (bench/trl_oracle.fixed_batch) has ragged lengths, ratios both inside and outside
 [0.8, 1.2] and advantages of both signs, so clipping, the k3 KL term (beta = 0.04) and each
 aggregation are all exercised, with TRL's KL bias correction (``use_bias_correction_kl``, its
-default) off and on, at token and sequence level, and with TRL's entropy bonus (a token mean).
+default) off and on, at token and sequence level, and with TRL's entropy bonus (a token mean), its
+entropy mask (top_entropy_quantile) and its off-policy mask, both of which mask the policy term only; and
+the clip metrics (per-sequence extremes; sequences counted at a sequence-level ratio).
 Skipped when trl is not installed.
 """
 
@@ -193,3 +195,110 @@ def test_vespo_weight_by_hand():
     adv = torch.tensor([[1.0, 1.0, -1.0]])
     phi = gamma_weight(ratio, adv, (2.0, 3.0), (3.0, 2.0))
     assert torch.allclose(phi, torch.tensor([[1.0, 0.19915, 1.08268]]), atol=1e-5)
+
+
+# -- the entropy mask and the off-policy mask: TRL masks the policy term only, the KL stays on every token
+
+
+ENT = torch.rand((6, 7), generator=torch.Generator().manual_seed(7)) * 3  # the fixed batch's token entropies
+
+
+@pytest.mark.parametrize("loss_type", sorted(TRL_TO_GRPOKIT))
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize("quantile", [0.2, 0.5])
+def test_entropy_mask_equals_trl(loss_type, beta, quantile):
+    # TRL's top_entropy_quantile multiplies the policy term by its mask, then adds the KL on every token and
+    # divides by the completion mask's counts; grpokit's entropy_top stage is a policy-only mask (pipeline)
+    (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both(
+        loss_type, beta, entropy_NT=ENT, top_entropy_quantile=quantile, bias_correction=True
+    )
+    assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    for k in ("clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max") + ("kl",) * bool(beta):
+        assert m[k] == pytest.approx(m_trl[k], rel=1e-6, abs=1e-8), k  # over every completion token, as TRL
+    _, _, _, _, mask = fixed_batch()
+    kept = ENT >= torch.quantile(ENT[mask.bool()], 1 - quantile)
+    dropped = mask.bool() & ~kept
+    # a token out of the mask has no policy gradient, only the KL's: none at beta 0, some at beta 0.04
+    assert (g_ours[dropped].abs().sum() > 0) == bool(beta) and g_ours[mask.bool() & kept].abs().sum() > 0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_entropy_mask_with_the_entropy_bonus_equals_trl(loss_type):
+    # TRL's bonus is the mean entropy over the tokens the mask keeps (its "effective mask")
+    logp, old, ref, adv, mask = fixed_batch()
+    res = []
+    for fn in (grpokit_loss, trl_loss):
+        x, e = logp.clone().requires_grad_(True), ENT.clone().requires_grad_(True)
+        kw = dict(loss_type=loss_type, beta=0.04, max_completion_length=9, entropy_NT=e, entropy_coef=0.01)
+        fn(x, old, ref, adv, mask, top_entropy_quantile=0.3, **kw).backward()
+        res.append((x.grad, e.grad))
+    assert torch.allclose(res[0][0], res[1][0], atol=1e-7, rtol=1e-6)
+    assert torch.allclose(res[0][1], res[1][1], atol=1e-8) and res[0][1].abs().sum() > 0
+
+
+def _drifted_batch():
+    """The fixed batch with pi_theta drifted 0.35 below pi_old on every token: with delta 0.1 every
+    negative-advantage sequence is masked (DeepSeek-V3.2), the positive ones are kept."""
+    logp, old, ref, adv, mask = fixed_batch()
+    return old - 0.35, old, ref, adv, mask
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_off_policy_mask_keeps_the_kl_as_trl(loss_type, beta):
+    logp, old, ref, adv, mask = _drifted_batch()
+    res = []
+    for fn in (grpokit_loss, trl_loss):
+        x, metrics = logp.clone().requires_grad_(True), {}
+        kw = dict(loss_type=loss_type, beta=beta, max_completion_length=9, off_policy_threshold=0.1, metrics=metrics)
+        fn(x, old, ref, adv, mask, **kw).backward()
+        res.append((x.grad, metrics))
+    (g_ours, m), (g_trl, _) = res
+    assert torch.allclose(g_ours, g_trl, atol=1e-7, rtol=1e-6)
+    assert m["offpolicy/masked_sequences"] == float((adv < 0).sum()) > 0
+    # a masked sequence keeps its KL gradient (beta > 0) and nothing else
+    assert (g_ours[adv < 0].abs().sum() > 0) == bool(beta)
+
+
+# -- the clip metrics: per-sequence extremes, and sequences as the unit of a sequence-level ratio
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_clip_metrics_equal_trl(loss_type, level):
+    (_, _, m), (_, _, m_trl) = _both(loss_type, 0.0, level=level)
+    keys = ("low_mean", "high_mean", "region_mean", "low_min", "high_max")
+    assert {k: m[f"clip_ratio/{k}"] for k in keys} == pytest.approx({k: m_trl[f"clip_ratio/{k}"] for k in keys})
+    assert m_trl["clip_ratio/region_mean"] > 0
+
+
+def test_clip_extremes_by_hand():
+    # token level, 4 sequences of 5 tokens: seq 0 (A > 0) has 3 tokens at ratio e^0.5 = 1.65 > 1.2, seq 1
+    # (A < 0) one at e^-0.5 = 0.61 < 0.8. Means over the 20 tokens: high 3/20, low 1/20; per sequence the
+    # high shares are 3/5, 0, 0, 0 (max 0.6) and the low shares 0, 1/5, 0, 0 (min 0, not the mean 0.05)
+    old = torch.full((4, 5), -1.0)
+    logp = old.clone()
+    logp[0, :3] += 0.5
+    logp[1, :1] -= 0.5
+    m, adv = {}, torch.tensor([1.0, -1.0, 1.0, -1.0])
+    grpokit_loss(logp, old, old, adv, torch.ones(4, 5), loss_type="dapo", beta=0.0, metrics=m)
+    assert (m["clip_ratio/high_mean"], m["clip_ratio/low_mean"]) == pytest.approx((0.15, 0.05))
+    assert (m["clip_ratio/high_max"], m["clip_ratio/low_min"]) == pytest.approx((0.6, 0.0))
+
+
+def test_sequence_level_clip_ratio_counts_sequences_by_hand():
+    # GSPO: one ratio per sequence. Sequence 0 (8 tokens, A > 0) has ratio e^0.5 = 1.65 > 1.2, clipped; three
+    # 2-token sequences are not. TRL counts sequences: 1 of 4 = 0.25, where a token count would say 8/14 = 0.571
+    mask = torch.zeros(4, 8)
+    mask[0] = 1
+    mask[1:, :2] = 1
+    old = torch.full((4, 8), -1.0)
+    logp = old.clone()
+    logp[0] += 0.5
+    ours, trl = {}, {}
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    grpokit_loss(logp, old, old, adv, mask, loss_type="grpo", beta=0.0, level="sequence", metrics=ours)
+    trl_loss(logp, old, old, adv, mask, loss_type="grpo", beta=0.0, level="sequence", metrics=trl)
+    assert ours["clip_ratio/high_mean"] == ours["clip_ratio/region_mean"] == trl["clip_ratio/high_mean"] == 0.25
+    assert ours["clip_ratio/high_max"] == trl["clip_ratio/high_max"] == 1.0

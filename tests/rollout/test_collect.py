@@ -97,6 +97,32 @@ def test_gfpo_keeps_shortest_and_most_token_efficient():
     assert by_eff.total_N.tolist() == [1.0, 1.0, 1.0] and by_eff.rollout.group_size == 3
 
 
+NAN = float("nan")
+
+
+class RunnerSampler(FakeSampler):
+    """A FakeSampler whose NaN (None) rewards are what the reward runner makes of a completion every function
+    answered None for: NaN in rewards_NF, 0 in the weighted total (the sum of nothing)."""
+
+    def __call__(self, prompts, G):
+        b = super().__call__(prompts, G)
+        b.total_N = torch.nan_to_num(b.total_N, nan=0.0)
+        return b
+
+
+def test_unscorable_completions_are_no_zero_rewards_for_dynamic_sampling_and_gfpo():
+    # prompt 0: [1, 1, None] is flat over its scored completions (its totals [1, 1, 0] are not): dropped;
+    # prompt 1: [1, 0, None] is informative and kept
+    fake = RunnerSampler(lambda i, g: [1.0, 1.0, NAN] if i % 2 == 0 else [1.0, 0.0, NAN])
+    out = collect(fake, 1, 3, dynamic_sampling=True, max_rounds=2)
+    assert [p.columns["i"] for p in out.prompts] == [1] and out.metrics["dynamic_sampling/dropped_groups"] == 1
+    # GFPO keeps scored completions first: the unscorable one (sample 1) is the shortest (length 1), and its
+    # "reward per token" 0 / 1 ties sample 2's 0 / 2 and would win as the earlier sample; neither keeps it
+    batch = RunnerSampler(lambda i, g: [1.0, NAN, 0.0, 1.0], lambda i, g: [4, 1, 2, 3])(1, 4)
+    assert [len(c) for c in gfpo_keep(batch, 3, "length").rollout.completion_ids] == [4, 2, 3]
+    assert [len(c) for c in gfpo_keep(batch, 3, "token_efficiency").rollout.completion_ids] == [4, 2, 3]
+
+
 def test_gfpo_collect_oversamples_then_filters():
     fake = FakeSampler(lambda i, g: [float(k % 2) for k in range(g)], lambda i, g: list(range(1, g + 1)))
     out = collect(fake, 2, 4, sample_group_size=8, gfpo_criterion="length")

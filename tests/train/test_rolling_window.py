@@ -71,9 +71,13 @@ def test_window_counts_by_hand():
     # a batch of 8 rows with 40 loss tokens cut into 4 slices, 3 slices an update: a 2-row slice divides
     # by 2 x 3 = 6 sequences (grpo: the mean over the window's 6 rows) and 40 x 3 / 4 = 30 tokens (dapo:
     # TRL's num_items_in_batch x gradient_accumulation_steps / steps_per_generation)
-    batch = SimpleNamespace(loss_mask=torch.tensor([[1.0] * 5] * 8))
+    batch = SimpleNamespace(loss_mask=torch.tensor([[1.0] * 5] * 8), policy_mask=None)
     part = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(2, 7)))
-    assert window_counts(batch, part, parts=4, window=3) == (6.0, 30.0)
+    assert window_counts(batch, part, parts=4, window=3) == (6.0, 30.0, 30.0)  # no policy mask: policy = loss tokens
+    # the entropy top-fraction keeps 2 of each row's 5 tokens in the policy term: 16 x 3 / 4 = 12 policy tokens,
+    # what the token-mean entropy bonus divides by (the loss still divides by the 30 loss tokens)
+    batch.policy_mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0]] * 8)
+    assert window_counts(batch, part, parts=4, window=3) == (6.0, 30.0, 12.0)
 
 
 def test_total_updates_and_stale_slices_by_hand():

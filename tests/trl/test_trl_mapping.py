@@ -88,7 +88,7 @@ def test_mapping_worked_by_hand():
     assert (c.train.prompts_per_step, c.train.micro_batch_size, c.rollout.group_size) == (4, 8, 4)
     # 10 optimizer updates at mu=2 updates per sampled batch = 5 grpokit steps; warm-up 10% of 10 updates = 1
     assert (c.train.steps, c.algo.num_iterations, c.optim.warmup_steps, c.optim.schedule) == (5, 2, 1, "cosine")
-    assert (c.algo.aggregation, c.algo.norm_constant, c.algo.scale) == ("seq-mean-token-sum-norm", 0.0, "none")
+    assert (c.algo.aggregation, c.algo.norm_constant, c.algo.scale) == ("seq-mean-token-sum-norm", 512.0, "none")
     assert (c.algo.clip_low, c.algo.clip_high, c.algo.beta, c.algo.kl_bias_correction) == (0.2, 0.28, 0.04, True)
     assert (c.optim.lr, c.optim.adam_beta2, c.train.seed, c.model.autocast) == (5e-6, 0.999, 42, "bfloat16")
     # save_steps=2 TRL steps = 2 // mu=2 = every grpokit step; keep them all: one per grpokit step at most, 5
@@ -120,6 +120,17 @@ def test_scale_rewards_booleans_and_loss_names():
     assert to_config(GRPOConfig(scale_rewards="batch"), num_rows=1).algo.scale == "batch"
     for name, agg in [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean"), ("bnpo", "token-mean")]:
         assert to_config(GRPOConfig(loss_type=name), num_rows=1).algo.aggregation == agg
+
+
+def test_dr_grpo_divides_by_max_completion_length_whatever_generation_kwargs_sample():
+    # TRL samples up to generation_kwargs' max_new_tokens (16) but divides dr_grpo's loss by
+    # max_completion_length (64); the other loss types read no constant
+    c = to_config(
+        GRPOConfig(loss_type="dr_grpo", max_completion_length=64, generation_kwargs={"max_new_tokens": 16}), num_rows=1
+    )
+    assert (c.rollout.max_new_tokens, c.algo.norm_constant) == (16, 64.0)
+    for name in ("grpo", "dapo", "bnpo", "luspo", "cispo", "sapo"):
+        assert to_config(GRPOConfig(loss_type=name, max_completion_length=64), num_rows=1).algo.norm_constant == 0.0
 
 
 def test_docs_table_is_generated_from_the_mapping():

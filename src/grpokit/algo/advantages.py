@@ -22,6 +22,11 @@ anyone means. ``FLAT_ATOL = 1e-8`` is TRL's zero-std test (``torch.isclose(std, 
 the floor for rewards at or near zero.
 Flat groups are zeroed in every mode and counted in the ``frac_reward_zero_std`` metric.
 
+Unscorable completions. A completion every reward function returned None for has no reward; its
+reward is NaN here (algo/pipeline.py marks it), no statistic counts it and its advantage is 0, as in
+TRL 1.16: counted as a reward of 0 it would move its group's baseline and std and receive an
+advantage for a score it never got.
+
 Process supervision (DeepSeekMath §4.1.3) gives per-token advantages instead; see
 ``process_advantages``.
 """
@@ -52,12 +57,23 @@ ESTIMATORS: dict[str, tuple[str, str]] = {
 }
 
 
-def _std(x: torch.Tensor, dim: int | None, kind: str) -> torch.Tensor:
-    """Standard deviation with Bessel's correction ("unbiased") or without ("population")."""
+def _std(x: torch.Tensor, dim: int | None, kind: str, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Standard deviation with Bessel's correction ("unbiased") or without ("population"); with ``valid``
+    (a 0/1 float mask shaped like ``x``) over those entries only (fewer than the correction needs: 0)."""
     correction = 1 if kind == "unbiased" else 0
+    if valid is None:
+        return x.std(correction=correction) if dim is None else x.std(dim=dim, keepdim=True, correction=correction)
+    n = valid.sum() if dim is None else valid.sum(dim=dim, keepdim=True)
+    dev2 = ((x - _mean(x, dim, valid)) * valid) ** 2
+    total = dev2.sum() if dim is None else dev2.sum(dim=dim, keepdim=True)
+    return (total / (n - correction).clamp(min=1)).sqrt()
+
+
+def _mean(x: torch.Tensor, dim: int | None, valid: torch.Tensor) -> torch.Tensor:
+    """Mean of the ``valid`` entries of ``x`` (over ``dim``, kept as size 1; over all for None); 0 without any."""
     if dim is None:
-        return x.std(correction=correction)
-    return x.std(dim=dim, keepdim=True, correction=correction)
+        return (x * valid).sum() / valid.sum().clamp(min=1)
+    return (x * valid).sum(dim=dim, keepdim=True) / valid.sum(dim=dim, keepdim=True).clamp(min=1)
 
 
 def flat_groups(
@@ -67,8 +83,13 @@ def flat_groups(
 
     A group is flat when ``max - min <= max(flat_rtol * max|r|, FLAT_ATOL)`` (see the module docstring).
     With ``valid``, only those entries count (padding and not-applicable rewards are not rewards of
-    0); a group without valid entries is flat. ``keepdim`` keeps dim 1 as size 1.
+    0); NaN entries (unscorable completions) never count; a group without valid entries is flat.
+    ``keepdim`` keeps dim 1 as size 1.
     """
+    nan = torch.isnan(rewards_PG)
+    if bool(nan.any()):
+        valid = ~nan if valid is None else valid & ~nan
+        rewards_PG = torch.nan_to_num(rewards_PG, nan=0.0)
     if valid is None:
         hi, lo = rewards_PG.amax(dim=1, keepdim=keepdim), rewards_PG.amin(dim=1, keepdim=keepdim)
     else:
@@ -91,9 +112,13 @@ def group_advantages(
     """Per-completion advantages from a group's rewards.
 
     Args:
-        rewards_PG: ``(P, G)`` scalar reward of completion g of prompt p.
+        rewards_PG: ``(P, G)`` scalar reward of completion g of prompt p; NaN for an unscorable
+            completion (every reward function returned None): it is left out of every mean and std
+            (and of ``token_whiten``'s weights) and gets advantage 0, as TRL does; a group with fewer
+            than two scored completions is flat.
         baseline: ``"group_mean"`` subtracts ``mean_g r`` (GRPO); ``"leave_one_out"`` subtracts
-            ``(sum_j r_j - r_i) / (G - 1)`` (RLOO), which equals ``G/(G-1) * (r_i - mean)``.
+            ``(sum_j r_j - r_i) / (G - 1)`` (RLOO), which equals ``G/(G-1) * (r_i - mean)`` (G: the
+            group's scored completions).
         scale: divide the centred rewards ``c`` by ``std_group(r) + eps`` (``"group"``, GRPO),
             by ``std_batch(r) + eps`` over all P*G rewards (``"batch"``), not at all (``"none"``,
             Dr. GRPO), or whiten them over the batch (REINFORCE++-baseline): over the batch's
@@ -124,37 +149,44 @@ def group_advantages(
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
     if std not in STD_KINDS:
         raise ValueError(f"unknown std kind {std!r}; valid: {', '.join(STD_KINDS)}")
-    r = rewards_PG.to(torch.float32)
-    flat_P = flat_groups(r, flat_rtol)
-    centred_PG = BASELINE_FNS[baseline](r)
-    centred_PG = torch.where(flat_P[:, None], torch.zeros_like(centred_PG), centred_PG)
-    lengths = _lengths(lengths_PG, rewards_PG.shape) if scale == "token_whiten" else None
-    adv_PG = SCALE_FNS[scale](centred_PG, r, std, eps, lengths)
-    adv_PG = torch.where(flat_P[:, None], torch.zeros_like(adv_PG), adv_PG)
+    valid = ~torch.isnan(rewards_PG)  # an unscorable completion (no reward function scored it): NaN, as TRL
+    v, r = valid.to(torch.float32), torch.nan_to_num(rewards_PG.to(torch.float32), nan=0.0)
+    flat_P = flat_groups(r, flat_rtol, valid)  # also a group with fewer than two scored completions
+    centred_PG = BASELINE_FNS[baseline](r, v)
+    lengths = _lengths(lengths_PG, rewards_PG.shape) * v if scale == "token_whiten" else None
+    centred_PG = torch.where(flat_P[:, None] | ~valid, torch.zeros_like(centred_PG), centred_PG)
+    adv_PG = SCALE_FNS[scale](centred_PG, r, v, std, eps, lengths)
+    adv_PG = torch.where(flat_P[:, None] | ~valid, torch.zeros_like(adv_PG), adv_PG)
     n_flat = int(flat_P.sum())
     metrics = {
         "frac_reward_zero_std": n_flat / P,
         "num_zero_std_groups": float(n_flat),
-        **_stats("advantages", adv_PG),
+        **_stats("advantages", adv_PG[valid]),
     }
     return adv_PG, metrics
 
 
-# The baselines and scales of ``group_advantages`` by config name (algo.baseline, algo.scale).
-BASELINE_FNS = {
-    "group_mean": lambda r: r - r.mean(dim=1, keepdim=True),  # GRPO: r_i - mean(r)
-    # RLOO: r_i - (sum_j r_j - r_i)/(G-1) = G/(G-1) (r_i - mean(r))
-    "leave_one_out": lambda r: (r - r.mean(dim=1, keepdim=True)) * (r.shape[1] / (r.shape[1] - 1)),
+def _loo(r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """RLOO: ``r_i - (sum_j r_j - r_i)/(n-1)`` over the n scored completions, ``= n/(n-1) (r_i - mean(r))``."""
+    n = v.sum(dim=1, keepdim=True)
+    return (r - _mean(r, 1, v)) * (n / (n - 1).clamp(min=1))
+
+
+# The baselines and scales of ``group_advantages`` by config name (algo.baseline, algo.scale); ``v`` is the
+# 0/1 mask of the scored completions, the only ones every mean and std counts.
+BASELINE_FNS = {  # (rewards_PG, v) -> centred_PG
+    "group_mean": lambda r, v: r - _mean(r, 1, v),  # GRPO: r_i - mean(r)
+    "leave_one_out": _loo,  # RLOO: r_i - mean of the other rewards
 }
-SCALE_FNS = {  # (centred_PG, rewards_PG, std kind, eps, lengths_PG) -> advantages_PG
-    "group": lambda c, r, std, eps, L: c / (_std(r, 1, std) + eps),  # DeepSeekMath: (r - mean) / std
-    "batch": lambda c, r, std, eps, L: c / (_std(r, None, std) + eps),  # TRL's scale_rewards="batch"
-    "none": lambda c, r, std, eps, L: c,  # Dr. GRPO: mean-centred only, no std
+SCALE_FNS = {  # (centred_PG, rewards_PG, v, std kind, eps, lengths_PG) -> advantages_PG
+    "group": lambda c, r, v, std, eps, L: c / (_std(r, 1, std, v) + eps),  # DeepSeekMath: (r - mean) / std
+    "batch": lambda c, r, v, std, eps, L: c / (_std(r, None, std, v) + eps),  # TRL's scale_rewards="batch"
+    "none": lambda c, r, v, std, eps, L: c,  # Dr. GRPO: mean-centred only, no std
     # group mean removed, then whitened over the batch's completions (each weighs one)
-    "batch_whiten": lambda c, r, std, eps, L: (c - c.mean()) / (_std(c, None, std) + eps),
+    "batch_whiten": lambda c, r, v, std, eps, L: (c - _mean(c, None, v)) / (_std(c, None, std, v) + eps),
     # REINFORCE++-baseline as verl: flat groups enter the statistics with c = 0 and are zeroed after
-    # (verl leaves them at -mu / sqrt(var + eps), a pure length effect)
-    "token_whiten": lambda c, r, std, eps, L: token_whiten(c, L, std=std, eps=eps),
+    # (verl leaves them at -mu / sqrt(var + eps), a pure length effect); an unscorable row weighs 0
+    "token_whiten": lambda c, r, v, std, eps, L: token_whiten(c, L, std=std, eps=eps),
 }
 
 

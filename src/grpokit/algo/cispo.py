@@ -16,12 +16,11 @@ from .settings import ClipSettings
 
 @torch.no_grad()
 def cispo_clipped(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings):
-    """``(low, high, extra metrics)``: no lower bound; the capped tokens, and TRL's ``cispo_clip_ratio``
-    (the capped tokens with A > 0)."""
+    """``(low, high, extra flags)``: no lower bound; the capped tokens, and TRL's ``cispo_clip_ratio``
+    (the capped tokens with A > 0, counted like the clip ratios: loss.clip_metrics)."""
     m = mask_NT.bool()
     capped = (ratio_NT > 1.0 + c.clip_high) & m
-    n = m.sum().clamp(min=1).float()
-    return torch.zeros_like(m), capped, {"cispo_clip_ratio": ((capped & (adv_NT > 0)).sum() / n).item()}
+    return torch.zeros_like(m), capped, {"cispo_clip_ratio": capped & (adv_NT > 0)}
 
 
 @register_objective("cispo", ObjectiveSpec(min_clip_high=-1.0, clipped=cispo_clipped))

@@ -28,6 +28,17 @@ def discounted_returns(step_rewards_NS: torch.Tensor, step_mask_NS: torch.Tensor
     return out
 
 
+def scored_steps(
+    step_rewards_NS: torch.Tensor, step_mask_NS: torch.Tensor, episode_rewards_N: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(step rewards, step mask)`` without the unscorable episodes: a row whose episode reward or any
+    real step reward is NaN (no reward function scored it) loses its steps, and its NaNs become 0."""
+    nan_NS = torch.isnan(step_rewards_NS) & (step_mask_NS > 0)
+    unscored_N = nan_NS.any(dim=1) if episode_rewards_N is None else nan_NS.any(dim=1) | torch.isnan(episode_rewards_N)
+    mask = step_mask_NS * (~unscored_N)[:, None].to(step_mask_NS.dtype)
+    return torch.nan_to_num(step_rewards_NS, nan=0.0), mask
+
+
 def _state_group_stats(
     values_NS: torch.Tensor,
     state_ids_NS: torch.Tensor,
@@ -85,10 +96,14 @@ def gigpo_advantages(
     ``A_S = (R_t - mean) / (std + eps)``; a step alone in its state group, or in a flat one, gets
     ``A_S = 0``. Every step's advantage is ``A_E + step_weight * A_S`` (GiGPO: omega = 1).
 
+    An unscorable episode (NaN reward: no reward function scored it) takes part in no statistic, of
+    its group or of its states, and gets 0 on every step.
+
     Returns ``(advantages_NS, metrics)``; padding steps are 0.
     """
     P, G = episode_rewards_PG.shape
     adv_E_PG, metrics = group_advantages(episode_rewards_PG, scale=scale, std=std, eps=eps, flat_rtol=flat_rtol)
+    step_rewards_NS, step_mask_NS = scored_steps(step_rewards_NS, step_mask_NS, episode_rewards_PG.reshape(-1))
     R = discounted_returns(step_rewards_NS, step_mask_NS, gamma)
     mean, sd, count, flat = _state_group_stats(R, state_ids_NS, step_mask_NS, G, std, flat_rtol)
     centred = R - mean
@@ -127,11 +142,15 @@ def gagpo_advantages(
     With ``lam = 1`` the sum telescopes to ``R_t - V(s_t)``. The paper pairs this with an action-level
     importance ratio (``algo.ratio_level=turn``, loss.py).
 
+    An episode with a NaN step reward (unscorable: no reward function scored it) takes part in no
+    statistic and gets 0 on every step.
+
     Returns ``(advantages_NS, metrics)``; padding steps are 0.
     """
     N, S = step_rewards_NS.shape
     if N % group_size:
         raise ValueError(f"{N} episodes do not split into groups of {group_size}")
+    step_rewards_NS, step_mask_NS = scored_steps(step_rewards_NS, step_mask_NS)
     m = step_mask_NS.float()
     r = step_rewards_NS.float() * m
     R = discounted_returns(r, m, gamma)

@@ -29,12 +29,16 @@ GTPO_NORMALIZATIONS: tuple[str, ...] = ("polarity", "joint")
 ENTROPY_EPS = 1e-8  # the paper's Remark 2.1: keeps 1/H finite and H / sum(H) defined at H = 0
 
 
-def _split(rewards_PG: torch.Tensor, flat_rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(positive_PG, valid_P)``: O+ membership (reward above the group mean) and non-flat groups."""
-    r = rewards_PG.float()
-    valid_P = ~flat_groups(r, flat_rtol)
-    positive_PG = (r > r.mean(dim=1, keepdim=True)) & valid_P[:, None]
-    return positive_PG, valid_P
+def _split(rewards_PG: torch.Tensor, flat_rtol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(positive_PG, member_PG, valid_P)``: O+ membership (reward above the mean of the group's scored
+    completions), the scored completions of non-flat groups (O+ and O- together), and the non-flat groups.
+    An unscorable completion (NaN reward: no reward function scored it) is in neither set."""
+    scored = ~torch.isnan(rewards_PG)
+    r = torch.nan_to_num(rewards_PG.float(), nan=0.0)
+    valid_P = ~flat_groups(r, flat_rtol, scored)
+    member_PG = scored & valid_P[:, None]
+    mean = (r * scored).sum(dim=1, keepdim=True) / scored.sum(dim=1, keepdim=True).clamp(min=1)
+    return (r > mean) & member_PG, member_PG, valid_P
 
 
 def gtpo_token_rewards(
@@ -59,7 +63,8 @@ def gtpo_token_rewards(
     ``ENTROPY_EPS`` (Remark 2.1), so all-zero entropies share equally.
 
     Args:
-        rewards_PG: ``(P, G)`` outcome rewards.
+        rewards_PG: ``(P, G)`` outcome rewards; NaN for an unscorable completion (no reward function
+            scored it): it belongs to neither set, so its tokens get 0 and count in no statistic.
         entropy_NT: ``(N, T)`` pi_old's token entropies, N = P*G rows grouped by prompt.
         mask_NT: ``(N, T)`` 1 on the completion's real tokens (its length |o_i|).
 
@@ -69,8 +74,8 @@ def gtpo_token_rewards(
     """
     P, G = rewards_PG.shape
     T = entropy_NT.shape[1]
-    positive_PG, valid_P = _split(rewards_PG, flat_rtol)
-    m = mask_NT.float().view(P, G, T) * valid_P[:, None, None].float()
+    positive_PG, member_PG, _ = _split(rewards_PG, flat_rtol)
+    m = mask_NT.float().view(P, G, T) * member_PG[:, :, None].float()
     H = entropy_NT.detach().float().view(P, G, T).clamp(min=0.0) + ENTROPY_EPS
     pos = m * positive_PG[:, :, None].float()  # (P, G, T) running O+ tokens
     neg = m - pos  # running O- tokens
@@ -79,7 +84,7 @@ def gtpo_token_rewards(
     share_pos = H * pos / (H * pos).sum(dim=1, keepdim=True).clamp(min=1e-30)  # GTPO eq. 3: H / sum H
     inv = pos.new_ones(()) / H
     share_neg = inv * neg / (inv * neg).sum(dim=1, keepdim=True).clamp(min=1e-30)  # GTPO eq. 5: (1/H) / sum (1/H)
-    r_PG1 = rewards_PG.float()[:, :, None]
+    r_PG1 = torch.nan_to_num(rewards_PG.float(), nan=0.0)[:, :, None]  # an unscorable row is in neither set
     shaped = (alpha1 * r_PG1 + alpha2 * share_pos * d_t) * pos - (alpha1 + alpha2 * share_neg * h_t) * neg
     return shaped.view(P * G, T), positive_PG.flatten(), m.view(P * G, T) > 0
 
@@ -167,19 +172,21 @@ def grpo_s_rewards(
         O+:  r^_i = beta1 r_i + beta2 * H^_i / sum_{k in O+} H^_k * n
         O-:  r^_j = -beta1 - beta2 * (1/H^_j) / sum_{k in O-} (1/H^_k) * m
 
-    Flat groups are returned unchanged (their advantage is zero anyway). Returns ``(P, G)``.
+    Flat groups are returned unchanged (their advantage is zero anyway), and an unscorable completion's
+    NaN too (``group_advantages`` leaves it out). Returns ``(P, G)``.
     """
-    positive_PG, valid_P = _split(rewards_PG, flat_rtol)
+    positive_PG, member_PG, valid_P = _split(rewards_PG, flat_rtol)
     H = seq_entropy_PG.detach().float().clamp(min=0.0) + ENTROPY_EPS
     pos = positive_PG.float()
-    neg = (~positive_PG).float() * valid_P[:, None].float()
+    neg = (member_PG & ~positive_PG).float()
     share_pos = H * pos / (H * pos).sum(dim=1, keepdim=True).clamp(min=1e-30)
     share_neg = neg / H / (neg / H).sum(dim=1, keepdim=True).clamp(min=1e-30)
     shaped = (
         (beta1 * rewards_PG.float() + beta2 * share_pos * pos.sum(dim=1, keepdim=True)) * pos  # GRPO-S: O+
         - (beta1 + beta2 * share_neg * neg.sum(dim=1, keepdim=True)) * neg
     )  # GRPO-S: O-, inverse entropy
-    return torch.where(valid_P[:, None], shaped, rewards_PG.float())
+    shaped = torch.where(valid_P[:, None], shaped, rewards_PG.float())
+    return torch.where(torch.isnan(rewards_PG), rewards_PG.float(), shaped)  # unscorable stays NaN
 
 
 def grpo_s_advantages(
@@ -205,8 +212,8 @@ def grpo_s_advantages(
         {
             "frac_reward_zero_std": n_flat / rewards_PG.shape[0],
             "num_zero_std_groups": float(n_flat),
-            **_stats("advantages", adv_PG),
-            **_stats("grpo_s/shaped_reward", shaped_PG[~flat_P]),
+            **_stats("advantages", adv_PG[~torch.isnan(rewards_PG)]),
+            **_stats("grpo_s/shaped_reward", shaped_PG[~flat_P[:, None] & ~torch.isnan(shaped_PG)]),
         }
     )
     return adv_PG, metrics

@@ -1,10 +1,12 @@
 """The built-in stages of the registry (registry.py), each a small function of a context record.
 
-Advantage estimators read an ``AdvantageContext`` (pipeline.py; not imported here, the pipeline
-imports this module) and return ``(advantages, metrics)``: ``(N,)`` per completion or ``(N, T)`` per
-token; ``algo.advantage`` names the one a run uses. Token masks read a ``MaskContext`` and return the
-narrowed loss mask ``(N, T)``. The math lives in advantages.py, credit.py, entropy_shaping.py and
-masks.py; these functions only turn a scored batch into those functions' tensors. Beside each, its
+Advantage estimators read an ``AdvantageContext`` (contexts.py) and return ``(advantages, metrics)``:
+``(N,)`` per completion or ``(N, T)`` per token; ``algo.advantage`` names the one a run uses. Its
+``rewards_N`` is NaN for an unscorable completion: every estimator here leaves it out and gives it 0
+(the pure functions do, reading the NaN). Token masks read a ``MaskContext`` and return the narrowed
+mask ``(N, T)``: the loss mask's, or the policy term's with ``StageSpec(policy_only=True)``. The math
+lives in advantages.py, credit.py, entropy_shaping.py and masks.py; these functions only turn a scored
+batch into those functions' tensors. Beside each, its
 ``StageSpec`` (registry.py) declares what it reads and checks its own config values (validation
 runs every registered stage's ``config_errors``), so a pair it would silently ignore is refused in
 one sentence.
@@ -272,11 +274,15 @@ def entropy_top_config_errors(c) -> list[str]:
 @register_token_mask(
     "entropy_top",
     StageSpec(
-        needs_entropy=True, active=lambda s: s.algo.entropy_top_fraction < 1, config_errors=entropy_top_config_errors
+        needs_entropy=True,
+        active=lambda s: s.algo.entropy_top_fraction < 1,
+        config_errors=entropy_top_config_errors,
+        policy_only=True,
     ),
 )
 def entropy_top_mask(ctx) -> torch.Tensor:
-    """ "Beyond the 80/20 rule" (``algo.entropy_top_fraction``): only the highest-entropy tokens, the
-    quantile taken over every rank's tokens."""
+    """ "Beyond the 80/20 rule" (``algo.entropy_top_fraction``): only the highest-entropy tokens carry the
+    policy gradient, the quantile taken over every rank's tokens. A policy-only mask: every completion token
+    keeps its KL term and its place in the normalisers (the paper masks the policy term; TRL likewise)."""
     pool = ctx.dist.gather_varlen(ctx.entropy_NT[ctx.mask_NT.bool()]) if ctx.dist.active else None  # global quantile
     return entropy_token_mask(ctx.entropy_NT, ctx.mask_NT, ctx.algo.entropy_top_fraction, pool=pool)

@@ -33,7 +33,7 @@ from typing import Literal
 import torch
 
 from .masks import offpolicy_sequences
-from .ratio import kl_weight, log_importance_ratio
+from .ratio import kl_weight, log_importance_ratio, unit_fractions
 from .registry import ObjectiveSpec, lookup, objective_spec, register_objective, registered
 from .settings import ClipSettings, EntropyBonus, KLSettings, LossSettings, LossTensors, Normalisers
 
@@ -178,6 +178,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "turn_ids_NT": ("tensors", "turn_ids"),
     "seq_weights_N": ("tensors", "seq_weights"),
     "sampler_log_weight_N": ("tensors", "sampler_log_weight"),
+    "policy_mask_NT": ("tensors", "policy_mask"),
 }
 
 
@@ -225,9 +226,11 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
 
     ``t.logp`` carries the gradient; ``t.old_logp`` is pi_old (equal to ``t.logp`` numerically
     on-policy, where the loss is REINFORCE with baseline: ``-A * logp`` in gradient). ``t.advantages``
-    is ``(N,)`` per sequence or ``(N, T)`` per token. The off-policy mask (``s.offpolicy_delta``,
-    DeepSeek-V3.2) drops negative-advantage sequences that drifted more than delta in mean log-ratio
-    from the loss; their tokens still count in the normalisers.
+    is ``(N,)`` per sequence or ``(N, T)`` per token. ``t.mask`` is every token that counts (the KL term,
+    the normalisers, the metrics); the policy term (surrogate and entropy bonus) counts only on
+    ``t.policy_mask`` (the entropy top-fraction's tokens) when given. The off-policy mask
+    (``s.offpolicy_delta``, DeepSeek-V3.2) drops the policy term of negative-advantage sequences that
+    drifted more than delta in mean log-ratio; their KL term and their place in the normalisers stay.
 
     Returns ``(loss, metrics)``; metrics are masked token means over this batch: ``clip_ratio/low_mean``,
     ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``clip_ratio/dual_mean``, ``ratio/mean``,
@@ -237,11 +240,7 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     _check(s)
     c = s.clip
     adv_NT = (t.advantages[:, None].expand_as(t.logp) if t.advantages.dim() == 1 else t.advantages).to(t.logp.dtype)
-    loss_mask_NT, n_offpolicy = t.mask, 0.0
-    if s.offpolicy_delta is not None:
-        drop_N = offpolicy_sequences(t.logp.detach(), t.old_logp, adv_NT, t.mask, s.offpolicy_delta)
-        loss_mask_NT = t.mask * (~drop_N)[:, None].to(t.mask.dtype)  # DeepSeek-V3.2: off-policy sequence masking
-        n_offpolicy = float(drop_N.sum())
+    grad_NT, policy_NT, n_offpolicy = _policy_masks(t, s, adv_NT)
     # a sequence's (turn's) ratio is the likelihood ratio of all its tokens (GSPO's 1/|o_i|), even where a
     # token mask (entropy top-fraction) keeps only some of them in the gradient
     span_NT = t.ratio_mask if t.ratio_mask is not None else t.mask
@@ -249,11 +248,13 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     ratio_NT = torch.exp(log_ratio_NT)
     # an objective that declares a sampler weight (VESPO, as TRL) takes pi_old / pi_sampler inside its ratio
     obj_ratio_NT = ratio_NT if t.sampler_log_weight is None else torch.exp(log_ratio_NT + t.sampler_log_weight[:, None])
-    loss_NT = -lookup("objective", c.objective)(obj_ratio_NT, adv_NT, t.logp, c)
+    loss_NT = -lookup("objective", c.objective)(obj_ratio_NT, adv_NT, t.logp, c) * policy_NT
     kl_NT = _kl_term(t, s)
     if kl_NT is not None:
-        loss_NT = loss_NT + s.kl.beta * kl_NT  # GRPO: KL in the loss, not in the reward
+        loss_NT = loss_NT + s.kl.beta * kl_NT  # GRPO: KL in the loss, not in the reward; on every token of t.mask
     bonus_NT = _entropy_term(t, s.entropy)
+    if bonus_NT is not None:  # the bonus acts on the policy term's tokens (TRL's effective mask)
+        bonus_NT = bonus_NT * grad_NT
     if bonus_NT is not None and s.entropy.aggregation == "loss":
         loss_NT = loss_NT - bonus_NT
     reduce = lambda x_NT, m_NT: aggregate(
@@ -265,13 +266,13 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         norm_constant=norms.norm_constant,
         seq_weights_N=t.seq_weights,
     )
-    loss, bonus = reduce(loss_NT, loss_mask_NT), 0.0
+    loss, bonus = reduce(loss_NT, t.mask), 0.0
     if bonus_NT is not None and s.entropy.aggregation == "token-mean":  # TRL: a plain token mean
-        bonus_term = aggregate(bonus_NT, t.mask, "token-mean", num_tokens=norms.num_tokens)
+        bonus_term = aggregate(bonus_NT, grad_NT, "token-mean", num_tokens=_policy_tokens(t, norms))
         loss, bonus = loss - bonus_term, float(bonus_term.detach())
     elif bonus_NT is not None:  # the bonus inside the reduction: its share, for the policy_loss metric
         with torch.no_grad():
-            bonus = float(reduce(bonus_NT.detach(), loss_mask_NT))
+            bonus = float(reduce(bonus_NT.detach(), t.mask))
     metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
     if bonus_NT is not None or s.entropy.adaptive:
         metrics["entropy/bonus"] = bonus  # subtracted from the loss; loss + bonus is TRL's policy_loss
@@ -284,6 +285,26 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
             m = t.mask.bool()
             metrics["kl"] = (kl_NT[m].sum() / m.sum().clamp(min=1).float()).item()
     return loss, metrics
+
+
+def _policy_masks(t: LossTensors, s: LossSettings, adv_NT: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(bonus mask, policy mask, sequences dropped)``: the tokens of the policy term. A policy-only token
+    mask (entropy top-fraction) narrows both, the off-policy mask the surrogate's only; the KL term, the
+    normalisers and the metrics keep every token of ``t.mask`` (the papers' objectives, TRL's code)."""
+    grad_NT = (t.mask if t.policy_mask is None else t.policy_mask).to(t.logp.dtype)
+    if s.offpolicy_delta is None:
+        return grad_NT, grad_NT, 0.0
+    drop_N = offpolicy_sequences(t.logp.detach(), t.old_logp, adv_NT, t.mask, s.offpolicy_delta)
+    policy_NT = grad_NT * (~drop_N)[:, None].to(grad_NT.dtype)  # DeepSeek-V3.2: off-policy sequence masking
+    return grad_NT, policy_NT, float(drop_N.sum())
+
+
+def _policy_tokens(t: LossTensors, norms: Normalisers) -> float | None:
+    """What the token-mean entropy bonus divides by: the whole batch's policy-mask tokens when given; the loss
+    tokens when no policy mask narrows the loss mask; else None (this batch's own policy-mask tokens)."""
+    if norms.num_policy_tokens is not None:
+        return norms.num_policy_tokens
+    return norms.num_tokens if t.policy_mask is None else None
 
 
 def _check(s: LossSettings) -> None:
@@ -328,21 +349,40 @@ def _entropy_term(t: LossTensors, e: EntropyBonus) -> torch.Tensor | None:
 def clip_metrics(
     ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, c: ClipSettings
 ) -> dict[str, float]:
-    """Fractions of the masked tokens whose ratio the objective clipped (low / high / either / dual),
-    the mean ratio and the token count."""
+    """The share of the ratios the objective clipped (low / high / either / dual, and the objective's own
+    flags, e.g. CISPO's ``cispo_clip_ratio``) over the ratio level's units (``ratio.unit_fractions``: the
+    masked tokens, or at a sequence-wide level the sequences, as TRL counts them); ``clip_ratio/low_min`` and
+    ``/high_max``, the lowest / highest share of one sequence (TRL's); the mean ratio over the masked tokens
+    and the token count. ``weight/<name>``: the units a share is over (update.py weighs micro-batches by it)."""
     m = mask_NT.bool()
     low, high, extra = (objective_spec(c.objective).clipped or ppo_clipped)(ratio_NT, adv_NT, mask_NT, c)
     dual = (ratio_NT > c.dual_clip) & (adv_NT < 0) & m if c.dual_clip is not None else torch.zeros_like(m)
-    n = m.sum().clamp(min=1).float()
-    return {
+    flags = {
         **extra,
-        "clip_ratio/low_mean": (low.sum() / n).item(),
-        "clip_ratio/high_mean": (high.sum() / n).item(),
-        "clip_ratio/region_mean": ((low | high).sum() / n).item(),
-        "clip_ratio/dual_mean": (dual.sum() / n).item(),
-        "ratio/mean": (ratio_NT[m].sum() / n).item(),
-        "num_tokens": float(m.sum().item()),
+        "clip_ratio/low_mean": low,
+        "clip_ratio/high_mean": high,
+        "clip_ratio/region_mean": low | high,
+        "clip_ratio/dual_mean": dual,
     }
+    out: dict[str, float] = {}
+    for name, flag in flags.items():
+        if not isinstance(flag, torch.Tensor):  # a plugin's own metric, already a number
+            out[name] = float(flag)
+            continue
+        out[name], fractions_N, units = unit_fractions(flag, mask_NT, c.ratio_level)
+        out[f"weight/{name}"] = units
+        if name in ("clip_ratio/low_mean", "clip_ratio/high_mean"):  # TRL: nanmin / nanmax over the sequences
+            out[name.replace("_mean", "_min" if "low" in name else "_max")] = _nan_extreme(fractions_N, "low" in name)
+    n = m.sum().clamp(min=1).float()
+    return {**out, "ratio/mean": (ratio_NT[m].sum() / n).item(), "num_tokens": float(m.sum().item())}
+
+
+def _nan_extreme(x_N: torch.Tensor, lowest: bool) -> float:
+    """The min (``lowest``) or max of the non-NaN entries; NaN when there are none (TRL's nanmin / nanmax)."""
+    x = x_N[~torch.isnan(x_N)]
+    if x.numel() == 0:
+        return float("nan")
+    return float(x.min() if lowest else x.max())
 
 
 @torch.no_grad()

@@ -1,9 +1,11 @@
 """Token masks: which completion tokens the loss trains on. Pure functions of tensors.
 
-Each mask narrows ``completion_mask`` (1 on the model's own tokens): DAPO's overlong filtering
-drops truncated completions, the entropy top-fraction keeps the "forking" tokens, DeepSeek-V3.2's
-off-policy masking drops drifted negative sequences (inside the loss, since the drift changes with
-every update). algo/registry.py names them for the config.
+Each mask narrows ``completion_mask`` (1 on the model's own tokens), in one of two ways. DAPO's
+overlong filtering removes truncated completions from the loss altogether (normalisers, KL, metrics,
+as TRL's mask_truncated_completions). The entropy top-fraction and DeepSeek-V3.2's off-policy masking
+(inside the loss, since the drift changes with every update) remove tokens from the policy term only:
+those tokens keep their KL term and their place in the normalisers, as in the papers' objectives and
+TRL's code. algo/registry.py names them for the config (``StageSpec.policy_only``).
 """
 
 from __future__ import annotations

@@ -4,12 +4,15 @@
                    MO-GRPO component normalisation (reward.normalize_components),
                    KL in the reward (algo.kl_placement=reward, PPO / REINFORCE++)
     advantages  <- the advantage estimator ``algo.advantage`` names (the group baseline/scale family,
-                   process supervision, GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or a plugin),
+                   process supervision, GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or a plugin), fed
+                   NaN for an unscorable completion (every reward function returned None), which it
+                   leaves out of its statistics and gives advantage 0 (TRL's rule),
                    then EDGE's entropy-scaled advantage, TIS's per-token weights and IcePop /
                    MIS masking (a zero advantage, not a loss-mask entry: the masked token keeps
                    its place in the normaliser and the KL term, as in IcePop's objective)
-    loss_mask   <- completion_mask narrowed by every active token mask (DAPO overlong, entropy
-                   top-fraction, the user's ``algo.token_masks``)
+    loss_mask   <- completion_mask narrowed by every active token mask (DAPO overlong, the user's
+                   ``algo.token_masks``); policy_mask <- the loss mask narrowed by the policy-only ones
+                   (the entropy top-fraction): only the policy term reads it
     loss        <- LossSettings (objective, ratio level, clip, KL placement, entropy bonus), Normalisers
 
 Each stage is registered with its ``StageSpec`` (registry.py): the built-in reward, advantage and
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -33,6 +36,7 @@ from grpokit.config.sections import AlgoConfig
 from grpokit.types import Rollout, ScoredBatch, TokenBatch
 
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
+from .contexts import AdvantageContext, Collectives, MaskContext, OneProcess
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .lambda_grpo import LearnableLambda
 from .registry import (
@@ -49,19 +53,6 @@ from .tis import mismatch_mask, pad_sampling_logprobs, sampled_rows, tis_weights
 
 if TYPE_CHECKING:  # distill.py registers its stage last (the bottom of this file)
     from .distill import TeacherTopK
-
-
-class Collectives(Protocol):
-    """What the stages ask of the distributed context (train/distributed.py's DistContext; ``_OneProcess``
-    for one process): whether several ranks run, and rows gathered from or kept by this rank."""
-
-    active: bool
-
-    def gather_rows(self, x: torch.Tensor) -> torch.Tensor: ...
-
-    def local_rows(self, x: torch.Tensor) -> torch.Tensor: ...
-
-    def gather_varlen(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -130,9 +121,11 @@ class UpdateInputs:
 
     batch: TokenBatch
     advantages: torch.Tensor  # (N,) or (N, T)
-    loss_mask: torch.Tensor  # (N, T) completion tokens that count in the loss
+    loss_mask: torch.Tensor  # (N, T) completion tokens that count in the loss: normalisers, KL, metrics
     old_logp: torch.Tensor | None  # (N, T); None: the current policy is the old policy (mu = 1)
     ref_logp: torch.Tensor | None  # (N, T) when the KL is in the loss
+    policy_mask: torch.Tensor | None = None  # (N, T) tokens whose policy term (surrogate, entropy bonus) counts,
+    # within loss_mask: a policy-only token mask's (entropy top-fraction); None: all of loss_mask
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
     seq_weights: Callable[[slice], torch.Tensor] | None = None  # rows -> (n,) lambda-GRPO weights
     loss: LossSettings | None = None  # the objective's records (update_inputs sets them; loss_settings makes them)
@@ -148,44 +141,6 @@ class UpdateInputs:
     )
     support_mass: torch.Tensor | None = None  # (N, T) LogProbs.support_mass: the mismatch metrics' pi_old on support
     teacher_top_k: TeacherTopK | None = None  # algo.distill_top_k: the forward-KL term's teacher side (distill.py)
-
-
-@dataclass(frozen=True)
-class AdvantageContext:
-    """What an advantage estimator may read."""
-
-    algo: AlgoConfig
-    scored: ScoredBatch
-    rewards_N: torch.Tensor  # (N,) after the reward stages, CPU
-    mask_NT: torch.Tensor  # (N, T) completion mask
-    entropy_NT: torch.Tensor | None
-    group_size: int
-    dist: Collectives
-    process_fn: Callable | None = None
-    params: object | None = None  # the estimator's own parameters (advantage_params: its StageSpec.params record)
-
-
-@dataclass(frozen=True)
-class MaskContext:
-    """What a token mask may read; ``mask_NT`` is the mask so far."""
-
-    algo: AlgoConfig
-    mask_NT: torch.Tensor  # (N, T)
-    entropy_NT: torch.Tensor | None
-    finish_reasons: list[str]
-    dist: Collectives
-
-
-class _OneProcess:
-    """The distributed context of a single process: every collective is the identity."""
-
-    active = False
-
-    @staticmethod
-    def gather_rows(x):
-        return x
-
-    local_rows = gather_varlen = gather_rows
 
 
 # where the beta-weighted KL goes, by config name (algo.kl_placement): beta -> (beta in the reward, beta in the loss)
@@ -271,7 +226,7 @@ def _params_from(cls, a: AlgoConfig) -> object | None:
 
 def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: LogProbs) -> UpdateInputs:
     """The update's inputs for one step's ``scored`` batch (see the module docstring for the order)."""
-    a, dist = s.algo, s.dist or _OneProcess()
+    a, dist = s.algo, s.dist or OneProcess()
     if a.distill_top_k > 0 and lp.teacher_top_k is None:  # never train without the term the config asks for
         raise ValueError(
             f"algo.distill_top_k={a.distill_top_k} needs the teacher's top-k (train/distill_pass.py's teacher_top_k), "
@@ -283,17 +238,15 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
     for name in reward_stage_names(s):
         rewards_N, m = lookup("reward stage", name)(stage_ctx, rewards_N)
         metrics.update(m)
+    rewards_N = torch.where(scored.scored_N, rewards_N, torch.full_like(rewards_N, float("nan")))  # unscorable
     ctx = AdvantageContext(a, scored, rewards_N, mask, lp.entropy, G, dist, s.process_fn, advantage_params(a))
     advantages, adv_metrics = lookup("advantage", a.advantage)(ctx)
+    _check_unscorable(advantages, ctx)
     post_metrics = {}
     for name in advantage_stage_names(s):
         advantages, m = lookup("advantage stage", name)(stage_ctx, advantages)
         post_metrics.update(m)
-    loss_mask = mask
-    for name in mask_names(s):
-        loss_mask = lookup("token mask", name)(
-            MaskContext(a, loss_mask, lp.entropy, scored.rollout.finish_reasons, dist)
-        )
+    loss_mask, policy_mask = token_masks(s, mask, lp.entropy, scored.rollout.finish_reasons, dist)
     loss, norms = loss_settings(a)
     sampler_log_w, m = objective_sampler_weight(stage_ctx) if _tis_in_objective(s) else (None, {})
     post_metrics.update(m)
@@ -301,6 +254,7 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         batch=tokens,
         advantages=advantages.to(mask.device),
         loss_mask=loss_mask,
+        policy_mask=policy_mask,
         old_logp=lp.old,
         ref_logp=lp.ref if loss.kl.beta else None,
         turn_ids=turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
@@ -315,6 +269,38 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         support_mass=lp.support_mass,
         teacher_top_k=lp.teacher_top_k,
     )
+
+
+def token_masks(
+    s: StepSettings, mask: torch.Tensor, entropy: torch.Tensor | None, finish_reasons: list[str], dist: Collectives
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(loss_mask, policy_mask)`` ``(N, T)`` from the completion mask and every active token mask, in
+    order: a mask whose spec says ``policy_only`` (the entropy top-fraction) narrows the policy mask only
+    (its tokens keep their KL term and their place in the normalisers, as TRL's entropy mask), any other
+    (DAPO's overlong filter, a plugin by default) narrows the loss mask, as if its tokens were never
+    sampled. ``policy_mask`` is None when no policy-only mask ran (the policy term covers the loss mask)."""
+    loss_mask, policy_mask = mask, None
+    for name in mask_names(s):
+        policy_only = stage_spec("token mask", name).policy_only
+        so_far = loss_mask if policy_mask is None else policy_mask * loss_mask
+        narrowed = lookup("token mask", name)(MaskContext(s.algo, so_far, entropy, finish_reasons, dist))
+        if policy_only:
+            policy_mask = narrowed
+        else:
+            loss_mask = narrowed
+    return loss_mask, policy_mask * loss_mask if policy_mask is not None else None
+
+
+def _check_unscorable(advantages: torch.Tensor, ctx: AdvantageContext) -> None:
+    """An estimator that reads ``rewards_N`` must leave the unscorable rows (NaN there) out of its statistics:
+    one that let the NaN through is refused in one sentence instead of training on NaN."""
+    unscored = int((~ctx.scored_N).sum())
+    if unscored and not bool(torch.isfinite(advantages).all()):
+        raise ValueError(
+            f"advantage estimator {ctx.algo.advantage!r} returned non-finite advantages: {unscored} completion(s) "
+            "of this batch are unscorable (every reward function returned None) and ctx.rewards_N is NaN there; "
+            "leave those rows (ctx.scored_N False) out of its statistics and give them advantage 0"
+        )
 
 
 def sampler_record(rollout: Rollout, tokens: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:

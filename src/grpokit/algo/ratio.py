@@ -70,6 +70,27 @@ def _trajectory_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
 RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_ratio, "trajectory": _trajectory_ratio}
 
 
+@torch.no_grad()
+def unit_fractions(flag_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> tuple[float, torch.Tensor, float]:
+    """How a ratio level counts a per-token flag (e.g. "the objective clipped this ratio"):
+    ``(mean, fractions_N, units)``, the flagged share of the level's units, each sequence's flagged share
+    of its masked tokens, and the number of units.
+
+    ``"token"``: the units are the masked tokens; a sequence without any has fraction NaN (no share).
+    A sequence-wide level (sequence, turn, trajectory: one ratio per sequence or turn): the units are the
+    sequences, each weighing one whatever its length (TRL counts GSPO's clipped sequences, not tokens);
+    a sequence without masked tokens has fraction 0.
+    """
+    m = mask_NT.bool()
+    hits_N, n_N = (flag_NT.bool() & m).sum(dim=1).float(), m.sum(dim=1).float()
+    if level == "token":
+        n = float(n_N.sum())
+        return float(hits_N.sum()) / max(n, 1.0), hits_N / n_N, n  # 0 / 0 = NaN: a row without tokens
+    fractions_N = hits_N / n_N.clamp(min=1)
+    rows = float(fractions_N.numel())
+    return float(fractions_N.sum()) / max(rows, 1.0), fractions_N, rows
+
+
 def kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.Tensor, level: str) -> torch.Tensor:
     """The importance weight pi_theta / pi_old that multiplies the KL under ``kl_bias_correction``,
     with its gradient: per token, or ``exp(1/|o| sum_t log ratio)`` per sequence (a plain sequence

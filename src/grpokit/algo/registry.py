@@ -7,7 +7,7 @@ one the same way, from their own module::
     import grpokit.algo
 
     @grpokit.algo.register_advantage("my_adv")
-    def my_adv(ctx):                     # ctx: pipeline.AdvantageContext
+    def my_adv(ctx):                     # ctx: contexts.AdvantageContext
         return ctx.rewards_N - ctx.rewards_N.mean(), {}
 
 and selects it with ``algo.advantage=my_adv`` (once the module is imported), or without the
@@ -49,6 +49,10 @@ class StageSpec:
     active: Callable[[Any], bool] | None = None  # StepSettings -> whether it runs (None: when the config names it)
     params: Callable[..., Any] | None = None  # its own parameters: a record whose field names are its config fields
     config_errors: Callable[[Any], list[str]] | None = None  # Config -> one sentence per wrong value of its own
+    # a token mask only: it narrows the policy term alone (UpdateInputs.policy_mask: the surrogate and the entropy
+    # bonus), its tokens keeping their KL and their place in the normalisers (the entropy top-fraction, as TRL);
+    # False: it narrows the loss mask, as if its tokens had never been sampled (DAPO's overlong filter)
+    policy_only: bool = False
 
 
 UNDECLARED_STAGE = StageSpec(declared=False)
@@ -94,9 +98,9 @@ class ObjectiveSpec:
     params: Callable[[Any], Any] | None = None  # AlgoConfig -> its own parameters (ClipSettings.params); None: none
     config_errors: Callable[[Any], list[str]] | None = None  # AlgoConfig -> one sentence per wrong field of its own
     min_clip_high: float = 0.0  # the lowest algo.clip_high it accepts
-    clipped: Callable | None = (
-        None  # (ratio, adv, mask, clip) -> (low, high, extra metrics): which tokens it clips; None: PPO's
-    )
+    # which tokens it clips: (ratio, adv, mask, clip) -> (low, high, extra), boolean (N, T) each; extra maps a
+    # metric name to such a flag (counted as the clip ratios are: loss.clip_metrics) or to a number; None: PPO's
+    clipped: Callable | None = None
     metrics: Callable | None = None  # (ratio, adv, clip) -> extra metrics of its own
     sampler_weight: Callable | None = (
         None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the advantages)
@@ -120,8 +124,9 @@ def objective_spec(name: str) -> ObjectiveSpec:
 
 
 def register_token_mask(name: str, spec: StageSpec = UNDECLARED_STAGE) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn(ctx: MaskContext) -> mask_NT`` (a narrower loss mask) under ``name``, applied
-    when listed in ``algo.token_masks`` or when ``spec.active`` says so (the built-in ones)."""
+    """Decorator: ``fn(ctx: MaskContext) -> mask_NT`` (a narrower mask) under ``name``, applied when listed
+    in ``algo.token_masks`` or when ``spec.active`` says so (the built-in ones); it narrows the loss mask,
+    or only the policy term with ``StageSpec(policy_only=True)``."""
     return _register(TOKEN_MASKS, name, spec)
 
 

@@ -44,6 +44,9 @@ class Normalisers:
     num_sequences: float | None = None  # None: this batch's own count
     num_tokens: float | None = None  # None: this batch's own masked-token count
     norm_constant: float | None = None  # Dr. GRPO's constant C (seq-mean-token-sum-norm)
+    # the policy mask's tokens (LossTensors.policy_mask), the entropy bonus's token mean divides by them;
+    # None: this batch's own count of them, or num_tokens where no policy mask narrows the loss mask
+    num_policy_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class LossTensors:
     logp: torch.Tensor  # (N, T) log pi_theta, with gradient
     old_logp: torch.Tensor  # (N, T) log pi_old, detached
     advantages: torch.Tensor  # (N,) or (N, T)
-    mask: torch.Tensor  # (N, T) 1 on the tokens the loss trains on
+    mask: torch.Tensor  # (N, T) 1 on the tokens that count in the loss: normalisers, KL, metrics
     ref_logp: torch.Tensor | None = None  # (N, T) log pi_ref, read when kl.beta != 0
     entropy: torch.Tensor | None = None  # (N, T) token entropies, read when entropy.coef != 0
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token (ratio_level="turn")
@@ -83,6 +86,8 @@ class LossTensors:
     sampler_log_weight: torch.Tensor | None = (
         None  # (N,) an objective's share of TIS (ObjectiveSpec.sampler_weight), added to its log ratio
     )
+    policy_mask: torch.Tensor | None = None  # (N, T) within mask: the tokens whose policy term (surrogate, entropy
+    # bonus) counts, a policy-only token mask's (entropy top-fraction); None: all of mask
 
 
 @torch.no_grad()

@@ -62,7 +62,7 @@ class RewardResult:
     """Scores of one batch of N completions and F reward functions."""
 
     rewards_NF: torch.Tensor  # (N, F) float32; NaN where the function returned None (not applicable)
-    total_N: torch.Tensor  # (N,) sum over applicable functions of weight * reward
+    total_N: torch.Tensor  # (N,) sum over applicable functions of weight * reward (0 where none applied)
     names: list[str]
     weights: list[float]
     metrics: dict[str, float]
@@ -386,15 +386,17 @@ def _check_batch(n: int, group_size: int, prompts: list, completion_ids: list, c
 
 
 def _warn_unscored(rewards_NF: torch.Tensor, failed_NF: torch.Tensor, prompts: list, completions: list) -> None:
-    """A completion every function answered None for has a total of 0 (the sum of nothing); say so once a
-    batch with its prompt and completion (TRL's warning begins with the same words)."""
+    """A completion every function answered None for is unscorable: its total is 0 (the sum of nothing), but
+    the advantage stage leaves it out of its group's statistics and gives it advantage 0 (algo/pipeline.py,
+    TRL's rule); say so once a batch with its prompt and completion (TRL's warning begins with the same words)."""
     unscored = (rewards_NF.isnan() & ~failed_NF).all(dim=1).nonzero()
     if len(unscored):
         i = int(unscored[0, 0])
         log.warning(
             "All reward functions returned None for the following kwargs: %r; %d completion(s) of this batch "
-            "have no reward: a training step counts them as 0, a held-out evaluation leaves such prompts out (its "
-            "ungraded count); return a number from at least one function",
+            "have no reward: a training step gives them advantage 0 and leaves them out of their group's mean and "
+            "std (the logged reward counts them as 0), a held-out evaluation leaves such prompts out (its ungraded "
+            "count); return a number from at least one function",
             {"prompt": prompts[i], "completion": completions[i]},
             len(unscored),
         )

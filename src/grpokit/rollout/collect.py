@@ -78,9 +78,10 @@ def _cat_failed(batches: list[ScoredBatch]) -> torch.Tensor | None:
 
 def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[int] | None = None) -> ScoredBatch:
     """GFPO: keep ``keep`` completions of each group, the shortest (``"length"``) or those with the
-    highest reward per token (``"token_efficiency"``). Ties keep the earlier sample. Groups not in
+    highest reward per token (``"token_efficiency"``), scored ones first (an unscorable completion, which
+    every reward function returned None for, would train with advantage 0). Ties keep the earlier sample. Groups not in
     ``only_groups`` (adaptive mode) keep their first ``keep`` samples."""
-    G = batch.group_size
+    G, scored = batch.group_size, batch.scored_N.tolist()
     members = []
     for p in range(len(batch.prompts)):
         rows = list(range(p * G, (p + 1) * G))
@@ -89,9 +90,9 @@ def gfpo_keep(batch: ScoredBatch, keep: int, criterion: str, only_groups: list[i
             continue
         lengths = [max(1, len(batch.rollout.completion_ids[i])) for i in rows]
         if criterion == "length":
-            key = lambda g: (lengths[g], g)  # noqa: E731  GFPO: prefer short completions
+            key = lambda g: (not scored[rows[g]], lengths[g], g)  # noqa: E731  GFPO: prefer short completions
         elif criterion == "token_efficiency":
-            key = lambda g: (-batch.total_N[rows[g]].item() / lengths[g], g)  # noqa: E731  GFPO: reward per token
+            key = lambda g: (not scored[rows[g]], -batch.total_N[rows[g]].item() / lengths[g], g)  # noqa: E731
         else:
             raise ValueError(f"unknown GFPO criterion {criterion!r}; valid: length, token_efficiency")
         members.append(sorted(sorted(range(G), key=key)[:keep]))
@@ -138,7 +139,9 @@ def collect(
         elif oversample:
             batch = gfpo_keep(batch, G, gfpo_criterion)
         if dynamic_sampling:  # DAPO: drop groups whose rewards are all equal
-            informative = (~flat_groups(batch.total_N.view(-1, G))).nonzero()[:, 0].tolist()
+            # over the scored completions: one no function scored is no reward of 0
+            informative = (~flat_groups(batch.total_N.view(-1, G), valid=batch.scored_N.view(-1, G))).nonzero()
+            informative = informative[:, 0].tolist()
             dropped += len(batch.prompts) - len(informative)
             batch = select(batch, informative)
         rounds_kept.append(batch)
@@ -217,7 +220,7 @@ def _adaptive_extra(
     (easy prompts are padded with copies that ``gfpo_keep`` never selects). ``always``: call
     ``sample`` even with no hard prompt (several ranks: a sharded model samples in step)."""
     extra_n = sample_group_size - G
-    hard = [p for p in range(len(batch.prompts)) if batch.total_N[p * G : (p + 1) * G].mean() < threshold]
+    hard = [p for p in range(len(batch.prompts)) if _scored_mean(batch, p * G, (p + 1) * G) < threshold]
     more = sample([batch.prompts[p] for p in hard], extra_n) if hard or always else None
     rewards, totals, texts, sources, failed = [], [], [], [], []
     for p in range(len(batch.prompts)):
@@ -241,6 +244,12 @@ def _adaptive_extra(
     out = ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics)
     out.failed_NF = torch.stack(failed)
     return out, hard
+
+
+def _scored_mean(batch: ScoredBatch, start: int, stop: int) -> float:
+    """The mean reward of rows ``start:stop`` over those a reward function scored (0 when none was)."""
+    scored = batch.scored_N[start:stop]
+    return float(batch.total_N[start:stop][scored].mean()) if bool(scored.any()) else 0.0
 
 
 def kept_reward_metrics(batch: ScoredBatch) -> dict[str, float]:

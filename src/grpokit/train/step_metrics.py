@@ -28,11 +28,11 @@ STEP_ONLY = ("grad_norm/max",)  # the step's own (not one update's): grpokit.trl
 
 def step_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
     """One line of the metrics of the optimizer updates a step applied, in order: a key in LAST_OF_UPDATES is
-    the last update's, in SUM_OF_UPDATES summed, a ``..._max`` key the max; every other (``loss``,
-    ``grad_norm``, ``clip_ratio/*``, ``entropy``, ``ratio/mean`` ...) the mean over the updates that report it;
-    plus ``grad_norm/max``, the largest update's norm (a spike the mean would halve). ``{}`` for none (an
-    update spanning steps, train.accumulation_slices, still accumulating). One update: its own metrics, and
-    ``grad_norm/max`` = ``grad_norm``."""
+    the last update's, in SUM_OF_UPDATES summed, a ``..._max`` key the max, a ``..._min`` key the min; every
+    other (``loss``, ``grad_norm``, ``clip_ratio/*``, ``entropy``, ``ratio/mean`` ...) the mean over the
+    updates that report it; plus ``grad_norm/max``, the largest update's norm (a spike the mean would halve).
+    ``{}`` for none (an update spanning steps, train.accumulation_slices, still accumulating). One update: its
+    own metrics, and ``grad_norm/max`` = ``grad_norm``."""
     out: dict[str, float] = {}
     for k in dict.fromkeys(k for u in updates for k in u):
         vals = [u[k] for u in updates if k in u]
@@ -42,6 +42,8 @@ def step_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
             out[k] = sum(vals)
         elif k.endswith("_max"):
             out[k] = max(vals)
+        elif k.endswith("_min"):
+            out[k] = min(vals)
         else:
             out[k] = sum(vals) / len(vals)
     norms = [u["grad_norm"] for u in updates if "grad_norm" in u]

@@ -63,6 +63,7 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
         batch=inputs.batch.rows(rows),
         advantages=inputs.advantages[rows],
         loss_mask=inputs.loss_mask[rows],
+        policy_mask=cut(inputs.policy_mask),
         old_logp=cut(inputs.old_logp),
         ref_logp=cut(inputs.ref_logp),
         turn_ids=cut(inputs.turn_ids),
@@ -76,17 +77,26 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
 
 
 def _objective(inputs: UpdateInputs, dist) -> tuple[LossSettings, Normalisers]:
-    """The loss records of this update (``update_inputs`` sets them), with the whole batch's sequence
-    and token counts (over every rank)."""
+    """The loss records of this update (``update_inputs`` sets them), with the whole batch's sequence,
+    loss-token and policy-token counts (over every rank)."""
     if inputs.loss is None or inputs.norms is None:
         raise ValueError(
             "UpdateInputs.loss and .norms are None; build the inputs with algo.pipeline.update_inputs, "
             "or give both (algo.pipeline.loss_settings makes them from an AlgoConfig)"
         )
     num_tokens, num_sequences = float(inputs.loss_mask.sum().item()), float(inputs.batch.input_ids.shape[0])
+    num_policy = float(_policy_mask(inputs).sum().item())
     if dist is not None:  # data parallel: every rank divides by the whole batch's counts
         num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
-    return inputs.loss, dataclasses.replace(inputs.norms, num_sequences=num_sequences, num_tokens=num_tokens)
+        num_policy = dist.sum_float(num_policy)
+    return inputs.loss, dataclasses.replace(
+        inputs.norms, num_sequences=num_sequences, num_tokens=num_tokens, num_policy_tokens=num_policy
+    )
+
+
+def _policy_mask(inputs: UpdateInputs) -> torch.Tensor:
+    """The tokens whose policy term counts (UpdateInputs.policy_mask, or all of the loss mask)."""
+    return inputs.loss_mask if inputs.policy_mask is None else inputs.policy_mask
 
 
 def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
@@ -114,8 +124,10 @@ class Accumulator:
     slices: int = 0
     loss: float = 0.0  # the loss summed over micro-batches
     tokens: float = 0.0  # the slices' loss tokens (over every rank): divisor of the token-weighted metrics
-    sums: dict = dataclasses.field(default_factory=dict)  # token-weighted metric sums
-    ent_sum: float = 0.0  # entropy over every completion token
+    sums: dict = dataclasses.field(default_factory=dict)  # token-weighted metric sums (unit-weighted: units)
+    units: dict = dataclasses.field(default_factory=dict)  # a share's own units summed (objective_loss's weight/)
+    extremes: dict = dataclasses.field(default_factory=dict)  # *_min / *_max metrics: the update's min / max
+    ent_sum: float = 0.0  # entropy over the loss mask's tokens (add_entropy)
     ent_tok: float = 0.0
     terms: dict = dataclasses.field(
         default_factory=lambda: dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0)
@@ -125,18 +137,21 @@ class Accumulator:
     sampled: bool = False  # a slice carried sampler log-probabilities (mismatch metrics)
 
 
-def window_counts(batch: UpdateInputs, part: UpdateInputs, parts: int, window: int, dist=None) -> tuple[float, float]:
-    """``(sequences, tokens)`` that slice ``part`` of ``batch`` (cut into ``parts``) divides its loss by
-    when ``window`` slices make one update (train.accumulation_slices), as TRL divides a micro-step's:
-    its rows x window, so per-sequence means (grpo, dr_grpo) become a mean over the window's equal
-    slices; and the batch's loss tokens x window / parts, the tokens of an average window (TRL's
-    dapo/cispo/vespo normaliser). Counts over every rank.
+def window_counts(
+    batch: UpdateInputs, part: UpdateInputs, parts: int, window: int, dist=None
+) -> tuple[float, float, float]:
+    """``(sequences, tokens, policy tokens)`` that slice ``part`` of ``batch`` (cut into ``parts``) divides
+    its loss by when ``window`` slices make one update (train.accumulation_slices), as TRL divides a
+    micro-step's: its rows x window, so per-sequence means (grpo, dr_grpo) become a mean over the window's
+    equal slices; and the batch's loss tokens x window / parts, the tokens of an average window (TRL's
+    dapo/cispo/vespo normaliser; the policy-mask tokens likewise, for the entropy bonus). Counts over every rank.
     Example: 8 rows, 40 loss tokens, parts 4, window 3: a 2-row slice divides by 6 sequences and 30 tokens.
     """
     rows, tokens = float(part.batch.input_ids.shape[0]), float(batch.loss_mask.sum().item())
+    policy = float(_policy_mask(batch).sum().item())
     if dist is not None:
-        rows, tokens = dist.sum_float(rows), dist.sum_float(tokens)
-    return rows * window, tokens * window / parts
+        rows, tokens, policy = dist.sum_float(rows), dist.sum_float(tokens), dist.sum_float(policy)
+    return rows * window, tokens * window / parts, policy * window / parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +177,7 @@ def accumulate(
     fw: Forwards,
     *,
     dist=None,
-    counts: tuple[float, float] | None = None,
+    counts: tuple[float, float, float] | None = None,
 ) -> None:
     """Backpropagate one slice, micro-batch by micro-batch, into the parameters' ``.grad`` and add its
     metric sums to ``acc`` (a fresh ``acc`` starts from zero gradients). Micro-batches hold at most
@@ -177,7 +192,13 @@ def accumulate(
 
 
 def begin_slice(
-    model, optimizer, inputs: UpdateInputs, acc: Accumulator, *, dist=None, counts: tuple[float, float] | None = None
+    model,
+    optimizer,
+    inputs: UpdateInputs,
+    acc: Accumulator,
+    *,
+    dist=None,
+    counts: tuple[float, float, float] | None = None,
 ) -> tuple[LossSettings, Normalisers]:
     """What every loss stage does before its micro-batches: the slice's loss records and normalisers
     (``counts`` replacing its own when slices share an update), the model in training mode, the
@@ -185,7 +206,7 @@ def begin_slice(
     settings, norms = _objective(inputs, dist)
     acc.tokens += norms.num_tokens
     if counts is not None:
-        norms = dataclasses.replace(norms, num_sequences=counts[0], num_tokens=counts[1])
+        norms = dataclasses.replace(norms, num_sequences=counts[0], num_tokens=counts[1], num_policy_tokens=counts[2])
     model.train()
     if acc.slices == 0:
         optimizer.zero_grad(set_to_none=True)
@@ -225,13 +246,37 @@ def _micro_step(
     acc.loss += loss.item()
     n_tok = m.pop("num_tokens")
     if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
-        _add_bonus(acc.terms, m.pop("entropy/bonus"), entropy, inputs.loss_mask[rows])
-    for k, v in m.items():  # token-weighted means over micro-batches
-        acc.sums[k] = acc.sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
-    # entropy over every completion token, also those a variant leaves out of the loss
-    acc.ent_sum += float((entropy.detach() * mb.completion_mask).sum().item())
-    acc.ent_tok += float(mb.completion_mask.sum().item())
+        _add_bonus(acc.terms, m.pop("entropy/bonus"), entropy, _policy_mask(inputs)[rows])
+    _add_loss_metrics(acc, m, n_tok)
+    # entropy over the loss mask's tokens, as TRL's (truncated completions masked out leave it; the entropy
+    # top-fraction's other tokens stay: that mask narrows the policy term only)
+    add_entropy(acc, entropy, inputs.loss_mask[rows])
     _add_mismatch(acc.mismatch, inputs, rows, old, mb)
+
+
+def _add_loss_metrics(acc: Accumulator, m: dict[str, float], n_tok: float) -> None:
+    """Add one micro-batch's ``objective_loss`` metrics to ``acc``: a share with a ``weight/<name>`` entry
+    weighed by those units (the clip ratios: sequences at a sequence-wide ratio level), ``*_min`` / ``*_max``
+    kept as the update's min / max (NaN while no sequence had one), ``offpolicy/`` counts summed, every
+    other metric weighed by the micro-batch's loss tokens."""
+    units = {k.removeprefix("weight/"): v for k, v in m.items() if k.startswith("weight/")}
+    for k, v in m.items():
+        if k.startswith("weight/"):
+            continue
+        if k.endswith(("_min", "_max")):
+            acc.extremes[k] = _extreme(acc.extremes.get(k, math.nan), v, lowest=k.endswith("_min"))
+        elif k in units:
+            acc.sums[k] = acc.sums.get(k, 0.0) + v * units[k]
+            acc.units[k] = acc.units.get(k, 0.0) + units[k]
+        else:
+            acc.sums[k] = acc.sums.get(k, 0.0) + (v if k.startswith("offpolicy/") else v * n_tok)
+
+
+def _extreme(a: float, b: float, lowest: bool) -> float:
+    """The min (``lowest``) or max of two numbers, NaN standing for none (NaN only when both are)."""
+    if math.isnan(a) or math.isnan(b):
+        return b if math.isnan(a) else a
+    return min(a, b) if lowest else max(a, b)
 
 
 def apply_update(
@@ -239,13 +284,14 @@ def apply_update(
 ) -> dict[str, float]:
     """The optimizer step on the gradient ``acc`` holds: sum it over ranks, clip its norm, step (a
     non-finite loss or norm skips the step); returns the update's metrics."""
-    loss_total, ent_sum, ent_tok, terms, sums, mismatch = (
+    loss_total, ent_sum, ent_tok, terms, sums, mismatch, units = (
         acc.loss,
         acc.ent_sum,
         acc.ent_tok,
         acc.terms,
         acc.sums,
         acc.mismatch,
+        acc.units,
     )
     params = [p for g in optimizer.param_groups for p in g["params"]]
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
@@ -253,10 +299,14 @@ def apply_update(
         loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
         terms = {k: dist.sum_float(v) for k, v in terms.items()}
         sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
+        units = {k: dist.sum_float(v) for k, v in sorted(units.items())}
         mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    metrics = {k: (v if k.startswith("offpolicy/") else v / max(acc.tokens, 1.0)) for k, v in sums.items()}
+    metrics = {
+        k: (v if k.startswith("offpolicy/") else v / max(units.get(k, acc.tokens), 1.0)) for k, v in sums.items()
+    }
+    metrics.update(acc.extremes)  # per rank, as the mismatch maxima: reduce_metrics takes the min / max over ranks
     metrics.update(
         loss=loss_total,
         grad_norm=grad_norm,
@@ -288,7 +338,16 @@ def _loss_tensors(
         seq_weights=inputs.seq_weights(rows) if inputs.seq_weights is not None else None,
         ratio_mask=mb.completion_mask,
         sampler_log_weight=cut(inputs.sampler_log_weight),
+        policy_mask=cut(inputs.policy_mask),
     )
+
+
+def add_entropy(acc: Accumulator, entropy_NT: torch.Tensor, mask_NT: torch.Tensor) -> None:
+    """Add one micro-batch's entropy sum and token count over ``mask_NT`` (the loss mask) to the update's
+    ``entropy`` metric."""
+    mask = mask_NT.to(entropy_NT.device, entropy_NT.dtype)
+    acc.ent_sum += float((entropy_NT.detach() * mask).sum().item())
+    acc.ent_tok += float(mask.sum().item())
 
 
 def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: float) -> dict[str, float]:
@@ -336,8 +395,8 @@ def _forward(model, mb: TokenBatch, fw: Forwards, entropy_grad: bool, top=None):
 
 
 def _add_bonus(acc: dict[str, float], bonus: float, entropy_NT: torch.Tensor, loss_mask_NT: torch.Tensor) -> None:
-    """Add one micro-batch's entropy bonus and its loss tokens' entropy sum and count to ``acc``
-    (adaptive entropy control measures the loss tokens: TRL's controller reads the same set)."""
+    """Add one micro-batch's entropy bonus and its policy tokens' entropy sum and count to ``acc``
+    (adaptive entropy control measures the tokens the bonus acts on: TRL's controller reads the same set)."""
     mask = loss_mask_NT.to(entropy_NT.device, entropy_NT.dtype)
     acc["entropy/bonus"] += bonus
     acc["sum"] += float((entropy_NT.detach() * mask).sum().item())

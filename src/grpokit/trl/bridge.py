@@ -55,11 +55,9 @@ def trl_step_metrics(
     metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float
 ) -> dict[str, float]:
     """One TRL step's entry: on the round's first update its sampling metrics, always the update's own
-    (loss, grad_norm, clip ratios ...) with TRL's single-process ``clip_ratio/low_min`` and ``/high_max``."""
+    (loss, grad_norm, clip ratios ... with ``clip_ratio/low_min`` and ``/high_max``, TRL's lowest / highest
+    per-sequence clipped share: algo/loss.py clip_metrics)."""
     out = {**metrics, **update} if first else dict(update)
-    for name, kind in (("low", "min"), ("high", "max")):  # TRL: the min / max over processes of the rank means
-        if f"clip_ratio/{name}_mean" in out:
-            out[f"clip_ratio/{name}_{kind}"] = out[f"clip_ratio/{name}_mean"]
     out["step_time"] = step_time
     return out
 

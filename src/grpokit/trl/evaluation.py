@@ -17,6 +17,7 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
+from grpokit.algo.masks import truncated_sequences_mask
 from grpokit.data.prompts import to_prompts
 from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
@@ -45,11 +46,13 @@ def eval_batch_metrics(
     ro, P = sb.rollout, len(prompts)
     batch = make_token_batch(ro, trainer.tokenizer.pad_token_id, trainer.device)
     logp, entropy = trainer.logprobs(trainer.model, batch, entropy=True)
-    if G > 1:
-        adv, _ = group_advantages(sb.total_N.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
+    if G > 1:  # an unscorable completion (every function returned None) is NaN: left out, advantage 0 (as TRL)
+        rewards = torch.where(sb.scored_N, sb.total_N, torch.full_like(sb.total_N, float("nan")))
+        adv, _ = group_advantages(rewards.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
     else:  # num_generations_eval=1: each completion is its own group mean, so its advantage is 0 (as TRL)
         adv = torch.zeros(P, 1)
-    mask = batch.completion_mask
+    mask = batch.completion_mask  # TRL's eval loss and entropy leave masked truncated completions out, as training
+    mask = truncated_sequences_mask(mask, ro.finish_reasons) if a.mask_truncated else mask
     ctrl = trainer.stage_state("entropy_control")  # TRL's eval loss carries the bonus the next train step applies
     coef = ctrl.applied() if ctrl is not None else a.entropy_coef
     loss, m = policy_loss(

@@ -33,10 +33,10 @@ _AGGREGATION = {
 def loss_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     if a.loss_type not in _AGGREGATION:
         raise refuse("loss_type", a.loss_type, ", ".join(_AGGREGATION))
-    out = {
-        "algo.aggregation": _AGGREGATION[a.loss_type],
-        "algo.norm_constant": 0.0,
-    }  # dr_grpo: 0 = max_completion_length
+    # dr_grpo divides by max_completion_length itself, not by the sampling limit (generation_kwargs'
+    # max_new_tokens may set another one); the other loss types read no constant
+    constant = float(a.max_completion_length) if a.loss_type == "dr_grpo" else 0.0
+    out = {"algo.aggregation": _AGGREGATION[a.loss_type], "algo.norm_constant": constant}
     if a.loss_type == "cispo":  # TRL caps the IS weight at epsilon_high itself; grpokit's cap is 1 + clip_high
         # unset, TRL's cap is epsilon (0.2 by default): every weight at most 0.2, as TRL's code does (its
         # docs suggest 5.0)
@@ -196,6 +196,7 @@ REWARD_SCALING = Rule(
 LOSS_TYPE = Rule(
     (
         "loss_type",
+        "max_completion_length",
         "sapo_temperature_pos",
         "sapo_temperature_neg",
         "vespo_k_pos",
@@ -205,6 +206,7 @@ LOSS_TYPE = Rule(
     ),
     (
         "algo.aggregation",
+        "algo.norm_constant",
         "algo.objective",
         "algo.sapo_tau_pos",
         "algo.sapo_tau_neg",
@@ -213,7 +215,8 @@ LOSS_TYPE = Rule(
         "algo.vespo_neg",
     ),
     "grpo and sapo: seq-mean-token-mean, dapo, bnpo, cispo and vespo: token-mean, dr_grpo: "
-    "seq-mean-token-sum-norm, "
+    "seq-mean-token-sum-norm with norm_constant = max_completion_length (TRL's divisor, even where "
+    "generation_kwargs' max_new_tokens samples fewer tokens), "
     "luspo: seq-mean-token-sum (the clipped surrogate summed over each completion); "
     "cispo: objective cispo, clip_high = epsilon_high - 1 (TRL's epsilon_high is the weight's cap); "
     "sapo: objective sapo with the two temperatures; vespo: objective vespo at ratio_level trajectory "

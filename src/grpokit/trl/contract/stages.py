@@ -199,6 +199,7 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
     from grpokit.algo.loss import objective_loss
     from grpokit.algo.pipeline import loss_settings
     from grpokit.algo.settings import LossTensors
+    from grpokit.train.update import add_entropy
 
     prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
     completion_mask = inputs["completion_mask"]
@@ -229,12 +230,12 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
         turn_ids=cut(getattr(update, "turn_ids", None)),
         seq_weights=update.seq_weights(rows) if update is not None and update.seq_weights is not None else None,
         sampler_log_weight=cut(getattr(update, "sampler_log_weight", None)),
+        policy_mask=cut(getattr(update, "policy_mask", None)),
     )
     loss, _ = objective_loss(tensors, settings, norms)
     if aux is not None:  # a Mixture-of-Experts router loss, each micro-batch weighed by its rows (as grpokit's loss)
         share = completion_ids.size(0) / (norms.num_sequences or completion_ids.size(0))
         loss = loss + facade.router_aux_loss_coef * share * aux
-    if acc is not None:  # the update's entropy metric, over every completion token
-        acc.ent_sum += float((entropies.detach() * completion_mask).sum().item())
-        acc.ent_tok += float(completion_mask.sum().item())
+    if acc is not None:  # the update's entropy metric, over the loss mask (TRL's `mask`)
+        add_entropy(acc, entropies, mask)
     return loss
