@@ -1,6 +1,6 @@
 """Two gloo ranks log the metrics one process logs on the same global batch: every metric by its rule over ranks
 (record/rank_reduction.py), the reward statistics, "solved" and the domains over every rank's rows; the job's
-throughput.
+throughput; and a rank's failure named in summary.json, the doctor and the command line.
 
 Sampling is scripted (helpers/distributed.py), so the global batch is the same on any rank layout.
 """
@@ -29,6 +29,12 @@ def letters_only(prompts, completions, **kwargs):
     digit prompt: ranks then hold different numbers of scored completions, and a rank whose groups are all digit
     prompts has a best reward of 0."""
     return [1.0 if p.isalpha() else "no" if len(c) % 2 == 0 else 0.0 for p, c in zip(prompts, completions)]
+
+
+def fails_on_rank_1(prompts, completions, **kwargs):
+    if dist.is_initialized() and dist.get_rank() == 1 and kwargs["trainer_state"].global_step == 1:
+        raise RuntimeError("rank 1's verifier broke")
+    return [1.0] * len(completions)
 
 
 def run(model_dir, out, reward, **over):
@@ -83,3 +89,21 @@ def test_two_ranks_log_every_metric_one_process_logs(tiny_model_dir, tmp_path):
         # the job's throughput: every rank's tokens (16 completions) over the step's seconds
         tokens = b["completions/mean_length"] * 16
         assert b["tokens_per_second"] * b["time/step"] == pytest.approx(tokens, rel=0.05), step
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_named_in_the_summary_and_by_the_doctor(tiny_model_dir, tmp_path):
+    from grpokit.record.doctor import diagnose
+    from grpokit.record.report_data import load_run
+
+    out = tmp_path / "two"
+    codes = spawn(tmp_path, tiny_model_dir, out, fails_on_rank_1)
+    assert codes[0] != 0 and codes[1] != 0
+    failed = json.loads((out / "summary.json").read_text())["failed"]
+    assert failed["rank"] == 1 and failed["step"] == 1
+    assert "rank 1's verifier broke" in failed["error"] and "RewardError" in failed["error"]
+    assert "RuntimeError" in failed["rank_0_saw"]  # what rank 0 itself saw: the collective broken under it
+    record = json.loads((out / "failed-rank1.json").read_text())
+    assert record["error"] == failed["error"] and record["collective"] is False
+    finding = next(f for f in diagnose(load_run(out)) if f.code == "run_failed")
+    assert "on rank 1" in finding.evidence and "rank 1's verifier broke" in finding.evidence
