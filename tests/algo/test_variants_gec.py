@@ -52,6 +52,18 @@ def test_all_wrong_group_gets_a_corrected_rescored_member(mode):
     assert sb.metrics["gec/corrected_groups"] == 1.0 and sb.metrics["gec/injected_reward_mean"] == 1.0
 
 
+def test_the_failure_mask_follows_the_corrected_rows():
+    """Rows 1 (in the all-wrong group) and 3 had failed; row 1 is replaced by a correction the runner scored
+    without failure, row 3 keeps its mark. Before, the corrected batch dropped the mask altogether, so the
+    step's rewards/<f>/mean counted failure_value as a score."""
+    tok = char_tokenizer()
+    runner = RewardRunner([RewardSpec(fn=contains_answer, name="contains_answer", weight=1.0)], num_workers=0)
+    sb0 = _batch(tok)
+    sb0.failed_NF = torch.tensor([[False], [True], [False], [True]])
+    sb = gec.correct(sb0, tok, runner, mode="gold", render=render, reflection="", max_reward=0.0, eos_id=1)
+    assert sb.failed_NF[:, 0].tolist() == [False, False, False, True]
+
+
 def test_no_all_wrong_group_changes_nothing():
     tok = char_tokenizer()
     sb0 = _batch(tok)

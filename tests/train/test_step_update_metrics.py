@@ -2,6 +2,9 @@
 
 import math
 
+import pytest
+import torch
+
 from grpokit.train.step_metrics import step_update_metrics
 
 
@@ -43,3 +46,43 @@ def test_reward_std_is_the_mean_of_the_groups_population_std():
     sb, _ = scored([0.0, 1.0, 1.0, 1.0], 2, [2, 2, 2, 2])
     m = sampling_metrics(sb, SimpleNamespace(metrics={}), same_length_min_tokens=8)
     assert (m["reward"], m["reward_std"]) == (0.75, 0.25)
+
+
+class _RankZeroOfTwo:
+    """Rank 0 of a 2-rank job for job_rows: the other rank's rows and tags are fixed."""
+
+    active = True
+
+    def __init__(self, rows, tags):
+        self.rows, self.tags = rows, tags
+
+    def gather_rows(self, x):
+        return torch.cat([x, self.rows.to(x.dtype)])
+
+    def gather_objects(self, obj):
+        return [obj, self.tags]
+
+
+def test_reward_statistics_and_solved_groups_are_taken_over_every_ranks_rows():
+    """Rank 0 holds one group of 2 that scored [0, 0]; rank 1 one group [1, 1] whose second completion failed
+    (it holds failure_value 0 then, so its total is 0 too: [1, 0]).
+
+    Over the job's rows the function scored 0, 0, 1 (the failure left out): mean 1/3, population std
+    sqrt(((1/3)^2 * 2 + (2/3)^2) / 3) = sqrt(2/9) = 0.4714; rank 0's own rows would give mean 0, std 0. The
+    job's best total is 1, so rank 0's all-zero group is not solved (its own best, 0, would call it solved)."""
+    from types import SimpleNamespace
+
+    from grpokit.train.step_metrics import job_rows, sampling_metrics
+    from helpers.pipeline_batches import scored
+
+    sb, _ = scored([0.0, 0.0], 2, [3, 4])
+    # the other rank's rows as job_rows gathers them: total, the function's reward, failed (1.0), length
+    other = torch.tensor([[1.0, 1.0, 0.0, 5.0], [0.0, 0.0, 1.0, 2.0]])
+    rows = job_rows(sb, _RankZeroOfTwo(other, [None]))
+    assert rows.lengths == [3, 4, 5, 2] and rows.failed_NF[:, 0].tolist() == [False, False, False, True]
+    m = sampling_metrics(sb, SimpleNamespace(metrics={}), same_length_min_tokens=8, rows=rows)
+    assert m["rewards/r/mean"] == pytest.approx(1 / 3)
+    assert m["rewards/r/std"] == pytest.approx((2 / 9) ** 0.5)
+    assert m["completions/frac_groups_solved"] == 0.0 and m["completions/reward_max"] == 1.0
+    alone = sampling_metrics(sb, SimpleNamespace(metrics={}), same_length_min_tokens=8)  # one process: its own
+    assert (alone["rewards/r/mean"], alone["rewards/r/std"], alone["completions/frac_groups_solved"]) == (0, 0, 1)

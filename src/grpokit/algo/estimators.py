@@ -24,6 +24,7 @@ from .advantages import group_advantages, process_advantages
 from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
 from .entropy_shaping import GTPO_NORMALIZATIONS, grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
 from .masks import entropy_token_mask, truncated_sequences_mask
+from .rank_stats import over_ranks
 from .registry import StageSpec, register_advantage, register_token_mask
 
 
@@ -89,7 +90,21 @@ def process_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     for i, seq in enumerate(steps):
         for k, (end, value) in enumerate(seq):
             rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
-    return process_advantages(rewards, ends, mask, G, ctx.mask_NT.shape[1], std=ctx.algo.std, eps=ctx.algo.adv_eps)
+    adv, metrics = process_advantages(
+        rewards, ends, mask, G, ctx.mask_NT.shape[1], std=ctx.algo.std, eps=ctx.algo.adv_eps
+    )
+    return adv, _job_metrics(ctx, metrics, {"advantages": mask.sum()})  # over the real steps
+
+
+def _job_metrics(ctx, metrics: dict[str, float], counts: dict[str, float | torch.Tensor]) -> dict[str, float]:
+    """The metrics of an estimator that sees this rank's groups only, made the job's (several ranks;
+    algo/rank_stats.py): zero-std groups counted over every rank, each statistic weighted by the values it
+    covers on this rank (``counts``, by key or prefix: ``advantages``, ``gigpo/step_advantages`` ...)."""
+    weights = {
+        "frac_reward_zero_std": float(len(ctx.rewards_N) // ctx.group_size),
+        **{k: float(v) for k, v in counts.items()},
+    }
+    return over_ranks(metrics, ctx.dist, weights, sums=("num_zero_std_groups",))
 
 
 def turn_ids(ro, width: int) -> torch.Tensor:
@@ -167,6 +182,9 @@ def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
         std=a.std,
         eps=a.adv_eps,
     )
+    steps = mask.sum()  # the real steps of this rank's episodes; "advantages" are the episodes' (A_E)
+    step_keys = ("gigpo/step_advantages", "gigpo/step_group_size_mean", "gigpo/singleton_step_fraction")
+    metrics = _job_metrics(ctx, metrics, {"advantages": len(ctx.rewards_N), **dict.fromkeys(step_keys, steps)})
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
@@ -178,6 +196,7 @@ def gagpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     adv_NS, metrics = gagpo_advantages(
         rewards, states, mask, ctx.group_size, gamma=p.step_gamma, lam=p.gae_lambda, std=a.std, eps=a.adv_eps
     )
+    metrics = _job_metrics(ctx, metrics, dict.fromkeys(("advantages", "gagpo/value_proxy"), mask.sum()))
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
@@ -226,16 +245,19 @@ def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
     r_PG = ctx.rewards_N.float().view(-1, ctx.group_size)
     b1, b2 = p.shaping_base_weight, p.shaping_entropy_weight
-    pools = None
-    if dist.active:  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
-        shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
-        pools = (
-            dist.gather_varlen(shaped[valid & pos_N[:, None]]),
-            dist.gather_varlen(shaped[valid & ~pos_N[:, None]]),
+    if not dist.active:
+        return gtpo_advantages(
+            r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=p.gtpo_normalization, std=a.std, eps=a.adv_eps
         )
-    return gtpo_advantages(
+    shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
+    pools = (  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
+        dist.gather_varlen(shaped[valid & pos_N[:, None]]),
+        dist.gather_varlen(shaped[valid & ~pos_N[:, None]]),
+    )
+    adv, metrics = gtpo_advantages(
         r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=p.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
     )
+    return adv, _job_metrics(ctx, metrics, dict.fromkeys(("advantages", "gtpo/shaped_reward"), valid.sum()))
 
 
 @register_advantage("grpo_s", StageSpec(needs_entropy=True, params=ShapingParams))

@@ -39,6 +39,7 @@ from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normali
 from .contexts import AdvantageContext, Collectives, MaskContext, OneProcess
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .lambda_grpo import LearnableLambda
+from .rank_stats import over_ranks
 from .registry import (
     StageSpec,
     active_stages,
@@ -346,7 +347,8 @@ def kl_in_reward(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tens
     rewards_N, kl_N = kl_penalized_rewards(
         rewards_N, lp.old.cpu(), lp.ref.cpu(), mask, a.beta, a.kl_estimator, a.kl_clamp or None
     )
-    return rewards_N, {"kl": (kl_N.sum() / mask.sum().clamp(min=1)).item()}
+    kl = {"kl": (kl_N.sum() / mask.sum().clamp(min=1)).item()}  # per token of this rank: the job's, token-weighted
+    return rewards_N, over_ranks(kl, ctx.dist, {"kl": float(mask.sum())})
 
 
 @register_advantage_stage(
@@ -357,9 +359,10 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
     batch-wide mean entropy."""
     a = ctx.settings.algo
     ent_N = response_entropy(ctx.logprobs.entropy.float().cpu(), ctx.tokens.completion_mask.float().cpu())
-    return entropy_scaled_advantages(
+    adv, metrics = entropy_scaled_advantages(
         advantages, ent_N, ctx.dist.gather_rows(ent_N).mean(), a.entropy_advantage_max_scale or None
     )
+    return adv, over_ranks(metrics, ctx.dist, {"eda/scale": float(len(ent_N))})  # every rank's completions
 
 
 @register_advantage_stage("tis", StageSpec(needs_old=True, active=lambda s: s.tis.cap > 0 and not _tis_in_objective(s)))
@@ -372,7 +375,14 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     w_NT, metrics = tis_weights(
         old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor
     )
-    return _per_token(advantages, w_NT), metrics
+    return _per_token(advantages, w_NT), _over_tokens(ctx, metrics)
+
+
+def _over_tokens(ctx: StageContext, metrics: dict[str, float]) -> dict[str, float]:
+    """A stage's token statistics of this rank made the job's (several ranks): every one weighted by the rank's
+    completion tokens, its maxima and minima over every rank (algo/rank_stats.py)."""
+    tokens = float(ctx.tokens.completion_mask.sum())
+    return over_ranks(metrics, ctx.dist, dict.fromkeys(metrics, tokens))
 
 
 def _tis_in_objective(s: StepSettings) -> bool:
@@ -392,7 +402,7 @@ def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str,
     w_NT, metrics = tis_weights(
         old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis.cap, s.tis.mode, s.tis.floor
     )
-    return objective_spec(s.algo.objective).sampler_weight(w_NT), metrics
+    return objective_spec(s.algo.objective).sampler_weight(w_NT), _over_tokens(ctx, metrics)
 
 
 @register_advantage_stage("mismatch_mask", StageSpec(needs_old=True, active=lambda s: s.mismatch.mode != "none"))
@@ -403,7 +413,7 @@ def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> t
     keep_NT, metrics = mismatch_mask(
         ctx.logprobs.on_support(), ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high
     )
-    return _per_token(advantages, keep_NT), metrics
+    return _per_token(advantages, keep_NT), _over_tokens(ctx, metrics)
 
 
 from . import distill  # noqa: E402,F401  (registers on-policy distillation's advantage stage, last)

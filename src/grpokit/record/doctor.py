@@ -40,6 +40,7 @@ from .learning_checks import (
     check_truncation,
     check_zero_std,
 )
+from .rank_failures import job_failure
 from .report_data import Run
 from .run_series import heldout_series, last_step
 from .signal_checks import (
@@ -198,7 +199,7 @@ def run_notes(run: Run) -> list[Note]:
         notes.append(
             Note("stopped", f"the run was stopped by {sig} at step {last_step(run)}, before its final evaluation")
         )
-    elif run.summary and not run.finished and "failed" not in run.summary:  # a failed run is a finding
+    elif run.summary and not run.finished and job_failure(run.summary, run.path) is None:  # a failed run: a finding
         notes.append(
             Note("in_progress", f"the run has not finished (summary.json has no steps): read at step {last_step(run)}")
         )

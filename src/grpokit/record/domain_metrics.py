@@ -14,7 +14,8 @@ A step's metrics, per domain d (its groups only):
     domain/<d>/prompts       its prompts in the batch
     domain/<d>/completion_length  mean completion length (the model's tokens)
 
-Batches without the column (a run without domains) get none of these.
+Batches without the column (a run without domains) get none of these. Under torchrun they are taken over
+every rank's rows (``domain_stats``), so ``prompts`` counts the job's groups of d.
 """
 
 from __future__ import annotations
@@ -30,19 +31,26 @@ FULL = 1 - 1e-6
 def domain_metrics(sb: ScoredBatch, graders: dict[str, str]) -> dict[str, float]:
     """The step's metrics of every domain present in ``sb`` (``{}`` without a domain column). ``graders``: each
     domain's grader column among ``sb.names``; a domain not in it gets no ``accuracy``."""
-    G = sb.group_size
     tags = [p.columns.get(COLUMN) for p in sb.prompts]
+    return domain_stats(tags, sb.total_N, sb.rewards_NF, sb.names, sb.rollout.model_lengths(), sb.group_size, graders)
+
+
+def domain_stats(
+    tags: list, total_N: torch.Tensor, rewards_NF: torch.Tensor, names: list[str], lengths: list[int], G: int, graders
+) -> dict[str, float]:
+    """``domain_metrics`` of rows given one by one: each prompt's domain (``tags``, P), the completions' totals
+    ``(N,)``, rewards ``(N, F)`` of the functions ``names`` and model lengths, N = P * G grouped by prompt. Under
+    torchrun the trainer passes every rank's rows (a domain's groups are spread unevenly over the ranks)."""
     if not any(isinstance(t, str) for t in tags):
         return {}
-    totals_PG = sb.total_N.view(len(sb.prompts), G)
-    lengths = sb.rollout.model_lengths()
+    totals_PG = total_N.view(len(tags), G)
     out: dict[str, float] = {}
     for d in sorted({t for t in tags if isinstance(t, str)}):
         groups = [g for g, t in enumerate(tags) if t == d]
         rows = [g * G + j for g in groups for j in range(G)]
         r_PG = totals_PG[groups]
-        if graders.get(d) in sb.names:
-            out[f"domain/{d}/accuracy"] = _graded_accuracy(sb.rewards_NF[rows, sb.names.index(graders[d])])
+        if graders.get(d) in names:
+            out[f"domain/{d}/accuracy"] = _graded_accuracy(rewards_NF[rows, names.index(graders[d])])
         out.update(
             {
                 f"domain/{d}/reward": r_PG.mean().item(),

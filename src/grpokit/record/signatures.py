@@ -2,8 +2,9 @@
 
 - `group_signatures`: groups whose completions all share one length / one text (collapse and
   reward-hacking signatures; `same_length` and `same_text` monitors).
-- `solved_signatures`: groups whose every completion earns the batch's best reward (a solved prompt),
-  so that the monitors can tell convergence from collapse (see grpokit.record.health).
+- `solved_signatures`: groups whose every completion earns the batch's best reward (a solved prompt; the
+  whole job's batch under torchrun), so that the monitors can tell convergence from collapse (see
+  grpokit.record.health).
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def group_signatures(
     }
 
 
-def solved_signatures(texts: list[str], rewards: list[float], group_size: int) -> dict[str, float]:
+def solved_signatures(
+    texts: list[str], rewards: list[float], group_size: int, best: float | None = None
+) -> dict[str, float]:
     """Which groups are solved: every completion earns the batch's best reward. For the health monitors.
 
     `texts` and `rewards` are flat lists of N = P * G completions grouped contiguously. Example with
@@ -63,13 +66,15 @@ def solved_signatures(texts: list[str], rewards: list[float], group_size: int) -
     {"completions/reward_max": 1.0, "completions/reward_min": 0.0,
      "completions/frac_groups_solved": 1/3, "completions/frac_groups_same_text_solved": 1/3}.
     The monitors count a step's best as solved only when it equals the best reward of the whole run.
+    ``best``: the batch's best when ``rewards`` are only a part of it (one rank's, under torchrun: a rank whose
+    groups all scored 0 would otherwise count them solved); None: ``max(rewards)``.
     """
     n = len(texts)
     if len(rewards) != n:
         raise ValueError(f"solved_signatures: got {n} texts but {len(rewards)} rewards")
     if group_size < 1 or n % group_size != 0 or n == 0:
         raise ValueError(f"solved_signatures: {n} completions cannot be split into groups of {group_size}")
-    top, groups = max(rewards), n // group_size
+    top, groups = max(rewards) if best is None else max(best, max(rewards)), n // group_size
     tol = 1e-6 * max(1.0, abs(top))
     solved = same = 0
     for g in range(groups):

@@ -13,6 +13,7 @@ from grpokit.rewards.calls import COMPLETION_KINDS
 
 from .findings import DoctorConfig, Finding
 from .health_checks import batch_items, zeroed_share
+from .rank_failures import job_failure
 from .report_data import Run
 from .run_series import config_value, live_alarm, recent, span_steps, total, trend_of, values
 
@@ -42,9 +43,10 @@ def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
 
 
 def check_run_failed(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """An error ended the run (summary.json's ``failed``, written by the trainer as it stopped): whatever its
-    metrics show, it did not finish, and the sentence says why."""
-    failed = run.summary.get("failed")
+    """An error ended the run (summary.json's ``failed``, written by the trainer as it stopped; under torchrun the
+    failing rank's own record, record/rank_failures.py): whatever its metrics show, it did not finish, and the
+    sentence says why and, with several processes, on which rank."""
+    failed = job_failure(run.summary, run.path)
     if not isinstance(failed, dict):
         return None
     saved = sorted(p.name for p in (run.path / "checkpoints").glob("step-*") if p.is_dir())
@@ -56,7 +58,9 @@ def check_run_failed(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
     return Finding(
         "run_failed",
         "The run stopped with an error",
-        f"after step {failed.get('step', '?')} (the last one recorded): {failed.get('error', 'an error')}",
+        f"after step {failed.get('step', '?')} (the last one recorded)"
+        + (f" on rank {failed['rank']}" if isinstance(failed.get("rank"), int) else "")
+        + f": {failed.get('error', 'an error')}",
         f"fix what the error names, then {again}",
         0.95,
     )

@@ -110,4 +110,10 @@ def correct(
     rewards_NF[idx], total_N[idx] = scored.rewards_NF.to(rewards_NF.dtype), scored.total_N.to(total_N.dtype)
     metrics["gec/injected_reward_mean"] = scored.total_N.float().mean().item()
     new_ro = Rollout(ro.prompt_ids, ids, logps, reasons, G, None)
-    return ScoredBatch(sb.prompts, new_ro, texts, rewards_NF, total_N, sb.names, {**sb.metrics, **metrics})
+    failed_NF = None  # the corrected rows' failures replace the sampled ones' (the step's reward metrics read them)
+    if sb.failed_NF is not None or scored.failed_NF is not None:
+        failed_NF = torch.zeros_like(rewards_NF, dtype=torch.bool) if sb.failed_NF is None else sb.failed_NF.clone()
+        failed_NF[idx] = False if scored.failed_NF is None else scored.failed_NF
+    return ScoredBatch(
+        sb.prompts, new_ro, texts, rewards_NF, total_N, sb.names, {**sb.metrics, **metrics}, failed_NF=failed_NF
+    )

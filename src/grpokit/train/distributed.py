@@ -18,8 +18,13 @@ endpoint for several nodes (docs/SCALING.md). With K ranks and ``train.prompts_p
   across ranks (all_reduce SUM), not averaged; the clipped norm is then the global norm on every
   rank and all ranks apply the same step. (Averaging would divide the update by K.)
 
+* Metrics. Rank 0 writes one line for the job: ``reduce_metrics`` combines the ranks' values of each
+  metric by the rule its name declares (record/rank_reduction.py: counts summed, means over equal shares
+  averaged, extremes, rates weighted by their own counts); what they cannot give is taken over every rank's
+  rows (train/step_metrics.py ``job_rows``; algo/rank_stats.py for the stages that see one rank's rows).
+
 ``tests/train/test_distributed.py`` runs 2 gloo processes and 1 process on the same global batch and
-compares the final weights.
+compares the final weights; ``tests/train/test_distributed_metrics.py`` every metric.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from grpokit.record.rank_reduction import combine
 
 
 @dataclass
@@ -85,6 +92,14 @@ class DistContext:
         parts = [torch.empty_like(src) for _ in lengths]
         dist.all_gather(parts, src)
         return torch.cat([part[:k] for part, k in zip(parts, lengths)]).to(x.device)
+
+    def max_float(self, value: float) -> float:
+        """The largest ``value`` over ranks (a step's seconds: the job waits for its slowest rank)."""
+        if not self.active:
+            return float(value)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
 
     def any_rank(self, flag: bool) -> bool:
         """True when ``flag`` is true on at least one rank (a collective: every rank must call it)."""
@@ -188,23 +203,17 @@ def rank_seed(seed: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, rank]).generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
-def reduce_metrics(ctx: DistContext, metrics: dict[str, float]) -> dict[str, float]:
-    """Combine per-rank metrics: min over ranks for ``*min*`` names, max for ``*max*``, else the mean.
-
-    Metrics that are already global (advantages, loss, grad_norm) are equal on every rank and pass
-    through unchanged. The union of keys is kept, so a metric one rank lacks cannot hang the job.
-    """
+def reduce_metrics(
+    ctx: DistContext, metrics: dict[str, float], weights: dict[str, float] | None = None
+) -> dict[str, float]:
+    """One line of the job from every rank's ``metrics``: each name by its declared rule (record/rank_reduction.py:
+    the job's figure kept, counts summed, means over equal shares averaged, extremes, rates weighted by their
+    own counts; ``weights`` are this rank's counts such a rule may name, e.g. ``tokens``). The union of keys is
+    kept, so a metric one rank lacks cannot hang the job."""
     if not ctx.active:
         return metrics
-    every = ctx.gather_objects(metrics)
-    out: dict[str, float] = {}
-    for key in dict.fromkeys(k for m in every for k in m):
-        vals = [float(m[key]) for m in every if key in m and isinstance(m[key], (int, float))]
-        if not vals:
-            continue
-        leaf = key.rsplit("/", 1)[-1]
-        out[key] = min(vals) if "min" in leaf else max(vals) if "max" in leaf else sum(vals) / len(vals)
-    return out
+    every = ctx.gather_objects((metrics, weights or {}))
+    return combine([m for m, _ in every], [w for _, w in every])
 
 
 def fully_shard_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -22,7 +22,6 @@ from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISS
 from grpokit.algo.stage_state import StageState
 from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import Config
-from grpokit.record.domain_metrics import domain_metrics
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
 from grpokit.types import ScoredBatch
@@ -383,17 +382,25 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
 
     def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
-        timings), reduced over ranks; sample rows every ``record.samples_every`` steps."""
+        timings), one line for the job (each metric by its rule over ranks, record/rank_reduction.py); sample
+        rows every ``record.samples_every`` steps."""
         if self.recorder.wants_samples(self.step + 1):
             rows = step_metrics.logged_samples(sb, inputs, self.cfg.record.samples_prompts, self.run_dir, self.step + 1)
             self.recorder.log_samples(self.step + 1, rows)
+        rows = step_metrics.job_rows(sb, self.dist)  # every rank's rows: what the ranks' own figures cannot give
         metrics = step_metrics.step_metrics(
-            sb, inputs, update_metrics, self._timer, self.cfg.health.same_length_min_tokens, self.sampler.position
+            sb,
+            inputs,
+            update_metrics,
+            self._timer,
+            self.cfg.health.same_length_min_tokens,
+            self.sampler.position,
+            rows,
+            self.dist,
         )
-        metrics.update(
-            {**domain_metrics(sb, self.domain_graders), **self.sampler.metrics()}
-        )  # per domain; a curriculum's own
-        return distributed.reduce_metrics(self.dist, metrics)
+        # per domain (over every rank's groups); a curriculum's own
+        metrics.update({**step_metrics.domain_metrics(rows, sb, self.domain_graders), **self.sampler.metrics()})
+        return distributed.reduce_metrics(self.dist, metrics, step_metrics.rank_weights(sb))
 
     # ------------------------------------------------------------------ helpers
 

@@ -183,6 +183,8 @@ class RunLock:
 class NullLock:
     """In a multi-process run the ranks other than 0 hold nothing (rank 0 holds the folder's lock)."""
 
+    lost_to = None  # RunLock's: this rank never held the folder, so it was never taken from it
+
     def check(self) -> None:
         pass
 

@@ -1,19 +1,26 @@
 """Stage 7's inputs from one step: the metrics line and the sample rows.
 
 ``Trainer._step_metrics`` (train/loop.py) calls these with the step's scored batch, the update's
-inputs and the update's metrics; it reduces the line over ranks and hands both to the recorder.
+inputs and the update's metrics; it reduces the line over ranks (each metric by its rule,
+record/rank_reduction.py) and hands both to the recorder. What the ranks' own figures cannot give (a
+std, a mean that leaves failures out, "solved") is taken over every rank's rows (``job_rows``).
 Metric names follow TRL's where the concept is the same (``completions/mean_length``, ``reward_std``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from grpokit.data.domains import COLUMN
+from grpokit.record.domain_metrics import domain_stats
 from grpokit.record.samples import sample_rows
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.record.vision_samples import with_images
+from grpokit.rewards.runner import value_stats
 from grpokit.rollout.episode_metrics import episode_metrics
 from grpokit.types import ScoredBatch
 
@@ -75,15 +82,75 @@ def logged_samples(sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, ste
     return with_images(add_logged_columns(rows, sb.extra, G), sb.prompts, run_dir, step)
 
 
-def sampling_metrics(sb: ScoredBatch, inputs, same_length_min_tokens: int) -> dict[str, float]:
-    """This rank's metrics of a step known once it is sampled, scored and its advantages taken: rewards,
-    the update's inputs, completion lengths (the model's tokens of an episode, as TRL) and the health
-    monitors' group and solved signatures."""
+@dataclass(frozen=True)
+class JobRows:
+    """Every rank's rows of a step, in rank order (one process: its own): what a metric over rows reads when
+    the ranks' own figures cannot be combined (a std, a mean that leaves failures out, a domain's groups)."""
+
+    total_N: torch.Tensor  # (N,) total rewards
+    rewards_NF: torch.Tensor  # (N, F) each function's rewards, NaN where not applicable
+    failed_NF: torch.Tensor  # (N, F) bool, the function failed on the completion
+    lengths: list[int]  # (N,) the model's tokens of each completion
+    tags: list  # (P,) each prompt's domain column (None without one)
+
+
+def job_rows(sb: ScoredBatch, dist=None) -> JobRows:
+    """The step's rows of every rank (``dist``: a distributed.DistContext; None or one process: ``sb``'s own).
+    Collective: every rank calls it once per step (ranks hold equal shares, so the shapes match)."""
+    F = sb.rewards_NF.shape[1]
+    failed = torch.zeros_like(sb.rewards_NF, dtype=torch.bool) if sb.failed_NF is None else sb.failed_NF
+    lengths = sb.rollout.model_lengths()
+    tags = [p.columns.get(COLUMN) for p in sb.prompts]
+    if dist is None or not dist.active:
+        return JobRows(sb.total_N, sb.rewards_NF, failed, lengths, tags)
+    rows = torch.cat(
+        [
+            sb.total_N.double()[:, None],
+            sb.rewards_NF.double(),
+            failed.double(),
+            torch.tensor(lengths).double()[:, None],
+        ],
+        dim=1,
+    )  # one gather for the numbers
+    every = dist.gather_rows(rows)
+    return JobRows(
+        every[:, 0].to(sb.total_N.dtype),
+        every[:, 1 : 1 + F].to(sb.rewards_NF.dtype),
+        every[:, 1 + F : 1 + 2 * F] > 0.5,
+        [int(n) for n in every[:, -1].tolist()],
+        [t for part in dist.gather_objects(tags) for t in part],
+    )
+
+
+def domain_metrics(rows: JobRows, sb: ScoredBatch, graders: dict[str, str]) -> dict[str, float]:
+    """The step's metrics per domain (record/domain_metrics.py) over every rank's groups."""
+    return domain_stats(rows.tags, rows.total_N, rows.rewards_NF, sb.names, rows.lengths, sb.group_size, graders)
+
+
+def rank_weights(sb: ScoredBatch) -> dict[str, float]:
+    """This rank's counts that a ``weighted`` rule of record/rank_reduction.py may name: ``tokens``, the model's
+    tokens of its completions."""
+    return {"tokens": float(sum(sb.rollout.model_lengths()))}
+
+
+def sampling_metrics(
+    sb: ScoredBatch, inputs, same_length_min_tokens: int, rows: JobRows | None = None
+) -> dict[str, float]:
+    """The metrics of a step known once it is sampled, scored and its advantages taken: rewards, the update's
+    inputs, completion lengths (the model's tokens of an episode, as TRL) and the health monitors' group and
+    solved signatures. This rank's figures but those that need every rank's ``rows`` (``job_rows``): each
+    function's mean and std over the completions it scored, and "solved" against the job's best reward."""
     ro, G = sb.rollout, sb.group_size
     P = len(sb.prompts)
+    rows = rows if rows is not None else job_rows(sb)
     lengths = ro.model_lengths()
     return {
         **sb.metrics,
+        **{
+            k: v
+            for f, n in enumerate(sb.names)
+            for k, v in value_stats(rows.rewards_NF[:, f], rows.failed_NF[:, f], n).items()
+        },
         **episode_metrics(ro),
         "reward": sb.total_N.mean().item(),
         "reward_std": sb.total_N.view(P, G).std(dim=1, unbiased=False).mean().item(),  # population, as documented
@@ -94,7 +161,7 @@ def sampling_metrics(sb: ScoredBatch, inputs, same_length_min_tokens: int) -> di
         "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
         **group_signatures(sb.texts, lengths, G, ro.finish_reasons, same_length_min_tokens),
         # lets the monitors tell convergence from collapse
-        **solved_signatures(sb.texts, sb.total_N.tolist(), G),
+        **solved_signatures(sb.texts, sb.total_N.tolist(), G, best=float(rows.total_N.max())),
     }
 
 
@@ -105,17 +172,23 @@ def step_metrics(
     timer: Timer,
     same_length_min_tokens: int,
     data_position: int,
+    rows: JobRows | None = None,
+    dist=None,
 ) -> dict[str, float]:
-    """This rank's metrics of a step: ``sampling_metrics``, the update's, timings and throughput, and the
-    data position."""
-    lengths = sb.rollout.model_lengths()
+    """This rank's metrics of a step: ``sampling_metrics``, the update's, timings, the job's throughput (every
+    rank's tokens over the slowest rank's seconds; ``dist``: a distributed.DistContext, collective) and the data
+    position."""
+    tokens = float(sum(sb.rollout.model_lengths()))
     # asynchronous rollout: the sampler's own seconds on this batch; the trainer's rollout span only took it
     rollout_s = update_metrics.get("time/sampling", timer.spans.get("rollout", 0.0))
+    step_s = timer.total()
+    if dist is not None and dist.active:
+        tokens, step_s, rollout_s = dist.sum_float(tokens), dist.max_float(step_s), dist.max_float(rollout_s)
     return {
-        **sampling_metrics(sb, inputs, same_length_min_tokens),
+        **sampling_metrics(sb, inputs, same_length_min_tokens, rows),
         **update_metrics,
         **timer.metrics(),
-        "tokens_per_second": sum(lengths) / max(timer.total(), 1e-9),
-        "rollout/tokens_per_second": sum(lengths) / max(rollout_s, 1e-9),
+        "tokens_per_second": tokens / max(step_s, 1e-9),
+        "rollout/tokens_per_second": tokens / max(rollout_s, 1e-9),
         "data/position": float(data_position),
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.data.domains import COLUMN
+from grpokit.record import rank_failures
 from grpokit.record.domain_metrics import domain_summary
 
 from . import (
@@ -16,6 +17,7 @@ from . import (
     checkpoint,
     checkpoint_hooks,
     engines,
+    rank_failure,
     run_lock,
 )
 from . import resume as run_folder
@@ -117,15 +119,27 @@ class TrainerOutputs:
 
     def _run_with_failures_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> dict[str, float] | None:
         """The steps; an error that ends them is written to summary.json (``failed``: the step it stopped after and
-        its sentence) before it propagates, so the run folder says how the run ended (the doctor, the report)."""
+        its sentence) before it propagates, so the run folder says how the run ended (the doctor, the report).
+        Under torchrun a failing rank other than 0 writes its own record (record/rank_failures.py), and rank 0,
+        when what it saw was only a collective broken by another rank, names that rank and its error."""
         summary.pop("failed", None)  # a resumed run is no longer the failed one
+        rank_failures.clear(self.run_dir, self.dist.rank, self.dist.world_size)  # nor are its ranks' records
         self._recorded = self.step  # the last step whose metrics line is written (_run_steps moves it)
         try:
             return self._run_steps(stop)
         except Exception as exc:
-            if self.dist.is_main and self.lock.lost_to is None:  # a folder taken over is not ours to write
-                summary["failed"] = {"step": self._recorded, "error": f"{type(exc).__name__}: {exc}"}
+            if self.lock.lost_to is not None:  # a folder taken over is not ours to write
+                raise
+            if not self.dist.is_main:
+                rank_failure.record(self.run_dir, self.dist.rank, self._recorded, exc)
+                raise
+            summary["failed"] = failed = rank_failure.job_failure(self.run_dir, exc, self._recorded, self.dist, 0.0)
+            run_folder.write_summary(self.run_dir, summary)  # now: torchrun may end this process any moment
+            if self.dist.active and failed.get("rank") is None:  # the failing rank's record may still be on its way
+                summary["failed"] = failed = rank_failure.job_failure(self.run_dir, exc, self._recorded, self.dist)
                 run_folder.write_summary(self.run_dir, summary)
+            if failed.get("rank", 0) != 0:  # rank 0's own exception is only the broken collective: say whose
+                raise rank_failure.RankFailure(failed) from exc
             raise
 
     def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:

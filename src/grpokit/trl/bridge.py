@@ -28,6 +28,7 @@ from grpokit.train.step_metrics import STEP_ONLY
 from .best import update_best
 from .default_callbacks import RESETS, DefaultFlowCallback, TrlControl
 from .reward_stats import trl_reward_metrics
+from .round_tokens import sampled_tokens, terminated_lengths
 
 log = logging.getLogger("grpokit.trl")
 
@@ -60,21 +61,6 @@ def trl_step_metrics(
     out = {**metrics, **update} if first else dict(update)
     out["step_time"] = step_time
     return out
-
-
-def sampling_extras(rollout, lengths: list[int]) -> dict[str, float]:
-    """TRL's token count and terminated-length metrics of one sampling round: ``num_tokens`` counts the
-    prompt and completion tokens of every sequence; terminated completions are those that did not hit
-    the length cap (0 when none did, as TRL)."""
-    G = rollout.group_size
-    prompt_tokens = sum(len(rollout.prompt_ids[i // G]) for i in range(len(rollout.completion_ids)))
-    done = [n for n, why in zip(lengths, rollout.finish_reasons) if why != "length"]
-    return {
-        "num_tokens": float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)),
-        "completions/mean_terminated_length": sum(done) / len(done) if done else 0.0,
-        "completions/min_terminated_length": float(min(done)) if done else 0.0,
-        "completions/max_terminated_length": float(max(done)) if done else 0.0,
-    }
 
 
 def final_entry(
@@ -127,7 +113,8 @@ class StepBridge:
         self.last_logged = 0  # transformers' _globalstep_last_logged
         self.save_last = True  # train.save_last: the run's last TRL step is checkpointed (set by the trainer)
         self.evaluate, self.save_link = evaluate, save_link
-        self.sampled: dict[str, list[float]] = {}  # this round's num_tokens / terminated lengths (add_sampled)
+        self.sampled: list[tuple[float, list[int]]] = []  # this round's sampling calls: tokens, terminated lengths
+        self.dist: Any = None  # the trainer's DistContext (attach): the round's tokens and lengths of every rank
         self.pending: dict[str, list[float]] = defaultdict(list)  # TRL's _metrics["train"] (cleared, never replaced)
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
@@ -153,12 +140,14 @@ class StepBridge:
         """Told by grpokit's ``trainer`` of each round's sampling metrics (reduced over ranks) before its first
         update, and of grpokit's epoch."""
         from grpokit.train import distributed
-        from grpokit.train.step_metrics import sampling_metrics
+        from grpokit.train.step_metrics import job_rows, rank_weights, sampling_metrics
 
-        min_tokens = trainer.cfg.health.same_length_min_tokens
+        min_tokens, self.dist = trainer.cfg.health.same_length_min_tokens, trainer.dist
 
         def sampled(sb, inputs) -> None:
-            metrics = distributed.reduce_metrics(trainer.dist, sampling_metrics(sb, inputs, min_tokens))
+            rows = job_rows(sb, trainer.dist)  # every rank's rows: the reward statistics, "solved"
+            metrics = sampling_metrics(sb, inputs, min_tokens, rows)
+            metrics = distributed.reduce_metrics(trainer.dist, metrics, rank_weights(sb))
             weights = [s.weight for s in trainer.runner.specs]
             every = trainer.dist.gather_rows(sb.rewards_NF)  # TRL's reward metrics see every process's rows
             metrics.update(trl_reward_metrics(every, weights, sb.names, sb.group_size, *self.reward_scaling()))
@@ -182,7 +171,7 @@ class StepBridge:
             self.evaluate()
 
     def on_step_begin(self, args, state, control, **kw):
-        self.mark, self.sampled, self.round, self.round_keys = time.perf_counter(), {}, None, set()
+        self.mark, self.sampled, self.round, self.round_keys = time.perf_counter(), [], None, set()
         n, g = self.args.torch_empty_cache_steps, self.state.global_step
         if n and any(
             s % n == 0 for s in range(g, g + self.per_round)
@@ -193,11 +182,21 @@ class StepBridge:
 
     def sampled_round(self, metrics: dict[str, float]) -> None:
         """The round is sampled and scored (its metrics, reduced over ranks): TRL logs them with the round's
-        first optimizer step; ``num_tokens`` becomes TRL's running total."""
-        if "num_tokens" in self.sampled:
-            self.state.num_input_tokens_seen += int(sum(self.sampled["num_tokens"]))
-            self.sampled["num_tokens"] = [float(self.state.num_input_tokens_seen)]
-        self.round = {**metrics, **{key: sum(v) / len(v) for key, v in self.sampled.items()}}
+        first optimizer step; ``num_tokens`` (every process's tokens, TRL's running total) and the terminated
+        lengths of every process's completions join them. Collective under torchrun (every rank calls it)."""
+        calls, tokens = float(len(self.sampled)), sum(t for t, _ in self.sampled)
+        done = [n for _, lengths in self.sampled for n in lengths]
+        if self.dist is not None and self.dist.active:  # TRL gathers the lengths and sums the tokens of every process
+            import torch
+
+            calls, tokens = self.dist.sum_float(calls), self.dist.sum_float(tokens)
+            done = [int(n) for n in self.dist.gather_varlen(torch.tensor(done, dtype=torch.long)).tolist()]
+        extras: dict[str, float] = {}
+        if calls:
+            self.state.num_input_tokens_seen += int(tokens)
+            extras = {"num_tokens": float(self.state.num_input_tokens_seen), **terminated_lengths(done)}
+        self.sampled = []
+        self.round = {**metrics, **extras}
         self.round_keys = set(self.round)
 
     def on_update_begin(self, args, state, control, **kw):
@@ -314,11 +313,9 @@ class StepBridge:
         self.user("on_train_end")
 
     def add_sampled(self, rollout, lengths: list[int]) -> None:
-        """A sampling call of this round (several with dynamic sampling): its TRL-only metrics."""
-        for key, value in sampling_extras(rollout, lengths).items():
-            self.sampled.setdefault(key, []).append(value)
-        if self.sampled.get("num_tokens"):  # a count, summed over the round's calls
-            self.sampled["num_tokens"] = [sum(self.sampled["num_tokens"])]
+        """A sampling call of this round (several with dynamic sampling): its tokens and terminated lengths,
+        counted over the round's calls (and every rank's) when the round is sampled (``sampled_round``)."""
+        self.sampled.append(sampled_tokens(rollout, lengths))
 
     # ---- TRL's logging
     def log(self, logs: dict[str, float], training: bool = False) -> None:

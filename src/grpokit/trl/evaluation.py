@@ -23,9 +23,9 @@ from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
 
 from . import memory
-from .bridge import sampling_extras
 from .inputs import row_loader, rows_of
 from .reward_stats import trl_reward_metrics
+from .round_tokens import sampling_extras
 
 CLIP_KEYS = (
     "clip_ratio/low_mean",

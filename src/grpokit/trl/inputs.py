@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from grpokit.config.io import set_field
 from grpokit.config.sections import ConfigError
+from grpokit.train.distributed import position
 
 LORA_FIELDS = {
     "r": "model.lora_rank",
@@ -170,7 +171,7 @@ def environment_owned_rows(environment_factory: Any, train_dataset: Any, args: A
             "from `reset()`), `max_steps` must be set to a positive value to define the training length. "
             "Set it via `GRPOConfig(max_steps=...)`."
         )
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = position()[1]  # the joined process group, else torchrun's WORLD_SIZE
     batch = (
         args.generation_batch_size
         or args.per_device_train_batch_size * (args.steps_per_generation or args.gradient_accumulation_steps) * world

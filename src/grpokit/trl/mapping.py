@@ -20,10 +20,10 @@ generation batches (TRL's rolling window): ``updates_per_batch = steps_per_gener
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from grpokit.config.io import set_field
 from grpokit.config.sections import Config
+from grpokit.train.distributed import position
 
 from .args import batch, checkpoints, loss, model, optimizer, reporting, run, sampling
 from .args.batch import steps_fields
@@ -89,7 +89,7 @@ def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None,
     ``streamed``: an IterableDataset, which has no epochs)."""
     ctx = {
         "num_rows": num_rows,
-        "world_size": world_size or int(os.environ.get("WORLD_SIZE", "1")),
+        "world_size": world_size or position()[1],  # the joined process group, else torchrun's WORLD_SIZE
         "streamed": streamed,
     }
     check_gated(args)  # arguments set after construction may have turned a gate on

@@ -88,6 +88,7 @@ def batch_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
             f"the generation batch of per_device_train_batch_size * steps_per_generation * processes = {per_step} "
             f"completions is not a multiple of num_generations={a.num_generations}; make it one"
         )
+    _whole_groups_per_process(a, ctx["world_size"])
     parts, window = slicing(a, ctx["world_size"])
     return {
         "train.prompts_per_step": per_step // a.num_generations,
@@ -96,6 +97,26 @@ def batch_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
         "train.accumulation_slices": window,
         "train.accumulation_epoch_steps": window_epoch(a, ctx),
     }
+
+
+def _whole_groups_per_process(a: TrlArgs, world_size: int) -> None:
+    """Several processes: grpokit samples and scores each group on one process, so every process's share of a
+    generation batch (per_device_train_batch_size * steps_per_generation completions) must hold whole groups of
+    num_generations. TRL also splits a group across processes (it gathers the rewards for the advantages);
+    that is refused here in TRL's own terms, with the nearest valid batch size."""
+    spg = generation_steps(a, world_size)
+    share, G = a.per_device_train_batch_size * spg, a.num_generations
+    if world_size == 1 or share % G == 0:
+        return
+    unit = G // math.gcd(spg, G)  # the batch sizes that work are the multiples of this
+    valid = -(-a.per_device_train_batch_size // unit) * unit
+    other = f", or a num_generations >= 2 that divides {share}" if share >= 2 else ""
+    raise ConfigError(
+        f"per_device_train_batch_size * steps_per_generation = {a.per_device_train_batch_size} * {spg} = {share} "
+        f"completions per process is not a multiple of num_generations={G}: TRL would split a group across the "
+        f"{world_size} processes, grpokit.trl keeps each group on one process; use per_device_train_batch_size="
+        f"{valid} (a multiple of {unit}){other}"
+    )
 
 
 def prompts_per_round(a: TrlArgs, world_size: int) -> int:
@@ -162,7 +183,8 @@ BATCH = Rule(
     "updates_per_batch = steps_per_generation and accumulation_slices = gradient_accumulation_steps, TRL's rolling "
     "window (an optimizer step may span two generation batches; one process only), whose last window of an epoch "
     "is shorter, as transformers' (accumulation_epoch_steps = the generation batches of an epoch; "
-    "none when streamed)",
+    "none when streamed). Several processes: each keeps whole groups, so per_device_train_batch_size * "
+    "steps_per_generation must be a multiple of num_generations (TRL also splits a group across processes)",
     lambda a, ctx: {**batch_fields(a, ctx), "rollout.group_size": a.num_generations},
 )
 

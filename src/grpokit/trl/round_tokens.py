@@ -1,0 +1,36 @@
+"""TRL's token count and terminated-length metrics of a sampling round.
+
+TRL 1.16 (``GRPOTrainer._generate_and_score_completions``) adds every process's prompt and completion tokens to
+``state.num_input_tokens_seen`` (logged as ``num_tokens``, a running total) and takes
+``completions/{mean,min,max}_terminated_length`` over the gathered lengths of every process's completions that
+did not hit the length cap. The bridge (bridge.py) collects each sampling call's part here and combines the
+round's over the ranks.
+"""
+
+from __future__ import annotations
+
+
+def sampled_tokens(rollout, lengths: list[int]) -> tuple[float, list[int]]:
+    """TRL's token count of one sampling call (the prompt and completion tokens of every sequence) and the
+    lengths of its terminated completions (those that did not hit the length cap)."""
+    G = rollout.group_size
+    prompt_tokens = sum(len(rollout.prompt_ids[i // G]) for i in range(len(rollout.completion_ids)))
+    done = [n for n, why in zip(lengths, rollout.finish_reasons) if why != "length"]
+    return float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)), done
+
+
+def terminated_lengths(done: list[int]) -> dict[str, float]:
+    """TRL's ``completions/{mean,min,max}_terminated_length`` over the terminated completions' lengths ``done``
+    (every process's, as TRL gathers them); 0 when none terminated, as TRL."""
+    return {
+        "completions/mean_terminated_length": sum(done) / len(done) if done else 0.0,
+        "completions/min_terminated_length": float(min(done)) if done else 0.0,
+        "completions/max_terminated_length": float(max(done)) if done else 0.0,
+    }
+
+
+def sampling_extras(rollout, lengths: list[int]) -> dict[str, float]:
+    """TRL's token count and terminated-length metrics of one sampling call of this process (an evaluation
+    batch): ``num_tokens`` and ``terminated_lengths``."""
+    tokens, done = sampled_tokens(rollout, lengths)
+    return {"num_tokens": tokens, **terminated_lengths(done)}

@@ -1,0 +1,114 @@
+"""grpokit.trl under several processes: TRL's num_tokens and terminated lengths count every process's
+completions (TRL gathers them: grpo_trainer.py's ``_generate_and_score_completions``), and a group TRL would split
+across processes is refused in TRL's own terms."""
+
+import json
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from grpokit.config import ConfigError
+from grpokit.trl import GRPOConfig
+from grpokit.trl.bridge import StepBridge
+from grpokit.trl.mapping import to_config
+
+
+class _OtherRank:
+    """Rank 0 of two for the bridge: the other rank's sums and terminated lengths are fixed."""
+
+    active = True
+
+    def __init__(self, sums, done):
+        self.sums, self.done = list(sums), done
+
+    def sum_float(self, v):
+        return v + self.sums.pop(0)
+
+    def gather_varlen(self, x):
+        return torch.cat([x, torch.tensor(self.done, dtype=x.dtype)])
+
+
+def test_a_rounds_tokens_and_terminated_lengths_are_every_processes():
+    # this rank: one prompt of 3 tokens, 2 completions of 2 (eos) and 4 (cut at the cap) tokens: 3*2 + 6 = 12
+    # tokens, terminated [2]; the other rank: one call, 20 tokens, terminated [5, 1].
+    # The job: 32 tokens; terminated [2, 5, 1]: mean 8/3, min 1, max 5 (this rank alone: 12 and 2, 2, 2)
+    bridge = StepBridge(GRPOConfig("o", max_steps=1), [], 1, dict, lambda p, s: None, {})
+    bridge.dist = _OtherRank(sums=[1.0, 20.0], done=[5, 1])  # calls, then tokens
+    rollout = SimpleNamespace(group_size=2, prompt_ids=[[7, 8, 9]], completion_ids=[[1, 2], [1, 2, 3, 4]])
+    rollout.finish_reasons = ["eos", "length"]
+    bridge.add_sampled(rollout, [2, 4])
+    bridge.sampled_round({"reward": 1.0})
+    assert bridge.state.num_input_tokens_seen == 32
+    assert bridge.round == {
+        "reward": 1.0,
+        "num_tokens": 32.0,
+        "completions/mean_terminated_length": pytest.approx(8 / 3),
+        "completions/min_terminated_length": 1.0,
+        "completions/max_terminated_length": 5.0,
+    }
+
+
+def test_a_group_split_across_processes_is_refused_in_trls_terms():
+    # TRL 1.16 trains 2 completions a process x 2 processes = one group of 4 (generation_batch_size 4 is a
+    # multiple of num_generations); grpokit keeps a group on one process and names TRL's fields, not its own
+    a = GRPOConfig("o", per_device_train_batch_size=2, num_generations=4, max_steps=1)
+    with pytest.raises(ConfigError) as e:
+        to_config(a, num_rows=16, world_size=2)
+    assert str(e.value) == (
+        "per_device_train_batch_size * steps_per_generation = 2 * 1 = 2 completions per process is not a multiple "
+        "of num_generations=4: TRL would split a group across the 2 processes, grpokit.trl keeps each group on one "
+        "process; use per_device_train_batch_size=4 (a multiple of 4), or a num_generations >= 2 that divides 2"
+    )
+    assert "train.prompts_per_step" not in str(e.value)
+    # whole groups per process: 4 a process, or 2 a pass over 2 passes a generation
+    assert to_config(GRPOConfig("o", per_device_train_batch_size=4, num_generations=4), num_rows=16, world_size=2)
+    two_passes = GRPOConfig("o", per_device_train_batch_size=2, num_generations=4, steps_per_generation=2)
+    assert to_config(two_passes, num_rows=16, world_size=2).train.prompts_per_step == 2
+
+
+def _worker(rank, init_file, model, out):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
+    try:
+        from datasets import Dataset
+
+        from grpokit.trl import GRPOTrainer
+        from helpers.trl_models import small_args
+        from helpers.trl_runs import PROMPTS
+
+        seen = []  # this rank's sampling calls as the bridge sees them: (tokens, terminated lengths)
+        real = StepBridge.add_sampled
+
+        def add_sampled(self, rollout, lengths):
+            real(self, rollout, lengths)
+            seen.append(self.sampled[-1])
+
+        StepBridge.add_sampled = add_sampled
+        reward = lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]  # noqa: E731
+        args = small_args(GRPOConfig, out, max_steps=1, logging_steps=1, save_strategy="no", report_to="none")
+        tr = GRPOTrainer(model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(PROMPTS))
+        tr.train()
+        (out / f"seen{rank}.json").write_text(json.dumps(seen))
+        if rank == 0:
+            (out / "log.json").write_text(json.dumps(tr.state.log_history))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_processes_count_every_processes_tokens(chat_model, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    mp.spawn(_worker, args=(str(tmp_path / "init"), chat_model, out), nprocs=2, join=True)
+    calls = [c for r in (0, 1) for c in json.loads((out / f"seen{r}.json").read_text())]
+    tokens, done = sum(t for t, _ in calls), [n for _, lengths in calls for n in lengths]
+    first = json.loads((out / "log.json").read_text())[0]
+    assert first["num_tokens"] == tokens  # both processes' prompt and completion tokens
+    assert first["completions/mean_terminated_length"] == pytest.approx(sum(done) / len(done) if done else 0.0)
+    assert first["completions/max_terminated_length"] == (max(done) if done else 0.0)
