@@ -2,6 +2,7 @@
 name grpokit writes has a declared rule (a new metric without one would fall to a guess)."""
 
 import json
+import math
 import re
 
 import pytest
@@ -53,6 +54,14 @@ def test_a_name_without_a_rule_and_a_metric_one_rank_lacks():
     assert combine([{"note": "text"}, {"note": "text"}]) == {}  # not a number: dropped
 
 
+def test_min_and_max_skip_a_rank_that_had_no_value():
+    # rank 0 clipped no sequence at all (NaN); rank 1's lowest share 0.2 is the job's, in either rank order
+    nan = float("nan")
+    assert combine([{"clip_ratio/low_min": nan}, {"clip_ratio/low_min": 0.2}]) == {"clip_ratio/low_min": 0.2}
+    assert combine([{"clip_ratio/high_max": 0.5}, {"clip_ratio/high_max": nan}]) == {"clip_ratio/high_max": 0.5}
+    assert math.isnan(combine([{"clip_ratio/low_min": nan}, {"clip_ratio/low_min": nan}])["clip_ratio/low_min"])
+
+
 def _written_names() -> set[str]:
     """Metric names grpokit's step writes: every key of the recorded variants' metrics (tests/golden), and the
     names written as string literals in the stages' sources ({...} read as one path segment)."""
@@ -66,7 +75,8 @@ def _written_names() -> set[str]:
         names |= {re.sub(r"\{[^}]*\}", "x", m.group(2)) for m in literal.finditer(path.read_text())}
     # added after the reduction on rank 0 (health monitors, evaluations); a media type; the runner's per-kind
     # counts (f"rewards/{name}/{k}", checked on the runner's own output in the test below)
-    after = ("health/", "eval/", "application/", "rewards/x/x")
+    # the loss's ``weight/<name>`` units, read by the update's accumulator and never written
+    after = ("health/", "eval/", "application/", "rewards/x/x", "weight/")
     return {n for n in names if n != "step" and not n.startswith(after)}
 
 

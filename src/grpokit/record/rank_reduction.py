@@ -23,6 +23,7 @@ rank lacks cannot hang the job.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -141,8 +142,9 @@ def combine(every: list[dict[str, float]], weights: list[dict[str, float]] | Non
             out[key] = vals[0]
         elif rule.how == "sum":
             out[key] = sum(vals)
-        elif rule.how in ("min", "max"):
-            out[key] = min(vals) if rule.how == "min" else max(vals)
+        elif rule.how in ("min", "max"):  # NaN (a rank where none had one: clip_ratio/low_min) is skipped
+            seen = [v for v in vals if not math.isnan(v)] or [math.nan]
+            out[key] = min(seen) if rule.how == "min" else max(seen)
         elif rule.how == "weighted":
             ws = [float(w.get(rule.by, m.get(rule.by, 0.0))) for m, w in have]
             out[key] = sum(w * v for w, v in zip(ws, vals)) / sum(ws) if sum(ws) > 0 else sum(vals) / len(vals)
