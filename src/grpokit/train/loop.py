@@ -383,7 +383,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
         timings), reduced over ranks; sample rows every ``record.samples_every`` steps."""
         if self.recorder.wants_samples(self.step + 1):
-            rows = step_metrics.logged_samples(sb, inputs, self.cfg.record.samples_prompts, self.run_dir, self.step + 1)
+            r = self.cfg.record
+            rows = step_metrics.logged_samples(
+                sb, inputs, r.samples_prompts, self.run_dir, self.step + 1, r.samples_images
+            )
             self.recorder.log_samples(self.step + 1, rows)
         metrics = step_metrics.step_metrics(
             sb, inputs, update_metrics, self._timer, self.cfg.health.same_length_min_tokens, self.sampler.position

@@ -51,8 +51,9 @@ def quantization_config(cfg: ModelConfig, device: torch.device, compute_dtype: t
     )
 
 
-# Every linear layer of the decoder of a vision-language model (a PEFT regex on module names); the
-# vision tower's layers (Qwen2-VL: qkv, proj, fc1, fc2 under "visual") get no adapter.
+# Every linear layer of the decoder of a vision-language model (a PEFT regex on module names): all-linear
+# while model.freeze_vision holds, so the frozen vision tower's layers (Qwen2-VL: qkv, proj, fc1, fc2 under
+# "visual") get no adapter; with freeze_vision=false all-linear is PEFT's own, the tower included (as TRL).
 LANGUAGE_LINEARS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
@@ -68,7 +69,7 @@ def add_adapters(model, cfg: ModelConfig):
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
     targets = cfg.lora_target_modules
     target = "all-linear" if targets == ["all-linear"] else list(targets)
-    if target == "all-linear" and getattr(model.config, "vision_config", None) is not None:
+    if target == "all-linear" and cfg.freeze_vision and getattr(model.config, "vision_config", None) is not None:
         target = LANGUAGE_LINEARS  # vision-language models: adapters on the language model only (VLM-R1)
     lcfg = LoraConfig(
         r=cfg.lora_rank,

@@ -75,6 +75,7 @@ from .inputs import (
     reward_funcs_of,
     row_loader,
 )
+from .mapping import in_trl_terms
 from .trainer_args import (
     model_name,
     snapshot,
@@ -192,7 +193,8 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
         )
         self.cfg.record.sinks = self._kept_sinks()
-        trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
+        with in_trl_terms():  # a sentence from inside the run names TRL's arguments
+            trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
         self._connect_bridge(trainer)
