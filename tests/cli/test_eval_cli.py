@@ -211,3 +211,32 @@ def test_an_adapter_for_a_missing_base_is_one_sentence(tmp_path):
     (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
     with pytest.raises(ConfigError, match=r"is a LoRA adapter for the base model .*gone', which does not exist here"):
         eval_cli.resolve_model(str(tmp_path))
+
+
+def test_eval_of_the_shipped_vision_model_sends_the_images(tmp_path, monkeypatch):
+    """``grpokit eval --model <shapes-vl-model> --task shapes``: the rows' images reach the model through
+    its processor (before: "the data has an image column but the model has no image processor"), and
+    greedy pass@1 is the share of completions with full reward that train/task_evaluation.py's greedy
+    shapes evaluation finds on the same held-out rows (accuracy: reward >= 1)."""
+    from transformers import Qwen2VLForConditionalGeneration as C
+
+    from grpokit.data.tasks import shapes
+    from grpokit.train.task_evaluation import evaluate_shapes
+
+    seen, forward = [], C.forward
+
+    def spy(self, *a, **k):
+        ids = k.get("input_ids")
+        tokens = int((ids == self.config.image_token_id).sum()) if ids is not None else 0
+        seen.append((tokens, 0 if k.get("pixel_values") is None else k["pixel_values"].shape[0]))
+        return forward(self, *a, **k)
+
+    monkeypatch.setattr(C, "forward", spy)
+    out = tmp_path / "eval.json"
+    argv = ["--model", str(shapes.shapes_model_path()), "--task", "shapes", "--limit", "12"]
+    assert eval_cli.main([*argv, "--samples", "1", "--k", "1", "--temperature", "0", "--out", str(out)]) == 0
+    # the prefill: 12 prompts x 16 image tokens, each image 64 patches before the 2x2 merge (4 per token)
+    assert seen[0] == (12 * 16, 12 * 64)
+    model, processor = shapes.load_shapes_model()
+    expected = evaluate_shapes(model.eval(), processor, shapes.held_out_rows()[:12])["accuracy"]
+    assert 0 < expected < 1 and json.loads(out.read_text())["pass@1"] == pytest.approx(expected)

@@ -212,6 +212,28 @@ def test_lora_adapters_sit_on_the_language_model_only():
     assert len(adapted) == len(trained) // 2 + 1  # each layer's A and B before, one more layer now
 
 
+def test_lora_all_linear_with_the_tower_trained_is_pefts_all_linear():
+    """model.freeze_vision=false: all-linear is PEFT's own meaning, the vision tower's linear layers
+    included (TRL's; the TRL layer sets it). The oracle: peft's get_peft_model on the same model."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from grpokit.train.models import load_model
+
+    path = str(shapes.shapes_model_path())
+    ours = load_model(
+        ModelConfig(name_or_path=path, lora_rank=2, freeze_vision=False), torch.device("cpu"), torch.float32
+    )
+    peft = get_peft_model(
+        AutoModelForImageTextToText.from_pretrained(path), LoraConfig(r=2, target_modules="all-linear")
+    )
+    adapted = lambda m: sorted(n for n, _ in m.named_modules() if n.endswith("lora_A"))  # noqa: E731
+    # 2 decoder layers x 7 projections = 14 in the language model; 2 tower blocks x (qkv, proj, fc1, fc2)
+    # + the merger's 2 mlp layers = 10 in the tower
+    assert adapted(ours) == adapted(peft) and len(adapted(ours)) == 24
+    assert sum("visual" in n for n in adapted(ours)) == 10
+
+
 @pytest.mark.parametrize("tool_format", ["tags", "chat_template"])
 def test_tools_with_image_prompts_are_one_sentence(tmp_path, tool_format, monkeypatch):
     from grpokit.config.io import apply_overrides
@@ -262,7 +284,11 @@ def test_sample_rows_get_pngs_with_boxes_drawn(tmp_path):
     assert png.getpixel((2 * 4, 8 * 4)) == (220, 30, 30)  # the predicted box's left edge, in red
 
 
-def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
+@pytest.mark.parametrize("images", [True, False])
+def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path, images):
+    """record.samples_images (TRL's log_multimodal): the samples' images, or text only."""
+    import json
+
     from grpokit.config.io import apply_overrides
     from grpokit.config.sections import Config
     from grpokit.train.loop import Trainer
@@ -270,6 +296,7 @@ def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
     cfg = apply_overrides(
         Config(),
         [
+            f"record.samples_images={str(images).lower()}",
             "data.task=shapes",
             "train.steps=1",
             "train.prompts_per_step=2",
@@ -283,7 +310,9 @@ def test_trainer_runs_the_shapes_task_and_draws_sample_images(tmp_path):
     )  # beta > 0: the reference pass sees the images too
     summary = Trainer(cfg, quiet=True).train()
     assert summary["steps"] == 1 and 0.0 <= summary["eval_after"]["reward"] <= 1.0
-    assert list((tmp_path / "images").glob("step000001_p*.png"))
+    assert bool(list((tmp_path / "images").glob("step000001_p*.png"))) is images
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(("image" in r) is images for r in rows)  # the PNG's path, or none
 
 
 def _image_folder(tmp_path):

@@ -72,6 +72,11 @@ def test_colocated_engine_passes_images_as_multi_modal_data():
     assert ro.completion_ids == [[7, 8], [8, 8], [7, 8], [8, 8]] and ro.sampling_logprobs[0] == [-0.25, -0.25]
     engine.generate([[9, 9]], 1)  # text prompts: token ids only
     assert llm.prompts[1] == [{"prompt_token_ids": [9, 9]}]
+    engine.generate([[3, IMG, 5], [9, 9]], 1, images=[[a], []])  # a text row among image rows: ids only
+    assert llm.prompts[2] == [
+        {"prompt_token_ids": [3, IMG, 5], "multi_modal_data": {"image": [a]}},
+        {"prompt_token_ids": [9, 9]},
+    ]
 
 
 def test_trainer_step_on_a_fake_colocated_engine_with_image_prompts(tmp_path, monkeypatch):
@@ -254,6 +259,38 @@ def test_server_client_sends_what_trls_client_sends(tmp_path):
     assert {k: ours_sp[k] for k in theirs_sp} == theirs_sp
     assert out["completion_ids"] == ours.completion_ids
     assert [[lp[0] for lp in row] for row in out["logprobs"]] == ours.sampling_logprobs
+
+
+def test_server_client_sends_a_prompt_without_images_as_trls_client_does(tmp_path):
+    """A text row among image rows (its image column null): no render request, and a generate request
+    with ``features: null``, the body TRL 1.16's client sends for it (``features=[None]``)."""
+    from trl.generation.vllm_client import VLLMClient
+
+    text_ids = [3, 5, 43]  # no image tokens
+    with ImageServer() as srv:
+        ours = VLLMServer(
+            srv.url, SamplingParams(max_new_tokens=2, temperature=0.9), tmp_path, image_token_id=IMG
+        ).generate([IDS[0], text_ids], 2, images=[[_scene(2)], []])
+        mine = [body for path, body in srv.bodies if path == vi.GENERATE and body["token_ids"] == text_ids]
+        renders = [body for path, body in srv.bodies if path == vi.RENDER]
+        srv.bodies.clear()
+        trl = object.__new__(VLLMClient)
+        import requests
+
+        trl.session, trl.base_url, trl.model = requests.Session(), srv.url, "tiny"
+        out = trl.generate([text_ids], features=[None], n=2, temperature=0.9, max_tokens=2)
+        [theirs] = [body for _, body in srv.bodies]
+    assert len(renders) == 1  # the image prompt's only
+    [mine] = mine
+    assert mine["features"] is None and theirs["features"] is None
+    ours_sp, theirs_sp = mine.pop("sampling_params"), theirs.pop("sampling_params")
+    mine.pop("request_id"), theirs.pop("request_id")
+    assert mine == theirs and {k: ours_sp[k] for k in theirs_sp} == theirs_sp
+    # rows p*G + g: the fake answers [last prompt id, 30 + g]
+    assert (
+        ours.completion_ids == [[41, 30], [41, 31], [43, 30], [43, 31]]
+        and out["completion_ids"] == ours.completion_ids[2:]
+    )
 
 
 def test_server_without_the_render_endpoint_is_one_sentence(tmp_path):

@@ -125,7 +125,6 @@ NO_EFFECT = dict(
     train_sampling_strategy="sequential",
     length_column_name="n",
     ds3_gather_for_generation=False,
-    log_multimodal=False,
     local_rank=0,
     trackio_static_space_id="me/static",
     log_on_each_node=False,

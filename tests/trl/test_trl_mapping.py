@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.config import ConfigError
+from grpokit.config import Config, ConfigError
 from grpokit.trl.config import SUPPORTED, UNSUPPORTED, GRPOConfig
 from grpokit.trl.mapping import to_config
 from grpokit.validation import validate
@@ -560,3 +560,15 @@ def test_max_tool_calling_iterations_maps_to_model_turns():
     }
     assert {n: e.max_turns for n, e in turns.items()} == {None: 0, -1: 1, 0: 1, 2: 3}
     assert turns[None].max_episode_tokens == 64
+
+
+def test_log_multimodal_decides_whether_samples_carry_their_images():
+    # TRL logs a batch's images beside its completions unless log_multimodal=False
+    assert to_config(GRPOConfig("o"), num_rows=8).record.samples_images is True
+    assert to_config(GRPOConfig("o", log_multimodal=False), num_rows=8).record.samples_images is False
+
+
+def test_the_trl_layer_trains_the_vision_tower_as_trl():
+    # TRL freezes nothing; grpokit's own default keeps the tower frozen (docs/VISION.md)
+    assert to_config(GRPOConfig("o"), num_rows=8).model.freeze_vision is False
+    assert Config().model.freeze_vision is True

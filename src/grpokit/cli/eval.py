@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from grpokit.config.sections import Config, ConfigError
-from grpokit.data.prompts import load_rows, to_prompts
+from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
 from grpokit.rewards.runner import RewardRunner
@@ -117,11 +117,11 @@ def run_eval(args: argparse.Namespace) -> dict:
     rows = _rows(cfg, target, args.split)
     rows = rows[: args.limit] if args.limit else rows
     fn = grader(cfg, explicit=bool(args.reward))
-    from grpokit.train import episode_setup, run_data
+    from grpokit.train import build, episode_setup, run_data
 
     # tools: episodes, else one turn
     episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
-    prompts = to_prompts(rows, tokenizer, cfg.data, episodes.row_schemas)
+    prompts = build.prompt_maker(cfg, tokenizer, episodes.row_schemas)(rows)  # images: the model's processor
     gen = torch.Generator(device=device).manual_seed(args.seed)
 
     def sample(ctx, G, p, images=None, **kw):

@@ -69,8 +69,9 @@ class ModelConfig:
     quantization: str = "none"
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
     freeze_vision: bool = True
-    """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does; false trains
-    it too (docs/VISION.md)."""
+    """Vision-language models: keep the vision tower (image encoder and its merger) frozen, as VLM-R1 does, and give it
+    no LoRA adapter under all-linear; false trains it too (LoRA: all-linear then adapts its linear layers as well,
+    PEFT's meaning; docs/VISION.md). The TRL layer sets false: TRL freezes nothing."""
     lm_head_fp32: bool = False
     """ScaleRL (TRL's cast_lm_head_to_fp32): the output layer's weights and logits in float32 while the rest of the
     model is in model.dtype (a tied head makes the shared embedding weight float32 too); needs lm_head without a LoRA
@@ -345,6 +346,10 @@ class RecordConfig:
     """Write a few prompts with all their completions to samples.jsonl every N steps (0 = never)."""
     samples_prompts: int = 2
     """How many prompts (each with all G completions) go into each sample dump."""
+    samples_images: bool = True
+    """Image prompts: each sample row's image written to images/ (scaled up, the gold box and each completion's box
+    drawn) and named in the row's image column, for the report; false keeps the samples text only (TRL's
+    log_multimodal)."""
     report: bool = True
     """Write report.html into the run folder when training ends."""
     console_every: int = 10

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -221,6 +222,23 @@ def to_prompts(
             Prompt(text=text, ids=list(ids), columns={k: v for k, v in r.items() if k != "prompt"}, raw=r["prompt"])
         )
     return prompts
+
+
+@dataclass(frozen=True)
+class PromptMaker:
+    """How one run turns rows into Prompts: its tokenizer, data settings, tool schemas and the model's
+    processor (None: a text model). Built once (train/build.py ``prompt_maker``, where the processor is
+    loaded) and kept by the trainer, so every caller - training and held-out prompts, TRL's evaluate(),
+    a subclass calling _generate_and_score_completions itself, ``grpokit eval`` - meets image rows with
+    the processor."""
+
+    tokenizer: Any
+    cfg: DataConfig
+    tools: list | Callable | None = None
+    processor: Any = None
+
+    def __call__(self, rows: list[dict[str, Any]]) -> list[Prompt]:
+        return to_prompts(rows, self.tokenizer, self.cfg, self.tools, self.processor)
 
 
 def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tools: list | None) -> list[Prompt]:

@@ -3,7 +3,9 @@
 Data follows TRL: a row's images are in an ``image`` column (one) or an ``images`` column (a list),
 each a PIL image, a file path, raw bytes, or a ``datasets`` Image dict (``{"bytes", "path"}``). A
 conversational prompt marks where each image goes with ``{"type": "image"}`` content parts; a plain
-text prompt gets its images in front of the text (as TRL does). The model's ``AutoProcessor``
+text prompt gets its images in front of the text (grpokit's extension: TRL 1.16 refuses a plain text
+prompt with images). A row whose image column is null is a text row among the image rows: it goes
+through the processor without images and adds no image tensors. The model's ``AutoProcessor``
 builds the prompt: its chat template writes the image placeholders and the processor expands each
 into the image's tokens and returns ``pixel_values`` / ``image_grid_thw`` (the model's own names:
 they travel as a dict, so other families' inputs pass through unchanged).
@@ -29,8 +31,9 @@ IMAGE_COLUMNS = ("image", "images")
 
 
 def has_images(rows: list[dict[str, Any]]) -> bool:
-    """True when the rows carry images (an ``image`` or ``images`` column)."""
-    return bool(rows) and any(c in rows[0] for c in IMAGE_COLUMNS)
+    """True when the rows carry images (an ``image`` or ``images`` column in any row: rows read from
+    a JSON lines file need not all name the same columns)."""
+    return any(c in r for r in rows for c in IMAGE_COLUMNS)
 
 
 def load_image(value: Any, row: int):
@@ -56,7 +59,8 @@ def load_image(value: Any, row: int):
 
 
 def row_images(row: dict[str, Any], index: int) -> list:
-    """The row's images in order (``images`` list first, else the ``image`` column)."""
+    """The row's images in order (``images`` list first, else the ``image`` column); none for a row
+    whose column is null or an empty list (a text row among image rows)."""
     value = row.get("images", row.get("image"))
     values = value if isinstance(value, (list, tuple)) else [value]
     return [load_image(v, index) for v in values if v is not None]
@@ -65,7 +69,8 @@ def row_images(row: dict[str, Any], index: int) -> list:
 def vision_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list[dict[str, Any]]:
     """Chat messages with image parts: a conversational prompt as given, string contents becoming text
     parts, the first user turn written as a string getting one image part per image before its text;
-    a text prompt as one user turn with its images first (TRL's convention in both cases)."""
+    a text prompt as one user turn with its images first (TRL's convention for the first; TRL 1.16 refuses
+    the second, "Multimodal training requires conversational prompts")."""
     if isinstance(prompt, list):
         messages, placed = [], False
         for m in prompt:
@@ -177,8 +182,11 @@ def is_vision_config(config) -> bool:
 
 def stack(vision: list[dict[str, torch.Tensor]], device) -> dict[str, torch.Tensor]:
     """One batch's image inputs: every row's tensors concatenated along dim 0 in row order (the
-    order the model meets the image placeholders in ``input_ids``)."""
-    return {k: torch.cat([v[k] for v in vision]).to(device) for k in vision[0]}
+    order the model meets the image placeholders in ``input_ids``). A row without images has no
+    tensors (``{}``) and adds none: the keys are those of any row, so a text row first in the batch
+    drops no other row's images. Empty when no row has an image."""
+    keys = dict.fromkeys(k for v in vision for k in v)
+    return {k: torch.cat([v[k] for v in vision if k in v]).to(device) for k in keys}
 
 
 def _rope_owner(model):
@@ -218,13 +226,16 @@ def positions(
     """Multimodal RoPE positions ``(3, B, L)`` of a left-padded batch (Qwen2-VL's M-RoPE: image
     tokens get (time, row, column) positions, text after them counts on from the largest), or None
     for models that place positions themselves. Computed by the model's own ``get_rope_index`` for
-    the prefill and for the training passes alike, so sampling and training agree."""
+    the prefill and for the training passes alike, so sampling and training agree. A row without
+    images gets plain text positions from its first token (left padding skipped)."""
     owner, img = _rope_owner(model), image_token_id(model)
-    if owner is None or img is None or "image_grid_thw" not in inputs:
+    if owner is None or img is None:
         return None
+    # a batch of text rows only (no ``image_grid_thw``) too: the model's own fallback would count
+    # positions from the padded row's first column, not from its first token
     types = (input_ids == img).int()
     pos, _ = owner.get_rope_index(
-        input_ids, mm_token_type_ids=types, image_grid_thw=inputs["image_grid_thw"], attention_mask=attention_mask
+        input_ids, mm_token_type_ids=types, image_grid_thw=inputs.get("image_grid_thw"), attention_mask=attention_mask
     )
     return pos
 

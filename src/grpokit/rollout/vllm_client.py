@@ -105,7 +105,8 @@ class VLLMServer(SeparateEngine):
             if time.monotonic() >= deadline:
                 raise ConfigError(
                     f"rollout.vllm_url: no vLLM server became ready at {self.url} within "
-                    f"{self.startup_timeout:g} s ({last}); {START_HINT} on the server node, or fix rollout.vllm_url"
+                    f"{self.startup_timeout:g} s (rollout.vllm_startup_timeout; {last}); {START_HINT} on the server "
+                    "node, or fix rollout.vllm_url"
                 )
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         models = self.call("GET", f"{self.url}/v1/models", None, 30.0)
@@ -236,7 +237,10 @@ class VLLMServer(SeparateEngine):
     def _complete_images(
         self, ids: list[int], images: list, G: int, p: SamplingParams
     ) -> list[tuple[list[int], list[float], Any]]:
-        """One image prompt's G samples: its images rendered by the server, then generated from our ids."""
+        """One image prompt's G samples: its images rendered by the server, then generated from our ids
+        (a row without images among image rows: no render, no features, as TRL's client sends it)."""
+        if not images:
+            return self._generate_features(ids, None, G, p)
         if self.image_token_id is None:
             raise ConfigError(
                 "rollout.backend=vllm_server got image prompts but the model's config has no image_token_id; "
@@ -254,6 +258,12 @@ class VLLMServer(SeparateEngine):
                 f"({a.text if a.status == 0 else f'HTTP {a.status}: {a.message}'})"
             )
         features = place(a.body.get("features") if isinstance(a.body, dict) else None, ids, self.image_token_id)
+        return self._generate_features(ids, features, G, p)
+
+    def _generate_features(
+        self, ids: list[int], features: dict | None, G: int, p: SamplingParams
+    ) -> list[tuple[list[int], list[float], Any]]:
+        """G samples of one prompt's ids with its rendered image features (None: a prompt without images)."""
         body = generate_body(self.served, ids, features, G, p)
         if self.call is http_call:  # a reply is bounded by what was asked for
             a = http_call(

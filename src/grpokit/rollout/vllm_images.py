@@ -92,8 +92,11 @@ def place(features: Any, ids: list[int], image_token_id: int) -> dict[str, Any]:
     return {**features, "mm_placeholders": {**features["mm_placeholders"], "image": runs}}
 
 
-def generate_body(model: str, ids: list[int], features: dict, group_size: int, p: SamplingParams) -> dict[str, Any]:
-    """The generate request for one image prompt: every sampling field sent (as for /v1/completions)."""
+def generate_body(
+    model: str, ids: list[int], features: dict | None, group_size: int, p: SamplingParams
+) -> dict[str, Any]:
+    """The generate request for one prompt of an image batch: every sampling field sent (as for
+    /v1/completions); ``features`` None for a prompt without images (TRL's client sends it so)."""
     sampling = {**sampling_fields(group_size, p), "output_kind": FINAL_ONLY}
     return {
         "request_id": f"grpokit-{uuid.uuid4().hex}",

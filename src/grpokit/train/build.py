@@ -28,7 +28,7 @@ import torch
 
 from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, ConfigError
-from grpokit.data.prompts import to_prompts
+from grpokit.data.prompts import PromptMaker
 from grpokit.data.vision import has_images, load_processor
 from grpokit.nn import kernels, vocab
 from grpokit.nn.models import frozen_copy
@@ -96,6 +96,7 @@ class Inputs:
     episodes: Any
     prompts: list
     eval_prompts: list
+    make_prompts: PromptMaker  # rows -> prompts as the training rows became them (held-out sets, TRL's evaluate())
 
 
 IMAGE_EPISODES = (
@@ -118,16 +119,22 @@ def build_inputs(
     if (tools or environment_factory or cfg.env.tools or cfg.env.environment) and has_images(train_rows):
         raise ConfigError(IMAGE_EPISODES)  # before the episodes' own checks (a tool format): none would help
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
-    schemas = episodes.row_schemas  # chat templates show the tools in the prompt (each row its environment's)
-    processor = load_processor(
-        model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code
-    )  # None: text model
-    prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
+    # chat templates show the tools in the prompt (each row its environment's)
+    make_prompts = prompt_maker(cfg, tokenizer, episodes.row_schemas, given_tokenizer)
+    prompts = make_prompts(train_rows)
     if (
         episodes.multi_turn and prompts and prompts[0].vision is not None
     ):  # tag-format tools and environments show no schema
         raise ConfigError(IMAGE_EPISODES)
-    return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
+    return Inputs(episodes, prompts, make_prompts(eval_rows), make_prompts)
+
+
+def prompt_maker(cfg: Config, tokenizer, tools, given_tokenizer=None) -> PromptMaker:
+    """The one way rows become prompts in a run (data/prompts.py PromptMaker), with the model's
+    processor: ``given_tokenizer`` when it is one (TRL's processing_class), else the model's own
+    (None for a text model)."""
+    processor = load_processor(model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code)
+    return PromptMaker(tokenizer, cfg.data, tools, processor)
 
 
 @dataclass(frozen=True)

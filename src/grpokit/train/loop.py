@@ -385,7 +385,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         timings), one line for the job (each metric by its rule over ranks, record/rank_reduction.py); sample
         rows every ``record.samples_every`` steps."""
         if self.recorder.wants_samples(self.step + 1):
-            rows = step_metrics.logged_samples(sb, inputs, self.cfg.record.samples_prompts, self.run_dir, self.step + 1)
+            r = self.cfg.record
+            rows = step_metrics.logged_samples(
+                sb, inputs, r.samples_prompts, self.run_dir, self.step + 1, r.samples_images
+            )
             self.recorder.log_samples(self.step + 1, rows)
         rows = step_metrics.job_rows(sb, self.dist)  # every rank's rows: what the ranks' own figures cannot give
         metrics = step_metrics.step_metrics(

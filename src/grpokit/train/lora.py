@@ -69,7 +69,8 @@ def add_adapters(model, cfg: ModelConfig):
     if cfg.quantization != "none":  # QLoRA: fp32 norms, input grads for checkpointing
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
     targets = cfg.lora_target_modules
-    target = peft_targets(model, targets)  # all-linear with names expanded, a name matching nothing refused
+    # all-linear with names expanded, a name matching nothing refused; the vision tower only when not frozen
+    target = peft_targets(model, targets, language_only=cfg.freeze_vision)
     lcfg = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,

@@ -7,7 +7,7 @@ string: inside a list it is one more name that matches nothing (``[all-linear, l
 lm_head alone). grpokit reads the list as meant:
 
 * ``[all-linear]``: every linear layer but the output layer (PEFT's shorthand; a vision-language model's
-  language-model layers only, its vision tower keeps none);
+  language-model layers only while ``model.freeze_vision`` holds, its frozen vision tower keeps none);
 * ``[all-linear, name ...]``: those layers and the named ones (``[all-linear, lm_head]`` adds the head);
 * a name that matches no module of the model is refused, naming it and the model's linear layers.
 
@@ -46,9 +46,11 @@ def default_targets(model_type: str) -> list[str]:
     return [names] if isinstance(names, str) else sorted(names)
 
 
-def peft_targets(model, targets: list[str]) -> str | list[str]:
+def peft_targets(model, targets: list[str], language_only: bool = True) -> str | list[str]:
     """PEFT's ``target_modules`` for ``model.lora_target_modules`` = ``targets`` (the module docstring's
-    rules); every name must match a module of ``model``."""
+    rules); every name must match a module of ``model``. ``language_only`` (``model.freeze_vision``): a
+    vision-language model's all-linear leaves out its frozen vision tower; without it all-linear is PEFT's
+    own, the tower's layers included (as TRL, which freezes nothing)."""
     names = [t for t in targets if t != ALL_LINEAR]
     modules = [n for n, _ in model.named_modules()]
     unmatched = [t for t in names if not any(m == t or m.endswith("." + t) for m in modules)]
@@ -58,7 +60,7 @@ def peft_targets(model, targets: list[str]) -> str | list[str]:
             f"model.lora_target_modules={list(targets)!r}: {', '.join(map(repr, unmatched))} names no module of "
             f"this model{hint}; its linear layers are {linear_names(model)} (or [all-linear] for all of them)"
         )
-    vision = getattr(model.config, "vision_config", None) is not None
+    vision = language_only and getattr(model.config, "vision_config", None) is not None
     if ALL_LINEAR not in targets:
         return names
     if vision:  # adapters on the language model only (VLM-R1), plus the named layers

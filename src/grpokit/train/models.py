@@ -49,8 +49,8 @@ def model_path(name_or_path: str) -> str:
             f"model.name_or_path={name_or_path!r} is a path that does not exist; give a model folder that exists "
             "or a hub id (namespace/name)"
         )
-    check_reachable(name_or_path)  # an unreachable Hub: one sentence now, not a misleading error after retries
-    return name_or_path
+    # an unreachable Hub: one sentence now, not a misleading error after retries; a cached id: its cached folder
+    return check_reachable(name_or_path)
 
 
 def load_tokenizer(cfg: ModelConfig, tok=None):

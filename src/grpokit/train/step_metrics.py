@@ -59,10 +59,13 @@ def step_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def logged_samples(sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, step: int) -> list[dict]:
+def logged_samples(
+    sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, step: int, images: bool = True
+) -> list[dict]:
     """The sample rows of step ``step``: prompt, completion, each reward, the sequence's advantage
     (a token-level advantage averaged over the row), length and finish reason; the reward
-    functions' logged values; image prompts as PNGs with boxes drawn, for the report."""
+    functions' logged values; with ``images`` (record.samples_images), image prompts as PNGs with
+    boxes drawn, for the report."""
     ro, G = sb.rollout, sb.group_size
     adv = inputs.advantages.cpu()
     seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
@@ -79,7 +82,8 @@ def logged_samples(sb: ScoredBatch, inputs, max_prompts: int, run_dir: Path, ste
         max_prompts=max_prompts,
         messages=[e.messages for e in ro.episodes] if ro.episodes else None,
     )
-    return with_images(add_logged_columns(rows, sb.extra, G), sb.prompts, run_dir, step)
+    rows = add_logged_columns(rows, sb.extra, G)
+    return with_images(rows, sb.prompts, run_dir, step) if images else rows
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class TrainerSetup:
             self.cfg, self.tokenizer, train_rows, eval_rows, tools, environment_factory, given_tokenizer
         )
         self.episodes, self.prompts, self.eval_prompts = inputs.episodes, inputs.prompts, inputs.eval_prompts
+        self.make_prompts = inputs.make_prompts  # every other caller's rows become prompts the same way
 
     def _build_rewards(self, reward_funcs: list[Callable] | None) -> None:
         """Stage 3: the training and evaluation reward runners, the weights, the process reward."""
@@ -151,7 +152,7 @@ class TrainerSetup:
         self.params = sampling_params(cfg.rollout)
         r = cfg.rollout
         if (r.async_workers or r.async_remote_workers) and (
-            self.episodes.multi_turn or any(p.vision for p in self.prompts[:1])
+            self.episodes.multi_turn or any(p.vision is not None for p in self.prompts[:1])
         ):
             raise ConfigError(
                 "rollout.async_workers samples one-turn text completions, not episodes with tools or environments "

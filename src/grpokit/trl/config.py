@@ -210,7 +210,9 @@ class GRPOConfig(TrainingArguments):
     log_completions: bool = False
     """Write prompts with their completions (samples.jsonl) every logging_steps."""
     log_multimodal: bool = True
-    """Accepted; no effect: grpokit's samples.jsonl keeps the completions' text, never their images."""
+    """With log_completions, image prompts' sample rows get their image (record.samples_images: images/*.png, named
+    in samples.jsonl's image column, shown by the report), as TRL logs images with its completions; False: text
+    only."""
     num_completions_to_print: int | None = None
     """Completions per sample dump with log_completions (rounded up to whole groups; None: grpokit's 2 prompts)."""
     log_unique_prompts: bool = False

@@ -18,7 +18,6 @@ import torch
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
 from grpokit.algo.masks import truncated_sequences_mask
-from grpokit.data.prompts import to_prompts
 from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
 
@@ -125,7 +124,7 @@ def evaluate_rows(facade: Any, data: Any, metric_key_prefix: str) -> dict[str, f
     """GRPOTrainer.evaluate() on one dataset (its memory stage started): the metrics logged, on_evaluate, returned."""
     trainer, a = facade._get(), facade.args
     rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
-    prompts = to_prompts(rows, trainer.tokenizer, trainer.cfg.data, trainer.episodes.row_schemas)
+    prompts = trainer.make_prompts(rows)  # images through the model's processor, as the training rows
     # transformers hands callbacks the eval loader from the first evaluation on
     G_eval = a.num_generations_eval or a.num_generations
     facade.bridge.user.objects["eval_dataloader"] = row_loader(rows, a.per_device_eval_batch_size, G_eval)

@@ -304,9 +304,14 @@ class RewardModel:
 
     def __init__(self, path: Any, tokenizer: Any = None, chat_template_kwargs: dict | None = None):
         from grpokit.rewards.models import SequenceClassifierReward
+        from grpokit.train.hub import check_reachable
 
         given = not isinstance(path, str)  # an instantiated model (TRL takes one too)
-        self.scorer = SequenceClassifierReward(None, model=path) if given else SequenceClassifierReward(path)
+        self.scorer = (  # a hub id: cached and the Hub unreachable, its cached folder (as the policy's)
+            SequenceClassifierReward(None, model=path)
+            if given
+            else SequenceClassifierReward(check_reachable(path, "reward_funcs entry"))
+        )
         if tokenizer is not None:  # TRL's reward_processing_classes entry replaces the model's own tokenizer
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token

@@ -20,9 +20,10 @@ generation batches (TRL's rolling window): ``updates_per_batch = steps_per_gener
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 
 from grpokit.config.io import set_field
-from grpokit.config.sections import Config
+from grpokit.config.sections import Config, ConfigError
 from grpokit.train.distributed import position
 
 from .args import batch, checkpoints, loss, model, optimizer, reporting, run, sampling
@@ -81,7 +82,31 @@ FIXED = {
     "reward.functions": [],
     "reward.convention": "trl",
     "reward.num_workers": 0,
+    "model.freeze_vision": False,
 }  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
+
+
+TRL_NAMES = {
+    "rollout.vllm_url": "vllm_server_base_url",
+    "rollout.vllm_startup_timeout": "vllm_server_timeout",
+}
+"""grpokit fields that a sentence from inside the run (not from the mapping's own checks) may name, and the
+TRL argument a script sets each with (its rule in MAPPING): under grpokit.trl the sentence names the argument."""
+
+
+@contextmanager
+def in_trl_terms():
+    """A ConfigError raised inside (building the run: the vLLM server's wait ...) names TRL's arguments,
+    not the grpokit fields they were mapped to (TRL_NAMES)."""
+    try:
+        yield
+    except ConfigError as e:
+        said = str(e)
+        for field, arg in TRL_NAMES.items():
+            said = said.replace(field, arg)
+        if said == str(e):
+            raise
+        raise ConfigError(said) from None
 
 
 def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None, streamed: bool = False) -> Config:
@@ -135,4 +160,6 @@ def mapping_table() -> str:
 
 
 FIXED_DOC = """The data and reward functions come from GRPOTrainer's arguments; reward functions receive TRL's
-convention and run in the trainer's process."""
+convention and run in the trainer's process. A vision-language model's vision tower trains as TRL trains it (TRL
+freezes nothing; a tower the script froze itself stays frozen), and LoRA's all-linear is PEFT's, the tower's linear
+layers included."""

@@ -78,6 +78,7 @@ from .inputs import (
     reward_funcs_of,
     row_loader,
 )
+from .mapping import in_trl_terms
 from .trainer_args import (
     model_name,
     snapshot,
@@ -197,7 +198,8 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         self.cfg.record.sinks = self._kept_sinks()
         # errors about the adapters name the peft_config fields that set them
         peft_names = named_as({f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()})
-        with peft_names if self._given.peft_config is not None else contextlib.nullcontext():
+        adapters = peft_names if self._given.peft_config is not None else contextlib.nullcontext()
+        with in_trl_terms(), adapters:  # a sentence from inside the run names TRL's arguments
             trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history

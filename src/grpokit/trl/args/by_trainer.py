@@ -106,7 +106,6 @@ HANDLED_ELSEWHERE.update(
         "transformers' sampler (shuffle_dataset decides)",
         "length_column_name": "no effect, as TRL (group_by_length's column; RepeatSampler does not read it)",
         "ds3_gather_for_generation": "no effect: DeepSpeed ZeRO-3 only (deepspeed is refused)",
-        "log_multimodal": "no effect: samples.jsonl keeps text, never images",
         "local_rank": "no effect: the rank comes from LOCAL_RANK, as transformers when it is set",
         "log_on_each_node": "grpokit logs on global rank 0 only (log_on_each_node=False); one node: the same",
         "dataloader_in_order": "no effect (no DataLoader workers)",

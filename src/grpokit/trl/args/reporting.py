@@ -1,6 +1,6 @@
 """TRL's logging arguments -> grpokit's record section: report_to, logging_strategy / logging_steps,
-log_completions, num_completions_to_print, disable_tqdm, run_name, project and Trackio's, with the checks
-of log_level, log_level_replica and include_num_input_tokens_seen (GRPOTrainer carries those out:
+log_completions, num_completions_to_print, log_multimodal, disable_tqdm, run_name, project and Trackio's, with
+the checks of log_level, log_level_replica and include_num_input_tokens_seen (GRPOTrainer carries those out:
 by_trainer.py).
 
 Each argument's mapping rule and its single-value check live here together.
@@ -49,7 +49,8 @@ def _logging(a: TrlArgs, ctx: dict) -> dict[str, Any]:
 def _samples(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     n = a.num_completions_to_print
     # <= 0: TRL prints none; grpokit prints no completions anyway and keeps its samples.jsonl
-    return {} if n is None or n <= 0 else {"record.samples_prompts": math.ceil(n / a.num_generations)}
+    out = {"record.samples_images": bool(a.log_multimodal)}
+    return out if n is None or n <= 0 else {**out, "record.samples_prompts": math.ceil(n / a.num_generations)}
 
 
 LOGGING = Rule(
@@ -79,10 +80,12 @@ LOGGING = Rule(
 )
 
 SAMPLES = Rule(
-    ("num_completions_to_print",),
-    ("record.samples_prompts",),
+    ("num_completions_to_print", "log_multimodal"),
+    ("record.samples_prompts", "record.samples_images"),
     "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None or <= 0: "
-    "grpokit's 2; TRL prints none at <= 0, grpokit prints no completions to the console)",
+    "grpokit's 2; TRL prints none at <= 0, grpokit prints no completions to the console); log_multimodal: "
+    "image prompts' sample rows get their image (images/*.png, an image column), as TRL logs them with its "
+    "completions; False: text only",
     _samples,
 )
 

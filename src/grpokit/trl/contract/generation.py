@@ -84,7 +84,6 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     """grpokit.trl's own ``_generate_and_score_completions``: the rows' prompts sampled G times and
     scored by grpokit's stages, the step's log-probabilities and advantages; TRL's batch dict back."""
     from grpokit.algo.pipeline import LogProbs, needed_logprobs, update_inputs
-    from grpokit.data.prompts import to_prompts
     from grpokit.train import reference
     from grpokit.train.token_batch import make_token_batch
 
@@ -92,7 +91,7 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     if facade._gen_call is None:  # called directly: TRL's rows, each prompt repeated num_generations times
         G = facade.args.num_generations
         rows = [{k: v for k, v in r.items()} for r in inputs[::G]]
-        prompts = to_prompts(rows, t.tokenizer, t.cfg.data, t.episodes.row_schemas)
+        prompts = t.make_prompts(rows)
         call = (getattr(t.sample_and_score, "sample_and_score", t.sample_and_score), prompts, G)
     else:
         call = facade._gen_call
