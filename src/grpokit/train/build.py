@@ -123,12 +123,14 @@ def build_inputs(
     processor = load_processor(
         model_path(cfg.model.name_or_path), given_tokenizer, cfg.model.trust_remote_code
     )  # None: text model
-    prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor)
+    prompts = to_prompts(train_rows, tokenizer, cfg.data, schemas, processor, "the training rows")
     if (
         episodes.multi_turn and prompts and prompts[0].vision is not None
     ):  # tag-format tools and environments show no schema
         raise ConfigError(IMAGE_EPISODES)
-    return Inputs(episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor))
+    return Inputs(
+        episodes, prompts, to_prompts(eval_rows, tokenizer, cfg.data, schemas, processor, "the held-out rows")
+    )
 
 
 @dataclass(frozen=True)
