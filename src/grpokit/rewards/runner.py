@@ -191,6 +191,8 @@ class RewardRunner:
         self._caller = InProcessCaller()
         self.whole_batch = False
         """Call each function once per batch (TRL's unit; grpokit.trl sets it), not once per group."""
+        self.logged_names: set[str] = set()
+        """The metrics reward functions have logged with ``log_metric`` (grpokit.trl's evaluate() reports them)."""
 
     def reopen(self) -> None:
         """Start the worker processes again after ``close()`` (TRL's ``evaluate()`` after ``train()``)."""
@@ -368,7 +370,9 @@ class RewardRunner:
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start
-        metrics.update({k: sum(v) / len(v) for k, v in logs.metrics.items() if v and k not in metrics})
+        logged = {k: sum(v) / len(v) for k, v in logs.metrics.items() if v and k not in metrics}
+        self.logged_names.update(logged)
+        metrics.update(logged)
         names = [s.name for s in self.specs]
         return RewardResult(rewards_NF, total_N, names, weights.tolist(), metrics, logs.extra, failed_NF)
 
