@@ -136,3 +136,44 @@ def test_a_system_prompt_that_no_template_would_carry_is_refused():
     with pytest.raises(ConfigError, match="the prompt of row 2 is plain text, which data.chat_template=conversational"):
         to_prompts([{"prompt": [{"role": "user", "content": "a"}]}, {"prompt": "b"}], tok, plain)
     assert to_prompts([{"prompt": "ab"}], tok, DataConfig(system_prompt="hi"))[0].text == "<s>hi<u>ab"
+
+
+FORMS = "a text, or a list of chat messages such as [{'role': 'user', 'content': '...'}]"
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        (5, "has a prompt of type int (5) in column 'q'"),
+        (["a", "b"], "has a prompt (column 'q') that is a list holding 'a', which is not a chat message"),
+        ({"role": "user", "content": "a"}, "has a prompt of type dict"),
+        ([], "has an empty prompt (column 'q'); give every row a prompt"),
+    ],
+)
+def test_a_prompt_that_is_neither_text_nor_messages_is_refused_naming_its_row(tmp_path, value, said):
+    """Before, such a value was trained as its str(): "5", "['a', 'b']"."""
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"q": "fine"}) + "\n" + json.dumps({"q": value}) + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_rows(str(path), "train", DataConfig(prompt_column="q", answer_column=""))
+    assert str(e.value).startswith(f"row 2 of {str(path)!r} {said}")
+    if value:
+        assert str(e.value).endswith(f"a prompt is {FORMS}")
+
+
+def test_rows_passed_in_have_their_prompts_checked_and_render_prompt_never_stringifies():
+    from grpokit.data import render_prompt
+    from helpers.models import char_tokenizer
+
+    with pytest.raises(ConfigError) as e:
+        to_prompts([{"prompt": "a"}, {"prompt": None}], char_tokenizer(), DataConfig(), source="the rows")
+    assert (
+        str(e.value)
+        == f"row 2 of the rows has no value in the prompt column 'prompt'; give every row a prompt: {FORMS}"
+    )
+    with pytest.raises(ConfigError, match="row 1 of the data has no value in the prompt column"):
+        to_prompts([{"question": "a"}], char_tokenizer(), DataConfig())  # before: a KeyError
+    with pytest.raises(
+        ConfigError, match=r"a prompt is a text, or a list of chat messages .*, not a NoneType \(None\)"
+    ):
+        render_prompt(None, char_tokenizer(), DataConfig())  # before: the text "None"

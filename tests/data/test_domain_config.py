@@ -93,3 +93,20 @@ def test_a_domain_reward_scores_its_own_rows_and_passes_its_logs_on_under_its_na
     )
     assert metrics[1:] == [("c/seen", 1.0)]  # the same function in domain c: its own metric, 1 completion
     assert fn(prompts=["p"], completions=["a"], domain=["c"]) == [None]
+
+
+def test_a_domain_rewards_wrong_count_reaches_the_runner_as_its_own_count():
+    """The function a domain wraps returns 3 values for its 2 completions: the runner stops the run naming
+    those counts (before, the 3 values were spread over the domain's rows and the third dropped)."""
+    import pytest
+
+    from grpokit.data.domains import DomainReward
+    from grpokit.rewards import RewardRunner
+    from grpokit.rewards.spec import RewardError, RewardSpec
+
+    def three(completions, **kw):
+        return [1.0, 2.0, 3.0]
+
+    with RewardRunner([RewardSpec(DomainReward(three, "m"), "m/three")], num_workers=0) as runner:
+        with pytest.raises(RewardError, match=r"^Reward 'm/three' returned 3 values for 2 completions;"):
+            runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 4, {"domain": ["m", "c", "m", "c"]})

@@ -45,8 +45,8 @@ def slow_on_slow(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def wrong_length(completions, **kwargs):
-    return [1.0] * (len(completions) + 1)
+def always_fails(completions, **kwargs):
+    raise ValueError("cannot score anything")
 
 
 def _batch(completions, group_size):
@@ -141,9 +141,9 @@ def test_unpicklable_function_falls_back_to_threads_with_a_logged_reason(caplog)
 def test_too_many_failures_stop_the_run_with_a_clear_message():
     from grpokit.rewards import RewardRunner
 
-    with RewardRunner([RewardSpec(wrong_length, "w")], num_workers=0, max_failure_fraction=0.5) as runner:
+    with RewardRunner([RewardSpec(always_fails, "w")], num_workers=0, max_failure_fraction=0.5) as runner:
         with pytest.raises(
-            RewardError, match=r"Reward 'w' failed on 4 of 4 completions.*returned 2 values for 1 completions"
+            RewardError, match=r"Reward 'w' failed on 4 of 4 completions.*on completion 0: ValueError: cannot score"
         ):
             runner.score(**_batch(["a", "b", "c", "d"], group_size=2))
 

@@ -11,7 +11,7 @@ import pytest
 from grpokit.config import ConfigError
 from grpokit.train.callbacks import Control
 from grpokit.trl import best
-from grpokit.trl.args.batch import steps_per_epoch
+from grpokit.trl.args.batch import state_epochs, steps_per_epoch
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.default_callbacks import DefaultFlowCallback
@@ -36,6 +36,20 @@ from grpokit.trl.mapping import to_config
 )
 def test_steps_per_epoch_by_hand(kwargs, rows, expected):
     assert steps_per_epoch(GRPOConfig("o", **kwargs), rows, 1) == expected
+
+
+def test_a_stream_is_one_epoch_of_max_steps_and_state_epochs_are_transformers():
+    """transformers, for a dataloader without a length: max_steps is one epoch and the loop's epochs are
+    sys.maxsize; with a length, ceil(max_steps / steps per epoch), or ceil(num_train_epochs) without max_steps
+    (before: the steps of the rows a stream read, and num_train_epochs as given)."""
+    import sys
+
+    a = GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, max_steps=5)
+    assert steps_per_epoch(a, 10, 1, streamed=True) == 5  # not 2, the steps of 10 rows read
+    assert state_epochs(a, 5, 5, streamed=True) == sys.maxsize
+    assert state_epochs(a, 5, 2, streamed=False) == 3  # 5 steps of 2 an epoch: 3 epochs begun
+    epochs = GRPOConfig("o", per_device_train_batch_size=8, num_generations=2, num_train_epochs=2.5)
+    assert state_epochs(epochs, 5, 2, streamed=False) == 3  # ceil(2.5)
 
 
 def test_two_processes_share_each_generation_batch():

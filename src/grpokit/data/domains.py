@@ -176,6 +176,8 @@ class DomainReward:
         if len(mine) < n:  # the runner calls one group at a time, so this is a retried completion or a mix
             inner = {k: ([v[i] for i in mine] if isinstance(v, list) and len(v) == n else v) for k, v in inner.items()}
         values = call_reward(self.fn, inner)
+        if values.broken:  # not one value per completion: the runner stops the run with what it returned
+            return values
         log, extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         for name, vals in values.metrics.items() if log is not None else ():
             for v in vals:

@@ -143,12 +143,8 @@ def rename_columns(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> 
     out = []
     for n, r in enumerate(rows, 1):
         r = dict(r)
-        if r.get(cfg.prompt_column) is None:  # ragged rows: datasets fills a missing column with None
-            raise ConfigError(
-                f"row {n} of {source!r} has no value in the prompt column {cfg.prompt_column!r}; "
-                "give every row a prompt"
-            )
-        if _is_empty(r[cfg.prompt_column]):
+        check_prompt(r.get(cfg.prompt_column), f"row {n} of {source!r}", cfg.prompt_column)
+        if _is_empty(r[cfg.prompt_column]):  # a conversation of empty messages too (see check_prompt)
             raise ConfigError(
                 f"row {n} of {source!r} has an empty prompt (column {cfg.prompt_column!r}); give every row a prompt"
             )
@@ -168,6 +164,42 @@ def check_columns(columns, source: str) -> None:
             f"{source!r} has a column named {clash[0]!r}, a keyword grpokit passes reward functions itself, so its "
             f"values would never reach them; rename the column (reserved names: {', '.join(RESERVED_KEYWORDS)})"
         )
+
+
+PROMPT_FORMS = "a text, or a list of chat messages such as [{'role': 'user', 'content': '...'}]"
+
+
+def check_prompt(prompt: Any, where: str, column: str = "prompt") -> None:
+    """One sentence for a row whose prompt (its value in ``column``) grpokit cannot train on, ``where``
+    naming the row: none (a ragged file's missing value, which ``datasets`` fills with None), an empty text or
+    no message, or a value that is neither text nor a list of chat messages (dicts with a ``role``). The native
+    loader (``rename_columns``), ``to_prompts`` and grpokit.trl's datasets (trl/inputs.py, each row as it is
+    read) all ask it, so no row is ever rendered as ``str(value)``. Messages with empty contents pass: an
+    environment's reset() fills them (TRL's own placeholder rows are one empty user turn); a data file's are
+    refused besides, where it loads."""
+    if prompt is None:  # ragged rows: datasets fills a missing column with None
+        raise ConfigError(
+            f"{where} has no value in the prompt column {column!r}; give every row a prompt: {PROMPT_FORMS}"
+        )
+    if isinstance(prompt, str) and not prompt.strip() or isinstance(prompt, list) and not prompt:
+        raise ConfigError(f"{where} has an empty prompt (column {column!r}); give every row a prompt")
+    if isinstance(prompt, str):
+        return
+    if not isinstance(prompt, list):
+        raise ConfigError(
+            f"{where} has a prompt of type {type(prompt).__name__} ({prompt!r:.60}) in column {column!r}; a prompt "
+            f"is {PROMPT_FORMS}"
+        )
+    odd = [m for m in prompt if not _is_message(m)]
+    if odd:
+        raise ConfigError(
+            f"{where} has a prompt (column {column!r}) that is a list holding {odd[0]!r:.60}, which is not a chat "
+            f"message (a dict with a 'role'); a prompt is {PROMPT_FORMS}"
+        )
+
+
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and isinstance(m.get("role"), str)
 
 
 def _is_empty(prompt: Any) -> bool:
@@ -191,11 +223,13 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
             "the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
             "(processing_class) or plain-text prompts"
         )
+    if not isinstance(prompt, (str, list)):  # never str() of an arbitrary value (None would train as "None")
+        raise ConfigError(f"a prompt is {PROMPT_FORMS}, not a {type(prompt).__name__} ({prompt!r:.60})")
     if not use:
         if isinstance(prompt, list):
             return "\n".join(str(m.get("content", "")) for m in prompt)
-        return str(prompt)
-    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        return prompt
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
     if cfg.system_prompt and not any(m.get("role") == "system" for m in messages):
         messages = [{"role": "system", "content": cfg.system_prompt}, *messages]
     kw = {**cfg.chat_template_kwargs, **({"tools": tools} if tools else {})}
@@ -203,12 +237,20 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
 
 
 def to_prompts(
-    rows: list[dict[str, Any]], tokenizer, cfg: DataConfig, tools: list | Callable | None = None, processor=None
+    rows: list[dict[str, Any]],
+    tokenizer,
+    cfg: DataConfig,
+    tools: list | Callable | None = None,
+    processor=None,
+    source: str = "the data",
 ) -> list[Prompt]:
     """Prompts of the rows; rows with an ``image``/``images`` column go through the model's
     ``processor`` (data/vision.py), which must then be given. ``tools``: the tool schemas every
-    prompt shows, or a function row -> schemas (named environments: each row its environment's tools)."""
-    check_columns(dict.fromkeys(k for r in rows for k in r), "the data")  # rows passed in, not loaded here
+    prompt shows, or a function row -> schemas (named environments: each row its environment's tools).
+    ``source`` names the rows in an error (rows passed in are checked here, not where files load)."""
+    check_columns(dict.fromkeys(k for r in rows for k in r), source)
+    for n, r in enumerate(rows, 1):
+        check_prompt(r.get("prompt"), f"row {n} of {source}")
     if has_images(rows):
         return _vision_prompts(rows, processor, cfg, tools(rows[0]) if callable(tools) else tools)
     check_template_settings([r["prompt"] for r in rows], tokenizer, cfg)
@@ -237,8 +279,9 @@ class PromptMaker:
     tools: list | Callable | None = None
     processor: Any = None
 
-    def __call__(self, rows: list[dict[str, Any]]) -> list[Prompt]:
-        return to_prompts(rows, self.tokenizer, self.cfg, self.tools, self.processor)
+    def __call__(self, rows: list[dict[str, Any]], source: str = "the data") -> list[Prompt]:
+        """The rows' prompts; ``source`` names the rows in an error (to_prompts)."""
+        return to_prompts(rows, self.tokenizer, self.cfg, self.tools, self.processor, source)
 
 
 def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tools: list | None) -> list[Prompt]:

@@ -4,9 +4,13 @@ Unit of work. Each reward function is called once per *group* (the G completions
 group-relative rewards (e.g. the Kimi length penalty) see their whole group, and groups run in parallel
 in worker processes; with ``whole_batch`` (grpokit.trl, as TRL) once per batch, so a function that looks
 across completions sees every completion TRL would show it. If a group call raises, each completion of
-that group is retried alone (with `group_size=1`) so that only the offending completions get
-`failure_value`. A group call that times out is not retried: all of its completions get `failure_value`
-(retrying would cost G more timeouts).
+that group is called alone (with `group_size=1`) so that only the offending completions get
+`failure_value`, and the others are scored together again in one call, keeping what the function computes
+across them (rewards/retries.py). A group call that times out is not retried: all of its completions get
+`failure_value` (retrying would cost G more timeouts). A call that returns anything but one value per
+completion (rewards/spec.py `as_values`: a wrong count, a text, a 2-D array) stops the run with a
+`RewardError` naming the function, what it returned and for how many completions: a broken contract is no
+completion's failure, and is never retried (TRL raises too).
 
 Timeouts. Every call has a deadline that holds in every mode and measures the call's own work: it starts
 when the call begins (a worker's start-up and the reward module's imports are not in it) and stops while
@@ -24,7 +28,7 @@ sandbox, crashing the verifier, passing a size limit) is scored 0 by the functio
 sum, `zeroed`), never a failure: a completion cannot escape its 0 by stalling or breaking the checker.
 
 Failures. Every failure of the function (exception, `sys.exit`, a `KeyboardInterrupt` the function raises
-itself, timeout, wrong return length, a value that is not a number or None, NaN, infinite or beyond float32
+itself, timeout, a value that is not a number or None, NaN, infinite or beyond float32
 such as 1e300, an `ItemFailure` the function returns for one completion it could not score) or of the machine
 (a worker that died twice or never began the call, `machine_failures`) is counted per function
 (`rewards/<name>/failures`, with `timeouts` and `nonfinite` among the kinds); the first `max_logged_errors`
@@ -52,6 +56,7 @@ from .calls import COMPLETION_KINDS, MACHINE
 from .errors import ItemFailure
 from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
+from .retries import take_apart
 from .spec import LOGGING_KEYWORDS, RUNNER_KEYWORDS, RewardError, RewardInfrastructureError, RewardSpec, call_reward
 
 log = logging.getLogger("grpokit.rewards")
@@ -186,6 +191,8 @@ class RewardRunner:
         self._caller = InProcessCaller()
         self.whole_batch = False
         """Call each function once per batch (TRL's unit; grpokit.trl sets it), not once per group."""
+        self.logged_names: set[str] = set()
+        """The metrics reward functions have logged with ``log_metric`` (grpokit.trl's evaluate() reports them)."""
 
     def reopen(self) -> None:
         """Start the worker processes again after ``close()`` (TRL's ``evaluate()`` after ``train()``)."""
@@ -225,26 +232,34 @@ class RewardRunner:
     def _score_function(
         self, f: int, groups: list[list[int]], kwargs_for, logs: _Logs, rewards_NF: torch.Tensor, group_size: int
     ) -> _Tally:
-        """Fill column f of rewards_NF; a failed call (of a group, or of the whole batch) is retried one
-        completion at a time."""
+        """Fill column f of rewards_NF; a call of several completions (a group, or the whole batch) that
+        raised is taken apart (rewards/retries.py): each completion alone, then the healthy ones together."""
         tally = _Tally()
-        retry: list[int] = []
+        raised: list[list[int]] = []
+        errors: list[str] = []
         for idx, out in zip(groups, self._run(f, [kwargs_for(idx, group_size) for idx in groups])):
-            if out.ok:
-                logs.keep(idx, out.value)
-                self._store_all(rewards_NF, idx, f, out.value, tally)
-            elif out.timed_out or len(idx) == 1:  # a timed-out group is not retried (G more timeouts)
-                tally.fail(idx, out.error or "failed", kind=_kind(out))
+            if out.ok or out.timed_out or len(idx) == 1:  # a timed-out group is not retried (G more timeouts)
+                self._take(f, idx, out, "", logs, rewards_NF, tally)
             else:
-                retry.extend(idx)
-        if retry:  # find which completions of the failing groups are at fault
-            for i, out in zip(retry, self._run(f, [kwargs_for([i], 1) for i in retry])):
-                if not out.ok:
-                    tally.fail([i], out.error or "failed", kind=_kind(out))
-                    continue
-                logs.keep([i], out.value)
-                self._store_all(rewards_NF, [i], f, out.value, tally)
+                raised.append(idx)
+                errors.append(out.error or "failed")
+        for idx, out, call in take_apart(lambda calls: self._run(f, calls), raised, errors, kwargs_for, group_size):
+            self._take(f, idx, out, call, logs, rewards_NF, tally)
         return tally
+
+    def _take(self, f: int, idx: list[int], out: Outcome, call: str, logs: _Logs, rewards_NF, tally: _Tally) -> None:
+        """One call's outcome into column f: its failure, or its values. Values that are not one per completion
+        stop the run (a broken contract, no completion's failure; TRL raises too), naming what the call was."""
+        if not out.ok:
+            tally.fail(idx, out.error or "failed", kind=_kind(out))
+            return
+        if out.value.broken:
+            raise RewardError(
+                f"Reward '{self.specs[f].name}' {out.value.broken}{f' ({call})' if call else ''}; a reward function "
+                "returns one number (or None) per completion it is given, in their order"
+            )
+        logs.keep(idx, out.value)
+        self._store_all(rewards_NF, idx, f, out.value, tally)
 
     def _store_all(self, rewards_NF: torch.Tensor, idx: list[int], f: int, values: Any, tally: _Tally) -> None:
         """Store one call's values; the faults it reported (rewards/calls.py) are counted by kind: a
@@ -355,7 +370,9 @@ class RewardRunner:
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start
-        metrics.update({k: sum(v) / len(v) for k, v in logs.metrics.items() if v and k not in metrics})
+        logged = {k: sum(v) / len(v) for k, v in logs.metrics.items() if v and k not in metrics}
+        self.logged_names.update(logged)
+        metrics.update(logged)
         names = [s.name for s in self.specs]
         return RewardResult(rewards_NF, total_N, names, weights.tolist(), metrics, logs.extra, failed_NF)
 

@@ -4,6 +4,9 @@ A reward function follows TRL's contract, so existing functions work unchanged:
 
     fn(prompts, completions, **kwargs) -> list[float | None]      # one entry per completion
 
+(any iterable of them, as TRL takes it: a generator, a 1-D numpy array or torch tensor; ``as_values``; a return
+that is not one value per completion is a broken contract that stops the run, rewards/runner.py).
+
 The runner passes as keywords `prompts`, `completions`, `completion_ids` (token ids per completion),
 `group_size` (G), `trainer_state` (the run's progress: `global_step`, `max_steps`, `epoch`; None outside
 a run), `log_metric(name, value)` (a scalar averaged into the step's metrics, as TRL's), `log_extra(column,
@@ -119,15 +122,39 @@ class LoggedValues(list):
         self.metrics: dict[str, list[float]] = metrics or {}
         self.extra: dict[str, list[Any]] = extra or {}
         self.faults: dict[int, tuple[str, str]] = {}  # completion -> (kind, reason), see rewards/calls.py
+        self.broken = ""
+        """What the function returned instead of one value per completion ("returned 2 values for 4
+        completions"): a broken contract, which the runner stops the run with, never retries (no values then)."""
+
+
+def as_values(values: Any, n: int | None) -> list:
+    """A function's return as a list of ``n`` values (None: any count), as TRL takes it: any iterable of
+    numbers (a list, a tuple, a generator, a 1-D numpy array or torch tensor). What is not one value per
+    completion raises ``TypeError`` naming what was returned: a text, a mapping or a set (no order of
+    completions), an array of another shape, a wrong count."""
+    if hasattr(values, "tolist") and hasattr(values, "shape"):  # numpy array, torch tensor
+        shape = tuple(values.shape)
+        if len(shape) != 1:
+            raise TypeError(f"returned an array of shape {shape}; return one value per completion (a 1-D array)")
+        values = values.tolist()
+    elif isinstance(values, (str, bytes, dict, set, frozenset)) or not hasattr(values, "__iter__"):
+        what = "None" if values is None else f"a {type(values).__name__}"
+        raise TypeError(f"returned {what}, not a list of one value per completion")
+    values = list(values)
+    if n is not None and len(values) != n:
+        raise TypeError(f"returned {len(values)} values for {n} completions")
+    return values
 
 
 def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> LoggedValues:
-    """Call one reward function with the keywords it accepts; check it returned one value per completion.
+    """Call one reward function with the keywords it accepts; check it returned one value per completion
+    (``as_values``), else record what it returned in ``broken``.
 
     ``log_metric`` and ``log_extra`` are made here, in the process that runs the function (a worker
     or the trainer), and what they collect travels back with the values, as do the faults the function
     reported for its completions (``grpokit.rewards.calls.report_fault``)."""
     out = LoggedValues()
+    n = len(kwargs["completions"]) if "completions" in kwargs else None
     kwargs = {
         **kwargs,
         "log_metric": lambda name, value: out.metrics.setdefault(str(name), []).append(float(value)),
@@ -139,12 +166,11 @@ def call_reward(fn: RewardFn, kwargs: dict[str, Any]) -> LoggedValues:
     with collecting_faults() as faults:
         values = run_task(fn, (), kwargs)
     out.faults = faults
-    n = len(kwargs.get("completions", ())) if "completions" in kwargs else None
-    if not isinstance(values, (list, tuple)):
-        raise TypeError(f"a reward function must return a list, got {type(values).__name__}")
-    if n is not None and len(values) != n:
-        raise ValueError(f"returned {len(values)} values for {n} completions")
-    out.extend(values)
+    out.broken = getattr(values, "broken", "")  # a wrapped function's (data/domains.py) says what it returned
+    try:
+        out.extend([] if out.broken else as_values(values, n))
+    except TypeError as exc:
+        out.broken = str(exc)
     return out
 
 

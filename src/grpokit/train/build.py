@@ -121,12 +121,12 @@ def build_inputs(
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))
     # chat templates show the tools in the prompt (each row its environment's)
     make_prompts = prompt_maker(cfg, tokenizer, episodes.row_schemas, given_tokenizer)
-    prompts = make_prompts(train_rows)
+    prompts = make_prompts(train_rows, "the training rows")
     if (
         episodes.multi_turn and prompts and prompts[0].vision is not None
     ):  # tag-format tools and environments show no schema
         raise ConfigError(IMAGE_EPISODES)
-    return Inputs(episodes, prompts, make_prompts(eval_rows), make_prompts)
+    return Inputs(episodes, prompts, make_prompts(eval_rows, "the held-out rows"), make_prompts)
 
 
 def prompt_maker(cfg: Config, tokenizer, tools, given_tokenizer=None) -> PromptMaker:

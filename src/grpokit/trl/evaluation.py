@@ -82,6 +82,8 @@ def eval_batch_metrics(
     weights = [spec.weight for spec in trainer.runner.specs]
     out.update(trl_reward_metrics(sb.rewards_NF, weights, sb.names, G, *scaling))  # TRL's, as in training
     out["entropy"] = ent
+    logged = trainer.runner.logged_names  # what reward functions passed log_metric, this batch's mean (TRL's)
+    out.update({k: v for k, v in sb.metrics.items() if k in logged and k not in out})
     out.update({k: 0.0 for k in CLIP_KEYS})  # on-policy: the ratio is 1, nothing is clipped
     if a.entropy_coef != 0.0 or a.entropy_adaptive:  # TRL's policy_loss: the loss before the entropy bonus
         out["policy_loss"] = out["loss"] + m.get("entropy/bonus", 0.0)

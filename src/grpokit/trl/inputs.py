@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from grpokit.config.io import set_field
 from grpokit.config.sections import ConfigError
+from grpokit.data.prompts import check_prompt
 from grpokit.train.distributed import position
 
 LORA_FIELDS = {
@@ -102,15 +103,19 @@ def rows_of(
                 "streaming"
             )
         dataset = itertools.islice(dataset, limit)
-    rows = [dict(r) for r in dataset]
+    rows = []
+    for n, r in enumerate(dataset):  # a stream's rows are checked as they arrive
+        r = dict(r)
+        if n == 0 and "prompt" not in r:
+            raise ConfigError(
+                f"{what} has no 'prompt' column (its columns: {', '.join(r)}); rename the prompt column to "
+                "'prompt' as TRL needs"
+            )
+        check_prompt(r.get("prompt"), f"{what}[{n}]")  # the native loader's check (data/prompts.py)
+        rows.append({"prompt": r["prompt"]} if prompt_only else r)
     if not rows:
         raise ConfigError(f"{what} has no rows")
-    if "prompt" not in rows[0]:
-        raise ConfigError(
-            f"{what} has no 'prompt' column (its columns: {', '.join(rows[0])}); rename the prompt column to "
-            "'prompt' as TRL needs"
-        )
-    return [{"prompt": r["prompt"]} for r in rows] if prompt_only else rows
+    return rows
 
 
 def reward_funcs_of(

@@ -50,7 +50,7 @@ from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
 from . import best, callback_states, default_callbacks, memory, resumed_state
-from .args.batch import steps_per_epoch
+from .args.batch import state_epochs, steps_per_epoch
 from .args.checks import check_gated
 from .args_reading import ArgsReading, Given
 from .bridge import StepBridge
@@ -80,6 +80,7 @@ from .inputs import (
 )
 from .mapping import in_trl_terms
 from .trainer_args import (
+    is_stream,
     model_name,
     snapshot,
     trl_rollout_func,
@@ -245,7 +246,9 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         max_steps = self.cfg.optim.schedule_steps
         bridge = StepBridge(self.args, self._callbacks, max_steps, lambda: self.evaluate(), self._name_checkpoint, {})
         bridge.save_last = self.cfg.train.save_last
-        bridge.steps_per_epoch = steps_per_epoch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
+        rows, streamed = len(self._kwargs["train_rows"]), is_stream(self._given.train_dataset)
+        bridge.steps_per_epoch = steps_per_epoch(self.args, rows, distributed.position()[1], streamed)
+        bridge.state.num_train_epochs = state_epochs(self.args, max_steps, bridge.steps_per_epoch, streamed)
         callback_states.at_init(bridge.state, bridge.user.callbacks)
         return bridge
 

@@ -13,6 +13,7 @@ count their step settings in TRL's steps through ``rounds_per`` and ``epoch_roun
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable
 
 from grpokit.config.base import ConfigError
@@ -124,15 +125,28 @@ def prompts_per_round(a: TrlArgs, world_size: int) -> int:
     return max(1, a.per_device_train_batch_size * generation_steps(a, world_size) * world_size // a.num_generations)
 
 
-def steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int) -> int:
+def steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int, streamed: bool = False) -> int:
     """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: its
     RepeatSampler keeps whole generation batches only (num_rows // prompts per batch of them), each feeding
     num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
-    of them, the epoch's last one the rest (at least 1 update)."""
+    of them, the epoch's last one the rest (at least 1 update). A ``streamed`` train_dataset (an
+    IterableDataset) has no length, and transformers counts its max_steps as one epoch, whatever rows it read."""
+    if streamed:
+        return max(1, a.max_steps)
     micro_steps = num_rows // prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
     return max(
         1, -(-micro_steps // a.gradient_accumulation_steps)
     )  # a shorter last accumulation counts, as transformers
+
+
+def state_epochs(a: TrlArgs, max_steps: int, per_epoch: int, streamed: bool) -> int:
+    """transformers' ``state.num_train_epochs``: the epochs its loop would run, ceil(max_steps / steps per epoch)
+    with max_steps, ceil(num_train_epochs) without, and sys.maxsize for a stream (it loops until max_steps)."""
+    if streamed:
+        return sys.maxsize
+    if a.max_steps > 0:
+        return -(-max_steps // per_epoch)
+    return math.ceil(a.num_train_epochs)
 
 
 def trl_max_steps(a: TrlArgs, ctx: dict) -> int:

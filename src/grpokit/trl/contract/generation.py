@@ -91,7 +91,7 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     if facade._gen_call is None:  # called directly: TRL's rows, each prompt repeated num_generations times
         G = facade.args.num_generations
         rows = [{k: v for k, v in r.items()} for r in inputs[::G]]
-        prompts = t.make_prompts(rows)
+        prompts = t.make_prompts(rows, "the inputs")
         call = (getattr(t.sample_and_score, "sample_and_score", t.sample_and_score), prompts, G)
     else:
         call = facade._gen_call
