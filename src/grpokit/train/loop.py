@@ -248,6 +248,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 updates += [upd] if upd is not None else []
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
+                self.ref_refreshed = (self.step + 1, a.ref_mixup_alpha == 1.0)  # what a checkpoint keeps of it
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
         return self._step_metrics(sb, inputs, {**upd, **extra, **stage})  # 7. record
