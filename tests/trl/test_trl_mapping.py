@@ -560,3 +560,15 @@ def test_max_tool_calling_iterations_maps_to_model_turns():
     }
     assert {n: e.max_turns for n, e in turns.items()} == {None: 0, -1: 1, 0: 1, 2: 3}
     assert turns[None].max_episode_tokens == 64
+
+
+def test_trls_kl_and_entropy_settings_map_only_where_trl_reads_them():
+    """TRL's defaults are beta 0 with use_bias_correction_kl True and entropy_coef 0: TRL reads neither the
+    correction nor its token-mean entropy aggregation then, and grpokit refuses such inert values, so the TRL layer
+    maps them only with a KL term or an entropy bonus (before: every default GRPOConfig set both, inert)."""
+    bare = to_config(GRPOConfig(), num_rows=4).algo
+    assert (bare.beta, bare.kl_bias_correction, bare.entropy_aggregation) == (0.0, False, "loss")
+    on = to_config(GRPOConfig(beta=0.04, entropy_coef=0.01), num_rows=4).algo
+    assert (on.kl_bias_correction, on.entropy_aggregation) == (True, "token-mean")
+    adaptive = to_config(GRPOConfig(use_adaptive_entropy=True), num_rows=4).algo
+    assert adaptive.entropy_aggregation == "token-mean"
