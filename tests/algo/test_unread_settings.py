@@ -179,7 +179,7 @@ def test_the_ratios_settings_at_one_update_per_batch_are_named_once(caplog):
     from grpokit.config import presets
     from grpokit.train.engines import warn_ratio_one
 
-    gspo = presets.apply("gspo", Config())
+    gspo = presets.apply("gspo", apply_overrides(Config(), ["train.updates_per_batch=1"]))  # the preset's 4, undone
     assert inert_at_ratio_one(gspo.algo, 1) == [
         "algo.clip_low=0.0003",
         "algo.clip_high=0.0004",
