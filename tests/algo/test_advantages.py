@@ -174,6 +174,27 @@ def test_process_supervision_hand_worked():
     assert m["frac_reward_zero_std"] == 0.0
 
 
+def test_process_statistics_are_those_of_the_token_advantages_trained():
+    # G = 2; completion 0 (4 tokens) has steps (end 1, r 1), (end 3, r 0); completion 1 (6 tokens) (2, 0), (4, 1),
+    # (5, 1). Pooled [1, 0, 0, 1, 1]: mean 0.6, Bessel std sqrt(1.2 / 4) = 0.547723; with eps 1e-4
+    # z(1) = 0.4 / 0.547823 = 0.730163, z(0) = -0.6 / 0.547823 = -1.095244.
+    # tokens of 0: t0-1 z(1) + z(0) = -0.365081, t2-3 z(0) = -1.095244 (t4-5 padding, out of the mask);
+    # tokens of 1: t0-2 z(0) + 2 z(1) = 0.365081, t3-4 2 z(1) = 1.460325, t5 z(1) = 0.730163.
+    # Over the 10 real tokens: max 1.460325 (before: 0.730163, the largest normalised step reward, which no token
+    # trains with here), min -1.095244, mean (2 (-0.365081) + 2 (-1.095244) + 3 (0.365081) + 2 (1.460325)
+    # + 0.730163) / 10 = 0.182541
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    ends = torch.tensor([[1, 3, 0], [2, 4, 5]])
+    steps = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    tokens = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    adv, m = process_advantages(rewards, ends, steps, 2, 6, token_mask_NT=tokens)
+    assert (adv * tokens).tolist()[1] == pytest.approx(
+        [0.365081, 0.365081, 0.365081, 1.460325, 1.460325, 0.730163], abs=1e-5
+    )
+    assert (m["advantages/max"], m["advantages/min"]) == pytest.approx((1.460325, -1.095244), abs=1e-5)
+    assert m["advantages/mean"] == pytest.approx(0.182541, abs=1e-5)
+
+
 def test_process_supervision_flat_group_is_zero():
     rewards = torch.tensor([[0.5, 0.5], [0.5, 0.0]])
     ends = torch.tensor([[0, 2], [1, 0]])

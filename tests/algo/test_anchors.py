@@ -179,9 +179,15 @@ def test_anchor_options_are_validated_with_one_sentence():
 
 
 def test_presets_set_the_anchor_options():
-    trl = presets.apply("trl-default", Config())
+    # TRL's KL correction and entropy aggregation are filled where the run has a KL term / an entropy bonus
+    trl = presets.apply("trl-default", apply_overrides(Config(), ["algo.beta=0.04", "algo.entropy_coef=0.01"]))
     assert trl.algo.kl_bias_correction is True and trl.algo.entropy_aggregation == "token-mean"
     assert trl.algo.adv_eps == 1e-4 and trl.algo.aggregation == "token-mean"
+    validate(trl)
+    # ... and not where it has none (beta 0, no bonus: TRL's own defaults), where they would be inert
+    bare = presets.apply("trl-default", Config())
+    assert (bare.algo.kl_bias_correction, bare.algo.entropy_aggregation) == (False, "loss")
+    validate(bare)
     rpp = presets.apply("reinforce-pp", Config())
     assert rpp.algo.scale == "token_whiten" and rpp.algo.adv_eps == 1e-8
     assert Config().algo.kl_bias_correction is False and Config().algo.kl_clamp == 0.0  # grpokit's defaults

@@ -407,6 +407,20 @@ REFUSED_ELSEWHERE = [
         ["algo.advantage=process", "reward.process_function=task", "reward.normalize_components=true"],
         ["algo.advantage=process", "reward.normalize_components"],
     ),
+    # process supervision trains on the step rewards alone: a second outcome function, its weights and a
+    # filter on the outcome total would be unread, or judge groups by a reward that does not train
+    (
+        ["algo.advantage=process", "reward.process_function=task", "reward.functions=[task,strict_format]"],
+        ["algo.advantage=process", "reward.functions"],
+    ),
+    (
+        ["algo.advantage=process", "reward.process_function=task", "reward.weights=[2.0]"],
+        ["algo.advantage=process", "reward.weights"],
+    ),
+    (
+        ["algo.advantage=process", "reward.process_function=task", "algo.dynamic_sampling=true"],
+        ["algo.advantage=process", "algo.dynamic_sampling"],
+    ),
     # the fields that chose an estimator beside algo.advantage are refused, naming the one spelling
     (["algo.credit=gigpo"], ["algo.credit", "algo.advantage=gigpo"]),
     (["algo.supervision=process"], ["algo.supervision", "algo.advantage=process"]),

@@ -88,6 +88,28 @@ CASES = [  # (the setting, the feature that reads it, the sentence)
         ["algo.beta=0.04"],
         "algo.kl_clamp=10.0 has no effect unless algo.beta > 0 (a KL term); set that, or leave it 0.0",
     ),
+    # before: accepted with beta=0 and entropy_coef=0, each read by nothing
+    (
+        "algo.kl_estimator=k1",
+        ["algo.beta=0.04"],
+        "algo.kl_estimator='k1' has no effect unless algo.beta > 0 (a KL term); set that, or leave it 'k3'",
+    ),
+    (
+        "algo.kl_placement=reward",
+        ["algo.beta=0.04"],
+        "algo.kl_placement='reward' has no effect unless algo.beta > 0 (a KL term); set that, or leave it 'loss'",
+    ),
+    (
+        "algo.kl_bias_correction=true",
+        ["algo.beta=0.04"],
+        "algo.kl_bias_correction=True has no effect unless algo.beta > 0 (a KL term); set that, or leave it False",
+    ),
+    (
+        "algo.entropy_aggregation=token-mean",
+        ["algo.entropy_coef=0.01"],
+        "algo.entropy_aggregation='token-mean' has no effect unless algo.entropy_coef != 0 or "
+        "algo.entropy_adaptive=true (an entropy bonus); set that, or leave it 'loss'",
+    ),
 ]
 
 
@@ -157,7 +179,7 @@ def test_the_ratios_settings_at_one_update_per_batch_are_named_once(caplog):
     from grpokit.config import presets
     from grpokit.train.engines import warn_ratio_one
 
-    gspo = presets.apply("gspo", Config())
+    gspo = presets.apply("gspo", apply_overrides(Config(), ["train.updates_per_batch=1"]))  # the preset's 4, undone
     assert inert_at_ratio_one(gspo.algo, 1) == [
         "algo.clip_low=0.0003",
         "algo.clip_high=0.0004",
@@ -204,3 +226,27 @@ def test_trl_maps_no_epsilon_its_sapo_or_cispo_does_not_read():
     assert (sapo.algo.objective, sapo.algo.clip_low, sapo.algo.clip_high) == ("sapo", 0.2, 0.2)
     cispo = to_config(GRPOConfig("o", loss_type="cispo", epsilon=0.1, epsilon_high=5.0), num_rows=4)
     assert (cispo.algo.objective, cispo.algo.clip_low, cispo.algo.clip_high) == ("cispo", 0.2, 4.0)
+
+
+@pytest.mark.parametrize("preset", ["trl-default", "rloo", "reinforce-pp", "deepseekmath"])
+def test_a_preset_fills_a_features_settings_only_where_the_run_has_it(preset):
+    """trl-default sets TRL's kl_bias_correction and entropy_aggregation; rloo and reinforce-pp a KL in the reward
+    with its estimator. With algo.beta=0 (and no entropy bonus) none of them would be read: the preset leaves them at
+    their defaults instead of the run being refused for values the user never gave; with the feature on they fill."""
+    from grpokit.config import presets
+
+    bare = presets.apply(preset, apply_overrides(Config(), ["algo.beta=0"]))
+    a = bare.algo
+    assert (a.kl_estimator, a.kl_placement, a.kl_bias_correction, a.entropy_aggregation) == (
+        "k3",
+        "loss",
+        False,
+        "loss",
+    )
+    validate(bare)
+    on = presets.apply(preset, apply_overrides(Config(), ["algo.beta=0.02", "algo.entropy_coef=0.001"]))
+    validate(on)
+    recipe = presets.load(preset)["algo"]
+    for name in ("kl_estimator", "kl_placement", "kl_bias_correction", "entropy_aggregation"):
+        if name in recipe:
+            assert getattr(on.algo, name) == recipe[name], name

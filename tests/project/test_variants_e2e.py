@@ -75,6 +75,8 @@ def test_preset_loads_and_runs_a_few_steps(name, tmp_path):
     ]
     if "overlong_penalty" in base.reward.params:
         shrink.append("reward.params={overlong_penalty: {max_length: 12, cache_length: 4}}")
+    if base.train.updates_per_batch > 1:  # dapo's 16, gspo's 4 updates a batch: still several on 2 x 4 completions
+        shrink.append("train.updates_per_batch=2")
     tr, summary, lines, _ = run(shrink, tmp_path, base)
     assert summary["steps"] == 2 and len(lines) == 2
     assert tr.cfg.algo == base.algo  # the preset's algorithm survived the shrinking

@@ -184,3 +184,102 @@ def test_a_steps_zeroed_share_is_over_every_completion_it_scored():
     assert out.metrics["rewards/scored"] == 8.0 and out.metrics["rewards/r/zeroed"] == 2.0
     assert zeroed_share(out.metrics, 2 * 2) == 0.25
     assert zeroed_share({"rewards/r/zeroed": 2.0}, 4) == 0.5  # a run that logs no rewards/scored: the config's batch
+
+
+def test_dynamic_sampling_that_finds_no_informative_group_samples_no_round_past_the_limit():
+    """P=4, G=4, every group flat, max_rounds=3. Before: a fourth, uncounted sample(P, G) call trained (prompts
+    12-15) while the metrics said rounds 3, kept_groups 4. Now: 3 calls (prompts 0-11), the step trains on round 3's
+    groups as drawn (8-11, flat: zero advantages), kept_groups 0, the 4 trained flat groups counted apart, the 8
+    others dropped; the fault counts and sampled/reward cover all 12 prompts x 4 = 48 completions (3 x 16)."""
+    fake = FakeSampler(lambda i, g: [0.0] * g)
+    said = []
+    out = collect(fake, 4, 4, dynamic_sampling=True, max_rounds=3, warn=said.append)
+    assert [c[0] for c in fake.calls] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert [p.columns["i"] for p in out.prompts] == [8, 9, 10, 11] and out.total_N.tolist() == [0.0] * 16
+    m = out.metrics
+    assert (m["dynamic_sampling/rounds"], m["dynamic_sampling/sampled_prompts"]) == (3.0, 12.0)
+    assert (m["dynamic_sampling/kept_groups"], m["dynamic_sampling/flat_groups_trained"]) == (0.0, 4.0)
+    assert m["dynamic_sampling/dropped_groups"] == 8.0  # 12 flat found, 4 of them trained
+    assert m["rewards/r/failures"] == 0.0 and m["sampled/reward"] == 0.0
+    assert len(said) == 1 and "fewer than train.prompts_per_step=4 informative groups" in said[0]
+    assert "algo.max_sampling_rounds=3 rounds" in said[0]
+
+
+def test_dynamic_sampling_counts_every_rounds_scored_completions_and_warns_when_short():
+    """P=2, G=2, max_rounds=2; only prompt 1 is informative ([1, 0]; the others [1, 1]). Round 1 keeps prompt 1,
+    round 2 (prompts 2, 3) keeps none: the step trains on prompt 1 alone (kept_groups 1 < 2: warned), 3 flat groups
+    dropped. rewards/scored sums both rounds' 4 + 4 = 8 completions (before: only the rounds that kept a group, 4)."""
+
+    fake = FakeSampler(lambda i, g: [1.0, 0.0] if i == 1 else [1.0, 1.0])
+
+    def numbered(prompts, G):
+        sb = fake(prompts, G)
+        sb.metrics["rewards/scored"] = float(len(sb.texts))  # as the reward runner counts its completions
+        return sb
+
+    said = []
+    out = collect(numbered, 2, 2, dynamic_sampling=True, max_rounds=2, warn=said.append)
+    assert [p.columns["i"] for p in out.prompts] == [1]
+    m = out.metrics
+    assert (m["dynamic_sampling/kept_groups"], m["dynamic_sampling/dropped_groups"]) == (1.0, 3.0)
+    assert m["dynamic_sampling/flat_groups_trained"] == 0.0 and m["rewards/scored"] == 8.0
+    assert len(said) == 1
+    # a batch that fills says nothing
+    said.clear()
+    full = collect(FakeSampler(lambda i, g: [1.0, 0.0]), 2, 2, dynamic_sampling=True, max_rounds=2, warn=said.append)
+    assert full.metrics["dynamic_sampling/kept_groups"] == 2.0 and said == []
+
+
+class ThreadRanks:
+    """K fake ranks as threads: ``sum_float`` and ``gather_objects`` meet at a barrier, as torch.distributed's
+    collectives do."""
+
+    def __init__(self, K):
+        import threading
+
+        self.K, self.barrier, self.slots = K, threading.Barrier(K), [None] * K
+
+    def rank(self, r):
+        ranks = self
+
+        class Rank:
+            rank, world_size, active = r, ranks.K, True
+
+            def gather_objects(self, obj):
+                ranks.slots[r] = obj
+                ranks.barrier.wait()
+                out = list(ranks.slots)
+                ranks.barrier.wait()
+                return out
+
+            def sum_float(self, value):
+                return float(sum(self.gather_objects(float(value))))
+
+        return Rank()
+
+
+def test_dynamic_sampling_on_two_ranks_samples_no_round_past_the_limit():
+    """Two ranks, P=2 each, G=2, max_rounds=2, every group flat: each rank samples 2 rounds (before: a third,
+    sample(P, G) after _share_rounds found nothing) and trains on its round-2 groups as drawn; the counts are
+    global: 8 prompts sampled, 4 flat groups trained, 4 dropped, none kept."""
+    import threading
+
+    ranks, results, calls = ThreadRanks(2), {}, {}
+
+    def run(r):
+        fake = FakeSampler(lambda i, g: [0.5, 0.5])
+        fake.next = 100 * r
+        said = []
+        results[r] = collect(fake, 2, 2, dynamic_sampling=True, max_rounds=2, dist=ranks.rank(r), warn=said.append)
+        calls[r] = (fake.calls, said)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    [t.start() for t in threads]
+    [t.join(timeout=30) for t in threads]
+    for r in range(2):
+        assert [c[0] for c in calls[r][0]] == [[100 * r, 100 * r + 1], [100 * r + 2, 100 * r + 3]]
+        assert [p.columns["i"] for p in results[r].prompts] == [100 * r + 2, 100 * r + 3]
+        m = results[r].metrics
+        assert (m["dynamic_sampling/rounds"], m["dynamic_sampling/sampled_prompts"]) == (2.0, 8.0)
+        assert (m["dynamic_sampling/kept_groups"], m["dynamic_sampling/flat_groups_trained"]) == (0.0, 4.0)
+        assert m["dynamic_sampling/dropped_groups"] == 4.0 and len(calls[r][1]) == 1

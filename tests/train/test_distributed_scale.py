@@ -199,6 +199,7 @@ def test_dapo_gfpo_and_entropy_tokens_on_two_ranks_equal_one_process(tiny_model_
             "dynamic_sampling/dropped_groups",
             "dynamic_sampling/kept_groups",
             "dynamic_sampling/sampled_prompts",
+            "dynamic_sampling/flat_groups_trained",
             "gfpo/hard_prompts",
         ):
             assert a[key] == b[key], key  # global counts, not one rank's

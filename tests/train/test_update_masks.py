@@ -66,3 +66,14 @@ def test_micro_batches_add_up_to_the_batch_clip_metrics_included(level):
     keys = [k for k in whole if k.startswith("clip_ratio/")] + ["loss"]
     assert {k: parts[k] for k in keys} == pytest.approx({k: whole[k] for k in keys}, abs=1e-6)
     assert whole["clip_ratio/region_mean"] > 0 and whole["clip_ratio/high_max"] >= whole["clip_ratio/high_mean"]
+
+
+def test_a_batch_that_does_not_cut_into_equal_updates_is_refused_not_trimmed():
+    """12 rows in 8 updates would train on 8 of them (the floor of 12 / 8 rows a slice) and drop 4 unseen."""
+    from types import SimpleNamespace
+
+    from grpokit.train.update import update_slices
+
+    inputs = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(12, 3)))
+    with pytest.raises(ValueError, match="a batch of 12 rows does not cut into 8 equal updates"):
+        update_slices(inputs, 8)

@@ -572,3 +572,15 @@ def test_the_trl_layer_trains_the_vision_tower_as_trl():
     # TRL freezes nothing; grpokit's own default keeps the tower frozen (docs/VISION.md)
     assert to_config(GRPOConfig("o"), num_rows=8).model.freeze_vision is False
     assert Config().model.freeze_vision is True
+
+
+def test_trls_kl_and_entropy_settings_map_only_where_trl_reads_them():
+    """TRL's defaults are beta 0 with use_bias_correction_kl True and entropy_coef 0: TRL reads neither the
+    correction nor its token-mean entropy aggregation then, and grpokit refuses such inert values, so the TRL layer
+    maps them only with a KL term or an entropy bonus (before: every default GRPOConfig set both, inert)."""
+    bare = to_config(GRPOConfig(), num_rows=4).algo
+    assert (bare.beta, bare.kl_bias_correction, bare.entropy_aggregation) == (0.0, False, "loss")
+    on = to_config(GRPOConfig(beta=0.04, entropy_coef=0.01), num_rows=4).algo
+    assert (on.kl_bias_correction, on.entropy_aggregation) == (True, "token-mean")
+    adaptive = to_config(GRPOConfig(use_adaptive_entropy=True), num_rows=4).algo
+    assert adaptive.entropy_aggregation == "token-mean"

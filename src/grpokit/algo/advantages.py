@@ -235,6 +235,7 @@ def process_advantages(
     std: StdKind = "unbiased",
     eps: float = 1e-4,
     flat_rtol: float = 1e-6,
+    token_mask_NT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token advantages from step rewards (DeepSeekMath, GRPO with process supervision).
 
@@ -251,9 +252,13 @@ def process_advantages(
         step_mask_NS: ``(N, S)`` 1 for a real step, 0 for padding.
         group_size: G.
         num_tokens: T, the width of the returned per-token advantages.
+        token_mask_NT: ``(N, T)`` the tokens that train (None: all T of every completion); the
+            ``advantages/*`` statistics are over them.
 
     Returns:
-        ``(advantages_NT, metrics)``. A group whose valid step rewards are all equal gets zeros.
+        ``(advantages_NT, metrics)``. A group whose valid step rewards are all equal gets zeros. The
+        statistics are those of the per-token advantages the loss reads (a token's is a sum of step
+        rewards), not of the normalised step rewards.
     """
     N, S = step_rewards_NS.shape
     if N % group_size:
@@ -277,7 +282,7 @@ def process_advantages(
     metrics = {
         "frac_reward_zero_std": n_flat / P,
         "num_zero_std_groups": float(n_flat),
-        **_stats("advantages", norm_NS[step_mask_NS.bool()]),
+        **_stats("advantages", adv_NT if token_mask_NT is None else adv_NT[token_mask_NT.bool()]),
     }
     return adv_NT, metrics
 

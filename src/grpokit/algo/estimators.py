@@ -66,6 +66,22 @@ def process_config_errors(c) -> list[str]:
             "would be dropped; set it to false",
         ),
         (
+            len(c.reward.functions) <= 1,
+            "algo.advantage=process trains on reward.process_function's step rewards alone, so reward.functions "
+            f"beyond the one logged as the reward would be dropped (got {c.reward.functions}); list one function",
+        ),
+        (
+            all(w == 1.0 for w in c.reward.weights),
+            "algo.advantage=process trains on reward.process_function's step rewards alone, so reward.weights "
+            f"would be dropped (got {c.reward.weights}); leave reward.weights empty",
+        ),
+        (
+            not a.dynamic_sampling,
+            "algo.dynamic_sampling drops groups whose outcome rewards are all equal, but algo.advantage=process "
+            "trains on step rewards that may differ within such a group (and be flat in a group it keeps); set "
+            "algo.dynamic_sampling=false",
+        ),
+        (
             bool(c.reward.process_function),
             "algo.advantage=process needs reward.process_function (e.g. task, or module:function)",
         ),
@@ -80,20 +96,23 @@ def process_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     sb, G = ctx.scored, ctx.group_size
     columns = repeat_columns(sb.prompts, G)
     prompts = [p.text for p in sb.prompts for _ in range(G)]
-    steps = ctx.process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
-    S = max(1, max(len(s) for s in steps))
-    rewards, ends, mask = (
-        torch.zeros(len(steps), S),
-        torch.zeros(len(steps), S, dtype=torch.long),
-        torch.zeros(len(steps), S),
+    raw = ctx.process_fn(prompts, sb.texts, completion_ids=sb.rollout.completion_ids, **columns)
+    rewards, ends, mask = process_steps(raw)
+    adv, metrics = process_advantages(
+        rewards, ends, mask, G, ctx.mask_NT.shape[1], std=ctx.algo.std, eps=ctx.algo.adv_eps, token_mask_NT=ctx.mask_NT
     )
+    return adv, _job_metrics(ctx, metrics, {"advantages": ctx.mask_NT.sum()})  # over the trained tokens
+
+
+def process_steps(steps: list[list[tuple[int, float]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The process reward's answer (one list of ``(end_token, reward)`` per completion, checked where the trainer
+    builds the function: rewards/process_steps.py) as ``(rewards_NS, ends_NS, mask_NS)``, padded to the longest."""
+    N, S = len(steps), max(1, max((len(s) for s in steps), default=0))
+    rewards, ends, mask = torch.zeros(N, S), torch.zeros(N, S, dtype=torch.long), torch.zeros(N, S)
     for i, seq in enumerate(steps):
         for k, (end, value) in enumerate(seq):
             rewards[i, k], ends[i, k], mask[i, k] = float(value), int(end), 1.0
-    adv, metrics = process_advantages(
-        rewards, ends, mask, G, ctx.mask_NT.shape[1], std=ctx.algo.std, eps=ctx.algo.adv_eps
-    )
-    return adv, _job_metrics(ctx, metrics, {"advantages": mask.sum()})  # over the real steps
+    return rewards, ends, mask
 
 
 def _job_metrics(ctx, metrics: dict[str, float], counts: dict[str, float | torch.Tensor]) -> dict[str, float]:

@@ -18,12 +18,11 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         "Dr. GRPO: no std scaling, token sums / constant",
         ["algo.scale=none", "algo.aggregation=seq-mean-token-sum-norm"],
     ),
-    "dapo": (
-        "DAPO: clip-higher, token-mean, overlong filtering + soft punishment, dynamic sampling",
+    "dapo": (  # verl's DAPO recipe: soft overlong punishment, no overlong filtering (algo.mask_truncated)
+        "DAPO: clip-higher, token-mean, soft overlong punishment, dynamic sampling",
         [
             "algo.clip_high=0.28",
             "algo.aggregation=token-mean",
-            "algo.mask_truncated=true",
             "algo.dynamic_sampling=true",
             "reward.functions=[task, overlong_penalty]",
             "reward.params={overlong_penalty: {max_length: 8, cache_length: 2}}",

@@ -4,6 +4,7 @@ aggregation, masks and the variants' own fields; the GRPO family lives here."""
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Any, Callable
 
 from .base import section
 
@@ -172,3 +173,46 @@ class AlgoConfig:
     gtpo_normalization: str = "polarity"
     """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the
     paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
+
+
+UNREAD_UNLESS: tuple[tuple[tuple[str, ...], str, Callable[[Any], bool]], ...] = (
+    (
+        ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
+        "algo.entropy_adaptive=true",
+        lambda a: a.entropy_adaptive,
+    ),
+    (("ref_mixup_alpha",), "algo.ref_refresh_every > 0", lambda a: a.ref_refresh_every > 0),
+    (
+        ("lambda_init", "lambda_lr", "lambda_r"),
+        "algo.aggregation=lambda-grpo",
+        lambda a: a.aggregation == "lambda-grpo",
+    ),
+    (("max_sampling_rounds",), "algo.dynamic_sampling=true", lambda a: a.dynamic_sampling),
+    (("entropy_advantage_max_scale",), "algo.entropy_advantage=true", lambda a: a.entropy_advantage),
+    (
+        ("error_correction_max_reward", "error_correction_prompt", "error_correction_fn"),
+        "algo.error_correction is on",
+        lambda a: a.error_correction != "off",
+    ),
+    (
+        ("kl_clamp", "kl_estimator", "kl_placement", "kl_bias_correction"),
+        "algo.beta > 0 (a KL term)",
+        lambda a: a.beta > 0,
+    ),
+    (
+        ("entropy_aggregation",),
+        "algo.entropy_coef != 0 or algo.entropy_adaptive=true (an entropy bonus)",
+        lambda a: a.entropy_coef != 0 or a.entropy_adaptive,
+    ),
+    (
+        ("norm_constant",),
+        "algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
+        lambda a: a.aggregation == "seq-mean-token-sum-norm",
+    ),
+)
+"""Settings read only by one feature: ``(fields, the feature, whether it is on)`` over an ``AlgoConfig``.
+Validation refuses such a field changed from its default while its feature is off (validation/algo.py); a
+preset fills it only where its feature is on in the run it is applied to (config/presets), and the TRL layer
+sets it only where TRL reads it (trl/args/loss.py), so neither a preset nor a TRL script meets these
+sentences. The estimators' and objectives' own parameters are found from their declarations instead
+(validation/algo.py ``stage_owners``)."""

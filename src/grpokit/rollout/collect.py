@@ -5,7 +5,8 @@ the loop stays the same:
 
 * DAPO dynamic sampling (Yu et al., 2025): groups whose rewards are all equal carry no gradient;
   drop them and sample more prompts until P informative groups are collected, for at most
-  ``max_rounds`` rounds (then train on what was collected).
+  ``max_rounds`` rounds (then train on what was collected, warned; verl's recipe raises instead
+  after ``max_num_gen_batches``, grpokit keeps the run going and counts the shortfall).
 * GFPO (Shrivastava et al., 2025): sample ``sample_group_size`` > G completions per prompt, keep the
   G best by a criterion (shortest, or highest reward per token), and compute advantages on the kept
   ones only. The adaptive mode samples the extra completions only for hard prompts (group mean
@@ -117,70 +118,104 @@ def collect(
     gfpo_adaptive: bool = False,
     adaptive_threshold: float = 0.5,
     dist=None,
+    warn: Callable[[str], None] | None = None,
 ) -> ScoredBatch:
     """Fill a batch of P groups of G. ``sample(n_or_prompts, group_size)`` samples and scores
     ``group_size`` completions for n fresh prompts from the data, or for the given prompts (an
     empty list may return None).
 
+    Dynamic sampling samples at most ``max_rounds`` rounds, never more. When they found fewer than
+    P informative groups the step trains on those it found; when they found none, on the last
+    round's groups as sampled (all flat: zero advantages, so only a KL or entropy term trains), as
+    the rounds drew them. Then ``warn`` (the trainer's, which says it once a run) gets one sentence;
+    the ``dynamic_sampling/*`` metrics (``_dynamic_metrics``) count what was sampled, dropped and
+    trained in every step.
+
     ``dist`` (a ``distributed.DistContext``, several ranks): P is this rank's share and the batch
     is filled collectively; see ``_share_rounds``.
     """
     many = dist is not None and dist.active
-    oversample = sample_group_size > G
-    rounds_kept: list[ScoredBatch] = []  # this rank's kept groups, one entry per round
-    n_kept, rounds, dropped, sampled = 0, 0, 0, 0
-    while True:
-        rounds += 1
-        batch = sample(P, first_group_size(G, sample_group_size, gfpo_adaptive))
-        sampled += len(batch.prompts)
-        if oversample and gfpo_adaptive:
-            batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, adaptive_threshold, always=many)
-            batch = gfpo_keep(batch, G, gfpo_criterion, hard)
-        elif oversample:
-            batch = gfpo_keep(batch, G, gfpo_criterion)
-        if dynamic_sampling:  # DAPO: drop groups whose rewards are all equal
-            # over the scored completions: one no function scored is no reward of 0
-            informative = (~flat_groups(batch.total_N.view(-1, G), valid=batch.scored_N.view(-1, G))).nonzero()
-            informative = informative[:, 0].tolist()
-            dropped += len(batch.prompts) - len(informative)
-            batch = select(batch, informative)
-        rounds_kept.append(batch)
-        # several ranks: the stop rule reads the global count, so every rank runs the same rounds
-        n_kept += int(dist.sum_float(len(batch.prompts))) if many and dynamic_sampling else len(batch.prompts)
-        if not dynamic_sampling or n_kept >= P * (dist.world_size if many else 1) or rounds >= max_rounds:
-            break
+    K = dist.world_size if many else 1
+    gfpo = (sample_group_size, gfpo_criterion, gfpo_adaptive, adaptive_threshold)
+    rounds_kept, last, sampled = _rounds(sample, P, G, dynamic_sampling, max_rounds, gfpo, dist)
     if many and dynamic_sampling:
-        out = _share_rounds(rounds_kept, sample, P, G, dist)
-        dropped, sampled = int(dist.sum_float(dropped)), int(dist.sum_float(sampled))
+        out = _share_rounds(rounds_kept, last, P, G, dist)
     else:
-        kept = [b for b in rounds_kept if b.prompts]
-        if not kept:  # every group was flat in every round: train on the last round (zero advantages)
-            kept = [sample(P, G)]
-        out = concat(kept)
+        out = concat([b for b in rounds_kept if b.prompts] or [last])  # none informative: the last round as drawn
         if len(out.prompts) > P:
             out = select(out, list(range(P)))
-    if many and oversample and gfpo_adaptive and not dynamic_sampling:  # a count: sum over ranks, not the mean
+        out.metrics = _merge_metrics([b.metrics for b in rounds_kept])  # every round's completions scored
+    if many and sample_group_size > G and gfpo_adaptive and not dynamic_sampling:  # a count: summed over ranks
         out.metrics["gfpo/hard_prompts"] = dist.sum_float(out.metrics["gfpo/hard_prompts"])
-    if dynamic_sampling or oversample:
+    if dynamic_sampling or sample_group_size > G:
         out.metrics = kept_reward_metrics(out)
     if dynamic_sampling:
-        out.metrics.update(
-            _dynamic_metrics(rounds, dropped, len(out.prompts) * (dist.world_size if many else 1), sampled)
-        )
+        total = (lambda n: dist.sum_float(n)) if many else float  # noqa: E731  global counts
+        flat_found = total(sampled - sum(len(b.prompts) for b in rounds_kept))
+        kept = total(len(out.prompts) - len(_flat_indices(out)))
+        flat_trained = len(out.prompts) * K - kept
+        out.metrics.update(_dynamic_metrics(len(rounds_kept), total(sampled), flat_found, kept, flat_trained))
+        if kept < P * K and warn is not None:
+            warn(
+                f"dynamic sampling (algo.dynamic_sampling) found fewer than train.prompts_per_step={P * K} "
+                f"informative groups in algo.max_sampling_rounds={max_rounds} rounds; such a step trains on "
+                "those it found, or, with none, on its last round's flat groups (zero advantages), and "
+                "dynamic_sampling/kept_groups logs each step's count; raise algo.max_sampling_rounds or use "
+                "prompts the model solves sometimes (data.curriculum=frontier)"
+            )
     return out
 
 
-def _dynamic_metrics(rounds: int, dropped: int, kept: int, sampled: int) -> dict[str, float]:
-    """DAPO's dynamic sampling in one step: its rounds, flat groups dropped, groups kept, prompts sampled."""
+def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfpo: tuple, dist):
+    """The sampling rounds of one step on this rank: every round's batch as it trains (with dynamic
+    sampling, its informative groups only), the last round's batch as drawn, and how many prompts were
+    sampled. A round is sampled only while the global count of informative groups is below P * ranks
+    and fewer than ``max_rounds`` rounds ran (one round without dynamic sampling)."""
+    sample_group_size, criterion, adaptive, threshold = gfpo
+    many = dist is not None and dist.active
+    rounds_kept: list[ScoredBatch] = []
+    n_kept, sampled = 0, 0
+    while True:
+        batch = sample(P, first_group_size(G, sample_group_size, adaptive))
+        sampled += len(batch.prompts)
+        if sample_group_size > G and adaptive:
+            batch, hard = _adaptive_extra(batch, sample, sample_group_size, G, threshold, always=many)
+            batch = gfpo_keep(batch, G, criterion, hard)
+        elif sample_group_size > G:
+            batch = gfpo_keep(batch, G, criterion)
+        last = batch
+        if dynamic_sampling:  # DAPO: drop groups whose rewards are all equal
+            flat = set(_flat_indices(batch))
+            batch = select(batch, [p for p in range(len(batch.prompts)) if p not in flat])
+        rounds_kept.append(batch)
+        # several ranks: the stop rule reads the global count, so every rank runs the same rounds
+        n_kept += int(dist.sum_float(len(batch.prompts))) if many and dynamic_sampling else len(batch.prompts)
+        if not dynamic_sampling or n_kept >= P * (dist.world_size if many else 1) or len(rounds_kept) >= max_rounds:
+            return rounds_kept, last, sampled
+
+
+def _flat_indices(batch: ScoredBatch) -> list[int]:
+    """The groups of ``batch`` whose rewards are all equal over the completions a function scored (one no
+    function scored is no reward of 0): DAPO drops them."""
+    G = batch.group_size
+    return flat_groups(batch.total_N.view(-1, G), valid=batch.scored_N.view(-1, G)).nonzero()[:, 0].tolist()
+
+
+def _dynamic_metrics(rounds: int, sampled: float, flat: float, kept: float, flat_trained: float) -> dict[str, float]:
+    """DAPO's dynamic sampling in one step (global counts): its rounds (at most algo.max_sampling_rounds), the
+    prompts sampled, the flat groups dropped (found flat and not trained), the informative groups kept (what
+    trains; below train.prompts_per_step when the rounds ran out) and the flat groups trained because the rounds
+    found no informative one (the last round's, as drawn)."""
     return {
         "dynamic_sampling/rounds": float(rounds),
-        "dynamic_sampling/dropped_groups": float(dropped),
-        "dynamic_sampling/kept_groups": float(kept),
-        "dynamic_sampling/sampled_prompts": float(sampled),
+        "dynamic_sampling/dropped_groups": flat - flat_trained,
+        "dynamic_sampling/kept_groups": kept,
+        "dynamic_sampling/sampled_prompts": sampled,
+        "dynamic_sampling/flat_groups_trained": flat_trained,
     }
 
 
-def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) -> ScoredBatch:
+def _share_rounds(rounds_kept: list[ScoredBatch], last: ScoredBatch, P: int, G: int, dist) -> ScoredBatch:
     """DAPO on K ranks: pool every rank's kept groups and give each rank an equal share.
 
     Ranks keep different numbers of groups, but the later stages need equal shares (advantages are
@@ -188,26 +223,19 @@ def _share_rounds(rounds_kept: list[ScoredBatch], sample, P: int, G: int, dist) 
     kept groups are all-gathered and ordered as one process would have kept them, round by round
     and, within a round, rank by rank (rank r drew the r-th slice of the round's prompts). The
     first min(total, K*P) of them, rounded down to a multiple of K, are split evenly. Fewer kept
-    groups than ranks: every rank trains on fresh groups, as one process does when none are kept.
-    Each rank keeps the reward metrics of the rows it sampled itself.
+    groups than ranks: every rank trains on its last round as drawn (``last``), as one process does
+    when none are kept; no round beyond the limit is sampled. Each rank keeps the reward metrics of
+    every completion it sampled itself.
     """
     K = dist.world_size
     every = dist.gather_objects(rounds_kept)  # every[r][i]: rank r's kept groups of round i
     ordered = [every[r][i] for i in range(len(rounds_kept)) for r in range(K) if every[r][i].prompts]
     total = sum(len(b.prompts) for b in ordered)
     share = min(total, K * P) // K
-    own = [b.metrics for b in rounds_kept if b.prompts] or [b.metrics for b in rounds_kept]
-    if share == 0:
-        return sample(P, G)
-    pooled = concat(ordered)
-    out = select(pooled, list(range(dist.rank * share, (dist.rank + 1) * share)))
-    out.metrics = _merge_metrics(own)
+    out = last if share == 0 else select(concat(ordered), list(range(dist.rank * share, (dist.rank + 1) * share)))
+    out.metrics = _merge_metrics([b.metrics for b in rounds_kept])
     if "gfpo/hard_prompts" in out.metrics:  # a count: per round the sum over ranks, as one process counts it
-        per_round = [
-            sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K))
-            for i in range(len(rounds_kept))
-            if any(every[r][i].prompts for r in range(K))
-        ]
+        per_round = [sum(every[r][i].metrics["gfpo/hard_prompts"] for r in range(K)) for i in range(len(rounds_kept))]
         out.metrics["gfpo/hard_prompts"] = sum(per_round) / len(per_round)
     return out
 

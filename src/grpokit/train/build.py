@@ -157,6 +157,12 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
     else:
         specs = reward_setup.reward_specs(cfg, reward_funcs, episodes.factory)  # one factory or named ones
     process_fn = reward_setup.process_function(cfg) if cfg.reward.process_function else None
+    if process_fn is not None and len(specs) > 1:  # reward_funcs or data.domains: validation saw only the config
+        raise ConfigError(
+            f"algo.advantage=process trains on reward.process_function's step rewards alone, so {len(specs)} outcome "
+            f"reward functions ({', '.join(sp.name for sp in specs)}) would leave all but the logged one unread; "
+            "give one"
+        )
     rc = cfg.reward
     runner = RewardRunner(
         specs,

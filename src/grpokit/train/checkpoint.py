@@ -9,8 +9,9 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
   (neither of these two with ``train.save_only_model``: such a checkpoint resumes with the weights,
   a fresh optimizer and schedule and the current random state, as transformers' save_only_model);
 * ``trainer_state.json``: the step, the data position and the training prompts' fingerprint;
-* ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda, or an
-  optimizer update still accumulating when the step ended (train.accumulation_slices).
+* ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda, an
+  optimizer update still accumulating when the step ended (train.accumulation_slices), or the reference
+  model refreshed by algo.ref_refresh_every (its weights, unless it is a copy of this checkpoint's policy).
 * ``model/README.md``: a model card (base model, data, rewards, the settings that shape training,
   held-out results of the final checkpoint), as the Hub shows it (train/model_card.py).
 

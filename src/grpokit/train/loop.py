@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +52,8 @@ from .trainer_setup import TrainerSetup
 from .trainer_stages import TrainerStages
 from .update import Accumulator, Forwards, accumulate, apply_update, update_slices, window_counts
 from .update_windows import stale_slices, window_at
+
+log = logging.getLogger("grpokit.train")
 
 
 class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, TrainerStages):
@@ -113,6 +116,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             optimizer=self.optimizer,
             lr_scheduler=self.scheduler,
         )
+        self._warned: set[str] = set()  # what _warn_once said
         self._in_step = self._updating = self._evaluating = False  # where the main thread is, for a stop's cut
         self.kept_checkpoint: Callable[[], Path | None] = lambda: None
         """A checkpoint folder the rotation must keep (grpokit.trl's best model with load_best_model_at_end)."""
@@ -247,6 +251,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 updates += [upd] if upd is not None else []
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
+                self.ref_refreshed = (self.step + 1, a.ref_mixup_alpha == 1.0)  # what a checkpoint keeps of it
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
         return self._step_metrics(sb, inputs, {**upd, **extra, **stage})  # 7. record
@@ -350,6 +355,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             gfpo_adaptive=r.gfpo_adaptive,
             adaptive_threshold=r.gfpo_adaptive_threshold,
             dist=self.dist,
+            warn=self._warn_once,
         )
         if a.error_correction != "off":  # EDGE-GRPO guided error correction: all-wrong groups get a corrected member
             sb = gec.correct(
@@ -410,6 +416,12 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
     def _observe_sampled(self, sb: ScoredBatch) -> None:
         """The prompt sampler sees every scored batch (a curriculum learns its pass rates from them)."""
         self.sampler.observe(sb.prompts, sb.total_N.tolist(), sb.group_size)
+
+    def _warn_once(self, message: str) -> None:
+        """A stage's warning about the run, said once (by the main process); its metrics count every step."""
+        if message not in self._warned and self.dist.is_main:
+            self._warned.add(message)
+            log.warning(message)
 
     def stage_state(self, key: str) -> StageState | None:
         """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from grpokit.config.sections import Config, ConfigError
+from grpokit.rewards import process_steps
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
 
@@ -124,7 +125,8 @@ def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
 
 
 def process_function(cfg: Config):
-    """The process reward for algo.advantage=process: the task's, or a named function."""
+    """The process reward for algo.advantage=process: the task's, or a named function, its answers checked
+    (rewards/process_steps.py)."""
     name = cfg.reward.process_function
     if name == "task":
         from grpokit.data.tasks import get_task
@@ -132,5 +134,5 @@ def process_function(cfg: Config):
         fn = get_task(cfg.data.task, cfg.data.task_params).process_reward_fn
         if fn is None:
             raise ConfigError(f"reward.process_function=task but task {cfg.data.task!r} has no process reward")
-        return fn
-    return resolve_reward(name)
+        return process_steps.checked(fn)
+    return process_steps.checked(resolve_reward(name))

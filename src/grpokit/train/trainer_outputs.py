@@ -95,7 +95,14 @@ class TrainerOutputs:
                 keep=self.cfg.train.keep_checkpoints,
                 card=card,
                 extra_state=carried_state.saved_extra(
-                    self.stage_states, self.pending, self.optimizer, self.sampler, self.engine_state()
+                    self.stage_states,
+                    self.pending,
+                    self.optimizer,
+                    self.sampler,
+                    self.engine_state(),
+                    carried_state.reference_state(
+                        self.ref_model, self.step, *self.ref_refreshed, self.cfg.algo.ref_refresh_every
+                    ),
                 ),
                 model_only=self.cfg.train.save_only_model,
                 protect=self.kept_checkpoint(),

@@ -133,6 +133,8 @@ class TrainerSetup:
         self.step = self.saved_step = 0
         self.resumed_from: Path | None = None  # the checkpoint folder a resumed run started from
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
+        # the step whose end last refreshed the reference (0: never) and whether that was a plain copy of the policy
+        self.ref_refreshed: tuple[int, bool] = (0, True)
         if self.resume_dir:
             self._resume()
         # optimizer updates applied so far (TRL's global_step)
@@ -207,6 +209,10 @@ class TrainerSetup:
         if self.resume_at is not None and self.dist.is_main:  # once loaded: the later checkpoints kept aside
             run_folder.set_aside_later(self.run_dir, ckpt)
         carried_state.restore_sampler(ckpt, self.sampler)  # domains' credits, a curriculum's pass rates
+        a = self.cfg.algo  # the reference algo.ref_refresh_every left: once the policy's weights are in place
+        self.ref_refreshed = carried_state.restore_reference(
+            ckpt, self.ref_model, self.model, state.step, a.ref_refresh_every, a.ref_mixup_alpha
+        )
         self.saved_step = state.step
         t = self.cfg.train
         pending = carried_state.restore_extra(ckpt, self.stage_states, self.optimizer, t.accumulation_slices)

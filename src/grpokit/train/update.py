@@ -50,7 +50,10 @@ def update_slices(inputs: UpdateInputs, parts: int) -> list[UpdateInputs]:
     steps_per_generation); the loop gives each slice TRL's normalisers (``window_counts``)."""
     if parts == 1:
         return [inputs]
-    n = inputs.batch.input_ids.shape[0] // parts
+    rows = inputs.batch.input_ids.shape[0]
+    if rows % parts:  # validation keeps every batch divisible (dynamic sampling: parts | group size); never drop rows
+        raise ValueError(f"a batch of {rows} rows does not cut into {parts} equal updates")
+    n = rows // parts
     return [_rows_of(inputs, slice(k * n, (k + 1) * n)) for k in range(parts)]
 
 

@@ -12,6 +12,7 @@ from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.ratio import RATIO_LEVELS
 from grpokit.algo.registry import STAGE_SPECS, is_import_path, lookup, objective_spec, registered
+from grpokit.config.algo import UNREAD_UNLESS
 from grpokit.config.sections import AlgoConfig, Config, ConfigError, RolloutConfig
 from grpokit.rollout.gec import MODES as GEC_MODES
 
@@ -150,37 +151,6 @@ def check_algo_limits(cfg: Config) -> None:
     check(a.adv_eps >= 0, f"algo.adv_eps={a.adv_eps} must be >= 0")
     check(a.num_iterations >= 1, f"algo.num_iterations={a.num_iterations} must be at least 1")
     check(a.norm_constant >= 0, f"algo.norm_constant={a.norm_constant} must be >= 0 (0 = max_new_tokens)")
-
-
-UNREAD_UNLESS = (
-    (
-        ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
-        "algo.entropy_adaptive=true",
-        lambda a: a.entropy_adaptive,
-    ),
-    (("ref_mixup_alpha",), "algo.ref_refresh_every > 0", lambda a: a.ref_refresh_every > 0),
-    (
-        ("lambda_init", "lambda_lr", "lambda_r"),
-        "algo.aggregation=lambda-grpo",
-        lambda a: a.aggregation == "lambda-grpo",
-    ),
-    (("max_sampling_rounds",), "algo.dynamic_sampling=true", lambda a: a.dynamic_sampling),
-    (("entropy_advantage_max_scale",), "algo.entropy_advantage=true", lambda a: a.entropy_advantage),
-    (
-        ("error_correction_max_reward", "error_correction_prompt", "error_correction_fn"),
-        "algo.error_correction is on",
-        lambda a: a.error_correction != "off",
-    ),
-    (("kl_clamp",), "algo.beta > 0 (a KL term)", lambda a: a.beta > 0),
-    (
-        ("norm_constant",),
-        "algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
-        lambda a: a.aggregation == "seq-mean-token-sum-norm",
-    ),
-)
-"""Settings read only by one feature: ``(fields, the feature, whether it is on)``. The TRL layer sets each of
-them only where TRL reads it (trl/args/loss.py), so a TRL script never meets these sentences. The estimators'
-and objectives' own parameters are found from their declarations instead (``stage_owners``)."""
 
 
 def stage_owners() -> dict[str, list[str]]:

@@ -35,6 +35,12 @@ def check_optim_train(cfg: Config) -> None:
         t.updates_per_batch >= 1 and n % t.updates_per_batch == 0,
         f"train.updates_per_batch={t.updates_per_batch} must be at least 1 and divide the batch of {n} completions",
     )
+    check(  # a short batch (dynamic sampling's rounds ran out) holds any number of groups: each must cut evenly
+        not cfg.algo.dynamic_sampling or r.group_size % max(1, t.updates_per_batch) == 0,
+        f"train.updates_per_batch={t.updates_per_batch} must divide rollout.group_size={r.group_size} with "
+        "algo.dynamic_sampling=true: a step may train on fewer groups than train.prompts_per_step, and only then "
+        "does every such batch cut into equal updates",
+    )
     check(
         t.micro_batch_size == 0 or (n // max(1, t.updates_per_batch)) % t.micro_batch_size == 0,
         f"train.micro_batch_size={t.micro_batch_size} does not divide an update's slice of "

@@ -15,13 +15,18 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
   DAPO on one's own data is the user's reward plus the overlong penalty.
 * A preset made for this scale of machine (``scale: own`` at the top of its file: smollm2-math)
   is not a paper's: its batch, generation length and learning rate always apply.
+* A preset fills a feature's settings only where the run has the feature on (``unread``): TRL's
+  ``kl_bias_correction`` and ``entropy_aggregation`` (trl-default) apply once algo.beta > 0 or an
+  entropy bonus is given, and RLOO's KL in the reward only with its beta.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
+from grpokit.config.algo import UNREAD_UNLESS
 from grpokit.config.io import assigned, set_field, strict_yaml
 from grpokit.config.sections import Config, ConfigError
 
@@ -81,12 +86,27 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
             values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights)
         )
         given = given - {"reward.functions", "reward.weights"}
-    for key, value in values.items():
-        if key == "reward.params" and key in given:  # per-function mappings: the user's win per function
-            set_field(cfg, key, {**(value or {}), **cfg.reward.params})
-        elif key not in given:
-            set_field(cfg, key, value)
+    fill = {key: value for key, value in values.items() if key not in given}
+    if "reward.params" in given and "reward.params" in values:  # per-function mappings: the user's win per function
+        set_field(cfg, "reward.params", {**(values["reward.params"] or {}), **cfg.reward.params})
+    for key in unread(fill, cfg):  # a feature the run leaves off (algo.beta=0: the KL's estimator ...)
+        del fill[key]
+    for key, value in fill.items():
+        set_field(cfg, key, value)
     return cfg
+
+
+def unread(fields: dict[str, Any], cfg: Config) -> list[str]:
+    """The dotted names among ``fields`` (a preset's values about to fill ``cfg``) that no feature of the filled
+    run would read (config/algo.py ``UNREAD_UNLESS``: the KL's settings with algo.beta=0, the entropy bonus's with
+    none ...): a preset fills the settings of the features it turns on, or the user does, and no other, so
+    ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0 and adds none to one without a
+    KL term (a value the user gives such a field is still refused by validation)."""
+    trial = copy.deepcopy(cfg)
+    for key, value in fields.items():
+        set_field(trial, key, value)
+    off = {f"algo.{name}" for names, _, on in UNREAD_UNLESS if not on(trial.algo) for name in names}
+    return [key for key in fields if key in off]
 
 
 def resumed(name: str, run: Config, fresh: Config, paper_scale: bool = False) -> Config:

@@ -119,9 +119,10 @@ def entropy_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     optimizer step (grpokit/algo/entropy_control.py follows TRL's code)."""
     out = {
         "algo.entropy_coef": a.entropy_coef,
-        "algo.entropy_aggregation": "token-mean",
         "algo.entropy_adaptive": a.use_adaptive_entropy,
     }
+    if a.entropy_coef != 0 or a.use_adaptive_entropy:  # TRL's bonus is on: its aggregation (none to aggregate else)
+        out["algo.entropy_aggregation"] = "token-mean"
     if not a.use_adaptive_entropy:  # TRL reads the controller's settings only with it (checks.GATES)
         return out
     return out | {
@@ -158,11 +159,11 @@ def offpolicy_delta(threshold: float | None) -> float:
 KL = Rule(
     ("beta", "use_bias_correction_kl"),
     ("algo.beta", "algo.kl_bias_correction"),
-    "copied; KL estimator k3 as TRL",
+    "copied (use_bias_correction_kl only with beta != 0, the only time TRL reads it); KL estimator k3 as TRL",
     lambda a, ctx: {
         "algo.beta": a.beta,
-        "algo.kl_bias_correction": a.use_bias_correction_kl,
         "algo.kl_estimator": "k3",
+        **({"algo.kl_bias_correction": a.use_bias_correction_kl} if a.beta != 0 else {}),
     },
 )
 
@@ -279,7 +280,8 @@ ENTROPY_BONUS = Rule(
         "algo.entropy_coef_delta",
         "algo.entropy_target",
     ),
-    "entropy_aggregation token-mean, as TRL; use_adaptive_entropy is entropy_adaptive (TRL's code: the coefficient "
+    "entropy_aggregation token-mean, as TRL (with a bonus: entropy_coef != 0 or use_adaptive_entropy); "
+    "use_adaptive_entropy is entropy_adaptive (TRL's code: the coefficient "
     "rises when the entropy is at or below the target, and the first step applies none)",
     entropy_fields,
 )
