@@ -192,6 +192,7 @@ def step_metrics(
         **sampling_metrics(sb, inputs, same_length_min_tokens, rows),
         **update_metrics,
         **timer.metrics(),
+        "time/step": step_s,  # the seconds the throughput divides by (the timer runs on through the collectives)
         "tokens_per_second": tokens / max(step_s, 1e-9),
         "rollout/tokens_per_second": tokens / max(rollout_s, 1e-9),
         "data/position": float(data_position),
