@@ -1,0 +1,86 @@
+"""TRL's extension contract where a subclass's override reaches more than the stage it replaces
+(grpokit/trl/contract/): the log-probability override feeds pi_old and the reference as TRL's, a loss
+override keeps the update's metrics, and the trainer's state reads as TRL's at the points subclasses read it."""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset
+
+from grpokit.trl import GRPOConfig, GRPOTrainer
+from helpers.trl_models import small_args
+
+DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")])
+LOSS_KEYS = {"kl", "ratio/mean", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"}
+
+
+def short(completions, **kwargs):
+    return [-len(c[0]["content"]) / 10 for c in completions]
+
+
+def entries(tr, key):
+    return [e[key] for e in tr.state.log_history if key in e]
+
+
+def shifted(base):
+    class Shifted(base):
+        """A model-specific forward stand-in: every log-probability lowered by 0.5."""
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *a, **k):
+            logps, ents, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *a, **k
+            )
+            return logps - 0.5, ents, aux
+
+    return Shifted
+
+
+def run(base, model, out, **kw):
+    args = small_args(GRPOConfig, out, **kw)
+    tr = base(model, reward_funcs=[short], train_dataset=DATA, args=args)
+    tr.train()
+    return tr
+
+
+def shift_args(iterations):
+    return dict(max_steps=2, logging_steps=1, report_to="none", beta=0.1, num_iterations=iterations, seed=0)
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_a_logps_override_gives_pi_old_and_the_reference_too(chat_model, tmp_path, iterations):
+    """TRL computes old_per_token_logps and ref_per_token_logps with the same method: a shift of -0.5 on
+    all three cancels in the ratio exp(logp - old) and in the KL's logp - ref, so the KL is 0 exactly
+    (k3 = exp(0) - 0 - 1) and the loss is the run's without the override (before: the reference was not
+    shifted, kl = exp(0.5) - 0.5 - 1 = 0.1487 per token and the loss 0.1 * 0.1487 = 0.0149 higher)."""
+    kw = dict(shift_args(iterations), learning_rate=1e-9)
+    plain = run(GRPOTrainer, chat_model, tmp_path / "plain", **kw)
+    moved = run(shifted(GRPOTrainer), chat_model, tmp_path / "shifted", **kw)
+    assert entries(moved, "kl") == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert entries(moved, "loss") == pytest.approx(entries(plain, "loss"), abs=1e-5)
+
+
+def test_a_logps_override_gives_trls_kl(chat_model, tmp_path):
+    trl = pytest.importorskip("trl")
+    args = small_args(trl.GRPOConfig, tmp_path / "trl", learning_rate=1e-9, **shift_args(1))
+    tr = shifted(trl.GRPOTrainer)(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    tr.train()
+    ours = run(shifted(GRPOTrainer), chat_model, tmp_path / "ours", learning_rate=1e-9, **shift_args(1))
+    assert entries(ours, "kl") == pytest.approx(entries(tr, "kl"), abs=1e-6) == [0.0, 0.0]
+
+
+class Passthrough(GRPOTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def test_a_loss_override_keeps_the_updates_kl_and_clip_metrics(chat_model, tmp_path):
+    """compute_loss calling only super() logs what the run without it logs: kl, ratio/mean, clip_ratio/*
+    with the same values (the same seed samples the same completions; the loss is the same math)."""
+    kw = dict(max_steps=1, logging_steps=1, report_to="none", beta=0.1, seed=0)
+    plain = run(GRPOTrainer, chat_model, tmp_path / "plain", **kw)
+    through = run(Passthrough, chat_model, tmp_path / "through", **kw)
+    first = through.state.log_history[0]
+    assert LOSS_KEYS <= set(first)
+    assert first["ratio/mean"] == pytest.approx(1.0)  # one iteration: pi_old is the policy itself
+    for key in LOSS_KEYS:
+        assert first[key] == pytest.approx(plain.state.log_history[0][key], abs=1e-6), key
