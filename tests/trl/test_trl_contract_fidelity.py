@@ -84,3 +84,46 @@ def test_a_loss_override_keeps_the_updates_kl_and_clip_metrics(chat_model, tmp_p
     assert first["ratio/mean"] == pytest.approx(1.0)  # one iteration: pi_old is the policy itself
     for key in LOSS_KEYS:
         assert first[key] == pytest.approx(plain.state.log_history[0][key], abs=1e-6), key
+
+
+class PlusFive(GRPOTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch) + 5.0
+
+
+def evaluated(base, model, out, **kw):
+    args = small_args(GRPOConfig, out, max_steps=1, report_to="none", seed=0, per_device_eval_batch_size=4, **kw)
+    return base(model, reward_funcs=[short], train_dataset=DATA, eval_dataset=DATA, args=args).evaluate()
+
+
+def test_a_compute_loss_override_is_the_eval_loss_as_trls_prediction_step(chat_model, tmp_path):
+    """TRL's prediction_step takes eval_loss from self.compute_loss: + 5.0 there is + 5.0 in eval_loss
+    (the same seed samples the same eval completions; 4 eval batches of one group each, each + 5)."""
+    plain = evaluated(GRPOTrainer, chat_model, tmp_path / "plain")
+    five = evaluated(PlusFive, chat_model, tmp_path / "five")
+    assert five["eval_loss"] == pytest.approx(plain["eval_loss"] + 5.0, abs=1e-5)
+    assert five["eval_reward"] == plain["eval_reward"]
+
+
+def test_evaluate_with_a_generate_and_score_override_stops_in_one_sentence(chat_model, tmp_path):
+    class Own(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            return super()._generate_and_score_completions(inputs)
+
+    with pytest.raises(Exception, match=r"^GRPOTrainer subclass overrides _generate_and_score_completions, .*evaluate"):
+        evaluated(Own, chat_model, tmp_path / "own")
+
+
+def test_eval_loss_carries_beta_times_the_kl_and_logs_eval_kl(chat_model, tmp_path):
+    """TRL adds beta * KL in every mode and logs kl: before any update the policy is the reference, so
+    eval_kl = exp(0) - 0 - 1 = 0 and eval_loss is beta=0's; after 3 steps at lr 0.05 the policy moved,
+    eval_kl > 0."""
+    plain = evaluated(GRPOTrainer, chat_model, tmp_path / "plain")
+    kl0 = evaluated(GRPOTrainer, chat_model, tmp_path / "kl0", beta=0.5)
+    assert "eval_kl" not in plain and kl0["eval_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert kl0["eval_loss"] == pytest.approx(plain["eval_loss"], abs=1e-6)
+    args = small_args(GRPOConfig, tmp_path / "moved", max_steps=3, report_to="none", seed=0, beta=0.5)
+    args.per_device_eval_batch_size, args.learning_rate = 4, 0.05
+    tr = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, eval_dataset=DATA, args=args)
+    tr.train()
+    assert tr.evaluate()["eval_kl"] > 1e-4
