@@ -127,3 +127,52 @@ def test_eval_loss_carries_beta_times_the_kl_and_logs_eval_kl(chat_model, tmp_pa
     tr = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, eval_dataset=DATA, args=args)
     tr.train()
     assert tr.evaluate()["eval_kl"] > 1e-4
+
+
+def small(model, out, **kw):
+    args = small_args(GRPOConfig, out, max_steps=1, logging_steps=1, report_to="none", seed=0)
+    return GRPOTrainer(model, reward_funcs=[short], train_dataset=DATA, args=args, **kw)
+
+
+def test_methods_patched_on_the_instance_are_honoured_or_refused(chat_model, tmp_path):
+    """A method assigned on the instance is the subclass override it stands for: _calculate_rewards returning
+    5.0 for every completion makes the logged reward 5.0 (one function of weight 1); training_step is refused."""
+    import types
+
+    import torch
+
+    from grpokit.config import ConfigError
+
+    tr = small(chat_model, tmp_path / "rewards")
+    tr._calculate_rewards = types.MethodType(lambda self, i, p, c, ids: torch.full((len(p), 1), 5.0), tr)
+    tr.train()
+    assert entries(tr, "reward") == [5.0]
+    other = small(chat_model, tmp_path / "step")
+    with pytest.raises(ConfigError, match=r"^GRPOTrainer instance has a patched training_step, "):
+        other.training_step = types.MethodType(lambda self, *a: None, other)
+
+
+def test_rollout_func_assigned_after_construction_is_the_sampler(chat_model, tmp_path):
+    """TRL reads self.rollout_func at each generation: one assigned later is the one called (4 prompts a step
+    of one group of G=4: one call with the prompt repeated 4 times)."""
+    calls = []
+
+    def fixed(prompts, trainer):
+        calls.append(len(prompts))
+        ids = trainer.processing_class(["xy"] * len(prompts), add_special_tokens=False)["input_ids"]
+        prompt_ids = trainer.processing_class(["p"] * len(prompts), add_special_tokens=False)["input_ids"]
+        return {"prompt_ids": prompt_ids, "completion_ids": ids, "logprobs": [[0.0] * len(i) for i in ids]}
+
+    tr = small(chat_model, tmp_path / "late")
+    tr.rollout_func = fixed
+    tr.train()
+    assert calls == [4] and entries(tr, "completions/mean_length") == [2.0]
+
+
+def test_machinery_grpokit_does_not_read_is_refused_when_assigned(chat_model, tmp_path):
+    from grpokit.config import ConfigError
+
+    tr = small(chat_model, tmp_path / "tmpl")
+    with pytest.raises(ConfigError, match=r"^GRPOTrainer.chat_template is TRL machinery .*processing_class"):
+        tr.chat_template = "{{ messages }}"
+    tr.chat_template = None  # TRL's own value stays assignable

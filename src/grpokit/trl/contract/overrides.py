@@ -17,6 +17,8 @@ from .generation import TrlGenerate, TrlSingleTurn
 from .passes import TrlPasses
 from .stages import TrlLoss, TrlRewards
 
+SLOTTED = {"_calculate_rewards", "_generate_single_turn", "_tokenize_prompts", "_generate_and_score_completions"}
+"""The honoured methods whose adapter is put in a stage's slot when the run is built (beside LOSS_HOOKS)."""
 LOSS_HOOKS = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies", "_generate_and_score_completions"}
 
 
