@@ -224,7 +224,9 @@ def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_
     plain.train()
     through = Through(chat_model, reward_funcs=[short], train_dataset=DATA, args=loss_args(tmp_path / "b", **args))
     through.train()
-    assert Through.logp_calls == 4  # every micro-batch's log-probabilities came from the (overridden) method
+    # every micro-batch's log-probabilities came from the (overridden) method, and with num_iterations=2 the
+    # generation batch's pi_old too (one no-grad pass, as TRL's old_per_token_logps): 4 + (iterations - 1)
+    assert Through.logp_calls == 4 + (iterations - 1)
     for (name, a), b in zip(plain.model.state_dict().items(), through.model.state_dict().values()):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
     assert any(not torch.equal(a, b) for a, b in zip(before, plain.model.state_dict().values()))  # they moved

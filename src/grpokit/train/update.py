@@ -102,7 +102,7 @@ def _policy_mask(inputs: UpdateInputs) -> torch.Tensor:
     return inputs.loss_mask if inputs.policy_mask is None else inputs.policy_mask
 
 
-def _add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
+def add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
     """Add one micro-batch's sampler/trainer mismatch sums to ``acc``. ``old_logp`` is pi_old of the
     rows (the trainer's pass before this step's optimizer update, or this forward's own detached
     values when no separate pass ran), so measuring costs no extra forward."""
@@ -247,14 +247,21 @@ def _micro_step(
         )
     loss.backward()
     acc.loss += loss.item()
-    n_tok = m.pop("num_tokens")
-    if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
-        _add_bonus(acc.terms, m.pop("entropy/bonus"), entropy, _policy_mask(inputs)[rows])
-    _add_loss_metrics(acc, m, n_tok)
+    add_loss_metrics(acc, m, entropy, lambda: _policy_mask(inputs)[rows])
     # entropy over the loss mask's tokens, as TRL's (truncated completions masked out leave it; the entropy
     # top-fraction's other tokens stay: that mask narrows the policy term only)
     add_entropy(acc, entropy, inputs.loss_mask[rows])
-    _add_mismatch(acc.mismatch, inputs, rows, old, mb)
+    add_mismatch(acc.mismatch, inputs, rows, old, mb)
+
+
+def add_loss_metrics(acc: Accumulator, m: dict[str, float], entropy_NT, policy_mask_of) -> None:
+    """Add one micro-batch's ``objective_loss`` metrics ``m`` to ``acc`` (the entropy bonus over the
+    tokens ``policy_mask_of()`` returns): what the update logs as kl, clip_ratio/*, ratio/mean ..."""
+    m = dict(m)
+    n_tok = m.pop("num_tokens")
+    if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
+        _add_bonus(acc.terms, m.pop("entropy/bonus"), entropy_NT, policy_mask_of())
+    _add_loss_metrics(acc, m, n_tok)
 
 
 def _add_loss_metrics(acc: Accumulator, m: dict[str, float], n_tok: float) -> None:

@@ -36,10 +36,16 @@ CLIP_KEYS = (
 
 
 def eval_batch_metrics(
-    trainer, prompts: list[Prompt], G: int, scaling: tuple[str, str] = ("group", "sum_then_normalize")
+    trainer,
+    prompts: list[Prompt],
+    G: int,
+    scaling: tuple[str, str] = ("group", "sum_then_normalize"),
+    loss_of: Any = None,
 ) -> dict[str, float]:
-    """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss; TRL's keys, no prefix.
-    ``scaling`` is TRL's (scale_rewards, multi_objective_aggregation), read by ``frac_reward_zero_std``."""
+    """One eval batch on grpokit's internal ``trainer``: sample, score, on-policy loss (with beta * KL to the
+    reference when the loss has a KL term, as TRL's in every mode); TRL's keys, no prefix. ``scaling`` is
+    TRL's (scale_rewards, multi_objective_aggregation), read by ``frac_reward_zero_std``; ``loss_of`` (a
+    subclass's loss override, contract/eval_loss.py) replaces the loss value."""
     cfg, a = trainer.cfg, trainer.cfg.algo
     sb = trainer.sample_and_score(prompts, G)
     ro, P = sb.rollout, len(prompts)
@@ -52,6 +58,7 @@ def eval_batch_metrics(
         adv = torch.zeros(P, 1)
     mask = batch.completion_mask  # TRL's eval loss and entropy leave masked truncated completions out, as training
     mask = truncated_sequences_mask(mask, ro.finish_reasons) if a.mask_truncated else mask
+    kl = _kl_options(trainer, batch)
     ctrl = trainer.stage_state("entropy_control")  # TRL's eval loss carries the bonus the next train step applies
     coef = ctrl.applied() if ctrl is not None else a.entropy_coef
     loss, m = policy_loss(
@@ -68,7 +75,10 @@ def eval_batch_metrics(
         entropy_NT=entropy,
         entropy_coef=coef,
         entropy_aggregation=a.entropy_aggregation,
+        **kl,
     )
+    if loss_of is not None:
+        loss = torch.tensor(loss_of(trainer.model, batch, adv.flatten(), mask, kl.get("ref_logp_NT")))
     lengths = ro.model_lengths()
     ent = float((entropy * mask).sum().item() / max(mask.sum().item(), 1.0))
     out = {
@@ -85,9 +95,25 @@ def eval_batch_metrics(
     logged = trainer.runner.logged_names  # what reward functions passed log_metric, this batch's mean (TRL's)
     out.update({k: v for k, v in sb.metrics.items() if k in logged and k not in out})
     out.update({k: 0.0 for k in CLIP_KEYS})  # on-policy: the ratio is 1, nothing is clipped
+    if kl:
+        out["kl"] = m["kl"]
     if a.entropy_coef != 0.0 or a.entropy_adaptive:  # TRL's policy_loss: the loss before the entropy bonus
         out["policy_loss"] = out["loss"] + m.get("entropy/bonus", 0.0)
     return out
+
+
+def _kl_options(trainer, batch) -> dict[str, Any]:
+    """policy_loss's KL keywords (beta, estimator, clamp, log pi_ref of ``batch``) when the loss has a KL
+    term (algo.beta with kl_placement=loss), else none."""
+    from grpokit.algo.pipeline import KL_PLACEMENTS
+    from grpokit.train import reference
+
+    a = trainer.cfg.algo
+    beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
+    if not beta:
+        return {}
+    ref = reference.reference_logprobs(trainer.model, trainer.ref_model, batch, trainer.logprobs, trainer.ref_adapter)
+    return dict(beta=beta, kl_estimator=a.kl_estimator, kl_clamp=a.kl_clamp or None, ref_logp_NT=ref)
 
 
 def evaluate(
@@ -98,6 +124,7 @@ def evaluate(
     prefix: str = "eval",
     on_batch=lambda: None,
     scaling: tuple[str, str] = ("group", "sum_then_normalize"),
+    loss_of: Any = None,
 ) -> dict[str, Any]:
     """TRL's evaluation over ``prompts`` (``batch_size`` completions per batch); returns prefixed metrics.
     ``on_batch()`` runs after each batch (transformers' on_prediction_step)."""
@@ -106,7 +133,7 @@ def evaluate(
     was_training = trainer.model.training
     trainer.runner.reopen()  # evaluate() after train(): the loop closed the runner's workers
     for chunk in batches:
-        for key, value in eval_batch_metrics(trainer, chunk, G, scaling).items():
+        for key, value in eval_batch_metrics(trainer, chunk, G, scaling, loss_of).items():
             sums.setdefault(key, []).append(value)
         on_batch()
     trainer.model.train(was_training)
@@ -124,6 +151,9 @@ def evaluate(
 
 def evaluate_rows(facade: Any, data: Any, metric_key_prefix: str) -> dict[str, float]:
     """GRPOTrainer.evaluate() on one dataset (its memory stage started): the metrics logged, on_evaluate, returned."""
+    from .contract.eval_loss import loss_hook, refuse_generation_override
+
+    refuse_generation_override(facade)
     trainer, a = facade._get(), facade.args
     rows = rows_of(data, "eval_dataset", a.remove_unused_columns, whole_stream=True)
     prompts = trainer.make_prompts(rows)  # images through the model's processor, as the training rows
@@ -140,6 +170,7 @@ def evaluate_rows(facade: Any, data: Any, metric_key_prefix: str) -> dict[str, f
             metric_key_prefix,
             on_batch=lambda: facade.bridge.user("on_prediction_step"),
             scaling=facade.bridge.reward_scaling(),
+            loss_of=loss_hook(facade),
         )
         metrics[f"{metric_key_prefix}_num_tokens"] = float(facade.state.num_input_tokens_seen)
     finally:

@@ -295,6 +295,12 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             sinks.remove(sink)
             sink.close()
 
+    rollout_func = assignable.ROLLOUT_FUNC
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        assignable.set_attribute(self, name, value)  # a patched TRL method honoured or refused, machinery refused
+        object.__setattr__(self, name, value)
+
     # -- what TRL scripts read from the trainer
     entropy_coef = property(entropy_coef_of, set_entropy_coef)
     _last_world_entropy = property(last_world_entropy)

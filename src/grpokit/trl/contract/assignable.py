@@ -17,7 +17,12 @@ from typing import Any
 
 from grpokit.config.sections import ConfigError
 
-RUN_INPUTS = {"model": "model", "processing_class": "tokenizer", "reward_funcs": "reward_funcs"}
+RUN_INPUTS = {
+    "model": "model",
+    "processing_class": "tokenizer",
+    "reward_funcs": "reward_funcs",
+    "rollout_func": "rollout_func",
+}
 """TRL's attribute -> the grpokit Trainer argument it is built from."""
 
 
@@ -41,3 +46,51 @@ def let_go(trainer: Any) -> None:
     for part in (trainer.runner, trainer.eval_runner, trainer.engine, trainer.recorder):
         part.close()
     trainer._release_lock()
+
+
+def set_rollout_func(facade: Any, value: Any) -> None:
+    """``facade.rollout_func = fn``: at construction TRL's argument; afterwards the run's stage 2 replaced as
+    ``model`` is (a built, untrained run built anew; refused in one sentence once training started)."""
+    if "_rollout_func" in vars(facade):
+        from ..trainer_args import trl_rollout_func
+
+        assign(facade, "rollout_func", trl_rollout_func(value, facade))
+    facade._rollout_func = value
+
+
+ROLLOUT_FUNC = property(lambda self: self._rollout_func, set_rollout_func, doc="TRL's: the rollout function.")
+
+
+def set_attribute(facade: Any, name: str, value: Any) -> None:
+    """What ``facade.<name> = value`` means beyond a plain attribute: a callable under one of TRL's or
+    transformers' method names (a method patched on the instance) honoured as a subclass's override of it
+    (the run built anew when built but untrained) or refused in one sentence as the override would be;
+    machinery TRL holds but grpokit does not run (attributes.INERT, ``chat_template``) refused when set."""
+    from . import hooks
+    from .attributes import INERT
+
+    if name in INERT and value is not None and "_overrides" in vars(facade):
+        raise ConfigError(
+            f"GRPOTrainer.{name} is TRL machinery grpokit.trl does not read, so assigning it would change nothing"
+            + (
+                "; set the template on the tokenizer (processing_class.chat_template) before constructing the trainer"
+                if name == "chat_template"
+                else ""
+            )
+        )
+    if not callable(value) or name == "__init__" or "_overrides" not in vars(facade):
+        return
+    if name not in hooks.trl_method_names():
+        return
+    if name not in hooks.HONOURED:
+        raise ConfigError(hooks.refusal(name).replace("subclass overrides", "instance has a patched", 1))
+    from .overrides import LOSS_HOOKS, SLOTTED
+
+    if name in facade._overrides or name not in SLOTTED | LOSS_HOOKS:  # found on the instance where it is called
+        return
+    if facade._started:
+        raise ConfigError(f"GRPOTrainer.{name} can be patched until train() starts; the run's stages are built")
+    if facade._trainer is not None:
+        let_go(facade._trainer)
+        facade._trainer, facade.bridge = None, None
+    facade._overrides = [*facade._overrides, name]

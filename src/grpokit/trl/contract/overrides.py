@@ -2,7 +2,8 @@
 
 hooks.py decides which overrides are honoured; this module puts their adapters (stages.py,
 generation.py) in grpokit's Trainer: ``runner`` (stage 3), ``rollout_func`` (stage 2),
-``sample_and_score`` (stages 1-4) and ``loss_stage`` (stage 5). grpokit's loop then calls them where it
+``sample_and_score`` (stages 1-4), ``loss_stage`` (stage 5) and its no-grad passes ``logprobs`` /
+``old_logprobs`` (passes.py). grpokit's loop then calls them where it
 calls its own stages, with no branch of its own.
 """
 
@@ -13,8 +14,11 @@ from typing import Any
 from grpokit.config.sections import ConfigError
 
 from .generation import TrlGenerate, TrlSingleTurn
+from .passes import TrlPasses
 from .stages import TrlLoss, TrlRewards
 
+SLOTTED = {"_calculate_rewards", "_generate_single_turn", "_tokenize_prompts", "_generate_and_score_completions"}
+"""The honoured methods whose adapter is put in a stage's slot when the run is built (beside LOSS_HOOKS)."""
 LOSS_HOOKS = {"compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies", "_generate_and_score_completions"}
 
 
@@ -31,6 +35,9 @@ def into_slots(facade: Any, trainer: Any) -> None:
         trainer.sample_and_score = TrlGenerate(facade, trainer)
     if names & LOSS_HOOKS:  # the subclass's generation batch is trained on through TRL's loss path too
         trainer.loss_stage = TrlLoss(facade)
+    if "_get_per_token_logps_and_entropies" in names:  # pi_old and the reference through it too, as TRL's
+        passes = TrlPasses(facade, trainer)
+        trainer.logprobs, trainer.old_logprobs = passes.logprobs, passes.old_logprobs
 
 
 def samples(facade: Any) -> bool:
