@@ -7,6 +7,7 @@ import pytest
 from grpokit.cli import eval as eval_cli
 from grpokit.data.tasks import get_task
 from grpokit.types import Rollout
+from helpers.vision_spy import spy_image_forwards
 
 
 def test_eval_matches_hand_computed_values(monkeypatch, tmp_path, capsys):
@@ -223,15 +224,7 @@ def test_eval_of_the_shipped_vision_model_sends_the_images(tmp_path, monkeypatch
     from grpokit.data.tasks import shapes
     from grpokit.train.task_evaluation import evaluate_shapes
 
-    seen, forward = [], C.forward
-
-    def spy(self, *a, **k):
-        ids = k.get("input_ids")
-        tokens = int((ids == self.config.image_token_id).sum()) if ids is not None else 0
-        seen.append((tokens, 0 if k.get("pixel_values") is None else k["pixel_values"].shape[0]))
-        return forward(self, *a, **k)
-
-    monkeypatch.setattr(C, "forward", spy)
+    seen = spy_image_forwards(monkeypatch, C)
     out = tmp_path / "eval.json"
     argv = ["--model", str(shapes.shapes_model_path()), "--task", "shapes", "--limit", "12"]
     assert eval_cli.main([*argv, "--samples", "1", "--k", "1", "--temperature", "0", "--out", str(out)]) == 0

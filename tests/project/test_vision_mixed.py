@@ -15,6 +15,7 @@ from grpokit.config.sections import DataConfig
 from grpokit.data import vision
 from grpokit.data.prompts import to_prompts
 from grpokit.data.tasks import shapes
+from helpers.vision_spy import spy_image_forwards
 
 MESSAGES = [{"role": "user", "content": "how many shapes?"}]
 
@@ -141,15 +142,7 @@ def test_trainer_step_on_a_jsonl_with_null_images_sends_the_images(tmp_path, mon
         image = None if i % 2 == 0 else str(tmp_path / f"img{i}.png")
         lines.append(json.dumps({"prompt": MESSAGES, "image": image, "answer": r["answer"]}))
     (tmp_path / "data.jsonl").write_text("\n".join(lines))
-    seen, forward = [], C.forward
-
-    def spy(self, *a, **k):
-        ids = k.get("input_ids")
-        tokens = int((ids == self.config.image_token_id).sum()) if ids is not None else 0
-        seen.append((tokens, 0 if k.get("pixel_values") is None else k["pixel_values"].shape[0]))
-        return forward(self, *a, **k)
-
-    monkeypatch.setattr(C, "forward", spy)
+    seen = spy_image_forwards(monkeypatch, C)
     rc = main(
         [
             "train",

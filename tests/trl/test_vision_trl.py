@@ -3,10 +3,11 @@ processing_class) runs under grpokit.trl with only the import changed, and under
 
 from __future__ import annotations
 
-import functools
 import importlib
 
 import pytest
+
+from helpers.vision_spy import spy_image_forwards
 
 
 def _run_script(module: str, tmp_path) -> int:
@@ -62,16 +63,8 @@ def _evaluate_script(module: str, tmp_path, **extra):
     trl = importlib.import_module(module)
     path = str(shapes.shapes_model_path())
     model = AutoModelForImageTextToText.from_pretrained(path)
-    seen, forward = [], type(model).forward
-
-    def spy(self, *a, **k):
-        ids = k.get("input_ids")
-        tokens = int((ids == self.config.image_token_id).sum()) if ids is not None else 0
-        seen.append((tokens, 0 if k.get("pixel_values") is None else k["pixel_values"].shape[0]))
-        return forward(self, *a, **k)
-
-    type(model).forward = functools.wraps(forward)(spy)  # its signature kept: TRL's generate() reads it
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        seen = spy_image_forwards(mp, type(model))
         args = trl.GRPOConfig(
             output_dir=str(tmp_path / module),
             per_device_train_batch_size=4,
@@ -92,8 +85,6 @@ def _evaluate_script(module: str, tmp_path, **extra):
             processing_class=load_processor(path),
         )
         metrics = trainer.train() and trainer.state.log_history if extra else trainer.evaluate()
-    finally:
-        type(model).forward = forward
     return metrics, seen
 
 
