@@ -268,3 +268,64 @@ def test_disable_tqdm_none_follows_transformers_log_level_as_trl():
         assert GRPOConfig("o").disable_tqdm is True and to_config(GRPOConfig("o"), num_rows=8).record.sinks == []
     finally:
         hf_logging.set_verbosity(before)
+
+
+@pytest.mark.parametrize(
+    "flag, text, expected",
+    [
+        ("epsilon_high", "none", None),  # float | None: TRL's 'none' / 'null' sentinel, any case
+        ("epsilon_high", "NULL", None),
+        ("epsilon_high", "0.28", 0.28),  # a number is still a number
+        ("min_p", "None", None),
+        ("save_total_limit", "null", None),  # int | None
+        ("generation_batch_size", "none", 8),  # None, then GRPOConfig fills it: 8 per device * 1 step * 1 process
+        ("report_to", "none", []),  # str-typed: 'none' stays text (transformers: no integrations)
+        ("scale_rewards", "none", "none"),  # str: TRL's "none" scaling, a real value
+        ("lora_target_modules", "none", "none"),  # list[str] | None: text, as TRL
+    ],
+)
+def test_none_reads_as_none_for_an_optional_non_text_flag(flag, text, expected):
+    from grpokit.trl.scripts.trl_grpo import make_parser
+
+    objects = make_parser().parse_args_and_config(
+        ["--output_dir", "o", "--per_device_train_batch_size", "8", *CPU, f"--{flag}", text]
+    )
+    assert [getattr(o, flag) for o in objects if hasattr(o, flag)] == [expected]
+
+
+@pytest.mark.parametrize("argv", [["--reward_weights", "none"], ["--temperature", "none"], ["--use_vllm", "none"]])
+def test_none_is_refused_where_trl_refuses_it(argv, capsys):
+    # a list (reward_weights: list[float] | None), a float with a float default (temperature) and a bool flag are
+    # not TRL's optional single values: argparse's "invalid ... value", exit 2, as under TRL
+    from grpokit.trl.scripts.trl_grpo import make_parser
+
+    with pytest.raises(SystemExit) as e:
+        make_parser().parse_args_and_config(["--output_dir", "o", *CPU, *argv])
+    assert e.value.code == 2 and "none" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_none_parses_as_under_trls_parser_for_every_argument(capsys):
+    _trl()  # skips without trl
+    from trl.scripts.grpo import make_parser as trl_parser
+
+    from grpokit.trl.scripts.trl_grpo import make_parser
+
+    def read(parser, name):  # the parser's reading alone (the dataclasses' own checks differ: grpokit refuses more)
+        try:
+            value = getattr(parser.parse_known_args([f"--{name}", "none"])[0], name)
+        except SystemExit:  # argparse's refusal ("invalid float value")
+            return "refused"
+        if isinstance(value, list):  # datasets: each its own module's DatasetConfig, compared by fields
+            return [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
+        return value
+
+    ours, theirs = make_parser(), trl_parser()
+    names = sorted({a.dest for a in theirs._actions if a.option_strings} - {"help"})
+    both = {n: (read(ours, n), read(theirs, n)) for n in names}
+    capsys.readouterr()
+    assert {n: pair for n, pair in both.items() if pair[0] != pair[1]} == {}
+    # what the rule gives (hand-checked): None for a float/int | None field, text for a str one, refused for a
+    # float with a number default, a list and a bool
+    assert both["epsilon_high"] == (None, None) and both["save_total_limit"] == (None, None)
+    assert both["scale_rewards"] == ("none", "none") and both["temperature"] == ("refused", "refused")
+    assert both["reward_weights"] == ("refused", "refused") and both["use_vllm"] == ("refused", "refused")

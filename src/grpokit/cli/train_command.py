@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from grpokit.config.io import _sections, apply_overrides, describe_fields, load_yaml, strict_yaml
+from grpokit.config.io import apply_overrides, describe_fields, load_yaml, strict_yaml
 from grpokit.config.sections import Config, ConfigError
+from grpokit.config.style import config_style
 
 from . import errors
 from .errors import first_line, say, user_errors
@@ -102,18 +103,25 @@ def _command_line(args: argparse.Namespace, cfg: Config) -> Config:
     return cfg
 
 
-def has_grpokit_sections(path: str) -> bool:
-    """The config file is a mapping with one of grpokit's sections at its top, so not TRL-style: the TRL
-    layer need not be imported to tell (its imports, transformers' Trainer and peft, take seconds at every
-    start). A key given twice is refused here with the sentence the TRL-style reader would give."""
+def trl_style_config(path: str) -> dict | None:
+    """The config file's mapping when it is TRL-style (flat TRL names, config/style.py decides), else None (a
+    grpokit config, or one grpokit's reader refuses). A grpokit file is told apart without importing the TRL
+    layer (its imports, transformers' Trainer and peft, take seconds at every start). A key given twice, or a
+    file mixing both styles, is refused in one sentence."""
     p = Path(path)
     if not p.is_file():
-        return False
+        return None
     try:
         data = strict_yaml(p.read_text(), f"config file {str(p)!r}")
     except (yaml.YAMLError, UnicodeDecodeError):
-        return False
-    return isinstance(data, dict) and any(k in _sections() for k in data)
+        return None
+
+    def trl_names() -> set[str]:
+        from grpokit.trl.scripts.trl_grpo import argument_names
+
+        return argument_names()
+
+    return data if config_style(data, trl_names, f"config file {str(p)!r}") == "trl" else None
 
 
 def resume_run(resume: str) -> Path:
@@ -141,12 +149,11 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
 def cmd_train(argv: list[str]) -> int:
     """``grpokit train``: a grpokit config (or a TRL-style YAML) becomes a run; its outcome in one line."""
     args = parse_train_args(argv)
-    if args.config and not args.preset and not has_grpokit_sections(args.config):
-        from grpokit.trl.scripts import trl_grpo as trl_yaml
+    data = trl_style_config(args.config) if args.config and not args.preset else None
+    if data is not None:  # TRL-style flat names: the same GRPOTrainer a TRL script builds
+        from grpokit.trl.scripts import trl_grpo
 
-        data = trl_yaml.read(args.config)
-        if data is not None:  # TRL-style flat names: the same GRPOTrainer a TRL script builds
-            return train_trl(trl_yaml.apply_overrides(data, args.overrides), args)
+        return train_trl(trl_grpo.apply_overrides(data, args.overrides), args)
     from grpokit.train.loop import Trainer
 
     cfg = build_config(args)

@@ -2,7 +2,8 @@
 
 A TRL script starts ``TrlParser((ScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config()``.
 Here each class has TRL 1.16's fields, types and defaults, and ``TrlParser`` is transformers'
-``HfArgumentParser`` plus what TRL adds: ``--config run.yaml`` whose keys become the parser's defaults
+``HfArgumentParser`` plus what TRL adds: ``none`` / ``null`` read as None for an optional field of one
+non-text value (``--epsilon_high none``), ``--config run.yaml`` whose keys become the parser's defaults
 (a command-line flag still wins), an ``env:`` mapping exported to the environment, the keys no
 dataclass has either refused or handed back, and the same ``subparsers.add_parser(..., dataclass_types=)``
 as TRL's CLI. ``get_dataset`` loads and mixes ``DatasetMixtureConfig.datasets`` as TRL's does.
@@ -136,6 +137,19 @@ class TrlParser(HfArgumentParser):
                 )
         super().__init__(dataclass_types=dataclass_types, **kwargs)
 
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: Any) -> None:
+        """transformers' argument for the field; for an optional field of one non-text value (``float | None``,
+        not a list, a choice or a bool) ``none`` / ``null`` in any case read as None, as TRL's parser reads them
+        (``--epsilon_high none``). A text field keeps ``none`` as text (``--report_to none``)."""
+        optional = _optional_non_bool(field.type)  # before transformers takes None out of field.type
+        HfArgumentParser._parse_dataclass_field(parser, field)
+        if optional:
+            action = next(a for a in reversed(parser._actions) if a.dest == field.name)
+            plain = action.nargs is None and action.choices is None and callable(action.type)
+            if plain and action.type is not str:
+                action.type = _none_or(action.type)
+
     def parse_args_and_config(
         self,
         args: Iterable[str] | None = None,
@@ -169,6 +183,25 @@ class TrlParser(HfArgumentParser):
         the keys no argument takes come back as ``["--key", "value", ...]``."""
         used = _apply_defaults(self, kwargs)
         return [item for key, value in kwargs.items() if key not in used for item in (f"--{key}", str(value))]
+
+
+def _optional_non_bool(tp: Any) -> bool:
+    """``X | None`` (or ``Optional[X]``) with X not bool: a union holding NoneType and no bool."""
+    import types
+    import typing
+
+    union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    return union and type(None) in typing.get_args(tp) and bool not in typing.get_args(tp)
+
+
+def _none_or(convert: Any) -> Any:
+    """``convert`` that reads ``none`` / ``null`` (any case) as None."""
+
+    def read(text: str) -> Any:
+        return None if text.lower() in ("none", "null") else convert(text)
+
+    read.__name__ = getattr(convert, "__name__", "value")  # argparse's "invalid float value" names the type
+    return read
 
 
 def _apply_defaults(parser: argparse.ArgumentParser, values: dict[str, Any]) -> set[str]:

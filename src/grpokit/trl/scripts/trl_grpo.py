@@ -15,6 +15,7 @@ runs that many processes with torchrun; any other launcher argument is refused i
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -22,13 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from grpokit.config.io import _sections, strict_yaml
+from grpokit.config.io import strict_yaml
 from grpokit.config.sections import ConfigError
 
 from ..config import GRPOConfig
 from .model_config import ModelConfig, get_peft_config, get_quantization_config
+from .model_flags import check_flags, init_kwargs, named_by_flags
 from .parser import DatasetMixtureConfig, ScriptArguments, TrlParser, get_dataset
 
 TRL_REWARD_NAMES = (
@@ -63,24 +63,10 @@ def make_parser(prog: str | None = None) -> TrlParser:
     return TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig), prog=prog)
 
 
-def is_trl_style(data: Any) -> bool:
-    """A mapping with TRL's flat names and none of grpokit's sections."""
-    if not isinstance(data, dict) or not data or any(k in _sections() for k in data):
-        return False
-    known = {a.dest for a in make_parser()._actions}
-    return any(k in known for k in data)
-
-
-def read(path: str | Path) -> dict[str, Any] | None:
-    """The file's mapping when it is TRL-style, else None (a grpokit config file)."""
-    p = Path(path)
-    if not p.is_file():
-        return None
-    try:
-        data = strict_yaml(p.read_text(), f"config file {str(p)!r}")  # a key given twice: one sentence, either style
-    except yaml.YAMLError:
-        return None
-    return data if is_trl_style(data) else None
+@functools.cache
+def argument_names() -> frozenset[str]:
+    """The argument names ``trl grpo`` takes: a TRL YAML's keys (config/style.py tells the file's style by them)."""
+    return frozenset(a.dest for a in make_parser()._actions)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -151,12 +137,8 @@ def build_trainer(
     funcs = ([script_args.reward_model_name_or_path] if script_args.reward_model_name_or_path else []) + [
         _reward(name) for name in script_args.reward_funcs or []
     ]
-    training_args.model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-    }
+    check_flags(model_args, training_args.model_init_kwargs)
+    training_args.model_init_kwargs = init_kwargs(model_args, training_args)  # the user's keys win, as TRL's
     splits = _datasets(script_args, dataset_args)
     evaluate = training_args.eval_strategy != "no"
     for split in [script_args.dataset_train_split] + ([script_args.dataset_test_split] if evaluate else []):
@@ -165,16 +147,17 @@ def build_trainer(
                 f"the dataset has no {split!r} split (it has {', '.join(splits) or 'none'}); set "
                 f"dataset_train_split / dataset_test_split{', or eval_strategy=no' if evaluate else ''}"
             )
-    return GRPOTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=funcs,
-        args=training_args,
-        train_dataset=splits[script_args.dataset_train_split],
-        eval_dataset=splits[script_args.dataset_test_split] if evaluate else None,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
-        callbacks=callbacks,
-    )
+    with named_by_flags(model_args):  # a refused LoRA setting names its flag (--use_rslora)
+        return GRPOTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=funcs,
+            args=training_args,
+            train_dataset=splits[script_args.dataset_train_split],
+            eval_dataset=splits[script_args.dataset_test_split] if evaluate else None,
+            quantization_config=get_quantization_config(model_args),
+            peft_config=get_peft_config(model_args),
+            callbacks=callbacks,
+        )
 
 
 def run(objects: tuple, say=print) -> Any:
