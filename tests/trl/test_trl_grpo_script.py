@@ -101,10 +101,17 @@ def test_final_entry_is_trls():
 
 def test_a_later_update_of_a_round_logs_only_its_own_metrics():
     sampled = {"reward": 0.5, "loss": 9.0, "clip_ratio/low_mean": 0.1, "clip_ratio/high_mean": 0.3}
-    update = {"loss": 2.0, "clip_ratio/low_mean": 0.25, "clip_ratio/high_mean": 0.125}
+    # the update's own clip ratios: the means and TRL's per-sequence extremes (algo/loss.py), passed through
+    update = {
+        "loss": 2.0,
+        "clip_ratio/low_mean": 0.25,
+        "clip_ratio/high_mean": 0.125,
+        "clip_ratio/low_min": 0.0,
+        "clip_ratio/high_max": 0.5,
+    }
     first = trl_step_metrics(sampled, update, True, 1.5)  # the round's sampling metrics, the update's own loss
     assert first["reward"] == 0.5 and first["loss"] == 2.0 and first["step_time"] == 1.5
-    assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.25, 0.125)  # one process: min = max = mean
+    assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.0, 0.5)  # not the means
     later = trl_step_metrics(sampled, update, False, 0.5)
     assert set(later) == {
         "loss",
