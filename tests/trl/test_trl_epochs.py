@@ -11,7 +11,7 @@ import pytest
 from grpokit.config import ConfigError
 from grpokit.train.callbacks import Control
 from grpokit.trl import best
-from grpokit.trl.args.batch import state_epochs, steps_per_epoch
+from grpokit.trl.args.batch import micro_steps_per_epoch, state_epochs, steps_per_epoch, trl_epoch
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.config import GRPOConfig
 from grpokit.trl.default_callbacks import DefaultFlowCallback
@@ -151,3 +151,50 @@ def test_logging_first_step_logs_whatever_the_strategy_as_transformers():
     )
     drive(bridge, 3, 1)
     assert [h["step"] for h in bridge.state.log_history] == [1]
+
+
+@pytest.mark.parametrize(
+    "kwargs, rows, steps, expected",
+    [
+        (
+            dict(
+                per_device_train_batch_size=2, num_generations=2, gradient_accumulation_steps=2, steps_per_generation=3
+            ),
+            10,
+            6,
+            # a generation batch: 2 * 3 = 6 completions = 3 prompts; 10 // 3 = 3 batches x 3 micro-batches = 9
+            # micro-batches an epoch, ceil(9 / 2) = 5 updates; update k stands at min(2k, 9) / 9, the epoch's
+            # last one (1 micro-batch) at 9/9 = 1; the 6th is the next epoch's first: 1 + 2/9
+            [2 / 9, 4 / 9, 6 / 9, 8 / 9, 1.0, 1 + 2 / 9],
+        ),
+        (
+            # GA 3, steps_per_generation 2, num_iterations 2: a batch of 2 * 2 = 4 completions = 2 prompts;
+            # 10 // 2 = 5 batches x 2 iterations x 2 micro-batches = 20 an epoch, ceil(20 / 3) = 7 updates:
+            # 3/20 = 0.15 a step, the 7th at 20/20 (TRL 1.16 logs 0.15, 0.3 ... 0.9, 1.0)
+            dict(
+                per_device_train_batch_size=2,
+                num_generations=2,
+                gradient_accumulation_steps=3,
+                steps_per_generation=2,
+                num_iterations=2,
+            ),
+            10,
+            7,
+            [0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0],
+        ),
+    ],
+)
+def test_epoch_counts_micro_batches_as_transformers(kwargs, rows, steps, expected):
+    """transformers' state.epoch = epoch + (micro-batch + 1) / micro-batches an epoch, not updates / updates an
+    epoch (before: 0.2, 0.4 ... and 1/7 = 0.1429 a step for these two)."""
+    a = GRPOConfig("o", **kwargs)
+    per_epoch, micro = steps_per_epoch(a, rows, 1), micro_steps_per_epoch(a, rows, 1)
+    got = [trl_epoch(s, per_epoch, micro, a.gradient_accumulation_steps) for s in range(1, steps + 1)]
+    assert got == pytest.approx(expected)
+
+
+def test_a_streams_epoch_stays_max_steps():
+    # a stream: max_steps 5 is one epoch of 5 * GA micro-batches, so step s stands at s / 5 whatever GA
+    a = GRPOConfig("o", per_device_train_batch_size=2, num_generations=2, gradient_accumulation_steps=3, max_steps=5)
+    per_epoch, micro = steps_per_epoch(a, 10, 1, streamed=True), micro_steps_per_epoch(a, 10, 1, streamed=True)
+    assert [trl_epoch(s, per_epoch, micro, 3) for s in range(1, 6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])

@@ -584,3 +584,35 @@ def test_trls_kl_and_entropy_settings_map_only_where_trl_reads_them():
     assert (on.kl_bias_correction, on.entropy_aggregation) == (True, "token-mean")
     adaptive = to_config(GRPOConfig(use_adaptive_entropy=True), num_rows=4).algo
     assert adaptive.entropy_aggregation == "token-mean"
+
+
+def test_fp16_on_the_cpu_trains_in_float32_and_is_refused_on_a_gpu(monkeypatch, caplog):
+    """accelerate turns native fp16 on only off the CPU, so TRL's fp16=True CPU run is a float32 run (its
+    grad_norm equals fp32's exactly); grpokit mapped it to float16 autocast with no loss scaler (grad_norm
+    26% low at beta 1e-5). On a GPU TRL adds a GradScaler, which grpokit has not: refused in one sentence."""
+    import logging
+
+    import torch
+
+    from grpokit.trl.contract.surface import warn_like_trl
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    a = GRPOConfig("out", fp16=True, max_steps=1)
+    assert to_config(a, num_rows=8, world_size=1).model.autocast == "off"
+    with caplog.at_level(logging.WARNING, logger="grpokit.trl"):
+        warn_like_trl(a)
+    assert "fp16=True on the CPU" in caplog.text
+    on_cpu = GRPOConfig("out", fp16=True, use_cpu=True, max_steps=1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU present (after building the configs)
+    with pytest.raises(ConfigError, match=r"^GRPOConfig argument fp16=True is not supported by grpokit; valid: bf16"):
+        to_config(a, num_rows=8, world_size=1)
+    assert to_config(on_cpu, num_rows=8, world_size=1).model.autocast == "off"  # use_cpu: a CPU run
+
+
+def test_native_float16_autocast_is_refused_for_want_of_loss_scaling():
+    from grpokit.validation import validate
+
+    cfg = Config()
+    cfg.model.autocast = "float16"
+    with pytest.raises(ConfigError, match=r"^model.autocast='float16' is not supported: grpokit has no float16 loss"):
+        validate(cfg)

@@ -48,8 +48,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     autocast: str = "auto"
-    """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16",
-    "float16" or "off"."""
+    """Mixed-precision compute: "auto" (bfloat16 autocast on GPU when the weights are float32, off on CPU), "bfloat16"
+    or "off". No "float16": float16 autocast needs dynamic loss scaling (a GradScaler), which grpokit does not have,
+    or its small gradients underflow to 0."""
     cpu_matmul: str = "auto"
     """float32 linear layers on CPU: "onednn" (oneDNN kernels, faster than MKL on AMD CPUs), "torch" (F.linear as is),
     or "auto" (oneDNN on non-Intel x86 CPUs such as AMD EPYC/Ryzen, torch elsewhere and with model.compile)."""

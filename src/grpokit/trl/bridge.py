@@ -79,6 +79,11 @@ def final_entry(
     }
 
 
+OWN_KEYS = ("loss", "grad_norm", "learning_rate")
+"""What transformers' Trainer logs itself (not TRL's ``_metrics``): the window's mean loss, the last step's
+grad_norm and learning_rate."""
+
+
 class StepBridge:
     """grpokit loop events -> TRL steps, log history and the user's callbacks (see the module docstring).
     ``evaluate()`` is the trainer's evaluation, ``save_link(path, step)`` names a checkpoint as TRL does."""
@@ -116,6 +121,7 @@ class StepBridge:
         self.sampled: list[tuple[float, list[int]]] = []  # this round's sampling calls: tokens, terminated lengths
         self.dist: Any = None  # the trainer's DistContext (attach): the round's tokens and lengths of every rank
         self.pending: dict[str, list[float]] = defaultdict(list)  # TRL's _metrics["train"] (cleared, never replaced)
+        self.own: dict[str, list[float]] = {}  # transformers' own entry values since the last log (OWN_KEYS)
         self.losses: list[float] = []
         self.mark = self.start = time.perf_counter()
         self.tokens_at_start = 0
@@ -125,6 +131,7 @@ class StepBridge:
         self.steps_per_epoch = (
             0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
         )
+        self.epoch_of: Callable[[int], float] | None = None  # TRL's epoch after a step (args.batch.trl_epoch)
         self.begun = False  # the user's on_step_begin of the next TRL step was called
         self.open: tuple[dict, float] | None = None  # the applied update whose TRL step has not ended, its seconds
         self.round: dict[str, float] | None = None  # the round's sampling metrics until a TRL step takes them
@@ -134,7 +141,10 @@ class StepBridge:
         )  # grpokit's epoch (prompts served / prompts), set by the trainer
         self.in_epoch = False  # the user's on_epoch_begin of the running epoch was called
         self.add_final: Callable[[dict], None] = lambda metrics: None  # the memory metrics (trainer.py) join the end
-        self.emit: Callable[..., None] = self.log  # (logs, training): the trainer's log(), which may be a subclass's
+        # (logs, training): the trainer's log(), which may be a subclass's, and adds _metrics["train"] as TRL's
+        self.emit: Callable[..., None] = lambda logs, training=False: self.log(
+            {**logs, **self.take_metrics()}, training
+        )
 
     def attach(self, trainer) -> None:
         """Told by grpokit's ``trainer`` of each round's sampling metrics (reduced over ranks) before its first
@@ -196,8 +206,9 @@ class StepBridge:
             self.state.num_input_tokens_seen += int(tokens)
             extras = {"num_tokens": float(self.state.num_input_tokens_seen), **terminated_lengths(done)}
         self.sampled = []
-        self.round = {**metrics, **extras}
-        self.round_keys = set(self.round)
+        self.round = {}  # taken now: TRL's _metrics["train"] holds the batch's metrics before its loss is computed
+        self.round_keys = set(metrics) | set(extras)
+        self._accumulate({**metrics, **extras})
 
     def on_update_begin(self, args, state, control, **kw):
         """An optimizer update begins: the TRL step of the round's previous update ends here (TRL's on_step_end
@@ -245,9 +256,8 @@ class StepBridge:
             self.round_save = control.should_save  # grpokit's schedule (train.save_every, the last step)
             self._end_step(rest, control)
             self.round_save = False
-        else:  # the round's sampling metrics too, unless one of its steps took them
-            self._accumulate({**rest, **(self.round or {})})
-            self.round = {}
+        else:  # a round that applied no update: its own metrics wait for the next step's entry
+            self._accumulate(rest)
         control.should_save = self._take_save()
         return control
 
@@ -277,9 +287,12 @@ class StepBridge:
         update, seconds = self.open
         self.open, self.begun = None, False
         self.state.global_step += 1
-        self.state.epoch = self.state.global_step / self.steps_per_epoch if self.steps_per_epoch else self.epoch_now()
-        first, self.round = self.round or {}, {}  # taken: the round's later steps log their update only
-        self._accumulate(trl_step_metrics({**first, **rest}, update, True, seconds))
+        step = self.state.global_step
+        if self.epoch_of is not None:  # the trainer's: transformers' count of micro-batches (args.batch.trl_epoch)
+            self.state.epoch = self.epoch_of(step)
+        else:  # a bridge alone: whole updates an epoch, or grpokit's own epoch
+            self.state.epoch = step / self.steps_per_epoch if self.steps_per_epoch else self.epoch_now()
+        self._accumulate(trl_step_metrics(rest, update, True, seconds))
         self.user("on_step_end")
         self._log_save_evaluate()
         self._maybe_end_epoch()
@@ -293,12 +306,9 @@ class StepBridge:
         self.user("on_save")
 
     def on_train_end(self, args, state, control, **kw):
-        rest = {
-            k: sum(v) / len(v) for k, v in self.pending.items() if v and k not in ("loss", "grad_norm", "learning_rate")
-        }
-        if "num_tokens" in rest:
-            rest["num_tokens"] = self.pending["num_tokens"][-1]
+        rest = {k: sum(v) / len(v) for k, v in self.pending.items() if v}
         self.pending.clear()
+        self.own.clear()
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(
             self.state.global_step - self.step_at_start,
@@ -318,6 +328,12 @@ class StepBridge:
         self.sampled.append(sampled_tokens(rollout, lengths))
 
     # ---- TRL's logging
+    def take_metrics(self) -> dict[str, float]:
+        """TRL's ``log``: the means of ``_metrics["train"]`` since the last entry, which it then clears."""
+        means = {k: sum(v) / len(v) for k, v in self.pending.items() if v}
+        self.pending.clear()
+        return means
+
     def log(self, logs: dict[str, float], training: bool = False) -> None:
         """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log.
         With include_num_input_tokens_seen the running token count joins every entry, and a training
@@ -336,12 +352,17 @@ class StepBridge:
         self.user("on_log", logs=entry)
 
     def _accumulate(self, metrics: dict[str, float]) -> None:
+        """Values for the next log entry: transformers' own (OWN_KEYS) kept apart, the rest into TRL's
+        ``_metrics["train"]``, where ``num_tokens``, a running total, holds its latest value only (as TRL's)."""
         if "loss" in metrics:
             metrics = {**metrics, "loss": self._filtered(metrics["loss"])}
             self.losses.append(metrics["loss"])
         for key, value in metrics.items():
             if isinstance(value, (int, float)):
-                self.pending.setdefault(key, []).append(float(value))
+                store = self.own if key in OWN_KEYS else self.pending
+                if key == "num_tokens":
+                    store[key] = []
+                store.setdefault(key, []).append(float(value))
 
     def _filtered(self, loss: float) -> float:
         """transformers' logging_nan_inf_filter: a NaN or inf step loss counts, in the logged mean and in
@@ -349,7 +370,7 @@ class StepBridge:
         total over the steps since the last log, this one included); False keeps it as is."""
         if math.isfinite(loss) or not self.args.logging_nan_inf_filter:
             return loss
-        window = self.pending.get("loss", [])
+        window = self.own.get("loss", [])
         return sum(window) / (len(window) + 1)
 
     def _log_save_evaluate(self) -> None:
@@ -395,12 +416,12 @@ class StepBridge:
         )
 
     def _flush(self) -> None:
-        if any(self.pending.values()):
-            logs = {k: sum(v) / len(v) for k, v in self.pending.items() if v}
-            for key in ("num_tokens", "learning_rate", "grad_norm"):  # a running total, and transformers' values of the
-                if key in logs:  # last step: the latest value, not a mean
-                    logs[key] = self.pending[key][-1]
-            self.pending.clear()  # before the trainer's log: what a subclass adds there joins this entry, as TRL's
+        """transformers' log of the window: the mean loss and the last step's grad_norm and learning_rate; the
+        trainer's log() (TRL's, or a subclass's over it) adds the means of ``_metrics["train"]`` and clears it,
+        so a subclass's log() still reads the window's metrics there before ``super().log``."""
+        if any(self.own.values()) or any(self.pending.values()):
+            logs = {k: (sum(v) / len(v) if k == "loss" else v[-1]) for k, v in self.own.items() if v}
+            self.own.clear()
             self.emit(logs, training=True)
         self.pending.clear()
 

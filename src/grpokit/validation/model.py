@@ -11,6 +11,13 @@ from grpokit.nn.vocab import MODES as VOCAB_MODES
 
 from .checks import check, one_of, unread
 
+AUTOCAST = ("auto", "bfloat16", "off")
+"""model.autocast's values; "float16" is refused by its own sentence (``one_of``'s would not say why)."""
+FLOAT16_AUTOCAST = (
+    "model.autocast='float16' is not supported: grpokit has no float16 loss scaling (GradScaler), so small "
+    "gradients would underflow to 0; use bfloat16, auto or off"
+)
+
 
 def check_model(cfg: Config) -> None:
     """model.*: dtype, device, autocast, LoRA and quantization."""
@@ -21,7 +28,8 @@ def check_model(cfg: Config) -> None:
         m.device in ("auto", "cpu", "cuda") or m.device.startswith("cuda:"),
         f"model.device={m.device!r} is not valid; use auto, cpu, cuda or cuda:N",
     )
-    one_of("model.autocast", m.autocast, ("auto", "bfloat16", "float16", "off"))
+    check(m.autocast != "float16", FLOAT16_AUTOCAST)
+    one_of("model.autocast", m.autocast, AUTOCAST)
     one_of("model.cpu_matmul", m.cpu_matmul, CPU_MATMUL_MODES)
     one_of("model.kernels", m.kernels, ("torch", "liger", "auto"))
     one_of("model.vocab_kernels", m.vocab_kernels, VOCAB_MODES)

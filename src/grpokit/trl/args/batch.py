@@ -139,6 +139,25 @@ def steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int, streamed: bool =
     )  # a shorter last accumulation counts, as transformers
 
 
+def micro_steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int, streamed: bool = False) -> int:
+    """Micro-batches in one of TRL's epochs, transformers' ``steps_in_epoch`` (the dataloader's length per
+    process): whole generation batches times num_iterations * steps_per_generation; a stream's is
+    max_steps * gradient_accumulation_steps (transformers' length of a dataloader without one)."""
+    if streamed:
+        return max(1, a.max_steps) * a.gradient_accumulation_steps
+    rounds = num_rows // prompts_per_round(a, world_size)
+    return max(1, rounds * a.num_iterations * generation_steps(a, world_size))
+
+
+def trl_epoch(step: int, per_epoch: int, micro_steps: int, accumulation: int) -> float:
+    """transformers' ``state.epoch`` after optimizer step ``step`` (1-based): the epochs done plus the running
+    epoch's micro-batches over its ``micro_steps`` (``epoch + (step + 1) / steps_in_epoch``, step counting
+    micro-batches), so an epoch whose last update takes fewer than ``accumulation`` micro-batches ends at a
+    whole number and its earlier updates stand at multiples of accumulation / micro_steps."""
+    done = (step - 1) // per_epoch
+    return done + min((step - done * per_epoch) * accumulation, micro_steps) / micro_steps
+
+
 def state_epochs(a: TrlArgs, max_steps: int, per_epoch: int, streamed: bool) -> int:
     """transformers' ``state.num_train_epochs``: the epochs its loop would run, ceil(max_steps / steps per epoch)
     with max_steps, ceil(num_train_epochs) without, and sys.maxsize for a stream (it loops until max_steps)."""

@@ -16,10 +16,22 @@ from .predicates import at_least
 from .rule import Rule, TrlArgs, refuse
 
 
+def fp16_on_cpu(a: TrlArgs) -> bool:
+    """fp16=True on a run that trains on the CPU (use_cpu, or no CUDA device), where accelerate turns
+    native mixed precision on only for a non-CPU device: TRL trains such a run in float32."""
+    import torch
+
+    return bool(a.fp16) and (a.use_cpu or not torch.cuda.is_available())
+
+
 def _precision(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     if a.fp16 and a.bf16:
         raise ConfigError("GRPOConfig sets both bf16=True and fp16=True; choose one")
-    return {"model.autocast": "float16" if a.fp16 else {None: "auto", True: "bfloat16", False: "off"}[a.bf16]}
+    if a.fp16 and not fp16_on_cpu(a):
+        # TRL pairs float16 autocast with a dynamic loss scaler (GradScaler); grpokit has none, and float16
+        # gradients without it underflow to 0
+        raise refuse("fp16", True, "bf16=True on a GPU (grpokit has no float16 loss scaling), or fp16 on the CPU")
+    return {"model.autocast": "off" if a.fp16 else {None: "auto", True: "bfloat16", False: "off"}[a.bf16]}
 
 
 def _model_init(a: TrlArgs, ctx: dict) -> dict[str, Any]:
@@ -70,7 +82,10 @@ def _checkpointing(a: TrlArgs, ctx: dict) -> dict[str, Any]:
 
 
 PRECISION = Rule(
-    ("bf16", "fp16"), ("model.autocast",), "bf16 None: auto; True: bfloat16; False: off; fp16: float16", _precision
+    ("bf16", "fp16"),
+    ("model.autocast",),
+    "bf16 None: auto; True: bfloat16; False: off; fp16: off on the CPU (as accelerate), refused on a GPU (no scaler)",
+    _precision,
 )
 
 ACTIVATION_CHECKPOINTING = Rule(

@@ -117,8 +117,11 @@ def _is_vlm(self) -> bool:
 
 
 def _step(self) -> int:
-    """TRL's micro-step count: training_step calls, per_device_train_batch_size rows each."""
-    return self.state.global_step * self.args.gradient_accumulation_steps
+    """TRL's micro-step count: training_step calls, per_device_train_batch_size rows each; inside an update
+    its micro-batches so far join the updates' (stages.TrlLoss counts them per TRL step: ``_micro_at``)."""
+    step, micro = self._micro_at
+    done = micro if step == self.state.global_step else 0
+    return self.state.global_step * self.args.gradient_accumulation_steps + done
 
 
 def _metrics(self) -> dict[str, Any]:
@@ -209,6 +212,7 @@ def init_trl_attributes(facade: Any, funcs: list) -> None:
     facade._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
     facade._reward_call = facade._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
     facade._loss_call = None  # stages.TrlLoss' update while compute_loss runs
+    facade._micro_at = (-1, 0)  # (TRL step, its micro-batches done) of the update stages.TrlLoss runs
     # generation.py's prompts while the subclass's method runs, and what super() sampled
     facade._gen_call = facade._gen_scored = facade._turn_finish = None
     facade._generation_batch: dict | None = None  # the subclass's last generation batch (TRL's dict)

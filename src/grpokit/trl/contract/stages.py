@@ -169,11 +169,15 @@ class TrlLoss:
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
         from_generation = self._rows(inputs, N)
-        f.current_gradient_accumulation_steps = -(-int(norms.num_sequences or N) // rows_each)
+        f.current_gradient_accumulation_steps = last = -(-int(norms.num_sequences or N) // rows_each)
+        g = f.state.global_step  # the update's micro-batches so far (its earlier slices'): TRL's _step advances by each
+        done = f._micro_at[1] if acc.slices > 1 and f._micro_at[0] == g else 0
         try:
             for start in range(0, N, rows_each):
                 rows = slice(start, min(start + rows_each, N))
                 f._loss_call = (settings, norms, acc, inputs, rows)
+                # accelerate's sync_gradients: True only on the update's last micro-batch (its accumulate context)
+                f._micro_at, f.accelerator.sync_gradients = (g, done), done == last - 1
                 batch = (
                     from_generation(rows)
                     if from_generation is not None
@@ -187,8 +191,10 @@ class TrlLoss:
                     )
                 loss.backward()
                 acc.loss += loss.item()
+                done += 1
+                f._micro_at = (g, done)
         finally:
-            f._loss_call = None
+            f._loss_call, f.accelerator.sync_gradients = None, True
 
 
 def compute_loss(facade: Any, model, inputs: dict[str, Any]):

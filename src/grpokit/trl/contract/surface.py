@@ -15,6 +15,8 @@ import torch
 from grpokit.config.sections import ConfigError
 from grpokit.train import distributed
 
+from ..args.model import fp16_on_cpu
+
 
 def new_logs(maxlen: int | None = None) -> dict[str, Any]:
     """TRL's ``_logs``: rolling columns of the latest sampled completions (``prompt``, ``completion``,
@@ -71,7 +73,9 @@ class Accelerator:
         self._device_of = device_of or (lambda: torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
     device = property(lambda self: torch.device(self._device_of()))
-    sync_gradients = True  # grpokit applies each update whole: every loss call ends in a synced gradient
+    # accelerate's: False inside an update's micro-batches before its last (set by stages.TrlLoss around a
+    # subclass's compute_loss), True otherwise
+    sync_gradients = True
     gradient_accumulation_steps = 1
 
     @property
@@ -171,6 +175,10 @@ def warn_like_trl(args: Any) -> None:
             "each sequence by its completion length rather than following GSPO's per-sequence objective; "
             "loss_type='grpo' is GSPO's setting",
             args.loss_type,
+        )
+    if fp16_on_cpu(args):
+        logging.getLogger("grpokit.trl").warning(
+            "fp16=True on the CPU: mixed precision is off and the run trains in float32, as TRL/accelerate do"
         )
     if args.use_transformers_paged:  # TRL 1.16's FutureWarning, and the alias takes effect
         import warnings
