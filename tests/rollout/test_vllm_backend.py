@@ -157,8 +157,9 @@ def test_dynamic_sampling_rounds_all_sample_before_the_engine_sleeps(tiny_model_
     tr.cfg.rollout.backend = "vllm"
     tr.train_step()
     kinds = [c[0] for c in llm.calls]
-    # 3 rounds, then one more batch to train on since every round was flat (rollout/collect.py)
-    assert kinds == ["generate"] * 4 + ["sleep", "wake_up", "apply_model", "wake_up", "reset_prefix_cache"]
+    # 3 rounds and no more: every round was flat, so the step trains on the last one (rollout/collect.py never
+    # samples past algo.max_sampling_rounds); then the engine sleeps and takes the new weights
+    assert kinds == ["generate"] * 3 + ["sleep", "wake_up", "apply_model", "wake_up", "reset_prefix_cache"]
 
 
 @pytest.mark.parametrize(
