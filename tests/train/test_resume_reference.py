@@ -7,46 +7,34 @@ import shutil
 import pytest
 import torch
 
-from grpokit.config import Config
 from grpokit.config.base import ConfigError
-from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 from grpokit.train.carried_state import reference_state
 from grpokit.train.checkpoint import manifest
-
-
-def likes_a(prompts, completions, **kwargs):
-    return [min(1.0, c.count("a") / 3) for c in completions]
-
+from helpers.runs import likes_a, tiny_cfg
 
 ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12")]
 TIMES = ("time/", "tokens_per_second", "rollout/tokens_per_second")
 
 
 def _cfg(model_dir, out, alpha):
-    return apply_overrides(
-        Config(),
-        [
-            f"model.name_or_path={model_dir}",
-            "data.task=",
-            "data.eval_size=0",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=6",
-            "algo.beta=0.5",
-            "algo.ref_refresh_every=2",
-            f"algo.ref_mixup_alpha={alpha}",
-            "optim.lr=0.05",
-            "train.steps=5",
-            "train.prompts_per_step=2",
-            "train.save_every=1",
-            "train.keep_checkpoints=10",
-            "train.threads=1",
-            "train.deterministic=true",
-            "record.sinks=[]",
-            "record.report=false",
-            f"train.out={out}",
-        ],
+    cfg = tiny_cfg(
+        model_dir,
+        out,
+        **{
+            "data.eval_size": 0,
+            "algo.beta": 0.5,
+            "algo.ref_refresh_every": 2,
+            "algo.ref_mixup_alpha": alpha,
+            "optim.lr": 0.05,
+            "train.steps": 5,
+            "train.save_every": 1,
+            "train.keep_checkpoints": 10,
+            "train.deterministic": "true",
+        },
     )
+    cfg.data.dataset = ""  # rows are passed directly
+    return cfg
 
 
 def _run(model_dir, out, alpha, resume=None):
