@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 from grpokit.record import rank_failures
-from grpokit.train.rank_failure import RankFailure, is_collective_error, job_failure
+from grpokit.train.rank_failure import RankFailure, failed_entry, is_collective_error
 
 GLOO = RuntimeError(
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:934. This is "
@@ -24,7 +24,7 @@ def test_rank_0_names_the_rank_whose_error_ended_the_job(tmp_path):
     # rank 2 also saw only a broken collective; rank 1's own error is the cause, whatever the rank order
     rank_failures.write(tmp_path, 2, 4, "RuntimeError: Connection reset by peer", collective=True)
     rank_failures.write(tmp_path, 1, 4, "RewardError: Reward 'f' failed on 8 of 8 completions")
-    failed = job_failure(tmp_path, GLOO, 4, TWO, wait_s=0)
+    failed = failed_entry(tmp_path, GLOO, 4, TWO, wait_s=0)
     assert (failed["rank"], failed["step"]) == (1, 4)
     assert failed["error"] == "RewardError: Reward 'f' failed on 8 of 8 completions"
     assert failed["rank_0_saw"].startswith("RuntimeError: [../third_party/gloo")
@@ -35,15 +35,15 @@ def test_rank_0_names_the_rank_whose_error_ended_the_job(tmp_path):
 
 def test_rank_0s_own_error_and_a_rank_that_left_no_record(tmp_path):
     rank_failures.write(tmp_path, 1, 2, "RuntimeError: Connection reset by peer", collective=True)
-    assert job_failure(tmp_path, ValueError("bad"), 2, TWO, wait_s=0) == {
+    assert failed_entry(tmp_path, ValueError("bad"), 2, TWO, wait_s=0) == {
         "step": 2,
         "rank": 0,
         "error": "ValueError: bad",
     }
     one = SimpleNamespace(active=False, rank=0, world_size=1)
-    assert job_failure(tmp_path, ValueError("bad"), 2, one) == {"step": 2, "error": "ValueError: bad"}  # as before
+    assert failed_entry(tmp_path, ValueError("bad"), 2, one) == {"step": 2, "error": "ValueError: bad"}  # as before
     rank_failures.clear(tmp_path, 1, 2)
-    gone = job_failure(tmp_path, GLOO, 2, TWO, wait_s=0)  # killed, or os._exit: nothing written
+    gone = failed_entry(tmp_path, GLOO, 2, TWO, wait_s=0)  # killed, or os._exit: nothing written
     assert gone["rank"] is None and gone["error"].startswith("another process of the job ended without recording")
     assert str(RankFailure(gone)).startswith("another rank of the job failed after step 2: another process")
 

@@ -68,5 +68,10 @@ def job_failure(summary: dict[str, Any], run_dir: Path) -> dict[str, Any] | None
     failed = summary.get("failed")
     if isinstance(failed, dict):
         return failed
-    records = read(run_dir)
+    return cause(read(run_dir))
+
+
+def cause(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The record that names what ended the job: the lowest rank's that is not itself a collective broken by
+    another rank first, else the lowest rank's; None without records."""
     return next((r for r in records if not r.get("collective")), records[0]) if records else None

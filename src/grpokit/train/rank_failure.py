@@ -38,7 +38,7 @@ class RankFailure(RuntimeError):
         super().__init__(f"{who} of the job failed after step {failed.get('step', '?')}: {failed.get('error')}")
 
 
-def job_failure(run_dir: Path, exc: BaseException, step: int, ctx, wait_s: float = 2.0) -> dict[str, Any]:
+def failed_entry(run_dir: Path, exc: BaseException, step: int, ctx, wait_s: float = 2.0) -> dict[str, Any]:
     """summary.json's ``failed`` on rank 0 (``ctx``: a distributed.DistContext): ``step`` (the last recorded)
     and ``error``; with several processes also ``rank``, the failing one. Rank 0's own error unless it is a
     broken collective: then the record of the rank that failed (one that is not itself a broken collective
@@ -55,8 +55,8 @@ def job_failure(run_dir: Path, exc: BaseException, step: int, ctx, wait_s: float
         time.sleep(0.1)
         records = rank_failures.read(run_dir)
     if records:
-        cause = next((r for r in records if not r.get("collective")), records[0])
-        return {"step": step, "rank": cause["rank"], "error": cause["error"], "rank_0_saw": error}
+        first = rank_failures.cause(records)
+        return {"step": step, "rank": first["rank"], "error": first["error"], "rank_0_saw": error}
     return {
         "step": step,
         "rank": None,

@@ -140,10 +140,10 @@ class TrainerOutputs:
             if not self.dist.is_main:
                 rank_failure.record(self.run_dir, self.dist.rank, self._recorded, exc)
                 raise
-            summary["failed"] = failed = rank_failure.job_failure(self.run_dir, exc, self._recorded, self.dist, 0.0)
+            summary["failed"] = failed = rank_failure.failed_entry(self.run_dir, exc, self._recorded, self.dist, 0.0)
             run_folder.write_summary(self.run_dir, summary)  # now: torchrun may end this process any moment
             if self.dist.active and failed.get("rank") is None:  # the failing rank's record may still be on its way
-                summary["failed"] = failed = rank_failure.job_failure(self.run_dir, exc, self._recorded, self.dist)
+                summary["failed"] = failed = rank_failure.failed_entry(self.run_dir, exc, self._recorded, self.dist)
                 run_folder.write_summary(self.run_dir, summary)
             if failed.get("rank", 0) != 0:  # rank 0's own exception is only the broken collective: say whose
                 raise rank_failure.RankFailure(failed) from exc
