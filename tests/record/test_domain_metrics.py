@@ -7,8 +7,14 @@ from types import SimpleNamespace
 
 import torch
 
-from grpokit.record.domain_metrics import domain_metrics
+from grpokit.record.domain_metrics import COLUMN, domain_stats
 from grpokit.types import Prompt
+
+
+def domain_metrics(sb, graders):
+    """domain_stats over one scored batch's own rows (one process), as the trainer calls it."""
+    tags = [p.columns.get(COLUMN) for p in sb.prompts]
+    return domain_stats(tags, sb.total_N, sb.rewards_NF, sb.names, sb.rollout.model_lengths(), sb.group_size, graders)
 
 
 def test_a_domains_accuracy_leaves_out_what_its_verifier_could_not_grade():

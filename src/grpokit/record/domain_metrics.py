@@ -22,25 +22,18 @@ from __future__ import annotations
 
 import torch
 
-from grpokit.types import ScoredBatch
-
 COLUMN = "domain"  # data/domains.py's column (record/ sits below data/ in the layers, so it is named here too)
 FULL = 1 - 1e-6
-
-
-def domain_metrics(sb: ScoredBatch, graders: dict[str, str]) -> dict[str, float]:
-    """The step's metrics of every domain present in ``sb`` (``{}`` without a domain column). ``graders``: each
-    domain's grader column among ``sb.names``; a domain not in it gets no ``accuracy``."""
-    tags = [p.columns.get(COLUMN) for p in sb.prompts]
-    return domain_stats(tags, sb.total_N, sb.rewards_NF, sb.names, sb.rollout.model_lengths(), sb.group_size, graders)
 
 
 def domain_stats(
     tags: list, total_N: torch.Tensor, rewards_NF: torch.Tensor, names: list[str], lengths: list[int], G: int, graders
 ) -> dict[str, float]:
-    """``domain_metrics`` of rows given one by one: each prompt's domain (``tags``, P), the completions' totals
-    ``(N,)``, rewards ``(N, F)`` of the functions ``names`` and model lengths, N = P * G grouped by prompt. Under
-    torchrun the trainer passes every rank's rows (a domain's groups are spread unevenly over the ranks)."""
+    """The step's metrics of every domain among the prompts' ``tags`` (P; ``{}`` when none has one),
+    from the completions' totals ``(N,)``, rewards ``(N, F)`` of the functions ``names`` and model
+    lengths, N = P * G grouped by prompt. ``graders``: each domain's grader column among ``names`` (a
+    domain not in it gets no ``accuracy``). Under torchrun the trainer passes every rank's rows (a
+    domain's groups are spread unevenly over the ranks: train/step_metrics.py ``domain_metrics``)."""
     if not any(isinstance(t, str) for t in tags):
         return {}
     totals_PG = total_N.view(len(tags), G)
