@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .advantages import _stats, flat_groups, group_advantages
+from .advantages import _mean, _stats, flat_groups, group_advantages
 
 GTPO_NORMALIZATIONS: tuple[str, ...] = ("polarity", "joint")
 ENTROPY_EPS = 1e-8  # the paper's Remark 2.1: keeps 1/H finite and H / sum(H) defined at H = 0
@@ -34,11 +34,10 @@ def _split(rewards_PG: torch.Tensor, flat_rtol: float) -> tuple[torch.Tensor, to
     completions), the scored completions of non-flat groups (O+ and O- together), and the non-flat groups.
     An unscorable completion (NaN reward: no reward function scored it) is in neither set."""
     scored = ~torch.isnan(rewards_PG)
-    r = torch.nan_to_num(rewards_PG.float(), nan=0.0)
-    valid_P = ~flat_groups(r, flat_rtol, scored)
+    valid_P = ~flat_groups(rewards_PG.float(), flat_rtol)  # NaN entries never count there
     member_PG = scored & valid_P[:, None]
-    mean = (r * scored).sum(dim=1, keepdim=True) / scored.sum(dim=1, keepdim=True).clamp(min=1)
-    return (r > mean) & member_PG, member_PG, valid_P
+    r = torch.nan_to_num(rewards_PG.float(), nan=0.0)
+    return (r > _mean(r, 1, scored)) & member_PG, member_PG, valid_P
 
 
 def gtpo_token_rewards(
