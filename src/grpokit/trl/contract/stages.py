@@ -15,6 +15,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.runner import RewardResult
+from grpokit.train.update_windows import update_length
 
 
 class TrlRewards:
@@ -130,6 +131,18 @@ def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
     return out
 
 
+def update_micro_batches(cfg: Any, update: int, rows: int, rows_each: int) -> int:
+    """This rank's micro-batches in optimizer update number ``update`` (TRL's
+    ``current_gradient_accumulation_steps``, after which accelerate syncs the gradients): its slice's,
+    ceil(rows / rows_each) of the ``rows`` this rank holds, times the update's slices
+    (train.accumulation_slices, fewer in an epoch's last window). Counted from the rank's own rows: the
+    normalisers' sequence count is every rank's, which under torchrun would never be reached.
+    Example: 4 rows a rank, 2 a micro-batch, 3 slices an update: 2 x 3 = 6, whatever the number of ranks."""
+    t = cfg.train
+    epoch_slices = t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations
+    return -(-rows // rows_each) * update_length(update, t.accumulation_slices, epoch_slices)
+
+
 class TrlLoss:
     """Stage 5 as TRL's training step: ``__call__`` has ``train/update.accumulate``'s signature; it cuts
     the slice into TRL's micro-batches of ``per_device_train_batch_size`` rows, passes each as TRL's
@@ -169,8 +182,10 @@ class TrlLoss:
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
         from_generation = self._rows(inputs, N)
-        f.current_gradient_accumulation_steps = last = -(-int(norms.num_sequences or N) // rows_each)
-        g = f.state.global_step  # the update's micro-batches so far (its earlier slices'): TRL's _step advances by each
+        g = f.state.global_step
+        f.current_gradient_accumulation_steps = last = update_micro_batches(
+            f._get().cfg, g, N, rows_each
+        )  # the update's micro-batches so far (its earlier slices'): TRL's _step advances by each
         done = f._micro_at[1] if acc.slices > 1 and f._micro_at[0] == g else 0
         try:
             for start in range(0, N, rows_each):
