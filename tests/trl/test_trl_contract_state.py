@@ -139,3 +139,15 @@ def test_update_micro_batches_by_hand():
     cfg = SimpleNamespace(train=t, algo=AlgoConfig())
     assert [update_micro_batches(cfg, u, 4, 2) for u in range(4)] == [6, 6, 4, 6]
     assert update_micro_batches(SimpleNamespace(train=TrainConfig(), algo=AlgoConfig()), 0, 5, 2) == 3
+
+
+def test_every_ranks_rows_are_gathered_once_a_round(chat_model, tmp_path, monkeypatch):
+    # GA 2, per_device 2, 2 TRL steps: a generation batch of 4 rows is one round per step, 2 rounds. The loop
+    # gathers every rank's rows once a round and hands them to the bridge's TRL sampling metrics and to the
+    # step's metrics: 2 gathers (before: the bridge gathered them again, and rewards_NF a third time: 4).
+    import grpokit.train.step_metrics as step_metrics
+
+    calls, job_rows = [], step_metrics.job_rows
+    monkeypatch.setattr(step_metrics, "job_rows", lambda sb, dist=None: calls.append(1) or job_rows(sb, dist))
+    run(GRPOTrainer, GRPOConfig, chat_model, tmp_path / "g")
+    assert len(calls) == 2

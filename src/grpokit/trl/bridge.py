@@ -150,17 +150,17 @@ class StepBridge:
         """Told by grpokit's ``trainer`` of each round's sampling metrics (reduced over ranks) before its first
         update, and of grpokit's epoch."""
         from grpokit.train import distributed
-        from grpokit.train.step_metrics import job_rows, rank_weights, sampling_metrics
+        from grpokit.train.step_metrics import rank_weights, sampling_metrics
 
         min_tokens, self.dist = trainer.cfg.health.same_length_min_tokens, trainer.dist
 
-        def sampled(sb, inputs) -> None:
-            rows = job_rows(sb, trainer.dist)  # every rank's rows: the reward statistics, "solved"
+        def sampled(sb, inputs, rows) -> None:  # rows: every rank's (the reward statistics, "solved", TRL's metrics)
             metrics = sampling_metrics(sb, inputs, min_tokens, rows)
             metrics = distributed.reduce_metrics(trainer.dist, metrics, rank_weights(sb))
             weights = [s.weight for s in trainer.runner.specs]
-            every = trainer.dist.gather_rows(sb.rewards_NF)  # TRL's reward metrics see every process's rows
-            metrics.update(trl_reward_metrics(every, weights, sb.names, sb.group_size, *self.reward_scaling()))
+            metrics.update(
+                trl_reward_metrics(rows.rewards_NF, weights, sb.names, sb.group_size, *self.reward_scaling())
+            )
             self.sampled_round(metrics)
 
         trainer.on_inputs.append(sampled)
