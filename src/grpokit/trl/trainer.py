@@ -38,7 +38,6 @@ TRL's point with TRL's keywords (bridge.py), and ``trainer.end()`` leaves the pr
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -78,7 +77,7 @@ from .inputs import (
     reward_funcs_of,
     row_loader,
 )
-from .mapping import in_trl_terms
+from .mapping import TRL_NAMES
 from .trainer_args import (
     is_stream,
     model_name,
@@ -197,10 +196,9 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
         )
         self.cfg.record.sinks = self._kept_sinks()
-        # errors about the adapters name the peft_config fields that set them
-        peft_names = named_as({f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()})
-        adapters = peft_names if self._given.peft_config is not None else contextlib.nullcontext()
-        with in_trl_terms(), adapters:  # a sentence from inside the run names TRL's arguments
+        # a sentence from inside the run names TRL's arguments, and the adapters' the peft_config fields that set them
+        peft = {f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()} if self._given.peft_config is not None else {}
+        with named_as({**TRL_NAMES, **peft}):
             trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
