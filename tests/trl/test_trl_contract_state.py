@@ -151,3 +151,22 @@ def test_every_ranks_rows_are_gathered_once_a_round(chat_model, tmp_path, monkey
     monkeypatch.setattr(step_metrics, "job_rows", lambda sb, dist=None: calls.append(1) or job_rows(sb, dist))
     run(GRPOTrainer, GRPOConfig, chat_model, tmp_path / "g")
     assert len(calls) == 2
+
+
+def test_batch_dict_by_hand():
+    # One row: prompt [pad, 5] (left-padded), completion [6, 7] of which the loss trains on 6 only. TRL's dict:
+    # prompt_ids [[0, 5]], prompt_mask [[0, 1]], completion_mask [[1, 1]], tool_mask [[1, 0]] (the loss mask
+    # differs), num_items_in_batch 1.0; with the loss on both tokens no tool_mask.
+    import torch
+
+    from grpokit.trl.contract.stages import batch_dict
+    from grpokit.types import TokenBatch
+
+    ids, att = torch.tensor([[0, 5, 6, 7]]), torch.tensor([[0, 1, 1, 1]])
+    batch = TokenBatch(ids, att, ids, ids[:, 2:], torch.ones(1, 2))
+    out = batch_dict(batch, torch.tensor([0.5]), torch.tensor([[1.0, 0.0]]), 1.0)
+    assert out["prompt_ids"].tolist() == [[0, 5]] and out["prompt_mask"].tolist() == [[0, 1]]
+    assert out["completion_ids"].tolist() == [[6, 7]] and out["completion_mask"].tolist() == [[1, 1]]
+    assert out["tool_mask"].tolist() == [[1, 0]] and out["num_items_in_batch"].item() == 1.0
+    assert out["advantages"].tolist() == [0.5]
+    assert "tool_mask" not in batch_dict(batch, torch.tensor([0.5]), torch.ones(1, 2), 2.0)

@@ -100,27 +100,32 @@ def batch_rows(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
     return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
 
 
-def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
-    """Rows ``rows`` of a slice's ``UpdateInputs`` as the batch dict TRL's ``compute_loss`` receives:
-    ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` / ``completion_mask`` (the real
-    completion tokens), ``advantages``, ``num_items_in_batch`` (the update's loss tokens), and when the
-    step has them ``old_per_token_logps``, ``ref_per_token_logps``, ``sampling_per_token_logps``;
-    ``tool_mask`` where the loss trains on fewer tokens than the completion holds (environment tokens,
-    masked completions), as TRL's ``completion_mask * tool_mask``."""
-    b = inputs.batch.rows(rows)
-    Lp = b.input_ids.shape[1] - b.completion_ids.shape[1]
-    completion_mask = b.attention_mask[:, Lp:]
+def batch_dict(batch: Any, advantages: torch.Tensor, loss_mask: torch.Tensor, num_items: float) -> dict[str, Any]:
+    """A ``TokenBatch`` as the batch dict TRL's ``compute_loss`` receives: ``prompt_ids`` / ``prompt_mask``
+    (left-padded), ``completion_ids`` / ``completion_mask`` (the real completion tokens), ``advantages``,
+    ``num_items_in_batch``; ``tool_mask`` where the loss (``loss_mask``) trains on fewer tokens than the
+    completion holds (environment tokens, masked completions), as TRL's ``completion_mask * tool_mask``."""
+    Lp = batch.input_ids.shape[1] - batch.completion_ids.shape[1]
+    completion_mask = batch.attention_mask[:, Lp:]
     out = {
-        "prompt_ids": b.input_ids[:, :Lp],
-        "prompt_mask": b.attention_mask[:, :Lp],
-        "completion_ids": b.completion_ids,
+        "prompt_ids": batch.input_ids[:, :Lp],
+        "prompt_mask": batch.attention_mask[:, :Lp],
+        "completion_ids": batch.completion_ids,
         "completion_mask": completion_mask,
-        "advantages": inputs.advantages[rows].to(b.input_ids.device),
+        "advantages": advantages.to(batch.input_ids.device),
         "num_items_in_batch": torch.tensor(float(num_items)),
     }
-    loss_mask = inputs.loss_mask[rows].to(completion_mask.device)
+    loss_mask = loss_mask.to(completion_mask.device)
     if not torch.equal(loss_mask.to(completion_mask.dtype), completion_mask):
         out["tool_mask"] = loss_mask.to(completion_mask.dtype)
+    return out
+
+
+def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
+    """Rows ``rows`` of a slice's ``UpdateInputs`` as TRL's batch dict (``batch_dict``; ``num_items_in_batch``:
+    the update's loss tokens), with ``old_per_token_logps``, ``ref_per_token_logps`` and
+    ``sampling_per_token_logps`` when the step has them."""
+    out = batch_dict(inputs.batch.rows(rows), inputs.advantages[rows], inputs.loss_mask[rows], num_items)
     for key, value in (
         ("old_per_token_logps", inputs.old_logp),
         ("ref_per_token_logps", inputs.ref_logp),
