@@ -49,7 +49,7 @@ from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
 from . import best, callback_states, default_callbacks, memory, resumed_state
-from .args.batch import micro_steps_per_epoch, state_epochs, steps_per_epoch, trl_epoch
+from .args.batch import epoch_updates, micro_steps_per_epoch, state_epochs, trl_epoch
 from .args.checks import check_gated
 from .args_reading import ArgsReading, Given
 from .bridge import StepBridge
@@ -246,11 +246,11 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         bridge.save_last = self.cfg.train.save_last
         rows, streamed = len(self._kwargs["train_rows"]), is_stream(self._given.train_dataset)
         world = distributed.position()[1]
-        bridge.steps_per_epoch = per_epoch = steps_per_epoch(self.args, rows, world, streamed)
         micro, accumulation = (
             micro_steps_per_epoch(self.args, rows, world, streamed),
             self.args.gradient_accumulation_steps,
         )
+        bridge.steps_per_epoch = per_epoch = epoch_updates(micro, accumulation)
         bridge.epoch_of = lambda step: trl_epoch(step, per_epoch, micro, accumulation)
         bridge.state.num_train_epochs = state_epochs(self.args, max_steps, bridge.steps_per_epoch, streamed)
         callback_states.at_init(bridge.state, bridge.user.callbacks)
