@@ -52,7 +52,7 @@ from . import best, callback_states, default_callbacks, memory, resumed_state
 from .args.batch import epoch_updates, micro_steps_per_epoch, state_epochs, trl_epoch
 from .args.checks import check_gated
 from .args_reading import ArgsReading, Given
-from .bridge import StepBridge
+from .bridge import StepBridge, take_means
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
 from .contract import assignable, attributes, hooks, overrides
@@ -434,8 +434,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         ``start_time`` given (a training entry) adds transformers' speed metrics."""
         self._get()
         mode = "train" if start_time is not None else "eval"  # TRL's: the mode's _metrics since the last entry join it
-        added = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
-        self._metrics[mode].clear()
+        added = take_means(self._metrics[mode])
         self.bridge.log({**dict(logs), **added}, training=start_time is not None)
 
     def end(self) -> None:
