@@ -121,15 +121,15 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         refuse_in_worker_start("GRPOTrainer")  # a worker re-running the script: before anything is built
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         self._given = Given(
-            model,
-            model_name(model),
-            train_dataset,
-            eval_dataset,
-            processing_class,
-            peft_config,
-            quantization_config,
-            optimizers,
-            environment_factory,
+            model=model,
+            name=model_name(model),
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            quantization_config=quantization_config,
+            optimizers=optimizers,
+            environment_factory=environment_factory,
         )  # what the GRPOConfig is read with, again at train() when a script changed trainer.args (ArgsReading)
         self.args = args
         self._check_args()
