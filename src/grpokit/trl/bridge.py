@@ -61,8 +61,7 @@ def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], step_t
 
 
 def take_means(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """TRL's ``log``: the mean of each of ``metrics``' value lists (``_metrics[mode]``) since the last entry,
-    then ``metrics`` cleared (the same dict kept: a subclass may hold it)."""
+    """TRL's ``log``: each value list's mean of ``_metrics[mode]``, then cleared (a subclass may hold the dict)."""
     means = {k: sum(v) / len(v) for k, v in metrics.items() if v}
     metrics.clear()
     return means
