@@ -51,3 +51,18 @@ def test_a_file_of_both_styles_is_refused_naming_the_keys_of_each():
         "config file 'c.yaml' mixes grpokit's sections (model, optim) with TRL's flat argument names "
         "(learning_rate, max_steps); write it in one style"
     ), said
+
+
+def test_trls_names_are_read_once_a_file():
+    # three keys that are no section: TRL's names are asked for once (before: once a key, 3 calls), and a file
+    # of sections only never asks (the TRL layer's import costs seconds)
+    calls = []
+
+    def names():
+        calls.append(1)
+        return TRL
+
+    assert config_style({"model_name_or_path": "m", "learning_rate": 1e-6, "max_steps": 2}, names, "f") == "trl"
+    assert len(calls) == 1
+    assert config_style({"model": {"name_or_path": "m"}, "optim": {"lr": 0.1}}, names, "f") == "grpokit"
+    assert len(calls) == 1

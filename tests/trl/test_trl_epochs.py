@@ -198,3 +198,17 @@ def test_a_streams_epoch_stays_max_steps():
     a = GRPOConfig("o", per_device_train_batch_size=2, num_generations=2, gradient_accumulation_steps=3, max_steps=5)
     per_epoch, micro = steps_per_epoch(a, 10, 1, streamed=True), micro_steps_per_epoch(a, 10, 1, streamed=True)
     assert [trl_epoch(s, per_epoch, micro, 3) for s in range(1, 6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+
+
+def test_steps_per_epoch_are_the_epochs_micro_batches_in_updates():
+    from grpokit.trl.args.batch import epoch_updates, micro_steps_per_epoch
+
+    assert epoch_updates(10, 4) == 3 and epoch_updates(8, 4) == 2  # a shorter last update counts: ceil
+    assert epoch_updates(0, 4) == 1  # transformers counts at least one step an epoch
+    # gradient_accumulation_steps 3, steps_per_generation 3 (follows it), per_device 2, G 2: 3 prompts a batch;
+    # 7 rows: 2 batches x 3 micro-batches = 6 micro-batches, 2 updates; a stream of max_steps 4: 12, 4; 0 rows: 1, 1
+    kw = dict(per_device_train_batch_size=2, num_generations=2, gradient_accumulation_steps=3, max_steps=4)
+    a = GRPOConfig("o", **kw)
+    for rows, streamed, micro, steps in ((7, False, 6, 2), (7, True, 12, 4), (0, False, 1, 1)):
+        assert micro_steps_per_epoch(a, rows, 1, streamed) == micro
+        assert steps_per_epoch(a, rows, 1, streamed) == steps == epoch_updates(micro, 3)

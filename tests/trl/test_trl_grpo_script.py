@@ -109,10 +109,13 @@ def test_a_later_update_of_a_round_logs_only_its_own_metrics():
         "clip_ratio/low_min": 0.0,
         "clip_ratio/high_max": 0.5,
     }
-    first = trl_step_metrics(sampled, update, True, 1.5)  # the round's sampling metrics, the update's own loss
+    # the round's last step: the round's metrics given, the update's own loss over them
+    first = trl_step_metrics(sampled, update, 1.5)
     assert first["reward"] == 0.5 and first["loss"] == 2.0 and first["step_time"] == 1.5
     assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.0, 0.5)  # not the means
-    later = trl_step_metrics(sampled, update, False, 0.5)
+    # a step ended by the next update's beginning (StepBridge.on_update_begin) is given no metrics of the round
+    # (they already wait in _metrics["train"]): its entry is its update's own
+    later = trl_step_metrics({}, update, 0.5)
     assert set(later) == {
         "loss",
         "clip_ratio/low_mean",
@@ -200,3 +203,12 @@ def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(c
         ConfigError, match=r"model.attn_implementation='fast' is not valid; choose one of: auto, eager, sdpa"
     ):
         validate(cfg)
+
+
+def test_take_means_by_hand():
+    # TRL's log: reward [1, 2] -> 1.5, an empty list is left out, and the same dict is cleared (a subclass may
+    # hold _metrics["train"]); bridge.take_metrics, on_train_end and GRPOTrainer.log all take them so
+    from grpokit.trl.bridge import take_means
+
+    metrics = {"reward": [1.0, 2.0], "kl": []}
+    assert take_means(metrics) == {"reward": 1.5} and metrics == {}

@@ -577,3 +577,26 @@ def test_a_reference_assigned_after_construction_is_the_one_the_kl_term_reads(ch
 
     assert first_kl(False) == pytest.approx(0.0, abs=1e-6)
     assert first_kl(True) > 1e-3
+
+
+def test_a_logps_override_with_a_truncating_sampler_is_refused_when_installed():
+    # The override cannot replay the sampler's truncated support (vLLM with top_k / top_p / min_p), which every
+    # step's pi_old pass needs (algo/pipeline: sampler_truncates asks for pi_old): refused when the passes are put
+    # in the slots, before the run starts (before: at the first step's pi_old pass, after a sampled round)
+    from types import SimpleNamespace
+
+    from grpokit.trl.contract.overrides import into_slots
+
+    facade = SimpleNamespace(_overrides={"_get_per_token_logps_and_entropies": None})
+    runner = SimpleNamespace()
+    trainer = SimpleNamespace(runner=runner, eval_runner=runner, replays_support=True)
+    with pytest.raises(ConfigError) as e:
+        into_slots(facade, trainer)
+    assert str(e.value) == (
+        "a GRPOTrainer subclass's _get_per_token_logps_and_entropies cannot replay the sampler's truncated support "
+        "(top_k / top_p / min_p with vLLM) that grpokit's pi_old pass needs; sample without truncation or drop the "
+        "override"
+    )
+    trainer.replays_support = False  # without truncation both passes go through the override
+    into_slots(facade, trainer)
+    assert trainer.old_logprobs.__self__.facade is facade and trainer.logprobs.__self__.facade is facade

@@ -180,3 +180,12 @@ def test_a_yamls_model_init_kwargs_mapping_reaches_the_model(chat_model, data, t
     objects, _ = trl_grpo.parse(config=recipe)
     trainer = trl_grpo.build_trainer(*objects)
     assert (trainer.cfg.model.dtype, trainer.cfg.model.attn_implementation) == ("bfloat16", "eager")
+
+
+def test_a_lora_target_refused_when_the_run_is_built_names_its_flag(chat_model, data, tmp_path):
+    # The adapters are made in train(), not in GRPOTrainer(...): run() builds and trains under the flags' names
+    # (before: "peft_config.target_modules ..." for a flag the user typed as --lora_target_modules)
+    argv = _argv(chat_model, data, tmp_path, "--use_peft", "--lora_target_modules", "q_projx")
+    with pytest.raises(ConfigError) as e:
+        trl_grpo.run(trl_grpo.parse(argv)[0], say=lambda *a, **k: None)
+    assert str(e.value).startswith("--lora_target_modules=['q_projx']: 'q_projx' names no module of this model; ")

@@ -1,5 +1,5 @@
 """Under grpokit.trl a sentence from inside the run names TRL's arguments, not the grpokit fields they were
-mapped to (trl/mapping.py TRL_NAMES, in_trl_terms)."""
+mapped to (trl/mapping.py TRL_NAMES, in config.base.named_as around the run's building)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import socket
 import pytest
 from datasets import Dataset
 
+from grpokit.config.base import named_as
 from grpokit.config.sections import ConfigError
 from grpokit.trl import GRPOConfig, GRPOTrainer
-from grpokit.trl.mapping import MAPPING, TRL_NAMES, in_trl_terms
+from grpokit.trl.mapping import MAPPING, TRL_NAMES
 
 
 def test_each_name_is_the_argument_whose_rule_sets_the_field():
@@ -51,5 +52,13 @@ def test_an_unreachable_vllm_server_names_vllm_server_base_url(chat_model, tmp_p
 
 def test_other_sentences_pass_unchanged():
     with pytest.raises(ConfigError, match=r"^model\.dtype='x' is not valid$"):
-        with in_trl_terms():
+        with named_as(TRL_NAMES):
             raise ConfigError("model.dtype='x' is not valid")
+
+
+def test_only_whole_field_names_are_renamed():
+    # rollout.vllm_url inside a longer name is another field: kept (before, str.replace made the first
+    # "vllm_server_base_urls" and the second "my.vllm_server_base_url"); the whole name is renamed.
+    with pytest.raises(ConfigError) as e, named_as(TRL_NAMES):
+        raise ConfigError("rollout.vllm_urls and my.rollout.vllm_url differ from rollout.vllm_url")
+    assert str(e.value) == "rollout.vllm_urls and my.rollout.vllm_url differ from vllm_server_base_url"

@@ -237,6 +237,7 @@ def stopped(summary: dict, steps: int, run_dir: Path) -> int:
 def train_trl(data: dict, args: argparse.Namespace) -> int:
     from grpokit.train.resume import has_checkpoints
     from grpokit.trl.scripts import trl_grpo as script
+    from grpokit.trl.scripts.model_flags import named_by_flags
 
     if args.out or args.resume:
         data = {**data, "output_dir": args.out or str(resume_run(args.resume))}
@@ -246,11 +247,12 @@ def train_trl(data: dict, args: argparse.Namespace) -> int:
             "num_processes > 1 in a TRL-style config: start it with `grpokit trl grpo --config FILE` "
             "(which launches the processes) or under torchrun"
         )
-    trainer = script.build_trainer(*objects)
-    say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
     named = bool(args.resume) and resume_run(args.resume) != Path(args.resume)  # a checkpoint folder: that one
     resume = bool(args.resume) and has_checkpoints(resume_run(args.resume))  # none yet: the run starts there
-    result = trainer.train(resume_from_checkpoint=args.resume if named else True if resume else None)
+    with named_by_flags(objects[2]):  # the run is built in train(): a refused LoRA setting names its key there too
+        trainer = script.build_trainer(*objects)
+        say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
+        result = trainer.train(resume_from_checkpoint=args.resume if named else True if resume else None)
     if trainer.summary.get("interrupted"):
         return stopped(trainer.summary, trainer.cfg.train.steps, Path(trainer.run_dir))
     trainer.save_model()

@@ -12,14 +12,16 @@ imports take seconds) and for the TRL layer's reader.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 from .base import ConfigError
 
-SHARED = ("env", "optim")
-"""The top-level names both styles use (see the module docstring)."""
+SHARED: dict[str, Callable[[Any], bool]] = {
+    "env": lambda value: True,  # a mapping in either style: TRL's whenever the file has TRL's names
+    "optim": lambda value: not isinstance(value, dict),  # TRL's optimizer name; grpokit's section is a mapping
+}
+"""The top-level names both styles use (see the module docstring), each with whether a value has TRL's shape."""
 
 
 def config_style(data: Any, trl_names: Callable[[], Collection[str]], source: str) -> Literal["grpokit", "trl"]:
@@ -29,12 +31,13 @@ def config_style(data: Any, trl_names: Callable[[], Collection[str]], source: st
     A mapping with keys of both styles is refused in one sentence naming them; ``source`` names the file."""
     if not isinstance(data, dict):
         return "grpokit"
-    from .sections import Config
+    from .io import _sections
 
-    sections = {f.name for f in dataclasses.fields(Config)}
-    ours = [k for k, v in data.items() if k in sections and not _shared_as_trl(k, v)]
+    sections = set(_sections())
+    ours = [k for k, v in data.items() if k in sections and not (k in SHARED and SHARED[k](v))]
     others = [k for k in data if k not in sections]
-    theirs = [k for k in others if k in set(trl_names())] if others else []
+    names = set(trl_names()) if others else set()
+    theirs = [k for k in others if k in names]
     if theirs and ours:
         raise ConfigError(
             f"{source} mixes grpokit's sections ({', '.join(map(str, ours))}) with TRL's flat argument names "
@@ -42,8 +45,3 @@ def config_style(data: Any, trl_names: Callable[[], Collection[str]], source: st
             "train: {steps: ...}) or only TRL's names (model_name_or_path: ..., max_steps: ...)"
         )
     return "trl" if theirs else "grpokit"
-
-
-def _shared_as_trl(key: str, value: Any) -> bool:
-    """A shared name in the shape TRL gives it: ``env`` always (a mapping either way), ``optim`` unless a mapping."""
-    return key == "env" or (key == "optim" and not isinstance(value, dict))

@@ -124,9 +124,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         """Stage 5: backpropagate one slice into the pending update (update.accumulate's signature);
         grpokit.trl puts a GRPOTrainer subclass's compute_loss here (trl/stages.py)."""
         self.on_sampled: list[Callable[[ScoredBatch], None]] = [self._observe_sampled]
-        self.on_inputs: list[Callable[[ScoredBatch, Any], None]] = []
-        """Called with the step's last scored batch and its update inputs (advantages), before the step's first
-        update (grpokit.trl logs TRL's sampling metrics with the round's first optimizer step)."""
+        self.on_inputs: list[Callable[[ScoredBatch, Any, step_metrics.JobRows], None]] = []
+        """Called with the step's last scored batch, its update inputs (advantages) and every rank's rows of it
+        (step_metrics.job_rows, gathered once a step), before the step's first update (grpokit.trl logs TRL's
+        sampling metrics with the round's first optimizer step)."""
         """Called with every batch ``sample_and_score`` returns (grpokit.trl counts TRL's tokens with one; the
         prompt sampler's curriculum learns pass rates from the first)."""
         self._timer = Timer()  # each step starts its own; this one times sampling outside a step (an evaluation)
@@ -236,8 +237,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                     self.model, self.ref_model, batch, self.logprobs, self.ref_adapter
                 )
         inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support, top))  # 4.
+        every = step_metrics.job_rows(sb, self.dist)  # every rank's rows: what the ranks' own figures cannot give
         for hook in self.on_inputs:
-            hook(sb, inputs)
+            hook(sb, inputs, every)
         extra: dict[str, float] = {}
         updates: list[dict[str, float]] = []  # the step's applied updates (none while its first accumulates)
         self._updating = True  # from here on the model is no longer the last finished step's
@@ -254,7 +256,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 self.ref_refreshed = (self.step + 1, a.ref_mixup_alpha == 1.0)  # what a checkpoint keeps of it
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
         upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
-        return self._step_metrics(sb, inputs, {**upd, **extra, **stage})  # 7. record
+        return self._step_metrics(sb, inputs, every, {**upd, **extra, **stage})  # 7. record
 
     def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
         """Backpropagate slice ``part`` of ``batch`` (slice number ``position`` of the run) into the pending
@@ -386,17 +388,19 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             sampler_truncates=self.replays_support,
         )
 
-    def _step_metrics(self, sb: ScoredBatch, inputs, update_metrics: dict[str, float]) -> dict[str, float]:
+    def _step_metrics(
+        self, sb: ScoredBatch, inputs, rows: step_metrics.JobRows, update_metrics: dict[str, float]
+    ) -> dict[str, float]:
         """Stage 7: the step's metrics (rewards, advantages, update, lengths, health signatures,
-        timings), one line for the job (each metric by its rule over ranks, record/rank_reduction.py); sample
+        timings; ``rows``: every rank's rows of the step's batch), one line for the job (each metric by its
+        rule over ranks, record/rank_reduction.py); sample
         rows every ``record.samples_every`` steps."""
         if self.recorder.wants_samples(self.step + 1):
             r = self.cfg.record
-            rows = step_metrics.logged_samples(
+            samples = step_metrics.logged_samples(
                 sb, inputs, r.samples_prompts, self.run_dir, self.step + 1, r.samples_images
             )
-            self.recorder.log_samples(self.step + 1, rows)
-        rows = step_metrics.job_rows(sb, self.dist)  # every rank's rows: what the ranks' own figures cannot give
+            self.recorder.log_samples(self.step + 1, samples)
         metrics = step_metrics.step_metrics(
             sb,
             inputs,

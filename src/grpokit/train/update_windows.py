@@ -47,3 +47,13 @@ def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, b
     start = s - s % window
     length = min(window, epoch_slices - start) if epoch_slices else window
     return length, s + 1 == start + length
+
+
+def update_length(update: int, window: int, epoch_slices: int = 0) -> int:
+    """Slices in optimizer update number ``update`` (from 0): ``window``, or fewer for an epoch's last
+    window (``window_at``'s length, counted by update rather than by slice).
+    Example: window 3, 16 slices an epoch: updates 0-4 hold 3 slices, update 5 (the epoch's last) 1, update 6 3."""
+    if not epoch_slices:
+        return window
+    per_epoch = -(-epoch_slices // window)
+    return window if update % per_epoch < per_epoch - 1 else epoch_slices - (per_epoch - 1) * window

@@ -21,7 +21,7 @@ from .trainer_args import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # built by keyword (house rule): nine fields in a row are easy to swap
 class Given:
     """The constructor's arguments the GRPOConfig is read with."""
 

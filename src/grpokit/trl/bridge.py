@@ -52,15 +52,19 @@ TRL_EVENTS = (
 """transformers' TrainerCallback events the bridge fires at TRL's points (on_predict has no predict() here)."""
 
 
-def trl_step_metrics(
-    metrics: dict[str, float], update: dict[str, float], first: bool, step_time: float
-) -> dict[str, float]:
-    """One TRL step's entry: on the round's first update its sampling metrics, always the update's own
-    (loss, grad_norm, clip ratios ... with ``clip_ratio/low_min`` and ``/high_max``, TRL's lowest / highest
-    per-sequence clipped share: algo/loss.py clip_metrics)."""
-    out = {**metrics, **update} if first else dict(update)
-    out["step_time"] = step_time
-    return out
+def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], step_time: float) -> dict[str, float]:
+    """One TRL step's entry: ``metrics`` (the round's own, timings ..., on its last step; none on the others:
+    the round's sampling metrics already wait in ``_metrics``), the update's own (loss, grad_norm, clip ratios ...
+    with ``clip_ratio/low_min`` and ``/high_max``, TRL's lowest / highest per-sequence clipped share:
+    algo/loss.py clip_metrics) over them, and ``step_time``."""
+    return {**metrics, **update, "step_time": step_time}
+
+
+def take_means(metrics: dict[str, list[float]]) -> dict[str, float]:
+    """TRL's ``log``: each value list's mean of ``_metrics[mode]``, then cleared (a subclass may hold the dict)."""
+    means = {k: sum(v) / len(v) for k, v in metrics.items() if v}
+    metrics.clear()
+    return means
 
 
 def final_entry(
@@ -134,7 +138,7 @@ class StepBridge:
         self.epoch_of: Callable[[int], float] | None = None  # TRL's epoch after a step (args.batch.trl_epoch)
         self.begun = False  # the user's on_step_begin of the next TRL step was called
         self.open: tuple[dict, float] | None = None  # the applied update whose TRL step has not ended, its seconds
-        self.round: dict[str, float] | None = None  # the round's sampling metrics until a TRL step takes them
+        self.told = False  # the loop told of this round's sampling (sampled_round)
         self.round_keys: set[str] = set()
         self.epoch_now: Callable[[], float] = lambda: (
             0.0
@@ -150,17 +154,17 @@ class StepBridge:
         """Told by grpokit's ``trainer`` of each round's sampling metrics (reduced over ranks) before its first
         update, and of grpokit's epoch."""
         from grpokit.train import distributed
-        from grpokit.train.step_metrics import job_rows, rank_weights, sampling_metrics
+        from grpokit.train.step_metrics import rank_weights, sampling_metrics
 
         min_tokens, self.dist = trainer.cfg.health.same_length_min_tokens, trainer.dist
 
-        def sampled(sb, inputs) -> None:
-            rows = job_rows(sb, trainer.dist)  # every rank's rows: the reward statistics, "solved"
+        def sampled(sb, inputs, rows) -> None:  # rows: every rank's (the reward statistics, "solved", TRL's metrics)
             metrics = sampling_metrics(sb, inputs, min_tokens, rows)
             metrics = distributed.reduce_metrics(trainer.dist, metrics, rank_weights(sb))
             weights = [s.weight for s in trainer.runner.specs]
-            every = trainer.dist.gather_rows(sb.rewards_NF)  # TRL's reward metrics see every process's rows
-            metrics.update(trl_reward_metrics(every, weights, sb.names, sb.group_size, *self.reward_scaling()))
+            metrics.update(
+                trl_reward_metrics(rows.rewards_NF, weights, sb.names, sb.group_size, *self.reward_scaling())
+            )
             self.sampled_round(metrics)
 
         trainer.on_inputs.append(sampled)
@@ -181,7 +185,7 @@ class StepBridge:
             self.evaluate()
 
     def on_step_begin(self, args, state, control, **kw):
-        self.mark, self.sampled, self.round, self.round_keys = time.perf_counter(), [], None, set()
+        self.mark, self.sampled, self.told, self.round_keys = time.perf_counter(), [], False, set()
         n, g = self.args.torch_empty_cache_steps, self.state.global_step
         if n and any(
             s % n == 0 for s in range(g, g + self.per_round)
@@ -206,7 +210,7 @@ class StepBridge:
             self.state.num_input_tokens_seen += int(tokens)
             extras = {"num_tokens": float(self.state.num_input_tokens_seen), **terminated_lengths(done)}
         self.sampled = []
-        self.round = {}  # taken now: TRL's _metrics["train"] holds the batch's metrics before its loss is computed
+        self.told = True  # the metrics join _metrics["train"] now: TRL's holds the batch's before its loss is computed
         self.round_keys = set(metrics) | set(extras)
         self._accumulate({**metrics, **extras})
 
@@ -248,7 +252,7 @@ class StepBridge:
     def on_step_end(self, args, state, control, metrics=None, **kw):
         """The round ends: its last TRL step ends with the round's metrics; a round that applied no update
         (a rolling window) leaves its metrics to the step of the update that follows."""
-        if self.round is None:  # not told of the round's sampling (grpokit's loop always tells)
+        if not self.told:  # not told of the round's sampling (grpokit's loop always tells)
             self.sampled_round({})
         # timings, the update ... (not the step's own summary of its updates: each TRL step logs its update's)
         rest = {k: v for k, v in (metrics or {}).items() if k not in self.round_keys and k not in STEP_ONLY}
@@ -292,7 +296,7 @@ class StepBridge:
             self.state.epoch = self.epoch_of(step)
         else:  # a bridge alone: whole updates an epoch, or grpokit's own epoch
             self.state.epoch = step / self.steps_per_epoch if self.steps_per_epoch else self.epoch_now()
-        self._accumulate(trl_step_metrics(rest, update, True, seconds))
+        self._accumulate(trl_step_metrics(rest, update, seconds))
         self.user("on_step_end")
         self._log_save_evaluate()
         self._maybe_end_epoch()
@@ -306,8 +310,7 @@ class StepBridge:
         self.user("on_save")
 
     def on_train_end(self, args, state, control, **kw):
-        rest = {k: sum(v) / len(v) for k, v in self.pending.items() if v}
-        self.pending.clear()
+        rest = take_means(self.pending)
         self.own.clear()
         completions = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         self.final = final_entry(
@@ -330,9 +333,7 @@ class StepBridge:
     # ---- TRL's logging
     def take_metrics(self) -> dict[str, float]:
         """TRL's ``log``: the means of ``_metrics["train"]`` since the last entry, which it then clears."""
-        means = {k: sum(v) / len(v) for k, v in self.pending.items() if v}
-        self.pending.clear()
-        return means
+        return take_means(self.pending)
 
     def log(self, logs: dict[str, float], training: bool = False) -> None:
         """transformers' ``Trainer.log``: the epoch added, appended to log_history with the step, on_log.

@@ -103,17 +103,22 @@ def eval_batch_metrics(
 
 
 def _kl_options(trainer, batch) -> dict[str, Any]:
-    """policy_loss's KL keywords (beta, estimator, clamp, log pi_ref of ``batch``) when the loss has a KL
-    term (algo.beta with kl_placement=loss), else none."""
-    from grpokit.algo.pipeline import KL_PLACEMENTS
+    """policy_loss's KL keywords (beta, estimator, bias correction, clamp: the training loss's KLSettings,
+    algo/pipeline.loss_settings; log pi_ref of ``batch``) when the loss has a KL term, else none."""
+    from grpokit.algo.pipeline import loss_settings
     from grpokit.train import reference
 
-    a = trainer.cfg.algo
-    beta = KL_PLACEMENTS[a.kl_placement](a.beta)[1]
-    if not beta:
+    kl = loss_settings(trainer.cfg.algo)[0].kl
+    if not kl.beta:
         return {}
     ref = reference.reference_logprobs(trainer.model, trainer.ref_model, batch, trainer.logprobs, trainer.ref_adapter)
-    return dict(beta=beta, kl_estimator=a.kl_estimator, kl_clamp=a.kl_clamp or None, ref_logp_NT=ref)
+    return dict(
+        beta=kl.beta,
+        kl_estimator=kl.estimator,
+        kl_bias_correction=kl.bias_correction,
+        kl_clamp=kl.clamp,
+        ref_logp_NT=ref,
+    )
 
 
 def evaluate(

@@ -20,10 +20,9 @@ generation batches (TRL's rolling window): ``updates_per_batch = steps_per_gener
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 
 from grpokit.config.io import set_field
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config
 from grpokit.train.distributed import position
 
 from .args import batch, checkpoints, loss, model, optimizer, reporting, run, sampling
@@ -91,22 +90,8 @@ TRL_NAMES = {
     "rollout.vllm_startup_timeout": "vllm_server_timeout",
 }
 """grpokit fields that a sentence from inside the run (not from the mapping's own checks) may name, and the
-TRL argument a script sets each with (its rule in MAPPING): under grpokit.trl the sentence names the argument."""
-
-
-@contextmanager
-def in_trl_terms():
-    """A ConfigError raised inside (building the run: the vLLM server's wait ...) names TRL's arguments,
-    not the grpokit fields they were mapped to (TRL_NAMES)."""
-    try:
-        yield
-    except ConfigError as e:
-        said = str(e)
-        for field, arg in TRL_NAMES.items():
-            said = said.replace(field, arg)
-        if said == str(e):
-            raise
-        raise ConfigError(said) from None
+TRL argument a script sets each with (its rule in MAPPING): under grpokit.trl the sentence names the argument
+(trainer.py builds the run inside ``config.base.named_as`` of these names)."""
 
 
 def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None, streamed: bool = False) -> Config:

@@ -38,7 +38,6 @@ TRL's point with TRL's keywords (bridge.py), and ``trainer.end()`` leaves the pr
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -50,10 +49,10 @@ from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
 from . import best, callback_states, default_callbacks, memory, resumed_state
-from .args.batch import micro_steps_per_epoch, state_epochs, steps_per_epoch, trl_epoch
+from .args.batch import epoch_updates, micro_steps_per_epoch, state_epochs, trl_epoch
 from .args.checks import check_gated
 from .args_reading import ArgsReading, Given
-from .bridge import StepBridge
+from .bridge import StepBridge, take_means
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
 from .contract import assignable, attributes, hooks, overrides
@@ -78,7 +77,7 @@ from .inputs import (
     reward_funcs_of,
     row_loader,
 )
-from .mapping import in_trl_terms
+from .mapping import TRL_NAMES
 from .trainer_args import (
     is_stream,
     model_name,
@@ -122,15 +121,15 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         refuse_in_worker_start("GRPOTrainer")  # a worker re-running the script: before anything is built
         self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
         self._given = Given(
-            model,
-            model_name(model),
-            train_dataset,
-            eval_dataset,
-            processing_class,
-            peft_config,
-            quantization_config,
-            optimizers,
-            environment_factory,
+            model=model,
+            name=model_name(model),
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            quantization_config=quantization_config,
+            optimizers=optimizers,
+            environment_factory=environment_factory,
         )  # what the GRPOConfig is read with, again at train() when a script changed trainer.args (ArgsReading)
         self.args = args
         self._check_args()
@@ -197,10 +196,9 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             [HubPush(self)] if self.args.push_to_hub and self.args.hub_strategy == "every_save" else []
         )
         self.cfg.record.sinks = self._kept_sinks()
-        # errors about the adapters name the peft_config fields that set them
-        peft_names = named_as({f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()})
-        adapters = peft_names if self._given.peft_config is not None else contextlib.nullcontext()
-        with in_trl_terms(), adapters:  # a sentence from inside the run names TRL's arguments
+        # a sentence from inside the run names TRL's arguments, and the adapters' the peft_config fields that set them
+        peft = {f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()} if self._given.peft_config is not None else {}
+        with named_as({**TRL_NAMES, **peft}):
             trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
@@ -248,11 +246,11 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         bridge.save_last = self.cfg.train.save_last
         rows, streamed = len(self._kwargs["train_rows"]), is_stream(self._given.train_dataset)
         world = distributed.position()[1]
-        bridge.steps_per_epoch = per_epoch = steps_per_epoch(self.args, rows, world, streamed)
         micro, accumulation = (
             micro_steps_per_epoch(self.args, rows, world, streamed),
             self.args.gradient_accumulation_steps,
         )
+        bridge.steps_per_epoch = per_epoch = epoch_updates(micro, accumulation)
         bridge.epoch_of = lambda step: trl_epoch(step, per_epoch, micro, accumulation)
         bridge.state.num_train_epochs = state_epochs(self.args, max_steps, bridge.steps_per_epoch, streamed)
         callback_states.at_init(bridge.state, bridge.user.callbacks)
@@ -436,8 +434,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         ``start_time`` given (a training entry) adds transformers' speed metrics."""
         self._get()
         mode = "train" if start_time is not None else "eval"  # TRL's: the mode's _metrics since the last entry join it
-        added = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
-        self._metrics[mode].clear()
+        added = take_means(self._metrics[mode])
         self.bridge.log({**dict(logs), **added}, training=start_time is not None)
 
     def end(self) -> None:

@@ -126,17 +126,16 @@ def prompts_per_round(a: TrlArgs, world_size: int) -> int:
 
 
 def steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int, streamed: bool = False) -> int:
-    """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: its
-    RepeatSampler keeps whole generation batches only (num_rows // prompts per batch of them), each feeding
-    num_iterations * steps_per_generation micro-steps; an optimizer update takes gradient_accumulation_steps
-    of them, the epoch's last one the rest (at least 1 update). A ``streamed`` train_dataset (an
-    IterableDataset) has no length, and transformers counts its max_steps as one epoch, whatever rows it read."""
-    if streamed:
-        return max(1, a.max_steps)
-    micro_steps = num_rows // prompts_per_round(a, world_size) * a.num_iterations * generation_steps(a, world_size)
-    return max(
-        1, -(-micro_steps // a.gradient_accumulation_steps)
-    )  # a shorter last accumulation counts, as transformers
+    """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: the
+    epoch's micro-batches (``micro_steps_per_epoch``: a stream's, max_steps of them) in updates of
+    gradient_accumulation_steps (``epoch_updates``)."""
+    return epoch_updates(micro_steps_per_epoch(a, num_rows, world_size, streamed), a.gradient_accumulation_steps)
+
+
+def epoch_updates(micro_steps: int, accumulation: int) -> int:
+    """Optimizer updates of an epoch of ``micro_steps`` micro-batches, ``accumulation`` an update: a shorter last
+    accumulation counts, as transformers (at least 1). Example: 10 micro-batches, 4 an update: 3."""
+    return max(1, -(-micro_steps // accumulation))
 
 
 def micro_steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int, streamed: bool = False) -> int:

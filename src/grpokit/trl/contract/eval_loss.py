@@ -12,6 +12,8 @@ import torch
 
 from grpokit.config.sections import ConfigError
 
+from .stages import batch_dict
+
 LOSS = ("compute_loss", "_compute_loss", "_get_per_token_logps_and_entropies")
 
 
@@ -33,18 +35,7 @@ def loss_hook(facade: Any) -> Any:
 
     @torch.no_grad()
     def loss_of(model, batch, advantages, mask, ref_logp) -> float:
-        Lp = batch.input_ids.shape[1] - batch.completion_ids.shape[1]
-        completion_mask = batch.attention_mask[:, Lp:]
-        inputs = {
-            "prompt_ids": batch.input_ids[:, :Lp],
-            "prompt_mask": batch.attention_mask[:, :Lp],
-            "completion_ids": batch.completion_ids,
-            "completion_mask": completion_mask,
-            "advantages": advantages.to(batch.input_ids.device),
-            "num_items_in_batch": torch.tensor(float(mask.sum().item())),
-        }
-        if not torch.equal(mask.to(completion_mask.dtype), completion_mask):
-            inputs["tool_mask"] = mask.to(completion_mask.dtype)
+        inputs = batch_dict(batch, advantages, mask, mask.sum().item())
         if ref_logp is not None:
             inputs["ref_per_token_logps"] = ref_logp
         loss = facade.compute_loss(model, inputs, num_items_in_batch=inputs["num_items_in_batch"])

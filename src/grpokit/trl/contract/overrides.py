@@ -36,6 +36,12 @@ def into_slots(facade: Any, trainer: Any) -> None:
     if names & LOSS_HOOKS:  # the subclass's generation batch is trained on through TRL's loss path too
         trainer.loss_stage = TrlLoss(facade)
     if "_get_per_token_logps_and_entropies" in names:  # pi_old and the reference through it too, as TRL's
+        if trainer.replays_support:  # refused before the run starts: every step's pi_old pass would need it
+            raise ConfigError(
+                "a GRPOTrainer subclass's _get_per_token_logps_and_entropies cannot replay the sampler's truncated "
+                "support (top_k / top_p / min_p with vLLM) that grpokit's pi_old pass needs; sample without "
+                "truncation or drop the override"
+            )
         passes = TrlPasses(facade, trainer)
         trainer.logprobs, trainer.old_logprobs = passes.logprobs, passes.old_logprobs
 

@@ -42,10 +42,5 @@ class TrlPasses:
         return logps.float(), (ents.float() if entropy and ents is not None else None)
 
     def old_logprobs(self, batch, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, None]:
-        if self.trainer.replays_support:
-            raise ConfigError(
-                "a GRPOTrainer subclass's _get_per_token_logps_and_entropies cannot replay the sampler's truncated "
-                "support (top_k / top_p / min_p with vLLM) that grpokit's pi_old pass needs; sample without "
-                "truncation or drop the override"
-            )
+        # a sampler's truncated support is refused when the passes are installed (overrides.into_slots)
         return (*self.logprobs(self.trainer.model, batch, entropy), None)

@@ -15,6 +15,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.runner import RewardResult
+from grpokit.train.update_windows import update_length
 
 
 class TrlRewards:
@@ -99,27 +100,32 @@ def batch_rows(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
     return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
 
 
-def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
-    """Rows ``rows`` of a slice's ``UpdateInputs`` as the batch dict TRL's ``compute_loss`` receives:
-    ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` / ``completion_mask`` (the real
-    completion tokens), ``advantages``, ``num_items_in_batch`` (the update's loss tokens), and when the
-    step has them ``old_per_token_logps``, ``ref_per_token_logps``, ``sampling_per_token_logps``;
-    ``tool_mask`` where the loss trains on fewer tokens than the completion holds (environment tokens,
-    masked completions), as TRL's ``completion_mask * tool_mask``."""
-    b = inputs.batch.rows(rows)
-    Lp = b.input_ids.shape[1] - b.completion_ids.shape[1]
-    completion_mask = b.attention_mask[:, Lp:]
+def batch_dict(batch: Any, advantages: torch.Tensor, loss_mask: torch.Tensor, num_items: float) -> dict[str, Any]:
+    """A ``TokenBatch`` as the batch dict TRL's ``compute_loss`` receives: ``prompt_ids`` / ``prompt_mask``
+    (left-padded), ``completion_ids`` / ``completion_mask`` (the real completion tokens), ``advantages``,
+    ``num_items_in_batch``; ``tool_mask`` where the loss (``loss_mask``) trains on fewer tokens than the
+    completion holds (environment tokens, masked completions), as TRL's ``completion_mask * tool_mask``."""
+    Lp = batch.input_ids.shape[1] - batch.completion_ids.shape[1]
+    completion_mask = batch.attention_mask[:, Lp:]
     out = {
-        "prompt_ids": b.input_ids[:, :Lp],
-        "prompt_mask": b.attention_mask[:, :Lp],
-        "completion_ids": b.completion_ids,
+        "prompt_ids": batch.input_ids[:, :Lp],
+        "prompt_mask": batch.attention_mask[:, :Lp],
+        "completion_ids": batch.completion_ids,
         "completion_mask": completion_mask,
-        "advantages": inputs.advantages[rows].to(b.input_ids.device),
+        "advantages": advantages.to(batch.input_ids.device),
         "num_items_in_batch": torch.tensor(float(num_items)),
     }
-    loss_mask = inputs.loss_mask[rows].to(completion_mask.device)
+    loss_mask = loss_mask.to(completion_mask.device)
     if not torch.equal(loss_mask.to(completion_mask.dtype), completion_mask):
         out["tool_mask"] = loss_mask.to(completion_mask.dtype)
+    return out
+
+
+def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
+    """Rows ``rows`` of a slice's ``UpdateInputs`` as TRL's batch dict (``batch_dict``; ``num_items_in_batch``:
+    the update's loss tokens), with ``old_per_token_logps``, ``ref_per_token_logps`` and
+    ``sampling_per_token_logps`` when the step has them."""
+    out = batch_dict(inputs.batch.rows(rows), inputs.advantages[rows], inputs.loss_mask[rows], num_items)
     for key, value in (
         ("old_per_token_logps", inputs.old_logp),
         ("ref_per_token_logps", inputs.ref_logp),
@@ -128,6 +134,18 @@ def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
         if value is not None:
             out[key] = value[rows]
     return out
+
+
+def update_micro_batches(cfg: Any, update: int, rows: int, rows_each: int) -> int:
+    """This rank's micro-batches in optimizer update number ``update`` (TRL's
+    ``current_gradient_accumulation_steps``, after which accelerate syncs the gradients): its slice's,
+    ceil(rows / rows_each) of the ``rows`` this rank holds, times the update's slices
+    (train.accumulation_slices, fewer in an epoch's last window). Counted from the rank's own rows: the
+    normalisers' sequence count is every rank's, which under torchrun would never be reached.
+    Example: 4 rows a rank, 2 a micro-batch, 3 slices an update: 2 x 3 = 6, whatever the number of ranks."""
+    t = cfg.train
+    epoch_slices = t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations
+    return -(-rows // rows_each) * update_length(update, t.accumulation_slices, epoch_slices)
 
 
 class TrlLoss:
@@ -169,8 +187,10 @@ class TrlLoss:
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
         from_generation = self._rows(inputs, N)
-        f.current_gradient_accumulation_steps = last = -(-int(norms.num_sequences or N) // rows_each)
-        g = f.state.global_step  # the update's micro-batches so far (its earlier slices'): TRL's _step advances by each
+        g = f.state.global_step
+        f.current_gradient_accumulation_steps = last = update_micro_batches(
+            f._get().cfg, g, N, rows_each
+        )  # the update's micro-batches so far (its earlier slices'): TRL's _step advances by each
         done = f._micro_at[1] if acc.slices > 1 and f._micro_at[0] == g else 0
         try:
             for start in range(0, N, rows_each):

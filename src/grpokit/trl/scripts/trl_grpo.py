@@ -165,9 +165,10 @@ def run(objects: tuple, say=print) -> Any:
     A run a signal stopped (docs/FAULTS.md) keeps its checkpoint and is neither saved nor pushed. Returns the
     trainer."""
     script_args, training_args = objects[0], objects[1]
-    trainer = build_trainer(*objects)
-    say(f"grpokit: run folder {trainer.run_dir} (TRL arguments)", flush=True)
-    result = trainer.train()
+    with named_by_flags(objects[2]):  # the run is built in train(): a refused LoRA setting names its flag there too
+        trainer = build_trainer(*objects)
+        say(f"grpokit: run folder {trainer.run_dir} (TRL arguments)", flush=True)
+        result = trainer.train()
     if trainer.summary.get("interrupted"):
         return trainer
     trainer.save_model(training_args.output_dir)
