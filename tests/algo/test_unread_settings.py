@@ -250,3 +250,33 @@ def test_a_preset_fills_a_features_settings_only_where_the_run_has_it(preset):
     for name in ("kl_estimator", "kl_placement", "kl_bias_correction", "entropy_aggregation"):
         if name in recipe:
             assert getattr(on.algo, name) == recipe[name], name
+
+
+def test_a_preset_leaves_out_the_clip_range_the_chosen_objective_does_not_read():
+    """--preset dapo algo.objective=sapo: DAPO's clip_high 0.28 is not read by SAPO's soft gate, so the preset leaves
+    both clip fields at their default 0.2 (before: refused for clip_high=0.28, a value the user never gave); its other
+    fields still fill (dynamic sampling, token-mean). --preset gspo algo.objective=cispo: CISPO reads clip_high only,
+    so GSPO's clip_high 4e-4 fills and its clip_low 3e-4 stays 0.2."""
+    from grpokit.config import presets
+
+    dapo = presets.apply("dapo", apply_overrides(Config(), ["algo.objective=sapo"]))
+    a = dapo.algo
+    assert (a.clip_low, a.clip_high, a.dynamic_sampling, a.aggregation) == (0.2, 0.2, True, "token-mean")
+    validate(dapo)
+    gspo = presets.apply("gspo", apply_overrides(Config(), ["algo.objective=cispo"]))
+    a = gspo.algo
+    assert (a.clip_low, a.clip_high, a.ratio_level) == (0.2, 4.0e-4, "sequence")
+    validate(gspo)
+
+
+def test_a_clip_range_the_user_gives_sapo_under_a_preset_is_still_refused():
+    """The preset leaves a field out; a value the user gives it is theirs, and SAPO would not read it."""
+    from grpokit.config import presets
+
+    cfg = presets.apply("dapo", apply_overrides(Config(), ["algo.objective=sapo", "algo.clip_high=0.28"]))
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert str(e.value) == (
+        "algo.clip_high=0.28 has no effect with algo.objective=sapo (its soft gate clips nothing); use "
+        "algo.objective=clip for a clip range, or leave it 0.2"
+    )

@@ -231,13 +231,21 @@ def test_dynamic_sampling_counts_every_rounds_scored_completions_and_warns_when_
 
 
 class ThreadRanks:
-    """K fake ranks as threads: ``sum_float`` and ``gather_objects`` meet at a barrier, as torch.distributed's
-    collectives do."""
+    """K fake ranks as threads: ``sum_float``, ``gather_rows`` and ``gather_objects`` meet at a barrier, as
+    torch.distributed's collectives do; ``collectives[r]`` names each one rank r called, in order."""
 
     def __init__(self, K):
         import threading
 
         self.K, self.barrier, self.slots = K, threading.Barrier(K), [None] * K
+        self.collectives = [[] for _ in range(K)]
+
+    def meet(self, r, obj):
+        self.slots[r] = obj
+        self.barrier.wait()
+        out = list(self.slots)
+        self.barrier.wait()
+        return out
 
     def rank(self, r):
         ranks = self
@@ -246,14 +254,16 @@ class ThreadRanks:
             rank, world_size, active = r, ranks.K, True
 
             def gather_objects(self, obj):
-                ranks.slots[r] = obj
-                ranks.barrier.wait()
-                out = list(ranks.slots)
-                ranks.barrier.wait()
-                return out
+                ranks.collectives[r].append("gather_objects")
+                return ranks.meet(r, obj)
 
             def sum_float(self, value):
-                return float(sum(self.gather_objects(float(value))))
+                ranks.collectives[r].append("sum_float")
+                return float(sum(ranks.meet(r, float(value))))
+
+            def gather_rows(self, x):
+                ranks.collectives[r].append("gather_rows")
+                return torch.cat(ranks.meet(r, x))
 
         return Rank()
 
@@ -261,7 +271,8 @@ class ThreadRanks:
 def test_dynamic_sampling_on_two_ranks_samples_no_round_past_the_limit():
     """Two ranks, P=2 each, G=2, max_rounds=2, every group flat: each rank samples 2 rounds (before: a third,
     sample(P, G) after _share_rounds found nothing) and trains on its round-2 groups as drawn; the counts are
-    global: 8 prompts sampled, 4 flat groups trained, 4 dropped, none kept."""
+    global: 8 prompts sampled (4 a rank), 4 flat groups trained (2 a rank), 4 dropped (8 found flat - 4 trained),
+    none kept."""
     import threading
 
     ranks, results, calls = ThreadRanks(2), {}, {}
@@ -283,3 +294,6 @@ def test_dynamic_sampling_on_two_ranks_samples_no_round_past_the_limit():
         assert (m["dynamic_sampling/rounds"], m["dynamic_sampling/sampled_prompts"]) == (2.0, 8.0)
         assert (m["dynamic_sampling/kept_groups"], m["dynamic_sampling/flat_groups_trained"]) == (0.0, 4.0)
         assert m["dynamic_sampling/dropped_groups"] == 4.0 and len(calls[r][1]) == 1
+        # one collective a round (the stop rule's count), the pooling of kept groups, then the step's three counts
+        # (sampled, flat found, kept) together in one: before, a sum_float each, every one its own wait
+        assert ranks.collectives[r] == ["sum_float", "sum_float", "gather_objects", "gather_rows"]

@@ -81,6 +81,30 @@ def test_the_command_line_names_the_failing_rank(capsys, tmp_path):
     assert err.startswith("grpokit: error: rank 1 of the job failed after step 1: RewardError: boom; "), err
 
 
+def test_faults_classify_names_the_rank_before_what_its_error_says():
+    """train/faults.py's one rule for both command-line paths: the failing rank and its error, exit status 1 (before,
+    each CLI path tested RankFailure itself ahead of classify). Its error may itself read as a full disk; it is still
+    that rank's, said as the rank said it, not "writing the run folder failed" on rank 0's behalf."""
+    from grpokit.train.faults import Cause, classify
+
+    def raised(error):
+        try:
+            try:
+                raise GLOO
+            except RuntimeError as exc:
+                raise RankFailure({"step": 3, "rank": 1, "error": error}) from exc
+        except RankFailure as e:
+            return e
+
+    assert classify(raised("RewardError: boom.")) == Cause(
+        "rank 1 of the job failed after step 3: RewardError: boom", 1
+    )
+    full = raised("OSError: [Errno 28] No space left on device: '/scratch/x'")
+    assert classify(full) == Cause(
+        "rank 1 of the job failed after step 3: OSError: [Errno 28] No space left on device: '/scratch/x'", 1
+    )
+
+
 def test_a_resume_clears_the_ranks_records(tiny_model_dir, tmp_path):
     from grpokit.train import Trainer
     from helpers.runs import ROWS, likes_a, tiny_cfg

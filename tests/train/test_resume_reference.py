@@ -108,3 +108,28 @@ def test_reference_state_keeps_weights_only_when_the_policy_is_not_the_reference
     kept = reference_state(ref, 5, 4, True, 2)["weights"]  # copied at 4, the policy moved on at 5
     assert torch.equal(kept["weight"], ref.weight.detach())
     assert reference_state(ref, 4, 4, False, 2)["weights"] is not None  # TR-DPO's mix at 4 is not the policy
+
+
+def test_a_resume_that_changes_the_refresh_period_keeps_the_reference_it_refreshed(full_run, tiny_model_dir, tmp_path):
+    """The last refresh is a fact of the run, not of its config: resumed from step 4 with algo.ref_refresh_every
+    changed to 10 (config_history.yaml records it), the reference is still step 4's refresh, and step 5's checkpoint
+    keeps it although 5 // 10 * 10 = 0 would say "the starting model". So a second resume, from step 5, trains step 6
+    as the run that went on from step 4 did (a reference derived from the config would measure its KL against the
+    starting model)."""
+    alpha, full = full_run
+
+    def resume(run, at):
+        cfg = _cfg(tiny_model_dir, run, alpha)
+        cfg.algo.ref_refresh_every, cfg.train.steps = 10, 6
+        folder = run / "checkpoints" / f"step-{at:06d}"
+        Trainer(cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=[], quiet=True, resume=folder).train()
+
+    once = tmp_path / "once"
+    shutil.copytree(full, once)
+    resume(once, 4)  # steps 5 and 6 against the reference refreshed at the end of step 4
+    extra = torch.load(once / "checkpoints" / "step-000005" / "extra_state.pt", weights_only=False)["reference"]
+    assert extra["refreshed_at"] == 4 and extra["weights"] is not None  # step 4's reference, not step 5's policy
+    twice = tmp_path / "twice"
+    shutil.copytree(once, twice)
+    resume(twice, 5)
+    assert _lines(twice)[5] == _lines(once)[5]  # step 6: kl, loss ... bit-exact

@@ -181,3 +181,27 @@ def test_host_available_bytes_reads_the_real_machine():
     from grpokit.train.token_budget import host_available_bytes
 
     assert 2**28 < host_available_bytes() < 2**50  # between 256 MB and 1 PB: a real reading, not 0
+
+
+def test_dynamic_samplings_shortfall_is_warned_once_through_the_recorder(tiny_model_dir, tmp_path):
+    """Every completion scores 1.0, so every group is flat: each of the 3 steps' rounds find 0 informative groups
+    (< train.prompts_per_step=2). The shortfall is said once, at step 1, through the recorder: health.jsonl holds it
+    as a note (before: the logging module's warning only, which health.jsonl, trackers and a quiet console never
+    saw); dynamic_sampling/kept_groups counts every step."""
+    cfg = tiny_cfg(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{"train.steps": 3, "algo.dynamic_sampling": "true", "algo.max_sampling_rounds": 2, "data.eval_size": 0},
+    )
+    cfg.data.dataset = ""
+    rows = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56")] * 2
+    always_one = lambda prompts, completions, **kw: [1.0] * len(completions)  # noqa: E731
+    Trainer(cfg, reward_funcs=[always_one], train_rows=rows, eval_rows=[], quiet=True).train()
+    notes = [json.loads(line) for line in (tmp_path / "run" / "health.jsonl").read_text().splitlines()]
+    notes = [n for n in notes if "dynamic sampling (algo.dynamic_sampling) found fewer" in n["message"]]
+    assert [(n["step"], n["monitor"]) for n in notes] == [(1, "note")]
+    assert notes[0]["message"].startswith(
+        "dynamic sampling (algo.dynamic_sampling) found fewer than train.prompts_per_step=2 "
+    )
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["dynamic_sampling/kept_groups"] for m in metrics] == [0.0, 0.0, 0.0]

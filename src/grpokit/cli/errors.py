@@ -46,21 +46,18 @@ def run_command(command, argv: list[str], debug: bool) -> int:
         if debug:
             raise
         from grpokit.train.faults import classify
-        from grpokit.train.rank_failure import RankFailure
         from grpokit.train.resume import (
             is_storage_fault,  # here: torch only when something failed
         )
 
-        cause = classify(e)
-        if isinstance(e, RankFailure):  # rank 0 names the rank that ended the job under torchrun, and its error
-            print(f"grpokit: error: {e}", file=sys.stderr)
-        elif is_storage_fault(e):
+        cause = classify(e)  # the user's files, the machine, or (under torchrun) the rank that ended the job
+        if is_storage_fault(e):
             print(
                 f"grpokit: error: writing {e.filename or 'a file'} failed ({e.strerror}); what was written before is "
                 "intact; free space and run the command again",
                 file=sys.stderr,
             )
-        elif cause is not None:  # the user's files or the machine, named by cause and place
+        elif cause is not None:  # the user's files, the machine or another rank, named by cause and place
             print(f"grpokit: error: {cause.sentence}", file=sys.stderr)
             return cause.status
         else:

@@ -179,25 +179,23 @@ def cmd_train(argv: list[str]) -> int:
 
 def _run_fault(e: Exception, run_dir: Path | None, resume: str | None) -> int:
     """A run that stopped on ``e``: one sentence naming the cause (a user's mistake the run raised, a
-    full disk, the user's files or the machine, or grpokit's own fault) and what can be resumed."""
+    full disk, the user's files, the machine or another rank (train/faults.py classify), or grpokit's own fault)
+    and what can be resumed."""
     from grpokit.train.faults import classify
-    from grpokit.train.rank_failure import RankFailure
     from grpokit.train.resume import is_storage_fault
 
     note = checkpoint_note(run_dir if run_dir is not None else (Path(resume) if resume else None))
     if isinstance(e, user_errors()):  # raised by the run (a reward failing on most of a batch, a health stop)
         print(f"grpokit: error: {str(e).rstrip().rstrip('.')}; {note}", file=sys.stderr)
         return 2
-    cause = classify(e, run_dir)
-    if isinstance(e, RankFailure):  # under torchrun: the rank whose error ended the job, and that error
-        print(f"grpokit: error: {str(e).rstrip().rstrip('.')}; {note}", file=sys.stderr)
-    elif is_storage_fault(e):
+    cause = classify(e, run_dir)  # under torchrun also the rank whose error ended the job, and that error
+    if is_storage_fault(e):
         print(
             f"grpokit: error: the run stopped because writing {e.filename or 'a file'} failed ({e.strerror}); "
             f"{note} once space is free",
             file=sys.stderr,
         )
-    elif cause is not None:  # the user's files or the machine, named by cause and place
+    elif cause is not None:  # the user's files, the machine or another rank, named by cause and place
         print(f"grpokit: error: {cause.sentence}; {note}", file=sys.stderr)
         return cause.status
     else:

@@ -4,7 +4,7 @@ aggregation, masks and the variants' own fields; the GRPO family lives here."""
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .base import section
 
@@ -175,44 +175,71 @@ class AlgoConfig:
     paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
 
 
-UNREAD_UNLESS: tuple[tuple[tuple[str, ...], str, Callable[[Any], bool]], ...] = (
-    (
+class Unread(NamedTuple):
+    """Settings only one feature reads, and the sentence that refuses them while it is off."""
+
+    fields: tuple[str, ...]
+    """The algo fields the feature alone reads."""
+    why: str
+    """When nothing reads them: "unless algo.entropy_adaptive=true", "with algo.objective=sapo (...)"."""
+    on: Callable[[Any], bool]
+    """Whether an ``AlgoConfig`` has the feature on (the fields are read)."""
+    fix: str = "set that"
+    """What would make them read."""
+
+
+CLIP_RANGE = "use algo.objective=clip for a clip range"
+UNREAD_UNLESS: tuple[Unread, ...] = (
+    Unread(
         ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
-        "algo.entropy_adaptive=true",
+        "unless algo.entropy_adaptive=true",
         lambda a: a.entropy_adaptive,
     ),
-    (("ref_mixup_alpha",), "algo.ref_refresh_every > 0", lambda a: a.ref_refresh_every > 0),
-    (
+    Unread(("ref_mixup_alpha",), "unless algo.ref_refresh_every > 0", lambda a: a.ref_refresh_every > 0),
+    Unread(
         ("lambda_init", "lambda_lr", "lambda_r"),
-        "algo.aggregation=lambda-grpo",
+        "unless algo.aggregation=lambda-grpo",
         lambda a: a.aggregation == "lambda-grpo",
     ),
-    (("max_sampling_rounds",), "algo.dynamic_sampling=true", lambda a: a.dynamic_sampling),
-    (("entropy_advantage_max_scale",), "algo.entropy_advantage=true", lambda a: a.entropy_advantage),
-    (
+    Unread(("max_sampling_rounds",), "unless algo.dynamic_sampling=true", lambda a: a.dynamic_sampling),
+    Unread(("entropy_advantage_max_scale",), "unless algo.entropy_advantage=true", lambda a: a.entropy_advantage),
+    Unread(
         ("error_correction_max_reward", "error_correction_prompt", "error_correction_fn"),
-        "algo.error_correction is on",
+        "unless algo.error_correction is on",
         lambda a: a.error_correction != "off",
     ),
-    (
+    Unread(
         ("kl_clamp", "kl_estimator", "kl_placement", "kl_bias_correction"),
-        "algo.beta > 0 (a KL term)",
+        "unless algo.beta > 0 (a KL term)",
         lambda a: a.beta > 0,
     ),
-    (
+    Unread(
         ("entropy_aggregation",),
-        "algo.entropy_coef != 0 or algo.entropy_adaptive=true (an entropy bonus)",
+        "unless algo.entropy_coef != 0 or algo.entropy_adaptive=true (an entropy bonus)",
         lambda a: a.entropy_coef != 0 or a.entropy_adaptive,
     ),
-    (
+    Unread(
         ("norm_constant",),
-        "algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
+        "unless algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
         lambda a: a.aggregation == "seq-mean-token-sum-norm",
     ),
+    Unread(
+        ("clip_low", "clip_high"),
+        "with algo.objective=sapo (its soft gate clips nothing)",
+        lambda a: a.objective != "sapo",
+        CLIP_RANGE,
+    ),
+    Unread(
+        ("clip_low",),
+        "with algo.objective=cispo (it caps the weight at 1 + clip_high only)",
+        lambda a: a.objective != "cispo",
+        CLIP_RANGE,
+    ),
 )
-"""Settings read only by one feature: ``(fields, the feature, whether it is on)`` over an ``AlgoConfig``.
-Validation refuses such a field changed from its default while its feature is off (validation/algo.py); a
-preset fills it only where its feature is on in the run it is applied to (config/presets), and the TRL layer
-sets it only where TRL reads it (trl/args/loss.py), so neither a preset nor a TRL script meets these
+"""Settings read only by one feature (or not read by one objective): ``Unread(fields, why, on, fix)`` over an
+``AlgoConfig``. Validation refuses such a field changed from its default while its feature is off
+(validation/algo.py); a preset fills it only where its feature is on in the run it is applied to (config/presets:
+``--preset dapo algo.objective=sapo`` leaves DAPO's clip range out rather than the run being refused for it), and
+the TRL layer sets it only where TRL reads it (trl/args/loss.py), so neither a preset nor a TRL script meets these
 sentences. The estimators' and objectives' own parameters are found from their declarations instead
 (validation/algo.py ``stage_owners``)."""

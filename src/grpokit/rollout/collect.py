@@ -137,7 +137,7 @@ def collect(
     many = dist is not None and dist.active
     K = dist.world_size if many else 1
     gfpo = (sample_group_size, gfpo_criterion, gfpo_adaptive, adaptive_threshold)
-    rounds_kept, last, sampled = _rounds(sample, P, G, dynamic_sampling, max_rounds, gfpo, dist)
+    rounds_kept, last, sampled = _rounds(sample, P, G, dynamic_sampling, max_rounds, gfpo, dist, K)
     if many and dynamic_sampling:
         out = _share_rounds(rounds_kept, last, P, G, dist)
     else:
@@ -150,11 +150,11 @@ def collect(
     if dynamic_sampling or sample_group_size > G:
         out.metrics = kept_reward_metrics(out)
     if dynamic_sampling:
-        total = (lambda n: dist.sum_float(n)) if many else float  # noqa: E731  global counts
-        flat_found = total(sampled - sum(len(b.prompts) for b in rounds_kept))
-        kept = total(len(out.prompts) - len(_flat_indices(out)))
+        flat_found = sampled - sum(len(b.prompts) for b in rounds_kept)
+        kept = len(out.prompts) - len(_flat_indices(out))
+        sampled, flat_found, kept = _summed([sampled, flat_found, kept], dist, K)  # global counts
         flat_trained = len(out.prompts) * K - kept
-        out.metrics.update(_dynamic_metrics(len(rounds_kept), total(sampled), flat_found, kept, flat_trained))
+        out.metrics.update(_dynamic_metrics(len(rounds_kept), sampled, flat_found, kept, flat_trained))
         if kept < P * K and warn is not None:
             warn(
                 f"dynamic sampling (algo.dynamic_sampling) found fewer than train.prompts_per_step={P * K} "
@@ -166,13 +166,14 @@ def collect(
     return out
 
 
-def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfpo: tuple, dist):
+def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfpo: tuple, dist, K: int):
     """The sampling rounds of one step on this rank: every round's batch as it trains (with dynamic
     sampling, its informative groups only), the last round's batch as drawn, and how many prompts were
-    sampled. A round is sampled only while the global count of informative groups is below P * ranks
-    and fewer than ``max_rounds`` rounds ran (one round without dynamic sampling)."""
+    sampled. A round is sampled only while the global count of informative groups is below P * K (K ranks;
+    ``dist`` is read only when K > 1) and fewer than ``max_rounds`` rounds ran (one round without dynamic
+    sampling)."""
     sample_group_size, criterion, adaptive, threshold = gfpo
-    many = dist is not None and dist.active
+    many = K > 1
     rounds_kept: list[ScoredBatch] = []
     n_kept, sampled = 0, 0
     while True:
@@ -190,8 +191,16 @@ def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfp
         rounds_kept.append(batch)
         # several ranks: the stop rule reads the global count, so every rank runs the same rounds
         n_kept += int(dist.sum_float(len(batch.prompts))) if many and dynamic_sampling else len(batch.prompts)
-        if not dynamic_sampling or n_kept >= P * (dist.world_size if many else 1) or len(rounds_kept) >= max_rounds:
+        if not dynamic_sampling or n_kept >= P * K or len(rounds_kept) >= max_rounds:
             return rounds_kept, last, sampled
+
+
+def _summed(counts: list[float], dist, K: int) -> list[float]:
+    """Each of ``counts`` summed over the K ranks, all in one collective (float64: counts stay exact); K 1: as
+    given."""
+    if K == 1:
+        return [float(c) for c in counts]
+    return dist.gather_rows(torch.tensor([counts], dtype=torch.float64)).sum(0).tolist()  # (K, len(counts)) summed
 
 
 def _flat_indices(batch: ScoredBatch) -> list[int]:

@@ -29,6 +29,8 @@ import torch
 
 from grpokit.types import Rollout
 
+from .static import unwrapped
+
 
 def generation_config(params, generation_kwargs: dict, eos_token_ids: set[int], pad_token_id: int):
     """transformers' ``GenerationConfig`` for ``params`` (sampling.SamplingParams) with ``generation_kwargs``
@@ -66,7 +68,7 @@ def only_given_settings(model):
     model's generation_config.json, which grpokit's other engines never read either. Put back after."""
     from transformers import GenerationConfig
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: the wrapped model's
+    base = unwrapped(model)  # PEFT: the wrapped model's
     own = getattr(base, "generation_config", None)
     if own is None:
         yield

@@ -13,6 +13,10 @@ The model's fault is numbers that are not finite (NaN weights or activations: th
 grpokit's by the traceback: the innermost frame that is neither the standard library nor an
 installed package is the code that raised; outside grpokit's own folder it is the user's (a plugin
 advantage, an environment class, a callback), and it is named with its file and line.
+
+Under torchrun, rank 0's own exception when another rank ended the job is a broken collective; the trainer
+raises ``RankFailure`` (rank_failure.py) from it, naming the rank that failed and its error, and that is the
+cause said.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import traceback
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from .rank_failure import RankFailure
 
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 _STORAGE_WORDS = {
@@ -96,6 +102,9 @@ def is_damaged_weights(e: BaseException) -> bool:
 
 def classify(e: BaseException, where: Path | None = None) -> Cause | None:
     """The cause of ``e`` as one sentence when it is the user's files or the machine; None for a bug."""
+    ranks = next((x for x in chain(e) if isinstance(x, RankFailure)), None)
+    if ranks is not None:  # under torchrun: the rank whose error ended the job, and that error (its text may name a
+        return Cause(str(ranks).rstrip().rstrip("."), 1)  # full disk or a file: it is that rank's, said as it is)
     code = storage_errno(e)
     if code is not None:
         os_err = next((x for x in chain(e) if isinstance(x, OSError) and x.filename), None)

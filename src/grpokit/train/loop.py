@@ -422,10 +422,11 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         self.sampler.observe(sb.prompts, sb.total_N.tolist(), sb.group_size)
 
     def _warn_once(self, message: str) -> None:
-        """A stage's warning about the run, said once (by the main process); its metrics count every step."""
+        """A stage's warning about the run, said once (by the main process) through the recorder, so it reaches
+        the console, health.jsonl and the trackers with the step that raised it; its metrics count every step."""
         if message not in self._warned and self.dist.is_main:
             self._warned.add(message)
-            log.warning(message)
+            self.recorder.warn(self.step + 1, message)
 
     def stage_state(self, key: str) -> StageState | None:
         """The stage state saved under ``key`` (``lambda_grpo``, ``entropy_control``), None when off."""

@@ -133,7 +133,8 @@ class TrainerSetup:
         self.step = self.saved_step = 0
         self.resumed_from: Path | None = None  # the checkpoint folder a resumed run started from
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
-        # the step whose end last refreshed the reference (0: never) and whether that was a plain copy of the policy
+        # the step whose end last refreshed the reference (0: never) and whether that was a plain copy of the policy:
+        # kept, not derived from algo.ref_refresh_every, which a resume may change (test_resume_reference.py)
         self.ref_refreshed: tuple[int, bool] = (0, True)
         if self.resume_dir:
             self._resume()

@@ -169,21 +169,10 @@ def stage_owners() -> dict[str, list[str]]:
 def check_unread_algo(cfg: Config) -> None:
     """A setting of a feature that is off, changed from its default, is refused, not ignored: the run would
     train without what the setting asks for and exit 0."""
-    for fields, feature, on in UNREAD_UNLESS:
-        if not on(cfg.algo):
-            unread("algo", cfg.algo, AlgoConfig(), fields, f"unless {feature}", "set that")
+    for rule in UNREAD_UNLESS:  # a feature's settings, and the clip range SAPO and CISPO do not read
+        if not rule.on(cfg.algo):
+            unread("algo", cfg.algo, AlgoConfig(), rule.fields, rule.why, rule.fix)
     a, defaults = cfg.algo, AlgoConfig()
-    clip_free = {"sapo": ("clip_low", "clip_high"), "cispo": ("clip_low",)}.get(a.objective, ())
-    why = {"sapo": "(its soft gate clips nothing)", "cispo": "(it caps the weight at 1 + clip_high only)"}
-    if clip_free:
-        unread(
-            "algo",
-            a,
-            defaults,
-            clip_free,
-            f"with algo.objective={a.objective} {why[a.objective]}",
-            "use algo.objective=clip for a clip range",
-        )
     chosen = {f"algo.advantage={a.advantage}", f"algo.objective={a.objective}"}
     for name, readers in stage_owners().items():
         if hasattr(defaults, name) and not chosen.intersection(readers):

@@ -17,7 +17,8 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
   is not a paper's: its batch, generation length and learning rate always apply.
 * A preset fills a feature's settings only where the run has the feature on (``unread``): TRL's
   ``kl_bias_correction`` and ``entropy_aggregation`` (trl-default) apply once algo.beta > 0 or an
-  entropy bonus is given, and RLOO's KL in the reward only with its beta.
+  entropy bonus is given, RLOO's KL in the reward only with its beta, and DAPO's clip range not under
+  algo.objective=sapo (nor a clip_low under cispo, which reads only clip_high).
 """
 
 from __future__ import annotations
@@ -99,13 +100,13 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
 def unread(fields: dict[str, Any], cfg: Config) -> list[str]:
     """The dotted names among ``fields`` (a preset's values about to fill ``cfg``) that no feature of the filled
     run would read (config/algo.py ``UNREAD_UNLESS``: the KL's settings with algo.beta=0, the entropy bonus's with
-    none ...): a preset fills the settings of the features it turns on, or the user does, and no other, so
-    ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0 and adds none to one without a
-    KL term (a value the user gives such a field is still refused by validation)."""
+    none, a clip range under algo.objective=sapo ...): a preset fills the settings of the features it turns on, or
+    the user does, and no other, so ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0
+    and adds none to one without a KL term (a value the user gives such a field is still refused by validation)."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
-    off = {f"algo.{name}" for names, _, on in UNREAD_UNLESS if not on(trial.algo) for name in names}
+    off = {f"algo.{name}" for rule in UNREAD_UNLESS if not rule.on(trial.algo) for name in rule.fields}
     return [key for key in fields if key in off]
 
 
