@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,8 +51,6 @@ from .trainer_setup import TrainerSetup
 from .trainer_stages import TrainerStages
 from .update import Accumulator, Forwards, accumulate, apply_update, update_slices, window_counts
 from .update_windows import stale_slices, window_at
-
-log = logging.getLogger("grpokit.train")
 
 
 class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, TrainerStages):
