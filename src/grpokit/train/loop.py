@@ -405,7 +405,6 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             self.cfg.health.same_length_min_tokens,
             self.sampler.position,
             rows,
-            self.dist,
         )
         # per domain (over every rank's groups); a curriculum's own
         metrics.update({**step_metrics.domain_metrics(rows, sb, self.domain_graders), **self.sampler.metrics()})
