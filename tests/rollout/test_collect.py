@@ -231,7 +231,7 @@ def test_dynamic_sampling_counts_every_rounds_scored_completions_and_warns_when_
 
 
 class ThreadRanks:
-    """K fake ranks as threads: ``sum_float`` and ``gather_objects`` meet at a barrier, as torch.distributed's
+    """K fake ranks as threads: ``sum_float(s)`` and ``gather_objects`` meet at a barrier, as torch.distributed's
     collectives do."""
 
     def __init__(self, K):
@@ -254,6 +254,9 @@ class ThreadRanks:
 
             def sum_float(self, value):
                 return float(sum(self.gather_objects(float(value))))
+
+            def sum_floats(self, values):
+                return [float(sum(column)) for column in zip(*self.gather_objects([float(v) for v in values]))]
 
         return Rank()
 

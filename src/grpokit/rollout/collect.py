@@ -150,11 +150,15 @@ def collect(
     if dynamic_sampling or sample_group_size > G:
         out.metrics = kept_reward_metrics(out)
     if dynamic_sampling:
-        total = (lambda n: dist.sum_float(n)) if many else float  # noqa: E731  global counts
-        flat_found = total(sampled - sum(len(b.prompts) for b in rounds_kept))
-        kept = total(len(out.prompts) - len(_flat_indices(out)))
+        # the flat groups found, the informative ones kept, the prompts sampled: global counts, one all-reduce
+        local = [
+            sampled - sum(len(b.prompts) for b in rounds_kept),
+            len(out.prompts) - len(_flat_indices(out)),
+            sampled,
+        ]
+        flat_found, kept, sampled_all = dist.sum_floats(local) if many else [float(n) for n in local]
         flat_trained = len(out.prompts) * K - kept
-        out.metrics.update(_dynamic_metrics(len(rounds_kept), total(sampled), flat_found, kept, flat_trained))
+        out.metrics.update(_dynamic_metrics(len(rounds_kept), sampled_all, flat_found, kept, flat_trained))
         if kept < P * K and warn is not None:
             warn(
                 f"dynamic sampling (algo.dynamic_sampling) found fewer than train.prompts_per_step={P * K} "
