@@ -231,7 +231,7 @@ def test_dynamic_sampling_counts_every_rounds_scored_completions_and_warns_when_
 
 
 class ThreadRanks:
-    """K fake ranks as threads: ``sum_float``, ``gather_rows`` and ``gather_objects`` meet at a barrier, as
+    """K fake ranks as threads: ``sum_float(s)``, ``gather_rows`` and ``gather_objects`` meet at a barrier, as
     torch.distributed's collectives do; ``collectives[r]`` names each one rank r called, in order."""
 
     def __init__(self, K):
@@ -265,6 +265,10 @@ class ThreadRanks:
                 ranks.collectives[r].append("gather_rows")
                 return torch.cat(ranks.meet(r, x))
 
+            def sum_floats(self, values):
+                ranks.collectives[r].append("sum_floats")
+                return [float(sum(column)) for column in zip(*ranks.meet(r, [float(v) for v in values]))]
+
         return Rank()
 
 
@@ -296,4 +300,4 @@ def test_dynamic_sampling_on_two_ranks_samples_no_round_past_the_limit():
         assert m["dynamic_sampling/dropped_groups"] == 4.0 and len(calls[r][1]) == 1
         # one collective a round (the stop rule's count), the pooling of kept groups, then the step's three counts
         # (sampled, flat found, kept) together in one: before, a sum_float each, every one its own wait
-        assert ranks.collectives[r] == ["sum_float", "sum_float", "gather_objects", "gather_rows"]
+        assert ranks.collectives[r] == ["sum_float", "sum_float", "gather_objects", "sum_floats"]

@@ -19,8 +19,15 @@ from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.train import Trainer
 from grpokit.train.logprobs import completion_logprobs
-from grpokit.train.update import make_optimizer, window_counts
-from grpokit.train.update_windows import stale_slices, total_updates, window_at
+from grpokit.train.update import make_optimizer
+from grpokit.train.update_windows import (
+    SliceCounts,
+    batch_counts,
+    stale_slices,
+    total_updates,
+    window_at,
+    window_counts,
+)
 
 ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56", "78", "90")]
 
@@ -71,13 +78,53 @@ def test_window_counts_by_hand():
     # a batch of 8 rows with 40 loss tokens cut into 4 slices, 3 slices an update: a 2-row slice divides
     # by 2 x 3 = 6 sequences (grpo: the mean over the window's 6 rows) and 40 x 3 / 4 = 30 tokens (dapo:
     # TRL's num_items_in_batch x gradient_accumulation_steps / steps_per_generation)
-    batch = SimpleNamespace(loss_mask=torch.tensor([[1.0] * 5] * 8), policy_mask=None)
-    part = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(2, 7)))
-    assert window_counts(batch, part, parts=4, window=3) == (6.0, 30.0, 30.0)  # no policy mask: policy = loss tokens
+    batch = SimpleNamespace(
+        batch=SimpleNamespace(input_ids=torch.zeros(8, 7)), loss_mask=torch.tensor([[1.0] * 5] * 8), policy_mask=None
+    )
+    counts = batch_counts(batch, parts=4)
+    c = window_counts(counts, 0, parts=4, window=3)
+    assert (c.num_sequences, c.num_tokens, c.num_policy_tokens) == (6.0, 30.0, 30.0)  # no policy mask: = loss tokens
+    assert c.slice_tokens == 10.0  # the slice's own 2 rows x 5 tokens: the divisor of the update's token metrics
     # the entropy top-fraction keeps 2 of each row's 5 tokens in the policy term: 16 x 3 / 4 = 12 policy tokens,
     # what the token-mean entropy bonus divides by (the loss still divides by the 30 loss tokens)
     batch.policy_mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0]] * 8)
-    assert window_counts(batch, part, parts=4, window=3) == (6.0, 30.0, 12.0)
+    c = window_counts(batch_counts(batch, parts=4), 0, parts=4, window=3)
+    assert (c.num_sequences, c.num_tokens, c.num_policy_tokens) == (6.0, 30.0, 12.0)
+
+
+class _CountingRanks:
+    """Rank 0 of two whose other rank holds the same counts: each sum doubles, and every all-reduce is counted."""
+
+    active = True
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def sum_floats(self, values):
+        self.calls.append(len(values))
+        return [2.0 * v for v in values]
+
+
+def test_a_batchs_counts_are_one_all_reduce_for_all_its_slices():
+    # 8 rows (2 a slice) whose loss tokens are 1..8; no policy mask. Summed over two equal ranks: a slice has
+    # 4 rows, the slices' tokens are 2 x (1+2, 3+4, 5+6, 7+8) = 6, 14, 22, 30 (72 in all); one all-reduce of
+    # 5 numbers (rows and the 4 slices; no policy count: the policy tokens are the loss tokens)
+    loss_mask = torch.tensor([[1.0] * k + [0.0] * (8 - k) for k in range(1, 9)])
+    batch = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(8, 9)), loss_mask=loss_mask, policy_mask=None)
+    ranks = _CountingRanks()
+    counts = batch_counts(batch, parts=4, dist=ranks)
+    assert ranks.calls == [5]
+    assert (counts.rows, counts.slice_tokens, counts.tokens, counts.policy) == (
+        4.0,
+        (6.0, 14.0, 22.0, 30.0),
+        72.0,
+        72.0,
+    )
+    # window 2: slice 3 divides by 4 x 2 = 8 sequences and 72 x 2 / 4 = 36 tokens; its own tokens are 30
+    assert window_counts(counts, 3, parts=4, window=2) == SliceCounts(8.0, 36.0, 36.0, 30.0)
+    assert ranks.calls == [5]  # the slices' counts need no further collective
+    batch.policy_mask = loss_mask[:, :1]  # one policy token a row: 8, 16 over the two ranks, in the same all-reduce
+    assert batch_counts(batch, parts=4, dist=ranks).policy == 16.0 and ranks.calls == [5, 6]
 
 
 def test_total_updates_and_stale_slices_by_hand():

@@ -77,3 +77,102 @@ def test_a_batch_that_does_not_cut_into_equal_updates_is_refused_not_trimmed():
     inputs = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(12, 3)))
     with pytest.raises(ValueError, match="a batch of 12 rows does not cut into 8 equal updates"):
         update_slices(inputs, 8)
+
+
+# ------------------------------------------------------------------ collectives: how many, and how few
+
+
+class _TwoEqualRanks:
+    """Rank 0 of two whose other rank holds the same numbers: every sum doubles; each all-reduce is counted."""
+
+    active = True
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def sum_floats(self, values):
+        self.calls.append(len(values))
+        return [2.0 * v for v in values]
+
+    def sync_grads(self, params):
+        pass
+
+
+def _slice_inputs(policy_mask):
+    from types import SimpleNamespace
+
+    from grpokit.algo.pipeline import UpdateInputs, loss_settings
+
+    settings, norms = loss_settings(AlgoConfig())
+    loss_mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # 2 rows, 5 loss tokens
+    batch = SimpleNamespace(input_ids=torch.zeros(2, 3))
+    return UpdateInputs(
+        batch, torch.zeros(2), loss_mask, None, None, policy_mask=policy_mask, loss=settings, norms=norms
+    )
+
+
+def test_a_slices_counts_are_one_all_reduce_and_the_policy_count_only_under_a_policy_mask():
+    from grpokit.train.update import begin_slice
+
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    ranks = _TwoEqualRanks()
+    # no policy mask: (rows, loss tokens) in one all-reduce, 2 + 2 = 4 sequences, 5 + 5 = 10 tokens; the policy
+    # term covers the loss mask, so its count is the loss tokens' without a third sum
+    _, norms = begin_slice(model, opt, _slice_inputs(None), Accumulator(), dist=ranks)
+    assert ranks.calls == [2]
+    assert (norms.num_sequences, norms.num_tokens, norms.num_policy_tokens) == (4.0, 10.0, 10.0)
+    # a policy mask of 1 token a row: 2 here, 4 over the two ranks, in the same all-reduce
+    acc = Accumulator()
+    _, norms = begin_slice(model, opt, _slice_inputs(torch.tensor([[1.0, 0, 0], [1.0, 0, 0]])), acc, dist=ranks)
+    assert ranks.calls == [2, 3]
+    assert (norms.num_sequences, norms.num_tokens, norms.num_policy_tokens) == (4.0, 10.0, 4.0)
+    assert acc.tokens == 10.0  # the slice's loss tokens over every rank: the update's token metrics divide by them
+
+
+def test_a_slice_of_a_window_takes_its_batchs_counts_without_a_collective():
+    from grpokit.train.update import begin_slice
+    from grpokit.train.update_windows import SliceCounts
+
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    ranks, acc = _TwoEqualRanks(), Accumulator()
+    counts = SliceCounts(num_sequences=12.0, num_tokens=30.0, num_policy_tokens=6.0, slice_tokens=10.0)
+    _, norms = begin_slice(model, opt, _slice_inputs(None), acc, dist=ranks, counts=counts)
+    assert ranks.calls == []  # taken once for the whole batch (update_windows.batch_counts)
+    assert (norms.num_sequences, norms.num_tokens, norms.num_policy_tokens, acc.tokens) == (12.0, 30.0, 6.0, 10.0)
+
+
+def test_an_updates_sums_are_one_all_reduce_and_a_mismatch_maximum_stays_the_ranks():
+    model = torch.nn.Linear(1, 1)
+    opt, sched = make_optimizer(model, OptimConfig(lr=0.0), 1)
+    acc = Accumulator(loss=0.25, tokens=8.0, ent_sum=3.0, ent_tok=6.0, sampled=True)
+    acc.sums, acc.units = {"kl": 4.0, "clip_ratio/region_mean": 1.0}, {"clip_ratio/region_mean": 2.0}
+    acc.mismatch = {"tokens": 6.0, "abs_diff": 1.2, "k3": 0.6, "outside": 0.0, "abs_diff_max": 0.5}
+    ranks = _TwoEqualRanks()
+    m = apply_update(opt, sched, acc, OptimConfig(lr=0.0), dist=ranks)
+    # loss, entropy sum and tokens (3), the four terms, two sums, one unit, four mismatch sums: 14 numbers, once
+    assert ranks.calls == [14]
+    assert m["loss"] == 0.5  # 0.25 on each rank
+    assert m["entropy"] == 0.5  # (3 + 3) / (6 + 6)
+    assert m["kl"] == 1.0  # 8 / the slices' 8 tokens (acc.tokens: already the job's)
+    assert m["clip_ratio/region_mean"] == 0.5  # 2 / 4 sequences
+    assert m["mismatch/logp_abs_diff_mean"] == pytest.approx(2.4 / 12)
+    assert m["mismatch/logp_abs_diff_max"] == 0.5  # this rank's: reduce_metrics takes the max over ranks
+
+
+def test_the_bonus_reads_the_loss_masks_entropy_sums_when_no_policy_mask_narrows_it():
+    from grpokit.train.update import add_loss_metrics
+
+    entropy = torch.tensor([[1.0, 2.0, 4.0], [0.5, 0.5, 8.0]])
+    loss_mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    m = {"num_tokens": 5.0, "entropy/bonus": -0.1}
+    acc = Accumulator()
+    add_loss_metrics(acc, m, entropy, loss_mask)
+    # over the loss mask: 1 + 2 + 0.5 + 0.5 + 8 = 12 over 5 tokens, for the entropy metric and the bonus alike
+    assert (acc.ent_sum, acc.ent_tok) == (12.0, 5.0)
+    assert (acc.terms["sum"], acc.terms["tokens"], acc.terms["entropy/bonus"]) == (12.0, 5.0, -0.1)
+    # the entropy top-fraction keeps tokens 1 of row 0 and 2 of row 1 in the policy term: 2 + 8 = 10 over 2
+    acc = Accumulator()
+    add_loss_metrics(acc, m, entropy, loss_mask, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    assert (acc.ent_sum, acc.ent_tok, acc.terms["sum"], acc.terms["tokens"]) == (12.0, 5.0, 10.0, 2.0)

@@ -86,6 +86,9 @@ class TwoRanks:
     def sum_float(self, x):
         return 2 * x
 
+    def sum_floats(self, xs):
+        return [2 * x for x in xs]
+
 
 def test_sync_gradients_on_this_ranks_last_micro_batch_under_two_ranks():
     # One rank's slice of 4 rows, per_device_train_batch_size 2, one slice an update: this rank runs

@@ -26,8 +26,8 @@ import math
 
 import torch
 
+from .contexts import part_weights
 from .loss import aggregate
-from .rank_stats import over_ranks
 from .registry import StageSpec, register_advantage_stage
 from .settings import Normalisers
 
@@ -142,6 +142,5 @@ def distill_advantages(ctx, advantages: torch.Tensor) -> tuple[torch.Tensor, dic
     adv_NT = advantages[:, None] if advantages.dim() == 1 else advantages
     out = adv_NT.to(r_NT.device) * mask.to(r_NT.device) + a.distill_coef * r_NT
     n = mask.sum().clamp(min=1)
-    kl = {"distill/reverse_kl": (-(r_NT).sum() / n).item()}  # this rank's tokens: made the job's, token-weighted
-    kl = over_ranks(kl, ctx.dist, {"distill/reverse_kl": float(mask.sum())})
-    return out, {**kl, "distill/coef": float(a.distill_coef)}
+    kl = {"distill/reverse_kl": (-(r_NT).sum() / n).item()}  # this rank's tokens: pooled over ranks by their count
+    return out, {**kl, **part_weights({"distill/reverse_kl": mask.sum()}), "distill/coef": float(a.distill_coef)}

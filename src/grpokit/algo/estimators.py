@@ -21,10 +21,10 @@ import torch
 from grpokit.types import repeat_columns
 
 from .advantages import group_advantages, process_advantages
+from .contexts import part_weights
 from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
 from .entropy_shaping import GTPO_NORMALIZATIONS, grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
 from .masks import entropy_token_mask, truncated_sequences_mask
-from .rank_stats import over_ranks
 from .registry import StageSpec, register_advantage, register_token_mask
 
 
@@ -101,7 +101,7 @@ def process_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     adv, metrics = process_advantages(
         rewards, ends, mask, G, ctx.mask_NT.shape[1], std=ctx.algo.std, eps=ctx.algo.adv_eps, token_mask_NT=ctx.mask_NT
     )
-    return adv, _job_metrics(ctx, metrics, {"advantages": ctx.mask_NT.sum()})  # over the trained tokens
+    return adv, _rank_part(ctx, metrics, {"advantages": ctx.mask_NT.sum()})  # over the trained tokens
 
 
 def process_steps(steps: list[list[tuple[int, float]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -115,15 +115,13 @@ def process_steps(steps: list[list[tuple[int, float]]]) -> tuple[torch.Tensor, t
     return rewards, ends, mask
 
 
-def _job_metrics(ctx, metrics: dict[str, float], counts: dict[str, float | torch.Tensor]) -> dict[str, float]:
-    """The metrics of an estimator that sees this rank's groups only, made the job's (several ranks;
-    algo/rank_stats.py): zero-std groups counted over every rank, each statistic weighted by the values it
-    covers on this rank (``counts``, by key or prefix: ``advantages``, ``gigpo/step_advantages`` ...)."""
-    weights = {
-        "frac_reward_zero_std": float(len(ctx.rewards_N) // ctx.group_size),
-        **{k: float(v) for k, v in counts.items()},
-    }
-    return over_ranks(metrics, ctx.dist, weights, sums=("num_zero_std_groups",))
+def _rank_part(ctx, metrics: dict[str, float], counts: dict[str, float | torch.Tensor]) -> dict[str, float]:
+    """The metrics of an estimator that sees this rank's groups only, with the counts that make them the job's
+    when the step's line is reduced over ranks (contexts.part_weights): the zero-std share over this rank's
+    groups (their number summed), each statistic over the values it covers (``counts``, by key or prefix:
+    ``advantages``, ``gigpo/step_advantages`` ...)."""
+    groups = float(len(ctx.rewards_N) // ctx.group_size)
+    return {**metrics, **part_weights({"frac_reward_zero_std": groups, "num_zero_std_groups": groups, **counts})}
 
 
 def turn_ids(ro, width: int) -> torch.Tensor:
@@ -203,7 +201,7 @@ def gigpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     )
     steps = mask.sum()  # the real steps of this rank's episodes; "advantages" are the episodes' (A_E)
     step_keys = ("gigpo/step_advantages", "gigpo/step_group_size_mean", "gigpo/singleton_step_fraction")
-    metrics = _job_metrics(ctx, metrics, {"advantages": len(ctx.rewards_N), **dict.fromkeys(step_keys, steps)})
+    metrics = _rank_part(ctx, metrics, {"advantages": len(ctx.rewards_N), **dict.fromkeys(step_keys, steps)})
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
@@ -215,7 +213,7 @@ def gagpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     adv_NS, metrics = gagpo_advantages(
         rewards, states, mask, ctx.group_size, gamma=p.step_gamma, lam=p.gae_lambda, std=a.std, eps=a.adv_eps
     )
-    metrics = _job_metrics(ctx, metrics, dict.fromkeys(("advantages", "gagpo/value_proxy"), mask.sum()))
+    metrics = _rank_part(ctx, metrics, dict.fromkeys(("advantages", "gagpo/value_proxy"), mask.sum()))
     return steps_to_tokens(adv_NS, turn_ids(ctx.scored.rollout, ctx.mask_NT.shape[1]), ctx.mask_NT.cpu()), metrics
 
 
@@ -264,19 +262,16 @@ def gtpo_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
     ent, mask = ctx.entropy_NT.float().cpu(), ctx.mask_NT.float().cpu()
     r_PG = ctx.rewards_N.float().view(-1, ctx.group_size)
     b1, b2 = p.shaping_base_weight, p.shaping_entropy_weight
-    if not dist.active:
-        return gtpo_advantages(
-            r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=p.gtpo_normalization, std=a.std, eps=a.adv_eps
-        )
     shaped, pos_N, valid = gtpo_token_rewards(r_PG, ent, mask, alpha1=b1, alpha2=b2)
-    pools = (  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards
-        dist.gather_varlen(shaped[valid & pos_N[:, None]]),
-        dist.gather_varlen(shaped[valid & ~pos_N[:, None]]),
+    pools = (  # GTPO eq. 6 over the whole batch: every rank's O+ and O- token rewards (one process: its own)
+        (dist.gather_varlen(shaped[valid & pos_N[:, None]]), dist.gather_varlen(shaped[valid & ~pos_N[:, None]]))
+        if dist.active
+        else None
     )
     adv, metrics = gtpo_advantages(
         r_PG, ent, mask, alpha1=b1, alpha2=b2, normalization=p.gtpo_normalization, std=a.std, eps=a.adv_eps, pools=pools
     )
-    return adv, _job_metrics(ctx, metrics, dict.fromkeys(("advantages", "gtpo/shaped_reward"), valid.sum()))
+    return adv, _rank_part(ctx, metrics, dict.fromkeys(("advantages", "gtpo/shaped_reward"), valid.sum()))
 
 
 @register_advantage("grpo_s", StageSpec(needs_entropy=True, params=ShapingParams))

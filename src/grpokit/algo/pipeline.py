@@ -36,10 +36,9 @@ from grpokit.config.sections import AlgoConfig
 from grpokit.types import Rollout, ScoredBatch, TokenBatch
 
 from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normalize_components, response_entropy
-from .contexts import AdvantageContext, Collectives, MaskContext, OneProcess
+from .contexts import AdvantageContext, Collectives, MaskContext, OneProcess, part_weights
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .lambda_grpo import LearnableLambda
-from .rank_stats import over_ranks
 from .registry import (
     StageSpec,
     active_stages,
@@ -348,7 +347,7 @@ def kl_in_reward(ctx: StageContext, rewards_N: torch.Tensor) -> tuple[torch.Tens
         rewards_N, lp.old.cpu(), lp.ref.cpu(), mask, a.beta, a.kl_estimator, a.kl_clamp or None
     )
     kl = {"kl": (kl_N.sum() / mask.sum().clamp(min=1)).item()}  # per token of this rank: the job's, token-weighted
-    return rewards_N, over_ranks(kl, ctx.dist, {"kl": float(mask.sum())})
+    return rewards_N, {**kl, **part_weights({"kl": mask.sum()})}
 
 
 @register_advantage_stage(
@@ -362,7 +361,7 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
     adv, metrics = entropy_scaled_advantages(
         advantages, ent_N, ctx.dist.gather_rows(ent_N).mean(), a.entropy_advantage_max_scale or None
     )
-    return adv, over_ranks(metrics, ctx.dist, {"eda/scale": float(len(ent_N))})  # every rank's completions
+    return adv, {**metrics, **part_weights({"eda/scale": len(ent_N)})}  # over this rank's completions
 
 
 @register_advantage_stage("tis", StageSpec(needs_old=True, active=lambda s: s.tis.cap > 0 and not _tis_in_objective(s)))
@@ -375,14 +374,13 @@ def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.T
     w_NT, metrics = tis_weights(
         old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor
     )
-    return _per_token(advantages, w_NT), _over_tokens(ctx, metrics)
+    return _per_token(advantages, w_NT), _by_tokens(ctx, metrics)
 
 
-def _over_tokens(ctx: StageContext, metrics: dict[str, float]) -> dict[str, float]:
-    """A stage's token statistics of this rank made the job's (several ranks): every one weighted by the rank's
-    completion tokens, its maxima and minima over every rank (algo/rank_stats.py)."""
-    tokens = float(ctx.tokens.completion_mask.sum())
-    return over_ranks(metrics, ctx.dist, dict.fromkeys(metrics, tokens))
+def _by_tokens(ctx: StageContext, metrics: dict[str, float]) -> dict[str, float]:
+    """A stage's token statistics of this rank, each with the rank's completion tokens as its weight (the step's
+    reduction over ranks pools them: contexts.part_weights)."""
+    return {**metrics, **part_weights(dict.fromkeys(metrics, ctx.tokens.completion_mask.sum()))}
 
 
 def _tis_in_objective(s: StepSettings) -> bool:
@@ -402,7 +400,7 @@ def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str,
     w_NT, metrics = tis_weights(
         old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, s.tis.cap, s.tis.mode, s.tis.floor
     )
-    return objective_spec(s.algo.objective).sampler_weight(w_NT), _over_tokens(ctx, metrics)
+    return objective_spec(s.algo.objective).sampler_weight(w_NT), _by_tokens(ctx, metrics)
 
 
 @register_advantage_stage("mismatch_mask", StageSpec(needs_old=True, active=lambda s: s.mismatch.mode != "none"))
@@ -413,7 +411,7 @@ def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> t
     keep_NT, metrics = mismatch_mask(
         ctx.logprobs.on_support(), ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high
     )
-    return _per_token(advantages, keep_NT), _over_tokens(ctx, metrics)
+    return _per_token(advantages, keep_NT), _by_tokens(ctx, metrics)
 
 
 from . import distill  # noqa: E402,F401  (registers on-policy distillation's advantage stage, last)

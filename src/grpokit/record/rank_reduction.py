@@ -7,7 +7,7 @@ sources write):
 
     same      the job's figure already, equal on every rank: computed from all-reduced sums (the update's
               loss, grad_norm, kl ...), over every rank's gathered rows (rewards/<f>/mean and /std,
-              domain/<d>/*, the advantages), or from all ranks' parts (algo/rank_stats.py); rank 0's is kept
+              domain/<d>/*, the advantages); rank 0's is kept
     mean      a mean over this rank's rows when every rank has as many (completions, groups, episodes):
               the mean of the ranks' values is the job's mean
     sum       a count (failures, scored completions, reset failures): the job's is the sum
@@ -15,10 +15,25 @@ sources write):
     weighted  a rate whose denominator differs between ranks: the ranks' values weighted by ``by``, a count
               of the same rank (another metric, or a weight the trainer passes: ``tokens``, the rank's
               completion tokens)
+    rate      a count per second: the ranks' ``by`` weights summed over the largest of the ranks' seconds
+              ``over`` (the first of those metrics the line has): the job's tokens over its slowest rank's time
+
+A stage that measures a statistic on its own rank's rows only (step-level credit, token statistics) says how
+many values it covers beside it, ``weight/<key>`` (or ``weight/<prefix>`` for ``<prefix>/mean``, ``/std``,
+``/min``, ``/max``); such a part combines exactly, whatever its rule, by ``pool`` (the ranks' counts
+``n_r``):
+
+    mean      M = sum_r n_r m_r / sum_r n_r                                 (a rate is a mean too)
+    std       S = sqrt(sum_r n_r (s_r^2 + (m_r - M)^2) / sum_r n_r)        (population std, its ``mean`` beside it)
+    min, max  over the parts that cover a value (an empty part's placeholder is left out)
+    count     a name starting ``num_``: the sum
+
+``weight/`` entries are never written (``reduce_metrics`` drops them with one process too); the loss's
+``weight/<name>`` (algo/loss.py clip_metrics) is the same convention over micro-batches (train/update.py).
 
 A name no rule covers (a reward function's own ``log_metric``) is the mean over the ranks that logged it, or
-the min / max for a name ending in ``min`` / ``max``. The union of the ranks' keys is kept, so a metric one
-rank lacks cannot hang the job.
+the min / max by its name (``extreme``, the one naming rule for extremes: ranks, micro-batches, updates). The
+union of the ranks' keys is kept, so a metric one rank lacks cannot hang the job.
 """
 
 from __future__ import annotations
@@ -33,9 +48,11 @@ class Rule:
     """How one metric combines over ranks (see the module docstring)."""
 
     how: str
-    """``same``, ``mean``, ``sum``, ``min``, ``max`` or ``weighted``."""
+    """``same``, ``mean``, ``sum``, ``min``, ``max``, ``weighted`` or ``rate``."""
     by: str = ""
-    """``weighted``: the weight's name, a metric of the same rank or a weight the caller passes."""
+    """``weighted`` / ``rate``: the weight's name, a metric of the same rank or a weight the caller passes."""
+    over: tuple[str, ...] = ()
+    """``rate``: the seconds' metric names, the first one a line has (its max over ranks divides)."""
 
 
 SAME, MEAN, SUM, MIN, MAX = Rule("same"), Rule("mean"), Rule("sum"), Rule("min"), Rule("max")
@@ -51,12 +68,13 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("gec/corrected_groups", SUM),
     ("rollout/worker_faults", SUM),
     ("rollout/workers", SUM),
-    # over every rank's rows, or from every rank's parts (train/step_metrics.py, algo/rank_stats.py)
+    # over every rank's rows (train/step_metrics.py); a stage's figure of its own rows comes with weight/ (pool)
     ("rewards/*/mean", SAME),
     ("rewards/*/std", SAME),
     ("domain/*", SAME),
-    ("tokens_per_second", SAME),
-    ("rollout/tokens_per_second", SAME),
+    ("tokens_per_second", Rule("rate", "tokens", ("time/step",))),  # every rank's tokens / the slowest rank's time
+    # the asynchronous sampler's own seconds on the batch, else the trainer's rollout span (train/step_metrics.py)
+    ("rollout/tokens_per_second", Rule("rate", "tokens", ("time/sampling", "time/rollout"))),
     ("completions/*_terminated_length", SAME),
     ("num_tokens", SAME),
     ("advantages/*", SAME),
@@ -118,36 +136,95 @@ def rule_for(key: str) -> Rule | None:
     return next((rule for pattern, rule in RULES if fnmatchcase(key, pattern)), None)
 
 
-def _fallback(key: str) -> Rule:
+WEIGHT = "weight/"
+
+
+def extreme(key: str) -> str | None:
+    """``"min"`` / ``"max"`` for a metric that is a smallest / largest value by its name (its last part ``min`` /
+    ``max``, or ending ``_min`` / ``_max``), else None: the one rule every combination of a metric's values
+    reads (over ranks here, over micro-batches and updates in train/update.py and train/step_metrics.py)."""
     leaf = key.rsplit("/", 1)[-1]
-    return MIN if leaf.endswith("min") else MAX if leaf.endswith("max") else MEAN
+    return next((kind for kind in ("min", "max") if leaf == kind or leaf.endswith("_" + kind)), None)
+
+
+def _fallback(key: str) -> Rule:
+    return {"min": MIN, "max": MAX}.get(extreme(key) or "", MEAN)
+
+
+def part_weight(metrics: dict, key: str) -> float | None:
+    """How many values ``key`` covers on this rank (``weight/<key>``, else ``weight/<prefix>``); None: the key
+    is no part (its rule combines it)."""
+    prefix = key.rsplit("/", 1)[0]
+    found = metrics.get(WEIGHT + key, metrics.get(WEIGHT + prefix) if prefix != key else None)
+    return None if found is None else float(found)
+
+
+def pool(key: str, parts: list[tuple[float, float]], means: list[float] | None = None) -> float:
+    """The job's ``key`` from every rank's ``(count, value)`` part (see the module docstring); ``means``: for a
+    std, each part's mean. A mean over no value at all is 0.0 (the stages' empty value), a min / max the first
+    part's.
+
+    Example, two ranks' advantages over 1 and 3 values: rank 0 {mean 2, std 0, max 2}, rank 1
+    {mean 6, std 2, max 9}: M = (1*2 + 3*6) / 4 = 5; S^2 = (1*(0 + 9) + 3*(4 + 1)) / 4 = 6, S = 2.449; max 9."""
+    counts, values = [n for n, _ in parts], [v for _, v in parts]
+    total, kind = sum(counts), extreme(key)
+    if key.rsplit("/", 1)[-1].startswith("num_"):
+        return sum(values)
+    if kind is not None:
+        covered = [v for n, v in zip(counts, values) if n > 0] or values[:1]
+        return max(covered) if kind == "max" else min(covered)
+    if total <= 0:
+        return 0.0
+    if means is None:
+        return sum(n * v for n, v in zip(counts, values)) / total
+    job_mean = sum(n * m for n, m in zip(counts, means)) / total  # each part's spread plus its mean's distance
+    var = sum(n * (s * s + (m - job_mean) ** 2) for n, s, m in zip(counts, values, means)) / total
+    return math.sqrt(max(var, 0.0))
+
+
+def _pooled(key: str, have: list[dict]) -> float:
+    parts = [(part_weight(m, key) or 0.0, float(m[key])) for m in have]
+    mean_key = key[: -len("std")] + "mean"
+    stds = key.rsplit("/", 1)[-1] == "std" and all(isinstance(m.get(mean_key), (int, float)) for m in have)
+    return pool(key, parts, [float(m[mean_key]) for m in have] if stds else None)
+
+
+def _by_rule(rule: Rule, vals: list[float], have: list[tuple[dict, dict]], out: dict[str, float]) -> float:
+    """One key's value over the ranks that have it, by its rule."""
+    if rule.how == "same":
+        return vals[0]
+    if rule.how == "sum":
+        return sum(vals)
+    if rule.how in ("min", "max"):  # NaN (a rank where none had one: clip_ratio/low_min) is skipped
+        seen = [v for v in vals if not math.isnan(v)] or [math.nan]
+        return min(seen) if rule.how == "min" else max(seen)
+    ws = [float(w.get(rule.by, m.get(rule.by, 0.0))) for m, w in have]
+    if rule.how == "rate":  # every rank's count over the slowest rank's seconds
+        over = next((k for k in rule.over if k in out), None)
+        return sum(ws) / max(out[over] if over is not None else 0.0, 1e-9)
+    if rule.how == "weighted":
+        return sum(w * v for w, v in zip(ws, vals)) / sum(ws) if sum(ws) > 0 else sum(vals) / len(vals)
+    return sum(vals) / len(vals)
 
 
 def combine(every: list[dict[str, float]], weights: list[dict[str, float]] | None = None) -> dict[str, float]:
-    """One line of the job from every rank's metrics (rank order), each key by its rule; ``weights``: per rank,
-    the weights a ``weighted`` rule may name beside the rank's metrics (``tokens``). Non-numbers are dropped.
+    """One line of the job from every rank's metrics (rank order), each key by its rule, or pooled as a part
+    (``weight/``, see the module docstring); ``weights``: per rank, the weights a ``weighted`` or ``rate`` rule
+    may name beside the rank's metrics (``tokens``). Non-numbers and ``weight/`` entries are dropped.
 
     Example, two ranks: {"rewards/f/failures": 1, "completions/max_length": 5, "reward": 0.5} and
     {"rewards/f/failures": 2, "completions/max_length": 7, "reward": 1.0} -> failures 3 (a count),
     max_length 7, reward 0.75 (each rank's mean over as many completions)."""
     weights = weights or [{} for _ in every]
     out: dict[str, float] = {}
-    for key in dict.fromkeys(k for m in every for k in m):
+    keys = list(dict.fromkeys(k for m in every for k in m if not k.startswith(WEIGHT)))
+    rates = [k for k in keys if (rule_for(k) or MEAN).how == "rate"]  # after the seconds they divide by
+    for key in [k for k in keys if k not in rates] + rates:
         have = [(m, w) for m, w in zip(every, weights) if isinstance(m.get(key), (int, float))]
         if not have:
             continue
-        vals = [float(m[key]) for m, _ in have]
-        rule = rule_for(key) or _fallback(key)
-        if rule.how == "same":
-            out[key] = vals[0]
-        elif rule.how == "sum":
-            out[key] = sum(vals)
-        elif rule.how in ("min", "max"):  # NaN (a rank where none had one: clip_ratio/low_min) is skipped
-            seen = [v for v in vals if not math.isnan(v)] or [math.nan]
-            out[key] = min(seen) if rule.how == "min" else max(seen)
-        elif rule.how == "weighted":
-            ws = [float(w.get(rule.by, m.get(rule.by, 0.0))) for m, w in have]
-            out[key] = sum(w * v for w, v in zip(ws, vals)) / sum(ws) if sum(ws) > 0 else sum(vals) / len(vals)
+        if any(part_weight(m, key) is not None for m, _ in have):
+            out[key] = _pooled(key, [m for m, _ in have])
         else:
-            out[key] = sum(vals) / len(vals)
-    return out
+            out[key] = _by_rule(rule_for(key) or _fallback(key), [float(m[key]) for m, _ in have], have, out)
+    return {k: out[k] for k in keys if k in out}  # the ranks' key order

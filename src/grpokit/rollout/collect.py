@@ -150,11 +150,15 @@ def collect(
     if dynamic_sampling or sample_group_size > G:
         out.metrics = kept_reward_metrics(out)
     if dynamic_sampling:
-        flat_found = sampled - sum(len(b.prompts) for b in rounds_kept)
-        kept = len(out.prompts) - len(_flat_indices(out))
-        sampled, flat_found, kept = _summed([sampled, flat_found, kept], dist, K)  # global counts
+        # the flat groups found, the informative ones kept, the prompts sampled: global counts, one all-reduce
+        local = [
+            sampled - sum(len(b.prompts) for b in rounds_kept),
+            len(out.prompts) - len(_flat_indices(out)),
+            sampled,
+        ]
+        flat_found, kept, sampled_all = dist.sum_floats(local) if many else [float(n) for n in local]
         flat_trained = len(out.prompts) * K - kept
-        out.metrics.update(_dynamic_metrics(len(rounds_kept), sampled, flat_found, kept, flat_trained))
+        out.metrics.update(_dynamic_metrics(len(rounds_kept), sampled_all, flat_found, kept, flat_trained))
         if kept < P * K and warn is not None:
             warn(
                 f"dynamic sampling (algo.dynamic_sampling) found fewer than train.prompts_per_step={P * K} "
@@ -193,14 +197,6 @@ def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfp
         n_kept += int(dist.sum_float(len(batch.prompts))) if many and dynamic_sampling else len(batch.prompts)
         if not dynamic_sampling or n_kept >= P * K or len(rounds_kept) >= max_rounds:
             return rounds_kept, last, sampled
-
-
-def _summed(counts: list[float], dist, K: int) -> list[float]:
-    """Each of ``counts`` summed over the K ranks, all in one collective (float64: counts stay exact); K 1: as
-    given."""
-    if K == 1:
-        return [float(c) for c in counts]
-    return dist.gather_rows(torch.tensor([counts], dtype=torch.float64)).sum(0).tolist()  # (K, len(counts)) summed
 
 
 def _flat_indices(batch: ScoredBatch) -> list[int]:

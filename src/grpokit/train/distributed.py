@@ -20,8 +20,9 @@ endpoint for several nodes (docs/SCALING.md). With K ranks and ``train.prompts_p
 
 * Metrics. Rank 0 writes one line for the job: ``reduce_metrics`` combines the ranks' values of each
   metric by the rule its name declares (record/rank_reduction.py: counts summed, means over equal shares
-  averaged, extremes, rates weighted by their own counts); what they cannot give is taken over every rank's
-  rows (train/step_metrics.py ``job_rows``; algo/rank_stats.py for the stages that see one rank's rows).
+  averaged, extremes, rates weighted by their own counts; a stage's statistic of its own rows pooled by the
+  ``weight/`` counts it gives beside it), all in one gather a step; what they cannot give is taken over every
+  rank's rows (train/step_metrics.py ``job_rows``).
 
 ``tests/train/test_distributed.py`` runs 2 gloo processes and 1 process on the same global batch and
 compares the final weights; ``tests/train/test_distributed_metrics.py`` every metric.
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from grpokit.record.rank_reduction import combine
+from grpokit.record.rank_reduction import WEIGHT, combine
 
 
 @dataclass
@@ -60,11 +61,16 @@ class DistContext:
 
     def sum_float(self, value: float) -> float:
         """Sum of ``value`` over ranks (float64 on the wire, so counts stay exact)."""
-        if not self.active:
-            return float(value)
-        t = torch.tensor([float(value)], dtype=torch.float64, device=self._comm_device())
+        return self.sum_floats([value])[0]
+
+    def sum_floats(self, values: list[float]) -> list[float]:
+        """Each of ``values`` summed over ranks, in one all-reduce (float64 on the wire, so counts stay exact);
+        every rank passes as many numbers, in the same order."""
+        if not self.active or not values:
+            return [float(v) for v in values]
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        return float(t.item())
+        return [float(v) for v in t.tolist()]
 
     def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
         """Concatenate every rank's ``x`` along dim 0 in rank order (equal shapes on all ranks)."""
@@ -92,14 +98,6 @@ class DistContext:
         parts = [torch.empty_like(src) for _ in lengths]
         dist.all_gather(parts, src)
         return torch.cat([part[:k] for part, k in zip(parts, lengths)]).to(x.device)
-
-    def max_float(self, value: float) -> float:
-        """The largest ``value`` over ranks (a step's seconds: the job waits for its slowest rank)."""
-        if not self.active:
-            return float(value)
-        t = torch.tensor([float(value)], dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
 
     def any_rank(self, flag: bool) -> bool:
         """True when ``flag`` is true on at least one rank (a collective: every rank must call it)."""
@@ -208,10 +206,11 @@ def reduce_metrics(
 ) -> dict[str, float]:
     """One line of the job from every rank's ``metrics``: each name by its declared rule (record/rank_reduction.py:
     the job's figure kept, counts summed, means over equal shares averaged, extremes, rates weighted by their
-    own counts; ``weights`` are this rank's counts such a rule may name, e.g. ``tokens``). The union of keys is
-    kept, so a metric one rank lacks cannot hang the job."""
+    own counts; ``weights`` are this rank's counts such a rule may name, e.g. ``tokens``; a statistic with a
+    ``weight/`` count beside it pooled by those counts). The union of keys is kept, so a metric one rank lacks
+    cannot hang the job. ``weight/`` entries are never part of the line (one process: only they are dropped)."""
     if not ctx.active:
-        return metrics
+        return {k: v for k, v in metrics.items() if not k.startswith(WEIGHT)}
     every = ctx.gather_objects((metrics, weights or {}))
     return combine([m for m, _ in every], [w for _, w in every])
 

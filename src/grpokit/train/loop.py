@@ -49,8 +49,8 @@ from .trainer_outputs import TrainerOutputs
 from .trainer_sampling import TrainerSampling
 from .trainer_setup import TrainerSetup
 from .trainer_stages import TrainerStages
-from .update import Accumulator, Forwards, accumulate, apply_update, update_slices, window_counts
-from .update_windows import stale_slices, window_at
+from .update import Accumulator, Forwards, accumulate, apply_update, update_slices
+from .update_windows import batch_counts, stale_slices, window_at, window_counts
 
 
 class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, TrainerStages):
@@ -242,11 +242,13 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         self._updating = True  # from here on the model is no longer the last finished step's
         with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
             parts, applied = cfg.train.updates_per_batch, self.updates
+            # TRL's normalisers of a cut batch: its counts over every rank, once for all its slices
+            counts = batch_counts(inputs, parts, self.dist) if cfg.train.accumulation_slices > 1 or parts > 1 else None
             slices = ((i, j, p) for i in range(a.num_iterations) for j, p in enumerate(update_slices(inputs, parts)))
             for i, j, part in slices:  # num_iterations passes over TRL's steps_per_generation slices
                 if self._updates_done() or self._stop_before_update(applied):  # TRL's max_steps, a callback's stop
                     break
-                upd = self._update(part, inputs, settings, (self.step * a.num_iterations + i) * parts + j)
+                upd = self._update(part, counts, settings, (self.step * a.num_iterations + i) * parts + j)
                 updates += [upd] if upd is not None else []
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
@@ -255,21 +257,20 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
         return self._step_metrics(sb, inputs, every, {**upd, **extra, **stage})  # 7. record
 
-    def _update(self, part, batch, settings: StepSettings, position: int) -> dict[str, float] | None:
-        """Backpropagate slice ``part`` of ``batch`` (slice number ``position`` of the run) into the pending
-        update; apply the update once it holds its window's slices (train.accumulation_slices, or fewer at an
-        epoch's end: train.accumulation_epoch_steps; every slice by default) and return its metrics, else None."""
+    def _update(self, part, counts, settings: StepSettings, position: int) -> dict[str, float] | None:
+        """Backpropagate slice ``part`` of its batch (``counts``: the batch's, update_windows.batch_counts; None
+        when a slice is a whole update; slice number ``position`` of the run) into the pending update; apply
+        the update once it holds its window's slices (train.accumulation_slices, or fewer at an epoch's end:
+        train.accumulation_epoch_steps; every slice by default) and return its metrics, else None."""
         cfg, t = self.cfg, self.cfg.train
         for state in self.stage_states:  # e.g. adaptive entropy: this update's coefficient
             part = state.before_update(part)
         window, ends = window_at(
             position, t.accumulation_slices, t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations
         )
-        counts = (
-            window_counts(batch, part, t.updates_per_batch, window, self.dist)
-            if t.accumulation_slices > 1 or t.updates_per_batch > 1
-            else None
-        )  # TRL's normalisers of a cut batch
+        parts = t.updates_per_batch
+        # TRL's normalisers of a cut batch (position % parts: the slice's place in its batch)
+        counts = window_counts(counts, position % parts, parts, window) if counts is not None else None
         forwards = Forwards(
             temperature=cfg.rollout.temperature,
             micro_batch_size=t.micro_batch_size,
@@ -406,7 +407,6 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             self.cfg.health.same_length_min_tokens,
             self.sampler.position,
             rows,
-            self.dist,
         )
         # per domain (over every rank's groups); a curriculum's own
         metrics.update({**step_metrics.domain_metrics(rows, sb, self.domain_graders), **self.sampler.metrics()})

@@ -17,6 +17,7 @@ import torch
 
 from grpokit.data.domains import COLUMN
 from grpokit.record.domain_metrics import domain_stats
+from grpokit.record.rank_reduction import extreme
 from grpokit.record.samples import sample_rows
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.record.vision_samples import with_images
@@ -35,7 +36,7 @@ STEP_ONLY = ("grad_norm/max",)  # the step's own (not one update's): grpokit.trl
 
 def step_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
     """One line of the metrics of the optimizer updates a step applied, in order: a key in LAST_OF_UPDATES is
-    the last update's, in SUM_OF_UPDATES summed, a ``..._max`` key the max, a ``..._min`` key the min; every
+    the last update's, in SUM_OF_UPDATES summed, a min / max by its name (rank_reduction.extreme) the min / max; every
     other (``loss``, ``grad_norm``, ``clip_ratio/*``, ``entropy``, ``ratio/mean`` ...) the mean over the
     updates that report it; plus ``grad_norm/max``, the largest update's norm (a spike the mean would halve).
     ``{}`` for none (an update spanning steps, train.accumulation_slices, still accumulating). One update: its
@@ -47,10 +48,8 @@ def step_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
             out[k] = vals[-1]
         elif k in SUM_OF_UPDATES:
             out[k] = sum(vals)
-        elif k.endswith("_max"):
-            out[k] = max(vals)
-        elif k.endswith("_min"):
-            out[k] = min(vals)
+        elif extreme(k) is not None:
+            out[k] = max(vals) if extreme(k) == "max" else min(vals)
         else:
             out[k] = sum(vals) / len(vals)
     norms = [u["grad_norm"] for u in updates if "grad_norm" in u]
@@ -132,8 +131,8 @@ def domain_metrics(rows: JobRows, sb: ScoredBatch, graders: dict[str, str]) -> d
 
 
 def rank_weights(sb: ScoredBatch) -> dict[str, float]:
-    """This rank's counts that a ``weighted`` rule of record/rank_reduction.py may name: ``tokens``, the model's
-    tokens of its completions."""
+    """This rank's counts that a ``weighted`` or ``rate`` rule of record/rank_reduction.py may name: ``tokens``,
+    the model's tokens of its completions."""
     return {"tokens": float(sum(sb.rollout.model_lengths()))}
 
 
@@ -177,22 +176,20 @@ def step_metrics(
     same_length_min_tokens: int,
     data_position: int,
     rows: JobRows | None = None,
-    dist=None,
 ) -> dict[str, float]:
-    """This rank's metrics of a step: ``sampling_metrics``, the update's, timings, the job's throughput (every
-    rank's tokens over the slowest rank's seconds; ``dist``: a distributed.DistContext, collective) and the data
-    position."""
+    """This rank's metrics of a step: ``sampling_metrics``, the update's, timings, this rank's throughput and the
+    data position. No collective: ``reduce_metrics`` makes the throughput the job's in its one gather (every
+    rank's ``tokens``, ``rank_weights``, over the slowest rank's seconds: record/rank_reduction.py's ``rate``)."""
     tokens = float(sum(sb.rollout.model_lengths()))
-    # asynchronous rollout: the sampler's own seconds on this batch; the trainer's rollout span only took it
+    # asynchronous rollout: the sampler's own seconds on this batch (time/sampling); the trainer's rollout span
+    # only took it. The rate rule divides by the same seconds over ranks.
     rollout_s = update_metrics.get("time/sampling", timer.spans.get("rollout", 0.0))
     step_s = timer.total()
-    if dist is not None and dist.active:
-        tokens, step_s, rollout_s = dist.sum_float(tokens), dist.max_float(step_s), dist.max_float(rollout_s)
     return {
         **sampling_metrics(sb, inputs, same_length_min_tokens, rows),
         **update_metrics,
         **timer.metrics(),
-        "time/step": step_s,  # the seconds the throughput divides by (the timer runs on through the collectives)
+        "time/step": step_s,  # the seconds the throughput divides by
         "tokens_per_second": tokens / max(step_s, 1e-9),
         "rollout/tokens_per_second": tokens / max(rollout_s, 1e-9),
         "data/position": float(data_position),

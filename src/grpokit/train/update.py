@@ -29,12 +29,14 @@ from grpokit.config.sections import OptimConfig
 from grpokit.optim.decay import param_groups
 from grpokit.optim.optimizers import build_optimizer
 from grpokit.optim.schedule import make_scheduler
+from grpokit.record.rank_reduction import extreme
 from grpokit.types import TokenBatch
 
 from . import distill_pass
 from .logprobs import completion_logprobs, logprobs_with_router_loss
 from .prefix_tree import tokens_saved
 from .token_budget import micro_batches
+from .update_windows import SliceCounts
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
@@ -79,27 +81,28 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
     )
 
 
-def _objective(inputs: UpdateInputs, dist) -> tuple[LossSettings, Normalisers]:
-    """The loss records of this update (``update_inputs`` sets them), with the whole batch's sequence,
-    loss-token and policy-token counts (over every rank)."""
+def _loss_records(inputs: UpdateInputs) -> tuple[LossSettings, Normalisers]:
+    """The loss records of this update (``update_inputs`` sets them)."""
     if inputs.loss is None or inputs.norms is None:
         raise ValueError(
             "UpdateInputs.loss and .norms are None; build the inputs with algo.pipeline.update_inputs, "
             "or give both (algo.pipeline.loss_settings makes them from an AlgoConfig)"
         )
-    num_tokens, num_sequences = float(inputs.loss_mask.sum().item()), float(inputs.batch.input_ids.shape[0])
-    num_policy = float(_policy_mask(inputs).sum().item())
-    if dist is not None:  # data parallel: every rank divides by the whole batch's counts
-        num_tokens, num_sequences = dist.sum_float(num_tokens), dist.sum_float(num_sequences)
-        num_policy = dist.sum_float(num_policy)
-    return inputs.loss, dataclasses.replace(
-        inputs.norms, num_sequences=num_sequences, num_tokens=num_tokens, num_policy_tokens=num_policy
+    return inputs.loss, inputs.norms
+
+
+def _objective(inputs: UpdateInputs, dist) -> tuple[LossSettings, Normalisers]:
+    """The loss records of this update, with the whole batch's sequence, loss-token and policy-token counts
+    (over every rank: one all-reduce; without a policy mask the policy tokens are the loss tokens)."""
+    settings, norms = _loss_records(inputs)
+    local = [float(inputs.batch.input_ids.shape[0]), float(inputs.loss_mask.sum().item())]
+    if inputs.policy_mask is not None:
+        local.append(float(inputs.policy_mask.sum().item()))
+    counts = dist.sum_floats(local) if dist is not None else local  # data parallel: the whole batch's counts
+    num_sequences, num_tokens = counts[0], counts[1]
+    return settings, dataclasses.replace(
+        norms, num_sequences=num_sequences, num_tokens=num_tokens, num_policy_tokens=counts[-1]
     )
-
-
-def _policy_mask(inputs: UpdateInputs) -> torch.Tensor:
-    """The tokens whose policy term counts (UpdateInputs.policy_mask, or all of the loss mask)."""
-    return inputs.loss_mask if inputs.policy_mask is None else inputs.policy_mask
 
 
 def add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
@@ -115,7 +118,7 @@ def add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: to
     for k, v in mismatch_sums(
         old_logp, inputs.sampler_logp[rows].to(old_logp.device), mask.to(old_logp.device), low, high
     ).items():
-        acc[k] = max(acc.get(k, 0.0), v) if k.endswith("_max") else acc.get(k, 0.0) + v
+        acc[k] = max(acc.get(k, 0.0), v) if extreme(k) == "max" else acc.get(k, 0.0) + v
 
 
 @dataclasses.dataclass
@@ -130,7 +133,7 @@ class Accumulator:
     sums: dict = dataclasses.field(default_factory=dict)  # token-weighted metric sums (unit-weighted: units)
     units: dict = dataclasses.field(default_factory=dict)  # a share's own units summed (objective_loss's weight/)
     extremes: dict = dataclasses.field(default_factory=dict)  # *_min / *_max metrics: the update's min / max
-    ent_sum: float = 0.0  # entropy over the loss mask's tokens (add_entropy)
+    ent_sum: float = 0.0  # entropy over the loss mask's tokens (add_loss_metrics)
     ent_tok: float = 0.0
     terms: dict = dataclasses.field(
         default_factory=lambda: dict.fromkeys(("entropy/bonus", "sum", "tokens", "aux_loss"), 0.0)
@@ -138,23 +141,6 @@ class Accumulator:
     mismatch: dict = dataclasses.field(default_factory=dict)  # sampler/trainer mismatch sums
     bonus: EntropyBonus = dataclasses.field(default_factory=EntropyBonus)  # the update's entropy bonus settings
     sampled: bool = False  # a slice carried sampler log-probabilities (mismatch metrics)
-
-
-def window_counts(
-    batch: UpdateInputs, part: UpdateInputs, parts: int, window: int, dist=None
-) -> tuple[float, float, float]:
-    """``(sequences, tokens, policy tokens)`` that slice ``part`` of ``batch`` (cut into ``parts``) divides
-    its loss by when ``window`` slices make one update (train.accumulation_slices), as TRL divides a
-    micro-step's: its rows x window, so per-sequence means (grpo, dr_grpo) become a mean over the window's
-    equal slices; and the batch's loss tokens x window / parts, the tokens of an average window (TRL's
-    dapo/cispo/vespo normaliser; the policy-mask tokens likewise, for the entropy bonus). Counts over every rank.
-    Example: 8 rows, 40 loss tokens, parts 4, window 3: a 2-row slice divides by 6 sequences and 30 tokens.
-    """
-    rows, tokens = float(part.batch.input_ids.shape[0]), float(batch.loss_mask.sum().item())
-    policy = float(_policy_mask(batch).sum().item())
-    if dist is not None:
-        rows, tokens, policy = dist.sum_float(rows), dist.sum_float(tokens), dist.sum_float(policy)
-    return rows * window, tokens * window / parts, policy * window / parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +166,7 @@ def accumulate(
     fw: Forwards,
     *,
     dist=None,
-    counts: tuple[float, float, float] | None = None,
+    counts: SliceCounts | None = None,
 ) -> None:
     """Backpropagate one slice, micro-batch by micro-batch, into the parameters' ``.grad`` and add its
     metric sums to ``acc`` (a fresh ``acc`` starts from zero gradients). Micro-batches hold at most
@@ -201,15 +187,23 @@ def begin_slice(
     acc: Accumulator,
     *,
     dist=None,
-    counts: tuple[float, float, float] | None = None,
+    counts: SliceCounts | None = None,
 ) -> tuple[LossSettings, Normalisers]:
     """What every loss stage does before its micro-batches: the slice's loss records and normalisers
-    (``counts`` replacing its own when slices share an update), the model in training mode, the
-    gradient zeroed on an update's first slice, ``acc`` told of the slice."""
-    settings, norms = _objective(inputs, dist)
-    acc.tokens += norms.num_tokens
-    if counts is not None:
-        norms = dataclasses.replace(norms, num_sequences=counts[0], num_tokens=counts[1], num_policy_tokens=counts[2])
+    (``counts``, taken once for the batch, replacing its own when slices share an update: no collective
+    then), the model in training mode, the gradient zeroed on an update's first slice, ``acc`` told of the slice."""
+    if counts is None:
+        settings, norms = _objective(inputs, dist)
+        acc.tokens += norms.num_tokens
+    else:
+        settings, norms = _loss_records(inputs)
+        norms = dataclasses.replace(
+            norms,
+            num_sequences=counts.num_sequences,
+            num_tokens=counts.num_tokens,
+            num_policy_tokens=counts.num_policy_tokens,
+        )
+        acc.tokens += counts.slice_tokens
     model.train()
     if acc.slices == 0:
         optimizer.zero_grad(set_to_none=True)
@@ -247,34 +241,39 @@ def _micro_step(
         )
     loss.backward()
     acc.loss += loss.item()
-    add_loss_metrics(acc, m, entropy, lambda: _policy_mask(inputs)[rows])
-    # entropy over the loss mask's tokens, as TRL's (truncated completions masked out leave it; the entropy
-    # top-fraction's other tokens stay: that mask narrows the policy term only)
-    add_entropy(acc, entropy, inputs.loss_mask[rows])
+    policy = inputs.policy_mask[rows] if inputs.policy_mask is not None else None
+    add_loss_metrics(acc, m, entropy, inputs.loss_mask[rows], policy)
     add_mismatch(acc.mismatch, inputs, rows, old, mb)
 
 
-def add_loss_metrics(acc: Accumulator, m: dict[str, float], entropy_NT, policy_mask_of) -> None:
-    """Add one micro-batch's ``objective_loss`` metrics ``m`` to ``acc`` (the entropy bonus over the
-    tokens ``policy_mask_of()`` returns): what the update logs as kl, clip_ratio/*, ratio/mean ..."""
+def add_loss_metrics(
+    acc: Accumulator, m: dict[str, float], entropy_NT, loss_mask_NT, policy_mask_NT: torch.Tensor | None = None
+) -> None:
+    """Add one micro-batch's ``objective_loss`` metrics ``m`` to ``acc``: what the update logs as kl,
+    clip_ratio/*, ratio/mean ...; the entropy over ``loss_mask_NT``, as TRL's (truncated completions masked out
+    leave it; the entropy top-fraction's other tokens stay: that mask narrows the policy term only); with the
+    bonus on, its entropy over ``policy_mask_NT`` (None: the loss mask's, the same sums, taken once)."""
     m = dict(m)
     n_tok = m.pop("num_tokens")
+    ent = _entropy_sums(entropy_NT, loss_mask_NT)
+    acc.ent_sum, acc.ent_tok = acc.ent_sum + ent[0], acc.ent_tok + ent[1]
     if "entropy/bonus" in m:  # a sum over micro-batches, as the loss
-        _add_bonus(acc.terms, m.pop("entropy/bonus"), entropy_NT, policy_mask_of())
+        on_policy = ent if policy_mask_NT is None else _entropy_sums(entropy_NT, policy_mask_NT)
+        _add_bonus(acc.terms, m.pop("entropy/bonus"), on_policy)
     _add_loss_metrics(acc, m, n_tok)
 
 
 def _add_loss_metrics(acc: Accumulator, m: dict[str, float], n_tok: float) -> None:
     """Add one micro-batch's ``objective_loss`` metrics to ``acc``: a share with a ``weight/<name>`` entry
-    weighed by those units (the clip ratios: sequences at a sequence-wide ratio level), ``*_min`` / ``*_max``
-    kept as the update's min / max (NaN while no sequence had one), ``offpolicy/`` counts summed, every
-    other metric weighed by the micro-batch's loss tokens."""
+    weighed by those units (the clip ratios: sequences at a sequence-wide ratio level), a min / max by its name
+    (rank_reduction.extreme) kept as the update's min / max (NaN while no sequence had one), ``offpolicy/``
+    counts summed, every other metric weighed by the micro-batch's loss tokens."""
     units = {k.removeprefix("weight/"): v for k, v in m.items() if k.startswith("weight/")}
     for k, v in m.items():
         if k.startswith("weight/"):
             continue
-        if k.endswith(("_min", "_max")):
-            acc.extremes[k] = _extreme(acc.extremes.get(k, math.nan), v, lowest=k.endswith("_min"))
+        if extreme(k) is not None:
+            acc.extremes[k] = _extreme(acc.extremes.get(k, math.nan), v, lowest=extreme(k) == "min")
         elif k in units:
             acc.sums[k] = acc.sums.get(k, 0.0) + v * units[k]
             acc.units[k] = acc.units.get(k, 0.0) + units[k]
@@ -294,23 +293,10 @@ def apply_update(
 ) -> dict[str, float]:
     """The optimizer step on the gradient ``acc`` holds: sum it over ranks, clip its norm, step (a
     non-finite loss or norm skips the step); returns the update's metrics."""
-    loss_total, ent_sum, ent_tok, terms, sums, mismatch, units = (
-        acc.loss,
-        acc.ent_sum,
-        acc.ent_tok,
-        acc.terms,
-        acc.sums,
-        acc.mismatch,
-        acc.units,
-    )
     params = [p for g in optimizer.param_groups for p in g["params"]]
     if dist is not None and dist.active:  # sum gradients and the metric sums over ranks
         dist.sync_grads(params)
-        loss_total, ent_sum, ent_tok = (dist.sum_float(v) for v in (loss_total, ent_sum, ent_tok))
-        terms = {k: dist.sum_float(v) for k, v in terms.items()}
-        sums = {k: dist.sum_float(v) for k, v in sorted(sums.items())}
-        units = {k: dist.sum_float(v) for k, v in sorted(units.items())}
-        mismatch = {k: (v if k.endswith("_max") else dist.sum_float(v)) for k, v in sorted(mismatch.items())}
+    loss_total, ent_sum, ent_tok, terms, sums, units, mismatch = _summed(acc, dist)
     max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     metrics = {
@@ -330,6 +316,20 @@ def apply_update(
         metrics.update(mismatch_metrics(mismatch))
     metrics["skipped_nonfinite"] = _step(optimizer, scheduler, math.isfinite(loss_total) and math.isfinite(grad_norm))
     return metrics
+
+
+def _summed(acc: Accumulator, dist) -> tuple:
+    """``(loss, entropy sum, entropy tokens, terms, sums, units, mismatch)`` of ``acc`` over every rank, in one
+    all-reduce (every rank holds the same keys; a mismatch maximum stays this rank's: reduce_metrics takes it)."""
+    groups = [
+        dict(sorted(d.items()))
+        for d in (acc.terms, acc.sums, acc.units, {k: v for k, v in acc.mismatch.items() if extreme(k) != "max"})
+    ]
+    flat = [acc.loss, acc.ent_sum, acc.ent_tok, *(v for g in groups for v in g.values())]
+    out = iter(dist.sum_floats(flat) if dist is not None and dist.active else flat)
+    loss, ent_sum, ent_tok = next(out), next(out), next(out)
+    terms, sums, units, mismatch = ({k: next(out) for k in g} for g in groups)
+    return loss, ent_sum, ent_tok, terms, sums, units, {**acc.mismatch, **mismatch}
 
 
 def _loss_tensors(
@@ -352,12 +352,10 @@ def _loss_tensors(
     )
 
 
-def add_entropy(acc: Accumulator, entropy_NT: torch.Tensor, mask_NT: torch.Tensor) -> None:
-    """Add one micro-batch's entropy sum and token count over ``mask_NT`` (the loss mask) to the update's
-    ``entropy`` metric."""
+def _entropy_sums(entropy_NT: torch.Tensor, mask_NT: torch.Tensor) -> tuple[float, float]:
+    """One micro-batch's entropy sum and token count over ``mask_NT``."""
     mask = mask_NT.to(entropy_NT.device, entropy_NT.dtype)
-    acc.ent_sum += float((entropy_NT.detach() * mask).sum().item())
-    acc.ent_tok += float(mask.sum().item())
+    return float((entropy_NT.detach() * mask).sum().item()), float(mask.sum().item())
 
 
 def _term_metrics(acc: dict[str, float], loss_total: float, bonus, router_aux: float) -> dict[str, float]:
@@ -404,13 +402,12 @@ def _forward(model, mb: TokenBatch, fw: Forwards, entropy_grad: bool, top=None):
     return logp, entropy, None
 
 
-def _add_bonus(acc: dict[str, float], bonus: float, entropy_NT: torch.Tensor, loss_mask_NT: torch.Tensor) -> None:
-    """Add one micro-batch's entropy bonus and its policy tokens' entropy sum and count to ``acc``
-    (adaptive entropy control measures the tokens the bonus acts on: TRL's controller reads the same set)."""
-    mask = loss_mask_NT.to(entropy_NT.device, entropy_NT.dtype)
+def _add_bonus(acc: dict[str, float], bonus: float, policy_entropy: tuple[float, float]) -> None:
+    """Add one micro-batch's entropy bonus and its policy tokens' entropy sum and count (``_entropy_sums``) to
+    ``acc`` (adaptive entropy control measures the tokens the bonus acts on: TRL's controller reads the same set)."""
     acc["entropy/bonus"] += bonus
-    acc["sum"] += float((entropy_NT.detach() * mask).sum().item())
-    acc["tokens"] += float(mask.sum().item())
+    acc["sum"] += policy_entropy[0]
+    acc["tokens"] += policy_entropy[1]
 
 
 def _step(optimizer, scheduler, finite: bool) -> float:

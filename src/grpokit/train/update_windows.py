@@ -2,10 +2,13 @@
 of batches (TRL's rolling window when steps_per_generation is not a multiple of
 gradient_accumulation_steps), restarting each epoch (train.accumulation_epoch_steps) with a shorter
 last window. Pure arithmetic: the loop (train/loop.py) asks where a slice falls, and how many
-updates a run has made after some steps (TRL's global_step).
+updates a run has made after some steps (TRL's global_step); and what a slice of such a window divides its
+loss by (``window_counts``, from the batch's counts taken once: ``batch_counts``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 
 def stale_slices(parts: int, iterations: int, window: int) -> bool:
@@ -57,3 +60,56 @@ def update_length(update: int, window: int, epoch_slices: int = 0) -> int:
         return window
     per_epoch = -(-epoch_slices // window)
     return window if update % per_epoch < per_epoch - 1 else epoch_slices - (per_epoch - 1) * window
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchCounts:
+    """A batch cut into slices, counted over every rank once (one all-reduce) for all its slices."""
+
+    rows: float  # one slice's sequences
+    slice_tokens: tuple[float, ...]  # each slice's loss tokens
+    policy: float  # the batch's policy tokens (the loss tokens without a policy mask)
+
+    @property
+    def tokens(self) -> float:
+        """The batch's loss tokens."""
+        return sum(self.slice_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceCounts:
+    """What a slice divides its loss by when slices share an update (``window_counts``), and its own loss
+    tokens over every rank (the divisor of the update's token-weighted metrics)."""
+
+    num_sequences: float
+    num_tokens: float
+    num_policy_tokens: float
+    slice_tokens: float
+
+
+def batch_counts(batch, parts: int, dist=None) -> BatchCounts:
+    """The counts of ``batch`` (an algo.pipeline.UpdateInputs) for its ``parts`` equal slices
+    (update.update_slices), summed over every rank in one all-reduce (``dist``: a distributed.DistContext;
+    the one collective here); the policy tokens counted only under a policy mask (else the loss tokens)."""
+    local = [float(batch.batch.input_ids.shape[0] // parts), *batch.loss_mask.reshape(parts, -1).sum(dim=1).tolist()]
+    if batch.policy_mask is not None:
+        local.append(float(batch.policy_mask.sum().item()))
+    sums = dist.sum_floats(local) if dist is not None else [float(v) for v in local]
+    slices = tuple(sums[1 : 1 + parts])
+    return BatchCounts(sums[0], slices, sums[1 + parts] if batch.policy_mask is not None else sum(slices))
+
+
+def window_counts(counts: BatchCounts, index: int, parts: int, window: int) -> SliceCounts:
+    """What slice ``index`` of a batch cut into ``parts`` (``counts``: ``batch_counts``) divides its loss by
+    when ``window`` slices make one update (train.accumulation_slices), as TRL divides a micro-step's: its
+    rows x window, so per-sequence means (grpo, dr_grpo) become a mean over the window's equal slices; and the
+    batch's loss tokens x window / parts, the tokens of an average window (TRL's dapo/cispo/vespo normaliser;
+    the policy-mask tokens likewise, for the entropy bonus). Counts over every rank; no collective.
+    Example: 8 rows, 40 loss tokens, parts 4, window 3: a 2-row slice divides by 6 sequences and 30 tokens.
+    """
+    return SliceCounts(
+        num_sequences=counts.rows * window,
+        num_tokens=counts.tokens * window / parts,
+        num_policy_tokens=counts.policy * window / parts,
+        slice_tokens=counts.slice_tokens[index],
+    )

@@ -203,7 +203,7 @@ class StepBridge:
         if self.dist is not None and self.dist.active:  # TRL gathers the lengths and sums the tokens of every process
             import torch
 
-            calls, tokens = self.dist.sum_float(calls), self.dist.sum_float(tokens)
+            calls, tokens = self.dist.sum_floats([calls, tokens])  # one all-reduce
             done = [int(n) for n in self.dist.gather_varlen(torch.tensor(done, dtype=torch.long)).tolist()]
         extras: dict[str, float] = {}
         if calls:

@@ -225,7 +225,7 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
     from grpokit.algo.loss import objective_loss
     from grpokit.algo.pipeline import loss_settings
     from grpokit.algo.settings import LossTensors
-    from grpokit.train.update import add_entropy, add_loss_metrics, add_mismatch
+    from grpokit.train.update import add_loss_metrics, add_mismatch
 
     prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
     completion_mask = inputs["completion_mask"]
@@ -263,9 +263,7 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
         share = completion_ids.size(0) / (norms.num_sequences or completion_ids.size(0))
         loss = loss + facade.router_aux_loss_coef * share * aux
     if acc is not None:  # the update's kl, clip_ratio/*, ... and entropy (over the loss mask: TRL's `mask`)
-        policy = tensors.policy_mask if tensors.policy_mask is not None else tensors.mask
-        add_loss_metrics(acc, metrics, entropies, lambda: policy)
-        add_entropy(acc, entropies, mask)
+        add_loss_metrics(acc, metrics, entropies, mask, tensors.policy_mask)
         if update is not None:  # the sampler / trainer mismatch metrics, as grpokit's own micro-step
             add_mismatch(acc.mismatch, update, rows, tensors.old_logp, update.batch.rows(rows))
     return loss
