@@ -461,7 +461,7 @@ def test_the_async_sampler_replays_graphs_on_its_own_stream_and_trains_as_eagerl
                 "data.eval_size": 0,
             },
         )
-        tr.on_sampled.append(lambda sb: batches.append(sb.ro.completion_ids))
+        tr.on_sampled.append(lambda sb: batches.append(sb.rollout.completion_ids))
         try:
             tr.train()
         finally:
@@ -506,7 +506,7 @@ def test_a_lora_policy_decodes_with_cuda_graphs_as_the_dynamic_engine_does():
 
 
 def test_a_qlora_policy_decodes_statically_on_cuda_as_the_dynamic_engine_does(tmp_path):
-    """QLoRA's 4-bit base through the static engine (eagerly: no graphs over bitsandbytes' layers)."""
+    """QLoRA's 4-bit base through the static engine (its step replayed in CUDA graphs) as the dynamic engine."""
     pytest.importorskip("bitsandbytes")
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -518,7 +518,7 @@ def test_a_qlora_policy_decodes_statically_on_cuda_as_the_dynamic_engine_does(tm
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=quant, device_map={"": 0})
     model = add_adapters(base, ModelConfig(lora_rank=8, quantization="4bit")).eval()
-    assert static.supports(model) and not static.graphable(model, CUDA)
+    assert static.supports(model) and static.graphable(model, CUDA)
     prompts = _prompts(512, n=4, seed=5)
     runs = [_sample(model, prompts, engine, True, 60, 7) for engine in ("static", "dynamic")]
     assert runs[0].completion_ids == runs[1].completion_ids
@@ -527,13 +527,7 @@ def test_a_qlora_policy_decodes_statically_on_cuda_as_the_dynamic_engine_does(tm
     assert gap < 1e-3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bitsandbytes' 4-bit layers have not been captured in a CUDA graph on a card yet: QLoRA decodes eagerly "
-    "(78 ms a 7B decode step, bench/RESULTS.md 2026-11-30). An XPASS here fails on purpose: it says the graphed "
-    "decode equals the eager one, so static.graphable may take quantised bases; lift its rule and this mark",
-)
-def test_bitsandbytes_4bit_layers_capture_in_cuda_graphs_as_they_decode_eagerly(tmp_path, monkeypatch):
+def test_bitsandbytes_4bit_layers_capture_in_cuda_graphs_as_they_decode_eagerly(tmp_path):
     pytest.importorskip("bitsandbytes")
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -546,8 +540,8 @@ def test_bitsandbytes_4bit_layers_capture_in_cuda_graphs_as_they_decode_eagerly(
     base = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=quant, device_map={"": 0})
     model = add_adapters(base, ModelConfig(lora_rank=8, quantization="4bit")).eval()
     prompts = _prompts(512, n=4, seed=5)
+    assert static.graphable(model, CUDA)  # 2026-11-30, H200: captured as it decodes eagerly (was an xfail)
     eager = _sample(model, prompts, "static", False, 60, 7)
-    monkeypatch.setattr(static, "graphable", lambda model, device: device.type == "cuda")  # graphs over bnb
     graphed = _sample(model, prompts, "static", True, 60, 7)
     gap = max(abs(x - y) for a, b in zip(graphed.sampling_logprobs, eager.sampling_logprobs) for x, y in zip(a, b))
     record_fact("qlora_graphs_vs_eager", same_tokens=graphed.completion_ids == eager.completion_ids, max_gap=gap)

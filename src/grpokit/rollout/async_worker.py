@@ -25,6 +25,8 @@ import traceback
 
 import torch
 
+from grpokit.nn import liger_torch
+
 from .partial import segment_version
 
 
@@ -116,14 +118,17 @@ def _policy(init: dict) -> tuple[torch.nn.Module, torch.device, bool]:
     torch.set_num_threads(init["threads"])
     device, model = torch.device(init["device"]), init["model"]
     if device.type == "cuda":
-        torch.cuda.set_device(device)
-        device = torch.device("cuda", torch.cuda.current_device())  # "cuda": this process's current card
+        if device.index is not None:  # "cuda" alone: this process's current card (set_device wants an index)
+            torch.cuda.set_device(device)
+        device = torch.device("cuda", torch.cuda.current_device())
         if init["deterministic"]:  # cuBLAS refuses deterministic mode without it
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(init["deterministic"])
     moved = not all(t.device == device for t in [*model.parameters(), *model.buffers()])
     if moved:
         model.to(device)
+    if device.type != "cuda":  # liger's own classes (the policy built after liger patched transformers): torch's ops
+        liger_torch.to_torch(model, f"a rollout worker on {device.type}")
     if init["onednn"] and device.type == "cpu":  # the trainer's linears run through oneDNN: the same kernels
         from grpokit.nn.kernels import use_onednn_linears
 

@@ -376,13 +376,9 @@ def _write(cache: torch.Tensor, col, new: torch.Tensor) -> None:
 
 
 def graphable(model, device: torch.device) -> bool:
-    """CUDA graphs replay fixed kernels: a CUDA device, rotary tables fixed per position, and no
-    quantised base (bitsandbytes' layers have not been captured on a GPU here: QLoRA decodes eagerly)."""
+    """CUDA graphs replay fixed kernels: a CUDA device and rotary tables fixed per position. A 4-bit quantised
+    base (QLoRA) is captured too: bitsandbytes' layers replayed in a graph drew the eager decode's tokens with
+    log-probabilities equal to the bit on an H200 (tests/project/test_gpu.py, bench/RESULTS.md 2026-11-30)."""
     model = unwrapped(model)
     rope = getattr(getattr(text_model(model), "rotary_emb", None), "rope_type", None)
-    return device.type == "cuda" and rope in STATIC_ROPE and not quantized(model)
-
-
-def quantized(model: torch.nn.Module) -> bool:
-    """Whether transformers loaded ``model`` through a quantizer (bitsandbytes for QLoRA)."""
-    return getattr(model, "hf_quantizer", None) is not None or bool(getattr(model, "is_quantized", False))
+    return device.type == "cuda" and rope in STATIC_ROPE

@@ -13,11 +13,19 @@ on the trainer's thread) are its own business, where the default ``global`` mode
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import torch
 
 GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
+
+CAPTURE_GUARD = threading.Lock()
+"""Held by every capture, and by the trainer around each micro-batch's forward and backward (train/update.py).
+torch registers the device's default CUDA generator with each capture, and a draw from it on another thread while
+the capture runs (dropout, LoRA's dropout, NEFTune's noise in the update beside the asynchronous sampler's capture)
+fails with "Offset increment outside graph capture encountered unexpectedly" (an H200, 2026-11-30). A capture is one
+decode step; the sampler waits at most one micro-batch's launches for it."""
 
 
 class StepGraphs:
@@ -70,15 +78,16 @@ class StepGraphs:
             with torch.cuda.stream(side):  # warm-up off the capture (lazy tables, cuBLAS workspaces); same values
                 self.forward(tok, pos, col, width)
             stream.wait_stream(side)
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with CAPTURE_GUARD, torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 logits = self.forward(tok, pos, col, width)
             return graph, tok, pos, col, logits
         self.forward(tok, pos, col, width)  # warm-up on the stream the capture records
-        graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
-        try:
-            logits = self.forward(tok, pos, col, width)
-        finally:
-            graph.capture_end()
+        with CAPTURE_GUARD:
+            graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+            try:
+                logits = self.forward(tok, pos, col, width)
+            finally:
+                graph.capture_end()
         return graph, tok, pos, col, logits
 
 

@@ -30,6 +30,7 @@ from grpokit.optim.decay import param_groups
 from grpokit.optim.optimizers import build_optimizer
 from grpokit.optim.schedule import make_scheduler
 from grpokit.record.rank_reduction import extreme
+from grpokit.rollout.step_graphs import CAPTURE_GUARD
 from grpokit.types import TokenBatch
 
 from . import distill_pass
@@ -221,6 +222,17 @@ def _micro_step(
     """Forward and backward one micro-batch; its loss and metric sums go to ``acc``."""
     mb = inputs.batch.rows(rows)
     top = inputs.teacher_top_k.rows(rows) if inputs.teacher_top_k is not None else None
+    with CAPTURE_GUARD:  # no draw from the default CUDA generator while a sampler thread captures (step_graphs.py)
+        loss, m, old, entropy = _micro_loss(model, inputs, rows, mb, top, settings, norms, acc, fw)
+        loss.backward()
+    acc.loss += loss.item()
+    policy = inputs.policy_mask[rows] if inputs.policy_mask is not None else None
+    add_loss_metrics(acc, m, entropy, inputs.loss_mask[rows], policy)
+    add_mismatch(acc.mismatch, inputs, rows, old, mb)
+
+
+def _micro_loss(model, inputs: UpdateInputs, rows: slice, mb, top, settings: LossSettings, norms, acc, fw: Forwards):
+    """One micro-batch's loss (with the distillation and router terms), its metrics, pi_old and entropy."""
     with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
         logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0, top)
     if fw.prefix_tree and not fw.router_aux and mb.vision is None:  # what the tree's row did not compute again
@@ -239,11 +251,7 @@ def _micro_step(
             loss + fw.router_aux * share * aux,
             acc.terms["aux_loss"] + share * float(aux.detach()),
         )
-    loss.backward()
-    acc.loss += loss.item()
-    policy = inputs.policy_mask[rows] if inputs.policy_mask is not None else None
-    add_loss_metrics(acc, m, entropy, inputs.loss_mask[rows], policy)
-    add_mismatch(acc.mismatch, inputs, rows, old, mb)
+    return loss, m, old, entropy
 
 
 def add_loss_metrics(
