@@ -351,14 +351,19 @@ def test_graphed_and_eager_static_decode_sample_the_same_tokens_with_a_seed():
 
 def _busy_training(stop, errors):
     """A stand-in for the update beside a sampler thread: forward, backward and AdamW on the default stream,
-    allocating tensors of changing sizes (new segments: cudaMalloc while the other thread captures)."""
+    allocating tensors of changing sizes (new segments: cudaMalloc while the other thread captures), drawing from
+    the default CUDA generator under CAPTURE_GUARD as the update's micro-batches do (train/update.py: without it,
+    a draw during the other thread's capture fails, "Offset increment outside graph capture", an H200 2026-11-30)."""
+    from grpokit.rollout.step_graphs import CAPTURE_GUARD
+
     try:
         net = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(6)]).to(CUDA)
         opt = torch.optim.AdamW(net.parameters())
         k = 0
         while not stop.is_set():
-            x = torch.randn(64 + 64 * (k % 17), 512, device=CUDA)
-            net(x).square().mean().backward()
+            with CAPTURE_GUARD:
+                x = torch.randn(64 + 64 * (k % 17), 512, device=CUDA)
+                net(x).square().mean().backward()
             opt.step()
             opt.zero_grad()
             k += 1
@@ -470,14 +475,21 @@ def test_the_async_sampler_replays_graphs_on_its_own_stream_and_trains_as_eagerl
         runs[graphs] = (batches, [json.loads(r) for r in rows if '"reward"' in r])
     assert seen and all(name == "grpokit-async-rollout" and not default for name, default in seen), seen
     assert runs[True][0][:2] == runs[False][0][:2]  # batches 0 and 1: sampled by version 0 in both runs
+    # the steps trained on the same tokens from the same weights agree; a later batch, sampled by a version the
+    # graphed and eager decodes reached through their own roundings, may part (an H200, 2026-11-30: grad_norm/max
+    # 0.16 apart over all three steps, the third's batch not compared), so it is recorded, not asserted
+    same = [i for i, (a, b) in enumerate(zip(runs[True][0], runs[False][0])) if a == b]
     diffs = [
-        (abs(a[k] - b[k]), k)
-        for a, b in zip(runs[True][1], runs[False][1])
+        (abs(a[k] - b[k]), k, i)
+        for i, (a, b) in enumerate(zip(runs[True][1], runs[False][1]))
         for k in a
         if isinstance(a.get(k), float) and not k.startswith(("time/", "gpu/")) and "per_second" not in k
     ]
-    worst = max(diffs, default=(0.0, ""))
-    record_fact("async_graphs_vs_eager", max_abs_metric_diff=worst[0], metric=worst[1], captures=len(seen))
+    worst = max((d for d in diffs if d[2] in same), default=(0.0, "", 0))
+    record_fact(
+        "async_graphs_vs_eager", max_abs_metric_diff=worst[0], metric=worst[1], captures=len(seen), same_batches=same,
+        max_abs_metric_diff_any_step=max(diffs, default=(0.0, "", 0))[:2],
+    )  # fmt: skip
     assert worst[0] < 1e-2, worst
 
 
