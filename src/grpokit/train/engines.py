@@ -218,10 +218,10 @@ def warn_shared_device_async(staleness: int, device: torch.device, workers: bool
         return
     log.warning(
         "rollout.async_staleness=%d samples in a thread on the trainer's own %s device, beside the update on the "
-        "same card: measured slower than synchronous while the thread decoded eagerly (a Qwen2.5-0.5B shape on an "
-        "H200, staleness 1: 16.2 s a step against 5.2; bench/RESULTS.md). The thread now replays CUDA graphs on a "
-        "stream of its own, which no card has measured yet: compare it with rollout.async_staleness=0 on your "
-        "workload, or give the sampler its own device (rollout.backend=vllm_server)",
+        "same card: the two take turns on it, and a step is no faster than synchronous (a Qwen2.5-0.5B shape on an "
+        "H200, staleness 1, the thread replaying CUDA graphs on its own stream: 5.5-5.7 s a step against 5.2-5.4; "
+        "bench/RESULTS.md); give the sampler its own device (rollout.backend=vllm_server, or "
+        "rollout.async_workers with rollout.async_worker_device=cuda:N), or set rollout.async_staleness=0",
         staleness,
         device.type,
     )
