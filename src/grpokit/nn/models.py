@@ -5,6 +5,8 @@ the attention kernels transformers offers."""
 from __future__ import annotations
 
 import copy
+import types
+import weakref
 
 import torch
 
@@ -34,6 +36,7 @@ def sampling_snapshot(model: torch.nn.Module) -> tuple[torch.nn.Module, int]:
     frozen = {id(p): p for p in model.parameters() if not p.requires_grad}
     snap = copy.deepcopy(model, memo=dict(frozen))  # deepcopy returns a memo entry as is: shared, not copied
     snap.eval()
+    unbind_cycles(snap)
     copied = 0
     for p in snap.parameters():  # each tensor once, tied weights included
         if id(p) not in frozen:
@@ -50,3 +53,34 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+class WeakBound:
+    """``func`` bound to ``module`` as a method is, without holding the module: ``module.forward = method`` makes
+    module -> method -> module a reference cycle, which keeps the module and its weights alive until Python's cycle
+    collector runs rather than until the last reference goes. ``__func__`` is the function, as a method's."""
+
+    __slots__ = ("__func__", "_module")
+
+    def __init__(self, func, module: torch.nn.Module):
+        self.__func__, self._module = func, weakref.ref(module)
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self._module(), *args, **kwargs)
+
+    def __deepcopy__(self, memo):  # as a bound method's copy: bound to the module's copy
+        return WeakBound(self.__func__, copy.deepcopy(self._module(), memo))
+
+
+def unbind_cycles(model: torch.nn.Module) -> int:
+    """Turn every method bound to one of ``model``'s own modules in its instance dict (oneDNN's routed linears,
+    liger-kernel's layers, model.lm_head_fp32's head) into a ``WeakBound``; returns how many. For the asynchronous
+    sampler's per-step snapshots: each would otherwise outlive its version until the cycle collector ran (a CPU run
+    held one copy of the policy per step that way, tests/train/test_no_tensor_cycles.py)."""
+    n = 0
+    for m in model.modules():
+        for name, value in list(vars(m).items()):
+            if isinstance(value, types.MethodType) and value.__self__ is m:
+                vars(m)[name] = WeakBound(value.__func__, m)
+                n += 1
+    return n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from .memory import PhasePeaks
@@ -16,19 +17,15 @@ class Timer:
         self.t0 = time.perf_counter()
         self.memory = PhasePeaks(memory) if memory is not None else None
 
+    @contextlib.contextmanager
     def __call__(self, name: str):
-        timer = self
-
-        class _Span:
-            def __enter__(self):
-                self.start = time.perf_counter()
-                timer.memory.enter(name) if timer.memory is not None else None
-
-            def __exit__(self, *exc):
-                timer.spans[name] = timer.spans.get(name, 0.0) + time.perf_counter() - self.start
-                timer.memory.exit(name) if timer.memory is not None else None
-
-        return _Span()
+        start = time.perf_counter()
+        self.memory.enter(name) if self.memory is not None else None
+        try:
+            yield
+        finally:
+            self.spans[name] = self.spans.get(name, 0.0) + time.perf_counter() - start
+            self.memory.exit(name) if self.memory is not None else None
 
     def total(self) -> float:
         return time.perf_counter() - self.t0
