@@ -5,6 +5,8 @@ module whose forward fails as liger's Triton kernels do on CPU tensors."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from transformers.models.llama import modeling_llama
@@ -91,15 +93,44 @@ def test_a_liger_class_without_a_torch_version_is_refused_by_name():
         liger_torch.to_torch(model, "the cpu")
 
 
+def _liger_rope(q, k, cos, sin, *args, **kwargs):
+    raise ValueError(TRITON_ON_CPU)
+
+
+_liger_rope.__module__ = "liger_kernel.transformers.rope"
+
+
+def _patch_transformers_as_liger(monkeypatch, recorded: bool) -> None:
+    """What liger-kernel's apply function does to transformers' Llama module (module-wide), recorded as
+    train/liger.py records it, or not; everything put back after the test."""
+    monkeypatch.setattr(liger_torch, "ORIGINALS", {})
+    for name in ("LlamaRMSNorm", "LlamaMLP", "apply_rotary_pos_emb"):
+        monkeypatch.setattr(modeling_llama, name, getattr(modeling_llama, name))
+    with liger_torch.recording() if recorded else contextlib.nullcontext():
+        modeling_llama.LlamaRMSNorm, modeling_llama.LlamaMLP = LigerRMSNorm, LigerSwiGLUMLP
+        modeling_llama.apply_rotary_pos_emb = _liger_rope
+
+
 def test_a_cpu_run_after_liger_patched_transformers_trains_with_torchs_ops(tiny_model_dir, tmp_path, monkeypatch):
-    """A CPU run in a process where a card run's liger-kernel replaced transformers' Llama classes (its model is
-    built of liger's classes) trains instead of failing in Triton at its first forward."""
-    monkeypatch.setattr(modeling_llama, "LlamaRMSNorm", LigerRMSNorm)
-    monkeypatch.setattr(modeling_llama, "LlamaMLP", LigerSwiGLUMLP)
+    """A CPU run in a process where a card run's liger-kernel replaced transformers' Llama classes and rotary
+    function (its model is built of liger's classes) trains instead of failing in Triton at its first forward."""
+    _patch_transformers_as_liger(monkeypatch, recorded=True)
     tr = make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "data.eval_size": 0})
     assert {type(m) for m in tr.model.modules()} >= {liger_torch.TorchRMSNorm, liger_torch.TorchSwiGLUMLP}
+    assert modeling_llama.apply_rotary_pos_emb is not _liger_rope and modeling_llama.LlamaMLP is not LigerSwiGLUMLP
     tr.train()
     assert tr.step == 1
+
+
+def test_an_unrecorded_liger_rebinding_is_refused_by_name(tiny_model_dir, tmp_path, monkeypatch):
+    _patch_transformers_as_liger(monkeypatch, recorded=False)
+    with pytest.raises(ConfigError) as e:
+        make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "data.eval_size": 0})
+    assert str(e.value) == (
+        "transformers.models.llama.modeling_llama.LlamaRMSNorm is liger-kernel's (model.kernels patched transformers "
+        "on a card earlier in this process), which runs on CUDA only, and this run's device (cpu) has none: start "
+        "the run in a fresh process"
+    )
 
 
 def test_a_rollout_workers_copy_on_the_cpu_takes_torchs_ops():

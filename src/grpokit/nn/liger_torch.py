@@ -7,7 +7,9 @@ they fail with Triton's "cannot be accessed from Triton (cpu tensor?)". That hap
 the CPU beside a trainer on a card (``rollout.async_worker_device=cpu``: its copy is unpickled as liger's
 classes where the policy was built after the patch) and to a CPU run after a card run in one process
 (a notebook). ``to_torch`` gives such layers a class of their own that computes the same values with
-torch's ops; any other liger class is refused in one sentence (it would fail at its first call).
+torch's ops, and puts back what liger rebound in transformers' modules (its rotary function lives only there)
+from ``ORIGINALS``, which train/liger.py records as liger patches; any other liger class, or a rebinding nobody
+recorded, is refused in one sentence (it would fail at its first call).
 
 The math follows liger's RMSNorm casting modes (its ``casting_mode``): "llama" normalises in float32 and
 casts back before the weight, "gemma" also multiplies in float32, "none" computes in the input's dtype;
@@ -16,10 +18,29 @@ casts back before the weight, "gemma" also multiplies in float32, "none" compute
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import torch
 import torch.nn.functional as F
 
 from grpokit.config.sections import ConfigError
+
+ORIGINALS: dict[str, dict[str, object]] = {}
+"""What liger-kernel rebound in transformers' modules: module name -> attribute -> what it held before the first
+patch (recorded by ``recording`` around train/liger.py's call), put back by ``to_torch`` for a run off CUDA."""
+
+
+@contextlib.contextmanager
+def recording():
+    """Record in ORIGINALS each attribute of a loaded ``transformers.models`` module that the block rebinds."""
+    before = {name: dict(vars(m)) for name, m in list(sys.modules.items()) if name.startswith("transformers.models.")}
+    yield
+    for name, held in before.items():
+        now = vars(sys.modules[name])
+        for k, v in held.items():
+            if now.get(k, v) is not v:
+                ORIGINALS.setdefault(name, {}).setdefault(k, v)
 
 
 class TorchRMSNorm(torch.nn.Module):
@@ -77,10 +98,27 @@ def refuse_untranslatable(model: torch.nn.Module, where: str) -> None:
 
 def to_torch(model: torch.nn.Module, where: str) -> int:
     """Give every liger-kernel RMSNorm and SwiGLU layer of ``model`` its torch class (in place; the parameters
-    and attributes stay); returns how many. Refuses any other liger class (``where``: the device, for the
-    message)."""
+    and attributes stay) and put back what liger rebound in the modules its layers come from (the rotary
+    embedding's function: module-level only); returns how many layers. Refuses any other liger class, and a
+    rebinding nobody recorded (``where``: the device, for the message)."""
     refuse_untranslatable(model, where)
+    _restore_modules(model, where)
     layers = liger_layers(model)
     for m in layers:
         m.__class__ = _torch_class(m)
     return len(layers)
+
+
+def _restore_modules(model: torch.nn.Module, where: str) -> None:
+    for name in sorted({type(m).__module__ for m in model.modules()}):
+        module = sys.modules.get(name) if name.startswith("transformers.") else None
+        for k, v in list(vars(module).items()) if module is not None else []:
+            if not str(getattr(v, "__module__", "")).startswith("liger_kernel."):
+                continue
+            original = ORIGINALS.get(name, {}).get(k)
+            if original is None:
+                raise ConfigError(
+                    f"{name}.{k} is liger-kernel's (model.kernels patched transformers on a card earlier in this "
+                    f"process), which runs on CUDA only, and {where} has none: start the run in a fresh process"
+                )
+            setattr(module, k, original)

@@ -24,6 +24,7 @@ import inspect
 import torch
 
 from grpokit.config.sections import ConfigError
+from grpokit.nn import liger_torch
 from grpokit.rollout.static import unwrapped
 
 KERNELS = {"rms_norm": True, "swiglu": True, "rope": True, "cross_entropy": False, "fused_linear_cross_entropy": False}
@@ -60,7 +61,8 @@ def apply_kernels(mode: str, model: torch.nn.Module, device: torch.device) -> bo
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN[base.config.model_type]
     accepted = inspect.signature(apply).parameters
     try:
-        apply(model=base, **{k: v for k, v in KERNELS.items() if k in accepted})
+        with liger_torch.recording():  # what it rebinds in transformers' modules, for a later run off CUDA
+            apply(model=base, **{k: v for k, v in KERNELS.items() if k in accepted})
     except Exception as e:  # a liger release that does not fit this transformers: auto keeps the model's code
         if mode == "liger":
             raise
