@@ -28,6 +28,7 @@ from grpokit.train.update_windows import (
     window_at,
     window_counts,
 )
+from helpers.equal_ranks import TwoEqualRanks
 
 ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56", "78", "90")]
 
@@ -92,26 +93,13 @@ def test_window_counts_by_hand():
     assert (c.num_sequences, c.num_tokens, c.num_policy_tokens) == (6.0, 30.0, 12.0)
 
 
-class _CountingRanks:
-    """Rank 0 of two whose other rank holds the same counts: each sum doubles, and every all-reduce is counted."""
-
-    active = True
-
-    def __init__(self):
-        self.calls: list[int] = []
-
-    def sum_floats(self, values):
-        self.calls.append(len(values))
-        return [2.0 * v for v in values]
-
-
 def test_a_batchs_counts_are_one_all_reduce_for_all_its_slices():
     # 8 rows (2 a slice) whose loss tokens are 1..8; no policy mask. Summed over two equal ranks: a slice has
     # 4 rows, the slices' tokens are 2 x (1+2, 3+4, 5+6, 7+8) = 6, 14, 22, 30 (72 in all); one all-reduce of
     # 5 numbers (rows and the 4 slices; no policy count: the policy tokens are the loss tokens)
     loss_mask = torch.tensor([[1.0] * k + [0.0] * (8 - k) for k in range(1, 9)])
     batch = SimpleNamespace(batch=SimpleNamespace(input_ids=torch.zeros(8, 9)), loss_mask=loss_mask, policy_mask=None)
-    ranks = _CountingRanks()
+    ranks = TwoEqualRanks()
     counts = batch_counts(batch, parts=4, dist=ranks)
     assert ranks.calls == [5]
     assert (counts.rows, counts.slice_tokens, counts.tokens, counts.policy) == (

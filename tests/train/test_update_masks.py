@@ -9,6 +9,7 @@ from grpokit.algo.pipeline import LogProbs, StepSettings, update_inputs
 from grpokit.config.sections import AlgoConfig, OptimConfig
 from grpokit.train.logprobs import completion_logprobs
 from grpokit.train.update import Accumulator, Forwards, accumulate, apply_update, make_optimizer
+from helpers.equal_ranks import TwoEqualRanks
 from helpers.models import tiny_llama
 from helpers.pipeline_batches import scored
 
@@ -82,22 +83,6 @@ def test_a_batch_that_does_not_cut_into_equal_updates_is_refused_not_trimmed():
 # ------------------------------------------------------------------ collectives: how many, and how few
 
 
-class _TwoEqualRanks:
-    """Rank 0 of two whose other rank holds the same numbers: every sum doubles; each all-reduce is counted."""
-
-    active = True
-
-    def __init__(self):
-        self.calls: list[int] = []
-
-    def sum_floats(self, values):
-        self.calls.append(len(values))
-        return [2.0 * v for v in values]
-
-    def sync_grads(self, params):
-        pass
-
-
 def _slice_inputs(policy_mask):
     from types import SimpleNamespace
 
@@ -116,7 +101,7 @@ def test_a_slices_counts_are_one_all_reduce_and_the_policy_count_only_under_a_po
 
     model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    ranks = _TwoEqualRanks()
+    ranks = TwoEqualRanks()
     # no policy mask: (rows, loss tokens) in one all-reduce, 2 + 2 = 4 sequences, 5 + 5 = 10 tokens; the policy
     # term covers the loss mask, so its count is the loss tokens' without a third sum
     _, norms = begin_slice(model, opt, _slice_inputs(None), Accumulator(), dist=ranks)
@@ -136,7 +121,7 @@ def test_a_slice_of_a_window_takes_its_batchs_counts_without_a_collective():
 
     model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    ranks, acc = _TwoEqualRanks(), Accumulator()
+    ranks, acc = TwoEqualRanks(), Accumulator()
     counts = SliceCounts(num_sequences=12.0, num_tokens=30.0, num_policy_tokens=6.0, slice_tokens=10.0)
     _, norms = begin_slice(model, opt, _slice_inputs(None), acc, dist=ranks, counts=counts)
     assert ranks.calls == []  # taken once for the whole batch (update_windows.batch_counts)
@@ -149,7 +134,7 @@ def test_an_updates_sums_are_one_all_reduce_and_a_mismatch_maximum_stays_the_ran
     acc = Accumulator(loss=0.25, tokens=8.0, ent_sum=3.0, ent_tok=6.0, sampled=True)
     acc.sums, acc.units = {"kl": 4.0, "clip_ratio/region_mean": 1.0}, {"clip_ratio/region_mean": 2.0}
     acc.mismatch = {"tokens": 6.0, "abs_diff": 1.2, "k3": 0.6, "outside": 0.0, "abs_diff_max": 0.5}
-    ranks = _TwoEqualRanks()
+    ranks = TwoEqualRanks()
     m = apply_update(opt, sched, acc, OptimConfig(lr=0.0), dist=ranks)
     # loss, entropy sum and tokens (3), the four terms, two sums, one unit, four mismatch sums: 14 numbers, once
     assert ranks.calls == [14]
