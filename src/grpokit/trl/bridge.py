@@ -431,8 +431,7 @@ def empty_device_cache() -> None:
     """torch_empty_cache_steps: release the CUDA caching allocator's unused blocks (nothing to do on CPU)."""
     import torch
 
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
 
 def _save_period(value: float | None, steps: int) -> int:
