@@ -237,6 +237,23 @@ def test_compute_loss_through_super_trains_as_grpokits_own_loss(chat_model, tmp_
     assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], abs=1e-5)
 
 
+def test_a_compute_loss_override_runs_under_the_capture_guard(chat_model, tmp_path):
+    """A subclass's compute_loss (and its backward) holds rollout/step_graphs.py's CAPTURE_GUARD as grpokit's own
+    loss does: a dropout draw there beside an asynchronous sampler's CUDA graph capture would break it."""
+    from grpokit.rollout.step_graphs import CAPTURE_GUARD
+
+    held = []
+
+    class Watches(GRPOTrainer):
+        def compute_loss(self, model, inputs, **kwargs):
+            held.append(CAPTURE_GUARD.locked())
+            return super().compute_loss(model, inputs, **kwargs)
+
+    args = loss_args(tmp_path / "run", gradient_accumulation_steps=2)
+    Watches(chat_model, reward_funcs=[short], train_dataset=DATA, args=args).train()
+    assert held and all(held) and not CAPTURE_GUARD.locked()
+
+
 # ---------------------------------------------------------------- stages 1-4: _generate_and_score_completions
 
 

@@ -15,6 +15,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.runner import RewardResult
+from grpokit.rollout.step_graphs import CAPTURE_GUARD
 from grpokit.train.update_windows import update_length
 
 
@@ -203,13 +204,14 @@ class TrlLoss:
                     if from_generation is not None
                     else trl_batch(inputs, rows, norms.num_tokens or 0.0)
                 )
-                with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
-                    loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
-                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                    raise ConfigError(
-                        f"compute_loss returned {type(loss).__name__}; TRL's contract is a scalar tensor (the loss)"
-                    )
-                loss.backward()
+                with CAPTURE_GUARD:  # as train/update.py: no default-generator draw beside a sampler's capture
+                    with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
+                        loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
+                    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                        raise ConfigError(
+                            f"compute_loss returned {type(loss).__name__}; TRL's contract is a scalar tensor (the loss)"
+                        )
+                    loss.backward()
                 acc.loss += loss.item()
                 done += 1
                 f._micro_at = (g, done)
