@@ -11,6 +11,7 @@ from grpokit.config.sections import ConfigError, DataConfig
 from grpokit.data import vision
 from grpokit.data.prompts import load_rows, to_prompts
 from grpokit.data.tasks import shapes
+from helpers.vision_spy import sample_image_prompts
 
 
 def _scene(x: int):
@@ -103,7 +104,6 @@ def test_hide_placeholders_by_hand():
 
 
 def test_placeholder_tokens_are_never_sampled_and_training_agrees():
-    from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.train.logprobs import completion_logprobs
     from grpokit.train.token_batch import make_token_batch
 
@@ -118,16 +118,7 @@ def test_placeholder_tokens_are_never_sampled_and_training_agrees():
     )
     try:
         prompts = to_prompts(shapes.train_rows(2, seed=7), proc.tokenizer, DataConfig(), processor=proc)
-        ro = generate(
-            model,
-            [p.ids for p in prompts],
-            2,
-            SamplingParams(max_new_tokens=6),
-            eos_token_ids={proc.tokenizer.eos_token_id},
-            pad_token_id=proc.tokenizer.pad_token_id,
-            generator=torch.Generator().manual_seed(0),
-            vision=[p.vision for p in prompts],
-        )
+        ro = sample_image_prompts(model, proc.tokenizer, prompts, max_new_tokens=6)
         assert not any(t in hidden for c in ro.completion_ids for t in c)
         logp, _ = completion_logprobs(model, make_token_batch(ro, proc.tokenizer.pad_token_id))
         for i, lps in enumerate(ro.sampling_logprobs):

@@ -24,3 +24,21 @@ def spy_image_forwards(monkeypatch: pytest.MonkeyPatch, cls) -> list[tuple[int, 
 
     monkeypatch.setattr(cls, "forward", spy)
     return seen
+
+
+def sample_image_prompts(model, tokenizer, prompts, max_new_tokens: int, seed: int = 0, group_size: int = 2):
+    """The HF engine's rollout of ``prompts`` (with their images), ``group_size`` samples each, seeded."""
+    import torch
+
+    from grpokit.rollout.hf import SamplingParams, generate
+
+    return generate(
+        model,
+        [p.ids for p in prompts],
+        group_size,
+        SamplingParams(max_new_tokens=max_new_tokens),
+        eos_token_ids={tokenizer.eos_token_id},
+        pad_token_id=tokenizer.pad_token_id,
+        generator=torch.Generator().manual_seed(seed),
+        vision=[p.vision for p in prompts],
+    )

@@ -12,6 +12,7 @@ from grpokit.data import vision
 from grpokit.data.prompts import to_prompts
 from grpokit.data.tasks import shapes
 from grpokit.rewards import grounding as g
+from helpers.vision_spy import sample_image_prompts
 
 # ---------------------------------------------------------------- rewards (hand-worked)
 
@@ -128,23 +129,12 @@ def test_processor_prompt_expands_the_image(tiny):
 
 
 def test_sampling_and_training_logprobs_agree_and_images_matter(tiny):
-    from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.train.logprobs import completion_logprobs
     from grpokit.train.token_batch import make_token_batch
 
     model, proc = tiny
     prompts = to_prompts(shapes.train_rows(3, seed=5), proc.tokenizer, DataConfig(), processor=proc)
-    gen = torch.Generator().manual_seed(0)
-    ro = generate(
-        model,
-        [p.ids for p in prompts],
-        2,
-        SamplingParams(max_new_tokens=6),
-        eos_token_ids={proc.tokenizer.eos_token_id},
-        pad_token_id=proc.tokenizer.pad_token_id,
-        generator=gen,
-        vision=[p.vision for p in prompts],
-    )
+    ro = sample_image_prompts(model, proc.tokenizer, prompts, max_new_tokens=6)
     assert len(ro.vision) == 6 and ro.vision[1] is ro.vision[0]  # G rows share their prompt's images
     batch = make_token_batch(ro, proc.tokenizer.pad_token_id)
     logp, _ = completion_logprobs(model, batch)

@@ -15,7 +15,7 @@ from grpokit.config.sections import DataConfig
 from grpokit.data import vision
 from grpokit.data.prompts import to_prompts
 from grpokit.data.tasks import shapes
-from helpers.vision_spy import spy_image_forwards
+from helpers.vision_spy import sample_image_prompts, spy_image_forwards
 
 MESSAGES = [{"role": "user", "content": "how many shapes?"}]
 
@@ -101,23 +101,13 @@ def test_positions_of_a_text_row_count_from_its_first_token(tiny):
 
 @pytest.mark.parametrize("first_has_image", [False, True])
 def test_sampling_and_training_logprobs_agree_on_a_mixed_batch(tiny, first_has_image):
-    from grpokit.rollout.hf import SamplingParams, generate
     from grpokit.train.logprobs import completion_logprobs
     from grpokit.train.token_batch import make_token_batch
 
     model, proc = tiny
     has_image = [first_has_image, not first_has_image, first_has_image]
     prompts = to_prompts(_rows(has_image), proc.tokenizer, DataConfig(), processor=proc)
-    ro = generate(
-        model,
-        [p.ids for p in prompts],
-        2,
-        SamplingParams(max_new_tokens=5),
-        eos_token_ids={proc.tokenizer.eos_token_id},
-        pad_token_id=proc.tokenizer.pad_token_id,
-        generator=torch.Generator().manual_seed(0),
-        vision=[p.vision for p in prompts],
-    )
+    ro = sample_image_prompts(model, proc.tokenizer, prompts, max_new_tokens=5)
     batch = make_token_batch(ro, proc.tokenizer.pad_token_id)
     logp, _ = completion_logprobs(model, batch)
     for i, lps in enumerate(ro.sampling_logprobs):  # the prefill and the training pass saw the same inputs
