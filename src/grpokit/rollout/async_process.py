@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -106,7 +105,6 @@ def sendable(model: torch.nn.Module, setting: str = "rollout.async_workers"):
     saved = [(m, "forward", vars(m).pop("forward")) for m in replaced] + [(m, k, vars(m).pop(k)) for m, k in bound]
     inert = [(m, k, m._forward_hooks.pop(k)) for m in model.modules() for k, h in list(m._forward_hooks.items())
              if getattr(h, "__qualname__", "").startswith(INERT_HOOKS)]  # fmt: skip
-    renamed = _named_again(model)
     try:
         yield {"onednn": bool(replaced), "liger": bool(bound)}
     finally:
@@ -114,22 +112,6 @@ def sendable(model: torch.nn.Module, setting: str = "rollout.async_workers"):
             vars(m)[k] = method
         for m, k, h in inert:
             m._forward_hooks[k] = h
-        for module, name, now in renamed:
-            setattr(module, name, now)
-
-
-def _named_again(model: torch.nn.Module) -> list[tuple]:
-    """Point each module-level name of a class of ``model``'s layers back at that class, where it now holds another
-    (liger-kernel rebinds transformers' ``Qwen2MLP``, ``Qwen2RMSNorm`` ... when it patches a policy built before):
-    pickle names a class by its module and name, and refuses one whose name holds another object (an H200 run,
-    2026-11-30). Returns ``(module, name, what it held)`` for the caller to put back."""
-    renamed = []
-    for cls in {type(m) for m in model.modules()}:
-        module, name = sys.modules.get(cls.__module__), cls.__qualname__
-        if module is not None and "." not in name and getattr(module, name, cls) is not cls:
-            renamed.append((module, name, getattr(module, name)))
-            setattr(module, name, cls)
-    return renamed
 
 
 def _liger_method(value) -> bool:

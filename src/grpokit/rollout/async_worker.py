@@ -25,8 +25,6 @@ import traceback
 
 import torch
 
-from grpokit.nn import liger_torch
-
 from .partial import segment_version
 
 
@@ -127,8 +125,6 @@ def _policy(init: dict) -> tuple[torch.nn.Module, torch.device, bool]:
     moved = not all(t.device == device for t in [*model.parameters(), *model.buffers()])
     if moved:
         model.to(device)
-    if device.type != "cuda":  # liger's own classes (the policy built after liger patched transformers): torch's ops
-        liger_torch.to_torch(model, f"a rollout worker on {device.type}")
     if init["onednn"] and device.type == "cpu":  # the trainer's linears run through oneDNN: the same kernels
         from grpokit.nn.kernels import use_onednn_linears
 

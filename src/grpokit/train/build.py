@@ -30,7 +30,7 @@ from grpokit.config.io import to_dict
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptMaker
 from grpokit.data.vision import has_images, load_processor
-from grpokit.nn import kernels, liger_torch, vocab
+from grpokit.nn import kernels, vocab
 from grpokit.nn.models import frozen_copy
 from grpokit.record.recorder import NullRecorder, make_recorder
 from grpokit.rewards.runner import RewardRunner
@@ -199,8 +199,6 @@ class Policy:
 def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer, model=None) -> Policy:
     t, m = cfg.train, cfg.model
     model = load_model(m, device, resolve_dtype(m, device), model)
-    if device.type != "cuda":  # built after liger patched transformers (a card run earlier in this process)
-        liger_torch.to_torch(model, f"this run's device ({device.type})")
     if not t.threads and device.type == "cpu" and sum(p.numel() for p in model.parameters()) < SMALL_MODEL:
         torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
     if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (nn/kernels.py);

@@ -18,7 +18,6 @@ from grpokit.algo.ratio import inert_at_ratio_one
 from grpokit.algo.tis import has_sampler_mismatch
 from grpokit.config.base import ConfigError
 from grpokit.config.sections import Config, RolloutConfig
-from grpokit.nn import liger_torch
 from grpokit.rollout.cards import missing_card
 from grpokit.rollout.collect import first_group_size
 from grpokit.rollout.engine import HFEngine, RolloutEngine
@@ -277,9 +276,6 @@ def process_engine(
         partial_tokens=r.async_partial_tokens,
         cuda_graphs=hf.cuda_graphs,
     )
-    device = device or torch.device("cpu")
-    if r.async_workers and device.type != "cuda":  # a policy of liger's classes: a worker's copy takes torch's ops
-        liger_torch.refuse_untranslatable(model, f"rollout.async_worker_device={device}")
     return ProcessRollout(
         model,
         step,
@@ -287,7 +283,7 @@ def process_engine(
         hf=hf,
         context=context,
         workers=r.async_workers,
-        device=device,
+        device=device or torch.device("cpu"),
         kernels=functools.partial(apply_kernels, "auto"),
         threads=worker_threads,
         timeout_s=r.async_timeout_s,

@@ -12,8 +12,10 @@ agree with the originals to the rounding of the model's dtype, not bit for bit.
 Applied to the loaded policy before anything copies it, so the reference model and the static
 decoding engine (which calls the layers' norms) use them too. liger-kernel patches per model family
 (llama, qwen2, qwen3, mistral, gemma ... its ``MODEL_TYPE_TO_APPLY_LIGER_FN``) and, for the family,
-transformers' module-level classes as well: models of that family built later in the same process
-get the kernels too, as under TRL. Its fused output-layer losses stay off: grpokit's own head
+transformers' module-level classes and rotary function as well; grpokit keeps that to the policy
+(nn/liger_scope.py): the classes are put back and the function calls liger's kernel on CUDA tensors
+only, so a model of the family built later (a reward model, a CPU run in the same process) computes
+as without liger. Its fused output-layer losses stay off: grpokit's own head
 (train/head.py) computes the log-probabilities.
 """
 
@@ -24,7 +26,7 @@ import inspect
 import torch
 
 from grpokit.config.sections import ConfigError
-from grpokit.nn import liger_torch
+from grpokit.nn import liger_scope
 from grpokit.rollout.static import unwrapped
 
 KERNELS = {"rms_norm": True, "swiglu": True, "rope": True, "cross_entropy": False, "fused_linear_cross_entropy": False}
@@ -61,8 +63,8 @@ def apply_kernels(mode: str, model: torch.nn.Module, device: torch.device) -> bo
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN[base.config.model_type]
     accepted = inspect.signature(apply).parameters
     try:
-        with liger_torch.recording():  # what it rebinds in transformers' modules, for a later run off CUDA
-            apply(model=base, **{k: v for k, v in KERNELS.items() if k in accepted})
+        # its rebinding of transformers' classes and functions kept to this policy (nn/liger_scope.py)
+        liger_scope.scoped(lambda: apply(model=base, **{k: v for k, v in KERNELS.items() if k in accepted}))
     except Exception as e:  # a liger release that does not fit this transformers: auto keeps the model's code
         if mode == "liger":
             raise
