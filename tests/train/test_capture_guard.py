@@ -15,10 +15,10 @@ def test_the_updates_forwards_hold_the_capture_guard_and_sampling_does_not(tiny_
     tr = make(tiny_model_dir, tmp_path / "run", **{"train.steps": 1, "data.eval_size": 0, "algo.beta": 0.0})
     seen = []
     tr.model.get_input_embeddings().register_forward_hook(
-        lambda m, a, out: seen.append((torch.is_grad_enabled(), CAPTURE_GUARD.locked()))
+        lambda m, a, out: seen.append((torch.is_grad_enabled(), CAPTURE_GUARD._is_owned()))
     )
     tr.train()
     with_grad = {locked for grad, locked in seen if grad}
     without = {locked for grad, locked in seen if not grad}
     assert with_grad == {True} and without == {False}
-    assert not CAPTURE_GUARD.locked()
+    assert not CAPTURE_GUARD._is_owned()

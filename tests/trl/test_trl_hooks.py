@@ -246,12 +246,12 @@ def test_a_compute_loss_override_runs_under_the_capture_guard(chat_model, tmp_pa
 
     class Watches(GRPOTrainer):
         def compute_loss(self, model, inputs, **kwargs):
-            held.append(CAPTURE_GUARD.locked())
+            held.append(CAPTURE_GUARD._is_owned())
             return super().compute_loss(model, inputs, **kwargs)
 
     args = loss_args(tmp_path / "run", gradient_accumulation_steps=2)
     Watches(chat_model, reward_funcs=[short], train_dataset=DATA, args=args).train()
-    assert held and all(held) and not CAPTURE_GUARD.locked()
+    assert held and all(held) and not CAPTURE_GUARD._is_owned()
 
 
 # ---------------------------------------------------------------- stages 1-4: _generate_and_score_completions

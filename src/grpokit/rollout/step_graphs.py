@@ -13,16 +13,16 @@ on the trainer's thread) are its own business, where the default ``global`` mode
 
 from __future__ import annotations
 
-import inspect
 import threading
-import weakref
 from typing import Callable
 
 import torch
 
+from grpokit.nn.models import WeakBound
+
 GRAPH_COLUMNS = 128  # a graphed step attends to a window of the cache this many columns wider at a time
 
-CAPTURE_GUARD = threading.Lock()
+CAPTURE_GUARD = threading.RLock()  # re-entrant: a compute_loss override may sample (and capture) itself
 """Held by every capture, and by the trainer around each micro-batch's forward and backward (train/update.py).
 torch registers the device's default CUDA generator with each capture, and a draw from it on another thread while
 the capture runs (dropout, LoRA's dropout, NEFTune's noise in the update beside the asynchronous sampler's capture)
@@ -35,16 +35,12 @@ class StepGraphs:
     tensor holding the column it writes, ``width`` the window it attends to)."""
 
     def __init__(self, forward: Callable[..., torch.Tensor]):
-        # weakly where ``forward`` is a method (the decoder's own): decoder -> graphs -> method -> decoder would be
+        # ``forward``, the decoder's own method, held weakly: decoder -> graphs -> method -> decoder would be
         # a reference cycle, and the decoder's KV cache would outlive its rollout until Python's cycle collector
         # ran (3.8 GB of the 0.5B workload held into the update on alternate steps, an H200 2026-11-30)
-        self._forward = weakref.WeakMethod(forward) if inspect.ismethod(forward) else lambda: forward
+        self.forward = WeakBound(forward.__func__, forward.__self__)
         self.graphs: dict[tuple[int, int], tuple] = {}  # (rows, window) -> (graph, tok, pos, col, logits)
         self.pool = None  # one CUDA memory pool shared by the graphs (they never run at the same time)
-
-    @property
-    def forward(self) -> Callable[..., torch.Tensor]:
-        return self._forward()
 
     def reset(self) -> None:
         """Drop every graph: they were captured on tensors the decoder no longer uses (a released pool cannot

@@ -223,35 +223,29 @@ def _micro_step(
     mb = inputs.batch.rows(rows)
     top = inputs.teacher_top_k.rows(rows) if inputs.teacher_top_k is not None else None
     with CAPTURE_GUARD:  # no draw from the default CUDA generator while a sampler thread captures (step_graphs.py)
-        loss, m, old, entropy = _micro_loss(model, inputs, rows, mb, top, settings, norms, acc, fw)
+        with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
+            logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0, top)
+        if fw.prefix_tree and not fw.router_aux and mb.vision is None:  # what the tree's row did not compute again
+            acc.terms["shared_prefix_saved"] = acc.terms.get("shared_prefix_saved", 0.0) + tokens_saved(mb)
+        tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
+        old = tensors.old_logp
+        loss, m = objective_loss(tensors, settings, norms)
+        if top is not None:  # algo.distill_top_k: the forward KL to the teacher, reduced as the policy loss
+            term, sums = forward_kl_loss(top, aux, tensors.mask, norms, tensors.seq_weights)
+            loss, aux = loss + term, None
+            for k, v in sums.items():  # token sums; apply_update divides by the loss tokens
+                acc.sums[k] = acc.sums.get(k, 0.0) + v
+        if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
+            share = (rows.stop - rows.start) / norms.num_sequences
+            loss, acc.terms["aux_loss"] = (
+                loss + fw.router_aux * share * aux,
+                acc.terms["aux_loss"] + share * float(aux.detach()),
+            )
         loss.backward()
     acc.loss += loss.item()
     policy = inputs.policy_mask[rows] if inputs.policy_mask is not None else None
     add_loss_metrics(acc, m, entropy, inputs.loss_mask[rows], policy)
     add_mismatch(acc.mismatch, inputs, rows, old, mb)
-
-
-def _micro_loss(model, inputs: UpdateInputs, rows: slice, mb, top, settings: LossSettings, norms, acc, fw: Forwards):
-    """One micro-batch's loss (with the distillation and router terms), its metrics, pi_old and entropy."""
-    with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
-        logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0, top)
-    if fw.prefix_tree and not fw.router_aux and mb.vision is None:  # what the tree's row did not compute again
-        acc.terms["shared_prefix_saved"] = acc.terms.get("shared_prefix_saved", 0.0) + tokens_saved(mb)
-    tensors = _loss_tensors(inputs, rows, mb, logp, entropy)
-    old = tensors.old_logp
-    loss, m = objective_loss(tensors, settings, norms)
-    if top is not None:  # algo.distill_top_k: the forward KL to the teacher, reduced as the policy loss
-        term, sums = forward_kl_loss(top, aux, tensors.mask, norms, tensors.seq_weights)
-        loss, aux = loss + term, None
-        for k, v in sums.items():  # token sums; apply_update divides by the loss tokens
-            acc.sums[k] = acc.sums.get(k, 0.0) + v
-    if aux is not None:  # TRL adds coef * the mean over its micro-batches; here each weighs by its rows
-        share = (rows.stop - rows.start) / norms.num_sequences
-        loss, acc.terms["aux_loss"] = (
-            loss + fw.router_aux * share * aux,
-            acc.terms["aux_loss"] + share * float(aux.detach()),
-        )
-    return loss, m, old, entropy
 
 
 def add_loss_metrics(
