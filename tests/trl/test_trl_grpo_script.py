@@ -212,3 +212,6 @@ def test_take_means_by_hand():
 
     metrics = {"reward": [1.0, 2.0], "kl": []}
     assert take_means(metrics) == {"reward": 1.5} and metrics == {}
+    # a step whose rewards were all None logged NaN: TRL 1.16 leaves it out of the window's mean, None when no
+    # value is left (a plain mean made the whole window NaN)
+    assert take_means({"reward": [float("nan"), 1.0], "none": [float("nan")]}) == {"reward": 1.0, "none": None}

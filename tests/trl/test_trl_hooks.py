@@ -617,3 +617,23 @@ def test_a_logps_override_with_a_truncating_sampler_is_refused_when_installed():
     trainer.replays_support = False  # without truncation both passes go through the override
     into_slots(facade, trainer)
     assert trainer.old_logprobs.__self__.facade is facade and trainer.logprobs.__self__.facade is facade
+
+
+def test_a_step_whose_rewards_were_all_none_leaves_the_logged_window_mean_as_trls(chat_model, tmp_path):
+    """A reward function answering None for every completion of step 1 and 1.0 on step 2, logged every 2 steps:
+    TRL 1.16 leaves step 1's NaN out of the window's mean (1.0); a plain mean logged NaN for the whole window."""
+    trl = pytest.importorskip("trl")
+    logged = {}
+    for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
+        calls = []
+
+        def none_first(completions, **kwargs):
+            calls.append(1)
+            return [None if len(calls) == 1 else 1.0] * len(completions)
+
+        args = small_args(module.GRPOConfig, tmp_path / name, max_steps=2, num_generations=2, logging_steps=2)
+        tr = module.GRPOTrainer(chat_model, reward_funcs=[none_first, short], train_dataset=DATA, args=args)
+        tr.train()
+        entry = tr.state.log_history[0]
+        logged[name] = (entry["rewards/none_first/mean"], entry["rewards/none_first/std"])
+    assert logged["grpokit"] == logged["trl"] == (1.0, 0.0)

@@ -61,10 +61,12 @@ def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], step_t
 
 
 def take_means(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """TRL's ``log``: each value list's mean of ``_metrics[mode]``, then cleared (a subclass may hold the dict)."""
-    means = {k: sum(v) / len(v) for k, v in metrics.items() if v}
+    """TRL's ``log``: each value list's mean of ``_metrics[mode]`` over its values that are not NaN (a step whose
+    rewards were all None leaves out that step, not the window), None where none is left; then cleared (a
+    subclass may hold the dict)."""
+    valid = {k: [x for x in v if not math.isnan(x)] for k, v in metrics.items() if v}
     metrics.clear()
-    return means
+    return {k: sum(v) / len(v) if v else None for k, v in valid.items()}
 
 
 def final_entry(
@@ -135,14 +137,12 @@ class StepBridge:
         self.steps_per_epoch = (
             0  # TRL steps in one epoch (step_args.steps_per_epoch), set by the trainer; 0: grpokit's epoch
         )
-        self.epoch_of: Callable[[int], float] | None = None  # TRL's epoch after a step (args.batch.trl_epoch)
+        # TRL's epoch after a step: the trainer sets transformers' count of micro-batches (args.batch.trl_epoch)
+        self.epoch_of: Callable[[int], float] = lambda s: s / self.steps_per_epoch if self.steps_per_epoch else 0.0
         self.begun = False  # the user's on_step_begin of the next TRL step was called
         self.open: tuple[dict, float] | None = None  # the applied update whose TRL step has not ended, its seconds
         self.told = False  # the loop told of this round's sampling (sampled_round)
         self.round_keys: set[str] = set()
-        self.epoch_now: Callable[[], float] = lambda: (
-            0.0
-        )  # grpokit's epoch (prompts served / prompts), set by the trainer
         self.in_epoch = False  # the user's on_epoch_begin of the running epoch was called
         self.add_final: Callable[[dict], None] = lambda metrics: None  # the memory metrics (trainer.py) join the end
         # (logs, training): the trainer's log(), which may be a subclass's, and adds _metrics["train"] as TRL's
@@ -168,7 +168,6 @@ class StepBridge:
             self.sampled_round(metrics)
 
         trainer.on_inputs.append(sampled)
-        self.epoch_now = lambda: trainer.sampler.position / len(trainer.prompts)
 
     def reward_scaling(self) -> tuple[str, str]:
         """TRL's scale_rewards (True: group, False: none) and multi_objective_aggregation."""
@@ -292,10 +291,7 @@ class StepBridge:
         self.open, self.begun = None, False
         self.state.global_step += 1
         step = self.state.global_step
-        if self.epoch_of is not None:  # the trainer's: transformers' count of micro-batches (args.batch.trl_epoch)
-            self.state.epoch = self.epoch_of(step)
-        else:  # a bridge alone: whole updates an epoch, or grpokit's own epoch
-            self.state.epoch = step / self.steps_per_epoch if self.steps_per_epoch else self.epoch_now()
+        self.state.epoch = self.epoch_of(step)
         self._accumulate(trl_step_metrics(rest, update, seconds))
         self.user("on_step_end")
         self._log_save_evaluate()
