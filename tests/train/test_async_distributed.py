@@ -119,7 +119,7 @@ def test_async_on_two_gloo_ranks_equals_one_process_and_resumes_exactly(tiny_mod
     for a, b in zip(m1, m2):
         for key in KEYS:
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
-        # a token mean of each rank, weighted by the ranks' tokens (algo/rank_stats.py): the job's, as one process
+        # a token mean of each rank, weighted by the ranks' tokens (record/rank_reduction.py): the job's, as one process
         # (before: the plain mean of the ranks' means, equal only within 1e-2)
         assert a["tis/logp_abs_diff_mean"] == pytest.approx(b["tis/logp_abs_diff_mean"], rel=1e-4, abs=1e-6)
         assert b["time/waiting_for_stragglers"] >= 0

@@ -71,10 +71,14 @@ class OneProcess:
     local_rows = gather_varlen = gather_rows
 
 
+WEIGHT = "weight/"
+"""The prefix of a metric's ``weight/<key>`` entry: how many values ``<key>`` covers on this rank (part_weights)."""
+
+
 def part_weights(counts: dict[str, float | torch.Tensor]) -> dict[str, float]:
     """``weight/<key>`` entries for a stage's metrics measured on this rank's rows only: how many values each
     covers here, by key or by prefix (``advantages`` for ``advantages/mean``, ``/std``, ``/min``, ``/max``).
     The step's one reduction over ranks pools such a metric by them (record/rank_reduction.py: means and stds
     weighted, extremes over the parts that cover a value, ``num_`` counts summed); they are never written.
     Example: a rank's 12 trained tokens -> ``{"weight/advantages": 12.0}``."""
-    return {f"weight/{k}": float(v) for k, v in counts.items()}
+    return {WEIGHT + k: float(v) for k, v in counts.items()}

@@ -32,6 +32,7 @@ from typing import Literal
 
 import torch
 
+from .contexts import WEIGHT
 from .masks import offpolicy_sequences
 from .ratio import kl_weight, log_importance_ratio, unit_fractions
 from .registry import ObjectiveSpec, lookup, objective_spec, register_objective, registered
@@ -370,7 +371,7 @@ def clip_metrics(
             out[name] = float(flag)
             continue
         out[name], fractions_N, units = unit_fractions(flag, mask_NT, c.ratio_level)
-        out[f"weight/{name}"] = units
+        out[WEIGHT + name] = units
         if name in ("clip_ratio/low_mean", "clip_ratio/high_mean"):  # TRL: nanmin / nanmax over the sequences
             out[name.replace("_mean", "_min" if "low" in name else "_max")] = _nan_extreme(fractions_N, "low" in name)
     n = m.sum().clamp(min=1).float()

@@ -42,6 +42,8 @@ import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from grpokit.algo.contexts import WEIGHT
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -134,9 +136,6 @@ RULES: tuple[tuple[str, Rule], ...] = (
 def rule_for(key: str) -> Rule | None:
     """The first rule of ``RULES`` whose pattern matches ``key`` (``*`` spans ``/`` too); None: none does."""
     return next((rule for pattern, rule in RULES if fnmatchcase(key, pattern)), None)
-
-
-WEIGHT = "weight/"
 
 
 def extreme(key: str) -> str | None:

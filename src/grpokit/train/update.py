@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from grpokit.algo.contexts import WEIGHT
 from grpokit.algo.distill import forward_kl_loss
 from grpokit.algo.loss import objective_loss
 from grpokit.algo.pipeline import UpdateInputs, on_support
@@ -270,9 +271,9 @@ def _add_loss_metrics(acc: Accumulator, m: dict[str, float], n_tok: float) -> No
     weighed by those units (the clip ratios: sequences at a sequence-wide ratio level), a min / max by its name
     (rank_reduction.extreme) kept as the update's min / max (NaN while no sequence had one), ``offpolicy/``
     counts summed, every other metric weighed by the micro-batch's loss tokens."""
-    units = {k.removeprefix("weight/"): v for k, v in m.items() if k.startswith("weight/")}
+    units = {k.removeprefix(WEIGHT): v for k, v in m.items() if k.startswith(WEIGHT)}
     for k, v in m.items():
-        if k.startswith("weight/"):
+        if k.startswith(WEIGHT):
             continue
         if extreme(k) is not None:
             acc.extremes[k] = _extreme(acc.extremes.get(k, math.nan), v, lowest=extreme(k) == "min")
