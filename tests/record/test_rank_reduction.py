@@ -60,6 +60,15 @@ def test_min_and_max_skip_a_rank_that_had_no_value():
     assert combine([{"clip_ratio/low_min": nan}, {"clip_ratio/low_min": 0.2}]) == {"clip_ratio/low_min": 0.2}
     assert combine([{"clip_ratio/high_max": 0.5}, {"clip_ratio/high_max": nan}]) == {"clip_ratio/high_max": 0.5}
     assert math.isnan(combine([{"clip_ratio/low_min": nan}, {"clip_ratio/low_min": nan}])["clip_ratio/low_min"])
+    # the same for a pooled part: a rank that covered values but had no clipped sequence (NaN) is skipped
+    parts = [{"clip_ratio/low_min": nan, "weight/clip_ratio": 3}, {"clip_ratio/low_min": 0.4, "weight/clip_ratio": 2}]
+    assert combine(parts) == {"clip_ratio/low_min": 0.4}
+
+
+def test_a_weighted_rule_over_no_weight_is_a_mean_over_no_value():
+    # no rank called a tool: the failure frequency is pooled as a part of 0 values a rank, 0.0 as a part's mean
+    ranks = [{"tools/failure_frequency": 0.5, "tools/call_frequency": 0.0}] * 2
+    assert combine(ranks)["tools/failure_frequency"] == 0.0
 
 
 def _written_names() -> set[str]:

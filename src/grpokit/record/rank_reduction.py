@@ -170,8 +170,7 @@ def pool(key: str, parts: list[tuple[float, float]], means: list[float] | None =
     if key.rsplit("/", 1)[-1].startswith("num_"):
         return sum(values)
     if kind is not None:
-        covered = [v for n, v in zip(counts, values) if n > 0] or values[:1]
-        return max(covered) if kind == "max" else min(covered)
+        return _extreme_of([v for n, v in zip(counts, values) if n > 0] or values[:1], kind)
     if total <= 0:
         return 0.0
     if means is None:
@@ -179,6 +178,13 @@ def pool(key: str, parts: list[tuple[float, float]], means: list[float] | None =
     job_mean = sum(n * m for n, m in zip(counts, means)) / total  # each part's spread plus its mean's distance
     var = sum(n * (s * s + (m - job_mean) ** 2) for n, s, m in zip(counts, values, means)) / total
     return math.sqrt(max(var, 0.0))
+
+
+def _extreme_of(values: list[float], kind: str) -> float:
+    """The smallest / largest of ``values`` that are not NaN (a rank where none had one: clip_ratio/low_min);
+    NaN when all are."""
+    seen = [v for v in values if not math.isnan(v)] or values[:1]
+    return max(seen) if kind == "max" else min(seen)
 
 
 def _pooled(key: str, have: list[dict]) -> float:
@@ -194,15 +200,16 @@ def _by_rule(rule: Rule, vals: list[float], have: list[tuple[dict, dict]], out: 
         return vals[0]
     if rule.how == "sum":
         return sum(vals)
-    if rule.how in ("min", "max"):  # NaN (a rank where none had one: clip_ratio/low_min) is skipped
-        seen = [v for v in vals if not math.isnan(v)] or [math.nan]
-        return min(seen) if rule.how == "min" else max(seen)
+    if rule.how in ("min", "max"):
+        return _extreme_of(vals, rule.how)
     ws = [float(w.get(rule.by, m.get(rule.by, 0.0))) for m, w in have]
     if rule.how == "rate":  # every rank's count over the slowest rank's seconds
         over = next((k for k in rule.over if k in out), None)
         return sum(ws) / max(out[over] if over is not None else 0.0, 1e-9)
-    if rule.how == "weighted":
-        return sum(w * v for w, v in zip(ws, vals)) / sum(ws) if sum(ws) > 0 else sum(vals) / len(vals)
+    if (
+        rule.how == "weighted"
+    ):  # each rank a part of ws[r] values, pooled as a mean (rule.by: a count, never an extreme)
+        return pool(rule.by, list(zip(ws, vals)))
     return sum(vals) / len(vals)
 
 
