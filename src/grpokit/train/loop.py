@@ -243,7 +243,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
             parts, applied = cfg.train.updates_per_batch, self.updates
             # TRL's normalisers of a cut batch: its counts over every rank, once for all its slices
-            counts = batch_counts(inputs, parts, self.dist) if cfg.train.accumulation_slices > 1 or parts > 1 else None
+            counts = batch_counts(inputs, parts, self.dist)
             slices = ((i, j, p) for i in range(a.num_iterations) for j, p in enumerate(update_slices(inputs, parts)))
             for i, j, part in slices:  # num_iterations passes over TRL's steps_per_generation slices
                 if self._updates_done() or self._stop_before_update(applied):  # TRL's max_steps, a callback's stop

@@ -38,7 +38,7 @@ from . import distill_pass
 from .logprobs import completion_logprobs, logprobs_with_router_loss
 from .prefix_tree import tokens_saved
 from .token_budget import micro_batches
-from .update_windows import SliceCounts
+from .update_windows import SliceCounts, batch_counts, window_counts
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
@@ -91,20 +91,6 @@ def _loss_records(inputs: UpdateInputs) -> tuple[LossSettings, Normalisers]:
             "or give both (algo.pipeline.loss_settings makes them from an AlgoConfig)"
         )
     return inputs.loss, inputs.norms
-
-
-def _objective(inputs: UpdateInputs, dist) -> tuple[LossSettings, Normalisers]:
-    """The loss records of this update, with the whole batch's sequence, loss-token and policy-token counts
-    (over every rank: one all-reduce; without a policy mask the policy tokens are the loss tokens)."""
-    settings, norms = _loss_records(inputs)
-    local = [float(inputs.batch.input_ids.shape[0]), float(inputs.loss_mask.sum().item())]
-    if inputs.policy_mask is not None:
-        local.append(float(inputs.policy_mask.sum().item()))
-    counts = dist.sum_floats(local) if dist is not None else local  # data parallel: the whole batch's counts
-    num_sequences, num_tokens = counts[0], counts[1]
-    return settings, dataclasses.replace(
-        norms, num_sequences=num_sequences, num_tokens=num_tokens, num_policy_tokens=counts[-1]
-    )
 
 
 def add_mismatch(acc: dict[str, float], inputs: UpdateInputs, rows, old_logp: torch.Tensor, mb: TokenBatch) -> None:
@@ -194,18 +180,15 @@ def begin_slice(
     """What every loss stage does before its micro-batches: the slice's loss records and normalisers
     (``counts``, taken once for the batch, replacing its own when slices share an update: no collective
     then), the model in training mode, the gradient zeroed on an update's first slice, ``acc`` told of the slice."""
-    if counts is None:
-        settings, norms = _objective(inputs, dist)
-        acc.tokens += norms.num_tokens
-    else:
-        settings, norms = _loss_records(inputs)
-        norms = dataclasses.replace(
-            norms,
-            num_sequences=counts.num_sequences,
-            num_tokens=counts.num_tokens,
-            num_policy_tokens=counts.num_policy_tokens,
-        )
-        acc.tokens += counts.slice_tokens
+    counts = counts or window_counts(batch_counts(inputs, 1, dist), 0, parts=1, window=1)  # the slice is an update
+    settings, norms = _loss_records(inputs)
+    norms = dataclasses.replace(
+        norms,
+        num_sequences=counts.num_sequences,
+        num_tokens=counts.num_tokens,
+        num_policy_tokens=counts.num_policy_tokens,
+    )
+    acc.tokens += counts.slice_tokens
     model.train()
     if acc.slices == 0:
         optimizer.zero_grad(set_to_none=True)
