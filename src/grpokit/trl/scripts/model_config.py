@@ -14,6 +14,8 @@ from typing import Any
 
 from grpokit.config.base import ConfigError
 
+from .model_flags import PEFT_FLAGS
+
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
     return {"help": text, **extra}
@@ -78,21 +80,10 @@ def get_peft_config(model_args: ModelConfig) -> Any:
         from peft import LoraConfig
     except ImportError:
         raise ConfigError("use_peft needs the peft package; install it with `pip install 'grpokit[peft]'`") from None
-    extra = (
-        {} if model_args.lora_target_parameters is None else {"target_parameters": model_args.lora_target_parameters}
-    )
-    return LoraConfig(
-        task_type=model_args.lora_task_type,
-        r=model_args.lora_r,
-        lora_alpha=model_args.lora_alpha,
-        lora_dropout=model_args.lora_dropout,
-        target_modules=model_args.lora_target_modules,
-        bias="none",
-        use_rslora=model_args.use_rslora,
-        use_dora=model_args.use_dora,
-        modules_to_save=model_args.lora_modules_to_save,
-        **extra,
-    )
+    kw = {field: getattr(model_args, flag) for field, flag in PEFT_FLAGS.items()}  # the one table of the flags
+    if kw["target_parameters"] is None:  # a peft without the field takes none
+        del kw["target_parameters"]
+    return LoraConfig(bias="none", **kw)
 
 
 def get_quantization_config(model_args: ModelConfig) -> Any:
