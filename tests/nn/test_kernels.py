@@ -13,7 +13,9 @@ needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch 
 
 
 @needs_onednn
-def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_model, monkeypatch):
+@pytest.mark.parametrize("weight_grad_onednn", [False, True])  # AVX2 CPUs, AVX-512 ones
+def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_model, monkeypatch, weight_grad_onednn):
+    monkeypatch.setattr(kernels, "WEIGHT_GRAD_ONEDNN", weight_grad_onednn)
     calls = []
     real = kernels._onednn
     monkeypatch.setattr(kernels, "_onednn", lambda *a: calls.append(1) or real(*a))
@@ -29,7 +31,8 @@ def test_routed_model_matches_plain_model_in_values_and_every_gradient(tiny_mode
         (logits.float().log_softmax(-1)[..., 0].sum() + logits.pow(2).mean()).backward()
         outs.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
     (a, ga), (b, gb) = outs
-    assert len(calls) == 2 * n_linear  # every forward and every input gradient went through oneDNN
+    # every forward and input gradient went through oneDNN, and every weight gradient where it is asked to
+    assert len(calls) == (3 if weight_grad_onednn else 2) * n_linear
     assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
     for x, y in zip(ga, gb):
         assert torch.allclose(x, y, rtol=1e-4, atol=1e-6)
@@ -89,6 +92,23 @@ def test_cpu_matmul_modes(monkeypatch):
         kernels.wants_onednn("onednn", torch.device("cpu"))
     monkeypatch.setattr(kernels, "cpu_vendor", lambda: "AuthenticAMD")
     assert not kernels.wants_onednn("auto", torch.device("cpu"))
+
+
+def test_cpuinfo_fields_read_from_the_first_processor(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernels.platform, "machine", lambda: "x86_64")
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512bw\n\n"
+        "processor\t: 1\nvendor_id\t: Other\nflags\t\t: fpu\n"
+    )
+    assert kernels._cpuinfo("vendor_id", str(info)) == "AuthenticAMD"
+    assert "avx512f" in kernels._cpuinfo("flags", str(info)).split()
+    assert kernels._cpuinfo("model name", str(info)) == ""  # a field the file lacks
+    assert kernels._cpuinfo("flags", str(tmp_path / "missing")) == ""
+    monkeypatch.setattr(kernels.platform, "machine", lambda: "aarch64")
+    assert kernels._cpuinfo("vendor_id", str(info)) == ""  # not x86: no vendor rule applies
+    # the row threshold follows the flags: AVX-512's oneDNN kernels beat MKL from 16 rows (bench/RESULTS.md)
+    assert kernels.MIN_ROWS == (16 if kernels.cpu_has_avx512() else 128)
 
 
 def test_bad_cpu_matmul_is_a_config_error():

@@ -174,6 +174,8 @@ def test_generate_engine_has_no_sampling_logprobs_to_compare(smollm2_dir, tmp_pa
 def test_a_checkpoint_loads_in_transformers_and_evaluation_shows_progress(smollm2_dir, static_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from grpokit.nn import kernels
+
     tr, run, out = static_run
     # the held-out evaluation before the first step (and after the last) says what it does and how far it is
     assert "grpokit: held-out evaluation: 2 prompts, greedy, up to 6 new tokens" in out
@@ -186,9 +188,13 @@ def test_a_checkpoint_loads_in_transformers_and_evaluation_shows_progress(smollm
     ids = torch.tensor(
         [tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False)]
     )
+    saved, own = model.state_dict(), tr.model.state_dict()
+    assert saved.keys() == own.keys() and all(torch.equal(saved[k], own[k]) for k in saved)  # the trained weights
+    if any(kernels.is_routed(m) for m in tr.model.modules()):  # the same float32 kernels as the trainer's model
+        kernels.use_onednn_linears(model)
     with torch.no_grad():
         trained = tr.model.eval()(ids).logits
-        assert torch.allclose(model(ids).logits, trained, atol=1e-4)  # the trained weights, not the start's
+        assert torch.allclose(model(ids).logits, trained, atol=1e-4)
         start = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()(ids).logits
     assert not torch.allclose(start, trained, atol=1e-6)
 

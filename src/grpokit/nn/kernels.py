@@ -7,10 +7,12 @@ matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 thro
 (bench/RESULTS.md, round 3).
 
 What changes: every plain float32 ``nn.Linear`` of the model computes ``y = x W^T + b`` and, in the
-backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows (training and
-reference forwards; fewer rows, as in a prefill or a decode step of the dynamic-cache engine, keep
-``F.linear``). ``dW = dy^T x`` stays on torch's
-``mm``, which is as fast or faster for that long reduction here. Same math; the summation order
+backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows. On an AVX2
+CPU that is 128 rows (fewer, as in a prefill or a decode step of the dynamic-cache engine, keep
+``F.linear``) and ``dW = dy^T x`` stays on torch's ``mm``. With AVX-512 it is 16 rows and ``dW`` is
+oneDNN's too, a linear over the transposed gradient (copied contiguous by the op) and the transposed
+input: on a 2-core Zen 5 EPYC oneDNN ran 1.6-2.2x MKL from 16 rows up, and 370-450 GFLOP/s against
+MKL's 210-220 for a training batch's weight gradients (bench/RESULTS.md, 2026-11-30). Same math; the summation order
 differs, so results agree with ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit.
 Layers that are not plain float32 CPU tensors at call time (GPU, autocast, half precision,
 FSDP-sharded or quantised weights) call ``F.linear``.
@@ -59,19 +61,30 @@ def _onednn(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     return torch.ops.mkldnn._linear_pointwise(x2d, weight, bias, "none", [], "")
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_vendor() -> str:
-    """The x86 vendor string ("AuthenticAMD", "GenuineIntel", ...) from /proc/cpuinfo, or ""."""
+def _cpuinfo(field: str, path: str = "/proc/cpuinfo") -> str:
+    """The first ``field`` line's value in /proc/cpuinfo on x86, or ""."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return ""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return ""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_vendor() -> str:
+    """The x86 vendor string ("AuthenticAMD", "GenuineIntel", ...) from /proc/cpuinfo, or ""."""
+    return _cpuinfo("vendor_id")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_avx512() -> bool:
+    """True when /proc/cpuinfo lists AVX-512 (``avx512f``): oneDNN's kernels for it beat MKL's from a few rows."""
+    return "avx512f" in _cpuinfo("flags").split()
 
 
 def wants_onednn(mode: str, device: torch.device) -> bool:
@@ -110,7 +123,7 @@ class _OneDNNLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = _onednn(dy2d, weight.t(), None).view(ctx.x_shape)  # dy @ W
         if ctx.needs_input_grad[1]:
-            dw = dy2d.t() @ x2d
+            dw = _onednn(dy2d.t(), x2d.t(), None) if WEIGHT_GRAD_ONEDNN else dy2d.t() @ x2d  # dy^T @ x
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.sum(0)
         return dx, dw, db
@@ -122,10 +135,16 @@ def _plain_fp32_cpu(t: torch.Tensor | None) -> bool:
     )
 
 
-# Below this many rows oneDNN over a plain weight gains nothing measurable: it reorders the weight
-# into its blocked layout on every call, which at few rows costs about as much as the matmul (the
-# static decode step reorders once per rollout instead: fused_linear).
-MIN_ROWS = 128
+# Below this many rows oneDNN over a plain weight gains nothing measurable on an AVX2 CPU (Zen 3): it
+# reorders the weight into its blocked layout on every call, which at few rows costs about as much as
+# the matmul (the static decode step reorders once per rollout instead: fused_linear). With AVX-512
+# (a Zen 5 EPYC, bench/RESULTS.md 2026-11-30) oneDNN ran 1.6-2.2x MKL's speed from 16 rows up (a
+# prompt-sharing forward of two prompts, a few-row decode step) and up to 2x at every training shape.
+# A fixed rule from the CPU's flags, not a timing probe, so a resumed run picks the same kernels.
+MIN_ROWS = 16 if cpu_has_avx512() else 128
+# The weight gradient's long reduction over the rows: oneDNN's with AVX-512 (measured 1.7-2x MKL's on
+# Zen 5), torch's ``mm`` on AVX2 CPUs, where it was kept for being as fast.
+WEIGHT_GRAD_ONEDNN = cpu_has_avx512()
 
 
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
