@@ -14,7 +14,9 @@ own; sides alternate (grpokit, trl, trl, grpokit, ...) so machine drift hits bot
 timing, the harness checks that grpokit's policy_loss equals TRL's loss on a fixed batch
 (bench/trl_oracle.py) and measures this machine's fp32 matmul peak, the denominator of every
 "fraction of peak" figure. FLOPs are counted analytically from the tokens actually generated and
-trained on (bench/workload.py: model_flops), so padding work counts for neither side.
+trained on (bench/workload.py: model_flops), so padding work counts for neither side, and a group's
+prompt counts once (its G completions share it: the useful work; before 2026-11-30 the training phase
+counted it once per completion, which overstated grpokit's fraction, as grpokit computes it once).
 """
 
 from __future__ import annotations

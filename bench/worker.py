@@ -266,11 +266,12 @@ def _step_record(dt, clock, cfg, a) -> dict:
     P = len(clock.lengths) // a.G
     for i, (lp, lc) in enumerate(clock.lengths):
         f = model_flops(cfg, lp, lc)
-        fl["rollout"] += f["decode"] + (
-            f["prefill"] if i % a.G == 0 else 0.0
-        )  # the useful work: one prefill per prompt
-        fl["ref"] += f["seq"] if a.beta > 0 else 0.0
-        fl["train"] += 3 * f["seq"]  # forward + backward (2x)
+        # the useful work: a group's prompt once (its G completions share it), then each completion after it;
+        # a trainer that runs the prompt once per completion (TRL) does more work than this, not more useful work
+        seq = f["decode"] + (f["prefill"] if i % a.G == 0 else 0.0)
+        fl["rollout"] += seq
+        fl["ref"] += seq if a.beta > 0 else 0.0
+        fl["train"] += 3 * seq  # forward + backward (2x)
     spans = dict(clock.spans)
     spans["update_rest"] = dt - sum(spans.values())
     bg_s, bg_tokens = sum(s for s, _ in clock.background), sum(n for _, n in clock.background)
