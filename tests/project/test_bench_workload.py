@@ -27,6 +27,26 @@ def test_model_flops_hand_worked():
     assert f["prefill"] + f["decode"] == f["seq"]
 
 
+def test_a_groups_prompt_counts_once_in_every_phases_useful_flops():
+    import worker
+
+    cfg = SimpleNamespace(
+        hidden_size=4,
+        num_hidden_layers=1,
+        vocab_size=10,
+        intermediate_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    clock = worker.PhaseClock()
+    clock.lengths = [(2, 1), (2, 1), (2, 1), (2, 1)]  # 2 prompts x G=2, prompt 2 tokens, completion 1
+    # per group: the prompt's 784 once, then 416 per completion (hand-worked above): 784 + 2 * 416 = 1616
+    rec = worker._step_record(1.0, clock, cfg, SimpleNamespace(G=2, beta=0.04))
+    assert rec["flops"] == {"rollout": 2 * 1616, "ref": 2 * 1616, "train": 3 * 2 * 1616}
+    rec = worker._step_record(1.0, clock, cfg, SimpleNamespace(G=2, beta=0.0))
+    assert rec["flops"]["ref"] == 0.0 and rec["prompts"] == 2
+
+
 def test_model_dir_tokenizer_round_trips(tmp_path):
     from transformers import AutoTokenizer
 
