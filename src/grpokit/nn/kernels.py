@@ -82,9 +82,14 @@ def cpu_vendor() -> str:
 
 
 @functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The x86 CPU's flags from /proc/cpuinfo (``avx2``, ``avx512f``, ...), or none."""
+    return frozenset(_cpuinfo("flags").split())
+
+
 def cpu_has_avx512() -> bool:
     """True when /proc/cpuinfo lists AVX-512 (``avx512f``): oneDNN's kernels for it beat MKL's from a few rows."""
-    return "avx512f" in _cpuinfo("flags").split()
+    return "avx512f" in cpu_flags()
 
 
 def wants_onednn(mode: str, device: torch.device) -> bool:
@@ -161,6 +166,12 @@ def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if routed:  # without gradients (no_grad, frozen inputs) autograd records nothing for it
         return _OneDNNLinear.apply(x, self.weight, self.bias)
     return F.linear(x, self.weight, self.bias)
+
+
+def rule() -> str:
+    """The kernels a routed linear computes with on this CPU, in words (kept in checkpoints: train/numerics.py)."""
+    dw = "oneDNN" if WEIGHT_GRAD_ONEDNN else "torch.mm"
+    return f"oneDNN from {MIN_ROWS} rows, weight gradients on {dw}"
 
 
 def is_routed(module: torch.nn.Module) -> bool:

@@ -59,6 +59,7 @@ class TrainerState:
     step: int
     data_position: int
     data: dict | None = None  # the training prompts' identity (data/prompts.py fingerprint); None: an older checkpoint
+    numerics: dict | None = None  # what its sums depended on (train/numerics.py); None: an older checkpoint
 
 
 def save(

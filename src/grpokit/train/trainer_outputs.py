@@ -17,6 +17,7 @@ from . import (
     checkpoint,
     checkpoint_hooks,
     engines,
+    numerics,
     rank_failure,
     run_lock,
 )
@@ -75,7 +76,12 @@ class TrainerOutputs:
             )
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:
-        state = checkpoint.TrainerState(step=self.step, data_position=self.sampler.position, data=self.data_identity)
+        state = checkpoint.TrainerState(
+            step=self.step,
+            data_position=self.sampler.position,
+            data=self.data_identity,
+            numerics=numerics.numerics(self.model),
+        )
         hooks = checkpoint_hooks.checkpoint_writers(
             self.model, self.optimizer, self.generator, self.dist, self.cfg.model
         )  # LoRA adapters, every rank's sampler state, FSDP gather

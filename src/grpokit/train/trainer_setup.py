@@ -29,6 +29,7 @@ from . import (
     domain_setup,
     engines,
     memory_plan,
+    numerics,
     world_check,
 )
 from . import resume as run_folder
@@ -206,6 +207,9 @@ class TrainerSetup:
             **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
         )
         check_same_data(state.data, self.data_identity, str(ckpt))  # before anything is set aside
+        changed = numerics.differences(state.numerics, numerics.numerics(self.model))
+        if changed and self.dist.is_main:  # kernels, threads or torch differ: the same run, not bit for bit
+            print(f"grpokit: warning: resuming from {ckpt}: {changed}", flush=True)
         self.step, self.sampler.position = state.step, state.data_position
         if self.resume_at is not None and self.dist.is_main:  # once loaded: the later checkpoints kept aside
             run_folder.set_aside_later(self.run_dir, ckpt)
