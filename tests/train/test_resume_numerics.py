@@ -20,6 +20,7 @@ def test_the_record_names_torch_threads_device_and_kernels(tiny_model):
     rec = numerics(tiny_model)
     assert rec["torch"] == torch.__version__ and rec["threads"] == torch.get_num_threads()
     assert rec["device"].startswith("cpu") and rec["float32_linears"] == "torch"  # not routed yet
+    assert rec["float32_matmul_precision"] == torch.get_float32_matmul_precision() and "tf32" not in rec
     if kernels.onednn_available():
         kernels.use_onednn_linears(tiny_model)
         routed = numerics(tiny_model)["float32_linears"]

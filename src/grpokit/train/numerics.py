@@ -20,8 +20,8 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 
 def numerics(model: torch.nn.Module) -> dict[str, str | int]:
-    """torch's version, the thread count, the device (and for a CPU its vendor and instruction sets) and
-    the float32 linears' kernels of ``model``."""
+    """torch's version, the thread count, the device (and for a CPU its vendor and instruction sets), the
+    float32 linears' kernels of ``model`` and the float32 matmul precision (with TF32's switches on a card)."""
     p = next(model.parameters(), None)
     device = p.device if p is not None else torch.device("cpu")
     out: dict[str, str | int] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -31,6 +31,10 @@ def numerics(model: torch.nn.Module) -> dict[str, str | int]:
         isa = [f for f in ISA_FLAGS if f in kernels.cpu_flags()]
         out["device"] = " ".join([device.type, kernels.cpu_vendor(), *isa]).strip()
     out["float32_linears"] = kernels.rule() if any(kernels.is_routed(m) for m in model.modules()) else "torch"
+    # "high"/"medium" let float32 matmuls run in TF32 or bfloat16 (on a card, and on CPUs with AVX-512 BF16)
+    out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    if device.type == "cuda":
+        out["tf32"] = f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn {torch.backends.cudnn.allow_tf32}"
     return out
 
 
