@@ -2,20 +2,20 @@
 
 Why: PyTorch's CPU wheels run float32 ``F.linear``/``mm`` through Intel MKL, which on AMD
 processors takes a slower code path. oneDNN (bundled in the same wheel, as ``mkldnn``) picks its
-kernels from the CPU's instruction set. On the 2-core AMD EPYC (Zen 4) we develop on, a forward
-matmul of a training batch runs at ~195 GFLOP/s through oneDNN against ~140 through MKL
-(bench/RESULTS.md, round 3).
+kernels from the CPU's instruction set. On the 2-core AMD EPYC of round 3 (AVX2), a forward matmul of
+a training batch ran at ~195 GFLOP/s through oneDNN against ~140 through MKL; on a 2-core Zen 5 EPYC
+(AVX-512), 370-450 against 210-220 (bench/RESULTS.md).
 
 What changes: every plain float32 ``nn.Linear`` of the model computes ``y = x W^T + b`` and, in the
 backward pass, ``dx = dy W`` with oneDNN when the input has at least ``MIN_ROWS`` rows. On an AVX2
 CPU that is 128 rows (fewer, as in a prefill or a decode step of the dynamic-cache engine, keep
 ``F.linear``) and ``dW = dy^T x`` stays on torch's ``mm``. With AVX-512 it is 16 rows and ``dW`` is
 oneDNN's too, a linear over the transposed gradient (copied contiguous by the op) and the transposed
-input: on a 2-core Zen 5 EPYC oneDNN ran 1.6-2.2x MKL from 16 rows up, and 370-450 GFLOP/s against
-MKL's 210-220 for a training batch's weight gradients (bench/RESULTS.md, 2026-11-30). Same math; the summation order
-differs, so results agree with ``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit.
-Layers that are not plain float32 CPU tensors at call time (GPU, autocast, half precision,
-FSDP-sharded or quantised weights) call ``F.linear``.
+input: on the Zen 5 oneDNN ran 1.6-2.2x MKL from 16 rows up, weight gradients included
+(bench/RESULTS.md, 2026-11-30). Same math; the summation order differs, so results agree with
+``F.linear`` to float32 rounding (relative ~1e-6), not bit for bit. Layers that are not plain
+float32 CPU tensors at call time (GPU, autocast, half precision, FSDP-sharded or quantised weights)
+call ``F.linear``.
 
 Decode steps (``rollout/static.py``) use oneDNN differently: their weights are fixed for the whole
 rollout, so ``fused_linear`` reorders them once into oneDNN's blocked layout (and joins linears that
