@@ -101,6 +101,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         self._place_run()  # the generator, the prompt sampler, the step (resumed: the checkpoint's)
         self._open_records()  # the saved config, the metrics sinks
         self._build_engine()  # stage 2's engine: hf, vLLM or async
+        self._check_numerics()  # kernels, threads, torch: kept in checkpoints, compared with a resumed one's
         self.state = RunState(global_step=self.step, max_steps=cfg.train.steps, is_world_process_zero=self.dist.is_main)
         # what reward functions get as trainer_state: the run's state without its log history (grpokit.trl: TRL's)
         self.reward_state: Callable[[], Any] = lambda: self.state.light()

@@ -17,7 +17,6 @@ from . import (
     checkpoint,
     checkpoint_hooks,
     engines,
-    numerics,
     rank_failure,
     run_lock,
 )
@@ -80,7 +79,7 @@ class TrainerOutputs:
             step=self.step,
             data_position=self.sampler.position,
             data=self.data_identity,
-            numerics=numerics.numerics(self.model),
+            numerics=self.numerics,
         )
         hooks = checkpoint_hooks.checkpoint_writers(
             self.model, self.optimizer, self.generator, self.dist, self.cfg.model

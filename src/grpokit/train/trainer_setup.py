@@ -137,10 +137,20 @@ class TrainerSetup:
         # the step whose end last refreshed the reference (0: never) and whether that was a plain copy of the policy:
         # kept, not derived from algo.ref_refresh_every, which a resume may change (test_resume_reference.py)
         self.ref_refreshed: tuple[int, bool] = (0, True)
+        self.saved_numerics: dict | None = None  # what the resumed checkpoint's sums depended on (train/numerics.py)
         if self.resume_dir:
             self._resume()
         # optimizer updates applied so far (TRL's global_step)
         self.updates = run_updates(self.step, t, cfg.algo.num_iterations)
+
+    def _check_numerics(self) -> None:
+        """What this run's sums depend on, recorded once everything that sets it is in place (an async worker
+        takes some of the trainer's threads when the engine starts): each checkpoint keeps it, and a resume that
+        computes differently says so once."""
+        self.numerics = numerics.numerics(self.model)
+        changed = numerics.differences(self.saved_numerics, self.numerics)
+        if changed and self.dist.is_main:  # kernels, threads or torch differ: the same run, not bit for bit
+            print(f"grpokit: warning: resuming from {self.resumed_from}: {changed}", flush=True)
 
     def _open_records(self) -> None:
         """The run folder's config (resumed: config_history.yaml too) and the metrics sinks."""
@@ -207,9 +217,7 @@ class TrainerSetup:
             **checkpoint_hooks.checkpoint_loaders(self.model, self.dist, self.cfg.model),
         )
         check_same_data(state.data, self.data_identity, str(ckpt))  # before anything is set aside
-        changed = numerics.differences(state.numerics, numerics.numerics(self.model))
-        if changed and self.dist.is_main:  # kernels, threads or torch differ: the same run, not bit for bit
-            print(f"grpokit: warning: resuming from {ckpt}: {changed}", flush=True)
+        self.saved_numerics = state.numerics  # compared once the engine has set the threads (check_numerics)
         self.step, self.sampler.position = state.step, state.data_position
         if self.resume_at is not None and self.dist.is_main:  # once loaded: the later checkpoints kept aside
             run_folder.set_aside_later(self.run_dir, ckpt)
