@@ -107,8 +107,10 @@ def test_cpuinfo_fields_read_from_the_first_processor(tmp_path, monkeypatch):
     assert kernels._cpuinfo("flags", str(tmp_path / "missing")) == ""
     monkeypatch.setattr(kernels.platform, "machine", lambda: "aarch64")
     assert kernels._cpuinfo("vendor_id", str(info)) == ""  # not x86: no vendor rule applies
-    # the row threshold follows the flags: AVX-512's oneDNN kernels beat MKL from 16 rows (bench/RESULTS.md)
-    assert kernels.MIN_ROWS == (16 if kernels.cpu_has_avx512() else 128)
+    # the rule follows the flags: with AVX-512 oneDNN beats MKL from 16 rows, weight gradients too (bench/RESULTS.md)
+    assert kernels.rule_for(frozenset({"fpu", "avx2", "avx512f"})) == (16, True)
+    assert kernels.rule_for(frozenset({"fpu", "avx2", "fma"})) == (128, False)
+    assert kernels.rule_for(frozenset()) == (128, False)  # no flags read (Arm, no /proc/cpuinfo)
 
 
 def test_bad_cpu_matmul_is_a_config_error():

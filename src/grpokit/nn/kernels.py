@@ -28,7 +28,8 @@ bit for bit (``rms_norm_of``): fewer operator calls on a step's few rows, on any
 
 ``cpu_matmul="auto"`` uses oneDNN on x86 CPUs that are not Intel's (where MKL's dispatch is the
 problem) and leaves Intel and Arm CPUs to ``F.linear``. It is a fixed rule, not a timing probe, so
-every process of a run, and a resumed one, computes with the same kernels.
+every process of a run, and a resumed one on the same CPU type, computes with the same kernels (a
+resume on another type is warned about: train/numerics.py).
 """
 
 from __future__ import annotations
@@ -87,11 +88,6 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo("flags").split())
 
 
-def cpu_has_avx512() -> bool:
-    """True when /proc/cpuinfo lists AVX-512 (``avx512f``): oneDNN's kernels for it beat MKL's from a few rows."""
-    return "avx512f" in cpu_flags()
-
-
 def wants_onednn(mode: str, device: torch.device) -> bool:
     """Resolve ``model.cpu_matmul`` for a model on ``device``."""
     if mode not in MODES:
@@ -105,7 +101,7 @@ def wants_onednn(mode: str, device: torch.device) -> bool:
             )
         return True
     # MKL, behind F.linear, dispatches non-Intel x86 CPUs to slower kernels; oneDNN does not. A
-    # fixed rule rather than a timing probe, so a resumed run picks the same kernels (bit-exact resume).
+    # fixed rule rather than a timing probe, so a resumed run on the same CPU type picks the same kernels.
     return cpu_vendor() not in ("", "GenuineIntel") and onednn_available()
 
 
@@ -145,11 +141,17 @@ def _plain_fp32_cpu(t: torch.Tensor | None) -> bool:
 # the matmul (the static decode step reorders once per rollout instead: fused_linear). With AVX-512
 # (a Zen 5 EPYC, bench/RESULTS.md 2026-11-30) oneDNN ran 1.6-2.2x MKL's speed from 16 rows up (a
 # prompt-sharing forward of two prompts, a few-row decode step) and up to 2x at every training shape.
-# A fixed rule from the CPU's flags, not a timing probe, so a resumed run picks the same kernels.
-MIN_ROWS = 16 if cpu_has_avx512() else 128
 # The weight gradient's long reduction over the rows: oneDNN's with AVX-512 (measured 1.7-2x MKL's on
-# Zen 5), torch's ``mm`` on AVX2 CPUs, where it was kept for being as fast.
-WEIGHT_GRAD_ONEDNN = cpu_has_avx512()
+# Zen 5), torch's ``mm`` on AVX2 CPUs, where it was kept for being as fast. A fixed rule from the CPU's
+# flags, not a timing probe: a resume on the same CPU type picks the same kernels.
+
+
+def rule_for(flags: frozenset[str]) -> tuple[int, bool]:
+    """``(MIN_ROWS, WEIGHT_GRAD_ONEDNN)`` for a CPU with these /proc/cpuinfo flags."""
+    return (16, True) if "avx512f" in flags else (128, False)
+
+
+MIN_ROWS, WEIGHT_GRAD_ONEDNN = rule_for(cpu_flags())
 
 
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
