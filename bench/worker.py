@@ -268,10 +268,10 @@ def _step_record(dt, clock, cfg, a) -> dict:
         f = model_flops(cfg, lp, lc)
         # the useful work: a group's prompt once (its G completions share it), then each completion after it;
         # a trainer that runs the prompt once per completion (TRL) does more work than this, not more useful work
-        seq = f["decode"] + (f["prefill"] if i % a.G == 0 else 0.0)
-        fl["rollout"] += seq
-        fl["ref"] += seq if a.beta > 0 else 0.0
-        fl["train"] += 3 * seq  # forward + backward (2x)
+        useful = f["decode"] + (f["prefill"] if i % a.G == 0 else 0.0)
+        fl["rollout"] += useful
+        fl["ref"] += useful if a.beta > 0 else 0.0
+        fl["train"] += 3 * useful  # forward + backward (2x)
     spans = dict(clock.spans)
     spans["update_rest"] = dt - sum(spans.values())
     bg_s, bg_tokens = sum(s for s, _ in clock.background), sum(n for _, n in clock.background)

@@ -182,8 +182,8 @@ def model_flops(cfg, prompt_len: float, comp_len: float) -> dict[str, float]:
     """Forward FLOPs of one sequence: 2 per weight per token (embedding lookup excluded) plus
     attention scores and mixing (2 * 2 * layers * hidden per (query, key) pair, causal).
 
-    Returns ``{"prefill", "decode", "seq"}``: the prompt's forward, decoding ``comp_len`` tokens
-    after it, and one forward over prompt + completion (the training pass).
+    Returns ``{"prefill", "decode"}``: the prompt's forward and the forward of ``comp_len`` tokens after
+    it (together, one forward over prompt + completion; a group's G completions share the prefill).
     """
     h, L, V, I = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, cfg.intermediate_size
     kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
@@ -195,7 +195,7 @@ def model_flops(cfg, prompt_len: float, comp_len: float) -> dict[str, float]:
         pairs = n_tokens * ctx_start + n_tokens * (n_tokens + 1) / 2
         return dense * n_tokens + attn * pairs
 
-    return {"prefill": fwd(prompt_len, 0), "decode": fwd(comp_len, prompt_len), "seq": fwd(prompt_len + comp_len, 0)}
+    return {"prefill": fwd(prompt_len, 0), "decode": fwd(comp_len, prompt_len)}
 
 
 def matmul_peak_gflops(n: int = 1024, reps: int = 10, dtype=None, device: str = "cpu", kernel: str = "torch") -> float:
