@@ -109,7 +109,7 @@ def test_a_batchs_counts_are_one_all_reduce_for_all_its_slices():
         72.0,
     )
     # window 2: slice 3 divides by 4 x 2 = 8 sequences and 72 x 2 / 4 = 36 tokens; its own tokens are 30
-    assert window_counts(counts, 3, parts=4, window=2) == SliceCounts(8.0, 36.0, 36.0, 30.0)
+    assert window_counts(counts, 3, parts=4, window=2) == SliceCounts(8.0, 36.0, 36.0, 30.0, window=2)
     assert ranks.calls == [5]  # the slices' counts need no further collective
     batch.policy_mask = loss_mask[:, :1]  # one policy token a row: 8, 16 over the two ranks, in the same all-reduce
     assert batch_counts(batch, parts=4, dist=ranks).policy == 16.0 and ranks.calls == [5, 6]

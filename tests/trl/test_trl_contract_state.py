@@ -133,15 +133,18 @@ def test_sync_gradients_on_this_ranks_last_micro_batch_under_two_ranks():
 def test_update_micro_batches_by_hand():
     # 4 rows a rank, 2 a micro-batch = 2 a slice; 3 slices an update = 6; epochs of 2 steps x 4 slices = 8
     # slices: updates of 3, 3, 2 slices, so the epoch's last (update 2) has 2 x 2 = 4 and update 3 again 6.
-    from types import SimpleNamespace
-
-    from grpokit.config import AlgoConfig, TrainConfig
+    from grpokit.train.update_windows import BatchCounts, window_at, window_counts
     from grpokit.trl.contract.stages import update_micro_batches
 
-    t = TrainConfig(updates_per_batch=4, accumulation_slices=3, accumulation_epoch_steps=2)
-    cfg = SimpleNamespace(train=t, algo=AlgoConfig())
-    assert [update_micro_batches(cfg, u, 4, 2) for u in range(4)] == [6, 6, 4, 6]
-    assert update_micro_batches(SimpleNamespace(train=TrainConfig(), algo=AlgoConfig()), 0, 5, 2) == 3
+    counts = BatchCounts(1.0, (1.0, 1.0, 1.0, 1.0), 4.0)
+
+    def micro_batches(position):  # as the loop: the window of the update that holds slice number position
+        window, _ = window_at(position, 3, 8)
+        return update_micro_batches(window_counts(counts, position % 4, 4, window), 4, 2)
+
+    assert [micro_batches(p) for p in (0, 3, 6, 8)] == [6, 6, 4, 6]  # the first slice of updates 0-3
+    assert [micro_batches(p) for p in (1, 2, 7)] == [6, 6, 4]  # every slice of an update agrees
+    assert update_micro_batches(None, 5, 2) == 3  # a slice that is its whole update: ceil(5 / 2)
 
 
 def test_every_ranks_rows_are_gathered_once_a_round(chat_model, tmp_path, monkeypatch):

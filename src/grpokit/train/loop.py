@@ -259,10 +259,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         return self._step_metrics(sb, inputs, every, {**upd, **extra, **stage})  # 7. record
 
     def _update(self, part, counts, settings: StepSettings, position: int) -> dict[str, float] | None:
-        """Backpropagate slice ``part`` of its batch (``counts``: the batch's, update_windows.batch_counts; None
-        when a slice is a whole update; slice number ``position`` of the run) into the pending update; apply
-        the update once it holds its window's slices (train.accumulation_slices, or fewer at an epoch's end:
-        train.accumulation_epoch_steps; every slice by default) and return its metrics, else None."""
+        """Backpropagate slice ``part`` of its batch (``counts``: the batch's, update_windows.batch_counts; slice
+        number ``position`` of the run) into the pending update; apply the update once it holds its window's
+        slices (train.accumulation_slices, or fewer at an epoch's end: train.accumulation_epoch_steps; every
+        slice by default) and return its metrics, else None."""
         cfg, t = self.cfg, self.cfg.train
         for state in self.stage_states:  # e.g. adaptive entropy: this update's coefficient
             part = state.before_update(part)
@@ -271,7 +271,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         )
         parts = t.updates_per_batch
         # TRL's normalisers of a cut batch (position % parts: the slice's place in its batch)
-        counts = window_counts(counts, position % parts, parts, window) if counts is not None else None
+        counts = window_counts(counts, position % parts, parts, window)
         forwards = Forwards(
             temperature=cfg.rollout.temperature,
             micro_batch_size=t.micro_batch_size,

@@ -145,6 +145,10 @@ class Forwards:
     )
     autocast: Callable | None = None  # a context manager factory for the forwards (None: none)
 
+    def amp(self):
+        """The forwards' autocast context (a null one without ``autocast``)."""
+        return self.autocast() if self.autocast is not None else contextlib.nullcontext()
+
 
 def accumulate(
     model,
@@ -207,7 +211,7 @@ def _micro_step(
     mb = inputs.batch.rows(rows)
     top = inputs.teacher_top_k.rows(rows) if inputs.teacher_top_k is not None else None
     with CAPTURE_GUARD:  # no draw from the default CUDA generator while a sampler thread captures (step_graphs.py)
-        with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
+        with fw.amp():
             logp, entropy, aux = _forward(model, mb, fw, settings.entropy.coef != 0.0, top)
         if fw.prefix_tree and not fw.router_aux and mb.vision is None:  # what the tree's row did not compute again
             acc.terms["shared_prefix_saved"] = acc.terms.get("shared_prefix_saved", 0.0) + tokens_saved(mb)

@@ -52,16 +52,6 @@ def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, b
     return length, s + 1 == start + length
 
 
-def update_length(update: int, window: int, epoch_slices: int = 0) -> int:
-    """Slices in optimizer update number ``update`` (from 0): ``window``, or fewer for an epoch's last
-    window (``window_at``'s length, counted by update rather than by slice).
-    Example: window 3, 16 slices an epoch: updates 0-4 hold 3 slices, update 5 (the epoch's last) 1, update 6 3."""
-    if not epoch_slices:
-        return window
-    per_epoch = -(-epoch_slices // window)
-    return window if update % per_epoch < per_epoch - 1 else epoch_slices - (per_epoch - 1) * window
-
-
 @dataclasses.dataclass(frozen=True)
 class BatchCounts:
     """A batch cut into slices, counted over every rank once (one all-reduce) for all its slices."""
@@ -85,6 +75,7 @@ class SliceCounts:
     num_tokens: float
     num_policy_tokens: float
     slice_tokens: float
+    window: int = 1  # the slices of the optimizer update this slice belongs to
 
 
 def batch_counts(batch, parts: int, dist=None) -> BatchCounts:
@@ -112,4 +103,5 @@ def window_counts(counts: BatchCounts, index: int, parts: int, window: int) -> S
         num_tokens=counts.tokens * window / parts,
         num_policy_tokens=counts.policy * window / parts,
         slice_tokens=counts.slice_tokens[index],
+        window=window,
     )

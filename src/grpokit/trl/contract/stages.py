@@ -16,7 +16,6 @@ import torch
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.runner import RewardResult
 from grpokit.rollout.step_graphs import CAPTURE_GUARD
-from grpokit.train.update_windows import update_length
 
 
 class TrlRewards:
@@ -137,16 +136,15 @@ def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
     return out
 
 
-def update_micro_batches(cfg: Any, update: int, rows: int, rows_each: int) -> int:
-    """This rank's micro-batches in optimizer update number ``update`` (TRL's
+def update_micro_batches(counts: Any, rows: int, rows_each: int) -> int:
+    """This rank's micro-batches in the optimizer update a slice belongs to (TRL's
     ``current_gradient_accumulation_steps``, after which accelerate syncs the gradients): its slice's,
-    ceil(rows / rows_each) of the ``rows`` this rank holds, times the update's slices
-    (train.accumulation_slices, fewer in an epoch's last window). Counted from the rank's own rows: the
-    normalisers' sequence count is every rank's, which under torchrun would never be reached.
+    ceil(rows / rows_each) of the ``rows`` this rank holds, times the update's slices (``counts``:
+    update_windows.window_counts; its ``window`` is train.accumulation_slices, fewer in an epoch's last
+    window; None: a slice is the whole update). Counted from the rank's own rows: the normalisers' sequence
+    count is every rank's, which under torchrun would never be reached.
     Example: 4 rows a rank, 2 a micro-batch, 3 slices an update: 2 x 3 = 6, whatever the number of ranks."""
-    t = cfg.train
-    epoch_slices = t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations
-    return -(-rows // rows_each) * update_length(update, t.accumulation_slices, epoch_slices)
+    return -(-rows // rows_each) * (counts.window if counts is not None else 1)
 
 
 class TrlLoss:
@@ -175,8 +173,6 @@ class TrlLoss:
         return lambda rows: batch_rows(gen, slice(first + rows.start, first + rows.stop), total)
 
     def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
-        import contextlib
-
         from grpokit.train.update import begin_slice
 
         f = self.facade
@@ -189,9 +185,8 @@ class TrlLoss:
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
         from_generation = self._rows(inputs, N)
         g = f.state.global_step
-        f.current_gradient_accumulation_steps = last = update_micro_batches(
-            f._get().cfg, g, N, rows_each
-        )  # the update's micro-batches so far (its earlier slices'): TRL's _step advances by each
+        # the update's micro-batches, its earlier slices' included: TRL's _step advances by each
+        f.current_gradient_accumulation_steps = last = update_micro_batches(counts, N, rows_each)
         done = f._micro_at[1] if acc.slices > 1 and f._micro_at[0] == g else 0
         try:
             for start in range(0, N, rows_each):
@@ -205,7 +200,7 @@ class TrlLoss:
                     else trl_batch(inputs, rows, norms.num_tokens or 0.0)
                 )
                 with CAPTURE_GUARD:  # as train/update.py: no default-generator draw beside a sampler's capture
-                    with fw.autocast() if fw.autocast is not None else contextlib.nullcontext():
+                    with fw.amp():
                         loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
                     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                         raise ConfigError(
