@@ -235,7 +235,6 @@ def stopped(summary: dict, steps: int, run_dir: Path) -> int:
 def train_trl(data: dict, args: argparse.Namespace) -> int:
     from grpokit.train.resume import has_checkpoints
     from grpokit.trl.scripts import trl_grpo as script
-    from grpokit.trl.scripts.model_flags import named_by_flags
 
     if args.out or args.resume:
         data = {**data, "output_dir": args.out or str(resume_run(args.resume))}
@@ -247,10 +246,9 @@ def train_trl(data: dict, args: argparse.Namespace) -> int:
         )
     named = bool(args.resume) and resume_run(args.resume) != Path(args.resume)  # a checkpoint folder: that one
     resume = bool(args.resume) and has_checkpoints(resume_run(args.resume))  # none yet: the run starts there
-    with named_by_flags(objects[2]):  # the run is built in train(): a refused LoRA setting names its key there too
-        trainer = script.build_trainer(*objects)
-        say(f"grpokit: run folder {trainer.run_dir} (TRL-style config)", flush=True)
-        result = trainer.train(resume_from_checkpoint=args.resume if named else True if resume else None)
+    trainer, result = script.build_and_train(
+        objects, say, "TRL-style config", args.resume if named else True if resume else None
+    )
     if trainer.summary.get("interrupted"):
         return stopped(trainer.summary, trainer.cfg.train.steps, Path(trainer.run_dir))
     trainer.save_model()

@@ -160,15 +160,21 @@ def build_trainer(
         )
 
 
+def build_and_train(objects: tuple, say, source: str, resume_from_checkpoint: Any = None) -> tuple[Any, Any]:
+    """``(trainer, train()'s result)`` of the parsed ``objects``, the run folder said first (``source``: where the
+    arguments came from). The run is built in train() too, so a refused LoRA setting names its flag there as well."""
+    with named_by_flags(objects[2]):
+        trainer = build_trainer(*objects)
+        say(f"grpokit: run folder {trainer.run_dir} ({source})", flush=True)
+        return trainer, trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+
+
 def run(objects: tuple, say=print) -> Any:
     """Train as trl/scripts/grpo.py's main(): train, save the model to output_dir, push it when asked.
     A run a signal stopped (docs/FAULTS.md) keeps its checkpoint and is neither saved nor pushed. Returns the
     trainer."""
     script_args, training_args = objects[0], objects[1]
-    with named_by_flags(objects[2]):  # the run is built in train(): a refused LoRA setting names its flag there too
-        trainer = build_trainer(*objects)
-        say(f"grpokit: run folder {trainer.run_dir} (TRL arguments)", flush=True)
-        result = trainer.train()
+    trainer, result = build_and_train(objects, say, "TRL arguments")
     if trainer.summary.get("interrupted"):
         return trainer
     trainer.save_model(training_args.output_dir)
