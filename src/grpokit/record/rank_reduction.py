@@ -174,10 +174,16 @@ def pool(key: str, parts: list[tuple[float, float]], means: list[float] | None =
     if total <= 0:
         return 0.0
     if means is None:
-        return sum(n * v for n, v in zip(counts, values)) / total
+        return _weighted_mean(parts)
     job_mean = sum(n * m for n, m in zip(counts, means)) / total  # each part's spread plus its mean's distance
     var = sum(n * (s * s + (m - job_mean) ** 2) for n, s, m in zip(counts, values, means)) / total
     return math.sqrt(max(var, 0.0))
+
+
+def _weighted_mean(parts: list[tuple[float, float]]) -> float:
+    """The mean of ``(count, value)`` parts, each weighing by its count; 0.0 over no count (the stages' empty value)."""
+    total = sum(n for n, _ in parts)
+    return sum(n * v for n, v in parts) / total if total > 0 else 0.0
 
 
 def _extreme_of(values: list[float], kind: str) -> float:
@@ -206,10 +212,8 @@ def _by_rule(rule: Rule, vals: list[float], have: list[tuple[dict, dict]], out: 
     if rule.how == "rate":  # every rank's count over the slowest rank's seconds
         over = next((k for k in rule.over if k in out), None)
         return sum(ws) / max(out[over] if over is not None else 0.0, 1e-9)
-    if (
-        rule.how == "weighted"
-    ):  # each rank a part of ws[r] values, pooled as a mean (rule.by: a count, never an extreme)
-        return pool(rule.by, list(zip(ws, vals)))
+    if rule.how == "weighted":  # each rank a part of ws[r] values, pooled as a mean (rule.by names the count)
+        return _weighted_mean(list(zip(ws, vals)))
     return sum(vals) / len(vals)
 
 
