@@ -84,6 +84,9 @@ def test_every_domain_is_scored_by_its_own_rewards_and_logged_apart(tiny_model_d
     for when in ("eval_before", "eval_after"):
         ev = summary[when]
         assert ev["domain/add/n"] == 5 and ev["domain/own/n"] == 3 and ev["n"] == 8
+        # over the graded prompts: each domain weighs its n - ungraded (here every prompt is graded: 5 and 3)
+        graded = {d: ev[f"domain/{d}/n"] - ev[f"domain/{d}/ungraded"] for d in ("add", "own")}
+        assert graded == {"add": 5, "own": 3} and ev["ungraded"] == 0
         weighted = (5 * ev["domain/add/accuracy"] + 3 * ev["domain/own/accuracy"]) / 8
         assert ev["accuracy"] == pytest.approx(weighted)
 
