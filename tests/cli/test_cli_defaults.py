@@ -232,3 +232,22 @@ def test_a_preset_with_resume_is_accepted_where_it_changes_nothing_and_refused_o
     with pytest.raises(ConfigError, match=r"differs from it: algo.clip_high=0.3 \(the preset: 0.28\); a preset"):
         cli_config(*line, "--resume", str(tmp_path / "own"))
     assert cli_config(*line, "algo.clip_high=0.3", "--resume", str(tmp_path / "own")).algo.clip_high == 0.3
+
+
+def test_a_preset_fills_no_data_field_that_domains_replace(tmp_path):
+    """smollm2-math carries data.task and data.task_params, which data.domains replace (each domain has its own,
+    and the run's are refused beside them): a run with domains gets neither from it (before: both were filled,
+    and the run then refused data.task_params, which the user never set), and its inherited data.eval_size (200)
+    and the rest of the recipe as ever. Resumed with the same line, the preset changes nothing."""
+    from grpokit.config.io import save_yaml
+    from grpokit.train.domain_setup import refuse_beside_domains
+
+    line = ("--preset", "smollm2-math", "data.domains.add.task=arithmetic", "--out", str(tmp_path / "run"))
+    cfg = cli_config(*line)
+    assert cfg.data.task == "arithmetic" and cfg.data.task_params == {}  # Config()'s, not the preset's
+    assert cfg.data.eval_size == 200 and cfg.rollout.group_size == 8
+    refuse_beside_domains(cfg, own_rows=False)
+    cfg.data.task = ""  # as settle_domains saves it
+    (tmp_path / "run").mkdir()
+    save_yaml(cfg, tmp_path / "run" / "config.yaml")
+    assert cli_config(*line, "--resume", str(tmp_path / "run")).data.domains == {"add": {"task": "arithmetic"}}

@@ -110,3 +110,67 @@ def test_a_domain_rewards_wrong_count_reaches_the_runner_as_its_own_count():
     with RewardRunner([RewardSpec(DomainReward(three, "m"), "m/three")], num_workers=0) as runner:
         with pytest.raises(RewardError, match=r"^Reward 'm/three' returned 3 values for 2 completions;"):
             runner.score(["p"] * 4, ["a", "b", "c", "d"], [[1]] * 4, 4, {"domain": ["m", "c", "m", "c"]})
+
+
+def _other_value(default):
+    """A value of the default's type that is neither it nor empty (a run's setting a user gave)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 3
+    if isinstance(default, dict):
+        return {"k": 1}
+    return f"{default}-x"
+
+
+def test_every_data_field_is_inherited_by_domains_shared_or_refused_beside_them():
+    """One table (config/sections.py BESIDE_DOMAINS) says how each data.* field stands beside data.domains, and
+    every field of DataConfig is in it, so a new field cannot be left to be silently ignored. For each field given
+    at run level, beside a task domain and a dataset domain that set none of their keys: an "inherited" one is
+    each domain's value; a "shared" one stays the run's in the config each domain is read with; an "own" one is
+    refused in one sentence that names the field that was set (before: data.eval_dataset was dropped without a
+    word, and data.task_params blamed "the built-in task 'arithmetic'", a default nobody set)."""
+    import dataclasses
+
+    import pytest
+
+    from grpokit.config.sections import BESIDE_DOMAINS, DataConfig
+    from grpokit.data.domains import KEYS, Domain
+    from grpokit.train.domain_setup import domain_config, refuse_beside_domains
+
+    fields = [f.name for f in dataclasses.fields(DataConfig)]
+    assert sorted(BESIDE_DOMAINS) == sorted(fields)
+    assert set(BESIDE_DOMAINS.values()) == {"own", "inherited", "shared", "domains"}
+    keyed = [k for k, rule in BESIDE_DOMAINS.items() if rule in ("own", "inherited")]
+    assert set(keyed) <= set(KEYS) and set(keyed) <= {f.name for f in dataclasses.fields(Domain)}
+    raw = {"add": {"task": "arithmetic"}, "mine": {"dataset": "x.jsonl"}}
+    for name, rule in BESIDE_DOMAINS.items():
+        if rule == "domains":
+            continue
+        cfg = Config()
+        cfg.data.domains = raw
+        value = _other_value(getattr(DataConfig(), name))
+        setattr(cfg.data, name, value)
+        if rule == "own":
+            with pytest.raises(ConfigError) as e:
+                refuse_beside_domains(cfg, own_rows=False)
+            assert str(e.value).startswith(f"data.domains replaces data.{name}, but data.{name}={value!r} is set")
+            continue
+        domains = parse_domains(cfg.data.domains, cfg.data, cfg.reward)
+        for d in domains:
+            got = getattr(d, name) if rule == "inherited" else getattr(domain_config(cfg, d).data, name)
+            assert got == value, (name, d.name)
+
+
+def test_a_domains_own_inherited_key_wins_and_none_means_left_out():
+    """data.eval_size=7 at run level: a domain giving eval_size=2 keeps 2, one giving None (a YAML key left
+    empty) takes the run's 7, like one that leaves it out; a wrong type is refused naming the domain's key."""
+    import pytest
+
+    cfg = Config()
+    cfg.data.eval_size, cfg.data.split = 7, "dev"
+    raw = {"a": {"dataset": "x", "eval_size": 2}, "b": {"dataset": "y", "eval_size": None}, "c": {"dataset": "z"}}
+    d = parse_domains(raw, cfg.data, cfg.reward)
+    assert [x.eval_size for x in d] == [2, 7, 7] and [x.split for x in d] == ["dev"] * 3
+    with pytest.raises(ConfigError, match=r"^data.domains.a.split must be a string, got 3$"):
+        parse_domains({"a": {"dataset": "x", "split": 3}}, cfg.data, cfg.reward)

@@ -84,6 +84,9 @@ def test_every_domain_is_scored_by_its_own_rewards_and_logged_apart(tiny_model_d
     for when in ("eval_before", "eval_after"):
         ev = summary[when]
         assert ev["domain/add/n"] == 5 and ev["domain/own/n"] == 3 and ev["n"] == 8
+        # over the graded prompts: each domain weighs its n - ungraded (here every prompt is graded: 5 and 3)
+        graded = {d: ev[f"domain/{d}/n"] - ev[f"domain/{d}/ungraded"] for d in ("add", "own")}
+        assert graded == {"add": 5, "own": 3} and ev["ungraded"] == 0
         weighted = (5 * ev["domain/add/accuracy"] + 3 * ev["domain/own/accuracy"]) / 8
         assert ev["accuracy"] == pytest.approx(weighted)
 
@@ -155,6 +158,17 @@ def test_rounds_resume_mid_stage_exactly(tiny_model_dir, tmp_path):
         (["train.stages=[{steps: 2, group_size: 1}]"], "train.stages[0]: rollout.group_size=1 is too small"),
         (["train.stages=[{steps: 0}]"], "train.stages[0].steps must be an integer >= 1"),
         (["data.dataset=x.jsonl"], "data.domains replaces data.dataset"),
+        (  # before: dropped without a word, and the held-out evaluation covered the task domain only
+            ["data.eval_dataset=x.jsonl", "data.eval_size=2"],
+            "data.domains replaces data.eval_dataset, but data.eval_dataset='x.jsonl' is set beside it (each domain "
+            "has its own); give it to the domain it belongs to as data.domains.<name>.eval_dataset, or leave "
+            "data.eval_dataset out",
+        ),
+        (  # before: "the built-in task 'arithmetic' takes none", a default the user never set
+            ["data.task_params={min_terms: 2}"],
+            "data.domains replaces data.task_params, but data.task_params={'min_terms': 2} is set beside it",
+        ),
+        (["data.task=calculator"], "data.domains replaces data.task, but data.task='calculator' is set beside it"),
         (["data.domains.calc.task=calculator"], "task 'calculator' needs the episode loop"),
         (["data.curriculum=easy"], "data.curriculum='easy' is not a curriculum; valid: off, frontier"),
         (  # neither sampled nor evaluated: before, the run went on without a word
@@ -181,6 +195,11 @@ def test_bad_input_is_one_sentence(tiny_model_dir, tmp_path, overrides, message)
         apply_overrides(cfg, overrides)
         settle_config(cfg, own_rows=False)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_rows_passed_to_the_trainer_beside_domains_are_refused(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match=r"^data.domains replaces rows passed to the Trainer; give the rows as a"):
+        settle_config(domain_cfg(tiny_model_dir, tmp_path), own_rows=True)
 
 
 def test_a_domain_with_share_0_is_warned_about_once_when_it_is_only_evaluated(tiny_model_dir, tmp_path, capsys):

@@ -168,6 +168,29 @@ class DataConfig:
     and then, so its pass rate can move)."""
 
 
+# How every data.* field stands beside data.domains (docs/DOMAINS.md), one rule a field: data/domains.py reads
+# the domains by this table, presets fill no field it gives the domains, and tests/data/test_domain_config.py
+# checks that every DataConfig field has a rule (a new field cannot be forgotten).
+BESIDE_DOMAINS: dict[str, str] = {
+    # a domain's own key only: the domains replace the run's value, so a run value beside them is refused (it
+    # would reach no domain, or every domain alike: one held-out file for every domain's grader)
+    **dict.fromkeys(("task", "task_params", "dataset", "eval_dataset"), "own"),
+    # a domain's key of the same name: a domain that leaves it out takes the run's value
+    **dict.fromkeys(("split", "eval_split", "eval_size", "prompt_column", "answer_column"), "inherited"),
+    # the run's one setting, for every domain's prompts alike (no domain key)
+    **dict.fromkeys(("system_prompt", "chat_template", "chat_template_kwargs", "shuffle"), "shared"),
+    **dict.fromkeys(
+        ("curriculum", "curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor"), "shared"
+    ),
+    "domains": "domains",
+}
+
+
+def beside_domains(rule: str) -> tuple[str, ...]:
+    """The data.* fields of ``rule`` in BESIDE_DOMAINS ("own", "inherited", "shared"), in its order."""
+    return tuple(name for name, r in BESIDE_DOMAINS.items() if r == rule)
+
+
 @section
 class RewardConfig:
     functions: list[str] = field(default_factory=lambda: ["task"])

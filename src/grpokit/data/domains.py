@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from grpokit.config.sections import ConfigError, DataConfig, RewardConfig
+from grpokit.config.sections import ConfigError, DataConfig, RewardConfig, beside_domains
 from grpokit.rewards.spec import call_reward
 
 COLUMN = "domain"  # the column every domain row carries (reward functions may read it as ``domain``)
@@ -46,30 +46,22 @@ class Domain:
     answer_column: str = "answer"
 
 
-KEYS = (
-    "task",
-    "task_params",
-    "dataset",
-    "split",
-    "eval_dataset",
-    "eval_split",
-    "eval_size",
-    "share",
-    "reward_functions",
-    "reward_weights",
-    "reward_params",
-    "prompt_column",
-    "answer_column",
-)
+OWN = beside_domains("own")  # task, task_params, dataset, eval_dataset: a run value beside domains is refused
+INHERITED = beside_domains("inherited")  # split, eval_split, eval_size, the columns: left out, the run's value
+KEYS = (*OWN, *INHERITED, "share", "reward_functions", "reward_weights", "reward_params")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # fullmatch: "$" would let a trailing newline through
 
 
 def parse_domains(raw: dict, data: DataConfig, reward: RewardConfig) -> list[Domain]:
-    """The domains of ``data.domains`` (in the order given); a domain leaves out what the run's own data
-    and reward sections say (data.eval_size, data.prompt_column, reward.functions, reward.weights,
-    reward.params). A domain named after a built-in task with neither task nor dataset is that task."""
+    """The domains of ``data.domains`` (in the order given); a key a domain leaves out is the run's own
+    (``INHERITED``: data.split, data.eval_size, data.prompt_column ...; and reward.functions, reward.weights,
+    reward.params), and a run value of a key only a domain has (``OWN``: data.task_params, data.eval_dataset
+    ...) is refused: config/sections.py's BESIDE_DOMAINS says which is which. A domain named after a built-in
+    task with neither task nor dataset is that task."""
     if not isinstance(raw, dict):
         raise ConfigError(f"data.domains must be a mapping of name -> settings, got {raw!r}")
+    if raw:
+        refuse_replaced(data)
     domains = [_domain(name, spec, data, reward) for name, spec in raw.items()]
     total = sum(d.share for d in domains)
     if domains and not total > 0:
@@ -78,6 +70,20 @@ def parse_domains(raw: dict, data: DataConfig, reward: RewardConfig) -> list[Dom
             "give at least one domain a positive share"
         )
     return domains
+
+
+def refuse_replaced(data: DataConfig) -> None:
+    """Refuse a run value of a field the domains replace (``OWN``: data.task other than its default,
+    data.task_params, data.dataset, data.eval_dataset), naming it: each domain has its own, so the run's would
+    reach no domain (or, inherited, give every domain the same held-out file or task parameters)."""
+    default = DataConfig()
+    for key in OWN:
+        value = getattr(data, key)
+        if value and value != getattr(default, key):
+            raise ConfigError(
+                f"data.domains replaces data.{key}, but data.{key}={value!r} is set beside it (each domain has its "
+                f"own); give it to the domain it belongs to as data.domains.<name>.{key}, or leave data.{key} out"
+            )
 
 
 def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Domain:
@@ -109,7 +115,7 @@ def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Dom
     for key in ("task_params", "reward_params"):
         if not isinstance(spec.get(key) or {}, dict):
             raise ConfigError(f"{where}.{key} must be a mapping, got {spec[key]!r}")
-    for key in ("task", "dataset", "split", "eval_dataset", "eval_split", "prompt_column", "answer_column"):
+    for key in ("task", "dataset", "eval_dataset"):
         if not isinstance(spec.get(key, ""), (str, type(None))):
             raise ConfigError(f"{where}.{key} must be a string, got {spec[key]!r}")
     weights = spec.get("reward_weights", reward.weights if "reward_functions" not in spec else [])
@@ -120,25 +126,32 @@ def _domain(name: Any, spec: Any, data: DataConfig, reward: RewardConfig) -> Dom
             f"{where}.reward_weights has {len(weights)} entries for {len(functions)} reward functions "
             f"({', '.join(map(str, functions))}); give one weight per function or none"
         )
-    eval_size = spec.get("eval_size", data.eval_size)
-    if isinstance(eval_size, bool) or not isinstance(eval_size, int) or eval_size < 0:
-        raise ConfigError(f"{where}.eval_size must be an integer >= 0, got {eval_size!r}")
     return Domain(
         name=name,
         task=task,
         task_params=dict(spec.get("task_params") or {}),
         dataset=dataset,
-        split=str(spec.get("split", data.split)),
         eval_dataset=str(spec.get("eval_dataset") or ""),
-        eval_split=str(spec.get("eval_split", data.eval_split)),
-        eval_size=eval_size,
         share=float(share),
         reward_functions=tuple(str(f) for f in functions),
         reward_weights=tuple(float(w) for w in weights),
         reward_params=dict(spec.get("reward_params", reward.params) or {}),
-        prompt_column=str(spec.get("prompt_column", data.prompt_column)),
-        answer_column=str(spec.get("answer_column", data.answer_column)),
+        **_inherited(spec, data, where),
     )
+
+
+def _inherited(spec: dict, data: DataConfig, where: str) -> dict[str, Any]:
+    """The domain's ``INHERITED`` keys (split, eval_size, the columns ...): its own value where it gives one,
+    else the run's data.* value; each checked as its field's type (a string, an integer >= 0)."""
+    out = {}
+    for key in INHERITED:
+        value = spec[key] if spec.get(key) is not None else getattr(data, key)
+        if isinstance(getattr(data, key), str) and not isinstance(value, str):
+            raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+        if isinstance(getattr(data, key), int) and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"{where}.{key} must be an integer >= 0, got {value!r}")
+        out[key] = value
+    return out
 
 
 def _finite(w: Any) -> bool:

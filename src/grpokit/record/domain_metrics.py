@@ -1,5 +1,6 @@
 """Per-domain metrics (data.domains, docs/DOMAINS.md): a step's rewards split by the prompts' ``domain``
-column, and a held-out evaluation's per-domain results joined into one summary.
+column, and a held-out evaluation's per-domain results joined into one summary by the rule of one held-out
+set (``pooled_evaluation``: accuracy and reward over the graded prompts of every domain, not over every prompt).
 
 A step's metrics, per domain d (its groups only):
 
@@ -64,14 +65,42 @@ def _graded_accuracy(verifier: torch.Tensor) -> float:
 
 
 def domain_summary(results: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Held-out results per domain as ``domain/<name>/<key>``, plus ``accuracy``, ``reward`` and
-    ``mean_length`` over every domain's prompts (weighted by their counts) and ``n``, their number."""
+    """Held-out results per domain as ``domain/<name>/<key>``, plus the pooled ``accuracy``, ``reward``,
+    ``mean_length``, ``n`` and ``ungraded`` over every domain's prompts (``pooled_evaluation``)."""
     out: dict[str, float] = {}
-    n = sum(r.get("n", 0.0) for r in results.values())
     for d, r in results.items():
         out.update({f"domain/{d}/{k}": v for k, v in r.items()})
-    if n:
-        for key in ("accuracy", "reward", "mean_length"):
-            out[key] = sum(r.get(key, 0.0) * r.get("n", 0.0) for r in results.values()) / n
-        out["n"] = n
+    return {**out, **pooled_evaluation(list(results.values()))}
+
+
+# How a key of held-out summaries (train/evaluate.py) pools over parts: over the graded prompts (a part weighs its
+# n - ungraded), over every prompt (a part weighs its n), or summed; a key not here (reward_<kind>) stays per part.
+POOLED = {
+    **dict.fromkeys(("accuracy", "reward"), "graded"),
+    **dict.fromkeys(("mean_length", "tool_use_rate", "turns_mean", "no_answer_rate"), "prompts"),
+    **dict.fromkeys(("n", "ungraded"), "sum"),
+}
+
+
+def pooled_evaluation(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One held-out summary of several parts' summaries (train/evaluate.py, a set each), by the rule of one set:
+    ``accuracy`` and ``reward`` over the graded prompts, so each part weighs its graded count ``n - ungraded`` and
+    a part with none graded (its NaN) adds nothing; NaN when no part graded any. ``mean_length`` (and an
+    episode's rates) over every prompt, each part weighing its ``n``; ``n`` and ``ungraded`` summed. Pooling
+    parts' summaries equals summarising their prompts as one set. A key some part lacks is left out; ``{}``
+    without prompts."""
+    parts = [p for p in parts if p.get("n")]
+    if not parts:
+        return {}
+    out: dict[str, float] = {}
+    for key, rule in POOLED.items():
+        if not all(key in p for p in parts):
+            continue
+        if rule == "sum":
+            out[key] = sum(p[key] for p in parts)
+            continue
+        weights = [p["n"] - p.get("ungraded", 0.0) if rule == "graded" else p["n"] for p in parts]
+        kept = [(w, p[key]) for w, p in zip(weights, parts) if w > 0]
+        total = sum(w for w, _ in kept)
+        out[key] = sum(w * v for w, v in kept) / total if total else float("nan")
     return out

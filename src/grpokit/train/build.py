@@ -63,7 +63,8 @@ def settle_config(cfg: Config, own_rows: bool) -> Config:
     """One's own data replaces the task; the demo fills what nobody set; "demo" becomes the task's
     checkpoint; then every section is validated."""
     cfg = stages.settle_stages(cfg)  # train.steps: the stages' sum (before the demo would fill it)
-    return validate(domain_setup.settle_domains(run_data.resolve_run(cfg, own_rows=own_rows), own_rows))
+    domain_setup.refuse_beside_domains(cfg, own_rows)  # before resolve_run reads data.task and its task_params
+    return validate(domain_setup.settle_domains(run_data.resolve_run(cfg, own_rows=own_rows)))
 
 
 def check_rollout_func(cfg: Config, rollout_func: Callable | None) -> None:

@@ -16,7 +16,7 @@ from grpokit.config.base import named_as
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.curriculum import FrontierSampler
 from grpokit.data.domain_sampler import DomainSampler
-from grpokit.data.domains import COLUMN, Domain, DomainReward, parse_domains
+from grpokit.data.domains import COLUMN, INHERITED, OWN, Domain, DomainReward, parse_domains
 from grpokit.data.prompts import PromptSampler
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
@@ -29,20 +29,30 @@ def domains_of(cfg: Config) -> list[Domain]:
     return parse_domains(cfg.data.domains, cfg.data, cfg.reward) if cfg.data.domains else []
 
 
-def settle_domains(cfg: Config, own_rows: bool) -> Config:
-    """Refuse what data.domains cannot be combined with, and check every domain's task and rewards by
-    name (before any model is loaded); data.task becomes "" (the domains replace it)."""
+def refuse_beside_domains(cfg: Config, own_rows: bool) -> None:
+    """Refuse what data.domains cannot be combined with: a run value of a field the domains replace
+    (data.task_params, data.eval_dataset ...: data/domains.py ``refuse_replaced``), rows passed to the
+    Trainer, tools or an environment. Called before anything reads the run's data.task (the demo's settings),
+    so the sentence names the field that was set, not a task the domains replace."""
+    if not cfg.data.domains:
+        return
+    if own_rows:
+        raise ConfigError(
+            "data.domains replaces rows passed to the Trainer; give the rows as a domain's dataset "
+            "(data.domains.<name>.dataset=FILE) instead"
+        )
+    domains_of(cfg)  # the domains parsed: data.dataset, data.eval_dataset ... beside them refused
+    if cfg.env.tools or cfg.env.environment:
+        raise ConfigError("data.domains with env.tools or env.environment is not supported yet; drop one of them")
+
+
+def settle_domains(cfg: Config) -> Config:
+    """Check every domain's task and rewards by name (before any model is loaded; refuse_beside_domains has
+    refused what cannot be combined with them); data.task becomes "" (the domains replace it)."""
     if cfg.data.curriculum not in ("off", "frontier"):
         raise ConfigError(f"data.curriculum={cfg.data.curriculum!r} is not a curriculum; valid: off, frontier")
     if not cfg.data.domains:
         return cfg
-    if own_rows or cfg.data.dataset:
-        raise ConfigError(
-            "data.domains replaces data.dataset and rows passed to the Trainer; give each dataset as a domain "
-            "(data.domains.<name>.dataset=FILE) instead"
-        )
-    if cfg.env.tools or cfg.env.environment:
-        raise ConfigError("data.domains with env.tools or env.environment is not supported yet; drop one of them")
     for d in domains_of(cfg):
         with as_domain(d.name):
             task = run_data.task_of(domain_config(cfg, d))
@@ -92,8 +102,7 @@ def _check_unsampled(cfg: Config) -> None:
 
 # the run's fields a domain's copy of the config carries its own values in (domain_config)
 _CARRIED = {
-    **{f"data.{k}": k for k in ("task", "task_params", "dataset", "split", "eval_dataset", "eval_split")},
-    **{f"data.{k}": k for k in ("eval_size", "prompt_column", "answer_column")},
+    **{f"data.{k}": k for k in (*OWN, *INHERITED)},  # config/sections.py BESIDE_DOMAINS: a domain's keys
     **{f"reward.{k}": f"reward_{k}" for k in ("functions", "weights", "params")},
 }
 
@@ -107,9 +116,9 @@ def domain_config(cfg: Config, d: Domain) -> Config:
     """A copy of ``cfg`` whose data and reward sections are domain ``d``'s alone."""
     sub = copy.deepcopy(cfg)
     data, rew = sub.data, sub.reward
-    data.domains, data.task, data.task_params, data.dataset = {}, d.task, dict(d.task_params), d.dataset
-    data.split, data.eval_dataset, data.eval_split, data.eval_size = d.split, d.eval_dataset, d.eval_split, d.eval_size
-    data.prompt_column, data.answer_column = d.prompt_column, d.answer_column
+    data.domains = {}
+    for key in (*OWN, *INHERITED):  # the shared fields (system_prompt, curriculum ...) stay the run's
+        setattr(data, key, copy.deepcopy(getattr(d, key)))
     rew.functions, rew.weights, rew.params = list(d.reward_functions), list(d.reward_weights), dict(d.reward_params)
     return sub
 

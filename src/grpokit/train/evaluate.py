@@ -8,7 +8,8 @@ eval``'s (rollout/sampling.py), so a stop string that ends a training completion
 (>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. A prompt the
 function cannot grade (it answers None: math_accuracy for a gold that does not parse, which the run
 reported when the data loaded) is left out of both, not counted wrong; ``ungraded`` says how many
-(``n`` counts every prompt). With none graded, accuracy and reward are NaN. With tools
+(``n`` counts every prompt). With none graded, accuracy and reward are NaN. Several sets' summaries
+(data.domains: a set a domain) pool by the same rule (record/domain_metrics.py ``pooled_evaluation``). With tools
 or an environment, every prompt is a greedy episode (the same loop as training), scored on its
 conversation (the model's last message is its answer: an episode that ends on a tool's message has none and
 scores as none), and ``tool_use_rate`` / ``turns_mean`` / ``no_answer_rate`` (episodes that ended before the

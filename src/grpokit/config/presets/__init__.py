@@ -18,7 +18,9 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
 * A preset fills a feature's settings only where the run has the feature on (``unread``): TRL's
   ``kl_bias_correction`` and ``entropy_aggregation`` (trl-default) apply once algo.beta > 0 or an
   entropy bonus is given, RLOO's KL in the reward only with its beta, and DAPO's clip range not under
-  algo.objective=sapo (nor a clip_low under cispo, which reads only clip_high).
+  algo.objective=sapo (nor a clip_low under cispo, which reads only clip_high). A run with data.domains
+  gets none of the data fields its domains own (smollm2-math's data.task and data.task_params): each
+  domain has its own, and the run's would be refused beside them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 from grpokit.config.algo import UNREAD_UNLESS
 from grpokit.config.io import assigned, set_field, strict_yaml
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config, ConfigError, beside_domains
 
 HERE = Path(__file__).parent
 PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
@@ -102,11 +104,15 @@ def unread(fields: dict[str, Any], cfg: Config) -> list[str]:
     run would read (config/algo.py ``UNREAD_UNLESS``: the KL's settings with algo.beta=0, the entropy bonus's with
     none, a clip range under algo.objective=sapo ...): a preset fills the settings of the features it turns on, or
     the user does, and no other, so ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0
-    and adds none to one without a KL term (a value the user gives such a field is still refused by validation)."""
+    and adds none to one without a KL term (a value the user gives such a field is still refused by validation).
+    Likewise a run with data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have
+    their own (config/sections.py BESIDE_DOMAINS "own")."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
     off = {f"algo.{name}" for rule in UNREAD_UNLESS if not rule.on(trial.algo) for name in rule.fields}
+    if trial.data.domains:  # each domain has its own task, task_params ...: the run's would be refused beside them
+        off |= {f"data.{name}" for name in beside_domains("own")}
     return [key for key in fields if key in off]
 
 
@@ -121,7 +127,8 @@ def resumed(name: str, run: Config, fresh: Config, paper_scale: bool = False) ->
     given = assigned(fresh)
     started = apply(name, fresh, paper_scale=paper_scale)
     recipe, paper = split(load(name))
-    keys = [k for k in {**recipe, **(paper if paper_scale or own_scale(name) else {})} if k not in given]
+    replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # apply fills none
+    keys = [k for k in {**recipe, **(paper if paper_scale or own_scale(name) else {})} if k not in given | replaced]
     keys += ["reward.weights"] * ("reward.functions" in keys and "reward.weights" not in keys)
     differ = [k for k in keys if _value(run, k) != _value(started, k)]
     if differ:
