@@ -233,3 +233,10 @@ def test_eval_of_the_shipped_vision_model_sends_the_images(tmp_path, monkeypatch
     model, processor = shapes.load_shapes_model()
     expected = evaluate_shapes(model.eval(), processor, shapes.held_out_rows()[:12])["accuracy"]
     assert 0 < expected < 1 and json.loads(out.read_text())["pass@1"] == pytest.approx(expected)
+
+
+def test_maj_votes_read_no_answer_from_a_blank_or_placeholder_box_or_tag():
+    # the last box was "" before ("... \\boxed{5}. I used \\boxed{}" voted for ""); a blank one is no answer
+    assert eval_cli.extract_answer("x \\boxed{5}. I used \\boxed{}") == "5"
+    assert eval_cli.extract_answer("<answer>7</answer> in the form <answer> answer here </answer>") == "7"
+    assert eval_cli.extract_answer("\\boxed{3} \\boxed{5}") == "5"  # real answers: the last, as before

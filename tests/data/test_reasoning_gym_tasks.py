@@ -70,10 +70,12 @@ def test_the_verifier_pays_one_answer_and_never_a_hedge():
         f"{gold} or {gold + 1}",  # a hedge: 0
         f"<answer>{gold}</answer> <answer>{gold + 1}</answer>",  # two answers that disagree: 0
         f"The answer is {gold + 1}.",  # wrong: 0
-        "I do not know.",
-    ]  # no number: 0
-    scores = task.reward_fn(completions, rg_source=[row["rg_source"]] * 7, prompts=[row["prompt"]] * 7)
-    assert scores == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+        "I do not know.",  # no number: 0
+        f"I will put it in <answer></answer>.\n<answer>{gold}</answer>",  # an empty tag is no answer: 1 (0 before)
+        f"<answer></answer><answer>{gold}</answer><answer>{gold + 1}</answer>",  # two real answers disagree: 0
+    ]
+    scores = task.reward_fn(completions, rg_source=[row["rg_source"]] * 9, prompts=[row["prompt"]] * 9)
+    assert scores == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
     ds, entry = rg._entry(row["rg_source"])
     assert ds.score_answer(f"{gold} or {gold + 1}", entry) > 0  # what the one-answer rule takes away
 

@@ -80,3 +80,27 @@ def test_the_models_endless_loop_is_its_error_not_a_hung_tool(sandbox):
     for e in ro.episodes:
         assert e.tool_timeouts == 0 and e.tool_errors == 1
         assert e.messages[1]["content"] == "{'error': 'the program ran past its 1.5 s limit and was killed'}"
+
+
+def test_a_slow_sandbox_start_is_not_the_tool_calls_time(sandbox, monkeypatch):
+    """The launcher's and bwrap's start-up have their own budget (START_BUDGET_S), as a program's wall_s
+    does not count it: here it takes 1.2 s (a loaded machine, simulated), longer than the whole 1 s
+    deadline of the tool call. Before, the call timed out (a hung tool); its start-up is start-up now
+    (calls.startup, the deadline stops), so the program's own 0.5 s wall and its output are what count."""
+    import time as clock
+
+    from grpokit.env import make_python_tool
+    from grpokit.rewards.sandbox import isolation
+
+    real = isolation._wait_begun
+
+    def slow_start(*args):
+        clock.sleep(1.2)
+        return real(*args)
+
+    monkeypatch.setattr(isolation, "_wait_begun", slow_start)
+    tools = {"python": make_python_tool(wall_s=0.5)}
+    r = call_tool(tools, "python", "print(6 * 7)", timeout_s=1.0, max_chars=200)
+    assert not r.timed_out and not r.error and r.content == "42\n"
+    r = call_tool(tools, "python", "while True: pass", timeout_s=1.0, max_chars=200)  # its own wall still holds
+    assert not r.timed_out and r.error and "ran past its 0.5 s limit" in r.content

@@ -25,3 +25,16 @@ def escapes():
     clone3 = [] if r == -1 and e == errno.ENOSYS else [f"clone3: {r} {errno.errorcode.get(e, e)}"]
     return [x for x in real + zero_args if x] + clone3
 """
+
+
+def sandbox_inside_the_call(completions, test_cases, **kwargs):
+    """A user's reward that waits on each program's sandbox (60 s wall) inside its own call's deadline. The
+    built-in code rewards wait outside it (calls.timed_elsewhere: each program keeps its own wall_s), so the
+    tests of what a reward deadline landing in a sandbox's wait leaves behind use this one. Module level:
+    it pickles into reward workers by reference."""
+    from grpokit.rewards.code import extract_code, run_tests
+    from grpokit.rewards.sandbox.isolation import Limits
+
+    return [
+        float(all(run_tests(extract_code(c), cases, Limits(wall_s=60.0)))) for c, cases in zip(completions, test_cases)
+    ]

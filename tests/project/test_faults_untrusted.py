@@ -746,18 +746,18 @@ def test_sigkill_of_the_trainer_mid_call_leaves_no_process_and_no_job_folder(tmp
 
 def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
     # in-process (num_workers=0) the reward's SIGALRM deadline interrupts the sandbox's wait; the
-    # sandbox must be killed then, not left to run for its own (longer) wall-clock limit
-    import functools
+    # sandbox must be killed then, not left to run for its own (longer) wall-clock limit. (A user's reward
+    # that waits inside its deadline: the built-in code rewards' wait is timed elsewhere.)
     import os
 
     import psutil
 
-    from grpokit.rewards.code import code_pass_fraction, probe
+    from grpokit.rewards.code import probe
+    from helpers.sandbox_probes import sandbox_inside_the_call as fn
 
     ok, why = probe()
     if not ok:
         pytest.skip(f"sandbox isolation unavailable on this host: {why}")
-    fn = functools.partial(code_pass_fraction, wall_s=60.0)
     start = time.monotonic()
     with _runner(fn, "code", timeout_s=1.5, max_failure_fraction=1.0) as r:
         res = r.score(
@@ -779,19 +779,19 @@ def test_a_reward_deadline_during_a_sandboxed_call_leaves_no_sandbox_running():
 
 def test_a_reward_worker_killed_at_its_timeout_leaves_no_sandbox_and_no_job_folder(tmp_path, monkeypatch):
     # num_workers=1: the deadline is a SIGKILL of the worker mid sandboxed call (its job folder and
-    # 6 sandbox processes stayed before); the replacement worker's first sandboxed call sweeps the folder
-    import functools
+    # 6 sandbox processes stayed before); the replacement worker's first sandboxed call sweeps the folder.
+    # (A user's reward that waits inside its deadline: the built-in code rewards' wait is timed elsewhere.)
     import os
 
     import psutil
 
-    from grpokit.rewards.code import code_pass_fraction, probe
+    from grpokit.rewards.code import probe
+    from helpers.sandbox_probes import sandbox_inside_the_call as fn
 
     ok, why = probe()
     if not ok:
         pytest.skip(f"sandbox isolation unavailable on this host: {why}")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the spawned workers' job folders land here
-    fn = functools.partial(code_pass_fraction, wall_s=60.0)
     cases = {"test_cases": [[{"input": "1\n", "output": "1\n"}]]}
     sleeper = "```python\nimport os, time\nfor _ in range(2):\n    os.fork()\ntime.sleep(60)\n```"
     echo = "```python\nprint(input())\n```"

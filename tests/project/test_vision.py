@@ -52,6 +52,19 @@ def test_vqa_count_and_choice_rewards():
     assert g.box_format(None, ["[1,2,3,4]", "[1,2,3,4][1,2,3,4]", "none"]) == [1.0, 0.0, 0.0]
 
 
+def test_a_blank_or_placeholder_answer_tag_in_the_reasoning_is_not_a_second_answer():
+    # Before, two tags made the whole text the answer: "I" of "I'll" and B were two letters (0), and
+    # "format: answer here cat" was not "cat" (0). The tag holding no answer is dropped first now; two real
+    # tags (A, then B) still leave two letters: a hedge, 0.
+    choice = [
+        "I'll wrap it as <answer></answer>.\n<answer>B</answer>",
+        "<answer>...</answer> <answer>A</answer> <answer>B</answer>",
+    ]
+    assert g.choice_accuracy(None, choice, ["B", "B"]) == [1.0, 0.0]
+    vqa = "<think>format: <answer> answer here </answer></think><answer>cat</answer>"
+    assert g.vqa_accuracy(None, [vqa], ["cat"]) == [1.0]
+
+
 # ---------------------------------------------------------------- the shapes task
 
 

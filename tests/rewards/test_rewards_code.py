@@ -81,3 +81,33 @@ def test_math_accuracy_through_the_runner():
         res = runner.score(["q"] * 4, comps, [[1]] * 4, 4, {"answer": ["$\\frac{1}{2}$"] * 4})
     # 1/2 and 0.5 are the same number; 3 is wrong; no answer is wrong
     assert res.total_N.tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["main thread", "helper thread", "worker process"])
+def test_programs_that_each_run_to_their_limit_do_not_time_out_the_groups_honest_program(where):
+    """One group of 6: five endless loops, then the right program. Each loop is killed at its own wall_s
+    (0.5 s); two at a time that is 3 rounds of at least 0.5 s, past reward.timeout_s = 1 s. Before, the
+    wait on the sandboxes counted against the group's call: it timed out and all 6 (the right program too)
+    were failures. The sandboxes keep their own deadlines (calls.timed_elsewhere): the right program scores
+    1.0 and the five loops are zeros counted as ``limits`` (5 of 6: mean 1/6), with no failure."""
+    import threading
+
+    loop, right = fenced("while True: pass"), fenced("a, b = map(int, input().split())\nprint(a + b)")
+    spec = RewardSpec(name="code_pass_fraction", params={"wall_s": 0.5, "max_parallel": 2})
+    box = {}
+    with RewardRunner([spec], num_workers=int(where == "worker process"), timeout_s=1.0) as runner:
+
+        def score():
+            box["res"] = runner.score(["p"] * 6, [loop] * 5 + [right], [[1]] * 6, 6, {"test_cases": [STDIO] * 6})
+
+        if where == "helper thread":  # the call runs in a daemon thread, its deadline on a ThreadClock
+            t = threading.Thread(target=score)
+            t.start()
+            t.join()
+        else:
+            score()
+    res, name = box["res"], "rewards/code_pass_fraction"
+    assert res.total_N.tolist() == [0.0] * 5 + [1.0]
+    assert res.metrics[f"{name}/failures"] == 0 and res.metrics[f"{name}/timeouts"] == 0
+    assert res.metrics[f"{name}/limits"] == 5 and res.metrics[f"{name}/zeroed"] == 5

@@ -21,6 +21,10 @@ ACCURACY = [  # (completion text, gold solution, expected by hand: math-verify e
     ("no math here at all", "$7$", 0.0),
     (r"\boxed{7}", "not a number", None),  # the gold does not parse: the row is skipped
     (r"\boxed{10\%}", r"$10\%$", 1.0),
+    # TRL's rule, kept: math-verify skips an empty box and takes the first box with a value
+    ("I put the final answer in \\boxed{}. 2+3 = 5.\n\\boxed{5}", "$5$", 1.0),
+    (r"so I write \boxed{ } with 5 inside: \boxed{5}", "$5$", 1.0),
+    (r"\boxed{} \boxed{3} \boxed{5}", "$5$", 0.0),  # the first box with a value: 3
 ]
 THINK = [  # (completion, expected by hand)
     ("<think>\nreason\n</think>\nanswer", 1.0),

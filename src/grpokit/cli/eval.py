@@ -3,8 +3,9 @@
 For every prompt, n completions are sampled (``--samples``, default the largest k) and graded by
 one function: ``--reward`` when given, else the task's verifier, else the run's first reward
 function. A completion is correct when it earns that function's full reward (>= 1 - 1e-6). maj@k
-votes over the extracted answers (the text inside <answer> tags, else a \\boxed{...}, else the
-stripped completion). The estimators are in ``grpokit.record.passk``. A prompt
+votes over the extracted answers (the text inside the last <answer> tags, else the last \\boxed{...},
+else the stripped completion; blank and placeholder tags and boxes, as "put it in \\boxed{}", are no
+answer: grpokit.rewards.answers.is_placeholder). The estimators are in ``grpokit.record.passk``. A prompt
 the function cannot grade on some sample (it answers None: math_accuracy for a gold that does not
 parse) is left out of every estimate, not counted wrong; ``ungraded`` says how many.
 
@@ -30,6 +31,7 @@ import torch
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
+from grpokit.rewards.answers import without_placeholders
 from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
@@ -47,6 +49,8 @@ _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
 def extract_answer(text: str) -> str | None:
+    """The answer maj@k votes on (the module docstring): "in \\boxed{} ... \\boxed{5}" gives "5"."""
+    text = without_placeholders(text)
     for pattern in (_ANSWER, _BOXED):
         m = pattern.findall(text)
         if m:

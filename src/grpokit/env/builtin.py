@@ -71,9 +71,9 @@ def _eval(node):
 
 def sandbox_wall_s(tool_timeout_s: float) -> float:
     """The python tool's wall clock for a tool call's deadline ``tool_timeout_s``: three quarters of it
-    (10 s -> 7.5 s), leaving the rest for starting the sandbox and ending its process tree, so a program
-    that runs on is stopped by the sandbox, an error the model reads, before the deadline counts the call
-    as a hung tool."""
+    (10 s -> 7.5 s), leaving the rest for ending its process tree (the sandbox's start-up is start-up,
+    outside the deadline: rewards/sandbox/isolation.py), so a program that runs on is stopped by the
+    sandbox, an error the model reads, before the deadline counts the call as a hung tool."""
     return SANDBOX_SHARE * tool_timeout_s
 
 

@@ -19,7 +19,12 @@ The checker (grpokit.rewards.math) scores 0 when the candidates disagree or the 
 values than the gold answer does, unless told that the gold answer is itself a set (`allow_multiple`).
 
 Lines copied verbatim from the prompt (10 characters or more) are dropped first: an echo of the
-question, or of an example answer in it, is not the model's answer.
+question, or of an example answer in it, is not the model's answer. Then tags, boxes and phrases that
+hold no answer are dropped (`without_placeholders`, `is_placeholder`): a blank one ("put it in
+\\boxed{}", `<answer> </answer>`), one holding only a blank to fill (`...`, `___`, `?`), or a template's
+own words ("answer here", "your final answer", `[answer]`). A policy that mentions the format while
+reasoning is not hedging; a second *real* answer (any other content: a number, a letter, a word such as
+"yes") stays a candidate, and a disagreeing one still scores 0.
 """
 
 from __future__ import annotations
@@ -74,17 +79,64 @@ def normalize_number_text(text: str) -> str:
     return _THOUSANDS.sub("", text)
 
 
+def _box_spans(text: str) -> list[tuple[int, int, int]]:
+    """(start, content start, end) of every closed `\\boxed{...}` / `\\fbox{...}`, braces balanced, in the
+    order they close (an inner box before its outer one); one pass over the text, however deep the nesting."""
+    opens = {m.start(): m.end() for m in _BOX.finditer(text)}
+    stack: list[tuple[int, int] | None] = []  # an open box (start, content start), or None for a plain "{"
+    spans, i = [], 0
+    while i < len(text):
+        if i in opens:
+            stack.append((i, opens[i]))
+            i = opens[i]
+            continue
+        if text[i] == "{":
+            stack.append(None)
+        elif text[i] == "}" and stack:
+            box = stack.pop()
+            if box is not None:
+                spans.append((box[0], box[1], i + 1))
+        i += 1
+    return spans
+
+
 def boxed_contents(text: str) -> list[str]:
     """Contents of every `\\boxed{...}` / `\\fbox{...}`, braces balanced, in order."""
-    out = []
-    for m in _BOX.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append(text[m.end() : i - 1])
-    return out
+    return [text[c : e - 1] for _, c, e in sorted(_box_spans(text))]
+
+
+# A template's stand-in for the answer is made of these words only, "answer" among them; any other word
+# ("yes", "x", "A") may be a real answer and is never taken for a placeholder.
+_PLACEHOLDER_WORDS = frozenset({"your", "final", "the", "answer", "answers", "here", "goes"})
+_SPACING = re.compile(r"\\[,;:! ]|\\q?quad\b|~|\s")
+_FILL_IN = re.compile(r"(?:\.|…|_|\\_|\?|\\[lc]?dots\b|\\dotsc\b)+")
+
+
+def is_placeholder(content: str) -> bool:
+    """True when a tag's, box's or phrase's ``content`` holds no answer: blank (whitespace, LaTeX spacing,
+    ``$``, boxes of such), only a blank to fill (``...``, ``\\ldots``, ``___``, ``?``), or a template's words
+    ("answer here", "your final answer", "[answer]", "\\text{answer}"; see ``_PLACEHOLDER_WORDS``). Brackets
+    count only around such words: ``[]`` or ``\\{\\}`` may be a real (empty) answer."""
+    bare = _SPACING.sub("", _WRAPPERS.sub("", content))
+    if _BOX.search(bare):  # \\boxed{\\boxed{}}: a box of blank boxes is blank
+        bare = re.sub(r"[{}]", "", _BOX.sub("", bare))
+    if not bare or _FILL_IN.fullmatch(bare):
+        return True
+    plain = _BOX.sub(" ", _WRAPPERS.sub(" ", _TEXT_CMD.sub(r" \1 ", content)))
+    words = re.sub(r"[\[\]<>(){}:.]", " ", plain).lower().split()
+    return "answer" in words and set(words) <= _PLACEHOLDER_WORDS
+
+
+def without_placeholders(text: str) -> str:
+    """``text`` without the boxes and answer tags that hold no answer (``is_placeholder``): "put it in
+    \\boxed{}" or "<answer> answer here </answer>" in the reasoning is the format, not a candidate."""
+    pieces, done = [], 0
+    for start, content, end in sorted(_box_spans(text)):
+        if start >= done and is_placeholder(text[content : end - 1]):  # not inside a box already dropped
+            pieces.append(text[done:start])
+            done = end
+    text = "".join(pieces) + text[done:]
+    return _TAG.sub(lambda m: "" if is_placeholder(m.group(1)) else m.group(0), text)
 
 
 def _key(answer: str) -> str:
@@ -103,7 +155,7 @@ def drop_echoed_lines(completion: str, prompt: str | None) -> str:
 
 def final_answer(completion: str, prompt: str | None = None) -> FinalAnswer:
     """Find the completion's final answer and all candidates of its kind (see the module docstring)."""
-    text = drop_echoed_lines(completion, prompt)
+    text = without_placeholders(drop_echoed_lines(completion, prompt))
     tags = _TAG.findall(text)
     if tags:
         answers = [(boxed_contents(t) or [t])[-1].strip() for t in tags]
@@ -112,7 +164,7 @@ def final_answer(completion: str, prompt: str | None = None) -> FinalAnswer:
     boxes = boxed_contents(text)
     if boxes:
         return _found([b.strip() for b in boxes], "boxed")
-    phrases = [m.group(1).strip() for m in _PHRASE.finditer(text)]
+    phrases = [m.group(1).strip() for m in _PHRASE.finditer(text) if not is_placeholder(m.group(1))]
     if phrases:
         return _found(phrases, "phrase")
     lines = [line.strip() for line in text.splitlines() if line.strip()]

@@ -5,11 +5,13 @@ trainer's main thread, or a daemon thread), so a function keeps TRL's contract (
 None) and still tells the runner more:
 
 - **Start-up is not the call's work.** ``startup()`` marks a stretch of a call as start-up (a verifier
-  pool being spawned and warmed, the sandbox's host probe): the call's deadline stops while it runs.
-  Start-up has its own budget (``pool.START_TIMEOUT_S``, 120 s), enforced by whoever runs the call.
-  ``timed_elsewhere()`` marks a wait on work that holds deadlines of its own (the verifier's budget
-  per answer): the call's deadline stops too, without a budget, so answers that each spend their own
-  budget cannot together run the calling reward out of time and fail its honest answers with them.
+  pool being spawned and warmed, the sandbox's host probe, a sandbox's launcher and bwrap starting):
+  the call's deadline stops while it runs. Start-up has its own budget (``pool.START_TIMEOUT_S``,
+  120 s), enforced by whoever runs the call.
+  ``timed_elsewhere()`` marks a wait on work that holds deadlines of its own (the math verifier's
+  budget per answer, a sandboxed program's ``wall_s``): the call's deadline stops too, without a
+  budget, so answers or programs that each spend their own budget cannot together run the calling
+  reward out of time and fail its honest answers with them.
   Outside a deadline-bound call both do nothing.
 - **What a completion caused is counted by kind and scored 0.** ``report_fault(i, kind, reason)``
   says that completion ``i`` of the call was scored 0 for something it did itself (its verification

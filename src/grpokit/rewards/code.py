@@ -16,6 +16,9 @@ No code block -> 0.0, and the share of such completions is logged as ``rewards/n
 result channel scores 0.0 whatever its cases returned, reported as ``tampering`` (grpokit.rewards.calls):
 to a direct caller (TRL) it is a plain 0.0, never an exception that would drop it from its group. A
 program that runs past its limits fails the cases it did not finish, and is counted as ``limits``.
+Each program keeps its own deadline (``wall_s``, after its sandbox's start-up budget), so the wait on
+the group's sandboxes is not the reward call's time (grpokit.rewards.calls.timed_elsewhere): a group of
+endless loops, each killed at its ``wall_s``, cannot time out the call and fail its right program too.
 
 Verdicts are made here, by the trusted parent: expected outputs never enter the sandbox and a program
 can only report its own outputs (see sandbox/harness.py). Before the first run we `probe()` the host's
@@ -39,7 +42,7 @@ from typing import Any
 
 from grpokit.rewards.sandbox.isolation import Limits, parse_records, run_sandboxed
 
-from .calls import report_fault, startup
+from .calls import report_fault, startup, timed_elsewhere
 from .errors import RewardInfrastructureError
 from .math import completion_text
 from .sandbox import budget
@@ -230,10 +233,9 @@ def _scores(
     if test_cases is None:
         raise ValueError("code rewards need a 'test_cases' column.")
 
-    def one(c: Any, cases: Any) -> tuple[float | None, tuple[str, str] | None]:
+    def one(code: str | None, cases: Any) -> tuple[float | None, tuple[str, str] | None]:
         if cases is None:
             return None, None
-        code = extract_code(completion_text(c))
         if code is None:
             return 0.0, None
         notes: list[str] = []
@@ -246,21 +248,24 @@ def _scores(
 
     with startup():  # the host's isolation probe (once per process) is start-up, not this call's work
         require_isolation(allow_unsafe, limits)  # refuse before running anything
+    programs = [extract_code(completion_text(c)) for c in completions]  # the call's own work, on its clock
     cancel = threading.Event()
     ex = cf.ThreadPoolExecutor(max_workers=max_parallel)  # threads only wait on sandboxes
     try:
-        results = list(ex.map(one, completions, test_cases))
-    finally:  # interrupted (the reward call's deadline): stop the sandboxes now, not at their wall-clock limit
+        # Each program holds its own deadline (wall_s, after its sandbox's start-up budget): waiting on
+        # them is not the calling reward's time, so programs that each run to their limit cannot
+        # together time out the group's call and fail its honest program with them (calls.timed_elsewhere).
+        with timed_elsewhere():
+            results = list(ex.map(one, programs, test_cases))
+    finally:  # interrupted (the trainer stopping): stop the sandboxes now, not at their wall-clock limit
         cancel.set()
         ex.shutdown(wait=True, cancel_futures=True)
     for i, (_, fault) in enumerate(results):  # reported from the calling thread, where the call's record is
         if fault is not None:
             report_fault(i, *fault)
-    graded = [c for c, cases in zip(completions, test_cases) if cases is not None]
+    graded = [code for code, cases in zip(programs, test_cases) if cases is not None]
     if log_metric is not None and graded:  # scored 0 for want of a program, not for a wrong one
-        log_metric(
-            "rewards/no_code_fraction", sum(extract_code(completion_text(c)) is None for c in graded) / len(graded)
-        )
+        log_metric("rewards/no_code_fraction", sum(code is None for code in graded) / len(graded))
     return [score for score, _ in results]
 
 

@@ -6,10 +6,12 @@ honestly filled in:
 
 - strict_format: 1.0 iff the whole completion is `<think>R</think>` then optional whitespace then
   `<answer>A</answer>`, then nothing but optional trailing whitespace; R and A must not contain the
-  tags themselves (no repeated or nested tags) and must not be blank. Else 0.0.
+  tags themselves (no repeated or nested tags) and must not be blank, and A must be an answer, not a
+  placeholder (grpokit.rewards.answers.is_placeholder: "answer here", "...", `\\boxed{}`). Else 0.0.
 - tag_count: 0.25 for each of `<think>`, `</think>`, `<answer>`, `</answer>` that appears exactly once
   (partial credit while the model learns the format). Range [0, 1]. Tags out of order earn 0.0 in
-  total; a pair around blank content (`<answer> </answer>`) earns nothing for that pair.
+  total; a pair around blank content (`<answer> </answer>`), or an answer pair around a placeholder
+  (`<answer> answer here </answer>`, the R1 template echoed), earns nothing for that pair.
 - reasoning_steps: min(k, cap) / cap where k counts distinct steps: lines starting "Step N", "N." or
   "N)", bullets "-"/"*", and the words "First,", "Second,", "Next,", "Then,", "Finally,", each
   followed by at least one letter or digit of its own; a step whose text repeats an earlier step
@@ -22,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .answers import is_placeholder
 from .math import completion_text
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -34,7 +37,8 @@ _STEP = re.compile(
 
 
 def strict_format(completions: list[Any], **kwargs: Any) -> list[float]:
-    """1.0 for exactly `<think>R</think><answer>A</answer>` with R, A non-blank and nothing after, else 0.0."""
+    """1.0 for exactly `<think>R</think><answer>A</answer>` with R non-blank, A an answer (not blank nor a
+    placeholder) and nothing after, else 0.0."""
     out = []
     for c in completions:
         m = _STRICT.fullmatch(completion_text(c))
@@ -42,10 +46,14 @@ def strict_format(completions: list[Any], **kwargs: Any) -> list[float]:
             m is not None
             and not any(t in m["think"] or t in m["answer"] for t in TAGS)
             and m["think"].strip() != ""
-            and m["answer"].strip() != ""
+            and not is_placeholder(m["answer"])
         )
         out.append(1.0 if ok else 0.0)
     return out
+
+
+def _blank(content: str) -> bool:
+    return not content.strip()
 
 
 def _tag_score(text: str) -> float:
@@ -54,18 +62,15 @@ def _tag_score(text: str) -> float:
     if positions != sorted(positions):  # "</answer><answer>" is not the format, whatever the counts
         return 0.0
     score = 0.25 * len(once)
-    for open_tag, close_tag in (TAGS[:2], TAGS[2:]):
-        if (
-            open_tag in once
-            and close_tag in once
-            and not text[once[open_tag] + len(open_tag) : once[close_tag]].strip()
-        ):
-            score -= 0.5  # an empty pair shows the shape, not the work
+    for open_tag, close_tag, empty in ((*TAGS[:2], _blank), (*TAGS[2:], is_placeholder)):
+        if open_tag in once and close_tag in once and empty(text[once[open_tag] + len(open_tag) : once[close_tag]]):
+            score -= 0.5  # an empty pair (an answer pair around a placeholder) shows the shape, not the work
     return score
 
 
 def tag_count(completions: list[Any], **kwargs: Any) -> list[float]:
-    """0.25 per format tag that occurs exactly once, in order; nothing for a pair around blank content."""
+    """0.25 per format tag that occurs exactly once, in order; nothing for a pair around blank content, nor
+    for an answer pair around a placeholder."""
     return [_tag_score(completion_text(c)) for c in completions]
 
 

@@ -4,7 +4,9 @@ Boxes are read in the two common forms: ``[x1, y1, x2, y2]`` (four numbers in sq
 Qwen2-VL's ``<|box_start|>(x1,y1),(x2,y2)<|box_end|>``. Like the text verifiers these are hedge-proof:
 a completion that offers several boxes or several answers earns 0, so listing candidates never pays.
 A completion without a box scores 0 and is counted (``rewards/no_box_fraction`` through
-``log_metric``), never an exception. Answers inside ``<answer>...</answer>`` are preferred when present.
+``log_metric``), never an exception. Answers inside ``<answer>...</answer>`` are preferred when present;
+a blank or placeholder tag or box (``<answer></answer>``, ``<answer> answer here </answer>``,
+grpokit.rewards.answers.is_placeholder) mentioned in the reasoning is not an answer and is dropped first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from .answers import without_placeholders
 from .math import completion_text
 
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
@@ -43,6 +46,7 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def _answer_part(text: str) -> str:
+    text = without_placeholders(text)  # "wrap it as <answer></answer>" is the format, not a second answer
     tagged = _ANSWER.findall(text)
     return tagged[0] if len(tagged) == 1 else text
 

@@ -4,7 +4,8 @@ Reward (per completion): 1.0 if `math_verify.verify(gold, prediction)` holds, el
 applicable) when the row has no gold answer or the gold does not parse. The argument order matters:
 math-verify treats the first argument as the reference (gold) and the second as the model's answer.
 The prediction is the completion's one final answer (grpokit.rewards.answers): a hedge, several
-candidates that disagree or more values than the gold has, scores 0.0. Thousands separators
+candidates that disagree or more values than the gold has, scores 0.0; a blank or placeholder box or
+tag ("put it in \\boxed{}", "<answer> answer here </answer>") is no candidate. Thousands separators
 (1,000 and 1\\,000) are removed before parsing, in gold and prediction alike.
 
 Why a pool: sympy can spend minutes (or all memory) on an innocent-looking answer such as the power tower
@@ -36,7 +37,14 @@ from typing import Any, Sequence
 from grpokit.version import installed, older_than
 
 from .answer_limits import over_limit
-from .answers import FinalAnswer, count_values, drop_echoed_lines, final_answer, normalize_number_text
+from .answers import (
+    FinalAnswer,
+    count_values,
+    drop_echoed_lines,
+    final_answer,
+    normalize_number_text,
+    without_placeholders,
+)
 from .calls import MACHINE, report_fault, startup, timed_elsewhere
 from .errors import RewardInfrastructureError
 from .inputs import model_answer
@@ -165,7 +173,7 @@ def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_mul
     if too_big:
         raise AnswerOverLimit(too_big)
     if allow_multiple and found.kind != "answer_tag":  # a set gold: let math-verify gather every box
-        found = FinalAnswer(drop_echoed_lines(prediction, prompt), "text")
+        found = FinalAnswer(without_placeholders(drop_echoed_lines(prediction, prompt)), "text")
     # Tag contents are bare answers ("1/2"); boxes are re-boxed; phrases and lines go to math-verify as
     # written, so that its own extraction finds the number in "so it is 42 apples".
     text = {"answer_tag": _as_math(found.text), "boxed": f"$\\boxed{{{found.text}}}$"}.get(found.kind, found.text)

@@ -9,7 +9,7 @@ id it belongs to:
 - ``(id, PAUSED)`` / ``(id, RESUMED)`` around start-up inside the item (``grpokit.rewards.calls.startup``:
   a verifier pool spawned and warmed, the sandbox probed): the deadline stops meanwhile, and the
   start-up budget runs; ``PAUSED_UNBUDGETED`` instead around a wait on work timed elsewhere
-  (``calls.timed_elsewhere``: the verifier's own budget per answer);
+  (``calls.timed_elsewhere``: the verifier's own budget per answer, a sandboxed program's wall_s);
 - ``(id, ok, value, error, fatal)``: the item's result.
 """
 

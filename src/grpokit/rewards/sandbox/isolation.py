@@ -14,7 +14,8 @@ How one run is isolated (Linux, bubblewrap installed):
   bounding set dropped, no_new_privs) whose RLIMIT_NPROC counts only this sandbox; without root, bwrap's
   user namespace does the same job and `prlimit` sets RLIMIT_NPROC inside it (counted per namespace);
 - the trusted parent kills the whole tree at the wall-clock limit, counted from when bwrap reports
-  the sandbox started (its start-up, within ``START_BUDGET_S``, is not the program's time): through
+  the sandbox started (its start-up, within ``START_BUDGET_S``, is not the program's time, nor the
+  time of a deadline-bound call that runs the sandbox: ``grpokit.rewards.calls.startup``): through
   the cgroup when there is one, else SIGKILL to the namespace's init (pid from bwrap's --info-fd),
   and the kernel kills every process of that PID namespace; the launcher, a child subreaper, reaps
   bwrap and any orphan, so no zombie is left even when the trainer is PID 1;
@@ -39,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..calls import startup
 from . import budget, cleanup, seccomp, uids
 
 HERE = Path(__file__).resolve().parent
@@ -234,8 +236,9 @@ def _run(
             )
             timed_out = True
             try:
-                if isolated:  # the launcher's and bwrap's start-up are not the program's wall time
-                    _wait_begun(proc, info, cancel)
+                if isolated:  # the launcher's and bwrap's start-up are not the program's wall time,
+                    with startup():  # nor the time of the call that runs the sandbox (a python tool call)
+                        _wait_begun(proc, info, cancel)
                 timed_out = not wait_exit(proc, limits.wall_s, cancel)
             finally:  # also when the wait is interrupted (a reward's deadline): never leave the sandbox running
                 _stop(proc, timed_out, cgroup, isolated, info)
