@@ -113,7 +113,8 @@ class Run:
     @property
     def finished(self) -> bool:
         """The trainer writes summary.json's "steps" when training ends (or is stopped); before that the
-        file may hold only the evaluation before training, and the run is (or was) in progress."""
+        file may hold only the evaluation before training, and the run is in progress, or ended without
+        that record (failed, killed): run_status.py tells which."""
         return "steps" in self.summary
 
 
