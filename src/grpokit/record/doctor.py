@@ -64,10 +64,12 @@ from .stability_checks import (
     check_runaway,
     check_throughput,
 )
+from .unscored_checks import check_unscored
 
 __all__ = ["CHECKS", "Diagnosis", "DoctorConfig", "Finding", "diagnose", "examine", "format_findings", "health_config"]
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
     check_run_failed,
+    check_unscored,
     check_reward_constant,
     check_heldout,
     check_heldout_drop,
@@ -131,6 +133,7 @@ SUBSUMED_BY = {
     "zero_std_groups": ("reward_constant",),
     "small_group": ("reward_constant",),
     "zero_grad_steps": ("reward_constant",),
+    "reward_std_death": ("reward_constant",),
 }
 TREND_STEPS = 6  # run_series.trend needs this many values
 

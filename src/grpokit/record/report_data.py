@@ -62,6 +62,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "rewards/*/crashes",
             "rewards/*/limits",
             "rewards/*/not_applicable",
+            "rewards/unscored",
             "episodes/tool_errors_mean",
             "episodes/tool_timeouts_mean",
             "episodes/reset_failures",
