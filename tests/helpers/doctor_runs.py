@@ -104,3 +104,54 @@ def first_live_step(rows: list[dict], monitor: str) -> int | None:
         if any(e.monitor == monitor and e.level == "warning" for e in events):  # not a "converged" note
             return r["step"]
     return None
+
+
+def trainer_row(step: int, rewards_PG: list[list[float | None]], fn: str = "f", **over) -> dict:
+    """One metrics.jsonl line as `grpokit train` writes it (the keys of a real line: rewards/runner.py's per
+    function and per step, train/step_metrics.py's, record/signatures.py's) for one reward function `fn`
+    whose values are `rewards_PG` (P groups of G; None: the function answered None, the completion unscored and
+    counted 0 in the totals); `over` sets the update's metrics (grad_norm, kl, entropy ...)."""
+    from grpokit.record.signatures import solved_signatures
+
+    flat = [v for g in rewards_PG for v in g]
+    scored = [v for v in flat if v is not None]
+    totals_PG = [[0.0 if v is None else v for v in g] for g in rewards_PG]
+    totals = [v for g in totals_PG for v in g]
+    P, G, N = len(rewards_PG), len(rewards_PG[0]), len(flat)
+
+    def pstd(xs: list[float]) -> float:
+        m = sum(xs) / len(xs)
+        return (sum((x - m) ** 2 for x in xs) / len(xs)) ** 0.5
+
+    flat_groups = sum(pstd(g) == 0.0 for g in totals_PG)
+    counts = ("failures", "nonfinite", "zeroed", "timeouts", "tampering", "crashes", "limits", "machine_failures")
+    row = {
+        "step": step,
+        f"rewards/{fn}/mean": sum(scored) / len(scored) if scored else "NaN",
+        f"rewards/{fn}/std": pstd(scored) if scored else "NaN",
+        **{f"rewards/{fn}/{c}": 0.0 for c in counts},
+        f"rewards/{fn}/not_applicable": float(N - len(scored)),
+        "rewards/failed_fraction": 0.0,
+        "rewards/scored": float(N),
+        "rewards/unscored": float(N - len(scored)),
+        "reward": sum(totals) / N,
+        "reward_std": sum(pstd(g) for g in totals_PG) / P,
+        "frac_reward_zero_std": flat_groups / P,
+        "num_zero_std_groups": float(flat_groups),
+        "completions/mean_length": 5.0,
+        "completions/max_length": 6.0,
+        "completions/clipped_ratio": 0.0,
+        "completions/frac_groups_same_length": 0.0,
+        "completions/frac_groups_same_text": 0.0,
+        **solved_signatures([f"t{i}" for i in range(N)], totals, G),
+        "clip_ratio/region_mean": 0.0,
+        "clip_ratio/low_mean": 0.0,
+        "clip_ratio/high_mean": 0.0,
+        "kl": 0.001,
+        "loss": 0.0,
+        "grad_norm": 0.05,
+        "entropy": 0.4,
+        "time/reward": 0.01,
+        "time/step": 0.3,
+    }
+    return row | over

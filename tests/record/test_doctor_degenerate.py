@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpokit.record.doctor import diagnose, examine, format_findings
+from grpokit.record.doctor import DoctorConfig, diagnose, examine, format_findings, health_config
 from grpokit.record.health import HealthMonitor
+from grpokit.record.learning_checks import check_zero_std
 from grpokit.record.report_data import load_run
 from helpers.doctor_runs import codes, healthy_rows, write_run
 
@@ -54,8 +55,13 @@ def test_zero_std_groups_of_a_constant_run_are_waste_not_solved(tmp_path: Path) 
     only at steps whose best completion earns the run's best reward, as the live monitor does."""
     rows = constant_rows(0.0)
     rows[0] |= {"completions/reward_max": 1.0, "reward": 0.1, "reward_std": 0.2}  # one completion once scored 1
-    found = diagnose(load_run(write_run(tmp_path / "run", rows)))
-    assert "zero_std_groups" in [f.code for f in found]  # steps 2-60: at 0, below the run's best: not solved
+    run = load_run(write_run(tmp_path / "run", rows))
+    # steps 2-60: at 0, below the run's best: not solved, so the zero-std check finds them waste ...
+    assert check_zero_std(run, health_config(run), DoctorConfig()) is not None
+    # ... and the doctor names the cause: the reward pinned at 0 in 59 of 60 steps (98% >= 90%), its median
+    # 0 in the first 10 steps and the last 10; the zero-std, zero-gradient and spread findings restate it
+    found = diagnose(run)
+    assert [f.code for f in found] == ["reward_constant"] and found[0].title.startswith("The reward is pinned at 0 ")
     # the live health monitor warns on the same run: doctor and monitor agree
     mon = HealthMonitor()
     warned = {e.monitor for i, r in enumerate(rows, 1) for e in mon.observe(r, i)[0] if e.level == "warning"}

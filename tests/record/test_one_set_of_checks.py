@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from grpokit.config.health import HealthConfig
 from grpokit.record import health_checks
 from grpokit.record.doctor import diagnose
 from grpokit.record.health_checks import Reading, unsolved_share
@@ -63,10 +64,11 @@ def test_solved_groups_are_discounted_by_one_rule(tmp_path: Path) -> None:
     assert unsolved_share(0.6, 0.4, 1.0, 1.0, 0.0) == pytest.approx(0.2)
     assert unsolved_share(0.6, 0.4, 0.5, 1.0, 0.0) == 0.6  # the step's best is not the run's: nothing solved
     assert unsolved_share(0.6, 0.4, 0.0, 0.0, 0.0) == 0.6  # rewards never differed (always 0): all waste
+    assert unsolved_share(0.6, 0.4, 1.0, 1.0, 0.0, learned=False) == 0.6  # solved from the start: all waste
     rows = healthy_rows()
     for r in rows:
         r |= {"completions/reward_max": 1.0 if r["step"] % 2 else 0.5, "completions/frac_groups_solved": 0.1}
-    got = dict(unsolved_zero_std(load_run(write_run(tmp_path / "run", rows))))
+    got = dict(unsolved_zero_std(load_run(write_run(tmp_path / "run", rows)), HealthConfig()))
     # odd steps reach the run's best (1.0): 0.1 solved taken off; even steps do not
     assert got[1] == pytest.approx(rows[0]["frac_reward_zero_std"] - 0.1)
     assert got[2] == pytest.approx(rows[1]["frac_reward_zero_std"])

@@ -20,6 +20,7 @@ from grpokit.record.report import payload, render_report, report_main, watch, wr
 from grpokit.record.report_data import config_diff, load_run, panels, same_as
 from helpers.paths import ROOT
 from helpers.report_runs import HOSTILE, PNG, make_run_dir
+from helpers.run_locks import dead_pid, write_lock
 
 
 @pytest.fixture()
@@ -180,7 +181,8 @@ def test_watch_rewrites_until_the_run_finishes(tmp_path: Path) -> None:
     sleeps: list[float] = []
     watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
     assert sleeps == [3] and _data(out.read_text())["live"] == {"refresh_s": 3}  # in progress: the page reloads
-    # the trainer writes summary.json with the evaluation before training at the start: still in progress
+    # the trainer takes run.lock, then writes summary.json with the evaluation before training: in progress
+    write_lock(run)  # held by this (live) process
     (run / "summary.json").write_text('{"eval_before": {"accuracy": 0.2}}')
     sleeps.clear()
     watch([run], out, interval_s=3, max_updates=2, sleep=sleeps.append)
@@ -189,6 +191,25 @@ def test_watch_rewrites_until_the_run_finishes(tmp_path: Path) -> None:
     sleeps.clear()
     watch([run], out, interval_s=3, sleep=sleeps.append)
     assert sleeps == [] and _data(out.read_text())["live"] is None  # finished: one last write, no reload
+
+
+def test_watch_stops_on_a_run_whose_process_died(tmp_path: Path) -> None:
+    """A run killed with SIGKILL leaves run.lock naming a pid that is gone and summary.json without "steps": it
+    has ended (record/run_status.py), so `report --watch` writes it once more without the reload and stops,
+    and the page says how it ended. Before, it read "in progress" and the watcher never stopped."""
+    run = make_run_dir(tmp_path / "run", steps=12, finished=False)
+    (run / "summary.json").write_text('{"eval_before": {"accuracy": 0.2}}')
+    write_lock(run, pid=dead_pid())
+    out, sleeps = tmp_path / "live.html", []
+    watch([run], out, interval_s=3, max_updates=5, sleep=sleeps.append)
+    html = out.read_text()
+    assert sleeps == [] and _data(html)["live"] is None and _data(html)["runs"][0]["state"] == "died"
+    assert "12 (died without a record)" in html and "run_killed" in html  # the doctor's finding at the top
+    # a run that stopped with an error has ended too (it was "in progress" forever as well)
+    (run / "run.lock").unlink()
+    (run / "summary.json").write_text('{"eval_before": {}, "failed": {"step": 12, "error": "RewardError: x"}}')
+    watch([run], out, interval_s=3, max_updates=5, sleep=sleeps.append)
+    assert sleeps == [] and "(stopped by an error)" in out.read_text()
 
 
 def test_a_1000_step_report_stays_small(tmp_path: Path) -> None:

@@ -74,6 +74,21 @@ def test_weighted_sum_skips_none_and_reports_metrics():
     assert res.metrics["rewards/len/failures"] == 0.0 and res.metrics["time/reward"] > 0
 
 
+def test_completions_no_function_scored_are_counted():
+    from grpokit.rewards import RewardRunner
+
+    specs = [RewardSpec(first_or_none, "len"), RewardSpec(first_or_none, "len2"), RewardSpec(fails_on_bad, "ok")]
+    with RewardRunner(specs, num_workers=0) as runner:
+        res = runner.score(**_batch(["a", "b", "ccc", "dd"], group_size=2))
+        only = RewardRunner([RewardSpec(first_or_none, "len")], num_workers=0)
+        one = only.score(**_batch(["b", "b", "ccc", "b"], group_size=2))
+        only.close()
+    # "b": None from len and len2, but ok scored it 1.0: scored by one function, so no completion went unscored
+    assert res.metrics["rewards/len/not_applicable"] == 1.0 and res.metrics["rewards/unscored"] == 0.0
+    # one function answering None for 3 of 4: those 3 have no reward at all
+    assert one.metrics["rewards/unscored"] == 3.0 and one.metrics["rewards/scored"] == 4.0
+
+
 def test_columns_group_size_and_async_in_process():
     from grpokit.rewards import RewardRunner
 

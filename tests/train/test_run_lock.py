@@ -16,7 +16,9 @@ import time
 import pytest
 
 from grpokit.config.sections import ConfigError
+from grpokit.record import run_writer
 from grpokit.train import run_lock
+from helpers.run_locks import dead_pid, write_lock
 from helpers.train_processes import (
     STEPS,
     final_state,
@@ -98,23 +100,6 @@ def test_resume_on_a_new_folder_starts_a_new_run_there(tiny_model_dir, tmp_path)
 # ---------------------------------------------------------------- the rules, on lock files left as holders leave them
 
 
-def write_lock(run, age_s: float = 0.0, **fields):
-    me = run_lock.this_process()
-    holder = {**me.__dict__, **fields}
-    run.mkdir(exist_ok=True)
-    path = run / run_lock.LOCK_FILE
-    path.write_text(json.dumps(holder))
-    t = time.time() - age_s
-    os.utime(path, (t, t))
-    return holder
-
-
-def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
-
-
 def test_a_lock_of_a_dead_pid_or_a_reused_one_is_taken_over_without_flock(tmp_path, monkeypatch):
     monkeypatch.setattr(run_lock, "_flock", lambda fd: None)  # a filesystem without flock: the pid rule decides
     said = []
@@ -132,7 +117,7 @@ def test_a_live_holder_is_refused_without_flock_too(tmp_path, monkeypatch):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         write_lock(
-            tmp_path / "run", pid=sleeper.pid, pid_start=run_lock._pid_start(sleeper.pid), command="grpokit train x"
+            tmp_path / "run", pid=sleeper.pid, pid_start=run_writer.pid_start(sleeper.pid), command="grpokit train x"
         )
         with pytest.raises(ConfigError, match=rf"is in use by another grpokit process \(pid {sleeper.pid} on host "):
             run_lock.acquire(tmp_path / "run")

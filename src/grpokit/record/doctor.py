@@ -40,9 +40,9 @@ from .learning_checks import (
     check_truncation,
     check_zero_std,
 )
-from .rank_failures import job_failure
 from .report_data import Run
 from .run_series import heldout_series, last_step
+from .run_status import run_status
 from .signal_checks import (
     check_clip_asymmetry,
     check_constant_component,
@@ -60,13 +60,16 @@ from .stability_checks import (
     check_mismatch,
     check_reward_failures,
     check_run_failed,
+    check_run_killed,
     check_runaway,
     check_throughput,
 )
+from .unscored_checks import check_unscored
 
 __all__ = ["CHECKS", "Diagnosis", "DoctorConfig", "Finding", "diagnose", "examine", "format_findings", "health_config"]
 CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] = (
     check_run_failed,
+    check_unscored,
     check_reward_constant,
     check_heldout,
     check_heldout_drop,
@@ -130,6 +133,7 @@ SUBSUMED_BY = {
     "zero_std_groups": ("reward_constant",),
     "small_group": ("reward_constant",),
     "zero_grad_steps": ("reward_constant",),
+    "reward_std_death": ("reward_constant",),
 }
 TREND_STEPS = 6  # run_series.trend needs this many values
 
@@ -194,14 +198,19 @@ def run_notes(run: Run) -> list[Note]:
     """How the run ended and what could not be checked: a doctor silent for want of data must say so."""
     notes = []
     n = len(run.metrics)
-    if run.summary.get("interrupted"):
+    state = run_status(run.path, run.summary).state  # failed or died: a finding (run_failed, run_killed)
+    if state == "stopped":
         sig = run.summary.get("stop_signal", "a signal")
         notes.append(
             Note("stopped", f"the run was stopped by {sig} at step {last_step(run)}, before its final evaluation")
         )
-    elif run.summary and not run.finished and job_failure(run.summary, run.path) is None:  # a failed run: a finding
+    elif state == "running":
         notes.append(
-            Note("in_progress", f"the run has not finished (summary.json has no steps): read at step {last_step(run)}")
+            Note(
+                "in_progress",
+                f"the run has not finished (a live process holds run.lock; summary.json has no steps): read at step "
+                f"{last_step(run)}",
+            )
         )
     notes += alarm_notes(run)
     if n < TREND_STEPS:
@@ -249,7 +258,8 @@ def alarm_notes(run: Run) -> list[Note]:
 def examine(run: Run, dc: DoctorConfig = DoctorConfig(), health: dict[str, Any] | None = None) -> Diagnosis:
     """The whole answer for `run`: findings, cost, where to resume, what was not checked."""
     hc = health_config(run, health)
-    findings = diagnose(run, dc, hc)
+    killed = check_run_killed(run)  # read from the folder, not from the metrics: not one of CHECKS (live too)
+    findings = sorted(diagnose(run, dc, hc) + ([killed] if killed else []), key=lambda f: -f.score)
     cost = cost_notes(run, hc, dc)
     if not any(f.level == "error" for f in findings):
         cost = [c for c in cost if c.code != "resume_from"]  # only a run that went bad needs a way back

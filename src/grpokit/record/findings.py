@@ -95,6 +95,20 @@ class DoctorConfig:
     """Flag when the recent within-group reward spread (`reward_std`) fell below this fraction of its
     early value while the reward is below health.converged_reward_level of its range."""
 
+    constant_group_share: float = 0.9
+    """A step counts as pinned when at least this share of its groups had every completion at the step's best
+    reward (`completions/frac_groups_solved`) ..."""
+
+    constant_step_share: float = 0.9
+    """... and the reward counts as constant (`reward_constant`) when at least this share of the run's steps
+    is pinned at one and the same best while the median reward of the first steps equals that of the last
+    (within health.reward_flat_tol): a few outlier completions or steps do not hide a reward that never
+    varied, and a run that rose to solve every group (convergence) is not one."""
+
+    unscored_max: float = 0.1
+    """Flag when more than this share of the completions got no reward at all (every reward function answered
+    None for them: `rewards/unscored` over `rewards/scored`)."""
+
     zero_grad_share: float = 0.1
     """Flag when at least this share of steps (and 2 or more) had a gradient norm of exactly 0."""
 

@@ -27,7 +27,10 @@ monitors discount solved groups (every completion earns the run's best reward) a
 level (recent mean reward placed between the lowest and highest completion reward seen in the run);
 when what remains is below the threshold, or the level is at least `converged_reward_level`, the
 monitor reports "converged" once as information (level "info", `health/converged` 1.0) instead of
-warning. Without those metrics they warn.
+warning. Without those metrics they warn. Convergence is learned: a run whose reward level was already
+at `converged_reward_level` over its first `window` steps (every group solved before any update: a
+verifier that accepts everything, prompts the model already solves) has its solved groups counted as
+waste and warns (health_checks.solved_from_start).
 
 "early" is the mean of the first `window` observations. No trend monitor fires before it has seen
 2 x `window` steps (early and recent windows must not overlap) and no monitor fires before
@@ -59,6 +62,7 @@ from .health_checks import (
     Series,
     batch_items,
     reward_level,
+    solved_from_start,
     unsolved_share,
     zeroed_share,
 )
@@ -209,8 +213,11 @@ class HealthMonitor:
         if self._best - self._floor <= SAME_REWARD:  # no completion has ever scored differently: nothing is solved
             return {}
         derived = {}
+        early = self._history[LEVEL_KEY].early if LEVEL_KEY in self._history else []
         if _finite(metrics.get("reward")):
-            derived[LEVEL_KEY] = reward_level(float(metrics["reward"]), self._floor, self._best)
+            derived[LEVEL_KEY] = level = reward_level(float(metrics["reward"]), self._floor, self._best)
+            early = early + [level] if len(early) < self.config.window else early  # this step's level is early too
+        learned = not solved_from_start(early, self.config)  # solved from the first steps is no success
         solved_of = {
             "completions/frac_groups_same_text": "completions/frac_groups_same_text_solved",
             "frac_reward_zero_std": "completions/frac_groups_solved",
@@ -218,8 +225,15 @@ class HealthMonitor:
         for key, solved in solved_of.items():
             if _finite(metrics.get(key)) and _finite(metrics.get(solved)):
                 # this step's groups are "solved" only if its best is the run's best (an all-wrong batch is not)
+                # solved groups without signal are waste in a run solved from the start (solved groups of one
+                # text are no collapse, learned or not: same_text stays quiet, without claiming convergence)
                 derived[UNSOLVED_KEYS[key]] = unsolved_share(
-                    float(metrics[key]), float(metrics[solved]), top, self._best, self._floor
+                    float(metrics[key]),
+                    float(metrics[solved]),
+                    top,
+                    self._best,
+                    self._floor,
+                    learned or key != "frac_reward_zero_std",
                 )
         return derived
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from grpokit.config.health import HealthConfig
@@ -91,14 +91,31 @@ def reward_level(reward: float, floor: float, best: float) -> float | None:
     return (reward - floor) / (best - floor) if best - floor > SAME_REWARD else None
 
 
-def unsolved_share(frac: float, solved: float, top: float, best: float, floor: float) -> float:
+def solved_from_start(early_levels: Sequence[float], cfg: HealthConfig) -> bool:
+    """Whether the reward sat at its best from the first steps: the mean reward level (`reward_level`) of the
+    run's first `window` steps already at `converged_reward_level` or above. Such a run learned nothing: its
+    groups were solved before any update (a verifier that accepts everything, prompts the model already
+    solves), so its flat groups are waste and its low entropy no convergence; convergence is a run that
+    started below that level and rose to it. False while no level is known."""
+    return bool(early_levels) and sum(early_levels) / len(early_levels) >= cfg.converged_reward_level
+
+
+def unsolved_share(frac: float, solved: float, top: float, best: float, floor: float, learned: bool = True) -> float:
     """Of a step's share `frac` of groups without signal (or of identical text), the part not solved:
     a group counts as solved (`solved`: the share of groups whose every completion earned the step's
-    best) only when the step's best `top` is the best completion reward seen (`best`) and some
-    completion ever scored differently; in a run whose reward is always 0 every such group is waste."""
-    if best - floor <= SAME_REWARD or top < best - SAME_REWARD * max(1.0, abs(best)):
+    best) only when the step's best `top` is the best completion reward seen (`best`), some completion
+    ever scored differently and the run `learned` (its reward did not sit at its best from the first
+    steps: `solved_from_start`); in a run whose reward is always 0, or always at its best, every such
+    group is waste."""
+    if not learned or best - floor <= SAME_REWARD or top < best - SAME_REWARD * max(1.0, abs(best)):
         return frac
     return max(0.0, frac - solved)
+
+
+def learned_so_far(h: History, cfg: HealthConfig) -> bool:
+    """`solved_from_start`'s negation on the history: the first `window` reward levels (LEVEL_KEY) seen."""
+    s = h.get(LEVEL_KEY)
+    return not solved_from_start(s.early if s is not None else [], cfg)
 
 
 def _level(key: str, cfg: HealthConfig, h: History) -> float | None:
@@ -129,7 +146,7 @@ def check_entropy(h: History, cfg: HealthConfig) -> Reading | None:
     rising = before is not None and reward.recent_mean() - before >= cfg.reward_flat_tol
     firing = (now < cfg.entropy_min and not rising) or (trend is not None and now < cfg.entropy_drop_ratio * early)
     level = _level(LEVEL_KEY, cfg, h)
-    converged = firing and level is not None and level >= cfg.converged_reward_level
+    converged = firing and level is not None and level >= cfg.converged_reward_level and learned_so_far(h, cfg)
     return Reading(
         firing and not converged,
         now,
@@ -147,14 +164,16 @@ def check_entropy(h: History, cfg: HealthConfig) -> Reading | None:
 
 
 def _solved_aware(key: str, max_value: float, cfg: HealthConfig, h: History, warn: str, info: str) -> Reading | None:
-    """Fire on `key` > max_value unless, with solved groups discounted, what remains is below it."""
+    """Fire on `key` > max_value unless, with solved groups discounted, what remains is below it; that is
+    convergence (the information) only in a run that learned (`learned_so_far`), else quiet."""
     now = _level(key, cfg, h)
     if now is None:
         return None
     unsolved = _level(UNSOLVED_KEYS[key], cfg, h)
-    converged = now > max_value and unsolved is not None and unsolved <= max_value
+    discounted = now > max_value and unsolved is not None and unsolved <= max_value
+    converged = discounted and learned_so_far(h, cfg)
     return Reading(
-        now > max_value and not converged,
+        now > max_value and not discounted,
         now,
         warn.format(now=now),
         info.format(now=now, solved=now - (unsolved or 0.0)) if converged else "",

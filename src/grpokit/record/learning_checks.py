@@ -155,7 +155,7 @@ def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
     """The live `zero_std_groups` alarm's rule on the whole run (recently above `zero_std_max`, or over the
     run above `zero_std_run_max`): solved groups are success, not waste (only in a run whose reward varies)."""
     alarm = live_alarm(run, "zero_std_groups", ("frac_reward_zero_std",), hc)
-    unsolved = unsolved_zero_std(run)
+    unsolved = unsolved_zero_std(run, hc)
     if alarm is None or not alarm.firing or not unsolved:
         return None
     w = window(len(unsolved), hc)

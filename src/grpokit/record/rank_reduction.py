@@ -66,6 +66,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     # counts
     *((f"rewards/*/{c}", SUM) for c in (*_COUNTS, "machine_failures")),
     ("rewards/scored", SUM),
+    ("rewards/unscored", SUM),
     ("episodes/reset_failures", SUM),
     ("gec/corrected_groups", SUM),
     ("rollout/worker_faults", SUM),

@@ -2,7 +2,7 @@
 
 `write_report(run_dir)` writes RUN_DIR/report.html; `write_comparison(run_dirs, out)` overlays several
 runs on the same panels and lists their config differences; `watch(...)` rewrites the file every few
-seconds while a run is in progress and the page reloads itself until the run has finished.
+seconds while a run is in progress and the page reloads itself until the run has ended (record/run_status.py).
 
     doctor.py      -> findings at the top: what looks wrong, the evidence, what to try
     metrics.jsonl  -> one interactive panel per metric group (report_data.panels); hover values,
@@ -47,8 +47,16 @@ from .report_data import (
     samples_payload,
     unique_names,
 )
+from .run_status import run_status
 
 REPORT_FILE = "report.html"
+# after the step count of a run that has not finished (record/run_status.py's states)
+STATE_NOTES = {
+    "running": " (in progress)",
+    "unknown": " (in progress)",
+    "failed": " (stopped by an error)",
+    "died": " (died without a record)",
+}
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
 
@@ -83,7 +91,7 @@ def headline_html(run: Run) -> str:
     cards: list[tuple[str, str]] = []
     steps = summary.get("steps", max((r.get("step", 0) for r in rows), default=None))
     if steps is not None:
-        cards.append(("steps", _fmt(steps) + ("" if run.finished else " (in progress)")))
+        cards.append(("steps", _fmt(steps) + STATE_NOTES.get(run_status(run.path, summary).state, "")))
     before, after = (
         summary.get(k, {}) if isinstance(summary.get(k), dict) else {} for k in ("eval_before", "eval_after")
     )
@@ -184,13 +192,14 @@ def payload(runs: Sequence[Run], live_s: float | None = None) -> dict[str, Any]:
             {
                 "name": run.name,
                 "finished": run.finished,
+                "state": run_status(run.path, run.summary).state,
                 "steps": steps,
                 "heldout": heldout(run),
                 "series": {k: v for k, v in cols.items() if any(x is not None for x in v)},
                 "samples": samples_payload(run),
             }
         )
-    live = {"refresh_s": live_s} if live_s and not all(r.finished for r in runs) else None
+    live = {"refresh_s": live_s} if live_s and not all(run_status(r.path, r.summary).ended for r in runs) else None
     return {"panels": plots, "runs": data, "live": live}
 
 
@@ -298,12 +307,13 @@ def write_comparison(run_dirs: Sequence[Path], out: Path, live_s: float | None =
 def watch(
     run_dirs: Sequence[Path], out: Path, interval_s: float = 5.0, max_updates: int | None = None, sleep=time.sleep
 ) -> Path:
-    """Rewrite `out` every `interval_s` seconds until every run has finished (summary.json has "steps"),
-    then once more without the reload; the page reloads itself meanwhile (file:// pages cannot fetch
-    the run's files, so the file is what changes). `max_updates` bounds the loop (tests)."""
+    """Rewrite `out` every `interval_s` seconds until every run has ended (run_status.py: finished, stopped,
+    failed, or died without a record), then once more without the reload; the page reloads itself meanwhile
+    (file:// pages cannot fetch the run's files, so the file is what changes). `max_updates` bounds the
+    loop (tests)."""
     n = 0
     while True:
-        finished = all("steps" in read_json(Path(p) / "summary.json") for p in run_dirs)
+        finished = all(run_status(Path(p), read_json(Path(p) / "summary.json")).ended for p in run_dirs)
         write_comparison(run_dirs, out, None if finished else interval_s)
         n += 1
         if finished or (max_updates is not None and n >= max_updates):

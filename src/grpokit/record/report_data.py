@@ -62,6 +62,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "rewards/*/crashes",
             "rewards/*/limits",
             "rewards/*/not_applicable",
+            "rewards/unscored",
             "episodes/tool_errors_mean",
             "episodes/tool_timeouts_mean",
             "episodes/reset_failures",
@@ -113,7 +114,8 @@ class Run:
     @property
     def finished(self) -> bool:
         """The trainer writes summary.json's "steps" when training ends (or is stopped); before that the
-        file may hold only the evaluation before training, and the run is (or was) in progress."""
+        file may hold only the evaluation before training, and the run is in progress, or ended without
+        that record (failed, killed): run_status.py tells which."""
         return "steps" in self.summary
 
 

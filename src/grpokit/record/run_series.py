@@ -15,7 +15,7 @@ from typing import Any
 from grpokit.config.health import HealthConfig
 
 from .health import HealthMonitor
-from .health_checks import Reading, unsolved_share
+from .health_checks import Reading, reward_level, solved_from_start, unsolved_share
 from .report_data import Run
 
 
@@ -110,19 +110,34 @@ def reward_span(run: Run) -> tuple[float, float] | None:
     return (min(lows), max(highs)) if lows and highs else None
 
 
-def unsolved_zero_std(run: Run) -> list[tuple[int, float]]:
+def unsolved_zero_std(run: Run, hc: HealthConfig) -> list[tuple[int, float]]:
     """Per step, the share of groups without signal that are not solved. A group counts as solved only
-    when its step's best completion earns the best reward of the whole run and some completion of the
-    run ever scored differently (the live monitor's rule, health.py): in a run whose reward is always 0
-    (or always 1) every all-equal group is waste, not success."""
+    when its step's best completion earns the best reward of the whole run, some completion of the run
+    ever scored differently, and the run learned (its reward level over the first `window` steps was below
+    `converged_reward_level`: `started_solved`): the live monitor's rule, health.py. In a run whose reward
+    is always 0, or at its best from the first steps, every all-equal group is waste, not success."""
     pts = values(run, "frac_reward_zero_std")
     top = dict(values(run, "completions/reward_max"))
     span = reward_span(run) if top else None
     if span is None:
         return pts
     solved = dict(values(run, "completions/frac_groups_solved"))
+    learned = not started_solved(run, hc)
     # the live monitor's rule (health_checks.unsolved_share) with the whole run's lowest and best reward
-    return [(s, unsolved_share(v, solved.get(s, 0.0), top.get(s, -math.inf), span[1], span[0])) for s, v in pts]
+    return [
+        (s, unsolved_share(v, solved.get(s, 0.0), top.get(s, -math.inf), span[1], span[0], learned)) for s, v in pts
+    ]
+
+
+def started_solved(run: Run, hc: HealthConfig) -> bool:
+    """The live monitor's `solved_from_start` on the whole run: the reward level (between the run's lowest
+    and highest completion reward) of its first `window` steps (the doctor's window: shrunk for a short run)
+    already at `converged_reward_level`."""
+    pts, span = values(run, "reward"), reward_span(run)
+    if not pts or span is None or not values(run, "completions/reward_max"):
+        return False
+    levels = [lv for _, v in pts if (lv := reward_level(v, *span)) is not None]
+    return solved_from_start(levels[: window(len(pts), hc)], hc)
 
 
 def heldout_fall(run: Run) -> tuple[float, str] | None:

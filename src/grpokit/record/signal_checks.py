@@ -13,16 +13,23 @@ import statistics
 from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
-from .health_checks import reward_level
+from .health_checks import SAME_REWARD, reward_level
 from .report_data import Run
 from .run_series import config_value, recent, reward_span, span_steps, trend, values, window
+from .unscored_checks import unscored
 
 EPS = 1e-9
 
 
 def check_reward_constant(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """Every completion of the run scored the same: the advantages are all zero, no step can learn.
-    Read from the completions' lowest and highest rewards where logged, else from a zero `reward_std`
+    """Every completion of the run scored the same (`_constant`), or nearly every group did at one value from
+    the first steps on, a few outliers aside (`_pinned`): the advantages are (nearly) all zero, no step can
+    learn. A run that started lower and rose to solve every group converged instead: not this finding."""
+    return _constant(run, dc) or _pinned(run, hc, dc)
+
+
+def _constant(run: Run, dc: DoctorConfig) -> Finding | None:
+    """Read from the completions' lowest and highest rewards where logged, else from a zero `reward_std`
     at every step with a constant mean; a constant mean alone says nothing of the completions."""
     lows, highs = values(run, "completions/reward_min"), values(run, "completions/reward_max")
     stds, means = values(run, "reward_std"), values(run, "reward")
@@ -36,17 +43,73 @@ def check_reward_constant(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Findi
     if spread > EPS or any(v > EPS for _, v in stds):
         return None
     steps = means or lows
+    none = unscored(run)
+    if none.share is not None and none.share >= 1 - EPS:  # nothing was scored: say so, not "scored the same"
+        title = f"The reward is always {level:.3g} because no completion was ever scored: nothing can be learned"
+        said = f"every completion reward in steps {steps[0][0]}-{steps[-1][0]} is {level:.3g}, the sum of no score"
+    else:
+        title = f"The reward is always {level:.3g}: no completion ever scored differently, nothing can be learned"
+        said = f"every completion reward in steps {steps[0][0]}-{steps[-1][0]} is {level:.3g}" + (
+            f" ({none.share:.0%} of completions got no score, counted as 0)" if none.share else ""
+        )
     return Finding(
         "reward_constant",
-        f"The reward is always {level:.3g}: no completion ever scored differently, nothing can be learned",
-        f"every completion reward in steps {steps[0][0]}-{steps[-1][0]} is {level:.3g}"
-        + (f" (reward_std 0 at all {len(stds)} steps)" if stds else ""),
+        title,
+        said + (f" (reward_std 0 at all {len(stds)} steps)" if stds else ""),
         "score a few completions by hand with the reward functions: a broken verifier (wrong answer "
         "column, a parser that never matches, a format the model never writes) or prompts far too hard "
         f"(or too easy, all 1) for the model; check reward.functions ({config_value(run, 'reward.functions')})",
         0.98,
         panel="reward",
         steps=(steps[0][0], steps[-1][0]),
+    )
+
+
+def _pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """At least `constant_step_share` of the steps have `constant_group_share` of their groups solved (every
+    completion at the step's best) at one and the same best, and the run was there from its first `window`
+    steps: their mean reward's level (between the run's lowest and highest completion reward) lies within
+    1 - `converged_reward_level` of that best's, the live monitor's rule for a run solved from the start
+    (health_checks.solved_from_start). A run that started further off and rose to it learned: convergence."""
+    solved, tops, rewards = (
+        dict(values(run, k)) for k in ("completions/frac_groups_solved", "completions/reward_max", "reward")
+    )
+    steps = sorted(s for s in solved if s in tops)
+    pinned = [s for s in steps if solved[s] >= dc.constant_group_share]
+    span = reward_span(run)
+    if not pinned or len(pinned) < dc.constant_step_share * len(steps) or span is None:
+        return None
+    level = statistics.median_low(tops[s] for s in pinned)
+    at = [s for s in pinned if abs(tops[s] - level) <= SAME_REWARD * max(1.0, abs(level))]
+    pts = [(s, rewards[s]) for s in steps if s in rewards]
+    if len(at) < dc.constant_step_share * len(steps) or not pts or span[1] - span[0] <= SAME_REWARD:
+        return None
+    w = window(len(pts), hc)
+    early, late = statistics.fmean(v for _, v in pts[:w]), statistics.fmean(v for _, v in pts[-w:])
+    if abs(early - level) / (span[1] - span[0]) > 1 - hc.converged_reward_level:
+        return None  # the reward started elsewhere and came to this: a run that learned (converged), not pinned
+    others = [s for s in steps if s not in set(at)]
+    top = level >= span[1] - SAME_REWARD * max(1.0, abs(span[1]))
+    shown = ", ".join(map(str, others[:8])) + (f" (+{len(others) - 8} more)" if len(others) > 8 else "")
+    return Finding(
+        "reward_constant",
+        f"The reward is pinned at {level:.3g} from the first steps: nearly every group scores alike, "
+        "nothing can be learned",
+        f"in {len(at)} of {len(steps)} steps ({len(at) / len(steps):.0%}) at least {dc.constant_group_share:.0%} of "
+        f"groups had every completion at {level:.3g}, from the first steps (mean reward {early:.3g} in steps "
+        f"{pts[0][0]}-{pts[w - 1][0]}, {late:.3g} in steps {pts[-w][0]}-{pts[-1][0]}); completion rewards ranged "
+        f"{span[0]:.3g}-{span[1]:.3g} over the run" + (f", the other steps: {shown}" if others else ""),
+        (
+            "score a few completions by hand: a verifier that accepts every answer (a check that always passes, "
+            "the wrong answer column) or prompts the model already solves (harder prompts, data.curriculum=frontier)"
+            if top
+            else "score a few completions by hand: a verifier that never matches (wrong answer column, a parser "
+            "or format the model never writes) or prompts far too hard for the model"
+        )
+        + f"; check reward.functions ({config_value(run, 'reward.functions')})",
+        0.9,
+        panel="reward",
+        steps=(steps[0], steps[-1]),
     )
 
 

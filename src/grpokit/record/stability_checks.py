@@ -15,7 +15,8 @@ from .findings import DoctorConfig, Finding
 from .health_checks import batch_items, zeroed_share
 from .rank_failures import job_failure
 from .report_data import Run
-from .run_series import config_value, live_alarm, recent, span_steps, total, trend_of, values
+from .run_series import config_value, last_step, live_alarm, recent, span_steps, total, trend_of, values
+from .run_status import run_status
 
 
 def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -49,20 +50,41 @@ def check_run_failed(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
     failed = job_failure(run.summary, run.path)
     if not isinstance(failed, dict):
         return None
-    saved = sorted(p.name for p in (run.path / "checkpoints").glob("step-*") if p.is_dir())
-    again = (
-        f"continue with `grpokit train --resume {run.path}` (from its last checkpoint, {saved[-1]})"
-        if saved
-        else "start the run again (it wrote no checkpoint to resume from)"
-    )
     return Finding(
         "run_failed",
         "The run stopped with an error",
         f"after step {failed.get('step', '?')} (the last one recorded)"
         + (f" on rank {failed['rank']}" if isinstance(failed.get("rank"), int) else "")
         + f": {failed.get('error', 'an error')}",
-        f"fix what the error names, then {again}",
+        f"fix what the error names, then {_again(run)}",
         0.95,
+    )
+
+
+def check_run_killed(run: Run) -> Finding | None:
+    """The training process died without a record (record/run_status.py: run.lock names a process that is gone,
+    or no process holds it while summary.json records no end): the run is not in progress, and the next
+    thing to do is to resume it. Read from the folder by `examine` only: a live run is never this."""
+    status = run_status(run.path, run.summary)
+    if status.state != "died":
+        return None
+    return Finding(
+        "run_killed",
+        "The training process died without a record (killed? out of memory?)",
+        f"the last step recorded is {last_step(run)} (metrics.jsonl); {status.why}",
+        "look for why it died (the out-of-memory killer in `dmesg` or the job scheduler's log; a second Ctrl-C "
+        f"ends a run at once), then {_again(run)}",
+        0.7,
+    )
+
+
+def _again(run: Run) -> str:
+    """How to go on after a run ended early: --resume from its last checkpoint, or start again without one."""
+    saved = sorted(p.name for p in (run.path / "checkpoints").glob("step-*") if p.is_dir())
+    return (
+        f"continue with `grpokit train --resume {run.path}` (from its last checkpoint, {saved[-1]})"
+        if saved
+        else "start the run again (it wrote no checkpoint to resume from)"
     )
 
 

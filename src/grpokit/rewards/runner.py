@@ -364,9 +364,11 @@ class RewardRunner:
             metrics.update(self._contain(f, tally, rewards_NF, failed_NF, completions))
         weights = torch.tensor([s.weight for s in self.specs])
         total_N = (rewards_NF * weights).nansum(dim=1)  # None (NaN) is skipped, not counted as zero
-        _warn_unscored(rewards_NF, failed_NF, prompts, completions)
+        unscored_N = (rewards_NF.isnan() & ~failed_NF).all(dim=1)  # every function answered None: no reward
+        _warn_unscored(unscored_N, prompts, completions)
         metrics["rewards/failed_fraction"] = failed_NF.sum().item() / (n * num_f) if n else 0.0
         metrics["rewards/scored"] = float(n)  # the completions these counts are of (summed over a step's rounds)
+        metrics["rewards/unscored"] = float(unscored_N.sum().item())
         metrics["reward"] = total_N.mean().item()
         metrics["reward_std"] = total_N.std(unbiased=False).item()
         metrics["time/reward"] = time.perf_counter() - start
@@ -402,11 +404,12 @@ def _check_batch(n: int, group_size: int, prompts: list, completion_ids: list, c
             raise ValueError(f"'{what}' has {len(seq)} entries but there are {n} completions; give one per completion.")
 
 
-def _warn_unscored(rewards_NF: torch.Tensor, failed_NF: torch.Tensor, prompts: list, completions: list) -> None:
-    """A completion every function answered None for is unscorable: its total is 0 (the sum of nothing), but
-    the advantage stage leaves it out of its group's statistics and gives it advantage 0 (algo/pipeline.py,
-    TRL's rule); say so once a batch with its prompt and completion (TRL's warning begins with the same words)."""
-    unscored = (rewards_NF.isnan() & ~failed_NF).all(dim=1).nonzero()
+def _warn_unscored(unscored_N: torch.Tensor, prompts: list, completions: list) -> None:
+    """A completion every function answered None for (``unscored_N``) is unscorable: its total is 0 (the sum
+    of nothing), but the advantage stage leaves it out of its group's statistics and gives it advantage 0
+    (algo/pipeline.py, TRL's rule); say so once a batch with its prompt and completion (TRL's warning begins
+    with the same words). Their count is the metric ``rewards/unscored``, which the doctor reads."""
+    unscored = unscored_N.nonzero()
     if len(unscored):
         i = int(unscored[0, 0])
         log.warning(

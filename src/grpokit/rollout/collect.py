@@ -301,7 +301,18 @@ def kept_reward_metrics(batch: ScoredBatch) -> dict[str, float]:
 
 
 # Per-batch counts (rewards/runner.py) add up over batches; everything else is averaged.
-_COUNTS = ("failures", "not_applicable", "timeouts", "nonfinite", "tampering", "crashes", "limits", "zeroed", "scored")
+_COUNTS = (
+    "failures",
+    "not_applicable",
+    "timeouts",
+    "nonfinite",
+    "tampering",
+    "crashes",
+    "limits",
+    "zeroed",
+    "scored",
+    "unscored",
+)
 
 
 def _merge_metrics(ms: list[dict[str, float]]) -> dict[str, float]:

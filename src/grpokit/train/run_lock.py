@@ -25,6 +25,9 @@ How a holder is known to be alive:
   behind). A job restarted on another node right after its old node died thus waits at most ``STALE_S``
   seconds, whatever the clocks say.
 
+The file's record (``Holder``) and the probes of a holder's life (its pid and start time) are
+record/run_writer.py's, where the readers of a run folder (the doctor, the report) use them too.
+
 A holder that finds the file no longer names it (a process elsewhere judged it stale, e.g. a frozen
 VM that came back) stops at the end of its step with one sentence, writing nothing more. Within one
 process the lock is shared: a second ``Trainer`` on the same folder in the same process proceeds.
@@ -36,89 +39,16 @@ import errno
 import json
 import os
 import socket
-import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar
 
 from grpokit.config.sections import ConfigError
+from grpokit.record.run_writer import HEARTBEAT_S, LOCK_FILE, STALE_S, Holder, alive_here, holder_of, this_process
 
-LOCK_FILE = "run.lock"
-HEARTBEAT_S = 10.0
-STALE_S = 60.0
 NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
-
-
-@dataclass(frozen=True)
-class Holder:
-    """What the lock file says about the process holding it."""
-
-    pid: int
-    host: str
-    boot_id: str
-    pid_ns: str
-    pid_start: str
-    started: str
-    command: str
-
-    def same_machine(self, other: Holder) -> bool:
-        return (self.host, self.boot_id, self.pid_ns) == (other.host, other.boot_id, other.pid_ns)
-
-    def describe(self) -> str:
-        return f"pid {self.pid} on host {self.host}, started {self.started}: {self.command}"
-
-
-def this_process() -> Holder:
-    return Holder(
-        os.getpid(),
-        socket.gethostname(),
-        _read("/proc/sys/kernel/random/boot_id"),
-        _pid_ns(),
-        _pid_start(os.getpid()) or "",
-        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        " ".join([_program()] + sys.argv[1:])[:300],
-    )
-
-
-def _program() -> str:
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    return "grpokit" if name in ("__main__.py", "app.py") else name
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return ""
-
-
-def _pid_ns() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _pid_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None: no such process."""
-    stat = _read(f"/proc/{pid}/stat")
-    if not stat:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return ""  # alive, start time unknown (no /proc)
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _alive_here(h: Holder) -> bool:
-    """A holder on this machine is alive: its pid exists and started when the lock says."""
-    start = _pid_start(h.pid)
-    return start is not None and (not start or not h.pid_start or start == h.pid_start)
 
 
 class RunLock:
@@ -137,7 +67,7 @@ class RunLock:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            holder = _holder_of(self.path)
+            holder = holder_of(self.path)
             if holder is not None and holder != self.me:
                 self.lost_to = holder
                 return
@@ -150,7 +80,7 @@ class RunLock:
         """Raise ConfigError when another process has taken the folder over (this one must write no more).
         Read here too, not only by the heartbeat: a process frozen for a while may finish a step before its
         heartbeat thread runs again."""
-        holder = _holder_of(self.path) if self.lost_to is None else None
+        holder = holder_of(self.path) if self.lost_to is None else None
         if holder is not None and holder != self.me:
             self.lost_to = holder
         if self.lost_to is not None:
@@ -214,7 +144,7 @@ def acquire(run_dir: Path, log=print) -> RunLock | NullLock:
             if _replaced(fd, path):  # another process removed or replaced the file meanwhile: try again
                 os.close(fd)
                 continue
-            holder = _holder_of(path)
+            holder = holder_of(path)
             stale = _judge(run_dir, path, fd, holder, me, kernel, log)
             if stale == "replace":
                 _replace(fd, path)
@@ -223,7 +153,7 @@ def acquire(run_dir: Path, log=print) -> RunLock | NullLock:
             _write(fd, me)
             if kernel is None and not _still_mine(path, me):  # no flock: the last of two racing writers wins
                 os.close(fd)
-                raise _refusal(run_dir, _holder_of(path))
+                raise _refusal(run_dir, holder_of(path))
         except BaseException:
             if fd >= 0:
                 try:
@@ -271,12 +201,12 @@ def _judge(run_dir: Path, path: Path, fd: int, holder: Holder | None, me: Holder
             return "take"
         raise _refusal(run_dir, None)
     if holder.boot_id and holder.boot_id == me.boot_id and kernel is not None:  # one kernel: its lock is the truth
-        if kernel is False or (holder.same_machine(me) and holder.pid != me.pid and _alive_here(holder)):
+        if kernel is False or (holder.same_machine(me) and holder.pid != me.pid and alive_here(holder)):
             raise _refusal(run_dir, holder)  # (the second test: a lock file replaced under a live holder)
         log(f"grpokit: taking over {path} from {holder.describe()}, which is no longer running", flush=True)
         return "take"
     if holder.same_machine(me):  # no flock on this filesystem: the pid and its start time decide
-        if holder.pid != me.pid and _alive_here(holder):
+        if holder.pid != me.pid and alive_here(holder):
             raise _refusal(run_dir, holder)
         log(f"grpokit: taking over {path} from {holder.describe()}, which is no longer running", flush=True)
         return "take"
@@ -347,14 +277,6 @@ def _replace(fd: int, path: Path) -> None:
     tomb.unlink(missing_ok=True)
 
 
-def _holder_of(path: Path) -> Holder | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return Holder(**{k: (int(data[k]) if k == "pid" else str(data[k])) for k in Holder.__dataclass_fields__})
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def _write(fd: int, me: Holder) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(asdict(me)) + "\n").encode(), 0)
@@ -363,7 +285,7 @@ def _write(fd: int, me: Holder) -> None:
 
 def _still_mine(path: Path, me: Holder) -> bool:
     time.sleep(0.5)
-    return _holder_of(path) == me
+    return holder_of(path) == me
 
 
 def _refusal(run_dir: Path, holder: Holder | None) -> ConfigError:
