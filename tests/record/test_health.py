@@ -221,6 +221,26 @@ def test_a_converging_run_says_converged_as_information_not_a_warning() -> None:
     }
 
 
+def test_a_few_solved_groups_under_the_limit_are_no_convergence() -> None:
+    # A reward that scores few completions, rising slowly (0.02 -> 0.1, so the run learned): 31% of groups one
+    # text, 1% of groups solved. Discounted, 30% <= same_text_max 0.3, so same_text does not fire; but 1 of 31
+    # identical groups solved is no convergence (it needs half of them): no "Converged" information either.
+    def few_solved(step: int, rng: random.Random) -> dict[str, float]:
+        return {
+            **healthy(step, rng),
+            "reward": 0.02 + 0.08 * step / STEPS,
+            "completions/frac_groups_same_text": 0.31,
+            "completions/reward_max": 1.0,
+            "completions/reward_min": 0.0,
+            "completions/frac_groups_solved": 0.01,
+            "completions/frac_groups_same_text_solved": 0.01,
+        }
+
+    events, hms = run(few_solved)
+    assert [e for e in events if e.monitor == "same_text"] == [] and hms[-1]["health/same_text"] == 0.0
+    assert not any(e.message.startswith("Converged") for e in events)
+
+
 def collapsed(step: int, rng: random.Random) -> dict[str, float]:
     """Same signals from step 30, but the identical groups are wrong and the reward is low: a collapse."""
     m = converging(step, rng)

@@ -165,13 +165,15 @@ def check_entropy(h: History, cfg: HealthConfig) -> Reading | None:
 
 def _solved_aware(key: str, max_value: float, cfg: HealthConfig, h: History, warn: str, info: str) -> Reading | None:
     """Fire on `key` > max_value unless, with solved groups discounted, what remains is below it; that is
-    convergence (the information) only in a run that learned (`learned_so_far`), else quiet."""
+    convergence (the information) only in a run that learned (`learned_so_far`) and whose solved groups are
+    at least half of those counted (a few solved groups that only bring the share under the limit are no
+    convergence), else quiet."""
     now = _level(key, cfg, h)
     if now is None:
         return None
     unsolved = _level(UNSOLVED_KEYS[key], cfg, h)
     discounted = now > max_value and unsolved is not None and unsolved <= max_value
-    converged = discounted and learned_so_far(h, cfg)
+    converged = discounted and learned_so_far(h, cfg) and now - (unsolved or 0.0) >= now / 2
     return Reading(
         now > max_value and not discounted,
         now,
