@@ -1,9 +1,12 @@
 """`grpokit doctor` for CI: --fail-on's exit status, --json, thresholds from --set and --config, and
-their refusals in one sentence."""
+their refusals in one sentence; a command whose output pipe closed ends quietly."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,18 @@ def test_a_bad_threshold_is_refused_in_one_sentence(tmp_path, capsys, setting, m
     assert main(["doctor", str(run), "--set", setting]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_a_closed_pipe_ends_the_command_quietly() -> None:
+    # `grpokit presets | head -1`: the reader has gone before the command writes. The read end is closed
+    # before the process starts, so its first write fails with EPIPE (Python ignores SIGPIPE): the command
+    # ends with 128 + SIGPIPE = 141, as a shell reports a tool stopped by a closed pipe, and says nothing
+    # (it used to print "an internal fault stopped the command (BrokenPipeError ...)" and exit 1).
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpokit", "presets"], stdout=write, stderr=subprocess.PIPE, env=env, timeout=120
+    )
+    os.close(write)
+    assert proc.returncode == 141 and proc.stderr.decode() == ""

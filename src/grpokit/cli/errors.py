@@ -37,6 +37,10 @@ def run_command(command, argv: list[str], debug: bool) -> int:
     except KeyboardInterrupt:
         print("grpokit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the output went away (`grpokit doctor RUN | head`): quiet, as Unix tools
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush would raise it again
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool a closed pipe stopped
     except user_errors() as e:
         if debug:
             raise
