@@ -18,6 +18,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.config.style import config_style
 
 from . import errors
+from .console import outlive_console
 from .errors import first_line, say, user_errors
 
 TRAIN_EPILOG = """\
@@ -149,6 +150,7 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
 def cmd_train(argv: list[str]) -> int:
     """``grpokit train``: a grpokit config (or a TRL-style YAML) becomes a run; its outcome in one line."""
     args = parse_train_args(argv)
+    outlive_console()  # a closed console pipe does not end the run (cli/console.py)
     data = trl_style_config(args.config) if args.config and not args.preset else None
     if data is not None:  # TRL-style flat names: the same GRPOTrainer a TRL script builds
         from grpokit.trl.scripts import trl_grpo
@@ -268,6 +270,7 @@ def cmd_trl(argv: list[str]) -> int:
         raise ConfigError(f"grpokit trl runs TRL's grpo command only, not {argv[0]!r}; use grpokit trl grpo ...")
     from grpokit.trl.scripts import trl_grpo as script
 
+    outlive_console()
     return script.main(argv[1:], say=say, stopped=stopped)
 
 

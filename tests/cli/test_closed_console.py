@@ -1,0 +1,38 @@
+"""A training run outlives its console (cli/console.py): `grpokit train ... | head` or a `tee` that died
+closes the pipe the run prints to; the run goes on to its last step and says so once on the other stream.
+Real processes with a real closed pipe: the read end is closed before the run starts, so its first line
+already meets EPIPE (it used to end the run with "an internal fault stopped the run (BrokenPipeError)"
+and no checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpokit.cli.console import NOTE
+
+TRAIN = [sys.executable, "-m", "grpokit", "train", "train.steps=2", "record.report=false", "--out", "run"]
+
+
+def closed_pipe() -> int:
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+@pytest.mark.parametrize("both", [False, True], ids=["stdout", "stdout-and-stderr"])
+def test_a_run_whose_console_closed_trains_to_its_last_step(tmp_path: Path, both: bool) -> None:
+    write = closed_pipe()
+    stderr = write if both else subprocess.PIPE  # `2>&1 | head`: nowhere left to say it, the run goes on
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(TRAIN, cwd=tmp_path, stdout=write, stderr=stderr, env=env, timeout=300)
+    os.close(write)
+    assert done.returncode == 0, done.stderr and done.stderr.decode()[-2000:]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
+    if not both:
+        assert done.stderr.decode() == NOTE  # once, and nothing else: no traceback at the interpreter's exit
