@@ -19,6 +19,9 @@ class Prompt:
     vision: dict[str, Any] | None = (
         None  # the processor's image inputs (pixel_values, image_grid_thw ...), data/vision.py
     )
+    pool_index: int | None = None  # its place in the pool of the sampler serving it, where that sampler keeps state
+    # per prompt (data/curriculum.py numbers its pool): a copy keeps it where object identity would not (an
+    # asynchronous checkpoint's in-flight prompts come back unpickled); None: numbered by no sampler
 
 
 @dataclass
