@@ -19,6 +19,9 @@ class Prompt:
     vision: dict[str, Any] | None = (
         None  # the processor's image inputs (pixel_values, image_grid_thw ...), data/vision.py
     )
+    pool_index: int | None = None  # its place in the pool of the sampler serving it, where that sampler keeps state
+    # per prompt (data/curriculum.py numbers its pool): a copy keeps it where object identity would not (an
+    # asynchronous checkpoint's in-flight prompts come back unpickled); None: numbered by no sampler
 
 
 @dataclass
@@ -44,8 +47,9 @@ class Rollout:
     group_size: int
     episodes: list["Episode"] | None = None  # N, or None for single-turn completions
     vision: list[dict[str, Any]] | None = None  # N: each row's prompt image inputs (data/vision.py), or None
-    sampling_versions: list[list[int]] | None = None  # N: per token, the policy version (updates) that drew it;
-    # None = all of one version (partial rollouts, rollout/partial.py, mix versions within a completion)
+    sampling_versions: list[list[int] | None] | None = None  # N: per token, the policy version (steps) that drew it
+    # (an asynchronous sampler's batches; partial rollouts mix versions within a completion); a row None, or the
+    # whole field None: drawn by the policy the step trains from (rollout/staleness.py: age 0)
 
     @property
     def num_sequences(self) -> int:
@@ -71,8 +75,7 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
     if any(e is not None for e in eps):  # a mixed batch: plain rows become one-turn episodes
         eps = [e if e is not None else Episode.single(len(ro.completion_ids[i])) for e, (ro, i) in zip(eps, sources)]
     vision = [ro.vision[i] for ro, i in sources] if sources and sources[0][0].vision is not None else None
-    versioned = bool(sources) and all(ro.sampling_versions is not None for ro, _ in sources)
-    versions = [ro.sampling_versions[i] for ro, i in sources] if versioned else None
+    versions = [ro.sampling_versions[i] if ro.sampling_versions is not None else None for ro, i in sources]
     return Rollout(
         [list(p) for p in prompt_ids],
         [ro.completion_ids[i] for ro, i in sources],
@@ -81,7 +84,7 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
         group_size,
         eps if any(e is not None for e in eps) else None,
         vision,
-        versions,
+        versions if any(v is not None for v in versions) else None,  # a refill's rows: None, the step's own policy
     )
 
 

@@ -64,6 +64,17 @@ def test_the_failure_mask_follows_the_corrected_rows():
     assert sb.failed_NF[:, 0].tolist() == [False, False, False, True]
 
 
+def test_the_corrected_rows_are_no_samplers_and_the_others_keep_their_versions():
+    """An asynchronous batch's rows carry the version that drew them (rollout/staleness.py): a corrected row was
+    drawn by no policy (age 0, None), the others keep theirs. Before, the corrected batch dropped every row's."""
+    tok = char_tokenizer()
+    runner = RewardRunner([RewardSpec(fn=contains_answer, name="contains_answer", weight=1.0)], num_workers=0)
+    sb0 = _batch(tok)
+    sb0.rollout.sampling_versions = [[2] * len(c) for c in sb0.rollout.completion_ids]
+    sb = gec.correct(sb0, tok, runner, mode="gold", render=render, reflection="", max_reward=0.0, eos_id=1)
+    assert sb.rollout.sampling_versions == [[2, 2, 2], None, [2, 2, 2], [2, 2, 2]]  # "=5" + eos: 3 tokens a row
+
+
 def test_no_all_wrong_group_changes_nothing():
     tok = char_tokenizer()
     sb0 = _batch(tok)

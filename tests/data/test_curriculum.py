@@ -121,3 +121,18 @@ def test_a_curriculum_setting_with_the_curriculum_off_is_refused(name, value, sh
     )
     cfg.data.curriculum = "frontier"
     validate(cfg)  # read by the frontier sampler
+
+
+def test_copies_of_its_prompts_are_counted_and_strangers_are_not():
+    """observe() finds a prompt by the place in the pool it carries, not by object identity: an asynchronous
+    checkpoint's in-flight prompts come back as unpickled copies (before: skipped without a word)."""
+    import pickle
+
+    s = FrontierSampler(prompts(["a", "b"]), seed=0, decay=0.5, group_size=2)
+    a_copy, b_copy = pickle.loads(pickle.dumps(s.prompts))
+    assert a_copy is not s.prompts[0] and (a_copy.pool_index, b_copy.pool_index) == (0, 1)
+    s.observe([b_copy, a_copy], [1, 0, 1, 1], 2)  # b: 1 of 2 pass, a: 2 of 2
+    assert s.stats == {1: [1, 2], 0: [2, 2]}
+    stranger = Prompt(text="z", ids=[1], pool_index=0)  # another pool's place 0, or a prompt made elsewhere
+    s.observe([stranger, Prompt(text="a", ids=[1])], [1, 1, 1, 1], 2)
+    assert s.stats == {1: [1, 2], 0: [2, 2]}  # neither is this pool's: not counted

@@ -126,7 +126,9 @@ def bump(model) -> None:
 def run_steps(engine, model, n: int, check: bool = True, device: torch.device = torch.device("cpu")):
     """n steps of the trainer's side: take the step's batch (where ``check``, equal to the schedule's on
     ``device``), update, publish; ``(batches, last metrics)``, each batch its tokens, log-probabilities and
-    versions."""
+    versions, the metrics the engine's and the batch's staleness (the trainer's rule, rollout/staleness.py)."""
+    from grpokit.rollout.staleness import staleness_metrics
+
     got, metrics = [], None
     for k in range(n):
         want = expected_batch(engine, k, device) if check else None
@@ -134,7 +136,7 @@ def run_steps(engine, model, n: int, check: bool = True, device: torch.device = 
         got.append((ro.completion_ids, ro.sampling_logprobs, ro.sampling_versions))
         assert not check or (ro.completion_ids, ro.sampling_logprobs) == want, k
         bump(model)
-        metrics = engine.after_update(model, k + 1)
+        metrics = {**engine.after_update(model, k + 1), **staleness_metrics(ro, k)}
     return got, metrics
 
 

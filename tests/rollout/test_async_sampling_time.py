@@ -6,12 +6,12 @@ during the first step's "update" (staleness 1), so the second step waits only fo
 hide, while time/sampling still counts all of it."""
 
 import time
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from grpokit.rollout.async_ import AsyncRollout
+from grpokit.types import Rollout
 from helpers.models import tiny_qwen2
 from helpers.rollout_workers import SLOW_S, process_engine, prompt_source, slow_sample, tiny_hf_engine
 
@@ -21,7 +21,7 @@ UPDATE_S = 2.5 * SLOW_S  # the trainer's update, during which the next batch is 
 def _thread_engine():
     def sample(turn_sampler, prompts):  # the trainer's episode loop, replaced by SLOW_S of decoding
         time.sleep(SLOW_S)
-        return SimpleNamespace(sampling_versions=None)
+        return Rollout([[1], [1]], [[2]] * 6, [[-1.0]] * 6, ["length"] * 6, 3)  # 2 prompts x G=3
 
     model = tiny_qwen2(seed=1)
     engine = AsyncRollout(

@@ -11,7 +11,7 @@ import torch
 
 from grpokit.rollout.async_workers import RolloutWorkerError
 from helpers.config_errors import section_error
-from helpers.rollout_workers import garbage_sample, process_engine, run_steps
+from helpers.rollout_workers import bump, garbage_sample, process_engine, run_steps, slow_sample
 
 
 def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
@@ -26,6 +26,75 @@ def test_two_workers_sample_the_schedule_and_a_killed_one_is_dropped(capsys):
     finally:
         engine.close()
     assert not engine.pool.workers
+
+
+def test_a_busy_worker_killed_with_sigkill_is_said_to_be_killed_by_it(capfd):
+    """kill -9 of a worker while it works on batch 0 closes its pipe and its process sentinel at once. The pipe
+    is read first (a batch sent before a death is still taken), and its EOF used to end the sentence as "closed
+    its connection while working on batch 0 (EOFError)", the signal lost; now the pool waits for the exit code.
+    A worker killed while fetching a shared tensor's descriptor also left a ConnectionResetError traceback from
+    multiprocessing's resource_sharer thread on stderr: nothing but the sentence is said."""
+    engine, model = process_engine(1, on_fault="stop", sample=slow_sample)  # batch 0 takes SLOW_S to sample
+    pid = engine.pool.workers[0].proc.pid
+    try:
+        assert engine.pool.workers[0].job.index == 0  # sent at the start: it loads version 0, then samples
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(
+            RolloutWorkerError,
+            match=rf"^rollout worker 0 \(pid {pid}\) was killed by SIGKILL while working on batch 0$",
+        ):
+            engine.prefetched(2, 3)
+        assert engine.pool.stats.faults == 1
+    finally:
+        engine.close()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_an_idle_worker_killed_with_sigkill_is_said_to_be_killed_by_it_when_sent_its_next_batch():
+    """Staleness 1: batches 0 and 1 done, batch 2 waits for version 1, the worker idles and is killed. No wait
+    watches an idle worker; the next batch's send finds its pipe closed. Before: "could not be sent batch 2
+    (BrokenPipeError: it died while idle)", the signal lost."""
+    engine, model = process_engine(1, on_fault="stop")
+    w = engine.pool.workers[0]
+    try:
+        engine.prefetched(2, 3)  # batch 0
+        engine.pool.result(1)  # batch 1 done: nothing left that version 0 can sample
+        assert w.phase == "idle"
+        os.kill(w.proc.pid, signal.SIGKILL)
+        w.proc.join(10)
+        bump(model)
+        with pytest.raises(
+            RolloutWorkerError,
+            match=rf"^rollout worker 0 \(pid {w.proc.pid}\) was killed by SIGKILL while idle \(found when it was "
+            r"sent batch 2\)$",
+        ):
+            engine.after_update(model, 1)  # publishes version 1: batch 2 goes to the worker
+    finally:
+        engine.close()
+
+
+def test_the_handle_sharers_broken_connections_are_not_printed(capfd):
+    """The resource_sharer thread's own failure when the process it serves has gone (here a client that
+    authenticates and closes before asking: the thread's recv meets EOF) prints nothing once a pool has started;
+    an exception of any other thread still reaches the hook as before."""
+    import sys
+    import threading
+    from multiprocessing import connection, process, resource_sharer
+
+    from grpokit.rollout.async_workers import quiet_handle_sharer
+
+    quiet_handle_sharer()
+    r, w = os.pipe()
+    try:
+        shared = resource_sharer.DupFd(r)  # registers the descriptor and starts the sharer's thread
+        connection.Client(shared._id[0], authkey=process.current_process().authkey).close()  # gone, asking nothing
+        os.close(shared.detach())  # the next request is served once the broken one is done with (one at a time)
+    finally:
+        os.close(r), os.close(w)
+    assert "Traceback" not in capfd.readouterr().err  # before: EOFError's traceback from the sharer's thread
+    other = threading.Thread(target=lambda: sys.excepthook(ConnectionResetError, ConnectionResetError(104, "x"), None))
+    other.start(), other.join()
+    assert "ConnectionResetError" in capfd.readouterr().err  # another thread's: said as before
 
 
 def test_a_lora_policy_sends_only_its_adapters_to_the_worker():

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from grpokit.algo.tis import tis_weights
-from grpokit.rollout.partial import check_staleness, generate_partial, segment_version, token_staleness
+from grpokit.rollout.partial import generate_partial, segment_version
 from grpokit.rollout.sampling import SamplingParams
+from grpokit.rollout.staleness import check_staleness, token_staleness
 from grpokit.types import Rollout
 from helpers.config_errors import section_error
 from helpers.models import tiny_llama
@@ -85,7 +86,7 @@ def test_the_staleness_bound_holds_per_token():
     ro = Rollout([[1]], [[3, 4, 5]], [[-1.0] * 3], ["length"], 1, sampling_versions=[[2, 3, 4]])
     assert token_staleness(ro, 4) == [2, 1, 0]
     assert check_staleness(ro, 4, 2) == [2, 1, 0]
-    with pytest.raises(RuntimeError, match="drawn 3 updates ago, more than rollout.async_staleness=2"):
+    with pytest.raises(RuntimeError, match="drawn 3 steps ago, more than rollout.async_staleness=2"):
         check_staleness(ro, 5, 2)
 
 

@@ -126,19 +126,59 @@ def test_rounds_resume_mid_stage_exactly(tiny_model_dir, tmp_path):
     assert [m["learning_rate"] for m in m_ref] == pytest.approx([0.01, 0.01, 0.003, 0.003, 0.003])
     # the own reward skips the add domain's completions: 3 prompts x G=4, then 2 x G=2 (the stage's group size)
     assert [m["rewards/own/likes_a/not_applicable"] for m in m_ref] == [12, 12, 4, 4, 4]
-    killed = tmp_path / "killed"
-    killed.mkdir()
-    shutil.copytree(ref / "run", killed / "run")
-    for step in (4, 5):
-        shutil.rmtree(killed / "run" / "checkpoints" / f"step-{step:06d}")
-    metrics = killed / "run" / "metrics.jsonl"
-    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:3]))
-    (killed / "run" / "summary.json").unlink()
-    Trainer(domain_cfg(tiny_model_dir, killed, *over), resume=killed / "run", quiet=True).train()
-    w_res, m_res = final(killed / "run")
+    w_res, m_res = resumed_after(tiny_model_dir, tmp_path, over, ref / "run", 3, 5)
     for k in w_ref:
         assert torch.equal(w_ref[k], w_res[k]), k
     assert m_res == m_ref
+
+
+def resumed_after(model_dir, tmp_path, over, ref_run, kept: int, steps: int):
+    """The run ``ref_run`` cut back to its first ``kept`` steps (a kill after that step's checkpoint) and
+    resumed to its end: its final weights and metrics."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(ref_run, killed / "run")
+    for step in range(kept + 1, steps + 1):
+        shutil.rmtree(killed / "run" / "checkpoints" / f"step-{step:06d}")
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        f = killed / "run" / name
+        if f.exists():
+            f.write_text(
+                "".join(line for line in f.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= kept)
+            )
+    (killed / "run" / "summary.json").unlink()
+    Trainer(domain_cfg(model_dir, killed, *over), resume=killed / "run", quiet=True).train()
+    return final(killed / "run")
+
+
+def test_an_asynchronous_curriculum_resumes_exactly(tiny_model_dir, tmp_path):
+    """rollout.async_staleness=1 with the frontier curriculum over domains: the checkpoint after step 2 keeps
+    batch 3's prompts, drawn before it (unpickled at resume, copies of the pool's prompts). Before, the curriculum
+    found its prompts by object identity and skipped those copies without a word: from step 3 on the resumed
+    run's domain/*/curriculum/buckets_seen fell behind (add 6 -> 4) and by step 4 its pass rates, so its draws,
+    differed. Now each prompt carries its place in its pool and the resumed run is the uninterrupted one."""
+    over = (
+        "rollout.async_staleness=1",
+        "data.curriculum=frontier",
+        "train.steps=4",
+        "train.save_every=1",
+        "train.keep_checkpoints=10",
+        "train.deterministic=true",
+        "data.domains.add.eval_size=0",
+        "data.domains.own.eval_size=0",
+    )
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    Trainer(domain_cfg(tiny_model_dir, ref, *over), quiet=True).train()
+    w_ref, m_ref = final(ref / "run")
+    samples_ref = [(s["step"], s["prompt"]) for s in rows(ref / "run" / "samples.jsonl")]
+    # every group of every step is counted into its bucket: add's 2 prompts a step, own's 1 (shares 2:1)
+    assert [m["domain/add/curriculum/buckets_seen"] for m in m_ref][:1] == [2.0]
+    w_res, m_res = resumed_after(tiny_model_dir, tmp_path, over, ref / "run", 2, 4)
+    for k in w_ref:
+        assert torch.equal(w_ref[k], w_res[k]), k
+    assert m_res == m_ref
+    assert [(s["step"], s["prompt"]) for s in rows(tmp_path / "killed" / "run" / "samples.jsonl")] == samples_ref
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ probabilities proportional to w (Efraimidis-Spirakis keys ``u^(1/w)``), from a g
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from grpokit.config.sections import ConfigError
@@ -52,10 +53,12 @@ class FrontierSampler:
             raise ConfigError(f"data.curriculum_floor must be in (0, 1], got {floor}")
         if key and any(key not in p.columns for p in prompts):
             raise ConfigError(f"data.curriculum_key={key!r} but some training rows have no {key!r} column")
-        self.prompts, self.seed, self.position = prompts, seed, 0
+        # each prompt served carries its place in the pool, and observe() finds it by that: never by object
+        # identity, which a checkpoint does not keep (an asynchronous run's in-flight prompts resume as copies)
+        self.prompts = [dataclasses.replace(p, pool_index=i) for i, p in enumerate(prompts)]
+        self.seed, self.position = seed, 0
         self.threshold, self.decay, self.floor, self.group_size = threshold, decay, floor, group_size
         self.buckets = [p.columns[key] if key else i for i, p in enumerate(prompts)]
-        self._index = {id(p): i for i, p in enumerate(prompts)}
         self.stats: dict = {}  # bucket -> [decayed passes, decayed completions seen]
         self._tally = [0, 0]  # this step's sampled groups: [all-equal, all]
 
@@ -83,7 +86,7 @@ class FrontierSampler:
             group = totals[g * group_size : (g + 1) * group_size]
             self._tally[0] += float(max(group) == min(group))
             self._tally[1] += 1
-            i = self._index.get(id(prompt))
+            i = self._place(prompt)
             if i is None:
                 continue
             b = self.buckets[i]
@@ -92,6 +95,14 @@ class FrontierSampler:
                 self.decay * passes + sum(r >= self.threshold for r in group),
                 self.decay * seen + len(group),
             ]
+
+    def _place(self, prompt: Prompt) -> int | None:
+        """The prompt's place in this pool, None for a prompt this pool did not serve."""
+        i = prompt.pool_index
+        if i is None or not 0 <= i < len(self.prompts):
+            return None
+        mine = self.prompts[i]
+        return i if (mine.text, mine.ids) == (prompt.text, prompt.ids) else None
 
     def metrics(self) -> dict[str, float]:
         """``curriculum/zero_std_share``: the share of this step's sampled groups whose rewards were all

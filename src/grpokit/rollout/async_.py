@@ -13,11 +13,12 @@ run equals the uninterrupted one bit for bit on CPU.
 
 Stale samples are off-policy: the trainer applies truncated importance sampling (pi_old / pi_sampler,
 tis.py, ``rollout.tis_cap``) and, if set, off-policy sequence masking (``algo.offpolicy_delta``).
-The staleness of every consumed batch is reported as ``rollout/staleness``. A snapshot shares the live
-model's frozen parameters (nn/models.py ``sampling_snapshot``): with LoRA only the adapters are copied, and
-``rollout/weight_sync_bytes`` says how many bytes each sync moved. rollout/async_process.py runs the same
-schedule in worker processes (``rollout.async_workers``). With ``partial_tokens`` > 0 a batch's decode picks
-up newer versions every that many tokens (rollout/partial.py's rule); staleness is then logged per token.
+Each token of a taken batch carries the version that drew it, and ``rollout/staleness`` is computed from
+the batch the step trains (rollout/staleness.py: a refill sampled on the trainer's model counts 0).
+A snapshot shares the live model's frozen parameters (nn/models.py ``sampling_snapshot``): with LoRA only the
+adapters are copied, and ``rollout/weight_sync_bytes`` says how many bytes each sync moved.
+rollout/async_process.py runs the same schedule in worker processes (``rollout.async_workers``). With
+``partial_tokens`` > 0 a batch's decode picks up newer versions every that many tokens (rollout/partial.py's rule).
 
 Several trainer ranks: each rank runs its own thread on its own snapshots and samples its slice of the
 global prompts (async_plan.py). The thread never calls a collective; the trainer's thread waits for its
@@ -47,7 +48,8 @@ import torch
 from .async_plan import AsyncPlan, batch_generator
 from .async_workers import RolloutWorkerError
 from .engine import HFEngine, TurnSampler
-from .partial import check_staleness, generate_partial, segment_version
+from .partial import generate_partial, segment_version
+from .staleness import arrived
 
 
 def _closer(ref: weakref.ref) -> Callable[[], None]:
@@ -175,7 +177,7 @@ class AsyncRollout:
         self.taken = -1  # the last step whose batch prefetched handed out
         self.ready: dict[int, tuple] = {}  # batch index -> (rollout, version, seconds spent sampling it)
         self.log: list[tuple[int, int]] = []  # (batch index, snapshot version) of every produced batch
-        self.last_staleness, self.waited = (0.0, 0), 0.0  # (mean, max) over the last batch's tokens
+        self.waited = 0.0  # seconds the last take waited for its batch
         self.sampled = 0.0  # seconds the sampler spent on the last taken batch (time/sampling)
         self.straggled = 0.0  # seconds the last take waited for the other ranks' batches
         self.error: BaseException | None = None
@@ -241,9 +243,7 @@ class AsyncRollout:
         t1 = time.perf_counter()
         self.wait_ranks()  # every rank has its batch: the step's collectives cannot wait on a missing sampler
         self.taken, self.waited, self.straggled = k, t1 - t0, time.perf_counter() - t1
-        ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
-        self.last_staleness = (sum(ages) / len(ages), max(ages)) if ages else (float(k - version), k - version)
-        return prompts, ro
+        return prompts, arrived(ro, k, version, self.max_staleness)  # each token's version (rollout/staleness.py)
 
     def after_update(self, model, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -254,8 +254,6 @@ class AsyncRollout:
             self.cond.notify_all()
         self.trainer_step = step
         return {
-            "rollout/staleness": float(self.last_staleness[0]),
-            "rollout/staleness_max": float(self.last_staleness[1]),
             "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
             "time/weight_sync": time.perf_counter() - t0,
             "time/sampling": self.sampled,

@@ -47,7 +47,8 @@ from .async_remote import host_record
 from .async_workers import START_S, Job, WorkerPool
 from .engine import HFEngine, TurnSampler
 from .hf import SamplingParams, generate
-from .partial import check_staleness, generate_partial, segment_version
+from .partial import generate_partial, segment_version
+from .staleness import arrived
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ class ProcessRollout:
             rank=rank,
             world_size=world_size,
         )
-        self.trainer_step, self.taken, self.last_staleness, self.waited, self.straggled = step, -1, (0.0, 0), 0.0, 0.0
+        self.trainer_step, self.taken, self.waited, self.straggled = step, -1, 0.0, 0.0
         self.sampled = 0.0  # seconds the worker spent on the last taken batch (time/sampling)
         vocab = model.get_input_embeddings().num_embeddings
         init = self._init_record(sample, seed, threads, device)
@@ -261,10 +262,7 @@ class ProcessRollout:
         self.taken, self.waited = k, t1 - t0
         self.sampled = self.pool.sampled_s.pop(k, math.nan)
         self.straggled += time.perf_counter() - t1
-        ages = check_staleness(ro, k, self.max_staleness) if ro.sampling_versions is not None else []
-        age = k - self.plan.version_for(k)
-        self.last_staleness = (sum(ages) / len(ages), max(ages)) if ages else (float(age), age)
-        return self.plan.local(k), ro
+        return self.plan.local(k), arrived(ro, k, self.plan.version_for(k), self.max_staleness)  # rollout/staleness.py
 
     def after_update(self, model, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -278,8 +276,6 @@ class ProcessRollout:
         self.pool.sync_s = 0.0
         self.submitted = {j for j in self.submitted if j >= step}
         return {
-            "rollout/staleness": float(self.last_staleness[0]),
-            "rollout/staleness_max": float(self.last_staleness[1]),
             "rollout/weight_sync_bytes": float(self.plan.sync_bytes),
             "rollout/worker_faults": float(self.pool.stats.faults),
             "rollout/workers": float(len(self.pool.workers)),

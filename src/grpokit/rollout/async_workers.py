@@ -10,22 +10,25 @@ does the start. With partial rollouts a job also needs later versions: ``push`` 
 published, the worker answers ``synced`` at every segment, and a worker waiting for a version not yet
 published has no deadline until it is pushed (the wait is the trainer's; rollout/async_worker.py).
 
-A fault is a worker that dies (its process sentinel fires), misses a deadline (it is killed: a hang,
-SIGSTOP, a sync that does not finish), raises, or returns a batch that fails ``check`` (garbage). Each is
-counted and named in one sentence; ``rollout.async_worker_fault=stop`` ends the run with it, ``drop``
-removes the worker and gives its batch to another one, redone from its start (a batch's result does not
-depend on the worker: rollout/async_plan.py), and stops only when no worker is left. Nothing waits without
-a deadline: if the trainer needs a batch whose worker died while every other worker waits for a version
-only that batch's update will publish, one of them gives its own batch back (``abandon``) and takes it.
+A fault is a worker that dies (its pipe closes and its process sentinel fires; said with its exit code or
+signal), misses a deadline (it is killed: a hang, SIGSTOP, a sync that does not finish), raises, or returns a
+batch that fails ``check`` (garbage). Each is counted and named in one sentence;
+``rollout.async_worker_fault=stop`` ends the run with it, ``drop`` removes the worker and gives its batch to
+another one, redone from its start (a batch's result does not depend on the worker: rollout/async_plan.py),
+and stops only when no worker is left. Nothing waits without a deadline: if the trainer needs a batch whose
+worker died while every other worker waits for a version only that batch's update will publish, one of them
+gives its own batch back (``abandon``) and takes it.
 """
 
 from __future__ import annotations
 
 import math
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing import resource_sharer
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
@@ -42,6 +45,9 @@ START_S = 300.0
 
 SENDER_POLL_S = 1.0
 """How often the pool looks at its remote workers' weight senders (rollout/async_remote.py) for a failure."""
+
+EXIT_WAIT_S = 2.0
+"""How long a local worker whose pipe closed is waited for to end, so that its exit code or signal is said."""
 
 
 class RolloutWorkerError(RuntimeError):
@@ -89,6 +95,31 @@ class PoolStats:
     given_back: int = 0  # batches a waiting worker gave back for an earlier one (``WorkerPool._unblock``)
 
 
+def exit_said(code: int | None) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    return f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
+
+
+def quiet_handle_sharer() -> None:
+    """Drop the traceback of a worker that died while fetching a file descriptor. The trainer's shared tensors
+    reach a worker as descriptors that multiprocessing's resource_sharer thread hands over when the worker asks;
+    a worker killed mid-handover leaves that thread a broken connection, which it prints through sys.excepthook
+    (a ConnectionResetError traceback before the pool's one sentence about the death) and goes on serving. Such
+    errors, on that thread only, are dropped; every other exception reaches the hook that was there."""
+    previous = sys.excepthook
+    if getattr(previous, "grpokit_quiet_sharer", False):  # installed once a process
+        return
+
+    def hook(kind, value, tb) -> None:
+        sharer = getattr(resource_sharer._resource_sharer, "_thread", None)
+        if issubclass(kind, (ConnectionError, EOFError)) and sharer is threading.current_thread():
+            return
+        previous(kind, value, tb)
+
+    hook.grpokit_quiet_sharer = True
+    sys.excepthook = hook
+
+
 def _send_init(sends: list[tuple[Any, dict]]) -> None:
     """Each ``(conn, init record)``: the record down the pipe; a worker that died before reading it is found by its
     sentinel."""
@@ -121,6 +152,7 @@ class WorkerPool:
         # from it (a plain fork would copy the trainer's threads and locks; spawn re-imports everything)
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(["grpokit.rollout.async_process", type(init["model"]).__module__])
+        quiet_handle_sharer()  # a worker's death is said once, in the pool's sentence
         self.stats = PoolStats()
         self.queue: list[Job] = []
         self.results: dict[int, Any] = {}
@@ -193,7 +225,7 @@ class WorkerPool:
         try:
             w.conn.send(("abandon", w.job.index))
         except OSError as e:  # it died while waiting: its end of the pipe is closed
-            return self._fault(w, f"could not be told to give batch {w.job.index} back ({type(e).__name__})")
+            return self._fault(w, self._closed(w, e, f"{self._doing(w)} (found when told to give it back)"))
         self._requeue(w.job)
         self.stats.given_back += 1
         w.job, w.phase, w.deadline = None, "abandon", time.monotonic() + self.timeout_s
@@ -211,7 +243,7 @@ class WorkerPool:
                 try:
                     w.conn.send(w.job)
                 except OSError as e:  # it died while idle: its end of the pipe is closed
-                    self._fault(w, f"could not be sent batch {w.job.index} ({type(e).__name__}: it died while idle)")
+                    self._fault(w, self._closed(w, e, f"while idle (found when it was sent batch {w.job.index})"))
 
     def _pump(self) -> None:
         """Handle what one wait brings: a message, a death, or a missed deadline."""
@@ -235,12 +267,12 @@ class WorkerPool:
         ready = wait([w.conn for w in busy] + sentinels, timeout=timeout)
         for w in busy:
             sender_failed = w.host and w.conn.error is not None
-            if w.conn in ready or (sender_failed and w.conn.poll(0)):  # a death closes both: its EOF says it
+            # the pipe first: a batch sent just before a death is still taken. A local worker's death closes both at
+            # once; its EOF then waits for the exit code (_receive), so the sentence says the signal all the same
+            if w.conn in ready or (sender_failed and w.conn.poll(0)):
                 self._receive(w)
             elif w.proc.sentinel is not None and w.proc.sentinel in ready:
-                code = w.proc.exitcode
-                how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
-                self._fault(w, f"{how} {self._doing(w)}")
+                self._fault(w, f"{exit_said(w.proc.exitcode)} {self._doing(w)}")
             elif time.monotonic() >= w.deadline:
                 limit = f"rollout.async_timeout_s={self.timeout_s:g} s" if w.phase != "start" else "its start deadline"
                 self._fault(w, f"did not {self._task(w)} within {limit} (hung or stopped)")
@@ -258,7 +290,7 @@ class WorkerPool:
         try:
             msg = w.conn.recv()
         except (EOFError, OSError) as e:
-            return self._fault(w, f"closed its connection {self._doing(w)} ({type(e).__name__})")
+            return self._fault(w, self._closed(w, e, self._doing(w)))
         kind = msg[0] if isinstance(msg, tuple) and msg else None
         if kind == "ready" and w.phase == "start":
             w.phase, w.threads = "idle", int(msg[2])
@@ -287,6 +319,15 @@ class WorkerPool:
             self._fault(w, f"failed on batch {msg[1]}: {msg[2]}")
         else:
             self._fault(w, f"sent an unexpected message {self._doing(w)}: {str(msg)[:80]!r}")
+
+    def _closed(self, w: Worker, e: BaseException, doing: str) -> str:
+        """Why a worker's connection closed (``e``) while ``doing``: a local worker's exit code or signal (it is
+        waited for up to EXIT_WAIT_S), else the connection itself (a remote worker: no process to wait for)."""
+        if not w.host:
+            w.proc.join(timeout=EXIT_WAIT_S)
+            if w.proc.exitcode is not None:
+                return f"{exit_said(w.proc.exitcode)} {doing}"
+        return f"closed its connection {doing} ({type(e).__name__})"
 
     def _task(self, w: Worker) -> str:
         if w.phase == "start":

@@ -19,6 +19,7 @@ importance correction for the renderer that wrote it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from typing import Callable
@@ -26,7 +27,7 @@ from typing import Callable
 import torch
 
 from grpokit.config.sections import ConfigError
-from grpokit.types import Rollout, ScoredBatch, repeat_columns
+from grpokit.types import ScoredBatch, repeat_columns
 
 MODES: tuple[str, ...] = ("off", "gold", "reflection")
 
@@ -109,7 +110,12 @@ def correct(
     idx = torch.tensor(rows)
     rewards_NF[idx], total_N[idx] = scored.rewards_NF.to(rewards_NF.dtype), scored.total_N.to(total_N.dtype)
     metrics["gec/injected_reward_mean"] = scored.total_N.float().mean().item()
-    new_ro = Rollout(ro.prompt_ids, ids, logps, reasons, G, None)
+    versions = None  # the sampled rows keep their versions (rollout/staleness.py); a corrected one is no one's: age 0
+    if ro.sampling_versions is not None:
+        versions = [None if i in rows else v for i, v in enumerate(ro.sampling_versions)]
+    new_ro = dataclasses.replace(
+        ro, completion_ids=ids, sampling_logprobs=logps, finish_reasons=reasons, sampling_versions=versions
+    )
     failed_NF = None  # the corrected rows' failures replace the sampled ones' (the step's reward metrics read them)
     if sb.failed_NF is not None or scored.failed_NF is not None:
         failed_NF = torch.zeros_like(rewards_NF, dtype=torch.bool) if sb.failed_NF is None else sb.failed_NF.clone()

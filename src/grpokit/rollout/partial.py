@@ -14,8 +14,8 @@ rollouts (a checkpoint's in-flight batches are redone from their start, with the
 
 The staleness bound per token: a token of batch j is drawn by a version >= v0 = j - s, so it is at
 most s = ``rollout.async_staleness`` steps old when step j trains it. The bound holds by
-construction; ``check_staleness`` verifies it on every batch handed to the trainer and stops the run
-in one sentence if a token were older (no token is masked or dropped, because none can be).
+construction; ``check_staleness`` (rollout/staleness.py) verifies it on every batch handed to the trainer and
+stops the run in one sentence if a token were older (no token is masked or dropped, because none can be).
 
 The cache is recomputed, not kept: each segment prefills the prompt and the tokens drawn so far under
 its own weights, so every token is drawn from exactly the distribution its version gives (the
@@ -104,22 +104,3 @@ def _cut_at_stop(r: int, before: int, tokens, logps, versions, reasons, stop: tu
             del tokens[r][t + 1 :], logps[r][t + 1 :], versions[r][t + 1 :]
             reasons[r] = "stop"
             return
-
-
-def token_staleness(ro: Rollout, step: int) -> list[int]:
-    """Updates between each model-sampled token's version and ``step`` (environment tokens left out)."""
-    out = []
-    for i, vs in enumerate(ro.sampling_versions or []):
-        out += [step - v for v, keep in zip(vs, ro.model_mask(i)) if keep]
-    return out
-
-
-def check_staleness(ro: Rollout, step: int, max_staleness: int) -> list[int]:
-    """``token_staleness``, after checking the bound: no token more than ``max_staleness`` steps old."""
-    ages = token_staleness(ro, step)
-    if ages and max(ages) > max_staleness:
-        raise RuntimeError(
-            f"a token of step {step}'s batch was drawn {max(ages)} updates ago, more than "
-            f"rollout.async_staleness={max_staleness}: the partial-rollout schedule is broken; report it"
-        )
-    return ages

@@ -24,6 +24,7 @@ from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import Config
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
+from grpokit.rollout.staleness import staleness_metrics
 from grpokit.types import ScoredBatch
 
 from . import (
@@ -255,6 +256,8 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
                 self.ref_refreshed = (self.step + 1, a.ref_mixup_alpha == 1.0)  # what a checkpoint keeps of it
         extra.update(self.engine.after_update(self.model, self.step + 1))  # weight sync / snapshot
+        if cfg.rollout.async_staleness:  # the age of the batch as trained: refills are the step's own policy's
+            extra.update(staleness_metrics(sb.rollout, self.step))
         upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
         return self._step_metrics(sb, inputs, every, {**upd, **extra, **stage})  # 7. record
 
