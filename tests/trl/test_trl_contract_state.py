@@ -114,6 +114,7 @@ def test_sync_gradients_on_this_ranks_last_micro_batch_under_two_ranks():
         _generation_batch=None,
         _micro_at=(-1, 0),
         _get=lambda: SimpleNamespace(cfg=cfg),
+        loss_is_scaled_for_ga=True,  # TRL's class attribute
     )
     facade.compute_loss = lambda m, batch, num_items_in_batch: (
         seen.append((facade.accelerator.sync_gradients, facade.current_gradient_accumulation_steps))

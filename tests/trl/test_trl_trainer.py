@@ -182,6 +182,7 @@ def test_push_to_hub_uploads_the_model_and_its_card_to_a_fake_hub(chat_model, tm
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(files)
     assert files["model.safetensors"] == (tmp_path / "run" / "model.safetensors").read_bytes()
     assert b"grpokit" in files["README.md"]
+    assert b"\nmodel_name: tiny-grpo\n" in files["README.md"]  # push_to_hub's create_model_card, TRL's model_name
     # hub_strategy every_save: each checkpoint (steps 1 and 2), then the final model
     assert [m for _, m in hub.commits] == [
         "Training in progress, step 1",

@@ -148,16 +148,17 @@ TRACKERS = {t.sink_name: t for t in (TensorBoardCallback, WandbCallback, MLflowC
 
 
 def with_defaults(args: Any, callbacks: list | None) -> list:
-    """transformers' callback list: DefaultFlowCallback, the report_to trackers, ``callbacks``, then
-    PrinterCallback or ProgressCallback."""
+    """transformers' callback list as its CallbackHandler starts it: DefaultFlowCallback, the report_to trackers,
+    ``callbacks``; its ``__init__`` then adds ``progress(args)`` through ``Trainer.add_callback``."""
     reports = [args.report_to] if isinstance(args.report_to, str) or args.report_to is None else args.report_to
     trackers = [TRACKERS[r]() for r in reports if r in TRACKERS]
-    return [
-        DefaultFlowCallback(),
-        *trackers,
-        *(callbacks or []),
-        PrinterCallback() if args.disable_tqdm else ProgressCallback(),
-    ]
+    return [DefaultFlowCallback(), *trackers, *(callbacks or [])]
+
+
+def progress(args: Any) -> type:
+    """The class transformers' ``__init__`` passes to ``add_callback`` last: PrinterCallback with
+    ``disable_tqdm``, else ProgressCallback."""
+    return PrinterCallback if args.disable_tqdm else ProgressCallback
 
 
 def sink_of(callback: Any) -> str | None:

@@ -161,6 +161,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         overrides.samples(self)  # an override of stage 2 that cannot be honoured stops here
         self._args_seen = snapshot(self.args)
         self._init_run_state()
+        self.add_callback(default_callbacks.progress(self.args))  # as transformers' __init__: an override sees it
         attributes.init_trl_attributes(self, funcs)
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
         memory.stop(self._memory_tracker, "init")

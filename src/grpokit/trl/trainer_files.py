@@ -40,26 +40,34 @@ class TrainerFiles:
         self.state.save_to_json(str(Path(self.cfg.train.out) / "trainer_state.json"))
 
     def create_model_card(
-        self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **kwargs: Any
-    ) -> Path:
-        """Write output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
-        return self._write_model_card(Path(self.cfg.train.out))
+        self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+    ) -> Path | None:
+        """TRL's (its parameters; called at every checkpoint and by push_to_hub, as TRL's): write
+        output_dir/README.md, grpokit's model card (base model, data, rewards, settings) with ``model_name``
+        as its title, ``dataset_name`` as its data and ``tags`` beside grpokit's; the main process only."""
+        if not self.accelerator.is_main_process:
+            return None
+        names = dict(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        return self._write_model_card(Path(self.cfg.train.out), **names)
 
     def _name_checkpoint(self, path: Path, step: int) -> None:
         """TRL's ``output_dir/checkpoint-N`` for grpokit's checkpoint ``path`` (checkpoint_links.py), its
-        trainer_state.json with the callbacks' states (callback_states.py)."""
+        trainer_state.json with the callbacks' states (callback_states.py); first the model card, as TRL's
+        ``_save_checkpoint`` calls ``create_model_card(model_name=...)`` (a subclass's override too)."""
+        self.create_model_card(model_name=card_model_name(self.args))
         stop = self.bridge.user.control.should_training_stop or step >= self.state.max_steps
         callback_states.at_save(self.state, self.bridge.user.callbacks, stop)
         name_checkpoint(
             path, step, Path(self.cfg.train.out), self.state, self._saved_steps, self.accelerator.is_main_process
         )
 
-    def _write_model_card(self, out: Path) -> Path:
-        """output_dir/README.md: grpokit's model card (base model, data, rewards, settings)."""
+    def _write_model_card(self, out: Path, **names: Any) -> Path:
+        """``out``/README.md: grpokit's model card (base model, data, rewards, settings; ``names``: model_card's
+        model_name, dataset_name, tags)."""
         from grpokit.train.model_card import model_card
 
         out.mkdir(parents=True, exist_ok=True)
-        card = model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs])
+        card = model_card(self.cfg, self.state.global_step, [s.name for s in self._get().runner.specs], **names)
         (out / "README.md").write_text(card)
         return out / "README.md"
 
@@ -79,17 +87,36 @@ class TrainerFiles:
         blocking: bool = True,
         token: str | None = None,
         revision: str | None = None,
+        private: bool | None = None,
         **kwargs: Any,
-    ) -> str:
-        """Save the model to output_dir and upload it to ``hub_model_id`` (huggingface_hub; the endpoint
-        is ``HF_ENDPOINT`` when set). Returns the commit URL."""
+    ) -> str | None:
+        """Save the model to output_dir, write its card through ``create_model_card`` (``kwargs`` are its
+        keywords; ``model_name`` by default TRL's, the model's ``model_tags`` joining ``tags``) and upload
+        output_dir to ``hub_model_id`` (huggingface_hub; the endpoint is ``HF_ENDPOINT`` when set), as
+        transformers' ``push_to_hub``. Returns the commit URL (None off the main process)."""
         if getattr(self, "bridge", None) is not None:  # transformers' on_push_begin, before the upload
             self.bridge.user("on_push_begin")
+        if kwargs.get("model_name") is None:
+            kwargs["model_name"] = card_model_name(self.args)
+        folder = self.save_model()
+        if not self.accelerator.is_main_process:
+            return None
+        model_tags = getattr(self.model, "model_tags", None)
+        if model_tags is not None:  # transformers adds the model's own tags to the card's
+            given = kwargs.get("tags") or []
+            given = [given] if isinstance(given, str) else list(given)
+            kwargs["tags"] = given + [t for t in model_tags if t not in given]
+        self.create_model_card(**kwargs)
         return push_folder(
-            self.save_model(),
+            folder,
             self.hub_model_id,
             commit_message,
             token or self.args.hub_token,
-            self.args.hub_private_repo,
+            self.args.hub_private_repo if private is None else private,
             revision or self.args.hub_revision,
         )
+
+
+def card_model_name(args: Any) -> str:
+    """TRL's model name for the card of a checkpoint or a push: hub_model_id's last part, else output_dir's name."""
+    return args.hub_model_id.split("/")[-1] if args.hub_model_id else Path(args.output_dir).name

@@ -38,7 +38,7 @@ def loss_hook(facade: Any) -> Any:
         inputs = batch_dict(batch, advantages, mask, mask.sum().item())
         if ref_logp is not None:
             inputs["ref_per_token_logps"] = ref_logp
-        loss = facade.compute_loss(model, inputs, num_items_in_batch=inputs["num_items_in_batch"])
+        loss = facade.compute_loss(model, inputs)  # as TRL's prediction_step: no num_items_in_batch keyword
         return float(loss.item())
 
     return loss_of

@@ -17,7 +17,7 @@ import torch
 from grpokit.config.sections import ConfigError
 from grpokit.rollout.finish import end_ids, finish_by_last_token
 
-from .stages import batch_rows, trl_batch
+from .stages import batch_rows, row_values, trl_batch
 
 TRL_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
 
@@ -66,18 +66,21 @@ def _check(out: Any, n: int) -> None:
             f"_generate_and_score_completions returned {type(out).__name__} without TRL's keys; TRL's contract is "
             f"a dict with {', '.join(TRL_KEYS)}"
         )
-    if out["completion_ids"].shape[0] != n:
-        raise ConfigError(
-            f"_generate_and_score_completions returned {out['completion_ids'].shape[0]} rows for {n} completions; "
-            "the update trains on one row per sampled completion"
-        )
+    for key, value in out.items():  # TRL cuts every tensor and list with the rows (stages.row_values)
+        rows = (value.shape[0] if isinstance(value, torch.Tensor) else len(value)) if row_values(value) else n
+        if rows != n:
+            raise ConfigError(
+                f"_generate_and_score_completions returned {key!r} with {rows} rows for {n} completions; TRL cuts "
+                "every tensor, list and tuple of the batch with its rows, so each needs one row per completion (a "
+                "value for the whole batch: a 0-dim tensor or a number)"
+            )
 
 
 def split_rows(batch: dict[str, Any], k: int) -> list[dict[str, Any]]:
-    """TRL's ``_buffered_inputs``: the generation batch cut into ``k`` equal dicts of rows."""
+    """TRL's ``_buffered_inputs``: the generation batch cut into ``k`` equal dicts of rows (lists too)."""
     n = batch["completion_ids"].shape[0]
     each = max(1, n // max(1, k))
-    return [batch_rows(batch, slice(s, s + each), n) for s in range(0, n, each)]
+    return [batch_rows(batch, slice(s, s + each)) for s in range(0, n, each)]
 
 
 def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:

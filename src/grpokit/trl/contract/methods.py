@@ -29,6 +29,11 @@ class TrlMethods:
     """TRL's GRPOTrainer methods; the GRPOTrainer supplies ``_metrics``, ``_logs``, ``_pending_metrics``,
     ``processing_class`` and ``_get()``."""
 
+    loss_is_scaled_for_ga: bool | None = True
+    """TRL's class attribute (transformers' Trainer reads it in training_step): True, TRL's loss divides itself
+    for gradient accumulation; a subclass whose compute_loss returns a per-micro-batch loss sets it False (or
+    None: transformers' own rule) and its loss is divided by the update's micro-batches (stages.TrlLoss)."""
+
     # ---- reward functions' logging keywords (TRL passes these as log_extra / log_metric)
     def _log_completion_extra(self, column: str, values: list) -> None:
         """TRL's ``log_extra``: one value per completion of the batch, a column of the completions table."""
@@ -150,10 +155,12 @@ class TrlMethods:
 
     # ---- transformers' callback list (TRL's GRPOTrainer inherits it)
     def add_callback(self, callback: Any) -> None:
-        """Add a callback (an object or a class), as transformers' ``Trainer.add_callback``."""
+        """Add a callback (an object or a class, which is instantiated), as transformers' ``Trainer.add_callback``;
+        construction adds PrinterCallback or ProgressCallback through it, as transformers' ``__init__``."""
+        callback = callback() if isinstance(callback, type) else callback
         self._callbacks.append(callback)
         if self.bridge is not None:
-            self.bridge.user.callbacks.append(callback() if isinstance(callback, type) else callback)
+            self.bridge.user.callbacks.append(callback)
 
     def pop_callback(self, callback: Any) -> Any:
         """Remove and return the first callback that is ``callback`` or an instance of that class (None: none),

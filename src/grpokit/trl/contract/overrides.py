@@ -2,9 +2,9 @@
 
 hooks.py decides which overrides are honoured; this module puts their adapters (stages.py,
 generation.py) in grpokit's Trainer: ``runner`` (stage 3), ``rollout_func`` (stage 2),
-``sample_and_score`` (stages 1-4), ``loss_stage`` (stage 5) and its no-grad passes ``logprobs`` /
-``old_logprobs`` (passes.py). grpokit's loop then calls them where it
-calls its own stages, with no branch of its own.
+``sample_and_score`` (stages 1-4), ``loss_stage`` (stage 5: grpokit's own until a loss override or
+``loss_is_scaled_for_ga`` asks for TRL's) and its no-grad passes ``logprobs`` / ``old_logprobs``
+(passes.py). grpokit's loop then calls them where it calls its own stages, with no branch of its own.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def into_slots(facade: Any, trainer: Any) -> None:
         trainer.rollout_func = TrlSingleTurn(facade)
     if "_generate_and_score_completions" in names:
         trainer.sample_and_score = TrlGenerate(facade, trainer)
-    if names & LOSS_HOOKS:  # the subclass's generation batch is trained on through TRL's loss path too
-        trainer.loss_stage = TrlLoss(facade)
+    # the subclass's loss (and its generation batch) through TRL's loss path; without a loss override grpokit's
+    # own stage, unless loss_is_scaled_for_ga is not True (TRL's loss path then divides, read at every slice)
+    trainer.loss_stage = TrlLoss(facade, own=None if names & LOSS_HOOKS else trainer.loss_stage)
     if "_get_per_token_logps_and_entropies" in names:  # pi_old and the reference through it too, as TRL's
         if trainer.replays_support:  # refused before the run starts: every step's pi_old pass would need it
             raise ConfigError(

@@ -95,9 +95,37 @@ def calculate_rewards(facade: Any, inputs: list[dict], prompts: list, completion
     return result.rewards_NF.clone()
 
 
-def batch_rows(batch: dict[str, Any], rows: slice, n: int) -> dict[str, Any]:
-    """Rows ``rows`` of TRL's batch dict: every tensor with ``n`` rows cut, the rest (num_items_in_batch) kept."""
-    return {k: v[rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in batch.items()}
+def row_values(value: Any) -> bool:
+    """Whether TRL cuts ``value`` of its batch dict with the batch's rows (trl/trainer/utils.py's
+    shuffle_sequence_dict and split_tensor_dict): a tensor with a first dimension, a list, a tuple (TRL's
+    shuffle makes it a list of its rows). None, a 0-dim tensor (num_items_in_batch) and any other value (a
+    number, a string, a dict, on which TRL's shuffle stops or which it takes apart) go whole to every micro-batch."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() > 0
+    return isinstance(value, (list, tuple))
+
+
+def batch_rows(batch: dict[str, Any], rows: slice) -> dict[str, Any]:
+    """Rows ``rows`` of TRL's batch dict, as TRL's split_tensor_dict cuts them: every row value (``row_values``)
+    cut, a list or tuple into a list of its rows (TRL's type after its shuffle), the rest kept whole."""
+    return {
+        k: (v[rows] if isinstance(v, torch.Tensor) else list(v[rows])) if row_values(v) else v for k, v in batch.items()
+    }
+
+
+def scaled_for_accumulation(
+    flag: bool | None, accepts_loss_kwargs: bool, num_items_in_batch: Any, compute_loss_func: Any
+) -> bool:
+    """transformers' rule (Trainer.training_step) for whether the loss ``compute_loss`` returned is already
+    scaled for gradient accumulation; when it is not, the loss is divided by the update's micro-batches
+    (``current_gradient_accumulation_steps``) before it is back-propagated and logged. ``flag`` is the trainer's
+    ``loss_is_scaled_for_ga`` (TRL's GRPOTrainer: True, its loss divides itself); None: scaled when the model
+    normalised it by a ``num_items_in_batch`` it was given, or a ``compute_loss_func`` did.
+    Example: a subclass setting it False, 2 micro-batches of an update each returning 1.0: each back-propagates
+    and logs 0.5, the step's logged loss is 1.0."""
+    if flag is not None:
+        return bool(flag)
+    return bool(accepts_loss_kwargs and num_items_in_batch is not None) or compute_loss_func is not None
 
 
 def batch_dict(batch: Any, advantages: torch.Tensor, loss_mask: torch.Tensor, num_items: float) -> dict[str, Any]:
@@ -150,41 +178,52 @@ def update_micro_batches(counts: Any, rows: int, rows_each: int) -> int:
 class TrlLoss:
     """Stage 5 as TRL's training step: ``__call__`` has ``train/update.accumulate``'s signature; it cuts
     the slice into TRL's micro-batches of ``per_device_train_batch_size`` rows, passes each as TRL's
-    batch dict to ``trainer.compute_loss`` (the subclass's) and back-propagates the loss it returns,
-    which TRL scales for gradient accumulation itself (``current_gradient_accumulation_steps`` is the
-    number of micro-batches of the update)."""
+    batch dict to ``trainer.compute_loss`` (the subclass's) and back-propagates the loss it returns, divided by
+    the update's micro-batches (``current_gradient_accumulation_steps``) where transformers divides it
+    (``scaled_for_accumulation``: a subclass setting ``loss_is_scaled_for_ga`` False; TRL's own loss is scaled).
+    ``own`` (grpokit's ``accumulate``) is the stage when the subclass overrides no loss method: it runs
+    while ``loss_is_scaled_for_ga`` stays True, which it reads at every slice (so a value set at any time counts)."""
 
-    def __init__(self, facade: Any):
-        self.facade = facade
+    def __init__(self, facade: Any, own: Any = None):
+        self.facade, self.own = facade, own
         self.source: Any = None  # the subclass's generation batch being trained on (generation.TrlGenerate)
         self.offset = 0  # its first row not yet trained on in this pass
 
-    def _rows(self, inputs: Any, N: int) -> Any:
+    def _rows(self, inputs: Any, N: int, num_items: float) -> Any:
         """``rows -> TRL's batch dict`` of this slice: from the subclass's generation batch when
         _generate_and_score_completions is overridden (slices follow one another through it, once per
-        iteration), else from grpokit's update inputs."""
+        iteration), else from grpokit's update inputs (``num_items``: the update's loss tokens)."""
         gen = self.facade._generation_batch
         if gen is None:
-            return None
+            return lambda rows: trl_batch(inputs, rows, num_items)
         if gen is not self.source:
             self.source, self.offset = gen, 0
         total, first = gen["completion_ids"].shape[0], self.offset
         self.offset = (first + N) % total
-        return lambda rows: batch_rows(gen, slice(first + rows.start, first + rows.stop), total)
+        return lambda rows: batch_rows(gen, slice(first + rows.start, first + rows.stop))
+
+    def _scaled(self) -> bool:
+        """transformers' rule, with what TRL's training step passes: compute_loss gets num_items_in_batch=None
+        (its batches are lists of rows, without labels to count)."""
+        f = self.facade
+        accepts = getattr(f, "model_accepts_loss_kwargs", False)
+        return scaled_for_accumulation(f.loss_is_scaled_for_ga, accepts, None, getattr(f, "compute_loss_func", None))
 
     def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
         from grpokit.train.update import begin_slice
 
-        f = self.facade
+        f, scaled = self.facade, self._scaled()
+        if self.own is not None and scaled:  # no loss override and TRL's scaling: grpokit's faster stage
+            return self.own(model, optimizer, inputs, acc, fw, dist=dist, counts=counts)
         if inputs.batch.vision is not None:
             raise ConfigError(
-                "a GRPOTrainer subclass's compute_loss / _get_per_token_logps_and_entropies cannot be called with "
-                "image inputs under grpokit.trl (TRL's pixel_values are not rebuilt); override them for text models"
+                "a GRPOTrainer subclass's compute_loss / _get_per_token_logps_and_entropies (or a "
+                "loss_is_scaled_for_ga other than True) cannot be carried out with image inputs under grpokit.trl "
+                "(TRL's pixel_values are not rebuilt); use them with text models"
             )
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
-        from_generation = self._rows(inputs, N)
-        g = f.state.global_step
+        batch_of, g = self._rows(inputs, N, norms.num_tokens or 0.0), f.state.global_step
         # the update's micro-batches, its earlier slices' included: TRL's _step advances by each
         f.current_gradient_accumulation_steps = last = update_micro_batches(counts, N, rows_each)
         done = f._micro_at[1] if acc.slices > 1 and f._micro_at[0] == g else 0
@@ -194,24 +233,26 @@ class TrlLoss:
                 f._loss_call = (settings, norms, acc, inputs, rows)
                 # accelerate's sync_gradients: True only on the update's last micro-batch (its accumulate context)
                 f._micro_at, f.accelerator.sync_gradients = (g, done), done == last - 1
-                batch = (
-                    from_generation(rows)
-                    if from_generation is not None
-                    else trl_batch(inputs, rows, norms.num_tokens or 0.0)
-                )
+                batch = batch_of(rows)
                 with CAPTURE_GUARD:  # as train/update.py: no default-generator draw beside a sampler's capture
                     with fw.amp():
-                        loss = f.compute_loss(model, batch, num_items_in_batch=batch["num_items_in_batch"])
-                    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                        raise ConfigError(
-                            f"compute_loss returned {type(loss).__name__}; TRL's contract is a scalar tensor (the loss)"
-                        )
+                        # TRL's training step passes num_items_in_batch=None (the count is the batch dict's)
+                        loss = _checked_loss(f.compute_loss(model, batch, num_items_in_batch=None))
+                    if not scaled:  # transformers' training_step: a loss not scaled for accumulation is divided
+                        loss = loss / last
                     loss.backward()
-                acc.loss += loss.item()
+                acc.loss += loss.item()  # what transformers logs: the loss it back-propagated
                 done += 1
                 f._micro_at = (g, done)
         finally:
             f._loss_call, f.accelerator.sync_gradients = None, True
+
+
+def _checked_loss(loss: Any) -> torch.Tensor:
+    """compute_loss's result, or one sentence when it is not TRL's scalar tensor."""
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        raise ConfigError(f"compute_loss returned {type(loss).__name__}; TRL's contract is a scalar tensor (the loss)")
+    return loss
 
 
 def compute_loss(facade: Any, model, inputs: dict[str, Any]):
