@@ -173,7 +173,7 @@ def test_eval_reads_lora_checkpoints(lora_runs, tmp_path, capsys):
     # a run folder, a checkpoint folder and its model/ folder all mean the adapter of step 1
     for name in (lora_runs["adapter"], ckpt, ckpt / "model"):
         assert eval_cli.resolve_model(str(name))[1] == ckpt / "model"
-    model_dir, adapter = eval_cli.resolve_model(str(lora_runs["adapter"]))
+    model_dir, adapter, _ = eval_cli.resolve_model(str(lora_runs["adapter"]))
     model, _ = eval_cli.load_eval_model(ModelConfig(name_or_path=model_dir), adapter, torch.device("cpu"))
     # the adapter merged into its base equals the merged checkpoint of the same run (same seed)
     merged = load_file(str(lora_runs["merged"] / "checkpoints" / "step-000001" / "model" / "model.safetensors"))

@@ -70,14 +70,32 @@ def test_a_folder_that_is_not_a_model_is_named_by_eval(tmp_path, capsys, monkeyp
     )
 
 
-def test_resume_with_another_model_names_the_checkpoint_and_the_config(tmp_path, capsys, monkeypatch):
+def test_resume_with_another_model_is_refused_naming_both_and_other_weights_at_its_path_too(
+    tmp_path, capsys, monkeypatch
+):
+    """A resume naming another model (before: accepted when its shape fit, the KL reference and tokenizer silently
+    the new model's while the policy stayed the checkpoint's) is refused before any model is loaded, naming both;
+    the same folder written another way is the same model; another model copied to the run's path is caught by the
+    checkpoint's weights."""
     monkeypatch.chdir(tmp_path)
-    assert main(["train", *FAST, "--out", "run"]) == 0
-    other = _assets() / "calc-demo-model"  # same architecture, another vocabulary: a size mismatch
+    model, other = tmp_path / "model", _assets() / "calc-demo-model"  # same architecture, another vocabulary
+    shutil.copytree(_assets() / "demo-model", model)
+    assert main(["train", f"model.name_or_path={model}", "data.task=arithmetic", *FAST, "--out", "run"]) == 0
     assert main(["train", "--resume", "run", "train.steps=2", f"model.name_or_path={other}"]) == 2
+    assert _last_error(capsys) == (
+        f"grpokit: error: model.name_or_path was '{model}' when the run in 'run' was trained and is '{other}' now, "
+        "so the resumed run would train something else: the policy comes from its checkpoint, but its KL reference, "
+        "tokenizer and (LoRA) base model would come from the new model; resume with "
+        f"model.name_or_path='{model}' (a model moved since: make its old path lead to it), or start a new run from "
+        "the checkpoint's weights (model.name_or_path=<checkpoint>/model)"
+    )
+    assert main(["train", "--resume", "run", "train.steps=2", f"model.name_or_path={tmp_path}/./model/"]) == 0
+    shutil.rmtree(model)
+    shutil.copytree(other, model)  # another model where the run's was: its weights do not fit the checkpoint's
+    assert main(["train", "--resume", "run", "train.steps=3"]) == 2
     msg = _last_error(capsys)
     assert msg.startswith(
-        "grpokit: error: checkpoint run/checkpoints/step-000001 holds the weights of another model "
+        "grpokit: error: checkpoint run/checkpoints/step-000002 holds the weights of another model "
         "than the one loaded (size mismatch for model.embed_tokens.weight"
     ), msg
     assert msg.endswith(

@@ -118,6 +118,21 @@ def test_truncate_jsonl_counts_dropped(tmp_path: Path) -> None:
     assert truncate_jsonl(tmp_path / "missing.jsonl", 1) == 0
 
 
+def test_amend_adds_late_metrics_to_their_steps_row_once(tmp_path: Path) -> None:
+    """An evaluation a stop cut, made up at --resume: its eval/* join the row of its step (as an uninterrupted
+    run writes them), in the file the next lines append to; the health monitors do not see the step again."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": 0.25}\n')
+    rec = make_recorder(tmp_path, ["jsonl"], total_steps=3, resume_step=2)
+    rec.amend({"eval/accuracy": 0.75, "eval/n": 4.0}, 2)
+    rec.log({"reward": 1.0}, 3)  # the next step goes on after the amended row
+    rec.close()
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [
+        {"step": 1, "reward": 0.5},
+        {"step": 2, "reward": 0.25, "eval/accuracy": 0.75, "eval/n": 4.0},
+        {"step": 3, "reward": 1.0},
+    ]
+
+
 def test_fresh_run_replaces_old_files(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text('{"step": 99}\n')
     (tmp_path / "samples.jsonl").write_text('{"step": 99}\n')

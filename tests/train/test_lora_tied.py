@@ -46,7 +46,7 @@ def test_eval_of_an_adapter_checkpoint_computes_the_trained_policy(tied_dir, tmp
     from grpokit.cli import eval as ev
 
     _, live, _ = trained(tied_dir, tmp_path / "run", "[q_proj,lm_head]", save="adapter")
-    base, adapter = ev.resolve_model(str(tmp_path / "run"))
+    base, adapter, _ = ev.resolve_model(str(tmp_path / "run"))
     model, _ = ev.load_eval_model(ModelConfig(name_or_path=base), adapter, torch.device("cpu"))
     with torch.no_grad():
         assert torch.allclose(model(input_ids=IDS).logits, live, atol=1e-5)  # 17 apart before

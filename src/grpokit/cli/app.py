@@ -36,7 +36,14 @@ def cmd_vllm_serve(argv: list[str]) -> int:
         main as serve_main,  # imports no vLLM: --help works without it
     )
 
-    return serve_main(argv)
+    return serve_main(argv, check_folder=_served_checkpoint)
+
+
+def _served_checkpoint(folder: str) -> None:
+    """A run's checkpoint is served only when it verifies against its manifest (train/run_checkpoints.py)."""
+    from grpokit.train.run_checkpoints import verify_model_folder
+
+    verify_model_folder(folder)
 
 
 COMMANDS = {

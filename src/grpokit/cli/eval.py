@@ -9,21 +9,25 @@ answer: grpokit.rewards.answers.is_placeholder). The estimators are in ``grpokit
 the function cannot grade on some sample (it answers None: math_accuracy for a gold that does not
 parse) is left out of every estimate, not counted wrong; ``ungraded`` says how many.
 
-``--model`` takes a model folder or hub id, a run folder (its latest checkpoint), a checkpoint folder,
-or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
+``--model`` takes a model folder or hub id, a run folder (its newest checkpoint that verifies against its
+manifest, as ``--resume`` picks it: train/run_checkpoints.py), a checkpoint folder (refused when it does not
+verify), or a LoRA checkpoint: an adapter folder (adapter_config.json, no config.json) is loaded onto the base
 model its adapter_config.json names and merged; a merged checkpoint is a plain model folder. A run's
 checkpoint is evaluated as trained: its task or data, chat settings, grader and sampling settings
 are the defaults, each flag overriding one (``eval_settings``). The table goes to stdout; the JSON goes
-to ``--out FILE`` or, with ``--json``, to stdout instead; both name what was evaluated and how.
+to ``--out FILE`` or, with ``--json``, to stdout instead; both name what was evaluated (a run's checkpoint by
+its path and step) and how.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -37,6 +41,7 @@ from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.rollout.hf import generate
 from grpokit.rollout.sampling import sampling_params
+from grpokit.train import run_checkpoints
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
@@ -65,7 +70,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--model",
         default="demo",
-        help="model folder, hub id, a run folder (its latest checkpoint), a checkpoint "
+        help="model folder, hub id, a run folder (its newest checkpoint that verifies), a checkpoint "
         "or its model/ folder (LoRA adapters included), or demo",
     )
     p.add_argument(
@@ -112,7 +117,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     check_flags(args)
     ks, n = _ks_and_samples(args)
     _check_out(args.out)
-    model_dir, adapter = resolve_model(args.model)
+    model_dir, adapter, ckpt = resolve_model(args.model)
     cfg, sampling, target = eval_config(args, model_dir, run_of(adapter or model_dir))
     torch.manual_seed(args.seed)
     quiet_transformers()
@@ -151,6 +156,8 @@ def run_eval(args: argparse.Namespace) -> dict:
         )
     return {
         "model": args.model,
+        "checkpoint": str(ckpt) if ckpt is not None else None,  # the run's checkpoint evaluated, and its step
+        "step": run_checkpoints.step_of(ckpt) if ckpt is not None else None,
         **dataclasses.asdict(target),
         "prompts": len(prompts),
         "ungraded": len(prompts) - len(graded),
@@ -226,24 +233,27 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, 
     return answers, correct
 
 
-def resolve_model(name: str) -> tuple[str, Path | None]:
-    """(the model to load, the LoRA adapter folder to merge into it or None) for ``--model``: a run
-    folder means its latest checkpoint, a checkpoint folder its model/; an adapter folder loads the
-    base its adapter_config.json names (with the adapter folder's tokenizer when it has one)."""
-    from grpokit.train import checkpoint
-
+def resolve_model(name: str) -> tuple[str, Path | None, Path | None]:
+    """(the model to load, the LoRA adapter folder to merge into it or None, the run's checkpoint it is or None)
+    for ``--model``: a run folder means its newest checkpoint that verifies against its manifest, a checkpoint
+    folder (or its model/, or TRL's checkpoint-N) that one, refused when it does not verify
+    (train/run_checkpoints.py: what --resume would read); an adapter folder loads the base its
+    adapter_config.json names (with the adapter folder's tokenizer when it has one)."""
     folder = Path(name)
     if not folder.is_dir():
-        return name, None
-    if (folder / "checkpoints").is_dir():  # a run folder
-        latest = checkpoint.latest(folder / "checkpoints")
-        if latest is None:
-            raise ConfigError(f"--model {name!r} is a run folder without a complete checkpoint under checkpoints/")
-        folder = latest
+        return name, None, None
+    named = run_checkpoints.checkpoint_folder(folder)
+    ckpt = None
+    if named is not None or (folder / "checkpoints").is_dir():  # a checkpoint, or a run folder: its newest
+        run, at = named if named is not None else (folder, None)
+        say = functools.partial(print, file=sys.stderr)  # stdout is the table or the JSON
+        ckpt = run_checkpoints.pick(run, say, model_only_ok=True, at=at, reader=run_checkpoints.EVAL)
+        inner = folder.resolve() if named is not None and folder.resolve() != ckpt.resolve() else None
+        folder = inner or ckpt  # a checkpoint's adapter/ folder named: that one
     if (folder / "model").is_dir() and not (folder / "config.json").exists():  # a checkpoint folder
         folder = folder / "model"
     if (folder / "config.json").exists() or not (folder / "adapter_config.json").exists():
-        return str(folder), None
+        return str(folder), None, ckpt
     base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if not base:
         raise ConfigError(
@@ -255,7 +265,7 @@ def resolve_model(name: str) -> tuple[str, Path | None]:
             f"--model {name!r} is a LoRA adapter for the base model {base!r}, which does not exist here; "
             "edit base_model_name_or_path in its adapter_config.json"
         )
-    return base, folder
+    return base, folder, ckpt
 
 
 def load_eval_model(mcfg, adapter: Path | None, device: torch.device):
@@ -279,8 +289,9 @@ def describe(result: dict) -> str:
         f"task {result['task']} (its held-out rows)" if result["task"] and not result["dataset"] else result["dataset"]
     )
     split = f" split {result['split']}" if result.get("split") else ""
+    what = result["model"] if result.get("checkpoint") is None else f"{result['checkpoint']} (step {result['step']})"
     return (
-        f"{result['model']} on {rows}{split}, graded by {result['reward']}: {result['prompts']} prompts x "
+        f"{what} on {rows}{split}, graded by {result['reward']}: {result['prompts']} prompts x "
         f"{result['samples_per_prompt']} samples, temperature {result['temperature']}, top-p {result['top_p']}, "
         f"up to {result['max_new_tokens']} new tokens"
         + (f"; {result['ungraded']} ungraded prompts left out" if result.get("ungraded") else "")

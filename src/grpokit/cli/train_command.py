@@ -127,8 +127,8 @@ def trl_style_config(path: str) -> dict | None:
 
 def resume_run(resume: str) -> Path:
     """The run folder of ``--resume``: the folder given, or the run of a checkpoint folder given
-    (``RUN/checkpoints/step-N``: resumed from exactly that one, train/resume.py)."""
-    from grpokit.train.resume import checkpoint_folder
+    (``RUN/checkpoints/step-N``: resumed from exactly that one, train/run_checkpoints.py)."""
+    from grpokit.train.run_checkpoints import checkpoint_folder
 
     named = checkpoint_folder(Path(resume))
     return named[0] if named else Path(resume)
@@ -136,7 +136,8 @@ def resume_run(resume: str) -> Path:
 
 def holds_run(run_dir: Path) -> bool:
     """A run was started in ``run_dir`` (its config.yaml, or checkpoints: then a missing config.yaml is refused)."""
-    from grpokit.train.resume import CONFIG_FILE, has_checkpoints
+    from grpokit.train.resume import CONFIG_FILE
+    from grpokit.train.run_checkpoints import has_checkpoints
 
     return (run_dir / CONFIG_FILE).is_file() or has_checkpoints(run_dir)
 
@@ -227,15 +228,18 @@ def stopped(summary: dict, steps: int, run_dir: Path) -> int:
     """A run a signal stopped (train/stopping.py): what is on disk, and 128 + the signal's number."""
     import signal
 
-    name = summary.get("stop_signal", "SIGINT")
+    name, owed = summary.get("stop_signal", "SIGINT"), summary.get("eval_owed")
     when = f"after step {summary['steps']} of {steps}" if summary["steps"] else "before the first step finished"
+    if owed is not None:  # the stop cut a held-out evaluation: --resume runs it first (train/trainer_outputs.py)
+        at = f"of step {owed} of {steps}" if owed else "before the first step"
+        when = f"during the held-out evaluation {at} (--resume runs it first)"
     what = "interrupted" if name == "SIGINT" else f"stopped by {name}"
     print(f"grpokit: {what} {when}; {checkpoint_note(run_dir)}", file=sys.stderr, flush=True)
     return 128 + int(getattr(signal, name, signal.SIGINT))
 
 
 def train_trl(data: dict, args: argparse.Namespace) -> int:
-    from grpokit.train.resume import has_checkpoints
+    from grpokit.train.run_checkpoints import has_checkpoints
     from grpokit.trl.scripts import trl_grpo as script
 
     if args.out or args.resume:
@@ -276,7 +280,7 @@ def cmd_trl(argv: list[str]) -> int:
 
 def checkpoint_note(run_dir: Path | None) -> str:
     """The truth about what a stopped run can be resumed from."""
-    from grpokit.train.resume import newest_verified
+    from grpokit.train.run_checkpoints import newest_verified
 
     ckpt = newest_verified(run_dir / "checkpoints") if run_dir is not None else None
     if ckpt is None:

@@ -147,17 +147,43 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
                 dropped += 1
                 continue
             kept.append(stripped + "\n")
+    _rewrite(path, kept)
+    return dropped
+
+
+def _rewrite(path: Path, lines: list[str]) -> None:
+    """`path` replaced by ``lines`` through a temporary file and `os.replace`."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
         with tmp.open("w", encoding="utf-8") as f:
-            f.writelines(kept)
+            f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())  # the records replaced by a copy that is on disk, not only in the page cache
         os.replace(tmp, path)
     except BaseException:  # ENOSPC mid-write: the original file stays whole, the partial copy goes
         tmp.unlink(missing_ok=True)
         raise
-    return dropped
+
+
+def amend_jsonl(path: Path, step: int, extra: Mapping[str, Any]) -> None:
+    """Add ``extra`` to the last row of `path` whose "step" is ``step`` (a row of its own at the end when none
+        has it), the file rewritten whole as `truncate_jsonl` rewrites it: a crash here never loses it. Used when a
+    resumed run makes up an evaluation a stop cut: its row then holds what an uninterrupted run's holds."""
+    path = Path(path)
+    rows = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    rows = [r for r in rows if r]
+    at = next((i for i in range(len(rows) - 1, -1, -1) if _step_of(rows[i]) == step), None)
+    line = dumps_line({**(json.loads(rows[at]) if at is not None else {"step": step}), **extra})
+    rows = rows[:at] + [line] + rows[at + 1 :] if at is not None else [*rows, line]
+    _rewrite(path, [r + "\n" for r in rows])
+
+
+def _step_of(line: str) -> Any:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return obj.get("step") if isinstance(obj, dict) else None
 
 
 def steps_missing(path: Path, max_step: int) -> list[int]:
@@ -292,6 +318,13 @@ class JsonlSink:
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self._write(METRICS_FILE, {"step": step, **metrics})
+
+    def amend(self, metrics: Mapping[str, float], step: int) -> None:
+        """``metrics`` added to the row of ``step``, already written (an evaluation a stop cut, run at --resume)."""
+        f = self._files.pop(METRICS_FILE, None)
+        if f is not None:  # the file is replaced: the next line opens the new one
+            f.close()
+        amend_jsonl(self.run_dir / METRICS_FILE, step, metrics)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         for row in rows:

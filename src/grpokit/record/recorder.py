@@ -4,6 +4,8 @@ The trainer produces one flat dict of floats per step ({"reward": 0.41, "kl": 0.
 follow TRL's where the concept is the same, see docs/MONITORING.md) and calls
 
     recorder.log(metrics, step)          every step (and on eval steps, with "eval/accuracy")
+    recorder.amend(metrics, step)        a step's metrics that came late: an evaluation a stop cut, made up at
+                                         --resume (metrics.jsonl's row of the step gets them)
     recorder.log_samples(step, rows)     a few prompts with all their completions, every N steps
     recorder.warn(step, event)           anything the user must read (health monitors use it too)
     recorder.close()                     once, in a `finally`
@@ -54,6 +56,9 @@ class NullRecorder:
         pass
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        pass
+
+    def amend(self, metrics: Mapping[str, float], step: int) -> None:
         pass
 
     def wants_samples(self, step: int) -> bool:
@@ -108,6 +113,12 @@ class Recorder(NullRecorder):
         if self.health is not None:
             self.health.raise_if_fatal()
 
+    def amend(self, metrics: Mapping[str, float], step: int) -> None:
+        """Metrics of a step already recorded (an evaluation a stop cut, run at --resume): metrics.jsonl's row of
+        ``step`` gets them, the other sinks log them at that step. No health monitor sees them twice."""
+        self._each(step, "amend", metrics, step, sinks=[s for s in self.sinks if isinstance(s, JsonlSink)])
+        self._each(step, "log", metrics, step, sinks=[s for s in self.sinks if not isinstance(s, JsonlSink)])
+
     def wants_samples(self, step: int) -> bool:
         """True on the steps where `log_samples` keeps rows: lets the trainer skip building them."""
         return self.samples_every > 0 and step % self.samples_every == 0
@@ -131,10 +142,10 @@ class Recorder(NullRecorder):
         self._closed = True
         self._each(-1, "close")
 
-    def _each(self, step: int, method: str, *args: Any) -> None:
-        """Call `method` on every sink. A failing tracker is dropped with a warning, training goes on:
-        metrics.jsonl is the record of the run, so only a failure of the jsonl sink is raised."""
-        for sink in list(self.sinks):
+    def _each(self, step: int, method: str, *args: Any, sinks: list[Sink] | None = None) -> None:
+        """Call `method` on every sink (of ``sinks``, when given). A failing tracker is dropped with a warning,
+        training goes on: metrics.jsonl is the record of the run, so only a failure of the jsonl sink is raised."""
+        for sink in list(self.sinks if sinks is None else sinks):
             try:
                 getattr(sink, method)(*args)
             except Exception as e:

@@ -31,6 +31,7 @@ import os
 import shlex
 import socket
 import sys
+from collections.abc import Callable
 
 from grpokit.config.sections import ConfigError
 from grpokit.version import installed
@@ -198,7 +199,9 @@ def preflight(model: str, vllm_args: list[str]) -> None:
             ) from None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], check_folder: Callable[[str], None] = lambda folder: None) -> int:
+    """``grpokit vllm-serve``; ``check_folder`` refuses a local model folder that may not be read (the command
+    line passes the run-checkpoint rule: a damaged checkpoint is not served)."""
     ours, theirs = split_argv(argv)
     args = parser().parse_args(ours)
     version = installed_vllm()
@@ -209,6 +212,8 @@ def main(argv: list[str]) -> int:
     if version is None:
         raise ConfigError(f"grpokit vllm-serve needs vLLM, which is not installed in this environment: {INSTALL}")
     preflight(args.model, theirs)
+    if os.path.isdir(os.path.expanduser(args.model)):
+        check_folder(os.path.expanduser(args.model))
     note = version_note(version)
     if note:
         print(note, file=sys.stderr)

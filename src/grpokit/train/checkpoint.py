@@ -17,10 +17,11 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 
 It is written under a temporary name and renamed into place only when complete (a rename is atomic
 on POSIX), so a kill mid-write leaves either the previous checkpoints or the new one, never half of
-one. ``latest`` ignores temporary folders. The last file written is ``manifest.json`` (every other
-file's size and sha256, and whether the save was model-only): ``verify`` checks a checkpoint against
-it, so a checkpoint damaged after the fact (a truncated or deleted file, a disk fault, a copy cut short)
-is recognised and resume falls back to the newest one that verifies (train/resume.py). A failed write
+one. The last file written is ``manifest.json`` (every other file's size and sha256, and whether the save
+was model-only): ``verify`` checks a checkpoint against it, so a checkpoint damaged after the fact (a
+truncated or deleted file, a disk fault, a copy cut short) is recognised, and every reader of a run's
+weights (resume, eval, a model loaded from a checkpoint) falls back to the newest one that verifies or
+refuses the one named (train/run_checkpoints.py). A failed write
 (ENOSPC) removes the temporary folder and leaves every earlier checkpoint as it was.
 
 A checkpoint without ``manifest.json`` is trusted only as one written before manifests existed
@@ -244,11 +245,6 @@ def _sha256(p: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def latest(ckpt_dir: Path) -> Path | None:
-    done = sorted(p for p in ckpt_dir.glob(f"{PREFIX}*") if (p / "trainer_state.json").exists())
-    return done[-1] if done else None
 
 
 def load(

@@ -36,7 +36,6 @@ from . import (
     reference,
     step_metrics,
 )
-from . import resume as run_folder
 from .callbacks import Callbacks, RunState
 from .memory import cuda_provider
 from .model_options import noise_on
@@ -146,9 +145,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         try:
             stop.install()
             self.callbacks("on_train_begin")
-            if "eval_before" not in summary:
-                summary["eval_before"] = self._evaluate_unless_cut(stop) or {}
-                run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
+            self._evaluate_before(summary, stop)  # once per run (a stop may cut it: the next session runs it)
             final_eval = self._run_with_failures_recorded(summary, stop)
             self._finish_summary(summary, stop, final_eval)
             self.callbacks("on_train_end")

@@ -18,6 +18,7 @@ from grpokit.data.vision import is_processor, is_vision_config
 from grpokit.train.faults import is_damaged_weights
 from grpokit.train.hub import check_reachable
 from grpokit.train.named_models import is_named, resolve
+from grpokit.train.run_checkpoints import verify_model_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,6 +50,9 @@ def model_path(name_or_path: str) -> str:
             f"model.name_or_path={name_or_path!r} is a path that does not exist; give a model folder that exists "
             "or a hub id (namespace/name)"
         )
+    if Path(name_or_path).expanduser().is_dir():  # a run's checkpoint is read only when it verifies
+        verify_model_folder(Path(name_or_path).expanduser())  # (train/run_checkpoints.py, as --resume and eval)
+        return name_or_path
     # an unreachable Hub: one sentence now, not a misleading error after retries; a cached id: its cached folder
     return check_reachable(name_or_path)
 

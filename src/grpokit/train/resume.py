@@ -11,7 +11,8 @@ records. The rules, each for a way a run was lost before:
 * folders of an interrupted save (``checkpoints/.tmp-step-*``) are removed at the next start;
 * a resume reads ``config.yaml`` plus its history and refuses a torn or emptied file with one
   sentence instead of training on the defaults;
-* a resume continues from the newest checkpoint that verifies against its manifest, saying which
+* a resume continues from the newest checkpoint that verifies against its manifest (run_checkpoints.py: the
+  rule every reader of a run's weights follows), saying which
   newer ones it skipped and why; a resume from a named checkpoint (``checkpoints/step-N``) continues
   from exactly that one or is refused, and the checkpoints after it move to ``earlier-runs/<time>/``
   with a copy of the records as they were (the run's own records then continue from step N);
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import shutil
 from datetime import datetime
@@ -36,6 +36,7 @@ from grpokit.config.io import from_dict, sealed, set_field, strict_yaml, to_dict
 from grpokit.config.sections import Config, ConfigError
 
 from . import checkpoint, run_lock
+from .run_checkpoints import has_checkpoints, step_of
 
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "config_history.yaml"
@@ -149,21 +150,6 @@ def set_aside(run_dir: Path, checkpoints: list[Path], move_files: bool) -> Path:
     return dest
 
 
-def checkpoint_folder(path: Path) -> tuple[Path, Path] | None:
-    """``(run folder, checkpoint)`` when ``path`` is a grpokit checkpoint folder ``<run>/checkpoints/step-N``
-    (a link to one resolved first), else None."""
-    p = Path(path).resolve()
-    if p.name.startswith(checkpoint.PREFIX) and p.parent.name == "checkpoints":
-        return p.parent.parent, p
-    return None
-
-
-def has_checkpoints(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds any step checkpoint (complete or not; interrupted saves do not count)."""
-    ckpts = Path(run_dir) / "checkpoints"
-    return ckpts.is_dir() and any(p.is_dir() for p in ckpts.glob(f"{checkpoint.PREFIX}*"))
-
-
 def load_run_config(run_dir: Path, doing: str = "resuming") -> Config:
     """The config a run in ``run_dir`` has now: its config.yaml with every change of its history applied.
     ``doing`` ("resuming", "evaluating it") ends the sentence that refuses a torn file."""
@@ -193,6 +179,42 @@ def load_run_config(run_dir: Path, doing: str = "resuming") -> Config:
     return cfg
 
 
+# what makes the checkpoint's policy the one trained, and what a change would do instead (each refused at resume)
+SAME_MODEL = {
+    "name_or_path": "the policy comes from its checkpoint, but its KL reference, tokenizer and (LoRA) base model "
+    "would come from the new model",
+    "lora_rank": "its checkpoint holds the weights of the first (adapters of that rank, or the full model with 0)",
+    "lora_alpha": "its checkpoint's adapters, scaled by lora_alpha / lora_rank, would compute another policy than "
+    "the one trained",
+}
+
+
+def check_same_model(run_dir: Path, cfg: Config) -> None:
+    """Refuse in one sentence a resume whose model section changes what the checkpoint's policy is (SAME_MODEL):
+    a resume loads only the policy's weights (or adapters) from the checkpoint; the reference, the tokenizer and
+    a LoRA base come from model.name_or_path. Other model fields (dtype, kernels, dropout ...) may change and are
+    recorded in config_history.yaml. A path written another way that leads to the same folder is the same."""
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return
+    run = load_run_config(run_dir)
+    for name, why in SAME_MODEL.items():
+        was, now = getattr(run.model, name), getattr(cfg.model, name)
+        if was == now or (name == "name_or_path" and _same_folder(was, now)):
+            continue
+        moved = " (a model moved since: make its old path lead to it)" if name == "name_or_path" else ""
+        raise ConfigError(
+            f"model.{name} was {was!r} when the run in {str(run_dir)!r} was trained and is {now!r} now, so the "
+            f"resumed run would train something else: {why}; resume with model.{name}={was!r}{moved}, or start "
+            "a new run from the checkpoint's weights (model.name_or_path=<checkpoint>/model)"
+        )
+
+
+def _same_folder(a: str, b: str) -> bool:
+    """Two model paths that lead to one existing folder."""
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.is_dir() and pb.is_dir() and pa.resolve() == pb.resolve()
+
+
 def _apply_change(cfg: Config, f: Path, step: Any, dotted: str, change: Any, doing: str = "resuming") -> None:
     """One change of config_history.yaml; a change without its new value (a torn entry that no
     checksum guards: an old file, or one whose checksum line was removed) is refused, not set to None."""
@@ -210,74 +232,18 @@ def _apply_change(cfg: Config, f: Path, step: Any, dotted: str, change: Any, doi
 def write_config(run_dir: Path, cfg: Config, resume_step: int | None) -> None:
     """A new run writes config.yaml; a resume appends what changed to config_history.yaml."""
     if resume_step is None or not (run_dir / CONFIG_FILE).is_file():
-        _atomic_write(run_dir / CONFIG_FILE, sealed(yaml.safe_dump(to_dict(cfg), sort_keys=False)))
+        atomic_write(run_dir / CONFIG_FILE, sealed(yaml.safe_dump(to_dict(cfg), sort_keys=False)))
         return
     changed = config_changes(load_run_config(run_dir), cfg)
     if changed:
         history = _history(run_dir) + [{"step": resume_step, "changed": changed}]
-        _atomic_write(run_dir / HISTORY_FILE, sealed(yaml.safe_dump(history, sort_keys=False)))
+        atomic_write(run_dir / HISTORY_FILE, sealed(yaml.safe_dump(history, sort_keys=False)))
 
 
 def config_changes(before: Config, after: Config) -> dict[str, dict[str, Any]]:
     """``{"section.field": {"from": old, "to": new}}`` for every field that differs."""
     a, b = to_dict(before), to_dict(after)
     return {f"{s}.{k}": {"from": a[s].get(k), "to": v} for s in b for k, v in b[s].items() if a.get(s, {}).get(k) != v}
-
-
-def newest_verified(ckpt_dir: Path, log=None, *, model_only_ok: bool = False) -> Path | None:
-    """The newest checkpoint under ``ckpt_dir`` that verifies (``log`` hears of each one skipped, and
-    which one is used then). A checkpoint without a manifest is taken for one written before manifests
-    existed only when no older checkpoint has one (checkpoint.verify); ``model_only_ok``: the run asked
-    for model-only saves, so a checkpoint may lack its optimizer and random states."""
-    found = sorted(p for p in ckpt_dir.glob(f"{checkpoint.PREFIX}*") if p.is_dir())
-    # a save writes its manifest since issue 26: a checkpoint after one that has it must have it too
-    first_listed = next((i for i, p in enumerate(found) if checkpoint.has_manifest(p)), len(found))
-    skipped = 0
-    for i in range(len(found) - 1, -1, -1):
-        p = found[i]
-        fault = checkpoint.verify(p, model_only_ok=model_only_ok, legacy_ok=i < first_listed)
-        if fault is None:
-            if log is not None and skipped:
-                log(f"grpokit: resuming from {p}, the newest checkpoint that verifies whole", flush=True)
-            if log is not None and not checkpoint.has_manifest(p):
-                log(
-                    f"grpokit: warning: checkpoint {p} has no manifest.json (written by a grpokit from before "
-                    "checkpoint manifests); its files are complete but cannot be verified, so it is used as it is",
-                    flush=True,
-                )
-            return p
-        skipped += 1
-        if log is not None:
-            log(f"grpokit: warning: skipping checkpoint {p} because {fault}; trying the one before it", flush=True)
-    return None
-
-
-def checkpoint_to_resume(run_dir: Path, log=print, *, model_only_ok: bool = False, at: Path | None = None) -> Path:
-    """The newest checkpoint of ``run_dir`` that verifies; each newer one skipped is named with its fault.
-    ``at`` (a checkpoint named by the user): that one, refused in one sentence if it does not verify, never
-    another in its place."""
-    if at is not None:
-        found = sorted(p for p in (run_dir / "checkpoints").glob(f"{checkpoint.PREFIX}*") if p.is_dir())
-        if not Path(at).is_dir():
-            raise ConfigError(
-                f"the checkpoint to resume from, {str(at)!r}, does not exist; name one of "
-                f"{[p.name for p in found] or 'the run checkpoints (it has none)'} or the run folder for its newest"
-            )
-        index = [p.name for p in found].index(Path(at).name) if Path(at).name in {p.name for p in found} else 0
-        first_listed = next((i for i, p in enumerate(found) if checkpoint.has_manifest(p)), len(found))
-        fault = checkpoint.verify(at, model_only_ok=model_only_ok, legacy_ok=index < first_listed)
-        if fault is not None:
-            raise ConfigError(
-                f"the checkpoint to resume from, {str(at)!r}, is damaged ({fault}); name another checkpoint, "
-                "or the run folder to resume from its newest one that verifies"
-            )
-        return Path(at)
-    found = newest_verified(run_dir / "checkpoints", log, model_only_ok=model_only_ok)
-    if found is not None:
-        return found
-    raise ConfigError(
-        f"--resume {str(run_dir)!r} has no complete checkpoint under checkpoints/ that verifies; nothing to resume"
-    )
 
 
 def set_aside_later(run_dir: Path, resumed: Path, log=print) -> Path | None:
@@ -287,7 +253,7 @@ def set_aside_later(run_dir: Path, resumed: Path, log=print) -> Path | None:
     later = [
         p
         for p in sorted((run_dir / "checkpoints").glob(f"{checkpoint.PREFIX}*"))
-        if p.is_dir() and _step(p) > _step(resumed)
+        if p.is_dir() and step_of(p) > step_of(resumed)
     ]
     if not later:
         return None
@@ -299,12 +265,6 @@ def set_aside_later(run_dir: Path, resumed: Path, log=print) -> Path | None:
         flush=True,
     )
     return dest
-
-
-def _step(folder: Path) -> int:
-    """The step of a checkpoint folder ``step-000123`` (-1 for a name that holds none)."""
-    digits = folder.name[len(checkpoint.PREFIX) :]
-    return int(digits) if digits.isdigit() else -1
 
 
 def _history(run_dir: Path, doing: str = "resuming") -> list[dict]:
@@ -340,29 +300,7 @@ def _read_sealed(f: Path, doing: str = "resuming") -> str:
     return text
 
 
-def read_summary(run_dir: Path, resuming: bool) -> dict[str, Any]:
-    """A resumed run's summary.json so far ({} for a new run or none yet)."""
-    p = run_dir / "summary.json"
-    if not (resuming and p.exists()):
-        return {}
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{str(p)!r} is torn or damaged (not a JSON object); restore it, or remove it to resume with the "
-            "summary started afresh"
-        )
-    return data
-
-
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """summary.json, replaced whole (a reader never sees half of it)."""
-    _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2))
-
-
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     """``path`` replaced whole by ``text``: written and fsynced under a temporary name, then renamed
     (and the folder fsynced), so a kill or a power cut leaves the old file or the new one."""
     tmp = path.with_name(f".{path.name}.tmp")

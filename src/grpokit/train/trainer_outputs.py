@@ -1,6 +1,8 @@
 """What a run leaves besides its metrics: held-out evaluations (which a stop's run-out grace may cut
 short), checkpoints (rank 0 writes, the others wait) and summary.json (how the run ended: finished, stopped by
-a signal, or failed). A mixin of ``Trainer`` (train/loop.py)."""
+a signal, or failed; train/run_summary.py). A held-out evaluation a stop cut is owed: summary.json says which
+step's (``eval_owed``) and the run's exit says a signal stopped it, and ``--resume`` runs it first. A mixin
+of ``Trainer`` (train/loop.py)."""
 
 from __future__ import annotations
 
@@ -19,27 +21,30 @@ from . import (
     engines,
     rank_failure,
     run_lock,
+    run_summary,
 )
-from . import resume as run_folder
 from .evaluate import evaluate, held_out_params
 from .model_card import model_card
 from .stopping import GracefulStop, StepAbandoned, signal_name
 
 
 class TrainerOutputs:
+    _owed_step: int | None = None  # the step whose evaluation the session before left owed (summary.json)
+    _cut_step: int | None = None  # the step whose evaluation a stop cut in this session
+
     def _evaluate_unless_cut(self, stop: GracefulStop) -> dict[str, float] | None:
-        """The held-out evaluation, which a stop's run-out grace may cut short (None: cut or not begun;
-        an evaluation changes no training state, so nothing needs putting back)."""
-        if stop.cut_due:
-            return None
-        self._evaluating = True
-        try:
-            result = self._evaluate()
-            self._evaluating = False
-        except StepAbandoned:
-            self._evaluating = False
-            return None
-        return result
+        """The held-out evaluation, which a stop's run-out grace may cut short (None: cut or not begun; the step
+        is remembered as owed. An evaluation changes no training state, so nothing needs putting back)."""
+        if not stop.cut_due:
+            self._evaluating = True
+            try:
+                return self._evaluate()
+            except StepAbandoned:
+                pass
+            finally:
+                self._evaluating = False
+        self._cut_step = self.step  # owed: the next session runs it first (summary.json's eval_owed)
+        return None
 
     def _evaluate(self) -> dict[str, float]:
         """The held-out evaluation: one set, or with data.domains each domain's set by its own verifier
@@ -119,53 +124,86 @@ class TrainerOutputs:
         return path
 
     def _reopen_summary(self) -> dict[str, Any]:
-        """The run folder taken again (a second train() of this Trainer) and its summary so far: a
-        resumed run is marked in progress again (report --watch)."""
+        """The run folder taken again (a second train() of this Trainer) and its summary so far: a resumed
+        run is in progress again, so every key of how its earlier session ended leaves summary.json at once
+        (run_summary.reopen; kept under ``earlier_sessions``). The evaluation that session's stop cut is
+        remembered (``_owed_evaluation`` runs it)."""
         if not self._release_lock.alive:  # a second train() of this Trainer: the folder is taken again
             self.lock = run_lock.acquire(self.run_dir)
             self._release_lock = weakref.finalize(self, self.lock.release)
-        summary = run_folder.read_summary(self.run_dir, self.resume_dir is not None)
-        if summary.pop("steps", None) is not None and self.dist.is_main:  # resumed: in progress again (report --watch)
-            run_folder.write_summary(self.run_dir, summary)
+        summary = run_summary.read_summary(self.run_dir, self.resume_dir is not None)
+        ended = run_summary.reopen(summary)
+        self._owed_step, self._cut_step = ended.get("eval_owed"), None
+        if ended and self.dist.is_main:
+            run_summary.write_summary(self.run_dir, summary)
         return summary
 
+    def _evaluate_before(self, summary: dict[str, Any], stop: GracefulStop) -> None:
+        """The held-out evaluation before the first step (``eval_before``), once per run; one a stop cuts is not
+        written, so the next session runs it."""
+        if "eval_before" in summary:
+            return
+        before = self._evaluate_unless_cut(stop)
+        if before is not None:
+            summary["eval_before"] = before
+            run_summary.write_summary(self.run_dir, summary) if self.dist.is_main else None
+
+    def _owed_evaluation(self, stop: GracefulStop) -> dict[str, float] | None:
+        """The held-out evaluation a stop cut in the session before (summary.json's ``eval_owed``), run first when
+        this one resumes from that step's checkpoint; its ``eval/*`` metrics join that step's row of metrics.jsonl
+        as an uninterrupted run has them (Recorder.amend). Returned: the final evaluation when no step is left."""
+        if self._owed_step is None or self._owed_step != self.step or self.step == 0:
+            return None  # none owed, or resumed from another step (those steps are trained and evaluated again)
+        result = self._evaluate_unless_cut(stop)
+        if result:
+            self.recorder.amend({f"eval/{k}": v for k, v in result.items()}, self.step)
+        return result
+
     def _run_with_failures_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> dict[str, float] | None:
-        """The steps; an error that ends them is written to summary.json (``failed``: the step it stopped after and
-        its sentence) before it propagates, so the run folder says how the run ended (the doctor, the report).
-        Under torchrun a failing rank other than 0 writes its own record (record/rank_failures.py), and rank 0,
-        when what it saw was only a collective broken by another rank, names that rank and its error."""
-        summary.pop("failed", None)  # a resumed run is no longer the failed one
-        rank_failures.clear(self.run_dir, self.dist.rank, self.dist.world_size)  # nor are its ranks' records
+        """The steps (the evaluation owed by the session before first); an error that ends them is written to
+        summary.json (``failed``: the step it stopped after and its sentence) before it propagates, so the run
+        folder says how the run ended (the doctor, the report). Under torchrun a failing rank other than 0 writes
+        its own record (record/rank_failures.py), and rank 0, when what it saw was only a collective broken by
+        another rank, names that rank and its error. Returns the final evaluation when the run had one."""
+        rank_failures.clear(self.run_dir, self.dist.rank, self.dist.world_size)  # a resumed run is not the failed one
         self._recorded = self.step  # the last step whose metrics line is written (_run_steps moves it)
         try:
-            return self._run_steps(stop)
+            resumed_at, owed = self.step, self._owed_evaluation(stop)
+            final_eval = self._run_steps(stop)
+            return owed if self.step == resumed_at and owed is not None else final_eval  # no step left: it is the final
         except Exception as exc:
             if self.lock.lost_to is not None:  # a folder taken over is not ours to write
                 raise
             if not self.dist.is_main:
                 rank_failure.record(self.run_dir, self.dist.rank, self._recorded, exc)
                 raise
-            summary["failed"] = failed = rank_failure.failed_entry(self.run_dir, exc, self._recorded, self.dist, 0.0)
-            run_folder.write_summary(self.run_dir, summary)  # now: torchrun may end this process any moment
+            failed = rank_failure.failed_entry(self.run_dir, exc, self._recorded, self.dist, 0.0)
+            run_summary.end(summary, failed=failed)
+            run_summary.write_summary(self.run_dir, summary)  # now: torchrun may end this process any moment
             if self.dist.active and failed.get("rank") is None:  # the failing rank's record may still be on its way
-                summary["failed"] = failed = rank_failure.failed_entry(self.run_dir, exc, self._recorded, self.dist)
-                run_folder.write_summary(self.run_dir, summary)
+                failed = rank_failure.failed_entry(self.run_dir, exc, self._recorded, self.dist)
+                run_summary.end(summary, failed=failed)
+                run_summary.write_summary(self.run_dir, summary)
             if failed.get("rank", 0) != 0:  # rank 0's own exception is only the broken collective: say whose
                 raise rank_failure.RankFailure(failed) from exc
             raise
 
     def _finish_summary(self, summary: dict[str, Any], stop: GracefulStop, final_eval: dict | None) -> None:
-        """A stopped run keeps what it trained (a checkpoint, no final evaluation) and says which signal
-        stopped it; a finished one gets its final evaluation. The summary is written."""
+        """A stopped run keeps what it trained (a checkpoint) and says which signal stopped it, and which step's
+        held-out evaluation the stop cut (``eval_owed``: a stop during the final evaluation is a stop too, not a
+        finished run); a finished one gets its final evaluation. The summary is written."""
         t = self.cfg.train
-        interrupted = stop.requested and self.step < t.steps  # a signal: keep what was trained, no final evaluation
+        # a signal before the end, or one that cut an evaluation: keep what was trained; the next session goes on
+        interrupted = stop.requested and (not self._finished() or self._cut_step is not None)
         if interrupted and t.save_last and self.step > self.saved_step:
             self.save()
-        summary.pop("interrupted", None)
-        summary.pop("stop_signal", None)
         if interrupted:
-            summary["interrupted"], summary["stop_signal"] = True, signal_name(stop.signum)
+            owed = {} if self._cut_step is None else {"eval_owed": self._cut_step}
+            run_summary.end(summary, steps=self.step, interrupted=True, stop_signal=signal_name(stop.signum), **owed)
         elif final_eval is not None or not stop.requested:
-            summary["eval_after"] = final_eval if final_eval is not None else self._evaluate()
-        summary["steps"] = self.step
-        run_folder.write_summary(self.run_dir, summary) if self.dist.is_main else None
+            run_summary.end(
+                summary, steps=self.step, eval_after=final_eval if final_eval is not None else self._evaluate()
+            )
+        else:
+            run_summary.end(summary, steps=self.step)
+        run_summary.write_summary(self.run_dir, summary) if self.dist.is_main else None

@@ -30,6 +30,7 @@ from . import (
     engines,
     memory_plan,
     numerics,
+    run_checkpoints,
     world_check,
 )
 from . import resume as run_folder
@@ -49,7 +50,7 @@ class TrainerSetup:
         """The run folder (a new dated one, ``train.out`` or the resumed one), locked for one writer
         (run_lock.py) until the end of ``train()``."""
         cfg = self.cfg
-        named = run_folder.checkpoint_folder(Path(resume)) if resume else None  # <run>/checkpoints/step-N
+        named = run_checkpoints.checkpoint_folder(Path(resume)) if resume else None  # <run>/checkpoints/step-N
         self.resume_dir = named[0] if named else Path(resume) if resume else None
         self.resume_at = named[1] if named else None  # that checkpoint exactly, not the newest
         self.run_dir = self.resume_dir or Path(
@@ -66,6 +67,8 @@ class TrainerSetup:
         self._release_lock = weakref.finalize(self, self.lock.release)
         if self.resume_dir and not resuming:  # grpokit train --resume on a folder without a checkpoint: step 0
             self.resume_dir, cfg.train.out = None, str(self.run_dir)
+        if self.resume_dir:  # before any model is loaded: another model would not continue this run
+            run_folder.check_same_model(self.run_dir, cfg)
 
     def _join_processes(self) -> None:
         """Threads and seeds, torchrun's process group (no-op for 1 process), this rank's device."""
@@ -204,7 +207,7 @@ class TrainerSetup:
         """Load the newest checkpoint that verifies against its manifest (or the one named, ``resume_at``):
         weights, optimizer, schedule, random states, step, data position, the stage states and a pending
         update (carried_state.py). Checkpoints after a named one are set aside (resume.set_aside_later)."""
-        ckpt = self.resumed_from = run_folder.checkpoint_to_resume(
+        ckpt = self.resumed_from = run_checkpoints.pick(
             self.run_dir, model_only_ok=self.cfg.train.save_only_model, at=self.resume_at
         )
         state = checkpoint.load(

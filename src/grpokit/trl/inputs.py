@@ -347,7 +347,7 @@ def resume_source(output_dir: str, resume: str | bool) -> str:
     or that folder: its newest checkpoint that verifies, as transformers' last checkpoint), or exactly the
     checkpoint named (a ``checkpoint-N`` link or a grpokit ``checkpoints/step-N`` folder of output_dir's
     run). Anything else is refused in one sentence, never resumed from another checkpoint in its place."""
-    from grpokit.train.resume import checkpoint_folder
+    from grpokit.train.run_checkpoints import checkpoint_folder
 
     if resume is True:
         return output_dir
@@ -357,7 +357,7 @@ def resume_source(output_dir: str, resume: str | bool) -> str:
             f"Can't find a valid checkpoint at {str(resume)}: resume_from_checkpoint names no folder; give True, "
             f"output_dir, or one of its checkpoint-N folders"
         )
-    named = checkpoint_folder(given.resolve().parent if given.resolve().name == "model" else given)
+    named = checkpoint_folder(given)
     if given.name.startswith("checkpoint-") and named is None:
         raise ConfigError(
             f"resume_from_checkpoint={str(resume)!r} is not a grpokit checkpoint (a checkpoint-N link to "
