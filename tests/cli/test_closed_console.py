@@ -36,3 +36,14 @@ def test_a_run_whose_console_closed_trains_to_its_last_step(tmp_path: Path, both
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
     if not both:
         assert done.stderr.decode() == NOTE  # once, and nothing else: no traceback at the interpreter's exit
+
+
+def test_a_broken_pipe_that_is_not_the_console_is_a_named_fault() -> None:
+    # Only the command's own console ends it quietly: a BrokenPipeError from anything else (a worker's
+    # socket, a subprocess's stdin) is a fault like any other, said in one sentence with exit status 1.
+    from grpokit.cli.errors import run_command
+
+    def command(argv: list[str]) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    assert run_command(command, [], debug=False) == 1

@@ -32,14 +32,15 @@ def user_errors() -> tuple[type, ...]:
 
 def run_command(command, argv: list[str], debug: bool) -> int:
     """The error model: one sentence per fault on stderr, the traceback only with --debug."""
+    from .console import ConsoleClosed, guard_console
+
+    guard_console()
     try:
         return command(argv)
     except KeyboardInterrupt:
         print("grpokit: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader of the output went away (`grpokit doctor RUN | head`): quiet, as Unix tools
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush would raise it again
+    except ConsoleClosed:  # the reader of the output went away (`grpokit doctor RUN | head`): quiet, as Unix tools
         return 141  # 128 + SIGPIPE, what a shell reports for a tool a closed pipe stopped
     except user_errors() as e:
         if debug:
