@@ -38,12 +38,14 @@ def test_a_run_whose_console_closed_trains_to_its_last_step(tmp_path: Path, both
         assert done.stderr.decode() == NOTE  # once, and nothing else: no traceback at the interpreter's exit
 
 
-def test_a_broken_pipe_that_is_not_the_console_is_a_named_fault() -> None:
+def test_a_broken_pipe_that_is_not_the_console_is_a_named_fault(capsys: pytest.CaptureFixture[str]) -> None:
     # Only the command's own console ends it quietly: a BrokenPipeError from anything else (a worker's
-    # socket, a subprocess's stdin) is a fault like any other, said in one sentence with exit status 1.
+    # socket, a subprocess's stdin) is a fault like any other, said in one sentence. Raised here from a
+    # test's frame, the error model names it as the user's code (exit status 2), not a quiet 141.
     from grpokit.cli.errors import run_command
 
     def command(argv: list[str]) -> int:
         raise BrokenPipeError(32, "Broken pipe")
 
-    assert run_command(command, [], debug=False) == 1
+    assert run_command(command, [], debug=False) == 2
+    assert "raised BrokenPipeError: [Errno 32] Broken pipe" in capsys.readouterr().err
