@@ -290,8 +290,9 @@ def _read_sealed(f: Path, doing: str = "resuming") -> str:
     """The text of a run's config.yaml or config_history.yaml after its checksum line, verified
     (config.io.unsealed). One written before checksums is read as it is, and said so once."""
     text, checked = unsealed(f.read_text(encoding="utf-8"), repr(str(f)), doing)
-    if not checked and str(f) not in _UNSEALED_SAID and os.environ.get("RANK", "0") == "0":
-        _UNSEALED_SAID.add(str(f))
+    said = str(Path(f).resolve())  # once per file, not per spelling: "run/config.yaml" names another file elsewhere
+    if not checked and said not in _UNSEALED_SAID and os.environ.get("RANK", "0") == "0":
+        _UNSEALED_SAID.add(said)
         print(
             f"grpokit: warning: {f} has no checksum line (written by a grpokit from before run-file checksums), "
             "so damage to it cannot be detected; it is read as it is",
