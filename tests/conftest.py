@@ -68,3 +68,15 @@ def fresh_math_pool(monkeypatch):
     yield
     if math_rewards._default is not None:
         math_rewards._default.close()
+
+
+@pytest.fixture
+def handlers():
+    """A test that installs grpokit's stop handlers in this process gets the process's own SIGINT, SIGTERM,
+    SIGUSR1 and SIGHUP handlers back afterwards."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)

@@ -87,14 +87,6 @@ def test_a_step_that_hangs_is_cut_after_the_grace_and_trained_again_at_resume(ti
 # ---------------------------------------------------------------- the handlers, in this process
 
 
-@pytest.fixture
-def handlers():
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)}
-    yield
-    for s, h in saved.items():
-        signal.signal(s, h)
-
-
 def test_a_signal_ignored_at_start_stays_ignored_and_the_others_are_restored(handlers):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup leaves it
     before = signal.getsignal(signal.SIGTERM)

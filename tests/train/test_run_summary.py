@@ -71,14 +71,6 @@ class Peek:
         self.seen[state.global_step] = json.loads((self.run / "summary.json").read_text()), heldout(run), codes
 
 
-@pytest.fixture
-def handlers():
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)}
-    yield
-    for s, h in saved.items():
-        signal.signal(s, h)
-
-
 def _first_session(how: str, model_dir, run: Path) -> dict:
     """A 2-step session that ended ``how``: it failed at step 2's rewards, a SIGTERM stopped it after step 1, or it
     finished. Returns its end."""
