@@ -153,6 +153,20 @@ def test_unpicklable_function_falls_back_to_threads_with_a_logged_reason(caplog)
     assert "cannot be pickled" in caplog.text and "soft" in caplog.text
 
 
+def test_a_function_set_in_place_scores_from_the_next_batch_under_its_name_and_weight(caplog):
+    """grpokit.trl's reward_funcs[i] = fn during training: half (0.5, weight 2) becomes a lambda (3.0), which
+    cannot be pickled, so it runs in this process beside the worker; the name and the weight stay."""
+    from grpokit.rewards import RewardRunner
+
+    with RewardRunner([RewardSpec(half, "h", weight=2.0)], num_workers=1) as runner:
+        assert runner.score(**_batch(["a", "b"], group_size=2)).total_N.tolist() == [1.0, 1.0]  # 2 * 0.5
+        with caplog.at_level(logging.WARNING, logger="grpokit.rewards"):
+            runner.set_function(0, lambda completions, **kw: [3.0] * len(completions))
+        res = runner.score(**_batch(["a", "b"], group_size=2))
+    assert res.total_N.tolist() == [6.0, 6.0] and res.names == ["h"]  # 2 * 3.0
+    assert "cannot be pickled" in caplog.text
+
+
 def test_too_many_failures_stop_the_run_with_a_clear_message():
     from grpokit.rewards import RewardRunner
 

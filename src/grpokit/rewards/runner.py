@@ -47,7 +47,7 @@ import logging
 import math
 import pickle
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import torch
@@ -198,6 +198,12 @@ class RewardRunner:
         """Start the worker processes again after ``close()`` (TRL's ``evaluate()`` after ``train()``)."""
         if self._num_workers and self._pool is None:
             self._pool = WorkerPool(self._num_workers, name="reward")
+
+    def set_function(self, f: int, fn: Any) -> None:
+        """Function ``f`` becomes ``fn``, its name and weight kept (grpokit.trl's ``reward_funcs[i] = fn`` during
+        training: TRL calls the new one from the next batch); it runs in this process when it cannot be pickled."""
+        self.specs[f] = replace(self.specs[f], fn=fn)
+        self._in_process[f] = self._runs_in_process(self.specs[f], self._num_workers)
 
     def _runs_in_process(self, spec: RewardSpec, num_workers: int) -> bool:
         if num_workers == 0:

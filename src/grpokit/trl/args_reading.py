@@ -73,6 +73,11 @@ class ArgsReading:
         if not changed:
             return
         refuse_late_changes(changed, built=self._trainer is not None)
+        self._read_inputs()
+
+    def _read_inputs(self) -> None:
+        """The GRPOConfig and the constructor's inputs (``_given``) read into the run's config and training rows
+        again: after a change of ``trainer.args`` or an assigned ``train_dataset``, before the run is built."""
         self._check_args()
         train_rows = self._train_rows()
         self.cfg = self._run_config(train_rows, len(self._reward_funcs))

@@ -55,7 +55,7 @@ from .args_reading import ArgsReading, Given
 from .bridge import StepBridge, take_means
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
-from .contract import assignable, attributes, hooks, overrides
+from .contract import assignable, attributes, held_generation, held_rewards, hooks, overrides
 from .contract.methods import TrlMethods
 from .contract.surface import (
     Accelerator,
@@ -63,7 +63,6 @@ from .contract.surface import (
     entropy_coef_of,
     last_world_entropy,
     per_token_logps_and_entropies,
-    reward_names,
     set_entropy_coef,
     set_log_level,
 )
@@ -97,6 +96,7 @@ class TrainOutput(NamedTuple):
     metrics: dict[str, Any]
 
 
+@hooks.recorded  # grpokit's own methods, so a subclass's override or a patch of the class is found (hooks.py)
 @attributes.install  # TRL's attributes: its settings as GRPOConfig's, its state as the run's (attributes.py)
 class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
     """TRL's GRPOTrainer on grpokit's loop; see the module docstring for what it passes and where it differs."""
@@ -119,7 +119,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         environment_factory: Any = None,
     ):
         refuse_in_worker_start("GRPOTrainer")  # a worker re-running the script: before anything is built
-        self._overrides = hooks.check(type(self), GRPOTrainer)  # TRL's extension contract: honoured or refused
+        self._overrides = hooks.check(type(self), self._own_methods)  # TRL's extension contract: honoured or refused
         self._given = Given(
             model=model,
             name=model_name(model),
@@ -143,9 +143,10 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         cfg = self._run_config(train_rows, len(funcs))
         self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
         self._memory_tracker.start()  # from __init__: the "init" stage (memory.py), once the arguments are checked
-        self.cfg, self._reward_funcs = cfg, funcs
+        self.cfg = cfg
         self._callbacks = default_callbacks.with_defaults(self.args, callbacks)  # transformers' list (flow, trackers)
         self._reward_classes = reward_processing_classes
+        attributes.init_trl_attributes(self, funcs)  # reward_funcs held from here (held_rewards.py)
         self.eval_dataset = eval_dataset
         # the eval prompts are TRL's evaluate()'s (GRPOTrainer.evaluate), so grpokit's loop gets none
         self._kwargs = dict(
@@ -162,7 +163,6 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         self._args_seen = snapshot(self.args)
         self._init_run_state()
         self.add_callback(default_callbacks.progress(self.args))  # as transformers' __init__: an override sees it
-        attributes.init_trl_attributes(self, funcs)
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
         memory.stop(self._memory_tracker, "init")
 
@@ -221,6 +221,8 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
                 add_to_logs(self._logs, sb)
 
         trainer.on_sampled.append(count)
+        held_rewards.connect(self, trainer)  # reward_funcs / reward_weights read at every batch, as TRL's
+        held_generation.apply(self, trainer)  # generation_config's sampling fields written so far
         overrides.into_slots(self, trainer)  # reward calls per batch; the subclass's overrides as the stages
         if self._assigned_ref:
             trainer.ref_model = self._assigned_ref[-1]
@@ -344,32 +346,6 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         assignable.assign(self, "model", value)  # the run is built from it (optimizer, sampler), or refused
 
     @property
-    def reward_funcs(self) -> list:
-        """TRL's: the reward functions (a string given is a reward model), in the order of the rewards' columns."""
-        return self._reward_funcs
-
-    @reward_funcs.setter
-    def reward_funcs(self, value) -> None:
-        value = value if isinstance(value, list) else [value]
-        classes = self._reward_classes if len(value) == len(self._reward_funcs) else None
-        funcs = reward_funcs_of(value, classes, chat_template_kwargs=self.args.chat_template_kwargs)
-        if len(funcs) != len(self._reward_funcs):
-            raise ConfigError(
-                f"GRPOTrainer.reward_funcs can be replaced by as many functions "
-                f"({len(self._reward_funcs)}, one per reward weight); got {len(funcs)}"
-            )
-        assignable.assign(self, "reward_funcs", self._reward_funcs)  # a built, untrained run is built anew
-        self._reward_funcs[:] = funcs  # the list grpokit's run is built from
-        self.reward_func_names[:] = reward_names(funcs)
-
-    @property
-    def reward_weights(self):
-        """TRL's tensor of one weight per reward function (1.0 each when reward_weights is None)."""
-        import torch
-
-        return torch.tensor(self.cfg.reward.weights or [1.0] * len(self.reward_funcs), dtype=torch.float32)
-
-    @property
     def hub_model_id(self) -> str:
         return self.args.hub_model_id or Path(self.cfg.train.out).name
 
@@ -378,6 +354,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
         (docs/FAULTS.md); then ``summary["interrupted"]`` is True and nothing is pushed to the Hub."""
         self._reread_args()
+        assignable.class_patches(self)  # a method patched on the class since construction: honoured or refused
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
             if self._kwargs["model"] is not None:

@@ -6,9 +6,11 @@ wrapped or swapped, a scorer list rebuilt). grpokit's run is built from them (th
 model's parameters, the sampler the model and tokenizer, the reward stage the functions), so an
 assignment before ``train()`` starts rebuilds the run from the new object: a run built but not trained
 is let go (its folder's lock released, its workers closed) and built anew on first use, so the object
-assigned is the one trained, sampled with and called. Once training started, assigning ``model``,
-``processing_class`` or ``reward_funcs`` is refused in one sentence (the optimizer and sampler hold
-the old ones). ``ref_model`` is read by the loop at every step, so it is assigned as is, at any time.
+assigned is the one trained, sampled with and called (``train_dataset`` too: trainer_attributes.py). Once
+training started, assigning ``model`` or ``processing_class`` is refused in one sentence (the optimizer and
+sampler hold the old ones); ``reward_funcs`` is then the next batch's (held_rewards.py). ``ref_model`` is read
+by the loop at every step, so it is assigned as is, at any time. A TRL method patched on the instance, or on
+the class after construction (``class_patches``), is followed as a subclass's override would be, or refused.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from grpokit.config.sections import ConfigError
+
+INERT = (
+    "vllm_generation async_loop async_loop_thread async_loop_ready_event commit_scheduler continuous_batching_config "
+    "_dist _image_pad_token_id _video_pad_token_id _entropy_window_stats environments chat_template"
+).split()
+"""What TRL holds for machinery grpokit does not run (attributes.init_state sets them None); a value set on one
+is refused (set_attribute)."""
 
 RUN_INPUTS = {
     "model": "model",
@@ -65,9 +74,8 @@ def set_attribute(facade: Any, name: str, value: Any) -> None:
     """What ``facade.<name> = value`` means beyond a plain attribute: a callable under one of TRL's or
     transformers' method names (a method patched on the instance) honoured as a subclass's override of it
     (the run built anew when built but untrained) or refused in one sentence as the override would be;
-    machinery TRL holds but grpokit does not run (attributes.INERT, ``chat_template``) refused when set."""
+    machinery TRL holds but grpokit does not run (``INERT``, ``chat_template``) refused when set."""
     from . import hooks
-    from .attributes import INERT
 
     if name in INERT and value is not None and "_overrides" in vars(facade):
         raise ConfigError(
@@ -83,7 +91,7 @@ def set_attribute(facade: Any, name: str, value: Any) -> None:
     if name not in hooks.trl_method_names():
         return
     if name not in hooks.HONOURED:
-        raise ConfigError(hooks.refusal(name).replace("subclass overrides", "instance has a patched", 1))
+        raise ConfigError(hooks.refusal(name, f"GRPOTrainer instance has a patched {name}"))
     from .overrides import LOSS_HOOKS, SLOTTED
 
     if name in facade._overrides or name not in SLOTTED | LOSS_HOOKS:  # found on the instance where it is called
@@ -94,3 +102,23 @@ def set_attribute(facade: Any, name: str, value: Any) -> None:
         let_go(facade._trainer)
         facade._trainer, facade.bridge = None, None
     facade._overrides = [*facade._overrides, name]
+
+
+def class_patches(facade: Any) -> None:
+    """Methods patched on the class (``GRPOTrainer._calculate_rewards = f``) since the trainer was constructed:
+    an honoured one is followed as a subclass's override would be (a built, untrained run built anew), a
+    refused one is refused in the same sentence; once training started, a new one is refused."""
+    from . import hooks
+
+    added = [n for n in hooks.check(type(facade), facade._own_methods, quiet=True) if n not in facade._overrides]
+    if not added:
+        return
+    if facade._started:
+        raise ConfigError(
+            f"GRPOTrainer.{added[0]} was patched on the class after train() started; the run's stages are built "
+            "(patch it before the first train())"
+        )
+    if facade._trainer is not None:
+        let_go(facade._trainer)
+        facade._trainer, facade.bridge = None, None
+    facade._overrides = [*facade._overrides, *added]

@@ -1,13 +1,17 @@
 """The attributes TRL's GRPOTrainer.__init__ sets, on grpokit.trl's GRPOTrainer, with TRL's meaning.
 
-Three kinds. Settings TRL copies from its GRPOConfig (``beta``, ``num_generations``, ``epsilon_low`` ...)
+Four kinds. Settings TRL copies from its GRPOConfig (``beta``, ``num_generations``, ``epsilon_low`` ...)
 are read from the arguments: grpokit's stages read the config built from them, so setting one on
 the trainer would change nothing and is refused in one sentence (``entropy_coef``, which TRL's
 adaptive control moves, is the settable one). State TRL keeps current during training (``_metrics``,
-``_step``, ``_total_train_tokens``, ``model_wrapped``, ``generation_config`` ...) is read from grpokit's
-run as it goes; assigning one is refused in one sentence (``ref_model``, ``model`` and ``entropy_coef``
-are assignable with TRL's meaning). What TRL holds for machinery grpokit does not run (its vLLM client, its async loop,
-its tool registry, its Hub commit scheduler) is None, as on a TRL run that does not use it.
+``_step``, ``_total_train_tokens``, ``model_wrapped`` ...) is read from grpokit's run as it goes; assigning
+one is refused in one sentence (``ref_model``, ``model`` and ``entropy_coef`` are assignable with TRL's
+meaning). What TRL reads afresh at every batch and scripts change in place (``reward_funcs``,
+``reward_weights``, ``generation_config``) is one object the run reads at every batch too, and what it
+cannot follow (``reward_func_names``, ``tools``, ``eos_token_ids`` ...) is held read-only (held.py). What
+TRL holds for machinery grpokit does not run (its vLLM client, its async loop, its tool registry, its Hub
+commit scheduler) is None, as on a TRL run that does not use it; transformers' Trainer's own attributes
+(``train_dataset``, ``optimizer``, ``data_collator`` ...) are trainer_attributes.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from typing import Any
 
 from grpokit.config.sections import ConfigError
 
-from .surface import new_logs, reward_names
+from . import held, held_generation, held_rewards, trainer_attributes
+from .assignable import INERT
+from .surface import new_logs
 
 # TRL's attribute -> the GRPOConfig field it copies (TRL's __init__: self.<name> = args.<field>)
 FROM_ARGS = {
@@ -31,16 +37,10 @@ FROM_ARGS = {
         "vllm_importance_sampling_mode vllm_importance_sampling_clip_min vllm_importance_sampling_clip_max "
         "top_entropy_quantile off_policy_mask_threshold shuffle_dataset log_completions num_completions_to_print "
         "log_unique_prompts multi_objective_aggregation chat_template_kwargs pad_to_multiple_of "
-        "max_tool_calling_iterations use_transformers_continuous_batching log_multimodal"
+        "max_tool_calling_iterations use_transformers_continuous_batching log_multimodal use_adaptive_entropy"
     ).split()
 }
 FROM_ARGS["epsilon_low"] = "epsilon"
-
-# what TRL holds for machinery grpokit does not run: None (or empty), as on a TRL run without it
-INERT = (
-    "vllm_generation async_loop async_loop_thread async_loop_ready_event commit_scheduler continuous_batching_config "
-    "_dist _image_pad_token_id _video_pad_token_id _entropy_window_stats environments chat_template"
-).split()
 
 
 # TRL's defaults where it holds a field's None as something else
@@ -72,7 +72,8 @@ def _epsilon_high(self) -> float:
 
 
 def _generation_kwargs(self) -> dict[str, Any]:
-    """TRL's keywords of its transformers sampling path, from the sampling arguments and generation_kwargs."""
+    """TRL's keywords of its transformers sampling path, from the sampling arguments and generation_kwargs
+    (read-only: held.py)."""
     a, tok = self.args, self._tokenizer
     kwargs = dict(
         max_new_tokens=a.max_completion_length,
@@ -87,20 +88,7 @@ def _generation_kwargs(self) -> dict[str, Any]:
         repetition_penalty=a.repetition_penalty,
         cache_implementation=a.cache_implementation,
     )
-    return {**kwargs, **(a.generation_kwargs or {})}
-
-
-def _generation_config(self) -> Any:
-    """TRL's GenerationConfig of its transformers sampling path (``generation_kwargs``)."""
-    from transformers import GenerationConfig
-
-    return GenerationConfig(**self.generation_kwargs, disable_compile=True)
-
-
-def _eos_token_ids(self) -> list[int]:
-    """TRL's: the tokenizer's end-of-sequence id(s)."""
-    eos = getattr(self._tokenizer, "eos_token_id", None)
-    return [] if eos is None else (list(eos) if isinstance(eos, (list, tuple)) else [eos])
+    return held.read_only("generation_kwargs", {**kwargs, **(a.generation_kwargs or {})})
 
 
 def _tokenizer(self) -> Any:
@@ -134,9 +122,11 @@ def _metrics(self) -> dict[str, Any]:
 
 STATE = {
     "epsilon_high": property(_epsilon_high),
-    "generation_config": property(_generation_config),
-    "generation_kwargs": property(_generation_kwargs),
-    "eos_token_ids": property(_eos_token_ids),
+    "generation_kwargs": property(_generation_kwargs, held.refused_setter("generation_kwargs")),
+    "_entropy_bonus_enabled": property(
+        lambda self: self.args.entropy_coef != 0.0 or self.args.use_adaptive_entropy,
+        doc="TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies).",
+    ),
     "_tokenizer": property(_tokenizer),
     "_is_vlm": property(_is_vlm),
     "_step": property(_step),
@@ -149,11 +139,20 @@ STATE = {
 }
 
 
+HELD = {
+    "reward_funcs": held_rewards.REWARD_FUNCS,
+    "reward_weights": held_rewards.REWARD_WEIGHTS,
+    "generation_config": held_generation.GENERATION_CONFIG,
+    **held.PROPERTIES,
+}
+"""What TRL holds as one object a script may change in place: honoured at every batch, or read-only."""
+
+
 def install(cls: type) -> type:
-    """Add TRL's attributes to ``cls`` (grpokit.trl's GRPOTrainer) as properties."""
+    """Add TRL's attributes to ``cls`` (grpokit.trl's GRPOTrainer) as properties, transformers' Trainer's too."""
     for name, field in FROM_ARGS.items():
         setattr(cls, name, _from_args(name, field))
-    for name, prop in STATE.items():
+    for name, prop in {**STATE, **HELD, **trainer_attributes.properties()}.items():
         setattr(cls, name, prop)
     for name in dir(cls):  # the rest of what the run holds: assigning it is refused in one sentence
         prop = inspect.getattr_static(cls, name)
@@ -181,16 +180,16 @@ def init_state(facade: Any, funcs: list, tools: Any, environment_factory: Any, r
     facade._early_metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     facade._pending_extra_logs = defaultdict(list)
     facade._current_train_step_time = 0.0
-    facade.tools = list(tools or [])
     facade._standalone_tools = list(tools or [])
     facade._multi_environment = isinstance(environment_factory, dict)
-    facade.environment_factories = (
+    factories = (
         None
         if environment_factory is None
         else environment_factory
         if isinstance(environment_factory, dict)
         else {None: environment_factory}
     )
+    held.init(facade, funcs, tools, factories)  # tools, environment_factories, reward names: read-only
     facade._env_tools, facade._environment_pool = {}, {}
     facade.rollout_func = rollout_func
     facade._has_async_funcs = any(asyncio.iscoroutinefunction(f) for f in list(funcs) + facade.tools)
@@ -206,9 +205,6 @@ def init_trl_attributes(facade: Any, funcs: list) -> None:
     )
     """TRL's rolling log of the latest completions: prompt, completion, rewards, advantages, extra."""
     facade._evaluating = False  # evaluate() runs: its samples are not TRL's training tokens
-    facade.use_adaptive_entropy = facade.args.use_adaptive_entropy
-    facade._entropy_bonus_enabled = facade.args.entropy_coef != 0.0 or facade.use_adaptive_entropy
-    """TRL's: the entropy bonus is on (entropies then carry gradient in _get_per_token_logps_and_entropies)."""
     facade._pending_metrics: dict[str, list[float]] = {}  # log_metric's values until the next log entry
     facade._reward_call = facade._last_scored = None  # stages.TrlRewards' batch while _calculate_rewards runs
     facade._loss_call = None  # stages.TrlLoss' update while compute_loss runs
@@ -219,7 +215,8 @@ def init_trl_attributes(facade: Any, funcs: list) -> None:
     facade._buffered_inputs: list | None = None
     """TRL's: the generation batch cut into steps_per_generation dicts (set when the subclass makes it)."""
     facade.current_gradient_accumulation_steps = facade.args.gradient_accumulation_steps
-    facade.reward_func_names = reward_names(funcs)
-    facade.reward_processing_classes = [getattr(getattr(f, "scorer", None), "tokenizer", None) for f in funcs]
     facade.summary: dict[str, Any] = {}
     """grpokit's run summary (steps ...), set by ``train()``."""
+    held_rewards.init(facade, funcs)  # reward_funcs and reward_weights: read by the reward stage at every batch
+    vars(facade)["_generation_config"] = None  # TRL's, made on first read from the arguments as they now stand
+    vars(facade).setdefault("_sampling_written", {})  # its sampled fields written so far (held_generation.py)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from grpokit.config.sections import ConfigError
@@ -109,40 +111,55 @@ def trl_method_names() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def overridden(cls: type, base: type) -> list[str]:
-    """The TRL / transformers methods that ``cls`` (a subclass of ``base``, grpokit's GRPOTrainer) defines
-    itself, in TRL's order where TRL has one."""
-    if cls is base:  # grpokit.trl's own class: nothing to look up (and trl is not imported for it)
+def recorded(cls: type) -> type:
+    """Class decorator: keep ``cls``'s own attribute table (grpokit.trl's GRPOTrainer as defined) as
+    ``_own_methods``, so a method patched on the class itself later (``GRPOTrainer._calculate_rewards = f``,
+    as patching scripts do) is found as an override, the same as a subclass's."""
+    table = {name: inspect.getattr_static(cls, name) for name in dir(cls)}
+    cls._own_methods = table["_own_methods"] = MappingProxyType(table)
+    return cls
+
+
+def overridden(cls: type, own: Mapping[str, Any]) -> list[str]:
+    """The TRL / transformers methods that ``cls`` (grpokit's GRPOTrainer, a subclass of it, or either with a
+    method patched on the class) holds in place of grpokit's own (``own``: ``recorded``'s table), by name."""
+    changed = {name for name in dir(cls) if inspect.getattr_static(cls, name, None) is not own.get(name)}
+    if not changed:  # grpokit.trl's own class as defined: nothing to look up (and trl is not imported for it)
         return []
-    found = []
-    for name in trl_method_names():
-        mine, theirs = inspect.getattr_static(cls, name, None), inspect.getattr_static(base, name, None)
-        if mine is not None and mine is not theirs:
-            found.append(name)
-    return found
+    return [name for name in trl_method_names() if name in changed]
 
 
-def refusal(name: str) -> str:
-    """The one sentence refusing an override of ``name``."""
+def _who(cls: type, name: str) -> str:
+    """How a refusal names where the method came from: a subclass's override or a patch of grpokit's class."""
+    owner = next((c for c in cls.__mro__ if name in vars(c)), cls)
+    if "_own_methods" in vars(owner):
+        return f"GRPOTrainer has {name} patched on the class"
+    return f"GRPOTrainer subclass overrides {name}"
+
+
+def refusal(name: str, who: str = "") -> str:
+    """The one sentence refusing an override of ``name`` (``who``: what holds it; a subclass by default)."""
     why = REFUSED.get(name, f"it is transformers' Trainer machinery that {_LOOP}")
     return (
-        f"GRPOTrainer subclass overrides {name}, which grpokit.trl cannot call where TRL does ({why}); "
+        f"{who or f'GRPOTrainer subclass overrides {name}'}, which grpokit.trl cannot call where TRL does ({why}); "
         "the override would never run, so it is refused"
     )
 
 
-def check(cls: type, base: type) -> list[str]:
+def check(cls: type, own: Mapping[str, Any], quiet: bool = False) -> list[str]:
     """Refuse (ConfigError) the first override grpokit cannot honour; return the honoured ones and log
-    once where each runs."""
-    names = overridden(cls, base)
+    once where each runs (``quiet``: not again)."""
+    names = overridden(cls, own)
     for name in names:
         if name not in HONOURED:
-            raise ConfigError(refusal(name))
+            raise ConfigError(refusal(name, _who(cls, name)))
     stages = [n for n in names if n != "__init__"]
-    if stages:
+    if stages and not quiet:
         log.warning(
-            "GRPOTrainer subclass %s: these stages follow its overrides: %s",
-            cls.__name__,
+            "%s: these stages follow its overrides: %s",
+            "GRPOTrainer (methods patched on the class)"
+            if "_own_methods" in vars(cls)
+            else f"GRPOTrainer subclass {cls.__name__}",
             "; ".join(f"{n} -> {HONOURED[n]}" for n in stages),
         )
     return names
