@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -22,6 +23,39 @@ class Prompt:
     pool_index: int | None = None  # its place in the pool of the sampler serving it, where that sampler keeps state
     # per prompt (data/curriculum.py numbers its pool): a copy keeps it where object identity would not (an
     # asynchronous checkpoint's in-flight prompts come back unpickled); None: numbered by no sampler
+
+
+@dataclass(frozen=True, eq=False)
+class OneVersion(Sequence[int]):
+    """The versions of a row whose every token one policy version drew: ``length`` times ``version``, kept as
+    one int (rollout/staleness.py ages the row as ``tokens * (step - version)``, no list per token). It reads,
+    iterates and compares (``==``) as that list: ``OneVersion(2, 3) == [2, 2, 2]``."""
+
+    version: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            return [self.version] * len(range(*i.indices(self.length)))
+        if not -self.length <= i < self.length:
+            raise IndexError(f"token {i} of a row of {self.length}")
+        return self.version
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OneVersion):
+            return (self.version, self.length) == (other.version, other.length)
+        if isinstance(other, (list, tuple)):
+            return len(other) == self.length and all(v == self.version for v in other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
 
 
 @dataclass
@@ -47,9 +81,10 @@ class Rollout:
     group_size: int
     episodes: list["Episode"] | None = None  # N, or None for single-turn completions
     vision: list[dict[str, Any]] | None = None  # N: each row's prompt image inputs (data/vision.py), or None
-    sampling_versions: list[list[int] | None] | None = None  # N: per token, the policy version (steps) that drew it
-    # (an asynchronous sampler's batches; partial rollouts mix versions within a completion); a row None, or the
-    # whole field None: drawn by the policy the step trains from (rollout/staleness.py: age 0)
+    sampling_versions: list[Sequence[int] | None] | None = None  # N: per token, the policy version (steps) that
+    # drew it (an asynchronous sampler's batches); a row one version drew is a OneVersion (one int, not a list per
+    # token), a partial rollout's row spanning versions a list; a row None, or the whole field None: drawn by the
+    # policy the step trains from (rollout/staleness.py: age 0)
 
     @property
     def num_sequences(self) -> int:

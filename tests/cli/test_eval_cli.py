@@ -240,3 +240,7 @@ def test_maj_votes_read_no_answer_from_a_blank_or_placeholder_box_or_tag():
     assert eval_cli.extract_answer("x \\boxed{5}. I used \\boxed{}") == "5"
     assert eval_cli.extract_answer("<answer>7</answer> in the form <answer> answer here </answer>") == "7"
     assert eval_cli.extract_answer("\\boxed{3} \\boxed{5}") == "5"  # real answers: the last, as before
+    # every tag or box blank: the slot was left empty, no vote (before: the reasoning, "6*7 = 42", was voted for)
+    assert eval_cli.extract_answer("6*7 = 42\n<answer></answer>") is None
+    assert eval_cli.extract_answer("so 42\n\\boxed{}") is None
+    assert eval_cli.extract_answer("so 42") == "so 42"  # no tag or box at all: the stripped text, as before

@@ -180,3 +180,10 @@ def test_the_same_rows_and_reward_through_grpokit_trl(tmp_path):
     args = small_args(GRPOConfig, tmp_path / "run", max_steps=1, num_generations=2, report_to=[])
     trainer = GRPOTrainer("smollm2-135m-instruct", reward_funcs=[reasoning_gym_accuracy], train_dataset=data, args=args)
     assert trainer.train().global_step == 1
+
+
+def test_an_answer_slot_left_empty_is_no_answer():
+    # Before, the blank tag or box was dropped and the last line ("6*7 = 42") was read as the answer: 42.
+    assert rg.one_answer("6*7 = 42\n<answer></answer>", "42") is None
+    assert rg.one_answer("so 42\n\\boxed{}", "42") is None
+    assert rg.one_answer("I must box it: \\boxed{}.\n\\boxed{42}", "42") == "42"  # a real box remains

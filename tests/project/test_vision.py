@@ -65,6 +65,14 @@ def test_a_blank_or_placeholder_answer_tag_in_the_reasoning_is_not_a_second_answ
     assert g.vqa_accuracy(None, [vqa], ["cat"]) == [1.0]
 
 
+def test_an_answer_tag_left_empty_is_no_answer_not_the_reasoning():
+    # Before, the blank tag was dropped and the whole reasoning was read: "B" in it scored 1.0, "cat" too.
+    assert g.choice_accuracy(None, ["The picture shows B.\n<answer></answer>"], ["B"]) == [0.0]
+    assert g.vqa_accuracy(None, ["cat\n<answer> answer here </answer>"], ["cat"]) == [0.0]
+    assert g.box_iou_reward(None, ["[1,2,3,4] <answer>...</answer>"], ["[1,2,3,4]"]) == [0.0]
+    assert g.vqa_accuracy(None, ["cat"], ["cat"]) == [1.0]  # no tag at all: the whole text, as before
+
+
 # ---------------------------------------------------------------- the shapes task
 
 

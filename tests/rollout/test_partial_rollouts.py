@@ -85,7 +85,7 @@ def test_the_staleness_bound_holds_per_token():
             assert all(j - v <= s for v in vs)
     ro = Rollout([[1]], [[3, 4, 5]], [[-1.0] * 3], ["length"], 1, sampling_versions=[[2, 3, 4]])
     assert token_staleness(ro, 4) == [2, 1, 0]
-    assert check_staleness(ro, 4, 2) == [2, 1, 0]
+    assert check_staleness(ro, 4, 2) == (3, 3, 2)  # 3 tokens, ages summing 2 + 1 + 0, the oldest 2
     with pytest.raises(RuntimeError, match="drawn 3 steps ago, more than rollout.async_staleness=2"):
         check_staleness(ro, 5, 2)
 

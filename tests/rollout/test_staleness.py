@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from grpokit.rollout.collect import concat
-from grpokit.rollout.staleness import arrived, staleness_metrics, token_staleness
-from grpokit.types import Rollout, ScoredBatch
+from grpokit.rollout.staleness import Ages, ages, arrived, check_staleness, staleness_metrics, token_staleness
+from grpokit.types import Episode, OneVersion, Rollout, ScoredBatch
 from helpers.runs import make
 
 
@@ -39,6 +39,46 @@ def test_a_prefetched_batch_is_stamped_on_arrival_and_checked():
     assert arrived(partial, 3, 2, 1).sampling_versions == [[2, 3]]  # partial rollouts keep their own
     with pytest.raises(RuntimeError, match="drawn 2 steps ago, more than rollout.async_staleness=1"):
         arrived(rollout([[7]]), 3, 1, 1)
+
+
+def test_a_mixed_batch_of_one_version_rows_and_partial_rows_by_hand(monkeypatch):
+    """Step 6 trains 5 rows: two drawn by one version each (version 5: 3 tokens, age 1 each, sum 3; version 4:
+    2 tokens, age 2 each, sum 4), two partial rows spanning versions ([4, 5, 6, 6]: ages 2, 1, 0, 0, sum 3;
+    [6, 5]: ages 0, 1, sum 1), a refill (None, 2 tokens of age 0) and an empty one-version row (no token).
+    3 + 4 + 2 + 2 + 2 = 13 tokens, summed age 3 + 3 + 0 + 4 + 1 = 11: mean 11/13, oldest 2."""
+    versions = [OneVersion(5, 3), [4, 5, 6, 6], None, OneVersion(4, 2), [6, 5], OneVersion(3, 0)]
+    ro = rollout([[7] * 3, [7] * 4, [7] * 2, [7] * 2, [7] * 2, []], versions)
+    assert token_staleness(ro, 6) == [1, 1, 1, 2, 1, 0, 0, 0, 0, 2, 2, 0, 1]  # 13 entries, ages summing 11
+    assert ages(ro, 6) == Ages(tokens=13, total=11, oldest=2)
+    assert staleness_metrics(ro, 6) == {"rollout/staleness": 11 / 13, "rollout/staleness_max": 2.0}
+    with pytest.raises(RuntimeError, match="drawn 2 steps ago, more than rollout.async_staleness=1"):
+        check_staleness(ro, 6, 1)
+
+    # a one-version row is one product: never a list per token (before, 1024 x 2048 tokens cost 0.25 s a step)
+    def per_token(self, i):
+        assert isinstance(self.sampling_versions[i], list), f"row {i} of one version read token by token"
+        return [1] * len(self.completion_ids[i])
+
+    monkeypatch.setattr(Rollout, "model_mask", per_token)
+    assert ages(ro, 6) == Ages(13, 11, 2)
+    big = arrived(rollout([[7] * 2048] * 1024), 3, 2, 1)  # stamped with one int a row, read in one product each
+    assert all(v == OneVersion(2, 2048) for v in big.sampling_versions)
+    assert staleness_metrics(big, 3) == {"rollout/staleness": 1.0, "rollout/staleness_max": 1.0}
+
+
+def test_environment_tokens_of_a_one_version_row_have_no_age():
+    """An episode row of version 1 at step 3: 5 tokens, 2 of them the environment's; 3 model tokens 2 old."""
+    ep = Episode(model_mask=[1, 1, 0, 0, 1], turn_ids=[0, 0, 0, 0, 1])
+    ro = Rollout([[1]], [[7] * 5], [[-1.0] * 5], ["eos"], 1, [ep], None, [OneVersion(1, 5)])
+    assert ages(ro, 3) == Ages(3, 6, 2) and token_staleness(ro, 3) == [2, 2, 2]
+
+
+def test_one_version_reads_as_its_list():
+    v = OneVersion(2, 3)
+    assert v == [2, 2, 2] and [2, 2, 2] == v and v != [2, 2] and v != [2, 2, 3] and list(v) == [2, 2, 2]
+    assert v[0] == v[-1] == 2 and v[1:] == [2, 2] and len(v) == 3 and OneVersion(2, 0) == []
+    with pytest.raises(IndexError):
+        v[3]
 
 
 def test_a_refill_joined_to_a_prefetched_batch_keeps_each_rows_versions():

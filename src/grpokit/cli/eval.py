@@ -5,7 +5,8 @@ one function: ``--reward`` when given, else the task's verifier, else the run's 
 function. A completion is correct when it earns that function's full reward (>= 1 - 1e-6). maj@k
 votes over the extracted answers (the text inside the last <answer> tags, else the last \\boxed{...},
 else the stripped completion; blank and placeholder tags and boxes, as "put it in \\boxed{}", are no
-answer: grpokit.rewards.answers.is_placeholder). The estimators are in ``grpokit.record.passk``. A prompt
+answer: grpokit.rewards.answers.is_placeholder; a completion whose tags and boxes are all such left its answer
+slot empty and casts no vote). The estimators are in ``grpokit.record.passk``. A prompt
 the function cannot grade on some sample (it answers None: math_accuracy for a gold that does not
 parse) is left out of every estimate, not counted wrong; ``ungraded`` says how many.
 
@@ -55,12 +56,14 @@ _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 def extract_answer(text: str) -> str | None:
     """The answer maj@k votes on (the module docstring): "in \\boxed{} ... \\boxed{5}" gives "5"."""
-    text = without_placeholders(text)
+    kept = without_placeholders(text)
     for pattern in (_ANSWER, _BOXED):
-        m = pattern.findall(text)
+        m = pattern.findall(kept)
         if m:
             return m[-1].strip()
-    return text.strip() or None
+    if kept != text:  # only blank or placeholder tags and boxes: the answer slot was left empty, no vote
+        return None
+    return kept.strip() or None
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

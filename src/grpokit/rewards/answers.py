@@ -7,7 +7,8 @@ final answer is one answer**. `final_answer` finds it, in this order of preceden
 1. `<answer>...</answer>`: the last tag's content (a `\\boxed{}` inside it wins);
 2. `\\boxed{...}` / `\\fbox{...}`: the last one;
 3. a phrase "answer is X" / "answer: X": the last one, to the end of its line;
-4. otherwise the last non-empty line.
+4. otherwise the last non-empty line, unless a tag or box was there and held no answer (below): then
+   there is no answer (kind "none"), as for an empty completion.
 
 Every answer of the chosen kind is a candidate: several tags, boxes or phrases that differ are a
 hedge. Inside the chosen answer, `count_values` counts the values it names: items joined by commas,
@@ -21,10 +22,12 @@ values than the gold answer does, unless told that the gold answer is itself a s
 Lines copied verbatim from the prompt (10 characters or more) are dropped first: an echo of the
 question, or of an example answer in it, is not the model's answer. Then tags, boxes and phrases that
 hold no answer are dropped (`without_placeholders`, `is_placeholder`): a blank one ("put it in
-\\boxed{}", `<answer> </answer>`), one holding only a blank to fill (`...`, `___`, `?`), or a template's
+\\boxed{}", `<answer> </answer>`), one holding only a blank to fill (`...`, `___`), or a template's
 own words ("answer here", "your final answer", `[answer]`). A policy that mentions the format while
 reasoning is not hedging; a second *real* answer (any other content: a number, a letter, a word such as
-"yes") stays a candidate, and a disagreeing one still scores 0.
+"yes", a lone "?") stays a candidate, and a disagreeing one still scores 0. Dropping a placeholder never
+makes an answer out of the reasoning: when no real tag, box or phrase remains, "6*7 = 42 <answer></answer>"
+and "so 42 \\boxed{}" left their answer slot empty and have no answer, not the line before it.
 """
 
 from __future__ import annotations
@@ -109,14 +112,15 @@ def boxed_contents(text: str) -> list[str]:
 # ("yes", "x", "A") may be a real answer and is never taken for a placeholder.
 _PLACEHOLDER_WORDS = frozenset({"your", "final", "the", "answer", "answers", "here", "goes"})
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad\b|~|\s")
-_FILL_IN = re.compile(r"(?:\.|…|_|\\_|\?|\\[lc]?dots\b|\\dotsc\b)+")
+_FILL_IN = re.compile(r"(?:\.|…|_|\\_|\\[lc]?dots\b|\\dotsc\b)+")
 
 
 def is_placeholder(content: str) -> bool:
     """True when a tag's, box's or phrase's ``content`` holds no answer: blank (whitespace, LaTeX spacing,
-    ``$``, boxes of such), only a blank to fill (``...``, ``\\ldots``, ``___``, ``?``), or a template's words
+    ``$``, boxes of such), only a blank to fill (``...``, ``\\ldots``, ``___``), or a template's words
     ("answer here", "your final answer", "[answer]", "\\text{answer}"; see ``_PLACEHOLDER_WORDS``). Brackets
-    count only around such words: ``[]`` or ``\\{\\}`` may be a real (empty) answer."""
+    count only around such words: ``[]`` or ``\\{\\}`` may be a real (empty) answer, and ``?`` is one (a riddle's
+    or a punctuation question's answer); it names no value, so it can hide no hedge."""
     bare = _SPACING.sub("", _WRAPPERS.sub("", content))
     if _BOX.search(bare):  # \\boxed{\\boxed{}}: a box of blank boxes is blank
         bare = re.sub(r"[{}]", "", _BOX.sub("", bare))
@@ -155,7 +159,8 @@ def drop_echoed_lines(completion: str, prompt: str | None) -> str:
 
 def final_answer(completion: str, prompt: str | None = None) -> FinalAnswer:
     """Find the completion's final answer and all candidates of its kind (see the module docstring)."""
-    text = without_placeholders(drop_echoed_lines(completion, prompt))
+    written = drop_echoed_lines(completion, prompt)
+    text = without_placeholders(written)
     tags = _TAG.findall(text)
     if tags:
         answers = [(boxed_contents(t) or [t])[-1].strip() for t in tags]
@@ -168,7 +173,7 @@ def final_answer(completion: str, prompt: str | None = None) -> FinalAnswer:
     if phrases:
         return _found(phrases, "phrase")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines:
+    if lines and text == written:  # a tag or box left blank is an answer slot left empty: no answer
         return FinalAnswer(lines[-1], "last_line")
     return FinalAnswer(None, "none")
 

@@ -6,7 +6,8 @@ a completion that offers several boxes or several answers earns 0, so listing ca
 A completion without a box scores 0 and is counted (``rewards/no_box_fraction`` through
 ``log_metric``), never an exception. Answers inside ``<answer>...</answer>`` are preferred when present;
 a blank or placeholder tag or box (``<answer></answer>``, ``<answer> answer here </answer>``,
-grpokit.rewards.answers.is_placeholder) mentioned in the reasoning is not an answer and is dropped first.
+grpokit.rewards.answers.is_placeholder) mentioned in the reasoning is not an answer and is dropped first;
+when every tag and box is such, the answer slot was left empty: no answer (0), not the reasoning before it.
 """
 
 from __future__ import annotations
@@ -46,9 +47,13 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def _answer_part(text: str) -> str:
-    text = without_placeholders(text)  # "wrap it as <answer></answer>" is the format, not a second answer
-    tagged = _ANSWER.findall(text)
-    return tagged[0] if len(tagged) == 1 else text
+    """The one real `<answer>` tag's content; "" when every tag or box held no answer (the slot left empty:
+    no answer, not the reasoning before it); else the whole text."""
+    kept = without_placeholders(text)  # "wrap it as <answer></answer>" is the format, not a second answer
+    tagged = _ANSWER.findall(kept)
+    if len(tagged) == 1:
+        return tagged[0]
+    return "" if kept != text and not tagged else kept
 
 
 def box_iou_reward(

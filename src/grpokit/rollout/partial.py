@@ -27,11 +27,11 @@ difference measured on a tiny model is in docs/SCALING.md (tests/rollout/test_pa
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-from grpokit.types import Rollout
+from grpokit.types import OneVersion, Rollout
 
 from .hf import generate
 from .sampling import SamplingParams
@@ -57,7 +57,8 @@ def generate_partial(
 ) -> Rollout:
     """rollout/hf.py's ``generate`` in segments of ``segment_tokens`` tokens, segment m drawn by the
     model ``version_model(m)`` returns (with its version); the cache is recomputed at each segment.
-    Rows as ``generate``'s; ``sampling_versions[i][t]`` is the version that drew token t of row i."""
+    Rows as ``generate``'s; ``sampling_versions[i][t]`` is the version that drew token t of row i (a row
+    of one version a ``OneVersion``)."""
     G, N = group_size, len(prompt_ids) * group_size
     tokens: list[list[int]] = [[] for _ in range(N)]
     logps: list[list[float]] = [[] for _ in range(N)]
@@ -90,8 +91,16 @@ def generate_partial(
         sampling_logprobs=logps,
         finish_reasons=reasons,
         group_size=G,
-        sampling_versions=versions,
+        sampling_versions=[_compact(vs) for vs in versions],
     )
+
+
+def _compact(versions: list[int]) -> Sequence[int]:
+    """A row one segment's version drew entirely (it ended within that segment) as one int; a row spanning
+    versions keeps one per token (rollout/staleness.py reads the first in one product)."""
+    if versions and versions.count(versions[0]) == len(versions):
+        return OneVersion(versions[0], len(versions))
+    return versions
 
 
 def _cut_at_stop(r: int, before: int, tokens, logps, versions, reasons, stop: tuple[str, ...], decode) -> None:
